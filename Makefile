@@ -1,0 +1,50 @@
+# dropportal: `make run` serves the admin, API and a worker; `make test` runs the suite.
+# Both set everything up from a fresh clone with nothing but Python 3.11+.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+INSTALLED := $(VENV)/.installed
+
+.PHONY: install run test lint format bench demo clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(INSTALLED): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@
+
+install: $(INSTALLED)
+
+run: install
+	$(BIN)/python manage.py serve
+
+# The database: DATABASE_URL if set, else the server on 127.0.0.1:5432 if it answers,
+# else the embedded PostgreSQL under var/.
+test: install
+	DATABASE_URL="$${DATABASE_URL:-$$($(BIN)/python -m dropportal.local_state local-url)}" \
+		$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy .
+
+format: install
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+bench: install
+	DATABASE_URL="$${DATABASE_URL:-$$($(BIN)/python -m dropportal.local_state local-url)}" \
+		$(BIN)/python bench/run.py
+
+# A whole DROP cycle, narrated, against loopback stand-ins of DROP and of a broker, in its own
+# database (<yours>_demo, recreated each run); then the admin on http://127.0.0.1:8000 until
+# Ctrl-C. DEMO_ARGS="--no-serve" stops after the story.
+demo: install
+	$(BIN)/python -m devtools.demo $(DEMO_ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,353 @@
+"""Benchmark: broker callbacks recorded per second through gunicorn.
+
+``PUT /api/v1/drop/callbacks/deletion`` as a broker sends it (bearer key, signed body 2.2,
+``deleted``), each for its own dispatched deletion request, so every one is recorded: key
+lookup, request lookup, signature and timestamp check, validation, the outcome UPDATE with
+its ledger event, and the work item's settlement, in one transaction.
+
+Baseline, same server, same run: a bare DRF view (``bench/callbacks_urls.py``) that does only
+the minimum durable work: parse the JSON, one UPDATE and one INSERT in a transaction (in SQL).
+The same view written with the ORM is measured too, for information.
+
+Target: at least 70 % of the bare view's rate. Best of ``--repeats`` rounds of each,
+alternating, with fresh rows each round. The load comes from ``--clients`` processes with
+``--threads`` connections each (gunicorn's sync workers close every connection, so each
+callback is a new one, for both views alike); requests are prepared in advance.
+
+Everything happens in a scratch database created next to ``DATABASE_URL``'s (it needs the
+CREATEDB right) and dropped at the end.
+
+    DATABASE_URL=postgres://... python bench/bench_callbacks.py [--callbacks 3000] [--repeats 3]
+
+Prints one line of JSON last; exits 1 when the target is missed.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import argparse
+import datetime as dt
+import json
+import multiprocessing
+import os
+import socket
+import subprocess
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+
+RATIO_TARGET = 0.7
+ROOT = Path(__file__).resolve().parents[1]
+DELETION_PATH = "/api/v1/drop/callbacks/deletion"
+BARE_PATH = "/bench/bare-callback"
+BARE_ORM_PATH = "/bench/bare-orm-callback"
+
+
+def scratch_urls(base_url: str) -> tuple[str, str]:
+    parts = urlsplit(base_url)
+    admin = urlunsplit(parts._replace(path="/postgres"))
+    name = f"{(parts.path.lstrip('/') or 'dropportal')}_bench_callbacks_{os.getpid()}"
+    return admin, name
+
+
+def admin_execute(admin_url: str, sql: str) -> None:
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(sql)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# -- the load: raw HTTP/1.1 over a new connection per request ---------------------------------
+
+
+def _send(port: int, raw: bytes) -> int:
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(raw)
+        received = bytearray()
+        while chunk := sock.recv(65536):
+            received += chunk
+    return int(received[9:12])
+
+
+def client_process(port: int, requests: list[bytes], threads: int, go: Any, out: Any) -> None:
+    go.wait()
+    with ThreadPoolExecutor(threads) as pool:
+        statuses = Counter(pool.map(lambda raw: _send(port, raw), requests))
+    out.send((time.monotonic(), dict(statuses)))
+
+
+def load(
+    port: int, requests: list[bytes], clients: int, threads: int
+) -> tuple[float, Counter[int]]:
+    context = multiprocessing.get_context("fork")
+    go = context.Event()
+    pipes, processes = [], []
+    for i in range(clients):
+        parent_end, child_end = context.Pipe()
+        process = context.Process(
+            target=client_process, args=(port, requests[i::clients], threads, go, child_end)
+        )
+        process.start()
+        pipes.append(parent_end)
+        processes.append(process)
+    time.sleep(0.5)  # every client ready before the clock starts
+    started = time.monotonic()
+    go.set()
+    finished, statuses = started, Counter[int]()
+    for pipe in pipes:
+        at, counts = pipe.recv()
+        finished = max(finished, at)
+        statuses.update(counts)
+    for process in processes:
+        process.join()
+    return finished - started, statuses
+
+
+def raw_put(port: int, path: str, body: bytes, headers: dict[str, str]) -> bytes:
+    lines = [f"PUT {path} HTTP/1.1", f"Host: 127.0.0.1:{port}", "Connection: close"]
+    lines += [f"{k}: {v}" for k, v in headers.items()]
+    lines += [f"Content-Length: {len(body)}", "", ""]
+    return "\r\n".join(lines).encode("ascii") + body
+
+
+# -- the bench --------------------------------------------------------------------------------
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--callbacks", type=int, default=3000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--web-workers", type=int, default=4)
+    parser.add_argument("--clients", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=8)
+    args = parser.parse_args()
+    base_url = os.environ.get("DATABASE_URL")
+    if not base_url:
+        print("set DATABASE_URL (a server where a scratch database may be created)")
+        return 2
+    admin_url, name = scratch_urls(base_url)
+    scratch_url = urlunsplit(urlsplit(base_url)._replace(path=f"/{name}"))
+    admin_execute(admin_url, f'CREATE DATABASE "{name}"')
+    os.environ["DATABASE_URL"] = scratch_url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dropportal.settings")
+    server: subprocess.Popen[bytes] | None = None
+    try:
+        import django
+
+        django.setup()
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0)
+        port = free_port()
+        server = subprocess.Popen(  # noqa: S603
+            [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                "dropportal.wsgi",
+                "--bind",
+                f"127.0.0.1:{port}",
+                "--workers",
+                str(args.web_workers),
+                "--backlog",
+                "2048",
+                "--log-level",
+                "warning",
+            ],
+            cwd=ROOT,
+            env={
+                **os.environ,
+                "DJANGO_SETTINGS_MODULE": "callbacks_settings",
+                "PYTHONPATH": f"{ROOT / 'bench'}{os.pathsep}{ROOT}",
+                # The limiter runs, at a rate the bench never reaches.
+                "DROPPORTAL_CALLBACK_RATE_LIMIT": "1000000",
+            },
+        )
+        result = run(args, port)
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=30)
+        from django.db import connections
+
+        connections.close_all()
+        admin_execute(admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    print(json.dumps(result))
+    return 0 if result["target_met"] else 1
+
+
+def run(args: argparse.Namespace, port: int) -> dict[str, Any]:
+    from django.utils import timezone
+
+    from integrations.dispatch import signing
+    from integrations.models import (
+        DeletionRequest,
+        DropCycle,
+        Integration,
+        IntegrationKind,
+        RequestState,
+        WorkItem,
+    )
+    from integrations.services.brokers import broker_create
+    from integrations.services.keys import api_key_create
+
+    broker = broker_create(broker_id="4821", name="Bench", actor="bench")
+    secret = signing.generate_webhook_secret()
+    integration = Integration.objects.create(
+        broker=broker,
+        kind=IntegrationKind.WEBHOOK,
+        name="Bench",
+        url="https://broker.example/hook",
+        webhook_secret=secret,
+    )
+    key = api_key_create(broker=broker, scopes=["webhook_callback"], actor="bench").key
+    today = timezone.localdate()
+    cycle = DropCycle.objects.create(
+        broker=broker,
+        drop_session_id="1",
+        zip_name="bench.zip",
+        zip_sha256="0" * 64,
+        downloaded_at=timezone.now(),
+        match_date=today,
+        due_date=today + dt.timedelta(days=45),
+    )
+    serial = iter(range(10**9))
+
+    def dispatched(count: int) -> list[DeletionRequest]:
+        items = WorkItem.objects.bulk_create(
+            WorkItem(
+                broker=broker,
+                cycle=cycle,
+                work_item_id=f"B{next(serial):011d}",
+                hash_type="email",
+                hash=os.urandom(32),
+                file_name="bench_Email.csv",
+            )
+            for _ in range(count)
+        )
+        return DeletionRequest.objects.bulk_create(
+            DeletionRequest(
+                state=RequestState.DISPATCHED,
+                dispatched_at=timezone.now(),
+                broker=broker,
+                work_item=item,
+                integration=integration,
+                identifier_hash="KA18MT/ph6IHYjzT9zwETySDQyvSh87YuoSBpOQtkhE=",
+                hash_type="email",
+                drop_session_id="1",
+                match_date=today,
+                broker_id_code="4821",
+                mode="test",
+            )
+            for item in items
+        )
+
+    def bodies(rows: list[DeletionRequest]) -> list[bytes]:
+        return [
+            json.dumps(
+                {
+                    "schema_version": "1.0",
+                    "status": "completed",
+                    "request_uuid": str(row.request_uuid),
+                    "drop_outcome": "deleted",
+                },
+                separators=(",", ":"),
+            ).encode()
+            for row in rows
+        ]
+
+    def ours(rows: list[DeletionRequest]) -> list[bytes]:
+        return [
+            raw_put(
+                port,
+                DELETION_PATH,
+                body,
+                {
+                    "Authorization": f"Bearer {key}",
+                    "Content-Type": "application/json",
+                    **signing.signed_headers(secret, body),
+                },
+            )
+            for body in bodies(rows)
+        ]
+
+    def bare(rows: list[DeletionRequest]) -> list[bytes]:
+        return [
+            raw_put(port, BARE_PATH, body, {"Content-Type": "application/json"})
+            for body in bodies(rows)
+        ]
+
+    def bare_orm(rows: list[DeletionRequest]) -> list[bytes]:
+        return [
+            raw_put(port, BARE_ORM_PATH, body, {"Content-Type": "application/json"})
+            for body in bodies(rows)
+        ]
+
+    _wait_for_server(port, key)
+
+    def round_of(prepare: Any, count: int) -> float:
+        rows = dispatched(count)
+        requests = prepare(rows)
+        elapsed, statuses = load(port, requests, args.clients, args.threads)
+        recorded = DeletionRequest.objects.filter(
+            pk__in=[r.pk for r in rows], state=RequestState.COMPLETED
+        ).count()
+        if statuses != Counter({200: count}) or recorded != count:
+            raise SystemExit(f"{prepare.__name__}: answers {dict(statuses)}, {recorded} recorded")
+        return count / elapsed
+
+    for prepare in (bare, bare_orm, ours):
+        round_of(prepare, 300)  # warm every web worker on every path
+    ours_rates, bare_rates, orm_rates = [], [], []
+    for _ in range(args.repeats):
+        bare_rates.append(round_of(bare, args.callbacks))
+        orm_rates.append(round_of(bare_orm, args.callbacks))
+        ours_rates.append(round_of(ours, args.callbacks))
+    best, baseline, orm_baseline = max(ours_rates), max(bare_rates), max(orm_rates)
+    ratio = best / baseline
+    return {
+        "name": "callbacks",
+        "callbacks_per_second": round(best, 1),
+        "baseline": "bare DRF view on the same server: parse JSON, one UPDATE and one INSERT",
+        "baseline_per_second": round(baseline, 1),
+        "ratio": round(ratio, 3),
+        "bare_orm_per_second": round(orm_baseline, 1),
+        "ratio_to_bare_orm": round(best / orm_baseline, 3),
+        "rounds_per_second": [round(r, 1) for r in ours_rates],
+        "baseline_rounds_per_second": [round(r, 1) for r in bare_rates],
+        "callbacks_per_round": args.callbacks,
+        "web_workers": args.web_workers,
+        "client_connections": args.clients * args.threads,
+        "targets": {"ratio": RATIO_TARGET},
+        "target_met": ratio >= RATIO_TARGET,
+    }
+
+
+def _wait_for_server(port: int, key: str) -> None:
+    ping = f"GET /api/v1/ping HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {key}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if _send(port, (ping + "\r\nConnection: close\r\n\r\n").encode()) == 200:
+                return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise SystemExit("the server did not answer in 60 s")
+        time.sleep(0.2)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,312 @@
+"""Benchmark: import 1,000,000 consumers (an email and a phone each) from a CSV file.
+
+The import runs ``manage.py consumers import --broker B FILE --json`` (``call_command``) in
+a child process, so its peak memory (``ru_maxrss``) is the importing process's own. The
+baseline is a bare ``COPY`` of the same rows, already hashed, into two tables equivalent to
+the consumers and consumer hashes (``LIKE ... INCLUDING ALL``: same columns, defaults and
+indexes), measured in the same run. Each run starts from empty tables after a checkpoint.
+
+Targets: import in 20 s or less, at 40 % or more of the baseline's rate (baseline time /
+import time), peak memory under 300 MB. Best of ``--repeats`` runs of each.
+
+Everything happens in a scratch database created next to ``DATABASE_URL``'s (the role
+needs CREATEDB) and dropped at the end: the ledger refuses DELETE, so the bench must never
+write into a real database.
+
+    DATABASE_URL=postgres://... python bench/bench_consumer_import.py [--consumers 1000000]
+
+Prints one line of JSON last; exits 1 when a target is missed.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import random
+import subprocess
+import tempfile
+import time
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+
+TARGET_SECONDS = 20.0
+TARGET_RATIO = 0.4
+TARGET_PEAK_MB = 300.0
+BROKER_ID = "4821"
+FIRST = ["Anna", "Juan", "José", "Mary", "Danielle", "Eve", "Ivan", "Chen"]
+DOMAINS = ["Domain.com", "example.org", "mail.example.net", "Gmail.com", "corp.example"]
+
+
+def scratch_names(base_url: str) -> tuple[str, str]:
+    parts = urlsplit(base_url)
+    admin = urlunsplit(parts._replace(path="/postgres"))
+    name = f"{(parts.path.lstrip('/') or 'dropportal')}_bench_consumers_{os.getpid()}"
+    return admin, name
+
+
+def with_database(base_url: str, name: str) -> str:
+    return urlunsplit(urlsplit(base_url)._replace(path=f"/{name}"))
+
+
+def admin_execute(admin_url: str, sql: str) -> None:
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(sql)
+
+
+def write_csv(path: Path, consumers: int, seed: int) -> None:
+    """Consumers as a broker would export them: mixed case, punctuation, stray spaces."""
+    rng = random.Random(seed)
+    with path.open("w", encoding="utf-8", newline="") as out:
+        out.write("remote_identifier,email,phone\n")
+        for i in range(consumers):
+            email = f"{rng.choice(FIRST)}.Person{i}@{rng.choice(DOMAINS)}"
+            if i % 10 == 0:
+                email = f" {email} "
+            phone = f"+1({rng.randint(200, 999)}){rng.randint(200, 999)}-{i % 10_000:04d}"
+            out.write(f"CUST-{i:09d},{email},{phone}\n")
+
+
+def write_baseline_files(
+    csv_path: Path, consumers_path: Path, hashes_path: Path, broker_pk: int
+) -> None:
+    """The same rows, already standardized and hashed, as COPY text for the baseline."""
+    from integrations.drop.standardize import standardize_email, standardize_phone
+
+    sha = hashlib.sha256
+    with (
+        csv_path.open(encoding="utf-8") as source,
+        consumers_path.open("w", encoding="utf-8") as consumers,
+        hashes_path.open("w", encoding="utf-8") as hashes,
+    ):
+        next(source)
+        for number, line in enumerate(source, start=1):
+            rid, email, phone = line.rstrip("\n").split(",")
+            consumers.write(f"{number}\t{broker_pk}\t{rid}\texternal_id\n")
+            e = sha(standardize_email(email).encode()).hexdigest()
+            p = sha(standardize_phone(phone).encode()).hexdigest()
+            b = broker_pk
+            hashes.write(f"{b}\t{number}\temail\t\\\\x{e}\n{b}\t{number}\tphone\t\\\\x{p}\n")
+
+
+def fresh_start(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        # CASCADE: the (empty) deletion requests of the scratch database refer to consumers.
+        conn.execute("TRUNCATE integrations_consumerhash, integrations_consumer CASCADE")
+        conn.execute("TRUNCATE baseline_consumerhash, baseline_consumer")
+        conn.execute("VACUUM ANALYZE")
+        # Each run starts with the same WAL and dirty pages. CHECKPOINT needs superuser or
+        # pg_checkpoint; without them the runs are only less even.
+        with contextlib.suppress(psycopg.Error):
+            conn.execute("CHECKPOINT")
+
+
+def backend_cpu_seconds(pid: int) -> float | None:
+    """CPU time (user + system) of a PostgreSQL backend, read from /proc when the server is
+    on this host; None otherwise. Unlike wall time it hardly moves with other load."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_delta(before: float | None, after: float | None) -> float | None:
+    return None if before is None or after is None else after - before
+
+
+def baseline_run(url: str, consumers_path: Path, hashes_path: Path) -> dict[str, float | None]:
+    """Bare COPY of the pre-hashed rows into the equivalent tables: seconds and CPU."""
+    with psycopg.connect(url) as conn, conn.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        pid = cursor.fetchone()[0]  # type: ignore[index]
+        cpu_before = backend_cpu_seconds(pid)
+        started = time.perf_counter()
+        for table, columns, path in (
+            ("baseline_consumer", "id, broker_id, remote_identifier, remote_identifier_kind",
+             consumers_path),
+            ("baseline_consumerhash", "broker_id, consumer_id, hash_type, hash", hashes_path),
+        ):  # fmt: skip
+            with cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy, path.open("rb") as f:
+                while block := f.read(1 << 20):
+                    copy.write(block)
+        conn.commit()
+        return {
+            "seconds": time.perf_counter() - started,
+            "db_cpu_seconds": cpu_delta(cpu_before, backend_cpu_seconds(pid)),
+        }
+
+
+def import_run(url: str, csv_path: Path) -> dict[str, float | int]:
+    """The command in a child process: its time and its peak memory."""
+    env = {**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "dropportal.settings"}
+    proc = subprocess.run(  # noqa: S603
+        [sys.executable, __file__, "--child", str(csv_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode:
+        raise SystemExit(f"import failed: {proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def child(csv_path: str) -> None:
+    import io
+    import resource
+
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connection
+
+    with connection.cursor() as cursor:  # the connection the command will use
+        cursor.execute("SELECT pg_backend_pid()")
+        pid = cursor.fetchone()[0]
+    out = io.StringIO()
+    cpu_before, py_before = backend_cpu_seconds(pid), time.process_time()
+    started = time.perf_counter()
+    call_command("consumers", "import", "--broker", BROKER_ID, csv_path, "--json", stdout=out)
+    seconds = time.perf_counter() - started
+    db_cpu = cpu_delta(cpu_before, backend_cpu_seconds(pid))
+    py_cpu = time.process_time() - py_before
+    counts = json.loads(out.getvalue())
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    print(
+        json.dumps(
+            {
+                "seconds": seconds,
+                "db_cpu_seconds": db_cpu,
+                "py_cpu_seconds": py_cpu,
+                "peak_mb": peak_mb,
+                "consumers_created": counts["consumers_created"],
+                "hashes_added": counts["hashes_added"],
+                "rows_rejected": counts["rows_rejected"],
+            }
+        )
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--consumers", type=int, default=1_000_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=20260801)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child)
+        return 0
+
+    base_url = os.environ.get("DATABASE_URL", "")
+    if not base_url:
+        print("set DATABASE_URL (the bench creates a scratch database next to it)")
+        return 2
+    admin_url, scratch = scratch_names(base_url)
+    url = with_database(base_url, scratch)
+    os.environ["DATABASE_URL"] = url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dropportal.settings")
+    admin_execute(admin_url, f'CREATE DATABASE "{scratch}"')
+    imports: list[dict[str, Any]] = []
+    baselines: list[dict[str, Any]] = []
+    try:
+        import django
+
+        django.setup()
+        from django.core.management import call_command
+        from django.db import connection
+
+        from integrations.services.brokers import broker_create
+
+        call_command("migrate", verbosity=0)
+        broker = broker_create(broker_id=BROKER_ID, name="Bench", actor="bench")
+        connection.close()
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(
+                "CREATE TABLE baseline_consumer (LIKE integrations_consumer INCLUDING ALL)"
+            )
+            conn.execute(
+                "CREATE TABLE baseline_consumerhash (LIKE integrations_consumerhash INCLUDING ALL)"
+            )
+        with tempfile.TemporaryDirectory() as directory:
+            csv_path = Path(directory) / "consumers.csv"
+            consumers_path = Path(directory) / "baseline_consumers.tsv"
+            hashes_path = Path(directory) / "baseline_hashes.tsv"
+            write_csv(csv_path, args.consumers, args.seed)
+            write_baseline_files(csv_path, consumers_path, hashes_path, broker.pk)
+            csv_mb = csv_path.stat().st_size / 1e6
+            for repeat in range(args.repeats):
+                fresh_start(url)
+                baselines.append(baseline_run(url, consumers_path, hashes_path))
+                fresh_start(url)
+                imports.append(import_run(url, csv_path))
+                print(
+                    json.dumps(
+                        {"run": repeat + 1, "baseline": baselines[-1], "import": imports[-1]}
+                    ),
+                    flush=True,
+                )
+    finally:
+        admin_execute(admin_url, f'DROP DATABASE IF EXISTS "{scratch}" WITH (FORCE)')
+
+    best = min(imports, key=lambda run: run["seconds"])
+    baseline = min(float(run["seconds"]) for run in baselines)
+    seconds = float(best["seconds"])
+    db_cpu = [run["db_cpu_seconds"] for run in imports if run["db_cpu_seconds"] is not None]
+    baseline_cpu = [run["db_cpu_seconds"] for run in baselines if run["db_cpu_seconds"] is not None]
+    peak_mb = max(float(run["peak_mb"]) for run in imports)
+    ratio = baseline / seconds
+    counts_correct = all(
+        run["consumers_created"] == args.consumers
+        and run["hashes_added"] == 2 * args.consumers
+        and run["rows_rejected"] == 0
+        for run in imports
+    )
+    result = {
+        "name": "consumer_import",
+        "consumers": args.consumers,
+        "hashes": 2 * args.consumers,
+        "csv_mb": round(csv_mb, 1),
+        "import_seconds": round(seconds, 2),
+        "consumers_per_s": round(args.consumers / seconds),
+        "baseline": "bare COPY of the same rows, pre-hashed, into equivalent tables",
+        "baseline_seconds": round(baseline, 2),
+        "ratio": round(ratio, 3),
+        # Each pair ran back to back, so a pair's ratio suffers less from other load.
+        "ratio_per_run": [
+            round(float(b["seconds"]) / float(i["seconds"]), 3)
+            for b, i in zip(baselines, imports, strict=True)
+        ],
+        # CPU seconds of the database backend: far steadier than wall time on a shared
+        # machine. The import's Python work (py_cpu) runs on the other core meanwhile.
+        "import_db_cpu_seconds": round(min(db_cpu), 2) if db_cpu else None,
+        "import_py_cpu_seconds": round(float(best["py_cpu_seconds"]), 2),
+        "baseline_db_cpu_seconds": round(min(baseline_cpu), 2) if baseline_cpu else None,
+        "cpu_ratio": round(min(baseline_cpu) / min(db_cpu), 3) if db_cpu and baseline_cpu else None,
+        "peak_mb": round(peak_mb, 1),
+        "target_seconds": TARGET_SECONDS,
+        "target_ratio": TARGET_RATIO,
+        "target_peak_mb": TARGET_PEAK_MB,
+        "counts_correct": counts_correct,
+        "target_met": counts_correct
+        and seconds <= TARGET_SECONDS
+        and ratio >= TARGET_RATIO
+        and peak_mb < TARGET_PEAK_MB,
+    }
+    print(json.dumps(result))
+    return 0 if result["target_met"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

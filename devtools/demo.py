@@ -1,0 +1,458 @@
+"""``make demo``: a whole DROP cycle, narrated, against a simulated DROP and a simulated broker.
+
+Everything runs on this machine: the service's web app on 127.0.0.1 (the broker's callbacks
+reach it over HTTP), a job worker, the loopback DROP stand-in (``devtools/drop_simulator.py``)
+serving generated packages, and the loopback broker (``devtools/broker_simulator.py``) that
+checks the signature of every dispatch. The broker's answers are signed callbacks with a mix
+of outcomes. The data goes to its own database, ``<your database>_demo`` on the same
+PostgreSQL (the embedded one unless ``DATABASE_URL`` is set), created afresh on every run.
+
+Then it prints where to look and serves the admin until Ctrl-C::
+
+    python -m devtools.demo                  # what make demo runs
+    python -m devtools.demo --no-serve       # narrate and stop
+    python -m devtools.demo --screenshot docs/dashboard.png   # also capture the dashboard
+
+A developer tool, not product code: nothing in ``integrations/`` imports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import datetime as dt
+import io
+import os
+import random
+import secrets
+import socket
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+BROKER_ID = "4821"
+DEMO_USER = "demo"
+ROOT = Path(__file__).resolve().parents[1]
+
+# Cycle 1 (downloaded by hand 40 days ago, imported from disk): every match answered.
+FIRST_OUTCOMES = ["deleted"] * 14 + ["not_found"] * 4 + ["opted_out"] * 2 + ["exempt"] * 2
+FIRST_FAILED = 2  # answered "failed" first; staff redispatch, then "deleted"
+# Cycle 2 (pulled from DROP now): part answered, the rest still with the broker.
+SECOND_OUTCOMES = ["deleted"] * 6 + ["not_found"] * 2 + ["opted_out"] + ["failed"]
+SECOND_SILENT = 4
+
+
+class Narrator:
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.step = 0
+
+    def section(self, title: str) -> None:
+        self.step += 1
+        elapsed = time.monotonic() - self.started
+        print(f"\n\033[1m{self.step}. {title}\033[0m  ({elapsed:4.1f} s)", flush=True)
+
+    def say(self, text: str) -> None:
+        for line in text.splitlines() or [""]:
+            print(f"   {line}", flush=True)
+
+    def command(self, text: str) -> None:
+        print(f"   \033[2m$ python manage.py {text}\033[0m", flush=True)
+
+
+def free_port(preferred: int) -> int:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", preferred))
+            return preferred
+        except OSError:
+            probe.bind(("127.0.0.1", 0))
+            return int(probe.getsockname()[1])
+
+
+def use_demo_database() -> str:
+    """Point Django at a fresh ``<name>_demo`` database on the project's PostgreSQL."""
+    import psycopg
+    from django.conf import settings
+
+    database = settings.DATABASES["default"]
+    demo_name = f"{database['NAME']}_demo"
+    params = {
+        "host": database.get("HOST") or None,
+        "port": database.get("PORT") or None,
+        "user": database.get("USER") or None,
+        "password": database.get("PASSWORD") or None,
+        "dbname": database["NAME"],
+        "autocommit": True,
+    }
+    with psycopg.connect(**{k: v for k, v in params.items() if v is not None}) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{demo_name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{demo_name}"')
+    database["NAME"] = demo_name
+    return demo_name
+
+
+def serve_in_background(port: int) -> None:
+    """The service's web app (admin and API) on 127.0.0.1:port, in daemon threads."""
+    import logging
+
+    from django.contrib.staticfiles.handlers import StaticFilesHandler
+    from django.core.servers.basehttp import ThreadedWSGIServer, WSGIRequestHandler
+    from django.core.wsgi import get_wsgi_application
+
+    logging.getLogger("django.server").setLevel(logging.WARNING)
+    logging.getLogger("django.request").setLevel(logging.ERROR)  # a browser asks for /favicon.ico
+
+    class QuietHandler(WSGIRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadedWSGIServer(("127.0.0.1", port), QuietHandler)
+    server.set_app(StaticFilesHandler(get_wsgi_application()))
+    threading.Thread(target=server.serve_forever, daemon=True, name="web").start()
+
+
+def run_jobs() -> None:
+    """Run every queued job (deliveries) with a real worker until the queue is empty."""
+    from procrastinate.contrib.django import app
+
+    with app.replace_connector(app.connector.get_worker_connector()):  # type: ignore[attr-defined]
+        app.run_worker(wait=False, install_signal_handlers=False, listen_notify=False)
+
+
+def call(*args: str) -> str:
+    from django.core.management import call_command
+
+    out = io.StringIO()
+    call_command(*args, stdout=out)
+    return out.getvalue().strip()
+
+
+def consumers_csv(path: Path, count: int, *, start: int = 0) -> list[str]:
+    """A broker's consumer file (clear identifiers); returns the emails, in order."""
+    emails = []
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["remote_identifier", "email", "phone"])
+        for n in range(start, start + count):
+            email = f"Consumer.{n:04d}@Example.com"
+            emails.append(email)
+            writer.writerow([f"CRM-{n:05d}", email, f"+1 (415) 555-{n:04d}"])
+    return emails
+
+
+def drop_package(
+    date: dt.date, matching_emails: list[str], *, unmatched: int, seed: int
+) -> tuple[bytes, list[tuple[str, str]]]:
+    """A DROP ZIP whose Email list holds the given emails' hashes among unknown ones."""
+    from devtools.drop_simulator import build_drop_zip, work_items
+    from integrations.drop.standardize import email_hash
+
+    ids = [work_item_id for work_item_id, _ in work_items(len(matching_emails), start=seed)]
+    rows = list(zip(ids, (email_hash(e) for e in matching_emails), strict=True))
+    rows += list(work_items(unmatched, start=seed + 10_000))
+    random.Random(seed).shuffle(rows)  # noqa: S311  (demo data, not a secret)
+    phones = list(work_items(unmatched // 3, start=seed + 20_000))
+    return build_drop_zip(BROKER_ID, date, {"Email": rows, "Phone": phones}), rows
+
+
+class BrokerSystem:
+    """The broker's side: its webhook receiver (the simulator) and its signed callbacks."""
+
+    def __init__(self, simulator: Any, secret: str, api_key: str) -> None:
+        self.simulator, self.secret, self.api_key = simulator, secret, api_key
+        self.answered: set[str] = set()
+
+    def new_dispatches(self) -> list[Any]:
+        fresh = []
+        for received in self.simulator.received:
+            body = received.json or {}
+            if body.get("request_type") == "drop_deletion":
+                key = body["webhook_request_id"]
+                if key not in self.answered:
+                    self.answered.add(key)
+                    fresh.append(received)
+        return fresh
+
+    def answer(self, dispatch: Any, outcome: str) -> int:
+        import requests
+
+        from devtools.broker_simulator import sign_callback
+
+        body: dict[str, Any] = {
+            "schema_version": "1.0",
+            "status": "completed",
+            "request_uuid": dispatch.json["request_uuid"],
+            "drop_outcome": outcome,
+        }
+        if outcome == "failed":
+            body["error_message"] = "CRM timeout while deleting"
+        if outcome == "opted_out":
+            body["identifiers"] = {"email": [{"email": "Household.Shared@Example.com"}]}
+        raw, headers = sign_callback(self.secret, body)
+        headers["Authorization"] = f"Bearer {self.api_key}"
+        response = requests.put(
+            dispatch.json["webhook_callback_url"], data=raw, headers=headers, timeout=10
+        )
+        return response.status_code
+
+
+def narrate(args: argparse.Namespace) -> None:
+    say = Narrator()
+    port = free_port(args.port)
+    public_url = f"http://127.0.0.1:{port}"
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dropportal.settings")
+    os.environ["DROPPORTAL_PUBLIC_URL"] = public_url
+    os.environ["DROPPORTAL_ALLOW_PRIVATE_TARGETS"] = "true"  # the simulators are on loopback
+    os.environ.setdefault("DROPPORTAL_LOG_LEVEL", "WARNING")
+
+    say.section("A fresh database and the service on " + public_url)
+    demo_db = use_demo_database()
+    import django
+
+    django.setup()
+    from django.contrib.auth import get_user_model
+    from django.utils import timezone
+
+    from devtools.broker_simulator import BrokerSimulator
+    from devtools.drop_simulator import DropSimulator
+    from integrations.models import DeletionRequest, LedgerEvent, RequestState
+    from integrations.services.brokers import broker_create
+    from integrations.services.integrations import webhook_integration_create
+    from integrations.services.keys import api_key_create
+    from integrations.services.ledger import ledger_seal, ledger_verify
+    from integrations.services.redelivery import deletion_request_redispatch
+
+    call("migrate", "--verbosity", "0")
+    password = secrets.token_urlsafe(9)
+    get_user_model().objects.create_superuser(DEMO_USER, "demo@example.com", password)
+    serve_in_background(port)
+    say.say(f"database {demo_db}, migrated; staff login {DEMO_USER} / {password}")
+
+    drop = DropSimulator(api_key="demo-drop-key", broker_id=BROKER_ID, active_download=True)
+    broker_system_sim = BrokerSimulator(path="/drop/webhook")
+    with drop, broker_system_sim:
+        say.section("Staff register the broker, its webhook and a callback key")
+        broker = broker_create(
+            broker_id=BROKER_ID,
+            name="Golden State Data Co.",
+            mode="test",
+            drop_api_key="demo-drop-key",
+            drop_base_url=drop.url,
+            actor=f"staff:{DEMO_USER}",
+        )
+        created = webhook_integration_create(
+            broker=broker,
+            name="CRM deletions",
+            url=broker_system_sim.url,
+            actor=f"staff:{DEMO_USER}",
+        )
+        key = api_key_create(
+            broker=broker, scopes=["webhook_callback"], name="CRM callbacks", actor="demo"
+        )
+        broker_system_sim.secrets = [created.webhook_secret]
+        broker_system = BrokerSystem(broker_system_sim, created.webhook_secret, key.key)
+        say.say(f"broker {broker} (test mode), DROP at {drop.url} (the loopback stand-in)")
+        say.say(f"webhook integration {created.integration.uuid} -> {broker_system_sim.url}")
+        say.say(f"API key {key.api_key.prefix}… (scope webhook_callback) for the callbacks")
+
+        with tempfile.TemporaryDirectory(prefix="dropportal-demo-") as tmp:
+            workdir = Path(tmp)
+            say.section("The broker registers 400 consumers (clear identifiers, hashed on arrival)")
+            emails = consumers_csv(workdir / "consumers.csv", 400)
+            say.command("consumers import --broker 4821 consumers.csv")
+            say.say(
+                call("consumers", "import", "--broker", BROKER_ID, str(workdir / "consumers.csv"))
+            )
+
+            # -- cycle 1 ----------------------------------------------------------------
+            say.section("Cycle 1: a DROP package downloaded by hand 40 days ago")
+            first_day = timezone.localdate() - dt.timedelta(days=40)
+            first_matches = emails[: len(FIRST_OUTCOMES) + FIRST_FAILED]
+            package, first_rows = drop_package(first_day, first_matches, unmatched=150, seed=1)
+            zip_path = workdir / f"{first_day:%Y%m%d}_{BROKER_ID}_DROP.zip"
+            zip_path.write_bytes(package)
+            say.command(f"drop import --broker 4821 {zip_path.name} --downloaded-at {first_day}")
+            say.say(
+                call(
+                    "drop",
+                    "import",
+                    "--broker",
+                    BROKER_ID,
+                    str(zip_path),
+                    "--downloaded-at",
+                    first_day.isoformat(),
+                )
+            )
+            deliver_and_answer(say, broker_system, FIRST_OUTCOMES + ["failed"] * FIRST_FAILED)
+
+            say.section("Staff redispatch the failed outcomes; the broker deletes them")
+            for request in DeletionRequest.objects.filter(state=RequestState.FAILED):
+                deletion_request_redispatch(deletion_request=request, actor=f"staff:{DEMO_USER}")
+            deliver_and_answer(say, broker_system, ["deleted"] * FIRST_FAILED)
+
+            report(say, drop, upload=True)
+
+            say.section("Ongoing duty: a consumer registered today matches a hash DROP sent")
+            # DROP sent this hash; no consumer had it, so it was reported 5 (not found).
+            unmatched_id, unmatched_hash = next(
+                row for row in first_rows if row[1] not in _hashes(first_matches)
+            )
+            late_csv = workdir / "late.csv"
+            with late_csv.open("w", newline="") as handle:
+                writer = csv.writer(handle)
+                writer.writerow(["remote_identifier", "hash_type", "hash"])
+                writer.writerow(["CRM-LATE-1", "email", unmatched_hash])
+            say.command("consumers import --broker 4821 --hashed late.csv")
+            say.say(call("consumers", "import", "--broker", BROKER_ID, "--hashed", str(late_csv)))
+            say.say(f"work item {unmatched_id} was reported 5 (not found); now it matches")
+            deliver_and_answer(say, broker_system, ["deleted"])
+            report(say, drop, upload=True, amendment=True)
+
+            # -- cycle 2 ----------------------------------------------------------------
+            say.section("Cycle 2: pulled from DROP's API today (the stand-in answers 202 first)")
+            second_day = timezone.localdate()
+            second_matches = emails[100 : 100 + len(SECOND_OUTCOMES) + SECOND_SILENT]
+            package, _ = drop_package(second_day, second_matches, unmatched=90, seed=50_000)
+            drop.queue_pending(times=1, retry_after=1)
+            drop.queue_package(package)
+            say.command("drop pull --broker 4821")
+            say.say(call("drop", "pull", "--broker", BROKER_ID))
+            deliver_and_answer(say, broker_system, SECOND_OUTCOMES, leave_silent=SECOND_SILENT)
+
+        say.section("The ledger: every step above, hash-chained")
+        ledger_seal()
+        verification = ledger_verify()
+        kinds = Counter(LedgerEvent.objects.values_list("kind", flat=True))
+        say.say(
+            f"{sum(kinds.values())} events, chain {'verified' if verification.ok else 'BROKEN'};"
+            f" most frequent: " + ", ".join(f"{kind} {n}" for kind, n in kinds.most_common(4))
+        )
+        say.command("ledger verify")
+
+        where_to_look(say, public_url, password)
+        if args.screenshot:
+            take_screenshot(public_url, password, Path(args.screenshot))
+            say.say(f"dashboard screenshot: {args.screenshot}")
+        print(f"\nDone in {time.monotonic() - say.started:.1f} s.", flush=True)
+        if not args.no_serve:
+            serve_until_interrupted(public_url)
+
+
+def _hashes(emails: list[str]) -> set[str]:
+    from integrations.drop.standardize import email_hash
+
+    return {email_hash(e) for e in emails}
+
+
+def deliver_and_answer(
+    say: Narrator, broker_system: BrokerSystem, outcomes: list[str], *, leave_silent: int = 0
+) -> None:
+    run_jobs()
+    dispatches = broker_system.new_dispatches()
+    signed = sum(1 for d in dispatches if d.signature_ok)
+    say.say(
+        f"worker delivered {len(dispatches)} signed dispatch(es); the broker verified "
+        f"{signed} of {len(dispatches)} signatures"
+    )
+    answers = outcomes + [""] * leave_silent
+    if len(dispatches) != len(answers):
+        raise SystemExit(f"expected {len(answers)} dispatches, the broker got {len(dispatches)}")
+    statuses = Counter(
+        broker_system.answer(dispatch, outcome)
+        for dispatch, outcome in zip(dispatches, answers, strict=True)
+        if outcome
+    )
+    run_jobs()  # each outcome settles its work item's DROP status in a job
+    given = Counter(o for o in answers if o)
+    say.say(
+        "the broker called back: "
+        + ", ".join(f"{n} {outcome}" for outcome, n in given.items())
+        + f" -> HTTP {dict(statuses)}"
+        + (f"; {leave_silent} still being processed" if leave_silent else "")
+    )
+
+
+def report(say: Narrator, drop: Any, *, upload: bool, amendment: bool = False) -> None:
+    say.section("An amendment goes to DROP" if amendment else "Statuses are reported to DROP")
+    say.command("drop report --broker 4821 --upload")
+    before = set(drop.amended if amendment else drop.uploaded)
+    say.say(call("drop", "report", "--broker", BROKER_ID, "--upload"))
+    files = drop.amended if amendment else drop.uploaded
+    for name in sorted(set(files) - before):
+        rows = files[name].decode().strip().splitlines()
+        say.say(f"DROP received {name}: {len(rows) - 1} row(s), {rows[0]!r} header")
+
+
+def where_to_look(say: Narrator, url: str, password: str) -> None:
+    say.section("Where to look")
+    admin = f"{url}/admin"
+    lines = [
+        ("Log in", f"{admin}/  user {DEMO_USER}, password {password}"),
+        ("Dashboard", f"{admin}/  (cycles, deadlines, what needs attention)"),
+        ("Cycles", f"{admin}/integrations/dropcycle/"),
+        ("Failed request", f"{admin}/integrations/deletionrequest/?state__exact=failed"),
+        ("Report files", f"{admin}/integrations/reportfile/"),
+        ("Ledger", f"{admin}/integrations/ledgerevent/"),
+        ("Broker guide", f"{admin}/guide/"),
+    ]
+    for name, where in lines:
+        say.say(f"{name:<15} {where}")
+
+
+def take_screenshot(url: str, password: str, path: Path) -> None:
+    """The dashboard as staff see it, with Debian's chromium (never a downloaded browser)."""
+    from playwright.sync_api import sync_playwright
+
+    chromium = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as driver:
+        browser = driver.chromium.launch(
+            executable_path=chromium,
+            args=["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"],
+        )
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(f"{url}/admin/login/?next=/admin/")
+        page.get_by_label("Username").fill(DEMO_USER)
+        page.get_by_label("Password").fill(password)
+        page.get_by_role("button", name="Log in").click()
+        page.wait_for_url(f"{url}/admin/")
+        page.screenshot(path=str(path), full_page=True)
+        browser.close()
+
+
+def serve_until_interrupted(url: str) -> None:
+    stop = threading.Event()
+
+    def work() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(Exception):
+                run_jobs()
+            stop.wait(2)
+
+    threading.Thread(target=work, daemon=True, name="worker").start()
+    print(f"Serving {url}/admin/ with a worker; Ctrl-C to stop.", flush=True)
+    with contextlib.suppress(KeyboardInterrupt):
+        while True:
+            time.sleep(3600)
+    stop.set()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=8000, help="web port (default 8000)")
+    parser.add_argument("--no-serve", action="store_true", help="stop after the narration")
+    parser.add_argument("--screenshot", help="save the dashboard as this PNG (needs chromium)")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(ROOT))
+    os.chdir(ROOT)
+    narrate(args)
+
+
+if __name__ == "__main__":
+    main()

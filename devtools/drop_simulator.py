@@ -1,0 +1,493 @@
+"""A loopback stand-in for DROP's Data Broker API, for tests and demos. Not product code.
+
+It speaks the wire format of ``spec/drop-platform.md`` section 1 on 127.0.0.1, lets a test
+script what DROP answers next, and records every request for assertions::
+
+    with DropSimulator(api_key="sim-key") as drop:
+        drop.queue_pending(times=2, retry_after=5)         # 202, 202, then ...
+        drop.queue_package(build_drop_zip("4821", "20260312", {"Email": [(wid, h)]}))
+        client = DropClient(drop.url, "sim-key")
+        client.download(tmp_path)
+        client.upload([("20260312_4821_Email.csv", b"Id,Status\\r\\n" + ...)])
+        drop.requests[-1].files                            # {"20260312_4821_Email.csv": b"..."}
+
+Unscripted calls get DROP's default behaviour: a download answers "nothing new", an upload
+or amend checks each file (name, ``Id,Status`` header, not uploaded before for the current
+download) and answers 202 or 400 in DROP's shape. A wrong ``X-API-KEY`` gets a plain-text 401.
+
+Run it by hand for a demo (``--zip`` queues a package; Ctrl-C stops)::
+
+    python -m devtools.drop_simulator --port 8765 --api-key sim-key --zip 20260312_4821_DROP.zip
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import datetime
+import email.message
+import hashlib
+import io
+import json
+import re
+import threading
+import time
+import zipfile
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any
+
+__all__ = [
+    "ALREADY_UPLOADED_MESSAGE",
+    "DropSimulator",
+    "RecordedRequest",
+    "build_drop_zip",
+    "package_file_name",
+    "work_items",
+]
+
+ALREADY_UPLOADED_MESSAGE = "A file with this name was already uploaded for the current download."
+NOTHING_NEW_MESSAGE = "No new data is available since your last completed download."
+_RESPONSE_NAME_RE = re.compile(
+    r"(?P<date>[0-9]{8})_(?P<broker>[0-9]{4})_(?:NDZ|Email|Phone|MAID|NameVIN|CTVID)"
+    r"(?:_[A-Za-z0-9]{1,10})?\.csv"
+)
+_BASE62 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+
+
+@dataclass
+class RecordedRequest:
+    """One request the simulator received, as it arrived."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    files: dict[str, bytes] = field(default_factory=dict)
+
+
+@dataclass
+class _Scripted:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+    path: str | None = None
+    delay: float = 0.0
+    cut_after: int | None = None
+    starts_download: bool = False
+
+
+def _json(status: int, payload: Mapping[str, Any], **kwargs: Any) -> _Scripted:
+    headers = {"Content-Type": "application/json"}
+    headers.update(kwargs.pop("headers", {}) or {})
+    return _Scripted(status, headers, json.dumps(payload).encode(), **kwargs)
+
+
+class DropSimulator:
+    """A DROP API on a loopback port, in a background thread; use it as a context manager."""
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        api_key: str = "sim-key",
+        broker_id: str | None = None,
+        active_download: bool = False,
+    ) -> None:
+        self.host = host
+        self.api_key = api_key
+        self.broker_id = broker_id
+        self.active_download = active_download
+        self.requests: list[RecordedRequest] = []
+        self.uploaded: dict[str, bytes] = {}
+        self.amended: dict[str, bytes] = {}
+        self._lock = threading.Lock()
+        self._script: list[_Scripted] = []
+        self._names_this_download: set[str] = set()
+        self._ever_uploaded = False
+        handler = type("DropSimulatorHandler", (_Handler,), {"simulator": self})
+        self._server = _QuietServer((host, port), handler)
+        self.port: int = self._server.server_address[1]
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def sandbox_url(self) -> str:
+        """The same server under DROP's sandbox prefix, as ``base_url_for("test")`` shapes it."""
+        return self.url + "/sandbox"
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start(self) -> DropSimulator:
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._server.serve_forever,
+                kwargs={"poll_interval": 0.01},
+                name="drop-simulator",
+                daemon=True,
+            )
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._server.shutdown()
+            self._thread.join()
+            self._thread = None
+        self._server.server_close()
+
+    def __enter__(self) -> DropSimulator:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------ scripting
+
+    def queue_response(
+        self,
+        status: int,
+        *,
+        body: bytes | str | Mapping[str, Any] = b"",
+        headers: Mapping[str, str] | None = None,
+        times: int = 1,
+        path: str | None = None,
+        delay: float = 0.0,
+    ) -> None:
+        """Answer the next ``times`` calls (to ``path``, or to any path) with this response.
+
+        A mapping body is sent as JSON, a str as plain text. ``delay`` sleeps before
+        answering (to trip a client's read timeout).
+        """
+        all_headers: dict[str, str] = {}
+        if isinstance(body, Mapping):
+            raw = json.dumps(body).encode()
+            all_headers["Content-Type"] = "application/json"
+        elif isinstance(body, str):
+            raw = body.encode()
+            all_headers["Content-Type"] = "text/plain; charset=utf-8"
+        else:
+            raw = body
+        all_headers.update(headers or {})
+        for _ in range(times):
+            self._push(_Scripted(status, dict(all_headers), raw, path=path, delay=delay))
+
+    def queue_package(
+        self,
+        zip_bytes: bytes,
+        filename: str | None = None,
+        *,
+        cut_after: int | None = None,
+        content_disposition: str | None = None,
+    ) -> None:
+        """Serve a ZIP package on the next download; it starts a new download cycle.
+
+        ``cut_after=n`` announces the full Content-Length but sends only ``n`` bytes and
+        closes the connection, as a network failure mid-body would.
+        """
+        name = filename or _package_name_from_zip(zip_bytes)
+        headers = {
+            "Content-Type": "application/zip",
+            "Content-Disposition": content_disposition or f'attachment; filename="{name}"',
+        }
+        self._push(
+            _Scripted(
+                200,
+                headers,
+                zip_bytes,
+                path="/data/download",
+                cut_after=cut_after,
+                starts_download=True,
+            )
+        )
+
+    def queue_nothing_new(self, message: str = NOTHING_NEW_MESSAGE) -> None:
+        self._push(_json(200, {"message": message}, path="/data/download"))
+
+    def queue_pending(self, times: int = 1, retry_after: int | str = 60) -> None:
+        """Answer the next ``times`` downloads with 202 and ``Retry-After``."""
+        for _ in range(times):
+            self._push(
+                _json(
+                    202,
+                    {"message": "Your download is being prepared."},
+                    headers={"Retry-After": str(retry_after)},
+                    path="/data/download",
+                )
+            )
+
+    def _push(self, scripted: _Scripted) -> None:
+        with self._lock:
+            self._script.append(scripted)
+
+    def calls(self, path: str | None = None) -> list[RecordedRequest]:
+        with self._lock:
+            return [r for r in self.requests if path is None or r.path == path]
+
+    # ------------------------------------------------------------ answering
+
+    def _answer(self, request: RecordedRequest) -> _Scripted:
+        if request.headers.get("X-API-KEY") != self.api_key:
+            return _Scripted(401, {"Content-Type": "text/plain"}, b"Unauthorized")
+        path = request.path
+        with self._lock:
+            for index, scripted in enumerate(self._script):
+                if scripted.path is None or scripted.path == path:
+                    del self._script[index]
+                    if scripted.starts_download:
+                        self.active_download = True
+                        self._names_this_download.clear()
+                    return scripted
+        if request.method == "GET" and path == "/data/download":
+            return _json(200, {"message": NOTHING_NEW_MESSAGE})
+        if request.method == "POST" and path in {"/data/upload", "/data/amend"}:
+            return self._accept_files(request)
+        return _json(404, {"message": "Not found."})
+
+    def _accept_files(self, request: RecordedRequest) -> _Scripted:
+        amend = request.path == "/data/amend"
+        with self._lock:
+            if amend and not self._ever_uploaded:
+                return _json(409, {"message": "An amendment is not possible in the current state."})
+            if not amend and not self.active_download:
+                return _json(409, {"message": "No active download is waiting for responses."})
+            accepted: list[dict[str, Any]] = []
+            rejected: list[dict[str, str]] = []
+            for name, content in request.files.items():
+                reason = self._check_file(name, content, amend=amend)
+                if reason:
+                    rejected.append({"fileName": name, "message": reason})
+                    continue
+                accepted.append({"fileName": name, "fileSizeBytes": len(content)})
+                (self.amended if amend else self.uploaded)[name] = content
+                if not amend:
+                    self._names_this_download.add(name)
+                    self._ever_uploaded = True
+        body = {
+            "message": f"{len(accepted)} file(s) accepted, {len(rejected)} rejected."
+            if request.files
+            else "No files were provided in the 'files' field.",
+            "acceptedCount": len(accepted),
+            "rejectedCount": len(rejected),
+            "accepted": accepted,
+            "rejected": rejected,
+        }
+        return _json(202 if accepted else 400, body)
+
+    def _check_file(self, name: str, content: bytes, *, amend: bool) -> str | None:
+        match = _RESPONSE_NAME_RE.fullmatch(name)
+        if match is None:
+            return (
+                "Invalid file name: expected <YYYYMMDD>_<DataBrokerId>_<DataType>[_<Suffix>].csv."
+            )
+        if self.broker_id is not None and match["broker"] != self.broker_id:
+            return "The data broker id in the file name does not match your account."
+        if content.split(b"\n", 1)[0].rstrip(b"\r") != b"Id,Status":
+            return "Invalid file header: expected Id,Status."
+        if not amend and name in self._names_this_download:
+            return ALREADY_UPLOADED_MESSAGE
+        return None
+
+
+class _QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that gave up (timeout tests) leaves a broken pipe behind: not news.
+        pass
+
+
+class _Handler(BaseHTTPRequestHandler):
+    simulator: DropSimulator
+    protocol_version = "HTTP/1.1"
+    # Headers and body leave in one segment: no 40 ms delayed-ACK stall on keep-alive.
+    disable_nagle_algorithm = True
+    wbufsize = 1 << 16
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self._handle()
+
+    def do_POST(self) -> None:
+        self._handle()
+
+    def do_PUT(self) -> None:
+        self._handle()
+
+    def do_DELETE(self) -> None:
+        self._handle()
+
+    def _handle(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        path = self.path.split("?", 1)[0]
+        if path.startswith("/sandbox/"):
+            path = path[len("/sandbox") :]
+        request = RecordedRequest(
+            method=self.command,
+            path=path,
+            headers=dict(self.headers.items()),
+            body=body,
+            files=_multipart_files(self.headers.get("Content-Type", ""), body),
+        )
+        simulator = self.simulator
+        with simulator._lock:
+            simulator.requests.append(request)
+        answer = simulator._answer(request)
+        if answer.delay:
+            time.sleep(answer.delay)
+        try:
+            self.send_response(answer.status)
+            headers = {"Content-Length": str(len(answer.body)), **answer.headers}
+            for name, value in headers.items():
+                self.send_header(name, value)
+            if answer.cut_after is not None:
+                self.send_header("Connection", "close")
+                self.close_connection = True
+            self.end_headers()
+            sent = answer.body if answer.cut_after is None else answer.body[: answer.cut_after]
+            self.wfile.write(sent)
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+
+def _multipart_files(content_type: str, body: bytes) -> dict[str, bytes]:
+    """The ``files`` parts of a multipart/form-data body, as {file name: exact bytes}."""
+    header = email.message.Message()
+    header["Content-Type"] = content_type
+    if header.get_content_type() != "multipart/form-data":
+        return {}
+    boundary = header.get_param("boundary")
+    if not isinstance(boundary, str) or not boundary:
+        return {}
+    files: dict[str, bytes] = {}
+    for part in body.split(b"--" + boundary.encode())[1:]:
+        if part.startswith(b"--"):
+            break
+        part = part.removeprefix(b"\r\n")
+        raw_headers, _, content = part.partition(b"\r\n\r\n")
+        content = content.removesuffix(b"\r\n")
+        part_headers = email.message.Message()
+        for line in raw_headers.decode("utf-8", "replace").split("\r\n"):
+            key, _, value = line.partition(":")
+            if value:
+                part_headers[key.strip()] = value.strip()
+        field_name = part_headers.get_param("name", header="content-disposition")
+        file_name = part_headers.get_param("filename", header="content-disposition")
+        if field_name == "files" and isinstance(file_name, str):
+            # A repeated name keeps its first part here; the simulator answers both anyway.
+            files.setdefault(file_name, content)
+    return files
+
+
+def _package_name_from_zip(zip_bytes: bytes) -> str:
+    try:
+        with zipfile.ZipFile(io.BytesIO(zip_bytes)) as archive:
+            for name in archive.namelist():
+                match = re.match(r"([0-9]{8})_([0-9]{4})_", name)
+                if match:
+                    return f"{match[1]}_{match[2]}_DROP.zip"
+    except zipfile.BadZipFile:
+        pass
+    return "DROP.zip"
+
+
+# ---------------------------------------------------------------- building packages
+
+
+def package_file_name(broker_id: str, date: datetime.date | str) -> str:
+    return f"{_yyyymmdd(date)}_{broker_id}_DROP.zip"
+
+
+def _yyyymmdd(date: datetime.date | str) -> str:
+    return date.strftime("%Y%m%d") if isinstance(date, datetime.date) else date
+
+
+def build_drop_zip(
+    broker_id: str,
+    date: datetime.date | str,
+    lists: Mapping[str, Iterable[tuple[str, str]]],
+    removed: Iterable[tuple[str, str, str]] | None = None,
+    *,
+    line_ending: str = "\r\n",
+) -> bytes:
+    """A DROP download ZIP: one ``ID,Hash`` CSV per list, and a Removed CSV if given.
+
+    ``lists`` maps a DROP data type (``"Email"``) to ``(work item id, hash)`` pairs; an
+    empty iterable gives a header-only file. ``removed`` holds ``(id, hash, list type)``.
+    Rows are written as given, unvalidated, so tests can build bad packages too.
+    """
+    day = _yyyymmdd(date)
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for data_type, rows in lists.items():
+            with archive.open(f"{day}_{broker_id}_{data_type}.csv", "w") as member:
+                _write_csv(member, ("ID", "Hash"), rows, line_ending)
+        if removed is not None:
+            with archive.open(f"{day}_{broker_id}_Removed.csv", "w") as member:
+                _write_csv(member, ("ID", "Hash", "ListType"), removed, line_ending)
+    return buffer.getvalue()
+
+
+def _write_csv(
+    member: Any, header: tuple[str, ...], rows: Iterable[tuple[str, ...]], line_ending: str
+) -> None:
+    pending = [",".join(header) + line_ending]
+    for row in rows:
+        pending.append(",".join(row) + line_ending)
+        if len(pending) >= 8192:
+            member.write("".join(pending).encode())
+            pending.clear()
+    member.write("".join(pending).encode())
+
+
+def work_items(count: int, *, start: int = 0) -> Iterator[tuple[str, str]]:
+    """Deterministic, unique ``(work item id, hash)`` pairs for tests and benches."""
+    for number in range(start, start + count):
+        digits = []
+        value = number
+        for _ in range(12):
+            value, digit = divmod(value, 62)
+            digits.append(_BASE62[digit])
+        work_item_id = "".join(reversed(digits))
+        digest = hashlib.sha256(work_item_id.encode()).digest()
+        yield work_item_id, base64.b64encode(digest).decode()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Serve a loopback DROP stand-in.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--api-key", default="sim-key")
+    parser.add_argument("--zip", action="append", default=[], help="a package to serve")
+    args = parser.parse_args(argv)
+    with DropSimulator(args.host, args.port, api_key=args.api_key) as drop:
+        for path in args.zip:
+            with open(path, "rb") as package:
+                drop.queue_package(package.read(), path.rsplit("/", 1)[-1])
+        print(f"DROP simulator on {drop.url} (Ctrl-C stops)", flush=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
+
+
+if __name__ == "__main__":
+    main()

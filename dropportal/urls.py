@@ -1,0 +1,14 @@
+"""Root URLs: the admin (staff) and the versioned API (brokers' systems, auditors)."""
+
+from django.contrib import admin
+from django.urls import include, path
+from django.views.generic import RedirectView
+
+urlpatterns = [
+    path("", RedirectView.as_view(url="/admin/", permanent=False)),
+    path("admin/", admin.site.urls),
+    path("api/v1/", include("integrations.api.urls")),
+]
+
+handler404 = "integrations.api.errors.not_found"
+handler500 = "integrations.api.errors.server_error"

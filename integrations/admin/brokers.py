@@ -1,0 +1,106 @@
+"""Brokers in the admin: creating and editing go through the broker services (ledger events)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+from django.http import HttpRequest
+
+from integrations.admin.actors import staff_actor
+from integrations.models import Broker
+from integrations.services.brokers import broker_create, broker_update
+
+
+class BrokerForm(forms.ModelForm):
+    drop_base_url = forms.URLField(
+        label="DROP base URL",
+        required=False,
+        assume_scheme="https",
+        help_text="Leave empty to use DROP's URL for the mode (or DROP_API_URL).",
+    )
+    drop_api_key = forms.CharField(
+        label="DROP API key",
+        required=False,
+        widget=forms.PasswordInput(render_value=False),
+        help_text="Stored encrypted. Leave empty to keep the current key.",
+    )
+    pull_interval_days = forms.IntegerField(
+        label="Pull interval (days)",
+        required=False,
+        min_value=1,
+        initial=30,
+        help_text="Leave empty for 30. DROP requires a download at least every 45 days.",
+    )
+
+    class Meta:
+        model = Broker
+        fields = [
+            "broker_id",
+            "name",
+            "mode",
+            "drop_base_url",
+            "drop_api_key",
+            "auto_pull",
+            "pull_interval_days",
+        ]
+
+    def clean_pull_interval_days(self) -> int:
+        # Empty keeps the current interval (30 for a new broker); the model checks the cadence.
+        days = self.cleaned_data.get("pull_interval_days")
+        if days is None:
+            return self.instance.pull_interval_days if self.instance.pk else 30
+        return int(days)
+
+
+@admin.register(Broker)
+class BrokerAdmin(admin.ModelAdmin):
+    form = BrokerForm
+    list_display = [
+        "broker_id",
+        "name",
+        "mode",
+        "has_drop_api_key",
+        "auto_pull",
+        "pull_interval_days",
+        "last_pulled_at",
+        "created_at",
+    ]
+    list_filter = ["mode", "auto_pull"]
+    search_fields = ["broker_id", "name"]
+
+    @admin.display(boolean=True, description="DROP API key")
+    def has_drop_api_key(self, obj: Broker) -> bool:
+        return bool(obj.drop_api_key)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return ["broker_id", "last_pulled_at"] if obj else []
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # the ledger and DROP's records refer to brokers forever
+
+    def save_model(self, request: HttpRequest, obj: Broker, form: Any, change: bool) -> None:
+        new_key = form.cleaned_data.get("drop_api_key") or ""
+        actor = staff_actor(request)
+        if not change:
+            created = broker_create(
+                broker_id=obj.broker_id,
+                name=obj.name,
+                mode=obj.mode,
+                drop_api_key=new_key,
+                drop_base_url=obj.drop_base_url,
+                auto_pull=obj.auto_pull,
+                pull_interval_days=obj.pull_interval_days,
+                actor=actor,
+            )
+            obj.pk = created.pk
+            return
+        current = Broker.objects.get(pk=obj.pk)
+        changes: dict[str, Any] = {
+            f: getattr(obj, f)
+            for f in ("name", "mode", "drop_base_url", "auto_pull", "pull_interval_days")
+        }
+        if new_key:
+            changes["drop_api_key"] = new_key
+        broker_update(broker=current, actor=actor, **changes)

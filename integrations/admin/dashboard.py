@@ -1,0 +1,394 @@
+"""The staff dashboard: every broker's cycle at a glance, each number a link to its list.
+
+``DropportalAdminSite.index`` renders ``templates/admin/index.html`` with this context::
+
+    dashboard_context(request)  # {"dashboard": Dashboard(...)}
+
+The numbers come from ``selectors.dashboard_overview`` (a few aggregate queries); this module
+only shapes them for the template: links to the filtered admin changelists (when the list
+exists and the user may see it) and the SVG charts.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.http import HttpRequest
+from django.urls import NoReverseMatch, reverse
+from django.utils import timezone
+from django.utils.http import urlencode
+from django.utils.safestring import SafeString
+
+from integrations.admin import charts
+from integrations.models import RequestState, WorkItemState
+from integrations.selectors import (
+    AWAITING_CALLBACK_ATTENTION,
+    HEALTH_ATTEMPTS,
+    BrokerOverview,
+    CycleWorkItems,
+    dashboard_overview,
+)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A DROP status as the dashboard shows it (``code`` None: no status yet)."""
+
+    code: int | None
+    name: str
+    color: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.code})" if self.code else self.name
+
+
+# Bottom-up order of the stacked bars; the legend reads the same.
+OUTCOMES = (
+    Outcome(3, "Deleted", "#2563eb"),
+    Outcome(4, "Opted out", "#7c3aed"),
+    Outcome(2, "Exempt", "#d97706"),
+    Outcome(5, "Not found", "#94a3b8"),
+    Outcome(None, "No status yet", "#cbd5e1"),
+)
+
+
+@dataclass(frozen=True)
+class BrokerOutcome:
+    """A deletion request's ``drop_outcome`` as the chart shows it ("": no answer yet)."""
+
+    value: str
+    label: str
+    color: str
+
+
+# Bottom-up order of the outcome bars; colours match the DROP statuses above.
+BROKER_OUTCOMES = (
+    BrokerOutcome("deleted", "Deleted", "#2563eb"),
+    BrokerOutcome("opted_out", "Opted out", "#7c3aed"),
+    BrokerOutcome("exempt", "Exempt", "#d97706"),
+    BrokerOutcome("not_found", "Not found", "#94a3b8"),
+    BrokerOutcome("failed", "Failed", "#dc2626"),
+    BrokerOutcome("", "No answer yet", "#cbd5e1"),
+)
+UNCANCELLED = ",".join(s for s in RequestState.values if s != RequestState.CANCELLED)
+
+
+@dataclass(frozen=True)
+class Number:
+    """A count on the dashboard and the list it came from (``url`` None: plain text)."""
+
+    value: int
+    url: str | None = None
+    tone: str = ""  # "bad" draws attention to a non-zero number
+
+
+@dataclass(frozen=True)
+class WorkItemRow:
+    label: str
+    cells: list[Number]
+    total: Number
+
+
+@dataclass(frozen=True)
+class CyclePanel:
+    title: str
+    cycle_url: str | None
+    drop_session_id: str
+    downloaded_at: dt.datetime
+    due_date: dt.date
+    days_left: int
+    tone: str  # calm / soon / late
+    timeline: SafeString
+    rows: list[WorkItemRow]
+    column_totals: list[Number]
+    total: Number
+
+
+@dataclass(frozen=True)
+class IntegrationLine:
+    name: str
+    kind: str
+    url: str | None
+    enabled: bool
+    disabled_reason: str
+    last_success_at: dt.datetime | None
+    failures_in_a_row: Number
+    complete: bool  # False: no success among the latest attempts looked at
+
+
+@dataclass(frozen=True)
+class BrokerPanel:
+    broker_id: str
+    name: str
+    mode: str
+    url: str | None
+    current: CyclePanel | None
+    older_open: list[CyclePanel]
+    attention: list[tuple[str, Number]]
+    attention_total: int
+    integrations: list[IntegrationLine]
+    integrations_url: str | None
+    last_download_at: dt.datetime | None
+    last_download_url: str | None
+    next_download_due: dt.date | None
+    last_upload_at: dt.datetime | None
+    last_upload_url: str | None
+    outcomes_chart: SafeString
+
+
+@dataclass(frozen=True)
+class Dashboard:
+    today: dt.date
+    brokers: list[BrokerPanel]
+    outcomes: Sequence[Outcome] = OUTCOMES
+    broker_outcomes: Sequence[BrokerOutcome] = BROKER_OUTCOMES
+    open_cycles: int = 0
+    nearest_due: CyclePanel | None = None
+    nearest_due_broker: str = ""
+    attention_total: int = 0
+    integrations_failing: int = 0
+    add_broker_url: str | None = None
+    health_attempts: str = f"{HEALTH_ATTEMPTS:,}"
+
+
+class _Links:
+    """Admin URLs the current user may open; None where a list is missing or forbidden."""
+
+    def __init__(self, request: HttpRequest) -> None:
+        self.user = request.user
+
+    def _allowed(self, model: str, action: str = "view") -> bool:
+        if action == "view":
+            return self.user.has_perm(f"integrations.view_{model}") or self.user.has_perm(
+                f"integrations.change_{model}"
+            )
+        return self.user.has_perm(f"integrations.{action}_{model}")
+
+    def changelist(self, model: str, **params: Any) -> str | None:
+        if not self._allowed(model):
+            return None
+        try:
+            url = reverse(f"admin:integrations_{model}_changelist")
+        except NoReverseMatch:
+            return None
+        return f"{url}?{urlencode(params)}" if params else url
+
+    def change(self, model: str, pk: int) -> str | None:
+        if not self._allowed(model):
+            return None
+        try:
+            return reverse(f"admin:integrations_{model}_change", args=[pk])
+        except NoReverseMatch:
+            return None
+
+    def add(self, model: str) -> str | None:
+        if not self._allowed(model, "add"):
+            return None
+        try:
+            return reverse(f"admin:integrations_{model}_add")
+        except NoReverseMatch:
+            return None
+
+
+def dashboard_context(request: HttpRequest) -> dict[str, Any]:
+    now = timezone.now()
+    today = timezone.localdate(now)
+    links = _Links(request)
+    panels = [
+        _broker_panel(overview, links, now=now, today=today)
+        for overview in dashboard_overview(now=now)
+    ]
+    open_panels = [
+        (panel.name, cycle)
+        for panel in panels
+        for cycle in ([panel.current] if panel.current else []) + panel.older_open
+    ]
+    nearest = min(open_panels, key=lambda pair: pair[1].days_left, default=None)
+    return {
+        "dashboard": Dashboard(
+            today=today,
+            brokers=panels,
+            open_cycles=len(open_panels),
+            nearest_due=nearest[1] if nearest else None,
+            nearest_due_broker=nearest[0] if nearest else "",
+            attention_total=sum(panel.attention_total for panel in panels),
+            integrations_failing=sum(
+                1
+                for panel in panels
+                for line in panel.integrations
+                if not line.enabled or line.failures_in_a_row.value
+            ),
+            add_broker_url=links.add("broker"),
+        )
+    }
+
+
+def _broker_panel(
+    overview: BrokerOverview, links: _Links, *, now: dt.datetime, today: dt.date
+) -> BrokerPanel:
+    broker = overview.broker
+    by_broker = {"broker__id__exact": broker.pk}
+    attention = overview.attention
+    stale_before = (now - AWAITING_CALLBACK_ATTENTION).isoformat()
+    attention_numbers = [
+        (
+            "failed",
+            Number(
+                attention.failed,
+                links.changelist("deletionrequest", **by_broker, state__exact="failed"),
+                "bad",
+            ),
+        ),
+        (
+            "undeliverable",
+            Number(
+                attention.undeliverable,
+                links.changelist("deletionrequest", **by_broker, state__exact="undeliverable"),
+                "bad",
+            ),
+        ),
+        (
+            "awaiting a callback for more than 7 days",
+            Number(
+                attention.awaiting_callback,
+                links.changelist(
+                    "deletionrequest",
+                    **by_broker,
+                    state__exact="dispatched",
+                    dispatched_at__lt=stale_before,
+                ),
+                "bad",
+            ),
+        ),
+    ]
+    last_cycle = overview.recent_cycles[-1].cycle if overview.recent_cycles else None
+    return BrokerPanel(
+        broker_id=broker.broker_id,
+        name=broker.name,
+        mode=broker.get_mode_display(),
+        url=links.change("broker", broker.pk),
+        current=_cycle_panel(overview.current_cycle, links, today=today)
+        if overview.current_cycle
+        else None,
+        older_open=[_cycle_panel(c, links, today=today) for c in overview.open_cycles[1:]],
+        attention=attention_numbers,
+        attention_total=attention.total,
+        integrations=[
+            IntegrationLine(
+                name=health.integration.name,
+                kind=health.integration.get_kind_display(),
+                url=links.change("integration", health.integration.pk),
+                enabled=health.integration.enabled,
+                disabled_reason=health.integration.disabled_reason,
+                last_success_at=health.last_success_at,
+                # Attempts are shown on their requests' pages; the integration's own page
+                # shows what waits for it.
+                failures_in_a_row=Number(
+                    health.failures_in_a_row,
+                    links.change("integration", health.integration.pk),
+                    "bad",
+                ),
+                complete=health.complete,
+            )
+            for health in overview.integrations
+        ],
+        integrations_url=links.changelist("integration", **by_broker),
+        last_download_at=overview.last_download_at,
+        last_download_url=links.change("dropcycle", last_cycle.pk) if last_cycle else None,
+        next_download_due=(
+            timezone.localdate(overview.last_download_at)
+            + dt.timedelta(days=settings.DROPPORTAL_DOWNLOAD_CADENCE_DAYS)
+            if overview.last_download_at
+            else None
+        ),
+        last_upload_at=overview.last_upload_at,
+        last_upload_url=links.changelist("reportfile", **by_broker),
+        outcomes_chart=charts.stacked_bars(
+            [_outcome_bar(c, links) for c in overview.recent_cycles],
+            title=f"The broker's outcomes per cycle, broker {broker.broker_id}",
+            width=440,
+            height=190,
+        ),
+    )
+
+
+def _cycle_panel(cycle_items: CycleWorkItems, links: _Links, *, today: dt.date) -> CyclePanel:
+    cycle = cycle_items.cycle
+    days_left = (cycle.due_date - today).days
+    by_cycle = {"cycle__id__exact": cycle.pk}
+    columns = [outcome.code for outcome in OUTCOMES]
+
+    def status_params(code: int | None) -> dict[str, Any]:
+        return {"status_code__exact": code} if code is not None else {"status_code__isnull": 1}
+
+    def items(**params: Any) -> str | None:
+        return links.changelist("workitem", **by_cycle, **params)
+
+    rows = []
+    for state, label in WorkItemState.choices:
+        counts = [cycle_items.counts.get((state, code), 0) for code in columns]
+        if not any(counts):
+            continue
+        rows.append(
+            WorkItemRow(
+                label=label.split(" (")[0],  # "Removed (consumer cancelled)": "Removed"
+                cells=[
+                    Number(n, items(state__exact=state, **status_params(code)) if n else None)
+                    for n, code in zip(counts, columns, strict=True)
+                ],
+                total=Number(sum(counts), items(state__exact=state)),
+            )
+        )
+    column_totals = []
+    for code in columns:
+        n = sum(v for (state, c), v in cycle_items.counts.items() if c == code)
+        column_totals.append(Number(n, items(**status_params(code)) if n else None))
+    return CyclePanel(
+        title=f"Cycle {cycle.drop_session_id}",
+        cycle_url=links.change("dropcycle", cycle.pk),
+        drop_session_id=cycle.drop_session_id,
+        downloaded_at=cycle.downloaded_at,
+        due_date=cycle.due_date,
+        days_left=days_left,
+        tone=charts.days_left_tone(days_left),
+        timeline=charts.cycle_timeline(
+            start=timezone.localdate(cycle.downloaded_at),
+            due=cycle.due_date,
+            today=today,
+            owed=cycle_items.owed,
+            with_status=cycle_items.with_status,
+            reported=cycle_items.reported,
+            title=f"Cycle {cycle.drop_session_id}: {cycle.due_date:%Y-%m-%d} deadline",
+        ),
+        rows=rows,
+        column_totals=column_totals,
+        total=Number(cycle_items.total, items()),
+    )
+
+
+def _outcome_bar(cycle_items: CycleWorkItems, links: _Links) -> charts.Bar:
+    """One cycle's deletion requests by the broker's outcome (matches only: most work items
+    of a DROP list match no consumer and would flatten every other outcome)."""
+    cycle = cycle_items.cycle
+
+    def url(outcome: BrokerOutcome) -> str | None:
+        params: dict[str, Any] = {"drop_outcome__exact": outcome.value}
+        if not outcome.value:
+            params["state__in"] = UNCANCELLED
+        # The request admin filters by cycle with its own "cycle" parameter.
+        return links.changelist("deletionrequest", cycle=cycle.pk, **params)
+
+    return charts.Bar(
+        label=f"#{cycle.drop_session_id}",
+        sublabel=f"{cycle.downloaded_at:%b} {cycle.downloaded_at.day}",
+        url=links.change("dropcycle", cycle.pk),
+        segments=[
+            charts.Segment(o.label, cycle_items.request_outcomes.get(o.value, 0), o.color, url(o))
+            for o in BROKER_OUTCOMES
+        ],
+    )

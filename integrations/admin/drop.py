@@ -1,0 +1,215 @@
+"""DROP cycles and their work items in the admin: what DROP sent, read-only.
+
+Cycles list their counts, due date and days left, the cycles owing statuses first (the
+``drop_cycles_by_urgency`` selector, shared with the dashboard). Work items filter by list
+type, state and status; the dashboard links to those filtered lists. Nothing here edits a
+row: cycles and work items change only through the cycle's services (``drop pull``,
+``drop import``, outcomes, reports, and the "set the DROP status by hand" action of
+``admin/reports.py``), each with its ledger event.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from django.contrib import admin
+from django.db.models import Case, Model, QuerySet, Value, When
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+from django.utils.http import urlencode
+
+from integrations.admin.reports import set_work_item_status
+from integrations.models import DropCycle, WorkItem
+from integrations.selectors import drop_cycles_by_urgency
+
+
+class _ReadOnly(admin.ModelAdmin):
+    """Viewable, never added, edited or deleted through a form."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # The list may offer actions (they check their own permission); a row's page only
+        # shows it.
+        return obj is None and super().has_change_permission(request)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def save_model(self, request: HttpRequest, obj: Model, form: Any, change: bool) -> None:
+        raise PermissionError("read-only")  # unreachable: no change permission on a row
+
+
+def _work_items_url(**filters: Any) -> str:
+    return reverse("admin:integrations_workitem_changelist") + "?" + urlencode(filters)
+
+
+@admin.register(DropCycle)
+class DropCycleAdmin(_ReadOnly):
+    list_display = [
+        "drop_session_id",
+        "broker_code",
+        "zip_name",
+        "downloaded_at",
+        "due_date",
+        "days_left",
+        "state",
+        "work_items_link",
+        "matched",
+        "not_found",
+        "removed",
+        "owed",
+        "waiting",
+    ]
+    list_display_links = ["drop_session_id"]
+    list_filter = ["state", "broker"]
+    search_fields = ["drop_session_id", "zip_name", "zip_sha256"]
+    list_select_related = ["broker"]
+    fields = _CYCLE_FIELDS = (
+        "broker",
+        "drop_session_id",
+        "state",
+        "zip_name",
+        "zip_sha256",
+        "downloaded_at",
+        "match_date",
+        "due_date",
+        "days_left",
+        "work_items_link",
+        "matched",
+        "not_found",
+        "removed",
+        "owed",
+        "waiting",
+        "files_table",
+        "created_at",
+    )
+    readonly_fields = _CYCLE_FIELDS
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[DropCycle]:
+        return drop_cycles_by_urgency(super().get_queryset(request))
+
+    def get_ordering(self, request: HttpRequest) -> list[Any]:
+        # The list replaces the queryset's order: keep the selector's, cycles owing first.
+        owing_first = Case(When(owed_items__gt=0, then=Value(0)), default=Value(1))
+        return [owing_first, "due_date", "-downloaded_at"]
+
+    @admin.display(description="broker", ordering="broker__broker_id")
+    def broker_code(self, obj: DropCycle) -> str:
+        return obj.broker.broker_id
+
+    @admin.display(description="days left", ordering="due_date")
+    def days_left(self, obj: DropCycle) -> str:
+        days = (obj.due_date - timezone.localdate()).days
+        if not getattr(obj, "owed_items", 0):
+            return "nothing owed"
+        if days < 0:
+            return f"overdue by {-days} day{'s' if days != -1 else ''}"
+        return f"{days} day{'s' if days != 1 else ''}"
+
+    @admin.display(description="work items", ordering="work_items")
+    def work_items_link(self, obj: DropCycle) -> str:
+        return format_html(
+            '<a href="{}">{}</a>', _work_items_url(cycle__id__exact=obj.pk), obj.work_items
+        )
+
+    @admin.display(description="statuses owed", ordering="owed_items")
+    def owed(self, obj: DropCycle) -> int:
+        return int(getattr(obj, "owed_items", 0))
+
+    @admin.display(description="of which waiting for an outcome", ordering="unreportable_items")
+    def waiting(self, obj: DropCycle) -> int:
+        return int(getattr(obj, "unreportable_items", 0))
+
+    @admin.display(description="files (rows)")
+    def files_table(self, obj: DropCycle) -> str:
+        return format_html(
+            "<table>{}</table>",
+            format_html_join(
+                "",
+                "<tr><td>{}</td><td>{}</td></tr>",
+                sorted(obj.files.items()),
+            ),
+        )
+
+
+class StatusCodeFilter(admin.SimpleListFilter):
+    """DROP's four codes and "none yet", without a DISTINCT over millions of rows."""
+
+    title = "status"
+    parameter_name = "status_code__exact"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [
+            ("2", "2: exempt"),
+            ("3", "3: deleted"),
+            ("4", "4: opted out"),
+            ("5", "5: not found"),
+        ]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if value in {"2", "3", "4", "5"}:
+            return queryset.filter(status_code=int(value))
+        return queryset
+
+
+@admin.register(WorkItem)
+class WorkItemAdmin(_ReadOnly):
+    list_display = [
+        "work_item_id",
+        "hash_type",
+        "state",
+        "status_code",
+        "needs_amendment",
+        "reported_status_code",
+        "cycle_link",
+        "broker_code",
+        "file_name",
+        "updated_at",
+    ]
+    list_filter = [
+        ("hash_type", admin.ChoicesFieldListFilter),
+        ("state", admin.ChoicesFieldListFilter),
+        StatusCodeFilter,
+        "needs_amendment",
+    ]
+    search_fields = ["=work_item_id"]
+    list_select_related = ["cycle", "broker"]
+    actions = [set_work_item_status]  # with a written reason; an Operators' action
+    show_full_result_count = False  # a cycle holds up to millions of rows
+    fields = _ITEM_FIELDS = (
+        "work_item_id",
+        "broker",
+        "cycle",
+        "hash_type",
+        "identifier_hash",
+        "file_name",
+        "state",
+        "status_code",
+        "status_reason",
+        "reported_status_code",
+        "reported_at",
+        "report_file",
+        "needs_amendment",
+        "created_at",
+        "updated_at",
+    )
+    readonly_fields = _ITEM_FIELDS
+
+    @admin.display(description="broker", ordering="broker__broker_id")
+    def broker_code(self, obj: WorkItem) -> str:
+        return obj.broker.broker_id
+
+    @admin.display(description="cycle", ordering="cycle__drop_session_id")
+    def cycle_link(self, obj: WorkItem) -> str:
+        url = reverse("admin:integrations_dropcycle_change", args=[obj.cycle_id])
+        return format_html('<a href="{}">{}</a>', url, obj.cycle.drop_session_id)
+
+    @admin.display(description="hash (as DROP sent it)")
+    def identifier_hash(self, obj: WorkItem) -> str:
+        return base64.b64encode(bytes(obj.hash)).decode("ascii")

@@ -1,0 +1,455 @@
+"""Integrations and SaaS connections in the admin: every change goes through their services.
+
+- Add a webhook integration: its Webhook Secret is shown once, right after.
+- Edit name and URL; untick "enabled" to disable (queued deliveries wait), tick it to enable
+  (they are queued again). A 410 from the broker disables it by itself: the list shows why.
+- On the change page, "Regenerate secret" (the new one is shown once; the old one keeps
+  verifying callbacks for 24 hours) and "Send test notification" (the broker's answer is shown
+  on the page).
+
+ISI integrations (the broker's own REST API) get their forms, their connections inline and
+"Check connection" from ``admin.isi``; the list's "Add ISI integration" opens their add form.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.urls import path, reverse
+from django.utils.html import format_html
+
+from integrations.admin import isi as isi_admin
+from integrations.admin.actors import staff_actor
+from integrations.admin.shown_once import SecretShownOnce, show_once
+from integrations.dispatch import webhook
+from integrations.models import Integration, IntegrationKind, RequestState, SaasConnection
+from integrations.services.integrations import (
+    integration_disable,
+    integration_enable,
+    integration_secret_rotate,
+    integration_test_send,
+    integration_update,
+    target_url_validate,
+    webhook_integration_create,
+)
+from integrations.services.saas import (
+    categories_validate,
+    saas_connection_create,
+    saas_connection_disable,
+    saas_connection_enable,
+    saas_connection_update,
+)
+
+
+class _TargetUrlMixin:
+    """The URL checked by the services' own rule (https, unless private targets are allowed)."""
+
+    cleaned_data: dict[str, Any]
+
+    def clean_url(self) -> str:
+        url = self.cleaned_data.get("url") or ""
+        if not url and not getattr(self, "url_required", True):
+            return url
+        try:
+            return target_url_validate(url)
+        except ValidationError as exc:
+            raise forms.ValidationError(exc.message_dict["url"]) from None
+
+
+class WebhookIntegrationAddForm(_TargetUrlMixin, forms.ModelForm):
+    url = forms.URLField(
+        label="URL",
+        assume_scheme="https",
+        max_length=500,
+        help_text="Where dispatches are POSTed (https).",
+    )
+
+    class Meta:
+        model = Integration
+        fields = ["broker", "name", "url"]
+
+
+class IntegrationChangeForm(_TargetUrlMixin, forms.ModelForm):
+    url = forms.URLField(label="URL", assume_scheme="https", max_length=500, required=False)
+    url_required = False  # an ISI integration has a base URL instead
+
+    class Meta:
+        model = Integration
+        fields = ["name", "url", "enabled"]
+
+
+def _validation_text(error: ValidationError) -> str:
+    if hasattr(error, "error_dict"):
+        return "; ".join(f"{k}: {' '.join(v)}" for k, v in error.message_dict.items())
+    return " ".join(error.messages)
+
+
+def _secret_shown_once(integration: Integration, secret: str, *, title: str) -> SecretShownOnce:
+    """The page that shows a Webhook Secret once (integrations/admin/shown_once.py)."""
+    change_url = reverse("admin:integrations_integration_change", args=[integration.pk])
+    return SecretShownOnce(
+        title=title,
+        label="Webhook Secret",
+        secret=secret,
+        facts=[
+            ("Integration", f"{integration.name} ({integration.broker.broker_id})"),
+            ("integration_id", str(integration.uuid)),
+            ("Dispatches go to", integration.url or integration.base_url),
+            ("Deletion callbacks (PUT)", webhook.deletion_callback_url()),
+            ("Resolution callbacks (PUT)", webhook.resolution_callback_url()),
+        ],
+        explanation=(
+            "The broker's systems verify every dispatch with it and sign every callback with "
+            "it (HMAC-SHA256 over '<timestamp>:<body>'). Callbacks also need an API key with "
+            "the webhook_callback scope."
+        ),
+        guide_section="webhook-secret",
+        guide_title="Webhook Secret",
+        done_url=change_url,
+        done_label=integration.name,
+    )
+
+
+@admin.register(Integration)
+class IntegrationAdmin(admin.ModelAdmin):
+    list_display = ["name", "broker", "kind", "target", "enabled", "disabled_reason", "created_at"]
+    list_filter = ["enabled", "kind", "broker"]
+    search_fields = ["name", "url", "base_url"]
+    list_select_related = ["broker"]
+    actions = ["disable_integrations"]
+    change_form_template = "admin/integrations/integration/change_form.html"
+    change_list_template = "admin/integrations/integration/change_list.html"
+
+    @admin.display(description="URL")
+    def target(self, obj: Integration) -> str:
+        return obj.url or obj.base_url
+
+    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any):
+        kwargs["form"] = IntegrationChangeForm if obj else WebhookIntegrationAddForm
+        if obj is not None and obj.kind == IntegrationKind.ISI:
+            kwargs["form"] = isi_admin.IsiIntegrationChangeForm
+        elif obj is None and isi_admin.adding_isi(request):
+            kwargs["form"] = isi_admin.IsiIntegrationAddForm
+        return super().get_form(request, obj, change=change, **kwargs)
+
+    def get_inlines(self, request: HttpRequest, obj: Any) -> list[Any]:
+        if obj is not None and obj.kind == IntegrationKind.ISI:
+            return [isi_admin.IsiConnectionInline]
+        return []
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        if obj is None:
+            return (
+                isi_admin.ADD_FIELDS if isi_admin.adding_isi(request) else ["broker", "name", "url"]
+            )
+        if obj.kind == IntegrationKind.ISI:
+            return isi_admin.CHANGE_FIELDS
+        return [
+            "uuid",
+            "broker",
+            "kind",
+            "name",
+            "url",
+            "enabled",
+            "disabled_reason",
+            "callback_urls",
+            "previous_secret_expires_at",
+            "waiting",
+            "created_at",
+        ]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
+        if obj is None:
+            return []
+        if obj.kind == IntegrationKind.ISI:
+            return isi_admin.READONLY_FIELDS
+        return [
+            "uuid",
+            "broker",
+            "kind",
+            "disabled_reason",
+            "callback_urls",
+            "previous_secret_expires_at",
+            "waiting",
+            "created_at",
+        ]
+
+    @admin.display(description="Callback URLs given to the broker")
+    def callback_urls(self, obj: Integration) -> str:
+        return format_html(
+            "{}<br>{}", webhook.deletion_callback_url(), webhook.resolution_callback_url()
+        )
+
+    @admin.display(description="Deliveries waiting")
+    def waiting(self, obj: Integration) -> str:
+        queued = obj.deletion_requests.filter(state=RequestState.QUEUED).count()
+        undeliverable = obj.deletion_requests.filter(state=RequestState.UNDELIVERABLE).count()
+        return f"{queued} queued, {undeliverable} undeliverable deletion requests"
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # requests and the ledger refer to it for good: disable it instead
+
+    def save_model(self, request: HttpRequest, obj: Integration, form: Any, change: bool) -> None:
+        actor = staff_actor(request)
+        data = form.cleaned_data
+        try:
+            if not change and isi_admin.adding_isi(request):
+                isi = isi_admin.integration_create(request, data, actor=actor)
+                obj.pk, obj.uuid = isi.integration.pk, isi.integration.uuid
+                obj.created_secret = isi.webhook_secret  # type: ignore[attr-defined]
+                return
+            if not change:
+                created = webhook_integration_create(
+                    broker=data["broker"], name=data["name"], url=data["url"], actor=actor
+                )
+                obj.pk, obj.uuid = created.integration.pk, created.integration.uuid
+                obj.created_secret = created.webhook_secret  # type: ignore[attr-defined]
+                return
+            current = Integration.objects.get(pk=obj.pk)
+            url = data.get("url") if current.kind == IntegrationKind.WEBHOOK else None
+            integration_update(integration=current, actor=actor, name=data["name"], url=url)
+            if current.kind == IntegrationKind.ISI:
+                isi_admin.settings_update(current, data, actor=actor)
+            if data["enabled"] and not current.enabled:
+                queued = integration_enable(integration=current, actor=actor)
+                messages.info(request, f"Enabled; {queued} waiting request(s) queued.")
+            elif not data["enabled"] and current.enabled:
+                integration_disable(integration=current, reason="disabled by staff", actor=actor)
+        except ValidationError as exc:
+            # Form validation ran already; this is a rule of the service (https only, ...).
+            messages.error(request, _validation_text(exc))
+            raise _Refused from exc
+
+    def response_add(
+        self, request: HttpRequest, obj: Integration, post_url_continue: str | None = None
+    ) -> HttpResponse:
+        secret = getattr(obj, "created_secret", None)
+        if secret is None:
+            return super().response_add(request, obj, post_url_continue)
+        if isi_admin.adding_isi(request):
+            created = Integration.objects.select_related("broker").get(pk=obj.pk)
+            return show_once(
+                request,
+                isi_admin.secret_shown_once(created, secret, title="ISI integration created"),
+            )
+        return show_once(
+            request, _secret_shown_once(obj, secret, title="Webhook integration created")
+        )
+
+    def add_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        try:
+            return super().add_view(request, *args, **kwargs)
+        except _Refused:
+            return HttpResponseRedirect(request.get_full_path())
+
+    def change_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        try:
+            return super().change_view(request, *args, **kwargs)
+        except _Refused:
+            return HttpResponseRedirect(request.get_full_path())
+
+    @admin.action(description="Disable selected integrations", permissions=["change"])
+    def disable_integrations(self, request: HttpRequest, queryset: QuerySet[Integration]) -> None:
+        done = 0
+        for integration in queryset.filter(enabled=True):
+            integration_disable(
+                integration=integration, reason="disabled by staff", actor=staff_actor(request)
+            )
+            done += 1
+        self.message_user(request, f"Disabled {done} integration(s); their deliveries wait.")
+
+    # -- buttons on the change page ----------------------------------------------------------
+
+    def get_urls(self) -> list[Any]:
+        own = [
+            path(
+                "<int:pk>/rotate-secret/",
+                self.admin_site.admin_view(self.rotate_secret_view),
+                name="integrations_integration_rotate_secret",
+            ),
+            path(
+                "<int:pk>/test-notification/",
+                self.admin_site.admin_view(self.test_notification_view),
+                name="integrations_integration_test_notification",
+            ),
+            path(
+                "<int:pk>/check-connection/",
+                self.admin_site.admin_view(self.check_connection_view),
+                name="integrations_integration_check_connection",
+            ),
+        ]
+        return own + super().get_urls()
+
+    def _posted_integration(self, request: HttpRequest, pk: int) -> Integration:
+        integration = get_object_or_404(Integration.objects.select_related("broker"), pk=pk)
+        if request.method != "POST" or not self.has_change_permission(request, integration):
+            raise PermissionDenied
+        return integration
+
+    def rotate_secret_view(self, request: HttpRequest, pk: int) -> HttpResponse:
+        integration = self._posted_integration(request, pk)
+        secret = integration_secret_rotate(integration=integration, actor=staff_actor(request))
+        shown = _secret_shown_once(integration, secret, title="Webhook Secret regenerated")
+        if integration.kind == IntegrationKind.ISI:
+            shown = isi_admin.secret_shown_once(
+                integration, secret, title="Webhook Secret regenerated"
+            )
+        return show_once(
+            request,
+            dataclasses.replace(
+                shown,
+                explanation=f"{shown.explanation} The previous secret keeps verifying callbacks "
+                f"until {integration.previous_secret_expires_at:%Y-%m-%d %H:%M} UTC.",
+            ),
+        )
+
+    def test_notification_view(self, request: HttpRequest, pk: int) -> HttpResponse:
+        integration = self._posted_integration(request, pk)
+        result = integration_test_send(integration=integration, actor=staff_actor(request))
+        answer = result.response_body[:500] or "(empty body)"
+        if result.status is not None and 200 <= result.status < 300 and not result.error:
+            messages.success(
+                request,
+                f"Test notification to {result.url}: HTTP {result.status} in "
+                f"{result.duration_ms} ms. The broker answered: {answer}",
+            )
+        else:
+            got = f"HTTP {result.status}" if result.status is not None else "no answer"
+            messages.error(
+                request,
+                f"Test notification to {result.url} failed: {got}"
+                f"{f' ({result.error})' if result.error else ''} after {result.duration_ms} ms."
+                + (f" The broker answered: {answer}" if result.status is not None else ""),
+            )
+        return HttpResponseRedirect(reverse("admin:integrations_integration_change", args=[pk]))
+
+    def check_connection_view(self, request: HttpRequest, pk: int) -> HttpResponse:
+        """ISI: list the broker's connections again; its answer is shown on the page."""
+        integration = self._posted_integration(request, pk)
+        isi_admin.connection_check(request, integration)
+        return HttpResponseRedirect(reverse("admin:integrations_integration_change", args=[pk]))
+
+
+class _Refused(Exception):
+    """A service refused the form's data; the message is already queued for staff."""
+
+
+class SaasConnectionForm(_TargetUrlMixin, forms.ModelForm):
+    url = forms.URLField(label="URL", assume_scheme="https", max_length=500)
+    token = forms.CharField(
+        required=False,
+        widget=forms.PasswordInput(render_value=False),
+        help_text="Sent as 'Authorization: Bearer <token>'. Stored encrypted; leave empty to "
+        "keep the current one.",
+    )
+    categories = forms.CharField(
+        initial="email",
+        help_text="Comma-separated identifier categories it deletes by (email, phone, ...).",
+    )
+
+    class Meta:
+        model = SaasConnection
+        fields = ["broker", "name", "url", "enabled"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            self.fields["categories"].initial = ", ".join(self.instance.identifier_categories)
+
+    def clean_categories(self) -> list[str]:
+        try:
+            return categories_validate(self.cleaned_data["categories"].split(","))
+        except ValidationError as exc:
+            raise forms.ValidationError(exc.message_dict["categories"]) from None
+
+
+@admin.register(SaasConnection)
+class SaasConnectionAdmin(admin.ModelAdmin):
+    form = SaasConnectionForm
+    list_display = ["name", "broker", "url", "categories", "enabled", "disabled_reason"]
+    list_filter = ["enabled", "broker"]
+    search_fields = ["name", "url"]
+    list_select_related = ["broker"]
+    actions = ["disable_connections"]
+
+    @admin.display(description="Categories")
+    def categories(self, obj: SaasConnection) -> str:
+        return ", ".join(obj.identifier_categories)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return ["broker", "disabled_reason"] if obj else []
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        fields = ["broker", "name", "url", "token", "categories", "enabled"]
+        return [*fields, "disabled_reason"] if obj else fields
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def save_model(
+        self, request: HttpRequest, obj: SaasConnection, form: Any, change: bool
+    ) -> None:
+        actor = staff_actor(request)
+        data = form.cleaned_data
+        categories = data["categories"]
+        try:
+            if not change:
+                created = saas_connection_create(
+                    broker=data["broker"],
+                    name=data["name"],
+                    url=data["url"],
+                    token=data.get("token") or "",
+                    categories=categories,
+                    actor=actor,
+                )
+                obj.pk = created.pk
+                if not data["enabled"]:
+                    saas_connection_disable(
+                        connection=created, reason="added disabled", actor=actor
+                    )
+                return
+            current = SaasConnection.objects.get(pk=obj.pk)
+            saas_connection_update(
+                connection=current,
+                actor=actor,
+                name=data["name"],
+                url=data["url"],
+                token=data.get("token") or None,
+                categories=categories,
+            )
+            if data["enabled"] and not current.enabled:
+                saas_connection_enable(connection=current, actor=actor)
+            elif not data["enabled"] and current.enabled:
+                saas_connection_disable(connection=current, reason="disabled by staff", actor=actor)
+        except ValidationError as exc:
+            messages.error(request, _validation_text(exc))
+            raise _Refused from exc
+
+    def add_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        try:
+            return super().add_view(request, *args, **kwargs)
+        except _Refused:
+            return HttpResponseRedirect(request.get_full_path())
+
+    def change_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        try:
+            return super().change_view(request, *args, **kwargs)
+        except _Refused:
+            return HttpResponseRedirect(request.get_full_path())
+
+    @admin.action(description="Disable selected SaaS connections", permissions=["change"])
+    def disable_connections(self, request: HttpRequest, queryset: QuerySet[SaasConnection]) -> None:
+        done = 0
+        for connection in queryset.filter(enabled=True):
+            saas_connection_disable(
+                connection=connection, reason="disabled by staff", actor=staff_actor(request)
+            )
+            done += 1
+        self.message_user(request, f"Disabled {done} SaaS connection(s).")

@@ -1,0 +1,283 @@
+"""ISI integrations in the admin (the broker's own REST API): the pieces ``IntegrationAdmin``
+uses when the integration is of kind ``isi``. Every change goes through ``services.isi``.
+
+- Add one from the integration list's "Add ISI integration" (``?kind=isi``): base URL and a
+  static token or OAuth client credentials. Its connections are listed at once, and its
+  Webhook Secret (which signs the broker's completion callbacks) is shown once.
+- On its change page, the connections inline says which take part in DROP and why the others
+  do not; "Check connection" lists them again and shows the broker's answer.
+- Secrets (token, client secret) are write-only: left empty, the current one is kept.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+from django import forms
+from django.conf import settings
+from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
+from django.http import HttpRequest
+from django.urls import reverse
+
+from integrations.admin.actors import staff_actor
+from integrations.admin.shown_once import SecretShownOnce
+from integrations.dispatch import isi
+from integrations.models import Integration, IntegrationKind, IsiAuth, IsiConnection
+from integrations.services.integrations import target_url_validate
+from integrations.services.isi import (
+    CreatedIsiIntegration,
+    isi_connections_refresh,
+    isi_credentials_validate,
+    isi_integration_create,
+    isi_integration_update,
+)
+
+ADD_KIND_PARAMETER = "kind"
+
+_WRITE_ONLY_HELP = "Stored encrypted and never shown again; leave empty to keep the current one."
+
+
+def adding_isi(request: HttpRequest) -> bool:
+    """The add page was opened as "Add ISI integration"."""
+    return request.GET.get(ADD_KIND_PARAMETER) == IntegrationKind.ISI
+
+
+@admin.display(description="Completion callbacks (PUT or POST)")
+def isi_callback_url(obj: Integration) -> str:
+    """Where the broker sends completions: ``callback_path`` on our public URL."""
+    public = urlsplit(settings.DROPPORTAL_PUBLIC_URL)
+    return f"{public.scheme}://{public.netloc}{isi.callback_path()}"
+
+
+class _IsiFields(forms.ModelForm):
+    """Base URL and authentication, checked by the service's own rules."""
+
+    base_url = forms.URLField(
+        label="Base URL",
+        assume_scheme="https",
+        max_length=500,
+        help_text="The broker's API, e.g. https://api.broker.example (https, TLS 1.2 or later).",
+    )
+    auth = forms.ChoiceField(
+        label="Authentication", choices=IsiAuth.choices, widget=forms.RadioSelect
+    )
+    token = forms.CharField(
+        label="Static bearer token",
+        required=False,
+        widget=forms.PasswordInput(render_value=False),
+        help_text=_WRITE_ONLY_HELP,
+    )
+    token_url = forms.URLField(label="Token URL", assume_scheme="https", required=False)
+    client_id = forms.CharField(label="Client id", required=False, max_length=200)
+    client_secret = forms.CharField(
+        label="Client secret",
+        required=False,
+        widget=forms.PasswordInput(render_value=False),
+        help_text=_WRITE_ONLY_HELP,
+    )
+
+    def clean_base_url(self) -> str:
+        try:
+            return target_url_validate(self.cleaned_data["base_url"], field="base_url")
+        except ValidationError as exc:
+            raise forms.ValidationError(exc.message_dict["base_url"]) from None
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        auth = data.get("auth")
+        current = self.instance if self.instance.pk else None
+        keep = current is not None and current.auth == auth
+        values = {
+            "token": data.get("token") or (current.token if keep and current else ""),
+            "token_url": data.get("token_url") or "",
+            "client_id": data.get("client_id") or "",
+            "client_secret": data.get("client_secret")
+            or (current.client_secret if keep and current else ""),
+        }
+        if auth == IsiAuth.TOKEN:
+            values.update(token_url="", client_id="", client_secret="")
+        elif auth == IsiAuth.OAUTH:
+            values["token"] = ""
+        try:
+            isi_credentials_validate(**values)
+        except ValidationError as exc:
+            for field, errors in exc.message_dict.items():
+                self.add_error(field if field in self.fields else None, errors)
+        return data
+
+
+class IsiIntegrationAddForm(_IsiFields):
+    class Meta:
+        model = Integration
+        fields = ["broker", "name"]
+
+
+class IsiIntegrationChangeForm(_IsiFields):
+    class Meta:
+        model = Integration
+        fields = ["name", "enabled"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name in ("base_url", "auth", "token_url", "client_id"):
+            self.fields[name].initial = getattr(self.instance, name)
+
+
+ADD_FIELDS = [
+    "broker",
+    "name",
+    "base_url",
+    "auth",
+    "token",
+    "token_url",
+    "client_id",
+    "client_secret",
+]
+CHANGE_FIELDS = [
+    "uuid",
+    "broker",
+    "kind",
+    "name",
+    "base_url",
+    "auth",
+    "token",
+    "token_url",
+    "client_id",
+    "client_secret",
+    "enabled",
+    "disabled_reason",
+    isi_callback_url,
+    "connections_refreshed_at",
+    "previous_secret_expires_at",
+    "waiting",
+    "created_at",
+]
+READONLY_FIELDS = [
+    "uuid",
+    "broker",
+    "kind",
+    "disabled_reason",
+    isi_callback_url,
+    "connections_refreshed_at",
+    "previous_secret_expires_at",
+    "waiting",
+    "created_at",
+]
+
+
+class IsiConnectionInline(admin.TabularInline):
+    """The connections the broker listed, and which of them take part in DROP."""
+
+    model = IsiConnection
+    extra = 0
+    can_delete = False
+    ordering = ["-listed", "uuid"]
+    fields = ("uuid", "capabilities_list", "listed", "takes_part", "not_taking_part_because")
+    readonly_fields = fields
+    verbose_name = "connection"
+    verbose_name_plural = "Connections (listed by the broker's /api/v1/connections/list)"
+
+    @admin.display(description="Capabilities")
+    def capabilities_list(self, obj: IsiConnection) -> str:
+        return ", ".join(obj.capabilities)
+
+    @admin.display(description="Takes part in DROP", boolean=True)
+    def takes_part(self, obj: IsiConnection) -> bool:
+        return obj.takes_part_in_drop
+
+    @admin.display(description="Why not")
+    def not_taking_part_because(self, obj: IsiConnection) -> str:
+        return obj.drop_exclusion
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # the broker's list is the source: "Check connection" reads it again
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+def _credentials(data: dict[str, Any]) -> dict[str, str]:
+    """The form's fields of the chosen way to authenticate only."""
+    if data["auth"] == IsiAuth.TOKEN:
+        return {"token": data.get("token") or ""}
+    return {name: data.get(name) or "" for name in ("token_url", "client_id", "client_secret")}
+
+
+def integration_create(
+    request: HttpRequest, data: dict[str, Any], *, actor: str
+) -> CreatedIsiIntegration:
+    created = isi_integration_create(
+        broker=data["broker"],
+        name=data["name"],
+        base_url=data["base_url"],
+        actor=actor,
+        **_credentials(data),
+    )
+    if created.connections_error:
+        messages.warning(
+            request,
+            f"Created, but its connections could not be listed: {created.connections_error}. "
+            "Once fixed, use 'Check connection' on its page.",
+        )
+    return created
+
+
+def settings_update(integration: Integration, data: dict[str, Any], *, actor: str) -> None:
+    isi_integration_update(
+        integration=integration,
+        actor=actor,
+        base_url=data["base_url"],
+        auth=data["auth"],
+        **_credentials(data),
+    )
+
+
+def connection_check(request: HttpRequest, integration: Integration) -> None:
+    """List the connections again and tell staff what the broker answered."""
+    try:
+        refreshed = isi_connections_refresh(integration=integration, actor=staff_actor(request))
+    except isi.IsiError as exc:
+        answer = f" The broker answered: {exc.answer[:500]}" if exc.answer else ""
+        messages.error(request, f"Check connection failed: {exc}.{answer}")
+        return
+    taking_part = len(refreshed.taking_part)
+    listed = sum(1 for c in refreshed.connections if c.listed)
+    messages.success(
+        request,
+        f"Check connection: {refreshed.method} {integration.base_url}{isi.CONNECTIONS_PATH} "
+        f"answered HTTP {refreshed.status}: {listed} connection(s) listed, {taking_part} take "
+        f"part in DROP. The broker answered: {refreshed.answer[:500] or '(empty body)'}",
+    )
+    if refreshed.pending_requests_queued:
+        messages.info(
+            request,
+            f"{refreshed.pending_requests_queued} request(s) that waited for a target queued.",
+        )
+
+
+def secret_shown_once(integration: Integration, secret: str, *, title: str) -> SecretShownOnce:
+    """The shown-once page of an ISI integration's Webhook Secret."""
+    connections = list(integration.connections.all())
+    taking_part = sum(1 for c in connections if c.takes_part_in_drop)
+    return SecretShownOnce(
+        title=title,
+        label="Webhook Secret",
+        secret=secret,
+        facts=[
+            ("Integration", f"{integration.name} ({integration.broker.broker_id})"),
+            ("integration_id", str(integration.uuid)),
+            ("Broker's API", integration.base_url),
+            ("Connections taking part in DROP", f"{taking_part} of {len(connections)}"),
+            ("Completion callbacks (PUT or POST)", isi_callback_url(integration)),
+        ],
+        explanation=(
+            "The broker's systems sign every completion callback with it (HMAC-SHA256 over "
+            "'<timestamp>:<body>'), and send an API key with the webhook_callback scope."
+        ),
+        guide_section="isi-your-rest-api",
+        guide_title="ISI: your REST API",
+        done_url=reverse("admin:integrations_integration_change", args=[integration.pk]),
+        done_label=integration.name,
+    )

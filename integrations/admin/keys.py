@@ -1,0 +1,106 @@
+"""API keys in the admin: the clear key is shown once, right after creation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.urls import reverse
+
+from integrations.admin.actors import staff_actor
+from integrations.admin.shown_once import SecretShownOnce, show_once
+from integrations.models import ApiKey, ApiKeyScope
+from integrations.services.keys import api_key_create, api_key_revoke
+
+
+class ApiKeyCreateForm(forms.ModelForm):
+    scopes = forms.MultipleChoiceField(
+        choices=ApiKeyScope.choices, widget=forms.CheckboxSelectMultiple
+    )
+
+    class Meta:
+        model = ApiKey
+        fields = ["broker", "name", "scopes"]
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin):
+    list_display = [
+        "prefix",
+        "name",
+        "broker",
+        "scopes",
+        "created_at",
+        "last_used_at",
+        "revoked_at",
+    ]
+    list_filter = ["broker", "revoked_at"]
+    search_fields = ["prefix", "name"]
+    actions = ["revoke_keys"]
+
+    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any):
+        if obj is None:
+            kwargs["form"] = ApiKeyCreateForm
+        return super().get_form(request, obj, change=change, **kwargs)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        if obj is None:
+            return []
+        return ["broker", "name", "scopes", "prefix", "created_at", "last_used_at", "revoked_at"]
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # revoke instead: the ledger refers to keys by prefix
+
+    def save_model(self, request: HttpRequest, obj: ApiKey, form: Any, change: bool) -> None:
+        if change:
+            return  # keys are immutable; only revocation changes them
+        created = api_key_create(
+            broker=form.cleaned_data["broker"],
+            scopes=form.cleaned_data["scopes"],
+            name=form.cleaned_data["name"],
+            actor=staff_actor(request),
+        )
+        obj.pk = created.api_key.pk
+        obj.prefix = created.api_key.prefix
+        obj.scopes = created.api_key.scopes
+        obj.created_key = created.key  # type: ignore[attr-defined]  # for response_add only
+
+    def response_add(
+        self, request: HttpRequest, obj: ApiKey, post_url_continue: str | None = None
+    ) -> HttpResponse:
+        key = getattr(obj, "created_key", None)
+        if key is None:
+            return super().response_add(request, obj, post_url_continue)
+        return show_once(
+            request,
+            SecretShownOnce(
+                title="API key created",
+                label="API key",
+                secret=key,
+                facts=[
+                    ("Prefix (stays visible)", obj.prefix),
+                    ("Broker", str(obj.broker)),
+                    ("Scopes", ", ".join(obj.scopes)),
+                ],
+                explanation=(
+                    "The broker's systems send it as 'Authorization: Bearer <key>'. "
+                    "dropportal stores only its SHA-256 digest; a lost key is revoked and "
+                    "replaced, never recovered."
+                ),
+                guide_section="api-keys",
+                guide_title="API keys",
+                done_url=reverse("admin:integrations_apikey_changelist"),
+                done_label="API keys",
+            ),
+        )
+
+    @admin.action(description="Revoke selected keys", permissions=["change"])
+    def revoke_keys(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:
+        revoked = 0
+        for api_key in queryset.filter(revoked_at__isnull=True):
+            api_key_revoke(api_key=api_key, actor=staff_actor(request))
+            revoked += 1
+        self.message_user(request, f"Revoked {revoked} key(s).")

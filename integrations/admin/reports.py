@@ -1,0 +1,311 @@
+"""Reporting in the admin: response files (download, mark uploaded, generate) and the actions
+other admins borrow (set a work item's status by hand, export the outcome history).
+
+Manual mode, for brokers who upload in DROP's own portal: "Generate response files" writes a
+cycle's files, each row's download link gives the exact bytes, and "Mark uploaded" records
+that staff uploaded them. Every change goes through ``services.reports`` /
+``services.work_items`` (ledger events with the staff actor)::
+
+    class WorkItemAdmin(admin.ModelAdmin):
+        actions = [set_work_item_status]
+    class DeletionRequestAdmin(admin.ModelAdmin):
+        actions = [export_outcomes_csv]
+
+Permissions: reading files needs "view report file"; generating files, marking them
+uploaded and setting a status change work items, so they need "change work item" (the
+Operators role has it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db.models import Exists, OuterRef, QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, StreamingHttpResponse
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils import timezone
+from django.utils.html import format_html
+
+from integrations import exports
+from integrations.admin.actors import staff_actor
+from integrations.models import (
+    DeletionRequest,
+    DropCycle,
+    ReportFile,
+    WorkItem,
+    WorkItemState,
+)
+from integrations.selectors import (
+    OUTCOME_COLUMNS,
+    deletion_outcomes,
+    deletion_outcomes_csv,
+    drop_cycles_by_urgency,
+)
+from integrations.services.audit import outcome_export_record
+from integrations.services.reports import report_file_mark_uploaded, report_files_write
+from integrations.services.work_items import work_item_status_set
+
+REPORT_PERMISSION = "integrations.change_workitem"
+
+
+def _may_report(request: HttpRequest) -> bool:
+    return request.user.has_perm(REPORT_PERMISSION)
+
+
+@admin.register(ReportFile)
+class ReportFileAdmin(admin.ModelAdmin):
+    list_display = [
+        "file_name",
+        "broker_code",
+        "cycle_session",
+        "kind",
+        "rows",
+        "state",
+        "created_at",
+        "uploaded_at",
+        "download",
+    ]
+    list_filter = ["state", "kind", "broker"]
+    search_fields = ["file_name", "sha256"]
+    list_select_related = ["broker", "cycle"]
+    exclude = ["content"]
+    readonly_fields = [
+        "broker",
+        "cycle",
+        "kind",
+        "file_name",
+        "rows",
+        "sha256",
+        "state",
+        "drop_response",
+        "created_at",
+        "uploaded_at",
+        "download",
+    ]
+    actions = ["mark_uploaded"]
+    change_list_template = "admin/integrations/reportfile/change_list.html"
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[ReportFile]:
+        return super().get_queryset(request).defer("content")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # what DROP got is evidence
+
+    def has_report_permission(self, request: HttpRequest) -> bool:
+        return _may_report(request)
+
+    @admin.display(description="broker", ordering="broker__broker_id")
+    def broker_code(self, obj: ReportFile) -> str:
+        return obj.broker.broker_id
+
+    @admin.display(description="cycle", ordering="cycle__drop_session_id")
+    def cycle_session(self, obj: ReportFile) -> str:
+        return obj.cycle.drop_session_id
+
+    @admin.display(description="CSV")
+    def download(self, obj: ReportFile) -> str:
+        url = reverse("admin:integrations_reportfile_download", args=[obj.pk])
+        return format_html('<a href="{}" download>{}</a>', url, "download")
+
+    @admin.action(
+        description="Mark uploaded (uploaded by hand in DROP's portal)", permissions=["report"]
+    )
+    def mark_uploaded(self, request: HttpRequest, queryset: QuerySet[ReportFile]) -> None:
+        done = 0
+        for report_file in queryset.order_by("pk"):
+            try:
+                report_file_mark_uploaded(report_file=report_file, actor=staff_actor(request))
+            except ValidationError as exc:
+                self.message_user(request, " ".join(exc.messages), messages.ERROR)
+            else:
+                done += 1
+        if done:
+            self.message_user(request, f"Marked {done} file(s) uploaded.", messages.SUCCESS)
+
+    def get_urls(self) -> list[URLPattern]:
+        view = self.admin_site.admin_view
+        return [
+            path(
+                "<int:pk>/download/",
+                view(self.download_view),
+                name="integrations_reportfile_download",
+            ),
+            path("generate/", view(self.generate_view), name="integrations_reportfile_generate"),
+            *super().get_urls(),
+        ]
+
+    def download_view(self, request: HttpRequest, pk: int) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        report_file = get_object_or_404(ReportFile, pk=pk)
+        response = HttpResponse(bytes(report_file.content), content_type="text/csv")
+        response["Content-Disposition"] = f'attachment; filename="{report_file.file_name}"'
+        return response
+
+    def generate_view(self, request: HttpRequest) -> HttpResponse:
+        if not _may_report(request):
+            raise PermissionDenied
+        reportable = WorkItem.objects.filter(cycle=OuterRef("pk"), state=WorkItemState.REPORTABLE)
+        cycles = drop_cycles_by_urgency(
+            DropCycle.objects.filter(Exists(reportable)).select_related("broker")
+        )
+        form = GenerateForm(request.POST or None, cycles=cycles)
+        if request.method == "POST" and form.is_valid():
+            cycle = form.cleaned_data["cycle"]
+            written = report_files_write(
+                broker=cycle.broker, cycle=cycle, actor=staff_actor(request)
+            )
+            if written:
+                names = ", ".join(f"{f.file_name} ({f.rows} rows)" for f in written)
+                self.message_user(request, f"Wrote {names}.", messages.SUCCESS)
+            else:
+                self.message_user(request, "Nothing new to report for that cycle.")
+            changelist = reverse("admin:integrations_reportfile_changelist")
+            return HttpResponseRedirect(f"{changelist}?cycle__id__exact={cycle.pk}")
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Generate response files",
+            "form": form,
+            "opts": self.model._meta,
+            "today": timezone.localdate(),
+        }
+        return TemplateResponse(request, "admin/integrations/reportfile/generate.html", context)
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        extra_context = {**(extra_context or {}), "may_report": _may_report(request)}
+        return super().changelist_view(request, extra_context)
+
+
+class _CycleChoice(forms.ModelChoiceField):
+    def label_from_instance(self, obj: Any) -> str:
+        return (
+            f"{obj.broker.broker_id} cycle {obj.drop_session_id}, due {obj.due_date:%Y-%m-%d}"
+            f" ({obj.owed_items} work items without a status sent, "
+            f"{obj.unreportable_items} still waiting for an outcome)"
+        )
+
+
+class GenerateForm(forms.Form):
+    def __init__(self, *args: Any, cycles: QuerySet[DropCycle], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["cycle"] = _CycleChoice(
+            queryset=cycles,
+            help_text="Writes one file per list with the statuses DROP has not got yet, and "
+            "amendment files for statuses that changed. Its work items count as reported.",
+        )
+
+
+# ---------------------------------------------------------------- borrowed actions
+
+
+class WorkItemStatusForm(forms.Form):
+    status_code = forms.TypedChoiceField(
+        coerce=int,
+        choices=[
+            (2, "2: exempt"),
+            (3, "3: deleted"),
+            (4, "4: opted out"),
+            (5, "5: not found"),
+        ],
+    )
+    reason = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3}),
+        max_length=2000,
+        help_text="Why this status is set by hand; kept with the item and in the ledger.",
+    )
+
+
+@admin.action(description="Set the DROP status by hand (with a reason)")
+def set_work_item_status(
+    modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[WorkItem]
+) -> HttpResponse | None:
+    """For the work item admin: an intermediate page asks for the code and the reason."""
+    if not _may_report(request):
+        raise PermissionDenied
+    form = WorkItemStatusForm(request.POST if "apply" in request.POST else None)
+    if form.is_valid():
+        done = 0
+        for item in queryset.order_by("pk"):
+            try:
+                work_item_status_set(
+                    work_item=item,
+                    status_code=form.cleaned_data["status_code"],
+                    reason=form.cleaned_data["reason"],
+                    actor=staff_actor(request),
+                )
+            except ValidationError as exc:
+                modeladmin.message_user(
+                    request, f"{item.work_item_id}: {' '.join(exc.messages)}", messages.ERROR
+                )
+            else:
+                done += 1
+        if done:
+            modeladmin.message_user(request, f"Set the status of {done} work item(s).")
+        return None
+    context = {
+        **modeladmin.admin_site.each_context(request),
+        "title": "Set the DROP status by hand",
+        "form": form,
+        "items": queryset[:200],
+        "count": queryset.count(),
+        "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
+        "select_across": request.POST.get("select_across", "0"),
+        "action": "set_work_item_status",
+        "opts": modeladmin.model._meta,
+    }
+    return TemplateResponse(request, "admin/integrations/workitem/set_status.html", context)
+
+
+@admin.action(
+    description="Export the outcome history of these requests (CSV)", permissions=["view"]
+)
+def export_outcomes_csv(
+    modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[DeletionRequest]
+) -> StreamingHttpResponse:
+    """For the deletion request admin: the selected rows ("select all" takes the whole
+    filtered list), streamed; auditors may use it (view permission)."""
+    outcome_export_record(
+        actor=staff_actor(request), via="admin", filters={"requests": queryset.count()}
+    )
+    response = StreamingHttpResponse(
+        deletion_outcomes_csv(requests=queryset), content_type="text/csv; charset=utf-8"
+    )
+    stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
+    response["Content-Disposition"] = f'attachment; filename="outcomes-{stamp}.csv"'
+    return response
+
+
+@admin.action(
+    description="Export the outcome history of these requests (JSONL)", permissions=["view"]
+)
+def export_outcomes_jsonl(
+    modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[DeletionRequest]
+) -> StreamingHttpResponse:
+    """As ``export_outcomes_csv``, one JSON object per line (the columns as keys)."""
+    outcome_export_record(
+        actor=staff_actor(request),
+        via="admin",
+        filters={"requests": queryset.count()},
+        fmt="jsonl",
+    )
+    response = StreamingHttpResponse(
+        exports.iter_lines("jsonl", OUTCOME_COLUMNS, deletion_outcomes(requests=queryset)),
+        content_type="application/x-ndjson",
+    )
+    stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
+    response["Content-Disposition"] = f'attachment; filename="outcomes-{stamp}.jsonl"'
+    return response

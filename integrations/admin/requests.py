@@ -1,0 +1,312 @@
+"""Deletion and resolution requests, SaaS deletions and opt-out records in the admin.
+
+Read-only records of what was sent and answered, each with its delivery attempts inline.
+The only writes are staff actions, each through a service with its ledger event:
+
+- redeliver (what got no outcome: undeliverable, or queued/dispatched with no callback): a new
+  ``webhook_request_id``, attempts from zero, a delivery job;
+- redispatch a ``failed`` outcome;
+- cancel a SaaS deletion staff give up on (its resolved identifiers can then be purged).
+
+An opt-out record's email is shown only on its own page, never in a list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
+from django.db.models import Model, QuerySet
+from django.http import HttpRequest
+
+from integrations.admin.actors import staff_actor
+from integrations.admin.reports import export_outcomes_csv, export_outcomes_jsonl
+from integrations.models import (
+    DeletionRequest,
+    DeliveryAttempt,
+    DropCycle,
+    OptOutRecord,
+    ResolutionRequest,
+    SaasDeletion,
+)
+from integrations.services.redelivery import (
+    deletion_request_redeliver,
+    deletion_request_redispatch,
+    resolution_request_redeliver,
+    saas_deletion_redeliver,
+)
+from integrations.services.resolutions import saas_deletion_cancel
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Rows written only by the cycle: viewable, never edited through a form."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    hidden_fields: tuple[str, ...] = ()
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        if self.fields:
+            return list(self.fields)
+        return [f.name for f in self.model._meta.fields if f.name not in self.hidden_fields]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return self.get_fields(request, obj)
+
+    def save_model(self, request: HttpRequest, obj: Model, form: Any, change: bool) -> None:
+        pass  # every field is read-only; writes go through the actions
+
+
+def _apply(
+    request: HttpRequest,
+    queryset: QuerySet[Any],
+    service: Callable[[Any], Any],
+    done: str,
+) -> None:
+    """Run ``service`` on each row; report how many were done and why the rest were not."""
+    ok, refused = 0, []
+    for row in queryset:
+        try:
+            service(row)
+            ok += 1
+        except ValidationError as exc:
+            refused.append(f"{row}: {' '.join(exc.messages)}")
+    if ok:
+        messages.success(request, f"{done}: {ok}.")
+    if refused:
+        shown = "; ".join(refused[:10]) + (
+            f"; and {len(refused) - 10} more" if len(refused) > 10 else ""
+        )
+        messages.warning(request, f"Not done for {len(refused)}: {shown}")
+
+
+class CycleFilter(admin.SimpleListFilter):
+    """The DROP cycle (download) of the request's work item, most recent first."""
+
+    title = "cycle"
+    parameter_name = "cycle"
+    recent = 30
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        cycles = DropCycle.objects.select_related("broker").order_by("-downloaded_at")
+        return [(str(c.pk), str(c)) for c in cycles[: self.recent]]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if not value:
+            return queryset
+        if not value.isdigit():
+            return queryset.none()
+        return queryset.filter(work_item__cycle_id=int(value))
+
+
+class AttemptInline(admin.TabularInline):
+    model = DeliveryAttempt
+    fields = ("number", "started_at", "url", "status", "duration_ms", "error", "answer", "headers")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    ordering = ["started_at"]
+
+    @admin.display(description="Answer (first 4 KiB)")
+    def answer(self, obj: DeliveryAttempt) -> str:
+        return obj.response_body[:300] + ("…" if len(obj.response_body) > 300 else "")
+
+    @admin.display(description="Request headers")
+    def headers(self, obj: DeliveryAttempt) -> str:
+        return "\n".join(f"{k}: {v}" for k, v in obj.request_headers.items())
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class DeletionAttemptInline(AttemptInline):
+    fk_name = "deletion_request"
+
+
+class ResolutionAttemptInline(AttemptInline):
+    fk_name = "resolution_request"
+
+
+class SaasAttemptInline(AttemptInline):
+    fk_name = "saas_deletion"
+
+
+@admin.register(DeletionRequest)
+class DeletionRequestAdmin(ReadOnlyAdmin):
+    list_display = [
+        "request_uuid",
+        "broker",
+        "integration",
+        "state",
+        "drop_outcome",
+        "drop_status_code",
+        "attempts",
+        "next_attempt_at",
+        "dispatched_at",
+        "completed_at",
+        "late_match",
+    ]
+    list_filter = [
+        "state",
+        "drop_outcome",
+        ("integration", admin.RelatedOnlyFieldListFilter),
+        CycleFilter,
+        "broker",
+        "dispatched_at",
+        "late_match",
+    ]
+    search_fields = ["=request_uuid", "remote_identifier", "=work_item__work_item_id"]
+    list_select_related = ["broker", "integration"]
+    show_full_result_count = False
+    inlines = [DeletionAttemptInline]
+    actions = ["redeliver", "redispatch", export_outcomes_csv, export_outcomes_jsonl]
+
+    @admin.action(
+        description="Redeliver (new webhook_request_id, attempts from zero)", permissions=["change"]
+    )
+    def redeliver(self, request: HttpRequest, queryset: QuerySet[DeletionRequest]) -> None:
+        actor = staff_actor(request)
+        _apply(
+            request,
+            queryset,
+            lambda row: deletion_request_redeliver(deletion_request=row, actor=actor),
+            "Queued for redelivery",
+        )
+
+    @admin.action(description="Redispatch a failed outcome", permissions=["change"])
+    def redispatch(self, request: HttpRequest, queryset: QuerySet[DeletionRequest]) -> None:
+        actor = staff_actor(request)
+        _apply(
+            request,
+            queryset,
+            lambda row: deletion_request_redispatch(deletion_request=row, actor=actor),
+            "Queued for redispatch",
+        )
+
+
+class SaasDeletionInline(admin.TabularInline):
+    model = SaasDeletion
+    fields = (
+        "saas_connection",
+        "state",
+        "attempts",
+        "next_attempt_at",
+        "completed_at",
+        "last_error",
+    )
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    show_change_link = True
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(ResolutionRequest)
+class ResolutionRequestAdmin(ReadOnlyAdmin):
+    list_display = [
+        "request_uuid",
+        "broker",
+        "integration",
+        "state",
+        "drop_outcome",
+        "attempts",
+        "dispatched_at",
+        "completed_at",
+        "identifiers_purged_at",
+    ]
+    list_filter = [
+        "state",
+        "drop_outcome",
+        ("integration", admin.RelatedOnlyFieldListFilter),
+        CycleFilter,
+        "broker",
+    ]
+    search_fields = ["=request_uuid", "=results_token", "remote_identifier"]
+    list_select_related = ["broker", "integration"]
+    show_full_result_count = False
+    # The resolved identifiers are clear personal data: kept encrypted, never displayed.
+    hidden_fields = ("identifiers",)
+    inlines = [ResolutionAttemptInline, SaasDeletionInline]
+    actions = ["redeliver"]
+
+    @admin.action(
+        description="Redeliver (new webhook_request_id, attempts from zero)", permissions=["change"]
+    )
+    def redeliver(self, request: HttpRequest, queryset: QuerySet[ResolutionRequest]) -> None:
+        actor = staff_actor(request)
+        _apply(
+            request,
+            queryset,
+            lambda row: resolution_request_redeliver(resolution_request=row, actor=actor),
+            "Queued for redelivery",
+        )
+
+
+@admin.register(SaasDeletion)
+class SaasDeletionAdmin(ReadOnlyAdmin):
+    list_display = [
+        "pk",
+        "resolution",
+        "saas_connection",
+        "state",
+        "attempts",
+        "next_attempt_at",
+        "completed_at",
+        "last_error",
+    ]
+    list_filter = ["state", ("saas_connection", admin.RelatedOnlyFieldListFilter)]
+    search_fields = ["=resolution__request_uuid"]
+    list_select_related = ["resolution", "saas_connection"]
+    inlines = [SaasAttemptInline]
+    actions = ["redeliver", "cancel"]
+
+    @admin.action(description="Redeliver (attempts from zero)", permissions=["change"])
+    def redeliver(self, request: HttpRequest, queryset: QuerySet[SaasDeletion]) -> None:
+        actor = staff_actor(request)
+        _apply(
+            request,
+            queryset,
+            lambda row: saas_deletion_redeliver(saas_deletion=row, actor=actor),
+            "Queued for redelivery",
+        )
+
+    @admin.action(
+        description="Cancel (give up; the identifiers can be purged)", permissions=["change"]
+    )
+    def cancel(self, request: HttpRequest, queryset: QuerySet[SaasDeletion]) -> None:
+        actor = staff_actor(request)
+        _apply(
+            request,
+            queryset,
+            lambda row: saas_deletion_cancel(
+                saas_deletion=row, reason="cancelled by staff", actor=actor
+            ),
+            "Cancelled",
+        )
+
+
+@admin.register(OptOutRecord)
+class OptOutRecordAdmin(ReadOnlyAdmin):
+    list_display = ["deletion_request", "broker", "created_at"]  # no email in lists
+    list_filter = ["broker"]
+    search_fields = ["=deletion_request__request_uuid"]
+    list_select_related = ["deletion_request", "broker"]
+    fields = ["deletion_request", "broker", "email", "created_at"]
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

@@ -1,0 +1,198 @@
+"""What every signed callback from a broker goes through (deletion, resolution, ISI).
+
+A callback view subclasses ``SignedCallbackView``; correlating the body with the request it
+answers is the view's job, because only then is the secret known (the Webhook Secret of the
+integration that sent the dispatch)::
+
+    class DeletionCallbackView(SignedCallbackView):
+        callback = "deletion"
+
+        def put(self, request):
+            payload = self.json_object(request)                   # 400 unless a JSON object
+            row = ...find it among the key's broker's requests... # 404 otherwise
+            self.subject = str(row.request_uuid)
+            self.verify_signature(request, row.integration)       # 401
+            ...validate, call the service, render...
+
+The order of checks, each with its status and ``code`` (product.md section 2):
+
+1. body over 64 KiB: 413 ``payload_too_large`` (refused before anything else, unread);
+2. API key missing, unknown or revoked: 401 ``authentication_failed``;
+3. key without ``webhook_callback``: 403 ``scope_missing``;
+4. more than the key's rate: 429 ``rate_limited`` with ``Retry-After``;
+5. signature headers missing: 401 ``signature_invalid``;
+6. body not a JSON object: 400 ``validation_failed``; no such request of this broker: 404;
+7. signature wrong (current secret, or the previous one within 24 h of a rotation):
+   401 ``signature_invalid``; timestamp more than 5 minutes off: 401 ``timestamp_out_of_range``.
+
+Every rejection is a ledger event (``callback.rejected``: which callback, status, code, the
+key's prefix, the request if known; never the body, a secret or an identifier).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+
+from django.conf import settings
+from rest_framework import exceptions
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.throttling import BaseThrottle
+from rest_framework.views import APIView
+
+from integrations.api.authentication import ApiKeyAuthentication
+from integrations.api.errors import Problem
+from integrations.api.permissions import HasScope
+from integrations.dispatch import signing
+from integrations.models import ApiKey, ApiKeyScope, Integration
+from integrations.services.integrations import integration_callback_secrets
+from integrations.services.ledger import ledger_event_append
+
+CALLBACK_BODY_LIMIT = 64 * 1024
+
+
+class CallbackRateThrottle(BaseThrottle):
+    """A token bucket per API key, per web process: ``DROPPORTAL_CALLBACK_RATE_LIMIT``
+    callbacks a second sustained, bursts of twice that. 0 turns it off.
+
+    In memory on purpose: it costs no query on the hot path. With N web processes a key
+    gets at most N times the rate, which is what the limit is for: stopping a runaway
+    client, not metering.
+    """
+
+    _buckets: dict[str, tuple[float, float]] = {}  # key prefix -> (tokens, at)
+    _lock = threading.Lock()
+
+    def __init__(self) -> None:
+        self._wait = 0.0
+
+    def allow_request(self, request: Request, view: Any) -> bool:
+        rate = float(getattr(settings, "DROPPORTAL_CALLBACK_RATE_LIMIT", 0))
+        api_key = request.auth
+        if rate <= 0 or not isinstance(api_key, ApiKey):
+            return True
+        capacity = 2 * rate
+        now = time.monotonic()
+        with self._lock:
+            tokens, at = self._buckets.get(api_key.prefix, (capacity, now))
+            tokens = min(capacity, tokens + (now - at) * rate)
+            if tokens >= 1:
+                self._buckets[api_key.prefix] = (tokens - 1, now)
+                return True
+            self._buckets[api_key.prefix] = (tokens, now)
+        self._wait = (1 - tokens) / rate
+        return False
+
+    def wait(self) -> float:
+        return max(1.0, self._wait)
+
+
+class SignedCallbackView(APIView):
+    """The shared checks of a broker callback; subclasses set ``callback`` and ``subject``."""
+
+    authentication_classes = [ApiKeyAuthentication]
+    permission_classes = [HasScope]
+    throttle_classes = [CallbackRateThrottle]
+    required_scope = ApiKeyScope.WEBHOOK_CALLBACK
+    callback = ""  # "deletion", "resolution", "isi": names it in ledger events
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        self.subject = ""  # the request the callback answers, once known
+        try:
+            length = int(request.META.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            length = 0
+        if length > CALLBACK_BODY_LIMIT:
+            raise Problem(
+                status=413,
+                code="payload_too_large",
+                detail=f"The body is {length} bytes; callbacks are limited to 64 KiB.",
+            )
+        super().initial(request, *args, **kwargs)
+        headers = request.headers
+        if not headers.get(signing.TIMESTAMP_HEADER) or not headers.get(signing.SIGNATURE_HEADER):
+            raise Problem(
+                status=401,
+                code="signature_invalid",
+                detail=f"Sign the callback: {signing.TIMESTAMP_HEADER} and "
+                f"{signing.SIGNATURE_HEADER} are required.",
+            )
+
+    def json_object(self, request: Request) -> dict[str, Any]:
+        """The raw body parsed as a JSON object (the signature is checked on the raw bytes)."""
+        body = request.body
+        if len(body) > CALLBACK_BODY_LIMIT:
+            raise Problem(
+                status=413, code="payload_too_large", detail="Callbacks are limited to 64 KiB."
+            )
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            raise Problem(
+                status=400,
+                code="validation_failed",
+                detail="The body is not valid JSON.",
+                errors={"non_field_errors": ["The body is not valid JSON."]},
+            ) from None
+        if not isinstance(payload, dict):
+            raise Problem(
+                status=400,
+                code="validation_failed",
+                detail="The body must be a JSON object.",
+                errors={"non_field_errors": ["The body must be a JSON object."]},
+            )
+        return payload
+
+    def verify_signature(self, request: Request, integration: Integration) -> None:
+        """401 unless signed by ``integration``'s secret (or the previous one within 24 h)."""
+        try:
+            signing.verify(
+                integration_callback_secrets(integration),
+                request.headers.get(signing.TIMESTAMP_HEADER),
+                request.headers.get(signing.SIGNATURE_HEADER),
+                request.body,
+            )
+        except signing.SignatureError as exc:
+            raise Problem(status=401, code=exc.code, detail=str(exc)) from None
+
+    @staticmethod
+    def not_found(what: str) -> Problem:
+        # The same answer for another broker's request: existence does not leak.
+        return Problem(status=404, code="not_found", detail=f"No {what} for this API key.")
+
+    def actor(self, request: Request) -> str:
+        api_key = request.auth
+        assert isinstance(api_key, ApiKey)
+        return f"apikey:{api_key.prefix}"
+
+    def handle_exception(self, exc: Exception) -> Response:
+        response = super().handle_exception(exc)
+        if isinstance(exc, exceptions.APIException):
+            self._record_rejection(exc, response)
+        return response
+
+    def _record_rejection(self, exc: exceptions.APIException, response: Response) -> None:
+        # Only what authentication established: reading request.auth here would
+        # authenticate a request refused before authentication (413).
+        api_key = self.request.__dict__.get("_auth")
+        body = response.data if isinstance(response.data, dict) else {}
+        data: dict[str, Any] = {
+            "callback": self.callback,
+            "status": response.status_code,
+            "code": body.get("code", ""),
+            "detail": str(body.get("detail", ""))[:500],
+        }
+        if isinstance(body.get("errors"), dict):
+            data["fields"] = sorted(str(field) for field in body["errors"])  # names, not values
+        data.update(getattr(exc, "ledger_data", {}))
+        known = api_key if isinstance(api_key, ApiKey) else None
+        ledger_event_append(
+            kind="callback.rejected",
+            broker_id=known.broker.broker_id if known else "",
+            subject=getattr(self, "subject", ""),
+            actor=f"apikey:{known.prefix}" if known else "anonymous",
+            data=data,
+        )

@@ -1,0 +1,147 @@
+"""Validation of the broker's callback bodies (broker interface 2.2 and 2.4, rules of section 7).
+
+Strict on types (a JSON number is not the string ``"1.0"``) and verbatim on values: nothing
+is trimmed or case-folded, since the service matches and records resolved identifiers
+exactly as the broker stores them. Errors come back keyed by field; the cross-field rules
+use the dotted path the broker interface names (``identifiers.email[0].email``)::
+
+    serializer = DeletionCallbackSerializer(data=payload)
+    serializer.is_valid(raise_exception=True)    # 400 validation_failed with ``errors``
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from integrations.models import DropOutcome
+
+
+class StrictCharField(serializers.CharField):
+    """A JSON string, taken as sent (no trimming); numbers and booleans are refused."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("trim_whitespace", False)
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictChoiceField(serializers.ChoiceField):
+    """One of ``choices``, as a JSON string (``1.0`` the number is not ``"1.0"``)."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if not isinstance(data, str):
+            self.fail("invalid_choice", input=data)
+        return super().to_internal_value(data)
+
+
+class EmailIdentifierSerializer(serializers.Serializer):
+    email = StrictCharField(max_length=320)
+
+
+class DeletionIdentifiersSerializer(serializers.Serializer):
+    email = serializers.ListField(child=EmailIdentifierSerializer(), required=False)
+
+
+OPT_OUT_EMAIL = "identifiers.email[0].email"
+
+
+class DeletionCallbackSerializer(serializers.Serializer):
+    """Body 2.2: the deletion outcome callback."""
+
+    schema_version = StrictChoiceField(choices=["1.0"])
+    status = StrictChoiceField(choices=["completed"])
+    request_uuid = serializers.UUIDField()
+    drop_outcome = StrictChoiceField(choices=DropOutcome.values)
+    error_message = StrictCharField(
+        required=False, allow_null=True, allow_blank=True, max_length=2000
+    )
+    identifiers = DeletionIdentifiersSerializer(required=False, allow_null=True)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        outcome = attrs["drop_outcome"]
+        if outcome == DropOutcome.FAILED and not (attrs.get("error_message") or "").strip():
+            raise serializers.ValidationError(
+                {"error_message": ["Required when drop_outcome is 'failed'."]}
+            )
+        if outcome == DropOutcome.OPTED_OUT and not opt_out_email(attrs).strip():
+            raise serializers.ValidationError(
+                {OPT_OUT_EMAIL: ["Required when drop_outcome is 'opted_out'."]}
+            )
+        return attrs
+
+
+def opt_out_email(attrs: dict[str, Any]) -> str:
+    """``identifiers.email[0].email`` of a validated body 2.2, or ``""``."""
+    emails = (attrs.get("identifiers") or {}).get("email") or []
+    return str(emails[0]["email"]) if emails else ""
+
+
+class ResolvedIdentifiersField(serializers.DictField):
+    """``{"email": [{"email": "..."}], "phone": [{"phone": "+1..."}]}``: categories of
+    arrays of objects of strings, kept verbatim."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(
+            child=serializers.ListField(
+                child=serializers.DictField(
+                    child=StrictCharField(max_length=1000), allow_empty=False
+                )
+            ),
+            **kwargs,
+        )
+
+
+class ResolutionCallbackSerializer(serializers.Serializer):
+    """Body 2.4: the identifier retrieval outcome callback."""
+
+    status = StrictChoiceField(choices=["completed"])
+    results_token = StrictCharField(max_length=64)
+    drop_outcome = StrictChoiceField(
+        choices=[DropOutcome.OPTED_OUT, DropOutcome.EXEMPT], required=False, allow_null=True
+    )
+    exemption_basis = StrictCharField(
+        required=False, allow_null=True, allow_blank=True, max_length=100
+    )
+    identifiers = ResolvedIdentifiersField(required=False)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        outcome = attrs.get("drop_outcome") or ""
+        if outcome == DropOutcome.EXEMPT and not (attrs.get("exemption_basis") or "").strip():
+            raise serializers.ValidationError(
+                {"exemption_basis": ["Required when drop_outcome is 'exempt'."]}
+            )
+        if not outcome and "identifiers" not in attrs:
+            raise serializers.ValidationError(
+                {"identifiers": ["Required unless drop_outcome is 'opted_out' or 'exempt'."]}
+            )
+        return attrs
+
+
+class CallbackRecordedSerializer(serializers.Serializer):
+    """The 200 answer: recorded, or unchanged (the same outcome was already recorded)."""
+
+    status = serializers.ChoiceField(choices=["recorded", "unchanged"])
+    request_uuid = serializers.UUIDField()
+    drop_outcome = serializers.CharField(allow_blank=True)
+
+
+class ProblemSerializer(serializers.Serializer):
+    """RFC 9457 problem details, with the stable ``code`` and, on 400, ``errors`` by field."""
+
+    type = serializers.CharField()
+    title = serializers.CharField()
+    status = serializers.IntegerField()
+    detail = serializers.CharField()
+    code = serializers.CharField()
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        fields = super().get_fields()
+        # Declared here: as a class attribute it would shadow Serializer.errors.
+        fields["errors"] = serializers.DictField(required=False)
+        return fields

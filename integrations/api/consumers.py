@@ -1,0 +1,287 @@
+"""Consumer registration for brokers' systems (scope ``ingest``; product.md section 4).
+
+    POST /api/v1/drop/consumers
+    {"consumers": [{"remote_identifier": "C-1", "email": ["anna@example.com"]}, ...]}
+    200 {"accepted": 1, "rejected": []}
+
+    DELETE /api/v1/drop/consumers/C-1                  204, or 404 not_found
+
+Up to 10,000 consumers a call, with clear or Base64-hashed identifiers. A bad consumer is
+answered in ``rejected`` (its index, pointer and errors by field) and the others are
+registered; a malformed body, or more than 10,000 consumers, is a 400 ``validation_failed``
+and nothing is written. Calls are idempotent. The key's broker is the broker.
+
+The body is read by ``integrations.drop.registration`` (its rules, one pass, no per-field
+serializer objects for 10,000 consumers); the serializers below describe it in the schema.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from integrations.api.callback_serializers import ProblemSerializer
+from integrations.api.errors import Problem
+from integrations.api.permissions import HasScope
+from integrations.drop.registration import parse_api_consumers
+from integrations.models import ApiKey, Consumer
+from integrations.services.consumers import (
+    RegistrationBusy,
+    consumer_forget,
+    consumers_register,
+)
+
+MAX_CONSUMERS = 10_000
+# A full call (10,000 consumers with several identifiers each) is a few MB; DRF reads the
+# body as a stream, past Django's DATA_UPLOAD_MAX_MEMORY_SIZE, so the cap is checked here.
+MAX_BODY_BYTES = 32 * 1024 * 1024
+# An API call waits this long for a registration of the same broker (a file import can
+# hold it for a while), then answers 503 with Retry-After.
+LOCK_WAIT_SECONDS = 10.0
+RETRY_AFTER_SECONDS = 30
+
+
+# --- Schema ----------------------------------------------------------------------------
+
+
+class NdzSerializer(serializers.Serializer):
+    first_name = serializers.CharField()
+    last_name = serializers.CharField()
+    dob = serializers.CharField(help_text="YYYY-MM-DD, YYYYMMDD or MM/DD/YYYY")
+    zip = serializers.CharField()
+
+
+class NameVinSerializer(serializers.Serializer):
+    first_name = serializers.CharField()
+    last_name = serializers.CharField()
+    vin = serializers.CharField(help_text="17 letters or digits")
+
+
+class HashesSerializer(serializers.Serializer):
+    """Pre-hashed identifiers: SHA-256 of the standardized value, standard Base64."""
+
+    email = serializers.ListField(child=serializers.CharField(), required=False)
+    phone = serializers.ListField(child=serializers.CharField(), required=False)
+    ndz = serializers.ListField(child=serializers.CharField(), required=False)
+    name_vin = serializers.ListField(child=serializers.CharField(), required=False)
+    maid = serializers.ListField(child=serializers.CharField(), required=False)
+    ctvid = serializers.ListField(child=serializers.CharField(), required=False)
+
+
+class ConsumerSerializer(serializers.Serializer):
+    remote_identifier = serializers.CharField(
+        max_length=255, help_text="The broker's pointer to the consumer, sent back in dispatches."
+    )
+    remote_identifier_kind = serializers.CharField(
+        required=False,
+        help_text="What the pointer is; external_id for a new consumer when absent.",
+    )
+    email = serializers.ListField(child=serializers.CharField(), required=False)
+    phone = serializers.ListField(child=serializers.CharField(), required=False)
+    ndz = NdzSerializer(many=True, required=False)
+    name_vin = NameVinSerializer(many=True, required=False)
+    maid = serializers.ListField(child=serializers.CharField(), required=False)
+    ctvid = serializers.ListField(child=serializers.CharField(), required=False)
+    hashes = HashesSerializer(required=False)
+
+
+class RegistrationRequestSerializer(serializers.Serializer):
+    consumers = serializers.ListField(child=ConsumerSerializer(), max_length=MAX_CONSUMERS)
+
+
+class RejectedConsumerSerializer(serializers.Serializer):
+    index = serializers.IntegerField(help_text="Position in the request's consumers array.")
+    remote_identifier = serializers.CharField(allow_null=True)
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        fields = super().get_fields()
+        # Declared here: as a class attribute it would shadow Serializer.errors.
+        fields["errors"] = serializers.DictField(
+            child=serializers.ListField(child=serializers.CharField()),
+            help_text="Messages by path of the bad value: email[1], ndz[0].dob, hashes.phone[0].",
+        )
+        return fields
+
+
+class RegistrationResponseSerializer(serializers.Serializer):
+    accepted = serializers.IntegerField(help_text="Consumers registered (or already were).")
+    rejected = RejectedConsumerSerializer(many=True)
+
+
+# --- Views -----------------------------------------------------------------------------
+
+
+def _busy(exc: RegistrationBusy) -> Problem:
+    return Problem(
+        status=503,
+        code="registration_busy",
+        detail=f"{exc}; retry later.",
+        headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+    )
+
+
+class ConsumersView(APIView):
+    permission_classes = [HasScope]
+    required_scope = "ingest"
+
+    @extend_schema(
+        operation_id="drop_consumers_register",
+        summary="Register consumers (up to 10,000 per call)",
+        description=(
+            "Clear identifiers are standardized and hashed on arrival and never stored. "
+            "Idempotent: sending a consumer again changes nothing. Each bad consumer is "
+            "listed in `rejected` and the others are registered."
+        ),
+        request=RegistrationRequestSerializer,
+        responses={
+            200: RegistrationResponseSerializer,
+            400: OpenApiResponse(ProblemSerializer, description="validation_failed"),
+            401: OpenApiResponse(ProblemSerializer, description="authentication_failed"),
+            403: OpenApiResponse(ProblemSerializer, description="scope_missing"),
+            413: OpenApiResponse(ProblemSerializer, description="payload_too_large"),
+            503: OpenApiResponse(ProblemSerializer, description="registration_busy"),
+        },
+        examples=[
+            OpenApiExample(
+                "Two consumers",
+                request_only=True,
+                value={
+                    "consumers": [
+                        {
+                            "remote_identifier": "C-1",
+                            "email": ["anna.smith@domain.com"],
+                            "ndz": [
+                                {
+                                    "first_name": "Anna",
+                                    "last_name": "Smith",
+                                    "dob": "1985-07-04",
+                                    "zip": "91790",
+                                }
+                            ],
+                        },
+                        {
+                            "remote_identifier": "C-2",
+                            "hashes": {"phone": ["vGM7y5n+hBXRSEAklhHDPCbysyNgYTmXdMcagGUOY8E="]},
+                        },
+                    ]
+                },
+            )
+        ],
+    )
+    def post(self, request: Request) -> Response:
+        try:
+            length = int(request.META.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            length = 0
+        if length > MAX_BODY_BYTES:
+            raise Problem(
+                status=413,
+                code="payload_too_large",
+                detail=f"The body is over {MAX_BODY_BYTES // (1024 * 1024)} MiB.",
+            )
+        consumers = _consumers_of(request.data)
+        api_key = request.auth
+        assert isinstance(api_key, ApiKey)  # HasScope
+        try:
+            result = consumers_register(
+                broker=api_key.broker,
+                rows=parse_api_consumers(consumers),
+                actor=f"apikey:{api_key.prefix}",
+                source="api",
+                lock_timeout=LOCK_WAIT_SECONDS,
+            )
+        except RegistrationBusy as exc:
+            raise _busy(exc) from None
+        return Response(
+            {
+                "accepted": result.rows_accepted,
+                "rejected": [
+                    {
+                        "index": r.position,
+                        "remote_identifier": r.remote_identifier,
+                        "errors": r.errors,
+                    }
+                    for r in result.rejected
+                ],
+            }
+        )
+
+
+def _consumers_of(body: Any) -> list[Any]:
+    if not isinstance(body, dict):
+        raise Problem(
+            status=400,
+            code="validation_failed",
+            detail='The body must be a JSON object {"consumers": [...]}.',
+            errors={"non_field_errors": ['expected {"consumers": [...]}']},
+        )
+    errors: dict[str, list[str]] = {
+        str(key): ["unknown field; expected consumers"] for key in body if key != "consumers"
+    }
+    consumers = body.get("consumers")
+    if consumers is None:
+        errors["consumers"] = ["this field is required"]
+    elif not isinstance(consumers, list):
+        errors["consumers"] = ["must be a list of consumer objects"]
+    elif len(consumers) > MAX_CONSUMERS:
+        errors["consumers"] = [
+            f"holds {len(consumers):,} consumers; at most {MAX_CONSUMERS:,} per call"
+        ]
+    if errors:
+        raise Problem(
+            status=400, code="validation_failed", detail="Validation failed.", errors=errors
+        )
+    assert isinstance(consumers, list)
+    return consumers
+
+
+class ConsumerView(APIView):
+    permission_classes = [HasScope]
+    required_scope = "ingest"
+
+    @extend_schema(
+        operation_id="drop_consumers_forget",
+        summary="Forget a consumer",
+        description="Deletes the consumer and its identifier hashes. Idempotent in effect: "
+        "a consumer already forgotten (or never registered) is a 404.",
+        parameters=[
+            OpenApiParameter(
+                "remote_identifier",
+                OpenApiTypes.STR,
+                OpenApiParameter.PATH,
+                description="The pointer the consumer was registered with (URL-encoded).",
+            )
+        ],
+        request=None,
+        responses={
+            204: OpenApiResponse(description="Forgotten."),
+            401: OpenApiResponse(ProblemSerializer, description="authentication_failed"),
+            403: OpenApiResponse(ProblemSerializer, description="scope_missing"),
+            404: OpenApiResponse(ProblemSerializer, description="not_found"),
+            503: OpenApiResponse(ProblemSerializer, description="registration_busy"),
+        },
+    )
+    def delete(self, request: Request, remote_identifier: str) -> Response:
+        api_key = request.auth
+        assert isinstance(api_key, ApiKey)  # HasScope
+        try:
+            consumer_forget(
+                broker=api_key.broker,
+                remote_identifier=remote_identifier,
+                actor=f"apikey:{api_key.prefix}",
+                lock_timeout=LOCK_WAIT_SECONDS,
+            )
+        except Consumer.DoesNotExist:
+            # Also for another broker's consumer: no existence leak.
+            raise Problem(
+                status=404, code="not_found", detail="No consumer with this remote_identifier."
+            ) from None
+        except RegistrationBusy as exc:
+            raise _busy(exc) from None
+        return Response(status=204)

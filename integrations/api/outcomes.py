@@ -1,0 +1,244 @@
+"""``GET /api/v1/drop/outcomes``: the outcome history for auditors (scope ``audit``).
+
+One row per deletion request of the key's broker, oldest first, as paginated JSON::
+
+    GET /api/v1/drop/outcomes?since=2026-03-01&limit=500
+    {"results": [{...}, ...], "next_cursor": "MTIzNDU", "next": "https://.../outcomes?..."}
+
+or, with ``Accept: text/csv``, the whole filtered history streamed as one CSV (cells a
+spreadsheet would run as formulas are defused). Pages are keyset-paginated by request
+id, so a page never shifts while new requests arrive.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+from typing import Any
+
+from django.http import HttpResponseBase, StreamingHttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import serializers
+from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from integrations.api.callback_serializers import ProblemSerializer
+from integrations.api.errors import Problem
+from integrations.api.permissions import HasScope
+from integrations.models import ApiKey
+from integrations.selectors import OUTCOME_COLUMNS, deletion_outcomes, deletion_outcomes_csv
+from integrations.services.audit import outcome_export_record
+
+DEFAULT_LIMIT = 100
+MAX_LIMIT = 1000
+
+
+class CsvRenderer(BaseRenderer):
+    """Lets content negotiation pick CSV; the view streams the body itself."""
+
+    media_type = "text/csv"
+    format = "csv"
+    charset = "utf-8"
+
+    def render(
+        self, data: Any, accepted_media_type: str | None = None, renderer_context: Any = None
+    ) -> bytes:
+        raise NotImplementedError("the outcomes view streams its CSV")
+
+
+def _moment(text: str, *, end: bool) -> dt.datetime:
+    """A date (``until`` takes in the whole day) or an ISO 8601 time (UTC when naive)."""
+    try:
+        if len(text) == 10:
+            start = dt.datetime.combine(dt.date.fromisoformat(text), dt.time(), tzinfo=dt.UTC)
+            return start + dt.timedelta(days=1) if end else start
+        moment = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise serializers.ValidationError("Use a date (YYYY-MM-DD) or an ISO 8601 time.") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
+
+
+def cursor_encode(after_id: int) -> str:
+    return base64.urlsafe_b64encode(str(after_id).encode()).decode().rstrip("=")
+
+
+def _cursor_decode(cursor: str) -> int:
+    try:
+        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("ascii")
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        text = ""
+    if not text.isdigit() or len(text) > 19:
+        raise serializers.ValidationError("Not a cursor this API gave out.")
+    return int(text)
+
+
+class OutcomeQuerySerializer(serializers.Serializer):
+    broker = serializers.RegexField(
+        r"^[0-9]{4}\Z",
+        required=False,
+        help_text="The key's own broker id (a key reads only its broker's outcomes).",
+    )
+    since = serializers.CharField(
+        required=False, help_text="Matched at or after this date (YYYY-MM-DD) or ISO time."
+    )
+    until = serializers.CharField(
+        required=False,
+        help_text="Matched up to this date (inclusive) or before this ISO time.",
+    )
+    cursor = serializers.CharField(required=False, help_text="`next_cursor` of the last page.")
+    limit = serializers.IntegerField(
+        required=False, min_value=1, max_value=MAX_LIMIT, default=DEFAULT_LIMIT
+    )
+
+    def validate_since(self, value: str) -> dt.datetime:
+        return _moment(value, end=False)
+
+    def validate_until(self, value: str) -> dt.datetime:
+        return _moment(value, end=True)
+
+    def validate_cursor(self, value: str) -> int:
+        return _cursor_decode(value)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        since, until = attrs.get("since"), attrs.get("until")
+        if since and until and until <= since:
+            raise serializers.ValidationError({"until": ["Must be after since."]})
+        return attrs
+
+
+class OutcomeSerializer(serializers.Serializer):
+    """One deletion request's history (the CSV has the same columns)."""
+
+    request_uuid = serializers.UUIDField()
+    broker_id = serializers.CharField()
+    drop_session_id = serializers.CharField()
+    match_date = serializers.DateField()
+    work_item_id = serializers.CharField()
+    list_type = serializers.CharField(help_text="DROP's list: Email, Phone, NDZ, ...")
+    hash_type = serializers.CharField()
+    identifier_hash = serializers.CharField()
+    remote_identifier = serializers.CharField()
+    remote_identifier_kind = serializers.CharField()
+    integration_id = serializers.UUIDField(allow_null=True)
+    isi_connection_id = serializers.UUIDField(allow_null=True)
+    state = serializers.CharField()
+    drop_outcome = serializers.CharField(allow_null=True)
+    drop_status_code = serializers.IntegerField(allow_null=True)
+    error_message = serializers.CharField(allow_null=True)
+    attempts = serializers.IntegerField()
+    matched_at = serializers.DateTimeField()
+    dispatched_at = serializers.DateTimeField(allow_null=True, help_text="First attempt.")
+    acknowledged_at = serializers.DateTimeField(allow_null=True, help_text="The broker's 2xx.")
+    completed_at = serializers.DateTimeField(allow_null=True)
+    work_item_status_code = serializers.IntegerField(allow_null=True)
+    reported_status_code = serializers.IntegerField(allow_null=True)
+    reported_at = serializers.DateTimeField(allow_null=True)
+    report_file = serializers.CharField(allow_null=True)
+    amended = serializers.BooleanField()
+    late_match = serializers.BooleanField()
+
+
+class OutcomePageSerializer(serializers.Serializer):
+    results = OutcomeSerializer(many=True)
+    next_cursor = serializers.CharField(allow_null=True)
+    next = serializers.URLField(allow_null=True)
+
+
+_PROBLEMS = {
+    400: OpenApiResponse(ProblemSerializer, description="validation_failed, errors by field"),
+    401: OpenApiResponse(ProblemSerializer, description="authentication_failed"),
+    403: OpenApiResponse(
+        ProblemSerializer, description="scope_missing (audit), or broker_forbidden"
+    ),
+    406: OpenApiResponse(ProblemSerializer, description="not_acceptable"),
+}
+
+
+class OutcomesView(APIView):
+    """The outcome history of the key's broker."""
+
+    permission_classes = [HasScope]
+    required_scope = "audit"
+    renderer_classes = [JSONRenderer, CsvRenderer]
+
+    @extend_schema(
+        summary="Outcome history (one row per deletion request)",
+        parameters=[
+            OutcomeQuerySerializer,
+            OpenApiParameter(
+                "Accept",
+                OpenApiTypes.STR,
+                OpenApiParameter.HEADER,
+                enum=["application/json", "text/csv"],
+                description="text/csv streams the whole filtered history as one CSV.",
+            ),
+        ],
+        responses={
+            (200, "application/json"): OutcomePageSerializer,
+            (200, "text/csv"): OpenApiResponse(
+                OpenApiTypes.STR, description="Header row of the columns above, then one row each."
+            ),
+            **_PROBLEMS,
+        },
+    )
+    def get(self, request: Request) -> HttpResponseBase:
+        query = OutcomeQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        params = query.validated_data
+        api_key = request.auth
+        assert isinstance(api_key, ApiKey)  # HasScope let only an API key through
+        own = api_key.broker.broker_id
+        if params.get("broker", own) != own:
+            raise Problem(
+                status=403,
+                code="broker_forbidden",
+                detail=f"This API key reads broker {own}'s outcomes only.",
+            )
+        since, until = params.get("since"), params.get("until")
+        if isinstance(request.accepted_renderer, CsvRenderer):
+            outcome_export_record(
+                actor=f"apikey:{api_key.prefix}",
+                via="api",
+                broker_id=own,
+                filters={
+                    "since": query.initial_data.get("since"),
+                    "until": query.initial_data.get("until"),
+                },
+            )
+            chunks = deletion_outcomes_csv(broker_id=own, since=since, until=until)
+            response = StreamingHttpResponse(chunks, content_type="text/csv; charset=utf-8")
+            response["Content-Disposition"] = f'attachment; filename="outcomes-{own}.csv"'
+            return response
+        limit = params["limit"]
+        page = list(
+            deletion_outcomes(
+                broker_id=own,
+                since=since,
+                until=until,
+                after_id=params.get("cursor"),
+                limit=limit + 1,  # one more tells whether a next page exists
+            )
+        )
+        next_cursor = cursor_encode(page[limit - 1]["id"]) if len(page) > limit else None
+        next_url = None
+        if next_cursor:
+            query_params = request.query_params.copy()
+            query_params["cursor"] = next_cursor
+            next_url = request.build_absolute_uri(f"{request.path}?{query_params.urlencode()}")
+        results = [{column: row[column] for column in OUTCOME_COLUMNS} for row in page[:limit]]
+        return Response({"results": results, "next_cursor": next_cursor, "next": next_url})
+
+    def finalize_response(
+        self, request: Request, response: Response, *args: Any, **kwargs: Any
+    ) -> Response:
+        # Errors are problem details (JSON) whatever the client asked for.
+        if response.status_code >= 400 and isinstance(
+            getattr(request, "accepted_renderer", None), CsvRenderer
+        ):
+            request.accepted_renderer = JSONRenderer()
+            request.accepted_media_type = JSONRenderer.media_type
+        return super().finalize_response(request, response, *args, **kwargs)

@@ -1,0 +1,32 @@
+"""URLs of the broker-facing API, mounted at /api/v1/."""
+
+from django.urls import path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from integrations.api import callbacks, consumers, isi_callbacks, outcomes, views
+from integrations.api import schema as _schema  # noqa: F401  (registers the bearer scheme)
+
+urlpatterns = [
+    path("ping", views.PingView.as_view(), name="api-ping"),
+    path(
+        "drop/callbacks/deletion",
+        callbacks.DeletionCallbackView.as_view(),
+        name="api-callback-deletion",
+    ),
+    path(
+        "drop/callbacks/resolution",
+        callbacks.ResolutionCallbackView.as_view(),
+        name="api-callback-resolution",
+    ),
+    path("drop/callbacks/isi", isi_callbacks.IsiCallbackView.as_view(), name="api-callback-isi"),
+    path("drop/outcomes", outcomes.OutcomesView.as_view(), name="api-outcomes"),
+    path("drop/consumers", consumers.ConsumersView.as_view(), name="api-consumers"),
+    # path: a remote_identifier may hold "/" (sent as %2F).
+    path(
+        "drop/consumers/<path:remote_identifier>",
+        consumers.ConsumerView.as_view(),
+        name="api-consumer",
+    ),
+    path("schema", SpectacularAPIView.as_view(), name="api-schema"),
+    path("docs", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+]

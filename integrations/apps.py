@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class IntegrationsConfig(AppConfig):
+    name = "integrations"
+    verbose_name = "DROP integrations"
+    default_auto_field = "django.db.models.BigAutoField"

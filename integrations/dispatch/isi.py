@@ -1,0 +1,376 @@
+"""The broker's own REST API, ISI (broker interface 2.6, 4.2, 5.3): its endpoints, the bodies
+we send, the answers we accept, and the OAuth 2.0 client credentials exchange.
+
+No database access: the caller passes the rows it loaded and a ``BearerToken`` (how to get
+the access token; ``services.isi`` caches OAuth tokens in the integration's row)::
+
+    url = endpoint(integration.base_url, DELETE_PATH, connection.uuid)
+    result = send("POST", url, body=delete_body(request), token=token,
+                  check=delete_answer_error, allow_private=False)
+    result.error     # None: acknowledged with {"status": "processing"}; else why it failed
+
+Every call goes through ``dispatch.http.deliver``: SSRF checks, TLS 1.2 or later with verified
+certificates, no redirects, bounded time. Only the DROP endpoints below (and the connection
+list) are ever called: the broker's standard privacy (DSR) endpoints never are, so DROP work
+does not enter its DSR pipeline (broker interface 4.2, rule 1).
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote_plus, urlencode, urlsplit
+
+from django.conf import settings
+from rest_framework import serializers
+
+# The shape of resolved identifiers is the webhook resolution callback's: one definition.
+from integrations.api.callback_serializers import ResolvedIdentifiersField
+from integrations.dispatch.http import (
+    RESPONSE_BODY_LIMIT,
+    USER_AGENT,
+    DeliveryResult,
+    deliver,
+)
+from integrations.dispatch.saas import categories_or_default
+from integrations.models import DeletionRequest, ResolutionRequest
+
+CONNECTIONS_PATH = "/api/v1/connections/list"
+DELETE_PATH = "/api/v1/privacy/drop/delete/{connection_uuid}"
+IDENTIFIERS_PATH = "/api/v2/privacy/drop/identifiers/{connection_uuid}"
+CALLBACK_PATH = "/api/v1/drop/callbacks/isi"  # ours, given to the broker as callback_path
+PROCESSING = "processing"
+# Answers read whole (connection lists, identifiers, tokens); what an attempt keeps is 4 KiB.
+ANSWER_LIMIT = 256 * 1024
+CAPABILITY_MAX = 100  # IsiConnection.capabilities holds strings of at most this length
+
+
+class IsiError(Exception):
+    """The broker's API did not give what it must; the message is for staff, one line.
+
+    ``status`` and ``answer`` (its first 4 KiB) are the broker's, when it answered.
+    """
+
+    def __init__(self, message: str, *, status: int | None = None, answer: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.answer = answer
+
+
+@dataclass(frozen=True)
+class BearerToken:
+    """How to authenticate to the broker: ``get(refresh)`` returns the access token (raising
+    ``IsiError`` when none can be had); ``refreshable``: a 401 is worth one new token."""
+
+    get: Callable[[bool], str]
+    refreshable: bool
+
+
+@dataclass(frozen=True)
+class AccessToken:
+    value: str
+    expires_in: int | None  # seconds, as the token endpoint said; None when it did not
+
+
+@dataclass(frozen=True)
+class ListedConnection:
+    """One entry of the connection list's ``results``."""
+
+    uuid: uuid.UUID
+    capabilities: list[str]
+
+
+AnswerCheck = Callable[[DeliveryResult], "str | None"]
+
+
+# -- where and what -------------------------------------------------------------------------
+
+
+def endpoint(base_url: str, path: str, connection_uuid: uuid.UUID | str | None = None) -> str:
+    """``base_url`` (which may carry a path prefix) joined with one of the paths above."""
+    if connection_uuid is not None:
+        path = path.format(connection_uuid=connection_uuid)
+    return base_url.rstrip("/") + path
+
+
+def callback_path() -> str:
+    """``callback_path``: our ISI callback's path on the public URL (a prefix kept, if any)."""
+    return urlsplit(settings.DROPPORTAL_PUBLIC_URL).path.rstrip("/") + CALLBACK_PATH
+
+
+def request_headers() -> dict[str, str]:
+    """The headers of every call but ``Authorization``, which ``send`` adds per try."""
+    return {"Content-Type": "application/json", "Accept": "application/json"}
+
+
+def _encode(payload: dict[str, Any]) -> bytes:
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def delete_payload(request: DeletionRequest) -> dict[str, Any]:
+    """The ISI DROP delete request body (2.6), field for field."""
+    return {
+        "request_uuid": str(request.request_uuid),
+        "results_token": request.results_token,
+        "callback_path": callback_path(),
+        "drop_context": {
+            "broker_id": request.broker_id_code,
+            "drop_session_id": request.drop_session_id,
+            "hash_type": request.hash_type,
+            "match_date": request.match_date.isoformat(),
+        },
+        "remote_identifier": request.remote_identifier,
+        "remote_identifier_kind": request.remote_identifier_kind,
+    }
+
+
+def delete_body(request: DeletionRequest) -> bytes:
+    return _encode(delete_payload(request))
+
+
+def identifiers_payload(request: ResolutionRequest, categories: Iterable[str]) -> dict[str, Any]:
+    """The ISI identifier retrieval request body (2.6); ``categories`` default to email."""
+    return {
+        "request_uuid": str(request.request_uuid),
+        "remote_identifier": request.remote_identifier,
+        "remote_identifier_kind": request.remote_identifier_kind,
+        "identifier_categories": categories_or_default(categories),
+    }
+
+
+def identifiers_body(request: ResolutionRequest, categories: Iterable[str]) -> bytes:
+    return _encode(identifiers_payload(request, categories))
+
+
+# -- the answers ----------------------------------------------------------------------------
+
+
+def _json_answer(result: DeliveryResult, what: str) -> Any:
+    if len(result.content) > ANSWER_LIMIT:
+        raise IsiError(f"{what} is over {ANSWER_LIMIT // 1024} KiB")
+    try:
+        return json.loads(result.content)
+    except ValueError:
+        raise IsiError(f"{what} is not JSON") from None
+
+
+def delete_answer_error(result: DeliveryResult) -> str | None:
+    """Why a 2xx to a delete is not the acknowledgement 200 ``{"status": "processing"}``."""
+    expected = f'expected 200 with {{"status": "{PROCESSING}"}}'
+    if result.status != 200:
+        return f"{expected}, got HTTP {result.status}"
+    try:
+        answer = _json_answer(result, "the answer")
+    except IsiError as exc:
+        return f"{expected}: {exc}"
+    status = answer.get("status") if isinstance(answer, dict) else None
+    if status != PROCESSING:
+        return f"{expected}, got status {status!r}" if isinstance(answer, dict) else expected
+    return None
+
+
+def identifiers_answer(result: DeliveryResult) -> dict[str, Any]:
+    """The resolved ``identifiers`` of a 200 answer, validated as the webhook resolution
+    callback's (categories of arrays of objects of strings), values verbatim."""
+    if result.status != 200:
+        raise IsiError(f"expected 200 with {{identifiers}}, got HTTP {result.status}")
+    answer = _json_answer(result, "the identifiers answer")
+    if not isinstance(answer, dict) or "identifiers" not in answer:
+        raise IsiError("the identifiers answer is not a JSON object with 'identifiers'")
+    try:
+        identifiers: dict[str, Any] = ResolvedIdentifiersField().run_validation(
+            answer["identifiers"]
+        )
+    except serializers.ValidationError as exc:
+        raise IsiError(f"identifiers have the wrong shape: {_first_error(exc.detail)}") from None
+    return identifiers
+
+
+def identifiers_answer_error(result: DeliveryResult) -> str | None:
+    try:
+        identifiers_answer(result)
+    except IsiError as exc:
+        return str(exc)
+    return None
+
+
+def connections_answer(result: DeliveryResult) -> list[ListedConnection]:
+    """The ``results`` of a connection list answer; the whole answer is refused if any entry
+    is wrong, so a broken answer never drops connections that are still there."""
+    answer = _json_answer(result, "the connection list")
+    if not isinstance(answer, dict) or not isinstance(answer.get("results"), list):
+        raise IsiError("the connection list is not a JSON object with a 'results' array")
+    listed: dict[uuid.UUID, ListedConnection] = {}
+    for index, entry in enumerate(answer["results"]):
+        where = f"results[{index}]"
+        if not isinstance(entry, dict):
+            raise IsiError(f"{where} is not an object")
+        try:
+            connection_uuid = uuid.UUID(entry.get("uuid"))
+        except (TypeError, ValueError, AttributeError):
+            raise IsiError(f"{where}.uuid is not a UUID") from None
+        capabilities = entry.get("capabilities", [])
+        if not isinstance(capabilities, list) or not all(
+            isinstance(c, str) and 0 < len(c) <= CAPABILITY_MAX for c in capabilities
+        ):
+            raise IsiError(f"{where}.capabilities is not an array of capability names")
+        if connection_uuid in listed:
+            raise IsiError(f"{where}: connection {connection_uuid} is listed twice")
+        listed[connection_uuid] = ListedConnection(
+            connection_uuid, list(dict.fromkeys(capabilities))
+        )
+    return list(listed.values())
+
+
+def _first_error(detail: Any, path: str = "") -> str:
+    """``email[0].email: Not a valid string.``: the first message of a nested DRF error."""
+    if isinstance(detail, dict):
+        key, value = next(iter(detail.items()))
+        step = f"[{key}]" if isinstance(key, int) else (f".{key}" if path else str(key))
+        return _first_error(value, path + step)
+    if isinstance(detail, list) and detail:
+        return _first_error(detail[0], path)
+    return f"{path}: {detail}" if path else str(detail)
+
+
+def masked(content: bytes) -> str:
+    """What an attempt keeps of an answer carrying clear identifiers: its shape, every string
+    replaced by its length (the values themselves are kept only encrypted, and not for long)."""
+
+    def mask(value: Any) -> Any:
+        if isinstance(value, str):
+            return f"<{len(value)} characters>"
+        if isinstance(value, dict):
+            return {key: mask(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [mask(item) for item in value]
+        return value
+
+    try:
+        shape = json.dumps(mask(json.loads(content)), ensure_ascii=False)
+    except ValueError:
+        return f"[not kept: {len(content)} bytes, not JSON]"
+    return shape[:RESPONSE_BODY_LIMIT]
+
+
+# -- calling --------------------------------------------------------------------------------
+
+
+def send(
+    method: str,
+    url: str,
+    *,
+    body: bytes,
+    token: BearerToken,
+    allow_private: bool,
+    check: AnswerCheck | None = None,
+    keep_answer: bool = True,
+    timeout_connect: float = 5.0,
+    timeout_total: float = 15.0,
+) -> DeliveryResult:
+    """One call with the bearer token and, after a 401 with a refreshable (OAuth) token, one
+    more with a fresh token: a second 401 is the answer. Never raises.
+
+    A token that cannot be had is the result's ``error`` (status None: nothing reached the
+    broker). ``check`` turns a 2xx whose body is not the expected answer into a failed call.
+    ``keep_answer=False``: the answer carries clear identifiers, so ``response_body`` (what
+    an attempt records) is only its ``masked`` shape; ``content`` still holds it all.
+    """
+    started = time.monotonic()
+    headers = request_headers() if body else {"Accept": "application/json"}
+
+    def call(access_token: str) -> DeliveryResult:
+        return deliver(
+            method,
+            url,
+            body=body,
+            headers={**headers, "Authorization": f"Bearer {access_token}"},
+            allow_private=allow_private,
+            timeout_connect=timeout_connect,
+            timeout_total=timeout_total,
+            read_limit=ANSWER_LIMIT,
+        )
+
+    try:
+        result = call(token.get(False))
+        if result.status == 401 and token.refreshable:
+            result = call(token.get(True))
+            if result.status == 401:
+                result = dataclasses.replace(
+                    result, error=result.error or "refused a freshly issued access token too"
+                )
+        elif result.status == 401:
+            result = dataclasses.replace(
+                result, error=result.error or "the broker refused the bearer token"
+            )
+    except IsiError as exc:
+        elapsed = round((time.monotonic() - started) * 1000)
+        return DeliveryResult(url=url, status=None, duration_ms=elapsed, error=str(exc))
+    succeeded = result.status is not None and 200 <= result.status < 300 and not result.error
+    if succeeded and check is not None and (problem := check(result)):
+        result = dataclasses.replace(result, error=problem)
+    if succeeded and not keep_answer:
+        result = dataclasses.replace(result, response_body=masked(result.content))
+    return result
+
+
+def oauth_token_fetch(
+    *,
+    token_url: str,
+    client_id: str,
+    client_secret: str,
+    allow_private: bool,
+    timeout_connect: float = 5.0,
+    timeout_total: float = 15.0,
+) -> AccessToken:
+    """A new access token by the client credentials grant (RFC 6749 section 4.4), the client
+    authenticated by HTTP Basic (section 2.3.1). Raises ``IsiError`` saying what went wrong."""
+    credentials = f"{quote_plus(client_id)}:{quote_plus(client_secret)}".encode()
+    result = deliver(
+        "POST",
+        token_url,
+        body=urlencode({"grant_type": "client_credentials"}).encode("ascii"),
+        headers={
+            "Content-Type": "application/x-www-form-urlencoded",
+            "Accept": "application/json",
+            "Authorization": "Basic " + base64.b64encode(credentials).decode("ascii"),
+            "User-Agent": USER_AGENT,
+        },
+        allow_private=allow_private,
+        timeout_connect=timeout_connect,
+        timeout_total=timeout_total,
+        read_limit=ANSWER_LIMIT,
+    )
+    where = f"OAuth token endpoint {token_url}"
+    if result.status is None or result.error:
+        got = result.error if result.status is None else f"HTTP {result.status}: {result.error}"
+        raise IsiError(f"{where}: {got}")
+    if not 200 <= result.status < 300:
+        try:  # RFC 6749 section 5.2: {"error": "invalid_client", ...}
+            reason = json.loads(result.content).get("error")
+        except (ValueError, AttributeError):
+            reason = None
+        reason = f" ({reason})" if isinstance(reason, str) and reason else ""
+        raise IsiError(f"{where}: HTTP {result.status}{reason}")
+    try:
+        answer = _json_answer(result, "its answer")
+    except IsiError as exc:
+        raise IsiError(f"{where} answered HTTP {result.status}, but {exc}") from None
+    value = answer.get("access_token") if isinstance(answer, dict) else None
+    if not isinstance(value, str) or not value:
+        raise IsiError(f"{where} answered without an access_token")
+    token_type = answer.get("token_type", "Bearer")
+    if not isinstance(token_type, str) or token_type.lower() != "bearer":
+        raise IsiError(f"{where} issued a {token_type!r} token; a Bearer token is needed")
+    expires_in = answer.get("expires_in")
+    if isinstance(expires_in, str) and expires_in.isdigit():  # some servers send a string
+        expires_in = int(expires_in)
+    if not isinstance(expires_in, int) or isinstance(expires_in, bool) or expires_in <= 0:
+        expires_in = None
+    return AccessToken(value=value, expires_in=expires_in)

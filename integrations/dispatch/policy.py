@@ -1,0 +1,105 @@
+"""Delivery policy for webhook and ISI calls (product.md section 3).
+
+Ten attempts over about three days; the wait after attempt *n* is ``SCHEDULE[n - 1]`` with
+±20 % jitter, so that a broker coming back from an outage is not hit by every retry at once::
+
+    result = deliver(...)
+    outcome = classify(result.status, result.error)      # "delivered" | "retry" | "gone"
+    if outcome == "retry":
+        delay = next_delay(attempt_number, status=result.status,
+                           retry_after=result.response_headers.get("Retry-After"))
+        if delay is None:
+            ...  # undeliverable: staff see it and can redeliver
+"""
+
+from __future__ import annotations
+
+import datetime
+import email.utils
+import random
+import time
+from typing import Literal
+
+MAX_ATTEMPTS = 10
+
+# Seconds to wait after attempt 1, 2, ... 9 failed; attempt 10 is the last one.
+SCHEDULE: tuple[int, ...] = (
+    5,
+    5 * 60,
+    30 * 60,
+    2 * 3600,
+    5 * 3600,
+    10 * 3600,
+    14 * 3600,
+    20 * 3600,
+    24 * 3600,
+)
+JITTER = 0.2
+RETRY_AFTER_CEILING = 3600
+RETRY_AFTER_STATUSES = frozenset({429, 503})
+
+Outcome = Literal["delivered", "retry", "gone"]
+
+assert len(SCHEDULE) == MAX_ATTEMPTS - 1
+
+_system_random = random.SystemRandom()
+
+
+def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
+    """Seconds asked for by a ``Retry-After`` header (delta-seconds or HTTP-date), or None.
+
+    A date in the past means "now" (0); an unreadable value is ignored (None).
+    """
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isascii() and value.isdigit():
+        return float(int(value))
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # asctime form or "-0000": HTTP dates are always GMT.
+        when = when.replace(tzinfo=datetime.UTC)
+    current = time.time() if now is None else now
+    return max(0.0, when.timestamp() - current)
+
+
+def next_delay(
+    attempt_number: int,
+    *,
+    retry_after: str | None = None,
+    status: int | None = None,
+    rng: random.Random | None = None,
+    now: float | None = None,
+) -> float | None:
+    """Seconds to wait after failed attempt ``attempt_number`` (1-based); None when it was the last.
+
+    On 429/503 a ``Retry-After`` can lengthen the wait up to one hour, never shorten it below
+    the (jittered) schedule.
+    """
+    if attempt_number < 1:
+        raise ValueError(f"attempt_number starts at 1, got {attempt_number}")
+    if attempt_number >= MAX_ATTEMPTS:
+        return None
+    rng = rng or _system_random
+    scheduled = SCHEDULE[attempt_number - 1] * rng.uniform(1 - JITTER, 1 + JITTER)
+    if status in RETRY_AFTER_STATUSES:
+        asked = parse_retry_after(retry_after, now=now)
+        if asked is not None:
+            return max(scheduled, min(asked, float(RETRY_AFTER_CEILING)))
+    return scheduled
+
+
+def classify(status: int | None, error: str | None) -> Outcome:
+    """What an attempt's result means for the request.
+
+    Only a 2xx that arrived completely within the timeout is delivered. 410 means the target
+    is gone for good (the integration is disabled). Everything else is retried: 3xx (redirects
+    are never followed), 4xx, 5xx, timeouts, refused or broken connections.
+    """
+    if status == 410:
+        return "gone"
+    if status is not None and 200 <= status < 300 and error is None:
+        return "delivered"
+    return "retry"

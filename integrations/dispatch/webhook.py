@@ -1,0 +1,117 @@
+"""Webhook notifications to the broker: the exact bodies of broker-interface 2.1 and 2.3, and
+their signed headers.
+
+Pure: no database access; the caller passes the rows it already loaded::
+
+    body = deletion_dispatch_body(request, integration)        # body 2.1, bytes
+    headers = webhook_headers(integration.webhook_secret, body,
+                              webhook_request_id=request.webhook_request_id)
+    deliver("POST", integration.url, body=body, headers=headers, allow_private=...)
+
+Bodies are compact JSON (UTF-8, no ASCII escaping); the signature covers these exact bytes,
+so they are serialised once per attempt and never re-encoded after signing.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from django.conf import settings
+
+from integrations.dispatch import signing
+from integrations.dispatch.http import USER_AGENT
+from integrations.models import Broker, DeletionRequest, Integration, ResolutionRequest
+
+WEBHOOK_ID_HEADER = "X-Webhook-Id"
+DELETION_CALLBACK_PATH = "/api/v1/drop/callbacks/deletion"
+RESOLUTION_CALLBACK_PATH = "/api/v1/drop/callbacks/resolution"
+
+
+def deletion_callback_url() -> str:
+    """``webhook_callback_url`` of a deletion dispatch (product.md section 2)."""
+    return settings.DROPPORTAL_PUBLIC_URL + DELETION_CALLBACK_PATH
+
+
+def resolution_callback_url() -> str:
+    """``webhook_callback_url`` of an identifier retrieval notification."""
+    return settings.DROPPORTAL_PUBLIC_URL + RESOLUTION_CALLBACK_PATH
+
+
+def encode(payload: dict[str, Any]) -> bytes:
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def deletion_dispatch_payload(request: DeletionRequest, integration: Integration) -> dict[str, Any]:
+    """Body 2.1, field for field, in the order of the broker interface's table."""
+    payload: dict[str, Any] = {
+        "integration_name": integration.name,
+        "integration_kind": "webhook",
+        "webhook_request_id": str(request.webhook_request_id),
+        "request_type": "drop_deletion",
+        "topic": "drop.deletion:create",
+        "request_uuid": str(request.request_uuid),
+        "integration_id": str(integration.uuid),
+        "identifier_hash": request.identifier_hash,
+        "hash_type": request.hash_type,
+        "drop_session_id": request.drop_session_id,
+        "match_date": request.match_date.isoformat(),
+        "broker_id": request.broker_id_code,
+        "mode": request.mode,
+    }
+    if request.remote_identifier:  # "Omitted when none was provided."
+        payload["remote_identifier"] = request.remote_identifier
+    payload["webhook_callback_url"] = deletion_callback_url()
+    return payload
+
+
+def deletion_dispatch_body(request: DeletionRequest, integration: Integration) -> bytes:
+    return encode(deletion_dispatch_payload(request, integration))
+
+
+def resolution_notification_payload(
+    request: ResolutionRequest, integration: Integration, broker: Broker
+) -> dict[str, Any]:
+    """Body 2.3 with the four fields its example also carries (same meaning as in 2.1)."""
+    return {
+        "integration_name": integration.name,
+        "integration_kind": "webhook",
+        "webhook_request_id": str(request.webhook_request_id),
+        "request_type": "drop_resolution",
+        "topic": "drop.resolution:create",
+        "request_uuid": str(request.request_uuid),
+        "integration_id": str(integration.uuid),
+        "results_token": request.results_token,
+        "broker_id": broker.broker_id,
+        "drop_session_id": request.drop_session_id,
+        "match_date": request.match_date.isoformat(),
+        "mode": broker.mode,
+        "identifiers": {"external_id": [{"external_id": request.remote_identifier}]},
+        "webhook_callback_url": resolution_callback_url(),
+    }
+
+
+def resolution_notification_body(
+    request: ResolutionRequest, integration: Integration, broker: Broker
+) -> bytes:
+    return encode(resolution_notification_payload(request, integration, broker))
+
+
+def unsigned_headers(*, webhook_request_id: uuid.UUID | str) -> dict[str, str]:
+    """The headers of a notification but its signature (``X-Webhook-Id``: the same on retries)."""
+    return {
+        "Content-Type": "application/json",
+        "User-Agent": USER_AGENT,
+        WEBHOOK_ID_HEADER: str(webhook_request_id),
+    }
+
+
+def webhook_headers(
+    secret: str, body: bytes, *, webhook_request_id: uuid.UUID | str, now: float | None = None
+) -> dict[str, str]:
+    """Every header of a notification; a fresh timestamp and signature on each call."""
+    return {
+        **unsigned_headers(webhook_request_id=webhook_request_id),
+        **signing.signed_headers(secret, body, now=now),
+    }

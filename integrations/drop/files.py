@@ -1,0 +1,582 @@
+"""DROP's file formats: the downloaded ZIP, its list CSVs, and the response CSVs we send back.
+
+Reading a download streams it, validating every name, header and row, and raises at the
+first problem with the file, line and reason, so a caller can feed rows straight into
+PostgreSQL ``COPY`` inside one transaction and roll back on the error::
+
+    reader = iter_download_zip("20260312_4821_DROP.zip", broker_id="4821")
+    with transaction.atomic(), cursor.copy("COPY ... FROM STDIN") as copy:
+        for row in reader:                  # WorkItemRow or RemovedRow
+            copy.write_row(...)
+    reader.files                            # [ZipMember(name, size_bytes, rows), ...]
+
+Writing a response::
+
+    name = response_file_name("20260312_4821_Email.csv", suffix="part01")
+    with open(name, "wb") as out:
+        row_count, sha256 = write_response_csv(out, [("A1b2C3d4E5f6", 3)])
+
+Pure Python, no Django: the spec this follows is ``spec/drop-platform.md`` section 1.
+"""
+
+from __future__ import annotations
+
+import binascii
+import csv
+import datetime
+import hashlib
+import io
+import os
+import re
+import zipfile
+import zlib
+from collections.abc import Generator, Iterable, Iterator
+from dataclasses import dataclass
+from types import TracebackType
+from typing import IO, BinaryIO, NamedTuple
+
+__all__ = [
+    "DATA_TYPES",
+    "DATA_TYPE_TO_HASH_TYPE",
+    "HASH_TYPE_TO_DATA_TYPE",
+    "LIST_DATA_TYPES",
+    "REMOVED",
+    "REPORTABLE_STATUSES",
+    "DownloadZipReader",
+    "DropFileError",
+    "DropFileName",
+    "RemovedRow",
+    "ResponseCsv",
+    "WorkItemRow",
+    "ZipMember",
+    "iter_download_zip",
+    "parse_file_name",
+    "response_file_name",
+    "write_response_csv",
+    "zip_summary",
+]
+
+REMOVED = "Removed"
+DATA_TYPE_TO_HASH_TYPE: dict[str, str] = {
+    "Email": "email",
+    "Phone": "phone",
+    "NDZ": "ndz",
+    "NameVIN": "name_vin",
+    "MAID": "maid",
+    "CTVID": "ctvid",
+}
+HASH_TYPE_TO_DATA_TYPE: dict[str, str] = {v: k for k, v in DATA_TYPE_TO_HASH_TYPE.items()}
+LIST_DATA_TYPES: tuple[str, ...] = ("NDZ", "Email", "Phone", "MAID", "NameVIN", "CTVID")
+DATA_TYPES: tuple[str, ...] = (*LIST_DATA_TYPES, REMOVED)
+REPORTABLE_STATUSES: frozenset[int] = frozenset({2, 3, 4, 5})
+
+LIST_HEADER = ["ID", "Hash"]
+REMOVED_HEADER = ["ID", "Hash", "ListType"]
+RESPONSE_HEADER = b"Id,Status\r\n"
+
+_NAME_RE = re.compile(
+    r"(?P<date>[0-9]{8})_(?P<broker>[0-9]{4})_(?P<type>[A-Za-z]+)(?:_(?P<suffix>[A-Za-z0-9]+))?"
+    r"\.csv"
+)
+_NAME_SHAPE = "<YYYYMMDD>_<DataBrokerId>_<DataType>[_<Suffix>].csv"
+_WORK_ITEM_ID_RE = re.compile(r"[A-Za-z0-9]{12}")
+_HASH_RE = re.compile(r"[A-Za-z0-9+/]{43}=")
+_SUFFIX_RE = re.compile(r"[A-Za-z0-9]{1,10}")
+_BROKER_ID_RE = re.compile(r"[0-9]{4}")
+
+# The Removed file's ListType column: DROP's list names are what DROP documents; our own
+# hash_type spelling is accepted too, both case-insensitively, since the column's exact
+# spelling is not pinned down by the published spec.
+_LIST_TYPE_TO_HASH_TYPE: dict[str, str] = {
+    **{name.lower(): hash_type for name, hash_type in DATA_TYPE_TO_HASH_TYPE.items()},
+    **{hash_type: hash_type for hash_type in HASH_TYPE_TO_DATA_TYPE},
+}
+
+# The smallest possible list row is "<12>,<44>\n": used to pre-size the duplicate check.
+_MIN_ROW_BYTES = 58
+
+
+class DropFileError(ValueError):
+    """A DROP file (or a member of a DROP ZIP) is not what the spec says, at a given line."""
+
+    def __init__(self, file: str | None, line: int | None, reason: str) -> None:
+        super().__init__(file, line, reason)
+        self.file = file
+        self.line = line
+        self.reason = reason
+
+    def __str__(self) -> str:
+        where = self.file or ""
+        if self.line is not None:
+            where = f"{where} line {self.line}" if where else f"line {self.line}"
+        return f"{where}: {self.reason}" if where else self.reason
+
+
+@dataclass(frozen=True, slots=True)
+class DropFileName:
+    """The parts of ``<YYYYMMDD>_<DataBrokerId>_<DataType>[_<Suffix>].csv``."""
+
+    date: datetime.date
+    broker_id: str
+    data_type: str
+    suffix: str | None = None
+
+    @property
+    def hash_type(self) -> str | None:
+        """The broker interface's ``hash_type`` of this list; None for ``Removed``."""
+        return DATA_TYPE_TO_HASH_TYPE.get(self.data_type)
+
+    @property
+    def name(self) -> str:
+        suffix = f"_{self.suffix}" if self.suffix else ""
+        return f"{self.date:%Y%m%d}_{self.broker_id}_{self.data_type}{suffix}.csv"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class WorkItemRow(NamedTuple):
+    """One row of a downloaded list CSV: a work item DROP expects a status for."""
+
+    file_name: str
+    data_type: str
+    hash_type: str
+    work_item_id: str
+    hash: str
+    line: int
+
+
+class RemovedRow(NamedTuple):
+    """One row of the Removed CSV: an identifier whose consumer cancelled; no status owed."""
+
+    file_name: str
+    work_item_id: str
+    hash: str
+    hash_type: str
+    line: int
+
+
+class ZipMember(NamedTuple):
+    """A CSV member of a download ZIP: its name, uncompressed size and data row count."""
+
+    name: str
+    size_bytes: int
+    rows: int
+
+
+class ResponseCsv(NamedTuple):
+    """What ``write_response_csv`` wrote: the row count and the SHA-256 of the bytes."""
+
+    row_count: int
+    sha256: str
+
+
+def _shown(value: str, limit: int = 60) -> str:
+    """A value quoted for an error message, cut short so a hostile row cannot flood a log."""
+    return repr(value if len(value) <= limit else value[:limit] + "...")
+
+
+def parse_file_name(name: str) -> DropFileName:
+    """Split a DROP CSV file name into its parts, or raise ``DropFileError`` saying why not."""
+    if not isinstance(name, str) or not name:
+        raise DropFileError(None, None, "file name is empty")
+    if "/" in name or "\\" in name or "\x00" in name:
+        raise DropFileError(name, None, "file name must be a plain name, without folders")
+    if not name.endswith(".csv"):
+        raise DropFileError(name, None, f"not a CSV file name: expected {_NAME_SHAPE}")
+    match = _NAME_RE.fullmatch(name)
+    if match is None:
+        raise DropFileError(name, None, f"file name must look like {_NAME_SHAPE}")
+    raw_date = match["date"]
+    try:
+        date = datetime.date(int(raw_date[:4]), int(raw_date[4:6]), int(raw_date[6:]))
+    except ValueError:
+        raise DropFileError(
+            name, None, f"date {raw_date} in the file name is not a valid date"
+        ) from None
+    data_type = match["type"]
+    if data_type not in DATA_TYPES:
+        raise DropFileError(
+            name,
+            None,
+            f"unknown data type {_shown(data_type)}: expected one of {', '.join(DATA_TYPES)}",
+        )
+    suffix = match["suffix"]
+    if suffix is not None and len(suffix) > 10:
+        raise DropFileError(name, None, "suffix must be 1 to 10 letters or digits")
+    return DropFileName(date=date, broker_id=match["broker"], data_type=data_type, suffix=suffix)
+
+
+class _WorkItemIdSet:
+    """An exact set of work item ids at 9 bytes a slot, for duplicate checks on big ZIPs.
+
+    A work item id is 12 characters of ``[A-Za-z0-9]``: exactly the first 62 symbols of the
+    Base64 alphabet, so decoding it as Base64 packs it losslessly into 9 bytes. The slots
+    live in one ``bytearray`` (open addressing, linear probing, load <= 0.6). A 9-byte slot
+    of 0xFF can never be a decoded id (its last symbol would be '/'), so it marks "empty".
+    One million ids take 2**21 slots, 18.9 MB, against ~95 MB for a ``set`` of the strings.
+    """
+
+    _WIDTH = 9
+    _EMPTY = b"\xff" * 9
+    _MAX_PRESIZE_BITS = 22  # a size hint never allocates more than 38 MB up front
+
+    def __init__(self, expected: int = 0) -> None:
+        bits = 10
+        while (1 << bits) * 0.6 < expected and bits < self._MAX_PRESIZE_BITS:
+            bits += 1
+        self._allocate(bits)
+
+    def _allocate(self, bits: int) -> None:
+        self._slots = 1 << bits
+        self._mask = self._slots - 1
+        self._table = bytearray(self._EMPTY) * self._slots
+        self._limit = int(self._slots * 0.6)
+        self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    @property
+    def nbytes(self) -> int:
+        return len(self._table)
+
+    def add(self, work_item_id: str) -> bool:
+        """Add a validated id; False when it was already there."""
+        raw = binascii.a2b_base64(work_item_id)
+        if self._count >= self._limit:
+            self._grow()
+        return self._insert(raw)
+
+    def _insert(self, raw: bytes) -> bool:
+        table, empty, size = self._table, self._EMPTY, len(self._table)
+        offset = (hash(raw) & self._mask) * 9
+        while True:
+            end = offset + 9
+            current = table[offset:end]
+            if current == raw:
+                return False
+            if current == empty:
+                table[offset:end] = raw
+                self._count += 1
+                return True
+            offset = end if end != size else 0
+
+    def _grow(self) -> None:
+        old = self._table
+        self._allocate(self._slots.bit_length())
+        empty = self._EMPTY
+        for offset in range(0, len(old), 9):
+            raw = bytes(old[offset : offset + 9])
+            if raw != empty:
+                self._insert(raw)
+
+
+def _source_label(source: str | os.PathLike[str] | IO[bytes]) -> str:
+    if isinstance(source, str | os.PathLike):
+        return os.path.basename(os.fspath(source)) or "download ZIP"
+    name = getattr(source, "name", None)
+    return os.path.basename(name) if isinstance(name, str) and name else "download ZIP"
+
+
+_ZIP_READ_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError)
+
+
+class DownloadZipReader(Iterator["WorkItemRow | RemovedRow"]):
+    """Iterator over the rows of a download ZIP; see ``iter_download_zip``.
+
+    After iteration ``files`` lists every CSV member read, header-only ones included, so a
+    caller knows which lists the package held even when they were empty.
+    """
+
+    def __init__(self, source: str | os.PathLike[str] | IO[bytes], *, broker_id: str) -> None:
+        if not isinstance(broker_id, str) or not _BROKER_ID_RE.fullmatch(broker_id):
+            raise ValueError("broker_id must be the broker's 4-digit DROP id")
+        self.broker_id = broker_id
+        self.label = _source_label(source)
+        self.files: list[ZipMember] = []
+        self._source = source
+        self._rows = self._generate()
+
+    def __iter__(self) -> DownloadZipReader:
+        return self
+
+    def __next__(self) -> WorkItemRow | RemovedRow:
+        return next(self._rows)
+
+    def close(self) -> None:
+        """Stop early and release the ZIP (iterating to the end or to an error does this)."""
+        self._rows.close()
+
+    def __enter__(self) -> DownloadZipReader:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _open(self) -> zipfile.ZipFile:
+        try:
+            return zipfile.ZipFile(self._source)
+        except (zipfile.BadZipFile, EOFError) as exc:
+            raise DropFileError(
+                self.label, None, f"not a readable ZIP file (truncated or not a ZIP): {exc}"
+            ) from None
+
+    def _check_members(self, archive: zipfile.ZipFile) -> list[tuple[zipfile.ZipInfo, str]]:
+        """Validate every member name before any row is read: fail fast, before COPY starts."""
+        members: list[tuple[zipfile.ZipInfo, str]] = []
+        seen_names: set[str] = set()
+        removed_name: str | None = None
+        for info in archive.infolist():
+            name = info.filename
+            if info.is_dir() or "/" in name or "\\" in name or name in {".", ".."}:
+                raise DropFileError(
+                    name, None, "ZIP member must be a plain CSV file, not a folder or a path"
+                )
+            parsed = parse_file_name(name)
+            if parsed.broker_id != self.broker_id:
+                raise DropFileError(
+                    name,
+                    None,
+                    f"broker id {parsed.broker_id} in the file name is not this broker's "
+                    f"({self.broker_id})",
+                )
+            if name in seen_names:
+                raise DropFileError(name, None, "the ZIP holds two members with this name")
+            seen_names.add(name)
+            if info.flag_bits & 0x1:
+                raise DropFileError(name, None, "ZIP member is encrypted")
+            if parsed.data_type == REMOVED:
+                if removed_name is not None:
+                    raise DropFileError(
+                        name,
+                        None,
+                        f"a ZIP holds at most one Removed file, and {removed_name} is another",
+                    )
+                removed_name = name
+            members.append((info, parsed.data_type))
+        if not members:
+            raise DropFileError(self.label, None, "the ZIP holds no CSV file")
+        return members
+
+    def _generate(self) -> Generator[WorkItemRow | RemovedRow, None, None]:
+        archive = self._open()
+        try:
+            members = self._check_members(archive)
+            list_bytes = sum(info.file_size for info, t in members if t != REMOVED)
+            removed_bytes = sum(info.file_size for info, t in members if t == REMOVED)
+            # Ids are unique across lists; Removed refers to earlier downloads' ids, so it
+            # is checked for duplicates on its own.
+            list_ids = _WorkItemIdSet(expected=list_bytes // _MIN_ROW_BYTES)
+            removed_ids = _WorkItemIdSet(expected=removed_bytes // _MIN_ROW_BYTES)
+            for info, data_type in members:
+                if data_type == REMOVED:
+                    yield from self._read_member(archive, info, data_type, removed_ids)
+                else:
+                    yield from self._read_member(archive, info, data_type, list_ids)
+        finally:
+            archive.close()
+
+    def _read_member(
+        self,
+        archive: zipfile.ZipFile,
+        info: zipfile.ZipInfo,
+        data_type: str,
+        seen: _WorkItemIdSet,
+    ) -> Iterator[WorkItemRow | RemovedRow]:
+        name = info.filename
+        removed = data_type == REMOVED
+        expected_header = REMOVED_HEADER if removed else LIST_HEADER
+        width = len(expected_header)
+        list_hash_type = DATA_TYPE_TO_HASH_TYPE.get(data_type, "")
+        rows = 0
+        line = 0
+        try:
+            with (
+                archive.open(info) as raw,
+                io.TextIOWrapper(raw, encoding="utf-8-sig", newline="") as text,
+            ):
+                reader = csv.reader(text, strict=True)
+                header = next(reader, None)
+                line = reader.line_num
+                if header is None:
+                    raise DropFileError(
+                        name, 1, f"file is empty: expected the header {','.join(expected_header)}"
+                    )
+                if header != expected_header:
+                    raise DropFileError(
+                        name,
+                        line,
+                        f"header must be {','.join(expected_header)}, found "
+                        f"{_shown(','.join(header))}",
+                    )
+                for row in reader:
+                    line = reader.line_num
+                    if not row:
+                        continue  # a blank line carries nothing to lose
+                    if len(row) != width:
+                        raise DropFileError(
+                            name,
+                            line,
+                            f"expected {width} fields ({','.join(expected_header)}), "
+                            f"found {len(row)}",
+                        )
+                    work_item_id, hash_value = row[0], row[1]
+                    if not _WORK_ITEM_ID_RE.fullmatch(work_item_id):
+                        raise DropFileError(
+                            name,
+                            line,
+                            "work item id must be 12 letters or digits, found "
+                            + _shown(work_item_id),
+                        )
+                    if not _HASH_RE.fullmatch(hash_value):
+                        raise DropFileError(
+                            name,
+                            line,
+                            "hash must be 44 characters of standard Base64 ending in '=', "
+                            f"found {_shown(hash_value)}",
+                        )
+                    if removed:
+                        hash_type = _LIST_TYPE_TO_HASH_TYPE.get(row[2].lower())
+                        if hash_type is None:
+                            raise DropFileError(
+                                name,
+                                line,
+                                f"list type {_shown(row[2])} is not a DROP list: expected one "
+                                f"of {', '.join(LIST_DATA_TYPES)}",
+                            )
+                    if not seen.add(work_item_id):
+                        where = "this Removed file" if removed else "this ZIP"
+                        raise DropFileError(
+                            name,
+                            line,
+                            f"work item id {work_item_id} appears twice in {where} "
+                            "(ids are unique across lists)",
+                        )
+                    rows += 1
+                    if removed:
+                        yield RemovedRow(name, work_item_id, hash_value, hash_type or "", line)
+                    else:
+                        yield WorkItemRow(
+                            name, data_type, list_hash_type, work_item_id, hash_value, line
+                        )
+        except UnicodeDecodeError:
+            raise DropFileError(name, line + 1, "not valid UTF-8 text") from None
+        except csv.Error as exc:
+            raise DropFileError(name, line + 1, f"malformed CSV: {exc}") from None
+        except _ZIP_READ_ERRORS as exc:
+            raise DropFileError(
+                name, None, f"ZIP member is corrupt or truncated: {exc or type(exc).__name__}"
+            ) from None
+        self.files.append(ZipMember(name=name, size_bytes=info.file_size, rows=rows))
+
+
+def iter_download_zip(
+    path_or_fileobj: str | os.PathLike[str] | IO[bytes], *, broker_id: str
+) -> DownloadZipReader:
+    """Stream and validate a downloaded DROP ZIP, yielding ``WorkItemRow`` / ``RemovedRow``.
+
+    Nothing is read until the first ``next()``; member names are all checked before the
+    first row comes out; each member is decoded and parsed as it is read, never held whole.
+    The first problem raises ``DropFileError`` naming the file, the line and the reason.
+    A file object must be seekable (``zipfile`` needs it).
+    """
+    return DownloadZipReader(path_or_fileobj, broker_id=broker_id)
+
+
+def zip_summary(path_or_fileobj: str | os.PathLike[str] | IO[bytes]) -> list[ZipMember]:
+    """Each member's name, size and data row count (lines after the header), unvalidated.
+
+    Cheap: it streams each member once counting newlines, without parsing any row.
+    """
+    label = _source_label(path_or_fileobj)
+    try:
+        with zipfile.ZipFile(path_or_fileobj) as archive:
+            summary = []
+            for info in archive.infolist():
+                if info.is_dir():
+                    continue
+                lines = 0
+                last = b"\n"
+                try:
+                    with archive.open(info) as member:
+                        while chunk := member.read(1 << 16):
+                            lines += chunk.count(b"\n")
+                            last = chunk[-1:]
+                except _ZIP_READ_ERRORS as exc:
+                    raise DropFileError(
+                        info.filename, None, f"ZIP member is corrupt or truncated: {exc}"
+                    ) from None
+                if last != b"\n":
+                    lines += 1
+                summary.append(ZipMember(info.filename, info.file_size, max(lines - 1, 0)))
+            return summary
+    except (zipfile.BadZipFile, EOFError) as exc:
+        raise DropFileError(
+            label, None, f"not a readable ZIP file (truncated or not a ZIP): {exc}"
+        ) from None
+
+
+def response_file_name(download_file_name: str, suffix: str | None = None) -> str:
+    """The response CSV's name for a downloaded list: same date, broker and type.
+
+    ``suffix`` (1 to 10 letters or digits) tells apart several files answering one list.
+    """
+    parsed = parse_file_name(download_file_name)
+    if parsed.data_type == REMOVED:
+        raise DropFileError(download_file_name, None, "no status is owed for Removed identifiers")
+    if suffix is not None and not _SUFFIX_RE.fullmatch(suffix):
+        raise DropFileError(
+            download_file_name,
+            None,
+            f"response file suffix must be 1 to 10 letters or digits, found {_shown(suffix)}",
+        )
+    return DropFileName(parsed.date, parsed.broker_id, parsed.data_type, suffix or None).name
+
+
+def write_response_csv(fileobj: BinaryIO, rows: Iterable[tuple[str, int]]) -> ResponseCsv:
+    """Write ``Id,Status`` and one CRLF-ended row per work item to a binary file.
+
+    Each row is checked before it is written (id shape, status 2 to 5, no id twice); on a
+    bad row ``DropFileError`` names the line, and what was written so far is incomplete:
+    write to a temporary file or buffer and keep it only when this returns.
+    """
+    label = getattr(fileobj, "name", None)
+    label = os.path.basename(label) if isinstance(label, str) and label else None
+    digest = hashlib.sha256(RESPONSE_HEADER)
+    fileobj.write(RESPONSE_HEADER)
+    seen = _WorkItemIdSet()
+    pending: list[bytes] = []
+    count = 0
+    for count, (work_item_id, status) in enumerate(rows, start=1):
+        line = count + 1
+        if not isinstance(work_item_id, str) or not _WORK_ITEM_ID_RE.fullmatch(work_item_id):
+            raise DropFileError(
+                label,
+                line,
+                f"work item id must be 12 letters or digits, found {_shown(str(work_item_id))}",
+            )
+        if type(status) is not int or status not in REPORTABLE_STATUSES:
+            raise DropFileError(
+                label, line, f"status must be 2, 3, 4 or 5, found {_shown(repr(status))}"
+            )
+        if not seen.add(work_item_id):
+            raise DropFileError(
+                label, line, f"work item id {work_item_id} has a status twice in this file"
+            )
+        pending.append(f"{work_item_id},{status}\r\n".encode("ascii"))
+        if len(pending) >= 4096:
+            chunk = b"".join(pending)
+            digest.update(chunk)
+            fileobj.write(chunk)
+            pending.clear()
+    if pending:
+        chunk = b"".join(pending)
+        digest.update(chunk)
+        fileobj.write(chunk)
+    return ResponseCsv(row_count=count, sha256=digest.hexdigest())

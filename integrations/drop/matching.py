@@ -1,0 +1,268 @@
+"""Matching DROP's identifiers against the broker's consumers, in the database.
+
+Two moments match, both as set-based SQL (no per-row Python loop), both serialized per
+broker by ``matching_lock`` so a consumer registered while a download is imported is
+matched by one side or the other, never by neither:
+
+1. **A download** (``services.drop.drop_zip_import``). Inside the import's transaction::
+
+       staged = staged_items_create()            # the ZIP's rows are COPYed in here
+       staged_items_analyze(staged)
+       matching_lock(broker=broker)
+       staged_items_match(broker=broker, staged=staged)   # the join with consumer hashes
+       work_items_insert_staged(cycle=cycle, staged=staged)
+                                                 # each row written once, with its status:
+                                                 #   no match -> reportable, status 5
+       cycle_matches_collect()                   # (work item, consumer) -> drop_matches
+       requests_create_for_matches(...)          # one request per match per target
+       staged_items_drop(staged)
+
+   Deciding the status while inserting writes each work item once; updating the 90 %
+   unmatched rows afterwards would rewrite most of the table and its four indexes.
+
+2. **A consumer registered later** (``services.consumers.consumers_register``), the
+   ongoing duty of drop-platform.md section 3: the new consumer hashes, listed in the temp
+   table ``new_consumer_hashes(consumer_hash_id bigint)``, are joined against every kept
+   work item hash of the broker::
+
+       consumer_hashes_match_late(broker=broker, actor=actor)
+
+   Matches become deletion requests marked ``late_match``; a work item already reported
+   as 5 is flagged ``needs_amendment``. Removed work items get none.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from django.db import connection
+from django.utils import timezone
+
+from integrations.models import Broker, DropCycle, WorkItemState
+from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
+from integrations.services.requests import (
+    MATCHES_TABLE,
+    RequestsCreated,
+    matches_table_create,
+    requests_create_for_matches,
+)
+
+STAGED_ITEMS = "drop_staged_items"
+STAGED_MATCHES = "drop_staged_matches"
+NEW_CONSUMER_HASHES = "new_consumer_hashes"
+NOT_FOUND = 5  # DROP status code: no match after completing the matching process
+
+# pg_advisory_xact_lock(int, int): the first key names the lock's purpose, the second is the
+# broker's primary key. Two-key locks never collide with the ledger sealer's one-key lock.
+_MATCHING_LOCK = 0x6D617463  # "matc"
+
+
+def matching_lock(*, broker: Broker) -> None:
+    """Serialize matching for ``broker`` until the end of the current transaction.
+
+    Take it before the join: the join's snapshot then sees every consumer hash and work
+    item committed by the other side, and whatever the other side has not committed yet
+    is matched by that side once it gets the lock.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_MATCHING_LOCK, broker.pk])
+
+
+def staged_items_create() -> str:
+    """Create the empty table the import COPYs a ZIP's list rows into; return its name.
+
+    An UNLOGGED table, not a TEMP one: parallel workers cannot read temp tables, and the
+    join with the consumer hashes runs in parallel like any other big join. It is named
+    after this connection's backend, created and dropped inside the import's transaction
+    (``staged_items_drop``), so no other session ever sees it and a failed import leaves
+    nothing behind. Each row draws its work item's primary key from the work item
+    sequence as it is copied, so matches name their work item before it is written.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_backend_pid(), pg_get_serial_sequence('integrations_workitem', 'id')"
+        )
+        pid, sequence = cursor.fetchone()
+        staged = f"{STAGED_ITEMS}_{int(pid)}"
+        cursor.execute(f"DROP TABLE IF EXISTS {staged}")
+        # hash stays Base64 text as in the file: COPY needs no per-row conversion in
+        # Python, and decode() in the join and the insert is C code.
+        cursor.execute(
+            f"CREATE UNLOGGED TABLE {staged} ("
+            "  id bigint NOT NULL DEFAULT nextval(%s::regclass),"
+            "  work_item_id text NOT NULL,"
+            "  hash_type text NOT NULL,"
+            "  hash text NOT NULL,"
+            "  file_name text NOT NULL"
+            ") WITH (autovacuum_enabled = false)",
+            [sequence],
+        )
+    return staged
+
+
+def staged_items_analyze(staged: str) -> None:
+    """Statistics of the staged rows, for the join's plan (a new table has none)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {staged}")
+
+
+def staged_items_drop(staged: str) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP TABLE IF EXISTS {staged}, {STAGED_MATCHES}")
+
+
+def staged_items_match(*, broker: Broker, staged: str) -> int:
+    """Join the staged rows with the broker's consumer hashes of the same list type.
+
+    Fills ``drop_staged_matches(work_item_pk bigint, consumer_id bigint)`` and returns how
+    many staged work items matched at least one consumer. A (work item, consumer) pair
+    comes out once: staged ids are unique, and so is (broker, hash, hash_type, consumer).
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP TABLE IF EXISTS {STAGED_MATCHES}")
+        cursor.execute(
+            f"CREATE TEMP TABLE {STAGED_MATCHES} ON COMMIT DROP AS"  # noqa: S608
+            " SELECT s.id AS work_item_pk, ch.consumer_id"
+            f"  FROM {staged} s"
+            "  JOIN integrations_consumerhash ch"
+            "    ON ch.broker_id = %s"
+            "   AND ch.hash = decode(s.hash, 'base64')"
+            "   AND ch.hash_type = s.hash_type",
+            [broker.pk],
+        )
+        cursor.execute(f"SELECT count(DISTINCT work_item_pk) FROM {STAGED_MATCHES}")  # noqa: S608
+        return int(cursor.fetchone()[0])
+
+
+def work_items_insert_staged(*, cycle: DropCycle, staged: str) -> int:
+    """Insert the staged rows as the cycle's work items, each with its matching result.
+
+    Matched: state ``open`` (outcomes pending). Not matched: state ``reportable`` with
+    status 5 at once. Returns how many were inserted.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO integrations_workitem ("  # noqa: S608
+            "  id, broker_id, cycle_id, work_item_id, hash_type, hash, file_name,"
+            "  state, status_code, status_reason, needs_amendment)"
+            " SELECT s.id, %(broker)s, %(cycle)s, s.work_item_id, s.hash_type,"
+            "        decode(s.hash, 'base64'), s.file_name,"
+            "        CASE WHEN m.work_item_pk IS NULL THEN %(reportable)s ELSE %(open)s END,"
+            "        CASE WHEN m.work_item_pk IS NULL THEN %(not_found)s END,"
+            "        '', false"
+            f"  FROM {staged} s"
+            f"  LEFT JOIN (SELECT DISTINCT work_item_pk FROM {STAGED_MATCHES}) m"
+            "    ON m.work_item_pk = s.id",
+            {
+                "broker": cycle.broker_id,
+                "cycle": cycle.pk,
+                "reportable": WorkItemState.REPORTABLE,
+                "open": WorkItemState.OPEN,
+                "not_found": NOT_FOUND,
+            },
+        )
+        return cursor.rowcount
+
+
+def cycle_matches_collect() -> int:
+    """Write the staged (work item, consumer) matches into ``drop_matches``; return the count."""
+    matches_table_create()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {MATCHES_TABLE} (work_item_id, consumer_id, late_match)"  # noqa: S608
+            f" SELECT work_item_pk, consumer_id, false FROM {STAGED_MATCHES}"
+        )
+        count = cursor.rowcount
+        cursor.execute(f"ANALYZE {MATCHES_TABLE}")
+        return count
+
+
+@dataclass(frozen=True)
+class LateMatches:
+    """What ``consumer_hashes_match_late`` did."""
+
+    work_items: int  # kept work items that matched a new consumer hash
+    newly_matched: int  # of which had no match before (status 5; cycle counts stay as imported)
+    flagged_for_amendment: int  # of which were already reported to DROP as 5
+    requests: RequestsCreated
+
+
+def consumer_hashes_match_late(
+    *, broker: Broker, actor: str = SYSTEM_ACTOR, match_date: dt.date | None = None
+) -> LateMatches:
+    """Match the consumer hashes listed in ``new_consumer_hashes`` against every kept hash.
+
+    Call it inside the transaction that inserted the hashes and filled the temp table
+    ``new_consumer_hashes(consumer_hash_id bigint)``. Each (work item, new consumer) pair
+    not matched before gets deletion requests marked ``late_match`` (removed work items
+    get none). A matched work item whose status was known goes back to ``open`` until
+    outcomes arrive; one already reported as 5 is flagged ``needs_amendment``.
+    """
+    matching_lock(broker=broker)
+    matches_table_create()
+    with connection.cursor() as cursor:
+        # A file import may list a million hashes: let the planner know (temp tables have
+        # no statistics otherwise, and a nested loop over a million rows is slow).
+        cursor.execute(f"ANALYZE {NEW_CONSUMER_HASHES}")
+        cursor.execute(
+            f"INSERT INTO {MATCHES_TABLE} (work_item_id, consumer_id, late_match)"  # noqa: S608
+            " SELECT DISTINCT w.id, ch.consumer_id, true"
+            f"  FROM {NEW_CONSUMER_HASHES} n"
+            "  JOIN integrations_consumerhash ch ON ch.id = n.consumer_hash_id"
+            "  JOIN integrations_workitem w"
+            "    ON w.broker_id = ch.broker_id AND w.hash = ch.hash"
+            "   AND w.hash_type = ch.hash_type"
+            " WHERE ch.broker_id = %(broker)s AND w.state <> %(removed)s"
+            "   AND NOT EXISTS (SELECT 1 FROM integrations_deletionrequest d"
+            "                    WHERE d.work_item_id = w.id"
+            "                      AND d.consumer_id = ch.consumer_id)",
+            {"broker": broker.pk, "removed": WorkItemState.REMOVED},
+        )
+        if not cursor.rowcount:
+            return LateMatches(0, 0, 0, RequestsCreated(0, 0, 0, 0, 0, 0))
+        # Before the requests exist: which work items had no match at all until now.
+        cursor.execute("DROP TABLE IF EXISTS drop_late_items")
+        cursor.execute(
+            "CREATE TEMP TABLE drop_late_items ON COMMIT DROP AS"  # noqa: S608
+            " SELECT DISTINCT m.work_item_id,"
+            "        NOT EXISTS (SELECT 1 FROM integrations_deletionrequest d"
+            "                     WHERE d.work_item_id = m.work_item_id) AS first_match"
+            f"  FROM {MATCHES_TABLE} m"
+        )
+        cursor.execute(
+            "UPDATE integrations_workitem w"
+            "   SET state = %(open)s, status_code = NULL, updated_at = now(),"
+            "       needs_amendment = w.needs_amendment"
+            "                         OR w.reported_status_code IS NOT DISTINCT FROM %(nf)s"
+            "  FROM drop_late_items l"
+            " WHERE w.id = l.work_item_id AND w.state IN (%(reportable)s, %(reported)s)"
+            "   AND (w.state = %(reportable)s OR w.reported_status_code = %(nf)s)"
+            " RETURNING w.reported_status_code IS NOT DISTINCT FROM %(nf)s",
+            {
+                "open": WorkItemState.OPEN,
+                "reportable": WorkItemState.REPORTABLE,
+                "reported": WorkItemState.REPORTED,
+                "nf": NOT_FOUND,
+            },
+        )
+        flagged = sum(1 for (was_reported_5,) in cursor.fetchall() if was_reported_5)
+        cursor.execute("SELECT count(*), count(*) FILTER (WHERE first_match) FROM drop_late_items")
+        work_items, newly_matched = (int(n) for n in cursor.fetchone())
+        cursor.execute("DROP TABLE drop_late_items")
+    requests = requests_create_for_matches(
+        broker=broker, match_date=match_date or timezone.localdate(), actor=actor
+    )
+    ledger_event_append(
+        kind="drop.late_matched",
+        broker_id=broker.broker_id,
+        subject=broker.broker_id,
+        actor=actor,
+        data={
+            "work_items": work_items,
+            "newly_matched": newly_matched,
+            "flagged_for_amendment": flagged,
+            "deletion_requests": requests.deletion_requests,
+        },
+    )
+    return LateMatches(work_items, newly_matched, flagged, requests)

@@ -1,0 +1,569 @@
+"""Turn a broker's consumer records into hashed registration rows, or say why a row is bad.
+
+Three sources, one result. Each record becomes a `ConsumerRecord` (the broker's pointer and
+the SHA-256 digests of its identifiers, 32 raw bytes each) or a `RejectedRecord` (its line or
+index, and the reason per field; never the clear value)::
+
+    reader = ConsumerCsvReader(text_stream)            # checks the header at once
+    reader = ConsumerCsvReader(text_stream, hashed=True)
+    for record in reader:                               # or parse_api_consumers(body["consumers"])
+        ...
+
+- A clear CSV (product.md section 4): `remote_identifier` first, then any of
+  `remote_identifier_kind, email, phone, first_name, last_name, dob, zip, vin, maid, ctvid`.
+  One row may carry several list types: names with `dob` and `zip` give an NDZ hash, names
+  with `vin` a NameVIN hash. Empty cells are skipped.
+- A hashed CSV: `remote_identifier, hash_type, hash` (and optionally
+  `remote_identifier_kind`), the hash in 44-character standard Base64.
+- API objects (`POST /api/v1/drop/consumers`): `email`, `phone`, `maid`, `ctvid` arrays,
+  `ndz` and `name_vin` arrays of objects, `hashes` as `{list type: [Base64, ...]}`.
+
+A row is accepted whole or rejected whole: one bad identifier rejects its row, so the broker
+fixes and re-sends it (registration is idempotent). A file whose header is wrong raises
+`RegistrationFileError` before any row is read. Clear identifiers live only in memory here;
+standardization and hashing are `integrations.drop.standardize`'s.
+
+Pure Python, no Django, so the command, the API and the benchmark share it.
+"""
+
+from __future__ import annotations
+
+import binascii
+import csv
+import hashlib
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, TextIO
+
+from integrations.drop.standardize import (
+    HASH_RE,
+    LIST_TYPES,
+    InvalidIdentifier,
+    name_vin_hash,
+    ndz_hash,
+    standardize_ctvid,
+    standardize_email,
+    standardize_maid,
+    standardize_phone,
+)
+
+__all__ = [
+    "CLEAR_COLUMNS",
+    "DEFAULT_KIND",
+    "HASHED_COLUMNS",
+    "ConsumerCsvReader",
+    "ConsumerRecord",
+    "RegistrationFileError",
+    "RejectedRecord",
+    "parse_api_consumers",
+]
+
+DEFAULT_KIND: Final = "external_id"
+REMOTE_IDENTIFIER_MAX: Final = 255  # Consumer.remote_identifier's length
+KIND_RE: Final = re.compile(r"[A-Za-z0-9_.:-]{1,64}\Z")
+CLEAR_COLUMNS: Final = (
+    "remote_identifier",
+    "remote_identifier_kind",
+    "email",
+    "phone",
+    "first_name",
+    "last_name",
+    "dob",
+    "zip",
+    "vin",
+    "maid",
+    "ctvid",
+)
+HASHED_COLUMNS: Final = ("remote_identifier", "hash_type", "hash", "remote_identifier_kind")
+NO_IDENTIFIER: Final = (
+    "no identifier: give at least one of email, phone, ndz, name_vin, maid, ctvid or hashes"
+)
+NOT_UTF8: Final = "is not valid UTF-8"
+HASH_FORMAT: Final = "must be a SHA-256 hash in standard Base64 (44 characters, ending in '=')"
+_NDZ_PARTS: Final = ("first_name", "last_name", "dob", "zip")
+_NAME_VIN_PARTS: Final = ("first_name", "last_name", "vin")
+_NAME_PARTS: Final = ("first_name", "last_name")
+_sha256 = hashlib.sha256
+_a2b = binascii.a2b_base64
+_b2a = binascii.b2a_base64
+
+
+class RegistrationFileError(ValueError):
+    """The file as a whole cannot be read (its header); nothing of it may be written."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerRecord:
+    """One accepted record: the broker's pointer and the digests of its identifiers.
+
+    `position` is the CSV line (1 is the header) or the index in the API call.
+    `remote_identifier_kind` is None when the record does not name one: a new consumer then
+    gets `external_id`, an existing one keeps its kind.
+    """
+
+    position: int
+    remote_identifier: str
+    remote_identifier_kind: str | None
+    hashes: tuple[tuple[str, bytes], ...]  # (list type, 32-byte SHA-256 digest)
+
+
+@dataclass(frozen=True, slots=True)
+class RejectedRecord:
+    """A record that is not registered: where it is and, per field, what is wrong with it."""
+
+    position: int
+    remote_identifier: str | None
+    errors: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def reason(self) -> str:
+        """The errors in one line, for a command's report."""
+        return "; ".join(f"{key}: {' '.join(messages)}" for key, messages in self.errors.items())
+
+
+Record = ConsumerRecord | RejectedRecord
+
+
+# ---------------------------------------------------------------------------------------
+# Digests: standardize.py's rules, ending in the raw digest instead of its Base64 text
+# ---------------------------------------------------------------------------------------
+
+
+def _utf8(standardized: str, list_type: str) -> bytes:
+    try:
+        return standardized.encode()
+    except UnicodeEncodeError:
+        # Only text read with surrogateescape (bytes that are not UTF-8) gets here.
+        raise InvalidIdentifier(list_type, f"{list_type} {NOT_UTF8}") from None
+
+
+def _email_digest(value: str) -> bytes:
+    return _sha256(_utf8(standardize_email(value), "email")).digest()
+
+
+def _phone_digest(value: str) -> bytes:
+    return _sha256(standardize_phone(value).encode()).digest()  # digits only: ASCII
+
+
+def _maid_digest(value: str) -> bytes:
+    return _sha256(standardize_maid(value).encode()).digest()
+
+
+def _ctvid_digest(value: str) -> bytes:
+    return _sha256(standardize_ctvid(value).encode()).digest()
+
+
+_SIMPLE_DIGESTS: Final[dict[str, Callable[[str], bytes]]] = {
+    "email": _email_digest,
+    "phone": _phone_digest,
+    "maid": _maid_digest,
+    "ctvid": _ctvid_digest,
+}
+
+
+def _composite_digest(list_type: str, parts: Mapping[str, str]) -> bytes:
+    try:
+        if list_type == "ndz":
+            text = ndz_hash(parts["first_name"], parts["last_name"], parts["dob"], parts["zip"])
+        else:
+            text = name_vin_hash(parts["first_name"], parts["last_name"], parts["vin"])
+    except UnicodeEncodeError:
+        raise InvalidIdentifier(list_type, f"{list_type} {NOT_UTF8}") from None
+    return _a2b(text)
+
+
+def _hash_digest(text: str) -> bytes | None:
+    """The 32 bytes of a DROP hash in canonical Base64, or None if it is not one."""
+    if not HASH_RE.fullmatch(text):
+        return None
+    digest = _a2b(text)
+    # Non-canonical Base64 (stray bits in the last character) decodes too, but is not
+    # what DROP sends or what a dispatch would echo back.
+    if _b2a(digest, newline=False).decode() != text:
+        return None
+    return digest
+
+
+def _text_problem(value: str) -> str | None:
+    """Why a pointer or kind cannot be stored as text, or None."""
+    if value.isascii():
+        return "must not contain NUL characters" if "\x00" in value else None
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return NOT_UTF8
+    return "must not contain NUL characters" if "\x00" in value else None
+
+
+def _remote_identifier_problem(value: str) -> str | None:
+    if not value:
+        return "is required"
+    if len(value) > REMOTE_IDENTIFIER_MAX:
+        return f"must be at most {REMOTE_IDENTIFIER_MAX} characters"
+    return _text_problem(value)
+
+
+def _kind_problem(value: str) -> str | None:
+    if KIND_RE.match(value):
+        return None
+    return "must be 1 to 64 letters, digits or _ . : - (for example external_id)"
+
+
+def _add(errors: dict[str, list[str]], key: str, message: str) -> None:
+    errors.setdefault(key, []).append(message)
+
+
+# ---------------------------------------------------------------------------------------
+# CSV files
+# ---------------------------------------------------------------------------------------
+
+
+class ConsumerCsvReader:
+    """Reads a consumer CSV; the header is checked when the reader is made.
+
+    `text` is a text stream opened with ``newline=""`` (UTF-8; ``errors="surrogateescape"``
+    lets a row with bytes that are not UTF-8 be rejected alone instead of the whole file).
+    Iterating yields one `ConsumerRecord` or `RejectedRecord` per data row, in file order,
+    holding one row at a time. Blank lines are skipped.
+    """
+
+    def __init__(self, text: TextIO, *, hashed: bool = False) -> None:
+        self.hashed = hashed
+        self._reader = csv.reader(text, strict=True)
+        try:
+            header = next(self._reader, None)
+        except (csv.Error, UnicodeDecodeError) as exc:
+            raise RegistrationFileError(f"cannot read the header: {exc}") from None
+        if not header or not any(cell.strip() for cell in header):
+            raise RegistrationFileError("the file is empty: no header line")
+        self.columns = [cell.strip().lstrip("\ufeff").lower() for cell in header]
+        if hashed:
+            self._check_hashed_header()
+        else:
+            self._check_clear_header()
+        self._index = {name: i for i, name in enumerate(self.columns)}
+
+    # -- header ---------------------------------------------------------------------------
+
+    def _check_common(self, allowed: Sequence[str]) -> None:
+        for i, name in enumerate(self.columns):
+            if name not in allowed:
+                hint = " (a hashed file? use --hashed)" if name in ("hash", "hash_type") else ""
+                raise RegistrationFileError(
+                    f"unknown column {name!r} in column {i + 1}{hint}; "
+                    f"expected {', '.join(allowed)}"
+                )
+            if name in self.columns[:i]:
+                raise RegistrationFileError(f"column {name!r} appears twice")
+
+    def _check_clear_header(self) -> None:
+        self._check_common(CLEAR_COLUMNS)
+        if self.columns[0] != "remote_identifier":
+            raise RegistrationFileError(
+                f"the first column must be remote_identifier, not {self.columns[0]!r}"
+            )
+        present = set(self.columns)
+        if not present - {"remote_identifier", "remote_identifier_kind"}:
+            raise RegistrationFileError(
+                "no identifier column: add at least one of "
+                + ", ".join(CLEAR_COLUMNS[2:])
+                + (" (a hashed file? use --hashed)" if "hash" in present else "")
+            )
+        name_columns = present & {"first_name", "last_name", "dob", "zip", "vin"}
+        if not name_columns:
+            return
+        ndz = {"dob", "zip"} & present
+        if not set(_NAME_PARTS) <= present:
+            missing = " and ".join(p for p in _NAME_PARTS if p not in present)
+            raise RegistrationFileError(
+                f"{', '.join(sorted(name_columns))} need {missing}: NDZ is first_name, "
+                "last_name, dob, zip; NameVIN is first_name, last_name, vin"
+            )
+        if len(ndz) == 1:
+            raise RegistrationFileError(
+                f"{ndz.pop()} without {'zip' if 'dob' in present else 'dob'}: NDZ needs "
+                "first_name, last_name, dob and zip"
+            )
+        if not ndz and "vin" not in present:
+            raise RegistrationFileError(
+                "first_name and last_name need dob and zip (NDZ) or vin (NameVIN)"
+            )
+
+    def _check_hashed_header(self) -> None:
+        self._check_common(HASHED_COLUMNS)
+        missing = [c for c in HASHED_COLUMNS[:3] if c not in self.columns]
+        if missing:
+            raise RegistrationFileError(
+                f"a hashed file needs the columns remote_identifier, hash_type, hash; "
+                f"missing {', '.join(missing)}"
+            )
+
+    # -- rows -----------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Record]:
+        parse = self._hashed_row if self.hashed else self._clear_row_parser()
+        width = len(self.columns)
+        reader = self._reader
+        line = reader.line_num  # the header's last physical line
+        while True:
+            start = line + 1
+            try:
+                cells = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as exc:
+                line = reader.line_num
+                yield RejectedRecord(start, None, {"row": [f"is not valid CSV: {exc}"]})
+                continue
+            line = reader.line_num
+            if len(cells) != width:
+                if not cells or (len(cells) == 1 and not cells[0].strip()):
+                    continue  # a blank line
+                fields = f"{len(cells)} field{'' if len(cells) == 1 else 's'}"
+                message = f"has {fields}; the header has {width}"
+                yield RejectedRecord(start, cells[0].strip() or None, {"row": [message]})
+                continue
+            yield parse(start, cells)
+
+    def _kind(self, cells: list[str], errors: dict[str, list[str]]) -> str | None:
+        position = self._index.get("remote_identifier_kind")
+        if position is None:
+            return None
+        kind = cells[position].strip()
+        if not kind:
+            return None
+        problem = _kind_problem(kind)
+        if problem:
+            _add(errors, "remote_identifier_kind", f"remote_identifier_kind {problem}")
+        return kind
+
+    def _pointer(self, cells: list[str], errors: dict[str, list[str]]) -> str:
+        rid = cells[self._index["remote_identifier"]].strip()
+        problem = _remote_identifier_problem(rid)
+        if problem:
+            _add(errors, "remote_identifier", f"remote_identifier {problem}")
+        return rid
+
+    def _clear_row_parser(self) -> Callable[[int, list[str]], Record]:
+        simple = [
+            (name, self._index[name], digest)
+            for name, digest in _SIMPLE_DIGESTS.items()
+            if name in self._index
+        ]
+        composites = [
+            (list_type, [(part, self._index[part]) for part in parts])
+            for list_type, parts in (("ndz", _NDZ_PARTS), ("name_vin", _NAME_VIN_PARTS))
+            if all(part in self._index for part in parts)
+        ]
+        name_positions = [
+            self._index[p]
+            for p in ("first_name", "last_name", "dob", "zip", "vin")
+            if p in self._index
+        ]
+
+        def parse(line: int, cells: list[str]) -> Record:
+            errors: dict[str, list[str]] = {}
+            rid = self._pointer(cells, errors)
+            kind = self._kind(cells, errors)
+            hashes: list[tuple[str, bytes]] = []
+            for list_type, position, digest in simple:
+                value = cells[position]
+                if value and not value.isspace():
+                    try:
+                        hashes.append((list_type, digest(value)))
+                    except InvalidIdentifier as exc:
+                        _add(errors, exc.field, exc.reason)
+            if name_positions and any(cells[i].strip() for i in name_positions):
+                self._composites(cells, composites, hashes, errors)
+            if errors:
+                return RejectedRecord(line, rid or None, errors)
+            if not hashes:
+                return RejectedRecord(line, rid, {"row": [NO_IDENTIFIER]})
+            return ConsumerRecord(line, rid, kind, tuple(hashes))
+
+        return parse
+
+    @staticmethod
+    def _composites(
+        cells: list[str],
+        composites: list[tuple[str, list[tuple[str, int]]]],
+        hashes: list[tuple[str, bytes]],
+        errors: dict[str, list[str]],
+    ) -> None:
+        """NDZ and NameVIN from one row: each is built when any of its own parts is given."""
+        given = {part for _, parts in composites for part, i in parts if cells[i].strip()}
+        attempted = False
+        for list_type, parts in composites:
+            own = {part for part, _ in parts} - set(_NAME_PARTS)  # dob+zip, or vin
+            if not own & given:
+                continue
+            attempted = True
+            missing = [part for part, i in parts if not cells[i].strip()]
+            if missing:
+                _add(errors, list_type, f"{list_type} needs {' and '.join(missing)} in the row")
+                continue
+            try:
+                hashes.append(
+                    (list_type, _composite_digest(list_type, {p: cells[i] for p, i in parts}))
+                )
+            except InvalidIdentifier as exc:
+                _add(errors, exc.field, exc.reason)
+        if not attempted:  # names alone: neither list can be built
+            _add(errors, "row", "first_name and last_name need dob and zip (NDZ) or vin (NameVIN)")
+
+    def _hashed_row(self, line: int, cells: list[str]) -> Record:
+        errors: dict[str, list[str]] = {}
+        rid = self._pointer(cells, errors)
+        kind = self._kind(cells, errors)
+        list_type = cells[self._index["hash_type"]].strip()
+        if list_type not in LIST_TYPES:
+            _add(errors, "hash_type", f"hash_type must be one of {', '.join(LIST_TYPES)}")
+        digest = _hash_digest(cells[self._index["hash"]].strip())
+        if digest is None:
+            _add(errors, "hash", f"hash {HASH_FORMAT}")
+        if errors or digest is None:
+            return RejectedRecord(line, rid or None, errors)
+        return ConsumerRecord(line, rid, kind, ((list_type, digest),))
+
+
+# ---------------------------------------------------------------------------------------
+# API objects
+# ---------------------------------------------------------------------------------------
+
+_API_SIMPLE: Final = ("email", "phone", "maid", "ctvid")
+_API_COMPOSITE: Final = {"ndz": _NDZ_PARTS, "name_vin": _NAME_VIN_PARTS}
+API_FIELDS: Final = (
+    "remote_identifier",
+    "remote_identifier_kind",
+    *_API_SIMPLE,
+    *_API_COMPOSITE,
+    "hashes",
+)
+
+
+def parse_api_consumers(consumers: Sequence[Any]) -> Iterator[Record]:
+    """One record per element of the API body's ``consumers`` array, in order.
+
+    Errors are keyed by the path of the bad value: ``email[1]``, ``ndz[0].dob``,
+    ``hashes.phone[2]``.
+    """
+    for index, item in enumerate(consumers):
+        yield _api_consumer(index, item)
+
+
+def _api_consumer(index: int, item: Any) -> Record:
+    if not isinstance(item, dict):
+        return RejectedRecord(index, None, {"non_field_errors": ["must be a JSON object"]})
+    errors: dict[str, list[str]] = {}
+    for key in item:
+        if key not in API_FIELDS:
+            _add(errors, str(key), f"unknown field; expected {', '.join(API_FIELDS)}")
+
+    rid = item.get("remote_identifier")
+    pointer: str | None = None
+    if rid is None:
+        _add(errors, "remote_identifier", "this field is required")
+    elif not isinstance(rid, str):
+        _add(errors, "remote_identifier", "must be a string")
+    else:
+        pointer = rid.strip()
+        problem = _remote_identifier_problem(pointer)
+        if problem:
+            _add(errors, "remote_identifier", problem)
+
+    kind = item.get("remote_identifier_kind")
+    if kind is not None:
+        if not isinstance(kind, str):
+            _add(errors, "remote_identifier_kind", "must be a string")
+        elif problem := _kind_problem(kind.strip()):
+            _add(errors, "remote_identifier_kind", problem)
+        else:
+            kind = kind.strip()
+
+    hashes: list[tuple[str, bytes]] = []
+    for list_type in _API_SIMPLE:
+        for i, value in _api_list(item, list_type, errors):
+            if not isinstance(value, str):
+                _add(errors, f"{list_type}[{i}]", "must be a string")
+                continue
+            try:
+                hashes.append((list_type, _SIMPLE_DIGESTS[list_type](value)))
+            except InvalidIdentifier as exc:
+                _add(errors, f"{list_type}[{i}]", exc.reason)
+    for list_type, parts in _API_COMPOSITE.items():
+        for i, value in _api_list(item, list_type, errors):
+            digest = _api_composite(f"{list_type}[{i}]", list_type, parts, value, errors)
+            if digest is not None:
+                hashes.append((list_type, digest))
+    _api_hashes(item.get("hashes"), hashes, errors)
+
+    if not errors and not hashes:
+        _add(errors, "non_field_errors", NO_IDENTIFIER)
+    if errors:
+        return RejectedRecord(index, pointer or None, errors)
+    assert pointer is not None
+    return ConsumerRecord(index, pointer, kind, tuple(hashes))
+
+
+def _api_list(item: dict[str, Any], key: str, errors: dict[str, list[str]]) -> list[Any]:
+    values = item.get(key)
+    if values is None:
+        return []
+    if not isinstance(values, list):
+        _add(errors, key, "must be a list")
+        return []
+    return list(enumerate(values))
+
+
+def _api_composite(
+    path: str,
+    list_type: str,
+    parts: Sequence[str],
+    value: Any,
+    errors: dict[str, list[str]],
+) -> bytes | None:
+    if not isinstance(value, dict):
+        _add(errors, path, f"must be an object with {', '.join(parts)}")
+        return None
+    ok = True
+    for key in value:
+        if key not in parts:
+            _add(errors, f"{path}.{key}", f"unknown field; expected {', '.join(parts)}")
+            ok = False
+    for part in parts:
+        if part not in value or value[part] is None:
+            _add(errors, f"{path}.{part}", "this field is required")
+            ok = False
+        elif not isinstance(value[part], str):
+            _add(errors, f"{path}.{part}", "must be a string")
+            ok = False
+    if not ok:
+        return None
+    try:
+        return _composite_digest(list_type, value)
+    except InvalidIdentifier as exc:
+        _add(errors, f"{path}.{exc.field}", exc.reason)
+        return None
+
+
+def _api_hashes(value: Any, hashes: list[tuple[str, bytes]], errors: dict[str, list[str]]) -> None:
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        _add(errors, "hashes", "must be an object of list type to a list of Base64 hashes")
+        return
+    for list_type, texts in value.items():
+        path = f"hashes.{list_type}"
+        if list_type not in LIST_TYPES:
+            _add(errors, path, f"unknown list type; expected one of {', '.join(LIST_TYPES)}")
+            continue
+        if not isinstance(texts, list):
+            _add(errors, path, "must be a list of Base64 hashes")
+            continue
+        for i, text in enumerate(texts):
+            digest = _hash_digest(text) if isinstance(text, str) else None
+            if digest is None:
+                _add(errors, f"{path}[{i}]", HASH_FORMAT)
+            else:
+                hashes.append((list_type, digest))

@@ -1,0 +1,152 @@
+"""Building the response files DROP gets back: their names, bytes and digest, and deadlines.
+
+The reporting service picks the rows; this module only names and builds files, with no
+database, so every rule here is a plain function::
+
+    name = response_name("20260312_4821_Email.csv", kind="upload", taken=existing_names)
+    built = build_response_file(name, rows)        # rows: (work_item_id, status) pairs
+    built.content, built.rows, built.sha256
+
+Naming (drop-platform.md section 1, "Files"): the first upload for a list reuses the
+downloaded file's name; a later upload for the same list in the same cycle (the list is
+answered in parts) gets ``_part02``, ``_part03``...; amendments get ``_amend01``,
+``_amend02``... DROP rejects a name already used for the current download, so a name is
+never reused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+import tempfile
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from integrations.drop.files import (
+    RESPONSE_HEADER,
+    DropFileError,
+    parse_file_name,
+    response_file_name,
+    write_response_csv,
+)
+
+__all__ = [
+    "AMEND_SUFFIX",
+    "PART_SUFFIX",
+    "BuiltResponseFile",
+    "build_response_file",
+    "response_name",
+    "responses_from_rows",
+    "save_response_file",
+]
+
+PART_SUFFIX = "part"
+AMEND_SUFFIX = "amend"
+# A suffix is at most 10 letters or digits: "amend" + up to 5 digits, "part" + up to 6.
+_MAX_NUMBER = {PART_SUFFIX: 999_999, AMEND_SUFFIX: 99_999}
+
+
+@dataclass(frozen=True)
+class BuiltResponseFile:
+    name: str
+    content: bytes
+    rows: int
+    sha256: str
+
+
+def response_name(download_file_name: str, *, kind: str, taken: Collection[str]) -> str:
+    """The first free response file name for a downloaded list.
+
+    ``kind`` is ``upload`` or ``amend``; ``taken`` holds every response file name already
+    used for this cycle (whatever DROP answered: a rejected name may still count as used).
+    """
+    if kind == "upload":
+        bare = response_file_name(download_file_name)
+        if bare not in taken:
+            return bare
+        prefix, first = PART_SUFFIX, 2
+    elif kind == "amend":
+        prefix, first = AMEND_SUFFIX, 1
+    else:
+        raise ValueError(f"unknown response file kind {kind!r}: expected upload or amend")
+    for number in range(first, _MAX_NUMBER[prefix] + 1):
+        name = response_file_name(download_file_name, suffix=f"{prefix}{number:02d}")
+        if name not in taken:
+            return name
+    raise ValueError(f"no free {kind} file name left for {download_file_name}")
+
+
+def build_response_file(name: str, rows: Iterable[tuple[str, int]]) -> BuiltResponseFile:
+    """``Id,Status`` CSV bytes for ``rows``, checked row by row (``DropFileError`` names the
+    line of a bad one), with their count and SHA-256."""
+    parse_file_name(name)  # a bad name fails here, before any row is read
+    buffer = io.BytesIO()
+    buffer.name = name  # write_response_csv names the file in its errors
+    written = write_response_csv(buffer, rows)
+    return BuiltResponseFile(
+        name=name, content=buffer.getvalue(), rows=written.row_count, sha256=written.sha256
+    )
+
+
+_ROWS_RE = re.compile(rb"(?:[A-Za-z0-9]{12},[2-5]\r\n)*")
+
+
+def responses_from_rows(data: bytes, names: dict[int, str]) -> dict[int, BuiltResponseFile]:
+    """Response files from CSV lines ``<file key>,<work item id>,<status>\n`` sorted by key.
+
+    The bulk path: PostgreSQL writes these lines (``COPY ... WITH (FORMAT csv)``) and this
+    cuts them into one file per key with bytes operations only, giving exactly what
+    ``build_response_file`` gives for the same rows (``Id,Status`` header, CRLF). Every
+    file is checked whole against the row shape; ``DropFileError`` if one is off. Keys
+    with no rows get no file.
+    """
+    files: dict[int, BuiltResponseFile] = {}
+    keys = sorted(names)
+    position = 0
+    for index, key in enumerate(keys):
+        prefix = b"%d," % key
+        if not data.startswith(prefix, position):
+            continue
+        end = len(data)
+        for later in keys[index + 1 :]:
+            found = data.find(b"\n%d," % later, position)
+            if found != -1:
+                end = found + 1
+                break
+        body = (b"\n" + data[position:end]).replace(b"\n" + prefix, b"\n")[1:]
+        body = body.replace(b"\n", b"\r\n")
+        if not _ROWS_RE.fullmatch(body):
+            raise DropFileError(names[key], None, "a row is not a 12-character id and a status")
+        content = RESPONSE_HEADER + body
+        files[key] = BuiltResponseFile(
+            name=names[key],
+            content=content,
+            rows=body.count(b"\n"),
+            sha256=hashlib.sha256(content).hexdigest(),
+        )
+        position = end
+    if position != len(data):
+        raise DropFileError(None, None, "rows for a file that was not asked for")
+    return files
+
+
+def save_response_file(directory: str | os.PathLike[str], name: str, content: bytes) -> Path:
+    """Write ``content`` to ``directory/name`` whole or not at all (temp file, fsync, rename)."""
+    parse_file_name(name)  # a plain, well-formed name: never a path
+    target_dir = Path(directory)
+    target_dir.mkdir(parents=True, exist_ok=True)
+    handle, temp_name = tempfile.mkstemp(prefix=f".{name}.", dir=target_dir)
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(content)
+            out.flush()
+            os.fsync(out.fileno())
+        target = target_dir / name
+        os.replace(temp_name, target)
+    except BaseException:
+        Path(temp_name).unlink(missing_ok=True)
+        raise
+    return target

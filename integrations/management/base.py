@@ -1,0 +1,98 @@
+"""The base of dropportal's commands: subcommands, ``--json``, and one-line errors.
+
+Every failure ends as one line on stderr and a non-zero exit::
+
+    class Command(DropportalCommand):
+        def add_subcommands(self, sub): ...
+        def handle_add(self, **options): ...
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import getpass
+import json
+import sys
+from typing import Any, NoReturn
+
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from integrations.models import Broker
+
+
+def validation_message(error: ValidationError) -> str:
+    if hasattr(error, "error_dict"):
+        return "; ".join(
+            f"{field}: {' '.join(str(m) for m in messages)}"
+            for field, messages in error.message_dict.items()
+        )
+    return " ".join(error.messages)
+
+
+def date_bound(text: str, *, end: bool = False) -> dt.datetime:
+    """``--since``/``--until`` values: a date (``--until`` includes the whole day) or ISO time."""
+    try:
+        if len(text) == 10:
+            day = dt.date.fromisoformat(text)
+            start = dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
+            return start + dt.timedelta(days=1) if end else start
+        moment = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise CommandError(f"not a date: {text!r} (use YYYY-MM-DD or an ISO 8601 time)") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
+
+
+def open_output(path: str | None, stdout: Any) -> Any:
+    """The ``--out`` file (UTF-8, written whole or not at all is the caller's job) or stdout."""
+    if not path:
+        return contextlib.nullcontext(stdout)
+    try:
+        return open(path, "w", encoding="utf-8", newline="")
+    except OSError as exc:
+        raise CommandError(f"cannot write {path}: {exc.strerror}") from None
+
+
+def broker_or_error(broker_id: str) -> Broker:
+    try:
+        return Broker.objects.get(broker_id=broker_id)
+    except Broker.DoesNotExist:
+        raise CommandError(f"no broker with id {broker_id!r}") from None
+
+
+class _OneLineErrors(CommandParser):
+    def error(self, message: str) -> NoReturn:
+        if self.called_from_command_line:
+            sys.stderr.write(f"{self.prog}: error: {message}\n")
+            sys.exit(2)
+        raise CommandError(f"{self.prog}: {message}")
+
+
+class DropportalCommand(BaseCommand):
+    """A command whose first argument picks a subcommand, dispatched to ``handle_<name>``."""
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.__class__ = _OneLineErrors  # and so its subparsers, which take type(parser)
+        subparsers = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+        self.add_subcommands(subparsers)
+
+    def add_subcommands(self, subparsers: Any) -> None:
+        raise NotImplementedError
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        action = options.pop("action").replace("-", "_")
+        try:
+            getattr(self, f"handle_{action}")(**options)
+        except ValidationError as exc:
+            raise CommandError(validation_message(exc)) from exc
+
+    @staticmethod
+    def actor() -> str:
+        try:
+            return f"cli:{getpass.getuser()}"
+        except Exception:  # no user name on this system
+            return "cli"
+
+    def print_json(self, value: Any) -> None:
+        self.stdout.write(json.dumps(value, indent=2, default=str))

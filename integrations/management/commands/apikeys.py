@@ -1,0 +1,83 @@
+"""``manage.py apikeys create|revoke|list``: the broker-facing API's keys."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import CommandError
+
+from integrations.management.base import DropportalCommand, broker_or_error
+from integrations.models import ApiKey, ApiKeyScope
+from integrations.services.keys import api_key_create, api_key_revoke
+
+
+class Command(DropportalCommand):
+    help = "Create, revoke and list API keys."
+
+    def add_subcommands(self, subparsers: Any) -> None:
+        create = subparsers.add_parser("create", help="create a key (shown once)")
+        create.add_argument("--broker", required=True, help="broker id, 4 digits")
+        create.add_argument(
+            "--scope", action="append", required=True, choices=ApiKeyScope.values, dest="scopes"
+        )
+        create.add_argument("--name", default="")
+        create.add_argument("--json", action="store_true")
+        revoke = subparsers.add_parser("revoke", help="revoke a key by its prefix")
+        revoke.add_argument("prefix")
+        listing = subparsers.add_parser("list", help="list keys")
+        listing.add_argument("--json", action="store_true")
+
+    def handle_create(self, **options: Any) -> None:
+        broker = broker_or_error(options["broker"])
+        created = api_key_create(
+            broker=broker, scopes=options["scopes"], name=options["name"], actor=self.actor()
+        )
+        if options["json"]:
+            self.print_json(
+                {
+                    "key": created.key,
+                    "prefix": created.api_key.prefix,
+                    "scopes": created.api_key.scopes,
+                    "broker_id": broker.broker_id,
+                    "name": created.api_key.name,
+                }
+            )
+            return
+        self.stdout.write(f"API key (shown once, store it now): {created.key}")
+        self.stdout.write(
+            f"prefix: {created.api_key.prefix}  scopes: {', '.join(created.api_key.scopes)}"
+        )
+
+    def handle_revoke(self, **options: Any) -> None:
+        try:
+            api_key = ApiKey.objects.get(prefix=options["prefix"])
+        except ApiKey.DoesNotExist:
+            raise CommandError(f"no API key with prefix {options['prefix']!r}") from None
+        was_revoked = api_key.is_revoked
+        api_key_revoke(api_key=api_key, actor=self.actor())
+        self.stdout.write(
+            f"Key {api_key.prefix} {'was already' if was_revoked else 'is now'} revoked."
+        )
+
+    def handle_list(self, **options: Any) -> None:
+        rows: list[dict[str, Any]] = [
+            {
+                "prefix": k.prefix,
+                "name": k.name,
+                "broker_id": k.broker.broker_id,
+                "scopes": k.scopes,
+                "created_at": k.created_at.isoformat(),
+                "last_used_at": k.last_used_at.isoformat() if k.last_used_at else None,
+                "revoked_at": k.revoked_at.isoformat() if k.revoked_at else None,
+            }
+            for k in ApiKey.objects.select_related("broker")
+        ]
+        if options["json"]:
+            self.print_json(rows)
+            return
+        for r in rows:
+            state = f"revoked {r['revoked_at']}" if r["revoked_at"] else "active"
+            self.stdout.write(
+                f"{r['prefix']}  {r['broker_id']}  {','.join(r['scopes']):<30} {state}"
+                f"  last used {r['last_used_at'] or 'never'}  {r['name']}"
+            )

@@ -1,0 +1,150 @@
+"""``manage.py drop pull|import|report``: bring DROP's deletion lists in, matched; report.
+
+    manage.py drop pull --broker 4821            # download (waiting through 202), import, match
+    manage.py drop import --broker 4821 20260312_4821_DROP.zip
+    manage.py drop report --broker 4821 --upload # response CSVs (``management/drop_report.py``)
+
+Both print the cycle (``--json``: one JSON object); a refusal is one line on stderr and exit 1.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import CommandError
+
+from integrations.management.base import broker_or_error, date_bound
+from integrations.management.drop_report import ReportSubcommand
+from integrations.services.drop import (
+    DEFAULT_MAX_WAIT_SECONDS,
+    DropImportError,
+    DropPullError,
+    ImportResult,
+    drop_pull,
+    drop_zip_import,
+)
+
+
+class Command(ReportSubcommand):
+    help = (
+        "Pull DROP's deletion lists for a broker, or import a downloaded ZIP (both match); "
+        "report the statuses back."
+    )
+
+    def add_subcommands(self, subparsers: Any) -> None:
+        pull = subparsers.add_parser("pull", help="download from DROP, import and match")
+        pull.add_argument("--broker", required=True, help="the broker's 4-digit DROP id")
+        pull.add_argument(
+            "--max-wait",
+            type=float,
+            default=DEFAULT_MAX_WAIT_SECONDS,
+            help="seconds to keep waiting while DROP prepares the package or throttles "
+            f"(default {DEFAULT_MAX_WAIT_SECONDS:g})",
+        )
+        pull.add_argument("--json", action="store_true", help="print the result as JSON")
+
+        imp = subparsers.add_parser("import", help="import and match a DROP ZIP from disk")
+        imp.add_argument("--broker", required=True, help="the broker's 4-digit DROP id")
+        imp.add_argument("file", help="the ZIP as downloaded from DROP")
+        imp.add_argument(
+            "--downloaded-at",
+            help="when it was downloaded from DROP (YYYY-MM-DD or ISO time); the due date "
+            "counts from it. Default: the package's date, or now if that is later",
+        )
+        imp.add_argument("--json", action="store_true", help="print the result as JSON")
+        self.add_report_subcommand(subparsers)
+
+    def handle_pull(self, **options: Any) -> None:
+        broker = broker_or_error(options["broker"])
+        if options["max_wait"] < 0:
+            raise CommandError("--max-wait must be 0 or more seconds")
+        try:
+            result = drop_pull(
+                broker=broker, actor=self.actor(), max_wait_seconds=options["max_wait"]
+            )
+        except DropPullError as exc:
+            raise CommandError(str(exc)) from None
+        if result.imported is None:
+            if options["json"]:
+                self.print_json({"outcome": result.outcome, "message": result.message})
+            else:
+                self.stdout.write(f"Nothing new from DROP: {result.message}")
+            return
+        self._report(result.imported, as_json=options["json"], outcome=result.outcome)
+
+    def handle_import(self, **options: Any) -> None:
+        broker = broker_or_error(options["broker"])
+        path = Path(options["file"])
+        if not path.is_file():
+            raise CommandError(f"no such file: {path}")
+        downloaded_at: dt.datetime | None = None
+        if options["downloaded_at"]:
+            downloaded_at = date_bound(options["downloaded_at"])
+        try:
+            result = drop_zip_import(
+                broker=broker, path=path, downloaded_at=downloaded_at, actor=self.actor()
+            )
+        except DropImportError as exc:
+            raise CommandError(str(exc)) from None
+        self._report(
+            result, as_json=options["json"], outcome="imported" if result.created else "unchanged"
+        )
+
+    def _report(self, result: ImportResult, *, as_json: bool, outcome: str) -> None:
+        cycle = result.cycle
+        if as_json:
+            self.print_json(
+                {
+                    "outcome": outcome,
+                    "broker_id": cycle.broker.broker_id,
+                    "drop_session_id": cycle.drop_session_id,
+                    "zip_name": cycle.zip_name,
+                    "zip_sha256": cycle.zip_sha256,
+                    "downloaded_at": cycle.downloaded_at.isoformat(),
+                    "match_date": cycle.match_date.isoformat(),
+                    "due_date": cycle.due_date.isoformat(),
+                    "files": cycle.files,
+                    "work_items": cycle.work_items,
+                    "matched": cycle.matched,
+                    "not_found": cycle.not_found,
+                    "removed": {
+                        "rows": cycle.removed,
+                        "closed": result.removed.closed,
+                        "unknown": result.removed.unknown,
+                        "requests_cancelled": result.removed.requests_cancelled,
+                    },
+                    "deletion_requests": {
+                        "created": result.requests.deletion_requests,
+                        "queued": result.requests.queued,
+                        "pending": result.requests.pending,
+                    },
+                    "seconds": {
+                        "import": round(result.import_seconds, 3),
+                        "match": round(result.match_seconds, 3),
+                        "requests": round(result.requests_seconds, 3),
+                        "commit": round(result.commit_seconds, 3),
+                    },
+                }
+            )
+            return
+        if not result.created:
+            self.stdout.write(
+                f"{cycle.zip_name} was already imported as cycle {cycle.drop_session_id}: "
+                "nothing changed."
+            )
+            return
+        self.stdout.write(
+            f"Cycle {cycle.drop_session_id} from {cycle.zip_name}: {cycle.work_items} work "
+            f"items, {cycle.matched} matched, {cycle.not_found} not found (status 5), "
+            f"{result.requests.deletion_requests} deletion requests "
+            f"({result.requests.queued} queued, {result.requests.pending} waiting for a "
+            f"target); report by {cycle.due_date.isoformat()}."
+        )
+        if cycle.removed:
+            self.stdout.write(
+                f"Removed by DROP: {result.removed.closed} work items closed, "
+                f"{result.removed.requests_cancelled} undelivered requests cancelled, "
+                f"{result.removed.unknown} ids not open here."
+            )

@@ -1,0 +1,100 @@
+"""``manage.py outcomes export``: the outcome history, one row per deletion request.
+
+    manage.py outcomes export --broker 4821 --since 2026-03-01 --format jsonl --out h.jsonl
+
+Streams (memory stays flat at any size); CSV cells a spreadsheet would run as formulas are
+defused, JSONL keeps every value exact. Columns: ``selectors.OUTCOME_COLUMNS``.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, BinaryIO, TextIO
+
+from django.core.management.base import CommandError
+
+from integrations import exports
+from integrations.management.base import (
+    DropportalCommand,
+    broker_or_error,
+    date_bound,
+    open_output,
+)
+from integrations.selectors import OUTCOME_COLUMNS, deletion_outcomes, deletion_outcomes_csv
+from integrations.services.audit import outcome_export_record
+
+
+class Command(DropportalCommand):
+    help = "Export the outcome history of deletion requests."
+
+    def add_subcommands(self, subparsers: Any) -> None:
+        export = subparsers.add_parser(
+            "export", help="stream one row per deletion request as CSV or JSONL"
+        )
+        export.add_argument("--format", choices=exports.FORMATS, default="csv")
+        export.add_argument("--broker", help="only this broker's requests")
+        export.add_argument("--since", help="matched from this date or time (inclusive)")
+        export.add_argument(
+            "--until", help="matched up to this date (inclusive) or time (exclusive)"
+        )
+        export.add_argument("--out", help="write to this file instead of stdout")
+
+    def handle_export(self, **options: Any) -> None:
+        broker_id = options["broker"]
+        if broker_id:
+            broker_or_error(broker_id)  # a typo is an error, not an empty export
+        since = date_bound(options["since"]) if options["since"] else None
+        until = date_bound(options["until"], end=True) if options["until"] else None
+        if since and until and until <= since:
+            raise CommandError("--until must be after --since")
+        filters = {"broker_id": broker_id, "since": since, "until": until}
+        outcome_export_record(
+            actor=self.actor(),
+            via="command",
+            broker_id=broker_id or "",
+            fmt=options["format"],
+            filters={"since": options["since"], "until": options["until"], "out": options["out"]},
+        )
+        out = options["out"]
+        # A file is written under a temporary name and renamed when complete, so a failed
+        # export never leaves a truncated file that looks finished.
+        partial = f"{out}.partial" if out else None
+        try:
+            if options["format"] == "csv" and partial:
+                # PostgreSQL's UTF-8 bytes go to the file as they come.
+                with _open_binary(partial) as binary:
+                    for chunk in deletion_outcomes_csv(**filters):
+                        binary.write(chunk)
+            else:
+                with open_output(partial, self.stdout._out) as stream:
+                    if options["format"] == "csv":
+                        _write_text(stream, deletion_outcomes_csv(**filters))
+                    else:
+                        rows = deletion_outcomes(**filters)
+                        exports.write_rows(stream, fmt="jsonl", columns=OUTCOME_COLUMNS, rows=rows)
+        except BaseException:
+            if partial:
+                Path(partial).unlink(missing_ok=True)
+            raise
+        if out and partial:
+            os.replace(partial, out)
+            size = Path(out).stat().st_size
+            self.stderr.write(f"Wrote the outcome history to {out} ({size:,} bytes).")
+
+
+def _open_binary(path: str) -> BinaryIO:
+    try:
+        return open(path, "wb")  # the caller's with-block closes it
+    except OSError as exc:
+        raise CommandError(f"cannot write {path}: {exc.strerror}") from None
+
+
+def _write_text(stream: TextIO, chunks: Iterable[bytes]) -> None:
+    # An incremental decoder: a chunk may end inside a multi-byte character.
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    for chunk in chunks:
+        stream.write(decoder.decode(chunk))
+    stream.write(decoder.decode(b"", final=True))

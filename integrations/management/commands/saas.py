@@ -1,0 +1,83 @@
+"""``manage.py saas add|list``: third-party SaaS deletion connections (generic HTTP).
+
+Each one receives ``POST <url>`` with ``Authorization: Bearer <token>`` and the resolved
+identifiers of its categories (product.md section 4).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from integrations.management.base import DropportalCommand, broker_or_error
+from integrations.models import SaasConnection
+from integrations.services.saas import saas_connection_create
+
+
+class Command(DropportalCommand):
+    help = "Add and list third-party SaaS deletion connections."
+
+    def add_subcommands(self, subparsers: Any) -> None:
+        add = subparsers.add_parser("add", help="add a generic HTTP SaaS deletion connection")
+        add.add_argument("--broker", required=True, help="broker id, 4 digits")
+        add.add_argument("--name", required=True)
+        add.add_argument("--url", required=True, help="where deletions are POSTed (https)")
+        add.add_argument("--token", default="", help="sent as 'Authorization: Bearer <token>'")
+        add.add_argument(
+            "--categories",
+            default="email",
+            help="comma-separated identifier categories it deletes by (default: email)",
+        )
+        add.add_argument("--json", action="store_true")
+        listing = subparsers.add_parser("list", help="list SaaS connections")
+        listing.add_argument("--broker", help="only this broker's")
+        listing.add_argument("--json", action="store_true")
+
+    def handle_add(self, **options: Any) -> None:
+        broker = broker_or_error(options["broker"])
+        connection = saas_connection_create(
+            broker=broker,
+            name=options["name"],
+            url=options["url"],
+            token=options["token"],
+            categories=options["categories"].split(","),
+            actor=self.actor(),
+        )
+        row = _row(connection)
+        if options["json"]:
+            self.print_json(row)
+            return
+        self.stdout.write(
+            f"SaaS connection {connection.pk} ({connection.name}) added for broker "
+            f"{broker.broker_id}: {connection.url}, categories "
+            f"{', '.join(connection.identifier_categories)}"
+        )
+
+    def handle_list(self, **options: Any) -> None:
+        connections = SaasConnection.objects.select_related("broker").order_by(
+            "broker__broker_id", "name"
+        )
+        if options.get("broker"):
+            connections = connections.filter(broker=broker_or_error(options["broker"]))
+        rows = [_row(c) for c in connections]
+        if options["json"]:
+            self.print_json(rows)
+            return
+        for r in rows:
+            state = "enabled" if r["enabled"] else f"DISABLED ({r['disabled_reason']})"
+            self.stdout.write(
+                f"{r['id']}  {r['broker_id']}  {r['name']}  {r['url']}  "
+                f"{','.join(r['categories'])}  {state}"
+            )
+
+
+def _row(connection: SaasConnection) -> dict[str, Any]:
+    return {
+        "id": connection.pk,
+        "broker_id": connection.broker.broker_id,
+        "name": connection.name,
+        "url": connection.url,
+        "categories": connection.identifier_categories,
+        "token_set": bool(connection.token),
+        "enabled": connection.enabled,
+        "disabled_reason": connection.disabled_reason,
+    }

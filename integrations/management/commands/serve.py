@@ -1,0 +1,99 @@
+"""``manage.py serve`` (what ``make run`` calls): set up, then serve the admin and API with
+gunicorn on 127.0.0.1:8000 together with one job worker; Ctrl-C stops both.
+
+First run only: migrates, collects static files, and creates a staff login (from
+``DJANGO_SUPERUSER_USERNAME``/``DJANGO_SUPERUSER_PASSWORD`` if set, else ``admin`` with a
+generated password printed once).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandParser
+
+_CLEAN = (0, -signal.SIGTERM, -signal.SIGINT)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+class Command(BaseCommand):
+    help = "Set up and serve dropportal (web + one worker) until Ctrl-C."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--bind", default="127.0.0.1:8000")
+        parser.add_argument("--web-workers", type=int, default=2)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        call_command("migrate", interactive=False, verbosity=0)
+        call_command("collectstatic", interactive=False, verbosity=0)
+        self._ensure_staff_login()
+        base = [sys.executable]
+        processes = [
+            subprocess.Popen(  # noqa: S603
+                [
+                    *base,
+                    "-m",
+                    "gunicorn",
+                    "dropportal.wsgi",
+                    "--bind",
+                    options["bind"],
+                    "--workers",
+                    str(options["web_workers"]),
+                    "--access-logfile",
+                    "-",
+                ]
+            ),
+            subprocess.Popen([*base, "manage.py", "worker"], cwd=settings.BASE_DIR),  # noqa: S603
+        ]
+        self.stdout.write(
+            f"dropportal is serving http://{options['bind']}/admin/ and "
+            f"http://{options['bind']}/api/v1/ with one worker. Ctrl-C stops."
+        )
+        signal.signal(signal.SIGTERM, _interrupt)  # stop the same way on SIGTERM as on Ctrl-C
+        try:
+            while all(p.poll() is None for p in processes):
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            for p in processes:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGTERM)
+            for p in processes:
+                try:
+                    p.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+        names = ("web server", "worker")
+        failed = [n for n, p in zip(names, processes, strict=True) if p.returncode not in _CLEAN]
+        if failed:
+            self.stderr.write(f"stopped: the {' and the '.join(failed)} exited with an error")
+            sys.exit(1)
+
+    def _ensure_staff_login(self) -> None:
+        User = get_user_model()
+        if User.objects.filter(is_superuser=True).exists():
+            return
+        username = os.environ.get("DJANGO_SUPERUSER_USERNAME", "admin")
+        password = os.environ.get("DJANGO_SUPERUSER_PASSWORD") or secrets.token_urlsafe(12)
+        email = os.environ.get("DJANGO_SUPERUSER_EMAIL", "")
+        User.objects.create_superuser(username=username, email=email, password=password)
+        if "DJANGO_SUPERUSER_PASSWORD" in os.environ:
+            self.stdout.write(f"Created staff login {username!r} with DJANGO_SUPERUSER_PASSWORD.")
+        else:
+            self.stdout.write(
+                f"Created staff login: user {username!r}, password {password!r} "
+                "(shown only this once; change it in the admin)."
+            )

@@ -1,0 +1,159 @@
+"""``manage.py drop report``: write the response files, and upload them to DROP.
+
+    manage.py drop report --broker 4821                    # write; list what awaits upload
+    manage.py drop report --broker 4821 --out responses/   # also save the CSVs there
+    manage.py drop report --broker 4821 --upload           # write, then upload and amend
+
+Each run ends with the broker's open cycles: due date, days left, statuses still owed.
+
+The ``drop`` command mixes this in (``class Command(ReportSubcommand)``). A file DROP
+rejected, or an upload that could not finish (DROP down, throttling, 409), ends in one line
+on stderr and exit 1; written files stay in the database and the next run sends them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import CommandError
+from django.utils import timezone
+
+from integrations.drop.reporting import save_response_file
+from integrations.management.base import DropportalCommand, broker_or_error
+from integrations.models import DropCycle, ReportFile, ReportFileState
+from integrations.selectors import CycleDeadline, cycle_deadlines
+from integrations.services.reports import ReportBusy, ReportRun, report_run
+
+
+class ReportSubcommand(DropportalCommand):
+    def add_report_subcommand(self, subparsers: Any) -> None:
+        report = subparsers.add_parser(
+            "report", help="write the response CSVs (and --upload them to DROP)"
+        )
+        report.add_argument("--broker", required=True, help="the broker's 4-digit DROP id")
+        report.add_argument("--cycle", help="only this cycle (its drop_session_id)")
+        report.add_argument("--out", help="also save the files to this folder")
+        report.add_argument(
+            "--upload", action="store_true", help="upload new statuses and amendments to DROP"
+        )
+        report.add_argument("--json", action="store_true", help="print the result as JSON")
+
+    def handle_report(self, **options: Any) -> None:
+        broker = broker_or_error(options["broker"])
+        cycle = None
+        if options["cycle"]:
+            try:
+                cycle = DropCycle.objects.get(broker=broker, drop_session_id=options["cycle"])
+            except DropCycle.DoesNotExist:
+                raise CommandError(
+                    f"broker {broker.broker_id} has no cycle {options['cycle']!r}"
+                ) from None
+        out = Path(options["out"]) if options["out"] else None
+        if out is not None and out.exists() and not out.is_dir():
+            raise CommandError(f"--out {out} is a file, not a folder")
+        try:
+            run = report_run(
+                broker=broker, upload=options["upload"], cycle=cycle, actor=self.actor()
+            )
+        except ReportBusy as exc:
+            raise CommandError(str(exc)) from None
+        saved = self._save(run, out) if out is not None else []
+        deadlines = cycle_deadlines(broker_id=broker.broker_id, today=timezone.localdate())
+        if options["json"]:
+            self.print_json(_as_json(run, saved, deadlines))
+        else:
+            self._print(run, saved, uploading=options["upload"])
+            for deadline in deadlines:
+                self.stdout.write(_deadline_line(deadline))
+        problems = [
+            f"{f.file_name} rejected: {f.drop_response.get('reason')}" for f in run.rejected
+        ]
+        if run.error:
+            problems.append(f"upload stopped: {run.error}; the next run sends what is left")
+        if problems:
+            raise CommandError("; ".join(problems))
+
+    @staticmethod
+    def _save(run: ReportRun, out: Path) -> list[str]:
+        """Save this run's files and every one still waiting for DROP (manual upload)."""
+        files = {f.pk: f for f in (*run.written, *run.pending, *run.accepted, *run.rejected)}
+        contents = ReportFile.objects.filter(pk__in=files).values_list("file_name", "content")
+        try:
+            return [
+                str(save_response_file(out, name, bytes(content))) for name, content in contents
+            ]
+        except OSError as exc:
+            raise CommandError(f"cannot write to {out}: {exc.strerror}") from None
+
+    def _print(self, run: ReportRun, saved: list[str], *, uploading: bool) -> None:
+        if not (run.written or run.pending or run.accepted or run.rejected):
+            self.stdout.write("Nothing to report: no new statuses and no files waiting for DROP.")
+            return
+        for report_file in run.written:
+            self.stdout.write(
+                f"Wrote {report_file.file_name}: {report_file.rows} rows "
+                f"({report_file.get_kind_display().lower()}), sha256 {report_file.sha256}"
+            )
+        for report_file in run.accepted:
+            again = (
+                " (already uploaded before)"
+                if report_file.drop_response.get("already_uploaded")
+                else ""
+            )
+            self.stdout.write(f"DROP accepted {report_file.file_name}{again}")
+        waiting = [f.file_name for f in run.pending]
+        if waiting and not uploading:
+            self.stdout.write(
+                f"Waiting for upload: {', '.join(waiting)} (run with --upload, or upload them "
+                "in DROP's portal and mark them uploaded in the admin)"
+            )
+        for path in saved:
+            self.stdout.write(f"Saved {path}")
+
+
+def _file_json(report_file: ReportFile) -> dict[str, Any]:
+    return {
+        "file_name": report_file.file_name,
+        "cycle": report_file.cycle.drop_session_id,
+        "kind": report_file.kind,
+        "rows": report_file.rows,
+        "sha256": report_file.sha256,
+        "state": report_file.state,
+        "drop_response": report_file.drop_response,
+    }
+
+
+def _deadline_line(deadline: CycleDeadline) -> str:
+    cycle = deadline.cycle
+    when = (
+        f"overdue by {-deadline.days_left} day(s)"
+        if deadline.days_left < 0
+        else f"{deadline.days_left} day(s) left"
+    )
+    return (
+        f"Cycle {cycle.drop_session_id} is due {cycle.due_date.isoformat()} ({when}): "
+        f"{deadline.owed} status(es) not yet sent to DROP, {deadline.not_reportable} of them "
+        "still waiting for an outcome."
+    )
+
+
+def _as_json(run: ReportRun, saved: list[str], deadlines: list[CycleDeadline]) -> dict[str, Any]:
+    return {
+        "written": [_file_json(f) for f in run.written],
+        "accepted": [_file_json(f) for f in run.accepted],
+        "rejected": [_file_json(f) for f in run.rejected],
+        "waiting": [_file_json(f) for f in run.pending if f.state == ReportFileState.WRITTEN],
+        "saved": saved,
+        "error": run.error,
+        "open_cycles": [
+            {
+                "cycle": d.cycle.drop_session_id,
+                "due_date": d.cycle.due_date.isoformat(),
+                "days_left": d.days_left,
+                "statuses_owed": d.owed,
+                "waiting_for_outcome": d.not_reportable,
+            }
+            for d in deadlines
+        ],
+    }

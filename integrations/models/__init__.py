@@ -1,0 +1,59 @@
+"""dropportal's models, one module per domain."""
+
+from integrations.models.brokers import Broker, BrokerMode
+from integrations.models.consumers import Consumer, ConsumerHash
+from integrations.models.drop import CycleState, DropCycle, HashType, WorkItem, WorkItemState
+from integrations.models.integrations import (
+    DROP_CAPABILITIES,
+    Integration,
+    IntegrationKind,
+    IsiAuth,
+    IsiConnection,
+    SaasConnection,
+)
+from integrations.models.keys import ApiKey, ApiKeyScope
+from integrations.models.ledger import LedgerChainLink, LedgerEvent
+from integrations.models.reports import ReportFile, ReportFileState, ReportKind
+from integrations.models.requests import (
+    DROP_STATUS_CODES,
+    DeletionRequest,
+    DeliveryAttempt,
+    DropOutcome,
+    OptOutRecord,
+    RequestState,
+    ResolutionRequest,
+    SaasDeletion,
+)
+
+__all__ = [
+    "DROP_CAPABILITIES",
+    "DROP_STATUS_CODES",
+    "ApiKey",
+    "ApiKeyScope",
+    "Broker",
+    "BrokerMode",
+    "Consumer",
+    "ConsumerHash",
+    "CycleState",
+    "DeletionRequest",
+    "DeliveryAttempt",
+    "DropCycle",
+    "DropOutcome",
+    "HashType",
+    "Integration",
+    "IntegrationKind",
+    "IsiAuth",
+    "IsiConnection",
+    "LedgerChainLink",
+    "LedgerEvent",
+    "OptOutRecord",
+    "ReportFile",
+    "ReportFileState",
+    "ReportKind",
+    "RequestState",
+    "ResolutionRequest",
+    "SaasConnection",
+    "SaasDeletion",
+    "WorkItem",
+    "WorkItemState",
+]

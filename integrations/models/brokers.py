@@ -1,0 +1,81 @@
+"""Registered data brokers: the 4-digit DROP registration number and how to reach DROP."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator, RegexValidator
+from django.db import models
+
+from integrations.models.fields import EncryptedTextField
+
+broker_id_validator = RegexValidator(
+    r"^[0-9]{4}\Z", "A DROP data broker id is exactly four digits, such as 4821."
+)
+
+
+def within_download_cadence(days: int) -> None:
+    """A pull interval must keep the broker within DROP's download cadence (45 days)."""
+    cadence = settings.DROPPORTAL_DOWNLOAD_CADENCE_DAYS
+    if days > cadence:
+        raise ValidationError(
+            f"DROP requires a download at least every {cadence} days; choose {cadence} or fewer."
+        )
+
+
+class BrokerMode(models.TextChoices):
+    TEST = "test", "Test (DROP sandbox)"
+    PRODUCTION = "production", "Production"
+
+
+class Broker(models.Model):
+    broker_id = models.CharField(
+        "DROP broker id", max_length=4, unique=True, validators=[broker_id_validator]
+    )
+    name = models.CharField(max_length=200)
+    mode = models.CharField(max_length=10, choices=BrokerMode.choices, default=BrokerMode.TEST)
+    drop_api_key = EncryptedTextField(
+        "DROP API key", blank=True, default="", help_text="Stored encrypted; sent as X-API-KEY."
+    )
+    drop_base_url = models.URLField(
+        "DROP base URL",
+        blank=True,
+        default="",
+        help_text="Leave empty to use DROP's URL for the mode (or DROP_API_URL).",
+    )
+    # The periodic pull (integrations.tasks.pull_due_brokers) downloads when one is due.
+    auto_pull = models.BooleanField(
+        "pull automatically",
+        default=False,
+        db_default=False,
+        help_text="Download, import and match DROP's lists every 'pull interval' days.",
+    )
+    pull_interval_days = models.PositiveSmallIntegerField(
+        "pull interval (days)",
+        default=30,
+        db_default=30,
+        validators=[MinValueValidator(1), within_download_cadence],
+        help_text="DROP requires a download at least every 45 days.",
+    )
+    last_pulled_at = models.DateTimeField(
+        "last pulled", null=True, blank=True, editable=False
+    )  # the last pull DROP answered with a package or "nothing new"
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["broker_id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(broker_id__regex=r"^[0-9]{4}$"), name="broker_id_four_digits"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(mode__in=BrokerMode.values), name="broker_mode_valid"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(pull_interval_days__gte=1), name="broker_pull_interval_positive"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.broker_id} {self.name}"

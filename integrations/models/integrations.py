@@ -1,0 +1,131 @@
+"""Where the broker's systems are reached: webhook and ISI integrations, ISI connections,
+and third-party SaaS deletion connections.
+
+Both integration kinds hold a Webhook Secret (``whsec_…``): the service signs webhook
+dispatches with it and the broker signs its callbacks with it. After a rotation the
+previous secret stays valid until ``previous_secret_expires_at`` (24 hours).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.contrib.postgres.fields import ArrayField
+from django.db import models
+from django.db.models.functions import Now
+
+from integrations.models.fields import EncryptedTextField
+
+
+class IntegrationKind(models.TextChoices):
+    WEBHOOK = "webhook", "Webhook"
+    ISI = "isi", "ISI (broker's REST API)"
+
+
+class IsiAuth(models.TextChoices):
+    TOKEN = "token", "Static bearer token"
+    OAUTH = "oauth", "OAuth 2.0 client credentials"
+
+
+class Integration(models.Model):
+    uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)  # integration_id
+    broker = models.ForeignKey(
+        "integrations.Broker", on_delete=models.PROTECT, related_name="integrations"
+    )
+    kind = models.CharField(max_length=8, choices=IntegrationKind.choices)
+    name = models.CharField(max_length=200)  # integration_name
+    enabled = models.BooleanField(default=True)
+    disabled_reason = models.CharField(max_length=200, blank=True, default="")
+    webhook_secret = EncryptedTextField()
+    previous_webhook_secret = EncryptedTextField(blank=True, default="")
+    previous_secret_expires_at = models.DateTimeField(null=True, blank=True)
+    # webhook: where dispatches are POSTed
+    url = models.URLField(max_length=500, blank=True, default="")
+    # ISI: the broker's API and how to authenticate to it
+    base_url = models.URLField(max_length=500, blank=True, default="")
+    auth = models.CharField(max_length=8, choices=IsiAuth.choices, blank=True, default="")
+    token = EncryptedTextField(blank=True, default="")
+    token_url = models.URLField(max_length=500, blank=True, default="")
+    client_id = models.CharField(max_length=200, blank=True, default="")
+    client_secret = EncryptedTextField(blank=True, default="")
+    access_token = EncryptedTextField(blank=True, default="")  # cached OAuth token
+    access_token_expires_at = models.DateTimeField(null=True, blank=True)
+    connections_refreshed_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ["broker", "name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(kind__in=IntegrationKind.values), name="integration_kind_valid"
+            ),
+            models.CheckConstraint(
+                condition=~models.Q(kind="webhook") | ~models.Q(url=""),
+                name="webhook_integration_has_url",
+            ),
+            models.CheckConstraint(
+                condition=~models.Q(kind="isi") | (~models.Q(base_url="") & ~models.Q(auth="")),
+                name="isi_integration_has_base_url_and_auth",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.kind})"
+
+
+DROP_CAPABILITIES = ("privacy/drop/identifiers", "privacy/drop/delete")
+
+
+class IsiConnection(models.Model):
+    """A connection listed by the broker's ``/api/v1/connections/list``."""
+
+    integration = models.ForeignKey(
+        Integration, on_delete=models.CASCADE, related_name="connections"
+    )
+    uuid = models.UUIDField()
+    capabilities = ArrayField(models.CharField(max_length=100), default=list)
+    listed = models.BooleanField(default=True)  # false once the broker stops listing it
+    refreshed_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["integration", "uuid"], name="isi_connection_unique")
+        ]
+
+    def __str__(self) -> str:
+        return str(self.uuid)
+
+    @property
+    def takes_part_in_drop(self) -> bool:
+        return self.listed and all(c in self.capabilities for c in DROP_CAPABILITIES)
+
+    @property
+    def drop_exclusion(self) -> str:
+        """Why it does not take part in DROP, for staff; ``""`` when it does."""
+        missing = [c for c in DROP_CAPABILITIES if c not in self.capabilities]
+        reasons = ["no longer listed by the broker"] if not self.listed else []
+        if missing:
+            reasons.append("lacks " + " and ".join(missing))
+        return "; ".join(reasons)
+
+
+class SaasConnection(models.Model):
+    """A third-party SaaS deletion connector (generic HTTP), fed resolved clear identifiers."""
+
+    broker = models.ForeignKey(
+        "integrations.Broker", on_delete=models.PROTECT, related_name="saas_connections"
+    )
+    name = models.CharField(max_length=200)
+    url = models.URLField(max_length=500)
+    token = EncryptedTextField(blank=True, default="")
+    identifier_categories = ArrayField(models.CharField(max_length=32), default=list)
+    enabled = models.BooleanField(default=True)
+    disabled_reason = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ["broker", "name"]
+        verbose_name = "SaaS connection"
+
+    def __str__(self) -> str:
+        return self.name

@@ -1,0 +1,52 @@
+"""API keys of the broker-facing API: only a SHA-256 digest and a visible prefix are kept."""
+
+from __future__ import annotations
+
+from django.contrib.postgres.fields import ArrayField
+from django.db import models
+
+
+class ApiKeyScope(models.TextChoices):
+    WEBHOOK_CALLBACK = "webhook_callback", "Webhook callback"
+    INGEST = "ingest", "Ingest consumers"
+    AUDIT = "audit", "Audit (outcome history)"
+
+
+class ApiKeyQuerySet(models.QuerySet["ApiKey"]):
+    def active(self) -> ApiKeyQuerySet:
+        return self.filter(revoked_at__isnull=True)
+
+
+class ApiKey(models.Model):
+    broker = models.ForeignKey("integrations.Broker", on_delete=models.PROTECT, related_name="+")
+    name = models.CharField(max_length=200, blank=True, default="")
+    prefix = models.CharField(max_length=16, unique=True, editable=False)
+    digest = models.CharField(max_length=64, unique=True, editable=False)
+    scopes = ArrayField(models.CharField(max_length=32, choices=ApiKeyScope.choices))
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    objects = ApiKeyQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name = "API key"
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(scopes__contained_by=ApiKeyScope.values) & ~models.Q(scopes=[]),
+                name="api_key_scopes_known",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.broker.broker_id})"
+
+    # DRF treats the authenticated principal as request.user.
+    @property
+    def is_authenticated(self) -> bool:
+        return self.revoked_at is None
+
+    @property
+    def is_revoked(self) -> bool:
+        return self.revoked_at is not None

@@ -1,0 +1,59 @@
+"""The ledger: append-only events, sealed into a SHA-256 hash chain in batches.
+
+Writers insert ``LedgerEvent`` rows (each carrying the SHA-256 of its own content) without
+any shared lock, so the ledger never serializes the service. A sealer
+(``services.ledger.ledger_seal``) appends one ``LedgerChainLink`` per event, in batches:
+``chain_hash = sha256(previous chain_hash : event id : event_hash)``. PostgreSQL refuses
+UPDATE and DELETE on both tables (migration 0002).
+
+``txid`` is the writing transaction's id; the sealer uses it to know which events can no
+longer appear "in the past" (see ``ledger_seal``).
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models.functions import Cast
+
+
+class LedgerEvent(models.Model):
+    id = models.BigAutoField(primary_key=True)
+    created_at = models.DateTimeField(db_index=True)
+    broker_id = models.CharField(max_length=4, blank=True, default="", db_index=True)
+    kind = models.CharField(max_length=64, db_index=True)
+    subject = models.CharField(max_length=200, blank=True, default="")
+    actor = models.CharField(max_length=200)
+    data = models.JSONField(default=dict)
+    event_hash = models.CharField(max_length=64)
+    txid = models.BigIntegerField(
+        db_default=Cast(
+            Cast(models.Func(function="pg_current_xact_id"), models.TextField()),
+            models.BigIntegerField(),
+        ),
+        db_index=True,
+        editable=False,
+    )
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"#{self.id} {self.kind}"
+
+
+class LedgerChainLink(models.Model):
+    position = models.BigAutoField(primary_key=True)
+    event = models.OneToOneField(
+        LedgerEvent, on_delete=models.DO_NOTHING, db_constraint=False, related_name="chain_link"
+    )
+    chain_hash = models.CharField(max_length=64)
+    sealed_at = models.DateTimeField()
+    # The transaction horizon of the seal: every event written by a transaction older than
+    # this was visible to the sealer, so it is in the chain by now.
+    horizon_txid = models.BigIntegerField()
+
+    class Meta:
+        ordering = ["position"]
+
+    def __str__(self) -> str:
+        return f"link {self.position} (event {self.event_id})"

@@ -1,0 +1,45 @@
+"""Response files sent to DROP (uploads and amendments), kept with DROP's answer."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models.functions import Now
+
+
+class ReportKind(models.TextChoices):
+    UPLOAD = "upload", "Upload (new statuses)"
+    AMEND = "amend", "Amendment"
+
+
+class ReportFileState(models.TextChoices):
+    WRITTEN = "written", "Written, not uploaded"
+    ACCEPTED = "accepted", "Accepted by DROP"
+    REJECTED = "rejected", "Rejected by DROP"
+    MANUAL = "manual", "Marked uploaded by hand"
+
+
+class ReportFile(models.Model):
+    broker = models.ForeignKey("integrations.Broker", on_delete=models.PROTECT, related_name="+")
+    cycle = models.ForeignKey(
+        "integrations.DropCycle", on_delete=models.PROTECT, related_name="report_files"
+    )
+    kind = models.CharField(max_length=8, choices=ReportKind.choices)
+    file_name = models.CharField(max_length=255)
+    rows = models.PositiveIntegerField()
+    sha256 = models.CharField(max_length=64)  # digest of the exact bytes
+    content = models.BinaryField()
+    state = models.CharField(
+        max_length=10, choices=ReportFileState.choices, default=ReportFileState.WRITTEN
+    )
+    drop_response = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+    uploaded_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["cycle", "file_name"], name="report_file_name_unique")
+        ]
+
+    def __str__(self) -> str:
+        return self.file_name

@@ -1,0 +1,239 @@
+"""The work handed to the broker's systems, and every attempt to hand it over.
+
+- ``DeletionRequest``: one per matched consumer and deletion target (webhook integration,
+  or ISI connection with both DROP capabilities). Carries every field of the dispatch body.
+- ``ResolutionRequest``: asks the broker for clear identifiers (only when the broker has
+  an enabled SaaS connection); its answer feeds one ``SaasDeletion`` per SaaS connection.
+- ``DeliveryAttempt``: one per HTTP attempt of any of the three.
+- ``OptOutRecord``: the verbatim email of an ``opted_out`` outcome.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+from django.db.models.functions import Now
+
+from integrations.models.drop import HashType
+from integrations.models.fields import EncryptedTextField
+
+
+class RequestState(models.TextChoices):
+    PENDING = "pending", "Pending (no target yet)"
+    QUEUED = "queued", "Queued for delivery"
+    DISPATCHED = "dispatched", "Dispatched, awaiting callback"
+    COMPLETED = "completed", "Completed"
+    FAILED = "failed", "Failed (needs attention)"
+    UNDELIVERABLE = "undeliverable", "Undeliverable (needs attention)"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class DropOutcome(models.TextChoices):
+    DELETED = "deleted", "Deleted (3)"
+    NOT_FOUND = "not_found", "Not found (5)"
+    OPTED_OUT = "opted_out", "Opted out (4)"
+    EXEMPT = "exempt", "Exempt (2)"
+    FAILED = "failed", "Failed"
+
+
+DROP_STATUS_CODES = {"exempt": 2, "deleted": 3, "opted_out": 4, "not_found": 5}
+
+
+class DeliveryFields(models.Model):
+    """What every delivered thing has: a state, a delivery schedule, and its attempts count."""
+
+    state = models.CharField(max_length=16, choices=RequestState.choices)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(db_default=Now())
+    dispatched_at = models.DateTimeField(null=True, blank=True)  # 2xx acknowledgement
+    completed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        abstract = True
+
+
+class DeletionRequest(DeliveryFields):
+    request_uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    webhook_request_id = models.UUIDField(default=uuid.uuid4, editable=False)
+    results_token = models.CharField(max_length=64, unique=True, null=True, blank=True)  # ISI
+    broker = models.ForeignKey("integrations.Broker", on_delete=models.PROTECT, related_name="+")
+    work_item = models.ForeignKey(
+        "integrations.WorkItem", on_delete=models.PROTECT, related_name="deletion_requests"
+    )
+    consumer = models.ForeignKey(
+        "integrations.Consumer", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    integration = models.ForeignKey(
+        "integrations.Integration",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="deletion_requests",
+    )
+    isi_connection = models.ForeignKey(
+        "integrations.IsiConnection",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+    )
+    # The dispatch body's fields, fixed at match time.
+    identifier_hash = models.CharField(max_length=44)
+    hash_type = models.CharField(max_length=8, choices=HashType.choices)
+    drop_session_id = models.CharField(max_length=20)
+    match_date = models.DateField()
+    broker_id_code = models.CharField("broker_id", max_length=4)
+    mode = models.CharField(max_length=10)
+    remote_identifier = models.CharField(max_length=255, blank=True, default="")
+    remote_identifier_kind = models.CharField(max_length=64, blank=True, default="")
+    late_match = models.BooleanField(default=False)
+    matched_at = models.DateTimeField(db_default=Now())
+    drop_outcome = models.CharField(
+        max_length=12, choices=DropOutcome.choices, blank=True, default=""
+    )
+    drop_status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    error_message = models.TextField(blank=True, default="")
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["state", "next_attempt_at"], name="deletion_request_due"),
+        ]
+
+    def __str__(self) -> str:
+        return str(self.request_uuid)
+
+
+class ResolutionRequest(DeliveryFields):
+    request_uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    webhook_request_id = models.UUIDField(default=uuid.uuid4, editable=False)
+    results_token = models.CharField(max_length=64, unique=True)
+    broker = models.ForeignKey("integrations.Broker", on_delete=models.PROTECT, related_name="+")
+    work_item = models.ForeignKey(
+        "integrations.WorkItem", on_delete=models.PROTECT, related_name="resolution_requests"
+    )
+    consumer = models.ForeignKey(
+        "integrations.Consumer", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    integration = models.ForeignKey(
+        "integrations.Integration", on_delete=models.PROTECT, related_name="resolution_requests"
+    )
+    isi_connection = models.ForeignKey(
+        "integrations.IsiConnection",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+    )
+    drop_session_id = models.CharField(max_length=20)
+    match_date = models.DateField()
+    remote_identifier = models.CharField(max_length=255, blank=True, default="")
+    remote_identifier_kind = models.CharField(max_length=64, blank=True, default="")
+    drop_outcome = models.CharField(max_length=12, blank=True, default="")  # opted_out / exempt
+    exemption_basis = models.CharField(max_length=100, blank=True, default="")
+    # The broker's verbatim answer, encrypted; emptied once every SaaS deletion is final.
+    identifiers = EncryptedTextField(blank=True, default="")
+    identifiers_purged_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return str(self.request_uuid)
+
+
+class SaasDeletion(DeliveryFields):
+    resolution = models.ForeignKey(
+        ResolutionRequest, on_delete=models.PROTECT, related_name="saas_deletions"
+    )
+    saas_connection = models.ForeignKey(
+        "integrations.SaasConnection", on_delete=models.PROTECT, related_name="deletions"
+    )
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["resolution", "saas_connection"], name="saas_deletion_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"SaaS deletion {self.pk}"
+
+
+class DeliveryAttempt(models.Model):
+    """One HTTP attempt: what was sent (signature included) and what came back."""
+
+    deletion_request = models.ForeignKey(
+        DeletionRequest,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="delivery_attempts",
+    )
+    resolution_request = models.ForeignKey(
+        ResolutionRequest,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="delivery_attempts",
+    )
+    saas_deletion = models.ForeignKey(
+        SaasDeletion,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="delivery_attempts",
+    )
+    number = models.PositiveSmallIntegerField()
+    started_at = models.DateTimeField()
+    url = models.URLField(max_length=1000)
+    request_headers = models.JSONField(default=dict)
+    status = models.PositiveSmallIntegerField(null=True, blank=True)
+    duration_ms = models.PositiveIntegerField(default=0)
+    response_body = models.TextField(blank=True, default="")  # first 4 KiB
+    error = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["started_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=(
+                    models.Q(
+                        deletion_request__isnull=False,
+                        resolution_request__isnull=True,
+                        saas_deletion__isnull=True,
+                    )
+                    | models.Q(
+                        deletion_request__isnull=True,
+                        resolution_request__isnull=False,
+                        saas_deletion__isnull=True,
+                    )
+                    | models.Q(
+                        deletion_request__isnull=True,
+                        resolution_request__isnull=True,
+                        saas_deletion__isnull=False,
+                    )
+                ),
+                name="delivery_attempt_has_one_subject",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"attempt {self.number} → {self.status or self.error}"
+
+
+class OptOutRecord(models.Model):
+    """An ``opted_out`` outcome's resolved email, kept exactly as the broker stores it."""
+
+    deletion_request = models.OneToOneField(
+        DeletionRequest, on_delete=models.PROTECT, related_name="opt_out"
+    )
+    broker = models.ForeignKey("integrations.Broker", on_delete=models.PROTECT, related_name="+")
+    email = EncryptedTextField()  # verbatim: no trimming, no case change
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        verbose_name = "opt-out record"
+
+    def __str__(self) -> str:
+        return f"opt-out for {self.deletion_request.request_uuid}"

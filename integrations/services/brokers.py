@@ -1,0 +1,82 @@
+"""Write paths for brokers: each one transaction with its ledger event."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from integrations.models import Broker, BrokerMode
+from integrations.services.ledger import ledger_event_append
+
+_AUDITED_FIELDS = ("name", "mode", "drop_base_url", "auto_pull", "pull_interval_days")
+
+
+def broker_create(
+    *,
+    broker_id: str,
+    name: str,
+    mode: str = BrokerMode.TEST,
+    drop_api_key: str = "",
+    drop_base_url: str = "",
+    auto_pull: bool = False,
+    pull_interval_days: int = 30,
+    actor: str,
+) -> Broker:
+    """Register a broker. Raises ValidationError (nothing written) on bad or duplicate input."""
+    broker = Broker(
+        broker_id=broker_id,
+        name=name,
+        mode=mode,
+        drop_api_key=drop_api_key,
+        drop_base_url=drop_base_url,
+        auto_pull=auto_pull,
+        pull_interval_days=pull_interval_days,
+    )
+    broker.full_clean()  # also reports a broker id that is already registered
+    with transaction.atomic():
+        broker.save()
+        ledger_event_append(
+            kind="broker.created",
+            broker_id=broker.broker_id,
+            subject=broker.broker_id,
+            actor=actor,
+            data={
+                **{field: getattr(broker, field) for field in _AUDITED_FIELDS},
+                "drop_api_key_set": bool(drop_api_key),
+            },
+        )
+    return broker
+
+
+def broker_update(
+    *, broker: Broker, actor: str, drop_api_key_changed: bool = False, **changes: Any
+) -> Broker:
+    """Apply ``changes`` to ``broker``; the ledger records which fields changed (never the key)."""
+    unknown = set(changes) - {*_AUDITED_FIELDS, "drop_api_key"}
+    if unknown:
+        raise ValidationError(f"cannot change {', '.join(sorted(unknown))}")
+    before = {field: getattr(broker, field) for field in _AUDITED_FIELDS}
+    for field, value in changes.items():
+        setattr(broker, field, value)
+    broker.full_clean()
+    with transaction.atomic():
+        # Only the changed columns: a concurrent pull's last_pulled_at must not be overwritten.
+        extra = ["drop_api_key"] if drop_api_key_changed else []
+        broker.save(update_fields=sorted({*changes, *extra, "updated_at"}))
+        changed = {
+            field: {"from": before[field], "to": getattr(broker, field)}
+            for field in _AUDITED_FIELDS
+            if before[field] != getattr(broker, field)
+        }
+        if "drop_api_key" in changes or drop_api_key_changed:
+            changed["drop_api_key"] = {"changed": True}
+        ledger_event_append(
+            kind="broker.updated",
+            broker_id=broker.broker_id,
+            subject=broker.broker_id,
+            actor=actor,
+            data={"changes": changed},
+        )
+    return broker

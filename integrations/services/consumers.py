@@ -1,0 +1,437 @@
+"""Registering and forgetting a broker's consumers: the write paths of the consumer hashes.
+
+``consumers_register`` takes hashed records (``integrations.drop.registration`` makes them
+from a CSV file or an API body) and writes them in one transaction, all or nothing::
+
+    records = ConsumerCsvReader(text)                      # header checked here
+    result = consumers_register(broker=broker, rows=records, actor="cli:ana",
+                                source="file:consumers.csv")
+    result.consumers_created, result.hashes_added, result.rejected
+
+How, and why so:
+
+- Records are streamed with ``COPY`` into a temp staging table in rounds of
+  ``CHUNK_ROWS`` hash rows; each round is merged into the consumers and consumer hashes
+  with set-based ``INSERT ... SELECT``. Memory stays flat for any file size, and a thread
+  reads and hashes the next round while PostgreSQL merges this one (two cores, both busy).
+- Idempotent: a consumer is inserted only when ``(broker, remote_identifier)`` is new, a
+  hash only when ``(broker, hash, hash_type, consumer)`` is; re-sending changes nothing.
+  Each pointer of a round is looked up by one index probe; the hashes of a consumer the
+  round created need no comparison, those of an existing one are probed. Not
+  ``ON CONFLICT DO NOTHING``: a speculative insertion per row doubled the insert time
+  (measured), and the per-broker lock below already rules out a concurrent writer of the
+  same keys (the unique constraints stay as the last guard).
+- One registration (or forget) per broker at a time: a transaction-level advisory lock.
+  An API call gives up after ``lock_timeout`` seconds (``RegistrationBusy``) rather than
+  hold a web worker behind a million-row import.
+- The ids of the hashes this call added are in the temp table
+  ``new_consumer_hashes(consumer_hash_id bigint)`` until the transaction ends: late
+  matching against the DROP hashes already received starts from there.
+- One ledger event per call, with its counts; rejected rows are counted, not listed.
+"""
+
+from __future__ import annotations
+
+import queue
+import re
+import threading
+from collections.abc import Generator, Iterable, Iterator
+from contextlib import closing
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import OperationalError, connection, transaction
+from django.db.models import Count
+
+from integrations.drop.matching import consumer_hashes_match_late
+from integrations.drop.registration import (
+    DEFAULT_KIND,
+    ConsumerRecord,
+    RejectedRecord,
+)
+from integrations.models import Broker, Consumer, ConsumerHash
+from integrations.services.ledger import ledger_event_append
+
+NEW_CONSUMER_HASHES = "new_consumer_hashes"
+CHUNK_ROWS = 250_000  # hash rows staged and merged per round
+REJECTED_KEPT = 10_000  # rejected records kept in the result (an API call has at most 10,000)
+# pg_advisory_xact_lock(int, int): the first key names the lock's purpose ("cons"), the
+# second is the broker's primary key.
+_REGISTRATION_LOCK = 0x636F6E73
+
+
+class RegistrationBusy(Exception):
+    """Another registration for the same broker held the lock past ``lock_timeout``."""
+
+
+class RegistrationRefused(Exception):
+    """``strict`` and at least one record was rejected: nothing was written."""
+
+    def __init__(self, result: ConsumerRegistration) -> None:
+        super().__init__(f"{result.rows_rejected} of {result.rows_read} rows rejected")
+        self.result = result
+
+
+@dataclass
+class ConsumerRegistration:
+    """What one registration call read, wrote and rejected."""
+
+    source: str
+    strict: bool = False
+    rows_read: int = 0
+    rows_rejected: int = 0
+    consumers_created: int = 0
+    kinds_changed: int = 0
+    hashes_received: int = 0
+    hashes_added: int = 0
+    rejected: list[RejectedRecord] = field(default_factory=list)  # the first REJECTED_KEPT
+
+    @property
+    def rows_accepted(self) -> int:
+        return self.rows_read - self.rows_rejected
+
+    @property
+    def hashes_unchanged(self) -> int:
+        """Hashes received that were already registered (re-sent, or repeated in the call)."""
+        return self.hashes_received - self.hashes_added
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "rows_read": self.rows_read,
+            "rows_accepted": self.rows_accepted,
+            "rows_rejected": self.rows_rejected,
+            "consumers_created": self.consumers_created,
+            "kinds_changed": self.kinds_changed,
+            "hashes_received": self.hashes_received,
+            "hashes_added": self.hashes_added,
+            "hashes_unchanged": self.hashes_unchanged,
+        }
+
+
+# ---------------------------------------------------------------------------------------
+# Registration
+# ---------------------------------------------------------------------------------------
+
+
+def consumers_register(
+    *,
+    broker: Broker,
+    rows: Iterable[ConsumerRecord | RejectedRecord],
+    actor: str,
+    source: str,
+    strict: bool = False,
+    lock_timeout: float | None = None,
+) -> ConsumerRegistration:
+    """Register ``rows`` for ``broker`` in one transaction; return the counts.
+
+    Rejected records are counted (and the first ``REJECTED_KEPT`` kept); the accepted ones
+    are written unless ``strict``, where one rejected record refuses the whole call
+    (``RegistrationRefused``, nothing written). ``source`` names the input in the ledger
+    (``file:consumers.csv``, ``api``). Raises ``RegistrationBusy`` when ``lock_timeout``
+    seconds pass while another registration for the broker runs.
+    """
+    result = ConsumerRegistration(source=source, strict=strict)
+    with transaction.atomic(), connection.cursor() as cursor:
+        registration_lock(cursor, broker=broker, timeout=lock_timeout)
+        # Sorts of a round (DISTINCT, ORDER BY hash) in memory rather than on disk.
+        cursor.execute("SET LOCAL work_mem = '64MB'")
+        cursor.execute(_DROP_TABLES)
+        cursor.execute(_CREATE_TABLES)
+        with closing(_read_ahead(_rounds(rows, result))) as rounds:
+            for staged in rounds:
+                _stage(cursor, staged)
+                _merge(cursor, broker=broker, result=result, kinds_given=staged.kinds_given)
+        if strict and result.rows_rejected:
+            raise RegistrationRefused(result)  # rolls the transaction back
+
+        cursor.execute("SELECT count(*) FROM new_consumer_hashes")
+        result.hashes_added = cursor.fetchone()[0]
+
+        # LATE MATCHING HOOK (issue 4): the hashes added by this call are listed in
+        # new_consumer_hashes(consumer_hash_id bigint); match them here, inside this
+        # transaction, against every DROP hash the broker has received.
+        if result.hashes_added:
+            consumer_hashes_match_late(broker=broker, actor=actor)
+
+        ledger_event_append(
+            kind="consumers.registered",
+            broker_id=broker.broker_id,
+            subject=source,
+            actor=actor,
+            data={"source": source, "strict": strict, **result.counts()},
+        )
+        cursor.execute(_DROP_TABLES)
+    return result
+
+
+def registration_lock(cursor: Any, *, broker: Broker, timeout: float | None = None) -> None:
+    """Serialize consumer registration for ``broker`` until the transaction ends."""
+    if timeout is None:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_REGISTRATION_LOCK, broker.pk])
+        return
+    cursor.execute("SELECT current_setting('lock_timeout')")
+    previous = cursor.fetchone()[0]
+    cursor.execute("SELECT set_config('lock_timeout', %s, true)", [f"{int(timeout * 1000)}ms"])
+    try:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_REGISTRATION_LOCK, broker.pk])
+    except OperationalError as exc:
+        if getattr(exc.__cause__, "sqlstate", None) == "55P03":  # lock_not_available
+            raise RegistrationBusy(
+                f"another consumer registration for broker {broker.broker_id} is running"
+            ) from None
+        raise
+    cursor.execute("SELECT set_config('lock_timeout', %s, true)", [previous])
+
+
+@dataclass
+class _Round:
+    copy_data: bytearray  # the staged rows in COPY text format
+    kinds_given: bool  # some row names a remote_identifier_kind
+
+
+# COPY's text format: backslash, tab, newline and carriage return are escaped.
+_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+_NEEDS_ESCAPE = re.compile(r"[\\\t\n\r]")
+_COPY_NULL = "\\N"
+
+
+def _copy_text(value: str) -> str:
+    return value.translate(_COPY_ESCAPES) if _NEEDS_ESCAPE.search(value) else value
+
+
+def _rounds(
+    records: Iterable[ConsumerRecord | RejectedRecord], result: ConsumerRegistration
+) -> Iterator[_Round]:
+    """Encode the records' hashes as COPY data, in rounds of about ``CHUNK_ROWS`` rows.
+
+    Counts every record into ``result``. Under ``strict``, staging stops at the first
+    rejected record (the call will be refused) but reading goes on, to report them all.
+    """
+    # One growing buffer of encoded rows per round: the round's memory is its COPY data.
+    data = bytearray()
+    rows = 0
+    kinds_given = False
+    staging = True
+    for record in records:
+        result.rows_read += 1
+        if isinstance(record, RejectedRecord):
+            result.rows_rejected += 1
+            if len(result.rejected) < REJECTED_KEPT:
+                result.rejected.append(record)
+            if result.strict:
+                staging = False
+                data, rows = bytearray(), 0
+            continue
+        result.hashes_received += len(record.hashes)
+        if not staging:
+            continue
+        kind = record.remote_identifier_kind
+        if kind is not None:
+            kinds_given = True
+        copy_kind = _COPY_NULL if kind is None else _copy_text(kind)
+        prefix = f"{record.position}\t{_copy_text(record.remote_identifier)}\t{copy_kind}\t"
+        for list_type, digest in record.hashes:
+            data += f"{prefix}{list_type}\t\\\\x{digest.hex()}\n".encode()
+        rows += len(record.hashes)
+        if rows >= CHUNK_ROWS:
+            yield _Round(data, kinds_given)
+            data, rows, kinds_given = bytearray(), 0, False
+    if rows and staging:
+        yield _Round(data, kinds_given)
+
+
+def _read_ahead(rounds: Iterator[_Round]) -> Generator[_Round, None, None]:
+    """Yield ``rounds``, reading, hashing and encoding the next one in a thread meanwhile.
+
+    The database merges a round while Python prepares the next: the two overlap on two
+    cores. At most one round waits in the queue, so memory stays flat.
+    """
+    handoff: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for item in rounds:
+                while not stop.is_set():
+                    try:
+                        handoff.put(("round", item), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            handoff.put(("end", None))
+        except BaseException as exc:  # handed to the caller's thread, raised there
+            handoff.put(("error", exc))
+
+    reader = threading.Thread(target=produce, name="consumer-registration-reader", daemon=True)
+    reader.start()
+    try:
+        while True:
+            kind, value = handoff.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise value
+            yield value
+    finally:
+        stop.set()
+        while reader.is_alive():  # unblock a reader waiting to hand over a round
+            try:
+                handoff.get(timeout=0.1)
+            except queue.Empty:
+                continue
+        reader.join()
+
+
+# The SQL names its tables literally (STAGING, POINTERS, NEW_CONSUMER_HASHES): statements
+# are constants, never built from input. Lookups go through LATERAL ... LIMIT 1 so each is
+# one index probe, whatever the table's size or its statistics (which do not yet count the
+# rows this transaction wrote).
+_CREATE_TABLES = """
+CREATE TEMP TABLE consumer_registration_staging (
+    line bigint NOT NULL,
+    remote_identifier text NOT NULL,
+    remote_identifier_kind text,
+    hash_type text NOT NULL,
+    hash bytea NOT NULL
+) ON COMMIT DROP;
+CREATE TEMP TABLE consumer_registration_pointers (
+    remote_identifier text NOT NULL,
+    kind text,
+    consumer_id bigint,
+    stored_kind text,
+    created boolean NOT NULL DEFAULT false
+) ON COMMIT DROP;
+CREATE TEMP TABLE new_consumer_hashes (consumer_hash_id bigint NOT NULL) ON COMMIT DROP;
+"""
+_DROP_TABLES = (
+    "DROP TABLE IF EXISTS consumer_registration_staging, consumer_registration_pointers,"
+    " new_consumer_hashes"
+)
+_STAGE = (
+    "COPY consumer_registration_staging"
+    " (line, remote_identifier, remote_identifier_kind, hash_type, hash) FROM STDIN"
+)
+# The round's pointers, each with its consumer if it exists. The last row naming a kind
+# gives the pointer's kind.
+_POINTERS_INSERT = """
+INSERT INTO consumer_registration_pointers (remote_identifier, kind, consumer_id, stored_kind)
+SELECT p.remote_identifier, p.kind, c.id, c.remote_identifier_kind
+  FROM ({pointers}) p
+  LEFT JOIN LATERAL (
+        SELECT id, remote_identifier_kind FROM integrations_consumer c
+         WHERE c.broker_id = %(broker)s AND c.remote_identifier = p.remote_identifier
+         LIMIT 1) c ON true
+"""
+_POINTERS_WITH_KINDS = """
+SELECT DISTINCT ON (remote_identifier) remote_identifier, remote_identifier_kind AS kind
+  FROM consumer_registration_staging
+ ORDER BY remote_identifier, remote_identifier_kind IS NULL, line DESC
+"""
+_POINTERS = """
+SELECT DISTINCT remote_identifier, NULL::text AS kind FROM consumer_registration_staging
+"""
+_KINDS_UPDATE = """
+UPDATE integrations_consumer c SET remote_identifier_kind = p.kind
+  FROM consumer_registration_pointers p
+ WHERE c.id = p.consumer_id AND p.kind <> p.stored_kind
+"""
+_CONSUMERS_INSERT = """
+WITH created AS (
+    INSERT INTO integrations_consumer (broker_id, remote_identifier, remote_identifier_kind)
+    SELECT %(broker)s, remote_identifier, coalesce(kind, %(default_kind)s)
+      FROM consumer_registration_pointers
+     WHERE consumer_id IS NULL
+     ORDER BY remote_identifier
+    RETURNING id, remote_identifier)
+INSERT INTO consumer_registration_pointers (remote_identifier, consumer_id, created)
+SELECT remote_identifier, id, true FROM created
+"""
+# A consumer created in this round has no hash to compare with; one that existed has its
+# hashes probed. In hash order, so the (broker, hash, ...) index takes them page by page.
+_HASHES_INSERT = """
+WITH added AS (
+    INSERT INTO integrations_consumerhash (broker_id, consumer_id, hash_type, hash)
+    SELECT DISTINCT ON (s.hash, p.consumer_id, s.hash_type)
+           %(broker)s::bigint, p.consumer_id, s.hash_type, s.hash
+      FROM consumer_registration_staging s
+      JOIN consumer_registration_pointers p
+        ON p.remote_identifier = s.remote_identifier AND p.consumer_id IS NOT NULL
+      LEFT JOIN LATERAL (
+            SELECT true AS registered FROM integrations_consumerhash h
+             WHERE NOT p.created AND h.broker_id = %(broker)s AND h.hash = s.hash
+               AND h.hash_type = s.hash_type AND h.consumer_id = p.consumer_id
+             LIMIT 1) h ON true
+     WHERE h.registered IS NULL
+     ORDER BY s.hash, p.consumer_id, s.hash_type
+    RETURNING id)
+INSERT INTO new_consumer_hashes (consumer_hash_id) SELECT id FROM added
+"""
+
+
+def _stage(cursor: Any, staged: _Round) -> None:
+    cursor.execute("TRUNCATE consumer_registration_staging, consumer_registration_pointers")
+    with cursor.copy(_STAGE) as copy:
+        copy.write(staged.copy_data)
+    # No ANALYZE needed: the planner sizes a never-analyzed table by its pages, enough for
+    # the round's joins, and the lookups are forced to be probes (LATERAL ... LIMIT 1).
+
+
+def _merge(cursor: Any, *, broker: Broker, result: ConsumerRegistration, kinds_given: bool) -> None:
+    """Merge the staged round into the consumers and consumer hashes."""
+    params = {"broker": broker.pk, "default_kind": DEFAULT_KIND}
+    pointers = _POINTERS_WITH_KINDS if kinds_given else _POINTERS
+    cursor.execute(_POINTERS_INSERT.replace("{pointers}", pointers), params)
+    if kinds_given:
+        cursor.execute(_KINDS_UPDATE)
+        result.kinds_changed += cursor.rowcount
+    cursor.execute(_CONSUMERS_INSERT, params)
+    result.consumers_created += cursor.rowcount
+    cursor.execute(_HASHES_INSERT, params)
+
+
+# ---------------------------------------------------------------------------------------
+# Forgetting
+# ---------------------------------------------------------------------------------------
+
+
+def consumer_forget(
+    *, broker: Broker, remote_identifier: str, actor: str, lock_timeout: float | None = None
+) -> dict[str, int]:
+    """Delete the broker's consumer ``remote_identifier`` and its hashes.
+
+    Returns the number of hashes removed per list type. Raises ``Consumer.DoesNotExist``
+    when the broker has no such consumer (another broker's consumer included).
+    Deletion requests already made for it keep their copy of the pointer.
+    """
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            registration_lock(cursor, broker=broker, timeout=lock_timeout)
+        consumer = Consumer.objects.filter(
+            broker=broker, remote_identifier=remote_identifier
+        ).first()
+        if consumer is None:
+            raise Consumer.DoesNotExist(
+                f"broker {broker.broker_id} has no consumer {remote_identifier!r}"
+            )
+        removed = {
+            row["hash_type"]: row["n"]
+            for row in ConsumerHash.objects.filter(consumer=consumer)
+            .order_by("hash_type")
+            .values("hash_type")
+            .annotate(n=Count("id"))
+        }
+        consumer.delete()  # its hashes go in one DELETE (nothing refers to a hash)
+        ledger_event_append(
+            kind="consumer.forgotten",
+            broker_id=broker.broker_id,
+            subject=remote_identifier,
+            actor=actor,
+            data={
+                "remote_identifier": remote_identifier,
+                "remote_identifier_kind": consumer.remote_identifier_kind,
+                "hashes_removed": removed,
+            },
+        )
+    return removed

@@ -1,0 +1,237 @@
+"""Writing, sealing and verifying the ledger.
+
+Every state change calls ``ledger_event_append`` inside its own transaction, so the event
+commits (or rolls back) with the change it records::
+
+    with transaction.atomic():
+        broker.save()
+        ledger_event_append(kind="broker.created", broker_id="4821", actor="cli",
+                            subject="4821", data={"name": "Acme"})
+
+A periodic job (and ``ledger verify``) runs ``ledger_seal``, which chains the committed
+events; ``ledger_verify`` recomputes every hash and names the first event that breaks.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from integrations.models import LedgerChainLink, LedgerEvent
+
+GENESIS_HASH = "0" * 64
+SYSTEM_ACTOR = "system"
+_SEAL_LOCK_KEY = 0x64726F70  # "drop": serializes sealers only, never writers
+
+
+def _canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def event_hash(
+    *,
+    created_at: dt.datetime,
+    broker_id: str,
+    kind: str,
+    subject: str,
+    actor: str,
+    data: dict[str, Any],
+) -> str:
+    """SHA-256 (hex) over the canonical form of an event's content."""
+    content = _canonical_json(
+        {
+            "created_at": created_at.astimezone(dt.UTC).isoformat(timespec="microseconds"),
+            "broker_id": broker_id,
+            "kind": kind,
+            "subject": subject,
+            "actor": actor,
+            "data": data,
+        }
+    )
+    return hashlib.sha256(content.encode("utf-8")).hexdigest()
+
+
+def chain_hash(previous: str, event_id: int, content_hash: str) -> str:
+    return hashlib.sha256(f"{previous}:{event_id}:{content_hash}".encode()).hexdigest()
+
+
+def ledger_event_append(
+    *,
+    kind: str,
+    actor: str = SYSTEM_ACTOR,
+    broker_id: str = "",
+    subject: str = "",
+    data: dict[str, Any] | None = None,
+) -> LedgerEvent:
+    """Append one event. Call it inside the transaction of the change it records."""
+    event = _new_event(kind=kind, actor=actor, broker_id=broker_id, subject=subject, data=data)
+    event.save(force_insert=True)
+    return event
+
+
+def ledger_events_append(entries: Iterable[dict[str, Any]]) -> list[LedgerEvent]:
+    """Append several events in one INSERT; each entry holds ``ledger_event_append``'s
+    arguments. For paths that record many changes in one transaction (a delivery batch)."""
+    return LedgerEvent.objects.bulk_create([_new_event(**entry) for entry in entries])
+
+
+def _new_event(
+    *,
+    kind: str,
+    actor: str = SYSTEM_ACTOR,
+    broker_id: str = "",
+    subject: str = "",
+    data: dict[str, Any] | None = None,
+) -> LedgerEvent:
+    payload = json.loads(_canonical_json(data or {}))  # what the database will give back
+    created_at = timezone.now()
+    return LedgerEvent(
+        created_at=created_at,
+        broker_id=broker_id,
+        kind=kind,
+        subject=subject[:200],
+        actor=actor[:200],
+        data=payload,
+        event_hash=event_hash(
+            created_at=created_at,
+            broker_id=broker_id,
+            kind=kind,
+            subject=subject[:200],
+            actor=actor[:200],
+            data=payload,
+        ),
+    )
+
+
+def _recomputed_hash(event: LedgerEvent) -> str:
+    return event_hash(
+        created_at=event.created_at,
+        broker_id=event.broker_id,
+        kind=event.kind,
+        subject=event.subject,
+        actor=event.actor,
+        data=event.data,
+    )
+
+
+def ledger_seal(*, batch_size: int = 5000) -> int:
+    """Chain every committed, unsealed event; return how many were sealed.
+
+    Ordering in the chain is the order of sealing, so an event whose transaction commits
+    late is sealed in a later batch rather than lost. The candidates are the events
+    written by transactions at or after the previous seal's horizon: every older
+    transaction had finished then, so its events were already visible and sealed.
+    """
+    sealed = 0
+    while True:
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_SEAL_LOCK_KEY])
+                cursor.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
+                horizon = int(cursor.fetchone()[0])
+            last = LedgerChainLink.objects.order_by("-position").first()
+            previous_hash = last.chain_hash if last else GENESIS_HASH
+            since = last.horizon_txid if last else 0
+            events = list(
+                LedgerEvent.objects.filter(txid__gte=since, chain_link__isnull=True)
+                .order_by("id")
+                .only("id", "event_hash")[:batch_size]
+            )
+            if not events:
+                return sealed
+            now = timezone.now()
+            links = []
+            for event in events:
+                previous_hash = chain_hash(previous_hash, event.id, event.event_hash)
+                links.append(
+                    LedgerChainLink(
+                        event_id=event.id,
+                        chain_hash=previous_hash,
+                        sealed_at=now,
+                        # A partial batch keeps the old horizon so the rest stays a candidate.
+                        horizon_txid=horizon if len(events) < batch_size else since,
+                    )
+                )
+            LedgerChainLink.objects.bulk_create(links)
+            sealed += len(links)
+            if len(events) < batch_size:
+                return sealed
+
+
+@dataclass(frozen=True)
+class LedgerBreak:
+    event_id: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"event {self.event_id}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class LedgerVerification:
+    events_checked: int
+    chain_length: int
+    first_break: LedgerBreak | None
+
+    @property
+    def ok(self) -> bool:
+        return self.first_break is None
+
+
+def ledger_verify(*, chunk_size: int = 5000) -> LedgerVerification:
+    """Recompute every event hash and the whole chain; report the first break."""
+    previous_hash = GENESIS_HASH
+    chain_length = 0
+    checked = 0
+    last_horizon = 0
+    for link, event in _links_with_events(chunk_size):
+        chain_length += 1
+        last_horizon = max(last_horizon, link.horizon_txid)
+        if event is None:
+            return LedgerVerification(
+                checked, chain_length, LedgerBreak(link.event_id, "is in the chain but missing")
+            )
+        checked += 1
+        if _recomputed_hash(event) != event.event_hash:
+            return LedgerVerification(
+                checked, chain_length, LedgerBreak(event.id, "content does not match its hash")
+            )
+        previous_hash = chain_hash(previous_hash, event.id, event.event_hash)
+        if previous_hash != link.chain_hash:
+            return LedgerVerification(
+                checked, chain_length, LedgerBreak(event.id, "chain hash does not match")
+            )
+    # Events outside the chain: new ones only (an old one was slipped in past the sealer).
+    unsealed = LedgerEvent.objects.filter(chain_link__isnull=True).order_by("id")
+    for event in unsealed.iterator(chunk_size=chunk_size):
+        checked += 1
+        if event.txid < last_horizon:
+            return LedgerVerification(
+                checked, chain_length, LedgerBreak(event.id, "was written outside the chain")
+            )
+        if _recomputed_hash(event) != event.event_hash:
+            return LedgerVerification(
+                checked, chain_length, LedgerBreak(event.id, "content does not match its hash")
+            )
+    return LedgerVerification(checked, chain_length, None)
+
+
+def _links_with_events(
+    chunk_size: int,
+) -> Iterator[tuple[LedgerChainLink, LedgerEvent | None]]:
+    after = 0
+    while True:
+        links = list(LedgerChainLink.objects.filter(position__gt=after)[:chunk_size])
+        if not links:
+            return
+        events = LedgerEvent.objects.in_bulk([link.event_id for link in links])
+        for link in links:
+            yield link, events.get(link.event_id)
+        after = links[-1].position

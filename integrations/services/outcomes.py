@@ -1,0 +1,168 @@
+"""Recording the broker's deletion outcome (callback body 2.2) on its deletion request.
+
+The callback view has already authenticated the key, found the request of the key's broker
+and checked the signature; this is the write::
+
+    result = deletion_outcome_record(deletion_request=request, drop_outcome="opted_out",
+                                     opt_out_email="Ann.Smith@Example.com ", actor="apikey:dpk_…")
+    result.changed      # False: the same outcome again (200, nothing changes)
+    # raises OutcomeConflict: a different final outcome (409, ledger records the attempt)
+
+Idempotency (product.md section 2): the same outcome twice changes nothing; a different
+final outcome is refused; after ``failed`` a new outcome is accepted. The happy path is one
+conditional UPDATE, the ledger INSERT, and the work item's settlement, in one transaction.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from integrations.models import (
+    DROP_STATUS_CODES,
+    DeletionRequest,
+    DropOutcome,
+    OptOutRecord,
+    RequestState,
+    WorkItem,
+)
+from integrations.services.ledger import ledger_event_append
+from integrations.services.work_items import work_item_settle
+
+ERROR_MESSAGE_MAX = 2000
+
+
+class OutcomeConflict(Exception):
+    """The request already has a different final outcome (or was cancelled)."""
+
+    def __init__(self, detail: str, *, current: str, attempted: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.current = current
+        self.attempted = attempted
+
+
+@dataclass(frozen=True)
+class OutcomeRecorded:
+    request_uuid: str
+    drop_outcome: str
+    state: str
+    changed: bool  # False: an identical repeat, nothing was written but its ledger event
+
+
+def deletion_outcome_record(
+    *,
+    deletion_request: DeletionRequest,
+    drop_outcome: str,
+    error_message: str = "",
+    opt_out_email: str = "",
+    actor: str,
+    now: dt.datetime | None = None,
+) -> OutcomeRecorded:
+    """Record ``drop_outcome`` (already validated) on ``deletion_request``.
+
+    ``opt_out_email`` (for ``opted_out``) is kept verbatim, encrypted, as an ``OptOutRecord``;
+    it never reaches the ledger.
+    """
+    now = now or timezone.now()
+    error_message = error_message[:ERROR_MESSAGE_MAX]
+    failed = drop_outcome == DropOutcome.FAILED
+    state = RequestState.FAILED if failed else RequestState.COMPLETED
+    uuid_text = str(deletion_request.request_uuid)
+    # A new outcome is accepted while none is final; a repeat of the same failure is a
+    # repeat, not a new outcome.
+    open_to_outcome = DeletionRequest.objects.filter(
+        pk=deletion_request.pk, drop_outcome__in=["", DropOutcome.FAILED]
+    ).exclude(state=RequestState.CANCELLED)
+    if failed:
+        open_to_outcome = open_to_outcome.exclude(
+            drop_outcome=DropOutcome.FAILED, error_message=error_message
+        )
+    with transaction.atomic():
+        updated = open_to_outcome.update(
+            state=state,
+            drop_outcome=drop_outcome,
+            drop_status_code=DROP_STATUS_CODES.get(drop_outcome),
+            error_message=error_message,
+            completed_at=now,
+            next_attempt_at=None,
+            # A callback can overtake the record of its dispatch's 2xx (or stand in for a
+            # 2xx that was lost): the broker evidently has the dispatch.
+            dispatched_at=Coalesce(F("dispatched_at"), now),
+        )
+        if updated:
+            if drop_outcome == DropOutcome.OPTED_OUT:
+                OptOutRecord.objects.create(
+                    deletion_request_id=deletion_request.pk,
+                    broker_id=deletion_request.broker_id,
+                    email=opt_out_email,
+                )
+            data: dict[str, object] = {
+                "drop_outcome": drop_outcome,
+                "drop_status_code": DROP_STATUS_CODES.get(drop_outcome),
+                "previous_state": deletion_request.state,
+                "previous_outcome": deletion_request.drop_outcome,
+            }
+            if error_message:
+                data["error_message"] = error_message
+            if drop_outcome == DropOutcome.OPTED_OUT:
+                data["opt_out_record"] = True  # the email itself stays out of the ledger
+            ledger_event_append(
+                kind="deletion_request.outcome_recorded",
+                broker_id=deletion_request.broker_id_code,
+                subject=uuid_text,
+                actor=actor,
+                data=data,
+            )
+            work_item_settle_now(work_item_id=deletion_request.work_item_id)
+            return OutcomeRecorded(uuid_text, drop_outcome, state, changed=True)
+
+        current = DeletionRequest.objects.values("state", "drop_outcome", "error_message").get(
+            pk=deletion_request.pk
+        )
+        if not _same_outcome(
+            deletion_request.pk, current, drop_outcome, error_message, opt_out_email
+        ):
+            raise OutcomeConflict(
+                "The request was cancelled; no outcome is recorded for it."
+                if current["state"] == RequestState.CANCELLED
+                else f"The request already has the outcome '{current['drop_outcome']}'; "
+                f"'{drop_outcome}' is refused.",
+                current=current["drop_outcome"] or current["state"],
+                attempted=drop_outcome,
+            )
+        ledger_event_append(
+            kind="deletion_request.outcome_repeated",
+            broker_id=deletion_request.broker_id_code,
+            subject=uuid_text,
+            actor=actor,
+            data={"drop_outcome": drop_outcome},
+        )
+    return OutcomeRecorded(uuid_text, drop_outcome, current["state"], changed=False)
+
+
+def work_item_settle_now(*, work_item_id: int) -> None:
+    """Recompute the work item's DROP status (``work_items.work_item_settle``) in the
+    transaction of the outcome that calls for it, so the status never lags the outcome."""
+    work_item_settle(work_item=WorkItem(pk=work_item_id))
+
+
+def _same_outcome(
+    pk: int, current: Mapping[str, Any], drop_outcome: str, error_message: str, email: str
+) -> bool:
+    if current["state"] == RequestState.CANCELLED or current["drop_outcome"] != drop_outcome:
+        return False
+    if drop_outcome == DropOutcome.FAILED:
+        return current["error_message"] == error_message
+    if drop_outcome == DropOutcome.OPTED_OUT:
+        # A different email is a different opt-out: refusing it keeps it from being lost.
+        record = OptOutRecord.objects.filter(deletion_request_id=pk).first()
+        return record is not None and record.email == email
+    return True

@@ -1,0 +1,189 @@
+"""Staff actions that send something to the broker's systems again.
+
+::
+
+    deletion_request_redeliver(deletion_request=request, actor="staff:ann")
+    deletion_request_redispatch(deletion_request=request, actor="staff:ann")  # after failed
+
+A redelivery is a new notification: a new ``webhook_request_id`` (the broker's idempotency
+key), the attempt count back to zero, and a delivery job deferred in the same transaction.
+Redelivery is for what did not get through (``undeliverable``, or ``queued``/``dispatched``
+with no outcome); redispatch is for a ``failed`` outcome, which the broker asked us to send
+again.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from integrations import tasks
+from integrations.models import (
+    DeletionRequest,
+    RequestState,
+    ResolutionRequest,
+    SaasDeletion,
+)
+from integrations.services.ledger import ledger_event_append
+
+REDELIVERABLE = (RequestState.QUEUED, RequestState.DISPATCHED, RequestState.UNDELIVERABLE)
+
+Row = TypeVar("Row", DeletionRequest, ResolutionRequest, SaasDeletion)
+
+
+def _requeue(
+    *,
+    model: type[Row],
+    pk: int,
+    related: tuple[str, ...],
+    allowed: Callable[[Row], str | None],
+    target: Callable[[Row], Any],
+    reset: dict[str, Any],
+    event: str,
+    subject: Callable[[Row], str],
+    broker_id: Callable[[Row], str],
+    enqueue: Callable[[list[int]], None],
+    actor: str,
+) -> Row:
+    with transaction.atomic():
+        row = model.objects.select_for_update(of=("self",)).select_related(*related).get(pk=pk)
+        refusal = allowed(row)
+        if refusal:
+            raise ValidationError(refusal)
+        destination = target(row)
+        if destination is None:
+            raise ValidationError("it has no target to deliver to")
+        if not destination.enabled:
+            raise ValidationError(
+                f"'{destination.name}' is disabled ({destination.disabled_reason or 'by staff'}):"
+                " enable it first"
+            )
+        before = {"state": row.state, "attempts": row.attempts}
+        for name, value in reset.items():
+            setattr(row, name, value)
+        row.state = RequestState.QUEUED
+        row.attempts = 0
+        row.last_error = ""
+        row.next_attempt_at = timezone.now()
+        row.dispatched_at = None
+        row.save(
+            update_fields=[
+                *reset,
+                "state",
+                "attempts",
+                "last_error",
+                "next_attempt_at",
+                "dispatched_at",
+            ]
+        )
+        enqueue([row.pk])
+        data = {"previous": before, **{k: str(v) for k, v in reset.items() if v}}
+        ledger_event_append(
+            kind=event, broker_id=broker_id(row), subject=subject(row), actor=actor, data=data
+        )
+    return row
+
+
+def _not_redeliverable(row: DeletionRequest | ResolutionRequest | SaasDeletion) -> str | None:
+    if row.state in REDELIVERABLE and not getattr(row, "drop_outcome", ""):
+        return None
+    if row.state == RequestState.FAILED:
+        return f"it is {row.state}: redispatch it instead"
+    return f"it is {row.state}: only what has no outcome yet can be redelivered"
+
+
+def deletion_request_redeliver(*, deletion_request: DeletionRequest, actor: str) -> DeletionRequest:
+    return _requeue(
+        model=DeletionRequest,
+        pk=deletion_request.pk,
+        related=("integration",),
+        allowed=_not_redeliverable,
+        target=lambda row: row.integration,
+        reset={"webhook_request_id": uuid.uuid4()},
+        event="deletion_request.redelivery_requested",
+        subject=lambda row: str(row.request_uuid),
+        broker_id=lambda row: row.broker_id_code,
+        enqueue=tasks.deletion_requests_enqueue,
+        actor=actor,
+    )
+
+
+def deletion_request_redispatch(
+    *, deletion_request: DeletionRequest, actor: str
+) -> DeletionRequest:
+    """Send a request whose outcome was ``failed`` again; its next outcome is awaited."""
+
+    def only_failed(row: DeletionRequest) -> str | None:
+        if row.state == RequestState.FAILED:
+            return None
+        return f"it is {row.state}: only a failed outcome is redispatched"
+
+    return _requeue(
+        model=DeletionRequest,
+        pk=deletion_request.pk,
+        related=("integration",),
+        allowed=only_failed,
+        target=lambda row: row.integration,
+        # The failure stays in the ledger and the attempts; the request awaits a new outcome.
+        reset={
+            "webhook_request_id": uuid.uuid4(),
+            "drop_outcome": "",
+            "drop_status_code": None,
+            "error_message": "",
+            "completed_at": None,
+        },
+        event="deletion_request.redispatched",
+        subject=lambda row: str(row.request_uuid),
+        broker_id=lambda row: row.broker_id_code,
+        enqueue=tasks.deletion_requests_enqueue,
+        actor=actor,
+    )
+
+
+def resolution_request_redeliver(
+    *, resolution_request: ResolutionRequest, actor: str
+) -> ResolutionRequest:
+    def no_answer_yet(row: ResolutionRequest) -> str | None:
+        if row.completed_at is not None:
+            return f"it is {row.state}: the broker has answered it"
+        return _not_redeliverable(row)
+
+    return _requeue(
+        model=ResolutionRequest,
+        pk=resolution_request.pk,
+        related=("integration", "broker"),
+        allowed=no_answer_yet,
+        target=lambda row: row.integration,
+        reset={"webhook_request_id": uuid.uuid4()},
+        event="resolution_request.redelivery_requested",
+        subject=lambda row: str(row.request_uuid),
+        broker_id=lambda row: row.broker.broker_id,
+        enqueue=tasks.resolution_requests_enqueue,
+        actor=actor,
+    )
+
+
+def saas_deletion_redeliver(*, saas_deletion: SaasDeletion, actor: str) -> SaasDeletion:
+    def undelivered(row: SaasDeletion) -> str | None:
+        if row.state in (RequestState.QUEUED, RequestState.UNDELIVERABLE):
+            return None
+        return f"it is {row.state}: only a queued or undeliverable SaaS deletion is redelivered"
+
+    return _requeue(
+        model=SaasDeletion,
+        pk=saas_deletion.pk,
+        related=("saas_connection", "resolution__broker"),
+        allowed=undelivered,
+        target=lambda row: row.saas_connection,
+        reset={},
+        event="saas_deletion.redelivery_requested",
+        subject=lambda row: str(row.resolution.request_uuid),
+        broker_id=lambda row: row.resolution.broker.broker_id,
+        enqueue=tasks.saas_deletions_enqueue,
+        actor=actor,
+    )

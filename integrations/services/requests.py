@@ -1,0 +1,224 @@
+"""Creating the requests a DROP match hands to the broker's systems, in bulk, in SQL.
+
+Matching (``integrations.drop.matching``) writes its (work item, consumer) pairs into the
+per-transaction temp table ``drop_matches``; one call turns them into deletion requests and
+defers their delivery jobs in the same transaction::
+
+    with transaction.atomic():
+        matches_table_create()
+        cursor.execute("INSERT INTO drop_matches (work_item_id, consumer_id, late_match) ...")
+        created = requests_create_for_matches(broker=broker, match_date=today, actor="system")
+
+Deletion targets (product.md section 1, step 3): every enabled webhook integration of the
+broker, and every ISI connection that takes part in DROP (listed, with both DROP
+capabilities, of an enabled ISI integration). Each matched consumer gets one request per
+target (state ``queued``, delivery job deferred); with no target yet it gets one request
+with none (state ``pending``: it waits until a target is configured).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connection, transaction
+
+from integrations.models import (
+    DROP_CAPABILITIES,
+    Broker,
+    IntegrationKind,
+    RequestState,
+)
+from integrations.services.ledger import ledger_event_append
+
+MATCHES_TABLE = "drop_matches"
+
+
+@dataclass(frozen=True)
+class RequestsCreated:
+    """What ``requests_create_for_matches`` did."""
+
+    matches: int  # (work item, consumer) pairs read
+    deletion_requests: int
+    queued: int  # with a target, delivery job deferred
+    pending: int  # no target configured yet
+    targets: int
+    late: int  # requests marked late_match
+    resolution_requests: int = 0  # only with an enabled SaaS connection; queued at once
+
+
+def matches_table_create() -> None:
+    """(Re)create the empty temp table ``drop_matches`` for this transaction.
+
+    Columns: ``work_item_id`` (``integrations_workitem.id``), ``consumer_id``, ``late_match``.
+    It is dropped at commit; dropping first lets one transaction match more than once.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP TABLE IF EXISTS {MATCHES_TABLE}")
+        cursor.execute(
+            f"CREATE TEMP TABLE {MATCHES_TABLE} ("
+            " work_item_id bigint NOT NULL,"
+            " consumer_id bigint NOT NULL,"
+            " late_match boolean NOT NULL DEFAULT false"
+            ") ON COMMIT DROP"
+        )
+
+
+# The targets, as (integration id, ISI connection id) rows. The ISI condition is
+# IsiConnection.takes_part_in_drop, written in SQL.
+_TARGETS_SQL = """
+    SELECT i.id AS integration_id, NULL::bigint AS isi_connection_id
+      FROM integrations_integration i
+     WHERE i.broker_id = %(broker)s AND i.kind = %(webhook)s AND i.enabled
+    UNION ALL
+    SELECT i.id, c.id
+      FROM integrations_isiconnection c
+      JOIN integrations_integration i ON i.id = c.integration_id
+     WHERE i.broker_id = %(broker)s AND i.kind = %(isi)s AND i.enabled
+       AND c.listed AND c.capabilities @> %(capabilities)s::varchar[]
+"""
+
+# One row per match and target; LEFT JOIN ... ON true keeps a match with no target as one
+# row whose target is NULL (a pending request). Every dispatch-body field is fixed here.
+# results_token (ISI only): SHA-256 over three v4 UUIDs from PostgreSQL's strong random
+# source (366 random bits), as 64 lower-case hex characters, without needing pgcrypto.
+_INSERT_SQL = f"""
+    WITH targets AS ({_TARGETS_SQL})
+    INSERT INTO integrations_deletionrequest (
+        state, attempts, next_attempt_at, last_error, dispatched_at, completed_at,
+        request_uuid, webhook_request_id, results_token,
+        broker_id, work_item_id, consumer_id, integration_id, isi_connection_id,
+        identifier_hash, hash_type, drop_session_id, match_date, broker_id_code, mode,
+        remote_identifier, remote_identifier_kind, late_match,
+        drop_outcome, drop_status_code, error_message
+    )
+    SELECT
+        CASE WHEN t.integration_id IS NULL THEN %(pending)s ELSE %(queued)s END,
+        0,
+        CASE WHEN t.integration_id IS NULL THEN NULL ELSE now() END,
+        '', NULL, NULL,
+        gen_random_uuid(), gen_random_uuid(),
+        CASE WHEN t.isi_connection_id IS NULL THEN NULL ELSE encode(sha256(convert_to(
+            gen_random_uuid()::text || gen_random_uuid()::text || gen_random_uuid()::text,
+            'UTF8')), 'hex') END,
+        %(broker)s, w.id, co.id, t.integration_id, t.isi_connection_id,
+        encode(w.hash, 'base64'), w.hash_type, cy.drop_session_id, %(match_date)s,
+        %(broker_id_code)s, %(mode)s,
+        co.remote_identifier, co.remote_identifier_kind, m.late_match,
+        '', NULL, ''
+      FROM {MATCHES_TABLE} m
+      JOIN integrations_workitem w ON w.id = m.work_item_id
+      JOIN integrations_dropcycle cy ON cy.id = w.cycle_id
+      JOIN integrations_consumer co ON co.id = m.consumer_id
+      LEFT JOIN targets t ON true
+     WHERE w.broker_id = %(broker)s
+    RETURNING id, integration_id IS NOT NULL, late_match
+"""  # noqa: S608
+
+
+# Resolution (product.md section 1, step 4): only when the broker has an enabled SaaS
+# connection, one identifier retrieval request per match and resolving target: the deletion
+# targets (each enabled webhook integration, each ISI connection taking part, which has the
+# privacy/drop/identifiers capability). results_token: 32 random bytes as 64 lower-case hex
+# characters, the same construction as above.
+_RESOLUTION_INSERT_SQL = f"""
+    WITH targets AS ({_TARGETS_SQL})
+    INSERT INTO integrations_resolutionrequest (
+        state, attempts, next_attempt_at, last_error, dispatched_at, completed_at,
+        request_uuid, webhook_request_id, results_token,
+        broker_id, work_item_id, consumer_id, integration_id, isi_connection_id,
+        drop_session_id, match_date, remote_identifier, remote_identifier_kind,
+        drop_outcome, exemption_basis, identifiers, identifiers_purged_at
+    )
+    SELECT
+        %(queued)s, 0, now(), '', NULL, NULL,
+        gen_random_uuid(), gen_random_uuid(),
+        encode(sha256(convert_to(
+            gen_random_uuid()::text || gen_random_uuid()::text || gen_random_uuid()::text,
+            'UTF8')), 'hex'),
+        %(broker)s, w.id, co.id, t.integration_id, t.isi_connection_id,
+        cy.drop_session_id, %(match_date)s, co.remote_identifier, co.remote_identifier_kind,
+        '', '', '', NULL
+      FROM {MATCHES_TABLE} m
+      JOIN integrations_workitem w ON w.id = m.work_item_id
+      JOIN integrations_dropcycle cy ON cy.id = w.cycle_id
+      JOIN integrations_consumer co ON co.id = m.consumer_id
+      JOIN targets t ON true
+     WHERE w.broker_id = %(broker)s
+       AND EXISTS (SELECT 1 FROM integrations_saasconnection s
+                    WHERE s.broker_id = %(broker)s AND s.enabled)
+    RETURNING id
+"""  # noqa: S608
+
+
+def requests_create_for_matches(
+    *, broker: Broker, match_date: dt.date, actor: str
+) -> RequestsCreated:
+    """Create the deletion requests for every row of ``drop_matches`` and queue delivery.
+
+    Call it inside the transaction that filled ``drop_matches`` (see
+    ``matches_table_create``). Requests and their delivery jobs commit together: a
+    rolled-back caller leaves neither. ``match_date`` is the date of the match; the
+    session id comes from each work item's cycle. Rows of another broker's work items
+    are ignored.
+    """
+    from integrations.tasks import (  # tasks import services
+        deletion_requests_enqueue,
+        resolution_requests_enqueue,
+    )
+
+    params: dict[str, Any] = {
+        "broker": broker.pk,
+        "webhook": IntegrationKind.WEBHOOK,
+        "isi": IntegrationKind.ISI,
+        "capabilities": list(DROP_CAPABILITIES),
+        "pending": RequestState.PENDING,
+        "queued": RequestState.QUEUED,
+        "match_date": match_date,
+        "broker_id_code": broker.broker_id,
+        "mode": broker.mode,
+    }
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(f"SELECT count(*) FROM {MATCHES_TABLE}")  # noqa: S608
+        matches = int(cursor.fetchone()[0])
+        if not matches:
+            return RequestsCreated(0, 0, 0, 0, 0, 0)
+        cursor.execute(f"SELECT count(*) FROM ({_TARGETS_SQL}) t", params)  # noqa: S608
+        targets = int(cursor.fetchone()[0])
+        cursor.execute(_INSERT_SQL, params)
+        created = cursor.fetchall()
+        queued_ids = sorted(request_id for request_id, queued, _ in created if queued)
+        late = sum(1 for _, _, late_match in created if late_match)
+        if queued_ids:
+            deletion_requests_enqueue(queued_ids)
+        cursor.execute(_RESOLUTION_INSERT_SQL, params)
+        resolution_ids = sorted(row[0] for row in cursor.fetchall())
+        if resolution_ids:
+            resolution_requests_enqueue(resolution_ids)
+        result = RequestsCreated(
+            matches=matches,
+            deletion_requests=len(created),
+            queued=len(queued_ids),
+            pending=len(created) - len(queued_ids),
+            targets=targets,
+            late=late,
+            resolution_requests=len(resolution_ids),
+        )
+        ledger_event_append(
+            kind="deletion_requests.created",
+            broker_id=broker.broker_id,
+            subject=broker.broker_id,
+            actor=actor,
+            data={
+                "matches": result.matches,
+                "deletion_requests": result.deletion_requests,
+                "queued": result.queued,
+                "pending": result.pending,
+                "targets": result.targets,
+                "late": result.late,
+                "resolution_requests": result.resolution_requests,
+                "match_date": match_date.isoformat(),
+            },
+        )
+    return result

@@ -1,0 +1,240 @@
+"""Identifier retrieval answers (callback body 2.4) and the SaaS deletions they start.
+
+::
+
+    result = resolution_outcome_record(resolution_request=request, drop_outcome="",
+                                       exemption_basis="", identifiers={"email": [...]},
+                                       actor="apikey:dpk_…")
+
+Unless the answer is ``opted_out`` or ``exempt``, every enabled SaaS connection of the broker
+gets one ``SaasDeletion``, delivered as its own job. The resolved identifiers are kept
+verbatim, encrypted, only as long as a SaaS deletion may still need them: once every one of
+them is final (``completed`` or ``cancelled``) they are purged.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import Exists, F, OuterRef
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from integrations.models import (
+    RequestState,
+    ResolutionRequest,
+    SaasConnection,
+    SaasDeletion,
+)
+from integrations.services.ledger import ledger_event_append
+from integrations.services.outcomes import (
+    OutcomeConflict,
+    OutcomeRecorded,
+    work_item_settle_now,
+)
+
+FINAL_SAAS_STATES = (RequestState.COMPLETED, RequestState.CANCELLED)
+NOT_DELETED_OUTCOMES = ("opted_out", "exempt")
+
+
+def resolution_outcome_record(
+    *,
+    resolution_request: ResolutionRequest,
+    drop_outcome: str,
+    exemption_basis: str,
+    identifiers: dict[str, Any],
+    actor: str,
+    now: dt.datetime | None = None,
+) -> OutcomeRecorded:
+    """Record the broker's (validated) answer and start the SaaS deletions it calls for.
+
+    The same answer twice changes nothing; a different one is an ``OutcomeConflict``.
+    """
+    from integrations import tasks
+
+    now = now or timezone.now()
+    request = resolution_request
+    uuid_text = str(request.request_uuid)
+    deletes = drop_outcome not in NOT_DELETED_OUTCOMES
+    connections = (
+        list(SaasConnection.objects.filter(broker_id=request.broker_id, enabled=True))
+        if deletes
+        else []
+    )
+    keep = deletes and bool(connections)  # identifiers are kept only for a SaaS deletion
+    with transaction.atomic():
+        updated = (
+            ResolutionRequest.objects.filter(pk=request.pk, completed_at__isnull=True)
+            .exclude(state=RequestState.CANCELLED)
+            .update(
+                state=RequestState.COMPLETED,
+                drop_outcome=drop_outcome,
+                exemption_basis=exemption_basis,
+                identifiers=_identifiers_text(identifiers) if keep else "",
+                identifiers_purged_at=None if keep else now,
+                completed_at=now,
+                next_attempt_at=None,
+                dispatched_at=Coalesce(F("dispatched_at"), now),
+            )
+        )
+        if not updated:
+            current = ResolutionRequest.objects.get(pk=request.pk)
+            _raise_unless_same(current, drop_outcome, exemption_basis, identifiers)
+            ledger_event_append(
+                kind="resolution_request.outcome_repeated",
+                broker_id=request.broker.broker_id,
+                subject=uuid_text,
+                actor=actor,
+                data={"drop_outcome": drop_outcome},
+            )
+            return OutcomeRecorded(uuid_text, drop_outcome, current.state, changed=False)
+        deletions = SaasDeletion.objects.bulk_create(
+            SaasDeletion(
+                resolution_id=request.pk,
+                saas_connection=connection,
+                state=RequestState.QUEUED,
+                next_attempt_at=now,
+            )
+            for connection in connections
+        )
+        if deletions:
+            tasks.saas_deletions_enqueue([d.pk for d in deletions])
+        ledger_event_append(
+            kind="resolution_request.outcome_recorded",
+            broker_id=request.broker.broker_id,
+            subject=uuid_text,
+            actor=actor,
+            data={
+                "drop_outcome": drop_outcome,
+                "exemption_basis": exemption_basis,
+                # Categories and counts only: the clear identifiers never reach the ledger.
+                "identifiers": {k: len(v) for k, v in identifiers.items()},
+                "saas_deletions": [c.name for c in connections],
+                "identifiers_kept": keep,
+            },
+        )
+        work_item_settle_now(work_item_id=request.work_item_id)
+    return OutcomeRecorded(uuid_text, drop_outcome, RequestState.COMPLETED, changed=True)
+
+
+def _identifiers_text(identifiers: dict[str, Any]) -> str:
+    # Values stay exactly as the broker sent them (no case change, no trimming).
+    return json.dumps(identifiers, ensure_ascii=False, separators=(",", ":"))
+
+
+def _raise_unless_same(
+    current: ResolutionRequest,
+    drop_outcome: str,
+    exemption_basis: str,
+    identifiers: dict[str, Any],
+) -> None:
+    if current.state == RequestState.CANCELLED:
+        raise OutcomeConflict(
+            "The request was cancelled; no outcome is recorded for it.",
+            current=RequestState.CANCELLED,
+            attempted=drop_outcome,
+        )
+    same = current.drop_outcome == drop_outcome and current.exemption_basis == exemption_basis
+    # Once purged, the earlier identifiers cannot be compared; the outcome decides.
+    if same and current.identifiers:
+        same = json.loads(current.identifiers) == identifiers
+    if not same:
+        raise OutcomeConflict(
+            "The request already has a different answer; this one is refused.",
+            current=current.drop_outcome or "identifiers",
+            attempted=drop_outcome or "identifiers",
+        )
+
+
+def resolution_settle(*, resolution_id: int, actor: str = "system") -> bool:
+    """After one of its SaaS deletions became final: purge the resolved identifiers if every
+    one is final, and settle the work item. Returns whether the identifiers were purged."""
+    with transaction.atomic():
+        # The lock makes two deletions that finish together agree on who purges.
+        resolution = (
+            ResolutionRequest.objects.select_for_update(of=("self",))
+            .select_related("broker")
+            .get(pk=resolution_id)
+        )
+        purged = False
+        open_deletions = SaasDeletion.objects.filter(resolution_id=resolution_id).exclude(
+            state__in=FINAL_SAAS_STATES
+        )
+        if resolution.identifiers_purged_at is None and not open_deletions.exists():
+            resolution.identifiers = ""
+            resolution.identifiers_purged_at = timezone.now()
+            resolution.save(update_fields=["identifiers", "identifiers_purged_at"])
+            ledger_event_append(
+                kind="resolution_request.identifiers_purged",
+                broker_id=resolution.broker.broker_id,
+                subject=str(resolution.request_uuid),
+                actor=actor,
+                data={
+                    "saas_deletions": dict(
+                        SaasDeletion.objects.filter(resolution_id=resolution_id).values_list(
+                            "saas_connection__name", "state"
+                        )
+                    )
+                },
+            )
+            purged = True
+        work_item_settle_now(work_item_id=resolution.work_item_id)
+    return purged
+
+
+def resolutions_purge_final(*, limit: int = 1000) -> int:
+    """Purge the identifiers of every answered resolution whose SaaS deletions are all final.
+
+    A safety net run periodically (``tasks.purge_resolved_identifiers``): SaaS deletions
+    normally trigger the purge themselves, but some end in bulk without passing through
+    here (cancelled with their removed work item). Returns how many were purged.
+    """
+    open_deletions = SaasDeletion.objects.filter(resolution=OuterRef("pk")).exclude(
+        state__in=FINAL_SAAS_STATES
+    )
+    due = (
+        ResolutionRequest.objects.filter(identifiers_purged_at__isnull=True)
+        .exclude(identifiers="")
+        .exclude(Exists(open_deletions))
+        .order_by("pk")
+        .values_list("pk", flat=True)[:limit]
+    )
+    return sum(resolution_settle(resolution_id=pk) for pk in list(due))
+
+
+def saas_deletion_cancel(*, saas_deletion: SaasDeletion, reason: str, actor: str) -> SaasDeletion:
+    """Staff give up on a SaaS deletion (queued or undeliverable); it becomes final."""
+    reason = (reason or "").strip()[:500] or "cancelled by staff"
+    with transaction.atomic():
+        locked = (
+            SaasDeletion.objects.select_for_update(of=("self",))
+            .select_related("resolution__broker", "saas_connection")
+            .get(pk=saas_deletion.pk)
+        )
+        if locked.state not in (RequestState.QUEUED, RequestState.UNDELIVERABLE):
+            raise ValidationError(
+                f"SaaS deletion {locked.pk} is {locked.state}: only a queued or undeliverable "
+                "one can be cancelled"
+            )
+        locked.state = RequestState.CANCELLED
+        locked.last_error = reason
+        locked.next_attempt_at = None
+        locked.completed_at = timezone.now()
+        locked.save(update_fields=["state", "last_error", "next_attempt_at", "completed_at"])
+        ledger_event_append(
+            kind="saas_deletion.cancelled",
+            broker_id=locked.resolution.broker.broker_id,
+            subject=str(locked.resolution.request_uuid),
+            actor=actor,
+            data={
+                "saas_deletion": locked.pk,
+                "saas_connection": locked.saas_connection.name,
+                "reason": reason,
+            },
+        )
+        resolution_settle(resolution_id=locked.resolution_id, actor=actor)
+    return locked

@@ -1,0 +1,182 @@
+"""Write paths for third-party SaaS deletion connections (the generic HTTP connector).
+
+A broker with at least one enabled connection gets identifier retrieval requests for its
+matches; each resolved answer becomes one ``SaasDeletion`` per enabled connection::
+
+    saas_connection_create(broker=broker, name="Mailer", url="https://api.mailer.example/erase",
+                           token="tok", categories=["email"], actor="cli:ann")
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from django.core.exceptions import ValidationError
+from django.db import models, transaction
+from django.utils import timezone
+
+from integrations.dispatch.saas import categories_or_default
+from integrations.models import Broker, RequestState, SaasConnection, SaasDeletion
+from integrations.services.integrations import target_url_validate
+from integrations.services.ledger import ledger_event_append
+
+_CATEGORY_RE = re.compile(r"[a-z][a-z0-9_]{0,31}")
+
+
+def categories_validate(categories: Iterable[str] | None) -> list[str]:
+    """Identifier categories as the broker names them (``email``, ``phone``, ...)."""
+    cleaned = [c.strip() for c in (categories or []) if c.strip()]
+    bad = [c for c in cleaned if not _CATEGORY_RE.fullmatch(c)]
+    if bad:
+        raise ValidationError(
+            {"categories": f"not a category name: {', '.join(bad)} (lower-case, like email)"}
+        )
+    return categories_or_default(dict.fromkeys(cleaned))
+
+
+def saas_connection_create(
+    *,
+    broker: Broker,
+    name: str,
+    url: str,
+    token: str = "",
+    categories: Iterable[str] | None = None,
+    actor: str,
+) -> SaasConnection:
+    name = (name or "").strip()
+    if not name or len(name) > 200:
+        raise ValidationError({"name": "a name of 1 to 200 characters is required"})
+    url = target_url_validate(url)
+    connection = SaasConnection(
+        broker=broker,
+        name=name,
+        url=url,
+        token=(token or "").strip(),
+        identifier_categories=categories_validate(categories),
+    )
+    with transaction.atomic():
+        connection.save()
+        ledger_event_append(
+            kind="saas_connection.created",
+            broker_id=broker.broker_id,
+            subject=str(connection.pk),
+            actor=actor,
+            data={
+                "name": name,
+                "url": url,
+                "categories": connection.identifier_categories,
+                "token_set": bool(connection.token),
+            },
+        )
+    return connection
+
+
+def saas_connection_update(
+    *,
+    connection: SaasConnection,
+    actor: str,
+    name: str | None = None,
+    url: str | None = None,
+    token: str | None = None,
+    categories: Iterable[str] | None = None,
+) -> SaasConnection:
+    """Change what is given; ``token`` None keeps the current token. The token is never logged."""
+    changes: dict[str, object] = {}
+    if name is not None:
+        name = name.strip()
+        if not name or len(name) > 200:
+            raise ValidationError({"name": "a name of 1 to 200 characters is required"})
+        changes["name"] = name
+    if url is not None:
+        changes["url"] = target_url_validate(url)
+    if categories is not None:
+        changes["identifier_categories"] = categories_validate(categories)
+    with transaction.atomic():
+        locked = (
+            SaasConnection.objects.select_for_update()
+            .select_related("broker")
+            .get(pk=connection.pk)
+        )
+        changed: dict[str, object] = {
+            f: {"from": getattr(locked, f), "to": v}
+            for f, v in changes.items()
+            if getattr(locked, f) != v
+        }
+        if token is not None and token != locked.token:
+            changes["token"] = token
+            changed["token"] = {"changed": True}
+        if not changed:
+            return locked
+        for f, v in changes.items():
+            setattr(locked, f, v)
+        locked.save(update_fields=list(changes))
+        ledger_event_append(
+            kind="saas_connection.updated",
+            broker_id=locked.broker.broker_id,
+            subject=str(locked.pk),
+            actor=actor,
+            data={"changes": changed},
+        )
+    return locked
+
+
+def saas_connection_disable(
+    *, connection: SaasConnection, reason: str, actor: str
+) -> SaasConnection:
+    """No new SaaS deletions for it, and queued ones wait until it is enabled again."""
+    reason = (reason or "").strip()[:200] or "disabled by staff"
+    with transaction.atomic():
+        locked = (
+            SaasConnection.objects.select_for_update()
+            .select_related("broker")
+            .get(pk=connection.pk)
+        )
+        if not locked.enabled:
+            return locked
+        locked.enabled = False
+        locked.disabled_reason = reason
+        locked.save(update_fields=["enabled", "disabled_reason"])
+        ledger_event_append(
+            kind="saas_connection.disabled",
+            broker_id=locked.broker.broker_id,
+            subject=str(locked.pk),
+            actor=actor,
+            data={"name": locked.name, "reason": reason},
+        )
+    return locked
+
+
+def saas_connection_enable(*, connection: SaasConnection, actor: str) -> int:
+    """Enable it and queue the deletions that waited; returns how many were queued."""
+    from integrations import tasks
+
+    with transaction.atomic():
+        locked = (
+            SaasConnection.objects.select_for_update()
+            .select_related("broker")
+            .get(pk=connection.pk)
+        )
+        if locked.enabled:
+            return 0
+        reason = locked.disabled_reason
+        locked.enabled, locked.disabled_reason = True, ""
+        locked.save(update_fields=["enabled", "disabled_reason"])
+        now = timezone.now()
+        waiting = list(
+            SaasDeletion.objects.filter(saas_connection=locked, state=RequestState.QUEUED)
+            .filter(models.Q(next_attempt_at__isnull=True) | models.Q(next_attempt_at__lte=now))
+            .order_by("pk")
+            .values_list("pk", flat=True)
+        )
+        SaasDeletion.objects.filter(pk__in=waiting).update(next_attempt_at=now)
+        if waiting:
+            tasks.saas_deletions_enqueue(waiting)
+        ledger_event_append(
+            kind="saas_connection.enabled",
+            broker_id=locked.broker.broker_id,
+            subject=str(locked.pk),
+            actor=actor,
+            data={"name": locked.name, "was_disabled_because": reason, "queued": len(waiting)},
+        )
+    return len(waiting)

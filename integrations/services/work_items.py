@@ -1,0 +1,247 @@
+"""A work item's DROP status: settled from its requests' outcomes, or set by staff.
+
+Issue the status after recording an outcome, in the same transaction::
+
+    with transaction.atomic():
+        ...record the callback's outcome on the deletion request...
+        work_item_settle(work_item=request.work_item)
+
+The rules (product.md section 1, step 6):
+
+- A work item is reportable when every deletion request and resolution request it has, and
+  every SaaS deletion those resolutions started, is final: ``completed`` with an outcome that
+  is not ``failed``. ``pending``, ``queued``, ``dispatched``, ``failed`` and ``undeliverable``
+  keep it open (the last two show as needing attention). ``cancelled`` ones do not count.
+- Its code is the strongest outcome: ``opted_out`` (4) over ``deleted`` (3) over ``exempt``
+  (2) over ``not_found`` (5). A resolution's ``opted_out``/``exempt`` counts like a deletion
+  outcome; a SaaS deletion only has to be final (its 2xx says the call was taken, not what
+  was found). Every request cancelled: no match remains, so ``not_found`` (5).
+- A status DROP already has that differs from the new one must be amended
+  (``needs_amendment``); the reporting service sends it to ``/data/amend``.
+- A status staff set by hand (``work_item_status_set``, with a written reason) stands while
+  any request is still open; once a new outcome makes every request final, the outcome wins
+  (the ledger event says it replaced the staff status).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import Exists, OuterRef, Q, Value
+from django.utils import timezone
+
+from integrations.models import (
+    DROP_STATUS_CODES,
+    DeletionRequest,
+    DropCycle,
+    DropOutcome,
+    RequestState,
+    ResolutionRequest,
+    SaasDeletion,
+    WorkItem,
+    WorkItemState,
+)
+from integrations.services.ledger import ledger_event_append
+
+# Strongest first: the first outcome present decides the code.
+OUTCOME_PRECEDENCE: tuple[str, ...] = (
+    DropOutcome.OPTED_OUT,
+    DropOutcome.DELETED,
+    DropOutcome.EXEMPT,
+    DropOutcome.NOT_FOUND,
+)
+STATUS_CODES = frozenset(DROP_STATUS_CODES.values())
+STATUS_REASON_MAX = 2000
+
+
+def settled_status(rows: Iterable[tuple[str, str, str]]) -> int | None:
+    """The code for a work item's ``(kind, state, drop_outcome)`` rows, or None while open.
+
+    ``kind`` is ``deletion``, ``resolution`` or ``saas``. Pure, so the rules are testable
+    on their own and the same everywhere.
+    """
+    outcomes: set[str] = set()
+    counted = 0
+    any_rows = False
+    for kind, state, outcome in rows:
+        any_rows = True
+        if state == RequestState.CANCELLED:
+            continue
+        counted += 1
+        if state != RequestState.COMPLETED or outcome == DropOutcome.FAILED:
+            return None
+        if kind == "deletion":
+            if outcome not in DROP_STATUS_CODES:
+                return None  # completed without an outcome: not something to report
+            outcomes.add(outcome)
+        elif kind == "resolution" and outcome in DROP_STATUS_CODES:
+            outcomes.add(outcome)
+    if not any_rows:
+        return None  # not matched (yet): matching gives unmatched items their 5
+    if counted == 0:
+        return DROP_STATUS_CODES[DropOutcome.NOT_FOUND]
+    for outcome in OUTCOME_PRECEDENCE:
+        if outcome in outcomes:
+            return DROP_STATUS_CODES[outcome]
+    return None  # only resolutions and SaaS deletions, no deletion outcome yet
+
+
+def _request_rows(work_item_id: int) -> list[tuple[str, str, str]]:
+    """Every request touching the work item, in one query."""
+    deletions = DeletionRequest.objects.filter(work_item_id=work_item_id).values_list(
+        Value("deletion"), "state", "drop_outcome"
+    )
+    resolutions = ResolutionRequest.objects.filter(work_item_id=work_item_id).values_list(
+        Value("resolution"), "state", "drop_outcome"
+    )
+    saas = SaasDeletion.objects.filter(resolution__work_item_id=work_item_id).values_list(
+        Value("saas"), "state", Value("")
+    )
+    return list(deletions.union(resolutions, saas, all=True))
+
+
+def _apply_status(item: WorkItem, code: int | None) -> None:
+    """Set ``status_code`` and the state and amendment flag that follow from it."""
+    item.status_code = code
+    if code is None:
+        # Waiting for an outcome. DROP keeps whatever status it has meanwhile, and an
+        # amendment flag (a late match on a reported 5) stays until the outcome decides.
+        item.state = WorkItemState.OPEN
+    elif item.reported_at is None:
+        item.state = WorkItemState.REPORTABLE
+        item.needs_amendment = False
+    else:
+        # reported_status_code None with reported_at set: an amendment DROP rejected, so the
+        # code DROP holds is the earlier one; amend again.
+        item.needs_amendment = item.reported_status_code != code
+        item.state = WorkItemState.REPORTABLE if item.needs_amendment else WorkItemState.REPORTED
+
+
+_STATUS_FIELDS = ["status_code", "status_reason", "state", "needs_amendment", "updated_at"]
+
+
+def work_item_settle(*, work_item: WorkItem, actor: str = "system") -> WorkItem:
+    """Recompute ``work_item``'s status from its requests; a ledger event when it changes.
+
+    Locks the work item row first, so two outcomes recorded at the same time for two
+    requests of one item cannot both see the other still open. Two queries when nothing
+    changes (lock, read), four when it does (update, ledger event). Returns the item as
+    stored; the caller's instance is refreshed too.
+    """
+    # No savepoint: called inside the transaction recording an outcome (the callback's hot
+    # path), where a failure here must roll that back anyway. Two round trips saved.
+    with transaction.atomic(savepoint=False):
+        item = (
+            WorkItem.objects.select_for_update(of=("self",))
+            .select_related("broker", "cycle")
+            .get(pk=work_item.pk)
+        )
+        if item.state != WorkItemState.REMOVED:
+            _settle_locked(item, actor=actor)
+    for field in (*_STATUS_FIELDS, "reported_status_code", "reported_at"):
+        setattr(work_item, field, getattr(item, field))
+    return item
+
+
+def _settle_locked(item: WorkItem, *, actor: str) -> None:
+    code = settled_status(_request_rows(item.pk))
+    staff_reason = item.status_reason
+    if code is None and (staff_reason or item.status_code is None):
+        return  # still open; a status set by staff stands meanwhile
+    before = (item.status_code, item.state, item.needs_amendment)
+    _apply_status(item, code)
+    if code is not None:
+        item.status_reason = ""
+    if (item.status_code, item.state, item.needs_amendment) == before and not (
+        staff_reason and code is not None
+    ):
+        return
+    item.updated_at = timezone.now()
+    item.save(update_fields=_STATUS_FIELDS)
+    data: dict[str, object] = {
+        "cycle": item.cycle.drop_session_id,
+        "status_code": item.status_code,
+        "previous_status_code": before[0],
+        "state": item.state,
+        "needs_amendment": item.needs_amendment,
+    }
+    if staff_reason and code is not None:
+        data["replaced_staff_status"] = {"status_code": before[0], "reason": staff_reason}
+    ledger_event_append(
+        kind="work_item.status_settled",
+        broker_id=item.broker.broker_id,
+        subject=item.work_item_id,
+        actor=actor,
+        data=data,
+    )
+
+
+def work_items_settle(*, cycle: DropCycle, actor: str = "system") -> int:
+    """Settle every open work item of ``cycle`` whose deletion requests all look final.
+
+    A safety net (the periodic report job runs it): outcomes normally settle their work
+    item at once. Returns how many items changed.
+    """
+    not_final = DeletionRequest.objects.filter(work_item_id=OuterRef("pk")).filter(
+        ~Q(state__in=[RequestState.COMPLETED, RequestState.CANCELLED])
+        | Q(state=RequestState.COMPLETED, drop_outcome__in=["", DropOutcome.FAILED])
+    )
+    candidates = (
+        WorkItem.objects.filter(cycle=cycle, state=WorkItemState.OPEN)
+        .filter(Exists(DeletionRequest.objects.filter(work_item_id=OuterRef("pk"))))
+        .exclude(Exists(not_final))
+        .values_list("pk", flat=True)
+    )
+    changed = 0
+    for pk in list(candidates.iterator(chunk_size=2000)):
+        item = WorkItem(pk=pk)
+        settled = work_item_settle(work_item=item, actor=actor)
+        if settled.state != WorkItemState.OPEN:
+            changed += 1
+    return changed
+
+
+def work_item_status_set(
+    *, work_item: WorkItem, status_code: int, reason: str, actor: str
+) -> WorkItem:
+    """Staff set a status by hand; ``reason`` is required and kept with the item and ledger."""
+    reason = (reason or "").strip()
+    if status_code not in STATUS_CODES:
+        raise ValidationError(
+            {"status_code": f"a DROP status is 2, 3, 4 or 5, not {status_code!r}"}
+        )
+    if not reason:
+        raise ValidationError({"reason": "write why this status is set by hand"})
+    if len(reason) > STATUS_REASON_MAX:
+        raise ValidationError({"reason": f"at most {STATUS_REASON_MAX} characters"})
+    with transaction.atomic():
+        item = (
+            WorkItem.objects.select_for_update(of=("self",))
+            .select_related("broker", "cycle")
+            .get(pk=work_item.pk)
+        )
+        if item.state == WorkItemState.REMOVED:
+            raise ValidationError(
+                f"work item {item.work_item_id} was removed by DROP: no status is owed"
+            )
+        previous = item.status_code
+        _apply_status(item, status_code)
+        item.status_reason = reason
+        item.updated_at = timezone.now()
+        item.save(update_fields=_STATUS_FIELDS)
+        ledger_event_append(
+            kind="work_item.status_set",
+            broker_id=item.broker.broker_id,
+            subject=item.work_item_id,
+            actor=actor,
+            data={
+                "cycle": item.cycle.drop_session_id,
+                "status_code": status_code,
+                "previous_status_code": previous,
+                "needs_amendment": item.needs_amendment,
+                "reason": reason,
+            },
+        )
+    return item

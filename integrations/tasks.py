@@ -1,0 +1,218 @@
+"""Job definitions (Procrastinate). Thin: they load rows and call services.
+
+Jobs are deferred inside the caller's transaction, so a job exists exactly when the change
+that asked for it committed.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from procrastinate import RetryStrategy
+from procrastinate.contrib.django import app
+
+from integrations.services.ledger import ledger_event_append, ledger_seal
+
+log = logging.getLogger(__name__)
+
+
+@app.periodic(cron="* * * * *", periodic_id="ledger_seal")
+@app.task(queue="ledger", queueing_lock="ledger_seal", pass_context=False)
+def seal_ledger(timestamp: int | None = None) -> int:
+    """Chain the events written since the last seal (every minute)."""
+    return ledger_seal()
+
+
+# Dispatch: deletion requests are created in bulk by matching and delivered in batches; a
+# request's retries are scheduled as single-request jobs. The job is deferred in the
+# transaction that creates (or reschedules) the request, so neither exists without the other.
+DISPATCH_BATCH = 100
+
+
+# A delivery job fails only on an unexpected error (database down, unreadable secret): run it
+# again later. Re-running is safe: what was acknowledged is no longer due.
+DELIVERY_JOB_RETRY = RetryStrategy(
+    max_attempts=8, exponential_wait=4
+)  # waits 4 s, 16 s, ... about 18 h
+
+
+@app.task(queue="dispatch", pass_context=False, retry=DELIVERY_JOB_RETRY)
+def deliver_deletion_requests(request_ids: list[int]) -> None:
+    """Deliver each request that is still due (a re-run after a crash skips delivered ones)."""
+    from integrations.dispatch.deliveries import deletion_requests_deliver
+
+    deletion_requests_deliver(request_ids=request_ids)
+
+
+def deletion_requests_enqueue(request_ids: list[int]) -> None:
+    """Defer delivery jobs for ``request_ids`` (call inside the creating transaction)."""
+    batches: list[dict[str, Any]] = [
+        {"request_ids": request_ids[i : i + DISPATCH_BATCH]}
+        for i in range(0, len(request_ids), DISPATCH_BATCH)
+    ]
+    for start in range(0, len(batches), 1000):
+        deliver_deletion_requests.batch_defer(*batches[start : start + 1000])
+
+
+@app.task(queue="dispatch", pass_context=False, retry=DELIVERY_JOB_RETRY)
+def deliver_resolution_requests(request_ids: list[int]) -> None:
+    """Deliver each identifier retrieval notification that is still due."""
+    from integrations.dispatch.deliveries import resolution_requests_deliver
+
+    resolution_requests_deliver(request_ids=request_ids)
+
+
+def resolution_requests_enqueue(request_ids: list[int]) -> None:
+    """Defer delivery jobs for ``request_ids`` (call inside the creating transaction)."""
+    batches: list[dict[str, Any]] = [
+        {"request_ids": request_ids[i : i + DISPATCH_BATCH]}
+        for i in range(0, len(request_ids), DISPATCH_BATCH)
+    ]
+    for start in range(0, len(batches), 1000):
+        deliver_resolution_requests.batch_defer(*batches[start : start + 1000])
+
+
+@app.task(queue="dispatch", pass_context=False, retry=DELIVERY_JOB_RETRY)
+def deliver_saas_deletions(deletion_ids: list[int]) -> None:
+    """Send each SaaS deletion that is still due."""
+    from integrations.dispatch.deliveries import saas_deletions_deliver
+
+    saas_deletions_deliver(deletion_ids=deletion_ids)
+
+
+def saas_deletions_enqueue(deletion_ids: list[int]) -> None:
+    """One job per SaaS deletion: each has its own attempts and retries."""
+    jobs: list[dict[str, Any]] = [{"deletion_ids": [pk]} for pk in deletion_ids]
+    for start in range(0, len(jobs), 1000):
+        deliver_saas_deletions.batch_defer(*jobs[start : start + 1000])
+
+
+@app.periodic(cron="17 * * * *", periodic_id="purge_resolved_identifiers")
+@app.task(queue="maintenance", queueing_lock="purge_resolved_identifiers", pass_context=False)
+def purge_resolved_identifiers(timestamp: int | None = None) -> int:
+    """Hourly: purge resolved identifiers no SaaS deletion needs any more (a safety net)."""
+    from integrations.services.resolutions import resolutions_purge_final
+
+    return resolutions_purge_final()
+
+
+# A worker that stops sending heartbeats for this long is taken for dead (killed, host
+# lost); the jobs it was running are run again by another worker.
+STALLED_AFTER_SECONDS = 60
+
+
+@app.periodic(cron="* * * * *", periodic_id="retry_stalled_jobs")
+@app.task(queue="maintenance", queueing_lock="retry_stalled_jobs", pass_context=False)
+async def retry_stalled_jobs(timestamp: int | None = None) -> int:
+    """Run again the jobs of workers that died mid-job (every minute); returns how many."""
+    return await stalled_jobs_retry(seconds_since_heartbeat=STALLED_AFTER_SECONDS)
+
+
+async def stalled_jobs_retry(*, seconds_since_heartbeat: float) -> int:
+    from asgiref.sync import sync_to_async
+
+    stalled = list(
+        await app.job_manager.get_stalled_jobs(seconds_since_heartbeat=seconds_since_heartbeat)
+    )
+    for job in stalled:
+        await app.job_manager.retry_job(job)
+        await sync_to_async(ledger_event_append)(
+            kind="job.stalled_retried",
+            subject=str(job.id),
+            data={"task": job.task_name, "args": job.task_kwargs, "worker": job.worker_id},
+        )
+    return len(stalled)
+
+
+# Reporting to DROP: every 15 minutes each broker with a DROP API key gets one report job
+# (settle what is final, write the files of complete cycles, amendments, upload whatever is
+# written). The queueing lock keeps one waiting per broker, the lock one running.
+REPORT_CRON = "*/15 * * * *"
+
+
+@app.periodic(cron=REPORT_CRON, periodic_id="report_due")
+@app.task(queue="drop", queueing_lock="report_due", pass_context=False)
+def report_due(timestamp: int | None = None) -> int:
+    """Defer a report job per broker that reports automatically; returns how many."""
+    from django.db import transaction
+    from procrastinate.exceptions import AlreadyEnqueued
+
+    from integrations.services.reports import auto_report_brokers
+
+    deferred = 0
+    for broker in auto_report_brokers():
+        lock = f"report:{broker.broker_id}"
+        try:
+            # A savepoint: the refused insert must not abort a surrounding transaction.
+            with transaction.atomic():
+                report_broker.configure(lock=lock, queueing_lock=lock).defer(broker_pk=broker.pk)
+        except AlreadyEnqueued:
+            continue  # the previous one has not started yet
+        deferred += 1
+    return deferred
+
+
+@app.task(queue="drop", pass_context=False)
+def report_broker(broker_pk: int) -> None:
+    """Report for one broker (``services.reports.report_auto``)."""
+    from integrations.models import Broker
+    from integrations.services.reports import ReportBusy, report_auto
+
+    broker = Broker.objects.get(pk=broker_pk)
+    try:
+        run = report_auto(broker=broker)
+    except ReportBusy as exc:
+        log.info("report for %s skipped: %s", broker.broker_id, exc)
+        return
+    if run.error or run.rejected:
+        log.warning(
+            "report for %s: %d file(s) rejected; %s",
+            broker.broker_id,
+            len(run.rejected),
+            run.error or "no upload error",
+        )
+
+
+# Pulling from DROP: every hour, each broker whose auto-pull is on and whose last pull is
+# `pull_interval_days` old (30 by default) gets one pull job: download, import, match. A
+# failed pull leaves last_pulled_at alone, so the next hour tries again (a ledger event each
+# time). The lock keeps one pull per broker running, the queueing lock one waiting.
+PULL_CRON = "41 * * * *"
+
+
+@app.periodic(cron=PULL_CRON, periodic_id="pull_due")
+@app.task(queue="drop", queueing_lock="pull_due", pass_context=False)
+def pull_due(timestamp: int | None = None) -> int:
+    """Defer a pull job per broker that is due (``selectors.brokers_due_for_pull``)."""
+    from django.db import transaction
+    from django.utils import timezone
+    from procrastinate.exceptions import AlreadyEnqueued
+
+    from integrations.selectors import brokers_due_for_pull
+
+    deferred = 0
+    for broker in brokers_due_for_pull(now=timezone.now()):
+        lock = f"pull:{broker.broker_id}"
+        try:
+            # A savepoint: the refused insert must not abort a surrounding transaction.
+            with transaction.atomic():
+                pull_broker.configure(lock=lock, queueing_lock=lock).defer(broker_pk=broker.pk)
+        except AlreadyEnqueued:
+            continue  # the previous one has not started yet
+        deferred += 1
+    return deferred
+
+
+@app.task(queue="drop", pass_context=False)
+def pull_broker(broker_pk: int) -> str:
+    """Pull for one broker (``services.drop.drop_pull``); returns the outcome."""
+    from integrations.models import Broker
+    from integrations.services.drop import DropPullError, drop_pull
+
+    broker = Broker.objects.get(pk=broker_pk)
+    try:
+        return drop_pull(broker=broker, actor="system:auto-pull").outcome
+    except DropPullError:
+        # Already in the ledger (drop.pull_failed) and logged; the next hour tries again.
+        return "failed"

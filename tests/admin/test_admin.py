@@ -1,0 +1,93 @@
+"""The admin: brokers and keys go through services (ledger events); the ledger is read-only."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from integrations.models import ApiKey, Broker, LedgerEvent
+from integrations.services.ledger import ledger_event_append
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def staff(client: Client) -> Client:
+    user = User.objects.create_superuser("alice", "alice@example.com", "pw-alice-123")
+    client.force_login(user)
+    return client
+
+
+def test_add_broker_writes_a_ledger_event_with_the_staff_actor(staff: Client) -> None:
+    response = staff.post(
+        "/admin/integrations/broker/add/",
+        {
+            "broker_id": "4821",
+            "name": "Acme",
+            "mode": "test",
+            "drop_base_url": "",
+            "drop_api_key": "k",
+        },
+    )
+    assert response.status_code == 302
+    assert Broker.objects.get().drop_api_key == "k"
+    event = LedgerEvent.objects.get(kind="broker.created")
+    assert event.actor == "staff:alice"
+
+
+def test_bad_broker_id_is_refused_in_the_form(staff: Client) -> None:
+    response = staff.post(
+        "/admin/integrations/broker/add/",
+        {"broker_id": "482", "name": "Acme", "mode": "test", "drop_base_url": ""},
+    )
+    assert response.status_code == 200
+    assert b"exactly four digits" in response.content
+    assert not Broker.objects.exists()
+
+
+def test_edit_broker_records_the_change(staff: Client, broker: Broker) -> None:
+    response = staff.post(
+        f"/admin/integrations/broker/{broker.pk}/change/",
+        {"name": "Acme Renamed", "mode": "production", "drop_base_url": "", "drop_api_key": ""},
+    )
+    assert response.status_code == 302
+    event = LedgerEvent.objects.get(kind="broker.updated")
+    assert event.data["changes"]["name"] == {"from": "Acme Data", "to": "Acme Renamed"}
+    assert "drop_api_key" not in event.data["changes"]
+
+
+def test_key_is_shown_once_on_creation_and_revocable(staff: Client, broker: Broker) -> None:
+    response = staff.post(
+        "/admin/integrations/apikey/add/",
+        {"broker": broker.pk, "name": "cb", "scopes": ["webhook_callback"]},
+        follow=True,
+    )
+    page = response.content.decode()
+    match = re.search(r"(dpk_[A-Za-z0-9_-]{40,})", page)
+    assert match, "the new key is shown"
+    key = match.group(1)
+    stored = ApiKey.objects.get()
+    assert stored.digest == hashlib.sha256(key.encode()).hexdigest()
+    assert key not in staff.get(f"/admin/integrations/apikey/{stored.pk}/change/").content.decode()
+    assert key not in staff.get("/admin/integrations/apikey/").content.decode()
+    staff.post(
+        "/admin/integrations/apikey/",
+        {"action": "revoke_keys", "_selected_action": [stored.pk]},
+    )
+    stored.refresh_from_db()
+    assert stored.revoked_at is not None
+    assert LedgerEvent.objects.get(kind="api_key.revoked").actor == "staff:alice"
+
+
+def test_ledger_is_read_only_in_the_admin(staff: Client) -> None:
+    event = ledger_event_append(kind="test.event")
+    assert staff.get("/admin/integrations/ledgerevent/").status_code == 200
+    assert staff.get("/admin/integrations/ledgerevent/add/").status_code == 403
+    assert staff.post(f"/admin/integrations/ledgerevent/{event.pk}/delete/").status_code == 403
+    page = staff.get(f"/admin/integrations/ledgerevent/{event.pk}/change/")
+    assert page.status_code == 200
+    assert b'name="_save"' not in page.content

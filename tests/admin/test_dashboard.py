@@ -1,0 +1,152 @@
+"""The dashboard (admin index): the right numbers, each linked to the list that holds them."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from html import unescape
+
+import pytest
+from django.contrib.auth.models import Group, User
+from django.test import Client
+from django.utils import timezone
+
+from integrations.models import Broker
+from integrations.selectors import dashboard_overview, integration_delivery_health
+from integrations.services.brokers import broker_create
+from tests.sample_cycle import sample_cycle
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def superuser() -> User:
+    return User.objects.create_superuser("alice", "alice@example.com", "pw-alice-123")
+
+
+def staff_client(user: User) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_overview_counts_what_needs_attention(broker: Broker) -> None:
+    today = timezone.localdate()
+    world = sample_cycle(broker, today=today)
+    now = timezone.now()
+
+    (overview,) = dashboard_overview(now=now)
+
+    assert overview.current_cycle is not None
+    assert overview.current_cycle.cycle == world.cycle
+    assert overview.current_cycle.owed == 14  # 15 work items, one removed
+    assert overview.current_cycle.with_status == 10
+    assert [c.cycle.drop_session_id for c in overview.recent_cycles] == ["1", "2"]
+    assert overview.attention.failed == 1
+    assert overview.attention.undeliverable == 1
+    assert overview.attention.awaiting_callback == 1  # 8 days; the 1-day-old one is fine
+    (health,) = overview.integrations
+    assert health.last_success_at is not None
+    assert now - health.last_success_at == pytest.approx(
+        dt.timedelta(days=2), abs=dt.timedelta(hours=13)
+    )
+    assert health.failures_in_a_row == 3
+    assert overview.last_download_at == world.cycle.downloaded_at
+    assert overview.last_upload_at == world.report_file.uploaded_at
+
+
+def test_integration_health_looks_at_the_latest_attempts_only(broker: Broker) -> None:
+    world = sample_cycle(broker, today=timezone.localdate())
+    # The four attempts, oldest first: 200, 500, no answer, 503.
+    health, complete = integration_delivery_health(attempts_looked_at=10)
+    assert complete
+    last_success, failures = health[world.integration.pk]
+    assert last_success is not None and failures == 3
+
+    health, complete = integration_delivery_health(attempts_looked_at=2)
+    assert not complete  # the success is older than the two attempts looked at
+    assert health[world.integration.pk] == (None, 2)
+
+
+def test_dashboard_queries_do_not_grow_with_brokers_or_cycles(
+    broker: Broker, superuser: User, django_assert_max_num_queries
+) -> None:
+    sample_cycle(broker, today=timezone.localdate())
+    client = staff_client(superuser)
+    client.get("/admin/")  # warm the session and content types
+    with django_assert_max_num_queries(20) as one_broker:
+        client.get("/admin/")
+    for broker_id in ("4822", "4823", "4824"):
+        other = broker_create(broker_id=broker_id, name=f"Broker {broker_id}", actor="test")
+        sample_cycle(other, today=timezone.localdate())
+    with django_assert_max_num_queries(len(one_broker.captured_queries)):
+        page = client.get("/admin/").content.decode()
+    assert page.count('class="dp-broker"') == 4
+
+
+def test_dashboard_shows_each_cycle_and_its_deadline(broker: Broker, superuser: User) -> None:
+    sample_cycle(broker, today=timezone.localdate())
+    page = staff_client(superuser).get("/admin/").content.decode()
+    assert "4821 · Acme Data" in page
+    assert "35 days left" in page
+    assert "day 10 of 45 · 35 left" in page
+    assert "awaiting a callback for more than 7 days" in page
+    assert "Acme deletions" in page
+    assert "Configuration and records" in page  # the model list stays reachable
+    assert 'href="/admin/integrations/broker/"' in page
+
+
+def dashboard_links(page: str) -> list[tuple[str, str]]:
+    """(url, number) for every linked number of the dashboard."""
+    return [
+        (unescape(url), number)
+        for url, number in re.findall(r'<a class="dp-num[^"]*" href="([^"]+)">(\d+)</a>', page)
+    ]
+
+
+def test_every_linked_number_opens_its_filtered_list_with_that_many_rows(
+    broker: Broker, superuser: User
+) -> None:
+    sample_cycle(broker, today=timezone.localdate())
+    client = staff_client(superuser)
+    page = client.get("/admin/").content.decode()
+    assert dashboard_links(page)
+    for url, number in dashboard_links(page):
+        response = client.get(url)
+        assert response.status_code == 200, url  # a refused filter redirects to ?e=1
+        if "cl" in response.context:  # a list, not a single row's page
+            assert response.context["cl"].result_count == int(number), url
+    for url in re.findall(r'<a href="(/admin/[^"]+)"', page):
+        assert client.get(unescape(url)).status_code == 200, url
+
+
+def test_without_permission_a_number_is_not_a_link(broker: Broker) -> None:
+    sample_cycle(broker, today=timezone.localdate())
+    manager = User.objects.create_user("carol", password="pw-carol-123", is_staff=True)
+    manager.groups.add(Group.objects.get(name="Connections managers"))
+    page = staff_client(manager).get("/admin/").content.decode()
+    assert "4821 · Acme Data" in page  # every staff member sees the state of the cycle
+    assert "/admin/integrations/deletionrequest/" not in page
+    assert 'href="/admin/integrations/broker/' in page
+
+
+def test_without_a_broker_the_dashboard_says_what_to_do_first(superuser: User) -> None:
+    page = staff_client(superuser).get("/admin/").content.decode()
+    assert "No broker yet" in page
+    assert 'href="/admin/integrations/broker/add/"' in page
+
+
+def test_staff_without_a_role_see_no_figures(broker: Broker) -> None:
+    sample_cycle(broker, today=timezone.localdate())
+    nobody = User.objects.create_user("nina", password="pw-nina-123", is_staff=True)
+    page = staff_client(nobody).get("/admin/").content.decode()
+    assert "Acme Data" not in page
+    assert "Open cycles" not in page
+
+
+def test_a_late_cycle_and_a_late_download_are_flagged(broker: Broker, superuser: User) -> None:
+    world = sample_cycle(broker, today=timezone.localdate() - dt.timedelta(days=50))
+    assert world.cycle.due_date < timezone.localdate()
+    page = staff_client(superuser).get("/admin/").content.decode()
+    assert "overdue by 15 days" in page  # downloaded 60 days ago, due 45 days after
+    assert "(late)" in page  # no download for more than 45 days

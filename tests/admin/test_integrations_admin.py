@@ -1,0 +1,166 @@
+"""Integrations and SaaS connections in the admin: add (secret shown once), edit, disable and
+enable, regenerate the secret, send a test notification to a real loopback broker."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+from django.contrib.auth.models import User
+from django.db import connection
+from django.test import Client
+from procrastinate.contrib.django.models import ProcrastinateJob
+
+from devtools.broker_simulator import BrokerSimulator, Reply
+from integrations.models import (
+    Broker,
+    Integration,
+    LedgerEvent,
+    RequestState,
+    SaasConnection,
+)
+from tests.webhook_factories import deletion_request, webhook_integration_for
+
+pytestmark = pytest.mark.django_db
+
+SECRET_RE = re.compile(r"whsec_[A-Za-z0-9_-]{43}")
+
+
+@pytest.fixture
+def staff(client: Client) -> Client:
+    user = User.objects.create_superuser("alice", "alice@example.com", "pw-alice-123")
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def receiver() -> Iterator[BrokerSimulator]:
+    with BrokerSimulator() as running:
+        yield running
+
+
+def _add(staff: Client, broker: Broker, url: str) -> str:
+    return staff.post(
+        "/admin/integrations/integration/add/",
+        {"broker": broker.pk, "name": "Acme CRM", "url": url},
+        follow=True,
+    ).content.decode()
+
+
+def test_adding_a_webhook_integration_shows_its_secret_once(staff: Client, broker: Broker) -> None:
+    page = _add(staff, broker, "https://crm.acme.example/drop")
+
+    (shown,) = set(SECRET_RE.findall(page))
+    integration = Integration.objects.get()
+    assert integration.webhook_secret == shown
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT webhook_secret FROM integrations_integration")
+        assert shown not in cursor.fetchone()[0]  # encrypted at rest
+    change_page = staff.get(f"/admin/integrations/integration/{integration.pk}/change/")
+    assert shown not in change_page.content.decode()
+    event = LedgerEvent.objects.get(kind="integration.created")
+    assert event.actor == "staff:alice"
+    assert shown not in str(event.data)
+
+
+def test_a_plain_http_url_is_refused_on_the_form(staff: Client, broker: Broker) -> None:
+    page = _add(staff, broker, "http://crm.acme.example/drop")
+
+    assert "plain http is refused" in page
+    assert not Integration.objects.exists()
+
+
+def test_editing_and_disabling_go_through_the_services(staff: Client, broker: Broker) -> None:
+    integration = webhook_integration_for(broker, "https://crm.acme.example/drop").integration
+    url = f"/admin/integrations/integration/{integration.pk}/change/"
+
+    staff.post(url, {"name": "Acme CRM 2", "url": "https://crm2.acme.example/drop"})
+    integration.refresh_from_db()
+    assert (integration.name, integration.url, integration.enabled) == (
+        "Acme CRM 2",
+        "https://crm2.acme.example/drop",
+        False,  # "enabled" was not ticked
+    )
+    assert LedgerEvent.objects.get(kind="integration.updated").data["changes"]["name"] == {
+        "from": "Acme CRM",
+        "to": "Acme CRM 2",
+    }
+    assert LedgerEvent.objects.get(kind="integration.disabled").actor == "staff:alice"
+
+    waiting = deletion_request(integration, state=RequestState.QUEUED)
+    staff.post(url, {"name": "Acme CRM 2", "url": integration.url, "enabled": "on"})
+    integration.refresh_from_db()
+    assert integration.enabled
+    job = ProcrastinateJob.objects.get(task_name="integrations.tasks.deliver_deletion_requests")
+    assert job.args == {"request_ids": [waiting.pk]}
+
+
+def test_regenerating_shows_the_new_secret_once_and_keeps_the_old_one_for_24_hours(
+    staff: Client, broker: Broker
+) -> None:
+    created = webhook_integration_for(broker, "https://crm.acme.example/drop")
+    integration = created.integration
+
+    page = staff.post(
+        f"/admin/integrations/integration/{integration.pk}/rotate-secret/", follow=True
+    ).content.decode()
+
+    (shown,) = set(SECRET_RE.findall(page))
+    integration.refresh_from_db()
+    assert shown == integration.webhook_secret != created.webhook_secret
+    assert integration.previous_webhook_secret == created.webhook_secret
+    assert integration.previous_secret_expires_at is not None
+    assert LedgerEvent.objects.get(kind="integration.secret_rotated").actor == "staff:alice"
+    assert (
+        staff.get(f"/admin/integrations/integration/{integration.pk}/rotate-secret/").status_code
+        == 403
+    )
+
+
+def test_a_test_notification_shows_the_brokers_answer(
+    staff: Client, broker: Broker, receiver: BrokerSimulator, settings
+) -> None:
+    settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = True
+    created = webhook_integration_for(broker, receiver.url)
+    receiver.secrets = [created.webhook_secret]
+    receiver.script(Reply(status=200, body=b"pong from acme"), Reply(status=410, body=b"gone"))
+    url = f"/admin/integrations/integration/{created.integration.pk}/test-notification/"
+
+    ok = staff.post(url, follow=True).content.decode()
+    failed = staff.post(url, follow=True).content.decode()
+
+    assert "HTTP 200" in ok and "pong from acme" in ok
+    assert "failed: HTTP 410" in failed and "gone" in failed
+    first = receiver.received[0]
+    assert first.signature_ok is True
+    assert first.json["topic"] == "drop.test"
+    events = LedgerEvent.objects.filter(kind="integration.test_sent").order_by("id")
+    assert [e.data["status"] for e in events] == [200, 410]
+
+
+def test_a_saas_connection_is_added_with_its_token_write_only(
+    staff: Client, broker: Broker
+) -> None:
+    response = staff.post(
+        "/admin/integrations/saasconnection/add/",
+        {
+            "broker": broker.pk,
+            "name": "Mailer",
+            "url": "https://api.mailer.example/erase",
+            "token": "s3cr3t-token",
+            "categories": "email, phone",
+            "enabled": "on",
+        },
+        follow=True,
+    )
+
+    assert response.status_code == 200
+    connection_ = SaasConnection.objects.get()
+    assert connection_.token == "s3cr3t-token"
+    assert connection_.identifier_categories == ["email", "phone"]
+    page = staff.get(f"/admin/integrations/saasconnection/{connection_.pk}/change/")
+    assert "s3cr3t-token" not in page.content.decode()
+    event = LedgerEvent.objects.get(kind="saas_connection.created")
+    assert event.actor == "staff:alice"
+    assert "s3cr3t-token" not in str(event.data)

@@ -1,0 +1,169 @@
+"""Reporting in the admin: files listed, downloaded, generated and marked uploaded; the
+status-by-hand and outcome-export actions the work item and request admins use."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import pytest
+from django.contrib.auth.models import Group, User
+from django.test import Client
+
+from integrations.models import (
+    Broker,
+    DeletionRequest,
+    DropCycle,
+    LedgerEvent,
+    ReportFile,
+    ReportFileState,
+    WorkItem,
+    WorkItemState,
+)
+from integrations.services.brokers import broker_create
+from integrations.services.reports import report_files_write
+from tests.reporting_factories import cycle_make, item_make, outcome_history, request_make
+
+pytestmark = pytest.mark.django_db
+
+CHANGELIST = "/admin/integrations/reportfile/"
+
+
+@pytest.fixture
+def staff(client: Client) -> Client:
+    client.force_login(User.objects.create_superuser("alice", "a@example.com", "pw-alice-123"))
+    return client
+
+
+@pytest.fixture
+def auditor(client: Client) -> Client:
+    user = User.objects.create_user("bob", "b@example.com", "pw-bob-123", is_staff=True)
+    user.groups.add(Group.objects.get(name="Auditors"))
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def cycle(broker: Broker) -> DropCycle:
+    cycle = cycle_make(broker)
+    item_make(cycle, status_code=3, work_item_id="EmailDeleted")
+    item_make(cycle, list_type="Phone", status_code=5, work_item_id="PhoneNotFnd1")
+    return cycle
+
+
+def test_generate_then_download_then_mark_uploaded(staff: Client, cycle: DropCycle) -> None:
+    page = staff.get(CHANGELIST + "generate/")
+    assert b"4821 cycle 1, due 2026-04-26" in page.content
+
+    response = staff.post(CHANGELIST + "generate/", {"cycle": cycle.pk}, follow=True)
+
+    assert b"Wrote 20260312_4821_Email.csv (1 rows)" in response.content
+    email = ReportFile.objects.get(file_name="20260312_4821_Email.csv")
+    assert LedgerEvent.objects.get(kind="report_file.written", subject=email.file_name).actor == (
+        "staff:alice"
+    )
+    listing = staff.get(CHANGELIST).content.decode()
+    assert f"{CHANGELIST}{email.pk}/download/" in listing
+
+    download = staff.get(f"{CHANGELIST}{email.pk}/download/")
+    assert download.content == b"Id,Status\r\nEmailDeleted,3\r\n"
+    assert download["Content-Disposition"] == 'attachment; filename="20260312_4821_Email.csv"'
+
+    staff.post(
+        CHANGELIST,
+        {
+            "action": "mark_uploaded",
+            "_selected_action": list(ReportFile.objects.values_list("pk", flat=True)),
+        },
+    )
+    assert set(ReportFile.objects.values_list("state", flat=True)) == {ReportFileState.MANUAL}
+    event = LedgerEvent.objects.filter(kind="report_file.marked_uploaded").first()
+    assert event is not None and event.actor == "staff:alice"
+    cycle.refresh_from_db()
+    assert cycle.state == "reported"
+
+
+def test_a_file_is_marked_uploaded_once(staff: Client, cycle: DropCycle) -> None:
+    (email, _phone) = sorted(report_files_write(broker=cycle.broker), key=lambda f: f.file_name)
+    staff.post(CHANGELIST, {"action": "mark_uploaded", "_selected_action": [email.pk]})
+
+    response = staff.post(
+        CHANGELIST, {"action": "mark_uploaded", "_selected_action": [email.pk]}, follow=True
+    )
+
+    assert b"only a written file can be marked uploaded" in response.content
+    assert LedgerEvent.objects.filter(kind="report_file.marked_uploaded").count() == 1
+
+
+def test_auditors_download_but_do_not_generate_or_mark(auditor: Client, cycle: DropCycle) -> None:
+    (report_file, _) = report_files_write(broker=cycle.broker)
+
+    assert auditor.get(f"{CHANGELIST}{report_file.pk}/download/").status_code == 200
+    assert auditor.get(CHANGELIST + "generate/").status_code == 403
+    assert b"Generate response files" not in auditor.get(CHANGELIST).content
+    auditor.post(CHANGELIST, {"action": "mark_uploaded", "_selected_action": [report_file.pk]})
+    assert ReportFile.objects.get(pk=report_file.pk).state == ReportFileState.WRITTEN
+
+
+def test_set_status_asks_for_a_reason_then_sets_it(staff: Client, cycle: DropCycle) -> None:
+    item = item_make(cycle, work_item_id="EmailFailed1")
+    request_make(item, outcome="failed", error_message="CRM down")
+    url = "/admin/integrations/workitem/"
+    chosen = {"action": "set_work_item_status", "_selected_action": [item.pk]}
+
+    form_page = staff.post(url, chosen)
+    assert b"EmailFailed1" in form_page.content
+    assert b"Set the DROP status by hand" in form_page.content
+
+    no_reason = staff.post(url, {**chosen, "apply": "1", "status_code": "5", "reason": ""})
+    assert b"This field is required" in no_reason.content
+    assert WorkItem.objects.get(pk=item.pk).status_code is None
+
+    staff.post(url, {**chosen, "apply": "1", "status_code": "5", "reason": "No record left"})
+    item.refresh_from_db()
+    assert (item.status_code, item.state, item.status_reason) == (
+        5,
+        WorkItemState.REPORTABLE,
+        "No record left",
+    )
+    assert LedgerEvent.objects.get(kind="work_item.status_set").actor == "staff:alice"
+
+
+def test_auditors_cannot_set_a_status(auditor: Client, cycle: DropCycle) -> None:
+    item = WorkItem.objects.get(work_item_id="EmailDeleted")
+    auditor.post(
+        "/admin/integrations/workitem/",
+        {
+            "action": "set_work_item_status",
+            "_selected_action": [item.pk],
+            "apply": "1",
+            "status_code": "2",
+            "reason": "x",
+        },
+    )
+    assert WorkItem.objects.get(pk=item.pk).status_code == 3
+
+
+def test_export_streams_the_chosen_requests(auditor: Client, broker: Broker) -> None:
+    other = broker_create(broker_id="1234", name="Other", mode="test", actor="test")
+    history = outcome_history(broker, other)
+    chosen = DeletionRequest.objects.filter(broker=broker, late_match=False)
+
+    response = auditor.post(
+        "/admin/integrations/deletionrequest/",
+        {
+            "action": "export_outcomes_csv",
+            "_selected_action": list(chosen.values_list("pk", flat=True)),
+        },
+    )
+
+    assert response["Content-Type"] == "text/csv; charset=utf-8"
+    text = b"".join(response.streaming_content).decode()  # type: ignore[attr-defined]
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert [r["request_uuid"] for r in rows] == [
+        str(history.deleted.request_uuid),
+        str(history.failed.request_uuid),
+    ]
+    assert rows[1]["error_message"].startswith("'=")
+    event = LedgerEvent.objects.get(kind="outcomes.exported")
+    assert (event.actor, event.data["filters"]) == ("staff:bob", {"requests": 2})

@@ -1,0 +1,145 @@
+"""Staff roles: what each group may do through the admin (groups from migration 0005).
+
+The walks cover every ModelAdmin of the app registered at the time the tests run, so a new
+admin is checked without a new test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from django.contrib import admin
+from django.contrib.auth.models import Group, User
+from django.db import models
+from django.http import HttpRequest
+from django.test import Client, RequestFactory
+from django.urls import reverse
+from django.utils import timezone
+
+from integrations.models import ApiKey, Broker, LedgerEvent
+from integrations.services.keys import CreatedApiKey
+from integrations.services.ledger import ledger_event_append
+from tests.sample_cycle import sample_cycle
+
+pytestmark = pytest.mark.django_db
+
+APP_ADMINS = sorted(
+    (
+        (model, model_admin)
+        for model, model_admin in admin.site._registry.items()
+        if model._meta.app_label == "integrations"
+    ),
+    key=lambda pair: pair[0]._meta.model_name or "",
+)
+
+
+def admin_url(model: type[models.Model], view: str, *args: object) -> str:
+    return reverse(f"admin:integrations_{model._meta.model_name}_{view}", args=args)
+
+
+@pytest.fixture
+def every_model(broker: Broker, make_key: Callable[..., CreatedApiKey]) -> None:
+    """At least one row of every model of the cycle."""
+    sample_cycle(broker, today=timezone.localdate())
+    make_key("webhook_callback")
+    ledger_event_append(kind="test.event", broker_id=broker.broker_id)
+
+
+def superuser_request() -> HttpRequest:
+    """A request for listing every action an admin offers (nothing is saved)."""
+    request = RequestFactory().get("/admin/")
+    request.user = User(is_superuser=True, is_staff=True, is_active=True)
+    return request
+
+
+def member_of(group: str, client: Client) -> Client:
+    user = User.objects.create_user(group.split()[0].lower(), password="pw-123-role", is_staff=True)
+    user.groups.add(Group.objects.get(name=group))
+    client.force_login(user)
+    return client
+
+
+def permissions_of(group: str) -> set[str]:
+    return set(Group.objects.get(name=group).permissions.values_list("codename", flat=True))
+
+
+def test_the_three_roles_hold_what_product_md_gives_them() -> None:
+    managers = permissions_of("Connections managers")
+    assert {"add_broker", "change_integration", "add_apikey", "view_saasconnection"} <= managers
+    assert not any(p.endswith("deletionrequest") or p.startswith("delete_") for p in managers)
+
+    operators = permissions_of("Operators")
+    assert {"change_deletionrequest", "change_workitem", "view_ledgerevent"} <= operators
+    assert not {"add_broker", "change_broker", "change_integration", "add_apikey"} & operators
+
+    auditors = permissions_of("Auditors")
+    assert {f"view_{model._meta.model_name}" for model, _ in APP_ADMINS} <= auditors
+    assert all(p.startswith("view_") for p in auditors)
+
+
+@pytest.mark.parametrize(
+    ("model", "model_admin"), APP_ADMINS, ids=[m._meta.model_name for m, _ in APP_ADMINS]
+)
+def test_an_auditor_sees_every_list_and_can_change_nothing(
+    model: type[models.Model], model_admin: admin.ModelAdmin, every_model: None, client: Client
+) -> None:
+    auditor = member_of("Auditors", client)
+    events_before = LedgerEvent.objects.count()
+
+    assert auditor.get(admin_url(model, "changelist")).status_code == 200
+    assert auditor.get(admin_url(model, "add")).status_code == 403
+    assert auditor.post(admin_url(model, "add"), {}).status_code == 403
+    obj = model._default_manager.first()
+    assert obj is not None, f"no {model.__name__} to try to change"
+    assert auditor.get(admin_url(model, "change", obj.pk)).status_code == 200
+    assert auditor.post(admin_url(model, "change", obj.pk), {}).status_code == 403
+    assert auditor.post(admin_url(model, "delete", obj.pk), {"post": "yes"}).status_code == 403
+    for action in model_admin.get_actions(superuser_request()):
+        auditor.post(
+            admin_url(model, "changelist"),
+            {"action": action, "_selected_action": [obj.pk], "post": "yes"},
+        )
+    assert model._default_manager.filter(pk=obj.pk).exists()
+    # An auditor may export the outcome history: that access is recorded, nothing changes.
+    after = LedgerEvent.objects.exclude(kind="outcomes.exported").count()
+    assert after == events_before, "an auditor's action changed something"
+
+
+def test_an_auditor_cannot_revoke_a_key(
+    client: Client, make_key: Callable[..., CreatedApiKey]
+) -> None:
+    key = make_key("webhook_callback").api_key
+    member_of("Auditors", client).post(
+        admin_url(ApiKey, "changelist"), {"action": "revoke_keys", "_selected_action": [key.pk]}
+    )
+    key.refresh_from_db()
+    assert key.revoked_at is None
+
+
+def test_a_connections_manager_adds_a_broker_but_not_a_user(client: Client) -> None:
+    manager = member_of("Connections managers", client)
+    response = manager.post(
+        admin_url(Broker, "add"),
+        {
+            "broker_id": "4821",
+            "name": "Acme",
+            "mode": "test",
+            "drop_base_url": "",
+            "drop_api_key": "",
+            "pull_interval_days": 30,
+        },
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    assert LedgerEvent.objects.get(kind="broker.created").actor == "staff:connections"
+    assert manager.get(reverse("admin:auth_user_add")).status_code == 403
+
+
+def test_an_operator_reads_the_cycle_but_cannot_touch_connections(
+    client: Client, every_model: None
+) -> None:
+    operator = member_of("Operators", client)
+    broker = Broker.objects.get()
+    assert operator.get(admin_url(Broker, "changelist")).status_code == 200
+    assert operator.post(admin_url(Broker, "change", broker.pk), {}).status_code == 403
+    assert operator.get(admin_url(ApiKey, "add")).status_code == 403

@@ -1,0 +1,80 @@
+"""Staff accounts and roles changed in the admin are ledger events by the staff user."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import Group, User
+from django.test import Client
+
+from integrations.models import LedgerEvent
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def alice(client: Client) -> Client:
+    client.force_login(User.objects.create_superuser("alice", "alice@example.com", "pw-9x-a"))
+    return client
+
+
+def test_granting_a_role_is_in_the_ledger_without_the_password(alice: Client) -> None:
+    password = "Tr1cky-Passphrase-42"
+    response = alice.post(
+        "/admin/auth/user/add/",
+        {
+            "username": "ada",
+            "password1": password,
+            "password2": password,
+            "usable_password": "true",
+        },
+    )
+    assert response.status_code == 302, response.content.decode()[:3000]
+    ada = User.objects.get(username="ada")
+    auditors = Group.objects.get(name="Auditors")
+    response = alice.post(
+        f"/admin/auth/user/{ada.pk}/change/",
+        {
+            "username": "ada",
+            "is_active": "on",
+            "is_staff": "on",
+            "groups": [auditors.pk],
+            "date_joined_0": "2026-11-01",
+            "date_joined_1": "10:00:00",
+            "initial-date_joined_0": "2026-11-01",
+            "initial-date_joined_1": "10:00:00",
+        },
+    )
+    assert response.status_code == 302, response.content.decode()[:3000]
+
+    added, changed = LedgerEvent.objects.filter(kind__startswith="staff_user.").order_by("id")
+    assert (added.kind, added.subject, added.actor) == ("staff_user.added", "ada", "staff:alice")
+    assert changed.kind == "staff_user.changed"
+    assert {"Groups", "Staff status"} <= set(changed.data["fields"])  # as the form labels them
+    assert changed.data["groups"] == ["Auditors"]
+    assert changed.data["is_staff"] is True
+    every_event = " ".join(str(e.data) for e in LedgerEvent.objects.all())
+    assert password not in every_event and ada.password not in every_event
+
+
+def test_changing_a_password_and_deleting_a_user_are_events(alice: Client) -> None:
+    bob = User.objects.create_user("bob", password="old-pw-123-x")
+    response = alice.post(
+        f"/admin/auth/user/{bob.pk}/password/",
+        {"password1": "New-pw-456-y!", "password2": "New-pw-456-y!", "usable_password": "true"},
+    )
+    assert response.status_code == 302, response.content.decode()[:3000]
+    alice.post(f"/admin/auth/user/{bob.pk}/delete/", {"post": "yes"})
+    assert not User.objects.filter(username="bob").exists()
+    kinds = list(
+        LedgerEvent.objects.filter(subject="bob").order_by("id").values_list("kind", flat=True)
+    )
+    assert kinds == ["staff_user.changed", "staff_user.deleted"]
+
+
+def test_a_group_change_lists_its_permissions(alice: Client) -> None:
+    group = Group.objects.get(name="Operators")
+    alice.post(f"/admin/auth/group/{group.pk}/change/", {"name": "Operators", "permissions": []})
+    event = LedgerEvent.objects.get(kind="group.changed")
+    assert event.subject == "Operators"
+    assert event.data["fields"] == ["Permissions"]
+    assert event.data["permissions"] == []

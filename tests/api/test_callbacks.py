@@ -1,0 +1,612 @@
+"""The broker's signed callbacks over HTTP: every outcome, idempotency, and every bad input
+with its status and ``code``, none of which changes a request.
+
+Each bad-input case starts from the same signed, accepted callback and breaks one thing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+from procrastinate.contrib.django.models import ProcrastinateJob
+from rest_framework.test import APIClient
+
+from integrations.api.callback_auth import CallbackRateThrottle
+from integrations.dispatch import signing
+from integrations.models import (
+    ApiKey,
+    Broker,
+    DeletionRequest,
+    Integration,
+    LedgerEvent,
+    OptOutRecord,
+    RequestState,
+    ResolutionRequest,
+    SaasDeletion,
+    WorkItem,
+)
+from integrations.services.brokers import broker_create
+from integrations.services.integrations import integration_secret_rotate
+from integrations.services.keys import api_key_create, api_key_revoke
+from tests.webhook_factories import (
+    deletion_request,
+    resolution_request,
+    saas_connection,
+    webhook_integration_for,
+)
+
+pytestmark = pytest.mark.django_db
+
+DELETION = "/api/v1/drop/callbacks/deletion"
+RESOLUTION = "/api/v1/drop/callbacks/resolution"
+
+
+@dataclass
+class Broker_:
+    """One broker's side: its callback key and the Webhook Secret of its integration."""
+
+    key: str
+    secret: str
+    integration: Integration
+    api_key: ApiKey
+    extra_headers: dict[str, str] = field(default_factory=dict)
+
+
+@pytest.fixture
+def side(broker: Broker) -> Broker_:
+    created = webhook_integration_for(broker, "https://crm.acme.example/drop")
+    key = api_key_create(broker=broker, scopes=["webhook_callback"], actor="test")
+    return Broker_(key.key, created.webhook_secret, created.integration, key.api_key)
+
+
+@pytest.fixture
+def dispatched(side: Broker_) -> DeletionRequest:
+    return deletion_request(
+        side.integration, state=RequestState.DISPATCHED, dispatched_at=timezone.now()
+    )
+
+
+def body_for(request: DeletionRequest, outcome: str = "deleted", **extra: Any) -> dict[str, Any]:
+    return {
+        "schema_version": "1.0",
+        "status": "completed",
+        "request_uuid": str(request.request_uuid),
+        "drop_outcome": outcome,
+        **extra,
+    }
+
+
+def put(
+    path: str,
+    payload: dict[str, Any] | bytes,
+    *,
+    key: str | None,
+    secret: str | None,
+    now: float | None = None,
+    headers: dict[str, str] | None = None,
+) -> Any:
+    raw = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    sent: dict[str, Any] = {}
+    if key is not None:
+        sent["HTTP_AUTHORIZATION"] = f"Bearer {key}"
+    if secret is not None:
+        signed = signing.signed_headers(secret, raw, now=now)
+        sent["HTTP_X_WEBHOOK_TIMESTAMP"] = signed["X-Webhook-Timestamp"]
+        sent["HTTP_X_WEBHOOK_SIGNATURE"] = signed["X-Webhook-Signature"]
+    sent.update(headers or {})
+    return APIClient().put(path, data=raw, content_type="application/json", **sent)
+
+
+def snapshot(request: DeletionRequest) -> tuple[Any, ...]:
+    request.refresh_from_db()
+    return (
+        request.state,
+        request.drop_outcome,
+        request.drop_status_code,
+        request.error_message,
+        request.completed_at,
+    )
+
+
+# -- accepted -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("outcome", "code"), [("deleted", 3), ("not_found", 5), ("exempt", 2)])
+def test_an_outcome_is_recorded_with_its_drop_code(
+    side: Broker_, dispatched: DeletionRequest, outcome: str, code: int
+) -> None:
+    response = put(DELETION, body_for(dispatched, outcome), key=side.key, secret=side.secret)
+
+    assert response.status_code == 200, response.content
+    assert response.json() == {
+        "status": "recorded",
+        "request_uuid": str(dispatched.request_uuid),
+        "drop_outcome": outcome,
+    }
+    dispatched.refresh_from_db()
+    assert dispatched.state == RequestState.COMPLETED
+    assert (dispatched.drop_outcome, dispatched.drop_status_code) == (outcome, code)
+    assert dispatched.completed_at is not None
+    event = LedgerEvent.objects.get(kind="deletion_request.outcome_recorded")
+    assert event.subject == str(dispatched.request_uuid)
+    assert event.actor == f"apikey:{side.api_key.prefix}"
+    assert event.data["drop_status_code"] == code
+
+
+def test_the_work_item_is_settled_with_the_outcome(
+    side: Broker_, dispatched: DeletionRequest
+) -> None:
+    assert put(DELETION, body_for(dispatched), key=side.key, secret=side.secret).status_code == 200
+
+    item = WorkItem.objects.get(pk=dispatched.work_item_id)
+    assert (item.status_code, item.state) == (3, "reportable")
+
+
+def test_opted_out_keeps_the_email_verbatim_and_out_of_the_ledger(
+    side: Broker_, dispatched: DeletionRequest
+) -> None:
+    email = " Ann.Smith+drop@Example.COM "
+    body = body_for(dispatched, "opted_out", identifiers={"email": [{"email": email}]})
+
+    response = put(DELETION, body, key=side.key, secret=side.secret)
+
+    assert response.status_code == 200, response.content
+    record = OptOutRecord.objects.get(deletion_request=dispatched)
+    assert record.email == email
+    assert dispatched.__class__.objects.get(pk=dispatched.pk).drop_status_code == 4
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT email FROM integrations_optoutrecord")
+        (stored,) = cursor.fetchone()
+    assert "Ann.Smith" not in stored  # encrypted at rest
+    assert not LedgerEvent.objects.filter(data__icontains="Ann.Smith").exists()
+    assert "Ann.Smith" not in json.dumps(list(LedgerEvent.objects.values_list("data", flat=True)))
+
+
+def test_failed_is_recorded_and_a_later_outcome_replaces_it(
+    side: Broker_, dispatched: DeletionRequest
+) -> None:
+    failed = body_for(dispatched, "failed", error_message="CRM timeout")
+
+    assert put(DELETION, failed, key=side.key, secret=side.secret).status_code == 200
+    dispatched.refresh_from_db()
+    assert (dispatched.state, dispatched.drop_outcome) == ("failed", "failed")
+    assert dispatched.error_message == "CRM timeout"
+    assert dispatched.drop_status_code is None
+
+    response = put(DELETION, body_for(dispatched, "deleted"), key=side.key, secret=side.secret)
+
+    assert response.status_code == 200
+    dispatched.refresh_from_db()
+    assert (dispatched.state, dispatched.drop_outcome, dispatched.drop_status_code) == (
+        "completed",
+        "deleted",
+        3,
+    )
+
+
+def test_the_same_outcome_twice_is_200_and_changes_nothing(
+    side: Broker_, dispatched: DeletionRequest
+) -> None:
+    assert put(DELETION, body_for(dispatched), key=side.key, secret=side.secret).status_code == 200
+    before = snapshot(dispatched)
+
+    response = put(DELETION, body_for(dispatched), key=side.key, secret=side.secret)
+
+    assert response.status_code == 200
+    assert response.json()["status"] == "unchanged"
+    assert snapshot(dispatched) == before
+    assert LedgerEvent.objects.filter(kind="deletion_request.outcome_recorded").count() == 1
+    assert LedgerEvent.objects.filter(kind="deletion_request.outcome_repeated").count() == 1
+
+
+def test_a_callback_that_overtakes_its_acknowledgement_is_recorded(
+    side: Broker_,
+) -> None:
+    queued = deletion_request(side.integration, state=RequestState.QUEUED)
+
+    response = put(DELETION, body_for(queued), key=side.key, secret=side.secret)
+
+    assert response.status_code == 200
+    queued.refresh_from_db()
+    assert queued.state == RequestState.COMPLETED
+    assert queued.dispatched_at is not None
+
+
+def test_the_previous_secret_is_accepted_within_24_hours_of_a_rotation(
+    side: Broker_, dispatched: DeletionRequest
+) -> None:
+    integration_secret_rotate(integration=side.integration, actor="test")
+
+    response = put(DELETION, body_for(dispatched), key=side.key, secret=side.secret)
+
+    assert response.status_code == 200
+
+
+def test_the_callback_is_in_the_openapi_schema() -> None:
+    schema = APIClient().get("/api/v1/schema?format=json").json()
+    for path in (DELETION, RESOLUTION):
+        operation = schema["paths"][path]["put"]
+        assert {"200", "400", "401", "403", "404", "409", "413", "429"} <= set(
+            operation["responses"]
+        )
+        assert {"apiKey": []} in operation["security"]
+    assert schema["components"]["securitySchemes"]["apiKey"]["scheme"] == "bearer"
+
+
+# -- rejected: each through HTTP, nothing changes -------------------------------------------
+
+
+def _other_broker_key(side: Broker_) -> str:
+    other = broker_create(broker_id="5930", name="Other", actor="test")
+    return api_key_create(broker=other, scopes=["webhook_callback"], actor="test").key
+
+
+def _revoked_key(side: Broker_) -> str:
+    created = api_key_create(broker=side.integration.broker, scopes=["webhook_callback"], actor="t")
+    api_key_revoke(api_key=created.api_key, actor="test")
+    return created.key
+
+
+def _expired_rotation(side: Broker_) -> str:
+    old = side.secret
+    integration_secret_rotate(
+        integration=side.integration,
+        actor="test",
+        now=timezone.now() - dt.timedelta(hours=24, seconds=1),
+    )
+    return old
+
+
+Variant = Callable[[Broker_, DeletionRequest], dict[str, Any]]
+
+BAD_INPUTS: dict[str, tuple[Variant, int, str]] = {
+    "missing key": (lambda s, r: {"key": None}, 401, "authentication_failed"),
+    "invalid key": (lambda s, r: {"key": "dpk_not-a-key"}, 401, "authentication_failed"),
+    "revoked key": (lambda s, r: {"key": _revoked_key(s)}, 401, "authentication_failed"),
+    "key without the scope": (
+        lambda s, r: {
+            "key": api_key_create(
+                broker=s.integration.broker, scopes=["ingest", "audit"], actor="t"
+            ).key
+        },
+        403,
+        "scope_missing",
+    ),
+    "key of another broker": (lambda s, r: {"key": _other_broker_key(s)}, 404, "not_found"),
+    "missing signature": (lambda s, r: {"secret": None}, 401, "signature_invalid"),
+    "malformed signature": (
+        lambda s, r: {"headers": {"HTTP_X_WEBHOOK_SIGNATURE": "not base64!"}},
+        401,
+        "signature_invalid",
+    ),
+    "wrong signature": (
+        lambda s, r: {"secret": signing.generate_webhook_secret()},
+        401,
+        "signature_invalid",
+    ),
+    "rotated-out secret after 24 h": (
+        lambda s, r: {"secret": _expired_rotation(s)},
+        401,
+        "signature_invalid",
+    ),
+    "timestamp 301 s old": (
+        lambda s, r: {"now": time.time() - 301},
+        401,
+        "timestamp_out_of_range",
+    ),
+    "timestamp 301 s ahead": (
+        lambda s, r: {"now": time.time() + 301},
+        401,
+        "timestamp_out_of_range",
+    ),
+    "body not JSON": (lambda s, r: {"payload": b"deleted, thanks"}, 400, "validation_failed"),
+    "body not an object": (
+        lambda s, r: {"payload": json.dumps([body_for(r)]).encode()},
+        400,
+        "validation_failed",
+    ),
+    "body over 64 KiB": (
+        lambda s, r: {"payload": body_for(r, error_message="x" * 65_536)},
+        413,
+        "payload_too_large",
+    ),
+    "unknown request_uuid": (
+        lambda s, r: {
+            "payload": {**body_for(r), "request_uuid": "0" * 8 + "-0000-4000-8000-" + "0" * 12}
+        },
+        404,
+        "not_found",
+    ),
+    "wrong schema_version": (
+        lambda s, r: {"payload": {**body_for(r), "schema_version": "2.0"}},
+        400,
+        "validation_failed",
+    ),
+    "schema_version as a number": (
+        lambda s, r: {"payload": {**body_for(r), "schema_version": 1.0}},
+        400,
+        "validation_failed",
+    ),
+    "wrong status": (
+        lambda s, r: {"payload": {**body_for(r), "status": "processing"}},
+        400,
+        "validation_failed",
+    ),
+    "unknown drop_outcome": (
+        lambda s, r: {"payload": body_for(r, "erased")},
+        400,
+        "validation_failed",
+    ),
+    "failed without error_message": (
+        lambda s, r: {"payload": body_for(r, "failed", error_message=None)},
+        400,
+        "validation_failed",
+    ),
+    "opted_out without the email": (
+        lambda s, r: {"payload": body_for(r, "opted_out", identifiers={"email": []})},
+        400,
+        "validation_failed",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS, ids=list(BAD_INPUTS))
+def test_bad_input_is_refused_with_its_code_and_changes_nothing(
+    side: Broker_, dispatched: DeletionRequest, case: str
+) -> None:
+    variant, status, code = BAD_INPUTS[case]
+    call: dict[str, Any] = {"payload": body_for(dispatched), "key": side.key, "secret": side.secret}
+    call.update(variant(side, dispatched))
+    before = snapshot(dispatched)
+
+    response = put(DELETION, call.pop("payload"), **call)
+
+    assert response.status_code == status, response.content
+    assert response["Content-Type"] == "application/problem+json"
+    problem = response.json()
+    assert problem["code"] == code
+    assert problem["status"] == status
+    assert snapshot(dispatched) == before
+    assert not OptOutRecord.objects.exists()
+    rejected = LedgerEvent.objects.get(kind="callback.rejected")
+    assert rejected.data["code"] == code
+    assert rejected.data["callback"] == "deletion"
+    assert not LedgerEvent.objects.filter(kind__startswith="deletion_request.").exists()
+
+
+def test_validation_errors_are_keyed_by_field(side: Broker_, dispatched: DeletionRequest) -> None:
+    for payload, field_name in [
+        (body_for(dispatched, "failed"), "error_message"),
+        (body_for(dispatched, "opted_out"), "identifiers.email[0].email"),
+        ({**body_for(dispatched), "schema_version": "2.0"}, "schema_version"),
+        (body_for(dispatched, "erased"), "drop_outcome"),
+    ]:
+        response = put(DELETION, payload, key=side.key, secret=side.secret)
+        assert response.status_code == 400
+        assert field_name in response.json()["errors"], response.json()
+
+
+def test_a_different_final_outcome_is_a_409_conflict_recorded_in_the_ledger(
+    side: Broker_, dispatched: DeletionRequest
+) -> None:
+    assert put(DELETION, body_for(dispatched), key=side.key, secret=side.secret).status_code == 200
+    before = snapshot(dispatched)
+
+    response = put(DELETION, body_for(dispatched, "not_found"), key=side.key, secret=side.secret)
+
+    assert response.status_code == 409
+    assert response.json()["code"] == "outcome_conflict"
+    assert snapshot(dispatched) == before
+    rejected = LedgerEvent.objects.get(kind="callback.rejected")
+    assert rejected.subject == str(dispatched.request_uuid)
+    assert (rejected.data["current"], rejected.data["attempted"]) == ("deleted", "not_found")
+
+
+def test_a_second_opt_out_with_another_email_is_a_conflict(
+    side: Broker_, dispatched: DeletionRequest
+) -> None:
+    first = body_for(dispatched, "opted_out", identifiers={"email": [{"email": "a@x.com"}]})
+    second = body_for(dispatched, "opted_out", identifiers={"email": [{"email": "b@x.com"}]})
+    assert put(DELETION, first, key=side.key, secret=side.secret).status_code == 200
+
+    assert put(DELETION, first, key=side.key, secret=side.secret).status_code == 200
+    response = put(DELETION, second, key=side.key, secret=side.secret)
+
+    assert response.status_code == 409
+    assert OptOutRecord.objects.get().email == "a@x.com"
+
+
+def test_a_cancelled_request_takes_no_outcome(side: Broker_) -> None:
+    cancelled = deletion_request(side.integration, state=RequestState.CANCELLED)
+    before = snapshot(cancelled)
+
+    response = put(DELETION, body_for(cancelled), key=side.key, secret=side.secret)
+
+    assert response.status_code == 409
+    assert response.json()["code"] == "outcome_conflict"
+    assert snapshot(cancelled) == before
+
+
+def test_more_callbacks_than_the_keys_rate_get_429_with_retry_after(
+    side: Broker_, dispatched: DeletionRequest, settings
+) -> None:
+    settings.DROPPORTAL_CALLBACK_RATE_LIMIT = 1  # bursts of 2
+    CallbackRateThrottle._buckets.pop(side.api_key.prefix, None)
+    others = [deletion_request(side.integration, state="dispatched") for _ in range(2)]
+
+    answers = [
+        put(DELETION, body_for(r), key=side.key, secret=side.secret) for r in [*others, dispatched]
+    ]
+
+    assert [a.status_code for a in answers] == [200, 200, 429]
+    assert answers[2].json()["code"] == "rate_limited"
+    assert int(answers[2]["Retry-After"]) >= 1
+    assert snapshot(dispatched)[0] == RequestState.DISPATCHED
+    assert LedgerEvent.objects.get(kind="callback.rejected").data["code"] == "rate_limited"
+
+
+# -- resolution -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def notified(side: Broker_) -> ResolutionRequest:
+    return resolution_request(side.integration, state=RequestState.DISPATCHED)
+
+
+def resolution_body(request: ResolutionRequest, **extra: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "status": "completed",
+        "results_token": request.results_token,
+        "identifiers": {
+            "email": [{"email": "Ann.Smith@Example.com"}],
+            "phone": [{"phone": "+14155559317"}],
+        },
+    }
+    body.update(extra)
+    return {k: v for k, v in body.items() if v is not None}
+
+
+def test_resolved_identifiers_are_kept_encrypted_and_start_one_saas_deletion_per_connection(
+    side: Broker_, notified: ResolutionRequest
+) -> None:
+    broker = side.integration.broker
+    mailer = saas_connection(broker, "https://api.mailer.example/erase", name="Mailer")
+    saas_connection(broker, "https://ads.example/erase", name="Ads", enabled=False)
+
+    response = put(RESOLUTION, resolution_body(notified), key=side.key, secret=side.secret)
+
+    assert response.status_code == 200, response.content
+    assert response.json()["request_uuid"] == str(notified.request_uuid)
+    notified.refresh_from_db()
+    assert notified.state == RequestState.COMPLETED
+    assert json.loads(notified.identifiers) == resolution_body(notified)["identifiers"]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT identifiers FROM integrations_resolutionrequest")
+        (stored,) = cursor.fetchone()
+    assert "Ann.Smith" not in stored
+    (deletion,) = SaasDeletion.objects.all()
+    assert deletion.saas_connection == mailer
+    assert deletion.state == RequestState.QUEUED
+    job = ProcrastinateJob.objects.get(task_name="integrations.tasks.deliver_saas_deletions")
+    assert job.args == {"deletion_ids": [deletion.pk]}
+    event = LedgerEvent.objects.get(kind="resolution_request.outcome_recorded")
+    assert event.data["identifiers"] == {"email": 1, "phone": 1}
+    assert "Ann.Smith" not in json.dumps(event.data)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [{"drop_outcome": "opted_out"}, {"drop_outcome": "exempt", "exemption_basis": "glba"}],
+)
+def test_opted_out_or_exempt_starts_no_saas_deletion_and_keeps_nothing(
+    side: Broker_, notified: ResolutionRequest, answer: dict[str, str]
+) -> None:
+    saas_connection(side.integration.broker, "https://api.mailer.example/erase")
+
+    response = put(
+        RESOLUTION, resolution_body(notified, **answer), key=side.key, secret=side.secret
+    )
+
+    assert response.status_code == 200
+    notified.refresh_from_db()
+    assert notified.drop_outcome == answer["drop_outcome"]
+    assert notified.exemption_basis == answer.get("exemption_basis", "")
+    assert notified.identifiers == ""
+    assert notified.identifiers_purged_at is not None
+    assert not SaasDeletion.objects.exists()
+
+
+def test_the_same_resolution_answer_twice_is_200_and_a_different_one_409(
+    side: Broker_, notified: ResolutionRequest
+) -> None:
+    saas_connection(side.integration.broker, "https://api.mailer.example/erase")
+    assert (
+        put(RESOLUTION, resolution_body(notified), key=side.key, secret=side.secret).status_code
+        == 200
+    )
+
+    again = put(RESOLUTION, resolution_body(notified), key=side.key, secret=side.secret)
+    other = put(
+        RESOLUTION,
+        resolution_body(notified, identifiers={"email": [{"email": "someone@else.com"}]}),
+        key=side.key,
+        secret=side.secret,
+    )
+
+    assert again.status_code == 200
+    assert again.json()["status"] == "unchanged"
+    assert other.status_code == 409
+    assert other.json()["code"] == "outcome_conflict"
+    assert SaasDeletion.objects.count() == 1
+
+
+RESOLUTION_BAD_INPUTS: dict[str, tuple[Callable[[ResolutionRequest], dict[str, Any]], int, str]] = {
+    "exempt without exemption_basis": (
+        lambda r: resolution_body(r, drop_outcome="exempt"),
+        400,
+        "validation_failed",
+    ),
+    "unknown results_token": (
+        lambda r: resolution_body(r, results_token="ab" * 32),
+        404,
+        "not_found",
+    ),
+    "no results_token": (
+        lambda r: {k: v for k, v in resolution_body(r).items() if k != "results_token"},
+        400,
+        "validation_failed",
+    ),
+    "wrong status": (lambda r: resolution_body(r, status="done"), 400, "validation_failed"),
+    "drop_outcome not allowed here": (
+        lambda r: resolution_body(r, drop_outcome="deleted"),
+        400,
+        "validation_failed",
+    ),
+    "identifiers not arrays of objects": (
+        lambda r: resolution_body(r, identifiers={"email": "Ann.Smith@Example.com"}),
+        400,
+        "validation_failed",
+    ),
+    "no identifiers and no outcome": (
+        lambda r: {k: v for k, v in resolution_body(r).items() if k != "identifiers"},
+        400,
+        "validation_failed",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", RESOLUTION_BAD_INPUTS, ids=list(RESOLUTION_BAD_INPUTS))
+def test_bad_resolution_input_is_refused_and_changes_nothing(
+    side: Broker_, notified: ResolutionRequest, case: str
+) -> None:
+    saas_connection(side.integration.broker, "https://api.mailer.example/erase")
+    make, status, code = RESOLUTION_BAD_INPUTS[case]
+
+    response = put(RESOLUTION, make(notified), key=side.key, secret=side.secret)
+
+    assert response.status_code == status, response.content
+    assert response.json()["code"] == code
+    notified.refresh_from_db()
+    assert (notified.state, notified.identifiers, notified.completed_at) == ("dispatched", "", None)
+    assert not SaasDeletion.objects.exists()
+    assert LedgerEvent.objects.get(kind="callback.rejected").data["callback"] == "resolution"
+
+
+def test_another_brokers_results_token_is_not_found(
+    side: Broker_, notified: ResolutionRequest
+) -> None:
+    other_key = _other_broker_key(side)
+
+    response = put(RESOLUTION, resolution_body(notified), key=other_key, secret=side.secret)
+
+    assert response.status_code == 404
+    notified.refresh_from_db()
+    assert notified.completed_at is None

@@ -1,0 +1,311 @@
+"""POST /api/v1/drop/consumers and DELETE /api/v1/drop/consumers/{remote_identifier}."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.db import connection
+from rest_framework.test import APIClient
+
+from integrations.models import Broker, Consumer, ConsumerHash, LedgerEvent
+from integrations.services.brokers import broker_create
+from integrations.services.keys import CreatedApiKey
+from tests.conftest import bearer
+
+pytestmark = pytest.mark.django_db
+
+URL = "/api/v1/drop/consumers"
+ANNA = "KA18MT/ph6IHYjzT9zwETySDQyvSh87YuoSBpOQtkhE="  # Anna.Smith@Domain.com
+PHONE = "vGM7y5n+hBXRSEAklhHDPCbysyNgYTmXdMcagGUOY8E="  # +1(415)555-9317
+
+
+@pytest.fixture
+def ingest(make_key: Callable[..., CreatedApiKey]) -> dict[str, Any]:
+    return bearer(make_key("ingest").key)
+
+
+def post(client: APIClient, body: Any, headers: dict[str, Any]) -> Any:
+    return client.post(URL, body, format="json", **headers)
+
+
+def stored(broker: Broker) -> dict[str, list[tuple[str, str]]]:
+    """The broker's consumers as remote_identifier -> [(hash_type, Base64 hash)]."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    for h in ConsumerHash.objects.filter(broker=broker).select_related("consumer"):
+        out.setdefault(h.consumer.remote_identifier, []).append(
+            (h.hash_type, base64.b64encode(bytes(h.hash)).decode())
+        )
+    return {k: sorted(v) for k, v in out.items()}
+
+
+GOOD = {
+    "consumers": [
+        {"remote_identifier": "C-1", "email": ["Anna.Smith@Domain.com"]},
+        {"remote_identifier": "C-2", "hashes": {"phone": [PHONE]}, "remote_identifier_kind": "crm"},
+    ]
+}
+
+
+def test_registers_clear_and_hashed_identifiers(
+    api_client: APIClient, ingest: dict[str, Any], broker: Broker
+) -> None:
+    response = post(api_client, GOOD, ingest)
+    assert response.status_code == 200
+    assert response.json() == {"accepted": 2, "rejected": []}
+    assert stored(broker) == {"C-1": [("email", ANNA)], "C-2": [("phone", PHONE)]}
+    assert Consumer.objects.get(remote_identifier="C-2").remote_identifier_kind == "crm"
+    assert Consumer.objects.get(remote_identifier="C-1").remote_identifier_kind == "external_id"
+    event = LedgerEvent.objects.get(kind="consumers.registered")
+    assert event.actor.startswith("apikey:dpk_")
+    assert event.subject == "api"
+    assert event.data["consumers_created"] == 2 and event.data["hashes_added"] == 2
+
+
+def test_sending_the_same_body_again_changes_nothing(
+    api_client: APIClient, ingest: dict[str, Any], broker: Broker
+) -> None:
+    post(api_client, GOOD, ingest)
+    before = list(ConsumerHash.objects.values_list("pk", flat=True).order_by("pk"))
+    again = post(api_client, GOOD, ingest)
+    assert again.status_code == 200
+    assert again.json() == {"accepted": 2, "rejected": []}
+    assert list(ConsumerHash.objects.values_list("pk", flat=True).order_by("pk")) == before
+    second = LedgerEvent.objects.filter(kind="consumers.registered").order_by("-id").first()
+    assert second is not None
+    assert second.data["hashes_added"] == 0 and second.data["hashes_unchanged"] == 2
+
+
+def test_bad_consumers_are_listed_and_the_good_ones_registered(
+    api_client: APIClient, ingest: dict[str, Any], broker: Broker
+) -> None:
+    body = {
+        "consumers": [
+            GOOD["consumers"][0],
+            {"remote_identifier": "C-3", "email": ["x@y"], "maid": ["not-a-maid"]},
+            {"remote_identifier": "C-4", "hashes": {"email": ["abc"]}},
+            "C-5",
+        ]
+    }
+    response = post(api_client, body, ingest)
+    assert response.status_code == 200
+    assert response.json() == {
+        "accepted": 1,
+        "rejected": [
+            {
+                "index": 1,
+                "remote_identifier": "C-3",
+                "errors": {"maid[0]": ["MAID must be 32 hex characters after standardizing"]},
+            },
+            {
+                "index": 2,
+                "remote_identifier": "C-4",
+                "errors": {
+                    "hashes.email[0]": [
+                        "must be a SHA-256 hash in standard Base64 (44 characters, ending in '=')"
+                    ]
+                },
+            },
+            {
+                "index": 3,
+                "remote_identifier": None,
+                "errors": {"non_field_errors": ["must be a JSON object"]},
+            },
+        ],
+    }
+    assert "not-a-maid" not in response.content.decode()
+    assert stored(broker) == {"C-1": [("email", ANNA)]}
+
+
+@pytest.mark.parametrize(
+    ("body", "key"),
+    [
+        ([{"remote_identifier": "C-1"}], "non_field_errors"),
+        ({"consumer": []}, "consumer"),
+        ({}, "consumers"),
+        ({"consumers": {"remote_identifier": "C-1"}}, "consumers"),
+    ],
+)
+def test_a_malformed_body_is_400_and_writes_nothing(
+    api_client: APIClient, ingest: dict[str, Any], body: Any, key: str
+) -> None:
+    response = post(api_client, body, ingest)
+    assert response.status_code == 400
+    assert response["Content-Type"] == "application/problem+json"
+    assert response.json()["code"] == "validation_failed"
+    assert key in response.json()["errors"]
+    assert not Consumer.objects.exists()
+    assert not LedgerEvent.objects.filter(kind="consumers.registered").exists()
+
+
+def test_bad_json_is_400_validation_failed(api_client: APIClient, ingest: dict[str, Any]) -> None:
+    response = api_client.post(URL, "{not json", content_type="application/json", **ingest)
+    assert response.status_code == 400
+    assert response.json()["code"] == "validation_failed"
+
+
+def _many(count: int) -> dict[str, Any]:
+    return {
+        "consumers": [
+            {"remote_identifier": f"C-{i}", "hashes": {"email": [_b64(i)]}} for i in range(count)
+        ]
+    }
+
+
+def _b64(i: int) -> str:
+    return base64.b64encode(hashlib.sha256(str(i).encode()).digest()).decode()
+
+
+def test_ten_thousand_consumers_are_accepted_and_one_more_is_refused(
+    api_client: APIClient, ingest: dict[str, Any], broker: Broker
+) -> None:
+    too_many = post(api_client, _many(10_001), ingest)
+    assert too_many.status_code == 400
+    assert too_many.json()["code"] == "validation_failed"
+    assert "at most 10,000" in too_many.json()["errors"]["consumers"][0]
+    assert not Consumer.objects.exists()
+
+    response = post(api_client, _many(10_000), ingest)
+    assert response.status_code == 200
+    assert response.json() == {"accepted": 10_000, "rejected": []}
+    assert ConsumerHash.objects.filter(broker=broker).count() == 10_000
+
+
+def test_a_body_over_the_size_cap_is_413(
+    api_client: APIClient, ingest: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from integrations.api import consumers
+
+    monkeypatch.setattr(consumers, "MAX_BODY_BYTES", 100)
+    response = post(api_client, GOOD, ingest)
+    assert response.status_code == 413
+    assert response.json()["code"] == "payload_too_large"
+    assert not Consumer.objects.exists()
+
+
+def test_no_key_is_401_and_a_key_without_ingest_is_403(
+    api_client: APIClient, make_key: Callable[..., CreatedApiKey]
+) -> None:
+    assert post(api_client, GOOD, {}).status_code == 401
+    assert post(api_client, GOOD, bearer("dpk_unknown")).json()["code"] == "authentication_failed"
+    audit = post(api_client, GOOD, bearer(make_key("audit", "webhook_callback").key))
+    assert audit.status_code == 403
+    assert audit.json()["code"] == "scope_missing"
+    delete = api_client.delete(f"{URL}/C-1", **bearer(make_key("audit").key))
+    assert delete.status_code == 403
+    assert not Consumer.objects.exists()
+
+
+def test_the_keys_broker_is_the_broker(
+    api_client: APIClient, make_key: Callable[..., CreatedApiKey], broker: Broker
+) -> None:
+    other = broker_create(broker_id="7777", name="Other", actor="test")
+    post(api_client, GOOD, bearer(make_key("ingest", for_broker=other).key))
+    assert stored(other) == {"C-1": [("email", ANNA)], "C-2": [("phone", PHONE)]}
+    assert stored(broker) == {}
+
+
+def test_delete_forgets_the_consumer_and_its_hashes(
+    api_client: APIClient, ingest: dict[str, Any], broker: Broker
+) -> None:
+    post(api_client, GOOD, ingest)
+    response = api_client.delete(f"{URL}/C-1", **ingest)
+    assert response.status_code == 204
+    assert stored(broker) == {"C-2": [("phone", PHONE)]}
+    event = LedgerEvent.objects.get(kind="consumer.forgotten")
+    assert event.subject == "C-1"
+    assert event.data["hashes_removed"] == {"email": 1}
+    again = api_client.delete(f"{URL}/C-1", **ingest)
+    assert again.status_code == 404
+    assert again.json()["code"] == "not_found"
+
+
+def test_delete_of_a_pointer_with_a_slash_and_spaces(
+    api_client: APIClient, ingest: dict[str, Any], broker: Broker
+) -> None:
+    body = {"consumers": [{"remote_identifier": "acct/42 b", "email": ["a@b"]}]}
+    assert post(api_client, body, ingest).json()["accepted"] == 1
+    assert api_client.delete(f"{URL}/acct%2F42%20b", **ingest).status_code == 204
+    assert not Consumer.objects.exists()
+
+
+def test_pointers_with_copy_special_characters_are_kept_exactly(
+    api_client: APIClient, ingest: dict[str, Any], broker: Broker
+) -> None:
+    # Backslash, tab, newline and \\N are COPY's own syntax; quotes and non-ASCII are not.
+    pointers = ["a\\b", "tab\there", "two\nlines", "\\N", 'quo"te', "Zoë-ü"]
+    body = {
+        "consumers": [{"remote_identifier": p, "email": [f"{i}@x"]} for i, p in enumerate(pointers)]
+    }
+    assert post(api_client, body, ingest).json() == {"accepted": 6, "rejected": []}
+    assert sorted(Consumer.objects.values_list("remote_identifier", flat=True)) == sorted(pointers)
+    assert post(api_client, body, ingest).json() == {"accepted": 6, "rejected": []}
+    assert Consumer.objects.count() == 6
+
+
+def test_another_brokers_consumer_is_404_and_stays(
+    api_client: APIClient, make_key: Callable[..., CreatedApiKey], ingest: dict[str, Any]
+) -> None:
+    other = broker_create(broker_id="7777", name="Other", actor="test")
+    post(api_client, GOOD, bearer(make_key("ingest", for_broker=other).key))
+    response = api_client.delete(f"{URL}/C-1", **ingest)
+    assert response.status_code == 404
+    assert response.json()["code"] == "not_found"
+    assert stored(other)["C-1"] == [("email", ANNA)]
+
+
+def test_nothing_clear_reaches_the_database(
+    api_client: APIClient, ingest: dict[str, Any], broker: Broker
+) -> None:
+    body = {
+        "consumers": [
+            {
+                "remote_identifier": "C-1",
+                "email": ["Secret.Person@Example.com"],
+                "phone": ["+1 (415) 555-0123"],
+                "ndz": [
+                    {
+                        "first_name": "Zebulon",
+                        "last_name": "Quintero",
+                        "dob": "1971-02-03",
+                        "zip": "94110",
+                    }
+                ],
+            }
+        ]
+    }
+    assert post(api_client, body, ingest).json()["accepted"] == 1
+    with connection.cursor() as cursor:
+        for table in (
+            "integrations_consumer",
+            "integrations_consumerhash",
+            "integrations_ledgerevent",
+        ):
+            cursor.execute(f"SELECT coalesce(string_agg(t::text, ' '), '') FROM {table} t")  # noqa: S608
+            text = cursor.fetchone()[0].lower()
+            for clear in ("secret.person", "4155550123", "zebulon", "quintero", "19710203"):
+                assert clear not in text, (table, clear)
+
+
+def test_both_endpoints_are_in_the_schema(api_client: APIClient) -> None:
+    schema = api_client.get("/api/v1/schema", HTTP_ACCEPT="application/json").json()
+    register = schema["paths"]["/api/v1/drop/consumers"]["post"]
+    assert "RegistrationRequest" in str(register["requestBody"])
+    assert "RegistrationResponse" in str(register["responses"]["200"])
+    assert {"400", "401", "403", "413"} <= set(register["responses"])
+    forget = schema["paths"]["/api/v1/drop/consumers/{remote_identifier}"]["delete"]
+    assert {"204", "404"} <= set(forget["responses"])
+    consumer = schema["components"]["schemas"]["Consumer"]["properties"]
+    assert {
+        "remote_identifier",
+        "email",
+        "phone",
+        "ndz",
+        "name_vin",
+        "maid",
+        "ctvid",
+        "hashes",
+    } <= set(consumer)

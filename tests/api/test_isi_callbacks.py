@@ -1,0 +1,414 @@
+"""The broker's ISI completion callback over HTTP (PUT or POST /api/v1/drop/callbacks/isi):
+every outcome, idempotency, and every bad input with its status and ``code``, none of which
+changes a request. The same rules as the webhook deletion callback, correlated by
+``results_token``.
+
+Each bad-input case starts from the same signed, accepted callback and breaks one thing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from devtools.isi_simulator import IsiSimulator
+from integrations.dispatch import signing
+from integrations.models import (
+    ApiKey,
+    Broker,
+    DeletionRequest,
+    Integration,
+    LedgerEvent,
+    OptOutRecord,
+    RequestState,
+)
+from integrations.services.brokers import broker_create
+from integrations.services.integrations import integration_secret_rotate
+from integrations.services.keys import api_key_create, api_key_revoke
+from tests.isi_factories import (
+    CONNECTION_A,
+    broker_connections,
+    isi_deletion_request,
+    isi_integration_for,
+)
+from tests.webhook_factories import deletion_request, webhook_integration_for
+
+pytestmark = pytest.mark.django_db
+
+ISI = "/api/v1/drop/callbacks/isi"
+COMPLETED_AT = "2026-11-21T10:04:00Z"
+
+
+@dataclass
+class Side:
+    """The broker's side: its callback key and its ISI integration's Webhook Secret."""
+
+    key: str
+    secret: str
+    integration: Integration
+    api_key: ApiKey
+
+
+@pytest.fixture
+def side(broker: Broker, settings: Any) -> Iterator[Side]:
+    settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = True
+    with IsiSimulator(connections=broker_connections()) as api:
+        created = isi_integration_for(broker, api)
+    key = api_key_create(broker=broker, scopes=["webhook_callback"], actor="test")
+    yield Side(key.key, created.webhook_secret, created.integration, key.api_key)
+
+
+@pytest.fixture
+def processing(side: Side) -> DeletionRequest:
+    """An ISI delete the broker acknowledged with {"status": "processing"}."""
+    connection = side.integration.connections.get(uuid=CONNECTION_A)
+    return isi_deletion_request(
+        connection, state=RequestState.DISPATCHED, dispatched_at=timezone.now()
+    )
+
+
+def body_for(request: DeletionRequest, outcome: str = "deleted", **extra: Any) -> dict[str, Any]:
+    body = {
+        "status": "completed",
+        "results_token": request.results_token,
+        "drop_outcome": outcome,
+        "completed_at": COMPLETED_AT,
+        **extra,
+    }
+    return {k: v for k, v in body.items() if v is not None}
+
+
+def send(
+    payload: dict[str, Any] | bytes,
+    *,
+    key: str | None,
+    secret: str | None,
+    method: str = "PUT",
+    now: float | None = None,
+    headers: dict[str, str] | None = None,
+) -> Any:
+    raw = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    sent: dict[str, Any] = {}
+    if key is not None:
+        sent["HTTP_AUTHORIZATION"] = f"Bearer {key}"
+    if secret is not None:
+        signed = signing.signed_headers(secret, raw, now=now)
+        sent["HTTP_X_WEBHOOK_TIMESTAMP"] = signed["X-Webhook-Timestamp"]
+        sent["HTTP_X_WEBHOOK_SIGNATURE"] = signed["X-Webhook-Signature"]
+    sent.update(headers or {})
+    client = APIClient()
+    call = client.put if method == "PUT" else client.post
+    return call(ISI, data=raw, content_type="application/json", **sent)
+
+
+def snapshot(request: DeletionRequest) -> tuple[Any, ...]:
+    request.refresh_from_db()
+    return (
+        request.state,
+        request.drop_outcome,
+        request.drop_status_code,
+        request.error_message,
+        request.completed_at,
+    )
+
+
+# -- accepted -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["PUT", "POST"])
+@pytest.mark.parametrize(("outcome", "code"), [("deleted", 3), ("not_found", 5), ("exempt", 2)])
+def test_a_completion_is_recorded_with_its_drop_code_by_put_or_post(
+    side: Side, processing: DeletionRequest, outcome: str, code: int, method: str
+) -> None:
+    response = send(body_for(processing, outcome), key=side.key, secret=side.secret, method=method)
+
+    assert response.status_code == 200, response.content
+    assert response.json() == {
+        "status": "recorded",
+        "request_uuid": str(processing.request_uuid),
+        "drop_outcome": outcome,
+    }
+    processing.refresh_from_db()
+    assert processing.state == RequestState.COMPLETED
+    assert (processing.drop_outcome, processing.drop_status_code) == (outcome, code)
+    assert processing.completed_at == dt.datetime(2026, 11, 21, 10, 4, tzinfo=dt.UTC)
+    event = LedgerEvent.objects.get(kind="deletion_request.outcome_recorded")
+    assert event.subject == str(processing.request_uuid)
+    assert event.actor == f"apikey:{side.api_key.prefix}"
+
+
+def test_opted_out_keeps_the_email_verbatim_and_out_of_the_ledger(
+    side: Side, processing: DeletionRequest
+) -> None:
+    email = " Ann.Smith+drop@Example.COM "
+    body = body_for(processing, "opted_out", identifiers={"email": [{"email": email}]})
+
+    response = send(body, key=side.key, secret=side.secret)
+
+    assert response.status_code == 200, response.content
+    assert OptOutRecord.objects.get(deletion_request=processing).email == email
+    assert DeletionRequest.objects.get(pk=processing.pk).drop_status_code == 4
+    assert "Ann.Smith" not in json.dumps(list(LedgerEvent.objects.values_list("data", flat=True)))
+
+
+def test_a_completion_time_ahead_of_our_clock_is_recorded_as_now(
+    side: Side, processing: DeletionRequest
+) -> None:
+    ahead = (timezone.now() + dt.timedelta(hours=2)).isoformat().replace("+00:00", "Z")
+
+    response = send(body_for(processing, completed_at=ahead), key=side.key, secret=side.secret)
+
+    assert response.status_code == 200
+    processing.refresh_from_db()
+    assert processing.completed_at is not None
+    assert processing.completed_at <= timezone.now()
+
+
+def test_the_same_completion_twice_is_200_and_a_different_one_409(
+    side: Side, processing: DeletionRequest
+) -> None:
+    assert send(body_for(processing), key=side.key, secret=side.secret).status_code == 200
+    before = snapshot(processing)
+
+    again = send(body_for(processing), key=side.key, secret=side.secret, method="POST")
+    other = send(body_for(processing, "not_found"), key=side.key, secret=side.secret)
+
+    assert (again.status_code, again.json()["status"]) == (200, "unchanged")
+    assert other.status_code == 409
+    assert other.json()["code"] == "outcome_conflict"
+    assert snapshot(processing) == before
+    rejected = LedgerEvent.objects.get(kind="callback.rejected")
+    assert (rejected.data["callback"], rejected.data["current"]) == ("isi", "deleted")
+
+
+def test_failed_is_recorded_and_a_later_completion_replaces_it(
+    side: Side, processing: DeletionRequest
+) -> None:
+    failed = body_for(processing, "failed", error_message="CRM locked the record")
+    assert send(failed, key=side.key, secret=side.secret).status_code == 200
+    assert snapshot(processing)[:2] == ("failed", "failed")
+
+    response = send(body_for(processing), key=side.key, secret=side.secret)
+
+    assert response.status_code == 200
+    assert snapshot(processing)[:3] == ("completed", "deleted", 3)
+
+
+def test_the_previous_secret_is_accepted_within_24_hours_of_a_rotation(
+    side: Side, processing: DeletionRequest
+) -> None:
+    integration_secret_rotate(integration=side.integration, actor="test")
+
+    response = send(body_for(processing), key=side.key, secret=side.secret)
+
+    assert response.status_code == 200
+
+
+def test_the_callback_is_in_the_openapi_schema() -> None:
+    schema = APIClient().get("/api/v1/schema?format=json").json()
+    for method in ("put", "post"):
+        operation = schema["paths"][ISI][method]
+        assert {"200", "400", "401", "403", "404", "409", "413", "429"} <= set(
+            operation["responses"]
+        )
+
+
+# -- rejected: each through HTTP, nothing changes -------------------------------------------
+
+
+def _other_broker_key(side: Side) -> str:
+    other = broker_create(broker_id="5930", name="Other", actor="test")
+    return api_key_create(broker=other, scopes=["webhook_callback"], actor="test").key
+
+
+def _revoked_key(side: Side) -> str:
+    created = api_key_create(broker=side.integration.broker, scopes=["webhook_callback"], actor="t")
+    api_key_revoke(api_key=created.api_key, actor="test")
+    return created.key
+
+
+def _expired_rotation(side: Side) -> str:
+    old = side.secret
+    integration_secret_rotate(
+        integration=side.integration,
+        actor="test",
+        now=timezone.now() - dt.timedelta(hours=24, seconds=1),
+    )
+    return old
+
+
+def _webhook_secret(side: Side) -> str:
+    """The secret of the broker's webhook integration: not the one that signs ISI callbacks."""
+    created = webhook_integration_for(side.integration.broker, "https://crm.acme.example/drop")
+    return created.webhook_secret
+
+
+def _webhook_requests_token(side: Side) -> str:
+    """A results_token on a webhook deletion request: not an ISI delete."""
+    created = webhook_integration_for(side.integration.broker, "https://crm.acme.example/drop")
+    request = deletion_request(created.integration, results_token="ab" * 32)
+    return request.results_token or ""
+
+
+Variant = Callable[[Side, DeletionRequest], dict[str, Any]]
+
+BAD_INPUTS: dict[str, tuple[Variant, int, str]] = {
+    "missing key": (lambda s, r: {"key": None}, 401, "authentication_failed"),
+    "invalid key": (lambda s, r: {"key": "dpk_not-a-key"}, 401, "authentication_failed"),
+    "revoked key": (lambda s, r: {"key": _revoked_key(s)}, 401, "authentication_failed"),
+    "key without the scope": (
+        lambda s, r: {
+            "key": api_key_create(
+                broker=s.integration.broker, scopes=["ingest", "audit"], actor="t"
+            ).key
+        },
+        403,
+        "scope_missing",
+    ),
+    "key of another broker": (lambda s, r: {"key": _other_broker_key(s)}, 404, "not_found"),
+    "missing signature": (lambda s, r: {"secret": None}, 401, "signature_invalid"),
+    "malformed signature": (
+        lambda s, r: {"headers": {"HTTP_X_WEBHOOK_SIGNATURE": "not base64!"}},
+        401,
+        "signature_invalid",
+    ),
+    "wrong signature": (
+        lambda s, r: {"secret": signing.generate_webhook_secret()},
+        401,
+        "signature_invalid",
+    ),
+    "signed by the broker's webhook integration": (
+        lambda s, r: {"secret": _webhook_secret(s)},
+        401,
+        "signature_invalid",
+    ),
+    "rotated-out secret after 24 h": (
+        lambda s, r: {"secret": _expired_rotation(s)},
+        401,
+        "signature_invalid",
+    ),
+    "timestamp 301 s old": (lambda s, r: {"now": time.time() - 301}, 401, "timestamp_out_of_range"),
+    "timestamp 301 s ahead": (
+        lambda s, r: {"now": time.time() + 301},
+        401,
+        "timestamp_out_of_range",
+    ),
+    "body not JSON": (lambda s, r: {"payload": b"deleted, thanks"}, 400, "validation_failed"),
+    "body not an object": (
+        lambda s, r: {"payload": json.dumps([body_for(r)]).encode()},
+        400,
+        "validation_failed",
+    ),
+    "body over 64 KiB": (
+        lambda s, r: {"payload": body_for(r, error_message="x" * 65_536)},
+        413,
+        "payload_too_large",
+    ),
+    "no results_token": (
+        lambda s, r: {"payload": body_for(r, results_token=None)},
+        400,
+        "validation_failed",
+    ),
+    "unknown results_token": (
+        lambda s, r: {"payload": body_for(r, results_token="cd" * 32)},
+        404,
+        "not_found",
+    ),
+    "results_token of a webhook request": (
+        lambda s, r: {"payload": body_for(r, results_token=_webhook_requests_token(s))},
+        404,
+        "not_found",
+    ),
+    "wrong status": (
+        lambda s, r: {"payload": body_for(r, status="processing")},
+        400,
+        "validation_failed",
+    ),
+    "unknown drop_outcome": (
+        lambda s, r: {"payload": body_for(r, "erased")},
+        400,
+        "validation_failed",
+    ),
+    "failed without error_message": (
+        lambda s, r: {"payload": body_for(r, "failed")},
+        400,
+        "validation_failed",
+    ),
+    "opted_out without the email": (
+        lambda s, r: {"payload": body_for(r, "opted_out", identifiers={"email": []})},
+        400,
+        "validation_failed",
+    ),
+    "no completed_at": (
+        lambda s, r: {"payload": body_for(r, completed_at=None)},
+        400,
+        "validation_failed",
+    ),
+    "completed_at not UTC": (
+        lambda s, r: {"payload": body_for(r, completed_at="2026-11-21T12:04:00+02:00")},
+        400,
+        "validation_failed",
+    ),
+    "completed_at without a zone": (
+        lambda s, r: {"payload": body_for(r, completed_at="2026-11-21T10:04:00")},
+        400,
+        "validation_failed",
+    ),
+    "completed_at not a time": (
+        lambda s, r: {"payload": body_for(r, completed_at="yesterday")},
+        400,
+        "validation_failed",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS, ids=list(BAD_INPUTS))
+def test_bad_input_is_refused_with_its_code_and_changes_nothing(
+    side: Side, processing: DeletionRequest, case: str
+) -> None:
+    variant, status, code = BAD_INPUTS[case]
+    call: dict[str, Any] = {"payload": body_for(processing), "key": side.key, "secret": side.secret}
+    call.update(variant(side, processing))
+    before = snapshot(processing)
+
+    response = send(call.pop("payload"), **call)
+
+    assert response.status_code == status, response.content
+    assert response["Content-Type"] == "application/problem+json"
+    assert response.json()["code"] == code
+    assert snapshot(processing) == before
+    assert not OptOutRecord.objects.exists()
+    rejected = LedgerEvent.objects.get(kind="callback.rejected")
+    assert (rejected.data["code"], rejected.data["callback"]) == (code, "isi")
+    assert not LedgerEvent.objects.filter(kind__startswith="deletion_request.").exists()
+
+
+def test_validation_errors_are_keyed_by_field(side: Side, processing: DeletionRequest) -> None:
+    for payload, field_name in [
+        (body_for(processing, "failed"), "error_message"),
+        (body_for(processing, "opted_out"), "identifiers.email[0].email"),
+        (body_for(processing, completed_at="2026-11-21"), "completed_at"),
+        (body_for(processing, "erased"), "drop_outcome"),
+    ]:
+        response = send(payload, key=side.key, secret=side.secret)
+        assert response.status_code == 400
+        assert field_name in response.json()["errors"], response.json()
+
+
+def test_a_webhook_request_cannot_be_completed_here(side: Side) -> None:
+    """Its results_token is not an ISI delete's, even with its own integration's secret."""
+    created = webhook_integration_for(side.integration.broker, "https://crm.acme.example/drop")
+    request = deletion_request(created.integration, results_token="ef" * 32)
+
+    response = send(body_for(request), key=side.key, secret=created.webhook_secret)
+
+    assert response.status_code == 404
+    assert snapshot(request)[0] == RequestState.QUEUED

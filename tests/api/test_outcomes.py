@@ -1,0 +1,134 @@
+"""``GET /api/v1/drop/outcomes``: paginated JSON or streamed CSV, the key's broker only."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from rest_framework.test import APIClient
+
+from integrations.models import Broker, LedgerEvent
+from integrations.selectors import OUTCOME_COLUMNS
+from integrations.services.brokers import broker_create
+from integrations.services.keys import CreatedApiKey
+from tests.conftest import bearer
+from tests.reporting_factories import OutcomeHistory, outcome_history
+
+pytestmark = pytest.mark.django_db
+
+URL = "/api/v1/drop/outcomes"
+
+
+@pytest.fixture
+def history(broker: Broker) -> OutcomeHistory:
+    other = broker_create(broker_id="1234", name="Other", mode="test", actor="test")
+    return outcome_history(broker, other)
+
+
+@pytest.fixture
+def auditor(api_client: APIClient, make_key: Callable[..., CreatedApiKey]) -> APIClient:
+    api_client.credentials(**bearer(make_key("audit").key))
+    return api_client
+
+
+def test_pages_hold_the_keys_broker_only_in_request_order(
+    history: OutcomeHistory, auditor: APIClient
+) -> None:
+    first = auditor.get(URL, {"limit": 2})
+
+    assert first.status_code == 200
+    body = first.json()
+    assert [r["request_uuid"] for r in body["results"]] == [
+        str(history.deleted.request_uuid),
+        str(history.failed.request_uuid),
+    ]
+    assert list(body["results"][0]) == list(OUTCOME_COLUMNS)
+    assert body["results"][0]["report_file"] == "20260312_4821_Email.csv"
+    assert body["next"].startswith("http://testserver/api/v1/drop/outcomes?")
+
+    second = auditor.get(body["next"]).json()
+
+    assert [r["request_uuid"] for r in second["results"]] == [str(history.amended.request_uuid)]
+    assert second["results"][0]["amended"] is True
+    assert (second["next"], second["next_cursor"]) == (None, None)
+
+
+def test_date_filters(history: OutcomeHistory, auditor: APIClient) -> None:
+    body = auditor.get(URL, {"since": "2026-03-13", "until": "2026-03-31"}).json()
+    assert [r["request_uuid"] for r in body["results"]] == [str(history.failed.request_uuid)]
+
+
+def test_csv_streams_the_whole_filtered_history(
+    history: OutcomeHistory, auditor: APIClient
+) -> None:
+    response = auditor.get(URL, {"limit": 1}, HTTP_ACCEPT="text/csv")
+
+    assert response.status_code == 200
+    assert response["Content-Type"] == "text/csv; charset=utf-8"
+    assert 'filename="outcomes-4821.csv"' in response["Content-Disposition"]
+    text = b"".join(response.streaming_content).decode()  # type: ignore[attr-defined]
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert [r["request_uuid"] for r in rows] == [
+        str(history.deleted.request_uuid),
+        str(history.failed.request_uuid),
+        str(history.amended.request_uuid),
+    ]
+    assert rows[1]["error_message"].startswith("'=HYPERLINK")
+    event = LedgerEvent.objects.get(kind="outcomes.exported")
+    assert (event.subject, event.broker_id, event.actor[:7]) == ("api", "4821", "apikey:")
+
+
+def test_another_brokers_outcomes_are_refused(history: OutcomeHistory, auditor: APIClient) -> None:
+    own = auditor.get(URL, {"broker": "4821"})
+    other = auditor.get(URL, {"broker": "1234"}, HTTP_ACCEPT="text/csv")
+
+    assert own.status_code == 200
+    assert other.status_code == 403
+    assert other["Content-Type"] == "application/problem+json"
+    assert other.json()["code"] == "broker_forbidden"
+
+
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({"since": "last week"}, "since"),
+        ({"until": "2026-13-01"}, "until"),
+        ({"since": "2026-03-13", "until": "2026-03-12"}, "until"),
+        ({"limit": "0"}, "limit"),
+        ({"limit": "1001"}, "limit"),
+        ({"cursor": "not-ours"}, "cursor"),
+        ({"broker": "48"}, "broker"),
+    ],
+)
+def test_bad_parameters_are_validation_problems(
+    history: OutcomeHistory, auditor: APIClient, params: dict[str, Any], field: str
+) -> None:
+    response = auditor.get(URL, params)
+    assert response.status_code == 400
+    assert response.json()["code"] == "validation_failed"
+    assert field in response.json()["errors"]
+
+
+def test_the_audit_scope_is_required(
+    history: OutcomeHistory, api_client: APIClient, make_key: Callable[..., CreatedApiKey]
+) -> None:
+    api_client.credentials(**bearer(make_key("ingest").key))
+    assert api_client.get(URL).json()["code"] == "scope_missing"
+    api_client.credentials()
+    assert api_client.get(URL, HTTP_ACCEPT="text/csv").status_code == 401
+
+
+def test_an_unsupported_media_type_is_406(history: OutcomeHistory, auditor: APIClient) -> None:
+    response = auditor.get(URL, HTTP_ACCEPT="application/xml")
+    assert response.status_code == 406
+    assert response.json()["code"] == "not_acceptable"
+
+
+def test_the_endpoint_is_in_the_schema(api_client: APIClient) -> None:
+    schema = api_client.get("/api/v1/schema", HTTP_ACCEPT="application/json").json()
+    get = schema["paths"]["/api/v1/drop/outcomes"]["get"]
+    assert set(get["responses"]["200"]["content"]) == {"application/json", "text/csv"}
+    assert {p["name"] for p in get["parameters"]} >= {"broker", "since", "until", "cursor", "limit"}

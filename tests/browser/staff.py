@@ -1,0 +1,47 @@
+"""Staff in the browser tests: users with a known password, logging in, screenshots."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+from django.apps import apps as django_apps
+from django.contrib.auth.models import Group, User
+from playwright.sync_api import Page
+from pytest_django.live_server_helper import LiveServer
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+PASSWORD = "correct-horse-battery"
+
+
+def staff_roles() -> None:
+    """The groups of migration 0005 again: a transactional test's flush empties auth_group."""
+    migration = importlib.import_module("integrations.migrations.0005_staff_roles")
+    migration.create_roles(django_apps, None)
+
+
+def make_staff(username: str, *groups: str, superuser: bool = False) -> User:
+    if groups:
+        staff_roles()
+    user = User.objects.create_user(username, f"{username}@example.com", PASSWORD)
+    user.is_staff = True
+    user.is_superuser = superuser
+    user.save()
+    user.groups.set(Group.objects.filter(name__in=groups))
+    assert user.groups.count() == len(groups), f"no group named {groups}"
+    return user
+
+
+def log_in(page: Page, live_server: LiveServer, username: str) -> None:
+    page.goto(f"{live_server.url}/admin/login/?next=/admin/")
+    page.get_by_label("Username").fill(username)
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(f"{live_server.url}/admin/")
+
+
+def screenshot(page: Page, name: str) -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    path = ARTIFACTS / name
+    page.screenshot(path=str(path), full_page=True)
+    return path

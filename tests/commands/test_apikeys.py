@@ -1,0 +1,68 @@
+"""API keys: shown once, stored only as a SHA-256 digest, scoped, revocable."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db import connection
+from rest_framework.test import APIClient
+
+from integrations.models import ApiKey, Broker, LedgerEvent
+from tests.conftest import bearer
+
+pytestmark = pytest.mark.django_db
+
+
+def create(*args: str) -> dict:
+    out = io.StringIO()
+    call_command("apikeys", "create", *args, "--json", stdout=out)
+    return json.loads(out.getvalue())
+
+
+def test_create_prints_the_key_once_and_stores_only_its_digest(broker: Broker) -> None:
+    printed = create("--broker", "4821", "--scope", "webhook_callback", "--name", "callbacks")
+    key = printed["key"]
+    assert key.startswith(printed["prefix"])
+    assert printed["scopes"] == ["webhook_callback"]
+    assert len(key) >= 40
+    stored = ApiKey.objects.get()
+    assert stored.digest == hashlib.sha256(key.encode()).hexdigest()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT row_to_json(k)::text FROM integrations_apikey k")
+        (row,) = cursor.fetchone()
+    assert key not in row
+    events = LedgerEvent.objects.filter(kind="api_key.created")
+    assert key not in json.dumps(list(events.values()), default=str)
+    # listed afterwards without the key
+    out = io.StringIO()
+    call_command("apikeys", "list", "--json", stdout=out)
+    assert key not in out.getvalue()
+    assert json.loads(out.getvalue())[0]["prefix"] == printed["prefix"]
+
+
+def test_keys_are_unique(broker: Broker) -> None:
+    keys = {create("--broker", "4821", "--scope", "ingest")["key"] for _ in range(5)}
+    assert len(keys) == 5
+
+
+def test_revoke_by_prefix_stops_the_key(broker: Broker, api_client: APIClient) -> None:
+    printed = create("--broker", "4821", "--scope", "audit")
+    assert api_client.get("/api/v1/ping", **bearer(printed["key"])).status_code == 200
+    call_command("apikeys", "revoke", printed["prefix"], stdout=io.StringIO())
+    assert api_client.get("/api/v1/ping", **bearer(printed["key"])).status_code == 401
+    assert LedgerEvent.objects.filter(kind="api_key.revoked", subject=printed["prefix"]).exists()
+
+
+def test_unknown_prefix_and_broker_and_scope_are_clear_errors(broker: Broker) -> None:
+    with pytest.raises(CommandError, match="no API key with prefix"):
+        call_command("apikeys", "revoke", "dpk_nothing")
+    with pytest.raises(CommandError, match="no broker with id '9999'"):
+        create("--broker", "9999", "--scope", "audit")
+    with pytest.raises(CommandError, match="invalid choice"):
+        create("--broker", "4821", "--scope", "admin")
+    assert not ApiKey.objects.exists()

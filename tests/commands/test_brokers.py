@@ -1,0 +1,103 @@
+"""``brokers add``: validation, duplicates, ledger events, and one-line errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db import connection
+
+from integrations.models import Broker, LedgerEvent
+
+pytestmark = pytest.mark.django_db
+
+
+def add(broker_id: str, *extra: str) -> None:
+    call_command(
+        "brokers", "add", "--broker-id", broker_id, "--name", "Acme", "--mode", "test", *extra
+    )
+
+
+def test_add_registers_the_broker_and_writes_an_event(capsys) -> None:
+    add("4821", "--drop-api-key", "drop-secret-key")
+    broker = Broker.objects.get(broker_id="4821")
+    assert broker.drop_api_key == "drop-secret-key"
+    event = LedgerEvent.objects.get(kind="broker.created")
+    assert event.broker_id == "4821"
+    assert event.actor.startswith("cli")
+    assert "drop-secret-key" not in str(event.data)
+    assert "Registered broker 4821" in capsys.readouterr().out
+
+
+def test_drop_api_key_is_encrypted_at_rest() -> None:
+    add("4821", "--drop-api-key", "drop-secret-key")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT drop_api_key FROM integrations_broker")
+        (stored,) = cursor.fetchone()
+    assert "drop-secret-key" not in stored
+    assert stored.startswith("gAAAA")  # a Fernet token
+
+
+@pytest.mark.parametrize("bad_id", ["482", "48210", "48a1", "٤٨٢١", "4821\n"])
+def test_broker_id_must_be_four_digits(bad_id: str) -> None:
+    with pytest.raises(CommandError, match="exactly four digits"):
+        add(bad_id)
+    assert not Broker.objects.exists()
+    assert not LedgerEvent.objects.exists()
+
+
+def test_second_broker_with_the_same_id_is_refused() -> None:
+    add("4821")
+    with pytest.raises(CommandError, match="already exists"):
+        add("4821")
+    assert Broker.objects.count() == 1
+    assert LedgerEvent.objects.count() == 1
+
+
+def test_database_refuses_a_bad_id_too() -> None:
+    from django.db import IntegrityError, transaction
+
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Broker.objects.create(broker_id="12a4", name="x", mode="test")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["brokers", "add", "--broker-id", "4821", "--name", "A", "--mode", "test", "--bogus"],
+        ["brokers", "add", "--broker-id", "4821", "--name", "A", "--mode", "staging"],
+        ["brokers", "add", "--broker-id", "482", "--name", "A", "--mode", "test"],
+        ["brokers"],
+    ],
+)
+def test_errors_are_one_line_on_stderr_with_non_zero_exit(argv: list[str], settings) -> None:
+    env = _subprocess_env()
+    result = subprocess.run(  # noqa: S603
+        [sys.executable, "manage.py", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=settings.BASE_DIR,
+        check=False,
+    )
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert result.stdout == ""
+
+
+def _subprocess_env() -> dict[str, str]:
+    """Point the child process at the test database (a TCP server or the embedded socket)."""
+    import os
+
+    db = connection.settings_dict
+    host, port = db["HOST"] or "", db["PORT"] or 5432
+    location = (
+        f"@/{db['NAME']}?host={host}&port={port}"
+        if host.startswith("/")
+        else (f"@{host}:{port}/{db['NAME']}")
+    )
+    return {**os.environ, "DATABASE_URL": f"postgres://{db['USER']}{location}"}

@@ -1,0 +1,382 @@
+"""``drop import``: a DROP ZIP from disk becomes a matched cycle, all or nothing."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import io
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db import connection
+from procrastinate.contrib.django.models import ProcrastinateJob
+
+from devtools.drop_simulator import work_items
+from integrations.models import (
+    Broker,
+    CycleState,
+    DeletionRequest,
+    DropCycle,
+    LedgerEvent,
+    RequestState,
+    WorkItem,
+    WorkItemState,
+)
+from integrations.services.brokers import broker_create
+from tests.drop_cycle import (
+    PACKAGE_DATE,
+    consumer,
+    days_after,
+    drop_zip,
+    isi_connection,
+    webhook,
+    write_zip,
+)
+
+pytestmark = pytest.mark.django_db
+
+ITEMS = list(work_items(8))
+EMAIL, PHONE, NDZ = ITEMS[0:3], ITEMS[3:5], ITEMS[5:6]
+DELIVERY_TASK = "integrations.tasks.deliver_deletion_requests"
+
+
+def lists() -> dict[str, list[tuple[str, str]]]:
+    return {"Email": EMAIL, "Phone": PHONE, "NDZ": NDZ, "MAID": []}
+
+
+def drop_import(path: Path, *extra: str, capsys: pytest.CaptureFixture[str]) -> dict:
+    call_command("drop", "import", "--broker", "4821", str(path), "--json", *extra)
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.fixture
+def package(broker: Broker, tmp_path: Path) -> Path:
+    """Three lists and an empty one; the first email matches two consumers, a phone one."""
+    consumer(broker, "C-1", email=EMAIL[0][1])
+    consumer(broker, "C-2", email=EMAIL[0][1], phone=PHONE[1][1])
+    consumer(broker, "C-3", phone=EMAIL[1][1])  # same hash, other list type: no match
+    return write_zip(tmp_path, drop_zip(broker, lists()))
+
+
+def test_import_creates_the_cycle_with_its_counts_files_and_dates(
+    package: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shown = drop_import(package, capsys=capsys)
+    cycle = DropCycle.objects.get()
+    assert cycle.drop_session_id == "1" == shown["drop_session_id"]
+    assert cycle.zip_name == package.name
+    assert (cycle.work_items, cycle.matched, cycle.not_found) == (6, 2, 4)
+    assert cycle.files == {
+        f"{PACKAGE_DATE}_4821_Email.csv": 3,
+        f"{PACKAGE_DATE}_4821_Phone.csv": 2,
+        f"{PACKAGE_DATE}_4821_NDZ.csv": 1,
+        f"{PACKAGE_DATE}_4821_MAID.csv": 0,
+    }
+    # Fetched by hand: the due date runs from the package's date, never later.
+    assert cycle.downloaded_at.date() == days_after(PACKAGE_DATE, 0)
+    assert cycle.due_date == days_after(PACKAGE_DATE, 45)
+    assert cycle.state == CycleState.OPEN
+    event = LedgerEvent.objects.get(kind="drop.cycle_imported")
+    assert event.data["work_items"] == 6
+    assert event.data["zip_sha256"] == cycle.zip_sha256
+
+
+def test_unmatched_work_items_get_status_5_at_once(package: Path, capsys) -> None:
+    drop_import(package, capsys=capsys)
+    states = {w.work_item_id: (w.state, w.status_code) for w in WorkItem.objects.all()}
+    assert states == {
+        EMAIL[0][0]: (WorkItemState.OPEN, None),
+        EMAIL[1][0]: (WorkItemState.REPORTABLE, 5),  # C-3's hash is a phone hash
+        EMAIL[2][0]: (WorkItemState.REPORTABLE, 5),
+        PHONE[0][0]: (WorkItemState.REPORTABLE, 5),
+        PHONE[1][0]: (WorkItemState.OPEN, None),
+        NDZ[0][0]: (WorkItemState.REPORTABLE, 5),
+    }
+    item = WorkItem.objects.get(work_item_id=EMAIL[0][0])
+    assert base64.b64encode(bytes(item.hash)).decode() == EMAIL[0][1]
+    assert item.hash_type == "email"
+    assert item.file_name == f"{PACKAGE_DATE}_4821_Email.csv"
+
+
+def test_without_a_target_each_matched_consumer_gets_one_waiting_request(
+    package: Path, capsys
+) -> None:
+    shown = drop_import(package, capsys=capsys)
+    requests = DeletionRequest.objects.order_by("remote_identifier", "hash_type")
+    assert [(r.remote_identifier, r.hash_type) for r in requests] == [
+        ("C-1", "email"),
+        ("C-2", "email"),
+        ("C-2", "phone"),
+    ]
+    assert {r.state for r in requests} == {RequestState.PENDING}
+    assert {r.integration_id for r in requests} == {None}
+    assert shown["deletion_requests"] == {"created": 3, "queued": 0, "pending": 3}
+    assert not ProcrastinateJob.objects.filter(task_name=DELIVERY_TASK).exists()
+
+
+def test_requests_carry_every_field_of_the_dispatch_body(
+    broker: Broker, package: Path, capsys
+) -> None:
+    webhook(broker)
+    drop_import(package, capsys=capsys)
+    request = DeletionRequest.objects.get(remote_identifier="C-2", hash_type="phone")
+    assert request.identifier_hash == PHONE[1][1]
+    assert request.drop_session_id == "1"
+    assert request.match_date == dt.date.today()
+    assert request.broker_id_code == "4821"
+    assert request.mode == "test"
+    assert request.remote_identifier_kind == "external_id"
+    assert request.late_match is False
+    assert request.work_item.work_item_id == PHONE[1][0]
+    assert request.request_uuid and request.webhook_request_id
+    assert request.results_token is None  # ISI only
+
+
+def test_each_match_gets_one_request_per_target_and_its_delivery_job(
+    broker: Broker, package: Path, capsys
+) -> None:
+    hook = webhook(broker)
+    webhook(broker, "Disabled", enabled=False)
+    connection = isi_connection(broker)
+    isi_connection(broker, capabilities=["privacy/drop/delete"])  # lacks identifiers
+    shown = drop_import(package, capsys=capsys)
+    requests = DeletionRequest.objects.all()
+    assert shown["deletion_requests"] == {"created": 6, "queued": 6, "pending": 0}
+    assert {(r.integration_id, r.isi_connection_id) for r in requests} == {
+        (hook.pk, None),
+        (connection.integration_id, connection.pk),
+    }
+    assert {r.state for r in requests} == {RequestState.QUEUED}
+    isi = [r for r in requests if r.isi_connection_id]
+    assert all(len(r.results_token or "") == 64 for r in isi)
+    assert len({r.results_token for r in isi}) == 3
+    jobs = ProcrastinateJob.objects.filter(task_name=DELIVERY_TASK)
+    queued_ids = sorted(i for job in jobs for i in job.args["request_ids"])
+    assert queued_ids == sorted(r.pk for r in requests)
+
+
+def test_the_same_zip_twice_changes_nothing(package: Path, capsys) -> None:
+    drop_import(package, capsys=capsys)
+    before = (
+        WorkItem.objects.count(),
+        DeletionRequest.objects.count(),
+        LedgerEvent.objects.count(),
+    )
+    call_command("drop", "import", "--broker", "4821", str(package))
+    assert "already imported as cycle 1: nothing changed" in capsys.readouterr().out
+    assert DropCycle.objects.count() == 1
+    after = (
+        WorkItem.objects.count(),
+        DeletionRequest.objects.count(),
+        LedgerEvent.objects.count(),
+    )
+    assert after == before
+
+
+def test_each_new_download_gets_the_next_session_id(
+    broker: Broker, package: Path, tmp_path: Path, capsys
+) -> None:
+    drop_import(package, capsys=capsys)
+    later = list(work_items(2, start=100))
+    second = write_zip(tmp_path, drop_zip(broker, {"Email": later}, date="20261201"), "b.zip")
+    assert drop_import(second, capsys=capsys)["drop_session_id"] == "2"
+
+
+def test_another_brokers_consumers_never_match(package: Path, capsys) -> None:
+    other = broker_create(broker_id="5555", name="Other", actor="test")
+    consumer(other, "X-1", email=EMAIL[2][1])
+    drop_import(package, capsys=capsys)
+    item = WorkItem.objects.get(work_item_id=EMAIL[2][0])
+    assert item.status_code == 5
+    assert not DeletionRequest.objects.filter(remote_identifier="X-1").exists()
+
+
+def test_downloaded_at_sets_the_due_date(package: Path, capsys) -> None:
+    shown = drop_import(package, "--downloaded-at", "2026-11-21", capsys=capsys)
+    assert shown["due_date"] == "2027-01-05"
+
+
+# ---------------------------------------------------------------- refused ZIPs
+
+
+def rewrite_member(content: bytes, name: str, text: str) -> bytes:
+    """The same package with one member's text replaced."""
+    source = zipfile.ZipFile(io.BytesIO(content))
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as target:
+        for info in source.infolist():
+            data = text.encode() if info.filename == name else source.read(info)
+            target.writestr(info.filename, data)
+    return buffer.getvalue()
+
+
+EMAIL_CSV = f"{PACKAGE_DATE}_4821_Email.csv"
+GOOD_ROWS = "".join(f"{wid},{h}\r\n" for wid, h in EMAIL)
+
+
+def good(content: bytes) -> bytes:
+    return content
+
+
+def staging_tables() -> int:
+    """Staging tables left behind (there must be none, whatever happened; temp tables go
+    at commit by themselves)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_class"
+            " WHERE relname LIKE 'drop\\_staged%%' AND relpersistence <> 't'"
+        )
+        return int(cursor.fetchone()[0])
+
+
+@pytest.mark.parametrize(
+    ("spoil", "message"),
+    [
+        pytest.param(good, None, id="the good package imports"),
+        pytest.param(lambda c: c[: len(c) // 2], "not a readable ZIP", id="truncated"),
+        pytest.param(lambda c: b"<html>502 Bad Gateway</html>", "not a readable ZIP", id="not-zip"),
+        pytest.param(
+            lambda c: rewrite_member(c, EMAIL_CSV, "ID,Hash\r\n" + GOOD_ROWS + "short,x\r\n"),
+            f"{EMAIL_CSV} line 5: work item id must be 12 letters or digits",
+            id="bad-id",
+        ),
+        pytest.param(
+            lambda c: rewrite_member(c, EMAIL_CSV, f"ID,Hash\r\n{EMAIL[0][0]},bm90YmFzZTY0\r\n"),
+            f"{EMAIL_CSV} line 2: hash must be 44 characters",
+            id="bad-hash",
+        ),
+        pytest.param(
+            lambda c: rewrite_member(c, EMAIL_CSV, "Id,HashValue\r\n" + GOOD_ROWS),
+            f"{EMAIL_CSV} line 1: header must be ID,Hash",
+            id="wrong-header",
+        ),
+        pytest.param(
+            lambda c: rewrite_member(c, EMAIL_CSV, "ID,Hash\r\n" + GOOD_ROWS + GOOD_ROWS[:58]),
+            f"{EMAIL_CSV} line 5: work item id {EMAIL[0][0]} appears twice",
+            id="duplicate-id",
+        ),
+    ],
+)
+def test_a_bad_zip_is_refused_whole_naming_file_line_and_reason(
+    package: Path, spoil, message: str | None, capsys
+) -> None:
+    package.write_bytes(spoil(package.read_bytes()))
+    if message is None:
+        assert drop_import(package, capsys=capsys)["work_items"] == 6
+        assert staging_tables() == 0
+        return
+    with pytest.raises(CommandError) as refused:
+        call_command("drop", "import", "--broker", "4821", str(package))
+    assert message in str(refused.value)
+    assert "refused, nothing imported" in str(refused.value)
+    assert "\n" not in str(refused.value)
+    assert not DropCycle.objects.exists()
+    assert not WorkItem.objects.exists()
+    assert not DeletionRequest.objects.exists()
+    assert staging_tables() == 0
+    event = LedgerEvent.objects.get(kind="drop.import_refused")
+    assert message in event.data["error"]
+
+
+def test_another_brokers_package_is_refused(broker: Broker, tmp_path: Path) -> None:
+    other = broker_create(broker_id="5555", name="Other", actor="test")
+    for target in (broker, other):
+        path = write_zip(tmp_path, drop_zip(other, {"Email": EMAIL}), f"{target.broker_id}.zip")
+        if target == other:
+            call_command("drop", "import", "--broker", "5555", str(path))
+            assert DropCycle.objects.filter(broker=other).exists()
+            continue
+        with pytest.raises(CommandError, match="broker id 5555 in the file name is not this"):
+            call_command("drop", "import", "--broker", "4821", str(path))
+        assert not DropCycle.objects.filter(broker=broker).exists()
+
+
+def test_a_refused_zip_can_be_imported_once_fixed(package: Path, capsys) -> None:
+    content = package.read_bytes()
+    package.write_bytes(rewrite_member(content, EMAIL_CSV, "Id,HashValue\r\n"))
+    with pytest.raises(CommandError):
+        call_command("drop", "import", "--broker", "4821", str(package))
+    package.write_bytes(content)
+    assert drop_import(package, capsys=capsys)["drop_session_id"] == "1"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--broker", "9999", "x.zip"], "no broker with id '9999'"),
+        (["--broker", "4821", "/nonexistent/x.zip"], "no such file: /nonexistent/x.zip"),
+        (["--broker", "4821", "PKG", "--downloaded-at", "soon"], "not a date: 'soon'"),
+    ],
+)
+def test_bad_arguments_are_one_line_errors(package: Path, argv: list[str], message: str) -> None:
+    argv = [str(package) if arg == "PKG" else arg for arg in argv]
+    with pytest.raises(CommandError, match=message):
+        call_command("drop", "import", *argv)
+    assert not DropCycle.objects.exists()
+
+
+# ---------------------------------------------------------------- removed identifiers
+
+
+@pytest.fixture
+def imported(broker: Broker, package: Path, capsys) -> DropCycle:
+    webhook(broker)
+    drop_import(package, capsys=capsys)
+    return DropCycle.objects.get()
+
+
+def test_removed_identifiers_close_their_work_items_and_cancel_what_was_not_sent(
+    broker: Broker, imported: DropCycle, tmp_path: Path, capsys
+) -> None:
+    c1 = DeletionRequest.objects.get(remote_identifier="C-1")
+    c2 = DeletionRequest.objects.get(remote_identifier="C-2", hash_type="email")
+    DeletionRequest.objects.filter(pk=c2.pk).update(state=RequestState.DISPATCHED)
+    fresh = list(work_items(1, start=50))
+    removed = [
+        (EMAIL[0][0], EMAIL[0][1], "Email"),  # matched: C-1 queued, C-2 dispatched
+        (NDZ[0][0], NDZ[0][1], "NDZ"),  # not found (5)
+        ("ZZZZZZZZZZZZ", EMAIL[0][1], "Email"),  # never seen here
+    ]
+    second = write_zip(
+        tmp_path, drop_zip(broker, {"Email": fresh}, removed, date="20261201"), "2.zip"
+    )
+    shown = drop_import(second, capsys=capsys)
+
+    assert shown["removed"] == {"rows": 3, "closed": 2, "unknown": 1, "requests_cancelled": 1}
+    for wid in (EMAIL[0][0], NDZ[0][0]):
+        item = WorkItem.objects.get(work_item_id=wid)
+        assert (item.state, item.status_code) == (WorkItemState.REMOVED, None)
+    c1.refresh_from_db()
+    c2.refresh_from_db()
+    assert c1.state == RequestState.CANCELLED
+    assert c2.state == RequestState.DISPATCHED  # the broker may be acting on it
+    event = LedgerEvent.objects.get(kind="drop.work_items_removed")
+    assert (event.subject, event.data["work_items_closed"], event.data["requests_cancelled"]) == (
+        "2",
+        2,
+        1,
+    )
+    assert DropCycle.objects.get(drop_session_id="2").removed == 3
+
+
+def test_a_package_with_only_removed_rows_owes_nothing(
+    broker: Broker, imported: DropCycle, tmp_path: Path, capsys
+) -> None:
+    removed = [(EMAIL[1][0], EMAIL[1][1], "Email")]
+    second = write_zip(tmp_path, drop_zip(broker, {}, removed, date="20261201"), "2.zip")
+    drop_import(second, capsys=capsys)
+    cycle = DropCycle.objects.get(drop_session_id="2")
+    assert (cycle.work_items, cycle.state) == (0, CycleState.NOTHING_OWED)
+    assert WorkItem.objects.get(work_item_id=EMAIL[1][0]).state == WorkItemState.REMOVED
+
+
+def test_text_output_says_what_happened(package: Path, capsys) -> None:
+    call_command("drop", "import", "--broker", "4821", str(package))
+    out = capsys.readouterr().out
+    assert "Cycle 1 from" in out
+    assert "6 work items, 2 matched, 4 not found (status 5)" in out
+    assert f"report by {days_after(PACKAGE_DATE, 45).isoformat()}" in out

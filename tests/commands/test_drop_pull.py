@@ -1,0 +1,375 @@
+"""``drop pull`` against the loopback DROP stand-in: every answer DROP gives, and the
+periodic pull. No request leaves 127.0.0.1; waits are recorded, not slept."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.test import override_settings
+from django.utils import timezone
+from procrastinate.contrib.django.models import ProcrastinateJob
+
+from devtools.drop_simulator import DropSimulator, work_items
+from integrations import tasks
+from integrations.drop.client import PRODUCTION_URL, SANDBOX_URL
+from integrations.models import Broker, DeletionRequest, DropCycle, LedgerEvent, WorkItem
+from integrations.selectors import brokers_due_for_pull
+from integrations.services import drop as drop_services
+from integrations.services.brokers import broker_create
+from tests.drop_cycle import PACKAGE_DATE, consumer, drop_zip
+
+pytestmark = pytest.mark.django_db
+
+KEY = "dk_live_7Qz9SECRETkeyVALUE42"
+ITEMS = list(work_items(5))
+PACKAGE_NAME = f"{PACKAGE_DATE}_4821_DROP.zip"
+
+
+@pytest.fixture
+def drop() -> Iterator[DropSimulator]:
+    with DropSimulator(api_key=KEY) as simulator:
+        yield simulator
+
+
+@pytest.fixture
+def waits(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[float]:
+    """Every wait between attempts, recorded instead of slept; packages kept in tmp_path."""
+    recorded: list[float] = []
+    monkeypatch.setattr(drop_services, "wait", recorded.append)
+    monkeypatch.setattr(drop_services, "DROP_TIMEOUT", (1.0, 1.0))
+    monkeypatch.setattr(drop_services, "PACKAGES_DIR", tmp_path / "packages")
+    return recorded
+
+
+@pytest.fixture
+def broker(db: None, drop: DropSimulator, waits: list[float]) -> Broker:
+    registered = broker_create(
+        broker_id="4821",
+        name="Acme Data",
+        mode="test",
+        drop_api_key=KEY,
+        drop_base_url=drop.url,
+        actor="test",
+    )
+    consumer(registered, "C-1", email=ITEMS[0][1])
+    return registered
+
+
+@pytest.fixture
+def package(broker: Broker) -> bytes:
+    return drop_zip(broker, {"Email": ITEMS[:3], "Phone": ITEMS[3:]})
+
+
+def pull(*extra: str) -> None:
+    call_command("drop", "pull", "--broker", "4821", *extra)
+
+
+def pull_json(capsys: pytest.CaptureFixture[str], *extra: str) -> dict:
+    pull("--json", *extra)
+    return json.loads(capsys.readouterr().out)
+
+
+def api_calls() -> list[tuple[int | None, str]]:
+    return [
+        (e.data["status"], e.data["outcome"])
+        for e in LedgerEvent.objects.filter(kind="drop.api_call").order_by("id")
+    ]
+
+
+def assert_nothing_imported() -> None:
+    assert not DropCycle.objects.exists()
+    assert not WorkItem.objects.exists()
+    assert not DeletionRequest.objects.exists()
+
+
+def assert_key_never_recorded() -> None:
+    for event in LedgerEvent.objects.all():
+        assert KEY not in json.dumps(event.data) + event.subject + event.actor
+
+
+# ---------------------------------------------------------------- answers DROP gives
+
+
+def test_a_package_is_downloaded_imported_and_matched(
+    broker: Broker, drop: DropSimulator, package: bytes, capsys, tmp_path: Path
+) -> None:
+    drop.queue_package(package, PACKAGE_NAME)
+    shown = pull_json(capsys)
+    assert shown["outcome"] == "imported"
+    assert (shown["drop_session_id"], shown["work_items"], shown["matched"]) == ("1", 5, 1)
+    assert shown["zip_name"] == PACKAGE_NAME
+    cycle = DropCycle.objects.get()
+    assert cycle.downloaded_at.date() == timezone.localdate()
+    assert cycle.due_date == timezone.localdate() + dt.timedelta(days=45)
+    assert DeletionRequest.objects.get().remote_identifier == "C-1"
+    assert drop.requests[0].headers["X-API-KEY"] == KEY
+    assert api_calls() == [(200, "package")]
+    broker.refresh_from_db()
+    assert broker.last_pulled_at is not None
+    assert LedgerEvent.objects.get(kind="drop.pulled").data["outcome"] == "imported"
+    assert (tmp_path / "packages" / "4821" / PACKAGE_NAME).read_bytes() == package
+    assert_key_never_recorded()
+
+
+def test_nothing_new_is_recorded_and_counts_as_a_pull(
+    broker: Broker, drop: DropSimulator, capsys
+) -> None:
+    drop.queue_nothing_new("No new data since your last completed download.")
+    pull()
+    assert "Nothing new from DROP: No new data" in capsys.readouterr().out
+    assert_nothing_imported()
+    broker.refresh_from_db()
+    assert broker.last_pulled_at is not None
+    assert api_calls() == [(200, "nothing_new")]
+
+
+def test_a_package_still_being_built_is_waited_for(
+    broker: Broker, drop: DropSimulator, package: bytes, waits: list[float], capsys
+) -> None:
+    drop.queue_pending(times=2, retry_after=5)
+    drop.queue_package(package, PACKAGE_NAME)
+    assert pull_json(capsys)["outcome"] == "imported"
+    assert waits == [5.0, 5.0]
+    assert api_calls() == [(202, "pending"), (202, "pending"), (200, "package")]
+
+
+def test_waiting_longer_than_max_wait_stops_and_the_next_pull_picks_up(
+    broker: Broker, drop: DropSimulator, package: bytes, waits: list[float], capsys
+) -> None:
+    drop.queue_pending(times=2, retry_after=60)  # waits 60 s once; a second 60 s is too long
+    with pytest.raises(CommandError, match="still prepares the package after 100 s"):
+        pull("--max-wait", "100")
+    assert_nothing_imported()
+    assert LedgerEvent.objects.filter(kind="drop.pull_failed").count() == 1
+    broker.refresh_from_db()
+    assert broker.last_pulled_at is None
+
+    assert waits == [60.0]
+    drop.queue_package(package, PACKAGE_NAME)
+    assert pull_json(capsys)["drop_session_id"] == "1"
+
+
+def test_throttling_is_waited_out_as_drop_asks(
+    broker: Broker, drop: DropSimulator, package: bytes, waits: list[float], capsys
+) -> None:
+    drop.queue_response(429, body={"message": "Too many requests"}, headers={"Retry-After": "7"})
+    drop.queue_package(package, PACKAGE_NAME)
+    assert pull_json(capsys)["outcome"] == "imported"
+    assert waits == [7.0]
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "message"),
+    [
+        (401, "Unauthorized", "bad API key"),
+        (403, {"message": "Broker is not eligible"}, "not eligible or no list selected"),
+        (
+            409,
+            {"message": "Previous download has work items without a status"},
+            "report them first",
+        ),
+    ],
+)
+def test_a_refusal_stops_with_one_line_and_a_ledger_event(
+    broker: Broker,
+    drop: DropSimulator,
+    package: bytes,
+    status: int,
+    body: object,
+    message: str,
+    capsys,
+) -> None:
+    drop.queue_response(status, body=body)  # type: ignore[arg-type]
+    with pytest.raises(CommandError) as refused:
+        pull()
+    text = str(refused.value)
+    assert message in text and "\n" not in text and KEY not in text
+    assert_nothing_imported()
+    assert api_calls() == [(status, "auth_error" if status in (401, 403) else "conflict")]
+    failed = LedgerEvent.objects.get(kind="drop.pull_failed")
+    assert failed.data["status"] == status
+    broker.refresh_from_db()
+    assert broker.last_pulled_at is None
+    assert_key_never_recorded()
+
+    drop.queue_package(package, PACKAGE_NAME)  # once staff fixed it, the next pull works
+    assert pull_json(capsys)["drop_session_id"] == "1"
+
+
+def test_a_wrong_key_is_refused_without_showing_it(broker: Broker, drop: DropSimulator) -> None:
+    broker.drop_api_key = "dk_live_WRONGkey"
+    broker.save()
+    with pytest.raises(CommandError, match="bad API key") as refused:
+        pull()
+    assert "WRONGkey" not in str(refused.value)
+    assert "check the broker's DROP API key" in str(refused.value)
+
+
+def test_server_errors_are_retried_with_backoff(
+    broker: Broker, drop: DropSimulator, package: bytes, waits: list[float], capsys
+) -> None:
+    drop.queue_response(503, body={"message": "Service Unavailable"}, times=2)
+    drop.queue_package(package, PACKAGE_NAME)
+    assert pull_json(capsys)["outcome"] == "imported"
+    assert waits == [2.0, 4.0]
+    assert api_calls() == [(503, "server_error"), (503, "server_error"), (200, "package")]
+
+
+def test_drop_down_for_good_stops_and_imports_nothing(
+    broker: Broker, drop: DropSimulator, waits: list[float]
+) -> None:
+    drop.queue_response(500, body={"message": "Internal Server Error"}, times=10)
+    with pytest.raises(CommandError, match="failed 5 times; last: Internal Server Error"):
+        pull()
+    assert_nothing_imported()
+    assert len(api_calls()) == 5
+
+
+def test_a_timeout_is_retried(broker: Broker, drop: DropSimulator, package: bytes, capsys) -> None:
+    drop.queue_response(200, body=package, delay=1.5, path="/data/download")  # past 1 s
+    drop.queue_package(package, PACKAGE_NAME)
+    assert pull_json(capsys)["outcome"] == "imported"
+    assert [outcome for _, outcome in api_calls()] == ["timeout", "package"]
+
+
+def test_a_body_cut_short_is_retried_and_never_imported_in_part(
+    broker: Broker, drop: DropSimulator, package: bytes, capsys, tmp_path: Path
+) -> None:
+    drop.queue_package(package, PACKAGE_NAME, cut_after=len(package) // 2)
+    drop.queue_package(package, PACKAGE_NAME)
+    assert pull_json(capsys)["work_items"] == 5
+    assert [outcome for _, outcome in api_calls()] == ["truncated", "package"]
+    kept = sorted(p.name for p in (tmp_path / "packages" / "4821").iterdir())
+    assert kept == [PACKAGE_NAME]  # no partial file left behind
+
+
+def test_a_body_cut_short_every_time_imports_nothing(
+    broker: Broker, drop: DropSimulator, package: bytes, tmp_path: Path
+) -> None:
+    for _ in range(5):
+        drop.queue_package(package, PACKAGE_NAME, cut_after=100)
+    with pytest.raises(CommandError, match="download cut short"):
+        pull()
+    assert_nothing_imported()
+    assert list((tmp_path / "packages" / "4821").iterdir()) == []
+
+
+def test_a_bad_package_is_refused_whole_and_kept_for_staff(
+    broker: Broker, drop: DropSimulator, package: bytes, capsys, tmp_path: Path
+) -> None:
+    other = broker_create(broker_id="5555", name="Other", actor="test")
+    bad = drop_zip(other, {"Email": ITEMS})
+    drop.queue_package(bad, PACKAGE_NAME)
+    with pytest.raises(CommandError) as refused:
+        pull()
+    text = str(refused.value)
+    kept = tmp_path / "packages" / "4821" / PACKAGE_NAME
+    assert f"{PACKAGE_DATE}_5555_Email.csv: broker id 5555 in the file name" in text
+    assert f"The package is kept at {kept}" in text
+    assert f"drop import --broker 4821 {kept}" in text
+    assert kept.read_bytes() == bad
+    assert_nothing_imported()
+    assert LedgerEvent.objects.filter(kind="drop.import_refused").count() == 1
+    assert LedgerEvent.objects.filter(kind="drop.pull_failed").count() == 1
+
+    drop.queue_package(package, PACKAGE_NAME)
+    assert pull_json(capsys)["drop_session_id"] == "1"
+
+
+def test_the_same_package_again_changes_nothing(
+    broker: Broker, drop: DropSimulator, package: bytes, capsys
+) -> None:
+    drop.queue_package(package, PACKAGE_NAME)
+    pull_json(capsys)
+    drop.queue_package(package, PACKAGE_NAME)
+    assert pull_json(capsys)["outcome"] == "already_imported"
+    assert DropCycle.objects.count() == 1
+    assert WorkItem.objects.count() == 5
+
+
+def test_a_broker_without_a_key_cannot_pull(broker: Broker, drop: DropSimulator) -> None:
+    broker.drop_api_key = ""
+    broker.save()
+    with pytest.raises(CommandError, match="broker 4821 has no DROP API key"):
+        pull()
+    assert drop.requests == []
+    assert LedgerEvent.objects.filter(kind="drop.pull_failed").exists()
+
+
+def test_unknown_broker_and_negative_wait_are_refused(broker: Broker) -> None:
+    with pytest.raises(CommandError, match="no broker with id '9999'"):
+        call_command("drop", "pull", "--broker", "9999")
+    with pytest.raises(CommandError, match="--max-wait must be 0 or more"):
+        pull("--max-wait", "-1")
+
+
+# ---------------------------------------------------------------- where DROP is
+
+
+def test_base_url_is_the_brokers_then_drop_api_url_then_by_mode(
+    broker: Broker, drop: DropSimulator
+) -> None:
+    assert drop_services.drop_client_for(broker, actor="t").base_url == drop.url
+    broker.drop_base_url = ""
+    with override_settings(DROP_API_URL="http://127.0.0.1:9/sandbox"):
+        assert drop_services.drop_client_for(broker, actor="t").base_url == (
+            "http://127.0.0.1:9/sandbox"
+        )
+    with override_settings(DROP_API_URL=None):
+        assert drop_services.drop_client_for(broker, actor="t").base_url == SANDBOX_URL
+        broker.mode = "production"
+        assert drop_services.drop_client_for(broker, actor="t").base_url == PRODUCTION_URL
+
+
+# ---------------------------------------------------------------- the periodic pull
+
+
+def days_ago(days: float) -> dt.datetime:
+    return timezone.now() - dt.timedelta(days=days)
+
+
+def test_due_brokers_are_those_with_auto_pull_and_an_old_or_no_pull(broker: Broker) -> None:
+    def make(broker_id: str, **fields: object) -> None:
+        created = broker_create(broker_id=broker_id, name=broker_id, actor="test")
+        Broker.objects.filter(pk=created.pk).update(**fields)
+
+    make("1001", auto_pull=True)  # never pulled
+    make("1002", auto_pull=True, last_pulled_at=days_ago(29))
+    make("1003", auto_pull=True, last_pulled_at=days_ago(30.01))
+    make("1004", auto_pull=True, pull_interval_days=7, last_pulled_at=days_ago(8))
+    make("1005", auto_pull=False, last_pulled_at=days_ago(90))
+    due = [b.broker_id for b in brokers_due_for_pull(now=timezone.now())]
+    assert due == ["1001", "1003", "1004"]
+
+
+def test_the_periodic_job_defers_one_pull_per_due_broker(broker: Broker) -> None:
+    Broker.objects.filter(pk=broker.pk).update(auto_pull=True)
+    assert tasks.pull_due() == 1
+    assert tasks.pull_due() == 0  # the first is still waiting: not queued twice
+    job = ProcrastinateJob.objects.get(task_name="integrations.tasks.pull_broker")
+    assert job.args == {"broker_pk": broker.pk}
+    assert job.queueing_lock == "pull:4821"
+
+
+def test_a_pull_job_imports_and_a_failed_one_tries_again_later(
+    broker: Broker, drop: DropSimulator, package: bytes
+) -> None:
+    Broker.objects.filter(pk=broker.pk).update(auto_pull=True)
+    drop.queue_response(409, body={"message": "Report first"})
+    assert tasks.pull_broker(broker_pk=broker.pk) == "failed"
+    assert [b.broker_id for b in brokers_due_for_pull(now=timezone.now())] == ["4821"]
+    assert LedgerEvent.objects.get(kind="drop.pull_failed").actor == "system:auto-pull"
+
+    drop.queue_package(package, PACKAGE_NAME)
+    assert tasks.pull_broker(broker_pk=broker.pk) == "imported"
+    assert DropCycle.objects.count() == 1
+    assert list(brokers_due_for_pull(now=timezone.now())) == []
+    assert [b.broker_id for b in brokers_due_for_pull(now=timezone.now() + dt.timedelta(30))] == [
+        "4821"
+    ]

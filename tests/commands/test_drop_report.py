@@ -1,0 +1,152 @@
+"""``drop report``: write the response CSVs, save them with --out, upload with --upload."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.utils import timezone
+
+from devtools.drop_simulator import DropSimulator
+from integrations.models import (
+    Broker,
+    DropCycle,
+    ReportFile,
+    ReportFileState,
+    RequestState,
+    WorkItem,
+)
+from tests.reporting_factories import cycle_make, item_make, request_make
+
+pytestmark = pytest.mark.django_db
+
+KEY = "dk_test_commandKEY_7"
+EMAIL = "20260312_4821_Email.csv"
+PHONE = "20260312_4821_Phone.csv"
+
+
+@pytest.fixture
+def drop() -> Iterator[DropSimulator]:
+    with DropSimulator(api_key=KEY, broker_id="4821", active_download=True) as simulator:
+        yield simulator
+
+
+@pytest.fixture
+def cycle(broker: Broker, drop: DropSimulator) -> DropCycle:
+    broker.drop_api_key = KEY
+    broker.drop_base_url = drop.url
+    broker.save()
+    cycle = cycle_make(broker)
+    item_make(cycle, status_code=3, work_item_id="EmailDeleted")
+    item_make(cycle, list_type="Phone", status_code=5, work_item_id="PhoneNotFnd1")
+    return cycle
+
+
+def run(*args: str) -> str:
+    out = io.StringIO()
+    call_command("drop", "report", "--broker", "4821", *args, stdout=out)
+    return out.getvalue()
+
+
+def test_write_and_save_for_a_manual_upload(cycle: DropCycle, tmp_path: Path) -> None:
+    output = run("--out", str(tmp_path / "responses"))
+
+    assert f"Wrote {EMAIL}: 1 rows (upload (new statuses)), sha256 " in output
+    assert "Waiting for upload: " in output
+    saved = tmp_path / "responses" / EMAIL
+    assert saved.read_bytes() == b"Id,Status\r\nEmailDeleted,3\r\n"
+    assert (tmp_path / "responses" / PHONE).read_bytes() == b"Id,Status\r\nPhoneNotFnd1,5\r\n"
+
+    again = run("--out", str(tmp_path / "again"))  # nothing new, the waiting files again
+
+    assert "Wrote" not in again
+    assert sorted(p.name for p in (tmp_path / "again").iterdir()) == [EMAIL, PHONE]
+
+
+def test_upload(cycle: DropCycle, drop: DropSimulator) -> None:
+    output = run("--upload")
+
+    assert f"DROP accepted {EMAIL}" in output
+    assert set(drop.uploaded) == {EMAIL, PHONE}
+    assert set(ReportFile.objects.values_list("state", flat=True)) == {ReportFileState.ACCEPTED}
+    assert "Nothing to report" in run("--upload")
+
+
+def test_json(cycle: DropCycle) -> None:
+    result = json.loads(run("--upload", "--json"))
+
+    assert [f["file_name"] for f in result["written"]] == [EMAIL, PHONE]
+    assert result["written"][0]["state"] == "accepted"
+    assert result["written"][0]["rows"] == 1
+    assert result["error"] is None
+    assert result["open_cycles"] == []  # everything went out
+
+
+def test_each_run_ends_with_what_is_still_owed(cycle: DropCycle) -> None:
+    waiting = item_make(cycle, work_item_id="EmailWaiting")
+    request_make(waiting, state=RequestState.DISPATCHED)
+    days = (cycle.due_date - timezone.localdate()).days
+    when = f"overdue by {-days} day(s)" if days < 0 else f"{days} day(s) left"
+
+    output = run()  # the two known statuses are written; one is still waiting
+
+    assert (
+        f"Cycle 1 is due {cycle.due_date.isoformat()} ({when}): 1 status(es) not yet sent "
+        "to DROP, 1 of them still waiting for an outcome." in output
+    )
+    (open_cycle,) = json.loads(run("--json"))["open_cycles"]
+    assert (open_cycle["statuses_owed"], open_cycle["waiting_for_outcome"]) == (1, 1)
+
+
+def test_a_rejection_is_one_line_and_a_failing_exit(cycle: DropCycle, drop: DropSimulator) -> None:
+    drop.broker_id = "9999"
+    with pytest.raises(CommandError, match=f"{EMAIL} rejected: The data broker id"):
+        run("--upload")
+    assert WorkItem.objects.get(work_item_id="EmailDeleted").reported_at is None
+
+
+def test_drop_refusing_leaves_the_files_for_the_next_run(
+    cycle: DropCycle, drop: DropSimulator
+) -> None:
+    drop.active_download = False
+    with pytest.raises(CommandError, match=r"upload stopped: .*no active download"):
+        run("--upload")
+    assert set(ReportFile.objects.values_list("state", flat=True)) == {ReportFileState.WRITTEN}
+
+    drop.active_download = True
+    assert f"DROP accepted {EMAIL}" in run("--upload")
+
+
+def test_one_cycle_only(cycle: DropCycle) -> None:
+    later = cycle_make(cycle.broker, session="2")
+    item_make(later, status_code=4, work_item_id="LaterItem001")
+    output = run("--cycle", "2")
+    assert "Wrote 20260312_4821_Email.csv: 1 rows" in output
+    assert ReportFile.objects.get().cycle == later
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--cycle", "7"], "broker 4821 has no cycle '7'"),
+        (["--upload"], "no DROP API key"),
+    ],
+)
+def test_bad_requests_write_nothing(broker: Broker, args: list[str], message: str) -> None:
+    item_make(cycle_make(broker), status_code=3)
+    with pytest.raises(CommandError, match=message):
+        run(*args)
+    assert not ReportFile.objects.exists()
+
+
+def test_unknown_broker_and_a_file_for_a_folder(cycle: DropCycle, tmp_path: Path) -> None:
+    with pytest.raises(CommandError, match="no broker with id '9999'"):
+        call_command("drop", "report", "--broker", "9999")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(CommandError, match="is a file, not a folder"):
+        run("--out", str(tmp_path / "file"))
+    assert not ReportFile.objects.exists()

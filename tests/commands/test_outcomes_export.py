@@ -1,0 +1,146 @@
+"""``outcomes export``: one row per deletion request with its whole history."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from integrations.models import Broker, LedgerEvent
+from integrations.selectors import OUTCOME_COLUMNS
+from integrations.services.brokers import broker_create
+from tests.reporting_factories import OutcomeHistory, outcome_history
+
+pytestmark = pytest.mark.django_db
+
+PRODUCT_COLUMNS = (  # product.md section 4, "Outcome history columns"
+    "request_uuid",
+    "broker_id",
+    "drop_session_id",
+    "work_item_id",
+    "hash_type",
+    "identifier_hash",
+    "remote_identifier",
+    "integration_id",
+    "state",
+    "drop_outcome",
+    "drop_status_code",
+    "error_message",
+    "matched_at",
+    "dispatched_at",
+    "completed_at",
+    "reported_at",
+    "report_file",
+    "late_match",
+)
+
+
+@pytest.fixture
+def history(broker: Broker) -> OutcomeHistory:
+    other = broker_create(broker_id="1234", name="Other", mode="test", actor="test")
+    return outcome_history(broker, other)
+
+
+def run(*args: str) -> str:
+    out = io.StringIO()
+    call_command("outcomes", "export", *args, stdout=out)
+    return out.getvalue()
+
+
+def test_csv_has_every_request_with_the_columns_auditors_need(history: OutcomeHistory) -> None:
+    rows = list(csv.DictReader(io.StringIO(run())))
+
+    assert set(PRODUCT_COLUMNS) <= set(rows[0])
+    assert [r["request_uuid"] for r in rows] == [
+        str(history.deleted.request_uuid),
+        str(history.failed.request_uuid),
+        str(history.amended.request_uuid),
+        str(history.other_broker.request_uuid),
+    ]
+    deleted = rows[0]
+    assert deleted["broker_id"] == "4821"
+    assert deleted["work_item_id"] == "A1b2C3d4E5f6"
+    assert deleted["list_type"] == "Email"
+    integration = history.deleted.integration
+    assert integration is not None
+    assert deleted["integration_id"] == str(integration.uuid)
+    assert (deleted["state"], deleted["drop_outcome"], deleted["drop_status_code"]) == (
+        "completed",
+        "deleted",
+        "3",
+    )
+    assert deleted["dispatched_at"] == "2026-03-12T10:00:05+00:00"  # the first attempt
+    assert deleted["acknowledged_at"] == "2026-03-12T10:05:00+00:00"  # the 2xx
+    assert deleted["completed_at"] == "2026-03-13T08:00:00+00:00"
+    assert deleted["report_file"] == "20260312_4821_Email.csv"
+    assert deleted["reported_status_code"] == "3"
+    assert deleted["reported_at"] != ""
+    assert (deleted["amended"], deleted["late_match"]) == ("false", "false")
+    amended = rows[2]
+    assert amended["report_file"] == "20260312_4821_Email_amend01.csv"
+    assert (amended["amended"], amended["late_match"]) == ("true", "true")
+
+
+def test_csv_cells_cannot_run_as_formulas(history: OutcomeHistory) -> None:
+    failed = list(csv.DictReader(io.StringIO(run())))[1]
+    assert failed["error_message"] == '\'=HYPERLINK("http://evil.example")'
+    assert failed["remote_identifier"] == "'@crm:user-7"
+    assert (failed["state"], failed["drop_status_code"], failed["report_file"]) == (
+        "failed",
+        "",
+        "",
+    )
+
+
+def test_jsonl_keeps_values_exact_and_filters_by_broker_and_dates(
+    history: OutcomeHistory,
+) -> None:
+    lines = run("--format", "jsonl", "--broker", "4821", "--since", "2026-03-13")
+    rows = [json.loads(line) for line in lines.splitlines()]
+
+    assert [r["request_uuid"] for r in rows] == [
+        str(history.failed.request_uuid),
+        str(history.amended.request_uuid),
+    ]
+    assert list(rows[0]) == list(OUTCOME_COLUMNS)
+    assert rows[0]["remote_identifier"] == "@crm:user-7"
+    assert rows[0]["error_message"] == '=HYPERLINK("http://evil.example")'
+    assert rows[0]["drop_status_code"] is None
+    assert rows[1]["late_match"] is True
+
+    until = run("--format", "jsonl", "--broker", "4821", "--until", "2026-03-13")
+    assert len(until.splitlines()) == 2  # the 12th and the 13th, whole days
+
+
+def test_out_file_is_written_whole(history: OutcomeHistory, tmp_path: Path) -> None:
+    target = tmp_path / "outcomes.csv"
+    err = io.StringIO()
+    call_command("outcomes", "export", "--out", str(target), stdout=io.StringIO(), stderr=err)
+    assert target.read_text().startswith(",".join(OUTCOME_COLUMNS[:3]))
+    assert f"Wrote the outcome history to {target}" in err.getvalue()
+    event = LedgerEvent.objects.get(kind="outcomes.exported")
+    assert (event.subject, event.data["filters"]["out"]) == ("command", str(target))
+    assert len(target.read_text().splitlines()) == 5  # the header and four requests
+    assert [p.name for p in tmp_path.iterdir()] == ["outcomes.csv"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--broker", "9999"], "no broker with id '9999'"),
+        (["--since", "March"], "not a date: 'March'"),
+        (["--since", "2026-03-13", "--until", "2026-03-12"], "--until must be after --since"),
+        (["--format", "xlsx"], "invalid choice: 'xlsx'"),
+    ],
+)
+def test_bad_arguments_are_one_clear_error(
+    history: OutcomeHistory, tmp_path: Path, args: list[str], message: str
+) -> None:
+    target = tmp_path / "outcomes.csv"
+    with pytest.raises(CommandError, match=message):
+        call_command("outcomes", "export", *args, "--out", str(target))
+    assert not target.exists()

@@ -1,0 +1,239 @@
+"""Outbound HTTP against the loopback broker simulator, and the SSRF refusals.
+
+Refusal tests forbid ``connect()`` altogether, so a refusal that came too late fails the test
+instead of reaching an address outside this machine.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from devtools.broker_simulator import BrokerSimulator, Reply
+from integrations.dispatch import signing
+from integrations.dispatch.http import (
+    RESPONSE_BODY_LIMIT,
+    DeliveryResult,
+    build_session,
+    deliver,
+    tls_context,
+)
+from integrations.dispatch.policy import classify
+
+SECRET = signing.generate_webhook_secret()
+PAYLOAD = {"topic": "drop.deletion:create", "request_uuid": "3f2c8a8e-6a4b-4c1e-9a57-0c5d2f1e9b10"}
+
+
+@pytest.fixture
+def simulator() -> Iterator[BrokerSimulator]:
+    with BrokerSimulator(SECRET) as running:
+        yield running
+
+
+@pytest.fixture
+def no_connect(monkeypatch: pytest.MonkeyPatch) -> None:
+    def forbidden(sock: socket.socket, address: Any) -> None:
+        raise AssertionError(f"a connection to {address} was attempted")
+
+    monkeypatch.setattr(socket.socket, "connect", forbidden)
+    monkeypatch.setattr(socket.socket, "connect_ex", forbidden)
+
+
+def _post(url: str, *, allow_private: bool = True, **kwargs: Any) -> DeliveryResult:
+    body = json.dumps(PAYLOAD).encode()
+    headers = {"Content-Type": "application/json", **signing.signed_headers(SECRET, body)}
+    return deliver("POST", url, body=body, headers=headers, allow_private=allow_private, **kwargs)
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# -- against the simulator (allow_private=True) ---------------------------------------------
+
+
+def test_2xx_is_delivered_signed_and_recorded(simulator: BrokerSimulator) -> None:
+    simulator.script(Reply(status=202, body=b'{"ok":true}'))
+
+    result = _post(simulator.url)
+
+    assert (result.status, result.error) == (202, None)
+    assert result.response_body == '{"ok":true}'
+    assert result.duration_ms >= 0
+    assert classify(result.status, result.error) == "delivered"
+    [received] = simulator.received
+    assert received.method == "POST"
+    assert received.json == PAYLOAD
+    assert received.signature_ok is True
+
+
+def test_500_is_a_result_not_an_exception(simulator: BrokerSimulator) -> None:
+    simulator.script(Reply(status=500, body=b"upstream down"))
+
+    result = _post(simulator.url)
+
+    assert (result.status, result.error) == (500, None)
+    assert result.response_body == "upstream down"
+    assert classify(result.status, result.error) == "retry"
+
+
+def test_scripted_replies_come_in_order(simulator: BrokerSimulator) -> None:
+    simulator.script(500, 500, 200)
+
+    statuses = [_post(simulator.url).status for _ in range(4)]
+
+    assert statuses == [500, 500, 200, 200]
+    assert len(simulator.received) == 4
+
+
+def test_redirect_is_not_followed(simulator: BrokerSimulator) -> None:
+    simulator.script(Reply.redirect(location=simulator.base_url + "/elsewhere"))
+
+    result = _post(simulator.url)
+
+    assert result.status == 301
+    assert result.error == "redirect not followed (301)"
+    assert classify(result.status, result.error) == "retry"
+    assert [r.path for r in simulator.received] == ["/webhook"]
+
+
+def test_retry_after_and_410_reach_the_caller(simulator: BrokerSimulator) -> None:
+    simulator.script(Reply.rate_limited("120"), Reply.gone())
+
+    limited, gone = _post(simulator.url), _post(simulator.url)
+
+    assert (limited.status, limited.response_headers["Retry-After"]) == (429, "120")
+    assert classify(gone.status, gone.error) == "gone"
+
+
+def test_slow_response_times_out(simulator: BrokerSimulator) -> None:
+    simulator.script(Reply.slow(3.0))
+
+    result = _post(simulator.url, timeout_total=0.3)
+
+    assert (result.status, result.error) == (None, "timed out after 0.3 s")
+    assert 250 <= result.duration_ms < 1500
+    assert len(simulator.received) == 1
+
+
+def test_trickling_body_cannot_stretch_the_total_timeout(simulator: BrokerSimulator) -> None:
+    # Each piece arrives well within any single read timeout; only the overall deadline stops it.
+    simulator.script(Reply(body=b"x" * 1280, trickle=0.05))
+
+    result = _post(simulator.url, timeout_total=0.3)
+
+    assert result.status == 200
+    assert result.error == "timed out after 0.3 s"
+    assert 250 <= result.duration_ms < 800
+    assert classify(result.status, result.error) == "retry"
+
+
+def test_connection_refused() -> None:
+    result = _post(f"http://127.0.0.1:{_closed_port()}/webhook")
+
+    assert (result.status, result.error) == (None, "connection refused")
+
+
+def test_response_body_is_cut_at_4_kib(simulator: BrokerSimulator) -> None:
+    simulator.script(Reply(body=b"a" * RESPONSE_BODY_LIMIT + b"b" * 100_000), Reply(body=b"\xffok"))
+
+    long, undecodable = _post(simulator.url), _post(simulator.url)
+
+    assert long.status == 200
+    assert long.response_body == "a" * RESPONSE_BODY_LIMIT
+    assert long.response_headers["Content-Length"] == str(RESPONSE_BODY_LIMIT + 100_000)
+    assert undecodable.response_body == "\ufffdok"
+
+
+def test_connections_are_kept_alive(simulator: BrokerSimulator) -> None:
+    for _ in range(5):
+        assert _post(simulator.url).status == 200
+
+    assert simulator.connections_accepted == 1
+
+
+# -- SSRF refusals (allow_private=False) ----------------------------------------------------
+
+
+@pytest.mark.usefixtures("no_connect")
+def test_plain_http_is_refused(simulator: BrokerSimulator) -> None:
+    result = _post(simulator.url, allow_private=False)
+
+    assert (result.status, result.error) == (None, "plain http not allowed: use https")
+    assert simulator.connections_accepted == 0
+
+
+@pytest.mark.usefixtures("no_connect")
+def test_https_to_the_loopback_broker_is_refused(simulator: BrokerSimulator) -> None:
+    result = _post(f"https://127.0.0.1:{simulator.port}/webhook", allow_private=False)
+
+    assert result.error == "target address not allowed: 127.0.0.1 is loopback"
+    assert simulator.connections_accepted == 0
+    assert simulator.received == []
+
+
+@pytest.mark.usefixtures("no_connect")
+@pytest.mark.parametrize(
+    ("url", "error"),
+    [
+        ("https://10.0.0.1/hook", "10.0.0.1 is private"),
+        ("https://192.168.1.20/hook", "192.168.1.20 is private"),
+        ("https://100.64.0.1/hook", "100.64.0.1 is private"),
+        ("https://169.254.169.254/latest/meta-data/", "169.254.169.254 is link-local"),
+        ("https://[::1]/hook", "::1 is loopback"),
+        ("https://[::ffff:127.0.0.1]/hook", "127.0.0.1 is loopback"),
+        ("https://[::ffff:10.0.0.1]/hook", "10.0.0.1 is private"),
+        ("https://[fe80::1]/hook", "fe80::1 is link-local"),
+        ("https://[fd00::1]/hook", "fd00::1 is private"),
+        ("https://224.0.0.1/hook", "224.0.0.1 is multicast"),
+        ("https://240.0.0.1/hook", "240.0.0.1 is reserved"),
+        ("https://0.0.0.0/hook", "0.0.0.0 is reserved"),
+        # Beyond requests-hardened's own check (Python's is_private misses these).
+        ("https://[::7f00:1]/hook", "::7f00:1 is reserved"),
+        ("https://[fec0::1]/hook", "fec0::1 is private"),
+        # A name resolving to loopback (resolved from /etc/hosts, no network).
+        ("https://localhost/hook", "127.0.0.1 is loopback"),
+    ],
+)
+def test_non_public_targets_are_refused_before_connecting(url: str, error: str) -> None:
+    result = _post(url, allow_private=False)
+
+    assert result.status is None
+    assert result.error == f"target address not allowed: {error}"
+    assert classify(result.status, result.error) == "retry"
+
+
+@pytest.mark.usefixtures("no_connect")
+@pytest.mark.parametrize("url", ["ftp://example.com/hook", "https:///hook", "example.com/hook"])
+def test_malformed_urls_are_refused(url: str) -> None:
+    assert _post(url, allow_private=False).error == (
+        "invalid URL: an absolute https:// URL is required"
+    )
+
+
+# -- TLS ------------------------------------------------------------------------------------
+
+
+def test_tls_context_requires_tls_1_2_and_verifies() -> None:
+    context = tls_context()
+
+    assert context.minimum_version == ssl.TLSVersion.TLSv1_2
+    assert context.verify_mode == ssl.CERT_REQUIRED
+    assert context.check_hostname is True
+
+
+@pytest.mark.parametrize("allow_private", [False, True])
+def test_sessions_use_the_tls_context(allow_private: bool) -> None:
+    adapter: Any = build_session(allow_private).get_adapter("https://broker.example/hook")
+
+    context = adapter.poolmanager.connection_pool_kw["ssl_context"]
+
+    assert context.minimum_version == ssl.TLSVersion.TLSv1_2
+    assert build_session(allow_private) is build_session(allow_private)

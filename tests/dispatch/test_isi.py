@@ -1,0 +1,499 @@
+"""ISI deletes and identifier retrievals through the shared delivery loop, to a real loopback
+ISI API: the bodies of 2.6 with the bearer token, the acknowledgement ``{"status":
+"processing"}``, the synchronous identifiers feeding the SaaS deletions, OAuth tokens (one
+refresh on a 401), and every fault, each a failed attempt on the same policy as webhooks.
+
+Failure cases share the success case's setup and change one thing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import socket
+import ssl
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+from django.db import connection
+from django.utils import timezone
+from procrastinate.contrib.django.models import ProcrastinateJob
+
+from devtools.broker_simulator import Reply
+from devtools.isi_simulator import IsiSimulator
+from integrations.dispatch.deliveries import deletion_requests_deliver, resolution_requests_deliver
+from integrations.dispatch.http import tls_context
+from integrations.models import (
+    DeletionRequest,
+    DeliveryAttempt,
+    Integration,
+    IsiConnection,
+    LedgerEvent,
+    RequestState,
+    SaasDeletion,
+)
+from integrations.services import isi as isi_services
+from integrations.services.isi import CreatedIsiIntegration
+from tests.isi_factories import (
+    CONNECTION_A,
+    broker_connections,
+    connection_of,
+    isi_deletion_request,
+    isi_integration_for,
+    isi_resolution_request,
+)
+from tests.webhook_factories import saas_connection
+
+pytestmark = pytest.mark.django_db
+
+RESOLVED = {
+    "email": [{"email": " Ann.Smith@Example.COM"}, {"email": "ann@old.example"}],
+    "phone": [{"phone": "+14155559317"}],
+}
+
+
+@pytest.fixture(autouse=True)
+def private_targets(settings: Any) -> None:
+    settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = True
+    settings.DROPPORTAL_PUBLIC_URL = "https://portal.example"
+
+
+@pytest.fixture
+def api() -> Iterator[IsiSimulator]:
+    with IsiSimulator(connections=broker_connections(), identifiers={"C-1": RESOLVED}) as running:
+        yield running
+
+
+@pytest.fixture
+def created(broker: Any, api: IsiSimulator) -> CreatedIsiIntegration:
+    return isi_integration_for(broker, api)
+
+
+@pytest.fixture
+def connection_a(created: CreatedIsiIntegration) -> IsiConnection:
+    return connection_of(created, CONNECTION_A)
+
+
+def _jobs(task: str, pk: int) -> list[ProcrastinateJob]:
+    return list(ProcrastinateJob.objects.filter(task_name=task, args__request_ids=[pk]))
+
+
+def _cached_token(created: CreatedIsiIntegration) -> str:
+    return Integration.objects.get(pk=created.integration.pk).access_token
+
+
+# -- deletes --------------------------------------------------------------------------------
+
+
+def test_a_delete_carries_the_body_of_2_6_with_the_bearer_token_and_processing_acknowledges(
+    api: IsiSimulator, created: CreatedIsiIntegration, connection_a: IsiConnection
+) -> None:
+    request = isi_deletion_request(connection_a, remote_identifier="C-1")
+
+    assert deletion_requests_deliver(request_ids=[request.pk]) == {"delivered": 1}
+
+    (delete,) = api.on("delete")
+    assert (delete.method, delete.path) == ("POST", f"/api/v1/privacy/drop/delete/{CONNECTION_A}")
+    assert delete.json == {
+        "request_uuid": str(request.request_uuid),
+        "results_token": request.results_token,
+        "callback_path": "/api/v1/drop/callbacks/isi",
+        "drop_context": {
+            "broker_id": "4821",
+            "drop_session_id": "1",
+            "hash_type": "email",
+            "match_date": "2026-11-20",
+        },
+        "remote_identifier": "C-1",
+        "remote_identifier_kind": "external_id",
+    }
+    assert delete.headers["Authorization"] == f"Bearer {_cached_token(created)}"
+    assert delete.headers["Content-Type"] == "application/json"
+    request.refresh_from_db()
+    assert (request.state, request.attempts, request.last_error) == ("dispatched", 1, "")
+    assert request.dispatched_at is not None
+    (attempt,) = request.delivery_attempts.all()
+    assert (attempt.status, attempt.error) == (200, "")
+    assert attempt.url == f"{api.base_url}/api/v1/privacy/drop/delete/{CONNECTION_A}"
+    assert json.loads(attempt.response_body) == {"status": "processing"}
+    assert _cached_token(created) not in json.dumps(attempt.request_headers)
+    assert LedgerEvent.objects.get(kind="deletion_request.delivered").data["status"] == 200
+
+
+def _expired_everywhere(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cached token has expired, and this worker holds none (a fresh process)."""
+    Integration.objects.update(access_token_expires_at=timezone.now() - dt.timedelta(seconds=1))
+    monkeypatch.setattr(isi_services, "_held", {})
+
+
+def test_the_token_is_fetched_once_for_many_deletes(
+    api: IsiSimulator, connection_a: IsiConnection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    requests = [isi_deletion_request(connection_a, remote_identifier=f"C-{i}") for i in range(5)]
+    _expired_everywhere(monkeypatch)
+
+    counts = deletion_requests_deliver(request_ids=[r.pk for r in requests])
+
+    assert counts == {"delivered": 5}
+    assert api.tokens_issued == 2  # at creation, and once for the whole batch
+    assert len({d.headers["Authorization"] for d in api.on("delete")}) == 1
+
+
+def test_the_callback_path_keeps_the_public_urls_prefix(
+    api: IsiSimulator, connection_a: IsiConnection, settings: Any
+) -> None:
+    settings.DROPPORTAL_PUBLIC_URL = "https://portal.example/dropportal"
+    request = isi_deletion_request(connection_a)
+
+    deletion_requests_deliver(request_ids=[request.pk])
+
+    assert api.on("delete")[0].json["callback_path"] == "/dropportal/api/v1/drop/callbacks/isi"
+
+
+BAD_ACKNOWLEDGEMENTS: dict[str, tuple[Reply, str]] = {
+    "another status": (
+        Reply(200, b'{"status": "completed"}'),
+        """expected 200 with {"status": "processing"}, got status 'completed'""",
+    ),
+    "not JSON": (
+        Reply(200, b"OK"),
+        'expected 200 with {"status": "processing"}: the answer is not JSON',
+    ),
+    "202": (
+        Reply(202, b'{"status": "processing"}'),
+        'expected 200 with {"status": "processing"}, got HTTP 202',
+    ),
+    "204": (Reply(204), 'expected 200 with {"status": "processing"}, got HTTP 204'),
+    "500": (Reply(500, b"database down"), ""),
+}
+
+
+@pytest.mark.parametrize("case", BAD_ACKNOWLEDGEMENTS, ids=list(BAD_ACKNOWLEDGEMENTS))
+def test_a_delete_not_acknowledged_with_processing_is_a_failed_attempt_retried(
+    api: IsiSimulator, connection_a: IsiConnection, case: str
+) -> None:
+    reply, error = BAD_ACKNOWLEDGEMENTS[case]
+    api.answer_next("delete", reply)
+    request = isi_deletion_request(connection_a)
+
+    assert deletion_requests_deliver(request_ids=[request.pk]) == {"retry": 1}
+
+    request.refresh_from_db()
+    assert (request.state, request.attempts) == ("queued", 1)
+    assert request.last_error == (f"{reply.status}: {error}" if error else f"HTTP {reply.status}")
+    assert request.next_attempt_at is not None
+    (job,) = _jobs("integrations.tasks.deliver_deletion_requests", request.pk)
+    assert job.scheduled_at == request.next_attempt_at
+    (attempt,) = request.delivery_attempts.all()
+    assert (attempt.status, attempt.error) == (reply.status, error)
+    failed = LedgerEvent.objects.get(kind="deletion_request.delivery_failed")
+    assert failed.data["error"] == request.last_error
+
+
+def test_a_410_disables_the_integration_as_for_webhooks(
+    api: IsiSimulator, created: CreatedIsiIntegration, connection_a: IsiConnection
+) -> None:
+    api.answer_next("delete", Reply.gone())
+    request = isi_deletion_request(connection_a)
+
+    assert deletion_requests_deliver(request_ids=[request.pk]) == {"gone": 1}
+
+    integration = Integration.objects.get(pk=created.integration.pk)
+    assert not integration.enabled
+    assert integration.disabled_reason.startswith("410 Gone from ")
+    assert LedgerEvent.objects.get(kind="integration.disabled").data["alert"] is True
+
+
+# -- OAuth while delivering -----------------------------------------------------------------
+
+
+def test_a_stale_token_is_refreshed_once_and_the_renewed_one_kept(
+    api: IsiSimulator, created: CreatedIsiIntegration, connection_a: IsiConnection
+) -> None:
+    stale = _cached_token(created)
+    api.revoke_tokens()
+    first, second = isi_deletion_request(connection_a), isi_deletion_request(connection_a)
+
+    assert deletion_requests_deliver(request_ids=[first.pk]) == {"delivered": 1}
+
+    tries = [d.headers["Authorization"] for d in api.on("delete")]
+    assert tries[0] == f"Bearer {stale}"
+    renewed = tries[1].removeprefix("Bearer ")
+    assert renewed != stale
+    assert api.tokens_issued == 2
+    (attempt,) = DeliveryAttempt.objects.all()
+    assert attempt.status == 200
+
+    # Renewed on the sending thread, stored by the next delivery's thread.
+    assert deletion_requests_deliver(request_ids=[second.pk]) == {"delivered": 1}
+    assert api.on("delete")[-1].headers["Authorization"] == f"Bearer {renewed}"
+    assert _cached_token(created) == renewed
+    assert api.tokens_issued == 2
+
+
+def test_a_401_to_the_fresh_token_too_is_a_failed_attempt(
+    api: IsiSimulator, connection_a: IsiConnection
+) -> None:
+    api.answer_next("delete", Reply(401), Reply(401))
+    request = isi_deletion_request(connection_a)
+
+    assert deletion_requests_deliver(request_ids=[request.pk]) == {"retry": 1}
+
+    request.refresh_from_db()
+    assert request.last_error == "401: refused a freshly issued access token too"
+    assert len(api.on("delete")) == 2
+    assert api.tokens_issued == 2  # one refresh, not more
+
+
+def test_a_token_endpoint_that_is_down_fails_the_attempts_before_any_delete(
+    api: IsiSimulator, connection_a: IsiConnection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _expired_everywhere(monkeypatch)
+    api.answer_next("token", Reply(503))
+    requests = [isi_deletion_request(connection_a) for _ in range(3)]
+
+    assert deletion_requests_deliver(request_ids=[r.pk for r in requests]) == {"retry": 3}
+
+    assert api.on("delete") == []
+    assert len(api.on("token")) == 2  # at creation, then once for the batch
+    for request in DeletionRequest.objects.all():
+        assert request.last_error == f"OAuth token endpoint {api.token_url}: HTTP 503"
+        (attempt,) = request.delivery_attempts.all()
+        assert attempt.status is None
+        assert _jobs("integrations.tasks.deliver_deletion_requests", request.pk)
+
+
+def test_a_token_endpoint_that_does_not_answer_at_all_fails_the_attempt(
+    api: IsiSimulator, connection_a: IsiConnection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _expired_everywhere(monkeypatch)
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        token_url = f"http://127.0.0.1:{closed.getsockname()[1]}/oauth/token"
+    Integration.objects.update(token_url=token_url)
+    request = isi_deletion_request(connection_a)
+
+    assert deletion_requests_deliver(request_ids=[request.pk]) == {"retry": 1}
+
+    request.refresh_from_db()
+    assert request.last_error == f"OAuth token endpoint {token_url}: connection refused"
+    assert api.on("delete") == []
+
+
+# -- identifier retrieval -------------------------------------------------------------------
+
+
+def test_identifiers_are_retrieved_synchronously_and_start_the_saas_deletions(
+    broker: Any, api: IsiSimulator, connection_a: IsiConnection
+) -> None:
+    mailer = saas_connection(broker, "https://api.mailer.example/erase", identifier_categories=[])
+    sms = saas_connection(
+        broker, "https://sms.example/erase", name="SMS", identifier_categories=["phone"]
+    )
+    saas_connection(
+        broker, "https://ads.example", name="Ads", identifier_categories=["maid"], enabled=False
+    )
+    resolution = isi_resolution_request(connection_a, remote_identifier="C-1")
+
+    assert resolution_requests_deliver(request_ids=[resolution.pk]) == {"delivered": 1}
+
+    (asked,) = api.on("identifiers")
+    assert asked.path == f"/api/v2/privacy/drop/identifiers/{CONNECTION_A}"
+    assert asked.json == {
+        "request_uuid": str(resolution.request_uuid),
+        "remote_identifier": "C-1",
+        "remote_identifier_kind": "external_id",
+        "identifier_categories": ["email", "phone"],  # the enabled SaaS connections' union
+    }
+    assert asked.headers["Authorization"].startswith("Bearer tok-")
+    resolution.refresh_from_db()
+    assert resolution.state == RequestState.COMPLETED
+    assert json.loads(resolution.identifiers) == RESOLVED  # verbatim
+    deletions = SaasDeletion.objects.filter(resolution=resolution)
+    assert {d.saas_connection for d in deletions} == {mailer, sms}
+    assert {d.state for d in deletions} == {"queued"}
+    kinds = list(
+        LedgerEvent.objects.filter(subject=str(resolution.request_uuid))
+        .order_by("id")
+        .values_list("kind", flat=True)
+    )
+    assert kinds == ["resolution_request.delivered", "resolution_request.outcome_recorded"]
+    # The clear identifiers are kept encrypted only: not in attempts, not in the ledger.
+    (attempt,) = resolution.delivery_attempts.all()
+    assert json.loads(attempt.response_body) == {
+        "identifiers": {
+            "email": [{"email": "<22 characters>"}, {"email": "<15 characters>"}],
+            "phone": [{"phone": "<12 characters>"}],
+        }
+    }
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT identifiers FROM integrations_resolutionrequest")
+        (stored,) = cursor.fetchone()
+    everything = stored + json.dumps(list(LedgerEvent.objects.values_list("data", flat=True)))
+    assert "Ann.Smith" not in everything and "4155559317" not in everything
+
+
+def test_without_categories_email_is_asked(
+    broker: Any, api: IsiSimulator, connection_a: IsiConnection
+) -> None:
+    saas_connection(broker, "https://api.mailer.example/erase", identifier_categories=[])
+    resolution = isi_resolution_request(connection_a)
+
+    resolution_requests_deliver(request_ids=[resolution.pk])
+
+    assert api.on("identifiers")[0].json["identifier_categories"] == ["email"]
+
+
+WRONG_SHAPES: dict[str, tuple[Reply, str]] = {
+    "a string where an array is": (
+        Reply(200, b'{"identifiers": {"email": "ann@example.com"}}'),
+        'identifiers have the wrong shape: email: Expected a list of items but got type "str".',
+    ),
+    "a number where a string is": (
+        Reply(200, b'{"identifiers": {"email": [{"email": 5}]}}'),
+        "identifiers have the wrong shape: email[0].email: Not a valid string.",
+    ),
+    "no identifiers": (
+        Reply(200, b'{"ids": {"email": []}}'),
+        "the identifiers answer is not a JSON object with 'identifiers'",
+    ),
+    "an array": (
+        Reply(200, b"[]"),
+        "the identifiers answer is not a JSON object with 'identifiers'",
+    ),
+    "not JSON": (Reply(200, b"<html>"), "the identifiers answer is not JSON"),
+    "202": (Reply(202, b'{"identifiers": {}}'), "expected 200 with {identifiers}, got HTTP 202"),
+}
+
+
+@pytest.mark.parametrize("case", WRONG_SHAPES, ids=list(WRONG_SHAPES))
+def test_an_identifiers_answer_of_the_wrong_shape_is_a_failed_attempt(
+    broker: Any, api: IsiSimulator, connection_a: IsiConnection, case: str
+) -> None:
+    saas_connection(broker, "https://api.mailer.example/erase")
+    reply, error = WRONG_SHAPES[case]
+    api.answer_next("identifiers", reply)
+    resolution = isi_resolution_request(connection_a)
+
+    assert resolution_requests_deliver(request_ids=[resolution.pk]) == {"retry": 1}
+
+    resolution.refresh_from_db()
+    assert (resolution.state, resolution.identifiers, resolution.completed_at) == (
+        "queued",
+        "",
+        None,
+    )
+    assert resolution.last_error == f"{reply.status}: {error}"
+    assert not SaasDeletion.objects.exists()
+    (attempt,) = resolution.delivery_attempts.all()
+    assert attempt.error == error
+    assert "ann@example.com" not in attempt.response_body
+    assert _jobs("integrations.tasks.deliver_resolution_requests", resolution.pk)
+    assert not LedgerEvent.objects.filter(kind="resolution_request.outcome_recorded").exists()
+
+
+# -- TLS ------------------------------------------------------------------------------------
+
+
+def _self_signed(directory: Path) -> tuple[Path, Path]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "isi.broker.example")])
+    now = dt.datetime.now(dt.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(days=1))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("isi.broker.example")]), False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
+    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
+
+
+def _handshake(client: ssl.SSLContext, server: ssl.SSLContext) -> str | None:
+    """Both ends of a TLS handshake in memory (no socket); the version agreed on."""
+    to_server, to_client = ssl.MemoryBIO(), ssl.MemoryBIO()
+    client_end = client.wrap_bio(to_client, to_server, server_hostname="isi.broker.example")
+    server_end = server.wrap_bio(to_server, to_client, server_side=True)
+    done = {"client": False, "server": False}
+    for _ in range(10):
+        for side, end in (("client", client_end), ("server", server_end)):
+            if not done[side]:
+                try:
+                    end.do_handshake()
+                    done[side] = True
+                except ssl.SSLWantReadError:
+                    pass
+        if all(done.values()):
+            return client_end.version()
+    return None
+
+
+@pytest.mark.filterwarnings("ignore:ssl.TLSVersion.TLSv1:DeprecationWarning")
+@pytest.mark.parametrize("broker_tls", ["TLSv1_1", "TLSv1_2"])
+def test_the_context_of_every_isi_call_refuses_tls_below_1_2(
+    tmp_path: Path, broker_tls: str
+) -> None:
+    cert, key = _self_signed(tmp_path)
+    broker_api = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)  # a broker stuck on an old version
+    broker_api.load_cert_chain(cert, key)
+    broker_api.minimum_version = ssl.TLSVersion.TLSv1
+    broker_api.maximum_version = ssl.TLSVersion[broker_tls]
+    broker_api.set_ciphers("DEFAULT:@SECLEVEL=0")
+    lenient = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # shows the broker does speak it
+    lenient.minimum_version = ssl.TLSVersion.TLSv1
+    lenient.set_ciphers("DEFAULT:@SECLEVEL=0")
+    ours = tls_context()  # what dispatch.http.deliver, and so every ISI call, uses
+    for client in (lenient, ours):
+        client.load_verify_locations(cafile=cert)
+
+    assert _handshake(lenient, broker_api) == broker_tls.replace("_", ".")
+    if broker_tls == "TLSv1_2":
+        assert _handshake(ours, broker_api) == "TLSv1.2"
+    else:
+        with pytest.raises(ssl.SSLError, match=r"UNSUPPORTED_PROTOCOL|unsupported protocol"):
+            _handshake(ours, broker_api)
+
+
+def test_an_isi_token_endpoint_on_a_private_address_is_refused_in_production(
+    api: IsiSimulator,
+    connection_a: IsiConnection,
+    settings: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = False
+    _expired_everywhere(monkeypatch)
+    Integration.objects.update(
+        token_url=f"https://127.0.0.1:{api.port}/oauth/token",
+        base_url=f"https://127.0.0.1:{api.port}",
+    )
+    request = isi_deletion_request(connection_a)
+    before = len(api.received)
+
+    assert deletion_requests_deliver(request_ids=[request.pk]) == {"retry": 1}
+
+    request.refresh_from_db()
+    assert request.last_error == (
+        f"OAuth token endpoint https://127.0.0.1:{api.port}/oauth/token: "
+        "target address not allowed: 127.0.0.1 is loopback"
+    )
+    assert len(api.received) == before  # nothing left the service

@@ -1,0 +1,219 @@
+"""Identifier retrieval notifications and SaaS deletions, through the same delivery loop, to
+real loopback receivers: body 2.3, the generic SaaS body with its bearer token, and the
+resolved identifiers purged once every SaaS deletion is final."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from devtools.broker_simulator import BrokerSimulator, Reply
+from integrations import tasks
+from integrations.dispatch.deliveries import resolution_requests_deliver, saas_deletions_deliver
+from integrations.dispatch.policy import MAX_ATTEMPTS
+from integrations.models import (
+    Broker,
+    LedgerEvent,
+    RequestState,
+    ResolutionRequest,
+    SaasConnection,
+    SaasDeletion,
+)
+from tests.webhook_factories import (
+    resolution_request,
+    saas_connection,
+    saas_deletion,
+    webhook_integration_for,
+)
+
+pytestmark = pytest.mark.django_db
+
+RESOLVED = {
+    "email": [{"email": " Ann.Smith@Example.com"}, {"email": "ann@old.example"}],
+    "phone": [{"phone": "+14155559317"}],
+}
+
+
+@pytest.fixture(autouse=True)
+def private_targets(settings) -> None:
+    settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = True
+    settings.DROPPORTAL_PUBLIC_URL = "https://portal.example"
+
+
+@pytest.fixture
+def receiver() -> Iterator[BrokerSimulator]:
+    with BrokerSimulator() as running:
+        yield running
+
+
+@pytest.fixture
+def saas_receiver() -> Iterator[BrokerSimulator]:
+    with BrokerSimulator(path="/v1/erase") as running:
+        yield running
+
+
+def test_a_resolution_notification_carries_body_2_3_signed(
+    broker: Broker, receiver: BrokerSimulator
+) -> None:
+    created = webhook_integration_for(broker, receiver.url)
+    receiver.secrets = [created.webhook_secret]
+    request = resolution_request(created.integration, remote_identifier="C-7")
+
+    assert resolution_requests_deliver(request_ids=[request.pk]) == {"delivered": 1}
+
+    (arrived,) = receiver.received
+    assert arrived.signature_ok is True
+    assert arrived.headers["X-Webhook-Id"] == str(request.webhook_request_id)
+    assert arrived.json == {
+        "integration_name": "Acme CRM",
+        "integration_kind": "webhook",
+        "webhook_request_id": str(request.webhook_request_id),
+        "request_type": "drop_resolution",
+        "topic": "drop.resolution:create",
+        "request_uuid": str(request.request_uuid),
+        "integration_id": str(created.integration.uuid),
+        "results_token": request.results_token,
+        "broker_id": "4821",
+        "drop_session_id": "1",
+        "match_date": "2026-11-20",
+        "mode": "test",
+        "identifiers": {"external_id": [{"external_id": "C-7"}]},
+        "webhook_callback_url": "https://portal.example/api/v1/drop/callbacks/resolution",
+    }
+    request.refresh_from_db()
+    assert request.state == RequestState.DISPATCHED
+    assert LedgerEvent.objects.filter(kind="resolution_request.delivered").count() == 1
+
+
+def _answered(broker: Broker, **fields: Any) -> ResolutionRequest:
+    integration = webhook_integration_for(broker, "https://crm.acme.example/drop").integration
+    return resolution_request(
+        integration, state=RequestState.COMPLETED, identifiers=json.dumps(RESOLVED), **fields
+    )
+
+
+def _mailer(broker: Broker, url: str, **fields: object) -> SaasConnection:
+    fields.setdefault("token", "tok-mailer")
+    return saas_connection(broker, url, name=str(fields.pop("name", "Mailer")), **fields)
+
+
+def test_a_saas_deletion_sends_its_categories_with_the_bearer_token_and_purges_when_done(
+    broker: Broker, saas_receiver: BrokerSimulator
+) -> None:
+    resolution = _answered(broker)
+    mailer = _mailer(broker, saas_receiver.url, identifier_categories=["email"])
+    deletion = saas_deletion(resolution, mailer)
+
+    assert saas_deletions_deliver(deletion_ids=[deletion.pk]) == {"delivered": 1}
+
+    (arrived,) = saas_receiver.received
+    assert arrived.headers["Authorization"] == "Bearer tok-mailer"
+    assert arrived.json == {
+        "request_uuid": str(resolution.request_uuid),
+        "broker_id": "4821",
+        "identifiers": {"email": RESOLVED["email"]},  # verbatim, only its category
+    }
+    deletion.refresh_from_db()
+    assert deletion.state == RequestState.COMPLETED  # no callback: the 2xx is the deletion
+    attempt = deletion.delivery_attempts.get()
+    assert attempt.request_headers["Authorization"] == "[redacted]"
+    resolution.refresh_from_db()
+    assert resolution.identifiers == ""
+    assert resolution.identifiers_purged_at is not None
+    purged = LedgerEvent.objects.get(kind="resolution_request.identifiers_purged")
+    assert purged.data["saas_deletions"] == {"Mailer": "completed"}
+    assert "Ann.Smith" not in json.dumps(list(LedgerEvent.objects.values_list("data", flat=True)))
+
+
+def test_identifiers_stay_until_the_last_saas_deletion_is_final(
+    broker: Broker, saas_receiver: BrokerSimulator
+) -> None:
+    resolution = _answered(broker)
+    first = saas_deletion(resolution, _mailer(broker, saas_receiver.url))
+    second = saas_deletion(
+        resolution, _mailer(broker, saas_receiver.url, name="Ads", identifier_categories=["phone"])
+    )
+    saas_receiver.script(200, 503)
+
+    saas_deletions_deliver(deletion_ids=[first.pk, second.pk], threads=1)  # in this order
+
+    resolution.refresh_from_db()
+    assert json.loads(resolution.identifiers) == RESOLVED  # the Ads deletion will retry
+    second.refresh_from_db()
+    assert (second.state, second.attempts) == (RequestState.QUEUED, 1)
+    assert saas_receiver.received[1].json["identifiers"] == {"phone": RESOLVED["phone"]}
+
+
+def test_an_undeliverable_saas_deletion_keeps_the_identifiers_for_staff(
+    broker: Broker, saas_receiver: BrokerSimulator
+) -> None:
+    resolution = _answered(broker)
+    deletion = saas_deletion(
+        resolution, _mailer(broker, saas_receiver.url), attempts=MAX_ATTEMPTS - 1
+    )
+    saas_receiver.script(500)
+
+    assert saas_deletions_deliver(deletion_ids=[deletion.pk]) == {"undeliverable": 1}
+
+    resolution.refresh_from_db()
+    assert resolution.identifiers != ""  # staff may still redeliver
+    assert resolution.identifiers_purged_at is None
+
+
+def test_nothing_of_its_categories_cancels_the_saas_deletion_without_a_call(
+    broker: Broker, saas_receiver: BrokerSimulator
+) -> None:
+    resolution = _answered(broker)
+    deletion = saas_deletion(
+        resolution, _mailer(broker, saas_receiver.url, identifier_categories=["maid"])
+    )
+
+    assert saas_deletions_deliver(deletion_ids=[deletion.pk]) == {"skipped": 1}
+
+    assert saas_receiver.received == []
+    deletion.refresh_from_db()
+    assert deletion.state == RequestState.CANCELLED
+    assert "no identifier of the categories maid" in deletion.last_error
+    resolution.refresh_from_db()
+    assert resolution.identifiers == ""
+
+
+def test_410_from_a_saas_disables_the_connection(
+    broker: Broker, saas_receiver: BrokerSimulator
+) -> None:
+    resolution = _answered(broker)
+    mailer = _mailer(broker, saas_receiver.url)
+    deletion = saas_deletion(resolution, mailer)
+    saas_receiver.script(Reply.gone())
+
+    assert saas_deletions_deliver(deletion_ids=[deletion.pk]) == {"gone": 1}
+
+    mailer.refresh_from_db()
+    assert mailer.enabled is False
+    assert LedgerEvent.objects.get(kind="saas_connection.disabled").data["alert"] is True
+    deletion.refresh_from_db()
+    assert deletion.state == RequestState.QUEUED
+    assert saas_deletions_deliver(deletion_ids=[deletion.pk]) == {"skipped": 1}
+    assert len(saas_receiver.received) == 1
+
+
+def test_the_hourly_sweep_purges_identifiers_whose_saas_deletions_ended_in_bulk(
+    broker: Broker,
+) -> None:
+    resolution = _answered(broker)
+    deletion = saas_deletion(resolution, _mailer(broker, "https://api.mailer.example/erase"))
+    waiting = _answered(broker)
+    saas_deletion(waiting, _mailer(broker, "https://ads.example/erase", name="Ads"))
+    # As the import does when DROP removes the work item: cancelled in SQL, no purge.
+    SaasDeletion.objects.filter(pk=deletion.pk).update(state=RequestState.CANCELLED)
+
+    assert tasks.purge_resolved_identifiers() == 1
+
+    resolution.refresh_from_db()
+    assert (resolution.identifiers, resolution.identifiers_purged_at is not None) == ("", True)
+    waiting.refresh_from_db()
+    assert json.loads(waiting.identifiers) == RESOLVED  # its deletion is still queued
+    assert tasks.purge_resolved_identifiers() == 0

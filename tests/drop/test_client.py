@@ -1,0 +1,623 @@
+"""The DROP API client, against the loopback DROP simulator (no request leaves 127.0.0.1)."""
+
+from __future__ import annotations
+
+import io
+import logging
+import socket
+import ssl
+import traceback
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devtools.drop_simulator import (
+    ALREADY_UPLOADED_MESSAGE,
+    DropSimulator,
+    build_drop_zip,
+    work_items,
+)
+from integrations.drop.client import (
+    PRODUCTION_URL,
+    SANDBOX_URL,
+    DropApiError,
+    DropAuthError,
+    DropClient,
+    DropConflict,
+    DropPending,
+    DropProtocolError,
+    DropThrottled,
+    DropUnavailable,
+    base_url_for,
+    tls_context,
+)
+
+KEY = "dk_live_7Qz9SECRETkeyVALUE42"
+ITEMS = list(work_items(4))
+PACKAGE = build_drop_zip("4821", "20260312", {"Email": ITEMS[:2], "Phone": ITEMS[2:]})
+PACKAGE_NAME = "20260312_4821_DROP.zip"
+EMAIL_CSV = f"Id,Status\r\n{ITEMS[0][0]},3\r\n{ITEMS[1][0]},5\r\n".encode()
+PHONE_CSV = f"Id,Status\r\n{ITEMS[2][0]},4\r\n".encode()
+
+Call = tuple[str, str, int | None, int, str]
+
+
+@pytest.fixture
+def drop() -> Iterator[DropSimulator]:
+    with DropSimulator(api_key=KEY) as simulator:
+        yield simulator
+
+
+@pytest.fixture
+def sleeps() -> list[float]:
+    return []
+
+
+@pytest.fixture
+def calls() -> list[Call]:
+    return []
+
+
+@pytest.fixture
+def make_client(
+    drop: DropSimulator, sleeps: list[float], calls: list[Call]
+) -> Callable[..., DropClient]:
+    def make(**overrides: Any) -> DropClient:
+        options: dict[str, Any] = {
+            "sleep": sleeps.append,
+            "on_call": lambda *args: calls.append(args),
+            "timeout": (1, 2),
+        }
+        options.update(overrides)
+        api_key = options.pop("api_key", KEY)
+        base_url = options.pop("base_url", drop.url)
+        return DropClient(base_url, api_key, **options)
+
+    return make
+
+
+def outcomes(calls: list[Call]) -> list[tuple[int | None, str]]:
+    return [(status, outcome) for _, _, status, _, outcome in calls]
+
+
+def files_in(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir())
+
+
+# ------------------------------------------------------------------ configuration
+
+
+def test_base_url_by_mode_and_override() -> None:
+    assert base_url_for("production", None) == PRODUCTION_URL == "https://api.drop.privacy.ca.gov"
+    assert base_url_for("test", None) == SANDBOX_URL == "https://api.drop.privacy.ca.gov/sandbox"
+    assert base_url_for("production", "http://127.0.0.1:8765/") == "http://127.0.0.1:8765"
+    with pytest.raises(ValueError, match="unknown broker mode"):
+        base_url_for("staging", None)
+
+
+def test_plain_http_is_refused_except_on_loopback() -> None:
+    with pytest.raises(ValueError, match="must use https"):
+        DropClient("http://drop.example.com", KEY)
+    assert DropClient("http://127.0.0.1:9", KEY).base_url == "http://127.0.0.1:9"
+
+
+def test_tls_context_requires_tls_1_2_and_verifies_certificates() -> None:
+    context = tls_context()
+
+    assert context.minimum_version in {ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3}
+    assert context.verify_mode == ssl.CERT_REQUIRED
+    assert context.check_hostname
+
+
+def test_client_https_connections_use_the_tls_context() -> None:
+    client = DropClient(PRODUCTION_URL, KEY)
+    adapter = client.session.get_adapter(PRODUCTION_URL + "/data/download")
+
+    context = adapter.poolmanager.connection_pool_kw["ssl_context"]  # type: ignore[attr-defined]
+    assert context.minimum_version in {ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3}
+
+
+# ------------------------------------------------------------------ download
+
+
+def test_download_saves_the_package_under_its_name(
+    drop: DropSimulator, make_client: Callable[..., DropClient], tmp_path: Path, calls: list[Call]
+) -> None:
+    drop.queue_package(PACKAGE, PACKAGE_NAME)
+
+    result = make_client().download(tmp_path)
+
+    assert result.kind == "package"
+    assert result.file_name == PACKAGE_NAME
+    assert result.path == tmp_path / PACKAGE_NAME
+    assert result.path.read_bytes() == PACKAGE
+    assert result.size_bytes == len(PACKAGE)
+    assert files_in(tmp_path) == [PACKAGE_NAME]  # no temporary file left behind
+    assert calls == [("GET", "/data/download", 200, calls[0][3], "package")]
+    sent = drop.requests[0].headers
+    assert sent["X-API-KEY"] == KEY
+    assert sent["User-Agent"].startswith("dropportal/")
+    assert sent["Accept"] == "application/zip, application/json"
+
+
+def test_download_into_a_file_object(
+    drop: DropSimulator, make_client: Callable[..., DropClient]
+) -> None:
+    drop.queue_package(PACKAGE, PACKAGE_NAME)
+    out = io.BytesIO()
+
+    result = make_client().download(out)
+
+    assert (result.kind, result.path, result.file_name) == ("package", None, PACKAGE_NAME)
+    assert out.getvalue() == PACKAGE
+
+
+def test_download_under_the_sandbox_prefix(
+    drop: DropSimulator, make_client: Callable[..., DropClient], tmp_path: Path
+) -> None:
+    drop.queue_package(PACKAGE, PACKAGE_NAME)
+
+    result = make_client(base_url=drop.sandbox_url).download(tmp_path)
+
+    assert result.kind == "package"
+
+
+def test_same_package_twice_is_stored_once_and_a_different_one_is_not_overwritten(
+    drop: DropSimulator, make_client: Callable[..., DropClient], tmp_path: Path
+) -> None:
+    other = build_drop_zip("4821", "20260312", {"Email": [ITEMS[3]]})
+    drop.queue_package(PACKAGE, PACKAGE_NAME)
+    drop.queue_package(PACKAGE, PACKAGE_NAME)
+    drop.queue_package(other, PACKAGE_NAME)
+    client = make_client()
+
+    first, again, different = (client.download(tmp_path) for _ in range(3))
+
+    assert first.path == again.path == tmp_path / PACKAGE_NAME
+    assert different.path == tmp_path / "20260312_4821_DROP-1.zip"
+    assert (tmp_path / PACKAGE_NAME).read_bytes() == PACKAGE
+    assert different.path.read_bytes() == other
+
+
+def test_nothing_new(
+    drop: DropSimulator, make_client: Callable[..., DropClient], tmp_path: Path, calls: list[Call]
+) -> None:
+    drop.queue_nothing_new("Nothing since 2026-03-12.")
+
+    result = make_client().download(tmp_path)
+
+    assert (result.kind, result.message, result.path) == (
+        "nothing_new",
+        "Nothing since 2026-03-12.",
+        None,
+    )
+    assert files_in(tmp_path) == []
+    assert outcomes(calls) == [(200, "nothing_new")]
+
+
+def test_202_waits_retry_after_then_gets_the_package(
+    drop: DropSimulator,
+    make_client: Callable[..., DropClient],
+    tmp_path: Path,
+    sleeps: list[float],
+    calls: list[Call],
+) -> None:
+    drop.queue_pending(times=2, retry_after=45)
+    drop.queue_package(PACKAGE, PACKAGE_NAME)
+
+    result = make_client().download(tmp_path)
+
+    assert result.kind == "package"
+    assert result.attempts == 3
+    assert sleeps == [45.0, 45.0]
+    assert outcomes(calls) == [(202, "pending"), (202, "pending"), (200, "package")]
+
+
+def test_202_forever_gives_up_within_max_wait(
+    drop: DropSimulator, make_client: Callable[..., DropClient], tmp_path: Path, sleeps: list[float]
+) -> None:
+    drop.queue_pending(times=20, retry_after=30)
+
+    with pytest.raises(DropPending) as caught:
+        make_client(max_wait_seconds=100).download(tmp_path)
+
+    assert sleeps == [30.0, 30.0, 30.0]  # a fourth wait would pass 100 s
+    assert len(drop.calls("/data/download")) == 4
+    assert caught.value.status == 202
+    assert files_in(tmp_path) == []
+
+
+def test_401_plain_text_is_an_auth_error(
+    make_client: Callable[..., DropClient], tmp_path: Path, sleeps: list[float]
+) -> None:
+    with pytest.raises(DropAuthError) as caught:
+        make_client(api_key="wrong-key").download(tmp_path)
+
+    assert caught.value.status == 401
+    assert "Unauthorized" in str(caught.value)
+    assert sleeps == []
+
+
+def test_401_json_is_an_auth_error(
+    drop: DropSimulator, make_client: Callable[..., DropClient], tmp_path: Path
+) -> None:
+    drop.queue_response(401, body={"message": "Invalid API key."})
+
+    with pytest.raises(DropAuthError, match=r"Invalid API key\. \(HTTP 401\)"):
+        make_client().download(tmp_path)
+
+
+def test_403_is_an_auth_error(
+    drop: DropSimulator, make_client: Callable[..., DropClient], tmp_path: Path
+) -> None:
+    drop.queue_response(403, body={"message": "No list selected."})
+
+    with pytest.raises(DropAuthError) as caught:
+        make_client().download(tmp_path)
+
+    assert caught.value.status == 403
+    assert "No list selected." in caught.value.message
+
+
+def test_409_means_report_first(
+    drop: DropSimulator, make_client: Callable[..., DropClient], tmp_path: Path
+) -> None:
+    drop.queue_response(409, body={"message": "Previous download has pending work items."})
+
+    with pytest.raises(DropConflict, match="report them first") as caught:
+        make_client().download(tmp_path)
+
+    assert "Previous download has pending work items." in caught.value.message
+
+
+def test_429_waits_then_succeeds(
+    drop: DropSimulator,
+    make_client: Callable[..., DropClient],
+    tmp_path: Path,
+    sleeps: list[float],
+    calls: list[Call],
+) -> None:
+    drop.queue_response(429, body={"message": "Too many requests"}, headers={"Retry-After": "7"})
+    drop.queue_package(PACKAGE, PACKAGE_NAME)
+
+    assert make_client().download(tmp_path).kind == "package"
+    assert sleeps == [7.0]
+    assert outcomes(calls) == [(429, "throttled"), (200, "package")]
+
+
+def test_429_forever_is_throttled(
+    drop: DropSimulator, make_client: Callable[..., DropClient], tmp_path: Path
+) -> None:
+    drop.queue_response(429, headers={"Retry-After": "30"}, times=10)
+
+    with pytest.raises(DropThrottled) as caught:
+        make_client(max_wait_seconds=60).download(tmp_path)
+
+    assert isinstance(caught.value, DropUnavailable)
+    assert caught.value.status == 429
+
+
+def test_503_is_retried_with_backoff(
+    drop: DropSimulator,
+    make_client: Callable[..., DropClient],
+    tmp_path: Path,
+    sleeps: list[float],
+    calls: list[Call],
+) -> None:
+    drop.queue_response(503, body={"message": "Service Unavailable"})
+    drop.queue_package(PACKAGE, PACKAGE_NAME)
+
+    assert make_client().download(tmp_path).kind == "package"
+    assert sleeps == [2.0]
+    assert outcomes(calls) == [(503, "server_error"), (200, "package")]
+
+
+def test_500_forever_is_unavailable_after_bounded_retries(
+    drop: DropSimulator, make_client: Callable[..., DropClient], tmp_path: Path, sleeps: list[float]
+) -> None:
+    drop.queue_response(500, body={"message": "Internal error"}, times=10)
+
+    with pytest.raises(DropUnavailable) as caught:
+        make_client(max_retries=3).download(tmp_path)
+
+    assert sleeps == [2.0, 4.0, 8.0]
+    assert len(drop.calls()) == 4
+    assert caught.value.status == 500
+    assert "failed 4 times; last: Internal error" in str(caught.value)
+
+
+def test_body_cut_mid_way_leaves_no_file(
+    drop: DropSimulator, make_client: Callable[..., DropClient], tmp_path: Path, calls: list[Call]
+) -> None:
+    drop.queue_package(PACKAGE, PACKAGE_NAME, cut_after=len(PACKAGE) // 2)
+    drop.queue_package(PACKAGE, PACKAGE_NAME, cut_after=len(PACKAGE) // 2)
+
+    with pytest.raises(DropUnavailable, match="download cut short"):
+        make_client(max_retries=1).download(tmp_path)
+
+    assert files_in(tmp_path) == []
+    assert outcomes(calls) == [(200, "truncated"), (200, "truncated")]
+
+
+def test_body_cut_once_is_retried_and_the_file_is_whole(
+    drop: DropSimulator, make_client: Callable[..., DropClient], tmp_path: Path
+) -> None:
+    drop.queue_package(PACKAGE, PACKAGE_NAME, cut_after=100)
+    drop.queue_package(PACKAGE, PACKAGE_NAME)
+    out = io.BytesIO(b"kept:")
+    out.seek(0, io.SEEK_END)
+
+    make_client().download(tmp_path)
+    drop.queue_package(PACKAGE, PACKAGE_NAME, cut_after=100)
+    drop.queue_package(PACKAGE, PACKAGE_NAME)
+    make_client().download(out)
+
+    assert files_in(tmp_path) == [PACKAGE_NAME]
+    assert (tmp_path / PACKAGE_NAME).read_bytes() == PACKAGE
+    assert out.getvalue() == b"kept:" + PACKAGE
+
+
+def test_timeout_is_retried(
+    drop: DropSimulator, make_client: Callable[..., DropClient], tmp_path: Path, calls: list[Call]
+) -> None:
+    drop.queue_response(200, body={"message": "late"}, delay=0.5)
+    drop.queue_package(PACKAGE, PACKAGE_NAME)
+
+    result = make_client(timeout=(1, 0.1)).download(tmp_path)
+
+    assert result.kind == "package"
+    assert outcomes(calls) == [(None, "timeout"), (200, "package")]
+
+
+def test_timeout_forever_is_unavailable(
+    drop: DropSimulator, make_client: Callable[..., DropClient], tmp_path: Path
+) -> None:
+    drop.queue_response(200, body={"message": "late"}, delay=0.4, times=2)
+
+    with pytest.raises(DropUnavailable, match="did not answer in time"):
+        make_client(timeout=(1, 0.1), max_retries=1).download(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "disposition",
+    [
+        'attachment; filename="../../etc/cron.d/evil.zip"',
+        'attachment; filename="/tmp/evil.zip"',
+        'attachment; filename="..\\\\evil.zip"',
+        "attachment; filename*=UTF-8''..%2Fevil.zip",
+        'attachment; filename="package.exe"',
+        'attachment; filename=".hidden.zip"',
+    ],
+)
+def test_path_tricks_in_the_file_name_are_refused(
+    drop: DropSimulator, make_client: Callable[..., DropClient], tmp_path: Path, disposition: str
+) -> None:
+    downloads = tmp_path / "downloads"
+    downloads.mkdir()
+    drop.queue_package(PACKAGE, content_disposition=disposition)
+
+    with pytest.raises(DropProtocolError, match="refusing package file name"):
+        make_client().download(downloads)
+
+    assert files_in(downloads) == []
+    assert files_in(tmp_path) == ["downloads"]
+
+
+def test_redirects_are_not_followed(
+    drop: DropSimulator, make_client: Callable[..., DropClient], tmp_path: Path
+) -> None:
+    drop.queue_response(302, headers={"Location": "http://127.0.0.2:9/steal"})
+
+    with pytest.raises(DropProtocolError) as caught:
+        make_client().download(tmp_path)
+
+    assert caught.value.status == 302
+    assert len(drop.requests) == 1
+
+
+# ------------------------------------------------------------------ upload and amend
+
+
+def test_upload_sends_multipart_files_and_reads_accepted_and_rejected(
+    drop: DropSimulator, make_client: Callable[..., DropClient], calls: list[Call]
+) -> None:
+    drop.active_download = True
+    client = make_client()
+
+    result = client.upload(
+        [("20260312_4821_Email.csv", EMAIL_CSV), ("20260312_4821_Phone.csv", b"ID,Hash\r\n")]
+    )
+
+    assert result.status == 202
+    assert result.accepted_names == ("20260312_4821_Email.csv",)
+    assert result.newly_accepted == {"20260312_4821_Email.csv": len(EMAIL_CSV)}
+    assert result.rejected == {
+        "20260312_4821_Phone.csv": "Invalid file header: expected Id,Status."
+    }
+    assert (result.accepted_count, result.rejected_count) == (1, 1)
+    assert not result.all_accepted
+    request = drop.requests[0]
+    assert (request.method, request.path) == ("POST", "/data/upload")
+    assert request.headers["Content-Type"].startswith("multipart/form-data; boundary=")
+    assert request.files == {
+        "20260312_4821_Email.csv": EMAIL_CSV,
+        "20260312_4821_Phone.csv": b"ID,Hash\r\n",
+    }
+    assert outcomes(calls) == [(202, "accepted")]
+
+
+def test_upload_from_a_path(
+    drop: DropSimulator, make_client: Callable[..., DropClient], tmp_path: Path
+) -> None:
+    path = tmp_path / "20260312_4821_Email_part01.csv"
+    path.write_bytes(EMAIL_CSV)
+    drop.active_download = True
+    result = make_client().upload([(path.name, path)])
+
+    assert result.all_accepted
+    assert drop.uploaded == {path.name: EMAIL_CSV}
+
+
+def test_a_name_already_uploaded_counts_as_accepted(
+    drop: DropSimulator,
+    make_client: Callable[..., DropClient],
+) -> None:
+    drop.active_download = True
+    client = make_client()
+    client.upload([("20260312_4821_Email.csv", EMAIL_CSV)])
+
+    retried = client.upload(
+        [("20260312_4821_Email.csv", EMAIL_CSV), ("20260312_4821_Phone.csv", PHONE_CSV)]
+    )
+
+    assert retried.status == 202
+    assert retried.already_uploaded_names == ("20260312_4821_Email.csv",)
+    assert retried.newly_accepted == {"20260312_4821_Phone.csv": len(PHONE_CSV)}
+    assert set(retried.accepted_names) == {
+        "20260312_4821_Email.csv",
+        "20260312_4821_Phone.csv",
+    }
+    assert retried.rejected == {}
+    assert retried.all_accepted
+
+    only_repeat = client.upload([("20260312_4821_Email.csv", EMAIL_CSV)])
+    assert only_repeat.status == 400
+    assert only_repeat.all_accepted
+    assert only_repeat.rejected == {}
+    assert ALREADY_UPLOADED_MESSAGE.startswith("A file with this name was already uploaded")
+
+
+def test_upload_400_accepts_nothing(
+    drop: DropSimulator, make_client: Callable[..., DropClient], calls: list[Call]
+) -> None:
+    drop.active_download = True
+    result = make_client().upload(
+        [("20260312_4821_Email.csv", b"id,status\r\n"), ("20260312_4821_Phone.csv", b"")]
+    )
+
+    assert result.status == 400
+    assert result.accepted_names == ()
+    assert set(result.rejected) == {"20260312_4821_Email.csv", "20260312_4821_Phone.csv"}
+    assert not result.all_accepted
+    assert drop.uploaded == {}
+    assert outcomes(calls) == [(400, "rejected")]
+
+
+def test_upload_409_when_no_download_waits(
+    drop: DropSimulator, make_client: Callable[..., DropClient]
+) -> None:
+    with pytest.raises(DropConflict, match="no active download waits for responses") as caught:
+        make_client().upload([("20260312_4821_Email.csv", EMAIL_CSV)])
+
+    assert caught.value.status == 409
+
+
+def test_amend_409_when_not_possible(
+    drop: DropSimulator, make_client: Callable[..., DropClient]
+) -> None:
+    with pytest.raises(DropConflict, match="amendment is not possible"):
+        make_client().amend([("20260312_4821_Email.csv", EMAIL_CSV)])
+
+
+def test_amend_after_an_upload(drop: DropSimulator, make_client: Callable[..., DropClient]) -> None:
+    drop.active_download = True
+    client = make_client()
+    client.upload([("20260312_4821_Email.csv", EMAIL_CSV)])
+
+    result = client.amend([("20260312_4821_Email_fix1.csv", EMAIL_CSV)])
+
+    assert result.all_accepted
+    assert drop.calls("/data/amend")[0].files == {"20260312_4821_Email_fix1.csv": EMAIL_CSV}
+
+
+def test_upload_429_and_503_are_retried(
+    drop: DropSimulator,
+    make_client: Callable[..., DropClient],
+    sleeps: list[float],
+    calls: list[Call],
+) -> None:
+    drop.active_download = True
+    drop.queue_response(429, headers={"Retry-After": "3"}, path="/data/upload")
+    drop.queue_response(503, body="busy", path="/data/upload")
+
+    result = make_client().upload([("20260312_4821_Email.csv", EMAIL_CSV)])
+
+    assert result.all_accepted
+    assert result.attempts == 3
+    assert sleeps == [3.0, 2.0]
+    assert outcomes(calls) == [(429, "throttled"), (503, "server_error"), (202, "accepted")]
+
+
+def test_upload_refuses_bad_names_before_sending(
+    drop: DropSimulator, make_client: Callable[..., DropClient]
+) -> None:
+    client = make_client()
+    for files in (
+        [("../20260312_4821_Email.csv", EMAIL_CSV)],
+        [("20260312_4821_Removed.csv", EMAIL_CSV)],
+        [("20260312_4821_Email.csv", EMAIL_CSV)] * 2,
+        [],
+    ):
+        with pytest.raises(ValueError, match="upload"):
+            client.upload(files)
+
+    assert drop.requests == []
+
+
+# ------------------------------------------------------------------ the key never leaks
+
+
+def closed_port_url() -> str:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+def test_the_api_key_never_appears_in_errors_logs_or_reprs(
+    drop: DropSimulator,
+    make_client: Callable[..., DropClient],
+    tmp_path: Path,
+    calls: list[Call],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    drop.queue_response(401, body=f"Key {KEY} is not valid")
+    drop.queue_response(403, body={"message": f"Key {KEY} has no list selected"})
+    drop.queue_response(409, body={"message": f"{KEY}: report first"})
+    drop.queue_response(500, body=f"crash for {KEY}", times=2)
+    drop.queue_response(200, delay=0.3, times=2)
+    drop.queue_response(404, body={"message": f"what is {KEY}"})
+    drop.queue_package(PACKAGE, content_disposition=f'attachment; filename="{KEY}/x.zip"')
+    client = make_client(max_retries=1, timeout=(1, 0.1))
+
+    errors: list[DropApiError] = []
+    for _ in range(7):
+        with pytest.raises(DropApiError) as caught:
+            client.download(tmp_path)
+        errors.append(caught.value)
+    with pytest.raises(DropUnavailable) as refused:
+        make_client(base_url=closed_port_url(), max_retries=1).download(tmp_path)
+    errors.append(refused.value)
+
+    assert [type(e) for e in errors] == [
+        DropAuthError,
+        DropAuthError,
+        DropConflict,
+        DropUnavailable,
+        DropUnavailable,
+        DropProtocolError,
+        DropProtocolError,
+        DropUnavailable,
+    ]
+    assert "[redacted]" in str(errors[0])
+    for error in errors:
+        shown = str(error) + repr(error) + "".join(traceback.format_exception(error))
+        assert KEY not in shown
+    assert KEY not in caplog.text
+    assert all(KEY not in record.getMessage() for record in caplog.records)
+    assert KEY not in repr(client) + repr(vars(client))
+    assert KEY not in repr(calls)
+    assert len(caplog.records) > 0

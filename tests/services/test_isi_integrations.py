@@ -1,0 +1,424 @@
+"""ISI integrations against a real loopback ISI API: creating them (connections listed at
+once), reading the connection list (POST, GET on 405), which connections take part and why
+the others do not, OAuth tokens (cached, refreshed once on a 401), and every fault of the
+broker's API, none of which changes what is stored.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.db import connection
+from django.utils import timezone
+from procrastinate.contrib.django.models import ProcrastinateJob
+
+from devtools.broker_simulator import Reply
+from devtools.isi_simulator import IsiSimulator
+from devtools.isi_simulator import connection as listed
+from integrations.dispatch.isi import IsiError
+from integrations.models import (
+    DeletionRequest,
+    Integration,
+    IsiConnection,
+    LedgerEvent,
+    RequestState,
+)
+from integrations.services import isi as isi_services
+from integrations.services.isi import (
+    isi_access_token,
+    isi_connections_refresh,
+    isi_integration_create,
+    isi_integration_update,
+)
+from tests.isi_factories import (
+    CONNECTION_A,
+    CONNECTION_B,
+    CONNECTION_STANDARD,
+    broker_connections,
+    isi_integration_for,
+)
+from tests.webhook_factories import deletion_request
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def private_targets(settings: Any) -> None:
+    settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = True
+
+
+@pytest.fixture
+def api() -> Iterator[IsiSimulator]:
+    with IsiSimulator(connections=broker_connections(), token="static-t0ken") as running:
+        yield running
+
+
+def _stored() -> dict[str, tuple[list[str], bool]]:
+    return {str(c.uuid): (c.capabilities, c.listed) for c in IsiConnection.objects.all()}
+
+
+def _raw(column: str) -> str:
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {column} FROM integrations_integration")  # noqa: S608
+        return str(cursor.fetchone()[0])
+
+
+# -- creating and listing -------------------------------------------------------------------
+
+
+def test_creating_lists_the_connections_and_only_those_with_both_capabilities_take_part(
+    broker, api: IsiSimulator
+) -> None:
+    created = isi_integration_for(broker, api)
+
+    assert created.connections_error == ""
+    assert created.webhook_secret.startswith("whsec_")
+    verdicts = {str(c.uuid): (c.takes_part_in_drop, c.drop_exclusion) for c in created.connections}
+    assert verdicts == {
+        CONNECTION_A: (True, ""),
+        CONNECTION_B: (True, ""),
+        CONNECTION_STANDARD: (
+            False,
+            "lacks privacy/drop/identifiers and privacy/drop/delete",
+        ),
+    }
+    integration = created.integration
+    assert (integration.kind, integration.auth, integration.base_url) == (
+        "isi",
+        "oauth",
+        api.base_url,
+    )
+    assert integration.connections_refreshed_at is not None
+    assert api.paths == ["/oauth/token", "/api/v1/connections/list"]
+    assert api.on("connections")[0].method == "POST"
+    event = LedgerEvent.objects.get(kind="isi.connections_refreshed")
+    assert event.data["taking_part"] == sorted([CONNECTION_A, CONNECTION_B])
+    assert event.data["not_taking_part"] == {
+        CONNECTION_STANDARD: "lacks privacy/drop/identifiers and privacy/drop/delete"
+    }
+
+
+def test_credentials_and_the_cached_token_are_encrypted_and_never_in_the_ledger(
+    broker, api: IsiSimulator
+) -> None:
+    created = isi_integration_for(broker, api)
+    integration = Integration.objects.get(pk=created.integration.pk)
+
+    assert integration.client_secret == api.client_secret
+    assert integration.access_token.startswith("tok-")
+    for column, clear in [
+        ("client_secret", api.client_secret),
+        ("access_token", integration.access_token),
+        ("webhook_secret", created.webhook_secret),
+    ]:
+        assert clear not in _raw(column)
+    ledger = json.dumps(list(LedgerEvent.objects.values_list("data", flat=True)))
+    for secret in (api.client_secret, integration.access_token, created.webhook_secret):
+        assert secret not in ledger
+    created_event = LedgerEvent.objects.get(kind="integration.created")
+    assert created_event.data == {
+        "kind": "isi",
+        "name": "Acme API",
+        "base_url": api.base_url,
+        "auth": "oauth",
+        "token_url": api.token_url,
+        "client_id": "dropportal",
+    }
+
+
+def test_a_static_token_is_sent_as_the_bearer(broker, api: IsiSimulator) -> None:
+    created = isi_integration_for(broker, api, oauth=False)
+
+    assert created.connections_error == ""
+    assert api.paths == ["/api/v1/connections/list"]  # no token endpoint
+    assert api.on("connections")[0].headers["Authorization"] == "Bearer static-t0ken"
+
+
+def test_the_list_is_asked_by_get_when_post_is_answered_405(broker, api: IsiSimulator) -> None:
+    api.list_method = "GET"
+
+    created = isi_integration_for(broker, api)
+
+    assert created.connections_error == ""
+    assert [r.method for r in api.on("connections")] == ["POST", "GET"]
+    assert len(created.connections) == 3
+    assert LedgerEvent.objects.get(kind="isi.connections_refreshed").data["method"] == "GET"
+
+
+def test_a_connection_no_longer_listed_is_kept_but_no_longer_takes_part(
+    broker, api: IsiSimulator
+) -> None:
+    created = isi_integration_for(broker, api)
+    api.connections = [listed(CONNECTION_A), listed(CONNECTION_B, ["privacy/drop/delete"])]
+
+    refreshed = isi_connections_refresh(integration=created.integration, actor="test")
+
+    assert [str(c.uuid) for c in refreshed.taking_part] == [CONNECTION_A]
+    reasons = {str(c.uuid): c.drop_exclusion for c in refreshed.connections}
+    assert reasons == {
+        CONNECTION_A: "",
+        CONNECTION_B: "lacks privacy/drop/identifiers",
+        CONNECTION_STANDARD: "no longer listed by the broker; "
+        "lacks privacy/drop/identifiers and privacy/drop/delete",
+    }
+    event = LedgerEvent.objects.filter(kind="isi.connections_refreshed").latest("id")
+    assert event.data["no_longer_listed"] == [CONNECTION_STANDARD]
+
+
+# -- the broker's API misbehaves: refused, nothing stored changes ----------------------------
+
+BAD_LISTS: dict[str, tuple[Reply, str]] = {
+    "not JSON": (Reply(200, b"<html>maintenance</html>"), "the connection list is not JSON"),
+    "no results": (
+        Reply(200, b'{"connections": []}'),
+        "the connection list is not a JSON object with a 'results' array",
+    ),
+    "results not an array": (
+        Reply(200, b'{"results": {"uuid": "x"}}'),
+        "the connection list is not a JSON object with a 'results' array",
+    ),
+    "an entry without a UUID": (
+        Reply(200, b'{"results": [{"capabilities": []}]}'),
+        "results[0].uuid is not a UUID",
+    ),
+    "capabilities not an array": (
+        Reply(
+            200, json.dumps({"results": [{"uuid": CONNECTION_A, "capabilities": "all"}]}).encode()
+        ),
+        "results[0].capabilities is not an array of capability names",
+    ),
+    "a connection twice": (
+        Reply(200, json.dumps({"results": [listed(CONNECTION_A), listed(CONNECTION_A)]}).encode()),
+        f"results[1]: connection {CONNECTION_A} is listed twice",
+    ),
+    "server error": (Reply(500, b"oops"), "HTTP 500"),
+    "a redirect": (Reply.redirect(), "HTTP 301 (redirect not followed (301))"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_LISTS, ids=list(BAD_LISTS))
+def test_a_bad_connection_list_is_refused_and_the_stored_one_kept(
+    broker, api: IsiSimulator, case: str
+) -> None:
+    created = isi_integration_for(broker, api)
+    before = _stored()
+    reply, message = BAD_LISTS[case]
+    api.answer_next("connections", reply)
+
+    with pytest.raises(IsiError) as refused:
+        isi_connections_refresh(integration=created.integration, actor="test")
+
+    assert str(refused.value) == f"POST {api.base_url}/api/v1/connections/list: {message}"
+    assert refused.value.status == reply.status
+    assert _stored() == before
+    failed = LedgerEvent.objects.get(kind="isi.connections_refresh_failed")
+    assert failed.data["error"] == message
+    assert LedgerEvent.objects.filter(kind="isi.connections_refreshed").count() == 1
+
+
+def test_creating_with_an_api_that_does_not_answer_still_creates_it_and_says_why(
+    broker, api: IsiSimulator
+) -> None:
+    api.answer_next("connections", Reply(503))
+
+    created = isi_integration_for(broker, api)
+
+    assert Integration.objects.filter(pk=created.integration.pk).exists()
+    assert created.connections == []
+    assert created.connections_error.endswith("/api/v1/connections/list: HTTP 503")
+
+
+# -- OAuth ----------------------------------------------------------------------------------
+
+
+def test_the_token_is_cached_until_shortly_before_it_expires(broker, api: IsiSimulator) -> None:
+    created = isi_integration_for(broker, api)
+    integration = Integration.objects.get(pk=created.integration.pk)
+    issued = integration.access_token
+    expires_at = integration.access_token_expires_at
+    assert expires_at is not None
+
+    isi_connections_refresh(integration=integration, actor="test")
+    assert api.tokens_issued == 1
+    assert api.on("connections")[-1].headers["Authorization"] == f"Bearer {issued}"
+
+    # 3600 s issued, used until a minute before.
+    later = expires_at + dt.timedelta(seconds=1)
+    assert expires_at - timezone.now() <= dt.timedelta(seconds=3540)
+    assert isi_access_token(integration=integration, now=later) != issued
+    assert api.tokens_issued == 2
+
+
+def test_a_stale_token_is_refreshed_once_on_a_401(broker, api: IsiSimulator) -> None:
+    created = isi_integration_for(broker, api)
+    stale = Integration.objects.get(pk=created.integration.pk).access_token
+    api.revoke_tokens()  # the broker no longer accepts it, though it has not expired
+
+    refreshed = isi_connections_refresh(integration=created.integration, actor="test")
+
+    assert refreshed.status == 200
+    answers = [r.headers["Authorization"] for r in api.on("connections")[1:]]
+    assert answers[0] == f"Bearer {stale}"
+    assert answers[1] != answers[0]
+    assert api.tokens_issued == 2
+    assert Integration.objects.get(pk=created.integration.pk).access_token != stale
+
+
+def test_a_401_to_a_fresh_token_too_is_a_failure(broker, api: IsiSimulator) -> None:
+    created = isi_integration_for(broker, api)
+    api.revoke_tokens()
+    api.answer_next("connections", Reply(401), Reply(401))
+
+    with pytest.raises(IsiError, match="refused a freshly issued access token too"):
+        isi_connections_refresh(integration=created.integration, actor="test")
+
+    assert api.tokens_issued == 2  # one refresh, not more
+    assert len(api.on("connections")) == 3
+
+
+def test_a_401_to_a_static_token_is_not_retried(broker, api: IsiSimulator) -> None:
+    created = isi_integration_for(broker, api, oauth=False)
+    api.token = "rotated-by-the-broker"
+
+    with pytest.raises(IsiError, match="the broker refused the bearer token"):
+        isi_connections_refresh(integration=created.integration, actor="test")
+
+    assert len(api.on("connections")) == 2
+    assert api.on("token") == []
+
+
+@pytest.mark.parametrize(
+    ("reply", "message"),
+    [
+        (Reply(503), ": HTTP 503"),
+        (Reply(401, b'{"error": "invalid_client"}'), ": HTTP 401 (invalid_client)"),
+        (Reply(200, b'{"token_type": "Bearer"}'), " answered without an access_token"),
+        (Reply(200, b"not json"), " answered HTTP 200, but its answer is not JSON"),
+        (
+            Reply(200, b'{"access_token": "x", "token_type": "mac"}'),
+            " issued a 'mac' token; a Bearer token is needed",
+        ),
+    ],
+)
+def test_a_token_endpoint_that_fails_stops_the_call_before_the_api(
+    broker, api: IsiSimulator, reply: Reply, message: str
+) -> None:
+    api.answer_next("token", reply)
+
+    created = isi_integration_for(broker, api)
+
+    assert created.connections_error == (
+        f"POST {api.base_url}/api/v1/connections/list: "
+        f"no answer (OAuth token endpoint {api.token_url}{message})"
+    )
+    assert api.on("connections") == []  # nothing reached the broker's API
+    assert IsiConnection.objects.count() == 0
+
+
+def test_a_token_endpoint_that_is_down_is_asked_again_only_after_a_while(
+    broker, api: IsiSimulator
+) -> None:
+    api.answer_next("token", Reply(503))
+    created = isi_integration_for(broker, api)
+    assert created.connections_error
+
+    with pytest.raises(IsiError, match="HTTP 503"):  # a whole batch of deliveries, say
+        isi_access_token(integration=created.integration)
+    assert len(api.on("token")) == 1
+
+    later = timezone.now() + dt.timedelta(seconds=isi_services.TOKEN_FAILURE_HOLD + 1)
+    assert isi_access_token(integration=created.integration, now=later).startswith("tok-")
+    assert len(api.on("token")) == 2
+
+
+# -- validation -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fields", "error"),
+    [
+        ({"token": "t", "token_url": "https://auth.example/token"}, "auth"),
+        ({}, "auth"),
+        ({"token_url": "https://auth.example/token", "client_id": "id"}, "client_secret"),
+        ({"client_id": "id", "client_secret": "s"}, "token_url"),
+        (
+            {"token_url": "http://auth.example/token", "client_id": "i", "client_secret": "s"},
+            "token_url",
+        ),
+        ({"token": "t", "base_url": "http://api.acme.example"}, "base_url"),
+        ({"token": "t", "base_url": "ftp://api.acme.example"}, "base_url"),
+        ({"token": "t", "name": " "}, "name"),
+    ],
+)
+def test_bad_settings_are_refused_and_nothing_is_written(
+    broker, settings: Any, fields: dict[str, str], error: str
+) -> None:
+    settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = False  # production: https only
+    arguments: dict[str, Any] = {"name": "Acme API", "base_url": "https://api.acme.example"}
+    arguments.update(fields)
+
+    with pytest.raises(ValidationError) as refused:
+        isi_integration_create(broker=broker, actor="test", **arguments)
+
+    assert error in refused.value.message_dict
+    assert not Integration.objects.exists()
+    assert not LedgerEvent.objects.filter(kind="integration.created").exists()
+
+
+def test_changing_credentials_drops_the_cached_token_and_the_ledger_keeps_no_secret(
+    broker, api: IsiSimulator
+) -> None:
+    created = isi_integration_for(broker, api)
+
+    updated = isi_integration_update(
+        integration=created.integration, actor="test", auth="token", token="new-static"
+    )
+
+    assert (updated.auth, updated.token, updated.client_secret) == ("token", "new-static", "")
+    assert (updated.access_token, updated.access_token_expires_at) == ("", None)
+    event = LedgerEvent.objects.get(kind="integration.updated")
+    assert event.data["changes"] == {
+        "auth": "token",
+        "token": "changed",
+        "token_url": "",
+        "client_id": "",
+        "client_secret": "changed",
+    }
+    assert "new-static" not in json.dumps(event.data)
+
+
+# -- requests that waited for a target ------------------------------------------------------
+
+
+def test_requests_matched_before_any_target_go_to_every_connection_taking_part(
+    broker, api: IsiSimulator
+) -> None:
+    waiting = deletion_request(None, broker=broker, state=RequestState.PENDING)
+
+    created = isi_integration_for(broker, api)
+
+    requests = list(DeletionRequest.objects.order_by("pk"))
+    assert len(requests) == 2
+    assert requests[0].pk == waiting.pk  # the waiting row itself takes the first connection
+    assert {str(r.isi_connection.uuid) for r in requests if r.isi_connection} == {
+        CONNECTION_A,
+        CONNECTION_B,
+    }
+    for request in requests:
+        assert request.integration == created.integration
+        assert request.state == RequestState.QUEUED
+        assert re.fullmatch(r"[0-9a-f]{64}", request.results_token or "")
+        assert request.work_item_id == waiting.work_item_id
+    assert requests[0].results_token != requests[1].results_token
+    (job,) = ProcrastinateJob.objects.filter(
+        task_name="integrations.tasks.deliver_deletion_requests"
+    )
+    assert job.args == {"request_ids": [r.pk for r in requests]}
+    event = LedgerEvent.objects.get(kind="isi.connections_refreshed")
+    assert event.data["pending_requests_queued"] == 2

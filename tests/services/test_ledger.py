@@ -1,0 +1,153 @@
+"""The ledger: append-only in the database, chained by the sealer, verified end to end."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.management import call_command
+from django.db import connection, transaction
+from django.db.utils import DatabaseError
+
+from integrations.models import LedgerChainLink, LedgerEvent
+from integrations.services.ledger import (
+    GENESIS_HASH,
+    chain_hash,
+    ledger_event_append,
+    ledger_seal,
+    ledger_verify,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+def append(n: int) -> list[LedgerEvent]:
+    return [
+        ledger_event_append(
+            kind="test.event", broker_id="4821", subject=f"s{i}", data={"i": i, "name": "é"}
+        )
+        for i in range(n)
+    ]
+
+
+def test_sealing_chains_every_event_in_order() -> None:
+    events = append(5)
+    assert ledger_seal() == 5
+    links = list(LedgerChainLink.objects.order_by("position"))
+    assert [link.event_id for link in links] == [e.id for e in events]
+    expected = GENESIS_HASH
+    for event, link in zip(events, links, strict=True):
+        expected = chain_hash(expected, event.id, event.event_hash)
+        assert link.chain_hash == expected
+    assert ledger_seal() == 0  # nothing new
+
+
+def test_sealing_in_batches_continues_the_chain() -> None:
+    append(7)
+    assert ledger_seal(batch_size=3) == 7
+    append(2)
+    assert ledger_seal(batch_size=3) == 2
+    result = ledger_verify()
+    assert result.ok
+    assert result.chain_length == 9
+
+
+def test_intact_ledger_verifies() -> None:
+    append(4)
+    ledger_seal()
+    append(2)  # unsealed events are checked by their own hash
+    result = ledger_verify()
+    assert result.ok
+    assert result.events_checked == 6
+    assert result.chain_length == 4
+
+
+@pytest.mark.parametrize("statement", ["UPDATE {t} SET kind = 'x'", "DELETE FROM {t}"])
+@pytest.mark.parametrize("table", ["integrations_ledgerevent", "integrations_ledgerchainlink"])
+def test_database_refuses_update_and_delete(statement: str, table: str) -> None:
+    append(1)
+    ledger_seal()
+    sql = statement.format(t=table)
+    if "chainlink" in table:
+        sql = sql.replace("kind = 'x'", "chain_hash = 'x'")
+    with (
+        pytest.raises(DatabaseError, match="append-only"),
+        transaction.atomic(),
+        connection.cursor() as cursor,
+    ):
+        cursor.execute(sql)
+
+
+def _without_triggers(sql: str, params: list | None = None) -> None:
+    """Tamper the way an attacker with the owner's rights would: drop the guard first."""
+    with connection.cursor() as cursor:
+        for table in ("integrations_ledgerevent", "integrations_ledgerchainlink"):
+            cursor.execute(f"ALTER TABLE {table} DISABLE TRIGGER USER")
+        cursor.execute(sql, params or [])
+        for table in ("integrations_ledgerevent", "integrations_ledgerchainlink"):
+            cursor.execute(f"ALTER TABLE {table} ENABLE TRIGGER USER")
+
+
+def test_tampered_content_is_named() -> None:
+    events = append(5)
+    ledger_seal()
+    _without_triggers(
+        "UPDATE integrations_ledgerevent SET data = '{\"i\": 99}' WHERE id = %s", [events[2].id]
+    )
+    result = ledger_verify()
+    assert result.first_break is not None
+    assert result.first_break.event_id == events[2].id
+    assert "content" in result.first_break.reason
+
+
+def test_tampered_content_with_recomputed_hash_breaks_the_chain() -> None:
+    from integrations.services.ledger import event_hash
+
+    events = append(5)
+    ledger_seal()
+    target = events[1]
+    forged = event_hash(
+        created_at=target.created_at,
+        broker_id=target.broker_id,
+        kind=target.kind,
+        subject=target.subject,
+        actor=target.actor,
+        data={"i": 1000},
+    )
+    _without_triggers(
+        "UPDATE integrations_ledgerevent SET data = '{\"i\": 1000}', event_hash = %s WHERE id = %s",
+        [forged, target.id],
+    )
+    result = ledger_verify()
+    assert result.first_break is not None
+    assert result.first_break.event_id == target.id
+    assert "chain" in result.first_break.reason
+
+
+def test_deleted_event_is_named() -> None:
+    events = append(3)
+    ledger_seal()
+    _without_triggers("DELETE FROM integrations_ledgerevent WHERE id = %s", [events[1].id])
+    result = ledger_verify()
+    assert result.first_break is not None
+    assert result.first_break.event_id == events[1].id
+    assert "missing" in result.first_break.reason
+
+
+def test_verify_command_exits_1_naming_the_first_broken_event(capsys) -> None:
+    events = append(3)
+    call_command("ledger", "verify")
+    assert "Ledger intact: 3 events checked" in capsys.readouterr().out
+    _without_triggers(
+        "UPDATE integrations_ledgerevent SET actor = 'mallory' WHERE id = %s", [events[0].id]
+    )
+    with pytest.raises(SystemExit) as exit_info:
+        call_command("ledger", "verify")
+    assert exit_info.value.code == 1
+    assert f"event {events[0].id}" in capsys.readouterr().err
+
+
+def test_event_rolled_back_with_its_change_leaves_no_trace() -> None:
+    with pytest.raises(RuntimeError), transaction.atomic():
+        ledger_event_append(kind="test.rolled_back")
+        raise RuntimeError
+    assert not LedgerEvent.objects.filter(kind="test.rolled_back").exists()
+    assert ledger_verify().ok

@@ -1,0 +1,459 @@
+"""Reporting to DROP: response files written, uploaded and amended against the loopback DROP.
+
+Every fault test shares its setup with the success test: a cycle with reportable items and
+a running DropSimulator. What a user notices: the files DROP received (names, rows), the
+file states and the ledger.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.db import connections
+
+from devtools.drop_simulator import DropSimulator
+from integrations.drop.client import DropClient
+from integrations.models import (
+    Broker,
+    CycleState,
+    DropCycle,
+    LedgerEvent,
+    ReportFile,
+    ReportFileState,
+    RequestState,
+    WorkItem,
+    WorkItemState,
+)
+from integrations.services.reports import (
+    _UPLOAD_LOCK,
+    ReportBusy,
+    report_auto,
+    report_file_mark_uploaded,
+    report_files_upload,
+    report_files_write,
+    report_run,
+)
+from integrations.services.work_items import work_item_settle
+from tests.reporting_factories import cycle_make, item_make, request_make
+
+pytestmark = pytest.mark.django_db
+
+KEY = "dk_test_7Qz9reportKEY42"
+EMAIL = "20260312_4821_Email.csv"
+PHONE = "20260312_4821_Phone.csv"
+
+
+def csv_rows(content: bytes) -> dict[str, int]:
+    lines = content.decode("ascii").split("\r\n")
+    assert lines[0] == "Id,Status" and lines[-1] == ""
+    return {line.split(",")[0]: int(line.split(",")[1]) for line in lines[1:-1]}
+
+
+@pytest.fixture
+def drop() -> Iterator[DropSimulator]:
+    with DropSimulator(api_key=KEY, broker_id="4821", active_download=True) as simulator:
+        yield simulator
+
+
+@pytest.fixture
+def keyed_broker(broker: Broker, drop: DropSimulator) -> Broker:
+    broker.drop_api_key = KEY
+    broker.drop_base_url = drop.url
+    broker.save()
+    return broker
+
+
+@pytest.fixture
+def sleeps() -> list[float]:
+    return []
+
+
+@pytest.fixture
+def client(drop: DropSimulator, sleeps: list[float]) -> DropClient:
+    return DropClient(drop.url, KEY, sleep=sleeps.append, max_retries=2, timeout=(1, 2))
+
+
+@pytest.fixture
+def cycle(keyed_broker: Broker) -> DropCycle:
+    """Email: two reportable items and one still open; Phone: one reportable; one removed."""
+    cycle = cycle_make(keyed_broker)
+    item_make(cycle, status_code=3, work_item_id="EmailDeleted")
+    item_make(cycle, status_code=5, work_item_id="EmailNotFnd1")
+    open_item = item_make(cycle, work_item_id="EmailPending")
+    request_make(open_item, state=RequestState.DISPATCHED)
+    item_make(cycle, list_type="Phone", status_code=4, work_item_id="PhoneOptdOut")
+    item_make(cycle, state=WorkItemState.REMOVED, work_item_id="EmailRemoved")
+    return cycle
+
+
+def test_write_one_file_per_list_with_the_reportable_items(cycle: DropCycle) -> None:
+    written = report_files_write(broker=cycle.broker, actor="cli:alice")
+
+    assert sorted(f.file_name for f in written) == [EMAIL, PHONE]
+    email = ReportFile.objects.get(file_name=EMAIL)
+    assert csv_rows(bytes(email.content)) == {"EmailDeleted": 3, "EmailNotFnd1": 5}
+    assert (email.rows, email.kind, email.state) == (2, "upload", ReportFileState.WRITTEN)
+    assert email.sha256 == hashlib.sha256(bytes(email.content)).hexdigest()
+    reported = WorkItem.objects.get(work_item_id="EmailDeleted")
+    assert (reported.state, reported.reported_status_code, reported.report_file_id) == (
+        WorkItemState.REPORTED,
+        3,
+        email.pk,
+    )
+    assert WorkItem.objects.get(work_item_id="EmailPending").reported_at is None
+    event = LedgerEvent.objects.get(kind="report_file.written", subject=EMAIL)
+    assert event.data | {"sha256": "x"} == {
+        "cycle": "1",
+        "file_name": EMAIL,
+        "kind": "upload",
+        "list": EMAIL,
+        "rows": 2,
+        "sha256": "x",
+    }
+    assert event.data["sha256"] == email.sha256
+    assert event.actor == "cli:alice"
+
+
+def test_a_second_run_writes_only_new_statuses_in_a_part_file(cycle: DropCycle) -> None:
+    report_files_write(broker=cycle.broker)
+    assert report_files_write(broker=cycle.broker) == []
+
+    pending = WorkItem.objects.get(work_item_id="EmailPending")
+    request = pending.deletion_requests.get()
+    type(request).objects.filter(pk=request.pk).update(
+        state=RequestState.COMPLETED, drop_outcome="exempt"
+    )
+    work_item_settle(work_item=pending)
+    (part,) = report_files_write(broker=cycle.broker)
+
+    assert part.file_name == "20260312_4821_Email_part02.csv"
+    assert csv_rows(bytes(part.content)) == {"EmailPending": 2}
+
+
+def test_upload_records_drops_answer_and_closes_the_cycle(
+    cycle: DropCycle, drop: DropSimulator, client: DropClient
+) -> None:
+    pending = WorkItem.objects.get(work_item_id="EmailPending")
+    pending.deletion_requests.update(state=RequestState.COMPLETED, drop_outcome="not_found")
+    work_item_settle(work_item=pending)
+
+    run = report_run(broker=cycle.broker, upload=True, client=client, actor="cli:alice")
+
+    assert run.error is None
+    assert sorted(f.file_name for f in run.accepted) == [EMAIL, PHONE]
+    assert csv_rows(drop.uploaded[EMAIL]) == {
+        "EmailDeleted": 3,
+        "EmailNotFnd1": 5,
+        "EmailPending": 5,
+    }
+    assert csv_rows(drop.uploaded[PHONE]) == {"PhoneOptdOut": 4}
+    email = ReportFile.objects.get(file_name=EMAIL)
+    assert email.state == ReportFileState.ACCEPTED
+    assert email.uploaded_at is not None
+    assert email.drop_response["status"] == 202
+    assert email.drop_response["already_uploaded"] is False
+    cycle.refresh_from_db()
+    assert cycle.state == CycleState.REPORTED
+    kinds = list(
+        LedgerEvent.objects.filter(kind__startswith="report_file.")
+        .order_by("id")
+        .values_list("kind", flat=True)
+    )
+    assert kinds == ["report_file.written"] * 2 + ["report_file.accepted"] * 2
+    assert LedgerEvent.objects.filter(kind="drop_cycle.reported", subject="1").exists()
+
+
+def test_a_cycle_with_open_items_stays_open_after_upload(
+    cycle: DropCycle, client: DropClient
+) -> None:
+    report_run(broker=cycle.broker, upload=True, client=client)
+    cycle.refresh_from_db()
+    assert cycle.state == CycleState.OPEN
+
+
+def test_a_status_changed_after_reporting_goes_out_as_an_amendment(
+    cycle: DropCycle, drop: DropSimulator, client: DropClient
+) -> None:
+    report_run(broker=cycle.broker, upload=True, client=client)
+    late = WorkItem.objects.get(work_item_id="EmailNotFnd1")
+    request_make(late, outcome="deleted", late_match=True)
+    work_item_settle(work_item=late)
+
+    run = report_run(broker=cycle.broker, upload=True, client=client)
+
+    (amendment,) = run.accepted
+    assert (amendment.file_name, amendment.kind) == ("20260312_4821_Email_amend01.csv", "amend")
+    assert csv_rows(drop.amended[amendment.file_name]) == {"EmailNotFnd1": 3}
+    late.refresh_from_db()
+    assert (late.reported_status_code, late.needs_amendment, late.state) == (
+        3,
+        False,
+        WorkItemState.REPORTED,
+    )
+
+
+# ---------------------------------------------------------------- faults
+
+
+def test_drop_down_leaves_the_file_written_and_the_next_run_sends_it(
+    cycle: DropCycle, drop: DropSimulator, client: DropClient
+) -> None:
+    drop.queue_response(503, body={"message": "Service Unavailable"}, times=3)
+
+    failed = report_run(broker=cycle.broker, upload=True, client=client)
+
+    assert failed.error is not None and "failed 3 times" in failed.error
+    assert {f.file_name for f in failed.pending} == {EMAIL, PHONE}
+    assert set(ReportFile.objects.values_list("state", flat=True)) == {ReportFileState.WRITTEN}
+    assert drop.uploaded == {}
+    written = dict(ReportFile.objects.values_list("file_name", "sha256"))
+    event = LedgerEvent.objects.get(kind="report_file.upload_failed")
+    assert event.data["status"] == 503
+
+    again = report_run(broker=cycle.broker, upload=True, client=client)
+
+    assert again.written == []  # nothing regenerated
+    assert {f.file_name for f in again.accepted} == {EMAIL, PHONE}
+    assert dict(ReportFile.objects.values_list("file_name", "sha256")) == written
+    assert csv_rows(drop.uploaded[EMAIL]) == {"EmailDeleted": 3, "EmailNotFnd1": 5}
+
+
+def test_drop_unreachable_is_the_same(cycle: DropCycle, drop: DropSimulator) -> None:
+    drop.stop()
+    unreachable = DropClient(drop.url, KEY, sleep=lambda s: None, max_retries=1, timeout=(1, 1))
+
+    run = report_run(broker=cycle.broker, upload=True, client=unreachable)
+
+    assert run.error is not None and "cannot reach DROP" in run.error
+    assert ReportFile.objects.filter(state=ReportFileState.WRITTEN).count() == 2
+
+
+def test_throttling_is_waited_out_as_drop_asks(
+    cycle: DropCycle, drop: DropSimulator, client: DropClient, sleeps: list[float]
+) -> None:
+    drop.queue_response(
+        429, body={"message": "Too many requests"}, headers={"Retry-After": "7"}, times=2
+    )
+
+    run = report_run(broker=cycle.broker, upload=True, client=client)
+
+    assert run.error is None
+    assert sleeps[:2] == [7.0, 7.0]
+    assert {f.file_name for f in run.accepted} == {EMAIL, PHONE}
+    assert len(drop.calls("/data/upload")) == 4
+
+
+def test_stopped_between_writing_and_uploading_the_next_run_uploads(
+    cycle: DropCycle, drop: DropSimulator, client: DropClient
+) -> None:
+    written = report_run(broker=cycle.broker, upload=False)
+    assert {f.file_name for f in written.pending} == {EMAIL, PHONE}
+    assert drop.calls("/data/upload") == []
+
+    run = report_files_upload(broker=cycle.broker, client=client)
+
+    assert {f.file_name for f in run.accepted} == {EMAIL, PHONE}
+    assert ReportFile.objects.count() == 2
+    assert csv_rows(drop.uploaded[PHONE]) == {"PhoneOptdOut": 4}
+
+
+class _DiesAfterDropAnswers(DropClient):
+    """DROP accepted the upload; the process was killed before the answer was recorded."""
+
+    def upload(self, files: Any) -> Any:
+        super().upload(files)
+        raise KeyboardInterrupt("killed")
+
+
+def test_an_upload_accepted_then_retried_counts_as_accepted_once(
+    cycle: DropCycle, drop: DropSimulator, client: DropClient
+) -> None:
+    dying = _DiesAfterDropAnswers(drop.url, KEY, sleep=lambda s: None)
+    with pytest.raises(KeyboardInterrupt):
+        report_run(broker=cycle.broker, upload=True, client=dying)
+    assert ReportFile.objects.get(file_name=EMAIL).state == ReportFileState.WRITTEN
+    assert EMAIL in drop.uploaded
+
+    run = report_run(broker=cycle.broker, upload=True, client=client)
+
+    assert {f.file_name for f in run.accepted} == {EMAIL, PHONE}
+    email = ReportFile.objects.get(file_name=EMAIL)
+    assert (email.state, email.drop_response["already_uploaded"]) == (
+        ReportFileState.ACCEPTED,
+        True,
+    )
+    assert ReportFile.objects.count() == 2  # no status was written into a second file
+    sent = [r.files for r in drop.calls("/data/upload")]
+    assert sent.count({EMAIL: drop.uploaded[EMAIL]}) == 2  # the same bytes both times
+
+
+def test_a_rejected_file_hands_its_rows_back_for_a_fresh_file(
+    cycle: DropCycle, drop: DropSimulator, client: DropClient
+) -> None:
+    drop.broker_id = "9999"  # DROP refuses every file: the account's id differs
+
+    run = report_run(broker=cycle.broker, upload=True, client=client)
+
+    assert {f.file_name for f in run.rejected} == {EMAIL, PHONE}
+    email = ReportFile.objects.get(file_name=EMAIL)
+    assert email.state == ReportFileState.REJECTED
+    assert "does not match" in email.drop_response["reason"]
+    item = WorkItem.objects.get(work_item_id="EmailDeleted")
+    assert (item.state, item.reported_at, item.report_file_id) == (
+        WorkItemState.REPORTABLE,
+        None,
+        None,
+    )
+    assert LedgerEvent.objects.filter(kind="report_file.rejected").count() == 2
+
+    drop.broker_id = "4821"
+    again = report_run(broker=cycle.broker, upload=True, client=client)
+
+    assert sorted(f.file_name for f in again.accepted) == [
+        "20260312_4821_Email_part02.csv",
+        "20260312_4821_Phone_part02.csv",
+    ]
+
+
+def test_409_keeps_the_file_for_later(
+    cycle: DropCycle, drop: DropSimulator, client: DropClient
+) -> None:
+    drop.active_download = False
+
+    run = report_run(broker=cycle.broker, upload=True, client=client)
+
+    assert run.error is not None and "no active download" in run.error
+    assert ReportFile.objects.filter(state=ReportFileState.WRITTEN).count() == 2
+
+
+def test_one_uploader_per_broker(cycle: DropCycle, client: DropClient) -> None:
+    other = connections.create_connection("default")  # a second process's session
+    try:
+        with other.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_lock(%s, %s)", [_UPLOAD_LOCK, cycle.broker.pk])
+        with pytest.raises(ReportBusy, match="another process is uploading"):
+            report_run(broker=cycle.broker, upload=True, client=client)
+        with other.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [_UPLOAD_LOCK, cycle.broker.pk])
+    finally:
+        other.close()
+    assert ReportFile.objects.filter(state=ReportFileState.WRITTEN).count() == 2
+
+    assert report_files_upload(broker=cycle.broker, client=client).error is None
+
+
+def test_upload_needs_a_drop_api_key(broker: Broker) -> None:
+    cycle = cycle_make(broker)
+    item_make(cycle, status_code=5)
+    with pytest.raises(ValidationError, match="no DROP API key"):
+        report_run(broker=broker, upload=True)
+    assert not ReportFile.objects.exists()  # refused before writing anything
+
+
+# ---------------------------------------------------------------- manual mode
+
+
+def test_mark_uploaded_by_hand(cycle: DropCycle) -> None:
+    pending = WorkItem.objects.get(work_item_id="EmailPending")
+    pending.deletion_requests.update(state=RequestState.COMPLETED, drop_outcome="deleted")
+    work_item_settle(work_item=pending)
+    files = report_files_write(broker=cycle.broker)
+
+    for report_file in files:
+        report_file_mark_uploaded(report_file=report_file, actor="staff:alice")
+
+    assert set(ReportFile.objects.values_list("state", flat=True)) == {ReportFileState.MANUAL}
+    assert LedgerEvent.objects.filter(kind="report_file.marked_uploaded").count() == 2
+    cycle.refresh_from_db()
+    assert cycle.state == CycleState.REPORTED
+    with pytest.raises(ValidationError, match="only a written file"):
+        report_file_mark_uploaded(report_file=files[0], actor="staff:alice")
+
+
+# ---------------------------------------------------------------- the periodic job
+
+
+@pytest.fixture
+def auto(
+    client: DropClient,
+) -> Callable[..., Any]:
+    def run(broker: Broker, today: dt.date = dt.date(2026, 3, 20)) -> Any:
+        return report_auto(broker=broker, client=client, today=today)
+
+    return run
+
+
+def test_the_job_waits_for_a_complete_cycle(
+    cycle: DropCycle, drop: DropSimulator, auto: Callable[..., Any]
+) -> None:
+    assert auto(cycle.broker).written == []
+
+    pending = WorkItem.objects.get(work_item_id="EmailPending")
+    # The outcome was recorded without settling the item: the job's safety net settles it.
+    pending.deletion_requests.update(state=RequestState.COMPLETED, drop_outcome="exempt")
+
+    run = auto(cycle.broker)
+
+    assert {f.file_name for f in run.accepted} == {EMAIL, PHONE}
+    assert csv_rows(drop.uploaded[EMAIL])["EmailPending"] == 2
+
+
+def test_the_job_reports_in_part_when_the_due_date_is_close(
+    cycle: DropCycle, drop: DropSimulator, auto: Callable[..., Any]
+) -> None:
+    run = auto(cycle.broker, today=cycle.due_date - dt.timedelta(days=2))
+
+    assert {f.file_name for f in run.accepted} == {EMAIL, PHONE}
+    assert "EmailPending" not in csv_rows(drop.uploaded[EMAIL])
+
+
+def test_the_job_sends_amendments_for_reported_cycles(
+    cycle: DropCycle, drop: DropSimulator, auto: Callable[..., Any]
+) -> None:
+    pending = WorkItem.objects.get(work_item_id="EmailPending")
+    pending.deletion_requests.update(state=RequestState.COMPLETED, drop_outcome="not_found")
+    work_item_settle(work_item=pending)
+    auto(cycle.broker)
+    cycle.refresh_from_db()
+    assert cycle.state == CycleState.REPORTED
+    late = WorkItem.objects.get(work_item_id="PhoneOptdOut")
+    request_make(late, outcome="opted_out")
+    request_make(late, outcome="deleted", remote_identifier="C-2")
+    work_item_settle(work_item=late)  # still 4: nothing to amend
+    late_5 = WorkItem.objects.get(work_item_id="EmailNotFnd1")
+    request_make(late_5, outcome="deleted", late_match=True)
+    work_item_settle(work_item=late_5)
+
+    run = auto(cycle.broker)
+
+    (amendment,) = run.accepted
+    assert csv_rows(drop.amended[amendment.file_name]) == {"EmailNotFnd1": 3}
+
+
+def test_the_job_leaves_a_cycle_with_a_rejected_file_to_staff(
+    cycle: DropCycle, drop: DropSimulator, auto: Callable[..., Any]
+) -> None:
+    drop.broker_id = "9999"
+    auto(cycle.broker, today=cycle.due_date)
+    drop.broker_id = "4821"
+
+    run = auto(cycle.broker, today=cycle.due_date)
+
+    assert run.written == []
+    assert ReportFile.objects.count() == 2
+
+
+def test_a_row_drop_would_refuse_stops_the_cycle_whole(cycle: DropCycle) -> None:
+    item_make(cycle, status_code=3, work_item_id="bad_id_00001")  # not 12 letters or digits
+
+    with pytest.raises(ValidationError, match="cannot write a response file"):
+        report_files_write(broker=cycle.broker)
+
+    assert not ReportFile.objects.exists()
+    assert not WorkItem.objects.filter(reported_at__isnull=False).exists()
+    assert not LedgerEvent.objects.filter(kind="report_file.written").exists()

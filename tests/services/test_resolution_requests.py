@@ -1,0 +1,79 @@
+"""Matching creates identifier retrieval requests only for a broker with an enabled SaaS
+connection: one per match and webhook integration, queued with their job, each with its own
+unique 64-hex ``results_token``. Through ``drop import``, as an operator runs it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from procrastinate.contrib.django.models import ProcrastinateJob
+
+from devtools.drop_simulator import work_items
+from integrations.models import (
+    Broker,
+    DeletionRequest,
+    LedgerEvent,
+    RequestState,
+    ResolutionRequest,
+)
+from tests.drop_cycle import consumer, drop_zip, webhook, write_zip
+from tests.webhook_factories import saas_connection
+
+pytestmark = pytest.mark.django_db
+
+ITEMS = list(work_items(3))
+RESOLUTION_TASK = "integrations.tasks.deliver_resolution_requests"
+
+
+@pytest.fixture
+def package(broker: Broker, tmp_path: Path) -> Path:
+    """Two matches (two consumers), one work item without a match."""
+    consumer(broker, "C-1", email=ITEMS[0][1])
+    consumer(broker, "C-2", email=ITEMS[1][1])
+    return write_zip(tmp_path, drop_zip(broker, {"Email": ITEMS}))
+
+
+def test_with_an_enabled_saas_connection_each_match_gets_a_resolution_per_webhook(
+    broker: Broker, package: Path
+) -> None:
+    first, second = webhook(broker, "CRM"), webhook(broker, "Warehouse")
+    webhook(broker, "Old", enabled=False)
+    saas_connection(broker, "https://api.mailer.example/erase")
+
+    call_command("drop", "import", "--broker", "4821", str(package))
+
+    resolutions = list(ResolutionRequest.objects.order_by("pk"))
+    assert len(resolutions) == 4  # 2 matches x 2 enabled webhook integrations
+    assert {(r.remote_identifier, r.integration_id) for r in resolutions} == {
+        (c, i.pk) for c in ("C-1", "C-2") for i in (first, second)
+    }
+    assert all(r.state == RequestState.QUEUED for r in resolutions)
+    assert all(re.fullmatch(r"[0-9a-f]{64}", r.results_token) for r in resolutions)
+    assert len({r.results_token for r in resolutions}) == 4
+    assert all(r.drop_session_id == "1" for r in resolutions)
+    assert all(r.remote_identifier_kind == "external_id" for r in resolutions)
+    jobs = ProcrastinateJob.objects.filter(task_name=RESOLUTION_TASK)
+    assert sorted(pk for job in jobs for pk in job.args["request_ids"]) == [
+        r.pk for r in resolutions
+    ]
+    assert DeletionRequest.objects.count() == 4  # deletions are created as before
+    event = LedgerEvent.objects.get(kind="deletion_requests.created")
+    assert event.data["resolution_requests"] == 4
+
+
+@pytest.mark.parametrize("saas", ["none", "disabled"])
+def test_without_an_enabled_saas_connection_no_resolution_is_requested(
+    broker: Broker, package: Path, saas: str
+) -> None:
+    webhook(broker)
+    if saas == "disabled":
+        saas_connection(broker, "https://api.mailer.example/erase", enabled=False)
+
+    call_command("drop", "import", "--broker", "4821", str(package))
+
+    assert not ResolutionRequest.objects.exists()
+    assert not ProcrastinateJob.objects.filter(task_name=RESOLUTION_TASK).exists()
+    assert DeletionRequest.objects.count() == 2

@@ -1,0 +1,233 @@
+"""A work item's status: settled from its requests' outcomes, or set by staff."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.exceptions import ValidationError
+
+from integrations.models import (
+    Broker,
+    DeletionRequest,
+    LedgerEvent,
+    RequestState,
+    WorkItem,
+    WorkItemState,
+)
+from integrations.services.work_items import (
+    work_item_settle,
+    work_item_status_set,
+    work_items_settle,
+)
+from tests.reporting_factories import (
+    cycle_make,
+    integration_make,
+    item_make,
+    request_make,
+    resolution_make,
+)
+
+pytestmark = pytest.mark.django_db
+
+C, F, CX = RequestState.COMPLETED, RequestState.FAILED, RequestState.CANCELLED
+
+
+@pytest.mark.parametrize(
+    ("requests", "expected"),
+    [
+        ([(C, "deleted")], 3),
+        ([(C, "not_found")], 5),
+        ([(C, "exempt")], 2),
+        ([(C, "opted_out")], 4),
+        ([(C, "deleted"), (C, "opted_out")], 4),
+        ([(C, "not_found"), (C, "deleted")], 3),
+        ([(C, "not_found"), (C, "exempt")], 2),
+        ([(C, "exempt"), (C, "deleted")], 3),
+        ([(C, "deleted"), (F, "failed")], None),
+        ([(C, "deleted"), (RequestState.UNDELIVERABLE, "")], None),
+        ([(C, "deleted"), (RequestState.DISPATCHED, "")], None),
+        ([(C, "deleted"), (RequestState.QUEUED, "")], None),
+        ([(C, "deleted"), (RequestState.PENDING, "")], None),
+        ([(C, "deleted"), (CX, "")], 3),
+        ([(CX, "")], 5),
+    ],
+)
+def test_status_follows_the_strongest_final_outcome(
+    broker: Broker, requests: list[tuple[str, str]], expected: int | None
+) -> None:
+    item = item_make(cycle_make(broker))
+    for state, outcome in requests:
+        request_make(item, state=state, outcome=outcome)
+
+    settled = work_item_settle(work_item=item)
+
+    assert settled.status_code == expected
+    assert settled.state == (WorkItemState.OPEN if expected is None else WorkItemState.REPORTABLE)
+    assert WorkItem.objects.get(pk=item.pk).status_code == expected
+
+
+def test_resolution_outcomes_count_and_saas_deletions_must_be_final(broker: Broker) -> None:
+    integration = integration_make(broker)
+    item = item_make(cycle_make(broker))
+    request_make(item, outcome="deleted")
+    resolution = resolution_make(
+        item, integration, outcome="", saas_states=(C, RequestState.DISPATCHED)
+    )
+    assert work_item_settle(work_item=item).status_code is None  # a SaaS deletion is pending
+
+    resolution.saas_deletions.update(state=C)
+    assert work_item_settle(work_item=item).status_code == 3
+
+    resolution_make(item, integration, outcome="opted_out")
+    assert work_item_settle(work_item=item).status_code == 4
+
+
+def test_a_pending_resolution_keeps_the_item_open(broker: Broker) -> None:
+    item = item_make(cycle_make(broker))
+    request_make(item, outcome="deleted")
+    resolution_make(item, integration_make(broker), state=RequestState.DISPATCHED)
+    assert work_item_settle(work_item=item).state == WorkItemState.OPEN
+
+
+def test_a_change_is_one_ledger_event_and_a_repeat_writes_none(broker: Broker) -> None:
+    item = item_make(cycle_make(broker))
+    request_make(item, outcome="deleted")
+
+    work_item_settle(work_item=item, actor="api:dpk_abc")
+    work_item_settle(work_item=item)
+
+    event = LedgerEvent.objects.get(kind="work_item.status_settled")
+    assert event.subject == item.work_item_id
+    assert event.broker_id == "4821"
+    assert event.actor == "api:dpk_abc"
+    assert event.data["status_code"] == 3
+    assert event.data["previous_status_code"] is None
+
+
+def test_a_status_that_changes_after_reporting_needs_an_amendment(broker: Broker) -> None:
+    item = item_make(cycle_make(broker), status_code=5, state=WorkItemState.REPORTED)
+    WorkItem.objects.filter(pk=item.pk).update(
+        reported_status_code=5, reported_at="2026-03-13T10:00:00Z"
+    )
+    request = request_make(item, state=RequestState.DISPATCHED, late_match=True)
+
+    waiting = work_item_settle(work_item=item)
+    assert (waiting.state, waiting.status_code) == (WorkItemState.OPEN, None)
+    assert waiting.reported_status_code == 5  # DROP keeps its 5 meanwhile
+
+    DeletionRequest.objects.filter(pk=request.pk).update(state=C, drop_outcome="deleted")
+    amended = work_item_settle(work_item=item)
+    assert (amended.state, amended.status_code, amended.needs_amendment) == (
+        WorkItemState.REPORTABLE,
+        3,
+        True,
+    )
+
+
+def test_the_same_code_after_reporting_needs_no_amendment(broker: Broker) -> None:
+    item = item_make(cycle_make(broker), status_code=5, state=WorkItemState.REPORTED)
+    WorkItem.objects.filter(pk=item.pk).update(
+        reported_status_code=5, reported_at="2026-03-13T10:00:00Z"
+    )
+    request_make(item, outcome="not_found", late_match=True)
+
+    settled = work_item_settle(work_item=item)
+
+    assert (settled.state, settled.needs_amendment) == (WorkItemState.REPORTED, False)
+
+
+def test_removed_items_are_left_alone(broker: Broker) -> None:
+    item = item_make(cycle_make(broker), state=WorkItemState.REMOVED)
+    request_make(item, outcome="deleted")
+    assert work_item_settle(work_item=item).state == WorkItemState.REMOVED
+    assert not LedgerEvent.objects.filter(kind="work_item.status_settled").exists()
+
+
+def test_an_unmatched_item_is_left_to_matching(broker: Broker) -> None:
+    item = item_make(cycle_make(broker))
+    assert work_item_settle(work_item=item).status_code is None
+
+
+# ---------------------------------------------------------------- staff
+
+
+def test_staff_set_a_status_with_a_reason(broker: Broker) -> None:
+    item = item_make(cycle_make(broker))
+    request_make(item, outcome="failed", error_message="CRM timeout")
+
+    updated = work_item_status_set(
+        work_item=item, status_code=5, reason="Broker confirmed by phone", actor="staff:alice"
+    )
+
+    assert (updated.state, updated.status_code) == (WorkItemState.REPORTABLE, 5)
+    event = LedgerEvent.objects.get(kind="work_item.status_set")
+    assert event.actor == "staff:alice"
+    assert event.data["reason"] == "Broker confirmed by phone"
+
+
+@pytest.mark.parametrize(
+    ("status_code", "reason", "message"),
+    [(5, "   ", "reason"), (1, "because", "status_code"), (None, "because", "status_code")],
+)
+def test_staff_status_needs_a_reason_and_a_valid_code(
+    broker: Broker, status_code: int | None, reason: str, message: str
+) -> None:
+    item = item_make(cycle_make(broker))
+    with pytest.raises(ValidationError) as error:
+        work_item_status_set(
+            work_item=item,
+            status_code=status_code,  # type: ignore[arg-type]
+            reason=reason,
+            actor="staff:alice",
+        )
+    assert message in error.value.message_dict
+    assert WorkItem.objects.get(pk=item.pk).status_code is None
+    assert not LedgerEvent.objects.filter(kind="work_item.status_set").exists()
+
+
+def test_staff_cannot_set_a_status_on_a_removed_item(broker: Broker) -> None:
+    item = item_make(cycle_make(broker), state=WorkItemState.REMOVED)
+    with pytest.raises(ValidationError, match="no status is owed"):
+        work_item_status_set(work_item=item, status_code=5, reason="x", actor="staff:alice")
+
+
+def test_a_staff_status_stands_until_every_request_is_final(broker: Broker) -> None:
+    item = item_make(cycle_make(broker))
+    failed = request_make(item, outcome="failed", error_message="CRM timeout")
+    work_item_status_set(work_item=item, status_code=5, reason="deadline", actor="staff:alice")
+
+    assert work_item_settle(work_item=item).status_code == 5  # still failed: staff's 5 stands
+
+    DeletionRequest.objects.filter(pk=failed.pk).update(state=C, drop_outcome="deleted")
+    settled = work_item_settle(work_item=item)
+    assert (settled.status_code, settled.status_reason) == (3, "")
+    event = LedgerEvent.objects.get(kind="work_item.status_settled")
+    assert event.data["replaced_staff_status"] == {"status_code": 5, "reason": "deadline"}
+
+
+def test_staff_status_on_a_reported_item_is_an_amendment(broker: Broker) -> None:
+    item = item_make(cycle_make(broker), status_code=5, state=WorkItemState.REPORTED)
+    WorkItem.objects.filter(pk=item.pk).update(
+        reported_status_code=5, reported_at="2026-03-13T10:00:00Z"
+    )
+    updated = work_item_status_set(
+        work_item=item, status_code=2, reason="exempt: GLBA", actor="staff:alice"
+    )
+    assert (updated.state, updated.needs_amendment) == (WorkItemState.REPORTABLE, True)
+
+
+# ---------------------------------------------------------------- a whole cycle
+
+
+def test_settling_a_cycle_catches_items_whose_outcomes_all_arrived(broker: Broker) -> None:
+    cycle = cycle_make(broker)
+    done = item_make(cycle)
+    request_make(done, outcome="opted_out")
+    waiting = item_make(cycle)
+    request_make(waiting, outcome="deleted")
+    request_make(waiting, state=RequestState.DISPATCHED)
+    unmatched = item_make(cycle)
+
+    assert work_items_settle(cycle=cycle) == 1
+
+    states = dict(WorkItem.objects.values_list("pk", "status_code"))
+    assert states == {done.pk: 4, waiting.pk: None, unmatched.pk: None}

@@ -1,0 +1,73 @@
+"""Deadlines: each cycle's due date, days left, statuses still owed, most urgent first."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from integrations.models import Broker, WorkItem, WorkItemState
+from integrations.selectors import (
+    cycle_deadlines,
+    drop_cycles_by_urgency,
+)
+from tests.reporting_factories import cycle_make, item_make
+
+pytestmark = pytest.mark.django_db
+
+TODAY = dt.date(2026, 4, 20)
+
+
+@pytest.fixture
+def cycles(broker: Broker) -> dict[str, object]:
+    overdue = cycle_make(broker, session="1", downloaded_on=dt.date(2026, 3, 1))  # due 04-15
+    item_make(overdue, status_code=5)  # reportable, not yet sent
+    soon = cycle_make(broker, session="2", downloaded_on=dt.date(2026, 3, 12))  # due 04-26
+    item_make(soon)  # waiting for an outcome
+    item_make(soon, status_code=3)
+    item_make(soon, state=WorkItemState.REMOVED)
+    done = cycle_make(broker, session="3", downloaded_on=dt.date(2026, 4, 1), state="reported")
+    item_make(
+        done, status_code=3, state=WorkItemState.REPORTED, reported_at=dt.datetime.now(dt.UTC)
+    )
+    return {"overdue": overdue, "soon": soon, "done": done}
+
+
+def test_open_cycles_by_urgency_with_days_left_and_what_is_owed(
+    cycles: dict[str, object],
+) -> None:
+    deadlines = cycle_deadlines(today=TODAY)
+
+    assert [(d.cycle.drop_session_id, d.days_left, d.overdue) for d in deadlines] == [
+        ("1", -5, True),
+        ("2", 6, False),
+    ]
+    assert (deadlines[1].owed, deadlines[1].not_reportable) == (2, 1)
+
+
+def test_a_reported_late_match_owes_nothing_new(cycles: dict[str, object]) -> None:
+    # Reported before and reopened by a late match: DROP has a status, an amendment may follow.
+    WorkItem.objects.filter(cycle__drop_session_id="1").update(
+        state=WorkItemState.OPEN, reported_at=dt.datetime.now(dt.UTC), status_code=None
+    )
+    assert [d.cycle.drop_session_id for d in cycle_deadlines(today=TODAY)] == ["2"]
+
+
+def test_the_admin_order_puts_cycles_owing_statuses_first(cycles: dict[str, object]) -> None:
+    ordered = list(drop_cycles_by_urgency())
+    assert [c.drop_session_id for c in ordered] == ["1", "2", "3"]
+    assert [c.owed_items for c in ordered] == [1, 2, 0]  # type: ignore[attr-defined]
+
+
+def test_the_cycles_admin_shows_what_is_owed_and_waiting(
+    cycles: dict[str, object], client: Client
+) -> None:
+    client.force_login(User.objects.create_superuser("alice", "a@example.com", "pw-alice-123"))
+    page = client.get("/admin/integrations/dropcycle/").content.decode()
+    assert "Of which waiting for an outcome" in page
+    # Cycles owing statuses first, by due date: 1 (overdue), 2, then 3 (all reported).
+    assert re.findall(r'field-owed">(\d+)<', page) == ["1", "2", "0"]
+    assert re.findall(r'field-waiting">(\d+)<', page) == ["0", "1", "0"]

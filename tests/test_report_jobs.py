@@ -1,0 +1,80 @@
+"""The periodic report job: one job per broker with a DROP API key, run by a real worker."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from django.db import connection
+from django.test import override_settings
+from procrastinate.contrib.django import app
+from procrastinate.contrib.django.models import ProcrastinateJob
+
+from devtools.drop_simulator import DropSimulator
+from integrations import tasks
+from integrations.models import Broker, ReportFile, ReportFileState
+from integrations.services.brokers import broker_create
+from tests.reporting_factories import cycle_make, item_make
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+KEY = "dk_test_jobKEY_0042"
+
+
+@pytest.fixture(autouse=True)
+def empty_job_tables() -> Iterator[None]:
+    def truncate() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("TRUNCATE procrastinate_jobs, procrastinate_periodic_defers CASCADE")
+
+    truncate()
+    yield
+    truncate()
+
+
+def run_worker() -> None:
+    with app.replace_connector(app.connector.get_worker_connector()):  # type: ignore[attr-defined]
+        app.run_worker(wait=False, install_signal_handlers=False, listen_notify=False)
+
+
+@pytest.fixture
+def drop() -> Iterator[DropSimulator]:
+    with DropSimulator(api_key=KEY, broker_id="4821", active_download=True) as simulator:
+        yield simulator
+
+
+def test_a_complete_cycle_is_uploaded_by_the_job(drop: DropSimulator) -> None:
+    keyed = broker_create(
+        broker_id="4821",
+        name="Acme",
+        mode="test",
+        drop_api_key=KEY,
+        drop_base_url=drop.url,
+        actor="test",
+    )
+    manual = broker_create(broker_id="1234", name="By hand", mode="test", actor="test")
+    for broker in (keyed, manual):
+        item_make(cycle_make(broker), status_code=3, work_item_id=f"Item{broker.broker_id}0000")
+
+    assert tasks.report_due() == 1
+    assert tasks.report_due() == 0  # one waiting job per broker
+    run_worker()
+
+    assert drop.uploaded == {"20260312_4821_Email.csv": b"Id,Status\r\nItem48210000,3\r\n"}
+    (report_file,) = keyed_files(keyed)
+    assert report_file.state == ReportFileState.ACCEPTED
+    assert not keyed_files(manual)  # no key: manual mode, nothing written for it
+    assert len(drop.calls("/data/upload")) == 1
+    jobs = ProcrastinateJob.objects.filter(task_name="integrations.tasks.report_broker")
+    # The worker may also run its own periodic report_due: a second job then finds nothing.
+    assert set(jobs.values_list("status", flat=True)) == {"succeeded"}
+
+
+@override_settings(DROPPORTAL_AUTO_REPORT=False)
+def test_the_job_can_be_turned_off(drop: DropSimulator) -> None:
+    broker_create(broker_id="4821", name="Acme", mode="test", drop_api_key=KEY, actor="test")
+    assert tasks.report_due() == 0
+
+
+def keyed_files(broker: Broker) -> list[ReportFile]:
+    return list(ReportFile.objects.filter(broker=broker))
