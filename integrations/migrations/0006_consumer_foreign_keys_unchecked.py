@@ -5,25 +5,41 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('integrations', '0005_staff_roles'),
+        ("integrations", "0005_staff_roles"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='consumer',
-            name='broker',
-            field=models.ForeignKey(db_constraint=False, db_index=False, on_delete=django.db.models.deletion.PROTECT, related_name='+', to='integrations.broker'),
+            model_name="consumer",
+            name="broker",
+            field=models.ForeignKey(
+                db_constraint=False,
+                db_index=False,
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="+",
+                to="integrations.broker",
+            ),
         ),
         migrations.AlterField(
-            model_name='consumerhash',
-            name='broker',
-            field=models.ForeignKey(db_constraint=False, db_index=False, on_delete=django.db.models.deletion.PROTECT, related_name='+', to='integrations.broker'),
+            model_name="consumerhash",
+            name="broker",
+            field=models.ForeignKey(
+                db_constraint=False,
+                db_index=False,
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="+",
+                to="integrations.broker",
+            ),
         ),
         migrations.AlterField(
-            model_name='consumerhash',
-            name='consumer',
-            field=models.ForeignKey(db_constraint=False, on_delete=django.db.models.deletion.CASCADE, related_name='hashes', to='integrations.consumer'),
+            model_name="consumerhash",
+            name="consumer",
+            field=models.ForeignKey(
+                db_constraint=False,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="hashes",
+                to="integrations.consumer",
+            ),
         ),
     ]

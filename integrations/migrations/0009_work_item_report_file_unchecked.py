@@ -5,15 +5,22 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('integrations', '0008_work_item_hash_index'),
+        ("integrations", "0008_work_item_hash_index"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='workitem',
-            name='report_file',
-            field=models.ForeignKey(blank=True, db_constraint=False, db_index=False, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='+', to='integrations.reportfile'),
+            model_name="workitem",
+            name="report_file",
+            field=models.ForeignKey(
+                blank=True,
+                db_constraint=False,
+                db_index=False,
+                null=True,
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="+",
+                to="integrations.reportfile",
+            ),
         ),
     ]
