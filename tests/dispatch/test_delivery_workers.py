@@ -13,6 +13,7 @@ import sys
 import threading
 from collections import Counter
 from collections.abc import Iterator
+from urllib.parse import urlencode
 
 import pytest
 from django.conf import settings as django_settings
@@ -165,11 +166,17 @@ def test_a_worker_killed_mid_delivery_loses_nothing_and_acknowledges_once(
 
 
 def _database_url() -> str:
+    """The test database as a DATABASE_URL for the worker process, over TCP or a socket."""
     db = connection.settings_dict
-    user = db.get("USER") or ""
-    password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
-    auth = f"{user}{password}@" if user else ""
-    return f"postgres://{auth}{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}/{db['NAME']}"
+    # Query parameters go to libpq as they are, so a socket directory (the embedded
+    # server's HOST) works as well as a host name.
+    params = {
+        "host": db.get("HOST") or "127.0.0.1",
+        "port": db.get("PORT") or 5432,
+        "user": db.get("USER") or "",
+        "password": db.get("PASSWORD") or "",
+    }
+    return f"postgres:///{db['NAME']}?" + urlencode({k: v for k, v in params.items() if v})
 
 
 def _run_worker() -> None:
