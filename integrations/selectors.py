@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import connection, transaction
 from django.db.models import (
@@ -18,6 +19,7 @@ from django.db.models import (
     F,
     Func,
     Max,
+    Model,
     OuterRef,
     Q,
     QuerySet,
@@ -55,6 +57,63 @@ LEDGER_COLUMNS = (
     "event_hash",
     "chain_hash",
 )
+
+M = TypeVar("M", bound=Model)
+
+
+# A broker callback's correlation: the hot path of every callback, so written out (the ORM's
+# query building cost more than the query; docs/benchmarks.md, callbacks).
+_WEBHOOK_DELETION_REQUEST = """
+SELECT dr.id, dr.request_uuid, dr.broker_id, dr.broker_id_code, dr.work_item_id, dr.state,
+       dr.drop_outcome, i.id, i.webhook_secret, i.previous_webhook_secret,
+       i.previous_secret_expires_at
+FROM integrations_deletionrequest dr
+JOIN integrations_integration i ON i.id = dr.integration_id
+WHERE dr.request_uuid = %s AND dr.broker_id = %s AND i.kind = 'webhook'
+"""
+
+
+def model_from_row(model: type[M], columns: dict[str, Any]) -> M:
+    """An instance of ``model`` loaded from hand-written SQL: ``columns`` by attname, as
+    stored (no converters run). Fields left out load from the database when first read."""
+    names = [f.attname for f in model._meta.concrete_fields if f.attname in columns]
+    return model.from_db(connection.alias, names, [columns[name] for name in names])
+
+
+def webhook_deletion_request(*, broker_pk: int, request_uuid: uuid.UUID) -> DeletionRequest | None:
+    """The broker's deletion request ``request_uuid`` dispatched by a webhook integration,
+    with what a callback for it needs: its state and outcome, and the integration's
+    secrets (clear). Other fields load when first read."""
+    with connection.cursor() as cursor:
+        cursor.execute(_WEBHOOK_DELETION_REQUEST, [request_uuid, broker_pk])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    secret = Integration._meta.get_field("webhook_secret")
+    integration = model_from_row(
+        Integration,
+        {
+            "id": row[7],
+            "webhook_secret": secret.from_db_value(row[8], None, connection),  # type: ignore[attr-defined]
+            "previous_webhook_secret": secret.from_db_value(row[9], None, connection),  # type: ignore[attr-defined]
+            "previous_secret_expires_at": row[10],
+        },
+    )
+    deletion_request = model_from_row(
+        DeletionRequest,
+        {
+            "id": row[0],
+            "request_uuid": row[1],
+            "broker_id": row[2],
+            "broker_id_code": row[3],
+            "work_item_id": row[4],
+            "state": row[5],
+            "drop_outcome": row[6],
+            "integration_id": integration.pk,
+        },
+    )
+    deletion_request.integration = integration
+    return deletion_request
 
 
 def ledger_events(

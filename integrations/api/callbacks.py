@@ -31,7 +31,8 @@ from integrations.api.callback_serializers import (
     opt_out_email,
 )
 from integrations.api.errors import Problem
-from integrations.models import ApiKey, DeletionRequest, IntegrationKind, ResolutionRequest
+from integrations.models import ApiKey, IntegrationKind, ResolutionRequest
+from integrations.selectors import webhook_deletion_request
 from integrations.services.outcomes import (
     OutcomeConflict,
     OutcomeRecorded,
@@ -54,21 +55,6 @@ _PROBLEMS = {
 _RECORDED = OpenApiResponse(
     CallbackRecordedSerializer,
     description="Recorded; or unchanged when the same outcome was already recorded.",
-)
-
-# Only what the hot path reads: the correlation, the state for the ledger, the secrets.
-_DELETION_FIELDS = (
-    "id",
-    "request_uuid",
-    "broker",
-    "broker_id_code",
-    "work_item",
-    "state",
-    "drop_outcome",
-    "integration__id",
-    "integration__webhook_secret",
-    "integration__previous_webhook_secret",
-    "integration__previous_secret_expires_at",
 )
 
 
@@ -135,15 +121,8 @@ class DeletionCallbackView(SignedCallbackView):
             )
         api_key = request.auth
         assert isinstance(api_key, ApiKey)
-        deletion_request = (
-            DeletionRequest.objects.select_related("integration")
-            .only(*_DELETION_FIELDS)
-            .filter(
-                request_uuid=request_uuid,
-                broker_id=api_key.broker_id,
-                integration__kind=IntegrationKind.WEBHOOK,
-            )
-            .first()
+        deletion_request = webhook_deletion_request(
+            broker_pk=api_key.broker_id, request_uuid=request_uuid
         )
         if deletion_request is None:
             raise self.not_found(f"deletion request {request_uuid}")

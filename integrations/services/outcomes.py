@@ -20,9 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import transaction
-from django.db.models import F
-from django.db.models.functions import Coalesce
+from django.db import connection, transaction
 from django.utils import timezone
 
 from integrations.models import (
@@ -76,27 +74,8 @@ def deletion_outcome_record(
     failed = drop_outcome == DropOutcome.FAILED
     state = RequestState.FAILED if failed else RequestState.COMPLETED
     uuid_text = str(deletion_request.request_uuid)
-    # A new outcome is accepted while none is final; a repeat of the same failure is a
-    # repeat, not a new outcome.
-    open_to_outcome = DeletionRequest.objects.filter(
-        pk=deletion_request.pk, drop_outcome__in=["", DropOutcome.FAILED]
-    ).exclude(state=RequestState.CANCELLED)
-    if failed:
-        open_to_outcome = open_to_outcome.exclude(
-            drop_outcome=DropOutcome.FAILED, error_message=error_message
-        )
     with transaction.atomic():
-        updated = open_to_outcome.update(
-            state=state,
-            drop_outcome=drop_outcome,
-            drop_status_code=DROP_STATUS_CODES.get(drop_outcome),
-            error_message=error_message,
-            completed_at=now,
-            next_attempt_at=None,
-            # A callback can overtake the record of its dispatch's 2xx (or stand in for a
-            # 2xx that was lost): the broker evidently has the dispatch.
-            dispatched_at=Coalesce(F("dispatched_at"), now),
-        )
+        updated = _record_if_open(deletion_request.pk, state, drop_outcome, error_message, now)
         if updated:
             if drop_outcome == DropOutcome.OPTED_OUT:
                 OptOutRecord.objects.create(
@@ -146,6 +125,39 @@ def deletion_outcome_record(
             data={"drop_outcome": drop_outcome},
         )
     return OutcomeRecorded(uuid_text, drop_outcome, current["state"], changed=False)
+
+
+# A new outcome is accepted while none is final; a repeat of the same failure is a repeat,
+# not a new outcome. A callback can overtake the record of its dispatch's 2xx (or stand in
+# for a 2xx that was lost): the broker evidently has the dispatch. Written out because it
+# is the callbacks' hot path (docs/benchmarks.md).
+_RECORD_IF_OPEN = """
+UPDATE integrations_deletionrequest
+SET state = %(state)s, drop_outcome = %(outcome)s, drop_status_code = %(code)s,
+    error_message = %(error)s, completed_at = %(now)s, next_attempt_at = NULL,
+    dispatched_at = COALESCE(dispatched_at, %(now)s)
+WHERE id = %(id)s AND drop_outcome IN ('', 'failed') AND state <> 'cancelled'
+  AND NOT (%(failed)s AND drop_outcome = 'failed' AND error_message = %(error)s)
+"""
+
+
+def _record_if_open(
+    pk: int, state: str, drop_outcome: str, error_message: str, now: dt.datetime
+) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _RECORD_IF_OPEN,
+            {
+                "id": pk,
+                "state": state,
+                "outcome": drop_outcome,
+                "code": DROP_STATUS_CODES.get(drop_outcome),
+                "error": error_message,
+                "now": now,
+                "failed": drop_outcome == DropOutcome.FAILED,
+            },
+        )
+        return cursor.rowcount == 1
 
 
 def work_item_settle_now(*, work_item_id: int) -> None:

@@ -28,8 +28,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
-from django.db.models import Exists, OuterRef, Q, Value
+from django.db import connection, transaction
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from integrations.models import (
@@ -38,8 +38,6 @@ from integrations.models import (
     DropCycle,
     DropOutcome,
     RequestState,
-    ResolutionRequest,
-    SaasDeletion,
     WorkItem,
     WorkItemState,
 )
@@ -88,18 +86,41 @@ def settled_status(rows: Iterable[tuple[str, str, str]]) -> int | None:
     return None  # only resolutions and SaaS deletions, no deletion outcome yet
 
 
+# The settlement runs inside every outcome's transaction (the callbacks' hot path), so its
+# three statements are written out: building them with the ORM cost more CPU than running
+# them (docs/benchmarks.md, callbacks).
+_LOCK_ITEM = """
+SELECT wi.work_item_id, wi.state, wi.status_code, wi.status_reason, wi.needs_amendment,
+       wi.reported_at, wi.reported_status_code, b.broker_id, c.drop_session_id
+FROM integrations_workitem wi
+JOIN integrations_broker b ON b.id = wi.broker_id
+JOIN integrations_dropcycle c ON c.id = wi.cycle_id
+WHERE wi.id = %s
+FOR UPDATE OF wi
+"""
+_REQUEST_ROWS = """
+SELECT 'deletion', state, drop_outcome FROM integrations_deletionrequest
+WHERE work_item_id = %(id)s
+UNION ALL
+SELECT 'resolution', state, drop_outcome FROM integrations_resolutionrequest
+WHERE work_item_id = %(id)s
+UNION ALL
+SELECT 'saas', s.state, '' FROM integrations_saasdeletion s
+JOIN integrations_resolutionrequest r ON r.id = s.resolution_id
+WHERE r.work_item_id = %(id)s
+"""
+_UPDATE_STATUS = """
+UPDATE integrations_workitem
+SET status_code = %s, status_reason = %s, state = %s, needs_amendment = %s, updated_at = %s
+WHERE id = %s
+"""
+
+
 def _request_rows(work_item_id: int) -> list[tuple[str, str, str]]:
     """Every request touching the work item, in one query."""
-    deletions = DeletionRequest.objects.filter(work_item_id=work_item_id).values_list(
-        Value("deletion"), "state", "drop_outcome"
-    )
-    resolutions = ResolutionRequest.objects.filter(work_item_id=work_item_id).values_list(
-        Value("resolution"), "state", "drop_outcome"
-    )
-    saas = SaasDeletion.objects.filter(resolution__work_item_id=work_item_id).values_list(
-        Value("saas"), "state", Value("")
-    )
-    return list(deletions.union(resolutions, saas, all=True))
+    with connection.cursor() as cursor:
+        cursor.execute(_REQUEST_ROWS, {"id": work_item_id})
+        return cursor.fetchall()
 
 
 def _apply_status(item: WorkItem, code: int | None) -> None:
@@ -126,26 +147,37 @@ def work_item_settle(*, work_item: WorkItem, actor: str = "system") -> WorkItem:
     """Recompute ``work_item``'s status from its requests; a ledger event when it changes.
 
     Locks the work item row first, so two outcomes recorded at the same time for two
-    requests of one item cannot both see the other still open. Two queries when nothing
-    changes (lock, read), four when it does (update, ledger event). Returns the item as
-    stored; the caller's instance is refreshed too.
+    requests of one item cannot both see the other still open (the requests are read by a
+    later statement, which sees what the other transaction committed). Two queries when
+    nothing changes (lock, read), four when it does (update, ledger event). Returns the
+    item's status fields as stored; the caller's instance is refreshed too.
     """
     # No savepoint: called inside the transaction recording an outcome (the callback's hot
     # path), where a failure here must roll that back anyway. Two round trips saved.
-    with transaction.atomic(savepoint=False):
-        item = (
-            WorkItem.objects.select_for_update(of=("self",))
-            .select_related("broker", "cycle")
-            .get(pk=work_item.pk)
+    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
+        cursor.execute(_LOCK_ITEM, [work_item.pk])
+        row = cursor.fetchone()
+        if row is None:
+            raise WorkItem.DoesNotExist(f"work item {work_item.pk} does not exist")
+        item = WorkItem(
+            pk=work_item.pk,
+            work_item_id=row[0],
+            state=row[1],
+            status_code=row[2],
+            status_reason=row[3],
+            needs_amendment=row[4],
+            reported_at=row[5],
+            reported_status_code=row[6],
         )
+        item._state.adding = False
         if item.state != WorkItemState.REMOVED:
-            _settle_locked(item, actor=actor)
+            _settle_locked(item, broker_id=row[7], drop_session_id=row[8], actor=actor)
     for field in (*_STATUS_FIELDS, "reported_status_code", "reported_at"):
         setattr(work_item, field, getattr(item, field))
     return item
 
 
-def _settle_locked(item: WorkItem, *, actor: str) -> None:
+def _settle_locked(item: WorkItem, *, broker_id: str, drop_session_id: str, actor: str) -> None:
     code = settled_status(_request_rows(item.pk))
     staff_reason = item.status_reason
     if code is None and (staff_reason or item.status_code is None):
@@ -159,9 +191,20 @@ def _settle_locked(item: WorkItem, *, actor: str) -> None:
     ):
         return
     item.updated_at = timezone.now()
-    item.save(update_fields=_STATUS_FIELDS)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _UPDATE_STATUS,
+            [
+                item.status_code,
+                item.status_reason,
+                item.state,
+                item.needs_amendment,
+                item.updated_at,
+                item.pk,
+            ],
+        )
     data: dict[str, object] = {
-        "cycle": item.cycle.drop_session_id,
+        "cycle": drop_session_id,
         "status_code": item.status_code,
         "previous_status_code": before[0],
         "state": item.state,
@@ -171,7 +214,7 @@ def _settle_locked(item: WorkItem, *, actor: str) -> None:
         data["replaced_staff_status"] = {"status_code": before[0], "reason": staff_reason}
     ledger_event_append(
         kind="work_item.status_settled",
-        broker_id=item.broker.broker_id,
+        broker_id=broker_id,
         subject=item.work_item_id,
         actor=actor,
         data=data,
