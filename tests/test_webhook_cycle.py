@@ -191,7 +191,9 @@ def test_the_whole_webhook_cycle(
         broker_side.resolved(resolutions["deleted"], identifiers=resolved_email),
         broker_side.resolved(resolutions["not_found"], identifiers=resolved_email),
         broker_side.resolved(resolutions["failed"], identifiers=resolved_email),
-        broker_side.resolved(resolutions["opted_out"], drop_outcome="opted_out"),
+        broker_side.resolved(
+            resolutions["opted_out"], drop_outcome="opted_out", identifiers=resolved_email
+        ),
         broker_side.resolved(
             resolutions["exempt"], drop_outcome="exempt", exemption_basis="legal_hold"
         ),
@@ -214,7 +216,10 @@ def test_the_whole_webhook_cycle(
         assert request.state == RequestState.COMPLETED, outcome
         assert request.drop_status_code == code, outcome
         assert WorkItem.objects.get(pk=request.work_item_id).status_code == code, outcome
-    assert OptOutRecord.objects.get().email == OPTED_OUT_EMAIL
+    assert OptOutRecord.objects.get(deletion_request__isnull=False).email == OPTED_OUT_EMAIL
+    assert OptOutRecord.objects.get(resolution_request__isnull=False).email == (
+        "Resolved.Person@Example.com"
+    )
 
     # The ledger tells the story, without the clear identifiers, and its chain verifies.
     for request in DeletionRequest.objects.all():

@@ -302,11 +302,11 @@ class SaasDeletionAdmin(ReadOnlyAdmin):
 
 @admin.register(OptOutRecord)
 class OptOutRecordAdmin(ReadOnlyAdmin):
-    list_display = ["deletion_request", "broker", "created_at"]  # no email in lists
+    list_display = ["request_uuid", "broker", "created_at"]  # no email in lists
     list_filter = ["broker"]
-    search_fields = ["=deletion_request__request_uuid"]
-    list_select_related = ["deletion_request", "broker"]
-    fields = ["deletion_request", "broker", "email", "created_at"]
+    search_fields = ["=deletion_request__request_uuid", "=resolution_request__request_uuid"]
+    list_select_related = ["deletion_request", "resolution_request", "broker"]
+    fields = ["deletion_request", "resolution_request", "broker", "email", "created_at"]
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False

@@ -58,9 +58,9 @@ class DeletionCallbackSerializer(serializers.Serializer):
     status = StrictChoiceField(choices=["completed"])
     request_uuid = serializers.UUIDField()
     drop_outcome = StrictChoiceField(choices=DropOutcome.values)
-    error_message = StrictCharField(
-        required=False, allow_null=True, allow_blank=True, max_length=2000
-    )
+    # No length limit of its own (the body's 64 KiB is one): the service keeps the first
+    # 2,000 characters, and refusing a longer message would leave a failure unreported.
+    error_message = StrictCharField(required=False, allow_null=True, allow_blank=True)
     identifiers = DeletionIdentifiersSerializer(required=False, allow_null=True)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -77,7 +77,7 @@ class DeletionCallbackSerializer(serializers.Serializer):
 
 
 def opt_out_email(attrs: dict[str, Any]) -> str:
-    """``identifiers.email[0].email`` of a validated body 2.2, or ``""``."""
+    """``identifiers.email[0].email`` of a validated body 2.2 or 2.4, or ``""``."""
     emails = (attrs.get("identifiers") or {}).get("email") or []
     return str(emails[0]["email"]) if emails else ""
 
@@ -115,6 +115,10 @@ class ResolutionCallbackSerializer(serializers.Serializer):
         if outcome == DropOutcome.EXEMPT and not (attrs.get("exemption_basis") or "").strip():
             raise serializers.ValidationError(
                 {"exemption_basis": ["Required when drop_outcome is 'exempt'."]}
+            )
+        if outcome == DropOutcome.OPTED_OUT and not opt_out_email(attrs).strip():
+            raise serializers.ValidationError(
+                {OPT_OUT_EMAIL: ["Required when drop_outcome is 'opted_out'."]}
             )
         if not outcome and "identifiers" not in attrs:
             raise serializers.ValidationError(

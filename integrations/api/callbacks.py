@@ -201,6 +201,7 @@ class ResolutionCallbackView(SignedCallbackView):
                 drop_outcome=attrs.get("drop_outcome") or "",
                 exemption_basis=attrs.get("exemption_basis") or "",
                 identifiers=attrs.get("identifiers") or {},
+                opt_out_email=opt_out_email(attrs),
                 actor=self.actor(request),
             )
         except OutcomeConflict as exc:

@@ -223,10 +223,18 @@ class DeliveryAttempt(models.Model):
 
 
 class OptOutRecord(models.Model):
-    """An ``opted_out`` outcome's resolved email, kept exactly as the broker stores it."""
+    """An ``opted_out`` answer's resolved email, kept exactly as the broker stores it: from a
+    deletion outcome (body 2.2, or the ISI callback) or an identifier retrieval (body 2.4)."""
 
     deletion_request = models.OneToOneField(
-        DeletionRequest, on_delete=models.PROTECT, related_name="opt_out"
+        DeletionRequest, null=True, blank=True, on_delete=models.PROTECT, related_name="opt_out"
+    )
+    resolution_request = models.OneToOneField(
+        ResolutionRequest,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="opt_out",
     )
     broker = models.ForeignKey("integrations.Broker", on_delete=models.PROTECT, related_name="+")
     email = EncryptedTextField()  # verbatim: no trimming, no case change
@@ -234,6 +242,19 @@ class OptOutRecord(models.Model):
 
     class Meta:
         verbose_name = "opt-out record"
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(deletion_request__isnull=False, resolution_request__isnull=True)
+                | models.Q(deletion_request__isnull=True, resolution_request__isnull=False),
+                name="opt_out_record_has_one_request",
+            ),
+        ]
 
     def __str__(self) -> str:
-        return f"opt-out for {self.deletion_request.request_uuid}"
+        return f"opt-out for {self.request_uuid}"
+
+    @property
+    def request_uuid(self) -> uuid.UUID:
+        request = self.deletion_request or self.resolution_request
+        assert request is not None  # the check constraint
+        return request.request_uuid

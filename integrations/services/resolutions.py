@@ -25,6 +25,8 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from integrations.models import (
+    DropOutcome,
+    OptOutRecord,
     RequestState,
     ResolutionRequest,
     SaasConnection,
@@ -48,11 +50,14 @@ def resolution_outcome_record(
     exemption_basis: str,
     identifiers: dict[str, Any],
     actor: str,
+    opt_out_email: str = "",
     now: dt.datetime | None = None,
 ) -> OutcomeRecorded:
     """Record the broker's (validated) answer and start the SaaS deletions it calls for.
 
-    The same answer twice changes nothing; a different one is an ``OutcomeConflict``.
+    ``opt_out_email`` (``identifiers.email[0].email`` of an ``opted_out`` answer) is kept
+    verbatim, encrypted, as an ``OptOutRecord``; it never reaches the ledger. The same
+    answer twice changes nothing; a different one is an ``OutcomeConflict``.
     """
     from integrations import tasks
 
@@ -83,7 +88,7 @@ def resolution_outcome_record(
         )
         if not updated:
             current = ResolutionRequest.objects.get(pk=request.pk)
-            _raise_unless_same(current, drop_outcome, exemption_basis, identifiers)
+            _raise_unless_same(current, drop_outcome, exemption_basis, identifiers, opt_out_email)
             ledger_event_append(
                 kind="resolution_request.outcome_repeated",
                 broker_id=request.broker.broker_id,
@@ -103,6 +108,10 @@ def resolution_outcome_record(
         )
         if deletions:
             tasks.saas_deletions_enqueue([d.pk for d in deletions])
+        if drop_outcome == DropOutcome.OPTED_OUT:
+            OptOutRecord.objects.create(
+                resolution_request_id=request.pk, broker_id=request.broker_id, email=opt_out_email
+            )
         ledger_event_append(
             kind="resolution_request.outcome_recorded",
             broker_id=request.broker.broker_id,
@@ -115,6 +124,7 @@ def resolution_outcome_record(
                 "identifiers": {k: len(v) for k, v in identifiers.items()},
                 "saas_deletions": [c.name for c in connections],
                 "identifiers_kept": keep,
+                "opt_out_record": drop_outcome == DropOutcome.OPTED_OUT,
             },
         )
         work_item_settle_now(work_item_id=request.work_item_id)
@@ -131,6 +141,7 @@ def _raise_unless_same(
     drop_outcome: str,
     exemption_basis: str,
     identifiers: dict[str, Any],
+    opt_out_email: str,
 ) -> None:
     if current.state == RequestState.CANCELLED:
         raise OutcomeConflict(
@@ -142,6 +153,10 @@ def _raise_unless_same(
     # Once purged, the earlier identifiers cannot be compared; the outcome decides.
     if same and current.identifiers:
         same = json.loads(current.identifiers) == identifiers
+    if same and drop_outcome == DropOutcome.OPTED_OUT:
+        # A different email is a different opt-out: refusing it keeps it from being lost.
+        record = OptOutRecord.objects.filter(resolution_request_id=current.pk).first()
+        same = record is not None and record.email == opt_out_email
     if not same:
         raise OutcomeConflict(
             "The request already has a different answer; this one is refused.",

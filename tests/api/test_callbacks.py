@@ -170,6 +170,24 @@ def test_opted_out_keeps_the_email_verbatim_and_out_of_the_ledger(
     assert "Ann.Smith" not in json.dumps(list(LedgerEvent.objects.values_list("data", flat=True)))
 
 
+def test_a_long_error_message_is_recorded_cut_at_2000_characters(
+    side: Broker_, dispatched: DeletionRequest
+) -> None:
+    message = "Stack trace: " + "x" * 5000
+
+    response = put(
+        DELETION,
+        body_for(dispatched, "failed", error_message=message),
+        key=side.key,
+        secret=side.secret,
+    )
+
+    assert response.status_code == 200, response.content
+    dispatched.refresh_from_db()
+    assert dispatched.state == "failed"
+    assert dispatched.error_message == message[:2000]
+
+
 def test_failed_is_recorded_and_a_later_outcome_replaces_it(
     side: Broker_, dispatched: DeletionRequest
 ) -> None:
@@ -522,6 +540,32 @@ def test_opted_out_or_exempt_starts_no_saas_deletion_and_keeps_nothing(
     assert notified.identifiers == ""
     assert notified.identifiers_purged_at is not None
     assert not SaasDeletion.objects.exists()
+    opted_out = answer["drop_outcome"] == "opted_out"
+    # The opted-out email is kept verbatim, as the opt-out record, and only there.
+    records = list(OptOutRecord.objects.filter(resolution_request=notified))
+    assert [r.email for r in records] == (["Ann.Smith@Example.com"] if opted_out else [])
+    event = LedgerEvent.objects.get(kind="resolution_request.outcome_recorded")
+    assert event.data["opt_out_record"] is opted_out
+    assert "Ann.Smith" not in json.dumps(event.data)
+
+
+def test_a_repeated_opt_out_with_another_email_is_refused(
+    side: Broker_, notified: ResolutionRequest
+) -> None:
+    opted_out = resolution_body(notified, drop_outcome="opted_out")
+    assert put(RESOLUTION, opted_out, key=side.key, secret=side.secret).status_code == 200
+
+    again = put(RESOLUTION, opted_out, key=side.key, secret=side.secret)
+    other = put(
+        RESOLUTION,
+        {**opted_out, "identifiers": {"email": [{"email": "ann.smith@example.com"}]}},
+        key=side.key,
+        secret=side.secret,
+    )
+
+    assert again.json()["status"] == "unchanged"
+    assert other.status_code == 409
+    assert [r.email for r in OptOutRecord.objects.all()] == ["Ann.Smith@Example.com"]
 
 
 def test_the_same_resolution_answer_twice_is_200_and_a_different_one_409(
@@ -561,6 +605,13 @@ RESOLUTION_BAD_INPUTS: dict[str, tuple[Callable[[ResolutionRequest], dict[str, A
     ),
     "no results_token": (
         lambda r: {k: v for k, v in resolution_body(r).items() if k != "results_token"},
+        400,
+        "validation_failed",
+    ),
+    "opted_out without the email": (
+        lambda r: resolution_body(
+            r, drop_outcome="opted_out", identifiers={"phone": [{"phone": "+14155559317"}]}
+        ),
         400,
         "validation_failed",
     ),
