@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: install run test lint format bench demo clean
+.PHONY: install run test lint format bench demo stop-db clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,10 @@ bench: install
 # Ctrl-C. DEMO_ARGS="--no-serve" stops after the story.
 demo: install
 	$(BIN)/python -m devtools.demo $(DEMO_ARGS)
+
+# The embedded PostgreSQL outlives `make run` (the next command reuses it); this stops it.
+stop-db: install
+	$(BIN)/python -m dropportal.local_state stop-embedded
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

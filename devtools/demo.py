@@ -51,22 +51,30 @@ class Narrator:
     def __init__(self) -> None:
         self.started = time.monotonic()
         self.step = 0
+        # Bold and dim on a terminal; plain text into a file or a pipe.
+        tty = sys.stdout.isatty()
+        self._bold, self._dim, self._plain = (
+            ("\033[1m", "\033[2m", "\033[0m") if tty else ("", "", "")
+        )
 
     def section(self, title: str) -> None:
         self.step += 1
         elapsed = time.monotonic() - self.started
-        print(f"\n\033[1m{self.step}. {title}\033[0m  ({elapsed:4.1f} s)", flush=True)
+        print(f"\n{self._bold}{self.step}. {title}{self._plain}  ({elapsed:4.1f} s)", flush=True)
 
     def say(self, text: str) -> None:
         for line in text.splitlines() or [""]:
             print(f"   {line}", flush=True)
 
     def command(self, text: str) -> None:
-        print(f"   \033[2m$ python manage.py {text}\033[0m", flush=True)
+        print(f"   {self._dim}$ python manage.py {text}{self._plain}", flush=True)
 
 
 def free_port(preferred: int) -> int:
     with socket.socket() as probe:
+        # As the server will bind: a port left in TIME_WAIT by a server that just stopped
+        # is free to use.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(("127.0.0.1", preferred))
             return preferred
@@ -327,15 +335,19 @@ def narrate(args: argparse.Namespace) -> None:
 
         say.section("The ledger: every step above, hash-chained")
         ledger_seal()
+        say.command("ledger verify")
         verification = ledger_verify()
         kinds = Counter(LedgerEvent.objects.values_list("kind", flat=True))
         say.say(
             f"{sum(kinds.values())} events, chain {'verified' if verification.ok else 'BROKEN'};"
             f" most frequent: " + ", ".join(f"{kind} {n}" for kind, n in kinds.most_common(4))
         )
-        say.command("ledger verify")
 
-        where_to_look(say, public_url, password)
+        if args.no_serve:
+            say.section("Where to look")
+            say.say("`make demo` (without --no-serve) serves the admin after the story.")
+        else:
+            where_to_look(say, public_url, password)
         if args.screenshot:
             take_screenshot(public_url, password, Path(args.screenshot))
             say.say(f"dashboard screenshot: {args.screenshot}")

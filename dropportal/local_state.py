@@ -103,6 +103,25 @@ def _ensure_database(host: str, port: int) -> None:
             conn.execute(f'CREATE DATABASE "{EMBEDDED_DB_NAME}"')
 
 
+def stop_embedded() -> str:
+    """Stop the embedded PostgreSQL of ``var/pgdata`` if it runs (PostgreSQL's fast
+    shutdown: SIGINT to the postmaster); say what was done."""
+    import signal
+    import time
+
+    pid_file = VAR_DIR / "pgdata" / "postmaster.pid"
+    try:
+        pid = int(pid_file.read_text().split()[0])
+        os.kill(pid, signal.SIGINT)
+    except (OSError, ValueError, IndexError):
+        return f"no embedded PostgreSQL is running in {VAR_DIR / 'pgdata'}"
+    for _ in range(300):
+        if not pid_file.exists():
+            return f"stopped the embedded PostgreSQL in {VAR_DIR / 'pgdata'}"
+        time.sleep(0.1)
+    raise LocalStateError(f"the embedded PostgreSQL (pid {pid}) did not stop within 30 s")
+
+
 def local_server_url() -> str | None:
     """The PostgreSQL on 127.0.0.1:5432 as a URL, if one answers (used by ``make test``)."""
     import psycopg
@@ -117,6 +136,14 @@ def local_server_url() -> str | None:
 
 
 if __name__ == "__main__":
-    # `python -m dropportal.local_state local-url`: print the local server's URL or nothing.
+    # `python -m dropportal.local_state local-url`: print the local server's URL or nothing;
+    # `... stop-embedded`: stop the embedded server (`make stop-db`).
     if sys.argv[1:] == ["local-url"]:
         print(local_server_url() or "")
+    elif sys.argv[1:] == ["stop-embedded"]:
+        try:
+            print(stop_embedded())
+        except LocalStateError as exc:
+            sys.exit(f"error: {exc}")
+    else:
+        sys.exit("usage: python -m dropportal.local_state local-url | stop-embedded")

@@ -1,11 +1,16 @@
-"""Shared fixtures: a broker, API keys, and an API client that sends a bearer key."""
+"""Shared fixtures: a broker, API keys, an API client that sends a bearer key, and the
+environment a ``manage.py`` subprocess needs to use the test database."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
+from django.conf import settings
+from django.db import connection
 from rest_framework.test import APIClient
 
 from integrations.models import Broker
@@ -43,3 +48,24 @@ def drop_packages_in_tmp(tmp_path_factory: pytest.TempPathFactory, monkeypatch: 
     from integrations.services import drop
 
     monkeypatch.setattr(drop, "PACKAGES_DIR", tmp_path_factory.mktemp("drop-packages"))
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """The environment of a ``manage.py`` subprocess that works on the test database (its
+    tests must commit: ``django_db(transaction=True)``) with the same encryption keys."""
+    db = connection.settings_dict
+    # Query parameters go to libpq as they are, so a socket directory (the embedded
+    # server's HOST) works as well as a host name.
+    params = {
+        "host": db.get("HOST") or "127.0.0.1",
+        "port": db.get("PORT") or 5432,
+        "user": db.get("USER") or "",
+        "password": db.get("PASSWORD") or "",
+    }
+    query = urlencode({k: v for k, v in params.items() if v})
+    return {
+        **os.environ,
+        "DATABASE_URL": f"postgres:///{db['NAME']}?{query}",
+        "DROPPORTAL_ENCRYPTION_KEYS": ",".join(settings.DROPPORTAL_ENCRYPTION_KEYS),
+        **extra,
+    }

@@ -7,13 +7,11 @@ These tests commit (other connections, threads and a worker process must see the
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import sys
 import threading
 from collections import Counter
 from collections.abc import Iterator
-from urllib.parse import urlencode
 
 import pytest
 from django.conf import settings as django_settings
@@ -25,6 +23,7 @@ from devtools.broker_simulator import BrokerSimulator, Reply
 from integrations import tasks
 from integrations.dispatch.deliveries import deletion_requests_deliver
 from integrations.models import Broker, DeletionRequest, DeliveryAttempt, LedgerEvent, RequestState
+from tests.conftest import subprocess_env
 from tests.webhook_factories import deletion_request, truncate_jobs, webhook_integration_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -118,12 +117,7 @@ def test_a_worker_killed_mid_delivery_loses_nothing_and_acknowledges_once(
     with transaction.atomic():
         tasks.deletion_requests_enqueue([request.pk])
 
-    env = {
-        **os.environ,
-        "DATABASE_URL": _database_url(),
-        "DROPPORTAL_ALLOW_PRIVATE_TARGETS": "1",
-        "DROPPORTAL_ENCRYPTION_KEYS": ",".join(django_settings.DROPPORTAL_ENCRYPTION_KEYS),
-    }
+    env = subprocess_env(DROPPORTAL_ALLOW_PRIVATE_TARGETS="1")
     worker = subprocess.Popen(
         [sys.executable, "manage.py", "procrastinate", "worker", "--queues", "dispatch"],
         cwd=django_settings.BASE_DIR,
@@ -163,20 +157,6 @@ def test_a_worker_killed_mid_delivery_loses_nothing_and_acknowledges_once(
         tasks.deletion_requests_enqueue([request.pk])
     _run_worker()
     assert len(receiver.received) == 2
-
-
-def _database_url() -> str:
-    """The test database as a DATABASE_URL for the worker process, over TCP or a socket."""
-    db = connection.settings_dict
-    # Query parameters go to libpq as they are, so a socket directory (the embedded
-    # server's HOST) works as well as a host name.
-    params = {
-        "host": db.get("HOST") or "127.0.0.1",
-        "port": db.get("PORT") or 5432,
-        "user": db.get("USER") or "",
-        "password": db.get("PASSWORD") or "",
-    }
-    return f"postgres:///{db['NAME']}?" + urlencode({k: v for k, v in params.items() if v})
 
 
 def _run_worker() -> None:

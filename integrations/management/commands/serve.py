@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -19,13 +20,45 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 _CLEAN = (0, -signal.SIGTERM, -signal.SIGINT)
 
 
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
+
+
+def _host_port(bind: str) -> tuple[str, int]:
+    host, _, port = bind.rpartition(":")
+    try:
+        return host or "127.0.0.1", int(port)
+    except ValueError:
+        raise CommandError(f"--bind takes host:port, not {bind!r}") from None
+
+
+def _refuse_if_taken(bind: str) -> None:
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gunicorn binds
+        try:
+            probe.bind(_host_port(bind))
+        except OSError as exc:
+            raise CommandError(
+                f"cannot serve on {bind}: {exc.strerror}; stop what holds it or pass --bind"
+            ) from None
+
+
+def _listening(bind: str, *, web: subprocess.Popen[bytes], timeout: float = 60) -> bool:
+    """Whether the web server took ``bind`` (host:port) before it exited or ``timeout``."""
+    address = _host_port(bind)
+    deadline = time.monotonic() + timeout
+    while web.poll() is None and time.monotonic() < deadline:
+        try:
+            socket.create_connection(address, timeout=1).close()
+            return True
+        except OSError:
+            time.sleep(0.2)
+    return False
 
 
 class Command(BaseCommand):
@@ -36,6 +69,7 @@ class Command(BaseCommand):
         parser.add_argument("--web-workers", type=int, default=2)
 
     def handle(self, *args: Any, **options: Any) -> None:
+        _refuse_if_taken(options["bind"])
         call_command("migrate", interactive=False, verbosity=0)
         call_command("collectstatic", interactive=False, verbosity=0)
         self._ensure_staff_login()
@@ -57,12 +91,13 @@ class Command(BaseCommand):
             ),
             subprocess.Popen([*base, "manage.py", "worker"], cwd=settings.BASE_DIR),  # noqa: S603
         ]
-        self.stdout.write(
-            f"dropportal is serving http://{options['bind']}/admin/ and "
-            f"http://{options['bind']}/api/v1/ with one worker. Ctrl-C stops."
-        )
         signal.signal(signal.SIGTERM, _interrupt)  # stop the same way on SIGTERM as on Ctrl-C
         try:
+            if _listening(options["bind"], web=processes[0]):
+                self.stdout.write(
+                    f"dropportal is serving http://{options['bind']}/admin/ and "
+                    f"http://{options['bind']}/api/v1/ with one worker. Ctrl-C stops."
+                )
             while all(p.poll() is None for p in processes):
                 time.sleep(0.5)
         except KeyboardInterrupt:

@@ -1,0 +1,93 @@
+"""``manage.py serve``, what ``make run`` calls: gunicorn and a worker until Ctrl-C."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.core.management import CommandError, call_command
+
+from tests.conftest import subprocess_env
+
+
+@pytest.fixture
+def held_port() -> Iterator[int]:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        yield int(holder.getsockname()[1])
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _session_commands(session: int) -> list[str]:
+    """The command lines of the processes in ``session`` (Linux /proc)."""
+    commands = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # After the command name: state, ppid, pgrp, session.
+            if int(stat.read_text().rsplit(")", 1)[1].split()[3]) == session:
+                cmdline = (stat.parent / "cmdline").read_bytes()
+                commands.append(cmdline.replace(b"\0", b" ").decode(errors="replace"))
+        except (OSError, IndexError, ValueError):
+            continue  # the process ended meanwhile
+    return commands
+
+
+def test_a_port_in_use_is_refused_in_one_line_before_anything_starts(held_port: int) -> None:
+    with pytest.raises(CommandError, match=rf"cannot serve on 127.0.0.1:{held_port}: .*--bind"):
+        call_command("serve", bind=f"127.0.0.1:{held_port}")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_serve_answers_on_its_port_with_a_worker_and_ctrl_c_stops_both() -> None:
+    port = _free_port()
+    serve = subprocess.Popen(  # noqa: S603
+        [sys.executable, "manage.py", "serve", "--bind", f"127.0.0.1:{port}", "--web-workers", "1"],
+        cwd=settings.BASE_DIR,
+        env=subprocess_env(DJANGO_SUPERUSER_USERNAME="ops", DJANGO_SUPERUSER_PASSWORD="pw-1"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert serve.stdout is not None
+        announced = ""
+        deadline = time.monotonic() + 120
+        while "is serving" not in announced and time.monotonic() < deadline:
+            announced = serve.stdout.readline()
+            assert announced or serve.poll() is None, "serve exited before serving"
+        assert f"http://127.0.0.1:{port}/admin/" in announced
+
+        # Announced only once the web server answers: no key is a problem-details 401.
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/ping", timeout=10)
+        assert refused.value.code == 401
+        assert refused.value.headers["Content-Type"] == "application/problem+json"
+        assert any("manage.py worker" in c for c in _session_commands(serve.pid))
+    finally:
+        serve.send_signal(signal.SIGINT)  # as Ctrl-C does
+        try:
+            serve.wait(timeout=30)
+        finally:
+            if serve.poll() is None:
+                serve.kill()
+
+    assert serve.returncode == 0
+    with socket.socket() as probe:  # gunicorn let go of the port
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind(("127.0.0.1", port))
