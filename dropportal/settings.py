@@ -36,6 +36,9 @@ DROPPORTAL_REPORT_DAYS = env.int("DROPPORTAL_REPORT_DAYS", default=45)
 DROPPORTAL_DOWNLOAD_CADENCE_DAYS = env.int("DROPPORTAL_DOWNLOAD_CADENCE_DAYS", default=45)
 # The periodic job uploads response files for brokers with a DROP API key; off: by hand only.
 DROPPORTAL_AUTO_REPORT = env.bool("DROPPORTAL_AUTO_REPORT", default=True)
+# A failed outcome is redispatched automatically this many hours after it was recorded (at
+# most 3 times a request); 0: only staff redispatch (product.md section 2: off by default).
+DROPPORTAL_AUTO_REDISPATCH_HOURS = env.int("DROPPORTAL_AUTO_REDISPATCH_HOURS", default=0)
 
 _public_host = urlsplit(DROPPORTAL_PUBLIC_URL).hostname or "127.0.0.1"
 ALLOWED_HOSTS: list[str] = env.list(

@@ -97,6 +97,26 @@ def purge_resolved_identifiers(timestamp: int | None = None) -> int:
     return resolutions_purge_final()
 
 
+@app.periodic(cron="41 * * * *", periodic_id="redispatch_failed")
+@app.task(queue="maintenance", queueing_lock="redispatch_failed", pass_context=False)
+def redispatch_failed(timestamp: int | None = None) -> int:
+    """Hourly, when ``DROPPORTAL_AUTO_REDISPATCH_HOURS`` is set: send failed outcomes that
+    old again (``services.redelivery.deletion_requests_redispatch_failed``)."""
+    import datetime as dt
+
+    from django.conf import settings
+    from django.utils import timezone
+
+    from integrations.services.redelivery import deletion_requests_redispatch_failed
+
+    hours = settings.DROPPORTAL_AUTO_REDISPATCH_HOURS
+    if hours <= 0:
+        return 0
+    return deletion_requests_redispatch_failed(
+        failed_before=timezone.now() - dt.timedelta(hours=hours)
+    )
+
+
 # A worker that stops sending heartbeats for this long is taken for dead (killed, host
 # lost); the jobs it was running are run again by another worker.
 STALLED_AFTER_SECONDS = 60

@@ -9,22 +9,27 @@ A redelivery is a new notification: a new ``webhook_request_id`` (the broker's i
 key), the attempt count back to zero, and a delivery job deferred in the same transaction.
 Redelivery is for what did not get through (``undeliverable``, or ``queued``/``dispatched``
 with no outcome); redispatch is for a ``failed`` outcome, which the broker asked us to send
-again.
+again. Staff redispatch; so does the automatic policy when ``DROPPORTAL_AUTO_REDISPATCH_HOURS``
+is set (``deletion_requests_redispatch_failed``, run hourly; off by default).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import CharField, Count, OuterRef, Subquery
+from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 
 from integrations import tasks
 from integrations.models import (
     DeletionRequest,
+    LedgerEvent,
     RequestState,
     ResolutionRequest,
     SaasDeletion,
@@ -143,6 +148,47 @@ def deletion_request_redispatch(
         enqueue=tasks.deletion_requests_enqueue,
         actor=actor,
     )
+
+
+AUTO_REDISPATCH_ACTOR = "system:auto-redispatch"
+# Automatic redispatches of one request; a request that failed that often waits for staff.
+AUTO_REDISPATCH_MAX = 3
+
+
+def deletion_requests_redispatch_failed(*, failed_before: dt.datetime, limit: int = 1000) -> int:
+    """The automatic policy: redispatch the requests whose outcome ``failed`` before
+    ``failed_before`` and that were redispatched automatically fewer than
+    ``AUTO_REDISPATCH_MAX`` times (each a ``deletion_request.redispatched`` event by
+    ``system:auto-redispatch``). One whose integration is disabled stays for staff.
+    Returns how many were redispatched."""
+    automatic = (
+        LedgerEvent.objects.filter(
+            kind="deletion_request.redispatched",
+            actor=AUTO_REDISPATCH_ACTOR,
+            subject=Cast(OuterRef("request_uuid"), CharField()),
+        )
+        .order_by()
+        .values("subject")
+        .annotate(n=Count("id"))
+        .values("n")
+    )
+    due = (
+        DeletionRequest.objects.filter(state=RequestState.FAILED, completed_at__lt=failed_before)
+        .annotate(automatic=Coalesce(Subquery(automatic), 0))
+        .filter(automatic__lt=AUTO_REDISPATCH_MAX)
+        .order_by("completed_at")
+        .values_list("pk", flat=True)[:limit]
+    )
+    redispatched = 0
+    for pk in list(due):
+        try:
+            deletion_request_redispatch(
+                deletion_request=DeletionRequest(pk=pk), actor=AUTO_REDISPATCH_ACTOR
+            )
+        except ValidationError:
+            continue  # its integration is disabled, or it changed meanwhile: staff see it
+        redispatched += 1
+    return redispatched
 
 
 def resolution_request_redeliver(

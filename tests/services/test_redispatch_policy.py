@@ -1,0 +1,122 @@
+"""The automatic redispatch of failed outcomes (product.md section 2: off by default), run
+as the hourly job does."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.utils import timezone
+from procrastinate.contrib.django.models import ProcrastinateJob
+
+from integrations import tasks
+from integrations.models import Broker, DeletionRequest, Integration, LedgerEvent, RequestState
+from integrations.services.integrations import integration_disable
+from integrations.services.outcomes import deletion_outcome_record
+from integrations.services.redelivery import (
+    AUTO_REDISPATCH_ACTOR,
+    AUTO_REDISPATCH_MAX,
+    deletion_request_redispatch,
+)
+from tests.webhook_factories import deletion_request, webhook_integration_for
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def integration(broker: Broker) -> Integration:
+    return webhook_integration_for(broker, "https://crm.example/hooks").integration
+
+
+def failed(integration: Integration, hours_ago: float, name: str) -> DeletionRequest:
+    return deletion_request(
+        integration,
+        state=RequestState.FAILED,
+        drop_outcome="failed",
+        error_message="CRM timeout",
+        completed_at=timezone.now() - dt.timedelta(hours=hours_ago),
+        remote_identifier=name,
+    )
+
+
+def jobs_for(request: DeletionRequest) -> int:
+    return ProcrastinateJob.objects.filter(args={"request_ids": [request.pk]}).count()
+
+
+def test_off_by_default_failed_outcomes_wait_for_staff(integration: Integration) -> None:
+    old = failed(integration, hours_ago=500, name="C-old")
+
+    assert tasks.redispatch_failed() == 0
+
+    old.refresh_from_db()
+    assert old.state == RequestState.FAILED
+    assert jobs_for(old) == 0
+
+
+def test_failed_outcomes_older_than_the_setting_are_sent_again(
+    integration: Integration, settings
+) -> None:
+    settings.DROPPORTAL_AUTO_REDISPATCH_HOURS = 6
+    due = failed(integration, hours_ago=7, name="C-due")
+    recent = failed(integration, hours_ago=1, name="C-recent")
+    webhook_request_id = due.webhook_request_id
+
+    assert tasks.redispatch_failed() == 1
+
+    due.refresh_from_db()
+    assert (due.state, due.drop_outcome, due.error_message) == (RequestState.QUEUED, "", "")
+    assert due.webhook_request_id != webhook_request_id  # a new notification for the broker
+    assert jobs_for(due) == 1
+    event = LedgerEvent.objects.get(kind="deletion_request.redispatched")
+    assert (event.subject, event.actor) == (str(due.request_uuid), AUTO_REDISPATCH_ACTOR)
+    recent.refresh_from_db()
+    assert recent.state == RequestState.FAILED
+
+
+def test_a_request_that_keeps_failing_is_left_to_staff_after_three_tries(
+    integration: Integration, settings
+) -> None:
+    settings.DROPPORTAL_AUTO_REDISPATCH_HOURS = 6
+    request = failed(integration, hours_ago=7, name="C-stubborn")
+    for _ in range(AUTO_REDISPATCH_MAX):
+        deletion_request_redispatch(deletion_request=request, actor=AUTO_REDISPATCH_ACTOR)
+        deletion_outcome_record(
+            deletion_request=DeletionRequest.objects.get(pk=request.pk),
+            drop_outcome="failed",
+            error_message="CRM timeout",
+            actor="apikey:dpk_test",
+            now=timezone.now() - dt.timedelta(hours=7),
+        )
+    # A staff redispatch does not count against the policy's tries.
+    staff_tried = failed(integration, hours_ago=7, name="C-staff")
+    deletion_request_redispatch(deletion_request=staff_tried, actor="staff:alice")
+    deletion_outcome_record(
+        deletion_request=DeletionRequest.objects.get(pk=staff_tried.pk),
+        drop_outcome="failed",
+        error_message="CRM timeout",
+        actor="apikey:dpk_test",
+        now=timezone.now() - dt.timedelta(hours=7),
+    )
+
+    assert tasks.redispatch_failed() == 1
+
+    request.refresh_from_db()
+    assert request.state == RequestState.FAILED
+    staff_tried.refresh_from_db()
+    assert staff_tried.state == RequestState.QUEUED
+
+
+def test_a_disabled_integration_keeps_its_failures_and_the_others_go_on(
+    broker: Broker, integration: Integration, settings
+) -> None:
+    settings.DROPPORTAL_AUTO_REDISPATCH_HOURS = 6
+    other = webhook_integration_for(broker, "https://erp.example/hooks", name="ERP").integration
+    stuck = failed(integration, hours_ago=8, name="C-stuck")
+    sent = failed(other, hours_ago=7, name="C-sent")
+    integration_disable(integration=integration, reason="410 from the broker", actor="test")
+
+    assert tasks.redispatch_failed() == 1
+
+    stuck.refresh_from_db()
+    sent.refresh_from_db()
+    assert (stuck.state, sent.state) == (RequestState.FAILED, RequestState.QUEUED)
