@@ -227,10 +227,17 @@ class BrokerOverview:
     integrations: list[IntegrationHealth]
     last_download_at: dt.datetime | None
     last_upload_at: dt.datetime | None
+    # The last pull from DROP, when it failed and nothing was pulled or imported since
+    # (a 401/403 from DROP lands here: staff must act).
+    failed_pull: LedgerEvent | None = None
+
+
+# The events that say how the broker's last download went.
+_PULL_OUTCOME_KINDS = ("drop.pulled", "drop.cycle_imported", "drop.pull_failed")
 
 
 def dashboard_overview(*, now: dt.datetime) -> list[BrokerOverview]:
-    """Everything the dashboard shows, per broker, in ten queries whatever the data size."""
+    """Everything the dashboard shows, per broker, in eleven queries whatever the data size."""
     brokers = list(
         Broker.objects.annotate(
             last_download_at=Max("cycles__downloaded_at"),
@@ -311,8 +318,16 @@ def dashboard_overview(*, now: dt.datetime) -> list[BrokerOverview]:
             )
         )
 
+    last_pull_event = {
+        event.broker_id: event
+        for event in LedgerEvent.objects.filter(kind__in=_PULL_OUTCOME_KINDS)
+        .order_by("broker_id", "-id")
+        .distinct("broker_id")
+    }
+
     overviews = []
     for broker in brokers:
+        pull_event = last_pull_event.get(broker.broker_id)
         cycles = sorted(
             cycles_of.get(broker.pk, []), key=lambda c: c.cycle.downloaded_at, reverse=True
         )
@@ -327,6 +342,9 @@ def dashboard_overview(*, now: dt.datetime) -> list[BrokerOverview]:
                 integrations=health_of.get(broker.pk, []),
                 last_download_at=broker.last_download_at,  # type: ignore[attr-defined]
                 last_upload_at=broker.last_upload_at,  # type: ignore[attr-defined]
+                failed_pull=pull_event
+                if pull_event and pull_event.kind == "drop.pull_failed"
+                else None,
             )
         )
     return overviews

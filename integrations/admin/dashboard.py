@@ -139,6 +139,9 @@ class BrokerPanel:
     last_upload_at: dt.datetime | None
     last_upload_url: str | None
     outcomes_chart: SafeString
+    failed_pull_at: dt.datetime | None = None  # the last pull failed: say so, and why
+    failed_pull_error: str = ""
+    failed_pull_url: str | None = None
 
 
 @dataclass(frozen=True)
@@ -308,6 +311,13 @@ def _broker_panel(
         ),
         last_upload_at=overview.last_upload_at,
         last_upload_url=links.changelist("reportfile", **by_broker),
+        failed_pull_at=overview.failed_pull.created_at if overview.failed_pull else None,
+        failed_pull_error=str(overview.failed_pull.data.get("error", ""))
+        if overview.failed_pull
+        else "",
+        failed_pull_url=links.changelist(
+            "ledgerevent", kind__exact="drop.pull_failed", broker_id__exact=broker.broker_id
+        ),
         outcomes_chart=charts.stacked_bars(
             [_outcome_bar(c, links) for c in overview.recent_cycles],
             title=f"The broker's outcomes per cycle, broker {broker.broker_id}",

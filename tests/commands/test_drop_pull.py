@@ -373,3 +373,20 @@ def test_a_pull_job_imports_and_a_failed_one_tries_again_later(
     assert [b.broker_id for b in brokers_due_for_pull(now=timezone.now() + dt.timedelta(30))] == [
         "4821"
     ]
+
+
+def test_a_refused_pull_stays_on_the_dashboard_until_a_pull_succeeds(
+    broker: Broker, drop: DropSimulator, package: bytes, admin_client
+) -> None:
+    drop.queue_response(401, body="Unauthorized")
+    with pytest.raises(CommandError):
+        pull()
+
+    page = admin_client.get("/admin/").content.decode()
+    assert "Last pull failed" in page
+    assert "bad API key" in page
+    assert "kind__exact=drop.pull_failed&amp;broker_id__exact=4821" in page
+
+    drop.queue_package(package, PACKAGE_NAME)
+    pull()
+    assert "Last pull failed" not in admin_client.get("/admin/").content.decode()
