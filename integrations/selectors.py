@@ -38,6 +38,7 @@ from integrations.models import (
     DeliveryAttempt,
     DropCycle,
     Integration,
+    IntegrationKind,
     LedgerEvent,
     ReportFile,
     ReportKind,
@@ -62,15 +63,20 @@ M = TypeVar("M", bound=Model)
 
 
 # A broker callback's correlation: the hot path of every callback, so written out (the ORM's
-# query building cost more than the query; docs/benchmarks.md, callbacks).
-_WEBHOOK_DELETION_REQUEST = """
+# query building cost more than the query; docs/benchmarks.md, callbacks). The webhook
+# callback names the request by request_uuid, the ISI callback by results_token.
+_CALLBACK_DELETION_REQUEST = """
 SELECT dr.id, dr.request_uuid, dr.broker_id, dr.broker_id_code, dr.work_item_id, dr.state,
        dr.drop_outcome, i.id, i.webhook_secret, i.previous_webhook_secret,
        i.previous_secret_expires_at
 FROM integrations_deletionrequest dr
 JOIN integrations_integration i ON i.id = dr.integration_id
-WHERE dr.request_uuid = %s AND dr.broker_id = %s AND i.kind = 'webhook'
+WHERE dr.{correlation} = %s AND dr.broker_id = %s AND i.kind = %s
 """
+_BY_CORRELATION = {
+    IntegrationKind.WEBHOOK: _CALLBACK_DELETION_REQUEST.format(correlation="request_uuid"),
+    IntegrationKind.ISI: _CALLBACK_DELETION_REQUEST.format(correlation="results_token"),
+}
 
 
 def model_from_row(model: type[M], columns: dict[str, Any]) -> M:
@@ -80,22 +86,26 @@ def model_from_row(model: type[M], columns: dict[str, Any]) -> M:
     return model.from_db(connection.alias, names, [columns[name] for name in names])
 
 
-def webhook_deletion_request(*, broker_pk: int, request_uuid: uuid.UUID) -> DeletionRequest | None:
-    """The broker's deletion request ``request_uuid`` dispatched by a webhook integration,
-    with what a callback for it needs: its state and outcome, and the integration's
-    secrets (clear). Other fields load when first read."""
+def callback_deletion_request(
+    *, broker_pk: int, kind: IntegrationKind, correlation: uuid.UUID | str
+) -> DeletionRequest | None:
+    """The broker's deletion request that a callback answers, dispatched by an integration
+    of ``kind``: by ``request_uuid`` (webhook) or ``results_token`` (ISI). Loaded with what
+    the callback needs: its state and outcome, and the integration's secrets (clear); its
+    other fields load when first read."""
     with connection.cursor() as cursor:
-        cursor.execute(_WEBHOOK_DELETION_REQUEST, [request_uuid, broker_pk])
+        cursor.execute(_BY_CORRELATION[kind], [correlation, broker_pk, kind.value])
         row = cursor.fetchone()
     if row is None:
         return None
-    secret = Integration._meta.get_field("webhook_secret")
+    field = Integration._meta.get_field("webhook_secret")
+    clear = field.from_db_value  # type: ignore[attr-defined]  # an EncryptedTextField
     integration = model_from_row(
         Integration,
         {
             "id": row[7],
-            "webhook_secret": secret.from_db_value(row[8], None, connection),  # type: ignore[attr-defined]
-            "previous_webhook_secret": secret.from_db_value(row[9], None, connection),  # type: ignore[attr-defined]
+            "webhook_secret": clear(row[8], None, connection),
+            "previous_webhook_secret": clear(row[9], None, connection),
             "previous_secret_expires_at": row[10],
         },
     )

@@ -32,7 +32,7 @@ from integrations.api.callback_serializers import (
 )
 from integrations.api.errors import Problem
 from integrations.models import ApiKey, IntegrationKind, ResolutionRequest
-from integrations.selectors import webhook_deletion_request
+from integrations.selectors import callback_deletion_request
 from integrations.services.outcomes import (
     OutcomeConflict,
     OutcomeRecorded,
@@ -121,8 +121,8 @@ class DeletionCallbackView(SignedCallbackView):
             )
         api_key = request.auth
         assert isinstance(api_key, ApiKey)
-        deletion_request = webhook_deletion_request(
-            broker_pk=api_key.broker_id, request_uuid=request_uuid
+        deletion_request = callback_deletion_request(
+            broker_pk=api_key.broker_id, kind=IntegrationKind.WEBHOOK, correlation=request_uuid
         )
         if deletion_request is None:
             raise self.not_found(f"deletion request {request_uuid}")

@@ -36,23 +36,9 @@ from integrations.api.callback_serializers import (
 )
 from integrations.api.callbacks import _PROBLEMS, _RECORDED, OutcomeConflictProblem, _recorded
 from integrations.api.errors import Problem
-from integrations.models import ApiKey, DeletionRequest, IntegrationKind
+from integrations.models import ApiKey, IntegrationKind
+from integrations.selectors import callback_deletion_request
 from integrations.services.outcomes import OutcomeConflict, deletion_outcome_record
-
-# Only what the callback reads: the correlation, the state for the ledger, the secrets.
-_FIELDS = (
-    "id",
-    "request_uuid",
-    "broker",
-    "broker_id_code",
-    "work_item",
-    "state",
-    "drop_outcome",
-    "integration__id",
-    "integration__webhook_secret",
-    "integration__previous_webhook_secret",
-    "integration__previous_secret_expires_at",
-)
 
 
 @extend_schema_field(OpenApiTypes.DATETIME)
@@ -145,15 +131,8 @@ class IsiCallbackView(SignedCallbackView):
             )
         api_key = request.auth
         assert isinstance(api_key, ApiKey)
-        deletion_request = (
-            DeletionRequest.objects.select_related("integration")
-            .only(*_FIELDS)
-            .filter(
-                results_token=token,
-                broker_id=api_key.broker_id,
-                integration__kind=IntegrationKind.ISI,
-            )
-            .first()
+        deletion_request = callback_deletion_request(
+            broker_pk=api_key.broker_id, kind=IntegrationKind.ISI, correlation=token
         )
         if deletion_request is None:
             raise self.not_found("ISI delete with this results_token")

@@ -62,6 +62,12 @@ def chain_hash(previous: str, event_id: int, content_hash: str) -> str:
     return hashlib.sha256(f"{previous}:{event_id}:{content_hash}".encode()).hexdigest()
 
 
+_INSERT_EVENTS = (
+    "INSERT INTO integrations_ledgerevent"
+    " (created_at, broker_id, kind, subject, actor, data, event_hash) VALUES"
+)
+
+
 def ledger_event_append(
     *,
     kind: str,
@@ -71,38 +77,41 @@ def ledger_event_append(
     data: dict[str, Any] | None = None,
 ) -> LedgerEvent:
     """Append one event. Call it inside the transaction of the change it records."""
-    event = _new_event(kind=kind, actor=actor, broker_id=broker_id, subject=subject, data=data)
-    # One plain INSERT: every write path appends here, and the ORM's save() cost more
-    # than the statement itself (docs/benchmarks.md, callbacks).
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _INSERT_EVENT,
-            [
-                event.created_at,
-                event.broker_id,
-                event.kind,
-                event.subject,
-                event.actor,
-                _canonical_json(event.data),
-                event.event_hash,
-            ],
-        )
-        event.id, event.txid = cursor.fetchone()
-    event._state.adding = False
+    (event,) = ledger_events_append(
+        [{"kind": kind, "actor": actor, "broker_id": broker_id, "subject": subject, "data": data}]
+    )
     return event
-
-
-_INSERT_EVENT = (
-    "INSERT INTO integrations_ledgerevent"
-    " (created_at, broker_id, kind, subject, actor, data, event_hash)"
-    " VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s) RETURNING id, txid"
-)
 
 
 def ledger_events_append(entries: Iterable[dict[str, Any]]) -> list[LedgerEvent]:
     """Append several events in one INSERT; each entry holds ``ledger_event_append``'s
-    arguments. For paths that record many changes in one transaction (a delivery batch)."""
-    return LedgerEvent.objects.bulk_create([_new_event(**entry) for entry in entries])
+    arguments. For paths that record several changes in one transaction (a callback's
+    outcome and the work item status it settles, a delivery batch)."""
+    events = [_new_event(**entry) for entry in entries]
+    if not events:
+        return []
+    # One plain INSERT: every write path appends here, and the ORM's save() cost more
+    # than the statement itself (docs/benchmarks.md, callbacks).
+    rows = ", ".join(["(%s, %s, %s, %s, %s, %s::jsonb, %s)"] * len(events))
+    params: list[Any] = []
+    for event in events:
+        params += [
+            event.created_at,
+            event.broker_id,
+            event.kind,
+            event.subject,
+            event.actor,
+            _canonical_json(event.data),
+            event.event_hash,
+        ]
+    with connection.cursor() as cursor:
+        sql = f"{_INSERT_EVENTS} {rows} RETURNING id, txid"  # rows: placeholders only
+        cursor.execute(sql, params)
+        # Rows come back in the order of VALUES (as bulk_create relies on too).
+        for event, (event_id, txid) in zip(events, cursor.fetchall(), strict=True):
+            event.id, event.txid = event_id, txid
+            event._state.adding = False
+    return events
 
 
 def _new_event(

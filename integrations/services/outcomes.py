@@ -10,7 +10,8 @@ and checked the signature; this is the write::
 
 Idempotency (product.md section 2): the same outcome twice changes nothing; a different
 final outcome is refused; after ``failed`` a new outcome is accepted. The happy path is one
-conditional UPDATE, the ledger INSERT, and the work item's settlement, in one transaction.
+statement that records the outcome and locks the work item, the read of the item's
+requests, its status update, and one INSERT of both ledger events, in one transaction.
 """
 
 from __future__ import annotations
@@ -31,8 +32,12 @@ from integrations.models import (
     RequestState,
     WorkItem,
 )
-from integrations.services.ledger import ledger_event_append
-from integrations.services.work_items import work_item_settle
+from integrations.services.ledger import ledger_event_append, ledger_events_append
+from integrations.services.work_items import (
+    locked_work_item,
+    work_item_settle,
+    work_item_settle_locked,
+)
 
 ERROR_MESSAGE_MAX = 2000
 
@@ -75,8 +80,9 @@ def deletion_outcome_record(
     state = RequestState.FAILED if failed else RequestState.COMPLETED
     uuid_text = str(deletion_request.request_uuid)
     with transaction.atomic():
-        updated = _record_if_open(deletion_request.pk, state, drop_outcome, error_message, now)
-        if updated:
+        recorded = _record_if_open(deletion_request.pk, state, drop_outcome, error_message, now)
+        if recorded is not None:
+            work_item, drop_session_id = recorded
             if drop_outcome == DropOutcome.OPTED_OUT:
                 OptOutRecord.objects.create(
                     deletion_request_id=deletion_request.pk,
@@ -93,14 +99,24 @@ def deletion_outcome_record(
                 data["error_message"] = error_message
             if drop_outcome == DropOutcome.OPTED_OUT:
                 data["opt_out_record"] = True  # the email itself stays out of the ledger
-            ledger_event_append(
-                kind="deletion_request.outcome_recorded",
+            events: list[dict[str, Any]] = [
+                {
+                    "kind": "deletion_request.outcome_recorded",
+                    "broker_id": deletion_request.broker_id_code,
+                    "subject": uuid_text,
+                    "actor": actor,
+                    "data": data,
+                }
+            ]
+            # The work item's status follows in the same transaction, never lagging.
+            settled = work_item_settle_locked(
+                work_item=work_item,
                 broker_id=deletion_request.broker_id_code,
-                subject=uuid_text,
-                actor=actor,
-                data=data,
+                drop_session_id=drop_session_id,
             )
-            work_item_settle_now(work_item_id=deletion_request.work_item_id)
+            if settled is not None:
+                events.append(settled)
+            ledger_events_append(events)
             return OutcomeRecorded(uuid_text, drop_outcome, state, changed=True)
 
         current = DeletionRequest.objects.values("state", "drop_outcome", "error_message").get(
@@ -129,21 +145,31 @@ def deletion_outcome_record(
 
 # A new outcome is accepted while none is final; a repeat of the same failure is a repeat,
 # not a new outcome. A callback can overtake the record of its dispatch's 2xx (or stand in
-# for a 2xx that was lost): the broker evidently has the dispatch. Written out because it
-# is the callbacks' hot path (docs/benchmarks.md).
+# for a 2xx that was lost): the broker evidently has the dispatch. The same statement locks
+# the request's work item (after the request row, as every path does) for its settlement.
+# Written out because it is the callbacks' hot path (docs/benchmarks.md).
 _RECORD_IF_OPEN = """
-UPDATE integrations_deletionrequest
-SET state = %(state)s, drop_outcome = %(outcome)s, drop_status_code = %(code)s,
-    error_message = %(error)s, completed_at = %(now)s, next_attempt_at = NULL,
-    dispatched_at = COALESCE(dispatched_at, %(now)s)
-WHERE id = %(id)s AND drop_outcome IN ('', 'failed') AND state <> 'cancelled'
-  AND NOT (%(failed)s AND drop_outcome = 'failed' AND error_message = %(error)s)
+WITH recorded AS (
+    UPDATE integrations_deletionrequest
+    SET state = %(state)s, drop_outcome = %(outcome)s, drop_status_code = %(code)s,
+        error_message = %(error)s, completed_at = %(now)s, next_attempt_at = NULL,
+        dispatched_at = COALESCE(dispatched_at, %(now)s)
+    WHERE id = %(id)s AND drop_outcome IN ('', 'failed') AND state <> 'cancelled'
+      AND NOT (%(failed)s AND drop_outcome = 'failed' AND error_message = %(error)s)
+    RETURNING work_item_id, drop_session_id
+)
+SELECT wi.id, wi.work_item_id, wi.state, wi.status_code, wi.status_reason,
+       wi.needs_amendment, wi.reported_at, wi.reported_status_code, recorded.drop_session_id
+FROM recorded JOIN integrations_workitem wi ON wi.id = recorded.work_item_id
+FOR UPDATE OF wi
 """
 
 
 def _record_if_open(
     pk: int, state: str, drop_outcome: str, error_message: str, now: dt.datetime
-) -> bool:
+) -> tuple[WorkItem, str] | None:
+    """Record the outcome if the request is open to it; then its work item, locked, and
+    its cycle's ``drop_session_id``. None: nothing was recorded."""
     with connection.cursor() as cursor:
         cursor.execute(
             _RECORD_IF_OPEN,
@@ -157,7 +183,10 @@ def _record_if_open(
                 "failed": drop_outcome == DropOutcome.FAILED,
             },
         )
-        return cursor.rowcount == 1
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    return locked_work_item(*row[:8]), row[8]
 
 
 def work_item_settle_now(*, work_item_id: int) -> None:

@@ -25,7 +25,9 @@ The rules (product.md section 1, step 6):
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterable
+from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
@@ -152,36 +154,62 @@ def work_item_settle(*, work_item: WorkItem, actor: str = "system") -> WorkItem:
     nothing changes (lock, read), four when it does (update, ledger event). Returns the
     item's status fields as stored; the caller's instance is refreshed too.
     """
-    # No savepoint: called inside the transaction recording an outcome (the callback's hot
-    # path), where a failure here must roll that back anyway. Two round trips saved.
+    # No savepoint: called inside the transaction recording an outcome, where a failure
+    # here must roll that back anyway. Two round trips saved.
     with transaction.atomic(savepoint=False), connection.cursor() as cursor:
         cursor.execute(_LOCK_ITEM, [work_item.pk])
         row = cursor.fetchone()
         if row is None:
             raise WorkItem.DoesNotExist(f"work item {work_item.pk} does not exist")
-        item = WorkItem(
-            pk=work_item.pk,
-            work_item_id=row[0],
-            state=row[1],
-            status_code=row[2],
-            status_reason=row[3],
-            needs_amendment=row[4],
-            reported_at=row[5],
-            reported_status_code=row[6],
+        item = locked_work_item(work_item.pk, *row[:7])
+        event = work_item_settle_locked(
+            work_item=item, broker_id=row[7], drop_session_id=row[8], actor=actor
         )
-        item._state.adding = False
-        if item.state != WorkItemState.REMOVED:
-            _settle_locked(item, broker_id=row[7], drop_session_id=row[8], actor=actor)
+        if event is not None:
+            ledger_event_append(**event)
     for field in (*_STATUS_FIELDS, "reported_status_code", "reported_at"):
         setattr(work_item, field, getattr(item, field))
     return item
 
 
-def _settle_locked(item: WorkItem, *, broker_id: str, drop_session_id: str, actor: str) -> None:
+def locked_work_item(
+    pk: int,
+    work_item_id: str,
+    state: str,
+    status_code: int | None,
+    status_reason: str,
+    needs_amendment: bool,
+    reported_at: dt.datetime | None,
+    reported_status_code: int | None,
+) -> WorkItem:
+    """The status fields of a work item whose row the caller has locked (``FOR UPDATE``)."""
+    item = WorkItem(
+        pk=pk,
+        work_item_id=work_item_id,
+        state=state,
+        status_code=status_code,
+        status_reason=status_reason,
+        needs_amendment=needs_amendment,
+        reported_at=reported_at,
+        reported_status_code=reported_status_code,
+    )
+    item._state.adding = False
+    return item
+
+
+def work_item_settle_locked(
+    *, work_item: WorkItem, broker_id: str, drop_session_id: str, actor: str = "system"
+) -> dict[str, Any] | None:
+    """``work_item_settle`` for a caller that holds the item's row lock and appends the
+    ledger event itself (with its own, in one INSERT): updates the row if the status
+    changes and returns that event's ``ledger_event_append`` arguments, else None."""
+    item = work_item
+    if item.state == WorkItemState.REMOVED:
+        return None
     code = settled_status(_request_rows(item.pk))
     staff_reason = item.status_reason
     if code is None and (staff_reason or item.status_code is None):
-        return  # still open; a status set by staff stands meanwhile
+        return None  # still open; a status set by staff stands meanwhile
     before = (item.status_code, item.state, item.needs_amendment)
     _apply_status(item, code)
     if code is not None:
@@ -189,7 +217,7 @@ def _settle_locked(item: WorkItem, *, broker_id: str, drop_session_id: str, acto
     if (item.status_code, item.state, item.needs_amendment) == before and not (
         staff_reason and code is not None
     ):
-        return
+        return None
     item.updated_at = timezone.now()
     with connection.cursor() as cursor:
         cursor.execute(
@@ -212,13 +240,13 @@ def _settle_locked(item: WorkItem, *, broker_id: str, drop_session_id: str, acto
     }
     if staff_reason and code is not None:
         data["replaced_staff_status"] = {"status_code": before[0], "reason": staff_reason}
-    ledger_event_append(
-        kind="work_item.status_settled",
-        broker_id=broker_id,
-        subject=item.work_item_id,
-        actor=actor,
-        data=data,
-    )
+    return {
+        "kind": "work_item.status_settled",
+        "broker_id": broker_id,
+        "subject": item.work_item_id,
+        "actor": actor,
+        "data": data,
+    }
 
 
 def work_items_settle(*, cycle: DropCycle, actor: str = "system") -> int:
