@@ -39,6 +39,17 @@ def failed(integration: Integration, hours_ago: float, name: str) -> DeletionReq
     )
 
 
+def redispatched_and_failed_again(request: DeletionRequest, *, by: str) -> None:
+    deletion_request_redispatch(deletion_request=request, actor=by)
+    deletion_outcome_record(
+        deletion_request=DeletionRequest.objects.get(pk=request.pk),
+        drop_outcome="failed",
+        error_message="CRM timeout",
+        actor="apikey:dpk_test",
+        now=timezone.now() - dt.timedelta(hours=7),
+    )
+
+
 def jobs_for(request: DeletionRequest) -> int:
     return ProcrastinateJob.objects.filter(args={"request_ids": [request.pk]}).count()
 
@@ -79,24 +90,10 @@ def test_a_request_that_keeps_failing_is_left_to_staff_after_three_tries(
     settings.DROPPORTAL_AUTO_REDISPATCH_HOURS = 6
     request = failed(integration, hours_ago=7, name="C-stubborn")
     for _ in range(AUTO_REDISPATCH_MAX):
-        deletion_request_redispatch(deletion_request=request, actor=AUTO_REDISPATCH_ACTOR)
-        deletion_outcome_record(
-            deletion_request=DeletionRequest.objects.get(pk=request.pk),
-            drop_outcome="failed",
-            error_message="CRM timeout",
-            actor="apikey:dpk_test",
-            now=timezone.now() - dt.timedelta(hours=7),
-        )
+        redispatched_and_failed_again(request, by=AUTO_REDISPATCH_ACTOR)
     # A staff redispatch does not count against the policy's tries.
     staff_tried = failed(integration, hours_ago=7, name="C-staff")
-    deletion_request_redispatch(deletion_request=staff_tried, actor="staff:alice")
-    deletion_outcome_record(
-        deletion_request=DeletionRequest.objects.get(pk=staff_tried.pk),
-        drop_outcome="failed",
-        error_message="CRM timeout",
-        actor="apikey:dpk_test",
-        now=timezone.now() - dt.timedelta(hours=7),
-    )
+    redispatched_and_failed_again(staff_tried, by="staff:alice")
 
     assert tasks.redispatch_failed() == 1
 
