@@ -182,12 +182,18 @@ def test_an_opt_out_email_is_shown_on_its_page_only(
     record = OptOutRecord.objects.create(
         deletion_request=request, broker=integration.broker, email=" Ann.Smith@Example.com"
     )
+    resolution = resolution_request(integration, state=RequestState.COMPLETED)
+    OptOutRecord.objects.create(
+        resolution_request=resolution, broker=integration.broker, email="Bo@Example.com"
+    )
 
     listing = staff.get("/admin/integrations/optoutrecord/").content.decode()
     detail = staff.get(f"/admin/integrations/optoutrecord/{record.pk}/change/").content.decode()
 
     assert str(request.request_uuid) in listing
+    assert str(resolution.request_uuid) in listing
     assert "Ann.Smith@Example.com" not in listing
+    assert "Bo@Example.com" not in listing
     assert "Ann.Smith@Example.com" in detail
     assert staff.get("/admin/integrations/optoutrecord/add/").status_code == 403
 
