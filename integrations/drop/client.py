@@ -731,7 +731,7 @@ class DropClient:
             except requests.Timeout as exc:
                 decision = _Retry("timeout", f"DROP did not answer in time: {exc}")
             except requests.RequestException as exc:
-                decision = _Retry("connection_error", f"cannot reach DROP: {exc}")
+                decision = _Retry("connection_error", f"cannot reach DROP: {_root_cause(exc)}")
             except BaseException:
                 self._report(method, path, None, began, "error")
                 raise
@@ -759,8 +759,9 @@ class DropClient:
             else:
                 budget.failures += 1
                 reason = self._redact(decision.reason)
+                times = "once" if budget.failures == 1 else f"{budget.failures} times"
                 exhausted = DropUnavailable(
-                    f"DROP {method} {path} failed {budget.failures} times; last: {reason}",
+                    f"DROP {method} {path} failed {times}; last: {reason}",
                     status=decision.status,
                 )
                 if budget.failures > self.max_retries:
@@ -882,3 +883,16 @@ def _fsync_dir(path: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def _root_cause(exc: BaseException) -> str:
+    """What the operating system said (``Connection refused``, ``Name or service not
+    known``), found under the layers requests and urllib3 wrap it in; else ``exc`` itself."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, OSError) and cause.strerror:
+            return cause.strerror
+        cause = cause.__cause__ or cause.__context__
+    return str(exc)

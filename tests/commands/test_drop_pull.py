@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -390,3 +391,19 @@ def test_a_refused_pull_stays_on_the_dashboard_until_a_pull_succeeds(
     drop.queue_package(package, PACKAGE_NAME)
     pull()
     assert "Last pull failed" not in admin_client.get("/admin/").content.decode()
+
+
+def test_drop_unreachable_is_named_plainly(broker: Broker, waits: list[float]) -> None:
+    with socket.socket() as probe:  # a loopback port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    Broker.objects.filter(pk=broker.pk).update(drop_base_url=f"http://127.0.0.1:{closed}")
+
+    with pytest.raises(CommandError) as refused:
+        pull()
+
+    text = str(refused.value)
+    assert text.startswith("DROP GET /data/download failed ")
+    assert text.endswith("; last: cannot reach DROP: Connection refused")
+    assert len(waits) == drop_services.DROP_MAX_RETRIES  # retried, then gave up
+    assert_nothing_imported()
