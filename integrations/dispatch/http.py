@@ -189,8 +189,9 @@ def _causes(exc: BaseException) -> Iterator[BaseException]:
         pending.extend(item for item in wrapped if isinstance(item, BaseException))
 
 
-def _describe_failure(exc: BaseException, *, timeout_connect: float, timeout_total: float) -> str:
-    """A short message for staff about a request that got no response."""
+def describe_failure(exc: BaseException, *, timeout_connect: float, timeout_total: float) -> str:
+    """A short message for staff about a request that got no response (also used by the
+    DROP client): what went wrong, found under the layers requests and urllib3 wrap it in."""
     causes = list(_causes(exc))
     for cause in causes:
         if isinstance(cause, InvalidIPAddress):
@@ -308,7 +309,7 @@ def deliver(
             stream=True,
         )
     except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
-        message = _describe_failure(
+        message = describe_failure(
             exc, timeout_connect=timeout_connect, timeout_total=timeout_total
         )
         return DeliveryResult(url=url, status=None, duration_ms=elapsed_ms(), error=message)

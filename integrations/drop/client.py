@@ -39,6 +39,7 @@ from urllib.parse import unquote, urlsplit
 import requests
 from requests.adapters import HTTPAdapter
 
+from integrations.dispatch.http import describe_failure
 from integrations.drop.files import REMOVED, DropFileError, parse_file_name
 
 __all__ = [
@@ -629,6 +630,11 @@ class DropClient:
     def _headers(self, extra: dict[str, str]) -> dict[str, str]:
         return {"X-API-KEY": self._api_key.value, "User-Agent": self.user_agent, **extra}
 
+    def _failure(self, exc: requests.RequestException) -> str:
+        """What kept the request from DROP, in a few words (``connection refused``)."""
+        connect, total = self.timeout if isinstance(self.timeout, tuple) else (self.timeout,) * 2
+        return describe_failure(exc, timeout_connect=connect, timeout_total=total)
+
     def _redact(self, text: str) -> str:
         return text.replace(self._api_key.value, "[redacted]")
 
@@ -731,7 +737,7 @@ class DropClient:
             except requests.Timeout as exc:
                 decision = _Retry("timeout", f"DROP did not answer in time: {exc}")
             except requests.RequestException as exc:
-                decision = _Retry("connection_error", f"cannot reach DROP: {_root_cause(exc)}")
+                decision = _Retry("connection_error", f"cannot reach DROP: {self._failure(exc)}")
             except BaseException:
                 self._report(method, path, None, began, "error")
                 raise
@@ -883,16 +889,3 @@ def _fsync_dir(path: Path) -> None:
         pass
     finally:
         os.close(fd)
-
-
-def _root_cause(exc: BaseException) -> str:
-    """What the operating system said (``Connection refused``, ``Name or service not
-    known``), found under the layers requests and urllib3 wrap it in; else ``exc`` itself."""
-    seen: set[int] = set()
-    cause: BaseException | None = exc
-    while cause is not None and id(cause) not in seen:
-        seen.add(id(cause))
-        if isinstance(cause, OSError) and cause.strerror:
-            return cause.strerror
-        cause = cause.__cause__ or cause.__context__
-    return str(exc)

@@ -404,6 +404,6 @@ def test_drop_unreachable_is_named_plainly(broker: Broker, waits: list[float]) -
 
     text = str(refused.value)
     assert text.startswith("DROP GET /data/download failed ")
-    assert text.endswith("; last: cannot reach DROP: Connection refused")
+    assert text.endswith("; last: cannot reach DROP: connection refused")
     assert len(waits) == drop_services.DROP_MAX_RETRIES  # retried, then gave up
     assert_nothing_imported()
