@@ -139,6 +139,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "integrations.api.schema.problem_details_hook",
+    ],
     # Several bodies have a "status" or "drop_outcome" of their own: name their enums.
     "ENUM_NAME_OVERRIDES": {
         "CallbackStatusEnum": ["completed"],

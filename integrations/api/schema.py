@@ -22,3 +22,26 @@ class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):
             "description": "An API key (dpk_…) with the scope the operation needs: "
             "webhook_callback, ingest or audit.",
         }
+
+
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+
+
+def problem_details_hook(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """drf-spectacular postprocessing: every error answer is documented as what it is, RFC
+    9457 problem details (``application/problem+json``), and every operation that needs an
+    API key documents its 401."""
+    problem = {"schema": {"$ref": "#/components/schemas/Problem"}}
+    for operations in result.get("paths", {}).values():
+        for operation in operations.values():
+            responses = operation.get("responses", {})
+            for status, response in responses.items():
+                if status.isdigit() and int(status) >= 400 and response.get("content"):
+                    response["content"] = {PROBLEM_MEDIA_TYPE: problem}
+            if operation.get("security") and "401" not in responses:
+                responses["401"] = {
+                    "description": "authentication_failed: no API key, or an unknown or "
+                    "revoked one",
+                    "content": {PROBLEM_MEDIA_TYPE: problem},
+                }
+    return result
