@@ -10,5 +10,6 @@ urlpatterns = [
     path("api/v1/", include("integrations.api.urls")),
 ]
 
+handler400 = "integrations.api.errors.bad_request"
 handler404 = "integrations.api.errors.not_found"
 handler500 = "integrations.api.errors.server_error"

@@ -31,7 +31,6 @@ key's prefix, the request if known; never the body, a secret or an identifier).
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from typing import Any
@@ -45,6 +44,7 @@ from rest_framework.views import APIView
 
 from integrations.api.authentication import ApiKeyAuthentication
 from integrations.api.errors import Problem
+from integrations.api.json_body import json_body
 from integrations.api.permissions import HasScope
 from integrations.dispatch import signing
 from integrations.models import ApiKey, ApiKeyScope, Integration
@@ -128,15 +128,7 @@ class SignedCallbackView(APIView):
             raise Problem(
                 status=413, code="payload_too_large", detail="Callbacks are limited to 64 KiB."
             )
-        try:
-            payload = json.loads(body)
-        except ValueError:
-            raise Problem(
-                status=400,
-                code="validation_failed",
-                detail="The body is not valid JSON.",
-                errors={"non_field_errors": ["The body is not valid JSON."]},
-            ) from None
+        payload = json_body(body)
         if not isinstance(payload, dict):
             raise Problem(
                 status=400,

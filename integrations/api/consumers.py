@@ -28,6 +28,7 @@ from rest_framework.views import APIView
 
 from integrations.api.callback_serializers import ProblemSerializer
 from integrations.api.errors import Problem
+from integrations.api.json_body import unstorable_reason
 from integrations.api.permissions import HasScope
 from integrations.drop.registration import parse_api_consumers
 from integrations.models import ApiKey, Consumer
@@ -38,9 +39,6 @@ from integrations.services.consumers import (
 )
 
 MAX_CONSUMERS = 10_000
-# A full call (10,000 consumers with several identifiers each) is a few MB; DRF reads the
-# body as a stream, past Django's DATA_UPLOAD_MAX_MEMORY_SIZE, so the cap is checked here.
-MAX_BODY_BYTES = 32 * 1024 * 1024
 # An API call waits this long for a registration of the same broker (a file import can
 # hold it for a while), then answers 503 with Retry-After.
 LOCK_WAIT_SECONDS = 10.0
@@ -175,16 +173,8 @@ class ConsumersView(APIView):
         ],
     )
     def post(self, request: Request) -> Response:
-        try:
-            length = int(request.META.get("CONTENT_LENGTH") or 0)
-        except ValueError:
-            length = 0
-        if length > MAX_BODY_BYTES:
-            raise Problem(
-                status=413,
-                code="payload_too_large",
-                detail=f"The body is over {MAX_BODY_BYTES // (1024 * 1024)} MiB.",
-            )
+        # A full call is a few MB: the body is read by JsonBodyParser, against its own cap
+        # (json_body.MAX_BODY_BYTES), not Django's 2.5 MB.
         consumers = _consumers_of(request.data)
         api_key = request.auth
         assert isinstance(api_key, ApiKey)  # HasScope
@@ -271,6 +261,8 @@ class ConsumerView(APIView):
         api_key = request.auth
         assert isinstance(api_key, ApiKey)  # HasScope
         try:
+            if unstorable_reason(remote_identifier):
+                raise Consumer.DoesNotExist  # no consumer can have been registered so
             consumer_forget(
                 broker=api_key.broker,
                 remote_identifier=remote_identifier,

@@ -11,7 +11,8 @@ from __future__ import annotations
 from http import HTTPStatus
 from typing import Any
 
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
@@ -86,6 +87,12 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
     """DRF's EXCEPTION_HANDLER: turn every API exception into problem details."""
     from rest_framework.views import exception_handler  # not at import: DRF imports us
 
+    # Django's own 404 and 403 (an unknown ?format=, get_object_or_404) as DRF's, which
+    # DRF's handler would answer in its own shape.
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound(str(exc) or None)
+    elif isinstance(exc, DjangoPermissionDenied):
+        exc = exceptions.PermissionDenied(str(exc) or None)
     response = exception_handler(exc, context)
     if response is None or not isinstance(exc, exceptions.APIException):
         return response  # an unexpected error: Django's 500 handler answers (also as a problem)
@@ -122,6 +129,17 @@ def problem_response(
 
 def _is_api(request: HttpRequest) -> bool:
     return request.path.startswith("/api/")
+
+
+def bad_request(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """Django's own 400s (a body over DATA_UPLOAD_MAX_MEMORY_SIZE, a disallowed host...)."""
+    if _is_api(request):
+        return problem_response(
+            status=400, code="bad_request", detail=str(exception or "") or "Bad request."
+        )
+    from django.views.defaults import bad_request as html_bad_request
+
+    return html_bad_request(request, exception)  # type: ignore[arg-type]
 
 
 def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:

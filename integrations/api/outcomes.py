@@ -57,9 +57,12 @@ def _moment(text: str, *, end: bool) -> dt.datetime:
             start = dt.datetime.combine(dt.date.fromisoformat(text), dt.time(), tzinfo=dt.UTC)
             return start + dt.timedelta(days=1) if end else start
         moment = dt.datetime.fromisoformat(text)
+        # In UTC: PostgreSQL takes offsets up to 15:59 only, Python's up to 23:59.
+        return (moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)).astimezone(dt.UTC)
     except ValueError:
         raise serializers.ValidationError("Use a date (YYYY-MM-DD) or an ISO 8601 time.") from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
+    except OverflowError:
+        raise serializers.ValidationError("Out of the range of dates.") from None
 
 
 def cursor_encode(after_id: int) -> str:

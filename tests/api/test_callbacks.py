@@ -326,6 +326,21 @@ BAD_INPUTS: dict[str, tuple[Variant, int, str]] = {
         "timestamp_out_of_range",
     ),
     "body not JSON": (lambda s, r: {"payload": b"deleted, thanks"}, 400, "validation_failed"),
+    "body nested too deeply": (
+        lambda s, r: {"payload": b"[" * 20_000 + b"]" * 20_000},
+        400,
+        "validation_failed",
+    ),
+    "a NUL in error_message": (
+        lambda s, r: {"payload": body_for(r, "failed", error_message="CRM\u0000down")},
+        400,
+        "validation_failed",
+    ),
+    "an unpaired surrogate in error_message": (
+        lambda s, r: {"payload": body_for(r, "failed", error_message="CRM \ud800 down")},
+        400,
+        "validation_failed",
+    ),
     "body not an object": (
         lambda s, r: {"payload": json.dumps([body_for(r)]).encode()},
         400,

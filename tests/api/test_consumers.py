@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -177,9 +178,9 @@ def test_ten_thousand_consumers_are_accepted_and_one_more_is_refused(
 def test_a_body_over_the_size_cap_is_413(
     api_client: APIClient, ingest: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from integrations.api import consumers
+    from integrations.api import json_body
 
-    monkeypatch.setattr(consumers, "MAX_BODY_BYTES", 100)
+    monkeypatch.setattr(json_body, "MAX_BODY_BYTES", 100)
     response = post(api_client, GOOD, ingest)
     assert response.status_code == 413
     assert response.json()["code"] == "payload_too_large"
@@ -309,3 +310,71 @@ def test_both_endpoints_are_in_the_schema(api_client: APIClient) -> None:
         "ctvid",
         "hashes",
     } <= set(consumer)
+
+
+def test_a_full_call_of_several_megabytes_is_read_whole(
+    api_client: APIClient, ingest: dict[str, Any], broker: Broker
+) -> None:
+    # 10,000 consumers with a few identifiers each: past Django's 2.5 MB request cap.
+    body = {
+        "consumers": [
+            {
+                "remote_identifier": f"customer-account-{i:08d}",
+                "email": [
+                    f"first.last.{i}@a-rather-long-mail-domain.example",
+                    f"another.address.{i}@a-second-mail-domain.example",
+                    f"x{i}@b.example",
+                ],
+                "phone": [f"+1415555{i % 10_000:04d}"],
+                "ndz": [
+                    {
+                        "first_name": "Anna",
+                        "last_name": "Smith",
+                        "dob": "1980-01-31",
+                        "zip": "94107",
+                    }
+                ],
+            }
+            for i in range(10_000)
+        ]
+    }
+    raw = json.dumps(body)
+    assert len(raw) > 2.5 * 1024 * 1024
+
+    response = api_client.post(URL, raw, content_type="application/json", **ingest)
+
+    assert response.status_code == 200, response.content[:300]
+    assert response.json() == {"accepted": 10_000, "rejected": []}
+    assert ConsumerHash.objects.filter(broker=broker).count() == 10_000 * 5
+
+
+UNSTORABLE_BODIES = {
+    "nested too deeply": "[" * 20_000 + "]" * 20_000,
+    "NaN": '{"consumers": [{"remote_identifier": "C-1", "maid": [NaN]}]}',
+    "a NUL in remote_identifier": '{"consumers": [{"remote_identifier": "C\\u00001"}]}',
+    "an unpaired surrogate": '{"consumers": [{"remote_identifier": "C-\\ud800"}]}',
+    "not UTF-8": b'{"consumers": [{"remote_identifier": "C-\xff"}]}',
+}
+
+
+@pytest.mark.parametrize("case", UNSTORABLE_BODIES, ids=list(UNSTORABLE_BODIES))
+def test_a_body_that_cannot_be_stored_is_a_400_problem_and_changes_nothing(
+    api_client: APIClient, ingest: dict[str, Any], broker: Broker, case: str
+) -> None:
+    response = api_client.post(
+        URL, UNSTORABLE_BODIES[case], content_type="application/json", **ingest
+    )
+
+    assert response.status_code == 400
+    assert response["Content-Type"] == "application/problem+json"
+    assert response.json()["code"] == "validation_failed"
+    assert not Consumer.objects.exists()
+
+
+def test_deleting_a_pointer_no_consumer_can_have_is_404(
+    api_client: APIClient, ingest: dict[str, Any]
+) -> None:
+    response = api_client.delete(f"{URL}/C%001", **ingest)
+
+    assert response.status_code == 404
+    assert response.json()["code"] == "not_found"

@@ -96,6 +96,8 @@ def test_another_brokers_outcomes_are_refused(history: OutcomeHistory, auditor: 
     [
         ({"since": "last week"}, "since"),
         ({"until": "2026-13-01"}, "until"),
+        ({"until": "9999-12-31"}, "until"),  # the day after it is past Python's dates
+        ({"since": "0001-01-01T00:00:00+23:59"}, "since"),
         ({"since": "2026-03-13", "until": "2026-03-12"}, "until"),
         ({"limit": "0"}, "limit"),
         ({"limit": "1001"}, "limit"),
@@ -110,6 +112,21 @@ def test_bad_parameters_are_validation_problems(
     assert response.status_code == 400
     assert response.json()["code"] == "validation_failed"
     assert field in response.json()["errors"]
+
+
+def test_a_time_with_any_offset_python_takes_is_accepted(
+    history: OutcomeHistory, auditor: APIClient
+) -> None:
+    # PostgreSQL refuses offsets past 15:59 itself: the view hands it UTC.
+    response = auditor.get(URL, {"since": "2026-01-01T00:00:00-23:59"})
+    assert response.status_code == 200, response.content
+
+
+def test_an_unknown_format_is_a_problem(history: OutcomeHistory, auditor: APIClient) -> None:
+    response = auditor.get(URL, {"format": "xml"})
+    assert response.status_code == 404
+    assert response["Content-Type"] == "application/problem+json"
+    assert response.json()["code"] == "not_found"
 
 
 def test_the_audit_scope_is_required(
