@@ -1,0 +1,77 @@
+"""Two outcomes for two requests of one work item, recorded at the same moment: the second
+to take the work item's lock must see the first's outcome, so the item settles.
+
+This test commits (threads and a second connection must see the rows).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import psycopg
+import pytest
+from django.db import connection, connections
+
+from integrations.models import Broker, DeletionRequest, RequestState, WorkItemState
+from integrations.services.outcomes import deletion_outcome_record
+from tests.conftest import subprocess_env
+from tests.webhook_factories import deletion_request, webhook_integration_for, work_item
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _waiting_for_locks() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        return int(cursor.fetchone()[0])
+
+
+def test_two_outcomes_of_one_work_item_at_once_settle_it(broker: Broker) -> None:
+    item = work_item(broker)
+    crm = webhook_integration_for(broker, "https://crm.example/hooks").integration
+    erp = webhook_integration_for(broker, "https://erp.example/hooks", name="ERP").integration
+    requests = [
+        deletion_request(integration, work_item=item, state=RequestState.DISPATCHED)
+        for integration in (crm, erp)
+    ]
+    outcomes = dict(zip((r.pk for r in requests), ("deleted", "opted_out"), strict=True))
+    errors: list[BaseException] = []
+
+    def record(request: DeletionRequest) -> None:
+        try:
+            deletion_outcome_record(
+                deletion_request=request,
+                drop_outcome=outcomes[request.pk],
+                opt_out_email="Ann@Example.com",
+                actor="apikey:dpk_test",
+            )
+        except BaseException as exc:  # reported below, in the test's thread
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    # Another transaction holds the work item, so both callbacks record their outcome and
+    # then wait for the item's lock together.
+    holder = psycopg.connect(subprocess_env()["DATABASE_URL"].replace("postgres:", "postgresql:"))
+    try:
+        holder.execute("SELECT 1 FROM integrations_workitem WHERE id = %s FOR UPDATE", [item.pk])
+        threads = [threading.Thread(target=record, args=(r,)) for r in requests]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 30
+        while _waiting_for_locks() < 2:
+            assert time.monotonic() < deadline, "the callbacks did not both wait for the lock"
+            time.sleep(0.05)
+        holder.commit()
+    finally:
+        holder.close()
+    for thread in threads:
+        thread.join(timeout=30)
+
+    assert not errors, errors
+    item.refresh_from_db()
+    assert (item.state, item.status_code) == (WorkItemState.REPORTABLE, 4)  # opted_out wins
