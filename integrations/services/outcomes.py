@@ -34,6 +34,7 @@ from integrations.models import (
 )
 from integrations.services.ledger import ledger_event_append, ledger_events_append
 from integrations.services.work_items import (
+    LOCKED_ITEM_SELECT,
     locked_work_item,
     work_item_settle,
     work_item_settle_locked,
@@ -148,7 +149,7 @@ def deletion_outcome_record(
 # for a 2xx that was lost): the broker evidently has the dispatch. The same statement locks
 # the request's work item (after the request row, as every path does) for its settlement.
 # Written out because it is the callbacks' hot path (docs/benchmarks.md).
-_RECORD_IF_OPEN = """
+_RECORD_IF_OPEN = f"""
 WITH recorded AS (
     UPDATE integrations_deletionrequest
     SET state = %(state)s, drop_outcome = %(outcome)s, drop_status_code = %(code)s,
@@ -158,11 +159,10 @@ WITH recorded AS (
       AND NOT (%(failed)s AND drop_outcome = 'failed' AND error_message = %(error)s)
     RETURNING work_item_id, drop_session_id
 )
-SELECT wi.id, wi.work_item_id, wi.state, wi.status_code, wi.status_reason,
-       wi.needs_amendment, wi.reported_at, wi.reported_status_code, recorded.drop_session_id
+SELECT {LOCKED_ITEM_SELECT}, recorded.drop_session_id
 FROM recorded JOIN integrations_workitem wi ON wi.id = recorded.work_item_id
 FOR UPDATE OF wi
-"""
+"""  # noqa: S608 (constant column names)
 
 
 def _record_if_open(
@@ -186,7 +186,7 @@ def _record_if_open(
         row = cursor.fetchone()
     if row is None:
         return None
-    return locked_work_item(*row[:8]), row[8]
+    return locked_work_item(row), row[-1]
 
 
 def work_item_settle_now(*, work_item_id: int) -> None:

@@ -25,8 +25,7 @@ The rules (product.md section 1, step 6):
 
 from __future__ import annotations
 
-import datetime as dt
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -43,6 +42,7 @@ from integrations.models import (
     WorkItem,
     WorkItemState,
 )
+from integrations.selectors import model_from_row
 from integrations.services.ledger import ledger_event_append
 
 # Strongest first: the first outcome present decides the code.
@@ -91,15 +91,29 @@ def settled_status(rows: Iterable[tuple[str, str, str]]) -> int | None:
 # The settlement runs inside every outcome's transaction (the callbacks' hot path), so its
 # three statements are written out: building them with the ORM cost more CPU than running
 # them (docs/benchmarks.md, callbacks).
-_LOCK_ITEM = """
-SELECT wi.work_item_id, wi.state, wi.status_code, wi.status_reason, wi.needs_amendment,
-       wi.reported_at, wi.reported_status_code, b.broker_id, c.drop_session_id
+#
+# A settlement reads these fields of the locked work item (``wi``), in this order; every
+# statement that locks one for it selects ``LOCKED_ITEM_SELECT`` first.
+LOCKED_ITEM_COLUMNS = (
+    "id",
+    "work_item_id",
+    "state",
+    "status_code",
+    "status_reason",
+    "needs_amendment",
+    "reported_at",
+    "reported_status_code",
+    "updated_at",
+)
+LOCKED_ITEM_SELECT = ", ".join(f"wi.{column}" for column in LOCKED_ITEM_COLUMNS)
+_LOCK_ITEM = f"""
+SELECT {LOCKED_ITEM_SELECT}, b.broker_id, c.drop_session_id
 FROM integrations_workitem wi
 JOIN integrations_broker b ON b.id = wi.broker_id
 JOIN integrations_dropcycle c ON c.id = wi.cycle_id
 WHERE wi.id = %s
 FOR UPDATE OF wi
-"""
+"""  # noqa: S608 (constant column names)
 _REQUEST_ROWS = """
 SELECT 'deletion', state, drop_outcome FROM integrations_deletionrequest
 WHERE work_item_id = %(id)s
@@ -161,9 +175,10 @@ def work_item_settle(*, work_item: WorkItem, actor: str = "system") -> WorkItem:
         row = cursor.fetchone()
         if row is None:
             raise WorkItem.DoesNotExist(f"work item {work_item.pk} does not exist")
-        item = locked_work_item(work_item.pk, *row[:7])
+        item = locked_work_item(row)
+        broker_id, drop_session_id = row[len(LOCKED_ITEM_COLUMNS) :]
         event = work_item_settle_locked(
-            work_item=item, broker_id=row[7], drop_session_id=row[8], actor=actor
+            work_item=item, broker_id=broker_id, drop_session_id=drop_session_id, actor=actor
         )
         if event is not None:
             ledger_event_append(**event)
@@ -172,29 +187,12 @@ def work_item_settle(*, work_item: WorkItem, actor: str = "system") -> WorkItem:
     return item
 
 
-def locked_work_item(
-    pk: int,
-    work_item_id: str,
-    state: str,
-    status_code: int | None,
-    status_reason: str,
-    needs_amendment: bool,
-    reported_at: dt.datetime | None,
-    reported_status_code: int | None,
-) -> WorkItem:
-    """The status fields of a work item whose row the caller has locked (``FOR UPDATE``)."""
-    item = WorkItem(
-        pk=pk,
-        work_item_id=work_item_id,
-        state=state,
-        status_code=status_code,
-        status_reason=status_reason,
-        needs_amendment=needs_amendment,
-        reported_at=reported_at,
-        reported_status_code=reported_status_code,
+def locked_work_item(row: Sequence[Any]) -> WorkItem:
+    """The work item of a row that starts with ``LOCKED_ITEM_SELECT`` (its lock held by the
+    caller); its other fields load from the database if read."""
+    return model_from_row(
+        WorkItem, dict(zip(LOCKED_ITEM_COLUMNS, row[: len(LOCKED_ITEM_COLUMNS)], strict=True))
     )
-    item._state.adding = False
-    return item
 
 
 def work_item_settle_locked(
@@ -203,7 +201,7 @@ def work_item_settle_locked(
     """``work_item_settle`` for a caller that holds the item's row lock and appends the
     ledger event itself (with its own, in one INSERT): updates the row if the status
     changes and returns that event's ``ledger_event_append`` arguments, else None."""
-    item = work_item
+    item = work_item  # updated in place, as the caller's
     if item.state == WorkItemState.REMOVED:
         return None
     code = settled_status(_request_rows(item.pk))
