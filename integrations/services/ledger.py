@@ -87,21 +87,22 @@ def ledger_events_append(entries: Iterable[dict[str, Any]]) -> list[LedgerEvent]
     """Append several events in one INSERT; each entry holds ``ledger_event_append``'s
     arguments. For paths that record several changes in one transaction (a callback's
     outcome and the work item status it settles, a delivery batch)."""
-    events = [_new_event(**entry) for entry in entries]
-    if not events:
+    prepared = [_new_event(**entry) for entry in entries]
+    if not prepared:
         return []
+    events = [event for event, _ in prepared]
     # One plain INSERT: every write path appends here, and the ORM's save() cost more
     # than the statement itself (docs/benchmarks.md, callbacks).
     rows = ", ".join(["(%s, %s, %s, %s, %s, %s::jsonb, %s)"] * len(events))
     params: list[Any] = []
-    for event in events:
+    for event, data_json in prepared:
         params += [
             event.created_at,
             event.broker_id,
             event.kind,
             event.subject,
             event.actor,
-            _canonical_json(event.data),
+            data_json,
             event.event_hash,
         ]
     with connection.cursor() as cursor:
@@ -121,10 +122,12 @@ def _new_event(
     broker_id: str = "",
     subject: str = "",
     data: dict[str, Any] | None = None,
-) -> LedgerEvent:
-    payload = json.loads(_canonical_json(data or {}))  # what the database will give back
+) -> tuple[LedgerEvent, str]:
+    """The event to insert, and its data as the canonical JSON the INSERT stores."""
+    data_json = _canonical_json(data or {})
+    payload = json.loads(data_json)  # what the database will give back
     created_at = timezone.now()
-    return LedgerEvent(
+    event = LedgerEvent(
         created_at=created_at,
         broker_id=broker_id,
         kind=kind,
@@ -140,6 +143,7 @@ def _new_event(
             data=payload,
         ),
     )
+    return event, data_json
 
 
 def _recomputed_hash(event: LedgerEvent) -> str:
