@@ -203,7 +203,16 @@ def _same_outcome(
     if drop_outcome == DropOutcome.FAILED:
         return current["error_message"] == error_message
     if drop_outcome == DropOutcome.OPTED_OUT:
-        # A different email is a different opt-out: refusing it keeps it from being lost.
-        record = OptOutRecord.objects.filter(deletion_request_id=pk).first()
-        return record is not None and record.email == email
+        return opt_out_recorded_as(email, deletion_request_id=pk)
     return True
+
+
+def opt_out_recorded_as(
+    email: str, *, deletion_request_id: int | None = None, resolution_request_id: int | None = None
+) -> bool:
+    """Whether the request's opt-out record holds ``email``, for a repeated ``opted_out``.
+    A different email is a different opt-out: refusing it keeps it from being lost."""
+    record = OptOutRecord.objects.filter(
+        deletion_request_id=deletion_request_id, resolution_request_id=resolution_request_id
+    ).first()
+    return record is not None and record.email == email

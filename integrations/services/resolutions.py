@@ -36,6 +36,7 @@ from integrations.services.ledger import ledger_event_append
 from integrations.services.outcomes import (
     OutcomeConflict,
     OutcomeRecorded,
+    opt_out_recorded_as,
     work_item_settle_now,
 )
 
@@ -154,9 +155,7 @@ def _raise_unless_same(
     if same and current.identifiers:
         same = json.loads(current.identifiers) == identifiers
     if same and drop_outcome == DropOutcome.OPTED_OUT:
-        # A different email is a different opt-out: refusing it keeps it from being lost.
-        record = OptOutRecord.objects.filter(resolution_request_id=current.pk).first()
-        same = record is not None and record.email == opt_out_email
+        same = opt_out_recorded_as(opt_out_email, resolution_request_id=current.pk)
     if not same:
         raise OutcomeConflict(
             "The request already has a different answer; this one is refused.",
