@@ -124,6 +124,11 @@ def _busy(exc: RegistrationBusy) -> Problem:
     )
 
 
+def _no_consumer() -> Problem:
+    # Also for another broker's consumer: no existence leak.
+    return Problem(status=404, code="not_found", detail="No consumer with this remote_identifier.")
+
+
 class ConsumersView(APIView):
     permission_classes = [HasScope]
     required_scope = "ingest"
@@ -260,9 +265,9 @@ class ConsumerView(APIView):
     def delete(self, request: Request, remote_identifier: str) -> Response:
         api_key = request.auth
         assert isinstance(api_key, ApiKey)  # HasScope
+        if unstorable_reason(remote_identifier):
+            raise _no_consumer()  # no consumer can have been registered under it
         try:
-            if unstorable_reason(remote_identifier):
-                raise Consumer.DoesNotExist  # no consumer can have been registered so
             consumer_forget(
                 broker=api_key.broker,
                 remote_identifier=remote_identifier,
@@ -270,10 +275,7 @@ class ConsumerView(APIView):
                 lock_timeout=LOCK_WAIT_SECONDS,
             )
         except Consumer.DoesNotExist:
-            # Also for another broker's consumer: no existence leak.
-            raise Problem(
-                status=404, code="not_found", detail="No consumer with this remote_identifier."
-            ) from None
+            raise _no_consumer() from None
         except RegistrationBusy as exc:
             raise _busy(exc) from None
         return Response(status=204)
