@@ -50,9 +50,8 @@ def drop_packages_in_tmp(tmp_path_factory: pytest.TempPathFactory, monkeypatch: 
     monkeypatch.setattr(drop, "PACKAGES_DIR", tmp_path_factory.mktemp("drop-packages"))
 
 
-def subprocess_env(**extra: str) -> dict[str, str]:
-    """The environment of a ``manage.py`` subprocess that works on the test database (its
-    tests must commit: ``django_db(transaction=True)``) with the same encryption keys."""
+def database_url() -> str:
+    """The test database as a libpq URL (also a DATABASE_URL), over TCP or a socket."""
     db = connection.settings_dict
     # Query parameters go to libpq as they are, so a socket directory (the embedded
     # server's HOST) works as well as a host name.
@@ -63,9 +62,15 @@ def subprocess_env(**extra: str) -> dict[str, str]:
         "password": db.get("PASSWORD") or "",
     }
     query = urlencode({k: v for k, v in params.items() if v})
+    return f"postgres:///{db['NAME']}?{query}"
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """The environment of a ``manage.py`` subprocess that works on the test database (its
+    tests must commit: ``django_db(transaction=True)``) with the same encryption keys."""
     return {
         **os.environ,
-        "DATABASE_URL": f"postgres:///{db['NAME']}?{query}",
+        "DATABASE_URL": database_url(),
         "DROPPORTAL_ENCRYPTION_KEYS": ",".join(settings.DROPPORTAL_ENCRYPTION_KEYS),
         **extra,
     }

@@ -15,7 +15,7 @@ from django.db import connection, connections
 
 from integrations.models import Broker, DeletionRequest, RequestState, WorkItemState
 from integrations.services.outcomes import deletion_outcome_record
-from tests.conftest import subprocess_env
+from tests.conftest import database_url
 from tests.webhook_factories import deletion_request, webhook_integration_for, work_item
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -56,7 +56,7 @@ def test_two_outcomes_of_one_work_item_at_once_settle_it(broker: Broker) -> None
 
     # Another transaction holds the work item, so both callbacks record their outcome and
     # then wait for the item's lock together.
-    holder = psycopg.connect(subprocess_env()["DATABASE_URL"].replace("postgres:", "postgresql:"))
+    holder = psycopg.connect(database_url())
     try:
         holder.execute("SELECT 1 FROM integrations_workitem WHERE id = %s FOR UPDATE", [item.pk])
         threads = [threading.Thread(target=record, args=(r,)) for r in requests]
