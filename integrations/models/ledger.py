@@ -1,7 +1,8 @@
 """The ledger: append-only events, sealed into a SHA-256 hash chain in batches.
 
-Writers insert ``LedgerEvent`` rows (each carrying the SHA-256 of its own content) without
-any shared lock, so the ledger never serializes the service. A sealer
+Writers insert ``LedgerEvent`` rows (each carrying the SHA-256 of its own content, computed
+by the database as it stores them: ``integrations/sql/ledger_append.sql``) without any
+shared lock, so the ledger never serializes the service. A sealer
 (``services.ledger.ledger_seal``) appends one ``LedgerChainLink`` per event, in batches:
 ``chain_hash = sha256(previous chain_hash : event id : event_hash)``. PostgreSQL refuses
 UPDATE and DELETE on both tables (migration 0002).

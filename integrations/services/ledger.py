@@ -44,7 +44,9 @@ def event_hash(
     actor: str,
     data: dict[str, Any],
 ) -> str:
-    """SHA-256 (hex) over the canonical form of an event's content."""
+    """SHA-256 (hex) over the canonical form of an event's content: what ``ledger_verify``
+    expects of every stored event. The database computes the same when it stores one
+    (``dropportal_ledger_event_hash``); the tests hold the two to agreeing."""
     content = _canonical_json(
         {
             "created_at": created_at.astimezone(dt.UTC).isoformat(timespec="microseconds"),
@@ -62,10 +64,22 @@ def chain_hash(previous: str, event_id: int, content_hash: str) -> str:
     return hashlib.sha256(f"{previous}:{event_id}:{content_hash}".encode()).hexdigest()
 
 
-_INSERT_EVENTS = (
-    "INSERT INTO integrations_ledgerevent"
-    " (created_at, broker_id, kind, subject, actor, data, event_hash) VALUES"
-)
+# The database hashes each event as it stores it (integrations/sql/ledger_append.sql, the
+# one writer of hashes, which the SQL write paths use too); ``event_hash`` above is the
+# verifier's own computation of the same thing.
+_INSERT_EVENTS = """
+INSERT INTO integrations_ledgerevent (created_at, broker_id, kind, subject, actor, data, event_hash)
+SELECT e.created_at, e.broker_id, e.kind, e.subject, e.actor, e.data::jsonb,
+       dropportal_ledger_event_hash(e.created_at, e.broker_id, e.kind, e.subject, e.actor, e.data)
+FROM (VALUES {rows}) AS e (created_at, broker_id, kind, subject, actor, data)
+RETURNING id, txid, event_hash
+"""
+_ROW = "(%s::timestamptz, %s::text, %s::text, %s::text, %s::text, %s::text)"
+
+
+def canonical_data(data: dict[str, Any] | None) -> str:
+    """An event's data as the canonical JSON its hash covers (and the database stores)."""
+    return _canonical_json(data or {})
 
 
 def ledger_event_append(
@@ -85,17 +99,20 @@ def ledger_event_append(
 
 def ledger_events_append(entries: Iterable[dict[str, Any]]) -> list[LedgerEvent]:
     """Append several events in one INSERT; each entry holds ``ledger_event_append``'s
-    arguments. For paths that record several changes in one transaction (a callback's
-    outcome and the work item status it settles, a delivery batch)."""
-    prepared = [_new_event(**entry) for entry in entries]
-    if not prepared:
-        return []
-    events = [event for event, _ in prepared]
-    # One plain INSERT: every write path appends here, and the ORM's save() cost more
-    # than the statement itself (docs/benchmarks.md, callbacks).
-    rows = ", ".join(["(%s, %s, %s, %s, %s, %s::jsonb, %s)"] * len(events))
+    arguments. For paths that record several changes in one transaction (a delivery batch)."""
+    events: list[LedgerEvent] = []
     params: list[Any] = []
-    for event, data_json in prepared:
+    for entry in entries:
+        data_json = canonical_data(entry.get("data"))
+        event = LedgerEvent(
+            created_at=timezone.now(),
+            broker_id=entry.get("broker_id", ""),
+            kind=entry["kind"],
+            subject=entry.get("subject", "")[:200],
+            actor=entry.get("actor", SYSTEM_ACTOR)[:200],
+            data=json.loads(data_json),  # what the database will give back
+        )
+        events.append(event)
         params += [
             event.created_at,
             event.broker_id,
@@ -103,47 +120,17 @@ def ledger_events_append(entries: Iterable[dict[str, Any]]) -> list[LedgerEvent]
             event.subject,
             event.actor,
             data_json,
-            event.event_hash,
         ]
+    if not events:
+        return []
     with connection.cursor() as cursor:
-        sql = f"{_INSERT_EVENTS} {rows} RETURNING id, txid"  # rows: placeholders only
-        cursor.execute(sql, params)
+        # rows: placeholders only
+        cursor.execute(_INSERT_EVENTS.format(rows=", ".join([_ROW] * len(events))), params)
         # Rows come back in the order of VALUES (as bulk_create relies on too).
-        for event, (event_id, txid) in zip(events, cursor.fetchall(), strict=True):
-            event.id, event.txid = event_id, txid
+        for event, (event_id, txid, hashed) in zip(events, cursor.fetchall(), strict=True):
+            event.id, event.txid, event.event_hash = event_id, txid, hashed
             event._state.adding = False
     return events
-
-
-def _new_event(
-    *,
-    kind: str,
-    actor: str = SYSTEM_ACTOR,
-    broker_id: str = "",
-    subject: str = "",
-    data: dict[str, Any] | None = None,
-) -> tuple[LedgerEvent, str]:
-    """The event to insert, and its data as the canonical JSON the INSERT stores."""
-    data_json = _canonical_json(data or {})
-    payload = json.loads(data_json)  # what the database will give back
-    created_at = timezone.now()
-    event = LedgerEvent(
-        created_at=created_at,
-        broker_id=broker_id,
-        kind=kind,
-        subject=subject[:200],
-        actor=actor[:200],
-        data=payload,
-        event_hash=event_hash(
-            created_at=created_at,
-            broker_id=broker_id,
-            kind=kind,
-            subject=subject[:200],
-            actor=actor[:200],
-            data=payload,
-        ),
-    )
-    return event, data_json
 
 
 def _recomputed_hash(event: LedgerEvent) -> str:

@@ -9,9 +9,10 @@ and checked the signature; this is the write::
     # raises OutcomeConflict: a different final outcome (409, ledger records the attempt)
 
 Idempotency (product.md section 2): the same outcome twice changes nothing; a different
-final outcome is refused; after ``failed`` a new outcome is accepted. The happy path is one
-statement that records the outcome and locks the work item, the read of the item's
-requests, its status update, and one INSERT of both ledger events, in one transaction.
+final outcome is refused; after ``failed`` a new outcome is accepted. Recording is one
+statement, the SQL function in ``integrations/sql/deletion_outcome_record.sql`` (the
+callbacks' hot path): the outcome, its opt-out record, its ledger event and the work item's
+settlement, in one transaction.
 """
 
 from __future__ import annotations
@@ -32,15 +33,13 @@ from integrations.models import (
     RequestState,
     WorkItem,
 )
-from integrations.services.ledger import ledger_event_append, ledger_events_append
-from integrations.services.work_items import (
-    LOCKED_ITEM_SELECT,
-    locked_work_item,
-    work_item_settle,
-    work_item_settle_locked,
-)
+from integrations.services.ledger import canonical_data, ledger_event_append
+from integrations.services.work_items import work_item_settle
 
 ERROR_MESSAGE_MAX = 2000
+# integrations/sql/deletion_outcome_record.sql
+_RECORD = "SELECT dropportal_deletion_outcome_record(%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+_OPT_OUT_EMAIL = OptOutRecord._meta.get_field("email")  # encrypted at rest
 
 
 class OutcomeConflict(Exception):
@@ -80,46 +79,37 @@ def deletion_outcome_record(
     failed = drop_outcome == DropOutcome.FAILED
     state = RequestState.FAILED if failed else RequestState.COMPLETED
     uuid_text = str(deletion_request.request_uuid)
-    with transaction.atomic():
-        recorded = _record_if_open(deletion_request.pk, state, drop_outcome, error_message, now)
-        if recorded is not None:
-            work_item, drop_session_id = recorded
-            if drop_outcome == DropOutcome.OPTED_OUT:
-                OptOutRecord.objects.create(
-                    deletion_request_id=deletion_request.pk,
-                    broker_id=deletion_request.broker_id,
-                    email=opt_out_email,
-                )
-            data: dict[str, object] = {
-                "drop_outcome": drop_outcome,
-                "drop_status_code": DROP_STATUS_CODES.get(drop_outcome),
-                "previous_state": deletion_request.state,
-                "previous_outcome": deletion_request.drop_outcome,
-            }
-            if error_message:
-                data["error_message"] = error_message
-            if drop_outcome == DropOutcome.OPTED_OUT:
-                data["opt_out_record"] = True  # the email itself stays out of the ledger
-            events: list[dict[str, Any]] = [
-                {
-                    "kind": "deletion_request.outcome_recorded",
-                    "broker_id": deletion_request.broker_id_code,
-                    "subject": uuid_text,
-                    "actor": actor,
-                    "data": data,
-                }
-            ]
-            # The work item's status follows in the same transaction, never lagging.
-            settled = work_item_settle_locked(
-                work_item=work_item,
-                broker_id=deletion_request.broker_id_code,
-                drop_session_id=drop_session_id,
-            )
-            if settled is not None:
-                events.append(settled)
-            ledger_events_append(events)
-            return OutcomeRecorded(uuid_text, drop_outcome, state, changed=True)
+    opted_out = drop_outcome == DropOutcome.OPTED_OUT
+    data: dict[str, object] = {
+        "drop_outcome": drop_outcome,
+        "drop_status_code": DROP_STATUS_CODES.get(drop_outcome),
+        "previous_state": deletion_request.state,
+        "previous_outcome": deletion_request.drop_outcome,
+    }
+    if error_message:
+        data["error_message"] = error_message
+    if opted_out:
+        data["opt_out_record"] = True  # the email itself stays out of the ledger
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _RECORD,
+            [
+                deletion_request.pk,
+                state,
+                drop_outcome,
+                DROP_STATUS_CODES.get(drop_outcome),
+                error_message,
+                now,
+                _OPT_OUT_EMAIL.get_db_prep_value(opt_out_email, connection) if opted_out else None,
+                actor,
+                canonical_data(data),
+            ],
+        )
+        (recorded,) = cursor.fetchone()
+    if recorded:
+        return OutcomeRecorded(uuid_text, drop_outcome, state, changed=True)
 
+    with transaction.atomic():
         current = DeletionRequest.objects.values("state", "drop_outcome", "error_message").get(
             pk=deletion_request.pk
         )
@@ -142,51 +132,6 @@ def deletion_outcome_record(
             data={"drop_outcome": drop_outcome},
         )
     return OutcomeRecorded(uuid_text, drop_outcome, current["state"], changed=False)
-
-
-# A new outcome is accepted while none is final; a repeat of the same failure is a repeat,
-# not a new outcome. A callback can overtake the record of its dispatch's 2xx (or stand in
-# for a 2xx that was lost): the broker evidently has the dispatch. The same statement locks
-# the request's work item (after the request row, as every path does) for its settlement.
-# Written out because it is the callbacks' hot path (docs/benchmarks.md).
-_RECORD_IF_OPEN = f"""
-WITH recorded AS (
-    UPDATE integrations_deletionrequest
-    SET state = %(state)s, drop_outcome = %(outcome)s, drop_status_code = %(code)s,
-        error_message = %(error)s, completed_at = %(now)s, next_attempt_at = NULL,
-        dispatched_at = COALESCE(dispatched_at, %(now)s)
-    WHERE id = %(id)s AND drop_outcome IN ('', 'failed') AND state <> 'cancelled'
-      AND NOT (%(failed)s AND drop_outcome = 'failed' AND error_message = %(error)s)
-    RETURNING work_item_id, drop_session_id
-)
-SELECT {LOCKED_ITEM_SELECT}, recorded.drop_session_id
-FROM recorded JOIN integrations_workitem wi ON wi.id = recorded.work_item_id
-FOR UPDATE OF wi
-"""  # noqa: S608 (constant column names)
-
-
-def _record_if_open(
-    pk: int, state: str, drop_outcome: str, error_message: str, now: dt.datetime
-) -> tuple[WorkItem, str] | None:
-    """Record the outcome if the request is open to it; then its work item, locked, and
-    its cycle's ``drop_session_id``. None: nothing was recorded."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _RECORD_IF_OPEN,
-            {
-                "id": pk,
-                "state": state,
-                "outcome": drop_outcome,
-                "code": DROP_STATUS_CODES.get(drop_outcome),
-                "error": error_message,
-                "now": now,
-                "failed": drop_outcome == DropOutcome.FAILED,
-            },
-        )
-        row = cursor.fetchone()
-    if row is None:
-        return None
-    return locked_work_item(row), row[-1]
 
 
 def work_item_settle_now(*, work_item_id: int) -> None:

@@ -11,7 +11,9 @@ from integrations.models import LedgerChainLink, LedgerEvent
 from integrations.services.ledger import (
     GENESIS_HASH,
     chain_hash,
+    event_hash,
     ledger_event_append,
+    ledger_events_append,
     ledger_seal,
     ledger_verify,
 )
@@ -58,6 +60,55 @@ def test_intact_ledger_verifies() -> None:
     assert result.ok
     assert result.events_checked == 6
     assert result.chain_length == 4
+
+
+# Every character class JSON escapes differently: quotes, backslash, the named control
+# characters, the other control characters (\u00XX), DEL, non-ASCII, beyond the BMP, and the
+# line and paragraph separators JavaScript cares about.
+AWKWARD = '"q" \\ \b\f\n\r\t \x01\x1f\x7f é ü 中 😀 \u2028\u2029 </script>'
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {},
+        {"text": AWKWARD, AWKWARD: "as a key"},
+        {"nested": {"list": [1, -2, 3.5, 1e-07, 10**20, True, False, None], "z": {"a": ""}}},
+        {"every_control": "".join(chr(c) for c in range(1, 32))},
+    ],
+)
+def test_the_database_hashes_events_as_the_verifier_does(data: dict[str, object]) -> None:
+    # The database writes every hash (sql/ledger_append.sql); ledger_verify recomputes
+    # them in Python from what is stored. They must agree on any content.
+    (event,) = ledger_events_append(
+        [
+            {
+                "kind": "test.event",
+                "broker_id": "4821",
+                "subject": AWKWARD,
+                "actor": AWKWARD,
+                "data": data,
+            }
+        ]
+    )
+    stored = LedgerEvent.objects.get(pk=event.pk)
+    assert stored.event_hash == event.event_hash
+    assert stored.event_hash == event_hash(
+        created_at=stored.created_at,
+        broker_id=stored.broker_id,
+        kind=stored.kind,
+        subject=stored.subject,
+        actor=stored.actor,
+        data=stored.data,
+    )
+    assert ledger_verify().ok
+
+
+def test_subject_and_actor_are_cut_at_200_characters_before_hashing() -> None:
+    event = ledger_event_append(kind="test.event", subject="s" * 300, actor="a" * 300)
+    stored = LedgerEvent.objects.get(pk=event.pk)
+    assert (len(stored.subject), len(stored.actor)) == (200, 200)
+    assert ledger_verify().ok
 
 
 @pytest.mark.parametrize("statement", ["UPDATE {t} SET kind = 'x'", "DELETE FROM {t}"])

@@ -13,6 +13,7 @@ from integrations.models import (
     WorkItem,
     WorkItemState,
 )
+from integrations.services.ledger import ledger_verify
 from integrations.services.work_items import (
     work_item_settle,
     work_item_status_set,
@@ -193,7 +194,9 @@ def test_staff_cannot_set_a_status_on_a_removed_item(broker: Broker) -> None:
 def test_a_staff_status_stands_until_every_request_is_final(broker: Broker) -> None:
     item = item_make(cycle_make(broker))
     failed = request_make(item, outcome="failed", error_message="CRM timeout")
-    work_item_status_set(work_item=item, status_code=5, reason="deadline", actor="staff:alice")
+    # The settlement's ledger event is written in SQL, with the reason in it: any text.
+    reason = 'deadline: "CRM" down \\ retry\n\tété \x01 😀'
+    work_item_status_set(work_item=item, status_code=5, reason=reason, actor="staff:alice")
 
     assert work_item_settle(work_item=item).status_code == 5  # still failed: staff's 5 stands
 
@@ -201,7 +204,15 @@ def test_a_staff_status_stands_until_every_request_is_final(broker: Broker) -> N
     settled = work_item_settle(work_item=item)
     assert (settled.status_code, settled.status_reason) == (3, "")
     event = LedgerEvent.objects.get(kind="work_item.status_settled")
-    assert event.data["replaced_staff_status"] == {"status_code": 5, "reason": "deadline"}
+    assert event.data == {
+        "cycle": item.cycle.drop_session_id,
+        "status_code": 3,
+        "previous_status_code": 5,
+        "state": WorkItemState.REPORTABLE,
+        "needs_amendment": False,
+        "replaced_staff_status": {"status_code": 5, "reason": reason},
+    }
+    assert ledger_verify().ok
 
 
 def test_staff_status_on_a_reported_item_is_an_amendment(broker: Broker) -> None:
