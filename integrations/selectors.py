@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -38,7 +37,6 @@ from integrations.models import (
     DeliveryAttempt,
     DropCycle,
     Integration,
-    IntegrationKind,
     LedgerEvent,
     ReportFile,
     ReportKind,
@@ -62,68 +60,11 @@ LEDGER_COLUMNS = (
 M = TypeVar("M", bound=Model)
 
 
-# A broker callback's correlation: the hot path of every callback, so written out (the ORM's
-# query building cost more than the query; docs/benchmarks.md, callbacks). The webhook
-# callback names the request by request_uuid, the ISI callback by results_token.
-_CALLBACK_DELETION_REQUEST = """
-SELECT dr.id, dr.request_uuid, dr.broker_id, dr.broker_id_code, dr.work_item_id, dr.state,
-       dr.drop_outcome, i.id, i.webhook_secret, i.previous_webhook_secret,
-       i.previous_secret_expires_at
-FROM integrations_deletionrequest dr
-JOIN integrations_integration i ON i.id = dr.integration_id
-WHERE dr.{correlation} = %s AND dr.broker_id = %s AND i.kind = %s
-"""
-_BY_CORRELATION = {
-    IntegrationKind.WEBHOOK: _CALLBACK_DELETION_REQUEST.format(correlation="request_uuid"),
-    IntegrationKind.ISI: _CALLBACK_DELETION_REQUEST.format(correlation="results_token"),
-}
-
-
 def model_from_row(model: type[M], columns: dict[str, Any]) -> M:
     """An instance of ``model`` loaded from hand-written SQL: ``columns`` by attname, as
     stored (no converters run). Fields left out load from the database when first read."""
     names = [f.attname for f in model._meta.concrete_fields if f.attname in columns]
     return model.from_db(connection.alias, names, [columns[name] for name in names])
-
-
-def callback_deletion_request(
-    *, broker_pk: int, kind: IntegrationKind, correlation: uuid.UUID | str
-) -> DeletionRequest | None:
-    """The broker's deletion request that a callback answers, dispatched by an integration
-    of ``kind``: by ``request_uuid`` (webhook) or ``results_token`` (ISI). Loaded with what
-    the callback needs: its state and outcome, and the integration's secrets (clear); its
-    other fields load when first read."""
-    with connection.cursor() as cursor:
-        cursor.execute(_BY_CORRELATION[kind], [correlation, broker_pk, kind.value])
-        row = cursor.fetchone()
-    if row is None:
-        return None
-    field = Integration._meta.get_field("webhook_secret")
-    clear = field.from_db_value  # type: ignore[attr-defined]  # an EncryptedTextField
-    integration = model_from_row(
-        Integration,
-        {
-            "id": row[7],
-            "webhook_secret": clear(row[8], None, connection),
-            "previous_webhook_secret": clear(row[9], None, connection),
-            "previous_secret_expires_at": row[10],
-        },
-    )
-    deletion_request = model_from_row(
-        DeletionRequest,
-        {
-            "id": row[0],
-            "request_uuid": row[1],
-            "broker_id": row[2],
-            "broker_id_code": row[3],
-            "work_item_id": row[4],
-            "state": row[5],
-            "drop_outcome": row[6],
-            "integration_id": integration.pk,
-        },
-    )
-    deletion_request.integration = integration
-    return deletion_request
 
 
 def ledger_events(

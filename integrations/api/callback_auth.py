@@ -2,16 +2,23 @@
 
 A callback view subclasses ``SignedCallbackView``; correlating the body with the request it
 answers is the view's job, because only then is the secret known (the Webhook Secret of the
-integration that sent the dispatch)::
+integration that sent the dispatch). A view answering a deletion request names the kind of
+integration that dispatched it and where its body refers to it; the request is then found
+in the same query as the API key (``services.keys.api_key_lookup``)::
 
     class DeletionCallbackView(SignedCallbackView):
         callback = "deletion"
+        integration_kind = IntegrationKind.WEBHOOK
+
+        def correlation(self, payload):
+            return ...payload's request_uuid if it is a UUID, else None...
 
         def put(self, request):
             payload = self.json_object(request)                   # 400 unless a JSON object
-            row = ...find it among the key's broker's requests... # 404 otherwise
-            self.subject = str(row.request_uuid)
-            self.verify_signature(request, row.integration)       # 401
+            ...400 without a correlation...
+            found = self.deletion_request                         # 404 when None
+            self.subject = str(found.request_uuid)
+            self.verify_signature(request, found.integration)     # 401
             ...validate, call the service, render...
 
 The order of checks, each with its status and ``code`` (product.md section 2):
@@ -37,6 +44,7 @@ from typing import Any
 
 from django.conf import settings
 from rest_framework import exceptions
+from rest_framework.authentication import BaseAuthentication
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.throttling import BaseThrottle
@@ -47,8 +55,9 @@ from integrations.api.errors import Problem
 from integrations.api.json_body import json_body
 from integrations.api.permissions import HasScope
 from integrations.dispatch import signing
-from integrations.models import ApiKey, ApiKeyScope, Integration
+from integrations.models import ApiKey, ApiKeyScope, DeletionRequest, Integration, IntegrationKind
 from integrations.services.integrations import integration_callback_secrets
+from integrations.services.keys import api_key_authenticate, api_key_lookup
 from integrations.services.ledger import ledger_event_append
 
 CALLBACK_BODY_LIMIT = 64 * 1024
@@ -98,9 +107,35 @@ class SignedCallbackView(APIView):
     throttle_classes = [CallbackRateThrottle]
     required_scope = ApiKeyScope.WEBHOOK_CALLBACK
     callback = ""  # "deletion", "resolution", "isi": names it in ledger events
+    # Set by a view that answers a deletion request dispatched by this kind of integration.
+    integration_kind: IntegrationKind | None = None
+
+    def correlation(self, payload: dict[str, Any]) -> str | None:
+        """How the body names the deletion request it answers, when it does so validly
+        (views with an ``integration_kind``)."""
+        return None
+
+    def get_authenticators(self) -> list[BaseAuthentication]:
+        return [ApiKeyAuthentication(lookup=self._api_key_lookup)]
+
+    def _api_key_lookup(self, key: str) -> ApiKey | None:
+        # The deletion request answered comes with the key, in one query: the callbacks'
+        # hot path. None when the broker has no such request (404 once the key, scope,
+        # rate and body have been checked, in that order).
+        self.deletion_request: DeletionRequest | None = None
+        if self.integration_kind is None:
+            return api_key_authenticate(key)
+        payload = self._parsed_body(self.request)
+        correlation = self.correlation(payload) if isinstance(payload, dict) else None
+        found = api_key_lookup(key, kind=self.integration_kind, correlation=correlation)
+        if found is None:
+            return None
+        api_key, self.deletion_request = found
+        return api_key
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         self.subject = ""  # the request the callback answers, once known
+        self._body: dict[str, Any] | Problem | None = None
         try:
             length = int(request.META.get("CONTENT_LENGTH") or 0)
         except ValueError:
@@ -123,20 +158,16 @@ class SignedCallbackView(APIView):
 
     def json_object(self, request: Request) -> dict[str, Any]:
         """The raw body parsed as a JSON object (the signature is checked on the raw bytes)."""
-        body = request.body
-        if len(body) > CALLBACK_BODY_LIMIT:
-            raise Problem(
-                status=413, code="payload_too_large", detail="Callbacks are limited to 64 KiB."
-            )
-        payload = json_body(body)
-        if not isinstance(payload, dict):
-            raise Problem(
-                status=400,
-                code="validation_failed",
-                detail="The body must be a JSON object.",
-                errors={"non_field_errors": ["The body must be a JSON object."]},
-            )
+        payload = self._parsed_body(request)
+        if isinstance(payload, Problem):
+            raise payload
         return payload
+
+    def _parsed_body(self, request: Request) -> dict[str, Any] | Problem:
+        """The body as a JSON object, or the problem with it; parsed once."""
+        if self._body is None:
+            self._body = _json_object(request.body)
+        return self._body
 
     def verify_signature(self, request: Request, integration: Integration) -> None:
         """401 unless signed by ``integration``'s secret (or the previous one within 24 h)."""
@@ -188,3 +219,22 @@ class SignedCallbackView(APIView):
             actor=f"apikey:{known.prefix}" if known else "anonymous",
             data=data,
         )
+
+
+def _json_object(body: bytes) -> dict[str, Any] | Problem:
+    if len(body) > CALLBACK_BODY_LIMIT:
+        return Problem(
+            status=413, code="payload_too_large", detail="Callbacks are limited to 64 KiB."
+        )
+    try:
+        payload = json_body(body)
+    except Problem as problem:
+        return problem
+    if not isinstance(payload, dict):
+        return Problem(
+            status=400,
+            code="validation_failed",
+            detail="The body must be a JSON object.",
+            errors={"non_field_errors": ["The body must be a JSON object."]},
+        )
+    return payload

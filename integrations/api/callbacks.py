@@ -32,7 +32,6 @@ from integrations.api.callback_serializers import (
 )
 from integrations.api.errors import Problem
 from integrations.models import ApiKey, IntegrationKind, ResolutionRequest
-from integrations.selectors import callback_deletion_request
 from integrations.services.outcomes import (
     OutcomeConflict,
     OutcomeRecorded,
@@ -80,6 +79,11 @@ class DeletionCallbackView(SignedCallbackView):
     """The broker reports what it did with a deletion dispatch."""
 
     callback = "deletion"
+    integration_kind = IntegrationKind.WEBHOOK
+
+    def correlation(self, payload: dict[str, Any]) -> str | None:
+        request_uuid = _uuid_or_none(payload.get("request_uuid"))
+        return None if request_uuid is None else str(request_uuid)
 
     @extend_schema(
         summary="Report a deletion outcome (body 2.2)",
@@ -119,11 +123,7 @@ class DeletionCallbackView(SignedCallbackView):
                 detail="request_uuid is required: the UUID of the dispatch this answers.",
                 errors={"request_uuid": ["A UUID string is required."]},
             )
-        api_key = request.auth
-        assert isinstance(api_key, ApiKey)
-        deletion_request = callback_deletion_request(
-            broker_pk=api_key.broker_id, kind=IntegrationKind.WEBHOOK, correlation=request_uuid
-        )
+        deletion_request = self.deletion_request  # found with the API key
         if deletion_request is None:
             raise self.not_found(f"deletion request {request_uuid}")
         self.subject = str(request_uuid)

@@ -36,8 +36,7 @@ from integrations.api.callback_serializers import (
 )
 from integrations.api.callbacks import _PROBLEMS, _RECORDED, OutcomeConflictProblem, _recorded
 from integrations.api.errors import Problem
-from integrations.models import ApiKey, IntegrationKind
-from integrations.selectors import callback_deletion_request
+from integrations.models import IntegrationKind
 from integrations.services.outcomes import OutcomeConflict, deletion_outcome_record
 
 
@@ -100,6 +99,11 @@ class IsiCallbackView(SignedCallbackView):
     """The broker reports that it completed an ISI DROP delete."""
 
     callback = "isi"
+    integration_kind = IntegrationKind.ISI
+
+    def correlation(self, payload: dict[str, Any]) -> str | None:
+        token = payload.get("results_token")
+        return token if isinstance(token, str) and token else None
 
     @extend_schema(
         summary="Complete an ISI DROP delete (ISI callback body)",
@@ -129,11 +133,7 @@ class IsiCallbackView(SignedCallbackView):
                 detail="results_token is required: the token of the delete this completes.",
                 errors={"results_token": ["A string is required."]},
             )
-        api_key = request.auth
-        assert isinstance(api_key, ApiKey)
-        deletion_request = callback_deletion_request(
-            broker_pk=api_key.broker_id, kind=IntegrationKind.ISI, correlation=token
-        )
+        deletion_request = self.deletion_request  # found with the API key
         if deletion_request is None:
             raise self.not_found("ISI delete with this results_token")
         self.subject = str(deletion_request.request_uuid)

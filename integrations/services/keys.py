@@ -11,7 +11,14 @@ from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.utils import timezone
 
-from integrations.models import ApiKey, ApiKeyScope, Broker
+from integrations.models import (
+    ApiKey,
+    ApiKeyScope,
+    Broker,
+    DeletionRequest,
+    Integration,
+    IntegrationKind,
+)
 from integrations.selectors import model_from_row
 from integrations.services.ledger import ledger_event_append
 
@@ -77,34 +84,47 @@ def api_key_revoke(*, api_key: ApiKey, actor: str) -> ApiKey:
     return locked
 
 
-# Every API call starts here (the callbacks' hot path among them), so the lookup is written
-# out: the ORM's query building cost more than the query (docs/benchmarks.md, callbacks).
-_ACTIVE_KEY = """
-SELECT k.id, k.name, k.prefix, k.digest, k.scopes, k.created_at, k.last_used_at,
-       b.id, b.broker_id, b.name, b.mode
-FROM integrations_apikey k JOIN integrations_broker b ON b.id = k.broker_id
-WHERE k.digest = %s AND k.revoked_at IS NULL
-"""
-_KEY_COLUMNS = ("id", "name", "prefix", "digest", "scopes", "created_at", "last_used_at")
+# Every API call starts here (the callbacks' hot path among them): one SQL function, which
+# a callback also asks for the deletion request it answers (docs/benchmarks.md, callbacks).
+_LOOKUP = "SELECT * FROM dropportal_api_key_lookup(%s, %s, %s)"  # sql/api_key_lookup.sql
+_KEY_COLUMNS = ("id", "name", "prefix", "scopes", "created_at", "last_used_at")
 # What the API reads of the broker; its other fields (the encrypted DROP API key among
 # them) load when first read.
 _BROKER_COLUMNS = ("id", "broker_id", "name", "mode")
+# What a callback reads of the request it answers; the rest loads when first read.
+_REQUEST_COLUMNS = ("id", "request_uuid", "broker_id_code", "work_item_id", "state", "drop_outcome")
+_SECRET = Integration._meta.get_field("webhook_secret")  # encrypted at rest
 
 
 def api_key_authenticate(key: str) -> ApiKey | None:
     """The active key matching ``key``, with its broker, or None. Refreshes
     ``last_used_at`` (coarsely)."""
+    found = api_key_lookup(key)
+    return None if found is None else found[0]
+
+
+def api_key_lookup(
+    key: str, *, kind: IntegrationKind | None = None, correlation: str | None = None
+) -> tuple[ApiKey, DeletionRequest | None] | None:
+    """``api_key_authenticate``, and in the same query the key's broker's deletion request
+    that a callback answers, dispatched by an integration of ``kind``: by ``request_uuid``
+    (webhook; ``correlation`` a valid UUID) or ``results_token`` (ISI). The request comes
+    with its state and outcome and its integration's secrets (clear); its other fields load
+    when first read. None: no such active key; ``(key, None)``: no such request."""
+    digest = key_digest(key)
     with connection.cursor() as cursor:
-        cursor.execute(_ACTIVE_KEY, [key_digest(key)])
+        cursor.execute(_LOOKUP, [digest, kind and kind.value, correlation])
         row = cursor.fetchone()
     if row is None:
         return None
-    key_row, broker_row = row[: len(_KEY_COLUMNS)], row[len(_KEY_COLUMNS) :]
+    key_row, broker_row, request_row = row[:6], row[6:10], row[10:16]
+    integration_id, secret, previous_secret, previous_expires_at = row[16:]
     broker = model_from_row(Broker, dict(zip(_BROKER_COLUMNS, broker_row, strict=True)))
     api_key = model_from_row(
         ApiKey,
         {
             **dict(zip(_KEY_COLUMNS, key_row, strict=True)),
+            "digest": digest,
             "broker_id": broker.pk,
             "revoked_at": None,
         },
@@ -114,4 +134,25 @@ def api_key_authenticate(key: str) -> ApiKey | None:
     if api_key.last_used_at is None or now - api_key.last_used_at > LAST_USED_RESOLUTION:
         ApiKey.objects.filter(pk=api_key.pk).update(last_used_at=now)
         api_key.last_used_at = now
-    return api_key
+    if request_row[0] is None:
+        return api_key, None
+    clear = _SECRET.from_db_value  # type: ignore[attr-defined]  # an EncryptedTextField
+    integration = model_from_row(
+        Integration,
+        {
+            "id": integration_id,
+            "webhook_secret": clear(secret, None, connection),
+            "previous_webhook_secret": clear(previous_secret, None, connection),
+            "previous_secret_expires_at": previous_expires_at,
+        },
+    )
+    deletion_request = model_from_row(
+        DeletionRequest,
+        {
+            **dict(zip(_REQUEST_COLUMNS, request_row, strict=True)),
+            "broker_id": broker.pk,
+            "integration_id": integration.pk,
+        },
+    )
+    deletion_request.integration = integration
+    return api_key, deletion_request

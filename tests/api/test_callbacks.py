@@ -150,6 +150,29 @@ def test_the_work_item_is_settled_with_the_outcome(
     assert (item.status_code, item.state) == (3, "reportable")
 
 
+def test_a_recorded_callback_is_two_statements(
+    side: Broker_, dispatched: DeletionRequest, django_assert_num_queries: Any
+) -> None:
+    # The hot path's design (docs/benchmarks.md, callbacks): the key with the request it
+    # answers (sql/api_key_lookup.sql), then the outcome with its opt-out record, ledger
+    # event and settlement (sql/deletion_outcome_record.sql).
+    warm = deletion_request(side.integration, state=RequestState.DISPATCHED)
+    put(DELETION, body_for(warm), key=side.key, secret=side.secret)  # stamps last_used_at
+    with django_assert_num_queries(2) as captured:
+        response = put(
+            DELETION,
+            body_for(dispatched, "opted_out", identifiers={"email": [{"email": "a@b.example"}]}),
+            key=side.key,
+            secret=side.secret,
+        )
+    assert response.status_code == 200, response.content
+    assert "dropportal_api_key_lookup" in captured.captured_queries[0]["sql"]
+    assert "dropportal_deletion_outcome_record" in captured.captured_queries[1]["sql"]
+    assert OptOutRecord.objects.get(deletion_request=dispatched).email == "a@b.example"
+    item = WorkItem.objects.get(pk=dispatched.work_item_id)
+    assert (item.status_code, item.state) == (4, "reportable")
+
+
 def test_opted_out_keeps_the_email_verbatim_and_out_of_the_ledger(
     side: Broker_, dispatched: DeletionRequest
 ) -> None:
