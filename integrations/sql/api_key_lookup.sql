@@ -26,35 +26,49 @@ RETURNS TABLE (
 )
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
-    -- One query per kind, so each keeps its own cached plan. No correlation: no request
-    -- matches, the key comes alone.
+    -- One query per kind, so each keeps its own cached plan. The request is found by its
+    -- unique key alone, then checked against the key's broker: the CTE is materialized so
+    -- that no plan, not even one cached while the table was nearly empty, scans all of the
+    -- broker's requests for it. No correlation: no request matches, the key comes alone.
     IF p_kind IS DISTINCT FROM 'isi' THEN
         RETURN QUERY
+        WITH answered AS MATERIALIZED (
+            SELECT d.id, d.request_uuid, d.broker_id, d.broker_id_code, d.work_item_id,
+                   d.state, d.drop_outcome, d.integration_id
+            FROM integrations_deletionrequest d
+            WHERE d.request_uuid = p_correlation::uuid
+        )
         SELECT k.id, k.name::text, k.prefix::text, k.scopes::text[], k.created_at,
                k.last_used_at, b.id, b.broker_id::text, b.name::text, b.mode::text,
-               dr.id, dr.request_uuid, dr.broker_id_code::text, dr.work_item_id,
-               dr.state::text, dr.drop_outcome::text, i.id, i.webhook_secret,
+               a.id, a.request_uuid, a.broker_id_code::text, a.work_item_id,
+               a.state::text, a.drop_outcome::text, i.id, i.webhook_secret,
                i.previous_webhook_secret, i.previous_secret_expires_at
         FROM integrations_apikey k
         JOIN integrations_broker b ON b.id = k.broker_id
-        LEFT JOIN (integrations_deletionrequest dr
+        LEFT JOIN (answered a
                    JOIN integrations_integration i
-                   ON i.id = dr.integration_id AND i.kind = 'webhook')
-            ON dr.broker_id = k.broker_id AND dr.request_uuid = p_correlation::uuid
+                   ON i.id = a.integration_id AND i.kind = 'webhook')
+            ON a.broker_id = k.broker_id
         WHERE k.digest = p_digest AND k.revoked_at IS NULL;
-    ELSIF p_kind = 'isi' THEN
+    ELSE
         RETURN QUERY
+        WITH answered AS MATERIALIZED (
+            SELECT d.id, d.request_uuid, d.broker_id, d.broker_id_code, d.work_item_id,
+                   d.state, d.drop_outcome, d.integration_id
+            FROM integrations_deletionrequest d
+            WHERE d.results_token = p_correlation
+        )
         SELECT k.id, k.name::text, k.prefix::text, k.scopes::text[], k.created_at,
                k.last_used_at, b.id, b.broker_id::text, b.name::text, b.mode::text,
-               dr.id, dr.request_uuid, dr.broker_id_code::text, dr.work_item_id,
-               dr.state::text, dr.drop_outcome::text, i.id, i.webhook_secret,
+               a.id, a.request_uuid, a.broker_id_code::text, a.work_item_id,
+               a.state::text, a.drop_outcome::text, i.id, i.webhook_secret,
                i.previous_webhook_secret, i.previous_secret_expires_at
         FROM integrations_apikey k
         JOIN integrations_broker b ON b.id = k.broker_id
-        LEFT JOIN (integrations_deletionrequest dr
+        LEFT JOIN (answered a
                    JOIN integrations_integration i
-                   ON i.id = dr.integration_id AND i.kind = 'isi')
-            ON dr.broker_id = k.broker_id AND dr.results_token = p_correlation
+                   ON i.id = a.integration_id AND i.kind = 'isi')
+            ON a.broker_id = k.broker_id
         WHERE k.digest = p_digest AND k.revoked_at IS NULL;
     END IF;
 END;

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.utils import timezone
 from procrastinate.contrib.django.models import ProcrastinateJob
 from rest_framework.test import APIClient
@@ -171,6 +171,58 @@ def test_a_recorded_callback_is_two_statements(
     assert OptOutRecord.objects.get(deletion_request=dispatched).email == "a@b.example"
     item = WorkItem.objects.get(pk=dispatched.work_item_id)
     assert (item.status_code, item.state) == (4, "reportable")
+
+
+def generic_plans(sql: str, params: list[Any]) -> list[str]:
+    """The plans of every statement ``sql`` runs, nested ones included, as PostgreSQL
+    caches them for a connection (generic plans, forced)."""
+    plans: list[str] = []
+    with connection.cursor() as cursor:
+        try:
+            cursor.execute("LOAD 'auto_explain'")
+        except DatabaseError:
+            pytest.skip("auto_explain is not available on this server")
+        for setting in (
+            "plan_cache_mode = force_generic_plan",
+            "auto_explain.log_min_duration = 0",
+            "auto_explain.log_nested_statements = on",
+            "auto_explain.log_level = notice",
+            "client_min_messages = notice",
+        ):
+            cursor.execute(f"SET LOCAL {setting}")
+        connection.connection.add_notice_handler(lambda d: plans.append(d.message_primary))
+        cursor.execute(sql, params)
+    return plans
+
+
+# The hot path's plans are cached per connection (sql/*.sql). One cached while the tables
+# were nearly empty once scanned all of the broker's requests by broker_id for every
+# callback, slower as they grew: these read the plans PostgreSQL would keep.
+
+
+@pytest.mark.parametrize("kind", ["webhook", "isi"])
+def test_the_cached_lookup_plan_finds_the_request_by_its_unique_key(
+    side: Broker_, dispatched: DeletionRequest, kind: str
+) -> None:
+    plans = generic_plans(
+        "SELECT * FROM dropportal_api_key_lookup(%s, %s, %s)",
+        [side.api_key.digest, kind, str(dispatched.request_uuid) if kind == "webhook" else "t"],
+    )
+    (plan,) = [p for p in plans if "integrations_deletionrequest" in p]
+    unique_key = "request_uuid" if kind == "webhook" else "results_token"
+    assert f"Index Scan using integrations_deletionrequest_{unique_key}" in plan, plan
+    assert "deletionrequest_broker_id" not in plan, plan
+
+
+def test_the_cached_record_plans_scan_no_table(dispatched: DeletionRequest) -> None:
+    plans = generic_plans(
+        "SELECT dropportal_deletion_outcome_record(%s, 'completed', 'deleted', 3, '', now(),"
+        " NULL, 'test', '{}')",
+        [dispatched.pk],
+    )
+    assert any("integrations_workitem" in plan for plan in plans)  # the settlement ran
+    scans = [line for plan in plans for line in plan.splitlines() if "Seq Scan" in line]
+    assert not scans, scans
 
 
 def test_opted_out_keeps_the_email_verbatim_and_out_of_the_ledger(
