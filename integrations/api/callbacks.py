@@ -28,6 +28,7 @@ from integrations.api.callback_serializers import (
     DeletionCallbackSerializer,
     ProblemSerializer,
     ResolutionCallbackSerializer,
+    deletion_callback_validated,
     opt_out_email,
 )
 from integrations.api.errors import Problem
@@ -129,9 +130,7 @@ class DeletionCallbackView(SignedCallbackView):
         self.subject = str(request_uuid)
         assert deletion_request.integration is not None  # filtered on its kind
         self.verify_signature(request, deletion_request.integration)
-        serializer = DeletionCallbackSerializer(data=payload)
-        serializer.is_valid(raise_exception=True)
-        attrs = serializer.validated_data
+        attrs = deletion_callback_validated(payload)
         try:
             result = deletion_outcome_record(
                 deletion_request=deletion_request,
