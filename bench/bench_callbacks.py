@@ -115,6 +115,59 @@ def load(
     return finished - started, statuses
 
 
+# -- where the CPU goes: the web workers' and PostgreSQL's, read from /proc around each round --
+
+
+def _cpu_seconds(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0  # gone, or not Linux
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _processes() -> list[int]:
+    return [int(e) for e in os.listdir("/proc") if e.isdigit()] if os.path.isdir("/proc") else []
+
+
+def _command(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm", encoding="utf-8") as comm:
+            return comm.read().strip()
+    except OSError:
+        return ""
+
+
+def cpu_snapshot(server_pid: int) -> dict[str, dict[int, float]]:
+    """CPU seconds so far of each web worker and of each of this machine's PostgreSQL
+    processes (none if the server is remote)."""
+    pids = _processes()
+    return {
+        "web": {pid: _cpu_seconds(pid) for pid in pids if _parent(pid) == server_pid},
+        "postgres": {pid: _cpu_seconds(pid) for pid in pids if _command(pid) == "postgres"},
+    }
+
+
+def cpu_used(
+    before: dict[str, dict[int, float]], after: dict[str, dict[int, float]]
+) -> dict[str, float]:
+    """Seconds used in between, per part: a process that started in between counts whole;
+    one that ended in between (a recycled database connection) is lost, not negative."""
+    return {
+        part: sum(seconds - before[part].get(pid, 0.0) for pid, seconds in after[part].items())
+        for part in after
+    }
+
+
+def _parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return 0
+
+
 def raw_put(port: int, path: str, body: bytes, headers: dict[str, str]) -> bytes:
     lines = [f"PUT {path} HTTP/1.1", f"Host: 127.0.0.1:{port}", "Connection: close"]
     lines += [f"{k}: {v}" for k, v in headers.items()]
@@ -175,7 +228,7 @@ def main() -> int:
                 "DROPPORTAL_CALLBACK_RATE_LIMIT": "1000000",
             },
         )
-        result = run(args, port)
+        result = run(args, port, server.pid)
     finally:
         if server is not None:
             server.terminate()
@@ -188,7 +241,7 @@ def main() -> int:
     return 0 if result["target_met"] else 1
 
 
-def run(args: argparse.Namespace, port: int) -> dict[str, Any]:
+def run(args: argparse.Namespace, port: int, server_pid: int) -> dict[str, Any]:
     from django.utils import timezone
 
     from integrations.dispatch import signing
@@ -297,10 +350,21 @@ def run(args: argparse.Namespace, port: int) -> dict[str, Any]:
 
     _wait_for_server(port, key)
 
+    cpu_ms: dict[str, list[dict[str, float]]] = {}
+
     def round_of(prepare: Any, count: int) -> float:
         rows = dispatched(count)
         requests = prepare(rows)
+        before = cpu_snapshot(server_pid)
         elapsed, statuses = load(port, requests, args.clients, args.threads)
+        after = cpu_snapshot(server_pid)
+        used = {part: round(s / count * 1000, 3) for part, s in cpu_used(before, after).items()}
+        cpu_ms.setdefault(prepare.__name__, []).append(used)
+        print(  # progress, on stderr: the JSON line stays last on stdout
+            f"{prepare.__name__}: {count / elapsed:.0f}/s, CPU ms per callback: "
+            f"web {used['web']}, postgres {used['postgres']}",
+            file=sys.stderr,
+        )
         recorded = DeletionRequest.objects.filter(
             pk__in=[r.pk for r in rows], state=RequestState.COMPLETED
         ).count()
@@ -310,6 +374,7 @@ def run(args: argparse.Namespace, port: int) -> dict[str, Any]:
 
     for prepare in (bare, bare_orm, ours):
         round_of(prepare, 300)  # warm every web worker on every path
+    cpu_ms.clear()
     ours_rates, bare_rates, orm_rates = [], [], []
     for _ in range(args.repeats):
         bare_rates.append(round_of(bare, args.callbacks))
@@ -327,6 +392,11 @@ def run(args: argparse.Namespace, port: int) -> dict[str, Any]:
         "ratio_to_bare_orm": round(best / orm_baseline, 3),
         "rounds_per_second": [round(r, 1) for r in ours_rates],
         "baseline_rounds_per_second": [round(r, 1) for r in bare_rates],
+        # CPU per callback (ms) of the web workers and of PostgreSQL, least of the rounds
+        "cpu_ms_per_callback": {
+            "ours": {part: min(r[part] for r in cpu_ms["ours"]) for part in cpu_ms["ours"][0]},
+            "bare": {part: min(r[part] for r in cpu_ms["bare"]) for part in cpu_ms["bare"][0]},
+        },
         "callbacks_per_round": args.callbacks,
         "web_workers": args.web_workers,
         "client_connections": args.clients * args.threads,
