@@ -103,15 +103,7 @@ def ledger_events_append(entries: Iterable[dict[str, Any]]) -> list[LedgerEvent]
     events: list[LedgerEvent] = []
     params: list[Any] = []
     for entry in entries:
-        data_json = canonical_data(entry.get("data"))
-        event = LedgerEvent(
-            created_at=timezone.now(),
-            broker_id=entry.get("broker_id", ""),
-            kind=entry["kind"],
-            subject=entry.get("subject", "")[:200],
-            actor=entry.get("actor", SYSTEM_ACTOR)[:200],
-            data=json.loads(data_json),  # what the database will give back
-        )
+        event, data_json = _new_event(**entry)
         events.append(event)
         params += [
             event.created_at,
@@ -131,6 +123,28 @@ def ledger_events_append(entries: Iterable[dict[str, Any]]) -> list[LedgerEvent]
             event.id, event.txid, event.event_hash = event_id, txid, hashed
             event._state.adding = False
     return events
+
+
+def _new_event(
+    *,
+    kind: str,
+    actor: str = SYSTEM_ACTOR,
+    broker_id: str = "",
+    subject: str = "",
+    data: dict[str, Any] | None = None,
+) -> tuple[LedgerEvent, str]:
+    """The event to insert (its hash comes back from the INSERT), and its data as the
+    canonical JSON the INSERT stores and hashes."""
+    data_json = canonical_data(data)
+    event = LedgerEvent(
+        created_at=timezone.now(),
+        broker_id=broker_id,
+        kind=kind,
+        subject=subject[:200],
+        actor=actor[:200],
+        data=json.loads(data_json),  # what the database will give back
+    )
+    return event, data_json
 
 
 def _recomputed_hash(event: LedgerEvent) -> str:
