@@ -30,6 +30,15 @@ def test_round_trip_and_ciphertext_differs(settings) -> None:
     assert encryption.encrypt("s3cret") != token
 
 
+def test_a_remembered_credential_is_forgotten_with_the_keys(settings) -> None:
+    settings.DROPPORTAL_ENCRYPTION_KEYS = [OLD]
+    token = encryption.encrypt("whsec_x")
+    assert encryption.decrypt_credential(token) == "whsec_x"
+    settings.DROPPORTAL_ENCRYPTION_KEYS = [NEW]  # the old key withdrawn: no longer readable
+    with pytest.raises(encryption.DecryptionError, match="cannot be decrypted"):
+        encryption.decrypt_credential(token)
+
+
 def test_unknown_key_is_a_clear_error(settings) -> None:
     settings.DROPPORTAL_ENCRYPTION_KEYS = [OLD]
     token = encryption.encrypt("s3cret")

@@ -109,6 +109,7 @@ class SignedCallbackView(APIView):
     callback = ""  # "deletion", "resolution", "isi": names it in ledger events
     # Set by a view that answers a deletion request dispatched by this kind of integration.
     integration_kind: IntegrationKind | None = None
+    deletion_request: DeletionRequest | None = None  # the one answered, found with the key
 
     def correlation(self, payload: dict[str, Any]) -> str | None:
         """How the body names the deletion request it answers, when it does so validly
@@ -122,7 +123,6 @@ class SignedCallbackView(APIView):
         # The deletion request answered comes with the key, in one query: the callbacks'
         # hot path. None when the broker has no such request (404 once the key, scope,
         # rate and body have been checked, in that order).
-        self.deletion_request: DeletionRequest | None = None
         if self.integration_kind is None:
             return api_key_authenticate(key)
         payload = self._parsed_body(self.request)
@@ -135,6 +135,7 @@ class SignedCallbackView(APIView):
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         self.subject = ""  # the request the callback answers, once known
+        self.deletion_request = None
         self._body: dict[str, Any] | Problem | None = None
         try:
             length = int(request.META.get("CONTENT_LENGTH") or 0)

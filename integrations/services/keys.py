@@ -11,6 +11,7 @@ from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.utils import timezone
 
+from integrations.encryption import decrypt_credential
 from integrations.models import (
     ApiKey,
     ApiKeyScope,
@@ -93,7 +94,6 @@ _KEY_COLUMNS = ("id", "name", "prefix", "scopes", "created_at", "last_used_at")
 _BROKER_COLUMNS = ("id", "broker_id", "name", "mode")
 # What a callback reads of the request it answers; the rest loads when first read.
 _REQUEST_COLUMNS = ("id", "request_uuid", "broker_id_code", "work_item_id", "state", "drop_outcome")
-_SECRET = Integration._meta.get_field("webhook_secret")  # encrypted at rest
 
 
 def api_key_authenticate(key: str) -> ApiKey | None:
@@ -117,8 +117,14 @@ def api_key_lookup(
         row = cursor.fetchone()
     if row is None:
         return None
-    key_row, broker_row, request_row = row[:6], row[6:10], row[10:16]
-    integration_id, secret, previous_secret, previous_expires_at = row[16:]
+    # The function's columns, in its order: the key's, the broker's, the request's, then
+    # the integration's id and secrets.
+    columns = iter(row)
+    key_row, broker_row, request_row = (
+        [next(columns) for _ in names]
+        for names in (_KEY_COLUMNS, _BROKER_COLUMNS, _REQUEST_COLUMNS)
+    )
+    integration_id, secret, previous_secret, previous_expires_at = columns
     broker = model_from_row(Broker, dict(zip(_BROKER_COLUMNS, broker_row, strict=True)))
     api_key = model_from_row(
         ApiKey,
@@ -136,13 +142,14 @@ def api_key_lookup(
         api_key.last_used_at = now
     if request_row[0] is None:
         return api_key, None
-    clear = _SECRET.from_db_value  # type: ignore[attr-defined]  # an EncryptedTextField
     integration = model_from_row(
         Integration,
         {
             "id": integration_id,
-            "webhook_secret": clear(secret, None, connection),
-            "previous_webhook_secret": clear(previous_secret, None, connection),
+            "webhook_secret": decrypt_credential(secret) if secret else secret,
+            "previous_webhook_secret": (
+                decrypt_credential(previous_secret) if previous_secret else previous_secret
+            ),
             "previous_secret_expires_at": previous_expires_at,
         },
     )
