@@ -31,10 +31,8 @@ from integrations.models import (
     DropOutcome,
     OptOutRecord,
     RequestState,
-    WorkItem,
 )
 from integrations.services.ledger import canonical_data, ledger_event_append
-from integrations.services.work_items import work_item_settle
 
 ERROR_MESSAGE_MAX = 2000
 # integrations/sql/deletion_outcome_record.sql
@@ -132,12 +130,6 @@ def deletion_outcome_record(
             data={"drop_outcome": drop_outcome},
         )
     return OutcomeRecorded(uuid_text, drop_outcome, current["state"], changed=False)
-
-
-def work_item_settle_now(*, work_item_id: int) -> None:
-    """Recompute the work item's DROP status (``work_items.work_item_settle``) in the
-    transaction of the outcome that calls for it, so the status never lags the outcome."""
-    work_item_settle(work_item=WorkItem(pk=work_item_id))
 
 
 def _same_outcome(

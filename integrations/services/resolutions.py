@@ -31,14 +31,15 @@ from integrations.models import (
     ResolutionRequest,
     SaasConnection,
     SaasDeletion,
+    WorkItem,
 )
 from integrations.services.ledger import ledger_event_append
 from integrations.services.outcomes import (
     OutcomeConflict,
     OutcomeRecorded,
     opt_out_recorded_as,
-    work_item_settle_now,
 )
+from integrations.services.work_items import work_item_settle
 
 FINAL_SAAS_STATES = (RequestState.COMPLETED, RequestState.CANCELLED)
 NOT_DELETED_OUTCOMES = ("opted_out", "exempt")
@@ -128,7 +129,7 @@ def resolution_outcome_record(
                 "opt_out_record": drop_outcome == DropOutcome.OPTED_OUT,
             },
         )
-        work_item_settle_now(work_item_id=request.work_item_id)
+        work_item_settle(work_item=WorkItem(pk=request.work_item_id))
     return OutcomeRecorded(uuid_text, drop_outcome, RequestState.COMPLETED, changed=True)
 
 
@@ -196,7 +197,7 @@ def resolution_settle(*, resolution_id: int, actor: str = "system") -> bool:
                 },
             )
             purged = True
-        work_item_settle_now(work_item_id=resolution.work_item_id)
+        work_item_settle(work_item=WorkItem(pk=resolution.work_item_id))
     return purged
 
 
