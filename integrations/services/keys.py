@@ -146,10 +146,8 @@ def api_key_lookup(
         Integration,
         {
             "id": integration_id,
-            "webhook_secret": decrypt_credential(secret) if secret else secret,
-            "previous_webhook_secret": (
-                decrypt_credential(previous_secret) if previous_secret else previous_secret
-            ),
+            "webhook_secret": decrypt_credential(secret),
+            "previous_webhook_secret": decrypt_credential(previous_secret),
             "previous_secret_expires_at": previous_expires_at,
         },
     )
