@@ -122,34 +122,32 @@ def load(
 # -- where the CPU goes: the web workers' and PostgreSQL's, read from /proc around each round --
 
 
-def _cpu_seconds(pid: int) -> float:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0  # gone, or not Linux
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _processes() -> list[int]:
-    return [int(e) for e in os.listdir("/proc") if e.isdigit()] if os.path.isdir("/proc") else []
-
-
-def _command(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/comm", encoding="utf-8") as comm:
-            return comm.read().strip()
-    except OSError:
-        return ""
+def _processes() -> dict[int, tuple[str, int, float]]:
+    """Every process's command, parent pid and CPU seconds so far, by pid, from one read of
+    its ``/proc/<pid>/stat`` (none where there is no /proc)."""
+    found = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8") as stat:
+                text = stat.read()
+        except OSError:
+            continue  # ended meanwhile
+        command = text[text.index("(") + 1 : text.rindex(")")]
+        fields = text[text.rindex(")") + 1 :].split()
+        cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        found[int(entry)] = (command, int(fields[1]), cpu)
+    return found
 
 
 def cpu_snapshot(server_pid: int) -> dict[str, dict[int, float]]:
     """CPU seconds so far of each web worker and of each of this machine's PostgreSQL
     processes (none if the server is remote)."""
-    pids = _processes()
+    processes = _processes()
     return {
-        "web": {pid: _cpu_seconds(pid) for pid in pids if _parent(pid) == server_pid},
-        "postgres": {pid: _cpu_seconds(pid) for pid in pids if _command(pid) == "postgres"},
+        "web": {pid: cpu for pid, (_, parent, cpu) in processes.items() if parent == server_pid},
+        "postgres": {pid: cpu for pid, (cmd, _, cpu) in processes.items() if cmd == "postgres"},
     }
 
 
@@ -162,14 +160,6 @@ def cpu_used(
         part: sum(seconds - before[part].get(pid, 0.0) for pid, seconds in after[part].items())
         for part in after
     }
-
-
-def _parent(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-            return int(stat.read().rsplit(")", 1)[1].split()[1])
-    except OSError:
-        return 0
 
 
 def raw_put(port: int, path: str, body: bytes, headers: dict[str, str]) -> bytes:
