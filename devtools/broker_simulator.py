@@ -239,6 +239,17 @@ class BrokerSimulator:
         with self._lock:
             self._replies.extend(_as_reply(r) for r in replies)
 
+    def clear_script(self) -> None:
+        """Forget the answers not given yet: unscripted calls get ``default_reply``."""
+        with self._lock:
+            self._replies.clear()
+
+    def reset(self) -> None:
+        """Forget what arrived and what was scripted, as if just started."""
+        with self._lock:
+            self._replies.clear()
+            self._received.clear()
+
     @property
     def received(self) -> list[ReceivedRequest]:
         with self._lock:

@@ -1,0 +1,828 @@
+"""A model-based test of the whole DROP cycle: random histories against the real services.
+
+A Hypothesis ``RuleBasedStateMachine`` drives the services, the API and the delivery jobs on
+PostgreSQL, with a loopback broker and a loopback DROP, through whatever order of events
+months of operation can bring: consumers registered (file and API, clear and hashed) and
+forgotten, DROP packages imported with Removed files, webhook integrations added, disabled
+(by a 410 and by staff), enabled and their secrets rotated, outcomes of every kind arriving
+in any order and twice, redeliveries and redispatches (staff and automatic), late matches,
+reports that DROP accepts, rejects or says it already has, and amendments.
+
+``Oracle`` is plain Python, written from the specs and not from the services: who is
+registered, which DROP work items should match, what the broker answered for each request
+it received, and so what DROP should be told. After every step:
+
+- every matched, not removed work item is final, or has a request with a live path, or is
+  listed by ``drop doctor`` (never silently stuck);
+- every status written for DROP is the oracle's strongest outcome of the item's final
+  requests, and no item is written twice in one list except as an amendment of a changed
+  status (and never amended before DROP accepted its upload);
+- nothing is sent to the broker for a removed item after its removal was imported;
+- the ledger verifies.
+
+Examples: ``DROPPORTAL_MODEL_EXAMPLES`` (default 12, what ``make test`` runs) and
+``DROPPORTAL_MODEL_STEPS`` (default 30 steps per example). A long run::
+
+    DROPPORTAL_MODEL_EXAMPLES=2000 make test PYTEST_ARGS="tests/test_lifecycle_model.py -q"
+
+Each example starts from empty tables (the services commit, so the test is transactional
+and truncates between examples). Procrastinate's jobs are taken from its table and run in
+this process, the way a worker would run them, so the order is the test's to choose.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import datetime as dt
+import hashlib
+import io
+import itertools
+import json
+import os
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.db import connection
+from django.test import Client
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from devtools.broker_simulator import BrokerSimulator, ReceivedRequest, sign_callback
+from devtools.drop_simulator import ALREADY_UPLOADED_MESSAGE, DropSimulator, build_drop_zip
+from integrations import tasks
+from integrations.dispatch import deliveries
+from integrations.drop.client import DropClient
+from integrations.drop.registration import ConsumerCsvReader
+from integrations.drop.standardize import email_hash
+from integrations.models import (
+    Broker,
+    DeletionRequest,
+    Integration,
+    ReportFile,
+    ReportFileState,
+    ReportKind,
+    RequestState,
+    WorkItem,
+    WorkItemState,
+)
+from integrations.services.brokers import broker_create
+from integrations.services.consumers import consumers_register
+from integrations.services.drop import drop_zip_import
+from integrations.services.integrations import (
+    integration_disable,
+    integration_enable,
+    integration_secret_rotate,
+    webhook_integration_create,
+)
+from integrations.services.keys import api_key_create
+from integrations.services.ledger import ledger_seal, ledger_verify
+from integrations.services.redelivery import (
+    deletion_request_redeliver,
+    deletion_request_redispatch,
+    deletion_requests_redispatch_failed,
+)
+from integrations.services.reports import report_auto, report_run
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+EXAMPLES = int(os.environ.get("DROPPORTAL_MODEL_EXAMPLES", "12"))
+STEPS = int(os.environ.get("DROPPORTAL_MODEL_STEPS", "30"))
+
+BROKER_ID = "4821"
+OUTCOMES = ("deleted", "not_found", "opted_out", "exempt", "failed")
+# drop-platform.md: the strongest outcome wins, opted_out over deleted over exempt over
+# not_found; failed is not final.
+STRENGTH = {"opted_out": (4, 4), "deleted": (3, 3), "exempt": (2, 2), "not_found": (1, 5)}
+EMAILS = [f"person{n}@example.com" for n in range(6)]
+POINTERS = [f"C-{n}" for n in range(4)]
+# A delivery's retries, shortened: three attempts (as if the schedule's waits had passed).
+ATTEMPTS = 3
+DELIVER_TASKS: dict[str, Callable[..., None]] = {
+    "integrations.tasks.deliver_deletion_requests": tasks.deliver_deletion_requests,
+    "integrations.tasks.deliver_resolution_requests": tasks.deliver_resolution_requests,
+    "integrations.tasks.deliver_saas_deletions": tasks.deliver_saas_deletions,
+}
+
+
+def sha256_b64(text: str) -> str:
+    return base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()
+
+
+# ------------------------------------------------------------------ the loopback DROP
+
+
+class ModelDrop(DropSimulator):
+    """DROP, which can also reject every file or say each was uploaded before; it keeps the
+    status it holds per work item id, and notes an amendment of an id it never accepted."""
+
+    def __init__(self) -> None:
+        super().__init__(api_key="sim-key", broker_id=BROKER_ID, active_download=True)
+        self.reset()
+
+    def reset(self) -> None:
+        with self._lock:
+            self.requests.clear()
+            self.uploaded.clear()
+            self.amended.clear()
+            self._script.clear()
+            self._names_this_download.clear()
+            self._ever_uploaded = False
+        self.mode = "accept"
+        self.held: dict[str, int] = {}
+        self.amended_unheld: list[str] = []
+
+    def _check_file(self, name: str, content: bytes, *, amend: bool) -> str | None:
+        if self.mode == "reject":
+            return "Invalid file content."
+        reason = super()._check_file(name, content, amend=amend)
+        if reason is None and self.mode == "already" and not amend:
+            reason = ALREADY_UPLOADED_MESSAGE  # a retried upload that got through before
+        if reason is None or reason == ALREADY_UPLOADED_MESSAGE:
+            self._hold(content, amend=amend)
+        return reason
+
+    def _hold(self, content: bytes, *, amend: bool) -> None:
+        for work_item_id, code in report_rows(content):
+            if amend and work_item_id not in self.held:
+                self.amended_unheld.append(work_item_id)
+            self.held[work_item_id] = code
+
+
+def report_rows(content: bytes) -> list[tuple[str, int]]:
+    rows = list(csv.reader(io.StringIO(content.decode())))
+    assert rows[0] == ["Id", "Status"], rows[:1]
+    return [(row[0], int(row[1])) for row in rows[1:] if row]
+
+
+# ------------------------------------------------------------------ the oracle
+
+
+@dataclass
+class Item:
+    work_item_id: str
+    hash_b64: str
+    session: str
+    matched: bool = False
+    removed_at_step: int | None = None
+    requests: set[str] = field(default_factory=set)  # request uuids the broker received
+
+
+@dataclass
+class Request:
+    request_uuid: str
+    work_item_id: str
+    integration_uuid: str
+    outcome: str | None = None  # the final one, or "failed"
+    failure: str | None = None  # the last failed outcome's message
+    email: str = ""
+
+
+@dataclass
+class Oracle:
+    """What should be: written from the specs, apart from the services."""
+
+    consumers: dict[str, set[str]] = field(default_factory=dict)  # pointer -> email hashes
+    items: dict[str, Item] = field(default_factory=dict)  # by work item id
+    by_hash_and_session: dict[tuple[str, str], str] = field(default_factory=dict)
+    requests: dict[str, Request] = field(default_factory=dict)
+    secrets: dict[str, list[str]] = field(default_factory=dict)  # integration uuid -> newest first
+    sessions: int = 0
+
+    def registered_hashes(self) -> set[str]:
+        return set().union(*self.consumers.values()) if self.consumers else set()
+
+    def register(self, pointer: str, hash_b64: str) -> int:
+        """Returns how many kept work items this matches that matched no one before."""
+        new = hash_b64 not in self.consumers.get(pointer, set())
+        self.consumers.setdefault(pointer, set()).add(hash_b64)
+        late = 0
+        # A consumer registered later matches every kept DROP work item with its hash.
+        for item in self.items.values():
+            if new and item.hash_b64 == hash_b64 and item.removed_at_step is None:
+                late += not item.matched
+                item.matched = True
+        return late
+
+    def expected(self, item: Item) -> int | None:
+        """The code DROP should get for ``item`` now; None while it has no final status."""
+        if not item.matched:
+            return 5
+        outcomes = [self.requests[uuid].outcome for uuid in sorted(item.requests)]
+        if not outcomes or any(o is None or o == "failed" for o in outcomes):
+            return None
+        return max(STRENGTH[o] for o in outcomes if o)[1]
+
+    def callback_answer(self, request: Request, outcome: str, error: str) -> str:
+        """What recording ``outcome`` should do: "recorded", "unchanged" or "conflict"."""
+        if request.outcome in (None, "failed"):
+            if outcome == "failed" and request.outcome == "failed" and request.failure == error:
+                return "unchanged"
+            return "recorded"
+        return "unchanged" if request.outcome == outcome else "conflict"
+
+
+# ------------------------------------------------------------------ the harness
+
+
+_TABLES: list[str] = []
+
+
+def _empty_tables() -> None:
+    """Every table of ours and Procrastinate's emptied, in one round trip.
+
+    TRUNCATE makes new files for some thirty tables, about a second on a busy server, per
+    example; DELETE with triggers off (the ledger's append-only ones, and the foreign key
+    checks: everything goes) takes a few milliseconds on tables this small.
+    """
+    with connection.cursor() as cursor:
+        if not _TABLES:
+            cursor.execute(
+                "SELECT quote_ident(tablename) FROM pg_tables"
+                " WHERE schemaname = current_schema()"
+                "   AND (tablename LIKE 'integrations\\_%%' OR tablename IN"
+                "        ('procrastinate_jobs', 'procrastinate_events',"
+                "         'procrastinate_periodic_defers', 'procrastinate_workers'))"
+            )
+            _TABLES.extend(sorted(name for (name,) in cursor.fetchall()))
+        # The names come from the catalog, quoted by quote_ident.
+        deletes = "".join(f"DELETE FROM {table}; " for table in _TABLES)  # noqa: S608
+        cursor.execute(f"BEGIN; SET LOCAL session_replication_role = replica; {deletes}COMMIT;")
+
+
+def _take_due_jobs() -> list[tuple[str, dict[str, Any]]]:
+    """Take the jobs that are due off Procrastinate's queue, as a worker would fetch them."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "DELETE FROM procrastinate_jobs WHERE id IN ("
+            "  SELECT id FROM procrastinate_jobs WHERE status = 'todo'"
+            "     AND (scheduled_at IS NULL OR scheduled_at <= now()))"
+            " RETURNING id, task_name, args"
+        )
+        return [(name, _json(args)) for _, name, args in sorted(cursor.fetchall())]
+
+
+def _queued_job_ids() -> set[int]:
+    """Ids of deletion requests some waiting delivery job holds."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT args FROM procrastinate_jobs WHERE status = 'todo' AND task_name = %s",
+            ["integrations.tasks.deliver_deletion_requests"],
+        )
+        return {pk for (args,) in cursor.fetchall() for pk in _json(args)["request_ids"]}
+
+
+def _json(value: Any) -> Any:
+    # Django's cursor hands jsonb over as text (its JSONField decodes it).
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _live(pk: int, state: str, enabled: bool, queued_jobs: set[int]) -> bool:
+    """A path to an outcome that needs no one: a delivery on its way, or the broker's."""
+    if state == RequestState.QUEUED:
+        return enabled and pk in queued_jobs
+    # dispatched: the broker has it, its callback is awaited (doctor lists it after 7 days).
+    # failed (waiting for staff: the automatic policy is off by default), pending,
+    # undeliverable, cancelled or completed: no.
+    return state == RequestState.DISPATCHED
+
+
+def doctor_listed(broker: Broker) -> set[str]:
+    """Work item ids ``drop doctor`` lists for ``broker`` (none where it does not exist)."""
+    try:
+        from integrations.selectors import drop_doctor  # type: ignore[attr-defined]
+    except ImportError:
+        return set()
+    report = drop_doctor(broker_id=broker.broker_id, now=dt.datetime.now(dt.UTC))
+    return {work_item_id for group in report for work_item_id in group.work_item_ids}
+
+
+@dataclass
+class World:
+    """What outlives one example: the loopback servers, the tmp folder."""
+
+    broker_side: BrokerSimulator
+    drop: ModelDrop
+    tmp: Path
+    steps: int = 0
+    examples: int = 0
+    seen: Counter[str] = field(default_factory=Counter)  # what the examples went through
+
+
+class LifecycleMachine(RuleBasedStateMachine):
+    world: World  # set by the test
+
+    def __init__(self) -> None:
+        super().__init__()
+        _empty_tables()
+        self.world.examples += 1
+        self.broker_side = self.world.broker_side
+        self.broker_side.reset()
+        self.drop = self.world.drop
+        self.drop.reset()
+        self.oracle = Oracle()
+        self.step = 0
+        self.seen_received = 0
+        self.seen_files: dict[int, list[tuple[str, int]]] = {}
+        self.callbacks_sent: list[tuple[str, dict[str, Any]]] = []  # (secret, body)
+        self.item_ids = itertools.count(1)
+        self.broker = broker_create(
+            broker_id=BROKER_ID, name="Acme Data", mode="test", actor="test"
+        )
+        self.ingest_key = api_key_create(broker=self.broker, scopes=["ingest"], actor="test").key
+        self.callback_key = api_key_create(
+            broker=self.broker, scopes=["webhook_callback"], actor="test"
+        ).key
+        self.client = Client()
+        self.drop_client = DropClient(
+            self.drop.url, "sim-key", max_retries=0, sleep=lambda _: None, allow_plain_http=True
+        )
+
+    # -- consumers ------------------------------------------------------------------------
+
+    @rule(
+        pointer=st.sampled_from(POINTERS),
+        email=st.sampled_from(EMAILS),
+        how=st.sampled_from(["api clear", "api hashed", "file clear", "file hashed"]),
+    )
+    def register(self, pointer: str, email: str, how: str) -> None:
+        hashed = email_hash(email)
+        if how == "api clear":
+            body: dict[str, Any] = {"remote_identifier": pointer, "email": [email]}
+        elif how == "api hashed":
+            body = {"remote_identifier": pointer, "hashes": {"email": [hashed]}}
+        if how.startswith("api"):
+            answer = self.client.post(
+                "/api/v1/drop/consumers",
+                data=json.dumps({"consumers": [body]}),
+                content_type="application/json",
+                headers={"Authorization": f"Bearer {self.ingest_key}"},
+            )
+            assert answer.status_code in (200, 201), answer.content
+        else:
+            text = (
+                f"remote_identifier,hash_type,hash\r\n{pointer},email,{hashed}\r\n"
+                if how == "file hashed"
+                else f"remote_identifier,email\r\n{pointer},{email}\r\n"
+            )
+            reader = ConsumerCsvReader(io.StringIO(text, newline=""), hashed=how == "file hashed")
+            result = consumers_register(
+                broker=self.broker, rows=reader, actor="test", source="file:consumers.csv"
+            )
+            assert result.rows_rejected == 0, result.rejected
+        self.world.seen["late matches"] += self.oracle.register(pointer, hashed)
+
+    @precondition(lambda self: self.oracle.consumers)
+    @rule(data=st.data())
+    def forget(self, data: st.DataObject) -> None:
+        pointer = data.draw(st.sampled_from(sorted(self.oracle.consumers)))
+        answer = self.client.delete(
+            f"/api/v1/drop/consumers/{pointer}",
+            headers={"Authorization": f"Bearer {self.ingest_key}"},
+        )
+        assert answer.status_code == 204, answer.content
+        del self.oracle.consumers[pointer]
+
+    # -- DROP packages --------------------------------------------------------------------
+
+    @rule(
+        known=st.lists(st.sampled_from(EMAILS), unique=True, max_size=4),
+        unknown=st.integers(0, 2),
+        remove=st.lists(st.integers(0, 10_000), unique=True, max_size=3),
+    )
+    def import_package(self, known: list[str], unknown: int, remove: list[int]) -> None:
+        oracle = self.oracle
+        oracle.sessions += 1
+        session = str(oracle.sessions)
+        rows = []
+        hashes = [email_hash(email) for email in known]
+        hashes += [sha256_b64(f"stranger-{session}-{n}") for n in range(unknown)]
+        for hash_b64 in hashes:
+            work_item_id = f"WI{next(self.item_ids):010d}"
+            rows.append((work_item_id, hash_b64))
+        kept = [item for item in oracle.items.values() if item.removed_at_step is None]
+        removed = [kept[n % len(kept)] for n in remove] if kept else []
+        removed = list({item.work_item_id: item for item in removed}.values())
+        date = dt.date(2026, 1, 1) + dt.timedelta(days=oracle.sessions)
+        package = build_drop_zip(
+            BROKER_ID,
+            date,
+            {"Email": rows},
+            [(item.work_item_id, item.hash_b64, "Email") for item in removed] or None,
+        )
+        path = self.world.tmp / f"{date:%Y%m%d}_{BROKER_ID}_DROP.zip"
+        path.write_bytes(package)
+        result = drop_zip_import(broker=self.broker, path=path, actor="test")
+        assert result.created and result.cycle.drop_session_id == session
+        registered = oracle.registered_hashes()
+        for work_item_id, hash_b64 in rows:
+            item = Item(work_item_id, hash_b64, session, matched=hash_b64 in registered)
+            oracle.items[work_item_id] = item
+            oracle.by_hash_and_session[(hash_b64, session)] = work_item_id
+        for item in removed:
+            item.removed_at_step = self.step
+        self.world.seen["work items imported"] += len(rows)
+        self.world.seen["work items removed"] += len(removed)
+
+    # -- integrations ---------------------------------------------------------------------
+
+    @precondition(lambda self: len(self.oracle.secrets) < 2)
+    @rule()
+    def add_integration(self) -> None:
+        n = len(self.oracle.secrets) + 1
+        created = webhook_integration_create(
+            broker=self.broker,
+            name=f"CRM {n}",
+            url=f"{self.broker_side.base_url}/hook/{n}",
+            actor="staff:ann",
+        )
+        self.oracle.secrets[str(created.integration.uuid)] = [created.webhook_secret]
+        self._broker_holds_secrets()
+
+    def _broker_holds_secrets(self) -> None:
+        self.broker_side.secrets = [s for held in self.oracle.secrets.values() for s in held]
+
+    def _integration(self, data: st.DataObject) -> Integration:
+        uuid = data.draw(st.sampled_from(sorted(self.oracle.secrets)))
+        return Integration.objects.get(uuid=uuid)
+
+    @precondition(lambda self: self.oracle.secrets)
+    @rule(data=st.data())
+    def disable_by_staff(self, data: st.DataObject) -> None:
+        integration_disable(
+            integration=self._integration(data), reason="CRM maintenance", actor="staff:ann"
+        )
+
+    @precondition(lambda self: self.oracle.secrets)
+    @rule(data=st.data())
+    def enable(self, data: st.DataObject) -> None:
+        integration_enable(integration=self._integration(data), actor="staff:ann")
+
+    @precondition(lambda self: self.oracle.secrets)
+    @rule(data=st.data())
+    def rotate_secret(self, data: st.DataObject) -> None:
+        integration = self._integration(data)
+        secret = integration_secret_rotate(integration=integration, actor="staff:ann")
+        held = self.oracle.secrets[str(integration.uuid)]
+        held[:] = [secret, held[0]]  # the previous one stays valid for 24 hours
+        self._broker_holds_secrets()
+
+    # -- the worker and the broker's systems ----------------------------------------------
+
+    @rule(replies=st.lists(st.sampled_from([200, 200, 202, 500, 503, 410]), max_size=4))
+    def run_jobs(self, replies: list[int]) -> None:
+        """The worker runs every due job; the broker answers ``replies`` first, then 200."""
+        self.broker_side.script(*replies)
+        try:
+            for _ in range(10):
+                jobs = _take_due_jobs()
+                if not jobs:
+                    break
+                for name, args in jobs:
+                    task = DELIVER_TASKS.get(name)
+                    if task is not None:
+                        task(**args)
+        finally:
+            self.broker_side.clear_script()
+        self._note_dispatches()
+
+    @rule()
+    def time_passes(self) -> None:
+        """Retries come due (the schedule's waits pass)."""
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE procrastinate_jobs SET scheduled_at = now() - interval '1 second'"
+                " WHERE status = 'todo' AND scheduled_at > now()"
+            )
+        DeletionRequest.objects.filter(
+            state=RequestState.QUEUED, next_attempt_at__gt=dt.datetime.now(dt.UTC)
+        ).update(next_attempt_at=dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1))
+
+    def _note_dispatches(self) -> None:
+        received = self.broker_side.received
+        for arrived in received[self.seen_received :]:
+            self._note_dispatch(arrived)
+        self.seen_received = len(received)
+
+    def _note_dispatch(self, arrived: ReceivedRequest) -> None:
+        body = arrived.json
+        assert arrived.signature_ok, arrived.signature_error
+        assert body["topic"] == "drop.deletion:create", body
+        work_item_id = self.oracle.by_hash_and_session[
+            (body["identifier_hash"], body["drop_session_id"])
+        ]
+        item = self.oracle.items[work_item_id]
+        # Nothing goes to the broker for an item once DROP's removal of it was imported.
+        assert item.removed_at_step is None, (
+            f"dispatch {body['request_uuid']} for {work_item_id}, removed at step "
+            f"{item.removed_at_step}, sent at step {self.step}"
+        )
+        assert item.matched, f"dispatch for {work_item_id}, which no consumer matches"
+        uuid = body["request_uuid"]
+        self.world.seen["dispatch received" if uuid not in item.requests else "dispatch again"] += 1
+        item.requests.add(uuid)
+        self.oracle.requests.setdefault(uuid, Request(uuid, work_item_id, body["integration_id"]))
+
+    @precondition(lambda self: self.oracle.requests)
+    @rule(
+        data=st.data(),
+        outcome=st.sampled_from(OUTCOMES),
+        previous_secret=st.booleans(),
+    )
+    def broker_calls_back(self, data: st.DataObject, outcome: str, previous_secret: bool) -> None:
+        request = self.oracle.requests[data.draw(st.sampled_from(sorted(self.oracle.requests)))]
+        body: dict[str, Any] = {
+            "schema_version": "1.0",
+            "status": "completed",
+            "request_uuid": request.request_uuid,
+            "drop_outcome": outcome,
+        }
+        if outcome == "failed":
+            body["error_message"] = data.draw(st.sampled_from(["CRM locked", "CRM timeout"]))
+        if outcome == "opted_out":
+            request.email = request.email or f"optout-{request.request_uuid[:8]}@example.com"
+            body["identifiers"] = {"email": [{"email": request.email}]}
+        held = self.oracle.secrets[request.integration_uuid]
+        secret = held[1] if previous_secret and len(held) > 1 else held[0]
+        self._call_back(secret, body)
+
+    @precondition(lambda self: self.callbacks_sent)
+    @rule(data=st.data())
+    def broker_calls_back_again(self, data: st.DataObject) -> None:
+        secret, body = data.draw(st.sampled_from(self.callbacks_sent))
+        held = self.oracle.secrets[self.oracle.requests[body["request_uuid"]].integration_uuid]
+        if secret not in held:
+            secret = held[0]  # the broker signs with what it holds now
+        self._call_back(secret, body)
+
+    def _call_back(self, secret: str, body: dict[str, Any]) -> None:
+        request = self.oracle.requests[body["request_uuid"]]
+        item = self.oracle.items[request.work_item_id]
+        error = body.get("error_message", "")
+        expected = self.oracle.callback_answer(request, body["drop_outcome"], error)
+        raw, headers = sign_callback(secret, body)
+        headers["Authorization"] = f"Bearer {self.callback_key}"
+        answer = self.client.generic(
+            "PUT",
+            "/api/v1/drop/callbacks/deletion",
+            raw,
+            content_type="application/json",
+            headers={k: v for k, v in headers.items() if k != "Content-Type"},
+        )
+        self.callbacks_sent.append((secret, body))
+        if item.removed_at_step is not None:
+            # No status is owed for it: its requests may have been cancelled.
+            assert answer.status_code in (200, 409), answer.content
+            if answer.status_code == 409:
+                return
+        elif expected == "conflict":
+            assert answer.status_code == 409, (expected, answer.content)
+            return
+        else:
+            assert answer.status_code == 200, (expected, answer.content)
+            assert answer.json()["status"] == expected, (expected, answer.content)
+        self.world.seen[f"callback {body['drop_outcome']} {answer.status_code}"] += 1
+        if answer.json()["status"] == "recorded":
+            request.outcome = body["drop_outcome"]
+            request.failure = error or None
+
+    # -- staff and the automatic policy ---------------------------------------------------
+
+    def _a_request(self, data: st.DataObject) -> DeletionRequest | None:
+        pks = list(DeletionRequest.objects.order_by("pk").values_list("pk", flat=True))
+        if not pks:
+            return None
+        return DeletionRequest.objects.get(pk=data.draw(st.sampled_from(pks)))
+
+    @rule(data=st.data())
+    def staff_redeliver(self, data: st.DataObject) -> None:
+        request = self._a_request(data)
+        if request is None:
+            return
+        try:
+            deletion_request_redeliver(deletion_request=request, actor="staff:ann")
+        except ValidationError:
+            self.world.seen["redelivery refused"] += 1
+            return
+        self.world.seen["redelivered"] += 1
+
+    @rule(data=st.data())
+    def staff_redispatch(self, data: st.DataObject) -> None:
+        request = self._a_request(data)
+        if request is None:
+            return
+        try:
+            deletion_request_redispatch(deletion_request=request, actor="staff:ann")
+        except ValidationError:
+            self.world.seen["redispatch refused"] += 1
+            return
+        self.world.seen["redispatched by staff"] += 1
+        self._redispatched(str(request.request_uuid))
+
+    @rule()
+    def automatic_redispatch(self) -> None:
+        failed = set(
+            DeletionRequest.objects.filter(state=RequestState.FAILED).values_list(
+                "request_uuid", flat=True
+            )
+        )
+        deletion_requests_redispatch_failed(
+            failed_before=dt.datetime.now(dt.UTC) + dt.timedelta(seconds=1)
+        )
+        still = set(
+            DeletionRequest.objects.filter(state=RequestState.FAILED).values_list(
+                "request_uuid", flat=True
+            )
+        )
+        for uuid in failed - still:
+            self.world.seen["redispatched automatically"] += 1
+            self._redispatched(str(uuid))
+
+    def _redispatched(self, uuid: str) -> None:
+        request = self.oracle.requests.get(uuid)
+        if request is not None:  # the failure is forgotten: the same one again is new
+            request.outcome, request.failure = None, None
+
+    # -- reporting to DROP ----------------------------------------------------------------
+
+    @rule(
+        answer=st.sampled_from(["accept", "accept", "reject", "already"]),
+        periodic=st.booleans(),
+    )
+    def report(self, answer: str, periodic: bool) -> None:
+        self.drop.mode = answer
+        self.world.seen[f"report run, DROP answers {answer}"] += 1
+        if periodic:
+            report_auto(broker=self.broker, client=self.drop_client)
+        else:
+            report_run(broker=self.broker, upload=True, client=self.drop_client, actor="test")
+        self._check_new_files()
+
+    def _check_new_files(self) -> None:
+        """Every status written for DROP is the oracle's, and no item twice in one list."""
+        for report_file in ReportFile.objects.exclude(pk__in=self.seen_files).order_by("pk"):
+            rows = report_rows(bytes(report_file.content))
+            self.seen_files[report_file.pk] = rows
+            self.world.seen[f"report file {report_file.kind}"] += 1
+            for work_item_id, code in rows:
+                item = self.oracle.items[work_item_id]
+                assert item.removed_at_step is None, f"{work_item_id} written after its removal"
+                expected = self.oracle.expected(item)
+                assert code == expected, (
+                    f"{report_file.file_name} ({report_file.kind}) says {work_item_id} is"
+                    f" {code}; the oracle says {expected}:"
+                    f" {[self.oracle.requests[u] for u in sorted(item.requests)]}"
+                )
+        self._check_no_item_twice()
+
+    def _check_no_item_twice(self) -> None:
+        files = {
+            f.pk: f
+            for f in ReportFile.objects.filter(pk__in=self.seen_files).only(
+                "pk", "kind", "state", "file_name"
+            )
+        }
+        written: dict[str, list[tuple[str, int, str]]] = {}
+        for pk in sorted(files):
+            report_file = files[pk]
+            if report_file.state == ReportFileState.REJECTED:
+                continue  # DROP never had it; its rows were written again
+            for work_item_id, code in self.seen_files[pk]:
+                written.setdefault(work_item_id, []).append(
+                    (report_file.kind, code, report_file.file_name)
+                )
+        for work_item_id, rows in written.items():
+            kind, code, name = rows[0]
+            assert kind == ReportKind.UPLOAD, f"{work_item_id} amended before any upload: {rows}"
+            for later_kind, later_code, later_name in rows[1:]:
+                assert later_kind == ReportKind.AMEND, (
+                    f"{work_item_id} uploaded twice: {name} and {later_name}"
+                )
+                assert later_code != code, f"{work_item_id} amended to the same {code}: {rows}"
+                code, name = later_code, later_name
+
+    # -- the invariants -------------------------------------------------------------------
+
+    @invariant()
+    def count_step(self) -> None:
+        self.step += 1
+        self.world.steps += 1
+
+    @invariant()
+    def nothing_sent_for_removed_items(self) -> None:
+        self._note_dispatches()
+        assert not self.drop.amended_unheld, (
+            f"amended although DROP never accepted a status: {self.drop.amended_unheld}"
+        )
+
+    @invariant()
+    def no_matched_item_silently_stuck(self) -> None:
+        """Every matched, not removed item without a status has a live request, or is
+        listed by ``drop doctor``."""
+        without_status = dict(
+            WorkItem.objects.filter(broker=self.broker, status_code__isnull=True)
+            .exclude(state=WorkItemState.REMOVED)
+            .values_list("pk", "work_item_id")
+        )
+        if not without_status:
+            return
+        requests: dict[int, list[tuple[int, str, bool]]] = {pk: [] for pk in without_status}
+        for item_pk, pk, state, enabled in DeletionRequest.objects.filter(
+            work_item_id__in=without_status
+        ).values_list("work_item_id", "pk", "state", "integration__enabled"):
+            requests[item_pk].append((pk, state, bool(enabled)))
+        queued_jobs = _queued_job_ids()
+        stuck = {
+            without_status[item_pk]: item_requests
+            for item_pk, item_requests in requests.items()
+            if not any(_live(*request, queued_jobs) for request in item_requests)
+            and self.oracle.items[without_status[item_pk]].removed_at_step is None
+        }
+        if not stuck:
+            return
+        listed = doctor_listed(self.broker)
+        silently = {k: v for k, v in stuck.items() if k not in listed}
+        assert not silently, (
+            "no status, no live request, not listed by drop doctor (id: [(request, state,"
+            f" integration enabled)]): {silently}"
+        )
+
+    @invariant()
+    def ledger_verifies(self) -> None:
+        ledger_seal()
+        verification = ledger_verify()
+        assert verification.ok, verification
+
+    def teardown(self) -> None:
+        self.broker_side.clear_script()
+
+
+# ------------------------------------------------------------------ the test
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    drop = ModelDrop()
+    drop.start()
+    try:
+        with BrokerSimulator() as broker_side:
+            yield World(broker_side=broker_side, drop=drop, tmp=tmp_path)
+    finally:
+        drop.stop()
+
+
+@pytest.fixture(autouse=True)
+def shortened_schedule(monkeypatch: pytest.MonkeyPatch) -> None:
+    # ATTEMPTS attempts, each retry a second later: "time passes" makes them due.
+    monkeypatch.setattr(
+        deliveries,
+        "next_delay",
+        lambda number, **_: None if number >= ATTEMPTS else 1.0,
+    )
+
+
+def test_random_histories_keep_every_matched_consumer_on_a_path_to_drop(
+    world: World, settings: Any
+) -> None:
+    settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = True
+    settings.DROPPORTAL_PUBLIC_URL = "https://portal.example"
+    LifecycleMachine.world = world
+    with connection.cursor() as cursor:
+        # Thousands of small commits: not waiting for each one's WAL flush changes no
+        # result (only what a crash of the server would keep), and is most of the time.
+        cursor.execute("SET synchronous_commit TO off")
+    started = time.monotonic()
+    try:
+        run_state_machine_as_test(
+            LifecycleMachine,
+            settings=settings_for_run(),
+        )
+    finally:
+        _empty_tables()
+        print(
+            f"\nlifecycle model: {world.examples} examples, {world.steps} steps,"
+            f" {time.monotonic() - started:.1f} s; {dict(sorted(world.seen.items()))}"
+        )
+
+
+def settings_for_run() -> settings:
+    return settings(
+        max_examples=EXAMPLES,
+        stateful_step_count=STEPS,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
