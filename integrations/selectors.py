@@ -543,11 +543,10 @@ def deletion_outcomes(
             yield dict(zip(columns, row, strict=True))
 
 
-# CSV columns a broker's systems or DROP fill in, defused against formulas. The others are
-# numbers, times, UUIDs and this service's own names and states.
-_OUTCOME_FREE_TEXT = frozenset(
-    {"identifier_hash", "remote_identifier", "remote_identifier_kind", "error_message"}
-)
+# CSV columns of free text the broker's systems fill in, defused against formulas. Never a
+# hash (a Base64 hash may start with "+" and must match DROP's byte for byte), id or code:
+# the others are hashes, numbers, times, UUIDs and this service's own names and states.
+_OUTCOME_FREE_TEXT = frozenset({"remote_identifier", "remote_identifier_kind", "error_message"})
 _OUTCOME_BOOLEANS = frozenset({"amended", "late_match"})
 _CSV_CHUNK = 1 << 16
 
