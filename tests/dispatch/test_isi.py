@@ -1,6 +1,6 @@
 """ISI deletes and identifier retrievals through the shared delivery loop, to a real loopback
-ISI API: the bodies of 2.6 with the bearer token, the acknowledgement ``{"status":
-"processing"}``, the synchronous identifiers feeding the SaaS deletions, OAuth tokens (one
+ISI API: the bodies of 2.6 with the bearer token, the acknowledgement (any 2xx in time),
+the synchronous identifiers feeding the SaaS deletions, OAuth tokens (one
 refresh on a 401), and every fault, each a failed attempt on the same policy as webhooks.
 
 Failure cases share the success case's setup and change one thing.
