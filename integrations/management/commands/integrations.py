@@ -302,7 +302,7 @@ class Command(DropportalCommand):
             for i in integrations
         ]
         if options["json"]:
-            self.print_json(rows)
+            self.print_json({"items": rows})
             return
         for r in rows:
             state = "enabled" if r["enabled"] else f"DISABLED ({r['disabled_reason']})"
