@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +32,7 @@ from integrations.models import (
 from integrations.services.brokers import broker_create
 from integrations.services.integrations import integration_secret_rotate
 from integrations.services.keys import api_key_create, api_key_revoke
+from tests.conftest import SIGNATURE_CLOCK
 from tests.isi_factories import (
     CONNECTION_A,
     broker_connections,
@@ -332,9 +332,19 @@ BAD_INPUTS: dict[str, tuple[Variant, int, str]] = {
         401,
         "signature_invalid",
     ),
-    "timestamp 301 s old": (lambda s, r: {"now": time.time() - 301}, 401, "timestamp_out_of_range"),
+    # Against the stopped signature clock: exactly one second outside the window.
+    "timestamp 301 s old": (
+        lambda s, r: {"now": SIGNATURE_CLOCK - 301},
+        401,
+        "timestamp_out_of_range",
+    ),
     "timestamp 301 s ahead": (
-        lambda s, r: {"now": time.time() + 301},
+        lambda s, r: {"now": SIGNATURE_CLOCK + 301},
+        401,
+        "timestamp_out_of_range",
+    ),
+    "timestamp an hour old": (
+        lambda s, r: {"now": SIGNATURE_CLOCK - 3600},
         401,
         "timestamp_out_of_range",
     ),
@@ -409,7 +419,7 @@ BAD_INPUTS: dict[str, tuple[Variant, int, str]] = {
 
 @pytest.mark.parametrize("case", BAD_INPUTS, ids=list(BAD_INPUTS))
 def test_bad_input_is_refused_with_its_code_and_changes_nothing(
-    side: Side, processing: DeletionRequest, case: str
+    side: Side, processing: DeletionRequest, case: str, signature_clock: float
 ) -> None:
     variant, status, code = BAD_INPUTS[case]
     call: dict[str, Any] = {"payload": body_for(processing), "key": side.key, "secret": side.secret}
