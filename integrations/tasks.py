@@ -237,3 +237,14 @@ def pull_broker(broker_pk: int) -> str:
     except DropPullError:
         # Already in the ledger (drop.pull_failed) and logged; the next hour tries again.
         return "failed"
+
+
+# Stuck work items (``drop doctor``): hourly, so the dashboard's broker card says within the
+# hour what no automatic path will move.
+@app.periodic(cron="53 * * * *", periodic_id="drop_doctor")
+@app.task(queue="maintenance", queueing_lock="drop_doctor", pass_context=False)
+def drop_doctor(timestamp: int | None = None) -> int:
+    """``services.doctor.stuck_work_items_check``; returns how many groups it found."""
+    from integrations.services.doctor import stuck_work_items_check
+
+    return len(stuck_work_items_check(actor="system:doctor"))
