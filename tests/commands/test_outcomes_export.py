@@ -96,6 +96,18 @@ def test_csv_cells_cannot_run_as_formulas(history: OutcomeHistory) -> None:
     )
 
 
+def test_csv_keeps_hashes_exact_even_when_they_start_like_a_formula(
+    history: OutcomeHistory,
+) -> None:
+    plus_hash = "+" + history.deleted.identifier_hash[1:]
+    type(history.deleted).objects.filter(pk=history.deleted.pk).update(identifier_hash=plus_hash)
+
+    deleted = next(iter(csv.DictReader(io.StringIO(run()))))
+
+    assert deleted["identifier_hash"] == plus_hash  # what DROP sent, to compare with its files
+    assert deleted["request_uuid"] == str(history.deleted.request_uuid)
+
+
 def test_jsonl_keeps_values_exact_and_filters_by_broker_and_dates(
     history: OutcomeHistory,
 ) -> None:
