@@ -305,3 +305,18 @@ def test_a_webhook_integration_disabled_then_enabled_gets_every_match_and_they_r
     assert set(WorkItem.objects.values_list("state", flat=True)) == {WorkItemState.REPORTED}
     ledger_seal()
     assert ledger_verify().ok
+
+
+def test_staff_redelivery_of_a_pending_request_says_what_to_do(
+    broker: Broker, tmp_path: Path
+) -> None:
+    from django.core.exceptions import ValidationError
+
+    from integrations.services.redelivery import deletion_request_redeliver
+
+    _matched(broker, tmp_path)
+    pending = DeletionRequest.objects.filter(state="pending").first()
+    assert pending is not None
+
+    with pytest.raises(ValidationError, match="add or enable an integration"):
+        deletion_request_redeliver(deletion_request=pending, actor="staff:ann")
