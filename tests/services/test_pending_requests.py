@@ -23,6 +23,10 @@ from procrastinate.contrib.django.models import ProcrastinateJob
 from devtools.broker_simulator import BrokerSimulator
 from devtools.drop_simulator import DropSimulator, work_items
 from devtools.isi_simulator import IsiSimulator, connection
+from integrations.dispatch.deliveries import (
+    deletion_requests_deliver,
+    resolution_requests_deliver,
+)
 from integrations.drop.client import DropClient
 from integrations.drop.registration import ConsumerRecord
 from integrations.models import (
@@ -265,6 +269,19 @@ def test_a_webhook_integration_disabled_then_enabled_gets_every_match_and_they_r
     resolutions = {r.remote_identifier: r for r in ResolutionRequest.objects.all()}
     assert set(requests) == set(resolutions) == {"C-1", "C-2", "C-3"}
     assert {r.state for r in [*requests.values(), *resolutions.values()]} == {"queued"}
+
+    # Delivered to the broker's system, signed with the integration's secret.
+    broker_system.secrets = [created.webhook_secret]
+    deletion_requests_deliver(request_ids=[r.pk for r in requests.values()])
+    resolution_requests_deliver(request_ids=[r.pk for r in resolutions.values()])
+    received = broker_system.wait_for(6)
+    assert all(n.signature_ok for n in received)
+    assert sorted(n.json["topic"] for n in received) == (
+        ["drop.deletion:create"] * 3 + ["drop.resolution:create"] * 3
+    )
+    requests = {r.remote_identifier: r for r in DeletionRequest.objects.all()}
+    resolutions = {r.remote_identifier: r for r in ResolutionRequest.objects.all()}
+    assert {r.state for r in [*requests.values(), *resolutions.values()]} == {"dispatched"}
 
     # The broker answers every deletion and every identifier retrieval.
     outcomes = {"C-1": "deleted", "C-2": "not_found", "C-3": "deleted"}
