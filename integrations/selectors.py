@@ -560,9 +560,9 @@ def deletion_outcomes(
 
 
 # CSV columns of free text the broker's systems fill in, defused against formulas. Never a
-# hash (a Base64 hash may start with "+" and must match DROP's byte for byte), id or code:
-# the others are hashes, numbers, times, UUIDs and this service's own names and states.
-_OUTCOME_FREE_TEXT = frozenset({"remote_identifier", "remote_identifier_kind", "error_message"})
+# hash, id or code: those must match DROP's files and the broker's records byte for byte (a
+# Base64 hash may start with "+", a pointer with "@"); the JSONL export is exact throughout.
+_OUTCOME_FREE_TEXT = frozenset({"error_message"})
 _OUTCOME_BOOLEANS = frozenset({"amended", "late_match"})
 _CSV_CHUNK = 1 << 16
 

@@ -115,6 +115,11 @@ def _not_redeliverable(row: DeletionRequest | ResolutionRequest | SaasDeletion) 
         return None
     if row.state == RequestState.FAILED:
         return f"it is {row.state}: redispatch it instead"
+    if row.state == RequestState.PENDING:
+        return (
+            "it is pending: it waits for a deletion target; add or enable an integration"
+            " and it is queued at once"
+        )
     return f"it is {row.state}: only what has no outcome yet can be redelivered"
 
 

@@ -88,7 +88,7 @@ def test_csv_has_every_request_with_the_columns_auditors_need(history: OutcomeHi
 def test_csv_cells_cannot_run_as_formulas(history: OutcomeHistory) -> None:
     failed = list(csv.DictReader(io.StringIO(run())))[1]
     assert failed["error_message"] == '\'=HYPERLINK("http://evil.example")'
-    assert failed["remote_identifier"] == "'@crm:user-7"
+    assert failed["remote_identifier"] == "@crm:user-7"  # an id: verbatim, like the hashes
     assert (failed["state"], failed["drop_status_code"], failed["report_file"]) == (
         "failed",
         "",

@@ -23,6 +23,10 @@ from procrastinate.contrib.django.models import ProcrastinateJob
 from devtools.broker_simulator import BrokerSimulator
 from devtools.drop_simulator import DropSimulator, work_items
 from devtools.isi_simulator import IsiSimulator, connection
+from integrations.dispatch.deliveries import (
+    deletion_requests_deliver,
+    resolution_requests_deliver,
+)
 from integrations.drop.client import DropClient
 from integrations.drop.registration import ConsumerRecord
 from integrations.models import (
@@ -266,6 +270,19 @@ def test_a_webhook_integration_disabled_then_enabled_gets_every_match_and_they_r
     assert set(requests) == set(resolutions) == {"C-1", "C-2", "C-3"}
     assert {r.state for r in [*requests.values(), *resolutions.values()]} == {"queued"}
 
+    # Delivered to the broker's system, signed with the integration's secret.
+    broker_system.secrets = [created.webhook_secret]
+    deletion_requests_deliver(request_ids=[r.pk for r in requests.values()])
+    resolution_requests_deliver(request_ids=[r.pk for r in resolutions.values()])
+    received = broker_system.wait_for(6)
+    assert all(n.signature_ok for n in received)
+    assert sorted(n.json["topic"] for n in received) == (
+        ["drop.deletion:create"] * 3 + ["drop.resolution:create"] * 3
+    )
+    requests = {r.remote_identifier: r for r in DeletionRequest.objects.all()}
+    resolutions = {r.remote_identifier: r for r in ResolutionRequest.objects.all()}
+    assert {r.state for r in [*requests.values(), *resolutions.values()]} == {"dispatched"}
+
     # The broker answers every deletion and every identifier retrieval.
     outcomes = {"C-1": "deleted", "C-2": "not_found", "C-3": "deleted"}
     for remote, outcome in outcomes.items():
@@ -305,3 +322,18 @@ def test_a_webhook_integration_disabled_then_enabled_gets_every_match_and_they_r
     assert set(WorkItem.objects.values_list("state", flat=True)) == {WorkItemState.REPORTED}
     ledger_seal()
     assert ledger_verify().ok
+
+
+def test_staff_redelivery_of_a_pending_request_says_what_to_do(
+    broker: Broker, tmp_path: Path
+) -> None:
+    from django.core.exceptions import ValidationError
+
+    from integrations.services.redelivery import deletion_request_redeliver
+
+    _matched(broker, tmp_path)
+    pending = DeletionRequest.objects.filter(state="pending").first()
+    assert pending is not None
+
+    with pytest.raises(ValidationError, match="add or enable an integration"):
+        deletion_request_redeliver(deletion_request=pending, actor="staff:ann")
