@@ -8,7 +8,7 @@ forgotten, DROP packages imported with Removed files, webhook integrations added
 in any order and twice, redeliveries and redispatches (staff and automatic), late matches,
 reports that DROP accepts, rejects or says it already has, and amendments.
 
-``Oracle`` is plain Python, written from the specs and not from the services: who is
+``Oracle`` is plain Python, written from the rules and not from the services: who is
 registered, which DROP work items should match, what the broker answered for each request
 it received, and so what DROP should be told. After every step:
 
@@ -20,8 +20,11 @@ it received, and so what DROP should be told. After every step:
 - nothing is sent to the broker for a removed item after its removal was imported;
 - the ledger verifies.
 
-Examples: ``DROPPORTAL_MODEL_EXAMPLES`` (default 8, what ``make test`` runs) and
-``DROPPORTAL_MODEL_STEPS`` (default 25 steps per example). A long run::
+The broker here has webhook integrations only: ISI connections and SaaS resolutions are not
+part of these histories (their own tests cover them).
+
+Examples: ``DROPPORTAL_MODEL_EXAMPLES`` (default 6, what ``make test`` runs) and
+``DROPPORTAL_MODEL_STEPS`` (default 20 steps per example). A long run::
 
     DROPPORTAL_MODEL_EXAMPLES=2000 make test PYTEST_ARGS="tests/test_lifecycle_model.py -q"
 
@@ -101,13 +104,13 @@ from integrations.services.reports import report_auto, report_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-EXAMPLES = int(os.environ.get("DROPPORTAL_MODEL_EXAMPLES", "8"))
-STEPS = int(os.environ.get("DROPPORTAL_MODEL_STEPS", "25"))
+EXAMPLES = int(os.environ.get("DROPPORTAL_MODEL_EXAMPLES", "6"))
+STEPS = int(os.environ.get("DROPPORTAL_MODEL_STEPS", "20"))
 
 BROKER_ID = "4821"
 OUTCOMES = ("deleted", "not_found", "opted_out", "exempt", "failed")
-# drop-platform.md: the strongest outcome wins, opted_out over deleted over exempt over
-# not_found; failed is not final.
+# (rank, DROP code): the strongest outcome wins, opted_out (4) over deleted (3) over
+# exempt (2) over not_found (5); failed is not final.
 STRENGTH = {"opted_out": (4, 4), "deleted": (3, 3), "exempt": (2, 2), "not_found": (1, 5)}
 EMAILS = [f"person{n}@example.com" for n in range(6)]
 POINTERS = [f"C-{n}" for n in range(4)]
@@ -199,7 +202,7 @@ class Request:
 
 @dataclass
 class Oracle:
-    """What should be: written from the specs, apart from the services."""
+    """What should be: written from the rules, apart from the services."""
 
     consumers: dict[str, set[str]] = field(default_factory=dict)  # pointer -> email hashes
     items: dict[str, Item] = field(default_factory=dict)  # by work item id
