@@ -150,8 +150,20 @@ class ModelDrop(DropSimulator):
         self.held: dict[str, int] = {}
         self.amended_unheld: list[str] = []
 
+    def answer_as(self, mode: str) -> None:
+        """How DROP answers the next report: accept, reject (every file), reject uploads
+        (amendments are accepted), already (uploaded before), down (503)."""
+        self.mode = mode
+        if mode == "down":
+            self.queue_response(503, body={"message": "Service unavailable."}, times=50)
+
+    def back_up(self) -> None:
+        with self._lock:
+            self._script.clear()
+        self.mode = "accept"
+
     def _check_file(self, name: str, content: bytes, *, amend: bool) -> str | None:
-        if self.mode == "reject":
+        if self.mode == "reject" or (self.mode == "reject uploads" and not amend):
             return "Invalid file content."
         reason = super()._check_file(name, content, amend=amend)
         if reason is None and self.mode == "already" and not amend:
@@ -755,17 +767,20 @@ class LifecycleMachine(RuleBasedStateMachine):
     # -- reporting to DROP ----------------------------------------------------------------
 
     @rule(
-        answer=st.sampled_from(["accept", "accept", "reject", "already"]),
+        answer=st.sampled_from(["accept", "accept", "reject", "reject uploads", "already", "down"]),
         periodic=st.booleans(),
     )
     @counted
     def report(self, answer: str, periodic: bool) -> None:
-        self.drop.mode = answer
+        self.drop.answer_as(answer)
         self.world.seen[f"report run, DROP answers {answer}"] += 1
-        if periodic:
-            report_auto(broker=self.broker, client=self.drop_client)
-        else:
-            report_run(broker=self.broker, upload=True, client=self.drop_client, actor="test")
+        try:
+            if periodic:
+                report_auto(broker=self.broker, client=self.drop_client)
+            else:
+                report_run(broker=self.broker, upload=True, client=self.drop_client, actor="test")
+        finally:
+            self.drop.back_up()
         self._check_new_files()
 
     def _check_new_files(self) -> None:
