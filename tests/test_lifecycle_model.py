@@ -23,8 +23,8 @@ it received, and so what DROP should be told. After every step:
 The broker here has webhook integrations only: ISI connections and SaaS resolutions are not
 part of these histories (their own tests cover them).
 
-Examples: ``DROPPORTAL_MODEL_EXAMPLES`` (default 6, what ``make test`` runs) and
-``DROPPORTAL_MODEL_STEPS`` (default 20 steps per example). A long run::
+Examples: ``DROPPORTAL_MODEL_EXAMPLES`` (default 5, what ``make test`` runs) and
+``DROPPORTAL_MODEL_STEPS`` (default 18 steps per example). A long run::
 
     DROPPORTAL_MODEL_EXAMPLES=2000 make test PYTEST_ARGS="tests/test_lifecycle_model.py -q"
 
@@ -104,8 +104,8 @@ from integrations.services.reports import report_auto, report_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-EXAMPLES = int(os.environ.get("DROPPORTAL_MODEL_EXAMPLES", "6"))
-STEPS = int(os.environ.get("DROPPORTAL_MODEL_STEPS", "20"))
+EXAMPLES = int(os.environ.get("DROPPORTAL_MODEL_EXAMPLES", "5"))
+STEPS = int(os.environ.get("DROPPORTAL_MODEL_STEPS", "18"))
 
 BROKER_ID = "4821"
 OUTCOMES = ("deleted", "not_found", "opted_out", "exempt", "failed")
