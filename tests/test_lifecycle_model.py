@@ -114,7 +114,7 @@ OUTCOMES = ("deleted", "not_found", "opted_out", "exempt", "failed")
 STRENGTH = {"opted_out": (4, 4), "deleted": (3, 3), "exempt": (2, 2), "not_found": (1, 5)}
 EMAILS = [f"person{n}@example.com" for n in range(6)]
 POINTERS = [f"C-{n}" for n in range(4)]
-# A delivery's retries, shortened: three attempts (as if the schedule's waits had passed).
+# A delivery's retries, shortened: three attempts, each due when "time passes".
 ATTEMPTS = 3
 DELIVER_TASKS: dict[str, Callable[..., None]] = {
     "integrations.tasks.deliver_deletion_requests": tasks.deliver_deletion_requests,
@@ -219,6 +219,8 @@ class Oracle:
     consumers: dict[str, set[str]] = field(default_factory=dict)  # pointer -> email hashes
     items: dict[str, Item] = field(default_factory=dict)  # by work item id
     by_hash_and_session: dict[tuple[str, str], str] = field(default_factory=dict)
+    # In the order the broker first saw them (uuids are random: never sort by them, or an
+    # example would pick other requests when Hypothesis runs it again).
     requests: dict[str, Request] = field(default_factory=dict)
     secrets: dict[str, list[str]] = field(default_factory=dict)  # integration uuid -> newest first
     sessions: int = 0
@@ -525,7 +527,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.broker_side.secrets = [s for held in self.oracle.secrets.values() for s in held]
 
     def _integration(self, data: st.DataObject) -> Integration:
-        uuid = data.draw(st.sampled_from(sorted(self.oracle.secrets)))
+        uuid = data.draw(st.sampled_from(list(self.oracle.secrets)))
         return Integration.objects.get(uuid=uuid)
 
     @precondition(lambda self: self.oracle.secrets)
@@ -633,7 +635,7 @@ class LifecycleMachine(RuleBasedStateMachine):
     @counted
     def broker_works_through_its_queue(self, data: st.DataObject) -> None:
         """Every request the broker holds without a final outcome gets one."""
-        for uuid in sorted(self.oracle.requests):
+        for uuid in list(self.oracle.requests):
             request = self.oracle.requests[uuid]
             if request.outcome in (None, "failed") and request.uuid_item_kept(self.oracle):
                 self._outcome(
@@ -646,7 +648,7 @@ class LifecycleMachine(RuleBasedStateMachine):
     def _outcome(
         self, data: st.DataObject, outcome: str, previous_secret: bool, uuid: str | None = None
     ) -> None:
-        uuid = uuid or data.draw(st.sampled_from(sorted(self.oracle.requests)))
+        uuid = uuid or data.draw(st.sampled_from(list(self.oracle.requests)))
         request = self.oracle.requests[uuid]
         body: dict[str, Any] = {
             "schema_version": "1.0",
@@ -909,12 +911,16 @@ def world(tmp_path: Path) -> Iterator[World]:
 
 @pytest.fixture(autouse=True)
 def shortened_schedule(monkeypatch: pytest.MonkeyPatch) -> None:
-    # ATTEMPTS attempts, each retry a second later: "time passes" makes them due.
+    # ATTEMPTS attempts, each retry an hour later: only "time passes" makes one due, so an
+    # example does the same when Hypothesis runs it again, however slow the machine is.
     monkeypatch.setattr(
         deliveries,
         "next_delay",
-        lambda number, **_: None if number >= ATTEMPTS else 1.0,
+        lambda number, **_: None if number >= ATTEMPTS else 3600.0,
     )
+    # One call at a time, in the order of the rows: the broker's scripted answers go to the
+    # same requests every time.
+    monkeypatch.setattr(deliveries, "DISPATCH_THREADS", 1)
 
 
 def test_random_histories_keep_every_matched_consumer_on_a_path_to_drop(
