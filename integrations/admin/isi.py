@@ -88,7 +88,13 @@ class _IsiFields(forms.ModelForm):
         data = super().clean() or {}
         auth = data.get("auth")
         current = self.instance if self.instance.pk else None
-        keep = current is not None and current.auth == auth
+        # A stored secret is kept only while it goes where it went (services.isi's rule).
+        keep = (
+            current is not None
+            and current.auth == auth
+            and (data.get("base_url") or "").rstrip("/") == current.base_url
+            and (auth != IsiAuth.OAUTH or (data.get("token_url") or "") == current.token_url)
+        )
         values = {
             "token": data.get("token") or (current.token if keep and current else ""),
             "token_url": data.get("token_url") or "",
