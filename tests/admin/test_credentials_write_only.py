@@ -3,13 +3,15 @@
 Each role opens every admin page it can (the dashboard, every registered model's list, the
 change page of every row of a model that holds a credential and of the first row of the
 others) and no response holds a stored credential: the DROP API key, ISI tokens, OAuth client
-secrets, SaaS tokens, Webhook Secrets (current and previous), or a cached access token.
+secrets, SaaS tokens, Webhook Secrets (current and previous), a cached access token, or a
+staff member's TOTP seed and recovery codes.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import re
+from base64 import b32encode
 from collections.abc import Callable
 
 import pytest
@@ -18,6 +20,7 @@ from django.contrib.auth.models import Group, User
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
+from django_otp.oath import TOTP
 
 from integrations.models import (
     Broker,
@@ -29,6 +32,7 @@ from integrations.models import (
 from integrations.services.brokers import broker_update
 from integrations.services.keys import CreatedApiKey
 from integrations.services.ledger import ledger_event_append
+from integrations.services.staff_mfa import staff_mfa_enrol, staff_mfa_pending_device
 from tests.sample_cycle import sample_cycle
 
 pytestmark = pytest.mark.django_db
@@ -78,7 +82,12 @@ def credentials(broker: Broker, make_key: Callable[..., CreatedApiKey]) -> list[
     ledger_event_append(kind="test.event", broker_id=broker.broker_id)
     stored = [DROP_KEY, ISI_TOKEN, CLIENT_SECRET, ACCESS_TOKEN, SAAS_TOKEN, PREVIOUS_SECRET]
     stored += [i.webhook_secret for i in (world.integration, token_isi, oauth_isi)]
-    return [*stored, api_key]
+    # A staff member's TOTP seed and recovery codes are credentials too.
+    enrolled = User.objects.create_user("enrolled", password="pw-123-enrolled", is_staff=True)
+    device = staff_mfa_pending_device(user=enrolled)
+    totp = TOTP(device.bin_key, device.step, device.t0, device.digits, device.drift)
+    codes = staff_mfa_enrol(user=enrolled, device=device, token=f"{totp.token():06d}", actor="test")
+    return [*stored, api_key, device.key, b32encode(device.bin_key).decode(), *codes]
 
 
 def _login(client: Client, role: str) -> Client:

@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -170,3 +171,24 @@ def test_sessions_expire_after_eight_idle_hours(alice: User, recovery_codes: lis
     assert int(response.cookies["sessionid"]["max-age"]) == 8 * 60 * 60
     again = client.get(INDEX)
     assert int(again.cookies["sessionid"]["max-age"]) == 8 * 60 * 60
+
+
+def test_a_superuser_resets_a_lost_factor(
+    alice: User, recovery_codes: list[str], client: Client, settings: Any
+) -> None:
+    settings.DROPPORTAL_STAFF_MFA_REQUIRED = False  # root's own login is not the point here
+    root = User.objects.create_superuser("root", "root@example.com", "pw-root-123-long")
+    client.force_login(root)
+    client.post(
+        reverse("admin:auth_user_changelist"),
+        {"action": "reset_mfa", "_selected_action": [alice.pk]},
+    )
+
+    assert not TOTPDevice.objects.filter(user=alice).exists()
+    assert LedgerEvent.objects.get(kind="staff_user.mfa_reset").actor == "staff:root"
+    settings.DROPPORTAL_STAFF_MFA_REQUIRED = True
+    again = Client()
+    _password_step(again)
+    assert urlsplit(again.get(reverse("admin:mfa_verify"))["Location"]).path == reverse(
+        "admin:mfa_enrol"
+    )
