@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.http import HttpRequest
 
 from integrations.admin.actors import staff_actor
@@ -107,4 +107,11 @@ class BrokerAdmin(WriteOnlyCredentials, admin.ModelAdmin):
         }
         if new_key:
             changes["drop_api_key"] = new_key
-        broker_update(broker=current, actor=actor, **changes)
+        had_key = bool(current.drop_api_key)
+        updated = broker_update(broker=current, actor=actor, **changes)
+        if had_key and not updated.drop_api_key:
+            messages.warning(
+                request,
+                "The DROP API key was cleared: it is never sent to a DROP URL it was not entered "
+                "for. Enter it again.",
+            )

@@ -424,7 +424,7 @@ class SaasConnectionAdmin(WriteOnlyCredentials, admin.ModelAdmin):
                     )
                 return
             current = SaasConnection.objects.get(pk=obj.pk)
-            saas_connection_update(
+            updated = saas_connection_update(
                 connection=current,
                 actor=actor,
                 name=data["name"],
@@ -432,6 +432,12 @@ class SaasConnectionAdmin(WriteOnlyCredentials, admin.ModelAdmin):
                 token=data.get("token") or None,
                 categories=categories,
             )
+            if current.token and not updated.token:
+                messages.warning(
+                    request,
+                    "The token was cleared: it is never sent to a URL it was not entered for. "
+                    "Enter it again.",
+                )
             if data["enabled"] and not current.enabled:
                 saas_connection_enable(connection=current, actor=actor)
             elif not data["enabled"] and current.enabled:

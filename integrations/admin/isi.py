@@ -102,6 +102,11 @@ class _IsiFields(forms.ModelForm):
             "client_secret": data.get("client_secret")
             or (current.client_secret if keep and current else ""),
         }
+        moved_from = current is not None and current.auth == auth and not keep
+        if moved_from and not data.get("token" if auth == IsiAuth.TOKEN else "client_secret"):
+            field = "token" if auth == IsiAuth.TOKEN else "client_secret"
+            self.add_error(field, "The URL it is sent to changed: enter it again.")
+            return data
         if auth == IsiAuth.TOKEN:
             values.update(token_url="", client_id="", client_secret="")
         elif auth == IsiAuth.OAUTH:

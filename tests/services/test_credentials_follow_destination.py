@@ -3,6 +3,9 @@ requires entering it again in the same change, and the ledger event says so."""
 
 from __future__ import annotations
 
+import html
+import re
+
 import pytest
 from django.contrib.auth.models import Group, User
 from django.core.exceptions import ValidationError
@@ -188,3 +191,32 @@ def test_a_new_token_url_needs_the_client_secret_again(broker: Broker) -> None:
         client_id="dp2",
     )
     assert Integration.objects.get().client_secret == "isi-client-secret"
+
+
+def test_the_isi_form_asks_for_the_token_with_a_new_base_url(
+    broker: Broker, client: Client
+) -> None:
+    integration = _isi(broker, IsiAuth.TOKEN)
+    client.force_login(User.objects.create_superuser("root", "root@example.com", "pw-root-123"))
+    url = reverse("admin:integrations_integration_change", args=[integration.pk])
+    page = client.get(url).content.decode()
+    hidden = {
+        name: html.unescape(value)
+        for name, value in re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', page)
+        if name != "csrfmiddlewaretoken"
+    }
+    form = {
+        **hidden,
+        "name": "API",
+        "enabled": "on",
+        "base_url": "https://api.attacker.example",
+        "auth": "token",
+        "token": "",
+    }
+
+    refused = client.post(url, form)
+    assert refused.status_code == 200
+    assert "The URL it is sent to changed: enter it again." in html.unescape(
+        refused.content.decode()
+    )
+    assert Integration.objects.get().base_url == "https://api.acme.example"
