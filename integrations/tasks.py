@@ -236,3 +236,12 @@ def pull_broker(broker_pk: int) -> str:
     except DropPullError:
         # Already in the ledger (drop.pull_failed) and logged; the next hour tries again.
         return "failed"
+
+
+@app.periodic(cron="*/5 * * * *", periodic_id="purge_shown_once")
+@app.task(queue="maintenance", queueing_lock="purge_shown_once", pass_context=False)
+def purge_shown_once(timestamp: int | None = None) -> int:
+    """Every 5 minutes: delete secrets shown once that nobody came to see within 10 minutes."""
+    from integrations.services.shown_once import shown_once_purge_expired
+
+    return shown_once_purge_expired()

@@ -2,7 +2,7 @@
 
 A secret waits encrypted in its own table, bound to the session that created it, for at most
 ``SHOWN_ONCE_TTL`` (10 minutes); taking it deletes it, so it is gone once shown, and expired
-ones are deleted whenever another is stored::
+ones are deleted whenever another is stored, and every few minutes (``tasks.purge_shown_once``)::
 
     token = shown_once_put(session_key=request.session.session_key, payload={...})
     shown_once_take(session_key=request.session.session_key, token=token)  # the payload, once
@@ -10,6 +10,7 @@ ones are deleted whenever another is stored::
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import secrets
@@ -30,7 +31,7 @@ def shown_once_put(*, session_key: str, payload: dict[str, Any]) -> str:
     token = secrets.token_urlsafe(24)
     now = timezone.now()
     with transaction.atomic():
-        ShownOnceSecret.objects.filter(expires_at__lte=now).delete()
+        shown_once_purge_expired(now=now)
         ShownOnceSecret.objects.create(
             token_digest=_digest(token),
             session_digest=_digest(session_key),
@@ -56,3 +57,9 @@ def shown_once_take(*, session_key: str, token: str) -> dict[str, Any] | None:
         return None
     loaded: dict[str, Any] = json.loads(stored.payload)
     return loaded
+
+
+def shown_once_purge_expired(*, now: dt.datetime | None = None) -> int:
+    """Delete the secrets nobody came to see in time; returns how many."""
+    deleted, _ = ShownOnceSecret.objects.filter(expires_at__lte=now or timezone.now()).delete()
+    return deleted

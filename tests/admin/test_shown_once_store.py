@@ -76,3 +76,16 @@ def test_another_session_cannot_see_it(staff: Client, broker: Broker) -> None:
 
     assert other.get(url).status_code == 410
     assert staff.get(url).status_code == 200  # the other session's try did not consume it
+
+
+def test_a_secret_nobody_came_to_see_is_deleted_by_the_periodic_job(
+    staff: Client, broker: Broker
+) -> None:
+    from integrations.tasks import purge_shown_once
+
+    _create_key(staff, broker)
+    assert purge_shown_once() == 0  # still within its 10 minutes
+    ShownOnceSecret.objects.update(expires_at=timezone.now() - dt.timedelta(seconds=1))
+
+    assert purge_shown_once() == 1
+    assert not ShownOnceSecret.objects.exists()
