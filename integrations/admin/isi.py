@@ -6,7 +6,8 @@ uses when the integration is of kind ``isi``. Every change goes through ``servic
   Webhook Secret (which signs the broker's completion callbacks) is shown once.
 - On its change page, the connections inline says which take part in DROP and why the others
   do not; "Check connection" lists them again and shows the broker's answer.
-- Secrets (token, client secret) are write-only: left empty, the current one is kept.
+- Secrets (token, client secret) are write-only: left empty, the current one is kept, unless
+  the base URL or token URL it goes to changed (then it must be entered again).
 """
 
 from __future__ import annotations
