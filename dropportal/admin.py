@@ -4,6 +4,9 @@
 ``@admin.register`` in ``integrations/admin/`` lands here. It lives outside
 ``integrations.admin`` on purpose: importing that package registers the ModelAdmins, which
 must not happen while the default site itself is being built.
+
+A staff member who must use a second factor (``staff_mfa_required``) has no access until
+they passed it this session: the login sends them to ``/admin/mfa/`` (or to enrolment).
 """
 
 from __future__ import annotations
@@ -11,9 +14,10 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, URLResolver, path
+from django.urls import URLPattern, URLResolver, path, reverse
+from django.utils.http import urlencode
 
 
 class DropportalAdminSite(admin.AdminSite):
@@ -24,9 +28,14 @@ class DropportalAdminSite(admin.AdminSite):
     def get_urls(self) -> list[URLPattern | URLResolver]:
         from integrations.admin.cycle_files import cycle_response_files_view
         from integrations.admin.guide import broker_guide_view
+        from integrations.admin.mfa import mfa_enrol_view, mfa_logout_view, mfa_verify_view
         from integrations.admin.shown_once import shown_once_view
 
         return [
+            # Not behind admin_view: they are how a staff member gets its permission.
+            path("mfa/", mfa_verify_view, name="mfa_verify"),
+            path("mfa/enrol/", mfa_enrol_view, name="mfa_enrol"),
+            path("mfa/logout/", mfa_logout_view, name="mfa_logout"),
             path("guide/", self.admin_view(broker_guide_view), name="broker_guide"),
             # Ahead of the cycle admin's own URLs, which would take it for an object id.
             path(
@@ -41,6 +50,36 @@ class DropportalAdminSite(admin.AdminSite):
             ),
             *super().get_urls(),
         ]
+
+    def has_permission(self, request: HttpRequest) -> bool:
+        return super().has_permission(request) and self._second_factor_passed(request)
+
+    @staticmethod
+    def _second_factor_passed(request: HttpRequest) -> bool:
+        from integrations.services.staff_mfa import staff_mfa_required
+
+        cached = getattr(request, "_dp_second_factor_passed", None)
+        if cached is None:
+            user: Any = request.user
+            verified = getattr(user, "is_verified", None)  # set by django-otp's middleware
+            cached = bool(verified and verified()) or not staff_mfa_required(user)
+            request._dp_second_factor_passed = cached  # type: ignore[attr-defined]
+        return cached
+
+    def login(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
+        response = super().login(request, extra_context)
+        user = request.user
+        if (
+            user.is_authenticated
+            and user.is_active
+            and user.is_staff
+            and not self._second_factor_passed(request)
+        ):
+            wanted = request.POST.get("next") or request.GET.get("next") or reverse("admin:index")
+            return HttpResponseRedirect(
+                f"{reverse('admin:mfa_verify')}?{urlencode({'next': wanted})}"
+            )
+        return response
 
     def index(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None

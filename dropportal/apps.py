@@ -9,3 +9,17 @@ from django.contrib.admin.apps import AdminConfig
 
 class DropportalAdminConfig(AdminConfig):
     default_site = "dropportal.admin.DropportalAdminSite"
+
+    def ready(self) -> None:
+        super().ready()  # registers every app's ModelAdmins
+        from django.contrib import admin
+        from django_otp.plugins.otp_static.models import StaticDevice
+        from django_otp.plugins.otp_totp.models import TOTPDevice
+
+        from dropportal import security  # noqa: F401  (registers its system checks)
+
+        # Their pages would show TOTP seeds and recovery codes: staff enrol at /admin/mfa/,
+        # and a superuser resets a lost factor from the staff user list.
+        for model in (TOTPDevice, StaticDevice):
+            if admin.site.is_registered(model):
+                admin.site.unregister(model)

@@ -161,3 +161,51 @@ LOGGING = {
         "procrastinate": {"level": env.str("DROPPORTAL_JOBS_LOG_LEVEL", default="WARNING")},
     },
 }
+
+# -- Security: HTTPS, staff login (MFA, lockout) and sessions --------------------------------
+# One block on purpose (SECURITY.md explains each choice). dropportal.security refuses
+# a plain-http public URL on a host other than loopback when debug is off.
+_PUBLIC_HTTPS = urlsplit(DROPPORTAL_PUBLIC_URL).scheme == "https"
+SESSION_COOKIE_SECURE = _PUBLIC_HTTPS
+CSRF_COOKIE_SECURE = _PUBLIC_HTTPS
+SECURE_SSL_REDIRECT = _PUBLIC_HTTPS
+SECURE_REDIRECT_EXEMPT = [r"^healthz/?$", r"^readyz/?$"]  # a load balancer's plain probes
+SECURE_HSTS_SECONDS = 31_536_000 if _PUBLIC_HTTPS else 0  # a year: browsers refuse http
+SECURE_HSTS_INCLUDE_SUBDOMAINS = _PUBLIC_HTTPS
+SECURE_HSTS_PRELOAD = _PUBLIC_HTTPS
+# Opt-in: behind a TLS-terminating proxy that sets X-Forwarded-Proto (and X-Forwarded-For) and
+# strips the client's own. Never set it when clients can reach the service directly.
+DROPPORTAL_BEHIND_TLS_PROXY = env.bool("DROPPORTAL_BEHIND_TLS_PROXY", default=False)
+if DROPPORTAL_BEHIND_TLS_PROXY:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+# Staff sessions end after 8 hours without a request.
+SESSION_COOKIE_AGE = 8 * 60 * 60
+SESSION_SAVE_EVERY_REQUEST = True
+
+# Staff MFA (TOTP, single-use recovery codes): required for every staff account in a real
+# deployment (DATABASE_URL set); optional on the embedded database, where a staff member who
+# enrolled must still use it. Not an environment variable: production cannot switch it off.
+DROPPORTAL_STAFF_MFA_REQUIRED = bool(env.str("DATABASE_URL", default=""))
+INSTALLED_APPS += ["django_otp", "django_otp.plugins.otp_totp", "django_otp.plugins.otp_static"]
+MIDDLEWARE.insert(
+    MIDDLEWARE.index("django.contrib.auth.middleware.AuthenticationMiddleware") + 1,
+    "django_otp.middleware.OTPMiddleware",
+)
+OTP_TOTP_ISSUER = "dropportal"
+
+# Failed staff logins (django-axes): 5 failures for one account from one address lock that
+# pair out for 15 minutes (answered 429); a success resets the count.
+INSTALLED_APPS += ["axes"]
+MIDDLEWARE.append("axes.middleware.AxesMiddleware")
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = 5
+AXES_COOLOFF_TIME = 0.25  # hours
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_CLIENT_IP_CALLABLE = "dropportal.security.client_address"
+AXES_SENSITIVE_PARAMETERS = ["password", "otp_token"]
+LOGGING["loggers"]["axes"] = {"level": "WARNING"}  # type: ignore[index]

@@ -248,3 +248,12 @@ def drop_doctor(timestamp: int | None = None) -> int:
     from integrations.services.doctor import stuck_work_items_check
 
     return len(stuck_work_items_check(actor="system:doctor"))
+
+
+@app.periodic(cron="*/5 * * * *", periodic_id="purge_shown_once")
+@app.task(queue="maintenance", queueing_lock="purge_shown_once", pass_context=False)
+def purge_shown_once(timestamp: int | None = None) -> int:
+    """Every 5 minutes: delete secrets shown once that nobody came to see within 10 minutes."""
+    from integrations.services.shown_once import shown_once_purge_expired
+
+    return shown_once_purge_expired()

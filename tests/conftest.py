@@ -33,6 +33,19 @@ def make_key(broker: Broker) -> Callable[..., CreatedApiKey]:
     return make
 
 
+@pytest.fixture(autouse=True)
+def staff_mfa_off_unless_marked(request: pytest.FixtureRequest, settings: Any) -> None:
+    """Staff MFA is off in tests that are not about it.
+
+    ``make test`` sets DATABASE_URL, which makes MFA required for every staff account (a real
+    deployment): an admin or browser test about something else would meet the second step
+    first. Tests marked ``@pytest.mark.staff_mfa`` (tests/admin/test_staff_mfa.py) keep the
+    setting as the settings module made it, and prove it is on and enforced.
+    """
+    if request.node.get_closest_marker("staff_mfa") is None:
+        settings.DROPPORTAL_STAFF_MFA_REQUIRED = False
+
+
 @pytest.fixture
 def api_client() -> APIClient:
     return APIClient()

@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.http import HttpRequest
 
 from integrations.admin.actors import staff_actor
+from integrations.admin.credentials import Credential, WriteOnlyCredentials
 from integrations.models import Broker
 from integrations.services.brokers import broker_create, broker_update
 
@@ -24,7 +25,8 @@ class BrokerForm(forms.ModelForm):
         label="DROP API key",
         required=False,
         widget=forms.PasswordInput(render_value=False),
-        help_text="Stored encrypted. Leave empty to keep the current key.",
+        help_text="Stored encrypted and never shown. Leave empty to keep the current key; a "
+        "new DROP base URL or mode clears it unless it is entered again.",
     )
     pull_interval_days = forms.IntegerField(
         label="Pull interval (days)",
@@ -55,8 +57,9 @@ class BrokerForm(forms.ModelForm):
 
 
 @admin.register(Broker)
-class BrokerAdmin(admin.ModelAdmin):
+class BrokerAdmin(WriteOnlyCredentials, admin.ModelAdmin):
     form = BrokerForm
+    credentials = [Credential("drop_api_key", "DROP API key", "drop_api_key_changed_at")]
     list_display = [
         "broker_id",
         "name",
@@ -75,7 +78,8 @@ class BrokerAdmin(admin.ModelAdmin):
         return bool(obj.drop_api_key)
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        return ["broker_id", "last_pulled_at"] if obj else []
+        own = ["broker_id", "last_pulled_at"] if obj else []
+        return [*own, *super().get_readonly_fields(request, obj)]
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # the ledger and DROP's records refer to brokers forever
@@ -103,4 +107,11 @@ class BrokerAdmin(admin.ModelAdmin):
         }
         if new_key:
             changes["drop_api_key"] = new_key
-        broker_update(broker=current, actor=actor, **changes)
+        had_key = bool(current.drop_api_key)
+        updated = broker_update(broker=current, actor=actor, **changes)
+        if had_key and not updated.drop_api_key:
+            messages.warning(
+                request,
+                "The DROP API key was cleared: it is never sent to a DROP URL it was not entered "
+                "for. Enter it again.",
+            )

@@ -27,6 +27,7 @@ from django.utils.html import format_html
 
 from integrations.admin import isi as isi_admin
 from integrations.admin.actors import staff_actor
+from integrations.admin.credentials import Credential, WriteOnlyCredentials
 from integrations.admin.shown_once import SecretShownOnce, show_once
 from integrations.dispatch import webhook
 from integrations.models import Integration, IntegrationKind, RequestState, SaasConnection
@@ -118,7 +119,11 @@ def _secret_shown_once(integration: Integration, secret: str, *, title: str) -> 
 
 
 @admin.register(Integration)
-class IntegrationAdmin(admin.ModelAdmin):
+class IntegrationAdmin(WriteOnlyCredentials, admin.ModelAdmin):
+    credentials = [
+        Credential("token", "Static bearer token", "credentials_changed_at"),
+        Credential("client_secret", "Client secret", "credentials_changed_at"),
+    ]
     list_display = ["name", "broker", "kind", "target", "enabled", "disabled_reason", "created_at"]
     list_filter = ["enabled", "kind", "broker"]
     search_fields = ["name", "url", "base_url"]
@@ -169,8 +174,9 @@ class IntegrationAdmin(admin.ModelAdmin):
         if obj is None:
             return []
         if obj.kind == IntegrationKind.ISI:
-            return isi_admin.READONLY_FIELDS
+            return [*isi_admin.READONLY_FIELDS, *super().get_readonly_fields(request, obj)]
         return [
+            *super().get_readonly_fields(request, obj),
             "uuid",
             "broker",
             "kind",
@@ -346,8 +352,8 @@ class SaasConnectionForm(_TargetUrlMixin, forms.ModelForm):
     token = forms.CharField(
         required=False,
         widget=forms.PasswordInput(render_value=False),
-        help_text="Sent as 'Authorization: Bearer <token>'. Stored encrypted; leave empty to "
-        "keep the current one.",
+        help_text="Sent as 'Authorization: Bearer <token>'. Stored encrypted and never shown; "
+        "leave empty to keep the current one (a new URL clears it unless entered again).",
     )
     categories = forms.CharField(
         initial="email",
@@ -371,8 +377,9 @@ class SaasConnectionForm(_TargetUrlMixin, forms.ModelForm):
 
 
 @admin.register(SaasConnection)
-class SaasConnectionAdmin(admin.ModelAdmin):
+class SaasConnectionAdmin(WriteOnlyCredentials, admin.ModelAdmin):
     form = SaasConnectionForm
+    credentials = [Credential("token", "Token", "token_changed_at")]
     list_display = ["name", "broker", "url", "categories", "enabled", "disabled_reason"]
     list_filter = ["enabled", "broker"]
     search_fields = ["name", "url"]
@@ -384,7 +391,8 @@ class SaasConnectionAdmin(admin.ModelAdmin):
         return ", ".join(obj.identifier_categories)
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        return ["broker", "disabled_reason"] if obj else []
+        own = ["broker", "disabled_reason"] if obj else []
+        return [*own, *super().get_readonly_fields(request, obj)]
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         fields = ["broker", "name", "url", "token", "categories", "enabled"]
@@ -416,7 +424,7 @@ class SaasConnectionAdmin(admin.ModelAdmin):
                     )
                 return
             current = SaasConnection.objects.get(pk=obj.pk)
-            saas_connection_update(
+            updated = saas_connection_update(
                 connection=current,
                 actor=actor,
                 name=data["name"],
@@ -424,6 +432,12 @@ class SaasConnectionAdmin(admin.ModelAdmin):
                 token=data.get("token") or None,
                 categories=categories,
             )
+            if current.token and not updated.token:
+                messages.warning(
+                    request,
+                    "The token was cleared: it is never sent to a URL it was not entered for. "
+                    "Enter it again.",
+                )
             if data["enabled"] and not current.enabled:
                 saas_connection_enable(connection=current, actor=actor)
             elif not data["enabled"] and current.enabled:

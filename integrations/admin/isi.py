@@ -6,7 +6,8 @@ uses when the integration is of kind ``isi``. Every change goes through ``servic
   Webhook Secret (which signs the broker's completion callbacks) is shown once.
 - On its change page, the connections inline says which take part in DROP and why the others
   do not; "Check connection" lists them again and shows the broker's answer.
-- Secrets (token, client secret) are write-only: left empty, the current one is kept.
+- Secrets (token, client secret) are write-only: left empty, the current one is kept, unless
+  the base URL or token URL it goes to changed (then it must be entered again).
 """
 
 from __future__ import annotations
@@ -88,7 +89,13 @@ class _IsiFields(forms.ModelForm):
         data = super().clean() or {}
         auth = data.get("auth")
         current = self.instance if self.instance.pk else None
-        keep = current is not None and current.auth == auth
+        # A stored secret is kept only while it goes where it went (services.isi's rule).
+        keep = (
+            current is not None
+            and current.auth == auth
+            and (data.get("base_url") or "").rstrip("/") == current.base_url
+            and (auth != IsiAuth.OAUTH or (data.get("token_url") or "") == current.token_url)
+        )
         values = {
             "token": data.get("token") or (current.token if keep and current else ""),
             "token_url": data.get("token_url") or "",
@@ -96,6 +103,11 @@ class _IsiFields(forms.ModelForm):
             "client_secret": data.get("client_secret")
             or (current.client_secret if keep and current else ""),
         }
+        moved_from = current is not None and current.auth == auth and not keep
+        if moved_from and not data.get("token" if auth == IsiAuth.TOKEN else "client_secret"):
+            field = "token" if auth == IsiAuth.TOKEN else "client_secret"
+            self.add_error(field, "The URL it is sent to changed: enter it again.")
+            return data
         if auth == IsiAuth.TOKEN:
             values.update(token_url="", client_id="", client_secret="")
         elif auth == IsiAuth.OAUTH:

@@ -1,9 +1,10 @@
 """Secrets shown exactly once: an API key, a Webhook Secret, right after staff created it.
 
-A ModelAdmin that just created a secret answers with ``show_once(...)``: the secret waits in
-the server-side session, the browser is redirected (so a reload cannot create a second one)
-to a page that shows it with a copy button, says it will never be shown again, and links the
-broker guide's section on where it goes. Rendering the page removes it from the session::
+A ModelAdmin that just created a secret answers with ``show_once(...)``: the secret waits,
+encrypted, in a short-lived store bound to this session (``services.shown_once``: 10 minutes
+at most, never in the session table), the browser is redirected (so a reload cannot create a
+second one) to a page that shows it with a copy button, says it will never be shown again,
+and links the broker guide's section on where it goes. Rendering the page deletes it::
 
     def response_add(self, request, obj, post_url_continue=None):
         return show_once(request, SecretShownOnce(
@@ -16,7 +17,6 @@ The page is ``no-store`` and only ever served to the session that created the se
 
 from __future__ import annotations
 
-import secrets
 from dataclasses import asdict, dataclass, field
 
 from django.contrib import admin
@@ -24,7 +24,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
 
-SESSION_KEY = "dropportal_shown_once"
+from integrations.services.shown_once import shown_once_put, shown_once_take
 
 
 @dataclass(frozen=True)
@@ -41,17 +41,17 @@ class SecretShownOnce:
 
 
 def show_once(request: HttpRequest, shown: SecretShownOnce) -> HttpResponseRedirect:
-    token = secrets.token_urlsafe(16)
-    pending = dict(request.session.get(SESSION_KEY, {}))
-    pending[token] = asdict(shown)
-    request.session[SESSION_KEY] = pending
+    if request.session.session_key is None:
+        request.session.save()
+    token = shown_once_put(session_key=request.session.session_key or "", payload=asdict(shown))
     return HttpResponseRedirect(reverse("admin:shown_once", args=[token]))
 
 
 def shown_once_view(request: HttpRequest, token: str) -> HttpResponse:
-    pending = dict(request.session.get(SESSION_KEY, {}))
-    stored = pending.pop(token, None)
-    request.session[SESSION_KEY] = pending  # gone before the page is even sent
+    # Gone before the page is even sent.
+    stored = shown_once_take(session_key=request.session.session_key or "", token=token)
+    if stored is not None:
+        stored["facts"] = [tuple(fact) for fact in stored["facts"]]
     context = {
         **admin.site.each_context(request),
         "shown": SecretShownOnce(**stored) if stored else None,

@@ -7,7 +7,10 @@ changed fields and the account's roles afterwards, never a password or its hash:
     staff_user.added / staff_user.changed / staff_user.deleted   subject: the username
     group.added / group.changed / group.deleted                  subject: the group name
 
-Who may grant a role is itself something an auditor asks about.
+Who may grant a role is itself something an auditor asks about. A superuser may reset a staff
+member's two-factor authentication (a lost phone): they enrol again at their next login.
+django-otp's own device admins are not offered (``dropportal.apps``): they would show TOTP seeds
+and recovery codes.
 """
 
 from __future__ import annotations
@@ -15,15 +18,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group, User
+from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest, HttpResponse
 
 from integrations.admin.actors import staff_actor
 from integrations.services.ledger import ledger_event_append
+from integrations.services.staff_mfa import staff_mfa_reset
 
 
 def _changed_fields(message: Any) -> list[str]:
@@ -86,6 +91,19 @@ admin.site.unregister(Group)
 @admin.register(User)
 class StaffUserAdmin(_LedgeredAdmin, UserAdmin):
     ledger_kind = "staff_user"
+    actions = ["reset_mfa"]
+
+    @admin.action(description="Reset two-factor authentication (they set it up again)")
+    def reset_mfa(self, request: HttpRequest, queryset: QuerySet[User]) -> None:
+        if not request.user.is_superuser:
+            raise PermissionDenied
+        for user in queryset:
+            staff_mfa_reset(user=user, actor=staff_actor(request))
+        self.message_user(
+            request,
+            f"Two-factor authentication reset for {queryset.count()} account(s).",
+            messages.SUCCESS,
+        )
 
     def ledger_data(self, obj: User) -> dict[str, Any]:
         return {

@@ -24,10 +24,12 @@ from integrations.models.requests import (
     ResolutionRequest,
     SaasDeletion,
 )
+from integrations.models.shown_once import SHOWN_ONCE_TTL, ShownOnceSecret
 
 __all__ = [
     "DROP_CAPABILITIES",
     "DROP_STATUS_CODES",
+    "SHOWN_ONCE_TTL",
     "ApiKey",
     "ApiKeyScope",
     "Broker",
@@ -54,6 +56,7 @@ __all__ = [
     "ResolutionRequest",
     "SaasConnection",
     "SaasDeletion",
+    "ShownOnceSecret",
     "WorkItem",
     "WorkItemState",
 ]

@@ -43,6 +43,8 @@ class Broker(models.Model):
         default="",
         help_text="Leave empty to use DROP's URL for the mode (or DROP_API_URL).",
     )
+    # When the key was last set or cleared: staff see this, never the key.
+    drop_api_key_changed_at = models.DateTimeField(null=True, blank=True, editable=False)
     # The periodic pull (integrations.tasks.pull_due_brokers) downloads when one is due.
     auto_pull = models.BooleanField(
         "pull automatically",

@@ -50,6 +50,8 @@ class Integration(models.Model):
     client_secret = EncryptedTextField(blank=True, default="")
     access_token = EncryptedTextField(blank=True, default="")  # cached OAuth token
     access_token_expires_at = models.DateTimeField(null=True, blank=True)
+    # When the token or client secret was last set or cleared: staff see this, never them.
+    credentials_changed_at = models.DateTimeField(null=True, blank=True, editable=False)
     connections_refreshed_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(db_default=Now())
 
@@ -118,6 +120,7 @@ class SaasConnection(models.Model):
     name = models.CharField(max_length=200)
     url = models.URLField(max_length=500)
     token = EncryptedTextField(blank=True, default="")
+    token_changed_at = models.DateTimeField(null=True, blank=True, editable=False)
     identifier_categories = ArrayField(models.CharField(max_length=32), default=list)
     enabled = models.BooleanField(default=True)
     disabled_reason = models.CharField(max_length=200, blank=True, default="")

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.utils import timezone
 
+from integrations.drop.client import base_url_for
 from integrations.models import Broker, BrokerMode
 from integrations.services.ledger import ledger_event_append
 
@@ -33,6 +36,7 @@ def broker_create(
         drop_base_url=drop_base_url,
         auto_pull=auto_pull,
         pull_interval_days=pull_interval_days,
+        drop_api_key_changed_at=timezone.now() if drop_api_key else None,
     )
     broker.full_clean()  # also reports a broker id that is already registered
     with transaction.atomic():
@@ -50,28 +54,55 @@ def broker_create(
     return broker
 
 
+def broker_drop_url(broker: Broker) -> str:
+    """Where the broker's DROP API key is sent: its own base URL, else DROP_API_URL, else
+    DROP's URL for its mode."""
+    return base_url_for(broker.mode, broker.drop_base_url or settings.DROP_API_URL)
+
+
 def broker_update(
     *, broker: Broker, actor: str, drop_api_key_changed: bool = False, **changes: Any
 ) -> Broker:
-    """Apply ``changes`` to ``broker``; the ledger records which fields changed (never the key)."""
+    """Apply ``changes`` to ``broker``; the ledger records which fields changed (never the key).
+
+    A credential follows its destination: when the DROP URL the key is sent to changes
+    (base URL or mode) and no new key comes with the change, the stored key is cleared, so
+    it is never sent to an address it was not entered for.
+    """
     unknown = set(changes) - {*_AUDITED_FIELDS, "drop_api_key"}
     if unknown:
         raise ValidationError(f"cannot change {', '.join(sorted(unknown))}")
     before = {field: getattr(broker, field) for field in _AUDITED_FIELDS}
+    destination_before = broker_drop_url(broker)
     for field, value in changes.items():
         setattr(broker, field, value)
     broker.full_clean()
+    key_given = "drop_api_key" in changes or drop_api_key_changed
+    key_cleared = (
+        not key_given
+        and bool(broker.drop_api_key)
+        and broker_drop_url(broker) != destination_before
+    )
+    if key_cleared:
+        broker.drop_api_key = ""
     with transaction.atomic():
         # Only the changed columns: a concurrent pull's last_pulled_at must not be overwritten.
-        extra = ["drop_api_key"] if drop_api_key_changed else []
+        extra = ["drop_api_key", "drop_api_key_changed_at"] if key_given or key_cleared else []
+        if extra:
+            broker.drop_api_key_changed_at = timezone.now()
         broker.save(update_fields=sorted({*changes, *extra, "updated_at"}))
-        changed = {
+        changed: dict[str, Any] = {
             field: {"from": before[field], "to": getattr(broker, field)}
             for field in _AUDITED_FIELDS
             if before[field] != getattr(broker, field)
         }
-        if "drop_api_key" in changes or drop_api_key_changed:
+        if key_given:
             changed["drop_api_key"] = {"changed": True}
+        elif key_cleared:
+            changed["drop_api_key"] = {
+                "cleared": True,
+                "reason": "the DROP URL it is sent to changed; enter the key again",
+            }
         ledger_event_append(
             kind="broker.updated",
             broker_id=broker.broker_id,

@@ -36,7 +36,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from dropportal.local_state import VAR_DIR
-from integrations.drop.client import DropApiError, DropClient, base_url_for
+from integrations.drop.client import DropApiError, DropClient
 from integrations.drop.files import (
     DownloadZipReader,
     DropFileError,
@@ -61,6 +61,7 @@ from integrations.models import (
     RequestState,
     WorkItemState,
 )
+from integrations.services.brokers import broker_drop_url
 from integrations.services.isi import isi_connections_refresh_for_broker
 from integrations.services.ledger import ledger_event_append
 from integrations.services.requests import RequestsCreated, requests_create_for_matches
@@ -438,7 +439,7 @@ def drop_client_for(
         raise DropPullError(
             f"broker {broker.broker_id} has no DROP API key: set it in the admin first"
         )
-    base_url = base_url_for(broker.mode, broker.drop_base_url or settings.DROP_API_URL)
+    base_url = broker_drop_url(broker)  # where its key is sent: one rule with broker_update
 
     def on_call(method: str, path: str, status: int | None, duration_ms: int, outcome: str) -> None:
         ledger_event_append(

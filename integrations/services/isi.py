@@ -166,6 +166,7 @@ def isi_integration_create(
             name=name,
             base_url=base_url,
             webhook_secret=secret,
+            credentials_changed_at=timezone.now(),
             **credentials,
         )
         ledger_event_append(
@@ -214,8 +215,26 @@ def isi_integration_update(
         updates: dict[str, Any] = {}
         if base_url is not None:
             updates["base_url"] = target_url_validate(base_url, field="base_url").rstrip("/")
+        # A credential follows its destination: a stored token or client secret is kept only
+        # while the base URL and the token URL stay; a change must come with it again.
+        moved = "base_url" in updates and updates["base_url"] != locked.base_url
+        if auth is None and moved:
+            secret_field = "token" if locked.auth == IsiAuth.TOKEN else "client_secret"
+            raise ValidationError(
+                {secret_field: "the base URL changed: enter the credential again with it"}
+            )
         if auth is not None:
-            same = auth == locked.auth
+            if auth == IsiAuth.OAUTH and (token_url or "").strip() != locked.token_url:
+                moved = True
+            same = auth == locked.auth and not moved
+            if moved and auth == IsiAuth.TOKEN and not token:
+                raise ValidationError(
+                    {"token": "the base URL changed: enter the static token again with it"}
+                )
+            if moved and auth == IsiAuth.OAUTH and not client_secret and locked.client_secret:
+                raise ValidationError(
+                    {"client_secret": "the URL changed: enter the client secret again with it"}
+                )
             if auth == IsiAuth.TOKEN:
                 token = token or (locked.token if same else "")
                 updates.update(
@@ -243,6 +262,9 @@ def isi_integration_update(
         if set(changed) & {"auth", "token", *_OAUTH_FIELDS, "base_url"}:
             locked.access_token, locked.access_token_expires_at = "", None
             changed += ["access_token", "access_token_expires_at"]
+        if set(changed) & {"token", "client_secret"}:
+            locked.credentials_changed_at = timezone.now()
+            changed.append("credentials_changed_at")
         locked.save(update_fields=changed)
         secret_fields = {"token", "client_secret", "access_token", "access_token_expires_at"}
         ledger_event_append(
@@ -254,8 +276,10 @@ def isi_integration_update(
                 "changes": {
                     name: "changed" if name in secret_fields else updates[name]
                     for name in changed
-                    if name not in ("access_token", "access_token_expires_at")
-                }
+                    if name
+                    not in ("access_token", "access_token_expires_at", "credentials_changed_at")
+                },
+                **({"credential_entered_again": "the URL it is sent to changed"} if moved else {}),
             },
         )
     return locked

@@ -55,6 +55,7 @@ def saas_connection_create(
         token=(token or "").strip(),
         identifier_categories=categories_validate(categories),
     )
+    connection.token_changed_at = timezone.now() if connection.token else None
     with transaction.atomic():
         connection.save()
         ledger_event_append(
@@ -81,7 +82,11 @@ def saas_connection_update(
     token: str | None = None,
     categories: Iterable[str] | None = None,
 ) -> SaasConnection:
-    """Change what is given; ``token`` None keeps the current token. The token is never logged."""
+    """Change what is given; ``token`` None keeps the current token. The token is never logged.
+
+    A credential follows its destination: a new URL without a new token clears the stored
+    token (it was entered for the old address), and the ledger event says so.
+    """
     changes: dict[str, object] = {}
     if name is not None:
         name = name.strip()
@@ -106,8 +111,16 @@ def saas_connection_update(
         if token is not None and token != locked.token:
             changes["token"] = token
             changed["token"] = {"changed": True}
+        elif "url" in changed and locked.token:
+            changes["token"] = ""
+            changed["token"] = {
+                "cleared": True,
+                "reason": "the URL it is sent to changed; enter the token again",
+            }
         if not changed:
             return locked
+        if "token" in changes:
+            changes["token_changed_at"] = timezone.now()
         for f, v in changes.items():
             setattr(locked, f, v)
         locked.save(update_fields=list(changes))

@@ -1,0 +1,62 @@
+"""Start-up checks of the deployment's security settings, and the client's address.
+
+``manage.py check`` (and so every start-up) refuses a plain-http public URL on a host other
+than loopback while debug is off: staff passwords, MFA codes and session cookies would cross
+the network in clear. ``DROPPORTAL_ALLOW_PRIVATE_TARGETS`` (a test or lab set-up) lets it
+through; ``make run`` on http://127.0.0.1:8000 is loopback and never refused::
+
+    DROPPORTAL_PUBLIC_URL=http://dp.example.com manage.py check   # dropportal.E001
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.core import checks
+from django.http import HttpRequest
+
+_LOOPBACK_NAMES = {"localhost", "localhost.localdomain"}
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() in _LOOPBACK_NAMES or host.lower().endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@checks.register(checks.Tags.security)
+def public_url_uses_https(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    public = urlsplit(settings.DROPPORTAL_PUBLIC_URL)
+    if public.scheme == "https" or settings.DEBUG or settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS:
+        return []
+    if _is_loopback(public.hostname or ""):
+        return []
+    return [
+        checks.Error(
+            f"DROPPORTAL_PUBLIC_URL {settings.DROPPORTAL_PUBLIC_URL} is plain http on a host "
+            "other than loopback: staff passwords, MFA codes and session cookies would cross "
+            "the network in clear.",
+            hint="Serve it over https (behind a TLS-terminating proxy, also set "
+            "DROPPORTAL_BEHIND_TLS_PROXY=true), or set DROPPORTAL_ALLOW_PRIVATE_TARGETS=true "
+            "for a closed test set-up.",
+            id="dropportal.E001",
+        )
+    ]
+
+
+def client_address(request: HttpRequest) -> str | None:
+    """The client's address: the peer, or behind the opt-in TLS proxy, the address that
+    proxy appended last to X-Forwarded-For (earlier entries are the client's own claim)."""
+    if settings.DROPPORTAL_BEHIND_TLS_PROXY:
+        forwarded = request.META.get("HTTP_X_FORWARDED_FOR", "")
+        last = forwarded.split(",")[-1].strip()
+        if last:
+            return last
+    address = request.META.get("REMOTE_ADDR")
+    return str(address) if address else None

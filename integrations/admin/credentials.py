@@ -1,0 +1,95 @@
+"""Stored credentials in the admin: write-only, for every role (superusers included).
+
+A ModelAdmin lists its credential fields; on a change or view page each one is shown as
+"set (last changed ...)" or "not set", and staff who may change the row get an empty
+password input next to it to enter a new value. The stored value is never rendered, so a
+view-only role (Operators, Auditors) reads nothing through the read-only fields Django would
+otherwise render from the decrypted model value::
+
+    @admin.register(Broker)
+    class BrokerAdmin(WriteOnlyCredentials, admin.ModelAdmin):
+        credentials = [Credential("drop_api_key", "DROP API key", "drop_api_key_changed_at")]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+from django.utils import timezone
+
+
+@dataclass(frozen=True)
+class Credential:
+    field: str  # the model's EncryptedTextField
+    label: str
+    changed_at: str  # the model's timestamp of the last change
+
+
+def credential_status(obj: Any, credential: Credential) -> str:
+    """What anyone may know of a stored credential: whether it is set, and since when."""
+    if not getattr(obj, credential.field, ""):
+        return "not set"
+    changed_at = getattr(obj, credential.changed_at, None)
+    if changed_at is None:
+        return "set"
+    return f"set (last changed {timezone.localtime(changed_at):%Y-%m-%d %H:%M %Z})"
+
+
+def _status_display(credential: Credential) -> Callable[[Any], str]:
+    def status(obj: Any) -> str:
+        return credential_status(obj, credential)
+
+    status.__name__ = f"{credential.field}_status"
+    return admin.display(description=credential.label)(status)
+
+
+class WriteOnlyCredentials:
+    """Mixin for a ModelAdmin: its ``credentials`` are entered, never read back."""
+
+    credentials: Sequence[Credential] = ()
+
+    def _statuses(self) -> dict[str, Callable[[Any], str]]:
+        cached = self.__dict__.get("_credential_statuses")
+        if cached is None:
+            cached = {c.field: _status_display(c) for c in self.credentials}
+            self.__dict__["_credential_statuses"] = cached
+        return cached
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        fieldsets = super().get_fieldsets(request, obj)  # type: ignore[misc]
+        if obj is None:
+            return fieldsets  # the add form: inputs only, nothing stored yet
+        may_change = self.has_change_permission(request, obj)  # type: ignore[attr-defined]
+        statuses = self._statuses()
+        placed = set(statuses.values())
+
+        def swap(names: Sequence[Any]) -> list[Any]:
+            shown: list[Any] = []
+            for name in names:
+                if name in placed:
+                    continue  # Django's default fields end with the read-only ones
+                if isinstance(name, (list, tuple)):
+                    shown.append(tuple(swap(name)))
+                elif isinstance(name, str) and name in statuses:
+                    shown.append(statuses[name])
+                    if may_change:
+                        shown.append(name)  # an empty password input: a new value
+                else:
+                    shown.append(name)
+            return shown
+
+        return [
+            (title, {**options, "fields": swap(options.get("fields", ()))})
+            for title, options in fieldsets
+        ]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        """A ModelAdmin that overrides this must add ``super()``'s to its own."""
+        readonly = list(super().get_readonly_fields(request, obj))  # type: ignore[misc]
+        if obj is None:
+            return readonly
+        return [*readonly, *self._statuses().values()]

@@ -1,0 +1,137 @@
+"""The staff login's second step: a TOTP code (or a recovery code), and guided enrolment.
+
+After the password, a staff member who must use MFA (``staff_mfa_required``) and has not yet
+passed it this session is sent here by the admin site (``DropportalAdminSite``):
+
+- ``/admin/mfa/``: enter the code of the authenticator app, or one recovery code (used up);
+- ``/admin/mfa/enrol/``: the first time, the app's secret as a QR code, an ``otpauth://``
+  URI and in text; a code from the app confirms it, and the recovery codes are shown once.
+
+django-otp slows down repeated wrong codes per device; django-axes locks out repeated wrong
+passwords before this step.
+"""
+
+from __future__ import annotations
+
+from base64 import b32encode
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+import django_otp
+import segno
+from django.contrib import admin
+from django.contrib.auth import logout
+from django.core.exceptions import ValidationError
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import resolve_url
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.cache import never_cache
+from django.views.decorators.debug import sensitive_post_parameters
+from django.views.decorators.http import require_POST
+
+from integrations.admin.actors import staff_actor
+from integrations.services.staff_mfa import (
+    staff_mfa_enrol,
+    staff_mfa_enrolled,
+    staff_mfa_pending_device,
+)
+
+
+def _next_url(request: HttpRequest) -> str:
+    wanted = request.POST.get("next") or request.GET.get("next") or ""
+    if url_has_allowed_host_and_scheme(
+        wanted, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return wanted
+    return reverse("admin:index")
+
+
+def _staff_with_password(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Only for a staff member who gave their password: anyone else logs in first."""
+
+    @wraps(view)
+    def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        user = request.user
+        if not (user.is_authenticated and user.is_active and user.is_staff):
+            return HttpResponseRedirect(resolve_url("admin:login"))
+        return view(request, *args, **kwargs)
+
+    return never_cache(sensitive_post_parameters("otp_token")(guarded))
+
+
+def _member(request: HttpRequest) -> Any:
+    """The staff member who gave their password (``_staff_with_password`` checked it)."""
+    return request.user
+
+
+def _render(request: HttpRequest, template: str, **context: Any) -> TemplateResponse:
+    return TemplateResponse(
+        request,
+        template,
+        {**admin.site.each_context(request), "next": _next_url(request), **context},
+    )
+
+
+@_staff_with_password
+def mfa_verify_view(request: HttpRequest) -> HttpResponse:
+    if not staff_mfa_enrolled(_member(request)):
+        return HttpResponseRedirect(f"{reverse('admin:mfa_enrol')}?next={_next_url(request)}")
+    error = ""
+    if request.method == "POST":
+        token = (request.POST.get("otp_token") or "").strip().replace(" ", "")
+        device = django_otp.match_token(request.user, token) if token else None
+        if device is not None:
+            django_otp.login(request, device)
+            request.session.cycle_key()  # a new session id once fully authenticated
+            return HttpResponseRedirect(_next_url(request))
+        error = "That code does not match (or too many tries: wait a moment and try again)."
+    return _render(request, "admin/mfa/verify.html", title="Two-factor authentication", error=error)
+
+
+@_staff_with_password
+def mfa_enrol_view(request: HttpRequest) -> HttpResponse:
+    if staff_mfa_enrolled(_member(request)):
+        return HttpResponseRedirect(f"{reverse('admin:mfa_verify')}?next={_next_url(request)}")
+    device = staff_mfa_pending_device(user=_member(request))
+    error = ""
+    if request.method == "POST":
+        try:
+            codes = staff_mfa_enrol(
+                user=_member(request),
+                device=device,
+                token=request.POST.get("otp_token") or "",
+                actor=staff_actor(request),
+            )
+        except ValidationError as exc:
+            error = " ".join(exc.message_dict.get("token", exc.messages))
+        else:
+            device.refresh_from_db()
+            django_otp.login(request, device)
+            request.session.cycle_key()
+            return _render(
+                request,
+                "admin/mfa/recovery_codes.html",
+                title="Your recovery codes",
+                codes=codes,
+            )
+    uri = device.config_url
+    return _render(
+        request,
+        "admin/mfa/enrol.html",
+        title="Set up two-factor authentication",
+        secret=b32encode(device.bin_key).decode("ascii"),
+        uri=uri,
+        qr_svg=segno.make(uri, error="m").svg_inline(scale=5, dark="#1f2937"),
+        error=error,
+    )
+
+
+@require_POST
+@_staff_with_password
+def mfa_logout_view(request: HttpRequest) -> HttpResponse:
+    """Leave the second step: the admin's own logout needs a fully logged-in staff member."""
+    logout(request)
+    return HttpResponseRedirect(resolve_url("admin:login"))

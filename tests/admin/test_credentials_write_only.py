@@ -1,0 +1,153 @@
+"""Stored credentials are write-only in the admin, for every role, superusers included.
+
+Each role opens every admin page it can (the dashboard, every registered model's list, the
+change page of every row of a model that holds a credential and of the first row of the
+others) and no response holds a stored credential: the DROP API key, ISI tokens, OAuth client
+secrets, SaaS tokens, Webhook Secrets (current and previous), a cached access token, or a
+staff member's TOTP seed and recovery codes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from base64 import b32encode
+from collections.abc import Callable
+
+import pytest
+from django.contrib import admin
+from django.contrib.auth.models import Group, User
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+from django_otp.oath import TOTP
+
+from integrations.models import (
+    Broker,
+    Integration,
+    IntegrationKind,
+    IsiAuth,
+    SaasConnection,
+)
+from integrations.services.brokers import broker_update
+from integrations.services.keys import CreatedApiKey
+from integrations.services.ledger import ledger_event_append
+from integrations.services.staff_mfa import staff_mfa_enrol, staff_mfa_pending_device
+from tests.sample_cycle import sample_cycle
+
+pytestmark = pytest.mark.django_db
+
+DROP_KEY = "drop-key-4f1c2a9e7b"
+ISI_TOKEN = "isi-static-token-8d3e"
+CLIENT_SECRET = "oauth-client-secret-6a2f"
+ACCESS_TOKEN = "oauth-access-token-1b7c"
+SAAS_TOKEN = "saas-token-9e4d"
+PREVIOUS_SECRET = "whsec_" + "P" * 43
+
+CREDENTIAL_MODELS = {Broker, Integration, SaasConnection}
+
+
+@pytest.fixture
+def credentials(broker: Broker, make_key: Callable[..., CreatedApiKey]) -> list[str]:
+    """Every kind of stored credential, with rows of every other model around them."""
+    world = sample_cycle(broker, today=timezone.localdate())
+    broker_update(broker=broker, actor="test", drop_api_key=DROP_KEY)
+    Integration.objects.filter(pk=world.integration.pk).update(
+        previous_webhook_secret=PREVIOUS_SECRET,
+        previous_secret_expires_at=timezone.now() + dt.timedelta(hours=1),
+    )
+    token_isi = Integration.objects.create(
+        broker=broker,
+        kind=IntegrationKind.ISI,
+        name="Token API",
+        base_url="https://api.acme.example",
+        auth=IsiAuth.TOKEN,
+        token=ISI_TOKEN,
+        webhook_secret="whsec_" + "T" * 43,
+    )
+    oauth_isi = Integration.objects.create(
+        broker=broker,
+        kind=IntegrationKind.ISI,
+        name="OAuth API",
+        base_url="https://api2.acme.example",
+        auth=IsiAuth.OAUTH,
+        token_url="https://auth.acme.example/token",
+        client_id="dropportal",
+        client_secret=CLIENT_SECRET,
+        access_token=ACCESS_TOKEN,
+        webhook_secret="whsec_" + "O" * 43,
+    )
+    SaasConnection.objects.update(token=SAAS_TOKEN)
+    api_key = make_key("webhook_callback").key
+    ledger_event_append(kind="test.event", broker_id=broker.broker_id)
+    stored = [DROP_KEY, ISI_TOKEN, CLIENT_SECRET, ACCESS_TOKEN, SAAS_TOKEN, PREVIOUS_SECRET]
+    stored += [i.webhook_secret for i in (world.integration, token_isi, oauth_isi)]
+    # A staff member's TOTP seed and recovery codes are credentials too.
+    enrolled = User.objects.create_user("enrolled", password="pw-123-enrolled", is_staff=True)
+    device = staff_mfa_pending_device(user=enrolled)
+    totp = TOTP(device.bin_key, device.step, device.t0, device.digits, device.drift)
+    codes = staff_mfa_enrol(user=enrolled, device=device, token=f"{totp.token():06d}", actor="test")
+    return [*stored, api_key, device.key, b32encode(device.bin_key).decode(), *codes]
+
+
+def _login(client: Client, role: str) -> Client:
+    if role == "superuser":
+        user = User.objects.create_superuser("root", "root@example.com", "pw-123-root")
+    else:
+        user = User.objects.create_user(role.lower(), password="pw-123-role", is_staff=True)
+        user.groups.add(Group.objects.get(name=role))
+    client.force_login(user)
+    return client
+
+
+def _pages() -> list[str]:
+    """Every admin page of every registered model with data present."""
+    urls = [reverse("admin:index")]
+    for model, _ in admin.site._registry.items():
+        meta = model._meta
+        prefix = f"admin:{meta.app_label}_{meta.model_name}"
+        urls.append(reverse(f"{prefix}_changelist"))
+        rows = model._default_manager.all()
+        for obj in rows if model in CREDENTIAL_MODELS else rows[:1]:
+            urls.append(reverse(f"{prefix}_change", args=[obj.pk]))
+            urls.append(reverse(f"{prefix}_history", args=[obj.pk]))
+    return urls
+
+
+@pytest.mark.parametrize("role", ["Auditors", "Operators", "superuser"])
+def test_no_admin_page_shows_a_stored_credential(
+    role: str, credentials: list[str], client: Client
+) -> None:
+    staff = _login(client, role)
+    opened = 0
+    for url in _pages():
+        response = staff.get(url)
+        if response.status_code != 200:
+            continue
+        opened += 1
+        page = response.content.decode()
+        for secret in credentials:
+            assert secret not in page, f"{role} reads a stored credential on {url}"
+    assert opened > len(CREDENTIAL_MODELS) * 2, f"{role} opened only {opened} pages"
+
+    broker = Broker.objects.get()
+    status = staff.get(reverse("admin:integrations_broker_change", args=[broker.pk]))
+    assert re.search(r"set \(last changed \d{4}-\d\d-\d\d \d\d:\d\d UTC\)", status.content.decode())
+
+
+def test_a_credential_not_set_says_so(credentials: list[str], client: Client) -> None:
+    Broker.objects.update(drop_api_key="")
+    staff = _login(client, "Auditors")
+    broker = Broker.objects.get()
+    page = staff.get(reverse("admin:integrations_broker_change", args=[broker.pk])).content
+    assert b"not set" in page
+
+
+def test_a_manager_enters_a_new_value_into_an_empty_input(
+    credentials: list[str], client: Client
+) -> None:
+    staff = _login(client, "superuser")
+    broker = Broker.objects.get()
+    page = staff.get(reverse("admin:integrations_broker_change", args=[broker.pk])).content
+    assert b'type="password" name="drop_api_key"' in page
+    assert DROP_KEY.encode() not in page
