@@ -38,6 +38,7 @@ an ``on_delivered`` that records the answer once its attempt is recorded.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import logging
@@ -95,7 +96,9 @@ class Outbound:
     call leaves, so the timestamp is fresh however long the call waited for a thread.
     ``send`` (ISI) makes the call itself, on the sending thread (HTTP only), instead of one
     plain POST. ``on_delivered`` (ISI identifiers) takes a synchronous answer, inside the
-    batch's transaction once the attempt is recorded as delivered.
+    batch's transaction once the attempt is recorded as delivered. ``keep_answer=False``
+    (endpoints that handle clear identifiers: SaaS deletions, ISI identifier retrieval): the
+    attempt keeps only the masked shape of the answer, never its text.
     """
 
     url: str
@@ -104,6 +107,7 @@ class Outbound:
     signer: Callable[[bytes], dict[str, str]] | None = None
     send: Callable[[Outbound], DeliveryResult] | None = None
     on_delivered: Callable[[DeliveryResult], None] | None = None
+    keep_answer: bool = True
 
 
 class NothingToDeliver(Exception):
@@ -206,6 +210,8 @@ def _send(outbound: Outbound, now: Callable[[], dt.datetime]) -> Sent:
         timeout_connect=TIMEOUT_CONNECT,
         timeout_total=TIMEOUT_TOTAL,
     )
+    if not outbound.keep_answer:
+        result = dataclasses.replace(result, response_body=isi.masked(result.content))
     return Sent(outbound, headers, result, started)
 
 
@@ -468,7 +474,12 @@ def _isi_outbound(
         )
 
     return Outbound(
-        url=url, body=body, headers=isi.request_headers(), send=send, on_delivered=on_delivered
+        url=url,
+        body=body,
+        headers=isi.request_headers(),
+        send=send,
+        on_delivered=on_delivered,
+        keep_answer=keep_answer,
     )
 
 
@@ -629,7 +640,10 @@ def saas_deletion_outbound(deletion: SaasDeletion) -> Outbound:
             + ", ".join(connection_.identifier_categories or ["email"])
         )
     return Outbound(
-        url=connection_.url, body=webhook.encode(payload), headers=saas_headers(connection_.token)
+        url=connection_.url,
+        body=webhook.encode(payload),
+        headers=saas_headers(connection_.token),
+        keep_answer=False,  # it sends clear identifiers: an answer may echo them
     )
 
 
