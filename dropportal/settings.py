@@ -35,6 +35,9 @@ DROPPORTAL_CALLBACK_RATE_LIMIT = env.int("DROPPORTAL_CALLBACK_RATE_LIMIT", defau
 DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT = env.float(
     "DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT", default=5.0
 )
+# Delivery batches in flight at once per broker, across all workers: one slow broker holds
+# at most this many of the dispatch queue's worker slots. 0: no limit.
+DROPPORTAL_DISPATCH_SLOTS_PER_BROKER = env.int("DROPPORTAL_DISPATCH_SLOTS_PER_BROKER", default=2)
 DROP_API_URL: str | None = env.str("DROP_API_URL", default="") or None
 # Days a broker has to report after a download, and between downloads (drop-platform.md s. 3).
 DROPPORTAL_REPORT_DAYS = env.int("DROPPORTAL_REPORT_DAYS", default=45)

@@ -20,6 +20,13 @@ up to ``BATCH_SIZE`` ids, each batch in one transaction:
    the target, whose rows then wait; anything else is retried on the schedule, or ends
    ``undeliverable``), defer the retry jobs and append the ledger events, then commit.
 
+A broker has at most ``DROPPORTAL_DISPATCH_SLOTS_PER_BROKER`` batches in flight at once,
+across every worker (PostgreSQL advisory locks held by the batch's transaction): the rows of
+a broker whose slots are all taken are left as they are and their job is deferred by
+``BUSY_DELAY_SECONDS``, which frees the worker slot at once. So one slow broker (every call
+taking its whole timeout) holds at most that many of the dispatch queue's worker slots, and
+the others' deliveries go on.
+
 The rows stay locked while their calls are in flight, so two workers never deliver the same
 thing at once, and a worker killed mid-batch leaves no trace but unacknowledged rows that
 its re-run job (``tasks.retry_stalled_jobs``) delivers again: at least once, never again
@@ -50,7 +57,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar, cast
 
 from django.conf import settings
-from django.db import models, transaction
+from django.db import connection, models, transaction
 from django.db.models import F
 from django.db.models.functions import Now
 from django.utils import timezone
@@ -82,6 +89,10 @@ BATCH_SIZE = 100
 TIMEOUT_CONNECT = 5.0
 TIMEOUT_TOTAL = 15.0
 REDACTED = "[redacted]"
+# A batch whose broker has no free dispatch slot is tried again this much later.
+BUSY_DELAY_SECONDS = 30
+# The first key of the advisory locks that are dispatch slots (the second: broker and slot).
+SLOT_LOCK_SPACE = 0x44505344  # "DPSD"
 
 Verdict = Literal["delivered", "retry", "gone", "undeliverable", "skipped"]
 Item = TypeVar("Item", DeletionRequest, ResolutionRequest, SaasDeletion)
@@ -131,6 +142,8 @@ class DeliveryKind(Generic[Item]):
     acknowledged_state: str = RequestState.DISPATCHED
     after_final: Callable[[Item], None] | None = None  # inside the transaction
     ledger_data: Callable[[Item], dict[str, Any]] = field(default=lambda item: {})
+    # Defer one job for many ids (None: one ``schedule`` per id).
+    defer_many: Callable[[list[int], dt.datetime], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -234,6 +247,12 @@ def _deliver_batch(
         # Not found: delivered, cancelled, not due yet, or being delivered right now.
         if len(items) < len(ids):
             counts["skipped"] += len(ids) - len(items)
+        busy = {b for b in {kind.broker_id(item) for item in items} if not broker_slot_take(b)}
+        if busy:
+            later = [item.pk for item in items if kind.broker_id(item) in busy]
+            _defer(kind, later, now() + dt.timedelta(seconds=BUSY_DELAY_SECONDS))
+            counts["deferred"] += len(later)
+            items = [item for item in items if kind.broker_id(item) not in busy]
         calls: list[tuple[Item, Target, Outbound]] = []
         for item in items:
             target = kind.target(item)
@@ -282,6 +301,30 @@ def _deliver_batch(
                     if item.state == RequestState.COMPLETED:
                         kind.after_final(item)
     return counts, failure
+
+
+def broker_slot_take(broker_id: str) -> bool:
+    """Take one of ``broker_id``'s dispatch slots until the transaction ends; False when
+    every one is taken (by other batches in flight, on any worker)."""
+    slots = int(settings.DROPPORTAL_DISPATCH_SLOTS_PER_BROKER)
+    if slots <= 0:
+        return True
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT slot FROM generate_series(0, %s - 1) AS slot"
+            " WHERE pg_try_advisory_xact_lock(%s, hashtext(%s || ':' || slot)) LIMIT 1",
+            [slots, SLOT_LOCK_SPACE, broker_id],
+        )
+        return cursor.fetchone() is not None
+
+
+def _defer(kind: DeliveryKind[Item], ids: list[int], when: dt.datetime) -> None:
+    if kind.defer_many is not None:
+        for start in range(0, len(ids), BATCH_SIZE):
+            kind.defer_many(ids[start : start + BATCH_SIZE], when)
+    else:
+        for pk in ids:
+            kind.schedule(pk, when)
 
 
 def _save_states(kind: DeliveryKind[Item], items: list[Item]) -> None:
@@ -526,6 +569,10 @@ def _schedule_deletion(pk: int, when: dt.datetime) -> None:
     tasks.deliver_deletion_requests.configure(schedule_at=when).defer(request_ids=[pk])
 
 
+def _defer_deletions(pks: list[int], when: dt.datetime) -> None:
+    tasks.deliver_deletion_requests.configure(schedule_at=when).defer(request_ids=pks)
+
+
 DELETION_REQUESTS: DeliveryKind[DeletionRequest] = DeliveryKind(
     name="deletion_request",
     model=DeletionRequest,
@@ -537,6 +584,7 @@ DELETION_REQUESTS: DeliveryKind[DeletionRequest] = DeliveryKind(
     broker_id=lambda request: request.broker_id_code,
     schedule=_schedule_deletion,
     ledger_data=lambda request: {"webhook_request_id": str(request.webhook_request_id)},
+    defer_many=_defer_deletions,
 )
 
 
@@ -600,6 +648,10 @@ def _schedule_resolution(pk: int, when: dt.datetime) -> None:
     tasks.deliver_resolution_requests.configure(schedule_at=when).defer(request_ids=[pk])
 
 
+def _defer_resolutions(pks: list[int], when: dt.datetime) -> None:
+    tasks.deliver_resolution_requests.configure(schedule_at=when).defer(request_ids=pks)
+
+
 RESOLUTION_REQUESTS: DeliveryKind[ResolutionRequest] = DeliveryKind(
     name="resolution_request",
     model=ResolutionRequest,
@@ -611,6 +663,7 @@ RESOLUTION_REQUESTS: DeliveryKind[ResolutionRequest] = DeliveryKind(
     broker_id=lambda request: request.broker.broker_id,
     schedule=_schedule_resolution,
     ledger_data=lambda request: {"webhook_request_id": str(request.webhook_request_id)},
+    defer_many=_defer_resolutions,
 )
 
 
