@@ -570,7 +570,7 @@ def _schedule_deletion(pk: int, when: dt.datetime) -> None:
 
 
 def _defer_deletions(pks: list[int], when: dt.datetime) -> None:
-    tasks.deliver_deletion_requests.configure(schedule_at=when).defer(request_ids=pks)
+    tasks.deliver_deletion_requests.configure(schedule_at=when).defer(request_ids=list[Any](pks))
 
 
 DELETION_REQUESTS: DeliveryKind[DeletionRequest] = DeliveryKind(
@@ -649,7 +649,7 @@ def _schedule_resolution(pk: int, when: dt.datetime) -> None:
 
 
 def _defer_resolutions(pks: list[int], when: dt.datetime) -> None:
-    tasks.deliver_resolution_requests.configure(schedule_at=when).defer(request_ids=pks)
+    tasks.deliver_resolution_requests.configure(schedule_at=when).defer(request_ids=list[Any](pks))
 
 
 RESOLUTION_REQUESTS: DeliveryKind[ResolutionRequest] = DeliveryKind(
