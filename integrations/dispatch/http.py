@@ -448,6 +448,8 @@ def _scheme_refusal(url: str, *, allow_private: bool) -> str | None:
         return "invalid URL: an absolute https:// URL is required"
     if parts.scheme == "http" and not allow_private:
         return "plain http not allowed: use https"
+    if "@" in parts.netloc:
+        return "invalid URL: a user name or password in the URL is not allowed"
     return None
 
 
