@@ -24,7 +24,8 @@ in the same query as the API key (``services.keys.api_key_lookup``)::
 The order of checks, each with its status and ``code`` (product.md section 2):
 
 0. the client address refused too many unauthenticated callbacks lately: 429
-   ``rate_limited`` with ``Retry-After`` (before the body is read or a key looked up);
+   ``rate_limited`` with ``Retry-After``, at once when no key is given, and instead of the
+   refusal when the key given is not valid (a valid key is never throttled by address);
 1. body over 64 KiB: 413 ``payload_too_large`` (refused before anything else, unread);
 2. API key missing, unknown or revoked: 401 ``authentication_failed``;
 3. key without ``webhook_callback``: 403 ``scope_missing``;
@@ -40,7 +41,9 @@ secret or an identifier). A rejection without one (no key, an unknown or revoked
 body refused before the key was read, an address throttled) writes nothing: anyone can send
 those, and the ledger is append-only. They are counted (``UNAUTHENTICATED``), logged at
 most once a minute per process with the count, and each costs its client address a token
-of ``DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT`` (per address, or per /64 for IPv6).
+of ``DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT`` (per address, or per /64 for IPv6). The
+address is REMOTE_ADDR: behind a reverse proxy every client shares the proxy's, which is why
+a request with a valid key is never refused by it.
 """
 
 from __future__ import annotations
@@ -251,15 +254,11 @@ class SignedCallbackView(APIView):
         self.deletion_request = None
         self._body: dict[str, Any] | Problem | None = None
         self._throttled_address = False
-        wait = ADDRESS_BUCKETS.wait(client_address(request))
-        if wait > 0:
-            self._throttled_address = True
-            raise Problem(
-                status=429,
-                code="rate_limited",
-                detail="Too many unauthenticated callbacks from this address; try again later.",
-                headers={"Retry-After": str(max(1, round(wait + 0.5)))},
-            )
+        if not request.headers.get("Authorization"):
+            # Nothing to look up: a throttled address is answered at once. One with a key
+            # has it looked up first, so a valid key passes even from a throttled address
+            # (brokers behind one proxy address as a flood).
+            self._refuse_if_throttled(request)
         try:
             length = int(request.META.get("CONTENT_LENGTH") or 0)
         except ValueError:
@@ -315,7 +314,25 @@ class SignedCallbackView(APIView):
         assert isinstance(api_key, ApiKey)
         return f"apikey:{api_key.prefix}"
 
+    def _refuse_if_throttled(self, request: HttpRequest | Request) -> None:
+        wait = ADDRESS_BUCKETS.wait(client_address(request))
+        if wait > 0:
+            self._throttled_address = True
+            raise Problem(
+                status=429,
+                code="rate_limited",
+                detail="Too many unauthenticated callbacks from this address; try again later.",
+                headers={"Retry-After": str(max(1, round(wait + 0.5)))},
+            )
+
     def handle_exception(self, exc: Exception) -> Response:
+        valid_key = isinstance(self.request.__dict__.get("_auth"), ApiKey)
+        if isinstance(exc, exceptions.APIException) and not valid_key:
+            try:
+                if not self._throttled_address:
+                    self._refuse_if_throttled(self.request)
+            except Problem as throttled:
+                exc = throttled
         response = super().handle_exception(exc)
         if isinstance(exc, exceptions.APIException):
             self._record_rejection(exc, response)

@@ -94,7 +94,7 @@ BUSY_DELAY_SECONDS = 30
 # The first key of the advisory locks that are dispatch slots (the second: broker and slot).
 SLOT_LOCK_SPACE = 0x44505344  # "DPSD"
 
-Verdict = Literal["delivered", "retry", "gone", "undeliverable", "skipped"]
+Verdict = Literal["delivered", "retry", "gone", "undeliverable", "skipped", "deferred"]
 Item = TypeVar("Item", DeletionRequest, ResolutionRequest, SaasDeletion)
 Target = Integration | SaasConnection
 
