@@ -186,7 +186,8 @@ class _Watchdog:
                     target=self._run, name="outbound-watchdog", daemon=True
                 )
                 self._thread.start()
-            self._condition.notify()
+            if self._heap[0][2] is bound:  # the earliest now: the thread must wake sooner
+                self._condition.notify()
 
     def _run(self) -> None:
         while True:
