@@ -49,6 +49,7 @@ import dataclasses
 import datetime as dt
 import json
 import logging
+import random
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
@@ -57,7 +58,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar, cast
 
 from django.conf import settings
-from django.db import connection, models, transaction
+from django.db import OperationalError, connection, models, transaction
 from django.db.models import F
 from django.db.models.functions import Now
 from django.utils import timezone
@@ -89,7 +90,9 @@ BATCH_SIZE = 100
 TIMEOUT_CONNECT = 5.0
 TIMEOUT_TOTAL = 15.0
 REDACTED = "[redacted]"
-# A batch whose broker has no free dispatch slot is tried again this much later.
+# A batch whose broker has no free dispatch slot waits this long for one (batches to a
+# healthy broker take well under a second), then is tried again BUSY_DELAY_SECONDS later.
+SLOT_WAIT_SECONDS = 5.0
 BUSY_DELAY_SECONDS = 30
 # The first key of the advisory locks that are dispatch slots (the second: broker and slot).
 SLOT_LOCK_SPACE = 0x44505344  # "DPSD"
@@ -247,7 +250,8 @@ def _deliver_batch(
         # Not found: delivered, cancelled, not due yet, or being delivered right now.
         if len(items) < len(ids):
             counts["skipped"] += len(ids) - len(items)
-        busy = {b for b in {kind.broker_id(item) for item in items} if not broker_slot_take(b)}
+        brokers = {kind.broker_id(item) for item in items}
+        busy = {b for b in brokers if not broker_slot_take(b, wait=SLOT_WAIT_SECONDS)}
         if busy:
             later = [item.pk for item in items if kind.broker_id(item) in busy]
             _defer(kind, later, now() + dt.timedelta(seconds=BUSY_DELAY_SECONDS))
@@ -303,9 +307,10 @@ def _deliver_batch(
     return counts, failure
 
 
-def broker_slot_take(broker_id: str) -> bool:
-    """Take one of ``broker_id``'s dispatch slots until the transaction ends; False when
-    every one is taken (by other batches in flight, on any worker)."""
+def broker_slot_take(broker_id: str, *, wait: float = 0) -> bool:
+    """Take one of ``broker_id``'s dispatch slots until the transaction ends, waiting up to
+    ``wait`` seconds for one; False when every one stays taken (by other batches in flight,
+    on any worker)."""
     slots = int(settings.DROPPORTAL_DISPATCH_SLOTS_PER_BROKER)
     if slots <= 0:
         return True
@@ -315,7 +320,26 @@ def broker_slot_take(broker_id: str) -> bool:
             " WHERE pg_try_advisory_xact_lock(%s, hashtext(%s || ':' || slot)) LIMIT 1",
             [slots, SLOT_LOCK_SPACE, broker_id],
         )
-        return cursor.fetchone() is not None
+        if cursor.fetchone() is not None:
+            return True
+        if wait <= 0:
+            return False
+        cursor.execute("SHOW lock_timeout")
+        (previous,) = cursor.fetchone()
+        try:
+            with transaction.atomic():  # a savepoint: a lock timeout must not end the batch
+                cursor.execute(
+                    "SELECT set_config('lock_timeout', %s, true)", [f"{round(wait * 1000)}ms"]
+                )
+                cursor.execute(
+                    "SELECT pg_advisory_xact_lock(%s, hashtext(%s || ':' || %s))",
+                    [SLOT_LOCK_SPACE, broker_id, random.randrange(slots)],  # noqa: S311
+                )
+        except OperationalError:  # lock_timeout: every slot stayed taken
+            return False
+        finally:
+            cursor.execute("SELECT set_config('lock_timeout', %s, true)", [previous])
+        return True
 
 
 def _defer(kind: DeliveryKind[Item], ids: list[int], when: dt.datetime) -> None:

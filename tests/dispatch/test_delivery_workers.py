@@ -27,6 +27,7 @@ from procrastinate.exceptions import AlreadyEnqueued
 
 from devtools.broker_simulator import BrokerSimulator, Reply
 from integrations import tasks
+from integrations.dispatch import deliveries
 from integrations.dispatch.deliveries import broker_slot_take, deletion_requests_deliver
 from integrations.models import Broker, DeletionRequest, DeliveryAttempt, LedgerEvent, RequestState
 from integrations.services.brokers import broker_create
@@ -174,9 +175,10 @@ def _run_worker() -> None:
 
 
 def test_a_broker_whose_dispatch_slots_are_taken_waits_and_the_others_are_delivered(
-    broker: Broker, receiver: BrokerSimulator, settings
+    broker: Broker, receiver: BrokerSimulator, settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings.DROPPORTAL_DISPATCH_SLOTS_PER_BROKER = 1
+    monkeypatch.setattr(deliveries, "SLOT_WAIT_SECONDS", 0.2)
     other = broker_create(broker_id="5930", name="Other", actor="test")
     with BrokerSimulator() as other_receiver:
         slow = _requests(broker, receiver, 2)
