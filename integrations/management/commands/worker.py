@@ -1,6 +1,6 @@
 """``manage.py worker``: run the job workers until stopped (Ctrl-C or SIGTERM).
 
-One worker process per group of queues, each with its own job slots, so work of one kind
+One Procrastinate worker per group of queues, each with its own job slots, so work of one kind
 cannot hold the slots of another: deliveries to a slow broker (each call up to its timeout)
 never delay DROP pulls and reports, nor the ledger's sealing. Within the dispatch queue a
 broker holds at most ``DROPPORTAL_DISPATCH_SLOTS_PER_BROKER`` slots (``dispatch.deliveries``).
@@ -11,14 +11,11 @@ hosts). Any number of workers may run, on any number of hosts, against the same 
 
 from __future__ import annotations
 
+import asyncio
 import signal
-import subprocess
-import sys
-import time
-from types import FrameType
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
@@ -34,8 +31,8 @@ LEDGER_CONCURRENCY = 1
 
 class Command(BaseCommand):
     help = (
-        "Run the job workers: one process per queue group (dispatch; DROP pulls and "
-        "reports; ledger sealing and maintenance)."
+        "Run the job workers: one per queue group, each with its own job slots (dispatch; "
+        "DROP pulls and reports; ledger sealing and maintenance)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -72,34 +69,50 @@ class Command(BaseCommand):
 
     def _run_groups(self, concurrency: int) -> None:
         slots = {"dispatch": concurrency, "drop": DROP_CONCURRENCY, "ledger": LEDGER_CONCURRENCY}
-        children = [
-            subprocess.Popen(  # noqa: S603
-                [
-                    sys.executable,
-                    "manage.py",
-                    "worker",
-                    "--queues",
-                    ",".join(queues),
-                    "--concurrency",
-                    str(slots[name]),
-                ],
-                cwd=settings.BASE_DIR,
+        asyncio.run(_run_workers(slots))
+
+
+async def _run_workers(slots: dict[str, int]) -> None:
+    """One Procrastinate worker per group, in this process, each with its own job slots;
+    Ctrl-C or SIGTERM stops them all (each waits for its running jobs, as one worker does)."""
+    from procrastinate.contrib.django import app
+
+    app.perform_import_paths()
+    loop = asyncio.get_running_loop()
+    # Sync jobs run on the loop's default executor: enough threads for every slot at once.
+    loop.set_default_executor(ThreadPoolExecutor(sum(slots.values()) + 2, "job"))
+    # As `manage.py procrastinate worker` does: Django's connector cannot LISTEN.
+    connector = app.connector.get_worker_connector()  # type: ignore[attr-defined]
+    with app.replace_connector(connector) as worker_app:
+        await _run_with(worker_app, slots, loop)
+
+
+async def _run_with(
+    worker_app: Any, slots: dict[str, int], loop: asyncio.AbstractEventLoop
+) -> None:
+    async with worker_app.open_async():
+        workers = [
+            worker_app._worker(  # what App.run_worker_async builds, without signal handlers
+                queues=list(GROUPS[name]),
+                concurrency=count,
+                name=name,
+                install_signal_handlers=False,
             )
-            for name, queues in GROUPS.items()
+            for name, count in slots.items()
         ]
 
-        def forward(signum: int, frame: FrameType | None) -> None:
-            for child in children:
-                if child.poll() is None:
-                    child.send_signal(signum)
+        def stop() -> None:
+            for worker in workers:
+                worker.stop()
 
-        signal.signal(signal.SIGTERM, forward)
-        signal.signal(signal.SIGINT, forward)
-        # When one group stops (stopped, or failed), stop the others too.
-        while all(child.poll() is None for child in children):
-            time.sleep(0.5)
-        forward(signal.SIGTERM, None)
-        codes = [child.wait() for child in children]
-        failed = next((code for code in codes if code not in (0, -signal.SIGTERM)), 0)
-        if failed:
-            raise CommandError(f"a worker group stopped with exit code {failed}")
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop)
+        try:
+            # When one stops (stopped, or a side task failed), stop the others too.
+            runs = [asyncio.create_task(worker.run()) for worker in workers]
+            await asyncio.wait(runs, return_when=asyncio.FIRST_COMPLETED)
+            stop()
+            await asyncio.gather(*runs)
+        finally:
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(signum)
