@@ -107,7 +107,7 @@ def run_once(items: int) -> dict[str, float | int | bool]:
 
     broker = Broker.objects.get(broker_id="4821")
     with DropSimulator(api_key=KEY, broker_id="4821", active_download=True) as drop:
-        client = DropClient(drop.url, KEY, timeout=(5, 120))
+        client = DropClient(drop.url, KEY, timeout=(5, 120), allow_private=True)
         started = time.perf_counter()
         written = report_files_write(broker=broker, actor="bench")
         wrote = time.perf_counter()

@@ -6,7 +6,7 @@ script what DROP answers next, and records every request for assertions::
     with DropSimulator(api_key="sim-key") as drop:
         drop.queue_pending(times=2, retry_after=5)         # 202, 202, then ...
         drop.queue_package(build_drop_zip("4821", "20260312", {"Email": [(wid, h)]}))
-        client = DropClient(drop.url, "sim-key")
+        client = DropClient(drop.url, "sim-key", allow_private=True)
         client.download(tmp_path)
         client.upload([("20260312_4821_Email.csv", b"Id,Status\\r\\n" + ...)])
         drop.requests[-1].files                            # {"20260312_4821_Email.csv": b"..."}

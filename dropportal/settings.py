@@ -30,6 +30,14 @@ DROPPORTAL_ENCRYPTION_KEYS: list[str] = env.list("DROPPORTAL_ENCRYPTION_KEYS", d
 DROPPORTAL_ALLOW_PRIVATE_TARGETS = env.bool("DROPPORTAL_ALLOW_PRIVATE_TARGETS", default=False)
 # Broker callbacks a second per API key and web process (bursts of twice that); 0: no limit.
 DROPPORTAL_CALLBACK_RATE_LIMIT = env.int("DROPPORTAL_CALLBACK_RATE_LIMIT", default=200)
+# Rejected callbacks without a valid API key, a second per client address (bursts of twice
+# that); past it the address gets 429 before its key is looked up. 0 turns it off.
+DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT = env.float(
+    "DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT", default=5.0
+)
+# Delivery batches in flight at once per broker, across all workers: one slow broker holds
+# at most this many of the dispatch queue's worker slots. 0: no limit.
+DROPPORTAL_DISPATCH_SLOTS_PER_BROKER = env.int("DROPPORTAL_DISPATCH_SLOTS_PER_BROKER", default=2)
 DROP_API_URL: str | None = env.str("DROP_API_URL", default="") or None
 # Days a broker has to report after a download, and between downloads (drop-platform.md s. 3).
 DROPPORTAL_REPORT_DAYS = env.int("DROPPORTAL_REPORT_DAYS", default=45)

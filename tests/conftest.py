@@ -63,6 +63,14 @@ def drop_packages_in_tmp(tmp_path_factory: pytest.TempPathFactory, monkeypatch: 
     monkeypatch.setattr(drop, "PACKAGES_DIR", tmp_path_factory.mktemp("drop-packages"))
 
 
+@pytest.fixture(autouse=True)
+def fresh_callback_throttles() -> None:
+    """Each test starts with full per-address buckets (the throttle is per process)."""
+    from integrations.api.callback_auth import ADDRESS_BUCKETS
+
+    ADDRESS_BUCKETS.clear()
+
+
 def database_url() -> str:
     """The test database as a libpq URL (also a DATABASE_URL), over TCP or a socket."""
     db = connection.settings_dict

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -38,7 +39,9 @@ def run_worker() -> None:
 
 
 @pytest.fixture
-def drop() -> Iterator[DropSimulator]:
+def drop(settings: Any) -> Iterator[DropSimulator]:
+    # The simulator is on loopback: the one explicit opening of the outbound filter.
+    settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = True
     with DropSimulator(api_key=KEY, broker_id="4821", active_download=True) as simulator:
         yield simulator
 

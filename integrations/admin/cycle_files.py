@@ -2,7 +2,7 @@
 amendments) exactly as sent, and a ``MANIFEST.csv`` with each file's kind, rows, SHA-256,
 state, upload time and DROP's answer, so the bytes can be checked against the ledger::
 
-    GET /admin/integrations/dropcycle/<pk>/response-files.zip
+    POST /admin/integrations/dropcycle/<pk>/response-files.zip
 
 Linked from the cycle's page; needs the permission to view report files. The download is a
 ``report_files.exported`` ledger event.
@@ -19,6 +19,7 @@ import zipfile
 from django.core.exceptions import PermissionDenied
 from django.http import FileResponse, HttpRequest
 from django.shortcuts import get_object_or_404
+from django.views.decorators.http import require_POST
 
 from integrations.admin.actors import staff_actor
 from integrations.models import DropCycle, ReportFile
@@ -37,6 +38,7 @@ MANIFEST_COLUMNS = (
 IN_MEMORY = 16 * 1024 * 1024  # larger archives spill to a temporary file
 
 
+@require_POST  # it writes a ledger event: no link or prefetch may trigger it
 def cycle_response_files_view(request: HttpRequest, pk: int) -> FileResponse:
     if not request.user.has_perm("integrations.view_reportfile"):
         raise PermissionDenied

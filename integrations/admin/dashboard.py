@@ -24,6 +24,7 @@ from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
 from integrations.admin import charts
+from integrations.dispatch.checks import PRIVATE_TARGETS_OPEN
 from integrations.models import RequestState, WorkItemState
 from integrations.selectors import (
     AWAITING_CALLBACK_ATTENTION,
@@ -167,6 +168,7 @@ class Dashboard:
     integrations_failing: int = 0
     add_broker_url: str | None = None
     health_attempts: str = f"{HEALTH_ATTEMPTS:,}"
+    private_targets_open: str = ""  # the warning while the outbound filter is open
 
 
 class _Links:
@@ -237,6 +239,9 @@ def dashboard_context(request: HttpRequest) -> dict[str, Any]:
                 if not line.enabled or line.failures_in_a_row.value
             ),
             add_broker_url=links.add("broker"),
+            private_targets_open=(
+                PRIVATE_TARGETS_OPEN if settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS else ""
+            ),
         )
     }
 

@@ -14,7 +14,12 @@ from typing import Any
 from django.contrib import admin
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponseBadRequest, StreamingHttpResponse
+from django.http import (
+    HttpRequest,
+    HttpResponseBadRequest,
+    HttpResponseNotAllowed,
+    StreamingHttpResponse,
+)
 from django.http.response import HttpResponseBase
 from django.urls import URLPattern, path
 from django.utils import timezone
@@ -68,6 +73,8 @@ class LedgerEventAdmin(admin.ModelAdmin):
         ]
 
     def export_view(self, request: HttpRequest, fmt: str) -> HttpResponseBase:
+        if request.method != "POST":  # it writes a ledger event: no link may trigger it
+            return HttpResponseNotAllowed(["POST"])
         if not self.has_view_permission(request):
             raise PermissionDenied
         if fmt not in CONTENT_TYPES:

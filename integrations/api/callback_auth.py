@@ -23,6 +23,9 @@ in the same query as the API key (``services.keys.api_key_lookup``)::
 
 The order of checks, each with its status and ``code`` (product.md section 2):
 
+0. the client address refused too many unauthenticated callbacks lately: 429
+   ``rate_limited`` with ``Retry-After``, at once when no key is given, and instead of the
+   refusal when the key given is not valid (a valid key is never throttled by address);
 1. body over 64 KiB: 413 ``payload_too_large`` (refused before anything else, unread);
 2. API key missing, unknown or revoked: 401 ``authentication_failed``;
 3. key without ``webhook_callback``: 403 ``scope_missing``;
@@ -32,17 +35,27 @@ The order of checks, each with its status and ``code`` (product.md section 2):
 7. signature wrong (current secret, or the previous one within 24 h of a rotation):
    401 ``signature_invalid``; timestamp more than 5 minutes off: 401 ``timestamp_out_of_range``.
 
-Every rejection is a ledger event (``callback.rejected``: which callback, status, code, the
-key's prefix, the request if known; never the body, a secret or an identifier).
+A rejection of a request with a valid API key is a ledger event (``callback.rejected``:
+which callback, status, code, the key's prefix, the request if known; never the body, a
+secret or an identifier). A rejection without one (no key, an unknown or revoked key, a
+body refused before the key was read, an address throttled) writes nothing: anyone can send
+those, and the ledger is append-only. They are counted (``UNAUTHENTICATED``), logged at
+most once a minute per process with the count, and each costs its client address a token
+of ``DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT`` (per address, or per /64 for IPv6). The
+address is REMOTE_ADDR: behind a reverse proxy every client shares the proxy's, which is why
+a request with a valid key is never refused by it.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import logging
 import threading
 import time
 from typing import Any
 
 from django.conf import settings
+from django.http import HttpRequest
 from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.request import Request
@@ -60,7 +73,13 @@ from integrations.services.integrations import integration_callback_secrets
 from integrations.services.keys import api_key_authenticate, api_key_lookup
 from integrations.services.ledger import ledger_event_append
 
+log = logging.getLogger(__name__)
+
 CALLBACK_BODY_LIMIT = 64 * 1024
+# A flood from many addresses must not grow the table of buckets without bound: past this,
+# the buckets that are full again (their address quiet) are dropped.
+ADDRESS_BUCKETS_MAX = 100_000
+LOG_EVERY_SECONDS = 60.0
 
 
 class CallbackRateThrottle(BaseThrottle):
@@ -97,6 +116,103 @@ class CallbackRateThrottle(BaseThrottle):
 
     def wait(self) -> float:
         return max(1.0, self._wait)
+
+
+class _AddressBuckets:
+    """Token buckets per client address for rejected unauthenticated callbacks: each such
+    rejection takes a token; an address without one is refused at once (429). Requests with
+    a valid key never take one, so a broker is throttled only by its key's own rate."""
+
+    def __init__(self) -> None:
+        self._buckets: dict[str, tuple[float, float]] = {}  # address -> (tokens, at)
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def rate() -> float:
+        return float(getattr(settings, "DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT", 0))
+
+    def wait(self, address: str) -> float:
+        """Seconds until ``address`` may try again; 0 when it may now."""
+        rate = self.rate()
+        if rate <= 0:
+            return 0.0
+        with self._lock:
+            tokens = self._tokens(address, rate, time.monotonic())
+        return 0.0 if tokens >= 1 else (1 - tokens) / rate
+
+    def take(self, address: str) -> None:
+        rate = self.rate()
+        if rate <= 0:
+            return
+        now = time.monotonic()
+        with self._lock:
+            tokens = self._tokens(address, rate, now)
+            if len(self._buckets) >= ADDRESS_BUCKETS_MAX and address not in self._buckets:
+                self._prune(rate, now)
+            self._buckets[address] = (max(0.0, tokens - 1), now)
+
+    def _tokens(self, address: str, rate: float, now: float) -> float:
+        capacity = 2 * rate
+        tokens, at = self._buckets.get(address, (capacity, now))
+        return min(capacity, tokens + (now - at) * rate)
+
+    def _prune(self, rate: float, now: float) -> None:
+        capacity = 2 * rate
+        self._buckets = {
+            address: (tokens, at)
+            for address, (tokens, at) in self._buckets.items()
+            if tokens + (now - at) * rate < capacity
+        }
+
+    def clear(self) -> None:
+        with self._lock:
+            self._buckets.clear()
+
+
+class _Rejections:
+    """How many unauthenticated callbacks this process refused; logged once a minute."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._unlogged = 0
+        self._logged_at = float("-inf")
+        self._lock = threading.Lock()
+
+    def add(self, *, address: str, status: int, code: str) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self.count += 1
+            self._unlogged += 1
+            if now - self._logged_at < LOG_EVERY_SECONDS:
+                return
+            unlogged, self._unlogged, self._logged_at = self._unlogged, 0, now
+        log.warning(
+            "refused %d unauthenticated callback(s) since the last such line "
+            "(%d in all); the latest from %s: %s %s",
+            unlogged,
+            self.count,
+            address,
+            status,
+            code,
+        )
+
+
+ADDRESS_BUCKETS = _AddressBuckets()
+UNAUTHENTICATED = _Rejections()
+
+
+def client_address(request: HttpRequest | Request) -> str:
+    """The address a throttle counts: REMOTE_ADDR, an IPv6 address by its /64."""
+    address = str(request.META.get("REMOTE_ADDR") or "unknown")
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return str(ip)
 
 
 class SignedCallbackView(APIView):
@@ -137,6 +253,12 @@ class SignedCallbackView(APIView):
         self.subject = ""  # the request the callback answers, once known
         self.deletion_request = None
         self._body: dict[str, Any] | Problem | None = None
+        self._throttled_address = False
+        if not request.headers.get("Authorization"):
+            # Nothing to look up: a throttled address is answered at once. One with a key
+            # has it looked up first, so a valid key passes even from a throttled address
+            # (brokers behind one proxy address as a flood).
+            self._refuse_if_throttled(request)
         try:
             length = int(request.META.get("CONTENT_LENGTH") or 0)
         except ValueError:
@@ -192,10 +314,32 @@ class SignedCallbackView(APIView):
         assert isinstance(api_key, ApiKey)
         return f"apikey:{api_key.prefix}"
 
+    def _refuse_if_throttled(self, request: HttpRequest | Request) -> None:
+        wait = ADDRESS_BUCKETS.wait(client_address(request))
+        if wait > 0:
+            self._throttled_address = True
+            raise Problem(
+                status=429,
+                code="rate_limited",
+                detail="Too many unauthenticated callbacks from this address; try again later.",
+                headers={"Retry-After": str(max(1, round(wait + 0.5)))},
+            )
+
     def handle_exception(self, exc: Exception) -> Response:
+        valid_key = isinstance(self.request.__dict__.get("_auth"), ApiKey)
+        if isinstance(exc, exceptions.APIException) and not valid_key:
+            try:
+                if not self._throttled_address:
+                    self._refuse_if_throttled(self.request)
+            except Problem as throttled:
+                exc = throttled
         response = super().handle_exception(exc)
         if isinstance(exc, exceptions.APIException):
             self._record_rejection(exc, response)
+            if not isinstance(self.request.__dict__.get("_auth"), ApiKey):
+                # Counted and logged once a minute instead: keeps Django's line per
+                # response out of the log, which anyone could flood otherwise.
+                response._has_been_logged = True  # type: ignore[attr-defined]
         return response
 
     def _record_rejection(self, exc: exceptions.APIException, response: Response) -> None:
@@ -212,12 +356,17 @@ class SignedCallbackView(APIView):
         if isinstance(body.get("errors"), dict):
             data["fields"] = sorted(str(field) for field in body["errors"])  # names, not values
         data.update(getattr(exc, "ledger_data", {}))
-        known = api_key if isinstance(api_key, ApiKey) else None
+        if not isinstance(api_key, ApiKey):
+            address = client_address(self.request)
+            if not getattr(self, "_throttled_address", False):
+                ADDRESS_BUCKETS.take(address)
+            UNAUTHENTICATED.add(address=address, status=response.status_code, code=data["code"])
+            return
         ledger_event_append(
             kind="callback.rejected",
-            broker_id=known.broker.broker_id if known else "",
+            broker_id=api_key.broker.broker_id,
             subject=getattr(self, "subject", ""),
-            actor=f"apikey:{known.prefix}" if known else "anonymous",
+            actor=f"apikey:{api_key.prefix}",
             data=data,
         )
 

@@ -17,7 +17,8 @@ serializer objects for 10,000 consumers); the serializers below describe it in t
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import IO, Any
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
@@ -28,7 +29,13 @@ from rest_framework.views import APIView
 
 from integrations.api.callback_serializers import ProblemSerializer
 from integrations.api.errors import Problem
-from integrations.api.json_body import unstorable_reason
+from integrations.api.json_body import (
+    JsonBodyParser,
+    TooManyItems,
+    json_object_body,
+    read_capped,
+    unstorable_reason,
+)
 from integrations.api.permissions import HasScope
 from integrations.drop.registration import parse_api_consumers
 from integrations.models import ApiKey, Consumer
@@ -129,7 +136,35 @@ def _no_consumer() -> Problem:
     return Problem(status=404, code="not_found", detail="No consumer with this remote_identifier.")
 
 
+class ConsumersBodyParser(JsonBodyParser):
+    """The registration body, whose ``consumers`` are decoded one at a time: the call is
+    refused at the 10,001st, before the rest are built."""
+
+    def parse(
+        self,
+        stream: IO[Any],
+        media_type: str | None = None,
+        parser_context: Mapping[str, Any] | None = None,
+    ) -> Any:
+        raw = read_capped(stream)
+        try:
+            return json_object_body(raw, list_limits={"consumers": MAX_CONSUMERS})
+        except TooManyItems:
+            raise Problem(
+                status=400,
+                code="validation_failed",
+                detail="Validation failed.",
+                errors={
+                    "consumers": [
+                        f"holds more than {MAX_CONSUMERS:,} consumers; "
+                        f"at most {MAX_CONSUMERS:,} per call"
+                    ]
+                },
+            ) from None
+
+
 class ConsumersView(APIView):
+    parser_classes = [ConsumersBodyParser]
     permission_classes = [HasScope]
     required_scope = "ingest"
 

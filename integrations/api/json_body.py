@@ -15,6 +15,7 @@ naming the reason, never a 500 further down.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import IO, Any
 
@@ -35,6 +36,88 @@ def json_body(raw: bytes) -> Any:
     except RecursionError:
         raise _invalid("The body is nested too deeply.") from None
     except ValueError as exc:  # UnicodeDecodeError included
+        raise _invalid(f"The body is not valid JSON: {exc}.") from None
+    reason = unstorable_reason(payload)
+    if reason:
+        raise _invalid(f"The body cannot be stored: {reason}.")
+    return payload
+
+
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+
+
+class TooManyItems(Exception):
+    """A list named in ``json_object_body``'s limits holds more than its limit."""
+
+    def __init__(self, key: str, limit: int) -> None:
+        super().__init__(key, limit)
+        self.key = key
+        self.limit = limit
+
+
+def json_object_body(raw: bytes, *, list_limits: Mapping[str, int]) -> Any:
+    """Like ``json_body``, but a top-level object's lists named in ``list_limits`` are
+    decoded one item at a time and refused (``TooManyItems``) as soon as they hold one item
+    too many: a body of a million tiny items never builds them. A body that is not an object
+    is parsed by ``json_body``."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _invalid(f"The body is not valid JSON: {exc}.") from None
+    start = _WHITESPACE.match(text, 0).end()  # type: ignore[union-attr]
+    if text[start : start + 1] != "{":
+        return json_body(raw)
+    decoder = json.JSONDecoder(parse_constant=_refuse_constant)
+
+    def skip(at: int) -> int:
+        return _WHITESPACE.match(text, at).end()  # type: ignore[union-attr]
+
+    def expect(at: int, chars: str) -> int:
+        if text[at : at + 1] not in chars or at >= len(text):
+            raise json.JSONDecodeError(f"Expecting one of {chars!r}", text, at)
+        return at + 1
+
+    payload: dict[str, Any] = {}
+    try:
+        at = skip(start + 1)
+        if text[at : at + 1] == "}":
+            at += 1
+        else:
+            while True:
+                if text[at : at + 1] != '"':
+                    raise json.JSONDecodeError("Expecting property name", text, at)
+                key, at = decoder.raw_decode(text, at)
+                at = skip(expect(skip(at), ":"))
+                limit = list_limits.get(key)
+                if limit is not None and text[at : at + 1] == "[":
+                    items: list[Any] = []
+                    at = skip(at + 1)
+                    if text[at : at + 1] == "]":
+                        at += 1
+                    else:
+                        while True:
+                            if len(items) == limit:
+                                raise TooManyItems(key, limit)
+                            item, at = decoder.raw_decode(text, at)
+                            items.append(item)
+                            at = skip(at)
+                            closing = text[at : at + 1]
+                            at = skip(expect(at, ",]"))
+                            if closing == "]":
+                                break
+                    payload[key] = items
+                else:
+                    payload[key], at = decoder.raw_decode(text, at)
+                at = skip(at)
+                closing = text[at : at + 1]
+                at = skip(expect(at, ",}"))
+                if closing == "}":
+                    break
+        if skip(at) != len(text):
+            raise json.JSONDecodeError("Extra data", text, skip(at))
+    except RecursionError:
+        raise _invalid("The body is nested too deeply.") from None
+    except ValueError as exc:
         raise _invalid(f"The body is not valid JSON: {exc}.") from None
     reason = unstorable_reason(payload)
     if reason:
@@ -81,14 +164,19 @@ class JsonBodyParser(BaseParser):
         media_type: str | None = None,
         parser_context: Mapping[str, Any] | None = None,
     ) -> Any:
-        raw = stream.read(MAX_BODY_BYTES + 1)
-        if len(raw) > MAX_BODY_BYTES:
-            raise Problem(
-                status=413,
-                code="payload_too_large",
-                detail=f"The body is over {MAX_BODY_BYTES // (1024 * 1024)} MiB.",
-            )
-        return json_body(raw)
+        return json_body(read_capped(stream))
+
+
+def read_capped(stream: IO[Any]) -> bytes:
+    """The body from ``stream``; 413 when it is over ``MAX_BODY_BYTES``."""
+    raw: bytes = stream.read(MAX_BODY_BYTES + 1)
+    if len(raw) > MAX_BODY_BYTES:
+        raise Problem(
+            status=413,
+            code="payload_too_large",
+            detail=f"The body is over {MAX_BODY_BYTES // (1024 * 1024)} MiB.",
+        )
+    return raw
 
 
 def _refuse_constant(name: str) -> Any:

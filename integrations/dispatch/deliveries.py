@@ -20,6 +20,13 @@ up to ``BATCH_SIZE`` ids, each batch in one transaction:
    the target, whose rows then wait; anything else is retried on the schedule, or ends
    ``undeliverable``), defer the retry jobs and append the ledger events, then commit.
 
+A broker has at most ``DROPPORTAL_DISPATCH_SLOTS_PER_BROKER`` batches in flight at once,
+across every worker (PostgreSQL advisory locks held by the batch's transaction): the rows of
+a broker whose slots are all taken are left as they are and their job is deferred by
+``BUSY_DELAY_SECONDS``, which frees the worker slot at once. So one slow broker (every call
+taking its whole timeout) holds at most that many of the dispatch queue's worker slots, and
+the others' deliveries go on.
+
 The rows stay locked while their calls are in flight, so two workers never deliver the same
 thing at once, and a worker killed mid-batch leaves no trace but unacknowledged rows that
 its re-run job (``tasks.retry_stalled_jobs``) delivers again: at least once, never again
@@ -38,9 +45,11 @@ an ``on_delivered`` that records the answer once its attempt is recorded.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import logging
+import random
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
@@ -49,7 +58,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar, cast
 
 from django.conf import settings
-from django.db import models, transaction
+from django.db import OperationalError, connection, models, transaction
 from django.db.models import F
 from django.db.models.functions import Now
 from django.utils import timezone
@@ -81,8 +90,14 @@ BATCH_SIZE = 100
 TIMEOUT_CONNECT = 5.0
 TIMEOUT_TOTAL = 15.0
 REDACTED = "[redacted]"
+# A batch whose broker has no free dispatch slot waits this long for one (batches to a
+# healthy broker take well under a second), then is tried again BUSY_DELAY_SECONDS later.
+SLOT_WAIT_SECONDS = 5.0
+BUSY_DELAY_SECONDS = 30
+# The first key of the advisory locks that are dispatch slots (the second: broker and slot).
+SLOT_LOCK_SPACE = 0x44505344  # "DPSD"
 
-Verdict = Literal["delivered", "retry", "gone", "undeliverable", "skipped"]
+Verdict = Literal["delivered", "retry", "gone", "undeliverable", "skipped", "deferred"]
 Item = TypeVar("Item", DeletionRequest, ResolutionRequest, SaasDeletion)
 Target = Integration | SaasConnection
 
@@ -95,7 +110,9 @@ class Outbound:
     call leaves, so the timestamp is fresh however long the call waited for a thread.
     ``send`` (ISI) makes the call itself, on the sending thread (HTTP only), instead of one
     plain POST. ``on_delivered`` (ISI identifiers) takes a synchronous answer, inside the
-    batch's transaction once the attempt is recorded as delivered.
+    batch's transaction once the attempt is recorded as delivered. ``keep_answer=False``
+    (endpoints that handle clear identifiers: SaaS deletions, ISI identifier retrieval): the
+    attempt keeps only the masked shape of the answer, never its text.
     """
 
     url: str
@@ -104,6 +121,7 @@ class Outbound:
     signer: Callable[[bytes], dict[str, str]] | None = None
     send: Callable[[Outbound], DeliveryResult] | None = None
     on_delivered: Callable[[DeliveryResult], None] | None = None
+    keep_answer: bool = True
 
 
 class NothingToDeliver(Exception):
@@ -127,6 +145,8 @@ class DeliveryKind(Generic[Item]):
     acknowledged_state: str = RequestState.DISPATCHED
     after_final: Callable[[Item], None] | None = None  # inside the transaction
     ledger_data: Callable[[Item], dict[str, Any]] = field(default=lambda item: {})
+    # Defer one job for many ids (None: one ``schedule`` per id).
+    defer_many: Callable[[list[int], dt.datetime], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -206,6 +226,8 @@ def _send(outbound: Outbound, now: Callable[[], dt.datetime]) -> Sent:
         timeout_connect=TIMEOUT_CONNECT,
         timeout_total=TIMEOUT_TOTAL,
     )
+    if not outbound.keep_answer:
+        result = dataclasses.replace(result, response_body=isi.masked(result.content))
     return Sent(outbound, headers, result, started)
 
 
@@ -228,6 +250,13 @@ def _deliver_batch(
         # Not found: delivered, cancelled, not due yet, or being delivered right now.
         if len(items) < len(ids):
             counts["skipped"] += len(ids) - len(items)
+        brokers = {kind.broker_id(item) for item in items}
+        busy = {b for b in brokers if not broker_slot_take(b, wait=SLOT_WAIT_SECONDS)}
+        if busy:
+            later = [item.pk for item in items if kind.broker_id(item) in busy]
+            _defer(kind, later, now() + dt.timedelta(seconds=BUSY_DELAY_SECONDS))
+            counts["deferred"] += len(later)
+            items = [item for item in items if kind.broker_id(item) not in busy]
         calls: list[tuple[Item, Target, Outbound]] = []
         for item in items:
             target = kind.target(item)
@@ -276,6 +305,50 @@ def _deliver_batch(
                     if item.state == RequestState.COMPLETED:
                         kind.after_final(item)
     return counts, failure
+
+
+def broker_slot_take(broker_id: str, *, wait: float = 0) -> bool:
+    """Take one of ``broker_id``'s dispatch slots until the transaction ends, waiting up to
+    ``wait`` seconds for one; False when every one stays taken (by other batches in flight,
+    on any worker)."""
+    slots = int(settings.DROPPORTAL_DISPATCH_SLOTS_PER_BROKER)
+    if slots <= 0:
+        return True
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT slot FROM generate_series(0, %s - 1) AS slot"
+            " WHERE pg_try_advisory_xact_lock(%s, hashtext(%s || ':' || slot)) LIMIT 1",
+            [slots, SLOT_LOCK_SPACE, broker_id],
+        )
+        if cursor.fetchone() is not None:
+            return True
+        if wait <= 0:
+            return False
+        cursor.execute("SHOW lock_timeout")
+        (previous,) = cursor.fetchone()
+        try:
+            with transaction.atomic():  # a savepoint: a lock timeout must not end the batch
+                cursor.execute(
+                    "SELECT set_config('lock_timeout', %s, true)", [f"{round(wait * 1000)}ms"]
+                )
+                cursor.execute(
+                    "SELECT pg_advisory_xact_lock(%s, hashtext(%s || ':' || %s))",
+                    [SLOT_LOCK_SPACE, broker_id, random.randrange(slots)],  # noqa: S311
+                )
+        except OperationalError:  # lock_timeout: every slot stayed taken
+            return False
+        finally:
+            cursor.execute("SELECT set_config('lock_timeout', %s, true)", [previous])
+        return True
+
+
+def _defer(kind: DeliveryKind[Item], ids: list[int], when: dt.datetime) -> None:
+    if kind.defer_many is not None:
+        for start in range(0, len(ids), BATCH_SIZE):
+            kind.defer_many(ids[start : start + BATCH_SIZE], when)
+    else:
+        for pk in ids:
+            kind.schedule(pk, when)
 
 
 def _save_states(kind: DeliveryKind[Item], items: list[Item]) -> None:
@@ -468,7 +541,12 @@ def _isi_outbound(
         )
 
     return Outbound(
-        url=url, body=body, headers=isi.request_headers(), send=send, on_delivered=on_delivered
+        url=url,
+        body=body,
+        headers=isi.request_headers(),
+        send=send,
+        on_delivered=on_delivered,
+        keep_answer=keep_answer,
     )
 
 
@@ -516,6 +594,10 @@ def _schedule_deletion(pk: int, when: dt.datetime) -> None:
     tasks.deliver_deletion_requests.configure(schedule_at=when).defer(request_ids=[pk])
 
 
+def _defer_deletions(pks: list[int], when: dt.datetime) -> None:
+    tasks.deliver_deletion_requests.configure(schedule_at=when).defer(request_ids=list[Any](pks))
+
+
 DELETION_REQUESTS: DeliveryKind[DeletionRequest] = DeliveryKind(
     name="deletion_request",
     model=DeletionRequest,
@@ -527,6 +609,7 @@ DELETION_REQUESTS: DeliveryKind[DeletionRequest] = DeliveryKind(
     broker_id=lambda request: request.broker_id_code,
     schedule=_schedule_deletion,
     ledger_data=lambda request: {"webhook_request_id": str(request.webhook_request_id)},
+    defer_many=_defer_deletions,
 )
 
 
@@ -590,6 +673,10 @@ def _schedule_resolution(pk: int, when: dt.datetime) -> None:
     tasks.deliver_resolution_requests.configure(schedule_at=when).defer(request_ids=[pk])
 
 
+def _defer_resolutions(pks: list[int], when: dt.datetime) -> None:
+    tasks.deliver_resolution_requests.configure(schedule_at=when).defer(request_ids=list[Any](pks))
+
+
 RESOLUTION_REQUESTS: DeliveryKind[ResolutionRequest] = DeliveryKind(
     name="resolution_request",
     model=ResolutionRequest,
@@ -601,6 +688,7 @@ RESOLUTION_REQUESTS: DeliveryKind[ResolutionRequest] = DeliveryKind(
     broker_id=lambda request: request.broker.broker_id,
     schedule=_schedule_resolution,
     ledger_data=lambda request: {"webhook_request_id": str(request.webhook_request_id)},
+    defer_many=_defer_resolutions,
 )
 
 
@@ -630,7 +718,10 @@ def saas_deletion_outbound(deletion: SaasDeletion) -> Outbound:
             + ", ".join(connection_.identifier_categories or ["email"])
         )
     return Outbound(
-        url=connection_.url, body=webhook.encode(payload), headers=saas_headers(connection_.token)
+        url=connection_.url,
+        body=webhook.encode(payload),
+        headers=saas_headers(connection_.token),
+        keep_answer=False,  # it sends clear identifiers: an answer may echo them
     )
 
 

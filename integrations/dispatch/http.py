@@ -1,4 +1,4 @@
-"""The one outbound HTTP path for webhooks, ISI and SaaS calls: SSRF-safe, bounded, never raising.
+"""The one outbound HTTP path (webhooks, ISI, OAuth, SaaS, DROP): SSRF-safe, bounded, never raising.
 
 Broker-configured URLs are untrusted input, so every call goes through ``deliver``::
 
@@ -15,24 +15,33 @@ What it guarantees (product.md section 3):
   happens before any connection is opened. ``allow_private=True`` (development and tests) turns
   the filtering off.
 - Redirects are never followed: a 3xx is a failed attempt.
-- 5 s to connect, 15 s in all, reading the response body included; the body is read as a
-  stream and only its first 4 KiB are kept (``read_limit`` reads more into ``content`` for a
+- 5 s to connect, 15 s in all by the wall clock, whatever the peer does: name resolution,
+  connecting, the TLS handshake, the response headers and the body all fit in the total
+  (``bounded``: a watchdog shuts the call's sockets down when its deadline passes, and name
+  resolution is waited for only until then). The body is read as a stream and only its
+  first 4 KiB are kept (``read_limit`` reads more into ``content`` for a
   caller that needs the whole answer, such as ISI's synchronous identifiers).
 - TLS 1.2 or later, certificates verified.
 - Network failures come back as ``DeliveryResult.error``, a short message for staff.
 
 Sessions are cached per ``allow_private`` value so connections are kept alive between calls.
+The DROP client sends through the same sessions, each attempt inside ``bounded``.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
+import heapq
 import http.cookiejar
 import ipaddress
+import itertools
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
@@ -44,6 +53,9 @@ from requests.utils import DEFAULT_CA_BUNDLE_PATH
 from requests_hardened import Config, HTTPSession
 from requests_hardened.ip_filter import InvalidIPAddress
 from requests_hardened.ip_filter_adapter import IPFilterAdapter
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.util.connection import allowed_gai_family
 from urllib3.util.ssl_match_hostname import CertificateError as HostnameMismatch
 
 if TYPE_CHECKING:
@@ -54,6 +66,9 @@ USER_AGENT = "dropportal"
 # Kept-alive connections per host. requests' default (10) is below the calls a worker has in
 # flight to one broker (jobs x dispatch threads): beyond it every call opened a new connection.
 POOL_MAXSIZE = 32
+# Name lookups waited for at once, across all calls; one that outlives its call's deadline
+# is abandoned to finish here (the system resolver gives up by itself).
+RESOLVER_THREADS = 16
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -98,6 +113,189 @@ def _refusal_reason(ip: IPAddress) -> str | None:
     return None
 
 
+# -- the wall-clock bound -------------------------------------------------------------------
+
+
+class Bound:
+    """One call's deadline. The sockets the call uses are registered (as duplicates of their
+    descriptors, so a number reused after close is never touched); when the deadline passes
+    first, the watchdog shuts them down, which ends any read or handshake waiting on them."""
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.expired = False
+        self._done = False
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+
+    def remaining(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+    def adopt(self, sock: socket.socket) -> None:
+        try:
+            duplicate = socket.fromfd(sock.fileno(), sock.family, sock.type, sock.proto)
+        except OSError:
+            return
+        with self._lock:
+            kept = not self._done
+            if kept:
+                self._sockets.append(duplicate)
+            expired = self.expired
+        if not kept:
+            duplicate.close()
+        elif expired:  # the deadline passed while it was connecting
+            _shut(duplicate)
+
+    def expire(self) -> None:
+        with self._lock:
+            if self._done:
+                return
+            self.expired = True
+            sockets = list(self._sockets)
+        for sock in sockets:
+            _shut(sock)
+
+    def finish(self) -> None:
+        with self._lock:
+            self._done = True
+            sockets, self._sockets = self._sockets, []
+        for sock in sockets:
+            sock.close()
+
+
+def _shut(sock: socket.socket) -> None:
+    with suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+class _Watchdog:
+    """One thread for every call in the process: it expires each ``Bound`` at its deadline."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._heap: list[tuple[float, int, Bound]] = []
+        self._order = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, bound: Bound) -> None:
+        with self._condition:
+            heapq.heappush(self._heap, (bound.deadline, next(self._order), bound))
+            # Started on first use, and again in a forked child (threads do not survive fork).
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="outbound-watchdog", daemon=True
+                )
+                self._thread.start()
+            if self._heap[0][2] is bound:  # the earliest now: the thread must wake sooner
+                self._condition.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._condition:
+                while True:
+                    now = time.monotonic()
+                    if self._heap and self._heap[0][0] <= now:
+                        _, _, bound = heapq.heappop(self._heap)
+                        break
+                    self._condition.wait(self._heap[0][0] - now if self._heap else None)
+            bound.expire()
+
+
+_watchdog = _Watchdog()
+_current = threading.local()
+_resolver = concurrent.futures.ThreadPoolExecutor(RESOLVER_THREADS, thread_name_prefix="resolve")
+
+
+@contextmanager
+def bounded(timeout_total: float) -> Iterator[Bound]:
+    """Every request made on this thread inside the block ends by ``timeout_total`` seconds
+    from now (sessions of ``build_session``); ``bound.expired`` says whether it was cut."""
+    bound = Bound(time.monotonic() + timeout_total)
+    previous = getattr(_current, "bound", None)
+    _current.bound = bound
+    _watchdog.watch(bound)
+    try:
+        yield bound
+    finally:
+        _current.bound = previous
+        bound.finish()
+
+
+def _bound() -> Bound | None:
+    return cast(Bound | None, getattr(_current, "bound", None))
+
+
+def _within(bound: Bound, what: str, function: Any, *args: Any) -> Any:
+    """``function(*args)`` on a resolver thread, waited for until the deadline only."""
+    future = _resolver.submit(function, *args)
+    try:
+        return future.result(timeout=bound.remaining())
+    except concurrent.futures.TimeoutError:
+        bound.expired = True
+        raise requests.exceptions.ConnectTimeout(f"{what}: no answer in time") from None
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True
+
+
+class _BoundedConnectionMixin:
+    """A urllib3 connection that registers its socket with the thread's ``Bound`` (new or
+    reused) and resolves its host name within the deadline."""
+
+    _dns_host: str
+    port: int
+    sock: socket.socket | None
+
+    def _new_conn(self) -> socket.socket:
+        bound = _bound()
+        host = self._dns_host
+        if bound is not None and not _is_ip(host):
+            infos = _within(
+                bound,
+                f"resolving {host}",
+                socket.getaddrinfo,
+                host,
+                self.port,
+                allowed_gai_family(),
+                socket.SOCK_STREAM,
+            )
+            self._dns_host = infos[0][4][0]
+        try:
+            sock: socket.socket = super()._new_conn()  # type: ignore[misc]
+        finally:
+            self._dns_host = host
+        if bound is not None:
+            bound.adopt(sock)
+        return sock
+
+    def request(self, *args: Any, **kwargs: Any) -> None:
+        bound = _bound()
+        if bound is not None and self.sock is not None:  # a kept-alive connection
+            bound.adopt(self.sock)
+        super().request(*args, **kwargs)  # type: ignore[misc]
+
+
+class _BoundedHTTPConnection(_BoundedConnectionMixin, HTTPConnection):
+    pass
+
+
+class _BoundedHTTPSConnection(_BoundedConnectionMixin, HTTPSConnection):
+    pass
+
+
+class _BoundedHTTPPool(HTTPConnectionPool):
+    ConnectionCls = _BoundedHTTPConnection
+
+
+class _BoundedHTTPSPool(HTTPSConnectionPool):
+    ConnectionCls = _BoundedHTTPSConnection
+
+
 class _TLSAdapter(HTTPAdapter):
     """An adapter whose HTTPS connections use ``tls_context()``."""
 
@@ -109,6 +307,10 @@ class _TLSAdapter(HTTPAdapter):
     def init_poolmanager(self, *args: Any, **pool_kwargs: Any) -> None:
         pool_kwargs["ssl_context"] = tls_context()
         super().init_poolmanager(*args, **pool_kwargs)
+        self.poolmanager.pool_classes_by_scheme = {
+            "http": _BoundedHTTPPool,
+            "https": _BoundedHTTPSPool,
+        }
 
 
 class _PublicOnlyAdapter(IPFilterAdapter, _TLSAdapter):
@@ -128,9 +330,16 @@ class _PublicOnlyAdapter(IPFilterAdapter, _TLSAdapter):
         verify: bool | str,
         cert: str | tuple[str, str] | None = None,
     ) -> tuple[_HostParams, _PoolKwargs]:
-        host_params, pool_kwargs = super().build_connection_pool_key_attributes(
-            request, verify, cert
-        )
+        # requests-hardened resolves the name here: waited for within the deadline only.
+        bound = _bound()
+        attributes = super().build_connection_pool_key_attributes
+        if bound is None:
+            host_params, pool_kwargs = attributes(request, verify, cert)
+        else:
+            host = urlsplit(request.url or "").hostname or "?"
+            host_params, pool_kwargs = _within(
+                bound, f"resolving {host}", attributes, request, verify, cert
+            )
         pinned = ipaddress.ip_address(str(host_params["host"]).strip("[]"))
         if _refusal_reason(pinned) is not None:
             raise InvalidIPAddress(pinned)
@@ -240,6 +449,8 @@ def _scheme_refusal(url: str, *, allow_private: bool) -> str | None:
         return "invalid URL: an absolute https:// URL is required"
     if parts.scheme == "http" and not allow_private:
         return "plain http not allowed: use https"
+    if "@" in parts.netloc:
+        return "invalid URL: a user name or password in the URL is not allowed"
     return None
 
 
@@ -298,34 +509,42 @@ def deliver(
     timeout = urllib3.Timeout(
         connect=min(timeout_connect, timeout_total), read=timeout_total, total=timeout_total
     )
-    try:
-        response = session.request(
-            method,
-            url,
-            data=body,
-            headers=dict(headers),
-            timeout=cast(Any, timeout),
-            allow_redirects=False,
-            stream=True,
-        )
-    except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
-        message = describe_failure(
-            exc, timeout_connect=timeout_connect, timeout_total=timeout_total
-        )
-        return DeliveryResult(url=url, status=None, duration_ms=elapsed_ms(), error=message)
+    timed_out = f"timed out after {_seconds(timeout_total)}"
+    with bounded(timeout_total) as bound:
+        try:
+            response = session.request(
+                method,
+                url,
+                data=body,
+                headers=dict(headers),
+                timeout=cast(Any, timeout),
+                allow_redirects=False,
+                stream=True,
+            )
+        except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
+            message = describe_failure(
+                exc, timeout_connect=timeout_connect, timeout_total=timeout_total
+            )
+            if bound.expired and not message.startswith("target address not allowed"):
+                message = timed_out
+            return DeliveryResult(url=url, status=None, duration_ms=elapsed_ms(), error=message)
+        if bound.expired:
+            # Cut while the headers were coming: what was parsed of them is not an answer.
+            response.close()
+            return DeliveryResult(url=url, status=None, duration_ms=elapsed_ms(), error=timed_out)
 
-    error: str | None = None
-    received = b""
-    try:
-        received = _read_capped(response, deadline, max(read_limit, RESPONSE_BODY_LIMIT))
-    except (urllib3.exceptions.ReadTimeoutError, TimeoutError):
-        error = f"timed out after {_seconds(timeout_total)}"
-    except (urllib3.exceptions.HTTPError, OSError) as exc:
-        error = f"response interrupted: {type(exc).__name__}"
-    finally:
-        # A body read to its end has already gone back to the pool (kept alive); anything
-        # else (too long, timed out, broken) closes the connection instead of draining it.
-        response.close()
+        error: str | None = None
+        received = b""
+        try:
+            received = _read_capped(response, deadline, max(read_limit, RESPONSE_BODY_LIMIT))
+        except (urllib3.exceptions.ReadTimeoutError, TimeoutError):
+            error = timed_out
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            error = timed_out if bound.expired else f"response interrupted: {type(exc).__name__}"
+        finally:
+            # A body read to its end has already gone back to the pool (kept alive); anything
+            # else (too long, timed out, broken) closes the connection instead of draining it.
+            response.close()
 
     status = response.status_code
     if error is None and 300 <= status < 400:

@@ -262,8 +262,9 @@ def send(
 
     A token that cannot be had is the result's ``error`` (status None: nothing reached the
     broker). ``check`` turns a 2xx whose body is not the expected answer into a failed call.
-    ``keep_answer=False``: the answer carries clear identifiers, so ``response_body`` (what
-    an attempt records) is only its ``masked`` shape; ``content`` still holds it all.
+    ``keep_answer=False``: the endpoint handles clear identifiers, so ``response_body`` (what
+    an attempt records) is only the ``masked`` shape of whatever it answered, an error
+    included (an error may echo what was asked); ``content`` still holds it all.
     """
     started = time.monotonic()
     headers = request_headers() if body else {"Accept": "application/json"}
@@ -298,7 +299,7 @@ def send(
     succeeded = result.status is not None and 200 <= result.status < 300 and not result.error
     if succeeded and check is not None and (problem := check(result)):
         result = dataclasses.replace(result, error=problem)
-    if succeeded and not keep_answer:
+    if not keep_answer:
         result = dataclasses.replace(result, response_body=masked(result.content))
     return result
 

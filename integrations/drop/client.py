@@ -14,19 +14,22 @@ result or one of a few exceptions (all ``DropApiError``)::
 The API key travels only in the ``X-API-KEY`` header: it is never put in a URL, an
 exception message, a repr or a log record, and a server that echoes it back is redacted.
 Redirects are not followed, so the header can never be replayed to another host.
+
+Calls go through the one outbound stack (``dispatch.http``): its sessions filter the target
+address (no loopback, private or reserved address, no plain http) unless ``allow_private``
+(``DROPPORTAL_ALLOW_PRIVATE_TARGETS``) opens them, use its TLS settings, and every attempt
+ends within ``total_timeout`` by the wall clock, whatever DROP (or the network) does.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import email.utils
-import functools
 import hashlib
 import json
 import logging
 import os
 import re
-import ssl
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -37,9 +40,9 @@ from typing import IO, Any, Literal
 from urllib.parse import unquote, urlsplit
 
 import requests
-from requests.adapters import HTTPAdapter
+from requests_hardened.ip_filter import InvalidIPAddress
 
-from integrations.dispatch.http import describe_failure
+from integrations.dispatch.http import Bound, bounded, build_session, describe_failure, tls_context
 from integrations.drop.files import REMOVED, DropFileError, parse_file_name
 
 __all__ = [
@@ -80,7 +83,6 @@ _ZIP_CONTENT_TYPES = frozenset(
 _RETRYABLE_STATUSES = frozenset({500, 502, 503, 504})
 _SAFE_FILE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,254}")
 _ALREADY_UPLOADED_RE = re.compile(r"already\s+(?:been\s+)?uploaded", re.IGNORECASE)
-_LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 _MESSAGE_LIMIT = 500
 _ERROR_BODY_LIMIT = 64 * 1024
 _CHUNK = 1 << 16
@@ -210,36 +212,6 @@ def base_url_for(mode: str, override: str | None = None) -> str:
     raise ValueError(f"unknown broker mode {mode!r}: expected 'production' or 'test'")
 
 
-def tls_context() -> ssl.SSLContext:
-    """The TLS settings for DROP: system defaults with certificate checks, TLS 1.2 or later."""
-    context = ssl.create_default_context()
-    if context.minimum_version != ssl.TLSVersion.TLSv1_3:
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-    return context
-
-
-@functools.lru_cache(maxsize=1)
-def _shared_tls_context() -> ssl.SSLContext:
-    # Loading the system CA store takes tens of milliseconds: once per process is enough.
-    return tls_context()
-
-
-class _TlsAdapter(HTTPAdapter):
-    """An HTTPAdapter whose connections (direct or through a proxy) use ``tls_context()``."""
-
-    def __init__(self, ssl_context: ssl.SSLContext, **kwargs: Any) -> None:
-        self.ssl_context = ssl_context
-        super().__init__(**kwargs)
-
-    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
-        kwargs["ssl_context"] = self.ssl_context
-        super().init_poolmanager(*args, **kwargs)
-
-    def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
-        proxy_kwargs["ssl_context"] = self.ssl_context
-        return super().proxy_manager_for(proxy, **proxy_kwargs)
-
-
 def _user_agent() -> str:
     try:
         version = metadata.version("dropportal")
@@ -308,7 +280,9 @@ class DropClient:
     instead of sleeping); transient failures (500/502/503/504, connection errors, timeouts,
     bodies cut short) are retried ``max_retries`` times with backoff ``backoff_seconds``,
     doubling, capped at ``max_backoff_seconds``. ``sleep`` and ``clock`` are injectable so
-    tests never wait. A given ``session`` gets the TLS 1.2+ adapter mounted for https.
+    tests never wait. ``timeout`` is (connect, each read); ``total_timeout`` bounds one
+    attempt, body included, by the wall clock. ``allow_private`` lets the base URL be plain
+    http or a loopback/private address (development and tests only).
     ``on_call`` is called after every HTTP attempt, with no header or body; an exception it
     raises propagates.
     """
@@ -318,13 +292,13 @@ class DropClient:
         base_url: str,
         api_key: str,
         *,
-        session: requests.Session | None = None,
         timeout: float | tuple[float, float] = (5, 60),
+        total_timeout: float = 300,
         max_wait_seconds: float = 600,
         max_retries: int = 4,
         backoff_seconds: float = 2.0,
         max_backoff_seconds: float = 60.0,
-        allow_plain_http: bool = False,
+        allow_private: bool = False,
         on_call: OnCall | None = None,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
@@ -332,13 +306,11 @@ class DropClient:
         parts = urlsplit(base_url)
         if parts.scheme not in {"http", "https"} or not parts.hostname:
             raise ValueError(f"DROP base URL must be an http(s) URL, got {base_url!r}")
-        if (
-            parts.scheme == "http"
-            and parts.hostname not in _LOOPBACK_HOSTS
-            and not parts.hostname.startswith("127.")
-            and not allow_plain_http
-        ):
-            raise ValueError("DROP base URL must use https (plain http only for loopback)")
+        if parts.scheme == "http" and not allow_private:
+            raise ValueError(
+                "DROP base URL must use https (plain http only with "
+                "DROPPORTAL_ALLOW_PRIVATE_TARGETS)"
+            )
         if parts.query or parts.fragment or parts.username or parts.password:
             raise ValueError("DROP base URL must not carry a query, fragment or credentials")
         if (
@@ -351,6 +323,7 @@ class DropClient:
         self.base_url = base_url.rstrip("/")
         self._api_key = _Secret(api_key)
         self.timeout = timeout
+        self.total_timeout = total_timeout
         self.max_wait_seconds = max_wait_seconds
         self.max_retries = max_retries
         self.backoff_seconds = backoff_seconds
@@ -358,8 +331,8 @@ class DropClient:
         self.on_call = on_call
         self._sleep = sleep
         self._clock = clock
-        self.session = session if session is not None else requests.Session()
-        self.session.mount("https://", _TlsAdapter(_shared_tls_context()))
+        self.session = build_session(allow_private)
+        self._bound: Bound | None = None  # the attempt in flight
         self.user_agent = _user_agent()
 
     def __repr__(self) -> str:
@@ -478,6 +451,8 @@ class DropClient:
                     out.write(chunk)
                     digest.update(chunk)
                     size += len(chunk)
+                if self._bound is not None and self._bound.expired:
+                    raise _BodyCutShort(f"timed out after {self.total_timeout:g} s")
                 out.flush()
                 if temp_path is not None:
                     os.fsync(out.fileno())
@@ -635,6 +610,11 @@ class DropClient:
         connect, total = self.timeout if isinstance(self.timeout, tuple) else (self.timeout,) * 2
         return describe_failure(exc, timeout_connect=connect, timeout_total=total)
 
+    def _timed_out(self, exc: requests.RequestException | None, bound: Bound) -> str:
+        if bound.expired:
+            return f"DROP did not answer within {self.total_timeout:g} s"
+        return f"DROP did not answer in time: {exc}"
+
     def _redact(self, text: str) -> str:
         return text.replace(self._api_key.value, "[redacted]")
 
@@ -732,24 +712,37 @@ class DropClient:
             began = self._clock()
             status: int | None = None
             decision: _Decision
-            try:
-                response = send()
-            except requests.Timeout as exc:
-                decision = _Retry("timeout", f"DROP did not answer in time: {exc}")
-            except requests.RequestException as exc:
-                decision = _Retry("connection_error", f"cannot reach DROP: {self._failure(exc)}")
-            except BaseException:
-                self._report(method, path, None, began, "error")
-                raise
-            else:
-                with response:
-                    status = response.status_code
-                    try:
-                        decision = handle(response)
-                    except BaseException:
-                        # A local failure (disk full, interrupted): still one attempt made.
-                        self._report(method, path, status, began, "error")
-                        raise
+            with bounded(self.total_timeout) as bound:
+                self._bound = bound
+                try:
+                    response = send()
+                except InvalidIPAddress as exc:
+                    decision = _Fail(
+                        DropApiError(f"DROP base URL refused: {self._failure(exc)}"), "refused"
+                    )
+                except requests.RequestException as exc:
+                    if bound.expired or isinstance(exc, requests.Timeout):
+                        decision = _Retry("timeout", self._timed_out(exc, bound))
+                    else:
+                        reason = f"cannot reach DROP: {self._failure(exc)}"
+                        decision = _Retry("connection_error", reason)
+                except BaseException:
+                    self._report(method, path, None, began, "error")
+                    raise
+                else:
+                    with response:
+                        if bound.expired:  # cut while the answer was coming in
+                            decision = _Retry("timeout", self._timed_out(None, bound))
+                        else:
+                            status = response.status_code
+                            try:
+                                decision = handle(response)
+                            except BaseException:
+                                # A local failure (disk full, interrupted): still one attempt.
+                                self._report(method, path, status, began, "error")
+                                raise
+                finally:
+                    self._bound = None
             self._report(method, path, status, began, decision.outcome)
 
             if isinstance(decision, _Done):

@@ -280,6 +280,21 @@ def _source_label(source: str | os.PathLike[str] | IO[bytes]) -> str:
 
 
 _ZIP_READ_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError)
+# A DROP line is under 100 characters; a longer one is refused as soon as this much of it is
+# read, so a small ZIP inflating to one huge line never costs its size in memory.
+MAX_LINE_CHARS = 4096
+
+
+class _LineTooLong(Exception):
+    pass
+
+
+def _bounded_lines(text: IO[str]) -> Iterator[str]:
+    """The lines of ``text``, each read at most ``MAX_LINE_CHARS`` + 1 characters at a time."""
+    while line := text.readline(MAX_LINE_CHARS + 1):
+        if len(line) > MAX_LINE_CHARS:
+            raise _LineTooLong
+        yield line
 
 
 class DownloadZipReader(Iterator["WorkItemRow | RemovedRow"]):
@@ -401,7 +416,7 @@ class DownloadZipReader(Iterator["WorkItemRow | RemovedRow"]):
                 archive.open(info) as raw,
                 io.TextIOWrapper(raw, encoding="utf-8-sig", newline="") as text,
             ):
-                reader = csv.reader(text, strict=True)
+                reader = csv.reader(_bounded_lines(text), strict=True)
                 header = next(reader, None)
                 line = reader.line_num
                 if header is None:
@@ -467,6 +482,10 @@ class DownloadZipReader(Iterator["WorkItemRow | RemovedRow"]):
                         )
         except UnicodeDecodeError:
             raise DropFileError(name, line + 1, "not valid UTF-8 text") from None
+        except _LineTooLong:
+            raise DropFileError(
+                name, line + 1, f"line longer than {MAX_LINE_CHARS} characters"
+            ) from None
         except csv.Error as exc:
             raise DropFileError(name, line + 1, f"malformed CSV: {exc}") from None
         except _ZIP_READ_ERRORS as exc:

@@ -61,6 +61,49 @@ def broker_or_error(broker_id: str) -> Broker:
         raise CommandError(f"no broker with id {broker_id!r}") from None
 
 
+def add_secret_argument(parser: Any, name: str, what: str) -> None:
+    """``--<name> VALUE``, or ``--<name>-file PATH`` (``-``: standard input), not both.
+
+    A value on the command line shows in the process list and the shell's history; from a
+    file or a pipe it does not.
+    """
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        f"--{name}",
+        default="",
+        help=f"{what} (seen in the process list and shell history: prefer --{name}-file)",
+    )
+    group.add_argument(
+        f"--{name}-file",
+        default=None,
+        metavar="PATH",
+        help=f"read the {what} from PATH, or from standard input with '-'",
+    )
+
+
+def secret_value(options: dict[str, Any], name: str) -> str:
+    """The secret given by ``add_secret_argument``'s options: one line, without its newline."""
+    dest = name.replace("-", "_")
+    path = options.get(f"{dest}_file")
+    if path is None:
+        return str(options.get(dest) or "")
+    if path == "-":
+        text = (options.get("stdin") or sys.stdin).read()
+    else:
+        try:
+            with open(path, encoding="utf-8") as file:
+                text = file.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+            raise CommandError(f"cannot read --{name}-file {path}: {reason}") from None
+    value = text.removesuffix("\n").removesuffix("\r")
+    if not value.strip():
+        raise CommandError(f"--{name}-file gave an empty {name.replace('-', ' ')}")
+    if "\n" in value or "\r" in value:
+        raise CommandError(f"--{name}-file must hold the {name.replace('-', ' ')} on one line")
+    return value
+
+
 class _OneLineErrors(CommandParser):
     def error(self, message: str) -> NoReturn:
         if self.called_from_command_line:
@@ -71,6 +114,8 @@ class _OneLineErrors(CommandParser):
 
 class DropportalCommand(BaseCommand):
     """A command whose first argument picks a subcommand, dispatched to ``handle_<name>``."""
+
+    stealth_options = ("stdin",)  # call_command(..., stdin=...) for secrets read from "-"
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.__class__ = _OneLineErrors  # and so its subparsers, which take type(parser)

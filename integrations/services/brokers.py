@@ -11,9 +11,18 @@ from django.utils import timezone
 
 from integrations.drop.client import base_url_for
 from integrations.models import Broker, BrokerMode
+from integrations.services.integrations import url_has_credentials
 from integrations.services.ledger import ledger_event_append
 
 _AUDITED_FIELDS = ("name", "mode", "drop_base_url", "auto_pull", "pull_interval_days")
+
+
+def _drop_base_url_check(url: str) -> None:
+    # The DROP API key goes in a header; a user:password part would go along as Basic auth.
+    if url and url_has_credentials(url):
+        raise ValidationError(
+            {"drop_base_url": "a URL must not carry a user name or password: set credentials apart"}
+        )
 
 
 def broker_create(
@@ -38,6 +47,7 @@ def broker_create(
         pull_interval_days=pull_interval_days,
         drop_api_key_changed_at=timezone.now() if drop_api_key else None,
     )
+    _drop_base_url_check(drop_base_url)
     broker.full_clean()  # also reports a broker id that is already registered
     with transaction.atomic():
         broker.save()
@@ -72,6 +82,8 @@ def broker_update(
     unknown = set(changes) - {*_AUDITED_FIELDS, "drop_api_key"}
     if unknown:
         raise ValidationError(f"cannot change {', '.join(sorted(unknown))}")
+    if "drop_base_url" in changes:
+        _drop_base_url_check(changes["drop_base_url"])
     before = {field: getattr(broker, field) for field in _AUDITED_FIELDS}
     destination_before = broker_drop_url(broker)
     for field, value in changes.items():

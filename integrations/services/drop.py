@@ -70,8 +70,10 @@ log = logging.getLogger(__name__)
 
 PACKAGES_DIR = VAR_DIR / "drop-packages"
 STAGED_REMOVED = "drop_staged_removed"
-# DROP client tuning: (connect, read) seconds per HTTP attempt, and retries of 5xx/timeouts.
+# DROP client tuning: (connect, read) seconds per HTTP attempt, the wall-clock bound of one
+# attempt (a package download included), and retries of 5xx/timeouts.
 DROP_TIMEOUT: tuple[float, float] = (5.0, 60.0)
+DROP_TOTAL_TIMEOUT = 300.0
 DROP_MAX_RETRIES = 4
 DEFAULT_MAX_WAIT_SECONDS = 600.0  # bound on waiting through 202/429 and retry backoff
 _COPY_BATCH_ROWS = 8192
@@ -461,9 +463,10 @@ def drop_client_for(
         base_url,
         broker.drop_api_key,
         timeout=DROP_TIMEOUT,
+        total_timeout=DROP_TOTAL_TIMEOUT,
         max_retries=DROP_MAX_RETRIES,
         max_wait_seconds=max_wait_seconds,
-        allow_plain_http=settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS,
+        allow_private=settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS,
         on_call=on_call,
         sleep=lambda seconds: wait(seconds),
     )

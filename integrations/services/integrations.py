@@ -41,6 +41,15 @@ PREVIOUS_SECRET_VALIDITY = dt.timedelta(hours=24)
 NAME_MAX = 200
 
 
+def url_has_credentials(url: str) -> bool:
+    """Whether ``url`` carries a ``user:password@`` part (which HTTP clients send as Basic
+    auth, and which would be shown and logged wherever the URL is)."""
+    try:
+        return "@" in urlsplit(url).netloc
+    except ValueError:
+        return False
+
+
 def target_url_validate(url: str, *, field: str = "url") -> str:
     """A broker-configured URL we will call: absolute ``https://`` (``http://`` only when
     ``DROPPORTAL_ALLOW_PRIVATE_TARGETS`` is set). Its address is checked at every call."""
@@ -54,6 +63,10 @@ def target_url_validate(url: str, *, field: str = "url") -> str:
         raise ValidationError({field: f"not an absolute {' or '.join(schemes)} URL"}) from None
     if len(url) > 500:
         raise ValidationError({field: "at most 500 characters"})
+    if url_has_credentials(url):
+        raise ValidationError(
+            {field: "a URL must not carry a user name or password: set credentials apart"}
+        )
     return url
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,18 @@ from integrations.models import LedgerChainLink, LedgerEvent
 GENESIS_HASH = "0" * 64
 SYSTEM_ACTOR = "system"
 _SEAL_LOCK_KEY = 0x64726F70  # "drop": serializes sealers only, never writers
+
+
+# A URL in an event keeps its scheme, host and path: its query and fragment (where tokens and
+# identifiers travel) and any user:password part are cut before the event is stored. On the
+# canonical JSON text: a URL ends at a quote, a backslash (an escape) or white space.
+_URL_EXTRAS = re.compile(r'(https?://)(?:[^\s"\\/@?#]*@)?([^\s"\\?#]*)(?:[?#][^\s"\\]*)?')
+
+
+def _without_url_extras(data_json: str) -> str:
+    if "://" not in data_json:
+        return data_json
+    return _URL_EXTRAS.sub(r"\1\2", data_json)
 
 
 def _canonical_json(value: Any) -> str:
@@ -135,7 +148,7 @@ def _new_event(
 ) -> tuple[LedgerEvent, str]:
     """The event to insert (its hash comes back from the INSERT), and its data as the
     canonical JSON the INSERT stores and hashes."""
-    data_json = canonical_data(data)
+    data_json = _without_url_extras(canonical_data(data))
     event = LedgerEvent(
         created_at=timezone.now(),
         broker_id=broker_id,

@@ -36,9 +36,11 @@ def test_an_auditor_downloads_a_cycles_response_files_with_their_manifest(
     auditor = member_of("Auditors", client)
     page = auditor.get(f"/admin/integrations/dropcycle/{world.previous.pk}/change/")
     url = f"/admin/integrations/dropcycle/{world.previous.pk}/response-files.zip"
-    assert f'href="{url}"' in page.content.decode()
+    assert f'<form method="post" action="{url}"' in page.content.decode()
+    assert auditor.get(url).status_code == 405  # it writes a ledger event: POST only
+    assert not LedgerEvent.objects.filter(kind="report_files.exported").exists()
 
-    response = auditor.get(url)
+    response = auditor.post(url)
     assert response.status_code == 200
     assert response["Content-Type"] == "application/zip"
     assert "4821_cycle1_response_files.zip" in response["Content-Disposition"]
@@ -61,13 +63,15 @@ def test_the_zip_needs_the_permission_to_view_report_files(
 ) -> None:
     manager = member_of("Connections managers", client)
     url = f"/admin/integrations/dropcycle/{world.cycle.pk}/response-files.zip"
-    assert manager.get(url).status_code == 403
+    assert manager.post(url).status_code == 403
     assert not LedgerEvent.objects.filter(kind="report_files.exported").exists()
 
 
 def test_an_unknown_cycle_is_not_found(world: SampleCycle, client: Client) -> None:
     auditor = member_of("Auditors", client)
-    assert auditor.get("/admin/integrations/dropcycle/999999/response-files.zip").status_code == 404
+    assert (
+        auditor.post("/admin/integrations/dropcycle/999999/response-files.zip").status_code == 404
+    )
 
 
 def test_the_manifest_sha256_is_the_digest_of_the_file(world: SampleCycle, client: Client) -> None:
@@ -76,7 +80,7 @@ def test_the_manifest_sha256_is_the_digest_of_the_file(world: SampleCycle, clien
         content=content, sha256=hashlib.sha256(content).hexdigest()
     )
     auditor = member_of("Auditors", client)
-    response = auditor.get(f"/admin/integrations/dropcycle/{world.cycle.pk}/response-files.zip")
+    response = auditor.post(f"/admin/integrations/dropcycle/{world.cycle.pk}/response-files.zip")
     archive = zipfile.ZipFile(io.BytesIO(response.getvalue()))
     (entry,) = csv.DictReader(io.StringIO(archive.read("MANIFEST.csv").decode()))
     assert hashlib.sha256(archive.read(entry["file_name"])).hexdigest() == entry["sha256"]

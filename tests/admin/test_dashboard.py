@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+import io
 import re
 from html import unescape
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group, User
+from django.core.management import call_command
 from django.test import Client
 from django.utils import timezone
 
@@ -150,3 +153,24 @@ def test_a_late_cycle_and_a_late_download_are_flagged(broker: Broker, superuser:
     page = staff_client(superuser).get("/admin/").content.decode()
     assert "overdue by 15 days" in page  # downloaded 60 days ago, due 45 days after
     assert "(late)" in page  # no download for more than 45 days
+
+
+def test_the_dashboard_and_check_warn_while_private_targets_are_allowed(
+    broker: Broker, superuser: User, settings: Any
+) -> None:
+    client = staff_client(superuser)
+    settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = False
+    closed = client.get("/admin/").content.decode()
+    quiet = io.StringIO()
+    call_command("check", stdout=quiet, stderr=quiet)
+
+    settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = True
+    opened = client.get("/admin/").content.decode()
+    warned = io.StringIO()
+    call_command("check", stdout=warned, stderr=warned)
+
+    assert 'id="private-targets-open"' not in closed
+    assert "dropportal.W001" not in quiet.getvalue()
+    assert 'id="private-targets-open"' in opened
+    assert "DROPPORTAL_ALLOW_PRIVATE_TARGETS is on" in opened
+    assert "dropportal.W001" in warned.getvalue()

@@ -39,10 +39,11 @@ def body(response) -> str:  # type: ignore[no-untyped-def]
 
 def test_the_csv_export_holds_what_the_filtered_list_shows(auditor: Client) -> None:
     page = auditor.get("/admin/integrations/ledgerevent/?kind__exact=broker.created")
-    assert 'href="/admin/integrations/ledgerevent/export.csv?kind__exact=broker.created"' in (
-        page.content.decode()
-    )
-    response = auditor.get("/admin/integrations/ledgerevent/export.csv?kind__exact=broker.created")
+    assert (
+        '<form method="post" action="/admin/integrations/ledgerevent/export.csv'
+        '?kind__exact=broker.created"'
+    ) in page.content.decode()
+    response = auditor.post("/admin/integrations/ledgerevent/export.csv?kind__exact=broker.created")
     assert response["Content-Type"] == "text/csv; charset=utf-8"
     assert response["Content-Disposition"].startswith('attachment; filename="ledger-')
     rows = list(csv.DictReader(io.StringIO(body(response))))
@@ -61,7 +62,7 @@ def test_the_csv_export_holds_what_the_filtered_list_shows(auditor: Client) -> N
 
 
 def test_the_jsonl_export_follows_the_search_too(auditor: Client) -> None:
-    response = auditor.get("/admin/integrations/ledgerevent/export.jsonl?q=dpk_abc")
+    response = auditor.post("/admin/integrations/ledgerevent/export.jsonl?q=dpk_abc")
     (line,) = body(response).splitlines()
     assert json.loads(line)["kind"] == "api_key.created"
 
@@ -69,7 +70,15 @@ def test_the_jsonl_export_follows_the_search_too(auditor: Client) -> None:
 def test_exports_need_the_view_permission_and_a_known_format(client: Client) -> None:
     nobody = User.objects.create_user("eve", password="pw-eve-123", is_staff=True)
     client.force_login(nobody)
-    assert client.get("/admin/integrations/ledgerevent/export.csv").status_code == 403
+    assert client.post("/admin/integrations/ledgerevent/export.csv").status_code == 403
     nobody.groups.add(Group.objects.get(name="Auditors"))
-    assert client.get("/admin/integrations/ledgerevent/export.xml").status_code == 400
-    assert client.get("/admin/integrations/ledgerevent/export.csv?nope=1").status_code == 400
+    assert client.post("/admin/integrations/ledgerevent/export.xml").status_code == 400
+    assert client.post("/admin/integrations/ledgerevent/export.csv?nope=1").status_code == 400
+
+
+def test_an_export_is_a_post_a_link_cannot_trigger(auditor: Client) -> None:
+    # It writes a ledger event: a GET (a link, a prefetch, an image tag) must not.
+    response = auditor.get("/admin/integrations/ledgerevent/export.csv")
+
+    assert response.status_code == 405
+    assert not LedgerEvent.objects.filter(kind="ledger.exported").exists()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,8 +17,9 @@ import pytest
 from django.db import DatabaseError, connection
 from django.utils import timezone
 from procrastinate.contrib.django.models import ProcrastinateJob
-from rest_framework.test import APIClient
+from rest_framework.test import APIClient, APIRequestFactory
 
+from integrations.api import callback_auth
 from integrations.api.callback_auth import CallbackRateThrottle
 from integrations.dispatch import signing
 from integrations.models import (
@@ -461,6 +463,8 @@ BAD_INPUTS: dict[str, tuple[Variant, int, str]] = {
     ),
 }
 
+WITHOUT_A_VALID_KEY = {"missing key", "invalid key", "revoked key", "body over 64 KiB"}
+
 
 @pytest.mark.parametrize("case", BAD_INPUTS, ids=list(BAD_INPUTS))
 def test_bad_input_is_refused_with_its_code_and_changes_nothing(
@@ -480,9 +484,13 @@ def test_bad_input_is_refused_with_its_code_and_changes_nothing(
     assert problem["status"] == status
     assert snapshot(dispatched) == before
     assert not OptOutRecord.objects.exists()
-    rejected = LedgerEvent.objects.get(kind="callback.rejected")
-    assert rejected.data["code"] == code
-    assert rejected.data["callback"] == "deletion"
+    if case in WITHOUT_A_VALID_KEY:
+        # Anyone can send these: counted and logged, never a ledger row.
+        assert not LedgerEvent.objects.filter(kind="callback.rejected").exists()
+    else:
+        rejected = LedgerEvent.objects.get(kind="callback.rejected")
+        assert rejected.data["code"] == code
+        assert rejected.data["callback"] == "deletion"
     assert not LedgerEvent.objects.filter(kind__startswith="deletion_request.").exists()
 
 
@@ -759,3 +767,67 @@ def test_another_brokers_results_token_is_not_found(
     assert response.status_code == 404
     notified.refresh_from_db()
     assert notified.completed_at is None
+
+
+# -- unauthenticated traffic ----------------------------------------------------------------
+
+
+def test_unauthenticated_callbacks_are_counted_and_logged_not_ledgered(
+    side: Broker_, dispatched: DeletionRequest, settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings.DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT = 0  # no throttle: every one reaches us
+    callback_auth.UNAUTHENTICATED._logged_at = float("-inf")
+    revoked = _revoked_key(side)
+    counted = callback_auth.UNAUTHENTICATED.count
+    events = LedgerEvent.objects.count()
+    body = body_for(dispatched)
+
+    with caplog.at_level(logging.WARNING, logger="integrations.api.callback_auth"):
+        answers = [
+            put(DELETION, body, key=None, secret=side.secret),
+            put(DELETION, body, key="dpk_not-a-key", secret=side.secret),
+            put(DELETION, body, key=revoked, secret=side.secret),
+            put(DELETION, body_for(dispatched, error_message="x" * 65_536), key=None, secret=None),
+        ] + [put(DELETION, body, key=f"dpk_guess-{n}", secret=None) for n in range(20)]
+
+    assert {a.status_code for a in answers} == {401, 413}
+    assert LedgerEvent.objects.count() == events
+    assert not LedgerEvent.objects.filter(kind="callback.rejected").exists()
+    assert callback_auth.UNAUTHENTICATED.count == counted + 24
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    # Rate-limited: one line, then one a minute at most (not Django's line per request).
+    assert len(lines) == 1, lines
+    assert "dpk_" not in lines[0] and side.secret not in lines[0]
+
+
+def test_an_address_refused_too_often_gets_429_but_a_valid_key_still_passes(
+    side: Broker_, dispatched: DeletionRequest, settings
+) -> None:
+    settings.DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT = 1  # bursts of 2
+    body = body_for(dispatched)
+    flood = {"REMOTE_ADDR": "203.0.113.7"}
+
+    answers = [
+        put(DELETION, body, key=f"dpk_guess-{n}", secret=None, headers=flood) for n in range(4)
+    ]
+    keyless = put(DELETION, body, key=None, secret=None, headers=flood)
+    elsewhere = put(DELETION, body, key="dpk_guess", secret=None, headers={"REMOTE_ADDR": "::1"})
+    # A valid key is never refused by address (brokers behind one proxy share it).
+    valid = put(DELETION, body, key=side.key, secret=side.secret, headers=flood)
+
+    assert [a.status_code for a in answers] == [401, 401, 429, 429]
+    assert answers[2]["Content-Type"] == "application/problem+json"
+    assert answers[2].json()["code"] == "rate_limited"
+    assert int(answers[2]["Retry-After"]) >= 1
+    assert keyless.status_code == 429
+    assert elsewhere.status_code == 401
+    assert valid.status_code == 200, valid.content
+    assert not LedgerEvent.objects.filter(kind="callback.rejected").exists()
+
+
+def test_ipv6_clients_are_throttled_by_their_64() -> None:
+    request = APIRequestFactory().put("/", REMOTE_ADDR="2001:db8:1:2:aaaa::1")
+    other = APIRequestFactory().put("/", REMOTE_ADDR="2001:db8:1:2:bbbb::9")
+
+    assert callback_auth.client_address(request) == callback_auth.client_address(other)
+    assert callback_auth.client_address(request) == "2001:db8:1:2::/64"

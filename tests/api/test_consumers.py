@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
@@ -396,3 +397,45 @@ def test_deleting_a_pointer_no_consumer_can_have_is_404(
 
     assert response.status_code == 404
     assert response.json()["code"] == "not_found"
+
+
+def test_a_million_consumers_are_refused_without_being_built(
+    api_client: APIClient, ingest: dict[str, Any], broker: Broker
+) -> None:
+    body = b'{"consumers": [' + b"{}," * 999_999 + b"{}]}"  # 3 MB: a million objects
+
+    tracemalloc.start()
+    try:
+        response = api_client.post(URL, data=body, content_type="application/json", **ingest)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+
+    assert response.status_code == 400
+    assert response.json()["errors"]["consumers"] == [
+        "holds more than 10,000 consumers; at most 10,000 per call"
+    ]
+    # The body and its text (6 MB) and 10,001 objects; a million would be over 70 MB.
+    assert peak < 24 << 20, f"refusing it cost {peak / (1 << 20):.0f} MiB"
+    assert not Consumer.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"consumers": [1, 2,]}',
+        b'{"consumers": [1 2]}',
+        b'{"consumers": [1], }',
+        b'{"consumers": [1]} x',
+        b'{"consumers" [1]}',
+        b'{"consumers": [1]',
+        b"{consumers: []}",
+    ],
+)
+def test_malformed_registration_bodies_are_invalid_json(
+    api_client: APIClient, ingest: dict[str, Any], body: bytes
+) -> None:
+    response = api_client.post(URL, data=body, content_type="application/json", **ingest)
+
+    assert response.status_code == 400
+    assert response.json()["detail"].startswith("The body is not valid JSON")

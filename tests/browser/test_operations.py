@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Any
 
 from django.core.management import call_command
 from django.utils import timezone
@@ -19,8 +20,9 @@ from tests.sample_cycle import sample_cycle
 
 
 def test_a_simulated_pull_shows_its_cycle_on_the_dashboard(
-    page: Page, live_server: LiveServer, transactional_db: None
+    page: Page, live_server: LiveServer, transactional_db: None, settings: Any
 ) -> None:
+    settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = True  # the DROP simulator is on loopback
     make_staff("olga", "Operators")
     with DropSimulator(api_key="sim-key", broker_id="4821") as drop:
         broker_create(

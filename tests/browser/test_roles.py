@@ -63,7 +63,7 @@ def test_an_auditor_exports_the_outcome_history_and_the_ledger(
 
     page.goto(f"{live_server.url}/admin/integrations/ledgerevent/?kind__exact=broker.created")
     with page.expect_download() as download:
-        page.get_by_role("link", name="Export JSONL").click()
+        page.get_by_role("button", name="Export JSONL").click()
     (line,) = Path(download.value.path()).read_text().splitlines()
     assert json.loads(line)["subject"] == "4821"
     exports = LedgerEvent.objects.filter(kind__endswith=".exported", actor="staff:ada")

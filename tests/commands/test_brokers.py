@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
 
@@ -101,3 +102,47 @@ def _subprocess_env() -> dict[str, str]:
         else (f"@{host}:{port}/{db['NAME']}")
     )
     return {**os.environ, "DATABASE_URL": f"postgres://{db['USER']}{location}"}
+
+
+def test_the_drop_api_key_can_come_from_a_file(tmp_path) -> None:
+    key_file = tmp_path / "drop.key"
+    key_file.write_text("drop-secret-key\n")
+
+    add("4821", "--drop-api-key-file", str(key_file))
+
+    assert Broker.objects.get(broker_id="4821").drop_api_key == "drop-secret-key"
+
+
+def test_the_drop_api_key_can_come_from_standard_input() -> None:
+    call_command(
+        "brokers", "add", "--broker-id", "4821", "--name", "Acme", "--mode", "test",
+        "--drop-api-key-file", "-", stdin=io.StringIO("drop-secret-key\n"),
+    )  # fmt: skip
+
+    assert Broker.objects.get(broker_id="4821").drop_api_key == "drop-secret-key"
+
+
+@pytest.mark.parametrize(
+    ("content", "error"),
+    [
+        (None, "cannot read --drop-api-key-file"),
+        ("", "gave an empty drop api key"),
+        ("one\ntwo\n", "on one line"),
+    ],
+)
+def test_an_unusable_key_file_is_one_clear_error_and_writes_nothing(
+    tmp_path, content: str | None, error: str
+) -> None:
+    key_file = tmp_path / "drop.key"
+    if content is not None:
+        key_file.write_text(content)
+
+    with pytest.raises(CommandError, match=error):
+        add("4821", "--drop-api-key-file", str(key_file))
+
+    assert not Broker.objects.exists()
+
+
+def test_the_key_and_its_file_are_not_both_accepted(tmp_path) -> None:
+    with pytest.raises(CommandError, match="not allowed with argument"):
+        add("4821", "--drop-api-key", "k", "--drop-api-key-file", str(tmp_path / "k"))

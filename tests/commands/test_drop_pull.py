@@ -8,6 +8,7 @@ import json
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.core.management import call_command
@@ -33,7 +34,9 @@ PACKAGE_NAME = f"{PACKAGE_DATE}_4821_DROP.zip"
 
 
 @pytest.fixture
-def drop() -> Iterator[DropSimulator]:
+def drop(settings: Any) -> Iterator[DropSimulator]:
+    # The simulator is on loopback: the one explicit opening of the outbound filter.
+    settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = True
     with DropSimulator(api_key=KEY) as simulator:
         yield simulator
 

@@ -6,6 +6,7 @@ import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -30,7 +31,9 @@ PHONE = "20260312_4821_Phone.csv"
 
 
 @pytest.fixture
-def drop() -> Iterator[DropSimulator]:
+def drop(settings: Any) -> Iterator[DropSimulator]:
+    # The simulator is on loopback: the one explicit opening of the outbound filter.
+    settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = True
     with DropSimulator(api_key=KEY, broker_id="4821", active_download=True) as simulator:
         yield simulator
 

@@ -156,3 +156,15 @@ def test_saas_add_defaults_to_email_and_refuses_bad_categories(broker: Broker) -
         )  # fmt: skip
     assert SaasConnection.objects.count() == 1
     assert run_json("saas", "list")["items"][0]["categories"] == ["email"]
+
+
+def test_saas_add_takes_its_token_from_a_file(broker: Broker, tmp_path: Any) -> None:
+    token_file = tmp_path / "mailer.token"
+    token_file.write_text("tok-1\n")
+
+    run(
+        "saas", "add", "--broker", "4821", "--name", "Mailer",
+        "--url", "https://api.mailer.example/erase", "--token-file", str(token_file),
+    )  # fmt: skip
+
+    assert SaasConnection.objects.get().token == "tok-1"

@@ -173,3 +173,25 @@ def test_check_connection_of_a_webhook_integration_is_refused(broker: Broker) ->
 
     with pytest.raises(CommandError, match="only ISI integrations have connections"):
         run("integrations", "check-connection", json.loads(out)["uuid"])
+
+
+def test_the_client_secret_and_token_can_come_from_a_file_or_standard_input(
+    broker: Broker, api: IsiSimulator, tmp_path: Any
+) -> None:
+    secret_file = tmp_path / "client.secret"
+    secret_file.write_text(api.client_secret + "\n")
+    oauth_from_file = [
+        "--token-url", api.token_url, "--client-id", api.client_id,
+        "--client-secret-file", str(secret_file),
+    ]  # fmt: skip
+
+    run(*add_isi(api, *oauth_from_file))
+    out, err = io.StringIO(), io.StringIO()
+    call_command(
+        *add_isi(api, "--token-file", "-"), "--name", "Static",
+        stdin=io.StringIO("static-t0ken\n"), stdout=out, stderr=err,
+    )  # fmt: skip
+
+    oauth_one, static_one = Integration.objects.order_by("pk")
+    assert oauth_one.client_secret == api.client_secret
+    assert static_one.token == "static-t0ken"

@@ -7,22 +7,30 @@ These tests commit (other connections, threads and a worker process must see the
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 
 import pytest
 from django.conf import settings as django_settings
 from django.db import connection, connections, transaction
+from django.utils import timezone
 from procrastinate.contrib.django import app
 from procrastinate.contrib.django.models import ProcrastinateJob
+from procrastinate.exceptions import AlreadyEnqueued
 
 from devtools.broker_simulator import BrokerSimulator, Reply
 from integrations import tasks
-from integrations.dispatch.deliveries import deletion_requests_deliver
+from integrations.dispatch import deliveries
+from integrations.dispatch.deliveries import broker_slot_take, deletion_requests_deliver
 from integrations.models import Broker, DeletionRequest, DeliveryAttempt, LedgerEvent, RequestState
+from integrations.services.brokers import broker_create
 from tests.conftest import subprocess_env
 from tests.webhook_factories import deletion_request, truncate_jobs, webhook_integration_for
 
@@ -164,3 +172,97 @@ def _run_worker() -> None:
         app.run_worker(
             queues=["dispatch"], wait=False, install_signal_handlers=False, listen_notify=False
         )
+
+
+def test_a_broker_whose_dispatch_slots_are_taken_waits_and_the_others_are_delivered(
+    broker: Broker, receiver: BrokerSimulator, settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings.DROPPORTAL_DISPATCH_SLOTS_PER_BROKER = 1
+    monkeypatch.setattr(deliveries, "SLOT_WAIT_SECONDS", 0.2)
+    other = broker_create(broker_id="5930", name="Other", actor="test")
+    with BrokerSimulator() as other_receiver:
+        slow = _requests(broker, receiver, 2)
+        fine = _requests(other, other_receiver, 2)
+        held, release = threading.Event(), threading.Event()
+
+        def slow_batch_in_flight() -> None:
+            # Another worker's batch to 4821, its calls taking their whole timeout.
+            try:
+                with transaction.atomic():
+                    assert broker_slot_take("4821")
+                    held.set()
+                    release.wait(60)
+            finally:
+                connections.close_all()
+
+        holder = threading.Thread(target=slow_batch_in_flight)
+        holder.start()
+        try:
+            assert held.wait(30)
+            counts = deletion_requests_deliver(request_ids=[r.pk for r in slow + fine])
+        finally:
+            release.set()
+            holder.join()
+
+        assert counts == {"delivered": 2, "deferred": 2}
+        assert len(other_receiver.received) == 2
+        assert not receiver.received
+        # Left as they were (no attempt counted) and their job deferred, not waited on.
+        for request in slow:
+            request.refresh_from_db()
+            assert (request.state, request.attempts) == (RequestState.QUEUED, 0)
+        (later,) = ProcrastinateJob.objects.filter(
+            task_name="integrations.tasks.deliver_deletion_requests",
+            args={"request_ids": [r.pk for r in slow]},
+        )
+        assert later.scheduled_at is not None and later.scheduled_at > timezone.now()
+
+        # Once the slot is free again, they go.
+        again = deletion_requests_deliver(request_ids=[r.pk for r in slow])
+        assert again == {"delivered": 2}
+
+
+def test_deliveries_to_a_slow_broker_do_not_hold_up_drop_and_ledger_jobs(
+    broker: Broker, receiver: BrokerSimulator
+) -> None:
+    # Every call takes its whole timeout: the delivery job holds its slot for 45 s or so.
+    receiver.default_reply = Reply.slow(60)
+    requests = _requests(broker, receiver, 20)
+    with transaction.atomic():
+        tasks.deletion_requests_enqueue([r.pk for r in requests])
+
+    worker = subprocess.Popen(
+        [sys.executable, "manage.py", "worker", "--concurrency", "1"],
+        cwd=django_settings.BASE_DIR,
+        env=subprocess_env(DROPPORTAL_ALLOW_PRIVATE_TARGETS="1"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # its worker processes are killed with it
+    )
+    try:
+        receiver.wait_for(1, timeout=90)  # the only dispatch slot is taken now
+        for task in (tasks.report_due, tasks.seal_ledger):
+            with contextlib.suppress(AlreadyEnqueued), transaction.atomic():
+                task.defer()
+        finished = _wait_for_jobs(
+            ["integrations.tasks.report_due", "integrations.tasks.seal_ledger"], timeout=120
+        )
+        dispatch = ProcrastinateJob.objects.get(
+            task_name="integrations.tasks.deliver_deletion_requests"
+        )
+    finally:
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait(timeout=30)
+
+    assert finished, "the DROP and ledger jobs did not run"
+    assert dispatch.status == "doing"  # they ran while the slow delivery was still going
+
+
+def _wait_for_jobs(task_names: list[str], *, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done = ProcrastinateJob.objects.filter(task_name__in=task_names, status="succeeded")
+        if set(done.values_list("task_name", flat=True)) == set(task_names):
+            return True
+        time.sleep(0.2)
+    return False

@@ -9,12 +9,14 @@ from __future__ import annotations
 import json
 import socket
 import ssl
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from devtools.broker_simulator import BrokerSimulator, Reply
+from devtools.trickle_server import TrickleServer
 from integrations.dispatch import signing
 from integrations.dispatch.http import (
     RESPONSE_BODY_LIMIT,
@@ -237,3 +239,50 @@ def test_sessions_use_the_tls_context(allow_private: bool) -> None:
 
     assert context.minimum_version == ssl.TLSVersion.TLSv1_2
     assert build_session(allow_private) is build_session(allow_private)
+
+
+# -- the wall-clock bound -------------------------------------------------------------------
+
+
+def test_trickling_headers_are_cut_at_the_total_timeout() -> None:
+    # One header byte a second: every read is well within its timeout, and the whole
+    # response (a 200) would take 40 s; only a wall-clock bound ends the call.
+    with TrickleServer(interval=1.0, header_bytes=40) as server:
+        result = _post(server.url, timeout_total=2.0)
+
+        assert (result.status, result.error) == (None, "timed out after 2 s")
+        assert server.cut_off.wait(10), "the client kept the connection open"
+        assert not server.finished.is_set()
+        assert server.bytes_sent < 40
+
+
+@pytest.fixture
+def stalled_dns(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """A name server that answers only once the test is over (or after 30 s)."""
+    answered = threading.Event()
+    asked: list[str] = []
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(host, str) and host.endswith(".stalled.test"):
+            asked.append(host)
+            answered.wait(30)
+            return real("127.0.0.1", port, *args, **kwargs)
+        return real(host, port, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    yield asked
+    answered.set()
+
+
+@pytest.mark.parametrize(
+    ("url", "allow_private"),
+    [("https://broker.stalled.test/hook", False), ("http://broker.stalled.test:9/hook", True)],
+)
+def test_slow_name_resolution_is_cut_at_the_total_timeout(
+    stalled_dns: list[str], url: str, allow_private: bool
+) -> None:
+    result = _post(url, allow_private=allow_private, timeout_total=1.0)
+
+    assert stalled_dns == ["broker.stalled.test"]
+    assert (result.status, result.error) == (None, "timed out after 1 s")

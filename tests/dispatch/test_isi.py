@@ -501,3 +501,24 @@ def test_an_isi_token_endpoint_on_a_private_address_is_refused_in_production(
         "target address not allowed: 127.0.0.1 is loopback"
     )
     assert len(api.received) == before  # nothing left the service
+
+
+@pytest.mark.parametrize("status", [400, 500])
+def test_an_identifiers_error_echoing_what_was_asked_is_kept_masked(
+    api: IsiSimulator, connection_a: IsiConnection, status: int
+) -> None:
+    echo = b'{"error": "no such customer", "email": "ann@example.com", "phone": "+14155559317"}'
+    api.answer_next("identifiers", Reply(status, echo))
+    resolution = isi_resolution_request(connection_a)
+
+    assert resolution_requests_deliver(request_ids=[resolution.pk]) == {"retry": 1}
+
+    (attempt,) = resolution.delivery_attempts.all()
+    assert attempt.status == status
+    assert "ann@example.com" not in attempt.response_body
+    assert "4155559317" not in attempt.response_body
+    assert json.loads(attempt.response_body) == {
+        "error": "<16 characters>",
+        "email": "<15 characters>",
+        "phone": "<12 characters>",
+    }

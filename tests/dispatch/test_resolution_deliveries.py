@@ -217,3 +217,37 @@ def test_the_hourly_sweep_purges_identifiers_whose_saas_deletions_ended_in_bulk(
     waiting.refresh_from_db()
     assert json.loads(waiting.identifiers) == RESOLVED  # its deletion is still queued
     assert tasks.purge_resolved_identifiers() == 0
+
+
+@pytest.mark.parametrize(
+    ("status", "verdict"), [(200, "delivered"), (422, "retry"), (500, "retry")]
+)
+def test_a_saas_answer_echoing_identifiers_is_kept_only_masked(
+    broker: Broker, saas_receiver: BrokerSimulator, status: int, verdict: str
+) -> None:
+    deletion = saas_deletion(_answered(broker), _mailer(broker, saas_receiver.url))
+    echoed = json.dumps({"deleted": RESOLVED["email"], "note": "Ann.Smith@Example.com gone"})
+    saas_receiver.script(Reply(status, echoed.encode()))
+
+    assert saas_deletions_deliver(deletion_ids=[deletion.pk]) == {verdict: 1}
+
+    attempt = deletion.delivery_attempts.get()
+    assert attempt.status == status
+    assert "Ann.Smith" not in attempt.response_body
+    assert "old.example" not in attempt.response_body
+    assert json.loads(attempt.response_body) == {
+        "deleted": [{"email": "<22 characters>"}, {"email": "<15 characters>"}],
+        "note": "<26 characters>",
+    }
+
+
+def test_a_saas_answer_that_is_not_json_is_not_kept(
+    broker: Broker, saas_receiver: BrokerSimulator
+) -> None:
+    deletion = saas_deletion(_answered(broker), _mailer(broker, saas_receiver.url))
+    saas_receiver.script(Reply(500, b"cannot delete Ann.Smith@Example.com"))
+
+    assert saas_deletions_deliver(deletion_ids=[deletion.pk]) == {"retry": 1}
+
+    attempt = deletion.delivery_attempts.get()
+    assert attempt.response_body == "[not kept: 35 bytes, not JSON]"

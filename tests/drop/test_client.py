@@ -19,6 +19,7 @@ from devtools.drop_simulator import (
     build_drop_zip,
     work_items,
 )
+from devtools.trickle_server import TrickleServer
 from integrations.drop.client import (
     PRODUCTION_URL,
     SANDBOX_URL,
@@ -69,6 +70,8 @@ def make_client(
             "sleep": sleeps.append,
             "on_call": lambda *args: calls.append(args),
             "timeout": (1, 2),
+            # The simulator is on loopback: the one explicit opening of the outbound filter.
+            "allow_private": True,
         }
         options.update(overrides)
         api_key = options.pop("api_key", KEY)
@@ -97,10 +100,58 @@ def test_base_url_by_mode_and_override() -> None:
         base_url_for("staging", None)
 
 
-def test_plain_http_is_refused_except_on_loopback() -> None:
+def test_plain_http_is_refused_without_the_explicit_opening() -> None:
     with pytest.raises(ValueError, match="must use https"):
         DropClient("http://drop.example.com", KEY)
-    assert DropClient("http://127.0.0.1:9", KEY).base_url == "http://127.0.0.1:9"
+    with pytest.raises(ValueError, match="must use https"):
+        DropClient("http://127.0.0.1:9", KEY)
+    opened = DropClient("http://127.0.0.1:9", KEY, allow_private=True)
+    assert opened.base_url == "http://127.0.0.1:9"
+
+
+@pytest.mark.parametrize(
+    "base_url",
+    ["https://127.0.0.1:9", "https://10.0.0.8", "https://[::1]:9", "https://169.254.169.254"],
+)
+def test_non_public_drop_addresses_are_refused_before_connecting(
+    base_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, calls: list[Call]
+) -> None:
+    def forbidden(sock: socket.socket, address: Any) -> None:
+        raise AssertionError(f"a connection to {address} was attempted")
+
+    monkeypatch.setattr(socket.socket, "connect", forbidden)
+    monkeypatch.setattr(socket.socket, "connect_ex", forbidden)
+    client = DropClient(base_url, KEY, on_call=lambda *args: calls.append(args))
+
+    with pytest.raises(DropApiError, match="target address not allowed") as raised:
+        client.download(tmp_path)
+
+    assert KEY not in str(raised.value)
+    assert outcomes(calls) == [(None, "refused")]  # refused, not retried
+
+
+def test_a_drop_trickling_its_headers_is_cut_at_the_total_timeout(
+    tmp_path: Path, calls: list[Call], sleeps: list[float]
+) -> None:
+    with TrickleServer(interval=1.0, header_bytes=40) as server:
+        client = DropClient(
+            server.url.rstrip("/"),
+            KEY,
+            allow_private=True,
+            timeout=(1, 2),
+            total_timeout=2,
+            max_retries=0,
+            sleep=sleeps.append,
+            on_call=lambda *args: calls.append(args),
+        )
+
+        with pytest.raises(DropUnavailable, match="did not answer within 2 s"):
+            client.download(tmp_path)
+
+        assert outcomes(calls) == [(None, "timeout")]
+        assert server.cut_off.wait(10), "the client kept the connection open"
+        assert not server.finished.is_set()
+    assert files_in(tmp_path) == []
 
 
 def test_tls_context_requires_tls_1_2_and_verifies_certificates() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import io
+import tracemalloc
 import zipfile
 from pathlib import Path
 
@@ -468,3 +469,28 @@ def test_write_response_csv_refuses_bad_rows_with_line(row: tuple[str, int], rea
     assert caught.value.file == "20260312_4821_Email.csv"
     assert caught.value.line == 4
     assert reason in caught.value.reason
+
+
+def test_a_single_huge_line_is_refused_before_it_costs_memory(tmp_path: Path) -> None:
+    # 32 MiB of one line deflate to about 32 KiB: read whole, it would cost its size.
+    package = tmp_path / "20260312_4821_DROP.zip"
+    with (
+        zipfile.ZipFile(package, "w", zipfile.ZIP_DEFLATED) as archive,
+        archive.open("20260312_4821_Email.csv", "w") as member,
+    ):
+        member.write(b"ID,Hash\r\n")
+        for _ in range(32):
+            member.write(b"A" * (1 << 20))
+    assert package.stat().st_size < 1 << 20
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(DropFileError) as caught:
+            list(iter_download_zip(package, broker_id="4821"))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+
+    assert caught.value.line == 2
+    assert "line longer than 4096 characters" in str(caught.value)
+    assert peak < 16 << 20, f"reading the line cost {peak / (1 << 20):.0f} MiB"

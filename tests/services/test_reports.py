@@ -55,7 +55,9 @@ def csv_rows(content: bytes) -> dict[str, int]:
 
 
 @pytest.fixture
-def drop() -> Iterator[DropSimulator]:
+def drop(settings: Any) -> Iterator[DropSimulator]:
+    # The simulator is on loopback: the one explicit opening of the outbound filter.
+    settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = True
     with DropSimulator(api_key=KEY, broker_id="4821", active_download=True) as simulator:
         yield simulator
 
@@ -75,7 +77,9 @@ def sleeps() -> list[float]:
 
 @pytest.fixture
 def client(drop: DropSimulator, sleeps: list[float]) -> DropClient:
-    return DropClient(drop.url, KEY, sleep=sleeps.append, max_retries=2, timeout=(1, 2))
+    return DropClient(
+        drop.url, KEY, sleep=sleeps.append, max_retries=2, timeout=(1, 2), allow_private=True
+    )
 
 
 @pytest.fixture
@@ -225,7 +229,9 @@ def test_drop_down_leaves_the_file_written_and_the_next_run_sends_it(
 
 def test_drop_unreachable_is_the_same(cycle: DropCycle, drop: DropSimulator) -> None:
     drop.stop()
-    unreachable = DropClient(drop.url, KEY, sleep=lambda s: None, max_retries=1, timeout=(1, 1))
+    unreachable = DropClient(
+        drop.url, KEY, sleep=lambda s: None, max_retries=1, timeout=(1, 1), allow_private=True
+    )
 
     run = report_run(broker=cycle.broker, upload=True, client=unreachable)
 
@@ -273,7 +279,7 @@ class _DiesAfterDropAnswers(DropClient):
 def test_an_upload_accepted_then_retried_counts_as_accepted_once(
     cycle: DropCycle, drop: DropSimulator, client: DropClient
 ) -> None:
-    dying = _DiesAfterDropAnswers(drop.url, KEY, sleep=lambda s: None)
+    dying = _DiesAfterDropAnswers(drop.url, KEY, sleep=lambda s: None, allow_private=True)
     with pytest.raises(KeyboardInterrupt):
         report_run(broker=cycle.broker, upload=True, client=dying)
     assert ReportFile.objects.get(file_name=EMAIL).state == ReportFileState.WRITTEN

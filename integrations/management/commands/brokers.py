@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from integrations.management.base import DropportalCommand
+from integrations.management.base import DropportalCommand, add_secret_argument, secret_value
 from integrations.models import Broker, BrokerMode
 from integrations.services.brokers import broker_create
 
@@ -17,7 +17,7 @@ class Command(DropportalCommand):
         add.add_argument("--broker-id", required=True, help="DROP registration number, 4 digits")
         add.add_argument("--name", required=True)
         add.add_argument("--mode", required=True, choices=BrokerMode.values)
-        add.add_argument("--drop-api-key", default="", help="DROP API key (stored encrypted)")
+        add_secret_argument(add, "drop-api-key", "DROP API key (stored encrypted)")
         add.add_argument("--drop-base-url", default="", help="override of DROP's base URL")
         add.add_argument("--json", action="store_true", help="print the broker as JSON")
         listing = subparsers.add_parser("list", help="list brokers")
@@ -28,7 +28,7 @@ class Command(DropportalCommand):
             broker_id=options["broker_id"],
             name=options["name"],
             mode=options["mode"],
-            drop_api_key=options["drop_api_key"],
+            drop_api_key=secret_value(options, "drop-api-key"),
             drop_base_url=options["drop_base_url"],
             actor=self.actor(),
         )

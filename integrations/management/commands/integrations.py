@@ -14,7 +14,12 @@ from typing import Any
 from django.core.management.base import CommandError
 
 from integrations.dispatch.isi import IsiError
-from integrations.management.base import DropportalCommand, broker_or_error
+from integrations.management.base import (
+    DropportalCommand,
+    add_secret_argument,
+    broker_or_error,
+    secret_value,
+)
 from integrations.models import Integration, IntegrationKind, IsiConnection
 from integrations.services.integrations import (
     integration_disable,
@@ -125,10 +130,10 @@ class Command(DropportalCommand):
 
     def add_isi_arguments(self, parser: Any) -> None:
         parser.add_argument("--base-url", required=True, help="the broker's API (https)")
-        parser.add_argument("--token", default="", help="a static bearer token")
+        add_secret_argument(parser, "token", "static bearer token")
         parser.add_argument("--token-url", default="", help="OAuth 2.0 token endpoint (https)")
         parser.add_argument("--client-id", default="", help="OAuth 2.0 client id")
-        parser.add_argument("--client-secret", default="", help="OAuth 2.0 client secret")
+        add_secret_argument(parser, "client-secret", "OAuth 2.0 client secret")
 
     def add_isi(self, **options: Any) -> None:
         broker = broker_or_error(options["broker"])
@@ -136,10 +141,10 @@ class Command(DropportalCommand):
             broker=broker,
             name=options["name"],
             base_url=options["base_url"],
-            token=options["token"],
+            token=secret_value(options, "token"),
             token_url=options["token_url"],
             client_id=options["client_id"],
-            client_secret=options["client_secret"],
+            client_secret=secret_value(options, "client-secret"),
             actor=self.actor(),
         )
         integration = created.integration

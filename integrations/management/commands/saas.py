@@ -8,7 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from integrations.management.base import DropportalCommand, broker_or_error
+from integrations.management.base import (
+    DropportalCommand,
+    add_secret_argument,
+    broker_or_error,
+    secret_value,
+)
 from integrations.models import SaasConnection
 from integrations.services.saas import saas_connection_create
 
@@ -21,7 +26,7 @@ class Command(DropportalCommand):
         add.add_argument("--broker", required=True, help="broker id, 4 digits")
         add.add_argument("--name", required=True)
         add.add_argument("--url", required=True, help="where deletions are POSTed (https)")
-        add.add_argument("--token", default="", help="sent as 'Authorization: Bearer <token>'")
+        add_secret_argument(add, "token", "token, sent as 'Authorization: Bearer <token>'")
         add.add_argument(
             "--categories",
             default="email",
@@ -38,7 +43,7 @@ class Command(DropportalCommand):
             broker=broker,
             name=options["name"],
             url=options["url"],
-            token=options["token"],
+            token=secret_value(options, "token"),
             categories=options["categories"].split(","),
             actor=self.actor(),
         )
