@@ -1,5 +1,6 @@
 """dropportal's models, one module per domain."""
 
+from integrations.models.alerts import AlertState
 from integrations.models.brokers import Broker, BrokerMode
 from integrations.models.consumers import Consumer, ConsumerHash
 from integrations.models.drop import CycleState, DropCycle, HashType, WorkItem, WorkItemState
@@ -28,6 +29,7 @@ from integrations.models.requests import (
 __all__ = [
     "DROP_CAPABILITIES",
     "DROP_STATUS_CODES",
+    "AlertState",
     "ApiKey",
     "ApiKeyScope",
     "Broker",
