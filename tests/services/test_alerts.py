@@ -9,6 +9,8 @@ import email
 import email.policy
 import json
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -17,19 +19,23 @@ from typing import Any
 
 import pytest
 from aiosmtpd.controller import Controller
+from django.conf import settings as django_settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connection
 from django.utils import timezone
 from procrastinate.contrib.django import app
 from procrastinate.contrib.django.models import ProcrastinateJob
 
 from devtools.drop_simulator import DropSimulator, work_items
+from integrations import tasks
 from integrations.models import AlertState, Broker, LedgerEvent, ReportFileState
 from integrations.services import drop as drop_services
 from integrations.services.alerts import CONDITIONS, alerts_evaluate
 from integrations.services.brokers import broker_create
 from integrations.services.integrations import integration_disable, integration_enable
 from integrations.services.ledger import ledger_event_append
+from tests.conftest import subprocess_env
 from tests.drop_cycle import PACKAGE_DATE, drop_zip
 from tests.reporting_factories import cycle_make, item_make
 from tests.webhook_factories import truncate_jobs, webhook_integration_for
@@ -294,14 +300,10 @@ def test_a_rejected_upload_alerts_until_the_cycle_gets_a_new_file(broker: Broker
 
 
 def test_a_failed_nightly_ledger_verify_alerts(broker: Broker) -> None:
-    from integrations import tasks
-
     assert tasks.verify_ledger() is True
     assert alerts_evaluate().raised == []
     # Tamper with an event the way someone with the table owner's rights could.
     event = LedgerEvent.objects.filter(kind="broker.created").get()
-    from django.db import connection
-
     with connection.cursor() as cursor:
         cursor.execute("ALTER TABLE integrations_ledgerevent DISABLE TRIGGER USER")
         cursor.execute(
@@ -324,3 +326,23 @@ def test_conditions_are_a_registry() -> None:
         "ledger_verify_failed",
     }
     assert AlertState.objects.count() == 0
+
+
+def test_email_url_configures_the_mail_that_alerts_use(inbox: Inbox) -> None:
+    """EMAIL_URL (django-environ's format) is all a process needs to send alerts by mail."""
+    code = (
+        "from integrations.dispatch.alerts import alert_send\n"
+        "alert_send(channel='email', text='[dropportal] ALERT: test', alert={'key': 'k'})\n"
+    )
+    sent = subprocess.run(  # noqa: S603
+        [sys.executable, "manage.py", "shell", "-c", code],
+        cwd=django_settings.BASE_DIR,
+        env=subprocess_env(
+            EMAIL_URL=f"smtp://127.0.0.1:{inbox.port}", DROPPORTAL_ALERT_EMAILS=RECIPIENT
+        ),
+        capture_output=True,
+        text=True,
+    )
+    assert sent.returncode == 0, sent.stderr
+    assert inbox.subjects() == ["[dropportal] ALERT: test"]
+    assert inbox.messages[0]["X-Rcpt"] == RECIPIENT
