@@ -35,25 +35,34 @@ def _database_answers() -> bool:
 
 
 def _from_the_database(exc: BaseException | None) -> bool:
-    """Whether ``exc`` (or one it was raised from) is a lost or refused connection."""
+    """Whether ``exc`` (or one it was raised from) is a lost or refused connection, not a
+    query's own error (a statement timeout is one too, and is not an outage)."""
     import psycopg
-    from procrastinate.exceptions import ConnectorException
+    import psycopg_pool
 
+    lost = (psycopg.OperationalError, psycopg.InterfaceError)
+    gone = (
+        psycopg.errors.AdminShutdown,
+        psycopg.errors.CannotConnectNow,
+        psycopg.errors.ConnectionFailure,
+        psycopg.errors.ConnectionDoesNotExist,
+        psycopg_pool.PoolTimeout,
+    )
     while exc is not None:
-        if isinstance(exc, psycopg.OperationalError | ConnectorException):
+        if type(exc) in lost or isinstance(exc, gone):
             return True
         exc = exc.__cause__ or exc.__context__
     return False
 
 
 class _QuietDuringOutage(logging.Filter):
-    """The outage is this command's one WARNING: drop the per-attempt noise of the pool and
-    the worker's traceback for the same lost connection."""
+    """The outage is this command's one WARNING: drop the pool's per-attempt warnings, and
+    the tracebacks of the same lost connection that the worker and asyncio log."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.name.startswith("psycopg.pool"):
             return False
-        if record.name.startswith("procrastinate") and record.exc_info:
+        if record.name.startswith(("procrastinate", "asyncio")) and record.exc_info:
             return not _from_the_database(record.exc_info[1])
         return True
 
