@@ -35,10 +35,11 @@ from integrations.services.alerts import CONDITIONS, alerts_evaluate
 from integrations.services.brokers import broker_create
 from integrations.services.integrations import integration_disable, integration_enable
 from integrations.services.ledger import ledger_event_append
+from integrations.services.saas import saas_connection_disable, saas_connection_enable
 from tests.conftest import subprocess_env
 from tests.drop_cycle import PACKAGE_DATE, drop_zip
 from tests.reporting_factories import cycle_make, item_make
-from tests.webhook_factories import truncate_jobs, webhook_integration_for
+from tests.webhook_factories import saas_connection, truncate_jobs, webhook_integration_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -346,3 +347,18 @@ def test_email_url_configures_the_mail_that_alerts_use(inbox: Inbox) -> None:
     assert sent.returncode == 0, sent.stderr
     assert inbox.subjects() == ["[dropportal] ALERT: test"]
     assert inbox.messages[0]["X-Rcpt"] == RECIPIENT
+
+
+def test_a_disabled_saas_connection_alerts_until_enabled(broker: Broker) -> None:
+    connection_ = saas_connection(broker, "https://mailer.acme.test/delete")
+    saas_connection_disable(connection=connection_, reason="410 Gone", actor="test")
+
+    raised = alerts_evaluate().raised
+    assert [(a.condition, a.key) for a in raised] == [
+        ("integration_disabled", f"integration_disabled:saas:{connection_.pk}")
+    ]
+    assert "SaaS connection 'Mailer' of broker 4821 is disabled (410 Gone)" in raised[0].text
+
+    connection_.refresh_from_db()
+    saas_connection_enable(connection=connection_, actor="test")
+    assert [a.key for a in alerts_evaluate().cleared] == [raised[0].key]
