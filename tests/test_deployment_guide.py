@@ -6,6 +6,7 @@ metrics that /metrics serves. ``text`` blocks need the target machine (systemd, 
 from __future__ import annotations
 
 import configparser
+import json
 import os
 import re
 import shlex
@@ -207,15 +208,18 @@ def test_the_units_commands_serve_and_work(guide_database: str, tmp_path: Path) 
     env = _deployment_env(guide_database, tmp_path)
     assert _run("python manage.py migrate --no-input", env).returncode == 0
     port = _free_port()
+    logs = [tmp_path / "web.log", tmp_path / "worker.log"]
     processes = [
         subprocess.Popen(  # noqa: S603
             _exec_start(unit, port),
             cwd=settings.BASE_DIR,
             env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stdout=log.open("w"),
+            stderr=subprocess.STDOUT,
         )
-        for unit in ("dropportal-web.service", "dropportal-worker.service")
+        for unit, log in zip(
+            ("dropportal-web.service", "dropportal-worker.service"), logs, strict=True
+        )
     ]
     try:
         deadline = time.monotonic() + PATIENCE_SECONDS
@@ -229,6 +233,12 @@ def test_the_units_commands_serve_and_work(guide_database: str, tmp_path: Path) 
             process.send_signal(signal.SIGTERM)
         codes = [process.wait(timeout=60) for process in processes]
     assert codes == [0, 0]
+    # The environment file asks for JSON logs: every line of both, gunicorn's included.
+    assert env["DROPPORTAL_LOG_FORMAT"] == "json"
+    lines = [line for log in logs for line in log.read_text().splitlines()]
+    assert any('"gunicorn.access"' in line for line in lines)
+    for line in lines:
+        assert isinstance(json.loads(line), dict), line
 
 
 def test_the_proxies_forward_to_the_web_unit() -> None:
