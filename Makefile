@@ -18,13 +18,20 @@ $(INSTALLED): pyproject.toml | $(BIN)/python
 
 install: $(INSTALLED)
 
+# Settings require SECRET_KEY and DROPPORTAL_ENCRYPTION_KEYS whenever DATABASE_URL is set (a
+# deployment's hosts must share them). The local runs below that set DATABASE_URL pass the
+# secrets generated into var/ explicitly, unless the environment gives its own.
+LOCAL_SECRETS = \
+	SECRET_KEY="$${SECRET_KEY:-$$($(BIN)/python -m dropportal.local_state secret secret_key)}" \
+	DROPPORTAL_ENCRYPTION_KEYS="$${DROPPORTAL_ENCRYPTION_KEYS:-$$($(BIN)/python -m dropportal.local_state secret encryption_key)}"
+
 run: install
 	$(BIN)/python manage.py serve
 
 # The database: DATABASE_URL if set, else the server on 127.0.0.1:5432 if it answers,
 # else the embedded PostgreSQL under var/.
 test: install
-	DATABASE_URL="$${DATABASE_URL:-$$($(BIN)/python -m dropportal.local_state local-url)}" \
+	$(LOCAL_SECRETS) DATABASE_URL="$${DATABASE_URL:-$$($(BIN)/python -m dropportal.local_state local-url)}" \
 		$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # mypy's Django plugin imports the settings; a URL that is never connected to keeps them
@@ -32,21 +39,23 @@ test: install
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	DATABASE_URL="$${DATABASE_URL:-postgres://lint@127.0.0.1:1/lint}" $(BIN)/mypy .
+	DATABASE_URL="$${DATABASE_URL:-postgres://lint@127.0.0.1:1/lint}" \
+		SECRET_KEY="$${SECRET_KEY:-lint}" DROPPORTAL_ENCRYPTION_KEYS="$${DROPPORTAL_ENCRYPTION_KEYS:-lint}" \
+		$(BIN)/mypy .
 
 format: install
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
 bench: install
-	DATABASE_URL="$${DATABASE_URL:-$$($(BIN)/python -m dropportal.local_state local-url)}" \
+	$(LOCAL_SECRETS) DATABASE_URL="$${DATABASE_URL:-$$($(BIN)/python -m dropportal.local_state local-url)}" \
 		$(BIN)/python bench/run.py
 
 # A whole DROP cycle, narrated, against loopback stand-ins of DROP and of a broker, in its own
 # database (<yours>_demo, recreated each run); then the admin on http://127.0.0.1:8000 until
 # Ctrl-C. DEMO_ARGS="--no-serve" stops after the story.
 demo: install
-	$(BIN)/python -m devtools.demo $(DEMO_ARGS)
+	$(LOCAL_SECRETS) $(BIN)/python -m devtools.demo $(DEMO_ARGS)
 
 # The embedded PostgreSQL outlives `make run` (the next command reuses it); this stops it.
 stop-db: install

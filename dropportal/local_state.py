@@ -140,10 +140,18 @@ if __name__ == "__main__":
     # `... stop-embedded`: stop the embedded server (`make stop-db`).
     if sys.argv[1:] == ["local-url"]:
         print(local_server_url() or "")
+    elif sys.argv[1:] in (["secret", "secret_key"], ["secret", "encryption_key"]):
+        # `... secret secret_key|encryption_key`: the var/ secret, for `make` to pass
+        # explicitly to local runs on a DATABASE_URL (settings never read var/ then).
+        makers = {"secret_key": new_django_secret, "encryption_key": new_fernet_key}
+        print(generated_secret(sys.argv[2], makers[sys.argv[2]]))
     elif sys.argv[1:] == ["stop-embedded"]:
         try:
             print(stop_embedded())
         except LocalStateError as exc:
             sys.exit(f"error: {exc}")
     else:
-        sys.exit("usage: python -m dropportal.local_state local-url | stop-embedded")
+        sys.exit(
+            "usage: python -m dropportal.local_state local-url | stop-embedded"
+            " | secret secret_key|encryption_key"
+        )

@@ -5,6 +5,7 @@ The variables and their defaults are listed in product.md section 4 and the READ
 
 from __future__ import annotations
 
+import sys
 from urllib.parse import urlsplit
 
 import environ
@@ -17,6 +18,23 @@ env = environ.Env()
 environ.Env.read_env(BASE_DIR / ".env")
 
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
+
+# --- operations (issue 14): secrets shared by every host --------------------------------
+# Secrets generated into var/ serve the embedded PostgreSQL only. With DATABASE_URL (a real
+# deployment, perhaps several hosts) each host would generate its own, and two hosts must
+# never encrypt with different keys: refuse to start, in one line.
+_required_with_database_url = [
+    name
+    for name in ("SECRET_KEY", "DROPPORTAL_ENCRYPTION_KEYS")
+    if not env.str(name, default="").strip()
+]
+if env.str("DATABASE_URL", default="") and _required_with_database_url:
+    sys.exit(
+        f"error: DATABASE_URL is set, so {' and '.join(_required_with_database_url)} must be "
+        "set too (the same on every host); generated secrets serve the embedded database only"
+    )
+# --- end operations: secrets -------------------------------------------------------------
+
 SECRET_KEY = env.str("SECRET_KEY", default="") or local_state.generated_secret(
     "secret_key", local_state.new_django_secret
 )
@@ -158,10 +176,25 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
+# --- operations (issue 14): log format -------------------------------------------------
+# json: one JSON object per line (python-json-logger), a traceback inside its line's object.
+DROPPORTAL_LOG_FORMAT = env.str("DROPPORTAL_LOG_FORMAT", default="text")
+if DROPPORTAL_LOG_FORMAT not in ("text", "json"):
+    sys.exit(f"error: DROPPORTAL_LOG_FORMAT is text or json, not {DROPPORTAL_LOG_FORMAT!r}")
+LOG_FORMATTERS = {
+    "text": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+    "json": {
+        "()": "pythonjsonlogger.json.JsonFormatter",
+        "fmt": "%(asctime)s %(levelname)s %(name)s %(process)d %(message)s",
+        "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
+    },
+}
+# --- end operations: log format ----------------------------------------------------------
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "formatters": {"plain": LOG_FORMATTERS[DROPPORTAL_LOG_FORMAT]},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env.str("DROPPORTAL_LOG_LEVEL", default="INFO")},
     "loggers": {
@@ -217,3 +250,18 @@ AXES_RESET_ON_SUCCESS = True
 AXES_CLIENT_IP_CALLABLE = "dropportal.security.client_address"
 AXES_SENSITIVE_PARAMETERS = ["password", "otp_token"]
 LOGGING["loggers"]["axes"] = {"level": "WARNING"}  # type: ignore[index]
+
+# --- operations (issue 14): alerts, health and metrics, outages ---------------------------
+# Alerts go by email (Django's mail, EMAIL_URL in django-environ's format) and/or to a JSON
+# webhook; neither set: alerts are ledger events only.
+if env.str("EMAIL_URL", default=""):
+    globals().update(env.email_url("EMAIL_URL"))
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default=f"dropportal@{_public_host}")
+DROPPORTAL_ALERT_EMAILS: list[str] = env.list("DROPPORTAL_ALERT_EMAILS", default=[])
+DROPPORTAL_ALERT_WEBHOOK_URL = env.str("DROPPORTAL_ALERT_WEBHOOK_URL", default="")
+# /readyz wants a worker heartbeat at most this old.
+DROPPORTAL_WORKER_HEARTBEAT_SECONDS = 120
+# First: an unreachable database is a 503, whatever middleware or view met it.
+MIDDLEWARE.insert(0, "integrations.operations.outage.DatabaseOutageMiddleware")
+MIDDLEWARE.insert(1, "integrations.operations.metrics.CallbackMetricsMiddleware")
+# --- end operations: alerts, health and metrics, outages ----------------------------------

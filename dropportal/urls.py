@@ -4,10 +4,16 @@ from django.contrib import admin
 from django.urls import include, path
 from django.views.generic import RedirectView
 
+from integrations.operations import health, metrics
+
 urlpatterns = [
     path("", RedirectView.as_view(url="/admin/", permanent=False)),
     path("admin/", admin.site.urls),
     path("api/v1/", include("integrations.api.urls")),
+    # Operations (issue 14): probes and Prometheus metrics.
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
+    path("metrics", metrics.MetricsView.as_view(), name="metrics"),
 ]
 
 handler400 = "integrations.api.errors.bad_request"

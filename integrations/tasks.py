@@ -257,3 +257,37 @@ def purge_shown_once(timestamp: int | None = None) -> int:
     from integrations.services.shown_once import shown_once_purge_expired
 
     return shown_once_purge_expired()
+
+
+# Alerts to staff (services/alerts.py): conditions are evaluated every 5 minutes; each raise
+# and clear defers one send_alert job per channel, retried for about 8 hours.
+ALERT_SEND_RETRY = RetryStrategy(max_attempts=10, exponential_wait=3)
+
+
+@app.periodic(cron="*/5 * * * *", periodic_id="evaluate_alerts")
+@app.task(queue="alerts", queueing_lock="evaluate_alerts", pass_context=False)
+def evaluate_alerts(timestamp: int | None = None) -> int:
+    """Raise and clear alerts (``services.alerts.alerts_evaluate``); returns how many."""
+    from integrations.services.alerts import alerts_evaluate
+
+    evaluated = alerts_evaluate()
+    return len(evaluated.raised) + len(evaluated.cleared)
+
+
+@app.task(
+    name="integrations.tasks.send_alert", queue="alerts", pass_context=False, retry=ALERT_SEND_RETRY
+)
+def send_alert(channel: str, text: str, alert: dict[str, Any]) -> None:
+    """Send one alert by one channel (``dispatch.alerts.alert_send``)."""
+    from integrations.dispatch.alerts import alert_send
+
+    alert_send(channel=channel, text=text, alert=alert)
+
+
+@app.periodic(cron="23 3 * * *", periodic_id="verify_ledger")
+@app.task(queue="ledger", queueing_lock="verify_ledger", pass_context=False)
+def verify_ledger(timestamp: int | None = None) -> bool:
+    """Nightly: ``ledger verify``, kept as a ledger event; a break raises an alert."""
+    from integrations.services.ledger import ledger_verify_record
+
+    return ledger_verify_record().ok

@@ -77,6 +77,7 @@ from integrations.models import (
     SaasConnection,
     SaasDeletion,
 )
+from integrations.operations.counters import DELIVERIES
 from integrations.services.isi import isi_delivery_token, saas_identifier_categories
 from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append, ledger_events_append
 
@@ -291,6 +292,7 @@ def _deliver_batch(
             attempts.append(attempt)
             events.append(event)
             counts[verdict] += 1
+            DELIVERIES.labels(kind=kind.name, result=verdict).inc()
             if verdict == "delivered" and call.outbound.on_delivered is not None:
                 answered.append(call)
         if calls:

@@ -2,15 +2,16 @@
 SQL functions (``integrations/sql/``): the callbacks' hot path in one statement, and every
 ledger event hashed by one writer (docs/benchmarks.md, callbacks).
 
-The files are read when the migration runs; each starts with CREATE OR REPLACE, so a later
-change to one ships as a new migration that runs it again.
+The SQL installed is this migration's own frozen copy (``migrations/sql/0011/``): a later
+version is a new migration with a copy of its own, so every database ends with the same
+functions however old it is.
 """
 
 from pathlib import Path
 
 from django.db import migrations
 
-SQL_DIR = Path(__file__).resolve().parents[1] / "sql"
+SQL_DIR = Path(__file__).resolve().parent / "sql" / "0011"
 FILES = ("ledger_append.sql", "work_item_settle.sql", "deletion_outcome_record.sql")
 
 DROP = """

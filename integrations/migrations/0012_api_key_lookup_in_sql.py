@@ -1,12 +1,13 @@
 """Install the API key lookup (with a callback's deletion request) as a SQL function
 (``integrations/sql/api_key_lookup.sql``): one round trip with a cached plan for every API
-call, the callbacks' hot path among them (docs/benchmarks.md, callbacks)."""
+call, the callbacks' hot path among them (docs/benchmarks.md, callbacks). Installs its own
+frozen copy (``migrations/sql/0012/``)."""
 
 from pathlib import Path
 
 from django.db import migrations
 
-SQL = Path(__file__).resolve().parents[1] / "sql" / "api_key_lookup.sql"
+SQL = Path(__file__).resolve().parent / "sql" / "0012" / "api_key_lookup.sql"
 
 
 class Migration(migrations.Migration):

@@ -1,5 +1,6 @@
 """dropportal's models, one module per domain."""
 
+from integrations.models.alerts import AlertState
 from integrations.models.brokers import Broker, BrokerMode
 from integrations.models.consumers import Consumer, ConsumerHash
 from integrations.models.drop import CycleState, DropCycle, HashType, WorkItem, WorkItemState
@@ -29,6 +30,7 @@ from integrations.models.shown_once import SHOWN_ONCE_TTL, ShownOnceSecret
 __all__ = [
     "DROP_CAPABILITIES",
     "DROP_STATUS_CODES",
+    "AlertState",
     "SHOWN_ONCE_TTL",
     "ApiKey",
     "ApiKeyScope",

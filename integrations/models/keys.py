@@ -10,6 +10,7 @@ class ApiKeyScope(models.TextChoices):
     WEBHOOK_CALLBACK = "webhook_callback", "Webhook callback"
     INGEST = "ingest", "Ingest consumers"
     AUDIT = "audit", "Audit (outcome history)"
+    METRICS = "metrics", "Metrics (Prometheus scrape)"
 
 
 class ApiKeyQuerySet(models.QuerySet["ApiKey"]):

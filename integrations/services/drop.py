@@ -488,9 +488,15 @@ def drop_pull(
         download = client.download(directory)
     except (DropApiError, DropPullError, ValueError, OSError) as exc:
         message = str(exc)
+        status = getattr(exc, "status", None)
         if isinstance(exc, DropApiError) and exc.status in (401, 403):
             message += "; check the broker's DROP API key and DROP account, then pull again"
-        _pull_failed(broker, actor, message, getattr(exc, "status", None))
+            reason = "credentials"
+        elif isinstance(exc, DropApiError) and status is not None and 400 <= status < 500:
+            reason = "refused"
+        else:
+            reason = "unreachable"  # no answer, 5xx, cut off, or nothing to write to
+        _pull_failed(broker, actor, message, status, reason)
         raise DropPullError(message) from exc
 
     if download.kind == "nothing_new":
@@ -511,7 +517,7 @@ def drop_pull(
             f"{exc}. The package is kept at {download.path}; once the cause is fixed, "
             f"import it with: manage.py drop import --broker {broker.broker_id} {download.path}"
         )
-        _pull_failed(broker, actor, message, None)
+        _pull_failed(broker, actor, message, None, "package")
         raise DropPullError(message) from exc
     outcome: Literal["imported", "already_imported"] = (
         "imported" if imported.created else "already_imported"
@@ -541,12 +547,14 @@ def _pulled(broker: Broker, actor: str, data: dict[str, object]) -> None:
         )
 
 
-def _pull_failed(broker: Broker, actor: str, message: str, status: int | None) -> None:
+def _pull_failed(broker: Broker, actor: str, message: str, status: int | None, reason: str) -> None:
+    """``reason`` (for alerts): credentials (401/403), refused (another 4xx), package (the
+    download was refused on import) or unreachable."""
     log.warning("DROP pull for broker %s failed: %s", broker.broker_id, message)
     ledger_event_append(
         kind="drop.pull_failed",
         broker_id=broker.broker_id,
         subject=broker.broker_id,
         actor=actor,
-        data={"error": message, "status": status},
+        data={"error": message, "status": status, "reason": reason},
     )

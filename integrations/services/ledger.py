@@ -285,3 +285,23 @@ def _links_with_events(
         for link in links:
             yield link, events.get(link.event_id)
         after = links[-1].position
+
+
+def ledger_verify_record(*, actor: str = SYSTEM_ACTOR) -> LedgerVerification:
+    """Seal, then ``ledger_verify``, and keep the result as a ``ledger.verified`` event (the
+    nightly job's work; a break raises the ``ledger_verify_failed`` alert)."""
+    ledger_seal()
+    result = ledger_verify()
+    with transaction.atomic():
+        ledger_event_append(
+            kind="ledger.verified",
+            actor=actor,
+            subject="ledger",
+            data={
+                "ok": result.ok,
+                "events_checked": result.events_checked,
+                "chain_length": result.chain_length,
+                "first_break": str(result.first_break) if result.first_break else None,
+            },
+        )
+    return result

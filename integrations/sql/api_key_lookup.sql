@@ -9,8 +9,9 @@
 -- NULL: the key alone. No row: no such active key. The request's columns are NULL when the broker has no
 -- such request (the caller answers 404 after its key and scope checks).
 --
--- Installed by migration 0012 (CREATE OR REPLACE); a change needs a new migration that
--- runs this file again.
+-- The source of truth. A migration installs a frozen copy (integrations/migrations/sql/NNNN/),
+-- so a change here ships as a new migration with a copy of this file; tests/test_sql_functions.py
+-- fails until it does.
 
 CREATE OR REPLACE FUNCTION dropportal_api_key_lookup(
     p_digest text, p_kind text, p_correlation text

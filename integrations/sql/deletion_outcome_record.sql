@@ -11,8 +11,9 @@
 -- ledger_append.sql), and the work item's settlement (the request row is locked first, then
 -- its item, as on every path). Returns whether it was recorded.
 --
--- Installed by migration 0011 (CREATE OR REPLACE); a change needs a new migration that
--- runs this file again.
+-- The source of truth. A migration installs a frozen copy (integrations/migrations/sql/NNNN/),
+-- so a change here ships as a new migration with a copy of this file; tests/test_sql_functions.py
+-- fails until it does.
 
 CREATE OR REPLACE FUNCTION dropportal_deletion_outcome_record(
     p_request bigint, p_state text, p_outcome text, p_code integer, p_error text,

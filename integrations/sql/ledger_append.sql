@@ -10,8 +10,9 @@
 -- in that canonical form (Python's json.dumps(sort_keys=True, separators=(",", ":"),
 -- ensure_ascii=False)); PostgreSQL's to_json escapes a string exactly as json.dumps does.
 --
--- Installed by migration 0011 (CREATE OR REPLACE); a change needs a new migration that
--- runs this file again.
+-- The source of truth. A migration installs a frozen copy (integrations/migrations/sql/NNNN/),
+-- so a change here ships as a new migration with a copy of this file; tests/test_sql_functions.py
+-- fails until it does.
 
 CREATE OR REPLACE FUNCTION dropportal_ledger_event_hash(
     p_created_at timestamptz, p_broker_id text, p_kind text, p_subject text, p_actor text,

@@ -19,8 +19,9 @@
 --   open; once every request is final, the outcome wins and the ledger event says it
 --   replaced the staff status.
 --
--- Installed by migration 0011 (CREATE OR REPLACE); a change needs a new migration that
--- runs this file again.
+-- The source of truth. A migration installs a frozen copy (integrations/migrations/sql/NNNN/),
+-- so a change here ships as a new migration with a copy of this file; tests/test_sql_functions.py
+-- fails until it does.
 
 -- The state and amendment flag that follow from a status code: open without one;
 -- reportable until reported; once reported, reportable again (to amend) if DROP holds

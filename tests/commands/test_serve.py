@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import subprocess
@@ -16,6 +17,8 @@ import pytest
 from django.conf import settings
 from django.core.management import CommandError, call_command
 
+from integrations.models import Broker
+from integrations.services.keys import api_key_create
 from tests.conftest import subprocess_env
 
 
@@ -52,13 +55,29 @@ def test_a_port_in_use_is_refused_in_one_line_before_anything_starts(held_port: 
         call_command("serve", bind=f"127.0.0.1:{held_port}")
 
 
+def _get(url: str, **headers: str) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, headers=headers)  # noqa: S310
+    try:
+        with urllib.request.urlopen(request, timeout=60) as answer:  # noqa: S310
+            return answer.status, answer.read()
+    except urllib.error.HTTPError as refused:
+        return refused.code, refused.read()
+
+
 @pytest.mark.django_db(transaction=True)
-def test_serve_answers_on_its_port_with_a_worker_and_ctrl_c_stops_both() -> None:
+def test_serve_answers_on_its_port_with_a_worker_and_ctrl_c_stops_both(
+    tmp_path: Path, broker: Broker
+) -> None:
     port = _free_port()
+    metrics_key = api_key_create(broker=broker, scopes=["metrics"], actor="test").key
     serve = subprocess.Popen(  # noqa: S603
-        [sys.executable, "manage.py", "serve", "--bind", f"127.0.0.1:{port}", "--web-workers", "1"],
+        [sys.executable, "manage.py", "serve", "--bind", f"127.0.0.1:{port}", "--web-workers", "2"],
         cwd=settings.BASE_DIR,
-        env=subprocess_env(DJANGO_SUPERUSER_USERNAME="ops", DJANGO_SUPERUSER_PASSWORD="pw-1"),
+        env=subprocess_env(
+            DJANGO_SUPERUSER_USERNAME="ops",
+            DJANGO_SUPERUSER_PASSWORD="pw-1",
+            PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "prometheus"),
+        ),
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -81,6 +100,29 @@ def test_serve_answers_on_its_port_with_a_worker_and_ctrl_c_stops_both() -> None
         assert refused.value.code == 401
         assert refused.value.headers["Content-Type"] == "application/problem+json"
         assert any("manage.py worker" in c for c in _session_commands(serve.pid))
+
+        base = f"http://127.0.0.1:{port}"
+        assert _get(f"{base}/healthz") == (200, b'{"status": "ok"}')
+        # Ready once the worker has beaten (it started with the web server).
+        deadline = time.monotonic() + 120
+        while _get(f"{base}/readyz")[0] != 200 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert json.loads(_get(f"{base}/readyz")[1])["ready"] is True
+        # Callbacks answered by both web processes add up in one scrape (multi-process).
+        for _ in range(6):
+            status, _body = _get(f"{base}/api/v1/drop/callbacks/deletion")
+            assert status in (401, 405)
+        status, text = _get(f"{base}/metrics", Authorization=f"Bearer {metrics_key}")
+        assert status == 200
+        counted = [
+            float(line.rsplit(" ", 1)[1])
+            for line in text.decode().splitlines()
+            if line.startswith("dropportal_callbacks_total{") and 'endpoint="deletion"' in line
+        ]
+        assert sum(counted) == 6
+        # Counted in the shared directory (whichever process answered), not in one process.
+        assert list((tmp_path / "prometheus").glob("counter_*.db"))
+        assert "dropportal_ledger_events_total" in text.decode()
     finally:
         serve.send_signal(signal.SIGINT)  # as Ctrl-C does
         try:

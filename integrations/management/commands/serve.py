@@ -1,6 +1,9 @@
 """``manage.py serve`` (what ``make run`` calls): set up, then serve the admin and API with
 gunicorn on 127.0.0.1:8000 together with one job worker; Ctrl-C stops both.
 
+The web processes and the worker share their Prometheus counters through
+``PROMETHEUS_MULTIPROC_DIR`` (``var/prometheus`` unless set), emptied at each start.
+
 First run only: migrates, collects static files, and creates a staff login (from
 ``DJANGO_SUPERUSER_USERNAME``/``DJANGO_SUPERUSER_PASSWORD`` if set, else ``admin`` with a
 generated password printed once).
@@ -15,12 +18,15 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from dropportal import local_state
 
 _CLEAN = (0, -signal.SIGTERM, -signal.SIGINT)
 
@@ -74,6 +80,7 @@ class Command(BaseCommand):
         call_command("collectstatic", interactive=False, verbosity=0)
         self._ensure_staff_login()
         base = [sys.executable]
+        env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(self._metrics_directory())}
         processes = [
             subprocess.Popen(  # noqa: S603
                 [
@@ -81,15 +88,20 @@ class Command(BaseCommand):
                     "-m",
                     "gunicorn",
                     "dropportal.wsgi",
+                    "--config",
+                    "python:dropportal.gunicorn_conf",
                     "--bind",
                     options["bind"],
                     "--workers",
                     str(options["web_workers"]),
                     "--access-logfile",
                     "-",
-                ]
+                ],
+                env=env,
             ),
-            subprocess.Popen([*base, "manage.py", "worker"], cwd=settings.BASE_DIR),  # noqa: S603
+            subprocess.Popen(  # noqa: S603
+                [*base, "manage.py", "worker"], cwd=settings.BASE_DIR, env=env
+            ),
         ]
         signal.signal(signal.SIGTERM, _interrupt)  # stop the same way on SIGTERM as on Ctrl-C
         try:
@@ -116,6 +128,16 @@ class Command(BaseCommand):
         if failed:
             self.stderr.write(f"stopped: the {' and the '.join(failed)} exited with an error")
             sys.exit(1)
+
+    def _metrics_directory(self) -> Path:
+        """The processes' shared Prometheus counters (multi-process mode), empty at start:
+        the files of processes gone with a previous run would count again."""
+        given = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+        directory = Path(given) if given else local_state.VAR_DIR / "prometheus"
+        directory.mkdir(parents=True, exist_ok=True)
+        for stale in directory.glob("*.db"):
+            stale.unlink()
+        return directory
 
     def _ensure_staff_login(self) -> None:
         User = get_user_model()

@@ -2,28 +2,83 @@
 
 One Procrastinate worker per group of queues, each with its own job slots, so work of one kind
 cannot hold the slots of another: deliveries to a slow broker (each call up to its timeout)
-never delay DROP pulls and reports, nor the ledger's sealing. Within the dispatch queue a
-broker holds at most ``DROPPORTAL_DISPATCH_SLOTS_PER_BROKER`` slots (``dispatch.deliveries``).
+never delay DROP pulls and reports, alerts, nor the ledger's sealing. Within the dispatch queue
+a broker holds at most ``DROPPORTAL_DISPATCH_SLOTS_PER_BROKER`` slots (``dispatch.deliveries``).
 
 ``--queues dispatch`` runs one group only, in this process (to scale a group on its own
 hosts). Any number of workers may run, on any number of hosts, against the same PostgreSQL.
+When PostgreSQL becomes unreachable the worker logs one WARNING, waits until it answers again
+and resumes by itself (a job cut off meanwhile is retried as its task says).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError, connection
+from procrastinate.contrib.django import app
+
+log = logging.getLogger("integrations.worker")
+
+# How often an idle worker asks whether PostgreSQL is back.
+RECONNECT_EVERY_SECONDS = 2.0
+
+
+def _database_answers() -> bool:
+    try:
+        connection.close()
+        connection.ensure_connection()
+        return True
+    except DatabaseError:
+        return False
+    finally:
+        connection.close()
+
+
+def _from_the_database(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or one it was raised from) is a lost or refused connection, not a
+    query's own error (a statement timeout is one too, and is not an outage)."""
+    import psycopg
+    import psycopg_pool
+
+    lost = (psycopg.OperationalError, psycopg.InterfaceError)
+    gone = (
+        psycopg.errors.AdminShutdown,
+        psycopg.errors.CannotConnectNow,
+        psycopg.errors.ConnectionFailure,
+        psycopg.errors.ConnectionDoesNotExist,
+        psycopg_pool.PoolTimeout,
+    )
+    while exc is not None:
+        if type(exc) in lost or isinstance(exc, gone):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+class _QuietDuringOutage(logging.Filter):
+    """The outage is this command's one WARNING: drop the pool's per-attempt warnings, and
+    the tracebacks of the same lost connection that the worker and asyncio log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name.startswith("psycopg.pool"):
+            return False
+        if record.name.startswith(("procrastinate", "asyncio")) and record.exc_info:
+            return not _from_the_database(record.exc_info[1])
+        return True
+
 
 # Queue groups and their job slots; dispatch's come from --concurrency.
 GROUPS: dict[str, tuple[str, ...]] = {
     "dispatch": ("dispatch",),
     "drop": ("drop",),
-    "ledger": ("ledger", "maintenance"),
+    "ledger": ("ledger", "maintenance", "alerts"),
 }
 DROP_CONCURRENCY = 2
 LEDGER_CONCURRENCY = 1
@@ -50,69 +105,84 @@ class Command(BaseCommand):
         if concurrency < 1:
             raise CommandError("--concurrency must be 1 or more")
         if options["queues"]:
-            queues = [q.strip() for q in options["queues"].split(",") if q.strip()]
+            queues = tuple(q.strip() for q in options["queues"].split(",") if q.strip())
             known = {q for group in GROUPS.values() for q in group}
             if unknown := sorted(set(queues) - known):
                 raise CommandError(
                     f"unknown queue(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}"
                 )
-            call_command(
-                "procrastinate",
-                "worker",
-                "--queues",
-                ",".join(queues),
-                "--concurrency",
-                str(concurrency),
+            groups = {"queues": (queues, concurrency)}
+        else:
+            groups = {
+                "dispatch": (GROUPS["dispatch"], concurrency),
+                "drop": (GROUPS["drop"], DROP_CONCURRENCY),
+                "ledger": (GROUPS["ledger"], LEDGER_CONCURRENCY),
+            }
+        quiet = _QuietDuringOutage()
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(quiet)
+        app.perform_import_paths()
+        while True:
+            stopped, failure = asyncio.run(_run_workers(groups))
+            if stopped:
+                return
+            # Without a signal, only a lost connection stops a waiting worker (its side
+            # tasks, the heartbeat among them, all talk to PostgreSQL).
+            if failure is not None and not _from_the_database(failure):
+                raise CommandError(f"the worker stopped: {failure}")
+            log.warning(
+                "PostgreSQL is unreachable (the worker lost its connection); "
+                "the worker waits and resumes when it answers"
             )
-            return
-        self._run_groups(concurrency)
-
-    def _run_groups(self, concurrency: int) -> None:
-        slots = {"dispatch": concurrency, "drop": DROP_CONCURRENCY, "ledger": LEDGER_CONCURRENCY}
-        asyncio.run(_run_workers(slots))
+            while not _database_answers():
+                time.sleep(RECONNECT_EVERY_SECONDS)
+            log.info("PostgreSQL answers again; the worker resumes")
 
 
-async def _run_workers(slots: dict[str, int]) -> None:
-    """One Procrastinate worker per group, in this process, each with its own job slots;
-    Ctrl-C or SIGTERM stops them all (each waits for its running jobs, as one worker does)."""
-    from procrastinate.contrib.django import app
-
-    app.perform_import_paths()
+async def _run_workers(
+    groups: dict[str, tuple[tuple[str, ...], int]],
+) -> tuple[bool, BaseException | None]:
+    """One Procrastinate worker per group, in this process, each with its own job slots, until
+    Ctrl-C or SIGTERM stops them all (each waits for its running jobs, as one worker does) or
+    one of them fails. ``(True, None)`` when a signal stopped them, else ``(False, the error)``."""
     loop = asyncio.get_running_loop()
     # Sync jobs run on the loop's default executor: enough threads for every slot at once.
-    loop.set_default_executor(ThreadPoolExecutor(sum(slots.values()) + 2, "job"))
+    loop.set_default_executor(ThreadPoolExecutor(sum(n for _, n in groups.values()) + 2, "job"))
+    stopping = asyncio.Event()
     # As `manage.py procrastinate worker` does: Django's connector cannot LISTEN.
     connector = app.connector.get_worker_connector()  # type: ignore[attr-defined]
-    with app.replace_connector(connector) as worker_app:
-        await _run_with(worker_app, slots, loop)
+    try:
+        with app.replace_connector(connector) as worker_app:
+            async with worker_app.open_async():
+                workers = [
+                    worker_app._worker(  # what App.run_worker_async builds, without handlers
+                        queues=list(queues),
+                        concurrency=count,
+                        name=name,
+                        install_signal_handlers=False,
+                    )
+                    for name, (queues, count) in groups.items()
+                ]
 
+                def stop() -> None:
+                    stopping.set()
+                    for worker in workers:
+                        worker.stop()
 
-async def _run_with(
-    worker_app: Any, slots: dict[str, int], loop: asyncio.AbstractEventLoop
-) -> None:
-    async with worker_app.open_async():
-        workers = [
-            worker_app._worker(  # what App.run_worker_async builds, without signal handlers
-                queues=list(GROUPS[name]),
-                concurrency=count,
-                name=name,
-                install_signal_handlers=False,
-            )
-            for name, count in slots.items()
-        ]
-
-        def stop() -> None:
-            for worker in workers:
-                worker.stop()
-
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, stop)
-        try:
-            # When one stops (stopped, or a side task failed), stop the others too.
-            runs = [asyncio.create_task(worker.run()) for worker in workers]
-            await asyncio.wait(runs, return_when=asyncio.FIRST_COMPLETED)
-            stop()
-            await asyncio.gather(*runs)
-        finally:
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                loop.remove_signal_handler(signum)
+                for signum in (signal.SIGINT, signal.SIGTERM):
+                    loop.add_signal_handler(signum, stop)
+                try:
+                    # When one stops (stopped, or failed), stop the others too.
+                    runs = [asyncio.create_task(worker.run()) for worker in workers]
+                    await asyncio.wait(runs, return_when=asyncio.FIRST_COMPLETED)
+                    for worker in workers:
+                        worker.stop()
+                    ended = await asyncio.gather(*runs, return_exceptions=True)
+                    if failed := [e for e in ended if isinstance(e, Exception)]:
+                        raise failed[0]
+                finally:
+                    for signum in (signal.SIGINT, signal.SIGTERM):
+                        loop.remove_signal_handler(signum)
+    except Exception as exc:
+        return stopping.is_set(), exc
+    return stopping.is_set(), None

@@ -1,0 +1,41 @@
+"""gunicorn's settings for dropportal, what ``manage.py serve`` passes and a deployment
+should too::
+
+    gunicorn dropportal.wsgi -c python:dropportal.gunicorn_conf --bind 127.0.0.1:8000
+
+With ``PROMETHEUS_MULTIPROC_DIR`` set, each web process keeps its counters in that directory
+and ``/metrics`` adds them up; a process that exits is marked dead so its live figures go.
+With ``DROPPORTAL_LOG_FORMAT=json``, gunicorn's own lines are JSON too.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+
+def child_exit(server: Any, worker: Any) -> None:
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(worker.pid)
+
+
+if os.environ.get("DROPPORTAL_LOG_FORMAT") == "json":
+    _json = {
+        "()": "pythonjsonlogger.json.JsonFormatter",
+        "fmt": "%(asctime)s %(levelname)s %(name)s %(process)d %(message)s",
+        "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
+    }
+    logconfig_dict = {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"json": _json},
+        "handlers": {
+            "console": {"class": "logging.StreamHandler", "formatter": "json"},
+        },
+        "loggers": {
+            "gunicorn.error": {"level": "INFO", "handlers": ["console"], "propagate": False},
+            "gunicorn.access": {"level": "INFO", "handlers": ["console"], "propagate": False},
+        },
+    }

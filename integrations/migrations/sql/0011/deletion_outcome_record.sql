@@ -1,0 +1,49 @@
+-- Recording a broker's deletion outcome (callback body 2.2, webhook and ISI alike): the
+-- callbacks' hot path, one statement (docs/benchmarks.md, callbacks). The rules of when an
+-- outcome may be recorded are here; services/outcomes.py (deletion_outcome_record) calls it
+-- and answers the rest (the identical repeat, the conflict).
+--
+-- A new outcome is accepted while none is final; a repeat of the same failure is a repeat,
+-- not a new outcome. A callback can overtake the record of its dispatch's 2xx (or stand in
+-- for a 2xx that was lost): the broker evidently has the dispatch. When recorded, in the
+-- same transaction: the opt-out record (p_opt_out_email, already encrypted; NULL for none),
+-- the deletion_request.outcome_recorded ledger event (p_event_data, canonical JSON, see
+-- ledger_append.sql), and the work item's settlement (the request row is locked first, then
+-- its item, as on every path). Returns whether it was recorded.
+--
+-- Installed by migration 0011 (CREATE OR REPLACE); a change needs a new migration that
+-- runs this file again.
+
+CREATE OR REPLACE FUNCTION dropportal_deletion_outcome_record(
+    p_request bigint, p_state text, p_outcome text, p_code integer, p_error text,
+    p_at timestamptz, p_opt_out_email text, p_actor text, p_event_data text
+) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_item bigint;
+    v_broker bigint;
+    v_broker_id text;
+    v_uuid uuid;
+BEGIN
+    UPDATE integrations_deletionrequest d
+    SET state = p_state, drop_outcome = p_outcome, drop_status_code = p_code,
+        error_message = p_error, completed_at = p_at, next_attempt_at = NULL,
+        dispatched_at = coalesce(d.dispatched_at, p_at)
+    WHERE d.id = p_request AND d.drop_outcome IN ('', 'failed') AND d.state <> 'cancelled'
+      AND NOT (p_outcome = 'failed' AND d.drop_outcome = 'failed' AND d.error_message = p_error)
+    RETURNING d.work_item_id, d.broker_id, d.broker_id_code, d.request_uuid
+    INTO v_item, v_broker, v_broker_id, v_uuid;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF p_opt_out_email IS NOT NULL THEN
+        INSERT INTO integrations_optoutrecord (deletion_request_id, broker_id, email)
+        VALUES (p_request, v_broker, p_opt_out_email);
+    END IF;
+    PERFORM dropportal_ledger_append(
+        p_at, v_broker_id, 'deletion_request.outcome_recorded', v_uuid::text, p_actor,
+        p_event_data);
+    PERFORM dropportal_work_item_settle(v_item, 'system');
+    RETURN true;
+END;
+$$;

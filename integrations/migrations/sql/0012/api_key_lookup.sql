@@ -1,0 +1,61 @@
+-- Every API call's first query: the active API key with this digest, with its broker; and,
+-- for a broker's callback, in the same query, the deletion request of that broker the
+-- callback answers, with the secrets of the integration that dispatched it. One round trip
+-- with a cached plan, on the callbacks' hot path (docs/benchmarks.md, callbacks).
+-- services/keys.py (api_key_lookup) reads the row.
+--
+-- p_kind 'webhook': the request whose request_uuid is p_correlation (the webhook callback);
+-- 'isi': the one whose results_token is p_correlation (the ISI callback); p_correlation
+-- NULL: the key alone. No row: no such active key. The request's columns are NULL when the broker has no
+-- such request (the caller answers 404 after its key and scope checks).
+--
+-- Installed by migration 0012 (CREATE OR REPLACE); a change needs a new migration that
+-- runs this file again.
+
+CREATE OR REPLACE FUNCTION dropportal_api_key_lookup(
+    p_digest text, p_kind text, p_correlation text
+)
+RETURNS TABLE (
+    key_id bigint, key_name text, key_prefix text, key_scopes text[],
+    key_created_at timestamptz, key_last_used_at timestamptz,
+    broker_pk bigint, broker_id text, broker_name text, broker_mode text,
+    request_id bigint, request_uuid uuid, request_broker_id_code text,
+    request_work_item_id bigint, request_state text, request_drop_outcome text,
+    integration_id bigint, webhook_secret text, previous_webhook_secret text,
+    previous_secret_expires_at timestamptz
+)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    -- One query per kind, so each keeps its own cached plan. No correlation: no request
+    -- matches, the key comes alone.
+    IF p_kind IS DISTINCT FROM 'isi' THEN
+        RETURN QUERY
+        SELECT k.id, k.name::text, k.prefix::text, k.scopes::text[], k.created_at,
+               k.last_used_at, b.id, b.broker_id::text, b.name::text, b.mode::text,
+               dr.id, dr.request_uuid, dr.broker_id_code::text, dr.work_item_id,
+               dr.state::text, dr.drop_outcome::text, i.id, i.webhook_secret,
+               i.previous_webhook_secret, i.previous_secret_expires_at
+        FROM integrations_apikey k
+        JOIN integrations_broker b ON b.id = k.broker_id
+        LEFT JOIN (integrations_deletionrequest dr
+                   JOIN integrations_integration i
+                   ON i.id = dr.integration_id AND i.kind = 'webhook')
+            ON dr.broker_id = k.broker_id AND dr.request_uuid = p_correlation::uuid
+        WHERE k.digest = p_digest AND k.revoked_at IS NULL;
+    ELSIF p_kind = 'isi' THEN
+        RETURN QUERY
+        SELECT k.id, k.name::text, k.prefix::text, k.scopes::text[], k.created_at,
+               k.last_used_at, b.id, b.broker_id::text, b.name::text, b.mode::text,
+               dr.id, dr.request_uuid, dr.broker_id_code::text, dr.work_item_id,
+               dr.state::text, dr.drop_outcome::text, i.id, i.webhook_secret,
+               i.previous_webhook_secret, i.previous_secret_expires_at
+        FROM integrations_apikey k
+        JOIN integrations_broker b ON b.id = k.broker_id
+        LEFT JOIN (integrations_deletionrequest dr
+                   JOIN integrations_integration i
+                   ON i.id = dr.integration_id AND i.kind = 'isi')
+            ON dr.broker_id = k.broker_id AND dr.results_token = p_correlation
+        WHERE k.digest = p_digest AND k.revoked_at IS NULL;
+    END IF;
+END;
+$$;

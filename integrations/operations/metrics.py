@@ -1,0 +1,158 @@
+"""Prometheus metrics at ``GET /metrics`` (an API key with the ``metrics`` scope).
+
+Two kinds: counters kept by the processes that see the events (callbacks answered by the web
+processes, delivery attempts made by the workers), and gauges read from PostgreSQL at each
+scrape (jobs, open work items, days left, ledger events), which every host agrees on.
+Counters count in each process; under gunicorn (``PROMETHEUS_MULTIPROC_DIR`` set, as
+``manage.py serve`` does) the processes of one host share them through that directory::
+
+    from integrations.operations.counters import DELIVERIES
+    DELIVERIES.labels(kind="webhook", result="success").inc()
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+
+from django.db import connection
+from django.db.models import Count
+from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
+from drf_spectacular.utils import extend_schema
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    generate_latest,
+    multiprocess,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from rest_framework.request import Request
+from rest_framework.views import APIView
+
+from integrations.api.permissions import HasScope
+from integrations.models import ApiKeyScope, CycleState, WorkItem
+from integrations.operations.counters import CALLBACKS
+from integrations.selectors import cycle_deadlines
+
+_CALLBACK_PREFIX = "/api/v1/drop/callbacks/"
+
+# Statuses of jobs that are waiting, running or need a look; succeeded ones are history.
+_JOBS = """
+SELECT queue_name, status::text, count(*) FROM procrastinate_jobs
+WHERE status IN ('todo', 'doing', 'failed') GROUP BY 1, 2
+"""
+
+
+def _jobs() -> Metric:
+    family = GaugeMetricFamily(
+        "dropportal_jobs", "Jobs waiting, running or failed, by queue.", labels=["queue", "status"]
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(_JOBS)
+        for queue, status, n in cursor.fetchall():
+            family.add_metric([queue, status], n)
+    return family
+
+
+def _work_items_open() -> Metric:
+    family = GaugeMetricFamily(
+        "dropportal_work_items_open",
+        "Work items of open cycles that DROP has no status for yet.",
+        labels=["broker"],
+    )
+    rows = (
+        WorkItem.objects.filter(
+            cycle__state=CycleState.OPEN,
+            state__in=["open", "reportable"],
+            reported_at__isnull=True,
+        )
+        .values("cycle__broker__broker_id")
+        .annotate(n=Count("id"))
+        .order_by()
+        .values_list("cycle__broker__broker_id", "n")
+    )
+    for broker_id, n in rows:
+        family.add_metric([broker_id], n)
+    return family
+
+
+def _cycle_days_left() -> Metric:
+    family = GaugeMetricFamily(
+        "dropportal_cycle_days_left",
+        "Days until the most urgent cycle still owing statuses is due (negative: overdue).",
+        labels=["broker"],
+    )
+    nearest: dict[str, int] = {}
+    for deadline in cycle_deadlines(today=timezone.now().date()):
+        broker_id = deadline.cycle.broker.broker_id
+        nearest[broker_id] = min(deadline.days_left, nearest.get(broker_id, deadline.days_left))
+    for broker_id, days in sorted(nearest.items()):
+        family.add_metric([broker_id], days)
+    return family
+
+
+def _ledger_events() -> Metric:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM integrations_ledgerevent")
+        (n,) = cursor.fetchone() or (0,)
+    return CounterMetricFamily("dropportal_ledger_events", "Ledger events written.", value=n)
+
+
+# Gauges read from the database at each scrape; a new one is a function returning its family.
+DATABASE_METRICS: list[Callable[[], Metric]] = [
+    _jobs,
+    _work_items_open,
+    _cycle_days_left,
+    _ledger_events,
+]
+
+
+class _DatabaseCollector:
+    def collect(self) -> Iterator[Metric]:
+        for read in DATABASE_METRICS:
+            yield read()
+
+
+class _ProcessCollector:
+    """This process's own counters (no multi-process directory: a single process)."""
+
+    def collect(self) -> Iterator[Metric]:
+        yield from REGISTRY.collect()
+
+
+def metrics_text() -> bytes:
+    registry = CollectorRegistry()
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        multiprocess.MultiProcessCollector(registry)
+    else:
+        registry.register(_ProcessCollector())  # type: ignore[arg-type]
+    registry.register(_DatabaseCollector())  # type: ignore[arg-type]
+    return generate_latest(registry)
+
+
+class MetricsView(APIView):
+    """Prometheus text format; an API key with the ``metrics`` scope."""
+
+    permission_classes = [HasScope]
+    required_scope = ApiKeyScope.METRICS
+
+    @extend_schema(exclude=True)
+    def get(self, request: Request) -> HttpResponse:
+        return HttpResponse(metrics_text(), content_type=CONTENT_TYPE_LATEST)
+
+
+class CallbackMetricsMiddleware:
+    """Counts every answer of the callback endpoints (accepted or refused)."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if request.path.startswith(_CALLBACK_PREFIX):
+            endpoint = request.path[len(_CALLBACK_PREFIX) :].strip("/") or "unknown"
+            if endpoint in ("deletion", "resolution", "isi"):
+                CALLBACKS.labels(endpoint=endpoint, status=str(response.status_code)).inc()
+        return response

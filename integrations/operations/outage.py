@@ -1,0 +1,100 @@
+"""PostgreSQL unreachable: every request answers 503 (problem+json under /api/, a short page
+elsewhere) with ``Retry-After`` instead of a 500 with a traceback, and the process logs one
+WARNING line per outage. Nothing restarts: the first connection that opens again ends it::
+
+    MIDDLEWARE = ["integrations.operations.outage.DatabaseOutageMiddleware", ...]
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from django.db import DatabaseError, InterfaceError, OperationalError, connection
+from django.db.backends.signals import connection_created
+from django.http import HttpRequest, HttpResponse
+
+from integrations.api.errors import problem_response
+
+log = logging.getLogger(__name__)
+
+RETRY_AFTER_SECONDS = 30
+
+_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>dropportal: temporarily unavailable</title>
+</head><body><h1>Temporarily unavailable</h1>
+<p>dropportal cannot reach its database. Nothing you sent was lost; try again in a minute.</p>
+</body></html>
+"""
+
+
+class _Outage:
+    """Whether this process is in an outage: logged once when it starts, once when it ends."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.ongoing = False
+
+    def started(self, exc: BaseException) -> None:
+        with self._lock:
+            if self.ongoing:
+                return
+            self.ongoing = True
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        log.warning("PostgreSQL is unreachable, answering 503 until it is back: %s", reason)
+
+    def ended(self, **kwargs: Any) -> None:
+        with self._lock:
+            if not self.ongoing:
+                return
+            self.ongoing = False
+        log.info("PostgreSQL is reachable again")
+
+
+outage = _Outage()
+connection_created.connect(outage.ended, dispatch_uid="dropportal-outage-ended")
+
+
+def database_unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` says the database cannot be reached (not a query's own error, such as
+    a statement timeout, which leaves the connection usable)."""
+    if not isinstance(exc, OperationalError | InterfaceError):
+        return False
+    if connection.connection is None:
+        return True  # the connection could not be opened
+    try:
+        return not connection.is_usable()
+    except DatabaseError:
+        return True
+
+
+def outage_response(request: HttpRequest) -> HttpResponse:
+    response: HttpResponse
+    if request.path.startswith(("/api/", "/metrics")):
+        response = problem_response(
+            status=503,
+            code="database_unavailable",
+            detail="The database is unreachable; retry after the time in Retry-After.",
+        )
+    else:
+        response = HttpResponse(_PAGE, status=503)
+    response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    # The outage is logged once (above), not once per request by django.request.
+    response._has_been_logged = True  # type: ignore[attr-defined]
+    return response
+
+
+class DatabaseOutageMiddleware:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        if not database_unreachable(exception):
+            return None
+        outage.started(exception)
+        return outage_response(request)

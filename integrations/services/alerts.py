@@ -1,0 +1,280 @@
+"""Alerts to staff, without opening the admin: a registry of conditions, each evaluated by a
+periodic job that raises an alert when the condition starts and clears it when it ends.
+
+Each raise and each clear is one ``alert.raised`` / ``alert.cleared`` ledger event and one
+message per channel (email to ``DROPPORTAL_ALERT_EMAILS`` through Django's mail, a JSON POST
+to ``DROPPORTAL_ALERT_WEBHOOK_URL``), sent by jobs with retries, deferred in the transaction
+that records it. The state (``AlertState``) is in the database, so a condition that lasts a
+week alerts twice in all, whichever worker evaluates it::
+
+    alerts_evaluate()   # the periodic job: returns what was raised and cleared
+
+A condition is a function registered with ``@alert_condition(name)`` that returns what is
+wrong now, one ``Firing`` per thing (a broker, an integration, a cycle)::
+
+    @alert_condition("integration_disabled")
+    def _disabled(now: dt.datetime) -> Iterable[Firing]:
+        for integration in Integration.objects.filter(enabled=False):
+            yield Firing(key=str(integration.uuid), broker_id=..., text="...")
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+from procrastinate.contrib.django import app
+
+from integrations.models import (
+    AlertState,
+    Integration,
+    LedgerEvent,
+    ReportFile,
+    ReportFileState,
+    SaasConnection,
+)
+from integrations.selectors import cycle_deadlines
+from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
+
+# The send job, deferred by name (services never import tasks.py).
+SEND_ALERT_TASK = "integrations.tasks.send_alert"
+# An unreachable DROP alerts only once it has been so for this long (DROP has outages).
+DROP_UNREACHABLE_FOR = dt.timedelta(days=1)
+
+
+@dataclass(frozen=True)
+class Firing:
+    """One thing a condition finds wrong: ``key`` names it within the condition (it clears
+    when the key is no longer returned); ``text`` is the one line staff read."""
+
+    key: str
+    text: str
+    broker_id: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+Condition = Callable[[dt.datetime], Iterable[Firing]]
+CONDITIONS: dict[str, Condition] = {}
+
+
+def alert_condition(name: str) -> Callable[[Condition], Condition]:
+    """Register a condition under ``name`` (the ``condition`` of its alerts)."""
+
+    def register(check: Condition) -> Condition:
+        if name in CONDITIONS:
+            raise ValueError(f"alert condition {name!r} is registered twice")
+        CONDITIONS[name] = check
+        return check
+
+    return register
+
+
+@dataclass
+class AlertsEvaluated:
+    raised: list[AlertState] = field(default_factory=list)
+    cleared: list[AlertState] = field(default_factory=list)
+
+
+def alerts_evaluate(*, now: dt.datetime | None = None) -> AlertsEvaluated:
+    """Evaluate every condition; raise what started, clear what ended (one transaction per
+    condition, so one failing condition does not hold back the others' alerts)."""
+    now = now or timezone.now()
+    result = AlertsEvaluated()
+    for name, check in CONDITIONS.items():
+        firing = {f"{name}:{f.key}": f for f in check(now)}
+        with transaction.atomic():
+            states = {
+                s.key: s
+                for s in AlertState.objects.select_for_update().filter(condition=name, active=True)
+            }
+            for key in sorted(set(firing) - set(states)):
+                result.raised.append(_raise(name, key, firing[key], now))
+            for key in sorted(set(states) - set(firing)):
+                result.cleared.append(_clear(states[key], now))
+    return result
+
+
+def _raise(condition: str, key: str, firing: Firing, now: dt.datetime) -> AlertState:
+    state, _ = AlertState.objects.update_or_create(
+        key=key,
+        defaults={
+            "condition": condition,
+            "broker_id": firing.broker_id,
+            "active": True,
+            "text": firing.text,
+            "details": firing.details,
+            "raised_at": now,
+            "cleared_at": None,
+        },
+    )
+    _record(state, "raised", now)
+    return state
+
+
+def _clear(state: AlertState, now: dt.datetime) -> AlertState:
+    state.active = False
+    state.cleared_at = now
+    state.save(update_fields=["active", "cleared_at"])
+    _record(state, "cleared", now)
+    return state
+
+
+def _record(state: AlertState, change: str, now: dt.datetime) -> None:
+    alert = {
+        "condition": state.condition,
+        "key": state.key,
+        "state": change,
+        "broker_id": state.broker_id,
+        "text": state.text,
+        "details": state.details,
+        "raised_at": state.raised_at.isoformat(),
+        "at": now.isoformat(),
+    }
+    ledger_event_append(
+        kind=f"alert.{change}",
+        broker_id=state.broker_id,
+        subject=state.key,
+        actor=SYSTEM_ACTOR,
+        data=alert,
+    )
+    text = f"[dropportal] {'ALERT' if change == 'raised' else 'Cleared'}: {state.text}"
+    deferrer = app.configure_task(name=SEND_ALERT_TASK, queue="alerts")
+    if settings.DROPPORTAL_ALERT_EMAILS:
+        deferrer.defer(channel="email", text=text, alert=alert)
+    if settings.DROPPORTAL_ALERT_WEBHOOK_URL:
+        deferrer.defer(channel="webhook", text=text, alert=alert)
+
+
+# --- The conditions ---------------------------------------------------------------------
+# One more is a function here (or in any module imported at start) with @alert_condition.
+
+_PULL_OUTCOME_KINDS = ("drop.pulled", "drop.cycle_imported", "drop.pull_failed")
+
+
+@alert_condition("drop_pull_failed")
+def _drop_pull_failed(now: dt.datetime) -> Iterable[Firing]:
+    """The broker's last pull failed: refused credentials (401/403), a refused package or
+    another refusal at once; DROP unreachable once every pull has failed for a day."""
+    last = (
+        LedgerEvent.objects.filter(kind__in=_PULL_OUTCOME_KINDS)
+        .order_by("broker_id", "-id")
+        .distinct("broker_id")
+    )
+    for event in last:
+        if event.kind != "drop.pull_failed":
+            continue
+        reason = event.data.get("reason") or "unreachable"
+        if reason == "unreachable":
+            succeeded = (
+                LedgerEvent.objects.filter(
+                    broker_id=event.broker_id, kind__in=_PULL_OUTCOME_KINDS[:2]
+                )
+                .order_by("-id")
+                .first()
+            )
+            first_failure = (
+                LedgerEvent.objects.filter(
+                    broker_id=event.broker_id,
+                    kind="drop.pull_failed",
+                    id__gt=succeeded.id if succeeded else 0,
+                )
+                .order_by("id")
+                .first()
+            )
+            assert first_failure is not None  # the last event is one
+            if now - first_failure.created_at < DROP_UNREACHABLE_FOR:
+                continue
+        yield Firing(
+            key=event.broker_id,
+            broker_id=event.broker_id,
+            text=f"DROP pull for broker {event.broker_id} failed: {event.data.get('error', '')}",
+            details={"reason": reason, "status": event.data.get("status"), "event": event.id},
+        )
+
+
+@alert_condition("integration_disabled")
+def _integration_disabled(now: dt.datetime) -> Iterable[Firing]:
+    """An integration or SaaS connection is disabled: its deliveries wait."""
+    for integration in Integration.objects.filter(enabled=False).select_related("broker"):
+        yield Firing(
+            key=f"integration:{integration.uuid}",
+            broker_id=integration.broker.broker_id,
+            text=f"Integration {integration.name!r} of broker {integration.broker.broker_id} "
+            f"is disabled ({integration.disabled_reason or 'no reason given'}); "
+            "its deliveries wait until it is enabled",
+            details={"integration_id": str(integration.uuid)},
+        )
+    for connection in SaasConnection.objects.filter(enabled=False).select_related("broker"):
+        yield Firing(
+            key=f"saas:{connection.pk}",
+            broker_id=connection.broker.broker_id,
+            text=f"SaaS connection {connection.name!r} of broker "
+            f"{connection.broker.broker_id} is disabled "
+            f"({connection.disabled_reason or 'no reason given'}); its deletions wait",
+            details={"saas_connection": connection.pk},
+        )
+
+
+@alert_condition("upload_rejected")
+def _upload_rejected(now: dt.datetime) -> Iterable[Firing]:
+    """DROP rejected a cycle's latest response file: the cycle waits for staff."""
+    latest = ReportFile.objects.order_by("cycle_id", "-pk").distinct("cycle_id")
+    for report_file in latest.select_related("broker", "cycle").defer("content"):
+        if report_file.state != ReportFileState.REJECTED:
+            continue
+        yield Firing(
+            key=f"cycle:{report_file.cycle_id}",
+            broker_id=report_file.broker.broker_id,
+            text=f"DROP rejected {report_file.file_name} (broker "
+            f"{report_file.broker.broker_id}, cycle {report_file.cycle.drop_session_id}): "
+            f"{report_file.drop_response.get('reason', 'no reason given')}",
+            details={"report_file": report_file.pk, "file_name": report_file.file_name},
+        )
+
+
+def _cycles_due_within(days: int) -> Condition:
+    def check(now: dt.datetime) -> Iterable[Firing]:
+        for deadline in cycle_deadlines(today=now.date()):
+            if deadline.days_left > days:
+                continue
+            cycle = deadline.cycle
+            when = (
+                f"was due {-deadline.days_left} day(s) ago"
+                if deadline.days_left < 0
+                else f"is due in {deadline.days_left} day(s)"
+            )
+            yield Firing(
+                key=f"cycle:{cycle.pk}",
+                broker_id=cycle.broker.broker_id,
+                text=f"DROP cycle {cycle.drop_session_id} of broker {cycle.broker.broker_id} "
+                f"{when} ({cycle.due_date}) with {deadline.owed} status(es) still owed",
+                details={
+                    "due_date": cycle.due_date.isoformat(),
+                    "owed": deadline.owed,
+                    "waiting_for_outcomes": deadline.not_reportable,
+                },
+            )
+
+    return check
+
+
+alert_condition("cycle_due_7_days")(_cycles_due_within(7))
+alert_condition("cycle_due_2_days")(_cycles_due_within(2))
+
+
+@alert_condition("ledger_verify_failed")
+def _ledger_verify_failed(now: dt.datetime) -> Iterable[Firing]:
+    """The last nightly ``ledger verify`` found a break (``ledger.verified`` events)."""
+    last = LedgerEvent.objects.filter(kind="ledger.verified").order_by("-id").first()
+    if last is not None and not last.data.get("ok", True):
+        yield Firing(
+            key="ledger",
+            text=f"ledger verify failed: {last.data.get('first_break', 'a break')}; "
+            "run `manage.py ledger verify` and compare with your exported chain hashes",
+            details={"event": last.id},
+        )

@@ -1,0 +1,88 @@
+"""``manage.py worker`` through a PostgreSQL outage: it logs one WARNING, waits, and runs
+jobs again once PostgreSQL answers, without being restarted.
+
+The outage is real for the worker: it reaches the test database through a loopback proxy
+that the test stops and starts (tests/db_proxy.py); the shared server runs on."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from django.conf import settings
+from procrastinate.contrib.django.models import ProcrastinateJob
+
+from integrations import tasks
+from integrations.models import LedgerChainLink
+from integrations.services.ledger import ledger_event_append
+from tests.conftest import database_url, subprocess_env
+from tests.db_proxy import DatabaseProxy
+from tests.webhook_factories import truncate_jobs
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PATIENCE_SECONDS = 120  # a bound for a stuck worker, not a timing under test
+
+
+@pytest.fixture(autouse=True)
+def empty_job_tables() -> Iterator[None]:
+    yield from truncate_jobs()
+
+
+def _eventually(check: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + PATIENCE_SECONDS
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never happened: {what}")
+        time.sleep(0.3)
+
+
+def test_the_worker_waits_through_an_outage_and_resumes() -> None:
+    with DatabaseProxy(("127.0.0.1", 5432)) as proxy:
+        url = proxy.url_for(database_url())
+        worker = subprocess.Popen(
+            [sys.executable, "manage.py", "worker", "--concurrency", "1"],
+            cwd=settings.BASE_DIR,
+            env=subprocess_env(DATABASE_URL=url, DROPPORTAL_JOBS_LOG_LEVEL="WARNING"),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(worker.stderr or []), daemon=True)
+        reader.start()
+        try:
+            before = ledger_event_append(kind="test.before_outage")
+            tasks.seal_ledger.defer()
+            _eventually(
+                lambda: LedgerChainLink.objects.filter(event_id=before.id).exists(),
+                "the worker seals before the outage",
+            )
+
+            proxy.stop()
+            _eventually(lambda: any("unreachable" in line for line in lines), "a WARNING")
+            during = ledger_event_append(kind="test.during_outage")
+            job_id = tasks.seal_ledger.defer()
+            proxy.start()
+
+            _eventually(
+                lambda: ProcrastinateJob.objects.get(id=job_id).status == "succeeded",
+                "the job deferred during the outage runs after it",
+            )
+            assert LedgerChainLink.objects.filter(event_id=during.id).exists()
+            assert worker.poll() is None  # the same process, never restarted
+        finally:
+            worker.send_signal(signal.SIGINT)
+            returncode = worker.wait(timeout=60)
+            reader.join(timeout=10)
+    assert returncode == 0, "".join(lines)
+    warnings = [line for line in lines if " WARNING " in line]
+    assert len(warnings) == 1, "".join(lines)
+    assert "PostgreSQL is unreachable" in warnings[0]
+    output = "".join(lines)
+    assert "Traceback" not in output, output[output.find("Traceback") - 800 :]

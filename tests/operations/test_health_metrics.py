@@ -1,0 +1,137 @@
+"""GET /healthz, /readyz and /metrics (the ``metrics`` API key scope)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+import pytest
+from django.db import connection
+from django.test import Client
+from rest_framework.test import APIClient
+
+from integrations.models import LedgerEvent, WorkItemState
+from integrations.operations.counters import CALLBACKS, DELIVERIES
+from tests.conftest import bearer
+from tests.reporting_factories import cycle_make, item_make
+
+pytestmark = pytest.mark.django_db
+
+
+def _worker_beats() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM procrastinate_workers")
+        cursor.execute("INSERT INTO procrastinate_workers DEFAULT VALUES")
+
+
+def _no_worker() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM procrastinate_workers")
+
+
+def test_healthz_answers_without_touching_the_database(client: Client) -> None:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(connection, "cursor", _refuse)
+        response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
+
+
+def _refuse(*args: object, **kwargs: object) -> None:
+    raise AssertionError("/healthz touched the database")
+
+
+def test_readyz_is_ready_with_a_recent_worker_heartbeat(client: Client) -> None:
+    _worker_beats()
+    response = client.get("/readyz")
+    assert response.status_code == 200
+    assert response.json() == {
+        "ready": True,
+        "checks": {"database": "ok", "migrations": "ok", "worker": "ok"},
+        "missing": [],
+    }
+
+
+def test_readyz_names_a_missing_worker(client: Client) -> None:
+    _no_worker()
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    body = response.json()
+    assert body["missing"] == ["worker"]
+    assert "manage.py worker" in body["checks"]["worker"]
+
+
+def test_readyz_names_an_old_heartbeat(client: Client) -> None:
+    _worker_beats()
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE procrastinate_workers SET last_heartbeat = now() - interval '3 min'")
+    assert client.get("/readyz").json()["missing"] == ["worker"]
+
+
+def test_readyz_names_migrations_not_applied(client: Client) -> None:
+    _worker_beats()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "DELETE FROM django_migrations WHERE app = 'integrations' "
+            "AND name = '0014_alerts_and_metrics_scope'"
+        )
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    body = response.json()
+    assert body["missing"] == ["migrations"]
+    assert "integrations.0014_alerts_and_metrics_scope" in body["checks"]["migrations"]
+
+
+def _sample(text: str, name: str, **labels: str) -> float | None:
+    """The value of one sample in Prometheus text format, or None."""
+    wanted = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in text.splitlines():
+        match = re.fullmatch(rf"{name}(?:\{{(.*)\}})? (\S+)", line)
+        if match and ",".join(sorted((match.group(1) or "").split(","))) == wanted:
+            return float(match.group(2))
+    return None
+
+
+def test_metrics_need_the_metrics_scope(api_client: APIClient, make_key) -> None:
+    assert api_client.get("/metrics").status_code == 401
+    refused = api_client.get("/metrics", **bearer(make_key("audit").key))
+    assert refused.status_code == 403
+    assert refused.json()["code"] == "scope_missing"
+
+
+def test_metrics_in_prometheus_text_format(api_client: APIClient, make_key, broker) -> None:
+    today = dt.date.today()
+    cycle = cycle_make(broker, session="7", downloaded_on=today)
+    item_make(cycle)  # waiting for an outcome
+    item_make(cycle, status_code=3)  # reportable
+    item_make(cycle, state=WorkItemState.REMOVED)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO procrastinate_jobs (queue_name, task_name, status, args) "
+            "VALUES ('dispatch', 'integrations.tasks.deliver_deletion_requests', 'todo', '{}')"
+        )
+    callbacks_before = CALLBACKS.labels(endpoint="deletion", status="401")._value.get()
+    deliveries_before = DELIVERIES.labels(kind="deletion_request", result="delivered")._value.get()
+    DELIVERIES.labels(kind="deletion_request", result="delivered").inc()
+    # A refused callback counts too.
+    api_client.put("/api/v1/drop/callbacks/deletion", data={}, format="json")
+
+    response = api_client.get("/metrics", **bearer(make_key("metrics").key))
+
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/plain; version=")
+    text = response.content.decode()
+    assert _sample(text, "dropportal_work_items_open", broker="4821") == 2
+    assert (
+        _sample(text, "dropportal_cycle_days_left", broker="4821") == (cycle.due_date - today).days
+    )
+    assert _sample(text, "dropportal_jobs", queue="dispatch", status="todo") == 1
+    assert _sample(text, "dropportal_ledger_events_total") == LedgerEvent.objects.count()
+    assert (
+        _sample(text, "dropportal_callbacks_total", endpoint="deletion", status="401")
+        == callbacks_before + 1
+    )
+    assert (
+        _sample(text, "dropportal_deliveries_total", kind="deletion_request", result="delivered")
+        == deliveries_before + 1
+    )

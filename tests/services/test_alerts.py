@@ -1,0 +1,364 @@
+"""Alerts: each condition alerts once when it starts and once when it clears, by email to a
+real SMTP server (aiosmtpd, started here) and as JSON to a loopback webhook, sent by the job
+worker; every alert is a ledger event."""
+
+from __future__ import annotations
+
+import datetime as dt
+import email
+import email.policy
+import json
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiosmtpd.controller import Controller
+from django.conf import settings as django_settings
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db import connection
+from django.utils import timezone
+from procrastinate.contrib.django import app
+from procrastinate.contrib.django.models import ProcrastinateJob
+
+from devtools.drop_simulator import DropSimulator, work_items
+from integrations import tasks
+from integrations.models import AlertState, Broker, LedgerEvent, ReportFileState
+from integrations.services import drop as drop_services
+from integrations.services.alerts import CONDITIONS, alerts_evaluate
+from integrations.services.brokers import broker_create
+from integrations.services.integrations import integration_disable, integration_enable
+from integrations.services.ledger import ledger_event_append
+from integrations.services.saas import saas_connection_disable, saas_connection_enable
+from tests.conftest import subprocess_env
+from tests.drop_cycle import PACKAGE_DATE, drop_zip
+from tests.reporting_factories import cycle_make, item_make
+from tests.webhook_factories import saas_connection, truncate_jobs, webhook_integration_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+KEY = "dk_live_alerts_SECRET_1"
+RECIPIENT = "privacy@acme.test"
+
+
+class Inbox:
+    """What the SMTP server received."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.messages: list[email.message.EmailMessage] = []
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        message = email.message_from_bytes(envelope.content, policy=email.policy.default)
+        assert isinstance(message, email.message.EmailMessage)
+        message["X-Rcpt"] = ",".join(envelope.rcpt_tos)
+        self.messages.append(message)
+        return "250 OK"
+
+    def subjects(self) -> list[str]:
+        return [str(m["Subject"]) for m in self.messages]
+
+
+class Hook(BaseHTTPRequestHandler):
+    received: list[dict[str, Any]]
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.received.append(json.loads(body))
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+def inbox() -> Iterator[Inbox]:
+    handler = Inbox(_free_port())
+    controller = Controller(handler, hostname="127.0.0.1", port=handler.port)
+    controller.start()
+    yield handler
+    controller.stop()
+
+
+@pytest.fixture
+def webhook() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    received: list[dict[str, Any]] = []
+    handler = type("Handler", (Hook,), {"received": received})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/hooks/alerts", received
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def channels(
+    settings: Any, inbox: Inbox, webhook: tuple[str, list[dict[str, Any]]]
+) -> tuple[Inbox, list[dict[str, Any]]]:
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST = "127.0.0.1"
+    settings.EMAIL_PORT = inbox.port
+    settings.DROPPORTAL_ALERT_EMAILS = [RECIPIENT]
+    settings.DROPPORTAL_ALERT_WEBHOOK_URL = webhook[0]
+    return inbox, webhook[1]
+
+
+@pytest.fixture(autouse=True)
+def empty_job_tables() -> Iterator[None]:
+    yield from truncate_jobs()
+
+
+@pytest.fixture
+def drop(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[DropSimulator]:
+    monkeypatch.setattr(drop_services, "wait", lambda seconds: None)
+    monkeypatch.setattr(drop_services, "PACKAGES_DIR", tmp_path / "packages")
+    with DropSimulator(api_key=KEY) as simulator:
+        yield simulator
+
+
+@pytest.fixture
+def broker(drop: DropSimulator) -> Broker:
+    return broker_create(
+        broker_id="4821",
+        name="Acme Data",
+        mode="test",
+        drop_api_key=KEY,
+        drop_base_url=drop.url,
+        actor="test",
+    )
+
+
+def run_jobs() -> None:
+    """A real worker (its own connection, as ``manage.py worker``) until the queue is empty."""
+    with app.replace_connector(app.connector.get_worker_connector()):  # type: ignore[attr-defined]
+        app.run_worker(wait=False, install_signal_handlers=False, listen_notify=False)
+
+
+def evaluate_and_send() -> None:
+    alerts_evaluate()
+    run_jobs()
+
+
+def pull() -> None:
+    call_command("drop", "pull", "--broker", "4821")
+
+
+def test_a_refused_pull_alerts_once_and_once_more_when_a_pull_succeeds(
+    channels: tuple[Inbox, list[dict[str, Any]]], broker: Broker, drop: DropSimulator
+) -> None:
+    inbox, hooks = channels
+    drop.queue_response(401, body="Unauthorized")
+    with pytest.raises(CommandError):
+        pull()
+
+    evaluate_and_send()
+    evaluate_and_send()  # still failing: nothing new
+
+    assert len(inbox.messages) == 1
+    message = inbox.messages[0]
+    assert message["X-Rcpt"] == RECIPIENT
+    assert message["Subject"].startswith("[dropportal] ALERT: DROP pull for broker 4821 failed")
+    assert "check the broker's DROP API key" in message.get_content()
+    assert KEY not in message.as_string()
+    assert len(hooks) == 1
+    assert hooks[0]["text"] == message["Subject"]
+    assert hooks[0]["alert"]["condition"] == "drop_pull_failed"
+    assert hooks[0]["alert"]["state"] == "raised"
+    assert hooks[0]["alert"]["details"]["reason"] == "credentials"
+
+    package = drop_zip(broker, {"Email": list(work_items(2))})
+    drop.queue_package(package, f"{PACKAGE_DATE}_4821_DROP.zip")
+    pull()
+    evaluate_and_send()
+    evaluate_and_send()
+
+    assert len(inbox.messages) == 2
+    assert inbox.messages[1]["Subject"].startswith("[dropportal] Cleared: DROP pull for broker")
+    assert [h["alert"]["state"] for h in hooks] == ["raised", "cleared"]
+    events = LedgerEvent.objects.filter(kind__startswith="alert.").order_by("id")
+    assert [(e.kind, e.subject, e.broker_id) for e in events] == [
+        ("alert.raised", "drop_pull_failed:4821", "4821"),
+        ("alert.cleared", "drop_pull_failed:4821", "4821"),
+    ]
+
+
+def test_a_disabled_integration_alerts_once_and_once_more_when_enabled(
+    channels: tuple[Inbox, list[dict[str, Any]]], broker: Broker
+) -> None:
+    inbox, hooks = channels
+    integration = webhook_integration_for(broker, "https://crm.acme.test/drop").integration
+    integration_disable(integration=integration, reason="410 Gone from the target", actor="test")
+
+    evaluate_and_send()
+    evaluate_and_send()
+
+    assert inbox.subjects() == [
+        "[dropportal] ALERT: Integration 'Acme CRM' of broker 4821 is disabled "
+        "(410 Gone from the target); its deliveries wait until it is enabled"
+    ]
+    assert [h["alert"]["key"] for h in hooks] == [
+        f"integration_disabled:integration:{integration.uuid}"
+    ]
+
+    integration.refresh_from_db()
+    integration_enable(integration=integration, actor="test")
+    evaluate_and_send()
+    ProcrastinateJob.objects.filter(task_name__endswith="deliver_deletion_requests").delete()
+
+    assert len(inbox.messages) == 2
+    assert inbox.messages[1]["Subject"].startswith("[dropportal] Cleared: Integration 'Acme CRM'")
+    assert [h["alert"]["state"] for h in hooks] == ["raised", "cleared"]
+    assert LedgerEvent.objects.filter(kind="alert.raised").count() == 1
+    assert LedgerEvent.objects.filter(kind="alert.cleared").count() == 1
+
+
+def test_a_webhook_that_fails_is_retried_by_the_job(settings: Any, broker: Broker) -> None:
+    settings.DROPPORTAL_ALERT_EMAILS = []
+    settings.DROPPORTAL_ALERT_WEBHOOK_URL = f"http://127.0.0.1:{_free_port()}/closed"
+    integration = webhook_integration_for(broker, "https://crm.acme.test/drop").integration
+    integration_disable(integration=integration, reason="by hand", actor="test")
+
+    evaluate_and_send()
+
+    job = ProcrastinateJob.objects.get(task_name="integrations.tasks.send_alert")
+    assert job.status == "todo"  # failed once, scheduled again
+    assert job.attempts == 1
+
+
+def test_cycles_due_alert_at_7_days_and_again_at_2_while_statuses_are_owed(
+    broker: Broker,
+) -> None:
+    today = timezone.now().date()
+    cycle = cycle_make(broker, session="9", downloaded_on=today - dt.timedelta(days=40))
+    item = item_make(cycle)  # waiting for an outcome: owed
+    days_left = (cycle.due_date - today).days
+    assert 2 < days_left <= 7
+
+    raised = alerts_evaluate(now=timezone.now()).raised
+    assert [a.condition for a in raised] == ["cycle_due_7_days"]
+    assert alerts_evaluate().raised == []
+
+    later = timezone.now() + dt.timedelta(days=days_left - 2)
+    assert [a.condition for a in alerts_evaluate(now=later).raised] == ["cycle_due_2_days"]
+
+    item.state = "reported"
+    item.reported_at = timezone.now()
+    item.save()
+    cleared = alerts_evaluate(now=later).cleared
+    assert sorted(a.condition for a in cleared) == ["cycle_due_2_days", "cycle_due_7_days"]
+
+
+def test_an_unreachable_drop_alerts_only_after_a_day(broker: Broker) -> None:
+    ledger_event_append(
+        kind="drop.pull_failed",
+        broker_id="4821",
+        subject="4821",
+        data={"error": "cannot reach DROP", "status": None, "reason": "unreachable"},
+    )
+    assert alerts_evaluate().raised == []
+    tomorrow = timezone.now() + dt.timedelta(days=1, minutes=1)
+    assert [a.key for a in alerts_evaluate(now=tomorrow).raised] == ["drop_pull_failed:4821"]
+
+
+def test_a_rejected_upload_alerts_until_the_cycle_gets_a_new_file(broker: Broker) -> None:
+    cycle = cycle_make(broker, session="3", downloaded_on=timezone.now().date())
+    rejected = cycle.report_files.create(
+        broker=broker,
+        kind="upload",
+        file_name="4821_3_upload.csv",
+        rows=1,
+        sha256="0" * 64,
+        content=b"x",
+        state=ReportFileState.REJECTED,
+        drop_response={"reason": "bad header"},
+    )
+    raised = alerts_evaluate().raised
+    assert [(a.condition, a.text) for a in raised] == [
+        (
+            "upload_rejected",
+            f"DROP rejected {rejected.file_name} (broker 4821, cycle 3): bad header",
+        )
+    ]
+    cycle.report_files.create(
+        broker=broker, kind="upload", file_name="4821_3_upload_2.csv", rows=1,
+        sha256="1" * 64, content=b"y", state=ReportFileState.ACCEPTED,
+    )  # fmt: skip
+    assert [a.condition for a in alerts_evaluate().cleared] == ["upload_rejected"]
+
+
+def test_a_failed_nightly_ledger_verify_alerts(broker: Broker) -> None:
+    assert tasks.verify_ledger() is True
+    assert alerts_evaluate().raised == []
+    # Tamper with an event the way someone with the table owner's rights could.
+    event = LedgerEvent.objects.filter(kind="broker.created").get()
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE integrations_ledgerevent DISABLE TRIGGER USER")
+        cursor.execute(
+            "UPDATE integrations_ledgerevent SET subject = 'tampered' WHERE id = %s", [event.id]
+        )
+        cursor.execute("ALTER TABLE integrations_ledgerevent ENABLE TRIGGER USER")
+    assert tasks.verify_ledger() is False
+    raised = alerts_evaluate().raised
+    assert [a.condition for a in raised] == ["ledger_verify_failed"]
+    assert f"event {event.id}" in raised[0].text
+
+
+def test_conditions_are_a_registry() -> None:
+    assert set(CONDITIONS) >= {
+        "drop_pull_failed",
+        "integration_disabled",
+        "upload_rejected",
+        "cycle_due_7_days",
+        "cycle_due_2_days",
+        "ledger_verify_failed",
+    }
+    assert AlertState.objects.count() == 0
+
+
+def test_email_url_configures_the_mail_that_alerts_use(inbox: Inbox) -> None:
+    """EMAIL_URL (django-environ's format) is all a process needs to send alerts by mail."""
+    code = (
+        "from integrations.dispatch.alerts import alert_send\n"
+        "alert_send(channel='email', text='[dropportal] ALERT: test', alert={'key': 'k'})\n"
+    )
+    sent = subprocess.run(  # noqa: S603
+        [sys.executable, "manage.py", "shell", "-c", code],
+        cwd=django_settings.BASE_DIR,
+        env=subprocess_env(
+            EMAIL_URL=f"smtp://127.0.0.1:{inbox.port}", DROPPORTAL_ALERT_EMAILS=RECIPIENT
+        ),
+        capture_output=True,
+        text=True,
+    )
+    assert sent.returncode == 0, sent.stderr
+    assert inbox.subjects() == ["[dropportal] ALERT: test"]
+    assert inbox.messages[0]["X-Rcpt"] == RECIPIENT
+
+
+def test_a_disabled_saas_connection_alerts_until_enabled(broker: Broker) -> None:
+    connection_ = saas_connection(broker, "https://mailer.acme.test/delete")
+    saas_connection_disable(connection=connection_, reason="410 Gone", actor="test")
+
+    raised = alerts_evaluate().raised
+    assert [(a.condition, a.key) for a in raised] == [
+        ("integration_disabled", f"integration_disabled:saas:{connection_.pk}")
+    ]
+    assert "SaaS connection 'Mailer' of broker 4821 is disabled (410 Gone)" in raised[0].text
+
+    connection_.refresh_from_db()
+    saas_connection_enable(connection=connection_, actor="test")
+    assert [a.key for a in alerts_evaluate().cleared] == [raised[0].key]

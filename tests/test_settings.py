@@ -1,0 +1,75 @@
+"""Settings safe on many hosts: with DATABASE_URL, the secrets must come from the
+environment (one line and a non-zero exit otherwise); JSON logs, one object per line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from django.conf import settings
+
+from tests.conftest import subprocess_env
+
+pytestmark = pytest.mark.django_db
+
+
+def _manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(  # noqa: S603
+        [sys.executable, "manage.py", *args],
+        cwd=settings.BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize(
+    ("unset", "named"),
+    [
+        (["SECRET_KEY"], "SECRET_KEY must"),
+        (["DROPPORTAL_ENCRYPTION_KEYS"], "DROPPORTAL_ENCRYPTION_KEYS must"),
+        (["SECRET_KEY", "DROPPORTAL_ENCRYPTION_KEYS"], "SECRET_KEY and DROPPORTAL_ENCRYPTION_KEYS"),
+    ],
+)
+def test_with_database_url_a_process_without_the_secrets_refuses_to_start(
+    unset: list[str], named: str
+) -> None:
+    env = subprocess_env()
+    # The same process with the secrets starts: the failure below is the missing secret's.
+    assert _manage("check", env=env).returncode == 0
+    for name in unset:
+        env.pop(name)
+    started = _manage("check", env=env)
+    assert started.returncode != 0
+    lines = started.stderr.strip().splitlines()
+    assert len(lines) == 1, started.stderr
+    assert named in lines[0]
+    assert lines[0].startswith("error: DATABASE_URL is set")
+
+
+def test_json_log_format_writes_one_object_per_line() -> None:
+    code = (
+        "import logging\n"
+        "log = logging.getLogger('integrations.example')\n"
+        "log.warning('first %s', 'line')\n"
+        "try:\n"
+        "    1 / 0\n"
+        "except ZeroDivisionError:\n"
+        "    log.exception('with a traceback')\n"
+    )
+    ran = _manage("shell", "-c", code, env=subprocess_env(DROPPORTAL_LOG_FORMAT="json"))
+    assert ran.returncode == 0, ran.stderr
+    records = [json.loads(line) for line in ran.stderr.splitlines()]
+    assert [(r["level"], r["logger"], r["message"]) for r in records] == [
+        ("WARNING", "integrations.example", "first line"),
+        ("ERROR", "integrations.example", "with a traceback"),
+    ]
+    assert "ZeroDivisionError" in records[1]["exc_info"]
+
+
+def test_an_unknown_log_format_is_one_line() -> None:
+    ran = _manage("check", env=subprocess_env(DROPPORTAL_LOG_FORMAT="xml"))
+    assert ran.returncode != 0
+    assert ran.stderr.strip() == "error: DROPPORTAL_LOG_FORMAT is text or json, not 'xml'"

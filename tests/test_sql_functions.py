@@ -1,0 +1,149 @@
+"""The SQL functions a migrated database holds are today's source (``integrations/sql/``).
+
+Each migration installs its own frozen copy, so a change to a file under ``integrations/sql/``
+without a new migration (carrying a copy of it) leaves migrated databases on the old version:
+these tests fail until that migration exists. The second one migrates a database holding data
+at the first migration up to the newest, as an old installation upgrades.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from integrations.services.keys import key_digest
+from integrations.services.ledger import canonical_data, event_hash
+from tests.conftest import database_url, subprocess_env
+
+SQL_DIR = Path(settings.BASE_DIR) / "integrations" / "sql"
+
+# Every dropportal_* function of the current schema: signature -> full definition.
+_DEFINITIONS = """
+SELECT p.oid::regprocedure::text, pg_get_functiondef(p.oid)
+FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+WHERE n.nspname = current_schema() AND p.proname LIKE 'dropportal\\_%'
+ORDER BY 1
+"""
+
+
+def _installed_and_source(cursor: Any) -> tuple[dict[str, str], dict[str, str]]:
+    """The definitions installed, then those after running today's source files over them
+    (the caller rolls back)."""
+    cursor.execute(_DEFINITIONS)
+    installed = dict(cursor.fetchall())
+    for path in sorted(SQL_DIR.glob("*.sql")):
+        cursor.execute(path.read_text(encoding="utf-8"))
+    cursor.execute(_DEFINITIONS)
+    return installed, dict(cursor.fetchall())
+
+
+def test_migrated_functions_are_todays_source(db: None) -> None:
+    with connection.cursor() as cursor:
+        installed, source = _installed_and_source(cursor)
+    # The test's transaction is rolled back: the database keeps what the migrations installed.
+    assert set(installed) >= {
+        "dropportal_api_key_lookup(text,text,text)",
+        "dropportal_ledger_append(timestamp with time zone,text,text,text,text,text)",
+    }
+    changed = sorted(name for name in source if installed.get(name) != source[name])
+    assert not changed, (
+        f"{changed} differ from integrations/sql/: add a migration that installs a copy "
+        "of the changed files (integrations/migrations/sql/NNNN/)"
+    )
+
+
+def _migrate(url: str, *target: str) -> None:
+    subprocess.run(  # noqa: S603
+        [sys.executable, "manage.py", "migrate", *target, "--verbosity", "0"],
+        cwd=settings.BASE_DIR,
+        env=subprocess_env(DATABASE_URL=url),
+        check=True,
+        capture_output=True,
+    )
+
+
+@pytest.fixture
+def scratch_database(db: None) -> Any:
+    """A database of its own on the test server, dropped afterwards."""
+    name = f"{connection.settings_dict['NAME']}_upgrade"
+    admin_url = database_url()
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = admin_url.replace(f"/{connection.settings_dict['NAME']}?", f"/{name}?", 1)
+    yield url
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_a_database_from_the_first_migration_upgrades_with_its_data(
+    scratch_database: str,
+) -> None:
+    _migrate(scratch_database, "integrations", "0001")
+    created = dt.datetime(2026, 1, 5, 9, 30, tzinfo=dt.UTC)
+    event: dict[str, Any] = {
+        "created_at": created,
+        "broker_id": "4821",
+        "kind": "broker.created",
+        "subject": "4821",
+        "actor": "cli:ops",
+        "data": {"name": "Acme Data"},
+    }
+    digest = key_digest("dp_upgrade_test_key")
+    with psycopg.connect(scratch_database, autocommit=True) as conn:
+        # As the first version wrote them: the hash computed in Python, no SQL function yet.
+        conn.execute(
+            "INSERT INTO integrations_broker (broker_id, name, mode, drop_api_key, "
+            "drop_base_url, created_at, updated_at) "
+            "VALUES ('4821', 'Acme Data', 'test', '', '', now(), now())"
+        )
+        conn.execute(
+            "INSERT INTO integrations_apikey (name, prefix, digest, scopes, created_at, "
+            "broker_id) SELECT 'old', 'dp_upgr', %s, ARRAY['ingest'], now(), id "
+            "FROM integrations_broker",
+            [digest],
+        )
+        conn.execute(
+            "INSERT INTO integrations_ledgerevent (created_at, broker_id, kind, subject, "
+            "actor, data, event_hash) VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s)",
+            [
+                created,
+                "4821",
+                "broker.created",
+                "4821",
+                "cli:ops",
+                canonical_data(event["data"]),
+                event_hash(**event),
+            ],
+        )
+
+    _migrate(scratch_database)
+
+    with psycopg.connect(scratch_database) as conn, conn.cursor() as cursor:
+        cursor.execute("SELECT broker_id, name, mode FROM integrations_broker")
+        assert cursor.fetchall() == [("4821", "Acme Data", "test")]
+        # The old key is found by today's lookup, with its broker.
+        cursor.execute(
+            "SELECT key_prefix, broker_id FROM dropportal_api_key_lookup(%s, NULL, NULL)", [digest]
+        )
+        assert cursor.fetchall() == [("dp_upgr", "4821")]
+        installed, source = _installed_and_source(cursor)
+        conn.rollback()
+    assert installed == source
+    # ledger verify over the upgraded database: the old event seals and verifies.
+    verify = subprocess.run(
+        [sys.executable, "manage.py", "ledger", "verify"],
+        cwd=settings.BASE_DIR,
+        env=subprocess_env(DATABASE_URL=scratch_database),
+        capture_output=True,
+        text=True,
+    )
+    assert verify.returncode == 0, verify.stderr
