@@ -22,12 +22,15 @@ class DropportalAdminSite(admin.AdminSite):
     index_title = "Dashboard"
 
     def get_urls(self) -> list[URLPattern | URLResolver]:
+        from integrations.admin.audit import drop_metrics_view, evidence_view
         from integrations.admin.cycle_files import cycle_response_files_view
         from integrations.admin.guide import broker_guide_view
         from integrations.admin.shown_once import shown_once_view
 
         return [
             path("guide/", self.admin_view(broker_guide_view), name="broker_guide"),
+            path("metrics/", self.admin_view(drop_metrics_view), name="drop_metrics"),
+            path("evidence/", self.admin_view(evidence_view), name="evidence"),
             # Ahead of the cycle admin's own URLs, which would take it for an object id.
             path(
                 "integrations/dropcycle/<int:pk>/response-files.zip",
