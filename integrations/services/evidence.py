@@ -317,8 +317,14 @@ class _LedgerRange:
     def __init__(self, *, broker: Broker, since: dt.datetime) -> None:
         self.broker_id = broker.broker_id
         with connection.cursor() as cursor:
-            cursor.execute(_RANGE_SQL, {"broker": self.broker_id, "since": since})
-            self.first, self.last, self.first_id, self.last_id = cursor.fetchone()
+            ends = []
+            for direction in ("ASC", "DESC"):
+                cursor.execute(
+                    _RANGE_END_SQL.format(direction=direction),
+                    {"broker": self.broker_id, "since": since},
+                )
+                ends.append(cursor.fetchone() or (None, None))
+            (self.first, self.first_id), (self.last, self.last_id) = ends
             self.before = self.after = None
             if self.first is not None:
                 cursor.execute(_LINK_BEFORE, [self.first])
@@ -359,11 +365,12 @@ class _LedgerRange:
                     yield from _rechunk(copy)
 
 
-_RANGE_SQL = """
-SELECT min(l.position), max(l.position),
-       (array_agg(e.id ORDER BY l.position))[1], (array_agg(e.id ORDER BY l.position DESC))[1]
+# The broker's first and last chained event since ``since``: the range's two ends.
+_RANGE_END_SQL = """
+SELECT l.position, e.id
 FROM integrations_ledgerchainlink l JOIN integrations_ledgerevent e ON e.id = l.event_id
 WHERE e.broker_id = %(broker)s AND e.created_at >= %(since)s
+ORDER BY l.position {direction} LIMIT 1
 """
 _LINK_BEFORE = """
 SELECT chain_hash FROM integrations_ledgerchainlink WHERE position < %s
