@@ -106,7 +106,7 @@ FROM integrations_reportfile f JOIN integrations_dropcycle c ON c.id = f.cycle_i
 def populate(items: int) -> None:
     from django.db import connection
 
-    from integrations.models import DropCycle, Integration, IntegrationKind
+    from integrations.models import DropCycle, Integration, IntegrationKind, ReportFile
     from integrations.services.brokers import broker_create
 
     broker = broker_create(broker_id="4821", name="Bench", actor="bench")
@@ -146,15 +146,38 @@ def populate(items: int) -> None:
                 "integration": integration.pk,
                 "session": cycle.drop_session_id,
             }
+            # The response files first (filled in below), so each item names its file as
+            # it is written.
+            files = {}
+            for list_name, hash_type in LISTS:
+                files[hash_type] = ReportFile.objects.create(
+                    broker=broker,
+                    cycle=cycle,
+                    kind="upload",
+                    file_name=f"{downloaded:%Y%m%d}_4821_{list_name}.csv",
+                    rows=0,
+                    sha256="",
+                    content=b"",
+                    state="accepted",
+                    drop_response={
+                        "status": 202,
+                        "endpoint": "/data/upload",
+                        "message": "accepted",
+                        "attempts": 1,
+                    },
+                ).pk
+            params["email_file"], params["phone_file"] = files["email"], files["phone"]
             # Every 10th item matched: its code by its outcome; the rest not found (5).
             cursor.execute(
                 "INSERT INTO integrations_workitem (broker_id, cycle_id, work_item_id,"
                 " hash_type, hash, file_name, state, status_code, status_reason,"
-                " reported_status_code, reported_at, needs_amendment, created_at, updated_at)"
+                " reported_status_code, reported_at, report_file_id, needs_amendment,"
+                " created_at, updated_at)"
                 " SELECT %(broker)s, %(cycle)s, %(prefix)s || lpad(to_hex(g), 10, '0'),"
                 "  CASE WHEN g %% 3 = 0 THEN 'phone' ELSE 'email' END,"
                 "  sha256((%(prefix)s || g)::bytea), '', 'reported', code, '', code,"
-                "  %(at)s + make_interval(days => 1 + g %% 40, secs => g %% 86400), false,"
+                "  %(at)s + make_interval(days => 1 + g %% 40, secs => g %% 86400),"
+                "  CASE WHEN g %% 3 = 0 THEN %(phone_file)s ELSE %(email_file)s END, false,"
                 "  %(at)s, %(at)s"
                 " FROM generate_series(1, %(count)s) g,"
                 "  LATERAL (SELECT CASE WHEN g %% 10 = 0 THEN (ARRAY[3, 4, 2, 5])[g / 10 %% 4 + 1]"
@@ -180,29 +203,18 @@ def populate(items: int) -> None:
                 "  SELECT lpad(to_hex(g), 10, '0') FROM generate_series(10, %(count)s, 10) g)",
                 params,
             )
-            for list_name, hash_type in LISTS:
-                file_name = f"{downloaded:%Y%m%d}_4821_{list_name}.csv"
-                cursor.execute(
-                    "INSERT INTO integrations_reportfile (broker_id, cycle_id, kind, file_name,"
-                    " rows, sha256, content, state, drop_response, created_at, uploaded_at)"
-                    " SELECT %(broker)s, %(cycle)s, 'upload', %(name)s, count(*), '',"
-                    "  convert_to('Id,Status' || E'\\r\\n' || string_agg(work_item_id || ','"
-                    "   || reported_status_code, E'\\r\\n' ORDER BY work_item_id) || E'\\r\\n',"
-                    "   'UTF8'), 'accepted',"
-                    "  jsonb_build_object('status', 202, 'endpoint', '/data/upload',"
-                    "   'message', 'accepted', 'attempts', 1),"
-                    "  %(at)s + interval '41 days', %(at)s + interval '41 days'"
-                    " FROM integrations_workitem WHERE cycle_id = %(cycle)s"
-                    "  AND hash_type = %(hash_type)s",
-                    {**params, "name": file_name, "hash_type": hash_type},
-                )
+            cursor.execute(
+                "UPDATE integrations_reportfile f SET rows = b.rows, content = b.content,"
+                "  created_at = %(at)s + interval '41 days', uploaded_at = %(at)s"
+                "  + interval '41 days'"
+                " FROM (SELECT report_file_id, count(*) AS rows, convert_to('Id,Status'"
+                "  || E'\\r\\n' || string_agg(work_item_id || ',' || reported_status_code,"
+                "  E'\\r\\n' ORDER BY work_item_id) || E'\\r\\n', 'UTF8') AS content"
+                "  FROM integrations_workitem WHERE cycle_id = %(cycle)s"
+                "  GROUP BY report_file_id) b WHERE f.id = b.report_file_id",
+                params,
+            )
         cursor.execute("UPDATE integrations_reportfile SET sha256 = encode(sha256(content), 'hex')")
-        cursor.execute(
-            "UPDATE integrations_workitem w SET report_file_id = f.id"
-            " FROM integrations_reportfile f WHERE f.cycle_id = w.cycle_id"
-            " AND f.file_name LIKE '%%' || CASE w.hash_type WHEN 'email' THEN 'Email'"
-            " ELSE 'Phone' END || '.csv'"
-        )
         union = " UNION ALL ".join([_CYCLE_EVENTS, _OUTCOME_EVENTS, _FILE_EVENTS])
         cursor.execute(_EVENTS_SQL.format(select=union))
     seal()
