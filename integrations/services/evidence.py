@@ -317,15 +317,17 @@ class _LedgerRange:
     def __init__(self, *, broker: Broker, since: dt.datetime) -> None:
         self.broker_id = broker.broker_id
         with connection.cursor() as cursor:
-            ends = []
+            ends: list[tuple[int | None, int | None]] = []
             for direction in ("ASC", "DESC"):
                 cursor.execute(
                     _RANGE_END_SQL.format(direction=direction),
                     {"broker": self.broker_id, "since": since},
                 )
                 ends.append(cursor.fetchone() or (None, None))
-            (self.first, self.first_id), (self.last, self.last_id) = ends
-            self.before = self.after = None
+            self.first, self.first_id = ends[0]
+            self.last, self.last_id = ends[1]
+            self.before: str | None = None
+            self.after: str | None = None
             if self.first is not None:
                 cursor.execute(_LINK_BEFORE, [self.first])
                 row = cursor.fetchone()
