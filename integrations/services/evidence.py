@@ -46,11 +46,19 @@ from integrations.models import (
     ReportFile,
     ReportFileState,
     ReportKind,
+    RequestState,
 )
 from integrations.selectors import deletion_outcomes_csv
 from integrations.services.ledger import ledger_event_append, ledger_seal
 
 _CONTENT_CHUNK = 8 << 20
+_OPEN_REQUEST_STATES = (
+    RequestState.PENDING,
+    RequestState.QUEUED,
+    RequestState.DISPATCHED,
+    RequestState.FAILED,
+    RequestState.UNDELIVERABLE,
+)
 _SENT_STATES = (ReportFileState.ACCEPTED, ReportFileState.REJECTED, ReportFileState.MANUAL)
 
 DESCRIPTIONS = {
@@ -134,6 +142,7 @@ def evidence_pack_export(
                 "cycles": period.cycle_summaries(),
                 "span": span.describe(),
                 "files": writer.entries,
+                "requests_open": period.requests_open(),
             },
         )
         writer.write(pack.SUMMARY, [summary.encode()], rows=None)
@@ -224,6 +233,10 @@ class _Period:
         if self.cycle is not None:
             return requests.filter(drop_session_id=self.cycle.drop_session_id)
         return requests.filter(matched_at__gte=self.since, matched_at__lt=self.until)
+
+    def requests_open(self) -> int:
+        """The period's deletion requests with no final outcome yet."""
+        return int(self.requests().filter(state__in=_OPEN_REQUEST_STATES).count())
 
     def outcome_chunks(self) -> Iterator[bytes]:
         return deletion_outcomes_csv(requests=self.requests())
