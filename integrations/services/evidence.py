@@ -279,11 +279,15 @@ class _Period:
         return min(earliest, self.since) if self.since else earliest
 
     def cycle_summaries(self) -> list[dict[str, Any]]:
+        cycles = list(self.cycles().order_by("downloaded_at"))
+        counts: dict[int, dict[str, int]] = {cycle.pk: {} for cycle in cycles}
+        with connection.cursor() as cursor:
+            cursor.execute(_CYCLE_COUNTS, [[cycle.pk for cycle in cycles]])
+            for cycle_id, key, count in cursor.fetchall():
+                counts[cycle_id][key] = count
         summaries = []
-        for cycle in self.cycles().order_by("downloaded_at"):
+        for cycle in cycles:
             with connection.cursor() as cursor:
-                cursor.execute(_CYCLE_COUNTS, [cycle.pk])
-                counts = dict(cursor.fetchall())
                 cursor.execute(_CYCLE_REPORTED_AT, [self.broker.broker_id, cycle.drop_session_id])
                 reported_at = cursor.fetchone()[0]
             amendments = ReportFile.objects.filter(
@@ -292,8 +296,8 @@ class _Period:
             summaries.append(
                 {
                     "cycle": cycle,
-                    "counts": [(label, counts.get(key, 0)) for key, label in _STATUS_LABELS],
-                    "open": counts.get("open", 0),
+                    "counts": [(label, counts[cycle.pk].get(k, 0)) for k, label in _STATUS_LABELS],
+                    "open": counts[cycle.pk].get("open", 0),
                     "amendments": amendments,
                     "reported_at": reported_at,
                     "met": reported_at is not None and reported_at.date() <= cycle.due_date,
@@ -310,12 +314,12 @@ _STATUS_LABELS = (
     ("open", "no status yet"),
     ("removed", "removed by DROP"),
 )
-# A cycle's work items by the status DROP holds (the reported one), open or removed.
+# The cycles' work items by the status DROP holds (the reported one), open or removed.
 _CYCLE_COUNTS = """
-SELECT CASE WHEN state = 'removed' THEN 'removed'
-            WHEN reported_status_code IS NULL THEN 'open'
-            ELSE reported_status_code::text END, count(*)
-FROM integrations_workitem WHERE cycle_id = %s GROUP BY 1
+SELECT cycle_id, CASE WHEN state = 'removed' THEN 'removed'
+                      WHEN reported_status_code IS NULL THEN 'open'
+                      ELSE reported_status_code::text END, count(*)
+FROM integrations_workitem WHERE cycle_id = ANY(%s) GROUP BY 1, 2
 """
 _CYCLE_REPORTED_AT = """
 SELECT max(created_at) FROM integrations_ledgerevent
