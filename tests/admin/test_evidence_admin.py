@@ -34,6 +34,7 @@ def test_an_auditor_exports_a_pack_that_verifies(
     cycle: DropCycle, client: Client, tmp_path: Path
 ) -> None:
     login(client, "Auditors")
+    assert b'href="/admin/evidence/"' in client.get("/admin/").content
     page = client.get("/admin/evidence/")
     assert page.status_code == 200
     key_pem = page.context["public_key"]

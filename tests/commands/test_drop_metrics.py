@@ -166,6 +166,7 @@ def _auditor(client: Client) -> None:
 
 def test_each_figure_opens_the_list_behind_it(year: None, client: Client) -> None:
     _auditor(client)
+    assert b'href="/admin/metrics/"' in client.get("/admin/").content
     page = client.get("/admin/metrics/", {"broker": "4821", "year": "2027"})
     assert page.status_code == 200
     table = page.context["table"]
