@@ -26,6 +26,7 @@ class DropportalAdminSite(admin.AdminSite):
     index_title = "Dashboard"
 
     def get_urls(self) -> list[URLPattern | URLResolver]:
+        from integrations.admin.audit import drop_metrics_view, evidence_view
         from integrations.admin.cycle_files import cycle_response_files_view
         from integrations.admin.guide import broker_guide_view
         from integrations.admin.mfa import mfa_enrol_view, mfa_logout_view, mfa_verify_view
@@ -37,6 +38,8 @@ class DropportalAdminSite(admin.AdminSite):
             path("mfa/enrol/", mfa_enrol_view, name="mfa_enrol"),
             path("mfa/logout/", mfa_logout_view, name="mfa_logout"),
             path("guide/", self.admin_view(broker_guide_view), name="broker_guide"),
+            path("metrics/", self.admin_view(drop_metrics_view), name="drop_metrics"),
+            path("evidence/", self.admin_view(evidence_view), name="evidence"),
             # Ahead of the cycle admin's own URLs, which would take it for an object id.
             path(
                 "integrations/dropcycle/<int:pk>/response-files.zip",

@@ -45,6 +45,9 @@ DROPPORTAL_PUBLIC_URL = env.str("DROPPORTAL_PUBLIC_URL", default="http://127.0.0
 DROPPORTAL_ENCRYPTION_KEYS: list[str] = env.list("DROPPORTAL_ENCRYPTION_KEYS", default=[]) or [
     local_state.generated_secret("encryption_key", local_state.new_fernet_key)
 ]
+# Ed25519 private key (PEM; "\n" may stand for line breaks in an environment variable) that
+# signs evidence packs; unset, one is generated into var/ when first needed.
+DROPPORTAL_EVIDENCE_KEY = env.str("DROPPORTAL_EVIDENCE_KEY", default="").replace("\\n", "\n")
 DROPPORTAL_ALLOW_PRIVATE_TARGETS = env.bool("DROPPORTAL_ALLOW_PRIVATE_TARGETS", default=False)
 # Broker callbacks a second per API key and web process (bursts of twice that); 0: no limit.
 DROPPORTAL_CALLBACK_RATE_LIMIT = env.int("DROPPORTAL_CALLBACK_RATE_LIMIT", default=200)

@@ -23,7 +23,12 @@ from django.utils.http import urlencode
 
 from integrations.admin.reports import set_work_item_status
 from integrations.models import DropCycle, WorkItem
-from integrations.selectors import drop_cycles_by_urgency
+from integrations.selectors import (
+    METRIC_FIGURES,
+    METRIC_FILTERS,
+    drop_cycles_by_urgency,
+    drop_year_bounds,
+)
 
 
 class _ReadOnly(admin.ModelAdmin):
@@ -137,6 +142,41 @@ class DropCycleAdmin(_ReadOnly):
         )
 
 
+class DropYearFilter(admin.SimpleListFilter):
+    """Work items of the cycles downloaded in one year (UTC), as the yearly figures count."""
+
+    title = "DROP year"
+    parameter_name = "drop_year"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        years = DropCycle.objects.dates("downloaded_at", "year", order="DESC")
+        return [(str(day.year), str(day.year)) for day in years]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if value and value.isdigit() and 2000 <= int(value) <= 9998:
+            start, end = drop_year_bounds(int(value))
+            cycles = DropCycle.objects.filter(downloaded_at__gte=start, downloaded_at__lt=end)
+            return queryset.filter(cycle__in=cycles.values("pk"))
+        return queryset
+
+
+class MetricFilter(admin.SimpleListFilter):
+    """The work items behind one figure of the yearly DROP metrics."""
+
+    title = "DROP metric"
+    parameter_name = "metric"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return list(METRIC_FIGURES)
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if value in METRIC_FILTERS:
+            return queryset.filter(METRIC_FILTERS[value])
+        return queryset
+
+
 class StatusCodeFilter(admin.SimpleListFilter):
     """DROP's four codes and "none yet", without a DISTINCT over millions of rows."""
 
@@ -177,6 +217,8 @@ class WorkItemAdmin(_ReadOnly):
         ("state", admin.ChoicesFieldListFilter),
         StatusCodeFilter,
         "needs_amendment",
+        DropYearFilter,
+        MetricFilter,
     ]
     search_fields = ["=work_item_id"]
     list_select_related = ["cycle", "broker"]

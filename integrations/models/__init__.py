@@ -30,8 +30,8 @@ from integrations.models.shown_once import SHOWN_ONCE_TTL, ShownOnceSecret
 __all__ = [
     "DROP_CAPABILITIES",
     "DROP_STATUS_CODES",
-    "AlertState",
     "SHOWN_ONCE_TTL",
+    "AlertState",
     "ApiKey",
     "ApiKeyScope",
     "Broker",

@@ -14,8 +14,6 @@ events; ``ledger_verify`` recomputes every hash and names the first event that b
 
 from __future__ import annotations
 
-import datetime as dt
-import hashlib
 import json
 import re
 from collections.abc import Iterable, Iterator
@@ -25,9 +23,9 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
+from integrations.ledger_hash import GENESIS_HASH, canonical_json, chain_hash, event_hash
 from integrations.models import LedgerChainLink, LedgerEvent
 
-GENESIS_HASH = "0" * 64
 SYSTEM_ACTOR = "system"
 _SEAL_LOCK_KEY = 0x64726F70  # "drop": serializes sealers only, never writers
 
@@ -44,42 +42,9 @@ def _without_url_extras(data_json: str) -> str:
     return _URL_EXTRAS.sub(r"\1\2", data_json)
 
 
-def _canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def event_hash(
-    *,
-    created_at: dt.datetime,
-    broker_id: str,
-    kind: str,
-    subject: str,
-    actor: str,
-    data: dict[str, Any],
-) -> str:
-    """SHA-256 (hex) over the canonical form of an event's content: what ``ledger_verify``
-    expects of every stored event. The database computes the same when it stores one
-    (``dropportal_ledger_event_hash``); the tests hold the two to agreeing."""
-    content = _canonical_json(
-        {
-            "created_at": created_at.astimezone(dt.UTC).isoformat(timespec="microseconds"),
-            "broker_id": broker_id,
-            "kind": kind,
-            "subject": subject,
-            "actor": actor,
-            "data": data,
-        }
-    )
-    return hashlib.sha256(content.encode("utf-8")).hexdigest()
-
-
-def chain_hash(previous: str, event_id: int, content_hash: str) -> str:
-    return hashlib.sha256(f"{previous}:{event_id}:{content_hash}".encode()).hexdigest()
-
-
 # The database hashes each event as it stores it (integrations/sql/ledger_append.sql, the
-# one writer of hashes, which the SQL write paths use too); ``event_hash`` above is the
-# verifier's own computation of the same thing.
+# one writer of hashes, which the SQL write paths use too); ``event_hash`` is the
+# verifier's own computation of the same thing (integrations/ledger_hash.py).
 _INSERT_EVENTS = """
 INSERT INTO integrations_ledgerevent (created_at, broker_id, kind, subject, actor, data, event_hash)
 SELECT e.created_at, e.broker_id, e.kind, e.subject, e.actor, e.data::jsonb,
@@ -92,7 +57,7 @@ _ROW = "(%s::timestamptz, %s::text, %s::text, %s::text, %s::text, %s::text)"
 
 def canonical_data(data: dict[str, Any] | None) -> str:
     """An event's data as the canonical JSON its hash covers (and the database stores)."""
-    return _canonical_json(data or {})
+    return canonical_json(data or {})
 
 
 def ledger_event_append(

@@ -5,12 +5,14 @@ report; find what is stuck.
     manage.py drop import --broker 4821 20260312_4821_DROP.zip
     manage.py drop report --broker 4821 --upload # response CSVs (``management/drop_report.py``)
     manage.py drop doctor [--broker 4821] [--json]   # exit 1 when a work item is stuck
+    manage.py drop metrics --broker 4821 --year 2027 --format json   # the year's figures
 
 Both print the cycle (``--json``: one JSON object); a refusal is one line on stderr and exit 1.
 """
 
 from __future__ import annotations
 
+import csv
 import datetime as dt
 import sys
 from pathlib import Path
@@ -19,9 +21,10 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import CommandError
 
+from integrations.exports import csv_cell
 from integrations.management.base import broker_or_error, date_bound
 from integrations.management.drop_report import ReportSubcommand
-from integrations.selectors import stuck_work_items
+from integrations.selectors import METRIC_FIGURES, drop_metrics, stuck_work_items
 from integrations.services.drop import (
     DEFAULT_MAX_WAIT_SECONDS,
     DropImportError,
@@ -60,6 +63,10 @@ class Command(ReportSubcommand):
         )
         imp.add_argument("--json", action="store_true", help="print the result as JSON")
         self.add_report_subcommand(subparsers)
+        metrics = subparsers.add_parser("metrics", help="the year's DROP figures")
+        metrics.add_argument("--broker", required=True, help="the broker's 4-digit DROP id")
+        metrics.add_argument("--year", required=True, type=int, help="the year (YYYY)")
+        metrics.add_argument("--format", choices=("csv", "json"), default="csv")
 
         doctor = subparsers.add_parser(
             "doctor",
@@ -104,6 +111,26 @@ class Command(ReportSubcommand):
         self._report(
             result, as_json=options["json"], outcome="imported" if result.created else "unchanged"
         )
+
+    def handle_metrics(self, **options: Any) -> None:
+        broker = broker_or_error(options["broker"])
+        if not 2000 <= options["year"] <= 9998:
+            raise CommandError(f"--year must be a year like 2027, not {options['year']}")
+        metrics = drop_metrics(broker=broker, year=options["year"])
+        if options["format"] == "json":
+            self.print_json(metrics.as_json())
+            return
+        writer = csv.writer(self.stdout, lineterminator="\n")
+        keys = [key for key, _ in METRIC_FIGURES]
+        writer.writerow(["list_type", *keys, "median_days", "mean_days"])
+        for row in metrics.rows:
+            writer.writerow(
+                [row.list_type, *(row.figures[k] for k in keys), row.median_days, row.mean_days]
+            )
+        # The denials by exemption basis, as rows of their own with only "denied" filled.
+        for basis, count in metrics.exemption_bases.items():
+            cells = [count if key == "denied" else "" for key in keys]
+            writer.writerow([f"denied, exemption basis: {csv_cell(basis)}", *cells, "", ""])
 
     def _report(self, result: ImportResult, *, as_json: bool, outcome: str) -> None:
         cycle = result.cycle

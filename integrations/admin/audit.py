@@ -1,0 +1,151 @@
+"""Auditors' pages: the yearly DROP figures and signed evidence packs.
+
+    GET  /admin/metrics/?broker=4821&year=2027   the figures; each opens the work items behind it
+    GET  /admin/evidence/                        the export form and the public key
+    POST /admin/evidence/                        the pack (ZIP), an ``evidence.exported`` event
+
+Both need the view permissions Auditors hold; nothing here writes but the export's event.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import tempfile
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.http import FileResponse, HttpRequest, HttpResponse
+from django.http.response import HttpResponseBase
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.http import urlencode
+
+from integrations.admin.actors import staff_actor
+from integrations.models import Broker, DropCycle
+from integrations.selectors import METRIC_FIGURES, drop_metrics
+from integrations.services.evidence import evidence_pack_export, evidence_public_key_pem
+
+METRICS_PERMISSIONS = ("integrations.view_workitem", "integrations.view_dropcycle")
+EVIDENCE_PERMISSIONS = (
+    "integrations.view_ledgerevent",
+    "integrations.view_deletionrequest",
+    "integrations.view_reportfile",
+)
+IN_MEMORY = 16 * 1024 * 1024  # larger packs spill to a temporary file
+
+
+class MetricsForm(forms.Form):
+    broker = forms.ModelChoiceField(
+        Broker.objects.order_by("broker_id"), to_field_name="broker_id", empty_label=None
+    )
+    year = forms.IntegerField(min_value=2000, max_value=9998)
+
+
+def drop_metrics_view(request: HttpRequest) -> HttpResponse:
+    if not request.user.has_perms(METRICS_PERMISSIONS):
+        raise PermissionDenied
+    data = request.GET if "broker" in request.GET else None
+    form = MetricsForm(data, initial={"year": timezone.now().year})
+    context: dict[str, Any] = {
+        **admin.site.each_context(request),
+        "title": "DROP metrics",
+        "form": form,
+        "figures": METRIC_FIGURES,
+    }
+    if form.is_bound and form.is_valid():
+        broker, year = form.cleaned_data["broker"], form.cleaned_data["year"]
+        metrics = drop_metrics(broker=broker, year=year)
+        changelist = reverse("admin:integrations_workitem_changelist")
+        base = {"broker__id__exact": broker.pk, "drop_year": year}
+        context["metrics"] = metrics
+        context["table"] = [
+            {
+                "row": row,
+                "cells": [
+                    (
+                        row.figures[key],
+                        f"{changelist}?"
+                        + urlencode(
+                            {
+                                **base,
+                                "metric": key,
+                                **({"hash_type__exact": row.hash_type} if row.hash_type else {}),
+                            }
+                        ),
+                    )
+                    for key, _ in METRIC_FIGURES
+                ],
+            }
+            for row in metrics.rows
+        ]
+        context["denied_link"] = f"{changelist}?" + urlencode({**base, "metric": "denied"})
+    return TemplateResponse(request, "admin/drop_metrics.html", context)
+
+
+class EvidenceForm(forms.Form):
+    broker = forms.ModelChoiceField(
+        Broker.objects.order_by("broker_id"), to_field_name="broker_id", empty_label=None
+    )
+    cycle = forms.CharField(required=False, help_text="a cycle's drop_session_id, or a period:")
+    since = forms.DateField(required=False, help_text="YYYY-MM-DD, inclusive")
+    until = forms.DateField(required=False, help_text="YYYY-MM-DD, inclusive")
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        broker, cycle = data.get("broker"), data.get("cycle")
+        if cycle and (data.get("since") or data.get("until")):
+            raise ValidationError("give a cycle or a period, not both")
+        if cycle and broker is not None:
+            try:
+                data["cycle"] = DropCycle.objects.get(broker=broker, drop_session_id=cycle)
+            except DropCycle.DoesNotExist:
+                raise ValidationError(f"broker {broker} has no cycle {cycle!r}") from None
+        elif not (data.get("since") and data.get("until")):
+            raise ValidationError("give a cycle, or both since and until")
+        elif data["until"] < data["since"]:
+            raise ValidationError("until must not be before since")
+        return data
+
+
+def _day(day: dt.date | None, *, end: bool = False) -> dt.datetime | None:
+    if day is None:
+        return None
+    return dt.datetime.combine(day + dt.timedelta(days=1 if end else 0), dt.time(), tzinfo=dt.UTC)
+
+
+def evidence_view(request: HttpRequest) -> HttpResponseBase:
+    if not request.user.has_perms(EVIDENCE_PERMISSIONS):
+        raise PermissionDenied
+    form = EvidenceForm(request.POST if request.method == "POST" else None)
+    if form.is_bound and form.is_valid():
+        data = form.cleaned_data
+        pack_file = tempfile.SpooledTemporaryFile(max_size=IN_MEMORY)  # noqa: SIM115  (FileResponse closes it)
+        try:
+            evidence_pack_export(
+                broker=data["broker"],
+                cycle=data["cycle"] or None,
+                since=_day(data["since"]),
+                until=_day(data["until"], end=True),
+                out=pack_file,  # type: ignore[arg-type]
+                actor=staff_actor(request),
+                via="admin",
+            )
+        except ValidationError as exc:
+            pack_file.close()
+            form.add_error(None, exc)
+        else:
+            pack_file.seek(0)
+            name = f"{data['broker'].broker_id}_evidence_{timezone.now():%Y%m%dT%H%M%S}.zip"
+            return FileResponse(
+                pack_file, as_attachment=True, filename=name, content_type="application/zip"
+            )
+    context = {
+        **admin.site.each_context(request),
+        "title": "Evidence packs",
+        "form": form,
+        "public_key": evidence_public_key_pem(),
+    }
+    return TemplateResponse(request, "admin/evidence.html", context)

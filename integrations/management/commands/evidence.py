@@ -1,0 +1,99 @@
+"""``manage.py evidence export|verify|public-key``: signed evidence packs for auditors.
+
+    manage.py evidence export --broker 4821 --cycle 12 --out pack.zip
+    manage.py evidence export --broker 4821 --since 2027-01-01 --until 2027-12-31 --out pack.zip
+    manage.py evidence verify pack.zip --public-key dropportal-evidence.pem
+    manage.py evidence public-key > dropportal-evidence.pem
+
+``verify`` needs no database and no settings: ``manage.py`` hands it to
+``integrations.evidence.verify`` before Django starts (this command delegates to it too).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import CommandError
+
+from integrations.evidence import verify
+from integrations.management.base import DropportalCommand, broker_or_error, date_bound
+from integrations.models import DropCycle
+from integrations.services.evidence import evidence_pack_export, evidence_public_key_pem
+
+
+class Command(DropportalCommand):
+    help = "Export, verify and sign evidence packs for auditors."
+
+    def add_subcommands(self, subparsers: Any) -> None:
+        export = subparsers.add_parser("export", help="write a signed evidence pack (ZIP)")
+        export.add_argument("--broker", required=True, help="the broker's 4-digit DROP id")
+        export.add_argument("--cycle", help="one cycle (its drop_session_id)")
+        export.add_argument("--since", help="from this date or time (inclusive)")
+        export.add_argument("--until", help="up to this date (inclusive) or time (exclusive)")
+        export.add_argument("--out", required=True, help="the ZIP to write")
+        export.add_argument("--json", action="store_true", help="print the manifest as JSON")
+        check = subparsers.add_parser("verify", help="check a pack (no database needed)")
+        check.add_argument("pack", help="the evidence pack (ZIP)")
+        check.add_argument("--public-key", help="the PEM public key it must be signed with")
+        check.add_argument("--json", action="store_true")
+        subparsers.add_parser("public-key", help="print the public key (PEM) that verifies packs")
+
+    def handle_export(self, **options: Any) -> None:
+        broker = broker_or_error(options["broker"])
+        cycle = None
+        if options["cycle"]:
+            if options["since"] or options["until"]:
+                raise CommandError("give --cycle or --since and --until, not both")
+            try:
+                cycle = DropCycle.objects.get(broker=broker, drop_session_id=options["cycle"])
+            except DropCycle.DoesNotExist:
+                raise CommandError(
+                    f"broker {broker.broker_id} has no cycle {options['cycle']!r}"
+                ) from None
+        elif not (options["since"] and options["until"]):
+            raise CommandError("give --cycle, or both --since and --until")
+        since = date_bound(options["since"]) if options["since"] else None
+        until = date_bound(options["until"], end=True) if options["until"] else None
+        out = Path(options["out"])
+        # Written under a temporary name and renamed when complete: a failed export never
+        # leaves a pack that looks finished.
+        partial = out.with_name(out.name + ".partial")
+        try:
+            with open(partial, "w+b") as stream:
+                result = evidence_pack_export(
+                    broker=broker,
+                    cycle=cycle,
+                    since=since,
+                    until=until,
+                    out=stream,
+                    actor=self.actor(),
+                    via="command",
+                )
+        except OSError as exc:
+            partial.unlink(missing_ok=True)
+            raise CommandError(f"cannot write {out}: {exc.strerror}") from None
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
+        os.replace(partial, out)
+        if options["json"]:
+            self.print_json({**result.manifest, "manifest_sha256": result.manifest_sha256})
+            return
+        span = result.manifest["ledger_range"]
+        self.stdout.write(
+            f"Wrote {out}: {result.files} files, ledger events {span['first_event_id']} to "
+            f"{span['last_event_id']}, manifest SHA-256 {result.manifest_sha256}."
+        )
+
+    def handle_verify(self, **options: Any) -> None:
+        code = verify.run(
+            options["pack"], public_key=options["public_key"], as_json=options["json"]
+        )
+        if code:
+            sys.exit(code)
+
+    def handle_public_key(self, **options: Any) -> None:
+        self.stdout.write(evidence_public_key_pem(), ending="")

@@ -1,0 +1,187 @@
+"""``drop metrics`` and the admin's metrics page: the year's DROP figures, counted by hand.
+
+One broker's 2027 cycle (a 2026 cycle and another broker's 2027 cycle must not count)::
+
+    item  list   matched by             DROP holds   reported after
+    e1    Email  deletion: deleted      3            1 day
+    e2    Email  deletion: opted_out    4            2 days
+    e3    Email  resolution: exempt     2            10 days   (basis glba)
+    e4    Email  -                      5            2 days
+    e5    Email  deletion: dispatched   -            -         (open)
+    e6    Email  -                      removed by DROP
+    p1    Phone  -                      5            4 days
+    p2    Phone  -                      (5 not yet reported: open)
+
+Days to the reported status: 1, 2, 10, 2, 4: median 2, mean 3.8.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import json
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Group, User
+from django.core.management import CommandError, call_command
+from django.test import Client
+
+from integrations.models import Broker, WorkItemState
+from integrations.services.brokers import broker_create
+from tests.reporting_factories import (
+    cycle_make,
+    integration_make,
+    item_make,
+    request_make,
+    resolution_make,
+)
+
+pytestmark = pytest.mark.django_db
+DOWNLOADED = dt.datetime(2027, 1, 10, 9, tzinfo=dt.UTC)
+
+
+def reported(cycle: Any, code: int, days: float, list_type: str = "Email") -> Any:
+    return item_make(
+        cycle,
+        list_type=list_type,
+        status_code=code,
+        state=WorkItemState.REPORTED,
+        reported_status_code=code,
+        reported_at=DOWNLOADED + dt.timedelta(days=days),
+    )
+
+
+@pytest.fixture
+def year(broker: Broker) -> None:
+    cycle = cycle_make(broker, session="7", downloaded_on=DOWNLOADED.date())
+    integration = integration_make(broker)
+    request_make(reported(cycle, 3, 1), outcome="deleted")
+    request_make(reported(cycle, 4, 2), outcome="opted_out")
+    e3 = reported(cycle, 2, 10)
+    resolution = resolution_make(e3, integration, outcome="exempt")
+    resolution.exemption_basis = "glba"
+    resolution.save()
+    reported(cycle, 5, 2)
+    request_make(item_make(cycle), state="dispatched")
+    item_make(cycle, state=WorkItemState.REMOVED)
+    reported(cycle, 5, 4, list_type="Phone")
+    item_make(cycle, list_type="Phone", status_code=5)
+    # Not in the figures: the year before, and another broker.
+    reported(cycle_make(broker, session="6", downloaded_on=dt.date(2026, 12, 31)), 3, 1)
+    other = broker_create(broker_id="1234", name="Other", mode="test", actor="test")
+    reported(cycle_make(other, session="7", downloaded_on=DOWNLOADED.date()), 3, 1)
+
+
+EXPECTED = {
+    "broker_id": "4821",
+    "year": 2027,
+    "by_list_type": [
+        {
+            "list_type": "Email",
+            "received": 6,
+            "matched": 4,
+            "complied": 2,
+            "denied": 1,
+            "not_found": 1,
+            "open": 1,
+            "removed": 1,
+            "median_days": 2.0,
+            "mean_days": 3.75,
+        },
+        {
+            "list_type": "Phone",
+            "received": 2,
+            "matched": 0,
+            "complied": 0,
+            "denied": 0,
+            "not_found": 1,
+            "open": 1,
+            "removed": 0,
+            "median_days": 4.0,
+            "mean_days": 4.0,
+        },
+    ],
+    "total": {
+        "list_type": "Total",
+        "received": 8,
+        "matched": 4,
+        "complied": 2,
+        "denied": 1,
+        "not_found": 2,
+        "open": 2,
+        "removed": 1,
+        "median_days": 2.0,
+        "mean_days": 3.8,
+    },
+    "exemption_bases": {"glba": 1},
+}
+
+
+def metrics(*args: str) -> str:
+    out = io.StringIO()
+    call_command("drop", "metrics", "--broker", "4821", *args, stdout=out)
+    return out.getvalue()
+
+
+def test_json_figures_match_the_hand_count(year: None) -> None:
+    assert json.loads(metrics("--year", "2027", "--format", "json")) == EXPECTED
+
+
+def test_csv_is_the_same_table(year: None) -> None:
+    rows = list(csv.reader(io.StringIO(metrics("--year", "2027"))))
+    assert rows[0] == [
+        "list_type", "received", "matched", "complied", "denied", "not_found", "open",
+        "removed", "median_days", "mean_days",
+    ]  # fmt: skip
+    assert rows[1] == ["Email", "6", "4", "2", "1", "1", "1", "1", "2.0", "3.75"]
+    assert rows[3] == ["Total", "8", "4", "2", "1", "2", "2", "1", "2.0", "3.8"]
+    assert rows[4] == ["denied, exemption basis: glba", "", "", "", "1", "", "", "", "", ""]
+
+
+def test_a_year_without_cycles_is_zeros(year: None) -> None:
+    figures = json.loads(metrics("--year", "2025", "--format", "json"))
+    assert figures["by_list_type"] == []
+    assert figures["total"]["received"] == 0 and figures["total"]["median_days"] is None
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--broker", "9999", "--year", "2027"], "no broker with id '9999'"),
+        (["--broker", "4821", "--year", "27"], "--year must be a year like 2027, not 27"),
+    ],
+)
+def test_bad_requests(broker: Broker, args: list[str], message: str) -> None:
+    with pytest.raises(CommandError, match=message):
+        call_command("drop", "metrics", *args)
+
+
+def _auditor(client: Client) -> None:
+    user = User.objects.create_user("audrey", password="pw", is_staff=True)
+    user.groups.add(Group.objects.get(name="Auditors"))
+    client.force_login(user)
+
+
+def test_each_figure_opens_the_list_behind_it(year: None, client: Client) -> None:
+    _auditor(client)
+    assert b'href="/admin/metrics/"' in client.get("/admin/").content
+    page = client.get("/admin/metrics/", {"broker": "4821", "year": "2027"})
+    assert page.status_code == 200
+    table = page.context["table"]
+    checked = 0
+    for line in table:
+        for value, link in line["cells"]:
+            listing = client.get(link)
+            assert listing.status_code == 200, link
+            assert listing.context["cl"].result_count == value, link
+            checked += 1
+    assert checked == 3 * 7
+    assert b"glba: 1" in page.content
+
+
+def test_the_metrics_page_needs_the_view_permissions(year: None, client: Client) -> None:
+    user = User.objects.create_user("nobody", password="pw", is_staff=True)
+    client.force_login(user)
+    assert client.get("/admin/metrics/", {"broker": "4821", "year": "2027"}).status_code == 403

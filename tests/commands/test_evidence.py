@@ -1,0 +1,320 @@
+"""``evidence export|verify|public-key``: a signed pack that an auditor checks offline.
+
+The pack is exported from a cycle taken through the services (``tests/evidence_world.py``);
+each way of tampering with it (a byte anywhere, a ledger line, another key, records that
+lost their events and were signed anyway) must fail with its reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import subprocess
+import sys
+import zipfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from django.core.management import CommandError, call_command
+
+from devtools.drop_simulator import DropSimulator
+from integrations.evidence import pack
+from integrations.evidence.verify import verify_pack
+from integrations.models import Broker, DropCycle, LedgerEvent
+from integrations.services.evidence import evidence_signing_key
+from tests.evidence_world import DROP_KEY, evidence_world
+
+pytestmark = pytest.mark.django_db
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def cycle(broker: Broker, tmp_path: Path) -> Iterator[DropCycle]:
+    with DropSimulator(api_key=DROP_KEY, broker_id="4821", active_download=True) as drop:
+        yield evidence_world(broker, drop, tmp_path)
+
+
+@pytest.fixture
+def exported(cycle: DropCycle, tmp_path: Path) -> Path:
+    out = tmp_path / "pack.zip"
+    call_command(
+        "evidence", "export", "--broker", "4821", "--cycle", cycle.drop_session_id,
+        "--out", str(out), stdout=io.StringIO(),
+    )  # fmt: skip
+    return out
+
+
+@pytest.fixture
+def public_key(tmp_path: Path) -> Path:
+    out = io.StringIO()
+    call_command("evidence", "public-key", stdout=out)
+    path = tmp_path / "evidence.pem"
+    path.write_text(out.getvalue())
+    return path
+
+
+def members(path: Path) -> dict[str, bytes]:
+    with zipfile.ZipFile(path) as archive:
+        return {name: archive.read(name) for name in archive.namelist()}
+
+
+def rewrite(
+    path: Path,
+    change: Callable[[dict[str, bytes]], None],
+    *,
+    key: Ed25519PrivateKey | None = None,
+) -> Path:
+    """The pack with ``change`` applied to its files; with ``key``, the manifest is brought
+    up to date with them and signed again (an insider holding a key)."""
+    files = members(path)
+    change(files)
+    tampered = path.with_name("tampered.zip")
+    _write(tampered, files)
+    if key is not None:
+        stored = _stored_digests(tampered)
+        manifest = json.loads(files[pack.MANIFEST])
+        for entry in manifest["files"]:
+            content = files[entry["name"]]
+            entry["sha256"] = hashlib.sha256(content).hexdigest()
+            entry["zip_sha256"] = stored[entry["name"]]
+            if entry["name"] == pack.LEDGER:
+                entry["rows"] = content.count(b"\n")
+        manifest["signing_key"]["public_key"] = pack.public_key_pem(key)
+        files[pack.MANIFEST] = json.dumps(manifest, indent=2).encode()
+        files[pack.SIGNATURE] = pack.sign_manifest(key, files[pack.MANIFEST])
+        _write(tampered, files)
+    return tampered
+
+
+def _write(path: Path, files: dict[str, bytes]) -> None:
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, content in files.items():
+            with archive.open(pack.member_info(name), "w", force_zip64=True) as member:
+                member.write(content)
+
+
+def _stored_digests(path: Path) -> dict[str, str]:
+    raw = path.read_bytes()
+    with zipfile.ZipFile(path) as archive:
+        return {
+            info.filename: hashlib.sha256(raw[start : start + info.compress_size]).hexdigest()
+            for info in archive.infolist()
+            for start in [info.header_offset + 30 + len(info.filename) + 20]
+        }
+
+
+def failure(path: Path, public_key: Path) -> str:
+    result = verify_pack(path, public_key_pem=public_key.read_bytes())
+    assert not result.ok
+    return str(result.failure)
+
+
+def test_the_pack_holds_the_cycle_and_verifies(exported: Path, public_key: Path) -> None:
+    files = members(exported)
+    assert sorted(files) == [
+        "drop/1/20261120_4821_Email.csv",
+        "drop/1/20261120_4821_Email.csv.answer.json",
+        "drop/1/20261120_4821_Phone.csv",
+        "drop/1/20261120_4821_Phone.csv.answer.json",
+        "ledger.jsonl",
+        "manifest.json",
+        "manifest.sig",
+        "outcomes.csv",
+        "summary.html",
+    ]
+    manifest = json.loads(files[pack.MANIFEST])
+    rows = {entry["name"]: entry["rows"] for entry in manifest["files"]}
+    assert rows["outcomes.csv"] == 3
+    assert rows["drop/1/20261120_4821_Email.csv"] == 6
+    assert rows["ledger.jsonl"] == LedgerEvent.objects.filter(broker_id="4821").count() - 1
+    assert manifest["ledger_range"]["chain_hash_before"] == "0" * 64
+    assert files["drop/1/20261120_4821_Phone.csv"] == b"Id,Status\r\n" + b"".join(
+        f"{wid},5\r\n".encode() for wid in sorted(_ids(files, "Phone"))
+    )
+    answer = json.loads(files["drop/1/20261120_4821_Email.csv.answer.json"])
+    assert answer["state"] == "accepted" and answer["drop_response"]["status"] == 202
+    assert b"Acme Data" in files[pack.SUMMARY] and b"3 deleted" in files[pack.SUMMARY]
+
+    result = verify_pack(exported, public_key_pem=public_key.read_bytes())
+    assert result.ok, result.failure
+    assert result.key_trusted
+    # The export itself is on the record, after the range it exported.
+    event = LedgerEvent.objects.get(kind="evidence.exported")
+    assert event.data["manifest_sha256"] == hashlib.sha256(files[pack.MANIFEST]).hexdigest()
+    assert event.data["ledger_range"]["last_event_id"] < event.id
+
+
+def _ids(files: dict[str, bytes], list_name: str) -> list[str]:
+    content = files[f"drop/1/20261120_4821_{list_name}.csv"].decode()
+    return [line.split(",")[0] for line in content.splitlines()[1:]]
+
+
+def test_one_byte_changed_anywhere_fails(exported: Path, public_key: Path) -> None:
+    original = exported.read_bytes()
+    tail = len(original) - 1200  # the manifest's end, its signature and the directory
+    positions = [p for p in range(len(original)) if p % 17 == 0 or p >= tail]
+    tampered = exported.with_name("one-byte.zip")
+    passed = []
+    for position in positions:
+        changed = bytearray(original)
+        changed[position] ^= 0x01
+        tampered.write_bytes(changed)
+        if verify_pack(tampered, public_key_pem=public_key.read_bytes()).ok:
+            passed.append(position)
+    assert passed == []
+    assert len(positions) > 1000
+
+
+def test_a_changed_byte_names_the_file(exported: Path, public_key: Path) -> None:
+    def change(files: dict[str, bytes]) -> None:
+        files[pack.OUTCOMES] = files[pack.OUTCOMES].replace(b"exempt", b"exemPt", 1)
+
+    assert failure(rewrite(exported, change), public_key) == (
+        "outcomes.csv: its SHA-256 does not match the manifest"
+    )
+
+
+def test_a_removed_ledger_line_fails(exported: Path, public_key: Path) -> None:
+    def drop_line(files: dict[str, bytes]) -> None:
+        lines = files[pack.LEDGER].splitlines(keepends=True)
+        files[pack.LEDGER] = b"".join(lines[:5] + lines[6:])
+
+    assert failure(rewrite(exported, drop_line), public_key) == (
+        "ledger.jsonl: its SHA-256 does not match the manifest"
+    )
+    # Even signed again by someone holding the key, the chain shows the gap.
+    resigned = rewrite(exported, drop_line, key=evidence_signing_key())
+    assert failure(resigned, public_key).startswith("ledger.jsonl line 6: event ")
+    assert failure(resigned, public_key).endswith("'s chain hash does not match")
+
+
+def test_another_signing_key_fails(exported: Path, public_key: Path) -> None:
+    resigned = rewrite(exported, lambda files: None, key=Ed25519PrivateKey.generate())
+    assert failure(resigned, public_key).startswith(
+        "manifest.json's signature does not verify with the given public key"
+    )
+    # Without a trusted key the pack's own key is used, and says so.
+    result = verify_pack(resigned)
+    assert result.ok and not result.key_trusted
+
+
+def test_an_edited_event_fails_even_when_signed_again(exported: Path, public_key: Path) -> None:
+    def edit(files: dict[str, bytes]) -> None:
+        files[pack.LEDGER] = files[pack.LEDGER].replace(b'"exempt"', b'"deleted"', 1)
+
+    resigned = rewrite(exported, edit, key=evidence_signing_key())
+    assert "'s content does not match its hash" in failure(resigned, public_key)
+
+
+def test_an_outcome_without_its_event_fails(exported: Path, public_key: Path) -> None:
+    def edit(files: dict[str, bytes]) -> None:
+        files[pack.OUTCOMES] = files[pack.OUTCOMES].replace(b",exempt,", b",not_found,", 1)
+
+    message = failure(rewrite(exported, edit, key=evidence_signing_key()), public_key)
+    assert message.startswith("outcomes.csv row ")
+    assert message.endswith(
+        "its outcome 'not_found' has no deletion_request.outcome_recorded event"
+    )
+
+
+def test_a_drop_status_without_its_event_fails(exported: Path, public_key: Path) -> None:
+    name = "drop/1/20261120_4821_Phone.csv"
+
+    def edit(files: dict[str, bytes]) -> None:
+        files[name] = files[name].replace(b",5\r\n", b",3\r\n", 1)
+
+    message = failure(rewrite(exported, edit, key=evidence_signing_key()), public_key)
+    assert message.startswith(f"{name} line 2: status 3 of work item ")
+    assert message.endswith(" has no work_item event")
+
+
+_BLOCKER = """
+import importlib.abc, sys
+class Blocked(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in {'django', 'psycopg', 'psycopg2', 'rest_framework',
+                                  'procrastinate', 'sqlite3', '_sqlite3'}:
+            raise ImportError('blocked for this test: ' + name)
+sys.meta_path.insert(0, Blocked())
+import runpy
+sys.argv = ARGV
+runpy.run_path(PATH, run_name='__main__') if PATH else runpy.run_module(
+    'integrations.evidence.verify', run_name='__main__')
+"""
+
+
+@pytest.mark.parametrize("via", ["module", "manage.py"])
+def test_verify_runs_without_django_or_a_database(
+    exported: Path, public_key: Path, via: str
+) -> None:
+    args = [str(exported), "--public-key", str(public_key), "--json"]
+    argv = ["manage.py", "evidence", "verify", *args] if via == "manage.py" else ["verify", *args]
+    script = _BLOCKER.replace("ARGV", repr(argv)).replace(
+        "PATH", repr(str(ROOT / "manage.py")) if via == "manage.py" else "''"
+    )
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}  # no DATABASE_URL, no settings
+    result = subprocess.run(  # noqa: S603
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["ok"] and report["key_trusted"]
+    assert report["broker"]["broker_id"] == "4821"
+
+    damaged = rewrite(exported, lambda files: files.update({pack.LEDGER: b""}))
+    argv[argv.index(str(exported))] = str(damaged)
+    script = _BLOCKER.replace("ARGV", repr(argv)).replace(
+        "PATH", repr(str(ROOT / "manage.py")) if via == "manage.py" else "''"
+    )
+    result = subprocess.run(  # noqa: S603
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 1
+    assert result.stderr == (
+        "Evidence pack does not verify: ledger.jsonl: its SHA-256 does not match the manifest\n"
+    )
+
+
+def test_the_command_verifies_and_exits_1_on_a_failure(exported: Path, public_key: Path) -> None:
+    out = io.StringIO()
+    call_command("evidence", "verify", str(exported), "--public-key", str(public_key), stdout=out)
+    damaged = rewrite(exported, lambda files: files.update({pack.OUTCOMES: b"x"}))
+    with pytest.raises(SystemExit) as exit_info:
+        call_command("evidence", "verify", str(damaged), stdout=io.StringIO())
+    assert exit_info.value.code == 1
+
+
+def test_a_period_export_covers_the_same_records(cycle: DropCycle, tmp_path: Path) -> None:
+    out = tmp_path / "year.zip"
+    call_command(
+        "evidence", "export", "--broker", "4821", "--since", "2026-01-01",
+        "--until", "2026-12-31", "--out", str(out), "--json", stdout=(stdout := io.StringIO()),
+    )  # fmt: skip
+    manifest = json.loads(stdout.getvalue())
+    assert manifest["period"] == {
+        "since": "2026-01-01T00:00:00+00:00",
+        "until": "2027-01-01T00:00:00+00:00",
+    }
+    assert verify_pack(out).ok
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--cycle", "99"], "broker 4821 has no cycle '99'"),
+        (["--since", "2026-01-01"], "give --cycle, or both --since and --until"),
+        (["--cycle", "1", "--since", "2026-01-01"], "give --cycle or --since and --until"),
+        (["--since", "2026-02-01", "--until", "2026-01-01"], "--until must be after --since"),
+    ],
+)
+def test_bad_requests_write_nothing(
+    cycle: DropCycle, tmp_path: Path, args: list[str], message: str
+) -> None:
+    out = tmp_path / "pack.zip"
+    with pytest.raises(CommandError, match=message):
+        call_command("evidence", "export", "--broker", "4821", *args, "--out", str(out))
+    assert list(tmp_path.glob("pack.zip*")) == []
+    assert not LedgerEvent.objects.filter(kind="evidence.exported").exists()
