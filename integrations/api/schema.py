@@ -1,4 +1,6 @@
-"""OpenAPI (drf-spectacular) description of the API key authentication: a bearer token.
+"""OpenAPI (drf-spectacular) additions: the API key authentication (a bearer token), and
+postprocessing hooks that say what every operation answers and reads (problem details, no
+NUL in any string).
 
 Imported by ``integrations.api.urls`` so the extension is registered before the schema is
 generated; every view authenticated by ``ApiKeyAuthentication`` then lists it as security.
@@ -6,6 +8,7 @@ generated; every view authenticated by ``ApiKeyAuthentication`` then lists it as
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
@@ -75,7 +78,7 @@ def nul_free_strings_hook(result: dict[str, Any], **kwargs: Any) -> dict[str, An
     own) and every key of an open object says it holds no NUL, and the ``JsonValue``
     component is there to refer to."""
     schemas = result.setdefault("components", {}).setdefault("schemas", {})
-    schemas[JSON_VALUE] = _JSON_VALUE_SCHEMA
+    schemas[JSON_VALUE] = copy.deepcopy(_JSON_VALUE_SCHEMA)
     pending: list[Any] = [result.get("paths", {}), schemas]
     while pending:
         node = pending.pop()
@@ -87,6 +90,6 @@ def nul_free_strings_hook(result: dict[str, Any], **kwargs: Any) -> dict[str, An
             if is_string and not {"pattern", "format", "enum", "anyOf"} & node.keys():
                 node["pattern"] = NUL_FREE_PATTERN
             if types == "object" and node.get("additionalProperties") is not False:
-                node.setdefault("propertyNames", _NUL_FREE_STRING)
+                node.setdefault("propertyNames", dict(_NUL_FREE_STRING))
             pending.extend(node.values())
     return result
