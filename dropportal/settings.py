@@ -171,7 +171,10 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "integrations.api.schema.problem_details_hook",
+        "integrations.api.schema.nul_free_strings_hook",
     ],
+    # 3.1: JSON Schema's propertyNames says which keys a free-form object may have.
+    "OAS_VERSION": "3.1.0",
     # Several bodies have a "status" or "drop_outcome" of their own: name their enums.
     "ENUM_NAME_OVERRIDES": {
         "CallbackStatusEnum": ["completed"],

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import IO, Any
 
+from drf_spectacular.extensions import OpenApiSerializerExtension, OpenApiSerializerFieldExtension
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
@@ -37,6 +38,7 @@ from integrations.api.json_body import (
     unstorable_reason,
 )
 from integrations.api.permissions import HasScope
+from integrations.api.schema import JSON_VALUE_REF
 from integrations.drop.registration import parse_api_consumers
 from integrations.models import ApiKey, Consumer
 from integrations.services.consumers import (
@@ -96,8 +98,32 @@ class ConsumerSerializer(serializers.Serializer):
     hashes = HashesSerializer(required=False)
 
 
+class ConsumerItemField(serializers.JSONField):
+    """One element of ``consumers``: any JSON value. A consumer object as ``Consumer``
+    describes it is registered; anything else is answered in ``rejected``, row by row."""
+
+
+class ConsumerItemFieldExtension(OpenApiSerializerFieldExtension):
+    target_class = ConsumerItemField
+
+    def map_serializer_field(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
+        consumer = auto_schema.resolve_serializer(ConsumerSerializer, direction).ref
+        return {
+            "description": "A consumer; any other value is answered in `rejected` (200).",
+            "anyOf": [consumer, JSON_VALUE_REF],
+        }
+
+
 class RegistrationRequestSerializer(serializers.Serializer):
-    consumers = serializers.ListField(child=ConsumerSerializer(), max_length=MAX_CONSUMERS)
+    consumers = serializers.ListField(child=ConsumerItemField(), max_length=MAX_CONSUMERS)
+
+
+class RegistrationRequestExtension(OpenApiSerializerExtension):
+    target_class = RegistrationRequestSerializer
+
+    def map_serializer(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
+        schema: dict[str, Any] = auto_schema._map_basic_serializer(self.target, direction)
+        return {**schema, "additionalProperties": False}  # another key is a 400
 
 
 class RejectedConsumerSerializer(serializers.Serializer):

@@ -3,7 +3,7 @@
 One row per deletion request of the key's broker, oldest first, as paginated JSON::
 
     GET /api/v1/drop/outcomes?since=2026-03-01&limit=500
-    {"results": [{...}, ...], "next_cursor": "MTIzNDU", "next": "https://.../outcomes?..."}
+    {"results": [{...}, ...], "next_cursor": "3039", "next": "https://.../outcomes?..."}
 
 or, with ``Accept: text/csv``, the whole filtered history streamed as one CSV (cells a
 spreadsheet would run as formulas are defused). Pages are keyset-paginated by request
@@ -12,14 +12,18 @@ id, so a page never shifts while new requests arrive.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import datetime as dt
+import re
 from typing import Any
 
 from django.http import HttpResponseBase, StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_field,
+)
 from rest_framework import serializers
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
@@ -50,33 +54,65 @@ class CsvRenderer(BaseRenderer):
         raise NotImplementedError("the outcomes view streams its CSV")
 
 
-def _moment(text: str, *, end: bool) -> dt.datetime:
-    """A date (``until`` takes in the whole day) or an ISO 8601 time (UTC when naive)."""
-    try:
-        if len(text) == 10:
-            start = dt.datetime.combine(dt.date.fromisoformat(text), dt.time(), tzinfo=dt.UTC)
-            return start + dt.timedelta(days=1) if end else start
-        moment = dt.datetime.fromisoformat(text)
-        # In UTC: PostgreSQL takes offsets up to 15:59 only, Python's up to 23:59.
-        return (moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)).astimezone(dt.UTC)
-    except ValueError:
-        raise serializers.ValidationError("Use a date (YYYY-MM-DD) or an ISO 8601 time.") from None
-    except OverflowError:
-        raise serializers.ValidationError("Out of the range of dates.") from None
+# What ``since`` and ``until`` take, exactly as the schema declares it: an RFC 3339 full-date,
+# or an RFC 3339 date-time (``T`` and ``Z`` in capitals, at most microseconds, with its
+# offset). Years 1000 to 9998 keep every bound, moved to UTC and past a whole day, within
+# the dates Python and PostgreSQL both hold.
+_YEAR = r"(?:1[0-9]{3}|[2-8][0-9]{3}|9[0-8][0-9]{2}|99[0-8][0-9])"
+_DATE = _YEAR + r"-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])"
+DATE_PATTERN = rf"^{_DATE}$"
+DATE_TIME_PATTERN = (
+    rf"^{_DATE}T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{{1,6}})?"
+    r"(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])$"
+)
+
+
+@extend_schema_field(
+    {
+        "type": "string",
+        "anyOf": [
+            {"format": "date", "pattern": DATE_PATTERN},
+            {"format": "date-time", "pattern": DATE_TIME_PATTERN},
+        ],
+    }
+)
+class MomentField(serializers.Field):
+    """A date (as a bound it takes in the whole day: ``until`` runs to its end) or a
+    date-time, as a UTC datetime."""
+
+    default_error_messages = {
+        "invalid": "Use a date (YYYY-MM-DD) or an RFC 3339 time (2026-03-01T09:30:00Z), "
+        "years 1000 to 9998."
+    }
+
+    def __init__(self, *, end: bool, **kwargs: Any) -> None:
+        self.end = end
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> dt.datetime:
+        text = data if isinstance(data, str) else ""
+        try:
+            if re.fullmatch(DATE_PATTERN[1:-1], text):
+                day = dt.date.fromisoformat(text)
+                start = dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
+                return start + dt.timedelta(days=1) if self.end else start
+            if re.fullmatch(DATE_TIME_PATTERN[1:-1], text):
+                # In UTC: PostgreSQL takes offsets up to 15:59 only, Python's up to 23:59.
+                return dt.datetime.fromisoformat(text).astimezone(dt.UTC)
+        except ValueError:
+            pass  # a day the month does not have
+        self.fail("invalid")
+
+    def to_representation(self, value: dt.datetime) -> str:
+        return value.isoformat()
+
+
+# The cursor is the last row's id in hex, at most 2**63 - 1 (PostgreSQL's bigint).
+CURSOR_PATTERN = r"^[0-7]?[0-9a-f]{1,15}$"
 
 
 def cursor_encode(after_id: int) -> str:
-    return base64.urlsafe_b64encode(str(after_id).encode()).decode().rstrip("=")
-
-
-def _cursor_decode(cursor: str) -> int:
-    try:
-        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("ascii")
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        text = ""
-    if not text.isdigit() or len(text) > 19:
-        raise serializers.ValidationError("Not a cursor this API gave out.")
-    return int(text)
+    return f"{after_id:x}"
 
 
 class OutcomeQuerySerializer(serializers.Serializer):
@@ -85,26 +121,28 @@ class OutcomeQuerySerializer(serializers.Serializer):
         required=False,
         help_text="The key's own broker id (a key reads only its broker's outcomes).",
     )
-    since = serializers.CharField(
-        required=False, help_text="Matched at or after this date (YYYY-MM-DD) or ISO time."
-    )
-    until = serializers.CharField(
+    since = MomentField(
+        end=False,
         required=False,
-        help_text="Matched up to this date (inclusive) or before this ISO time.",
+        help_text="Matched at or after this date (YYYY-MM-DD) or RFC 3339 time.",
     )
-    cursor = serializers.CharField(required=False, help_text="`next_cursor` of the last page.")
+    until = MomentField(
+        end=True,
+        required=False,
+        help_text="Matched up to this date (inclusive) or before this RFC 3339 time.",
+    )
+    cursor = serializers.RegexField(
+        CURSOR_PATTERN[:-1] + r"\Z",
+        required=False,
+        error_messages={"invalid": "Not a cursor this API gave out."},
+        help_text="`next_cursor` of the last page.",
+    )
     limit = serializers.IntegerField(
         required=False, min_value=1, max_value=MAX_LIMIT, default=DEFAULT_LIMIT
     )
 
-    def validate_since(self, value: str) -> dt.datetime:
-        return _moment(value, end=False)
-
-    def validate_until(self, value: str) -> dt.datetime:
-        return _moment(value, end=True)
-
     def validate_cursor(self, value: str) -> int:
-        return _cursor_decode(value)
+        return int(value, 16)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         since, until = attrs.get("since"), attrs.get("until")
@@ -152,10 +190,16 @@ class OutcomePageSerializer(serializers.Serializer):
 
 
 _PROBLEMS = {
-    400: OpenApiResponse(ProblemSerializer, description="validation_failed, errors by field"),
+    400: OpenApiResponse(
+        ProblemSerializer,
+        description="validation_failed, errors by field; also an until not after since",
+    ),
     401: OpenApiResponse(ProblemSerializer, description="authentication_failed"),
     403: OpenApiResponse(
         ProblemSerializer, description="scope_missing (audit), or broker_forbidden"
+    ),
+    404: OpenApiResponse(
+        ProblemSerializer, description="not_found: a format other than json or csv"
     ),
     406: OpenApiResponse(ProblemSerializer, description="not_acceptable"),
 }
@@ -173,6 +217,14 @@ class OutcomesView(APIView):
         parameters=[
             OutcomeQuerySerializer,
             OpenApiParameter(
+                "format",
+                OpenApiTypes.STR,
+                OpenApiParameter.QUERY,
+                enum=["json", "csv", ""],
+                description="As the Accept header, which must then allow it (else 406); empty "
+                "is as absent.",
+            ),
+            OpenApiParameter(
                 "Accept",
                 OpenApiTypes.STR,
                 OpenApiParameter.HEADER,
@@ -189,7 +241,9 @@ class OutcomesView(APIView):
         },
     )
     def get(self, request: Request) -> HttpResponseBase:
-        query = OutcomeQuerySerializer(data=request.query_params)
+        # A plain dict: as a QueryDict, DRF would take an empty value for an absent one,
+        # which the schema's parameters do not allow.
+        query = OutcomeQuerySerializer(data=request.query_params.dict())
         query.is_valid(raise_exception=True)
         params = query.validated_data
         api_key = request.auth

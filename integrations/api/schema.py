@@ -1,4 +1,6 @@
-"""OpenAPI (drf-spectacular) description of the API key authentication: a bearer token.
+"""OpenAPI (drf-spectacular) additions: the API key authentication (a bearer token), and
+postprocessing hooks that say what every operation answers and reads (problem details, no
+NUL in any string).
 
 Imported by ``integrations.api.urls`` so the extension is registered before the schema is
 generated; every view authenticated by ``ApiKeyAuthentication`` then lists it as security.
@@ -6,6 +8,7 @@ generated; every view authenticated by ``ApiKeyAuthentication`` then lists it as
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
@@ -26,6 +29,29 @@ class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 
+# No string the API reads may hold a NUL (json_body refuses it: PostgreSQL's text cannot store
+# one), so no string the schema describes does.
+NUL_FREE_PATTERN = "^[^\\u0000]*$"
+# Any JSON value the API can read: its strings and keys hold no NUL.
+JSON_VALUE = "JsonValue"
+JSON_VALUE_REF = {"$ref": f"#/components/schemas/{JSON_VALUE}"}
+_NUL_FREE_STRING = {"type": "string", "pattern": NUL_FREE_PATTERN}
+_JSON_VALUE_SCHEMA = {
+    "description": "Any JSON value whose strings and keys hold no NUL (\\u0000).",
+    "anyOf": [
+        {"type": "null"},
+        {"type": "boolean"},
+        {"type": "number"},
+        _NUL_FREE_STRING,
+        {"type": "array", "items": JSON_VALUE_REF},
+        {
+            "type": "object",
+            "propertyNames": _NUL_FREE_STRING,
+            "additionalProperties": JSON_VALUE_REF,
+        },
+    ],
+}
+
 
 def problem_details_hook(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
     """drf-spectacular postprocessing: every error answer is documented as what it is, RFC
@@ -44,4 +70,26 @@ def problem_details_hook(result: dict[str, Any], **kwargs: Any) -> dict[str, Any
                     "revoked one",
                     "content": {PROBLEM_MEDIA_TYPE: problem},
                 }
+    return result
+
+
+def nul_free_strings_hook(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """drf-spectacular postprocessing: every free string (no pattern, format or enum of its
+    own) and every key of an open object says it holds no NUL, and the ``JsonValue``
+    component is there to refer to."""
+    schemas = result.setdefault("components", {}).setdefault("schemas", {})
+    schemas[JSON_VALUE] = copy.deepcopy(_JSON_VALUE_SCHEMA)
+    pending: list[Any] = [result.get("paths", {}), schemas]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, list):
+            pending.extend(node)
+        elif isinstance(node, dict):
+            types = node.get("type")
+            is_string = types == "string" or (isinstance(types, list) and "string" in types)
+            if is_string and not {"pattern", "format", "enum", "anyOf"} & node.keys():
+                node["pattern"] = NUL_FREE_PATTERN
+            if types == "object" and node.get("additionalProperties") is not False:
+                node.setdefault("propertyNames", dict(_NUL_FREE_STRING))
+            pending.extend(node.values())
     return result

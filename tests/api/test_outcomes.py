@@ -102,6 +102,9 @@ def test_another_brokers_outcomes_are_refused(history: OutcomeHistory, auditor: 
         ({"limit": "0"}, "limit"),
         ({"limit": "1001"}, "limit"),
         ({"cursor": "not-ours"}, "cursor"),
+        ({"cursor": "8000000000000000"}, "cursor"),  # past PostgreSQL's bigint
+        ({"since": ""}, "since"),  # empty is not absent: the schema does not allow it
+        ({"until": "2026-03-13T10:00"}, "until"),  # an RFC 3339 time has seconds and offset
         ({"broker": "48"}, "broker"),
     ],
 )

@@ -25,3 +25,28 @@ def test_every_error_answer_is_documented_as_problem_details(api_client: APIClie
     }
     assert ("/api/v1/ping", "get", "401") in errors
     assert "Problem" in schema["components"]["schemas"]
+
+
+def test_the_schema_states_what_the_server_takes(api_client: APIClient) -> None:
+    schema = api_client.get("/api/v1/schema", {"format": "json"}).json()
+    components = schema["components"]["schemas"]
+    outcomes = {
+        p["name"]: p["schema"]
+        for p in schema["paths"]["/api/v1/drop/outcomes"]["get"]["parameters"]
+    }
+
+    # Dates and times by format and pattern, the cursor by its pattern: no free strings.
+    for name in ("since", "until"):
+        assert [b["format"] for b in outcomes[name]["anyOf"]] == ["date", "date-time"]
+        assert all(b["pattern"] for b in outcomes[name]["anyOf"])
+    assert outcomes["cursor"]["pattern"] == "^[0-7]?[0-9a-f]{1,15}$"
+    # A consumer without remote_identifier is answered row by row, not refused.
+    registration = components["RegistrationRequest"]
+    assert registration["properties"]["consumers"]["items"]["anyOf"] == [
+        {"$ref": "#/components/schemas/Consumer"},
+        {"$ref": "#/components/schemas/JsonValue"},
+    ]
+    assert registration["additionalProperties"] is False
+    # No string may hold a NUL, as json_body refuses it.
+    assert components["Consumer"]["properties"]["remote_identifier"]["pattern"] == ("^[^\\u0000]*$")
+    assert components["Consumer"]["propertyNames"]["pattern"] == "^[^\\u0000]*$"

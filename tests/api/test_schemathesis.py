@@ -1,0 +1,122 @@
+"""The API answers as its OpenAPI schema says: Schemathesis generates requests from the schema
+(valid ones and, where the server validates, invalid ones) and checks every answer.
+
+Through the WSGI application in this test's transaction, with a fixed seed and a few examples
+per operation, so that it stays a quick, repeatable part of ``make test``. An API key with
+every scope reaches past the 401s; the signed callbacks (an HMAC the generator cannot make)
+are checked for server errors and documented answers only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import schemathesis
+from django.core.signals import request_finished, request_started
+from django.db import close_old_connections
+from hypothesis import HealthCheck, assume, given, settings
+from schemathesis import APIOperation, GenerationMode, checks
+from schemathesis.core.result import Ok
+
+from dropportal.wsgi import application
+from integrations.api.outcomes import MomentField
+from integrations.models import Broker
+from integrations.services.brokers import broker_create
+from integrations.services.keys import CreatedApiKey
+from tests.reporting_factories import outcome_history
+
+# Examples per operation and mode (valid, invalid): most of the time goes into generating
+# them. A signed callback stops at its signature (401) or before it (404), whatever the
+# body, so fewer do there.
+EXAMPLES = 10
+SIGNED_EXAMPLES = 5
+
+# What every answer is held to: no server error, a documented status, content type and body.
+DOCUMENTED = [
+    checks.not_a_server_error,
+    checks.status_code_conformance,
+    checks.content_type_conformance,
+    checks.response_schema_conformance,
+    checks.response_headers_conformance,
+]
+# And where the generator can reach the validation: what the schema allows is accepted, what
+# it forbids is refused.
+EXACT = [*DOCUMENTED, checks.positive_data_acceptance, checks.negative_data_rejection]
+
+
+def _conflicting_parameters(case: schemathesis.Case) -> bool:
+    """Rules between two parameters, which OpenAPI cannot state (their answers, 400 and 406,
+    are described): until after since; a format the Accept header allows."""
+    query: dict[str, Any] = dict(case.query or {})
+    accept = dict(case.headers or {}).get("Accept")
+    if {"since", "until"} <= query.keys():
+        since = MomentField(end=False).to_internal_value(query["since"])
+        if MomentField(end=True).to_internal_value(query["until"]) <= since:
+            return True
+    formats = {"json": "application/json", "csv": "text/csv"}
+    return bool(accept and query.get("format") and formats[query["format"]] != accept)
+
+
+@pytest.fixture
+def api_schema(db: None) -> Iterator[schemathesis.schemas.BaseSchema]:
+    # Requests run in this test's transaction: Django would close its connection around
+    # each (Django's test client disconnects these signals the same way).
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    # Every refused request would log a warning; server errors still log (and fail).
+    request_log = logging.getLogger("django.request")
+    level = request_log.level
+    request_log.setLevel(logging.ERROR)
+    try:
+        schema = schemathesis.openapi.from_wsgi("/api/v1/schema?format=json", application)
+        yield schema
+    finally:
+        request_started.connect(close_old_connections)
+        request_finished.connect(close_old_connections)
+        request_log.setLevel(level)
+
+
+@pytest.fixture
+def every_scope_key(broker: Broker, make_key: Callable[..., CreatedApiKey]) -> str:
+    other = broker_create(broker_id="1234", name="Other", mode="test", actor="test")
+    outcome_history(broker, other)  # rows for the outcomes' answers to be checked against
+    return make_key("webhook_callback", "ingest", "audit").key
+
+
+def test_the_api_answers_as_its_schema_says(
+    api_schema: schemathesis.schemas.BaseSchema,
+    every_scope_key: str,
+    subtests: pytest.Subtests,
+) -> None:
+    headers = {"Authorization": f"Bearer {every_scope_key}"}
+    results = list(api_schema.get_all_operations())
+    operations = [result.ok() for result in results if isinstance(result, Ok)]
+    assert len(operations) == len(results)  # the schema is valid
+    assert len(operations) >= 8  # the schema lists the whole API
+
+    for operation in operations:
+        for mode in GenerationMode:
+            with subtests.test(operation=operation.label, mode=mode.value):
+                _fuzz(operation, mode, headers)
+
+
+def _fuzz(operation: APIOperation, mode: GenerationMode, headers: dict[str, str]) -> None:
+    signed = operation.path.startswith("/api/v1/drop/callbacks/")
+
+    @given(case=operation.as_strategy(generation_mode=mode))
+    @settings(
+        max_examples=SIGNED_EXAMPLES if signed else EXAMPLES,
+        derandomize=True,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    def call(case: schemathesis.Case) -> None:
+        if mode is GenerationMode.POSITIVE:
+            assume(not _conflicting_parameters(case))
+        case.call_and_validate(headers=headers, checks=DOCUMENTED if signed else EXACT)
+
+    call()
