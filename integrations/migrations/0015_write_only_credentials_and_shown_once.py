@@ -7,7 +7,7 @@ import integrations.models.fields
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("integrations", "0012_api_key_lookup_in_sql"),
+        ("integrations", "0014_alerts_and_metrics_scope"),
     ]
 
     operations = [
