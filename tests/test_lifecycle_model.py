@@ -398,7 +398,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         ).key
         self.client = Client()
         self.drop_client = DropClient(
-            self.drop.url, "sim-key", max_retries=0, sleep=lambda _: None, allow_plain_http=True
+            self.drop.url, "sim-key", max_retries=0, sleep=lambda _: None, allow_private=True
         )
 
     @initialize(

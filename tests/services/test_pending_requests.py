@@ -304,7 +304,9 @@ def test_a_webhook_integration_disabled_then_enabled_gets_every_match_and_they_r
             actor="t",
         )
 
-    client = DropClient(drop.url, KEY, sleep=lambda s: None, max_retries=1, timeout=(1, 2))
+    client = DropClient(
+        drop.url, KEY, sleep=lambda s: None, max_retries=1, timeout=(1, 2), allow_private=True
+    )
     run = report_run(broker=broker, upload=True, client=client, actor="test")
 
     assert run.error is None
