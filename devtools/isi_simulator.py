@@ -28,6 +28,7 @@ paths were called), and serves what broker interface 4.2 describes::
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import json
 import re
 import secrets
@@ -76,7 +77,10 @@ def completion_callback(
         "status": "completed",
         "results_token": delete["results_token"],
         "drop_outcome": outcome,
-        "completed_at": "2026-11-21T10:04:00Z",
+        # When the broker finished: now, by its clock.
+        "completed_at": dt.datetime.now(dt.UTC)
+        .isoformat(timespec="seconds")
+        .replace("+00:00", "Z"),
     }
     body.update(fields)
     return sign_callback(secret, {k: v for k, v in body.items() if v is not None})

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
+import enum
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import (
     BooleanField,
@@ -18,6 +20,7 @@ from django.db.models import (
     F,
     Func,
     Max,
+    Min,
     Model,
     OuterRef,
     Q,
@@ -30,6 +33,7 @@ from django.db.models import (
 )
 from django.db.models.base import ModelState
 from django.db.models.functions import Cast, Coalesce, NullIf, RowNumber
+from django.utils import timezone
 
 from integrations import exports
 from integrations.models import (
@@ -43,6 +47,8 @@ from integrations.models import (
     ReportFile,
     ReportKind,
     RequestState,
+    ResolutionRequest,
+    SaasDeletion,
     WorkItem,
     WorkItemState,
 )
@@ -195,6 +201,8 @@ class BrokerOverview:
     # The last pull from DROP, when it failed and nothing was pulled or imported since
     # (a 401/403 from DROP lands here: staff must act).
     failed_pull: LedgerEvent | None = None
+    # The periodic stuck check's last result that changed (``services.doctor``), if any.
+    doctor: LedgerEvent | None = None
 
 
 # The events that say how the broker's last download went.
@@ -290,6 +298,13 @@ def dashboard_overview(*, now: dt.datetime) -> list[BrokerOverview]:
         .distinct("broker_id")
     }
 
+    last_doctor_event = {
+        event.broker_id: event
+        for event in LedgerEvent.objects.filter(kind="drop.doctor_checked")
+        .order_by("broker_id", "-id")
+        .distinct("broker_id")
+    }
+
     overviews = []
     for broker in brokers:
         pull_event = last_pull_event.get(broker.broker_id)
@@ -310,6 +325,7 @@ def dashboard_overview(*, now: dt.datetime) -> list[BrokerOverview]:
                 failed_pull=pull_event
                 if pull_event and pull_event.kind == "drop.pull_failed"
                 else None,
+                doctor=last_doctor_event.get(broker.broker_id),
             )
         )
     return overviews
@@ -543,11 +559,10 @@ def deletion_outcomes(
             yield dict(zip(columns, row, strict=True))
 
 
-# CSV columns a broker's systems or DROP fill in, defused against formulas. The others are
-# numbers, times, UUIDs and this service's own names and states.
-_OUTCOME_FREE_TEXT = frozenset(
-    {"identifier_hash", "remote_identifier", "remote_identifier_kind", "error_message"}
-)
+# CSV columns of free text the broker's systems fill in, defused against formulas. Never a
+# hash, id or code: those must match DROP's files and the broker's records byte for byte (a
+# Base64 hash may start with "+", a pointer with "@"); the JSONL export is exact throughout.
+_OUTCOME_FREE_TEXT = frozenset({"error_message"})
 _OUTCOME_BOOLEANS = frozenset({"amended", "late_match"})
 _CSV_CHUNK = 1 << 16
 
@@ -670,16 +685,311 @@ def cycle_deadlines(*, broker_id: str | None = None, today: dt.date) -> list[Cyc
     ]
 
 
+# DROP answers a refused key (or account) with these; retrying cannot help until staff change
+# the key or the URL it is sent to.
+DROP_KEY_REFUSED_STATUSES = (401, 403)
+# What changes the key DROP sees: the key itself, the base URL, or the mode (its default URL).
+_DROP_ACCESS_FIELDS = ["drop_api_key", "drop_base_url", "mode"]
+
+
+def _last_event_id(**filters: Any) -> Subquery:
+    events = LedgerEvent.objects.filter(broker_id=OuterRef("broker_id"), **filters)
+    return Subquery(events.order_by("-id").values("id")[:1])
+
+
+def brokers_with_drop_key_refused(
+    brokers: QuerySet[Broker] | None = None,
+) -> QuerySet[Broker]:
+    """Brokers whose last word from DROP on a pull is a refused key (401 or 403), with no
+    change of their DROP key, base URL or mode and no successful pull since; annotated with
+    ``drop_key_refused_event`` (the ``drop.pull_failed`` ledger event's id)."""
+    brokers = brokers if brokers is not None else Broker.objects.all()
+    refused = _last_event_id(
+        kind="drop.pull_failed", data__status__in=list(DROP_KEY_REFUSED_STATUSES)
+    )
+    pulled = _last_event_id(kind="drop.pulled")
+    changed = _last_event_id(kind="broker.updated", data__changes__has_any_keys=_DROP_ACCESS_FIELDS)
+    return (
+        brokers.annotate(
+            drop_key_refused_event=refused,
+            drop_key_cleared_event=Coalesce(Func(pulled, changed, function="GREATEST"), Value(0)),
+        )
+        .filter(drop_key_refused_event__isnull=False)
+        .filter(drop_key_refused_event__gt=F("drop_key_cleared_event"))
+    )
+
+
 def brokers_due_for_pull(*, now: dt.datetime) -> QuerySet[Broker]:
     """Brokers whose auto-pull is on and whose last pull is ``pull_interval_days`` old (or
     who never pulled), for the periodic pull job. A broker without a DROP API key is
-    included: its pull fails into the ledger, where staff see it."""
+    included: its pull fails into the ledger, where staff see it. A broker whose DROP key
+    was refused (``brokers_with_drop_key_refused``) is not: asking again every hour with
+    the same key cannot help, and the dashboard shows why."""
     interval = ExpressionWrapper(
         F("pull_interval_days") * dt.timedelta(days=1), output_field=DurationField()
     )
+    refused = brokers_with_drop_key_refused().values("pk")
     return (
         Broker.objects.filter(auto_pull=True)
+        .exclude(pk__in=refused)
         .annotate(pull_due_at=F("last_pulled_at") + interval)
         .filter(Q(last_pulled_at__isnull=True) | Q(pull_due_at__lte=now))
         .order_by("broker_id")
+    )
+
+
+# --- Stuck work items (``drop doctor``) ----------------------------------------------------
+
+
+class StuckReason(enum.StrEnum):
+    """Why a work item has no live path to a status: nothing automatic will move it."""
+
+    PENDING_WITHOUT_TARGET = "pending_without_target"
+    FAILED_WAITING_FOR_STAFF = "failed_waiting_for_staff"
+    UNDELIVERABLE = "undeliverable"
+    NO_CALLBACK = "no_callback"
+    RESOLUTION_STUCK = "resolution_stuck"
+    INTEGRATION_DISABLED = "integration_disabled"
+    DROP_KEY_REFUSED = "drop_key_refused"
+
+    @property
+    def label(self) -> str:
+        return STUCK_REASON_LABELS[self]
+
+
+STUCK_REASON_LABELS: dict[StuckReason, str] = {
+    StuckReason.PENDING_WITHOUT_TARGET: "pending without a target",
+    StuckReason.FAILED_WAITING_FOR_STAFF: "failed, waiting for staff to redispatch",
+    StuckReason.UNDELIVERABLE: "undeliverable",
+    StuckReason.NO_CALLBACK: "dispatched, no callback for more than 7 days",
+    StuckReason.RESOLUTION_STUCK: "identifier retrieval or SaaS deletion stuck",
+    StuckReason.INTEGRATION_DISABLED: "waiting for a disabled integration",
+    StuckReason.DROP_KEY_REFUSED: "DROP refused the broker's key",
+}
+
+
+@dataclass(frozen=True)
+class StuckGroup:
+    """The work items of one broker stuck for one reason."""
+
+    broker_id: str  # the 4-digit DROP id
+    reason: StuckReason
+    work_items: int  # distinct open work items
+    requests: int  # the requests (or SaaS deletions) holding them
+    nearest_due_date: dt.date  # the earliest due date of their cycles
+    admin_path: str  # the admin list of what holds them (a path, without the host)
+
+    @property
+    def label(self) -> str:
+        return self.reason.label
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "broker_id": self.broker_id,
+            "reason": str(self.reason),
+            "label": self.label,
+            "work_items": self.work_items,
+            "requests": self.requests,
+            "nearest_due_date": self.nearest_due_date.isoformat(),
+            "admin_path": self.admin_path,
+        }
+
+
+def _admin_path(model: str, **params: Any) -> str:
+    from django.urls import reverse
+    from django.utils.http import urlencode
+
+    return f"{reverse(f'admin:integrations_{model}_changelist')}?{urlencode(params)}"
+
+
+def _stuck_counts(
+    rows: QuerySet[Any], *, item: str, broker: str, due: str
+) -> list[tuple[str, int, int, int, dt.date]]:
+    """(broker_id, broker pk, work items, rows, nearest due date) per broker of ``rows``."""
+    return [
+        (row["b"], row["bpk"], row["items"], row["n"], row["due"])
+        for row in rows.values(b=F(f"{broker}__broker_id"), bpk=F(broker))
+        .annotate(items=Count(item, distinct=True), n=Count("pk"), due=Min(due))
+        .order_by("b")
+    ]
+
+
+def stuck_work_items(
+    *, broker: Broker | None = None, now: dt.datetime | None = None
+) -> list[StuckGroup]:
+    """Every open work item (matched, status still owed) that has no live path to a status,
+    grouped by broker and reason, nearest due date first.
+
+    An item is stuck when one of its requests (or SaaS deletions) will not move without
+    staff: its status needs them all. An item held for two reasons is in both groups.
+    Removed items owe nothing and are never listed. Reads a few aggregate queries; no row
+    is loaded.
+    """
+    now = now or timezone.now()
+    stale = now - AWAITING_CALLBACK_ATTENTION
+    open_item = {"work_item__state": WorkItemState.OPEN}
+    deletions = DeletionRequest.objects.filter(**open_item)
+    resolutions = ResolutionRequest.objects.filter(**open_item)
+    saas = SaasDeletion.objects.filter(resolution__work_item__state=WorkItemState.OPEN)
+    items = WorkItem.objects.filter(state__in=[WorkItemState.OPEN, WorkItemState.REPORTABLE])
+    if broker is not None:
+        deletions = deletions.filter(broker=broker)
+        resolutions = resolutions.filter(broker=broker)
+        saas = saas.filter(resolution__broker=broker)
+        items = items.filter(broker=broker)
+    from integrations.services.redelivery import AUTO_REDISPATCH_ACTOR, AUTO_REDISPATCH_MAX
+
+    failed = deletions.filter(state=RequestState.FAILED, integration__enabled=True)
+    if settings.DROPPORTAL_AUTO_REDISPATCH_HOURS > 0:
+        # The automatic policy sends a failure again, up to AUTO_REDISPATCH_MAX times.
+        automatic = (
+            LedgerEvent.objects.filter(
+                kind="deletion_request.redispatched",
+                actor=AUTO_REDISPATCH_ACTOR,
+                subject=Cast(OuterRef("request_uuid"), CharField()),
+            )
+            .order_by()
+            .values("subject")
+            .annotate(n=Count("id"))
+            .values("n")
+        )
+        failed = failed.annotate(automatic=Coalesce(Subquery(automatic), 0)).filter(
+            automatic__gte=AUTO_REDISPATCH_MAX
+        )
+    waiting = [RequestState.QUEUED, RequestState.FAILED, RequestState.DISPATCHED]
+    deletion_counts = {"item": "work_item", "broker": "broker"}
+    deletion_due = "work_item__cycle__due_date"
+    resolution_counts = {"item": "work_item", "broker": "broker"}
+    saas_counts = {"item": "resolution__work_item", "broker": "resolution__broker"}
+    saas_due = "resolution__work_item__cycle__due_date"
+    sources: list[tuple[StuckReason, str, dict[str, Any], list[Any]]] = [
+        (
+            StuckReason.PENDING_WITHOUT_TARGET,
+            "deletionrequest",
+            {"state__exact": RequestState.PENDING},
+            [(deletions.filter(state=RequestState.PENDING), deletion_counts, deletion_due)],
+        ),
+        (
+            StuckReason.FAILED_WAITING_FOR_STAFF,
+            "deletionrequest",
+            {"state__exact": RequestState.FAILED},
+            [(failed, deletion_counts, deletion_due)],
+        ),
+        (
+            StuckReason.UNDELIVERABLE,
+            "deletionrequest",
+            {"state__exact": RequestState.UNDELIVERABLE},
+            [
+                (
+                    deletions.filter(state=RequestState.UNDELIVERABLE),
+                    deletion_counts,
+                    deletion_due,
+                ),
+                (
+                    resolutions.filter(state=RequestState.UNDELIVERABLE),
+                    resolution_counts,
+                    deletion_due,
+                ),
+                (saas.filter(state=RequestState.UNDELIVERABLE), saas_counts, saas_due),
+            ],
+        ),
+        (
+            StuckReason.NO_CALLBACK,
+            "deletionrequest",
+            {"state__exact": RequestState.DISPATCHED, "dispatched_at__lt": stale.isoformat()},
+            [
+                (
+                    deletions.filter(state=RequestState.DISPATCHED, dispatched_at__lt=stale),
+                    deletion_counts,
+                    deletion_due,
+                )
+            ],
+        ),
+        (
+            StuckReason.RESOLUTION_STUCK,
+            "resolutionrequest",
+            {},
+            [
+                (
+                    resolutions.filter(
+                        Q(state=RequestState.FAILED)
+                        | Q(state=RequestState.DISPATCHED, dispatched_at__lt=stale)
+                    ),
+                    resolution_counts,
+                    deletion_due,
+                ),
+                (
+                    saas.filter(
+                        Q(state=RequestState.FAILED)
+                        | Q(state=RequestState.DISPATCHED, dispatched_at__lt=stale)
+                        | Q(state=RequestState.QUEUED, saas_connection__enabled=False)
+                    ),
+                    saas_counts,
+                    saas_due,
+                ),
+            ],
+        ),
+        (
+            StuckReason.INTEGRATION_DISABLED,
+            "integration",
+            {"enabled__exact": 0},
+            [
+                (
+                    deletions.filter(state__in=waiting, integration__enabled=False),
+                    deletion_counts,
+                    deletion_due,
+                ),
+                (
+                    resolutions.filter(state__in=waiting, integration__enabled=False),
+                    resolution_counts,
+                    deletion_due,
+                ),
+            ],
+        ),
+    ]
+    found: dict[tuple[str, StuckReason], StuckGroup] = {}
+
+    def add(reason: StuckReason, model: str, params: dict[str, Any], counts: Any) -> None:
+        for broker_id, broker_pk, n_items, n_rows, due in counts:
+            key = (broker_id, reason)
+            previous = found.get(key)
+            broker_param = (
+                {"broker_id__exact": broker_id}
+                if model == "ledgerevent"
+                else {"broker__id__exact": broker_pk}
+            )
+            found[key] = StuckGroup(
+                broker_id=broker_id,
+                reason=reason,
+                # Over several kinds of rows an item may count twice: at most, never fewer.
+                work_items=n_items + (previous.work_items if previous else 0),
+                requests=n_rows + (previous.requests if previous else 0),
+                nearest_due_date=min(due, previous.nearest_due_date) if previous else due,
+                admin_path=previous.admin_path
+                if previous
+                else _admin_path(model, **broker_param, **params),
+            )
+
+    for reason, model, params, queries in sources:
+        for rows, fields, due in queries:
+            add(reason, model, params, _stuck_counts(rows, **fields, due=due))
+
+    refused = brokers_with_drop_key_refused(
+        Broker.objects.filter(pk=broker.pk) if broker is not None else None
+    ).values_list("pk", flat=True)
+    add(
+        StuckReason.DROP_KEY_REFUSED,
+        "ledgerevent",
+        {"kind__exact": "drop.pull_failed"},
+        _stuck_counts(
+            items.filter(broker_id__in=list(refused)),
+            item="pk",
+            broker="broker",
+            due="cycle__due_date",
+        ),
+    )
+    order = list(StuckReason)
+    return sorted(
+        found.values(),
+        key=lambda g: (g.broker_id, g.nearest_due_date, order.index(g.reason)),
     )

@@ -197,7 +197,8 @@ def report_broker(broker_pk: int) -> None:
 # Pulling from DROP: every hour, each broker whose auto-pull is on and whose last pull is
 # `pull_interval_days` old (30 by default) gets one pull job: download, import, match. A
 # failed pull leaves last_pulled_at alone, so the next hour tries again (a ledger event each
-# time). The lock keeps one pull per broker running, the queueing lock one waiting.
+# time), except after a refused DROP key (401, 403): then not until the key or URL changes.
+# The lock keeps one pull per broker running, the queueing lock one waiting.
 PULL_CRON = "41 * * * *"
 
 
@@ -270,3 +271,14 @@ def verify_ledger(timestamp: int | None = None) -> bool:
     from integrations.services.ledger import ledger_verify_record
 
     return ledger_verify_record().ok
+
+
+# Stuck work items (``drop doctor``): hourly, so the dashboard's broker card says within the
+# hour what no automatic path will move.
+@app.periodic(cron="53 * * * *", periodic_id="drop_doctor")
+@app.task(queue="maintenance", queueing_lock="drop_doctor", pass_context=False)
+def drop_doctor(timestamp: int | None = None) -> int:
+    """``services.doctor.stuck_work_items_check``; returns how many groups it found."""
+    from integrations.services.doctor import stuck_work_items_check
+
+    return len(stuck_work_items_check(actor="system:doctor"))

@@ -76,3 +76,20 @@ def subprocess_env(**extra: str) -> dict[str, str]:
         "DROPPORTAL_ENCRYPTION_KEYS": ",".join(settings.DROPPORTAL_ENCRYPTION_KEYS),
         **extra,
     }
+
+
+# A fixed time for the callbacks' signature clock, on a whole second.
+SIGNATURE_CLOCK = 1_795_000_000.0
+
+
+@pytest.fixture
+def signature_clock(monkeypatch: pytest.MonkeyPatch) -> float:
+    """Stop the clock that signs and checks callback timestamps (``dispatch.signing``) at
+    ``SIGNATURE_CLOCK``: a timestamp's distance from the server's time is then exact, not
+    whatever the wall clock moved between signing and checking."""
+    from types import SimpleNamespace
+
+    from integrations.dispatch import signing
+
+    monkeypatch.setattr(signing, "time", SimpleNamespace(time=lambda: SIGNATURE_CLOCK))
+    return SIGNATURE_CLOCK

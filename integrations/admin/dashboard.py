@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
@@ -122,6 +122,13 @@ class IntegrationLine:
 
 
 @dataclass(frozen=True)
+class StuckLine:
+    label: str
+    work_items: Number
+    nearest_due_date: dt.date | None
+
+
+@dataclass(frozen=True)
 class BrokerPanel:
     broker_id: str
     name: str
@@ -142,6 +149,9 @@ class BrokerPanel:
     failed_pull_at: dt.datetime | None = None  # the last pull failed: say so, and why
     failed_pull_error: str = ""
     failed_pull_url: str | None = None
+    # The periodic stuck check (``drop doctor``): what no automatic path will move.
+    stuck: list[StuckLine] = field(default_factory=list)
+    stuck_since: dt.datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -318,6 +328,8 @@ def _broker_panel(
         failed_pull_url=links.changelist(
             "ledgerevent", kind__exact="drop.pull_failed", broker_id__exact=broker.broker_id
         ),
+        stuck=_stuck_lines(overview, links),
+        stuck_since=overview.doctor.created_at if overview.doctor else None,
         outcomes_chart=charts.stacked_bars(
             [_outcome_bar(c, links) for c in overview.recent_cycles],
             title=f"The broker's outcomes per cycle, broker {broker.broker_id}",
@@ -325,6 +337,28 @@ def _broker_panel(
             height=190,
         ),
     )
+
+
+def _stuck_lines(overview: BrokerOverview, links: _Links) -> list[StuckLine]:
+    """The groups of the periodic stuck check's last result, each linked to its list."""
+    if overview.doctor is None:
+        return []
+    lines = []
+    for group in overview.doctor.data.get("groups", []):
+        path = str(group.get("admin_path", ""))
+        model = path.rstrip("/").split("?")[0].rstrip("/").rsplit("/", 1)[-1]
+        allowed = links.changelist(model) is not None
+        due = group.get("nearest_due_date")
+        lines.append(
+            StuckLine(
+                label=str(group.get("label", group.get("reason", ""))),
+                work_items=Number(
+                    int(group.get("work_items", 0)), path if allowed else None, "bad"
+                ),
+                nearest_due_date=dt.date.fromisoformat(due) if due else None,
+            )
+        )
+    return lines
 
 
 def _cycle_panel(cycle_items: CycleWorkItems, links: _Links, *, today: dt.date) -> CyclePanel:

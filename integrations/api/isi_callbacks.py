@@ -20,7 +20,6 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, extend_schema, extend_schema_field
@@ -37,7 +36,11 @@ from integrations.api.callback_serializers import (
 from integrations.api.callbacks import _PROBLEMS, _RECORDED, OutcomeConflictProblem, _recorded
 from integrations.api.errors import Problem
 from integrations.models import IntegrationKind
-from integrations.services.outcomes import OutcomeConflict, deletion_outcome_record
+from integrations.services.outcomes import (
+    OutcomeConflict,
+    broker_completed_at_refusal,
+    deletion_outcome_record,
+)
 
 
 @extend_schema_field(OpenApiTypes.DATETIME)
@@ -142,6 +145,16 @@ class IsiCallbackView(SignedCallbackView):
         serializer = IsiCallbackSerializer(data=payload)
         serializer.is_valid(raise_exception=True)
         attrs = serializer.validated_data
+        refusal = broker_completed_at_refusal(
+            deletion_request=deletion_request, completed_at=attrs["completed_at"]
+        )
+        if refusal:
+            raise Problem(
+                status=400,
+                code="validation_failed",
+                detail=refusal,
+                errors={"completed_at": [refusal]},
+            )
         try:
             result = deletion_outcome_record(
                 deletion_request=deletion_request,
@@ -149,8 +162,8 @@ class IsiCallbackView(SignedCallbackView):
                 error_message=attrs.get("error_message") or "",
                 opt_out_email=opt_out_email(attrs),
                 actor=self.actor(request),
-                # The broker's time of completion, unless its clock runs ahead of ours.
-                now=min(attrs["completed_at"], timezone.now()),
+                # Kept as data: the ledger and the request are dated by our clock.
+                broker_completed_at=attrs["completed_at"],
             )
         except OutcomeConflict as exc:
             raise OutcomeConflictProblem(exc) from None

@@ -197,8 +197,10 @@ def _text_problem(value: str) -> str | None:
 
 
 def _remote_identifier_problem(value: str) -> str | None:
-    if not value:
-        return "is required"
+    """The pointer is the broker's data, kept verbatim (spaces included): dispatches echo it
+    exactly as it arrived. Only an empty or blank one is refused."""
+    if not value.strip():
+        return "is required" if not value else "must not be blank"
     if len(value) > REMOTE_IDENTIFIER_MAX:
         return f"must be at most {REMOTE_IDENTIFIER_MAX} characters"
     return _text_problem(value)
@@ -339,7 +341,7 @@ class ConsumerCsvReader:
         return kind
 
     def _pointer(self, cells: list[str], errors: dict[str, list[str]]) -> str:
-        rid = cells[self._index["remote_identifier"]].strip()
+        rid = cells[self._index["remote_identifier"]]
         problem = _remote_identifier_problem(rid)
         if problem:
             _add(errors, "remote_identifier", f"remote_identifier {problem}")
@@ -467,7 +469,7 @@ def _api_consumer(index: int, item: Any) -> Record:
     elif not isinstance(rid, str):
         _add(errors, "remote_identifier", "must be a string")
     else:
-        pointer = rid.strip()
+        pointer = rid
         problem = _remote_identifier_problem(pointer)
         if problem:
             _add(errors, "remote_identifier", problem)

@@ -75,7 +75,15 @@ DROP_MAX_RETRIES = 4
 DEFAULT_MAX_WAIT_SECONDS = 600.0  # bound on waiting through 202/429 and retry backoff
 _COPY_BATCH_ROWS = 8192
 IMPORT_WORK_MEM = "64MB"
-_NOT_DISPATCHED = (RequestState.PENDING, RequestState.QUEUED)
+# What a Removed file cancels: everything not final but what the broker is acting on
+# (dispatched, awaiting its outcome). Failed and undeliverable ones included: nothing more is
+# sent to the broker for a removed identifier (redelivery and redispatch refuse them).
+_CANCELLED_ON_REMOVAL = (
+    RequestState.PENDING,
+    RequestState.QUEUED,
+    RequestState.FAILED,
+    RequestState.UNDELIVERABLE,
+)
 
 
 class DropImportError(Exception):
@@ -336,9 +344,10 @@ def _next_session_id(broker: Broker) -> str:
 def _close_removed(broker: Broker, *, actor: str, drop_session_id: str) -> RemovedResult:
     """Close the work items named in the staged Removed rows; cancel what was not sent.
 
-    No status is owed for them (drop-platform.md section 1). Requests still pending or
-    queued are cancelled (a queued one's delivery job finds it cancelled and skips it);
-    requests already dispatched keep their course, since the broker may be acting on them.
+    No status is owed for them. Every request not final is cancelled (pending, queued,
+    failed, undeliverable; a queued one's delivery job finds it cancelled and skips it), so
+    nothing more is sent for them; requests already dispatched keep their course, since the
+    broker may be acting on them, but are never sent again.
     """
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT count(*) FROM {STAGED_REMOVED}")  # noqa: S608
@@ -362,7 +371,7 @@ def _close_removed(broker: Broker, *, actor: str, drop_session_id: str) -> Remov
         closed = cursor.rowcount
         cancel: dict[str, Any] = {
             "cancelled": RequestState.CANCELLED,
-            "not_dispatched": list(_NOT_DISPATCHED),
+            "not_dispatched": list(_CANCELLED_ON_REMOVAL),
             "reason": "work item removed by DROP (consumer cancelled)",
         }
         cursor.execute(

@@ -35,6 +35,7 @@ from integrations.models import (
     ResolutionRequest,
 )
 from integrations.services.ledger import ledger_event_append
+from integrations.services.requests import pending_requests_target
 
 PREVIOUS_SECRET_VALIDITY = dt.timedelta(hours=24)
 NAME_MAX = 200
@@ -76,10 +77,9 @@ def webhook_integration_create(
 ) -> CreatedIntegration:
     """A webhook integration with a new Webhook Secret. Raises ValidationError, nothing written.
 
-    Deletion requests that were matched while the broker had no target (state ``pending``)
-    get this integration as their target and are queued for delivery.
+    Requests matched while the broker had no target (state ``pending``) get their targets
+    and are queued for delivery (``pending_requests_target``).
     """
-    from integrations import tasks
 
     name = _name_validate(name)
     url = target_url_validate(url)
@@ -88,17 +88,7 @@ def webhook_integration_create(
         integration = Integration.objects.create(
             broker=broker, kind=IntegrationKind.WEBHOOK, name=name, url=url, webhook_secret=secret
         )
-        pending = list(
-            DeletionRequest.objects.select_for_update()
-            .filter(broker=broker, state=RequestState.PENDING, integration__isnull=True)
-            .order_by("pk")
-            .values_list("pk", flat=True)
-        )
-        if pending:
-            DeletionRequest.objects.filter(pk__in=pending).update(
-                integration=integration, state=RequestState.QUEUED, next_attempt_at=timezone.now()
-            )
-            tasks.deletion_requests_enqueue(pending)
+        targeted = pending_requests_target(broker=broker, actor=actor)
         ledger_event_append(
             kind="integration.created",
             broker_id=broker.broker_id,
@@ -108,7 +98,7 @@ def webhook_integration_create(
                 "kind": integration.kind,
                 "name": name,
                 "url": url,
-                "pending_requests_queued": len(pending),
+                "pending_requests_queued": targeted.deletion_requests_queued,
             },
         )
     return CreatedIntegration(integration=integration, webhook_secret=secret)
@@ -211,6 +201,7 @@ def integration_disable(*, integration: Integration, reason: str, actor: str) ->
 def integration_enable(*, integration: Integration, actor: str) -> int:
     """Deliver to it again, and queue at once what waited while it was disabled.
 
+    Requests matched while the broker had no target get theirs (``pending_requests_target``).
     Returns how many deletion and resolution requests were queued. Requests whose retry is
     scheduled later keep their own job.
     """
@@ -239,6 +230,7 @@ def integration_enable(*, integration: Integration, actor: str) -> int:
             tasks.deletion_requests_enqueue(deletion_ids)
         if resolution_ids:
             tasks.resolution_requests_enqueue(resolution_ids)
+        targeted = pending_requests_target(broker=locked.broker, actor=actor)
         ledger_event_append(
             kind="integration.enabled",
             broker_id=locked.broker.broker_id,
@@ -249,9 +241,16 @@ def integration_enable(*, integration: Integration, actor: str) -> int:
                 "was_disabled_because": reason,
                 "deletion_requests_queued": len(deletion_ids),
                 "resolution_requests_queued": len(resolution_ids),
+                "pending_requests_queued": targeted.deletion_requests_queued,
+                "pending_resolution_requests": targeted.resolution_requests,
             },
         )
-    return len(deletion_ids) + len(resolution_ids)
+    return (
+        len(deletion_ids)
+        + len(resolution_ids)
+        + targeted.deletion_requests_queued
+        + targeted.resolution_requests
+    )
 
 
 def integration_test_send(*, integration: Integration, actor: str) -> DeliveryResult:

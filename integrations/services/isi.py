@@ -29,23 +29,22 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from integrations.dispatch import isi, signing
 from integrations.dispatch.saas import categories_or_default
 from integrations.models import (
     Broker,
-    DeletionRequest,
     Integration,
     IntegrationKind,
     IsiAuth,
     IsiConnection,
-    RequestState,
     SaasConnection,
 )
 from integrations.services.integrations import _name_validate, target_url_validate
 from integrations.services.ledger import ledger_event_append
+from integrations.services.requests import pending_requests_target
 
 log = logging.getLogger(__name__)
 
@@ -58,40 +57,6 @@ TOKEN_FAILURE_HOLD = 30
 CLIENT_ID_MAX = 200
 
 _OAUTH_FIELDS = ("token_url", "client_id", "client_secret")
-# Requests matched while the broker had no target, given this integration's connections
-# that take part: a copy for each but the first, which takes the waiting row itself. A
-# results_token is 32 random bytes as 64 lower-case hex characters, built as matching builds
-# it (services.requests): SHA-256 over three v4 UUIDs of PostgreSQL's strong random source.
-_RESULTS_TOKEN = (
-    "encode(sha256(convert_to(gen_random_uuid()::text || gen_random_uuid()::text"  # noqa: S105
-    " || gen_random_uuid()::text, 'UTF8')), 'hex')"
-)
-_PENDING_COPY_SQL = f"""
-    INSERT INTO integrations_deletionrequest (
-        state, attempts, next_attempt_at, last_error, dispatched_at, completed_at,
-        request_uuid, webhook_request_id, results_token,
-        broker_id, work_item_id, consumer_id, integration_id, isi_connection_id,
-        identifier_hash, hash_type, drop_session_id, match_date, broker_id_code, mode,
-        remote_identifier, remote_identifier_kind, late_match, matched_at,
-        drop_outcome, drop_status_code, error_message
-    )
-    SELECT %(queued)s, 0, now(), '', NULL, NULL,
-        gen_random_uuid(), gen_random_uuid(), {_RESULTS_TOKEN},
-        d.broker_id, d.work_item_id, d.consumer_id, %(integration)s, c.id,
-        d.identifier_hash, d.hash_type, d.drop_session_id, d.match_date, d.broker_id_code,
-        d.mode, d.remote_identifier, d.remote_identifier_kind, d.late_match, d.matched_at,
-        '', NULL, ''
-      FROM integrations_deletionrequest d
-      JOIN integrations_isiconnection c ON c.id = ANY(%(others)s)
-     WHERE d.id = ANY(%(pending)s)
-    RETURNING id
-"""  # noqa: S608
-_PENDING_TAKE_SQL = f"""
-    UPDATE integrations_deletionrequest
-       SET state = %(queued)s, next_attempt_at = now(), integration_id = %(integration)s,
-           isi_connection_id = %(first)s, results_token = {_RESULTS_TOKEN}
-     WHERE id = ANY(%(pending)s)
-"""  # noqa: S608
 
 
 @dataclass(frozen=True)
@@ -531,7 +496,11 @@ def isi_connections_refresh(
         connections = list(
             IsiConnection.objects.filter(integration=locked).order_by("-listed", "uuid")
         )
-        queued = _pending_requests_target(locked, connections) if locked.enabled else 0
+        queued = (
+            pending_requests_target(broker=locked.broker, actor=actor).deletion_requests_queued
+            if locked.enabled
+            else 0
+        )
         ledger_event_append(
             kind="isi.connections_refreshed",
             broker_id=locked.broker.broker_id,
@@ -585,39 +554,6 @@ def isi_connections_refresh_for_broker(
             )
             outcomes.append(exc)
     return outcomes
-
-
-def _pending_requests_target(integration: Integration, connections: list[IsiConnection]) -> int:
-    """Give the broker's requests that wait for a target (``pending``) this integration's
-    connections that take part: the first takes each pending row, the others get a copy.
-    Returns how many requests were queued (their jobs deferred)."""
-    from integrations import tasks
-
-    targets = [c.pk for c in connections if c.takes_part_in_drop]
-    if not targets:
-        return 0
-    pending = list(
-        DeletionRequest.objects.select_for_update()
-        .filter(broker_id=integration.broker_id, state=RequestState.PENDING, integration=None)
-        .order_by("pk")
-        .values_list("pk", flat=True)
-    )
-    if not pending:
-        return 0
-    params: dict[str, Any] = {
-        "queued": RequestState.QUEUED,
-        "integration": integration.pk,
-        "first": targets[0],
-        "others": targets[1:],
-        "pending": pending,
-    }
-    with connection.cursor() as cursor:
-        cursor.execute(_PENDING_COPY_SQL, params)
-        copies = [row[0] for row in cursor.fetchall()]
-        cursor.execute(_PENDING_TAKE_SQL, params)
-    queued = sorted(pending + copies)
-    tasks.deletion_requests_enqueue(queued)
-    return len(queued)
 
 
 # -- reads the deliveries need ----------------------------------------------------------------

@@ -28,6 +28,7 @@ from django.utils import timezone
 from integrations.models import (
     DROP_STATUS_CODES,
     DeletionRequest,
+    DeliveryAttempt,
     DropOutcome,
     OptOutRecord,
     RequestState,
@@ -58,6 +59,40 @@ class OutcomeRecorded:
     changed: bool  # False: an identical repeat, nothing was written but its ledger event
 
 
+# How far a broker's own completion time may stray: clocks differ by minutes.
+BROKER_CLOCK_TOLERANCE = dt.timedelta(minutes=5)
+
+
+def broker_completed_at_refusal(
+    *, deletion_request: DeletionRequest, completed_at: dt.datetime, now: dt.datetime | None = None
+) -> str | None:
+    """Why a broker's ``completed_at`` cannot be right, or None: more than
+    ``BROKER_CLOCK_TOLERANCE`` before the request was dispatched (its acknowledgement, else
+    its last delivery attempt, else its creation) or after now."""
+    now = now or timezone.now()
+    row = DeletionRequest.objects.values("dispatched_at", "created_at").get(pk=deletion_request.pk)
+    last_attempt = (
+        DeliveryAttempt.objects.filter(deletion_request_id=deletion_request.pk)
+        .order_by("-started_at")
+        .values_list("started_at", flat=True)
+        .first()
+    )
+    dispatched = row["dispatched_at"] or last_attempt or row["created_at"]
+    tolerance = int(BROKER_CLOCK_TOLERANCE.total_seconds() // 60)
+    if completed_at < dispatched - BROKER_CLOCK_TOLERANCE:
+        return (
+            f"completed_at {completed_at.isoformat()} is before the delete was sent"
+            f" ({dispatched.isoformat()}); clocks may differ by up to {tolerance} minutes,"
+            " not more."
+        )
+    if completed_at > now + BROKER_CLOCK_TOLERANCE:
+        return (
+            f"completed_at {completed_at.isoformat()} is in the future (now is"
+            f" {now.isoformat()}); clocks may differ by up to {tolerance} minutes, not more."
+        )
+    return None
+
+
 def deletion_outcome_record(
     *,
     deletion_request: DeletionRequest,
@@ -66,11 +101,14 @@ def deletion_outcome_record(
     opt_out_email: str = "",
     actor: str,
     now: dt.datetime | None = None,
+    broker_completed_at: dt.datetime | None = None,
 ) -> OutcomeRecorded:
     """Record ``drop_outcome`` (already validated) on ``deletion_request``.
 
     ``opt_out_email`` (for ``opted_out``) is kept verbatim, encrypted, as an ``OptOutRecord``;
-    it never reaches the ledger.
+    it never reaches the ledger. ``now`` (the service's clock) dates the outcome and its
+    ledger event; a time the broker gives (``broker_completed_at``, ISI) is kept in the
+    event's data only, so a broker cannot date the ledger.
     """
     now = now or timezone.now()
     error_message = error_message[:ERROR_MESSAGE_MAX]
@@ -86,6 +124,8 @@ def deletion_outcome_record(
     }
     if error_message:
         data["error_message"] = error_message
+    if broker_completed_at is not None:
+        data["broker_completed_at"] = broker_completed_at.isoformat()
     if opted_out:
         data["opt_out_record"] = True  # the email itself stays out of the ledger
     with connection.cursor() as cursor:

@@ -33,6 +33,7 @@ from integrations.models import (
     RequestState,
     ResolutionRequest,
     SaasDeletion,
+    WorkItemState,
 )
 from integrations.services.ledger import ledger_event_append
 
@@ -57,7 +58,7 @@ def _requeue(
 ) -> Row:
     with transaction.atomic():
         row = model.objects.select_for_update(of=("self",)).select_related(*related).get(pk=pk)
-        refusal = allowed(row)
+        refusal = _removed_refusal(row) or allowed(row)
         if refusal:
             raise ValidationError(refusal)
         destination = target(row)
@@ -94,11 +95,31 @@ def _requeue(
     return row
 
 
+REMOVED_REFUSAL = (
+    "its work item was removed by DROP (consumer cancelled): nothing more is sent for it"
+)
+
+
+def _removed_refusal(row: DeletionRequest | ResolutionRequest | SaasDeletion) -> str | None:
+    """Once DROP removed the identifier, nothing more goes to the broker for it."""
+    item = row.resolution.work_item if isinstance(row, SaasDeletion) else row.work_item
+    if item.state == WorkItemState.REMOVED:
+        return f"it is {row.state}: {REMOVED_REFUSAL}"
+    if row.state == RequestState.CANCELLED:
+        return f"it is cancelled ({row.last_error or 'by staff'}): nothing more is sent for it"
+    return None
+
+
 def _not_redeliverable(row: DeletionRequest | ResolutionRequest | SaasDeletion) -> str | None:
     if row.state in REDELIVERABLE and not getattr(row, "drop_outcome", ""):
         return None
     if row.state == RequestState.FAILED:
         return f"it is {row.state}: redispatch it instead"
+    if row.state == RequestState.PENDING:
+        return (
+            "it is pending: it waits for a deletion target; add or enable an integration"
+            " and it is queued at once"
+        )
     return f"it is {row.state}: only what has no outcome yet can be redelivered"
 
 
@@ -106,7 +127,7 @@ def deletion_request_redeliver(*, deletion_request: DeletionRequest, actor: str)
     return _requeue(
         model=DeletionRequest,
         pk=deletion_request.pk,
-        related=("integration",),
+        related=("integration", "work_item"),
         allowed=_not_redeliverable,
         target=lambda row: row.integration,
         reset={"webhook_request_id": uuid.uuid4()},
@@ -131,7 +152,7 @@ def deletion_request_redispatch(
     return _requeue(
         model=DeletionRequest,
         pk=deletion_request.pk,
-        related=("integration",),
+        related=("integration", "work_item"),
         allowed=only_failed,
         target=lambda row: row.integration,
         # The failure stays in the ledger and the attempts; the request awaits a new outcome.
@@ -174,6 +195,7 @@ def deletion_requests_redispatch_failed(*, failed_before: dt.datetime, limit: in
     )
     due = (
         DeletionRequest.objects.filter(state=RequestState.FAILED, completed_at__lt=failed_before)
+        .exclude(work_item__state=WorkItemState.REMOVED)
         .annotate(automatic=Coalesce(Subquery(automatic), 0))
         .filter(automatic__lt=AUTO_REDISPATCH_MAX)
         .order_by("completed_at")
@@ -202,7 +224,7 @@ def resolution_request_redeliver(
     return _requeue(
         model=ResolutionRequest,
         pk=resolution_request.pk,
-        related=("integration", "broker"),
+        related=("integration", "broker", "work_item"),
         allowed=no_answer_yet,
         target=lambda row: row.integration,
         reset={"webhook_request_id": uuid.uuid4()},
@@ -223,7 +245,7 @@ def saas_deletion_redeliver(*, saas_deletion: SaasDeletion, actor: str) -> SaasD
     return _requeue(
         model=SaasDeletion,
         pk=saas_deletion.pk,
-        related=("saas_connection", "resolution__broker"),
+        related=("saas_connection", "resolution__broker", "resolution__work_item"),
         allowed=undelivered,
         target=lambda row: row.saas_connection,
         reset={},

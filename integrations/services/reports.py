@@ -36,7 +36,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
-from django.db.models import Case, IntegerField, Value, When
+from django.db.models import Case, IntegerField, Q, Value, When
 from django.utils import timezone
 
 from integrations.drop.client import DropApiError, DropClient, UploadResult
@@ -100,6 +100,16 @@ def report_files_write(
     return written
 
 
+# A changed status of an item whose upload file DROP has not answered yet waits for that
+# answer: accepted, it goes out as an amendment; rejected, the item is released and goes out
+# in a new upload file. An item whose status DROP never accepted is never amended.
+_AWAITING_FIRST_ANSWER = Q(
+    needs_amendment=True,
+    report_file__kind=ReportKind.UPLOAD,
+    report_file__state=ReportFileState.WRITTEN,
+)
+
+
 def _cycles_with_reportable_items(broker: Broker) -> list[DropCycle]:
     cycles = []
     for each in DropCycle.objects.filter(broker=broker).order_by("downloaded_at", "pk"):
@@ -125,7 +135,7 @@ def _cycle_files_write(
         cycle = DropCycle.objects.select_for_update().get(pk=cycle.pk)
         reportable = WorkItem.objects.filter(
             cycle=cycle, state=WorkItemState.REPORTABLE, status_code__isnull=False
-        )
+        ).exclude(_AWAITING_FIRST_ANSWER)
         if amendments_only:
             reportable = reportable.filter(needs_amendment=True)
         groups = list(
@@ -186,6 +196,9 @@ def _files_fill(
         # Only the groups named above: a row that became reportable meanwhile waits for the
         # next run rather than being marked without a file.
         f"    AND (file_name, needs_amendment) IN ({pairs})"
+        # Not an amendment of a status DROP has not accepted yet (_AWAITING_FIRST_ANSWER).
+        "    AND NOT (needs_amendment AND report_file_id IN ("
+        "         SELECT id FROM integrations_reportfile WHERE kind = %s AND state = %s))"
         " RETURNING report_file_id, work_item_id, status_code)"
         " SELECT report_file_id, work_item_id, status_code FROM marked ORDER BY report_file_id"
         ") TO STDOUT WITH (FORMAT csv)"
@@ -198,6 +211,8 @@ def _files_fill(
         cycle.pk,
         WorkItemState.REPORTABLE,
         *pair_params,
+        ReportKind.UPLOAD,
+        ReportFileState.WRITTEN,
     ]
     data = bytearray()
     with connection.cursor() as cursor:

@@ -29,6 +29,7 @@ from integrations.models import (
     Broker,
     IntegrationKind,
     RequestState,
+    WorkItemState,
 )
 from integrations.services.ledger import ledger_event_append
 
@@ -219,6 +220,178 @@ def requests_create_for_matches(
                 "late": result.late,
                 "resolution_requests": result.resolution_requests,
                 "match_date": match_date.isoformat(),
+            },
+        )
+    return result
+
+
+# -- targets that became available ------------------------------------------------------------
+
+# A results_token as matching builds it (above): 64 lower-case hex characters.
+_RESULTS_TOKEN = (
+    "encode(sha256(convert_to(gen_random_uuid()::text || gen_random_uuid()::text"  # noqa: S105
+    " || gen_random_uuid()::text, 'UTF8')), 'hex')"
+)
+
+# The broker's requests that wait for a target, of work items DROP has not removed.
+_PENDING_SQL = """
+    SELECT d.id
+      FROM integrations_deletionrequest d
+      JOIN integrations_workitem w ON w.id = d.work_item_id
+     WHERE d.broker_id = %(broker)s AND d.state = %(pending)s AND d.integration_id IS NULL
+       AND w.state <> %(removed)s
+     ORDER BY d.id
+       FOR UPDATE OF d
+"""
+
+# Every target but the first gets a copy of each waiting request, with the fields the match
+# fixed (session, match date, pointer, late_match) and its own ids.
+_PENDING_COPY_SQL = f"""
+    INSERT INTO integrations_deletionrequest (
+        state, attempts, next_attempt_at, last_error, dispatched_at, completed_at,
+        request_uuid, webhook_request_id, results_token,
+        broker_id, work_item_id, consumer_id, integration_id, isi_connection_id,
+        identifier_hash, hash_type, drop_session_id, match_date, broker_id_code, mode,
+        remote_identifier, remote_identifier_kind, late_match, matched_at,
+        drop_outcome, drop_status_code, error_message
+    )
+    SELECT %(queued)s, 0, now(), '', NULL, NULL,
+        gen_random_uuid(), gen_random_uuid(),
+        CASE WHEN t.isi_connection_id IS NULL THEN NULL ELSE {_RESULTS_TOKEN} END,
+        d.broker_id, d.work_item_id, d.consumer_id, t.integration_id, t.isi_connection_id,
+        d.identifier_hash, d.hash_type, d.drop_session_id, d.match_date, d.broker_id_code,
+        d.mode, d.remote_identifier, d.remote_identifier_kind, d.late_match, d.matched_at,
+        '', NULL, ''
+      FROM integrations_deletionrequest d
+     CROSS JOIN unnest(%(other_integrations)s::bigint[], %(other_connections)s::bigint[])
+           AS t(integration_id, isi_connection_id)
+     WHERE d.id = ANY(%(pending_ids)s)
+    RETURNING id
+"""  # noqa: S608
+
+# The first target takes each waiting row itself.
+_PENDING_TAKE_SQL = f"""
+    UPDATE integrations_deletionrequest
+       SET state = %(queued)s, next_attempt_at = now(), integration_id = %(first_integration)s,
+           isi_connection_id = %(first_connection)s,
+           results_token = CASE WHEN %(first_connection)s::bigint IS NULL THEN NULL
+                                ELSE {_RESULTS_TOKEN} END
+     WHERE id = ANY(%(pending_ids)s)
+"""  # noqa: S608
+
+# The identifier retrievals the match would have created (only with an enabled SaaS
+# connection): one per deletion request just targeted, unless one exists for that
+# (work item, consumer, target) already.
+_PENDING_RESOLUTIONS_SQL = f"""
+    INSERT INTO integrations_resolutionrequest (
+        state, attempts, next_attempt_at, last_error, dispatched_at, completed_at,
+        request_uuid, webhook_request_id, results_token,
+        broker_id, work_item_id, consumer_id, integration_id, isi_connection_id,
+        drop_session_id, match_date, remote_identifier, remote_identifier_kind,
+        drop_outcome, exemption_basis, identifiers, identifiers_purged_at
+    )
+    SELECT %(queued)s, 0, now(), '', NULL, NULL,
+        gen_random_uuid(), gen_random_uuid(), {_RESULTS_TOKEN},
+        d.broker_id, d.work_item_id, d.consumer_id, d.integration_id, d.isi_connection_id,
+        d.drop_session_id, d.match_date, d.remote_identifier, d.remote_identifier_kind,
+        '', '', '', NULL
+      FROM integrations_deletionrequest d
+     WHERE d.id = ANY(%(targeted_ids)s)
+       AND EXISTS (SELECT 1 FROM integrations_saasconnection s
+                    WHERE s.broker_id = %(broker)s AND s.enabled)
+       AND NOT EXISTS (
+           SELECT 1 FROM integrations_resolutionrequest r
+            WHERE r.work_item_id = d.work_item_id
+              AND r.consumer_id IS NOT DISTINCT FROM d.consumer_id
+              AND r.integration_id = d.integration_id
+              AND r.isi_connection_id IS NOT DISTINCT FROM d.isi_connection_id)
+    RETURNING id
+"""  # noqa: S608
+
+
+@dataclass(frozen=True)
+class PendingRequestsTargeted:
+    """What ``pending_requests_target`` did."""
+
+    pending: int  # requests that waited for a target
+    targets: int
+    deletion_requests_queued: int  # the waiting rows and their copies for further targets
+    resolution_requests: int  # queued at once; only with an enabled SaaS connection
+
+
+def pending_requests_target(*, broker: Broker, actor: str) -> PendingRequestsTargeted:
+    """Give every request of ``broker`` that waits for a target (state ``pending``) the
+    broker's deletion targets, as matching would have had they been there, and queue them.
+
+    The first target takes each waiting row, every other target gets a copy; each such
+    request gets its identifier retrieval when the broker has an enabled SaaS connection.
+    Call it whenever a target becomes available (an integration created or enabled, an ISI
+    connection list refreshed); it does nothing while the broker has no target. One
+    transaction (a savepoint inside the caller's), serialized with matching for the broker,
+    so a match made meanwhile is either seen here or sees the target itself.
+    """
+    from integrations.drop.matching import matching_lock  # matching imports this module
+    from integrations.tasks import deletion_requests_enqueue, resolution_requests_enqueue
+
+    params: dict[str, Any] = {
+        "broker": broker.pk,
+        "webhook": IntegrationKind.WEBHOOK,
+        "isi": IntegrationKind.ISI,
+        "capabilities": list(DROP_CAPABILITIES),
+        "pending": RequestState.PENDING,
+        "queued": RequestState.QUEUED,
+        "removed": WorkItemState.REMOVED,
+    }
+    with transaction.atomic(), connection.cursor() as cursor:
+        matching_lock(broker=broker)
+        cursor.execute(_PENDING_SQL, params)
+        pending_ids = [row[0] for row in cursor.fetchall()]
+        if not pending_ids:
+            return PendingRequestsTargeted(0, 0, 0, 0)
+        cursor.execute(
+            f"SELECT integration_id, isi_connection_id FROM ({_TARGETS_SQL}) t"  # noqa: S608
+            " ORDER BY integration_id, isi_connection_id NULLS FIRST",
+            params,
+        )
+        targets = cursor.fetchall()
+        if not targets:
+            return PendingRequestsTargeted(len(pending_ids), 0, 0, 0)
+        (first_integration, first_connection), others = targets[0], targets[1:]
+        params.update(
+            pending_ids=pending_ids,
+            first_integration=first_integration,
+            first_connection=first_connection,
+            other_integrations=[integration for integration, _ in others],
+            other_connections=[isi_connection for _, isi_connection in others],
+        )
+        copies: list[int] = []
+        if others:
+            cursor.execute(_PENDING_COPY_SQL, params)
+            copies = [row[0] for row in cursor.fetchall()]
+        cursor.execute(_PENDING_TAKE_SQL, params)
+        targeted = sorted(pending_ids + copies)
+        deletion_requests_enqueue(targeted)
+        params["targeted_ids"] = targeted
+        cursor.execute(_PENDING_RESOLUTIONS_SQL, params)
+        resolution_ids = sorted(row[0] for row in cursor.fetchall())
+        if resolution_ids:
+            resolution_requests_enqueue(resolution_ids)
+        result = PendingRequestsTargeted(
+            pending=len(pending_ids),
+            targets=len(targets),
+            deletion_requests_queued=len(targeted),
+            resolution_requests=len(resolution_ids),
+        )
+        ledger_event_append(
+            kind="pending_requests.targeted",
+            broker_id=broker.broker_id,
+            subject=broker.broker_id,
+            actor=actor,
+            data={
+                "pending": result.pending,
+                "targets": result.targets,
+                "deletion_requests_queued": result.deletion_requests_queued,
+                "resolution_requests": result.resolution_requests,
             },
         )
     return result

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +35,7 @@ from integrations.models import (
 from integrations.services.brokers import broker_create
 from integrations.services.integrations import integration_secret_rotate
 from integrations.services.keys import api_key_create, api_key_revoke
+from tests.conftest import SIGNATURE_CLOCK
 from tests.webhook_factories import (
     deletion_request,
     resolution_request,
@@ -380,13 +380,19 @@ BAD_INPUTS: dict[str, tuple[Variant, int, str]] = {
         401,
         "signature_invalid",
     ),
+    # Against the stopped signature clock: exactly one second outside the window.
     "timestamp 301 s old": (
-        lambda s, r: {"now": time.time() - 301},
+        lambda s, r: {"now": SIGNATURE_CLOCK - 301},
         401,
         "timestamp_out_of_range",
     ),
     "timestamp 301 s ahead": (
-        lambda s, r: {"now": time.time() + 301},
+        lambda s, r: {"now": SIGNATURE_CLOCK + 301},
+        401,
+        "timestamp_out_of_range",
+    ),
+    "timestamp an hour old": (
+        lambda s, r: {"now": SIGNATURE_CLOCK - 3600},
         401,
         "timestamp_out_of_range",
     ),
@@ -458,7 +464,7 @@ BAD_INPUTS: dict[str, tuple[Variant, int, str]] = {
 
 @pytest.mark.parametrize("case", BAD_INPUTS, ids=list(BAD_INPUTS))
 def test_bad_input_is_refused_with_its_code_and_changes_nothing(
-    side: Broker_, dispatched: DeletionRequest, case: str
+    side: Broker_, dispatched: DeletionRequest, case: str, signature_clock: float
 ) -> None:
     variant, status, code = BAD_INPUTS[case]
     call: dict[str, Any] = {"payload": body_for(dispatched), "key": side.key, "secret": side.secret}
@@ -478,6 +484,18 @@ def test_bad_input_is_refused_with_its_code_and_changes_nothing(
     assert rejected.data["code"] == code
     assert rejected.data["callback"] == "deletion"
     assert not LedgerEvent.objects.filter(kind__startswith="deletion_request.").exists()
+
+
+@pytest.mark.parametrize("skew", [-300, 300], ids=["300 s old", "300 s ahead"])
+def test_a_timestamp_at_the_windows_edge_is_accepted(
+    side: Broker_, dispatched: DeletionRequest, signature_clock: float, skew: int
+) -> None:
+    # The stopped clock makes the edge exact: 300 s away is in, 301 s (above) is out.
+    response = put(
+        DELETION, body_for(dispatched), key=side.key, secret=side.secret, now=signature_clock + skew
+    )
+
+    assert response.status_code == 200, response.content
 
 
 def test_validation_errors_are_keyed_by_field(side: Broker_, dispatched: DeletionRequest) -> None:

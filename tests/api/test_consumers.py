@@ -247,6 +247,24 @@ def test_pointers_with_copy_special_characters_are_kept_exactly(
     assert Consumer.objects.count() == 6
 
 
+def test_a_pointer_is_kept_verbatim_and_echoed_as_sent(
+    api_client: APIClient, ingest: dict[str, Any], broker: Broker
+) -> None:
+    body = {
+        "consumers": [
+            {"remote_identifier": " C-7 ", "email": ["a@b"]},
+            {"remote_identifier": " \t ", "email": ["c@d"]},
+        ]
+    }
+    answer = post(api_client, body, ingest).json()
+    assert answer["accepted"] == 1
+    assert [r["errors"] for r in answer["rejected"]] == [
+        {"remote_identifier": ["must not be blank"]}
+    ]
+    assert list(Consumer.objects.values_list("remote_identifier", flat=True)) == [" C-7 "]
+    assert api_client.delete(f"{URL}/%20C-7%20", **ingest).status_code == 204
+
+
 def test_another_brokers_consumer_is_404_and_stays(
     api_client: APIClient, make_key: Callable[..., CreatedApiKey], ingest: dict[str, Any]
 ) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +32,7 @@ from integrations.models import (
 from integrations.services.brokers import broker_create
 from integrations.services.integrations import integration_secret_rotate
 from integrations.services.keys import api_key_create, api_key_revoke
+from tests.conftest import SIGNATURE_CLOCK
 from tests.isi_factories import (
     CONNECTION_A,
     broker_connections,
@@ -44,7 +44,10 @@ from tests.webhook_factories import deletion_request, webhook_integration_for
 pytestmark = pytest.mark.django_db
 
 ISI = "/api/v1/drop/callbacks/isi"
-COMPLETED_AT = "2026-11-21T10:04:00Z"
+
+
+def utc_text(moment: dt.datetime) -> str:
+    return moment.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
 
 
 @dataclass
@@ -80,7 +83,8 @@ def body_for(request: DeletionRequest, outcome: str = "deleted", **extra: Any) -
         "status": "completed",
         "results_token": request.results_token,
         "drop_outcome": outcome,
-        "completed_at": COMPLETED_AT,
+        # The broker finished a minute ago: within the clocks' tolerance of the dispatch.
+        "completed_at": utc_text(timezone.now() - dt.timedelta(minutes=1)),
         **extra,
     }
     return {k: v for k, v in body.items() if v is not None}
@@ -128,7 +132,10 @@ def snapshot(request: DeletionRequest) -> tuple[Any, ...]:
 def test_a_completion_is_recorded_with_its_drop_code_by_put_or_post(
     side: Side, processing: DeletionRequest, outcome: str, code: int, method: str
 ) -> None:
-    response = send(body_for(processing, outcome), key=side.key, secret=side.secret, method=method)
+    broker_time = timezone.now() - dt.timedelta(minutes=4)
+    body = body_for(processing, outcome, completed_at=utc_text(broker_time))
+    before = timezone.now()
+    response = send(body, key=side.key, secret=side.secret, method=method)
 
     assert response.status_code == 200, response.content
     assert response.json() == {
@@ -139,8 +146,11 @@ def test_a_completion_is_recorded_with_its_drop_code_by_put_or_post(
     processing.refresh_from_db()
     assert processing.state == RequestState.COMPLETED
     assert (processing.drop_outcome, processing.drop_status_code) == (outcome, code)
-    assert processing.completed_at == dt.datetime(2026, 11, 21, 10, 4, tzinfo=dt.UTC)
+    # Our clock dates the request and the ledger; the broker's time is kept as data.
+    assert processing.completed_at is not None and processing.completed_at >= before
     event = LedgerEvent.objects.get(kind="deletion_request.outcome_recorded")
+    assert event.created_at >= before
+    assert dt.datetime.fromisoformat(event.data["broker_completed_at"]) == broker_time
     assert event.subject == str(processing.request_uuid)
     assert event.actor == f"apikey:{side.api_key.prefix}"
 
@@ -159,17 +169,44 @@ def test_opted_out_keeps_the_email_verbatim_and_out_of_the_ledger(
     assert "Ann.Smith" not in json.dumps(list(LedgerEvent.objects.values_list("data", flat=True)))
 
 
-def test_a_completion_time_ahead_of_our_clock_is_recorded_as_now(
+@pytest.mark.parametrize(
+    ("shift", "word"),
+    [
+        (dt.timedelta(hours=2), "future"),  # ahead of our clock
+        (dt.timedelta(minutes=-20), "before the delete was sent"),  # back-dated
+    ],
+)
+def test_a_completion_time_far_from_our_clock_is_refused(
+    side: Side, processing: DeletionRequest, shift: dt.timedelta, word: str
+) -> None:
+    # processing was dispatched now: 20 minutes before is well past the 5 minutes allowed.
+    moment = utc_text(timezone.now() + shift)
+    before = snapshot(processing)
+
+    response = send(body_for(processing, completed_at=moment), key=side.key, secret=side.secret)
+
+    assert response.status_code == 400, response.content
+    problem = response.json()
+    assert problem["code"] == "validation_failed"
+    assert word in problem["detail"] and "5 minutes" in problem["detail"]
+    assert list(problem["errors"]) == ["completed_at"]
+    assert snapshot(processing) == before
+    assert not LedgerEvent.objects.filter(kind="deletion_request.outcome_recorded").exists()
+
+
+def test_a_completion_time_a_few_minutes_off_is_accepted_and_dated_by_our_clock(
     side: Side, processing: DeletionRequest
 ) -> None:
-    ahead = (timezone.now() + dt.timedelta(hours=2)).isoformat().replace("+00:00", "Z")
+    ahead = timezone.now() + dt.timedelta(minutes=3)
+    response = send(
+        body_for(processing, completed_at=utc_text(ahead)), key=side.key, secret=side.secret
+    )
 
-    response = send(body_for(processing, completed_at=ahead), key=side.key, secret=side.secret)
-
-    assert response.status_code == 200
+    assert response.status_code == 200, response.content
     processing.refresh_from_db()
-    assert processing.completed_at is not None
-    assert processing.completed_at <= timezone.now()
+    assert processing.completed_at is not None and processing.completed_at < ahead
+    event = LedgerEvent.objects.get(kind="deletion_request.outcome_recorded")
+    assert event.created_at < ahead
 
 
 def test_the_same_completion_twice_is_200_and_a_different_one_409(
@@ -295,9 +332,19 @@ BAD_INPUTS: dict[str, tuple[Variant, int, str]] = {
         401,
         "signature_invalid",
     ),
-    "timestamp 301 s old": (lambda s, r: {"now": time.time() - 301}, 401, "timestamp_out_of_range"),
+    # Against the stopped signature clock: exactly one second outside the window.
+    "timestamp 301 s old": (
+        lambda s, r: {"now": SIGNATURE_CLOCK - 301},
+        401,
+        "timestamp_out_of_range",
+    ),
     "timestamp 301 s ahead": (
-        lambda s, r: {"now": time.time() + 301},
+        lambda s, r: {"now": SIGNATURE_CLOCK + 301},
+        401,
+        "timestamp_out_of_range",
+    ),
+    "timestamp an hour old": (
+        lambda s, r: {"now": SIGNATURE_CLOCK - 3600},
         401,
         "timestamp_out_of_range",
     ),
@@ -372,7 +419,7 @@ BAD_INPUTS: dict[str, tuple[Variant, int, str]] = {
 
 @pytest.mark.parametrize("case", BAD_INPUTS, ids=list(BAD_INPUTS))
 def test_bad_input_is_refused_with_its_code_and_changes_nothing(
-    side: Side, processing: DeletionRequest, case: str
+    side: Side, processing: DeletionRequest, case: str, signature_clock: float
 ) -> None:
     variant, status, code = BAD_INPUTS[case]
     call: dict[str, Any] = {"payload": body_for(processing), "key": side.key, "secret": side.secret}

@@ -42,7 +42,7 @@ def test_create_prints_the_key_once_and_stores_only_its_digest(broker: Broker) -
     out = io.StringIO()
     call_command("apikeys", "list", "--json", stdout=out)
     assert key not in out.getvalue()
-    assert json.loads(out.getvalue())[0]["prefix"] == printed["prefix"]
+    assert json.loads(out.getvalue())["items"][0]["prefix"] == printed["prefix"]
 
 
 def test_keys_are_unique(broker: Broker) -> None:

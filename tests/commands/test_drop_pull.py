@@ -22,7 +22,7 @@ from integrations.drop.client import PRODUCTION_URL, SANDBOX_URL
 from integrations.models import Broker, DeletionRequest, DropCycle, LedgerEvent, WorkItem
 from integrations.selectors import brokers_due_for_pull
 from integrations.services import drop as drop_services
-from integrations.services.brokers import broker_create
+from integrations.services.brokers import broker_create, broker_update
 from tests.drop_cycle import PACKAGE_DATE, consumer, drop_zip
 
 pytestmark = pytest.mark.django_db
@@ -407,3 +407,41 @@ def test_drop_unreachable_is_named_plainly(broker: Broker, waits: list[float]) -
     assert text.endswith("; last: cannot reach DROP: connection refused")
     assert len(waits) == drop_services.DROP_MAX_RETRIES  # retried, then gave up
     assert_nothing_imported()
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_after_a_refused_key_the_automatic_pull_waits_for_a_new_key_or_url(
+    broker: Broker, drop: DropSimulator, package: bytes, status: int
+) -> None:
+    Broker.objects.filter(pk=broker.pk).update(auto_pull=True)
+    drop.queue_response(status, body="Unauthorized")
+    assert tasks.pull_broker(broker_pk=broker.pk) == "failed"
+
+    assert list(brokers_due_for_pull(now=timezone.now())) == []
+    assert tasks.pull_due() == 0  # not asked again every hour with the same key
+
+    # A change of anything else does not count; a new key does.
+    broker_update(broker=broker, name="Acme Data Inc.", actor="staff:ann")
+    assert list(brokers_due_for_pull(now=timezone.now())) == []
+    broker_update(broker=broker, drop_api_key=KEY, actor="staff:ann")
+    assert [b.broker_id for b in brokers_due_for_pull(now=timezone.now())] == ["4821"]
+
+    # Refused again, then the URL changes.
+    drop.queue_response(status, body="Unauthorized")
+    assert tasks.pull_broker(broker_pk=broker.pk) == "failed"
+    assert list(brokers_due_for_pull(now=timezone.now())) == []
+    broker_update(broker=broker, drop_base_url=drop.url + "/", actor="staff:ann")
+    assert [b.broker_id for b in brokers_due_for_pull(now=timezone.now())] == ["4821"]
+
+
+def test_a_manual_pull_that_succeeds_after_a_refusal_resumes_the_automatic_pull(
+    broker: Broker, drop: DropSimulator, package: bytes
+) -> None:
+    Broker.objects.filter(pk=broker.pk).update(auto_pull=True)
+    drop.queue_response(403, body="Forbidden")
+    assert tasks.pull_broker(broker_pk=broker.pk) == "failed"
+    assert list(brokers_due_for_pull(now=timezone.now())) == []
+
+    drop.queue_package(package, PACKAGE_NAME)  # staff fixed the account on DROP's side
+    pull()
+    assert list(brokers_due_for_pull(now=timezone.now() + dt.timedelta(31))) != []

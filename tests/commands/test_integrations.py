@@ -121,7 +121,7 @@ def test_list_shows_integrations(broker: Broker) -> None:
         "https://a.example/h",
     )
 
-    (row,) = run_json("integrations", "list")
+    (row,) = run_json("integrations", "list")["items"]
 
     assert (row["name"], row["kind"], row["enabled"]) == ("A", "webhook", True)
 
@@ -155,4 +155,4 @@ def test_saas_add_defaults_to_email_and_refuses_bad_categories(broker: Broker) -
             "--categories", "email,Phone Number",
         )  # fmt: skip
     assert SaasConnection.objects.count() == 1
-    assert run_json("saas", "list")[0]["categories"] == ["email"]
+    assert run_json("saas", "list")["items"][0]["categories"] == ["email"]

@@ -88,12 +88,24 @@ def test_csv_has_every_request_with_the_columns_auditors_need(history: OutcomeHi
 def test_csv_cells_cannot_run_as_formulas(history: OutcomeHistory) -> None:
     failed = list(csv.DictReader(io.StringIO(run())))[1]
     assert failed["error_message"] == '\'=HYPERLINK("http://evil.example")'
-    assert failed["remote_identifier"] == "'@crm:user-7"
+    assert failed["remote_identifier"] == "@crm:user-7"  # an id: verbatim, like the hashes
     assert (failed["state"], failed["drop_status_code"], failed["report_file"]) == (
         "failed",
         "",
         "",
     )
+
+
+def test_csv_keeps_hashes_exact_even_when_they_start_like_a_formula(
+    history: OutcomeHistory,
+) -> None:
+    plus_hash = "+" + history.deleted.identifier_hash[1:]
+    type(history.deleted).objects.filter(pk=history.deleted.pk).update(identifier_hash=plus_hash)
+
+    deleted = next(iter(csv.DictReader(io.StringIO(run()))))
+
+    assert deleted["identifier_hash"] == plus_hash  # what DROP sent, to compare with its files
+    assert deleted["request_uuid"] == str(history.deleted.request_uuid)
 
 
 def test_jsonl_keeps_values_exact_and_filters_by_broker_and_dates(

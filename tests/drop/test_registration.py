@@ -111,9 +111,13 @@ def test_quoted_fields_and_a_multi_line_record_keep_line_numbers_right() -> None
     assert [r.position for r in records] == [2, 3, 5]
 
 
-def test_remote_identifier_is_trimmed_and_reported_on_rejection() -> None:
-    (record,) = read("remote_identifier,email\n  C-1  ,Anna.Smith@Domain.com\n")
-    assert record.remote_identifier == "C-1"
+def test_remote_identifier_is_kept_verbatim_and_a_blank_one_refused() -> None:
+    records = read(
+        "remote_identifier,email\n  C-1  ,Anna.Smith@Domain.com\n   ,Anna.Smith@Domain.com\n"
+    )
+    assert records[0].remote_identifier == "  C-1  "  # the broker's data, spaces included
+    assert isinstance(records[1], RejectedRecord)
+    assert records[1].errors == {"remote_identifier": ["remote_identifier must not be blank"]}
 
 
 @pytest.mark.parametrize(
@@ -337,7 +341,7 @@ def test_api_objects_with_every_list_type_and_hashes() -> None:
         ("C-1", "non_field_errors", "must be a JSON object"),
         ({"email": ["a@b"]}, "remote_identifier", "this field is required"),
         ({"remote_identifier": 7, "email": ["a@b"]}, "remote_identifier", "must be a string"),
-        ({"remote_identifier": " ", "email": ["a@b"]}, "remote_identifier", "is required"),
+        ({"remote_identifier": " ", "email": ["a@b"]}, "remote_identifier", "must not be blank"),
         ({"remote_identifier": "C-1"}, "non_field_errors", "no identifier"),
         ({"remote_identifier": "C-1", "emails": ["a@b"]}, "emails", "unknown field"),
         ({"remote_identifier": "C-1", "email": "a@b"}, "email", "must be a list"),

@@ -320,6 +320,51 @@ def test_a_rejected_file_hands_its_rows_back_for_a_fresh_file(
     ]
 
 
+def test_a_status_drop_never_accepted_is_never_sent_as_an_amendment(
+    cycle: DropCycle, drop: DropSimulator, client: DropClient
+) -> None:
+    report_files_write(broker=cycle.broker)  # written; not uploaded yet
+    late = WorkItem.objects.get(work_item_id="EmailNotFnd1")
+    request_make(late, outcome="deleted", late_match=True)
+    work_item_settle(work_item=late)  # its status changes before DROP saw the first one
+    drop.broker_id = "9999"  # and DROP rejects that upload
+
+    report_run(broker=cycle.broker, upload=True, client=client)
+    drop.broker_id = "4821"
+    again = report_run(broker=cycle.broker, upload=True, client=client)
+
+    assert again.error is None
+    assert drop.amended == {}  # DROP never accepted a status for it: nothing to amend
+    assert csv_rows(drop.uploaded["20260312_4821_Email_part02.csv"]) == {
+        "EmailDeleted": 3,
+        "EmailNotFnd1": 3,
+    }
+    late.refresh_from_db()
+    assert (late.state, late.reported_status_code, late.needs_amendment) == (
+        WorkItemState.REPORTED,
+        3,
+        False,
+    )
+    assert not ReportFile.objects.filter(kind="amend").exists()
+
+
+def test_a_changed_status_waits_for_drops_answer_to_its_upload_then_is_amended(
+    cycle: DropCycle, drop: DropSimulator, client: DropClient
+) -> None:
+    report_files_write(broker=cycle.broker)
+    late = WorkItem.objects.get(work_item_id="EmailNotFnd1")
+    request_make(late, outcome="deleted", late_match=True)
+    work_item_settle(work_item=late)
+
+    first = report_run(broker=cycle.broker, upload=True, client=client)
+    assert sorted(f.file_name for f in first.accepted) == [EMAIL, PHONE]
+    assert csv_rows(drop.uploaded[EMAIL])["EmailNotFnd1"] == 5
+    second = report_run(broker=cycle.broker, upload=True, client=client)
+
+    (amendment,) = second.accepted
+    assert csv_rows(drop.amended[amendment.file_name]) == {"EmailNotFnd1": 3}
+
+
 def test_409_keeps_the_file_for_later(
     cycle: DropCycle, drop: DropSimulator, client: DropClient
 ) -> None:

@@ -73,7 +73,7 @@ class Command(DropportalCommand):
             for k in ApiKey.objects.select_related("broker")
         ]
         if options["json"]:
-            self.print_json(rows)
+            self.print_json({"items": rows})
             return
         for r in rows:
             state = f"revoked {r['revoked_at']}" if r["revoked_at"] else "active"

@@ -42,7 +42,7 @@ class Command(DropportalCommand):
     def handle_list(self, **options: Any) -> None:
         brokers = [_broker_json(b) for b in Broker.objects.all()]
         if options["json"]:
-            self.print_json(brokers)
+            self.print_json({"items": brokers})
             return
         for b in brokers:
             self.stdout.write(f"{b['broker_id']}  {b['mode']:<10}  {b['name']}")

@@ -1,8 +1,10 @@
-"""``manage.py drop pull|import|report``: bring DROP's deletion lists in, matched; report.
+"""``manage.py drop pull|import|report|doctor``: bring DROP's deletion lists in, matched;
+report; find what is stuck.
 
     manage.py drop pull --broker 4821            # download (waiting through 202), import, match
     manage.py drop import --broker 4821 20260312_4821_DROP.zip
     manage.py drop report --broker 4821 --upload # response CSVs (``management/drop_report.py``)
+    manage.py drop doctor [--broker 4821] [--json]   # exit 1 when a work item is stuck
 
 Both print the cycle (``--json``: one JSON object); a refusal is one line on stderr and exit 1.
 """
@@ -10,13 +12,16 @@ Both print the cycle (``--json``: one JSON object); a refusal is one line on std
 from __future__ import annotations
 
 import datetime as dt
+import sys
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import CommandError
 
 from integrations.management.base import broker_or_error, date_bound
 from integrations.management.drop_report import ReportSubcommand
+from integrations.selectors import stuck_work_items
 from integrations.services.drop import (
     DEFAULT_MAX_WAIT_SECONDS,
     DropImportError,
@@ -55,6 +60,14 @@ class Command(ReportSubcommand):
         )
         imp.add_argument("--json", action="store_true", help="print the result as JSON")
         self.add_report_subcommand(subparsers)
+
+        doctor = subparsers.add_parser(
+            "doctor",
+            help="list the open work items no automatic path brings to a status, by reason; "
+            "exit 1 when there is any",
+        )
+        doctor.add_argument("--broker", help="only this broker (its 4-digit DROP id)")
+        doctor.add_argument("--json", action="store_true", help="print the result as JSON")
 
     def handle_pull(self, **options: Any) -> None:
         broker = broker_or_error(options["broker"])
@@ -148,3 +161,26 @@ class Command(ReportSubcommand):
                 f"{result.removed.requests_cancelled} undelivered requests cancelled, "
                 f"{result.removed.unknown} ids not open here."
             )
+
+    def handle_doctor(self, **options: Any) -> None:
+        broker = broker_or_error(options["broker"]) if options.get("broker") else None
+        groups = stuck_work_items(broker=broker)
+        base = settings.DROPPORTAL_PUBLIC_URL
+        if options["json"]:
+            self.print_json(
+                {
+                    "stuck": bool(groups),
+                    "work_items": sum(g.work_items for g in groups),
+                    "groups": [{**g.as_json(), "admin_url": base + g.admin_path} for g in groups],
+                }
+            )
+        elif not groups:
+            self.stdout.write("No stuck work item: every open one has a live path to a status.")
+        for group in [] if options["json"] else groups:
+            self.stderr.write(
+                f"broker {group.broker_id}: {group.work_items} work item(s) {group.label}"
+                f" [{group.reason}], nearest due {group.nearest_due_date.isoformat()}:"
+                f" {base}{group.admin_path}"
+            )
+        if groups:
+            sys.exit(1)

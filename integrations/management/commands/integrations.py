@@ -1,5 +1,5 @@
-"""``manage.py integrations add webhook|isi, rotate-secret, check-connection, list``: where
-the broker's systems are reached, and their Webhook Secrets.
+"""``manage.py integrations add webhook|isi, rotate-secret, check-connection, disable, enable,
+list``: where the broker's systems are reached, and their Webhook Secrets.
 
 ``add`` takes the integration kind as its own subcommand (``add webhook ...``); each kind is
 an ``add_<kind>`` method with its arguments declared in ``add_<kind>_arguments``, so a new
@@ -17,6 +17,8 @@ from integrations.dispatch.isi import IsiError
 from integrations.management.base import DropportalCommand, broker_or_error
 from integrations.models import Integration, IntegrationKind, IsiConnection
 from integrations.services.integrations import (
+    integration_disable,
+    integration_enable,
     integration_secret_rotate,
     webhook_integration_create,
 )
@@ -74,6 +76,18 @@ class Command(DropportalCommand):
         )
         check.add_argument("uuid")
         check.add_argument("--json", action="store_true")
+        disable = subparsers.add_parser(
+            "disable", help="stop delivering to an integration; what is queued waits"
+        )
+        disable.add_argument("uuid")
+        disable.add_argument("--reason", default="", help="why (shown to staff, in the ledger)")
+        disable.add_argument("--json", action="store_true")
+        enable = subparsers.add_parser(
+            "enable",
+            help="deliver to an integration again: queue what waited, target pending requests",
+        )
+        enable.add_argument("uuid")
+        enable.add_argument("--json", action="store_true")
         listing = subparsers.add_parser("list", help="list integrations")
         listing.add_argument("--broker", help="only this broker's")
         listing.add_argument("--json", action="store_true")
@@ -215,6 +229,58 @@ class Command(DropportalCommand):
         self.stdout.write(f"New Webhook Secret (shown once): {secret}")
         self.stdout.write(f"The previous secret stays valid until {valid_until.isoformat()}.")
 
+    # -- disable / enable --------------------------------------------------------------------
+
+    def handle_disable(self, **options: Any) -> None:
+        integration = integration_or_error(options["uuid"])
+        was_enabled = integration.enabled
+        disabled = integration_disable(
+            integration=integration, reason=options["reason"], actor=self.actor()
+        )
+        if options["json"]:
+            self.print_json(
+                {
+                    "uuid": str(disabled.uuid),
+                    "enabled": disabled.enabled,
+                    "disabled_reason": disabled.disabled_reason,
+                    "changed": was_enabled,
+                }
+            )
+            return
+        if not was_enabled:
+            self.stdout.write(
+                f"Integration {disabled.uuid} ({disabled.name}) was already disabled"
+                f" ({disabled.disabled_reason or 'by staff'})."
+            )
+            return
+        self.stdout.write(
+            f"Integration {disabled.uuid} ({disabled.name}) disabled: {disabled.disabled_reason}."
+            f" Queued deliveries wait; enable it with: manage.py integrations enable"
+            f" {disabled.uuid}"
+        )
+
+    def handle_enable(self, **options: Any) -> None:
+        integration = integration_or_error(options["uuid"])
+        was_enabled = integration.enabled
+        queued = integration_enable(integration=integration, actor=self.actor())
+        if options["json"]:
+            self.print_json(
+                {
+                    "uuid": str(integration.uuid),
+                    "enabled": True,
+                    "changed": not was_enabled,
+                    "requests_queued": queued,
+                }
+            )
+            return
+        if was_enabled:
+            self.stdout.write(f"Integration {integration.uuid} ({integration.name}) was enabled.")
+            return
+        self.stdout.write(
+            f"Integration {integration.uuid} ({integration.name}) enabled;"
+            f" {queued} request(s) queued for delivery."
+        )
+
     # -- list --------------------------------------------------------------------------------
 
     def handle_list(self, **options: Any) -> None:
@@ -236,7 +302,7 @@ class Command(DropportalCommand):
             for i in integrations
         ]
         if options["json"]:
-            self.print_json(rows)
+            self.print_json({"items": rows})
             return
         for r in rows:
             state = "enabled" if r["enabled"] else f"DISABLED ({r['disabled_reason']})"

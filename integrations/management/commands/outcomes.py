@@ -2,8 +2,9 @@
 
     manage.py outcomes export --broker 4821 --since 2026-03-01 --format jsonl --out h.jsonl
 
-Streams (memory stays flat at any size); CSV cells a spreadsheet would run as formulas are
-defused, JSONL keeps every value exact. Columns: ``selectors.OUTCOME_COLUMNS``.
+Streams (memory stays flat at any size); in CSV a free-text cell (``error_message``) a
+spreadsheet would run as a formula is defused, hashes, ids and codes are written verbatim;
+JSONL keeps every value exact. Columns: ``selectors.OUTCOME_COLUMNS``.
 """
 
 from __future__ import annotations

@@ -60,7 +60,7 @@ class Command(DropportalCommand):
             connections = connections.filter(broker=broker_or_error(options["broker"]))
         rows = [_row(c) for c in connections]
         if options["json"]:
-            self.print_json(rows)
+            self.print_json({"items": rows})
             return
         for r in rows:
             state = "enabled" if r["enabled"] else f"DISABLED ({r['disabled_reason']})"

@@ -1,0 +1,185 @@
+"""``drop doctor``: every open work item no automatic path brings to a DROP status, grouped
+by broker and reason, with counts, the nearest due date and the admin list; exit 1 when there
+is any. The periodic job runs the same check and the dashboard's broker card shows it.
+
+One world holds a work item stuck for each reason next to items whose path is live (queued,
+dispatched yesterday, removed by DROP); each test reads it through a different surface.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.test import Client
+from django.utils import timezone
+
+from integrations import tasks
+from integrations.models import (
+    Broker,
+    DropCycle,
+    Integration,
+    LedgerEvent,
+    RequestState,
+    WorkItem,
+    WorkItemState,
+)
+from integrations.selectors import StuckReason, stuck_work_items
+from integrations.services.brokers import broker_create
+from integrations.services.integrations import integration_disable
+from integrations.services.ledger import ledger_event_append
+from tests.webhook_factories import (
+    MATCH_DATE,
+    deletion_request,
+    resolution_request,
+    webhook_integration_for,
+    work_item,
+)
+
+pytestmark = pytest.mark.django_db
+
+DUE = MATCH_DATE + dt.timedelta(days=45)
+
+
+@dataclass
+class World:
+    broker: Broker
+    other: Broker
+    crm: Integration
+
+
+@pytest.fixture
+def world(broker: Broker) -> World:
+    crm = webhook_integration_for(broker, "https://crm.acme.example/drop").integration
+    old = webhook_integration_for(broker, "https://old.acme.example/drop", name="Old").integration
+    now = timezone.now()
+    # Stuck, one per reason.
+    deletion_request(None, broker=broker, state=RequestState.PENDING)
+    deletion_request(crm, state=RequestState.FAILED, drop_outcome="failed")
+    deletion_request(crm, state=RequestState.UNDELIVERABLE)
+    deletion_request(crm, state=RequestState.DISPATCHED, dispatched_at=now - dt.timedelta(days=8))
+    resolution_request(crm, state=RequestState.FAILED)
+    deletion_request(old, state=RequestState.QUEUED)
+    integration_disable(integration=old, reason="broker moved", actor="test")
+    # Live: queued, dispatched yesterday; and a removed item owes nothing.
+    deletion_request(crm, state=RequestState.QUEUED)
+    deletion_request(crm, state=RequestState.DISPATCHED, dispatched_at=now - dt.timedelta(days=1))
+    removed = work_item(broker)
+    removed.state = WorkItemState.REMOVED
+    removed.save()
+    deletion_request(None, broker=broker, state=RequestState.PENDING, work_item=removed)
+    # Another broker whose DROP key was refused: its items cannot reach DROP.
+    other = broker_create(broker_id="1234", name="Other", actor="test")
+    other_crm = webhook_integration_for(other, "https://crm.other.example/drop").integration
+    deletion_request(other_crm, state=RequestState.QUEUED)
+    ledger_event_append(
+        kind="drop.pull_failed",
+        broker_id="1234",
+        subject="1234",
+        actor="system:auto-pull",
+        data={"error": "DROP refused the API key (HTTP 401)", "status": 401},
+    )
+    return World(broker, other, crm)
+
+
+EXPECTED = {
+    ("1234", "drop_key_refused"),
+    ("4821", "pending_without_target"),
+    ("4821", "failed_waiting_for_staff"),
+    ("4821", "undeliverable"),
+    ("4821", "no_callback"),
+    ("4821", "resolution_stuck"),
+    ("4821", "integration_disabled"),
+}
+
+
+def test_the_selector_groups_every_stuck_item_by_broker_and_reason(world: World) -> None:
+    groups = stuck_work_items()
+
+    assert {(g.broker_id, str(g.reason)) for g in groups} == EXPECTED
+    assert all(g.work_items == 1 and g.nearest_due_date == DUE for g in groups)
+    assert stuck_work_items(broker=world.other) == [
+        g for g in groups if g.reason == StuckReason.DROP_KEY_REFUSED
+    ]
+
+
+def test_the_automatic_redispatch_policy_is_a_live_path_until_it_gives_up(
+    world: World, settings: Any
+) -> None:
+    settings.DROPPORTAL_AUTO_REDISPATCH_HOURS = 6
+    reasons = {g.reason for g in stuck_work_items(broker=world.broker)}
+    assert StuckReason.FAILED_WAITING_FOR_STAFF not in reasons
+
+
+def test_json_is_one_object_and_the_exit_is_1(world: World) -> None:
+    out = io.StringIO()
+    with pytest.raises(SystemExit) as exited:
+        call_command("drop", "doctor", "--json", stdout=out, stderr=io.StringIO())
+
+    assert exited.value.code == 1
+    printed = json.loads(out.getvalue())
+    assert printed["stuck"] is True
+    assert printed["work_items"] == len(EXPECTED)
+    assert {(g["broker_id"], g["reason"]) for g in printed["groups"]} == EXPECTED
+    pending = next(g for g in printed["groups"] if g["reason"] == "pending_without_target")
+    assert pending["nearest_due_date"] == DUE.isoformat()
+    assert pending["admin_url"].endswith(
+        f"/admin/integrations/deletionrequest/?broker__id__exact={world.broker.pk}"
+        "&state__exact=pending"
+    )
+
+
+def test_without_json_one_line_per_group_on_stderr(world: World) -> None:
+    err = io.StringIO()
+    with pytest.raises(SystemExit) as exited:
+        call_command("drop", "doctor", "--broker", "4821", stdout=io.StringIO(), stderr=err)
+
+    assert exited.value.code == 1
+    lines = err.getvalue().strip().splitlines()
+    assert len(lines) == len(EXPECTED) - 1  # the other broker is left out
+    assert all(line.startswith("broker 4821: 1 work item(s) ") for line in lines)
+    assert any("[integration_disabled]" in line and "/admin/integrations/integration/" in line
+               for line in lines)  # fmt: skip
+
+
+def test_a_healthy_service_exits_0(broker: Broker) -> None:
+    out = io.StringIO()
+    call_command("drop", "doctor", "--json", stdout=out)
+    assert json.loads(out.getvalue()) == {"stuck": False, "work_items": 0, "groups": []}
+
+
+def test_admin_links_open_the_list_that_holds_them(world: World, admin_client: Client) -> None:
+    for group in stuck_work_items():
+        response = admin_client.get(group.admin_path)
+        # 200, not the 302 to "?e=1" the admin answers a filter it does not allow.
+        assert response.status_code == 200, group.admin_path
+
+
+def test_the_periodic_job_records_changes_and_the_dashboard_shows_them(
+    world: World, admin_client: Client
+) -> None:
+    assert tasks.drop_doctor() == len(EXPECTED)
+    assert tasks.drop_doctor() == len(EXPECTED)  # the same result: nothing new recorded
+
+    events = LedgerEvent.objects.filter(kind="drop.doctor_checked")
+    assert sorted(events.values_list("broker_id", flat=True)) == ["1234", "4821"]
+    page = admin_client.get("/admin/").content.decode()
+    assert "Stuck work items" in page
+    assert "pending without a target" in page
+    assert "DROP refused the broker&#x27;s key" in page
+
+    # Staff settle it all: the next run records the broker healthy and the card says nothing.
+    DropCycle.objects.filter(broker=world.broker).update(state="reported")
+    WorkItem.objects.filter(broker=world.broker, state=WorkItemState.OPEN).update(
+        state=WorkItemState.REPORTABLE, status_code=5
+    )
+    tasks.drop_doctor()
+    latest = events.filter(broker_id="4821").latest("id")
+    assert latest.data == {"stuck_work_items": 0, "groups": []}
+    page = admin_client.get("/admin/").content.decode()
+    assert "pending without a target" not in page

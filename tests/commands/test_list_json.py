@@ -1,0 +1,44 @@
+"""``--json`` of every list command prints one JSON object, ``{"items": [...]}``, as every
+other ``--json`` does (a list at the top level is not what scripts reading it expect)."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from django.core.management import call_command
+
+from integrations.models import Broker
+from integrations.services.integrations import webhook_integration_create
+from integrations.services.keys import api_key_create
+from tests.webhook_factories import saas_connection
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.mark.parametrize(
+    ("command", "field", "value"),
+    [
+        ("brokers", "broker_id", "4821"),
+        ("apikeys", "name", None),
+        ("integrations", "name", "Acme CRM"),
+        ("saas", "name", "Mailer"),
+    ],
+)
+def test_list_json_is_one_object_with_its_items(
+    broker: Broker, command: str, field: str, value: str | None
+) -> None:
+    webhook_integration_create(
+        broker=broker, name="Acme CRM", url="https://crm.acme.example/drop", actor="test"
+    )
+    saas_connection(broker, "https://api.mailer.example/erase")
+    created = api_key_create(broker=broker, scopes=["ingest"], actor="test")
+    out = io.StringIO()
+
+    call_command(command, "list", "--json", stdout=out)
+
+    printed = json.loads(out.getvalue())
+    assert isinstance(printed, dict) and list(printed) == ["items"]
+    (item,) = printed["items"]
+    assert item[field] == (value if value is not None else created.api_key.name)
