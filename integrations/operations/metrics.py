@@ -34,7 +34,7 @@ from rest_framework.views import APIView
 from integrations.api.permissions import HasScope
 from integrations.models import ApiKeyScope, CycleState, WorkItem
 from integrations.operations.counters import CALLBACKS
-from integrations.selectors import cycle_deadlines
+from integrations.selectors import cycle_deadlines, stuck_work_items
 
 _CALLBACK_PREFIX = "/api/v1/drop/callbacks/"
 
@@ -93,6 +93,17 @@ def _cycle_days_left() -> Metric:
     return family
 
 
+def _stuck_work_items() -> Metric:
+    family = GaugeMetricFamily(
+        "dropportal_stuck_work_items",
+        "Open work items no automatic path brings to a status (drop doctor), by reason.",
+        labels=["broker", "reason"],
+    )
+    for group in stuck_work_items():
+        family.add_metric([group.broker_id, str(group.reason)], group.work_items)
+    return family
+
+
 def _ledger_events() -> Metric:
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM integrations_ledgerevent")
@@ -105,6 +116,7 @@ DATABASE_METRICS: list[Callable[[], Metric]] = [
     _jobs,
     _work_items_open,
     _cycle_days_left,
+    _stuck_work_items,
     _ledger_events,
 ]
 

@@ -38,7 +38,7 @@ from integrations.models import (
     ReportFileState,
     SaasConnection,
 )
-from integrations.selectors import cycle_deadlines
+from integrations.selectors import cycle_deadlines, stuck_work_items
 from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
 
 # The send job, deferred by name (services never import tasks.py).
@@ -277,4 +277,19 @@ def _ledger_verify_failed(now: dt.datetime) -> Iterable[Firing]:
             text=f"ledger verify failed: {last.data.get('first_break', 'a break')}; "
             "run `manage.py ledger verify` and compare with your exported chain hashes",
             details={"event": last.id},
+        )
+
+
+@alert_condition("stuck_work")
+def _stuck_work(now: dt.datetime) -> Iterable[Firing]:
+    """``drop doctor`` finds open work items no automatic path brings to a status: one alert
+    per broker and reason (its counts may change while it lasts)."""
+    for group in stuck_work_items(now=now):
+        yield Firing(
+            key=f"{group.broker_id}:{group.reason}",
+            broker_id=group.broker_id,
+            text=f"{group.work_items} work item(s) of broker {group.broker_id} are stuck: "
+            f"{group.label} (nearest due {group.nearest_due_date.isoformat()}); "
+            f"see `manage.py drop doctor` or {settings.DROPPORTAL_PUBLIC_URL}{group.admin_path}",
+            details=group.as_json(),
         )

@@ -10,10 +10,11 @@ from django.db import connection
 from django.test import Client
 from rest_framework.test import APIClient
 
-from integrations.models import LedgerEvent, WorkItemState
+from integrations.models import LedgerEvent, RequestState, WorkItemState
 from integrations.operations.counters import CALLBACKS, DELIVERIES
 from tests.conftest import bearer
 from tests.reporting_factories import cycle_make, item_make
+from tests.webhook_factories import deletion_request, webhook_integration_for
 
 pytestmark = pytest.mark.django_db
 
@@ -135,3 +136,16 @@ def test_metrics_in_prometheus_text_format(api_client: APIClient, make_key, brok
         _sample(text, "dropportal_deliveries_total", kind="deletion_request", result="delivered")
         == deliveries_before + 1
     )
+
+
+def test_metrics_count_stuck_work_items_by_broker_and_reason(
+    api_client: APIClient, make_key, broker
+) -> None:
+    crm = webhook_integration_for(broker, "https://crm.acme.test/drop").integration
+    deletion_request(crm, state=RequestState.UNDELIVERABLE)
+    deletion_request(crm, state=RequestState.UNDELIVERABLE)
+    deletion_request(crm, state=RequestState.QUEUED)  # live: not stuck
+
+    text = api_client.get("/metrics", **bearer(make_key("metrics").key)).content.decode()
+
+    assert _sample(text, "dropportal_stuck_work_items", broker="4821", reason="undeliverable") == 2

@@ -29,7 +29,14 @@ from procrastinate.contrib.django.models import ProcrastinateJob
 
 from devtools.drop_simulator import DropSimulator, work_items
 from integrations import tasks
-from integrations.models import AlertState, Broker, LedgerEvent, ReportFileState
+from integrations.models import (
+    AlertState,
+    Broker,
+    DeletionRequest,
+    LedgerEvent,
+    ReportFileState,
+    RequestState,
+)
 from integrations.services import drop as drop_services
 from integrations.services.alerts import CONDITIONS, alerts_evaluate
 from integrations.services.brokers import broker_create
@@ -39,7 +46,12 @@ from integrations.services.saas import saas_connection_disable, saas_connection_
 from tests.conftest import subprocess_env
 from tests.drop_cycle import PACKAGE_DATE, drop_zip
 from tests.reporting_factories import cycle_make, item_make
-from tests.webhook_factories import saas_connection, truncate_jobs, webhook_integration_for
+from tests.webhook_factories import (
+    deletion_request,
+    saas_connection,
+    truncate_jobs,
+    webhook_integration_for,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -325,6 +337,7 @@ def test_conditions_are_a_registry() -> None:
         "cycle_due_7_days",
         "cycle_due_2_days",
         "ledger_verify_failed",
+        "stuck_work",
     }
     assert AlertState.objects.count() == 0
 
@@ -362,3 +375,21 @@ def test_a_disabled_saas_connection_alerts_until_enabled(broker: Broker) -> None
     connection_.refresh_from_db()
     saas_connection_enable(connection=connection_, actor="test")
     assert [a.key for a in alerts_evaluate().cleared] == [raised[0].key]
+
+
+def test_stuck_work_found_by_drop_doctor_alerts_once_per_broker_and_reason(
+    broker: Broker,
+) -> None:
+    crm = webhook_integration_for(broker, "https://crm.acme.test/drop").integration
+    deletion_request(crm, state=RequestState.UNDELIVERABLE)
+    deletion_request(crm, state=RequestState.UNDELIVERABLE)
+
+    raised = alerts_evaluate().raised
+    assert [(a.condition, a.key) for a in raised] == [
+        ("stuck_work", "stuck_work:4821:undeliverable")
+    ]
+    assert raised[0].text.startswith("2 work item(s) of broker 4821 are stuck: undeliverable")
+    assert alerts_evaluate().raised == []
+
+    DeletionRequest.objects.filter(integration=crm).update(state=RequestState.CANCELLED)
+    assert [a.key for a in alerts_evaluate().cleared] == ["stuck_work:4821:undeliverable"]
