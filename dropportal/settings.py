@@ -270,4 +270,8 @@ DROPPORTAL_WORKER_HEARTBEAT_SECONDS = 120
 # First: an unreachable database is a 503, whatever middleware or view met it.
 MIDDLEWARE.insert(0, "integrations.operations.outage.DatabaseOutageMiddleware")
 MIDDLEWARE.insert(1, "integrations.operations.metrics.CallbackMetricsMiddleware")
+# Sessions are saved on every request (the idle expiry above): in an outage too, after the view.
+MIDDLEWARE[MIDDLEWARE.index("django.contrib.sessions.middleware.SessionMiddleware")] = (
+    "integrations.operations.outage.OutageTolerantSessionMiddleware"
+)
 # --- end operations: alerts, health and metrics, outages ----------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from devtools.drop_simulator import DropSimulator, work_items
+from integrations.drop.client import DropClient
 from integrations.models import Broker, DeletionRequest, DropCycle
 from integrations.services.drop import drop_zip_import
 from integrations.services.outcomes import deletion_outcome_record
@@ -41,6 +42,8 @@ def evidence_world(broker: Broker, drop: DropSimulator, directory: Path) -> Drop
             opt_out_email="household@example.com" if outcome == "opted_out" else "",
             actor="test",
         )
-    run = report_run(broker=broker, upload=True, actor="test")
+    # The stand-in listens on loopback: the one explicit opening of the outbound filter.
+    client = DropClient(drop.url, DROP_KEY, allow_private=True)
+    run = report_run(broker=broker, upload=True, client=client, actor="test")
     assert run.error is None and len(run.accepted) == 2, run
     return imported.cycle

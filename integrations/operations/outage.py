@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from django.contrib.sessions.middleware import SessionMiddleware
 from django.db import DatabaseError, InterfaceError, OperationalError, connection
 from django.db.backends.signals import connection_created
 from django.http import HttpRequest, HttpResponse
@@ -98,3 +99,23 @@ class DatabaseOutageMiddleware:
             return None
         outage.started(exception)
         return outage_response(request)
+
+
+class OutageTolerantSessionMiddleware(SessionMiddleware):
+    """Django's session middleware, keeping the view's answer when the session cannot be saved.
+
+    Staff sessions are saved on every request (their idle expiry), so an admin request in an
+    outage reaches the database once more after its view, where ``process_exception`` no
+    longer applies and Django would turn any answer into a 500 with a traceback.
+    """
+
+    def process_response(self, request: HttpRequest, response: HttpResponse) -> HttpResponse:
+        try:
+            return super().process_response(request, response)
+        except DatabaseError as exc:
+            if not database_unreachable(exc):
+                raise
+            outage.started(exc)
+            # The view has answered (a view that met the outage answered 503 already): only
+            # the session's idle clock is not moved on.
+            return response

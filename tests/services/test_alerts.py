@@ -135,7 +135,8 @@ def empty_job_tables() -> Iterator[None]:
 
 
 @pytest.fixture
-def drop(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[DropSimulator]:
+def drop(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, settings: Any) -> Iterator[DropSimulator]:
+    settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = True  # the stand-in listens on loopback
     monkeypatch.setattr(drop_services, "wait", lambda seconds: None)
     monkeypatch.setattr(drop_services, "PACKAGES_DIR", tmp_path / "packages")
     with DropSimulator(api_key=KEY) as simulator:
