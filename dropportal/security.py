@@ -1,4 +1,4 @@
-"""Start-up checks of the deployment's security settings, and the client's address.
+"""Start-up checks of the deployment's security settings.
 
 ``manage.py check`` (and so every start-up) refuses a plain-http public URL on a host other
 than loopback while debug is off: staff passwords, MFA codes and session cookies would cross
@@ -16,7 +16,6 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core import checks
-from django.http import HttpRequest
 
 _LOOPBACK_NAMES = {"localhost", "localhost.localdomain"}
 
@@ -48,15 +47,3 @@ def public_url_uses_https(app_configs: Any = None, **kwargs: Any) -> list[checks
             id="dropportal.E001",
         )
     ]
-
-
-def client_address(request: HttpRequest) -> str | None:
-    """The client's address: the peer, or behind the opt-in TLS proxy, the address that
-    proxy appended last to X-Forwarded-For (earlier entries are the client's own claim)."""
-    if settings.DROPPORTAL_BEHIND_TLS_PROXY:
-        forwarded = request.META.get("HTTP_X_FORWARDED_FOR", "")
-        last = forwarded.split(",")[-1].strip()
-        if last:
-            return last
-    address = request.META.get("REMOTE_ADDR")
-    return str(address) if address else None

@@ -19,7 +19,7 @@ environ.Env.read_env(BASE_DIR / ".env")
 
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
 
-# --- operations (issue 14): secrets shared by every host --------------------------------
+# --- operations: secrets shared by every host --------------------------------
 # Secrets generated into var/ serve the embedded PostgreSQL only. With DATABASE_URL (a real
 # deployment, perhaps several hosts) each host would generate its own, and two hosts must
 # never encrypt with different keys: refuse to start, in one line.
@@ -182,7 +182,7 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
-# --- operations (issue 14): log format -------------------------------------------------
+# --- operations: log format -------------------------------------------------
 # json: one JSON object per line (python-json-logger), a traceback inside its line's object.
 DROPPORTAL_LOG_FORMAT = env.str("DROPPORTAL_LOG_FORMAT", default="text")
 if DROPPORTAL_LOG_FORMAT not in ("text", "json"):
@@ -253,11 +253,11 @@ AXES_FAILURE_LIMIT = 5
 AXES_COOLOFF_TIME = 0.25  # hours
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
-AXES_CLIENT_IP_CALLABLE = "dropportal.security.client_address"
+AXES_CLIENT_IP_CALLABLE = "integrations.client_address.client_address"
 AXES_SENSITIVE_PARAMETERS = ["password", "otp_token"]
 LOGGING["loggers"]["axes"] = {"level": "WARNING"}  # type: ignore[index]
 
-# --- operations (issue 14): alerts, health and metrics, outages ---------------------------
+# --- operations: alerts, health and metrics, outages ---------------------------
 # Alerts go by email (Django's mail, EMAIL_URL in django-environ's format) and/or to a JSON
 # webhook; neither set: alerts are ledger events only.
 if env.str("EMAIL_URL", default=""):

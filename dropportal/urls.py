@@ -10,7 +10,7 @@ urlpatterns = [
     path("", RedirectView.as_view(url="/admin/", permanent=False)),
     path("admin/", admin.site.urls),
     path("api/v1/", include("integrations.api.urls")),
-    # Operations (issue 14): probes and Prometheus metrics.
+    # Operations: probes and Prometheus metrics.
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("metrics", metrics.MetricsView.as_view(), name="metrics"),

@@ -996,7 +996,7 @@ def stuck_work_items(
     )
 
 
-# --- The yearly DROP figures (issue 16) ----------------------------------------------------
+# --- The yearly DROP figures ---------------------------------------------------------------
 # One pass over the year's work items in SQL (a year can hold tens of millions). A work item
 # counts in the year its cycle was downloaded (UTC); its category is the status DROP holds
 # (the last one reported to it). The figures' admin links filter with METRIC_FILTERS, and

@@ -92,7 +92,7 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     return {
         **os.environ,
         "DATABASE_URL": database_url(),
-        # Required with DATABASE_URL (operations, issue 14): the test process's own.
+        # Required with DATABASE_URL: the test process's own.
         "SECRET_KEY": settings.SECRET_KEY,
         "DROPPORTAL_ENCRYPTION_KEYS": ",".join(settings.DROPPORTAL_ENCRYPTION_KEYS),
         **extra,

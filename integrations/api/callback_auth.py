@@ -42,8 +42,9 @@ body refused before the key was read, an address throttled) writes nothing: anyo
 those, and the ledger is append-only. They are counted (``UNAUTHENTICATED``), logged at
 most once a minute per process with the count, and each costs its client address a token
 of ``DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT`` (per address, or per /64 for IPv6). The
-address is REMOTE_ADDR: behind a reverse proxy every client shares the proxy's, which is why
-a request with a valid key is never refused by it.
+address is the peer's, or the one the opt-in TLS proxy forwards: behind any other reverse
+proxy every client shares the proxy's, which is why a request with a valid key is never
+refused by it.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ from integrations.api.authentication import ApiKeyAuthentication
 from integrations.api.errors import Problem
 from integrations.api.json_body import json_body
 from integrations.api.permissions import HasScope
+from integrations.client_address import client_address
 from integrations.dispatch import signing
 from integrations.models import ApiKey, ApiKeyScope, DeletionRequest, Integration, IntegrationKind
 from integrations.services.integrations import integration_callback_secrets
@@ -201,9 +203,9 @@ ADDRESS_BUCKETS = _AddressBuckets()
 UNAUTHENTICATED = _Rejections()
 
 
-def client_address(request: HttpRequest | Request) -> str:
-    """The address a throttle counts: REMOTE_ADDR, an IPv6 address by its /64."""
-    address = str(request.META.get("REMOTE_ADDR") or "unknown")
+def throttle_address(request: HttpRequest | Request) -> str:
+    """The address a throttle counts: the client's, an IPv6 address by its /64."""
+    address = client_address(request) or "unknown"
     try:
         ip = ipaddress.ip_address(address)
     except ValueError:
@@ -315,7 +317,7 @@ class SignedCallbackView(APIView):
         return f"apikey:{api_key.prefix}"
 
     def _refuse_if_throttled(self, request: HttpRequest | Request) -> None:
-        wait = ADDRESS_BUCKETS.wait(client_address(request))
+        wait = ADDRESS_BUCKETS.wait(throttle_address(request))
         if wait > 0:
             self._throttled_address = True
             raise Problem(
@@ -357,7 +359,7 @@ class SignedCallbackView(APIView):
             data["fields"] = sorted(str(field) for field in body["errors"])  # names, not values
         data.update(getattr(exc, "ledger_data", {}))
         if not isinstance(api_key, ApiKey):
-            address = client_address(self.request)
+            address = throttle_address(self.request)
             if not getattr(self, "_throttled_address", False):
                 ADDRESS_BUCKETS.take(address)
             UNAUTHENTICATED.add(address=address, status=response.status_code, code=data["code"])

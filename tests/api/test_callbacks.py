@@ -829,5 +829,16 @@ def test_ipv6_clients_are_throttled_by_their_64() -> None:
     request = APIRequestFactory().put("/", REMOTE_ADDR="2001:db8:1:2:aaaa::1")
     other = APIRequestFactory().put("/", REMOTE_ADDR="2001:db8:1:2:bbbb::9")
 
-    assert callback_auth.client_address(request) == callback_auth.client_address(other)
-    assert callback_auth.client_address(request) == "2001:db8:1:2::/64"
+    assert callback_auth.throttle_address(request) == callback_auth.throttle_address(other)
+    assert callback_auth.throttle_address(request) == "2001:db8:1:2::/64"
+
+
+def test_behind_the_tls_proxy_the_throttle_counts_the_forwarded_address(settings: Any) -> None:
+    forwarded = {"REMOTE_ADDR": "10.0.0.2", "HTTP_X_FORWARDED_FOR": "1.2.3.4, 203.0.113.7"}
+    request = APIRequestFactory().put("/", **forwarded)
+
+    settings.DROPPORTAL_BEHIND_TLS_PROXY = False
+    assert callback_auth.throttle_address(request) == "10.0.0.2"
+    settings.DROPPORTAL_BEHIND_TLS_PROXY = True
+    # The proxy's own entry, never the client's claim before it.
+    assert callback_auth.throttle_address(request) == "203.0.113.7"

@@ -1,0 +1,22 @@
+"""The client's address, as the staff login lockout and the callbacks' throttle count it::
+
+client_address(request)  # "203.0.113.7"; None when the server gave none
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.http import HttpRequest
+from rest_framework.request import Request
+
+
+def client_address(request: HttpRequest | Request) -> str | None:
+    """The peer, or behind the opt-in TLS proxy (``DROPPORTAL_BEHIND_TLS_PROXY``), the address
+    that proxy appended last to X-Forwarded-For (earlier entries are the client's own claim)."""
+    if settings.DROPPORTAL_BEHIND_TLS_PROXY:
+        forwarded = request.META.get("HTTP_X_FORWARDED_FOR", "")
+        last = forwarded.split(",")[-1].strip()
+        if last:
+            return last
+    address = request.META.get("REMOTE_ADDR")
+    return str(address) if address else None
