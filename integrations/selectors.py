@@ -37,6 +37,7 @@ from django.db.models.functions import Cast, Coalesce, NullIf, RowNumber
 from django.utils import timezone
 
 from integrations import exports
+from integrations.dispatch.policy import AUTO_REDISPATCH_ACTOR, AUTO_REDISPATCH_MAX
 from integrations.models import (
     Broker,
     CycleState,
@@ -739,6 +740,23 @@ def brokers_due_for_pull(*, now: dt.datetime) -> QuerySet[Broker]:
     )
 
 
+def automatic_redispatches() -> Coalesce:
+    """For deletion requests: how often the automatic policy redispatched each one, counted
+    from its ``deletion_request.redispatched`` ledger events by ``AUTO_REDISPATCH_ACTOR``."""
+    count = (
+        LedgerEvent.objects.filter(
+            kind="deletion_request.redispatched",
+            actor=AUTO_REDISPATCH_ACTOR,
+            subject=Cast(OuterRef("request_uuid"), CharField()),
+        )
+        .order_by()
+        .values("subject")
+        .annotate(n=Count("id"))
+        .values("n")
+    )
+    return Coalesce(Subquery(count), 0)
+
+
 # --- Stuck work items (``drop doctor``) ----------------------------------------------------
 
 
@@ -838,23 +856,10 @@ def stuck_work_items(
         resolutions = resolutions.filter(broker=broker)
         saas = saas.filter(resolution__broker=broker)
         items = items.filter(broker=broker)
-    from integrations.services.redelivery import AUTO_REDISPATCH_ACTOR, AUTO_REDISPATCH_MAX
-
     failed = deletions.filter(state=RequestState.FAILED, integration__enabled=True)
     if settings.DROPPORTAL_AUTO_REDISPATCH_HOURS > 0:
         # The automatic policy sends a failure again, up to AUTO_REDISPATCH_MAX times.
-        automatic = (
-            LedgerEvent.objects.filter(
-                kind="deletion_request.redispatched",
-                actor=AUTO_REDISPATCH_ACTOR,
-                subject=Cast(OuterRef("request_uuid"), CharField()),
-            )
-            .order_by()
-            .values("subject")
-            .annotate(n=Count("id"))
-            .values("n")
-        )
-        failed = failed.annotate(automatic=Coalesce(Subquery(automatic), 0)).filter(
+        failed = failed.annotate(automatic=automatic_redispatches()).filter(
             automatic__gte=AUTO_REDISPATCH_MAX
         )
     waiting = [RequestState.QUEUED, RequestState.FAILED, RequestState.DISPATCHED]

@@ -22,6 +22,11 @@ from typing import Literal
 
 MAX_ATTEMPTS = 10
 
+# The automatic redispatch of failed outcomes (off unless DROPPORTAL_AUTO_REDISPATCH_HOURS):
+# its actor in the ledger, and how often it sends one request again before staff must.
+AUTO_REDISPATCH_ACTOR = "system:auto-redispatch"
+AUTO_REDISPATCH_MAX = 3
+
 # Seconds to wait after attempt 1, 2, ... 9 failed; attempt 10 is the last one.
 SCHEDULE: tuple[int, ...] = (
     5,

@@ -22,19 +22,18 @@ from typing import Any, TypeVar
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import CharField, Count, OuterRef, Subquery
-from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 
 from integrations import tasks
+from integrations.dispatch.policy import AUTO_REDISPATCH_ACTOR, AUTO_REDISPATCH_MAX
 from integrations.models import (
     DeletionRequest,
-    LedgerEvent,
     RequestState,
     ResolutionRequest,
     SaasDeletion,
     WorkItemState,
 )
+from integrations.selectors import automatic_redispatches
 from integrations.services.ledger import ledger_event_append
 
 REDELIVERABLE = (RequestState.QUEUED, RequestState.DISPATCHED, RequestState.UNDELIVERABLE)
@@ -171,32 +170,16 @@ def deletion_request_redispatch(
     )
 
 
-AUTO_REDISPATCH_ACTOR = "system:auto-redispatch"
-# Automatic redispatches of one request; a request that failed that often waits for staff.
-AUTO_REDISPATCH_MAX = 3
-
-
 def deletion_requests_redispatch_failed(*, failed_before: dt.datetime, limit: int = 1000) -> int:
     """The automatic policy: redispatch the requests whose outcome ``failed`` before
     ``failed_before`` and that were redispatched automatically fewer than
     ``AUTO_REDISPATCH_MAX`` times (each a ``deletion_request.redispatched`` event by
     ``system:auto-redispatch``). One whose integration is disabled stays for staff.
     Returns how many were redispatched."""
-    automatic = (
-        LedgerEvent.objects.filter(
-            kind="deletion_request.redispatched",
-            actor=AUTO_REDISPATCH_ACTOR,
-            subject=Cast(OuterRef("request_uuid"), CharField()),
-        )
-        .order_by()
-        .values("subject")
-        .annotate(n=Count("id"))
-        .values("n")
-    )
     due = (
         DeletionRequest.objects.filter(state=RequestState.FAILED, completed_at__lt=failed_before)
         .exclude(work_item__state=WorkItemState.REMOVED)
-        .annotate(automatic=Coalesce(Subquery(automatic), 0))
+        .annotate(automatic=automatic_redispatches())
         .filter(automatic__lt=AUTO_REDISPATCH_MAX)
         .order_by("completed_at")
         .values_list("pk", flat=True)[:limit]
