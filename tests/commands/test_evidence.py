@@ -23,7 +23,7 @@ from django.core.management import CommandError, call_command
 from devtools.drop_simulator import DropSimulator
 from integrations.evidence import pack
 from integrations.evidence.verify import verify_pack
-from integrations.models import Broker, DropCycle, LedgerEvent
+from integrations.models import Broker, DropCycle, LedgerEvent, ReportFile
 from integrations.services.evidence import evidence_signing_key
 from tests.evidence_world import DROP_KEY, evidence_world
 
@@ -131,9 +131,10 @@ def test_the_pack_holds_the_cycle_and_verifies(exported: Path, public_key: Path)
     assert rows["drop/1/20261120_4821_Email.csv"] == 6
     assert rows["ledger.jsonl"] == LedgerEvent.objects.filter(broker_id="4821").count() - 1
     assert manifest["ledger_range"]["chain_hash_before"] == "0" * 64
-    assert files["drop/1/20261120_4821_Phone.csv"] == b"Id,Status\r\n" + b"".join(
-        f"{wid},5\r\n".encode() for wid in sorted(_ids(files, "Phone"))
-    )
+    # Exactly as sent: the bytes uploaded to DROP.
+    sent = ReportFile.objects.get(file_name="20261120_4821_Phone.csv")
+    assert files["drop/1/20261120_4821_Phone.csv"] == bytes(sent.content)
+    assert bytes(sent.content).startswith(b"Id,Status\r\n") and len(_ids(files, "Phone")) == 2
     answer = json.loads(files["drop/1/20261120_4821_Email.csv.answer.json"])
     assert answer["state"] == "accepted" and answer["drop_response"]["status"] == 202
     assert b"Acme Data" in files[pack.SUMMARY] and b"3 deleted" in files[pack.SUMMARY]
