@@ -23,7 +23,7 @@ it received, and so what DROP should be told. After every step:
 The broker here has webhook integrations only: ISI connections and SaaS resolutions are not
 part of these histories (their own tests cover them).
 
-Examples: ``DROPPORTAL_MODEL_EXAMPLES`` (default 5, what ``make test`` runs) and
+Examples: ``DROPPORTAL_MODEL_EXAMPLES`` (default 20, what ``make test`` runs) and
 ``DROPPORTAL_MODEL_STEPS`` (default 18 steps per example). A long run::
 
     DROPPORTAL_MODEL_EXAMPLES=2000 make test PYTEST_ARGS="tests/test_lifecycle_model.py -q"
@@ -55,7 +55,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.db import connection
 from django.test import Client
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -104,8 +104,11 @@ from integrations.services.reports import report_auto, report_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-EXAMPLES = int(os.environ.get("DROPPORTAL_MODEL_EXAMPLES", "5"))
+EXAMPLES = int(os.environ.get("DROPPORTAL_MODEL_EXAMPLES", "20"))
 STEPS = int(os.environ.get("DROPPORTAL_MODEL_STEPS", "18"))
+# "0" reports the first failing history as found: shrinking one on the database takes minutes,
+# too long when checking that a deliberately broken rule is caught.
+SHRINK = os.environ.get("DROPPORTAL_MODEL_SHRINK", "1") != "0"
 
 BROKER_ID = "4821"
 OUTCOMES = ("deleted", "not_found", "opted_out", "exempt", "failed")
@@ -113,6 +116,7 @@ OUTCOMES = ("deleted", "not_found", "opted_out", "exempt", "failed")
 # exempt (2) over not_found (5); failed is not final.
 STRENGTH = {"opted_out": (4, 4), "deleted": (3, 3), "exempt": (2, 2), "not_found": (1, 5)}
 EMAILS = [f"person{n}@example.com" for n in range(6)]
+EMAIL_OF_HASH = {email_hash(email): email for email in EMAILS}
 POINTERS = [f"C-{n}" for n in range(4)]
 # A delivery's retries, shortened: three attempts, each due when "time passes".
 ATTEMPTS = 3
@@ -405,18 +409,32 @@ class LifecycleMachine(RuleBasedStateMachine):
         consumers=st.lists(
             st.tuples(st.sampled_from(POINTERS), st.sampled_from(EMAILS)), min_size=1, max_size=3
         ),
-        with_integration=st.booleans(),
+        integrations=st.sampled_from([1, 1, 2, 2, 0]),
         known=st.lists(st.sampled_from(EMAILS), unique=True, min_size=1, max_size=4),
+        through=st.sampled_from(["imported", "dispatched", "reported", "reported"]),
+        data=st.data(),
     )
     def a_broker_under_way(
-        self, consumers: list[tuple[str, str]], with_integration: bool, known: list[str]
+        self,
+        consumers: list[tuple[str, str]],
+        integrations: int,
+        known: list[str],
+        through: str,
+        data: st.DataObject,
     ) -> None:
-        """Most histories start with consumers, a package and (or not) an integration."""
+        """Most histories start with consumers, a package and an integration, and most of
+        them further on: requests dispatched, or answered and reported to DROP, so that the
+        few steps of an example reach late changes and amendments."""
         for pointer, email in consumers:
             self.register(pointer, email, "api clear")
-        if with_integration:
+        for _ in range(integrations):  # with two, an item's outcomes compete
             self.add_integration()
         self.import_package(known, 1, [])
+        event(f"start: {through}")
+        if through != "imported":
+            self.worker_catches_up()
+        if through == "reported":
+            self.a_quiet_week(data)
 
     # -- consumers ------------------------------------------------------------------------
 
@@ -702,9 +720,65 @@ class LifecycleMachine(RuleBasedStateMachine):
             assert answer.status_code == 200, (expected, answer.content)
             assert answer.json()["status"] == expected, (expected, answer.content)
         self.world.seen[f"callback {body['drop_outcome']} {answer.status_code}"] += 1
+        event(f"callback {answer.status_code}")
         if answer.json()["status"] == "recorded":
             request.outcome = body["drop_outcome"]
             request.failure = error or None
+
+    # -- whole sequences, so that short histories reach the late parts of the cycle ------
+
+    def _mostly_final_outcomes(self) -> st.SearchStrategy[str]:
+        return st.sampled_from(["deleted", "deleted", "opted_out", "exempt", "not_found", "failed"])
+
+    @rule(data=st.data())
+    @counted
+    def a_quiet_week(self, data: st.DataObject) -> None:
+        """The worker delivers, the broker answers everything it holds (mostly finally),
+        and the report goes to DROP, which accepts it."""
+        self.worker_catches_up()
+        for uuid in list(self.oracle.requests):
+            request = self.oracle.requests[uuid]
+            if request.outcome in (None, "failed") and request.uuid_item_kept(self.oracle):
+                outcome = data.draw(self._mostly_final_outcomes(), label="outcome")
+                self._outcome(data, outcome, previous_secret=False, uuid=uuid)
+        self.report("accept", data.draw(st.booleans(), label="periodic"))
+
+    def _reported_unmatched(self) -> list[Item]:
+        """Kept items DROP holds a status for, which no consumer matches yet."""
+        return [
+            item
+            for item in self.oracle.items.values()
+            if not item.matched
+            and item.removed_at_step is None
+            and item.work_item_id in self.drop.held
+            and item.hash_b64 in EMAIL_OF_HASH
+        ]
+
+    @precondition(lambda self: self._reported_unmatched())
+    @rule(data=st.data(), how=st.sampled_from(["api clear", "api hashed", "file hashed"]))
+    @counted
+    def a_late_consumer(self, data: st.DataObject, how: str) -> None:
+        """Someone DROP was told is not found registers later: the broker is asked, and its
+        answer changes what DROP holds (an amendment) unless it is not found again."""
+        item = data.draw(st.sampled_from(self._reported_unmatched()), label="item")
+        pointer = data.draw(st.sampled_from(POINTERS), label="pointer")
+        # The broker has a way in (staff see to it), else nothing could change.
+        if not self.oracle.secrets:
+            self.add_integration()
+        elif not Integration.objects.filter(broker=self.broker, enabled=True).exists():
+            self.enable(data)
+        self.register(pointer, EMAIL_OF_HASH[item.hash_b64], how)
+        self.a_quiet_week(data)
+        enabled = Integration.objects.filter(broker=self.broker, enabled=True).exists()
+        late = (
+            "no integration enabled"
+            if not enabled
+            else "not dispatched"
+            if not item.requests
+            else f"now {self.oracle.expected(item)}, DROP holds {self.drop.held[item.work_item_id]}"
+        )
+        self.world.seen[f"late consumer: {late}"] += 1
+        event(f"late consumer: {late}")
 
     # -- staff and the automatic policy ---------------------------------------------------
 
@@ -791,6 +865,9 @@ class LifecycleMachine(RuleBasedStateMachine):
             rows = report_rows(bytes(report_file.content))
             self.seen_files[report_file.pk] = rows
             self.world.seen[f"report file {report_file.kind}"] += 1
+            event(f"report file {report_file.kind} {report_file.state}")
+            if report_file.kind == ReportKind.AMEND:
+                self.world.seen["rows amended"] += len(rows)
             for work_item_id, code in rows:
                 item = self.oracle.items[work_item_id]
                 assert item.removed_at_step is None, f"{work_item_id} written after its removal"
@@ -953,5 +1030,6 @@ def settings_for_run() -> settings:
         stateful_step_count=STEPS,
         deadline=None,
         database=None,
+        phases=[phase for phase in Phase if SHRINK or phase != Phase.shrink],
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )
