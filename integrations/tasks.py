@@ -1,18 +1,41 @@
 """Job definitions (Procrastinate). Thin: they load rows and call services.
 
-Jobs are deferred inside the caller's transaction, so a job exists exactly when the change
-that asked for it committed.
+The top layer beside the admin, API and commands: jobs import services, never the reverse.
+Services queue jobs through ``integrations.enqueue``, by the task names defined there, inside
+the transaction that makes the work due.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from typing import Any
 
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
 from procrastinate import RetryStrategy
 from procrastinate.contrib.django import app
+from procrastinate.exceptions import AlreadyEnqueued
 
-from integrations.services.ledger import ledger_event_append, ledger_seal
+from integrations import enqueue
+from integrations.dispatch.alerts import alert_send
+from integrations.models import Broker
+from integrations.selectors import brokers_due_for_pull
+from integrations.services.alerts import alerts_evaluate
+from integrations.services.deliveries import (
+    deletion_requests_deliver,
+    resolution_requests_deliver,
+    saas_deletions_deliver,
+)
+from integrations.services.doctor import stuck_work_items_check
+from integrations.services.drop import DropPullError, drop_pull
+from integrations.services.ledger import ledger_event_append, ledger_seal, ledger_verify_record
+from integrations.services.redelivery import deletion_requests_redispatch_failed
+from integrations.services.reports import ReportBusy, auto_report_brokers, report_auto
+from integrations.services.resolutions import resolutions_purge_final
+from integrations.services.shown_once import shown_once_purge_expired
 
 log = logging.getLogger(__name__)
 
@@ -24,12 +47,6 @@ def seal_ledger(timestamp: int | None = None) -> int:
     return ledger_seal()
 
 
-# Dispatch: deletion requests are created in bulk by matching and delivered in batches; a
-# request's retries are scheduled as single-request jobs. The job is deferred in the
-# transaction that creates (or reschedules) the request, so neither exists without the other.
-DISPATCH_BATCH = 100
-
-
 # A delivery job fails only on an unexpected error (database down, unreadable secret): run it
 # again later. Re-running is safe: what was acknowledged is no longer due.
 DELIVERY_JOB_RETRY = RetryStrategy(
@@ -37,62 +54,46 @@ DELIVERY_JOB_RETRY = RetryStrategy(
 )  # waits 4 s, 16 s, ... about 18 h
 
 
-@app.task(queue="dispatch", pass_context=False, retry=DELIVERY_JOB_RETRY)
+@app.task(
+    name=enqueue.DELIVER_DELETION_REQUESTS,
+    queue="dispatch",
+    pass_context=False,
+    retry=DELIVERY_JOB_RETRY,
+)
 def deliver_deletion_requests(request_ids: list[int]) -> None:
     """Deliver each request that is still due (a re-run after a crash skips delivered ones)."""
-    from integrations.dispatch.deliveries import deletion_requests_deliver
 
     deletion_requests_deliver(request_ids=request_ids)
 
 
-def deletion_requests_enqueue(request_ids: list[int]) -> None:
-    """Defer delivery jobs for ``request_ids`` (call inside the creating transaction)."""
-    batches: list[dict[str, Any]] = [
-        {"request_ids": request_ids[i : i + DISPATCH_BATCH]}
-        for i in range(0, len(request_ids), DISPATCH_BATCH)
-    ]
-    for start in range(0, len(batches), 1000):
-        deliver_deletion_requests.batch_defer(*batches[start : start + 1000])
-
-
-@app.task(queue="dispatch", pass_context=False, retry=DELIVERY_JOB_RETRY)
+@app.task(
+    name=enqueue.DELIVER_RESOLUTION_REQUESTS,
+    queue="dispatch",
+    pass_context=False,
+    retry=DELIVERY_JOB_RETRY,
+)
 def deliver_resolution_requests(request_ids: list[int]) -> None:
     """Deliver each identifier retrieval notification that is still due."""
-    from integrations.dispatch.deliveries import resolution_requests_deliver
 
     resolution_requests_deliver(request_ids=request_ids)
 
 
-def resolution_requests_enqueue(request_ids: list[int]) -> None:
-    """Defer delivery jobs for ``request_ids`` (call inside the creating transaction)."""
-    batches: list[dict[str, Any]] = [
-        {"request_ids": request_ids[i : i + DISPATCH_BATCH]}
-        for i in range(0, len(request_ids), DISPATCH_BATCH)
-    ]
-    for start in range(0, len(batches), 1000):
-        deliver_resolution_requests.batch_defer(*batches[start : start + 1000])
-
-
-@app.task(queue="dispatch", pass_context=False, retry=DELIVERY_JOB_RETRY)
+@app.task(
+    name=enqueue.DELIVER_SAAS_DELETIONS,
+    queue="dispatch",
+    pass_context=False,
+    retry=DELIVERY_JOB_RETRY,
+)
 def deliver_saas_deletions(deletion_ids: list[int]) -> None:
     """Send each SaaS deletion that is still due."""
-    from integrations.dispatch.deliveries import saas_deletions_deliver
 
     saas_deletions_deliver(deletion_ids=deletion_ids)
-
-
-def saas_deletions_enqueue(deletion_ids: list[int]) -> None:
-    """One job per SaaS deletion: each has its own attempts and retries."""
-    jobs: list[dict[str, Any]] = [{"deletion_ids": [pk]} for pk in deletion_ids]
-    for start in range(0, len(jobs), 1000):
-        deliver_saas_deletions.batch_defer(*jobs[start : start + 1000])
 
 
 @app.periodic(cron="17 * * * *", periodic_id="purge_resolved_identifiers")
 @app.task(queue="maintenance", queueing_lock="purge_resolved_identifiers", pass_context=False)
 def purge_resolved_identifiers(timestamp: int | None = None) -> int:
     """Hourly: purge resolved identifiers no SaaS deletion needs any more (a safety net)."""
-    from integrations.services.resolutions import resolutions_purge_final
 
     return resolutions_purge_final()
 
@@ -102,12 +103,6 @@ def purge_resolved_identifiers(timestamp: int | None = None) -> int:
 def redispatch_failed(timestamp: int | None = None) -> int:
     """Hourly, when ``DROPPORTAL_AUTO_REDISPATCH_HOURS`` is set: send failed outcomes that
     old again (``services.redelivery.deletion_requests_redispatch_failed``)."""
-    import datetime as dt
-
-    from django.conf import settings
-    from django.utils import timezone
-
-    from integrations.services.redelivery import deletion_requests_redispatch_failed
 
     hours = settings.DROPPORTAL_AUTO_REDISPATCH_HOURS
     if hours <= 0:
@@ -130,7 +125,6 @@ async def retry_stalled_jobs(timestamp: int | None = None) -> int:
 
 
 async def stalled_jobs_retry(*, seconds_since_heartbeat: float) -> int:
-    from asgiref.sync import sync_to_async
 
     stalled = list(
         await app.job_manager.get_stalled_jobs(seconds_since_heartbeat=seconds_since_heartbeat)
@@ -155,10 +149,6 @@ REPORT_CRON = "*/15 * * * *"
 @app.task(queue="drop", queueing_lock="report_due", pass_context=False)
 def report_due(timestamp: int | None = None) -> int:
     """Defer a report job per broker that reports automatically; returns how many."""
-    from django.db import transaction
-    from procrastinate.exceptions import AlreadyEnqueued
-
-    from integrations.services.reports import auto_report_brokers
 
     deferred = 0
     for broker in auto_report_brokers():
@@ -176,8 +166,6 @@ def report_due(timestamp: int | None = None) -> int:
 @app.task(queue="drop", pass_context=False)
 def report_broker(broker_pk: int) -> None:
     """Report for one broker (``services.reports.report_auto``)."""
-    from integrations.models import Broker
-    from integrations.services.reports import ReportBusy, report_auto
 
     broker = Broker.objects.get(pk=broker_pk)
     try:
@@ -206,11 +194,6 @@ PULL_CRON = "41 * * * *"
 @app.task(queue="drop", queueing_lock="pull_due", pass_context=False)
 def pull_due(timestamp: int | None = None) -> int:
     """Defer a pull job per broker that is due (``selectors.brokers_due_for_pull``)."""
-    from django.db import transaction
-    from django.utils import timezone
-    from procrastinate.exceptions import AlreadyEnqueued
-
-    from integrations.selectors import brokers_due_for_pull
 
     deferred = 0
     for broker in brokers_due_for_pull(now=timezone.now()):
@@ -228,8 +211,6 @@ def pull_due(timestamp: int | None = None) -> int:
 @app.task(queue="drop", pass_context=False)
 def pull_broker(broker_pk: int) -> str:
     """Pull for one broker (``services.drop.drop_pull``); returns the outcome."""
-    from integrations.models import Broker
-    from integrations.services.drop import DropPullError, drop_pull
 
     broker = Broker.objects.get(pk=broker_pk)
     try:
@@ -245,7 +226,6 @@ def pull_broker(broker_pk: int) -> str:
 @app.task(queue="maintenance", queueing_lock="drop_doctor", pass_context=False)
 def drop_doctor(timestamp: int | None = None) -> int:
     """``services.doctor.stuck_work_items_check``; returns how many groups it found."""
-    from integrations.services.doctor import stuck_work_items_check
 
     return len(stuck_work_items_check(actor="system:doctor"))
 
@@ -254,7 +234,6 @@ def drop_doctor(timestamp: int | None = None) -> int:
 @app.task(queue="maintenance", queueing_lock="purge_shown_once", pass_context=False)
 def purge_shown_once(timestamp: int | None = None) -> int:
     """Every 5 minutes: delete secrets shown once that nobody came to see within 10 minutes."""
-    from integrations.services.shown_once import shown_once_purge_expired
 
     return shown_once_purge_expired()
 
@@ -268,18 +247,14 @@ ALERT_SEND_RETRY = RetryStrategy(max_attempts=10, exponential_wait=3)
 @app.task(queue="alerts", queueing_lock="evaluate_alerts", pass_context=False)
 def evaluate_alerts(timestamp: int | None = None) -> int:
     """Raise and clear alerts (``services.alerts.alerts_evaluate``); returns how many."""
-    from integrations.services.alerts import alerts_evaluate
 
     evaluated = alerts_evaluate()
     return len(evaluated.raised) + len(evaluated.cleared)
 
 
-@app.task(
-    name="integrations.tasks.send_alert", queue="alerts", pass_context=False, retry=ALERT_SEND_RETRY
-)
+@app.task(name=enqueue.SEND_ALERT, queue="alerts", pass_context=False, retry=ALERT_SEND_RETRY)
 def send_alert(channel: str, text: str, alert: dict[str, Any]) -> None:
     """Send one alert by one channel (``dispatch.alerts.alert_send``)."""
-    from integrations.dispatch.alerts import alert_send
 
     alert_send(channel=channel, text=text, alert=alert)
 
@@ -288,6 +263,5 @@ def send_alert(channel: str, text: str, alert: dict[str, Any]) -> None:
 @app.task(queue="ledger", queueing_lock="verify_ledger", pass_context=False)
 def verify_ledger(timestamp: int | None = None) -> bool:
     """Nightly: ``ledger verify``, kept as a ledger event; a break raises an alert."""
-    from integrations.services.ledger import ledger_verify_record
 
     return ledger_verify_record().ok

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterator
 
 import pytest
 from django.db import connection, transaction
+from django.utils import timezone
 from procrastinate.contrib.django import app
 from procrastinate.contrib.django.models import ProcrastinateJob
+from procrastinate.exceptions import TaskNotFound
 
-from integrations import tasks
+from integrations import enqueue, tasks
 from integrations.models import LedgerChainLink, LedgerEvent
 from integrations.services.ledger import ledger_event_append
 
@@ -56,3 +59,41 @@ def test_job_enqueued_in_a_committed_transaction_runs() -> None:
     job.refresh_from_db()
     assert job.status == "succeeded"
     assert LedgerChainLink.objects.filter(event_id=event.id).exists()
+
+
+def test_every_job_the_enqueue_module_names_is_defined_with_its_queue() -> None:
+    names = {
+        enqueue.DELIVER_DELETION_REQUESTS: "dispatch",
+        enqueue.DELIVER_RESOLUTION_REQUESTS: "dispatch",
+        enqueue.DELIVER_SAAS_DELETIONS: "dispatch",
+        enqueue.SEND_ALERT: "alerts",
+    }
+    for name, queue in names.items():
+        assert app.tasks[name].queue == queue
+
+
+def test_deliveries_are_enqueued_in_batches_and_a_scheduled_retry_keeps_its_time() -> None:
+    when = timezone.now() + dt.timedelta(hours=1)
+    with transaction.atomic():
+        enqueue.deletion_requests_enqueue(list(range(1, 251)))
+        enqueue.saas_deletions_enqueue([7, 8])
+        enqueue.resolution_requests_enqueue([9], at=when)
+    jobs = ProcrastinateJob.objects.order_by("id")
+    deletions = [
+        j.args["request_ids"] for j in jobs if j.task_name == enqueue.DELIVER_DELETION_REQUESTS
+    ]
+    assert [len(batch) for batch in deletions] == [100, 100, 50]
+    saas = [j.args for j in jobs if j.task_name == enqueue.DELIVER_SAAS_DELETIONS]
+    assert saas == [{"deletion_ids": [7]}, {"deletion_ids": [8]}]
+    (resolution,) = [j for j in jobs if j.task_name == enqueue.DELIVER_RESOLUTION_REQUESTS]
+    assert (resolution.args, resolution.scheduled_at, resolution.queue_name) == (
+        {"request_ids": [9]},
+        when,
+        "dispatch",
+    )
+
+
+def test_an_unknown_job_name_is_refused_instead_of_queued() -> None:
+    with pytest.raises(TaskNotFound):
+        enqueue._defer_batches("integrations.tasks.no_such_job", "ids", [1], size=1, at=None)
+    assert not ProcrastinateJob.objects.exists()

@@ -1,0 +1,71 @@
+"""Queueing jobs: the one module write services call to have work done later.
+
+Jobs are deferred by task name (``App.configure_task``), so this module imports nothing of
+the project: services queue work without importing the job definitions, and ``tasks.py``,
+which runs services, sits on top of them. ``allow_unknown=False`` makes a misspelt name fail
+at once instead of queueing a job no worker runs; the Django contrib app has imported every
+``tasks.py`` before any of this runs. Call these inside the transaction that makes the work
+due: the job exists exactly when that change committed::
+
+    deletion_requests_enqueue([1, 2, 3])                       # delivered in jobs of 100
+    deletion_requests_enqueue([4], at=timezone.now() + delay)  # a retry, scheduled
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import Any
+
+from procrastinate.contrib.django import app
+
+# The names the jobs are defined under (tasks.py passes them to ``@app.task``).
+DELIVER_DELETION_REQUESTS = "integrations.tasks.deliver_deletion_requests"
+DELIVER_RESOLUTION_REQUESTS = "integrations.tasks.deliver_resolution_requests"
+DELIVER_SAAS_DELETIONS = "integrations.tasks.deliver_saas_deletions"
+SEND_ALERT = "integrations.tasks.send_alert"
+
+# Requests delivered by one job: each job locks, sends and records one batch together.
+DISPATCH_BATCH = 100
+# Jobs written by one INSERT.
+_DEFER_CHUNK = 1000
+
+
+def _defer_batches(
+    task: str, argument: str, ids: Sequence[int], *, size: int, at: dt.datetime | None
+) -> None:
+    jobs: list[dict[str, Any]] = [
+        {argument: list(ids[i : i + size])} for i in range(0, len(ids), size)
+    ]
+    options: dict[str, Any] = {"schedule_at": at} if at is not None else {}
+    deferrer = app.configure_task(task, allow_unknown=False, **options)
+    for start in range(0, len(jobs), _DEFER_CHUNK):
+        deferrer.batch_defer(*jobs[start : start + _DEFER_CHUNK])
+
+
+def deletion_requests_enqueue(request_ids: Sequence[int], *, at: dt.datetime | None = None) -> None:
+    """Deliver ``request_ids`` (now, or at ``at``), in jobs of ``DISPATCH_BATCH``."""
+    _defer_batches(
+        DELIVER_DELETION_REQUESTS, "request_ids", request_ids, size=DISPATCH_BATCH, at=at
+    )
+
+
+def resolution_requests_enqueue(
+    request_ids: Sequence[int], *, at: dt.datetime | None = None
+) -> None:
+    """Deliver the identifier retrieval notifications ``request_ids``, in jobs of 100."""
+    _defer_batches(
+        DELIVER_RESOLUTION_REQUESTS, "request_ids", request_ids, size=DISPATCH_BATCH, at=at
+    )
+
+
+def saas_deletions_enqueue(deletion_ids: Sequence[int], *, at: dt.datetime | None = None) -> None:
+    """One job per SaaS deletion: each has its own attempts and retries."""
+    _defer_batches(DELIVER_SAAS_DELETIONS, "deletion_ids", deletion_ids, size=1, at=at)
+
+
+def alert_send_enqueue(*, channel: str, text: str, alert: dict[str, Any]) -> None:
+    """Send one alert by one channel (retried by the job's own strategy)."""
+    app.configure_task(SEND_ALERT, allow_unknown=False).defer(
+        channel=channel, text=text, alert=alert
+    )
