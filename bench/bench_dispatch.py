@@ -121,8 +121,8 @@ def run(args: argparse.Namespace, secret: str, url: str) -> dict[str, Any]:
     from django.utils import timezone
     from procrastinate.contrib.django import app
 
-    from integrations import tasks
-    from integrations.dispatch import deliveries, webhook
+    from integrations import enqueue
+    from integrations.dispatch import webhook
     from integrations.models import (
         DeletionRequest,
         DropCycle,
@@ -131,6 +131,7 @@ def run(args: argparse.Namespace, secret: str, url: str) -> dict[str, Any]:
         RequestState,
         WorkItem,
     )
+    from integrations.services import deliveries
     from integrations.services.brokers import broker_create
 
     call_command("migrate", verbosity=0)
@@ -183,7 +184,7 @@ def run(args: argparse.Namespace, secret: str, url: str) -> dict[str, Any]:
                 for item in items
             )
             ids = [r.pk for r in created]
-            tasks.deletion_requests_enqueue(ids)
+            enqueue.deletion_requests_enqueue(ids)
         return ids
 
     def worker_round() -> float:

@@ -1,7 +1,7 @@
 """The process counters behind ``/metrics`` (a leaf: any layer may count without importing
 the views)::
 
-    from integrations.operations.counters import DELIVERIES
+    from integrations.counters import DELIVERIES
     DELIVERIES.labels(kind="deletion", result="delivered").inc()
 """
 

@@ -69,7 +69,6 @@ from hypothesis.stateful import (
 from devtools.broker_simulator import BrokerSimulator, ReceivedRequest, sign_callback
 from devtools.drop_simulator import ALREADY_UPLOADED_MESSAGE, DropSimulator, build_drop_zip
 from integrations import tasks
-from integrations.dispatch import deliveries
 from integrations.drop.client import DropClient
 from integrations.drop.registration import ConsumerCsvReader
 from integrations.drop.standardize import email_hash
@@ -84,6 +83,8 @@ from integrations.models import (
     WorkItem,
     WorkItemState,
 )
+from integrations.selectors import stuck_work_items
+from integrations.services import deliveries
 from integrations.services.brokers import broker_create
 from integrations.services.consumers import consumers_register
 from integrations.services.drop import drop_zip_import
@@ -345,8 +346,6 @@ def _stuck_reasons(requests: list[tuple[int, str, bool]]) -> set[str]:
 
 def doctor_counts(broker: Broker) -> dict[str, int]:
     """Work items ``drop doctor`` lists for ``broker``, by reason."""
-    from integrations.selectors import stuck_work_items
-
     return {
         str(group.reason): group.work_items
         for group in stuck_work_items(broker=broker, now=dt.datetime.now(dt.UTC))

@@ -30,7 +30,6 @@ from django.conf import settings
 from rest_framework import serializers
 
 # The shape of resolved identifiers is the webhook resolution callback's: one definition.
-from integrations.api.callback_serializers import ResolvedIdentifiersField
 from integrations.dispatch.http import (
     RESPONSE_BODY_LIMIT,
     USER_AGENT,
@@ -39,6 +38,7 @@ from integrations.dispatch.http import (
 )
 from integrations.dispatch.saas import categories_or_default
 from integrations.models import DeletionRequest, ResolutionRequest
+from integrations.wire_fields import ResolvedIdentifiersField
 
 CONNECTIONS_PATH = "/api/v1/connections/list"
 DELETE_PATH = "/api/v1/privacy/drop/delete/{connection_uuid}"

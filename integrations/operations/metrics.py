@@ -6,7 +6,7 @@ scrape (jobs, open work items, days left, ledger events), which every host agree
 Counters count in each process; under gunicorn (``PROMETHEUS_MULTIPROC_DIR`` set, as
 ``manage.py serve`` does) the processes of one host share them through that directory::
 
-    from integrations.operations.counters import DELIVERIES
+    from integrations.counters import DELIVERIES
     DELIVERIES.labels(kind="webhook", result="success").inc()
 """
 
@@ -32,8 +32,8 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from integrations.api.permissions import HasScope
+from integrations.counters import CALLBACKS
 from integrations.models import ApiKeyScope, CycleState, WorkItem
-from integrations.operations.counters import CALLBACKS
 from integrations.selectors import cycle_deadlines, stuck_work_items
 
 _CALLBACK_PREFIX = "/api/v1/drop/callbacks/"

@@ -28,8 +28,8 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
-from procrastinate.contrib.django import app
 
+from integrations.enqueue import alert_send_enqueue
 from integrations.models import (
     AlertState,
     Integration,
@@ -41,8 +41,6 @@ from integrations.models import (
 from integrations.selectors import cycle_deadlines, stuck_work_items
 from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
 
-# The send job, deferred by name (services never import tasks.py).
-SEND_ALERT_TASK = "integrations.tasks.send_alert"
 # An unreachable DROP alerts only once it has been so for this long (DROP has outages).
 DROP_UNREACHABLE_FOR = dt.timedelta(days=1)
 
@@ -143,11 +141,10 @@ def _record(state: AlertState, change: str, now: dt.datetime) -> None:
         data=alert,
     )
     text = f"[dropportal] {'ALERT' if change == 'raised' else 'Cleared'}: {state.text}"
-    deferrer = app.configure_task(name=SEND_ALERT_TASK, queue="alerts")
     if settings.DROPPORTAL_ALERT_EMAILS:
-        deferrer.defer(channel="email", text=text, alert=alert)
+        alert_send_enqueue(channel="email", text=text, alert=alert)
     if settings.DROPPORTAL_ALERT_WEBHOOK_URL:
-        deferrer.defer(channel="webhook", text=text, alert=alert)
+        alert_send_enqueue(channel="webhook", text=text, alert=alert)
 
 
 # --- The conditions ---------------------------------------------------------------------

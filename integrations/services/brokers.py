@@ -11,8 +11,8 @@ from django.utils import timezone
 
 from integrations.drop.client import base_url_for
 from integrations.models import Broker, BrokerMode
-from integrations.services.integrations import url_has_credentials
 from integrations.services.ledger import ledger_event_append
+from integrations.validators import url_has_credentials
 
 _AUDITED_FIELDS = ("name", "mode", "drop_base_url", "auto_pull", "pull_interval_days")
 

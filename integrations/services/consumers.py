@@ -43,7 +43,6 @@ from typing import Any
 from django.db import OperationalError, connection, transaction
 from django.db.models import Count
 
-from integrations.drop.matching import consumer_hashes_match_late
 from integrations.drop.registration import (
     DEFAULT_KIND,
     ConsumerRecord,
@@ -51,6 +50,7 @@ from integrations.drop.registration import (
 )
 from integrations.models import Broker, Consumer, ConsumerHash
 from integrations.services.ledger import ledger_event_append
+from integrations.services.matching import consumer_hashes_match_late
 
 NEW_CONSUMER_HASHES = "new_consumer_hashes"
 CHUNK_ROWS = 250_000  # hash rows staged and merged per round

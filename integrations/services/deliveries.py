@@ -55,7 +55,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, TypeVar, cast
+from typing import Any, Generic, Literal, TypeVar
 
 from django.conf import settings
 from django.db import OperationalError, connection, models, transaction
@@ -63,7 +63,8 @@ from django.db.models import F
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from integrations import tasks
+from integrations import enqueue
+from integrations.counters import DELIVERIES
 from integrations.dispatch import isi, signing, webhook
 from integrations.dispatch.http import DeliveryResult, deliver
 from integrations.dispatch.policy import classify, next_delay
@@ -77,9 +78,9 @@ from integrations.models import (
     SaasConnection,
     SaasDeletion,
 )
-from integrations.operations.counters import DELIVERIES
 from integrations.services.isi import isi_delivery_token, saas_identifier_categories
 from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append, ledger_events_append
+from integrations.services.resolutions import resolution_outcome_record, resolution_settle
 
 logger = logging.getLogger(__name__)
 
@@ -190,15 +191,6 @@ def deliverables_deliver(
     if failure is not None:
         raise failure
     return counts
-
-
-def deliverable_deliver(
-    *, kind: DeliveryKind[Item], pk: int, now: Callable[[], dt.datetime] = timezone.now
-) -> Verdict:
-    """The next attempt of one deliverable, if it is due (staff tools, tests)."""
-    counts = deliverables_deliver(kind=kind, ids=[pk], threads=1, now=now)
-    (verdict,) = counts  # one id, one verdict
-    return cast(Verdict, verdict)
 
 
 @contextmanager
@@ -593,11 +585,11 @@ def _deletion_build(request: DeletionRequest) -> Outbound | None:
 
 
 def _schedule_deletion(pk: int, when: dt.datetime) -> None:
-    tasks.deliver_deletion_requests.configure(schedule_at=when).defer(request_ids=[pk])
+    enqueue.deletion_requests_enqueue([pk], at=when)
 
 
 def _defer_deletions(pks: list[int], when: dt.datetime) -> None:
-    tasks.deliver_deletion_requests.configure(schedule_at=when).defer(request_ids=list[Any](pks))
+    enqueue.deletion_requests_enqueue(pks, at=when)
 
 
 DELETION_REQUESTS: DeliveryKind[DeletionRequest] = DeliveryKind(
@@ -640,8 +632,6 @@ def isi_resolution_outbound(request: ResolutionRequest) -> Outbound:
     categories = saas_identifier_categories(broker_id=request.broker_id)
 
     def record_answer(result: DeliveryResult) -> None:
-        from integrations.services.resolutions import resolution_outcome_record
-
         resolution_outcome_record(
             resolution_request=request,
             drop_outcome="",
@@ -672,11 +662,11 @@ def _resolution_build(request: ResolutionRequest) -> Outbound | None:
 
 
 def _schedule_resolution(pk: int, when: dt.datetime) -> None:
-    tasks.deliver_resolution_requests.configure(schedule_at=when).defer(request_ids=[pk])
+    enqueue.resolution_requests_enqueue([pk], at=when)
 
 
 def _defer_resolutions(pks: list[int], when: dt.datetime) -> None:
-    tasks.deliver_resolution_requests.configure(schedule_at=when).defer(request_ids=list[Any](pks))
+    enqueue.resolution_requests_enqueue(pks, at=when)
 
 
 RESOLUTION_REQUESTS: DeliveryKind[ResolutionRequest] = DeliveryKind(
@@ -728,12 +718,10 @@ def saas_deletion_outbound(deletion: SaasDeletion) -> Outbound:
 
 
 def _schedule_saas(pk: int, when: dt.datetime) -> None:
-    tasks.deliver_saas_deletions.configure(schedule_at=when).defer(deletion_ids=[pk])
+    enqueue.saas_deletions_enqueue([pk], at=when)
 
 
 def _saas_final(deletion: SaasDeletion) -> None:
-    from integrations.services.resolutions import resolution_settle
-
     resolution_settle(resolution_id=deletion.resolution_id)
 
 

@@ -10,7 +10,7 @@
 An import is one transaction: the ZIP is streamed and validated row by row
 (``integrations.drop.files``) into a staging table with COPY, then matched and written as
 work items, deletion requests and their delivery jobs, with the cycle and its ledger event
-(``integrations.drop.matching`` says how, and why so). A bad
+(``integrations.services.matching`` says how, and why so). A bad
 ZIP is refused whole, naming the file, line and reason; nothing of it is kept but a
 ``drop.import_refused`` event. The same ZIP imported again changes nothing.
 
@@ -35,7 +35,6 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from dropportal.local_state import VAR_DIR
 from integrations.drop.client import DropApiError, DropClient
 from integrations.drop.files import (
     DownloadZipReader,
@@ -44,15 +43,6 @@ from integrations.drop.files import (
     WorkItemRow,
     iter_download_zip,
     parse_file_name,
-)
-from integrations.drop.matching import (
-    cycle_matches_collect,
-    matching_lock,
-    staged_items_analyze,
-    staged_items_create,
-    staged_items_drop,
-    staged_items_match,
-    work_items_insert_staged,
 )
 from integrations.models import (
     Broker,
@@ -64,11 +54,20 @@ from integrations.models import (
 from integrations.services.brokers import broker_drop_url
 from integrations.services.isi import isi_connections_refresh_for_broker
 from integrations.services.ledger import ledger_event_append
+from integrations.services.locks import matching_lock
+from integrations.services.matching import (
+    cycle_matches_collect,
+    staged_items_analyze,
+    staged_items_create,
+    staged_items_drop,
+    staged_items_match,
+    work_items_insert_staged,
+)
 from integrations.services.requests import RequestsCreated, requests_create_for_matches
 
 log = logging.getLogger(__name__)
 
-PACKAGES_DIR = VAR_DIR / "drop-packages"
+PACKAGES_DIR = settings.DROPPORTAL_VAR_DIR / "drop-packages"
 STAGED_REMOVED = "drop_staged_removed"
 # DROP client tuning: (connect, read) seconds per HTTP attempt, the wall-clock bound of one
 # attempt (a package download included), and retries of 5xx/timeouts.

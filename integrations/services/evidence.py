@@ -36,7 +36,6 @@ from django.db.models import Q
 from django.template.loader import render_to_string
 from django.utils import timezone
 
-from dropportal import local_state
 from integrations.evidence import pack
 from integrations.ledger_hash import GENESIS_HASH, canonical_json
 from integrations.models import (
@@ -69,10 +68,8 @@ DESCRIPTIONS = {
 
 
 def evidence_signing_key() -> Ed25519PrivateKey:
-    """``DROPPORTAL_EVIDENCE_KEY``, or the key generated into ``var/`` on first use."""
-    pem = settings.DROPPORTAL_EVIDENCE_KEY or local_state.generated_secret(
-        "evidence_key.pem", pack.new_private_key_pem
-    )
+    """``DROPPORTAL_EVIDENCE_KEY`` (the settings generate one into ``var/`` when unset)."""
+    pem = settings.DROPPORTAL_EVIDENCE_KEY
     try:
         return pack.load_private_key(pem)
     except ValueError as exc:

@@ -16,14 +16,12 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 from django.conf import settings
-from django.core.exceptions import ValidationError
-from django.core.validators import URLValidator
 from django.db import models, transaction
 from django.utils import timezone
 
+from integrations import enqueue
 from integrations.dispatch import signing, webhook
 from integrations.dispatch.http import DeliveryResult, deliver
 from integrations.models import (
@@ -36,47 +34,9 @@ from integrations.models import (
 )
 from integrations.services.ledger import ledger_event_append
 from integrations.services.requests import pending_requests_target
+from integrations.validators import integration_name_validate, target_url_validate
 
 PREVIOUS_SECRET_VALIDITY = dt.timedelta(hours=24)
-NAME_MAX = 200
-
-
-def url_has_credentials(url: str) -> bool:
-    """Whether ``url`` carries a ``user:password@`` part (which HTTP clients send as Basic
-    auth, and which would be shown and logged wherever the URL is)."""
-    try:
-        return "@" in urlsplit(url).netloc
-    except ValueError:
-        return False
-
-
-def target_url_validate(url: str, *, field: str = "url") -> str:
-    """A broker-configured URL we will call: absolute ``https://`` (``http://`` only when
-    ``DROPPORTAL_ALLOW_PRIVATE_TARGETS`` is set). Its address is checked at every call."""
-    url = (url or "").strip()
-    schemes = ["https", "http"] if settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS else ["https"]
-    try:
-        URLValidator(schemes=schemes)(url)
-    except ValidationError:
-        if urlsplit(url).scheme == "http":
-            raise ValidationError({field: "plain http is refused: use an https:// URL"}) from None
-        raise ValidationError({field: f"not an absolute {' or '.join(schemes)} URL"}) from None
-    if len(url) > 500:
-        raise ValidationError({field: "at most 500 characters"})
-    if url_has_credentials(url):
-        raise ValidationError(
-            {field: "a URL must not carry a user name or password: set credentials apart"}
-        )
-    return url
-
-
-def _name_validate(name: str) -> str:
-    name = (name or "").strip()
-    if not name:
-        raise ValidationError({"name": "a name is required"})
-    if len(name) > NAME_MAX:
-        raise ValidationError({"name": f"at most {NAME_MAX} characters"})
-    return name
 
 
 @dataclass(frozen=True)
@@ -94,7 +54,7 @@ def webhook_integration_create(
     and are queued for delivery (``pending_requests_target``).
     """
 
-    name = _name_validate(name)
+    name = integration_name_validate(name)
     url = target_url_validate(url)
     secret = signing.generate_webhook_secret()
     with transaction.atomic():
@@ -123,7 +83,7 @@ def integration_update(
     """Rename it or point it elsewhere; the ledger records what changed."""
     changes: dict[str, str] = {}
     if name is not None:
-        changes["name"] = _name_validate(name)
+        changes["name"] = integration_name_validate(name)
     if url is not None and integration.kind == IntegrationKind.WEBHOOK:
         changes["url"] = target_url_validate(url)
     with transaction.atomic():
@@ -218,8 +178,6 @@ def integration_enable(*, integration: Integration, actor: str) -> int:
     Returns how many deletion and resolution requests were queued. Requests whose retry is
     scheduled later keep their own job.
     """
-    from integrations import tasks
-
     with transaction.atomic():
         locked = _locked(integration)
         if locked.enabled:
@@ -240,9 +198,9 @@ def integration_enable(*, integration: Integration, actor: str) -> int:
         DeletionRequest.objects.filter(pk__in=deletion_ids).update(next_attempt_at=now)
         ResolutionRequest.objects.filter(pk__in=resolution_ids).update(next_attempt_at=now)
         if deletion_ids:
-            tasks.deletion_requests_enqueue(deletion_ids)
+            enqueue.deletion_requests_enqueue(deletion_ids)
         if resolution_ids:
-            tasks.resolution_requests_enqueue(resolution_ids)
+            enqueue.resolution_requests_enqueue(resolution_ids)
         targeted = pending_requests_target(broker=locked.broker, actor=actor)
         ledger_event_append(
             kind="integration.enabled",

@@ -14,7 +14,7 @@ and edit them, cache their OAuth access token, and read their connections.
 
 Only connections with both DROP capabilities take part (``IsiConnection.takes_part_in_drop``);
 matching gives each of them one deletion request per matched consumer. The calls themselves
-are in ``dispatch.isi``; deliveries go through the shared loop (``dispatch.deliveries``).
+are in ``dispatch.isi``; deliveries go through the shared loop (``services.deliveries``).
 """
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ from integrations.models import (
     IsiConnection,
     SaasConnection,
 )
-from integrations.services.integrations import _name_validate, target_url_validate
 from integrations.services.ledger import ledger_event_append
 from integrations.services.requests import pending_requests_target
+from integrations.validators import integration_name_validate, target_url_validate
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +153,7 @@ def isi_integration_create(
     targets are allowed) or authentication. A failed listing does not undo the creation
     (the secret must be shown): it comes back as ``connections_error``.
     """
-    name = _name_validate(name)
+    name = integration_name_validate(name)
     base_url = target_url_validate(base_url, field="base_url").rstrip("/")
     credentials = isi_credentials_validate(
         token=token, token_url=token_url, client_id=client_id, client_secret=client_secret

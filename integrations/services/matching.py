@@ -41,6 +41,7 @@ from django.utils import timezone
 
 from integrations.models import Broker, DropCycle, WorkItemState
 from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
+from integrations.services.locks import matching_lock
 from integrations.services.requests import (
     MATCHES_TABLE,
     RequestsCreated,
@@ -52,21 +53,6 @@ STAGED_ITEMS = "drop_staged_items"
 STAGED_MATCHES = "drop_staged_matches"
 NEW_CONSUMER_HASHES = "new_consumer_hashes"
 NOT_FOUND = 5  # DROP status code: no match after completing the matching process
-
-# pg_advisory_xact_lock(int, int): the first key names the lock's purpose, the second is the
-# broker's primary key. Two-key locks never collide with the ledger sealer's one-key lock.
-_MATCHING_LOCK = 0x6D617463  # "matc"
-
-
-def matching_lock(*, broker: Broker) -> None:
-    """Serialize matching for ``broker`` until the end of the current transaction.
-
-    Take it before the join: the join's snapshot then sees every consumer hash and work
-    item committed by the other side, and whatever the other side has not committed yet
-    is matched by that side once it gets the lock.
-    """
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_MATCHING_LOCK, broker.pk])
 
 
 def staged_items_create() -> str:

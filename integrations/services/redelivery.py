@@ -24,7 +24,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from integrations import tasks
+from integrations import enqueue
 from integrations.dispatch.policy import AUTO_REDISPATCH_ACTOR, AUTO_REDISPATCH_MAX
 from integrations.models import (
     DeletionRequest,
@@ -133,7 +133,7 @@ def deletion_request_redeliver(*, deletion_request: DeletionRequest, actor: str)
         event="deletion_request.redelivery_requested",
         subject=lambda row: str(row.request_uuid),
         broker_id=lambda row: row.broker_id_code,
-        enqueue=tasks.deletion_requests_enqueue,
+        enqueue=enqueue.deletion_requests_enqueue,
         actor=actor,
     )
 
@@ -165,7 +165,7 @@ def deletion_request_redispatch(
         event="deletion_request.redispatched",
         subject=lambda row: str(row.request_uuid),
         broker_id=lambda row: row.broker_id_code,
-        enqueue=tasks.deletion_requests_enqueue,
+        enqueue=enqueue.deletion_requests_enqueue,
         actor=actor,
     )
 
@@ -214,7 +214,7 @@ def resolution_request_redeliver(
         event="resolution_request.redelivery_requested",
         subject=lambda row: str(row.request_uuid),
         broker_id=lambda row: row.broker.broker_id,
-        enqueue=tasks.resolution_requests_enqueue,
+        enqueue=enqueue.resolution_requests_enqueue,
         actor=actor,
     )
 
@@ -235,6 +235,6 @@ def saas_deletion_redeliver(*, saas_deletion: SaasDeletion, actor: str) -> SaasD
         event="saas_deletion.redelivery_requested",
         subject=lambda row: str(row.resolution.request_uuid),
         broker_id=lambda row: row.resolution.broker.broker_id,
-        enqueue=tasks.saas_deletions_enqueue,
+        enqueue=enqueue.saas_deletions_enqueue,
         actor=actor,
     )

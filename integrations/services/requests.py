@@ -1,6 +1,6 @@
 """Creating the requests a DROP match hands to the broker's systems, in bulk, in SQL.
 
-Matching (``integrations.drop.matching``) writes its (work item, consumer) pairs into the
+Matching (``integrations.services.matching``) writes its (work item, consumer) pairs into the
 per-transaction temp table ``drop_matches``; one call turns them into deletion requests and
 defers their delivery jobs in the same transaction::
 
@@ -24,6 +24,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
+from integrations.enqueue import deletion_requests_enqueue, resolution_requests_enqueue
 from integrations.models import (
     DROP_CAPABILITIES,
     Broker,
@@ -32,6 +33,7 @@ from integrations.models import (
     WorkItemState,
 )
 from integrations.services.ledger import ledger_event_append
+from integrations.services.locks import matching_lock
 
 MATCHES_TABLE = "drop_matches"
 
@@ -164,11 +166,6 @@ def requests_create_for_matches(
     session id comes from each work item's cycle. Rows of another broker's work items
     are ignored.
     """
-    from integrations.tasks import (  # tasks import services
-        deletion_requests_enqueue,
-        resolution_requests_enqueue,
-    )
-
     params: dict[str, Any] = {
         "broker": broker.pk,
         "webhook": IntegrationKind.WEBHOOK,
@@ -330,9 +327,6 @@ def pending_requests_target(*, broker: Broker, actor: str) -> PendingRequestsTar
     transaction (a savepoint inside the caller's), serialized with matching for the broker,
     so a match made meanwhile is either seen here or sees the target itself.
     """
-    from integrations.drop.matching import matching_lock  # matching imports this module
-    from integrations.tasks import deletion_requests_enqueue, resolution_requests_enqueue
-
     params: dict[str, Any] = {
         "broker": broker.pk,
         "webhook": IntegrationKind.WEBHOOK,

@@ -24,6 +24,7 @@ from django.db.models import Exists, F, OuterRef
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from integrations import enqueue
 from integrations.models import (
     DropOutcome,
     OptOutRecord,
@@ -61,8 +62,6 @@ def resolution_outcome_record(
     verbatim, encrypted, as an ``OptOutRecord``; it never reaches the ledger. The same
     answer twice changes nothing; a different one is an ``OutcomeConflict``.
     """
-    from integrations import tasks
-
     now = now or timezone.now()
     request = resolution_request
     uuid_text = str(request.request_uuid)
@@ -109,7 +108,7 @@ def resolution_outcome_record(
             for connection in connections
         )
         if deletions:
-            tasks.saas_deletions_enqueue([d.pk for d in deletions])
+            enqueue.saas_deletions_enqueue([d.pk for d in deletions])
         if drop_outcome == DropOutcome.OPTED_OUT:
             OptOutRecord.objects.create(
                 resolution_request_id=request.pk, broker_id=request.broker_id, email=opt_out_email

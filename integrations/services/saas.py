@@ -16,10 +16,11 @@ from django.core.exceptions import ValidationError
 from django.db import models, transaction
 from django.utils import timezone
 
+from integrations import enqueue
 from integrations.dispatch.saas import categories_or_default
 from integrations.models import Broker, RequestState, SaasConnection, SaasDeletion
-from integrations.services.integrations import target_url_validate
 from integrations.services.ledger import ledger_event_append
+from integrations.validators import target_url_validate
 
 _CATEGORY_RE = re.compile(r"[a-z][a-z0-9_]{0,31}")
 
@@ -162,8 +163,6 @@ def saas_connection_disable(
 
 def saas_connection_enable(*, connection: SaasConnection, actor: str) -> int:
     """Enable it and queue the deletions that waited; returns how many were queued."""
-    from integrations import tasks
-
     with transaction.atomic():
         locked = (
             SaasConnection.objects.select_for_update()
@@ -184,7 +183,7 @@ def saas_connection_enable(*, connection: SaasConnection, actor: str) -> int:
         )
         SaasDeletion.objects.filter(pk__in=waiting).update(next_attempt_at=now)
         if waiting:
-            tasks.saas_deletions_enqueue(waiting)
+            enqueue.saas_deletions_enqueue(waiting)
         ledger_event_append(
             kind="saas_connection.enabled",
             broker_id=locked.broker.broker_id,

@@ -14,6 +14,7 @@ from django.test import Client
 from django.utils import timezone
 
 from integrations.models import Broker, ShownOnceSecret
+from integrations.tasks import purge_shown_once
 
 pytestmark = pytest.mark.django_db
 
@@ -81,8 +82,6 @@ def test_another_session_cannot_see_it(staff: Client, broker: Broker) -> None:
 def test_a_secret_nobody_came_to_see_is_deleted_by_the_periodic_job(
     staff: Client, broker: Broker
 ) -> None:
-    from integrations.tasks import purge_shown_once
-
     _create_key(staff, broker)
     assert purge_shown_once() == 0  # still within its 10 minutes
     ShownOnceSecret.objects.update(expires_at=timezone.now() - dt.timedelta(seconds=1))

@@ -13,6 +13,7 @@ import pytest
 from django.db import connection
 from rest_framework.test import APIClient
 
+from integrations.api import json_body
 from integrations.models import Broker, Consumer, ConsumerHash, LedgerEvent
 from integrations.services.brokers import broker_create
 from integrations.services.keys import CreatedApiKey
@@ -179,8 +180,6 @@ def test_ten_thousand_consumers_are_accepted_and_one_more_is_refused(
 def test_a_body_over_the_size_cap_is_413(
     api_client: APIClient, ingest: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from integrations.api import json_body
-
     monkeypatch.setattr(json_body, "MAX_BODY_BYTES", 100)
     response = post(api_client, GOOD, ingest)
     assert response.status_code == 413

@@ -19,8 +19,7 @@ from django.utils import timezone
 from procrastinate.contrib.django.models import ProcrastinateJob
 
 from devtools.broker_simulator import BrokerSimulator, Reply
-from integrations.dispatch import deliveries, signing
-from integrations.dispatch.deliveries import deletion_requests_deliver
+from integrations.dispatch import signing
 from integrations.dispatch.policy import MAX_ATTEMPTS
 from integrations.models import (
     Broker,
@@ -30,6 +29,8 @@ from integrations.models import (
     LedgerEvent,
     RequestState,
 )
+from integrations.services import deliveries
+from integrations.services.deliveries import deletion_requests_deliver
 from integrations.services.integrations import CreatedIntegration, integration_enable
 from tests.webhook_factories import deletion_request, webhook_integration_for
 

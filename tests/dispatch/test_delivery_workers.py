@@ -26,11 +26,11 @@ from procrastinate.contrib.django.models import ProcrastinateJob
 from procrastinate.exceptions import AlreadyEnqueued
 
 from devtools.broker_simulator import BrokerSimulator, Reply
-from integrations import tasks
-from integrations.dispatch import deliveries
-from integrations.dispatch.deliveries import broker_slot_take, deletion_requests_deliver
+from integrations import enqueue, tasks
 from integrations.models import Broker, DeletionRequest, DeliveryAttempt, LedgerEvent, RequestState
+from integrations.services import deliveries
 from integrations.services.brokers import broker_create
+from integrations.services.deliveries import broker_slot_take, deletion_requests_deliver
 from tests.conftest import subprocess_env
 from tests.webhook_factories import deletion_request, truncate_jobs, webhook_integration_for
 
@@ -123,7 +123,7 @@ def test_a_worker_killed_mid_delivery_loses_nothing_and_acknowledges_once(
     receiver.script(Reply.slow(60))
     (request,) = _requests(broker, receiver, 1)
     with transaction.atomic():
-        tasks.deletion_requests_enqueue([request.pk])
+        enqueue.deletion_requests_enqueue([request.pk])
 
     env = subprocess_env(DROPPORTAL_ALLOW_PRIVATE_TARGETS="1")
     worker = subprocess.Popen(
@@ -162,7 +162,7 @@ def test_a_worker_killed_mid_delivery_loses_nothing_and_acknowledges_once(
 
     # Once acknowledged, a further run (another stale copy of the job) sends nothing.
     with transaction.atomic():
-        tasks.deletion_requests_enqueue([request.pk])
+        enqueue.deletion_requests_enqueue([request.pk])
     _run_worker()
     assert len(receiver.received) == 2
 
@@ -229,7 +229,7 @@ def test_deliveries_to_a_slow_broker_do_not_hold_up_drop_and_ledger_jobs(
     receiver.default_reply = Reply.slow(60)
     requests = _requests(broker, receiver, 20)
     with transaction.atomic():
-        tasks.deletion_requests_enqueue([r.pk for r in requests])
+        enqueue.deletion_requests_enqueue([r.pk for r in requests])
 
     worker = subprocess.Popen(
         [sys.executable, "manage.py", "worker", "--concurrency", "1"],

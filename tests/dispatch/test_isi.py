@@ -27,7 +27,6 @@ from procrastinate.contrib.django.models import ProcrastinateJob
 
 from devtools.broker_simulator import Reply
 from devtools.isi_simulator import IsiSimulator
-from integrations.dispatch.deliveries import deletion_requests_deliver, resolution_requests_deliver
 from integrations.dispatch.http import tls_context
 from integrations.models import (
     DeletionRequest,
@@ -39,6 +38,7 @@ from integrations.models import (
     SaasDeletion,
 )
 from integrations.services import isi as isi_services
+from integrations.services.deliveries import deletion_requests_deliver, resolution_requests_deliver
 from integrations.services.isi import CreatedIsiIntegration
 from tests.isi_factories import (
     CONNECTION_A,

@@ -12,7 +12,6 @@ import pytest
 
 from devtools.broker_simulator import BrokerSimulator, Reply
 from integrations import tasks
-from integrations.dispatch.deliveries import resolution_requests_deliver, saas_deletions_deliver
 from integrations.dispatch.policy import MAX_ATTEMPTS
 from integrations.models import (
     Broker,
@@ -22,6 +21,7 @@ from integrations.models import (
     SaasConnection,
     SaasDeletion,
 )
+from integrations.services.deliveries import resolution_requests_deliver, saas_deletions_deliver
 from tests.webhook_factories import (
     resolution_request,
     saas_connection,

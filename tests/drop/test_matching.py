@@ -16,8 +16,6 @@ from django.utils import timezone
 from procrastinate.contrib.django.models import ProcrastinateJob
 
 from devtools.drop_simulator import work_items
-from integrations.drop import matching
-from integrations.drop.matching import LateMatches, consumer_hashes_match_late
 from integrations.models import (
     Broker,
     Consumer,
@@ -29,8 +27,10 @@ from integrations.models import (
     WorkItemState,
 )
 from integrations.services import drop as drop_services
+from integrations.services import matching
 from integrations.services.brokers import broker_create
 from integrations.services.drop import drop_zip_import
+from integrations.services.matching import LateMatches, consumer_hashes_match_late
 from integrations.services.requests import matches_table_create, requests_create_for_matches
 from tests.conftest import bearer
 from tests.drop_cycle import consumer, drop_zip, isi_connection, webhook, write_zip

@@ -10,8 +10,8 @@ from django.db import connection
 from django.test import Client
 from rest_framework.test import APIClient
 
+from integrations.counters import CALLBACKS, DELIVERIES
 from integrations.models import LedgerEvent, RequestState, WorkItemState
-from integrations.operations.counters import CALLBACKS, DELIVERIES
 from tests.conftest import bearer
 from tests.reporting_factories import cycle_make, item_make
 from tests.webhook_factories import deletion_request, webhook_integration_for

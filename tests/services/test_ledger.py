@@ -150,8 +150,6 @@ def test_tampered_content_is_named() -> None:
 
 
 def test_tampered_content_with_recomputed_hash_breaks_the_chain() -> None:
-    from integrations.services.ledger import event_hash
-
     events = append(5)
     ledger_seal()
     target = events[1]

@@ -23,10 +23,6 @@ from procrastinate.contrib.django.models import ProcrastinateJob
 from devtools.broker_simulator import BrokerSimulator
 from devtools.drop_simulator import DropSimulator, work_items
 from devtools.isi_simulator import IsiSimulator, connection
-from integrations.dispatch.deliveries import (
-    deletion_requests_deliver,
-    resolution_requests_deliver,
-)
 from integrations.drop.client import DropClient
 from integrations.drop.registration import ConsumerRecord
 from integrations.models import (
@@ -40,6 +36,10 @@ from integrations.models import (
     WorkItemState,
 )
 from integrations.services.consumers import consumers_register
+from integrations.services.deliveries import (
+    deletion_requests_deliver,
+    resolution_requests_deliver,
+)
 from integrations.services.integrations import (
     integration_disable,
     integration_enable,
@@ -48,6 +48,7 @@ from integrations.services.integrations import (
 from integrations.services.isi import isi_connections_refresh
 from integrations.services.ledger import ledger_seal, ledger_verify
 from integrations.services.outcomes import deletion_outcome_record
+from integrations.services.redelivery import deletion_request_redeliver
 from integrations.services.reports import report_run
 from integrations.services.resolutions import resolution_outcome_record
 from tests.drop_cycle import consumer, drop_zip, write_zip
@@ -330,8 +331,6 @@ def test_staff_redelivery_of_a_pending_request_says_what_to_do(
     broker: Broker, tmp_path: Path
 ) -> None:
     from django.core.exceptions import ValidationError
-
-    from integrations.services.redelivery import deletion_request_redeliver
 
     _matched(broker, tmp_path)
     pending = DeletionRequest.objects.filter(state="pending").first()
