@@ -40,6 +40,7 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	DATABASE_URL="$${DATABASE_URL:-postgres://lint@127.0.0.1:1/lint}" $(BIN)/mypy .
+	$(BIN)/lint-imports
 
 format: install
 	$(BIN)/ruff check --fix .

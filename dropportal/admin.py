@@ -26,6 +26,7 @@ class DropportalAdminSite(admin.AdminSite):
     index_title = "Dashboard"
 
     def get_urls(self) -> list[URLPattern | URLResolver]:
+        # Imported when called, not above: see the module docstring.
         from integrations.admin.audit import drop_metrics_view, evidence_view
         from integrations.admin.cycle_files import cycle_response_files_view
         from integrations.admin.guide import broker_guide_view
@@ -59,6 +60,7 @@ class DropportalAdminSite(admin.AdminSite):
 
     @staticmethod
     def _second_factor_passed(request: HttpRequest) -> bool:
+        # Imported when called: models load after this site is built.
         from integrations.services.staff_mfa import staff_mfa_required
 
         cached = getattr(request, "_dp_second_factor_passed", None)
@@ -87,7 +89,7 @@ class DropportalAdminSite(admin.AdminSite):
     def index(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> TemplateResponse:
-        from integrations.admin.dashboard import dashboard_context  # after the app registry
+        from integrations.admin.dashboard import dashboard_context  # see the module docstring
 
         # Staff with no role in the app see no figures of it, as Django shows them no list.
         shown = dashboard_context(request) if request.user.has_module_perms("integrations") else {}

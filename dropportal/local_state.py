@@ -19,6 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cryptography.fernet import Fernet
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("DROPPORTAL_VAR_DIR", BASE_DIR / "var"))
@@ -43,6 +45,13 @@ def new_django_secret() -> str:
 
 def new_fernet_key() -> str:
     return Fernet.generate_key().decode()
+
+
+def new_ed25519_key_pem() -> str:
+    key = Ed25519PrivateKey.generate()
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
 
 
 def generated_secret(name: str, make: Callable[[], str]) -> str:

@@ -49,8 +49,12 @@ DROPPORTAL_ENCRYPTION_KEYS: list[str] = env.list("DROPPORTAL_ENCRYPTION_KEYS", d
     local_state.generated_secret("encryption_key", local_state.new_fernet_key)
 ]
 # Ed25519 private key (PEM; "\n" may stand for line breaks in an environment variable) that
-# signs evidence packs; unset, one is generated into var/ when first needed.
-DROPPORTAL_EVIDENCE_KEY = env.str("DROPPORTAL_EVIDENCE_KEY", default="").replace("\\n", "\n")
+# signs evidence packs; unset, one is generated into var/ and reused.
+DROPPORTAL_EVIDENCE_KEY = env.str("DROPPORTAL_EVIDENCE_KEY", default="").replace(
+    "\\n", "\n"
+) or local_state.generated_secret("evidence_key.pem", local_state.new_ed25519_key_pem)
+# Where the service keeps files of its own: downloaded DROP packages, process counters.
+DROPPORTAL_VAR_DIR = local_state.VAR_DIR
 DROPPORTAL_ALLOW_PRIVATE_TARGETS = env.bool("DROPPORTAL_ALLOW_PRIVATE_TARGETS", default=False)
 # Broker callbacks a second per API key and web process (bursts of twice that); 0: no limit.
 DROPPORTAL_CALLBACK_RATE_LIMIT = env.int("DROPPORTAL_CALLBACK_RATE_LIMIT", default=200)

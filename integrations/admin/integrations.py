@@ -37,7 +37,6 @@ from integrations.services.integrations import (
     integration_secret_rotate,
     integration_test_send,
     integration_update,
-    target_url_validate,
     webhook_integration_create,
 )
 from integrations.services.saas import (
@@ -47,6 +46,7 @@ from integrations.services.saas import (
     saas_connection_enable,
     saas_connection_update,
 )
+from integrations.validators import target_url_validate
 
 
 class _TargetUrlMixin:

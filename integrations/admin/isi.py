@@ -26,7 +26,6 @@ from integrations.admin.actors import staff_actor
 from integrations.admin.shown_once import SecretShownOnce
 from integrations.dispatch import isi
 from integrations.models import Integration, IntegrationKind, IsiAuth, IsiConnection
-from integrations.services.integrations import target_url_validate
 from integrations.services.isi import (
     CreatedIsiIntegration,
     isi_connections_refresh,
@@ -34,6 +33,7 @@ from integrations.services.isi import (
     isi_integration_create,
     isi_integration_update,
 )
+from integrations.validators import target_url_validate
 
 ADD_KIND_PARAMETER = "kind"
 

@@ -20,28 +20,7 @@ from typing import Any
 from rest_framework import serializers
 
 from integrations.models import DropOutcome
-
-
-class StrictCharField(serializers.CharField):
-    """A JSON string, taken as sent (no trimming); numbers and booleans are refused."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        kwargs.setdefault("trim_whitespace", False)
-        super().__init__(**kwargs)
-
-    def to_internal_value(self, data: Any) -> str:
-        if not isinstance(data, str):
-            self.fail("invalid")
-        return super().to_internal_value(data)
-
-
-class StrictChoiceField(serializers.ChoiceField):
-    """One of ``choices``, as a JSON string (``1.0`` the number is not ``"1.0"``)."""
-
-    def to_internal_value(self, data: Any) -> Any:
-        if not isinstance(data, str):
-            self.fail("invalid_choice", input=data)
-        return super().to_internal_value(data)
+from integrations.wire_fields import ResolvedIdentifiersField, StrictCharField, StrictChoiceField
 
 
 class EmailIdentifierSerializer(serializers.Serializer):
@@ -113,21 +92,6 @@ def opt_out_email(attrs: dict[str, Any]) -> str:
     """``identifiers.email[0].email`` of a validated body 2.2 or 2.4, or ``""``."""
     emails = (attrs.get("identifiers") or {}).get("email") or []
     return str(emails[0]["email"]) if emails else ""
-
-
-class ResolvedIdentifiersField(serializers.DictField):
-    """``{"email": [{"email": "..."}], "phone": [{"phone": "+1..."}]}``: categories of
-    arrays of objects of strings, kept verbatim."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(
-            child=serializers.ListField(
-                child=serializers.DictField(
-                    child=StrictCharField(max_length=1000), allow_empty=False
-                )
-            ),
-            **kwargs,
-        )
 
 
 class ResolutionCallbackSerializer(serializers.Serializer):

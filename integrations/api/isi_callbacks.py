@@ -28,11 +28,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from integrations.api.callback_auth import SignedCallbackView
-from integrations.api.callback_serializers import (
-    DeletionCallbackSerializer,
-    StrictCharField,
-    opt_out_email,
-)
+from integrations.api.callback_serializers import DeletionCallbackSerializer, opt_out_email
 from integrations.api.callbacks import _PROBLEMS, _RECORDED, OutcomeConflictProblem, _recorded
 from integrations.api.errors import Problem
 from integrations.models import IntegrationKind
@@ -41,6 +37,7 @@ from integrations.services.outcomes import (
     broker_completed_at_refusal,
     deletion_outcome_record,
 )
+from integrations.wire_fields import StrictCharField
 
 
 @extend_schema_field(OpenApiTypes.DATETIME)

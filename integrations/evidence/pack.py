@@ -52,15 +52,6 @@ def member_info(name: str) -> zipfile.ZipInfo:
     return info
 
 
-def new_private_key_pem() -> str:
-    key = Ed25519PrivateKey.generate()
-    return key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    ).decode()
-
-
 def load_private_key(pem: str) -> Ed25519PrivateKey:
     """An Ed25519 private key from PEM; ``ValueError`` for anything else."""
     try:

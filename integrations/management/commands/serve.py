@@ -26,8 +26,6 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from dropportal import local_state
-
 _CLEAN = (0, -signal.SIGTERM, -signal.SIGINT)
 
 
@@ -133,7 +131,7 @@ class Command(BaseCommand):
         """The processes' shared Prometheus counters (multi-process mode), empty at start:
         the files of processes gone with a previous run would count again."""
         given = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
-        directory = Path(given) if given else local_state.VAR_DIR / "prometheus"
+        directory = Path(given) if given else settings.DROPPORTAL_VAR_DIR / "prometheus"
         directory.mkdir(parents=True, exist_ok=True)
         for stale in directory.glob("*.db"):
             stale.unlink()
