@@ -1,6 +1,6 @@
 """Benchmark: broker callbacks recorded per second through gunicorn.
 
-``PUT /api/v1/drop/callbacks/deletion`` as a broker sends it (bearer key, signed body 2.2,
+``PUT /api/v1/drop/callbacks/deletion`` as a broker sends it (bearer key, signed body §2.2,
 ``deleted``), each for its own dispatched deletion request, so every one is recorded: key
 lookup, request lookup, signature and timestamp check, validation, the outcome UPDATE with
 its ledger event, and the work item's settlement, in one transaction.

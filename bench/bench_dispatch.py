@@ -2,7 +2,7 @@
 
 Queued deletion requests with their delivery jobs (100 requests per job, as matching queues
 them) are run by one in-process Procrastinate worker (4 jobs at once, as ``manage.py
-worker``), each job delivering on ``DISPATCH_THREADS`` threads: lock, build body 2.1, sign,
+worker``), each job delivering on ``DISPATCH_THREADS`` threads: lock, build body §2.1, sign,
 POST, record the attempt, update the request, ledger event. The receiver is the loopback
 ``BrokerSimulator`` in its own process, verifying every signature.
 

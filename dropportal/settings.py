@@ -1,6 +1,6 @@
 """dropportal settings: every knob is an environment variable (or a line in ``.env``).
 
-The variables and their defaults are listed in product.md section 4 and the README.
+The variables and their defaults are listed in the README (Configuration).
 """
 
 from __future__ import annotations
@@ -67,13 +67,13 @@ DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT = env.float(
 # at most this many of the dispatch queue's worker slots. 0: no limit.
 DROPPORTAL_DISPATCH_SLOTS_PER_BROKER = env.int("DROPPORTAL_DISPATCH_SLOTS_PER_BROKER", default=2)
 DROP_API_URL: str | None = env.str("DROP_API_URL", default="") or None
-# Days a broker has to report after a download, and between downloads (drop-platform.md s. 3).
+# Days a broker has to report after a download, and between downloads (docs/contracts.md §11).
 DROPPORTAL_REPORT_DAYS = env.int("DROPPORTAL_REPORT_DAYS", default=45)
 DROPPORTAL_DOWNLOAD_CADENCE_DAYS = env.int("DROPPORTAL_DOWNLOAD_CADENCE_DAYS", default=45)
 # The periodic job uploads response files for brokers with a DROP API key; off: by hand only.
 DROPPORTAL_AUTO_REPORT = env.bool("DROPPORTAL_AUTO_REPORT", default=True)
 # A failed outcome is redispatched automatically this many hours after it was recorded (at
-# most 3 times a request); 0: only staff redispatch (product.md section 2: off by default).
+# most 3 times a request); 0: only staff redispatch (docs/contracts.md §5.3: off by default).
 DROPPORTAL_AUTO_REDISPATCH_HOURS = env.int("DROPPORTAL_AUTO_REDISPATCH_HOURS", default=0)
 
 _public_host = urlsplit(DROPPORTAL_PUBLIC_URL).hostname or "127.0.0.1"

@@ -75,7 +75,7 @@ def model_from_row(model: type[M], columns: dict[str, Any]) -> M:
     stored (no converters run). Fields left out load from the database when first read.
 
     What ``Model.from_db`` does, without running ``__init__`` over every field of the model
-    to mark the missing ones deferred (a third of the callbacks' key lookup): a field is
+    to mark the missing ones deferred (docs/benchmarks.md, callbacks): a field is
     deferred when its attname is not in the instance's ``__dict__``. Models with
     ``pre_init``/``post_init`` receivers go through ``from_db``, signals and all."""
     if signals.pre_init.has_listeners(model) or signals.post_init.has_listeners(model):
@@ -438,13 +438,13 @@ OUTCOME_COLUMNS = (
 )
 
 # ISO 8601 in UTC, e.g. 2026-03-12T09:00:00.25+00:00. PostgreSQL's own text form of a
-# timestamp with a "T" is about twice as fast as to_char(), and a million rows carry five.
+# timestamp with a "T" is cheaper than to_char() (docs/benchmarks.md, outcome history export).
 _UTC_ISO = "replace((%(expressions)s AT TIME ZONE 'UTC')::text, ' ', 'T') || '+00:00'"
 
 
 def _utc_text(expression: Any) -> Func:
     """A timestamp as ISO 8601 text, made by PostgreSQL: the export's hot loop then handles
-    strings only (Django parses a timestamp in Python, seconds per million)."""
+    strings only (Django would parse every timestamp in Python, the export's main cost)."""
     return Func(expression, template=_UTC_ISO, output_field=CharField())
 
 
@@ -602,8 +602,8 @@ def deletion_outcomes_csv(
     )
     yield (",".join(OUTCOME_COLUMNS) + "\n").encode()
     with transaction.atomic(), connection.cursor() as cursor:
-        # For this one big read only: JIT compiling the plan costs seconds and saves
-        # nothing here, and the hash join and sort spill to disk in the default 4 MB.
+        # For this one big read only: JIT compiling the plan costs more than it saves here
+        # (docs/benchmarks.md), and the hash join and sort spill to disk in the default 4 MB.
         cursor.execute("SET LOCAL jit = off")
         cursor.execute("SET LOCAL work_mem = '64MB'")
         with cursor.copy(copy_sql, params) as copy:

@@ -21,7 +21,7 @@ in the same query as the API key (``services.keys.api_key_lookup``)::
             self.verify_signature(request, found.integration)     # 401
             ...validate, call the service, render...
 
-The order of checks, each with its status and ``code`` (product.md section 2):
+The order of checks, each with its status and ``code`` (docs/contracts.md §5.1):
 
 0. the client address refused too many unauthenticated callbacks lately: 429
    ``rate_limited`` with ``Retry-After``, at once when no key is given, and instead of the

@@ -1,9 +1,9 @@
-"""Validation of the broker's callback bodies (broker interface 2.2 and 2.4, rules of section 7).
+"""Validation of the broker's callback bodies (docs/contracts.md §2.2 and §2.4).
 
 Strict on types (a JSON number is not the string ``"1.0"``) and verbatim on values: nothing
 is trimmed or case-folded, since the service matches and records resolved identifiers
 exactly as the broker stores them. Errors come back keyed by field; the cross-field rules
-use the dotted path the broker interface names (``identifiers.email[0].email``)::
+use the dotted path of the field (docs/contracts.md §5.2) (``identifiers.email[0].email``)::
 
     serializer = DeletionCallbackSerializer(data=payload)
     serializer.is_valid(raise_exception=True)    # 400 validation_failed with ``errors``
@@ -35,7 +35,7 @@ OPT_OUT_EMAIL = "identifiers.email[0].email"
 
 
 class DeletionCallbackSerializer(serializers.Serializer):
-    """Body 2.2: the deletion outcome callback."""
+    """Body §2.2: the deletion outcome callback."""
 
     schema_version = StrictChoiceField(choices=["1.0"])
     status = StrictChoiceField(choices=["completed"])
@@ -66,9 +66,9 @@ _PLAIN_OUTCOMES = frozenset({DropOutcome.DELETED, DropOutcome.NOT_FOUND, DropOut
 
 
 def deletion_callback_validated(payload: dict[str, Any]) -> dict[str, Any]:
-    """Body 2.2 validated, as ``DeletionCallbackSerializer``'s ``validated_data``; raises its
+    """Body §2.2 validated, as ``DeletionCallbackSerializer``'s ``validated_data``; raises its
     400. A plain outcome skips building the serializer, whose fields DRF deep-copies for
-    every instance (a fifth of a callback's Python, docs/benchmarks.md); the serializer
+    every instance (docs/benchmarks.md, callbacks); the serializer
     stays the rule, and a test holds the shortcut to its answer."""
     outcome, request_uuid = payload.get("drop_outcome"), payload.get("request_uuid")
     if (
@@ -89,13 +89,13 @@ def deletion_callback_validated(payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def opt_out_email(attrs: dict[str, Any]) -> str:
-    """``identifiers.email[0].email`` of a validated body 2.2 or 2.4, or ``""``."""
+    """``identifiers.email[0].email`` of a validated body §2.2 or §2.4, or ``""``."""
     emails = (attrs.get("identifiers") or {}).get("email") or []
     return str(emails[0]["email"]) if emails else ""
 
 
 class ResolutionCallbackSerializer(serializers.Serializer):
-    """Body 2.4: the identifier retrieval outcome callback."""
+    """Body §2.4: the identifier retrieval outcome callback."""
 
     status = StrictChoiceField(choices=["completed"])
     results_token = StrictCharField(max_length=64)

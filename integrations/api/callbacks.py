@@ -1,7 +1,7 @@
-"""The broker's outcome callbacks of the webhook pattern (broker interface 4.1):
+"""The broker's outcome callbacks of the webhook pattern (docs/contracts.md §3.1):
 
-- ``PUT /api/v1/drop/callbacks/deletion``: body 2.2, correlated by ``request_uuid``;
-- ``PUT /api/v1/drop/callbacks/resolution``: body 2.4, correlated by ``results_token``.
+- ``PUT /api/v1/drop/callbacks/deletion``: body §2.2, correlated by ``request_uuid``;
+- ``PUT /api/v1/drop/callbacks/resolution``: body §2.4, correlated by ``results_token``.
 
 Both go through ``SignedCallbackView`` (key, scope, rate, size, signature, timestamp; see
 ``callback_auth``), then record the outcome through one service. Signed like this::

@@ -1,4 +1,4 @@
-"""Consumer registration for brokers' systems (scope ``ingest``; product.md section 4).
+"""Consumer registration for brokers' systems (scope ``ingest``; docs/contracts.md §8).
 
     POST /api/v1/drop/consumers
     {"consumers": [{"remote_identifier": "C-1", "email": ["anna@example.com"]}, ...]}

@@ -1,6 +1,6 @@
 """RFC 9457 problem details for every error under /api/.
 
-Each problem carries a stable ``code`` (product.md section 2); validation problems add
+Each problem carries a stable ``code`` (docs/contracts.md §5.2); validation problems add
 ``errors`` keyed by field. Raise ``Problem`` from a view for an error with its own code::
 
     raise Problem(status=409, code="outcome_conflict", detail="...")

@@ -59,9 +59,10 @@ class UtcTimestampField(serializers.Field):
 
 
 class IsiCallbackSerializer(DeletionCallbackSerializer):
-    """The ISI DROP delete callback body (2.6): the deletion callback's fields and rules
-    (``failed`` needs ``error_message``, ``opted_out`` needs ``identifiers.email[0].email``),
-    correlated by ``results_token`` and dated by ``completed_at``."""
+    """The ISI DROP delete callback body (docs/contracts.md §2.6): the deletion callback's
+    fields and rules (``failed`` needs ``error_message``, ``opted_out`` needs
+    ``identifiers.email[0].email``), correlated by ``results_token`` and dated by
+    ``completed_at``."""
 
     # DRF removes an inherited field declared None: the ISI body has neither.
     schema_version = None  # type: ignore[assignment]

@@ -9,7 +9,7 @@ from rest_framework.views import APIView
 
 
 class PingView(APIView):
-    """Credential check (broker interface 4.3): 200 and an empty body for an active key."""
+    """Credential check (docs/contracts.md §3.3): 200 and an empty body for an active key."""
 
     @extend_schema(
         summary="Check an API key",

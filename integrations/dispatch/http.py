@@ -6,7 +6,7 @@ Broker-configured URLs are untrusted input, so every call goes through ``deliver
                      allow_private=settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS)
     result.status, result.error, result.duration_ms, result.response_body  # kept per attempt
 
-What it guarantees (product.md section 3):
+What it guarantees (docs/contracts.md §6):
 
 - Target addresses are filtered by ``requests-hardened``: the host name is resolved once, the
   address is checked, and the connection is pinned to that address (no DNS rebinding between

@@ -1,4 +1,4 @@
-"""The broker's own REST API, ISI (broker interface 2.6, 4.2, 5.3): its endpoints, the bodies
+"""The broker's own REST API, ISI (docs/contracts.md §2.6, §3.2, §4.4): its endpoints, the bodies
 we send, the answers we accept, and the OAuth 2.0 client credentials exchange.
 
 No database access: the caller passes the rows it loaded and a ``BearerToken`` (how to get
@@ -11,7 +11,7 @@ the access token; ``services.isi`` caches OAuth tokens in the integration's row)
 Every call goes through ``dispatch.http.deliver``: SSRF checks, TLS 1.2 or later with verified
 certificates, no redirects, bounded time. Only the DROP endpoints below (and the connection
 list) are ever called: the broker's standard privacy (DSR) endpoints never are, so DROP work
-does not enter its DSR pipeline (broker interface 4.2, rule 1).
+does not enter its DSR pipeline (§3.2).
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def _encode(payload: dict[str, Any]) -> bytes:
 
 
 def delete_payload(request: DeletionRequest) -> dict[str, Any]:
-    """The ISI DROP delete request body (2.6), field for field."""
+    """The ISI DROP delete request body (§2.6), field for field."""
     return {
         "request_uuid": str(request.request_uuid),
         "results_token": request.results_token,
@@ -133,7 +133,7 @@ def delete_body(request: DeletionRequest) -> bytes:
 
 
 def identifiers_payload(request: ResolutionRequest, categories: Iterable[str]) -> dict[str, Any]:
-    """The ISI identifier retrieval request body (2.6); ``categories`` default to email."""
+    """The ISI identifier retrieval request body (§2.6); ``categories`` default to email."""
     return {
         "request_uuid": str(request.request_uuid),
         "remote_identifier": request.remote_identifier,

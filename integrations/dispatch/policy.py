@@ -1,4 +1,4 @@
-"""Delivery policy for webhook and ISI calls (product.md section 3).
+"""Delivery policy for webhook and ISI calls (docs/contracts.md §6).
 
 Ten attempts over about three days; the wait after attempt *n* is ``SCHEDULE[n - 1]`` with
 ±20 % jitter, so that a broker coming back from an outage is not hit by every retry at once::

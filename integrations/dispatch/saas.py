@@ -1,4 +1,4 @@
-"""The generic SaaS deletion call (product.md section 4, "Generic SaaS deletion").
+"""The generic SaaS deletion call (docs/contracts.md §7).
 
 ``POST <url>`` with ``Authorization: Bearer <token>`` and the resolved identifiers of the
 connection's categories; any 2xx is done. Pure: the caller passes what it loaded::
@@ -21,7 +21,7 @@ DEFAULT_CATEGORIES = ("email",)
 
 
 def categories_or_default(categories: Iterable[str]) -> list[str]:
-    """A connection's identifier categories; ``["email"]`` when none were set (product.md 2)."""
+    """A connection's identifier categories; ``["email"]`` when none were set (§7)."""
     return list(categories) or list(DEFAULT_CATEGORIES)
 
 

@@ -2,7 +2,7 @@
 
 ``X-Webhook-Timestamp`` is Unix seconds; ``X-Webhook-Signature`` is
 Base64(HMAC-SHA256(key=<Webhook Secret as UTF-8>, msg=b"<timestamp>:" + <raw body>))
-(broker interface 5.2, product decisions section 2)::
+(docs/contracts.md §4.1)::
 
     body = json.dumps(payload).encode()
     headers = signed_headers(integration.webhook_secret, body)   # sending

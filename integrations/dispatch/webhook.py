@@ -1,9 +1,9 @@
-"""Webhook notifications to the broker: the exact bodies of broker-interface 2.1 and 2.3, and
-their signed headers.
+"""Webhook notifications to the broker: the exact bodies of docs/contracts.md §2.1 and
+§2.3, and their signed headers (§3.1).
 
 Pure: no database access; the caller passes the rows it already loaded::
 
-    body = deletion_dispatch_body(request, integration)        # body 2.1, bytes
+    body = deletion_dispatch_body(request, integration)        # body §2.1, bytes
     headers = webhook_headers(integration.webhook_secret, body,
                               webhook_request_id=request.webhook_request_id)
     deliver("POST", integration.url, body=body, headers=headers, allow_private=...)
@@ -30,7 +30,7 @@ RESOLUTION_CALLBACK_PATH = "/api/v1/drop/callbacks/resolution"
 
 
 def deletion_callback_url() -> str:
-    """``webhook_callback_url`` of a deletion dispatch (product.md section 2)."""
+    """``webhook_callback_url`` of a deletion dispatch (docs/contracts.md §2.1)."""
     return settings.DROPPORTAL_PUBLIC_URL + DELETION_CALLBACK_PATH
 
 
@@ -44,7 +44,7 @@ def encode(payload: dict[str, Any]) -> bytes:
 
 
 def deletion_dispatch_payload(request: DeletionRequest, integration: Integration) -> dict[str, Any]:
-    """Body 2.1, field for field, in the order of the broker interface's table."""
+    """Body §2.1, field for field, in the order of its table."""
     payload: dict[str, Any] = {
         "integration_name": integration.name,
         "integration_kind": "webhook",
@@ -73,7 +73,7 @@ def deletion_dispatch_body(request: DeletionRequest, integration: Integration) -
 def resolution_notification_payload(
     request: ResolutionRequest, integration: Integration, broker: Broker
 ) -> dict[str, Any]:
-    """Body 2.3 with the four fields its example also carries (same meaning as in 2.1)."""
+    """Body §2.3, field for field (four fields mean what they do in §2.1)."""
     return {
         "integration_name": integration.name,
         "integration_kind": "webhook",

@@ -1,6 +1,6 @@
 """The DROP Data Broker API client: download packages, upload and amend response CSVs.
 
-Every response of ``spec/drop-platform.md`` section 1 is handled here, so callers see a
+Every response of docs/contracts.md §9 is handled here, so callers see a
 result or one of a few exceptions (all ``DropApiError``)::
 
     client = DropClient(base_url_for(broker.mode, settings.DROP_API_URL), api_key,
@@ -71,7 +71,7 @@ DOWNLOAD_PATH = "/data/download"
 UPLOAD_PATH = "/data/upload"
 AMEND_PATH = "/data/amend"
 
-# The spec's examples; used when a 202 or 429 comes without a usable Retry-After.
+# DROP's documented examples (§9.2); used when a 202 or 429 comes without a usable Retry-After.
 DEFAULT_PENDING_RETRY_AFTER = 60.0
 DEFAULT_THROTTLED_RETRY_AFTER = 30.0
 # A Retry-After of 0 must not turn the wait loop into a busy loop.
@@ -149,7 +149,7 @@ class DropBadRequest(DropApiError):
 
 
 class DropProtocolError(DropApiError):
-    """DROP answered something the spec does not describe (unknown status, bad body)."""
+    """DROP answered something its API does not describe (unknown status, bad body)."""
 
     default_message = "DROP sent an unexpected response"
 

@@ -16,7 +16,7 @@ Writing a response::
     with open(name, "wb") as out:
         row_count, sha256 = write_response_csv(out, [("A1b2C3d4E5f6", 3)])
 
-Pure Python, no Django: the spec this follows is ``spec/drop-platform.md`` section 1.
+Pure Python, no Django: the formats are those of docs/contracts.md §10.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ _BROKER_ID_RE = re.compile(r"[0-9]{4}")
 
 # The Removed file's ListType column: DROP's list names are what DROP documents; our own
 # hash_type spelling is accepted too, both case-insensitively, since the column's exact
-# spelling is not pinned down by the published spec.
+# spelling is not pinned down by DROP's documentation.
 _LIST_TYPE_TO_HASH_TYPE: dict[str, str] = {
     **{name.lower(): hash_type for name, hash_type in DATA_TYPE_TO_HASH_TYPE.items()},
     **{hash_type: hash_type for hash_type in HASH_TYPE_TO_DATA_TYPE},
@@ -97,7 +97,7 @@ _MIN_ROW_BYTES = 58
 
 
 class DropFileError(ValueError):
-    """A DROP file (or a member of a DROP ZIP) is not what the spec says, at a given line."""
+    """A DROP file (or a member of a DROP ZIP) is not what DROP's format says, at a given line."""
 
     def __init__(self, file: str | None, line: int | None, reason: str) -> None:
         super().__init__(file, line, reason)
@@ -123,7 +123,7 @@ class DropFileName:
 
     @property
     def hash_type(self) -> str | None:
-        """The broker interface's ``hash_type`` of this list; None for ``Removed``."""
+        """The ``hash_type`` of this list (docs/contracts.md §10.1); None for ``Removed``."""
         return DATA_TYPE_TO_HASH_TYPE.get(self.data_type)
 
     @property

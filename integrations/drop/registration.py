@@ -9,7 +9,7 @@ index, and the reason per field; never the clear value)::
     for record in reader:                               # or parse_api_consumers(body["consumers"])
         ...
 
-- A clear CSV (product.md section 4): `remote_identifier` first, then any of
+- A clear CSV (docs/contracts.md §8): `remote_identifier` first, then any of
   `remote_identifier_kind, email, phone, first_name, last_name, dob, zip, vin, maid, ctvid`.
   One row may carry several list types: names with `dob` and `zip` give an NDZ hash, names
   with `vin` a NameVIN hash. Empty cells are skipped.

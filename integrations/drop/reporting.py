@@ -7,7 +7,7 @@ database, so every rule here is a plain function::
     built = build_response_file(name, rows)        # rows: (work_item_id, status) pairs
     built.content, built.rows, built.sha256
 
-Naming (drop-platform.md section 1, "Files"): the first upload for a list reuses the
+Naming (docs/contracts.md §10.3): the first upload for a list reuses the
 downloaded file's name; a later upload for the same list in the same cycle (the list is
 answered in parts) gets ``_part02``, ``_part03``...; amendments get ``_amend01``,
 ``_amend02``... DROP rejects a name already used for the current download, so a name is

@@ -3,7 +3,7 @@
 A DROP list holds SHA-256 hashes (standard Base64, 44 characters) of standardized
 identifiers. A broker finds its consumers by standardizing and hashing its own records with
 exactly the same rules, so this module is the only place those rules live
-(spec: drop-platform.md section 4)::
+(docs/contracts.md §12)::
 
     >>> email_hash("Anna.Smith@Domain.com")
     'KA18MT/ph6IHYjzT9zwETySDQyvSh87YuoSBpOQtkhE='
@@ -56,7 +56,7 @@ __all__ = [
 
 LIST_TYPES: Final = ("email", "phone", "ndz", "name_vin", "maid", "ctvid")
 
-# The spec's `^[A-Za-z0-9+/]{43}=$`, ended with \Z so that a trailing newline does not pass
+# DROP's hash shape `^[A-Za-z0-9+/]{43}=$`, ended with \Z so that a trailing newline does not pass
 # when a caller uses .match() instead of .fullmatch().
 HASH_RE: Final = re.compile(r"^[A-Za-z0-9+/]{43}=\Z")
 
@@ -253,7 +253,7 @@ def standardize_dob(v: str | date) -> str:
     """Return a date of birth as `YYYYMMDD`.
 
     Accepts a `datetime.date`, or text as `YYYY-MM-DD`, `YYYYMMDD`, `MM/DD/YYYY` or
-    `Month D, YYYY` (English month name, full or abbreviated: the spec's own example is
+    `Month D, YYYY` (English month name, full or abbreviated: DROP's own example is
     `July 4, 1776`). The date must exist in the calendar: `2023-02-30` is rejected.
     """
     if isinstance(v, date):
@@ -287,7 +287,7 @@ def standardize_dob(v: str | date) -> str:
 
 # Every transliteration, one per line, keys lowercase and composed (NFC). A key may be
 # several letters (a digraph); the longest key wins. Values are ASCII; "" drops the letter.
-# CalPrivacy has not published its full table: where the spec names a mapping it is used
+# CalPrivacy has not published its full table: where DROP names a mapping it is used
 # as written, the remaining Cyrillic follows ICAO 9303 (passports), Greek follows ELOT 743
 # (passports). ELOT's two context rules are not mappings and sit below the table:
 # `_WORD_EDGE_ONLY` (μπ) and `_ELOT_UPSILON_AS_F` (αυ, ευ, ηυ before a voiceless consonant).
@@ -363,7 +363,7 @@ TRANSLITERATION: Final[dict[str, str]] = {
     "ψ": "ps",
     "ω": "o",
     "ώ": "o",
-    # Cyrillic, Russian alphabet (spec's passport values; й and the rest per ICAO 9303)
+    # Cyrillic, Russian alphabet (the passport values DROP names; й and the rest per ICAO 9303)
     "а": "a",
     "б": "b",
     "в": "v",
@@ -446,7 +446,7 @@ def _marks_fold_away(base: str) -> bool:
     """Tell whether accents on `base` are dropped: Latin, Greek and Cyrillic letters.
 
     Marks on other scripts (kana voicing, Indic vowel signs, Hebrew points) are part of
-    the letter and stay, as the spec keeps those scripts as they are.
+    the letter and stay, as DROP keeps those scripts as they are.
     """
     cp = ord(base)
     return (

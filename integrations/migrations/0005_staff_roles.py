@@ -1,4 +1,4 @@
-"""Staff roles as groups (product.md section 4; issue #8).
+"""Staff roles as groups (docs/operations.md, "Staff, roles and the admin"; issue #8).
 
 - Connections managers: brokers, integrations (and their ISI connections), SaaS connections
   and API keys: add, change, view.

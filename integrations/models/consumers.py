@@ -7,9 +7,8 @@ matching index is about a quarter smaller and the join compares fewer bytes. Bas
 produced only at the edges (DROP files, dispatch bodies).
 
 The three foreign keys here have no database constraint (``db_constraint=False``). A
-constraint is checked by a per-row trigger that also locks the referenced row: measured at
-about 4 µs per row and constraint, that is some 20 s of a 1,000,000-consumer import (1M
-consumer rows, 2M hash rows) on its own. The only writer,
+constraint is checked by a per-row trigger that also locks the referenced row, a large
+share of a big import on its own (docs/benchmarks.md, consumer import). The only writer,
 ``services.consumers.consumers_register``, takes both ids from rows it joins in the same
 statement, under a per-broker lock; deletes go through the ORM, whose ``on_delete`` still
 applies. ``Consumer.broker`` has no index of its own either: the unique constraint starts

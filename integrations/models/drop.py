@@ -13,7 +13,7 @@ from django.db.models.functions import Now
 
 
 class HashType(models.TextChoices):
-    """DROP list types, spelled as the broker interface's ``hash_type``."""
+    """DROP list types, spelled as ``hash_type`` (docs/contracts.md §10.1)."""
 
     EMAIL = "email", "Email"
     PHONE = "phone", "Phone"
@@ -71,8 +71,8 @@ class WorkItemState(models.TextChoices):
 class WorkItem(models.Model):
     id = models.BigAutoField(primary_key=True)
     # Indexed through the composite indexes below (every extra index slows the import).
-    # No database check either: a foreign key check is a per-row trigger (about 4 us per row
-    # and constraint, 8 s of a 1,000,000-item import for these two). The only writer, the
+    # No database check either: a foreign key check is a per-row trigger that every imported
+    # row would pay (docs/benchmarks.md, DROP cycle import). The only writer, the
     # import (services.drop), takes both ids from the cycle it creates in the same
     # transaction; cycles and brokers are never deleted (PROTECT, and no delete in the admin).
     broker = models.ForeignKey(
@@ -101,7 +101,7 @@ class WorkItem(models.Model):
     reported_status_code = models.PositiveSmallIntegerField(null=True, blank=True)
     reported_at = models.DateTimeField(null=True, blank=True)
     # No database check either: reporting sets it on every row of a cycle at once, and the
-    # deferred check ran once per row at commit (some 5 s of a 1,000,000-item report). The
+    # deferred check ran once per row at commit (docs/benchmarks.md, reporting). The
     # only writer (services.reports) sets it to a file it created in the same transaction;
     # report files are never deleted (PROTECT, and no delete in the admin).
     report_file = models.ForeignKey(
@@ -130,8 +130,8 @@ class WorkItem(models.Model):
             # Late matches: a newly registered consumer hash against every kept hash, by
             # equality only. A hash index rather than a B-tree on (broker, hash): its entries
             # are 4-byte hash codes, not 41-byte keys compared byte by byte, and an insert
-            # goes straight to its bucket; measured, it costs the import about 3 s of CPU
-            # per million work items against 5 to 6 s. The broker is checked on the row.
+            # goes straight to its bucket, so the import pays less for it
+            # (docs/benchmarks.md, DROP cycle import). The broker is checked on the row.
             HashIndex(fields=["hash"], name="work_item_hash"),
             models.Index(fields=["broker", "work_item_id"], name="work_item_broker_id"),
             models.Index(fields=["cycle", "state"], name="work_item_cycle_state"),

@@ -224,7 +224,7 @@ class DeliveryAttempt(models.Model):
 
 class OptOutRecord(models.Model):
     """An ``opted_out`` answer's resolved email, kept exactly as the broker stores it: from a
-    deletion outcome (body 2.2, or the ISI callback) or an identifier retrieval (body 2.4)."""
+    deletion outcome (body §2.2, or the ISI callback) or an identifier retrieval (body §2.4)."""
 
     deletion_request = models.OneToOneField(
         DeletionRequest, null=True, blank=True, on_delete=models.PROTECT, related_name="opt_out"

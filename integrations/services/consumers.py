@@ -18,8 +18,8 @@ How, and why so:
   hash only when ``(broker, hash, hash_type, consumer)`` is; re-sending changes nothing.
   Each pointer of a round is looked up by one index probe; the hashes of a consumer the
   round created need no comparison, those of an existing one are probed. Not
-  ``ON CONFLICT DO NOTHING``: a speculative insertion per row doubled the insert time
-  (measured), and the per-broker lock below already rules out a concurrent writer of the
+  ``ON CONFLICT DO NOTHING``: a speculative insertion per row is costly (docs/benchmarks.md,
+  consumer import), and the per-broker lock below already rules out a concurrent writer of the
   same keys (the unique constraints stay as the last guard).
 - One registration (or forget) per broker at a time: a transaction-level advisory lock.
   An API call gives up after ``lock_timeout`` seconds (``RegistrationBusy``) rather than

@@ -7,7 +7,7 @@ Jobs call the entry point of their kind with the ids they were given::
     resolution_requests_deliver(request_ids=[4])         # tasks.deliver_resolution_requests
     saas_deletions_deliver(deletion_ids=[5])             # tasks.deliver_saas_deletions
 
-Each runs ``deliverables_deliver``, the whole policy of product.md section 3, on batches of
+Each runs ``deliverables_deliver``, the whole policy of docs/contracts.md §6, on batches of
 up to ``BATCH_SIZE`` ids, each batch in one transaction:
 
 1. Lock the rows that are still due (``SELECT ... FOR UPDATE SKIP LOCKED``: state ``queued``
@@ -88,7 +88,7 @@ logger = logging.getLogger(__name__)
 DISPATCH_THREADS = 8
 # Rows locked, sent and recorded together (a job holds at most 100 ids).
 BATCH_SIZE = 100
-# product.md section 3; module constants so tests can shorten them instead of waiting.
+# docs/contracts.md §6.1; module constants so tests can shorten them instead of waiting.
 TIMEOUT_CONNECT = 5.0
 TIMEOUT_TOTAL = 15.0
 REDACTED = "[redacted]"
@@ -558,7 +558,7 @@ def webhook_deletion_outbound(request: DeletionRequest) -> Outbound:
 
 
 def isi_deletion_outbound(request: DeletionRequest) -> Outbound:
-    """The ISI DROP delete (2.6) to the request's connection; acknowledged by any 2xx within
+    """The ISI DROP delete (§2.6) to the request's connection; acknowledged by any 2xx within
     the timeout (the body is not required to say ``{"status": "processing"}``), completed
     later by the broker's callback."""
     integration, connection_ = request.integration, request.isi_connection
@@ -610,7 +610,7 @@ DELETION_REQUESTS: DeliveryKind[DeletionRequest] = DeliveryKind(
 def deletion_requests_deliver(
     *, request_ids: Sequence[int], threads: int | None = None
 ) -> Counter[str]:
-    """Deliver the deletion requests among ``request_ids`` that are due (body 2.1)."""
+    """Deliver the deletion requests among ``request_ids`` that are due (body §2.1)."""
     return deliverables_deliver(kind=DELETION_REQUESTS, ids=request_ids, threads=threads)
 
 
@@ -624,7 +624,7 @@ def webhook_resolution_outbound(request: ResolutionRequest) -> Outbound:
 
 
 def isi_resolution_outbound(request: ResolutionRequest) -> Outbound:
-    """The ISI identifier retrieval (2.6) for the categories the broker's SaaS connections
+    """The ISI identifier retrieval (§2.6) for the categories the broker's SaaS connections
     delete by; its synchronous answer is recorded as the webhook resolution callback's is,
     which starts the SaaS deletions."""
     integration, connection_ = request.integration, request.isi_connection
@@ -687,7 +687,7 @@ RESOLUTION_REQUESTS: DeliveryKind[ResolutionRequest] = DeliveryKind(
 def resolution_requests_deliver(
     *, request_ids: Sequence[int], threads: int | None = None
 ) -> Counter[str]:
-    """Deliver the identifier retrieval notifications (body 2.3) that are due."""
+    """Deliver the identifier retrieval notifications (body §2.3) that are due."""
     return deliverables_deliver(kind=RESOLUTION_REQUESTS, ids=request_ids, threads=threads)
 
 

@@ -463,7 +463,7 @@ def isi_connections_refresh(
     allow_private = settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS
     method = "POST"
     result = isi.send(method, url, body=b"{}", token=token, allow_private=allow_private)
-    if result.status == 405:  # product.md section 2: the list method is POST, else GET
+    if result.status == 405:  # docs/contracts.md §3.2: POST, else GET
         method = "GET"
         result = isi.send(method, url, body=b"", token=token, allow_private=allow_private)
     try:

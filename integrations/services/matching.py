@@ -21,7 +21,7 @@ matched by one side or the other, never by neither:
    unmatched rows afterwards would rewrite most of the table and its four indexes.
 
 2. **A consumer registered later** (``services.consumers.consumers_register``), the
-   ongoing duty of drop-platform.md section 3: the new consumer hashes, listed in the temp
+   ongoing duty of docs/contracts.md §1.8: the new consumer hashes, listed in the temp
    table ``new_consumer_hashes(consumer_hash_id bigint)``, are joined against every kept
    work item hash of the broker::
 

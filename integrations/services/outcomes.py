@@ -1,4 +1,4 @@
-"""Recording the broker's deletion outcome (callback body 2.2) on its deletion request.
+"""Recording the broker's deletion outcome (docs/contracts.md §2.2) on its deletion request.
 
 The callback view has already authenticated the key, found the request of the key's broker
 and checked the signature; this is the write::
@@ -8,7 +8,7 @@ and checked the signature; this is the write::
     result.changed      # False: the same outcome again (200, nothing changes)
     # raises OutcomeConflict: a different final outcome (409, ledger records the attempt)
 
-Idempotency (product.md section 2): the same outcome twice changes nothing; a different
+Idempotency (docs/contracts.md §5.3): the same outcome twice changes nothing; a different
 final outcome is refused; after ``failed`` a new outcome is accepted. Recording is one
 statement, the SQL function in ``integrations/sql/deletion_outcome_record.sql`` (the
 callbacks' hot path): the outcome, its opt-out record, its ledger event and the work item's

@@ -9,7 +9,7 @@ defers their delivery jobs in the same transaction::
         cursor.execute("INSERT INTO drop_matches (work_item_id, consumer_id, late_match) ...")
         created = requests_create_for_matches(broker=broker, match_date=today, actor="system")
 
-Deletion targets (product.md section 1, step 3): every enabled webhook integration of the
+Deletion targets (docs/contracts.md §1.3): every enabled webhook integration of the
 broker, and every ISI connection that takes part in DROP (listed, with both DROP
 capabilities, of an enabled ISI integration). Each matched consumer gets one request per
 target (state ``queued``, delivery job deferred); with no target yet it gets one request
@@ -120,7 +120,7 @@ _INSERT_SQL = f"""
 """  # noqa: S608
 
 
-# Resolution (product.md section 1, step 4): only when the broker has an enabled SaaS
+# Resolution (docs/contracts.md §1.4): only when the broker has an enabled SaaS
 # connection, one identifier retrieval request per match and resolving target: the deletion
 # targets (each enabled webhook integration, each ISI connection taking part, which has the
 # privacy/drop/identifiers capability). results_token: 32 random bytes as 64 lower-case hex

@@ -1,4 +1,4 @@
-"""Identifier retrieval answers (callback body 2.4) and the SaaS deletions they start.
+"""Identifier retrieval answers (docs/contracts.md §2.4) and the SaaS deletions they start.
 
 ::
 

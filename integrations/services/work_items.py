@@ -6,7 +6,7 @@ Issue the status after recording an outcome, in the same transaction::
         ...record the outcome on the resolution request...
         work_item_settle(work_item=request.work_item)
 
-The rules (product.md section 1, step 6) are written once, in SQL, because the callbacks'
+The rules (docs/contracts.md §1.6) are written once, in SQL, because the callbacks'
 hot path settles in the same statement that records the outcome (docs/benchmarks.md,
 callbacks): ``integrations/sql/work_item_settle.sql``. In short: a work item is reportable
 when every request it has is final; its code is the strongest outcome (4 over 3 over 2 over

@@ -1,4 +1,4 @@
-"""Every admin action is a ledger event with the staff user as its actor (product.md s. 5).
+"""Every admin action is a ledger event with the staff user as its actor (docs/operations.md).
 
 Walks the actions every ModelAdmin of the app offers a superuser when the tests run (Django's
 ``delete_selected`` too, where deleting is allowed), runs each on every row of its model

@@ -1,4 +1,4 @@
-"""GET /api/v1/ping (broker interface 4.3 / 5.1) and the problem-details shape of errors."""
+"""GET /api/v1/ping (docs/contracts.md §3.3, §5.2) and the problem-details shape of errors."""
 
 from __future__ import annotations
 

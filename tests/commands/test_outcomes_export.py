@@ -17,7 +17,7 @@ from tests.reporting_factories import OutcomeHistory, outcome_history
 
 pytestmark = pytest.mark.django_db
 
-PRODUCT_COLUMNS = (  # product.md section 4, "Outcome history columns"
+PRODUCT_COLUMNS = (  # docs/contracts.md §13
     "request_uuid",
     "broker_id",
     "drop_session_id",

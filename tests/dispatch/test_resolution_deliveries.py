@@ -1,5 +1,5 @@
 """Identifier retrieval notifications and SaaS deletions, through the same delivery loop, to
-real loopback receivers: body 2.3, the generic SaaS body with its bearer token, and the
+real loopback receivers: body §2.3, the generic SaaS body with its bearer token, and the
 resolved identifiers purged once every SaaS deletion is final."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Consumer records to hashed rows: CSV (clear and hashed) and API objects, every bad input.
 
-Hashes are checked against drop-platform.md's official examples; a rejected record must
+Hashes are checked against DROP's examples (docs/contracts.md §12.3); a rejected record must
 name its line (or index) and field, and must never repeat the clear value.
 """
 

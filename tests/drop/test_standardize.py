@@ -1,4 +1,4 @@
-"""DROP standardization and hashing, checked against drop-platform.md section 4.
+"""DROP standardization and hashing, checked against docs/contracts.md §12.
 
 Every official worked example must reproduce, value and hash; the rest pins down the
 settled name examples, the transliteration table and every rejection rule.

@@ -1,4 +1,4 @@
-"""The automatic redispatch of failed outcomes (product.md section 2: off by default), run
+"""The automatic redispatch of failed outcomes (docs/contracts.md §5.3: off by default), run
 as the hourly job does."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """``manage.py saas add|list``: third-party SaaS deletion connections (generic HTTP).
 
 Each one receives ``POST <url>`` with ``Authorization: Bearer <token>`` and the resolved
-identifiers of its categories (product.md section 4).
+identifiers of its categories (docs/contracts.md §7).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
--- A work item's DROP status, settled from its requests' outcomes (product.md section 1,
--- step 6). Every outcome settles its work item in its own transaction through
+-- A work item's DROP status, settled from its requests' outcomes (docs/contracts.md §1.6).
+-- Every outcome settles its work item in its own transaction through
 -- dropportal_work_item_settle: the callbacks (deletion_outcome_record.sql), the resolutions
 -- and SaaS deletions, and the periodic safety net (services/work_items.py).
 --

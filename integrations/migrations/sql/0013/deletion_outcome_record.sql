@@ -1,4 +1,4 @@
--- Recording a broker's deletion outcome (callback body 2.2, webhook and ISI alike): the
+-- Recording a broker's deletion outcome (docs/contracts.md §2.2, webhook and ISI alike): the
 -- callbacks' hot path, one statement (docs/benchmarks.md, callbacks). The rules of when an
 -- outcome may be recorded are here; services/outcomes.py (deletion_outcome_record) calls it
 -- and answers the rest (the identical repeat, the conflict).
