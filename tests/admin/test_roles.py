@@ -64,7 +64,7 @@ def permissions_of(group: str) -> set[str]:
     return set(Group.objects.get(name=group).permissions.values_list("codename", flat=True))
 
 
-def test_the_three_roles_hold_what_product_md_gives_them() -> None:
+def test_the_three_roles_hold_the_permissions_the_operations_guide_gives_them() -> None:
     managers = permissions_of("Connections managers")
     assert {"add_broker", "change_integration", "add_apikey", "view_saasconnection"} <= managers
     assert not any(p.endswith("deletionrequest") or p.startswith("delete_") for p in managers)
