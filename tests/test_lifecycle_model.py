@@ -345,7 +345,7 @@ def _stuck_reasons(requests: list[tuple[int, str, bool]]) -> set[str]:
 
 def doctor_counts(broker: Broker) -> dict[str, int]:
     """Work items ``drop doctor`` lists for ``broker``, by reason."""
-    from integrations.selectors import stuck_work_items
+    from integrations.selectors.stuck import stuck_work_items
 
     return {
         str(group.reason): group.work_items

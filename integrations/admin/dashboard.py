@@ -4,9 +4,9 @@
 
     dashboard_context(request)  # {"dashboard": Dashboard(...)}
 
-The numbers come from ``selectors.dashboard_overview`` (a few aggregate queries); this module
-only shapes them for the template: links to the filtered admin changelists (when the list
-exists and the user may see it) and the SVG charts.
+The numbers come from ``selectors.dashboard.dashboard_overview`` (a few aggregate queries);
+this module only shapes them for the template: links to the filtered admin changelists (when
+the list exists and the user may see it) and the SVG charts.
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ from django.utils.safestring import SafeString
 from integrations.admin import charts
 from integrations.dispatch.checks import PRIVATE_TARGETS_OPEN
 from integrations.models import RequestState, WorkItemState
-from integrations.selectors import (
-    AWAITING_CALLBACK_ATTENTION,
+from integrations.selectors.dashboard import (
     HEALTH_ATTEMPTS,
     BrokerOverview,
     CycleWorkItems,
     dashboard_overview,
 )
+from integrations.selectors.requests import AWAITING_CALLBACK_ATTENTION
 
 
 @dataclass(frozen=True)

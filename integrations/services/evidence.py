@@ -48,7 +48,7 @@ from integrations.models import (
     ReportKind,
     RequestState,
 )
-from integrations.selectors import deletion_outcomes_csv
+from integrations.selectors.outcomes import deletion_outcomes_csv
 from integrations.services.ledger import ledger_event_append, ledger_seal
 
 _CONTENT_CHUNK = 8 << 20
