@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
-from django.db.models import Count, F, Max, OuterRef, Q, Subquery, Window
+from django.db.models import Count, F, Max, OuterRef, Q, QuerySet, Subquery, Window
 from django.db.models.functions import Coalesce, RowNumber
 
 from integrations.models import (
@@ -109,99 +109,18 @@ _PULL_OUTCOME_KINDS = ("drop.pulled", "drop.cycle_imported", "drop.pull_failed")
 
 def dashboard_overview(*, now: dt.datetime) -> list[BrokerOverview]:
     """Everything the dashboard shows, per broker, in eleven queries whatever the data size."""
-    brokers = list(
-        Broker.objects.annotate(
-            last_download_at=Max("cycles__downloaded_at"),
-            last_upload_at=Subquery(
-                ReportFile.objects.filter(broker=OuterRef("pk"), uploaded_at__isnull=False)
-                .order_by("-uploaded_at")
-                .values("uploaded_at")[:1]
-            ),
-        ).order_by("broker_id")
-    )
-    recent = list(
-        DropCycle.objects.annotate(
-            recency=Window(
-                RowNumber(), partition_by=F("broker_id"), order_by=F("downloaded_at").desc()
-            )
-        ).filter(recency__lte=DASHBOARD_RECENT_CYCLES)
-    )
+    brokers = _brokers_with_last_transfers()
+    recent, shown = _recent_and_open_cycles()
     recent_ids = {cycle.pk for cycle in recent}
-    shown = recent + list(
-        DropCycle.objects.filter(state=CycleState.OPEN).exclude(pk__in=recent_ids)
+    cycles_of = _cycle_work_items_by_broker(recent, shown)
+    attention = _attention_by_broker(now=now)
+    health_of = _integration_health_by_broker()
+    last_pull_event = _last_event_by_broker(
+        LedgerEvent.objects.filter(kind__in=_PULL_OUTCOME_KINDS)
     )
-    # Work items are counted for open cycles only: a closed cycle's are all reported, and a
-    # DROP list is mostly unmatched items, so counting every recent cycle's would cost the
-    # page most of its time.
-    counts: dict[int, dict[tuple[str, int | None], int]] = {c.pk: {} for c in shown}
-    for row in (
-        WorkItem.objects.filter(cycle_id__in=[c.pk for c in shown if c.state == CycleState.OPEN])
-        .values("cycle_id", "state", "status_code")
-        .annotate(n=Count("id"))
-        .order_by()
-    ):
-        counts[row["cycle_id"]][(row["state"], row["status_code"])] = row["n"]
-    # A request carries its cycle's drop_session_id: no join back to the work items.
-    cycle_of_session = {(c.broker_id, c.drop_session_id): c.pk for c in recent}
-    outcomes: dict[int, dict[str, int]] = {pk: {} for pk in recent_ids}
-    for broker_pk, session, drop_outcome, n in (
-        DeletionRequest.objects.filter(drop_session_id__in={c.drop_session_id for c in recent})
-        .exclude(state=RequestState.CANCELLED)
-        .values("broker_id", "drop_session_id", "drop_outcome")
-        .annotate(n=Count("id"))
-        .order_by()
-        .values_list("broker_id", "drop_session_id", "drop_outcome", "n")
-    ):
-        cycle_pk = cycle_of_session.get((broker_pk, session))
-        if cycle_pk is not None:
-            outcomes[cycle_pk][drop_outcome] = n
-    cycles_of: dict[int, list[CycleWorkItems]] = {}
-    for cycle in shown:
-        cycles_of.setdefault(cycle.broker_id, []).append(
-            CycleWorkItems(cycle, counts[cycle.pk], outcomes.get(cycle.pk, {}))
-        )
-
-    attention = {
-        row["broker_id"]: RequestsNeedingAttention(
-            failed=row["failed"],
-            undeliverable=row["undeliverable"],
-            awaiting_callback=row["awaiting_callback"],
-        )
-        for row in deletion_requests_needing_attention(now=now)
-        .values("broker_id")
-        .annotate(
-            failed=Count("id", filter=Q(state=RequestState.FAILED)),
-            undeliverable=Count("id", filter=Q(state=RequestState.UNDELIVERABLE)),
-            awaiting_callback=Count("id", filter=Q(state=RequestState.DISPATCHED)),
-        )
-        .order_by()
-    }
-    health, looked_at_all = integration_delivery_health()
-    health_of: dict[int, list[IntegrationHealth]] = {}
-    for integration in Integration.objects.order_by("broker_id", "name"):
-        last_success_at, failures = health.get(integration.pk, (None, 0))
-        health_of.setdefault(integration.broker_id, []).append(
-            IntegrationHealth(
-                integration=integration,
-                last_success_at=last_success_at,
-                failures_in_a_row=failures,
-                complete=looked_at_all or last_success_at is not None,
-            )
-        )
-
-    last_pull_event = {
-        event.broker_id: event
-        for event in LedgerEvent.objects.filter(kind__in=_PULL_OUTCOME_KINDS)
-        .order_by("broker_id", "-id")
-        .distinct("broker_id")
-    }
-
-    last_doctor_event = {
-        event.broker_id: event
-        for event in LedgerEvent.objects.filter(kind="drop.doctor_checked")
-        .order_by("broker_id", "-id")
-        .distinct("broker_id")
-    }
+    last_doctor_event = _last_event_by_broker(
+        LedgerEvent.objects.filter(kind="drop.doctor_checked")
+    )
 
     overviews = []
     for broker in brokers:
@@ -227,6 +146,129 @@ def dashboard_overview(*, now: dt.datetime) -> list[BrokerOverview]:
             )
         )
     return overviews
+
+
+def _brokers_with_last_transfers() -> list[Broker]:
+    """Every broker, annotated with ``last_download_at`` and ``last_upload_at``."""
+    return list(
+        Broker.objects.annotate(
+            last_download_at=Max("cycles__downloaded_at"),
+            last_upload_at=Subquery(
+                ReportFile.objects.filter(broker=OuterRef("pk"), uploaded_at__isnull=False)
+                .order_by("-uploaded_at")
+                .values("uploaded_at")[:1]
+            ),
+        ).order_by("broker_id")
+    )
+
+
+def _recent_and_open_cycles() -> tuple[list[DropCycle], list[DropCycle]]:
+    """Each broker's latest ``DASHBOARD_RECENT_CYCLES`` cycles, and those plus every open
+    cycle (the cycles the dashboard shows)."""
+    recent: list[DropCycle] = list(
+        DropCycle.objects.annotate(
+            recency=Window(
+                RowNumber(), partition_by=F("broker_id"), order_by=F("downloaded_at").desc()
+            )
+        ).filter(recency__lte=DASHBOARD_RECENT_CYCLES)
+    )
+    recent_ids = {cycle.pk for cycle in recent}
+    shown = recent + list(
+        DropCycle.objects.filter(state=CycleState.OPEN).exclude(pk__in=recent_ids)
+    )
+    return recent, shown
+
+
+def _cycle_work_items_by_broker(
+    recent: list[DropCycle], shown: list[DropCycle]
+) -> dict[int, list[CycleWorkItems]]:
+    """The shown cycles with their work item counts and request outcomes, by broker pk."""
+    counts = _work_item_counts(shown)
+    outcomes = _request_outcomes(recent)
+    cycles_of: dict[int, list[CycleWorkItems]] = {}
+    for cycle in shown:
+        cycles_of.setdefault(cycle.broker_id, []).append(
+            CycleWorkItems(cycle, counts[cycle.pk], outcomes.get(cycle.pk, {}))
+        )
+    return cycles_of
+
+
+def _work_item_counts(shown: list[DropCycle]) -> dict[int, dict[tuple[str, int | None], int]]:
+    """Per cycle pk: how many work items are in each (state, status_code)."""
+    # Work items are counted for open cycles only: a closed cycle's are all reported, and a
+    # DROP list is mostly unmatched items, so counting every recent cycle's would cost the
+    # page most of its time.
+    counts: dict[int, dict[tuple[str, int | None], int]] = {c.pk: {} for c in shown}
+    for row in (
+        WorkItem.objects.filter(cycle_id__in=[c.pk for c in shown if c.state == CycleState.OPEN])
+        .values("cycle_id", "state", "status_code")
+        .annotate(n=Count("id"))
+        .order_by()
+    ):
+        counts[row["cycle_id"]][(row["state"], row["status_code"])] = row["n"]
+    return counts
+
+
+def _request_outcomes(recent: list[DropCycle]) -> dict[int, dict[str, int]]:
+    """Per recent cycle pk: how many of its deletion requests ended with each outcome."""
+    # A request carries its cycle's drop_session_id: no join back to the work items.
+    cycle_of_session = {(c.broker_id, c.drop_session_id): c.pk for c in recent}
+    outcomes: dict[int, dict[str, int]] = {c.pk: {} for c in recent}
+    for broker_pk, session, drop_outcome, n in (
+        DeletionRequest.objects.filter(drop_session_id__in={c.drop_session_id for c in recent})
+        .exclude(state=RequestState.CANCELLED)
+        .values("broker_id", "drop_session_id", "drop_outcome")
+        .annotate(n=Count("id"))
+        .order_by()
+        .values_list("broker_id", "drop_session_id", "drop_outcome", "n")
+    ):
+        cycle_pk = cycle_of_session.get((broker_pk, session))
+        if cycle_pk is not None:
+            outcomes[cycle_pk][drop_outcome] = n
+    return outcomes
+
+
+def _attention_by_broker(*, now: dt.datetime) -> dict[int, RequestsNeedingAttention]:
+    return {
+        row["broker_id"]: RequestsNeedingAttention(
+            failed=row["failed"],
+            undeliverable=row["undeliverable"],
+            awaiting_callback=row["awaiting_callback"],
+        )
+        for row in deletion_requests_needing_attention(now=now)
+        .values("broker_id")
+        .annotate(
+            failed=Count("id", filter=Q(state=RequestState.FAILED)),
+            undeliverable=Count("id", filter=Q(state=RequestState.UNDELIVERABLE)),
+            awaiting_callback=Count("id", filter=Q(state=RequestState.DISPATCHED)),
+        )
+        .order_by()
+    }
+
+
+def _integration_health_by_broker() -> dict[int, list[IntegrationHealth]]:
+    """Every integration's delivery health, by broker pk (integrations by name)."""
+    health, looked_at_all = integration_delivery_health()
+    health_of: dict[int, list[IntegrationHealth]] = {}
+    for integration in Integration.objects.order_by("broker_id", "name"):
+        last_success_at, failures = health.get(integration.pk, (None, 0))
+        health_of.setdefault(integration.broker_id, []).append(
+            IntegrationHealth(
+                integration=integration,
+                last_success_at=last_success_at,
+                failures_in_a_row=failures,
+                complete=looked_at_all or last_success_at is not None,
+            )
+        )
+    return health_of
+
+
+def _last_event_by_broker(events: QuerySet[LedgerEvent]) -> dict[str, LedgerEvent]:
+    """Each broker's latest of ``events``, by the broker's DROP id."""
+    return {
+        event.broker_id: event
+        for event in events.order_by("broker_id", "-id").distinct("broker_id")
+    }
 
 
 def _succeeded() -> Q:

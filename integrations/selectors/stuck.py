@@ -110,58 +110,71 @@ def stuck_work_items(
     is loaded.
     """
     now = now or timezone.now()
-    stale = now - AWAITING_CALLBACK_ATTENTION
-    open_item = {"work_item__state": WorkItemState.OPEN}
-    deletions = DeletionRequest.objects.filter(**open_item)
-    resolutions = ResolutionRequest.objects.filter(**open_item)
-    saas = SaasDeletion.objects.filter(resolution__work_item__state=WorkItemState.OPEN)
-    items = WorkItem.objects.filter(state__in=[WorkItemState.OPEN, WorkItemState.REPORTABLE])
-    if broker is not None:
-        deletions = deletions.filter(broker=broker)
-        resolutions = resolutions.filter(broker=broker)
-        saas = saas.filter(resolution__broker=broker)
-        items = items.filter(broker=broker)
-    failed = deletions.filter(state=RequestState.FAILED, integration__enabled=True)
-    if settings.DROPPORTAL_AUTO_REDISPATCH_HOURS > 0:
-        # The automatic policy sends a failure again, up to AUTO_REDISPATCH_MAX times.
-        failed = failed.annotate(automatic=automatic_redispatches()).filter(
-            automatic__gte=AUTO_REDISPATCH_MAX
-        )
+    found: dict[tuple[str, StuckReason], StuckGroup] = {}
+    for reason, model, params, queries in _stuck_sources(
+        broker=broker, stale=now - AWAITING_CALLBACK_ATTENTION
+    ):
+        for rows, fields in queries:
+            _add_stuck_group(found, reason, model, params, _stuck_counts(rows, **fields))
+    _add_stuck_group(
+        found,
+        StuckReason.DROP_KEY_REFUSED,
+        "ledgerevent",
+        {"kind__exact": "drop.pull_failed"},
+        _drop_key_refused_counts(broker),
+    )
+    order = list(StuckReason)
+    return sorted(
+        found.values(),
+        key=lambda g: (g.broker_id, g.nearest_due_date, order.index(g.reason)),
+    )
+
+
+# Where each kind of row holding work items finds its work item, broker and due date
+# (``_stuck_counts``'s keywords).
+_DELETION_ROWS = {"item": "work_item", "broker": "broker", "due": "work_item__cycle__due_date"}
+_RESOLUTION_ROWS = _DELETION_ROWS
+_SAAS_ROWS = {
+    "item": "resolution__work_item",
+    "broker": "resolution__broker",
+    "due": "resolution__work_item__cycle__due_date",
+}
+
+# A reason, the admin list of what holds the items (model, filters), and the rows holding
+# them with how to count them.
+_StuckSource = tuple[StuckReason, str, dict[str, Any], list[tuple[QuerySet[Any], dict[str, str]]]]
+
+
+def _stuck_sources(*, broker: Broker | None, stale: dt.datetime) -> list[_StuckSource]:
+    """For each reason but a refused DROP key: the rows that hold open work items for it
+    (dispatched before ``stale`` is waiting too long for a callback)."""
+    deletions, resolutions, saas = _open_item_rows(broker)
+    failed = _failed_waiting_for_staff(deletions)
     waiting = [RequestState.QUEUED, RequestState.FAILED, RequestState.DISPATCHED]
-    deletion_counts = {"item": "work_item", "broker": "broker"}
-    deletion_due = "work_item__cycle__due_date"
-    resolution_counts = {"item": "work_item", "broker": "broker"}
-    saas_counts = {"item": "resolution__work_item", "broker": "resolution__broker"}
-    saas_due = "resolution__work_item__cycle__due_date"
-    sources: list[tuple[StuckReason, str, dict[str, Any], list[Any]]] = [
+    failed_or_no_callback = Q(state=RequestState.FAILED) | Q(
+        state=RequestState.DISPATCHED, dispatched_at__lt=stale
+    )
+    return [
         (
             StuckReason.PENDING_WITHOUT_TARGET,
             "deletionrequest",
             {"state__exact": RequestState.PENDING},
-            [(deletions.filter(state=RequestState.PENDING), deletion_counts, deletion_due)],
+            [(deletions.filter(state=RequestState.PENDING), _DELETION_ROWS)],
         ),
         (
             StuckReason.FAILED_WAITING_FOR_STAFF,
             "deletionrequest",
             {"state__exact": RequestState.FAILED},
-            [(failed, deletion_counts, deletion_due)],
+            [(failed, _DELETION_ROWS)],
         ),
         (
             StuckReason.UNDELIVERABLE,
             "deletionrequest",
             {"state__exact": RequestState.UNDELIVERABLE},
             [
-                (
-                    deletions.filter(state=RequestState.UNDELIVERABLE),
-                    deletion_counts,
-                    deletion_due,
-                ),
-                (
-                    resolutions.filter(state=RequestState.UNDELIVERABLE),
-                    resolution_counts,
-                    deletion_due,
-                ),
-                (saas.filter(state=RequestState.UNDELIVERABLE), saas_counts, saas_due),
+                (deletions.filter(state=RequestState.UNDELIVERABLE), _DELETION_ROWS),
+                (resolutions.filter(state=RequestState.UNDELIVERABLE), _RESOLUTION_ROWS),
+                (saas.filter(state=RequestState.UNDELIVERABLE), _SAAS_ROWS),
             ],
         ),
         (
@@ -171,8 +184,7 @@ def stuck_work_items(
             [
                 (
                     deletions.filter(state=RequestState.DISPATCHED, dispatched_at__lt=stale),
-                    deletion_counts,
-                    deletion_due,
+                    _DELETION_ROWS,
                 )
             ],
         ),
@@ -181,22 +193,13 @@ def stuck_work_items(
             "resolutionrequest",
             {},
             [
-                (
-                    resolutions.filter(
-                        Q(state=RequestState.FAILED)
-                        | Q(state=RequestState.DISPATCHED, dispatched_at__lt=stale)
-                    ),
-                    resolution_counts,
-                    deletion_due,
-                ),
+                (resolutions.filter(failed_or_no_callback), _RESOLUTION_ROWS),
                 (
                     saas.filter(
-                        Q(state=RequestState.FAILED)
-                        | Q(state=RequestState.DISPATCHED, dispatched_at__lt=stale)
+                        failed_or_no_callback
                         | Q(state=RequestState.QUEUED, saas_connection__enabled=False)
                     ),
-                    saas_counts,
-                    saas_due,
+                    _SAAS_ROWS,
                 ),
             ],
         ),
@@ -207,60 +210,87 @@ def stuck_work_items(
             [
                 (
                     deletions.filter(state__in=waiting, integration__enabled=False),
-                    deletion_counts,
-                    deletion_due,
+                    _DELETION_ROWS,
                 ),
                 (
                     resolutions.filter(state__in=waiting, integration__enabled=False),
-                    resolution_counts,
-                    deletion_due,
+                    _RESOLUTION_ROWS,
                 ),
             ],
         ),
     ]
-    found: dict[tuple[str, StuckReason], StuckGroup] = {}
 
-    def add(reason: StuckReason, model: str, params: dict[str, Any], counts: Any) -> None:
-        for broker_id, broker_pk, n_items, n_rows, due in counts:
-            key = (broker_id, reason)
-            previous = found.get(key)
-            broker_param = (
-                {"broker_id__exact": broker_id}
-                if model == "ledgerevent"
-                else {"broker__id__exact": broker_pk}
-            )
-            found[key] = StuckGroup(
-                broker_id=broker_id,
-                reason=reason,
-                # Over several kinds of rows an item may count twice: at most, never fewer.
-                work_items=n_items + (previous.work_items if previous else 0),
-                requests=n_rows + (previous.requests if previous else 0),
-                nearest_due_date=min(due, previous.nearest_due_date) if previous else due,
-                admin_path=previous.admin_path
-                if previous
-                else _admin_path(model, **broker_param, **params),
-            )
 
-    for reason, model, params, queries in sources:
-        for rows, fields, due in queries:
-            add(reason, model, params, _stuck_counts(rows, **fields, due=due))
+def _open_item_rows(
+    broker: Broker | None,
+) -> tuple[QuerySet[DeletionRequest], QuerySet[ResolutionRequest], QuerySet[SaasDeletion]]:
+    """The deletion requests, resolution requests and SaaS deletions of open work items (of
+    ``broker`` if given)."""
+    open_item = {"work_item__state": WorkItemState.OPEN}
+    deletions = DeletionRequest.objects.filter(**open_item)
+    resolutions = ResolutionRequest.objects.filter(**open_item)
+    saas = SaasDeletion.objects.filter(resolution__work_item__state=WorkItemState.OPEN)
+    if broker is not None:
+        deletions = deletions.filter(broker=broker)
+        resolutions = resolutions.filter(broker=broker)
+        saas = saas.filter(resolution__broker=broker)
+    return deletions, resolutions, saas
 
+
+def _failed_waiting_for_staff(
+    deletions: QuerySet[DeletionRequest],
+) -> QuerySet[DeletionRequest]:
+    """Failed requests to an enabled integration that nothing automatic will send again."""
+    failed = deletions.filter(state=RequestState.FAILED, integration__enabled=True)
+    if settings.DROPPORTAL_AUTO_REDISPATCH_HOURS > 0:
+        # The automatic policy sends a failure again, up to AUTO_REDISPATCH_MAX times.
+        failed = failed.annotate(automatic=automatic_redispatches()).filter(
+            automatic__gte=AUTO_REDISPATCH_MAX
+        )
+    return failed
+
+
+def _drop_key_refused_counts(broker: Broker | None) -> list[tuple[str, int, int, int, dt.date]]:
+    """``_stuck_counts`` of the open and reportable work items of brokers whose DROP key was
+    refused: no status reaches DROP until staff change it."""
+    items = WorkItem.objects.filter(state__in=[WorkItemState.OPEN, WorkItemState.REPORTABLE])
+    if broker is not None:
+        items = items.filter(broker=broker)
     refused = brokers_with_drop_key_refused(
         Broker.objects.filter(pk=broker.pk) if broker is not None else None
     ).values_list("pk", flat=True)
-    add(
-        StuckReason.DROP_KEY_REFUSED,
-        "ledgerevent",
-        {"kind__exact": "drop.pull_failed"},
-        _stuck_counts(
-            items.filter(broker_id__in=list(refused)),
-            item="pk",
-            broker="broker",
-            due="cycle__due_date",
-        ),
+    return _stuck_counts(
+        items.filter(broker_id__in=list(refused)),
+        item="pk",
+        broker="broker",
+        due="cycle__due_date",
     )
-    order = list(StuckReason)
-    return sorted(
-        found.values(),
-        key=lambda g: (g.broker_id, g.nearest_due_date, order.index(g.reason)),
-    )
+
+
+def _add_stuck_group(
+    found: dict[tuple[str, StuckReason], StuckGroup],
+    reason: StuckReason,
+    model: str,
+    params: dict[str, Any],
+    counts: list[tuple[str, int, int, int, dt.date]],
+) -> None:
+    """Add ``counts`` (``_stuck_counts``) to the groups ``found`` for ``reason``."""
+    for broker_id, broker_pk, n_items, n_rows, due in counts:
+        key = (broker_id, reason)
+        previous = found.get(key)
+        broker_param = (
+            {"broker_id__exact": broker_id}
+            if model == "ledgerevent"
+            else {"broker__id__exact": broker_pk}
+        )
+        found[key] = StuckGroup(
+            broker_id=broker_id,
+            reason=reason,
+            # Over several kinds of rows an item may count twice: at most, never fewer.
+            work_items=n_items + (previous.work_items if previous else 0),
+            requests=n_rows + (previous.requests if previous else 0),
+            nearest_due_date=min(due, previous.nearest_due_date) if previous else due,
+            admin_path=previous.admin_path
+            if previous
+            else _admin_path(model, **broker_param, **params),
+        )
