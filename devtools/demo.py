@@ -212,7 +212,45 @@ class BrokerSystem:
 
 def narrate(args: argparse.Namespace) -> None:
     say = Narrator()
-    port = free_port(args.port)
+    public_url, password = start_service(say, port=free_port(args.port))
+    from devtools.broker_simulator import BrokerSimulator
+    from devtools.drop_simulator import DropSimulator
+
+    drop = DropSimulator(api_key="demo-drop-key", broker_id=BROKER_ID, active_download=True)
+    broker_system_sim = BrokerSimulator(path="/drop/webhook")
+    with drop, broker_system_sim:
+        broker_system = register_broker(say, drop, broker_system_sim)
+
+        with tempfile.TemporaryDirectory(prefix="dropportal-demo-") as tmp:
+            workdir = Path(tmp)
+            say.section("The broker registers 400 consumers (clear identifiers, hashed on arrival)")
+            emails = consumers_csv(workdir / "consumers.csv", 400)
+            say.command("consumers import --broker 4821 consumers.csv")
+            say.say(
+                call("consumers", "import", "--broker", BROKER_ID, str(workdir / "consumers.csv"))
+            )
+            first_matches, first_rows = first_cycle(say, drop, broker_system, workdir, emails)
+            late_match(say, drop, broker_system, workdir, first_matches, first_rows)
+            second_cycle(say, drop, broker_system, emails)
+
+        ledger_summary(say)
+
+        if args.no_serve:
+            say.section("Where to look")
+            say.say("`make demo` (without --no-serve) serves the admin after the story.")
+        else:
+            where_to_look(say, public_url, password)
+        if args.screenshot:
+            take_screenshot(public_url, password, Path(args.screenshot))
+            say.say(f"dashboard screenshot: {args.screenshot}")
+        print(f"\nDone in {time.monotonic() - say.started:.1f} s.", flush=True)
+        if not args.no_serve:
+            serve_until_interrupted(public_url)
+
+
+def start_service(say: Narrator, *, port: int) -> tuple[str, str]:
+    """A fresh, migrated demo database, a staff login, and the service on ``port``; the
+    service's URL and the login's password."""
     public_url = f"http://127.0.0.1:{port}"
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dropportal.settings")
     os.environ["DROPPORTAL_PUBLIC_URL"] = public_url
@@ -230,135 +268,140 @@ def narrate(args: argparse.Namespace) -> None:
     # second factor even when DATABASE_URL is set (which requires one everywhere else).
     settings.DROPPORTAL_STAFF_MFA_REQUIRED = False
     from django.contrib.auth import get_user_model
-    from django.utils import timezone
-
-    from devtools.broker_simulator import BrokerSimulator
-    from devtools.drop_simulator import DropSimulator
-    from integrations.models import DeletionRequest, LedgerEvent, RequestState
-    from integrations.services.brokers import broker_create
-    from integrations.services.integrations import webhook_integration_create
-    from integrations.services.keys import api_key_create
-    from integrations.services.ledger import ledger_seal, ledger_verify
-    from integrations.services.redelivery import deletion_request_redispatch
 
     call("migrate", "--verbosity", "0")
     password = secrets.token_urlsafe(9)
     get_user_model().objects.create_superuser(DEMO_USER, "demo@example.com", password)
     serve_in_background(port)
     say.say(f"database {demo_db}, migrated; staff login {DEMO_USER} / {password}")
+    return public_url, password
 
-    drop = DropSimulator(api_key="demo-drop-key", broker_id=BROKER_ID, active_download=True)
-    broker_system_sim = BrokerSimulator(path="/drop/webhook")
-    with drop, broker_system_sim:
-        say.section("Staff register the broker, its webhook and a callback key")
-        broker = broker_create(
-            broker_id=BROKER_ID,
-            name="Golden State Data Co.",
-            mode="test",
-            drop_api_key="demo-drop-key",
-            drop_base_url=drop.url,
-            actor=f"staff:{DEMO_USER}",
+
+def register_broker(say: Narrator, drop: Any, broker_system_sim: Any) -> BrokerSystem:
+    """Staff register the broker, its webhook integration and its callback key."""
+    from integrations.services.brokers import broker_create
+    from integrations.services.integrations import webhook_integration_create
+    from integrations.services.keys import api_key_create
+
+    say.section("Staff register the broker, its webhook and a callback key")
+    broker = broker_create(
+        broker_id=BROKER_ID,
+        name="Golden State Data Co.",
+        mode="test",
+        drop_api_key="demo-drop-key",
+        drop_base_url=drop.url,
+        actor=f"staff:{DEMO_USER}",
+    )
+    created = webhook_integration_create(
+        broker=broker,
+        name="CRM deletions",
+        url=broker_system_sim.url,
+        actor=f"staff:{DEMO_USER}",
+    )
+    key = api_key_create(
+        broker=broker, scopes=["webhook_callback"], name="CRM callbacks", actor="demo"
+    )
+    broker_system_sim.secrets = [created.webhook_secret]
+    broker_system = BrokerSystem(broker_system_sim, created.webhook_secret, key.key)
+    say.say(f"broker {broker} (test mode), DROP at {drop.url} (the loopback stand-in)")
+    say.say(f"webhook integration {created.integration.uuid} -> {broker_system_sim.url}")
+    say.say(f"API key {key.api_key.prefix}… (scope webhook_callback) for the callbacks")
+    return broker_system
+
+
+def first_cycle(
+    say: Narrator, drop: Any, broker_system: BrokerSystem, workdir: Path, emails: list[str]
+) -> tuple[list[str], list[tuple[str, str]]]:
+    """Cycle 1, imported from disk, answered, redispatched and reported; the emails it
+    matched and the rows of its Email list."""
+    from django.utils import timezone
+
+    from integrations.models import DeletionRequest, RequestState
+    from integrations.services.redelivery import deletion_request_redispatch
+
+    say.section("Cycle 1: a DROP package downloaded by hand 40 days ago")
+    first_day = timezone.localdate() - dt.timedelta(days=40)
+    first_matches = emails[: len(FIRST_OUTCOMES) + FIRST_FAILED]
+    package, first_rows = drop_package(first_day, first_matches, unmatched=150, seed=1)
+    zip_path = workdir / f"{first_day:%Y%m%d}_{BROKER_ID}_DROP.zip"
+    zip_path.write_bytes(package)
+    say.command(f"drop import --broker 4821 {zip_path.name} --downloaded-at {first_day}")
+    say.say(
+        call(
+            "drop",
+            "import",
+            "--broker",
+            BROKER_ID,
+            str(zip_path),
+            "--downloaded-at",
+            first_day.isoformat(),
         )
-        created = webhook_integration_create(
-            broker=broker,
-            name="CRM deletions",
-            url=broker_system_sim.url,
-            actor=f"staff:{DEMO_USER}",
-        )
-        key = api_key_create(
-            broker=broker, scopes=["webhook_callback"], name="CRM callbacks", actor="demo"
-        )
-        broker_system_sim.secrets = [created.webhook_secret]
-        broker_system = BrokerSystem(broker_system_sim, created.webhook_secret, key.key)
-        say.say(f"broker {broker} (test mode), DROP at {drop.url} (the loopback stand-in)")
-        say.say(f"webhook integration {created.integration.uuid} -> {broker_system_sim.url}")
-        say.say(f"API key {key.api_key.prefix}… (scope webhook_callback) for the callbacks")
+    )
+    deliver_and_answer(say, broker_system, FIRST_OUTCOMES + ["failed"] * FIRST_FAILED)
 
-        with tempfile.TemporaryDirectory(prefix="dropportal-demo-") as tmp:
-            workdir = Path(tmp)
-            say.section("The broker registers 400 consumers (clear identifiers, hashed on arrival)")
-            emails = consumers_csv(workdir / "consumers.csv", 400)
-            say.command("consumers import --broker 4821 consumers.csv")
-            say.say(
-                call("consumers", "import", "--broker", BROKER_ID, str(workdir / "consumers.csv"))
-            )
+    say.section("Staff redispatch the failed outcomes; the broker deletes them")
+    for request in DeletionRequest.objects.filter(state=RequestState.FAILED):
+        deletion_request_redispatch(deletion_request=request, actor=f"staff:{DEMO_USER}")
+    deliver_and_answer(say, broker_system, ["deleted"] * FIRST_FAILED)
 
-            # -- cycle 1 ----------------------------------------------------------------
-            say.section("Cycle 1: a DROP package downloaded by hand 40 days ago")
-            first_day = timezone.localdate() - dt.timedelta(days=40)
-            first_matches = emails[: len(FIRST_OUTCOMES) + FIRST_FAILED]
-            package, first_rows = drop_package(first_day, first_matches, unmatched=150, seed=1)
-            zip_path = workdir / f"{first_day:%Y%m%d}_{BROKER_ID}_DROP.zip"
-            zip_path.write_bytes(package)
-            say.command(f"drop import --broker 4821 {zip_path.name} --downloaded-at {first_day}")
-            say.say(
-                call(
-                    "drop",
-                    "import",
-                    "--broker",
-                    BROKER_ID,
-                    str(zip_path),
-                    "--downloaded-at",
-                    first_day.isoformat(),
-                )
-            )
-            deliver_and_answer(say, broker_system, FIRST_OUTCOMES + ["failed"] * FIRST_FAILED)
+    report(say, drop, upload=True)
+    return first_matches, first_rows
 
-            say.section("Staff redispatch the failed outcomes; the broker deletes them")
-            for request in DeletionRequest.objects.filter(state=RequestState.FAILED):
-                deletion_request_redispatch(deletion_request=request, actor=f"staff:{DEMO_USER}")
-            deliver_and_answer(say, broker_system, ["deleted"] * FIRST_FAILED)
 
-            report(say, drop, upload=True)
+def late_match(
+    say: Narrator,
+    drop: Any,
+    broker_system: BrokerSystem,
+    workdir: Path,
+    first_matches: list[str],
+    first_rows: list[tuple[str, str]],
+) -> None:
+    """A consumer registered after cycle 1 matches one of its hashes: an amendment."""
+    say.section("Ongoing duty: a consumer registered today matches a hash DROP sent")
+    # DROP sent this hash; no consumer had it, so it was reported 5 (not found).
+    unmatched_id, unmatched_hash = next(
+        row for row in first_rows if row[1] not in _hashes(first_matches)
+    )
+    late_csv = workdir / "late.csv"
+    with late_csv.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["remote_identifier", "hash_type", "hash"])
+        writer.writerow(["CRM-LATE-1", "email", unmatched_hash])
+    say.command("consumers import --broker 4821 --hashed late.csv")
+    say.say(call("consumers", "import", "--broker", BROKER_ID, "--hashed", str(late_csv)))
+    say.say(f"work item {unmatched_id} was reported 5 (not found); now it matches")
+    deliver_and_answer(say, broker_system, ["deleted"])
+    report(say, drop, upload=True, amendment=True)
 
-            say.section("Ongoing duty: a consumer registered today matches a hash DROP sent")
-            # DROP sent this hash; no consumer had it, so it was reported 5 (not found).
-            unmatched_id, unmatched_hash = next(
-                row for row in first_rows if row[1] not in _hashes(first_matches)
-            )
-            late_csv = workdir / "late.csv"
-            with late_csv.open("w", newline="") as handle:
-                writer = csv.writer(handle)
-                writer.writerow(["remote_identifier", "hash_type", "hash"])
-                writer.writerow(["CRM-LATE-1", "email", unmatched_hash])
-            say.command("consumers import --broker 4821 --hashed late.csv")
-            say.say(call("consumers", "import", "--broker", BROKER_ID, "--hashed", str(late_csv)))
-            say.say(f"work item {unmatched_id} was reported 5 (not found); now it matches")
-            deliver_and_answer(say, broker_system, ["deleted"])
-            report(say, drop, upload=True, amendment=True)
 
-            # -- cycle 2 ----------------------------------------------------------------
-            say.section("Cycle 2: pulled from DROP's API today (the stand-in answers 202 first)")
-            second_day = timezone.localdate()
-            second_matches = emails[100 : 100 + len(SECOND_OUTCOMES) + SECOND_SILENT]
-            package, _ = drop_package(second_day, second_matches, unmatched=90, seed=50_000)
-            drop.queue_pending(times=1, retry_after=1)
-            drop.queue_package(package)
-            say.command("drop pull --broker 4821")
-            say.say(call("drop", "pull", "--broker", BROKER_ID))
-            deliver_and_answer(say, broker_system, SECOND_OUTCOMES, leave_silent=SECOND_SILENT)
+def second_cycle(say: Narrator, drop: Any, broker_system: BrokerSystem, emails: list[str]) -> None:
+    """Cycle 2, pulled from DROP's API today; part of it still with the broker."""
+    from django.utils import timezone
 
-        say.section("The ledger: every step above, hash-chained")
-        ledger_seal()
-        say.command("ledger verify")
-        verification = ledger_verify()
-        kinds = Counter(LedgerEvent.objects.values_list("kind", flat=True))
-        say.say(
-            f"{sum(kinds.values())} events, chain {'verified' if verification.ok else 'BROKEN'};"
-            f" most frequent: " + ", ".join(f"{kind} {n}" for kind, n in kinds.most_common(4))
-        )
+    say.section("Cycle 2: pulled from DROP's API today (the stand-in answers 202 first)")
+    second_day = timezone.localdate()
+    second_matches = emails[100 : 100 + len(SECOND_OUTCOMES) + SECOND_SILENT]
+    package, _ = drop_package(second_day, second_matches, unmatched=90, seed=50_000)
+    drop.queue_pending(times=1, retry_after=1)
+    drop.queue_package(package)
+    say.command("drop pull --broker 4821")
+    say.say(call("drop", "pull", "--broker", BROKER_ID))
+    deliver_and_answer(say, broker_system, SECOND_OUTCOMES, leave_silent=SECOND_SILENT)
 
-        if args.no_serve:
-            say.section("Where to look")
-            say.say("`make demo` (without --no-serve) serves the admin after the story.")
-        else:
-            where_to_look(say, public_url, password)
-        if args.screenshot:
-            take_screenshot(public_url, password, Path(args.screenshot))
-            say.say(f"dashboard screenshot: {args.screenshot}")
-        print(f"\nDone in {time.monotonic() - say.started:.1f} s.", flush=True)
-        if not args.no_serve:
-            serve_until_interrupted(public_url)
+
+def ledger_summary(say: Narrator) -> None:
+    from integrations.models import LedgerEvent
+    from integrations.services.ledger import ledger_seal, ledger_verify
+
+    say.section("The ledger: every step above, hash-chained")
+    ledger_seal()
+    say.command("ledger verify")
+    verification = ledger_verify()
+    kinds = Counter(LedgerEvent.objects.values_list("kind", flat=True))
+    say.say(
+        f"{sum(kinds.values())} events, chain {'verified' if verification.ok else 'BROKEN'};"
+        f" most frequent: " + ", ".join(f"{kind} {n}" for kind, n in kinds.most_common(4))
+    )
 
 
 def _hashes(emails: list[str]) -> set[str]:

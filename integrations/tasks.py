@@ -22,7 +22,7 @@ from procrastinate.exceptions import AlreadyEnqueued
 from integrations import enqueue
 from integrations.dispatch.alerts import alert_send
 from integrations.models import Broker
-from integrations.selectors import brokers_due_for_pull
+from integrations.selectors.pulls import brokers_due_for_pull
 from integrations.services.alerts import alerts_evaluate
 from integrations.services.deliveries import (
     deletion_requests_deliver,
@@ -193,7 +193,7 @@ PULL_CRON = "41 * * * *"
 @app.periodic(cron=PULL_CRON, periodic_id="pull_due")
 @app.task(queue="drop", queueing_lock="pull_due", pass_context=False)
 def pull_due(timestamp: int | None = None) -> int:
-    """Defer a pull job per broker that is due (``selectors.brokers_due_for_pull``)."""
+    """Defer a pull job per broker that is due (``selectors.pulls.brokers_due_for_pull``)."""
 
     deferred = 0
     for broker in brokers_due_for_pull(now=timezone.now()):

@@ -10,10 +10,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from integrations.models import Broker, WorkItem, WorkItemState
-from integrations.selectors import (
-    cycle_deadlines,
-    drop_cycles_by_urgency,
-)
+from integrations.selectors.deadlines import cycle_deadlines, drop_cycles_by_urgency
 from tests.reporting_factories import cycle_make, item_make
 
 pytestmark = pytest.mark.django_db

@@ -83,7 +83,7 @@ from integrations.models import (
     WorkItem,
     WorkItemState,
 )
-from integrations.selectors import stuck_work_items
+from integrations.selectors.stuck import stuck_work_items
 from integrations.services import deliveries
 from integrations.services.brokers import broker_create
 from integrations.services.consumers import consumers_register

@@ -25,7 +25,7 @@ from django.utils.http import urlencode
 
 from integrations.admin.actors import staff_actor
 from integrations.models import Broker, DropCycle
-from integrations.selectors import METRIC_FIGURES, drop_metrics
+from integrations.selectors.drop_metrics import METRIC_FIGURES, drop_metrics
 from integrations.services.evidence import evidence_pack_export, evidence_public_key_pem
 
 METRICS_PERMISSIONS = ("integrations.view_workitem", "integrations.view_dropcycle")

@@ -90,26 +90,7 @@ def stacked_bars(
     plot_w, plot_h = width - left - right, height - top - bottom
     scale_max = nice_ceiling(max((bar.total for bar in bars), default=0))
     parts: list[SafeString] = [format_html("<title>{}</title>", title)]
-
-    # Horizontal grid: 0, half (labelled when it is a whole number), max.
-    for fraction in (0.0, 0.5, 1.0):
-        y = top + plot_h * (1 - fraction)
-        label = scale_max * fraction
-        parts.append(
-            format_html(
-                '<line x1="{}" x2="{}" y1="{}" y2="{}" stroke="{}" stroke-width="1"/>'
-                '<text x="{}" y="{}" text-anchor="end" font-size="11" fill="{}">{}</text>',
-                left,
-                width - right,
-                _n(y),
-                _n(y),
-                TRACK,
-                left - 6,
-                _n(y + 4),
-                MUTED,
-                _count_label(int(label)) if label == int(label) else "",
-            )
-        )
+    parts += _bars_grid(left=left, x_end=width - right, top=top, plot_h=plot_h, scale_max=scale_max)
     if not bars:
         parts.append(
             format_html(
@@ -124,57 +105,94 @@ def stacked_bars(
     bar_w = min(56.0, slot * 0.62)
     for index, bar in enumerate(bars):
         x = left + slot * index + (slot - bar_w) / 2
-        y = top + plot_h
-        for segment in bar.segments:
-            if segment.value <= 0:
-                continue
-            h = plot_h * segment.value / scale_max
-            y -= h
-            parts.append(
-                _linked(
-                    segment.url,
-                    format_html(
-                        '<rect x="{}" y="{}" width="{}" height="{}" fill="{}">'
-                        "<title>{}: {} {}</title></rect>",
-                        _n(x),
-                        _n(y),
-                        _n(bar_w),
-                        _n(max(h, 0.5)),
-                        segment.color,
-                        bar.label,
-                        segment.label,
-                        f"{segment.value:,}",
-                    ),
-                )
-            )
-        center = x + bar_w / 2
+        parts += _bar_column(
+            bar, x=x, bar_w=bar_w, base=top + plot_h, plot_h=plot_h, scale_max=scale_max
+        )
+        parts.append(_bar_labels(bar, center=x + bar_w / 2, axis=height - bottom))
+    return _svg(width, height, title, parts, css_class="chart chart-bars")
+
+
+def _bars_grid(*, left: int, x_end: int, top: int, plot_h: int, scale_max: int) -> list[SafeString]:
+    """Horizontal grid: 0, half (labelled when it is a whole number), max."""
+    parts: list[SafeString] = []
+    for fraction in (0.0, 0.5, 1.0):
+        y = top + plot_h * (1 - fraction)
+        label = scale_max * fraction
         parts.append(
             format_html(
-                '<text x="{}" y="{}" text-anchor="middle" font-size="11" fill="{}">{}</text>',
-                _n(center),
-                _n(y - 5),
-                INK,
-                _count_label(bar.total),
+                '<line x1="{}" x2="{}" y1="{}" y2="{}" stroke="{}" stroke-width="1"/>'
+                '<text x="{}" y="{}" text-anchor="end" font-size="11" fill="{}">{}</text>',
+                left,
+                x_end,
+                _n(y),
+                _n(y),
+                TRACK,
+                left - 6,
+                _n(y + 4),
+                MUTED,
+                _count_label(int(label)) if label == int(label) else "",
             )
         )
+    return parts
+
+
+def _bar_column(
+    bar: Bar, *, x: float, bar_w: float, base: int, plot_h: int, scale_max: int
+) -> list[SafeString]:
+    """The bar's segments stacked up from ``base``, its total above them."""
+    parts: list[SafeString] = []
+    y: float = base
+    for segment in bar.segments:
+        if segment.value <= 0:
+            continue
+        h = plot_h * segment.value / scale_max
+        y -= h
         parts.append(
             _linked(
-                bar.url,
+                segment.url,
                 format_html(
-                    '<text x="{}" y="{}" text-anchor="middle" font-size="12" fill="{}">{}</text>'
-                    '<text x="{}" y="{}" text-anchor="middle" font-size="10" fill="{}">{}</text>',
-                    _n(center),
-                    height - bottom + 16,
-                    INK,
+                    '<rect x="{}" y="{}" width="{}" height="{}" fill="{}">'
+                    "<title>{}: {} {}</title></rect>",
+                    _n(x),
+                    _n(y),
+                    _n(bar_w),
+                    _n(max(h, 0.5)),
+                    segment.color,
                     bar.label,
-                    _n(center),
-                    height - bottom + 30,
-                    MUTED,
-                    bar.sublabel,
+                    segment.label,
+                    f"{segment.value:,}",
                 ),
             )
         )
-    return _svg(width, height, title, parts, css_class="chart chart-bars")
+    parts.append(
+        format_html(
+            '<text x="{}" y="{}" text-anchor="middle" font-size="11" fill="{}">{}</text>',
+            _n(x + bar_w / 2),
+            _n(y - 5),
+            INK,
+            _count_label(bar.total),
+        )
+    )
+    return parts
+
+
+def _bar_labels(bar: Bar, *, center: float, axis: int) -> SafeString:
+    """The bar's label and sublabel under the axis, linked to the bar's list."""
+    return _linked(
+        bar.url,
+        format_html(
+            '<text x="{}" y="{}" text-anchor="middle" font-size="12" fill="{}">{}</text>'
+            '<text x="{}" y="{}" text-anchor="middle" font-size="10" fill="{}">{}</text>',
+            _n(center),
+            axis + 16,
+            INK,
+            bar.label,
+            _n(center),
+            axis + 30,
+            MUTED,
+            bar.sublabel,
+        ),
+    )
 
 
 def cycle_timeline(
@@ -191,6 +209,24 @@ def cycle_timeline(
     """The 45 days (or whatever the span) of a cycle: time used above, work done below."""
     height = 92
     left, right = 8, 8
+    parts: list[SafeString] = [format_html("<title>{}</title>", title)]
+    parts += _timeline_time(start=start, due=due, today=today, width=width, left=left, right=right)
+    parts.append(
+        _timeline_work(
+            owed=owed,
+            with_status=with_status,
+            reported=reported,
+            left=left,
+            track_w=width - left - right,
+        )
+    )
+    return _svg(width, height, title, parts, css_class="chart chart-timeline")
+
+
+def _timeline_time(
+    *, start: dt.date, due: dt.date, today: dt.date, width: int, left: int, right: int
+) -> list[SafeString]:
+    """Time: the track, the days used, a tick every 5 days, today; the two dates under it."""
     track_w = width - left - right
     span = max((due - start).days, 1)
     elapsed = (today - start).days
@@ -200,8 +236,7 @@ def cycle_timeline(
     def x_at(day: float) -> float:
         return left + track_w * min(max(day, 0), span) / span
 
-    parts: list[SafeString] = [format_html("<title>{}</title>", title)]
-    # Time: the track, the days used, a tick every 5 days, today.
+    parts: list[SafeString] = []
     parts.append(
         format_html(
             '<rect x="{}" y="22" width="{}" height="14" rx="3" fill="{}"/>'
@@ -247,28 +282,31 @@ def cycle_timeline(
             f"{due:%b} {due.day}",
         )
     )
-    # Work: statuses known, and of those reported to DROP.
+    return parts
+
+
+def _timeline_work(
+    *, owed: int, with_status: int, reported: int, left: int, track_w: int
+) -> SafeString:
+    """Work: statuses known, and of those reported to DROP."""
     known_w = track_w * with_status / owed if owed else 0
     reported_w = track_w * reported / owed if owed else 0
-    parts.append(
-        format_html(
-            '<rect x="{}" y="62" width="{}" height="8" rx="2" fill="{}"/>'
-            '<rect x="{}" y="62" width="{}" height="8" rx="2" fill="#93c5fd"/>'
-            '<rect x="{}" y="62" width="{}" height="8" rx="2" fill="#2563eb"/>'
-            '<text x="{}" y="86" font-size="11" fill="{}">{}</text>',
-            left,
-            track_w,
-            TRACK,
-            left,
-            _n(known_w),
-            left,
-            _n(reported_w),
-            left,
-            MUTED,
-            _work_caption(owed, with_status, reported),
-        )
+    return format_html(
+        '<rect x="{}" y="62" width="{}" height="8" rx="2" fill="{}"/>'
+        '<rect x="{}" y="62" width="{}" height="8" rx="2" fill="#93c5fd"/>'
+        '<rect x="{}" y="62" width="{}" height="8" rx="2" fill="#2563eb"/>'
+        '<text x="{}" y="86" font-size="11" fill="{}">{}</text>',
+        left,
+        track_w,
+        TRACK,
+        left,
+        _n(known_w),
+        left,
+        _n(reported_w),
+        left,
+        MUTED,
+        _work_caption(owed, with_status, reported),
     )
-    return _svg(width, height, title, parts, css_class="chart chart-timeline")
 
 
 def _days_caption(elapsed: int, span: int, days_left: int) -> str:

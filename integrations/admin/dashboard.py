@@ -4,9 +4,9 @@
 
     dashboard_context(request)  # {"dashboard": Dashboard(...)}
 
-The numbers come from ``selectors.dashboard_overview`` (a few aggregate queries); this module
-only shapes them for the template: links to the filtered admin changelists (when the list
-exists and the user may see it) and the SVG charts.
+The numbers come from ``selectors.dashboard.dashboard_overview`` (a few aggregate queries);
+this module only shapes them for the template: links to the filtered admin changelists (when
+the list exists and the user may see it) and the SVG charts.
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ from django.utils.safestring import SafeString
 from integrations.admin import charts
 from integrations.dispatch.checks import PRIVATE_TARGETS_OPEN
 from integrations.models import RequestState, WorkItemState
-from integrations.selectors import (
-    AWAITING_CALLBACK_ATTENTION,
+from integrations.selectors.dashboard import (
     HEALTH_ATTEMPTS,
     BrokerOverview,
     CycleWorkItems,
     dashboard_overview,
 )
+from integrations.selectors.requests import AWAITING_CALLBACK_ATTENTION
 
 
 @dataclass(frozen=True)
@@ -251,9 +251,56 @@ def _broker_panel(
 ) -> BrokerPanel:
     broker = overview.broker
     by_broker = {"broker__id__exact": broker.pk}
+    last_cycle = overview.recent_cycles[-1].cycle if overview.recent_cycles else None
+    return BrokerPanel(
+        broker_id=broker.broker_id,
+        name=broker.name,
+        mode=broker.get_mode_display(),
+        url=links.change("broker", broker.pk),
+        current=_cycle_panel(overview.current_cycle, links, today=today)
+        if overview.current_cycle
+        else None,
+        older_open=[_cycle_panel(c, links, today=today) for c in overview.open_cycles[1:]],
+        attention=_attention_numbers(overview, links, now=now),
+        attention_total=overview.attention.total,
+        integrations=_integration_lines(overview, links),
+        integrations_url=links.changelist("integration", **by_broker),
+        last_download_at=overview.last_download_at,
+        last_download_url=links.change("dropcycle", last_cycle.pk) if last_cycle else None,
+        next_download_due=(
+            timezone.localdate(overview.last_download_at)
+            + dt.timedelta(days=settings.DROPPORTAL_DOWNLOAD_CADENCE_DAYS)
+            if overview.last_download_at
+            else None
+        ),
+        last_upload_at=overview.last_upload_at,
+        last_upload_url=links.changelist("reportfile", **by_broker),
+        failed_pull_at=overview.failed_pull.created_at if overview.failed_pull else None,
+        failed_pull_error=str(overview.failed_pull.data.get("error", ""))
+        if overview.failed_pull
+        else "",
+        failed_pull_url=links.changelist(
+            "ledgerevent", kind__exact="drop.pull_failed", broker_id__exact=broker.broker_id
+        ),
+        stuck=_stuck_lines(overview, links),
+        stuck_since=overview.doctor.created_at if overview.doctor else None,
+        outcomes_chart=charts.stacked_bars(
+            [_outcome_bar(c, links) for c in overview.recent_cycles],
+            title=f"The broker's outcomes per cycle, broker {broker.broker_id}",
+            width=440,
+            height=190,
+        ),
+    )
+
+
+def _attention_numbers(
+    overview: BrokerOverview, links: _Links, *, now: dt.datetime
+) -> list[tuple[str, Number]]:
+    """The broker's requests needing attention, each count linked to its list."""
+    by_broker = {"broker__id__exact": overview.broker.pk}
     attention = overview.attention
     stale_before = (now - AWAITING_CALLBACK_ATTENTION).isoformat()
-    attention_numbers = [
+    return [
         (
             "failed",
             Number(
@@ -284,64 +331,29 @@ def _broker_panel(
             ),
         ),
     ]
-    last_cycle = overview.recent_cycles[-1].cycle if overview.recent_cycles else None
-    return BrokerPanel(
-        broker_id=broker.broker_id,
-        name=broker.name,
-        mode=broker.get_mode_display(),
-        url=links.change("broker", broker.pk),
-        current=_cycle_panel(overview.current_cycle, links, today=today)
-        if overview.current_cycle
-        else None,
-        older_open=[_cycle_panel(c, links, today=today) for c in overview.open_cycles[1:]],
-        attention=attention_numbers,
-        attention_total=attention.total,
-        integrations=[
-            IntegrationLine(
-                name=health.integration.name,
-                kind=health.integration.get_kind_display(),
-                url=links.change("integration", health.integration.pk),
-                enabled=health.integration.enabled,
-                disabled_reason=health.integration.disabled_reason,
-                last_success_at=health.last_success_at,
-                # Attempts are shown on their requests' pages; the integration's own page
-                # shows what waits for it.
-                failures_in_a_row=Number(
-                    health.failures_in_a_row,
-                    links.change("integration", health.integration.pk),
-                    "bad",
-                ),
-                complete=health.complete,
-            )
-            for health in overview.integrations
-        ],
-        integrations_url=links.changelist("integration", **by_broker),
-        last_download_at=overview.last_download_at,
-        last_download_url=links.change("dropcycle", last_cycle.pk) if last_cycle else None,
-        next_download_due=(
-            timezone.localdate(overview.last_download_at)
-            + dt.timedelta(days=settings.DROPPORTAL_DOWNLOAD_CADENCE_DAYS)
-            if overview.last_download_at
-            else None
-        ),
-        last_upload_at=overview.last_upload_at,
-        last_upload_url=links.changelist("reportfile", **by_broker),
-        failed_pull_at=overview.failed_pull.created_at if overview.failed_pull else None,
-        failed_pull_error=str(overview.failed_pull.data.get("error", ""))
-        if overview.failed_pull
-        else "",
-        failed_pull_url=links.changelist(
-            "ledgerevent", kind__exact="drop.pull_failed", broker_id__exact=broker.broker_id
-        ),
-        stuck=_stuck_lines(overview, links),
-        stuck_since=overview.doctor.created_at if overview.doctor else None,
-        outcomes_chart=charts.stacked_bars(
-            [_outcome_bar(c, links) for c in overview.recent_cycles],
-            title=f"The broker's outcomes per cycle, broker {broker.broker_id}",
-            width=440,
-            height=190,
-        ),
-    )
+
+
+def _integration_lines(overview: BrokerOverview, links: _Links) -> list[IntegrationLine]:
+    """The broker's integrations and how their deliveries go, each linked to its page."""
+    return [
+        IntegrationLine(
+            name=health.integration.name,
+            kind=health.integration.get_kind_display(),
+            url=links.change("integration", health.integration.pk),
+            enabled=health.integration.enabled,
+            disabled_reason=health.integration.disabled_reason,
+            last_success_at=health.last_success_at,
+            # Attempts are shown on their requests' pages; the integration's own page
+            # shows what waits for it.
+            failures_in_a_row=Number(
+                health.failures_in_a_row,
+                links.change("integration", health.integration.pk),
+                "bad",
+            ),
+            complete=health.complete,
+        )
+        for health in overview.integrations
+    ]
 
 
 def _stuck_lines(overview: BrokerOverview, links: _Links) -> list[StuckLine]:

@@ -23,12 +23,8 @@ from django.utils.http import urlencode
 
 from integrations.admin.reports import set_work_item_status
 from integrations.models import DropCycle, WorkItem
-from integrations.selectors import (
-    METRIC_FIGURES,
-    METRIC_FILTERS,
-    drop_cycles_by_urgency,
-    drop_year_bounds,
-)
+from integrations.selectors.deadlines import drop_cycles_by_urgency
+from integrations.selectors.drop_metrics import METRIC_FIGURES, METRIC_FILTERS, drop_year_bounds
 
 
 class _ReadOnly(admin.ModelAdmin):

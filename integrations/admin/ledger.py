@@ -27,7 +27,7 @@ from django.utils import timezone
 from integrations import exports
 from integrations.admin.actors import staff_actor
 from integrations.models import LedgerEvent
-from integrations.selectors import LEDGER_COLUMNS, ledger_events
+from integrations.selectors.ledger import LEDGER_COLUMNS, ledger_events
 from integrations.services.audit import ledger_export_record
 
 CONTENT_TYPES = {"csv": "text/csv; charset=utf-8", "jsonl": "application/x-ndjson"}

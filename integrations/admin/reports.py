@@ -41,11 +41,11 @@ from integrations.models import (
     WorkItem,
     WorkItemState,
 )
-from integrations.selectors import (
+from integrations.selectors.deadlines import drop_cycles_by_urgency
+from integrations.selectors.outcomes import (
     OUTCOME_COLUMNS,
     deletion_outcomes,
     deletion_outcomes_csv,
-    drop_cycles_by_urgency,
 )
 from integrations.services.audit import outcome_export_record
 from integrations.services.reports import report_file_mark_uploaded, report_files_write

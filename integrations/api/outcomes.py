@@ -34,7 +34,11 @@ from integrations.api.callback_serializers import ProblemSerializer
 from integrations.api.errors import Problem
 from integrations.api.permissions import HasScope
 from integrations.models import ApiKey
-from integrations.selectors import OUTCOME_COLUMNS, deletion_outcomes, deletion_outcomes_csv
+from integrations.selectors.outcomes import (
+    OUTCOME_COLUMNS,
+    deletion_outcomes,
+    deletion_outcomes_csv,
+)
 from integrations.services.audit import outcome_export_record
 
 DEFAULT_LIMIT = 100

@@ -21,6 +21,7 @@ Pure Python, no Django: the formats are those of docs/contracts.md §10.
 
 from __future__ import annotations
 
+import _csv
 import binascii
 import csv
 import datetime
@@ -407,7 +408,6 @@ class DownloadZipReader(Iterator["WorkItemRow | RemovedRow"]):
         name = info.filename
         removed = data_type == REMOVED
         expected_header = REMOVED_HEADER if removed else LIST_HEADER
-        width = len(expected_header)
         list_hash_type = DATA_TYPE_TO_HASH_TYPE.get(data_type, "")
         rows = 0
         line = 0
@@ -417,69 +417,17 @@ class DownloadZipReader(Iterator["WorkItemRow | RemovedRow"]):
                 io.TextIOWrapper(raw, encoding="utf-8-sig", newline="") as text,
             ):
                 reader = csv.reader(_bounded_lines(text), strict=True)
-                header = next(reader, None)
-                line = reader.line_num
-                if header is None:
-                    raise DropFileError(
-                        name, 1, f"file is empty: expected the header {','.join(expected_header)}"
-                    )
-                if header != expected_header:
-                    raise DropFileError(
-                        name,
-                        line,
-                        f"header must be {','.join(expected_header)}, found "
-                        f"{_shown(','.join(header))}",
-                    )
+                line = _check_header(name, reader, expected_header)
                 for row in reader:
                     line = reader.line_num
                     if not row:
                         continue  # a blank line carries nothing to lose
-                    if len(row) != width:
-                        raise DropFileError(
-                            name,
-                            line,
-                            f"expected {width} fields ({','.join(expected_header)}), "
-                            f"found {len(row)}",
-                        )
-                    work_item_id, hash_value = row[0], row[1]
-                    if not _WORK_ITEM_ID_RE.fullmatch(work_item_id):
-                        raise DropFileError(
-                            name,
-                            line,
-                            "work item id must be 12 letters or digits, found "
-                            + _shown(work_item_id),
-                        )
-                    if not _HASH_RE.fullmatch(hash_value):
-                        raise DropFileError(
-                            name,
-                            line,
-                            "hash must be 44 characters of standard Base64 ending in '=', "
-                            f"found {_shown(hash_value)}",
-                        )
-                    if removed:
-                        hash_type = _LIST_TYPE_TO_HASH_TYPE.get(row[2].lower())
-                        if hash_type is None:
-                            raise DropFileError(
-                                name,
-                                line,
-                                f"list type {_shown(row[2])} is not a DROP list: expected one "
-                                f"of {', '.join(LIST_DATA_TYPES)}",
-                            )
-                    if not seen.add(work_item_id):
-                        where = "this Removed file" if removed else "this ZIP"
-                        raise DropFileError(
-                            name,
-                            line,
-                            f"work item id {work_item_id} appears twice in {where} "
-                            "(ids are unique across lists)",
-                        )
+                    hash_type = _check_row(name, line, row, expected_header, removed, seen)
                     rows += 1
                     if removed:
-                        yield RemovedRow(name, work_item_id, hash_value, hash_type or "", line)
+                        yield RemovedRow(name, row[0], row[1], hash_type, line)
                     else:
-                        yield WorkItemRow(
-                            name, data_type, list_hash_type, work_item_id, hash_value, line
-                        )
+                        yield WorkItemRow(name, data_type, list_hash_type, row[0], row[1], line)
         except UnicodeDecodeError:
             raise DropFileError(name, line + 1, "not valid UTF-8 text") from None
         except _LineTooLong:
@@ -493,6 +441,68 @@ class DownloadZipReader(Iterator["WorkItemRow | RemovedRow"]):
                 name, None, f"ZIP member is corrupt or truncated: {exc or type(exc).__name__}"
             ) from None
         self.files.append(ZipMember(name=name, size_bytes=info.file_size, rows=rows))
+
+
+def _check_header(name: str, reader: _csv.Reader, expected: list[str]) -> int:
+    """Read the member's header, which must be ``expected``; the line it ended on."""
+    header = next(reader, None)
+    line = reader.line_num
+    if header is None:
+        raise DropFileError(name, 1, f"file is empty: expected the header {','.join(expected)}")
+    if header != expected:
+        raise DropFileError(
+            name,
+            line,
+            f"header must be {','.join(expected)}, found {_shown(','.join(header))}",
+        )
+    return line
+
+
+def _check_row(
+    name: str,
+    line: int,
+    row: list[str],
+    header: list[str],
+    removed: bool,
+    seen: _WorkItemIdSet,
+) -> str:
+    """Validate a data row of a member with ``header`` (of the Removed file when ``removed``)
+    and record its work item id in ``seen``; the hash type of a Removed row's list ("" in a
+    list's file)."""
+    if len(row) != len(header):
+        raise DropFileError(
+            name, line, f"expected {len(header)} fields ({','.join(header)}), found {len(row)}"
+        )
+    work_item_id, hash_value = row[0], row[1]
+    if not _WORK_ITEM_ID_RE.fullmatch(work_item_id):
+        raise DropFileError(
+            name, line, "work item id must be 12 letters or digits, found " + _shown(work_item_id)
+        )
+    if not _HASH_RE.fullmatch(hash_value):
+        raise DropFileError(
+            name,
+            line,
+            "hash must be 44 characters of standard Base64 ending in '=', "
+            f"found {_shown(hash_value)}",
+        )
+    hash_type = None
+    if removed:
+        hash_type = _LIST_TYPE_TO_HASH_TYPE.get(row[2].lower())
+        if hash_type is None:
+            raise DropFileError(
+                name,
+                line,
+                f"list type {_shown(row[2])} is not a DROP list: expected one "
+                f"of {', '.join(LIST_DATA_TYPES)}",
+            )
+    if not seen.add(work_item_id):
+        where = "this Removed file" if removed else "this ZIP"
+        raise DropFileError(
+            name,
+            line,
+            f"work item id {work_item_id} appears twice in {where} (ids are unique across lists)",
+        )
+    return hash_type or ""
 
 
 def iter_download_zip(

@@ -22,7 +22,7 @@ from django.utils import timezone
 from integrations.drop.reporting import save_response_file
 from integrations.management.base import DropportalCommand, broker_or_error
 from integrations.models import DropCycle, ReportFile, ReportFileState
-from integrations.selectors import CycleDeadline, cycle_deadlines
+from integrations.selectors.deadlines import CycleDeadline, cycle_deadlines
 from integrations.services.reports import ReportBusy, ReportRun, report_run
 
 

@@ -34,7 +34,8 @@ from rest_framework.views import APIView
 from integrations.api.permissions import HasScope
 from integrations.counters import CALLBACKS
 from integrations.models import ApiKeyScope, CycleState, WorkItem
-from integrations.selectors import cycle_deadlines, stuck_work_items
+from integrations.selectors.deadlines import cycle_deadlines
+from integrations.selectors.stuck import stuck_work_items
 
 _CALLBACK_PREFIX = "/api/v1/drop/callbacks/"
 

@@ -38,7 +38,8 @@ from integrations.models import (
     ReportFileState,
     SaasConnection,
 )
-from integrations.selectors import cycle_deadlines, stuck_work_items
+from integrations.selectors.deadlines import cycle_deadlines
+from integrations.selectors.stuck import stuck_work_items
 from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
 
 # An unreachable DROP alerts only once it has been so for this long (DROP has outages).

@@ -1,6 +1,6 @@
 """The periodic check for work items no automatic path will bring to a DROP status.
 
-``selectors.stuck_work_items`` finds them (``drop doctor`` prints it); this records what the
+``selectors.stuck.stuck_work_items`` finds them (``drop doctor`` prints it); this records what the
 periodic job found, per broker, in the ledger, for the dashboard's broker card::
 
     groups = stuck_work_items_check(actor="system:doctor")
@@ -17,7 +17,7 @@ from typing import Any
 from django.db import transaction
 
 from integrations.models import Broker, LedgerEvent
-from integrations.selectors import StuckGroup, stuck_work_items
+from integrations.selectors.stuck import StuckGroup, stuck_work_items
 from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
 
 DOCTOR_EVENT = "drop.doctor_checked"

@@ -201,17 +201,8 @@ def _import(
         if existing is not None:  # imported by someone else while this one was staging
             staged_items_drop(staged)
             return ImportResult(existing, False, _NO_REMOVED, _NO_REQUESTS)
-        now = timezone.now()
-        downloaded_at = downloaded_at or min(now, _package_time(files))
-        cycle = DropCycle.objects.create(
-            broker=broker,
-            drop_session_id=_next_session_id(broker),
-            zip_name=zip_name,
-            zip_sha256=sha256,
-            downloaded_at=downloaded_at,
-            match_date=timezone.localdate(now),
-            due_date=downloaded_at.date() + dt.timedelta(days=settings.DROPPORTAL_REPORT_DAYS),
-            files=files,
+        cycle = _cycle_create(
+            broker, zip_name=zip_name, sha256=sha256, downloaded_at=downloaded_at, files=files
         )
         clock.lap("import")
         matched = staged_items_match(broker=broker, staged=staged)
@@ -227,38 +218,13 @@ def _import(
         )
         clock.lap("requests")
         removed = _close_removed(broker, actor=actor, drop_session_id=cycle.drop_session_id)
-
-        cycle.work_items = matched + not_found
-        cycle.matched = matched
-        cycle.not_found = not_found
-        cycle.removed = removed.rows
-        cycle.state = CycleState.OPEN if cycle.work_items else CycleState.NOTHING_OWED
-        cycle.save(update_fields=["work_items", "matched", "not_found", "removed", "state"])
+        _cycle_counts_save(cycle, matched=matched, not_found=not_found, removed=removed)
         ledger_event_append(
             kind="drop.cycle_imported",
             broker_id=broker.broker_id,
             subject=cycle.drop_session_id,
             actor=actor,
-            data={
-                "drop_session_id": cycle.drop_session_id,
-                "zip_name": zip_name,
-                "zip_sha256": sha256,
-                "downloaded_at": downloaded_at.isoformat(),
-                "due_date": cycle.due_date.isoformat(),
-                "files": files,
-                "work_items": cycle.work_items,
-                "matched": matched,
-                "not_found": not_found,
-                "deletion_requests": requests.deletion_requests,
-                "queued": requests.queued,
-                "pending": requests.pending,
-                "removed": {
-                    "rows": removed.rows,
-                    "closed": removed.closed,
-                    "unknown": removed.unknown,
-                    "requests_cancelled": removed.requests_cancelled,
-                },
-            },
+            data=_cycle_imported_data(cycle, requests=requests, removed=removed),
         )
         clock.lap("import")
     clock.lap("commit")
@@ -272,6 +238,68 @@ def _import(
         requests_seconds=clock.seconds["requests"],
         commit_seconds=clock.seconds["commit"],
     )
+
+
+def _cycle_create(
+    broker: Broker,
+    *,
+    zip_name: str,
+    sha256: str,
+    downloaded_at: dt.datetime | None,
+    files: dict[str, int],
+) -> DropCycle:
+    """The new cycle, matched today and due ``DROPPORTAL_REPORT_DAYS`` after its download
+    (when not given: the package's time, or now if that is later)."""
+    now = timezone.now()
+    downloaded_at = downloaded_at or min(now, _package_time(files))
+    return DropCycle.objects.create(
+        broker=broker,
+        drop_session_id=_next_session_id(broker),
+        zip_name=zip_name,
+        zip_sha256=sha256,
+        downloaded_at=downloaded_at,
+        match_date=timezone.localdate(now),
+        due_date=downloaded_at.date() + dt.timedelta(days=settings.DROPPORTAL_REPORT_DAYS),
+        files=files,
+    )
+
+
+def _cycle_counts_save(
+    cycle: DropCycle, *, matched: int, not_found: int, removed: RemovedResult
+) -> None:
+    """Record what the import found; a cycle with no work item owes DROP nothing."""
+    cycle.work_items = matched + not_found
+    cycle.matched = matched
+    cycle.not_found = not_found
+    cycle.removed = removed.rows
+    cycle.state = CycleState.OPEN if cycle.work_items else CycleState.NOTHING_OWED
+    cycle.save(update_fields=["work_items", "matched", "not_found", "removed", "state"])
+
+
+def _cycle_imported_data(
+    cycle: DropCycle, *, requests: RequestsCreated, removed: RemovedResult
+) -> dict[str, Any]:
+    """The ``drop.cycle_imported`` ledger event's data."""
+    return {
+        "drop_session_id": cycle.drop_session_id,
+        "zip_name": cycle.zip_name,
+        "zip_sha256": cycle.zip_sha256,
+        "downloaded_at": cycle.downloaded_at.isoformat(),
+        "due_date": cycle.due_date.isoformat(),
+        "files": cycle.files,
+        "work_items": cycle.work_items,
+        "matched": cycle.matched,
+        "not_found": cycle.not_found,
+        "deletion_requests": requests.deletion_requests,
+        "queued": requests.queued,
+        "pending": requests.pending,
+        "removed": {
+            "rows": removed.rows,
+            "closed": removed.closed,
+            "unknown": removed.unknown,
+            "requests_cancelled": removed.requests_cancelled,
+        },
+    }
 
 
 class _PhaseClock:

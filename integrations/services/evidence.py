@@ -47,7 +47,7 @@ from integrations.models import (
     ReportKind,
     RequestState,
 )
-from integrations.selectors import deletion_outcomes_csv
+from integrations.selectors.outcomes import deletion_outcomes_csv
 from integrations.services.ledger import ledger_event_append, ledger_seal
 
 _CONTENT_CHUNK = 8 << 20
@@ -101,12 +101,7 @@ def evidence_pack_export(
     until: dt.datetime | None = None,
 ) -> EvidenceExport:
     """Write the pack of ``cycle``, or of ``since``..``until`` (until exclusive), to ``out``."""
-    if (cycle is None) == (since is None or until is None):
-        raise ValidationError("give either a cycle or both --since and --until")
-    if cycle is not None and cycle.broker_id != broker.pk:
-        raise ValidationError(f"cycle {cycle.drop_session_id} is not broker {broker}'s")
-    if since is not None and until is not None and until <= since:
-        raise ValidationError("--until must be after --since")
+    _check_pack_period(broker=broker, cycle=cycle, since=since, until=until)
     key = evidence_signing_key()
     ledger_seal()
     exported_at = timezone.now()
@@ -116,20 +111,7 @@ def evidence_pack_export(
         writer.write(pack.OUTCOMES, period.outcome_chunks(), rows=_CsvRecordCounter())
         span = _LedgerRange(broker=broker, since=period.ledger_since())
         writer.write(pack.LEDGER, span.lines(), rows=_LineCounter())
-        for report_file in period.report_files():
-            name = f"{pack.DROP_DIR}{report_file.cycle.drop_session_id}/{report_file.file_name}"
-            writer.write(
-                name,
-                _report_file_content(report_file.pk),
-                rows=report_file.rows,
-                description=f"response file ({report_file.kind}) exactly as sent to DROP",
-            )
-            writer.write(
-                name + pack.ANSWER_SUFFIX,
-                [canonical_json(_answer(report_file)).encode() + b"\n"],
-                rows=1,
-                description="DROP's answer to it",
-            )
+        _write_report_files(writer, period)
         summary = render_to_string(
             "evidence/summary.html",
             {
@@ -143,21 +125,15 @@ def evidence_pack_export(
             },
         )
         writer.write(pack.SUMMARY, [summary.encode()], rows=None)
-    manifest: dict[str, Any] = {
-        "format": pack.FORMAT,
-        "broker": {"broker_id": broker.broker_id, "name": broker.name},
-        "period": period.describe(),
-        "software": {"name": "dropportal", "version": _version()},
-        "exported_at": exported_at.isoformat(),
-        "exported_by": actor,
-        "ledger_range": span.describe(),
-        "signing_key": {
-            "algorithm": "Ed25519",
-            "sha256": pack.key_fingerprint(key),
-            "public_key": pack.public_key_pem(key),
-        },
-        "files": writer.entries,
-    }
+    manifest = _manifest(
+        broker=broker,
+        period=period,
+        span=span,
+        exported_at=exported_at,
+        actor=actor,
+        key=key,
+        files=writer.entries,
+    )
     manifest_bytes = json.dumps(manifest, indent=2, ensure_ascii=False).encode() + b"\n"
     writer.write_raw(pack.MANIFEST, manifest_bytes)
     writer.write_raw(pack.SIGNATURE, pack.sign_manifest(key, manifest_bytes))
@@ -181,6 +157,67 @@ def evidence_pack_export(
             },
         )
     return EvidenceExport(manifest=manifest, manifest_sha256=manifest_sha256)
+
+
+def _check_pack_period(
+    *,
+    broker: Broker,
+    cycle: DropCycle | None,
+    since: dt.datetime | None,
+    until: dt.datetime | None,
+) -> None:
+    if (cycle is None) == (since is None or until is None):
+        raise ValidationError("give either a cycle or both --since and --until")
+    if cycle is not None and cycle.broker_id != broker.pk:
+        raise ValidationError(f"cycle {cycle.drop_session_id} is not broker {broker}'s")
+    if since is not None and until is not None and until <= since:
+        raise ValidationError("--until must be after --since")
+
+
+def _write_report_files(writer: _PackWriter, period: _Period) -> None:
+    """Each response file of the period exactly as sent to DROP, and DROP's answer to it."""
+    for report_file in period.report_files():
+        name = f"{pack.DROP_DIR}{report_file.cycle.drop_session_id}/{report_file.file_name}"
+        writer.write(
+            name,
+            _report_file_content(report_file.pk),
+            rows=report_file.rows,
+            description=f"response file ({report_file.kind}) exactly as sent to DROP",
+        )
+        writer.write(
+            name + pack.ANSWER_SUFFIX,
+            [canonical_json(_answer(report_file)).encode() + b"\n"],
+            rows=1,
+            description="DROP's answer to it",
+        )
+
+
+def _manifest(
+    *,
+    broker: Broker,
+    period: _Period,
+    span: _LedgerRange,
+    exported_at: dt.datetime,
+    actor: str,
+    key: Ed25519PrivateKey,
+    files: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """What the pack holds and who made it, signed with ``key``."""
+    return {
+        "format": pack.FORMAT,
+        "broker": {"broker_id": broker.broker_id, "name": broker.name},
+        "period": period.describe(),
+        "software": {"name": "dropportal", "version": _version()},
+        "exported_at": exported_at.isoformat(),
+        "exported_by": actor,
+        "ledger_range": span.describe(),
+        "signing_key": {
+            "algorithm": "Ed25519",
+            "sha256": pack.key_fingerprint(key),
+            "public_key": pack.public_key_pem(key),
+        },
+        "files": files,
+    }
 
 
 def _version() -> str:

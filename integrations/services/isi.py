@@ -24,6 +24,7 @@ import datetime as dt
 import hashlib
 import logging
 import threading
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +34,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from integrations.dispatch import isi, signing
+from integrations.dispatch.http import DeliveryResult
 from integrations.dispatch.saas import categories_or_default
 from integrations.models import (
     Broker,
@@ -226,45 +228,20 @@ def isi_integration_update(
         if auth is not None:
             if auth == IsiAuth.OAUTH and (token_url or "").strip() != locked.token_url:
                 moved = True
-            same = auth == locked.auth and not moved
-            if moved and auth == IsiAuth.TOKEN and not token:
-                raise ValidationError(
-                    {"token": "the base URL changed: enter the static token again with it"}
+            updates.update(
+                _isi_credentials_update(
+                    locked,
+                    auth=auth,
+                    moved=moved,
+                    token=token,
+                    token_url=token_url,
+                    client_id=client_id,
+                    client_secret=client_secret,
                 )
-            if moved and auth == IsiAuth.OAUTH and not client_secret and locked.client_secret:
-                raise ValidationError(
-                    {"client_secret": "the URL changed: enter the client secret again with it"}
-                )
-            if auth == IsiAuth.TOKEN:
-                token = token or (locked.token if same else "")
-                updates.update(
-                    isi_credentials_validate(
-                        token=token, token_url="", client_id="", client_secret=""
-                    )
-                )
-            elif auth == IsiAuth.OAUTH:
-                client_secret = client_secret or (locked.client_secret if same else "")
-                updates.update(
-                    isi_credentials_validate(
-                        token="",
-                        token_url=token_url,
-                        client_id=client_id,
-                        client_secret=client_secret,
-                    )
-                )
-            else:
-                raise ValidationError({"auth": f"not a way to authenticate: {auth!r}"})
-        changed = [name for name, value in updates.items() if getattr(locked, name) != value]
+            )
+        changed = _isi_integration_apply(locked, updates)
         if not changed:
             return locked
-        for name in changed:
-            setattr(locked, name, updates[name])
-        if set(changed) & {"auth", "token", *_OAUTH_FIELDS, "base_url"}:
-            locked.access_token, locked.access_token_expires_at = "", None
-            changed += ["access_token", "access_token_expires_at"]
-        if set(changed) & {"token", "client_secret"}:
-            locked.credentials_changed_at = timezone.now()
-            changed.append("credentials_changed_at")
         locked.save(update_fields=changed)
         secret_fields = {"token", "client_secret", "access_token", "access_token_expires_at"}
         ledger_event_append(
@@ -283,6 +260,58 @@ def isi_integration_update(
             },
         )
     return locked
+
+
+def _isi_credentials_update(
+    locked: Integration,
+    *,
+    auth: str,
+    moved: bool,
+    token: str,
+    token_url: str,
+    client_id: str,
+    client_secret: str,
+) -> dict[str, Any]:
+    """The validated fields of the way to authenticate ``auth``. An empty secret keeps the
+    stored one while the way and the URLs stay (not ``moved``); else it must be given."""
+    same = auth == locked.auth and not moved
+    if moved and auth == IsiAuth.TOKEN and not token:
+        raise ValidationError(
+            {"token": "the base URL changed: enter the static token again with it"}
+        )
+    if moved and auth == IsiAuth.OAUTH and not client_secret and locked.client_secret:
+        raise ValidationError(
+            {"client_secret": "the URL changed: enter the client secret again with it"}
+        )
+    if auth == IsiAuth.TOKEN:
+        token = token or (locked.token if same else "")
+        return isi_credentials_validate(token=token, token_url="", client_id="", client_secret="")
+    if auth == IsiAuth.OAUTH:
+        client_secret = client_secret or (locked.client_secret if same else "")
+        return isi_credentials_validate(
+            token="",
+            token_url=token_url,
+            client_id=client_id,
+            client_secret=client_secret,
+        )
+    raise ValidationError({"auth": f"not a way to authenticate: {auth!r}"})
+
+
+def _isi_integration_apply(locked: Integration, updates: dict[str, Any]) -> list[str]:
+    """Set the ``updates`` that change something on ``locked``; the fields to save (none
+    when nothing changes). A new credential or destination drops the cached access token."""
+    changed = [name for name, value in updates.items() if getattr(locked, name) != value]
+    if not changed:
+        return changed
+    for name in changed:
+        setattr(locked, name, updates[name])
+    if set(changed) & {"auth", "token", *_OAUTH_FIELDS, "base_url"}:
+        locked.access_token, locked.access_token_expires_at = "", None
+        changed += ["access_token", "access_token_expires_at"]
+    if set(changed) & {"token", "client_secret"}:
+        locked.credentials_changed_at = timezone.now()
+        changed.append("credentials_changed_at")
+    return changed
 
 
 # -- authentication -------------------------------------------------------------------------
@@ -459,13 +488,7 @@ def isi_connections_refresh(
     the broker's answer is not a connection list: the stored list is then left as it was.
     """
     url = isi.endpoint(integration.base_url, isi.CONNECTIONS_PATH)
-    token = isi_bearer_token(integration)
-    allow_private = settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS
-    method = "POST"
-    result = isi.send(method, url, body=b"{}", token=token, allow_private=allow_private)
-    if result.status == 405:  # docs/contracts.md §3.2: POST, else GET
-        method = "GET"
-        result = isi.send(method, url, body=b"", token=token, allow_private=allow_private)
+    method, result = _connections_request(url, isi_bearer_token(integration))
     try:
         if result.status is None or result.error or not 200 <= result.status < 300:
             got = f"HTTP {result.status}" if result.status is not None else "no answer"
@@ -491,29 +514,7 @@ def isi_connections_refresh(
             .select_related("broker")
             .get(pk=integration.pk)
         )
-        IsiConnection.objects.bulk_create(
-            [
-                IsiConnection(
-                    integration=locked,
-                    uuid=entry.uuid,
-                    capabilities=entry.capabilities,
-                    listed=True,
-                    refreshed_at=now,
-                )
-                for entry in listed
-            ],
-            update_conflicts=True,
-            unique_fields=["integration", "uuid"],
-            update_fields=["capabilities", "listed", "refreshed_at"],
-        )
-        gone = list(
-            IsiConnection.objects.filter(integration=locked, listed=True)
-            .exclude(uuid__in=[entry.uuid for entry in listed])
-            .values_list("uuid", flat=True)
-        )
-        IsiConnection.objects.filter(integration=locked, uuid__in=gone).update(
-            listed=False, refreshed_at=now
-        )
+        gone = _connections_store(locked, listed, now=now)
         locked.connections_refreshed_at = now
         locked.save(update_fields=["connections_refreshed_at"])
         integration.connections_refreshed_at = now
@@ -551,6 +552,48 @@ def isi_connections_refresh(
         answer=result.response_body,
         pending_requests_queued=queued,
     )
+
+
+def _connections_request(url: str, token: isi.BearerToken) -> tuple[str, DeliveryResult]:
+    """Ask for the connection list: the method used, and the answer."""
+    allow_private = settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS
+    method = "POST"
+    result = isi.send(method, url, body=b"{}", token=token, allow_private=allow_private)
+    if result.status == 405:  # docs/contracts.md §3.2: POST, else GET
+        method = "GET"
+        result = isi.send(method, url, body=b"", token=token, allow_private=allow_private)
+    return method, result
+
+
+def _connections_store(
+    locked: Integration, listed: list[isi.ListedConnection], *, now: dt.datetime
+) -> list[uuid.UUID]:
+    """Create or update the ``listed`` connections, mark the others no longer listed; the
+    uuids of those that were listed until now."""
+    IsiConnection.objects.bulk_create(
+        [
+            IsiConnection(
+                integration=locked,
+                uuid=entry.uuid,
+                capabilities=entry.capabilities,
+                listed=True,
+                refreshed_at=now,
+            )
+            for entry in listed
+        ],
+        update_conflicts=True,
+        unique_fields=["integration", "uuid"],
+        update_fields=["capabilities", "listed", "refreshed_at"],
+    )
+    gone = list(
+        IsiConnection.objects.filter(integration=locked, listed=True)
+        .exclude(uuid__in=[entry.uuid for entry in listed])
+        .values_list("uuid", flat=True)
+    )
+    IsiConnection.objects.filter(integration=locked, uuid__in=gone).update(
+        listed=False, refreshed_at=now
+    )
+    return gone
 
 
 def isi_connections_refresh_for_broker(

@@ -20,7 +20,7 @@ from integrations.models import (
     Integration,
     IntegrationKind,
 )
-from integrations.selectors import model_from_row
+from integrations.selectors.rows import model_from_row
 from integrations.services.ledger import ledger_event_append
 
 KEY_MARKER = "dpk_"

@@ -33,7 +33,7 @@ from integrations.models import (
     SaasDeletion,
     WorkItemState,
 )
-from integrations.selectors import automatic_redispatches
+from integrations.selectors.requests import automatic_redispatches
 from integrations.services.ledger import ledger_event_append
 
 REDELIVERABLE = (RequestState.QUEUED, RequestState.DISPATCHED, RequestState.UNDELIVERABLE)

@@ -163,19 +163,11 @@ def _cycle_files_write(
         return _files_fill(broker=broker, cycle=cycle, placeholders=placeholders, actor=actor)
 
 
-def _files_fill(
-    *,
-    broker: Broker,
-    cycle: DropCycle,
-    placeholders: dict[tuple[str, bool], ReportFile],
-    actor: str,
-) -> list[ReportFile]:
-    """Mark the rows, build each file from its rows, keep the files that got any."""
+def _rows_mark(*, cycle: DropCycle, placeholders: dict[tuple[str, bool], ReportFile]) -> bytes:
+    """Mark the cycle's reportable rows of the placeholders' groups as reported in their
+    file, in one statement; the marked rows as CSV (file id, work item id, status code),
+    by file."""
     now = timezone.now()
-    by_id = {
-        report_file.pk: (list_name, report_file)
-        for (list_name, _), report_file in placeholders.items()
-    }
     which_file = " ".join(
         "WHEN file_name = %s AND needs_amendment = %s THEN %s::bigint" for _ in placeholders
     )
@@ -222,9 +214,25 @@ def _files_fill(
         with cursor.copy(sql, params) as copy:
             for block in copy:
                 data += block
+    return bytes(data)
+
+
+def _files_fill(
+    *,
+    broker: Broker,
+    cycle: DropCycle,
+    placeholders: dict[tuple[str, bool], ReportFile],
+    actor: str,
+) -> list[ReportFile]:
+    """Mark the rows, build each file from its rows, keep the files that got any."""
+    by_id = {
+        report_file.pk: (list_name, report_file)
+        for (list_name, _), report_file in placeholders.items()
+    }
+    data = _rows_mark(cycle=cycle, placeholders=placeholders)
     names = {file_id: report_file.file_name for file_id, (_, report_file) in by_id.items()}
     try:
-        built_files = responses_from_rows(bytes(data), names)
+        built_files = responses_from_rows(data, names)
     except DropFileError as exc:
         # Rolls the whole cycle back: no row is marked for a file that cannot be written.
         raise ValidationError(f"cannot write a response file: {exc}") from exc

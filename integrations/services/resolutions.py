@@ -73,19 +73,13 @@ def resolution_outcome_record(
     )
     keep = deletes and bool(connections)  # identifiers are kept only for a SaaS deletion
     with transaction.atomic():
-        updated = (
-            ResolutionRequest.objects.filter(pk=request.pk, completed_at__isnull=True)
-            .exclude(state=RequestState.CANCELLED)
-            .update(
-                state=RequestState.COMPLETED,
-                drop_outcome=drop_outcome,
-                exemption_basis=exemption_basis,
-                identifiers=_identifiers_text(identifiers) if keep else "",
-                identifiers_purged_at=None if keep else now,
-                completed_at=now,
-                next_attempt_at=None,
-                dispatched_at=Coalesce(F("dispatched_at"), now),
-            )
+        updated = _resolution_complete(
+            request,
+            drop_outcome=drop_outcome,
+            exemption_basis=exemption_basis,
+            identifiers=identifiers,
+            keep=keep,
+            now=now,
         )
         if not updated:
             current = ResolutionRequest.objects.get(pk=request.pk)
@@ -130,6 +124,34 @@ def resolution_outcome_record(
         )
         work_item_settle(work_item=WorkItem(pk=request.work_item_id))
     return OutcomeRecorded(uuid_text, drop_outcome, RequestState.COMPLETED, changed=True)
+
+
+def _resolution_complete(
+    request: ResolutionRequest,
+    *,
+    drop_outcome: str,
+    exemption_basis: str,
+    identifiers: dict[str, Any],
+    keep: bool,
+    now: dt.datetime,
+) -> bool:
+    """Complete the request with the broker's answer unless it is complete or cancelled
+    already; whether it was. ``identifiers`` are kept (encrypted) for the SaaS deletions if
+    ``keep``, else purged at once."""
+    return bool(
+        ResolutionRequest.objects.filter(pk=request.pk, completed_at__isnull=True)
+        .exclude(state=RequestState.CANCELLED)
+        .update(
+            state=RequestState.COMPLETED,
+            drop_outcome=drop_outcome,
+            exemption_basis=exemption_basis,
+            identifiers=_identifiers_text(identifiers) if keep else "",
+            identifiers_purged_at=None if keep else now,
+            completed_at=now,
+            next_attempt_at=None,
+            dispatched_at=Coalesce(F("dispatched_at"), now),
+        )
+    )
 
 
 def _identifiers_text(identifiers: dict[str, Any]) -> str:

@@ -15,7 +15,7 @@ from django.test import Client
 from django.utils import timezone
 
 from integrations.models import Broker
-from integrations.selectors import dashboard_overview, integration_delivery_health
+from integrations.selectors.dashboard import dashboard_overview, integration_delivery_health
 from integrations.services.brokers import broker_create
 from tests.sample_cycle import sample_cycle
 

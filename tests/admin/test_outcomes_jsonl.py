@@ -10,7 +10,7 @@ from django.test import Client
 from django.utils import timezone
 
 from integrations.models import Broker, DeletionRequest, LedgerEvent
-from integrations.selectors import OUTCOME_COLUMNS
+from integrations.selectors.outcomes import OUTCOME_COLUMNS
 from tests.sample_cycle import sample_cycle
 
 pytestmark = pytest.mark.django_db

@@ -11,7 +11,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from integrations.models import Broker, LedgerEvent
-from integrations.selectors import OUTCOME_COLUMNS
+from integrations.selectors.outcomes import OUTCOME_COLUMNS
 from integrations.services.brokers import broker_create
 from integrations.services.keys import CreatedApiKey
 from tests.conftest import bearer

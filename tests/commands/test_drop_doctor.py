@@ -29,7 +29,7 @@ from integrations.models import (
     WorkItem,
     WorkItemState,
 )
-from integrations.selectors import StuckReason, stuck_work_items
+from integrations.selectors.stuck import StuckReason, stuck_work_items
 from integrations.services.brokers import broker_create
 from integrations.services.integrations import integration_disable
 from integrations.services.ledger import ledger_event_append

@@ -21,7 +21,7 @@ from devtools.drop_simulator import DropSimulator, work_items
 from integrations import tasks
 from integrations.drop.client import PRODUCTION_URL, SANDBOX_URL
 from integrations.models import Broker, DeletionRequest, DropCycle, LedgerEvent, WorkItem
-from integrations.selectors import brokers_due_for_pull
+from integrations.selectors.pulls import brokers_due_for_pull
 from integrations.services import drop as drop_services
 from integrations.services.brokers import broker_create, broker_update
 from tests.drop_cycle import PACKAGE_DATE, consumer, drop_zip

@@ -11,7 +11,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from integrations.models import Broker, LedgerEvent
-from integrations.selectors import OUTCOME_COLUMNS
+from integrations.selectors.outcomes import OUTCOME_COLUMNS
 from integrations.services.brokers import broker_create
 from tests.reporting_factories import OutcomeHistory, outcome_history
 

@@ -24,7 +24,8 @@ from django.core.management.base import CommandError
 from integrations.exports import csv_cell
 from integrations.management.base import broker_or_error, date_bound
 from integrations.management.drop_report import ReportSubcommand
-from integrations.selectors import METRIC_FIGURES, drop_metrics, stuck_work_items
+from integrations.selectors.drop_metrics import METRIC_FIGURES, drop_metrics
+from integrations.selectors.stuck import stuck_work_items
 from integrations.services.drop import (
     DEFAULT_MAX_WAIT_SECONDS,
     DropImportError,

@@ -7,7 +7,7 @@ from typing import Any
 
 from integrations import exports
 from integrations.management.base import DropportalCommand, date_bound, open_output
-from integrations.selectors import LEDGER_COLUMNS, ledger_events
+from integrations.selectors.ledger import LEDGER_COLUMNS, ledger_events
 from integrations.services.ledger import ledger_seal, ledger_verify
 
 

@@ -4,7 +4,7 @@
 
 Streams (memory stays flat at any size); in CSV a free-text cell (``error_message``) a
 spreadsheet would run as a formula is defused, hashes, ids and codes are written verbatim;
-JSONL keeps every value exact. Columns: ``selectors.OUTCOME_COLUMNS``.
+JSONL keeps every value exact. Columns: ``selectors.outcomes.OUTCOME_COLUMNS``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,11 @@ from integrations.management.base import (
     date_bound,
     open_output,
 )
-from integrations.selectors import OUTCOME_COLUMNS, deletion_outcomes, deletion_outcomes_csv
+from integrations.selectors.outcomes import (
+    OUTCOME_COLUMNS,
+    deletion_outcomes,
+    deletion_outcomes_csv,
+)
 from integrations.services.audit import outcome_export_record
 
 

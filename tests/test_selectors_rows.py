@@ -8,7 +8,7 @@ import pytest
 from django.db.models import signals
 
 from integrations.models import Broker
-from integrations.selectors import model_from_row
+from integrations.selectors.rows import model_from_row
 from integrations.services.brokers import broker_create
 
 pytestmark = pytest.mark.django_db

@@ -1,0 +1,328 @@
+"""The staff dashboard (admin index): a handful of aggregate queries for every broker at
+once; nothing here loops over rows."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+
+from django.db.models import Count, F, Max, OuterRef, Q, QuerySet, Subquery, Window
+from django.db.models.functions import Coalesce, RowNumber
+
+from integrations.models import (
+    Broker,
+    CycleState,
+    DeletionRequest,
+    DeliveryAttempt,
+    DropCycle,
+    Integration,
+    LedgerEvent,
+    ReportFile,
+    RequestState,
+    WorkItem,
+    WorkItemState,
+)
+from integrations.selectors.requests import deletion_requests_needing_attention
+
+# Integration health looks at this many of the latest delivery attempts (by id, which grows
+# with time): the attempts table keeps every attempt for good, the dashboard must not.
+HEALTH_ATTEMPTS = 100_000
+DASHBOARD_RECENT_CYCLES = 8
+
+
+@dataclass(frozen=True)
+class CycleWorkItems:
+    """A cycle, how many of its work items are in each (state, status_code) (open cycles
+    only), and how many of its deletion requests ended with each broker outcome ("" while
+    none came back)."""
+
+    cycle: DropCycle
+    counts: dict[tuple[str, int | None], int]
+    request_outcomes: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def by_status(self) -> dict[int | None, int]:
+        """Work items owed a status (removed ones are not), by status code (None: unknown)."""
+        totals: dict[int | None, int] = {}
+        for (state, status_code), n in self.counts.items():
+            if state != WorkItemState.REMOVED:
+                totals[status_code] = totals.get(status_code, 0) + n
+        return totals
+
+    @property
+    def owed(self) -> int:
+        return sum(self.by_status().values())
+
+    @property
+    def with_status(self) -> int:
+        return sum(n for code, n in self.by_status().items() if code is not None)
+
+    @property
+    def reported(self) -> int:
+        return sum(n for (state, _), n in self.counts.items() if state == WorkItemState.REPORTED)
+
+
+@dataclass(frozen=True)
+class RequestsNeedingAttention:
+    failed: int = 0
+    undeliverable: int = 0
+    awaiting_callback: int = 0  # dispatched more than AWAITING_CALLBACK_ATTENTION ago
+
+    @property
+    def total(self) -> int:
+        return self.failed + self.undeliverable + self.awaiting_callback
+
+
+@dataclass(frozen=True)
+class IntegrationHealth:
+    integration: Integration
+    last_success_at: dt.datetime | None  # the last delivery attempt answered with a 2xx
+    failures_in_a_row: int  # attempts since then that were not
+    # False when no success was found among the recent attempts looked at, and older ones
+    # exist: the success is older (or never was) and the failures are at least that many.
+    complete: bool = True
+
+
+@dataclass(frozen=True)
+class BrokerOverview:
+    broker: Broker
+    current_cycle: CycleWorkItems | None  # the latest open cycle
+    open_cycles: list[CycleWorkItems]  # newest first
+    recent_cycles: list[CycleWorkItems]  # oldest first, at most DASHBOARD_RECENT_CYCLES
+    attention: RequestsNeedingAttention
+    integrations: list[IntegrationHealth]
+    last_download_at: dt.datetime | None
+    last_upload_at: dt.datetime | None
+    # The last pull from DROP, when it failed and nothing was pulled or imported since
+    # (a 401/403 from DROP lands here: staff must act).
+    failed_pull: LedgerEvent | None = None
+    # The periodic stuck check's last result that changed (``services.doctor``), if any.
+    doctor: LedgerEvent | None = None
+
+
+# The events that say how the broker's last download went.
+_PULL_OUTCOME_KINDS = ("drop.pulled", "drop.cycle_imported", "drop.pull_failed")
+
+
+def dashboard_overview(*, now: dt.datetime) -> list[BrokerOverview]:
+    """Everything the dashboard shows, per broker, in eleven queries whatever the data size."""
+    brokers = _brokers_with_last_transfers()
+    recent, shown = _recent_and_open_cycles()
+    recent_ids = {cycle.pk for cycle in recent}
+    cycles_of = _cycle_work_items_by_broker(recent, shown)
+    attention = _attention_by_broker(now=now)
+    health_of = _integration_health_by_broker()
+    last_pull_event = _last_event_by_broker(
+        LedgerEvent.objects.filter(kind__in=_PULL_OUTCOME_KINDS)
+    )
+    last_doctor_event = _last_event_by_broker(
+        LedgerEvent.objects.filter(kind="drop.doctor_checked")
+    )
+
+    overviews = []
+    for broker in brokers:
+        pull_event = last_pull_event.get(broker.broker_id)
+        cycles = sorted(
+            cycles_of.get(broker.pk, []), key=lambda c: c.cycle.downloaded_at, reverse=True
+        )
+        opened = [c for c in cycles if c.cycle.state == CycleState.OPEN]
+        overviews.append(
+            BrokerOverview(
+                broker=broker,
+                current_cycle=opened[0] if opened else None,
+                open_cycles=opened,
+                recent_cycles=[c for c in reversed(cycles) if c.cycle.pk in recent_ids],
+                attention=attention.get(broker.pk, RequestsNeedingAttention()),
+                integrations=health_of.get(broker.pk, []),
+                last_download_at=broker.last_download_at,  # type: ignore[attr-defined]
+                last_upload_at=broker.last_upload_at,  # type: ignore[attr-defined]
+                failed_pull=pull_event
+                if pull_event and pull_event.kind == "drop.pull_failed"
+                else None,
+                doctor=last_doctor_event.get(broker.broker_id),
+            )
+        )
+    return overviews
+
+
+def _brokers_with_last_transfers() -> list[Broker]:
+    """Every broker, annotated with ``last_download_at`` and ``last_upload_at``."""
+    return list(
+        Broker.objects.annotate(
+            last_download_at=Max("cycles__downloaded_at"),
+            last_upload_at=Subquery(
+                ReportFile.objects.filter(broker=OuterRef("pk"), uploaded_at__isnull=False)
+                .order_by("-uploaded_at")
+                .values("uploaded_at")[:1]
+            ),
+        ).order_by("broker_id")
+    )
+
+
+def _recent_and_open_cycles() -> tuple[list[DropCycle], list[DropCycle]]:
+    """Each broker's latest ``DASHBOARD_RECENT_CYCLES`` cycles, and those plus every open
+    cycle (the cycles the dashboard shows)."""
+    recent: list[DropCycle] = list(
+        DropCycle.objects.annotate(
+            recency=Window(
+                RowNumber(), partition_by=F("broker_id"), order_by=F("downloaded_at").desc()
+            )
+        ).filter(recency__lte=DASHBOARD_RECENT_CYCLES)
+    )
+    recent_ids = {cycle.pk for cycle in recent}
+    shown = recent + list(
+        DropCycle.objects.filter(state=CycleState.OPEN).exclude(pk__in=recent_ids)
+    )
+    return recent, shown
+
+
+def _cycle_work_items_by_broker(
+    recent: list[DropCycle], shown: list[DropCycle]
+) -> dict[int, list[CycleWorkItems]]:
+    """The shown cycles with their work item counts and request outcomes, by broker pk."""
+    counts = _work_item_counts(shown)
+    outcomes = _request_outcomes(recent)
+    cycles_of: dict[int, list[CycleWorkItems]] = {}
+    for cycle in shown:
+        cycles_of.setdefault(cycle.broker_id, []).append(
+            CycleWorkItems(cycle, counts[cycle.pk], outcomes.get(cycle.pk, {}))
+        )
+    return cycles_of
+
+
+def _work_item_counts(shown: list[DropCycle]) -> dict[int, dict[tuple[str, int | None], int]]:
+    """Per cycle pk: how many work items are in each (state, status_code)."""
+    # Work items are counted for open cycles only: a closed cycle's are all reported, and a
+    # DROP list is mostly unmatched items, so counting every recent cycle's would cost the
+    # page most of its time.
+    counts: dict[int, dict[tuple[str, int | None], int]] = {c.pk: {} for c in shown}
+    for row in (
+        WorkItem.objects.filter(cycle_id__in=[c.pk for c in shown if c.state == CycleState.OPEN])
+        .values("cycle_id", "state", "status_code")
+        .annotate(n=Count("id"))
+        .order_by()
+    ):
+        counts[row["cycle_id"]][(row["state"], row["status_code"])] = row["n"]
+    return counts
+
+
+def _request_outcomes(recent: list[DropCycle]) -> dict[int, dict[str, int]]:
+    """Per recent cycle pk: how many of its deletion requests ended with each outcome."""
+    # A request carries its cycle's drop_session_id: no join back to the work items.
+    cycle_of_session = {(c.broker_id, c.drop_session_id): c.pk for c in recent}
+    outcomes: dict[int, dict[str, int]] = {c.pk: {} for c in recent}
+    for broker_pk, session, drop_outcome, n in (
+        DeletionRequest.objects.filter(drop_session_id__in={c.drop_session_id for c in recent})
+        .exclude(state=RequestState.CANCELLED)
+        .values("broker_id", "drop_session_id", "drop_outcome")
+        .annotate(n=Count("id"))
+        .order_by()
+        .values_list("broker_id", "drop_session_id", "drop_outcome", "n")
+    ):
+        cycle_pk = cycle_of_session.get((broker_pk, session))
+        if cycle_pk is not None:
+            outcomes[cycle_pk][drop_outcome] = n
+    return outcomes
+
+
+def _attention_by_broker(*, now: dt.datetime) -> dict[int, RequestsNeedingAttention]:
+    return {
+        row["broker_id"]: RequestsNeedingAttention(
+            failed=row["failed"],
+            undeliverable=row["undeliverable"],
+            awaiting_callback=row["awaiting_callback"],
+        )
+        for row in deletion_requests_needing_attention(now=now)
+        .values("broker_id")
+        .annotate(
+            failed=Count("id", filter=Q(state=RequestState.FAILED)),
+            undeliverable=Count("id", filter=Q(state=RequestState.UNDELIVERABLE)),
+            awaiting_callback=Count("id", filter=Q(state=RequestState.DISPATCHED)),
+        )
+        .order_by()
+    }
+
+
+def _integration_health_by_broker() -> dict[int, list[IntegrationHealth]]:
+    """Every integration's delivery health, by broker pk (integrations by name)."""
+    health, looked_at_all = integration_delivery_health()
+    health_of: dict[int, list[IntegrationHealth]] = {}
+    for integration in Integration.objects.order_by("broker_id", "name"):
+        last_success_at, failures = health.get(integration.pk, (None, 0))
+        health_of.setdefault(integration.broker_id, []).append(
+            IntegrationHealth(
+                integration=integration,
+                last_success_at=last_success_at,
+                failures_in_a_row=failures,
+                complete=looked_at_all or last_success_at is not None,
+            )
+        )
+    return health_of
+
+
+def _last_event_by_broker(events: QuerySet[LedgerEvent]) -> dict[str, LedgerEvent]:
+    """Each broker's latest of ``events``, by the broker's DROP id."""
+    return {
+        event.broker_id: event
+        for event in events.order_by("broker_id", "-id").distinct("broker_id")
+    }
+
+
+def _succeeded() -> Q:
+    return Q(status__gte=200, status__lt=300)
+
+
+def _failed() -> Q:
+    return Q(status__isnull=True) | Q(status__lt=200) | Q(status__gte=300)
+
+
+def integration_delivery_health(
+    *, attempts_looked_at: int = HEALTH_ATTEMPTS
+) -> tuple[dict[int, tuple[dt.datetime | None, int]], bool]:
+    """Per integration id: the last delivery attempt answered with a 2xx, and how many
+    attempts failed since (all of them when none succeeded); and whether every attempt ever
+    made was looked at (else only the latest ``attempts_looked_at``).
+
+    An integration is called for deletion and for resolution requests; both count. Two
+    index-bounded passes, whatever the number of integrations or of attempts kept.
+    """
+    newest = DeliveryAttempt.objects.aggregate(newest=Max("id"))["newest"] or 0
+    complete = not DeliveryAttempt.objects.filter(id__lte=newest - attempts_looked_at).exists()
+    attempts = (
+        DeliveryAttempt.objects.filter(id__gt=newest - attempts_looked_at)
+        .annotate(
+            integration_id=Coalesce(
+                "deletion_request__integration_id", "resolution_request__integration_id"
+            )
+        )
+        .filter(integration_id__isnull=False)
+    )
+    last_success: dict[int, dt.datetime] = dict(
+        attempts.filter(_succeeded())
+        .values("integration_id")
+        .annotate(last=Max("started_at"))
+        .order_by()
+        .values_list("integration_id", "last")
+    )
+    since_then = Q(integration_id__isnull=False)
+    if last_success:
+        # Failures after each integration's own last success (a handful of integrations).
+        since_then = ~Q(integration_id__in=list(last_success))
+        for integration_id, at in last_success.items():
+            since_then |= Q(integration_id=integration_id, started_at__gt=at)
+    failures = dict(
+        attempts.filter(_failed())
+        .filter(since_then)
+        .values("integration_id")
+        .annotate(n=Count("id"))
+        .order_by()
+        .values_list("integration_id", "n")
+    )
+    health = {
+        integration_id: (last_success.get(integration_id), failures.get(integration_id, 0))
+        for integration_id in {*last_success, *failures}
+    }
+    return health, complete

@@ -1,0 +1,79 @@
+"""Cycles against their due dates: what DROP is still owed, most urgent first."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import Case, Count, OuterRef, Q, QuerySet, Subquery, Value, When
+from django.db.models.functions import Coalesce
+
+from integrations.models import CycleState, DropCycle, WorkItem, WorkItemState
+
+
+def _count(queryset: QuerySet[Any]) -> Subquery:
+    """The number of rows of ``queryset`` as a subquery (correlate it with ``OuterRef``)."""
+    return Subquery(
+        queryset.order_by().annotate(one=Value(1)).values("one").annotate(n=Count("*")).values("n")
+    )
+
+
+@dataclass(frozen=True)
+class CycleDeadline:
+    """Where a cycle stands against its due date (``settings.DROPPORTAL_REPORT_DAYS``)."""
+
+    cycle: DropCycle
+    days_left: int  # negative when overdue
+    owed: int  # work items DROP is owed a status for and has not got yet
+    not_reportable: int  # of which still wait for an outcome (or for staff)
+
+    @property
+    def overdue(self) -> bool:
+        return self.owed > 0 and self.days_left < 0
+
+
+def _owed_items(prefix: str = "") -> Q:
+    """Work items DROP has no status for yet: not removed, never reported."""
+    return Q(
+        **{
+            f"{prefix}state__in": [WorkItemState.OPEN, WorkItemState.REPORTABLE],
+            f"{prefix}reported_at__isnull": True,
+        }
+    )
+
+
+def drop_cycles_by_urgency(cycles: QuerySet[DropCycle] | None = None) -> QuerySet[DropCycle]:
+    """Cycles annotated with ``owed_items`` (no status sent to DROP yet) and
+    ``unreportable_items`` (of which still waiting for an outcome), most urgent first:
+    cycles owing statuses by due date, then the rest, newest first.
+
+    For the cycles admin (``get_queryset``) and ``cycle_deadlines``.
+    """
+    cycles = cycles if cycles is not None else DropCycle.objects.all()
+    owed = WorkItem.objects.filter(_owed_items(), cycle=OuterRef("pk"))
+    return cycles.annotate(
+        owed_items=Coalesce(_count(owed), 0),
+        unreportable_items=Coalesce(_count(owed.filter(state=WorkItemState.OPEN)), 0),
+    ).order_by(
+        Case(When(owed_items__gt=0, then=Value(0)), default=Value(1)),
+        "due_date",
+        "-downloaded_at",
+    )
+
+
+def cycle_deadlines(*, broker_id: str | None = None, today: dt.date) -> list[CycleDeadline]:
+    """Every cycle still owing statuses to DROP, most urgent first."""
+    cycles = DropCycle.objects.filter(state=CycleState.OPEN).select_related("broker")
+    if broker_id:
+        cycles = cycles.filter(broker__broker_id=broker_id)
+    return [
+        CycleDeadline(
+            cycle=cycle,
+            days_left=(cycle.due_date - today).days,
+            owed=cycle.owed_items,  # type: ignore[attr-defined]
+            not_reportable=cycle.unreportable_items,  # type: ignore[attr-defined]
+        )
+        for cycle in drop_cycles_by_urgency(cycles)
+        if cycle.owed_items  # type: ignore[attr-defined]
+    ]

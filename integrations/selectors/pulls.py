@@ -1,0 +1,73 @@
+"""Which brokers to pull from DROP, and which not to: DROP refused their key."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from django.db.models import (
+    DurationField,
+    ExpressionWrapper,
+    F,
+    Func,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+)
+from django.db.models.functions import Coalesce
+
+from integrations.models import Broker, LedgerEvent
+
+# DROP answers a refused key (or account) with these; retrying cannot help until staff change
+# the key or the URL it is sent to.
+DROP_KEY_REFUSED_STATUSES = (401, 403)
+# What changes the key DROP sees: the key itself, the base URL, or the mode (its default URL).
+_DROP_ACCESS_FIELDS = ["drop_api_key", "drop_base_url", "mode"]
+
+
+def _last_event_id(**filters: Any) -> Subquery:
+    events = LedgerEvent.objects.filter(broker_id=OuterRef("broker_id"), **filters)
+    return Subquery(events.order_by("-id").values("id")[:1])
+
+
+def brokers_with_drop_key_refused(
+    brokers: QuerySet[Broker] | None = None,
+) -> QuerySet[Broker]:
+    """Brokers whose last word from DROP on a pull is a refused key (401 or 403), with no
+    change of their DROP key, base URL or mode and no successful pull since; annotated with
+    ``drop_key_refused_event`` (the ``drop.pull_failed`` ledger event's id)."""
+    brokers = brokers if brokers is not None else Broker.objects.all()
+    refused = _last_event_id(
+        kind="drop.pull_failed", data__status__in=list(DROP_KEY_REFUSED_STATUSES)
+    )
+    pulled = _last_event_id(kind="drop.pulled")
+    changed = _last_event_id(kind="broker.updated", data__changes__has_any_keys=_DROP_ACCESS_FIELDS)
+    return (
+        brokers.annotate(
+            drop_key_refused_event=refused,
+            drop_key_cleared_event=Coalesce(Func(pulled, changed, function="GREATEST"), Value(0)),
+        )
+        .filter(drop_key_refused_event__isnull=False)
+        .filter(drop_key_refused_event__gt=F("drop_key_cleared_event"))
+    )
+
+
+def brokers_due_for_pull(*, now: dt.datetime) -> QuerySet[Broker]:
+    """Brokers whose auto-pull is on and whose last pull is ``pull_interval_days`` old (or
+    who never pulled), for the periodic pull job. A broker without a DROP API key is
+    included: its pull fails into the ledger, where staff see it. A broker whose DROP key
+    was refused (``brokers_with_drop_key_refused``) is not: asking again every hour with
+    the same key cannot help, and the dashboard shows why."""
+    interval = ExpressionWrapper(
+        F("pull_interval_days") * dt.timedelta(days=1), output_field=DurationField()
+    )
+    refused = brokers_with_drop_key_refused().values("pk")
+    return (
+        Broker.objects.filter(auto_pull=True)
+        .exclude(pk__in=refused)
+        .annotate(pull_due_at=F("last_pulled_at") + interval)
+        .filter(Q(last_pulled_at__isnull=True) | Q(pull_due_at__lte=now))
+        .order_by("broker_id")
+    )

@@ -1,0 +1,296 @@
+"""Stuck work items (``drop doctor``): open items with no live path to a status."""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Count, F, Min, Q, QuerySet
+from django.utils import timezone
+
+from integrations.dispatch.policy import AUTO_REDISPATCH_MAX
+from integrations.models import (
+    Broker,
+    DeletionRequest,
+    RequestState,
+    ResolutionRequest,
+    SaasDeletion,
+    WorkItem,
+    WorkItemState,
+)
+from integrations.selectors.pulls import brokers_with_drop_key_refused
+from integrations.selectors.requests import AWAITING_CALLBACK_ATTENTION, automatic_redispatches
+
+
+class StuckReason(enum.StrEnum):
+    """Why a work item has no live path to a status: nothing automatic will move it."""
+
+    PENDING_WITHOUT_TARGET = "pending_without_target"
+    FAILED_WAITING_FOR_STAFF = "failed_waiting_for_staff"
+    UNDELIVERABLE = "undeliverable"
+    NO_CALLBACK = "no_callback"
+    RESOLUTION_STUCK = "resolution_stuck"
+    INTEGRATION_DISABLED = "integration_disabled"
+    DROP_KEY_REFUSED = "drop_key_refused"
+
+    @property
+    def label(self) -> str:
+        return STUCK_REASON_LABELS[self]
+
+
+STUCK_REASON_LABELS: dict[StuckReason, str] = {
+    StuckReason.PENDING_WITHOUT_TARGET: "pending without a target",
+    StuckReason.FAILED_WAITING_FOR_STAFF: "failed, waiting for staff to redispatch",
+    StuckReason.UNDELIVERABLE: "undeliverable",
+    StuckReason.NO_CALLBACK: "dispatched, no callback for more than 7 days",
+    StuckReason.RESOLUTION_STUCK: "identifier retrieval or SaaS deletion stuck",
+    StuckReason.INTEGRATION_DISABLED: "waiting for a disabled integration",
+    StuckReason.DROP_KEY_REFUSED: "DROP refused the broker's key",
+}
+
+
+@dataclass(frozen=True)
+class StuckGroup:
+    """The work items of one broker stuck for one reason."""
+
+    broker_id: str  # the 4-digit DROP id
+    reason: StuckReason
+    work_items: int  # distinct open work items
+    requests: int  # the requests (or SaaS deletions) holding them
+    nearest_due_date: dt.date  # the earliest due date of their cycles
+    admin_path: str  # the admin list of what holds them (a path, without the host)
+
+    @property
+    def label(self) -> str:
+        return self.reason.label
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "broker_id": self.broker_id,
+            "reason": str(self.reason),
+            "label": self.label,
+            "work_items": self.work_items,
+            "requests": self.requests,
+            "nearest_due_date": self.nearest_due_date.isoformat(),
+            "admin_path": self.admin_path,
+        }
+
+
+def _admin_path(model: str, **params: Any) -> str:
+    from django.urls import reverse
+    from django.utils.http import urlencode
+
+    return f"{reverse(f'admin:integrations_{model}_changelist')}?{urlencode(params)}"
+
+
+def _stuck_counts(
+    rows: QuerySet[Any], *, item: str, broker: str, due: str
+) -> list[tuple[str, int, int, int, dt.date]]:
+    """(broker_id, broker pk, work items, rows, nearest due date) per broker of ``rows``."""
+    return [
+        (row["b"], row["bpk"], row["items"], row["n"], row["due"])
+        for row in rows.values(b=F(f"{broker}__broker_id"), bpk=F(broker))
+        .annotate(items=Count(item, distinct=True), n=Count("pk"), due=Min(due))
+        .order_by("b")
+    ]
+
+
+def stuck_work_items(
+    *, broker: Broker | None = None, now: dt.datetime | None = None
+) -> list[StuckGroup]:
+    """Every open work item (matched, status still owed) that has no live path to a status,
+    grouped by broker and reason, nearest due date first.
+
+    An item is stuck when one of its requests (or SaaS deletions) will not move without
+    staff: its status needs them all. An item held for two reasons is in both groups.
+    Removed items owe nothing and are never listed. Reads a few aggregate queries; no row
+    is loaded.
+    """
+    now = now or timezone.now()
+    found: dict[tuple[str, StuckReason], StuckGroup] = {}
+    for reason, model, params, queries in _stuck_sources(
+        broker=broker, stale=now - AWAITING_CALLBACK_ATTENTION
+    ):
+        for rows, fields in queries:
+            _add_stuck_group(found, reason, model, params, _stuck_counts(rows, **fields))
+    _add_stuck_group(
+        found,
+        StuckReason.DROP_KEY_REFUSED,
+        "ledgerevent",
+        {"kind__exact": "drop.pull_failed"},
+        _drop_key_refused_counts(broker),
+    )
+    order = list(StuckReason)
+    return sorted(
+        found.values(),
+        key=lambda g: (g.broker_id, g.nearest_due_date, order.index(g.reason)),
+    )
+
+
+# Where each kind of row holding work items finds its work item, broker and due date
+# (``_stuck_counts``'s keywords).
+_DELETION_ROWS = {"item": "work_item", "broker": "broker", "due": "work_item__cycle__due_date"}
+_RESOLUTION_ROWS = _DELETION_ROWS
+_SAAS_ROWS = {
+    "item": "resolution__work_item",
+    "broker": "resolution__broker",
+    "due": "resolution__work_item__cycle__due_date",
+}
+
+# A reason, the admin list of what holds the items (model, filters), and the rows holding
+# them with how to count them.
+_StuckSource = tuple[StuckReason, str, dict[str, Any], list[tuple[QuerySet[Any], dict[str, str]]]]
+
+
+def _stuck_sources(*, broker: Broker | None, stale: dt.datetime) -> list[_StuckSource]:
+    """For each reason but a refused DROP key: the rows that hold open work items for it
+    (dispatched before ``stale`` is waiting too long for a callback)."""
+    deletions, resolutions, saas = _open_item_rows(broker)
+    failed = _failed_waiting_for_staff(deletions)
+    waiting = [RequestState.QUEUED, RequestState.FAILED, RequestState.DISPATCHED]
+    failed_or_no_callback = Q(state=RequestState.FAILED) | Q(
+        state=RequestState.DISPATCHED, dispatched_at__lt=stale
+    )
+    return [
+        (
+            StuckReason.PENDING_WITHOUT_TARGET,
+            "deletionrequest",
+            {"state__exact": RequestState.PENDING},
+            [(deletions.filter(state=RequestState.PENDING), _DELETION_ROWS)],
+        ),
+        (
+            StuckReason.FAILED_WAITING_FOR_STAFF,
+            "deletionrequest",
+            {"state__exact": RequestState.FAILED},
+            [(failed, _DELETION_ROWS)],
+        ),
+        (
+            StuckReason.UNDELIVERABLE,
+            "deletionrequest",
+            {"state__exact": RequestState.UNDELIVERABLE},
+            [
+                (deletions.filter(state=RequestState.UNDELIVERABLE), _DELETION_ROWS),
+                (resolutions.filter(state=RequestState.UNDELIVERABLE), _RESOLUTION_ROWS),
+                (saas.filter(state=RequestState.UNDELIVERABLE), _SAAS_ROWS),
+            ],
+        ),
+        (
+            StuckReason.NO_CALLBACK,
+            "deletionrequest",
+            {"state__exact": RequestState.DISPATCHED, "dispatched_at__lt": stale.isoformat()},
+            [
+                (
+                    deletions.filter(state=RequestState.DISPATCHED, dispatched_at__lt=stale),
+                    _DELETION_ROWS,
+                )
+            ],
+        ),
+        (
+            StuckReason.RESOLUTION_STUCK,
+            "resolutionrequest",
+            {},
+            [
+                (resolutions.filter(failed_or_no_callback), _RESOLUTION_ROWS),
+                (
+                    saas.filter(
+                        failed_or_no_callback
+                        | Q(state=RequestState.QUEUED, saas_connection__enabled=False)
+                    ),
+                    _SAAS_ROWS,
+                ),
+            ],
+        ),
+        (
+            StuckReason.INTEGRATION_DISABLED,
+            "integration",
+            {"enabled__exact": 0},
+            [
+                (
+                    deletions.filter(state__in=waiting, integration__enabled=False),
+                    _DELETION_ROWS,
+                ),
+                (
+                    resolutions.filter(state__in=waiting, integration__enabled=False),
+                    _RESOLUTION_ROWS,
+                ),
+            ],
+        ),
+    ]
+
+
+def _open_item_rows(
+    broker: Broker | None,
+) -> tuple[QuerySet[DeletionRequest], QuerySet[ResolutionRequest], QuerySet[SaasDeletion]]:
+    """The deletion requests, resolution requests and SaaS deletions of open work items (of
+    ``broker`` if given)."""
+    open_item = {"work_item__state": WorkItemState.OPEN}
+    deletions = DeletionRequest.objects.filter(**open_item)
+    resolutions = ResolutionRequest.objects.filter(**open_item)
+    saas = SaasDeletion.objects.filter(resolution__work_item__state=WorkItemState.OPEN)
+    if broker is not None:
+        deletions = deletions.filter(broker=broker)
+        resolutions = resolutions.filter(broker=broker)
+        saas = saas.filter(resolution__broker=broker)
+    return deletions, resolutions, saas
+
+
+def _failed_waiting_for_staff(
+    deletions: QuerySet[DeletionRequest],
+) -> QuerySet[DeletionRequest]:
+    """Failed requests to an enabled integration that nothing automatic will send again."""
+    failed = deletions.filter(state=RequestState.FAILED, integration__enabled=True)
+    if settings.DROPPORTAL_AUTO_REDISPATCH_HOURS > 0:
+        # The automatic policy sends a failure again, up to AUTO_REDISPATCH_MAX times.
+        failed = failed.annotate(automatic=automatic_redispatches()).filter(
+            automatic__gte=AUTO_REDISPATCH_MAX
+        )
+    return failed
+
+
+def _drop_key_refused_counts(broker: Broker | None) -> list[tuple[str, int, int, int, dt.date]]:
+    """``_stuck_counts`` of the open and reportable work items of brokers whose DROP key was
+    refused: no status reaches DROP until staff change it."""
+    items = WorkItem.objects.filter(state__in=[WorkItemState.OPEN, WorkItemState.REPORTABLE])
+    if broker is not None:
+        items = items.filter(broker=broker)
+    refused = brokers_with_drop_key_refused(
+        Broker.objects.filter(pk=broker.pk) if broker is not None else None
+    ).values_list("pk", flat=True)
+    return _stuck_counts(
+        items.filter(broker_id__in=list(refused)),
+        item="pk",
+        broker="broker",
+        due="cycle__due_date",
+    )
+
+
+def _add_stuck_group(
+    found: dict[tuple[str, StuckReason], StuckGroup],
+    reason: StuckReason,
+    model: str,
+    params: dict[str, Any],
+    counts: list[tuple[str, int, int, int, dt.date]],
+) -> None:
+    """Add ``counts`` (``_stuck_counts``) to the groups ``found`` for ``reason``."""
+    for broker_id, broker_pk, n_items, n_rows, due in counts:
+        key = (broker_id, reason)
+        previous = found.get(key)
+        broker_param = (
+            {"broker_id__exact": broker_id}
+            if model == "ledgerevent"
+            else {"broker__id__exact": broker_pk}
+        )
+        found[key] = StuckGroup(
+            broker_id=broker_id,
+            reason=reason,
+            # Over several kinds of rows an item may count twice: at most, never fewer.
+            work_items=n_items + (previous.work_items if previous else 0),
+            requests=n_rows + (previous.requests if previous else 0),
+            nearest_due_date=min(due, previous.nearest_due_date) if previous else due,
+            admin_path=previous.admin_path
+            if previous
+            else _admin_path(model, **broker_param, **params),
+        )
