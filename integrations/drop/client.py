@@ -15,7 +15,7 @@ The API key travels only in the ``X-API-KEY`` header: it is never put in a URL, 
 exception message, a repr or a log record, and a server that echoes it back is redacted.
 Redirects are not followed, so the header can never be replayed to another host.
 
-Calls go through the one outbound stack (``dispatch.http``): its sessions filter the target
+Calls go through the one outbound stack (``outbound_http``): its sessions filter the target
 address (no loopback, private or reserved address, no plain http) unless ``allow_private``
 (``DROPPORTAL_ALLOW_PRIVATE_TARGETS``) opens them, use its TLS settings, and every attempt
 ends within ``total_timeout`` by the wall clock, whatever DROP (or the network) does.
@@ -42,8 +42,8 @@ from urllib.parse import unquote, urlsplit
 import requests
 from requests_hardened.ip_filter import InvalidIPAddress
 
-from integrations.dispatch.http import Bound, bounded, build_session, describe_failure, tls_context
 from integrations.drop.files import REMOVED, DropFileError, parse_file_name
+from integrations.outbound_http import Bound, bounded, build_session, describe_failure, tls_context
 
 __all__ = [
     "PRODUCTION_URL",

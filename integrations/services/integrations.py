@@ -25,7 +25,6 @@ from django.db import models, transaction
 from django.utils import timezone
 
 from integrations.dispatch import signing, webhook
-from integrations.dispatch.http import DeliveryResult, deliver
 from integrations.models import (
     Broker,
     DeletionRequest,
@@ -34,6 +33,7 @@ from integrations.models import (
     RequestState,
     ResolutionRequest,
 )
+from integrations.outbound_http import DeliveryResult, deliver
 from integrations.services.ledger import ledger_event_append
 from integrations.services.requests import pending_requests_target
 
