@@ -26,7 +26,7 @@ import logging
 import os
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -113,7 +113,7 @@ class Transport:
     on_call: OnCall | None
     sleep: Callable[[float], None]
     clock: Callable[[], float]
-    _current: _Attempt | None = None  # the attempt in flight
+    _current: _Attempt | None = field(default=None, init=False, repr=False)  # in flight
 
     def run(
         self,
