@@ -7,7 +7,7 @@
    is added, every one is counted, and what they were answered (401/413, 429 once an
    address is throttled).
 2. A loopback target that trickles its response headers one byte a second (a complete
-   answer would take 40 s): one call each through ``dispatch.http.deliver`` (webhooks,
+   answer would take 40 s): one call each through ``outbound_http.deliver`` (webhooks,
    ISI, OAuth, SaaS) and the DROP client, with a 2 s total timeout. Checked: each ends
    with a timeout, how long after its start, and the target saw the connection closed.
 
@@ -88,8 +88,8 @@ def callbacks(count: int, *, throttled: bool) -> dict[str, Any]:
 
 def trickled() -> dict[str, Any]:
     from devtools.trickle_server import TrickleServer
-    from integrations.dispatch.http import deliver
     from integrations.drop.client import DropApiError, DropClient
+    from integrations.outbound_http import deliver
 
     results: dict[str, Any] = {}
     with TrickleServer(interval=1.0, header_bytes=40) as server:

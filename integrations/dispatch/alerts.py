@@ -11,12 +11,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import requests
 from django.conf import settings
 from django.core.mail import send_mail
 
+from integrations.outbound_http import deliver
+
 WEBHOOK_TIMEOUT_SECONDS = 10
 CHANNELS = ("email", "webhook")
+
+
+class AlertNotSent(Exception):
+    """The alert webhook did not take the alert; the job sending it retries."""
 
 
 def alert_send(*, channel: str, text: str, alert: dict[str, Any]) -> None:
@@ -41,9 +46,15 @@ def _webhook(text: str, alert: dict[str, Any]) -> None:
     url = settings.DROPPORTAL_ALERT_WEBHOOK_URL
     if not url:
         return
-    # The operator's own endpoint, set in the environment, not a broker's target: a plain
-    # session (the SSRF-safe one refuses the internal chat gateways this often is).
-    response = requests.post(
-        url, json={"text": text, "alert": alert}, timeout=WEBHOOK_TIMEOUT_SECONDS
+    # The operator's own endpoint, set in the environment, not a broker's target: private
+    # addresses allowed (the SSRF filter refuses the internal chat gateways this often is).
+    result = deliver(
+        "POST",
+        url,
+        body=json.dumps({"text": text, "alert": alert}, allow_nan=False).encode(),
+        headers={"Content-Type": "application/json"},
+        allow_private=True,
+        timeout_total=WEBHOOK_TIMEOUT_SECONDS,
     )
-    response.raise_for_status()
+    if result.error is not None or result.status is None or not 200 <= result.status < 300:
+        raise AlertNotSent(f"alert webhook: {result.error or f'HTTP {result.status}'}")

@@ -8,7 +8,7 @@ the access token; ``services.isi`` caches OAuth tokens in the integration's row)
     result = send("POST", url, body=delete_body(request), token=token, allow_private=False)
     result.error     # None: acknowledged (any 2xx in time); else why it failed
 
-Every call goes through ``dispatch.http.deliver``: SSRF checks, TLS 1.2 or later with verified
+Every call goes through ``outbound_http.deliver``: SSRF checks, TLS 1.2 or later with verified
 certificates, no redirects, bounded time. Only the DROP endpoints below (and the connection
 list) are ever called: the broker's standard privacy (DSR) endpoints never are, so DROP work
 does not enter its DSR pipeline (§3.2).
@@ -29,15 +29,16 @@ from urllib.parse import quote_plus, urlencode, urlsplit
 from django.conf import settings
 from rest_framework import serializers
 
+from integrations.dispatch.saas import categories_or_default
+from integrations.models import DeletionRequest, ResolutionRequest
+
 # The shape of resolved identifiers is the webhook resolution callback's: one definition.
-from integrations.dispatch.http import (
+from integrations.outbound_http import (
     RESPONSE_BODY_LIMIT,
     USER_AGENT,
     DeliveryResult,
     deliver,
 )
-from integrations.dispatch.saas import categories_or_default
-from integrations.models import DeletionRequest, ResolutionRequest
 from integrations.wire_fields import ResolvedIdentifiersField
 
 CONNECTIONS_PATH = "/api/v1/connections/list"

@@ -14,11 +14,10 @@ Ten attempts over about three days; the wait after attempt *n* is ``SCHEDULE[n -
 
 from __future__ import annotations
 
-import datetime
-import email.utils
 import random
-import time
 from typing import Literal
+
+from integrations.outbound_http import retry_after_seconds
 
 MAX_ATTEMPTS = 10
 
@@ -50,26 +49,6 @@ assert len(SCHEDULE) == MAX_ATTEMPTS - 1
 _system_random = random.SystemRandom()
 
 
-def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
-    """Seconds asked for by a ``Retry-After`` header (delta-seconds or HTTP-date), or None.
-
-    A date in the past means "now" (0); an unreadable value is ignored (None).
-    """
-    if value is None:
-        return None
-    value = value.strip()
-    if value.isascii() and value.isdigit():
-        return float(int(value))
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:  # asctime form or "-0000": HTTP dates are always GMT.
-        when = when.replace(tzinfo=datetime.UTC)
-    current = time.time() if now is None else now
-    return max(0.0, when.timestamp() - current)
-
-
 def next_delay(
     attempt_number: int,
     *,
@@ -90,7 +69,7 @@ def next_delay(
     rng = rng or _system_random
     scheduled = SCHEDULE[attempt_number - 1] * rng.uniform(1 - JITTER, 1 + JITTER)
     if status in RETRY_AFTER_STATUSES:
-        asked = parse_retry_after(retry_after, now=now)
+        asked = retry_after_seconds(retry_after, now=now)
         if asked is not None:
             return max(scheduled, min(asked, float(RETRY_AFTER_CEILING)))
     return scheduled

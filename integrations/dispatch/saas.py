@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from integrations.dispatch.http import USER_AGENT
+from integrations.outbound_http import USER_AGENT
 
 DEFAULT_CATEGORIES = ("email",)
 

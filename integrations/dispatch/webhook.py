@@ -21,8 +21,8 @@ from typing import Any
 from django.conf import settings
 
 from integrations.dispatch import signing
-from integrations.dispatch.http import USER_AGENT
 from integrations.models import Broker, DeletionRequest, Integration, ResolutionRequest
+from integrations.outbound_http import USER_AGENT
 
 WEBHOOK_ID_HEADER = "X-Webhook-Id"
 DELETION_CALLBACK_PATH = "/api/v1/drop/callbacks/deletion"

@@ -1,7 +1,8 @@
 """The DROP Data Broker API client: download packages, upload and amend response CSVs.
 
-Every response of docs/contracts.md §9 is handled here, so callers see a
-result or one of a few exceptions (all ``DropApiError``)::
+This module is the protocol: DROP's endpoints, what each status means, the package's file
+name and the per-file answers of an upload. Every response of docs/contracts.md §9 is
+handled here, so callers see a result or one of a few exceptions (all ``DropApiError``)::
 
     client = DropClient(base_url_for(broker.mode, settings.DROP_API_URL), api_key,
                         on_call=ledger_hook)
@@ -15,35 +16,52 @@ The API key travels only in the ``X-API-KEY`` header: it is never put in a URL, 
 exception message, a repr or a log record, and a server that echoes it back is redacted.
 Redirects are not followed, so the header can never be replayed to another host.
 
-Calls go through the one outbound stack (``dispatch.http``): its sessions filter the target
-address (no loopback, private or reserved address, no plain http) unless ``allow_private``
-(``DROPPORTAL_ALLOW_PRIVATE_TARGETS``) opens them, use its TLS settings, and every attempt
-ends within ``total_timeout`` by the wall clock, whatever DROP (or the network) does.
+How the calls travel (attempts, waits, retries, bounded time, the package on disk) is
+``drop.transport``, over the one outbound stack (``outbound_http``): its sessions filter the
+target address (no loopback, private or reserved address, no plain http) unless
+``allow_private`` (``DROPPORTAL_ALLOW_PRIVATE_TARGETS``) opens them, use its TLS settings, and
+every attempt ends within ``total_timeout`` by the wall clock, whatever DROP (or the network)
+does.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import email.utils
-import hashlib
 import json
-import logging
 import os
 import re
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import Any, Literal
 from urllib.parse import unquote, urlsplit
 
 import requests
-from requests_hardened.ip_filter import InvalidIPAddress
 
-from integrations.dispatch.http import Bound, bounded, build_session, describe_failure, tls_context
+from integrations.drop.errors import (
+    DropApiError,
+    DropAuthError,
+    DropBadRequest,
+    DropConflict,
+    DropPending,
+    DropProtocolError,
+    DropThrottled,
+    DropUnavailable,
+)
 from integrations.drop.files import REMOVED, DropFileError, parse_file_name
+from integrations.drop.transport import (
+    Decision,
+    Done,
+    Fail,
+    OnCall,
+    Received,
+    Retry,
+    Transport,
+    Wait,
+)
+from integrations.outbound_http import build_session, retry_after_seconds
 
 __all__ = [
     "PRODUCTION_URL",
@@ -60,10 +78,7 @@ __all__ = [
     "DropUnavailable",
     "UploadResult",
     "base_url_for",
-    "tls_context",
 ]
-
-log = logging.getLogger(__name__)
 
 PRODUCTION_URL = "https://api.drop.privacy.ca.gov"
 SANDBOX_URL = "https://api.drop.privacy.ca.gov/sandbox"
@@ -87,76 +102,10 @@ _MESSAGE_LIMIT = 500
 _ERROR_BODY_LIMIT = 64 * 1024
 _CHUNK = 1 << 16
 
-OnCall = Callable[[str, str, int | None, int, str], None]
-"""``on_call(method, path, status, duration_ms, outcome)``: one call per HTTP attempt."""
-
-
-class DropApiError(Exception):
-    """DROP answered in a way the caller must act on; ``status`` is the HTTP status if any."""
-
-    default_message = "DROP API error"
-
-    def __init__(self, message: str | None = None, *, status: int | None = None) -> None:
-        self.message = message or self.default_message
-        self.status = status
-        super().__init__(self.message)
-
-    def __str__(self) -> str:
-        return f"{self.message} (HTTP {self.status})" if self.status else self.message
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(status={self.status!r}, message={self.message!r})"
-
-
-class DropAuthError(DropApiError):
-    """401/403: the key is wrong, or the broker is not eligible or selected no list.
-
-    Retrying cannot help: stop and alert staff.
-    """
-
-    default_message = "DROP refused the API key or the broker is not eligible"
-
-
-class DropConflict(DropApiError):
-    """409: on download, the previous download still has work items without a status
-    (report first); on upload, no download waits for responses; on amend, not possible now."""
-
-    default_message = "DROP reports a conflict with the current cycle"
-
-
-class DropPending(DropApiError):
-    """202 kept coming: DROP is still building the package after ``max_wait_seconds``."""
-
-    default_message = "DROP is still preparing the package"
-
-
-class DropUnavailable(DropApiError):
-    """DROP or the network kept failing (5xx, timeouts, cut bodies) after bounded retries."""
-
-    default_message = "DROP is unavailable"
-
-
-class DropThrottled(DropUnavailable):
-    """429 kept coming within ``max_wait_seconds``."""
-
-    default_message = "DROP is throttling this broker"
-
-
-class DropBadRequest(DropApiError):
-    """400 without DROP's per-file answer: the request itself was malformed."""
-
-    default_message = "DROP rejected the request"
-
-
-class DropProtocolError(DropApiError):
-    """DROP answered something its API does not describe (unknown status, bad body)."""
-
-    default_message = "DROP sent an unexpected response"
-
 
 @dataclass(frozen=True)
 class DownloadResult:
-    """What ``download`` got: a package saved to disk (or a file object), or nothing new."""
+    """What ``download`` got: a package saved to disk, or nothing new."""
 
     kind: Literal["package", "nothing_new"]
     message: str | None = None
@@ -232,46 +181,6 @@ class _Secret:
         return "<redacted>"
 
 
-# What handling one HTTP attempt decided: finish, fail, wait (202/429) or retry (transient).
-@dataclass
-class _Done:
-    value: Any
-    outcome: str
-
-
-@dataclass
-class _Fail:
-    error: DropApiError
-    outcome: str
-
-
-@dataclass
-class _Wait:
-    seconds: float
-    outcome: str
-    exhausted: DropApiError
-
-
-@dataclass
-class _Retry:
-    outcome: str
-    reason: str
-    status: int | None = None
-
-
-_Decision = _Done | _Fail | _Wait | _Retry
-
-
-@dataclass
-class _Budget:
-    """Waiting and retry allowance of one ``download``/``upload``/``amend`` call."""
-
-    started: float
-    waited: float = 0.0
-    failures: int = 0
-    attempts: int = 0
-
-
 class DropClient:
     """DROP's Data Broker API for one broker key; see the module docstring.
 
@@ -322,40 +231,38 @@ class DropClient:
             raise ValueError("DROP API key must be non-empty printable ASCII without spaces")
         self.base_url = base_url.rstrip("/")
         self._api_key = _Secret(api_key)
-        self.timeout = timeout
-        self.total_timeout = total_timeout
-        self.max_wait_seconds = max_wait_seconds
-        self.max_retries = max_retries
-        self.backoff_seconds = backoff_seconds
-        self.max_backoff_seconds = max_backoff_seconds
-        self.on_call = on_call
-        self._sleep = sleep
-        self._clock = clock
         self.session = build_session(allow_private)
-        self._bound: Bound | None = None  # the attempt in flight
         self.user_agent = _user_agent()
+        self.transport = Transport(
+            session=self.session,
+            timeout=timeout,
+            total_timeout=total_timeout,
+            max_wait_seconds=max_wait_seconds,
+            max_retries=max_retries,
+            backoff_seconds=backoff_seconds,
+            max_backoff_seconds=max_backoff_seconds,
+            on_call=on_call,
+            sleep=sleep,
+            clock=clock,
+        )
 
     def __repr__(self) -> str:
         return f"DropClient(base_url={self.base_url!r})"
 
+    @property
+    def _max_wait(self) -> float:
+        return self.transport.max_wait_seconds
+
     # ---------------------------------------------------------------- download
 
-    def download(self, dest: str | os.PathLike[str] | IO[bytes]) -> DownloadResult:
-        """Fetch the current package into a directory (atomically) or a binary file object.
-
-        A directory gets the file under the name from Content-Disposition; a different file
-        already under that name is kept and the new one gets ``-1``, ``-2``... appended; the
-        same bytes under the same name are not stored twice. A body cut short leaves no file
-        behind (a file object is truncated back, so it must be seekable to retry).
+    def download(self, dest: str | os.PathLike[str]) -> DownloadResult:
+        """Fetch the current package into the directory ``dest``, under the name from
+        Content-Disposition (placed atomically: see ``transport.place_atomically``). A body cut
+        short leaves no file behind.
         """
-        dest_dir: Path | None = None
-        fileobj: IO[bytes] | None = None
-        if isinstance(dest, str | os.PathLike):
-            dest_dir = Path(dest)
-            if not dest_dir.is_dir():
-                raise ValueError(f"download destination {dest_dir} is not a directory")
-        else:
-            fileobj = dest
+        dest_dir = Path(dest)
+        if not dest_dir.is_dir():
+            raise ValueError(f"download destination {dest_dir} is not a directory")
 
         def send() -> requests.Response:
             return self.session.get(
@@ -363,34 +270,32 @@ class DropClient:
                 headers=self._headers(
                     {"Accept": "application/zip, application/json", "Accept-Encoding": "identity"}
                 ),
-                timeout=self.timeout,
+                timeout=self.transport.timeout,
                 stream=True,
                 allow_redirects=False,
             )
 
-        def handle(response: requests.Response) -> _Decision:
-            return self._handle_download(response, dest_dir, fileobj)
+        def handle(response: requests.Response) -> Decision:
+            return self._handle_download(response, dest_dir)
 
         result: DownloadResult = self._run("GET", DOWNLOAD_PATH, send, handle)
         return result
 
-    def _handle_download(
-        self, response: requests.Response, dest_dir: Path | None, fileobj: IO[bytes] | None
-    ) -> _Decision:
+    def _handle_download(self, response: requests.Response, dest_dir: Path) -> Decision:
         status = response.status_code
         if status == 200:
             content_type = _content_type(response)
             if content_type == "application/json" or content_type.endswith("+json"):
                 body = _json_body(response)
                 if not isinstance(body, dict):
-                    return _Fail(
+                    return Fail(
                         DropProtocolError("200 JSON answer without a message", status=status),
                         "unexpected",
                     )
                 message = self._redact(str(body.get("message") or "nothing new"))
-                return _Done(DownloadResult(kind="nothing_new", message=message), "nothing_new")
+                return Done(DownloadResult(kind="nothing_new", message=message), "nothing_new")
             if content_type not in _ZIP_CONTENT_TYPES:
-                return _Fail(
+                return Fail(
                     DropProtocolError(
                         f"200 answer with content type {content_type!r}, expected a ZIP",
                         status=status,
@@ -401,15 +306,18 @@ class DropClient:
                 file_name = _attachment_name(response.headers.get("Content-Disposition"))
             except DropProtocolError as exc:
                 exc.status = status
-                return _Fail(exc, "unexpected")
-            return self._save_package(response, file_name, dest_dir, fileobj)
+                return Fail(exc, "unexpected")
+            received = self.transport.receive_file(response, dest_dir, file_name)
+            if isinstance(received, Retry):
+                return received
+            return Done(_package(file_name, received), "package")
         if status == 202:
-            return _Wait(
+            return Wait(
                 _retry_after(response, DEFAULT_PENDING_RETRY_AFTER),
                 "pending",
                 DropPending(
-                    f"DROP still prepares the package after {self.max_wait_seconds:g} s of "
-                    "waiting: try again later",
+                    f"DROP still prepares the package after {self._max_wait:g} s of waiting: "
+                    "try again later",
                     status=status,
                 ),
             )
@@ -418,84 +326,6 @@ class DropClient:
             conflict="DROP: the previous download still has work items without a status; "
             "report them first",
         )
-
-    def _save_package(
-        self,
-        response: requests.Response,
-        file_name: str,
-        dest_dir: Path | None,
-        fileobj: IO[bytes] | None,
-    ) -> _Decision:
-        expected = _content_length(response)
-        digest = hashlib.sha256()
-        size = 0
-        temp_path: Path | None = None
-        start = None
-        if fileobj is not None:
-            try:
-                start = fileobj.tell() if fileobj.seekable() else None
-            except OSError:
-                start = None
-        try:
-            if dest_dir is not None:
-                fd, temp_name = tempfile.mkstemp(
-                    dir=dest_dir, prefix=".drop-download-", suffix=".part"
-                )
-                temp_path = Path(temp_name)
-                out: IO[bytes] = os.fdopen(fd, "wb")
-            else:
-                assert fileobj is not None
-                out = fileobj
-            try:
-                for chunk in response.iter_content(_CHUNK):
-                    out.write(chunk)
-                    digest.update(chunk)
-                    size += len(chunk)
-                if self._bound is not None and self._bound.expired:
-                    raise _BodyCutShort(f"timed out after {self.total_timeout:g} s")
-                out.flush()
-                if temp_path is not None:
-                    os.fsync(out.fileno())
-            finally:
-                if temp_path is not None:
-                    out.close()
-            if expected is not None and size != expected:
-                raise _BodyCutShort(f"got {size} of {expected} bytes")
-            path = None
-            if dest_dir is not None and temp_path is not None:
-                path = _place_atomically(temp_path, dest_dir, file_name, digest.hexdigest())
-                temp_path = None
-        except (requests.RequestException, _BodyCutShort) as exc:
-            self._discard(temp_path, fileobj, start)
-            if fileobj is not None and start is None and size:
-                return _Fail(
-                    DropUnavailable(
-                        "download cut short and the destination cannot be rewound to retry"
-                    ),
-                    "truncated",
-                )
-            return _Retry("truncated", f"download cut short: {self._redact(str(exc))}")
-        except BaseException:
-            self._discard(temp_path, fileobj, start)
-            raise
-        return _Done(
-            DownloadResult(
-                kind="package",
-                file_name=file_name,
-                path=path,
-                size_bytes=size,
-                sha256=digest.hexdigest(),
-            ),
-            "package",
-        )
-
-    @staticmethod
-    def _discard(temp_path: Path | None, fileobj: IO[bytes] | None, start: int | None) -> None:
-        if temp_path is not None:
-            temp_path.unlink(missing_ok=True)
-        if fileobj is not None and start is not None:
-            fileobj.seek(start)
-            fileobj.truncate()
 
     # ---------------------------------------------------------------- upload / amend
 
@@ -539,19 +369,19 @@ class DropClient:
                 self.base_url + path,
                 headers=self._headers({"Accept": "application/json"}),
                 files=[("files", (name, body, "text/csv")) for name, body in parts],
-                timeout=self.timeout,
+                timeout=self.transport.timeout,
                 allow_redirects=False,
             )
 
-        def handle(response: requests.Response) -> _Decision:
+        def handle(response: requests.Response) -> Decision:
             status = response.status_code
             if status in (202, 400):
                 body = _json_body(response)
                 if isinstance(body, dict) and isinstance(body.get("rejected"), list):
                     result = self._upload_result(status, body, sent_names)
-                    return _Done(result, "accepted" if status == 202 else "rejected")
+                    return Done(result, "accepted" if status == 202 else "rejected")
                 if status == 202:
-                    return _Fail(
+                    return Fail(
                         DropProtocolError(
                             "DROP accepted the upload but its answer is unreadable; uploading "
                             "again is safe (a repeat counts as already uploaded)",
@@ -559,7 +389,7 @@ class DropClient:
                         ),
                         "unexpected",
                     )
-                return _Fail(
+                return Fail(
                     DropBadRequest(self._error_message(response), status=status), "bad_request"
                 )
             return self._handle_common(response, conflict=conflict)
@@ -605,24 +435,8 @@ class DropClient:
     def _headers(self, extra: dict[str, str]) -> dict[str, str]:
         return {"X-API-KEY": self._api_key.value, "User-Agent": self.user_agent, **extra}
 
-    def _failure(self, exc: requests.RequestException) -> str:
-        """What kept the request from DROP, in a few words (``connection refused``)."""
-        connect, total = self.timeout if isinstance(self.timeout, tuple) else (self.timeout,) * 2
-        return describe_failure(exc, timeout_connect=connect, timeout_total=total)
-
-    def _timed_out(self, exc: requests.RequestException | None, bound: Bound) -> str:
-        if bound.expired:
-            return f"DROP did not answer within {self.total_timeout:g} s"
-        return f"DROP did not answer in time: {exc}"
-
     def _redact(self, text: str) -> str:
         return text.replace(self._api_key.value, "[redacted]")
-
-    def _redacted(self, error: DropApiError) -> DropApiError:
-        """The last line of defence: whatever DROP echoed, the key leaves no exception."""
-        error.message = self._redact(error.message)
-        error.args = (error.message,)
-        return error
 
     def _error_message(self, response: requests.Response) -> str:
         """DROP's error text: JSON ``{"message"}`` or plain text (401s come both ways)."""
@@ -648,12 +462,12 @@ class DropClient:
             message = message[:_MESSAGE_LIMIT] + "..."
         return self._redact(message or response.reason or f"HTTP {response.status_code}")
 
-    def _handle_common(self, response: requests.Response, *, conflict: str) -> _Decision:
+    def _handle_common(self, response: requests.Response, *, conflict: str) -> Decision:
         """The statuses every endpoint shares: 401/403, 409, 429, 5xx, anything else."""
         status = response.status_code
         if status in (401, 403):
             what = "bad API key" if status == 401 else "broker not eligible or no list selected"
-            return _Fail(
+            return Fail(
                 DropAuthError(
                     f"DROP refused the call ({what}): {self._error_message(response)}",
                     status=status,
@@ -661,136 +475,50 @@ class DropClient:
                 "auth_error",
             )
         if status == 409:
-            return _Fail(
+            return Fail(
                 DropConflict(f"{conflict}: {self._error_message(response)}", status=status),
                 "conflict",
             )
         if status == 429:
-            return _Wait(
+            return Wait(
                 _retry_after(response, DEFAULT_THROTTLED_RETRY_AFTER),
                 "throttled",
                 DropThrottled(
-                    f"DROP kept throttling for {self.max_wait_seconds:g} s: try again later",
+                    f"DROP kept throttling for {self._max_wait:g} s: try again later",
                     status=status,
                 ),
             )
         if status in _RETRYABLE_STATUSES:
-            return _Retry("server_error", self._error_message(response), status)
-        return _Fail(
+            return Retry("server_error", self._error_message(response), status)
+        return Fail(
             DropProtocolError(
                 f"unexpected answer from DROP: {self._error_message(response)}", status=status
             ),
             "unexpected",
         )
 
-    def _report(
-        self, method: str, path: str, status: int | None, began: float, outcome: str
-    ) -> None:
-        duration_ms = int((self._clock() - began) * 1000)
-        log.info(
-            "DROP %s %s -> %s in %d ms (%s)",
-            method,
-            path,
-            status if status is not None else "no answer",
-            duration_ms,
-            outcome,
-        )
-        if self.on_call is not None:
-            self.on_call(method, path, status, duration_ms, outcome)
-
     def _run(
         self,
         method: str,
         path: str,
         send: Callable[[], requests.Response],
-        handle: Callable[[requests.Response], _Decision],
+        handle: Callable[[requests.Response], Decision],
     ) -> Any:
-        """Attempt, report each attempt to ``on_call``, and wait or retry within bounds."""
-        budget = _Budget(started=self._clock())
-        while True:
-            budget.attempts += 1
-            began = self._clock()
-            status: int | None = None
-            decision: _Decision
-            with bounded(self.total_timeout) as bound:
-                self._bound = bound
-                try:
-                    response = send()
-                except InvalidIPAddress as exc:
-                    decision = _Fail(
-                        DropApiError(f"DROP base URL refused: {self._failure(exc)}"), "refused"
-                    )
-                except requests.RequestException as exc:
-                    if bound.expired or isinstance(exc, requests.Timeout):
-                        decision = _Retry("timeout", self._timed_out(exc, bound))
-                    else:
-                        reason = f"cannot reach DROP: {self._failure(exc)}"
-                        decision = _Retry("connection_error", reason)
-                except BaseException:
-                    self._report(method, path, None, began, "error")
-                    raise
-                else:
-                    with response:
-                        if bound.expired:  # cut while the answer was coming in
-                            decision = _Retry("timeout", self._timed_out(None, bound))
-                        else:
-                            status = response.status_code
-                            try:
-                                decision = handle(response)
-                            except BaseException:
-                                # A local failure (disk full, interrupted): still one attempt.
-                                self._report(method, path, status, began, "error")
-                                raise
-                finally:
-                    self._bound = None
-            self._report(method, path, status, began, decision.outcome)
-
-            if isinstance(decision, _Done):
-                value = decision.value
-                if isinstance(value, DownloadResult | UploadResult):
-                    value = dataclasses.replace(value, attempts=budget.attempts)
-                return value
-            if isinstance(decision, _Fail):
-                raise self._redacted(decision.error)
-            if isinstance(decision, _Wait):
-                delay = decision.seconds
-                exhausted = decision.exhausted
-            else:
-                budget.failures += 1
-                reason = self._redact(decision.reason)
-                times = "once" if budget.failures == 1 else f"{budget.failures} times"
-                exhausted = DropUnavailable(
-                    f"DROP {method} {path} failed {times}; last: {reason}",
-                    status=decision.status,
-                )
-                if budget.failures > self.max_retries:
-                    raise self._redacted(exhausted)
-                delay = min(
-                    self.backoff_seconds * 2 ** (budget.failures - 1), self.max_backoff_seconds
-                )
-            elapsed = max(self._clock() - budget.started, budget.waited)
-            if elapsed + delay > self.max_wait_seconds:
-                raise self._redacted(exhausted)
-            log.info("DROP %s %s: waiting %.1f s before the next attempt", method, path, delay)
-            self._sleep(delay)
-            budget.waited += delay
-
-
-class _BodyCutShort(Exception):
-    pass
+        """``transport.run``, with the attempts counted in the result and the key redacted
+        from whatever is raised (the last line of defence: whatever DROP echoed)."""
+        try:
+            value, attempts = self.transport.run(method, path, send, handle)
+        except DropApiError as error:
+            error.message = self._redact(error.message)
+            error.args = (error.message,)
+            raise
+        if isinstance(value, DownloadResult | UploadResult):
+            value = dataclasses.replace(value, attempts=attempts)
+        return value
 
 
 def _content_type(response: requests.Response) -> str:
     return response.headers.get("Content-Type", "").split(";")[0].strip().lower()
-
-
-def _content_length(response: requests.Response) -> int | None:
-    if response.headers.get("Content-Encoding", "identity").lower() != "identity":
-        return None  # the length is of the encoded body; urllib3 checks that one
-    raw = response.headers.get("Content-Length")
-    if raw is None or not raw.strip().isdigit():
-        return None
-    return int(raw)
 
 
 def _json_body(response: requests.Response) -> Any:
@@ -801,19 +529,19 @@ def _json_body(response: requests.Response) -> Any:
 
 
 def _retry_after(response: requests.Response, default: float) -> float:
-    """Retry-After as seconds (delta-seconds or an HTTP date), never below one second."""
-    raw = (response.headers.get("Retry-After") or "").strip()
-    seconds = default
-    if raw.isdigit():
-        seconds = float(raw)
-    elif raw:
-        try:
-            when = email.utils.parsedate_to_datetime(raw)
-        except (TypeError, ValueError):
-            when = None
-        if when is not None and when.tzinfo is not None:
-            seconds = when.timestamp() - time.time()
-    return max(seconds, MIN_RETRY_AFTER)
+    """Retry-After as seconds (``default`` when absent or unreadable), never below one."""
+    seconds = retry_after_seconds(response.headers.get("Retry-After"))
+    return max(default if seconds is None else seconds, MIN_RETRY_AFTER)
+
+
+def _package(file_name: str, received: Received) -> DownloadResult:
+    return DownloadResult(
+        kind="package",
+        file_name=file_name,
+        path=received.path,
+        size_bytes=received.size_bytes,
+        sha256=received.sha256,
+    )
 
 
 def _attachment_name(header: str | None) -> str:
@@ -836,49 +564,3 @@ def _attachment_name(header: str | None) -> str:
             f"refusing package file name {name[:80]!r}: expected a plain name ending in .zip"
         )
     return name
-
-
-def _place_atomically(temp_path: Path, dest_dir: Path, file_name: str, sha256: str) -> Path:
-    """Give the finished temp file its name without ever replacing a different file."""
-    stem, suffix = os.path.splitext(file_name)
-    for n in range(1000):
-        candidate = dest_dir / (file_name if n == 0 else f"{stem}-{n}{suffix}")
-        try:
-            os.link(temp_path, candidate)
-        except FileExistsError:
-            if _file_sha256(candidate) == sha256:
-                temp_path.unlink()
-                return candidate
-            continue
-        except OSError:
-            # No hard links here (some network or FUSE file systems): rename instead.
-            if candidate.exists():
-                continue
-            os.replace(temp_path, candidate)
-            _fsync_dir(dest_dir)
-            return candidate
-        temp_path.unlink()
-        _fsync_dir(dest_dir)
-        return candidate
-    raise DropProtocolError(f"too many files named like {file_name} in {dest_dir}")
-
-
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as existing:
-        while chunk := existing.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

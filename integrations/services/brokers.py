@@ -12,6 +12,7 @@ from django.utils import timezone
 from integrations.drop.client import base_url_for
 from integrations.models import Broker, BrokerMode
 from integrations.services.ledger import ledger_event_append
+from integrations.services.row_updates import row_update
 from integrations.validators import url_has_credentials
 
 _AUDITED_FIELDS = ("name", "mode", "drop_base_url", "auto_pull", "pull_interval_days")
@@ -84,42 +85,41 @@ def broker_update(
         raise ValidationError(f"cannot change {', '.join(sorted(unknown))}")
     if "drop_base_url" in changes:
         _drop_base_url_check(changes["drop_base_url"])
-    before = {field: getattr(broker, field) for field in _AUDITED_FIELDS}
-    destination_before = broker_drop_url(broker)
-    for field, value in changes.items():
-        setattr(broker, field, value)
-    broker.full_clean()
-    key_given = "drop_api_key" in changes or drop_api_key_changed
-    key_cleared = (
-        not key_given
-        and bool(broker.drop_api_key)
-        and broker_drop_url(broker) != destination_before
-    )
-    if key_cleared:
-        broker.drop_api_key = ""
-    with transaction.atomic():
-        # Only the changed columns: a concurrent pull's last_pulled_at must not be overwritten.
-        extra = ["drop_api_key", "drop_api_key_changed_at"] if key_given or key_cleared else []
-        if extra:
-            broker.drop_api_key_changed_at = timezone.now()
-        broker.save(update_fields=sorted({*changes, *extra, "updated_at"}))
-        changed: dict[str, Any] = {
-            field: {"from": before[field], "to": getattr(broker, field)}
-            for field in _AUDITED_FIELDS
-            if before[field] != getattr(broker, field)
-        }
+
+    def key_follows_destination(
+        before: Broker, after: Broker, changed: dict[str, Any]
+    ) -> list[str]:
+        after.full_clean()
+        key_given = "drop_api_key" in changes or drop_api_key_changed
+        key_cleared = (
+            not key_given
+            and bool(after.drop_api_key)
+            and broker_drop_url(after) != broker_drop_url(before)
+        )
         if key_given:
             changed["drop_api_key"] = {"changed": True}
         elif key_cleared:
+            after.drop_api_key = ""
             changed["drop_api_key"] = {
                 "cleared": True,
                 "reason": "the DROP URL it is sent to changed; enter the key again",
             }
-        ledger_event_append(
-            kind="broker.updated",
-            broker_id=broker.broker_id,
-            subject=broker.broker_id,
-            actor=actor,
-            data={"changes": changed},
-        )
+        else:
+            return ["updated_at"]
+        after.drop_api_key_changed_at = timezone.now()
+        return ["drop_api_key", "drop_api_key_changed_at", "updated_at"]
+
+    updated = row_update(
+        broker,
+        changes=changes,
+        kind="broker.updated",
+        actor=actor,
+        broker_id=lambda row: row.broker_id,
+        subject=lambda row: row.broker_id,
+        adjust=key_follows_destination,
+        record_unchanged=True,
+    )
+    # Callers keep using the object they passed: it shows what was saved.
+    for field in [*_AUDITED_FIELDS, "drop_api_key", "drop_api_key_changed_at", "updated_at"]:
+        setattr(broker, field, getattr(updated, field))
     return broker

@@ -14,7 +14,7 @@ up to ``BATCH_SIZE`` ids, each batch in one transaction:
    and the scheduled time reached) and whose target (integration or SaaS connection) is
    enabled. A row another worker holds is skipped: that worker owns this attempt.
 2. Build each call with the builder of its kind (``Outbound``: URL, body, headers) and send
-   them over ``threads`` threads with ``dispatch.http.deliver``; each is signed on its thread
+   them over ``threads`` threads with ``outbound_http.deliver``; each is signed on its thread
    right before it leaves (a fresh timestamp per attempt). Those threads only do HTTP.
 3. Record every ``DeliveryAttempt``, apply ``policy.classify`` (2xx delivered; 410 disables
    the target, whose rows then wait; anything else is retried on the schedule, or ends
@@ -66,7 +66,6 @@ from django.utils import timezone
 from integrations import enqueue
 from integrations.counters import DELIVERIES
 from integrations.dispatch import isi, signing, webhook
-from integrations.dispatch.http import DeliveryResult, deliver
 from integrations.dispatch.policy import classify, next_delay
 from integrations.dispatch.saas import saas_deletion_payload, saas_headers
 from integrations.models import (
@@ -78,6 +77,7 @@ from integrations.models import (
     SaasConnection,
     SaasDeletion,
 )
+from integrations.outbound_http import DeliveryResult, deliver
 from integrations.services.isi import isi_delivery_token, saas_identifier_categories
 from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append, ledger_events_append
 from integrations.services.resolutions import resolution_outcome_record, resolution_settle

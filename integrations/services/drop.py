@@ -22,7 +22,6 @@ the cause and import that file with ``drop import`` (DROP may not send it again)
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import itertools
 import logging
 import time
@@ -44,6 +43,7 @@ from integrations.drop.files import (
     iter_download_zip,
     parse_file_name,
 )
+from integrations.file_digest import file_sha256
 from integrations.models import (
     Broker,
     CycleState,
@@ -127,14 +127,6 @@ class PullResult:
 
 _NO_REMOVED = RemovedResult(0, 0, 0, 0)
 _NO_REQUESTS = RequestsCreated(0, 0, 0, 0, 0, 0)
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as package:
-        while chunk := package.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def drop_zip_import(

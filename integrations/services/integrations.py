@@ -23,7 +23,6 @@ from django.utils import timezone
 
 from integrations import enqueue
 from integrations.dispatch import signing, webhook
-from integrations.dispatch.http import DeliveryResult, deliver
 from integrations.models import (
     Broker,
     DeletionRequest,
@@ -32,8 +31,10 @@ from integrations.models import (
     RequestState,
     ResolutionRequest,
 )
+from integrations.outbound_http import DeliveryResult, deliver
 from integrations.services.ledger import ledger_event_append
 from integrations.services.requests import pending_requests_target
+from integrations.services.row_updates import row_update
 from integrations.validators import integration_name_validate, target_url_validate
 
 PREVIOUS_SECRET_VALIDITY = dt.timedelta(hours=24)
@@ -86,26 +87,15 @@ def integration_update(
         changes["name"] = integration_name_validate(name)
     if url is not None and integration.kind == IntegrationKind.WEBHOOK:
         changes["url"] = target_url_validate(url)
-    with transaction.atomic():
-        locked = _locked(integration)
-        changed = {
-            field: {"from": getattr(locked, field), "to": value}
-            for field, value in changes.items()
-            if getattr(locked, field) != value
-        }
-        if not changed:
-            return locked
-        for field, value in changes.items():
-            setattr(locked, field, value)
-        locked.save(update_fields=list(changes))
-        ledger_event_append(
-            kind="integration.updated",
-            broker_id=locked.broker.broker_id,
-            subject=str(locked.uuid),
-            actor=actor,
-            data={"changes": changed},
-        )
-    return locked
+    return row_update(
+        integration,
+        changes=changes,
+        kind="integration.updated",
+        actor=actor,
+        broker_id=lambda row: row.broker.broker_id,
+        subject=lambda row: str(row.uuid),
+        related=("broker",),
+    )
 
 
 def integration_secret_rotate(

@@ -34,7 +34,6 @@ from django.db import transaction
 from django.utils import timezone
 
 from integrations.dispatch import isi, signing
-from integrations.dispatch.http import DeliveryResult
 from integrations.dispatch.saas import categories_or_default
 from integrations.models import (
     Broker,
@@ -44,6 +43,7 @@ from integrations.models import (
     IsiConnection,
     SaasConnection,
 )
+from integrations.outbound_http import DeliveryResult
 from integrations.services.ledger import ledger_event_append
 from integrations.services.requests import pending_requests_target
 from integrations.validators import integration_name_validate, target_url_validate

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import models, transaction
@@ -20,6 +21,7 @@ from integrations import enqueue
 from integrations.dispatch.saas import categories_or_default
 from integrations.models import Broker, RequestState, SaasConnection, SaasDeletion
 from integrations.services.ledger import ledger_event_append
+from integrations.services.row_updates import row_update
 from integrations.validators import target_url_validate
 
 _CATEGORY_RE = re.compile(r"[a-z][a-z0-9_]{0,31}")
@@ -98,41 +100,34 @@ def saas_connection_update(
         changes["url"] = target_url_validate(url)
     if categories is not None:
         changes["identifier_categories"] = categories_validate(categories)
-    with transaction.atomic():
-        locked = (
-            SaasConnection.objects.select_for_update()
-            .select_related("broker")
-            .get(pk=connection.pk)
-        )
-        changed: dict[str, object] = {
-            f: {"from": getattr(locked, f), "to": v}
-            for f, v in changes.items()
-            if getattr(locked, f) != v
-        }
-        if token is not None and token != locked.token:
-            changes["token"] = token
+
+    def token_follows_url(
+        before: SaasConnection, after: SaasConnection, changed: dict[str, Any]
+    ) -> list[str]:
+        if token is not None and token != before.token:
+            after.token = token
             changed["token"] = {"changed": True}
-        elif "url" in changed and locked.token:
-            changes["token"] = ""
+        elif "url" in changed and before.token:
+            after.token = ""
             changed["token"] = {
                 "cleared": True,
                 "reason": "the URL it is sent to changed; enter the token again",
             }
-        if not changed:
-            return locked
-        if "token" in changes:
-            changes["token_changed_at"] = timezone.now()
-        for f, v in changes.items():
-            setattr(locked, f, v)
-        locked.save(update_fields=list(changes))
-        ledger_event_append(
-            kind="saas_connection.updated",
-            broker_id=locked.broker.broker_id,
-            subject=str(locked.pk),
-            actor=actor,
-            data={"changes": changed},
-        )
-    return locked
+        else:
+            return []
+        after.token_changed_at = timezone.now()
+        return ["token", "token_changed_at"]
+
+    return row_update(
+        connection,
+        changes=changes,
+        kind="saas_connection.updated",
+        actor=actor,
+        broker_id=lambda row: row.broker.broker_id,
+        subject=lambda row: str(row.pk),
+        related=("broker",),
+        adjust=token_follows_url,
+    )
 
 
 def saas_connection_disable(

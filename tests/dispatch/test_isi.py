@@ -27,7 +27,6 @@ from procrastinate.contrib.django.models import ProcrastinateJob
 
 from devtools.broker_simulator import Reply
 from devtools.isi_simulator import IsiSimulator
-from integrations.dispatch.http import tls_context
 from integrations.models import (
     DeletionRequest,
     DeliveryAttempt,
@@ -37,6 +36,7 @@ from integrations.models import (
     RequestState,
     SaasDeletion,
 )
+from integrations.outbound_http import tls_context
 from integrations.services import isi as isi_services
 from integrations.services.deliveries import deletion_requests_deliver, resolution_requests_deliver
 from integrations.services.isi import CreatedIsiIntegration
@@ -466,7 +466,7 @@ def test_the_context_of_every_isi_call_refuses_tls_below_1_2(
     lenient = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # shows the broker does speak it
     lenient.minimum_version = ssl.TLSVersion.TLSv1
     lenient.set_ciphers("DEFAULT:@SECLEVEL=0")
-    ours = tls_context()  # what dispatch.http.deliver, and so every ISI call, uses
+    ours = tls_context()  # what outbound_http.deliver, and so every ISI call, uses
     for client in (lenient, ours):
         client.load_verify_locations(cafile=cert)
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from django.core.exceptions import ValidationError
 
-from integrations.dispatch.http import deliver
 from integrations.models import Broker, LedgerEvent
+from integrations.outbound_http import deliver
 from integrations.services.brokers import broker_create, broker_update
 from integrations.services.integrations import webhook_integration_create
 from integrations.services.isi import isi_integration_create

@@ -18,14 +18,14 @@ import pytest
 from devtools.broker_simulator import BrokerSimulator, Reply
 from devtools.trickle_server import TrickleServer
 from integrations.dispatch import signing
-from integrations.dispatch.http import (
+from integrations.dispatch.policy import classify
+from integrations.outbound_http import (
     RESPONSE_BODY_LIMIT,
     DeliveryResult,
     build_session,
     deliver,
     tls_context,
 )
-from integrations.dispatch.policy import classify
 
 SECRET = signing.generate_webhook_secret()
 PAYLOAD = {"topic": "drop.deletion:create", "request_uuid": "3f2c8a8e-6a4b-4c1e-9a57-0c5d2f1e9b10"}

@@ -1,6 +1,7 @@
-"""The one outbound HTTP path (webhooks, ISI, OAuth, SaaS, DROP): SSRF-safe, bounded, never raising.
+"""The one outbound HTTP module: every call this process makes (webhooks, ISI, OAuth, SaaS,
+DROP, staff alerts) goes through its sessions. SSRF-safe, bounded, and ``deliver`` never raises.
 
-Broker-configured URLs are untrusted input, so every call goes through ``deliver``::
+Broker-configured URLs are untrusted input, so every call to a broker goes through ``deliver``::
 
     result = deliver("POST", integration.url, body=body, headers=headers,
                      allow_private=settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS)
@@ -12,8 +13,8 @@ What it guarantees (docs/contracts.md §6):
   address is checked, and the connection is pinned to that address (no DNS rebinding between
   check and connect). On top of its private/loopback/multicast check we refuse reserved,
   link-local, site-local and otherwise non-global addresses, and plain ``http``. All of this
-  happens before any connection is opened. ``allow_private=True`` (development and tests) turns
-  the filtering off.
+  happens before any connection is opened. ``allow_private=True`` (development and tests, and
+  the operator's own alert endpoint) turns the filtering off.
 - Redirects are never followed: a 3xx is a failed attempt.
 - 5 s to connect, 15 s in all by the wall clock, whatever the peer does: name resolution,
   connecting, the TLS handshake, the response headers and the body all fit in the total
@@ -21,8 +22,9 @@ What it guarantees (docs/contracts.md §6):
   resolution is waited for only until then). The body is read as a stream and only its
   first 4 KiB are kept (``read_limit`` reads more into ``content`` for a
   caller that needs the whole answer, such as ISI's synchronous identifiers).
-- TLS 1.2 or later, certificates verified.
-- Network failures come back as ``DeliveryResult.error``, a short message for staff.
+- TLS 1.2 or later, certificates verified against one CA store (requests' bundle).
+- Network failures come back as ``DeliveryResult.error``, a short message for staff
+  (``describe_failure``); ``retry_after_seconds`` reads a peer's ``Retry-After``.
 
 Sessions are cached per ``allow_private`` value so connections are kept alive between calls.
 The DROP client sends through the same sessions, each attempt inside ``bounded``.
@@ -31,6 +33,8 @@ The DROP client sends through the same sessions, each attempt inside ``bounded``
 from __future__ import annotations
 
 import concurrent.futures
+import datetime
+import email.utils
 import functools
 import heapq
 import http.cookiejar
@@ -377,6 +381,27 @@ def build_session(allow_private: bool) -> requests.Session:
     # The body is recorded as text; asking for no compression keeps it readable.
     session.headers["Accept-Encoding"] = "identity"
     return cast(requests.Session, session)
+
+
+def retry_after_seconds(value: str | None, *, now: float | None = None) -> float | None:
+    """Seconds asked for by a ``Retry-After`` header (delta-seconds or HTTP-date), or None.
+
+    A date in the past means "now" (0); an unreadable value is None. A date without a zone
+    (the obsolete asctime form, or "-0000") is GMT, as every HTTP-date is.
+    """
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isascii() and value.isdigit():
+        return float(int(value))
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    current = time.time() if now is None else now
+    return max(0.0, when.timestamp() - current)
 
 
 def _seconds(value: float) -> str:

@@ -1,0 +1,304 @@
+"""How the DROP client's calls travel: attempts, waits, retries, bounded time, files on disk.
+
+The protocol (``drop.client``) says what to send and what an answer means, as a decision;
+this module sends it through the one outbound stack (``outbound_http``) and acts on the
+decision::
+
+    transport = Transport(session=build_session(allow_private), ...)
+    value, attempts = transport.run("GET", "/data/download", send, handle)
+    # handle(response) -> Done(value) | Fail(error) | Wait(seconds) | Retry(reason)
+
+Each attempt ends within ``total_timeout`` by the wall clock (``outbound_http.bounded``) and is
+reported to ``on_call``; no attempt sees the API key (``send`` carries it). A package is
+written to a temporary file, checked against its announced length and given its name
+atomically (``receive_file``).
+
+The waits are our own loop rather than tenacity's: a 202 or 429 waits as long as DROP asks
+without using up a retry, while failures back off and count; both share one budget measured
+on the injected clock. Tenacity's waits and stops count every attempt on its own clock, so it
+would bring only the loop, with every policy still ours as callbacks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+from requests_hardened.ip_filter import InvalidIPAddress
+
+from integrations.drop.errors import DropApiError, DropProtocolError, DropUnavailable
+from integrations.file_digest import file_sha256
+from integrations.outbound_http import Bound, bounded, describe_failure
+
+# The client's logger: one name for everything a DROP call logs.
+log = logging.getLogger("integrations.drop.client")
+
+_CHUNK = 1 << 16
+
+OnCall = Callable[[str, str, int | None, int, str], None]
+"""``on_call(method, path, status, duration_ms, outcome)``: one call per HTTP attempt."""
+
+
+# What handling one HTTP attempt decided: finish, fail, wait (202/429) or retry (transient).
+@dataclass
+class Done:
+    value: Any
+    outcome: str
+
+
+@dataclass
+class Fail:
+    error: DropApiError
+    outcome: str
+
+
+@dataclass
+class Wait:
+    seconds: float
+    outcome: str
+    exhausted: DropApiError
+
+
+@dataclass
+class Retry:
+    outcome: str
+    reason: str
+    status: int | None = None
+
+
+Decision = Done | Fail | Wait | Retry
+
+
+@dataclass(frozen=True)
+class Received:
+    """A package received whole and given its name in the destination directory."""
+
+    path: Path
+    size_bytes: int
+    sha256: str
+
+
+class _BodyCutShort(Exception):
+    pass
+
+
+@dataclass
+class _Attempt:
+    bound: Bound
+    status: int | None = None
+
+
+@dataclass
+class Transport:
+    """Attempts of one DROP client. Per ``run``: all waiting (202 and 429 Retry-After,
+    backoff) stays within ``max_wait_seconds`` (a wait that would pass it raises at once
+    instead of sleeping); transient failures are retried ``max_retries`` times with backoff
+    ``backoff_seconds``, doubling, capped at ``max_backoff_seconds``. ``timeout`` is
+    (connect, each read); ``total_timeout`` bounds one attempt, body included."""
+
+    session: requests.Session
+    timeout: float | tuple[float, float]
+    total_timeout: float
+    max_wait_seconds: float
+    max_retries: int
+    backoff_seconds: float
+    max_backoff_seconds: float
+    on_call: OnCall | None
+    sleep: Callable[[float], None]
+    clock: Callable[[], float]
+    _current: _Attempt | None = field(default=None, init=False, repr=False)  # in flight
+
+    def run(
+        self,
+        method: str,
+        path: str,
+        send: Callable[[], requests.Response],
+        handle: Callable[[requests.Response], Decision],
+    ) -> tuple[Any, int]:
+        """Attempt until ``handle`` decides Done (its value and the number of attempts) or
+        Fail, or the retries or the waiting budget run out (raises)."""
+        started = self.clock()
+        waited = 0.0
+        failures = 0
+        attempts = 0
+        while True:
+            attempts += 1
+            decision = self._attempt(method, path, send, handle)
+            if isinstance(decision, Done):
+                return decision.value, attempts
+            if isinstance(decision, Fail):
+                raise decision.error
+            if isinstance(decision, Wait):
+                delay, exhausted = decision.seconds, decision.exhausted
+            else:
+                failures += 1
+                times = "once" if failures == 1 else f"{failures} times"
+                exhausted = DropUnavailable(
+                    f"DROP {method} {path} failed {times}; last: {decision.reason}",
+                    status=decision.status,
+                )
+                if failures > self.max_retries:
+                    raise exhausted
+                delay = min(self.backoff_seconds * 2 ** (failures - 1), self.max_backoff_seconds)
+            if max(self.clock() - started, waited) + delay > self.max_wait_seconds:
+                raise exhausted
+            log.info("DROP %s %s: waiting %.1f s before the next attempt", method, path, delay)
+            self.sleep(delay)
+            waited += delay
+
+    def _attempt(
+        self,
+        method: str,
+        path: str,
+        send: Callable[[], requests.Response],
+        handle: Callable[[requests.Response], Decision],
+    ) -> Decision:
+        """One bounded attempt, reported to ``on_call`` whatever happens (``error``: a local
+        failure, such as a full disk, raised on)."""
+        began = self.clock()
+        with bounded(self.total_timeout) as bound:
+            attempt = self._current = _Attempt(bound)
+            try:
+                decision = self._exchange(attempt, send, handle)
+            except BaseException:
+                self._report(method, path, attempt.status, began, "error")
+                raise
+            finally:
+                self._current = None
+        self._report(method, path, attempt.status, began, decision.outcome)
+        return decision
+
+    def _exchange(
+        self,
+        attempt: _Attempt,
+        send: Callable[[], requests.Response],
+        handle: Callable[[requests.Response], Decision],
+    ) -> Decision:
+        try:
+            response = send()
+        except InvalidIPAddress as exc:
+            return Fail(DropApiError(f"DROP base URL refused: {self._failure(exc)}"), "refused")
+        except requests.RequestException as exc:
+            if attempt.bound.expired or isinstance(exc, requests.Timeout):
+                return Retry("timeout", self._timed_out(exc, attempt.bound))
+            return Retry("connection_error", f"cannot reach DROP: {self._failure(exc)}")
+        with response:
+            if attempt.bound.expired:  # cut while the answer was coming in
+                return Retry("timeout", self._timed_out(None, attempt.bound))
+            attempt.status = response.status_code
+            return handle(response)
+
+    def _failure(self, exc: requests.RequestException) -> str:
+        """What kept the request from DROP, in a few words (``connection refused``)."""
+        connect, total = self.timeout if isinstance(self.timeout, tuple) else (self.timeout,) * 2
+        return describe_failure(exc, timeout_connect=connect, timeout_total=total)
+
+    def _timed_out(self, exc: requests.RequestException | None, bound: Bound) -> str:
+        if bound.expired:
+            return f"DROP did not answer within {self.total_timeout:g} s"
+        return f"DROP did not answer in time: {exc}"
+
+    def _report(
+        self, method: str, path: str, status: int | None, began: float, outcome: str
+    ) -> None:
+        duration_ms = int((self.clock() - began) * 1000)
+        log.info(
+            "DROP %s %s -> %s in %d ms (%s)",
+            method,
+            path,
+            status if status is not None else "no answer",
+            duration_ms,
+            outcome,
+        )
+        if self.on_call is not None:
+            self.on_call(method, path, status, duration_ms, outcome)
+
+    def receive_file(
+        self, response: requests.Response, dest_dir: Path, file_name: str
+    ) -> Received | Retry:
+        """Stream the body into ``dest_dir`` under ``file_name`` (see ``place_atomically``).
+
+        A body cut short (by the peer or by the attempt's deadline) leaves no file behind and
+        is worth another attempt.
+        """
+        expected = _content_length(response)
+        digest = hashlib.sha256()
+        size = 0
+        fd, temp_name = tempfile.mkstemp(dir=dest_dir, prefix=".drop-download-", suffix=".part")
+        temp_path = Path(temp_name)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                for chunk in response.iter_content(_CHUNK):
+                    out.write(chunk)
+                    digest.update(chunk)
+                    size += len(chunk)
+                if self._current is not None and self._current.bound.expired:
+                    raise _BodyCutShort(f"timed out after {self.total_timeout:g} s")
+                out.flush()
+                os.fsync(out.fileno())
+            if expected is not None and size != expected:
+                raise _BodyCutShort(f"got {size} of {expected} bytes")
+            path = place_atomically(temp_path, dest_dir, file_name, digest.hexdigest())
+        except (requests.RequestException, _BodyCutShort) as exc:
+            temp_path.unlink(missing_ok=True)
+            return Retry("truncated", f"download cut short: {exc}")
+        except BaseException:
+            temp_path.unlink(missing_ok=True)
+            raise
+        return Received(path=path, size_bytes=size, sha256=digest.hexdigest())
+
+
+def _content_length(response: requests.Response) -> int | None:
+    if response.headers.get("Content-Encoding", "identity").lower() != "identity":
+        return None  # the length is of the encoded body; urllib3 checks that one
+    raw = response.headers.get("Content-Length")
+    if raw is None or not raw.strip().isdigit():
+        return None
+    return int(raw)
+
+
+def place_atomically(temp_path: Path, dest_dir: Path, file_name: str, sha256: str) -> Path:
+    """Give the finished temp file its name without ever replacing a different file: a
+    different file already under that name is kept and the new one gets ``-1``, ``-2``...
+    appended; the same bytes under the same name are not stored twice."""
+    stem, suffix = os.path.splitext(file_name)
+    for n in range(1000):
+        candidate = dest_dir / (file_name if n == 0 else f"{stem}-{n}{suffix}")
+        try:
+            os.link(temp_path, candidate)
+        except FileExistsError:
+            if file_sha256(candidate) == sha256:
+                temp_path.unlink()
+                return candidate
+            continue
+        except OSError:
+            # No hard links here (some network or FUSE file systems): rename instead.
+            if candidate.exists():
+                continue
+            os.replace(temp_path, candidate)
+            _fsync_dir(dest_dir)
+            return candidate
+        temp_path.unlink()
+        _fsync_dir(dest_dir)
+        return candidate
+    raise DropProtocolError(f"too many files named like {file_name} in {dest_dir}")
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -1,0 +1,69 @@
+"""Update a row and record what changed, for the staff-facing "edit" services.
+
+    row_update(integration, changes={"name": "Acme CRM"}, kind="integration.updated",
+               actor=actor, broker_id=lambda row: row.broker.broker_id,
+               subject=lambda row: str(row.uuid), related=("broker",))
+
+The row is read again under a lock, so two edits at once cannot record a diff against a
+state the other has already replaced; ``changes`` is applied to it, the columns are saved
+(only those: a concurrent write to another column is not overwritten) and the ledger event
+gets ``{"changes": {field: {"from": old, "to": new}}}`` for each field whose value changed.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from django.db import models, transaction
+
+from integrations.services.ledger import ledger_event_append
+
+Row = TypeVar("Row", bound=models.Model)
+
+Adjust = Callable[[Row, Row, dict[str, Any]], list[str]]
+"""``adjust(before, after, changed)``: runs once ``changes`` is applied to ``after`` (the
+locked row; ``before`` is a copy taken first); may set more attributes on ``after``, add their
+entries to ``changed`` (e.g. ``{"changed": True}`` for a secret) and returns their columns."""
+
+
+def row_update(
+    row: Row,
+    *,
+    changes: Mapping[str, Any],
+    kind: str,
+    actor: str,
+    broker_id: Callable[[Row], str],
+    subject: Callable[[Row], str],
+    related: tuple[str, ...] = (),
+    adjust: Adjust[Row] | None = None,
+    record_unchanged: bool = False,
+) -> Row:
+    """Apply ``changes`` to ``row`` locked, save and append ``kind``; returns the locked row.
+
+    Nothing is written when no value changed, unless ``record_unchanged``.
+    """
+    manager = type(row)._default_manager
+    with transaction.atomic():
+        locked = manager.select_for_update(of=("self",)).select_related(*related).get(pk=row.pk)
+        before = copy.copy(locked)
+        changed: dict[str, Any] = {
+            name: {"from": getattr(locked, name), "to": value}
+            for name, value in changes.items()
+            if getattr(locked, name) != value
+        }
+        for name, value in changes.items():
+            setattr(locked, name, value)
+        extra = adjust(before, locked, changed) if adjust is not None else []
+        if not changed and not record_unchanged:
+            return locked
+        locked.save(update_fields=list(dict.fromkeys([*changes, *extra])))
+        ledger_event_append(
+            kind=kind,
+            broker_id=broker_id(locked),
+            subject=subject(locked),
+            actor=actor,
+            data={"changes": changed},
+        )
+    return locked
