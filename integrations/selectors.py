@@ -38,6 +38,7 @@ from django.utils import timezone
 
 from integrations import exports
 from integrations.dispatch.policy import AUTO_REDISPATCH_ACTOR, AUTO_REDISPATCH_MAX
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     Broker,
     CycleState,
@@ -208,7 +209,11 @@ class BrokerOverview:
 
 
 # The events that say how the broker's last download went.
-_PULL_OUTCOME_KINDS = ("drop.pulled", "drop.cycle_imported", "drop.pull_failed")
+_PULL_OUTCOME_KINDS = (
+    LedgerKind.DROP_PULLED,
+    LedgerKind.DROP_CYCLE_IMPORTED,
+    LedgerKind.DROP_PULL_FAILED,
+)
 
 
 def dashboard_overview(*, now: dt.datetime) -> list[BrokerOverview]:
@@ -302,7 +307,7 @@ def dashboard_overview(*, now: dt.datetime) -> list[BrokerOverview]:
 
     last_doctor_event = {
         event.broker_id: event
-        for event in LedgerEvent.objects.filter(kind="drop.doctor_checked")
+        for event in LedgerEvent.objects.filter(kind=LedgerKind.DROP_DOCTOR_CHECKED)
         .order_by("broker_id", "-id")
         .distinct("broker_id")
     }
@@ -325,7 +330,7 @@ def dashboard_overview(*, now: dt.datetime) -> list[BrokerOverview]:
                 last_download_at=broker.last_download_at,  # type: ignore[attr-defined]
                 last_upload_at=broker.last_upload_at,  # type: ignore[attr-defined]
                 failed_pull=pull_event
-                if pull_event and pull_event.kind == "drop.pull_failed"
+                if pull_event and pull_event.kind == LedgerKind.DROP_PULL_FAILED
                 else None,
                 doctor=last_doctor_event.get(broker.broker_id),
             )
@@ -707,10 +712,12 @@ def brokers_with_drop_key_refused(
     ``drop_key_refused_event`` (the ``drop.pull_failed`` ledger event's id)."""
     brokers = brokers if brokers is not None else Broker.objects.all()
     refused = _last_event_id(
-        kind="drop.pull_failed", data__status__in=list(DROP_KEY_REFUSED_STATUSES)
+        kind=LedgerKind.DROP_PULL_FAILED, data__status__in=list(DROP_KEY_REFUSED_STATUSES)
     )
-    pulled = _last_event_id(kind="drop.pulled")
-    changed = _last_event_id(kind="broker.updated", data__changes__has_any_keys=_DROP_ACCESS_FIELDS)
+    pulled = _last_event_id(kind=LedgerKind.DROP_PULLED)
+    changed = _last_event_id(
+        kind=LedgerKind.BROKER_UPDATED, data__changes__has_any_keys=_DROP_ACCESS_FIELDS
+    )
     return (
         brokers.annotate(
             drop_key_refused_event=refused,
@@ -745,7 +752,7 @@ def automatic_redispatches() -> Coalesce:
     from its ``deletion_request.redispatched`` ledger events by ``AUTO_REDISPATCH_ACTOR``."""
     count = (
         LedgerEvent.objects.filter(
-            kind="deletion_request.redispatched",
+            kind=LedgerKind.DELETION_REQUEST_REDISPATCHED,
             actor=AUTO_REDISPATCH_ACTOR,
             subject=Cast(OuterRef("request_uuid"), CharField()),
         )
@@ -986,7 +993,7 @@ def stuck_work_items(
     add(
         StuckReason.DROP_KEY_REFUSED,
         "ledgerevent",
-        {"kind__exact": "drop.pull_failed"},
+        {"kind__exact": LedgerKind.DROP_PULL_FAILED},
         _stuck_counts(
             items.filter(broker_id__in=list(refused)),
             item="pk",

@@ -12,6 +12,7 @@ from typing import Any
 from procrastinate import RetryStrategy
 from procrastinate.contrib.django import app
 
+from integrations.ledger_kinds import LedgerKind
 from integrations.services.ledger import ledger_event_append, ledger_seal
 
 log = logging.getLogger(__name__)
@@ -138,7 +139,7 @@ async def stalled_jobs_retry(*, seconds_since_heartbeat: float) -> int:
     for job in stalled:
         await app.job_manager.retry_job(job)
         await sync_to_async(ledger_event_append)(
-            kind="job.stalled_retried",
+            kind=LedgerKind.JOB_STALLED_RETRIED,
             subject=str(job.id),
             data={"task": job.task_name, "args": job.task_kwargs, "worker": job.worker_id},
         )

@@ -10,6 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from integrations.drop.client import base_url_for
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, BrokerMode
 from integrations.services.integrations import url_has_credentials
 from integrations.services.ledger import ledger_event_append
@@ -52,7 +53,7 @@ def broker_create(
     with transaction.atomic():
         broker.save()
         ledger_event_append(
-            kind="broker.created",
+            kind=LedgerKind.BROKER_CREATED,
             broker_id=broker.broker_id,
             subject=broker.broker_id,
             actor=actor,
@@ -116,7 +117,7 @@ def broker_update(
                 "reason": "the DROP URL it is sent to changed; enter the key again",
             }
         ledger_event_append(
-            kind="broker.updated",
+            kind=LedgerKind.BROKER_UPDATED,
             broker_id=broker.broker_id,
             subject=broker.broker_id,
             actor=actor,

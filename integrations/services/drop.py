@@ -54,6 +54,7 @@ from integrations.drop.matching import (
     staged_items_match,
     work_items_insert_staged,
 )
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     Broker,
     CycleState,
@@ -168,7 +169,7 @@ def drop_zip_import(
         return _import(broker, path, zip_name, sha256, downloaded_at, actor)
     except DropFileError as exc:
         ledger_event_append(
-            kind="drop.import_refused",
+            kind=LedgerKind.DROP_IMPORT_REFUSED,
             broker_id=broker.broker_id,
             subject=zip_name,
             actor=actor,
@@ -236,7 +237,7 @@ def _import(
         cycle.state = CycleState.OPEN if cycle.work_items else CycleState.NOTHING_OWED
         cycle.save(update_fields=["work_items", "matched", "not_found", "removed", "state"])
         ledger_event_append(
-            kind="drop.cycle_imported",
+            kind=LedgerKind.DROP_CYCLE_IMPORTED,
             broker_id=broker.broker_id,
             subject=cycle.drop_session_id,
             actor=actor,
@@ -410,7 +411,7 @@ def _close_removed(broker: Broker, *, actor: str, drop_session_id: str) -> Remov
         rows=rows, closed=closed, unknown=rows - closed, requests_cancelled=cancelled
     )
     ledger_event_append(
-        kind="drop.work_items_removed",
+        kind=LedgerKind.DROP_WORK_ITEMS_REMOVED,
         broker_id=broker.broker_id,
         subject=drop_session_id,
         actor=actor,
@@ -445,7 +446,7 @@ def drop_client_for(
 
     def on_call(method: str, path: str, status: int | None, duration_ms: int, outcome: str) -> None:
         ledger_event_append(
-            kind="drop.api_call",
+            kind=LedgerKind.DROP_API_CALL,
             broker_id=broker.broker_id,
             subject=f"{method} {path}",
             actor=actor,
@@ -539,7 +540,7 @@ def _pulled(broker: Broker, actor: str, data: dict[str, object]) -> None:
     with transaction.atomic():
         Broker.objects.filter(pk=broker.pk).update(last_pulled_at=timezone.now())
         ledger_event_append(
-            kind="drop.pulled",
+            kind=LedgerKind.DROP_PULLED,
             broker_id=broker.broker_id,
             subject=broker.broker_id,
             actor=actor,
@@ -552,7 +553,7 @@ def _pull_failed(broker: Broker, actor: str, message: str, status: int | None, r
     download was refused on import) or unreachable."""
     log.warning("DROP pull for broker %s failed: %s", broker.broker_id, message)
     ledger_event_append(
-        kind="drop.pull_failed",
+        kind=LedgerKind.DROP_PULL_FAILED,
         broker_id=broker.broker_id,
         subject=broker.broker_id,
         actor=actor,

@@ -26,6 +26,7 @@ from django.utils import timezone
 
 from integrations.dispatch import signing, webhook
 from integrations.dispatch.http import DeliveryResult, deliver
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     Broker,
     DeletionRequest,
@@ -103,7 +104,7 @@ def webhook_integration_create(
         )
         targeted = pending_requests_target(broker=broker, actor=actor)
         ledger_event_append(
-            kind="integration.created",
+            kind=LedgerKind.INTEGRATION_CREATED,
             broker_id=broker.broker_id,
             subject=str(integration.uuid),
             actor=actor,
@@ -139,7 +140,7 @@ def integration_update(
             setattr(locked, field, value)
         locked.save(update_fields=list(changes))
         ledger_event_append(
-            kind="integration.updated",
+            kind=LedgerKind.INTEGRATION_UPDATED,
             broker_id=locked.broker.broker_id,
             subject=str(locked.uuid),
             actor=actor,
@@ -167,7 +168,7 @@ def integration_secret_rotate(
             ]
         )
         ledger_event_append(
-            kind="integration.secret_rotated",
+            kind=LedgerKind.INTEGRATION_SECRET_ROTATED,
             broker_id=locked.broker.broker_id,
             subject=str(locked.uuid),
             actor=actor,
@@ -202,7 +203,7 @@ def integration_disable(*, integration: Integration, reason: str, actor: str) ->
         locked.disabled_reason = reason
         locked.save(update_fields=["enabled", "disabled_reason"])
         ledger_event_append(
-            kind="integration.disabled",
+            kind=LedgerKind.INTEGRATION_DISABLED,
             broker_id=locked.broker.broker_id,
             subject=str(locked.uuid),
             actor=actor,
@@ -245,7 +246,7 @@ def integration_enable(*, integration: Integration, actor: str) -> int:
             tasks.resolution_requests_enqueue(resolution_ids)
         targeted = pending_requests_target(broker=locked.broker, actor=actor)
         ledger_event_append(
-            kind="integration.enabled",
+            kind=LedgerKind.INTEGRATION_ENABLED,
             broker_id=locked.broker.broker_id,
             subject=str(locked.uuid),
             actor=actor,
@@ -293,7 +294,7 @@ def integration_test_send(*, integration: Integration, actor: str) -> DeliveryRe
         allow_private=settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS,
     )
     ledger_event_append(
-        kind="integration.test_sent",
+        kind=LedgerKind.INTEGRATION_TEST_SENT,
         broker_id=integration.broker.broker_id,
         subject=str(integration.uuid),
         actor=actor,

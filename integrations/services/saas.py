@@ -17,6 +17,7 @@ from django.db import models, transaction
 from django.utils import timezone
 
 from integrations.dispatch.saas import categories_or_default
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, RequestState, SaasConnection, SaasDeletion
 from integrations.services.integrations import target_url_validate
 from integrations.services.ledger import ledger_event_append
@@ -59,7 +60,7 @@ def saas_connection_create(
     with transaction.atomic():
         connection.save()
         ledger_event_append(
-            kind="saas_connection.created",
+            kind=LedgerKind.SAAS_CONNECTION_CREATED,
             broker_id=broker.broker_id,
             subject=str(connection.pk),
             actor=actor,
@@ -125,7 +126,7 @@ def saas_connection_update(
             setattr(locked, f, v)
         locked.save(update_fields=list(changes))
         ledger_event_append(
-            kind="saas_connection.updated",
+            kind=LedgerKind.SAAS_CONNECTION_UPDATED,
             broker_id=locked.broker.broker_id,
             subject=str(locked.pk),
             actor=actor,
@@ -151,7 +152,7 @@ def saas_connection_disable(
         locked.disabled_reason = reason
         locked.save(update_fields=["enabled", "disabled_reason"])
         ledger_event_append(
-            kind="saas_connection.disabled",
+            kind=LedgerKind.SAAS_CONNECTION_DISABLED,
             broker_id=locked.broker.broker_id,
             subject=str(locked.pk),
             actor=actor,
@@ -186,7 +187,7 @@ def saas_connection_enable(*, connection: SaasConnection, actor: str) -> int:
         if waiting:
             tasks.saas_deletions_enqueue(waiting)
         ledger_event_append(
-            kind="saas_connection.enabled",
+            kind=LedgerKind.SAAS_CONNECTION_ENABLED,
             broker_id=locked.broker.broker_id,
             subject=str(locked.pk),
             actor=actor,
