@@ -21,6 +21,7 @@ from procrastinate.exceptions import AlreadyEnqueued
 
 from integrations import enqueue
 from integrations.dispatch.alerts import alert_send
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker
 from integrations.selectors.pulls import brokers_due_for_pull
 from integrations.services.alerts import alerts_evaluate
@@ -132,7 +133,7 @@ async def stalled_jobs_retry(*, seconds_since_heartbeat: float) -> int:
     for job in stalled:
         await app.job_manager.retry_job(job)
         await sync_to_async(ledger_event_append)(
-            kind="job.stalled_retried",
+            kind=LedgerKind.JOB_STALLED_RETRIED,
             subject=str(job.id),
             data={"task": job.task_name, "args": job.task_kwargs, "worker": job.worker_id},
         )

@@ -13,6 +13,7 @@ from procrastinate.contrib.django.models import ProcrastinateJob
 from procrastinate.exceptions import TaskNotFound
 
 from integrations import enqueue, tasks
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import LedgerChainLink, LedgerEvent
 from integrations.services.ledger import ledger_event_append
 
@@ -41,7 +42,7 @@ def run_worker() -> None:
 
 def test_job_enqueued_in_a_rolled_back_transaction_never_runs() -> None:
     with pytest.raises(RuntimeError), transaction.atomic():
-        ledger_event_append(kind="test.rolled_back")
+        ledger_event_append(kind=LedgerKind.BROKER_UPDATED)
         tasks.seal_ledger.defer()
         raise RuntimeError("the change fails")
     assert not ProcrastinateJob.objects.filter(task_name=SEAL_TASK).exists()
@@ -50,7 +51,7 @@ def test_job_enqueued_in_a_rolled_back_transaction_never_runs() -> None:
 
 def test_job_enqueued_in_a_committed_transaction_runs() -> None:
     with transaction.atomic():
-        event = ledger_event_append(kind="test.committed")
+        event = ledger_event_append(kind=LedgerKind.BROKER_UPDATED)
         job_id = tasks.seal_ledger.defer()
     job = ProcrastinateJob.objects.get(id=job_id)
     assert job.status == "todo"

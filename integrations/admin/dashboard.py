@@ -25,6 +25,7 @@ from django.utils.safestring import SafeString
 
 from integrations.admin import charts
 from integrations.dispatch.checks import PRIVATE_TARGETS_OPEN
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import RequestState, WorkItemState
 from integrations.selectors.dashboard import (
     HEALTH_ATTEMPTS,
@@ -280,7 +281,9 @@ def _broker_panel(
         if overview.failed_pull
         else "",
         failed_pull_url=links.changelist(
-            "ledgerevent", kind__exact="drop.pull_failed", broker_id__exact=broker.broker_id
+            "ledgerevent",
+            kind__exact=LedgerKind.DROP_PULL_FAILED,
+            broker_id__exact=broker.broker_id,
         ),
         stuck=_stuck_lines(overview, links),
         stuck_since=overview.doctor.created_at if overview.doctor else None,

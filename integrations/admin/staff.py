@@ -27,6 +27,7 @@ from django.db.models import Model, QuerySet
 from django.http import HttpRequest, HttpResponse
 
 from integrations.admin.actors import staff_actor
+from integrations.ledger_kinds import ledger_kind_compose
 from integrations.services.ledger import ledger_event_append
 from integrations.services.staff_mfa import staff_mfa_reset
 
@@ -57,7 +58,7 @@ class _LedgeredAdmin(admin.ModelAdmin):
 
     def _append(self, request: HttpRequest, obj: Any, verb: str, **data: Any) -> None:
         ledger_event_append(
-            kind=f"{self.ledger_kind}.{verb}",
+            kind=ledger_kind_compose(self.ledger_kind, verb),
             subject=str(obj),
             actor=staff_actor(request),
             data={**data, **self.ledger_data(obj)},

@@ -70,6 +70,7 @@ from integrations.api.json_body import json_body
 from integrations.api.permissions import HasScope
 from integrations.client_address import client_address
 from integrations.dispatch import signing
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import ApiKey, ApiKeyScope, DeletionRequest, Integration, IntegrationKind
 from integrations.services.integrations import integration_callback_secrets
 from integrations.services.keys import api_key_authenticate, api_key_lookup
@@ -365,7 +366,7 @@ class SignedCallbackView(APIView):
             UNAUTHENTICATED.add(address=address, status=response.status_code, code=data["code"])
             return
         ledger_event_append(
-            kind="callback.rejected",
+            kind=LedgerKind.CALLBACK_REJECTED,
             broker_id=api_key.broker.broker_id,
             subject=getattr(self, "subject", ""),
             actor=f"apikey:{api_key.prefix}",

@@ -34,6 +34,7 @@ from cryptography.exceptions import InvalidSignature
 
 from integrations.evidence import pack
 from integrations.ledger_hash import chain_hash, event_hash
+from integrations.ledger_kinds import LedgerKind
 
 _READ_CHUNK = 1 << 20
 _MANIFEST_MAX = 64 << 20
@@ -425,11 +426,11 @@ class _Checker:
         kind, data, subject = event["kind"], event["data"], event["subject"]
         if not isinstance(data, dict):
             return
-        if kind == "drop.cycle_imported":
+        if kind == LedgerKind.DROP_CYCLE_IMPORTED:
             self.cycles_imported[str(data.get("drop_session_id"))] = int(data.get("not_found") or 0)
-        elif kind == "deletion_request.outcome_recorded":
+        elif kind == LedgerKind.DELETION_REQUEST_OUTCOME_RECORDED:
             self.outcomes_recorded.add(_digest(f"{subject}|{data.get('drop_outcome')}"))
-        elif kind in ("work_item.status_settled", "work_item.status_set"):
+        elif kind in (LedgerKind.WORK_ITEM_STATUS_SETTLED, LedgerKind.WORK_ITEM_STATUS_SET):
             self.item_statuses.add(
                 _digest(f"{data.get('cycle')}|{subject}|{data.get('status_code')}")
             )

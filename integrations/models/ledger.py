@@ -5,7 +5,10 @@ by the database as it stores them: ``integrations/sql/ledger_append.sql``) witho
 shared lock, so the ledger never serializes the service. A sealer
 (``services.ledger.ledger_seal``) appends one ``LedgerChainLink`` per event, in batches:
 ``chain_hash = sha256(previous chain_hash : event id : event_hash)``. PostgreSQL refuses
-UPDATE and DELETE on both tables (migration 0002).
+UPDATE and DELETE on both tables (migration 0002). Those triggers are our own rather than
+django-pgtrigger's: a pgtrigger trigger lets any session switch it off (``SET
+pgtrigger.ignore``), ours only the table's owner. Every ``kind`` is a ``LedgerKind``
+(integrations/ledger_kinds.py).
 
 ``txid`` is the writing transaction's id; the sealer uses it to know which events can no
 longer appear "in the past" (see ``ledger_seal``).

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from django.db.models import Count, F, Max, OuterRef, Q, QuerySet, Subquery, Window
 from django.db.models.functions import Coalesce, RowNumber
 
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     Broker,
     CycleState,
@@ -104,7 +105,11 @@ class BrokerOverview:
 
 
 # The events that say how the broker's last download went.
-_PULL_OUTCOME_KINDS = ("drop.pulled", "drop.cycle_imported", "drop.pull_failed")
+_PULL_OUTCOME_KINDS = (
+    LedgerKind.DROP_PULLED,
+    LedgerKind.DROP_CYCLE_IMPORTED,
+    LedgerKind.DROP_PULL_FAILED,
+)
 
 
 def dashboard_overview(*, now: dt.datetime) -> list[BrokerOverview]:
@@ -119,7 +124,7 @@ def dashboard_overview(*, now: dt.datetime) -> list[BrokerOverview]:
         LedgerEvent.objects.filter(kind__in=_PULL_OUTCOME_KINDS)
     )
     last_doctor_event = _last_event_by_broker(
-        LedgerEvent.objects.filter(kind="drop.doctor_checked")
+        LedgerEvent.objects.filter(kind=LedgerKind.DROP_DOCTOR_CHECKED)
     )
 
     overviews = []
@@ -140,7 +145,7 @@ def dashboard_overview(*, now: dt.datetime) -> list[BrokerOverview]:
                 last_download_at=broker.last_download_at,  # type: ignore[attr-defined]
                 last_upload_at=broker.last_upload_at,  # type: ignore[attr-defined]
                 failed_pull=pull_event
-                if pull_event and pull_event.kind == "drop.pull_failed"
+                if pull_event and pull_event.kind == LedgerKind.DROP_PULL_FAILED
                 else None,
                 doctor=last_doctor_event.get(broker.broker_id),
             )

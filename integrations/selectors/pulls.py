@@ -18,6 +18,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce
 
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, LedgerEvent
 
 # DROP answers a refused key (or account) with these; retrying cannot help until staff change
@@ -40,10 +41,12 @@ def brokers_with_drop_key_refused(
     ``drop_key_refused_event`` (the ``drop.pull_failed`` ledger event's id)."""
     brokers = brokers if brokers is not None else Broker.objects.all()
     refused = _last_event_id(
-        kind="drop.pull_failed", data__status__in=list(DROP_KEY_REFUSED_STATUSES)
+        kind=LedgerKind.DROP_PULL_FAILED, data__status__in=list(DROP_KEY_REFUSED_STATUSES)
     )
-    pulled = _last_event_id(kind="drop.pulled")
-    changed = _last_event_id(kind="broker.updated", data__changes__has_any_keys=_DROP_ACCESS_FIELDS)
+    pulled = _last_event_id(kind=LedgerKind.DROP_PULLED)
+    changed = _last_event_id(
+        kind=LedgerKind.BROKER_UPDATED, data__changes__has_any_keys=_DROP_ACCESS_FIELDS
+    )
     return (
         brokers.annotate(
             drop_key_refused_event=refused,

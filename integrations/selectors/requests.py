@@ -8,6 +8,7 @@ from django.db.models import CharField, Count, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Cast, Coalesce
 
 from integrations.dispatch.policy import AUTO_REDISPATCH_ACTOR
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import DeletionRequest, LedgerEvent, RequestState
 
 AWAITING_CALLBACK_ATTENTION = dt.timedelta(days=7)
@@ -26,7 +27,7 @@ def automatic_redispatches() -> Coalesce:
     from its ``deletion_request.redispatched`` ledger events by ``AUTO_REDISPATCH_ACTOR``."""
     count = (
         LedgerEvent.objects.filter(
-            kind="deletion_request.redispatched",
+            kind=LedgerKind.DELETION_REQUEST_REDISPATCHED,
             actor=AUTO_REDISPATCH_ACTOR,
             subject=Cast(OuterRef("request_uuid"), CharField()),
         )

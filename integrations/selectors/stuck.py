@@ -12,6 +12,7 @@ from django.db.models import Count, F, Min, Q, QuerySet
 from django.utils import timezone
 
 from integrations.dispatch.policy import AUTO_REDISPATCH_MAX
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     Broker,
     DeletionRequest,
@@ -120,7 +121,7 @@ def stuck_work_items(
         found,
         StuckReason.DROP_KEY_REFUSED,
         "ledgerevent",
-        {"kind__exact": "drop.pull_failed"},
+        {"kind__exact": LedgerKind.DROP_PULL_FAILED},
         _drop_key_refused_counts(broker),
     )
     order = list(StuckReason)

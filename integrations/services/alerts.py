@@ -30,6 +30,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from integrations.enqueue import alert_send_enqueue
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     AlertState,
     Integration,
@@ -135,7 +136,7 @@ def _record(state: AlertState, change: str, now: dt.datetime) -> None:
         "at": now.isoformat(),
     }
     ledger_event_append(
-        kind=f"alert.{change}",
+        kind=LedgerKind.ALERT_RAISED if change == "raised" else LedgerKind.ALERT_CLEARED,
         broker_id=state.broker_id,
         subject=state.key,
         actor=SYSTEM_ACTOR,
@@ -151,7 +152,11 @@ def _record(state: AlertState, change: str, now: dt.datetime) -> None:
 # --- The conditions ---------------------------------------------------------------------
 # One more is a function here (or in any module imported at start) with @alert_condition.
 
-_PULL_OUTCOME_KINDS = ("drop.pulled", "drop.cycle_imported", "drop.pull_failed")
+_PULL_OUTCOME_KINDS = (
+    LedgerKind.DROP_PULLED,
+    LedgerKind.DROP_CYCLE_IMPORTED,
+    LedgerKind.DROP_PULL_FAILED,
+)
 
 
 @alert_condition("drop_pull_failed")
@@ -164,7 +169,7 @@ def _drop_pull_failed(now: dt.datetime) -> Iterable[Firing]:
         .distinct("broker_id")
     )
     for event in last:
-        if event.kind != "drop.pull_failed":
+        if event.kind != LedgerKind.DROP_PULL_FAILED:
             continue
         reason = event.data.get("reason") or "unreachable"
         if reason == "unreachable":
@@ -178,7 +183,7 @@ def _drop_pull_failed(now: dt.datetime) -> Iterable[Firing]:
             first_failure = (
                 LedgerEvent.objects.filter(
                     broker_id=event.broker_id,
-                    kind="drop.pull_failed",
+                    kind=LedgerKind.DROP_PULL_FAILED,
                     id__gt=succeeded.id if succeeded else 0,
                 )
                 .order_by("id")
@@ -268,7 +273,7 @@ alert_condition("cycle_due_2_days")(_cycles_due_within(2))
 @alert_condition("ledger_verify_failed")
 def _ledger_verify_failed(now: dt.datetime) -> Iterable[Firing]:
     """The last nightly ``ledger verify`` found a break (``ledger.verified`` events)."""
-    last = LedgerEvent.objects.filter(kind="ledger.verified").order_by("-id").first()
+    last = LedgerEvent.objects.filter(kind=LedgerKind.LEDGER_VERIFIED).order_by("-id").first()
     if last is not None and not last.data.get("ok", True):
         yield Firing(
             key="ledger",

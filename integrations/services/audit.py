@@ -11,6 +11,7 @@ from typing import Any
 
 from django.db import transaction
 
+from integrations.ledger_kinds import LedgerKind
 from integrations.services.ledger import ledger_event_append
 
 
@@ -20,7 +21,7 @@ def outcome_export_record(
     """One ``outcomes.exported`` event: who, through what (command, api, admin), which rows."""
     with transaction.atomic():
         ledger_event_append(
-            kind="outcomes.exported",
+            kind=LedgerKind.OUTCOMES_EXPORTED,
             broker_id=broker_id,
             subject=via,
             actor=actor,
@@ -32,7 +33,7 @@ def ledger_export_record(*, actor: str, via: str, filters: dict[str, Any], fmt: 
     """One ``ledger.exported`` event, written before the export it announces (so it is in it)."""
     with transaction.atomic():
         ledger_event_append(
-            kind="ledger.exported",
+            kind=LedgerKind.LEDGER_EXPORTED,
             subject=via,
             actor=actor,
             data={"via": via, "format": fmt, "filters": filters},
@@ -43,7 +44,7 @@ def report_files_export_record(*, actor: str, broker_id: str, cycle: str, files:
     """One ``report_files.exported`` event: who took a cycle's response files as a ZIP."""
     with transaction.atomic():
         ledger_event_append(
-            kind="report_files.exported",
+            kind=LedgerKind.REPORT_FILES_EXPORTED,
             broker_id=broker_id,
             subject=f"cycle {cycle}",
             actor=actor,

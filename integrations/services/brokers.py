@@ -10,6 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from integrations.drop.client import base_url_for
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, BrokerMode
 from integrations.services.ledger import ledger_event_append
 from integrations.services.row_updates import row_update
@@ -53,7 +54,7 @@ def broker_create(
     with transaction.atomic():
         broker.save()
         ledger_event_append(
-            kind="broker.created",
+            kind=LedgerKind.BROKER_CREATED,
             broker_id=broker.broker_id,
             subject=broker.broker_id,
             actor=actor,
@@ -112,7 +113,7 @@ def broker_update(
     updated = row_update(
         broker,
         changes=changes,
-        kind="broker.updated",
+        kind=LedgerKind.BROKER_UPDATED,
         actor=actor,
         broker_id=lambda row: row.broker_id,
         subject=lambda row: row.broker_id,

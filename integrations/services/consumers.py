@@ -48,6 +48,7 @@ from integrations.drop.registration import (
     ConsumerRecord,
     RejectedRecord,
 )
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, Consumer, ConsumerHash
 from integrations.services.ledger import ledger_event_append
 from integrations.services.matching import consumer_hashes_match_late
@@ -154,7 +155,7 @@ def consumers_register(
             consumer_hashes_match_late(broker=broker, actor=actor)
 
         ledger_event_append(
-            kind="consumers.registered",
+            kind=LedgerKind.CONSUMERS_REGISTERED,
             broker_id=broker.broker_id,
             subject=source,
             actor=actor,
@@ -424,7 +425,7 @@ def consumer_forget(
         }
         consumer.delete()  # its hashes go in one DELETE (nothing refers to a hash)
         ledger_event_append(
-            kind="consumer.forgotten",
+            kind=LedgerKind.CONSUMER_FORGOTTEN,
             broker_id=broker.broker_id,
             subject=remote_identifier,
             actor=actor,

@@ -68,6 +68,7 @@ from integrations.counters import DELIVERIES
 from integrations.dispatch import isi, signing, webhook
 from integrations.dispatch.policy import classify, next_delay
 from integrations.dispatch.saas import saas_deletion_payload, saas_headers
+from integrations.ledger_kinds import LedgerKind, ledger_kind_compose
 from integrations.models import (
     DeletionRequest,
     DeliveryAttempt,
@@ -426,7 +427,7 @@ def _apply(
             event = "delivery_failed"
             kind.schedule(item.pk, item.next_attempt_at)
     ledger_entry = {
-        "kind": f"{kind.name}.{event}",
+        "kind": ledger_kind_compose(kind.name, event),
         "broker_id": kind.broker_id(item),
         "subject": kind.subject(item),
         "data": data,
@@ -453,7 +454,11 @@ def _disable_target(
     target_name = "integration" if isinstance(target, Integration) else "saas_connection"
     logger.warning("%s %s disabled: %s", target_name, target.pk, reason)
     ledger_event_append(
-        kind=f"{target_name}.disabled",
+        kind=(
+            LedgerKind.INTEGRATION_DISABLED
+            if isinstance(target, Integration)
+            else LedgerKind.SAAS_CONNECTION_DISABLED
+        ),
         broker_id=kind.broker_id(item),
         subject=str(target.uuid) if isinstance(target, Integration) else str(target.pk),
         data={
@@ -472,7 +477,7 @@ def _cancel(kind: DeliveryKind[Item], item: Item, reason: str, when: dt.datetime
     item.completed_at = when
     item.save(update_fields=["state", "last_error", "next_attempt_at", "completed_at"])
     ledger_event_append(
-        kind=f"{kind.name}.cancelled",
+        kind=ledger_kind_compose(kind.name, "cancelled"),
         broker_id=kind.broker_id(item),
         subject=kind.subject(item),
         data={**kind.ledger_data(item), "reason": reason},

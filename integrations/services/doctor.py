@@ -16,11 +16,12 @@ from typing import Any
 
 from django.db import transaction
 
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, LedgerEvent
 from integrations.selectors.stuck import StuckGroup, stuck_work_items
 from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
 
-DOCTOR_EVENT = "drop.doctor_checked"
+DOCTOR_EVENT = LedgerKind.DROP_DOCTOR_CHECKED
 
 
 def _summary(groups: list[StuckGroup]) -> list[dict[str, Any]]:

@@ -44,6 +44,7 @@ from integrations.drop.files import (
     parse_file_name,
 )
 from integrations.file_digest import file_sha256
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     Broker,
     CycleState,
@@ -159,7 +160,7 @@ def drop_zip_import(
         return _import(broker, path, zip_name, sha256, downloaded_at, actor)
     except DropFileError as exc:
         ledger_event_append(
-            kind="drop.import_refused",
+            kind=LedgerKind.DROP_IMPORT_REFUSED,
             broker_id=broker.broker_id,
             subject=zip_name,
             actor=actor,
@@ -212,7 +213,7 @@ def _import(
         removed = _close_removed(broker, actor=actor, drop_session_id=cycle.drop_session_id)
         _cycle_counts_save(cycle, matched=matched, not_found=not_found, removed=removed)
         ledger_event_append(
-            kind="drop.cycle_imported",
+            kind=LedgerKind.DROP_CYCLE_IMPORTED,
             broker_id=broker.broker_id,
             subject=cycle.drop_session_id,
             actor=actor,
@@ -429,7 +430,7 @@ def _close_removed(broker: Broker, *, actor: str, drop_session_id: str) -> Remov
         rows=rows, closed=closed, unknown=rows - closed, requests_cancelled=cancelled
     )
     ledger_event_append(
-        kind="drop.work_items_removed",
+        kind=LedgerKind.DROP_WORK_ITEMS_REMOVED,
         broker_id=broker.broker_id,
         subject=drop_session_id,
         actor=actor,
@@ -464,7 +465,7 @@ def drop_client_for(
 
     def on_call(method: str, path: str, status: int | None, duration_ms: int, outcome: str) -> None:
         ledger_event_append(
-            kind="drop.api_call",
+            kind=LedgerKind.DROP_API_CALL,
             broker_id=broker.broker_id,
             subject=f"{method} {path}",
             actor=actor,
@@ -558,7 +559,7 @@ def _pulled(broker: Broker, actor: str, data: dict[str, object]) -> None:
     with transaction.atomic():
         Broker.objects.filter(pk=broker.pk).update(last_pulled_at=timezone.now())
         ledger_event_append(
-            kind="drop.pulled",
+            kind=LedgerKind.DROP_PULLED,
             broker_id=broker.broker_id,
             subject=broker.broker_id,
             actor=actor,
@@ -571,7 +572,7 @@ def _pull_failed(broker: Broker, actor: str, message: str, status: int | None, r
     download was refused on import) or unreachable."""
     log.warning("DROP pull for broker %s failed: %s", broker.broker_id, message)
     ledger_event_append(
-        kind="drop.pull_failed",
+        kind=LedgerKind.DROP_PULL_FAILED,
         broker_id=broker.broker_id,
         subject=broker.broker_id,
         actor=actor,

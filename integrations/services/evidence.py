@@ -38,6 +38,7 @@ from django.utils import timezone
 
 from integrations.evidence import pack
 from integrations.ledger_hash import GENESIS_HASH, canonical_json
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     Broker,
     DeletionRequest,
@@ -141,7 +142,7 @@ def evidence_pack_export(
     manifest_sha256 = hashlib.sha256(manifest_bytes).hexdigest()
     with transaction.atomic():
         ledger_event_append(
-            kind="evidence.exported",
+            kind=LedgerKind.EVIDENCE_EXPORTED,
             broker_id=broker.broker_id,
             subject=broker.broker_id,
             actor=actor,

@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from integrations import enqueue
 from integrations.dispatch import signing, webhook
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     Broker,
     DeletionRequest,
@@ -64,7 +65,7 @@ def webhook_integration_create(
         )
         targeted = pending_requests_target(broker=broker, actor=actor)
         ledger_event_append(
-            kind="integration.created",
+            kind=LedgerKind.INTEGRATION_CREATED,
             broker_id=broker.broker_id,
             subject=str(integration.uuid),
             actor=actor,
@@ -90,7 +91,7 @@ def integration_update(
     return row_update(
         integration,
         changes=changes,
-        kind="integration.updated",
+        kind=LedgerKind.INTEGRATION_UPDATED,
         actor=actor,
         broker_id=lambda row: row.broker.broker_id,
         subject=lambda row: str(row.uuid),
@@ -117,7 +118,7 @@ def integration_secret_rotate(
             ]
         )
         ledger_event_append(
-            kind="integration.secret_rotated",
+            kind=LedgerKind.INTEGRATION_SECRET_ROTATED,
             broker_id=locked.broker.broker_id,
             subject=str(locked.uuid),
             actor=actor,
@@ -152,7 +153,7 @@ def integration_disable(*, integration: Integration, reason: str, actor: str) ->
         locked.disabled_reason = reason
         locked.save(update_fields=["enabled", "disabled_reason"])
         ledger_event_append(
-            kind="integration.disabled",
+            kind=LedgerKind.INTEGRATION_DISABLED,
             broker_id=locked.broker.broker_id,
             subject=str(locked.uuid),
             actor=actor,
@@ -193,7 +194,7 @@ def integration_enable(*, integration: Integration, actor: str) -> int:
             enqueue.resolution_requests_enqueue(resolution_ids)
         targeted = pending_requests_target(broker=locked.broker, actor=actor)
         ledger_event_append(
-            kind="integration.enabled",
+            kind=LedgerKind.INTEGRATION_ENABLED,
             broker_id=locked.broker.broker_id,
             subject=str(locked.uuid),
             actor=actor,
@@ -241,7 +242,7 @@ def integration_test_send(*, integration: Integration, actor: str) -> DeliveryRe
         allow_private=settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS,
     )
     ledger_event_append(
-        kind="integration.test_sent",
+        kind=LedgerKind.INTEGRATION_TEST_SENT,
         broker_id=integration.broker.broker_id,
         subject=str(integration.uuid),
         actor=actor,

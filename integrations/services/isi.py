@@ -35,6 +35,7 @@ from django.utils import timezone
 
 from integrations.dispatch import isi, signing
 from integrations.dispatch.saas import categories_or_default
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     Broker,
     Integration,
@@ -172,7 +173,7 @@ def isi_integration_create(
             **credentials,
         )
         ledger_event_append(
-            kind="integration.created",
+            kind=LedgerKind.INTEGRATION_CREATED,
             broker_id=broker.broker_id,
             subject=str(integration.uuid),
             actor=actor,
@@ -245,7 +246,7 @@ def isi_integration_update(
         locked.save(update_fields=changed)
         secret_fields = {"token", "client_secret", "access_token", "access_token_expires_at"}
         ledger_event_append(
-            kind="integration.updated",
+            kind=LedgerKind.INTEGRATION_UPDATED,
             broker_id=locked.broker.broker_id,
             subject=str(locked.uuid),
             actor=actor,
@@ -497,7 +498,7 @@ def isi_connections_refresh(
     except isi.IsiError as exc:
         message = f"{method} {url}: {exc}"
         ledger_event_append(
-            kind="isi.connections_refresh_failed",
+            kind=LedgerKind.ISI_CONNECTIONS_REFRESH_FAILED,
             broker_id=integration.broker.broker_id,
             subject=str(integration.uuid),
             actor=actor,
@@ -527,7 +528,7 @@ def isi_connections_refresh(
             else 0
         )
         ledger_event_append(
-            kind="isi.connections_refreshed",
+            kind=LedgerKind.ISI_CONNECTIONS_REFRESHED,
             broker_id=locked.broker.broker_id,
             subject=str(locked.uuid),
             actor=actor,

@@ -12,6 +12,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from integrations.encryption import decrypt_credential
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     ApiKey,
     ApiKeyScope,
@@ -60,7 +61,7 @@ def api_key_create(
             scopes=sorted(set(scopes)),
         )
         ledger_event_append(
-            kind="api_key.created",
+            kind=LedgerKind.API_KEY_CREATED,
             broker_id=broker.broker_id,
             subject=api_key.prefix,
             actor=actor,
@@ -77,7 +78,7 @@ def api_key_revoke(*, api_key: ApiKey, actor: str) -> ApiKey:
         locked.revoked_at = timezone.now()
         locked.save(update_fields=["revoked_at"])
         ledger_event_append(
-            kind="api_key.revoked",
+            kind=LedgerKind.API_KEY_REVOKED,
             broker_id=locked.broker.broker_id,
             subject=locked.prefix,
             actor=actor,

@@ -5,8 +5,10 @@ commits (or rolls back) with the change it records::
 
     with transaction.atomic():
         broker.save()
-        ledger_event_append(kind="broker.created", broker_id="4821", actor="cli",
+        ledger_event_append(kind=LedgerKind.BROKER_CREATED, broker_id="4821", actor="cli",
                             subject="4821", data={"name": "Acme"})
+
+Every kind is a member of ``LedgerKind`` (integrations/ledger_kinds.py); any other is refused.
 
 A periodic job (and ``ledger verify``) runs ``ledger_seal``, which chains the committed
 events; ``ledger_verify`` recomputes every hash and names the first event that breaks.
@@ -24,6 +26,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from integrations.ledger_hash import GENESIS_HASH, canonical_json, chain_hash, event_hash
+from integrations.ledger_kinds import LedgerKind, ledger_kind_check
 from integrations.models import LedgerChainLink, LedgerEvent
 
 SYSTEM_ACTOR = "system"
@@ -62,7 +65,7 @@ def canonical_data(data: dict[str, Any] | None) -> str:
 
 def ledger_event_append(
     *,
-    kind: str,
+    kind: LedgerKind,
     actor: str = SYSTEM_ACTOR,
     broker_id: str = "",
     subject: str = "",
@@ -77,7 +80,8 @@ def ledger_event_append(
 
 def ledger_events_append(entries: Iterable[dict[str, Any]]) -> list[LedgerEvent]:
     """Append several events in one INSERT; each entry holds ``ledger_event_append``'s
-    arguments. For paths that record several changes in one transaction (a delivery batch)."""
+    arguments. For paths that record several changes in one transaction (a delivery batch).
+    A kind that is not registered (``LedgerKind``) is a ValueError, and nothing is written."""
     events: list[LedgerEvent] = []
     params: list[Any] = []
     for entry in entries:
@@ -105,7 +109,7 @@ def ledger_events_append(entries: Iterable[dict[str, Any]]) -> list[LedgerEvent]
 
 def _new_event(
     *,
-    kind: str,
+    kind: str,  # checked here: entries of ledger_events_append are not typed
     actor: str = SYSTEM_ACTOR,
     broker_id: str = "",
     subject: str = "",
@@ -117,7 +121,7 @@ def _new_event(
     event = LedgerEvent(
         created_at=timezone.now(),
         broker_id=broker_id,
-        kind=kind,
+        kind=ledger_kind_check(kind).value,  # stored as the plain string it stands for
         subject=subject[:200],
         actor=actor[:200],
         data=json.loads(data_json),  # what the database will give back
@@ -259,7 +263,7 @@ def ledger_verify_record(*, actor: str = SYSTEM_ACTOR) -> LedgerVerification:
     result = ledger_verify()
     with transaction.atomic():
         ledger_event_append(
-            kind="ledger.verified",
+            kind=LedgerKind.LEDGER_VERIFIED,
             actor=actor,
             subject="ledger",
             data={

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from django.db import connection
 from django.utils import timezone
 
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, DropCycle, WorkItemState
 from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
 from integrations.services.locks import matching_lock
@@ -240,7 +241,7 @@ def consumer_hashes_match_late(
         broker=broker, match_date=match_date or timezone.localdate(), actor=actor
     )
     ledger_event_append(
-        kind="drop.late_matched",
+        kind=LedgerKind.DROP_LATE_MATCHED,
         broker_id=broker.broker_id,
         subject=broker.broker_id,
         actor=actor,

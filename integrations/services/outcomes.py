@@ -25,6 +25,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     DROP_STATUS_CODES,
     DeletionRequest,
@@ -163,7 +164,7 @@ def deletion_outcome_record(
                 attempted=drop_outcome,
             )
         ledger_event_append(
-            kind="deletion_request.outcome_repeated",
+            kind=LedgerKind.DELETION_REQUEST_OUTCOME_REPEATED,
             broker_id=deletion_request.broker_id_code,
             subject=uuid_text,
             actor=actor,

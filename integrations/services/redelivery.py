@@ -26,6 +26,7 @@ from django.utils import timezone
 
 from integrations import enqueue
 from integrations.dispatch.policy import AUTO_REDISPATCH_ACTOR, AUTO_REDISPATCH_MAX
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     DeletionRequest,
     RequestState,
@@ -49,7 +50,7 @@ def _requeue(
     allowed: Callable[[Row], str | None],
     target: Callable[[Row], Any],
     reset: dict[str, Any],
-    event: str,
+    event: LedgerKind,
     subject: Callable[[Row], str],
     broker_id: Callable[[Row], str],
     enqueue: Callable[[list[int]], None],
@@ -130,7 +131,7 @@ def deletion_request_redeliver(*, deletion_request: DeletionRequest, actor: str)
         allowed=_not_redeliverable,
         target=lambda row: row.integration,
         reset={"webhook_request_id": uuid.uuid4()},
-        event="deletion_request.redelivery_requested",
+        event=LedgerKind.DELETION_REQUEST_REDELIVERY_REQUESTED,
         subject=lambda row: str(row.request_uuid),
         broker_id=lambda row: row.broker_id_code,
         enqueue=enqueue.deletion_requests_enqueue,
@@ -162,7 +163,7 @@ def deletion_request_redispatch(
             "error_message": "",
             "completed_at": None,
         },
-        event="deletion_request.redispatched",
+        event=LedgerKind.DELETION_REQUEST_REDISPATCHED,
         subject=lambda row: str(row.request_uuid),
         broker_id=lambda row: row.broker_id_code,
         enqueue=enqueue.deletion_requests_enqueue,
@@ -211,7 +212,7 @@ def resolution_request_redeliver(
         allowed=no_answer_yet,
         target=lambda row: row.integration,
         reset={"webhook_request_id": uuid.uuid4()},
-        event="resolution_request.redelivery_requested",
+        event=LedgerKind.RESOLUTION_REQUEST_REDELIVERY_REQUESTED,
         subject=lambda row: str(row.request_uuid),
         broker_id=lambda row: row.broker.broker_id,
         enqueue=enqueue.resolution_requests_enqueue,
@@ -232,7 +233,7 @@ def saas_deletion_redeliver(*, saas_deletion: SaasDeletion, actor: str) -> SaasD
         allowed=undelivered,
         target=lambda row: row.saas_connection,
         reset={},
-        event="saas_deletion.redelivery_requested",
+        event=LedgerKind.SAAS_DELETION_REDELIVERY_REQUESTED,
         subject=lambda row: str(row.resolution.request_uuid),
         broker_id=lambda row: row.resolution.broker.broker_id,
         enqueue=enqueue.saas_deletions_enqueue,

@@ -42,6 +42,7 @@ from django.utils import timezone
 from integrations.drop.client import DropApiError, DropClient, UploadResult
 from integrations.drop.files import DropFileError
 from integrations.drop.reporting import response_name, responses_from_rows
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     Broker,
     CycleState,
@@ -247,7 +248,7 @@ def _files_fill(
         report_file.sha256 = built.sha256
         report_file.save(update_fields=["content", "rows", "sha256"])
         ledger_event_append(
-            kind="report_file.written",
+            kind=LedgerKind.REPORT_FILE_WRITTEN,
             broker_id=broker.broker_id,
             subject=report_file.file_name,
             actor=actor,
@@ -371,7 +372,7 @@ def _file_upload_failed(*, report_file: ReportFile, error: DropApiError, actor: 
         # Retried every run while DROP is down: one event per distinct error, not per try.
         if message != previous:
             ledger_event_append(
-                kind="report_file.upload_failed",
+                kind=LedgerKind.REPORT_FILE_UPLOAD_FAILED,
                 broker_id=report_file.broker.broker_id,
                 subject=report_file.file_name,
                 actor=actor,
@@ -425,7 +426,11 @@ def _file_answer_record(
         locked.drop_response = answer
         locked.save(update_fields=["state", "drop_response", "uploaded_at"])
         ledger_event_append(
-            kind=f"report_file.{state}",
+            kind=(
+                LedgerKind.REPORT_FILE_ACCEPTED
+                if state == ReportFileState.ACCEPTED
+                else LedgerKind.REPORT_FILE_REJECTED
+            ),
             broker_id=report_file.broker.broker_id,
             subject=name,
             actor=actor,
@@ -487,7 +492,7 @@ def report_file_mark_uploaded(*, report_file: ReportFile, actor: str) -> ReportF
         locked.uploaded_at = timezone.now()
         locked.save(update_fields=["state", "uploaded_at"])
         ledger_event_append(
-            kind="report_file.marked_uploaded",
+            kind=LedgerKind.REPORT_FILE_MARKED_UPLOADED,
             broker_id=locked.broker.broker_id,
             subject=locked.file_name,
             actor=actor,
@@ -521,7 +526,7 @@ def cycle_state_refresh(*, cycle: DropCycle, actor: str = SYSTEM_ACTOR) -> DropC
         current.state = CycleState.REPORTED
         current.save(update_fields=["state"])
         ledger_event_append(
-            kind="drop_cycle.reported",
+            kind=LedgerKind.DROP_CYCLE_REPORTED,
             broker_id=current.broker.broker_id,
             subject=current.drop_session_id,
             actor=actor,

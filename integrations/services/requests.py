@@ -25,6 +25,7 @@ from typing import Any
 from django.db import connection, transaction
 
 from integrations.enqueue import deletion_requests_enqueue, resolution_requests_enqueue
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     DROP_CAPABILITIES,
     Broker,
@@ -204,7 +205,7 @@ def requests_create_for_matches(
             resolution_requests=len(resolution_ids),
         )
         ledger_event_append(
-            kind="deletion_requests.created",
+            kind=LedgerKind.DELETION_REQUESTS_CREATED,
             broker_id=broker.broker_id,
             subject=broker.broker_id,
             actor=actor,
@@ -377,7 +378,7 @@ def pending_requests_target(*, broker: Broker, actor: str) -> PendingRequestsTar
             resolution_requests=len(resolution_ids),
         )
         ledger_event_append(
-            kind="pending_requests.targeted",
+            kind=LedgerKind.PENDING_REQUESTS_TARGETED,
             broker_id=broker.broker_id,
             subject=broker.broker_id,
             actor=actor,

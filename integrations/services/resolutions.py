@@ -25,6 +25,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from integrations import enqueue
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     DropOutcome,
     OptOutRecord,
@@ -85,7 +86,7 @@ def resolution_outcome_record(
             current = ResolutionRequest.objects.get(pk=request.pk)
             _raise_unless_same(current, drop_outcome, exemption_basis, identifiers, opt_out_email)
             ledger_event_append(
-                kind="resolution_request.outcome_repeated",
+                kind=LedgerKind.RESOLUTION_REQUEST_OUTCOME_REPEATED,
                 broker_id=request.broker.broker_id,
                 subject=uuid_text,
                 actor=actor,
@@ -108,7 +109,7 @@ def resolution_outcome_record(
                 resolution_request_id=request.pk, broker_id=request.broker_id, email=opt_out_email
             )
         ledger_event_append(
-            kind="resolution_request.outcome_recorded",
+            kind=LedgerKind.RESOLUTION_REQUEST_OUTCOME_RECORDED,
             broker_id=request.broker.broker_id,
             subject=uuid_text,
             actor=actor,
@@ -205,7 +206,7 @@ def resolution_settle(*, resolution_id: int, actor: str = "system") -> bool:
             resolution.identifiers_purged_at = timezone.now()
             resolution.save(update_fields=["identifiers", "identifiers_purged_at"])
             ledger_event_append(
-                kind="resolution_request.identifiers_purged",
+                kind=LedgerKind.RESOLUTION_REQUEST_IDENTIFIERS_PURGED,
                 broker_id=resolution.broker.broker_id,
                 subject=str(resolution.request_uuid),
                 actor=actor,
@@ -262,7 +263,7 @@ def saas_deletion_cancel(*, saas_deletion: SaasDeletion, reason: str, actor: str
         locked.completed_at = timezone.now()
         locked.save(update_fields=["state", "last_error", "next_attempt_at", "completed_at"])
         ledger_event_append(
-            kind="saas_deletion.cancelled",
+            kind=LedgerKind.SAAS_DELETION_CANCELLED,
             broker_id=locked.resolution.broker.broker_id,
             subject=str(locked.resolution.request_uuid),
             actor=actor,

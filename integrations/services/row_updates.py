@@ -1,6 +1,6 @@
 """Update a row and record what changed, for the staff-facing "edit" services.
 
-    row_update(integration, changes={"name": "Acme CRM"}, kind="integration.updated",
+    row_update(integration, changes={"name": "Acme CRM"}, kind=LedgerKind.INTEGRATION_UPDATED,
                actor=actor, broker_id=lambda row: row.broker.broker_id,
                subject=lambda row: str(row.uuid), related=("broker",))
 
@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from django.db import models, transaction
 
+from integrations.ledger_kinds import LedgerKind
 from integrations.services.ledger import ledger_event_append
 
 Row = TypeVar("Row", bound=models.Model)
@@ -32,7 +33,7 @@ def row_update(
     row: Row,
     *,
     changes: Mapping[str, Any],
-    kind: str,
+    kind: LedgerKind,
     actor: str,
     broker_id: Callable[[Row], str],
     subject: Callable[[Row], str],

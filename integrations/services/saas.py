@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from integrations import enqueue
 from integrations.dispatch.saas import categories_or_default
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, RequestState, SaasConnection, SaasDeletion
 from integrations.services.ledger import ledger_event_append
 from integrations.services.row_updates import row_update
@@ -62,7 +63,7 @@ def saas_connection_create(
     with transaction.atomic():
         connection.save()
         ledger_event_append(
-            kind="saas_connection.created",
+            kind=LedgerKind.SAAS_CONNECTION_CREATED,
             broker_id=broker.broker_id,
             subject=str(connection.pk),
             actor=actor,
@@ -121,7 +122,7 @@ def saas_connection_update(
     return row_update(
         connection,
         changes=changes,
-        kind="saas_connection.updated",
+        kind=LedgerKind.SAAS_CONNECTION_UPDATED,
         actor=actor,
         broker_id=lambda row: row.broker.broker_id,
         subject=lambda row: str(row.pk),
@@ -147,7 +148,7 @@ def saas_connection_disable(
         locked.disabled_reason = reason
         locked.save(update_fields=["enabled", "disabled_reason"])
         ledger_event_append(
-            kind="saas_connection.disabled",
+            kind=LedgerKind.SAAS_CONNECTION_DISABLED,
             broker_id=locked.broker.broker_id,
             subject=str(locked.pk),
             actor=actor,
@@ -180,7 +181,7 @@ def saas_connection_enable(*, connection: SaasConnection, actor: str) -> int:
         if waiting:
             enqueue.saas_deletions_enqueue(waiting)
         ledger_event_append(
-            kind="saas_connection.enabled",
+            kind=LedgerKind.SAAS_CONNECTION_ENABLED,
             broker_id=locked.broker.broker_id,
             subject=str(locked.pk),
             actor=actor,

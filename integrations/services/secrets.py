@@ -6,6 +6,7 @@ from django.apps import apps
 from django.db import connection, models, transaction
 
 from integrations import encryption
+from integrations.ledger_kinds import LedgerKind
 from integrations.models.fields import EncryptedTextField
 from integrations.services.ledger import ledger_event_append
 
@@ -22,7 +23,9 @@ def secrets_reencrypt(*, actor: str) -> int:
             ]
             if columns:
                 total += _rotate_table(model, columns)
-        ledger_event_append(kind="secrets.reencrypted", actor=actor, data={"secrets": total})
+        ledger_event_append(
+            kind=LedgerKind.SECRETS_REENCRYPTED, actor=actor, data={"secrets": total}
+        )
     return total
 
 

@@ -17,6 +17,7 @@ from django_otp import user_has_device
 from django_otp.plugins.otp_static.models import StaticDevice, StaticToken
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
+from integrations.ledger_kinds import LedgerKind
 from integrations.services.ledger import ledger_event_append
 
 RECOVERY_CODES = 10
@@ -56,7 +57,7 @@ def staff_mfa_enrol(
         device.save(update_fields=["confirmed"])
         codes = _recovery_codes_replace(user)
         ledger_event_append(
-            kind="staff_user.mfa_enrolled",
+            kind=LedgerKind.STAFF_USER_MFA_ENROLLED,
             subject=user.get_username(),
             actor=actor,
             data={"recovery_codes": len(codes)},
@@ -69,7 +70,7 @@ def staff_mfa_recovery_codes_renew(*, user: AbstractBaseUser, actor: str) -> lis
     with transaction.atomic():
         codes = _recovery_codes_replace(user)
         ledger_event_append(
-            kind="staff_user.mfa_recovery_codes_renewed",
+            kind=LedgerKind.STAFF_USER_MFA_RECOVERY_CODES_RENEWED,
             subject=user.get_username(),
             actor=actor,
             data={"recovery_codes": len(codes)},
@@ -83,7 +84,7 @@ def staff_mfa_reset(*, user: AbstractBaseUser, actor: str) -> int:
         removed, _ = TOTPDevice.objects.filter(user=user).delete()
         removed_static, _ = StaticDevice.objects.filter(user=user).delete()
         ledger_event_append(
-            kind="staff_user.mfa_reset",
+            kind=LedgerKind.STAFF_USER_MFA_RESET,
             subject=user.get_username(),
             actor=actor,
             data={"devices_removed": removed + removed_static},

@@ -21,6 +21,7 @@ from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     DROP_STATUS_CODES,
     DeletionRequest,
@@ -135,7 +136,7 @@ def work_item_status_set(
             )
             item.state, item.needs_amendment = cursor.fetchone()
         ledger_event_append(
-            kind="work_item.status_set",
+            kind=LedgerKind.WORK_ITEM_STATUS_SET,
             broker_id=item.broker.broker_id,
             subject=item.work_item_id,
             actor=actor,

@@ -9,6 +9,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import ApiKey, Broker, LedgerEvent
 from integrations.services.ledger import ledger_event_append
 
@@ -84,7 +85,7 @@ def test_key_is_shown_once_on_creation_and_revocable(staff: Client, broker: Brok
 
 
 def test_ledger_is_read_only_in_the_admin(staff: Client) -> None:
-    event = ledger_event_append(kind="test.event")
+    event = ledger_event_append(kind=LedgerKind.BROKER_UPDATED)
     assert staff.get("/admin/integrations/ledgerevent/").status_code == 200
     assert staff.get("/admin/integrations/ledgerevent/add/").status_code == 403
     assert staff.post(f"/admin/integrations/ledgerevent/{event.pk}/delete/").status_code == 403

@@ -22,6 +22,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django_otp.oath import TOTP
 
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     Broker,
     Integration,
@@ -79,7 +80,7 @@ def credentials(broker: Broker, make_key: Callable[..., CreatedApiKey]) -> list[
     )
     SaasConnection.objects.update(token=SAAS_TOKEN)
     api_key = make_key("webhook_callback").key
-    ledger_event_append(kind="test.event", broker_id=broker.broker_id)
+    ledger_event_append(kind=LedgerKind.BROKER_UPDATED, broker_id=broker.broker_id)
     stored = [DROP_KEY, ISI_TOKEN, CLIENT_SECRET, ACCESS_TOKEN, SAAS_TOKEN, PREVIOUS_SECRET]
     stored += [i.webhook_secret for i in (world.integration, token_isi, oauth_isi)]
     # A staff member's TOTP seed and recovery codes are credentials too.

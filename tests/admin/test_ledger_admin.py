@@ -10,6 +10,7 @@ import pytest
 from django.contrib.auth.models import Group, User
 from django.test import Client
 
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import LedgerEvent
 from integrations.services.ledger import ledger_event_append, ledger_seal
 
@@ -26,9 +27,15 @@ def auditor(client: Client) -> Client:
 
 @pytest.fixture(autouse=True)
 def events() -> None:
-    ledger_event_append(kind="broker.created", broker_id="4821", subject="4821", actor="cli:ops")
-    ledger_event_append(kind="api_key.created", broker_id="4821", subject="dpk_abc", actor="x")
-    ledger_event_append(kind="broker.created", broker_id="4822", subject="4822", actor="cli:ops")
+    ledger_event_append(
+        kind=LedgerKind.BROKER_CREATED, broker_id="4821", subject="4821", actor="cli:ops"
+    )
+    ledger_event_append(
+        kind=LedgerKind.API_KEY_CREATED, broker_id="4821", subject="dpk_abc", actor="x"
+    )
+    ledger_event_append(
+        kind=LedgerKind.BROKER_CREATED, broker_id="4822", subject="4822", actor="cli:ops"
+    )
     ledger_seal()
 
 

@@ -17,6 +17,7 @@ from django.test import Client, RequestFactory
 from django.urls import reverse
 from django.utils import timezone
 
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import ApiKey, Broker, LedgerEvent
 from integrations.services.keys import CreatedApiKey
 from integrations.services.ledger import ledger_event_append
@@ -43,7 +44,7 @@ def every_model(broker: Broker, make_key: Callable[..., CreatedApiKey]) -> None:
     """At least one row of every model of the cycle."""
     sample_cycle(broker, today=timezone.localdate())
     make_key("webhook_callback")
-    ledger_event_append(kind="test.event", broker_id=broker.broker_id)
+    ledger_event_append(kind=LedgerKind.BROKER_UPDATED, broker_id=broker.broker_id)
 
 
 def superuser_request() -> HttpRequest:

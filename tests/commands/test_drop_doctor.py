@@ -20,6 +20,7 @@ from django.test import Client
 from django.utils import timezone
 
 from integrations import tasks
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     Broker,
     DropCycle,
@@ -78,7 +79,7 @@ def world(broker: Broker) -> World:
     other_crm = webhook_integration_for(other, "https://crm.other.example/drop").integration
     deletion_request(other_crm, state=RequestState.QUEUED)
     ledger_event_append(
-        kind="drop.pull_failed",
+        kind=LedgerKind.DROP_PULL_FAILED,
         broker_id="1234",
         subject="1234",
         actor="system:auto-pull",

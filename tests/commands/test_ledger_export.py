@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
+from integrations.ledger_kinds import LedgerKind
 from integrations.services.ledger import ledger_event_append, ledger_seal
 
 pytestmark = pytest.mark.django_db
@@ -17,10 +18,12 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def events() -> None:
-    ledger_event_append(kind="a.one", broker_id="4821", subject="x", data={"n": 1})
-    ledger_event_append(kind="a.two", broker_id="1234", subject="=HYPERLINK(1)")
+    ledger_event_append(
+        kind=LedgerKind.BROKER_CREATED, broker_id="4821", subject="x", data={"n": 1}
+    )
+    ledger_event_append(kind=LedgerKind.BROKER_UPDATED, broker_id="1234", subject="=HYPERLINK(1)")
     ledger_seal()
-    ledger_event_append(kind="a.three", broker_id="4821")
+    ledger_event_append(kind=LedgerKind.API_KEY_CREATED, broker_id="4821")
 
 
 def run(*args: str) -> str:
@@ -31,7 +34,7 @@ def run(*args: str) -> str:
 
 def test_csv_has_every_event_with_its_chain_hash(events: None) -> None:
     rows = list(csv.DictReader(io.StringIO(run())))
-    assert [r["kind"] for r in rows] == ["a.one", "a.two", "a.three"]
+    assert [r["kind"] for r in rows] == ["broker.created", "broker.updated", "api_key.created"]
     assert len(rows[0]["chain_hash"]) == 64
     assert rows[2]["chain_hash"] == ""  # written after the seal
     assert json.loads(rows[0]["data"]) == {"n": 1}
@@ -44,7 +47,7 @@ def test_csv_defuses_formulas(events: None) -> None:
 
 def test_jsonl_filtered_by_broker(events: None) -> None:
     lines = [json.loads(line) for line in run("--format", "jsonl", "--broker", "4821").splitlines()]
-    assert [e["kind"] for e in lines] == ["a.one", "a.three"]
+    assert [e["kind"] for e in lines] == ["broker.created", "api_key.created"]
     assert lines[0]["data"] == {"n": 1}
 
 

@@ -18,6 +18,7 @@ from django.conf import settings
 from procrastinate.contrib.django.models import ProcrastinateJob
 
 from integrations import tasks
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import LedgerChainLink
 from integrations.services.ledger import ledger_event_append
 from tests.conftest import database_url, subprocess_env
@@ -57,7 +58,7 @@ def test_the_worker_waits_through_an_outage_and_resumes() -> None:
         reader = threading.Thread(target=lambda: lines.extend(worker.stderr or []), daemon=True)
         reader.start()
         try:
-            before = ledger_event_append(kind="test.before_outage")
+            before = ledger_event_append(kind=LedgerKind.BROKER_UPDATED)
             tasks.seal_ledger.defer()
             _eventually(
                 lambda: LedgerChainLink.objects.filter(event_id=before.id).exists(),
@@ -66,7 +67,7 @@ def test_the_worker_waits_through_an_outage_and_resumes() -> None:
 
             proxy.stop()
             _eventually(lambda: any("unreachable" in line for line in lines), "a WARNING")
-            during = ledger_event_append(kind="test.during_outage")
+            during = ledger_event_append(kind=LedgerKind.BROKER_UPDATED)
             job_id = tasks.seal_ledger.defer()
             proxy.start()
 

@@ -29,6 +29,7 @@ from procrastinate.contrib.django.models import ProcrastinateJob
 
 from devtools.drop_simulator import DropSimulator, work_items
 from integrations import tasks
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     AlertState,
     Broker,
@@ -277,7 +278,7 @@ def test_cycles_due_alert_at_7_days_and_again_at_2_while_statuses_are_owed(
 
 def test_an_unreachable_drop_alerts_only_after_a_day(broker: Broker) -> None:
     ledger_event_append(
-        kind="drop.pull_failed",
+        kind=LedgerKind.DROP_PULL_FAILED,
         broker_id="4821",
         subject="4821",
         data={"error": "cannot reach DROP", "status": None, "reason": "unreachable"},

@@ -7,6 +7,7 @@ from django.core.management import call_command
 from django.db import connection, transaction
 from django.db.utils import DatabaseError
 
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import LedgerChainLink, LedgerEvent
 from integrations.services.ledger import (
     GENESIS_HASH,
@@ -24,7 +25,10 @@ pytestmark = pytest.mark.django_db
 def append(n: int) -> list[LedgerEvent]:
     return [
         ledger_event_append(
-            kind="test.event", broker_id="4821", subject=f"s{i}", data={"i": i, "name": "é"}
+            kind=LedgerKind.BROKER_UPDATED,
+            broker_id="4821",
+            subject=f"s{i}",
+            data={"i": i, "name": "é"},
         )
         for i in range(n)
     ]
@@ -83,7 +87,7 @@ def test_the_database_hashes_events_as_the_verifier_does(data: dict[str, object]
     (event,) = ledger_events_append(
         [
             {
-                "kind": "test.event",
+                "kind": LedgerKind.BROKER_UPDATED,
                 "broker_id": "4821",
                 "subject": AWKWARD,
                 "actor": AWKWARD,
@@ -105,7 +109,7 @@ def test_the_database_hashes_events_as_the_verifier_does(data: dict[str, object]
 
 
 def test_subject_and_actor_are_cut_at_200_characters_before_hashing() -> None:
-    event = ledger_event_append(kind="test.event", subject="s" * 300, actor="a" * 300)
+    event = ledger_event_append(kind=LedgerKind.BROKER_UPDATED, subject="s" * 300, actor="a" * 300)
     stored = LedgerEvent.objects.get(pk=event.pk)
     assert (len(stored.subject), len(stored.actor)) == (200, 200)
     assert ledger_verify().ok
@@ -196,7 +200,23 @@ def test_verify_command_exits_1_naming_the_first_broken_event(capsys) -> None:
 
 def test_event_rolled_back_with_its_change_leaves_no_trace() -> None:
     with pytest.raises(RuntimeError), transaction.atomic():
-        ledger_event_append(kind="test.rolled_back")
+        ledger_event_append(kind=LedgerKind.BROKER_UPDATED)
         raise RuntimeError
-    assert not LedgerEvent.objects.filter(kind="test.rolled_back").exists()
+    assert not LedgerEvent.objects.filter(kind="broker.updated").exists()
+    assert ledger_verify().ok
+
+
+def test_an_unregistered_kind_is_refused_and_nothing_is_written() -> None:
+    with pytest.raises(ValueError, match=r"unknown ledger kind 'broker\.renamed'"):
+        ledger_event_append(kind="broker.renamed")  # type: ignore[arg-type]
+    # In a batch, one unregistered kind refuses the whole INSERT.
+    with pytest.raises(ValueError, match=r"unknown ledger kind 'test\.event'"):
+        ledger_events_append([{"kind": LedgerKind.BROKER_UPDATED}, {"kind": "test.event"}])
+    assert not LedgerEvent.objects.exists()
+
+
+def test_a_kind_is_stored_as_the_plain_string_it_stands_for() -> None:
+    (event,) = ledger_events_append([{"kind": "broker.updated"}])
+    assert type(event.kind) is str and event.kind == "broker.updated"
+    assert LedgerEvent.objects.get(pk=event.pk).kind == "broker.updated"
     assert ledger_verify().ok

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from django.core.exceptions import ValidationError
 
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, LedgerEvent
 from integrations.outbound_http import deliver
 from integrations.services.brokers import broker_create, broker_update
@@ -73,7 +74,7 @@ def test_no_ledger_event_keeps_a_query_string(broker: Broker) -> None:
         broker=broker, name="CRM", url="https://hooks.acme.example/drop?key=s3cr3t#x", actor="t"
     )
     ledger_event_append(
-        kind="test.note",
+        kind=LedgerKind.INTEGRATION_DISABLED,
         data={
             "reason": "410 Gone from https://a:b@hooks.acme.example/drop?key=s3cr3t at noon",
             "nested": [{"url": "http://127.0.0.1:9/x?email=ann@example.com"}],
@@ -85,7 +86,7 @@ def test_no_ledger_event_keeps_a_query_string(broker: Broker) -> None:
     assert "s3cr3t" not in stored and "ann@example.com" not in stored
     created = LedgerEvent.objects.get(kind="integration.created")
     assert created.data["url"] == "https://hooks.acme.example/drop"
-    note = LedgerEvent.objects.get(kind="test.note")
+    note = LedgerEvent.objects.get(kind="integration.disabled")
     assert note.data == {
         "reason": "410 Gone from https://hooks.acme.example/drop at noon",
         "nested": [{"url": "http://127.0.0.1:9/x"}],

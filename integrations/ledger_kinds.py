@@ -1,0 +1,130 @@
+"""Every kind of ledger event, in one registry: ``services.ledger`` refuses any other.
+
+A member's value is the string stored in ``LedgerEvent.kind`` and covered by the event's
+hash, so a value never changes once events carry it (the ledger is append-only): a new
+meaning is a new member. The SQL write paths (``integrations/sql/*.sql``) write their kinds
+as literals; tests/test_ledger_kinds.py holds those to this registry too.
+
+A leaf module (standard library only): models, services, SQL tests and the offline evidence
+verifier all import it.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class LedgerKind(StrEnum):
+    # -- brokers, their keys and secrets
+    BROKER_CREATED = "broker.created"  # a broker and its settings
+    BROKER_UPDATED = "broker.updated"  # changed broker settings (a key only as changed or cleared)
+    API_KEY_CREATED = "api_key.created"  # an API key issued (its prefix and scopes)
+    API_KEY_REVOKED = "api_key.revoked"  # an API key revoked
+    SECRETS_REENCRYPTED = "secrets.reencrypted"  # stored secrets re-encrypted under the new key
+
+    # -- DROP: pulling, importing and matching a cycle
+    DROP_API_CALL = "drop.api_call"  # one call to DROP's API and its outcome
+    DROP_PULLED = "drop.pulled"  # a pull that succeeded: nothing new, imported or already imported
+    DROP_PULL_FAILED = "drop.pull_failed"  # a pull that failed (raises drop_unreachable)
+    DROP_IMPORT_REFUSED = "drop.import_refused"  # a DROP package refused on import
+    DROP_CYCLE_IMPORTED = "drop.cycle_imported"  # a cycle's work items imported and matched
+    DROP_WORK_ITEMS_REMOVED = "drop.work_items_removed"  # DROP's removed items closed
+    DROP_LATE_MATCHED = "drop.late_matched"  # open work items matched by consumers added later
+    DROP_DOCTOR_CHECKED = "drop.doctor_checked"  # a ``drop doctor`` run and what it found
+    DROP_CYCLE_REPORTED = "drop_cycle.reported"  # a cycle with every status reported to DROP
+
+    # -- work items and consumers
+    WORK_ITEM_STATUS_SET = "work_item.status_set"  # a status set by hand or by a service
+    WORK_ITEM_STATUS_SETTLED = "work_item.status_settled"  # a status settled by outcomes (SQL)
+    CONSUMERS_REGISTERED = "consumers.registered"  # a batch of consumers registered
+    CONSUMER_FORGOTTEN = "consumer.forgotten"  # a consumer's identifiers erased
+
+    # -- deletion requests (the delivery loop composes its events: ledger_kind_compose)
+    DELETION_REQUESTS_CREATED = "deletion_requests.created"  # requests created for matches
+    PENDING_REQUESTS_TARGETED = "pending_requests.targeted"  # pending requests given targets
+    DELETION_REQUEST_DELIVERED = "deletion_request.delivered"  # acknowledged by its target
+    DELETION_REQUEST_DELIVERY_FAILED = "deletion_request.delivery_failed"  # an attempt failed
+    DELETION_REQUEST_UNDELIVERABLE = "deletion_request.undeliverable"  # retries used up
+    DELETION_REQUEST_CANCELLED = "deletion_request.cancelled"  # cancelled by the delivery loop
+    DELETION_REQUEST_OUTCOME_RECORDED = "deletion_request.outcome_recorded"  # its outcome (SQL)
+    DELETION_REQUEST_OUTCOME_REPEATED = "deletion_request.outcome_repeated"  # same outcome again
+    DELETION_REQUEST_REDELIVERY_REQUESTED = "deletion_request.redelivery_requested"  # by staff
+    DELETION_REQUEST_REDISPATCHED = "deletion_request.redispatched"  # sent again, no outcome yet
+
+    # -- resolution requests (ISI) and the SaaS deletions they lead to
+    RESOLUTION_REQUEST_DELIVERED = "resolution_request.delivered"  # acknowledged by the ISI
+    RESOLUTION_REQUEST_DELIVERY_FAILED = "resolution_request.delivery_failed"  # attempt failed
+    RESOLUTION_REQUEST_UNDELIVERABLE = "resolution_request.undeliverable"  # retries used up
+    RESOLUTION_REQUEST_CANCELLED = "resolution_request.cancelled"  # cancelled by the loop
+    RESOLUTION_REQUEST_OUTCOME_RECORDED = "resolution_request.outcome_recorded"  # its answer
+    RESOLUTION_REQUEST_OUTCOME_REPEATED = "resolution_request.outcome_repeated"  # same answer
+    # its identifiers erased once every SaaS deletion it led to is final
+    RESOLUTION_REQUEST_IDENTIFIERS_PURGED = "resolution_request.identifiers_purged"
+    RESOLUTION_REQUEST_REDELIVERY_REQUESTED = "resolution_request.redelivery_requested"  # staff
+    SAAS_DELETION_DELIVERED = "saas_deletion.delivered"  # done by the SaaS connection
+    SAAS_DELETION_DELIVERY_FAILED = "saas_deletion.delivery_failed"  # an attempt failed
+    SAAS_DELETION_UNDELIVERABLE = "saas_deletion.undeliverable"  # retries used up
+    SAAS_DELETION_CANCELLED = "saas_deletion.cancelled"  # cancelled (by staff or nothing to send)
+    SAAS_DELETION_REDELIVERY_REQUESTED = "saas_deletion.redelivery_requested"  # by staff
+
+    # -- integrations (webhook, ISI) and SaaS connections
+    INTEGRATION_CREATED = "integration.created"  # a webhook or ISI integration added
+    INTEGRATION_UPDATED = "integration.updated"  # its settings changed
+    # its signing secret replaced
+    INTEGRATION_SECRET_ROTATED = "integration.secret_rotated"  # noqa: S105 (a kind, not a secret)
+    INTEGRATION_DISABLED = "integration.disabled"  # disabled by staff or by a 410 Gone
+    INTEGRATION_ENABLED = "integration.enabled"  # enabled again (its rows queued again)
+    INTEGRATION_TEST_SENT = "integration.test_sent"  # a test call and its result
+    ISI_CONNECTIONS_REFRESHED = "isi.connections_refreshed"  # an ISI's SaaS connections read
+    ISI_CONNECTIONS_REFRESH_FAILED = "isi.connections_refresh_failed"  # reading them failed
+    SAAS_CONNECTION_CREATED = "saas_connection.created"  # a SaaS connection added
+    SAAS_CONNECTION_UPDATED = "saas_connection.updated"  # its settings changed
+    SAAS_CONNECTION_DISABLED = "saas_connection.disabled"  # disabled by staff or by a 410 Gone
+    SAAS_CONNECTION_ENABLED = "saas_connection.enabled"  # enabled again
+    CALLBACK_REJECTED = "callback.rejected"  # a callback with a valid API key refused
+
+    # -- report files sent to DROP
+    REPORT_FILE_WRITTEN = "report_file.written"  # a status file written (its digest and rows)
+    REPORT_FILE_UPLOAD_FAILED = "report_file.upload_failed"  # an upload that failed
+    REPORT_FILE_ACCEPTED = "report_file.accepted"  # DROP accepted it
+    REPORT_FILE_REJECTED = "report_file.rejected"  # DROP rejected it
+    REPORT_FILE_MARKED_UPLOADED = "report_file.marked_uploaded"  # staff uploaded it by hand
+
+    # -- staff (the admin composes its events: ledger_kind_compose)
+    STAFF_USER_ADDED = "staff_user.added"  # a staff account added in the admin
+    STAFF_USER_CHANGED = "staff_user.changed"  # a staff account changed in the admin
+    STAFF_USER_DELETED = "staff_user.deleted"  # a staff account deleted in the admin
+    STAFF_USER_MFA_ENROLLED = "staff_user.mfa_enrolled"  # two-factor authentication set up
+    STAFF_USER_MFA_RECOVERY_CODES_RENEWED = "staff_user.mfa_recovery_codes_renewed"  # new codes
+    STAFF_USER_MFA_RESET = "staff_user.mfa_reset"  # two-factor authentication reset
+    GROUP_ADDED = "group.added"  # a role group added in the admin
+    GROUP_CHANGED = "group.changed"  # a role group's permissions or members changed
+    GROUP_DELETED = "group.deleted"  # a role group deleted in the admin
+
+    # -- exports, the ledger itself, alerts and jobs
+    OUTCOMES_EXPORTED = "outcomes.exported"  # an outcomes export (who, which filters)
+    LEDGER_EXPORTED = "ledger.exported"  # a ledger export (who, which filters)
+    REPORT_FILES_EXPORTED = "report_files.exported"  # a cycle's report files downloaded
+    EVIDENCE_EXPORTED = "evidence.exported"  # an evidence pack exported (its manifest's digest)
+    LEDGER_VERIFIED = "ledger.verified"  # a ``ledger verify`` run and its result
+    ALERT_RAISED = "alert.raised"  # an alert condition began
+    ALERT_CLEARED = "alert.cleared"  # an alert condition ended
+    JOB_STALLED_RETRIED = "job.stalled_retried"  # a job of a lost worker retried
+
+
+def ledger_kind_check(kind: str) -> LedgerKind:
+    """``kind`` as its registered member; a ValueError naming it if it is not registered."""
+    try:
+        return LedgerKind(kind)
+    except ValueError:
+        raise ValueError(
+            f"unknown ledger kind {kind!r}: every kind is a member of LedgerKind "
+            "(integrations/ledger_kinds.py)"
+        ) from None
+
+
+def ledger_kind_compose(prefix: str, verb: str) -> LedgerKind:
+    """The kind ``<prefix>.<verb>`` of a family composed at run time: the delivery loop's
+    (``DeliveryKind.name`` and its outcome, ``deletion_request.delivered``) and the staff
+    admin's (``staff_user.added``). A ValueError if the pair is not registered."""
+    return ledger_kind_check(f"{prefix}.{verb}")
