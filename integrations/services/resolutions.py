@@ -25,6 +25,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from integrations.models import (
+    OUTCOME_REFUSING_STATES,
     DropOutcome,
     OptOutRecord,
     RequestState,
@@ -42,7 +43,7 @@ from integrations.services.outcomes import (
 from integrations.services.work_items import work_item_settle
 
 FINAL_SAAS_STATES = (RequestState.COMPLETED, RequestState.CANCELLED)
-NOT_DELETED_OUTCOMES = ("opted_out", "exempt")
+NOT_DELETED_OUTCOMES = (DropOutcome.OPTED_OUT, DropOutcome.EXEMPT)
 
 
 def resolution_outcome_record(
@@ -74,9 +75,10 @@ def resolution_outcome_record(
     )
     keep = deletes and bool(connections)  # identifiers are kept only for a SaaS deletion
     with transaction.atomic():
+        # Taken as for a deletion (models, OUTCOME_REFUSING_STATES), but any answer is final.
         updated = (
             ResolutionRequest.objects.filter(pk=request.pk, completed_at__isnull=True)
-            .exclude(state=RequestState.CANCELLED)
+            .exclude(state__in=OUTCOME_REFUSING_STATES)
             .update(
                 state=RequestState.COMPLETED,
                 drop_outcome=drop_outcome,
