@@ -6,13 +6,13 @@ Issue the status after recording an outcome, in the same transaction::
         ...record the outcome on the resolution request...
         work_item_settle(work_item=request.work_item)
 
-The rules (product.md section 1, step 6) are written once, in SQL, because the callbacks'
+The rules (product.md section 1, step 6) are applied once, in SQL, because the callbacks'
 hot path settles in the same statement that records the outcome (docs/benchmarks.md,
-callbacks): ``integrations/sql/work_item_settle.sql``. In short: a work item is reportable
-when every request it has is final; its code is the strongest outcome (``models``,
-``DROP_STATUS_PRECEDENCE``; all cancelled: ``DROP_STATUS_ALL_CANCELLED``); a status DROP
-already holds that differs must be amended; a status staff set by hand stands while any
-request is open.
+callbacks): ``integrations/sql/work_item_settle.sql``, held by tests/test_sql_rules.py to the
+codes and precedence defined in ``models``. In short: a work item is reportable when every
+request it has is final; its code is the strongest outcome (``DROP_STATUS_PRECEDENCE``; all
+cancelled: ``DROP_STATUS_ALL_CANCELLED``); a status DROP already holds that differs must be
+amended; a status staff set by hand stands while any request is open.
 """
 
 from __future__ import annotations
