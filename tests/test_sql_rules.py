@@ -2,11 +2,12 @@
 enums and ``integrations.models.requests``: these tests hold the SQL to those definitions.
 
 The SQL spells out state names and status codes as literals rather than taking them as
-parameters: a function's text is frozen per migration, and the callbacks' hot path keeps its
-cached plans. So every bare-word literal in the SQL must stand in a position listed here,
-where it is checked against its enum (a new one fails until it is listed), and the rules
-themselves (precedence, final outcomes, which outcomes are taken) are compared with the
-Python definitions, first as written, then as the functions behave.
+parameters (a function's text is frozen per migration: changing it ships a new one). So every
+bare-word literal in the SQL must stand in a position listed here, where it is checked
+against its enum (a new one fails until it is listed), and the rules themselves (precedence,
+final outcomes, which outcomes are taken) are compared with the Python definitions, first as
+written in the source files, then as the migrated functions behave (tests/test_sql_functions.py
+holds the two to each other). Raw SQL in Python modules takes states as parameters.
 """
 
 from __future__ import annotations
