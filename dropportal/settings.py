@@ -185,7 +185,7 @@ SPECTACULAR_SETTINGS = {
     # Several bodies have a "status" or "drop_outcome" of their own: name their enums.
     "ENUM_NAME_OVERRIDES": {
         "CallbackStatusEnum": ["completed"],
-        "DropOutcomeEnum": ["deleted", "not_found", "opted_out", "exempt", "failed"],
+        "DropOutcomeEnum": "integrations.models.DropOutcome.values",
     },
 }
 

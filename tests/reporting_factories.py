@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from integrations.drop.reporting import build_response_file, response_name
 from integrations.models import (
+    DROP_STATUS_CODES,
     Broker,
     Consumer,
     DeletionRequest,
@@ -124,9 +125,7 @@ def request_make(
     defaults: dict[str, Any] = {
         "dispatched_at": now if state != RequestState.QUEUED else None,
         "completed_at": now if outcome else None,
-        "drop_status_code": {"exempt": 2, "deleted": 3, "opted_out": 4, "not_found": 5}.get(
-            outcome
-        ),
+        "drop_status_code": DROP_STATUS_CODES.get(outcome),
     }
     defaults.update(fields)
     consumer, _ = Consumer.objects.get_or_create(

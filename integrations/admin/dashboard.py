@@ -26,7 +26,13 @@ from django.utils.safestring import SafeString
 from integrations.admin import charts
 from integrations.dispatch.checks import PRIVATE_TARGETS_OPEN
 from integrations.ledger_kinds import LedgerKind
-from integrations.models import RequestState, WorkItemState
+from integrations.models import (
+    DROP_STATUS_CODES,
+    DropOutcome,
+    DropStatus,
+    RequestState,
+    WorkItemState,
+)
 from integrations.selectors.dashboard import (
     HEALTH_ATTEMPTS,
     BrokerOverview,
@@ -49,12 +55,16 @@ class Outcome:
         return f"{self.name} ({self.code})" if self.code else self.name
 
 
-# Bottom-up order of the stacked bars; the legend reads the same.
+# Bottom-up order of the stacked bars, the legend's order; the statuses and their names
+# are DropStatus's.
+STATUS_COLORS = {
+    DropStatus.DELETED: "#2563eb",
+    DropStatus.OPTED_OUT: "#7c3aed",
+    DropStatus.EXEMPT: "#d97706",
+    DropStatus.NOT_FOUND: "#94a3b8",
+}
 OUTCOMES = (
-    Outcome(3, "Deleted", "#2563eb"),
-    Outcome(4, "Opted out", "#7c3aed"),
-    Outcome(2, "Exempt", "#d97706"),
-    Outcome(5, "Not found", "#94a3b8"),
+    *(Outcome(status.value, status.label, color) for status, color in STATUS_COLORS.items()),
     Outcome(None, "No status yet", "#cbd5e1"),
 )
 
@@ -68,13 +78,15 @@ class BrokerOutcome:
     color: str
 
 
-# Bottom-up order of the outcome bars; colours match the DROP statuses above.
+# Bottom-up order of the outcome bars: each final outcome in its DROP status's place, with
+# its name and colour.
+_OUTCOME_OF_STATUS = {code: outcome for outcome, code in DROP_STATUS_CODES.items()}
 BROKER_OUTCOMES = (
-    BrokerOutcome("deleted", "Deleted", "#2563eb"),
-    BrokerOutcome("opted_out", "Opted out", "#7c3aed"),
-    BrokerOutcome("exempt", "Exempt", "#d97706"),
-    BrokerOutcome("not_found", "Not found", "#94a3b8"),
-    BrokerOutcome("failed", "Failed", "#dc2626"),
+    *(
+        BrokerOutcome(_OUTCOME_OF_STATUS[status], status.label, color)
+        for status, color in STATUS_COLORS.items()
+    ),
+    BrokerOutcome(DropOutcome.FAILED.value, DropOutcome.FAILED.label, "#dc2626"),
     BrokerOutcome("", "No answer yet", "#cbd5e1"),
 )
 UNCANCELLED = ",".join(s for s in RequestState.values if s != RequestState.CANCELLED)

@@ -22,7 +22,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 
 from integrations.admin.reports import set_work_item_status
-from integrations.models import DropCycle, WorkItem
+from integrations.models import DropCycle, DropStatus, WorkItem
 from integrations.selectors.deadlines import drop_cycles_by_urgency
 from integrations.selectors.drop_metrics import METRIC_FIGURES, METRIC_FILTERS, drop_year_bounds
 
@@ -180,16 +180,11 @@ class StatusCodeFilter(admin.SimpleListFilter):
     parameter_name = "status_code__exact"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [
-            ("2", "2: exempt"),
-            ("3", "3: deleted"),
-            ("4", "4: opted out"),
-            ("5", "5: not found"),
-        ]
+        return [(str(status.value), status.short_label) for status in DropStatus]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         value = self.value()
-        if value in {"2", "3", "4", "5"}:
+        if value in {str(code) for code in DropStatus.values}:
             return queryset.filter(status_code=int(value))
         return queryset
 

@@ -37,6 +37,7 @@ from integrations.admin.actors import staff_actor
 from integrations.models import (
     DeletionRequest,
     DropCycle,
+    DropStatus,
     ReportFile,
     WorkItem,
     WorkItemState,
@@ -215,12 +216,7 @@ class GenerateForm(forms.Form):
 class WorkItemStatusForm(forms.Form):
     status_code = forms.TypedChoiceField(
         coerce=int,
-        choices=[
-            (2, "2: exempt"),
-            (3, "3: deleted"),
-            (4, "4: opted out"),
-            (5, "5: not found"),
-        ],
+        choices=[(status.value, status.short_label) for status in DropStatus],
     )
     reason = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 3}),

@@ -3,7 +3,14 @@
 from integrations.models.alerts import AlertState
 from integrations.models.brokers import Broker, BrokerMode
 from integrations.models.consumers import Consumer, ConsumerHash
-from integrations.models.drop import CycleState, DropCycle, HashType, WorkItem, WorkItemState
+from integrations.models.drop import (
+    CycleState,
+    DropCycle,
+    DropStatus,
+    HashType,
+    WorkItem,
+    WorkItemState,
+)
 from integrations.models.integrations import (
     DROP_CAPABILITIES,
     Integration,
@@ -16,7 +23,11 @@ from integrations.models.keys import ApiKey, ApiKeyScope
 from integrations.models.ledger import LedgerChainLink, LedgerEvent
 from integrations.models.reports import ReportFile, ReportFileState, ReportKind
 from integrations.models.requests import (
+    DROP_STATUS_ALL_CANCELLED,
     DROP_STATUS_CODES,
+    DROP_STATUS_PRECEDENCE,
+    OUTCOME_REFUSING_STATES,
+    OUTCOMES_NOT_FINAL,
     DeletionRequest,
     DeliveryAttempt,
     DropOutcome,
@@ -29,7 +40,11 @@ from integrations.models.shown_once import SHOWN_ONCE_TTL, ShownOnceSecret
 
 __all__ = [
     "DROP_CAPABILITIES",
+    "DROP_STATUS_ALL_CANCELLED",
     "DROP_STATUS_CODES",
+    "DROP_STATUS_PRECEDENCE",
+    "OUTCOMES_NOT_FINAL",
+    "OUTCOME_REFUSING_STATES",
     "SHOWN_ONCE_TTL",
     "AlertState",
     "ApiKey",
@@ -43,6 +58,7 @@ __all__ = [
     "DeliveryAttempt",
     "DropCycle",
     "DropOutcome",
+    "DropStatus",
     "HashType",
     "Integration",
     "IntegrationKind",

@@ -15,7 +15,7 @@ import uuid
 from django.db import models
 from django.db.models.functions import Now
 
-from integrations.models.drop import HashType
+from integrations.models.drop import DropStatus, HashType
 from integrations.models.fields import EncryptedTextField
 
 
@@ -29,15 +29,55 @@ class RequestState(models.TextChoices):
     CANCELLED = "cancelled", "Cancelled"
 
 
+def _with_code(status: DropStatus) -> str:
+    return f"{status.label} ({status.value})"
+
+
 class DropOutcome(models.TextChoices):
-    DELETED = "deleted", "Deleted (3)"
-    NOT_FOUND = "not_found", "Not found (5)"
-    OPTED_OUT = "opted_out", "Opted out (4)"
-    EXEMPT = "exempt", "Exempt (2)"
+    """A broker's answer to a deletion request ("" while there is none)."""
+
+    DELETED = "deleted", _with_code(DropStatus.DELETED)
+    NOT_FOUND = "not_found", _with_code(DropStatus.NOT_FOUND)
+    OPTED_OUT = "opted_out", _with_code(DropStatus.OPTED_OUT)
+    EXEMPT = "exempt", _with_code(DropStatus.EXEMPT)
     FAILED = "failed", "Failed"
 
 
-DROP_STATUS_CODES = {"exempt": 2, "deleted": 3, "opted_out": 4, "not_found": 5}
+# The rules of outcomes and statuses, each defined here once. The SQL functions that apply
+# them (integrations/sql/) spell them out in SQL; tests/test_sql_rules.py holds the SQL to
+# these definitions.
+
+# The DROP status each final outcome gives its work item. ``failed`` gives none: it is not
+# final (the broker may answer again), nor is "" (no answer yet). Plain values: they go into
+# ledger data and SQL parameters as they are.
+DROP_STATUS_CODES: dict[str, int] = {
+    DropOutcome.EXEMPT.value: DropStatus.EXEMPT.value,
+    DropOutcome.DELETED.value: DropStatus.DELETED.value,
+    DropOutcome.OPTED_OUT.value: DropStatus.OPTED_OUT.value,
+    DropOutcome.NOT_FOUND.value: DropStatus.NOT_FOUND.value,
+}
+# A deletion request's outcomes that are not final.
+OUTCOMES_NOT_FINAL = ("", DropOutcome.FAILED)
+
+# Which status wins when a work item's requests have different final outcomes, strongest
+# first (work_item_settle.sql): opted_out (4) over deleted (3) over exempt (2) over
+# not_found (5). A resolution's opted_out or exempt counts as a deletion's does.
+DROP_STATUS_PRECEDENCE = (
+    DropStatus.OPTED_OUT,
+    DropStatus.DELETED,
+    DropStatus.EXEMPT,
+    DropStatus.NOT_FOUND,
+)
+# What a work item settles to when every one of its requests was cancelled: no match remains.
+DROP_STATUS_ALL_CANCELLED = DropStatus.NOT_FOUND
+
+
+# Which broker outcomes are taken (the callbacks): a request takes a new outcome unless it is
+# in one of these states or already has a final outcome. A deletion's outcome is final unless
+# it is in OUTCOMES_NOT_FINAL (deletion_outcome_record.sql, which also takes a repeat of the
+# same failure as a repeat, not a new outcome); a resolution's answer is final once given
+# (its completed_at, services/resolutions.py).
+OUTCOME_REFUSING_STATES = (RequestState.CANCELLED,)
 
 
 class DeliveryFields(models.Model):

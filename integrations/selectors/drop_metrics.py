@@ -15,15 +15,34 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, Q
 
-from integrations.models import Broker, DeletionRequest, ResolutionRequest, WorkItemState
+from integrations.models import (
+    Broker,
+    DeletionRequest,
+    DropOutcome,
+    DropStatus,
+    ResolutionRequest,
+    WorkItemState,
+)
 from integrations.selectors._common import LIST_TYPES
+
+# DROP's figures group the statuses it holds: complied with, denied, not found.
+METRIC_STATUSES: dict[str, tuple[DropStatus, ...]] = {
+    "complied": (DropStatus.DELETED, DropStatus.OPTED_OUT),
+    "denied": (DropStatus.EXEMPT,),
+    "not_found": (DropStatus.NOT_FOUND,),
+}
+
+
+def _named(statuses: tuple[DropStatus, ...]) -> str:
+    return ", ".join(f"{status.value} {status.label.lower()}" for status in statuses)
+
 
 METRIC_FIGURES = (
     ("received", "Received (work items downloaded)"),
     ("matched", "Matched"),
-    ("complied", "Complied with (3 deleted, 4 opted out)"),
-    ("denied", "Denied (2 exempt)"),
-    ("not_found", "Not found (5)"),
+    ("complied", f"Complied with ({_named(METRIC_STATUSES['complied'])})"),
+    ("denied", f"Denied ({_named(METRIC_STATUSES['denied'])})"),
+    ("not_found", f"{DropStatus.NOT_FOUND.label} ({DropStatus.NOT_FOUND.value})"),
     ("open", "Still open (no status reported)"),
     ("removed", "Removed by DROP"),
 )
@@ -32,12 +51,20 @@ METRIC_FILTERS: dict[str, Q] = {
     "received": Q(),
     "matched": Q(Exists(DeletionRequest.objects.filter(work_item=OuterRef("pk"))))
     | Q(Exists(ResolutionRequest.objects.filter(work_item=OuterRef("pk")))),
-    "complied": _NOT_REMOVED & Q(reported_status_code__in=[3, 4]),
-    "denied": _NOT_REMOVED & Q(reported_status_code=2),
-    "not_found": _NOT_REMOVED & Q(reported_status_code=5),
+    **{
+        key: _NOT_REMOVED & Q(reported_status_code__in=statuses)
+        for key, statuses in METRIC_STATUSES.items()
+    },
     "open": _NOT_REMOVED & Q(reported_status_code__isnull=True),
     "removed": Q(state=WorkItemState.REMOVED),
 }
+
+
+def _codes_in(key: str) -> str:
+    """``IN (3, 4)``, a figure's codes as SQL (integers from DropStatus, never input)."""
+    return "IN (" + ", ".join(str(int(status)) for status in METRIC_STATUSES[key]) + ")"
+
+
 NOT_GIVEN = "(not given)"
 
 _YEAR_CYCLES = """
@@ -51,24 +78,24 @@ _METRICS_SQL = (
     + _YEAR_CYCLES
     + """)
 SELECT w.hash_type, count(*),
-       count(*) FILTER (WHERE w.state <> 'removed' AND w.reported_status_code IN (3, 4)),
-       count(*) FILTER (WHERE w.state <> 'removed' AND w.reported_status_code = 2),
-       count(*) FILTER (WHERE w.state <> 'removed' AND w.reported_status_code = 5),
-       count(*) FILTER (WHERE w.state <> 'removed' AND w.reported_status_code IS NULL),
-       count(*) FILTER (WHERE w.state = 'removed'),
+       count(*) FILTER (WHERE w.state <> %(removed)s AND w.reported_status_code {complied}),
+       count(*) FILTER (WHERE w.state <> %(removed)s AND w.reported_status_code {denied}),
+       count(*) FILTER (WHERE w.state <> %(removed)s AND w.reported_status_code {not_found}),
+       count(*) FILTER (WHERE w.state <> %(removed)s AND w.reported_status_code IS NULL),
+       count(*) FILTER (WHERE w.state = %(removed)s),
        percentile_cont(0.5) WITHIN GROUP (ORDER BY d.days),
        avg(d.days)
 FROM cycles c
 JOIN integrations_workitem w ON w.cycle_id = c.id
 CROSS JOIN LATERAL (
     SELECT CASE WHEN w.reported_at IS NOT NULL AND w.reported_status_code IS NOT NULL
-                AND w.state <> 'removed'
+                AND w.state <> %(removed)s
                 THEN extract(epoch FROM w.reported_at) - extract(epoch FROM c.downloaded_at)
            END / 86400 AS days
 ) d
 GROUP BY ROLLUP (w.hash_type)
 """
-)
+).format(**{key: _codes_in(key) for key in METRIC_STATUSES})
 # Matched work items, from the requests (a tenth of the work items or less) rather than a
 # join of every work item with them.
 _MATCHED_SQL = (
@@ -92,13 +119,13 @@ GROUP BY ROLLUP (w.hash_type)
 # carries none).
 _EXEMPTION_BASES_SQL = """
 SELECT coalesce((SELECT min(r.exemption_basis) FROM integrations_resolutionrequest r
-                 WHERE r.work_item_id = w.id AND r.drop_outcome = 'exempt'
+                 WHERE r.work_item_id = w.id AND r.drop_outcome = %(exempt)s
                    AND r.exemption_basis <> ''), %(not_given)s), count(*)
 FROM integrations_dropcycle c JOIN integrations_workitem w ON w.cycle_id = c.id
 WHERE c.broker_id = %(broker)s AND c.downloaded_at >= %(start)s AND c.downloaded_at < %(end)s
-  AND w.state <> 'removed' AND w.reported_status_code = 2
+  AND w.state <> %(removed)s AND w.reported_status_code {denied}
 GROUP BY 1 ORDER BY 2 DESC, 1
-"""
+""".format(denied=_codes_in("denied"))  # noqa: S608  (constants only)
 
 
 @dataclass(frozen=True)
@@ -156,6 +183,8 @@ def drop_metrics(*, broker: Broker, year: int) -> DropMetrics:
         "start": start,
         "end": end,
         "not_given": NOT_GIVEN,
+        "removed": WorkItemState.REMOVED.value,
+        "exempt": DropOutcome.EXEMPT.value,
     }
     names = dict(LIST_TYPES)
     by_type: dict[str | None, MetricRow] = {}

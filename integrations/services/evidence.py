@@ -47,7 +47,9 @@ from integrations.models import (
     ReportFileState,
     ReportKind,
     RequestState,
+    WorkItemState,
 )
+from integrations.selectors.drop_metrics import METRIC_STATUSES
 from integrations.selectors.outcomes import deletion_outcomes_csv
 from integrations.services.ledger import ledger_event_append, ledger_seal
 
@@ -317,7 +319,9 @@ class _Period:
         cycles = list(self.cycles().order_by("downloaded_at"))
         counts: dict[int, dict[str, int]] = {cycle.pk: {} for cycle in cycles}
         with connection.cursor() as cursor:
-            cursor.execute(_CYCLE_COUNTS, [[cycle.pk for cycle in cycles]])
+            cursor.execute(
+                _CYCLE_COUNTS, [WorkItemState.REMOVED.value, [cycle.pk for cycle in cycles]]
+            )
             for cycle_id, key, count in cursor.fetchall():
                 counts[cycle_id][key] = count
         summaries = []
@@ -341,17 +345,19 @@ class _Period:
         return summaries
 
 
+# In the order of DROP's figures: complied with, denied, not found.
 _STATUS_LABELS = (
-    ("3", "3 deleted"),
-    ("4", "4 opted out"),
-    ("2", "2 exempt"),
-    ("5", "5 not found"),
+    *(
+        (str(status.value), f"{status.value} {status.label.lower()}")
+        for statuses in METRIC_STATUSES.values()
+        for status in statuses
+    ),
     ("open", "no status yet"),
     ("removed", "removed by DROP"),
 )
 # The cycles' work items by the status DROP holds (the reported one), open or removed.
 _CYCLE_COUNTS = """
-SELECT cycle_id, CASE WHEN state = 'removed' THEN 'removed'
+SELECT cycle_id, CASE WHEN state = %s THEN 'removed'
                       WHEN reported_status_code IS NULL THEN 'open'
                       ELSE reported_status_code::text END, count(*)
 FROM integrations_workitem WHERE cycle_id = ANY(%s) GROUP BY 1, 2

@@ -40,7 +40,7 @@ from django.db import connection
 from django.utils import timezone
 
 from integrations.ledger_kinds import LedgerKind
-from integrations.models import Broker, DropCycle, WorkItemState
+from integrations.models import Broker, DropCycle, DropStatus, WorkItemState
 from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
 from integrations.services.locks import matching_lock
 from integrations.services.requests import (
@@ -53,7 +53,6 @@ from integrations.services.requests import (
 STAGED_ITEMS = "drop_staged_items"
 STAGED_MATCHES = "drop_staged_matches"
 NEW_CONSUMER_HASHES = "new_consumer_hashes"
-NOT_FOUND = 5  # DROP status code: no match after completing the matching process
 
 
 def staged_items_create() -> str:
@@ -146,7 +145,7 @@ def work_items_insert_staged(*, cycle: DropCycle, staged: str) -> int:
                 "cycle": cycle.pk,
                 "reportable": WorkItemState.REPORTABLE,
                 "open": WorkItemState.OPEN,
-                "not_found": NOT_FOUND,
+                "not_found": DropStatus.NOT_FOUND.value,
             },
         )
         return cursor.rowcount
@@ -230,7 +229,7 @@ def consumer_hashes_match_late(
                 "open": WorkItemState.OPEN,
                 "reportable": WorkItemState.REPORTABLE,
                 "reported": WorkItemState.REPORTED,
-                "nf": NOT_FOUND,
+                "nf": DropStatus.NOT_FOUND.value,
             },
         )
         flagged = sum(1 for (was_reported_5,) in cursor.fetchall() if was_reported_5)

@@ -27,6 +27,7 @@ from django.utils import timezone
 from integrations import enqueue
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
+    OUTCOME_REFUSING_STATES,
     DropOutcome,
     OptOutRecord,
     RequestState,
@@ -44,7 +45,7 @@ from integrations.services.outcomes import (
 from integrations.services.work_items import work_item_settle
 
 FINAL_SAAS_STATES = (RequestState.COMPLETED, RequestState.CANCELLED)
-NOT_DELETED_OUTCOMES = ("opted_out", "exempt")
+NOT_DELETED_OUTCOMES = (DropOutcome.OPTED_OUT, DropOutcome.EXEMPT)
 
 
 def resolution_outcome_record(
@@ -138,10 +139,11 @@ def _resolution_complete(
 ) -> bool:
     """Complete the request with the broker's answer unless it is complete or cancelled
     already; whether it was. ``identifiers`` are kept (encrypted) for the SaaS deletions if
-    ``keep``, else purged at once."""
+    ``keep``, else purged at once. Taken as for a deletion (``OUTCOME_REFUSING_STATES``), but
+    any answer is final."""
     return bool(
         ResolutionRequest.objects.filter(pk=request.pk, completed_at__isnull=True)
-        .exclude(state=RequestState.CANCELLED)
+        .exclude(state__in=OUTCOME_REFUSING_STATES)
         .update(
             state=RequestState.COMPLETED,
             drop_outcome=drop_outcome,

@@ -6,12 +6,13 @@ Issue the status after recording an outcome, in the same transaction::
         ...record the outcome on the resolution request...
         work_item_settle(work_item=request.work_item)
 
-The rules (docs/contracts.md §1.6) are written once, in SQL, because the callbacks'
+The rules (docs/contracts.md §1.6) are applied once, in SQL, because the callbacks'
 hot path settles in the same statement that records the outcome (docs/benchmarks.md,
-callbacks): ``integrations/sql/work_item_settle.sql``. In short: a work item is reportable
-when every request it has is final; its code is the strongest outcome (4 over 3 over 2 over
-5; all cancelled: 5); a status DROP already holds that differs must be amended; a status
-staff set by hand stands while any request is open.
+callbacks): ``integrations/sql/work_item_settle.sql``, held by tests/test_sql_rules.py to the
+codes and precedence defined in ``models``. In short: a work item is reportable when every
+request it has is final; its code is the strongest outcome (``DROP_STATUS_PRECEDENCE``; all
+cancelled: ``DROP_STATUS_ALL_CANCELLED``); a status DROP already holds that differs must be
+amended; a status staff set by hand stands while any request is open.
 """
 
 from __future__ import annotations
@@ -23,17 +24,20 @@ from django.utils import timezone
 
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
-    DROP_STATUS_CODES,
+    OUTCOMES_NOT_FINAL,
     DeletionRequest,
     DropCycle,
-    DropOutcome,
+    DropStatus,
     RequestState,
     WorkItem,
     WorkItemState,
 )
 from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
 
-STATUS_CODES = frozenset(DROP_STATUS_CODES.values())
+STATUS_CODES = frozenset(DropStatus.values)
+_STATUS_CODES_TEXT = " or ".join(
+    (", ".join(str(code) for code in DropStatus.values[:-1]), str(DropStatus.values[-1]))
+)
 STATUS_REASON_MAX = 2000
 
 _SETTLE = (
@@ -73,7 +77,7 @@ def work_items_settle(*, cycle: DropCycle, actor: str = SYSTEM_ACTOR) -> int:
     """
     not_final = DeletionRequest.objects.filter(work_item_id=OuterRef("pk")).filter(
         ~Q(state__in=[RequestState.COMPLETED, RequestState.CANCELLED])
-        | Q(state=RequestState.COMPLETED, drop_outcome__in=["", DropOutcome.FAILED])
+        | Q(state=RequestState.COMPLETED, drop_outcome__in=OUTCOMES_NOT_FINAL)
     )
     candidates = (
         WorkItem.objects.filter(cycle=cycle, state=WorkItemState.OPEN)
@@ -111,7 +115,7 @@ def work_item_status_set(
     reason = (reason or "").strip()
     if status_code not in STATUS_CODES:
         raise ValidationError(
-            {"status_code": f"a DROP status is 2, 3, 4 or 5, not {status_code!r}"}
+            {"status_code": f"a DROP status is {_STATUS_CODES_TEXT}, not {status_code!r}"}
         )
     if not reason:
         raise ValidationError({"reason": "write why this status is set by hand"})

@@ -10,6 +10,9 @@
 -- the deletion_request.outcome_recorded ledger event (p_event_data, canonical JSON, see
 -- ledger_append.sql), and the work item's settlement (the request row is locked first, then
 -- its item, as on every path). Returns whether it was recorded.
+-- Which outcomes are taken is defined in Python (integrations/models/requests.py:
+-- OUTCOMES_NOT_FINAL, OUTCOME_REFUSING_STATES), as services/resolutions.py takes a
+-- resolution's answer; tests/test_sql_rules.py holds the literals here to it.
 --
 -- The source of truth. A migration installs a frozen copy (integrations/migrations/sql/NNNN/),
 -- so a change here ships as a new migration with a copy of this file; tests/test_sql_functions.py

@@ -18,6 +18,9 @@
 -- - A status staff set by hand (with a written reason) stands while any request is still
 --   open; once every request is final, the outcome wins and the ledger event says it
 --   replaced the staff status.
+-- The states, outcomes and codes, which outcomes are final and which code wins are defined
+-- in Python (integrations/models: DropStatus, DROP_STATUS_CODES, DROP_STATUS_PRECEDENCE);
+-- they are written out here as literals, and tests/test_sql_rules.py holds them to those.
 --
 -- The source of truth. A migration installs a frozen copy (integrations/migrations/sql/NNNN/),
 -- so a change here ships as a new migration with a copy of this file; tests/test_sql_functions.py
