@@ -2,7 +2,8 @@
 
 Each bench is a standalone script that prints one JSON object as its last line of output,
 with at least ``name``, ``target_met`` (bool) and its figures. Record the figures, with the
-machine they ran on, in docs/benchmarks.md.
+machine they ran on, in docs/benchmarks.md. A bench makes its own scratch database before
+Django starts, so it imports the app inside functions, after ``django.setup()``.
 """
 
 from __future__ import annotations

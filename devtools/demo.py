@@ -13,7 +13,8 @@ Then it prints where to look and serves the admin until Ctrl-C::
     python -m devtools.demo --no-serve       # narrate and stop
     python -m devtools.demo --screenshot docs/dashboard.png   # also capture the dashboard
 
-A developer tool, not product code: nothing in ``integrations/`` imports it.
+A developer tool, not product code: nothing in ``integrations/`` imports it. It chooses its
+database before Django starts, so it imports the app inside functions, after ``django.setup()``.
 """
 
 from __future__ import annotations

@@ -13,7 +13,10 @@ from django.conf import settings
 from django.db import connection
 from rest_framework.test import APIClient
 
+from integrations.api.callback_auth import ADDRESS_BUCKETS
+from integrations.dispatch import signing
 from integrations.models import Broker
+from integrations.services import drop
 from integrations.services.brokers import broker_create
 from integrations.services.keys import CreatedApiKey, api_key_create
 
@@ -58,16 +61,12 @@ def bearer(key: str) -> dict[str, Any]:
 @pytest.fixture(autouse=True)
 def drop_packages_in_tmp(tmp_path_factory: pytest.TempPathFactory, monkeypatch: Any) -> None:
     """Packages downloaded by a test's `drop pull` go to a temporary folder, not var/."""
-    from integrations.services import drop
-
     monkeypatch.setattr(drop, "PACKAGES_DIR", tmp_path_factory.mktemp("drop-packages"))
 
 
 @pytest.fixture(autouse=True)
 def fresh_callback_throttles() -> None:
     """Each test starts with full per-address buckets (the throttle is per process)."""
-    from integrations.api.callback_auth import ADDRESS_BUCKETS
-
     ADDRESS_BUCKETS.clear()
 
 
@@ -109,8 +108,6 @@ def signature_clock(monkeypatch: pytest.MonkeyPatch) -> float:
     ``SIGNATURE_CLOCK``: a timestamp's distance from the server's time is then exact, not
     whatever the wall clock moved between signing and checking."""
     from types import SimpleNamespace
-
-    from integrations.dispatch import signing
 
     monkeypatch.setattr(signing, "time", SimpleNamespace(time=lambda: SIGNATURE_CLOCK))
     return SIGNATURE_CLOCK
