@@ -13,9 +13,11 @@ Target: at least 70 % of the bare view's rate. ``--repeats`` rounds of each, alt
 with fresh rows each round; the ratio is the median of the rounds' ratios, each ours against
 the bare round just before it (the machine's speed drifts between rounds: best-of-each could
 pair a fast round of one with a slow round of the other). The best rates are reported too.
-The load comes from ``--clients`` processes with ``--threads`` connections each (gunicorn's
-sync workers close every connection, so each callback is a new one, for both views alike);
-requests are prepared in advance.
+The load comes from ``wrk`` when it is installed (``bench/callbacks_wrk.lua``: one thread per
+connection, each sending its share of the prepared requests once), otherwise from
+``--clients`` Python processes with ``--threads`` threads each; ``--clients`` x ``--threads``
+connections at a time either way (gunicorn's sync workers close every connection, so each
+callback is a new one, for both views alike). The JSON names the load used.
 
 Everything happens in a scratch database created next to ``DATABASE_URL``'s (it needs the
 CREATEDB right) and dropped at the end.
@@ -37,9 +39,12 @@ import datetime as dt
 import json
 import multiprocessing
 import os
+import shutil
+import signal
 import socket
 import statistics
 import subprocess
+import tempfile
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -49,6 +54,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 
 RATIO_TARGET = 0.7
+WRK = shutil.which("wrk")
 ROOT = Path(__file__).resolve().parents[1]
 DELETION_PATH = "/api/v1/drop/callbacks/deletion"
 BARE_PATH = "/bench/bare-callback"
@@ -119,6 +125,52 @@ def load(
     return finished - started, statuses
 
 
+def load_wrk(port: int, requests: list[bytes], connections: int) -> tuple[float, Counter[int]]:
+    """The same load through wrk: one thread per connection, each sending its share once.
+    Timed from the first request sent to the last answer received, by the threads' clocks
+    (wrk's own duration is the fixed one it is given; it is stopped once every thread is
+    done)."""
+    with tempfile.TemporaryDirectory(prefix="bench_callbacks_") as scratch:
+        prefix = os.path.join(scratch, "requests")
+        for thread in range(connections):
+            with open(f"{prefix}.{thread}", "wb") as out:
+                out.write(b"\0".join(requests[thread::connections]))
+        wrk = subprocess.Popen(  # noqa: S603
+            [
+                WRK,
+                f"--threads={connections}",
+                f"--connections={connections}",
+                "--duration=600s",
+                "--timeout=30s",
+                f"--script={ROOT / 'bench' / 'callbacks_wrk.lua'}",
+                f"http://127.0.0.1:{port}/",
+                "--",
+                prefix,
+            ],
+            stdout=subprocess.DEVNULL,
+        )
+        done = [f"{prefix}.{thread}.done" for thread in range(connections)]
+        try:
+            while not all(os.path.exists(path) for path in done):
+                if wrk.poll() is not None:
+                    raise SystemExit(f"wrk ended early (exit {wrk.returncode})")
+                time.sleep(0.005)
+            time.sleep(0.01)  # each file is written whole before the thread stops
+        finally:
+            wrk.send_signal(signal.SIGINT)
+            wrk.wait(timeout=30)
+        starts, ends, statuses = [], [], Counter[int]()
+        for path in done:
+            with open(path, encoding="ascii") as file:
+                first, last, *counts = file.read().split()
+            starts.append(float(first))
+            ends.append(float(last))
+            for count in counts:
+                status, number = count.split(":")
+                statuses[int(status)] += int(number)
+    return max(ends) - min(starts), statuses
+
+
 # -- where the CPU goes: the web workers' and PostgreSQL's, read from /proc around each round --
 
 
@@ -179,6 +231,9 @@ def main() -> int:
     parser.add_argument("--web-workers", type=int, default=4)
     parser.add_argument("--clients", type=int, default=2)
     parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument(
+        "--python-load", action="store_true", help="the Python clients even if wrk is installed"
+    )
     args = parser.parse_args()
     base_url = os.environ.get("DATABASE_URL")
     if not base_url:
@@ -345,12 +400,16 @@ def run(args: argparse.Namespace, port: int, server_pid: int) -> dict[str, Any]:
     _wait_for_server(port, key)
 
     cpu_ms: dict[str, list[dict[str, float]]] = {}
+    use_wrk = WRK is not None and not args.python_load
 
     def round_of(prepare: Any, count: int) -> float:
         rows = dispatched(count)
         requests = prepare(rows)
         before = cpu_snapshot(server_pid)
-        elapsed, statuses = load(port, requests, args.clients, args.threads)
+        if use_wrk:
+            elapsed, statuses = load_wrk(port, requests, args.clients * args.threads)
+        else:
+            elapsed, statuses = load(port, requests, args.clients, args.threads)
         after = cpu_snapshot(server_pid)
         used = {part: round(s / count * 1000, 3) for part, s in cpu_used(before, after).items()}
         cpu_ms.setdefault(prepare.__name__, []).append(used)
@@ -397,6 +456,7 @@ def run(args: argparse.Namespace, port: int, server_pid: int) -> dict[str, Any]:
             "bare": cpu_ms["bare"][bare_rates.index(baseline)],
         },
         "callbacks_per_round": args.callbacks,
+        "load": "wrk" if use_wrk else "python clients",
         "web_workers": args.web_workers,
         "client_connections": args.clients * args.threads,
         "targets": {"ratio": RATIO_TARGET},

@@ -53,10 +53,10 @@ def decrypt(token: str) -> str:
 @lru_cache(maxsize=1024)
 def decrypt_credential(token: str | None) -> str | None:
     """``decrypt``, remembered by token, for a credential read on every request (a webhook
-    secret, by each callback): a Fernet decrypt is a tenth of a millisecond, the token never
-    changes without its ciphertext changing, and the clear value is in this process's memory
-    anyway while it is used. Never for consumer data. None or "" (no credential) comes back
-    as it is, as an ``EncryptedTextField`` gives it."""
+    secret, by each callback; the callbacks bench measures what it saves, docs/benchmarks.md):
+    the token never changes without its ciphertext changing, and the clear value is in this
+    process's memory anyway while it is used. Never for consumer data. None or "" (no
+    credential) comes back as it is, as an ``EncryptedTextField`` gives it."""
     return decrypt(token) if token else token
 
 

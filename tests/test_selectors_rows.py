@@ -1,4 +1,4 @@
-"""``model_from_row``: instances built from hand-written SQL, as ``Model.from_db`` builds them."""
+"""``model_from_row``: instances built from hand-written SQL, by ``Model.from_db``."""
 
 from __future__ import annotations
 

@@ -68,8 +68,8 @@ _PLAIN_OUTCOMES = frozenset({DropOutcome.DELETED, DropOutcome.NOT_FOUND, DropOut
 def deletion_callback_validated(payload: dict[str, Any]) -> dict[str, Any]:
     """Body §2.2 validated, as ``DeletionCallbackSerializer``'s ``validated_data``; raises its
     400. A plain outcome skips building the serializer, whose fields DRF deep-copies for
-    every instance (docs/benchmarks.md, callbacks); the serializer
-    stays the rule, and a test holds the shortcut to its answer."""
+    every instance: kept because the callbacks bench measures it (docs/benchmarks.md); the
+    serializer stays the rule, and a test holds the shortcut to its answer."""
     outcome, request_uuid = payload.get("drop_outcome"), payload.get("request_uuid")
     if (
         payload.keys() == _PLAIN_KEYS
