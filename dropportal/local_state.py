@@ -54,6 +54,12 @@ def new_ed25519_key_pem() -> str:
     ).decode()
 
 
+def evidence_key_pem() -> str:
+    """The evidence signing key generated into ``var/`` (when ``DROPPORTAL_EVIDENCE_KEY`` is
+    unset)."""
+    return generated_secret("evidence_key.pem", new_ed25519_key_pem)
+
+
 def generated_secret(name: str, make: Callable[[], str]) -> str:
     """Return the secret stored in ``var/<name>``, creating it (mode 0600) on first use."""
     path = VAR_DIR / name

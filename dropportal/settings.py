@@ -49,10 +49,10 @@ DROPPORTAL_ENCRYPTION_KEYS: list[str] = env.list("DROPPORTAL_ENCRYPTION_KEYS", d
     local_state.generated_secret("encryption_key", local_state.new_fernet_key)
 ]
 # Ed25519 private key (PEM; "\n" may stand for line breaks in an environment variable) that
-# signs evidence packs; unset, one is generated into var/ and reused.
-DROPPORTAL_EVIDENCE_KEY = env.str("DROPPORTAL_EVIDENCE_KEY", default="").replace(
-    "\\n", "\n"
-) or local_state.generated_secret("evidence_key.pem", local_state.new_ed25519_key_pem)
+# signs evidence packs; unset, the generator makes one into var/ when first needed (not at
+# start, so a host whose var/ is read-only still starts).
+DROPPORTAL_EVIDENCE_KEY = env.str("DROPPORTAL_EVIDENCE_KEY", default="").replace("\\n", "\n")
+DROPPORTAL_EVIDENCE_KEY_GENERATOR = "dropportal.local_state.evidence_key_pem"
 # Where the service keeps files of its own: downloaded DROP packages, process counters.
 DROPPORTAL_VAR_DIR = local_state.VAR_DIR
 DROPPORTAL_ALLOW_PRIVATE_TARGETS = env.bool("DROPPORTAL_ALLOW_PRIVATE_TARGETS", default=False)

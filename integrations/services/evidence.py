@@ -35,6 +35,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.template.loader import render_to_string
 from django.utils import timezone
+from django.utils.module_loading import import_string
 
 from integrations.evidence import pack
 from integrations.ledger_hash import GENESIS_HASH, canonical_json
@@ -71,8 +72,12 @@ DESCRIPTIONS = {
 
 
 def evidence_signing_key() -> Ed25519PrivateKey:
-    """``DROPPORTAL_EVIDENCE_KEY`` (the settings generate one into ``var/`` when unset)."""
-    pem = settings.DROPPORTAL_EVIDENCE_KEY
+    """``DROPPORTAL_EVIDENCE_KEY``, or the one ``DROPPORTAL_EVIDENCE_KEY_GENERATOR`` makes
+    (into ``var/``) on first use."""
+    pem = (
+        settings.DROPPORTAL_EVIDENCE_KEY
+        or import_string(settings.DROPPORTAL_EVIDENCE_KEY_GENERATOR)()
+    )
     try:
         return pack.load_private_key(pem)
     except ValueError as exc:

@@ -15,12 +15,14 @@ import sys
 import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.core.management import CommandError, call_command
 
 from devtools.drop_simulator import DropSimulator
+from dropportal import local_state
 from integrations.evidence import pack
 from integrations.evidence.verify import verify_pack
 from integrations.models import Broker, DropCycle, LedgerEvent, ReportFile
@@ -319,3 +321,14 @@ def test_bad_requests_write_nothing(
         call_command("evidence", "export", "--broker", "4821", *args, "--out", str(out))
     assert list(tmp_path.glob("pack.zip*")) == []
     assert not LedgerEvent.objects.filter(kind="evidence.exported").exists()
+
+
+def test_without_a_configured_key_one_is_generated_on_first_use_and_kept(
+    settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings.DROPPORTAL_EVIDENCE_KEY = ""
+    monkeypatch.setattr(local_state, "VAR_DIR", tmp_path)
+    assert not (tmp_path / "evidence_key.pem").exists()  # nothing made before it is needed
+    first = evidence_signing_key()
+    assert (tmp_path / "evidence_key.pem").stat().st_mode & 0o777 == 0o600
+    assert pack.public_key_pem(evidence_signing_key()) == pack.public_key_pem(first)
