@@ -221,6 +221,139 @@ def raw_put(port: int, path: str, body: bytes, headers: dict[str, str]) -> bytes
     return "\r\n".join(lines).encode("ascii") + body
 
 
+def serve(root: Path, port: int, *, workers: int) -> subprocess.Popen[bytes]:
+    """gunicorn serving the code under ``root`` with the bench's settings (the bare views)."""
+    return subprocess.Popen(  # noqa: S603
+        [
+            *(sys.executable, "-m", "gunicorn", "dropportal.wsgi", "--bind", f"127.0.0.1:{port}"),
+            *("--workers", str(workers), "--backlog", "2048", "--log-level", "warning"),
+        ],
+        cwd=root,
+        env={
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "callbacks_settings",
+            "PYTHONPATH": f"{root / 'bench'}{os.pathsep}{root}",
+            # The limiter runs, at a rate the bench never reaches.
+            "DROPPORTAL_CALLBACK_RATE_LIMIT": "1000000",
+        },
+    )
+
+
+class CallbackWorld:
+    """A broker with a webhook integration and a callback key, and dispatched deletion
+    requests on demand, each answered by one signed ``deleted`` callback."""
+
+    def __init__(self) -> None:
+        from django.utils import timezone
+
+        from integrations.dispatch import signing
+        from integrations.models import DropCycle, Integration, IntegrationKind
+        from integrations.services.brokers import broker_create
+        from integrations.services.keys import api_key_create
+
+        self.broker = broker_create(broker_id="4821", name="Bench", actor="bench")
+        self.secret = signing.generate_webhook_secret()
+        self.integration = Integration.objects.create(
+            broker=self.broker,
+            kind=IntegrationKind.WEBHOOK,
+            name="Bench",
+            url="https://broker.example/hook",
+            webhook_secret=self.secret,
+        )
+        self.key = api_key_create(
+            broker=self.broker, scopes=["webhook_callback"], actor="bench"
+        ).key
+        self.today = timezone.localdate()
+        self.cycle = DropCycle.objects.create(
+            broker=self.broker,
+            drop_session_id="1",
+            zip_name="bench.zip",
+            zip_sha256="0" * 64,
+            downloaded_at=timezone.now(),
+            match_date=self.today,
+            due_date=self.today + dt.timedelta(days=45),
+        )
+        self._serial = iter(range(10**9))
+
+    def dispatched(self, count: int) -> list[Any]:
+        """``count`` new deletion requests, dispatched and waiting for their callback."""
+        from django.utils import timezone
+
+        from integrations.models import DeletionRequest, RequestState, WorkItem
+
+        items = WorkItem.objects.bulk_create(
+            WorkItem(
+                broker=self.broker,
+                cycle=self.cycle,
+                work_item_id=f"B{next(self._serial):011d}",
+                hash_type="email",
+                hash=os.urandom(32),
+                file_name="bench_Email.csv",
+            )
+            for _ in range(count)
+        )
+        return DeletionRequest.objects.bulk_create(
+            DeletionRequest(
+                state=RequestState.DISPATCHED,
+                dispatched_at=timezone.now(),
+                broker=self.broker,
+                work_item=item,
+                integration=self.integration,
+                identifier_hash="KA18MT/ph6IHYjzT9zwETySDQyvSh87YuoSBpOQtkhE=",
+                hash_type="email",
+                drop_session_id="1",
+                match_date=self.today,
+                broker_id_code="4821",
+                mode="test",
+            )
+            for item in items
+        )
+
+    @staticmethod
+    def bodies(rows: list[Any]) -> list[bytes]:
+        return [
+            json.dumps(
+                {
+                    "schema_version": "1.0",
+                    "status": "completed",
+                    "request_uuid": str(row.request_uuid),
+                    "drop_outcome": "deleted",
+                },
+                separators=(",", ":"),
+            ).encode()
+            for row in rows
+        ]
+
+    def signed_callbacks(self, port: int, rows: list[Any]) -> list[bytes]:
+        """The raw requests a broker would send for ``rows``, signed and with the key."""
+        from integrations.dispatch import signing
+
+        return [
+            raw_put(
+                port,
+                DELETION_PATH,
+                body,
+                {
+                    "Authorization": f"Bearer {self.key}",
+                    "Content-Type": "application/json",
+                    **signing.signed_headers(self.secret, body),
+                },
+            )
+            for body in self.bodies(rows)
+        ]
+
+    @staticmethod
+    def check_recorded(label: str, rows: list[Any], statuses: Counter[int]) -> None:
+        """Exit unless every one of ``rows`` was answered 200 and recorded."""
+        from integrations.models import DeletionRequest, RequestState
+
+        recorded = DeletionRequest.objects.filter(
+            pk__in=[r.pk for r in rows], state=RequestState.COMPLETED
+        ).count()
+        if statuses != Counter({200: len(rows)}) or recorded != len(rows):
+            raise SystemExit(f"{label}: answers {dict(statuses)}, {recorded} recorded")
+
+
 # -- the bench --------------------------------------------------------------------------------
 
 
@@ -253,30 +386,7 @@ def main() -> int:
 
         call_command("migrate", verbosity=0)
         port = free_port()
-        server = subprocess.Popen(  # noqa: S603
-            [
-                sys.executable,
-                "-m",
-                "gunicorn",
-                "dropportal.wsgi",
-                "--bind",
-                f"127.0.0.1:{port}",
-                "--workers",
-                str(args.web_workers),
-                "--backlog",
-                "2048",
-                "--log-level",
-                "warning",
-            ],
-            cwd=ROOT,
-            env={
-                **os.environ,
-                "DJANGO_SETTINGS_MODULE": "callbacks_settings",
-                "PYTHONPATH": f"{ROOT / 'bench'}{os.pathsep}{ROOT}",
-                # The limiter runs, at a rate the bench never reaches.
-                "DROPPORTAL_CALLBACK_RATE_LIMIT": "1000000",
-            },
-        )
+        server = serve(ROOT, port, workers=args.web_workers)
         result = run(args, port, server.pid)
     finally:
         if server is not None:
@@ -291,119 +401,31 @@ def main() -> int:
 
 
 def run(args: argparse.Namespace, port: int, server_pid: int) -> dict[str, Any]:
-    from django.utils import timezone
+    world = CallbackWorld()
+    bodies = world.bodies
 
-    from integrations.dispatch import signing
-    from integrations.models import (
-        DeletionRequest,
-        DropCycle,
-        Integration,
-        IntegrationKind,
-        RequestState,
-        WorkItem,
-    )
-    from integrations.services.brokers import broker_create
-    from integrations.services.keys import api_key_create
+    def ours(rows: list[Any]) -> list[bytes]:
+        return world.signed_callbacks(port, rows)
 
-    broker = broker_create(broker_id="4821", name="Bench", actor="bench")
-    secret = signing.generate_webhook_secret()
-    integration = Integration.objects.create(
-        broker=broker,
-        kind=IntegrationKind.WEBHOOK,
-        name="Bench",
-        url="https://broker.example/hook",
-        webhook_secret=secret,
-    )
-    key = api_key_create(broker=broker, scopes=["webhook_callback"], actor="bench").key
-    today = timezone.localdate()
-    cycle = DropCycle.objects.create(
-        broker=broker,
-        drop_session_id="1",
-        zip_name="bench.zip",
-        zip_sha256="0" * 64,
-        downloaded_at=timezone.now(),
-        match_date=today,
-        due_date=today + dt.timedelta(days=45),
-    )
-    serial = iter(range(10**9))
-
-    def dispatched(count: int) -> list[DeletionRequest]:
-        items = WorkItem.objects.bulk_create(
-            WorkItem(
-                broker=broker,
-                cycle=cycle,
-                work_item_id=f"B{next(serial):011d}",
-                hash_type="email",
-                hash=os.urandom(32),
-                file_name="bench_Email.csv",
-            )
-            for _ in range(count)
-        )
-        return DeletionRequest.objects.bulk_create(
-            DeletionRequest(
-                state=RequestState.DISPATCHED,
-                dispatched_at=timezone.now(),
-                broker=broker,
-                work_item=item,
-                integration=integration,
-                identifier_hash="KA18MT/ph6IHYjzT9zwETySDQyvSh87YuoSBpOQtkhE=",
-                hash_type="email",
-                drop_session_id="1",
-                match_date=today,
-                broker_id_code="4821",
-                mode="test",
-            )
-            for item in items
-        )
-
-    def bodies(rows: list[DeletionRequest]) -> list[bytes]:
-        return [
-            json.dumps(
-                {
-                    "schema_version": "1.0",
-                    "status": "completed",
-                    "request_uuid": str(row.request_uuid),
-                    "drop_outcome": "deleted",
-                },
-                separators=(",", ":"),
-            ).encode()
-            for row in rows
-        ]
-
-    def ours(rows: list[DeletionRequest]) -> list[bytes]:
-        return [
-            raw_put(
-                port,
-                DELETION_PATH,
-                body,
-                {
-                    "Authorization": f"Bearer {key}",
-                    "Content-Type": "application/json",
-                    **signing.signed_headers(secret, body),
-                },
-            )
-            for body in bodies(rows)
-        ]
-
-    def bare(rows: list[DeletionRequest]) -> list[bytes]:
+    def bare(rows: list[Any]) -> list[bytes]:
         return [
             raw_put(port, BARE_PATH, body, {"Content-Type": "application/json"})
             for body in bodies(rows)
         ]
 
-    def bare_orm(rows: list[DeletionRequest]) -> list[bytes]:
+    def bare_orm(rows: list[Any]) -> list[bytes]:
         return [
             raw_put(port, BARE_ORM_PATH, body, {"Content-Type": "application/json"})
             for body in bodies(rows)
         ]
 
-    _wait_for_server(port, key)
+    _wait_for_server(port, world.key)
 
     cpu_ms: dict[str, list[dict[str, float]]] = {}
     use_wrk = WRK is not None and not args.python_load
 
     def round_of(prepare: Any, count: int) -> float:
-        rows = dispatched(count)
+        rows = world.dispatched(count)
         requests = prepare(rows)
         before = cpu_snapshot(server_pid)
         if use_wrk:
@@ -418,11 +440,7 @@ def run(args: argparse.Namespace, port: int, server_pid: int) -> dict[str, Any]:
             f"web {used['web']}, postgres {used['postgres']}",
             file=sys.stderr,
         )
-        recorded = DeletionRequest.objects.filter(
-            pk__in=[r.pk for r in rows], state=RequestState.COMPLETED
-        ).count()
-        if statuses != Counter({200: count}) or recorded != count:
-            raise SystemExit(f"{prepare.__name__}: answers {dict(statuses)}, {recorded} recorded")
+        world.check_recorded(prepare.__name__, rows, statuses)
         return count / elapsed
 
     for prepare in (bare, bare_orm, ours):

@@ -20,7 +20,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import argparse
-import datetime as dt
 import json
 import os
 import statistics
@@ -30,16 +29,16 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from bench_callbacks import (
-    DELETION_PATH,
     ROOT,
     WRK,
+    CallbackWorld,
     _processes,
     _wait_for_server,
     admin_execute,
     free_port,
     load_wrk,
-    raw_put,
     scratch_urls,
+    serve,
 )
 
 
@@ -49,6 +48,8 @@ def main() -> int:
     parser.add_argument("--cycles", type=int, default=7)
     parser.add_argument("--callbacks", type=int, default=1500)
     args = parser.parse_args()
+    if len(set(args.revisions)) != len(args.revisions):
+        parser.error("give each revision once (HEAD and HEAD~0 name the same code twice)")
     base_url = os.environ.get("DATABASE_URL")
     if not base_url or WRK is None:
         print("set DATABASE_URL and install wrk")
@@ -78,7 +79,7 @@ def main() -> int:
                 ).stdout
                 subprocess.run(["tar", "-x", "-C", str(root)], input=archive, check=True)  # noqa: S603, S607
                 port = free_port()
-                servers[revision] = (port, _serve(root, port))
+                servers[revision] = (port, serve(root, port, workers=4))
             result = _compare(args, servers)
         finally:
             for _, server in servers.values():
@@ -92,110 +93,12 @@ def main() -> int:
     return 0
 
 
-def _serve(root: Path, port: int) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(  # noqa: S603
-        [
-            *(sys.executable, "-m", "gunicorn", "dropportal.wsgi", "--bind", f"127.0.0.1:{port}"),
-            *("--workers", "4", "--backlog", "2048", "--log-level", "warning"),
-        ],
-        cwd=root,
-        env={
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "callbacks_settings",
-            "PYTHONPATH": f"{root / 'bench'}{os.pathsep}{root}",
-            "DROPPORTAL_CALLBACK_RATE_LIMIT": "1000000",
-        },
-    )
-
-
 def _compare(
     args: argparse.Namespace, servers: dict[str, tuple[int, subprocess.Popen[bytes]]]
 ) -> dict[str, Any]:
     from django.db import connection
-    from django.utils import timezone
 
-    from integrations.dispatch import signing
-    from integrations.models import (
-        DeletionRequest,
-        DropCycle,
-        Integration,
-        IntegrationKind,
-        RequestState,
-        WorkItem,
-    )
-    from integrations.services.brokers import broker_create
-    from integrations.services.keys import api_key_create
-
-    broker = broker_create(broker_id="4821", name="Bench", actor="bench")
-    secret = signing.generate_webhook_secret()
-    integration = Integration.objects.create(
-        broker=broker,
-        kind=IntegrationKind.WEBHOOK,
-        name="Bench",
-        url="https://broker.example/hook",
-        webhook_secret=secret,
-    )
-    key = api_key_create(broker=broker, scopes=["webhook_callback"], actor="bench").key
-    today = timezone.localdate()
-    cycle = DropCycle.objects.create(
-        broker=broker,
-        drop_session_id="1",
-        zip_name="bench.zip",
-        zip_sha256="0" * 64,
-        downloaded_at=timezone.now(),
-        match_date=today,
-        due_date=today + dt.timedelta(days=45),
-    )
-    serial = iter(range(10**9))
-
-    def dispatched(count: int) -> list[DeletionRequest]:
-        items = WorkItem.objects.bulk_create(
-            WorkItem(
-                broker=broker,
-                cycle=cycle,
-                work_item_id=f"B{next(serial):011d}",
-                hash_type="email",
-                hash=os.urandom(32),
-                file_name="bench_Email.csv",
-            )
-            for _ in range(count)
-        )
-        return DeletionRequest.objects.bulk_create(
-            DeletionRequest(
-                state=RequestState.DISPATCHED,
-                dispatched_at=timezone.now(),
-                broker=broker,
-                work_item=item,
-                integration=integration,
-                identifier_hash="KA18MT/ph6IHYjzT9zwETySDQyvSh87YuoSBpOQtkhE=",
-                hash_type="email",
-                drop_session_id="1",
-                match_date=today,
-                broker_id_code="4821",
-                mode="test",
-            )
-            for item in items
-        )
-
-    def requests_for(port: int, rows: list[DeletionRequest]) -> list[bytes]:
-        prepared = []
-        for row in rows:
-            body = json.dumps(
-                {
-                    "schema_version": "1.0",
-                    "status": "completed",
-                    "request_uuid": str(row.request_uuid),
-                    "drop_outcome": "deleted",
-                },
-                separators=(",", ":"),
-            ).encode()
-            headers = {
-                "Authorization": f"Bearer {key}",
-                "Content-Type": "application/json",
-                **signing.signed_headers(secret, body),
-            }
-            prepared.append(raw_put(port, DELETION_PATH, body, headers))
-        return prepared
+    world = CallbackWorld()
 
     def cpu(server_pid: int) -> tuple[dict[int, float], dict[int, float]]:
         with connection.cursor() as cursor:
@@ -212,8 +115,8 @@ def _compare(
 
     def round_of(revision: str, count: int) -> tuple[float, float, float]:
         port, server = servers[revision]
-        rows = dispatched(count)
-        requests = requests_for(port, rows)
+        rows = world.dispatched(count)
+        requests = world.signed_callbacks(port, rows)
         before = cpu(server.pid)
         elapsed, statuses = load_wrk(port, requests, 16)
         after = cpu(server.pid)
@@ -221,16 +124,12 @@ def _compare(
             sum(s - then.get(pid, 0.0) for pid, s in now.items()) / count * 1000
             for then, now in zip(before, after, strict=True)
         )
-        recorded = DeletionRequest.objects.filter(
-            pk__in=[r.pk for r in rows], state=RequestState.COMPLETED
-        ).count()
-        if statuses != {200: count} or recorded != count:
-            raise SystemExit(f"{revision}: answers {dict(statuses)}, {recorded} recorded")
+        world.check_recorded(revision, rows, statuses)
         return count / elapsed, web, postgres
 
     revisions = list(servers)
     for revision in revisions:
-        _wait_for_server(servers[revision][0], key)
+        _wait_for_server(servers[revision][0], world.key)
         round_of(revision, 300)  # warm every worker
     rounds: dict[str, list[tuple[float, float, float]]] = {r: [] for r in revisions}
     for number in range(args.cycles):
