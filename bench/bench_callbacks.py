@@ -51,7 +51,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import psycopg
+from scratch_db import admin_execute, scratch_names
 
 RATIO_TARGET = 0.7
 WRK = shutil.which("wrk")
@@ -59,18 +59,6 @@ ROOT = Path(__file__).resolve().parents[1]
 DELETION_PATH = "/api/v1/drop/callbacks/deletion"
 BARE_PATH = "/bench/bare-callback"
 BARE_ORM_PATH = "/bench/bare-orm-callback"
-
-
-def scratch_urls(base_url: str) -> tuple[str, str]:
-    parts = urlsplit(base_url)
-    admin = urlunsplit(parts._replace(path="/postgres"))
-    name = f"{(parts.path.lstrip('/') or 'dropportal')}_bench_callbacks_{os.getpid()}"
-    return admin, name
-
-
-def admin_execute(admin_url: str, sql: str) -> None:
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(sql)
 
 
 def free_port() -> int:
@@ -372,7 +360,7 @@ def main() -> int:
     if not base_url:
         print("set DATABASE_URL (a server where a scratch database may be created)")
         return 2
-    admin_url, name = scratch_urls(base_url)
+    admin_url, name = scratch_names(base_url, "bench_callbacks")
     scratch_url = urlunsplit(urlsplit(base_url)._replace(path=f"/{name}"))
     admin_execute(admin_url, f'CREATE DATABASE "{name}"')
     os.environ["DATABASE_URL"] = scratch_url

@@ -35,9 +35,9 @@ import subprocess
 import tempfile
 import time
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
+from scratch_db import admin_execute, scratch_names, with_database
 
 TARGET_SECONDS = 20.0
 TARGET_RATIO = 0.4
@@ -45,22 +45,6 @@ TARGET_PEAK_MB = 300.0
 BROKER_ID = "4821"
 FIRST = ["Anna", "Juan", "José", "Mary", "Danielle", "Eve", "Ivan", "Chen"]
 DOMAINS = ["Domain.com", "example.org", "mail.example.net", "Gmail.com", "corp.example"]
-
-
-def scratch_names(base_url: str) -> tuple[str, str]:
-    parts = urlsplit(base_url)
-    admin = urlunsplit(parts._replace(path="/postgres"))
-    name = f"{(parts.path.lstrip('/') or 'dropportal')}_bench_consumers_{os.getpid()}"
-    return admin, name
-
-
-def with_database(base_url: str, name: str) -> str:
-    return urlunsplit(urlsplit(base_url)._replace(path=f"/{name}"))
-
-
-def admin_execute(admin_url: str, sql: str) -> None:
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(sql)
 
 
 def write_csv(path: Path, consumers: int, seed: int) -> None:
@@ -213,7 +197,7 @@ def main() -> int:
     if not base_url:
         print("set DATABASE_URL (the bench creates a scratch database next to it)")
         return 2
-    admin_url, scratch = scratch_names(base_url)
+    admin_url, scratch = scratch_names(base_url, "bench_consumers")
     url = with_database(base_url, scratch)
     os.environ["DATABASE_URL"] = url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dropportal.settings")

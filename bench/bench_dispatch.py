@@ -36,23 +36,11 @@ import time
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import psycopg
+from scratch_db import admin_execute, scratch_names
 
 RATE_TARGET = 400.0
 RATIO_TARGET = 0.3
 WORKER_CONCURRENCY = 4
-
-
-def scratch_urls(base_url: str) -> tuple[str, str]:
-    parts = urlsplit(base_url)
-    admin = urlunsplit(parts._replace(path="/postgres"))
-    name = f"{(parts.path.lstrip('/') or 'dropportal')}_bench_dispatch_{os.getpid()}"
-    return admin, name
-
-
-def admin_execute(admin_url: str, sql: str) -> None:
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(sql)
 
 
 def receiver_process(secret: str, port_pipe: Any, stop: Any) -> None:
@@ -79,7 +67,7 @@ def main() -> int:
     if not base_url:
         print("set DATABASE_URL (a server where a scratch database may be created)")
         return 2
-    admin_url, name = scratch_urls(base_url)
+    admin_url, name = scratch_names(base_url, "bench_dispatch")
 
     from integrations.dispatch import signing
 

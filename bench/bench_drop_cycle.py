@@ -38,9 +38,10 @@ import os
 import tempfile
 import time
 from collections.abc import Iterator
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import psycopg
+from scratch_db import admin_execute, scratch_names, with_database
 
 TOTAL_TARGET_SECONDS = 30.0
 MATCH_RATIO_TARGET = 0.5
@@ -54,23 +55,6 @@ HASH_TYPES = {
     "CTVID": "ctvid",
 }
 BROKER_ID = "4821"
-
-
-def scratch_urls(base_url: str, stem: str) -> tuple[str, str]:
-    """The server's maintenance database URL and a scratch database name."""
-    parts = urlsplit(base_url)
-    admin = urlunsplit(parts._replace(path="/postgres"))
-    name = f"{(parts.path.lstrip('/') or 'dropportal')}_{stem}_{os.getpid()}"
-    return admin, name
-
-
-def with_database(base_url: str, name: str) -> str:
-    return urlunsplit(urlsplit(base_url)._replace(path=f"/{name}"))
-
-
-def admin_execute(admin_url: str, sql: str) -> None:
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(sql)
 
 
 def lists_of(items: int) -> dict[str, list[tuple[str, str]]]:
@@ -229,7 +213,7 @@ def main() -> int:
     if not base_url:
         print("set DATABASE_URL (the bench creates scratch databases next to it)")
         return 2
-    admin_url, template = scratch_urls(base_url, "bench_cycle")
+    admin_url, template = scratch_names(base_url, "bench_cycle")
     template_url = with_database(base_url, template)
     os.environ["DATABASE_URL"] = template_url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dropportal.settings")

@@ -39,9 +39,9 @@ import subprocess
 import tempfile
 import time
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
+from scratch_db import scratch_names, with_database
 
 EXPORT_SECONDS_TARGET = 300.0
 EXPORT_MB_TARGET = 300.0
@@ -51,17 +51,6 @@ ROOT = Path(__file__).resolve().parents[1]
 YEAR = 2026
 CYCLES = 8
 LISTS = (("Email", "email"), ("Phone", "phone"))
-
-
-def scratch(base_url: str) -> tuple[str, str, str]:
-    parts = urlsplit(base_url)
-    name = f"{parts.path.lstrip('/') or 'dropportal'}_bench_evidence_{os.getpid()}"
-    return (
-        urlunsplit(parts._replace(path="/postgres")),
-        name,
-        urlunsplit(parts._replace(path=f"/{name}")),
-    )
-
 
 # The event data below is canonical JSON (keys sorted), as ledger_append.sql expects.
 _EVENTS_SQL = """
@@ -294,7 +283,8 @@ def main() -> int:
     if not base_url:
         print("set DATABASE_URL (the bench creates a scratch database next to it)")
         return 2
-    admin_url, name, scratch_url = scratch(base_url)
+    admin_url, name = scratch_names(base_url, "bench_evidence")
+    scratch_url = with_database(base_url, name)
     os.environ["DATABASE_URL"] = scratch_url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dropportal.settings")
     with psycopg.connect(admin_url, autocommit=True) as conn:

@@ -34,18 +34,12 @@ import tempfile
 import time
 from collections import Counter
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
-import psycopg
+from scratch_db import admin_execute, scratch_names, with_database
 
 TIMEOUT = 2.0
 SLACK = 1.0  # how far past its timeout a call may end
 ADDRESSES = {True: 4, False: 100}  # throttled or not
-
-
-def admin_execute(admin_url: str, sql: str) -> None:
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(sql)
 
 
 def callbacks(count: int, *, throttled: bool) -> dict[str, Any]:
@@ -138,10 +132,8 @@ def main() -> int:
     if not base_url:
         print("set DATABASE_URL (the bench creates a scratch database next to it)")
         return 2
-    parts = urlsplit(base_url)
-    admin_url = urlunsplit(parts._replace(path="/postgres"))
-    name = f"{parts.path.lstrip('/') or 'dropportal'}_bench_outbound_{os.getpid()}"
-    os.environ["DATABASE_URL"] = urlunsplit(parts._replace(path=f"/{name}"))
+    admin_url, name = scratch_names(base_url, "bench_outbound")
+    os.environ["DATABASE_URL"] = with_database(base_url, name)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dropportal.settings")
     admin_execute(admin_url, f'CREATE DATABASE "{name}"')
     try:

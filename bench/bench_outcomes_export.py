@@ -31,24 +31,13 @@ import resource
 import subprocess
 import tempfile
 import time
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
+from scratch_db import scratch_names, with_database
 
 SECONDS_TARGET = 15.0
 PEAK_MB_TARGET = 200.0
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def scratch(base_url: str) -> tuple[str, str, str]:
-    """The maintenance DB URL, a scratch database name, and its URL."""
-    parts = urlsplit(base_url)
-    name = f"{parts.path.lstrip('/') or 'dropportal'}_bench_outcomes_{os.getpid()}"
-    return (
-        urlunsplit(parts._replace(path="/postgres")),
-        name,
-        urlunsplit(parts._replace(path=f"/{name}")),
-    )
 
 
 def populate(rows: int) -> None:
@@ -176,7 +165,8 @@ def main() -> int:
     if not base_url:
         print("set DATABASE_URL (the bench creates a scratch database next to it)")
         return 2
-    admin_url, name, scratch_url = scratch(base_url)
+    admin_url, name = scratch_names(base_url, "bench_outcomes")
+    scratch_url = with_database(base_url, name)
     os.environ["DATABASE_URL"] = scratch_url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dropportal.settings")
     with psycopg.connect(admin_url, autocommit=True) as conn:

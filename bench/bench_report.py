@@ -29,23 +29,14 @@ import argparse
 import json
 import os
 import time
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
-import psycopg
+from scratch_db import admin_execute, scratch_names, with_database
 
 SECONDS_TARGET = 30.0
 KEY = "bench-drop-key"
 LISTS = {"NDZ": "ndz", "Email": "email", "Phone": "phone", "MAID": "maid"}
 LISTS |= {"NameVIN": "name_vin", "CTVID": "ctvid"}
-
-
-def admin_execute(admin_url: str, sql: str) -> None:
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(sql)
-
-
-def with_database(url: str, name: str) -> str:
-    return urlunsplit(urlsplit(url)._replace(path=f"/{name}"))
 
 
 def switch_database(url: str) -> None:
@@ -146,9 +137,7 @@ def main() -> int:
     if not base_url:
         print("set DATABASE_URL (the bench creates scratch databases next to it)")
         return 2
-    parts = urlsplit(base_url)
-    admin_url = urlunsplit(parts._replace(path="/postgres"))
-    template = f"{parts.path.lstrip('/') or 'dropportal'}_bench_report_{os.getpid()}"
+    admin_url, template = scratch_names(base_url, "bench_report")
     os.environ["DATABASE_URL"] = with_database(base_url, template)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dropportal.settings")
     admin_execute(admin_url, f'CREATE DATABASE "{template}"')

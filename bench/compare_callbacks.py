@@ -34,12 +34,11 @@ from bench_callbacks import (
     CallbackWorld,
     _processes,
     _wait_for_server,
-    admin_execute,
     free_port,
     load_wrk,
-    scratch_urls,
     serve,
 )
+from scratch_db import admin_execute, scratch_names
 
 
 def main() -> int:
@@ -54,7 +53,7 @@ def main() -> int:
     if not base_url or WRK is None:
         print("set DATABASE_URL and install wrk")
         return 2
-    admin_url, name = scratch_urls(base_url)
+    admin_url, name = scratch_names(base_url, "bench_callbacks")
     name += "_compare"
     os.environ["DATABASE_URL"] = urlunsplit(urlsplit(base_url)._replace(path=f"/{name}"))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dropportal.settings")
