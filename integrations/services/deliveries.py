@@ -55,7 +55,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from django.conf import settings
 from django.db import OperationalError, connection, models, transaction
@@ -132,6 +132,10 @@ class NothingToDeliver(Exception):
     categories); the row is cancelled with this message as its reason."""
 
 
+class Enqueue(Protocol):
+    def __call__(self, ids: Sequence[int], /, *, at: dt.datetime | None = None) -> None: ...
+
+
 @dataclass(frozen=True)
 class DeliveryKind(Generic[Item]):
     """Everything the loop needs to know about one kind of deliverable."""
@@ -144,12 +148,10 @@ class DeliveryKind(Generic[Item]):
     build: Callable[[Item], Outbound | None]  # None: no builder for this target (yet)
     subject: Callable[[Item], str]
     broker_id: Callable[[Item], str]
-    schedule: Callable[[int, dt.datetime], None]  # defer the job of the next attempt
+    enqueue: Enqueue  # queues the jobs of these ids, at a time (``integrations.enqueue``)
     acknowledged_state: str = RequestState.DISPATCHED
     after_final: Callable[[Item], None] | None = None  # inside the transaction
     ledger_data: Callable[[Item], dict[str, Any]] = field(default=lambda item: {})
-    # Defer one job for many ids (None: one ``schedule`` per id).
-    defer_many: Callable[[list[int], dt.datetime], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -248,7 +250,7 @@ def _deliver_batch(
         busy = {b for b in brokers if not broker_slot_take(b, wait=SLOT_WAIT_SECONDS)}
         if busy:
             later = [item.pk for item in items if kind.broker_id(item) in busy]
-            _defer(kind, later, now() + dt.timedelta(seconds=BUSY_DELAY_SECONDS))
+            kind.enqueue(later, at=now() + dt.timedelta(seconds=BUSY_DELAY_SECONDS))
             counts["deferred"] += len(later)
             items = [item for item in items if kind.broker_id(item) not in busy]
         calls: list[tuple[Item, Target, Outbound]] = []
@@ -337,15 +339,6 @@ def broker_slot_take(broker_id: str, *, wait: float = 0) -> bool:
         return True
 
 
-def _defer(kind: DeliveryKind[Item], ids: list[int], when: dt.datetime) -> None:
-    if kind.defer_many is not None:
-        for start in range(0, len(ids), BATCH_SIZE):
-            kind.defer_many(ids[start : start + BATCH_SIZE], when)
-    else:
-        for pk in ids:
-            kind.schedule(pk, when)
-
-
 def _save_states(kind: DeliveryKind[Item], items: list[Item]) -> None:
     """One UPDATE per distinct outcome, not per row: a batch of acknowledgements is one.
 
@@ -425,7 +418,7 @@ def _apply(
             item.next_attempt_at = finished + dt.timedelta(seconds=delay)
             data["next_attempt_at"] = item.next_attempt_at.isoformat()
             event = "delivery_failed"
-            kind.schedule(item.pk, item.next_attempt_at)
+            kind.enqueue([item.pk], at=item.next_attempt_at)
     ledger_entry = {
         "kind": ledger_kind_compose(kind.name, event),
         "broker_id": kind.broker_id(item),
@@ -589,14 +582,6 @@ def _deletion_build(request: DeletionRequest) -> Outbound | None:
     return builder(request) if builder else None
 
 
-def _schedule_deletion(pk: int, when: dt.datetime) -> None:
-    enqueue.deletion_requests_enqueue([pk], at=when)
-
-
-def _defer_deletions(pks: list[int], when: dt.datetime) -> None:
-    enqueue.deletion_requests_enqueue(pks, at=when)
-
-
 DELETION_REQUESTS: DeliveryKind[DeletionRequest] = DeliveryKind(
     name="deletion_request",
     model=DeletionRequest,
@@ -606,9 +591,8 @@ DELETION_REQUESTS: DeliveryKind[DeletionRequest] = DeliveryKind(
     build=_deletion_build,
     subject=lambda request: str(request.request_uuid),
     broker_id=lambda request: request.broker_id_code,
-    schedule=_schedule_deletion,
+    enqueue=enqueue.deletion_requests_enqueue,
     ledger_data=lambda request: {"webhook_request_id": str(request.webhook_request_id)},
-    defer_many=_defer_deletions,
 )
 
 
@@ -666,14 +650,6 @@ def _resolution_build(request: ResolutionRequest) -> Outbound | None:
     return builder(request) if builder else None
 
 
-def _schedule_resolution(pk: int, when: dt.datetime) -> None:
-    enqueue.resolution_requests_enqueue([pk], at=when)
-
-
-def _defer_resolutions(pks: list[int], when: dt.datetime) -> None:
-    enqueue.resolution_requests_enqueue(pks, at=when)
-
-
 RESOLUTION_REQUESTS: DeliveryKind[ResolutionRequest] = DeliveryKind(
     name="resolution_request",
     model=ResolutionRequest,
@@ -683,9 +659,8 @@ RESOLUTION_REQUESTS: DeliveryKind[ResolutionRequest] = DeliveryKind(
     build=_resolution_build,
     subject=lambda request: str(request.request_uuid),
     broker_id=lambda request: request.broker.broker_id,
-    schedule=_schedule_resolution,
+    enqueue=enqueue.resolution_requests_enqueue,
     ledger_data=lambda request: {"webhook_request_id": str(request.webhook_request_id)},
-    defer_many=_defer_resolutions,
 )
 
 
@@ -722,10 +697,6 @@ def saas_deletion_outbound(deletion: SaasDeletion) -> Outbound:
     )
 
 
-def _schedule_saas(pk: int, when: dt.datetime) -> None:
-    enqueue.saas_deletions_enqueue([pk], at=when)
-
-
 def _saas_final(deletion: SaasDeletion) -> None:
     resolution_settle(resolution_id=deletion.resolution_id)
 
@@ -739,7 +710,7 @@ SAAS_DELETIONS: DeliveryKind[SaasDeletion] = DeliveryKind(
     build=saas_deletion_outbound,
     subject=lambda deletion: str(deletion.resolution.request_uuid),
     broker_id=lambda deletion: deletion.resolution.broker.broker_id,
-    schedule=_schedule_saas,
+    enqueue=enqueue.saas_deletions_enqueue,
     # The SaaS answers synchronously: its 2xx is the deletion done, there is no callback.
     acknowledged_state=RequestState.COMPLETED,
     after_final=_saas_final,
