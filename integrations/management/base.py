@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from integrations.models import Broker
+from integrations.models import Broker, DropCycle
 
 
 def validation_message(error: ValidationError) -> str:
@@ -59,6 +59,13 @@ def broker_or_error(broker_id: str) -> Broker:
         return Broker.objects.get(broker_id=broker_id)
     except Broker.DoesNotExist:
         raise CommandError(f"no broker with id {broker_id!r}") from None
+
+
+def cycle_or_error(broker: Broker, drop_session_id: str) -> DropCycle:
+    try:
+        return DropCycle.objects.get(broker=broker, drop_session_id=drop_session_id)
+    except DropCycle.DoesNotExist:
+        raise CommandError(f"broker {broker.broker_id} has no cycle {drop_session_id!r}") from None
 
 
 def add_secret_argument(parser: Any, name: str, what: str) -> None:

@@ -20,8 +20,8 @@ from django.core.management.base import CommandError
 from django.utils import timezone
 
 from integrations.drop.reporting import save_response_file
-from integrations.management.base import DropportalCommand, broker_or_error
-from integrations.models import DropCycle, ReportFile, ReportFileState
+from integrations.management.base import DropportalCommand, broker_or_error, cycle_or_error
+from integrations.models import ReportFile, ReportFileState
 from integrations.selectors.deadlines import CycleDeadline, cycle_deadlines
 from integrations.services.reports import ReportBusy, ReportRun, report_run
 
@@ -43,12 +43,7 @@ class ReportSubcommand(DropportalCommand):
         broker = broker_or_error(options["broker"])
         cycle = None
         if options["cycle"]:
-            try:
-                cycle = DropCycle.objects.get(broker=broker, drop_session_id=options["cycle"])
-            except DropCycle.DoesNotExist:
-                raise CommandError(
-                    f"broker {broker.broker_id} has no cycle {options['cycle']!r}"
-                ) from None
+            cycle = cycle_or_error(broker, options["cycle"])
         out = Path(options["out"]) if options["out"] else None
         if out is not None and out.exists() and not out.is_dir():
             raise CommandError(f"--out {out} is a file, not a folder")

@@ -19,8 +19,12 @@ from typing import Any
 from django.core.management.base import CommandError
 
 from integrations.evidence import verify
-from integrations.management.base import DropportalCommand, broker_or_error, date_bound
-from integrations.models import DropCycle
+from integrations.management.base import (
+    DropportalCommand,
+    broker_or_error,
+    cycle_or_error,
+    date_bound,
+)
 from integrations.services.evidence import evidence_pack_export, evidence_public_key_pem
 
 
@@ -47,12 +51,7 @@ class Command(DropportalCommand):
         if options["cycle"]:
             if options["since"] or options["until"]:
                 raise CommandError("give --cycle or --since and --until, not both")
-            try:
-                cycle = DropCycle.objects.get(broker=broker, drop_session_id=options["cycle"])
-            except DropCycle.DoesNotExist:
-                raise CommandError(
-                    f"broker {broker.broker_id} has no cycle {options['cycle']!r}"
-                ) from None
+            cycle = cycle_or_error(broker, options["cycle"])
         elif not (options["since"] and options["until"]):
             raise CommandError("give --cycle, or both --since and --until")
         since = date_bound(options["since"]) if options["since"] else None
