@@ -17,13 +17,16 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
+from django.db import transaction
 from procrastinate.contrib.django import app
+from procrastinate.exceptions import AlreadyEnqueued
 
 # The names the jobs are defined under (tasks.py passes them to ``@app.task``).
 DELIVER_DELETION_REQUESTS = "integrations.tasks.deliver_deletion_requests"
 DELIVER_RESOLUTION_REQUESTS = "integrations.tasks.deliver_resolution_requests"
 DELIVER_SAAS_DELETIONS = "integrations.tasks.deliver_saas_deletions"
 SEND_ALERT = "integrations.tasks.send_alert"
+EVALUATE_ALERTS = "integrations.tasks.evaluate_alerts"
 
 # Requests delivered by one job: each job locks, sends and records one batch together.
 DISPATCH_BATCH = 100
@@ -69,3 +72,18 @@ def alert_send_enqueue(*, channel: str, text: str, alert: dict[str, Any]) -> Non
     app.configure_task(SEND_ALERT, allow_unknown=False).defer(
         channel=channel, text=text, alert=alert
     )
+
+
+def alerts_evaluate_enqueue() -> None:
+    """Evaluate the alert conditions now rather than at the next periodic run.
+
+    A service that records an event staff must hear of at once (a refused file, a refused
+    package, a target disabled by a 410) calls this in the transaction that records it. One
+    evaluation waiting is enough: it runs after that commit and sees every event before it.
+    """
+    try:
+        # A savepoint: the refused duplicate must not abort the caller's transaction.
+        with transaction.atomic():
+            app.configure_task(EVALUATE_ALERTS, allow_unknown=False).defer()
+    except AlreadyEnqueued:
+        pass

@@ -245,7 +245,12 @@ ALERT_SEND_RETRY = RetryStrategy(max_attempts=10, exponential_wait=3)
 
 
 @app.periodic(cron="*/5 * * * *", periodic_id="evaluate_alerts")
-@app.task(queue="alerts", queueing_lock="evaluate_alerts", pass_context=False)
+@app.task(
+    name=enqueue.EVALUATE_ALERTS,
+    queue="alerts",
+    queueing_lock="evaluate_alerts",
+    pass_context=False,
+)
 def evaluate_alerts(timestamp: int | None = None) -> int:
     """Raise and clear alerts (``services.alerts.alerts_evaluate``); returns how many."""
 

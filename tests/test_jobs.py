@@ -68,6 +68,7 @@ def test_every_job_the_enqueue_module_names_is_defined_with_its_queue() -> None:
         enqueue.DELIVER_RESOLUTION_REQUESTS: "dispatch",
         enqueue.DELIVER_SAAS_DELETIONS: "dispatch",
         enqueue.SEND_ALERT: "alerts",
+        enqueue.EVALUATE_ALERTS: "alerts",
     }
     for name, queue in names.items():
         assert app.tasks[name].queue == queue
@@ -98,3 +99,18 @@ def test_an_unknown_job_name_is_refused_instead_of_queued() -> None:
     with pytest.raises(TaskNotFound):
         enqueue._defer_batches("integrations.tasks.no_such_job", "ids", [1], size=1, at=None)
     assert not ProcrastinateJob.objects.exists()
+
+
+def test_an_alert_evaluation_is_queued_once_and_only_when_its_event_commits() -> None:
+    with pytest.raises(RuntimeError), transaction.atomic():
+        enqueue.alerts_evaluate_enqueue()
+        raise RuntimeError("the event is rolled back")
+    assert not ProcrastinateJob.objects.filter(task_name=enqueue.EVALUATE_ALERTS).exists()
+
+    with transaction.atomic():
+        enqueue.alerts_evaluate_enqueue()
+        enqueue.alerts_evaluate_enqueue()  # already waiting: the caller's transaction goes on
+        event = ledger_event_append(kind=LedgerKind.BROKER_UPDATED)
+    assert LedgerEvent.objects.filter(pk=event.pk).exists()
+    (job,) = ProcrastinateJob.objects.filter(task_name=enqueue.EVALUATE_ALERTS)
+    assert (job.status, job.queue_name) == ("todo", "alerts")
