@@ -6,6 +6,7 @@ The variables and their defaults are listed in the README (Configuration).
 from __future__ import annotations
 
 import sys
+import zoneinfo
 from urllib.parse import urlsplit
 
 import environ
@@ -70,6 +71,16 @@ DROP_API_URL: str | None = env.str("DROP_API_URL", default="") or None
 # Days a broker has to report after a download, and between downloads (docs/contracts.md §11).
 DROPPORTAL_REPORT_DAYS = env.int("DROPPORTAL_REPORT_DAYS", default=45)
 DROPPORTAL_DOWNLOAD_CADENCE_DAYS = env.int("DROPPORTAL_DOWNLOAD_CADENCE_DAYS", default=45)
+# DROP's calendar is California's: the zone of DROP dates (match_date, due dates, days left,
+# the yearly figures' year) and of times shown to staff. Stored timestamps stay UTC.
+DROPPORTAL_DROP_TIMEZONE = env.str("DROPPORTAL_DROP_TIMEZONE", default="America/Los_Angeles")
+try:
+    zoneinfo.ZoneInfo(DROPPORTAL_DROP_TIMEZONE)
+except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+    sys.exit(
+        f"error: DROPPORTAL_DROP_TIMEZONE={DROPPORTAL_DROP_TIMEZONE!r} is not an IANA time zone "
+        "(for example America/Los_Angeles)"
+    )
 # The periodic job uploads response files for brokers with a DROP API key; off: by hand only.
 DROPPORTAL_AUTO_REPORT = env.bool("DROPPORTAL_AUTO_REPORT", default=True)
 # A failed outcome is redispatched automatically this many hours after it was recorded (at

@@ -73,3 +73,16 @@ def test_an_unknown_log_format_is_one_line() -> None:
     ran = _manage("check", env=subprocess_env(DROPPORTAL_LOG_FORMAT="xml"))
     assert ran.returncode != 0
     assert ran.stderr.strip() == "error: DROPPORTAL_LOG_FORMAT is text or json, not 'xml'"
+
+
+def test_an_unknown_drop_time_zone_is_one_line() -> None:
+    ran = _manage("check", env=subprocess_env(DROPPORTAL_DROP_TIMEZONE="Mars/Base"))
+    assert ran.returncode != 0
+    assert ran.stderr.strip() == (
+        "error: DROPPORTAL_DROP_TIMEZONE='Mars/Base' is not an IANA time zone "
+        "(for example America/Los_Angeles)"
+    )
+
+
+def test_drop_dates_follow_california_unless_told_otherwise() -> None:
+    assert settings.DROPPORTAL_DROP_TIMEZONE == "America/Los_Angeles"
