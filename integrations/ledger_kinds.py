@@ -28,6 +28,8 @@ class LedgerKind(StrEnum):
     DROP_PULL_FAILED = "drop.pull_failed"  # a pull that failed (raises drop_unreachable)
     DROP_IMPORT_REFUSED = "drop.import_refused"  # a DROP package refused on import
     DROP_CYCLE_IMPORTED = "drop.cycle_imported"  # a cycle's work items imported and matched
+    # members of a DROP package that are not DROP lists (a README, a folder entry), skipped
+    DROP_PACKAGE_MEMBERS_SKIPPED = "drop.package_members_skipped"
     DROP_WORK_ITEMS_REMOVED = "drop.work_items_removed"  # DROP's removed items closed
     DROP_LATE_MATCHED = "drop.late_matched"  # open work items matched by consumers added later
     DROP_DOCTOR_CHECKED = "drop.doctor_checked"  # a ``drop doctor`` run and what it found

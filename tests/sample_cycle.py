@@ -30,6 +30,7 @@ from integrations.models import (
     ResolutionRequest,
     SaasConnection,
     SaasDeletion,
+    UnreadableWorkItem,
     WorkItem,
     WorkItemState,
 )
@@ -215,5 +216,15 @@ def sample_cycle(broker: Broker, *, today: dt.date) -> SampleCycle:
     )
     OptOutRecord.objects.create(
         deletion_request=world.requests["completed"], broker=broker, email="Opted.Out@Example.com"
+    )
+    # A row of the reported cycle DROP sent malformed (answered in DROP's portal since).
+    UnreadableWorkItem.objects.create(
+        broker=broker,
+        cycle=previous,
+        file_name=report_file.file_name,
+        line=18,
+        work_item_id="680",
+        text="680,5",
+        reason="hash must be 44 characters of standard Base64 ending in '=', found '5'",
     )
     return world

@@ -22,7 +22,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 
 from integrations.admin.reports import set_work_item_status
-from integrations.models import DropCycle, DropStatus, WorkItem
+from integrations.models import DropCycle, DropStatus, UnreadableWorkItem, WorkItem
 from integrations.selectors.deadlines import drop_cycles_by_urgency
 from integrations.selectors.drop_metrics import METRIC_FIGURES, METRIC_FILTERS, drop_year_bounds
 
@@ -87,6 +87,7 @@ class DropCycleAdmin(_ReadOnly):
         "owed",
         "waiting",
         "files_table",
+        "unread_files_table",
         "created_at",
     )
     readonly_fields = _CYCLE_FIELDS
@@ -136,6 +137,38 @@ class DropCycleAdmin(_ReadOnly):
                 sorted(obj.files.items()),
             ),
         )
+
+    @admin.display(description="DROP lists not read (why)")
+    def unread_files_table(self, obj: DropCycle) -> str:
+        unreadable = reverse("admin:integrations_unreadableworkitem_changelist")
+        return format_html(
+            '<table>{}</table><a href="{}?{}">unreadable rows</a>',
+            format_html_join(
+                "", "<tr><td>{}</td><td>{}</td></tr>", sorted(obj.unread_files.items())
+            ),
+            unreadable,
+            urlencode({"cycle__id__exact": obj.pk}),
+        )
+
+
+@admin.register(UnreadableWorkItem)
+class UnreadableWorkItemAdmin(_ReadOnly):
+    """Rows DROP sent that could not be read as work items: answered in DROP's portal."""
+
+    list_display = ["file_name", "line", "text", "reason", "cycle"]
+    list_filter = ["broker"]
+    list_select_related = ["cycle", "cycle__broker"]
+    search_fields = ["=work_item_id", "file_name"]
+    fields = readonly_fields = (
+        "broker",
+        "cycle",
+        "file_name",
+        "line",
+        "work_item_id",
+        "text",
+        "reason",
+        "created_at",
+    )
 
 
 class DropYearFilter(admin.SimpleListFilter):

@@ -1,14 +1,19 @@
 """DROP's file formats: the downloaded ZIP, its list CSVs, and the response CSVs we send back.
 
-Reading a download streams it, validating every name, header and row, and raises at the
-first problem with the file, line and reason, so a caller can feed rows straight into
-PostgreSQL ``COPY`` inside one transaction and roll back on the error::
+Reading a download streams it, validating every name, header and row, so a caller can
+feed the good rows straight into PostgreSQL ``COPY`` inside one transaction. One odd part
+never costs the rest: a member that is not a DROP list is skipped, a DROP list that cannot
+be read (a type this version does not know, a header that is not ``ID,Hash``) is set aside
+whole, and a malformed row is set aside alone, each with its reason. Only a package that is
+not a readable ZIP, holds no DROP list, or is another broker's raises ``DropFileError``::
 
     reader = iter_download_zip("20260312_4821_DROP.zip", broker_id="4821")
     with transaction.atomic(), cursor.copy("COPY ... FROM STDIN") as copy:
-        for row in reader:                  # WorkItemRow or RemovedRow
+        for row in reader:                  # WorkItemRow or RemovedRow, the good ones
             copy.write_row(...)
-    reader.files                            # [ZipMember(name, size_bytes, rows), ...]
+    reader.files                            # [ZipMember(name, size_bytes, rows), ...] read
+    reader.skipped, reader.unread           # [SetAside(name, reason), ...]
+    reader.unreadable                       # [UnreadableRow(file, line, id, text, reason)]
 
 Writing a response::
 
@@ -21,7 +26,6 @@ Pure Python, no Django: the formats are those of docs/contracts.md §10.
 
 from __future__ import annotations
 
-import _csv
 import binascii
 import csv
 import datetime
@@ -48,6 +52,8 @@ __all__ = [
     "DropFileName",
     "RemovedRow",
     "ResponseCsv",
+    "SetAside",
+    "UnreadableRow",
     "WorkItemRow",
     "ZipMember",
     "iter_download_zip",
@@ -80,10 +86,18 @@ _NAME_RE = re.compile(
     r"\.csv"
 )
 _NAME_SHAPE = "<YYYYMMDD>_<DataBrokerId>_<DataType>[_<Suffix>].csv"
-_WORK_ITEM_ID_RE = re.compile(r"[A-Za-z0-9]{12}")
+# DROP documents 12 characters; a longer or shorter id of letters and digits is still
+# DROP's id, kept and echoed back exactly as sent.
+_WORK_ITEM_ID_RE = re.compile(r"[A-Za-z0-9]{1,64}")
+WORK_ITEM_ID_MAX = 64
 _HASH_RE = re.compile(r"[A-Za-z0-9+/]{43}=")
 _SUFFIX_RE = re.compile(r"[A-Za-z0-9]{1,10}")
 _BROKER_ID_RE = re.compile(r"[0-9]{4}")
+# A member named like a DROP list (any letters as its type, any case of ".csv"): such a
+# member is DROP's, read or set aside with a reason; any other member is not a DROP list.
+_DROP_NAMED_RE = re.compile(
+    r"[0-9]{8}_(?P<broker>[0-9]{4})_(?P<type>[A-Za-z]+)(?:_[A-Za-z0-9]+)?\.(?i:csv)"
+)
 
 # The Removed file's ListType column: DROP's list names are what DROP documents; our own
 # hash_type spelling is accepted too, both case-insensitively, since the column's exact
@@ -157,6 +171,23 @@ class RemovedRow(NamedTuple):
     line: int
 
 
+class UnreadableRow(NamedTuple):
+    """A row of a DROP list that is not a work item we can answer: kept, never reported."""
+
+    file_name: str
+    line: int
+    work_item_id: str  # the first field as found, cut to 64 characters ("" when none)
+    text: str  # the line as found, cut short, with control characters escaped
+    reason: str
+
+
+class SetAside(NamedTuple):
+    """A member of the ZIP that was not read, and why."""
+
+    name: str
+    reason: str
+
+
 class ZipMember(NamedTuple):
     """A CSV member of a download ZIP: its name, uncompressed size and data row count."""
 
@@ -216,6 +247,8 @@ class _WorkItemIdSet:
     live in one ``bytearray`` (open addressing, linear probing, load <= 0.6). A 9-byte slot
     of 0xFF can never be a decoded id (its last symbol would be '/'), so it marks "empty".
     One million ids take 2**21 slots, 18.9 MB, against ~95 MB for a ``set`` of the strings.
+    Ids of another length (DROP documents 12, but any 1 to 64 letters and digits are kept)
+    go to a plain ``set``: they never equal a 12-character one.
     """
 
     _WIDTH = 9
@@ -227,6 +260,7 @@ class _WorkItemIdSet:
         while (1 << bits) * 0.6 < expected and bits < self._MAX_PRESIZE_BITS:
             bits += 1
         self._allocate(bits)
+        self._other: set[str] = set()
 
     def _allocate(self, bits: int) -> None:
         self._slots = 1 << bits
@@ -236,7 +270,7 @@ class _WorkItemIdSet:
         self._count = 0
 
     def __len__(self) -> int:
-        return self._count
+        return self._count + len(self._other)
 
     @property
     def nbytes(self) -> int:
@@ -244,6 +278,11 @@ class _WorkItemIdSet:
 
     def add(self, work_item_id: str) -> bool:
         """Add a validated id; False when it was already there."""
+        if len(work_item_id) != 12:
+            if work_item_id in self._other:
+                return False
+            self._other.add(work_item_id)
+            return True
         raw = binascii.a2b_base64(work_item_id)
         if self._count >= self._limit:
             self._grow()
@@ -281,28 +320,61 @@ def _source_label(source: str | os.PathLike[str] | IO[bytes]) -> str:
 
 
 _ZIP_READ_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError)
-# A DROP line is under 100 characters; a longer one is refused as soon as this much of it is
-# read, so a small ZIP inflating to one huge line never costs its size in memory.
+# A DROP line is under 100 characters; a longer one is set aside as soon as this much of it
+# is read, so a small ZIP inflating to one huge line never costs its size in memory.
 MAX_LINE_CHARS = 4096
+# Unreadable rows kept one by one per list; past this they are only counted, so a list gone
+# wholly wrong costs a bounded amount of memory and rows.
+MAX_UNREADABLE_KEPT = 1000
+_UNREADABLE_TEXT_CHARS = 200
+_LINE_ENDS = ("\n", "\r")
 
 
-class _LineTooLong(Exception):
-    pass
-
-
-def _bounded_lines(text: IO[str]) -> Iterator[str]:
-    """The lines of ``text``, each read at most ``MAX_LINE_CHARS`` + 1 characters at a time."""
+def _member_lines(text: IO[str]) -> Iterator[tuple[str, bool]]:
+    """Each line of ``text`` without its ending, and whether it was longer than
+    ``MAX_LINE_CHARS`` (then only its start is given; the rest is read past, never held)."""
     while line := text.readline(MAX_LINE_CHARS + 1):
-        if len(line) > MAX_LINE_CHARS:
-            raise _LineTooLong
-        yield line
+        if len(line) > MAX_LINE_CHARS and not line.endswith(_LINE_ENDS):
+            while (rest := text.readline(MAX_LINE_CHARS + 1)) and not rest.endswith(_LINE_ENDS):
+                pass
+            yield line, True
+        else:
+            yield line.rstrip("\r\n"), False
+
+
+def _fields(line: str) -> list[str]:
+    """A CSV line's fields: split on commas, or read as CSV when it quotes a field."""
+    if '"' not in line:
+        return line.split(",")
+    return next(csv.reader((line,), strict=True), [])
+
+
+def _escaped(text: str) -> str:
+    """``text`` cut short, with bytes that were not UTF-8 and control characters escaped, so
+    it can be stored and shown as found."""
+    return "".join(map(_escaped_char, text[:_UNREADABLE_TEXT_CHARS]))
+
+
+def _escaped_char(char: str) -> str:
+    if char.isprintable():
+        return char
+    if "\udc80" <= char <= "\udcff":  # a byte that was not UTF-8 (surrogateescape)
+        return f"\\x{ord(char) - 0xDC00:02x}"
+    return f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}"
+
+
+def _not_utf8(text: str) -> bool:
+    return any("\udc80" <= char <= "\udcff" for char in text)
 
 
 class DownloadZipReader(Iterator["WorkItemRow | RemovedRow"]):
-    """Iterator over the rows of a download ZIP; see ``iter_download_zip``.
+    """Iterator over the good rows of a download ZIP; see ``iter_download_zip``.
 
-    After iteration ``files`` lists every CSV member read, header-only ones included, so a
-    caller knows which lists the package held even when they were empty.
+    After iteration: ``files`` lists every DROP list read, header-only ones included, so a
+    caller knows which lists the package held even when they were empty; ``skipped`` the
+    members that are not DROP lists; ``unread`` the DROP lists set aside whole;
+    ``unreadable`` the rows set aside (at most ``MAX_UNREADABLE_KEPT`` a list; all of them
+    are counted in ``unreadable_counts``).
     """
 
     def __init__(self, source: str | os.PathLike[str] | IO[bytes], *, broker_id: str) -> None:
@@ -311,6 +383,10 @@ class DownloadZipReader(Iterator["WorkItemRow | RemovedRow"]):
         self.broker_id = broker_id
         self.label = _source_label(source)
         self.files: list[ZipMember] = []
+        self.skipped: list[SetAside] = []
+        self.unread: list[SetAside] = []
+        self.unreadable: list[UnreadableRow] = []
+        self.unreadable_counts: dict[str, int] = {}
         self._source = source
         self._rows = self._generate()
 
@@ -335,6 +411,11 @@ class DownloadZipReader(Iterator["WorkItemRow | RemovedRow"]):
     ) -> None:
         self.close()
 
+    @property
+    def complete(self) -> bool:
+        """Every DROP list and row of the package was read (skipped members aside)."""
+        return not self.unread and not self.unreadable_counts
+
     def _open(self) -> zipfile.ZipFile:
         try:
             return zipfile.ZipFile(self._source)
@@ -343,58 +424,83 @@ class DownloadZipReader(Iterator["WorkItemRow | RemovedRow"]):
                 self.label, None, f"not a readable ZIP file (truncated or not a ZIP): {exc}"
             ) from None
 
-    def _check_members(self, archive: zipfile.ZipFile) -> list[tuple[zipfile.ZipInfo, str]]:
-        """Validate every member name before any row is read: fail fast, before COPY starts."""
-        members: list[tuple[zipfile.ZipInfo, str]] = []
+    def _sort_members(self, archive: zipfile.ZipFile) -> list[tuple[zipfile.ZipInfo, str, str]]:
+        """Sort every member before any row is read (fail fast, before COPY starts): the
+        lists to read as (member, name, data type); the rest go to ``skipped`` or
+        ``unread``. Raises when the package is another broker's or holds no DROP list."""
+        members: list[tuple[zipfile.ZipInfo, str, str]] = []
         seen_names: set[str] = set()
         removed_name: str | None = None
+        drop_named = 0
         for info in archive.infolist():
-            name = info.filename
-            if info.is_dir() or "/" in name or "\\" in name or name in {".", ".."}:
-                raise DropFileError(
-                    name, None, "ZIP member must be a plain CSV file, not a folder or a path"
+            if info.is_dir():
+                self.skipped.append(SetAside(info.filename, "a folder entry"))
+                continue
+            # A list inside a folder is still the list: read under its own name.
+            name = info.filename.replace("\\", "/").rsplit("/", 1)[-1]
+            named = _DROP_NAMED_RE.fullmatch(name)
+            if named is None:
+                self.skipped.append(
+                    SetAside(info.filename, f"not a DROP list (not named {_NAME_SHAPE})")
                 )
-            parsed = parse_file_name(name)
-            if parsed.broker_id != self.broker_id:
+                continue
+            if named["broker"] != self.broker_id:
                 raise DropFileError(
-                    name,
+                    info.filename,
                     None,
-                    f"broker id {parsed.broker_id} in the file name is not this broker's "
+                    f"broker id {named['broker']} in the file name is not this broker's "
                     f"({self.broker_id})",
                 )
-            if name in seen_names:
-                raise DropFileError(name, None, "the ZIP holds two members with this name")
+            drop_named += 1
+            reason = self._unreadable_member(info, name, seen_names, removed_name)
             seen_names.add(name)
-            if info.flag_bits & 0x1:
-                raise DropFileError(name, None, "ZIP member is encrypted")
-            if parsed.data_type == REMOVED:
-                if removed_name is not None:
-                    raise DropFileError(
-                        name,
-                        None,
-                        f"a ZIP holds at most one Removed file, and {removed_name} is another",
-                    )
+            if reason is not None:
+                self.unread.append(SetAside(name, reason))
+                continue
+            data_type = parse_file_name(name).data_type
+            if data_type == REMOVED:
                 removed_name = name
-            members.append((info, parsed.data_type))
-        if not members:
-            raise DropFileError(self.label, None, "the ZIP holds no CSV file")
+            members.append((info, name, data_type))
+        if not drop_named:
+            raise DropFileError(self.label, None, "the ZIP holds no DROP list")
         return members
+
+    @staticmethod
+    def _unreadable_member(
+        info: zipfile.ZipInfo, name: str, seen_names: set[str], removed_name: str | None
+    ) -> str | None:
+        """Why a DROP-named member cannot be read at all, or None."""
+        try:
+            parsed = parse_file_name(name)
+        except DropFileError as exc:
+            data_type = name.split("_")[2].split(".")[0]
+            if data_type not in DATA_TYPES:
+                return (
+                    f"list type {_shown(data_type)} is not one this version reads: kept with "
+                    "the package, no status is reported for it"
+                )
+            return exc.reason
+        if name in seen_names:
+            return "the ZIP holds two members with this name"
+        if info.flag_bits & 0x1:
+            return "ZIP member is encrypted"
+        if parsed.data_type == REMOVED and removed_name is not None:
+            return f"a ZIP holds at most one Removed file, and {removed_name} is another"
+        return None
 
     def _generate(self) -> Generator[WorkItemRow | RemovedRow, None, None]:
         archive = self._open()
         try:
-            members = self._check_members(archive)
-            list_bytes = sum(info.file_size for info, t in members if t != REMOVED)
-            removed_bytes = sum(info.file_size for info, t in members if t == REMOVED)
+            members = self._sort_members(archive)
+            list_bytes = sum(info.file_size for info, _, t in members if t != REMOVED)
+            removed_bytes = sum(info.file_size for info, _, t in members if t == REMOVED)
             # Ids are unique across lists; Removed refers to earlier downloads' ids, so it
             # is checked for duplicates on its own.
             list_ids = _WorkItemIdSet(expected=list_bytes // _MIN_ROW_BYTES)
             removed_ids = _WorkItemIdSet(expected=removed_bytes // _MIN_ROW_BYTES)
-            for info, data_type in members:
-                if data_type == REMOVED:
-                    yield from self._read_member(archive, info, data_type, removed_ids)
-                else:
-                    yield from self._read_member(archive, info, data_type, list_ids)
+            for info, name, data_type in members:
+                seen = removed_ids if data_type == REMOVED else list_ids
+                yield from self._read_member(archive, info, name, data_type, seen)
         finally:
             archive.close()
 
@@ -402,117 +508,137 @@ class DownloadZipReader(Iterator["WorkItemRow | RemovedRow"]):
         self,
         archive: zipfile.ZipFile,
         info: zipfile.ZipInfo,
+        name: str,
         data_type: str,
         seen: _WorkItemIdSet,
     ) -> Iterator[WorkItemRow | RemovedRow]:
-        name = info.filename
         removed = data_type == REMOVED
         expected_header = REMOVED_HEADER if removed else LIST_HEADER
         list_hash_type = DATA_TYPE_TO_HASH_TYPE.get(data_type, "")
         rows = 0
-        line = 0
         try:
             with (
                 archive.open(info) as raw,
-                io.TextIOWrapper(raw, encoding="utf-8-sig", newline="") as text,
+                # Bytes that are not UTF-8 become surrogates: their row alone is unreadable.
+                io.TextIOWrapper(
+                    raw, encoding="utf-8-sig", errors="surrogateescape", newline=""
+                ) as text,
             ):
-                reader = csv.reader(_bounded_lines(text), strict=True)
-                line = _check_header(name, reader, expected_header)
-                for row in reader:
-                    line = reader.line_num
-                    if not row:
+                lines = _member_lines(text)
+                header_problem = _header_problem(next(lines, None), expected_header)
+                if header_problem is not None:
+                    self.unread.append(SetAside(name, header_problem))
+                    return
+                for line, (content, too_long) in enumerate(lines, start=2):
+                    if not too_long and not content.strip():
                         continue  # a blank line carries nothing to lose
-                    hash_type = _check_row(name, line, row, expected_header, removed, seen)
+                    problem, fields = _row_problem(content, too_long, expected_header)
+                    hash_type = ""
+                    if problem is None:
+                        hash_type, problem = _row_values(fields, removed, seen)
+                    if problem is not None:
+                        self._set_aside_row(name, line, content, fields, problem)
+                        continue
                     rows += 1
                     if removed:
-                        yield RemovedRow(name, row[0], row[1], hash_type, line)
+                        yield RemovedRow(name, fields[0], fields[1], hash_type, line)
                     else:
-                        yield WorkItemRow(name, data_type, list_hash_type, row[0], row[1], line)
-        except UnicodeDecodeError:
-            raise DropFileError(name, line + 1, "not valid UTF-8 text") from None
-        except _LineTooLong:
-            raise DropFileError(
-                name, line + 1, f"line longer than {MAX_LINE_CHARS} characters"
-            ) from None
-        except csv.Error as exc:
-            raise DropFileError(name, line + 1, f"malformed CSV: {exc}") from None
+                        yield WorkItemRow(
+                            name, data_type, list_hash_type, fields[0], fields[1], line
+                        )
         except _ZIP_READ_ERRORS as exc:
+            # The ZIP itself is damaged: the whole package is refused, as a truncated one.
             raise DropFileError(
                 name, None, f"ZIP member is corrupt or truncated: {exc or type(exc).__name__}"
             ) from None
         self.files.append(ZipMember(name=name, size_bytes=info.file_size, rows=rows))
 
+    def _set_aside_row(
+        self, name: str, line: int, content: str, fields: list[str], reason: str
+    ) -> None:
+        count = self.unreadable_counts.get(name, 0) + 1
+        self.unreadable_counts[name] = count
+        if count > MAX_UNREADABLE_KEPT:
+            return
+        first = _escaped(fields[0][:WORK_ITEM_ID_MAX]) if fields else ""
+        self.unreadable.append(UnreadableRow(name, line, first, _escaped(content), reason))
 
-def _check_header(name: str, reader: _csv.Reader, expected: list[str]) -> int:
-    """Read the member's header, which must be ``expected``; the line it ended on."""
-    header = next(reader, None)
-    line = reader.line_num
-    if header is None:
-        raise DropFileError(name, 1, f"file is empty: expected the header {','.join(expected)}")
-    if header != expected:
-        raise DropFileError(
-            name,
-            line,
-            f"header must be {','.join(expected)}, found {_shown(','.join(header))}",
+
+def _header_problem(first: tuple[str, bool] | None, expected: list[str]) -> str | None:
+    """Why a member's first line is not ``expected`` (any case), or None."""
+    shape = ",".join(expected)
+    if first is None:
+        return f"file is empty: expected the header {shape}"
+    content, too_long = first
+    try:
+        header = [] if too_long else _fields(content)
+    except csv.Error:
+        header = []
+    if [field.lower() for field in header] != [field.lower() for field in expected]:
+        return f"header must be {shape} (any case), found {_shown(_escaped(content))}"
+    return None
+
+
+def _row_problem(content: str, too_long: bool, header: list[str]) -> tuple[str | None, list[str]]:
+    """A data row's fields, with why they are not a row of ``header`` (None: they are)."""
+    if too_long:
+        return f"line longer than {MAX_LINE_CHARS} characters", []
+    try:
+        fields = _fields(content)
+    except csv.Error as exc:
+        return f"malformed CSV: {exc}", []
+    if len(fields) != len(header):
+        return (
+            f"expected {len(header)} fields ({','.join(header)}), found {len(fields)}",
+            fields,
         )
-    return line
+    return None, fields
 
 
-def _check_row(
-    name: str,
-    line: int,
-    row: list[str],
-    header: list[str],
-    removed: bool,
-    seen: _WorkItemIdSet,
-) -> str:
-    """Validate a data row of a member with ``header`` (of the Removed file when ``removed``)
-    and record its work item id in ``seen``; the hash type of a Removed row's list ("" in a
-    list's file)."""
-    if len(row) != len(header):
-        raise DropFileError(
-            name, line, f"expected {len(header)} fields ({','.join(header)}), found {len(row)}"
-        )
-    work_item_id, hash_value = row[0], row[1]
+def _row_values(fields: list[str], removed: bool, seen: _WorkItemIdSet) -> tuple[str, str | None]:
+    """Check a row's values and record its work item id in ``seen``: the hash type of a
+    Removed row's list ("" in a list's file), and why the row is unreadable (None: it is
+    not)."""
+    work_item_id, hash_value = fields[0], fields[1]
     if not _WORK_ITEM_ID_RE.fullmatch(work_item_id):
-        raise DropFileError(
-            name, line, "work item id must be 12 letters or digits, found " + _shown(work_item_id)
+        if _not_utf8(work_item_id):
+            return "", "not valid UTF-8 text"
+        return "", (
+            f"work item id must be 1 to {WORK_ITEM_ID_MAX} letters or digits, found "
+            f"{_shown(_escaped(work_item_id))}"
         )
     if not _HASH_RE.fullmatch(hash_value):
-        raise DropFileError(
-            name,
-            line,
+        if _not_utf8(hash_value):
+            return "", "not valid UTF-8 text"
+        return "", (
             "hash must be 44 characters of standard Base64 ending in '=', "
-            f"found {_shown(hash_value)}",
+            f"found {_shown(_escaped(hash_value))}"
         )
-    hash_type = None
+    hash_type = ""
     if removed:
-        hash_type = _LIST_TYPE_TO_HASH_TYPE.get(row[2].lower())
-        if hash_type is None:
-            raise DropFileError(
-                name,
-                line,
-                f"list type {_shown(row[2])} is not a DROP list: expected one "
-                f"of {', '.join(LIST_DATA_TYPES)}",
+        found = _LIST_TYPE_TO_HASH_TYPE.get(fields[2].lower())
+        if found is None:
+            return "", (
+                f"list type {_shown(_escaped(fields[2]))} is not a DROP list: expected one "
+                f"of {', '.join(LIST_DATA_TYPES)}"
             )
+        hash_type = found
     if not seen.add(work_item_id):
         where = "this Removed file" if removed else "this ZIP"
-        raise DropFileError(
-            name,
-            line,
-            f"work item id {work_item_id} appears twice in {where} (ids are unique across lists)",
-        )
-    return hash_type or ""
+        return "", f"work item id {work_item_id} appears twice in {where} (ids are unique)"
+    return hash_type, None
 
 
 def iter_download_zip(
     path_or_fileobj: str | os.PathLike[str] | IO[bytes], *, broker_id: str
 ) -> DownloadZipReader:
-    """Stream and validate a downloaded DROP ZIP, yielding ``WorkItemRow`` / ``RemovedRow``.
+    """Stream and validate a downloaded DROP ZIP, yielding its good ``WorkItemRow`` /
+    ``RemovedRow``; the reader then says what was skipped, set aside and unreadable.
 
-    Nothing is read until the first ``next()``; member names are all checked before the
+    Nothing is read until the first ``next()``; member names are all sorted before the
     first row comes out; each member is decoded and parsed as it is read, never held whole.
-    The first problem raises ``DropFileError`` naming the file, the line and the reason.
+    Raises ``DropFileError`` only for the whole package: not a readable ZIP (or a damaged
+    member), no DROP list in it, or a list named for another broker.
     A file object must be seekable (``zipfile`` needs it).
     """
     return DownloadZipReader(path_or_fileobj, broker_id=broker_id)
@@ -588,7 +714,8 @@ def write_response_csv(fileobj: BinaryIO, rows: Iterable[tuple[str, int]]) -> Re
             raise DropFileError(
                 label,
                 line,
-                f"work item id must be 12 letters or digits, found {_shown(str(work_item_id))}",
+                f"work item id must be 1 to {WORK_ITEM_ID_MAX} letters or digits, found "
+                f"{_shown(str(work_item_id))}",
             )
         if type(status) is not int or status not in REPORTABLE_STATUSES:
             raise DropFileError(

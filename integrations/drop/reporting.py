@@ -91,7 +91,7 @@ def build_response_file(name: str, rows: Iterable[tuple[str, int]]) -> BuiltResp
     )
 
 
-_ROWS_RE = re.compile(rb"(?:[A-Za-z0-9]{12},[2-5]\r\n)*")
+_ROWS_RE = re.compile(rb"(?:[A-Za-z0-9]{1,64},[2-5]\r\n)*")
 
 
 def responses_from_rows(data: bytes, names: dict[int, str]) -> dict[int, BuiltResponseFile]:
@@ -119,7 +119,7 @@ def responses_from_rows(data: bytes, names: dict[int, str]) -> dict[int, BuiltRe
         body = (b"\n" + data[position:end]).replace(b"\n" + prefix, b"\n")[1:]
         body = body.replace(b"\n", b"\r\n")
         if not _ROWS_RE.fullmatch(body):
-            raise DropFileError(names[key], None, "a row is not a 12-character id and a status")
+            raise DropFileError(names[key], None, "a row is not a work item id and a status")
         content = RESPONSE_HEADER + body
         files[key] = BuiltResponseFile(
             name=names[key],

@@ -8,6 +8,7 @@ from integrations.models.drop import (
     DropCycle,
     DropStatus,
     HashType,
+    UnreadableWorkItem,
     WorkItem,
     WorkItemState,
 )
@@ -75,6 +76,7 @@ __all__ = [
     "SaasConnection",
     "SaasDeletion",
     "ShownOnceSecret",
+    "UnreadableWorkItem",
     "WorkItem",
     "WorkItemState",
 ]

@@ -46,6 +46,9 @@ class DropCycle(models.Model):
     removed = models.PositiveIntegerField(default=0)
     # Per list: downloaded file name -> row count, as in the ZIP (response files reuse names).
     files = models.JSONField(default=dict)
+    # Per DROP list of the ZIP not read at all: file name -> why (a list type this version
+    # does not know, a header that is not ID,Hash...). No status is reported for them.
+    unread_files = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(db_default=Now())
 
     class Meta:
@@ -105,7 +108,8 @@ class WorkItem(models.Model):
         db_index=False,
         db_constraint=False,
     )
-    work_item_id = models.CharField(max_length=12)
+    # DROP documents 12 letters or digits; 1 to 64 are kept, and echoed back as sent.
+    work_item_id = models.CharField(max_length=64)
     hash_type = models.CharField(max_length=8, choices=HashType.choices)
     hash = models.BinaryField(max_length=32)
     file_name = models.CharField(max_length=255)
@@ -155,3 +159,29 @@ class WorkItem(models.Model):
 
     def __str__(self) -> str:
         return self.work_item_id
+
+
+class UnreadableWorkItem(models.Model):
+    """A row of a downloaded list that could not be read as a work item (an id or a hash of
+    another shape, a field too many...). Kept as found, so staff can answer it in DROP's
+    portal; never matched nor reported, since what DROP meant by it is unknown."""
+
+    broker = models.ForeignKey("integrations.Broker", on_delete=models.PROTECT, related_name="+")
+    cycle = models.ForeignKey(DropCycle, on_delete=models.PROTECT, related_name="unreadable_items")
+    file_name = models.CharField(max_length=255)
+    line = models.PositiveIntegerField()
+    work_item_id = models.CharField(max_length=64, blank=True)  # the first field as found
+    text = models.CharField(max_length=255)  # the line as found, cut short, escaped
+    reason = models.CharField(max_length=255)
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ["cycle", "file_name", "line"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cycle", "file_name", "line"], name="unreadable_item_unique"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.file_name} line {self.line}"

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Count, F, Min, Q, QuerySet
+from django.db.models import Count, F, Min, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
 from integrations.dispatch.policy import AUTO_REDISPATCH_MAX
@@ -16,9 +16,11 @@ from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     Broker,
     DeletionRequest,
+    DropCycle,
     RequestState,
     ResolutionRequest,
     SaasDeletion,
+    UnreadableWorkItem,
     WorkItem,
     WorkItemState,
 )
@@ -36,6 +38,7 @@ class StuckReason(enum.StrEnum):
     RESOLUTION_STUCK = "resolution_stuck"
     INTEGRATION_DISABLED = "integration_disabled"
     DROP_KEY_REFUSED = "drop_key_refused"
+    UNREADABLE_WORK_ITEM = "unreadable_work_item"
 
     @property
     def label(self) -> str:
@@ -50,6 +53,7 @@ STUCK_REASON_LABELS: dict[StuckReason, str] = {
     StuckReason.RESOLUTION_STUCK: "identifier retrieval or SaaS deletion stuck",
     StuckReason.INTEGRATION_DISABLED: "waiting for a disabled integration",
     StuckReason.DROP_KEY_REFUSED: "DROP refused the broker's key",
+    StuckReason.UNREADABLE_WORK_ITEM: "sent by DROP but unreadable: answer them in DROP's portal",
 }
 
 
@@ -123,6 +127,13 @@ def stuck_work_items(
         "ledgerevent",
         {"kind__exact": LedgerKind.DROP_PULL_FAILED},
         _drop_key_refused_counts(broker),
+    )
+    _add_stuck_group(
+        found,
+        StuckReason.UNREADABLE_WORK_ITEM,
+        "unreadableworkitem",
+        {},
+        _unreadable_counts(broker),
     )
     order = list(StuckReason)
     return sorted(
@@ -266,6 +277,17 @@ def _drop_key_refused_counts(broker: Broker | None) -> list[tuple[str, int, int,
         broker="broker",
         due="cycle__due_date",
     )
+
+
+def _unreadable_counts(broker: Broker | None) -> list[tuple[str, int, int, int, dt.date]]:
+    """``_stuck_counts`` of the unreadable rows of each broker's latest cycle. Nothing of ours
+    can give them a status; once DROP sends a later package it holds the earlier one
+    answered (it sends none while a work item of it has no status), so older ones are done."""
+    latest = DropCycle.objects.filter(broker=OuterRef("broker")).order_by("-pk").values("pk")[:1]
+    rows = UnreadableWorkItem.objects.filter(cycle=Subquery(latest))
+    if broker is not None:
+        rows = rows.filter(broker=broker)
+    return _stuck_counts(rows, item="pk", broker="broker", due="cycle__due_date")
 
 
 def _add_stuck_group(

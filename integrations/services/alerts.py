@@ -33,6 +33,7 @@ from integrations.enqueue import alert_send_enqueue
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     AlertState,
+    DropCycle,
     Integration,
     LedgerEvent,
     ReportFile,
@@ -197,6 +198,27 @@ def _drop_pull_failed(now: dt.datetime) -> Iterable[Firing]:
             broker_id=event.broker_id,
             text=f"DROP pull for broker {event.broker_id} failed: {event.data.get('error', '')}",
             details={"reason": reason, "status": event.data.get("status"), "event": event.id},
+        )
+
+
+@alert_condition("drop_lists_not_read")
+def _drop_lists_not_read(now: dt.datetime) -> Iterable[Firing]:
+    """The broker's latest package holds DROP lists that were not read (a type this version
+    does not know, a header that is not ID,Hash): no status is reported for their work items
+    until staff answer them in DROP's portal. It lasts until a later package comes, since
+    DROP sends none while a work item of the previous one has no status."""
+    latest = DropCycle.objects.order_by("broker_id", "-pk").distinct("broker_id")
+    for cycle in latest.select_related("broker"):
+        if not cycle.unread_files:
+            continue
+        named = "; ".join(f"{name}: {why}" for name, why in sorted(cycle.unread_files.items()))
+        yield Firing(
+            key=f"cycle:{cycle.pk}",
+            broker_id=cycle.broker.broker_id,
+            text=f"DROP package {cycle.zip_name} (broker {cycle.broker.broker_id}, cycle "
+            f"{cycle.drop_session_id}) holds lists that were not read, so nothing is reported "
+            f"for them: {named}",
+            details={"drop_session_id": cycle.drop_session_id, "files": cycle.unread_files},
         )
 
 

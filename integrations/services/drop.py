@@ -10,9 +10,13 @@
 An import is one transaction: the ZIP is streamed and validated row by row
 (``integrations.drop.files``) into a staging table with COPY, then matched and written as
 work items, deletion requests and their delivery jobs, with the cycle and its ledger event
-(``integrations.services.matching`` says how, and why so). A bad
-ZIP is refused whole, naming the file, line and reason; nothing of it is kept but a
-``drop.import_refused`` event. The same ZIP imported again changes nothing.
+(``integrations.services.matching`` says how, and why so). One odd part never holds back
+the rest: a member that is not a DROP list is skipped (a ``drop.package_members_skipped``
+event); a DROP list that cannot be read is named in the cycle's ``unread_files``; a
+malformed row is kept as an ``UnreadableWorkItem``; both raise an alert at once and are
+in ``ImportResult.not_imported``. A package that is not a ZIP, holds no DROP list or is
+another broker's is refused whole; nothing of it is kept but a ``drop.import_refused``
+event. The same ZIP imported again changes nothing.
 
 Every call to DROP is a ``drop.api_call`` ledger event (never with the key). A downloaded
 package is kept under ``var/drop-packages/<broker id>/``: when its import fails, staff fix
@@ -34,11 +38,13 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from integrations import enqueue
 from integrations.drop.client import DropApiError, DropClient
 from integrations.drop.files import (
     DownloadZipReader,
     DropFileError,
     RemovedRow,
+    SetAside,
     WorkItemRow,
     iter_download_zip,
     parse_file_name,
@@ -50,6 +56,7 @@ from integrations.models import (
     CycleState,
     DropCycle,
     RequestState,
+    UnreadableWorkItem,
     WorkItemState,
 )
 from integrations.services.brokers import broker_drop_url
@@ -116,6 +123,9 @@ class ImportResult:
     match_seconds: float = 0.0  # the join with the consumer hashes, and the match pairs
     requests_seconds: float = 0.0  # deletion requests, their delivery jobs, the ledger event
     commit_seconds: float = 0.0  # deferred foreign key checks and the WAL flush
+    # What of the package was not imported, one (file, reason) each: DROP lists not read,
+    # and lists with unreadable rows. Members that are not DROP lists are not in it.
+    not_imported: tuple[SetAside, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -151,7 +161,7 @@ def drop_zip_import(
         raise DropImportError(f"cannot read {path}: {exc.strerror}") from None
     existing = DropCycle.objects.filter(broker=broker, zip_sha256=sha256).first()
     if existing is not None:
-        return ImportResult(existing, False, _NO_REMOVED, _NO_REQUESTS)
+        return _already_imported(existing)
     # Matching decides which ISI connections get requests: ask the broker's API which take
     # part now. Outside the import's transaction (HTTP), and never holding it up: an API
     # that does not answer leaves the last known connections.
@@ -193,10 +203,16 @@ def _import(
         existing = DropCycle.objects.filter(broker=broker, zip_sha256=sha256).first()
         if existing is not None:  # imported by someone else while this one was staging
             staged_items_drop(staged)
-            return ImportResult(existing, False, _NO_REMOVED, _NO_REQUESTS)
+            return _already_imported(existing)
         cycle = _cycle_create(
-            broker, zip_name=zip_name, sha256=sha256, downloaded_at=downloaded_at, files=files
+            broker,
+            zip_name=zip_name,
+            sha256=sha256,
+            downloaded_at=downloaded_at,
+            files=files,
+            unread_files={part.name: part.reason for part in reader.unread},
         )
+        _package_odd_parts_record(broker, cycle, reader, actor=actor)
         clock.lap("import")
         matched = staged_items_match(broker=broker, staged=staged)
         clock.lap("match")
@@ -217,7 +233,7 @@ def _import(
             broker_id=broker.broker_id,
             subject=cycle.drop_session_id,
             actor=actor,
-            data=_cycle_imported_data(cycle, requests=requests, removed=removed),
+            data=_cycle_imported_data(cycle, requests=requests, removed=removed, reader=reader),
         )
         clock.lap("import")
     clock.lap("commit")
@@ -230,7 +246,84 @@ def _import(
         match_seconds=clock.seconds["match"],
         requests_seconds=clock.seconds["requests"],
         commit_seconds=clock.seconds["commit"],
+        not_imported=_not_imported(cycle.unread_files, _unreadable_by_file(reader)),
     )
+
+
+def _already_imported(cycle: DropCycle) -> ImportResult:
+    """The answer for a ZIP imported before: its cycle, with what of it was not imported."""
+    unreadable: dict[str, tuple[int, int, str]] = {}
+    for name, line, reason in cycle.unreadable_items.order_by("file_name", "line").values_list(
+        "file_name", "line", "reason"
+    ):
+        count, first_line, first_reason = unreadable.get(name, (0, line, reason))
+        unreadable[name] = (count + 1, first_line, first_reason)
+    return ImportResult(
+        cycle,
+        False,
+        _NO_REMOVED,
+        _NO_REQUESTS,
+        not_imported=_not_imported(cycle.unread_files, unreadable),
+    )
+
+
+def _unreadable_by_file(reader: DownloadZipReader) -> dict[str, tuple[int, int, str]]:
+    """Per list with unreadable rows: their count, and the first one's line and reason."""
+    first = {}
+    for row in reversed(reader.unreadable):
+        first[row.file_name] = (row.line, row.reason)
+    return {name: (n, *first[name]) for name, n in reader.unreadable_counts.items()}
+
+
+def _not_imported(
+    unread_files: dict[str, str], unreadable: dict[str, tuple[int, int, str]]
+) -> tuple[SetAside, ...]:
+    """One (file, reason) per DROP list not read and per list with unreadable rows."""
+    parts = [SetAside(name, reason) for name, reason in sorted(unread_files.items())]
+    for name, (count, line, reason) in sorted(unreadable.items()):
+        parts.append(
+            SetAside(
+                name,
+                f"{count} unreadable row(s) kept for staff, never reported (first: line "
+                f"{line}, {reason}); see `drop doctor`",
+            )
+        )
+    return tuple(parts)
+
+
+def _package_odd_parts_record(
+    broker: Broker, cycle: DropCycle, reader: DownloadZipReader, *, actor: str
+) -> None:
+    """Keep what of the package was not imported, and tell staff: members skipped (a
+    ledger event), unreadable rows (kept, listed by ``drop doctor``), and an alert
+    evaluation at once when a DROP list or row could not be read."""
+    if reader.skipped:
+        ledger_event_append(
+            kind=LedgerKind.DROP_PACKAGE_MEMBERS_SKIPPED,
+            broker_id=broker.broker_id,
+            subject=cycle.drop_session_id,
+            actor=actor,
+            data={
+                "drop_session_id": cycle.drop_session_id,
+                "zip_name": cycle.zip_name,
+                "zip_sha256": cycle.zip_sha256,
+                "skipped": [{"name": m.name, "reason": m.reason} for m in reader.skipped],
+            },
+        )
+    UnreadableWorkItem.objects.bulk_create(
+        UnreadableWorkItem(
+            broker=broker,
+            cycle=cycle,
+            file_name=row.file_name,
+            line=row.line,
+            work_item_id=row.work_item_id,
+            text=row.text,
+            reason=row.reason[:255],
+        )
+        for row in reader.unreadable
+    )
+    if not reader.complete:
+        enqueue.alerts_evaluate_enqueue()
 
 
 def _cycle_create(
@@ -240,11 +333,12 @@ def _cycle_create(
     sha256: str,
     downloaded_at: dt.datetime | None,
     files: dict[str, int],
+    unread_files: dict[str, str],
 ) -> DropCycle:
     """The new cycle, matched today and due ``DROPPORTAL_REPORT_DAYS`` after its download
     (when not given: the package's time, or now if that is later)."""
     now = timezone.now()
-    downloaded_at = downloaded_at or min(now, _package_time(files))
+    downloaded_at = downloaded_at or min(now, _package_time([*files, *unread_files], now))
     return DropCycle.objects.create(
         broker=broker,
         drop_session_id=_next_session_id(broker),
@@ -254,6 +348,7 @@ def _cycle_create(
         match_date=timezone.localdate(now),
         due_date=downloaded_at.date() + dt.timedelta(days=settings.DROPPORTAL_REPORT_DAYS),
         files=files,
+        unread_files=unread_files,
     )
 
 
@@ -270,7 +365,11 @@ def _cycle_counts_save(
 
 
 def _cycle_imported_data(
-    cycle: DropCycle, *, requests: RequestsCreated, removed: RemovedResult
+    cycle: DropCycle,
+    *,
+    requests: RequestsCreated,
+    removed: RemovedResult,
+    reader: DownloadZipReader,
 ) -> dict[str, Any]:
     """The ``drop.cycle_imported`` ledger event's data."""
     return {
@@ -292,6 +391,8 @@ def _cycle_imported_data(
             "unknown": removed.unknown,
             "requests_cancelled": removed.requests_cancelled,
         },
+        "unread_files": cycle.unread_files,
+        "unreadable_rows": reader.unreadable_counts,
     }
 
 
@@ -347,10 +448,18 @@ def _removed_lines(rows: Iterable[RemovedRow]) -> Iterator[str]:
         yield f"{row.work_item_id}\n"
 
 
-def _package_time(files: dict[str, int]) -> dt.datetime:
-    """Midnight (UTC) of the earliest date in the package's file names."""
-    day = min(parse_file_name(name).date for name in files)
-    return dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
+def _package_time(names: Iterable[str], default: dt.datetime) -> dt.datetime:
+    """Midnight (UTC) of the earliest date in the package's file names (``default`` when
+    no name carries a valid one)."""
+    days = []
+    for name in names:
+        try:
+            days.append(parse_file_name(name).date)
+        except DropFileError:
+            continue
+    if not days:
+        return default
+    return dt.datetime.combine(min(days), dt.time(), tzinfo=dt.UTC)
 
 
 def _next_session_id(broker: Broker) -> str:

@@ -1,4 +1,5 @@
-"""``drop import``: a DROP ZIP from disk becomes a matched cycle, all or nothing."""
+"""``drop import``: a DROP ZIP from disk becomes a matched cycle; what of it cannot be read
+is set aside and named, the rest is imported."""
 
 from __future__ import annotations
 
@@ -13,19 +14,25 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
+from django.test import Client
 from procrastinate.contrib.django.models import ProcrastinateJob
 
 from devtools.drop_simulator import work_items
+from integrations.enqueue import EVALUATE_ALERTS
 from integrations.models import (
+    AlertState,
     Broker,
     CycleState,
     DeletionRequest,
     DropCycle,
     LedgerEvent,
     RequestState,
+    UnreadableWorkItem,
     WorkItem,
     WorkItemState,
 )
+from integrations.selectors.stuck import StuckReason, stuck_work_items
+from integrations.services.alerts import alerts_evaluate
 from integrations.services.brokers import broker_create
 from tests.drop_cycle import (
     PACKAGE_DATE,
@@ -240,24 +247,9 @@ def staging_tables() -> int:
         pytest.param(lambda c: c[: len(c) // 2], "not a readable ZIP", id="truncated"),
         pytest.param(lambda c: b"<html>502 Bad Gateway</html>", "not a readable ZIP", id="not-zip"),
         pytest.param(
-            lambda c: rewrite_member(c, EMAIL_CSV, "ID,Hash\r\n" + GOOD_ROWS + "short,x\r\n"),
-            f"{EMAIL_CSV} line 5: work item id must be 12 letters or digits",
-            id="bad-id",
-        ),
-        pytest.param(
-            lambda c: rewrite_member(c, EMAIL_CSV, f"ID,Hash\r\n{EMAIL[0][0]},bm90YmFzZTY0\r\n"),
-            f"{EMAIL_CSV} line 2: hash must be 44 characters",
-            id="bad-hash",
-        ),
-        pytest.param(
-            lambda c: rewrite_member(c, EMAIL_CSV, "Id,HashValue\r\n" + GOOD_ROWS),
-            f"{EMAIL_CSV} line 1: header must be ID,Hash",
-            id="wrong-header",
-        ),
-        pytest.param(
-            lambda c: rewrite_member(c, EMAIL_CSV, "ID,Hash\r\n" + GOOD_ROWS + GOOD_ROWS[:58]),
-            f"{EMAIL_CSV} line 5: work item id {EMAIL[0][0]} appears twice",
-            id="duplicate-id",
+            lambda c: raw_zip({"README.txt": b"hello", "lists/": b""}),
+            "the ZIP holds no DROP list",
+            id="no-drop-list",
         ),
     ],
 )
@@ -282,6 +274,104 @@ def test_a_bad_zip_is_refused_whole_naming_file_line_and_reason(
     assert message in event.data["error"]
 
 
+def raw_zip(members: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, content in members.items():
+            archive.writestr(name, content)
+    return buffer.getvalue()
+
+
+def with_members(content: bytes, extra: dict[str, str]) -> bytes:
+    """The same package with members added."""
+    source = zipfile.ZipFile(io.BytesIO(content))
+    members = {info.filename: source.read(info) for info in source.infolist()}
+    members.update({name: text.encode() for name, text in extra.items()})
+    return raw_zip(members)
+
+
+ADDRESS_CSV = f"{PACKAGE_DATE}_4821_Address.csv"
+PHONE_CSV = f"{PACKAGE_DATE}_4821_Phone.csv"
+
+
+@pytest.fixture
+def odd_package(package: Path) -> Path:
+    """The package of ``package`` as DROP may send it: a README and a folder entry, a list
+    type this version does not know, a list with another header (Phone), and DROP's own
+    short row "680,5" among the Email rows."""
+    content = rewrite_member(package.read_bytes(), EMAIL_CSV, "ID,Hash\r\n680,5\r\n" + GOOD_ROWS)
+    content = rewrite_member(content, PHONE_CSV, "Id;Hash\r\n")
+    package.write_bytes(
+        with_members(content, {"README.txt": "About this package", "docs/": "", ADDRESS_CSV: ""})
+    )
+    return package
+
+
+def test_one_odd_member_or_row_never_refuses_the_rest_of_the_package(
+    odd_package: Path, capsys
+) -> None:
+    with pytest.raises(CommandError) as incomplete:
+        call_command("drop", "import", "--broker", "4821", str(odd_package), "--json")
+
+    # The rest is imported, matched and printed...
+    shown = json.loads(capsys.readouterr().out)
+    assert (shown["work_items"], shown["matched"]) == (4, 1)  # 3 Email rows and NDZ
+    assert sorted(WorkItem.objects.values_list("file_name", flat=True).distinct()) == [
+        EMAIL_CSV,
+        f"{PACKAGE_DATE}_4821_NDZ.csv",
+    ]
+    assert DeletionRequest.objects.count() == 2
+    # ... and the exit names each file not imported, and why, on one line.
+    message = str(incomplete.value)
+    assert "\n" not in message
+    assert message.startswith("part of 20261120_4821_DROP.zip was not imported (the rest was")
+    assert f"{ADDRESS_CSV}: list type 'Address' is not one this version reads" in message
+    assert f"{PHONE_CSV}: header must be ID,Hash (any case), found 'Id;Hash'" in message
+    assert f"{EMAIL_CSV}: 1 unreadable row(s) kept for staff, never reported (first: line 2" in (
+        message
+    )
+    assert "README.txt" not in message  # not DROP's: skipped, in the ledger
+    assert [part["file"] for part in shown["not_imported"]] == [ADDRESS_CSV, PHONE_CSV, EMAIL_CSV]
+
+    cycle = DropCycle.objects.get()
+    assert sorted(cycle.unread_files) == [ADDRESS_CSV, PHONE_CSV]
+    unreadable = UnreadableWorkItem.objects.get()
+    assert (unreadable.cycle, unreadable.file_name, unreadable.line) == (cycle, EMAIL_CSV, 2)
+    assert (unreadable.work_item_id, unreadable.text) == ("680", "680,5")
+    skipped = LedgerEvent.objects.get(kind="drop.package_members_skipped")
+    assert [m["name"] for m in skipped.data["skipped"]] == ["README.txt", "docs/"]
+    imported = LedgerEvent.objects.get(kind="drop.cycle_imported")
+    assert imported.data["unread_files"] == cycle.unread_files
+    assert imported.data["unreadable_rows"] == {EMAIL_CSV: 1}
+    # Staff hear of it at once: an alert evaluation waits in the same commit.
+    assert ProcrastinateJob.objects.filter(task_name=EVALUATE_ALERTS).exists()
+
+
+def test_a_package_imported_before_still_says_what_was_not_imported(
+    odd_package: Path, capsys
+) -> None:
+    with pytest.raises(CommandError):
+        call_command("drop", "import", "--broker", "4821", str(odd_package))
+    capsys.readouterr()
+
+    with pytest.raises(CommandError) as again:
+        call_command("drop", "import", "--broker", "4821", str(odd_package))
+
+    assert "was already imported as cycle 1: nothing changed" in capsys.readouterr().out
+    assert f"{EMAIL_CSV}: 1 unreadable row(s)" in str(again.value)
+    assert f"{ADDRESS_CSV}: list type 'Address'" in str(again.value)
+    assert DropCycle.objects.count() == 1
+
+
+def test_a_package_read_whole_exits_0_even_with_a_readme(package: Path, capsys) -> None:
+    package.write_bytes(with_members(package.read_bytes(), {"README.txt": "About"}))
+
+    shown = drop_import(package, capsys=capsys)
+
+    assert (shown["work_items"], shown["not_imported"]) == (6, [])
+    assert LedgerEvent.objects.filter(kind="drop.package_members_skipped").count() == 1
+
+
 def test_another_brokers_package_is_refused(broker: Broker, tmp_path: Path) -> None:
     other = broker_create(broker_id="5555", name="Other", actor="test")
     for target in (broker, other):
@@ -297,7 +387,7 @@ def test_another_brokers_package_is_refused(broker: Broker, tmp_path: Path) -> N
 
 def test_a_refused_zip_can_be_imported_once_fixed(package: Path, capsys) -> None:
     content = package.read_bytes()
-    package.write_bytes(rewrite_member(content, EMAIL_CSV, "Id,HashValue\r\n"))
+    package.write_bytes(content[: len(content) // 2])
     with pytest.raises(CommandError):
         call_command("drop", "import", "--broker", "4821", str(package))
     package.write_bytes(content)
@@ -380,3 +470,53 @@ def test_text_output_says_what_happened(package: Path, capsys) -> None:
     assert "Cycle 1 from" in out
     assert "6 work items, 2 matched, 4 not found (status 5)" in out
     assert f"report by {days_after(PACKAGE_DATE, 45).isoformat()}" in out
+
+
+# ---------------------------------------------------------------- what staff see of odd parts
+
+
+def test_unreadable_rows_and_unread_lists_reach_staff_until_drop_sends_the_next_package(
+    broker: Broker, odd_package: Path, tmp_path: Path, admin_client: Client
+) -> None:
+    webhook(broker)  # the matched items have a live path: only the odd parts are stuck
+    with pytest.raises(CommandError):
+        call_command("drop", "import", "--broker", "4821", str(odd_package))
+
+    # The unreadable row: listed by `drop doctor` (exit 1), with the admin list holding it.
+    [group] = stuck_work_items()
+    assert (group.broker_id, group.reason, group.work_items) == (
+        "4821",
+        StuckReason.UNREADABLE_WORK_ITEM,
+        1,
+    )
+    assert group.nearest_due_date == DropCycle.objects.get().due_date
+    page = admin_client.get(group.admin_path)
+    assert page.status_code == 200
+    assert "680,5" in page.content.decode()
+    with pytest.raises(SystemExit) as doctor:
+        call_command("drop", "doctor", "--broker", "4821")
+    assert doctor.value.code == 1
+    # Alerts: the stuck row, and the lists that were not read, each named.
+    raised = {state.condition: state.text for state in alerts_evaluate().raised}
+    assert alert_keys("stuck_work") == ["stuck_work:4821:unreadable_work_item"]
+    assert ADDRESS_CSV in raised["drop_lists_not_read"]
+    assert PHONE_CSV in raised["drop_lists_not_read"]
+    # Never reported: no work item carries it, so no response file can.
+    assert not WorkItem.objects.filter(work_item_id="680").exists()
+
+    # DROP sends no new package while one of its work items has no status: the next one
+    # means the previous was answered (by staff, in DROP's portal), and both clear.
+    call_command(
+        "drop",
+        "import",
+        "--broker",
+        "4821",
+        str(write_zip(tmp_path, drop_zip(broker, {"Email": []}, date="20261201"), "2.zip")),
+    )
+    assert stuck_work_items() == []
+    cleared = {state.condition for state in alerts_evaluate().cleared}
+    assert {"stuck_work", "drop_lists_not_read"} <= cleared
+
+
+def alert_keys(condition: str) -> list[str]:
+    return list(AlertState.objects.filter(condition=condition).values_list("key", flat=True))

@@ -7,6 +7,7 @@ import hashlib
 import io
 import tracemalloc
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -15,9 +16,12 @@ from devtools.drop_simulator import build_drop_zip, work_items
 from integrations.drop.files import (
     DATA_TYPE_TO_HASH_TYPE,
     HASH_TYPE_TO_DATA_TYPE,
+    DownloadZipReader,
     DropFileError,
     DropFileName,
     RemovedRow,
+    SetAside,
+    UnreadableRow,
     WorkItemRow,
     ZipMember,
     _WorkItemIdSet,
@@ -34,7 +38,7 @@ ITEMS = list(work_items(8))
 GOOD_HASH = ITEMS[0][1]
 
 
-def raw_zip(members: dict[str, bytes | str]) -> bytes:
+def raw_zip(members: Mapping[str, bytes | str]) -> bytes:
     """A ZIP with exactly these members, written as given (for bad packages)."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
@@ -45,6 +49,25 @@ def raw_zip(members: dict[str, bytes | str]) -> bytes:
 
 def read_all(package: bytes, broker_id: str = BROKER) -> list[WorkItemRow | RemovedRow]:
     return list(iter_download_zip(io.BytesIO(package), broker_id=broker_id))
+
+
+def read(package: bytes) -> tuple[list[WorkItemRow | RemovedRow], DownloadZipReader]:
+    reader = iter_download_zip(io.BytesIO(package), broker_id=BROKER)
+    return list(reader), reader
+
+
+def unreadable_of(package: bytes) -> UnreadableRow:
+    """The one unreadable row of ``package`` (whose other rows are read)."""
+    _, reader = read(package)
+    assert len(reader.unreadable) == 1, reader.unreadable
+    return reader.unreadable[0]
+
+
+def unread_of(package: bytes) -> SetAside:
+    """The one DROP list of ``package`` set aside whole."""
+    _, reader = read(package)
+    assert len(reader.unread) == 1, reader.unread
+    return reader.unread[0]
 
 
 def error_of(package: bytes) -> DropFileError:
@@ -148,24 +171,47 @@ def test_valid_zip_round_trip_yields_typed_rows_and_member_summary(tmp_path: Pat
     assert all(isinstance(m, ZipMember) for m in zip_summary(io.BytesIO(package)))
 
 
-def test_rows_stream_out_before_a_later_bad_row_raises() -> None:
-    package = raw_zip(
-        {f"{DAY}_{BROKER}_Email.csv": email_csv(*(f"{w},{h}" for w, h in ITEMS[:2]), "bad,row")}
+def test_a_malformed_row_is_set_aside_and_the_rest_of_its_list_is_read() -> None:
+    # DROP's own example of a short row, "680,5", between good ones.
+    lines = [f"{w},{h}" for w, h in ITEMS[:2]] + ["680,5"] + [f"{w},{h}" for w, h in ITEMS[2:4]]
+    rows, reader = read(raw_zip({f"{DAY}_{BROKER}_Email.csv": email_csv(*lines)}))
+
+    assert [(r.work_item_id, r.line) for r in rows] == [
+        (ITEMS[0][0], 2),
+        (ITEMS[1][0], 3),
+        (ITEMS[2][0], 5),
+        (ITEMS[3][0], 6),
+    ]
+    assert reader.unreadable == [
+        UnreadableRow(
+            f"{DAY}_{BROKER}_Email.csv",
+            4,
+            "680",
+            "680,5",
+            "hash must be 44 characters of standard Base64 ending in '=', found '5'",
+        )
+    ]
+    assert reader.unreadable_counts == {f"{DAY}_{BROKER}_Email.csv": 1}
+    assert [(m.name, m.rows) for m in reader.files] == [(f"{DAY}_{BROKER}_Email.csv", 4)]
+    assert not reader.complete
+
+
+@pytest.mark.parametrize("ending", ["\r\n", "\n"])
+def test_bom_line_endings_blank_lines_and_quoted_fields_are_read_as_drop_meant(
+    ending: str,
+) -> None:
+    (w0, h0), (w1, h1), (w2, h2) = ITEMS[:3]
+    body = ending.join(
+        ["\ufeffID,Hash", f"{w0},{h0}", "", f'"{w1}","{h1}"', f'{w2},"{h2}"', "", ""]
     )
-    reader = iter_download_zip(io.BytesIO(package), broker_id=BROKER)
+    rows, reader = read(raw_zip({f"{DAY}_{BROKER}_Email.csv": body}))
 
-    assert next(reader).work_item_id == ITEMS[0][0]
-    assert next(reader).work_item_id == ITEMS[1][0]
-    with pytest.raises(DropFileError) as caught:
-        next(reader)
-    assert caught.value.line == 4
-
-
-def test_lf_line_endings_bom_and_blank_lines_are_read() -> None:
-    body = "\ufeffID,Hash\n" + f"{ITEMS[0][0]},{ITEMS[0][1]}\n\n" + f"{ITEMS[1][0]},{ITEMS[1][1]}\n"
-    rows = read_all(raw_zip({f"{DAY}_{BROKER}_Email.csv": body}))
-
-    assert [(r.work_item_id, r.line) for r in rows] == [(ITEMS[0][0], 2), (ITEMS[1][0], 4)]
+    assert [(r.work_item_id, r.hash, r.line) for r in rows] == [
+        (w0, h0, 2),
+        (w1, h1, 4),
+        (w2, h2, 5),
+    ]
+    assert reader.complete
 
 
 def test_header_only_files_are_fine() -> None:
@@ -224,24 +270,63 @@ def test_corrupt_member_data_is_refused() -> None:
 @pytest.mark.parametrize(
     ("member", "reason"),
     [
-        ("20260312_1234_Email.csv", "broker id 1234 in the file name is not this broker's (4821)"),
-        ("20261301_4821_Email.csv", "date 20261301 in the file name is not a valid date"),
-        ("20260312_4821_Fax.csv", "unknown data type 'Fax'"),
-        ("20260312_4821_Email.txt", "not a CSV file name"),
-        ("readme.txt", "not a CSV file name"),
-        ("../20260312_4821_Email.csv", "not a folder or a path"),
-        ("/20260312_4821_Email.csv", "not a folder or a path"),
-        ("lists/20260312_4821_Email.csv", "not a folder or a path"),
-        ("lists/", "not a folder or a path"),
+        ("README.txt", "not a DROP list (not named <YYYYMMDD>_<DataBrokerId>_<DataType>"),
+        ("20260312_4821_Email.txt", "not a DROP list"),
+        ("notes/", "a folder entry"),
+        ("__MACOSX/._x", "not a DROP list"),
     ],
 )
-def test_bad_member_names_are_refused(member: str, reason: str) -> None:
+def test_members_that_are_not_drop_lists_are_skipped(member: str, reason: str) -> None:
+    good = email_csv(f"{ITEMS[0][0]},{ITEMS[0][1]}")
+    rows, reader = read(raw_zip({member: "anything", f"{DAY}_{BROKER}_Email.csv": good}))
+
+    assert [r.work_item_id for r in rows] == [ITEMS[0][0]]
+    assert [m.name for m in reader.skipped] == [member]
+    assert reason in reader.skipped[0].reason
+    assert reader.complete  # nothing DROP sent was left unread
+
+
+@pytest.mark.parametrize(
+    ("member", "reason"),
+    [
+        ("20260312_4821_Address.csv", "list type 'Address' is not one this version reads"),
+        ("20261301_4821_Email.csv", "date 20261301 in the file name is not a valid date"),
+        ("20260312_4821_Email.CSV", "not a CSV file name"),
+        ("20260312_4821_Email_abcdefghijk.csv", "suffix must be 1 to 10 letters or digits"),
+    ],
+)
+def test_a_drop_named_list_that_cannot_be_read_is_set_aside_whole(member: str, reason: str) -> None:
+    good = email_csv(f"{ITEMS[0][0]},{ITEMS[0][1]}")
+    other = email_csv(f"{ITEMS[1][0]},{ITEMS[1][1]}")
+    rows, reader = read(raw_zip({f"{DAY}_{BROKER}_Phone.csv": good, member: other}))
+
+    assert [r.work_item_id for r in rows] == [ITEMS[0][0]]
+    assert [m.name for m in reader.unread] == [member]
+    assert reason in reader.unread[0].reason
+    assert [m.name for m in reader.files] == [f"{DAY}_{BROKER}_Phone.csv"]
+    assert not reader.complete
+
+
+def test_a_list_in_a_folder_is_read_under_its_own_name() -> None:
+    good = email_csv(f"{ITEMS[0][0]},{ITEMS[0][1]}")
+    rows, reader = read(raw_zip({f"lists/{DAY}_{BROKER}_Email.csv": good}))
+
+    assert [(r.file_name, r.work_item_id) for r in rows] == [
+        (f"{DAY}_{BROKER}_Email.csv", ITEMS[0][0])
+    ]
+    assert reader.complete
+
+
+@pytest.mark.parametrize(
+    "member", ["20260312_1234_Email.csv", "lists/20260312_1234_Phone.csv", "20260312_9999_Fax.csv"]
+)
+def test_another_brokers_package_is_refused_whole(member: str) -> None:
     package = raw_zip({f"{DAY}_{BROKER}_Phone.csv": email_csv(), member: email_csv()})
 
     error = error_of(package)
 
     assert error.file == member
-    assert reason in str(error)
+    assert "in the file name is not this broker's (4821)" in str(error)
     assert error.line is None
 
 
@@ -254,49 +339,72 @@ def test_member_names_are_all_checked_before_any_row() -> None:
         next(reader)
 
 
-@pytest.mark.parametrize(
-    ("header", "expected"),
-    [("id,hash", "ID,Hash"), ("ID,Hash,ListType", "ID,Hash"), ("ID;Hash", "ID,Hash")],
-)
-def test_bad_list_header_is_refused_at_line_1(header: str, expected: str) -> None:
-    error = error_of(raw_zip({f"{DAY}_{BROKER}_Email.csv": email_csv(header=header)}))
+@pytest.mark.parametrize("header", ["id,hash", "ID,HASH", '"ID","Hash"'])
+def test_the_list_header_is_read_in_any_case(header: str) -> None:
+    body = email_csv(f"{ITEMS[0][0]},{GOOD_HASH}", header=header)
+    rows, reader = read(raw_zip({f"{DAY}_{BROKER}_Email.csv": body}))
 
-    assert error.file == f"{DAY}_{BROKER}_Email.csv"
-    assert error.line == 1
-    assert str(error).startswith(
-        f"{DAY}_{BROKER}_Email.csv line 1: header must be {expected}, found "
-    )
-
-
-def test_bad_removed_header_is_refused() -> None:
-    error = error_of(raw_zip({f"{DAY}_{BROKER}_Removed.csv": email_csv()}))
-
-    assert (error.line, error.reason) == (1, "header must be ID,Hash,ListType, found 'ID,Hash'")
-
-
-def test_empty_member_is_refused() -> None:
-    error = error_of(raw_zip({f"{DAY}_{BROKER}_Email.csv": b""}))
-
-    assert (
-        str(error) == f"{DAY}_{BROKER}_Email.csv line 1: file is empty: expected the header ID,Hash"
-    )
-
-
-def test_zip_without_csv_members_is_refused() -> None:
-    assert "holds no CSV file" in str(error_of(raw_zip({})))
+    assert [r.work_item_id for r in rows] == [ITEMS[0][0]]
+    assert reader.complete
 
 
 @pytest.mark.parametrize(
-    "bad_id", ["AbC123xyz09", "AbC123xyz09-", "AbC123 xyz09", "AbC123xyz0912", "ÀbC123xyz091"]
+    ("header", "found"),
+    [
+        ("ID,Hash,ListType", "'ID,Hash,ListType'"),
+        ("ID;Hash", "'ID;Hash'"),
+        ("Hash,ID", "'Hash,ID'"),
+    ],
 )
-def test_bad_work_item_id_is_refused_with_line(bad_id: str) -> None:
+def test_a_list_with_another_header_is_not_read_at_all_and_is_named(
+    header: str, found: str
+) -> None:
+    rows_csv = email_csv(f"{ITEMS[0][0]},{GOOD_HASH}", header=header)
+    good = email_csv(f"{ITEMS[1][0]},{ITEMS[1][1]}")
+    rows, reader = read(
+        raw_zip({f"{DAY}_{BROKER}_Email.csv": rows_csv, f"{DAY}_{BROKER}_Phone.csv": good})
+    )
+
+    assert [r.work_item_id for r in rows] == [ITEMS[1][0]]
+    assert reader.unread == [
+        SetAside(f"{DAY}_{BROKER}_Email.csv", f"header must be ID,Hash (any case), found {found}")
+    ]
+
+
+def test_a_removed_file_with_another_header_is_not_read() -> None:
+    unread = unread_of(raw_zip({f"{DAY}_{BROKER}_Removed.csv": email_csv()}))
+
+    assert unread.reason == "header must be ID,Hash,ListType (any case), found 'ID,Hash'"
+
+
+def test_an_empty_member_is_not_read() -> None:
+    unread = unread_of(raw_zip({f"{DAY}_{BROKER}_Email.csv": b""}))
+
+    assert unread == SetAside(
+        f"{DAY}_{BROKER}_Email.csv", "file is empty: expected the header ID,Hash"
+    )
+
+
+@pytest.mark.parametrize("members", [{}, {"README.txt": "hello"}, {"lists/": ""}])
+def test_a_zip_without_any_drop_list_is_refused(members: dict[str, str]) -> None:
+    assert "holds no DROP list" in str(error_of(raw_zip(members)))
+
+
+@pytest.mark.parametrize("odd_id", ["AbC123xyz09", "AbC123xyz0912", "7", "a" * 64])
+def test_work_item_ids_of_1_to_64_letters_and_digits_are_read_verbatim(odd_id: str) -> None:
+    rows = read_all(raw_zip({f"{DAY}_{BROKER}_Email.csv": email_csv(f"{odd_id},{GOOD_HASH}")}))
+
+    assert [r.work_item_id for r in rows] == [odd_id]
+
+
+@pytest.mark.parametrize("bad_id", ["AbC123xyz09-", "AbC123 xyz09", "ÀbC123xyz091", "a" * 65, ""])
+def test_a_bad_work_item_id_is_an_unreadable_row_with_its_line(bad_id: str) -> None:
     lines = [f"{w},{h}" for w, h in ITEMS[:5]] + [f"{bad_id},{GOOD_HASH}"]
-    error = error_of(raw_zip({f"{DAY}_{BROKER}_Email.csv": email_csv(*lines)}))
+    row = unreadable_of(raw_zip({f"{DAY}_{BROKER}_Email.csv": email_csv(*lines)}))
 
-    assert str(error).startswith(
-        f"{DAY}_{BROKER}_Email.csv line 7: work item id must be 12 letters or digits, found "
-    )
-    assert repr(bad_id) in str(error)
+    assert (row.file_name, row.line) == (f"{DAY}_{BROKER}_Email.csv", 7)
+    assert row.work_item_id == bad_id[:64]
+    assert row.reason.startswith("work item id must be 1 to 64 letters or digits, found ")
 
 
 @pytest.mark.parametrize(
@@ -309,44 +417,48 @@ def test_bad_work_item_id_is_refused_with_line(bad_id: str) -> None:
         "",
     ],
 )
-def test_bad_hash_is_refused_with_line(bad_hash: str) -> None:
-    error = error_of(raw_zip({f"{DAY}_{BROKER}_Phone.csv": email_csv(f"{ITEMS[0][0]},{bad_hash}")}))
+def test_a_bad_hash_is_an_unreadable_row(bad_hash: str) -> None:
+    body = email_csv(f"{ITEMS[0][0]},{bad_hash}")
+    row = unreadable_of(raw_zip({f"{DAY}_{BROKER}_Phone.csv": body}))
 
-    assert (error.file, error.line) == (f"{DAY}_{BROKER}_Phone.csv", 2)
-    assert error.reason.startswith("hash must be 44 characters of standard Base64")
-
-
-def test_wrong_field_count_is_refused() -> None:
-    error = error_of(raw_zip({f"{DAY}_{BROKER}_Email.csv": email_csv(f"{ITEMS[0][0]}")}))
-
-    assert str(error) == f"{DAY}_{BROKER}_Email.csv line 2: expected 2 fields (ID,Hash), found 1"
+    assert (row.file_name, row.line) == (f"{DAY}_{BROKER}_Phone.csv", 2)
+    assert row.reason.startswith("hash must be 44 characters of standard Base64")
 
 
-def test_invalid_utf8_is_refused() -> None:
+def test_a_wrong_field_count_is_an_unreadable_row() -> None:
+    row = unreadable_of(raw_zip({f"{DAY}_{BROKER}_Email.csv": email_csv(f"{ITEMS[0][0]}")}))
+
+    assert (row.line, row.reason) == (2, "expected 2 fields (ID,Hash), found 1")
+
+
+def test_invalid_utf8_is_an_unreadable_row_shown_escaped() -> None:
     body = email_csv(f"{ITEMS[0][0]},{GOOD_HASH}").encode() + b"\xff\xfe,\x80\r\n"
-    error = error_of(raw_zip({f"{DAY}_{BROKER}_Email.csv": body}))
+    rows, reader = read(raw_zip({f"{DAY}_{BROKER}_Email.csv": body}))
 
-    assert error.file == f"{DAY}_{BROKER}_Email.csv"
-    assert error.reason == "not valid UTF-8 text"
+    assert [r.work_item_id for r in rows] == [ITEMS[0][0]]
+    [row] = reader.unreadable
+    assert (row.line, row.reason, row.text) == (3, "not valid UTF-8 text", "\\xff\\xfe,\\x80")
 
 
-def test_duplicate_id_within_a_list_is_refused() -> None:
+def test_a_duplicate_id_within_a_list_is_an_unreadable_row() -> None:
     lines = [f"{w},{h}" for w, h in ITEMS[:3]] + [f"{ITEMS[1][0]},{GOOD_HASH}"]
-    error = error_of(raw_zip({f"{DAY}_{BROKER}_Email.csv": email_csv(*lines)}))
+    rows, reader = read(raw_zip({f"{DAY}_{BROKER}_Email.csv": email_csv(*lines)}))
 
-    assert str(error) == (
-        f"{DAY}_{BROKER}_Email.csv line 5: work item id {ITEMS[1][0]} appears twice in this ZIP "
-        "(ids are unique across lists)"
+    assert len(rows) == 3
+    [row] = reader.unreadable
+    assert (row.line, row.reason) == (
+        5,
+        f"work item id {ITEMS[1][0]} appears twice in this ZIP (ids are unique)",
     )
 
 
-def test_duplicate_id_across_lists_is_refused() -> None:
+def test_a_duplicate_id_across_lists_is_an_unreadable_row() -> None:
     package = build_drop_zip(BROKER, DAY, {"Email": ITEMS[:3], "Phone": [ITEMS[4], ITEMS[2]]})
 
-    error = error_of(package)
+    row = unreadable_of(package)
 
-    assert (error.file, error.line) == (f"{DAY}_{BROKER}_Phone.csv", 3)
-    assert f"work item id {ITEMS[2][0]} appears twice in this ZIP" in error.reason
+    assert (row.file_name, row.line) == (f"{DAY}_{BROKER}_Phone.csv", 3)
+    assert f"work item id {ITEMS[2][0]} appears twice in this ZIP" in row.reason
 
 
 def test_removed_id_may_repeat_a_list_id_but_not_itself() -> None:
@@ -359,30 +471,30 @@ def test_removed_id_may_repeat_a_list_id_but_not_itself() -> None:
     twice = build_drop_zip(
         BROKER, DAY, {}, removed=[(wid, hash_value, "Email"), (wid, hash_value, "Phone")]
     )
-    error = error_of(twice)
-    assert (error.file, error.line) == (f"{DAY}_{BROKER}_Removed.csv", 3)
-    assert "appears twice in this Removed file" in error.reason
+    row = unreadable_of(twice)
+    assert (row.file_name, row.line) == (f"{DAY}_{BROKER}_Removed.csv", 3)
+    assert "appears twice in this Removed file" in row.reason
 
 
-def test_two_removed_files_are_refused() -> None:
+def test_a_second_removed_file_is_not_read() -> None:
     removed = email_csv(header="ID,Hash,ListType")
     package = raw_zip(
         {f"{DAY}_{BROKER}_Removed.csv": removed, f"{DAY}_{BROKER}_Removed_b.csv": removed}
     )
 
-    error = error_of(package)
+    unread = unread_of(package)
 
-    assert error.file == f"{DAY}_{BROKER}_Removed_b.csv"
-    assert "at most one Removed file" in error.reason
+    assert unread.name == f"{DAY}_{BROKER}_Removed_b.csv"
+    assert "at most one Removed file" in unread.reason
 
 
 @pytest.mark.parametrize("list_type", ["Removed", "Fax", ""])
-def test_unknown_removed_list_type_is_refused(list_type: str) -> None:
+def test_an_unknown_removed_list_type_is_an_unreadable_row(list_type: str) -> None:
     wid, hash_value = ITEMS[0]
-    error = error_of(build_drop_zip(BROKER, DAY, {}, removed=[(wid, hash_value, list_type)]))
+    row = unreadable_of(build_drop_zip(BROKER, DAY, {}, removed=[(wid, hash_value, list_type)]))
 
-    assert error.line == 2
-    assert error.reason.startswith(f"list type {list_type!r} is not a DROP list")
+    assert row.line == 2
+    assert row.reason.startswith(f"list type {list_type!r} is not a DROP list")
 
 
 def test_broker_id_argument_must_be_four_digits() -> None:
@@ -455,7 +567,8 @@ def test_write_response_csv_with_no_rows_writes_the_header() -> None:
         ((ITEMS[3][0], 6), "status must be 2, 3, 4 or 5"),
         ((ITEMS[3][0], "3"), "status must be 2, 3, 4 or 5"),
         ((ITEMS[3][0], True), "status must be 2, 3, 4 or 5"),
-        (("short", 3), "work item id must be 12 letters or digits"),
+        (("short-", 3), "work item id must be 1 to 64 letters or digits"),
+        (("a" * 65, 3), "work item id must be 1 to 64 letters or digits"),
         ((ITEMS[0][0], 4), f"work item id {ITEMS[0][0]} has a status twice"),
     ],
 )
@@ -471,7 +584,7 @@ def test_write_response_csv_refuses_bad_rows_with_line(row: tuple[str, int], rea
     assert reason in caught.value.reason
 
 
-def test_a_single_huge_line_is_refused_before_it_costs_memory(tmp_path: Path) -> None:
+def test_a_single_huge_line_is_set_aside_before_it_costs_memory(tmp_path: Path) -> None:
     # 32 MiB of one line deflate to about 32 KiB: read whole, it would cost its size.
     package = tmp_path / "20260312_4821_DROP.zip"
     with (
@@ -481,16 +594,19 @@ def test_a_single_huge_line_is_refused_before_it_costs_memory(tmp_path: Path) ->
         member.write(b"ID,Hash\r\n")
         for _ in range(32):
             member.write(b"A" * (1 << 20))
+        member.write(f"\r\n{ITEMS[0][0]},{ITEMS[0][1]}\r\n".encode())
     assert package.stat().st_size < 1 << 20
 
     tracemalloc.start()
     try:
-        with pytest.raises(DropFileError) as caught:
-            list(iter_download_zip(package, broker_id="4821"))
+        reader = iter_download_zip(package, broker_id="4821")
+        rows = list(reader)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
 
-    assert caught.value.line == 2
-    assert "line longer than 4096 characters" in str(caught.value)
+    assert [(r.work_item_id, r.line) for r in rows] == [(ITEMS[0][0], 3)]
+    [row] = reader.unreadable
+    assert (row.line, row.reason) == (2, "line longer than 4096 characters")
+    assert len(row.text) == 200
     assert peak < 16 << 20, f"reading the line cost {peak / (1 << 20):.0f} MiB"

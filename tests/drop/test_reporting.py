@@ -79,8 +79,19 @@ def test_files_cut_from_sorted_rows_equal_files_built_row_by_row() -> None:
     assert responses_from_rows(b"", names) == {}
 
 
+def test_ids_of_another_length_are_echoed_verbatim() -> None:
+    data = b"7,680,5\n7," + b"a" * 64 + b",3\n"
+
+    files = responses_from_rows(data, {7: LIST})
+
+    assert files[7].content == b"Id,Status\r\n680,5\r\n" + b"a" * 64 + b",3\r\n"
+    assert files[7] == build_response_file(LIST, [("680", 5), ("a" * 64, 3)])
+
+
 def test_cut_files_refuse_a_bad_row_or_an_unknown_key() -> None:
-    with pytest.raises(DropFileError, match="not a 12-character id and a status"):
-        responses_from_rows(b"7,short,3\n", {7: LIST})
+    with pytest.raises(DropFileError, match="not a work item id and a status"):
+        responses_from_rows(b"7,short-,3\n", {7: LIST})
+    with pytest.raises(DropFileError, match="not a work item id and a status"):
+        responses_from_rows(b"7," + b"a" * 65 + b",3\n", {7: LIST})
     with pytest.raises(DropFileError, match="not asked for"):
         responses_from_rows(b"8,A1b2C3d4E5f6,3\n", {7: LIST})

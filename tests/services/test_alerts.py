@@ -340,6 +340,7 @@ def test_conditions_are_a_registry() -> None:
         "cycle_due_2_days",
         "ledger_verify_failed",
         "stuck_work",
+        "drop_lists_not_read",
     }
     assert AlertState.objects.count() == 0
 

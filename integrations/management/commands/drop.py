@@ -8,6 +8,9 @@ report; find what is stuck.
     manage.py drop metrics --broker 4821 --year 2027 --format json   # the year's figures
 
 Both print the cycle (``--json``: one JSON object); a refusal is one line on stderr and exit 1.
+When part of the package was not imported (a DROP list or rows that could not be read), the
+rest is imported and printed, then one line names each such file and why, and the exit is 1,
+so automation notices.
 """
 
 from __future__ import annotations
@@ -167,14 +170,19 @@ class Command(ReportSubcommand):
                         "requests": round(result.requests_seconds, 3),
                         "commit": round(result.commit_seconds, 3),
                     },
+                    "not_imported": [
+                        {"file": part.name, "reason": part.reason} for part in result.not_imported
+                    ],
                 }
             )
+            self._not_imported_refusal(result)
             return
         if not result.created:
             self.stdout.write(
                 f"{cycle.zip_name} was already imported as cycle {cycle.drop_session_id}: "
                 "nothing changed."
             )
+            self._not_imported_refusal(result)
             return
         self.stdout.write(
             f"Cycle {cycle.drop_session_id} from {cycle.zip_name}: {cycle.work_items} work "
@@ -188,6 +196,17 @@ class Command(ReportSubcommand):
                 f"Removed by DROP: {result.removed.closed} work items closed, "
                 f"{result.removed.requests_cancelled} undelivered requests cancelled, "
                 f"{result.removed.unknown} ids not open here."
+            )
+        self._not_imported_refusal(result)
+
+    @staticmethod
+    def _not_imported_refusal(result: ImportResult) -> None:
+        """Exit 1 naming each file of the package not imported and why (the rest was)."""
+        if result.not_imported:
+            raise CommandError(
+                f"part of {result.cycle.zip_name} was not imported (the rest was, as cycle "
+                f"{result.cycle.drop_session_id}): "
+                + "; ".join(f"{part.name}: {part.reason}" for part in result.not_imported)
             )
 
     def handle_doctor(self, **options: Any) -> None:
