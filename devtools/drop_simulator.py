@@ -79,6 +79,12 @@ class _Scripted:
     delay: float = 0.0
     cut_after: int | None = None
     starts_download: bool = False
+    # A slow body: ``chunk`` bytes every ``pace`` seconds; and a silence of ``stall_for``
+    # seconds once ``stall_after`` bytes are out.
+    pace: float = 0.0
+    chunk: int = 1 << 16
+    stall_after: int | None = None
+    stall_for: float = 0.0
 
 
 def _json(status: int, payload: Mapping[str, Any], **kwargs: Any) -> _Scripted:
@@ -192,11 +198,18 @@ class DropSimulator:
         *,
         cut_after: int | None = None,
         content_disposition: str | None = None,
+        pace: float = 0.0,
+        chunk: int = 1 << 16,
+        stall_after: int | None = None,
+        stall_for: float = 0.0,
     ) -> None:
         """Serve a ZIP package on the next download; it starts a new download cycle.
 
         ``cut_after=n`` announces the full Content-Length but sends only ``n`` bytes and
-        closes the connection, as a network failure mid-body would.
+        closes the connection, as a network failure mid-body would. A slow line: ``pace``
+        seconds between pieces of ``chunk`` bytes; a stalled one: nothing for ``stall_for``
+        seconds once ``stall_after`` bytes are out (then the rest, if the client still
+        listens).
         """
         name = filename or _package_name_from_zip(zip_bytes)
         headers = {
@@ -211,6 +224,10 @@ class DropSimulator:
                 path="/data/download",
                 cut_after=cut_after,
                 starts_download=True,
+                pace=pace,
+                chunk=chunk,
+                stall_after=stall_after,
+                stall_for=stall_for,
             )
         )
 
@@ -361,10 +378,27 @@ class _Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
             self.end_headers()
             sent = answer.body if answer.cut_after is None else answer.body[: answer.cut_after]
-            self.wfile.write(sent)
-            self.wfile.flush()
+            self._write_body(answer, sent)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
+
+    def _write_body(self, answer: _Scripted, body: bytes) -> None:
+        if not answer.pace and answer.stall_after is None:
+            self.wfile.write(body)
+            self.wfile.flush()
+            return
+        position = 0
+        while position < len(body):
+            end = min(position + answer.chunk, len(body))
+            if answer.stall_after is not None and position < answer.stall_after < end:
+                end = answer.stall_after
+            self.wfile.write(body[position:end])
+            self.wfile.flush()
+            position = end
+            if position == answer.stall_after:
+                time.sleep(answer.stall_for)
+            elif answer.pace and position < len(body):
+                time.sleep(answer.pace)
 
 
 def _multipart_files(content_type: str, body: bytes) -> dict[str, bytes]:

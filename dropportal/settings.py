@@ -81,6 +81,17 @@ except (zoneinfo.ZoneInfoNotFoundError, ValueError):
         f"error: DROPPORTAL_DROP_TIMEZONE={DROPPORTAL_DROP_TIMEZONE!r} is not an IANA time zone "
         "(for example America/Los_Angeles)"
     )
+# A DROP package download is cut (and tried again) when no byte arrives for this long; the
+# whole download may take as long as it needs, so a large package on a slow line arrives.
+try:
+    DROPPORTAL_DROP_STALL_SECONDS = env.float("DROPPORTAL_DROP_STALL_SECONDS", default=120.0)
+except ValueError:
+    DROPPORTAL_DROP_STALL_SECONDS = float("nan")
+if not DROPPORTAL_DROP_STALL_SECONDS > 0:
+    sys.exit(
+        f"error: DROPPORTAL_DROP_STALL_SECONDS={env.str('DROPPORTAL_DROP_STALL_SECONDS')!r} "
+        "must be a number of seconds more than 0"
+    )
 # The periodic job uploads response files for brokers with a DROP API key; off: by hand only.
 DROPPORTAL_AUTO_REPORT = env.bool("DROPPORTAL_AUTO_REPORT", default=True)
 # A failed outcome is redispatched automatically this many hours after it was recorded (at

@@ -19,7 +19,9 @@ What it guarantees (docs/contracts.md §6):
 - 5 s to connect, 15 s in all by the wall clock, whatever the peer does: name resolution,
   connecting, the TLS handshake, the response headers and the body all fit in the total
   (``bounded``: a watchdog shuts the call's sockets down when its deadline passes, and name
-  resolution is waited for only until then). The body is read as a stream and only its
+  resolution is waited for only until then). A caller streaming a large body may
+  ``postpone`` the deadline at each read, bounding the body by a stall instead (DROP
+  packages). The body is read as a stream and only its
   first 4 KiB are kept (``read_limit`` reads more into ``content`` for a
   caller that needs the whole answer, such as ISI's synchronous identifiers).
 - TLS 1.2 or later, certificates verified against one CA store (requests' bundle).
@@ -135,6 +137,12 @@ class Bound:
     def remaining(self) -> float:
         return max(0.0, self.deadline - time.monotonic())
 
+    def postpone(self, seconds: float) -> None:
+        """Move the deadline to ``seconds`` from now, earlier or later: a body read as a
+        stream calls it for each read, so the bound becomes "no byte for ``seconds``"
+        rather than a total (the watchdog looks at the deadline again before it cuts)."""
+        self.deadline = time.monotonic() + seconds
+
     def adopt(self, sock: socket.socket) -> None:
         try:
             duplicate = socket.fromfd(sock.fileno(), sock.family, sock.type, sock.proto)
@@ -200,7 +208,11 @@ class _Watchdog:
                     now = time.monotonic()
                     if self._heap and self._heap[0][0] <= now:
                         _, _, bound = heapq.heappop(self._heap)
-                        break
+                        if bound.deadline <= now:
+                            break
+                        # Postponed since it was queued: wait for its new deadline.
+                        heapq.heappush(self._heap, (bound.deadline, next(self._order), bound))
+                        continue
                     self._condition.wait(self._heap[0][0] - now if self._heap else None)
             bound.expire()
 

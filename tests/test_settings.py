@@ -86,3 +86,16 @@ def test_an_unknown_drop_time_zone_is_one_line() -> None:
 
 def test_drop_dates_follow_california_unless_told_otherwise() -> None:
     assert settings.DROPPORTAL_DROP_TIMEZONE == "America/Los_Angeles"
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "soon"])
+def test_a_drop_stall_bound_that_is_not_a_positive_number_is_one_line(value: str) -> None:
+    ran = _manage("check", env=subprocess_env(DROPPORTAL_DROP_STALL_SECONDS=value))
+    assert ran.returncode != 0
+    assert ran.stderr.strip() == (
+        f"error: DROPPORTAL_DROP_STALL_SECONDS={value!r} must be a number of seconds more than 0"
+    )
+
+
+def test_a_drop_download_is_cut_after_two_minutes_of_silence_unless_told_otherwise() -> None:
+    assert settings.DROPPORTAL_DROP_STALL_SECONDS == 120

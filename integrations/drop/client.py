@@ -20,8 +20,9 @@ How the calls travel (attempts, waits, retries, bounded time, the package on dis
 ``drop.transport``, over the one outbound stack (``outbound_http``): its sessions filter the
 target address (no loopback, private or reserved address, no plain http) unless
 ``allow_private`` (``DROPPORTAL_ALLOW_PRIVATE_TARGETS``) opens them, use its TLS settings, and
-every attempt ends within ``total_timeout`` by the wall clock, whatever DROP (or the network)
-does.
+every attempt's answer begins within ``total_timeout`` by the wall clock, whatever DROP (or
+the network) does; a package's body then streams to disk for as long as it takes, cut only
+when no byte comes for ``stall_timeout``.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from integrations.drop.transport import (
     Done,
     Fail,
     OnCall,
+    OnProgress,
     Received,
     Retry,
     Transport,
@@ -190,7 +192,9 @@ class DropClient:
     bodies cut short) are retried ``max_retries`` times with backoff ``backoff_seconds``,
     doubling, capped at ``max_backoff_seconds``. ``sleep`` and ``clock`` are injectable so
     tests never wait. ``timeout`` is (connect, each read); ``total_timeout`` bounds one
-    attempt, body included, by the wall clock. ``allow_private`` lets the base URL be plain
+    attempt by the wall clock until its answer begins (a small answer whole);
+    ``stall_timeout`` bounds a package's body by silence: no byte for that long, and the
+    attempt is retried. ``allow_private`` lets the base URL be plain
     http or a loopback/private address (development and tests only).
     ``on_call`` is called after every HTTP attempt, with no header or body; an exception it
     raises propagates.
@@ -203,6 +207,7 @@ class DropClient:
         *,
         timeout: float | tuple[float, float] = (5, 60),
         total_timeout: float = 300,
+        stall_timeout: float = 120,
         max_wait_seconds: float = 600,
         max_retries: int = 4,
         backoff_seconds: float = 2.0,
@@ -237,6 +242,7 @@ class DropClient:
             session=self.session,
             timeout=timeout,
             total_timeout=total_timeout,
+            stall_timeout=stall_timeout,
             max_wait_seconds=max_wait_seconds,
             max_retries=max_retries,
             backoff_seconds=backoff_seconds,
@@ -255,10 +261,12 @@ class DropClient:
 
     # ---------------------------------------------------------------- download
 
-    def download(self, dest: str | os.PathLike[str]) -> DownloadResult:
+    def download(
+        self, dest: str | os.PathLike[str], *, on_progress: OnProgress | None = None
+    ) -> DownloadResult:
         """Fetch the current package into the directory ``dest``, under the name from
         Content-Disposition (placed atomically: see ``transport.place_atomically``). A body cut
-        short leaves no file behind.
+        short leaves no file behind. ``on_progress(received, announced)`` follows the body.
         """
         dest_dir = Path(dest)
         if not dest_dir.is_dir():
@@ -276,12 +284,14 @@ class DropClient:
             )
 
         def handle(response: requests.Response) -> Decision:
-            return self._handle_download(response, dest_dir)
+            return self._handle_download(response, dest_dir, on_progress)
 
         result: DownloadResult = self._run("GET", DOWNLOAD_PATH, send, handle)
         return result
 
-    def _handle_download(self, response: requests.Response, dest_dir: Path) -> Decision:
+    def _handle_download(
+        self, response: requests.Response, dest_dir: Path, on_progress: OnProgress | None
+    ) -> Decision:
         status = response.status_code
         if status == 200:
             content_type = _content_type(response)
@@ -307,7 +317,7 @@ class DropClient:
             except DropProtocolError as exc:
                 exc.status = status
                 return Fail(exc, "unexpected")
-            received = self.transport.receive_file(response, dest_dir, file_name)
+            received = self.transport.receive_file(response, dest_dir, file_name, on_progress)
             if isinstance(received, Retry):
                 return received
             return Done(_package(file_name, received), "package")

@@ -8,10 +8,12 @@ decision::
     value, attempts = transport.run("GET", "/data/download", send, handle)
     # handle(response) -> Done(value) | Fail(error) | Wait(seconds) | Retry(reason)
 
-Each attempt ends within ``total_timeout`` by the wall clock (``outbound_http.bounded``) and is
-reported to ``on_call``; no attempt sees the API key (``send`` carries it). A package is
-written to a temporary file, checked against its announced length and given its name
-atomically (``receive_file``).
+Each attempt's answer begins within ``total_timeout`` by the wall clock
+(``outbound_http.bounded``) and is reported to ``on_call``; no attempt sees the API key
+(``send`` carries it). A package is streamed to a temporary file (never held in memory),
+bounded by a stall rather than a total (no byte for ``stall_timeout`` cuts it: a large
+package on a slow line still arrives), checked against its announced length and given its
+name atomically (``receive_file``).
 
 The waits are our own loop rather than tenacity's: a 202 or 429 waits as long as DROP asks
 without using up a retry, while failures back off and count; both share one budget measured
@@ -24,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import socket
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import requests
+import urllib3
 from requests_hardened.ip_filter import InvalidIPAddress
 
 from integrations.drop.errors import DropApiError, DropProtocolError, DropUnavailable
@@ -44,6 +48,10 @@ _CHUNK = 1 << 16
 
 OnCall = Callable[[str, str, int | None, int, str], None]
 """``on_call(method, path, status, duration_ms, outcome)``: one call per HTTP attempt."""
+
+OnProgress = Callable[[int, int | None], None]
+"""``on_progress(bytes_received, bytes_announced)``: as a package's body arrives (the count
+starts again at 0 when an attempt is retried)."""
 
 
 # What handling one HTTP attempt decided: finish, fail, wait (202/429) or retry (transient).
@@ -89,6 +97,10 @@ class _BodyCutShort(Exception):
     pass
 
 
+class _BodyStalled(Exception):
+    pass
+
+
 @dataclass
 class _Attempt:
     bound: Bound
@@ -101,7 +113,9 @@ class Transport:
     backoff) stays within ``max_wait_seconds`` (a wait that would pass it raises at once
     instead of sleeping); transient failures are retried ``max_retries`` times with backoff
     ``backoff_seconds``, doubling, capped at ``max_backoff_seconds``. ``timeout`` is
-    (connect, each read); ``total_timeout`` bounds one attempt, body included."""
+    (connect, each read); ``total_timeout`` bounds one attempt until its answer begins (the
+    whole of a small answer); ``stall_timeout`` bounds a package's body: no byte for that
+    long cuts it (and the attempt is retried), however long the whole body takes."""
 
     session: requests.Session
     timeout: float | tuple[float, float]
@@ -113,6 +127,7 @@ class Transport:
     on_call: OnCall | None
     sleep: Callable[[float], None]
     clock: Callable[[], float]
+    stall_timeout: float = 120.0
     _current: _Attempt | None = field(default=None, init=False, repr=False)  # in flight
 
     def run(
@@ -221,38 +236,78 @@ class Transport:
             self.on_call(method, path, status, duration_ms, outcome)
 
     def receive_file(
-        self, response: requests.Response, dest_dir: Path, file_name: str
+        self,
+        response: requests.Response,
+        dest_dir: Path,
+        file_name: str,
+        on_progress: OnProgress | None = None,
     ) -> Received | Retry:
-        """Stream the body into ``dest_dir`` under ``file_name`` (see ``place_atomically``).
+        """Stream the body into ``dest_dir`` under ``file_name`` (see ``place_atomically``),
+        cut only when no byte comes for ``stall_timeout`` seconds.
 
-        A body cut short (by the peer or by the attempt's deadline) leaves no file behind and
-        is worth another attempt.
+        A body cut short (by the peer or by a stall) leaves no file behind and is worth
+        another attempt.
         """
         expected = _content_length(response)
         digest = hashlib.sha256()
         size = 0
         fd, temp_name = tempfile.mkstemp(dir=dest_dir, prefix=".drop-download-", suffix=".part")
         temp_path = Path(temp_name)
+        bound = self._current.bound if self._current is not None else None
+        raw = response.raw
+        connection = getattr(raw, "connection", None)
+        sock: socket.socket | None = getattr(connection, "sock", None)
         try:
             with os.fdopen(fd, "wb") as out:
-                for chunk in response.iter_content(_CHUNK):
+                # From here the wall clock no longer counts, a silence does: each read waits
+                # at most stall_timeout (the socket), and the watchdog's deadline follows
+                # the last byte (whatever a read does underneath).
+                if sock is not None:
+                    sock.settimeout(self.stall_timeout)
+                while True:
+                    if bound is not None:
+                        bound.postpone(self.stall_timeout)
+                    # read1: at most one receive, so a slow but steady body keeps the
+                    # deadline moving (a full-size read would wait for a whole chunk).
+                    chunk = _read_once(raw)
+                    if not chunk:
+                        break
                     out.write(chunk)
                     digest.update(chunk)
                     size += len(chunk)
-                if self._current is not None and self._current.bound.expired:
-                    raise _BodyCutShort(f"timed out after {self.total_timeout:g} s")
+                    if on_progress is not None:
+                        on_progress(size, expected)
+                if bound is not None and bound.expired:
+                    raise _BodyStalled
                 out.flush()
                 os.fsync(out.fileno())
             if expected is not None and size != expected:
                 raise _BodyCutShort(f"got {size} of {expected} bytes")
             path = place_atomically(temp_path, dest_dir, file_name, digest.hexdigest())
-        except (requests.RequestException, _BodyCutShort) as exc:
+        except (_BodyStalled, _BodyCutShort) as exc:
             temp_path.unlink(missing_ok=True)
+            # A stall ends as a socket timeout, or as a cut socket when the watchdog was first.
+            if isinstance(exc, _BodyStalled) or (bound is not None and bound.expired):
+                return Retry(
+                    "stalled",
+                    f"download stalled: no byte for {self.stall_timeout:g} s after {size} bytes",
+                )
             return Retry("truncated", f"download cut short: {exc}")
         except BaseException:
             temp_path.unlink(missing_ok=True)
             raise
         return Received(path=path, size_bytes=size, sha256=digest.hexdigest())
+
+
+def _read_once(raw: urllib3.HTTPResponse) -> bytes:
+    """What one receive brings of the body (b"" at its end); a failure of the network is
+    ``_BodyStalled`` (nothing came in time) or ``_BodyCutShort``, never a local error."""
+    try:
+        return raw.read1(_CHUNK, decode_content=True)
+    except (TimeoutError, urllib3.exceptions.ReadTimeoutError):
+        raise _BodyStalled from None
+    except (urllib3.exceptions.HTTPError, requests.RequestException, OSError) as exc:
+        raise _BodyCutShort(str(exc) or type(exc).__name__) from None
 
 
 def _content_length(response: requests.Response) -> int | None:

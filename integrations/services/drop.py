@@ -49,6 +49,7 @@ from integrations.drop.files import (
     iter_download_zip,
     parse_file_name,
 )
+from integrations.drop.transport import OnProgress
 from integrations.file_digest import file_sha256
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
@@ -78,7 +79,8 @@ log = logging.getLogger(__name__)
 PACKAGES_DIR = settings.DROPPORTAL_VAR_DIR / "drop-packages"
 STAGED_REMOVED = "drop_staged_removed"
 # DROP client tuning: (connect, read) seconds per HTTP attempt, the wall-clock bound of one
-# attempt (a package download included), and retries of 5xx/timeouts.
+# attempt until DROP's answer begins (a package's body is bounded by a stall instead,
+# DROPPORTAL_DROP_STALL_SECONDS), and retries of 5xx/timeouts.
 DROP_TIMEOUT: tuple[float, float] = (5.0, 60.0)
 DROP_TOTAL_TIMEOUT = 300.0
 DROP_MAX_RETRIES = 4
@@ -593,6 +595,7 @@ def drop_client_for(
         broker.drop_api_key,
         timeout=DROP_TIMEOUT,
         total_timeout=DROP_TOTAL_TIMEOUT,
+        stall_timeout=settings.DROPPORTAL_DROP_STALL_SECONDS,
         max_retries=DROP_MAX_RETRIES,
         max_wait_seconds=max_wait_seconds,
         allow_private=settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS,
@@ -602,19 +605,26 @@ def drop_client_for(
 
 
 def drop_pull(
-    *, broker: Broker, actor: str, max_wait_seconds: float = DEFAULT_MAX_WAIT_SECONDS
+    *,
+    broker: Broker,
+    actor: str,
+    max_wait_seconds: float = DEFAULT_MAX_WAIT_SECONDS,
+    on_progress: OnProgress | None = None,
 ) -> PullResult:
     """Download DROP's current package for ``broker`` and import it; raises DropPullError.
 
-    Waits through 202 and 429 (and retries 5xx, timeouts and cut bodies) for at most
-    ``max_wait_seconds``. A refusal (401, 403, 409, ...) or a refused package is a
+    Waits through 202 and 429 (and retries 5xx, timeouts, stalled and cut bodies) for at
+    most ``max_wait_seconds``; the package streams to disk, ``on_progress(received,
+    announced)`` following it. A refusal (401, 403, 409, ...) or a refused package is a
     ``drop.pull_failed`` event and nothing is imported; the next pull starts afresh.
     """
+    started = time.monotonic()
     try:
         client = drop_client_for(broker, actor=actor, max_wait_seconds=max_wait_seconds)
         directory = PACKAGES_DIR / broker.broker_id
         directory.mkdir(parents=True, exist_ok=True)
-        download = client.download(directory)
+        download = client.download(directory, on_progress=on_progress)
+        download_ms = int((time.monotonic() - started) * 1000)
     except (DropApiError, DropPullError, ValueError, OSError) as exc:
         message = str(exc)
         status = getattr(exc, "status", None)
@@ -659,6 +669,10 @@ def drop_pull(
             "zip_name": download.file_name,
             "zip_sha256": download.sha256,
             "drop_session_id": imported.cycle.drop_session_id,
+            # The download (from the first call to the package on disk, waits included).
+            "size_bytes": download.size_bytes,
+            "duration_ms": download_ms,
+            "attempts": download.attempts,
         },
     )
     return PullResult(outcome, imported=imported, path=download.path)

@@ -4,6 +4,7 @@ periodic pull. No request leaves 127.0.0.1; waits are recorded, not slept."""
 from __future__ import annotations
 
 import datetime as dt
+import io
 import json
 import socket
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ from django.test import override_settings
 from django.utils import timezone
 from procrastinate.contrib.django.models import ProcrastinateJob
 
-from devtools.drop_simulator import DropSimulator, work_items
+from devtools.drop_simulator import DropSimulator, build_drop_zip, work_items
 from integrations import tasks
 from integrations.drop.client import PRODUCTION_URL, SANDBOX_URL
 from integrations.models import Broker, DeletionRequest, DropCycle, LedgerEvent, WorkItem
@@ -448,3 +449,82 @@ def test_a_manual_pull_that_succeeds_after_a_refusal_resumes_the_automatic_pull(
     drop.queue_package(package, PACKAGE_NAME)  # staff fixed the account on DROP's side
     pull()
     assert list(brokers_due_for_pull(now=timezone.now() + dt.timedelta(31))) != []
+
+
+# ---------------------------------------------------------------- large packages, odd packages
+
+
+@pytest.fixture
+def slow_line(settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bounds small enough for a test: 0.5 s for DROP's answer to begin, 1 s of silence."""
+    settings.DROPPORTAL_DROP_STALL_SECONDS = 1.0
+    monkeypatch.setattr(drop_services, "DROP_TOTAL_TIMEOUT", 0.5)
+
+
+def test_a_package_longer_in_coming_than_every_bound_is_imported(
+    broker: Broker, drop: DropSimulator, package: bytes, slow_line: None, capsys
+) -> None:
+    # About 1.1 s in all, never silent for 1 s: a large package on a slow line.
+    drop.queue_package(package, PACKAGE_NAME, pace=0.1, chunk=-(-len(package) // 12))
+
+    assert pull_json(capsys)["outcome"] == "imported"
+
+    assert api_calls() == [(200, "package")]
+    pulled = LedgerEvent.objects.get(kind="drop.pulled").data
+    assert (pulled["size_bytes"], pulled["attempts"]) == (len(package), 1)
+    assert isinstance(pulled["duration_ms"], int)
+
+
+def test_a_stalled_package_is_pulled_again(
+    broker: Broker, drop: DropSimulator, package: bytes, slow_line: None, capsys, tmp_path: Path
+) -> None:
+    drop.queue_package(package, PACKAGE_NAME, stall_after=len(package) // 2, stall_for=3.0)
+    drop.queue_package(package, PACKAGE_NAME)
+
+    assert pull_json(capsys)["work_items"] == 5
+
+    assert [outcome for _, outcome in api_calls()] == ["stalled", "package"]
+    assert LedgerEvent.objects.get(kind="drop.pulled").data["attempts"] == 2
+    kept = sorted(p.name for p in (tmp_path / "packages" / "4821").iterdir())
+    assert kept == [PACKAGE_NAME]
+
+
+def test_an_odd_package_is_pulled_imported_in_part_and_the_exit_names_the_rest(
+    broker: Broker, drop: DropSimulator, capsys
+) -> None:
+    package = build_drop_zip(
+        "4821", PACKAGE_DATE, {"Email": [*ITEMS[:2], ("680", "5")], "Address": ITEMS[2:]}
+    )
+    drop.queue_package(package, PACKAGE_NAME)
+
+    with pytest.raises(CommandError) as incomplete:
+        pull()
+
+    assert "Cycle 1 from" in capsys.readouterr().out
+    assert f"{PACKAGE_DATE}_4821_Address.csv: list type 'Address'" in str(incomplete.value)
+    assert f"{PACKAGE_DATE}_4821_Email.csv: 1 unreadable row(s)" in str(incomplete.value)
+    assert WorkItem.objects.count() == 2
+    assert LedgerEvent.objects.get(kind="drop.pulled").data["outcome"] == "imported"
+    assert not LedgerEvent.objects.filter(kind="drop.pull_failed").exists()
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("stderr", [Terminal, io.StringIO], ids=["terminal", "pipe"])
+def test_a_progress_bar_follows_the_download_on_a_terminal_only(
+    broker: Broker, drop: DropSimulator, package: bytes, stderr: type[io.StringIO]
+) -> None:
+    drop.queue_package(package, PACKAGE_NAME, pace=0.05, chunk=-(-len(package) // 4))
+    err = stderr()
+
+    call_command("drop", "pull", "--broker", "4821", stdout=io.StringIO(), stderr=err)
+
+    drawn = err.getvalue()
+    if stderr is Terminal:
+        assert "DROP package" in drawn
+        assert f"100%|##########| {len(package)}/{len(package)}" in drawn
+    else:
+        assert drawn == ""

@@ -653,3 +653,52 @@ def test_the_api_key_never_appears_in_errors_logs_or_reprs(
     assert KEY not in repr(client) + repr(vars(client))
     assert KEY not in repr(calls)
     assert len(caplog.records) > 0
+
+
+# ------------------------------------------------------------------ slow packages
+
+
+def test_a_package_slower_than_every_bound_in_all_but_never_silent_arrives_whole(
+    drop: DropSimulator, make_client: Callable[..., DropClient], tmp_path: Path, calls: list[Call]
+) -> None:
+    # 12 pieces 0.1 s apart: about 1.1 s in all, past both the 0.5 s bound on the answer
+    # and the 1 s stall bound, yet never silent for 1 s.
+    drop.queue_package(PACKAGE, PACKAGE_NAME, pace=0.1, chunk=-(-len(PACKAGE) // 12))
+    progress: list[tuple[int, int | None]] = []
+
+    result = make_client(total_timeout=0.5, stall_timeout=1.0).download(
+        tmp_path, on_progress=lambda received, announced: progress.append((received, announced))
+    )
+
+    assert (result.kind, result.size_bytes, result.attempts) == ("package", len(PACKAGE), 1)
+    assert (tmp_path / PACKAGE_NAME).read_bytes() == PACKAGE
+    assert outcomes(calls) == [(200, "package")]
+    assert len(progress) >= 12
+    assert progress[-1] == (len(PACKAGE), len(PACKAGE))
+
+
+def test_a_package_that_stalls_is_cut_and_tried_again(
+    drop: DropSimulator, make_client: Callable[..., DropClient], tmp_path: Path, calls: list[Call]
+) -> None:
+    drop.queue_package(PACKAGE, PACKAGE_NAME, stall_after=len(PACKAGE) // 2, stall_for=3.0)
+    drop.queue_package(PACKAGE, PACKAGE_NAME)
+
+    result = make_client(stall_timeout=0.5).download(tmp_path)
+
+    assert (result.kind, result.attempts) == ("package", 2)
+    assert outcomes(calls) == [(200, "stalled"), (200, "package")]
+    assert files_in(tmp_path) == [PACKAGE_NAME]  # nothing left of the stalled attempt
+    assert (tmp_path / PACKAGE_NAME).read_bytes() == PACKAGE
+
+
+def test_a_package_that_always_stalls_gives_up_naming_the_stall(
+    drop: DropSimulator, make_client: Callable[..., DropClient], tmp_path: Path, calls: list[Call]
+) -> None:
+    for _ in range(2):
+        drop.queue_package(PACKAGE, PACKAGE_NAME, stall_after=100, stall_for=3.0)
+
+    with pytest.raises(DropUnavailable, match=r"download stalled: no byte for 0\.5 s"):
+        make_client(stall_timeout=0.5, max_retries=1).download(tmp_path)
+
+    assert outcomes(calls) == [(200, "stalled"), (200, "stalled")]
+    assert files_in(tmp_path) == []

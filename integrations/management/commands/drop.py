@@ -23,6 +23,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.management.base import CommandError
+from tqdm import tqdm
 
 from integrations.exports import csv_cell
 from integrations.management.base import broker_or_error, date_bound
@@ -84,12 +85,26 @@ class Command(ReportSubcommand):
         broker = broker_or_error(options["broker"])
         if options["max_wait"] < 0:
             raise CommandError("--max-wait must be 0 or more seconds")
-        try:
-            result = drop_pull(
-                broker=broker, actor=self.actor(), max_wait_seconds=options["max_wait"]
-            )
-        except DropPullError as exc:
-            raise CommandError(str(exc)) from None
+        err = getattr(self.stderr, "_out", sys.stderr)  # tqdm draws with \r: the bare stream
+        # disable=None: no bar unless stderr is a terminal.
+        with tqdm(
+            unit="B", unit_scale=True, desc="DROP package", file=err, disable=None, leave=False
+        ) as bar:
+
+            def on_progress(received: int, announced: int | None) -> None:
+                bar.total = announced
+                bar.n = received
+                bar.refresh()
+
+            try:
+                result = drop_pull(
+                    broker=broker,
+                    actor=self.actor(),
+                    max_wait_seconds=options["max_wait"],
+                    on_progress=on_progress,
+                )
+            except DropPullError as exc:
+                raise CommandError(str(exc)) from None
         if result.imported is None:
             if options["json"]:
                 self.print_json({"outcome": result.outcome, "message": result.message})
