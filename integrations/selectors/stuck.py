@@ -287,7 +287,13 @@ def _unreadable_counts(broker: Broker | None) -> list[tuple[str, int, int, int, 
     rows = UnreadableWorkItem.objects.filter(cycle=Subquery(latest))
     if broker is not None:
         rows = rows.filter(broker=broker)
-    return _stuck_counts(rows, item="pk", broker="broker", due="cycle__due_date")
+    # No request holds them: nothing was sent for them.
+    return [
+        (broker_id, broker_pk, items, 0, due)
+        for broker_id, broker_pk, items, _, due in _stuck_counts(
+            rows, item="pk", broker="broker", due="cycle__due_date"
+        )
+    ]
 
 
 def _add_stuck_group(

@@ -150,7 +150,11 @@ def drop_zip_import(
     zip_name: str | None = None,
     downloaded_at: dt.datetime | None = None,
 ) -> ImportResult:
-    """Import a DROP download ZIP for ``broker`` as a new cycle, matched; all or nothing.
+    """Import a DROP download ZIP for ``broker`` as a new cycle, matched, in one transaction.
+
+    What of the package cannot be read is set aside, kept and named in
+    ``ImportResult.not_imported``; the rest is imported. A package that is not a readable
+    ZIP, holds no DROP list or is another broker's is refused whole (``DropImportError``).
 
     ``downloaded_at`` defaults to the package's date (from its file names) when that is
     earlier than now: DROP's 45 days run from the download, so a ZIP fetched by hand is

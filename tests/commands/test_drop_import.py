@@ -484,10 +484,11 @@ def test_unreadable_rows_and_unread_lists_reach_staff_until_drop_sends_the_next_
 
     # The unreadable row: listed by `drop doctor` (exit 1), with the admin list holding it.
     [group] = stuck_work_items()
-    assert (group.broker_id, group.reason, group.work_items) == (
+    assert (group.broker_id, group.reason, group.work_items, group.requests) == (
         "4821",
         StuckReason.UNREADABLE_WORK_ITEM,
         1,
+        0,
     )
     assert group.nearest_due_date == DropCycle.objects.get().due_date
     page = admin_client.get(group.admin_path)
