@@ -11,6 +11,7 @@ from integrations.models.drop import (
     WorkItem,
     WorkItemState,
 )
+from integrations.models.drop_notifications import DropNotification
 from integrations.models.integrations import (
     DROP_CAPABILITIES,
     Integration,
@@ -57,6 +58,7 @@ __all__ = [
     "DeletionRequest",
     "DeliveryAttempt",
     "DropCycle",
+    "DropNotification",
     "DropOutcome",
     "DropStatus",
     "HashType",
