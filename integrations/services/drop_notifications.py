@@ -25,6 +25,7 @@ from integrations import enqueue
 from integrations.drop import notifications
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, DropNotification, ReportFile, ReportKind
+from integrations.selectors.pulls import brokers_with_drop_key_refused
 from integrations.services.ledger import ledger_event_append
 
 ACTOR = "drop:notification"
@@ -93,8 +94,13 @@ def drop_notification_receive(
                 return NotificationReceived(duplicate=True)
             raise
         pull_queued = False
+        pull_withheld = ""
         if event_type == notifications.DOWNLOAD_READY:
-            pull_queued = enqueue.drop_pull_enqueue(broker_pk=broker.pk, broker_id=broker_id)
+            if brokers_with_drop_key_refused(Broker.objects.filter(pk=broker.pk)).exists():
+                # As the periodic pull: the same refused key cannot help (doctor, dashboard).
+                pull_withheld = "DROP refused the broker's key on the last pull"
+            else:
+                pull_queued = enqueue.drop_pull_enqueue(broker_pk=broker.pk, broker_id=broker_id)
         if event_type in notifications.RESULTS_IN_PORTAL:
             enqueue.alerts_evaluate_enqueue()
         ledger_event_append(
@@ -113,8 +119,10 @@ def drop_notification_receive(
                 "drop_session_id": (
                     report_file.cycle.drop_session_id if report_file is not None else None
                 ),
-                # download.ready: whether a pull was queued now (False: one already waits).
+                # download.ready: whether a pull was queued now (False: one already waits,
+                # or the reason it was withheld).
                 "pull_queued": pull_queued,
+                **({"pull_withheld": pull_withheld} if pull_withheld else {}),
             },
         )
     return NotificationReceived(duplicate=False, pull_queued=pull_queued)

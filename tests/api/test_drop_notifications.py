@@ -24,9 +24,11 @@ from integrations.drop.notifications import (
     notification_timestamp,
     notification_verify,
 )
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import AlertState, Broker, DropNotification, LedgerEvent
 from integrations.services.alerts import alerts_evaluate
 from integrations.services.brokers import broker_drop_webhook_secret_set
+from integrations.services.ledger import ledger_event_append
 from tests.conftest import bearer
 from tests.reporting_factories import cycle_make, item_make, report_file_make
 
@@ -104,6 +106,23 @@ def test_download_ready_queues_the_pull_once(api_client: APIClient, webhook_brok
     assert tasks.pull_due() == 0
     assert len(_pull_jobs()) == 1
     assert [e.data["pull_queued"] for e in _notification_events()] == [True, False]
+
+
+def test_download_ready_queues_no_pull_with_a_key_drop_refused(
+    api_client: APIClient, webhook_broker: Broker
+) -> None:
+    ledger_event_append(
+        kind=LedgerKind.DROP_PULL_FAILED,
+        broker_id="4821",
+        data={"status": 401, "reason": "credentials", "error": "refused"},
+    )
+
+    assert _post(api_client, "download.ready").status_code == 204
+
+    assert _pull_jobs() == []
+    (event,) = _notification_events()
+    assert event.data["pull_queued"] is False
+    assert event.data["pull_withheld"] == "DROP refused the broker's key on the last pull"
 
 
 def test_an_event_delivered_again_does_nothing(
