@@ -166,6 +166,10 @@ def test_a_notification_not_from_drop_now_is_401_counted_not_recorded(
     refused = _post(api_client, "download.ready", **change)
 
     assert refused.status_code == 401
+    if code == "signature_invalid":  # the same words for a broker that does not exist
+        assert refused.json()["detail"] == (
+            "The signature does not verify with the broker's DROP webhook secret."
+        )
     assert refused["Content-Type"] == "application/problem+json"
     assert refused.json()["code"] == code
     assert _metric(api_client, metrics_key, code) == before + 1
