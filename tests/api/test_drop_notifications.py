@@ -325,3 +325,28 @@ def test_the_broker_admin_takes_the_secret_write_only_and_shows_the_url(
     assert admin_client.post(page, {**form, "drop_webhook_secret": ""}).status_code == 302
     broker.refresh_from_db()
     assert broker.drop_webhook_secret == SECRET
+
+
+def test_the_loopback_drop_signs_its_notifications_as_drop_does() -> None:
+    """The stand-in DROP (tests and ``make demo``) is a second implementation of DROP's side:
+    it must give the worked example's signature too."""
+    from devtools.drop_simulator import DropSimulator
+
+    with DropSimulator() as drop:
+        drop.notify(
+            drop.url + "/broker-webhook",
+            "whsec_test",
+            "download.ready",
+            "download ready",
+            event_id="evt-1",
+            now=dt.datetime(2026, 7, 2, 18, 30, tzinfo=dt.UTC),
+        )
+        (sent,) = drop.calls("/broker-webhook")
+    headers = {name.lower(): value for name, value in sent.headers.items()}
+    assert sent.body == b'{"message":"download ready"}'
+    assert headers["x-webhook-timestamp"] == "2026-07-02T18:30:00.0000000Z"
+    assert headers["x-webhook-signature"] == (
+        "sha256=9027e79375800659b91a7f374b525fdeca489ba00e7b5bdbf2344a3a72a463df"
+    )
+    assert headers["x-webhook-event-id"] == "evt-1"
+    assert headers["x-webhook-event-type"] == "download.ready"
