@@ -340,6 +340,7 @@ def test_conditions_are_a_registry() -> None:
         "cycle_due_2_days",
         "ledger_verify_failed",
         "stuck_work",
+        "drop_results_in_portal",
     }
     assert AlertState.objects.count() == 0
 
