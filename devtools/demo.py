@@ -6,6 +6,8 @@ serving generated packages, and the loopback broker (``devtools/broker_simulator
 checks the signature of every dispatch. The broker's answers are signed callbacks with a mix
 of outcomes. The data goes to its own database, ``<your database>_demo`` on the same
 PostgreSQL (the embedded one unless ``DATABASE_URL`` is set), created afresh on every run.
+With ``DATABASE_URL`` set, the settings require ``SECRET_KEY``, ``DROPPORTAL_ENCRYPTION_KEYS``
+and ``DROPPORTAL_EVIDENCE_KEY``: ``make demo`` passes the ones generated into ``var/``.
 
 Then it prints where to look and serves the admin until Ctrl-C::
 
