@@ -350,3 +350,17 @@ def test_the_loopback_drop_signs_its_notifications_as_drop_does() -> None:
     )
     assert headers["x-webhook-event-id"] == "evt-1"
     assert headers["x-webhook-event-type"] == "download.ready"
+
+
+def test_the_endpoint_is_in_the_api_schema(api_client: APIClient) -> None:
+    schema = api_client.get("/api/v1/schema", {"format": "json"}).json()
+    operation = schema["paths"]["/api/v1/drop/notifications/{broker_id}"]["post"]
+    assert set(operation["responses"]) == {"204", "400", "401", "413", "429"}
+    assert operation["responses"]["401"]["content"] == {
+        "application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}
+    }
+    headers = {
+        p["name"]: p.get("required", False) for p in operation["parameters"] if p["in"] == "header"
+    }
+    assert headers["X-Webhook-Signature"] and headers["X-Webhook-Event-Id"]
+    assert not operation.get("security")  # DROP signs; it has no API key
