@@ -18,12 +18,14 @@ $(INSTALLED): pyproject.toml | $(BIN)/python
 
 install: $(INSTALLED)
 
-# Settings require SECRET_KEY and DROPPORTAL_ENCRYPTION_KEYS whenever DATABASE_URL is set (a
-# deployment's hosts must share them). The local runs below that set DATABASE_URL pass the
-# secrets generated into var/ explicitly, unless the environment gives its own.
+# Settings require SECRET_KEY, DROPPORTAL_ENCRYPTION_KEYS and DROPPORTAL_EVIDENCE_KEY whenever
+# DATABASE_URL is set (a deployment's hosts must share them). The local runs below that set
+# DATABASE_URL pass the secrets generated into var/ explicitly, unless the environment gives
+# its own.
 LOCAL_SECRETS = \
 	SECRET_KEY="$${SECRET_KEY:-$$($(BIN)/python -m dropportal.local_state secret secret_key)}" \
-	DROPPORTAL_ENCRYPTION_KEYS="$${DROPPORTAL_ENCRYPTION_KEYS:-$$($(BIN)/python -m dropportal.local_state secret encryption_key)}"
+	DROPPORTAL_ENCRYPTION_KEYS="$${DROPPORTAL_ENCRYPTION_KEYS:-$$($(BIN)/python -m dropportal.local_state secret encryption_key)}" \
+	DROPPORTAL_EVIDENCE_KEY="$${DROPPORTAL_EVIDENCE_KEY:-$$($(BIN)/python -m dropportal.local_state secret evidence_key)}"
 
 run: install
 	$(BIN)/python manage.py serve

@@ -6,6 +6,8 @@ serving generated packages, and the loopback broker (``devtools/broker_simulator
 checks the signature of every dispatch. The broker's answers are signed callbacks with a mix
 of outcomes. The data goes to its own database, ``<your database>_demo`` on the same
 PostgreSQL (the embedded one unless ``DATABASE_URL`` is set), created afresh on every run.
+With ``DATABASE_URL`` set, the settings require ``SECRET_KEY``, ``DROPPORTAL_ENCRYPTION_KEYS``
+and ``DROPPORTAL_EVIDENCE_KEY``: ``make demo`` passes the ones generated into ``var/``.
 
 Then it prints where to look and serves the admin until Ctrl-C::
 
@@ -37,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 BROKER_ID = "4821"
+# The signing secret the stand-in DROP's portal "shows" for its notifications.
+DROP_WEBHOOK_SECRET = "whsec_demo-drop-notifications"  # noqa: S105 (a throwaway demo value)
 DEMO_USER = "demo"
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -139,6 +143,15 @@ def call(*args: str) -> str:
 
     out = io.StringIO()
     call_command(*args, stdout=out)
+    return out.getvalue().strip()
+
+
+def call_with_stdin(text: str, *args: str) -> str:
+    """``call`` with ``text`` on the command's standard input (a secret given as "-")."""
+    from django.core.management import call_command
+
+    out = io.StringIO()
+    call_command(*args, stdin=io.StringIO(text + "\n"), stdout=out)
     return out.getvalue().strip()
 
 
@@ -307,6 +320,9 @@ def register_broker(say: Narrator, drop: Any, broker_system_sim: Any) -> BrokerS
     say.say(f"broker {broker} (test mode), DROP at {drop.url} (the loopback stand-in)")
     say.say(f"webhook integration {created.integration.uuid} -> {broker_system_sim.url}")
     say.say(f"API key {key.api_key.prefix}… (scope webhook_callback) for the callbacks")
+    # DROP's portal shows the broker a signing secret for its notifications; staff store it.
+    say.command("brokers drop-webhook-secret 4821 -   # the secret DROP's portal shows, piped")
+    say.say(call_with_stdin(DROP_WEBHOOK_SECRET, "brokers", "drop-webhook-secret", BROKER_ID, "-"))
     return broker_system
 
 
@@ -379,14 +395,24 @@ def second_cycle(say: Narrator, drop: Any, broker_system: BrokerSystem, emails: 
     """Cycle 2, pulled from DROP's API today; part of it still with the broker."""
     from django.utils import timezone
 
-    say.section("Cycle 2: pulled from DROP's API today (the stand-in answers 202 first)")
+    from integrations.drop.notifications import notifications_url
+    from integrations.models import LedgerEvent
+
+    say.section("Cycle 2: DROP notifies that lists are ready; the pull starts at once")
     second_day = timezone.localdate()
     second_matches = emails[100 : 100 + len(SECOND_OUTCOMES) + SECOND_SILENT]
     package, _ = drop_package(second_day, second_matches, unmatched=90, seed=50_000)
-    drop.queue_pending(times=1, retry_after=1)
+    drop.queue_pending(times=1, retry_after=1)  # the stand-in answers 202 first
     drop.queue_package(package)
-    say.command("drop pull --broker 4821")
-    say.say(call("drop", "pull", "--broker", BROKER_ID))
+    url = notifications_url(BROKER_ID)
+    status = drop.notify(url, DROP_WEBHOOK_SECRET, "download.ready", "download ready")
+    say.say(f"DROP POSTed a signed download.ready notification to {url}: HTTP {status}")
+    run_jobs()  # the pull it queued, the same job as the periodic pull
+    pulled = LedgerEvent.objects.filter(kind="drop.pulled", broker_id=BROKER_ID).latest("id")
+    say.say(
+        f"the pull it started (job integrations.tasks.pull_broker): {pulled.data['outcome']} "
+        f"{pulled.data.get('zip_name', '')}, cycle {pulled.data.get('drop_session_id', '')}"
+    )
     deliver_and_answer(say, broker_system, SECOND_OUTCOMES, leave_silent=SECOND_SILENT)
 
 

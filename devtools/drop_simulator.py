@@ -15,6 +15,10 @@ Unscripted calls get DROP's default behaviour: a download answers "nothing new",
 or amend checks each file (name, ``Id,Status`` header, not uploaded before for the current
 download) and answers 202 or 400 in DROP's shape. A wrong ``X-API-KEY`` gets a plain-text 401.
 
+It also plays DROP's side of the notification webhook (API 1.2.0)::
+
+    drop.notify(url, "whsec_...", "download.ready", "download ready")   # the status answered
+
 Run it by hand for a demo (``--zip`` queues a package; Ctrl-C stops)::
 
     python -m devtools.drop_simulator --port 8765 --api-key sim-key --zip 20260312_4821_DROP.zip
@@ -29,11 +33,15 @@ import base64
 import datetime
 import email.message
 import hashlib
+import hmac
 import io
 import json
 import re
 import threading
 import time
+import urllib.error
+import urllib.request
+import uuid
 import zipfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -253,6 +261,48 @@ class DropSimulator:
     def calls(self, path: str | None = None) -> list[RecordedRequest]:
         with self._lock:
             return [r for r in self.requests if path is None or r.path == path]
+
+    # ------------------------------------------------------------ notifying the broker
+
+    def notify(
+        self,
+        url: str,
+        secret: str,
+        event_type: str,
+        message: str,
+        *,
+        event_id: str | None = None,
+        now: datetime.datetime | None = None,
+    ) -> int:
+        """POST one notification to the broker's webhook ``url`` as DROP 1.2.0 does, signed
+        with ``secret`` (the one DROP's portal shows); returns the HTTP status it got.
+
+        Pass the same ``event_id`` again for a redelivery of one event.
+        """
+        body = json.dumps({"message": message}, separators=(",", ":")).encode()
+        moment = (now or datetime.datetime.now(datetime.UTC)).astimezone(datetime.UTC)
+        # ISO 8601 UTC with 7 fractional digits, as DROP writes it.
+        timestamp = moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond:06d}0Z"
+        digest = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256)
+        request = urllib.request.Request(  # noqa: S310  (a loopback URL the caller gives)
+            url,
+            data=body,
+            method="POST",
+            headers={
+                "Content-Type": "application/json",
+                "X-Webhook-Event-Id": event_id or str(uuid.uuid4()),
+                "X-Webhook-Event-Type": event_type,
+                "X-Webhook-Delivery-Id": str(uuid.uuid4()),
+                "X-Webhook-Timestamp": timestamp,
+                "X-Webhook-Version": "1.0",
+                "X-Webhook-Signature": "sha256=" + digest.hexdigest(),
+            },
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
+                return int(response.status)
+        except urllib.error.HTTPError as exc:
+            return int(exc.code)
 
     # ------------------------------------------------------------ answering
 

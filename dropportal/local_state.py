@@ -160,6 +160,9 @@ if __name__ == "__main__":
         # explicitly to local runs on a DATABASE_URL (settings never read var/ then).
         makers = {"secret_key": new_django_secret, "encryption_key": new_fernet_key}
         print(generated_secret(sys.argv[2], makers[sys.argv[2]]))
+    elif sys.argv[1:] == ["secret", "evidence_key"]:
+        # The PEM on one line, "\n" for its line breaks, as the setting takes it.
+        print(evidence_key_pem().replace("\n", "\\n"))
     elif sys.argv[1:] == ["stop-embedded"]:
         try:
             print(stop_embedded())
@@ -168,5 +171,5 @@ if __name__ == "__main__":
     else:
         sys.exit(
             "usage: python -m dropportal.local_state local-url | stop-embedded"
-            " | secret secret_key|encryption_key"
+            " | secret secret_key|encryption_key|evidence_key"
         )

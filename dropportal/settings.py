@@ -23,12 +23,14 @@ DEBUG = env.bool("DJANGO_DEBUG", default=False)
 # --- operations: secrets shared by every host --------------------------------
 # Secrets generated into var/ serve the embedded PostgreSQL only. With DATABASE_URL (a real
 # deployment, perhaps several hosts) each host would generate its own, and two hosts must
-# never encrypt with different keys: refuse to start, in one line.
+# never encrypt, or sign evidence packs, with different keys: refuse to start, in one line.
 _required_with_database_url = [
     name
-    for name in ("SECRET_KEY", "DROPPORTAL_ENCRYPTION_KEYS")
+    for name in ("SECRET_KEY", "DROPPORTAL_ENCRYPTION_KEYS", "DROPPORTAL_EVIDENCE_KEY")
     if not env.str(name, default="").strip()
 ]
+
+
 # mypy's Django plugin imports these settings only to read their types: it serves and
 # encrypts nothing, so it needs no shared secret (`make lint` runs without any).
 _TYPE_CHECKING_ONLY = "mypy" in sys.modules
@@ -50,8 +52,9 @@ DROPPORTAL_ENCRYPTION_KEYS: list[str] = env.list("DROPPORTAL_ENCRYPTION_KEYS", d
     local_state.generated_secret("encryption_key", local_state.new_fernet_key)
 ]
 # Ed25519 private key (PEM; "\n" may stand for line breaks in an environment variable) that
-# signs evidence packs; unset, the generator makes one into var/ when first needed (not at
-# start, so a host whose var/ is read-only still starts).
+# signs evidence packs; unset (the embedded database only: with DATABASE_URL it is required
+# above), the generator makes one into var/ when first needed (not at start, so a host whose
+# var/ is read-only still starts).
 DROPPORTAL_EVIDENCE_KEY = env.str("DROPPORTAL_EVIDENCE_KEY", default="").replace("\\n", "\n")
 DROPPORTAL_EVIDENCE_KEY_GENERATOR = "dropportal.local_state.evidence_key_pem"
 # Where the service keeps files of its own: downloaded DROP packages, process counters.

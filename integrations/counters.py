@@ -17,3 +17,8 @@ DELIVERIES = Counter(
     "Delivery attempts to brokers' systems, by kind and result.",
     ["kind", "result"],
 )
+DROP_NOTIFICATIONS = Counter(
+    "dropportal_drop_notifications",
+    "DROP's notifications answered, by result: recorded, duplicate, or the refusal's code.",
+    ["result"],
+)

@@ -27,6 +27,7 @@ DELIVER_RESOLUTION_REQUESTS = "integrations.tasks.deliver_resolution_requests"
 DELIVER_SAAS_DELETIONS = "integrations.tasks.deliver_saas_deletions"
 SEND_ALERT = "integrations.tasks.send_alert"
 EVALUATE_ALERTS = "integrations.tasks.evaluate_alerts"
+PULL_BROKER = "integrations.tasks.pull_broker"
 
 # Requests delivered by one job: each job locks, sends and records one batch together.
 DISPATCH_BATCH = 100
@@ -87,3 +88,22 @@ def alerts_evaluate_enqueue() -> None:
             app.configure_task(EVALUATE_ALERTS, allow_unknown=False).defer()
     except AlreadyEnqueued:
         pass
+
+
+def drop_pull_enqueue(*, broker_pk: int, broker_id: str) -> bool:
+    """Pull for one broker now (the periodic pull's job); False when one already waits.
+
+    One pull at a time per broker: the lock keeps a second from running beside the first,
+    the queueing lock keeps a second from waiting behind one that has not started (a
+    ``download.ready`` notification and the periodic pull may ask within seconds).
+    """
+    lock = f"pull:{broker_id}"
+    try:
+        # A savepoint: the refused duplicate must not abort the caller's transaction.
+        with transaction.atomic():
+            app.configure_task(
+                PULL_BROKER, allow_unknown=False, lock=lock, queueing_lock=lock
+            ).defer(broker_pk=broker_pk)
+    except AlreadyEnqueued:
+        return False
+    return True

@@ -34,6 +34,7 @@ class LedgerKind(StrEnum):
     DROP_LATE_MATCHED = "drop.late_matched"  # open work items matched by consumers added later
     DROP_DOCTOR_CHECKED = "drop.doctor_checked"  # a ``drop doctor`` run and what it found
     DROP_CYCLE_REPORTED = "drop_cycle.reported"  # a cycle with every status reported to DROP
+    DROP_NOTIFICATION_RECEIVED = "drop.notification_received"  # DROP's webhook: one event
 
     # -- work items and consumers
     WORK_ITEM_STATUS_SET = "work_item.status_set"  # a status set by hand or by a service

@@ -198,18 +198,13 @@ def pull_due(timestamp: int | None = None) -> int:
 
     deferred = 0
     for broker in brokers_due_for_pull(now=timezone.now()):
-        lock = f"pull:{broker.broker_id}"
-        try:
-            # A savepoint: the refused insert must not abort a surrounding transaction.
-            with transaction.atomic():
-                pull_broker.configure(lock=lock, queueing_lock=lock).defer(broker_pk=broker.pk)
-        except AlreadyEnqueued:
-            continue  # the previous one has not started yet
-        deferred += 1
+        # False: the previous one has not started yet.
+        deferred += enqueue.drop_pull_enqueue(broker_pk=broker.pk, broker_id=broker.broker_id)
     return deferred
 
 
-@app.task(queue="drop", pass_context=False)
+# Queued by pull_due and by DROP's download.ready notification (enqueue.drop_pull_enqueue).
+@app.task(name=enqueue.PULL_BROKER, queue="drop", pass_context=False)
 def pull_broker(broker_pk: int) -> str:
     """Pull for one broker (``services.drop.drop_pull``); returns the outcome."""
 

@@ -87,13 +87,15 @@ def database_url() -> str:
 
 def subprocess_env(**extra: str) -> dict[str, str]:
     """The environment of a ``manage.py`` subprocess that works on the test database (its
-    tests must commit: ``django_db(transaction=True)``) with the same encryption keys."""
+    tests must commit: ``django_db(transaction=True)``) with the same encryption and evidence
+    keys."""
     return {
         **os.environ,
         "DATABASE_URL": database_url(),
         # Required with DATABASE_URL: the test process's own.
         "SECRET_KEY": settings.SECRET_KEY,
         "DROPPORTAL_ENCRYPTION_KEYS": ",".join(settings.DROPPORTAL_ENCRYPTION_KEYS),
+        "DROPPORTAL_EVIDENCE_KEY": settings.DROPPORTAL_EVIDENCE_KEY,
         **extra,
     }
 

@@ -36,3 +36,19 @@ def test_the_example_dispatch_verifies_with_the_same_secret() -> None:
 
     signing.verify([secret], timestamp, signature, body.encode(), now=int(timestamp))
     assert signature in GUIDE.split("## Worked example")[1]  # quoted there too
+
+
+def test_the_drop_notification_example_verifies() -> None:
+    from integrations.drop.notifications import notification_signature
+
+    example = GUIDE.split("## DROP's notifications")[1]
+    fields = dict(
+        line.split(maxsplit=1)
+        for line in example.split("```text\n", 1)[1].split("```", 1)[0].splitlines()
+    )
+    assert (
+        notification_signature(
+            fields["secret"], fields["timestamp"].strip(), fields["body"].strip().encode()
+        )
+        == fields["signature"].strip()
+    )

@@ -31,6 +31,10 @@ def test_the_demo_narrates_a_whole_cycle_and_the_ledger_verifies() -> None:
     story = result.stdout
     assert "the broker verified 24 of 24 signatures" in story
     assert "DROP received" in story
+    # DROP's own notification arrives signed and starts the pull, which imports cycle 2.
+    assert "DROP POSTed a signed download.ready notification to " in story
+    assert "/api/v1/drop/notifications/4821: HTTP 204" in story
+    assert "the pull it started (job integrations.tasks.pull_broker): imported " in story
     assert "An amendment goes to DROP" in story
     assert "chain verified" in story
     assert "Where to look" in story

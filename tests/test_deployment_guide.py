@@ -27,7 +27,7 @@ import yaml
 from cryptography import x509
 from cryptography.fernet import Fernet
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.x509.oid import NameOID
 from django.conf import settings
 from django.db import connection
@@ -87,6 +87,13 @@ def _deployment_env(url: str, tmp_path: Path) -> dict[str, str]:
         DATABASE_URL=url,
         SECRET_KEY="guide-" + "x" * 50,
         DROPPORTAL_ENCRYPTION_KEYS=Fernet.generate_key().decode(),
+        DROPPORTAL_EVIDENCE_KEY=ed25519.Ed25519PrivateKey.generate()
+        .private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+        .decode(),
         PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "prometheus"),
         DROPPORTAL_VAR_DIR=str(tmp_path / "var"),
         DROPPORTAL_ALLOWED_HOSTS="127.0.0.1,portal.example.com",
@@ -101,7 +108,12 @@ def test_the_environment_file_names_only_documented_settings() -> None:
     readme = (Path(settings.BASE_DIR) / "README.md").read_text(encoding="utf-8")
     (env_file,) = _of("env")
     names = [line.partition("=")[0] for line in env_file.splitlines()]
-    assert {"DATABASE_URL", "SECRET_KEY", "DROPPORTAL_ENCRYPTION_KEYS"} <= set(names)
+    assert {
+        "DATABASE_URL",
+        "SECRET_KEY",
+        "DROPPORTAL_ENCRYPTION_KEYS",
+        "DROPPORTAL_EVIDENCE_KEY",
+    } <= set(names)
     undocumented = [name for name in names if f"`{name}`" not in readme]
     assert not undocumented, f"not in the README's settings: {undocumented}"
 
@@ -128,9 +140,19 @@ def test_the_sh_commands_run_as_written(guide_database: str, tmp_path: Path) -> 
             assert done.returncode == 0, f"{command}\n{done.stderr}"
             ran.append((command, done.stdout))
     outputs = dict(ran)
-    secret, fernet_key = (outputs[c].strip() for c, _ in ran[:2])
+    secret, fernet_key, evidence_key = (outputs[c].strip() for c, _ in ran[:3])
     assert len(secret) >= 50
     Fernet(fernet_key.encode())  # a valid key
+    # One line, as the environment file takes it; the setting turns each \n back into a break.
+    assert "\n" not in evidence_key
+    private_key = serialization.load_pem_private_key(
+        evidence_key.replace("\\n", "\n").encode(), password=None
+    )
+    assert isinstance(private_key, ed25519.Ed25519PrivateKey)
+    # Single-quoted in the environment file, a shell that sources it keeps the backslashes.
+    (tmp_path / "evidence.env").write_text(f"DROPPORTAL_EVIDENCE_KEY='{evidence_key}'\n")
+    sourced = _run(f'. {tmp_path}/evidence.env; printf %s "$DROPPORTAL_EVIDENCE_KEY"', env)
+    assert sourced.stdout == evidence_key
     assert "dropportal-" in " ".join(p.name for p in (tmp_path / "backups").iterdir())
     assert any("metrics" in out for c, out in ran if "apikeys create" in c)
 

@@ -69,6 +69,7 @@ def test_every_job_the_enqueue_module_names_is_defined_with_its_queue() -> None:
         enqueue.DELIVER_SAAS_DELETIONS: "dispatch",
         enqueue.SEND_ALERT: "alerts",
         enqueue.EVALUATE_ALERTS: "alerts",
+        enqueue.PULL_BROKER: "drop",
     }
     for name, queue in names.items():
         assert app.tasks[name].queue == queue

@@ -31,6 +31,9 @@ def _manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]
         (["SECRET_KEY"], "SECRET_KEY must"),
         (["DROPPORTAL_ENCRYPTION_KEYS"], "DROPPORTAL_ENCRYPTION_KEYS must"),
         (["SECRET_KEY", "DROPPORTAL_ENCRYPTION_KEYS"], "SECRET_KEY and DROPPORTAL_ENCRYPTION_KEYS"),
+        # Two hosts signing evidence packs with keys of their own would make an auditor's
+        # one public key fail on half the packs.
+        (["DROPPORTAL_EVIDENCE_KEY"], "DROPPORTAL_EVIDENCE_KEY must"),
     ],
 )
 def test_with_database_url_a_process_without_the_secrets_refuses_to_start(

@@ -7,11 +7,18 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.http import HttpRequest
+from django.utils.html import format_html
 
 from integrations.admin.actors import staff_actor
 from integrations.admin.credentials import Credential, WriteOnlyCredentials
+from integrations.drop.notifications import notifications_url
 from integrations.models import Broker
-from integrations.services.brokers import broker_create, broker_update
+from integrations.services.brokers import (
+    broker_create,
+    broker_drop_webhook_secret_set,
+    broker_update,
+    drop_webhook_secret_check,
+)
 
 
 class BrokerForm(forms.ModelForm):
@@ -27,6 +34,13 @@ class BrokerForm(forms.ModelForm):
         widget=forms.PasswordInput(render_value=False),
         help_text="Stored encrypted and never shown. Leave empty to keep the current key; a "
         "new DROP base URL or mode clears it unless it is entered again.",
+    )
+    drop_webhook_secret = forms.CharField(
+        label="DROP webhook secret",
+        required=False,
+        widget=forms.PasswordInput(render_value=False),
+        help_text="The signing secret DROP's portal shows under Notification settings. Stored "
+        "encrypted and never shown; leave empty to keep the current one.",
     )
     pull_interval_days = forms.IntegerField(
         label="Pull interval (days)",
@@ -44,9 +58,16 @@ class BrokerForm(forms.ModelForm):
             "mode",
             "drop_base_url",
             "drop_api_key",
+            "drop_webhook_secret",
             "auto_pull",
             "pull_interval_days",
         ]
+
+    def clean_drop_webhook_secret(self) -> str:
+        secret = self.cleaned_data.get("drop_webhook_secret") or ""
+        if secret:
+            drop_webhook_secret_check(secret)  # its ValidationError shows on the field
+        return secret
 
     def clean_pull_interval_days(self) -> int:
         # Empty keeps the current interval (30 for a new broker); the model checks the cadence.
@@ -59,7 +80,10 @@ class BrokerForm(forms.ModelForm):
 @admin.register(Broker)
 class BrokerAdmin(WriteOnlyCredentials, admin.ModelAdmin):
     form = BrokerForm
-    credentials = [Credential("drop_api_key", "DROP API key", "drop_api_key_changed_at")]
+    credentials = [
+        Credential("drop_api_key", "DROP API key", "drop_api_key_changed_at"),
+        Credential("drop_webhook_secret", "DROP webhook secret", "drop_webhook_secret_changed_at"),
+    ]
     list_display = [
         "broker_id",
         "name",
@@ -77,8 +101,16 @@ class BrokerAdmin(WriteOnlyCredentials, admin.ModelAdmin):
     def has_drop_api_key(self, obj: Broker) -> bool:
         return bool(obj.drop_api_key)
 
+    @admin.display(description="DROP webhook URL")
+    def drop_notifications_url(self, obj: Broker) -> str:
+        return format_html(
+            "<code>{}</code><div class='help'>Enter it in DROP's portal, Notification "
+            "settings, with the signing secret shown there entered above.</div>",
+            notifications_url(obj.broker_id),
+        )
+
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        own = ["broker_id", "last_pulled_at"] if obj else []
+        own = ["broker_id", "last_pulled_at", "drop_notifications_url"] if obj else []
         return [*own, *super().get_readonly_fields(request, obj)]
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -86,6 +118,7 @@ class BrokerAdmin(WriteOnlyCredentials, admin.ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: Broker, form: Any, change: bool) -> None:
         new_key = form.cleaned_data.get("drop_api_key") or ""
+        new_webhook_secret = form.cleaned_data.get("drop_webhook_secret") or ""
         actor = staff_actor(request)
         if not change:
             created = broker_create(
@@ -99,6 +132,10 @@ class BrokerAdmin(WriteOnlyCredentials, admin.ModelAdmin):
                 actor=actor,
             )
             obj.pk = created.pk
+            if new_webhook_secret:
+                broker_drop_webhook_secret_set(
+                    broker=created, secret=new_webhook_secret, actor=actor
+                )
             return
         current = Broker.objects.get(pk=obj.pk)
         changes: dict[str, Any] = {
@@ -109,6 +146,8 @@ class BrokerAdmin(WriteOnlyCredentials, admin.ModelAdmin):
             changes["drop_api_key"] = new_key
         had_key = bool(current.drop_api_key)
         updated = broker_update(broker=current, actor=actor, **changes)
+        if new_webhook_secret:
+            broker_drop_webhook_secret_set(broker=updated, secret=new_webhook_secret, actor=actor)
         if had_key and not updated.drop_api_key:
             messages.warning(
                 request,

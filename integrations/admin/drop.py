@@ -21,8 +21,15 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 
+from integrations.admin.drop_notifications import drop_notifications_table
 from integrations.admin.reports import set_work_item_status
-from integrations.models import DropCycle, DropStatus, UnreadableWorkItem, WorkItem
+from integrations.models import (
+    DropCycle,
+    DropNotification,
+    DropStatus,
+    UnreadableWorkItem,
+    WorkItem,
+)
 from integrations.selectors.deadlines import drop_cycles_by_urgency
 from integrations.selectors.drop_metrics import METRIC_FIGURES, METRIC_FILTERS, drop_year_bounds
 
@@ -88,6 +95,7 @@ class DropCycleAdmin(_ReadOnly):
         "waiting",
         "files_table",
         "unread_files_table",
+        "drop_notifications",
         "created_at",
     )
     readonly_fields = _CYCLE_FIELDS
@@ -126,6 +134,10 @@ class DropCycleAdmin(_ReadOnly):
     @admin.display(description="of which waiting for an outcome", ordering="unreportable_items")
     def waiting(self, obj: DropCycle) -> int:
         return int(getattr(obj, "unreportable_items", 0))
+
+    @admin.display(description="DROP's notifications")
+    def drop_notifications(self, obj: DropCycle) -> str:
+        return drop_notifications_table(DropNotification.objects.filter(cycle=obj))
 
     @admin.display(description="files (rows)")
     def files_table(self, obj: DropCycle) -> str:

@@ -34,9 +34,11 @@ from django.utils.html import format_html
 
 from integrations import exports
 from integrations.admin.actors import staff_actor
+from integrations.admin.drop_notifications import drop_notifications_table
 from integrations.models import (
     DeletionRequest,
     DropCycle,
+    DropNotification,
     DropStatus,
     ReportFile,
     WorkItem,
@@ -88,6 +90,7 @@ class ReportFileAdmin(admin.ModelAdmin):
         "created_at",
         "uploaded_at",
         "download",
+        "drop_notifications",
     ]
     actions = ["mark_uploaded"]
     change_list_template = "admin/integrations/reportfile/change_list.html"
@@ -114,6 +117,10 @@ class ReportFileAdmin(admin.ModelAdmin):
     @admin.display(description="cycle", ordering="cycle__drop_session_id")
     def cycle_session(self, obj: ReportFile) -> str:
         return obj.cycle.drop_session_id
+
+    @admin.display(description="DROP's notifications")
+    def drop_notifications(self, obj: ReportFile) -> str:
+        return drop_notifications_table(DropNotification.objects.filter(report_file=obj))
 
     @admin.display(description="CSV")
     def download(self, obj: ReportFile) -> str:

@@ -3,7 +3,14 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from integrations.api import callbacks, consumers, isi_callbacks, outcomes, views
+from integrations.api import (
+    callbacks,
+    consumers,
+    drop_notifications,
+    isi_callbacks,
+    outcomes,
+    views,
+)
 from integrations.api import schema as _schema  # noqa: F401  (registers the bearer scheme)
 
 urlpatterns = [
@@ -19,6 +26,11 @@ urlpatterns = [
         name="api-callback-resolution",
     ),
     path("drop/callbacks/isi", isi_callbacks.IsiCallbackView.as_view(), name="api-callback-isi"),
+    path(
+        "drop/notifications/<str:broker_id>",
+        drop_notifications.DropNotificationView.as_view(),
+        name="api-drop-notifications",
+    ),
     path("drop/outcomes", outcomes.OutcomesView.as_view(), name="api-outcomes"),
     path("drop/consumers", consumers.ConsumersView.as_view(), name="api-consumers"),
     # path: a remote_identifier may hold "/" (sent as %2F).

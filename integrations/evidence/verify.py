@@ -9,7 +9,10 @@ It checks, in order, and stops at the first thing that does not hold (exit 1, na
 the archive's every byte (fixed member metadata, no byte outside a member, the manifest or
 the directory), the manifest's Ed25519 signature, every file's SHA-256 and row count, every
 ledger event's hash and the chain over the range, and that every outcome row and every
-status in the DROP files has its ledger events. Exit 0 when all hold.
+status in the DROP files has its ledger events. Exit 0 when all hold. Without
+``--public-key`` the signature is checked against the key the pack carries, which proves the
+pack whole but not who signed it: stderr says so, and ``--json`` has ``"signer_checked":
+false``.
 """
 
 from __future__ import annotations
@@ -66,6 +69,9 @@ class Verification:
             "ledger_range": self.manifest.get("ledger_range"),
             "key_fingerprint": self.key_fingerprint,
             "key_trusted": self.key_trusted,
+            # Said plainly for automation: without a key of the auditor's own, a valid
+            # signature proves the pack is whole, not that the service signed it.
+            "signer_checked": self.key_trusted,
         }
 
 
@@ -598,6 +604,13 @@ def run(pack_path: str, *, public_key: str | None, as_json: bool) -> int:
             sys.stderr.write(f"cannot read {public_key}: {exc.strerror}\n")
             return 1
     result = verify_pack(pack_path, public_key_pem=key_pem)
+    if key_pem is None and result.key_fingerprint:
+        # Anyone can re-sign an edited pack with a key of their own and enclose it.
+        sys.stderr.write(
+            "note: integrity checked against the public key the pack carries (SHA-256 "
+            f"{result.key_fingerprint[:16]}…), not who signed it; pass --public-key FILE "
+            "(from `evidence public-key`) to check the signer\n"
+        )
     if as_json:
         sys.stdout.write(json.dumps(result.as_json(), indent=2) + "\n")
     else:

@@ -12,6 +12,7 @@ from integrations.models.drop import (
     WorkItem,
     WorkItemState,
 )
+from integrations.models.drop_notifications import DropNotification
 from integrations.models.integrations import (
     DROP_CAPABILITIES,
     Integration,
@@ -58,6 +59,7 @@ __all__ = [
     "DeletionRequest",
     "DeliveryAttempt",
     "DropCycle",
+    "DropNotification",
     "DropOutcome",
     "DropStatus",
     "HashType",

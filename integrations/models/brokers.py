@@ -45,6 +45,14 @@ class Broker(models.Model):
     )
     # When the key was last set or cleared: staff see this, never the key.
     drop_api_key_changed_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # The signing secret DROP's portal shows for the broker's notification webhook.
+    drop_webhook_secret = EncryptedTextField(
+        "DROP webhook secret",
+        blank=True,
+        default="",
+        help_text="Stored encrypted; checks the signature of DROP's notifications.",
+    )
+    drop_webhook_secret_changed_at = models.DateTimeField(null=True, blank=True, editable=False)
     # The periodic pull (integrations.tasks.pull_due_brokers) downloads when one is due.
     auto_pull = models.BooleanField(
         "pull automatically",

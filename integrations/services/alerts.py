@@ -29,11 +29,13 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from integrations.drop.notifications import RESULTS_IN_PORTAL, UPLOAD_PROCESSED
 from integrations.enqueue import alert_send_enqueue
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     AlertState,
     DropCycle,
+    DropNotification,
     Integration,
     LedgerEvent,
     ReportFile,
@@ -46,6 +48,9 @@ from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
 
 # An unreachable DROP alerts only once it has been so for this long (DROP has outages).
 DROP_UNREACHABLE_FOR = dt.timedelta(days=1)
+# DROP's word that results wait in its portal is a reminder: raised when it comes, cleared
+# after this long (the service cannot see when staff have looked).
+DROP_RESULTS_REMINDER = dt.timedelta(days=7)
 
 
 @dataclass(frozen=True)
@@ -259,6 +264,33 @@ def _upload_rejected(now: dt.datetime) -> Iterable[Firing]:
             f"{report_file.broker.broker_id}, cycle {report_file.cycle.drop_session_id}): "
             f"{report_file.drop_response.get('reason', 'no reason given')}",
             details={"report_file": report_file.pk, "file_name": report_file.file_name},
+        )
+
+
+@alert_condition("drop_results_in_portal")
+def _drop_results_in_portal(now: dt.datetime) -> Iterable[Firing]:
+    """DROP processed an upload or an amendment (its ``*.processed`` notification): the
+    row-level results wait for review in DROP's portal, which no API returns."""
+    processed = DropNotification.objects.filter(
+        event_type__in=RESULTS_IN_PORTAL, received_at__gt=now - DROP_RESULTS_REMINDER
+    ).select_related("broker", "report_file")
+    for notification in processed.defer("report_file__content"):
+        broker_id = notification.broker.broker_id
+        what = (
+            notification.report_file.file_name
+            if notification.report_file is not None
+            else ("an upload" if notification.event_type == UPLOAD_PROCESSED else "an amendment")
+        )
+        yield Firing(
+            key=f"notification:{notification.pk}",
+            broker_id=broker_id,
+            text=f"DROP processed {what} of broker {broker_id}: review its row-level results "
+            f"in DROP's portal ({notification.message or 'no message'})",
+            details={
+                "event_id": notification.event_id,
+                "event_type": notification.event_type,
+                "report_file": notification.report_file_id,
+            },
         )
 
 

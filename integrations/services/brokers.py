@@ -124,3 +124,39 @@ def broker_update(
     for field in [*_AUDITED_FIELDS, "drop_api_key", "drop_api_key_changed_at", "updated_at"]:
         setattr(broker, field, getattr(updated, field))
     return broker
+
+
+# DROP's portal shows the secret as one token; anything longer is not one.
+DROP_WEBHOOK_SECRET_MAX = 500
+
+
+def drop_webhook_secret_check(secret: str) -> None:
+    """ValidationError unless ``secret`` can be the signing secret DROP's portal shows."""
+    if not secret or secret != secret.strip() or len(secret) > DROP_WEBHOOK_SECRET_MAX:
+        raise ValidationError(
+            "the signing secret DROP's portal shows is one token of "
+            f"1 to {DROP_WEBHOOK_SECRET_MAX} characters, without spaces around it"
+        )
+
+
+def broker_drop_webhook_secret_set(*, broker: Broker, secret: str, actor: str) -> Broker:
+    """Store the signing secret of DROP's notification webhook (encrypted; the ledger says
+    only that it changed). Raises ValidationError, nothing written, on an unusable secret."""
+    drop_webhook_secret_check(secret)
+    with transaction.atomic():
+        locked = Broker.objects.select_for_update().get(pk=broker.pk)
+        locked.drop_webhook_secret = secret
+        locked.drop_webhook_secret_changed_at = timezone.now()
+        locked.save(
+            update_fields=["drop_webhook_secret", "drop_webhook_secret_changed_at", "updated_at"]
+        )
+        ledger_event_append(
+            kind=LedgerKind.BROKER_UPDATED,
+            broker_id=locked.broker_id,
+            subject=locked.broker_id,
+            actor=actor,
+            data={"changes": {"drop_webhook_secret": {"changed": True}}},
+        )
+    broker.drop_webhook_secret = locked.drop_webhook_secret
+    broker.drop_webhook_secret_changed_at = locked.drop_webhook_secret_changed_at
+    return broker

@@ -3,8 +3,8 @@
 
 Through the WSGI application in this test's transaction, with a fixed seed and a few examples
 per operation, so that it stays a quick, repeatable part of ``make test``. An API key with
-every scope reaches past the 401s; the signed callbacks (an HMAC the generator cannot make)
-are checked for server errors and documented answers only.
+every scope reaches past the 401s; the signed callbacks and DROP's signed notifications (an
+HMAC the generator cannot make) are checked for server errors and documented answers only.
 """
 
 from __future__ import annotations
@@ -104,7 +104,8 @@ def test_the_api_answers_as_its_schema_says(
 
 
 def _fuzz(operation: APIOperation, mode: GenerationMode, headers: dict[str, str]) -> None:
-    signed = operation.path.startswith("/api/v1/drop/callbacks/")
+    # DROP's notifications are signed too, with a secret of DROP's portal.
+    signed = operation.path.startswith(("/api/v1/drop/callbacks/", "/api/v1/drop/notifications/"))
 
     @given(case=operation.as_strategy(generation_mode=mode))
     @settings(

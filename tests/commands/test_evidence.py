@@ -281,6 +281,25 @@ def test_verify_runs_without_django_or_a_database(
     )
 
 
+def test_without_a_public_key_verify_says_the_signer_was_not_checked(
+    exported: Path, public_key: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A pack re-signed by anyone, with their key enclosed, passes the integrity checks: the
+    # auditor must be told that is all that was checked.
+    resigned = rewrite(exported, lambda files: None, key=Ed25519PrivateKey.generate())
+    call_command("evidence", "verify", str(resigned), "--json")
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert report["ok"] and report["signer_checked"] is False
+    assert captured.err.startswith("note: integrity checked against the public key the pack")
+    assert "not who signed it" in captured.err
+
+    call_command("evidence", "verify", str(exported), "--public-key", str(public_key), "--json")
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["signer_checked"] is True
+    assert captured.err == ""
+
+
 def test_the_command_verifies_and_exits_1_on_a_failure(exported: Path, public_key: Path) -> None:
     out = io.StringIO()
     call_command("evidence", "verify", str(exported), "--public-key", str(public_key), stdout=out)

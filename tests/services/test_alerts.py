@@ -341,6 +341,7 @@ def test_conditions_are_a_registry() -> None:
         "ledger_verify_failed",
         "stuck_work",
         "drop_lists_not_read",
+        "drop_results_in_portal",
     }
     assert AlertState.objects.count() == 0
 

@@ -1,12 +1,23 @@
-"""``manage.py brokers add|list``: register and list data brokers."""
+"""``manage.py brokers add|list|drop-webhook-secret``: register and list data brokers; store
+the signing secret of DROP's notification webhook::
+
+    manage.py brokers drop-webhook-secret 4821 --secret-file /run/secrets/drop-webhook
+    pass show drop/webhook | manage.py brokers drop-webhook-secret 4821 -
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from integrations.management.base import DropportalCommand, add_secret_argument, secret_value
+from integrations.drop.notifications import notifications_url
+from integrations.management.base import (
+    DropportalCommand,
+    add_secret_argument,
+    broker_or_error,
+    secret_value,
+)
 from integrations.models import Broker, BrokerMode
-from integrations.services.brokers import broker_create
+from integrations.services.brokers import broker_create, broker_drop_webhook_secret_set
 
 
 class Command(DropportalCommand):
@@ -22,6 +33,21 @@ class Command(DropportalCommand):
         add.add_argument("--json", action="store_true", help="print the broker as JSON")
         listing = subparsers.add_parser("list", help="list brokers")
         listing.add_argument("--json", action="store_true")
+        webhook = subparsers.add_parser(
+            "drop-webhook-secret",
+            help="store the signing secret of DROP's notification webhook (write-only) and "
+            "print the URL to enter in DROP's portal",
+        )
+        webhook.add_argument("broker", help="the broker's DROP id, 4 digits")
+        # Never as a value on the command line: the process list and shell history keep it.
+        source = webhook.add_mutually_exclusive_group(required=True)
+        source.add_argument(
+            "--secret-file", metavar="FILE", help="read the secret from FILE ('-': standard input)"
+        )
+        source.add_argument(
+            "from_stdin", nargs="?", choices=["-"], help="'-': read the secret from standard input"
+        )
+        webhook.add_argument("--json", action="store_true")
 
     def handle_add(self, **options: Any) -> None:
         broker = broker_create(
@@ -47,6 +73,24 @@ class Command(DropportalCommand):
         for b in brokers:
             self.stdout.write(f"{b['broker_id']}  {b['mode']:<10}  {b['name']}")
 
+    def handle_drop_webhook_secret(self, **options: Any) -> None:
+        broker = broker_or_error(options["broker"])
+        secret = secret_value(
+            {"secret_file": options["secret_file"] or "-", "stdin": options.get("stdin")},
+            "secret",
+        )
+        broker_drop_webhook_secret_set(broker=broker, secret=secret, actor=self.actor())
+        url = notifications_url(broker.broker_id)
+        if options["json"]:
+            self.print_json(
+                {"broker_id": broker.broker_id, "drop_webhook_secret_set": True, "url": url}
+            )
+            return
+        self.stdout.write(
+            f"Stored the DROP webhook secret of broker {broker.broker_id}. In DROP's portal "
+            f"(Notification settings), enter this webhook URL:\n{url}"
+        )
+
 
 def _broker_json(broker: Broker) -> dict[str, Any]:
     return {
@@ -54,5 +98,6 @@ def _broker_json(broker: Broker) -> dict[str, Any]:
         "name": broker.name,
         "mode": broker.mode,
         "drop_api_key_set": bool(broker.drop_api_key),
+        "drop_webhook_secret_set": bool(broker.drop_webhook_secret),
         "drop_base_url": broker.drop_base_url,
     }

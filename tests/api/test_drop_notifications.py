@@ -1,0 +1,366 @@
+"""``POST /api/v1/drop/notifications/{broker_id}``: DROP's own notifications, signed with the
+secret DROP's portal shows, recorded once per event id; ``download.ready`` starts a pull."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+import re
+import uuid
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+from procrastinate.contrib.django.models import ProcrastinateJob
+from rest_framework.test import APIClient
+
+from integrations import enqueue, tasks
+from integrations.drop.notifications import (
+    notification_signature,
+    notification_timestamp,
+    notification_verify,
+)
+from integrations.ledger_kinds import LedgerKind
+from integrations.models import AlertState, Broker, DropNotification, LedgerEvent
+from integrations.services.alerts import alerts_evaluate
+from integrations.services.brokers import broker_drop_webhook_secret_set
+from integrations.services.ledger import ledger_event_append
+from tests.conftest import bearer
+from tests.reporting_factories import cycle_make, item_make, report_file_make
+
+pytestmark = pytest.mark.django_db
+
+SECRET = "whsec_" + "k" * 43
+URL = "/api/v1/drop/notifications/4821"
+
+
+@pytest.fixture
+def webhook_broker(broker: Broker) -> Broker:
+    return broker_drop_webhook_secret_set(broker=broker, secret=SECRET, actor="test")
+
+
+def _post(
+    client: APIClient,
+    event_type: str,
+    *,
+    event_id: str | None = None,
+    message: str = "download ready",
+    secret: str = SECRET,
+    sent_at: dt.datetime | None = None,
+    url: str = URL,
+) -> Any:
+    """POST as DROP does: the raw body signed with the timestamp, every header."""
+    body = json.dumps({"message": message}).encode()
+    timestamp = notification_timestamp(sent_at or timezone.now())
+    return client.post(
+        url,
+        body,
+        content_type="application/json",
+        HTTP_X_WEBHOOK_EVENT_ID=event_id or str(uuid.uuid4()),
+        HTTP_X_WEBHOOK_EVENT_TYPE=event_type,
+        HTTP_X_WEBHOOK_DELIVERY_ID=str(uuid.uuid4()),
+        HTTP_X_WEBHOOK_TIMESTAMP=timestamp,
+        HTTP_X_WEBHOOK_VERSION="1.0",
+        HTTP_X_WEBHOOK_SIGNATURE=notification_signature(secret, timestamp, body),
+    )
+
+
+def _pull_jobs() -> list[ProcrastinateJob]:
+    return list(ProcrastinateJob.objects.filter(task_name=enqueue.PULL_BROKER, status="todo"))
+
+
+def _notification_events() -> list[LedgerEvent]:
+    return list(LedgerEvent.objects.filter(kind="drop.notification_received").order_by("id"))
+
+
+def test_the_worked_example_of_drops_signature() -> None:
+    timestamp = "2026-07-02T18:30:00.0000000Z"
+    body = b'{"message":"download ready"}'
+    expected = "sha256=9027e79375800659b91a7f374b525fdeca489ba00e7b5bdbf2344a3a72a463df"
+    assert notification_signature("whsec_test", timestamp, body) == expected
+    at = dt.datetime(2026, 7, 2, 18, 30, tzinfo=dt.UTC)
+    assert notification_verify("whsec_test", timestamp, expected, body, now=at) == at
+    assert notification_timestamp(at) == timestamp
+
+
+def test_download_ready_queues_the_pull_once(api_client: APIClient, webhook_broker: Broker) -> None:
+    answered = _post(api_client, "download.ready")
+
+    assert answered.status_code == 204
+    assert answered.content == b""
+    (job,) = _pull_jobs()
+    assert job.args == {"broker_pk": webhook_broker.pk}
+    assert job.queueing_lock == job.lock == "pull:4821"  # the periodic pull's, one at a time
+    (event,) = _notification_events()
+    assert event.broker_id == "4821"
+    assert event.data["event_type"] == "download.ready"
+    assert event.data["pull_queued"] is True
+
+    # Another event before that pull started, and the periodic pull: no second job.
+    assert _post(api_client, "download.ready").status_code == 204
+    Broker.objects.filter(pk=webhook_broker.pk).update(auto_pull=True)
+    assert tasks.pull_due() == 0
+    assert len(_pull_jobs()) == 1
+    assert [e.data["pull_queued"] for e in _notification_events()] == [True, False]
+
+
+def test_download_ready_queues_no_pull_with_a_key_drop_refused(
+    api_client: APIClient, webhook_broker: Broker
+) -> None:
+    ledger_event_append(
+        kind=LedgerKind.DROP_PULL_FAILED,
+        broker_id="4821",
+        data={"status": 401, "reason": "credentials", "error": "refused"},
+    )
+
+    assert _post(api_client, "download.ready").status_code == 204
+
+    assert _pull_jobs() == []
+    (event,) = _notification_events()
+    assert event.data["pull_queued"] is False
+    assert event.data["pull_withheld"] == "DROP refused the broker's key on the last pull"
+
+
+def test_an_event_delivered_again_does_nothing(
+    api_client: APIClient, webhook_broker: Broker
+) -> None:
+    event_id = str(uuid.uuid4())
+    assert _post(api_client, "download.ready", event_id=event_id).status_code == 204
+    ProcrastinateJob.objects.filter(task_name=enqueue.PULL_BROKER).update(status="succeeded")
+
+    again = _post(api_client, "download.ready", event_id=event_id)  # a new delivery id
+
+    assert again.status_code == 204
+    assert DropNotification.objects.count() == 1
+    assert len(_notification_events()) == 1
+    assert _pull_jobs() == []  # the first pull has run; the repeat starts none
+
+
+def _metric(api_client: APIClient, metrics_key: str, result: str) -> float:
+    text = api_client.get("/metrics", **bearer(metrics_key)).content.decode()
+    match = re.search(
+        rf'^dropportal_drop_notifications_total\{{result="{result}"\}} (\S+)$', text, re.M
+    )
+    return float(match.group(1)) if match else 0.0
+
+
+@pytest.mark.parametrize(
+    ("change", "code"),
+    [
+        ({"secret": "whsec_" + "x" * 43}, "signature_invalid"),
+        ({"sent_at": timezone.now() - dt.timedelta(minutes=6)}, "timestamp_out_of_range"),
+        ({"url": "/api/v1/drop/notifications/9999"}, "signature_invalid"),  # no such broker
+    ],
+)
+def test_a_notification_not_from_drop_now_is_401_counted_not_recorded(
+    api_client: APIClient, webhook_broker: Broker, make_key: Any, change: dict[str, Any], code: str
+) -> None:
+    metrics_key = make_key("metrics").key
+    before = _metric(api_client, metrics_key, code)
+    events_before = LedgerEvent.objects.count()
+
+    refused = _post(api_client, "download.ready", **change)
+
+    assert refused.status_code == 401
+    if code == "signature_invalid":  # the same words for a broker that does not exist
+        assert refused.json()["detail"] == (
+            "The signature does not verify with the broker's DROP webhook secret."
+        )
+    assert refused["Content-Type"] == "application/problem+json"
+    assert refused.json()["code"] == code
+    assert _metric(api_client, metrics_key, code) == before + 1
+    assert LedgerEvent.objects.count() == events_before
+    assert DropNotification.objects.count() == 0
+    assert _pull_jobs() == []
+    # The same notification, signed by the broker's secret now, is taken (it fails for the
+    # reason above, not for another).
+    assert _post(api_client, "download.ready").status_code == 204
+
+
+def test_a_broker_without_a_secret_takes_no_notification(
+    api_client: APIClient, broker: Broker
+) -> None:
+    assert _post(api_client, "download.ready").json()["code"] == "signature_invalid"
+    assert DropNotification.objects.count() == 0
+
+
+def test_a_signed_notification_without_an_event_id_is_400(
+    api_client: APIClient, webhook_broker: Broker
+) -> None:
+    body = b'{"message": "x"}'
+    timestamp = notification_timestamp(timezone.now())
+    refused = api_client.post(
+        URL,
+        body,
+        content_type="application/json",
+        HTTP_X_WEBHOOK_EVENT_TYPE="upload.received",
+        HTTP_X_WEBHOOK_TIMESTAMP=timestamp,
+        HTTP_X_WEBHOOK_SIGNATURE=notification_signature(SECRET, timestamp, body),
+    )
+    assert refused.status_code == 400
+    assert refused.json()["code"] == "validation_failed"
+    assert "X-Webhook-Event-Id" in refused.json()["detail"]
+
+
+def test_upload_and_amendment_events_are_on_the_file_and_processed_alerts_at_once(
+    api_client: APIClient, webhook_broker: Broker, admin_client: Client
+) -> None:
+    cycle = cycle_make(webhook_broker)
+    report_file = report_file_make(cycle, [item_make(cycle, status_code=5)])
+
+    assert _post(api_client, "upload.received", message="file received").status_code == 204
+    assert ProcrastinateJob.objects.filter(task_name=enqueue.EVALUATE_ALERTS).count() == 0
+    assert (
+        _post(api_client, "upload.processed", message="results ready for review").status_code == 204
+    )
+
+    received, processed = _notification_events()
+    assert received.subject == processed.subject == report_file.file_name
+    assert processed.data["drop_session_id"] == cycle.drop_session_id
+    assert _pull_jobs() == []
+    # Staff hear of it at once: the evaluation is queued with the event.
+    assert ProcrastinateJob.objects.filter(task_name=enqueue.EVALUATE_ALERTS).count() == 1
+    (alert,) = alerts_evaluate().raised
+    assert alert.condition == "drop_results_in_portal"
+    assert report_file.file_name in alert.text
+    assert "DROP's portal" in alert.text
+    # A reminder: it clears a week later.
+    later = timezone.now() + dt.timedelta(days=8)
+    assert [a.key for a in alerts_evaluate(now=later).cleared] == [alert.key]
+    assert AlertState.objects.filter(active=True).count() == 0
+
+    for page in (
+        reverse("admin:integrations_dropcycle_change", args=[cycle.pk]),
+        reverse("admin:integrations_reportfile_change", args=[report_file.pk]),
+    ):
+        html = admin_client.get(page).content.decode()
+        assert "upload.processed" in html
+        assert "results ready for review" in html
+
+
+def test_an_unknown_event_type_is_recorded(api_client: APIClient, webhook_broker: Broker) -> None:
+    answered = _post(api_client, "lists.archived", message="something new")
+
+    assert answered.status_code == 204
+    (event,) = _notification_events()
+    assert event.data["event_type"] == "lists.archived"
+    assert event.data["known_type"] is False
+    assert event.data["message"] == "something new"
+    assert _pull_jobs() == []
+
+
+def test_the_command_stores_the_secret_encrypted_and_prints_the_url(
+    broker: Broker, tmp_path: Any, settings: Any
+) -> None:
+    from django.core.management import CommandError, call_command
+
+    settings.DROPPORTAL_PUBLIC_URL = "https://portal.example.com"
+    secret_file = tmp_path / "drop-webhook"
+    secret_file.write_text(SECRET + "\n")
+    out = io.StringIO()
+
+    call_command(
+        "brokers", "drop-webhook-secret", "4821", "--secret-file", str(secret_file), stdout=out
+    )
+
+    assert "https://portal.example.com/api/v1/drop/notifications/4821" in out.getvalue()
+    assert SECRET not in out.getvalue()
+    broker.refresh_from_db()
+    assert broker.drop_webhook_secret == SECRET
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT drop_webhook_secret FROM integrations_broker WHERE id = %s", [broker.pk]
+        )
+        (stored,) = cursor.fetchone()
+    assert SECRET not in stored  # encrypted at rest
+    event = LedgerEvent.objects.filter(kind="broker.updated").latest("id")
+    assert event.data == {"changes": {"drop_webhook_secret": {"changed": True}}}
+    assert SECRET not in json.dumps(event.data)
+
+    # From standard input, with "-".
+    call_command(
+        "brokers",
+        "drop-webhook-secret",
+        "4821",
+        "-",
+        stdin=io.StringIO("whsec_other\n"),
+        stdout=out,
+    )
+    broker.refresh_from_db()
+    assert broker.drop_webhook_secret == "whsec_other"
+
+    secret_file.write_text("\n")
+    with pytest.raises(CommandError, match="empty"):
+        call_command("brokers", "drop-webhook-secret", "4821", "--secret-file", str(secret_file))
+    with pytest.raises(CommandError, match="no broker"):
+        call_command("brokers", "drop-webhook-secret", "9999", "--secret-file", str(tmp_path))
+
+
+def test_the_broker_admin_takes_the_secret_write_only_and_shows_the_url(
+    broker: Broker, admin_client: Client
+) -> None:
+    page = reverse("admin:integrations_broker_change", args=[broker.pk])
+    html = admin_client.get(page).content.decode()
+    assert "/api/v1/drop/notifications/4821" in html
+    assert "DROP webhook secret" in html
+
+    form = {
+        "name": broker.name,
+        "mode": broker.mode,
+        "drop_base_url": "",
+        "drop_api_key": "",
+        "drop_webhook_secret": SECRET,
+        "pull_interval_days": "30",
+    }
+    assert admin_client.post(page, form).status_code == 302
+    broker.refresh_from_db()
+    assert broker.drop_webhook_secret == SECRET
+    assert SECRET not in admin_client.get(page).content.decode()
+
+    # Left empty, it is kept.
+    assert admin_client.post(page, {**form, "drop_webhook_secret": ""}).status_code == 302
+    broker.refresh_from_db()
+    assert broker.drop_webhook_secret == SECRET
+
+
+def test_the_loopback_drop_signs_its_notifications_as_drop_does() -> None:
+    """The stand-in DROP (tests and ``make demo``) is a second implementation of DROP's side:
+    it must give the worked example's signature too."""
+    from devtools.drop_simulator import DropSimulator
+
+    with DropSimulator() as drop:
+        drop.notify(
+            drop.url + "/broker-webhook",
+            "whsec_test",
+            "download.ready",
+            "download ready",
+            event_id="evt-1",
+            now=dt.datetime(2026, 7, 2, 18, 30, tzinfo=dt.UTC),
+        )
+        (sent,) = drop.calls("/broker-webhook")
+    headers = {name.lower(): value for name, value in sent.headers.items()}
+    assert sent.body == b'{"message":"download ready"}'
+    assert headers["x-webhook-timestamp"] == "2026-07-02T18:30:00.0000000Z"
+    assert headers["x-webhook-signature"] == (
+        "sha256=9027e79375800659b91a7f374b525fdeca489ba00e7b5bdbf2344a3a72a463df"
+    )
+    assert headers["x-webhook-event-id"] == "evt-1"
+    assert headers["x-webhook-event-type"] == "download.ready"
+
+
+def test_the_endpoint_is_in_the_api_schema(api_client: APIClient) -> None:
+    schema = api_client.get("/api/v1/schema", {"format": "json"}).json()
+    operation = schema["paths"]["/api/v1/drop/notifications/{broker_id}"]["post"]
+    assert set(operation["responses"]) == {"204", "400", "401", "413", "429"}
+    assert operation["responses"]["401"]["content"] == {
+        "application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}
+    }
+    headers = {
+        p["name"]: p.get("required", False) for p in operation["parameters"] if p["in"] == "header"
+    }
+    assert headers["X-Webhook-Signature"] and headers["X-Webhook-Event-Id"]
+    assert not operation.get("security")  # DROP signs; it has no API key
