@@ -8,6 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# Every demo run recreates the one database <this database>_demo: one at a time.
+pytestmark = pytest.mark.xdist_group("demo")
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

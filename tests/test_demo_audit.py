@@ -31,6 +31,8 @@ import pytest
 
 from tests.test_demo import ROOT, free_port
 
+pytestmark = pytest.mark.xdist_group("demo")  # the demo's one database: one run at a time
+
 EMAIL = {"received": 278, "matched": 39, "complied": 19, "denied": 2, "not_found": 153}
 PHONE = {"received": 80, "matched": 0, "complied": 0, "denied": 0, "not_found": 50}
 TOTAL = {"received": 358, "matched": 39, "complied": 19, "denied": 2, "not_found": 203}
