@@ -91,7 +91,7 @@ def test_a_file_is_marked_uploaded_once(staff: Client, cycle: DropCycle) -> None
         CHANGELIST, {"action": "mark_uploaded", "_selected_action": [email.pk]}, follow=True
     )
 
-    assert b"only a written file can be marked uploaded" in response.content
+    assert b"only a written or refused file can be marked uploaded" in response.content
     assert LedgerEvent.objects.filter(kind="report_file.marked_uploaded").count() == 1
 
 
