@@ -543,7 +543,8 @@ def _rows_release(report_file: ReportFile) -> int:
 # that as when settling (one rule, in work_item_settle.sql): an amendment is owed again
 # while their status differs. With ``give_up`` (staff discarded the amendment), a row
 # whose status is still the one the amendment carried (state ``reported``) is owed nothing.
-# A row marked before ``prior_*`` existed keeps the old fallback: no code, amended again.
+# A row marked before ``prior_*`` existed (migration 0016) keeps the old fallback: no code
+# DROP holds is known, so it is amended again.
 _PRIOR_RESTORE = """
 UPDATE integrations_workitem w
 SET reported_status_code = CASE WHEN w.prior_reported_at IS NULL THEN NULL
@@ -554,9 +555,11 @@ SET reported_status_code = CASE WHEN w.prior_reported_at IS NULL THEN NULL
     prior_reported_status_code = NULL, prior_reported_at = NULL, prior_report_file_id = NULL,
     (state, needs_amendment) = (
         SELECT CASE WHEN w.state = %(removed)s THEN w.state
-                    WHEN %(give_up)s AND w.state = %(reported)s THEN w.state
+                    WHEN %(give_up)s AND w.state = %(reported)s
+                         AND w.prior_reported_at IS NOT NULL THEN w.state
                     ELSE f.state END,
-               CASE WHEN w.state = %(removed)s OR (%(give_up)s AND w.state = %(reported)s)
+               CASE WHEN w.state = %(removed)s OR (%(give_up)s AND w.state = %(reported)s
+                                                  AND w.prior_reported_at IS NOT NULL)
                     THEN false ELSE f.needs_amendment END
         FROM dropportal_work_item_status_fields(
             w.status_code, w.prior_reported_at,
