@@ -54,6 +54,7 @@ from integrations.selectors.outcomes import (
 from integrations.services.audit import outcome_export_record
 from integrations.services.reports import (
     DISCARD_REASON_MAX,
+    ReportBusy,
     report_file_discard,
     report_file_mark_uploaded,
     report_files_write,
@@ -179,6 +180,8 @@ class ReportFileAdmin(admin.ModelAdmin):
                     self.message_user(
                         request, f"{report_file}: {' '.join(exc.messages)}", messages.ERROR
                     )
+                except ReportBusy as exc:
+                    self.message_user(request, f"{report_file}: {exc}", messages.ERROR)
                 else:
                     done += 1
             if done:

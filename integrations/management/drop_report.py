@@ -117,6 +117,8 @@ class ReportSubcommand(DropportalCommand):
             )
         except ValidationError as exc:
             raise CommandError(validation_message(exc)) from None
+        except ReportBusy as exc:
+            raise CommandError(str(exc)) from None
         if options["json"]:
             self.print_json({"discarded": _file_json(discarded)})
             return

@@ -607,12 +607,23 @@ def report_file_discard(*, report_file: ReportFile, reason: str, actor: str) -> 
     nothing more, unless their status changed again since. The file stays, ``discarded``,
     with the reason, who and when; one ``report_file.discarded`` ledger event. An upload
     cannot be discarded: its statuses are owed to DROP.
+
+    Raises ``ReportBusy`` while the broker's files are being uploaded: DROP could take this
+    very file while staff give it up.
     """
     reason = (reason or "").strip()
     if not reason:
         raise ValidationError({"reason": "write why this amendment is given up"})
     if len(reason) > DISCARD_REASON_MAX:
         raise ValidationError({"reason": f"at most {DISCARD_REASON_MAX} characters"})
+    broker = Broker.objects.get(pk=report_file.broker_id)
+    with _upload_lock(broker):
+        discarded = _report_file_discard(report_file=report_file, reason=reason, actor=actor)
+    cycle_state_refresh(cycle=discarded.cycle, actor=actor)
+    return discarded
+
+
+def _report_file_discard(*, report_file: ReportFile, reason: str, actor: str) -> ReportFile:
     with transaction.atomic():
         locked = (
             ReportFile.objects.select_for_update(of=("self",))
@@ -672,7 +683,6 @@ def report_file_discard(*, report_file: ReportFile, reason: str, actor: str) -> 
             },
         )
         alerts_evaluate_enqueue()  # its alert clears now rather than at the next run
-    cycle_state_refresh(cycle=locked.cycle, actor=actor)
     return locked
 
 

@@ -743,3 +743,22 @@ def test_staff_discard_a_rejected_amendment(
     )
     assert report_run(broker=cycle.broker, upload=True, client=client).written == []
     assert drop.amended == {}
+
+
+def test_no_discard_while_the_files_are_being_uploaded(
+    refused_amendment: WorkItem, client: DropClient
+) -> None:
+    report_run(broker=refused_amendment.broker, upload=True, client=client)
+    refused = ReportFile.objects.get(file_name=AMEND)
+    other = connections.create_connection("default")  # an uploading process's session
+    try:
+        with other.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_lock(%s, %s)", [_UPLOAD_LOCK, refused.broker_id])
+        # DROP could take the file while staff give it up: wait for the upload to finish.
+        with pytest.raises(ReportBusy):
+            report_file_discard(report_file=refused, reason="closed", actor="cli:al")
+    finally:
+        other.close()
+    assert ReportFile.objects.get(pk=refused.pk).state == ReportFileState.REFUSED
+    report_file_discard(report_file=refused, reason="closed", actor="cli:al")
+    assert ReportFile.objects.get(pk=refused.pk).state == ReportFileState.DISCARDED
