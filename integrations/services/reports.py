@@ -91,7 +91,7 @@ class ReportRun:
     accepted: list[ReportFile] = field(default_factory=list)
     rejected: list[ReportFile] = field(default_factory=list)
     refused: list[ReportFile] = field(default_factory=list)  # refused alone; sent again later
-    pending: list[ReportFile] = field(default_factory=list)  # still written after the run
+    pending: list[ReportFile] = field(default_factory=list)  # still to send after the run
     error: str | None = None
 
 
