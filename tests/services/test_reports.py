@@ -29,6 +29,8 @@ from integrations.models import (
     WorkItem,
     WorkItemState,
 )
+from integrations.selectors.drop_metrics import drop_metrics
+from integrations.selectors.outcomes import deletion_outcomes
 from integrations.services.reports import (
     _UPLOAD_LOCK,
     ReportBusy,
@@ -711,6 +713,15 @@ def test_a_rejected_amendment_leaves_the_status_drop_holds_and_is_owed_again(
         reported_at,
     )
     assert (late.state, late.needs_amendment) == (WorkItemState.REPORTABLE, True)
+    # What the figures and exports say: DROP holds a 5 for it, not "nothing reported".
+    figures = drop_metrics(broker=cycle.broker, year=2026).total.figures
+    assert (figures["not_found"], figures["open"]) == (1, 1)  # the 5, and EmailPending
+    (exported,) = [
+        row
+        for row in deletion_outcomes(requests=late.deletion_requests.all())
+        if row["work_item_id"] == "EmailNotFnd1"
+    ]
+    assert (exported["reported_status_code"], exported["report_file"]) == (5, EMAIL)
 
     drop.broker_id = "4821"
     again = report_run(broker=cycle.broker, upload=True, client=client)
