@@ -13,7 +13,9 @@ script what DROP answers next, and records every request for assertions::
 
 Unscripted calls get DROP's default behaviour: a download answers "nothing new", an upload
 or amend checks each file (name, ``Id,Status`` header, not uploaded before for the current
-download) and answers 202 or 400 in DROP's shape. A wrong ``X-API-KEY`` gets a plain-text 401.
+download) and answers 202 or 400 in DROP's shape. An amendment before any upload, or of a
+download DROP no longer amends (its date in ``closed_downloads``), gets 409 "not possible in
+the current state". A wrong ``X-API-KEY`` gets a plain-text 401.
 
 It also plays DROP's side of the notification webhook (API 1.2.0)::
 
@@ -59,6 +61,7 @@ __all__ = [
 ]
 
 ALREADY_UPLOADED_MESSAGE = "A file with this name was already uploaded for the current download."
+AMEND_CONFLICT_MESSAGE = "An amendment is not possible in the current state."
 NOTHING_NEW_MESSAGE = "No new data is available since your last completed download."
 _RESPONSE_NAME_RE = re.compile(
     r"(?P<date>[0-9]{8})_(?P<broker>[0-9]{4})_(?:NDZ|Email|Phone|MAID|NameVIN|CTVID)"
@@ -120,6 +123,8 @@ class DropSimulator:
         self.requests: list[RecordedRequest] = []
         self.uploaded: dict[str, bytes] = {}
         self.amended: dict[str, bytes] = {}
+        # Downloads (YYYYMMDD, as response file names start) whose amendments get 409.
+        self.closed_downloads: set[str] = set()
         self._lock = threading.Lock()
         self._script: list[_Scripted] = []
         self._names_this_download: set[str] = set()
@@ -327,8 +332,11 @@ class DropSimulator:
     def _accept_files(self, request: RecordedRequest) -> _Scripted:
         amend = request.path == "/data/amend"
         with self._lock:
-            if amend and not self._ever_uploaded:
-                return _json(409, {"message": "An amendment is not possible in the current state."})
+            if amend and (
+                not self._ever_uploaded
+                or any(name[:8] in self.closed_downloads for name in request.files)
+            ):
+                return _json(409, {"message": AMEND_CONFLICT_MESSAGE})
             if not amend and not self.active_download:
                 return _json(409, {"message": "No active download is waiting for responses."})
             accepted: list[dict[str, Any]] = []

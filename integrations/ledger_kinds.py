@@ -92,6 +92,8 @@ class LedgerKind(StrEnum):
     REPORT_FILE_ACCEPTED = "report_file.accepted"  # DROP accepted it
     REPORT_FILE_REJECTED = "report_file.rejected"  # DROP rejected it
     REPORT_FILE_MARKED_UPLOADED = "report_file.marked_uploaded"  # staff uploaded it by hand
+    REPORT_FILE_REFUSED = "report_file.refused"  # DROP refused it alone (409): sent again
+    REPORT_FILE_DISCARDED = "report_file.discarded"  # staff gave up an amendment, with a reason
 
     # -- staff (the admin composes its events: ledger_kind_compose)
     STAFF_USER_ADDED = "staff_user.added"  # a staff account added in the admin

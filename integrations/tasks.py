@@ -174,11 +174,12 @@ def report_broker(broker_pk: int) -> None:
     except ReportBusy as exc:
         log.info("report for %s skipped: %s", broker.broker_id, exc)
         return
-    if run.error or run.rejected:
+    if run.error or run.rejected or run.refused:
         log.warning(
-            "report for %s: %d file(s) rejected; %s",
+            "report for %s: %d file(s) rejected, %d refused; %s",
             broker.broker_id,
             len(run.rejected),
+            len(run.refused),
             run.error or "no upload error",
         )
 

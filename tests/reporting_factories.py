@@ -196,11 +196,19 @@ def report_file_make(
         state="accepted",
         uploaded_at=timezone.now(),
     )
+    prior: dict[str, Any] = {}
+    if kind == "amend":  # what DROP held before, as reporting keeps it
+        prior = {
+            "prior_reported_status_code": F("reported_status_code"),
+            "prior_reported_at": F("reported_at"),
+            "prior_report_file": F("report_file"),
+        }
     WorkItem.objects.filter(pk__in=[i.pk for i in items]).update(
         state=WorkItemState.REPORTED,
         reported_status_code=F("status_code"),
         reported_at=timezone.now(),
         report_file=report_file,
+        **prior,
     )
     return report_file
 

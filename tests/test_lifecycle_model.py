@@ -6,7 +6,8 @@ months of operation can bring: consumers registered (file and API, clear and has
 forgotten, DROP packages imported with Removed files, webhook integrations added, disabled
 (by a 410 and by staff), enabled and their secrets rotated, outcomes of every kind arriving
 in any order and twice, redeliveries and redispatches (staff and automatic), late matches,
-reports that DROP accepts, rejects or says it already has, and amendments.
+reports that DROP accepts, rejects, refuses (a 409 to amendments) or says it already has,
+amendments, and staff discarding an amendment DROP refuses or rejected.
 
 ``Oracle`` is plain Python, written from the rules and not from the services: who is
 registered, which DROP work items should match, what the broker answered for each request
@@ -18,6 +19,8 @@ it received, and so what DROP should be told. After every step:
   requests, and no item is written twice in one list except as an amendment of a changed
   status (and never amended before DROP accepted its upload);
 - nothing is sent to the broker for a removed item after its removal was imported;
+- an item's reported status is the one DROP holds, unless a file DROP has not answered for
+  good carries it; an amendment DROP refuses holds back no upload;
 - the ledger verifies.
 
 The broker here has webhook integrations only: ISI connections and SaaS resolutions are not
@@ -101,7 +104,7 @@ from integrations.services.redelivery import (
     deletion_request_redispatch,
     deletion_requests_redispatch_failed,
 )
-from integrations.services.reports import report_auto, report_run
+from integrations.services.reports import report_auto, report_file_discard, report_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -157,8 +160,11 @@ class ModelDrop(DropSimulator):
 
     def answer_as(self, mode: str) -> None:
         """How DROP answers the next report: accept, reject (every file), reject uploads
-        (amendments are accepted), already (uploaded before), down (503)."""
+        (amendments are accepted), refuse amendments (409 to each, uploads accepted),
+        already (uploaded before), down (503)."""
         self.mode = mode
+        if mode == "refuse amendments":
+            self.queue_response(409, body={"message": "Not now."}, times=50, path="/data/amend")
         if mode == "down":
             self.queue_response(503, body={"message": "Service unavailable."}, times=50)
 
@@ -842,7 +848,9 @@ class LifecycleMachine(RuleBasedStateMachine):
     # -- reporting to DROP ----------------------------------------------------------------
 
     @rule(
-        answer=st.sampled_from(["accept", "accept", "reject", "reject uploads", "already", "down"]),
+        answer=st.sampled_from(
+            ["accept", "accept", "reject", "reject uploads", "refuse amendments", "already", "down"]
+        ),
         periodic=st.booleans(),
     )
     @counted
@@ -851,12 +859,36 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.world.seen[f"report run, DROP answers {answer}"] += 1
         try:
             if periodic:
-                report_auto(broker=self.broker, client=self.drop_client)
+                run = report_auto(broker=self.broker, client=self.drop_client)
             else:
-                report_run(broker=self.broker, upload=True, client=self.drop_client, actor="test")
+                run = report_run(
+                    broker=self.broker, upload=True, client=self.drop_client, actor="test"
+                )
         finally:
             self.drop.back_up()
         self._check_new_files()
+        if answer in ("accept", "refuse amendments"):
+            # Only an answer about DROP as a whole stops a run.
+            assert run.error is None, run.error
+            held_back = ReportFile.objects.filter(
+                broker=self.broker,
+                kind=ReportKind.UPLOAD,
+                state__in=[ReportFileState.WRITTEN, ReportFileState.REFUSED],
+            )
+            assert not held_back.exists(), list(held_back.values_list("file_name", "state"))
+
+    @rule()
+    @counted
+    def staff_discard_amendments(self) -> None:
+        """Staff give up every amendment DROP refuses or rejected."""
+        given_up = ReportFile.objects.filter(
+            broker=self.broker,
+            kind=ReportKind.AMEND,
+            state__in=[ReportFileState.REFUSED, ReportFileState.REJECTED],
+        )
+        for report_file in given_up:
+            report_file_discard(report_file=report_file, reason="DROP will not", actor="test")
+            self.world.seen["amendment discarded"] += 1
 
     def _check_new_files(self) -> None:
         """Every status written for DROP is the oracle's, and no item twice in one list."""
@@ -888,8 +920,8 @@ class LifecycleMachine(RuleBasedStateMachine):
         written: dict[str, list[tuple[str, int, str]]] = {}
         for pk in sorted(files):
             report_file = files[pk]
-            if report_file.state == ReportFileState.REJECTED:
-                continue  # DROP never had it; its rows were written again
+            if report_file.state in (ReportFileState.REJECTED, ReportFileState.DISCARDED):
+                continue  # DROP never had it; its rows were written again or given up
             for work_item_id, code in self.seen_files[pk]:
                 written.setdefault(work_item_id, []).append(
                     (report_file.kind, code, report_file.file_name)
@@ -960,6 +992,21 @@ class LifecycleMachine(RuleBasedStateMachine):
                 f" {stuck}"
             )
         self.world.seen["stuck, listed by drop doctor"] += len(stuck)
+
+    @invariant()
+    def reported_status_is_what_drop_holds(self) -> None:
+        """What DROP took stays the item's reported status: a rejected or discarded
+        amendment puts back the one DROP holds; only a file DROP has not answered for good
+        may carry another."""
+        for work_item_id, reported, file_state in WorkItem.objects.filter(
+            broker=self.broker, work_item_id__in=list(self.drop.held)
+        ).values_list("work_item_id", "reported_status_code", "report_file__state"):
+            if file_state in (ReportFileState.WRITTEN, ReportFileState.REFUSED):
+                continue
+            assert reported == self.drop.held[work_item_id], (
+                f"{work_item_id}: reported {reported}, DROP holds"
+                f" {self.drop.held[work_item_id]} ({file_state})"
+            )
 
     @invariant()
     def ledger_verifies(self) -> None:

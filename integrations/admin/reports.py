@@ -3,8 +3,10 @@ other admins borrow (set a work item's status by hand, export the outcome histor
 
 Manual mode, for brokers who upload in DROP's own portal: "Generate response files" writes a
 cycle's files, each row's download link gives the exact bytes, and "Mark uploaded" records
-that staff uploaded them. Every change goes through ``services.reports`` /
-``services.work_items`` (ledger events with the staff actor)::
+that staff uploaded them. "Discard amendment" gives up an amendment DROP refuses or
+rejected, with a written reason (its items keep the status DROP holds). Every change goes
+through ``services.reports`` / ``services.work_items`` (ledger events with the staff
+actor)::
 
     class WorkItemAdmin(admin.ModelAdmin):
         actions = [set_work_item_status]
@@ -12,8 +14,8 @@ that staff uploaded them. Every change goes through ``services.reports`` /
         actions = [export_outcomes_csv]
 
 Permissions: reading files needs "view report file"; generating files, marking them
-uploaded and setting a status change work items, so they need "change work item" (the
-Operators role has it).
+uploaded, discarding an amendment and setting a status change work items, so they need
+"change work item" (the Operators role has it).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from integrations.models import (
     DropNotification,
     DropStatus,
     ReportFile,
+    ReportFileState,
     WorkItem,
     WorkItemState,
 )
@@ -51,7 +54,13 @@ from integrations.selectors.outcomes import (
     deletion_outcomes_csv,
 )
 from integrations.services.audit import outcome_export_record
-from integrations.services.reports import report_file_mark_uploaded, report_files_write
+from integrations.services.reports import (
+    DISCARD_REASON_MAX,
+    ReportBusy,
+    report_file_discard,
+    report_file_mark_uploaded,
+    report_files_write,
+)
 from integrations.services.work_items import work_item_status_set
 
 REPORT_PERMISSION = "integrations.change_workitem"
@@ -70,6 +79,7 @@ class ReportFileAdmin(admin.ModelAdmin):
         "kind",
         "rows",
         "state",
+        "drop_message",
         "created_at",
         "uploaded_at",
         "download",
@@ -89,10 +99,13 @@ class ReportFileAdmin(admin.ModelAdmin):
         "drop_response",
         "created_at",
         "uploaded_at",
+        "discard_reason",
+        "discarded_by",
+        "discarded_at",
         "download",
         "drop_notifications",
     ]
-    actions = ["mark_uploaded"]
+    actions = ["mark_uploaded", "discard_amendment"]
     change_list_template = "admin/integrations/reportfile/change_list.html"
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ReportFile]:
@@ -122,6 +135,16 @@ class ReportFileAdmin(admin.ModelAdmin):
     def drop_notifications(self, obj: ReportFile) -> str:
         return drop_notifications_table(DropNotification.objects.filter(report_file=obj))
 
+    @admin.display(description="DROP's message")
+    def drop_message(self, obj: ReportFile) -> str:
+        """Why DROP refused or rejected it (the rest of its answer is on the file's page)."""
+        answer = obj.drop_response or {}
+        if obj.state == ReportFileState.REFUSED:
+            return str(answer.get("message", ""))
+        if obj.state in (ReportFileState.REJECTED, ReportFileState.DISCARDED):
+            return str(answer.get("reason") or answer.get("message") or "")
+        return ""
+
     @admin.display(description="CSV")
     def download(self, obj: ReportFile) -> str:
         url = reverse("admin:integrations_reportfile_download", args=[obj.pk])
@@ -141,6 +164,52 @@ class ReportFileAdmin(admin.ModelAdmin):
                 done += 1
         if done:
             self.message_user(request, f"Marked {done} file(s) uploaded.", messages.SUCCESS)
+
+    @admin.action(
+        description="Discard amendment DROP refuses or rejected (with a reason)",
+        permissions=["report"],
+    )
+    def discard_amendment(
+        self, request: HttpRequest, queryset: QuerySet[ReportFile]
+    ) -> HttpResponse | None:
+        """An intermediate page asks for the reason, then each file is discarded on its own."""
+        form = DiscardForm(request.POST if "apply" in request.POST else None)
+        if form.is_valid():
+            done = 0
+            for report_file in queryset.order_by("pk"):
+                try:
+                    report_file_discard(
+                        report_file=report_file,
+                        reason=form.cleaned_data["reason"],
+                        actor=staff_actor(request),
+                    )
+                except ValidationError as exc:
+                    self.message_user(
+                        request, f"{report_file}: {' '.join(exc.messages)}", messages.ERROR
+                    )
+                except ReportBusy as exc:
+                    self.message_user(request, f"{report_file}: {exc}", messages.ERROR)
+                else:
+                    done += 1
+            if done:
+                self.message_user(
+                    request,
+                    f"Discarded {done} amendment(s): their work items keep the status DROP holds.",
+                    messages.SUCCESS,
+                )
+            return None
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Discard amendments DROP refuses",
+            "form": form,
+            "files": queryset[:200],
+            "count": queryset.count(),
+            "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
+            "select_across": request.POST.get("select_across", "0"),
+            "action": "discard_amendment",
+            "opts": self.model._meta,
+        }
+        return TemplateResponse(request, "admin/integrations/reportfile/discard.html", context)
 
     def get_urls(self) -> list[URLPattern]:
         view = self.admin_site.admin_view
@@ -205,6 +274,14 @@ class _CycleChoice(forms.ModelChoiceField):
             f" ({obj.owed_items} work items without a status sent, "
             f"{obj.unreportable_items} still waiting for an outcome)"
         )
+
+
+class DiscardForm(forms.Form):
+    reason = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3}),
+        max_length=DISCARD_REASON_MAX,
+        help_text="Why DROP will not get this amendment; kept on the file and in the ledger.",
+    )
 
 
 class GenerateForm(forms.Form):

@@ -8,6 +8,10 @@ class DropApiError(Exception):
     """DROP answered in a way the caller must act on; ``status`` is the HTTP status if any."""
 
     default_message = "DROP API error"
+    # True when the answer is about this one request (its files, the state it meets), so a
+    # caller with other requests to send goes on; False when it is about DROP, the network
+    # or our access as a whole, which every other request would meet too.
+    about_this_request = False
 
     def __init__(self, message: str | None = None, *, status: int | None = None) -> None:
         self.message = message or self.default_message
@@ -35,6 +39,7 @@ class DropConflict(DropApiError):
     (report first); on upload, no download waits for responses; on amend, not possible now."""
 
     default_message = "DROP reports a conflict with the current cycle"
+    about_this_request = True
 
 
 class DropPending(DropApiError):
@@ -59,9 +64,11 @@ class DropBadRequest(DropApiError):
     """400 without DROP's per-file answer: the request itself was malformed."""
 
     default_message = "DROP rejected the request"
+    about_this_request = True
 
 
 class DropProtocolError(DropApiError):
     """DROP answered something its API does not describe (unknown status, bad body)."""
 
     default_message = "DROP sent an unexpected response"
+    about_this_request = True

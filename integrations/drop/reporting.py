@@ -39,6 +39,7 @@ __all__ = [
     "BuiltResponseFile",
     "build_response_file",
     "response_name",
+    "response_rows",
     "responses_from_rows",
     "save_response_file",
 ]
@@ -131,6 +132,22 @@ def responses_from_rows(data: bytes, names: dict[int, str]) -> dict[int, BuiltRe
     if position != len(data):
         raise DropFileError(None, None, "rows for a file that was not asked for")
     return files
+
+
+def response_rows(content: bytes) -> list[tuple[str, int]]:
+    """The ``(work item id, status)`` rows of a response file built here (``Id,Status``, CRLF);
+    ``DropFileError`` if the bytes are not one."""
+    if not content.startswith(RESPONSE_HEADER):
+        raise DropFileError(None, 1, "not a response file: the header is not Id,Status")
+    rows = []
+    for number, line in enumerate(content[len(RESPONSE_HEADER) :].split(b"\r\n"), start=2):
+        if not line:
+            continue
+        work_item_id, _, status = line.partition(b",")
+        if not work_item_id.isalnum() or status not in (b"2", b"3", b"4", b"5"):
+            raise DropFileError(None, number, "a row is not a work item id and a status")
+        rows.append((work_item_id.decode("ascii"), int(status)))
+    return rows
 
 
 def save_response_file(directory: str | os.PathLike[str], name: str, content: bytes) -> Path:

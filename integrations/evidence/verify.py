@@ -555,6 +555,11 @@ class _Checker:
             expected = f"report_file.{state}|{cycle}|{file_name}|" + json.dumps(
                 answer.get("drop_response"), sort_keys=True
             )
+        elif state in ("refused", "discarded"):
+            # DROP's refusal is retried (its answer on the file changes); the event that
+            # made the file refused, or staff's discard, names the file's digest and rows.
+            expected = f"report_file.{state}|{cycle}|{file_name}|"
+            expected += f"{self.files[name].get('sha256')}|{self.files[name].get('rows')}"
         else:
             raise PackInvalid(f"{name}: DROP's answer has no state a sent file has ({state!r})")
         if _digest(expected) not in self.file_events:

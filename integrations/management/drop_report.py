@@ -3,12 +3,15 @@
     manage.py drop report --broker 4821                    # write; list what awaits upload
     manage.py drop report --broker 4821 --out responses/   # also save the CSVs there
     manage.py drop report --broker 4821 --upload           # write, then upload and amend
+    manage.py drop report --broker 4821 --discard 20260312_4821_Email_amend01.csv \
+        --reason "DROP no longer amends that download"      # give up a refused amendment
 
 Each run ends with the broker's open cycles: due date, days left, statuses still owed.
 
 The ``drop`` command mixes this in (``class Command(ReportSubcommand)``). A file DROP
-rejected, or an upload that could not finish (DROP down, throttling, 409), ends in one line
-on stderr and exit 1; written files stay in the database and the next run sends them.
+rejected or refused, or an upload that could not finish (DROP down, throttling, a refused
+key), ends in one line on stderr and exit 1; written and refused files stay in the database
+and the next run sends them.
 """
 
 from __future__ import annotations
@@ -16,14 +19,25 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError
 from django.utils import timezone
 
 from integrations.drop.reporting import save_response_file
-from integrations.management.base import DropportalCommand, broker_or_error, cycle_or_error
-from integrations.models import ReportFile, ReportFileState
+from integrations.management.base import (
+    DropportalCommand,
+    broker_or_error,
+    cycle_or_error,
+    validation_message,
+)
+from integrations.models import Broker, DropCycle, ReportFile, ReportFileState
 from integrations.selectors.deadlines import CycleDeadline, cycle_deadlines
-from integrations.services.reports import ReportBusy, ReportRun, report_run
+from integrations.services.reports import (
+    ReportBusy,
+    ReportRun,
+    report_file_discard,
+    report_run,
+)
 
 
 class ReportSubcommand(DropportalCommand):
@@ -37,6 +51,13 @@ class ReportSubcommand(DropportalCommand):
         report.add_argument(
             "--upload", action="store_true", help="upload new statuses and amendments to DROP"
         )
+        report.add_argument(
+            "--discard",
+            metavar="FILE",
+            help="give up this amendment DROP refuses or rejected (its file name); its work "
+            "items keep the status DROP holds. Needs --reason",
+        )
+        report.add_argument("--reason", help="why the amendment is given up (with --discard)")
         report.add_argument("--json", action="store_true", help="print the result as JSON")
 
     def handle_report(self, **options: Any) -> None:
@@ -44,6 +65,9 @@ class ReportSubcommand(DropportalCommand):
         cycle = None
         if options["cycle"]:
             cycle = cycle_or_error(broker, options["cycle"])
+        if options["discard"] or options["reason"] is not None:
+            self._discard(broker, cycle, options)
+            return
         out = Path(options["out"]) if options["out"] else None
         if out is not None and out.exists() and not out.is_dir():
             raise CommandError(f"--out {out} is a file, not a folder")
@@ -63,16 +87,53 @@ class ReportSubcommand(DropportalCommand):
                 self.stdout.write(_deadline_line(deadline))
         problems = [
             f"{f.file_name} rejected: {f.drop_response.get('reason')}" for f in run.rejected
+        ] + [
+            f"{f.file_name} refused: {f.drop_response.get('message')} (sent again by the next run)"
+            for f in run.refused
         ]
         if run.error:
             problems.append(f"upload stopped: {run.error}; the next run sends what is left")
         if problems:
             raise CommandError("; ".join(problems))
 
+    def _discard(self, broker: Broker, cycle: DropCycle | None, options: dict[str, Any]) -> None:
+        if not options["discard"] or not (options["reason"] or "").strip():
+            raise CommandError("--discard FILE and --reason TEXT go together")
+        if options["upload"] or options["out"]:
+            raise CommandError("--discard gives up one amendment: run it without --upload/--out")
+        files = ReportFile.objects.filter(broker=broker, file_name=options["discard"])
+        if cycle is not None:
+            files = files.filter(cycle=cycle)
+        found = list(files.select_related("cycle").defer("content")[:2])
+        if not found:
+            raise CommandError(
+                f"broker {broker.broker_id} has no response file {options['discard']!r}"
+            )
+        if len(found) > 1:
+            raise CommandError(f"{options['discard']} names files of several cycles: add --cycle")
+        try:
+            discarded = report_file_discard(
+                report_file=found[0], reason=options["reason"], actor=self.actor()
+            )
+        except ValidationError as exc:
+            raise CommandError(validation_message(exc)) from None
+        except ReportBusy as exc:
+            raise CommandError(str(exc)) from None
+        if options["json"]:
+            self.print_json({"discarded": _file_json(discarded)})
+            return
+        self.stdout.write(
+            f"Discarded {discarded.file_name} (cycle {discarded.cycle.drop_session_id}): its "
+            "work items keep the status DROP holds."
+        )
+
     @staticmethod
     def _save(run: ReportRun, out: Path) -> list[str]:
         """Save this run's files and every one still waiting for DROP (manual upload)."""
-        files = {f.pk: f for f in (*run.written, *run.pending, *run.accepted, *run.rejected)}
+        files = {
+            f.pk: f
+            for f in (*run.written, *run.pending, *run.accepted, *run.rejected, *run.refused)
+        }
         contents = ReportFile.objects.filter(pk__in=files).values_list("file_name", "content")
         try:
             return [
@@ -82,7 +143,7 @@ class ReportSubcommand(DropportalCommand):
             raise CommandError(f"cannot write to {out}: {exc.strerror}") from None
 
     def _print(self, run: ReportRun, saved: list[str], *, uploading: bool) -> None:
-        if not (run.written or run.pending or run.accepted or run.rejected):
+        if not (run.written or run.pending or run.accepted or run.rejected or run.refused):
             self.stdout.write("Nothing to report: no new statuses and no files waiting for DROP.")
             return
         for report_file in run.written:
@@ -97,6 +158,10 @@ class ReportSubcommand(DropportalCommand):
                 else ""
             )
             self.stdout.write(f"DROP accepted {report_file.file_name}{again}")
+        for report_file in run.refused:
+            self.stdout.write(
+                f"DROP refused {report_file.file_name}: {report_file.drop_response.get('message')}"
+            )
         waiting = [f.file_name for f in run.pending]
         if waiting and not uploading:
             self.stdout.write(
@@ -116,6 +181,7 @@ def _file_json(report_file: ReportFile) -> dict[str, Any]:
         "sha256": report_file.sha256,
         "state": report_file.state,
         "drop_response": report_file.drop_response,
+        "discard_reason": report_file.discard_reason,
     }
 
 
@@ -138,6 +204,7 @@ def _as_json(run: ReportRun, saved: list[str], deadlines: list[CycleDeadline]) -
         "written": [_file_json(f) for f in run.written],
         "accepted": [_file_json(f) for f in run.accepted],
         "rejected": [_file_json(f) for f in run.rejected],
+        "refused": [_file_json(f) for f in run.refused],
         "waiting": [_file_json(f) for f in run.pending if f.state == ReportFileState.WRITTEN],
         "saved": saved,
         "error": run.error,

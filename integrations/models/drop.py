@@ -134,6 +134,20 @@ class WorkItem(models.Model):
         db_constraint=False,
     )
     needs_amendment = models.BooleanField(default=False)
+    # What DROP held when the item went into an amendment (reported_status_code, reported_at
+    # and report_file as they were): put back if DROP rejects the amendment or staff discard
+    # it, so the item never shows a status DROP did not take. Set with report_file.
+    prior_reported_status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    prior_reported_at = models.DateTimeField(null=True, blank=True)
+    prior_report_file = models.ForeignKey(
+        "integrations.ReportFile",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        db_index=False,
+        db_constraint=False,
+    )
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
 

@@ -16,6 +16,10 @@ class ReportFileState(models.TextChoices):
     ACCEPTED = "accepted", "Accepted by DROP"
     REJECTED = "rejected", "Rejected by DROP"
     MANUAL = "manual", "Marked uploaded by hand"
+    # DROP refused the call for this file alone (a 409, a 400 without a per-file answer):
+    # sent again by every run until DROP takes it, or staff discard it (an amendment).
+    REFUSED = "refused", "Refused by DROP, sent again each run"
+    DISCARDED = "discarded", "Discarded by staff"
 
 
 class ReportFile(models.Model):
@@ -34,6 +38,10 @@ class ReportFile(models.Model):
     drop_response = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(db_default=Now())
     uploaded_at = models.DateTimeField(null=True, blank=True)
+    # Staff gave up an amendment DROP refuses or rejected (``report_file_discard``).
+    discard_reason = models.TextField(blank=True, default="")
+    discarded_by = models.CharField(max_length=150, blank=True, default="")
+    discarded_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]

@@ -17,6 +17,8 @@ from integrations.models import (
     Broker,
     DeletionRequest,
     DropCycle,
+    ReportFile,
+    ReportFileState,
     RequestState,
     ResolutionRequest,
     SaasDeletion,
@@ -39,6 +41,7 @@ class StuckReason(enum.StrEnum):
     INTEGRATION_DISABLED = "integration_disabled"
     DROP_KEY_REFUSED = "drop_key_refused"
     UNREADABLE_WORK_ITEM = "unreadable_work_item"
+    REPORT_FILE_REFUSED = "report_file_refused"
 
     @property
     def label(self) -> str:
@@ -54,6 +57,7 @@ STUCK_REASON_LABELS: dict[StuckReason, str] = {
     StuckReason.INTEGRATION_DISABLED: "waiting for a disabled integration",
     StuckReason.DROP_KEY_REFUSED: "DROP refused the broker's key",
     StuckReason.UNREADABLE_WORK_ITEM: "sent by DROP but unreadable: answer them in DROP's portal",
+    StuckReason.REPORT_FILE_REFUSED: "in a response file DROP refused or rejected",
 }
 
 
@@ -134,6 +138,13 @@ def stuck_work_items(
         "unreadableworkitem",
         {},
         _unreadable_counts(broker),
+    )
+    _add_stuck_group(
+        found,
+        StuckReason.REPORT_FILE_REFUSED,
+        "reportfile",
+        {"state__in": f"{ReportFileState.REFUSED},{ReportFileState.REJECTED}"},
+        _report_file_refused_counts(broker),
     )
     order = list(StuckReason)
     return sorted(
@@ -294,6 +305,26 @@ def _unreadable_counts(broker: Broker | None) -> list[tuple[str, int, int, int, 
             rows, item="pk", broker="broker", due="cycle__due_date"
         )
     ]
+
+
+def _report_file_refused_counts(
+    broker: Broker | None,
+) -> list[tuple[str, int, int, int, dt.date]]:
+    """``_stuck_counts`` of the work items whose status DROP has not taken because of one
+    response file: those in a file DROP refused (sent again each run, in vain until DROP's
+    state changes or staff discard the amendment), and the reportable items of a cycle
+    whose latest file DROP rejected (the periodic job leaves that cycle to staff)."""
+    files = ReportFile.objects.all() if broker is None else ReportFile.objects.filter(broker=broker)
+    refused = list(files.filter(state=ReportFileState.REFUSED).values_list("pk", flat=True))
+    latest = files.order_by("cycle_id", "-pk").distinct("cycle_id").values_list("cycle_id", "state")
+    rejected_cycles = [cycle for cycle, state in latest if state == ReportFileState.REJECTED]
+    if not refused and not rejected_cycles:
+        return []
+    items = WorkItem.objects.filter(
+        (Q(report_file_id__in=refused) & ~Q(state=WorkItemState.REMOVED))
+        | Q(cycle_id__in=rejected_cycles, state=WorkItemState.REPORTABLE)
+    )
+    return _stuck_counts(items, item="pk", broker="broker", due="cycle__due_date")
 
 
 def _add_stuck_group(

@@ -40,6 +40,7 @@ from integrations.models import (
     LedgerEvent,
     ReportFile,
     ReportFileState,
+    ReportKind,
     SaasConnection,
 )
 from integrations.selectors.deadlines import cycle_deadlines
@@ -290,6 +291,35 @@ def _drop_results_in_portal(now: dt.datetime) -> Iterable[Firing]:
                 "event_id": notification.event_id,
                 "event_type": notification.event_type,
                 "report_file": notification.report_file_id,
+            },
+        )
+
+
+@alert_condition("report_file_refused")
+def _report_file_refused(now: dt.datetime) -> Iterable[Firing]:
+    """DROP refused a response file on its own (a 409): every run sends it again, and none
+    of its statuses reaches DROP until DROP takes it or staff discard it (an amendment)."""
+    refused = ReportFile.objects.filter(state=ReportFileState.REFUSED)
+    for report_file in refused.select_related("broker", "cycle").defer("content"):
+        broker_id = report_file.broker.broker_id
+        what_to_do = (
+            "it is sent again each run; if DROP will not take it, discard it with a reason "
+            f"(`manage.py drop report --broker {broker_id} --discard {report_file.file_name} "
+            "--reason TEXT`, or the admin)"
+            if report_file.kind == ReportKind.AMEND
+            else "it is sent again each run; check the cycle with DROP"
+        )
+        yield Firing(
+            key=f"file:{report_file.pk}",
+            broker_id=broker_id,
+            text=f"DROP refused {report_file.file_name} (broker {broker_id}, cycle "
+            f"{report_file.cycle.drop_session_id}): "
+            f"{report_file.drop_response.get('message', 'no message')}; {what_to_do}",
+            details={
+                "report_file": report_file.pk,
+                "file_name": report_file.file_name,
+                "kind": report_file.kind,
+                "status": report_file.drop_response.get("status"),
             },
         )
 

@@ -62,7 +62,15 @@ _OPEN_REQUEST_STATES = (
     RequestState.FAILED,
     RequestState.UNDELIVERABLE,
 )
-_SENT_STATES = (ReportFileState.ACCEPTED, ReportFileState.REJECTED, ReportFileState.MANUAL)
+# Every file DROP got, whatever it answered (a refused or discarded one too: what was
+# tried, and why it was given up, is evidence).
+_SENT_STATES = (
+    ReportFileState.ACCEPTED,
+    ReportFileState.REJECTED,
+    ReportFileState.MANUAL,
+    ReportFileState.REFUSED,
+    ReportFileState.DISCARDED,
+)
 
 DESCRIPTIONS = {
     pack.OUTCOMES: "outcome history of the period's deletion requests, one row each (CSV)",
@@ -508,6 +516,17 @@ def _report_file_content(pk: int) -> Iterator[bytes]:
 
 
 def _answer(report_file: ReportFile) -> dict[str, Any]:
+    discarded = (
+        {
+            "discard_reason": report_file.discard_reason,
+            "discarded_by": report_file.discarded_by,
+            "discarded_at": report_file.discarded_at.isoformat()
+            if report_file.discarded_at
+            else None,
+        }
+        if report_file.state == ReportFileState.DISCARDED
+        else {}
+    )
     return {
         "cycle": report_file.cycle.drop_session_id,
         "file_name": report_file.file_name,
@@ -518,6 +537,7 @@ def _answer(report_file: ReportFile) -> dict[str, Any]:
         "created_at": report_file.created_at.isoformat(),
         "uploaded_at": report_file.uploaded_at.isoformat() if report_file.uploaded_at else None,
         "drop_response": report_file.drop_response,
+        **discarded,
     }
 
 

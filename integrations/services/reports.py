@@ -12,12 +12,18 @@ Two steps, so that a crash between them can neither lose a status nor send one t
    marked reported (``reported_status_code``, ``reported_at``, ``report_file``) in the same
    transaction as its ledger event. From then on the rows belong to that file: a later run
    never puts them in another one.
-2. **Upload.** Each ``written`` file is sent as it is stored (uploads before amendments).
-   DROP's answer is kept on the file and in the ledger: ``accepted`` (a name DROP says was
-   already uploaded counts as accepted: that is a retried upload that got through before),
-   or ``rejected``, which hands the rows back so the next run writes them again under a
-   fresh name. DROP down or throttling (after the client's own bounded retries), a 409, or
-   an answer that does not mention the file, leave it ``written`` for the next run.
+2. **Upload.** Each ``written`` (or ``refused``) file is sent as it is stored, oldest cycle
+   first, uploads before amendments. DROP's answer is kept on the file and in the ledger:
+   ``accepted`` (a name DROP says was already uploaded counts as accepted: that is a retried
+   upload that got through before), or ``rejected``, which hands the rows back so the next
+   run writes them again under a fresh name (an amendment's rows get back the status DROP
+   holds, and the amendment is owed again). An answer about this file alone (a 409, a 400
+   without a per-file answer, an answer that does not mention it) makes it ``refused``: it
+   is sent again by every run, and holds back nothing else. Only an answer about DROP as a
+   whole (401/403, DROP down or throttling past the client's bounded retries, the network)
+   stops the run; the files left stay as they are for the next one.
+3. **Discard.** Staff give up an amendment DROP refuses or rejected, with a written reason
+   (``report_file_discard``): its items keep the status DROP holds.
 
 Manual mode: ``report_file_mark_uploaded`` for files staff uploaded in DROP's portal.
 The periodic job calls ``report_auto``: it reports a cycle once every work item has a
@@ -41,7 +47,8 @@ from django.utils import timezone
 
 from integrations.drop.client import DropApiError, DropClient, UploadResult
 from integrations.drop.files import DropFileError
-from integrations.drop.reporting import response_name, responses_from_rows
+from integrations.drop.reporting import response_name, response_rows, responses_from_rows
+from integrations.enqueue import alerts_evaluate_enqueue
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     Broker,
@@ -66,6 +73,11 @@ PARTIAL_REPORT_DAYS_BEFORE_DUE = 3
 # pg_try_advisory_lock(int, int): purpose and broker pk. One uploader per broker at a time.
 _UPLOAD_LOCK = 0x75706C64  # "upld"
 
+# Files DROP has not answered for good: each run sends them, and their rows wait for that
+# answer before a changed status is written on top of them.
+AWAITING_DROP = (ReportFileState.WRITTEN, ReportFileState.REFUSED)
+DISCARD_REASON_MAX = 2000
+
 
 class ReportBusy(Exception):
     """Another process is uploading this broker's files right now."""
@@ -78,7 +90,8 @@ class ReportRun:
     written: list[ReportFile] = field(default_factory=list)
     accepted: list[ReportFile] = field(default_factory=list)
     rejected: list[ReportFile] = field(default_factory=list)
-    pending: list[ReportFile] = field(default_factory=list)  # still written after the run
+    refused: list[ReportFile] = field(default_factory=list)  # refused alone; sent again later
+    pending: list[ReportFile] = field(default_factory=list)  # still to send after the run
     error: str | None = None
 
 
@@ -101,14 +114,12 @@ def report_files_write(
     return written
 
 
-# A changed status of an item whose upload file DROP has not answered yet waits for that
-# answer: accepted, it goes out as an amendment; rejected, the item is released and goes out
-# in a new upload file. An item whose status DROP never accepted is never amended.
-_AWAITING_FIRST_ANSWER = Q(
-    needs_amendment=True,
-    report_file__kind=ReportKind.UPLOAD,
-    report_file__state=ReportFileState.WRITTEN,
-)
+# A changed status of an item whose file DROP has not answered for good waits for that
+# answer: accepted, it goes out as an amendment; rejected, the item is released (an upload's
+# goes out in a new upload file). An item whose status DROP never accepted is never amended,
+# and an amendment is never written on top of one DROP has not taken, so what an amendment
+# replaces (``prior_*``) is always what DROP holds.
+_AWAITING_ANSWER = Q(needs_amendment=True, report_file__state__in=AWAITING_DROP)
 
 
 def _cycles_with_reportable_items(broker: Broker) -> list[DropCycle]:
@@ -136,7 +147,7 @@ def _cycle_files_write(
         cycle = DropCycle.objects.select_for_update().get(pk=cycle.pk)
         reportable = WorkItem.objects.filter(
             cycle=cycle, state=WorkItemState.REPORTABLE, status_code__isnull=False
-        ).exclude(_AWAITING_FIRST_ANSWER)
+        ).exclude(_AWAITING_ANSWER)
         if amendments_only:
             reportable = reportable.filter(needs_amendment=True)
         groups = list(
@@ -183,15 +194,20 @@ def _rows_mark(*, cycle: DropCycle, placeholders: dict[tuple[str, bool], ReportF
         " UPDATE integrations_workitem"
         f"   SET report_file_id = CASE {which_file} END,"
         "        state = %s, reported_status_code = status_code, reported_at = %s,"
-        "        needs_amendment = false, updated_at = %s"
+        "        needs_amendment = false, updated_at = %s,"
+        # What DROP holds, kept for an amendment (the right-hand sides read the old row).
+        "        prior_reported_status_code = CASE WHEN needs_amendment"
+        "                                     THEN reported_status_code END,"
+        "        prior_reported_at = CASE WHEN needs_amendment THEN reported_at END,"
+        "        prior_report_file_id = CASE WHEN needs_amendment THEN report_file_id END"
         "  WHERE cycle_id = %s AND state = %s AND status_code IS NOT NULL"
         "    AND (reported_at IS NULL OR needs_amendment)"
         # Only the groups named above: a row that became reportable meanwhile waits for the
         # next run rather than being marked without a file.
         f"    AND (file_name, needs_amendment) IN ({pairs})"
-        # Not an amendment of a status DROP has not accepted yet (_AWAITING_FIRST_ANSWER).
+        # Not on top of a file DROP has not answered for good (_AWAITING_ANSWER).
         "    AND NOT (needs_amendment AND report_file_id IN ("
-        "         SELECT id FROM integrations_reportfile WHERE kind = %s AND state = %s))"
+        "         SELECT id FROM integrations_reportfile WHERE state = ANY(%s)))"
         " RETURNING report_file_id, work_item_id, status_code)"
         " SELECT report_file_id, work_item_id, status_code FROM marked ORDER BY report_file_id"
         ") TO STDOUT WITH (FORMAT csv)"
@@ -204,8 +220,7 @@ def _rows_mark(*, cycle: DropCycle, placeholders: dict[tuple[str, bool], ReportF
         cycle.pk,
         WorkItemState.REPORTABLE,
         *pair_params,
-        ReportKind.UPLOAD,
-        ReportFileState.WRITTEN,
+        list(AWAITING_DROP),
     ]
     data = bytearray()
     with connection.cursor() as cursor:
@@ -285,7 +300,9 @@ def report_files_upload(
     client: DropClient | None = None,
     actor: str = SYSTEM_ACTOR,
 ) -> ReportRun:
-    """Send every written file of ``broker`` (or one cycle) to DROP and record the answers.
+    """Send every written or refused file of ``broker`` (or one cycle) to DROP and record
+    the answers. A file DROP refuses on its own holds back no other; an answer about DROP
+    as a whole stops the run (``ReportRun.error``).
 
     Raises ``ReportBusy`` when another process is uploading for the broker, and
     ``ValidationError`` when the broker has no DROP API key.
@@ -293,7 +310,7 @@ def report_files_upload(
     client = client or report_client_for(broker, actor=actor)
     run = ReportRun()
     with _upload_lock(broker):
-        files = ReportFile.objects.filter(broker=broker, state=ReportFileState.WRITTEN)
+        files = ReportFile.objects.filter(broker=broker, state__in=AWAITING_DROP)
         if cycle is not None:
             files = files.filter(cycle=cycle)
         ordered = files.select_related("broker", "cycle").order_by(
@@ -348,17 +365,21 @@ def _file_upload(
     try:
         result = send([(report_file.file_name, content)])
     except DropApiError as exc:
+        if exc.about_this_request:
+            _file_refused(report_file=report_file, error=exc, run=run, actor=actor)
+            return None
         _file_upload_failed(report_file=report_file, error=exc, actor=actor)
         return f"{report_file.file_name}: {exc}"
     return _file_answer_record(report_file=report_file, result=result, run=run, actor=actor)
 
 
 def _file_upload_failed(*, report_file: ReportFile, error: DropApiError, actor: str) -> None:
-    """Keep the file written; note the failure (a ledger event when the error is new)."""
+    """Keep the file as it is (written or refused); note the failure (a ledger event when
+    the error is new)."""
     message = str(error)
     with transaction.atomic():
         locked = ReportFile.objects.select_for_update().defer("content").get(pk=report_file.pk)
-        if locked.state != ReportFileState.WRITTEN:
+        if locked.state not in AWAITING_DROP:
             return
         previous = locked.drop_response.get("last_error")
         locked.drop_response = {
@@ -388,6 +409,53 @@ def _file_upload_failed(*, report_file: ReportFile, error: DropApiError, actor: 
     log.warning("DROP %s of %s failed: %s", report_file.kind, report_file.file_name, message)
 
 
+def _file_refused(
+    *, report_file: ReportFile, error: DropApiError, run: ReportRun, actor: str
+) -> None:
+    """DROP refused this file alone: it becomes ``refused`` with DROP's message, staff hear
+    of it at once (a ledger event and an alert evaluation when the refusal is new), and the
+    next run sends it again (DROP's state may change, such as a download it now amends)."""
+    message = str(error)
+    now = timezone.now().isoformat()
+    with transaction.atomic():
+        locked = ReportFile.objects.select_for_update().defer("content").get(pk=report_file.pk)
+        if locked.state not in AWAITING_DROP:
+            return  # staff marked it uploaded meanwhile: their record stands
+        news = locked.state != ReportFileState.REFUSED or (
+            locked.drop_response.get("message") != message
+        )
+        previous = locked.drop_response if locked.state == ReportFileState.REFUSED else {}
+        locked.state = ReportFileState.REFUSED
+        locked.drop_response = {
+            "endpoint": f"/data/{report_file.kind}",
+            "status": error.status,
+            "message": message,
+            "refused_at": now if news else previous.get("refused_at", now),
+            "last_attempt_at": now,
+            "refusals": int(previous.get("refusals", 0)) + 1,
+        }
+        locked.save(update_fields=["state", "drop_response"])
+        if news:
+            ledger_event_append(
+                kind=LedgerKind.REPORT_FILE_REFUSED,
+                broker_id=report_file.broker.broker_id,
+                subject=report_file.file_name,
+                actor=actor,
+                data={
+                    "cycle": report_file.cycle.drop_session_id,
+                    "file_name": report_file.file_name,
+                    "kind": report_file.kind,
+                    "rows": report_file.rows,
+                    "sha256": report_file.sha256,
+                    "status": error.status,
+                    "message": message,
+                },
+            )
+            alerts_evaluate_enqueue()
+    log.warning("DROP refused %s %s: %s", report_file.kind, report_file.file_name, message)
+    run.refused.append(locked)
+
+
 def _file_answer_record(
     *, report_file: ReportFile, result: UploadResult, run: ReportRun, actor: str
 ) -> str | None:
@@ -409,14 +477,13 @@ def _file_answer_record(
         state = ReportFileState.REJECTED
     else:
         error = DropApiError(
-            f"DROP's answer does not mention {name}; it stays written for the next run",
-            status=result.status,
+            f"DROP's answer does not mention {name}: {result.message}", status=result.status
         )
-        _file_upload_failed(report_file=report_file, error=error, actor=actor)
-        return str(error)
+        _file_refused(report_file=report_file, error=error, run=run, actor=actor)
+        return None
     with transaction.atomic():
         locked = ReportFile.objects.select_for_update().defer("content").get(pk=report_file.pk)
-        if locked.state != ReportFileState.WRITTEN:
+        if locked.state not in AWAITING_DROP:
             return None  # staff marked it uploaded meanwhile: their record stands
         if state == ReportFileState.ACCEPTED:
             locked.uploaded_at = timezone.now()
@@ -443,6 +510,8 @@ def _file_answer_record(
                 "drop_response": answer,
             },
         )
+        if state == ReportFileState.REJECTED:
+            alerts_evaluate_enqueue()
     (run.accepted if state == ReportFileState.ACCEPTED else run.rejected).append(locked)
     return None
 
@@ -450,28 +519,171 @@ def _file_answer_record(
 def _rows_release(report_file: ReportFile) -> int:
     """DROP rejected the file: its rows are owed again (written anew by the next run).
 
-    An upload's rows go back to "never reported". An amendment's rows keep ``reported_at``
-    (DROP still holds the earlier status) and need amending again; their
-    ``reported_status_code`` is cleared because the code DROP holds is the earlier file's.
+    An upload's rows go back to "never reported". An amendment's rows get back what DROP
+    holds (``_prior_restore``) and are amended again if their status still differs.
     """
-    now = timezone.now()
-    items = WorkItem.objects.filter(report_file=report_file)
+    if report_file.kind == ReportKind.AMEND:
+        return _prior_restore(report_file=report_file, give_up=False)
     reopened_state = Case(
         When(status_code__isnull=True, then=Value(WorkItemState.OPEN)),
         default=Value(WorkItemState.REPORTABLE),
     )
-    if report_file.kind == ReportKind.UPLOAD:
-        return items.update(
-            state=reopened_state,
-            reported_status_code=None,
-            reported_at=None,
-            report_file=None,
-            needs_amendment=False,
-            updated_at=now,
-        )
-    return items.update(
-        state=reopened_state, reported_status_code=None, needs_amendment=True, updated_at=now
+    return WorkItem.objects.filter(report_file=report_file).update(
+        state=reopened_state,
+        reported_status_code=None,
+        reported_at=None,
+        report_file=None,
+        needs_amendment=False,
+        updated_at=timezone.now(),
     )
+
+
+# The rows of an amendment DROP did not take get back what DROP holds: the status, time and
+# file they had before it (``prior_*``). Their state and amendment flag then follow from
+# that as when settling (one rule, in work_item_settle.sql): an amendment is owed again
+# while their status differs. With ``give_up`` (staff discarded the amendment), a row
+# whose status is still the one the amendment carried (state ``reported``) is owed nothing.
+# A row marked before ``prior_*`` existed (migration 0016) keeps the old fallback: no code
+# DROP holds is known, so it is amended again.
+_PRIOR_RESTORE = """
+UPDATE integrations_workitem w
+SET reported_status_code = CASE WHEN w.prior_reported_at IS NULL THEN NULL
+                                ELSE w.prior_reported_status_code END,
+    reported_at = coalesce(w.prior_reported_at, w.reported_at),
+    report_file_id = CASE WHEN w.prior_reported_at IS NULL THEN w.report_file_id
+                          ELSE w.prior_report_file_id END,
+    prior_reported_status_code = NULL, prior_reported_at = NULL, prior_report_file_id = NULL,
+    (state, needs_amendment) = (
+        SELECT CASE WHEN w.state = %(removed)s THEN w.state
+                    WHEN %(give_up)s AND w.state = %(reported)s
+                         AND w.prior_reported_at IS NOT NULL THEN w.state
+                    ELSE f.state END,
+               CASE WHEN w.state = %(removed)s OR (%(give_up)s AND w.state = %(reported)s
+                                                  AND w.prior_reported_at IS NOT NULL)
+                    THEN false ELSE f.needs_amendment END
+        FROM dropportal_work_item_status_fields(
+            w.status_code, w.prior_reported_at,
+            CASE WHEN w.prior_reported_at IS NULL THEN NULL
+                 ELSE w.prior_reported_status_code END,
+            true) f
+    ),
+    updated_at = %(now)s
+WHERE w.cycle_id = %(cycle)s AND w.report_file_id = %(file)s
+"""
+
+
+def _prior_restore(*, report_file: ReportFile, give_up: bool) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _PRIOR_RESTORE,
+            {
+                "removed": WorkItemState.REMOVED,
+                "reported": WorkItemState.REPORTED,
+                "give_up": give_up,
+                "now": timezone.now(),
+                "cycle": report_file.cycle_id,
+                "file": report_file.pk,
+            },
+        )
+        return cursor.rowcount
+
+
+# A rejected amendment's rows were handed back when DROP answered: those still owing the
+# very status it carried, and in no later file, owe nothing once staff give it up.
+_REJECTED_GIVE_UP = """
+UPDATE integrations_workitem w
+SET state = %(reported)s, needs_amendment = false, updated_at = %(now)s
+FROM unnest(%(ids)s::text[], %(codes)s::integer[]) AS a(work_item_id, status_code)
+WHERE w.cycle_id = %(cycle)s AND w.work_item_id = a.work_item_id
+  AND w.state = %(reportable)s AND w.needs_amendment AND w.status_code = a.status_code
+  AND w.reported_status_code IS NOT NULL AND w.report_file_id < %(file)s
+"""
+
+
+def report_file_discard(*, report_file: ReportFile, reason: str, actor: str) -> ReportFile:
+    """Staff give up an amendment DROP refuses (or rejected), with a written reason.
+
+    Its work items keep the status DROP holds (the one before the amendment) and owe DROP
+    nothing more, unless their status changed again since. The file stays, ``discarded``,
+    with the reason, who and when; one ``report_file.discarded`` ledger event. An upload
+    cannot be discarded: its statuses are owed to DROP.
+
+    Raises ``ReportBusy`` while the broker's files are being uploaded: DROP could take this
+    very file while staff give it up.
+    """
+    reason = (reason or "").strip()
+    if not reason:
+        raise ValidationError({"reason": "write why this amendment is given up"})
+    if len(reason) > DISCARD_REASON_MAX:
+        raise ValidationError({"reason": f"at most {DISCARD_REASON_MAX} characters"})
+    broker = Broker.objects.get(pk=report_file.broker_id)
+    with _upload_lock(broker):
+        discarded = _report_file_discard(report_file=report_file, reason=reason, actor=actor)
+    cycle_state_refresh(cycle=discarded.cycle, actor=actor)
+    return discarded
+
+
+def _report_file_discard(*, report_file: ReportFile, reason: str, actor: str) -> ReportFile:
+    with transaction.atomic():
+        locked = (
+            ReportFile.objects.select_for_update(of=("self",))
+            .select_related("broker", "cycle")
+            .get(pk=report_file.pk)
+        )
+        if locked.kind != ReportKind.AMEND:
+            raise ValidationError(
+                f"{locked.file_name} is an upload: only an amendment can be discarded (the "
+                "statuses of an upload are owed to DROP)"
+            )
+        if locked.state not in (ReportFileState.REFUSED, ReportFileState.REJECTED):
+            raise ValidationError(
+                f"{locked.file_name} is {locked.get_state_display().lower()}: only an "
+                "amendment DROP refused or rejected can be discarded"
+            )
+        previous_state = locked.state
+        if previous_state == ReportFileState.REFUSED:
+            kept = _prior_restore(report_file=locked, give_up=True)
+        else:
+            rows = response_rows(bytes(locked.content))
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    _REJECTED_GIVE_UP,
+                    {
+                        "reported": WorkItemState.REPORTED,
+                        "reportable": WorkItemState.REPORTABLE,
+                        "now": timezone.now(),
+                        "ids": [work_item_id for work_item_id, _ in rows],
+                        "codes": [code for _, code in rows],
+                        "cycle": locked.cycle_id,
+                        "file": locked.pk,
+                    },
+                )
+                kept = cursor.rowcount
+        locked.state = ReportFileState.DISCARDED
+        locked.discard_reason = reason
+        locked.discarded_by = actor
+        locked.discarded_at = timezone.now()
+        locked.save(update_fields=["state", "discard_reason", "discarded_by", "discarded_at"])
+        ledger_event_append(
+            kind=LedgerKind.REPORT_FILE_DISCARDED,
+            broker_id=locked.broker.broker_id,
+            subject=locked.file_name,
+            actor=actor,
+            data={
+                "cycle": locked.cycle.drop_session_id,
+                "file_name": locked.file_name,
+                "kind": locked.kind,
+                "rows": locked.rows,
+                "sha256": locked.sha256,
+                "previous_state": previous_state,
+                "drop_message": locked.drop_response.get("message")
+                or locked.drop_response.get("reason", ""),
+                "reason": reason,
+                "work_items_kept": kept,
+            },
+        )
+        alerts_evaluate_enqueue()  # its alert clears now rather than at the next run
+    return locked
 
 
 def report_file_mark_uploaded(*, report_file: ReportFile, actor: str) -> ReportFile:
@@ -483,10 +695,10 @@ def report_file_mark_uploaded(*, report_file: ReportFile, actor: str) -> ReportF
             .defer("content")
             .get(pk=report_file.pk)
         )
-        if locked.state != ReportFileState.WRITTEN:
+        if locked.state not in AWAITING_DROP:
             raise ValidationError(
                 f"{locked.file_name} is {locked.get_state_display().lower()}: only a written "
-                "file can be marked uploaded"
+                "or refused file can be marked uploaded"
             )
         locked.state = ReportFileState.MANUAL
         locked.uploaded_at = timezone.now()
@@ -510,7 +722,7 @@ def report_file_mark_uploaded(*, report_file: ReportFile, actor: str) -> ReportF
 
 def cycle_state_refresh(*, cycle: DropCycle, actor: str = SYSTEM_ACTOR) -> DropCycle:
     """An open cycle becomes ``reported`` once every work item owed a status was reported
-    and DROP has every file (none still written)."""
+    and DROP has every file (none still written or refused)."""
     with transaction.atomic():
         locked = DropCycle.objects.select_for_update(of=("self",)).select_related("broker")
         current = locked.get(pk=cycle.pk)
@@ -521,7 +733,7 @@ def cycle_state_refresh(*, cycle: DropCycle, actor: str = SYSTEM_ACTOR) -> DropC
             state__in=[WorkItemState.OPEN, WorkItemState.REPORTABLE],
             reported_at__isnull=True,
         ).exists()
-        if unreported or current.report_files.filter(state=ReportFileState.WRITTEN).exists():
+        if unreported or current.report_files.filter(state__in=AWAITING_DROP).exists():
             return current
         current.state = CycleState.REPORTED
         current.save(update_fields=["state"])
@@ -574,7 +786,7 @@ def _refreshed(files: list[ReportFile]) -> list[ReportFile]:
 
 
 def _still_written(broker: Broker, cycle: DropCycle | None) -> list[ReportFile]:
-    files = ReportFile.objects.filter(broker=broker, state=ReportFileState.WRITTEN)
+    files = ReportFile.objects.filter(broker=broker, state__in=AWAITING_DROP)
     if cycle is not None:
         files = files.filter(cycle=cycle)
     return list(files.select_related("cycle").order_by("pk"))

@@ -17,9 +17,9 @@ from django.test import Client, RequestFactory
 from django.urls import reverse
 from django.utils import timezone
 
-from integrations.models import Broker, LedgerEvent
+from integrations.models import Broker, LedgerEvent, ReportFile, ReportFileState, ReportKind
 from integrations.services.keys import CreatedApiKey
-from tests.sample_cycle import sample_cycle
+from tests.sample_cycle import SampleCycle, sample_cycle
 
 pytestmark = pytest.mark.django_db
 
@@ -47,6 +47,26 @@ ACTION_INPUT: dict[str, dict[str, str]] = {
         "status_code": "3",
         "reason": "deleted by hand after a call",
     },
+    "reportfile.discard_amendment": {"apply": "1", "reason": "DROP closed the cycle"},
+}
+
+
+def _refused_amendment(world: SampleCycle) -> None:
+    ReportFile.objects.create(
+        broker=world.broker,
+        cycle=world.previous,
+        kind=ReportKind.AMEND,
+        file_name=f"{world.previous.match_date:%Y%m%d}_{world.broker.broker_id}_Email_amend01.csv",
+        rows=0,
+        sha256="2" * 64,
+        content=b"Id,Status\r\n",
+        state=ReportFileState.REFUSED,
+    )
+
+
+# Actions that need a row in a state the sample cycle does not have.
+ACTION_SETUP: dict[str, Callable[[SampleCycle], None]] = {
+    "reportfile.discard_amendment": _refused_amendment,
 }
 
 
@@ -60,13 +80,14 @@ def test_each_admin_action_writes_a_ledger_event_by_the_staff_user(
     make_key: Callable[..., CreatedApiKey],
     client: Client,
 ) -> None:
-    sample_cycle(broker, today=timezone.localdate())
+    world = sample_cycle(broker, today=timezone.localdate())
+    key = f"{model._meta.model_name}.{action}"
+    ACTION_SETUP.get(key, lambda world: None)(world)
     make_key("webhook_callback")
     user = User.objects.create_superuser("alice", "alice@example.com", "pw-alice-123")
     client.force_login(user)
     last_event = LedgerEvent.objects.order_by("-id").values_list("id", flat=True).first() or 0
 
-    key = f"{model._meta.model_name}.{action}"
     response = client.post(
         reverse(f"admin:integrations_{model._meta.model_name}_changelist"),
         {

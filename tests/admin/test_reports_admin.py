@@ -22,7 +22,13 @@ from integrations.models import (
 )
 from integrations.services.brokers import broker_create
 from integrations.services.reports import report_files_write
-from tests.reporting_factories import cycle_make, item_make, outcome_history, request_make
+from tests.reporting_factories import (
+    cycle_make,
+    item_make,
+    outcome_history,
+    report_file_make,
+    request_make,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -91,7 +97,7 @@ def test_a_file_is_marked_uploaded_once(staff: Client, cycle: DropCycle) -> None
         CHANGELIST, {"action": "mark_uploaded", "_selected_action": [email.pk]}, follow=True
     )
 
-    assert b"only a written file can be marked uploaded" in response.content
+    assert b"only a written or refused file can be marked uploaded" in response.content
     assert LedgerEvent.objects.filter(kind="report_file.marked_uploaded").count() == 1
 
 
@@ -167,3 +173,77 @@ def test_export_streams_the_chosen_requests(auditor: Client, broker: Broker) -> 
     assert rows[1]["error_message"].startswith("'=")
     event = LedgerEvent.objects.get(kind="outcomes.exported")
     assert (event.actor, event.data["filters"]) == ("staff:bob", {"requests": 2})
+
+
+@pytest.fixture
+def refused(cycle: DropCycle) -> ReportFile:
+    """EmailDeleted reported as 3 and accepted; DROP refuses (409) its amendment to 2."""
+    item = WorkItem.objects.get(work_item_id="EmailDeleted")
+    report_file_make(cycle, [item])
+    WorkItem.objects.filter(pk=item.pk).update(status_code=2)
+    amendment = report_file_make(cycle, [WorkItem.objects.get(pk=item.pk)], kind="amend")
+    ReportFile.objects.filter(pk=amendment.pk).update(
+        state=ReportFileState.REFUSED,
+        drop_response={"status": 409, "message": "An amendment is not possible now."},
+    )
+    return amendment
+
+
+def test_discard_a_refused_amendment_with_a_reason(staff: Client, refused: ReportFile) -> None:
+    listing = staff.get(CHANGELIST).content.decode()
+    assert "An amendment is not possible now." in listing  # DROP's message, in the list
+    chosen = {"action": "discard_amendment", "_selected_action": [refused.pk]}
+
+    form_page = staff.post(CHANGELIST, chosen)
+    assert b"20260312_4821_Email_amend01.csv (refused by drop" in form_page.content
+    no_reason = staff.post(CHANGELIST, {**chosen, "apply": "1", "reason": ""})
+    assert b"This field is required" in no_reason.content
+    assert ReportFile.objects.get(pk=refused.pk).state == ReportFileState.REFUSED
+
+    done = staff.post(
+        CHANGELIST, {**chosen, "apply": "1", "reason": "DROP closed cycle 1"}, follow=True
+    )
+
+    assert b"Discarded 1 amendment(s)" in done.content
+    refused.refresh_from_db()
+    assert (refused.state, refused.discard_reason, refused.discarded_by) == (
+        ReportFileState.DISCARDED,
+        "DROP closed cycle 1",
+        "staff:alice",
+    )
+    item = WorkItem.objects.get(work_item_id="EmailDeleted")
+    assert (item.state, item.reported_status_code, item.needs_amendment) == (
+        WorkItemState.REPORTED,
+        3,
+        False,
+    )
+    event = LedgerEvent.objects.get(kind="report_file.discarded")
+    assert (event.actor, event.data["reason"]) == ("staff:alice", "DROP closed cycle 1")
+    page = staff.get(f"{CHANGELIST}{refused.pk}/change/").content.decode()
+    assert "DROP closed cycle 1" in page
+
+
+def test_an_upload_is_not_discarded(staff: Client, refused: ReportFile) -> None:
+    upload = ReportFile.objects.get(file_name="20260312_4821_Email.csv")
+    response = staff.post(
+        CHANGELIST,
+        {
+            "action": "discard_amendment",
+            "_selected_action": [upload.pk],
+            "apply": "1",
+            "reason": "no",
+        },
+        follow=True,
+    )
+    assert b"only an amendment can be discarded" in response.content
+    assert ReportFile.objects.get(pk=upload.pk).state == ReportFileState.ACCEPTED
+
+
+def test_auditors_cannot_discard(auditor: Client, refused: ReportFile) -> None:
+    auditor.post(
+        CHANGELIST,
+        {"action": "discard_amendment", "_selected_action": [refused.pk], "apply": "1",
+         "reason": "no"},
+    )  # fmt: skip
+    assert ReportFile.objects.get(pk=refused.pk).state == ReportFileState.REFUSED
+    assert not LedgerEvent.objects.filter(kind="report_file.discarded").exists()

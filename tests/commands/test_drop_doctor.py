@@ -26,6 +26,8 @@ from integrations.models import (
     DropCycle,
     Integration,
     LedgerEvent,
+    ReportFile,
+    ReportFileState,
     RequestState,
     WorkItem,
     WorkItemState,
@@ -34,6 +36,7 @@ from integrations.selectors.stuck import StuckReason, stuck_work_items
 from integrations.services.brokers import broker_create
 from integrations.services.integrations import integration_disable
 from integrations.services.ledger import ledger_event_append
+from tests.reporting_factories import cycle_make, item_make, report_file_make
 from tests.webhook_factories import (
     MATCH_DATE,
     deletion_request,
@@ -184,3 +187,37 @@ def test_the_periodic_job_records_changes_and_the_dashboard_shows_them(
     assert latest.data == {"stuck_work_items": 0, "groups": []}
     page = admin_client.get("/admin/").content.decode()
     assert "pending without a target" not in page
+
+
+def test_items_in_a_file_drop_refused_or_rejected_are_listed(
+    broker: Broker, admin_client: Client
+) -> None:
+    refused_cycle = cycle_make(broker, session="7", due_in_days=30)
+    amended = item_make(refused_cycle, status_code=3, work_item_id="Refused00001")
+    refused = report_file_make(refused_cycle, [amended], kind="amend")
+    ReportFile.objects.filter(pk=refused.pk).update(
+        state=ReportFileState.REFUSED, drop_response={"message": "not possible", "status": 409}
+    )
+    rejected_cycle = cycle_make(broker, session="8", downloaded_on=dt.date(2026, 3, 20))
+    owed = item_make(rejected_cycle, status_code=5, work_item_id="Rejected0001")
+    report_file_make(rejected_cycle, [item_make(rejected_cycle, status_code=3)])
+    rejected = report_file_make(rejected_cycle, [owed])
+    ReportFile.objects.filter(pk=rejected.pk).update(state=ReportFileState.REJECTED)
+    WorkItem.objects.filter(pk=owed.pk).update(
+        state=WorkItemState.REPORTABLE, reported_at=None, report_file=None
+    )
+
+    (group,) = stuck_work_items(broker=broker)
+
+    assert (group.reason, group.work_items) == (StuckReason.REPORT_FILE_REFUSED, 2)
+    assert group.nearest_due_date == refused_cycle.due_date
+    assert admin_client.get(group.admin_path).status_code == 200
+    err = io.StringIO()
+    with pytest.raises(SystemExit):
+        call_command("drop", "doctor", "--broker", "4821", stdout=io.StringIO(), stderr=err)
+    assert "[report_file_refused]" in err.getvalue()
+
+    # DROP takes the refused file; a new file follows the rejected one: nothing is listed.
+    ReportFile.objects.filter(pk=refused.pk).update(state=ReportFileState.ACCEPTED)
+    report_file_make(rejected_cycle, [owed])
+    assert stuck_work_items(broker=broker) == []

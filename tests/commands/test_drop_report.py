@@ -16,11 +16,13 @@ from devtools.drop_simulator import DropSimulator
 from integrations.models import (
     Broker,
     DropCycle,
+    LedgerEvent,
     ReportFile,
     ReportFileState,
     RequestState,
     WorkItem,
 )
+from integrations.services.work_items import work_item_status_set
 from tests.reporting_factories import cycle_make, item_make, request_make
 
 pytestmark = pytest.mark.django_db
@@ -116,12 +118,67 @@ def test_drop_refusing_leaves_the_files_for_the_next_run(
     cycle: DropCycle, drop: DropSimulator
 ) -> None:
     drop.active_download = False
-    with pytest.raises(CommandError, match=r"upload stopped: .*no active download"):
+    with pytest.raises(CommandError, match=rf"{EMAIL} refused: .*no active download"):
         run("--upload")
-    assert set(ReportFile.objects.values_list("state", flat=True)) == {ReportFileState.WRITTEN}
+    assert set(ReportFile.objects.values_list("state", flat=True)) == {ReportFileState.REFUSED}
 
     drop.active_download = True
     assert f"DROP accepted {EMAIL}" in run("--upload")
+
+
+def test_drop_down_stops_the_upload(cycle: DropCycle, drop: DropSimulator) -> None:
+    drop.queue_response(401, body="Unauthorized", times=1)
+    with pytest.raises(CommandError, match=r"upload stopped: .*refused the call"):
+        run("--upload")
+    assert len(drop.calls("/data/upload")) == 1  # the second file met the same key: not sent
+    assert set(ReportFile.objects.values_list("state", flat=True)) == {ReportFileState.WRITTEN}
+
+
+AMEND = "20260312_4821_Email_amend01.csv"
+
+
+@pytest.fixture
+def refused(cycle: DropCycle, drop: DropSimulator) -> ReportFile:
+    """EmailDeleted (3) reported; DROP refuses (409) its amendment to 2."""
+    run("--upload")
+    item = WorkItem.objects.get(work_item_id="EmailDeleted")
+    work_item_status_set(work_item=item, status_code=2, reason="exempt: B2B", actor="test")
+    drop.closed_downloads.add("20260312")
+    with pytest.raises(CommandError, match=f"{AMEND} refused: .*not possible in the current"):
+        run("--upload")
+    return ReportFile.objects.get(file_name=AMEND)
+
+
+def test_discard_a_refused_amendment(refused: ReportFile, drop: DropSimulator) -> None:
+    output = run("--discard", AMEND, "--reason", "DROP closed the cycle")
+
+    assert f"Discarded {AMEND} (cycle 1): its work items keep the status DROP holds." in output
+    refused.refresh_from_db()
+    assert (refused.state, refused.discard_reason) == ("discarded", "DROP closed the cycle")
+    item = WorkItem.objects.get(work_item_id="EmailDeleted")
+    assert (item.state, item.reported_status_code, item.status_code) == ("reported", 3, 2)
+    event = LedgerEvent.objects.get(kind="report_file.discarded")
+    assert event.actor.startswith("cli:") and event.data["reason"] == "DROP closed the cycle"
+    assert "Nothing to report" in run("--upload")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--discard", AMEND], "--discard FILE and --reason TEXT go together"),
+        (["--reason", "why"], "--discard FILE and --reason TEXT go together"),
+        (["--discard", AMEND, "--reason", " "], "--discard FILE and --reason TEXT go together"),
+        (["--discard", "nope.csv", "--reason", "why"], "has no response file 'nope.csv'"),
+        (["--discard", EMAIL, "--reason", "why"], "only an amendment can be discarded"),
+        (["--discard", AMEND, "--reason", "why", "--upload"], "without --upload"),
+    ],
+)
+def test_a_bad_discard_changes_nothing(refused: ReportFile, args: list[str], message: str) -> None:
+    with pytest.raises(CommandError, match=message):
+        run(*args)
+    refused.refresh_from_db()
+    assert refused.state == ReportFileState.REFUSED
+    assert not LedgerEvent.objects.filter(kind="report_file.discarded").exists()
 
 
 def test_one_cycle_only(cycle: DropCycle) -> None:

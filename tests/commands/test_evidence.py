@@ -23,10 +23,13 @@ from django.core.management import CommandError, call_command
 
 from devtools.drop_simulator import DropSimulator
 from dropportal import local_state
+from integrations.drop.client import DropClient
 from integrations.evidence import pack
 from integrations.evidence.verify import verify_pack
-from integrations.models import Broker, DropCycle, LedgerEvent, ReportFile
+from integrations.models import Broker, DropCycle, LedgerEvent, ReportFile, WorkItem
 from integrations.services.evidence import evidence_signing_key
+from integrations.services.reports import report_file_discard, report_run
+from integrations.services.work_items import work_item_status_set
 from tests.evidence_world import DROP_KEY, evidence_world
 
 pytestmark = pytest.mark.django_db
@@ -351,3 +354,35 @@ def test_without_a_configured_key_one_is_generated_on_first_use_and_kept(
     first = evidence_signing_key()
     assert (tmp_path / "evidence_key.pem").stat().st_mode & 0o777 == 0o600
     assert pack.public_key_pem(evidence_signing_key()) == pack.public_key_pem(first)
+
+
+def test_a_discarded_amendment_is_in_the_pack_with_its_reason(
+    broker: Broker, tmp_path: Path, public_key: Path
+) -> None:
+    with DropSimulator(api_key=DROP_KEY, broker_id="4821", active_download=True) as drop:
+        cycle = evidence_world(broker, drop, tmp_path)
+        item = WorkItem.objects.filter(cycle=cycle, reported_status_code=5).order_by("pk")[0]
+        work_item_status_set(work_item=item, status_code=3, reason="found by hand", actor="t")
+        drop.closed_downloads.add("20261120")
+        client = DropClient(drop.url, DROP_KEY, allow_private=True)
+        (refused,) = report_run(broker=broker, upload=True, client=client, actor="t").refused
+    report_file_discard(report_file=refused, reason="DROP closed the cycle", actor="cli:al")
+    out = tmp_path / "pack.zip"
+    call_command(
+        "evidence", "export", "--broker", "4821", "--cycle", cycle.drop_session_id,
+        "--out", str(out), stdout=io.StringIO(),
+    )  # fmt: skip
+
+    files = members(out)
+    name = f"drop/1/{refused.file_name}"
+    assert files[name] == f"Id,Status\r\n{item.work_item_id},3\r\n".encode()
+    answer = json.loads(files[name + pack.ANSWER_SUFFIX])
+    assert (answer["state"], answer["discard_reason"], answer["discarded_by"]) == (
+        "discarded",
+        "DROP closed the cycle",
+        "cli:al",
+    )
+    assert answer["drop_response"]["status"] == 409
+    assert b"5 not found" in files[pack.SUMMARY]  # what DROP holds, not the amendment's 3
+    result = verify_pack(out, public_key_pem=public_key.read_bytes())
+    assert result.ok, result.failure

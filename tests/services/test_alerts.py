@@ -35,6 +35,7 @@ from integrations.models import (
     Broker,
     DeletionRequest,
     LedgerEvent,
+    ReportFile,
     ReportFileState,
     RequestState,
 )
@@ -43,7 +44,9 @@ from integrations.services.alerts import CONDITIONS, alerts_evaluate
 from integrations.services.brokers import broker_create
 from integrations.services.integrations import integration_disable, integration_enable
 from integrations.services.ledger import ledger_event_append
+from integrations.services.reports import report_file_discard, report_run
 from integrations.services.saas import saas_connection_disable, saas_connection_enable
+from integrations.services.work_items import work_item_status_set
 from tests.conftest import subprocess_env
 from tests.drop_cycle import PACKAGE_DATE, drop_zip
 from tests.reporting_factories import cycle_make, item_make
@@ -342,6 +345,7 @@ def test_conditions_are_a_registry() -> None:
         "stuck_work",
         "drop_lists_not_read",
         "drop_results_in_portal",
+        "report_file_refused",
     }
     assert AlertState.objects.count() == 0
 
@@ -397,3 +401,52 @@ def test_stuck_work_found_by_drop_doctor_alerts_once_per_broker_and_reason(
 
     DeletionRequest.objects.filter(integration=crm).update(state=RequestState.CANCELLED)
     assert [a.key for a in alerts_evaluate().cleared] == ["stuck_work:4821:undeliverable"]
+
+
+def test_a_refused_file_alerts_at_once_until_staff_discard_it(
+    channels: tuple[Inbox, list[dict[str, Any]]], broker: Broker, drop: DropSimulator
+) -> None:
+    inbox, hooks = channels
+    drop.active_download = True
+    cycle = cycle_make(broker, session="3", downloaded_on=dt.date(2026, 3, 12))
+    item = item_make(cycle, status_code=5, work_item_id="Refused00001")
+    report_run(broker=broker, upload=True)
+    work_item_status_set(work_item=item, status_code=3, reason="found after all", actor="test")
+    drop.closed_downloads.add("20260312")
+    truncate_jobs_now()
+
+    report_run(broker=broker, upload=True)  # DROP answers the amendment 409
+
+    queued = ProcrastinateJob.objects.filter(task_name="integrations.tasks.evaluate_alerts")
+    assert queued.count() == 1  # queued with the refusal, not left to the 5-minute run
+    run_jobs()
+    (alert,) = AlertState.objects.filter(condition="report_file_refused", active=True)
+    assert alert.text.startswith(
+        "DROP refused 20260312_4821_Email_amend01.csv (broker 4821, cycle 3): DROP: an "
+        "amendment is not possible in the current state"
+    )
+    assert "--discard 20260312_4821_Email_amend01.csv" in alert.text
+    assert any(
+        subject.startswith("[dropportal] ALERT: DROP refused 20260312_4821_Email_amend01.csv")
+        for subject in inbox.subjects()
+    )
+
+    report_file_discard(
+        report_file=ReportFile.objects.get(file_name="20260312_4821_Email_amend01.csv"),
+        reason="DROP closed the cycle",
+        actor="test",
+    )
+    run_jobs()
+    alert.refresh_from_db()
+    assert alert.active is False
+    assert [
+        h["alert"]["state"] for h in hooks if h["alert"]["condition"] == "report_file_refused"
+    ] == [
+        "raised",
+        "cleared",
+    ]
+
+
+def truncate_jobs_now() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("TRUNCATE procrastinate_jobs, procrastinate_periodic_defers CASCADE")

@@ -29,10 +29,13 @@ from integrations.models import (
     WorkItem,
     WorkItemState,
 )
+from integrations.selectors.drop_metrics import drop_metrics
+from integrations.selectors.outcomes import deletion_outcomes
 from integrations.services.reports import (
     _UPLOAD_LOCK,
     ReportBusy,
     report_auto,
+    report_file_discard,
     report_file_mark_uploaded,
     report_files_upload,
     report_files_write,
@@ -378,8 +381,15 @@ def test_409_keeps_the_file_for_later(
 
     run = report_run(broker=cycle.broker, upload=True, client=client)
 
-    assert run.error is not None and "no active download" in run.error
-    assert ReportFile.objects.filter(state=ReportFileState.WRITTEN).count() == 2
+    assert run.error is None  # each file refused on its own: none stops the others
+    assert {f.file_name for f in run.refused} == {EMAIL, PHONE}
+    assert "no active download" in run.refused[0].drop_response["message"]
+    assert ReportFile.objects.filter(state=ReportFileState.REFUSED).count() == 2
+
+    drop.active_download = True
+    again = report_run(broker=cycle.broker, upload=True, client=client)
+
+    assert {f.file_name for f in again.accepted} == {EMAIL, PHONE}
 
 
 def test_one_uploader_per_broker(cycle: DropCycle, client: DropClient) -> None:
@@ -422,7 +432,7 @@ def test_mark_uploaded_by_hand(cycle: DropCycle) -> None:
     assert LedgerEvent.objects.filter(kind="report_file.marked_uploaded").count() == 2
     cycle.refresh_from_db()
     assert cycle.state == CycleState.REPORTED
-    with pytest.raises(ValidationError, match="only a written file"):
+    with pytest.raises(ValidationError, match="only a written or refused file"):
         report_file_mark_uploaded(report_file=files[0], actor="staff:alice")
 
 
@@ -508,3 +518,258 @@ def test_a_row_drop_would_refuse_stops_the_cycle_whole(cycle: DropCycle) -> None
     assert not ReportFile.objects.exists()
     assert not WorkItem.objects.filter(reported_at__isnull=False).exists()
     assert not LedgerEvent.objects.filter(kind="report_file.written").exists()
+
+
+# ---------------------------------------------------------------- one refused file
+
+
+AMEND = "20260312_4821_Email_amend01.csv"
+NEXT_EMAIL = "20260420_4821_Email.csv"
+
+
+@pytest.fixture
+def refused_amendment(cycle: DropCycle, drop: DropSimulator, client: DropClient) -> WorkItem:
+    """Cycle 1 reported and accepted; a late match changes EmailNotFnd1 (5) to 3, and DROP
+    no longer takes amendments of that download. Cycle 2 has a first status to upload."""
+    report_run(broker=cycle.broker, upload=True, client=client)
+    late = WorkItem.objects.get(work_item_id="EmailNotFnd1")
+    request_make(late, outcome="deleted", late_match=True)
+    work_item_settle(work_item=late)
+    drop.closed_downloads.add("20260312")
+    newer = cycle_make(cycle.broker, session="2", downloaded_on=dt.date(2026, 4, 20))
+    item_make(newer, status_code=3, work_item_id="NextDeleted1")
+    return late
+
+
+def test_a_refused_amendment_of_an_old_cycle_holds_back_no_other_file(
+    refused_amendment: WorkItem, drop: DropSimulator, client: DropClient
+) -> None:
+    run = report_run(broker=refused_amendment.broker, upload=True, client=client)
+
+    assert csv_rows(drop.uploaded[NEXT_EMAIL]) == {"NextDeleted1": 3}  # sent all the same
+    assert run.error is None
+    assert [f.file_name for f in run.refused] == [AMEND]
+    amendment = ReportFile.objects.get(file_name=AMEND)
+    assert amendment.state == ReportFileState.REFUSED
+    assert "not possible in the current state" in amendment.drop_response["message"]
+    assert amendment.drop_response["status"] == 409
+    event = LedgerEvent.objects.get(kind="report_file.refused")
+    assert (event.subject, event.data["status"]) == (AMEND, 409)
+    assert ReportFile.objects.get(file_name=NEXT_EMAIL).state == ReportFileState.ACCEPTED
+
+    again = report_run(broker=refused_amendment.broker, upload=True, client=client)
+
+    assert again.error is None and [f.file_name for f in again.refused] == [AMEND]
+    assert LedgerEvent.objects.filter(kind="report_file.refused").count() == 1  # news once
+    assert len(drop.calls("/data/amend")) == 2  # tried again: DROP's state may change
+    drop.closed_downloads.clear()
+
+    accepted = report_run(broker=refused_amendment.broker, upload=True, client=client)
+
+    assert [f.file_name for f in accepted.accepted] == [AMEND]
+    assert csv_rows(drop.amended[AMEND]) == {"EmailNotFnd1": 3}
+
+
+def test_drop_down_still_stops_the_run(
+    refused_amendment: WorkItem, drop: DropSimulator, client: DropClient
+) -> None:
+    drop.queue_response(503, body={"message": "Service Unavailable"}, times=3)
+
+    run = report_run(broker=refused_amendment.broker, upload=True, client=client)
+
+    assert run.error is not None and "failed 3 times" in run.error
+    assert drop.uploaded.keys() == {EMAIL, PHONE}  # nothing more
+    assert {f.file_name for f in run.pending} == {AMEND, NEXT_EMAIL}
+    assert not ReportFile.objects.filter(state=ReportFileState.REFUSED).exists()
+
+
+def test_the_job_goes_past_a_refused_amendment_too(
+    refused_amendment: WorkItem, drop: DropSimulator, auto: Callable[..., Any]
+) -> None:
+    run = auto(refused_amendment.broker, today=dt.date(2026, 6, 1))
+
+    assert [f.file_name for f in run.refused] == [AMEND]
+    assert csv_rows(drop.uploaded[NEXT_EMAIL]) == {"NextDeleted1": 3}
+
+
+def test_an_upload_refused_with_409_stops_only_itself(
+    cycle: DropCycle, drop: DropSimulator, client: DropClient
+) -> None:
+    drop.queue_response(
+        409, body={"message": "No active download is waiting for responses."}, times=1
+    )
+
+    run = report_run(broker=cycle.broker, upload=True, client=client)
+
+    assert run.error is None
+    (refused,) = run.refused
+    (accepted,) = run.accepted
+    assert refused.state == ReportFileState.REFUSED
+    assert accepted.file_name in drop.uploaded
+    cycle.refresh_from_db()
+    assert cycle.state == CycleState.OPEN  # DROP has not got every file
+
+
+def test_staff_discard_a_refused_amendment_and_the_item_keeps_what_drop_holds(
+    refused_amendment: WorkItem, drop: DropSimulator, client: DropClient
+) -> None:
+    report_run(broker=refused_amendment.broker, upload=True, client=client)
+    upload = ReportFile.objects.get(file_name=EMAIL)
+    refused = ReportFile.objects.get(file_name=AMEND)
+    before = WorkItem.objects.get(work_item_id="EmailDeleted")
+
+    discarded = report_file_discard(
+        report_file=refused, reason="DROP closed cycle 1; confirmed by its support", actor="cli:al"
+    )
+
+    assert (discarded.state, discarded.discard_reason, discarded.discarded_by) == (
+        ReportFileState.DISCARDED,
+        "DROP closed cycle 1; confirmed by its support",
+        "cli:al",
+    )
+    item = WorkItem.objects.get(pk=refused_amendment.pk)
+    assert (item.state, item.reported_status_code, item.report_file_id) == (
+        WorkItemState.REPORTED,
+        5,  # what DROP holds
+        upload.pk,
+    )
+    assert (item.status_code, item.needs_amendment) == (3, False)
+    assert item.reported_at == before.reported_at  # reported with the upload
+    event = LedgerEvent.objects.get(kind="report_file.discarded")
+    assert (event.subject, event.actor) == (AMEND, "cli:al")
+    assert event.data["reason"] == "DROP closed cycle 1; confirmed by its support"
+    assert event.data["work_items_kept"] == 1
+
+    again = report_run(broker=refused_amendment.broker, upload=True, client=client)
+
+    assert again.written == [] and again.refused == []  # nothing owed, nothing resent
+    assert len(drop.calls("/data/amend")) == 1
+
+
+def test_only_a_refused_or_rejected_amendment_can_be_discarded_and_with_a_reason(
+    refused_amendment: WorkItem, client: DropClient
+) -> None:
+    report_run(broker=refused_amendment.broker, upload=True, client=client)
+    refused = ReportFile.objects.get(file_name=AMEND)
+    with pytest.raises(ValidationError, match="write why"):
+        report_file_discard(report_file=refused, reason="  ", actor="cli:al")
+    with pytest.raises(ValidationError, match="only an amendment"):
+        report_file_discard(
+            report_file=ReportFile.objects.get(file_name=EMAIL), reason="no", actor="cli:al"
+        )
+    accepted_upload = ReportFile.objects.get(file_name=NEXT_EMAIL)
+    with pytest.raises(ValidationError, match="only an amendment"):
+        report_file_discard(report_file=accepted_upload, reason="no", actor="cli:al")
+    assert ReportFile.objects.get(file_name=AMEND).state == ReportFileState.REFUSED
+    assert not LedgerEvent.objects.filter(kind="report_file.discarded").exists()
+
+
+def test_a_status_changed_while_its_amendment_is_refused_waits_then_goes_out(
+    refused_amendment: WorkItem, drop: DropSimulator, client: DropClient
+) -> None:
+    report_run(broker=refused_amendment.broker, upload=True, client=client)
+    request_make(refused_amendment, outcome="opted_out", remote_identifier="C-2")
+    work_item_settle(work_item=refused_amendment)
+
+    waiting = report_run(broker=refused_amendment.broker, upload=True, client=client)
+    assert waiting.written == []  # not amended on top of an amendment DROP has not taken
+
+    report_file_discard(
+        report_file=ReportFile.objects.get(file_name=AMEND), reason="closed", actor="cli:al"
+    )
+    item = WorkItem.objects.get(pk=refused_amendment.pk)
+    assert (item.state, item.reported_status_code, item.needs_amendment) == (
+        WorkItemState.REPORTABLE,
+        5,
+        True,
+    )
+    drop.closed_downloads.clear()
+    run = report_run(broker=refused_amendment.broker, upload=True, client=client)
+    (amendment,) = run.accepted
+    assert csv_rows(drop.amended[amendment.file_name]) == {"EmailNotFnd1": 4}
+
+
+# ---------------------------------------------------------------- a rejected amendment
+
+
+def test_a_rejected_amendment_leaves_the_status_drop_holds_and_is_owed_again(
+    cycle: DropCycle, drop: DropSimulator, client: DropClient
+) -> None:
+    report_run(broker=cycle.broker, upload=True, client=client)
+    upload = ReportFile.objects.get(file_name=EMAIL)
+    late = WorkItem.objects.get(work_item_id="EmailNotFnd1")
+    reported_at = late.reported_at
+    request_make(late, outcome="deleted", late_match=True)
+    work_item_settle(work_item=late)
+    drop.broker_id = "9999"  # DROP rejects the amendment file
+
+    run = report_run(broker=cycle.broker, upload=True, client=client)
+
+    assert [f.file_name for f in run.rejected] == [AMEND]
+    late.refresh_from_db()
+    assert (late.reported_status_code, late.report_file_id, late.reported_at) == (
+        5,  # DROP still holds the upload's status
+        upload.pk,
+        reported_at,
+    )
+    assert (late.state, late.needs_amendment) == (WorkItemState.REPORTABLE, True)
+    # What the figures and exports say: DROP holds a 5 for it, not "nothing reported".
+    figures = drop_metrics(broker=cycle.broker, year=2026).total.figures
+    assert (figures["not_found"], figures["open"]) == (1, 1)  # the 5, and EmailPending
+    (exported,) = [
+        row
+        for row in deletion_outcomes(requests=late.deletion_requests.all())
+        if row["work_item_id"] == "EmailNotFnd1"
+    ]
+    assert (exported["reported_status_code"], exported["report_file"]) == (5, EMAIL)
+
+    drop.broker_id = "4821"
+    again = report_run(broker=cycle.broker, upload=True, client=client)
+
+    (amendment,) = again.accepted
+    assert amendment.file_name == "20260312_4821_Email_amend02.csv"
+    assert csv_rows(drop.amended[amendment.file_name]) == {"EmailNotFnd1": 3}
+
+
+def test_staff_discard_a_rejected_amendment(
+    cycle: DropCycle, drop: DropSimulator, client: DropClient
+) -> None:
+    report_run(broker=cycle.broker, upload=True, client=client)
+    late = WorkItem.objects.get(work_item_id="EmailNotFnd1")
+    request_make(late, outcome="deleted", late_match=True)
+    work_item_settle(work_item=late)
+    drop.broker_id = "9999"
+    report_run(broker=cycle.broker, upload=True, client=client)
+    drop.broker_id = "4821"
+
+    report_file_discard(
+        report_file=ReportFile.objects.get(file_name=AMEND), reason="DROP says no", actor="x"
+    )
+
+    late.refresh_from_db()
+    assert (late.state, late.reported_status_code, late.needs_amendment) == (
+        WorkItemState.REPORTED,
+        5,
+        False,
+    )
+    assert report_run(broker=cycle.broker, upload=True, client=client).written == []
+    assert drop.amended == {}
+
+
+def test_no_discard_while_the_files_are_being_uploaded(
+    refused_amendment: WorkItem, client: DropClient
+) -> None:
+    report_run(broker=refused_amendment.broker, upload=True, client=client)
+    refused = ReportFile.objects.get(file_name=AMEND)
+    other = connections.create_connection("default")  # an uploading process's session
+    try:
+        with other.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_lock(%s, %s)", [_UPLOAD_LOCK, refused.broker_id])
+        # DROP could take the file while staff give it up: wait for the upload to finish.
+        with pytest.raises(ReportBusy):
+            report_file_discard(report_file=refused, reason="closed", actor="cli:al")
+    finally:
+        other.close()
+    assert ReportFile.objects.get(pk=refused.pk).state == ReportFileState.REFUSED
+    report_file_discard(report_file=refused, reason="closed", actor="cli:al")
+    assert ReportFile.objects.get(pk=refused.pk).state == ReportFileState.DISCARDED
