@@ -39,6 +39,7 @@ from django.db import connection, transaction
 from django.db.models import Case, IntegerField, Q, Value, When
 from django.utils import timezone
 
+from integrations import enqueue
 from integrations.drop.client import DropApiError, DropClient, UploadResult
 from integrations.drop.files import DropFileError
 from integrations.drop.reporting import response_name, responses_from_rows
@@ -443,6 +444,8 @@ def _file_answer_record(
                 "drop_response": answer,
             },
         )
+        if state == ReportFileState.REJECTED:
+            enqueue.alerts_evaluate_enqueue()  # the cycle waits for staff: tell them now
     (run.accepted if state == ReportFileState.ACCEPTED else run.rejected).append(locked)
     return None
 
