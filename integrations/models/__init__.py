@@ -11,6 +11,7 @@ from integrations.models.drop import (
     WorkItem,
     WorkItemState,
 )
+from integrations.models.encryption import EncryptionCanary
 from integrations.models.integrations import (
     DROP_CAPABILITIES,
     Integration,
@@ -59,6 +60,7 @@ __all__ = [
     "DropCycle",
     "DropOutcome",
     "DropStatus",
+    "EncryptionCanary",
     "HashType",
     "Integration",
     "IntegrationKind",
