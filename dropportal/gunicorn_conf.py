@@ -13,6 +13,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
+# gunicorn's default, said here because the database bounds in settings.py (connect 5 s, a
+# web statement 20 s) are chosen below it: a request waiting on PostgreSQL answers 503 before
+# gunicorn would kill its worker.
+timeout = 30
+
 
 def child_exit(server: Any, worker: Any) -> None:
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):

@@ -9,8 +9,9 @@ unreachable database stops nothing: the process answers 503 until it is back.
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.core import checks
-from django.db import DatabaseError
+from django.db import DatabaseError, connections
 
 from integrations.services.secrets import encryption_keys_check
 
@@ -28,3 +29,14 @@ def start_refusals() -> list[str]:
     if problem:
         refusals.append(problem)
     return refusals
+
+
+def bound_web_statements() -> None:
+    """Each statement of a web request ends within ``DROPPORTAL_WEB_STATEMENT_TIMEOUT_MS``
+    (the server cancels it; the request answers 503). Closes the connections the start-up
+    checks opened: the next ones carry the bound, and gunicorn's ``--preload`` must not hand
+    one socket to several forked workers."""
+    options = connections["default"].settings_dict["OPTIONS"]
+    bound = f"-c statement_timeout={settings.DROPPORTAL_WEB_STATEMENT_TIMEOUT_MS}"
+    options["options"] = f"{options.get('options', '')} {bound}".strip()
+    connections.close_all()

@@ -29,7 +29,8 @@ try:
 except SystemExit as exc:  # settings.py refused, in one line of its own
     _refuse(str(exc.code) if isinstance(exc.code, str) else "error: the settings refused to load")
 
-from dropportal.startup import start_refusals  # noqa: E402  (needs the app registry)
+from dropportal.startup import bound_web_statements, start_refusals  # noqa: E402  (needs the app registry)
 
 for refusal in start_refusals():
     _refuse(f"error: {refusal}")
+bound_web_statements()
