@@ -6,12 +6,38 @@ should too::
 With ``PROMETHEUS_MULTIPROC_DIR`` set, each web process keeps its counters in that directory
 and ``/metrics`` adds them up; a process that exits is marked dead so its live figures go.
 With ``DROPPORTAL_LOG_FORMAT=json``, gunicorn's own lines are JSON too.
+
+Before any worker starts, the master refuses to start as ``manage.py`` would (the settings'
+refusals, the system checks' errors such as ``dropportal.E001``, encryption keys that cannot
+read the stored secrets), in one line each; ``dropportal.wsgi`` checks the same for a
+gunicorn started without this file.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
+
+# gunicorn's default, said here because the database bounds in settings.py (connect 5 s, a
+# web statement 20 s) are chosen below it: a request waiting on PostgreSQL answers 503 before
+# gunicorn would kill its worker.
+timeout = 30
+
+
+def on_starting(server: Any) -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dropportal.settings")
+    import django
+
+    django.setup()  # settings.py exits in one line on a missing secret
+    from django.db import connections
+
+    from dropportal.startup import start_refusals
+
+    refusals = start_refusals()
+    connections.close_all()  # the workers open their own after the fork
+    if refusals:
+        sys.exit("\n".join(f"error: {refusal}" for refusal in refusals))
 
 
 def child_exit(server: Any, worker: Any) -> None:

@@ -158,6 +158,23 @@ else:
     DATABASES = {"default": local_state.embedded_database()}
 DATABASES["default"].setdefault("CONN_MAX_AGE", 60)
 DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
+# Every wait on PostgreSQL ends well within gunicorn's 30-second worker timeout (kept by
+# dropportal/gunicorn_conf.py), so a restarting or vanished server makes a request answer 503
+# instead of leaving a worker to be killed: a connection attempt gives up after 5 s, and TCP
+# notices a peer that went away (unacknowledged data after 10 s, keepalives every 5 s after
+# 10 s idle). libpq parameters in DATABASE_URL's query override these. A web request's
+# statements are bounded too (DROPPORTAL_WEB_STATEMENT_TIMEOUT_MS, set by dropportal.wsgi);
+# the worker's are not, as matching a DROP package or an export may rightly take minutes.
+DATABASES["default"]["OPTIONS"] = {
+    "connect_timeout": 5,
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 10_000,
+    **DATABASES["default"].get("OPTIONS", {}),
+}
+DROPPORTAL_WEB_STATEMENT_TIMEOUT_MS = 20_000
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

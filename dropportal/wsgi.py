@@ -1,8 +1,36 @@
-"""WSGI entry point for gunicorn: ``gunicorn dropportal.wsgi``."""
+"""WSGI entry point for gunicorn: ``gunicorn dropportal.wsgi``.
+
+A web process starts only as a command would: the settings' own refusals (a secret missing
+with ``DATABASE_URL``, ...), the system checks' errors (``dropportal.E001``, a plain-http
+public URL off loopback, among them) and ``DROPPORTAL_ENCRYPTION_KEYS`` unable to read the
+stored secrets each stop it with one line on stderr. The exit code is gunicorn's "the app
+failed to load", so gunicorn stops instead of restarting workers that cannot start.
+"""
 
 import os
+import sys
 
 from django.core.wsgi import get_wsgi_application
 
+# gunicorn's Arbiter.APP_LOAD_ERROR: the arbiter halts rather than respawn the worker.
+APP_LOAD_ERROR = 4
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dropportal.settings")
-application = get_wsgi_application()
+
+
+def _refuse(line: str) -> None:
+    sys.stderr.write(f"{line}\n")
+    sys.stderr.flush()
+    sys.exit(APP_LOAD_ERROR)
+
+
+try:
+    application = get_wsgi_application()
+except SystemExit as exc:  # settings.py refused, in one line of its own
+    _refuse(str(exc.code) if isinstance(exc.code, str) else "error: the settings refused to load")
+
+from dropportal.startup import bound_web_statements, start_refusals  # noqa: E402  (needs the app registry)
+
+for refusal in start_refusals():
+    _refuse(f"error: {refusal}")
+bound_web_statements()

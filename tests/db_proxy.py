@@ -5,6 +5,9 @@ on. Stopping closes the listener and cuts every open connection::
     with DatabaseProxy(("127.0.0.1", 5432)) as proxy:
         url = proxy.url_for(database_url())
         proxy.stop(); ...; proxy.start()
+
+``hold()`` is the other way a server goes away: new connections are accepted but get no
+answer (a host that drops packets while it restarts) until ``release()``.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ class DatabaseProxy:
             self.port = int(probe.getsockname()[1])
         self._listener: socket.socket | None = None
         self._sockets: list[socket.socket] = []
+        self._held: list[socket.socket] | None = None  # a list while holding
         self._lock = threading.Lock()
 
     def url_for(self, url: str) -> str:
@@ -44,7 +48,8 @@ class DatabaseProxy:
     def stop(self) -> None:
         with self._lock:
             listener, self._listener = self._listener, None
-            sockets, self._sockets = self._sockets, []
+            sockets, self._sockets = self._sockets + (self._held or []), []
+            self._held = None
         if listener is not None:
             listener.close()
         for sock in sockets:
@@ -52,25 +57,47 @@ class DatabaseProxy:
                 sock.shutdown(socket.SHUT_RDWR)
             sock.close()
 
+    def hold(self) -> None:
+        """Leave new connections unanswered until ``release``; open ones go on."""
+        with self._lock:
+            self._held = []
+
+    def release(self) -> None:
+        """Connect the held connections (those their client still waits on) and answer again."""
+        with self._lock:
+            held, self._held = self._held or [], None
+        for client in held:
+            self._connect(client)
+
     def _accept(self, listener: socket.socket) -> None:
         while True:
             try:
                 client, _ = listener.accept()
             except OSError:
                 return  # stopped
-            try:
-                server = socket.create_connection(self.upstream)
-            except OSError:
-                client.close()
-                continue
             with self._lock:
-                if self._listener is not listener:
-                    client.close()
-                    server.close()
-                    return
-                self._sockets += [client, server]
-            for source, target in ((client, server), (server, client)):
-                threading.Thread(target=self._pipe, args=(source, target), daemon=True).start()
+                if self._held is not None:
+                    self._held.append(client)
+                    continue
+            if not self._connect(client, listener):
+                return
+
+    def _connect(self, client: socket.socket, listener: socket.socket | None = None) -> bool:
+        """Pipe ``client`` to the server; False when the proxy was stopped meanwhile."""
+        try:
+            server = socket.create_connection(self.upstream)
+        except OSError:
+            client.close()
+            return True
+        with self._lock:
+            if listener is not None and self._listener is not listener:
+                client.close()
+                server.close()
+                return False
+            self._sockets += [client, server]
+        for source, target in ((client, server), (server, client)):
+            threading.Thread(target=self._pipe, args=(source, target), daemon=True).start()
+        return True
 
     @staticmethod
     def _pipe(source: socket.socket, target: socket.socket) -> None:

@@ -18,8 +18,11 @@ from typing import Any, NoReturn
 
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError
 
+from integrations.encryption import DecryptionError
 from integrations.models import Broker, DropCycle
+from integrations.services.secrets import ENCRYPTION_KEYS_WRONG, encryption_keys_check
 
 
 def validation_message(error: ValidationError) -> str:
@@ -111,6 +114,18 @@ def secret_value(options: dict[str, Any], name: str) -> str:
     return value
 
 
+def refuse_unreadable_secrets() -> None:
+    """One line and a non-zero exit, at a command's start, when ``DROPPORTAL_ENCRYPTION_KEYS``
+    cannot read the stored secrets (rather than a traceback from the first one read). An
+    unreachable database is left to the command, which says so its own way."""
+    try:
+        problem = encryption_keys_check()
+    except DatabaseError:
+        return
+    if problem:
+        raise CommandError(problem)
+
+
 class _OneLineErrors(CommandParser):
     def error(self, message: str) -> NoReturn:
         if self.called_from_command_line:
@@ -134,10 +149,13 @@ class DropportalCommand(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         action = options.pop("action").replace("-", "_")
+        refuse_unreadable_secrets()
         try:
             getattr(self, f"handle_{action}")(**options)
         except ValidationError as exc:
             raise CommandError(validation_message(exc)) from exc
+        except DecryptionError as exc:  # a secret stored under a key dropped since the start
+            raise CommandError(ENCRYPTION_KEYS_WRONG) from exc
 
     @staticmethod
     def actor() -> str:

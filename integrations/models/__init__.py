@@ -13,6 +13,7 @@ from integrations.models.drop import (
     WorkItemState,
 )
 from integrations.models.drop_notifications import DropNotification
+from integrations.models.encryption import EncryptionCanary
 from integrations.models.integrations import (
     DROP_CAPABILITIES,
     Integration,
@@ -62,6 +63,7 @@ __all__ = [
     "DropNotification",
     "DropOutcome",
     "DropStatus",
+    "EncryptionCanary",
     "HashType",
     "Integration",
     "IntegrationKind",

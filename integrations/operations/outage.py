@@ -16,6 +16,7 @@ from django.contrib.sessions.middleware import SessionMiddleware
 from django.db import DatabaseError, InterfaceError, OperationalError, connection
 from django.db.backends.signals import connection_created
 from django.http import HttpRequest, HttpResponse
+from psycopg.errors import QueryCanceled
 
 from integrations.api.errors import problem_response
 
@@ -71,6 +72,12 @@ def database_unreachable(exc: BaseException) -> bool:
         return True
 
 
+def statement_cut_short(exc: BaseException) -> bool:
+    """Whether ``exc`` is a statement the server cancelled at the web's statement timeout
+    (``dropportal.wsgi`` sets it): the database answers, but not in time for this request."""
+    return isinstance(exc, OperationalError) and isinstance(exc.__cause__, QueryCanceled)
+
+
 def outage_response(request: HttpRequest) -> HttpResponse:
     response: HttpResponse
     if request.path.startswith(("/api/", "/metrics")):
@@ -95,6 +102,13 @@ class DatabaseOutageMiddleware:
         return self.get_response(request)
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        if statement_cut_short(exception):
+            log.warning(
+                "%s %s: a query ran past the web's statement timeout, answered 503",
+                request.method,
+                request.path,
+            )
+            return outage_response(request)
         if not database_unreachable(exception):
             return None
         outage.started(exception)

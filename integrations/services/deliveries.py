@@ -461,6 +461,7 @@ def _disable_target(
             "by": f"{kind.name} {kind.subject(item)}",
         },
     )
+    enqueue.alerts_evaluate_enqueue()  # in the batch's transaction: alerted once it commits
 
 
 def _cancel(kind: DeliveryKind[Item], item: Item, reason: str, when: dt.datetime) -> None:

@@ -698,10 +698,15 @@ def _pull_failed(broker: Broker, actor: str, message: str, status: int | None, r
     """``reason`` (for alerts): credentials (401/403), refused (another 4xx), package (the
     download was refused on import) or unreachable."""
     log.warning("DROP pull for broker %s failed: %s", broker.broker_id, message)
-    ledger_event_append(
-        kind=LedgerKind.DROP_PULL_FAILED,
-        broker_id=broker.broker_id,
-        subject=broker.broker_id,
-        actor=actor,
-        data={"error": message, "status": status, "reason": reason},
-    )
+    with transaction.atomic():
+        ledger_event_append(
+            kind=LedgerKind.DROP_PULL_FAILED,
+            broker_id=broker.broker_id,
+            subject=broker.broker_id,
+            actor=actor,
+            data={"error": message, "status": status, "reason": reason},
+        )
+        # A refusal alerts at once; DROP unreachable only after a day of failed pulls, which
+        # the periodic evaluation notices.
+        if reason != "unreachable":
+            enqueue.alerts_evaluate_enqueue()

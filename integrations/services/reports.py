@@ -511,7 +511,7 @@ def _file_answer_record(
             },
         )
         if state == ReportFileState.REJECTED:
-            alerts_evaluate_enqueue()
+            alerts_evaluate_enqueue()  # the cycle waits for staff: tell them now
     (run.accepted if state == ReportFileState.ACCEPTED else run.rejected).append(locked)
     return None
 

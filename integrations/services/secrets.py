@@ -1,4 +1,8 @@
-"""Re-encrypting every stored secret under the newest ``DROPPORTAL_ENCRYPTION_KEYS`` key."""
+"""Secrets at rest: re-encrypting every stored secret under the newest
+``DROPPORTAL_ENCRYPTION_KEYS`` key, and checking that the configured keys read them::
+
+    problem = encryption_keys_check()  # None, or one line naming the setting to fix
+"""
 
 from __future__ import annotations
 
@@ -7,12 +11,24 @@ from django.db import connection, models, transaction
 
 from integrations import encryption
 from integrations.ledger_kinds import LedgerKind
+from integrations.models import EncryptionCanary
+from integrations.models.encryption import CANARY_PK, CANARY_TEXT
 from integrations.models.fields import EncryptedTextField
 from integrations.services.ledger import ledger_event_append
 
+ENCRYPTION_KEYS_WRONG = (
+    "DROPPORTAL_ENCRYPTION_KEYS cannot decrypt the stored secrets: set it to the keys they "
+    "were encrypted with (newest first, the same on every host)"
+)
+ENCRYPTION_KEYS_MALFORMED = (
+    "DROPPORTAL_ENCRYPTION_KEYS holds a value that is not a Fernet key (32 url-safe base64 "
+    "bytes, comma-separated, newest first)"
+)
+
 
 def secrets_reencrypt(*, actor: str) -> int:
-    """Rotate every stored Fernet token to the newest key, in one transaction."""
+    """Rotate every stored Fernet token to the newest key (the encryption canary's too), in
+    one transaction."""
     total = 0
     with transaction.atomic():
         for model in apps.get_app_config("integrations").get_models():
@@ -22,7 +38,8 @@ def secrets_reencrypt(*, actor: str) -> int:
                 if isinstance(f, EncryptedTextField) and f.column
             ]
             if columns:
-                total += _rotate_table(model, columns)
+                rotated = _rotate_table(model, columns)
+                total += 0 if model is EncryptionCanary else rotated  # counted: the user's
         ledger_event_append(
             kind=LedgerKind.SECRETS_REENCRYPTED, actor=actor, data={"secrets": total}
         )
@@ -46,3 +63,50 @@ def _rotate_table(model: type[models.Model], columns: list[str]) -> int:
             )
             rotated += sum(1 for t in tokens if t)
     return rotated
+
+
+def encryption_keys_check() -> str | None:
+    """None when ``DROPPORTAL_ENCRYPTION_KEYS`` reads the stored secrets, else the one line
+    to show. Reads the encryption canary; the first check on a database writes it, once the
+    keys have read a secret already stored (if any). A database error propagates."""
+    try:
+        stored = _canary()
+        if stored is None:
+            sample = _stored_secret()
+            if sample is not None:
+                encryption.decrypt(sample)
+            # Two processes starting together: the first one's canary stands.
+            EncryptionCanary.objects.bulk_create(
+                [EncryptionCanary(pk=CANARY_PK, token=CANARY_TEXT)], ignore_conflicts=True
+            )
+            stored = _canary()
+    except encryption.DecryptionError:
+        return ENCRYPTION_KEYS_WRONG
+    except ValueError:  # Fernet's own refusal of a malformed key
+        return ENCRYPTION_KEYS_MALFORMED
+    return None if stored == CANARY_TEXT else ENCRYPTION_KEYS_WRONG
+
+
+def _canary() -> str | None:
+    return EncryptionCanary.objects.filter(pk=CANARY_PK).values_list("token", flat=True).first()
+
+
+def _stored_secret() -> str | None:
+    """One encrypted value stored anywhere (its token), or None when there is none."""
+    quote = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        for model in apps.get_app_config("integrations").get_models():
+            if model is EncryptionCanary:
+                continue
+            for field in model._meta.fields:
+                if not isinstance(field, EncryptedTextField) or not field.column:
+                    continue
+                column = quote(field.column)
+                cursor.execute(
+                    f"SELECT {column} FROM {quote(model._meta.db_table)} "  # noqa: S608
+                    f"WHERE {column} <> '' LIMIT 1"
+                )
+                row = cursor.fetchone()
+                if row is not None:
+                    return str(row[0])
+    return None

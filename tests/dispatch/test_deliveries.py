@@ -333,6 +333,19 @@ def test_410_disables_the_integration_alerts_staff_and_holds_the_rest(
     assert LedgerEvent.objects.get(kind="integration.enabled").data["deletion_requests_queued"] == 2
 
 
+def test_a_410_queues_an_alert_evaluation_with_the_disabling(
+    integration: Integration, receiver: BrokerSimulator
+) -> None:
+    evaluations = ProcrastinateJob.objects.filter(task_name="integrations.tasks.evaluate_alerts")
+    deletion_requests_deliver(request_ids=[deletion_request(integration).pk])
+    assert not evaluations.exists()  # a delivery alerts nobody
+
+    receiver.script(Reply.gone())
+    assert deletion_requests_deliver(request_ids=[deletion_request(integration).pk]) == {"gone": 1}
+
+    assert evaluations.get().status == "todo"  # staff hear of it now, not in 5 minutes
+
+
 def test_a_410_to_calls_already_in_flight_alerts_staff_once(
     integration: Integration, receiver: BrokerSimulator
 ) -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import re
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -12,6 +14,7 @@ from rest_framework.test import APIClient
 
 from integrations.counters import CALLBACKS, DELIVERIES
 from integrations.models import LedgerEvent, RequestState, WorkItemState
+from integrations.operations import health
 from tests.conftest import bearer
 from tests.reporting_factories import cycle_make, item_make
 from tests.webhook_factories import deletion_request, webhook_integration_for
@@ -42,45 +45,78 @@ def _refuse(*args: object, **kwargs: object) -> None:
     raise AssertionError("/healthz touched the database")
 
 
-def test_readyz_is_ready_with_a_recent_worker_heartbeat(client: Client) -> None:
+@pytest.fixture
+def operator(make_key) -> dict[str, Any]:
+    """The headers of a request with a ``metrics`` key: /readyz says what is missing."""
+    return bearer(make_key("metrics").key)
+
+
+def test_readyz_is_ready_with_a_recent_worker_heartbeat(
+    client: Client, operator: dict[str, Any]
+) -> None:
     _worker_beats()
-    response = client.get("/readyz")
+    response = client.get("/readyz", **operator)
     assert response.status_code == 200
     assert response.json() == {
         "ready": True,
-        "checks": {"database": "ok", "migrations": "ok", "worker": "ok"},
+        "checks": {"database": "ok", "encryption_keys": "ok", "migrations": "ok", "worker": "ok"},
         "missing": [],
     }
 
 
-def test_readyz_names_a_missing_worker(client: Client) -> None:
+def test_readyz_names_a_missing_worker(client: Client, operator: dict[str, Any]) -> None:
     _no_worker()
-    response = client.get("/readyz")
+    response = client.get("/readyz", **operator)
     assert response.status_code == 503
     body = response.json()
     assert body["missing"] == ["worker"]
     assert "manage.py worker" in body["checks"]["worker"]
 
 
-def test_readyz_names_an_old_heartbeat(client: Client) -> None:
+def test_readyz_names_an_old_heartbeat(client: Client, operator: dict[str, Any]) -> None:
     _worker_beats()
     with connection.cursor() as cursor:
         cursor.execute("UPDATE procrastinate_workers SET last_heartbeat = now() - interval '3 min'")
-    assert client.get("/readyz").json()["missing"] == ["worker"]
+    assert client.get("/readyz", **operator).json()["missing"] == ["worker"]
 
 
-def test_readyz_names_migrations_not_applied(client: Client) -> None:
+def test_readyz_names_migrations_not_applied(client: Client, operator: dict[str, Any]) -> None:
     _worker_beats()
     with connection.cursor() as cursor:
         cursor.execute(
             "DELETE FROM django_migrations WHERE app = 'integrations' "
             "AND name = '0014_alerts_and_metrics_scope'"
         )
-    response = client.get("/readyz")
+    response = client.get("/readyz", **operator)
     assert response.status_code == 503
     body = response.json()
-    assert body["missing"] == ["migrations"]
+    assert body["missing"] == ["encryption_keys", "migrations"]  # unknown while one is missing
     assert "integrations.0014_alerts_and_metrics_scope" in body["checks"]["migrations"]
+
+
+def test_readyz_tells_only_ready_or_not_without_a_metrics_key(
+    client: Client, make_key, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(health, "readiness", health._Readiness())  # this process: ready so far
+    _no_worker()
+    caplog.set_level(logging.INFO, logger="integrations.operations.health")
+    anonymous = client.get("/readyz")
+    other_scope = client.get("/readyz", **bearer(make_key("audit").key))
+    unknown_key = client.get("/readyz", HTTP_AUTHORIZATION="Bearer dp_live_nosuchkey")
+
+    for response in (anonymous, other_scope, unknown_key):
+        assert response.status_code == 503
+        assert response.json() == {"ready": False}
+    # The operator reads why in the log: one line for the change, not one per probe.
+    (line,) = [r for r in caplog.records if r.name == "integrations.operations.health"]
+    assert line.levelname == "WARNING"
+    assert "worker: no worker heartbeat within 120 s" in line.getMessage()
+
+    _worker_beats()
+    assert client.get("/readyz").json() == {"ready": True}
+    assert client.get("/readyz").json() == {"ready": True}
+    lines = [r for r in caplog.records if r.name == "integrations.operations.health"]
+    assert [(r.levelname, r.getMessage()) for r in lines[1:]] == [("INFO", "ready")]
 
 
 def _sample(text: str, name: str, **labels: str) -> float | None:

@@ -12,13 +12,15 @@ import socket
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
 from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
 from rest_framework.test import APIClient
 
-from tests.conftest import bearer
+from dropportal.startup import bound_web_statements
+from tests.conftest import bearer, database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -81,7 +83,9 @@ def test_api_admin_and_readyz_answer_503_then_recover(
     assert admin["Retry-After"] == "30"
     assert b"Temporarily unavailable" in admin.content
     assert ready.status_code == 503
-    assert ready.json()["missing"] == ["database", "migrations", "worker"]
+    assert ready.json() == {"ready": False}  # why is in the log, not for anyone to read
+    (why,) = [r for r in caplog.records if r.name == "integrations.operations.health"]
+    assert "database: unreachable: connection" in why.getMessage()
     assert healthy.status_code == 200
     # One WARNING for the outage; no per-request error (django.request) nor traceback.
     warnings = _outage_lines(caplog)
@@ -99,3 +103,29 @@ def test_api_admin_and_readyz_answer_503_then_recover(
     assert api_client.get("/api/v1/ping", **bearer(key)).status_code == 503
     assert api_client.get("/api/v1/ping", **bearer(key)).status_code == 503
     assert [r.levelname for r in _outage_lines(caplog)] == ["WARNING", "INFO", "WARNING"]
+
+
+def test_a_web_statement_past_its_bound_answers_503_instead_of_waiting(
+    settings: Any, api_client: APIClient, make_key: Any
+) -> None:
+    """What ``dropportal.wsgi`` sets for web processes: the server cancels a statement that
+    waits longer (here on a lock another session holds) and the request answers 503."""
+    key = make_key("webhook_callback").key
+    settings.DROPPORTAL_WEB_STATEMENT_TIMEOUT_MS = 300
+    options = connection.settings_dict["OPTIONS"]
+    unbounded = dict(options)
+    bound_web_statements()
+    try:
+        with psycopg.connect(database_url()) as locker:
+            # Released after 5 s whatever happens: unbounded, the request would wait that long.
+            locker.execute("SET idle_in_transaction_session_timeout = '5s'")
+            locker.execute("LOCK TABLE integrations_apikey IN ACCESS EXCLUSIVE MODE")
+            waited = api_client.get("/api/v1/ping", **bearer(key))
+        assert waited.status_code == 503
+        assert waited["Retry-After"] == "30"
+        assert waited.json()["code"] == "database_unavailable"
+        assert api_client.get("/api/v1/ping", **bearer(key)).status_code == 200
+    finally:
+        options.clear()
+        options.update(unbounded)
+        connection.close()

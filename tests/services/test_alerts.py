@@ -213,6 +213,51 @@ def test_a_refused_pull_alerts_once_and_once_more_when_a_pull_succeeds(
     ]
 
 
+def _evaluations_waiting() -> int:
+    return ProcrastinateJob.objects.filter(
+        task_name="integrations.tasks.evaluate_alerts", status="todo"
+    ).count()
+
+
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        ((401, "Unauthorized"), "credentials"),
+        ((200, b"PK not a zip"), "package"),
+    ],
+)
+def test_a_refused_drop_key_or_package_alerts_at_once_not_at_the_next_evaluation(
+    channels: tuple[Inbox, list[dict[str, Any]]],
+    broker: Broker,
+    drop: DropSimulator,
+    answer: tuple[int, Any],
+    reason: str,
+) -> None:
+    inbox, hooks = channels
+    if reason == "package":
+        drop.queue_package(answer[1], f"{PACKAGE_DATE}_4821_DROP.zip")
+    else:
+        drop.queue_response(answer[0], body=answer[1])
+    with pytest.raises(CommandError):
+        pull()
+
+    # The pull queued an evaluation: the worker alone sends the alert, no periodic run.
+    assert _evaluations_waiting() == 1
+    run_jobs()
+
+    assert len(inbox.messages) == 1
+    assert inbox.messages[0]["Subject"].startswith("[dropportal] ALERT: DROP pull for broker")
+    assert hooks[0]["alert"]["details"]["reason"] == reason
+
+
+def test_an_unreachable_drop_queues_no_evaluation_of_its_own(broker: Broker) -> None:
+    broker.drop_base_url = "http://127.0.0.1:9/"  # nothing listens: alerted after a day only
+    broker.save()
+    with pytest.raises(CommandError):
+        pull()
+    assert _evaluations_waiting() == 0
+
+
 def test_a_disabled_integration_alerts_once_and_once_more_when_enabled(
     channels: tuple[Inbox, list[dict[str, Any]]], broker: Broker
 ) -> None:

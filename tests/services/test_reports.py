@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from django.core.exceptions import ValidationError
 from django.db import connections
+from procrastinate.contrib.django.models import ProcrastinateJob
 
 from devtools.drop_simulator import DropSimulator
 from integrations.drop.client import DropClient
@@ -327,6 +328,21 @@ def test_a_rejected_file_hands_its_rows_back_for_a_fresh_file(
         "20260312_4821_Email_part02.csv",
         "20260312_4821_Phone_part02.csv",
     ]
+
+
+def test_a_rejected_file_queues_an_alert_evaluation_at_once(
+    cycle: DropCycle, drop: DropSimulator, client: DropClient
+) -> None:
+    evaluations = ProcrastinateJob.objects.filter(task_name="integrations.tasks.evaluate_alerts")
+    report_run(broker=cycle.broker, upload=True, client=client)
+    assert not evaluations.exists()  # accepted files alert nobody
+
+    item_make(cycle, status_code=3, work_item_id="EmailLater01")
+    drop.broker_id = "9999"  # DROP refuses the next file
+    run = report_run(broker=cycle.broker, upload=True, client=client)
+
+    assert run.rejected
+    assert evaluations.get().status == "todo"  # staff hear of it now, not in 5 minutes
 
 
 def test_a_status_drop_never_accepted_is_never_sent_as_an_amendment(

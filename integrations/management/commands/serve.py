@@ -26,6 +26,8 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from integrations.management.base import refuse_unreadable_secrets
+
 _CLEAN = (0, -signal.SIGTERM, -signal.SIGINT)
 
 
@@ -75,6 +77,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         _refuse_if_taken(options["bind"])
         call_command("migrate", interactive=False, verbosity=0)
+        refuse_unreadable_secrets()
         call_command("collectstatic", interactive=False, verbosity=0)
         self._ensure_staff_login()
         base = [sys.executable]

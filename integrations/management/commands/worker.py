@@ -24,6 +24,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError, connection
 from procrastinate.contrib.django import app
 
+from integrations.management.base import refuse_unreadable_secrets
+
 log = logging.getLogger("integrations.worker")
 
 # How often an idle worker asks whether PostgreSQL is back.
@@ -118,6 +120,7 @@ class Command(BaseCommand):
                 "drop": (GROUPS["drop"], DROP_CONCURRENCY),
                 "ledger": (GROUPS["ledger"], LEDGER_CONCURRENCY),
             }
+        refuse_unreadable_secrets()
         quiet = _QuietDuringOutage()
         for handler in logging.getLogger().handlers:
             handler.addFilter(quiet)

@@ -1,0 +1,243 @@
+"""A PostgreSQL restart under concurrent callbacks, through gunicorn as deployed (two sync
+workers, ``dropportal.gunicorn_conf``): every callback gets an answer, 200 or 503 with
+``Retry-After`` and a problem body, no worker is killed by gunicorn's timeout, and each
+callback answered 503 is recorded when the broker sends it again.
+
+The server is the test's own (``ThrowawayPostgres``), really restarted; the shared one is
+never touched. It is reached through ``DatabaseProxy``, which leaves new connections
+unanswered while the server is away, as a database host that drops packets while it
+restarts does (on loopback a closed port is refused at once, which hides the waits). The
+outage lasts longer than gunicorn's timeout, which is shortened from its 30 s to 10 s to
+keep the test short; the settings' connect timeout (5 s) stays below both.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from integrations.dispatch import signing
+from tests.conftest import subprocess_env
+from tests.db_proxy import DatabaseProxy
+from tests.throwaway_postgres import ThrowawayPostgres
+
+CALLBACKS = 240
+CLIENTS = 6
+OUTAGE_AFTER = 40  # callbacks answered before the restart
+OUTAGE_SECONDS = 13
+WEB_TIMEOUT = 10
+
+_WORLD = """
+import datetime as dt, json, os
+from django.utils import timezone
+from integrations.dispatch import signing
+from integrations.models import (
+    DeletionRequest, DropCycle, Integration, IntegrationKind, RequestState, WorkItem,
+)
+from integrations.services.brokers import broker_create
+from integrations.services.keys import api_key_create
+
+broker = broker_create(broker_id="4821", name="Acme", actor="test")
+secret = signing.generate_webhook_secret()
+integration = Integration.objects.create(
+    broker=broker, kind=IntegrationKind.WEBHOOK, name="Acme", webhook_secret=secret,
+    url="https://broker.example/hook",
+)
+key = api_key_create(broker=broker, scopes=["webhook_callback"], actor="test").key
+today = timezone.localdate()
+cycle = DropCycle.objects.create(
+    broker=broker, drop_session_id="1", zip_name="p.zip", zip_sha256="0" * 64,
+    downloaded_at=timezone.now(), match_date=today, due_date=today + dt.timedelta(days=45),
+)
+items = WorkItem.objects.bulk_create(
+    WorkItem(broker=broker, cycle=cycle, work_item_id=f"R{i:011d}", hash_type="email",
+             hash=os.urandom(32), file_name="p_Email.csv")
+    for i in range(COUNT)
+)
+rows = DeletionRequest.objects.bulk_create(
+    DeletionRequest(
+        state=RequestState.DISPATCHED, dispatched_at=timezone.now(), broker=broker,
+        work_item=item, integration=integration,
+        identifier_hash="KA18MT/ph6IHYjzT9zwETySDQyvSh87YuoSBpOQtkhE=", hash_type="email",
+        drop_session_id="1", match_date=today, broker_id_code="4821", mode="test",
+    )
+    for item in items
+)
+print(json.dumps({"key": key, "secret": secret, "requests": [str(r.request_uuid) for r in rows]}))
+"""
+
+
+def _manage(*args: str, url: str) -> str:
+    done = subprocess.run(  # noqa: S603
+        [sys.executable, "manage.py", *args],
+        env=subprocess_env(DATABASE_URL=url),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class Answer:
+    def __init__(self, raw: bytes) -> None:
+        head, _, self.body = raw.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        self.status = int(lines[0].split()[1])
+        self.headers = {
+            name.strip().lower(): value.strip()
+            for name, _, value in (line.partition(":") for line in lines[1:])
+        }
+
+
+def _put(port: int, world: dict[str, Any], request_uuid: str) -> Answer | None:
+    """One signed ``deleted`` callback on a new connection; None when nothing came back."""
+    body = json.dumps(
+        {
+            "schema_version": "1.0",
+            "status": "completed",
+            "request_uuid": request_uuid,
+            "drop_outcome": "deleted",
+        }
+    ).encode()
+    headers = {
+        "Host": f"127.0.0.1:{port}",
+        "Connection": "close",
+        "Authorization": f"Bearer {world['key']}",
+        "Content-Type": "application/json",
+        "Content-Length": str(len(body)),
+        **signing.signed_headers(world["secret"], body),
+    }
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    raw = f"PUT /api/v1/drop/callbacks/deletion HTTP/1.1\r\n{head}\r\n".encode() + body
+    received = bytearray()
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=90) as sock:
+            sock.sendall(raw)
+            while chunk := sock.recv(65536):
+                received += chunk
+    except OSError:
+        return None
+    return Answer(bytes(received)) if received else None
+
+
+@pytest.fixture
+def database() -> Iterator[tuple[ThrowawayPostgres, str]]:
+    with ThrowawayPostgres() as server:
+        url = server.create_database("dropportal")
+        _manage("migrate", "--no-input", url=url)
+        yield server, url
+
+
+@pytest.fixture
+def web(
+    database: tuple[ThrowawayPostgres, str], tmp_path: Path
+) -> Iterator[tuple[int, DatabaseProxy, Path]]:
+    server, url = database
+    port, log = _free_port(), tmp_path / "gunicorn.log"
+    with DatabaseProxy(("127.0.0.1", server.port)) as proxy, log.open("w") as log_file:
+        gunicorn = subprocess.Popen(  # noqa: S603
+            [
+                *(sys.executable, "-m", "gunicorn", "dropportal.wsgi"),
+                *("--config", "python:dropportal.gunicorn_conf"),
+                *("--bind", f"127.0.0.1:{port}", "--workers", "2"),
+                *("--timeout", str(WEB_TIMEOUT)),
+            ],
+            env=subprocess_env(
+                DATABASE_URL=url.replace(str(server.port), str(proxy.port)),
+                DROPPORTAL_CALLBACK_RATE_LIMIT="0",
+            ),
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            deadline = time.monotonic() + 120
+            while gunicorn.poll() is None and time.monotonic() < deadline:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    break
+                except OSError:
+                    time.sleep(0.2)
+            assert gunicorn.poll() is None, log.read_text()
+            yield port, proxy, log
+        finally:
+            gunicorn.terminate()
+            gunicorn.wait(timeout=30)
+
+
+def test_a_database_restart_under_load_answers_every_callback(
+    database: tuple[ThrowawayPostgres, str], web: tuple[int, DatabaseProxy, Path]
+) -> None:
+    server, url = database
+    port, proxy, log = web
+    world = json.loads(
+        _manage("shell", "-c", _WORLD.replace("COUNT", str(CALLBACKS)), url=url).splitlines()[-1]
+    )
+    pending: queue.Queue[str] = queue.Queue()
+    for request_uuid in world["requests"]:
+        pending.put(request_uuid)
+    answers: dict[str, Answer | None] = {}
+    lock = threading.Lock()
+
+    def client() -> None:
+        while True:
+            try:
+                request_uuid = pending.get_nowait()
+            except queue.Empty:
+                return
+            answer = _put(port, world, request_uuid)
+            with lock:
+                answers[request_uuid] = answer
+
+    clients = [threading.Thread(target=client) for _ in range(CLIENTS)]
+    for thread in clients:
+        thread.start()
+    while len(answers) < OUTAGE_AFTER and any(t.is_alive() for t in clients):
+        time.sleep(0.05)
+    proxy.hold()  # the host stops answering, then the server restarts behind it
+    server.restart()
+    time.sleep(OUTAGE_SECONDS)
+    proxy.release()
+    for thread in clients:
+        thread.join(timeout=300)
+
+    unanswered = [u for u, answer in answers.items() if answer is None]
+    statuses = Counter(a.status for a in answers.values() if a is not None)
+    assert len(answers) == CALLBACKS
+    assert "WORKER TIMEOUT" not in log.read_text(), statuses
+    assert unanswered == [], f"{len(unanswered)} callbacks got no answer; {statuses}"
+    assert sorted(statuses) == [200, 503], statuses  # the outage was met, and it ended
+    refused = [u for u, a in answers.items() if a is not None and a.status == 503]
+    for request_uuid in refused:
+        answer = answers[request_uuid]
+        assert answer is not None
+        assert answer.headers["retry-after"] == "30"
+        assert answer.headers["content-type"] == "application/problem+json"
+        assert json.loads(answer.body)["code"] == "database_unavailable"
+
+    # The broker sends again what was answered 503: every outcome is recorded, once.
+    again = [_put(port, world, request_uuid) for request_uuid in refused]
+    assert [a.status if a else None for a in again] == [200] * len(refused)
+    with psycopg.connect(url) as conn:
+        (completed,) = conn.execute(
+            "SELECT count(*) FROM integrations_deletionrequest WHERE state = 'completed'"
+        ).fetchone() or (0,)
+    assert completed == CALLBACKS
