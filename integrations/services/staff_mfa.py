@@ -28,7 +28,6 @@ from django.contrib.sessions.models import Session
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
-from django_otp import user_has_device
 from django_otp.plugins.otp_static.models import StaticToken
 from django_otp.util import random_hex
 
@@ -46,10 +45,11 @@ TOTP_SEED_BYTES = 20  # django-otp's default, what authenticator apps expect
 def staff_mfa_required(user: AbstractBaseUser) -> bool:
     """Whether this staff member must pass a second factor: always in a real deployment
     (``DROPPORTAL_STAFF_MFA_REQUIRED``), and whenever they enrolled."""
-    return bool(settings.DROPPORTAL_STAFF_MFA_REQUIRED) or user_has_device(user)
+    return bool(settings.DROPPORTAL_STAFF_MFA_REQUIRED) or staff_mfa_enrolled(user)
 
 
 def staff_mfa_enrolled(user: AbstractBaseUser) -> bool:
+    # Only our devices: django-otp's own (clear) ones are emptied by migration 0016.
     return StaffTotpDevice.objects.filter(user=user, confirmed=True).exists()
 
 

@@ -182,6 +182,61 @@ def test_failed_logins_lock_out_the_account_from_that_address(alice: User) -> No
     assert _password_step(colleague).status_code == 302
 
 
+def test_an_ipv6_client_counts_by_its_64(alice: User) -> None:
+    # A client that takes a new address of its /64 for every guess is still one client.
+    for n in range(1, settings.AXES_FAILURE_LIMIT):
+        rotating = Client(REMOTE_ADDR=f"2001:db8:1:2::{n:x}")
+        assert _password_step(rotating, password="wrong-guess").status_code == 200
+    last = Client(REMOTE_ADDR="2001:db8:1:2:ffff::1")
+    assert _password_step(last, password="wrong-guess").status_code == 429
+    assert _password_step(Client(REMOTE_ADDR="2001:db8:1:2::99")).status_code == 429
+    assert _password_step(Client(REMOTE_ADDR="2001:db8:1:3::1")).status_code == 302
+
+
+def test_failures_from_every_address_together_reach_the_accounts_ceiling(alice: User) -> None:
+    # The owner signed in from their office before.
+    assert _password_step(Client(REMOTE_ADDR="198.51.100.4")).status_code == 302
+    below_each_pair = settings.AXES_FAILURE_LIMIT - 1
+    guessers = -(-settings.DROPPORTAL_STAFF_LOGIN_ACCOUNT_FAILURE_LIMIT // below_each_pair)
+    for n in range(guessers):
+        guesser = Client(REMOTE_ADDR=f"203.0.113.{n + 1}")
+        for _ in range(below_each_pair):
+            _password_step(guesser, password="wrong-guess")
+
+    # Every new address is locked out of the account, even with the right password...
+    assert _password_step(Client(REMOTE_ADDR="192.0.2.200")).status_code == 429
+    # ...but not the owner at an address they signed in from before.
+    assert _password_step(Client(REMOTE_ADDR="198.51.100.4")).status_code == 302
+
+
+def test_a_proxy_in_front_with_the_setting_off_is_told(
+    alice: User, client: Client, caplog: pytest.LogCaptureFixture, settings: Any
+) -> None:
+    from integrations import client_address
+
+    settings.DROPPORTAL_STAFF_MFA_REQUIRED = False
+    settings.DROPPORTAL_BEHIND_TLS_PROXY = False
+    client_address._warn_proxy_setting_missing.cache_clear()
+    proxied = {"REMOTE_ADDR": "127.0.0.1", "HTTP_X_FORWARDED_FOR": "203.0.113.7"}
+    with caplog.at_level("WARNING", logger="integrations.client_address"):
+        for _ in range(2):
+            client.post(
+                reverse("admin:login"),
+                {"username": "alice", "password": "wrong-guess"},
+                **proxied,  # type: ignore[arg-type]
+            )
+    warnings = [r for r in caplog.records if "DROPPORTAL_BEHIND_TLS_PROXY" in r.getMessage()]
+    assert len(warnings) == 1, "one WARNING per process"
+    assert warnings[0].levelname == "WARNING"
+
+    client.force_login(alice)
+    page = client.get(INDEX, **proxied)  # type: ignore[arg-type]
+    assert b'id="proxy-setting-missing"' in page.content
+    assert b'id="proxy-setting-missing"' not in client.get(INDEX).content  # no proxy: quiet
+    settings.DROPPORTAL_BEHIND_TLS_PROXY = True
+    assert b'id="proxy-setting-missing"' not in client.get(INDEX, **proxied).content  # type: ignore[arg-type]
+
+
 def test_sessions_expire_after_eight_idle_hours(alice: User, recovery_codes: list[str]) -> None:
     client = Client()
     _password_step(client)
