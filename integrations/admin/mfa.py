@@ -11,7 +11,8 @@ passed it this session is sent here by the admin site (``DropportalAdminSite``):
   shown once; the old ones stop working.
 
 A wrong code slows down only the factor it was shaped for (``staff_mfa_verify``); django-axes
-locks out repeated wrong passwords before this step.
+locks out repeated wrong passwords before this step, and counts a wrong password asked again
+here as a failed login (a session left open is no way to guess the password).
 """
 
 from __future__ import annotations
@@ -19,13 +20,15 @@ from __future__ import annotations
 from base64 import b32encode
 from collections.abc import Callable
 from functools import wraps
-from typing import Any
+from typing import Any, TypeVar
 
 import django_otp
 import segno
+from axes.handlers.proxy import AxesProxyHandler
 from django import forms
 from django.contrib import admin
 from django.contrib.auth import logout
+from django.contrib.auth.signals import user_login_failed
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import resolve_url
@@ -84,6 +87,24 @@ def _error(exc: ValidationError) -> str:
     return " ".join(m for messages in exc.message_dict.values() for m in messages)
 
 
+_T = TypeVar("_T")
+_LOCKED_OUT = "Too many wrong passwords for this account: try again in 15 minutes."
+
+
+def _password_again(request: HttpRequest, call: Callable[[], _T]) -> _T:
+    """``call``, a service that checks the password asked again, under the login's lockout:
+    refused while locked out, and a wrong password counts as a failed login."""
+    credentials = {"username": _member(request).get_username()}
+    if not AxesProxyHandler.is_allowed(request, credentials):
+        raise ValidationError({"password": _LOCKED_OUT})
+    try:
+        return call()
+    except ValidationError as exc:
+        if "password" in exc.message_dict:
+            user_login_failed.send(sender=__name__, credentials=credentials, request=request)
+        raise
+
+
 def _render(request: HttpRequest, template: str, **context: Any) -> TemplateResponse:
     return TemplateResponse(
         request,
@@ -116,12 +137,15 @@ def mfa_enrol_view(request: HttpRequest) -> HttpResponse:
     error = ""
     if request.method == "POST":
         try:
-            codes = staff_mfa_enrol(
-                user=_member(request),
-                session_key=session_key,
-                token=request.POST.get("otp_token") or "",
-                password=request.POST.get("password") or "",
-                actor=staff_actor(request),
+            codes = _password_again(
+                request,
+                lambda: staff_mfa_enrol(
+                    user=_member(request),
+                    session_key=session_key,
+                    token=request.POST.get("otp_token") or "",
+                    password=request.POST.get("password") or "",
+                    actor=staff_actor(request),
+                ),
             )
         except ValidationError as exc:
             error = _error(exc)
@@ -160,10 +184,13 @@ def mfa_recovery_codes_view(request: HttpRequest) -> HttpResponse:
     form = _PasswordAgainForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
-            codes = staff_mfa_recovery_codes_renew(
-                user=_member(request),
-                password=form.cleaned_data["password"],
-                actor=staff_actor(request),
+            codes = _password_again(
+                request,
+                lambda: staff_mfa_recovery_codes_renew(
+                    user=_member(request),
+                    password=form.cleaned_data["password"],
+                    actor=staff_actor(request),
+                ),
             )
         except ValidationError as exc:
             form.add_error("password", _error(exc))

@@ -554,3 +554,16 @@ def test_the_migration_moves_enrolled_factors_out_of_django_otps_clear_tables(
         assert totp.key not in cursor.fetchone()[0]
     assert staff_mfa_verify(user=alice, token="ijklmnop") is not None
     assert staff_mfa_verify(user=alice, token=_code(moved)) is not None
+
+
+def test_the_password_asked_again_counts_toward_the_lockout(
+    alice: User, recovery_codes: list[str]
+) -> None:
+    # A session left open (or stolen) is no way to guess the password at leisure.
+    member = _fully_logged_in(recovery_codes[0])
+    for _ in range(settings.AXES_FAILURE_LIMIT):
+        member.post(reverse("admin:mfa_recovery_codes"), {"password": "a-guess"})
+    locked = member.post(reverse("admin:mfa_recovery_codes"), {"password": PASSWORD})
+    assert b"Too many wrong passwords" in locked.content
+    assert not LedgerEvent.objects.filter(kind="staff_user.mfa_recovery_codes_renewed").exists()
+    assert _password_step(Client()).status_code == 429, "the login counts them too"
