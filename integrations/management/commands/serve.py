@@ -49,8 +49,9 @@ def _host_port(bind: str) -> tuple[str, int]:
 
 
 def _refuse_if_open_without_mfa_and_https(bind: str) -> None:
-    host, _ = _host_port(bind)
-    if is_loopback_host(host.strip("[]")):
+    _host_port(bind)  # a malformed --bind is refused as such
+    host = bind.rpartition(":")[0].strip("[]")  # as gunicorn reads it: "" is every address
+    if host and is_loopback_host(host):
         return
     https = urlsplit(settings.DROPPORTAL_PUBLIC_URL).scheme == "https"
     if settings.DROPPORTAL_STAFF_MFA_REQUIRED and https:
