@@ -30,7 +30,12 @@ class DropportalAdminSite(admin.AdminSite):
         from integrations.admin.audit import drop_metrics_view, evidence_view
         from integrations.admin.cycle_files import cycle_response_files_view
         from integrations.admin.guide import broker_guide_view
-        from integrations.admin.mfa import mfa_enrol_view, mfa_logout_view, mfa_verify_view
+        from integrations.admin.mfa import (
+            mfa_enrol_view,
+            mfa_logout_view,
+            mfa_recovery_codes_view,
+            mfa_verify_view,
+        )
         from integrations.admin.shown_once import shown_once_view
 
         return [
@@ -38,6 +43,11 @@ class DropportalAdminSite(admin.AdminSite):
             path("mfa/", mfa_verify_view, name="mfa_verify"),
             path("mfa/enrol/", mfa_enrol_view, name="mfa_enrol"),
             path("mfa/logout/", mfa_logout_view, name="mfa_logout"),
+            path(
+                "mfa/recovery-codes/",
+                self.admin_view(mfa_recovery_codes_view),
+                name="mfa_recovery_codes",
+            ),
             path("guide/", self.admin_view(broker_guide_view), name="broker_guide"),
             path("metrics/", self.admin_view(drop_metrics_view), name="drop_metrics"),
             path("evidence/", self.admin_view(evidence_view), name="evidence"),

@@ -290,19 +290,26 @@ MIDDLEWARE.insert(
 )
 OTP_TOTP_ISSUER = "dropportal"
 
-# Failed staff logins (django-axes): 5 failures for one account from one address lock that
-# pair out for 15 minutes (answered 429); a success resets the count.
+# Failed staff logins (django-axes): 5 failures for one account from one address (an IPv6
+# /64) lock that pair out, and 20 for one account from all addresses together lock out every
+# address it never signed in from (integrations/admin/lockout.py); answered 429. Failures
+# count while each comes within 15 minutes of the one before; a lockout ends 15 minutes after
+# the failure that reached the limit (tries while locked out are refused, not counted, so
+# they do not prolong it); a success resets the pair's count.
 INSTALLED_APPS += ["axes"]
 MIDDLEWARE.append("axes.middleware.AxesMiddleware")
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
+AXES_HANDLER = "integrations.admin.lockout.StaffLoginLockout"
 AXES_FAILURE_LIMIT = 5
+DROPPORTAL_STAFF_LOGIN_ACCOUNT_FAILURE_LIMIT = 20
 AXES_COOLOFF_TIME = 0.25  # hours
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
-AXES_CLIENT_IP_CALLABLE = "integrations.client_address.client_address"
+AXES_CLIENT_IP_CALLABLE = "integrations.admin.lockout.lockout_address"
 AXES_SENSITIVE_PARAMETERS = ["password", "otp_token"]
 LOGGING["loggers"]["axes"] = {"level": "WARNING"}  # type: ignore[index]
 

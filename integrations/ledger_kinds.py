@@ -102,6 +102,7 @@ class LedgerKind(StrEnum):
     STAFF_USER_MFA_ENROLLED = "staff_user.mfa_enrolled"  # two-factor authentication set up
     STAFF_USER_MFA_RECOVERY_CODES_RENEWED = "staff_user.mfa_recovery_codes_renewed"  # new codes
     STAFF_USER_MFA_RESET = "staff_user.mfa_reset"  # two-factor authentication reset
+    STAFF_USER_PASSWORD_RESET = "staff_user.password_reset"  # noqa: S105  (set by a superuser)
     GROUP_ADDED = "group.added"  # a role group added in the admin
     GROUP_CHANGED = "group.changed"  # a role group's permissions or members changed
     GROUP_DELETED = "group.deleted"  # a role group deleted in the admin

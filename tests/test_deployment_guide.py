@@ -1,12 +1,14 @@
 """docs/deployment.md does what it says: its ``sh`` blocks run as written, its systemd
 units pass ``systemd-analyze verify`` and their commands serve and work, its environment
-file starts a process, its proxies point at the web unit, its Prometheus rules name only
-metrics that /metrics serves. ``text`` blocks need the target machine (systemd, cron)."""
+file starts a process, its proxies point at the web unit and (run in front of the service)
+show it the client's address, its Prometheus rules name only metrics that /metrics serves.
+``text`` blocks need the target machine (systemd, cron)."""
 
 from __future__ import annotations
 
 import configparser
 import datetime as dt
+import http.client
 import json
 import os
 import re
@@ -14,12 +16,15 @@ import shlex
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -279,6 +284,12 @@ def test_the_proxies_forward_to_the_web_unit() -> None:
     for config in (caddy, nginx):
         assert config.count("{") == config.count("}")
         assert "portal.example.com" in config
+    # Every nginx location that forwards tells the service who the client is (Caddy does it
+    # by itself).
+    for location in re.findall(r"location [^{]*\{[^}]*\}", nginx):
+        if "proxy_pass" in location:
+            assert "X-Forwarded-For $proxy_add_x_forwarded_for;" in location, location
+            assert "X-Forwarded-Proto $scheme;" in location, location
 
 
 def _self_signed_pair(directory: Path) -> tuple[Path, Path]:
@@ -362,3 +373,137 @@ def test_the_metrics_and_rules_name_only_served_metrics(api_client: APIClient, m
     for group in rules["groups"]:
         for rule in group["rules"]:
             assert {"alert", "expr", "annotations"} <= set(rule)
+
+
+# -- behind the guide's proxies, the address the service sees is the client's ---------------
+
+CLIENT = "127.0.0.2"  # the client's own address: loopback, but not the proxy's 127.0.0.1
+
+
+def _nginx_in_front(config: str, port: int, upstream: str, directory: Path) -> list[str]:
+    """The guide's TLS server block on ``port``, forwarding to ``upstream``."""
+    (tls_server,) = [b for b in config.split("\nserver {") if "listen 443 ssl;" in b]
+    certificate, key = _self_signed_pair(directory)
+    tls_server = (
+        tls_server.replace("listen 443 ssl;", f"listen 127.0.0.1:{port} ssl;")
+        .replace("proxy_pass http://127.0.0.1:8000;", f"proxy_pass http://{upstream};")
+        .replace("allow 10.0.0.0/8;", "allow 127.0.0.0/8;")  # the internal network, here
+    )
+    tls_server = re.sub(r"ssl_certificate (\S+);", f"ssl_certificate {certificate};", tls_server)
+    tls_server = re.sub(r"ssl_certificate_key (\S+);", f"ssl_certificate_key {key};", tls_server)
+    temp = " ".join(
+        f"{kind}_temp_path {directory}/{kind};"
+        for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+    )
+    path = directory / "nginx.conf"
+    path.write_text(
+        f"daemon off; pid {directory}/nginx.pid; error_log {directory}/error.log;\n"
+        f"events {{}}\nhttp {{ access_log off; {temp}\nserver {{{tls_server}\n}}\n"
+    )
+    return ["nginx", "-p", str(directory), "-c", str(path)]
+
+
+def _caddy_in_front(config: str, port: int, upstream: str, directory: Path) -> list[str]:
+    """The guide's Caddy site on ``port`` (plain http: no certificate to fetch here)."""
+    site = (
+        config.replace(
+            "portal.example.com {", f"http://portal.example.com:{port} {{\n\tbind 127.0.0.1", 1
+        )
+        .replace("reverse_proxy 127.0.0.1:8000", f"reverse_proxy {upstream}")
+        .replace("remote_ip 10.0.0.0/8", "remote_ip 127.0.0.0/8")
+    )
+    path = directory / "Caddyfile"
+    path.write_text("{\n\tadmin off\n\tauto_https off\n}\n" + site)
+    return ["caddy", "run", "--adapter", "caddyfile", "--config", str(path)]
+
+
+def _from_the_client(
+    port: int, *, tls: bool, method: str, path: str, headers: dict[str, str], body: str = ""
+) -> tuple[int, dict[str, str], str]:
+    connection_class = http.client.HTTPSConnection if tls else http.client.HTTPConnection
+    # The proxy's certificate is the throwaway self-signed one of this test.
+    unverified = ssl._create_unverified_context()  # noqa: S323
+    extra: dict[str, Any] = {"context": unverified} if tls else {}
+    conn = connection_class("127.0.0.1", port, timeout=30, source_address=(CLIENT, 0), **extra)
+    try:
+        conn.request(method, path, body=body or None, headers=headers)
+        answer = conn.getresponse()
+        return answer.status, dict(answer.getheaders()), answer.read().decode()
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("kind", ["nginx", "caddy"])
+@pytest.mark.django_db(transaction=True)
+def test_behind_the_guides_proxy_the_lockout_counts_the_clients_address(
+    kind: str, tmp_path: Path, live_server: Any, settings: Any
+) -> None:
+    """A wrong password sent through the proxy, as written, to a service configured by the
+    environment file: the lockout records the client's address, not the proxy's, even when
+    the client forges X-Forwarded-For."""
+    if shutil.which(kind) is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"{kind} is missing: .ci/run installs it, and CI must check it")
+        pytest.skip(f"SKIPPED LOUDLY: {kind} is not installed; the proxy's address is unproven")
+    from axes.models import AccessAttempt
+    from django.contrib.auth.models import User
+
+    env_file = dict(line.partition("=")[::2] for line in _of("env")[0].splitlines())
+    assert env_file["DROPPORTAL_BEHIND_TLS_PROXY"] == "true"
+    settings.DROPPORTAL_BEHIND_TLS_PROXY = True
+    settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "portal.example.com"]
+    User.objects.create_user("ann", password="right-password-123", is_staff=True)
+
+    port, upstream = _free_port(), live_server.url.removeprefix("http://")
+    (config,) = _of(kind)
+    build = _nginx_in_front if kind == "nginx" else _caddy_in_front
+    command = build(config, port, upstream, tmp_path)
+    env = {**os.environ, "HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path)}
+    proxy = subprocess.Popen(  # noqa: S603
+        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    tls = kind == "nginx"
+    host = {"Host": "portal.example.com"}
+    try:
+        deadline = time.monotonic() + PATIENCE_SECONDS
+        while True:
+            assert proxy.poll() is None, f"{kind} exited: {command}"
+            try:
+                status, headers, page = _from_the_client(
+                    port, tls=tls, method="GET", path="/admin/login/", headers=host
+                )
+                break
+            except OSError:
+                assert time.monotonic() < deadline, f"{kind} never listened"
+                time.sleep(0.2)
+        assert status == 200, page[:500]
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page)
+        cookie = re.search(r"csrftoken=([^;]+)", headers.get("Set-Cookie", ""))
+        assert token and cookie
+        scheme = "https" if tls else "http"
+        status, _, _ = _from_the_client(
+            port,
+            tls=tls,
+            method="POST",
+            path="/admin/login/",
+            headers={
+                **host,
+                "Cookie": f"csrftoken={cookie.group(1)}",
+                "Content-Type": "application/x-www-form-urlencoded",
+                "Referer": f"{scheme}://portal.example.com/admin/login/",
+                "X-Forwarded-For": "203.0.113.66",  # the client's own claim
+            },
+            body=urllib.parse.urlencode(
+                {
+                    "csrfmiddlewaretoken": token.group(1),
+                    "username": "ann",
+                    "password": "wrong-guess",
+                }
+            ),
+        )
+        assert status == 200  # the form again, with its error
+    finally:
+        proxy.send_signal(signal.SIGTERM)
+        proxy.wait(timeout=60)
+    assert list(AccessAttempt.objects.values_list("username", "ip_address")) == [("ann", CLIENT)]

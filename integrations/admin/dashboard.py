@@ -24,6 +24,7 @@ from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
 from integrations.admin import charts
+from integrations.client_address import proxy_setting_missing
 from integrations.dispatch.checks import PRIVATE_TARGETS_OPEN
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
@@ -40,6 +41,13 @@ from integrations.selectors.dashboard import (
     dashboard_overview,
 )
 from integrations.selectors.requests import AWAITING_CALLBACK_ATTENTION
+
+# Shown while this very page came through a proxy on this machine with the setting off.
+PROXY_SETTING_MISSING = (
+    "This page came through a proxy on this machine (X-Forwarded-For from loopback) but "
+    "DROPPORTAL_BEHIND_TLS_PROXY is off: every client counts as the proxy's address, so one "
+    "client's wrong passwords lock every staff member out. Set DROPPORTAL_BEHIND_TLS_PROXY=true."
+)
 
 
 @dataclass(frozen=True)
@@ -182,6 +190,7 @@ class Dashboard:
     add_broker_url: str | None = None
     health_attempts: str = f"{HEALTH_ATTEMPTS:,}"
     private_targets_open: str = ""  # the warning while the outbound filter is open
+    proxy_setting_missing: str = ""  # the warning while a proxy's clients all look like it
 
 
 class _Links:
@@ -255,6 +264,7 @@ def dashboard_context(request: HttpRequest) -> dict[str, Any]:
             private_targets_open=(
                 PRIVATE_TARGETS_OPEN if settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS else ""
             ),
+            proxy_setting_missing=PROXY_SETTING_MISSING if proxy_setting_missing(request) else "",
         )
     }
 

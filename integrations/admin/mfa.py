@@ -5,10 +5,14 @@ passed it this session is sent here by the admin site (``DropportalAdminSite``):
 
 - ``/admin/mfa/``: enter the code of the authenticator app, or one recovery code (used up);
 - ``/admin/mfa/enrol/``: the first time, the app's secret as a QR code, an ``otpauth://``
-  URI and in text; a code from the app confirms it, and the recovery codes are shown once.
+  URI and in text, this session's own; a code from the app and the password again confirm
+  it, and the recovery codes are shown once;
+- ``/admin/mfa/recovery-codes/``: once logged in, new recovery codes (the password again),
+  shown once; the old ones stop working.
 
-django-otp slows down repeated wrong codes per device; django-axes locks out repeated wrong
-passwords before this step.
+A wrong code slows down only the factor it was shaped for (``staff_mfa_verify``); django-axes
+locks out repeated wrong passwords before this step, and counts a wrong password asked again
+here as a failed login (a session left open is no way to guess the password).
 """
 
 from __future__ import annotations
@@ -16,12 +20,15 @@ from __future__ import annotations
 from base64 import b32encode
 from collections.abc import Callable
 from functools import wraps
-from typing import Any
+from typing import Any, TypeVar
 
 import django_otp
 import segno
+from axes.handlers.proxy import AxesProxyHandler
+from django import forms
 from django.contrib import admin
 from django.contrib.auth import logout
+from django.contrib.auth.signals import user_login_failed
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import resolve_url
@@ -37,6 +44,9 @@ from integrations.services.staff_mfa import (
     staff_mfa_enrol,
     staff_mfa_enrolled,
     staff_mfa_pending_device,
+    staff_mfa_recovery_codes_left,
+    staff_mfa_recovery_codes_renew,
+    staff_mfa_verify,
 )
 
 
@@ -59,12 +69,40 @@ def _staff_with_password(view: Callable[..., HttpResponse]) -> Callable[..., Htt
             return HttpResponseRedirect(resolve_url("admin:login"))
         return view(request, *args, **kwargs)
 
-    return never_cache(sensitive_post_parameters("otp_token")(guarded))
+    return never_cache(sensitive_post_parameters("otp_token", "password")(guarded))
 
 
 def _member(request: HttpRequest) -> Any:
     """The staff member who gave their password (``_staff_with_password`` checked it)."""
     return request.user
+
+
+def _session_key(request: HttpRequest) -> str:
+    if request.session.session_key is None:
+        request.session.save()
+    return str(request.session.session_key)
+
+
+def _error(exc: ValidationError) -> str:
+    return " ".join(m for messages in exc.message_dict.values() for m in messages)
+
+
+_T = TypeVar("_T")
+_LOCKED_OUT = "Too many wrong passwords for this account: try again in 15 minutes."
+
+
+def _password_again(request: HttpRequest, call: Callable[[], _T]) -> _T:
+    """``call``, a service that checks the password asked again, under the login's lockout:
+    refused while locked out, and a wrong password counts as a failed login."""
+    credentials = {"username": _member(request).get_username()}
+    if not AxesProxyHandler.is_allowed(request, credentials):
+        raise ValidationError({"password": _LOCKED_OUT})
+    try:
+        return call()
+    except ValidationError as exc:
+        if "password" in exc.message_dict:
+            user_login_failed.send(sender=__name__, credentials=credentials, request=request)
+        raise
 
 
 def _render(request: HttpRequest, template: str, **context: Any) -> TemplateResponse:
@@ -81,8 +119,7 @@ def mfa_verify_view(request: HttpRequest) -> HttpResponse:
         return HttpResponseRedirect(f"{reverse('admin:mfa_enrol')}?next={_next_url(request)}")
     error = ""
     if request.method == "POST":
-        token = (request.POST.get("otp_token") or "").strip().replace(" ", "")
-        device = django_otp.match_token(request.user, token) if token else None
+        device = staff_mfa_verify(user=_member(request), token=request.POST.get("otp_token") or "")
         if device is not None:
             django_otp.login(request, device)
             request.session.cycle_key()  # a new session id once fully authenticated
@@ -95,18 +132,23 @@ def mfa_verify_view(request: HttpRequest) -> HttpResponse:
 def mfa_enrol_view(request: HttpRequest) -> HttpResponse:
     if staff_mfa_enrolled(_member(request)):
         return HttpResponseRedirect(f"{reverse('admin:mfa_verify')}?next={_next_url(request)}")
-    device = staff_mfa_pending_device(user=_member(request))
+    session_key = _session_key(request)
+    device = staff_mfa_pending_device(user=_member(request), session_key=session_key)
     error = ""
     if request.method == "POST":
         try:
-            codes = staff_mfa_enrol(
-                user=_member(request),
-                device=device,
-                token=request.POST.get("otp_token") or "",
-                actor=staff_actor(request),
+            codes = _password_again(
+                request,
+                lambda: staff_mfa_enrol(
+                    user=_member(request),
+                    session_key=session_key,
+                    token=request.POST.get("otp_token") or "",
+                    password=request.POST.get("password") or "",
+                    actor=staff_actor(request),
+                ),
             )
         except ValidationError as exc:
-            error = " ".join(exc.message_dict.get("token", exc.messages))
+            error = _error(exc)
         else:
             device.refresh_from_db()
             django_otp.login(request, device)
@@ -126,6 +168,46 @@ def mfa_enrol_view(request: HttpRequest) -> HttpResponse:
         uri=uri,
         qr_svg=segno.make(uri, error="m").svg_inline(scale=5, dark="#1f2937"),
         error=error,
+    )
+
+
+class _PasswordAgainForm(forms.Form):
+    password = forms.CharField(
+        label="Your password", strip=False, widget=forms.PasswordInput(render_value=False)
+    )
+
+
+@sensitive_post_parameters("password")
+def mfa_recovery_codes_view(request: HttpRequest) -> HttpResponse:
+    """New recovery codes for a fully logged-in staff member (behind ``admin_view``); the
+    password again, so that a session left open does not yield lasting second factors."""
+    form = _PasswordAgainForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            codes = _password_again(
+                request,
+                lambda: staff_mfa_recovery_codes_renew(
+                    user=_member(request),
+                    password=form.cleaned_data["password"],
+                    actor=staff_actor(request),
+                ),
+            )
+        except ValidationError as exc:
+            form.add_error("password", _error(exc))
+        else:
+            return _render(
+                request,
+                "admin/mfa/recovery_codes.html",
+                title="Your new recovery codes",
+                codes=codes,
+                renewed=True,
+            )
+    return _render(
+        request,
+        "admin/mfa/recovery_codes_renew.html",
+        title="New recovery codes",
+        form=form,
+        remaining=staff_mfa_recovery_codes_left(_member(request)),
     )
 
 

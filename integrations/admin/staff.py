@@ -8,7 +8,9 @@ changed fields and the account's roles afterwards, never a password or its hash:
     group.added / group.changed / group.deleted                  subject: the group name
 
 Who may grant a role is itself something an auditor asks about. A superuser may reset a staff
-member's two-factor authentication (a lost phone): they enrol again at their next login.
+member's two-factor authentication (a lost phone): they enrol again at their next login. A
+reset of the factor or of the password ends every session of that member and is its own
+ledger event (``staff_user.mfa_reset``, ``staff_user.password_reset``) naming the superuser.
 django-otp's own device admins are not offered (``dropportal.apps``): they would show TOTP seeds
 and recovery codes.
 """
@@ -24,12 +26,12 @@ from django.contrib.auth.models import Group, User
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import Model, QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 
 from integrations.admin.actors import staff_actor
 from integrations.ledger_kinds import ledger_kind_compose
 from integrations.services.ledger import ledger_event_append
-from integrations.services.staff_mfa import staff_mfa_reset
+from integrations.services.staff_mfa import staff_mfa_reset, staff_password_reset_record
 
 
 def _changed_fields(message: Any) -> list[str]:
@@ -99,7 +101,11 @@ class StaffUserAdmin(_LedgeredAdmin, UserAdmin):
         if not request.user.is_superuser:
             raise PermissionDenied
         for user in queryset:
-            staff_mfa_reset(user=user, actor=staff_actor(request))
+            staff_mfa_reset(
+                user=user,
+                actor=staff_actor(request),
+                keep_session_key=request.session.session_key,
+            )
         self.message_user(
             request,
             f"Two-factor authentication reset for {queryset.count()} account(s).",
@@ -118,7 +124,16 @@ class StaffUserAdmin(_LedgeredAdmin, UserAdmin):
         self, request: HttpRequest, id: str, form_url: str = ""
     ) -> HttpResponse:
         with transaction.atomic():  # the new password and its ledger event, together
-            return super().user_change_password(request, id, form_url)
+            response = super().user_change_password(request, id, form_url)
+            if request.method == "POST" and isinstance(response, HttpResponseRedirect):
+                # Saved (an invalid form renders the page again): their sessions end, but
+                # the superuser's own when they set their own password.
+                staff_password_reset_record(
+                    user=User.objects.get(pk=id),
+                    actor=staff_actor(request),
+                    keep_session_key=request.session.session_key,
+                )
+            return response
 
 
 @admin.register(Group)

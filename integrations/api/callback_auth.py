@@ -49,7 +49,6 @@ refused by it.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import threading
 import time
@@ -68,7 +67,7 @@ from integrations.api.authentication import ApiKeyAuthentication
 from integrations.api.errors import Problem
 from integrations.api.json_body import json_body
 from integrations.api.permissions import HasScope
-from integrations.client_address import client_address
+from integrations.client_address import client_network
 from integrations.dispatch import signing
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import ApiKey, ApiKeyScope, DeletionRequest, Integration, IntegrationKind
@@ -205,17 +204,9 @@ UNAUTHENTICATED = _Rejections()
 
 
 def throttle_address(request: HttpRequest | Request) -> str:
-    """The address a throttle counts: the client's, an IPv6 address by its /64."""
-    address = client_address(request) or "unknown"
-    try:
-        ip = ipaddress.ip_address(address)
-    except ValueError:
-        return address
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped is not None:
-            return str(ip.ipv4_mapped)
-        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
-    return str(ip)
+    """The address a throttle counts: the client's, an IPv6 address by its /64 (the same
+    grouping as the staff login's lockout)."""
+    return client_network(request) or "unknown"
 
 
 class SignedCallbackView(APIView):

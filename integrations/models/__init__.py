@@ -40,6 +40,7 @@ from integrations.models.requests import (
     SaasDeletion,
 )
 from integrations.models.shown_once import SHOWN_ONCE_TTL, ShownOnceSecret
+from integrations.models.staff_mfa import StaffRecoveryCodes, StaffTotpDevice
 
 __all__ = [
     "DROP_CAPABILITIES",
@@ -80,6 +81,8 @@ __all__ = [
     "SaasConnection",
     "SaasDeletion",
     "ShownOnceSecret",
+    "StaffRecoveryCodes",
+    "StaffTotpDevice",
     "UnreadableWorkItem",
     "WorkItem",
     "WorkItemState",

@@ -1,60 +1,108 @@
-"""Staff multi-factor authentication (django-otp): a TOTP app, and single-use recovery codes.
+"""Staff multi-factor authentication: a TOTP app and single-use recovery codes (django-otp
+devices of ``models/staff_mfa.py``, their secrets encrypted), and the resets of a lost factor
+or password.
 
 Each change is one transaction with its ledger event (never a code or a seed)::
 
-    device = staff_mfa_pending_device(user=user)          # its seed is shown for enrolment
-    codes = staff_mfa_enrol(user=user, device=device, token="123456", actor="staff:ann")
+    device = staff_mfa_pending_device(user=user, session_key=key)  # this session's own seed
+    codes = staff_mfa_enrol(user=user, session_key=key, token="123456", password=pw,
+                            actor="staff:ann")
+    device = staff_mfa_verify(user=user, token="123456")  # or a recovery code; None: refused
     staff_mfa_reset(user=user, actor="staff:root")        # lost phone: enrol again
+    staff_password_reset_record(user=user, actor="staff:root")  # after the admin set it
+
+An enrolment belongs to the session that started it, and asks for the password again: a
+session opened with a leaked or since-reset password cannot take over an account that has no
+second factor yet. A reset (of the factor or of the password) ends every session of the user.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import hashlib
+
 from django.conf import settings
+from django.contrib.auth import SESSION_KEY, get_user_model
 from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.sessions.models import Session
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django_otp import user_has_device
-from django_otp.plugins.otp_static.models import StaticDevice, StaticToken
-from django_otp.plugins.otp_totp.models import TOTPDevice
+from django.utils import timezone
+from django_otp.plugins.otp_static.models import StaticToken
+from django_otp.util import random_hex
 
 from integrations.ledger_kinds import LedgerKind
+from integrations.models import StaffRecoveryCodes, StaffTotpDevice
 from integrations.services.ledger import ledger_event_append
 
 RECOVERY_CODES = 10
+RECOVERY_CODE_LENGTH = 8  # django-otp's random_token(): 8 base32 letters, never an app's 6 digits
 TOTP_DEVICE_NAME = "authenticator app"
 RECOVERY_DEVICE_NAME = "recovery codes"
+TOTP_SEED_BYTES = 20  # django-otp's default, what authenticator apps expect
 
 
 def staff_mfa_required(user: AbstractBaseUser) -> bool:
     """Whether this staff member must pass a second factor: always in a real deployment
     (``DROPPORTAL_STAFF_MFA_REQUIRED``), and whenever they enrolled."""
-    return bool(settings.DROPPORTAL_STAFF_MFA_REQUIRED) or user_has_device(user)
+    return bool(settings.DROPPORTAL_STAFF_MFA_REQUIRED) or staff_mfa_enrolled(user)
 
 
 def staff_mfa_enrolled(user: AbstractBaseUser) -> bool:
-    return TOTPDevice.objects.devices_for_user(user, confirmed=True).exists()
+    # Only our devices: django-otp's own (clear) ones are emptied by migration 0016.
+    return StaffTotpDevice.objects.filter(user=user, confirmed=True).exists()
 
 
-def staff_mfa_pending_device(*, user: AbstractBaseUser) -> TOTPDevice:
-    """The unconfirmed TOTP device being enrolled (the same one until it is confirmed)."""
+def _digest(session_key: str) -> str:
+    return hashlib.sha256(session_key.encode()).hexdigest()
+
+
+def staff_mfa_pending_device(*, user: AbstractBaseUser, session_key: str) -> StaffTotpDevice:
+    """The TOTP device this session is enrolling: its own seed, made on first use and the
+    same until confirmed. Another session of the account gets another one."""
+    digest = _digest(session_key)
+    stale = timezone.now() - dt.timedelta(seconds=settings.SESSION_COOKIE_AGE)
     with transaction.atomic():
-        device = TOTPDevice.objects.devices_for_user(user, confirmed=False).first()
+        StaffTotpDevice.objects.filter(user=user, confirmed=False, created_at__lt=stale).delete()
+        device = StaffTotpDevice.objects.filter(
+            user=user, confirmed=False, enrolling_session_digest=digest
+        ).first()
         if device is None:
-            device = TOTPDevice.objects.create(user=user, name=TOTP_DEVICE_NAME, confirmed=False)
+            device = StaffTotpDevice.objects.create(
+                user=user,
+                name=TOTP_DEVICE_NAME,
+                confirmed=False,
+                seed=random_hex(TOTP_SEED_BYTES),
+                enrolling_session_digest=digest,
+            )
     return device
 
 
 def staff_mfa_enrol(
-    *, user: AbstractBaseUser, device: TOTPDevice, token: str, actor: str
+    *, user: AbstractBaseUser, session_key: str, token: str, password: str, actor: str
 ) -> list[str]:
-    """Confirm ``device`` with a code it shows; returns new recovery codes (show them once)."""
+    """Confirm this session's pending device with a code it shows and the account's password
+    again; returns new recovery codes (show them once)."""
     with transaction.atomic():
-        device = TOTPDevice.objects.select_for_update().get(pk=device.pk, user=user)
+        # One enrolment at a time per account: the second one finds the first confirmed.
+        get_user_model().objects.select_for_update().filter(pk=user.pk).first()
+        if not user.check_password(password or ""):
+            raise ValidationError({"password": "that is not the account's password"})
+        if staff_mfa_enrolled(user):
+            raise ValidationError({"token": "two-factor authentication is already set up"})
+        device = (
+            StaffTotpDevice.objects.select_for_update()
+            .filter(user=user, confirmed=False, enrolling_session_digest=_digest(session_key))
+            .first()
+        )
+        if device is None:
+            raise ValidationError({"token": "this set-up expired: start again"})
         if not device.verify_token((token or "").strip().replace(" ", "")):
             raise ValidationError({"token": "that code does not match: try the current one"})
-        TOTPDevice.objects.filter(user=user).exclude(pk=device.pk).delete()
+        StaffTotpDevice.objects.filter(user=user).exclude(pk=device.pk).delete()
         device.confirmed = True
-        device.save(update_fields=["confirmed"])
+        device.enrolling_session_digest = ""
+        device.save(update_fields=["confirmed", "enrolling_session_digest"])
         codes = _recovery_codes_replace(user)
         ledger_event_append(
             kind=LedgerKind.STAFF_USER_MFA_ENROLLED,
@@ -65,9 +113,42 @@ def staff_mfa_enrol(
     return codes
 
 
-def staff_mfa_recovery_codes_renew(*, user: AbstractBaseUser, actor: str) -> list[str]:
-    """New recovery codes; the old ones stop working."""
+def staff_mfa_verify(
+    *, user: AbstractBaseUser, token: str
+) -> StaffTotpDevice | StaffRecoveryCodes | None:
+    """The device ``token`` passes, or None. Only the factor the token is shaped for is tried
+    (a recovery code's length: the recovery codes; otherwise the app's six digits) and so only
+    that one is slowed down by a wrong try: wrong recovery codes never lock the owner's app
+    out, nor the reverse. The device's row is locked while it checks, so one code is never
+    accepted twice."""
+    token = (token or "").strip().replace(" ", "").lower()
+    if not token:
+        return None
+    model: type[StaffTotpDevice | StaffRecoveryCodes] = (
+        StaffRecoveryCodes if len(token) == RECOVERY_CODE_LENGTH else StaffTotpDevice
+    )
     with transaction.atomic():
+        device = model.objects.select_for_update().filter(user=user, confirmed=True).first()
+        # A refused try commits its throttle count with this transaction.
+        if device is None or not device.verify_token(token):
+            return None
+    return device
+
+
+def staff_mfa_recovery_codes_left(user: AbstractBaseUser) -> int:
+    codes = StaffRecoveryCodes.objects.filter(user=user, confirmed=True).first()
+    return codes.remaining if codes else 0
+
+
+def staff_mfa_recovery_codes_renew(
+    *, user: AbstractBaseUser, password: str, actor: str
+) -> list[str]:
+    """New recovery codes, with the account's password again; the old ones stop working."""
+    with transaction.atomic():
+        if not user.check_password(password or ""):
+            raise ValidationError({"password": "that is not the account's password"})
+        if not staff_mfa_enrolled(user):
+            raise ValidationError({"password": "set up two-factor authentication first"})
         codes = _recovery_codes_replace(user)
         ledger_event_append(
             kind=LedgerKind.STAFF_USER_MFA_RECOVERY_CODES_RENEWED,
@@ -78,23 +159,57 @@ def staff_mfa_recovery_codes_renew(*, user: AbstractBaseUser, actor: str) -> lis
     return codes
 
 
-def staff_mfa_reset(*, user: AbstractBaseUser, actor: str) -> int:
-    """Remove every second factor of ``user`` (they enrol again at their next login)."""
+def staff_mfa_reset(
+    *, user: AbstractBaseUser, actor: str, keep_session_key: str | None = None
+) -> int:
+    """Remove every second factor of ``user`` and end their sessions (but the resetting
+    superuser's own, ``keep_session_key``): they log in and enrol again."""
     with transaction.atomic():
-        removed, _ = TOTPDevice.objects.filter(user=user).delete()
-        removed_static, _ = StaticDevice.objects.filter(user=user).delete()
+        removed, _ = StaffTotpDevice.objects.filter(user=user).delete()
+        removed_codes, _ = StaffRecoveryCodes.objects.filter(user=user).delete()
+        ended = _sessions_end(user, keep_session_key=keep_session_key)
         ledger_event_append(
             kind=LedgerKind.STAFF_USER_MFA_RESET,
             subject=user.get_username(),
             actor=actor,
-            data={"devices_removed": removed + removed_static},
+            data={"devices_removed": removed + removed_codes, "sessions_ended": ended},
         )
-    return removed + removed_static
+    return removed + removed_codes
+
+
+def staff_password_reset_record(
+    *, user: AbstractBaseUser, actor: str, keep_session_key: str | None = None
+) -> int:
+    """After a superuser set ``user``'s password: end their sessions (a session opened with
+    the old password must not enrol or act after it) and record who did it. Call it in the
+    transaction that saved the password. Returns the number of sessions ended."""
+    with transaction.atomic():
+        ended = _sessions_end(user, keep_session_key=keep_session_key)
+        ledger_event_append(
+            kind=LedgerKind.STAFF_USER_PASSWORD_RESET,
+            subject=user.get_username(),
+            actor=actor,
+            data={"sessions_ended": ended},
+        )
+    return ended
+
+
+def _sessions_end(user: AbstractBaseUser, *, keep_session_key: str | None) -> int:
+    # Sessions are stored signed, not indexed by user: staff sessions are few, read them all.
+    theirs = [
+        session.session_key
+        for session in Session.objects.filter(expire_date__gt=timezone.now())
+        if session.get_decoded().get(SESSION_KEY) == str(user.pk)
+        and session.session_key != keep_session_key
+    ]
+    Session.objects.filter(session_key__in=theirs).delete()
+    return len(theirs)
 
 
 def _recovery_codes_replace(user: AbstractBaseUser) -> list[str]:
-    StaticDevice.objects.filter(user=user).delete()
-    device = StaticDevice.objects.create(user=user, name=RECOVERY_DEVICE_NAME, confirmed=True)
+    StaffRecoveryCodes.objects.filter(user=user).delete()
     codes = [StaticToken.random_token() for _ in range(RECOVERY_CODES)]
-    StaticToken.objects.bulk_create(StaticToken(device=device, token=code) for code in codes)
+    StaffRecoveryCodes.objects.create(
+        user=user, name=RECOVERY_DEVICE_NAME, confirmed=True, codes=" ".join(codes)
+    )
     return codes

@@ -85,10 +85,16 @@ def credentials(broker: Broker, make_key: Callable[..., CreatedApiKey]) -> list[
     stored += [i.webhook_secret for i in (world.integration, token_isi, oauth_isi)]
     # A staff member's TOTP seed and recovery codes are credentials too.
     enrolled = User.objects.create_user("enrolled", password="pw-123-enrolled", is_staff=True)
-    device = staff_mfa_pending_device(user=enrolled)
+    device = staff_mfa_pending_device(user=enrolled, session_key="enrolling")
     totp = TOTP(device.bin_key, device.step, device.t0, device.digits, device.drift)
-    codes = staff_mfa_enrol(user=enrolled, device=device, token=f"{totp.token():06d}", actor="test")
-    return [*stored, api_key, device.key, b32encode(device.bin_key).decode(), *codes]
+    codes = staff_mfa_enrol(
+        user=enrolled,
+        session_key="enrolling",
+        token=f"{totp.token():06d}",
+        password="pw-123-enrolled",
+        actor="test",
+    )
+    return [*stored, api_key, device.seed, b32encode(device.bin_key).decode(), *codes]
 
 
 def _login(client: Client, role: str) -> Client:

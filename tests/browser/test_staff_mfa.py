@@ -1,5 +1,6 @@
 """A staff member's first login in a real browser, with MFA required (DATABASE_URL is set):
-the password, then the guided enrolment (QR code, secret), then the recovery codes, then in."""
+the password, then the guided enrolment (QR code, secret, the password again), then the
+recovery codes, then in."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ def test_a_first_login_enrols_an_authenticator_app(
     screenshot(page, "mfa-enrolment.png")
     code = TOTP(b32decode(secret)).token()
     page.get_by_label("Code from the app").fill(f"{code:06d}")
+    page.get_by_label("Your password, again").fill(PASSWORD)
     page.get_by_role("button", name="Confirm and continue").click()
 
     expect(page.locator(".dp-recovery-codes li")).to_have_count(10)

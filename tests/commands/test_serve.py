@@ -55,6 +55,40 @@ def test_a_port_in_use_is_refused_in_one_line_before_anything_starts(held_port: 
         call_command("serve", bind=f"127.0.0.1:{held_port}")
 
 
+def test_off_loopback_the_embedded_database_is_refused_in_one_line(settings) -> None:
+    # The embedded database (no DATABASE_URL): MFA is optional, so the admin must stay local.
+    settings.DROPPORTAL_STAFF_MFA_REQUIRED = False
+    settings.DROPPORTAL_PUBLIC_URL = "https://portal.example.com"
+    for everywhere in ("0.0.0.0:8000", ":8000", "[::]:8000"):  # ":8000": gunicorn's every address
+        with pytest.raises(CommandError, match=r"^refusing to serve on .*DATABASE_URL"):
+            call_command("serve", bind=everywhere)
+
+
+def test_off_loopback_a_plain_http_public_url_exits_non_zero_in_one_line() -> None:
+    # DATABASE_URL is set (MFA required) but the public URL is the default, plain http on
+    # loopback (which start-up's own check lets through): the network would see it in clear.
+    refused = subprocess.run(
+        [sys.executable, "manage.py", "serve", "--bind", "0.0.0.0:8000"],
+        cwd=settings.BASE_DIR,
+        env={k: v for k, v in subprocess_env().items() if k != "DROPPORTAL_PUBLIC_URL"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert refused.returncode != 0
+    assert refused.stderr.strip().startswith("CommandError: refusing to serve on 0.0.0.0:8000")
+    assert "https DROPPORTAL_PUBLIC_URL" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+
+
+def test_off_loopback_with_mfa_and_https_goes_on_to_bind(settings, held_port: int) -> None:
+    settings.DROPPORTAL_STAFF_MFA_REQUIRED = True
+    settings.DROPPORTAL_PUBLIC_URL = "https://portal.example.com"
+    # Past the check: the next refusal is the port held on every address of this machine.
+    with pytest.raises(CommandError, match=rf"cannot serve on 0.0.0.0:{held_port}: "):
+        call_command("serve", bind=f"0.0.0.0:{held_port}")
+
+
 def _get(url: str, **headers: str) -> tuple[int, bytes]:
     request = urllib.request.Request(url, headers=headers)  # noqa: S310
     try:

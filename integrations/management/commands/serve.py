@@ -4,6 +4,10 @@ gunicorn on 127.0.0.1:8000 together with one job worker; Ctrl-C stops both.
 The web processes and the worker share their Prometheus counters through
 ``PROMETHEUS_MULTIPROC_DIR`` (``var/prometheus`` unless set), emptied at each start.
 
+Off loopback (``--bind 0.0.0.0:8000``) it serves only when every staff login needs a second
+factor (``DATABASE_URL`` set) and ``DROPPORTAL_PUBLIC_URL`` is https: on the embedded database
+MFA is optional, and plain http would carry passwords and session cookies in clear.
+
 First run only: migrates, collects static files, and creates a staff login (from
 ``DJANGO_SUPERUSER_USERNAME``/``DJANGO_SUPERUSER_PASSWORD`` if set, else ``admin`` with a
 generated password printed once).
@@ -20,12 +24,14 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from integrations.client_address import is_loopback_host
 from integrations.management.base import refuse_unreadable_secrets
 
 _CLEAN = (0, -signal.SIGTERM, -signal.SIGINT)
@@ -41,6 +47,21 @@ def _host_port(bind: str) -> tuple[str, int]:
         return host or "127.0.0.1", int(port)
     except ValueError:
         raise CommandError(f"--bind takes host:port, not {bind!r}") from None
+
+
+def _refuse_if_open_without_mfa_and_https(bind: str) -> None:
+    _host_port(bind)  # a malformed --bind is refused as such
+    host = bind.rpartition(":")[0].strip("[]")  # as gunicorn reads it: "" is every address
+    if host and is_loopback_host(host):
+        return
+    https = urlsplit(settings.DROPPORTAL_PUBLIC_URL).scheme == "https"
+    if settings.DROPPORTAL_STAFF_MFA_REQUIRED and https:
+        return
+    raise CommandError(
+        f"refusing to serve on {bind}: off loopback the admin needs two-factor authentication "
+        "for every staff login (set DATABASE_URL) and an https DROPPORTAL_PUBLIC_URL; "
+        "or pass --bind 127.0.0.1:8000"
+    )
 
 
 def _refuse_if_taken(bind: str) -> None:
@@ -75,6 +96,7 @@ class Command(BaseCommand):
         parser.add_argument("--web-workers", type=int, default=2)
 
     def handle(self, *args: Any, **options: Any) -> None:
+        _refuse_if_open_without_mfa_and_https(options["bind"])
         _refuse_if_taken(options["bind"])
         call_command("migrate", interactive=False, verbosity=0)
         refuse_unreadable_secrets()
