@@ -29,6 +29,7 @@ from procrastinate.contrib.django.models import ProcrastinateJob
 
 from devtools.drop_simulator import DropSimulator, work_items
 from integrations import tasks
+from integrations.dispatch.alerts import AlertNotSent, alert_send
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     AlertState,
@@ -127,6 +128,7 @@ def channels(
     settings.EMAIL_PORT = inbox.port
     settings.DROPPORTAL_ALERT_EMAILS = [RECIPIENT]
     settings.DROPPORTAL_ALERT_WEBHOOK_URL = webhook[0]
+    settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = True  # the webhook listens on loopback
     return inbox, webhook[1]
 
 
@@ -251,6 +253,23 @@ def test_a_webhook_that_fails_is_retried_by_the_job(settings: Any, broker: Broke
     job = ProcrastinateJob.objects.get(task_name="integrations.tasks.send_alert")
     assert job.status == "todo"  # failed once, scheduled again
     assert job.attempts == 1
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_the_alert_webhook_goes_through_the_outbound_filter(
+    settings: Any, webhook: tuple[str, list[dict[str, Any]]], scheme: str
+) -> None:
+    # The same loopback endpoint that takes alerts while private targets are allowed.
+    url, received = webhook
+    settings.DROPPORTAL_ALERT_WEBHOOK_URL = url.replace("http://", f"{scheme}://", 1)
+    settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = False
+
+    with pytest.raises(AlertNotSent) as refused:
+        alert_send(channel="webhook", text="[dropportal] ALERT: test", alert={"key": "k"})
+
+    expected = "plain http not allowed" if scheme == "http" else "127.0.0.1"
+    assert expected in str(refused.value)
+    assert received == []
 
 
 def test_cycles_due_alert_at_7_days_and_again_at_2_while_statuses_are_owed(
