@@ -808,9 +808,7 @@ def test_an_address_refused_too_often_gets_429_and_valid_keys_cost_it_nothing(
     body = body_for(dispatched)
     flood = {"REMOTE_ADDR": "203.0.113.7"}
     # A broker's own callbacks never take a token of its address.
-    valid = [
-        put(DELETION, body, key=side.key, secret=side.secret, headers=flood) for _ in range(3)
-    ]
+    valid = [put(DELETION, body, key=side.key, secret=side.secret, headers=flood) for _ in range(3)]
 
     answers = [
         put(DELETION, body, key=f"dpk_guess-{n}", secret=None, headers=flood) for n in range(4)
