@@ -255,6 +255,26 @@ def test_a_webhook_that_fails_is_retried_by_the_job(settings: Any, broker: Broke
     assert job.attempts == 1
 
 
+def test_an_alert_text_keeps_no_query_string(
+    channels: tuple[Inbox, list[dict[str, Any]]], broker: Broker
+) -> None:
+    inbox, hooks = channels
+    integration = webhook_integration_for(broker, "https://crm.acme.test/drop").integration
+    integration_disable(
+        integration=integration,
+        reason="410 Gone from HTTPS://crm.acme.test/drop?token=s3cr3t at 12:00 UTC",
+        actor="test",
+    )
+
+    evaluate_and_send()
+
+    (state,) = AlertState.objects.all()
+    assert "(410 Gone from https://crm.acme.test/drop at 12:00 UTC)" in state.text
+    sent = json.dumps([hooks, inbox.subjects(), [str(m) for m in inbox.messages]])
+    assert "s3cr3t" not in sent and "s3cr3t" not in state.text
+    assert "https://crm.acme.test/drop at 12:00" in hooks[0]["text"]
+
+
 @pytest.mark.parametrize("scheme", ["http", "https"])
 def test_the_alert_webhook_goes_through_the_outbound_filter(
     settings: Any, webhook: tuple[str, list[dict[str, Any]]], scheme: str
