@@ -627,6 +627,21 @@ def test_resolved_identifiers_are_kept_encrypted_and_start_one_saas_deletion_per
     assert "Ann.Smith" not in json.dumps(event.data)
 
 
+def test_a_category_keyed_by_an_identifier_is_ledgered_by_its_length(
+    side: Broker_, notified: ResolutionRequest
+) -> None:
+    saas_connection(side.integration.broker, "https://api.mailer.example/erase", name="Mailer")
+    body = resolution_body(notified)
+    body["identifiers"]["alice@example.com"] = [{"alice@example.com": "true"}]
+
+    response = put(RESOLUTION, body, key=side.key, secret=side.secret)
+
+    assert response.status_code == 200, response.content
+    event = LedgerEvent.objects.get(kind="resolution_request.outcome_recorded")
+    assert event.data["identifiers"] == {"email": 1, "phone": 1, "<key of 17 characters>": 1}
+    assert "alice" not in json.dumps(list(LedgerEvent.objects.values_list("data", flat=True)))
+
+
 @pytest.mark.parametrize(
     "answer",
     [{"drop_outcome": "opted_out"}, {"drop_outcome": "exempt", "exemption_basis": "glba"}],
