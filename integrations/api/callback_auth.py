@@ -360,7 +360,7 @@ class SignedCallbackView(APIView):
             return
         ledger_event_append(
             kind=LedgerKind.CALLBACK_REJECTED,
-            broker_id=api_key.broker.broker_id,
+            broker_id=api_key.broker.broker_id if api_key.broker else "",
             subject=getattr(self, "subject", ""),
             actor=f"apikey:{api_key.prefix}",
             data=data,

@@ -877,3 +877,17 @@ def test_behind_the_tls_proxy_the_throttle_counts_the_forwarded_address(settings
     settings.DROPPORTAL_BEHIND_TLS_PROXY = True
     # The proxy's own entry, never the client's claim before it.
     assert callback_auth.throttle_address(request) == "203.0.113.7"
+
+
+def test_a_metrics_key_of_every_broker_is_refused_on_a_callback(
+    side: Broker_, dispatched: DeletionRequest
+) -> None:
+    every_broker = api_key_create(broker=None, scopes=["metrics"], actor="test").key
+
+    response = put(DELETION, body_for(dispatched), key=every_broker, secret=side.secret)
+
+    assert (response.status_code, response.json()["code"]) == (403, "scope_missing")
+    event = LedgerEvent.objects.get(kind="callback.rejected")
+    assert event.broker_id == ""
+    dispatched.refresh_from_db()
+    assert dispatched.state == RequestState.DISPATCHED
