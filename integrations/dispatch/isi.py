@@ -218,8 +218,6 @@ def _first_error(detail: Any, path: str = "") -> str:
     identifier: ``{"ann@x.com": ...}``)."""
     if isinstance(detail, dict):
         key, value = next(iter(detail.items()))
-        if isinstance(key, str) and key.isdigit():
-            key = int(key)  # DRF keys a list's items by their index as text
         if not isinstance(key, int):
             key = masking.masked_key(key, masking.PROTOCOL_NAMES | masking.IDENTIFIER_TYPES)
         step = f"[{key}]" if isinstance(key, int) else (f".{key}" if path else str(key))

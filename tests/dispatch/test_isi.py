@@ -387,23 +387,27 @@ def test_an_identifiers_answer_keyed_by_identifiers_is_kept_and_ledgered_masked(
     assert "example.com" not in kept
 
 
+@pytest.mark.parametrize("key", ["ann@example.com", "4155559317"])
 def test_a_wrong_shape_keyed_by_an_identifier_is_named_by_its_length(
-    broker: Any, api: IsiSimulator, connection_a: IsiConnection
+    broker: Any, api: IsiSimulator, connection_a: IsiConnection, key: str
 ) -> None:
     saas_connection(broker, "https://api.mailer.example/erase")
-    answer = b'{"identifiers": {"ann@example.com": [{"email": 5}]}}'
+    answer = json.dumps({"identifiers": {key: [{"email": 5}]}}).encode()
     api.answer_next("identifiers", Reply(200, answer))
     resolution = isi_resolution_request(connection_a)
 
     assert resolution_requests_deliver(request_ids=[resolution.pk]) == {"retry": 1}
 
     (attempt,) = resolution.delivery_attempts.all()
-    error = "identifiers have the wrong shape: <key of 15 characters>[0].email: Not a valid string."
+    error = (
+        f"identifiers have the wrong shape: <key of {len(key)} characters>[0].email: "
+        "Not a valid string."
+    )
     assert attempt.error == error
     resolution.refresh_from_db()
     assert resolution.last_error == f"200: {error}"
     kept = json.dumps(list(LedgerEvent.objects.values_list("data"))) + attempt.response_body
-    assert "ann@example.com" not in kept
+    assert key not in kept
 
 
 WRONG_SHAPES: dict[str, tuple[Reply, str]] = {
