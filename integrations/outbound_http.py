@@ -13,8 +13,8 @@ What it guarantees (docs/contracts.md §6):
   address is checked, and the connection is pinned to that address (no DNS rebinding between
   check and connect). On top of its private/loopback/multicast check we refuse reserved,
   link-local, site-local and otherwise non-global addresses, and plain ``http``. All of this
-  happens before any connection is opened. ``allow_private=True`` (development and tests, and
-  the operator's own alert endpoint) turns the filtering off.
+  happens before any connection is opened. ``allow_private=True`` (development and tests:
+  ``DROPPORTAL_ALLOW_PRIVATE_TARGETS``) turns the filtering off, for every call alike.
 - Redirects are never followed: a 3xx is a failed attempt.
 - 5 s to connect, 15 s in all by the wall clock, whatever the peer does: name resolution,
   connecting, the TLS handshake, the response headers and the body all fit in the total

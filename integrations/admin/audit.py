@@ -4,7 +4,8 @@
     GET  /admin/evidence/                        the export form and the public key
     POST /admin/evidence/                        the pack (ZIP), an ``evidence.exported`` event
 
-Both need the view permissions Auditors hold; nothing here writes but the export's event.
+The figures need the view permissions of the cycle; the evidence page needs the export
+permission only Auditors (and superusers) hold. Nothing here writes but the export's event.
 """
 
 from __future__ import annotations
@@ -29,7 +30,11 @@ from integrations.selectors.drop_metrics import METRIC_FIGURES, drop_metrics
 from integrations.services.evidence import evidence_pack_export, evidence_public_key_pem
 
 METRICS_PERMISSIONS = ("integrations.view_workitem", "integrations.view_dropcycle")
+# Held by Auditors (migration 0016): every export of the ledger, the outcome history or an
+# evidence pack needs it, and is itself a ledger event.
+AUDIT_EXPORT_PERMISSION = "integrations.export_audit_records"
 EVIDENCE_PERMISSIONS = (
+    AUDIT_EXPORT_PERMISSION,
     "integrations.view_ledgerevent",
     "integrations.view_deletionrequest",
     "integrations.view_reportfile",

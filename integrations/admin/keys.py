@@ -1,4 +1,10 @@
-"""API keys in the admin: the clear key is shown once, right after creation."""
+"""API keys in the admin: the clear key is shown once, right after creation.
+
+Who mints which key: whoever may add keys (Connections managers) mints ``webhook_callback``,
+``ingest`` and ``metrics`` keys of a broker; only Auditors (``add_audit_apikey``) mint
+``audit`` keys, which read every outcome of the broker; only a superuser mints a ``metrics``
+key without a broker, which sees every broker's series (the operator's own Prometheus).
+"""
 
 from __future__ import annotations
 
@@ -15,15 +21,52 @@ from integrations.admin.shown_once import SecretShownOnce, show_once
 from integrations.models import ApiKey, ApiKeyScope
 from integrations.services.keys import api_key_create, api_key_revoke
 
+AUDIT_KEY_PERMISSION = "integrations.add_audit_apikey"
+EVERY_BROKER_HELP = (
+    "Leave empty only for a metrics key that sees every broker's series (your own "
+    "Prometheus); a broker's key sees its broker's only."
+)
+
+
+def mintable_scopes(user: Any) -> list[str]:
+    """The scopes ``user`` may give a new key."""
+    scopes = []
+    if user.has_perm("integrations.add_apikey"):
+        scopes += [ApiKeyScope.WEBHOOK_CALLBACK, ApiKeyScope.INGEST, ApiKeyScope.METRICS]
+    if user.has_perm(AUDIT_KEY_PERMISSION):
+        scopes.append(ApiKeyScope.AUDIT)
+    return [str(scope) for scope in scopes]
+
 
 class ApiKeyCreateForm(forms.ModelForm):
     scopes = forms.MultipleChoiceField(
         choices=ApiKeyScope.choices, widget=forms.CheckboxSelectMultiple
     )
+    # Set per request by ApiKeyAdmin.get_form: what this staff member may mint.
+    allowed_scopes: tuple[str, ...] = ()
+    every_broker_allowed = False  # a superuser's
 
     class Meta:
         model = ApiKey
         fields = ["broker", "name", "scopes"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # A scope not offered is an invalid choice on POST too.
+        scopes = self.fields["scopes"]
+        assert isinstance(scopes, forms.MultipleChoiceField)
+        scopes.choices = [c for c in ApiKeyScope.choices if c[0] in self.allowed_scopes]
+        broker = self.fields["broker"]
+        broker.required = not self.every_broker_allowed
+        if self.every_broker_allowed:
+            broker.help_text = EVERY_BROKER_HELP
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        without_broker = data.get("broker") is None and "broker" not in self.errors
+        if without_broker and set(data.get("scopes") or ()) != {ApiKeyScope.METRICS}:
+            self.add_error("broker", "A key without a broker may only have the metrics scope.")
+        return data
 
 
 @admin.register(ApiKey)
@@ -41,9 +84,19 @@ class ApiKeyAdmin(admin.ModelAdmin):
     search_fields = ["prefix", "name"]
     actions = ["revoke_keys"]
 
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return bool(mintable_scopes(request.user))
+
     def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any):
         if obj is None:
-            kwargs["form"] = ApiKeyCreateForm
+            kwargs["form"] = type(
+                "ApiKeyCreateForm",
+                (ApiKeyCreateForm,),
+                {
+                    "allowed_scopes": tuple(mintable_scopes(request.user)),
+                    "every_broker_allowed": request.user.is_superuser,
+                },
+            )
         return super().get_form(request, obj, change=change, **kwargs)
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
@@ -82,7 +135,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
                 secret=key,
                 facts=[
                     ("Prefix (stays visible)", obj.prefix),
-                    ("Broker", str(obj.broker)),
+                    ("Broker", str(obj.broker) if obj.broker else "every broker (metrics)"),
                     ("Scopes", ", ".join(obj.scopes)),
                 ],
                 explanation=(

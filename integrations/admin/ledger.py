@@ -1,4 +1,5 @@
-"""The ledger in the admin: read-only, for everyone who may see it, and exportable.
+"""The ledger in the admin: read-only, for everyone who may see it, and exportable by
+Auditors (and superusers: the export permission, ``AUDIT_EXPORT_PERMISSION``).
 
 The list's "Export CSV" and "Export JSONL" buttons stream exactly the events the list shows
 (its filters, date drill-down and search), with their chain hashes, as ``ledger export``
@@ -26,6 +27,7 @@ from django.utils import timezone
 
 from integrations import exports
 from integrations.admin.actors import staff_actor
+from integrations.admin.audit import AUDIT_EXPORT_PERMISSION
 from integrations.models import LedgerEvent
 from integrations.selectors.ledger import LEDGER_COLUMNS, ledger_events
 from integrations.services.audit import ledger_export_record
@@ -62,6 +64,9 @@ class LedgerEventAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
+    def has_export_permission(self, request: HttpRequest) -> bool:
+        return self.has_view_permission(request) and request.user.has_perm(AUDIT_EXPORT_PERMISSION)
+
     def get_urls(self) -> list[URLPattern]:
         return [
             path(
@@ -75,7 +80,7 @@ class LedgerEventAdmin(admin.ModelAdmin):
     def export_view(self, request: HttpRequest, fmt: str) -> HttpResponseBase:
         if request.method != "POST":  # it writes a ledger event: no link may trigger it
             return HttpResponseNotAllowed(["POST"])
-        if not self.has_view_permission(request):
+        if not self.has_export_permission(request):
             raise PermissionDenied
         if fmt not in CONTENT_TYPES:
             return HttpResponseBadRequest("export as .csv or .jsonl")

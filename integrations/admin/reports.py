@@ -309,7 +309,8 @@ class WorkItemStatusForm(forms.Form):
     )
 
 
-@admin.action(description="Set the DROP status by hand (with a reason)")
+# Offered to those who may change work items only (Operators), not merely listed to all.
+@admin.action(description="Set the DROP status by hand (with a reason)", permissions=["change"])
 def set_work_item_status(
     modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[WorkItem]
 ) -> HttpResponse | None:
@@ -351,13 +352,14 @@ def set_work_item_status(
 
 
 @admin.action(
-    description="Export the outcome history of these requests (CSV)", permissions=["view"]
+    description="Export the outcome history of these requests (CSV)", permissions=["export"]
 )
 def export_outcomes_csv(
     modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[DeletionRequest]
 ) -> StreamingHttpResponse:
     """For the deletion request admin: the selected rows ("select all" takes the whole
-    filtered list), streamed; auditors may use it (view permission)."""
+    filtered list), streamed; Auditors (and superusers) only: the admin's
+    ``has_export_permission``."""
     outcome_export_record(
         actor=staff_actor(request), via="admin", filters={"requests": queryset.count()}
     )
@@ -370,7 +372,7 @@ def export_outcomes_csv(
 
 
 @admin.action(
-    description="Export the outcome history of these requests (JSONL)", permissions=["view"]
+    description="Export the outcome history of these requests (JSONL)", permissions=["export"]
 )
 def export_outcomes_jsonl(
     modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[DeletionRequest]

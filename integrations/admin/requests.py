@@ -22,6 +22,7 @@ from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 
 from integrations.admin.actors import staff_actor
+from integrations.admin.audit import AUDIT_EXPORT_PERMISSION
 from integrations.admin.reports import export_outcomes_csv, export_outcomes_jsonl
 from integrations.models import (
     DeletionRequest,
@@ -170,6 +171,9 @@ class DeletionRequestAdmin(ReadOnlyAdmin):
     show_full_result_count = False
     inlines = [DeletionAttemptInline]
     actions = ["redeliver", "redispatch", export_outcomes_csv, export_outcomes_jsonl]
+
+    def has_export_permission(self, request: HttpRequest) -> bool:
+        return self.has_view_permission(request) and request.user.has_perm(AUDIT_EXPORT_PERMISSION)
 
     @admin.action(
         description="Redeliver (new webhook_request_id, attempts from zero)", permissions=["change"]

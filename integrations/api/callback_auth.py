@@ -24,8 +24,8 @@ in the same query as the API key (``services.keys.api_key_lookup``)::
 The order of checks, each with its status and ``code`` (docs/contracts.md §5.1):
 
 0. the client address refused too many unauthenticated callbacks lately: 429
-   ``rate_limited`` with ``Retry-After``, at once when no key is given, and instead of the
-   refusal when the key given is not valid (a valid key is never throttled by address);
+   ``rate_limited`` with ``Retry-After``, at once, key or no key: before any key is looked
+   up or any byte of the body read, so a flood with made-up keys costs no query;
 1. body over 64 KiB: 413 ``payload_too_large`` (refused before anything else, unread);
 2. API key missing, unknown or revoked: 401 ``authentication_failed``;
 3. key without ``webhook_callback``: 403 ``scope_missing``;
@@ -41,10 +41,11 @@ secret or an identifier). A rejection without one (no key, an unknown or revoked
 body refused before the key was read, an address throttled) writes nothing: anyone can send
 those, and the ledger is append-only. They are counted (``UNAUTHENTICATED``), logged at
 most once a minute per process with the count, and each costs its client address a token
-of ``DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT`` (per address, or per /64 for IPv6). The
-address is the peer's, or the one the opt-in TLS proxy forwards: behind any other reverse
-proxy every client shares the proxy's, which is why a request with a valid key is never
-refused by it.
+of ``DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT`` (per address, or per /64 for IPv6); a
+request with a valid key never costs one. The address is the peer's, or the one the opt-in
+TLS proxy forwards: behind a reverse proxy without ``DROPPORTAL_BEHIND_TLS_PROXY`` every
+client shares the proxy's, and a flood of bad keys then throttles the brokers' callbacks too
+(they are answered 429 with ``Retry-After`` and retried).
 """
 
 from __future__ import annotations
@@ -249,11 +250,9 @@ class SignedCallbackView(APIView):
         self.deletion_request = None
         self._body: dict[str, Any] | Problem | None = None
         self._throttled_address = False
-        if not request.headers.get("Authorization"):
-            # Nothing to look up: a throttled address is answered at once. One with a key
-            # has it looked up first, so a valid key passes even from a throttled address
-            # (brokers behind one proxy address as a flood).
-            self._refuse_if_throttled(request)
+        # First of all, key or no key: a made-up key must not buy its sender a key lookup
+        # and a parsed body (the costly part of a refusal) from a throttled address.
+        self._refuse_if_throttled(request)
         try:
             length = int(request.META.get("CONTENT_LENGTH") or 0)
         except ValueError:
@@ -321,13 +320,6 @@ class SignedCallbackView(APIView):
             )
 
     def handle_exception(self, exc: Exception) -> Response:
-        valid_key = isinstance(self.request.__dict__.get("_auth"), ApiKey)
-        if isinstance(exc, exceptions.APIException) and not valid_key:
-            try:
-                if not self._throttled_address:
-                    self._refuse_if_throttled(self.request)
-            except Problem as throttled:
-                exc = throttled
         response = super().handle_exception(exc)
         if isinstance(exc, exceptions.APIException):
             self._record_rejection(exc, response)
@@ -359,7 +351,7 @@ class SignedCallbackView(APIView):
             return
         ledger_event_append(
             kind=LedgerKind.CALLBACK_REJECTED,
-            broker_id=api_key.broker.broker_id,
+            broker_id=api_key.broker.broker_id if api_key.broker else "",
             subject=getattr(self, "subject", ""),
             actor=f"apikey:{api_key.prefix}",
             data=data,

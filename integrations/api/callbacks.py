@@ -178,6 +178,7 @@ class ResolutionCallbackView(SignedCallbackView):
             )
         api_key = request.auth
         assert isinstance(api_key, ApiKey)
+        assert api_key.broker_id is not None  # only a metrics key has none, and only that scope
         resolution_request = (
             ResolutionRequest.objects.select_related("integration", "broker")
             .filter(

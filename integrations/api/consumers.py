@@ -244,6 +244,7 @@ class ConsumersView(APIView):
         consumers = _consumers_of(request.data)
         api_key = request.auth
         assert isinstance(api_key, ApiKey)  # HasScope
+        assert api_key.broker is not None  # only a metrics key has none, and only that scope
         try:
             result = consumers_register(
                 broker=api_key.broker,
@@ -326,6 +327,7 @@ class ConsumerView(APIView):
     def delete(self, request: Request, remote_identifier: str) -> Response:
         api_key = request.auth
         assert isinstance(api_key, ApiKey)  # HasScope
+        assert api_key.broker is not None  # only a metrics key has none, and only that scope
         if unstorable_reason(remote_identifier):
             raise _no_consumer()  # no consumer can have been registered under it
         try:

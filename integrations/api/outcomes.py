@@ -252,6 +252,7 @@ class OutcomesView(APIView):
         params = query.validated_data
         api_key = request.auth
         assert isinstance(api_key, ApiKey)  # HasScope let only an API key through
+        assert api_key.broker is not None  # only a metrics key has none, and only that scope
         own = api_key.broker.broker_id
         if params.get("broker", own) != own:
             raise Problem(

@@ -46,14 +46,14 @@ def _webhook(text: str, alert: dict[str, Any]) -> None:
     url = settings.DROPPORTAL_ALERT_WEBHOOK_URL
     if not url:
         return
-    # The operator's own endpoint, set in the environment, not a broker's target: private
-    # addresses allowed (the SSRF filter refuses the internal chat gateways this often is).
+    # Filtered like every other call: the alert carries broker ids and texts, so it goes
+    # only to a public https endpoint (DROPPORTAL_ALLOW_PRIVATE_TARGETS opens it, as for all).
     result = deliver(
         "POST",
         url,
         body=json.dumps({"text": text, "alert": alert}, allow_nan=False).encode(),
         headers={"Content-Type": "application/json"},
-        allow_private=True,
+        allow_private=settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS,
         timeout_total=WEBHOOK_TIMEOUT_SECONDS,
     )
     if result.error is not None or result.status is None or not 200 <= result.status < 300:

@@ -29,12 +29,12 @@ from urllib.parse import quote_plus, urlencode, urlsplit
 from django.conf import settings
 from rest_framework import serializers
 
+from integrations.dispatch import masking
 from integrations.dispatch.saas import categories_or_default
 from integrations.models import DeletionRequest, ResolutionRequest
 
 # The shape of resolved identifiers is the webhook resolution callback's: one definition.
 from integrations.outbound_http import (
-    RESPONSE_BODY_LIMIT,
     USER_AGENT,
     DeliveryResult,
     deliver,
@@ -213,34 +213,18 @@ def connections_answer(result: DeliveryResult) -> list[ListedConnection]:
 
 
 def _first_error(detail: Any, path: str = "") -> str:
-    """``email[0].email: Not a valid string.``: the first message of a nested DRF error."""
+    """``email[0].email: Not a valid string.``: the first message of a nested DRF error; a
+    key the broker chose that is not a name of ours is shown by its length (it may be an
+    identifier: ``{"ann@x.com": ...}``)."""
     if isinstance(detail, dict):
         key, value = next(iter(detail.items()))
+        if not isinstance(key, int):
+            key = masking.masked_key(key, masking.PROTOCOL_NAMES | masking.IDENTIFIER_TYPES)
         step = f"[{key}]" if isinstance(key, int) else (f".{key}" if path else str(key))
         return _first_error(value, path + step)
     if isinstance(detail, list) and detail:
         return _first_error(detail[0], path)
     return f"{path}: {detail}" if path else str(detail)
-
-
-def masked(content: bytes) -> str:
-    """What an attempt keeps of an answer carrying clear identifiers: its shape, every string
-    replaced by its length (the values themselves are kept only encrypted, and not for long)."""
-
-    def mask(value: Any) -> Any:
-        if isinstance(value, str):
-            return f"<{len(value)} characters>"
-        if isinstance(value, dict):
-            return {key: mask(item) for key, item in value.items()}
-        if isinstance(value, list):
-            return [mask(item) for item in value]
-        return value
-
-    try:
-        shape = json.dumps(mask(json.loads(content)), ensure_ascii=False)
-    except ValueError:
-        return f"[not kept: {len(content)} bytes, not JSON]"
-    return shape[:RESPONSE_BODY_LIMIT]
 
 
 # -- calling --------------------------------------------------------------------------------
@@ -255,6 +239,7 @@ def send(
     allow_private: bool,
     check: AnswerCheck | None = None,
     keep_answer: bool = True,
+    categories: Iterable[str] = (),
     timeout_connect: float = 5.0,
     timeout_total: float = 15.0,
 ) -> DeliveryResult:
@@ -265,7 +250,8 @@ def send(
     broker). ``check`` turns a 2xx whose body is not the expected answer into a failed call.
     ``keep_answer=False``: the endpoint handles clear identifiers, so ``response_body`` (what
     an attempt records) is only the ``masked`` shape of whatever it answered, an error
-    included (an error may echo what was asked); ``content`` still holds it all.
+    included (an error may echo what was asked), keys as well as values but for the
+    ``categories`` asked and the protocol's names; ``content`` still holds it all.
     """
     started = time.monotonic()
     headers = request_headers() if body else {"Accept": "application/json"}
@@ -301,7 +287,9 @@ def send(
     if succeeded and check is not None and (problem := check(result)):
         result = dataclasses.replace(result, error=problem)
     if not keep_answer:
-        result = dataclasses.replace(result, response_body=masked(result.content))
+        result = dataclasses.replace(
+            result, response_body=masking.masked(result.content, categories=categories)
+        )
     return result
 
 

@@ -19,7 +19,15 @@ class ApiKeyQuerySet(models.QuerySet["ApiKey"]):
 
 
 class ApiKey(models.Model):
-    broker = models.ForeignKey("integrations.Broker", on_delete=models.PROTECT, related_name="+")
+    # None only for a metrics key that sees every broker's series (the operator's
+    # Prometheus), which only a superuser creates; every other key belongs to one broker.
+    broker = models.ForeignKey(
+        "integrations.Broker",
+        on_delete=models.PROTECT,
+        related_name="+",
+        null=True,
+        blank=True,
+    )
     name = models.CharField(max_length=200, blank=True, default="")
     prefix = models.CharField(max_length=16, unique=True, editable=False)
     digest = models.CharField(max_length=64, unique=True, editable=False)
@@ -38,10 +46,17 @@ class ApiKey(models.Model):
                 condition=models.Q(scopes__contained_by=ApiKeyScope.values) & ~models.Q(scopes=[]),
                 name="api_key_scopes_known",
             ),
+            models.CheckConstraint(
+                condition=models.Q(broker__isnull=False) | models.Q(scopes=[ApiKeyScope.METRICS]),
+                name="api_key_without_broker_metrics_only",
+            ),
         ]
+        # An audit key reads every outcome of its broker: minted by Auditors (and
+        # superusers), not by whoever may add the broker's other keys.
+        permissions = [("add_audit_apikey", "Can create API keys with the audit scope")]
 
     def __str__(self) -> str:
-        return f"{self.prefix}… ({self.broker.broker_id})"
+        return f"{self.prefix}… ({self.broker.broker_id if self.broker else 'every broker'})"
 
     # DRF treats the authenticated principal as request.user.
     @property

@@ -40,6 +40,10 @@ class LedgerEvent(models.Model):
 
     class Meta:
         ordering = ["id"]
+        # Held by Auditors (and superusers): each export is an audit record of its own.
+        permissions = [
+            ("export_audit_records", "Can export the ledger, outcome history and evidence packs")
+        ]
 
     def __str__(self) -> str:
         return f"#{self.id} {self.kind}"

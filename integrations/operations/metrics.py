@@ -1,5 +1,9 @@
 """Prometheus metrics at ``GET /metrics`` (an API key with the ``metrics`` scope).
 
+A broker's key sees its own broker's series only (the gauges labelled with it). A key of
+every broker (no broker: the operator's own Prometheus, created by a superuser) sees every
+series: the process counters, the job queues, the ledger and every broker's gauges.
+
 Two kinds: counters kept by the processes that see the events (callbacks answered by the web
 processes, delivery attempts made by the workers), and gauges read from PostgreSQL at each
 scrape (jobs, open work items, days left, ledger events), which every host agrees on.
@@ -33,7 +37,7 @@ from rest_framework.views import APIView
 
 from integrations.api.permissions import HasScope
 from integrations.counters import CALLBACKS
-from integrations.models import ApiKeyScope, CycleState, WorkItem
+from integrations.models import ApiKey, ApiKeyScope, Broker, CycleState, WorkItem
 from integrations.selectors.deadlines import cycle_deadlines
 from integrations.selectors.stuck import stuck_work_items
 
@@ -57,19 +61,21 @@ def _jobs() -> Metric:
     return family
 
 
-def _work_items_open() -> Metric:
+def _work_items_open(broker: Broker | None) -> Metric:
     family = GaugeMetricFamily(
         "dropportal_work_items_open",
         "Work items of open cycles that DROP has no status for yet.",
         labels=["broker"],
     )
+    items = WorkItem.objects.filter(
+        cycle__state=CycleState.OPEN,
+        state__in=["open", "reportable"],
+        reported_at__isnull=True,
+    )
+    if broker is not None:
+        items = items.filter(cycle__broker=broker)
     rows = (
-        WorkItem.objects.filter(
-            cycle__state=CycleState.OPEN,
-            state__in=["open", "reportable"],
-            reported_at__isnull=True,
-        )
-        .values("cycle__broker__broker_id")
+        items.values("cycle__broker__broker_id")
         .annotate(n=Count("id"))
         .order_by()
         .values_list("cycle__broker__broker_id", "n")
@@ -79,14 +85,15 @@ def _work_items_open() -> Metric:
     return family
 
 
-def _cycle_days_left() -> Metric:
+def _cycle_days_left(broker: Broker | None) -> Metric:
     family = GaugeMetricFamily(
         "dropportal_cycle_days_left",
         "Days until the most urgent cycle still owing statuses is due (negative: overdue).",
         labels=["broker"],
     )
     nearest: dict[str, int] = {}
-    for deadline in cycle_deadlines(today=timezone.now().date()):
+    broker_id = broker.broker_id if broker else None
+    for deadline in cycle_deadlines(broker_id=broker_id, today=timezone.now().date()):
         broker_id = deadline.cycle.broker.broker_id
         nearest[broker_id] = min(deadline.days_left, nearest.get(broker_id, deadline.days_left))
     for broker_id, days in sorted(nearest.items()):
@@ -94,13 +101,13 @@ def _cycle_days_left() -> Metric:
     return family
 
 
-def _stuck_work_items() -> Metric:
+def _stuck_work_items(broker: Broker | None) -> Metric:
     family = GaugeMetricFamily(
         "dropportal_stuck_work_items",
         "Open work items no automatic path brings to a status (drop doctor), by reason.",
         labels=["broker", "reason"],
     )
-    for group in stuck_work_items():
+    for group in stuck_work_items(broker=broker):
         family.add_metric([group.broker_id, str(group.reason)], group.work_items)
     return family
 
@@ -113,19 +120,29 @@ def _ledger_events() -> Metric:
 
 
 # Gauges read from the database at each scrape; a new one is a function returning its family.
+# Of every broker only: the service's own state, for the operator's key.
 DATABASE_METRICS: list[Callable[[], Metric]] = [
     _jobs,
+    _ledger_events,
+]
+# Labelled by broker: read for the key's broker only (every broker for the operator's key).
+BROKER_METRICS: list[Callable[[Broker | None], Metric]] = [
     _work_items_open,
     _cycle_days_left,
     _stuck_work_items,
-    _ledger_events,
 ]
 
 
 class _DatabaseCollector:
+    def __init__(self, broker: Broker | None) -> None:
+        self.broker = broker
+
     def collect(self) -> Iterator[Metric]:
-        for read in DATABASE_METRICS:
-            yield read()
+        if self.broker is None:
+            for read in DATABASE_METRICS:
+                yield read()
+        for read_for in BROKER_METRICS:
+            yield read_for(self.broker)
 
 
 class _ProcessCollector:
@@ -135,13 +152,15 @@ class _ProcessCollector:
         yield from REGISTRY.collect()
 
 
-def metrics_text() -> bytes:
+def metrics_text(*, broker: Broker | None = None) -> bytes:
+    """Every series (``broker=None``), or ``broker``'s own: the gauges labelled with it."""
     registry = CollectorRegistry()
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        multiprocess.MultiProcessCollector(registry)
-    else:
-        registry.register(_ProcessCollector())  # type: ignore[arg-type]
-    registry.register(_DatabaseCollector())  # type: ignore[arg-type]
+    if broker is None:  # the counters are the service's, not a broker's
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            multiprocess.MultiProcessCollector(registry)
+        else:
+            registry.register(_ProcessCollector())  # type: ignore[arg-type]
+    registry.register(_DatabaseCollector(broker))  # type: ignore[arg-type]
     return generate_latest(registry)
 
 
@@ -153,7 +172,9 @@ class MetricsView(APIView):
 
     @extend_schema(exclude=True)
     def get(self, request: Request) -> HttpResponse:
-        return HttpResponse(metrics_text(), content_type=CONTENT_TYPE_LATEST)
+        api_key = request.auth
+        assert isinstance(api_key, ApiKey)  # HasScope let only an API key through
+        return HttpResponse(metrics_text(broker=api_key.broker), content_type=CONTENT_TYPE_LATEST)
 
 
 class CallbackMetricsMiddleware:

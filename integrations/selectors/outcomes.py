@@ -182,10 +182,11 @@ def deletion_outcomes(
             yield dict(zip(columns, row, strict=True))
 
 
-# CSV columns of free text the broker's systems fill in, defused against formulas. Never a
-# hash, id or code: those must match DROP's files and the broker's records byte for byte (a
-# Base64 hash may start with "+", a pointer with "@"); the JSONL export is exact throughout.
-_OUTCOME_FREE_TEXT = frozenset({"error_message"})
+# CSV columns of free text the broker's systems fill in, defused against formulas: the error
+# and the broker's own pointer to the consumer (any text it chose, "=cmd|..." included).
+# Never a hash, id or code we or DROP made: those must match DROP's files byte for byte (a
+# Base64 hash may start with "+"); the JSONL export is exact throughout.
+_OUTCOME_FREE_TEXT = frozenset({"error_message", "remote_identifier", "remote_identifier_kind"})
 _OUTCOME_BOOLEANS = frozenset({"amended", "late_match"})
 _CSV_CHUNK = 1 << 16
 

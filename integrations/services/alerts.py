@@ -46,6 +46,7 @@ from integrations.models import (
 from integrations.selectors.deadlines import cycle_deadlines
 from integrations.selectors.stuck import stuck_work_items
 from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
+from integrations.url_extras import data_without_url_extras, without_url_extras
 
 # An unreachable DROP alerts only once it has been so for this long (DROP has outages).
 DROP_UNREACHABLE_FOR = dt.timedelta(days=1)
@@ -113,8 +114,9 @@ def _raise(condition: str, key: str, firing: Firing, now: dt.datetime) -> AlertS
             "condition": condition,
             "broker_id": firing.broker_id,
             "active": True,
-            "text": firing.text,
-            "details": firing.details,
+            # Sent out of the process by mail and webhook: no URL's token or identifier.
+            "text": without_url_extras(firing.text),
+            "details": data_without_url_extras(firing.details),
             "raised_at": now,
             "cleared_at": None,
         },

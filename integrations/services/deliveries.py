@@ -65,9 +65,9 @@ from django.utils import timezone
 
 from integrations import enqueue
 from integrations.counters import DELIVERIES
-from integrations.dispatch import isi, signing, webhook
+from integrations.dispatch import isi, masking, signing, webhook
 from integrations.dispatch.policy import classify, next_delay
-from integrations.dispatch.saas import saas_deletion_payload, saas_headers
+from integrations.dispatch.saas import categories_or_default, saas_deletion_payload, saas_headers
 from integrations.ledger_kinds import LedgerKind, ledger_kind_compose
 from integrations.models import (
     DeletionRequest,
@@ -125,6 +125,7 @@ class Outbound:
     send: Callable[[Outbound], DeliveryResult] | None = None
     on_delivered: Callable[[DeliveryResult], None] | None = None
     keep_answer: bool = True
+    answer_categories: tuple[str, ...] = ()  # identifier categories asked: named when masked
 
 
 class NothingToDeliver(Exception):
@@ -223,7 +224,10 @@ def _send(outbound: Outbound, now: Callable[[], dt.datetime]) -> Sent:
         timeout_total=TIMEOUT_TOTAL,
     )
     if not outbound.keep_answer:
-        result = dataclasses.replace(result, response_body=isi.masked(result.content))
+        result = dataclasses.replace(
+            result,
+            response_body=masking.masked(result.content, categories=outbound.answer_categories),
+        )
     return Sent(outbound, headers, result, started)
 
 
@@ -514,6 +518,7 @@ def _isi_outbound(
     *,
     check: isi.AnswerCheck | None,
     keep_answer: bool = True,
+    answer_categories: tuple[str, ...] = (),
     on_delivered: Callable[[DeliveryResult], None] | None = None,
 ) -> Outbound:
     # The token is had here, on the thread holding the batch's transaction, which may store
@@ -528,6 +533,7 @@ def _isi_outbound(
             token=token,
             check=check,
             keep_answer=keep_answer,
+            categories=answer_categories,
             allow_private=settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS,
             timeout_connect=TIMEOUT_CONNECT,
             timeout_total=TIMEOUT_TOTAL,
@@ -540,6 +546,7 @@ def _isi_outbound(
         send=send,
         on_delivered=on_delivered,
         keep_answer=keep_answer,
+        answer_categories=answer_categories,
     )
 
 
@@ -636,6 +643,7 @@ def isi_resolution_outbound(request: ResolutionRequest) -> Outbound:
         isi.identifiers_body(request, categories),
         check=isi.identifiers_answer_error,
         keep_answer=False,  # clear identifiers: the attempt keeps only their shape
+        answer_categories=tuple(categories),
         on_delivered=record_answer,
     )
 
@@ -695,6 +703,7 @@ def saas_deletion_outbound(deletion: SaasDeletion) -> Outbound:
         body=webhook.encode(payload),
         headers=saas_headers(connection_.token),
         keep_answer=False,  # it sends clear identifiers: an answer may echo them
+        answer_categories=tuple(categories_or_default(connection_.identifier_categories)),
     )
 
 

@@ -42,14 +42,21 @@ def key_digest(key: str) -> str:
 
 
 def api_key_create(
-    *, broker: Broker, scopes: list[str], name: str = "", actor: str
+    *, broker: Broker | None, scopes: list[str], name: str = "", actor: str
 ) -> CreatedApiKey:
+    """A new key of ``broker`` with ``scopes``. ``broker=None``: a ``metrics`` key (that
+    scope alone) that sees every broker's series, for the operator's own Prometheus; who
+    may create one is the caller's check (superusers in the admin)."""
     unknown = sorted(set(scopes) - set(ApiKeyScope.values))
     if unknown or not scopes:
         raise ValidationError(
             f"unknown scope {', '.join(unknown)}; choose from {', '.join(ApiKeyScope.values)}"
             if unknown
             else f"a key needs at least one scope: {', '.join(ApiKeyScope.values)}"
+        )
+    if broker is None and set(scopes) != {ApiKeyScope.METRICS}:
+        raise ValidationError(
+            "a key without a broker may only have the metrics scope; give a broker"
         )
     key = KEY_MARKER + secrets.token_urlsafe(32)  # 256 bits of entropy
     with transaction.atomic():
@@ -62,24 +69,28 @@ def api_key_create(
         )
         ledger_event_append(
             kind=LedgerKind.API_KEY_CREATED,
-            broker_id=broker.broker_id,
+            broker_id=broker.broker_id if broker else "",
             subject=api_key.prefix,
             actor=actor,
-            data={"name": name, "scopes": api_key.scopes},
+            data={"name": name, "scopes": api_key.scopes, "every_broker": broker is None},
         )
     return CreatedApiKey(api_key=api_key, key=key)
 
 
 def api_key_revoke(*, api_key: ApiKey, actor: str) -> ApiKey:
     with transaction.atomic():
-        locked = ApiKey.objects.select_for_update().select_related("broker").get(pk=api_key.pk)
+        locked = (
+            ApiKey.objects.select_for_update(of=("self",))
+            .select_related("broker")
+            .get(pk=api_key.pk)
+        )
         if locked.revoked_at is not None:
             return locked
         locked.revoked_at = timezone.now()
         locked.save(update_fields=["revoked_at"])
         ledger_event_append(
             kind=LedgerKind.API_KEY_REVOKED,
-            broker_id=locked.broker.broker_id,
+            broker_id=locked.broker.broker_id if locked.broker else "",
             subject=locked.prefix,
             actor=actor,
         )
@@ -126,13 +137,18 @@ def api_key_lookup(
         for names in (_KEY_COLUMNS, _BROKER_COLUMNS, _REQUEST_COLUMNS)
     )
     integration_id, secret, previous_secret, previous_expires_at = columns
-    broker = model_from_row(Broker, dict(zip(_BROKER_COLUMNS, broker_row, strict=True)))
+    # No broker: a metrics key of every broker (it has no other scope, so no request either).
+    broker = (
+        None
+        if broker_row[0] is None
+        else model_from_row(Broker, dict(zip(_BROKER_COLUMNS, broker_row, strict=True)))
+    )
     api_key = model_from_row(
         ApiKey,
         {
             **dict(zip(_KEY_COLUMNS, key_row, strict=True)),
             "digest": digest,
-            "broker_id": broker.pk,
+            "broker_id": broker.pk if broker else None,
             "revoked_at": None,
         },
     )
@@ -143,6 +159,7 @@ def api_key_lookup(
         api_key.last_used_at = now
     if request_row[0] is None:
         return api_key, None
+    assert broker is not None  # a request is only ever found for the key's own broker
     integration = model_from_row(
         Integration,
         {

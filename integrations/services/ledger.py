@@ -17,7 +17,6 @@ events; ``ledger_verify`` recomputes every hash and names the first event that b
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -28,21 +27,10 @@ from django.utils import timezone
 from integrations.ledger_hash import GENESIS_HASH, canonical_json, chain_hash, event_hash
 from integrations.ledger_kinds import LedgerKind, ledger_kind_check
 from integrations.models import LedgerChainLink, LedgerEvent
+from integrations.url_extras import data_without_url_extras
 
 SYSTEM_ACTOR = "system"
 _SEAL_LOCK_KEY = 0x64726F70  # "drop": serializes sealers only, never writers
-
-
-# A URL in an event keeps its scheme, host and path: its query and fragment (where tokens and
-# identifiers travel) and any user:password part are cut before the event is stored. On the
-# canonical JSON text: a URL ends at a quote, a backslash (an escape) or white space.
-_URL_EXTRAS = re.compile(r'(https?://)(?:[^\s"\\/@?#]*@)?([^\s"\\?#]*)(?:[?#][^\s"\\]*)?')
-
-
-def _without_url_extras(data_json: str) -> str:
-    if "://" not in data_json:
-        return data_json
-    return _URL_EXTRAS.sub(r"\1\2", data_json)
 
 
 # The database hashes each event as it stores it (integrations/sql/ledger_append.sql, the
@@ -59,8 +47,12 @@ _ROW = "(%s::timestamptz, %s::text, %s::text, %s::text, %s::text, %s::text)"
 
 
 def canonical_data(data: dict[str, Any] | None) -> str:
-    """An event's data as the canonical JSON its hash covers (and the database stores)."""
-    return canonical_json(data or {})
+    """An event's data as the canonical JSON its hash covers (and the database stores).
+
+    Every URL in it keeps its scheme, host and path only: its query and fragment (where
+    tokens and identifiers travel) and any user:password part are cut, on every path that
+    writes an event (the SQL ones take their data from here too)."""
+    return canonical_json(data_without_url_extras(data or {}))
 
 
 def ledger_event_append(
@@ -117,7 +109,7 @@ def _new_event(
 ) -> tuple[LedgerEvent, str]:
     """The event to insert (its hash comes back from the INSERT), and its data as the
     canonical JSON the INSERT stores and hashes."""
-    data_json = _without_url_extras(canonical_data(data))
+    data_json = canonical_data(data)
     event = LedgerEvent(
         created_at=timezone.now(),
         broker_id=broker_id,

@@ -25,6 +25,8 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from integrations import enqueue
+from integrations.dispatch import masking
+from integrations.dispatch.saas import categories_or_default
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     OUTCOME_REFUSING_STATES,
@@ -117,8 +119,16 @@ def resolution_outcome_record(
             data={
                 "drop_outcome": drop_outcome,
                 "exemption_basis": exemption_basis,
-                # Categories and counts only: the clear identifiers never reach the ledger.
-                "identifiers": {k: len(v) for k, v in identifiers.items()},
+                # Categories and counts only: the clear identifiers never reach the ledger,
+                # nor a category key the broker made of one.
+                "identifiers": masking.category_counts(
+                    identifiers,
+                    categories=(
+                        category
+                        for c in connections
+                        for category in categories_or_default(c.identifier_categories)
+                    ),
+                ),
                 "saas_deletions": [c.name for c in connections],
                 "identifiers_kept": keep,
                 "opt_out_record": drop_outcome == DropOutcome.OPTED_OUT,

@@ -8,6 +8,7 @@
 -- 'isi': the one whose results_token is p_correlation (the ISI callback); p_correlation
 -- NULL: the key alone. No row: no such active key. The request's columns are NULL when the broker has no
 -- such request (the caller answers 404 after its key and scope checks).
+-- The broker's columns are NULL for a metrics key that sees every broker (it has no broker).
 --
 -- The source of truth. A migration installs a frozen copy (integrations/migrations/sql/NNNN/),
 -- so a change here ships as a new migration with a copy of this file; tests/test_sql_functions.py
@@ -45,7 +46,7 @@ BEGIN
                a.state::text, a.drop_outcome::text, i.id, i.webhook_secret,
                i.previous_webhook_secret, i.previous_secret_expires_at
         FROM integrations_apikey k
-        JOIN integrations_broker b ON b.id = k.broker_id
+        LEFT JOIN integrations_broker b ON b.id = k.broker_id
         LEFT JOIN (answered a
                    JOIN integrations_integration i
                    ON i.id = a.integration_id AND i.kind = 'webhook')
@@ -65,7 +66,7 @@ BEGIN
                a.state::text, a.drop_outcome::text, i.id, i.webhook_secret,
                i.previous_webhook_secret, i.previous_secret_expires_at
         FROM integrations_apikey k
-        JOIN integrations_broker b ON b.id = k.broker_id
+        LEFT JOIN integrations_broker b ON b.id = k.broker_id
         LEFT JOIN (answered a
                    JOIN integrations_integration i
                    ON i.id = a.integration_id AND i.kind = 'isi')

@@ -7,6 +7,7 @@ admin is checked without a new test.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from django.contrib import admin
@@ -18,7 +19,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from integrations.ledger_kinds import LedgerKind
-from integrations.models import ApiKey, Broker, LedgerEvent
+from integrations.models import ApiKey, Broker, DeletionRequest, LedgerEvent
 from integrations.services.keys import CreatedApiKey
 from integrations.services.ledger import ledger_event_append
 from tests.sample_cycle import sample_cycle
@@ -76,7 +77,10 @@ def test_the_three_roles_hold_the_permissions_the_operations_guide_gives_them() 
 
     auditors = permissions_of("Auditors")
     assert {f"view_{model._meta.model_name}" for model, _ in APP_ADMINS} <= auditors
-    assert all(p.startswith("view_") for p in auditors)
+    # Theirs alone: the exports and audit keys (migration 0016).
+    theirs = {"export_audit_records", "add_audit_apikey"}
+    assert {p for p in auditors if not p.startswith("view_")} == theirs
+    assert not theirs & (managers | operators)
 
 
 @pytest.mark.parametrize(
@@ -89,8 +93,9 @@ def test_an_auditor_sees_every_list_and_can_change_nothing(
     events_before = LedgerEvent.objects.count()
 
     assert auditor.get(admin_url(model, "changelist")).status_code == 200
-    assert auditor.get(admin_url(model, "add")).status_code == 403
-    assert auditor.post(admin_url(model, "add"), {}).status_code == 403
+    if model is not ApiKey:  # an auditor mints audit keys: see the tests below
+        assert auditor.get(admin_url(model, "add")).status_code == 403
+        assert auditor.post(admin_url(model, "add"), {}).status_code == 403
     obj = model._default_manager.first()
     assert obj is not None, f"no {model.__name__} to try to change"
     assert auditor.get(admin_url(model, "change", obj.pk)).status_code == 200
@@ -105,6 +110,72 @@ def test_an_auditor_sees_every_list_and_can_change_nothing(
     # An auditor may export the outcome history: that access is recorded, nothing changes.
     after = LedgerEvent.objects.exclude(kind="outcomes.exported").count()
     assert after == events_before, "an auditor's action changed something"
+
+
+def add_key(client: Client, scopes: list[str], broker: Broker | None) -> Any:
+    return client.post(
+        admin_url(ApiKey, "add"),
+        {"broker": broker.pk if broker else "", "name": "k", "scopes": scopes},
+    )
+
+
+def test_only_an_auditor_mints_an_audit_key(client: Client, broker: Broker) -> None:
+    manager = member_of("Connections managers", client)
+    refused = add_key(manager, ["audit"], broker)
+    assert refused.status_code == 200  # the form again, with the error
+    assert "audit is not one of the available choices" in refused.content.decode()
+    assert add_key(manager, ["ingest"], broker).status_code == 302
+    assert add_key(manager, ["metrics"], broker).status_code == 302
+    assert not ApiKey.objects.filter(scopes__contains=["audit"]).exists()
+
+    auditor = member_of("Auditors", Client())
+    assert add_key(auditor, ["ingest"], broker).status_code == 200  # not theirs to mint
+    assert add_key(auditor, ["audit"], broker).status_code == 302
+    assert list(
+        ApiKey.objects.filter(scopes__contains=["audit"]).values_list("scopes", flat=True)
+    ) == [["audit"]]
+    created = LedgerEvent.objects.filter(kind="api_key.created").order_by("id")
+    assert [e.actor for e in created] == [
+        "staff:connections",
+        "staff:connections",
+        "staff:auditors",
+    ]
+
+
+def test_only_a_superuser_mints_a_metrics_key_without_a_broker(
+    client: Client, broker: Broker
+) -> None:
+    manager = member_of("Connections managers", client)
+    assert "This field is required" in add_key(manager, ["metrics"], None).content.decode()
+
+    superuser = User.objects.create_superuser("root", password="pw-123-root")
+    client.force_login(superuser)
+    refused = add_key(client, ["metrics", "ingest"], None)
+    assert "may only have the metrics scope" in refused.content.decode()
+    assert add_key(client, ["metrics"], None).status_code == 302
+    (key,) = ApiKey.objects.filter(broker__isnull=True)
+    assert key.scopes == ["metrics"]
+    event = LedgerEvent.objects.get(kind="api_key.created")
+    assert (event.broker_id, event.data["every_broker"]) == ("", True)
+
+
+def test_an_operator_exports_nothing(client: Client, every_model: None) -> None:
+    operator = member_of("Operators", client)
+    request = DeletionRequest.objects.first()
+    assert request is not None
+    events = LedgerEvent.objects.count()
+
+    assert operator.post(reverse("admin:evidence"), {}).status_code == 403
+    export = reverse("admin:integrations_ledgerevent_export", args=["csv"])
+    assert operator.post(export).status_code == 403
+    listed = operator.post(
+        admin_url(DeletionRequest, "changelist"),
+        {"action": "export_outcomes_csv", "_selected_action": [request.pk], "index": 0},
+    )
+    assert listed.status_code == 302  # "No action selected.": not offered, not run
+    assert LedgerEvent.objects.count() == events
+    page = operator.get(admin_url(LedgerEvent, "changelist")).content.decode()
+    assert "Export CSV" not in page
 
 
 def test_an_auditor_cannot_revoke_a_key(

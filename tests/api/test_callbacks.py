@@ -49,6 +49,7 @@ pytestmark = pytest.mark.django_db
 
 DELETION = "/api/v1/drop/callbacks/deletion"
 RESOLUTION = "/api/v1/drop/callbacks/resolution"
+ISI = "/api/v1/drop/callbacks/isi"
 
 
 @dataclass
@@ -626,6 +627,21 @@ def test_resolved_identifiers_are_kept_encrypted_and_start_one_saas_deletion_per
     assert "Ann.Smith" not in json.dumps(event.data)
 
 
+def test_a_category_keyed_by_an_identifier_is_ledgered_by_its_length(
+    side: Broker_, notified: ResolutionRequest
+) -> None:
+    saas_connection(side.integration.broker, "https://api.mailer.example/erase", name="Mailer")
+    body = resolution_body(notified)
+    body["identifiers"]["alice@example.com"] = [{"alice@example.com": "true"}]
+
+    response = put(RESOLUTION, body, key=side.key, secret=side.secret)
+
+    assert response.status_code == 200, response.content
+    event = LedgerEvent.objects.get(kind="resolution_request.outcome_recorded")
+    assert event.data["identifiers"] == {"email": 1, "phone": 1, "<key of 17 characters>": 1}
+    assert "alice" not in json.dumps(list(LedgerEvent.objects.values_list("data", flat=True)))
+
+
 @pytest.mark.parametrize(
     "answer",
     [{"drop_outcome": "opted_out"}, {"drop_outcome": "exempt", "exemption_basis": "glba"}],
@@ -800,29 +816,48 @@ def test_unauthenticated_callbacks_are_counted_and_logged_not_ledgered(
     assert "dpk_" not in lines[0] and side.secret not in lines[0]
 
 
-def test_an_address_refused_too_often_gets_429_but_a_valid_key_still_passes(
+def test_an_address_refused_too_often_gets_429_and_valid_keys_cost_it_nothing(
     side: Broker_, dispatched: DeletionRequest, settings
 ) -> None:
     settings.DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT = 1  # bursts of 2
     body = body_for(dispatched)
     flood = {"REMOTE_ADDR": "203.0.113.7"}
+    # A broker's own callbacks never take a token of its address.
+    valid = [put(DELETION, body, key=side.key, secret=side.secret, headers=flood) for _ in range(3)]
 
     answers = [
         put(DELETION, body, key=f"dpk_guess-{n}", secret=None, headers=flood) for n in range(4)
     ]
     keyless = put(DELETION, body, key=None, secret=None, headers=flood)
     elsewhere = put(DELETION, body, key="dpk_guess", secret=None, headers={"REMOTE_ADDR": "::1"})
-    # A valid key is never refused by address (brokers behind one proxy share it).
-    valid = put(DELETION, body, key=side.key, secret=side.secret, headers=flood)
 
+    assert [v.status_code for v in valid] == [200, 200, 200], valid[0].content
     assert [a.status_code for a in answers] == [401, 401, 429, 429]
     assert answers[2]["Content-Type"] == "application/problem+json"
     assert answers[2].json()["code"] == "rate_limited"
     assert int(answers[2]["Retry-After"]) >= 1
     assert keyless.status_code == 429
     assert elsewhere.status_code == 401
-    assert valid.status_code == 200, valid.content
     assert not LedgerEvent.objects.filter(kind="callback.rejected").exists()
+
+
+@pytest.mark.parametrize("path", [DELETION, RESOLUTION, ISI])
+def test_a_throttled_address_is_refused_before_any_key_lookup_or_body_parsing(
+    side: Broker_, settings, django_assert_num_queries: Any, path: str
+) -> None:
+    settings.DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT = 1  # bursts of 2
+    flood = {"REMOTE_ADDR": "203.0.113.8"}
+    for n in range(2):
+        put(path, b"{}", key=f"dpk_guess-{n}", secret=None, headers=flood)
+
+    # Not JSON, and a key: refused as throttled without a query, so neither was read.
+    with django_assert_num_queries(0):
+        refused = put(path, b"{not json", key="dpk_guess-2", secret=side.secret, headers=flood)
+    with django_assert_num_queries(0):
+        valid = put(path, b"{not json", key=side.key, secret=side.secret, headers=flood)
+
+    assert (refused.status_code, refused.json()["code"]) == (429, "rate_limited")
+    assert (valid.status_code, valid.json()["code"]) == (429, "rate_limited")
 
 
 def test_ipv6_clients_are_throttled_by_their_64() -> None:
@@ -842,3 +877,17 @@ def test_behind_the_tls_proxy_the_throttle_counts_the_forwarded_address(settings
     settings.DROPPORTAL_BEHIND_TLS_PROXY = True
     # The proxy's own entry, never the client's claim before it.
     assert callback_auth.throttle_address(request) == "203.0.113.7"
+
+
+def test_a_metrics_key_of_every_broker_is_refused_on_a_callback(
+    side: Broker_, dispatched: DeletionRequest
+) -> None:
+    every_broker = api_key_create(broker=None, scopes=["metrics"], actor="test").key
+
+    response = put(DELETION, body_for(dispatched), key=every_broker, secret=side.secret)
+
+    assert (response.status_code, response.json()["code"]) == (403, "scope_missing")
+    event = LedgerEvent.objects.get(kind="callback.rejected")
+    assert event.broker_id == ""
+    dispatched.refresh_from_db()
+    assert dispatched.state == RequestState.DISPATCHED

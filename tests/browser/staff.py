@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from pathlib import Path
 
 from django.apps import apps as django_apps
@@ -10,14 +11,24 @@ from django.contrib.auth.models import Group, User
 from playwright.sync_api import Page
 from pytest_django.live_server_helper import LiveServer
 
+from integrations import migrations as migrations_package
+
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 PASSWORD = "correct-horse-battery"
 
 
 def staff_roles() -> None:
-    """The groups of migration 0005 again: a transactional test's flush empties auth_group."""
+    """The groups of migration 0005 again, with what later migrations gave them: a
+    transactional test's flush empties auth_group."""
     migration = importlib.import_module("integrations.migrations.0005_staff_roles")
     migration.create_roles(django_apps, None)
+    # Found by its name, not its number (which may change when branches are merged).
+    (auditors,) = (
+        module.name
+        for module in pkgutil.iter_modules(migrations_package.__path__)
+        if module.name.endswith("_roles_and_metrics_keys")
+    )
+    importlib.import_module(f"integrations.migrations.{auditors}").grant_auditors(django_apps, None)
 
 
 def make_staff(username: str, *groups: str, superuser: bool = False) -> User:

@@ -66,3 +66,21 @@ def test_unknown_prefix_and_broker_and_scope_are_clear_errors(broker: Broker) ->
     with pytest.raises(CommandError, match="invalid choice"):
         create("--broker", "4821", "--scope", "admin")
     assert not ApiKey.objects.exists()
+
+
+def test_a_metrics_key_of_every_broker_reads_every_brokers_series(
+    broker: Broker, api_client: APIClient
+) -> None:
+    printed = create("--all-brokers", "--scope", "metrics", "--name", "prometheus")
+
+    assert printed["broker_id"] is None
+    response = api_client.get("/metrics", **bearer(printed["key"]))
+    assert response.status_code == 200
+    assert "dropportal_ledger_events_total" in response.content.decode()
+    out = io.StringIO()
+    call_command("apikeys", "list", "--json", stdout=out)
+    assert json.loads(out.getvalue())["items"][0]["broker_id"] is None
+    with pytest.raises(CommandError, match="only have the metrics scope"):
+        create("--all-brokers", "--scope", "metrics", "--scope", "audit")
+    with pytest.raises(CommandError):
+        create("--all-brokers", "--broker", "4821", "--scope", "metrics")

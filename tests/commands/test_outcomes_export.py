@@ -86,9 +86,12 @@ def test_csv_has_every_request_with_the_columns_auditors_need(history: OutcomeHi
 
 
 def test_csv_cells_cannot_run_as_formulas(history: OutcomeHistory) -> None:
+    type(history.failed).objects.filter(pk=history.failed.pk).update(remote_identifier_kind="-2+3")
     failed = list(csv.DictReader(io.StringIO(run())))[1]
+    assert failed["remote_identifier_kind"] == "'-2+3"
     assert failed["error_message"] == '\'=HYPERLINK("http://evil.example")'
-    assert failed["remote_identifier"] == "@crm:user-7"  # an id: verbatim, like the hashes
+    # The broker's pointer is its free text, defused too (the JSONL export keeps it exact).
+    assert failed["remote_identifier"] == "'@crm:user-7"
     assert (failed["state"], failed["drop_status_code"], failed["report_file"]) == (
         "failed",
         "",

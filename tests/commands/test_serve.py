@@ -103,7 +103,8 @@ def test_serve_answers_on_its_port_with_a_worker_and_ctrl_c_stops_both(
     tmp_path: Path, broker: Broker
 ) -> None:
     port = _free_port()
-    metrics_key = api_key_create(broker=broker, scopes=["metrics"], actor="test").key
+    # The operator's key (no broker): the process counters are the service's, not a broker's.
+    metrics_key = api_key_create(broker=None, scopes=["metrics"], actor="test").key
     serve = subprocess.Popen(  # noqa: S603
         [sys.executable, "manage.py", "serve", "--bind", f"127.0.0.1:{port}", "--web-workers", "2"],
         cwd=settings.BASE_DIR,

@@ -354,6 +354,62 @@ def test_without_categories_email_is_asked(
     assert api.on("identifiers")[0].json["identifier_categories"] == ["email"]
 
 
+def test_an_identifiers_answer_keyed_by_identifiers_is_kept_and_ledgered_masked(
+    broker: Any, api: IsiSimulator, connection_a: IsiConnection
+) -> None:
+    saas_connection(broker, "https://sms.example/erase", identifier_categories=["phone"])
+    answer = {
+        "identifiers": {
+            "phone": [{"phone": "+14155559317"}],
+            "ann@example.com": [{"ann@example.com": "x"}, {"bob@example.com": "y"}],
+        },
+        "carl@example.com": True,
+    }
+    api.answer_next("identifiers", Reply(200, json.dumps(answer).encode()))
+    resolution = isi_resolution_request(connection_a)
+
+    assert resolution_requests_deliver(request_ids=[resolution.pk]) == {"delivered": 1}
+
+    (attempt,) = resolution.delivery_attempts.all()
+    assert json.loads(attempt.response_body) == {
+        "identifiers": {
+            "phone": [{"phone": "<12 characters>"}],
+            "<key of 15 characters>": [
+                {"<key of 15 characters>": "<1 characters>"},
+                {"<key of 15 characters>": "<1 characters>"},
+            ],
+        },
+        "<key of 16 characters>": True,
+    }
+    event = LedgerEvent.objects.get(kind="resolution_request.outcome_recorded")
+    assert event.data["identifiers"] == {"phone": 1, "<key of 15 characters>": 2}
+    kept = attempt.response_body + json.dumps(list(LedgerEvent.objects.values_list("data")))
+    assert "example.com" not in kept
+
+
+@pytest.mark.parametrize("key", ["ann@example.com", "4155559317"])
+def test_a_wrong_shape_keyed_by_an_identifier_is_named_by_its_length(
+    broker: Any, api: IsiSimulator, connection_a: IsiConnection, key: str
+) -> None:
+    saas_connection(broker, "https://api.mailer.example/erase")
+    answer = json.dumps({"identifiers": {key: [{"email": 5}]}}).encode()
+    api.answer_next("identifiers", Reply(200, answer))
+    resolution = isi_resolution_request(connection_a)
+
+    assert resolution_requests_deliver(request_ids=[resolution.pk]) == {"retry": 1}
+
+    (attempt,) = resolution.delivery_attempts.all()
+    error = (
+        f"identifiers have the wrong shape: <key of {len(key)} characters>[0].email: "
+        "Not a valid string."
+    )
+    assert attempt.error == error
+    resolution.refresh_from_db()
+    assert resolution.last_error == f"200: {error}"
+    kept = json.dumps(list(LedgerEvent.objects.values_list("data"))) + attempt.response_body
+    assert key not in kept
+
+
 WRONG_SHAPES: dict[str, tuple[Reply, str]] = {
     "a string where an array is": (
         Reply(200, b'{"identifiers": {"email": "ann@example.com"}}'),

@@ -226,7 +226,13 @@ def test_a_saas_answer_echoing_identifiers_is_kept_only_masked(
     broker: Broker, saas_receiver: BrokerSimulator, status: int, verdict: str
 ) -> None:
     deletion = saas_deletion(_answered(broker), _mailer(broker, saas_receiver.url))
-    echoed = json.dumps({"deleted": RESOLVED["email"], "note": "Ann.Smith@Example.com gone"})
+    echoed = json.dumps(
+        {
+            "deleted": RESOLVED["email"],
+            "note": "Ann.Smith@Example.com gone",
+            "Ann.Smith@Example.com": "gone",  # keyed by the identifier itself
+        }
+    )
     saas_receiver.script(Reply(status, echoed.encode()))
 
     assert saas_deletions_deliver(deletion_ids=[deletion.pk]) == {verdict: 1}
@@ -235,9 +241,11 @@ def test_a_saas_answer_echoing_identifiers_is_kept_only_masked(
     assert attempt.status == status
     assert "Ann.Smith" not in attempt.response_body
     assert "old.example" not in attempt.response_body
+    # Keys not of the protocol or the connection's categories are masked like values.
     assert json.loads(attempt.response_body) == {
-        "deleted": [{"email": "<22 characters>"}, {"email": "<15 characters>"}],
-        "note": "<26 characters>",
+        "<key of 7 characters>": [{"email": "<22 characters>"}, {"email": "<15 characters>"}],
+        "<key of 4 characters>": "<26 characters>",
+        "<key of 21 characters>": "<4 characters>",
     }
 
 

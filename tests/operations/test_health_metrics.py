@@ -8,13 +8,16 @@ import re
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, connection
 from django.test import Client
 from rest_framework.test import APIClient
 
 from integrations.counters import CALLBACKS, DELIVERIES
-from integrations.models import LedgerEvent, RequestState, WorkItemState
+from integrations.models import ApiKey, LedgerEvent, RequestState, WorkItemState
 from integrations.operations import health
+from integrations.services.brokers import broker_create
+from integrations.services.keys import api_key_create
 from tests.conftest import bearer
 from tests.reporting_factories import cycle_make, item_make
 from tests.webhook_factories import deletion_request, webhook_integration_for
@@ -153,7 +156,9 @@ def test_metrics_in_prometheus_text_format(api_client: APIClient, make_key, brok
     # A refused callback counts too.
     api_client.put("/api/v1/drop/callbacks/deletion", data={}, format="json")
 
-    response = api_client.get("/metrics", **bearer(make_key("metrics").key))
+    # The operator's key (no broker, a superuser's choice) sees every series.
+    every_broker = api_key_create(broker=None, scopes=["metrics"], actor="test").key
+    response = api_client.get("/metrics", **bearer(every_broker))
 
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/plain; version=")
@@ -172,6 +177,34 @@ def test_metrics_in_prometheus_text_format(api_client: APIClient, make_key, brok
         _sample(text, "dropportal_deliveries_total", kind="deletion_request", result="delivered")
         == deliveries_before + 1
     )
+
+
+def test_a_brokers_metrics_key_sees_its_brokers_series_only(
+    api_client: APIClient, make_key, broker
+) -> None:
+    other = broker_create(broker_id="5930", name="Other", mode="test", actor="test")
+    today = dt.date.today()
+    for owner in (broker, other):
+        item_make(cycle_make(owner, session="7", downloaded_on=today))
+        crm = webhook_integration_for(owner, f"https://crm{owner.broker_id}.test/drop")
+        deletion_request(crm.integration, state=RequestState.UNDELIVERABLE)
+
+    text = api_client.get("/metrics", **bearer(make_key("metrics").key)).content.decode()
+
+    assert _sample(text, "dropportal_work_items_open", broker="4821") == 2
+    assert _sample(text, "dropportal_stuck_work_items", broker="4821", reason="undeliverable") == 1
+    assert _sample(text, "dropportal_cycle_days_left", broker="4821") is not None
+    assert 'broker="5930"' not in text
+    # The service's own series (jobs, ledger, process counters) are the operator's.
+    assert "dropportal_jobs" not in text and "dropportal_ledger_events" not in text
+    assert "dropportal_callbacks" not in text and "dropportal_deliveries" not in text
+
+
+def test_a_key_without_a_broker_has_the_metrics_scope_alone(broker) -> None:
+    with pytest.raises(ValidationError, match="only have the metrics scope"):
+        api_key_create(broker=None, scopes=["metrics", "audit"], actor="test")
+    with pytest.raises(IntegrityError):
+        ApiKey.objects.create(prefix="dpk_x", digest="x" * 64, scopes=["audit"])
 
 
 def test_metrics_count_stuck_work_items_by_broker_and_reason(

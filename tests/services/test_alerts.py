@@ -29,6 +29,7 @@ from procrastinate.contrib.django.models import ProcrastinateJob
 
 from devtools.drop_simulator import DropSimulator, work_items
 from integrations import tasks
+from integrations.dispatch.alerts import AlertNotSent, alert_send
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     AlertState,
@@ -130,6 +131,7 @@ def channels(
     settings.EMAIL_PORT = inbox.port
     settings.DROPPORTAL_ALERT_EMAILS = [RECIPIENT]
     settings.DROPPORTAL_ALERT_WEBHOOK_URL = webhook[0]
+    settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = True  # the webhook listens on loopback
     return inbox, webhook[1]
 
 
@@ -299,6 +301,43 @@ def test_a_webhook_that_fails_is_retried_by_the_job(settings: Any, broker: Broke
     job = ProcrastinateJob.objects.get(task_name="integrations.tasks.send_alert")
     assert job.status == "todo"  # failed once, scheduled again
     assert job.attempts == 1
+
+
+def test_an_alert_text_keeps_no_query_string(
+    channels: tuple[Inbox, list[dict[str, Any]]], broker: Broker
+) -> None:
+    inbox, hooks = channels
+    integration = webhook_integration_for(broker, "https://crm.acme.test/drop").integration
+    integration_disable(
+        integration=integration,
+        reason="410 Gone from HTTPS://crm.acme.test/drop?token=s3cr3t at 12:00 UTC",
+        actor="test",
+    )
+
+    evaluate_and_send()
+
+    (state,) = AlertState.objects.all()
+    assert "(410 Gone from https://crm.acme.test/drop at 12:00 UTC)" in state.text
+    sent = json.dumps([hooks, inbox.subjects(), [str(m) for m in inbox.messages]])
+    assert "s3cr3t" not in sent and "s3cr3t" not in state.text
+    assert "https://crm.acme.test/drop at 12:00" in hooks[0]["text"]
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_the_alert_webhook_goes_through_the_outbound_filter(
+    settings: Any, webhook: tuple[str, list[dict[str, Any]]], scheme: str
+) -> None:
+    # The same loopback endpoint that takes alerts while private targets are allowed.
+    url, received = webhook
+    settings.DROPPORTAL_ALERT_WEBHOOK_URL = url.replace("http://", f"{scheme}://", 1)
+    settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = False
+
+    with pytest.raises(AlertNotSent) as refused:
+        alert_send(channel="webhook", text="[dropportal] ALERT: test", alert={"key": "k"})
+
+    expected = "plain http not allowed" if scheme == "http" else "127.0.0.1"
+    assert expected in str(refused.value)
+    assert received == []
 
 
 def test_cycles_due_alert_at_7_days_and_again_at_2_while_statuses_are_owed(

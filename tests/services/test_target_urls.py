@@ -16,7 +16,9 @@ from integrations.services.brokers import broker_create, broker_update
 from integrations.services.integrations import webhook_integration_create
 from integrations.services.isi import isi_integration_create
 from integrations.services.ledger import ledger_event_append
+from integrations.services.outcomes import deletion_outcome_record
 from integrations.services.saas import saas_connection_create
+from tests.webhook_factories import deletion_request
 
 WITH_CREDENTIALS = "https://drop:hunter2@hooks.acme.example/drop"
 
@@ -92,3 +94,52 @@ def test_no_ledger_event_keeps_a_query_string(broker: Broker) -> None:
         "nested": [{"url": "http://127.0.0.1:9/x"}],
         "quoted": 'see "https://hooks.acme.example/q"',
     }
+
+
+# How a URL's query may be spelt in text a broker or a peer sends: any case, JSON's escaped
+# slashes, percent-encoded (a URL inside another URL's text).
+SPELLINGS = {
+    "upper case": ("HTTPS://Hooks.Acme.example/drop?key=s3cr3t", "https://Hooks.Acme.example/drop"),
+    "escaped slashes": (
+        "https:\\/\\/hooks.acme.example\\/drop?key=s3cr3t",
+        "https://hooks.acme.example/drop",
+    ),
+    "percent-encoded": (
+        "https%3A%2F%2Fhooks.acme.example%2Fdrop%3Fkey%3Ds3cr3t",
+        "https://hooks.acme.example/drop",
+    ),
+    "credentials, fragment": ("Http://a:s3cr3t@h.example:8443/p#s3cr3t", "http://h.example:8443/p"),
+}
+
+
+@pytest.mark.parametrize("spelling", SPELLINGS, ids=list(SPELLINGS))
+def test_no_ledger_event_keeps_a_query_string_however_the_url_is_spelt(
+    broker: Broker, spelling: str
+) -> None:
+    url, kept = SPELLINGS[spelling]
+    ledger_event_append(
+        kind=LedgerKind.INTEGRATION_DISABLED,
+        data={"reason": f"410 Gone from {url} at noon", "answer": f'{{"next":"{url}"}}'},
+    )
+
+    data = LedgerEvent.objects.get(kind="integration.disabled").data
+    assert "s3cr3t" not in json.dumps(data)
+    assert data["reason"] == f"410 Gone from {kept} at noon"
+    assert data["answer"] == f'{{"next":"{kept}"}}'
+
+
+def test_an_outcome_recorded_in_sql_keeps_no_query_string_in_its_event(broker: Broker) -> None:
+    integration = webhook_integration_create(
+        broker=broker, name="CRM", url="https://hooks.acme.example/drop", actor="t"
+    ).integration
+    request = deletion_request(integration, state="dispatched")
+
+    deletion_outcome_record(
+        deletion_request=request,
+        drop_outcome="failed",
+        error_message="see HTTPS://crm.acme.example/case?email=ann%40example.com",
+        actor="apikey:dpk_test",
+    )
+
+    event = LedgerEvent.objects.get(kind="deletion_request.outcome_recorded")
+    assert event.data["error_message"] == "see https://crm.acme.example/case"

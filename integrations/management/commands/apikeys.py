@@ -16,7 +16,13 @@ class Command(DropportalCommand):
 
     def add_subcommands(self, subparsers: Any) -> None:
         create = subparsers.add_parser("create", help="create a key (shown once)")
-        create.add_argument("--broker", required=True, help="broker id, 4 digits")
+        owner = create.add_mutually_exclusive_group(required=True)
+        owner.add_argument("--broker", help="broker id, 4 digits")
+        owner.add_argument(
+            "--all-brokers",
+            action="store_true",
+            help="a metrics key that sees every broker's series (your own Prometheus)",
+        )
         create.add_argument(
             "--scope", action="append", required=True, choices=ApiKeyScope.values, dest="scopes"
         )
@@ -28,7 +34,7 @@ class Command(DropportalCommand):
         listing.add_argument("--json", action="store_true")
 
     def handle_create(self, **options: Any) -> None:
-        broker = broker_or_error(options["broker"])
+        broker = None if options["all_brokers"] else broker_or_error(options["broker"])
         created = api_key_create(
             broker=broker, scopes=options["scopes"], name=options["name"], actor=self.actor()
         )
@@ -38,7 +44,7 @@ class Command(DropportalCommand):
                     "key": created.key,
                     "prefix": created.api_key.prefix,
                     "scopes": created.api_key.scopes,
-                    "broker_id": broker.broker_id,
+                    "broker_id": broker.broker_id if broker else None,
                     "name": created.api_key.name,
                 }
             )
@@ -64,7 +70,7 @@ class Command(DropportalCommand):
             {
                 "prefix": k.prefix,
                 "name": k.name,
-                "broker_id": k.broker.broker_id,
+                "broker_id": k.broker.broker_id if k.broker else None,  # None: every broker
                 "scopes": k.scopes,
                 "created_at": k.created_at.isoformat(),
                 "last_used_at": k.last_used_at.isoformat() if k.last_used_at else None,
@@ -78,6 +84,6 @@ class Command(DropportalCommand):
         for r in rows:
             state = f"revoked {r['revoked_at']}" if r["revoked_at"] else "active"
             self.stdout.write(
-                f"{r['prefix']}  {r['broker_id']}  {','.join(r['scopes']):<30} {state}"
+                f"{r['prefix']}  {r['broker_id'] or 'all '}  {','.join(r['scopes']):<30} {state}"
                 f"  last used {r['last_used_at'] or 'never'}  {r['name']}"
             )

@@ -1,0 +1,93 @@
+"""What is kept of an answer that may carry clear identifiers: its shape, never its text.
+
+Every string becomes its length, and so does every object key that is not a name of ours:
+a broker may key an answer by the identifier itself (``{"alice@example.com": true}``). Ours
+are the protocol's field names, DROP's identifier types and the categories staff set on the
+broker's SaaS connections (lower-case words, checked when set)::
+
+    masked(b'{"identifiers": {"email": [{"email": "ann@x.com"}]}, "ann@x.com": true}')
+    # '{"identifiers": {"email": [{"email": "<9 characters>"}]}, "<key of 9 characters>": true}'
+    category_counts({"email": [{...}], "ann@x.com": [{...}]}, categories=["email"])
+    # {"email": 1, "<key of 9 characters>": 1}
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any
+
+from integrations.outbound_http import RESPONSE_BODY_LIMIT
+
+# Field names of the answers and errors the broker's systems and SaaS APIs send (ISI,
+# OAuth, RFC 9457), and DROP's identifier types: kept as they are.
+PROTOCOL_NAMES = frozenset(
+    {
+        "identifiers",
+        "request_uuid",
+        "results_token",
+        "status",
+        "error",
+        "error_description",
+        "errors",
+        "detail",
+        "title",
+        "type",
+        "code",
+        "message",
+    }
+)
+IDENTIFIER_TYPES = frozenset(
+    {"email", "phone", "first_name", "last_name", "dob", "zip", "vin", "maid", "ctvid"}
+)
+
+
+def _names(categories: Iterable[str]) -> frozenset[str]:
+    return PROTOCOL_NAMES | IDENTIFIER_TYPES | frozenset(categories)
+
+
+def masked_key(key: str, names: Collection[str], taken: Collection[str] = ()) -> str:
+    """``key`` when it is one of ``names``, else its length (numbered past the first of a
+    length, so that no two keys of one object merge)."""
+    if key in names:
+        return key
+    shown = f"<key of {len(key)} characters>"
+    number = 1
+    while shown in taken:
+        number += 1
+        shown = f"<key of {len(key)} characters> #{number}"
+    return shown
+
+
+def _mask(value: Any, names: frozenset[str]) -> Any:
+    if isinstance(value, str):
+        return f"<{len(value)} characters>"
+    if isinstance(value, dict):
+        shape: dict[str, Any] = {}
+        for key, item in value.items():
+            shape[masked_key(key, names, shape)] = _mask(item, names)
+        return shape
+    if isinstance(value, list):
+        return [_mask(item, names) for item in value]
+    return value
+
+
+def masked(content: bytes, *, categories: Iterable[str] = ()) -> str:
+    """What an attempt keeps of an answer carrying clear identifiers: its shape, every string
+    and every key not of ours replaced by its length (the values themselves are kept only
+    encrypted, and not for long). ``categories``: the identifier categories asked for."""
+    try:
+        shape = json.dumps(_mask(json.loads(content), _names(categories)), ensure_ascii=False)
+    except ValueError:
+        return f"[not kept: {len(content)} bytes, not JSON]"
+    return shape[:RESPONSE_BODY_LIMIT]
+
+
+def category_counts(identifiers: Mapping[str, Any], *, categories: Iterable[str]) -> dict[str, int]:
+    """How many identifiers the broker resolved per category, for the ledger: a category
+    that is not of ours is shown by its length."""
+    names = _names(categories)
+    counts: dict[str, int] = {}
+    for category, entries in identifiers.items():
+        counts[masked_key(category, names, counts)] = len(entries)
+    return counts

@@ -1,0 +1,302 @@
+"""Every admin page and command, tried as each role, against the table in SECURITY.md.
+
+The walk is driven by what the admin site holds when the tests run, not by page markup:
+every registered ModelAdmin (its list, add, change and delete pages and every action it
+has for anyone) and every other named URL of the site (exports, downloads, guided flows).
+SECURITY.md's table "What each role may do" is parsed here, so the document and the code
+cannot disagree: a new admin, action or page without its row fails, and so does a row
+that no longer matches what the role can do. A failure prints the table as observed.
+
+How each thing is tried, with nothing changed for a role that may do it:
+
+- ``view``: the list and an object's page answer 200 (403 otherwise);
+- ``add``: the add page answers 200; a role that may not add gets 403 on GET and on POST;
+- ``change``: the object's page says the role may change it; a role that may not gets 403
+  when it POSTs the page;
+- ``delete``: the object's delete page answers 200 (GET only; 403 otherwise);
+- an action: the list offers it; a role it is not offered to POSTs it anyway, and Django
+  refuses it (403; the list again with "No action selected."; or, when the role has no
+  action at all there, the list, as Django then runs none);
+- another URL (``admin:<name>``): GET and POST; "yes" when one of them is answered with
+  neither 403 nor 405, "—" when every answer but a 405 is a 403.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from axes.models import AccessAttempt, AccessFailureLog, AccessLog
+from django.contrib import admin
+from django.contrib.auth.models import Group, User
+from django.db import connection, models
+from django.test import Client, RequestFactory
+from django.urls import URLPattern, URLResolver, reverse
+from django.utils import timezone
+
+from integrations.ledger_kinds import LedgerKind
+from integrations.models import Broker
+from integrations.services.keys import CreatedApiKey
+from integrations.services.ledger import ledger_event_append
+from tests.sample_cycle import sample_cycle
+
+pytestmark = pytest.mark.django_db
+
+SECURITY_MD = Path(__file__).resolve().parents[2] / "SECURITY.md"
+TABLE_HEADING = "### What each role may do"
+ROLES = ("Connections managers", "Operators", "Auditors", "Staff without a role", "Superusers")
+NONE = "—"
+MODEL_OPERATIONS = ("view", "add", "change", "delete")
+# Django's own pages of the site, the same for every staff member: not walked.
+SITE_VIEWS = {
+    "login",
+    "logout",
+    "password_change",
+    "password_change_done",
+    "jsi18n",
+    "autocomplete",
+    "view_on_site",
+    "app_list",
+}
+MODEL_VIEW_SUFFIXES = ("_changelist", "_add", "_change", "_delete", "_history")
+
+
+# -- the table ------------------------------------------------------------------------------
+
+
+def documented_table() -> dict[str, dict[str, str]]:
+    """``{key: {role: cell}}`` from SECURITY.md's table (the key: a row's backticked name)."""
+    text = SECURITY_MD.read_text(encoding="utf-8")
+    assert TABLE_HEADING in text, f"SECURITY.md has no section {TABLE_HEADING!r}"
+    lines = text.split(TABLE_HEADING, 1)[1].splitlines()
+    rows = [line for line in lines[: _table_end(lines)] if line.startswith("|")]
+    header = _cells(rows[0])
+    assert tuple(header[1:]) == ROLES, f"the table's columns are {header}"
+    table: dict[str, dict[str, str]] = {}
+    for row in rows[2:]:
+        cells = _cells(row)
+        key = re.search(r"`([^`]+)`", cells[0])
+        assert key, f"a row of the role table names no `key`: {row}"
+        assert key.group(1) not in table, f"two rows for {key.group(1)}"
+        table[key.group(1)] = dict(zip(ROLES, cells[1:], strict=True))
+    return table
+
+
+def _table_end(lines: list[str]) -> int:
+    started = False
+    for index, line in enumerate(lines):
+        if line.startswith("|"):
+            started = True
+        elif started:
+            return index
+    return len(lines)
+
+
+def _cells(row: str) -> list[str]:
+    return [cell.strip() for cell in row.strip().strip("|").split("|")]
+
+
+def cell(operations: list[str]) -> str:
+    return ", ".join(operations) if operations else NONE
+
+
+# -- the world ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def every_model(broker: Broker, make_key: Callable[..., CreatedApiKey]) -> None:
+    """At least one row of every model the admin shows."""
+    sample_cycle(broker, today=timezone.localdate())
+    make_key("webhook_callback")
+    ledger_event_append(kind=LedgerKind.BROKER_UPDATED, broker_id=broker.broker_id)
+    now = timezone.now()
+    AccessAttempt.objects.create(username="x", ip_address="203.0.113.9", failures_since_start=1)
+    AccessLog.objects.create(username="x", ip_address="203.0.113.9", attempt_time=now)
+    AccessFailureLog.objects.create(username="x", ip_address="203.0.113.9", attempt_time=now)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO procrastinate_jobs (queue_name, task_name, status, args) "
+            "VALUES ('alerts', 'integrations.tasks.evaluate_alerts', 'todo', '{}')"
+        )
+
+
+def role_user(role: str) -> User:
+    username = role.lower().replace(" ", "-")
+    if role == "Superusers":
+        return User.objects.create_superuser(username, password="pw-123-role")
+    user = User.objects.create_user(username, password="pw-123-role", is_staff=True)
+    if role != "Staff without a role":
+        user.groups.add(Group.objects.get(name=role))
+    return user
+
+
+def every_action(model_admin: admin.ModelAdmin) -> list[str]:
+    """Every action the admin has, for anyone (a superuser's list)."""
+    request = RequestFactory().get("/admin/")
+    request.user = User(is_superuser=True, is_staff=True, is_active=True)
+    return list(model_admin.get_actions(request))
+
+
+def any_row(model: type[models.Model]) -> models.Model:
+    row = model._default_manager.order_by("pk").first()
+    assert row is not None, f"no {model.__name__} to try the admin on"
+    return row
+
+
+# -- trying ---------------------------------------------------------------------------------
+
+
+class Walker:
+    def __init__(self, user: User) -> None:
+        self.user = user
+        self.client = Client()
+
+    def get(self, url: str) -> Any:
+        self.client.force_login(self.user)  # again: a page (MFA logout) may end the session
+        return self.client.get(url)
+
+    def post(self, url: str, data: dict[str, Any]) -> Any:
+        self.client.force_login(self.user)
+        return self.client.post(url, data)
+
+    def model_operations(self, model: type[models.Model], model_admin: admin.ModelAdmin) -> str:
+        info = f"admin:{model._meta.app_label}_{model._meta.model_name}"
+        row = any_row(model)
+        done: list[str] = []
+
+        changelist = self.get(reverse(f"{info}_changelist"))
+        page = self.get(reverse(f"{info}_change", args=[row.pk]))
+        assert changelist.status_code in (200, 403), (info, changelist.status_code)
+        assert page.status_code == changelist.status_code, f"{info}: list and page disagree"
+        viewer = changelist.status_code == 200
+        if viewer:
+            done.append("view")
+
+        add_url = reverse(f"{info}_add")
+        adding = self.get(add_url)
+        assert adding.status_code in (200, 403), (info, "add", adding.status_code)
+        if adding.status_code == 200:
+            done.append("add")
+        else:
+            assert self.post(add_url, {}).status_code == 403, f"{info}: POST add not refused"
+
+        if viewer and page.context_data["has_change_permission"]:
+            done.append("change")
+        else:
+            refused = self.post(reverse(f"{info}_change", args=[row.pk]), {})
+            assert refused.status_code == 403, f"{info}: POST change not refused"
+
+        deleting = self.get(reverse(f"{info}_delete", args=[row.pk]))
+        assert deleting.status_code in (200, 403), (info, "delete", deleting.status_code)
+        if deleting.status_code == 200:
+            done.append("delete")
+
+        action_form = changelist.context_data.get("action_form") if viewer else None
+        offered = (
+            {name for name, _ in action_form.fields["action"].choices} if action_form else set()
+        )
+        for action in every_action(model_admin):
+            if action in offered:
+                done.append(action)
+                continue
+            tried = self.post(
+                reverse(f"{info}_changelist"),
+                {"action": action, "_selected_action": [row.pk], "index": 0},
+            )
+            messages = [str(m) for m in tried.wsgi_request._messages]
+            refused = (
+                tried.status_code == 403
+                or (tried.status_code == 302 and "No action selected." in messages)
+                # No action at all for this role: Django shows the list, runs nothing.
+                or (tried.status_code == 200 and not offered)
+            )
+            assert refused, f"{info}: action {action} not offered, yet run ({tried.status_code})"
+        return cell(done)
+
+    def page(self, url: str) -> str:
+        answers = {self.get(url).status_code, self.post(url, {}).status_code} - {405}
+        assert answers, f"{url}: neither GET nor POST is allowed"
+        assert not any(status >= 500 for status in answers), (url, answers)
+        return NONE if answers == {403} else "yes"
+
+
+def _named_patterns(
+    patterns: list[URLPattern | URLResolver], prefix: str = ""
+) -> Iterator[tuple[str, URLPattern]]:
+    for pattern in patterns:
+        if isinstance(pattern, URLResolver):
+            yield from _named_patterns(pattern.url_patterns, prefix + str(pattern.pattern))
+        elif pattern.name:
+            yield prefix + str(pattern.pattern), pattern
+
+
+def admin_pages() -> dict[str, tuple[str, URLPattern]]:
+    """Every named URL of the admin site but the ModelAdmins' own pages and Django's."""
+    registered = {
+        f"{model._meta.app_label}_{model._meta.model_name}" for model in admin.site._registry
+    }
+    pages = {}
+    for route, pattern in _named_patterns(admin.site.get_urls()):
+        name = pattern.name or ""
+        standard = any(
+            name == f"{label}{suffix}" for label in registered for suffix in MODEL_VIEW_SUFFIXES
+        )
+        if standard or name in SITE_VIEWS:
+            continue
+        pages[f"admin:{name}"] = (route, pattern)
+    return pages
+
+
+def page_url(key: str, route: str, pattern: URLPattern) -> str:
+    """The page's URL, its parameters taken from rows of the world."""
+    kwargs: dict[str, Any] = {}
+    for name in pattern.pattern.converters:
+        if name in ("pk", "id", "object_id"):
+            app_label, model_name = route.split("/")[:2]
+            model = next(
+                m
+                for m in admin.site._registry
+                if (m._meta.app_label, m._meta.model_name) == (app_label, model_name)
+            )
+            kwargs[name] = any_row(model).pk
+        elif name == "fmt":
+            kwargs[name] = "csv"
+        elif name == "token":
+            kwargs[name] = "no-such-token"
+        else:
+            pytest.fail(f"{key}: teach page_url a value for its parameter {name!r}")
+    return reverse(key, kwargs=kwargs)
+
+
+# -- the test -------------------------------------------------------------------------------
+
+
+def test_what_each_role_may_do_is_what_security_md_says(every_model: None) -> None:
+    documented = documented_table()
+    observed: dict[str, dict[str, str]] = {}
+    pages = admin_pages()
+    models_ = sorted(admin.site._registry.items(), key=lambda pair: pair[0]._meta.label_lower)
+    for role in ROLES:
+        walker = Walker(role_user(role))
+        for model, model_admin in models_:
+            key = model._meta.label_lower
+            observed.setdefault(key, {})[role] = walker.model_operations(model, model_admin)
+        for key, (route, pattern) in sorted(pages.items()):
+            observed.setdefault(key, {})[role] = walker.page(page_url(key, route, pattern))
+
+    missing = sorted(set(observed) - set(documented))
+    stale = sorted(set(documented) - set(observed))
+    differ = sorted(
+        key for key in set(observed) & set(documented) if observed[key] != documented[key]
+    )
+    as_observed = "\n".join(
+        f"| `{key}` | " + " | ".join(observed[key][role] for role in ROLES) + " |"
+        for key in sorted(observed)
+    )
+    assert not (missing or stale or differ), (
+        f"SECURITY.md's role table disagrees with the admin: no row for {missing}, rows for "
+        f"what no longer exists {stale}, rows that differ {differ}. As observed:\n{as_observed}"
+    )
