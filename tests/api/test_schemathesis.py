@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 import schemathesis
 from django.core.signals import request_finished, request_started
+from django.core.wsgi import get_wsgi_application
 from django.db import close_old_connections
 from hypothesis import HealthCheck, assume, given, settings
 from schemathesis import APIOperation, GenerationMode, checks
 from schemathesis.core.result import Ok
 
-from dropportal.wsgi import application
 from integrations.api.outcomes import MomentField
 from integrations.models import Broker
 from integrations.services.brokers import broker_create
@@ -71,7 +71,9 @@ def api_schema(db: None) -> Iterator[schemathesis.schemas.BaseSchema]:
     level = request_log.level
     request_log.setLevel(logging.ERROR)
     try:
-        schema = schemathesis.openapi.from_wsgi("/api/v1/schema?format=json", application)
+        schema = schemathesis.openapi.from_wsgi(
+            "/api/v1/schema?format=json", get_wsgi_application()
+        )
         yield schema
     finally:
         request_started.connect(close_old_connections)
