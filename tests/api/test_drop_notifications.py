@@ -28,6 +28,7 @@ from integrations.ledger_kinds import LedgerKind
 from integrations.models import AlertState, Broker, DropNotification, LedgerEvent
 from integrations.services.alerts import alerts_evaluate
 from integrations.services.brokers import broker_drop_webhook_secret_set
+from integrations.services.keys import api_key_create
 from integrations.services.ledger import ledger_event_append
 from tests.conftest import bearer
 from tests.reporting_factories import cycle_make, item_make, report_file_make
@@ -159,7 +160,8 @@ def _metric(api_client: APIClient, metrics_key: str, result: str) -> float:
 def test_a_notification_not_from_drop_now_is_401_counted_not_recorded(
     api_client: APIClient, webhook_broker: Broker, make_key: Any, change: dict[str, Any], code: str
 ) -> None:
-    metrics_key = make_key("metrics").key
+    # The refusals are counted per process, not per broker: the operator's key of every broker.
+    metrics_key = api_key_create(broker=None, scopes=["metrics"], actor="test").key
     before = _metric(api_client, metrics_key, code)
     events_before = LedgerEvent.objects.count()
 
