@@ -34,6 +34,7 @@ from django.utils.html import format_html
 
 from integrations import exports
 from integrations.admin.actors import staff_actor
+from integrations.drop.calendar import drop_today
 from integrations.models import (
     DeletionRequest,
     DropCycle,
@@ -180,7 +181,7 @@ class ReportFileAdmin(admin.ModelAdmin):
             "title": "Generate response files",
             "form": form,
             "opts": self.model._meta,
-            "today": timezone.localdate(),
+            "today": drop_today(),
         }
         return TemplateResponse(request, "admin/integrations/reportfile/generate.html", context)
 

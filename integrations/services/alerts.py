@@ -29,6 +29,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from integrations.drop.calendar import drop_today
 from integrations.enqueue import alert_send_enqueue
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
@@ -242,7 +243,7 @@ def _upload_rejected(now: dt.datetime) -> Iterable[Firing]:
 
 def _cycles_due_within(days: int) -> Condition:
     def check(now: dt.datetime) -> Iterable[Firing]:
-        for deadline in cycle_deadlines(today=now.date()):
+        for deadline in cycle_deadlines(today=drop_today(now)):
             if deadline.days_left > days:
                 continue
             cycle = deadline.cycle

@@ -34,6 +34,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from integrations.drop.calendar import drop_date, drop_timezone, drop_today
 from integrations.drop.client import DropApiError, DropClient
 from integrations.drop.files import (
     DownloadZipReader,
@@ -241,18 +242,19 @@ def _cycle_create(
     downloaded_at: dt.datetime | None,
     files: dict[str, int],
 ) -> DropCycle:
-    """The new cycle, matched today and due ``DROPPORTAL_REPORT_DAYS`` after its download
-    (when not given: the package's time, or now if that is later)."""
+    """The new cycle, matched today and due ``DROPPORTAL_REPORT_DAYS`` after its download,
+    both days of DROP's calendar (when not given: the package's time, or now if that is later)."""
     now = timezone.now()
-    downloaded_at = downloaded_at or min(now, _package_time(files))
+    # Stored, recorded and exported in UTC, whatever zone it was given in.
+    downloaded_at = (downloaded_at or min(now, _package_time(files))).astimezone(dt.UTC)
     return DropCycle.objects.create(
         broker=broker,
         drop_session_id=_next_session_id(broker),
         zip_name=zip_name,
         zip_sha256=sha256,
         downloaded_at=downloaded_at,
-        match_date=timezone.localdate(now),
-        due_date=downloaded_at.date() + dt.timedelta(days=settings.DROPPORTAL_REPORT_DAYS),
+        match_date=drop_today(now),
+        due_date=drop_date(downloaded_at) + dt.timedelta(days=settings.DROPPORTAL_REPORT_DAYS),
         files=files,
     )
 
@@ -348,9 +350,9 @@ def _removed_lines(rows: Iterable[RemovedRow]) -> Iterator[str]:
 
 
 def _package_time(files: dict[str, int]) -> dt.datetime:
-    """Midnight (UTC) of the earliest date in the package's file names."""
+    """The start of the earliest date in the package's file names (a day of DROP's calendar)."""
     day = min(parse_file_name(name).date for name in files)
-    return dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
+    return dt.datetime.combine(day, dt.time(), tzinfo=drop_timezone())
 
 
 def _next_session_id(broker: Broker) -> str:
