@@ -204,7 +204,10 @@ def _drop_pull_failed(now: dt.datetime) -> Iterable[Firing]:
 @alert_condition("integration_disabled")
 def _integration_disabled(now: dt.datetime) -> Iterable[Firing]:
     """An integration or SaaS connection is disabled: its deliveries wait."""
-    for integration in Integration.objects.filter(enabled=False).select_related("broker"):
+    # A retired one is gone for good, by staff's decision: nothing waits for it.
+    for integration in Integration.objects.filter(
+        enabled=False, retired_at__isnull=True
+    ).select_related("broker"):
         yield Firing(
             key=f"integration:{integration.uuid}",
             broker_id=integration.broker.broker_id,
@@ -213,7 +216,9 @@ def _integration_disabled(now: dt.datetime) -> Iterable[Firing]:
             "its deliveries wait until it is enabled",
             details={"integration_id": str(integration.uuid)},
         )
-    for connection in SaasConnection.objects.filter(enabled=False).select_related("broker"):
+    for connection in SaasConnection.objects.filter(
+        enabled=False, retired_at__isnull=True
+    ).select_related("broker"):
         yield Firing(
             key=f"saas:{connection.pk}",
             broker_id=connection.broker.broker_id,

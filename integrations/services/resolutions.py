@@ -6,8 +6,10 @@
                                        exemption_basis="", identifiers={"email": [...]},
                                        actor="apikey:dpk_…")
 
-Unless the answer is ``opted_out`` or ``exempt``, every enabled SaaS connection of the broker
-gets one ``SaasDeletion``, delivered as its own job. The resolved identifiers are kept
+Unless the answer is ``opted_out`` or ``exempt``, every SaaS connection of the broker that is
+not retired gets one ``SaasDeletion``, delivered as its own job (a disabled connection's
+waits until it is enabled). An answer for a work item DROP removed starts none: nothing more
+is sent for a removed identifier. The resolved identifiers are kept
 verbatim, encrypted, only as long as a SaaS deletion may still need them: once every one of
 them is final (``completed`` or ``cancelled``) they are purged.
 """
@@ -35,6 +37,7 @@ from integrations.models import (
     SaasConnection,
     SaasDeletion,
     WorkItem,
+    WorkItemState,
 )
 from integrations.services.ledger import ledger_event_append
 from integrations.services.outcomes import (
@@ -67,9 +70,10 @@ def resolution_outcome_record(
     now = now or timezone.now()
     request = resolution_request
     uuid_text = str(request.request_uuid)
-    deletes = drop_outcome not in NOT_DELETED_OUTCOMES
+    removed = WorkItem.objects.filter(pk=request.work_item_id, state=WorkItemState.REMOVED).exists()
+    deletes = drop_outcome not in NOT_DELETED_OUTCOMES and not removed
     connections = (
-        list(SaasConnection.objects.filter(broker_id=request.broker_id, enabled=True))
+        list(SaasConnection.objects.filter(broker_id=request.broker_id, retired_at__isnull=True))
         if deletes
         else []
     )
@@ -121,6 +125,8 @@ def resolution_outcome_record(
                 "identifiers": {k: len(v) for k, v in identifiers.items()},
                 "saas_deletions": [c.name for c in connections],
                 "identifiers_kept": keep,
+                # DROP removed the identifier: nothing more is sent for it.
+                **({"work_item_removed": True} if removed else {}),
                 "opt_out_record": drop_outcome == DropOutcome.OPTED_OUT,
             },
         )
