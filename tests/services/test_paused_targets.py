@@ -24,6 +24,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import IntegrityError, transaction
 from django.test import Client
+from django.utils import timezone
 
 from devtools.drop_simulator import work_items
 from integrations.models import (
@@ -39,6 +40,7 @@ from integrations.models import (
     WorkItem,
     WorkItemState,
 )
+from integrations.services.alerts import CONDITIONS
 from integrations.services.deliveries import deletion_requests_deliver, saas_deletions_deliver
 from integrations.services.integrations import (
     integration_disable,
@@ -152,6 +154,8 @@ def test_retiring_a_target_cancels_its_requests_and_the_item_settles_on_the_othe
     _import(broker, tmp_path, "20270104_4821_DROP.zip", Email=ITEMS[1:2])
     later = DeletionRequest.objects.filter(remote_identifier="C-2")
     assert [r.integration_id for r in later] == [crm.pk]
+    # Gone by staff's decision: not an integration "disabled" that waits for someone.
+    assert not list(CONDITIONS["integration_disabled"](timezone.now()))
 
 
 def test_retire_needs_a_reason(broker: Broker) -> None:
