@@ -47,6 +47,8 @@ ACTION_INPUT: dict[str, dict[str, str]] = {
         "status_code": "3",
         "reason": "deleted by hand after a call",
     },
+    "integration.retire_integrations": {"apply": "1", "reason": "CRM decommissioned"},
+    "saasconnection.retire_connections": {"apply": "1", "reason": "contract ended"},
 }
 
 
