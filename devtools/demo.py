@@ -331,13 +331,12 @@ def first_cycle(
 ) -> tuple[list[str], list[tuple[str, str]]]:
     """Cycle 1, imported from disk, answered, redispatched and reported; the emails it
     matched and the rows of its Email list."""
-    from django.utils import timezone
-
+    from integrations.drop.calendar import drop_today
     from integrations.models import DeletionRequest, RequestState
     from integrations.services.redelivery import deletion_request_redispatch
 
     say.section("Cycle 1: a DROP package downloaded by hand 40 days ago")
-    first_day = timezone.localdate() - dt.timedelta(days=40)
+    first_day = drop_today() - dt.timedelta(days=40)
     first_matches = emails[: len(FIRST_OUTCOMES) + FIRST_FAILED]
     package, first_rows = drop_package(first_day, first_matches, unmatched=150, seed=1)
     zip_path = workdir / f"{first_day:%Y%m%d}_{BROKER_ID}_DROP.zip"
@@ -393,13 +392,12 @@ def late_match(
 
 def second_cycle(say: Narrator, drop: Any, broker_system: BrokerSystem, emails: list[str]) -> None:
     """Cycle 2, pulled from DROP's API today; part of it still with the broker."""
-    from django.utils import timezone
-
+    from integrations.drop.calendar import drop_today
     from integrations.drop.notifications import notifications_url
     from integrations.models import LedgerEvent
 
     say.section("Cycle 2: DROP notifies that lists are ready; the pull starts at once")
-    second_day = timezone.localdate()
+    second_day = drop_today()
     second_matches = emails[100 : 100 + len(SECOND_OUTCOMES) + SECOND_SILENT]
     package, _ = drop_package(second_day, second_matches, unmatched=90, seed=50_000)
     drop.queue_pending(times=1, retry_after=1)  # the stand-in answers 202 first

@@ -77,6 +77,8 @@ class LedgerKind(StrEnum):
     INTEGRATION_SECRET_ROTATED = "integration.secret_rotated"  # noqa: S105 (a kind, not a secret)
     INTEGRATION_DISABLED = "integration.disabled"  # disabled by staff or by a 410 Gone
     INTEGRATION_ENABLED = "integration.enabled"  # enabled again (its rows queued again)
+    # ended for good: its open requests cancelled, their work items settled
+    INTEGRATION_RETIRED = "integration.retired"
     INTEGRATION_TEST_SENT = "integration.test_sent"  # a test call and its result
     ISI_CONNECTIONS_REFRESHED = "isi.connections_refreshed"  # an ISI's SaaS connections read
     ISI_CONNECTIONS_REFRESH_FAILED = "isi.connections_refresh_failed"  # reading them failed
@@ -84,6 +86,7 @@ class LedgerKind(StrEnum):
     SAAS_CONNECTION_UPDATED = "saas_connection.updated"  # its settings changed
     SAAS_CONNECTION_DISABLED = "saas_connection.disabled"  # disabled by staff or by a 410 Gone
     SAAS_CONNECTION_ENABLED = "saas_connection.enabled"  # enabled again
+    SAAS_CONNECTION_RETIRED = "saas_connection.retired"  # ended for good, open deletions cancelled
     CALLBACK_REJECTED = "callback.rejected"  # a callback with a valid API key refused
 
     # -- report files sent to DROP

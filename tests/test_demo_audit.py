@@ -3,10 +3,10 @@ and the year's DROP figures, counted by hand from the demo's story (devtools/dem
 
 The demo's broker 4821 (one year, two cycles):
 
-- Cycle 1, downloaded 40 days ago (midnight UTC): Email 24 matches + 150 unknown hashes,
-  Phone 50 unknown: 224 work items. Outcomes: 14 deleted + 2 failed then deleted, 4 not
-  found, 2 opted out, 2 exempt; all reported. Then one unknown Email hash matches a consumer
-  registered late: deleted, amended from 5 to 3.
+- Cycle 1, downloaded 40 days ago (midnight in DROP's calendar): Email 24 matches + 150
+  unknown hashes, Phone 50 unknown: 224 work items. Outcomes: 14 deleted + 2 failed then
+  deleted, 4 not found, 2 opted out, 2 exempt; all reported. Then one unknown Email hash
+  matches a consumer registered late: deleted, amended from 5 to 3.
 - Cycle 2, pulled today: Email 14 matches + 90 unknown, Phone 30 unknown: 134 work items,
   nothing reported to DROP yet.
 
@@ -29,6 +29,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
+from integrations.drop.calendar import drop_timezone
 from tests.test_demo import ROOT, free_port
 
 pytestmark = pytest.mark.xdist_group("demo")  # the demo's one database: one run at a time
@@ -82,8 +83,9 @@ def test_the_demo_broker_gets_a_verifiable_pack_and_its_figures(tmp_path: Path) 
     ):
         assert {key: row[key] for key in expected} == expected
         assert row["open"] == still_open and row["removed"] == 0
+        zone = drop_timezone()
         downloaded = dt.datetime.combine(
-            started.date() - dt.timedelta(days=40), dt.time(), tzinfo=dt.UTC
+            started.astimezone(zone).date() - dt.timedelta(days=40), dt.time(), tzinfo=zone
         )
         earliest = (started - downloaded) / dt.timedelta(days=1) - 0.005
         latest = (ended - downloaded) / dt.timedelta(days=1) + 0.005

@@ -4,7 +4,7 @@ A Hypothesis ``RuleBasedStateMachine`` drives the services, the API and the deli
 PostgreSQL, with a loopback broker and a loopback DROP, through whatever order of events
 months of operation can bring: consumers registered (file and API, clear and hashed) and
 forgotten, DROP packages imported with Removed files, webhook integrations added, disabled
-(by a 410 and by staff), enabled and their secrets rotated, outcomes of every kind arriving
+(by a 410 and by staff), enabled, retired and their secrets rotated, outcomes of every kind arriving
 in any order and twice, redeliveries and redispatches (staff and automatic), late matches,
 reports that DROP accepts, rejects, refuses (a 409 to amendments) or says it already has,
 amendments, and staff discarding an amendment DROP refuses or rejected.
@@ -18,6 +18,9 @@ it received, and so what DROP should be told. After every step:
 - every status written for DROP is the oracle's strongest outcome of the item's final
   requests, and no item is written twice in one list except as an amendment of a changed
   status (and never amended before DROP accepted its upload);
+- no work item is written for DROP while a target owes an answer for it: every integration
+  that was a target when it matched (a disabled one too: paused, not gone) and is not
+  retired has answered; a retired one's open requests are cancelled and no longer count;
 - nothing is sent to the broker for a removed item after its removal was imported;
 - an item's reported status is the one DROP holds, unless a file DROP has not answered for
   good carries it; an amendment DROP refuses holds back no upload;
@@ -94,6 +97,7 @@ from integrations.services.drop import drop_zip_import
 from integrations.services.integrations import (
     integration_disable,
     integration_enable,
+    integration_retire,
     integration_secret_rotate,
     webhook_integration_create,
 )
@@ -208,6 +212,10 @@ class Item:
     matched: bool = False
     removed_at_step: int | None = None
     requests: set[str] = field(default_factory=set)  # request uuids the broker received
+    # Integrations (uuids, not retired) that were asked to delete its consumers: each owes
+    # an answer. Empty with ``waiting``: matched while the broker had no target.
+    targets: set[str] = field(default_factory=set)
+    waiting: bool = False
 
 
 @dataclass
@@ -218,6 +226,7 @@ class Request:
     outcome: str | None = None  # the final one, or "failed"
     failure: str | None = None  # the last failed outcome's message
     email: str = ""
+    cancelled: bool = False  # its integration was retired before it was answered
 
     def uuid_item_kept(self, oracle: Oracle) -> bool:
         return oracle.items[self.work_item_id].removed_at_step is None
@@ -234,7 +243,48 @@ class Oracle:
     # example would pick other requests when Hypothesis runs it again).
     requests: dict[str, Request] = field(default_factory=dict)
     secrets: dict[str, list[str]] = field(default_factory=dict)  # integration uuid -> newest first
+    retired: set[str] = field(default_factory=set)  # integration uuids retired
     sessions: int = 0
+
+    def active(self) -> list[str]:
+        """Integrations that are deletion targets (enabled or disabled, not retired), in the
+        order they were added."""
+        return [uuid for uuid in self.secrets if uuid not in self.retired]
+
+    def match(self, item: Item) -> None:
+        """A consumer matched ``item``: every target is asked (a paused one too)."""
+        item.matched = True
+        active = self.active()
+        item.targets.update(active)
+        item.waiting = not item.targets
+
+    def target_added(self, uuid: str) -> None:
+        """Matches that waited for a target get it."""
+        for item in self.items.values():
+            if item.waiting and item.removed_at_step is None:
+                item.targets.add(uuid)
+                item.waiting = False
+
+    def owes(self, item: Item, uuid: str) -> bool:
+        """Whether integration ``uuid`` still owes an answer for ``item``."""
+        received = [self.requests[r] for r in item.requests]
+        own = [r for r in received if r.integration_uuid == uuid and not r.cancelled]
+        return not own or any(r.outcome in (None, "failed") for r in own)
+
+    def retire(self, uuid: str) -> None:
+        """Its open requests are cancelled; an item it alone still owed an answer for waits
+        for the targets left (or for one, when none is left)."""
+        self.retired.add(uuid)
+        for item in self.items.values():
+            if uuid not in item.targets:
+                continue
+            owed = self.owes(item, uuid)
+            item.targets.discard(uuid)
+            if owed and not item.targets and item.removed_at_step is None:
+                self.match(item)
+        for request in self.requests.values():
+            if request.integration_uuid == uuid and request.outcome in (None, "failed"):
+                request.cancelled = True
 
     def registered_hashes(self) -> set[str]:
         return set().union(*self.consumers.values()) if self.consumers else set()
@@ -248,20 +298,26 @@ class Oracle:
         for item in self.items.values():
             if new and item.hash_b64 == hash_b64 and item.removed_at_step is None:
                 late += not item.matched
-                item.matched = True
+                self.match(item)
         return late
 
     def expected(self, item: Item) -> int | None:
         """The code DROP should get for ``item`` now; None while it has no final status."""
         if not item.matched:
             return 5
-        outcomes = [self.requests[uuid].outcome for uuid in sorted(item.requests)]
+        outcomes = [
+            self.requests[uuid].outcome
+            for uuid in sorted(item.requests)
+            if not self.requests[uuid].cancelled
+        ]
         if not outcomes or any(o is None or o == "failed" for o in outcomes):
             return None
         return max(STRENGTH[o] for o in outcomes if o)[1]
 
     def callback_answer(self, request: Request, outcome: str, error: str) -> str:
         """What recording ``outcome`` should do: "recorded", "unchanged" or "conflict"."""
+        if request.cancelled:
+            return "conflict"
         if request.outcome in (None, "failed"):
             if outcome == "failed" and request.outcome == "failed" and request.failure == error:
                 return "unchanged"
@@ -342,7 +398,7 @@ def _stuck_reasons(requests: list[tuple[int, str, bool]]) -> set[str]:
         if state == RequestState.PENDING:
             reasons.add("pending_without_target")
         elif state in (RequestState.QUEUED, RequestState.FAILED) and not enabled:
-            reasons.add("integration_disabled")
+            reasons.add("target_disabled")
         elif state == RequestState.FAILED:
             reasons.add("failed_waiting_for_staff")
         elif state == RequestState.UNDELIVERABLE:
@@ -522,7 +578,9 @@ class LifecycleMachine(RuleBasedStateMachine):
         assert result.created and result.cycle.drop_session_id == session
         registered = oracle.registered_hashes()
         for work_item_id, hash_b64 in rows:
-            item = Item(work_item_id, hash_b64, session, matched=hash_b64 in registered)
+            item = Item(work_item_id, hash_b64, session)
+            if hash_b64 in registered:
+                oracle.match(item)
             oracle.items[work_item_id] = item
             oracle.by_hash_and_session[(hash_b64, session)] = work_item_id
         for item in removed:
@@ -532,7 +590,7 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     # -- integrations ---------------------------------------------------------------------
 
-    @precondition(lambda self: len(self.oracle.secrets) < 2)
+    @precondition(lambda self: len(self.oracle.active()) < 2 and len(self.oracle.secrets) < 4)
     @rule()
     @counted
     def add_integration(self) -> None:
@@ -544,16 +602,18 @@ class LifecycleMachine(RuleBasedStateMachine):
             actor="staff:ann",
         )
         self.oracle.secrets[str(created.integration.uuid)] = [created.webhook_secret]
+        self.oracle.target_added(str(created.integration.uuid))
         self._broker_holds_secrets()
 
     def _broker_holds_secrets(self) -> None:
         self.broker_side.secrets = [s for held in self.oracle.secrets.values() for s in held]
 
     def _integration(self, data: st.DataObject) -> Integration:
-        uuid = data.draw(st.sampled_from(list(self.oracle.secrets)))
+        """One of the integrations that are still targets."""
+        uuid = data.draw(st.sampled_from(self.oracle.active()))
         return Integration.objects.get(uuid=uuid)
 
-    @precondition(lambda self: self.oracle.secrets)
+    @precondition(lambda self: self.oracle.active())
     @rule(data=st.data())
     @counted
     def disable_by_staff(self, data: st.DataObject) -> None:
@@ -561,13 +621,50 @@ class LifecycleMachine(RuleBasedStateMachine):
             integration=self._integration(data), reason="CRM maintenance", actor="staff:ann"
         )
 
-    @precondition(lambda self: self.oracle.secrets)
+    @precondition(lambda self: self.oracle.active())
     @rule(data=st.data())
     @counted
     def enable(self, data: st.DataObject) -> None:
         integration_enable(integration=self._integration(data), actor="staff:ann")
 
-    @precondition(lambda self: self.oracle.secrets)
+    @precondition(lambda self: self.oracle.active())
+    @rule(data=st.data())
+    @counted
+    def retire(self, data: st.DataObject) -> None:
+        """Staff end a target for good: its open requests are cancelled."""
+        integration = self._integration(data)
+        integration_retire(integration=integration, reason="CRM decommissioned", actor="staff:ann")
+        self.oracle.retire(str(integration.uuid))
+        with pytest.raises(ValidationError, match="retired is final"):
+            integration_enable(integration=integration, actor="staff:ann")
+
+    @precondition(lambda self: len(self.oracle.active()) == 2)
+    @rule(data=st.data(), end=st.sampled_from(["enabled again", "retired"]))
+    @counted
+    def one_of_two_targets_paused(self, data: st.DataObject, end: str) -> None:
+        """One of the broker's two systems is paused (staff, or a 410) while a package is
+        matched and the other answers everything; DROP hears nothing of what the paused one
+        owes. Then it comes back, or staff retire it."""
+        paused = self._integration(data)
+        integration_disable(integration=paused, reason="CRM maintenance", actor="staff:ann")
+        self.import_package(
+            data.draw(st.lists(st.sampled_from(EMAILS), unique=True, min_size=1, max_size=3)),
+            1,
+            [],
+        )
+        self.a_quiet_week(data)
+        if end == "retired":
+            self.retire_this(paused)
+        else:
+            integration_enable(integration=paused, actor="staff:ann")
+        self.a_quiet_week(data)
+        event(f"one of two targets paused, then {end}")
+
+    def retire_this(self, integration: Integration) -> None:
+        integration_retire(integration=integration, reason="CRM decommissioned", actor="staff:ann")
+        self.oracle.retire(str(integration.uuid))
+
+    @precondition(lambda self: self.oracle.active())
     @rule(data=st.data())
     @counted
     def rotate_secret(self, data: st.DataObject) -> None:
@@ -768,7 +865,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         item = data.draw(st.sampled_from(self._reported_unmatched()), label="item")
         pointer = data.draw(st.sampled_from(POINTERS), label="pointer")
         # The broker has a way in (staff see to it), else nothing could change.
-        if not self.oracle.secrets:
+        if not self.oracle.active():
             self.add_integration()
         elif not Integration.objects.filter(broker=self.broker, enabled=True).exists():
             self.enable(data)
@@ -902,6 +999,11 @@ class LifecycleMachine(RuleBasedStateMachine):
             for work_item_id, code in rows:
                 item = self.oracle.items[work_item_id]
                 assert item.removed_at_step is None, f"{work_item_id} written after its removal"
+                owing = [u for u in sorted(item.targets) if self.oracle.owes(item, u)]
+                assert not owing, (
+                    f"{report_file.file_name} says {work_item_id} is {code} while integration(s)"
+                    f" {owing} owe an answer: {[self.oracle.requests[u] for u in item.requests]}"
+                )
                 expected = self.oracle.expected(item)
                 assert code == expected, (
                     f"{report_file.file_name} ({report_file.kind}) says {work_item_id} is"

@@ -25,6 +25,7 @@ from django.utils import timezone
 from django.utils.http import urlencode
 
 from integrations.admin.actors import staff_actor
+from integrations.drop.calendar import drop_today
 from integrations.models import Broker, DropCycle
 from integrations.selectors.drop_metrics import METRIC_FIGURES, drop_metrics
 from integrations.services.evidence import evidence_pack_export, evidence_public_key_pem
@@ -53,7 +54,7 @@ def drop_metrics_view(request: HttpRequest) -> HttpResponse:
     if not request.user.has_perms(METRICS_PERMISSIONS):
         raise PermissionDenied
     data = request.GET if "broker" in request.GET else None
-    form = MetricsForm(data, initial={"year": timezone.now().year})
+    form = MetricsForm(data, initial={"year": drop_today().year})
     context: dict[str, Any] = {
         **admin.site.each_context(request),
         "title": "DROP metrics",

@@ -26,6 +26,7 @@ from django.utils.safestring import SafeString
 from integrations.admin import charts
 from integrations.client_address import proxy_setting_missing
 from integrations.dispatch.checks import PRIVATE_TARGETS_OPEN
+from integrations.drop.calendar import drop_date, drop_today
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     DROP_STATUS_CODES,
@@ -234,7 +235,7 @@ class _Links:
 
 def dashboard_context(request: HttpRequest) -> dict[str, Any]:
     now = timezone.now()
-    today = timezone.localdate(now)
+    today = drop_today(now)
     links = _Links(request)
     panels = [
         _broker_panel(overview, links, now=now, today=today)
@@ -291,7 +292,7 @@ def _broker_panel(
         last_download_at=overview.last_download_at,
         last_download_url=links.change("dropcycle", last_cycle.pk) if last_cycle else None,
         next_download_due=(
-            timezone.localdate(overview.last_download_at)
+            drop_date(overview.last_download_at)
             + dt.timedelta(days=settings.DROPPORTAL_DOWNLOAD_CADENCE_DAYS)
             if overview.last_download_at
             else None
@@ -443,7 +444,7 @@ def _cycle_panel(cycle_items: CycleWorkItems, links: _Links, *, today: dt.date) 
         days_left=days_left,
         tone=charts.days_left_tone(days_left),
         timeline=charts.cycle_timeline(
-            start=timezone.localdate(cycle.downloaded_at),
+            start=drop_date(cycle.downloaded_at),
             due=cycle.due_date,
             today=today,
             owed=cycle_items.owed,

@@ -17,12 +17,12 @@ from django.contrib import admin
 from django.db.models import Case, Model, QuerySet, Value, When
 from django.http import HttpRequest
 from django.urls import reverse
-from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 
 from integrations.admin.drop_notifications import drop_notifications_table
 from integrations.admin.reports import set_work_item_status
+from integrations.drop.calendar import drop_timezone, drop_today, drop_year_bounds
 from integrations.models import (
     DropCycle,
     DropNotification,
@@ -31,7 +31,7 @@ from integrations.models import (
     WorkItem,
 )
 from integrations.selectors.deadlines import drop_cycles_by_urgency
-from integrations.selectors.drop_metrics import METRIC_FIGURES, METRIC_FILTERS, drop_year_bounds
+from integrations.selectors.drop_metrics import METRIC_FIGURES, METRIC_FILTERS
 
 
 class _ReadOnly(admin.ModelAdmin):
@@ -114,7 +114,7 @@ class DropCycleAdmin(_ReadOnly):
 
     @admin.display(description="days left", ordering="due_date")
     def days_left(self, obj: DropCycle) -> str:
-        days = (obj.due_date - timezone.localdate()).days
+        days = (obj.due_date - drop_today()).days
         if not getattr(obj, "owed_items", 0):
             return "nothing owed"
         if days < 0:
@@ -184,13 +184,16 @@ class UnreadableWorkItemAdmin(_ReadOnly):
 
 
 class DropYearFilter(admin.SimpleListFilter):
-    """Work items of the cycles downloaded in one year (UTC), as the yearly figures count."""
+    """Work items of the cycles downloaded in one year of DROP's calendar, as the yearly
+    figures count."""
 
     title = "DROP year"
     parameter_name = "drop_year"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        years = DropCycle.objects.dates("downloaded_at", "year", order="DESC")
+        years = DropCycle.objects.datetimes(
+            "downloaded_at", "year", order="DESC", tzinfo=drop_timezone()
+        )
         return [(str(day.year), str(day.year)) for day in years]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:

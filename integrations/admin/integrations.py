@@ -3,6 +3,9 @@
 - Add a webhook integration: its Webhook Secret is shown once, right after.
 - Edit name and URL; untick "enabled" to disable (queued deliveries wait), tick it to enable
   (they are queued again). A 410 from the broker disables it by itself: the list shows why.
+  A disabled integration or SaaS connection is paused, still a deletion target.
+- "Retire for good" (an action with a written reason) ends an integration or SaaS connection:
+  its open requests are cancelled and it can never be enabled again.
 - On the change page, "Regenerate secret" (the new one is shown once; the old one keeps
   verifying callbacks for 24 hours) and "Send test notification" (the broker's answer is shown
   on the page).
@@ -18,10 +21,12 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
@@ -34,6 +39,7 @@ from integrations.models import Integration, IntegrationKind, RequestState, Saas
 from integrations.services.integrations import (
     integration_disable,
     integration_enable,
+    integration_retire,
     integration_secret_rotate,
     integration_test_send,
     integration_update,
@@ -44,6 +50,7 @@ from integrations.services.saas import (
     saas_connection_create,
     saas_connection_disable,
     saas_connection_enable,
+    saas_connection_retire,
     saas_connection_update,
 )
 from integrations.validators import target_url_validate
@@ -86,6 +93,56 @@ class IntegrationChangeForm(_TargetUrlMixin, forms.ModelForm):
         fields = ["name", "url", "enabled"]
 
 
+class RetireForm(forms.Form):
+    reason = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3}),
+        max_length=500,
+        help_text="Why it is retired; kept with it, with each cancelled request and in the ledger.",
+    )
+
+
+def _retire_action(
+    modeladmin: admin.ModelAdmin,
+    request: HttpRequest,
+    queryset: QuerySet[Any],
+    *,
+    action: str,
+    retire: Any,
+) -> HttpResponse | None:
+    """An intermediate page asks for the reason, then each selected target is retired by its
+    service (``retire(target, reason, actor)``); one already retired is named, not changed."""
+    form = RetireForm(request.POST if "apply" in request.POST else None)
+    if form.is_valid():
+        done = 0
+        for target in queryset.order_by("pk"):
+            try:
+                retire(target, form.cleaned_data["reason"], staff_actor(request))
+            except ValidationError as exc:
+                modeladmin.message_user(request, _validation_text(exc), messages.ERROR)
+            else:
+                done += 1
+        if done:
+            modeladmin.message_user(
+                request,
+                f"Retired {done} for good: their open requests are cancelled, their work items "
+                "settled on their other requests (or waiting for a target).",
+            )
+        return None
+    opts = modeladmin.model._meta
+    context = {
+        **modeladmin.admin_site.each_context(request),
+        "title": f"Retire {opts.verbose_name_plural} for good",
+        "form": form,
+        "targets": queryset.order_by("pk")[:200],
+        "count": queryset.count(),
+        "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
+        "select_across": request.POST.get("select_across", "0"),
+        "action": action,
+        "opts": opts,
+    }
+    return TemplateResponse(request, "admin/integrations/retire.html", context)
+
+
 def _validation_text(error: ValidationError) -> str:
     if hasattr(error, "error_dict"):
         return "; ".join(f"{k}: {' '.join(v)}" for k, v in error.message_dict.items())
@@ -124,11 +181,13 @@ class IntegrationAdmin(WriteOnlyCredentials, admin.ModelAdmin):
         Credential("token", "Static bearer token", "credentials_changed_at"),
         Credential("client_secret", "Client secret", "credentials_changed_at"),
     ]
-    list_display = ["name", "broker", "kind", "target", "enabled", "disabled_reason", "created_at"]
+    list_display = [
+        "name", "broker", "kind", "target", "enabled", "disabled_reason", "retired_at", "created_at"
+    ]  # fmt: skip
     list_filter = ["enabled", "kind", "broker"]
     search_fields = ["name", "url", "base_url"]
     list_select_related = ["broker"]
-    actions = ["disable_integrations"]
+    actions = ["disable_integrations", "retire_integrations"]
     change_form_template = "admin/integrations/integration/change_form.html"
     change_list_template = "admin/integrations/integration/change_list.html"
 
@@ -164,6 +223,8 @@ class IntegrationAdmin(WriteOnlyCredentials, admin.ModelAdmin):
             "url",
             "enabled",
             "disabled_reason",
+            "retired_at",
+            "retired_reason",
             "callback_urls",
             "previous_secret_expires_at",
             "waiting",
@@ -181,6 +242,8 @@ class IntegrationAdmin(WriteOnlyCredentials, admin.ModelAdmin):
             "broker",
             "kind",
             "disabled_reason",
+            "retired_at",
+            "retired_reason",
             "callback_urls",
             "previous_secret_expires_at",
             "waiting",
@@ -270,6 +333,21 @@ class IntegrationAdmin(WriteOnlyCredentials, admin.ModelAdmin):
             )
             done += 1
         self.message_user(request, f"Disabled {done} integration(s); their deliveries wait.")
+
+    @admin.action(description="Retire selected integrations for good (with a reason)",
+                  permissions=["change"])  # fmt: skip
+    def retire_integrations(
+        self, request: HttpRequest, queryset: QuerySet[Integration]
+    ) -> HttpResponse | None:
+        return _retire_action(
+            self,
+            request,
+            queryset,
+            action="retire_integrations",
+            retire=lambda target, reason, actor: integration_retire(
+                integration=target, reason=reason, actor=actor
+            ),
+        )
 
     # -- buttons on the change page ----------------------------------------------------------
 
@@ -380,23 +458,31 @@ class SaasConnectionForm(_TargetUrlMixin, forms.ModelForm):
 class SaasConnectionAdmin(WriteOnlyCredentials, admin.ModelAdmin):
     form = SaasConnectionForm
     credentials = [Credential("token", "Token", "token_changed_at")]
-    list_display = ["name", "broker", "url", "categories", "enabled", "disabled_reason"]
+    list_display = [
+        "name",
+        "broker",
+        "url",
+        "categories",
+        "enabled",
+        "disabled_reason",
+        "retired_at",
+    ]
     list_filter = ["enabled", "broker"]
     search_fields = ["name", "url"]
     list_select_related = ["broker"]
-    actions = ["disable_connections"]
+    actions = ["disable_connections", "retire_connections"]
 
     @admin.display(description="Categories")
     def categories(self, obj: SaasConnection) -> str:
         return ", ".join(obj.identifier_categories)
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        own = ["broker", "disabled_reason"] if obj else []
+        own = ["broker", "disabled_reason", "retired_at", "retired_reason"] if obj else []
         return [*own, *super().get_readonly_fields(request, obj)]
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         fields = ["broker", "name", "url", "token", "categories", "enabled"]
-        return [*fields, "disabled_reason"] if obj else fields
+        return [*fields, "disabled_reason", "retired_at", "retired_reason"] if obj else fields
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -467,3 +553,18 @@ class SaasConnectionAdmin(WriteOnlyCredentials, admin.ModelAdmin):
             )
             done += 1
         self.message_user(request, f"Disabled {done} SaaS connection(s).")
+
+    @admin.action(description="Retire selected SaaS connections for good (with a reason)",
+                  permissions=["change"])  # fmt: skip
+    def retire_connections(
+        self, request: HttpRequest, queryset: QuerySet[SaasConnection]
+    ) -> HttpResponse | None:
+        return _retire_action(
+            self,
+            request,
+            queryset,
+            action="retire_connections",
+            retire=lambda target, reason, actor: saas_connection_retire(
+                connection=target, reason=reason, actor=actor
+            ),
+        )

@@ -37,6 +37,7 @@ from django.utils.html import format_html
 from integrations import exports
 from integrations.admin.actors import staff_actor
 from integrations.admin.drop_notifications import drop_notifications_table
+from integrations.drop.calendar import drop_today
 from integrations.models import (
     DeletionRequest,
     DropCycle,
@@ -256,7 +257,7 @@ class ReportFileAdmin(admin.ModelAdmin):
             "title": "Generate response files",
             "form": form,
             "opts": self.model._meta,
-            "today": timezone.localdate(),
+            "today": drop_today(),
         }
         return TemplateResponse(request, "admin/integrations/reportfile/generate.html", context)
 

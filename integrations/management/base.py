@@ -34,17 +34,19 @@ def validation_message(error: ValidationError) -> str:
     return " ".join(error.messages)
 
 
-def date_bound(text: str, *, end: bool = False) -> dt.datetime:
-    """``--since``/``--until`` values: a date (``--until`` includes the whole day) or ISO time."""
+def date_bound(text: str, *, end: bool = False, zone: dt.tzinfo = dt.UTC) -> dt.datetime:
+    """``--since``/``--until`` values: a date (``--until`` includes the whole day) or ISO time.
+
+    A date, or a time without an offset, is read in ``zone`` (UTC unless said otherwise)."""
     try:
         if len(text) == 10:
             day = dt.date.fromisoformat(text)
-            start = dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
+            start = dt.datetime.combine(day, dt.time(), tzinfo=zone)
             return start + dt.timedelta(days=1) if end else start
         moment = dt.datetime.fromisoformat(text)
     except ValueError:
         raise CommandError(f"not a date: {text!r} (use YYYY-MM-DD or an ISO 8601 time)") from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
+    return moment if moment.tzinfo else moment.replace(tzinfo=zone)
 
 
 def open_output(path: str | None, stdout: Any) -> Any:

@@ -21,8 +21,8 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError
-from django.utils import timezone
 
+from integrations.drop.calendar import drop_today
 from integrations.drop.reporting import save_response_file
 from integrations.management.base import (
     DropportalCommand,
@@ -78,7 +78,7 @@ class ReportSubcommand(DropportalCommand):
         except ReportBusy as exc:
             raise CommandError(str(exc)) from None
         saved = self._save(run, out) if out is not None else []
-        deadlines = cycle_deadlines(broker_id=broker.broker_id, today=timezone.localdate())
+        deadlines = cycle_deadlines(broker_id=broker.broker_id, today=drop_today())
         if options["json"]:
             self.print_json(_as_json(run, saved, deadlines))
         else:

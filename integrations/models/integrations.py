@@ -36,6 +36,10 @@ class Integration(models.Model):
     name = models.CharField(max_length=200)  # integration_name
     enabled = models.BooleanField(default=True)
     disabled_reason = models.CharField(max_length=200, blank=True, default="")
+    # Disabled is paused: still a deletion target, its requests wait. Retired is gone for good
+    # (services.integrations.integration_retire): no new request, never enabled again.
+    retired_at = models.DateTimeField(null=True, blank=True, editable=False)
+    retired_reason = models.CharField(max_length=500, blank=True, default="", editable=False)
     webhook_secret = EncryptedTextField()
     previous_webhook_secret = EncryptedTextField(blank=True, default="")
     previous_secret_expires_at = models.DateTimeField(null=True, blank=True)
@@ -68,6 +72,10 @@ class Integration(models.Model):
             models.CheckConstraint(
                 condition=~models.Q(kind="isi") | (~models.Q(base_url="") & ~models.Q(auth="")),
                 name="isi_integration_has_base_url_and_auth",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(retired_at__isnull=True) | models.Q(enabled=False),
+                name="integration_retired_stays_disabled",
             ),
         ]
 
@@ -124,11 +132,20 @@ class SaasConnection(models.Model):
     identifier_categories = ArrayField(models.CharField(max_length=32), default=list)
     enabled = models.BooleanField(default=True)
     disabled_reason = models.CharField(max_length=200, blank=True, default="")
+    # As for integrations: disabled is paused (its deletions wait), retired is final.
+    retired_at = models.DateTimeField(null=True, blank=True, editable=False)
+    retired_reason = models.CharField(max_length=500, blank=True, default="", editable=False)
     created_at = models.DateTimeField(db_default=Now())
 
     class Meta:
         ordering = ["broker", "name"]
         verbose_name = "SaaS connection"
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(retired_at__isnull=True) | models.Q(enabled=False),
+                name="saas_connection_retired_stays_disabled",
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.name

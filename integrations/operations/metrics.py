@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterator
 from django.db import connection
 from django.db.models import Count
 from django.http import HttpRequest, HttpResponse
-from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -37,6 +36,7 @@ from rest_framework.views import APIView
 
 from integrations.api.permissions import HasScope
 from integrations.counters import CALLBACKS
+from integrations.drop.calendar import drop_today
 from integrations.models import ApiKey, ApiKeyScope, Broker, CycleState, WorkItem
 from integrations.selectors.deadlines import cycle_deadlines
 from integrations.selectors.stuck import stuck_work_items
@@ -93,7 +93,7 @@ def _cycle_days_left(broker: Broker | None) -> Metric:
     )
     nearest: dict[str, int] = {}
     broker_id = broker.broker_id if broker else None
-    for deadline in cycle_deadlines(broker_id=broker_id, today=timezone.now().date()):
+    for deadline in cycle_deadlines(broker_id=broker_id, today=drop_today()):
         broker_id = deadline.cycle.broker.broker_id
         nearest[broker_id] = min(deadline.days_left, nearest.get(broker_id, deadline.days_left))
     for broker_id, days in sorted(nearest.items()):

@@ -252,10 +252,13 @@ def _attention_by_broker(*, now: dt.datetime) -> dict[int, RequestsNeedingAttent
 
 
 def _integration_health_by_broker() -> dict[int, list[IntegrationHealth]]:
-    """Every integration's delivery health, by broker pk (integrations by name)."""
+    """Every integration's delivery health, by broker pk (integrations by name). A retired
+    one is left out: it is gone for good, nothing waits for it."""
     health, looked_at_all = integration_delivery_health()
     health_of: dict[int, list[IntegrationHealth]] = {}
-    for integration in Integration.objects.order_by("broker_id", "name"):
+    for integration in Integration.objects.filter(retired_at__isnull=True).order_by(
+        "broker_id", "name"
+    ):
         last_success_at, failures = health.get(integration.pk, (None, 0))
         health_of.setdefault(integration.broker_id, []).append(
             IntegrationHealth(

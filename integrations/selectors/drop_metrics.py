@@ -1,20 +1,21 @@
 """The yearly DROP figures, per broker.
 
 One pass over the year's work items in SQL (a year can hold tens of millions). A work item
-counts in the year its cycle was downloaded (UTC); its category is the status DROP holds
+counts in the year its cycle was downloaded, in DROP's calendar (California's,
+``drop.calendar``); its category is the status DROP holds
 (the last one reported to it). The figures' admin links filter with ``METRIC_FILTERS``, and
 the tests hold the two to the same counts.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, Q
 
+from integrations.drop.calendar import drop_year_bounds
 from integrations.models import (
     Broker,
     DeletionRequest,
@@ -165,13 +166,6 @@ def _metric_row_json(row: MetricRow) -> dict[str, Any]:
         "median_days": row.median_days,
         "mean_days": row.mean_days,
     }
-
-
-def drop_year_bounds(year: int) -> tuple[dt.datetime, dt.datetime]:
-    return (
-        dt.datetime(year, 1, 1, tzinfo=dt.UTC),
-        dt.datetime(year + 1, 1, 1, tzinfo=dt.UTC),
-    )
 
 
 def drop_metrics(*, broker: Broker, year: int) -> DropMetrics:

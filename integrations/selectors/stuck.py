@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import enum
 from dataclasses import dataclass
@@ -38,7 +39,7 @@ class StuckReason(enum.StrEnum):
     UNDELIVERABLE = "undeliverable"
     NO_CALLBACK = "no_callback"
     RESOLUTION_STUCK = "resolution_stuck"
-    INTEGRATION_DISABLED = "integration_disabled"
+    TARGET_DISABLED = "target_disabled"
     DROP_KEY_REFUSED = "drop_key_refused"
     UNREADABLE_WORK_ITEM = "unreadable_work_item"
     REPORT_FILE_REFUSED = "report_file_refused"
@@ -54,7 +55,7 @@ STUCK_REASON_LABELS: dict[StuckReason, str] = {
     StuckReason.UNDELIVERABLE: "undeliverable",
     StuckReason.NO_CALLBACK: "dispatched, no callback for more than 7 days",
     StuckReason.RESOLUTION_STUCK: "identifier retrieval or SaaS deletion stuck",
-    StuckReason.INTEGRATION_DISABLED: "waiting for a disabled integration",
+    StuckReason.TARGET_DISABLED: "waiting for a disabled target",
     StuckReason.DROP_KEY_REFUSED: "DROP refused the broker's key",
     StuckReason.UNREADABLE_WORK_ITEM: "sent by DROP but unreadable: answer them in DROP's portal",
     StuckReason.REPORT_FILE_REFUSED: "in a response file DROP refused or rejected",
@@ -71,9 +72,12 @@ class StuckGroup:
     requests: int  # the requests (or SaaS deletions) holding them
     nearest_due_date: dt.date  # the earliest due date of their cycles
     admin_path: str  # the admin list of what holds them (a path, without the host)
+    targets: tuple[str, ...] = ()  # the targets they wait for, named (target_disabled)
 
     @property
     def label(self) -> str:
+        if self.targets:
+            return f"{self.reason.label}: {', '.join(self.targets)}"
         return self.reason.label
 
     def as_json(self) -> dict[str, Any]:
@@ -85,6 +89,7 @@ class StuckGroup:
             "requests": self.requests,
             "nearest_due_date": self.nearest_due_date.isoformat(),
             "admin_path": self.admin_path,
+            "targets": list(self.targets),
         }
 
 
@@ -125,6 +130,7 @@ def stuck_work_items(
     ):
         for rows, fields in queries:
             _add_stuck_group(found, reason, model, params, _stuck_counts(rows, **fields))
+    _add_disabled_target_groups(found, broker)
     _add_stuck_group(
         found,
         StuckReason.DROP_KEY_REFUSED,
@@ -173,7 +179,6 @@ def _stuck_sources(*, broker: Broker | None, stale: dt.datetime) -> list[_StuckS
     (dispatched before ``stale`` is waiting too long for a callback)."""
     deletions, resolutions, saas = _open_item_rows(broker)
     failed = _failed_waiting_for_staff(deletions)
-    waiting = [RequestState.QUEUED, RequestState.FAILED, RequestState.DISPATCHED]
     failed_or_no_callback = Q(state=RequestState.FAILED) | Q(
         state=RequestState.DISPATCHED, dispatched_at__lt=stale
     )
@@ -218,30 +223,55 @@ def _stuck_sources(*, broker: Broker | None, stale: dt.datetime) -> list[_StuckS
             [
                 (resolutions.filter(failed_or_no_callback), _RESOLUTION_ROWS),
                 (
-                    saas.filter(
-                        failed_or_no_callback
-                        | Q(state=RequestState.QUEUED, saas_connection__enabled=False)
-                    ),
+                    saas.filter(failed_or_no_callback, saas_connection__enabled=True),
                     _SAAS_ROWS,
                 ),
             ],
         ),
-        (
-            StuckReason.INTEGRATION_DISABLED,
-            "integration",
-            {"enabled__exact": 0},
-            [
-                (
-                    deletions.filter(state__in=waiting, integration__enabled=False),
-                    _DELETION_ROWS,
-                ),
-                (
-                    resolutions.filter(state__in=waiting, integration__enabled=False),
-                    _RESOLUTION_ROWS,
-                ),
-            ],
-        ),
     ]
+
+
+# What waits for a paused target: not yet sent, or sent and not answered (a disabled
+# integration's callbacks are taken, but nothing is sent to it again until it is enabled).
+_WAITING_FOR_TARGET = [RequestState.QUEUED, RequestState.FAILED, RequestState.DISPATCHED]
+
+
+def _add_disabled_target_groups(
+    found: dict[tuple[str, StuckReason], StuckGroup], broker: Broker | None
+) -> None:
+    """``target_disabled``: open work items whose requests wait for a disabled integration or
+    SaaS connection (paused by staff or by a 410), each group naming those targets."""
+    deletions, resolutions, saas = _open_item_rows(broker)
+    reason = StuckReason.TARGET_DISABLED
+    paused = {"state__in": _WAITING_FOR_TARGET, "integration__enabled": False}
+    paused_integrations: list[tuple[QuerySet[Any], dict[str, str]]] = [
+        (deletions.filter(**paused), _DELETION_ROWS),
+        (resolutions.filter(**paused), _RESOLUTION_ROWS),
+    ]
+    paused_saas = saas.filter(state__in=_WAITING_FOR_TARGET, saas_connection__enabled=False)
+    names: dict[str, set[str]] = {}
+    for rows, fields in paused_integrations:
+        _add_stuck_group(
+            found, reason, "integration", {"enabled__exact": 0}, _stuck_counts(rows, **fields)
+        )
+        for broker_id, name, key in rows.values_list(
+            "broker__broker_id", "integration__name", "integration__uuid"
+        ).distinct():
+            names.setdefault(broker_id, set()).add(f"integration {name!r} ({key})")
+    _add_stuck_group(
+        found,
+        reason,
+        "saasconnection",
+        {"enabled__exact": 0},
+        _stuck_counts(paused_saas, **_SAAS_ROWS),
+    )
+    for broker_id, name, key in paused_saas.values_list(
+        "resolution__broker__broker_id", "saas_connection__name", "saas_connection__pk"
+    ).distinct():
+        names.setdefault(broker_id, set()).add(f"SaaS connection {name!r} (id {key})")
+    for broker_id, targets in names.items():
+        group = found[(broker_id, reason)]
+        found[(broker_id, reason)] = dataclasses.replace(group, targets=tuple(sorted(targets)))
 
 
 def _open_item_rows(

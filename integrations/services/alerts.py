@@ -29,6 +29,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from integrations.drop.calendar import drop_today
 from integrations.drop.notifications import RESULTS_IN_PORTAL, UPLOAD_PROCESSED
 from integrations.enqueue import alert_send_enqueue
 from integrations.ledger_kinds import LedgerKind
@@ -233,7 +234,10 @@ def _drop_lists_not_read(now: dt.datetime) -> Iterable[Firing]:
 @alert_condition("integration_disabled")
 def _integration_disabled(now: dt.datetime) -> Iterable[Firing]:
     """An integration or SaaS connection is disabled: its deliveries wait."""
-    for integration in Integration.objects.filter(enabled=False).select_related("broker"):
+    # A retired one is gone for good, by staff's decision: nothing waits for it.
+    for integration in Integration.objects.filter(
+        enabled=False, retired_at__isnull=True
+    ).select_related("broker"):
         yield Firing(
             key=f"integration:{integration.uuid}",
             broker_id=integration.broker.broker_id,
@@ -242,7 +246,9 @@ def _integration_disabled(now: dt.datetime) -> Iterable[Firing]:
             "its deliveries wait until it is enabled",
             details={"integration_id": str(integration.uuid)},
         )
-    for connection in SaasConnection.objects.filter(enabled=False).select_related("broker"):
+    for connection in SaasConnection.objects.filter(
+        enabled=False, retired_at__isnull=True
+    ).select_related("broker"):
         yield Firing(
             key=f"saas:{connection.pk}",
             broker_id=connection.broker.broker_id,
@@ -328,7 +334,7 @@ def _report_file_refused(now: dt.datetime) -> Iterable[Firing]:
 
 def _cycles_due_within(days: int) -> Condition:
     def check(now: dt.datetime) -> Iterable[Firing]:
-        for deadline in cycle_deadlines(today=now.date()):
+        for deadline in cycle_deadlines(today=drop_today(now)):
             if deadline.days_left > days:
                 continue
             cycle = deadline.cycle

@@ -39,6 +39,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from integrations import enqueue
+from integrations.drop.calendar import drop_date, drop_timezone, drop_today
 from integrations.drop.client import DropApiError, DropClient
 from integrations.drop.files import (
     DownloadZipReader,
@@ -341,18 +342,21 @@ def _cycle_create(
     files: dict[str, int],
     unread_files: dict[str, str],
 ) -> DropCycle:
-    """The new cycle, matched today and due ``DROPPORTAL_REPORT_DAYS`` after its download
-    (when not given: the package's time, or now if that is later)."""
+    """The new cycle, matched today and due ``DROPPORTAL_REPORT_DAYS`` after its download,
+    both days of DROP's calendar (when not given: the package's time, or now if that is later)."""
     now = timezone.now()
-    downloaded_at = downloaded_at or min(now, _package_time([*files, *unread_files], now))
+    # Stored, recorded and exported in UTC, whatever zone it was given in.
+    downloaded_at = (
+        downloaded_at or min(now, _package_time([*files, *unread_files], now))
+    ).astimezone(dt.UTC)
     return DropCycle.objects.create(
         broker=broker,
         drop_session_id=_next_session_id(broker),
         zip_name=zip_name,
         zip_sha256=sha256,
         downloaded_at=downloaded_at,
-        match_date=timezone.localdate(now),
-        due_date=downloaded_at.date() + dt.timedelta(days=settings.DROPPORTAL_REPORT_DAYS),
+        match_date=drop_today(now),
+        due_date=drop_date(downloaded_at) + dt.timedelta(days=settings.DROPPORTAL_REPORT_DAYS),
         files=files,
         unread_files=unread_files,
     )
@@ -455,8 +459,8 @@ def _removed_lines(rows: Iterable[RemovedRow]) -> Iterator[str]:
 
 
 def _package_time(names: Iterable[str], default: dt.datetime) -> dt.datetime:
-    """Midnight (UTC) of the earliest date in the package's file names (``default`` when
-    no name carries a valid one)."""
+    """The start of the earliest date in the package's file names, a day of DROP's calendar
+    (``default`` when no name carries a valid one)."""
     days = []
     for name in names:
         try:
@@ -465,7 +469,7 @@ def _package_time(names: Iterable[str], default: dt.datetime) -> dt.datetime:
             continue
     if not days:
         return default
-    return dt.datetime.combine(min(days), dt.time(), tzinfo=dt.UTC)
+    return dt.datetime.combine(min(days), dt.time(), tzinfo=drop_timezone())
 
 
 def _next_session_id(broker: Broker) -> str:

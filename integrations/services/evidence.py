@@ -37,6 +37,7 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from integrations.drop.calendar import drop_date
 from integrations.evidence import pack
 from integrations.ledger_hash import GENESIS_HASH, canonical_json
 from integrations.ledger_kinds import LedgerKind
@@ -352,7 +353,7 @@ class _Period:
                     "open": counts[cycle.pk].get("open", 0),
                     "amendments": amendments,
                     "reported_at": reported_at,
-                    "met": reported_at is not None and reported_at.date() <= cycle.due_date,
+                    "met": reported_at is not None and drop_date(reported_at) <= cycle.due_date,
                 }
             )
         return summaries

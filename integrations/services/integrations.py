@@ -8,7 +8,10 @@ Each is one transaction with its ledger event; the Webhook Secret is returned to
     created.integration.uuid, created.webhook_secret      # shown once
     integration_secret_rotate(integration=created.integration, actor=...)  # old one: 24 h
 
-Disabling holds every queued delivery of the integration; enabling it again queues them.
+Disabling pauses the integration: it stays a deletion target, its requests (those matched
+meanwhile included) wait, and enabling it again queues them. Retiring ends it for good::
+
+    integration_retire(integration=integration, reason="CRM decommissioned", actor="cli:ann")
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ import uuid
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import models, transaction
+from django.core.exceptions import ValidationError
+from django.db import connection, models, transaction
 from django.utils import timezone
 
 from integrations import enqueue
@@ -31,11 +35,17 @@ from integrations.models import (
     IntegrationKind,
     RequestState,
     ResolutionRequest,
+    WorkItem,
 )
 from integrations.outbound_http import DeliveryResult, deliver
 from integrations.services.ledger import ledger_event_append
-from integrations.services.requests import pending_requests_target
+from integrations.services.locks import matching_lock
+from integrations.services.requests import (
+    cancelled_requests_wait_for_target,
+    pending_requests_target,
+)
 from integrations.services.row_updates import row_update
+from integrations.services.work_items import work_item_settle
 from integrations.validators import integration_name_validate, target_url_validate
 
 PREVIOUS_SECRET_VALIDITY = dt.timedelta(hours=24)
@@ -143,7 +153,10 @@ def integration_callback_secrets(
 
 
 def integration_disable(*, integration: Integration, reason: str, actor: str) -> Integration:
-    """Stop delivering to it; queued deliveries wait (``integration_enable`` resumes them)."""
+    """Stop delivering to it; queued deliveries wait (``integration_enable`` resumes them).
+
+    It stays a deletion target: matches made while it is disabled get their requests, which
+    wait too, and their work items owe a status until it answers (or is retired)."""
     reason = (reason or "").strip()[:200] or "disabled by staff"
     with transaction.atomic():
         locked = _locked(integration)
@@ -173,6 +186,12 @@ def integration_enable(*, integration: Integration, actor: str) -> int:
         locked = _locked(integration)
         if locked.enabled:
             return 0
+        if locked.retired_at is not None:
+            raise ValidationError(
+                f"integration {locked.uuid} ({locked.name}) was retired on "
+                f"{locked.retired_at:%Y-%m-%d} ({locked.retired_reason}): retired is final; "
+                "add a new integration instead"
+            )
         locked.enabled = True
         reason, locked.disabled_reason = locked.disabled_reason, ""
         locked.save(update_fields=["enabled", "disabled_reason"])
@@ -213,6 +232,115 @@ def integration_enable(*, integration: Integration, actor: str) -> int:
         + targeted.deletion_requests_queued
         + targeted.resolution_requests
     )
+
+
+# Requests not final: a retired target will never answer them.
+_OPEN_REQUEST_STATES = (
+    RequestState.QUEUED,
+    RequestState.DISPATCHED,
+    RequestState.FAILED,
+    RequestState.UNDELIVERABLE,
+)
+
+
+@dataclass(frozen=True)
+class IntegrationRetired:
+    integration: Integration
+    deletion_requests_cancelled: int
+    resolution_requests_cancelled: int
+    work_items: int  # the work items of those requests, settled again
+    waiting_for_a_target: int  # matches left with no request: one pending request each
+    pending_requests_queued: int  # of those, given another target at once
+
+
+def integration_retire(*, integration: Integration, reason: str, actor: str) -> IntegrationRetired:
+    """End the integration for good: no request is made for it any more, and it can never be
+    enabled again (add a new one instead). One transaction, one ledger event.
+
+    Its open requests (queued, dispatched, failed, undeliverable: it will never answer them)
+    are cancelled with ``reason``; their work items settle on their other requests. A match
+    left with no request but cancelled ones gets one waiting for a target (given the targets
+    left at once, if any), so its work item stays owed instead of settling as unmatched.
+    Serialized with matching: a match made meanwhile either sees it retired or is cancelled
+    here. Raises ValidationError (nothing written) without a reason or when already retired.
+    """
+    reason = (reason or "").strip()
+    if not reason:
+        raise ValidationError({"reason": "say why the integration is retired (--reason)"})
+    reason = reason[:500]
+    with transaction.atomic():
+        locked = _locked(integration)
+        if locked.retired_at is not None:
+            raise ValidationError(
+                f"integration {locked.uuid} ({locked.name}) was already retired on "
+                f"{locked.retired_at:%Y-%m-%d}: {locked.retired_reason}"
+            )
+        matching_lock(broker=locked.broker)
+        now = timezone.now()
+        was_enabled = locked.enabled
+        locked.enabled = False
+        locked.retired_at = now
+        locked.retired_reason = reason
+        locked.save(update_fields=["enabled", "retired_at", "retired_reason"])
+        cancelled_ids, deletion_items = _requests_cancel(
+            "integrations_deletionrequest", locked, reason
+        )
+        resolution_ids, resolution_items = _requests_cancel(
+            "integrations_resolutionrequest", locked, reason
+        )
+        waiting = cancelled_requests_wait_for_target(cancelled_ids=cancelled_ids)
+        targeted = pending_requests_target(broker=locked.broker, actor=actor) if waiting else None
+        items = sorted(deletion_items | resolution_items)
+        for item in items:
+            work_item_settle(work_item=WorkItem(pk=item), actor=actor)
+        result = IntegrationRetired(
+            integration=locked,
+            deletion_requests_cancelled=len(cancelled_ids),
+            resolution_requests_cancelled=len(resolution_ids),
+            work_items=len(items),
+            waiting_for_a_target=waiting,
+            pending_requests_queued=targeted.deletion_requests_queued if targeted else 0,
+        )
+        ledger_event_append(
+            kind=LedgerKind.INTEGRATION_RETIRED,
+            broker_id=locked.broker.broker_id,
+            subject=str(locked.uuid),
+            actor=actor,
+            data={
+                "name": locked.name,
+                "kind": locked.kind,
+                "reason": reason,
+                "was_enabled": was_enabled,
+                "deletion_requests_cancelled": result.deletion_requests_cancelled,
+                "resolution_requests_cancelled": result.resolution_requests_cancelled,
+                "work_items": result.work_items,
+                "waiting_for_a_target": result.waiting_for_a_target,
+                "pending_requests_queued": result.pending_requests_queued,
+            },
+        )
+    return result
+
+
+def _requests_cancel(
+    table: str, integration: Integration, reason: str
+) -> tuple[list[int], set[int]]:
+    """Cancel the integration's open requests in ``table``; their ids and work item ids."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table}"  # noqa: S608 (one of two table names, never input)
+            "   SET state = %(cancelled)s, next_attempt_at = NULL, completed_at = now(),"
+            "       last_error = %(reason)s"
+            " WHERE integration_id = %(integration)s AND state = ANY(%(open)s)"
+            " RETURNING id, work_item_id",
+            {
+                "cancelled": RequestState.CANCELLED,
+                "reason": f"target retired: {reason}",
+                "integration": integration.pk,
+                "open": list(_OPEN_REQUEST_STATES),
+            },
+        )
+        rows = cursor.fetchall()
+    return sorted(request_id for request_id, _ in rows), {item for _, item in rows}
 
 
 def integration_test_send(*, integration: Integration, actor: str) -> DeliveryResult:

@@ -524,7 +524,7 @@ def isi_connections_refresh(
         )
         queued = (
             pending_requests_target(broker=locked.broker, actor=actor).deletion_requests_queued
-            if locked.enabled
+            if locked.retired_at is None  # a disabled one is still a target: its requests wait
             else 0
         )
         ledger_event_append(
@@ -629,10 +629,11 @@ def isi_connections_refresh_for_broker(
 
 def saas_identifier_categories(*, broker_id: int) -> list[str]:
     """``identifier_categories`` of an ISI identifier retrieval: the union of the broker's
-    enabled SaaS connections' categories (each defaulting to email)."""
+    SaaS connections' categories (each defaulting to email), a disabled one's included: its
+    deletions wait for it with the identifiers they need."""
     categories: dict[str, None] = {}
-    for own in SaasConnection.objects.filter(broker_id=broker_id, enabled=True).values_list(
-        "identifier_categories", flat=True
-    ):
+    for own in SaasConnection.objects.filter(
+        broker_id=broker_id, retired_at__isnull=True
+    ).values_list("identifier_categories", flat=True):
         categories.update(dict.fromkeys(categories_or_default(own)))
     return sorted(categories) or list(categories_or_default([]))

@@ -37,8 +37,8 @@ import datetime as dt
 from dataclasses import dataclass
 
 from django.db import connection
-from django.utils import timezone
 
+from integrations.drop.calendar import drop_today
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, DropCycle, DropStatus, WorkItemState
 from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
@@ -237,7 +237,7 @@ def consumer_hashes_match_late(
         work_items, newly_matched = (int(n) for n in cursor.fetchone())
         cursor.execute("DROP TABLE drop_late_items")
     requests = requests_create_for_matches(
-        broker=broker, match_date=match_date or timezone.localdate(), actor=actor
+        broker=broker, match_date=match_date or drop_today(), actor=actor
     )
     ledger_event_append(
         kind=LedgerKind.DROP_LATE_MATCHED,

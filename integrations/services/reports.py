@@ -45,6 +45,7 @@ from django.db import connection, transaction
 from django.db.models import Case, IntegerField, Q, Value, When
 from django.utils import timezone
 
+from integrations.drop.calendar import drop_today
 from integrations.drop.client import DropApiError, DropClient, UploadResult
 from integrations.drop.files import DropFileError
 from integrations.drop.reporting import response_name, response_rows, responses_from_rows
@@ -811,7 +812,7 @@ def report_auto(
       A cycle whose latest file DROP rejected waits for staff (no new file every run).
     - Upload every written file.
     """
-    today = today or timezone.localdate()
+    today = today or drop_today()
     client = client or report_client_for(broker, actor=SYSTEM_ACTOR)
     written: list[ReportFile] = []
     for cycle in _cycles_with_work(broker):

@@ -9,11 +9,14 @@ defers their delivery jobs in the same transaction::
         cursor.execute("INSERT INTO drop_matches (work_item_id, consumer_id, late_match) ...")
         created = requests_create_for_matches(broker=broker, match_date=today, actor="system")
 
-Deletion targets (docs/contracts.md §1.3): every enabled webhook integration of the
-broker, and every ISI connection that takes part in DROP (listed, with both DROP
-capabilities, of an enabled ISI integration). Each matched consumer gets one request per
-target (state ``queued``, delivery job deferred); with no target yet it gets one request
-with none (state ``pending``: it waits until a target is configured).
+Deletion targets (docs/contracts.md §1.3): every webhook integration of the broker that is
+not retired, and every ISI connection that takes part in DROP (listed, with both DROP
+capabilities, of an ISI integration that is not retired). A disabled target is paused, not
+gone: it gets its requests, which wait (the delivery loop holds them, no attempt is made)
+until it is enabled, and their work items owe their status until they are answered. Each
+matched consumer gets one request per target (state ``queued``, delivery job deferred);
+with no target yet it gets one request with none (state ``pending``: it waits until a
+target is configured).
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ class RequestsCreated:
     pending: int  # no target configured yet
     targets: int
     late: int  # requests marked late_match
-    resolution_requests: int = 0  # only with an enabled SaaS connection; queued at once
+    resolution_requests: int = 0  # only with a SaaS connection (not retired); queued at once
 
 
 def matches_table_create() -> None:
@@ -70,16 +73,17 @@ def matches_table_create() -> None:
 
 
 # The targets, as (integration id, ISI connection id) rows. The ISI condition is
-# IsiConnection.takes_part_in_drop, written in SQL.
+# IsiConnection.takes_part_in_drop, written in SQL. Disabled ones included: only retiring
+# ends a target (a request not made while it was paused would never be made).
 _TARGETS_SQL = """
     SELECT i.id AS integration_id, NULL::bigint AS isi_connection_id
       FROM integrations_integration i
-     WHERE i.broker_id = %(broker)s AND i.kind = %(webhook)s AND i.enabled
+     WHERE i.broker_id = %(broker)s AND i.kind = %(webhook)s AND i.retired_at IS NULL
     UNION ALL
     SELECT i.id, c.id
       FROM integrations_isiconnection c
       JOIN integrations_integration i ON i.id = c.integration_id
-     WHERE i.broker_id = %(broker)s AND i.kind = %(isi)s AND i.enabled
+     WHERE i.broker_id = %(broker)s AND i.kind = %(isi)s AND i.retired_at IS NULL
        AND c.listed AND c.capabilities @> %(capabilities)s::varchar[]
 """
 
@@ -121,10 +125,11 @@ _INSERT_SQL = f"""
 """  # noqa: S608
 
 
-# Resolution (docs/contracts.md §1.4): only when the broker has an enabled SaaS
-# connection, one identifier retrieval request per match and resolving target: the deletion
-# targets (each enabled webhook integration, each ISI connection taking part, which has the
-# privacy/drop/identifiers capability). results_token: 32 random bytes as 64 lower-case hex
+# Resolution (docs/contracts.md §1.4): only when the broker has a SaaS connection that is not
+# retired (a disabled one waits for its deletions, it does not lose them), one identifier
+# retrieval request per match and resolving target: the deletion targets (each webhook
+# integration, each ISI connection taking part, which has the privacy/drop/identifiers
+# capability). results_token: 32 random bytes as 64 lower-case hex
 # characters, the same construction as above.
 _RESOLUTION_INSERT_SQL = f"""
     WITH targets AS ({_TARGETS_SQL})
@@ -151,7 +156,7 @@ _RESOLUTION_INSERT_SQL = f"""
       JOIN targets t ON true
      WHERE w.broker_id = %(broker)s
        AND EXISTS (SELECT 1 FROM integrations_saasconnection s
-                    WHERE s.broker_id = %(broker)s AND s.enabled)
+                    WHERE s.broker_id = %(broker)s AND s.retired_at IS NULL)
     RETURNING id
 """  # noqa: S608
 
@@ -277,8 +282,8 @@ _PENDING_TAKE_SQL = f"""
      WHERE id = ANY(%(pending_ids)s)
 """  # noqa: S608
 
-# The identifier retrievals the match would have created (only with an enabled SaaS
-# connection): one per deletion request just targeted, unless one exists for that
+# The identifier retrievals the match would have created (only with a SaaS connection not
+# retired): one per deletion request just targeted, unless one exists for that
 # (work item, consumer, target) already.
 _PENDING_RESOLUTIONS_SQL = f"""
     INSERT INTO integrations_resolutionrequest (
@@ -296,7 +301,7 @@ _PENDING_RESOLUTIONS_SQL = f"""
       FROM integrations_deletionrequest d
      WHERE d.id = ANY(%(targeted_ids)s)
        AND EXISTS (SELECT 1 FROM integrations_saasconnection s
-                    WHERE s.broker_id = %(broker)s AND s.enabled)
+                    WHERE s.broker_id = %(broker)s AND s.retired_at IS NULL)
        AND NOT EXISTS (
            SELECT 1 FROM integrations_resolutionrequest r
             WHERE r.work_item_id = d.work_item_id
@@ -314,7 +319,7 @@ class PendingRequestsTargeted:
     pending: int  # requests that waited for a target
     targets: int
     deletion_requests_queued: int  # the waiting rows and their copies for further targets
-    resolution_requests: int  # queued at once; only with an enabled SaaS connection
+    resolution_requests: int  # queued at once; only with a SaaS connection not retired
 
 
 def pending_requests_target(*, broker: Broker, actor: str) -> PendingRequestsTargeted:
@@ -322,9 +327,10 @@ def pending_requests_target(*, broker: Broker, actor: str) -> PendingRequestsTar
     broker's deletion targets, as matching would have had they been there, and queue them.
 
     The first target takes each waiting row, every other target gets a copy; each such
-    request gets its identifier retrieval when the broker has an enabled SaaS connection.
+    request gets its identifier retrieval when the broker has a SaaS connection not retired.
     Call it whenever a target becomes available (an integration created or enabled, an ISI
-    connection list refreshed); it does nothing while the broker has no target. One
+    connection list refreshed, another target retired); it does nothing while the broker has
+    no target. One
     transaction (a savepoint inside the caller's), serialized with matching for the broker,
     so a match made meanwhile is either seen here or sees the target itself.
     """
@@ -390,3 +396,57 @@ def pending_requests_target(*, broker: Broker, actor: str) -> PendingRequestsTar
             },
         )
     return result
+
+
+# -- a target retired ---------------------------------------------------------------------------
+
+# Each (work item, consumer) of the cancelled requests that has no request left but
+# cancelled ones gets one waiting for a target, with the fields the match fixed: cancelled by
+# a retirement is not "no match" (which settles to 5), the consumer is still owed a deletion.
+_WAIT_FOR_TARGET_SQL = """
+    INSERT INTO integrations_deletionrequest (
+        state, attempts, next_attempt_at, last_error, dispatched_at, completed_at,
+        request_uuid, webhook_request_id, results_token,
+        broker_id, work_item_id, consumer_id, integration_id, isi_connection_id,
+        identifier_hash, hash_type, drop_session_id, match_date, broker_id_code, mode,
+        remote_identifier, remote_identifier_kind, late_match, matched_at,
+        drop_outcome, drop_status_code, error_message
+    )
+    SELECT DISTINCT ON (d.work_item_id, d.consumer_id)
+        %(pending)s, 0, NULL, '', NULL, NULL,
+        gen_random_uuid(), gen_random_uuid(), NULL,
+        d.broker_id, d.work_item_id, d.consumer_id, NULL, NULL,
+        d.identifier_hash, d.hash_type, d.drop_session_id, d.match_date, d.broker_id_code,
+        d.mode, d.remote_identifier, d.remote_identifier_kind, d.late_match, d.matched_at,
+        '', NULL, ''
+      FROM integrations_deletionrequest d
+      JOIN integrations_workitem w ON w.id = d.work_item_id
+     WHERE d.id = ANY(%(cancelled_ids)s) AND w.state <> %(removed)s
+       AND NOT EXISTS (
+           SELECT 1 FROM integrations_deletionrequest o
+            WHERE o.work_item_id = d.work_item_id
+              AND o.consumer_id IS NOT DISTINCT FROM d.consumer_id
+              AND o.state <> %(cancelled)s)
+     ORDER BY d.work_item_id, d.consumer_id, d.id
+    RETURNING id
+"""
+
+
+def cancelled_requests_wait_for_target(*, cancelled_ids: list[int]) -> int:
+    """After a target is retired: give each match whose requests are all cancelled now one
+    request waiting for a target (``pending``), so its work item stays owed instead of
+    settling as if nothing had matched. Returns how many were created; the caller then runs
+    ``pending_requests_target`` in its transaction, which gives them the targets left."""
+    if not cancelled_ids:
+        return 0
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _WAIT_FOR_TARGET_SQL,
+            {
+                "cancelled_ids": cancelled_ids,
+                "pending": RequestState.PENDING,
+                "cancelled": RequestState.CANCELLED,
+                "removed": WorkItemState.REMOVED,
+            },
+        )
+        return cursor.rowcount

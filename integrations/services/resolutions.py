@@ -6,8 +6,10 @@
                                        exemption_basis="", identifiers={"email": [...]},
                                        actor="apikey:dpk_…")
 
-Unless the answer is ``opted_out`` or ``exempt``, every enabled SaaS connection of the broker
-gets one ``SaasDeletion``, delivered as its own job. The resolved identifiers are kept
+Unless the answer is ``opted_out`` or ``exempt``, every SaaS connection of the broker that is
+not retired gets one ``SaasDeletion``, delivered as its own job (a disabled connection's
+waits until it is enabled). An answer for a work item DROP removed starts none: nothing more
+is sent for a removed identifier. The resolved identifiers are kept
 verbatim, encrypted, only as long as a SaaS deletion may still need them: once every one of
 them is final (``completed`` or ``cancelled``) they are purged.
 """
@@ -19,7 +21,7 @@ import json
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Exists, F, OuterRef
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -37,6 +39,7 @@ from integrations.models import (
     SaasConnection,
     SaasDeletion,
     WorkItem,
+    WorkItemState,
 )
 from integrations.services.ledger import ledger_event_append
 from integrations.services.outcomes import (
@@ -69,14 +72,23 @@ def resolution_outcome_record(
     now = now or timezone.now()
     request = resolution_request
     uuid_text = str(request.request_uuid)
-    deletes = drop_outcome not in NOT_DELETED_OUTCOMES
-    connections = (
-        list(SaasConnection.objects.filter(broker_id=request.broker_id, enabled=True))
-        if deletes
-        else []
-    )
-    keep = deletes and bool(connections)  # identifiers are kept only for a SaaS deletion
     with transaction.atomic():
+        # Locked in the order retiring a connection and importing a Removed file take them
+        # (connections, then the work item): a connection retired meanwhile gets no deletion,
+        # nor does an item DROP removed meanwhile.
+        connections = (
+            _saas_connections_locked(broker_id=request.broker_id)
+            if drop_outcome not in NOT_DELETED_OUTCOMES
+            else []
+        )
+        removed = (
+            WorkItem.objects.select_for_update()
+            .filter(pk=request.work_item_id, state=WorkItemState.REMOVED)
+            .exists()
+        )
+        if removed:
+            connections = []
+        keep = bool(connections)  # identifiers are kept only for a SaaS deletion
         updated = _resolution_complete(
             request,
             drop_outcome=drop_outcome,
@@ -99,11 +111,11 @@ def resolution_outcome_record(
         deletions = SaasDeletion.objects.bulk_create(
             SaasDeletion(
                 resolution_id=request.pk,
-                saas_connection=connection,
+                saas_connection=target,
                 state=RequestState.QUEUED,
                 next_attempt_at=now,
             )
-            for connection in connections
+            for target in connections
         )
         if deletions:
             enqueue.saas_deletions_enqueue([d.pk for d in deletions])
@@ -131,11 +143,26 @@ def resolution_outcome_record(
                 ),
                 "saas_deletions": [c.name for c in connections],
                 "identifiers_kept": keep,
+                # DROP removed the identifier: nothing more is sent for it.
+                **({"work_item_removed": True} if removed else {}),
                 "opt_out_record": drop_outcome == DropOutcome.OPTED_OUT,
             },
         )
         work_item_settle(work_item=WorkItem(pk=request.work_item_id))
     return OutcomeRecorded(uuid_text, drop_outcome, RequestState.COMPLETED, changed=True)
+
+
+def _saas_connections_locked(*, broker_id: int) -> list[SaasConnection]:
+    """The broker's SaaS connections that are not retired (a paused one included: its deletion
+    waits), share-locked until the transaction ends so none is retired meanwhile."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id FROM integrations_saasconnection"
+            " WHERE broker_id = %s AND retired_at IS NULL ORDER BY id FOR SHARE",
+            [broker_id],
+        )
+        ids = [row[0] for row in cursor.fetchall()]
+    return list(SaasConnection.objects.filter(pk__in=ids))
 
 
 def _resolution_complete(

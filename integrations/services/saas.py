@@ -1,16 +1,19 @@
 """Write paths for third-party SaaS deletion connections (the generic HTTP connector).
 
-A broker with at least one enabled connection gets identifier retrieval requests for its
-matches; each resolved answer becomes one ``SaasDeletion`` per enabled connection::
+A broker with at least one connection (not retired) gets identifier retrieval requests for
+its matches; each resolved answer becomes one ``SaasDeletion`` per connection not retired. A
+disabled connection is paused: its deletions wait until it is enabled. A retired one is gone::
 
     saas_connection_create(broker=broker, name="Mailer", url="https://api.mailer.example/erase",
                            token="tok", categories=["email"], actor="cli:ann")
+    saas_connection_retire(connection=connection, reason="contract ended", actor="cli:ann")
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -22,6 +25,7 @@ from integrations.dispatch.saas import categories_or_default
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, RequestState, SaasConnection, SaasDeletion
 from integrations.services.ledger import ledger_event_append
+from integrations.services.resolutions import FINAL_SAAS_STATES, resolution_settle
 from integrations.services.row_updates import row_update
 from integrations.validators import target_url_validate
 
@@ -134,7 +138,8 @@ def saas_connection_update(
 def saas_connection_disable(
     *, connection: SaasConnection, reason: str, actor: str
 ) -> SaasConnection:
-    """No new SaaS deletions for it, and queued ones wait until it is enabled again."""
+    """Pause it: its deletions (those of answers received meanwhile included) wait until it is
+    enabled again, and their work items owe a status until then (or until it is retired)."""
     reason = (reason or "").strip()[:200] or "disabled by staff"
     with transaction.atomic():
         locked = (
@@ -167,6 +172,12 @@ def saas_connection_enable(*, connection: SaasConnection, actor: str) -> int:
         )
         if locked.enabled:
             return 0
+        if locked.retired_at is not None:
+            raise ValidationError(
+                f"SaaS connection {locked.pk} ({locked.name}) was retired on "
+                f"{locked.retired_at:%Y-%m-%d} ({locked.retired_reason}): retired is final; "
+                "add a new connection instead"
+            )
         reason = locked.disabled_reason
         locked.enabled, locked.disabled_reason = True, ""
         locked.save(update_fields=["enabled", "disabled_reason"])
@@ -188,3 +199,71 @@ def saas_connection_enable(*, connection: SaasConnection, actor: str) -> int:
             data={"name": locked.name, "was_disabled_because": reason, "queued": len(waiting)},
         )
     return len(waiting)
+
+
+@dataclass(frozen=True)
+class SaasConnectionRetired:
+    connection: SaasConnection
+    deletions_cancelled: int
+    work_items: int  # the work items of their resolutions, settled again
+
+
+def saas_connection_retire(
+    *, connection: SaasConnection, reason: str, actor: str
+) -> SaasConnectionRetired:
+    """End the connection for good: no SaaS deletion is made for it any more, and it can never
+    be enabled again (add a new one instead). One transaction, one ledger event.
+
+    Its deletions not final are cancelled with ``reason``; each resolution they belonged to
+    is settled again (its identifiers purged once nothing needs them, its work item settled on
+    its other requests). Raises ValidationError (nothing written) without a reason or when
+    already retired.
+    """
+    reason = (reason or "").strip()
+    if not reason:
+        raise ValidationError({"reason": "say why the SaaS connection is retired (--reason)"})
+    reason = reason[:500]
+    with transaction.atomic():
+        locked = (
+            SaasConnection.objects.select_for_update()
+            .select_related("broker")
+            .get(pk=connection.pk)
+        )
+        if locked.retired_at is not None:
+            raise ValidationError(
+                f"SaaS connection {locked.pk} ({locked.name}) was already retired on "
+                f"{locked.retired_at:%Y-%m-%d}: {locked.retired_reason}"
+            )
+        now = timezone.now()
+        was_enabled = locked.enabled
+        locked.enabled = False
+        locked.retired_at = now
+        locked.retired_reason = reason
+        locked.save(update_fields=["enabled", "retired_at", "retired_reason"])
+        open_deletions = SaasDeletion.objects.filter(saas_connection=locked).exclude(
+            state__in=FINAL_SAAS_STATES
+        )
+        resolution_ids = sorted(set(open_deletions.values_list("resolution_id", flat=True)))
+        work_items = len(set(open_deletions.values_list("resolution__work_item_id", flat=True)))
+        cancelled = open_deletions.update(
+            state=RequestState.CANCELLED,
+            next_attempt_at=None,
+            completed_at=now,
+            last_error=f"target retired: {reason}",
+        )
+        ledger_event_append(
+            kind=LedgerKind.SAAS_CONNECTION_RETIRED,
+            broker_id=locked.broker.broker_id,
+            subject=str(locked.pk),
+            actor=actor,
+            data={
+                "name": locked.name,
+                "reason": reason,
+                "was_enabled": was_enabled,
+                "deletions_cancelled": cancelled,
+                "work_items": work_items,
+            },
+        )
+        for resolution_id in resolution_ids:
+            resolution_settle(resolution_id=resolution_id, actor=actor)
+    return SaasConnectionRetired(locked, cancelled, work_items)

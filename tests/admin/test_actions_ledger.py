@@ -48,6 +48,8 @@ ACTION_INPUT: dict[str, dict[str, str]] = {
         "reason": "deleted by hand after a call",
     },
     "reportfile.discard_amendment": {"apply": "1", "reason": "DROP closed the cycle"},
+    "integration.retire_integrations": {"apply": "1", "reason": "CRM decommissioned"},
+    "saasconnection.retire_connections": {"apply": "1", "reason": "contract ended"},
 }
 
 

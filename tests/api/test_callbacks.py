@@ -604,7 +604,11 @@ def test_resolved_identifiers_are_kept_encrypted_and_start_one_saas_deletion_per
 ) -> None:
     broker = side.integration.broker
     mailer = saas_connection(broker, "https://api.mailer.example/erase", name="Mailer")
-    saas_connection(broker, "https://ads.example/erase", name="Ads", enabled=False)
+    paused = saas_connection(broker, "https://ads.example/erase", name="Ads", enabled=False)
+    saas_connection(  # gone for good: no deletion for it
+        broker, "https://old.example/erase", name="Old", enabled=False,
+        retired_at=timezone.now(), retired_reason="contract ended",
+    )  # fmt: skip
 
     response = put(RESOLUTION, resolution_body(notified), key=side.key, secret=side.secret)
 
@@ -617,11 +621,14 @@ def test_resolved_identifiers_are_kept_encrypted_and_start_one_saas_deletion_per
         cursor.execute("SELECT identifiers FROM integrations_resolutionrequest")
         (stored,) = cursor.fetchone()
     assert "Ann.Smith" not in stored
-    (deletion,) = SaasDeletion.objects.all()
-    assert deletion.saas_connection == mailer
-    assert deletion.state == RequestState.QUEUED
-    job = ProcrastinateJob.objects.get(task_name="integrations.tasks.deliver_saas_deletions")
-    assert job.args == {"deletion_ids": [deletion.pk]}
+    # One each for the enabled and the paused connection (that one waits until enabled).
+    deletions = list(SaasDeletion.objects.order_by("pk"))
+    assert {d.saas_connection for d in deletions} == {mailer, paused}
+    assert {d.state for d in deletions} == {RequestState.QUEUED}
+    jobs = ProcrastinateJob.objects.filter(task_name="integrations.tasks.deliver_saas_deletions")
+    assert sorted(pk for job in jobs for pk in job.args["deletion_ids"]) == [
+        d.pk for d in deletions
+    ]
     event = LedgerEvent.objects.get(kind="resolution_request.outcome_recorded")
     assert event.data["identifiers"] == {"email": 1, "phone": 1}
     assert "Ann.Smith" not in json.dumps(event.data)

@@ -36,11 +36,14 @@ from integrations.selectors.stuck import StuckReason, stuck_work_items
 from integrations.services.brokers import broker_create
 from integrations.services.integrations import integration_disable
 from integrations.services.ledger import ledger_event_append
+from integrations.services.saas import saas_connection_disable
 from tests.reporting_factories import cycle_make, item_make, report_file_make
 from tests.webhook_factories import (
     MATCH_DATE,
     deletion_request,
     resolution_request,
+    saas_connection,
+    saas_deletion,
     webhook_integration_for,
     work_item,
 )
@@ -55,6 +58,7 @@ class World:
     broker: Broker
     other: Broker
     crm: Integration
+    old: Integration
 
 
 @pytest.fixture
@@ -88,7 +92,7 @@ def world(broker: Broker) -> World:
         actor="system:auto-pull",
         data={"error": "DROP refused the API key (HTTP 401)", "status": 401},
     )
-    return World(broker, other, crm)
+    return World(broker, other, crm, old)
 
 
 EXPECTED = {
@@ -98,7 +102,7 @@ EXPECTED = {
     ("4821", "undeliverable"),
     ("4821", "no_callback"),
     ("4821", "resolution_stuck"),
-    ("4821", "integration_disabled"),
+    ("4821", "target_disabled"),
 }
 
 
@@ -147,8 +151,30 @@ def test_without_json_one_line_per_group_on_stderr(world: World) -> None:
     lines = err.getvalue().strip().splitlines()
     assert len(lines) == len(EXPECTED) - 1  # the other broker is left out
     assert all(line.startswith("broker 4821: 1 work item(s) ") for line in lines)
-    assert any("[integration_disabled]" in line and "/admin/integrations/integration/" in line
-               for line in lines)  # fmt: skip
+    assert any("[target_disabled]" in line and "/admin/integrations/integration/" in line
+               and f"integration 'Old' ({world.old.uuid})" in line for line in lines)  # fmt: skip
+
+
+def test_items_waiting_for_a_disabled_target_name_each_target(world: World) -> None:
+    """A paused integration or SaaS connection is still a target: what waits for it is
+    listed under target_disabled, naming the targets staff must enable (or retire)."""
+    mailer = saas_connection(world.broker, "https://api.mailer.example/erase", name="Mailer")
+    saas_deletion(resolution_request(world.crm, state=RequestState.COMPLETED), mailer)
+    saas_connection_disable(connection=mailer, reason="HTTP 410", actor="test")
+
+    (group,) = [g for g in stuck_work_items() if g.reason == StuckReason.TARGET_DISABLED]
+
+    assert group.targets == (
+        f"SaaS connection 'Mailer' (id {mailer.pk})",
+        f"integration 'Old' ({world.old.uuid})",
+    )
+    assert group.work_items == 2
+    assert group.label.startswith("waiting for a disabled target: SaaS connection 'Mailer'")
+    assert group.as_json()["targets"] == list(group.targets)
+    # No longer counted as a stuck retrieval: enabling the connection is the way out.
+    assert not any(
+        g.reason == StuckReason.RESOLUTION_STUCK and g.work_items > 1 for g in stuck_work_items()
+    )
 
 
 def test_a_healthy_service_exits_0(broker: Broker) -> None:

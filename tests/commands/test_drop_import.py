@@ -15,6 +15,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
 from django.test import Client
+from django.utils import timezone
 from procrastinate.contrib.django.models import ProcrastinateJob
 
 from devtools.drop_simulator import work_items
@@ -25,6 +26,7 @@ from integrations.models import (
     CycleState,
     DeletionRequest,
     DropCycle,
+    Integration,
     LedgerEvent,
     RequestState,
     UnreadableWorkItem,
@@ -147,14 +149,17 @@ def test_each_match_gets_one_request_per_target_and_its_delivery_job(
     broker: Broker, package: Path, capsys
 ) -> None:
     hook = webhook(broker)
-    webhook(broker, "Disabled", enabled=False)
+    paused = webhook(broker, "Disabled", enabled=False)  # paused, still a target
+    retired = webhook(broker, "Retired", enabled=False)
+    Integration.objects.filter(pk=retired.pk).update(retired_at=timezone.now(), retired_reason="x")
     connection = isi_connection(broker)
     isi_connection(broker, capabilities=["privacy/drop/delete"])  # lacks identifiers
     shown = drop_import(package, capsys=capsys)
     requests = DeletionRequest.objects.all()
-    assert shown["deletion_requests"] == {"created": 6, "queued": 6, "pending": 0}
+    assert shown["deletion_requests"] == {"created": 9, "queued": 9, "pending": 0}
     assert {(r.integration_id, r.isi_connection_id) for r in requests} == {
         (hook.pk, None),
+        (paused.pk, None),
         (connection.integration_id, connection.pk),
     }
     assert {r.state for r in requests} == {RequestState.QUEUED}

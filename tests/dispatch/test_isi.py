@@ -300,9 +300,13 @@ def test_identifiers_are_retrieved_synchronously_and_start_the_saas_deletions(
     sms = saas_connection(
         broker, "https://sms.example/erase", name="SMS", identifier_categories=["phone"]
     )
-    saas_connection(
+    ads = saas_connection(  # paused: its deletion waits, so its category is asked for too
         broker, "https://ads.example", name="Ads", identifier_categories=["maid"], enabled=False
     )
+    saas_connection(  # retired: gone for good
+        broker, "https://old.example", name="Old", identifier_categories=["vin"], enabled=False,
+        retired_at=timezone.now(), retired_reason="contract ended",
+    )  # fmt: skip
     resolution = isi_resolution_request(connection_a, remote_identifier="C-1")
 
     assert resolution_requests_deliver(request_ids=[resolution.pk]) == {"delivered": 1}
@@ -313,14 +317,14 @@ def test_identifiers_are_retrieved_synchronously_and_start_the_saas_deletions(
         "request_uuid": str(resolution.request_uuid),
         "remote_identifier": "C-1",
         "remote_identifier_kind": "external_id",
-        "identifier_categories": ["email", "phone"],  # the enabled SaaS connections' union
+        "identifier_categories": ["email", "maid", "phone"],  # the SaaS connections' union
     }
     assert asked.headers["Authorization"].startswith("Bearer tok-")
     resolution.refresh_from_db()
     assert resolution.state == RequestState.COMPLETED
     assert json.loads(resolution.identifiers) == RESOLVED  # verbatim
     deletions = SaasDeletion.objects.filter(resolution=resolution)
-    assert {d.saas_connection for d in deletions} == {mailer, sms}
+    assert {d.saas_connection for d in deletions} == {mailer, sms, ads}
     assert {d.state for d in deletions} == {"queued"}
     kinds = list(
         LedgerEvent.objects.filter(subject=str(resolution.request_uuid))

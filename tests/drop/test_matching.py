@@ -21,6 +21,7 @@ from integrations.models import (
     Consumer,
     DeletionRequest,
     DropCycle,
+    Integration,
     LedgerEvent,
     RequestState,
     WorkItem,
@@ -94,22 +95,31 @@ def test_several_consumers_and_targets_multiply(broker: Broker, tmp_path: Path) 
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(
-    "isi_options",
+    ("isi_options", "target"),
     [
-        pytest.param({}, id="taking-part"),
-        pytest.param({"listed": False}, id="no-longer-listed"),
-        pytest.param({"enabled": False}, id="integration-disabled"),
-        pytest.param({"capabilities": ["privacy/drop/identifiers"]}, id="no-delete-capability"),
+        pytest.param({}, True, id="taking-part"),
+        pytest.param({"listed": False}, False, id="no-longer-listed"),
+        pytest.param({"enabled": False}, True, id="integration-disabled"),  # paused, not gone
+        pytest.param({"enabled": False, "retired": True}, False, id="integration-retired"),
+        pytest.param(
+            {"capabilities": ["privacy/drop/identifiers"]}, False, id="no-delete-capability"
+        ),
     ],
 )
 def test_only_isi_connections_taking_part_in_drop_are_targets(
-    broker: Broker, tmp_path: Path, isi_options: dict[str, Any]
+    broker: Broker, tmp_path: Path, isi_options: dict[str, Any], target: bool
 ) -> None:
     consumer(broker, "C-1", email=EMAIL[0][1])
+    isi_options = dict(isi_options)  # the parameter is shared between runs
+    retired = isi_options.pop("retired", False)
     connection_ = isi_connection(broker, **isi_options)
+    if retired:
+        Integration.objects.filter(pk=connection_.integration_id).update(
+            retired_at=timezone.now(), retired_reason="decommissioned"
+        )
     import_package(broker, tmp_path)
     request = DeletionRequest.objects.get()
-    if not isi_options:
+    if target:
         assert request.isi_connection_id == connection_.pk
         assert request.state == RequestState.QUEUED
     else:

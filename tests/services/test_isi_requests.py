@@ -125,7 +125,7 @@ def test_an_api_that_does_not_answer_leaves_the_last_known_connections(
     assert LedgerEvent.objects.filter(kind="drop.cycle_imported").count() == 1
 
 
-def test_a_disabled_integration_is_neither_asked_nor_a_target(
+def test_a_disabled_integration_is_not_asked_but_stays_a_target(
     broker: Broker, api: IsiSimulator, created: CreatedIsiIntegration, package: Path
 ) -> None:
     integration_disable(integration=created.integration, reason="maintenance", actor="test")
@@ -133,4 +133,8 @@ def test_a_disabled_integration_is_neither_asked_nor_a_target(
     call_command("drop", "import", "--broker", "4821", str(package))
 
     assert len(api.on("connections")) == 1  # only when it was created
-    assert set(DeletionRequest.objects.values_list("state", flat=True)) == {"pending"}
+    # Paused, not gone: its last known connections get their requests, which wait.
+    requests = DeletionRequest.objects.all()
+    assert {(r.state, r.integration_id) for r in requests} == {
+        (RequestState.QUEUED, created.integration.pk)
+    }

@@ -1,6 +1,8 @@
 """Requests matched while the broker had no deletion target (state ``pending``) get their
 targets, and whatever else the match would have made, as soon as a target becomes
-available: an integration created, enabled again, or an ISI connection list refreshed.
+available: an integration created, or an ISI connection list refreshed. A disabled
+integration is still a target: matched meanwhile, its requests wait (queued, never tried)
+and enabling it sends them.
 
 Matching runs as operators run it (``drop import``); targets are added and enabled through
 the services and the ``integrations`` command staff use.
@@ -28,6 +30,7 @@ from integrations.drop.registration import ConsumerRecord
 from integrations.models import (
     Broker,
     DeletionRequest,
+    DeliveryAttempt,
     Integration,
     LedgerEvent,
     RequestState,
@@ -71,12 +74,14 @@ def _import(broker: Broker, tmp_path: Path, items: list[tuple[str, str]], name: 
     call_command("drop", "import", "--broker", "4821", str(package), stdout=io.StringIO())
 
 
-def _matched(broker: Broker, tmp_path: Path) -> None:
-    """Two consumers matched while the broker has no enabled target."""
+def _matched(broker: Broker, tmp_path: Path, *, state: str = "pending") -> None:
+    """Two consumers matched while the broker has no enabled target: their requests wait
+    for one (``pending``), or for a disabled one (``queued``, never tried)."""
     consumer(broker, "C-1", email=ITEMS[0][1])
     consumer(broker, "C-2", email=ITEMS[1][1])
     _import(broker, tmp_path, ITEMS[:3], "20261120_4821_DROP.zip")
-    assert set(DeletionRequest.objects.values_list("state", flat=True)) == {"pending"}
+    assert set(DeletionRequest.objects.values_list("state", flat=True)) == {state}
+    assert not DeliveryAttempt.objects.exists()
 
 
 def _queued_jobs(task: str) -> set[int]:
@@ -95,7 +100,11 @@ def test_enabling_a_disabled_webhook_integration_queues_what_was_matched_meanwhi
         broker=broker, name="CRM", url="http://127.0.0.1:9/drop", actor="test"
     )
     integration_disable(integration=created.integration, reason="HTTP 410", actor="test")
-    _matched(broker, tmp_path)
+    _matched(broker, tmp_path, state="queued")
+    deletion_requests_deliver(
+        request_ids=list(DeletionRequest.objects.values_list("pk", flat=True))
+    )
+    assert not DeliveryAttempt.objects.exists()  # held while it is disabled: no attempt burnt
 
     out = io.StringIO()
     call_command("integrations", "enable", str(created.integration.uuid), stdout=out)
@@ -108,7 +117,7 @@ def test_enabling_a_disabled_webhook_integration_queues_what_was_matched_meanwhi
     assert _queued_jobs("deliver_deletion_requests") == {r.pk for r in requests}
     assert "2 request(s) queued" in out.getvalue()
     event = LedgerEvent.objects.get(kind="integration.enabled")
-    assert event.data["pending_requests_queued"] == 2
+    assert event.data["deletion_requests_queued"] == 2
     assert event.actor.startswith("cli")
 
 
@@ -151,7 +160,7 @@ def test_enabling_an_isi_integration_gives_each_connection_its_request(
 ) -> None:
     created = isi_integration_for(broker, api)
     integration_disable(integration=created.integration, reason="maintenance", actor="test")
-    _matched(broker, tmp_path)
+    _matched(broker, tmp_path, state="queued")
 
     integration_enable(integration=created.integration, actor="staff:ann")
 
@@ -255,14 +264,16 @@ def test_a_webhook_integration_disabled_then_enabled_gets_every_match_and_they_r
         stdout=io.StringIO(),
     )  # fmt: skip
     # Matched while it is disabled: at import, and later when a consumer registers.
-    _matched(broker, tmp_path)
+    _matched(broker, tmp_path, state="queued")
     consumers_register(
         broker=broker,
         rows=[ConsumerRecord(1, "C-3", None, (("email", base64.b64decode(ITEMS[2][1])),))],
         actor="test",
         source="api",
     )
-    assert DeletionRequest.objects.filter(state="pending").count() == 3
+    assert (
+        DeletionRequest.objects.filter(state="queued", integration=created.integration).count() == 3
+    )
 
     call_command("integrations", "enable", str(created.integration.uuid), stdout=io.StringIO())
 

@@ -1,6 +1,7 @@
-"""Matching creates identifier retrieval requests only for a broker with an enabled SaaS
-connection: one per match and webhook integration, queued with their job, each with its own
-unique 64-hex ``results_token``. Through ``drop import``, as an operator runs it."""
+"""Matching creates identifier retrieval requests only for a broker with a SaaS connection
+that is not retired (a disabled one is paused: it still gets its deletions later): one per
+match and webhook integration (a disabled one included), queued with their job, each with its
+own unique 64-hex ``results_token``. Through ``drop import``, as an operator runs it."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from integrations.models import (
     RequestState,
     ResolutionRequest,
 )
+from integrations.services.saas import saas_connection_retire
 from tests.drop_cycle import consumer, drop_zip, webhook, write_zip
 from tests.webhook_factories import saas_connection
 
@@ -36,41 +38,46 @@ def package(broker: Broker, tmp_path: Path) -> Path:
     return write_zip(tmp_path, drop_zip(broker, {"Email": ITEMS}))
 
 
-def test_with_an_enabled_saas_connection_each_match_gets_a_resolution_per_webhook(
-    broker: Broker, package: Path
+@pytest.mark.parametrize("saas_enabled", [True, False])
+def test_with_a_saas_connection_each_match_gets_a_resolution_per_webhook(
+    broker: Broker, package: Path, saas_enabled: bool
 ) -> None:
     first, second = webhook(broker, "CRM"), webhook(broker, "Warehouse")
-    webhook(broker, "Old", enabled=False)
-    saas_connection(broker, "https://api.mailer.example/erase")
+    paused = webhook(broker, "Paused", enabled=False)
+    saas_connection(broker, "https://api.mailer.example/erase", enabled=saas_enabled)
 
     call_command("drop", "import", "--broker", "4821", str(package))
 
     resolutions = list(ResolutionRequest.objects.order_by("pk"))
-    assert len(resolutions) == 4  # 2 matches x 2 enabled webhook integrations
+    assert len(resolutions) == 6  # 2 matches x 3 webhook integrations, the paused one too
     assert {(r.remote_identifier, r.integration_id) for r in resolutions} == {
-        (c, i.pk) for c in ("C-1", "C-2") for i in (first, second)
+        (c, i.pk) for c in ("C-1", "C-2") for i in (first, second, paused)
     }
     assert all(r.state == RequestState.QUEUED for r in resolutions)
     assert all(re.fullmatch(r"[0-9a-f]{64}", r.results_token) for r in resolutions)
-    assert len({r.results_token for r in resolutions}) == 4
+    assert len({r.results_token for r in resolutions}) == 6
     assert all(r.drop_session_id == "1" for r in resolutions)
     assert all(r.remote_identifier_kind == "external_id" for r in resolutions)
     jobs = ProcrastinateJob.objects.filter(task_name=RESOLUTION_TASK)
     assert sorted(pk for job in jobs for pk in job.args["request_ids"]) == [
         r.pk for r in resolutions
     ]
-    assert DeletionRequest.objects.count() == 4  # deletions are created as before
+    assert DeletionRequest.objects.count() == 6  # deletions are created as before
     event = LedgerEvent.objects.get(kind="deletion_requests.created")
-    assert event.data["resolution_requests"] == 4
+    assert event.data["resolution_requests"] == 6
 
 
-@pytest.mark.parametrize("saas", ["none", "disabled"])
-def test_without_an_enabled_saas_connection_no_resolution_is_requested(
+@pytest.mark.parametrize("saas", ["none", "retired"])
+def test_without_a_saas_connection_no_resolution_is_requested(
     broker: Broker, package: Path, saas: str
 ) -> None:
     webhook(broker)
-    if saas == "disabled":
-        saas_connection(broker, "https://api.mailer.example/erase", enabled=False)
+    if saas == "retired":
+        saas_connection_retire(
+            connection=saas_connection(broker, "https://api.mailer.example/erase"),
+            reason="contract ended",
+            actor="test",
+        )
 
     call_command("drop", "import", "--broker", "4821", str(package))
 

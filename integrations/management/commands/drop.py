@@ -25,6 +25,7 @@ from django.conf import settings
 from django.core.management.base import CommandError
 from tqdm import tqdm
 
+from integrations.drop.calendar import drop_timezone
 from integrations.exports import csv_cell
 from integrations.management.base import broker_or_error, date_bound
 from integrations.management.drop_report import ReportSubcommand
@@ -63,8 +64,9 @@ class Command(ReportSubcommand):
         imp.add_argument("file", help="the ZIP as downloaded from DROP")
         imp.add_argument(
             "--downloaded-at",
-            help="when it was downloaded from DROP (YYYY-MM-DD or ISO time); the due date "
-            "counts from it. Default: the package's date, or now if that is later",
+            help="when it was downloaded from DROP (YYYY-MM-DD, a day of DROP's calendar, or "
+            "ISO time); the due date counts from it. Default: the package's date, or now if "
+            "that is later",
         )
         imp.add_argument("--json", action="store_true", help="print the result as JSON")
         self.add_report_subcommand(subparsers)
@@ -120,7 +122,8 @@ class Command(ReportSubcommand):
             raise CommandError(f"no such file: {path}")
         downloaded_at: dt.datetime | None = None
         if options["downloaded_at"]:
-            downloaded_at = date_bound(options["downloaded_at"])
+            # A date is a day of DROP's calendar, like the date in the package's file names.
+            downloaded_at = date_bound(options["downloaded_at"], zone=drop_timezone())
         try:
             result = drop_zip_import(
                 broker=broker, path=path, downloaded_at=downloaded_at, actor=self.actor()

@@ -1,5 +1,8 @@
 """``manage.py integrations add webhook|isi, rotate-secret, check-connection, disable, enable,
-list``: where the broker's systems are reached, and their Webhook Secrets.
+retire, list``: where the broker's systems are reached, and their Webhook Secrets.
+
+``disable`` pauses an integration (it stays a deletion target, its requests wait);
+``retire`` ends it for good (its open requests are cancelled, it is never enabled again).
 
 ``add`` takes the integration kind as its own subcommand (``add webhook ...``); each kind is
 an ``add_<kind>`` method with its arguments declared in ``add_<kind>_arguments``, so a new
@@ -24,6 +27,7 @@ from integrations.models import Integration, IntegrationKind, IsiConnection
 from integrations.services.integrations import (
     integration_disable,
     integration_enable,
+    integration_retire,
     integration_secret_rotate,
     webhook_integration_create,
 )
@@ -93,6 +97,15 @@ class Command(DropportalCommand):
         )
         enable.add_argument("uuid")
         enable.add_argument("--json", action="store_true")
+        retire = subparsers.add_parser(
+            "retire",
+            help="end an integration for good: cancel its open requests, never enable it again",
+        )
+        retire.add_argument("uuid")
+        retire.add_argument(
+            "--reason", required=True, help="why (the cancelled requests and the ledger keep it)"
+        )
+        retire.add_argument("--json", action="store_true")
         listing = subparsers.add_parser("list", help="list integrations")
         listing.add_argument("--broker", help="only this broker's")
         listing.add_argument("--json", action="store_true")
@@ -286,6 +299,38 @@ class Command(DropportalCommand):
             f" {queued} request(s) queued for delivery."
         )
 
+    def handle_retire(self, **options: Any) -> None:
+        integration = integration_or_error(options["uuid"])
+        retired = integration_retire(
+            integration=integration, reason=options["reason"], actor=self.actor()
+        )
+        retired_at = retired.integration.retired_at
+        if options["json"]:
+            self.print_json(
+                {
+                    "uuid": str(integration.uuid),
+                    "retired_at": retired_at.isoformat() if retired_at else None,
+                    "retired_reason": retired.integration.retired_reason,
+                    "deletion_requests_cancelled": retired.deletion_requests_cancelled,
+                    "resolution_requests_cancelled": retired.resolution_requests_cancelled,
+                    "work_items": retired.work_items,
+                    "waiting_for_a_target": retired.waiting_for_a_target,
+                    "pending_requests_queued": retired.pending_requests_queued,
+                }
+            )
+            return
+        self.stdout.write(
+            f"Integration {integration.uuid} ({integration.name}) retired for good: "
+            f"{retired.deletion_requests_cancelled} deletion and "
+            f"{retired.resolution_requests_cancelled} resolution request(s) cancelled; "
+            f"{retired.work_items} work item(s) settled on their other requests."
+        )
+        if retired.waiting_for_a_target:
+            self.stdout.write(
+                f"{retired.waiting_for_a_target} match(es) had no other request: they wait for "
+                f"a target ({retired.pending_requests_queued} queued to another one at once)."
+            )
+
     # -- list --------------------------------------------------------------------------------
 
     def handle_list(self, **options: Any) -> None:
@@ -303,6 +348,7 @@ class Command(DropportalCommand):
                 "url": i.url or i.base_url,
                 "enabled": i.enabled,
                 "disabled_reason": i.disabled_reason,
+                "retired_at": i.retired_at.isoformat() if i.retired_at else None,
             }
             for i in integrations
         ]
@@ -311,6 +357,8 @@ class Command(DropportalCommand):
             return
         for r in rows:
             state = "enabled" if r["enabled"] else f"DISABLED ({r['disabled_reason']})"
+            if r["retired_at"]:
+                state = "RETIRED"
             self.stdout.write(
                 f"{r['uuid']}  {r['broker_id']}  {r['kind']:<7} {r['name']}  {r['url']}  {state}"
             )

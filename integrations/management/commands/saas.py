@@ -1,12 +1,15 @@
-"""``manage.py saas add|list``: third-party SaaS deletion connections (generic HTTP).
+"""``manage.py saas add|retire|list``: third-party SaaS deletion connections (generic HTTP).
 
 Each one receives ``POST <url>`` with ``Authorization: Bearer <token>`` and the resolved
-identifiers of its categories (docs/contracts.md §7).
+identifiers of its categories (docs/contracts.md §7). ``retire ID --reason TEXT`` ends one for
+good: its deletions not final are cancelled, and it is never enabled again.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from django.core.management.base import CommandError
 
 from integrations.management.base import (
     DropportalCommand,
@@ -15,7 +18,7 @@ from integrations.management.base import (
     secret_value,
 )
 from integrations.models import SaasConnection
-from integrations.services.saas import saas_connection_create
+from integrations.services.saas import saas_connection_create, saas_connection_retire
 
 
 class Command(DropportalCommand):
@@ -33,6 +36,15 @@ class Command(DropportalCommand):
             help="comma-separated identifier categories it deletes by (default: email)",
         )
         add.add_argument("--json", action="store_true")
+        retire = subparsers.add_parser(
+            "retire",
+            help="end a SaaS connection for good: cancel its open deletions, never enable it again",
+        )
+        retire.add_argument("id", help="the connection's id, as 'saas list' shows it")
+        retire.add_argument(
+            "--reason", required=True, help="why (the cancelled deletions and the ledger keep it)"
+        )
+        retire.add_argument("--json", action="store_true")
         listing = subparsers.add_parser("list", help="list SaaS connections")
         listing.add_argument("--broker", help="only this broker's")
         listing.add_argument("--json", action="store_true")
@@ -57,6 +69,33 @@ class Command(DropportalCommand):
             f"{', '.join(connection.identifier_categories)}"
         )
 
+    def handle_retire(self, **options: Any) -> None:
+        value = options["id"]
+        connection = (
+            SaasConnection.objects.select_related("broker").filter(pk=int(value)).first()
+            if value.isdigit()
+            else None
+        )
+        if connection is None:
+            raise CommandError(f"no SaaS connection with id {value!r} (see: manage.py saas list)")
+        retired = saas_connection_retire(
+            connection=connection, reason=options["reason"], actor=self.actor()
+        )
+        if options["json"]:
+            self.print_json(
+                {
+                    **_row(retired.connection),
+                    "deletions_cancelled": retired.deletions_cancelled,
+                    "work_items": retired.work_items,
+                }
+            )
+            return
+        self.stdout.write(
+            f"SaaS connection {connection.pk} ({connection.name}) retired for good: "
+            f"{retired.deletions_cancelled} deletion(s) cancelled; {retired.work_items} work "
+            "item(s) settled on their other requests."
+        )
+
     def handle_list(self, **options: Any) -> None:
         connections = SaasConnection.objects.select_related("broker").order_by(
             "broker__broker_id", "name"
@@ -69,6 +108,8 @@ class Command(DropportalCommand):
             return
         for r in rows:
             state = "enabled" if r["enabled"] else f"DISABLED ({r['disabled_reason']})"
+            if r["retired_at"]:
+                state = f"RETIRED ({r['retired_reason']})"
             self.stdout.write(
                 f"{r['id']}  {r['broker_id']}  {r['name']}  {r['url']}  "
                 f"{','.join(r['categories'])}  {state}"
@@ -85,4 +126,6 @@ def _row(connection: SaasConnection) -> dict[str, Any]:
         "token_set": bool(connection.token),
         "enabled": connection.enabled,
         "disabled_reason": connection.disabled_reason,
+        "retired_at": connection.retired_at.isoformat() if connection.retired_at else None,
+        "retired_reason": connection.retired_reason,
     }

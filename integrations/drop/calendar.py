@@ -1,0 +1,40 @@
+"""DROP's calendar: the dates DROP counts in are California's, not UTC's.
+
+A match date, a due date, the days left and a year of DROP figures are days of
+``settings.DROPPORTAL_DROP_TIMEZONE`` (``America/Los_Angeles`` by default); stored and exported
+timestamps stay UTC. A download at 22:30 Pacific on November 25 (06:30 UTC on the 26th) is
+matched on November 25::
+
+    drop_today()                       # today in DROP's calendar
+    drop_date(cycle.downloaded_at)     # the DROP day of a moment
+    drop_year_bounds(2026)             # the year's first and last moments, as aware datetimes
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import zoneinfo
+
+from django.conf import settings
+from django.utils import timezone
+
+
+def drop_timezone() -> zoneinfo.ZoneInfo:
+    return zoneinfo.ZoneInfo(settings.DROPPORTAL_DROP_TIMEZONE)
+
+
+def drop_date(moment: dt.datetime) -> dt.date:
+    """The day ``moment`` (an aware datetime) falls on in DROP's calendar."""
+    return moment.astimezone(drop_timezone()).date()
+
+
+def drop_today(now: dt.datetime | None = None) -> dt.date:
+    """Today in DROP's calendar (the day of ``now`` when given)."""
+    return drop_date(now or timezone.now())
+
+
+def drop_year_bounds(year: int) -> tuple[dt.datetime, dt.datetime]:
+    """The first moment of ``year`` and of the next one in DROP's calendar (aware; a
+    comparison with a stored UTC timestamp is exact)."""
+    zone = drop_timezone()
+    return dt.datetime(year, 1, 1, tzinfo=zone), dt.datetime(year + 1, 1, 1, tzinfo=zone)
