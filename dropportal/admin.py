@@ -13,14 +13,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import admin
 from django.http import HttpRequest, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, URLResolver, path, reverse
 from django.utils.http import urlencode
+from unfold.sites import UnfoldAdminSite
 
 
-class DropportalAdminSite(admin.AdminSite):
+class DropportalAdminSite(UnfoldAdminSite):
     site_header = "dropportal"
     site_title = "dropportal"
     index_title = "Dashboard"

@@ -7,6 +7,7 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.http import HttpRequest
+from unfold.admin import ModelAdmin
 
 from integrations.admin.actors import staff_actor
 from integrations.admin.credentials import Credential, WriteOnlyCredentials
@@ -57,7 +58,7 @@ class BrokerForm(forms.ModelForm):
 
 
 @admin.register(Broker)
-class BrokerAdmin(WriteOnlyCredentials, admin.ModelAdmin):
+class BrokerAdmin(WriteOnlyCredentials, ModelAdmin):
     form = BrokerForm
     credentials = [Credential("drop_api_key", "DROP API key", "drop_api_key_changed_at")]
     list_display = [

@@ -15,6 +15,7 @@ from django.contrib import admin
 from django.db.models import JSONField, QuerySet
 from django.db.models.expressions import RawSQL
 from django.http import HttpRequest
+from unfold.admin import ModelAdmin, TabularInline
 
 from integrations.admin.actors import staff_actor
 from integrations.models import Broker, Consumer, ConsumerHash
@@ -37,7 +38,7 @@ def _counts_text(counts: dict[str, int] | None) -> str:
     return ", ".join(f"{list_type} {counts[list_type]}" for list_type in sorted(counts))
 
 
-class ConsumerHashInline(admin.TabularInline):
+class ConsumerHashInline(TabularInline):
     model = ConsumerHash
     fields = ["hash_type", "hash_base64"]
     readonly_fields = ["hash_type", "hash_base64"]
@@ -61,7 +62,7 @@ class ConsumerHashInline(admin.TabularInline):
 
 
 @admin.register(Consumer)
-class ConsumerAdmin(admin.ModelAdmin):
+class ConsumerAdmin(ModelAdmin):
     list_display = ["remote_identifier", "remote_identifier_kind", "broker", "hashes", "created_at"]
     list_filter = ["broker"]
     list_select_related = ["broker"]

@@ -20,6 +20,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
+from unfold.admin import ModelAdmin
 
 from integrations.admin.reports import set_work_item_status
 from integrations.models import DropCycle, DropStatus, WorkItem
@@ -27,7 +28,7 @@ from integrations.selectors.deadlines import drop_cycles_by_urgency
 from integrations.selectors.drop_metrics import METRIC_FIGURES, METRIC_FILTERS, drop_year_bounds
 
 
-class _ReadOnly(admin.ModelAdmin):
+class _ReadOnly(ModelAdmin):
     """Viewable, never added, edited or deleted through a form."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:

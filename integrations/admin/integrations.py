@@ -24,6 +24,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.urls import path, reverse
 from django.utils.html import format_html
+from unfold.admin import ModelAdmin
 
 from integrations.admin import isi as isi_admin
 from integrations.admin.actors import staff_actor
@@ -119,7 +120,7 @@ def _secret_shown_once(integration: Integration, secret: str, *, title: str) -> 
 
 
 @admin.register(Integration)
-class IntegrationAdmin(WriteOnlyCredentials, admin.ModelAdmin):
+class IntegrationAdmin(WriteOnlyCredentials, ModelAdmin):
     credentials = [
         Credential("token", "Static bearer token", "credentials_changed_at"),
         Credential("client_secret", "Client secret", "credentials_changed_at"),
@@ -377,7 +378,7 @@ class SaasConnectionForm(_TargetUrlMixin, forms.ModelForm):
 
 
 @admin.register(SaasConnection)
-class SaasConnectionAdmin(WriteOnlyCredentials, admin.ModelAdmin):
+class SaasConnectionAdmin(WriteOnlyCredentials, ModelAdmin):
     form = SaasConnectionForm
     credentials = [Credential("token", "Token", "token_changed_at")]
     list_display = ["name", "broker", "url", "categories", "enabled", "disabled_reason"]

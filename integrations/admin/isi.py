@@ -21,6 +21,7 @@ from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest
 from django.urls import reverse
+from unfold.admin import TabularInline
 
 from integrations.admin.actors import staff_actor
 from integrations.admin.shown_once import SecretShownOnce
@@ -179,7 +180,7 @@ READONLY_FIELDS = [
 ]
 
 
-class IsiConnectionInline(admin.TabularInline):
+class IsiConnectionInline(TabularInline):
     """The connections the broker listed, and which of them take part in DROP."""
 
     model = IsiConnection

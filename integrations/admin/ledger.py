@@ -23,6 +23,7 @@ from django.http import (
 from django.http.response import HttpResponseBase
 from django.urls import URLPattern, path
 from django.utils import timezone
+from unfold.admin import ModelAdmin
 
 from integrations import exports
 from integrations.admin.actors import staff_actor
@@ -34,7 +35,7 @@ CONTENT_TYPES = {"csv": "text/csv; charset=utf-8", "jsonl": "application/x-ndjso
 
 
 @admin.register(LedgerEvent)
-class LedgerEventAdmin(admin.ModelAdmin):
+class LedgerEventAdmin(ModelAdmin):
     list_display = ["id", "created_at", "broker_id", "kind", "subject", "actor"]
     list_filter = ["kind", "broker_id"]
     search_fields = ["subject", "actor", "kind"]

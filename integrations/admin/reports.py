@@ -31,6 +31,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
+from unfold.admin import ModelAdmin
 
 from integrations import exports
 from integrations.admin.actors import staff_actor
@@ -60,7 +61,7 @@ def _may_report(request: HttpRequest) -> bool:
 
 
 @admin.register(ReportFile)
-class ReportFileAdmin(admin.ModelAdmin):
+class ReportFileAdmin(ModelAdmin):
     list_display = [
         "file_name",
         "broker_code",

@@ -20,6 +20,7 @@ from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest
+from unfold.admin import ModelAdmin, TabularInline
 
 from integrations.admin.actors import staff_actor
 from integrations.admin.reports import export_outcomes_csv, export_outcomes_jsonl
@@ -40,7 +41,7 @@ from integrations.services.redelivery import (
 from integrations.services.resolutions import saas_deletion_cancel
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(ModelAdmin):
     """Rows written only by the cycle: viewable, never edited through a form."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -106,7 +107,7 @@ class CycleFilter(admin.SimpleListFilter):
         return queryset.filter(work_item__cycle_id=int(value))
 
 
-class AttemptInline(admin.TabularInline):
+class AttemptInline(TabularInline):
     model = DeliveryAttempt
     fields = ("number", "started_at", "url", "status", "duration_ms", "error", "answer", "headers")
     readonly_fields = fields
@@ -194,7 +195,7 @@ class DeletionRequestAdmin(ReadOnlyAdmin):
         )
 
 
-class SaasDeletionInline(admin.TabularInline):
+class SaasDeletionInline(TabularInline):
     model = SaasDeletion
     fields = (
         "saas_connection",

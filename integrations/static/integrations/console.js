@@ -1,0 +1,1 @@
+/* dropportal's console: copy buttons of shortened identifiers (templates/admin/console/uuid.html). */
