@@ -311,4 +311,6 @@ UNFOLD = {
     "STYLES": [lambda request: static("integrations/console.css")],
     "SCRIPTS": [lambda request: static("integrations/console.js")],
 }
+# Times in the admin carry their zone's abbreviation (dropportal/formats/en/formats.py).
+FORMAT_MODULE_PATH = ["dropportal.formats"]
 # --- end console ---------------------------------------------------------------------------

@@ -20,9 +20,11 @@ from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest
+from django.urls import reverse
 from unfold.admin import ModelAdmin, TabularInline
 
 from integrations.admin.actors import staff_actor
+from integrations.admin.display import uuid_link, uuid_short
 from integrations.admin.reports import export_outcomes_csv, export_outcomes_jsonl
 from integrations.models import (
     DeletionRequest,
@@ -50,7 +52,29 @@ class ReadOnlyAdmin(ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # The list offers actions (each checks the change permission); a row's page is a
+        # "View" page with no Save button.
+        return obj is None and super().has_change_permission(request)
+
     hidden_fields: tuple[str, ...] = ()
+    # Identifiers as 8 characters with a copy button (integrations/admin/display.py).
+    readonly_preprocess_fields = {
+        "request_uuid": uuid_short,
+        "webhook_request_id": uuid_short,
+    }
+    # The request column links itself, its copy button beside the link.
+    list_display_links: list[str] | None = None
+
+    @admin.display(description="request", ordering="request_uuid")
+    def request_link(self, obj: Any) -> str:
+        opts = self.model._meta
+        url = reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[obj.pk])
+        return uuid_link(obj.request_uuid, url)
+
+    @admin.display(description="Broker ID", ordering="broker__broker_id")
+    def broker_code(self, obj: Any) -> str:
+        return obj.broker.broker_id
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         if self.fields:
@@ -144,15 +168,13 @@ class SaasAttemptInline(AttemptInline):
 
 @admin.register(DeletionRequest)
 class DeletionRequestAdmin(ReadOnlyAdmin):
-    list_display = [
-        "request_uuid",
-        "broker",
+    list_display = [  # fits 1280 pixels: the outcome names its status code
+        "request_link",
+        "broker_code",
         "integration",
         "state",
         "drop_outcome",
-        "drop_status_code",
         "attempts",
-        "next_attempt_at",
         "dispatched_at",
         "completed_at",
         "late_match",
@@ -220,8 +242,8 @@ class SaasDeletionInline(TabularInline):
 @admin.register(ResolutionRequest)
 class ResolutionRequestAdmin(ReadOnlyAdmin):
     list_display = [
-        "request_uuid",
-        "broker",
+        "request_link",
+        "broker_code",
         "integration",
         "state",
         "drop_outcome",
@@ -262,7 +284,7 @@ class ResolutionRequestAdmin(ReadOnlyAdmin):
 class SaasDeletionAdmin(ReadOnlyAdmin):
     list_display = [
         "pk",
-        "resolution",
+        "resolution_link",
         "saas_connection",
         "state",
         "attempts",
@@ -273,7 +295,14 @@ class SaasDeletionAdmin(ReadOnlyAdmin):
     list_filter = ["state", ("saas_connection", admin.RelatedOnlyFieldListFilter)]
     search_fields = ["=resolution__request_uuid"]
     list_select_related = ["resolution", "saas_connection"]
+    list_display_links = ["pk"]
     inlines = [SaasAttemptInline]
+
+    @admin.display(description="resolution request", ordering="resolution__request_uuid")
+    def resolution_link(self, obj: SaasDeletion) -> str:
+        url = reverse("admin:integrations_resolutionrequest_change", args=[obj.resolution_id])
+        return uuid_link(obj.resolution.request_uuid, url)
+
     actions = ["redeliver", "cancel"]
 
     @admin.action(description="Redeliver (attempts from zero)", permissions=["change"])
@@ -303,7 +332,7 @@ class SaasDeletionAdmin(ReadOnlyAdmin):
 
 @admin.register(OptOutRecord)
 class OptOutRecordAdmin(ReadOnlyAdmin):
-    list_display = ["request_uuid", "broker", "created_at"]  # no email in lists
+    list_display = ["request_link", "broker_code", "created_at"]  # no email in lists
     list_filter = ["broker"]
     search_fields = ["=deletion_request__request_uuid", "=resolution_request__request_uuid"]
     list_select_related = ["deletion_request", "resolution_request", "broker"]

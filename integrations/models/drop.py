@@ -33,7 +33,7 @@ class DropCycle(models.Model):
     broker = models.ForeignKey(
         "integrations.Broker", on_delete=models.PROTECT, related_name="cycles"
     )
-    drop_session_id = models.CharField(max_length=20)
+    drop_session_id = models.CharField("DROP session ID", max_length=20)
     zip_name = models.CharField(max_length=255)
     zip_sha256 = models.CharField(max_length=64)
     downloaded_at = models.DateTimeField()
@@ -49,6 +49,7 @@ class DropCycle(models.Model):
     created_at = models.DateTimeField(db_default=Now())
 
     class Meta:
+        verbose_name = "DROP cycle"
         ordering = ["-downloaded_at"]
         constraints = [
             models.UniqueConstraint(
@@ -105,7 +106,7 @@ class WorkItem(models.Model):
         db_index=False,
         db_constraint=False,
     )
-    work_item_id = models.CharField(max_length=12)
+    work_item_id = models.CharField("work item ID", max_length=12)
     hash_type = models.CharField(max_length=8, choices=HashType.choices)
     hash = models.BinaryField(max_length=32)
     file_name = models.CharField(max_length=255)

@@ -31,7 +31,7 @@ class ReportFile(models.Model):
     state = models.CharField(
         max_length=10, choices=ReportFileState.choices, default=ReportFileState.WRITTEN
     )
-    drop_response = models.JSONField(default=dict, blank=True)
+    drop_response = models.JSONField("DROP's answer", default=dict, blank=True)
     created_at = models.DateTimeField(db_default=Now())
     uploaded_at = models.DateTimeField(null=True, blank=True)
 
