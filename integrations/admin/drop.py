@@ -23,6 +23,7 @@ from django.utils.http import urlencode
 from unfold.admin import ModelAdmin
 
 from integrations.admin.reports import set_work_item_status
+from integrations.admin.story import story_context
 from integrations.models import DropCycle, DropStatus, WorkItem
 from integrations.selectors.deadlines import drop_cycles_by_urgency
 from integrations.selectors.drop_metrics import METRIC_FIGURES, METRIC_FILTERS, drop_year_bounds
@@ -234,6 +235,19 @@ class WorkItemAdmin(_ReadOnly):
         "updated_at",
     )
     readonly_fields = _ITEM_FIELDS
+
+    change_form_after_template = "admin/integrations/workitem/story.html"
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> Any:
+        work_item = self.get_object(request, object_id)
+        story = story_context(work_item) if work_item is not None else {}
+        return super().change_view(request, object_id, form_url, {**story, **(extra_context or {})})
 
     @admin.display(description="broker", ordering="broker__broker_id")
     def broker_code(self, obj: WorkItem) -> str:

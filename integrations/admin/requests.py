@@ -63,6 +63,7 @@ class ReadOnlyAdmin(ModelAdmin):
         "request_uuid": uuid_short,
         "webhook_request_id": uuid_short,
     }
+    change_form_before_template = "admin/integrations/story_link.html"
     # The request column links itself, its copy button beside the link.
     list_display_links: list[str] | None = None
 
