@@ -15,11 +15,13 @@ from typing import Any
 
 from django.contrib import admin
 from django.db.models import Case, Model, QuerySet, Value, When
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponseRedirect
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.decorators import method_decorator
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
+from django.views.decorators.debug import sensitive_post_parameters
 from unfold.admin import ModelAdmin
 
 from integrations.admin.reports import set_work_item_status
@@ -27,6 +29,7 @@ from integrations.admin.story import story_context
 from integrations.models import DropCycle, DropStatus, WorkItem
 from integrations.selectors.deadlines import drop_cycles_by_urgency
 from integrations.selectors.drop_metrics import METRIC_FIGURES, METRIC_FILTERS, drop_year_bounds
+from integrations.selectors.work_item_search import search_token, work_items_find
 
 
 class _ReadOnly(ModelAdmin):
@@ -213,7 +216,11 @@ class WorkItemAdmin(_ReadOnly):
         DropYearFilter,
         MetricFilter,
     ]
-    search_fields = ["=work_item_id"]
+    search_fields = ["=work_item_id"]  # see get_search_results: what staff know
+    search_help_text = (
+        "A work item id, request UUID, remote_identifier, DROP hash, or an email address or "
+        "phone number (hashed at once, never kept)"
+    )
     list_select_related = ["cycle", "broker"]
     actions = [set_work_item_status]  # with a written reason; an Operators' action
     show_full_result_count = False  # a cycle holds up to millions of rows
@@ -237,6 +244,21 @@ class WorkItemAdmin(_ReadOnly):
     readonly_fields = _ITEM_FIELDS
 
     change_form_after_template = "admin/integrations/workitem/story.html"
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[WorkItem], search_term: str
+    ) -> tuple[QuerySet[WorkItem], bool]:
+        return work_items_find(queryset=queryset, term=search_term), False
+
+    @method_decorator(sensitive_post_parameters("q"))
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+        # The search box posts (templates/admin/integrations/workitem/search_form.html): a
+        # clear email or phone goes no further than this, the URL gets its hash.
+        if request.method == "POST" and "q" in request.POST and "action" not in request.POST:
+            params = request.GET.copy()
+            params["q"] = search_token(request.POST["q"])
+            return HttpResponseRedirect(f"{request.path}?{params.urlencode()}")
+        return super().changelist_view(request, extra_context)
 
     def change_view(
         self,
