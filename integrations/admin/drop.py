@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import base64
 from typing import Any
+from zoneinfo import ZoneInfo
 
+from django.conf import settings
 from django.contrib import admin
 from django.db.models import Case, Model, QuerySet, Value, When
 from django.http import HttpRequest, HttpResponseRedirect
@@ -24,9 +26,11 @@ from django.utils.http import urlencode
 from django.views.decorators.debug import sensitive_post_parameters
 from unfold.admin import ModelAdmin
 
+from integrations.admin.charts import cycle_timeline
 from integrations.admin.reports import set_work_item_status
 from integrations.admin.story import story_context
 from integrations.models import DropCycle, DropStatus, WorkItem
+from integrations.selectors.cycle_progress import cycle_progress
 from integrations.selectors.deadlines import drop_cycles_by_urgency
 from integrations.selectors.drop_metrics import METRIC_FIGURES, METRIC_FILTERS, drop_year_bounds
 from integrations.selectors.work_item_search import search_token, work_items_find
@@ -95,6 +99,41 @@ class DropCycleAdmin(_ReadOnly):
         "created_at",
     )
     readonly_fields = _CYCLE_FIELDS
+    change_form_before_template = "admin/integrations/dropcycle/progress.html"
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> Any:
+        cycle = self.get_object(request, object_id)
+        context: dict[str, Any] = {}
+        if cycle is not None:
+            # DROP's calendar is California's: the cycle's days count in its zone.
+            zone = ZoneInfo(settings.DROPPORTAL_DROP_TIMEZONE)
+            progress = cycle_progress(
+                cycle=cycle,
+                start=timezone.localdate(cycle.downloaded_at, timezone=zone),
+                today=timezone.localdate(timezone=zone),
+            )
+            context = {
+                "cycle_progress": progress,
+                "cycle_timeline": cycle_timeline(
+                    start=progress.start,
+                    due=cycle.due_date,
+                    today=progress.today,
+                    owed=progress.items.owed,
+                    with_status=progress.known,
+                    reported=progress.reported,
+                    title=f"Cycle {cycle.drop_session_id}: {cycle.due_date:%Y-%m-%d} deadline",
+                ),
+                "cycle_work_items_url": _work_items_url(cycle__id__exact=cycle.pk),
+            }
+        return super().change_view(
+            request, object_id, form_url, {**context, **(extra_context or {})}
+        )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[DropCycle]:
         return drop_cycles_by_urgency(super().get_queryset(request))

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from zoneinfo import ZoneInfo
 
 import pytest
+from django.conf import settings as django_settings
 from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.utils import timezone
@@ -153,3 +155,21 @@ def test_every_list_keeps_its_columns_few_enough_for_1280_pixels(
     listing = staff.get("/admin/integrations/deletionrequest/").content.decode()
     header = listing[listing.index("<thead") : listing.index("</thead>")]
     assert len(re.findall(r"<th[ >]", header)) <= 10
+
+
+def test_a_cycle_page_shows_its_days_today_and_the_statuses_known_reported_and_owed(
+    staff: Client, broker: Broker
+) -> None:
+    drop_today = timezone.localdate(timezone=ZoneInfo(django_settings.DROPPORTAL_DROP_TIMEZONE))
+    world = sample_cycle(broker, today=drop_today)
+    page = staff.get(f"/admin/integrations/dropcycle/{world.cycle.pk}/change/").content.decode()
+    assert "Day 10 of 45: 35 days left" in page
+    assert '<dd id="dp-known">10</dd>' in page  # 3 + 1 + 6 reportable; the removed one owes none
+    assert '<dd id="dp-reported">0</dd>' in page
+    assert '<dd id="dp-owed">14</dd>' in page
+    assert "chart-timeline" in page
+    assert f"/admin/integrations/workitem/?cycle__id__exact={world.cycle.pk}" in page
+    reported = staff.get(f"/admin/integrations/dropcycle/{world.previous.pk}/change/")
+    text = reported.content.decode()
+    assert '<dd id="dp-reported">16</dd>' in text and '<dd id="dp-owed">0</dd>' in text
+    assert "overdue by 15 days" in text
