@@ -60,18 +60,17 @@ def _work_items_url(**filters: Any) -> str:
 
 @admin.register(DropCycle)
 class DropCycleAdmin(_ReadOnly):
+    # Fits 1280 pixels; the package name and the not-found and removed counts are on the
+    # cycle's page.
     list_display = [
         "drop_session_id",
         "broker_code",
-        "zip_name",
         "downloaded_at",
         "due_date",
         "days_left",
         "state",
         "work_items_link",
         "matched",
-        "not_found",
-        "removed",
         "owed",
         "waiting",
     ]
@@ -244,9 +243,8 @@ class WorkItemAdmin(_ReadOnly):
         "reported_status_code",
         "cycle_link",
         "broker_code",
-        "file_name",
         "updated_at",
-    ]
+    ]  # fits 1280 pixels: the list file's name is on the item's page
     list_filter = [
         ("hash_type", admin.ChoicesFieldListFilter),
         ("state", admin.ChoicesFieldListFilter),

@@ -169,7 +169,8 @@ class SaasAttemptInline(AttemptInline):
 
 @admin.register(DeletionRequest)
 class DeletionRequestAdmin(ReadOnlyAdmin):
-    list_display = [  # fits 1280 pixels: the outcome names its status code
+    # Fits 1280 pixels: the outcome names its status code, late matches are a filter.
+    list_display = [
         "request_link",
         "broker_code",
         "integration",
@@ -178,7 +179,6 @@ class DeletionRequestAdmin(ReadOnlyAdmin):
         "attempts",
         "dispatched_at",
         "completed_at",
-        "late_match",
     ]
     list_filter = [
         "state",
@@ -251,8 +251,7 @@ class ResolutionRequestAdmin(ReadOnlyAdmin):
         "attempts",
         "dispatched_at",
         "completed_at",
-        "identifiers_purged_at",
-    ]
+    ]  # fits 1280 pixels: when the identifiers were purged is on the request's page
     list_filter = [
         "state",
         "drop_outcome",

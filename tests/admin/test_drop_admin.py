@@ -51,15 +51,12 @@ def test_cycles_list_their_counts_due_date_and_days_left(staff: Client, cycle: D
     row = page[page.index("<tbody") :]
     row = row[: row.index("</tr>")]
     assert ">1</a>" in row  # drop_session_id, links to the cycle
-    assert cycle.zip_name in row
     assert formats.localize(cycle.due_date) in row
     assert "45 days" in row
-    assert [int(cells(row, name)[0]) for name in ("matched", "not_found", "removed", "owed")] == [
-        1,
-        4,
-        0,
-        5,
-    ]
+    assert [int(cells(row, name)[0]) for name in ("matched", "owed")] == [1, 5]
+    # The package and the other counts are on the cycle's page (the list fits 1280 pixels).
+    detail = staff.get(f"{CYCLES}{cycle.pk}/change/").content.decode()
+    assert cycle.zip_name in detail
     assert f"?cycle__id__exact={cycle.pk}" in row  # work items count links to them
 
 

@@ -1,0 +1,139 @@
+"""The console in a real browser, as each role: every page passes axe-core (no critical or
+serious violation), every list fits 1280 pixels, and a consumer's story is reached by
+keyboard alone. Screenshots of each page go to test-artifacts/console/.
+
+One login per role and the pages visited in a loop: the sidebar names every list the role
+may open, and each list's first row is its record page. The data is ``sample_cycle``'s: every
+model of the cycle has rows (the demo's own pictures are taken by ``devtools.demo
+--screenshots``).
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlsplit
+
+import pytest
+from axe_playwright_python.sync_playwright import Axe
+from playwright.sync_api import BrowserContext, Page, expect
+from pytest_django.live_server_helper import LiveServer
+
+from integrations.drop.standardize import email_hash
+from integrations.models import Broker, ConsumerHash, WorkItem
+from integrations.services.brokers import broker_create
+from tests.browser.staff import ARTIFACTS, log_in, make_staff
+from tests.sample_cycle import sample_cycle
+
+ROLES = {"Auditors": "ada", "Operators": "olga", "Connections managers": "connie"}
+BLOCKING = {"critical", "serious"}
+WIDTH = 1280
+
+
+@pytest.fixture
+def world(transactional_db: None) -> Broker:
+    from django.utils import timezone
+
+    broker = broker_create(broker_id="4821", name="Acme Data", actor="test")
+    sample_cycle(broker, today=timezone.localdate())
+    for role, username in ROLES.items():
+        make_staff(username, role)
+    return broker
+
+
+def _violations(page: Page, axe: Axe) -> list[str]:
+    found = axe.run(page).response["violations"]
+    return [
+        f"{v['id']} ({v['impact']}): {v['help']} at {[n['target'] for n in v['nodes'][:3]]}"
+        for v in found
+        if v.get("impact") in BLOCKING
+    ]
+
+
+def _shot(page: Page, role: str, url: str) -> None:
+    folder = ARTIFACTS / "console"
+    folder.mkdir(parents=True, exist_ok=True)
+    name = re.sub(r"[^A-Za-z0-9]+", "-", urlsplit(url).path.strip("/")) or "dashboard"
+    page.screenshot(path=str(folder / f"{role.split()[0].lower()}-{name}.png"))
+
+
+def _list_fits(page: Page) -> bool:
+    return bool(
+        page.evaluate(
+            """() => {
+                const table = document.querySelector('#result_list');
+                if (!table) return true;
+                const box = table.getBoundingClientRect();
+                return box.right <= window.innerWidth + 1
+                    && table.offsetWidth <= table.parentElement.clientWidth + 1;
+            }"""
+        )
+    )
+
+
+@pytest.mark.parametrize("role", list(ROLES))
+def test_every_page_passes_axe_and_every_list_fits_1280_pixels(
+    context: BrowserContext, live_server: LiveServer, world: Broker, role: str
+) -> None:
+    page = context.new_page()
+    page.set_viewport_size({"width": WIDTH, "height": 900})
+    log_in(page, live_server, ROLES[role])
+    axe = Axe()
+    sidebar = page.locator("#nav-sidebar-apps a")
+    pages = sorted({href for href in sidebar.evaluate_all("els => els.map(a => a.href)")})
+    assert len(pages) >= 5, f"{role} sees only {pages}"
+    problems: dict[str, list[str]] = {}
+    visited = 0
+    for url in pages:
+        page.goto(url)
+        visited += 1
+        problems[url] = _violations(page, axe)
+        _shot(page, role, url)
+        if not page.locator("#result_list").count():
+            continue
+        if not _list_fits(page):
+            problems[url].append(f"the list is wider than {WIDTH} pixels")
+        first = page.locator("#result_list tbody a[href*='/change/']").first
+        if first.count():
+            record = first.get_attribute("href") or ""
+            page.goto(live_server.url + record)
+            visited += 1
+            problems[record] = _violations(page, axe)
+            _shot(page, role, record)
+    failing = {url: found for url, found in problems.items() if found}
+    assert not failing, f"{role}: {failing}"
+    assert visited >= 8, f"{role} opened only {visited} pages"
+
+
+def test_a_consumers_story_is_reached_by_keyboard_alone(
+    context: BrowserContext, live_server: LiveServer, world: Broker
+) -> None:
+    item = WorkItem.objects.filter(deletion_requests__isnull=False).first()
+    assert item is not None
+    # The consumer's email, registered as its hash; DROP sent the same hash.
+    ConsumerHash.objects.filter(consumer__remote_identifier="C-1").update(
+        hash=__import__("base64").b64decode(email_hash("consumer.0113@example.com"))
+    )
+    WorkItem.objects.filter(pk=item.pk).update(
+        hash=__import__("base64").b64decode(email_hash("consumer.0113@example.com"))
+    )
+    page = context.new_page()
+    page.set_viewport_size({"width": WIDTH, "height": 900})
+    log_in(page, live_server, "olga")
+    page.goto(f"{live_server.url}/admin/integrations/workitem/")
+    page.keyboard.press("/")  # the search box's shortcut
+    page.keyboard.type("  CONSUMER.0113@example.COM ")
+    page.keyboard.press("Enter")
+    page.wait_for_url(re.compile(r"\?q="))
+    assert "0113" not in page.url.lower()
+    first = page.locator("#result_list tbody a[href*='/change/']").first
+    first.focus()
+    expect(first).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("heading", name="Story, oldest first")).to_be_visible()
+    # Tab moves through the story's links, each visibly focused.
+    link = page.locator(".dp-timeline a").first
+    link.focus()
+    page.keyboard.press("Tab")
+    focused = page.evaluate("document.activeElement.closest('.dp-timeline') !== null")
+    assert focused
+    _shot(page, "Operators", "story")
