@@ -7,3 +7,4 @@ each one leaves no guessing. Exports write ISO 8601 in UTC and do not use these.
 DATETIME_FORMAT = "M j, Y, H:i T"
 SHORT_DATETIME_FORMAT = "M j, H:i T"
 TIME_FORMAT = "H:i T"
+DATE_FORMAT = "M j, Y"
