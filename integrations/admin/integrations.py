@@ -29,6 +29,7 @@ from unfold.admin import ModelAdmin
 from integrations.admin import isi as isi_admin
 from integrations.admin.actors import staff_actor
 from integrations.admin.credentials import Credential, WriteOnlyCredentials
+from integrations.admin.display import uuid_short
 from integrations.admin.shown_once import SecretShownOnce, show_once
 from integrations.dispatch import webhook
 from integrations.models import Integration, IntegrationKind, RequestState, SaasConnection
@@ -126,6 +127,7 @@ class IntegrationAdmin(WriteOnlyCredentials, ModelAdmin):
         Credential("client_secret", "Client secret", "credentials_changed_at"),
     ]
     list_display = ["name", "broker", "kind", "target", "enabled", "disabled_reason", "created_at"]
+    readonly_preprocess_fields = {"uuid": uuid_short}  # 8 characters, a copy button
     list_filter = ["enabled", "kind", "broker"]
     search_fields = ["name", "url", "base_url"]
     list_select_related = ["broker"]

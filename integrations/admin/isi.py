@@ -24,6 +24,7 @@ from django.urls import reverse
 from unfold.admin import TabularInline
 
 from integrations.admin.actors import staff_actor
+from integrations.admin.display import uuid_short
 from integrations.admin.shown_once import SecretShownOnce
 from integrations.dispatch import isi
 from integrations.models import Integration, IntegrationKind, IsiAuth, IsiConnection
@@ -188,6 +189,7 @@ class IsiConnectionInline(TabularInline):
     can_delete = False
     ordering = ["-listed", "uuid"]
     fields = ("uuid", "capabilities_list", "listed", "takes_part", "not_taking_part_because")
+    readonly_preprocess_fields = {"uuid": uuid_short}  # 8 characters, a copy button
     readonly_fields = fields
     verbose_name = "connection"
     verbose_name_plural = "Connections (listed by the broker's /api/v1/connections/list)"

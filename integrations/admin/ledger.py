@@ -9,6 +9,7 @@ writes them. Each export is itself a ``ledger.exported`` event (who, which filte
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from django.contrib import admin
@@ -27,6 +28,7 @@ from unfold.admin import ModelAdmin
 
 from integrations import exports
 from integrations.admin.actors import staff_actor
+from integrations.admin.display import uuid_short
 from integrations.models import LedgerEvent
 from integrations.selectors.ledger import LEDGER_COLUMNS, ledger_events
 from integrations.services.audit import ledger_export_record
@@ -36,7 +38,7 @@ CONTENT_TYPES = {"csv": "text/csv; charset=utf-8", "jsonl": "application/x-ndjso
 
 @admin.register(LedgerEvent)
 class LedgerEventAdmin(ModelAdmin):
-    list_display = ["id", "created_at", "broker_id", "kind", "subject", "actor"]
+    list_display = ["id", "created_at", "broker_id", "kind", "subject_shown", "actor"]
     list_filter = ["kind", "broker_id"]
     search_fields = ["subject", "actor", "kind"]
     date_hierarchy = "created_at"
@@ -53,6 +55,15 @@ class LedgerEventAdmin(ModelAdmin):
     ]
     show_full_result_count = False  # counting millions of events on every page is slow
     change_list_template = "admin/integrations/ledgerevent/change_list.html"
+
+    @admin.display(description="subject", ordering="subject")
+    def subject_shown(self, obj: LedgerEvent) -> str:
+        # A request's or an integration's UUID as 8 characters with a copy button.
+        try:
+            uuid.UUID(obj.subject)
+        except ValueError:
+            return obj.subject
+        return uuid_short(obj.subject)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -13,6 +13,7 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.utils import timezone
 
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     Broker,
     DeletionRequest,
@@ -20,6 +21,7 @@ from integrations.models import (
     ResolutionRequest,
     SaasDeletion,
 )
+from integrations.services.ledger import ledger_event_append
 from tests.admin.markup import cells
 from tests.browser.staff import make_staff
 from tests.sample_cycle import SampleCycle, sample_cycle
@@ -102,6 +104,14 @@ def test_uuids_show_8_characters_whole_on_hover_with_a_copy_button(
     page = staff.get(link).content.decode()
     assert f'<code title="{full}">{full[:8]}</code>' in page
     assert f'data-copy="{request.webhook_request_id}"' in page
+    ledger_event_append(
+        kind=LedgerKind.DELETION_REQUEST_REDISPATCHED, subject=full, actor="staff:alice", data={}
+    )
+    ledger = staff.get("/admin/integrations/ledgerevent/").content.decode()
+    assert f'<code title="{full}">{full[:8]}</code>' in ledger
+    integration = world.integration
+    page = staff.get(f"/admin/integrations/integration/{integration.pk}/change/").content.decode()
+    assert f'<code title="{integration.uuid}">{str(integration.uuid)[:8]}</code>' in page
 
 
 def test_times_are_shown_in_drops_zone_with_its_abbreviation(
