@@ -280,7 +280,7 @@ class WorkItemAdmin(_ReadOnly):
     )
     readonly_fields = _ITEM_FIELDS
 
-    change_form_after_template = "admin/integrations/workitem/story.html"
+    change_form_before_template = "admin/integrations/workitem/story.html"  # the story first
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[WorkItem], search_term: str

@@ -1,4 +1,4 @@
-"""A work item's page tells its story: a vertical timeline under the item's fields.
+"""A work item's page tells its story: a vertical timeline above the item's fields.
 
 ``WorkItemAdmin`` passes ``story_context(work_item)`` to its page; each step links to its
 record and to its ledger event (``templates/admin/integrations/workitem/story.html``).

@@ -42,6 +42,8 @@ TITLES = {
     "deletion_request.redispatched": "Sent again after a failed outcome",
     "resolution_request.outcome_recorded": "The broker answered the resolution request",
     "resolution_request.identifiers_purged": "Resolved identifiers purged",
+    "report_file.written": "Report file written",
+    "report_file.accepted": "DROP accepted the report file",
     "report_file.upload_failed": "Upload to DROP failed",
     "report_file.rejected": "DROP rejected the report file",
     "report_file.marked_uploaded": "Report file marked uploaded (by hand in DROP's portal)",
@@ -209,7 +211,9 @@ def _with_ledger(
     resolutions: list[ResolutionRequest],
 ) -> list[StoryStep]:
     cycle = work_item.cycle
-    subjects = {work_item.work_item_id}
+    # The list's own response file (named as DROP's list) carried the item's first status
+    # even when an amendment file carries its latest.
+    subjects = {work_item.work_item_id, work_item.file_name}
     subjects |= {str(request.request_uuid) for request in deletions}
     subjects |= {str(resolution.request_uuid) for resolution in resolutions}
     if work_item.report_file is not None:
