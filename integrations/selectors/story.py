@@ -26,6 +26,7 @@ from integrations.models import (
     ResolutionRequest,
     SaasDeletion,
     WorkItem,
+    WorkItemState,
 )
 
 # What a ledger event says, in staff's words; a kind not named here reads as its name.
@@ -87,6 +88,16 @@ def work_item_story(*, work_item: WorkItem) -> list[StoryStep]:
     for resolution in resolutions:
         steps += _resolution_steps(resolution)
     steps += _report_steps(work_item)
+    if work_item.state == WorkItemState.REMOVED:
+        steps.append(
+            StoryStep(
+                at=work_item.updated_at,
+                title=TITLES["drop.work_items_removed"],
+                detail=work_item.status_reason,
+                record=work_item.cycle,
+                ledger_key=("drop.work_items_removed", work_item.cycle.drop_session_id),
+            )
+        )
     steps = _with_ledger(steps, work_item, deletions, resolutions)
     return sorted(steps, key=lambda step: step.at)
 
@@ -218,9 +229,10 @@ def _with_ledger(
     subjects |= {str(resolution.request_uuid) for resolution in resolutions}
     if work_item.report_file is not None:
         subjects.add(work_item.report_file.file_name)
-    about = Q(subject__in=subjects) | Q(
-        subject=cycle.drop_session_id, kind__in=["drop.cycle_imported", "drop_cycle.reported"]
-    )
+    cycle_kinds = ["drop.cycle_imported", "drop_cycle.reported"]
+    if work_item.state == WorkItemState.REMOVED:  # the cycle's removals name no item
+        cycle_kinds.append("drop.work_items_removed")
+    about = Q(subject__in=subjects) | Q(subject=cycle.drop_session_id, kind__in=cycle_kinds)
     events = LedgerEvent.objects.filter(
         about, broker_id=work_item.broker.broker_id, created_at__gte=cycle.downloaded_at
     ).order_by("created_at", "id")

@@ -119,3 +119,13 @@ def test_the_request_and_consumer_pages_lead_to_the_story(
     assert f'href="{story_url}"><span' in request_page.content.decode()
     consumer_page = staff.get(f"/admin/integrations/consumer/{world.consumer.pk}/change/")
     assert f'href="{story_url}"' in consumer_page.content.decode()
+
+
+def test_a_removed_item_says_drop_removed_it(staff: Client, world: SampleCycle) -> None:
+    item = WorkItem.objects.get(cycle=world.cycle, state="removed")
+    titles = step_titles(story_of(staff, item))
+    assert titles[0] == f"DROP sent it in cycle {world.cycle.drop_session_id}"
+    assert "DROP removed it from its list" in titles
+    kept = WorkItem.objects.filter(cycle=world.cycle, state="reportable").first()
+    assert kept is not None
+    assert "DROP removed it from its list" not in step_titles(story_of(staff, kept))

@@ -10,6 +10,7 @@ model of the cycle has rows (the demo's own pictures are taken by ``devtools.dem
 
 from __future__ import annotations
 
+import base64
 import re
 from urllib.parse import urlsplit
 
@@ -110,12 +111,9 @@ def test_a_consumers_story_is_reached_by_keyboard_alone(
     item = WorkItem.objects.filter(deletion_requests__isnull=False).first()
     assert item is not None
     # The consumer's email, registered as its hash; DROP sent the same hash.
-    ConsumerHash.objects.filter(consumer__remote_identifier="C-1").update(
-        hash=__import__("base64").b64decode(email_hash("consumer.0113@example.com"))
-    )
-    WorkItem.objects.filter(pk=item.pk).update(
-        hash=__import__("base64").b64decode(email_hash("consumer.0113@example.com"))
-    )
+    hashed = base64.b64decode(email_hash("consumer.0113@example.com"))
+    ConsumerHash.objects.filter(consumer__remote_identifier="C-1").update(hash=hashed)
+    WorkItem.objects.filter(pk=item.pk).update(hash=hashed)
     page = context.new_page()
     page.set_viewport_size({"width": WIDTH, "height": 900})
     log_in(page, live_server, "olga")
@@ -125,15 +123,19 @@ def test_a_consumers_story_is_reached_by_keyboard_alone(
     page.keyboard.press("Enter")
     page.wait_for_url(re.compile(r"\?q="))
     assert "0113" not in page.url.lower()
-    first = page.locator("#result_list tbody a[href*='/change/']").first
-    first.focus()
-    expect(first).to_be_focused()
+    _tab_to(page, "#result_list tbody a[href*='/change/']")
     page.keyboard.press("Enter")
     expect(page.get_by_role("heading", name="Story, oldest first")).to_be_visible()
-    # Tab moves through the story's links, each visibly focused.
-    link = page.locator(".dp-timeline a").first
-    link.focus()
+    _tab_to(page, ".dp-timeline a")  # the story's links are reached by Tab, in order
     page.keyboard.press("Tab")
-    focused = page.evaluate("document.activeElement.closest('.dp-timeline') !== null")
-    assert focused
+    assert page.evaluate("document.activeElement.closest('.dp-timeline') !== null")
     _shot(page, "Operators", "story")
+
+
+def _tab_to(page: Page, selector: str, limit: int = 120) -> None:
+    """Press Tab until the focus is on an element matching ``selector``."""
+    for _ in range(limit):
+        page.keyboard.press("Tab")
+        if page.evaluate("s => document.activeElement.matches(s)", selector):
+            return
+    raise AssertionError(f"Tab never reached {selector}")
