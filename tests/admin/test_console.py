@@ -124,6 +124,8 @@ def test_times_are_shown_in_drops_zone_with_its_abbreviation(
     assert cells(listing.decode(), "dispatched_at") == ["Jul 4, 2026, 11:30 PDT"]
     page = staff.get(f"/admin/integrations/deletionrequest/{request.pk}/change/").content
     assert "Jul 4, 2026, 11:30 PDT" in page.decode()
+    dashboard = staff.get("/admin/").content.decode()  # the last download, in California time
+    assert re.search(r"Last DROP download.{0,200}\d\d:\d\d P[SD]T", dashboard, re.S)
 
 
 def test_a_different_drop_zone_moves_the_times(
