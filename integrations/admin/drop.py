@@ -142,7 +142,7 @@ class DropCycleAdmin(_ReadOnly):
         owing_first = Case(When(owed_items__gt=0, then=Value(0)), default=Value(1))
         return [owing_first, "due_date", "-downloaded_at"]
 
-    @admin.display(description="broker", ordering="broker__broker_id")
+    @admin.display(description="Broker ID", ordering="broker__broker_id")
     def broker_code(self, obj: DropCycle) -> str:
         return obj.broker.broker_id
 
@@ -308,7 +308,7 @@ class WorkItemAdmin(_ReadOnly):
         story = story_context(work_item) if work_item is not None else {}
         return super().change_view(request, object_id, form_url, {**story, **(extra_context or {})})
 
-    @admin.display(description="broker", ordering="broker__broker_id")
+    @admin.display(description="Broker ID", ordering="broker__broker_id")
     def broker_code(self, obj: WorkItem) -> str:
         return obj.broker.broker_id
 

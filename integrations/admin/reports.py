@@ -108,7 +108,7 @@ class ReportFileAdmin(ModelAdmin):
     def has_report_permission(self, request: HttpRequest) -> bool:
         return _may_report(request)
 
-    @admin.display(description="broker", ordering="broker__broker_id")
+    @admin.display(description="Broker ID", ordering="broker__broker_id")
     def broker_code(self, obj: ReportFile) -> str:
         return obj.broker.broker_id
 

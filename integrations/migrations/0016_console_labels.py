@@ -1,4 +1,4 @@
-# Labels staff read (DROP, ISI, SaaS, Broker ID, UUID): verbose names only, no SQL.
+# Labels staff read (DROP, ISI, SaaS, Broker ID, UUID, SHA-256): verbose names only, no SQL.
 
 import uuid
 
@@ -106,6 +106,16 @@ class Migration(migrations.Migration):
             field=models.CharField(max_length=20, verbose_name="DROP session ID"),
         ),
         migrations.AlterField(
+            model_name="dropcycle",
+            name="zip_name",
+            field=models.CharField(max_length=255, verbose_name="package"),
+        ),
+        migrations.AlterField(
+            model_name="dropcycle",
+            name="zip_sha256",
+            field=models.CharField(max_length=64, verbose_name="package SHA-256"),
+        ),
+        migrations.AlterField(
             model_name="integration",
             name="uuid",
             field=models.UUIDField(
@@ -128,6 +138,11 @@ class Migration(migrations.Migration):
             model_name="reportfile",
             name="drop_response",
             field=models.JSONField(blank=True, default=dict, verbose_name="DROP's answer"),
+        ),
+        migrations.AlterField(
+            model_name="reportfile",
+            name="sha256",
+            field=models.CharField(max_length=64, verbose_name="SHA-256"),
         ),
         migrations.AlterField(
             model_name="resolutionrequest",
@@ -175,6 +190,20 @@ class Migration(migrations.Migration):
                 related_name="deletions",
                 to="integrations.saasconnection",
                 verbose_name="SaaS connection",
+            ),
+        ),
+        migrations.AlterField(
+            model_name="workitem",
+            name="reported_status_code",
+            field=models.PositiveSmallIntegerField(
+                blank=True, null=True, verbose_name="DROP status reported"
+            ),
+        ),
+        migrations.AlterField(
+            model_name="workitem",
+            name="status_code",
+            field=models.PositiveSmallIntegerField(
+                blank=True, null=True, verbose_name="DROP status"
             ),
         ),
         migrations.AlterField(

@@ -34,8 +34,8 @@ class DropCycle(models.Model):
         "integrations.Broker", on_delete=models.PROTECT, related_name="cycles"
     )
     drop_session_id = models.CharField("DROP session ID", max_length=20)
-    zip_name = models.CharField(max_length=255)
-    zip_sha256 = models.CharField(max_length=64)
+    zip_name = models.CharField("package", max_length=255)
+    zip_sha256 = models.CharField("package SHA-256", max_length=64)
     downloaded_at = models.DateTimeField()
     match_date = models.DateField()
     due_date = models.DateField()
@@ -113,9 +113,11 @@ class WorkItem(models.Model):
     state = models.CharField(
         max_length=12, choices=WorkItemState.choices, default=WorkItemState.OPEN
     )
-    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    status_code = models.PositiveSmallIntegerField("DROP status", null=True, blank=True)
     status_reason = models.TextField(blank=True, default="")  # for a status set by staff
-    reported_status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    reported_status_code = models.PositiveSmallIntegerField(
+        "DROP status reported", null=True, blank=True
+    )
     reported_at = models.DateTimeField(null=True, blank=True)
     # No database check either: reporting sets it on every row of a cycle at once, and the
     # deferred check ran once per row at commit (docs/benchmarks.md, reporting). The
