@@ -39,6 +39,11 @@ from typing import Any
 
 BROKER_ID = "4821"
 DEMO_USER = "demo"
+ROLE_LOGINS = {
+    "auditor": "Auditors",
+    "operator": "Operators",
+    "connections": "Connections managers",
+}
 LATE_CONSUMER = "CRM-LATE-1"  # registered after cycle 1, matches a hash DROP sent in it
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -277,9 +282,23 @@ def start_service(say: Narrator, *, port: int) -> tuple[str, str]:
     call("migrate", "--verbosity", "0")
     password = secrets.token_urlsafe(9)
     get_user_model().objects.create_superuser(DEMO_USER, "demo@example.com", password)
+    create_role_logins(password)
     serve_in_background(port)
     say.say(f"database {demo_db}, migrated; staff login {DEMO_USER} / {password}")
+    say.say(f"role logins {', '.join(ROLE_LOGINS)}, same password")
     return public_url, password
+
+
+def create_role_logins(password: str) -> None:
+    """One login per staff role (the groups of migration 0005), to see the admin as each."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group
+
+    for username, role in ROLE_LOGINS.items():
+        user = get_user_model().objects.create_user(
+            username, f"{username}@example.com", password, is_staff=True
+        )
+        user.groups.add(Group.objects.get(name=role))
 
 
 def register_broker(say: Narrator, drop: Any, broker_system_sim: Any) -> BrokerSystem:

@@ -69,10 +69,9 @@ class ReportFileAdmin(ModelAdmin):
         "kind",
         "rows",
         "state",
-        "created_at",
         "uploaded_at",
         "download",
-    ]
+    ]  # fits 1280 pixels: when it was written is on the file's page
     list_filter = ["state", "kind", "broker"]
     search_fields = ["file_name", "sha256"]
     list_select_related = ["broker", "cycle"]

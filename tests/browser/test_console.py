@@ -1,22 +1,26 @@
-"""The console in a real browser, as each role: every page passes axe-core (no critical or
-serious violation), every list fits 1280 pixels, and a consumer's story is reached by
-keyboard alone. Screenshots of each page go to test-artifacts/console/.
+"""The console in a real browser, as each role, on the demo's data: every page passes
+axe-core (no critical or serious violation), every list fits 1280 pixels, and a consumer's
+story is reached by keyboard alone. Screenshots of each page go to test-artifacts/console/.
 
-One login per role and the pages visited in a loop: the sidebar names every list the role
-may open, and each list's first row is its record page. The data is ``sample_cycle``'s: every
-model of the cycle has rows (the demo's own pictures are taken by ``devtools.demo
---screenshots``).
+``make demo`` runs once (its own database, served on a free port) and each role logs in once
+(``devtools.demo`` creates a login per role); the pages are visited in a loop: the sidebar
+names every list the role may open, and each list's first row is its record page.
 """
 
 from __future__ import annotations
 
 import base64
+import os
 import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import pytest
 from axe_playwright_python.sync_playwright import Axe
-from playwright.sync_api import BrowserContext, Page, expect
+from playwright.sync_api import Browser, Page, expect
 from pytest_django.live_server_helper import LiveServer
 
 from integrations.drop.standardize import email_hash
@@ -24,10 +28,43 @@ from integrations.models import Broker, ConsumerHash, WorkItem
 from integrations.services.brokers import broker_create
 from tests.browser.staff import ARTIFACTS, log_in, make_staff
 from tests.sample_cycle import sample_cycle
+from tests.test_demo import ROOT, free_port
 
-ROLES = {"Auditors": "ada", "Operators": "olga", "Connections managers": "connie"}
+ROLES = {"Auditors": "auditor", "Operators": "operator", "Connections managers": "connections"}
 BLOCKING = {"critical", "serious"}
 WIDTH = 1280
+
+
+@pytest.fixture(scope="module")
+def demo() -> Iterator[tuple[str, str]]:
+    """``make demo`` serving its data: its URL and its logins' password."""
+    port = free_port()
+    process = subprocess.Popen(  # noqa: S603
+        [sys.executable, "-m", "devtools.demo", "--port", str(port)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert process.stdout is not None
+    told, password = [], ""
+    for line in process.stdout:  # the story, until it serves (or ends, having failed)
+        told.append(line)
+        found = re.search(r"staff login demo / (\S+)", line)
+        password = found.group(1) if found else password
+        if line.startswith("Serving "):
+            break
+    try:
+        assert password and told[-1].startswith("Serving "), "".join(told[-40:])
+        yield f"http://127.0.0.1:{port}", password
+    finally:
+        process.send_signal(signal.SIGINT)  # the demo stops on Ctrl-C
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 @pytest.fixture
@@ -36,8 +73,7 @@ def world(transactional_db: None) -> Broker:
 
     broker = broker_create(broker_id="4821", name="Acme Data", actor="test")
     sample_cycle(broker, today=timezone.localdate())
-    for role, username in ROLES.items():
-        make_staff(username, role)
+    make_staff("olga", "Operators")
     return broker
 
 
@@ -73,40 +109,47 @@ def _list_fits(page: Page) -> bool:
 
 @pytest.mark.parametrize("role", list(ROLES))
 def test_every_page_passes_axe_and_every_list_fits_1280_pixels(
-    context: BrowserContext, live_server: LiveServer, world: Broker, role: str
+    browser: Browser, demo: tuple[str, str], role: str
 ) -> None:
+    url, password = demo
+    context = browser.new_context(viewport={"width": WIDTH, "height": 900}, locale="en-US")
+    context.set_default_timeout(10_000)
     page = context.new_page()
-    page.set_viewport_size({"width": WIDTH, "height": 900})
-    log_in(page, live_server, ROLES[role])
+    page.goto(f"{url}/admin/login/?next=/admin/")
+    page.get_by_label("Username").fill(ROLES[role])
+    page.get_by_label("Password").fill(password)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(f"{url}/admin/")
     axe = Axe()
     sidebar = page.locator("#nav-sidebar-apps a")
     pages = sorted({href for href in sidebar.evaluate_all("els => els.map(a => a.href)")})
     assert len(pages) >= 5, f"{role} sees only {pages}"
     problems: dict[str, list[str]] = {}
     visited = 0
-    for url in pages:
-        page.goto(url)
+    for address in pages:
+        page.goto(address)
         visited += 1
-        problems[url] = _violations(page, axe)
-        _shot(page, role, url)
+        problems[address] = _violations(page, axe)
+        _shot(page, role, address)
         if not page.locator("#result_list").count():
             continue
         if not _list_fits(page):
-            problems[url].append(f"the list is wider than {WIDTH} pixels")
+            problems[address].append(f"the list is wider than {WIDTH} pixels")
         first = page.locator("#result_list tbody a[href*='/change/']").first
         if first.count():
             record = first.get_attribute("href") or ""
-            page.goto(live_server.url + record)
+            page.goto(url + record)
             visited += 1
             problems[record] = _violations(page, axe)
             _shot(page, role, record)
-    failing = {url: found for url, found in problems.items() if found}
+    context.close()
+    failing = {address: found for address, found in problems.items() if found}
     assert not failing, f"{role}: {failing}"
     assert visited >= 8, f"{role} opened only {visited} pages"
 
 
 def test_a_consumers_story_is_reached_by_keyboard_alone(
-    context: BrowserContext, live_server: LiveServer, world: Broker
+    page: Page, live_server: LiveServer, world: Broker
 ) -> None:
     item = WorkItem.objects.filter(deletion_requests__isnull=False).first()
     assert item is not None
@@ -114,7 +157,6 @@ def test_a_consumers_story_is_reached_by_keyboard_alone(
     hashed = base64.b64decode(email_hash("consumer.0113@example.com"))
     ConsumerHash.objects.filter(consumer__remote_identifier="C-1").update(hash=hashed)
     WorkItem.objects.filter(pk=item.pk).update(hash=hashed)
-    page = context.new_page()
     page.set_viewport_size({"width": WIDTH, "height": 900})
     log_in(page, live_server, "olga")
     page.goto(f"{live_server.url}/admin/integrations/workitem/")
