@@ -9,11 +9,12 @@ PostgreSQL (the embedded one unless ``DATABASE_URL`` is set), created afresh on 
 With ``DATABASE_URL`` set, the settings require ``SECRET_KEY``, ``DROPPORTAL_ENCRYPTION_KEYS``
 and ``DROPPORTAL_EVIDENCE_KEY``: ``make demo`` passes the ones generated into ``var/``.
 
-Then it prints where to look and serves the admin until Ctrl-C::
+Then it prints where to look, ending on one consumer's story page, and serves the admin
+until Ctrl-C::
 
     python -m devtools.demo                  # what make demo runs
     python -m devtools.demo --no-serve       # narrate and stop
-    python -m devtools.demo --screenshot docs/dashboard.png   # also capture the dashboard
+    python -m devtools.demo --no-serve --screenshots docs   # also the README's pictures
 
 A developer tool, not product code: nothing in ``integrations/`` imports it. It chooses its
 database before Django starts, so it imports the app inside functions, after ``django.setup()``.
@@ -42,6 +43,12 @@ BROKER_ID = "4821"
 # The signing secret the stand-in DROP's portal "shows" for its notifications.
 DROP_WEBHOOK_SECRET = "whsec_demo-drop-notifications"  # noqa: S105 (a throwaway demo value)
 DEMO_USER = "demo"
+ROLE_LOGINS = {
+    "auditor": "Auditors",
+    "operator": "Operators",
+    "connections": "Connections managers",
+}
+LATE_CONSUMER = "CRM-LATE-1"  # registered after cycle 1, matches a hash DROP sent in it
 ROOT = Path(__file__).resolve().parents[1]
 
 # Cycle 1 (downloaded by hand 40 days ago, imported from disk): every match answered.
@@ -249,14 +256,16 @@ def narrate(args: argparse.Namespace) -> None:
 
         ledger_summary(say)
 
+        story = story_url(public_url)
         if args.no_serve:
             say.section("Where to look")
             say.say("`make demo` (without --no-serve) serves the admin after the story.")
+            say.say(f"{LATE_CONSUMER}'s story: {story}")
         else:
-            where_to_look(say, public_url, password)
-        if args.screenshot:
-            take_screenshot(public_url, password, Path(args.screenshot))
-            say.say(f"dashboard screenshot: {args.screenshot}")
+            where_to_look(say, public_url, password, story)
+        if args.screenshots:
+            for path in take_screenshots(public_url, password, story, Path(args.screenshots)):
+                say.say(f"screenshot: {path}")
         print(f"\nDone in {time.monotonic() - say.started:.1f} s.", flush=True)
         if not args.no_serve:
             serve_until_interrupted(public_url)
@@ -286,9 +295,23 @@ def start_service(say: Narrator, *, port: int) -> tuple[str, str]:
     call("migrate", "--verbosity", "0")
     password = secrets.token_urlsafe(9)
     get_user_model().objects.create_superuser(DEMO_USER, "demo@example.com", password)
+    create_role_logins(password)
     serve_in_background(port)
     say.say(f"database {demo_db}, migrated; staff login {DEMO_USER} / {password}")
+    say.say(f"role logins {', '.join(ROLE_LOGINS)}, same password")
     return public_url, password
+
+
+def create_role_logins(password: str) -> None:
+    """One login per staff role (the groups of migration 0005), to see the admin as each."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group
+
+    for username, role in ROLE_LOGINS.items():
+        user = get_user_model().objects.create_user(
+            username, f"{username}@example.com", password, is_staff=True
+        )
+        user.groups.add(Group.objects.get(name=role))
 
 
 def register_broker(say: Narrator, drop: Any, broker_system_sim: Any) -> BrokerSystem:
@@ -382,7 +405,7 @@ def late_match(
     with late_csv.open("w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["remote_identifier", "hash_type", "hash"])
-        writer.writerow(["CRM-LATE-1", "email", unmatched_hash])
+        writer.writerow([LATE_CONSUMER, "email", unmatched_hash])
     say.command("consumers import --broker 4821 --hashed late.csv")
     say.say(call("consumers", "import", "--broker", BROKER_ID, "--hashed", str(late_csv)))
     say.say(f"work item {unmatched_id} was reported 5 (not found); now it matches")
@@ -474,7 +497,16 @@ def report(say: Narrator, drop: Any, *, upload: bool, amendment: bool = False) -
         say.say(f"DROP received {name}: {len(rows) - 1} row(s), {rows[0]!r} header")
 
 
-def where_to_look(say: Narrator, url: str, password: str) -> None:
+def story_url(url: str) -> str:
+    """The page telling the late-matched consumer's story, from DROP's download to DROP's
+    answer to the amendment."""
+    from integrations.models import DeletionRequest
+
+    request = DeletionRequest.objects.get(remote_identifier=LATE_CONSUMER)
+    return f"{url}/admin/integrations/workitem/{request.work_item_id}/change/"
+
+
+def where_to_look(say: Narrator, url: str, password: str, story: str) -> None:
     say.section("Where to look")
     admin = f"{url}/admin"
     lines = [
@@ -485,30 +517,48 @@ def where_to_look(say: Narrator, url: str, password: str) -> None:
         ("Report files", f"{admin}/integrations/reportfile/"),
         ("Ledger", f"{admin}/integrations/ledgerevent/"),
         ("Broker guide", f"{admin}/guide/"),
+        # Last, so the demo ends on it: one consumer's whole story on one page.
+        ("Story", f"{story}  ({LATE_CONSUMER}: matched late, amended)"),
     ]
     for name, where in lines:
         say.say(f"{name:<15} {where}")
 
 
-def take_screenshot(url: str, password: str, path: Path) -> None:
-    """The dashboard as staff see it, with Debian's chromium (never a downloaded browser)."""
+def take_screenshots(url: str, password: str, story: str, directory: Path) -> list[Path]:
+    """The README's pictures from the demo's data, as staff see them at 1280 pixels, with
+    Debian's chromium (never a downloaded browser): the dashboard, a consumer's story, the
+    first cycle's page and the deletion requests."""
     from playwright.sync_api import sync_playwright
 
     chromium = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    from integrations.models import DropCycle
+
+    directory.mkdir(parents=True, exist_ok=True)
+    first_cycle = DropCycle.objects.order_by("downloaded_at").values_list("pk", flat=True)[0]
+    pages = {
+        "dashboard.png": f"{url}/admin/",
+        "story.png": story,
+        "cycle.png": f"{url}/admin/integrations/dropcycle/{first_cycle}/change/",
+        "requests.png": f"{url}/admin/integrations/deletionrequest/",
+    }
+    taken = []
     with sync_playwright() as driver:
         browser = driver.chromium.launch(
             executable_path=chromium,
             args=["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"],
         )
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
         page.goto(f"{url}/admin/login/?next=/admin/")
         page.get_by_label("Username").fill(DEMO_USER)
         page.get_by_label("Password").fill(password)
         page.get_by_role("button", name="Log in").click()
         page.wait_for_url(f"{url}/admin/")
-        page.screenshot(path=str(path), full_page=True)
+        for name, address in pages.items():
+            page.goto(address)
+            page.screenshot(path=str(directory / name))  # the first screen, as people see it
+            taken.append(directory / name)
         browser.close()
+    return taken
 
 
 def serve_until_interrupted(url: str) -> None:
@@ -532,7 +582,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=8000, help="web port (default 8000)")
     parser.add_argument("--no-serve", action="store_true", help="stop after the narration")
-    parser.add_argument("--screenshot", help="save the dashboard as this PNG (needs chromium)")
+    parser.add_argument(
+        "--screenshots", help="save the README's pictures in this folder (needs chromium)"
+    )
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     os.chdir(ROOT)

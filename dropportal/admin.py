@@ -11,16 +11,21 @@ they passed it this session: the login sends them to ``/admin/mfa/`` (or to enro
 
 from __future__ import annotations
 
+import zoneinfo
+from collections.abc import Callable
+from functools import wraps
 from typing import Any
 
-from django.contrib import admin
+from django.conf import settings
 from django.http import HttpRequest, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, URLResolver, path, reverse
+from django.utils import timezone
 from django.utils.http import urlencode
+from unfold.sites import UnfoldAdminSite
 
 
-class DropportalAdminSite(admin.AdminSite):
+class DropportalAdminSite(UnfoldAdminSite):
     site_header = "dropportal"
     site_title = "dropportal"
     index_title = "Dashboard"
@@ -64,6 +69,24 @@ class DropportalAdminSite(admin.AdminSite):
             ),
             *super().get_urls(),
         ]
+
+    def admin_view(self, view: Callable[..., Any], cacheable: bool = False) -> Callable[..., Any]:
+        """Admin pages show their times in DROP's zone, each with its abbreviation (PST).
+
+        Only the rendering is in that zone: the view's own logic keeps the current zone,
+        and what a page streams (an export) is written after it and stays UTC.
+        """
+        guarded = super().admin_view(view, cacheable)
+
+        @wraps(guarded)
+        def in_drop_zone(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+            response = guarded(request, *args, **kwargs)
+            if isinstance(response, TemplateResponse) and not response.is_rendered:
+                with timezone.override(zoneinfo.ZoneInfo(settings.DROPPORTAL_DROP_TIMEZONE)):
+                    response.render()
+            return response
+
+        return in_drop_zone
 
     def has_permission(self, request: HttpRequest) -> bool:
         return super().has_permission(request) and self._second_factor_passed(request)

@@ -23,3 +23,7 @@ class DropportalAdminConfig(AdminConfig):
         for model in (TOTPDevice, StaticDevice):
             if admin.site.is_registered(model):
                 admin.site.unregister(model)
+
+        from integrations.admin.superuser_only import narrow_to_superusers
+
+        narrow_to_superusers(admin.site)

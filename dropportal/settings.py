@@ -10,6 +10,7 @@ import zoneinfo
 from urllib.parse import urlsplit
 
 import environ
+from django.templatetags.static import static
 
 from dropportal import local_state
 
@@ -331,3 +332,23 @@ MIDDLEWARE[MIDDLEWARE.index("django.contrib.sessions.middleware.SessionMiddlewar
     "integrations.operations.outage.OutageTolerantSessionMiddleware"
 )
 # --- end operations: alerts, health and metrics, outages ----------------------------------
+
+# --- console: the admin's look (django-unfold) --------------------------------------------
+# Unfold's templates go ahead of django.contrib.admin's (its basic config: the site stays
+# dropportal's own); the sidebar is dropportal.navigation.
+INSTALLED_APPS.insert(
+    INSTALLED_APPS.index("dropportal.apps.DropportalAdminConfig"), "unfold.apps.BasicAppConfig"
+)
+UNFOLD = {
+    "SITE_TITLE": "dropportal",
+    "SITE_HEADER": "dropportal",
+    "SITE_SYMBOL": "shield_lock",
+    "SHOW_HISTORY": False,  # the ledger is the history; Django's log would be a second one
+    "SHOW_VIEW_ON_SITE": False,
+    "SIDEBAR": {"show_search": False, "navigation": "dropportal.navigation.sidebar"},
+    "STYLES": [lambda request: static("integrations/console.css")],
+    "SCRIPTS": [lambda request: static("integrations/console.js")],
+}
+# Times in the admin carry their zone's abbreviation (dropportal/formats/en/formats.py).
+FORMAT_MODULE_PATH = ["dropportal.formats"]
+# --- end console ---------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -43,5 +44,10 @@ def test_the_demo_narrates_a_whole_cycle_and_the_ledger_verifies() -> None:
     assert "An amendment goes to DROP" in story
     assert "chain verified" in story
     assert "Where to look" in story
+    # It ends pointing at one consumer's story page.
+    last = story.rsplit("Where to look", 1)[1]
+    assert re.search(
+        r"CRM-LATE-1's story: http://127\.0\.0\.1:\d+/admin/integrations/workitem/\d+/change/", last
+    )
     seconds = float(story.rsplit("Done in ", 1)[1].split(" s.")[0])
     assert seconds < 60

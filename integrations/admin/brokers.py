@@ -8,6 +8,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.http import HttpRequest
 from django.utils.html import format_html
+from unfold.admin import ModelAdmin
 
 from integrations.admin.actors import staff_actor
 from integrations.admin.credentials import Credential, WriteOnlyCredentials
@@ -78,7 +79,7 @@ class BrokerForm(forms.ModelForm):
 
 
 @admin.register(Broker)
-class BrokerAdmin(WriteOnlyCredentials, admin.ModelAdmin):
+class BrokerAdmin(WriteOnlyCredentials, ModelAdmin):
     form = BrokerForm
     credentials = [
         Credential("drop_api_key", "DROP API key", "drop_api_key_changed_at"),

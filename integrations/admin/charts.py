@@ -341,12 +341,16 @@ def _svg(
     width: int, height: int, title: str, parts: Sequence[SafeString], *, css_class: str
 ) -> SafeString:
     body = mark_safe("".join(parts))  # noqa: S308  (every part was built by format_html)
+    # A chart whose segments link somewhere is a group of links, not one picture: an image
+    # role would hide the links from keyboard and screen reader users.
+    role = "group" if "<a " in body else "img"
     return format_html(
         '<svg xmlns="http://www.w3.org/2000/svg" class="{}" viewBox="0 0 {} {}" '
-        'role="img" aria-label="{}" preserveAspectRatio="xMinYMin meet">{}</svg>',
+        'role="{}" aria-label="{}" preserveAspectRatio="xMinYMin meet">{}</svg>',
         css_class,
         width,
         height,
+        role,
         title,
         body,
     )

@@ -15,9 +15,11 @@ from django.contrib import admin
 from django.db.models import JSONField, QuerySet
 from django.db.models.expressions import RawSQL
 from django.http import HttpRequest
+from unfold.admin import ModelAdmin, TabularInline
 
 from integrations.admin.actors import staff_actor
 from integrations.models import Broker, Consumer, ConsumerHash
+from integrations.selectors.story import consumer_work_items
 from integrations.services.consumers import consumer_forget
 
 # Per consumer {list type: hash count}, computed for the rows of the page only (the
@@ -37,7 +39,7 @@ def _counts_text(counts: dict[str, int] | None) -> str:
     return ", ".join(f"{list_type} {counts[list_type]}" for list_type in sorted(counts))
 
 
-class ConsumerHashInline(admin.TabularInline):
+class ConsumerHashInline(TabularInline):
     model = ConsumerHash
     fields = ["hash_type", "hash_base64"]
     readonly_fields = ["hash_type", "hash_base64"]
@@ -61,7 +63,7 @@ class ConsumerHashInline(admin.TabularInline):
 
 
 @admin.register(Consumer)
-class ConsumerAdmin(admin.ModelAdmin):
+class ConsumerAdmin(ModelAdmin):
     list_display = ["remote_identifier", "remote_identifier_kind", "broker", "hashes", "created_at"]
     list_filter = ["broker"]
     list_select_related = ["broker"]
@@ -77,6 +79,20 @@ class ConsumerAdmin(admin.ModelAdmin):
     ]
     inlines = [ConsumerHashInline]
     show_full_result_count = False  # a second COUNT over every consumer on each page
+
+    change_form_after_template = "admin/integrations/consumer/stories.html"
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> Any:
+        consumer = self.get_object(request, object_id)
+        items = consumer_work_items(consumer=consumer) if consumer is not None else []
+        context = {"consumer_work_items": items, **(extra_context or {})}
+        return super().change_view(request, object_id, form_url, context)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Consumer]:
         return super().get_queryset(request).annotate(hash_counts=_HASH_COUNTS)

@@ -12,16 +12,24 @@ from __future__ import annotations
 
 import base64
 from typing import Any
+from zoneinfo import ZoneInfo
 
+from django.conf import settings
 from django.contrib import admin
 from django.db.models import Case, Model, QuerySet, Value, When
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponseRedirect
 from django.urls import reverse
+from django.utils import timezone
+from django.utils.decorators import method_decorator
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
+from django.views.decorators.debug import sensitive_post_parameters
+from unfold.admin import ModelAdmin
 
+from integrations.admin.charts import cycle_timeline
 from integrations.admin.drop_notifications import drop_notifications_table
 from integrations.admin.reports import set_work_item_status
+from integrations.admin.story import story_context
 from integrations.drop.calendar import drop_timezone, drop_today, drop_year_bounds
 from integrations.models import (
     DropCycle,
@@ -30,11 +38,13 @@ from integrations.models import (
     UnreadableWorkItem,
     WorkItem,
 )
+from integrations.selectors.cycle_progress import cycle_progress
 from integrations.selectors.deadlines import drop_cycles_by_urgency
 from integrations.selectors.drop_metrics import METRIC_FIGURES, METRIC_FILTERS
+from integrations.selectors.work_item_search import search_token, work_items_find
 
 
-class _ReadOnly(admin.ModelAdmin):
+class _ReadOnly(ModelAdmin):
     """Viewable, never added, edited or deleted through a form."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -58,18 +68,17 @@ def _work_items_url(**filters: Any) -> str:
 
 @admin.register(DropCycle)
 class DropCycleAdmin(_ReadOnly):
+    # Fits 1280 pixels; the package name and the not-found and removed counts are on the
+    # cycle's page.
     list_display = [
         "drop_session_id",
         "broker_code",
-        "zip_name",
         "downloaded_at",
         "due_date",
         "days_left",
         "state",
         "work_items_link",
         "matched",
-        "not_found",
-        "removed",
         "owed",
         "waiting",
     ]
@@ -99,6 +108,41 @@ class DropCycleAdmin(_ReadOnly):
         "created_at",
     )
     readonly_fields = _CYCLE_FIELDS
+    change_form_before_template = "admin/integrations/dropcycle/progress.html"
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> Any:
+        cycle = self.get_object(request, object_id)
+        context: dict[str, Any] = {}
+        if cycle is not None:
+            # DROP's calendar is California's: the cycle's days count in its zone.
+            zone = ZoneInfo(settings.DROPPORTAL_DROP_TIMEZONE)
+            progress = cycle_progress(
+                cycle=cycle,
+                start=timezone.localdate(cycle.downloaded_at, timezone=zone),
+                today=timezone.localdate(timezone=zone),
+            )
+            context = {
+                "cycle_progress": progress,
+                "cycle_timeline": cycle_timeline(
+                    start=progress.start,
+                    due=cycle.due_date,
+                    today=progress.today,
+                    owed=progress.items.owed,
+                    with_status=progress.known,
+                    reported=progress.reported,
+                    title=f"Cycle {cycle.drop_session_id}: {cycle.due_date:%Y-%m-%d} deadline",
+                ),
+                "cycle_work_items_url": _work_items_url(cycle__id__exact=cycle.pk),
+            }
+        return super().change_view(
+            request, object_id, form_url, {**context, **(extra_context or {})}
+        )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[DropCycle]:
         return drop_cycles_by_urgency(super().get_queryset(request))
@@ -108,7 +152,7 @@ class DropCycleAdmin(_ReadOnly):
         owing_first = Case(When(owed_items__gt=0, then=Value(0)), default=Value(1))
         return [owing_first, "due_date", "-downloaded_at"]
 
-    @admin.display(description="broker", ordering="broker__broker_id")
+    @admin.display(description="Broker ID", ordering="broker__broker_id")
     def broker_code(self, obj: DropCycle) -> str:
         return obj.broker.broker_id
 
@@ -248,9 +292,8 @@ class WorkItemAdmin(_ReadOnly):
         "reported_status_code",
         "cycle_link",
         "broker_code",
-        "file_name",
         "updated_at",
-    ]
+    ]  # fits 1280 pixels: the list file's name is on the item's page
     list_filter = [
         ("hash_type", admin.ChoicesFieldListFilter),
         ("state", admin.ChoicesFieldListFilter),
@@ -259,7 +302,11 @@ class WorkItemAdmin(_ReadOnly):
         DropYearFilter,
         MetricFilter,
     ]
-    search_fields = ["=work_item_id"]
+    search_fields = ["=work_item_id"]  # see get_search_results: what staff know
+    search_help_text = (
+        "A work item id, request UUID, remote_identifier, DROP hash, or an email address or "
+        "phone number (hashed at once, never kept)"
+    )
     list_select_related = ["cycle", "broker"]
     actions = [set_work_item_status]  # with a written reason; an Operators' action
     show_full_result_count = False  # a cycle holds up to millions of rows
@@ -282,7 +329,35 @@ class WorkItemAdmin(_ReadOnly):
     )
     readonly_fields = _ITEM_FIELDS
 
-    @admin.display(description="broker", ordering="broker__broker_id")
+    change_form_before_template = "admin/integrations/workitem/story.html"  # the story first
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[WorkItem], search_term: str
+    ) -> tuple[QuerySet[WorkItem], bool]:
+        return work_items_find(queryset=queryset, term=search_term), False
+
+    @method_decorator(sensitive_post_parameters("q"))
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+        # The search box posts (templates/admin/integrations/workitem/search_form.html): a
+        # clear email or phone goes no further than this, the URL gets its hash.
+        if request.method == "POST" and "q" in request.POST and "action" not in request.POST:
+            params = request.GET.copy()
+            params["q"] = search_token(request.POST["q"])
+            return HttpResponseRedirect(f"{request.path}?{params.urlencode()}")
+        return super().changelist_view(request, extra_context)
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> Any:
+        work_item = self.get_object(request, object_id)
+        story = story_context(work_item) if work_item is not None else {}
+        return super().change_view(request, object_id, form_url, {**story, **(extra_context or {})})
+
+    @admin.display(description="Broker ID", ordering="broker__broker_id")
     def broker_code(self, obj: WorkItem) -> str:
         return obj.broker.broker_id
 

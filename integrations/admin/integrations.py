@@ -29,10 +29,12 @@ from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
+from unfold.admin import ModelAdmin
 
 from integrations.admin import isi as isi_admin
 from integrations.admin.actors import staff_actor
 from integrations.admin.credentials import Credential, WriteOnlyCredentials
+from integrations.admin.display import uuid_short
 from integrations.admin.shown_once import SecretShownOnce, show_once
 from integrations.dispatch import webhook
 from integrations.models import Integration, IntegrationKind, RequestState, SaasConnection
@@ -176,7 +178,7 @@ def _secret_shown_once(integration: Integration, secret: str, *, title: str) -> 
 
 
 @admin.register(Integration)
-class IntegrationAdmin(WriteOnlyCredentials, admin.ModelAdmin):
+class IntegrationAdmin(WriteOnlyCredentials, ModelAdmin):
     credentials = [
         Credential("token", "Static bearer token", "credentials_changed_at"),
         Credential("client_secret", "Client secret", "credentials_changed_at"),
@@ -184,6 +186,7 @@ class IntegrationAdmin(WriteOnlyCredentials, admin.ModelAdmin):
     list_display = [
         "name", "broker", "kind", "target", "enabled", "disabled_reason", "retired_at", "created_at"
     ]  # fmt: skip
+    readonly_preprocess_fields = {"uuid": uuid_short}  # 8 characters, a copy button
     list_filter = ["enabled", "kind", "broker"]
     search_fields = ["name", "url", "base_url"]
     list_select_related = ["broker"]
@@ -455,7 +458,7 @@ class SaasConnectionForm(_TargetUrlMixin, forms.ModelForm):
 
 
 @admin.register(SaasConnection)
-class SaasConnectionAdmin(WriteOnlyCredentials, admin.ModelAdmin):
+class SaasConnectionAdmin(WriteOnlyCredentials, ModelAdmin):
     form = SaasConnectionForm
     credentials = [Credential("token", "Token", "token_changed_at")]
     list_display = [

@@ -21,8 +21,10 @@ from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest
 from django.urls import reverse
+from unfold.admin import TabularInline
 
 from integrations.admin.actors import staff_actor
+from integrations.admin.display import uuid_short
 from integrations.admin.shown_once import SecretShownOnce
 from integrations.dispatch import isi
 from integrations.models import Integration, IntegrationKind, IsiAuth, IsiConnection
@@ -183,7 +185,7 @@ READONLY_FIELDS = [
 ]
 
 
-class IsiConnectionInline(admin.TabularInline):
+class IsiConnectionInline(TabularInline):
     """The connections the broker listed, and which of them take part in DROP."""
 
     model = IsiConnection
@@ -191,6 +193,7 @@ class IsiConnectionInline(admin.TabularInline):
     can_delete = False
     ordering = ["-listed", "uuid"]
     fields = ("uuid", "capabilities_list", "listed", "takes_part", "not_taking_part_because")
+    readonly_preprocess_fields = {"uuid": uuid_short}  # 8 characters, a copy button
     readonly_fields = fields
     verbose_name = "connection"
     verbose_name_plural = "Connections (listed by the broker's /api/v1/connections/list)"

@@ -15,6 +15,7 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
+from unfold.admin import ModelAdmin
 
 from integrations.admin.actors import staff_actor
 from integrations.admin.shown_once import SecretShownOnce, show_once
@@ -70,7 +71,7 @@ class ApiKeyCreateForm(forms.ModelForm):
 
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(admin.ModelAdmin):
+class ApiKeyAdmin(ModelAdmin):
     list_display = [
         "prefix",
         "name",

@@ -10,6 +10,7 @@ writes them. Each export is itself a ``ledger.exported`` event (who, which filte
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from django.contrib import admin
@@ -24,10 +25,12 @@ from django.http import (
 from django.http.response import HttpResponseBase
 from django.urls import URLPattern, path
 from django.utils import timezone
+from unfold.admin import ModelAdmin
 
 from integrations import exports
 from integrations.admin.actors import staff_actor
 from integrations.admin.audit import AUDIT_EXPORT_PERMISSION
+from integrations.admin.display import uuid_short
 from integrations.models import LedgerEvent
 from integrations.selectors.ledger import LEDGER_COLUMNS, ledger_events
 from integrations.services.audit import ledger_export_record
@@ -36,8 +39,8 @@ CONTENT_TYPES = {"csv": "text/csv; charset=utf-8", "jsonl": "application/x-ndjso
 
 
 @admin.register(LedgerEvent)
-class LedgerEventAdmin(admin.ModelAdmin):
-    list_display = ["id", "created_at", "broker_id", "kind", "subject", "actor"]
+class LedgerEventAdmin(ModelAdmin):
+    list_display = ["id", "created_at", "broker_id", "kind", "subject_shown", "actor"]
     list_filter = ["kind", "broker_id"]
     search_fields = ["subject", "actor", "kind"]
     date_hierarchy = "created_at"
@@ -54,6 +57,15 @@ class LedgerEventAdmin(admin.ModelAdmin):
     ]
     show_full_result_count = False  # counting millions of events on every page is slow
     change_list_template = "admin/integrations/ledgerevent/change_list.html"
+
+    @admin.display(description="subject", ordering="subject")
+    def subject_shown(self, obj: LedgerEvent) -> str:
+        # A request's or an integration's UUID as 8 characters with a copy button.
+        try:
+            uuid.UUID(obj.subject)
+        except ValueError:
+            return obj.subject
+        return uuid_short(obj.subject)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -20,9 +20,12 @@ from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest
+from django.urls import reverse
+from unfold.admin import ModelAdmin, TabularInline
 
 from integrations.admin.actors import staff_actor
 from integrations.admin.audit import AUDIT_EXPORT_PERMISSION
+from integrations.admin.display import uuid_link, uuid_short
 from integrations.admin.reports import export_outcomes_csv, export_outcomes_jsonl
 from integrations.models import (
     DeletionRequest,
@@ -41,7 +44,7 @@ from integrations.services.redelivery import (
 from integrations.services.resolutions import saas_deletion_cancel
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(ModelAdmin):
     """Rows written only by the cycle: viewable, never edited through a form."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -50,7 +53,30 @@ class ReadOnlyAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # The list offers actions (each checks the change permission); a row's page is a
+        # "View" page with no Save button.
+        return obj is None and super().has_change_permission(request)
+
     hidden_fields: tuple[str, ...] = ()
+    # Identifiers as 8 characters with a copy button (integrations/admin/display.py).
+    readonly_preprocess_fields = {
+        "request_uuid": uuid_short,
+        "webhook_request_id": uuid_short,
+    }
+    change_form_before_template = "admin/integrations/story_link.html"
+    # The request column links itself, its copy button beside the link.
+    list_display_links: list[str] | None = None
+
+    @admin.display(description="request", ordering="request_uuid")
+    def request_link(self, obj: Any) -> str:
+        opts = self.model._meta
+        url = reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[obj.pk])
+        return uuid_link(obj.request_uuid, url)
+
+    @admin.display(description="Broker ID", ordering="broker__broker_id")
+    def broker_code(self, obj: Any) -> str:
+        return obj.broker.broker_id
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         if self.fields:
@@ -107,7 +133,7 @@ class CycleFilter(admin.SimpleListFilter):
         return queryset.filter(work_item__cycle_id=int(value))
 
 
-class AttemptInline(admin.TabularInline):
+class AttemptInline(TabularInline):
     model = DeliveryAttempt
     fields = ("number", "started_at", "url", "status", "duration_ms", "error", "answer", "headers")
     readonly_fields = fields
@@ -144,18 +170,16 @@ class SaasAttemptInline(AttemptInline):
 
 @admin.register(DeletionRequest)
 class DeletionRequestAdmin(ReadOnlyAdmin):
+    # Fits 1280 pixels: the outcome names its status code, late matches are a filter.
     list_display = [
-        "request_uuid",
-        "broker",
+        "request_link",
+        "broker_code",
         "integration",
         "state",
         "drop_outcome",
-        "drop_status_code",
         "attempts",
-        "next_attempt_at",
         "dispatched_at",
         "completed_at",
-        "late_match",
     ]
     list_filter = [
         "state",
@@ -198,7 +222,7 @@ class DeletionRequestAdmin(ReadOnlyAdmin):
         )
 
 
-class SaasDeletionInline(admin.TabularInline):
+class SaasDeletionInline(TabularInline):
     model = SaasDeletion
     fields = (
         "saas_connection",
@@ -223,16 +247,15 @@ class SaasDeletionInline(admin.TabularInline):
 @admin.register(ResolutionRequest)
 class ResolutionRequestAdmin(ReadOnlyAdmin):
     list_display = [
-        "request_uuid",
-        "broker",
+        "request_link",
+        "broker_code",
         "integration",
         "state",
         "drop_outcome",
         "attempts",
         "dispatched_at",
         "completed_at",
-        "identifiers_purged_at",
-    ]
+    ]  # fits 1280 pixels: when the identifiers were purged is on the request's page
     list_filter = [
         "state",
         "drop_outcome",
@@ -265,7 +288,7 @@ class ResolutionRequestAdmin(ReadOnlyAdmin):
 class SaasDeletionAdmin(ReadOnlyAdmin):
     list_display = [
         "pk",
-        "resolution",
+        "resolution_link",
         "saas_connection",
         "state",
         "attempts",
@@ -276,7 +299,14 @@ class SaasDeletionAdmin(ReadOnlyAdmin):
     list_filter = ["state", ("saas_connection", admin.RelatedOnlyFieldListFilter)]
     search_fields = ["=resolution__request_uuid"]
     list_select_related = ["resolution", "saas_connection"]
+    list_display_links = ["pk"]
     inlines = [SaasAttemptInline]
+
+    @admin.display(description="resolution request", ordering="resolution__request_uuid")
+    def resolution_link(self, obj: SaasDeletion) -> str:
+        url = reverse("admin:integrations_resolutionrequest_change", args=[obj.resolution_id])
+        return uuid_link(obj.resolution.request_uuid, url)
+
     actions = ["redeliver", "cancel"]
 
     @admin.action(description="Redeliver (attempts from zero)", permissions=["change"])
@@ -306,7 +336,7 @@ class SaasDeletionAdmin(ReadOnlyAdmin):
 
 @admin.register(OptOutRecord)
 class OptOutRecordAdmin(ReadOnlyAdmin):
-    list_display = ["request_uuid", "broker", "created_at"]  # no email in lists
+    list_display = ["request_link", "broker_code", "created_at"]  # no email in lists
     list_filter = ["broker"]
     search_fields = ["=deletion_request__request_uuid", "=resolution_request__request_uuid"]
     list_select_related = ["deletion_request", "resolution_request", "broker"]

@@ -27,6 +27,8 @@ from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from unfold.admin import ModelAdmin
+from unfold.forms import AdminPasswordChangeForm, UserChangeForm, UserCreationForm
 
 from integrations.admin.actors import staff_actor
 from integrations.ledger_kinds import ledger_kind_compose
@@ -92,8 +94,11 @@ admin.site.unregister(Group)
 
 
 @admin.register(User)
-class StaffUserAdmin(_LedgeredAdmin, UserAdmin):
+class StaffUserAdmin(_LedgeredAdmin, UserAdmin, ModelAdmin):  # UserAdmin's fieldsets first
     ledger_kind = "staff_user"
+    form = UserChangeForm
+    add_form = UserCreationForm
+    change_password_form = AdminPasswordChangeForm
     actions = ["reset_mfa"]
 
     @admin.action(description="Reset two-factor authentication (they set it up again)")
@@ -137,7 +142,7 @@ class StaffUserAdmin(_LedgeredAdmin, UserAdmin):
 
 
 @admin.register(Group)
-class RoleGroupAdmin(_LedgeredAdmin, GroupAdmin):
+class RoleGroupAdmin(_LedgeredAdmin, GroupAdmin, ModelAdmin):
     ledger_kind = "group"
 
     def ledger_data(self, obj: Group) -> dict[str, Any]:

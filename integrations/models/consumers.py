@@ -64,6 +64,7 @@ class ConsumerHash(models.Model):
     hash = models.BinaryField(max_length=32)
 
     class Meta:
+        verbose_name_plural = "consumer hashes"
         constraints = [
             # Serves matching (broker, hash[, hash_type]) and keeps re-imports idempotent.
             models.UniqueConstraint(

@@ -33,9 +33,9 @@ class DropCycle(models.Model):
     broker = models.ForeignKey(
         "integrations.Broker", on_delete=models.PROTECT, related_name="cycles"
     )
-    drop_session_id = models.CharField(max_length=20)
-    zip_name = models.CharField(max_length=255)
-    zip_sha256 = models.CharField(max_length=64)
+    drop_session_id = models.CharField("DROP session ID", max_length=20)
+    zip_name = models.CharField("package", max_length=255)
+    zip_sha256 = models.CharField("package SHA-256", max_length=64)
     downloaded_at = models.DateTimeField()
     match_date = models.DateField()
     due_date = models.DateField()
@@ -52,6 +52,7 @@ class DropCycle(models.Model):
     created_at = models.DateTimeField(db_default=Now())
 
     class Meta:
+        verbose_name = "DROP cycle"
         ordering = ["-downloaded_at"]
         constraints = [
             models.UniqueConstraint(
@@ -109,16 +110,18 @@ class WorkItem(models.Model):
         db_constraint=False,
     )
     # DROP documents 12 letters or digits; 1 to 64 are kept, and echoed back as sent.
-    work_item_id = models.CharField(max_length=64)
+    work_item_id = models.CharField("work item ID", max_length=64)
     hash_type = models.CharField(max_length=8, choices=HashType.choices)
     hash = models.BinaryField(max_length=32)
     file_name = models.CharField(max_length=255)
     state = models.CharField(
         max_length=12, choices=WorkItemState.choices, default=WorkItemState.OPEN
     )
-    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    status_code = models.PositiveSmallIntegerField("DROP status", null=True, blank=True)
     status_reason = models.TextField(blank=True, default="")  # for a status set by staff
-    reported_status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    reported_status_code = models.PositiveSmallIntegerField(
+        "DROP status reported", null=True, blank=True
+    )
     reported_at = models.DateTimeField(null=True, blank=True)
     # No database check either: reporting sets it on every row of a cycle at once, and the
     # deferred check ran once per row at commit (docs/benchmarks.md, reporting). The

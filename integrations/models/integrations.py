@@ -28,7 +28,9 @@ class IsiAuth(models.TextChoices):
 
 
 class Integration(models.Model):
-    uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)  # integration_id
+    uuid = models.UUIDField(  # integration_id
+        "UUID", default=uuid.uuid4, unique=True, editable=False
+    )
     broker = models.ForeignKey(
         "integrations.Broker", on_delete=models.PROTECT, related_name="integrations"
     )
@@ -92,12 +94,13 @@ class IsiConnection(models.Model):
     integration = models.ForeignKey(
         Integration, on_delete=models.CASCADE, related_name="connections"
     )
-    uuid = models.UUIDField()
+    uuid = models.UUIDField("UUID")
     capabilities = ArrayField(models.CharField(max_length=100), default=list)
     listed = models.BooleanField(default=True)  # false once the broker stops listing it
     refreshed_at = models.DateTimeField()
 
     class Meta:
+        verbose_name = "ISI connection"
         constraints = [
             models.UniqueConstraint(fields=["integration", "uuid"], name="isi_connection_unique")
         ]

@@ -23,7 +23,7 @@ from django.db.models.functions import Cast
 class LedgerEvent(models.Model):
     id = models.BigAutoField(primary_key=True)
     created_at = models.DateTimeField(db_index=True)
-    broker_id = models.CharField(max_length=4, blank=True, default="", db_index=True)
+    broker_id = models.CharField("Broker ID", max_length=4, blank=True, default="", db_index=True)
     kind = models.CharField(max_length=64, db_index=True)
     subject = models.CharField(max_length=200, blank=True, default="")
     actor = models.CharField(max_length=200)

@@ -30,12 +30,12 @@ class ReportFile(models.Model):
     kind = models.CharField(max_length=8, choices=ReportKind.choices)
     file_name = models.CharField(max_length=255)
     rows = models.PositiveIntegerField()
-    sha256 = models.CharField(max_length=64)  # digest of the exact bytes
+    sha256 = models.CharField("SHA-256", max_length=64)  # digest of the exact bytes
     content = models.BinaryField()
     state = models.CharField(
         max_length=10, choices=ReportFileState.choices, default=ReportFileState.WRITTEN
     )
-    drop_response = models.JSONField(default=dict, blank=True)
+    drop_response = models.JSONField("DROP's answer", default=dict, blank=True)
     created_at = models.DateTimeField(db_default=Now())
     uploaded_at = models.DateTimeField(null=True, blank=True)
     # Staff gave up an amendment DROP refuses or rejected (``report_file_discard``).

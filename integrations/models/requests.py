@@ -96,8 +96,8 @@ class DeliveryFields(models.Model):
 
 
 class DeletionRequest(DeliveryFields):
-    request_uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
-    webhook_request_id = models.UUIDField(default=uuid.uuid4, editable=False)
+    request_uuid = models.UUIDField("request UUID", default=uuid.uuid4, unique=True, editable=False)
+    webhook_request_id = models.UUIDField("webhook request ID", default=uuid.uuid4, editable=False)
     results_token = models.CharField(max_length=64, unique=True, null=True, blank=True)  # ISI
     broker = models.ForeignKey("integrations.Broker", on_delete=models.PROTECT, related_name="+")
     work_item = models.ForeignKey(
@@ -115,6 +115,7 @@ class DeletionRequest(DeliveryFields):
     )
     isi_connection = models.ForeignKey(
         "integrations.IsiConnection",
+        verbose_name="ISI connection",
         null=True,
         blank=True,
         on_delete=models.PROTECT,
@@ -123,18 +124,18 @@ class DeletionRequest(DeliveryFields):
     # The dispatch body's fields, fixed at match time.
     identifier_hash = models.CharField(max_length=44)
     hash_type = models.CharField(max_length=8, choices=HashType.choices)
-    drop_session_id = models.CharField(max_length=20)
+    drop_session_id = models.CharField("DROP session ID", max_length=20)
     match_date = models.DateField()
-    broker_id_code = models.CharField("broker_id", max_length=4)
+    broker_id_code = models.CharField("Broker ID", max_length=4)
     mode = models.CharField(max_length=10)
     remote_identifier = models.CharField(max_length=255, blank=True, default="")
     remote_identifier_kind = models.CharField(max_length=64, blank=True, default="")
     late_match = models.BooleanField(default=False)
     matched_at = models.DateTimeField(db_default=Now())
     drop_outcome = models.CharField(
-        max_length=12, choices=DropOutcome.choices, blank=True, default=""
+        "DROP outcome", max_length=12, choices=DropOutcome.choices, blank=True, default=""
     )
-    drop_status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    drop_status_code = models.PositiveSmallIntegerField("DROP status code", null=True, blank=True)
     error_message = models.TextField(blank=True, default="")
 
     class Meta:
@@ -147,8 +148,8 @@ class DeletionRequest(DeliveryFields):
 
 
 class ResolutionRequest(DeliveryFields):
-    request_uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
-    webhook_request_id = models.UUIDField(default=uuid.uuid4, editable=False)
+    request_uuid = models.UUIDField("request UUID", default=uuid.uuid4, unique=True, editable=False)
+    webhook_request_id = models.UUIDField("webhook request ID", default=uuid.uuid4, editable=False)
     results_token = models.CharField(max_length=64, unique=True)
     broker = models.ForeignKey("integrations.Broker", on_delete=models.PROTECT, related_name="+")
     work_item = models.ForeignKey(
@@ -162,16 +163,18 @@ class ResolutionRequest(DeliveryFields):
     )
     isi_connection = models.ForeignKey(
         "integrations.IsiConnection",
+        verbose_name="ISI connection",
         null=True,
         blank=True,
         on_delete=models.PROTECT,
         related_name="+",
     )
-    drop_session_id = models.CharField(max_length=20)
+    drop_session_id = models.CharField("DROP session ID", max_length=20)
     match_date = models.DateField()
     remote_identifier = models.CharField(max_length=255, blank=True, default="")
     remote_identifier_kind = models.CharField(max_length=64, blank=True, default="")
-    drop_outcome = models.CharField(max_length=12, blank=True, default="")  # opted_out / exempt
+    # opted_out / exempt
+    drop_outcome = models.CharField("DROP outcome", max_length=12, blank=True, default="")
     exemption_basis = models.CharField(max_length=100, blank=True, default="")
     # The broker's verbatim answer, encrypted; emptied once every SaaS deletion is final.
     identifiers = EncryptedTextField(blank=True, default="")
@@ -186,10 +189,14 @@ class SaasDeletion(DeliveryFields):
         ResolutionRequest, on_delete=models.PROTECT, related_name="saas_deletions"
     )
     saas_connection = models.ForeignKey(
-        "integrations.SaasConnection", on_delete=models.PROTECT, related_name="deletions"
+        "integrations.SaasConnection",
+        on_delete=models.PROTECT,
+        related_name="deletions",
+        verbose_name="SaaS connection",
     )
 
     class Meta:
+        verbose_name = "SaaS deletion"
         constraints = [
             models.UniqueConstraint(
                 fields=["resolution", "saas_connection"], name="saas_deletion_unique"
@@ -219,6 +226,7 @@ class DeliveryAttempt(models.Model):
     )
     saas_deletion = models.ForeignKey(
         SaasDeletion,
+        verbose_name="SaaS deletion",
         null=True,
         blank=True,
         on_delete=models.PROTECT,

@@ -129,18 +129,19 @@ def evidence_pack_export(
         span = _LedgerRange(broker=broker, since=period.ledger_since())
         writer.write(pack.LEDGER, span.lines(), rows=_LineCounter())
         _write_report_files(writer, period)
-        summary = render_to_string(
-            "evidence/summary.html",
-            {
-                "broker": broker,
-                "period": period.describe(),
-                "exported_at": exported_at,
-                "cycles": period.cycle_summaries(),
-                "span": span.describe(),
-                "files": writer.entries,
-                "requests_open": period.requests_open(),
-            },
-        )
+        with timezone.override(dt.UTC):  # an export says UTC, whatever zone staff read in
+            summary = render_to_string(
+                "evidence/summary.html",
+                {
+                    "broker": broker,
+                    "period": period.describe(),
+                    "exported_at": exported_at,
+                    "cycles": period.cycle_summaries(),
+                    "span": span.describe(),
+                    "files": writer.entries,
+                    "requests_open": period.requests_open(),
+                },
+            )
         writer.write(pack.SUMMARY, [summary.encode()], rows=None)
     manifest = _manifest(
         broker=broker,

@@ -24,7 +24,8 @@ def test_log_in_lands_on_the_dashboard(
     page.get_by_label("Username").fill("alice")
     page.get_by_label("Password").fill(PASSWORD + "-wrong")
     page.get_by_role("button", name="Log in").click()
-    expect(page.locator(".errornote")).to_contain_text("enter the correct username and password")
+    wrong = page.locator(".errornote", has_text="enter the correct username and password")
+    expect(wrong).to_be_visible()
 
     log_in(page, live_server, "alice")
     expect(page.get_by_role("heading", name="Dashboard")).to_be_visible()

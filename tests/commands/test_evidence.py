@@ -7,19 +7,23 @@ lost their events and were signed anyway) must fail with its reason.
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import io
 import json
+import re
 import subprocess
 import sys
 import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.core.management import CommandError, call_command
+from django.utils import timezone
 
 from devtools.drop_simulator import DropSimulator
 from dropportal import local_state
@@ -386,3 +390,20 @@ def test_a_discarded_amendment_is_in_the_pack_with_its_reason(
     assert b"5 not found" in files[pack.SUMMARY]  # what DROP holds, not the amendment's 3
     result = verify_pack(out, public_key_pem=public_key.read_bytes())
     assert result.ok, result.failure
+
+
+def test_the_summary_says_utc_whatever_zone_the_caller_reads_in(
+    cycle: DropCycle, tmp_path: Path
+) -> None:
+    # The admin renders its pages in DROP's zone; an export stays UTC.
+    out = tmp_path / "pack.zip"
+    with timezone.override(ZoneInfo("America/Los_Angeles")):
+        call_command(
+            "evidence", "export", "--broker", "4821", "--cycle", cycle.drop_session_id,
+            "--out", str(out), stdout=io.StringIO(),
+        )  # fmt: skip
+    summary = members(out)[pack.SUMMARY].decode()
+    exported = re.search(r"Exported (\S+)\.", summary)
+    assert exported is not None and exported.group(1).endswith("+00:00")
+    downloaded = timezone.localtime(cycle.downloaded_at, dt.UTC).strftime("%Y-%m-%d %H:%M")
+    assert downloaded in summary

@@ -1,0 +1,56 @@
+"""The login-lockout (django-axes) and job (Procrastinate) tables: for superusers only.
+
+They are the service's machinery, not DROP records: a role granting their permissions by
+mistake still shows them to nobody else. Their own admins are kept, on unfold's base, with
+every permission narrowed to superusers; the sidebar lists them apart
+(``dropportal.navigation``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+from unfold.admin import ModelAdmin
+
+APPS = ("axes", "procrastinate")
+
+
+class SuperuserOnly:
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.is_active and request.user.is_superuser)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self.has_module_permission(request) and super().has_view_permission(  # type: ignore[misc]
+            request, obj
+        )
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self.has_module_permission(request) and super().has_change_permission(  # type: ignore[misc]
+            request, obj
+        )
+
+    def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
+        return self.has_module_permission(request) and super().has_add_permission(  # type: ignore[misc]
+            request, *args
+        )
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self.has_module_permission(request) and super().has_delete_permission(  # type: ignore[misc]
+            request, obj
+        )
+
+
+def narrow_to_superusers(site: admin.AdminSite) -> None:
+    """Called once every app registered its admins (``dropportal.apps``)."""
+    for model, model_admin in list(site._registry.items()):
+        if model._meta.app_label not in APPS or isinstance(model_admin, SuperuserOnly):
+            continue
+        narrowed = type(
+            type(model_admin).__name__,
+            (SuperuserOnly, type(model_admin), ModelAdmin),
+            {"__module__": __name__},
+        )
+        site.unregister(model)
+        site.register(model, narrowed)

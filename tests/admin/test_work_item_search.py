@@ -1,0 +1,104 @@
+"""The work items search takes what staff know: a work item id, a request UUID, a
+remote_identifier, a DROP hash, or a clear email or phone number written any way (hashed in
+memory, never kept, logged or put in a URL)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import User
+from django.db import connection
+from django.test import Client
+from django.utils import timezone
+
+from integrations.drop.standardize import email_hash, phone_hash
+from integrations.models import Broker, DeletionRequest, DropCycle
+from integrations.services.drop import drop_zip_import
+from tests.admin.markup import link_texts
+from tests.drop_cycle import consumer, drop_zip, webhook, write_zip
+
+pytestmark = pytest.mark.django_db
+
+LIST = "/admin/integrations/workitem/"
+EMAIL = "consumer.0113@example.com"
+PHONE = "4155550113"
+# DROP's lists: the consumer's email and phone entries, and two strangers.
+ENTRIES = {
+    "Email": [("WIEMAIL00113", email_hash(EMAIL)), ("WIEMAIL00999", email_hash("x@y.z"))],
+    "Phone": [("WIPHONE00113", phone_hash(PHONE)), ("WIPHONE00999", phone_hash("2125550199"))],
+}
+
+
+@pytest.fixture
+def staff(client: Client) -> Client:
+    client.force_login(User.objects.create_superuser("alice", "alice@example.com", "pw-alice-1"))
+    return client
+
+
+@pytest.fixture
+def cycle(broker: Broker, tmp_path: Path) -> DropCycle:
+    webhook(broker)
+    consumer(broker, "CRM-0113", email=email_hash(EMAIL), phone=phone_hash(PHONE))
+    path = write_zip(tmp_path, drop_zip(broker, ENTRIES))
+    return drop_zip_import(
+        broker=broker, path=path, downloaded_at=timezone.now(), actor="test"
+    ).cycle
+
+
+def found(staff: Client, term: str) -> list[str]:
+    page = staff.get(LIST, {"q": term}).content.decode()
+    return sorted(link_texts(page, r'[^"]*workitem/\d+/change/[^"]*'))
+
+
+THE_CONSUMERS = ["WIEMAIL00113", "WIPHONE00113"]
+
+
+@pytest.mark.parametrize(
+    "term",
+    [
+        "  CONSUMER.0113@example.COM ",
+        "Consumer.0113 @Example.com",
+        "+1 (415) 555-0113",
+        "415.555.0113",
+        "CRM-0113",
+    ],
+)
+def test_an_email_phone_or_remote_identifier_finds_the_consumers_work_items(
+    staff: Client, cycle: DropCycle, term: str
+) -> None:
+    assert found(staff, term) == THE_CONSUMERS
+
+
+def test_an_id_a_request_uuid_or_a_drop_hash_finds_its_work_item(
+    staff: Client, cycle: DropCycle
+) -> None:
+    assert found(staff, " WIEMAIL00999 ") == ["WIEMAIL00999"]
+    assert found(staff, email_hash("x@y.z")) == ["WIEMAIL00999"]
+    request = DeletionRequest.objects.get(work_item__work_item_id="WIPHONE00113")
+    assert found(staff, str(request.request_uuid)) == ["WIPHONE00113"]
+    assert found(staff, "nobody@example.com") == []
+    assert found(staff, "CRM-") == []
+
+
+def test_the_clear_email_goes_no_further_than_the_search(
+    staff: Client, cycle: DropCycle, caplog: pytest.LogCaptureFixture
+) -> None:
+    typed = "  CONSUMER.0113@example.COM "
+    with caplog.at_level(logging.DEBUG), connection.execute_wrapper(_no_clear_value_in_sql):
+        posted = staff.post(LIST, {"q": typed})
+        assert posted.status_code == 302
+        location = posted["Location"]
+        assert "0113" not in location.lower()  # the hash, not the address
+        page = staff.get(location).content.decode()
+    assert sorted(link_texts(page, r'[^"]*workitem/\d+/change/[^"]*')) == THE_CONSUMERS
+    assert EMAIL not in page.lower()
+    assert email_hash(EMAIL) in page  # the search box shows what was searched: the hash
+    assert EMAIL not in caplog.text.lower()
+
+
+def _no_clear_value_in_sql(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
+    # Nothing the search sends the database holds the address: only its hash.
+    assert EMAIL not in f"{sql} {params}".lower()
+    return execute(sql, params, many, context)

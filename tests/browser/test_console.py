@@ -1,0 +1,183 @@
+"""The console in a real browser, as each role, on the demo's data: every page passes
+axe-core (no critical or serious violation), every list fits 1280 pixels, and a consumer's
+story is reached by keyboard alone. Screenshots of each page go to test-artifacts/console/.
+
+``make demo`` runs once (its own database, served on a free port) and each role logs in once
+(``devtools.demo`` creates a login per role); the pages are visited in a loop: the sidebar
+names every list the role may open, and each list's first row is its record page.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+import pytest
+from axe_playwright_python.sync_playwright import Axe
+from playwright.sync_api import Browser, Page, expect
+from pytest_django.live_server_helper import LiveServer
+
+from integrations.drop.standardize import email_hash
+from integrations.models import Broker, ConsumerHash, WorkItem
+from integrations.services.brokers import broker_create
+from tests.browser.staff import ARTIFACTS, log_in, make_staff
+from tests.sample_cycle import sample_cycle
+from tests.test_demo import ROOT, free_port
+
+ROLES = {"Auditors": "auditor", "Operators": "operator", "Connections managers": "connections"}
+BLOCKING = {"critical", "serious"}
+WIDTH = 1280
+
+
+@pytest.fixture(scope="module")
+def demo() -> Iterator[tuple[str, str]]:
+    """``make demo`` serving its data: its URL and its logins' password."""
+    port = free_port()
+    process = subprocess.Popen(  # noqa: S603
+        [sys.executable, "-m", "devtools.demo", "--port", str(port)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert process.stdout is not None
+    told, password = [], ""
+    for line in process.stdout:  # the story, until it serves (or ends, having failed)
+        told.append(line)
+        found = re.search(r"staff login demo / (\S+)", line)
+        password = found.group(1) if found else password
+        if line.startswith("Serving "):
+            break
+    try:
+        assert password and told[-1].startswith("Serving "), "".join(told[-40:])
+        yield f"http://127.0.0.1:{port}", password
+    finally:
+        process.send_signal(signal.SIGINT)  # the demo stops on Ctrl-C
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture
+def world(transactional_db: None) -> Broker:
+    from django.utils import timezone
+
+    broker = broker_create(broker_id="4821", name="Acme Data", actor="test")
+    sample_cycle(broker, today=timezone.localdate())
+    make_staff("olga", "Operators")
+    return broker
+
+
+def _violations(page: Page, axe: Axe) -> list[str]:
+    found = axe.run(page).response["violations"]
+    return [
+        f"{v['id']} ({v['impact']}): {v['help']} at {[n['target'] for n in v['nodes'][:3]]}"
+        for v in found
+        if v.get("impact") in BLOCKING
+    ]
+
+
+def _shot(page: Page, role: str, url: str) -> None:
+    folder = ARTIFACTS / "console"
+    folder.mkdir(parents=True, exist_ok=True)
+    name = re.sub(r"[^A-Za-z0-9]+", "-", urlsplit(url).path.strip("/")) or "dashboard"
+    page.screenshot(path=str(folder / f"{role.split()[0].lower()}-{name}.png"))
+
+
+def _list_fits(page: Page) -> bool:
+    return bool(
+        page.evaluate(
+            """() => {
+                const table = document.querySelector('#result_list');
+                if (!table) return true;
+                const box = table.getBoundingClientRect();
+                return box.right <= window.innerWidth + 1
+                    && table.offsetWidth <= table.parentElement.clientWidth + 1;
+            }"""
+        )
+    )
+
+
+@pytest.mark.parametrize("role", list(ROLES))
+def test_every_page_passes_axe_and_every_list_fits_1280_pixels(
+    browser: Browser, demo: tuple[str, str], role: str
+) -> None:
+    url, password = demo
+    context = browser.new_context(viewport={"width": WIDTH, "height": 900}, locale="en-US")
+    context.set_default_timeout(10_000)
+    page = context.new_page()
+    page.goto(f"{url}/admin/login/?next=/admin/")
+    page.get_by_label("Username").fill(ROLES[role])
+    page.get_by_label("Password").fill(password)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(f"{url}/admin/")
+    axe = Axe()
+    sidebar = page.locator("#nav-sidebar-apps a")
+    pages = sorted({href for href in sidebar.evaluate_all("els => els.map(a => a.href)")})
+    assert len(pages) >= 5, f"{role} sees only {pages}"
+    problems: dict[str, list[str]] = {}
+    visited = 0
+    for address in pages:
+        page.goto(address)
+        visited += 1
+        problems[address] = _violations(page, axe)
+        _shot(page, role, address)
+        if not page.locator("#result_list").count():
+            continue
+        if not _list_fits(page):
+            problems[address].append(f"the list is wider than {WIDTH} pixels")
+        first = page.locator("#result_list tbody a[href*='/change/']").first
+        if first.count():
+            record = first.get_attribute("href") or ""
+            page.goto(url + record)
+            visited += 1
+            problems[record] = _violations(page, axe)
+            _shot(page, role, record)
+    context.close()
+    failing = {address: found for address, found in problems.items() if found}
+    assert not failing, f"{role}: {failing}"
+    assert visited >= 8, f"{role} opened only {visited} pages"
+
+
+def test_a_consumers_story_is_reached_by_keyboard_alone(
+    page: Page, live_server: LiveServer, world: Broker
+) -> None:
+    item = WorkItem.objects.filter(deletion_requests__isnull=False).first()
+    assert item is not None
+    # The consumer's email, registered as its hash; DROP sent the same hash.
+    hashed = base64.b64decode(email_hash("consumer.0113@example.com"))
+    ConsumerHash.objects.filter(consumer__remote_identifier="C-1").update(hash=hashed)
+    WorkItem.objects.filter(pk=item.pk).update(hash=hashed)
+    page.set_viewport_size({"width": WIDTH, "height": 900})
+    log_in(page, live_server, "olga")
+    page.goto(f"{live_server.url}/admin/integrations/workitem/")
+    page.keyboard.press("/")  # the search box's shortcut
+    page.keyboard.type("  CONSUMER.0113@example.COM ")
+    page.keyboard.press("Enter")
+    page.wait_for_url(re.compile(r"\?q="))
+    assert "0113" not in page.url.lower()
+    _tab_to(page, "#result_list tbody a[href*='/change/']")
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("heading", name="Story, oldest first")).to_be_visible()
+    _tab_to(page, ".dp-timeline a")  # the story's links are reached by Tab, in order
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.closest('.dp-timeline') !== null")
+    _shot(page, "Operators", "story")
+
+
+def _tab_to(page: Page, selector: str, limit: int = 120) -> None:
+    """Press Tab until the focus is on an element matching ``selector``."""
+    for _ in range(limit):
+        page.keyboard.press("Tab")
+        if page.evaluate("s => document.activeElement.matches(s)", selector):
+            return
+    raise AssertionError(f"Tab never reached {selector}")
