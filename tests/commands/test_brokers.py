@@ -74,6 +74,9 @@ def test_database_refuses_a_bad_id_too() -> None:
         ["brokers"],
     ],
 )
+# Transactional: the child's start writes the encryption canary to the test database in its
+# own connection, which only a flush takes away again.
+@pytest.mark.django_db(transaction=True)
 def test_errors_are_one_line_on_stderr_with_non_zero_exit(argv: list[str], settings) -> None:
     env = _subprocess_env()
     result = subprocess.run(  # noqa: S603
