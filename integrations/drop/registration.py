@@ -32,7 +32,7 @@ import binascii
 import csv
 import hashlib
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, TextIO
 
@@ -54,6 +54,8 @@ __all__ = [
     "HASHED_COLUMNS",
     "ConsumerCsvReader",
     "ConsumerRecord",
+    "ConsumerTableReader",
+    "Record",
     "RegistrationFileError",
     "RejectedRecord",
     "parse_api_consumers",
@@ -237,10 +239,13 @@ class ConsumerCsvReader:
             header = next(self._reader, None)
         except (csv.Error, UnicodeDecodeError) as exc:
             raise RegistrationFileError(f"cannot read the header: {exc}") from None
+        self._set_columns(header)
+
+    def _set_columns(self, header: Sequence[str] | None) -> None:
         if not header or not any(cell.strip() for cell in header):
             raise RegistrationFileError("the file is empty: no header line")
         self.columns = [cell.strip().lstrip("\ufeff").lower() for cell in header]
-        if hashed:
+        if self.hashed:
             self._check_hashed_header()
         else:
             self._check_clear_header()
@@ -427,6 +432,23 @@ class ConsumerCsvReader:
         if errors or digest is None:
             return RejectedRecord(line, rid or None, errors)
         return ConsumerRecord(line, rid, kind, ((list_type, digest),))
+
+
+class ConsumerTableReader(ConsumerCsvReader):
+    """Rows that arrive as cells already (a Parquet file's record batches), under the same
+    header and row rules as a CSV file. A record's position is its row number, from 1."""
+
+    def __init__(
+        self, columns: Sequence[str], rows: Iterable[Sequence[str]], *, hashed: bool = False
+    ) -> None:
+        self.hashed = hashed
+        self._rows = rows
+        self._set_columns(columns)
+
+    def __iter__(self) -> Iterator[Record]:
+        parse = self._hashed_row if self.hashed else self._clear_row_parser()
+        for number, cells in enumerate(self._rows, start=1):
+            yield parse(number, list(cells))
 
 
 # ---------------------------------------------------------------------------------------

@@ -230,7 +230,9 @@ def _rounds(
         if kind is not None:
             kinds_given = True
         copy_kind = _COPY_NULL if kind is None else _copy_text(kind)
-        prefix = f"{record.position}\t{_copy_text(record.remote_identifier)}\t{copy_kind}\t"
+        # The record's ordinal in the call, not its line: several files restart their lines,
+        # and the last record naming a kind gives the pointer's kind.
+        prefix = f"{result.rows_read}\t{_copy_text(record.remote_identifier)}\t{copy_kind}\t"
         for list_type, digest in record.hashes:
             data += f"{prefix}{list_type}\t\\\\x{digest.hex()}\n".encode()
         rows += len(record.hashes)
