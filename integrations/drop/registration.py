@@ -29,8 +29,12 @@ Pure Python, no Django, so the command, the API and the benchmark share it.
 from __future__ import annotations
 
 import binascii
+import collections
 import csv
 import hashlib
+import itertools
+import multiprocessing
+import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -59,6 +63,7 @@ __all__ = [
     "RegistrationFileError",
     "RejectedRecord",
     "parse_api_consumers",
+    "records_in_parallel",
 ]
 
 DEFAULT_KIND: Final = "external_id"
@@ -309,7 +314,16 @@ class ConsumerCsvReader:
     # -- rows -----------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Record]:
-        parse = self._hashed_row if self.hashed else self._clear_row_parser()
+        parse = self.row_parser()
+        for row in self.rows():
+            yield row if isinstance(row, RejectedRecord) else parse(*row)
+
+    def row_parser(self) -> Callable[[int, list[str]], Record]:
+        """The function that turns one row's cells into its record (hashing included)."""
+        return self._hashed_row if self.hashed else self._clear_row_parser()
+
+    def rows(self) -> Iterator[tuple[int, list[str]] | RejectedRecord]:
+        """Each data row as (line, cells) with the header's width, or why it is not one."""
         width = len(self.columns)
         reader = self._reader
         line = reader.line_num  # the header's last physical line
@@ -331,7 +345,7 @@ class ConsumerCsvReader:
                 message = f"has {fields}; the header has {width}"
                 yield RejectedRecord(start, cells[0].strip() or None, {"row": [message]})
                 continue
-            yield parse(start, cells)
+            yield start, cells
 
     def _kind(self, cells: list[str], errors: dict[str, list[str]]) -> str | None:
         position = self._index.get("remote_identifier_kind")
@@ -445,10 +459,93 @@ class ConsumerTableReader(ConsumerCsvReader):
         self._rows = rows
         self._set_columns(columns)
 
-    def __iter__(self) -> Iterator[Record]:
-        parse = self._hashed_row if self.hashed else self._clear_row_parser()
+    def rows(self) -> Iterator[tuple[int, list[str]] | RejectedRecord]:
         for number, cells in enumerate(self._rows, start=1):
-            yield parse(number, list(cells))
+            yield number, list(cells)
+
+
+# ---------------------------------------------------------------------------------------
+# Hashing on every core
+# ---------------------------------------------------------------------------------------
+
+PARALLEL_BATCH_ROWS: Final = 20_000  # rows a worker process parses and hashes at a time
+_worker_parse: Callable[[int, list[str]], Record] | None = None
+
+
+def records_in_parallel(
+    reader: ConsumerCsvReader, *, processes: int | None = None
+) -> Iterator[Record]:
+    """``reader``'s records, in order, parsed and hashed by a pool of worker processes.
+
+    This process only splits the rows (the CSV module, in C) and hands batches of
+    ``PARALLEL_BATCH_ROWS`` over; standardizing and hashing, most of the work, runs on
+    every core. At most two batches per worker are in flight, so memory stays flat. The
+    first batch is parsed here: a small file never starts the pool. One core: no pool.
+    """
+    processes = processes or os.cpu_count() or 1
+    batches = _batches(reader.rows(), PARALLEL_BATCH_ROWS)
+    first = next(batches, None)
+    if first is None:
+        return
+    parse = reader.row_parser()
+    yield from _parse_batch(parse, first)
+    if processes < 2:
+        for batch in batches:
+            yield from _parse_batch(parse, batch)
+        return
+    second = next(batches, None)
+    if second is None:
+        return
+    pool = _pool(processes, reader.columns, reader.hashed)
+    try:
+        pending: collections.deque[Any] = collections.deque()
+        for batch in itertools.chain([second], batches):
+            pending.append(pool.apply_async(_worker_parse_batch, (batch,)))
+            if len(pending) >= 2 * processes:
+                yield from pending.popleft().get()
+        while pending:
+            yield from pending.popleft().get()
+        pool.close()
+    finally:
+        pool.terminate()
+        pool.join()
+
+
+def _pool(processes: int, columns: list[str], hashed: bool) -> Any:
+    # spawn: a fresh interpreter that imports only this module, not the caller's open
+    # database connections and threads (a fork would copy them).
+    context = multiprocessing.get_context("spawn")
+    return context.Pool(processes, initializer=_worker_start, initargs=(columns, hashed))
+
+
+def _batches(
+    rows: Iterator[tuple[int, list[str]] | RejectedRecord], size: int
+) -> Iterator[list[tuple[int, list[str]] | RejectedRecord]]:
+    batch: list[tuple[int, list[str]] | RejectedRecord] = []
+    for row in rows:
+        batch.append(row)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _parse_batch(
+    parse: Callable[[int, list[str]], Record],
+    batch: list[tuple[int, list[str]] | RejectedRecord],
+) -> list[Record]:
+    return [row if isinstance(row, RejectedRecord) else parse(*row) for row in batch]
+
+
+def _worker_start(columns: list[str], hashed: bool) -> None:
+    global _worker_parse
+    _worker_parse = ConsumerTableReader(columns, (), hashed=hashed).row_parser()
+
+
+def _worker_parse_batch(batch: list[tuple[int, list[str]] | RejectedRecord]) -> list[Record]:
+    assert _worker_parse is not None
+    return _parse_batch(_worker_parse, batch)
 
 
 # ---------------------------------------------------------------------------------------

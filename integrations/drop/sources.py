@@ -38,6 +38,7 @@ from integrations.drop.registration import (
     ConsumerTableReader,
     Record,
     RegistrationFileError,
+    records_in_parallel,
 )
 
 FORMATS: Final = ("csv", "csv.gz", "parquet")
@@ -80,13 +81,18 @@ class ConsumerSource:
 
     @contextlib.contextmanager
     def open_records(
-        self, *, hashed: bool, on_read: Callable[[int], None] | None = None
+        self,
+        *,
+        hashed: bool,
+        on_read: Callable[[int], None] | None = None,
+        processes: int | None = None,
     ) -> Iterator[Iterator[Record]]:
         """The file's records; its header is checked on entry (``RegistrationFileError``)."""
         with contextlib.ExitStack() as stack:
             raw: Any = stack.enter_context(self.open_raw(on_read))
             if self.format == "parquet":
-                yield iter(_parquet_reader(raw, self.name, hashed=hashed, stack=stack))
+                reader = _parquet_reader(raw, self.name, hashed=hashed, stack=stack)
+                yield _read_records(reader, processes)
                 return
             if self.format == "csv.gz":
                 raw = stack.enter_context(gzip.GzipFile(fileobj=raw, mode="rb"))
@@ -96,7 +102,7 @@ class ConsumerSource:
                 errors="surrogateescape",  # a row with bytes that are not UTF-8 is rejected alone
                 newline="",
             )
-            yield _csv_records(ConsumerCsvReader(text, hashed=hashed))
+            yield _read_records(ConsumerCsvReader(text, hashed=hashed), processes)
 
     def finish_digest(self) -> str | None:
         """The SHA-256 of the whole file when it was read front to back (CSV), else None."""
@@ -105,9 +111,9 @@ class ConsumerSource:
         return self.sha256.hexdigest()
 
 
-def _csv_records(reader: ConsumerCsvReader) -> Iterator[Record]:
+def _read_records(reader: ConsumerCsvReader, processes: int | None) -> Iterator[Record]:
     try:
-        yield from reader
+        yield from records_in_parallel(reader, processes=processes)
     except (OSError, EOFError, gzip.BadGzipFile) as exc:
         raise SourceError(f"read failed: {exc}") from None
 
