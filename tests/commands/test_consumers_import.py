@@ -78,6 +78,7 @@ def test_import_registers_every_list_type_of_a_row_and_rows_sharing_a_pointer(
         "hashes_received": 5,
         "hashes_added": 4,
         "hashes_unchanged": 1,
+        "consumers_forgotten": 0,
         "rejected": None,
     }
     (event,) = LedgerEvent.objects.filter(kind="consumers.registered")

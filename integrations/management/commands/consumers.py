@@ -17,6 +17,7 @@ transaction, and importing it again changes nothing. A progress bar shows on a t
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Iterator
 from typing import IO, Any
@@ -33,10 +34,22 @@ from integrations.drop.registration import (
 from integrations.drop.sources import FORMATS, ConsumerSource, SourceError, consumer_sources
 from integrations.management.base import DropportalCommand, broker_or_error
 from integrations.services.consumers import (
+    DEFAULT_MAX_FORGET,
     ConsumerRegistration,
     RegistrationRefused,
+    ReplaceRefused,
     consumers_register,
 )
+
+
+def _percentage(text: str) -> float:
+    try:
+        value = float(text.rstrip("%"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a percentage: {text!r}") from None
+    if not 0 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 100, not {text!r}")
+    return value
 
 
 class Command(DropportalCommand):
@@ -64,6 +77,23 @@ class Command(DropportalCommand):
         )
         imports.add_argument(
             "--strict", action="store_true", help="refuse the whole import if any row is bad"
+        )
+        imports.add_argument(
+            "--replace",
+            action="store_true",
+            help="the source is the broker's whole set of the kinds it carries: consumers "
+            "of those kinds missing from it are forgotten (implies --strict)",
+        )
+        imports.add_argument(
+            "--max-forget",
+            type=_percentage,
+            default=DEFAULT_MAX_FORGET * 100,
+            metavar="PCT",
+            help="--replace refuses to forget more than this share of the set "
+            "(default %(default)g %%)",
+        )
+        imports.add_argument(
+            "--force", action="store_true", help="--replace: forget past --max-forget"
         )
         imports.add_argument("--json", action="store_true")
 
@@ -97,11 +127,19 @@ class Command(DropportalCommand):
                     actor=self.actor(),
                     source=f"file:{name}" if not spec.startswith("s3://") else spec,
                     strict=options["strict"],
+                    replace=options["replace"],
+                    max_forget=options["max_forget"] / 100,
+                    force=options["force"],
                 )
             except RegistrationRefused as refused:
                 raise CommandError(
                     f"{name}: {refused.result.rows_rejected} of {refused.result.rows_read} "
-                    "rows rejected; --strict: nothing was imported"
+                    f"rows rejected; {'--replace' if options['replace'] else '--strict'}: "
+                    "nothing was imported"
+                ) from None
+            except ReplaceRefused as refused:
+                raise CommandError(
+                    f"{name}: {refused}; nothing was imported (--force forgets them)"
                 ) from None
             except (RegistrationFileError, SourceError) as exc:
                 raise CommandError(f"{reading[-1].name}: {exc}; nothing was imported") from None
@@ -158,5 +196,10 @@ class Command(DropportalCommand):
             f"{result.hashes_added:,} hashes added, {result.hashes_unchanged:,} already "
             f"registered"
             + (f", {result.kinds_changed:,} kinds changed" if result.kinds_changed else "")
+            + (
+                f", {result.consumers_forgotten:,} forgotten (--replace)"
+                if result.consumers_forgotten
+                else ""
+            )
             + "."
         )
