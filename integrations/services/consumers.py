@@ -35,7 +35,7 @@ from __future__ import annotations
 import queue
 import re
 import threading
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any
@@ -146,6 +146,7 @@ def consumers_register(
     replace: bool = False,
     max_forget: float = DEFAULT_MAX_FORGET,
     force: bool = False,
+    files: Callable[[], list[dict[str, Any]]] | None = None,
 ) -> ConsumerRegistration:
     """Register ``rows`` for ``broker`` in one transaction; return the counts.
 
@@ -155,6 +156,9 @@ def consumers_register(
     ``replace`` is ``strict``; and unless ``force``, it is refused (``ReplaceRefused``,
     nothing written) when it would forget more than ``max_forget`` (a fraction) of the
     consumers of those kinds that existed before.
+
+    ``files``: called once the rows are read, it describes the files they came from
+    (name, size, SHA-256) for the ledger event.
 
     Rejected records are counted (and the first ``REJECTED_KEPT`` kept); the accepted ones
     are written unless ``strict``, where one rejected record refuses the whole call
@@ -202,7 +206,12 @@ def consumers_register(
             broker_id=broker.broker_id,
             subject=source,
             actor=actor,
-            data={"source": source, "strict": strict, **result.counts()},
+            data={
+                "source": source,
+                "strict": strict,
+                **result.counts(),
+                **({"files": files()} if files is not None else {}),
+            },
         )
         cursor.execute(_DROP_TABLES)
     return result

@@ -4,8 +4,10 @@ nothing even when the process is killed, idempotent, and late matches found at t
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import json
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -140,3 +142,25 @@ def test_an_import_killed_midway_keeps_nothing(broker: Broker, tmp_path: Path) -
     assert not LedgerEvent.objects.filter(kind="consumers.registered").exists()
     # Nothing is left locked either: the same import now runs whole.
     assert run(path, "--hashed")["hashes_added"] == 302
+
+
+@pytest.mark.django_db
+def test_progress_is_logged_per_tenth_and_the_ledger_names_the_file_and_its_digest(
+    broker: Broker, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = hashed_file(tmp_path)
+    caplog.set_level(logging.INFO, logger="integrations.management.commands.consumers")
+    run(str(path), "--hashed")  # stderr is not a terminal: no bar, log lines instead
+    tenths = [r.getMessage() for r in caplog.records if " % read, " in r.getMessage()]
+    assert [line.split(": ")[1].split(" %")[0] for line in tenths] == [
+        str(10 * n) for n in range(1, 11)
+    ]
+    assert all(line.startswith("nightly.csv.gz: ") for line in tenths)
+    event = LedgerEvent.objects.get(kind="consumers.registered")
+    assert event.data["files"] == [
+        {
+            "name": "nightly.csv.gz",
+            "size": path.stat().st_size,
+            "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        }
+    ]

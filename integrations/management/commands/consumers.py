@@ -18,7 +18,9 @@ transaction, and importing it again changes nothing. A progress bar shows on a t
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
+import time
 from collections.abc import Iterator
 from typing import IO, Any
 
@@ -50,6 +52,54 @@ def _percentage(text: str) -> float:
     if not 0 <= value <= 100:
         raise argparse.ArgumentTypeError(f"must be between 0 and 100, not {text!r}")
     return value
+
+
+log = logging.getLogger(__name__)
+_RATE_EVERY = 10_000  # rows between two updates of the bar's rate
+_LOG_EVERY_ROWS = 1_000_000  # without a size (standard input): a log line per this many rows
+
+
+class _Progress:
+    """How far the import has read: a bar on a terminal (bytes, with rows per second),
+    otherwise one log line per 10 % of the bytes (per million rows when the size is
+    unknown)."""
+
+    def __init__(self, bar: tqdm, name: str, total: int | None) -> None:
+        self.bar = bar
+        self.name = name
+        self.total = total
+        self.bytes = 0
+        self.rows = 0
+        self.started = time.monotonic()
+        self._next_tenth = 1
+
+    def rate(self) -> float:
+        elapsed = time.monotonic() - self.started
+        return self.rows / elapsed if elapsed > 0 else 0.0
+
+    def read(self, count: int) -> None:
+        self.bar.update(count)
+        self.bytes += count
+        if not self.bar.disable or not self.total:
+            return
+        while self._next_tenth <= 10 and self.bytes * 10 >= self._next_tenth * self.total:
+            log.info(
+                "%s: %d %% read, %s rows, %s rows/s",
+                self.name,
+                self._next_tenth * 10,
+                f"{self.rows:,}",
+                f"{self.rate():,.0f}",
+            )
+            self._next_tenth += 1
+
+    def row(self) -> None:
+        self.rows += 1
+        if self.rows % _RATE_EVERY:
+            return
+        if not self.bar.disable:
+            self.bar.set_postfix_str(f"{self.rate():,.0f} rows/s", refresh=False)
+        elif not self.total and not self.rows % _LOG_EVERY_ROWS:
+            log.info("%s: %s rows, %s rows/s", self.name, f"{self.rows:,}", f"{self.rate():,.0f}")
 
 
 class Command(DropportalCommand):
@@ -108,11 +158,13 @@ class Command(DropportalCommand):
             raise CommandError(f"{exc}; nothing was imported") from None
         name = sources[0].name if len(sources) == 1 else spec
         sizes = [source.size for source in sources]
+        total = None if None in sizes else sum(s or 0 for s in sizes)
         err = getattr(self.stderr, "_out", sys.stderr)  # tqdm draws with \r: the bare stream
-        reading: list[ConsumerSource] = []  # the source being read, for error messages
+        reading: list[ConsumerSource] = []  # the sources read so far, the last one being read
+        started = time.monotonic()
         # disable=None: no bar unless stderr is a terminal.
         with tqdm(
-            total=None if None in sizes else sum(s or 0 for s in sizes),
+            total=total,
             unit="B",
             unit_scale=True,
             desc=name,
@@ -120,10 +172,15 @@ class Command(DropportalCommand):
             disable=None,
             leave=False,
         ) as bar:
+            progress = _Progress(bar, name, total)
             try:
                 result = consumers_register(
                     broker=broker,
-                    rows=self._records(sources, options["hashed"], bar, err, reading),
+                    rows=self._records(sources, options["hashed"], progress, err, reading),
+                    files=lambda: [
+                        {"name": s.name, "size": s.bytes_read, "sha256": s.finish_digest()}
+                        for s in reading
+                    ],
                     actor=self.actor(),
                     source=f"file:{name}" if not spec.startswith("s3://") else spec,
                     strict=options["strict"],
@@ -147,13 +204,14 @@ class Command(DropportalCommand):
                 raise CommandError(
                     f"{reading[-1].name}: read failed: {exc}; nothing was imported"
                 ) from None
-        self._summary(result, name, broker.broker_id, options["json"])
+        seconds = time.monotonic() - started
+        self._summary(result, name, broker.broker_id, options["json"], seconds)
 
     @staticmethod
     def _records(
         sources: list[ConsumerSource],
         hashed: bool,
-        bar: tqdm,
+        progress: _Progress,
         err: IO[str],
         reading: list[ConsumerSource],
     ) -> Iterator[ConsumerRecord | RejectedRecord]:
@@ -163,15 +221,24 @@ class Command(DropportalCommand):
             # Several files: a rejected row is named by its file too.
             prefix = f"{source.name} " if len(sources) > 1 else ""
             where = "row" if source.format == "parquet" else "line"
-            with source.open_records(hashed=hashed, on_read=bar.update) as records:
+            with source.open_records(hashed=hashed, on_read=progress.read) as records:
                 for record in records:
+                    progress.row()
                     if isinstance(record, RejectedRecord):
-                        bar.write(f"{prefix}{where} {record.position}: {record.reason}", file=err)
+                        progress.bar.write(
+                            f"{prefix}{where} {record.position}: {record.reason}", file=err
+                        )
                     yield record
 
     def _summary(
-        self, result: ConsumerRegistration, name: str, broker_id: str, as_json: bool
+        self,
+        result: ConsumerRegistration,
+        name: str,
+        broker_id: str,
+        as_json: bool,
+        seconds: float,
     ) -> None:
+        rate = result.rows_read / seconds if seconds > 0 else 0.0
         if as_json:
             self.print_json(
                 {
@@ -179,6 +246,8 @@ class Command(DropportalCommand):
                     "broker_id": broker_id,
                     "strict": result.strict,
                     **result.counts(),
+                    "seconds": round(seconds, 3),
+                    "rows_per_second": round(rate),
                     "rejected": [
                         {
                             "line": r.position,
@@ -201,5 +270,5 @@ class Command(DropportalCommand):
                 if result.consumers_forgotten
                 else ""
             )
-            + "."
+            + f"; {seconds:,.1f} s, {rate:,.0f} rows/s."
         )
