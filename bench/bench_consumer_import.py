@@ -1,19 +1,22 @@
-"""Benchmark: import 1,000,000 consumers (an email and a phone each) from a CSV file.
+"""Benchmark: import N consumers (1,000,000 by default; an email and a phone each) from a CSV.
 
 The import runs ``manage.py consumers import --broker B FILE --json`` (``call_command``) in
-a child process, so its peak memory (``ru_maxrss``) is the importing process's own. The
-baseline is a bare ``COPY`` of the same rows, already hashed, into two tables equivalent to
-the consumers and consumer hashes (``LIKE ... INCLUDING ALL``: same columns, defaults and
-indexes), measured in the same run. Each run starts from empty tables after a checkpoint.
+a child process, so its peak memory is its own: ``ru_maxrss`` of the process plus that of
+its largest hashing worker times the number of workers (an upper bound of what was resident
+at once). The baseline is what the same work costs with nothing of ours: a bare hash loop
+(standardize and SHA-256 each identifier, as the import does) writing COPY text, then a bare
+``COPY`` of it into two tables equivalent to the consumers and consumer hashes (``LIKE ...
+INCLUDING ALL``: same columns, defaults and indexes), measured in the same run. Each run
+starts from empty tables after a checkpoint.
 
-Targets: import in 20 s or less, at 40 % or more of the baseline's rate (baseline time /
-import time), peak memory under 300 MB. Best of ``--repeats`` runs of each.
+Targets: 15 s or less per million consumers, faster than the baseline (baseline time /
+import time of 1.2 or more), peak memory 500 MB or less. Best of ``--repeats`` runs of each.
 
 Everything happens in a scratch database created next to ``DATABASE_URL``'s (the role
 needs CREATEDB) and dropped at the end: the ledger refuses DELETE, so the bench must never
 write into a real database.
 
-    DATABASE_URL=postgres://... python bench/bench_consumer_import.py [--consumers 1000000]
+    DATABASE_URL=postgres://... python bench/bench_consumer_import.py [--consumers 10000000]
 
 Prints one line of JSON last; exits 1 when a target is missed.
 """
@@ -39,9 +42,9 @@ from typing import Any
 import psycopg
 from scratch_db import admin_execute, scratch_names, with_database
 
-TARGET_SECONDS = 20.0
-TARGET_RATIO = 0.4
-TARGET_PEAK_MB = 300.0
+TARGET_SECONDS_PER_MILLION = 15.0
+TARGET_RATIO = 1.2
+TARGET_PEAK_MB = 500.0
 BROKER_ID = "4821"
 FIRST = ["Anna", "Juan", "José", "Mary", "Danielle", "Eve", "Ivan", "Chen"]
 DOMAINS = ["Domain.com", "example.org", "mail.example.net", "Gmail.com", "corp.example"]
@@ -108,13 +111,17 @@ def cpu_delta(before: float | None, after: float | None) -> float | None:
     return None if before is None or after is None else after - before
 
 
-def baseline_run(url: str, consumers_path: Path, hashes_path: Path) -> dict[str, float | None]:
-    """Bare COPY of the pre-hashed rows into the equivalent tables: seconds and CPU."""
+def baseline_run(
+    url: str, csv_path: Path, consumers_path: Path, hashes_path: Path, broker_pk: int
+) -> dict[str, float | None]:
+    """The bare hash loop, then a bare COPY of its rows into the equivalent tables."""
+    started = time.perf_counter()
+    write_baseline_files(csv_path, consumers_path, hashes_path, broker_pk)
+    hash_seconds = time.perf_counter() - started
     with psycopg.connect(url) as conn, conn.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         pid = cursor.fetchone()[0]  # type: ignore[index]
         cpu_before = backend_cpu_seconds(pid)
-        started = time.perf_counter()
         for table, columns, path in (
             ("baseline_consumer", "id, broker_id, remote_identifier, remote_identifier_kind",
              consumers_path),
@@ -126,6 +133,7 @@ def baseline_run(url: str, consumers_path: Path, hashes_path: Path) -> dict[str,
         conn.commit()
         return {
             "seconds": time.perf_counter() - started,
+            "hash_loop_seconds": hash_seconds,
             "db_cpu_seconds": cpu_delta(cpu_before, backend_cpu_seconds(pid)),
         }
 
@@ -166,7 +174,13 @@ def child(csv_path: str) -> None:
     db_cpu = cpu_delta(cpu_before, backend_cpu_seconds(pid))
     py_cpu = time.process_time() - py_before
     counts = json.loads(out.getvalue())
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    from integrations.drop.registration import PARALLEL_BATCH_ROWS
+
+    own_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    # The hashing workers have ended (joined): the largest one's peak, once per worker.
+    worker_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    workers = (os.cpu_count() or 1) if counts["rows_read"] > PARALLEL_BATCH_ROWS else 0
+    peak_mb = own_mb + workers * worker_mb
     print(
         json.dumps(
             {
@@ -174,6 +188,12 @@ def child(csv_path: str) -> None:
                 "db_cpu_seconds": db_cpu,
                 "py_cpu_seconds": py_cpu,
                 "peak_mb": peak_mb,
+                "process_peak_mb": own_mb,
+                "workers_cpu_seconds": (
+                    resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
+                    + resource.getrusage(resource.RUSAGE_CHILDREN).ru_stime
+                ),
+                "worker_peak_mb": worker_mb if workers else 0.0,
                 "consumers_created": counts["consumers_created"],
                 "hashes_added": counts["hashes_added"],
                 "rows_rejected": counts["rows_rejected"],
@@ -228,11 +248,12 @@ def main() -> int:
             consumers_path = Path(directory) / "baseline_consumers.tsv"
             hashes_path = Path(directory) / "baseline_hashes.tsv"
             write_csv(csv_path, args.consumers, args.seed)
-            write_baseline_files(csv_path, consumers_path, hashes_path, broker.pk)
             csv_mb = csv_path.stat().st_size / 1e6
             for repeat in range(args.repeats):
                 fresh_start(url)
-                baselines.append(baseline_run(url, consumers_path, hashes_path))
+                baselines.append(
+                    baseline_run(url, csv_path, consumers_path, hashes_path, broker.pk)
+                )
                 fresh_start(url)
                 imports.append(import_run(url, csv_path))
                 print(
@@ -251,6 +272,7 @@ def main() -> int:
     baseline_cpu = [run["db_cpu_seconds"] for run in baselines if run["db_cpu_seconds"] is not None]
     peak_mb = max(float(run["peak_mb"]) for run in imports)
     ratio = baseline / seconds
+    target_seconds = TARGET_SECONDS_PER_MILLION * args.consumers / 1_000_000
     counts_correct = all(
         run["consumers_created"] == args.consumers
         and run["hashes_added"] == 2 * args.consumers
@@ -264,7 +286,7 @@ def main() -> int:
         "csv_mb": round(csv_mb, 1),
         "import_seconds": round(seconds, 2),
         "consumers_per_s": round(args.consumers / seconds),
-        "baseline": "bare COPY of the same rows, pre-hashed, into equivalent tables",
+        "baseline": "bare hash loop, then bare COPY of its rows into equivalent tables",
         "baseline_seconds": round(baseline, 2),
         "ratio": round(ratio, 3),
         # Each pair ran back to back, so a pair's ratio suffers less from other load.
@@ -276,17 +298,21 @@ def main() -> int:
         # machine. The import's Python work (py_cpu) runs on the other core meanwhile.
         "import_db_cpu_seconds": round(min(db_cpu), 2) if db_cpu else None,
         "import_py_cpu_seconds": round(float(best["py_cpu_seconds"]), 2),
+        "import_workers_cpu_seconds": round(float(best["workers_cpu_seconds"]), 2),
+        "baseline_hash_loop_seconds": round(
+            min(float(run["hash_loop_seconds"]) for run in baselines), 2
+        ),
         "baseline_db_cpu_seconds": round(min(baseline_cpu), 2) if baseline_cpu else None,
         "cpu_ratio": round(min(baseline_cpu) / min(db_cpu), 3) if db_cpu and baseline_cpu else None,
         "peak_mb": round(peak_mb, 1),
-        "target_seconds": TARGET_SECONDS,
+        "target_seconds": target_seconds,
         "target_ratio": TARGET_RATIO,
         "target_peak_mb": TARGET_PEAK_MB,
         "counts_correct": counts_correct,
         "target_met": counts_correct
-        and seconds <= TARGET_SECONDS
+        and seconds <= target_seconds
         and ratio >= TARGET_RATIO
-        and peak_mb < TARGET_PEAK_MB,
+        and peak_mb <= TARGET_PEAK_MB,
     }
     print(json.dumps(result))
     return 0 if result["target_met"] else 1

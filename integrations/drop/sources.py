@@ -5,8 +5,8 @@ A source is a path, ``-`` (standard input), ``s3://bucket/key`` or ``s3://bucket
 (``.csv``, ``.csv.gz``, ``.parquet``) or given::
 
     for source in consumer_sources("s3://exports/consumers/", endpoint_url=None):
-        with source.open_records(hashed=False) as records:   # header checked here
-            for record in records: ...                       # ConsumerRecord | RejectedRecord
+        with source.open_records(hashed=False) as batches:   # header checked here
+            for batch in batches: ...                        # EncodedBatch, in file order
 
 Nothing is read whole: CSV is decoded as it streams (gzip included), Parquet one record
 batch at a time. An S3 object is read through boto3 (its usual credential chain); a seek,
@@ -36,9 +36,9 @@ from typing import IO, Any, Final
 from integrations.drop.registration import (
     ConsumerCsvReader,
     ConsumerTableReader,
-    Record,
+    EncodedBatch,
     RegistrationFileError,
-    records_in_parallel,
+    encoded_batches,
 )
 
 FORMATS: Final = ("csv", "csv.gz", "parquet")
@@ -86,8 +86,9 @@ class ConsumerSource:
         hashed: bool,
         on_read: Callable[[int], None] | None = None,
         processes: int | None = None,
-    ) -> Iterator[Iterator[Record]]:
-        """The file's records; its header is checked on entry (``RegistrationFileError``)."""
+    ) -> Iterator[Iterator[EncodedBatch]]:
+        """The file's records, hashed and encoded in batches (``encoded_batches``); its
+        header is checked on entry (``RegistrationFileError``)."""
         with contextlib.ExitStack() as stack:
             raw: Any = stack.enter_context(self.open_raw(on_read))
             if self.format == "parquet":
@@ -111,9 +112,9 @@ class ConsumerSource:
         return self.sha256.hexdigest()
 
 
-def _read_records(reader: ConsumerCsvReader, processes: int | None) -> Iterator[Record]:
+def _read_records(reader: ConsumerCsvReader, processes: int | None) -> Iterator[EncodedBatch]:
     try:
-        yield from records_in_parallel(reader, processes=processes)
+        yield from encoded_batches(reader, processes=processes)
     except (OSError, EOFError, gzip.BadGzipFile) as exc:
         raise SourceError(f"read failed: {exc}") from None
 

@@ -33,7 +33,6 @@ How, and why so:
 from __future__ import annotations
 
 import queue
-import re
 import threading
 from collections.abc import Callable, Generator, Iterable, Iterator
 from contextlib import closing
@@ -46,7 +45,9 @@ from django.db.models import Count
 from integrations.drop.registration import (
     DEFAULT_KIND,
     ConsumerRecord,
+    EncodedBatch,
     RejectedRecord,
+    encode_batch,
 )
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
@@ -138,7 +139,7 @@ class ConsumerRegistration:
 def consumers_register(
     *,
     broker: Broker,
-    rows: Iterable[ConsumerRecord | RejectedRecord],
+    rows: Iterable[ConsumerRecord | RejectedRecord | EncodedBatch],
     actor: str,
     source: str,
     strict: bool = False,
@@ -242,21 +243,12 @@ class _Round:
     kinds_given: bool  # some row names a remote_identifier_kind
 
 
-# COPY's text format: backslash, tab, newline and carriage return are escaped.
-_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
-_NEEDS_ESCAPE = re.compile(r"[\\\t\n\r]")
-_COPY_NULL = "\\N"
-
-
-def _copy_text(value: str) -> str:
-    return value.translate(_COPY_ESCAPES) if _NEEDS_ESCAPE.search(value) else value
-
-
 def _rounds(
-    records: Iterable[ConsumerRecord | RejectedRecord], result: ConsumerRegistration
+    items: Iterable[ConsumerRecord | RejectedRecord | EncodedBatch], result: ConsumerRegistration
 ) -> Iterator[_Round]:
-    """Encode the records' hashes as COPY data, in rounds of about ``CHUNK_ROWS`` rows.
+    """Gather the records' staging rows (COPY text) in rounds of about ``CHUNK_ROWS`` rows.
 
+    ``items`` are records (the API) or batches already encoded by hashing workers (files).
     Counts every record into ``result``. Under ``strict``, staging stops at the first
     rejected record (the call will be refused) but reading goes on, to report them all.
     """
@@ -265,29 +257,23 @@ def _rounds(
     rows = 0
     kinds_given = False
     staging = True
-    for record in records:
-        result.rows_read += 1
-        if isinstance(record, RejectedRecord):
-            result.rows_rejected += 1
-            if len(result.rejected) < REJECTED_KEPT:
-                result.rejected.append(record)
+    for item in items:
+        batch = item if isinstance(item, EncodedBatch) else encode_batch((item,))
+        result.rows_read += batch.records
+        result.hashes_received += batch.hashes
+        if batch.rejected:
+            result.rows_rejected += len(batch.rejected)
+            room = REJECTED_KEPT - len(result.rejected)
+            if room > 0:
+                result.rejected.extend(batch.rejected[:room])
             if result.strict:
                 staging = False
                 data, rows = bytearray(), 0
-            continue
-        result.hashes_received += len(record.hashes)
         if not staging:
             continue
-        kind = record.remote_identifier_kind
-        if kind is not None:
-            kinds_given = True
-        copy_kind = _COPY_NULL if kind is None else _copy_text(kind)
-        # The record's ordinal in the call, not its line: several files restart their lines,
-        # and the last record naming a kind gives the pointer's kind.
-        prefix = f"{result.rows_read}\t{_copy_text(record.remote_identifier)}\t{copy_kind}\t"
-        for list_type, digest in record.hashes:
-            data += f"{prefix}{list_type}\t\\\\x{digest.hex()}\n".encode()
-        rows += len(record.hashes)
+        data += batch.copy_data
+        rows += batch.hash_rows
+        kinds_given = kinds_given or batch.kinds_given
         if rows >= CHUNK_ROWS:
             yield _Round(data, kinds_given)
             data, rows, kinds_given = bytearray(), 0, False
@@ -344,8 +330,11 @@ def _read_ahead(rounds: Iterator[_Round]) -> Generator[_Round, None, None]:
 # one index probe, whatever the table's size or its statistics (which do not yet count the
 # rows this transaction wrote).
 _CREATE_TABLES = """
+CREATE TEMP SEQUENCE consumer_registration_line;
 CREATE TEMP TABLE consumer_registration_staging (
-    line bigint NOT NULL,
+    -- The row's ordinal in the call (COPY takes rows in order): files restart their line
+    -- numbers, and the last row naming a kind gives the pointer's kind.
+    line bigint NOT NULL DEFAULT nextval('consumer_registration_line'),
     remote_identifier text NOT NULL,
     remote_identifier_kind text,
     hash_type text NOT NULL,
@@ -363,7 +352,8 @@ CREATE TEMP TABLE consumer_registration_seen (consumer_id bigint NOT NULL) ON CO
 """
 _DROP_TABLES = (
     "DROP TABLE IF EXISTS consumer_registration_staging, consumer_registration_pointers,"
-    " new_consumer_hashes, consumer_registration_seen, consumer_registration_forgotten"
+    " new_consumer_hashes, consumer_registration_seen, consumer_registration_forgotten;"
+    " DROP SEQUENCE IF EXISTS consumer_registration_line"
 )
 # replace: every consumer the source listed, existing or created in this round.
 _SEEN_INSERT = """
@@ -390,7 +380,7 @@ SELECT count(*) FROM integrations_consumer c
 """
 _STAGE = (
     "COPY consumer_registration_staging"
-    " (line, remote_identifier, remote_identifier_kind, hash_type, hash) FROM STDIN"
+    " (remote_identifier, remote_identifier_kind, hash_type, hash) FROM STDIN"
 )
 # The round's pointers, each with its consumer if it exists. The last row naming a kind
 # gives the pointer's kind.

@@ -22,17 +22,14 @@ import logging
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures.process import BrokenProcessPool
 from typing import IO, Any
 
 from django.conf import settings
 from django.core.management.base import CommandError
 from tqdm import tqdm
 
-from integrations.drop.registration import (
-    ConsumerRecord,
-    RegistrationFileError,
-    RejectedRecord,
-)
+from integrations.drop.registration import EncodedBatch, RegistrationFileError
 from integrations.drop.sources import FORMATS, ConsumerSource, SourceError, consumer_sources
 from integrations.management.base import DropportalCommand, broker_or_error
 from integrations.services.consumers import (
@@ -55,7 +52,6 @@ def _percentage(text: str) -> float:
 
 
 log = logging.getLogger(__name__)
-_RATE_EVERY = 10_000  # rows between two updates of the bar's rate
 _LOG_EVERY_ROWS = 1_000_000  # without a size (standard input): a log line per this many rows
 
 
@@ -92,13 +88,11 @@ class _Progress:
             )
             self._next_tenth += 1
 
-    def row(self) -> None:
-        self.rows += 1
-        if self.rows % _RATE_EVERY:
-            return
+    def rows_read(self, count: int) -> None:
+        before, self.rows = self.rows, self.rows + count
         if not self.bar.disable:
             self.bar.set_postfix_str(f"{self.rate():,.0f} rows/s", refresh=False)
-        elif not self.total and not self.rows % _LOG_EVERY_ROWS:
+        elif not self.total and before // _LOG_EVERY_ROWS != self.rows // _LOG_EVERY_ROWS:
             log.info("%s: %s rows, %s rows/s", self.name, f"{self.rows:,}", f"{self.rate():,.0f}")
 
 
@@ -200,6 +194,11 @@ class Command(DropportalCommand):
                 ) from None
             except (RegistrationFileError, SourceError) as exc:
                 raise CommandError(f"{reading[-1].name}: {exc}; nothing was imported") from None
+            except BrokenProcessPool as exc:
+                raise CommandError(
+                    f"{reading[-1].name}: a hashing worker process stopped ({exc}); "
+                    "nothing was imported"
+                ) from None
             except (OSError, EOFError) as exc:  # a truncated gzip stream ends in EOFError
                 raise CommandError(
                     f"{reading[-1].name}: read failed: {exc}; nothing was imported"
@@ -214,21 +213,21 @@ class Command(DropportalCommand):
         progress: _Progress,
         err: IO[str],
         reading: list[ConsumerSource],
-    ) -> Iterator[ConsumerRecord | RejectedRecord]:
-        """Every source's records in turn, each rejected one reported as it is read."""
+    ) -> Iterator[EncodedBatch]:
+        """Every source's rows in turn, each rejected one reported as it is read."""
         for source in sources:
             reading.append(source)
             # Several files: a rejected row is named by its file too.
             prefix = f"{source.name} " if len(sources) > 1 else ""
             where = "row" if source.format == "parquet" else "line"
-            with source.open_records(hashed=hashed, on_read=progress.read) as records:
-                for record in records:
-                    progress.row()
-                    if isinstance(record, RejectedRecord):
+            with source.open_records(hashed=hashed, on_read=progress.read) as batches:
+                for batch in batches:
+                    progress.rows_read(batch.records)
+                    for record in batch.rejected:
                         progress.bar.write(
                             f"{prefix}{where} {record.position}: {record.reason}", file=err
                         )
-                    yield record
+                    yield batch
 
     def _summary(
         self,
