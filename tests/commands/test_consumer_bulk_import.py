@@ -164,3 +164,26 @@ def test_progress_is_logged_per_tenth_and_the_ledger_names_the_file_and_its_dige
             "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
         }
     ]
+
+
+@pytest.mark.django_db
+def test_replace_forgets_a_matched_consumer_and_its_request_keeps_the_pointer(
+    broker: Broker, tmp_path: Path
+) -> None:
+    webhook(broker)
+    package = drop_zip(broker, {"Email": [ITEMS[0], ITEMS[1]], "Phone": [ITEMS[2], ITEMS[3]]})
+    drop_zip_import(broker=broker, path=write_zip(tmp_path, package), actor="test")
+    run(str(hashed_file(tmp_path)), "--hashed")
+    without_late_1 = tmp_path / "tonight.csv"
+    without_late_1.write_text(
+        "remote_identifier,hash_type,hash\n"
+        + "".join(f"N-{i},email,{digest}\n" for i, (_, digest) in enumerate(OTHERS))
+        + f"LATE-3,phone,{ITEMS[3][1]}\n",
+        encoding="utf-8",
+    )
+    summary = run(str(without_late_1), "--hashed", "--replace")
+    assert summary["consumers_forgotten"] == 1
+    assert not Consumer.objects.filter(remote_identifier="LATE-1").exists()
+    request = DeletionRequest.objects.get(remote_identifier="LATE-1")
+    assert request.consumer_id is None  # its copy of the pointer stays
+    assert DeletionRequest.objects.get(remote_identifier="LATE-3").consumer is not None
