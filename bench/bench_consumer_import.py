@@ -195,6 +195,21 @@ class TreeMemorySampler:
         self._thread.join()
 
 
+def table_sizes(url: str) -> dict[str, int]:
+    """Bytes on disk of each consumer table, with its indexes (after VACUUM)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE integrations_consumer, integrations_consumerhash")
+        sizes = {}
+        for table in ("integrations_consumer", "integrations_consumerhash"):
+            row = conn.execute(
+                "SELECT pg_table_size(%s::regclass), pg_indexes_size(%s::regclass)",
+                [table, table],
+            ).fetchone()
+            assert row is not None
+            sizes[f"{table}_table_bytes"], sizes[f"{table}_index_bytes"] = row
+        return sizes
+
+
 def child(csv_path: str) -> None:
     import io
     import resource
@@ -261,6 +276,7 @@ def main() -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dropportal.settings")
     admin_execute(admin_url, f'CREATE DATABASE "{scratch}"')
     imports: list[dict[str, Any]] = []
+    sizes: dict[str, int] = {}
     baselines: list[dict[str, Any]] = []
     try:
         import django
@@ -300,6 +316,7 @@ def main() -> int:
                     ),
                     flush=True,
                 )
+            sizes = table_sizes(url)  # what the last import left: bytes on disk per consumer
     finally:
         admin_execute(admin_url, f'DROP DATABASE IF EXISTS "{scratch}" WITH (FORCE)')
 
@@ -343,6 +360,8 @@ def main() -> int:
         "baseline_db_cpu_seconds": round(min(baseline_cpu), 2) if baseline_cpu else None,
         "cpu_ratio": round(min(baseline_cpu) / min(db_cpu), 3) if db_cpu and baseline_cpu else None,
         "peak_mb": round(peak_mb, 1),
+        "disk_bytes_per_consumer": round(sum(sizes.values()) / args.consumers),
+        "disk": sizes,
         "target_seconds": target_seconds,
         "target_ratio": TARGET_RATIO,
         "target_peak_mb": TARGET_PEAK_MB,
