@@ -172,7 +172,12 @@ class Command(DropportalCommand):
                     broker=broker,
                     rows=self._records(sources, options["hashed"], progress, err, reading),
                     files=lambda: [
-                        {"name": s.name, "size": s.bytes_read, "sha256": s.finish_digest()}
+                        {
+                            "name": s.name,
+                            # Standard input has no size but what was read from it.
+                            "size": s.bytes_read if s.size is None else s.size,
+                            "sha256": s.finish_digest(),
+                        }
                         for s in reading
                     ],
                     actor=self.actor(),
