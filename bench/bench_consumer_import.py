@@ -1,19 +1,22 @@
-"""Benchmark: import 1,000,000 consumers (an email and a phone each) from a CSV file.
+"""Benchmark: import N consumers (1,000,000 by default; an email and a phone each) from a CSV.
 
 The import runs ``manage.py consumers import --broker B FILE --json`` (``call_command``) in
-a child process, so its peak memory (``ru_maxrss``) is the importing process's own. The
-baseline is a bare ``COPY`` of the same rows, already hashed, into two tables equivalent to
-the consumers and consumer hashes (``LIKE ... INCLUDING ALL``: same columns, defaults and
-indexes), measured in the same run. Each run starts from empty tables after a checkpoint.
+a child process, so its peak memory is its own: the largest sum of the resident memory of
+the process and its hashing workers, sampled every 50 ms (and never below the process's
+own ``ru_maxrss``). The baseline is what the same work costs with nothing of ours: a bare hash loop
+(standardize and SHA-256 each identifier, as the import does) writing COPY text, then a bare
+``COPY`` of it into two tables equivalent to the consumers and consumer hashes (``LIKE ...
+INCLUDING ALL``: same columns, defaults and indexes), measured in the same run. Each run
+starts from empty tables after a checkpoint.
 
-Targets: import in 20 s or less, at 40 % or more of the baseline's rate (baseline time /
-import time), peak memory under 300 MB. Best of ``--repeats`` runs of each.
+Targets: 15 s or less per million consumers, faster than the baseline (baseline time /
+import time of 1.2 or more), peak memory 500 MB or less. Best of ``--repeats`` runs of each.
 
 Everything happens in a scratch database created next to ``DATABASE_URL``'s (the role
 needs CREATEDB) and dropped at the end: the ledger refuses DELETE, so the bench must never
 write into a real database.
 
-    DATABASE_URL=postgres://... python bench/bench_consumer_import.py [--consumers 1000000]
+    DATABASE_URL=postgres://... python bench/bench_consumer_import.py [--consumers 10000000]
 
 Prints one line of JSON last; exits 1 when a target is missed.
 """
@@ -39,9 +42,9 @@ from typing import Any
 import psycopg
 from scratch_db import admin_execute, scratch_names, with_database
 
-TARGET_SECONDS = 20.0
-TARGET_RATIO = 0.4
-TARGET_PEAK_MB = 300.0
+TARGET_SECONDS_PER_MILLION = 15.0
+TARGET_RATIO = 1.2
+TARGET_PEAK_MB = 500.0
 BROKER_ID = "4821"
 FIRST = ["Anna", "Juan", "José", "Mary", "Danielle", "Eve", "Ivan", "Chen"]
 DOMAINS = ["Domain.com", "example.org", "mail.example.net", "Gmail.com", "corp.example"]
@@ -108,13 +111,17 @@ def cpu_delta(before: float | None, after: float | None) -> float | None:
     return None if before is None or after is None else after - before
 
 
-def baseline_run(url: str, consumers_path: Path, hashes_path: Path) -> dict[str, float | None]:
-    """Bare COPY of the pre-hashed rows into the equivalent tables: seconds and CPU."""
+def baseline_run(
+    url: str, csv_path: Path, consumers_path: Path, hashes_path: Path, broker_pk: int
+) -> dict[str, float | None]:
+    """The bare hash loop, then a bare COPY of its rows into the equivalent tables."""
+    started = time.perf_counter()
+    write_baseline_files(csv_path, consumers_path, hashes_path, broker_pk)
+    hash_seconds = time.perf_counter() - started
     with psycopg.connect(url) as conn, conn.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         pid = cursor.fetchone()[0]  # type: ignore[index]
         cpu_before = backend_cpu_seconds(pid)
-        started = time.perf_counter()
         for table, columns, path in (
             ("baseline_consumer", "id, broker_id, remote_identifier, remote_identifier_kind",
              consumers_path),
@@ -126,6 +133,7 @@ def baseline_run(url: str, consumers_path: Path, hashes_path: Path) -> dict[str,
         conn.commit()
         return {
             "seconds": time.perf_counter() - started,
+            "hash_loop_seconds": hash_seconds,
             "db_cpu_seconds": cpu_delta(cpu_before, backend_cpu_seconds(pid)),
         }
 
@@ -145,6 +153,63 @@ def import_run(url: str, csv_path: Path) -> dict[str, float | int]:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def tree_rss_mb(pid: int) -> float:
+    """Resident memory of a process and all its descendants, now (Linux /proc)."""
+    total_kb = 0
+    todo = [pid]
+    while todo:
+        current = todo.pop()
+        try:
+            for line in Path(f"/proc/{current}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total_kb += int(line.split()[1])
+            for task in Path(f"/proc/{current}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return total_kb / 1024
+
+
+class TreeMemorySampler:
+    """The peak of ``tree_rss_mb`` over the import, sampled every 50 ms in a thread: the
+    importing process and its hashing workers together. (``ru_maxrss`` of a spawned worker
+    is no help: Linux keeps the forked parent's peak across the exec.)"""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.peak_mb = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):
+            self.peak_mb = max(self.peak_mb, tree_rss_mb(os.getpid()))
+
+    def __enter__(self) -> TreeMemorySampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def table_sizes(url: str) -> dict[str, int]:
+    """Bytes on disk of each consumer table, with its indexes (after VACUUM)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE integrations_consumer, integrations_consumerhash")
+        sizes = {}
+        for table in ("integrations_consumer", "integrations_consumerhash"):
+            row = conn.execute(
+                "SELECT pg_table_size(%s::regclass), pg_indexes_size(%s::regclass)",
+                [table, table],
+            ).fetchone()
+            assert row is not None
+            sizes[f"{table}_table_bytes"], sizes[f"{table}_index_bytes"] = row
+        return sizes
+
+
 def child(csv_path: str) -> None:
     import io
     import resource
@@ -161,12 +226,14 @@ def child(csv_path: str) -> None:
     out = io.StringIO()
     cpu_before, py_before = backend_cpu_seconds(pid), time.process_time()
     started = time.perf_counter()
-    call_command("consumers", "import", "--broker", BROKER_ID, csv_path, "--json", stdout=out)
+    with TreeMemorySampler() as sampler:
+        call_command("consumers", "import", "--broker", BROKER_ID, csv_path, "--json", stdout=out)
     seconds = time.perf_counter() - started
     db_cpu = cpu_delta(cpu_before, backend_cpu_seconds(pid))
     py_cpu = time.process_time() - py_before
     counts = json.loads(out.getvalue())
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    own_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    peak_mb = max(own_mb, sampler.peak_mb)
     print(
         json.dumps(
             {
@@ -174,6 +241,12 @@ def child(csv_path: str) -> None:
                 "db_cpu_seconds": db_cpu,
                 "py_cpu_seconds": py_cpu,
                 "peak_mb": peak_mb,
+                "process_peak_mb": own_mb,
+                "tree_peak_mb": sampler.peak_mb,
+                "workers_cpu_seconds": (
+                    resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
+                    + resource.getrusage(resource.RUSAGE_CHILDREN).ru_stime
+                ),
                 "consumers_created": counts["consumers_created"],
                 "hashes_added": counts["hashes_added"],
                 "rows_rejected": counts["rows_rejected"],
@@ -203,6 +276,7 @@ def main() -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dropportal.settings")
     admin_execute(admin_url, f'CREATE DATABASE "{scratch}"')
     imports: list[dict[str, Any]] = []
+    sizes: dict[str, int] = {}
     baselines: list[dict[str, Any]] = []
     try:
         import django
@@ -228,11 +302,12 @@ def main() -> int:
             consumers_path = Path(directory) / "baseline_consumers.tsv"
             hashes_path = Path(directory) / "baseline_hashes.tsv"
             write_csv(csv_path, args.consumers, args.seed)
-            write_baseline_files(csv_path, consumers_path, hashes_path, broker.pk)
             csv_mb = csv_path.stat().st_size / 1e6
             for repeat in range(args.repeats):
                 fresh_start(url)
-                baselines.append(baseline_run(url, consumers_path, hashes_path))
+                baselines.append(
+                    baseline_run(url, csv_path, consumers_path, hashes_path, broker.pk)
+                )
                 fresh_start(url)
                 imports.append(import_run(url, csv_path))
                 print(
@@ -241,6 +316,7 @@ def main() -> int:
                     ),
                     flush=True,
                 )
+            sizes = table_sizes(url)  # what the last import left: bytes on disk per consumer
     finally:
         admin_execute(admin_url, f'DROP DATABASE IF EXISTS "{scratch}" WITH (FORCE)')
 
@@ -251,6 +327,7 @@ def main() -> int:
     baseline_cpu = [run["db_cpu_seconds"] for run in baselines if run["db_cpu_seconds"] is not None]
     peak_mb = max(float(run["peak_mb"]) for run in imports)
     ratio = baseline / seconds
+    target_seconds = TARGET_SECONDS_PER_MILLION * args.consumers / 1_000_000
     counts_correct = all(
         run["consumers_created"] == args.consumers
         and run["hashes_added"] == 2 * args.consumers
@@ -264,7 +341,7 @@ def main() -> int:
         "csv_mb": round(csv_mb, 1),
         "import_seconds": round(seconds, 2),
         "consumers_per_s": round(args.consumers / seconds),
-        "baseline": "bare COPY of the same rows, pre-hashed, into equivalent tables",
+        "baseline": "bare hash loop, then bare COPY of its rows into equivalent tables",
         "baseline_seconds": round(baseline, 2),
         "ratio": round(ratio, 3),
         # Each pair ran back to back, so a pair's ratio suffers less from other load.
@@ -276,17 +353,23 @@ def main() -> int:
         # machine. The import's Python work (py_cpu) runs on the other core meanwhile.
         "import_db_cpu_seconds": round(min(db_cpu), 2) if db_cpu else None,
         "import_py_cpu_seconds": round(float(best["py_cpu_seconds"]), 2),
+        "import_workers_cpu_seconds": round(float(best["workers_cpu_seconds"]), 2),
+        "baseline_hash_loop_seconds": round(
+            min(float(run["hash_loop_seconds"]) for run in baselines), 2
+        ),
         "baseline_db_cpu_seconds": round(min(baseline_cpu), 2) if baseline_cpu else None,
         "cpu_ratio": round(min(baseline_cpu) / min(db_cpu), 3) if db_cpu and baseline_cpu else None,
         "peak_mb": round(peak_mb, 1),
-        "target_seconds": TARGET_SECONDS,
+        "disk_bytes_per_consumer": round(sum(sizes.values()) / args.consumers),
+        "disk": sizes,
+        "target_seconds": target_seconds,
         "target_ratio": TARGET_RATIO,
         "target_peak_mb": TARGET_PEAK_MB,
         "counts_correct": counts_correct,
         "target_met": counts_correct
-        and seconds <= TARGET_SECONDS
+        and seconds <= target_seconds
         and ratio >= TARGET_RATIO
-        and peak_mb < TARGET_PEAK_MB,
+        and peak_mb <= TARGET_PEAK_MB,
     }
     print(json.dumps(result))
     return 0 if result["target_met"] else 1

@@ -101,6 +101,9 @@ DROPPORTAL_AUTO_REPORT = env.bool("DROPPORTAL_AUTO_REPORT", default=True)
 # A failed outcome is redispatched automatically this many hours after it was recorded (at
 # most 3 times a request); 0: only staff redispatch (docs/contracts.md §5.3: off by default).
 DROPPORTAL_AUTO_REDISPATCH_HOURS = env.int("DROPPORTAL_AUTO_REDISPATCH_HOURS", default=0)
+# An S3-compatible store (MinIO, Ceph...) for `consumers import s3://...`; empty: AWS S3.
+# Credentials come from boto3's usual chain (AWS_* variables, ~/.aws, an instance role).
+DROPPORTAL_S3_ENDPOINT_URL = env.str("DROPPORTAL_S3_ENDPOINT_URL", default="")
 
 _public_host = urlsplit(DROPPORTAL_PUBLIC_URL).hostname or "127.0.0.1"
 ALLOWED_HOSTS: list[str] = env.list(

@@ -41,6 +41,8 @@ class LedgerKind(StrEnum):
     WORK_ITEM_STATUS_SETTLED = "work_item.status_settled"  # a status settled by outcomes (SQL)
     CONSUMERS_REGISTERED = "consumers.registered"  # a batch of consumers registered
     CONSUMER_FORGOTTEN = "consumer.forgotten"  # a consumer's identifiers erased
+    # a full file replaced the broker's set of a kind: how many consumers it forgot (no values)
+    CONSUMERS_REPLACED = "consumers.replaced"
 
     # -- deletion requests (the delivery loop composes its events: ledger_kind_compose)
     DELETION_REQUESTS_CREATED = "deletion_requests.created"  # requests created for matches

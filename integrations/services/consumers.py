@@ -33,9 +33,8 @@ How, and why so:
 from __future__ import annotations
 
 import queue
-import re
 import threading
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,15 +45,24 @@ from django.db.models import Count
 from integrations.drop.registration import (
     DEFAULT_KIND,
     ConsumerRecord,
+    EncodedBatch,
     RejectedRecord,
+    encode_batch,
 )
 from integrations.ledger_kinds import LedgerKind
-from integrations.models import Broker, Consumer, ConsumerHash
+from integrations.models import (
+    Broker,
+    Consumer,
+    ConsumerHash,
+    DeletionRequest,
+    ResolutionRequest,
+)
 from integrations.services.ledger import ledger_event_append
 from integrations.services.matching import consumer_hashes_match_late
 
 NEW_CONSUMER_HASHES = "new_consumer_hashes"
 CHUNK_ROWS = 250_000  # hash rows staged and merged per round
+DEFAULT_MAX_FORGET = 0.05  # replace refuses to forget more of the set than this, unforced
 REJECTED_KEPT = 10_000  # rejected records kept in the result (an API call has at most 10,000)
 # pg_advisory_xact_lock(int, int): the first key names the lock's purpose ("cons"), the
 # second is the broker's primary key.
@@ -63,6 +71,18 @@ _REGISTRATION_LOCK = 0x636F6E73
 
 class RegistrationBusy(Exception):
     """Another registration for the same broker held the lock past ``lock_timeout``."""
+
+
+class ReplaceRefused(Exception):
+    """``replace`` would forget more than ``max_forget`` of the set, without ``force``."""
+
+    def __init__(self, *, forgotten: int, before: int, max_forget: float) -> None:
+        super().__init__(
+            f"--replace would forget {forgotten:,} of {before:,} consumers "
+            f"({forgotten / before:.1%}), more than --max-forget {max_forget:.1%}"
+        )
+        self.forgotten = forgotten
+        self.before = before
 
 
 class RegistrationRefused(Exception):
@@ -85,6 +105,7 @@ class ConsumerRegistration:
     kinds_changed: int = 0
     hashes_received: int = 0
     hashes_added: int = 0
+    consumers_forgotten: int = 0  # by replace: the set's consumers the source did not list
     rejected: list[RejectedRecord] = field(default_factory=list)  # the first REJECTED_KEPT
 
     @property
@@ -106,6 +127,7 @@ class ConsumerRegistration:
             "hashes_received": self.hashes_received,
             "hashes_added": self.hashes_added,
             "hashes_unchanged": self.hashes_unchanged,
+            "consumers_forgotten": self.consumers_forgotten,
         }
 
 
@@ -117,13 +139,27 @@ class ConsumerRegistration:
 def consumers_register(
     *,
     broker: Broker,
-    rows: Iterable[ConsumerRecord | RejectedRecord],
+    rows: Iterable[ConsumerRecord | RejectedRecord | EncodedBatch],
     actor: str,
     source: str,
     strict: bool = False,
     lock_timeout: float | None = None,
+    replace: bool = False,
+    max_forget: float = DEFAULT_MAX_FORGET,
+    force: bool = False,
+    files: Callable[[], list[dict[str, Any]]] | None = None,
 ) -> ConsumerRegistration:
     """Register ``rows`` for ``broker`` in one transaction; return the counts.
+
+    ``replace``: ``rows`` are the broker's whole set of the kinds they carry; the
+    broker's consumers of those kinds that ``rows`` do not list are forgotten (hashes
+    deleted, requests keep their copy of the pointer). A full set must be whole, so
+    ``replace`` is ``strict``; and unless ``force``, it is refused (``ReplaceRefused``,
+    nothing written) when it would forget more than ``max_forget`` (a fraction) of the
+    consumers of those kinds that existed before.
+
+    ``files``: called once the rows are read, it describes the files they came from
+    (name, size, SHA-256) for the ledger event.
 
     Rejected records are counted (and the first ``REJECTED_KEPT`` kept); the accepted ones
     are written unless ``strict``, where one rejected record refuses the whole call
@@ -131,6 +167,7 @@ def consumers_register(
     (``file:consumers.csv``, ``api``). Raises ``RegistrationBusy`` when ``lock_timeout``
     seconds pass while another registration for the broker runs.
     """
+    strict = strict or replace
     result = ConsumerRegistration(source=source, strict=strict)
     with transaction.atomic(), connection.cursor() as cursor:
         registration_lock(cursor, broker=broker, timeout=lock_timeout)
@@ -142,8 +179,19 @@ def consumers_register(
             for staged in rounds:
                 _stage(cursor, staged)
                 _merge(cursor, broker=broker, result=result, kinds_given=staged.kinds_given)
+                if replace:
+                    cursor.execute(_SEEN_INSERT)
         if strict and result.rows_rejected:
             raise RegistrationRefused(result)  # rolls the transaction back
+        if replace:
+            _forget_unlisted(
+                cursor,
+                broker=broker,
+                result=result,
+                actor=actor,
+                max_forget=max_forget,
+                force=force,
+            )
 
         cursor.execute("SELECT count(*) FROM new_consumer_hashes")
         result.hashes_added = cursor.fetchone()[0]
@@ -159,7 +207,12 @@ def consumers_register(
             broker_id=broker.broker_id,
             subject=source,
             actor=actor,
-            data={"source": source, "strict": strict, **result.counts()},
+            data={
+                "source": source,
+                "strict": strict,
+                **result.counts(),
+                **({"files": files()} if files is not None else {}),
+            },
         )
         cursor.execute(_DROP_TABLES)
     return result
@@ -190,21 +243,12 @@ class _Round:
     kinds_given: bool  # some row names a remote_identifier_kind
 
 
-# COPY's text format: backslash, tab, newline and carriage return are escaped.
-_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
-_NEEDS_ESCAPE = re.compile(r"[\\\t\n\r]")
-_COPY_NULL = "\\N"
-
-
-def _copy_text(value: str) -> str:
-    return value.translate(_COPY_ESCAPES) if _NEEDS_ESCAPE.search(value) else value
-
-
 def _rounds(
-    records: Iterable[ConsumerRecord | RejectedRecord], result: ConsumerRegistration
+    items: Iterable[ConsumerRecord | RejectedRecord | EncodedBatch], result: ConsumerRegistration
 ) -> Iterator[_Round]:
-    """Encode the records' hashes as COPY data, in rounds of about ``CHUNK_ROWS`` rows.
+    """Gather the records' staging rows (COPY text) in rounds of about ``CHUNK_ROWS`` rows.
 
+    ``items`` are records (the API) or batches already encoded by hashing workers (files).
     Counts every record into ``result``. Under ``strict``, staging stops at the first
     rejected record (the call will be refused) but reading goes on, to report them all.
     """
@@ -213,27 +257,23 @@ def _rounds(
     rows = 0
     kinds_given = False
     staging = True
-    for record in records:
-        result.rows_read += 1
-        if isinstance(record, RejectedRecord):
-            result.rows_rejected += 1
-            if len(result.rejected) < REJECTED_KEPT:
-                result.rejected.append(record)
+    for item in items:
+        batch = item if isinstance(item, EncodedBatch) else encode_batch((item,))
+        result.rows_read += batch.records
+        result.hashes_received += batch.hashes
+        if batch.rejected:
+            result.rows_rejected += len(batch.rejected)
+            room = REJECTED_KEPT - len(result.rejected)
+            if room > 0:
+                result.rejected.extend(batch.rejected[:room])
             if result.strict:
                 staging = False
                 data, rows = bytearray(), 0
-            continue
-        result.hashes_received += len(record.hashes)
         if not staging:
             continue
-        kind = record.remote_identifier_kind
-        if kind is not None:
-            kinds_given = True
-        copy_kind = _COPY_NULL if kind is None else _copy_text(kind)
-        prefix = f"{record.position}\t{_copy_text(record.remote_identifier)}\t{copy_kind}\t"
-        for list_type, digest in record.hashes:
-            data += f"{prefix}{list_type}\t\\\\x{digest.hex()}\n".encode()
-        rows += len(record.hashes)
+        data += batch.copy_data
+        rows += batch.hash_rows
+        kinds_given = kinds_given or batch.kinds_given
         if rows >= CHUNK_ROWS:
             yield _Round(data, kinds_given)
             data, rows, kinds_given = bytearray(), 0, False
@@ -290,8 +330,11 @@ def _read_ahead(rounds: Iterator[_Round]) -> Generator[_Round, None, None]:
 # one index probe, whatever the table's size or its statistics (which do not yet count the
 # rows this transaction wrote).
 _CREATE_TABLES = """
+CREATE TEMP SEQUENCE consumer_registration_line;
 CREATE TEMP TABLE consumer_registration_staging (
-    line bigint NOT NULL,
+    -- The row's ordinal in the call (COPY takes rows in order): files restart their line
+    -- numbers, and the last row naming a kind gives the pointer's kind.
+    line bigint NOT NULL DEFAULT nextval('consumer_registration_line'),
     remote_identifier text NOT NULL,
     remote_identifier_kind text,
     hash_type text NOT NULL,
@@ -305,14 +348,39 @@ CREATE TEMP TABLE consumer_registration_pointers (
     created boolean NOT NULL DEFAULT false
 ) ON COMMIT DROP;
 CREATE TEMP TABLE new_consumer_hashes (consumer_hash_id bigint NOT NULL) ON COMMIT DROP;
+CREATE TEMP TABLE consumer_registration_seen (consumer_id bigint NOT NULL) ON COMMIT DROP;
 """
 _DROP_TABLES = (
     "DROP TABLE IF EXISTS consumer_registration_staging, consumer_registration_pointers,"
-    " new_consumer_hashes"
+    " new_consumer_hashes, consumer_registration_seen, consumer_registration_forgotten;"
+    " DROP SEQUENCE IF EXISTS consumer_registration_line"
 )
+# replace: every consumer the source listed, existing or created in this round.
+_SEEN_INSERT = """
+INSERT INTO consumer_registration_seen (consumer_id)
+SELECT consumer_id FROM consumer_registration_pointers WHERE consumer_id IS NOT NULL
+"""
+# The broker's consumers of the kinds the source carries that it did not list. One
+# anti-join over the broker's consumers (its unique index starts with broker).
+_FORGOTTEN_CREATE = """
+CREATE TEMP TABLE consumer_registration_forgotten ON COMMIT DROP AS
+SELECT c.id FROM integrations_consumer c
+ WHERE c.broker_id = %(broker)s
+   AND c.remote_identifier_kind IN (
+        SELECT DISTINCT l.remote_identifier_kind FROM integrations_consumer l
+          JOIN consumer_registration_seen s ON s.consumer_id = l.id)
+   AND NOT EXISTS (SELECT 1 FROM consumer_registration_seen s WHERE s.consumer_id = c.id)
+"""
+_SET_BEFORE = """
+SELECT count(*) FROM integrations_consumer c
+ WHERE c.broker_id = %(broker)s
+   AND c.remote_identifier_kind IN (
+        SELECT DISTINCT l.remote_identifier_kind FROM integrations_consumer l
+          JOIN consumer_registration_seen s ON s.consumer_id = l.id)
+"""
 _STAGE = (
     "COPY consumer_registration_staging"
-    " (line, remote_identifier, remote_identifier_kind, hash_type, hash) FROM STDIN"
+    " (remote_identifier, remote_identifier_kind, hash_type, hash) FROM STDIN"
 )
 # The round's pointers, each with its consumer if it exists. The last row naming a kind
 # gives the pointer's kind.
@@ -390,6 +458,66 @@ def _merge(cursor: Any, *, broker: Broker, result: ConsumerRegistration, kinds_g
     cursor.execute(_CONSUMERS_INSERT, params)
     result.consumers_created += cursor.rowcount
     cursor.execute(_HASHES_INSERT, params)
+
+
+def _forget_unlisted(
+    cursor: Any,
+    *,
+    broker: Broker,
+    result: ConsumerRegistration,
+    actor: str,
+    max_forget: float,
+    force: bool,
+) -> None:
+    """replace: forget the set's consumers the source did not list, within the guard."""
+    params = {"broker": broker.pk}
+    cursor.execute("ANALYZE consumer_registration_seen")
+    cursor.execute(_FORGOTTEN_CREATE, params)
+    forgotten = cursor.rowcount
+    cursor.execute(_SET_BEFORE, params)
+    # The set as it was: what is there now, less what this import created.
+    before = cursor.fetchone()[0] - result.consumers_created
+    if forgotten and not force and forgotten > max_forget * before:
+        raise ReplaceRefused(forgotten=forgotten, before=before, max_forget=max_forget)
+    if not forgotten:
+        return
+    for model in (DeletionRequest, ResolutionRequest):
+        # Requests already made keep their copy of the pointer (as consumer_forget does).
+        cursor.execute(
+            f"UPDATE {model._meta.db_table} SET consumer_id = NULL"  # noqa: S608 (a model's table)
+            " WHERE consumer_id IN (SELECT id FROM consumer_registration_forgotten)"
+        )
+    cursor.execute(
+        "DELETE FROM integrations_consumerhash h USING consumer_registration_forgotten f"
+        " WHERE h.broker_id = %(broker)s AND h.consumer_id = f.id",
+        params,
+    )
+    hashes_removed = cursor.rowcount
+    cursor.execute(
+        "DELETE FROM integrations_consumer c USING consumer_registration_forgotten f"
+        " WHERE c.id = f.id"
+    )
+    result.consumers_forgotten = forgotten
+    cursor.execute(
+        "SELECT DISTINCT l.remote_identifier_kind FROM integrations_consumer l"
+        " JOIN consumer_registration_seen s ON s.consumer_id = l.id ORDER BY 1"
+    )
+    kinds = [kind for (kind,) in cursor.fetchall()]
+    ledger_event_append(
+        kind=LedgerKind.CONSUMERS_REPLACED,
+        broker_id=broker.broker_id,
+        subject=result.source,
+        actor=actor,
+        data={
+            "source": result.source,
+            "remote_identifier_kinds": kinds,
+            "consumers_before": before,
+            "consumers_forgotten": forgotten,
+            "hashes_removed": hashes_removed,
+            "max_forget": max_forget,
+            "forced": force and forgotten > max_forget * before,
+        },
+    )
 
 
 # ---------------------------------------------------------------------------------------

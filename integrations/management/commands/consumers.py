@@ -1,146 +1,248 @@
-"""``manage.py consumers import``: register a broker's consumers from a CSV file.
+"""``manage.py consumers import``: register a broker's consumers from files or a bucket.
 
     manage.py consumers import --broker 4821 consumers.csv [--hashed] [--strict] [--json]
+    manage.py consumers import --broker 4821 s3://exports/consumers/ [--format parquet]
 
-Clear files have ``remote_identifier`` first, then any of ``remote_identifier_kind, email,
-phone, first_name, last_name, dob, zip, vin, maid, ctvid``; ``--hashed`` files have
-``remote_identifier, hash_type, hash`` (Base64). ``-`` reads standard input.
+SOURCE is a path, ``-`` (standard input), ``s3://bucket/key`` or ``s3://bucket/prefix/``
+(every object under it, in name order, as one import). Formats: CSV, gzip CSV, Parquet,
+from each name or ``--format``. Clear files have ``remote_identifier`` first, then any of
+``remote_identifier_kind, email, phone, first_name, last_name, dob, zip, vin, maid, ctvid``;
+``--hashed`` files have ``remote_identifier, hash_type, hash`` (Base64).
 
-The header is checked before anything is written. Each bad row is reported on stderr with
-its line number and reason (never its values); the good rows are imported, unless
-``--strict``, where one bad row refuses the whole file. The whole file is one transaction,
-and importing it again changes nothing. A progress bar (bytes read) shows on a terminal.
+Each header is checked before its rows are read. Each bad row is reported on stderr with
+its line (Parquet: row) and reason (never its values); the good rows are imported, unless
+``--strict``, where one bad row refuses the whole import. The whole import is one
+transaction, and importing it again changes nothing. A progress bar shows on a terminal.
 """
 
 from __future__ import annotations
 
-import io
-import os
+import argparse
+import logging
 import sys
+import time
 from collections.abc import Iterator
+from concurrent.futures.process import BrokenProcessPool
 from typing import IO, Any
 
+from django.conf import settings
 from django.core.management.base import CommandError
 from tqdm import tqdm
 
-from integrations.drop.registration import (
-    ConsumerCsvReader,
-    ConsumerRecord,
-    RegistrationFileError,
-    RejectedRecord,
-)
+from integrations.drop.registration import EncodedBatch, RegistrationFileError
+from integrations.drop.sources import FORMATS, ConsumerSource, SourceError, consumer_sources
 from integrations.management.base import DropportalCommand, broker_or_error
 from integrations.services.consumers import (
+    DEFAULT_MAX_FORGET,
     ConsumerRegistration,
     RegistrationRefused,
+    ReplaceRefused,
     consumers_register,
 )
 
 
-class _CountingReader(io.RawIOBase):
-    """A binary file that advances a progress bar by the bytes read through it."""
+def _percentage(text: str) -> float:
+    try:
+        value = float(text.rstrip("%"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a percentage: {text!r}") from None
+    if not 0 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 100, not {text!r}")
+    return value
 
-    def __init__(self, raw: IO[bytes], bar: tqdm) -> None:
-        self._raw = raw
-        self._bar = bar
 
-    def readable(self) -> bool:
-        return True
+log = logging.getLogger(__name__)
+_LOG_EVERY_ROWS = 1_000_000  # without a size (standard input): a log line per this many rows
 
-    def readinto(self, buffer: Any) -> int:
-        count = self._raw.readinto(buffer)  # type: ignore[attr-defined]
-        if count:
-            self._bar.update(count)
-        return count or 0
+
+class _Progress:
+    """How far the import has read: a bar on a terminal (bytes, with rows per second),
+    otherwise one log line per 10 % of the bytes (per million rows when the size is
+    unknown)."""
+
+    def __init__(self, bar: tqdm, name: str, total: int | None) -> None:
+        self.bar = bar
+        self.name = name
+        self.total = total
+        self.bytes = 0
+        self.rows = 0
+        self.started = time.monotonic()
+        self._next_tenth = 1
+
+    def rate(self) -> float:
+        elapsed = time.monotonic() - self.started
+        return self.rows / elapsed if elapsed > 0 else 0.0
+
+    def read(self, count: int) -> None:
+        self.bar.update(count)
+        self.bytes += count
+        if not self.bar.disable or not self.total:
+            return
+        while self._next_tenth <= 10 and self.bytes * 10 >= self._next_tenth * self.total:
+            log.info(
+                "%s: %d %% read, %s rows, %s rows/s",
+                self.name,
+                self._next_tenth * 10,
+                f"{self.rows:,}",
+                f"{self.rate():,.0f}",
+            )
+            self._next_tenth += 1
+
+    def rows_read(self, count: int) -> None:
+        before, self.rows = self.rows, self.rows + count
+        if not self.bar.disable:
+            self.bar.set_postfix_str(f"{self.rate():,.0f} rows/s", refresh=False)
+        elif not self.total and before // _LOG_EVERY_ROWS != self.rows // _LOG_EVERY_ROWS:
+            log.info("%s: %s rows, %s rows/s", self.name, f"{self.rows:,}", f"{self.rate():,.0f}")
 
 
 class Command(DropportalCommand):
-    help = "Register a broker's consumers from a CSV file."
+    help = "Register a broker's consumers from a file, standard input or an S3 bucket."
 
     def add_subcommands(self, subparsers: Any) -> None:
         imports = subparsers.add_parser(
-            "import", help="import consumers from a CSV file (clear or --hashed)"
+            "import", help="import consumers from CSV, gzip CSV or Parquet (clear or --hashed)"
         )
         imports.add_argument("--broker", required=True, help="broker id, 4 digits")
-        imports.add_argument("file", help="CSV file, or - for standard input")
+        imports.add_argument(
+            "source",
+            help="a file, - for standard input, s3://bucket/key, or s3://bucket/prefix/ "
+            "(every object under it, in name order)",
+        )
+        imports.add_argument(
+            "--format",
+            choices=FORMATS,
+            help="the files' format (default: from each name; standard input: csv)",
+        )
         imports.add_argument(
             "--hashed",
             action="store_true",
             help="columns remote_identifier, hash_type, hash (44-character Base64)",
         )
         imports.add_argument(
-            "--strict", action="store_true", help="refuse the whole file if any row is bad"
+            "--strict", action="store_true", help="refuse the whole import if any row is bad"
+        )
+        imports.add_argument(
+            "--replace",
+            action="store_true",
+            help="the source is the broker's whole set of the kinds it carries: consumers "
+            "of those kinds missing from it are forgotten (implies --strict)",
+        )
+        imports.add_argument(
+            "--max-forget",
+            type=_percentage,
+            default=DEFAULT_MAX_FORGET * 100,
+            metavar="PCT",
+            help="--replace refuses to forget more than this share of the set "
+            "(default %(default)g %%)",
+        )
+        imports.add_argument(
+            "--force", action="store_true", help="--replace: forget past --max-forget"
         )
         imports.add_argument("--json", action="store_true")
 
     def handle_import(self, **options: Any) -> None:
         broker = broker_or_error(options["broker"])
-        path: str = options["file"]
-        name = "stdin" if path == "-" else os.path.basename(path)
-        raw, size = self._open(path)
-        err = getattr(self.stderr, "_out", sys.stderr)  # tqdm draws with \r: the bare stream
-        # disable=None: no bar unless stderr is a terminal.
-        with (
-            raw,
-            tqdm(
-                total=size,
-                unit="B",
-                unit_scale=True,
-                desc=name,
-                file=err,
-                disable=None,
-                leave=False,
-            ) as bar,
-        ):
-            text = io.TextIOWrapper(
-                io.BufferedReader(_CountingReader(raw, bar), buffer_size=1 << 20),
-                encoding="utf-8-sig",
-                errors="surrogateescape",  # a row with bytes that are not UTF-8 is rejected alone
-                newline="",
+        spec: str = options["source"]
+        try:
+            sources = consumer_sources(
+                spec, format=options["format"], endpoint_url=settings.DROPPORTAL_S3_ENDPOINT_URL
             )
-            try:
-                reader = ConsumerCsvReader(text, hashed=options["hashed"])
-            except RegistrationFileError as exc:
-                raise CommandError(f"{name}: {exc}; nothing was imported") from None
+        except SourceError as exc:
+            raise CommandError(f"{exc}; nothing was imported") from None
+        name = sources[0].name if len(sources) == 1 else spec
+        sizes = [source.size for source in sources]
+        total = None if None in sizes else sum(s or 0 for s in sizes)
+        err = getattr(self.stderr, "_out", sys.stderr)  # tqdm draws with \r: the bare stream
+        reading: list[ConsumerSource] = []  # the sources read so far, the last one being read
+        started = time.monotonic()
+        # disable=None: no bar unless stderr is a terminal.
+        with tqdm(
+            total=total,
+            unit="B",
+            unit_scale=True,
+            desc=name,
+            file=err,
+            disable=None,
+            leave=False,
+        ) as bar:
+            progress = _Progress(bar, name, total)
             try:
                 result = consumers_register(
                     broker=broker,
-                    rows=self._reporting(reader, bar, err),
+                    rows=self._records(sources, options["hashed"], progress, err, reading),
+                    files=lambda: [
+                        {
+                            "name": s.name,
+                            # Standard input has no size but what was read from it.
+                            "size": s.bytes_read if s.size is None else s.size,
+                            "sha256": s.finish_digest(),
+                        }
+                        for s in reading
+                    ],
                     actor=self.actor(),
-                    source=f"file:{name}",
+                    source=f"file:{name}" if not spec.startswith("s3://") else spec,
                     strict=options["strict"],
+                    replace=options["replace"],
+                    max_forget=options["max_forget"] / 100,
+                    force=options["force"],
                 )
             except RegistrationRefused as refused:
                 raise CommandError(
                     f"{name}: {refused.result.rows_rejected} of {refused.result.rows_read} "
-                    "rows rejected; --strict: nothing was imported"
+                    f"rows rejected; {'--replace' if options['replace'] else '--strict'}: "
+                    "nothing was imported"
                 ) from None
-            except OSError as exc:
-                raise CommandError(f"{name}: read failed: {exc}; nothing was imported") from None
-        self._summary(result, name, broker.broker_id, options["json"])
-
-    def _open(self, path: str) -> tuple[IO[bytes], int | None]:
-        if path == "-":
-            return os.fdopen(os.dup(sys.stdin.fileno()), "rb", buffering=0), None
-        try:
-            raw = open(path, "rb", buffering=0)  # noqa: SIM115 (closed by handle_import)
-        except OSError as exc:
-            raise CommandError(f"cannot read {path}: {exc.strerror}") from None
-        return raw, os.fstat(raw.fileno()).st_size
+            except ReplaceRefused as refused:
+                raise CommandError(
+                    f"{name}: {refused}; nothing was imported (--force forgets them)"
+                ) from None
+            except (RegistrationFileError, SourceError) as exc:
+                raise CommandError(f"{reading[-1].name}: {exc}; nothing was imported") from None
+            except BrokenProcessPool as exc:
+                raise CommandError(
+                    f"{reading[-1].name}: a hashing worker process stopped ({exc}); "
+                    "nothing was imported"
+                ) from None
+            except (OSError, EOFError) as exc:  # a truncated gzip stream ends in EOFError
+                raise CommandError(
+                    f"{reading[-1].name}: read failed: {exc}; nothing was imported"
+                ) from None
+        seconds = time.monotonic() - started
+        self._summary(result, name, broker.broker_id, options["json"], seconds)
 
     @staticmethod
-    def _reporting(
-        records: ConsumerCsvReader, bar: tqdm, err: IO[str]
-    ) -> Iterator[ConsumerRecord | RejectedRecord]:
-        """Pass the records on, reporting each rejected one as it is read."""
-        for record in records:
-            if isinstance(record, RejectedRecord):
-                bar.write(f"line {record.position}: {record.reason}", file=err)
-            yield record
+    def _records(
+        sources: list[ConsumerSource],
+        hashed: bool,
+        progress: _Progress,
+        err: IO[str],
+        reading: list[ConsumerSource],
+    ) -> Iterator[EncodedBatch]:
+        """Every source's rows in turn, each rejected one reported as it is read."""
+        for source in sources:
+            reading.append(source)
+            # Several files: a rejected row is named by its file too.
+            prefix = f"{source.name} " if len(sources) > 1 else ""
+            where = "row" if source.format == "parquet" else "line"
+            with source.open_records(hashed=hashed, on_read=progress.read) as batches:
+                for batch in batches:
+                    progress.rows_read(batch.records)
+                    for record in batch.rejected:
+                        progress.bar.write(
+                            f"{prefix}{where} {record.position}: {record.reason}", file=err
+                        )
+                    yield batch
 
     def _summary(
-        self, result: ConsumerRegistration, name: str, broker_id: str, as_json: bool
+        self,
+        result: ConsumerRegistration,
+        name: str,
+        broker_id: str,
+        as_json: bool,
+        seconds: float,
     ) -> None:
+        rate = result.rows_read / seconds if seconds > 0 else 0.0
         if as_json:
             self.print_json(
                 {
@@ -148,6 +250,8 @@ class Command(DropportalCommand):
                     "broker_id": broker_id,
                     "strict": result.strict,
                     **result.counts(),
+                    "seconds": round(seconds, 3),
+                    "rows_per_second": round(rate),
                     "rejected": [
                         {
                             "line": r.position,
@@ -165,5 +269,10 @@ class Command(DropportalCommand):
             f"{result.hashes_added:,} hashes added, {result.hashes_unchanged:,} already "
             f"registered"
             + (f", {result.kinds_changed:,} kinds changed" if result.kinds_changed else "")
-            + "."
+            + (
+                f", {result.consumers_forgotten:,} forgotten (--replace)"
+                if result.consumers_forgotten
+                else ""
+            )
+            + f"; {seconds:,.1f} s, {rate:,.0f} rows/s."
         )

@@ -1,0 +1,189 @@
+"""The bulk path of ``consumers import``: hashed on every core, staged in rounds, all or
+nothing even when the process is killed, idempotent, and late matches found at the end."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import logging
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+
+from devtools.drop_simulator import work_items
+from integrations.drop import registration
+from integrations.models import Broker, Consumer, ConsumerHash, DeletionRequest, LedgerEvent
+from integrations.services import consumers as consumer_services
+from integrations.services.drop import drop_zip_import
+from tests.conftest import subprocess_env
+from tests.drop_cycle import drop_zip, webhook, write_zip
+
+ITEMS = list(work_items(4))
+OTHERS = list(work_items(300, start=1000))  # hashes DROP did not send
+
+
+def run(*args: str) -> dict[str, Any]:
+    out = io.StringIO()
+    call_command(
+        "consumers", "import", "--broker", "4821", *args, "--json", stdout=out,
+        stderr=io.StringIO(),
+    )  # fmt: skip
+    return json.loads(out.getvalue())
+
+
+def hashed_file(tmp_path: Path) -> Path:
+    """300 consumers DROP does not know and, in the middle, two it sent (ITEMS 1 and 3)."""
+    lines = [f"N-{i},email,{digest}\n" for i, (_, digest) in enumerate(OTHERS)]
+    lines.insert(120, f"LATE-1,email,{ITEMS[1][1]}\n")
+    lines.insert(250, f"LATE-3,phone,{ITEMS[3][1]}\n")
+    path = tmp_path / "nightly.csv.gz"
+    path.write_bytes(
+        gzip.compress(("remote_identifier,hash_type,hash\n" + "".join(lines)).encode())
+    )
+    return path
+
+
+@pytest.fixture
+def many_rounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small rounds and batches: the pool starts, and rounds merge one after another."""
+    monkeypatch.setattr(registration, "PARALLEL_BATCH_ROWS", 40)
+    monkeypatch.setattr(consumer_services, "CHUNK_ROWS", 50)
+
+
+@pytest.mark.django_db
+def test_a_bulk_import_finds_its_late_matches_in_one_join_at_the_end(
+    broker: Broker, tmp_path: Path, many_rounds: None
+) -> None:
+    webhook(broker)
+    package = drop_zip(broker, {"Email": [ITEMS[0], ITEMS[1]], "Phone": [ITEMS[2], ITEMS[3]]})
+    drop_zip_import(broker=broker, path=write_zip(tmp_path, package), actor="test")
+    assert not DeletionRequest.objects.exists()
+
+    summary = run(str(hashed_file(tmp_path)), "--hashed")
+
+    assert summary["hashes_added"] == 302
+    late = DeletionRequest.objects.order_by("remote_identifier")
+    assert [(r.remote_identifier, r.work_item.work_item_id, r.late_match) for r in late] == [
+        ("LATE-1", ITEMS[1][0], True),
+        ("LATE-3", ITEMS[3][0], True),
+    ]
+    assert LedgerEvent.objects.get(kind="drop.late_matched").data["deletion_requests"] == 2
+
+
+@pytest.mark.django_db
+def test_the_same_bulk_import_twice_changes_nothing(
+    broker: Broker, tmp_path: Path, many_rounds: None
+) -> None:
+    path = str(hashed_file(tmp_path))
+    first = run(path, "--hashed")
+    before = list(ConsumerHash.objects.order_by("pk").values_list("pk", "consumer_id", "hash"))
+    consumers = list(Consumer.objects.order_by("pk").values_list("pk", "remote_identifier"))
+    again = run(path, "--hashed")
+    assert (first["consumers_created"], first["hashes_added"]) == (302, 302)
+    assert (again["consumers_created"], again["hashes_added"], again["hashes_unchanged"]) == (
+        0,
+        0,
+        302,
+    )
+    assert list(ConsumerHash.objects.order_by("pk").values_list("pk", "consumer_id", "hash")) == (
+        before
+    )
+    assert list(Consumer.objects.order_by("pk").values_list("pk", "remote_identifier")) == (
+        consumers
+    )
+
+
+KILLED_IMPORT = """
+import os, signal, sys
+import django
+django.setup()
+from django.core.management import call_command
+from integrations.drop import registration
+from integrations.services import consumers
+
+registration.PARALLEL_BATCH_ROWS = 40
+consumers.CHUNK_ROWS = 50
+merge = consumers._merge
+merged = []
+
+def merge_then_die(*args, **kwargs):
+    merge(*args, **kwargs)
+    merged.append(1)
+    if len(merged) == 3:  # three rounds are in the tables, uncommitted: killed here
+        print("killing", flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+consumers._merge = merge_then_die
+call_command("consumers", "import", "--broker", "4821", sys.argv[1], "--hashed")
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_import_killed_midway_keeps_nothing(broker: Broker, tmp_path: Path) -> None:
+    path = str(hashed_file(tmp_path))
+    killed = subprocess.run(  # noqa: S603
+        [sys.executable, "-c", KILLED_IMPORT, path],
+        env={**subprocess_env(), "DJANGO_SETTINGS_MODULE": "dropportal.settings"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert "killing" in killed.stdout
+    assert not Consumer.objects.exists()
+    assert not ConsumerHash.objects.exists()
+    assert not LedgerEvent.objects.filter(kind="consumers.registered").exists()
+    # Nothing is left locked either: the same import now runs whole.
+    assert run(path, "--hashed")["hashes_added"] == 302
+
+
+@pytest.mark.django_db
+def test_progress_is_logged_per_tenth_and_the_ledger_names_the_file_and_its_digest(
+    broker: Broker, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = hashed_file(tmp_path)
+    caplog.set_level(logging.INFO, logger="integrations.management.commands.consumers")
+    run(str(path), "--hashed")  # stderr is not a terminal: no bar, log lines instead
+    tenths = [r.getMessage() for r in caplog.records if " % read, " in r.getMessage()]
+    assert [line.split(": ")[1].split(" %")[0] for line in tenths] == [
+        str(10 * n) for n in range(1, 11)
+    ]
+    assert all(line.startswith("nightly.csv.gz: ") for line in tenths)
+    event = LedgerEvent.objects.get(kind="consumers.registered")
+    assert event.data["files"] == [
+        {
+            "name": "nightly.csv.gz",
+            "size": path.stat().st_size,
+            "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        }
+    ]
+
+
+@pytest.mark.django_db
+def test_replace_forgets_a_matched_consumer_and_its_request_keeps_the_pointer(
+    broker: Broker, tmp_path: Path
+) -> None:
+    webhook(broker)
+    package = drop_zip(broker, {"Email": [ITEMS[0], ITEMS[1]], "Phone": [ITEMS[2], ITEMS[3]]})
+    drop_zip_import(broker=broker, path=write_zip(tmp_path, package), actor="test")
+    run(str(hashed_file(tmp_path)), "--hashed")
+    without_late_1 = tmp_path / "tonight.csv"
+    without_late_1.write_text(
+        "remote_identifier,hash_type,hash\n"
+        + "".join(f"N-{i},email,{digest}\n" for i, (_, digest) in enumerate(OTHERS))
+        + f"LATE-3,phone,{ITEMS[3][1]}\n",
+        encoding="utf-8",
+    )
+    summary = run(str(without_late_1), "--hashed", "--replace")
+    assert summary["consumers_forgotten"] == 1
+    assert not Consumer.objects.filter(remote_identifier="LATE-1").exists()
+    request = DeletionRequest.objects.get(remote_identifier="LATE-1")
+    assert request.consumer_id is None  # its copy of the pointer stays
+    assert DeletionRequest.objects.get(remote_identifier="LATE-3").consumer is not None
