@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import re
 from typing import Any
@@ -14,6 +13,7 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from integrations.counters import CALLBACKS, DELIVERIES
+from integrations.drop.calendar import drop_today
 from integrations.models import ApiKey, LedgerEvent, RequestState, WorkItemState
 from integrations.operations import health
 from integrations.services.brokers import broker_create
@@ -140,7 +140,7 @@ def test_metrics_need_the_metrics_scope(api_client: APIClient, make_key) -> None
 
 
 def test_metrics_in_prometheus_text_format(api_client: APIClient, make_key, broker) -> None:
-    today = dt.date.today()
+    today = drop_today()  # days left count California's days
     cycle = cycle_make(broker, session="7", downloaded_on=today)
     item_make(cycle)  # waiting for an outcome
     item_make(cycle, status_code=3)  # reportable
@@ -183,7 +183,7 @@ def test_a_brokers_metrics_key_sees_its_brokers_series_only(
     api_client: APIClient, make_key, broker
 ) -> None:
     other = broker_create(broker_id="5930", name="Other", mode="test", actor="test")
-    today = dt.date.today()
+    today = drop_today()  # days left count California's days
     for owner in (broker, other):
         item_make(cycle_make(owner, session="7", downloaded_on=today))
         crm = webhook_integration_for(owner, f"https://crm{owner.broker_id}.test/drop")

@@ -30,6 +30,7 @@ from procrastinate.contrib.django.models import ProcrastinateJob
 from devtools.drop_simulator import DropSimulator, work_items
 from integrations import tasks
 from integrations.dispatch.alerts import AlertNotSent, alert_send
+from integrations.drop.calendar import drop_today
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     AlertState,
@@ -343,7 +344,7 @@ def test_the_alert_webhook_goes_through_the_outbound_filter(
 def test_cycles_due_alert_at_7_days_and_again_at_2_while_statuses_are_owed(
     broker: Broker,
 ) -> None:
-    today = timezone.now().date()
+    today = drop_today()  # days left count California's days, not UTC's
     cycle = cycle_make(broker, session="9", downloaded_on=today - dt.timedelta(days=40))
     item = item_make(cycle)  # waiting for an outcome: owed
     days_left = (cycle.due_date - today).days
@@ -376,7 +377,7 @@ def test_an_unreachable_drop_alerts_only_after_a_day(broker: Broker) -> None:
 
 
 def test_a_rejected_upload_alerts_until_the_cycle_gets_a_new_file(broker: Broker) -> None:
-    cycle = cycle_make(broker, session="3", downloaded_on=timezone.now().date())
+    cycle = cycle_make(broker, session="3", downloaded_on=drop_today())
     rejected = cycle.report_files.create(
         broker=broker,
         kind="upload",
