@@ -17,7 +17,8 @@ from django.db import transaction
 from django.utils import timezone
 from procrastinate import RetryStrategy
 from procrastinate.contrib.django import app
-from procrastinate.exceptions import AlreadyEnqueued
+from procrastinate.exceptions import AlreadyEnqueued, UniqueViolation
+from procrastinate.jobs import Status
 
 from integrations import enqueue
 from integrations.dispatch.alerts import alert_send
@@ -131,11 +132,23 @@ async def stalled_jobs_retry(*, seconds_since_heartbeat: float) -> int:
         await app.job_manager.get_stalled_jobs(seconds_since_heartbeat=seconds_since_heartbeat)
     )
     for job in stalled:
-        await app.job_manager.retry_job(job)
+        superseded = False
+        try:
+            await app.job_manager.retry_job(job)
+        except UniqueViolation:
+            # Its queueing lock is taken by the same work waiting again (a periodic job's next
+            # run, deferred while this one hung): that one does it, this one ends as failed.
+            await app.job_manager.finish_job(job, status=Status.FAILED, delete_job=False)
+            superseded = True
         await sync_to_async(ledger_event_append)(
             kind=LedgerKind.JOB_STALLED_RETRIED,
             subject=str(job.id),
-            data={"task": job.task_name, "args": job.task_kwargs, "worker": job.worker_id},
+            data={
+                "task": job.task_name,
+                "args": job.task_kwargs,
+                "worker": job.worker_id,
+                "superseded_by_waiting_job": superseded,
+            },
         )
     return len(stalled)
 

@@ -14,6 +14,7 @@ from django.core.management import call_command
 from django.test import Client
 from django.utils import timezone
 
+from integrations.drop.calendar import drop_today
 from integrations.models import Broker
 from integrations.selectors.dashboard import dashboard_overview, integration_delivery_health
 from integrations.services.brokers import broker_create
@@ -34,7 +35,7 @@ def staff_client(user: User) -> Client:
 
 
 def test_overview_counts_what_needs_attention(broker: Broker) -> None:
-    today = timezone.localdate()
+    today = drop_today()
     world = sample_cycle(broker, today=today)
     now = timezone.now()
 
@@ -59,7 +60,7 @@ def test_overview_counts_what_needs_attention(broker: Broker) -> None:
 
 
 def test_integration_health_looks_at_the_latest_attempts_only(broker: Broker) -> None:
-    world = sample_cycle(broker, today=timezone.localdate())
+    world = sample_cycle(broker, today=drop_today())
     # The four attempts, oldest first: 200, 500, no answer, 503.
     health, complete = integration_delivery_health(attempts_looked_at=10)
     assert complete
@@ -74,21 +75,21 @@ def test_integration_health_looks_at_the_latest_attempts_only(broker: Broker) ->
 def test_dashboard_queries_do_not_grow_with_brokers_or_cycles(
     broker: Broker, superuser: User, django_assert_max_num_queries
 ) -> None:
-    sample_cycle(broker, today=timezone.localdate())
+    sample_cycle(broker, today=drop_today())
     client = staff_client(superuser)
     client.get("/admin/")  # warm the session and content types
     with django_assert_max_num_queries(20) as one_broker:
         client.get("/admin/")
     for broker_id in ("4822", "4823", "4824"):
         other = broker_create(broker_id=broker_id, name=f"Broker {broker_id}", actor="test")
-        sample_cycle(other, today=timezone.localdate())
+        sample_cycle(other, today=drop_today())
     with django_assert_max_num_queries(len(one_broker.captured_queries)):
         page = client.get("/admin/").content.decode()
     assert page.count('class="dp-broker"') == 4
 
 
 def test_dashboard_shows_each_cycle_and_its_deadline(broker: Broker, superuser: User) -> None:
-    sample_cycle(broker, today=timezone.localdate())
+    sample_cycle(broker, today=drop_today())
     page = staff_client(superuser).get("/admin/").content.decode()
     assert "4821 · Acme Data" in page
     assert "35 days left" in page
@@ -110,7 +111,7 @@ def dashboard_links(page: str) -> list[tuple[str, str]]:
 def test_every_linked_number_opens_its_filtered_list_with_that_many_rows(
     broker: Broker, superuser: User
 ) -> None:
-    sample_cycle(broker, today=timezone.localdate())
+    sample_cycle(broker, today=drop_today())
     client = staff_client(superuser)
     page = client.get("/admin/").content.decode()
     assert dashboard_links(page)
@@ -124,7 +125,7 @@ def test_every_linked_number_opens_its_filtered_list_with_that_many_rows(
 
 
 def test_without_permission_a_number_is_not_a_link(broker: Broker) -> None:
-    sample_cycle(broker, today=timezone.localdate())
+    sample_cycle(broker, today=drop_today())
     manager = User.objects.create_user("carol", password="pw-carol-123", is_staff=True)
     manager.groups.add(Group.objects.get(name="Connections managers"))
     page = staff_client(manager).get("/admin/").content.decode()
@@ -140,7 +141,7 @@ def test_without_a_broker_the_dashboard_says_what_to_do_first(superuser: User) -
 
 
 def test_staff_without_a_role_see_no_figures(broker: Broker) -> None:
-    sample_cycle(broker, today=timezone.localdate())
+    sample_cycle(broker, today=drop_today())
     nobody = User.objects.create_user("nina", password="pw-nina-123", is_staff=True)
     page = staff_client(nobody).get("/admin/").content.decode()
     assert "Acme Data" not in page
@@ -148,8 +149,8 @@ def test_staff_without_a_role_see_no_figures(broker: Broker) -> None:
 
 
 def test_a_late_cycle_and_a_late_download_are_flagged(broker: Broker, superuser: User) -> None:
-    world = sample_cycle(broker, today=timezone.localdate() - dt.timedelta(days=50))
-    assert world.cycle.due_date < timezone.localdate()
+    world = sample_cycle(broker, today=drop_today() - dt.timedelta(days=50))
+    assert world.cycle.due_date < drop_today()
     page = staff_client(superuser).get("/admin/").content.decode()
     assert "overdue by 15 days" in page  # downloaded 60 days ago, due 45 days after
     assert "(late)" in page  # no download for more than 45 days

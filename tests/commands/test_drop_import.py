@@ -4,7 +4,6 @@ is set aside and named, the rest is imported."""
 from __future__ import annotations
 
 import base64
-import datetime as dt
 import io
 import json
 import zipfile
@@ -19,6 +18,7 @@ from django.utils import timezone
 from procrastinate.contrib.django.models import ProcrastinateJob
 
 from devtools.drop_simulator import work_items
+from integrations.drop.calendar import drop_today
 from integrations.enqueue import EVALUATE_ALERTS
 from integrations.models import (
     AlertState,
@@ -135,7 +135,7 @@ def test_requests_carry_every_field_of_the_dispatch_body(
     request = DeletionRequest.objects.get(remote_identifier="C-2", hash_type="phone")
     assert request.identifier_hash == PHONE[1][1]
     assert request.drop_session_id == "1"
-    assert request.match_date == dt.date.today()
+    assert request.match_date == drop_today()
     assert request.broker_id_code == "4821"
     assert request.mode == "test"
     assert request.remote_identifier_kind == "external_id"

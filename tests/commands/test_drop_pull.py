@@ -20,6 +20,7 @@ from procrastinate.contrib.django.models import ProcrastinateJob
 
 from devtools.drop_simulator import DropSimulator, build_drop_zip, work_items
 from integrations import tasks
+from integrations.drop.calendar import drop_today
 from integrations.drop.client import PRODUCTION_URL, SANDBOX_URL
 from integrations.models import Broker, DeletionRequest, DropCycle, LedgerEvent, WorkItem
 from integrations.selectors.pulls import brokers_due_for_pull
@@ -111,7 +112,7 @@ def test_a_package_is_downloaded_imported_and_matched(
     assert shown["zip_name"] == PACKAGE_NAME
     cycle = DropCycle.objects.get()
     assert cycle.downloaded_at.date() == timezone.localdate()
-    assert cycle.due_date == timezone.localdate() + dt.timedelta(days=45)
+    assert cycle.due_date == drop_today() + dt.timedelta(days=45)
     assert DeletionRequest.objects.get().remote_identifier == "C-1"
     assert drop.requests[0].headers["X-API-KEY"] == KEY
     assert api_calls() == [(200, "package")]

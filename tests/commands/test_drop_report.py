@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.utils import timezone
 
 from devtools.drop_simulator import DropSimulator
+from integrations.drop.calendar import drop_today
 from integrations.models import (
     Broker,
     DropCycle,
@@ -94,7 +94,7 @@ def test_json(cycle: DropCycle) -> None:
 def test_each_run_ends_with_what_is_still_owed(cycle: DropCycle) -> None:
     waiting = item_make(cycle, work_item_id="EmailWaiting")
     request_make(waiting, state=RequestState.DISPATCHED)
-    days = (cycle.due_date - timezone.localdate()).days
+    days = (cycle.due_date - drop_today()).days
     when = f"overdue by {-days} day(s)" if days < 0 else f"{days} day(s) left"
 
     output = run()  # the two known statuses are written; one is still waiting
