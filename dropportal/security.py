@@ -10,23 +10,13 @@ through; ``make run`` on http://127.0.0.1:8000 is loopback and never refused::
 
 from __future__ import annotations
 
-import ipaddress
 from typing import Any
 from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core import checks
 
-_LOOPBACK_NAMES = {"localhost", "localhost.localdomain"}
-
-
-def _is_loopback(host: str) -> bool:
-    if host.lower() in _LOOPBACK_NAMES or host.lower().endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+from integrations.client_address import is_loopback_host
 
 
 @checks.register(checks.Tags.security)
@@ -34,7 +24,7 @@ def public_url_uses_https(app_configs: Any = None, **kwargs: Any) -> list[checks
     public = urlsplit(settings.DROPPORTAL_PUBLIC_URL)
     if public.scheme == "https" or settings.DEBUG or settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS:
         return []
-    if _is_loopback(public.hostname or ""):
+    if is_loopback_host(public.hostname or ""):
         return []
     return [
         checks.Error(
