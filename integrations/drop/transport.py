@@ -38,7 +38,6 @@ import urllib3
 from requests_hardened.ip_filter import InvalidIPAddress
 
 from integrations.drop.errors import DropApiError, DropProtocolError, DropUnavailable
-from integrations.file_digest import file_sha256
 from integrations.outbound_http import Bound, bounded, describe_failure
 
 # The client's logger: one name for everything a DROP call logs.
@@ -329,7 +328,9 @@ def place_atomically(temp_path: Path, dest_dir: Path, file_name: str, sha256: st
         try:
             os.link(temp_path, candidate)
         except FileExistsError:
-            if file_sha256(candidate) == sha256:
+            with candidate.open("rb") as existing:
+                same = hashlib.file_digest(existing, "sha256").hexdigest() == sha256
+            if same:
                 temp_path.unlink()
                 return candidate
             continue

@@ -26,6 +26,7 @@ the cause and import that file with ``drop import`` (DROP may not send it again)
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import itertools
 import logging
 import time
@@ -51,7 +52,6 @@ from integrations.drop.files import (
     parse_file_name,
 )
 from integrations.drop.transport import OnProgress
-from integrations.file_digest import file_sha256
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     Broker,
@@ -163,7 +163,8 @@ def drop_zip_import(
     """
     zip_name = zip_name or path.name
     try:
-        sha256 = file_sha256(path)
+        with path.open("rb") as package:
+            sha256 = hashlib.file_digest(package, "sha256").hexdigest()
     except OSError as exc:
         raise DropImportError(f"cannot read {path}: {exc.strerror}") from None
     existing = DropCycle.objects.filter(broker=broker, zip_sha256=sha256).first()
