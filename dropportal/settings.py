@@ -159,7 +159,10 @@ TEMPLATES = [
 if env.str("DATABASE_URL", default=""):
     DATABASES = {"default": env.db_url("DATABASE_URL")}
 else:
-    DATABASES = {"default": local_state.embedded_database()}
+    try:
+        DATABASES = {"default": local_state.embedded_database()}
+    except local_state.LocalStateError as exc:
+        sys.exit(f"error: {exc}")
 DATABASES["default"].setdefault("CONN_MAX_AGE", 60)
 DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
 # Every wait on PostgreSQL ends well within gunicorn's 30-second worker timeout (kept by

