@@ -218,7 +218,7 @@ _PYTHON_SQL_LITERALS_ALLOWED = {
     # procrastinate's job statuses, not ours
     ("operations/metrics.py", "status IN ('todo', 'doing', 'failed')"),
     # a ledger event kind
-    ("services/evidence.py", "kind = 'drop_cycle.reported'"),
+    ("services/evidence_period.py", "kind = 'drop_cycle.reported'"),
 }
 
 

@@ -1,0 +1,215 @@
+"""What an evidence pack covers: a cycle's, or a period's, deletion requests, response files
+and DROP cycles, read by ``services.evidence`` inside its one snapshot::
+
+    period = Period(broker=broker, cycle=cycle, since=None, until=None)
+    period.outcome_chunks()     # the outcome history, CSV bytes from PostgreSQL's COPY
+    period.report_files()       # the response files DROP got, without their content
+    report_file_content(pk)     # one file's bytes, in chunks
+    period.ledger_since()       # where the pack's ledger range starts
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from typing import Any
+
+from django.db import connection
+from django.db.models import Q
+
+from integrations.drop.calendar import drop_date
+from integrations.models import (
+    Broker,
+    DeletionRequest,
+    DropCycle,
+    ReportFile,
+    ReportFileState,
+    ReportKind,
+    RequestState,
+    WorkItemState,
+)
+from integrations.selectors.drop_metrics import METRIC_STATUSES
+from integrations.selectors.outcomes import deletion_outcomes_csv
+
+_CONTENT_CHUNK = 8 << 20
+_OPEN_REQUEST_STATES = (
+    RequestState.PENDING,
+    RequestState.QUEUED,
+    RequestState.DISPATCHED,
+    RequestState.FAILED,
+    RequestState.UNDELIVERABLE,
+)
+# Every file DROP got, whatever it answered (a refused or discarded one too: what was
+# tried, and why it was given up, is evidence).
+_SENT_STATES = (
+    ReportFileState.ACCEPTED,
+    ReportFileState.REJECTED,
+    ReportFileState.MANUAL,
+    ReportFileState.REFUSED,
+    ReportFileState.DISCARDED,
+)
+
+
+class Period:
+    def __init__(
+        self,
+        *,
+        broker: Broker,
+        cycle: DropCycle | None,
+        since: dt.datetime | None,
+        until: dt.datetime | None,
+    ) -> None:
+        self.broker, self.cycle, self.since, self.until = broker, cycle, since, until
+
+    def describe(self) -> dict[str, Any]:
+        if self.cycle is not None:
+            return {
+                "cycle": self.cycle.drop_session_id,
+                "downloaded_at": self.cycle.downloaded_at.isoformat(),
+            }
+        assert self.since is not None and self.until is not None
+        return {"since": self.since.isoformat(), "until": self.until.isoformat()}
+
+    def requests(self) -> Any:
+        requests = DeletionRequest.objects.filter(broker=self.broker)
+        if self.cycle is not None:
+            return requests.filter(drop_session_id=self.cycle.drop_session_id)
+        return requests.filter(matched_at__gte=self.since, matched_at__lt=self.until)
+
+    def requests_open(self) -> int:
+        """The period's deletion requests with no final outcome yet."""
+        return int(self.requests().filter(state__in=_OPEN_REQUEST_STATES).count())
+
+    def outcome_chunks(self) -> Iterator[bytes]:
+        return deletion_outcomes_csv(requests=self.requests())
+
+    def report_files(self) -> Iterator[ReportFile]:
+        files = ReportFile.objects.filter(broker=self.broker, state__in=_SENT_STATES)
+        if self.cycle is not None:
+            files = files.filter(cycle=self.cycle)
+        else:
+            files = files.filter(created_at__gte=self.since, created_at__lt=self.until)
+        return (
+            files.select_related("cycle")
+            .defer("content")
+            .order_by("cycle__downloaded_at", "created_at", "pk")
+            .iterator(chunk_size=100)
+        )
+
+    def cycles(self) -> Any:
+        if self.cycle is not None:
+            return DropCycle.objects.filter(pk=self.cycle.pk)
+        sessions = self.requests().values("drop_session_id").distinct()
+        files = ReportFile.objects.filter(
+            broker=self.broker,
+            state__in=_SENT_STATES,
+            created_at__gte=self.since,
+            created_at__lt=self.until,
+        ).values("cycle_id")
+        downloaded = DropCycle.objects.filter(
+            broker=self.broker, downloaded_at__gte=self.since, downloaded_at__lt=self.until
+        ).values("pk")
+        return DropCycle.objects.filter(broker=self.broker).filter(
+            Q(drop_session_id__in=sessions) | Q(pk__in=files) | Q(pk__in=downloaded)
+        )
+
+    def ledger_since(self) -> dt.datetime:
+        earliest = min(
+            (c.downloaded_at for c in self.cycles().only("downloaded_at")),
+            default=self.since or self.cycle.downloaded_at,  # type: ignore[union-attr]
+        )
+        return min(earliest, self.since) if self.since else earliest
+
+    def cycle_summaries(self) -> list[dict[str, Any]]:
+        cycles = list(self.cycles().order_by("downloaded_at"))
+        counts: dict[int, dict[str, int]] = {cycle.pk: {} for cycle in cycles}
+        with connection.cursor() as cursor:
+            cursor.execute(
+                _CYCLE_COUNTS, [WorkItemState.REMOVED.value, [cycle.pk for cycle in cycles]]
+            )
+            for cycle_id, key, count in cursor.fetchall():
+                counts[cycle_id][key] = count
+        summaries = []
+        for cycle in cycles:
+            with connection.cursor() as cursor:
+                cursor.execute(_CYCLE_REPORTED_AT, [self.broker.broker_id, cycle.drop_session_id])
+                reported_at = cursor.fetchone()[0]
+            amendments = ReportFile.objects.filter(
+                cycle=cycle, kind=ReportKind.AMEND, state__in=_SENT_STATES
+            ).count()
+            summaries.append(
+                {
+                    "cycle": cycle,
+                    "counts": [(label, counts[cycle.pk].get(k, 0)) for k, label in _STATUS_LABELS],
+                    "open": counts[cycle.pk].get("open", 0),
+                    "amendments": amendments,
+                    "reported_at": reported_at,
+                    "met": reported_at is not None and drop_date(reported_at) <= cycle.due_date,
+                }
+            )
+        return summaries
+
+
+# In the order of DROP's figures: complied with, denied, not found.
+_STATUS_LABELS = (
+    *(
+        (str(status.value), f"{status.value} {status.label.lower()}")
+        for statuses in METRIC_STATUSES.values()
+        for status in statuses
+    ),
+    ("open", "no status yet"),
+    ("removed", "removed by DROP"),
+)
+# The cycles' work items by the status DROP holds (the reported one), open or removed.
+_CYCLE_COUNTS = """
+SELECT cycle_id, CASE WHEN state = %s THEN 'removed'
+                      WHEN reported_status_code IS NULL THEN 'open'
+                      ELSE reported_status_code::text END, count(*)
+FROM integrations_workitem WHERE cycle_id = ANY(%s) GROUP BY 1, 2
+"""
+_CYCLE_REPORTED_AT = """
+SELECT max(created_at) FROM integrations_ledgerevent
+WHERE broker_id = %s AND kind = 'drop_cycle.reported' AND subject = %s
+"""
+
+
+def report_file_content(pk: int) -> Iterator[bytes]:
+    offset = 1
+    with connection.cursor() as cursor:
+        while True:
+            cursor.execute(
+                "SELECT substring(content FROM %s FOR %s) FROM integrations_reportfile "
+                "WHERE id = %s",
+                [offset, _CONTENT_CHUNK, pk],
+            )
+            chunk = bytes(cursor.fetchone()[0])
+            if not chunk:
+                return
+            yield chunk
+            offset += len(chunk)
+
+
+def report_file_answer(report_file: ReportFile) -> dict[str, Any]:
+    discarded = (
+        {
+            "discard_reason": report_file.discard_reason,
+            "discarded_by": report_file.discarded_by,
+            "discarded_at": report_file.discarded_at.isoformat()
+            if report_file.discarded_at
+            else None,
+        }
+        if report_file.state == ReportFileState.DISCARDED
+        else {}
+    )
+    return {
+        "cycle": report_file.cycle.drop_session_id,
+        "file_name": report_file.file_name,
+        "kind": report_file.kind,
+        "state": report_file.state,
+        "rows": report_file.rows,
+        "sha256": report_file.sha256,
+        "created_at": report_file.created_at.isoformat(),
+        "uploaded_at": report_file.uploaded_at.isoformat() if report_file.uploaded_at else None,
+        "drop_response": report_file.drop_response,
+        **discarded,
+    }
