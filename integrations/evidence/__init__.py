@@ -1,5 +1,7 @@
 """Evidence packs: signed, offline-verifiable files for a broker's auditors.
 
 ``pack`` holds the format and the signing (no Django), ``verify`` checks a pack with the
-standard library and ``cryptography`` only; ``services.evidence`` writes packs.
+standard library and ``cryptography`` only: ``archive`` holds the archive's bytes to account,
+``checks`` the signature, digests, ledger chain and cross-checks. ``services.evidence``
+writes packs.
 """

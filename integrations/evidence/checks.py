@@ -1,0 +1,435 @@
+"""An evidence pack's checks after its archive's bytes: the manifest's signature, every
+file's digest and row count, the ledger chain over the range, and that every outcome row
+and every status in the DROP files has its ledger events::
+
+    result = Verification(ok=False)
+    PackChecker(raw, archive, public_key_pem, result).run()   # raises PackInvalid
+    result.checks                                             # what held, in order
+
+No Django and no database: ``verify`` runs these from a plain checkout.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import hashlib
+import io
+import json
+import struct
+import zipfile
+import zlib
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from cryptography.exceptions import InvalidSignature
+
+from integrations.evidence import pack
+from integrations.evidence.archive import PackInvalid, check_structure
+from integrations.ledger_hash import chain_hash, event_hash
+from integrations.ledger_kinds import LedgerKind
+
+_READ_CHUNK = 1 << 20
+_MANIFEST_MAX = 64 << 20
+# What reading a damaged member raises (zlib's own error for a broken deflate stream).
+_DAMAGED = (zipfile.BadZipFile, zlib.error, OSError, EOFError, ValueError)
+
+
+@dataclass
+class Verification:
+    ok: bool
+    failure: str | None = None
+    checks: list[str] = field(default_factory=list)
+    manifest: dict[str, Any] = field(default_factory=dict)
+    key_fingerprint: str = ""
+    key_trusted: bool = False
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "failure": self.failure,
+            "checks": self.checks,
+            "broker": self.manifest.get("broker"),
+            "period": self.manifest.get("period"),
+            "ledger_range": self.manifest.get("ledger_range"),
+            "key_fingerprint": self.key_fingerprint,
+            "key_trusted": self.key_trusted,
+            # Said plainly for automation: without a key of the auditor's own, a valid
+            # signature proves the pack is whole, not that the service signed it.
+            "signer_checked": self.key_trusted,
+        }
+
+
+def _digest(key: str) -> bytes:
+    return hashlib.blake2b(key.encode(), digest_size=16).digest()
+
+
+class PackChecker:
+    def __init__(
+        self,
+        raw: IO[bytes],
+        archive: zipfile.ZipFile,
+        public_key_pem: bytes | None,
+        result: Verification,
+    ) -> None:
+        self.raw, self.archive, self.result = raw, archive, result
+        self.public_key_pem = public_key_pem
+        self.files: dict[str, dict[str, Any]] = {}
+        self.stored_data: dict[str, tuple[int, int]] = {}
+        # What the ledger holds, for the cross-checks (digests keep memory small).
+        self.cycles_imported: dict[str, int] = {}
+        self.outcomes_recorded: set[bytes] = set()
+        self.item_statuses: set[bytes] = set()
+        self.file_events: set[bytes] = set()
+
+    def check(self, text: str) -> None:
+        self.result.checks.append(text)
+
+    def run(self) -> None:
+        try:
+            self.stored_data = check_structure(self.raw, self.archive)
+        except (struct.error, ValueError, OSError, UnicodeError) as exc:
+            raise PackInvalid(f"the archive is damaged: {exc}") from None
+        self.check("archive structure: every byte accounted for")
+        manifest = self.signed_manifest()
+        self.check_digests(manifest)
+        self.check_ledger(manifest)
+        self.check_outcomes()
+        self.check_drop_files()
+
+    def read_member(self, name: str, limit: int) -> bytes:
+        try:
+            info = self.archive.getinfo(name)
+        except KeyError:
+            raise PackInvalid(f"{name} is missing") from None
+        if info.file_size > limit:
+            raise PackInvalid(f"{name} is too large ({info.file_size} bytes)")
+        try:
+            return self.archive.read(info)
+        except _DAMAGED as exc:
+            raise PackInvalid(f"{name} is damaged: {exc}") from None
+
+    def signed_manifest(self) -> dict[str, Any]:
+        manifest_bytes = self.read_member(pack.MANIFEST, _MANIFEST_MAX)
+        signature = self.read_member(pack.SIGNATURE, 4096)
+        try:
+            manifest = json.loads(manifest_bytes)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise PackInvalid(f"{pack.MANIFEST} is not JSON: {exc}") from None
+        if not isinstance(manifest, dict) or manifest.get("format") != pack.FORMAT:
+            raise PackInvalid(f"{pack.MANIFEST} is not a {pack.FORMAT} manifest")
+        trusted = self.public_key_pem is not None
+        try:
+            key = pack.load_public_key(
+                self.public_key_pem
+                if self.public_key_pem is not None
+                else str(manifest.get("signing_key", {}).get("public_key", ""))
+            )
+        except ValueError as exc:
+            raise PackInvalid(f"the public key: {exc}") from None
+        fingerprint = pack.key_fingerprint(key)
+        try:
+            pack.verify_manifest(key, manifest_bytes, signature)
+        except (InvalidSignature, ValueError):
+            raise PackInvalid(
+                f"{pack.MANIFEST}'s signature does not verify with the "
+                f"{'given' if trusted else 'enclosed'} public key (SHA-256 {fingerprint[:16]}…)"
+            ) from None
+        self.result.manifest = manifest
+        self.result.key_fingerprint = fingerprint
+        self.result.key_trusted = trusted
+        self.check(
+            f"signature: valid, key SHA-256 {fingerprint[:16]}… "
+            + ("(the key given)" if trusted else "(the key in the pack: pass --public-key)")
+        )
+        return manifest
+
+    def check_digests(self, manifest: dict[str, Any]) -> None:
+        listed = manifest.get("files")
+        if not isinstance(listed, list):
+            raise PackInvalid(f"{pack.MANIFEST} lists no files")
+        for entry in listed:
+            self.files[str(entry.get("name"))] = entry
+        present = set(self.archive.namelist()) - {pack.MANIFEST, pack.SIGNATURE}
+        for name in sorted(present - set(self.files)):
+            raise PackInvalid(f"{name} is in the pack but not in the manifest")
+        for name in sorted(set(self.files) - present):
+            raise PackInvalid(f"{name} is in the manifest but not in the pack")
+        for name, entry in self.files.items():
+            digest = hashlib.sha256()
+            for chunk in self.chunks(name):
+                digest.update(chunk)
+            if digest.hexdigest() != entry.get("sha256"):
+                raise PackInvalid(f"{name}: its SHA-256 does not match the manifest")
+            if self.stored_digest(name) != entry.get("zip_sha256"):
+                raise PackInvalid(f"{name}: its compressed bytes do not match the manifest")
+        self.check(f"digests: {len(self.files)} files match the manifest")
+
+    def stored_digest(self, name: str) -> str:
+        """SHA-256 of a member's bytes as stored (compressed): deflate leaves bits that do not
+        change what comes out, and they are part of the pack too."""
+        start, length = self.stored_data[name]
+        digest = hashlib.sha256()
+        self.raw.seek(start)
+        while length > 0:
+            chunk = self.raw.read(min(length, _READ_CHUNK))
+            if not chunk:
+                raise PackInvalid(f"{name} is cut short")
+            digest.update(chunk)
+            length -= len(chunk)
+        return digest.hexdigest()
+
+    def chunks(self, name: str) -> Iterator[bytes]:
+        try:
+            with self.archive.open(name) as member:
+                while chunk := member.read(_READ_CHUNK):
+                    yield chunk
+        except _DAMAGED as exc:
+            raise PackInvalid(f"{name} is damaged: {exc}") from None
+
+    def lines(self, name: str) -> Iterator[str]:
+        text = io.TextIOWrapper(
+            io.BufferedReader(_ChunkReader(self.chunks(name))), encoding="utf-8", newline=""
+        )
+        try:
+            yield from text
+        except UnicodeDecodeError as exc:
+            raise PackInvalid(f"{name} is not UTF-8: {exc}") from None
+
+    def rows_match(self, name: str, rows: int) -> None:
+        if self.files[name].get("rows") != rows:
+            raise PackInvalid(
+                f"{name}: {rows} rows, the manifest says {self.files[name].get('rows')}"
+            )
+
+    # -- the ledger
+
+    def check_ledger(self, manifest: dict[str, Any]) -> None:
+        broker_id = str((manifest.get("broker") or {}).get("broker_id", ""))
+        span = manifest.get("ledger_range") or {}
+        previous = span.get("chain_hash_before")
+        last_position = 0
+        first_id: int | None = None
+        last_id: int | None = None
+        count = full = unsealed = 0
+        for count, line in enumerate(self.lines(pack.LEDGER), start=1):
+            where = f"{pack.LEDGER} line {count}"
+            try:
+                event = json.loads(line)
+                position = event["position"]
+                event_id = int(event["id"])
+                stored_hash = str(event["event_hash"])
+            except (ValueError, KeyError, TypeError) as exc:
+                raise PackInvalid(f"{where}: not a ledger line ({exc})") from None
+            if "kind" in event:
+                full += 1
+                self.event_content(event, broker_id, where, stored_hash)
+            if event.get("chain_hash") is None:
+                unsealed += 1  # written after the last seal: hashed, not yet chained
+                continue
+            if unsealed:
+                raise PackInvalid(f"{where}: a chained event after an unsealed one")
+            if not isinstance(position, int) or position <= last_position:
+                raise PackInvalid(f"{where}: chain positions must increase")
+            last_position = position
+            first_id = event_id if first_id is None else first_id
+            last_id = event_id
+            previous = chain_hash(str(previous), event_id, stored_hash)
+            if previous != event["chain_hash"]:
+                raise PackInvalid(f"{where}: event {event_id}'s chain hash does not match")
+        self.rows_match(pack.LEDGER, count)
+        if (first_id, last_id) != (span.get("first_event_id"), span.get("last_event_id")):
+            raise PackInvalid(
+                f"{pack.LEDGER}: the chain runs from event {first_id} to {last_id}, the manifest "
+                f"says {span.get('first_event_id')} to {span.get('last_event_id')}"
+            )
+        if previous != span.get("chain_hash_after"):
+            raise PackInvalid(f"{pack.LEDGER}: the chain does not end on the manifest's hash")
+        self.check(
+            f"ledger: {count} chain links recomputed from event {first_id} to {last_id}, "
+            f"{full} of broker {broker_id} in full"
+            + (
+                f", {unsealed} written after the last seal (hashed, not chained)"
+                if unsealed
+                else ""
+            )
+        )
+
+    def event_content(
+        self, event: dict[str, Any], broker_id: str, where: str, stored_hash: str
+    ) -> None:
+        try:
+            created_at = dt.datetime.fromisoformat(event["created_at"])
+            recomputed = event_hash(
+                created_at=created_at,
+                broker_id=event["broker_id"],
+                kind=event["kind"],
+                subject=event["subject"],
+                actor=event["actor"],
+                data=event["data"],
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise PackInvalid(f"{where}: not a ledger event ({exc})") from None
+        if recomputed != stored_hash:
+            raise PackInvalid(f"{where}: event {event['id']}'s content does not match its hash")
+        if event["broker_id"] != broker_id:
+            raise PackInvalid(f"{where}: event {event['id']} of another broker given in full")
+        kind, data, subject = event["kind"], event["data"], event["subject"]
+        if not isinstance(data, dict):
+            return
+        if kind == LedgerKind.DROP_CYCLE_IMPORTED:
+            self.cycles_imported[str(data.get("drop_session_id"))] = int(data.get("not_found") or 0)
+        elif kind == LedgerKind.DELETION_REQUEST_OUTCOME_RECORDED:
+            self.outcomes_recorded.add(_digest(f"{subject}|{data.get('drop_outcome')}"))
+        elif kind in (LedgerKind.WORK_ITEM_STATUS_SETTLED, LedgerKind.WORK_ITEM_STATUS_SET):
+            self.item_statuses.add(
+                _digest(f"{data.get('cycle')}|{subject}|{data.get('status_code')}")
+            )
+        elif kind.startswith("report_file."):
+            self.file_events.add(
+                _digest(
+                    f"{kind}|{data.get('cycle')}|{data.get('file_name')}|{data.get('sha256')}|"
+                    f"{data.get('rows')}"
+                )
+            )
+            if "drop_response" in data:
+                self.file_events.add(
+                    _digest(
+                        f"{kind}|{data.get('cycle')}|{data.get('file_name')}|"
+                        + json.dumps(data["drop_response"], sort_keys=True)
+                    )
+                )
+
+    # -- the cross-checks
+
+    def check_outcomes(self) -> None:
+        reader = csv.DictReader(self.lines(pack.OUTCOMES))
+        try:
+            self.outcome_rows(reader)
+        except csv.Error as exc:
+            raise PackInvalid(f"{pack.OUTCOMES}: not CSV ({exc})") from None
+
+    def outcome_rows(self, reader: csv.DictReader[str]) -> None:
+        rows = 0
+        needed = {"request_uuid", "drop_session_id", "drop_outcome"}
+        if not needed <= set(reader.fieldnames or ()):
+            raise PackInvalid(f"{pack.OUTCOMES}: the columns {sorted(needed)} are missing")
+        for rows, row in enumerate(reader, start=1):
+            where = f"{pack.OUTCOMES} row {rows} (request {row['request_uuid']})"
+            if row["drop_session_id"] not in self.cycles_imported:
+                raise PackInvalid(
+                    f"{where}: cycle {row['drop_session_id']} has no drop.cycle_imported event"
+                )
+            outcome = row["drop_outcome"]
+            if (
+                outcome
+                and _digest(f"{row['request_uuid']}|{outcome}") not in self.outcomes_recorded
+            ):
+                raise PackInvalid(
+                    f"{where}: its outcome {outcome!r} has no "
+                    "deletion_request.outcome_recorded event"
+                )
+        self.rows_match(pack.OUTCOMES, rows)
+        self.check(f"outcomes: {rows} rows, each with its cycle's and its outcome's events")
+
+    def check_drop_files(self) -> None:
+        files = answers = 0
+        unmatched: Counter[str] = Counter()
+        for name in sorted(self.files):
+            if not name.startswith(pack.DROP_DIR) or name.endswith(pack.ANSWER_SUFFIX):
+                continue
+            files += 1
+            parts = name.split("/")
+            if len(parts) != 3:
+                raise PackInvalid(f"{name}: not drop/<cycle>/<file>")
+            cycle, file_name = parts[1], parts[2]
+            answer = self.answer(name)
+            answers += 1
+            if cycle not in self.cycles_imported:
+                raise PackInvalid(f"{name}: cycle {cycle} has no drop.cycle_imported event")
+            rows = 0
+            for line_number, line in enumerate(self.lines(name), start=1):
+                if line_number == 1:
+                    continue  # the header
+                work_item_id, _, status = line.rstrip("\r\n").partition(",")
+                rows += 1
+                if _digest(f"{cycle}|{work_item_id}|{status}") in self.item_statuses:
+                    continue
+                if status != "5":
+                    raise PackInvalid(
+                        f"{name} line {line_number}: status {status} of work item "
+                        f"{work_item_id} has no work_item event"
+                    )
+                if answer.get("state") in ("accepted", "manual") and answer.get("kind") == "upload":
+                    unmatched[cycle] += 1
+            self.rows_match(name, rows)
+            sha256 = self.files[name].get("sha256")
+            if _digest(f"report_file.written|{cycle}|{file_name}|{sha256}|{rows}") not in (
+                self.file_events
+            ):
+                raise PackInvalid(f"{name}: no report_file.written event with its digest and rows")
+            self.check_answer(name, cycle, file_name, answer)
+        for cycle, count in sorted(unmatched.items()):
+            if count > self.cycles_imported[cycle]:
+                raise PackInvalid(
+                    f"cycle {cycle}: {count} statuses 5 without a work_item event, the import "
+                    f"found {self.cycles_imported[cycle]} work items without a match"
+                )
+        self.check(
+            f"DROP files: {files} response files and {answers} answers, each status and file "
+            "with its ledger events"
+        )
+
+    def answer(self, name: str) -> dict[str, Any]:
+        answer_name = name + pack.ANSWER_SUFFIX
+        if answer_name not in self.files:
+            raise PackInvalid(f"{name}: DROP's answer ({answer_name}) is missing")
+        try:
+            answer = json.loads(self.read_member(answer_name, _MANIFEST_MAX))
+        except ValueError as exc:
+            raise PackInvalid(f"{answer_name} is not JSON: {exc}") from None
+        self.rows_match(answer_name, 1)
+        return answer if isinstance(answer, dict) else {}
+
+    def check_answer(self, name: str, cycle: str, file_name: str, answer: dict[str, Any]) -> None:
+        state = answer.get("state")
+        if state == "manual":
+            expected = f"report_file.marked_uploaded|{cycle}|{file_name}|"
+            expected += f"{self.files[name].get('sha256')}|{self.files[name].get('rows')}"
+        elif state in ("accepted", "rejected"):
+            expected = f"report_file.{state}|{cycle}|{file_name}|" + json.dumps(
+                answer.get("drop_response"), sort_keys=True
+            )
+        elif state in ("refused", "discarded"):
+            # DROP's refusal is retried (its answer on the file changes); the event that
+            # made the file refused, or staff's discard, names the file's digest and rows.
+            expected = f"report_file.{state}|{cycle}|{file_name}|"
+            expected += f"{self.files[name].get('sha256')}|{self.files[name].get('rows')}"
+        else:
+            raise PackInvalid(f"{name}: DROP's answer has no state a sent file has ({state!r})")
+        if _digest(expected) not in self.file_events:
+            raise PackInvalid(f"{name}: DROP's answer ({state}) has no matching ledger event")
+
+
+class _ChunkReader(io.RawIOBase):
+    """A readable stream over an iterator of byte chunks (for ``io.TextIOWrapper``)."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._chunks = chunks
+        self._pending = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._pending:
+            try:
+                self._pending = next(self._chunks)
+            except StopIteration:
+                return 0
+        size = min(len(buffer), len(self._pending))
+        buffer[:size] = self._pending[:size]
+        self._pending = self._pending[size:]
+        return size
