@@ -1,19 +1,5 @@
-"""DROP's file formats: the downloaded ZIP, its list CSVs, and the response CSVs we send back.
-
-Reading a download streams it, validating every name, header and row, so a caller can
-feed the good rows straight into PostgreSQL ``COPY`` inside one transaction. One odd part
-never costs the rest: a member that is not a DROP list is skipped, a DROP list that cannot
-be read (a type this version does not know, a header that is not ``ID,Hash``) is set aside
-whole, and a malformed row is set aside alone, each with its reason. Only a package that is
-not a readable ZIP, holds no DROP list, or is another broker's raises ``DropFileError``::
-
-    reader = iter_download_zip("20260312_4821_DROP.zip", broker_id="4821")
-    with transaction.atomic(), cursor.copy("COPY ... FROM STDIN") as copy:
-        for row in reader:                  # WorkItemRow or RemovedRow, the good ones
-            copy.write_row(...)
-    reader.files                            # [ZipMember(name, size_bytes, rows), ...] read
-    reader.skipped, reader.unread           # [SetAside(name, reason), ...]
-    reader.unreadable                       # [UnreadableRow(file, line, id, text, reason)]
+"""DROP's file formats: the list files' names and the rows they hold, and the response CSVs
+we send back. Reading a download ZIP is ``download_zip``'s.
 
 Writing a response::
 
@@ -26,28 +12,29 @@ Pure Python, no Django: the formats are those of docs/contracts.md §10.
 
 from __future__ import annotations
 
-import binascii
-import csv
 import datetime
 import hashlib
-import io
 import os
 import re
-import zipfile
-import zlib
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
-from types import TracebackType
-from typing import IO, BinaryIO, NamedTuple
+from typing import BinaryIO, NamedTuple
+
+from integrations.drop.work_item_ids import WorkItemIdSet
 
 __all__ = [
     "DATA_TYPES",
     "DATA_TYPE_TO_HASH_TYPE",
     "HASH_TYPE_TO_DATA_TYPE",
     "LIST_DATA_TYPES",
+    "LIST_HEADER",
+    "NAME_SHAPE",
     "REMOVED",
+    "REMOVED_HEADER",
     "REPORTABLE_STATUSES",
-    "DownloadZipReader",
+    "RESPONSE_HEADER",
+    "WORK_ITEM_ID_MAX",
+    "WORK_ITEM_ID_RE",
     "DropFileError",
     "DropFileName",
     "RemovedRow",
@@ -56,11 +43,10 @@ __all__ = [
     "UnreadableRow",
     "WorkItemRow",
     "ZipMember",
-    "iter_download_zip",
     "parse_file_name",
     "response_file_name",
+    "shown",
     "write_response_csv",
-    "zip_summary",
 ]
 
 REMOVED = "Removed"
@@ -85,30 +71,12 @@ _NAME_RE = re.compile(
     r"(?P<date>[0-9]{8})_(?P<broker>[0-9]{4})_(?P<type>[A-Za-z]+)(?:_(?P<suffix>[A-Za-z0-9]+))?"
     r"\.csv"
 )
-_NAME_SHAPE = "<YYYYMMDD>_<DataBrokerId>_<DataType>[_<Suffix>].csv"
+NAME_SHAPE = "<YYYYMMDD>_<DataBrokerId>_<DataType>[_<Suffix>].csv"
 # DROP documents 12 characters; a longer or shorter id of letters and digits is still
 # DROP's id, kept and echoed back exactly as sent.
-_WORK_ITEM_ID_RE = re.compile(r"[A-Za-z0-9]{1,64}")
+WORK_ITEM_ID_RE = re.compile(r"[A-Za-z0-9]{1,64}")
 WORK_ITEM_ID_MAX = 64
-_HASH_RE = re.compile(r"[A-Za-z0-9+/]{43}=")
 _SUFFIX_RE = re.compile(r"[A-Za-z0-9]{1,10}")
-_BROKER_ID_RE = re.compile(r"[0-9]{4}")
-# A member named like a DROP list (any letters as its type, any case of ".csv"): such a
-# member is DROP's, read or set aside with a reason; any other member is not a DROP list.
-_DROP_NAMED_RE = re.compile(
-    r"[0-9]{8}_(?P<broker>[0-9]{4})_(?P<type>[A-Za-z]+)(?:_[A-Za-z0-9]+)?\.(?i:csv)"
-)
-
-# The Removed file's ListType column: DROP's list names are what DROP documents; our own
-# hash_type spelling is accepted too, both case-insensitively, since the column's exact
-# spelling is not pinned down by DROP's documentation.
-_LIST_TYPE_TO_HASH_TYPE: dict[str, str] = {
-    **{name.lower(): hash_type for name, hash_type in DATA_TYPE_TO_HASH_TYPE.items()},
-    **{hash_type: hash_type for hash_type in HASH_TYPE_TO_DATA_TYPE},
-}
-
-# The smallest possible list row is "<12>,<44>\n": used to pre-size the duplicate check.
-_MIN_ROW_BYTES = 58
 
 
 class DropFileError(ValueError):
@@ -203,7 +171,7 @@ class ResponseCsv(NamedTuple):
     sha256: str
 
 
-def _shown(value: str, limit: int = 60) -> str:
+def shown(value: str, limit: int = 60) -> str:
     """A value quoted for an error message, cut short so a hostile row cannot flood a log."""
     return repr(value if len(value) <= limit else value[:limit] + "...")
 
@@ -215,10 +183,10 @@ def parse_file_name(name: str) -> DropFileName:
     if "/" in name or "\\" in name or "\x00" in name:
         raise DropFileError(name, None, "file name must be a plain name, without folders")
     if not name.endswith(".csv"):
-        raise DropFileError(name, None, f"not a CSV file name: expected {_NAME_SHAPE}")
+        raise DropFileError(name, None, f"not a CSV file name: expected {NAME_SHAPE}")
     match = _NAME_RE.fullmatch(name)
     if match is None:
-        raise DropFileError(name, None, f"file name must look like {_NAME_SHAPE}")
+        raise DropFileError(name, None, f"file name must look like {NAME_SHAPE}")
     raw_date = match["date"]
     try:
         date = datetime.date(int(raw_date[:4]), int(raw_date[4:6]), int(raw_date[6:]))
@@ -231,450 +199,12 @@ def parse_file_name(name: str) -> DropFileName:
         raise DropFileError(
             name,
             None,
-            f"unknown data type {_shown(data_type)}: expected one of {', '.join(DATA_TYPES)}",
+            f"unknown data type {shown(data_type)}: expected one of {', '.join(DATA_TYPES)}",
         )
     suffix = match["suffix"]
     if suffix is not None and len(suffix) > 10:
         raise DropFileError(name, None, "suffix must be 1 to 10 letters or digits")
     return DropFileName(date=date, broker_id=match["broker"], data_type=data_type, suffix=suffix)
-
-
-class _WorkItemIdSet:
-    """An exact set of work item ids at 9 bytes a slot, for duplicate checks on big ZIPs.
-
-    A work item id is 12 characters of ``[A-Za-z0-9]``: exactly the first 62 symbols of the
-    Base64 alphabet, so decoding it as Base64 packs it losslessly into 9 bytes. The slots
-    live in one ``bytearray`` (open addressing, linear probing, load <= 0.6). A 9-byte slot
-    of 0xFF can never be a decoded id (its last symbol would be '/'), so it marks "empty".
-    One million ids take 2**21 slots, 18.9 MB, against ~95 MB for a ``set`` of the strings.
-    Ids of another length (DROP documents 12, but any 1 to 64 letters and digits are kept)
-    go to a plain ``set``: they never equal a 12-character one.
-    """
-
-    _WIDTH = 9
-    _EMPTY = b"\xff" * 9
-    _MAX_PRESIZE_BITS = 22  # a size hint never allocates more than 38 MB up front
-
-    def __init__(self, expected: int = 0) -> None:
-        bits = 10
-        while (1 << bits) * 0.6 < expected and bits < self._MAX_PRESIZE_BITS:
-            bits += 1
-        self._allocate(bits)
-        self._other: set[str] = set()
-
-    def _allocate(self, bits: int) -> None:
-        self._slots = 1 << bits
-        self._mask = self._slots - 1
-        self._table = bytearray(self._EMPTY) * self._slots
-        self._limit = int(self._slots * 0.6)
-        self._count = 0
-
-    def __len__(self) -> int:
-        return self._count + len(self._other)
-
-    @property
-    def nbytes(self) -> int:
-        return len(self._table)
-
-    def add(self, work_item_id: str) -> bool:
-        """Add a validated id; False when it was already there."""
-        if len(work_item_id) != 12:
-            if work_item_id in self._other:
-                return False
-            self._other.add(work_item_id)
-            return True
-        raw = binascii.a2b_base64(work_item_id)
-        if self._count >= self._limit:
-            self._grow()
-        return self._insert(raw)
-
-    def _insert(self, raw: bytes) -> bool:
-        table, empty, size = self._table, self._EMPTY, len(self._table)
-        offset = (hash(raw) & self._mask) * 9
-        while True:
-            end = offset + 9
-            current = table[offset:end]
-            if current == raw:
-                return False
-            if current == empty:
-                table[offset:end] = raw
-                self._count += 1
-                return True
-            offset = end if end != size else 0
-
-    def _grow(self) -> None:
-        old = self._table
-        self._allocate(self._slots.bit_length())
-        empty = self._EMPTY
-        for offset in range(0, len(old), 9):
-            raw = bytes(old[offset : offset + 9])
-            if raw != empty:
-                self._insert(raw)
-
-
-def _source_label(source: str | os.PathLike[str] | IO[bytes]) -> str:
-    if isinstance(source, str | os.PathLike):
-        return os.path.basename(os.fspath(source)) or "download ZIP"
-    name = getattr(source, "name", None)
-    return os.path.basename(name) if isinstance(name, str) and name else "download ZIP"
-
-
-_ZIP_READ_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError)
-# A DROP line is under 100 characters; a longer one is set aside as soon as this much of it
-# is read, so a small ZIP inflating to one huge line never costs its size in memory.
-MAX_LINE_CHARS = 4096
-# Unreadable rows kept one by one per list; past this they are only counted, so a list gone
-# wholly wrong costs a bounded amount of memory and rows.
-MAX_UNREADABLE_KEPT = 1000
-_UNREADABLE_TEXT_CHARS = 200
-_LINE_ENDS = ("\n", "\r")
-
-
-def _member_lines(text: IO[str]) -> Iterator[tuple[str, bool]]:
-    """Each line of ``text`` without its ending, and whether it was longer than
-    ``MAX_LINE_CHARS`` (then only its start is given; the rest is read past, never held)."""
-    while line := text.readline(MAX_LINE_CHARS + 1):
-        if len(line) > MAX_LINE_CHARS and not line.endswith(_LINE_ENDS):
-            while (rest := text.readline(MAX_LINE_CHARS + 1)) and not rest.endswith(_LINE_ENDS):
-                pass
-            yield line, True
-        else:
-            yield line.rstrip("\r\n"), False
-
-
-def _fields(line: str) -> list[str]:
-    """A CSV line's fields: split on commas, or read as CSV when it quotes a field."""
-    if '"' not in line:
-        return line.split(",")
-    return next(csv.reader((line,), strict=True), [])
-
-
-def _escaped(text: str) -> str:
-    """``text`` cut short, with bytes that were not UTF-8 and control characters escaped, so
-    it can be stored and shown as found."""
-    return "".join(map(_escaped_char, text[:_UNREADABLE_TEXT_CHARS]))
-
-
-def _escaped_char(char: str) -> str:
-    if char.isprintable():
-        return char
-    if "\udc80" <= char <= "\udcff":  # a byte that was not UTF-8 (surrogateescape)
-        return f"\\x{ord(char) - 0xDC00:02x}"
-    return f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}"
-
-
-def _not_utf8(text: str) -> bool:
-    return any("\udc80" <= char <= "\udcff" for char in text)
-
-
-class DownloadZipReader(Iterator["WorkItemRow | RemovedRow"]):
-    """Iterator over the good rows of a download ZIP; see ``iter_download_zip``.
-
-    After iteration: ``files`` lists every DROP list read, header-only ones included, so a
-    caller knows which lists the package held even when they were empty; ``skipped`` the
-    members that are not DROP lists; ``unread`` the DROP lists set aside whole;
-    ``unreadable`` the rows set aside (at most ``MAX_UNREADABLE_KEPT`` a list; all of them
-    are counted in ``unreadable_counts``).
-    """
-
-    def __init__(self, source: str | os.PathLike[str] | IO[bytes], *, broker_id: str) -> None:
-        if not isinstance(broker_id, str) or not _BROKER_ID_RE.fullmatch(broker_id):
-            raise ValueError("broker_id must be the broker's 4-digit DROP id")
-        self.broker_id = broker_id
-        self.label = _source_label(source)
-        self.files: list[ZipMember] = []
-        self.skipped: list[SetAside] = []
-        self.unread: list[SetAside] = []
-        self.unreadable: list[UnreadableRow] = []
-        self.unreadable_counts: dict[str, int] = {}
-        self._source = source
-        self._rows = self._generate()
-
-    def __iter__(self) -> DownloadZipReader:
-        return self
-
-    def __next__(self) -> WorkItemRow | RemovedRow:
-        return next(self._rows)
-
-    def close(self) -> None:
-        """Stop early and release the ZIP (iterating to the end or to an error does this)."""
-        self._rows.close()
-
-    def __enter__(self) -> DownloadZipReader:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    @property
-    def complete(self) -> bool:
-        """Every DROP list and row of the package was read (skipped members aside)."""
-        return not self.unread and not self.unreadable_counts
-
-    def _open(self) -> zipfile.ZipFile:
-        try:
-            return zipfile.ZipFile(self._source)
-        except (zipfile.BadZipFile, EOFError) as exc:
-            raise DropFileError(
-                self.label, None, f"not a readable ZIP file (truncated or not a ZIP): {exc}"
-            ) from None
-
-    def _sort_members(self, archive: zipfile.ZipFile) -> list[tuple[zipfile.ZipInfo, str, str]]:
-        """Sort every member before any row is read (fail fast, before COPY starts): the
-        lists to read as (member, name, data type); the rest go to ``skipped`` or
-        ``unread``. Raises when the package is another broker's or holds no DROP list."""
-        members: list[tuple[zipfile.ZipInfo, str, str]] = []
-        seen_names: set[str] = set()
-        removed_name: str | None = None
-        drop_named = 0
-        for info in archive.infolist():
-            if info.is_dir():
-                self.skipped.append(SetAside(info.filename, "a folder entry"))
-                continue
-            # A list inside a folder is still the list: read under its own name.
-            name = info.filename.replace("\\", "/").rsplit("/", 1)[-1]
-            named = _DROP_NAMED_RE.fullmatch(name)
-            if named is None:
-                self.skipped.append(
-                    SetAside(info.filename, f"not a DROP list (not named {_NAME_SHAPE})")
-                )
-                continue
-            if named["broker"] != self.broker_id:
-                raise DropFileError(
-                    info.filename,
-                    None,
-                    f"broker id {named['broker']} in the file name is not this broker's "
-                    f"({self.broker_id})",
-                )
-            drop_named += 1
-            reason = self._unreadable_member(info, name, seen_names, removed_name)
-            seen_names.add(name)
-            if reason is not None:
-                self.unread.append(SetAside(name, reason))
-                continue
-            data_type = parse_file_name(name).data_type
-            if data_type == REMOVED:
-                removed_name = name
-            members.append((info, name, data_type))
-        if not drop_named:
-            raise DropFileError(self.label, None, "the ZIP holds no DROP list")
-        return members
-
-    @staticmethod
-    def _unreadable_member(
-        info: zipfile.ZipInfo, name: str, seen_names: set[str], removed_name: str | None
-    ) -> str | None:
-        """Why a DROP-named member cannot be read at all, or None."""
-        try:
-            parsed = parse_file_name(name)
-        except DropFileError as exc:
-            data_type = name.split("_")[2].split(".")[0]
-            if data_type not in DATA_TYPES:
-                return (
-                    f"list type {_shown(data_type)} is not one this version reads: kept with "
-                    "the package, no status is reported for it"
-                )
-            return exc.reason
-        if name in seen_names:
-            return "the ZIP holds two members with this name"
-        if info.flag_bits & 0x1:
-            return "ZIP member is encrypted"
-        if parsed.data_type == REMOVED and removed_name is not None:
-            return f"a ZIP holds at most one Removed file, and {removed_name} is another"
-        return None
-
-    def _generate(self) -> Generator[WorkItemRow | RemovedRow, None, None]:
-        archive = self._open()
-        try:
-            members = self._sort_members(archive)
-            list_bytes = sum(info.file_size for info, _, t in members if t != REMOVED)
-            removed_bytes = sum(info.file_size for info, _, t in members if t == REMOVED)
-            # Ids are unique across lists; Removed refers to earlier downloads' ids, so it
-            # is checked for duplicates on its own.
-            list_ids = _WorkItemIdSet(expected=list_bytes // _MIN_ROW_BYTES)
-            removed_ids = _WorkItemIdSet(expected=removed_bytes // _MIN_ROW_BYTES)
-            for info, name, data_type in members:
-                seen = removed_ids if data_type == REMOVED else list_ids
-                yield from self._read_member(archive, info, name, data_type, seen)
-        finally:
-            archive.close()
-
-    def _read_member(
-        self,
-        archive: zipfile.ZipFile,
-        info: zipfile.ZipInfo,
-        name: str,
-        data_type: str,
-        seen: _WorkItemIdSet,
-    ) -> Iterator[WorkItemRow | RemovedRow]:
-        removed = data_type == REMOVED
-        expected_header = REMOVED_HEADER if removed else LIST_HEADER
-        list_hash_type = DATA_TYPE_TO_HASH_TYPE.get(data_type, "")
-        rows = 0
-        try:
-            with (
-                archive.open(info) as raw,
-                # Bytes that are not UTF-8 become surrogates: their row alone is unreadable.
-                io.TextIOWrapper(
-                    raw, encoding="utf-8-sig", errors="surrogateescape", newline=""
-                ) as text,
-            ):
-                lines = _member_lines(text)
-                header_problem = _header_problem(next(lines, None), expected_header)
-                if header_problem is not None:
-                    self.unread.append(SetAside(name, header_problem))
-                    return
-                for line, (content, too_long) in enumerate(lines, start=2):
-                    if not too_long and not content.strip():
-                        continue  # a blank line carries nothing to lose
-                    problem, fields = _row_problem(content, too_long, expected_header)
-                    hash_type = ""
-                    if problem is None:
-                        hash_type, problem = _row_values(fields, removed, seen)
-                    if problem is not None:
-                        self._set_aside_row(name, line, content, fields, problem)
-                        continue
-                    rows += 1
-                    if removed:
-                        yield RemovedRow(name, fields[0], fields[1], hash_type, line)
-                    else:
-                        yield WorkItemRow(
-                            name, data_type, list_hash_type, fields[0], fields[1], line
-                        )
-        except _ZIP_READ_ERRORS as exc:
-            # The ZIP itself is damaged: the whole package is refused, as a truncated one.
-            raise DropFileError(
-                name, None, f"ZIP member is corrupt or truncated: {exc or type(exc).__name__}"
-            ) from None
-        self.files.append(ZipMember(name=name, size_bytes=info.file_size, rows=rows))
-
-    def _set_aside_row(
-        self, name: str, line: int, content: str, fields: list[str], reason: str
-    ) -> None:
-        count = self.unreadable_counts.get(name, 0) + 1
-        self.unreadable_counts[name] = count
-        if count > MAX_UNREADABLE_KEPT:
-            return
-        first = _escaped(fields[0][:WORK_ITEM_ID_MAX]) if fields else ""
-        self.unreadable.append(UnreadableRow(name, line, first, _escaped(content), reason))
-
-
-def _header_problem(first: tuple[str, bool] | None, expected: list[str]) -> str | None:
-    """Why a member's first line is not ``expected`` (any case), or None."""
-    shape = ",".join(expected)
-    if first is None:
-        return f"file is empty: expected the header {shape}"
-    content, too_long = first
-    try:
-        header = [] if too_long else _fields(content)
-    except csv.Error:
-        header = []
-    if [field.lower() for field in header] != [field.lower() for field in expected]:
-        return f"header must be {shape} (any case), found {_shown(_escaped(content))}"
-    return None
-
-
-def _row_problem(content: str, too_long: bool, header: list[str]) -> tuple[str | None, list[str]]:
-    """A data row's fields, with why they are not a row of ``header`` (None: they are)."""
-    if too_long:
-        return f"line longer than {MAX_LINE_CHARS} characters", []
-    try:
-        fields = _fields(content)
-    except csv.Error as exc:
-        return f"malformed CSV: {exc}", []
-    if len(fields) != len(header):
-        return (
-            f"expected {len(header)} fields ({','.join(header)}), found {len(fields)}",
-            fields,
-        )
-    return None, fields
-
-
-def _row_values(fields: list[str], removed: bool, seen: _WorkItemIdSet) -> tuple[str, str | None]:
-    """Check a row's values and record its work item id in ``seen``: the hash type of a
-    Removed row's list ("" in a list's file), and why the row is unreadable (None: it is
-    not)."""
-    work_item_id, hash_value = fields[0], fields[1]
-    if not _WORK_ITEM_ID_RE.fullmatch(work_item_id):
-        if _not_utf8(work_item_id):
-            return "", "not valid UTF-8 text"
-        return "", (
-            f"work item id must be 1 to {WORK_ITEM_ID_MAX} letters or digits, found "
-            f"{_shown(_escaped(work_item_id))}"
-        )
-    if not _HASH_RE.fullmatch(hash_value):
-        if _not_utf8(hash_value):
-            return "", "not valid UTF-8 text"
-        return "", (
-            "hash must be 44 characters of standard Base64 ending in '=', "
-            f"found {_shown(_escaped(hash_value))}"
-        )
-    hash_type = ""
-    if removed:
-        found = _LIST_TYPE_TO_HASH_TYPE.get(fields[2].lower())
-        if found is None:
-            return "", (
-                f"list type {_shown(_escaped(fields[2]))} is not a DROP list: expected one "
-                f"of {', '.join(LIST_DATA_TYPES)}"
-            )
-        hash_type = found
-    if not seen.add(work_item_id):
-        where = "this Removed file" if removed else "this ZIP"
-        return "", f"work item id {work_item_id} appears twice in {where} (ids are unique)"
-    return hash_type, None
-
-
-def iter_download_zip(
-    path_or_fileobj: str | os.PathLike[str] | IO[bytes], *, broker_id: str
-) -> DownloadZipReader:
-    """Stream and validate a downloaded DROP ZIP, yielding its good ``WorkItemRow`` /
-    ``RemovedRow``; the reader then says what was skipped, set aside and unreadable.
-
-    Nothing is read until the first ``next()``; member names are all sorted before the
-    first row comes out; each member is decoded and parsed as it is read, never held whole.
-    Raises ``DropFileError`` only for the whole package: not a readable ZIP (or a damaged
-    member), no DROP list in it, or a list named for another broker.
-    A file object must be seekable (``zipfile`` needs it).
-    """
-    return DownloadZipReader(path_or_fileobj, broker_id=broker_id)
-
-
-def zip_summary(path_or_fileobj: str | os.PathLike[str] | IO[bytes]) -> list[ZipMember]:
-    """Each member's name, size and data row count (lines after the header), unvalidated.
-
-    Cheap: it streams each member once counting newlines, without parsing any row.
-    """
-    label = _source_label(path_or_fileobj)
-    try:
-        with zipfile.ZipFile(path_or_fileobj) as archive:
-            summary = []
-            for info in archive.infolist():
-                if info.is_dir():
-                    continue
-                lines = 0
-                last = b"\n"
-                try:
-                    with archive.open(info) as member:
-                        while chunk := member.read(1 << 16):
-                            lines += chunk.count(b"\n")
-                            last = chunk[-1:]
-                except _ZIP_READ_ERRORS as exc:
-                    raise DropFileError(
-                        info.filename, None, f"ZIP member is corrupt or truncated: {exc}"
-                    ) from None
-                if last != b"\n":
-                    lines += 1
-                summary.append(ZipMember(info.filename, info.file_size, max(lines - 1, 0)))
-            return summary
-    except (zipfile.BadZipFile, EOFError) as exc:
-        raise DropFileError(
-            label, None, f"not a readable ZIP file (truncated or not a ZIP): {exc}"
-        ) from None
 
 
 def response_file_name(download_file_name: str, suffix: str | None = None) -> str:
@@ -689,7 +219,7 @@ def response_file_name(download_file_name: str, suffix: str | None = None) -> st
         raise DropFileError(
             download_file_name,
             None,
-            f"response file suffix must be 1 to 10 letters or digits, found {_shown(suffix)}",
+            f"response file suffix must be 1 to 10 letters or digits, found {shown(suffix)}",
         )
     return DropFileName(parsed.date, parsed.broker_id, parsed.data_type, suffix or None).name
 
@@ -705,21 +235,21 @@ def write_response_csv(fileobj: BinaryIO, rows: Iterable[tuple[str, int]]) -> Re
     label = os.path.basename(label) if isinstance(label, str) and label else None
     digest = hashlib.sha256(RESPONSE_HEADER)
     fileobj.write(RESPONSE_HEADER)
-    seen = _WorkItemIdSet()
+    seen = WorkItemIdSet()
     pending: list[bytes] = []
     count = 0
     for count, (work_item_id, status) in enumerate(rows, start=1):
         line = count + 1
-        if not isinstance(work_item_id, str) or not _WORK_ITEM_ID_RE.fullmatch(work_item_id):
+        if not isinstance(work_item_id, str) or not WORK_ITEM_ID_RE.fullmatch(work_item_id):
             raise DropFileError(
                 label,
                 line,
                 f"work item id must be 1 to {WORK_ITEM_ID_MAX} letters or digits, found "
-                f"{_shown(str(work_item_id))}",
+                f"{shown(str(work_item_id))}",
             )
         if type(status) is not int or status not in REPORTABLE_STATUSES:
             raise DropFileError(
-                label, line, f"status must be 2, 3, 4 or 5, found {_shown(repr(status))}"
+                label, line, f"status must be 2, 3, 4 or 5, found {shown(repr(status))}"
             )
         if not seen.add(work_item_id):
             raise DropFileError(

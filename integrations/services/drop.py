@@ -8,7 +8,7 @@
     result.cycle.drop_session_id, result.cycle.matched, result.requests.queued
 
 An import is one transaction: the ZIP is streamed and validated row by row
-(``integrations.drop.files``) into a staging table with COPY, then matched and written as
+(``integrations.drop.download_zip``) into a staging table with COPY, then matched and written as
 work items, deletion requests and their delivery jobs, with the cycle and its ledger event
 (``integrations.services.matching`` says how, and why so). One odd part never holds back
 the rest: a member that is not a DROP list is skipped (a ``drop.package_members_skipped``
@@ -42,13 +42,12 @@ from django.utils import timezone
 from integrations import enqueue
 from integrations.drop.calendar import drop_date, drop_timezone, drop_today
 from integrations.drop.client import DropApiError, DropClient
+from integrations.drop.download_zip import DownloadZipReader, iter_download_zip
 from integrations.drop.files import (
-    DownloadZipReader,
     DropFileError,
     RemovedRow,
     SetAside,
     WorkItemRow,
-    iter_download_zip,
     parse_file_name,
 )
 from integrations.drop.transport import OnProgress

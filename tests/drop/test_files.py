@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from devtools.drop_simulator import build_drop_zip, work_items
+from integrations.drop.download_zip import DownloadZipReader, iter_download_zip, zip_summary
 from integrations.drop.files import (
     DATA_TYPE_TO_HASH_TYPE,
     HASH_TYPE_TO_DATA_TYPE,
-    DownloadZipReader,
     DropFileError,
     DropFileName,
     RemovedRow,
@@ -24,13 +24,11 @@ from integrations.drop.files import (
     UnreadableRow,
     WorkItemRow,
     ZipMember,
-    _WorkItemIdSet,
-    iter_download_zip,
     parse_file_name,
     response_file_name,
     write_response_csv,
-    zip_summary,
 )
+from integrations.drop.work_item_ids import WorkItemIdSet
 
 BROKER = "4821"
 DAY = "20260312"
@@ -504,13 +502,13 @@ def test_broker_id_argument_must_be_four_digits() -> None:
 
 def test_duplicate_check_is_exact_and_compact() -> None:
     ids = [wid for wid, _ in work_items(5000, start=10**9)]
-    seen = _WorkItemIdSet()  # starts small: this exercises growth too
+    seen = WorkItemIdSet()  # starts small: this exercises growth too
 
     assert all(seen.add(wid) for wid in ids)
     assert not any(seen.add(wid) for wid in ids)
     assert len(seen) == 5000
     # One million ids fit in 2**21 slots of 9 bytes (~19 MB), not ~95 MB of str objects.
-    assert _WorkItemIdSet(expected=1_000_000).nbytes == 9 * 2**21
+    assert WorkItemIdSet(expected=1_000_000).nbytes == 9 * 2**21
 
 
 # ------------------------------------------------------------------ response files
