@@ -13,7 +13,8 @@ exactly the same rules, so this module is the only place those rules live
 
 A value that breaks a rule raises `InvalidIdentifier`, whose `field` and `reason` name the
 problem without repeating the value. Names are transliterated with the one table
-`TRANSLITERATION`; adding a mapping there is a one-line change.
+`TRANSLITERATION` (module `transliteration`, its data in `transliteration.json`); adding a
+mapping there is a one-line change.
 
 Pure Python on the standard library, with no Django import, so it runs in workers,
 commands and the benchmark alike.
@@ -29,6 +30,8 @@ from collections.abc import Callable, Mapping
 from datetime import date
 from functools import lru_cache
 from typing import Final
+
+from integrations.drop.transliteration import TRANSLITERATION, transliterate
 
 __all__ = [
     "HASH_RE",
@@ -295,162 +298,6 @@ def standardize_dob(v: str | date) -> str:
 # Names
 # ---------------------------------------------------------------------------------------
 
-# Every transliteration, one per line, keys lowercase and composed (NFC). A key may be
-# several letters (a digraph); the longest key wins. Values are ASCII; "" drops the letter.
-# CalPrivacy has not published its full table: where DROP names a mapping it is used
-# as written, the remaining Cyrillic follows ICAO 9303 (passports), Greek follows ELOT 743
-# (passports). ELOT's two context rules are not mappings and sit below the table:
-# `_WORD_EDGE_ONLY` (μπ) and `_ELOT_UPSILON_AS_F` (αυ, ευ, ηυ before a voiceless consonant).
-TRANSLITERATION: Final[dict[str, str]] = {
-    # Latin letters that do not decompose into a base letter plus accent
-    "ß": "ss",
-    "æ": "ae",
-    "ø": "o",
-    "ł": "l",
-    "đ": "d",
-    "ð": "d",
-    "þ": "th",
-    "œ": "oe",
-    "ı": "i",
-    "ħ": "h",
-    "ŧ": "t",
-    "ŋ": "n",
-    # Apostrophe-like modifier letters (O'Brien typed as Oʼbrien): dropped like "'"
-    "ʹ": "",
-    "ʺ": "",
-    "ʻ": "",
-    "ʼ": "",
-    "ʽ": "",
-    "ʾ": "",
-    "ʿ": "",
-    # Greek, ELOT 743: digraphs
-    "αυ": "av",
-    "αύ": "av",
-    "ευ": "ev",
-    "εύ": "ev",
-    "ηυ": "iv",
-    "ηύ": "iv",
-    "ου": "ou",
-    "ού": "ou",
-    "γγ": "ng",
-    "γξ": "nx",
-    "γχ": "nch",
-    "μπ": "b",  # only at the start or end of a word; inside one, μ and π give "mp"
-    # Greek, ELOT 743: letters (accents dropped)
-    "α": "a",
-    "ά": "a",
-    "β": "v",
-    "γ": "g",
-    "δ": "d",
-    "ε": "e",
-    "έ": "e",
-    "ζ": "z",
-    "η": "i",
-    "ή": "i",
-    "θ": "th",
-    "ι": "i",
-    "ί": "i",
-    "ϊ": "i",
-    "ΐ": "i",
-    "κ": "k",
-    "λ": "l",
-    "μ": "m",
-    "ν": "n",
-    "ξ": "x",
-    "ο": "o",
-    "ό": "o",
-    "π": "p",
-    "ρ": "r",
-    "σ": "s",
-    "ς": "s",
-    "τ": "t",
-    "υ": "y",
-    "ύ": "y",
-    "ϋ": "y",
-    "ΰ": "y",
-    "φ": "f",
-    "χ": "ch",
-    "ψ": "ps",
-    "ω": "o",
-    "ώ": "o",
-    # Cyrillic, Russian alphabet (the passport values DROP names; й and the rest per ICAO 9303)
-    "а": "a",
-    "б": "b",
-    "в": "v",
-    "г": "g",
-    "д": "d",
-    "е": "e",
-    "ё": "yo",
-    "ж": "zh",
-    "з": "z",
-    "и": "i",
-    "й": "i",
-    "к": "k",
-    "л": "l",
-    "м": "m",
-    "н": "n",
-    "о": "o",
-    "п": "p",
-    "р": "r",
-    "с": "s",
-    "т": "t",
-    "у": "u",
-    "ф": "f",
-    "х": "kh",
-    "ц": "ts",
-    "ч": "ch",
-    "ш": "sh",
-    "щ": "shch",
-    "ъ": "",
-    "ы": "y",
-    "ь": "",
-    "э": "e",
-    "ю": "yu",
-    "я": "ya",
-    # Cyrillic, other alphabets (Ukrainian, Belarusian, Serbian, Macedonian), ICAO 9303
-    "ґ": "g",
-    "є": "ie",
-    "і": "i",
-    "ї": "i",
-    "ў": "u",
-    "ђ": "d",
-    "ѓ": "g",
-    "ѕ": "dz",
-    "ј": "j",
-    "љ": "lj",
-    "њ": "nj",
-    "ћ": "c",
-    "ќ": "k",
-    "џ": "dz",
-}
-
-_GREEK_LETTER: Final = "\u0390\u03ac-\u03ce"  # lowercase monotonic Greek, with ς and accents
-_WORD_EDGE_ONLY: Final = frozenset({"μπ"})
-
-
-def _key_pattern(key: str) -> str:
-    escaped = re.escape(key)
-    if key in _WORD_EDGE_ONLY:
-        return f"(?<![{_GREEK_LETTER}]){escaped}|{escaped}(?![{_GREEK_LETTER}])"
-    return escaped
-
-
-_TRANSLITERATION_RE: Final = re.compile(
-    "|".join(
-        [_key_pattern(k) for k in sorted(TRANSLITERATION, key=len, reverse=True) if len(k) > 1]
-        + ["[" + "".join(re.escape(k) for k in TRANSLITERATION if len(k) == 1) + "]"]
-    )
-)
-
-# ELOT 743: the υ of αυ, ευ, ηυ sounds as f, and is written f, before a voiceless consonant
-# and at the end of a word (αυτός -> aftos, Ευθυμίου -> efthymiou); elsewhere v (Παύλος ->
-# pavlos). Rewriting that υ as φ lets the table give the letters.
-_ELOT_UPSILON_AS_F: Final = re.compile(f"(?<=[αεη])[υύ](?=[θκξπστφχψς]|(?![{_GREEK_LETTER}]))")
-
-
-def _transliterate(s: str) -> str:
-    return _TRANSLITERATION_RE.sub(lambda m: TRANSLITERATION[m[0]], _ELOT_UPSILON_AS_F.sub("φ", s))
-
 
 def _marks_fold_away(base: str) -> bool:
     """Tell whether accents on `base` are dropped: Latin, Greek and Cyrillic letters.
@@ -475,7 +322,7 @@ def _standardize_name_unicode(v: str) -> str:
     #    lower(), not casefold(): casefold would turn ß into ss before the table sees it.
     s = unicodedata.normalize("NFKC", v).lower()
     # 2. Transliterate on composed text, so ё, й and the accented Greek digraphs are whole.
-    s = _transliterate(s)
+    s = transliterate(s)
     # 3. Decompose and drop the accents of Latin, Greek and Cyrillic letters; marks of other
     #    scripts stay with their letter.
     kept: list[str] = []
@@ -489,7 +336,7 @@ def _standardize_name_unicode(v: str) -> str:
             kept.append(ch)
     # 4. Transliterate again: a letter whose accent is not in the table (polytonic ἀ,
     #    Moldovan ӂ) is only now the bare letter the table knows.
-    s = _transliterate("".join(kept))
+    s = transliterate("".join(kept))
     # 5. Keep letters, digits and the marks that survived step 3; recompose (kana, Hangul).
     s = "".join(ch for ch in s if ch.isalnum() or unicodedata.category(ch)[0] == "M")
     return unicodedata.normalize("NFC", s)
