@@ -9,7 +9,7 @@ decision::
     # handle(response) -> Done(value) | Fail(error) | Wait(seconds) | Retry(reason)
 
 Each attempt's answer begins within ``total_timeout`` by the wall clock
-(``outbound_http.bounded``) and is reported to ``on_call``; no attempt sees the API key
+(``outbound_deadline.bounded``) and is reported to ``on_call``; no attempt sees the API key
 (``send`` carries it). A package is streamed to a temporary file (never held in memory),
 bounded by a stall rather than a total (no byte for ``stall_timeout`` cuts it: a large
 package on a slow line still arrives), checked against its announced length and given its
@@ -39,7 +39,8 @@ from requests_hardened.ip_filter import InvalidIPAddress
 
 from integrations.drop.errors import DropApiError, DropProtocolError, DropUnavailable
 from integrations.file_digest import file_sha256
-from integrations.outbound_http import Bound, bounded, describe_failure
+from integrations.outbound_deadline import Bound, bounded
+from integrations.outbound_http import describe_failure
 
 # The client's logger: one name for everything a DROP call logs.
 log = logging.getLogger("integrations.drop.client")
