@@ -5,7 +5,7 @@ name and the per-file answers of an upload. Every response of docs/contracts.md 
 handled here, so callers see a result or one of a few exceptions (all ``DropApiError``)::
 
     client = DropClient(base_url_for(broker.mode, settings.DROP_API_URL), api_key,
-                        on_call=ledger_hook)
+                        limits=DropLimits(stall_timeout=120), on_call=ledger_hook)
     result = client.download(var_dir / "downloads")   # waits through 202 and 429, retries 5xx
     if result.kind == "package":
         import_zip(result.path)
@@ -17,12 +17,13 @@ exception message, a repr or a log record, and a server that echoes it back is r
 Redirects are not followed, so the header can never be replayed to another host.
 
 How the calls travel (attempts, waits, retries, bounded time, the package on disk) is
-``drop.transport``, over the one outbound stack (``outbound_http``): its sessions filter the
-target address (no loopback, private or reserved address, no plain http) unless
-``allow_private`` (``DROPPORTAL_ALLOW_PRIVATE_TARGETS``) opens them, use its TLS settings, and
-every attempt's answer begins within ``total_timeout`` by the wall clock, whatever DROP (or
-the network) does; a package's body then streams to disk for as long as it takes, cut only
-when no byte comes for ``stall_timeout``.
+``drop.transport``, within its ``DropLimits``, over the one outbound stack
+(``outbound_http``): its sessions filter the target address (no loopback, private or reserved
+address; and ``target_urls`` refuses plain http) unless ``allow_private``
+(``DROPPORTAL_ALLOW_PRIVATE_TARGETS``) opens them, use its TLS settings, and every attempt's
+answer begins within ``total_timeout`` by the wall clock, whatever DROP (or the network)
+does; a package's body then streams to disk for as long as it takes, cut only when no byte
+comes for ``stall_timeout``.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from integrations.drop.files import REMOVED, DropFileError, parse_file_name
 from integrations.drop.transport import (
     Decision,
     Done,
+    DropLimits,
     Fail,
     OnCall,
     OnProgress,
@@ -64,6 +66,7 @@ from integrations.drop.transport import (
     Wait,
 )
 from integrations.outbound_http import build_session, retry_after_seconds
+from integrations.target_urls import TargetUrlProblem, target_url_problem
 
 __all__ = [
     "PRODUCTION_URL",
@@ -74,6 +77,7 @@ __all__ = [
     "DropBadRequest",
     "DropClient",
     "DropConflict",
+    "DropLimits",
     "DropPending",
     "DropProtocolError",
     "DropThrottled",
@@ -186,18 +190,11 @@ class _Secret:
 class DropClient:
     """DROP's Data Broker API for one broker key; see the module docstring.
 
-    Bounds, per ``download``/``upload``/``amend`` call: all waiting (202 and 429 Retry-After,
-    backoff) stays within ``max_wait_seconds`` (a wait that would pass it raises at once
-    instead of sleeping); transient failures (500/502/503/504, connection errors, timeouts,
-    bodies cut short) are retried ``max_retries`` times with backoff ``backoff_seconds``,
-    doubling, capped at ``max_backoff_seconds``. ``sleep`` and ``clock`` are injectable so
-    tests never wait. ``timeout`` is (connect, each read); ``total_timeout`` bounds one
-    attempt by the wall clock until its answer begins (a small answer whole);
-    ``stall_timeout`` bounds a package's body by silence: no byte for that long, and the
-    attempt is retried. ``allow_private`` lets the base URL be plain
-    http or a loopback/private address (development and tests only).
-    ``on_call`` is called after every HTTP attempt, with no header or body; an exception it
-    raises propagates.
+    ``limits`` bounds the time of each call and its retries (``DropLimits``; production's by
+    default). ``allow_private`` lets the base URL be plain http or a loopback/private address
+    (development and tests only). ``on_call`` is called after every HTTP attempt, with no
+    header or body; an exception it raises propagates. ``sleep`` and ``clock`` are
+    injectable so tests never wait.
     """
 
     def __init__(
@@ -205,27 +202,22 @@ class DropClient:
         base_url: str,
         api_key: str,
         *,
-        timeout: float | tuple[float, float] = (5, 60),
-        total_timeout: float = 300,
-        stall_timeout: float = 120,
-        max_wait_seconds: float = 600,
-        max_retries: int = 4,
-        backoff_seconds: float = 2.0,
-        max_backoff_seconds: float = 60.0,
+        limits: DropLimits | None = None,
         allow_private: bool = False,
         on_call: OnCall | None = None,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        parts = urlsplit(base_url)
-        if parts.scheme not in {"http", "https"} or not parts.hostname:
+        problem = target_url_problem(base_url, allow_private=allow_private)
+        if problem in (TargetUrlProblem.UNREADABLE, TargetUrlProblem.NOT_ABSOLUTE):
             raise ValueError(f"DROP base URL must be an http(s) URL, got {base_url!r}")
-        if parts.scheme == "http" and not allow_private:
+        if problem is TargetUrlProblem.PLAIN_HTTP:
             raise ValueError(
                 "DROP base URL must use https (plain http only with "
                 "DROPPORTAL_ALLOW_PRIVATE_TARGETS)"
             )
-        if parts.query or parts.fragment or parts.username or parts.password:
+        parts = urlsplit(base_url)
+        if problem is TargetUrlProblem.CREDENTIALS or parts.query or parts.fragment:
             raise ValueError("DROP base URL must not carry a query, fragment or credentials")
         if (
             not isinstance(api_key, str)
@@ -240,13 +232,7 @@ class DropClient:
         self.user_agent = _user_agent()
         self.transport = Transport(
             session=self.session,
-            timeout=timeout,
-            total_timeout=total_timeout,
-            stall_timeout=stall_timeout,
-            max_wait_seconds=max_wait_seconds,
-            max_retries=max_retries,
-            backoff_seconds=backoff_seconds,
-            max_backoff_seconds=max_backoff_seconds,
+            limits=limits or DropLimits(),
             on_call=on_call,
             sleep=sleep,
             clock=clock,
@@ -257,7 +243,7 @@ class DropClient:
 
     @property
     def _max_wait(self) -> float:
-        return self.transport.max_wait_seconds
+        return self.transport.limits.max_wait_seconds
 
     # ---------------------------------------------------------------- download
 
@@ -278,7 +264,7 @@ class DropClient:
                 headers=self._headers(
                     {"Accept": "application/zip, application/json", "Accept-Encoding": "identity"}
                 ),
-                timeout=self.transport.timeout,
+                timeout=self.transport.limits.timeout,
                 stream=True,
                 allow_redirects=False,
             )
@@ -379,7 +365,7 @@ class DropClient:
                 self.base_url + path,
                 headers=self._headers({"Accept": "application/json"}),
                 files=[("files", (name, body, "text/csv")) for name, body in parts],
-                timeout=self.transport.timeout,
+                timeout=self.transport.limits.timeout,
                 allow_redirects=False,
             )
 
