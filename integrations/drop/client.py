@@ -2,7 +2,8 @@
 
 This module is the protocol: DROP's endpoints and what each status means (the bodies and
 headers are read by ``drop.answers``: the package's file name, the per-file answers of an
-upload). Every response of docs/contracts.md §9 is handled here, so callers see a result or one of a few exceptions (all ``DropApiError``)::
+upload). Every response of docs/contracts.md §9 is handled here, so callers see a result
+or one of a few exceptions (all ``DropApiError``)::
 
     client = DropClient(base_url_for(broker.mode, settings.DROP_API_URL), api_key,
                         limits=DropLimits(stall_timeout=120), on_call=ledger_hook)
