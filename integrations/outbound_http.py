@@ -123,16 +123,16 @@ class _Adapter(DeadlineAdapter):
 
 
 class _PublicOnlyAdapter(_Adapter, IPFilterAdapter):
-    """requests-hardened's filtering adapter (resolve, check, pin; loopback refused), its name
-    resolution within the deadline (``DeadlineAdapter`` comes first), and a stricter check.
+    """requests-hardened's filtering adapter (resolve, check, pin), its name resolution within
+    the deadline (``DeadlineAdapter`` comes first in the method order), and a stricter check.
 
     The library refuses private, loopback, multicast and a list of special ranges; Python's
     ``is_private`` misses some reserved and site-local IPv6 space (e.g. ``::7f00:1``,
     ``fec0::/10``), so the pinned address is checked again here, still before connecting.
     """
 
-    def __init__(self, *, is_https_proto: bool) -> None:
-        IPFilterAdapter.__init__(self, is_https_proto=is_https_proto, allow_loopback=False)
+    def __init__(self, *, is_https_proto: bool, allow_loopback: bool) -> None:
+        IPFilterAdapter.__init__(self, is_https_proto=is_https_proto, allow_loopback=allow_loopback)
 
     def build_connection_pool_key_attributes(
         self,
@@ -156,20 +156,23 @@ def build_session(allow_private: bool) -> requests.Session:
     It keeps no per-call state (no cookies, no auth), so worker threads can share it; the
     connection pools underneath are thread-safe.
     """
-    session = HTTPSession(
-        Config(
-            # The filter is requests-hardened's IPFilterAdapter, mounted below as the base of
-            # _PublicOnlyAdapter (with loopback refused, as here); this flag would mount it
-            # without the deadline and our TLS context.
-            ip_filter_enable=False,
-            ip_filter_allow_loopback_ips=False,
-            never_redirect=True,
-            default_timeout=(CONNECT_TIMEOUT, TOTAL_TIMEOUT),
-        )
+    config = Config(
+        ip_filter_enable=not allow_private,  # DROPPORTAL_ALLOW_PRIVATE_TARGETS turns it off
+        ip_filter_allow_loopback_ips=False,
+        never_redirect=True,
+        default_timeout=(CONNECT_TIMEOUT, TOTAL_TIMEOUT),
     )
+    session = HTTPSession(config)
+    # Ours take the place of the adapters requests-hardened mounted: its same filter, with
+    # the same settings, under the deadline and our TLS context.
     for scheme, is_https in (("https://", True), ("http://", False)):
-        # allow_private (DROPPORTAL_ALLOW_PRIVATE_TARGETS) turns the address filter off.
-        adapter = _Adapter() if allow_private else _PublicOnlyAdapter(is_https_proto=is_https)
+        if config.ip_filter_enable:
+            allow_loopback = config.ip_filter_allow_loopback_ips
+            adapter: _Adapter = _PublicOnlyAdapter(
+                is_https_proto=is_https, allow_loopback=allow_loopback
+            )
+        else:
+            adapter = _Adapter()
         session.mount(scheme, adapter)
     # No proxies, .netrc or CA bundle from the environment: a proxy would connect on our
     # behalf and defeat the address filter. And no cookies carried between calls.
