@@ -82,7 +82,7 @@ def callbacks(count: int, *, throttled: bool) -> dict[str, Any]:
 
 def trickled() -> dict[str, Any]:
     from devtools.trickle_server import TrickleServer
-    from integrations.drop.client import DropApiError, DropClient
+    from integrations.drop.client import DropApiError, DropClient, DropLimits
     from integrations.outbound_http import deliver
 
     results: dict[str, Any] = {}
@@ -103,9 +103,9 @@ def trickled() -> dict[str, Any]:
             server.url.rstrip("/"),
             "bench-drop-key",
             allow_private=True,
-            timeout=(1, TIMEOUT),
-            total_timeout=TIMEOUT,
-            max_retries=0,
+            limits=DropLimits(
+                connect_timeout=1, read_timeout=TIMEOUT, total_timeout=TIMEOUT, max_retries=0
+            ),
         )
         started = time.monotonic()
         error = ""

@@ -92,13 +92,13 @@ def populate(items: int) -> None:
 
 def run_once(items: int) -> dict[str, float | int | bool]:
     from devtools.drop_simulator import DropSimulator
-    from integrations.drop.client import DropClient
+    from integrations.drop.client import DropClient, DropLimits
     from integrations.models import Broker, ReportFile, WorkItem, WorkItemState
     from integrations.services.reports import report_files_upload, report_files_write
 
     broker = Broker.objects.get(broker_id="4821")
     with DropSimulator(api_key=KEY, broker_id="4821", active_download=True) as drop:
-        client = DropClient(drop.url, KEY, timeout=(5, 120), allow_private=True)
+        client = DropClient(drop.url, KEY, limits=DropLimits(read_timeout=120), allow_private=True)
         started = time.perf_counter()
         written = report_files_write(broker=broker, actor="bench")
         wrote = time.perf_counter()

@@ -6,37 +6,42 @@ service and a form give the same message for the same input.
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
-
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator
 
+from integrations.target_urls import (
+    TargetUrlProblem,
+    target_url_problem,
+    target_url_schemes,
+    url_has_credentials,
+)
+
 NAME_MAX = 200
 
 
-def url_has_credentials(url: str) -> bool:
-    """Whether ``url`` carries a ``user:password@`` part (which HTTP clients send as Basic
-    auth, and which would be shown and logged wherever the URL is)."""
-    try:
-        return "@" in urlsplit(url).netloc
-    except ValueError:
-        return False
-
-
 def target_url_validate(url: str, *, field: str = "url") -> str:
-    """A broker-configured URL we will call: absolute ``https://`` (``http://`` only when
-    ``DROPPORTAL_ALLOW_PRIVATE_TARGETS`` is set). Its address is checked at every call."""
+    """A broker-configured URL we will call, as ``target_urls`` allows it (absolute
+    ``https://``; ``http://`` only when ``DROPPORTAL_ALLOW_PRIVATE_TARGETS`` is set) and
+    well-formed. Its address is checked at every call."""
     url = (url or "").strip()
-    schemes = ["https", "http"] if settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS else ["https"]
+    allow_private = settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS
+    schemes = target_url_schemes(allow_private=allow_private)
+    problem = target_url_problem(url, allow_private=allow_private)
+    if problem is TargetUrlProblem.PLAIN_HTTP:
+        raise ValidationError({field: "plain http is refused: use an https:// URL"})
     try:
-        URLValidator(schemes=schemes)(url)
+        URLValidator(schemes=list(schemes))(url)
     except ValidationError:
-        if urlsplit(url).scheme == "http":
-            raise ValidationError({field: "plain http is refused: use an https:// URL"}) from None
         raise ValidationError({field: f"not an absolute {' or '.join(schemes)} URL"}) from None
     if len(url) > 500:
         raise ValidationError({field: "at most 500 characters"})
+    return url_credentials_validate(url, field=field)
+
+
+def url_credentials_validate(url: str, *, field: str) -> str:
+    """``url`` unless it carries a user name or password (which would go along as Basic
+    auth, and be shown and logged wherever the URL is)."""
     if url_has_credentials(url):
         raise ValidationError(
             {field: "a URL must not carry a user name or password: set credentials apart"}

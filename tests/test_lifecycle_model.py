@@ -75,7 +75,7 @@ from hypothesis.stateful import (
 from devtools.broker_simulator import BrokerSimulator, ReceivedRequest, sign_callback
 from devtools.drop_simulator import ALREADY_UPLOADED_MESSAGE, DropSimulator, build_drop_zip
 from integrations import tasks
-from integrations.drop.client import DropClient
+from integrations.drop.client import DropClient, DropLimits
 from integrations.drop.registration import ConsumerCsvReader
 from integrations.drop.standardize import email_hash
 from integrations.models import (
@@ -463,7 +463,11 @@ class LifecycleMachine(RuleBasedStateMachine):
         ).key
         self.client = Client()
         self.drop_client = DropClient(
-            self.drop.url, "sim-key", max_retries=0, sleep=lambda _: None, allow_private=True
+            self.drop.url,
+            "sim-key",
+            limits=DropLimits(max_retries=0),
+            sleep=lambda _: None,
+            allow_private=True,
         )
 
     @initialize(

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from requests_hardened.ip_filter_adapter import IPFilterAdapter
 
 from devtools.broker_simulator import BrokerSimulator, Reply
 from devtools.trickle_server import TrickleServer
@@ -162,6 +163,14 @@ def test_connections_are_kept_alive(simulator: BrokerSimulator) -> None:
 
 
 # -- SSRF refusals (allow_private=False) ----------------------------------------------------
+
+
+def test_the_address_filter_is_requests_hardeneds_unless_private_targets_are_allowed() -> None:
+    filtered = build_session(False).get_adapter("https://broker.example/hook")
+    opened = build_session(True).get_adapter("https://broker.example/hook")
+
+    assert isinstance(filtered, IPFilterAdapter)
+    assert not isinstance(opened, IPFilterAdapter)
 
 
 @pytest.mark.usefixtures("no_connect")

@@ -240,8 +240,6 @@ def send(
     check: AnswerCheck | None = None,
     keep_answer: bool = True,
     categories: Iterable[str] = (),
-    timeout_connect: float = 5.0,
-    timeout_total: float = 15.0,
 ) -> DeliveryResult:
     """One call with the bearer token and, after a 401 with a refreshable (OAuth) token, one
     more with a fresh token: a second 401 is the answer. Never raises.
@@ -263,8 +261,6 @@ def send(
             body=body,
             headers={**headers, "Authorization": f"Bearer {access_token}"},
             allow_private=allow_private,
-            timeout_connect=timeout_connect,
-            timeout_total=timeout_total,
             read_limit=ANSWER_LIMIT,
         )
 
@@ -299,8 +295,6 @@ def oauth_token_fetch(
     client_id: str,
     client_secret: str,
     allow_private: bool,
-    timeout_connect: float = 5.0,
-    timeout_total: float = 15.0,
 ) -> AccessToken:
     """A new access token by the client credentials grant (RFC 6749 section 4.4), the client
     authenticated by HTTP Basic (section 2.3.1). Raises ``IsiError`` saying what went wrong."""
@@ -316,8 +310,6 @@ def oauth_token_fetch(
             "User-Agent": USER_AGENT,
         },
         allow_private=allow_private,
-        timeout_connect=timeout_connect,
-        timeout_total=timeout_total,
         read_limit=ANSWER_LIMIT,
     )
     where = f"OAuth token endpoint {token_url}"

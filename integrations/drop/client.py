@@ -1,11 +1,12 @@
 """The DROP Data Broker API client: download packages, upload and amend response CSVs.
 
-This module is the protocol: DROP's endpoints, what each status means, the package's file
-name and the per-file answers of an upload. Every response of docs/contracts.md §9 is
-handled here, so callers see a result or one of a few exceptions (all ``DropApiError``)::
+This module is the protocol: DROP's endpoints and what each status means (the bodies and
+headers are read by ``drop.answers``: the package's file name, the per-file answers of an
+upload). Every response of docs/contracts.md §9 is handled here, so callers see a result
+or one of a few exceptions (all ``DropApiError``)::
 
     client = DropClient(base_url_for(broker.mode, settings.DROP_API_URL), api_key,
-                        on_call=ledger_hook)
+                        limits=DropLimits(stall_timeout=120), on_call=ledger_hook)
     result = client.download(var_dir / "downloads")   # waits through 202 and 429, retries 5xx
     if result.kind == "package":
         import_zip(result.path)
@@ -17,30 +18,39 @@ exception message, a repr or a log record, and a server that echoes it back is r
 Redirects are not followed, so the header can never be replayed to another host.
 
 How the calls travel (attempts, waits, retries, bounded time, the package on disk) is
-``drop.transport``, over the one outbound stack (``outbound_http``): its sessions filter the
-target address (no loopback, private or reserved address, no plain http) unless
-``allow_private`` (``DROPPORTAL_ALLOW_PRIVATE_TARGETS``) opens them, use its TLS settings, and
-every attempt's answer begins within ``total_timeout`` by the wall clock, whatever DROP (or
-the network) does; a package's body then streams to disk for as long as it takes, cut only
-when no byte comes for ``stall_timeout``.
+``drop.transport``, within its ``DropLimits``, over the one outbound stack
+(``outbound_http``): its sessions filter the target address (no loopback, private or reserved
+address; and ``target_urls`` refuses plain http) unless ``allow_private``
+(``DROPPORTAL_ALLOW_PRIVATE_TARGETS``) opens them, use its TLS settings, and every attempt's
+answer begins within ``total_timeout`` by the wall clock, whatever DROP (or the network)
+does; a package's body then streams to disk for as long as it takes, cut only when no byte
+comes for ``stall_timeout``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Literal
-from urllib.parse import unquote, urlsplit
+from typing import Any
+from urllib.parse import urlsplit
 
 import requests
 
+from integrations.drop.answers import (
+    DownloadResult,
+    UploadResult,
+    attachment_name,
+    error_text,
+    json_body,
+    media_type,
+    package_result,
+    retry_after,
+    upload_result,
+)
 from integrations.drop.errors import (
     DropApiError,
     DropAuthError,
@@ -55,15 +65,16 @@ from integrations.drop.files import REMOVED, DropFileError, parse_file_name
 from integrations.drop.transport import (
     Decision,
     Done,
+    DropLimits,
     Fail,
     OnCall,
     OnProgress,
-    Received,
     Retry,
     Transport,
     Wait,
 )
-from integrations.outbound_http import build_session, retry_after_seconds
+from integrations.outbound_http import build_session
+from integrations.target_urls import TargetUrlProblem, target_url_problem
 
 __all__ = [
     "PRODUCTION_URL",
@@ -74,6 +85,7 @@ __all__ = [
     "DropBadRequest",
     "DropClient",
     "DropConflict",
+    "DropLimits",
     "DropPending",
     "DropProtocolError",
     "DropThrottled",
@@ -91,65 +103,11 @@ AMEND_PATH = "/data/amend"
 # DROP's documented examples (§9.2); used when a 202 or 429 comes without a usable Retry-After.
 DEFAULT_PENDING_RETRY_AFTER = 60.0
 DEFAULT_THROTTLED_RETRY_AFTER = 30.0
-# A Retry-After of 0 must not turn the wait loop into a busy loop.
-MIN_RETRY_AFTER = 1.0
 
 _ZIP_CONTENT_TYPES = frozenset(
     {"application/zip", "application/x-zip-compressed", "application/octet-stream", ""}
 )
 _RETRYABLE_STATUSES = frozenset({500, 502, 503, 504})
-_SAFE_FILE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,254}")
-_ALREADY_UPLOADED_RE = re.compile(r"already\s+(?:been\s+)?uploaded", re.IGNORECASE)
-_MESSAGE_LIMIT = 500
-_ERROR_BODY_LIMIT = 64 * 1024
-_CHUNK = 1 << 16
-
-
-@dataclass(frozen=True)
-class DownloadResult:
-    """What ``download`` got: a package saved to disk, or nothing new."""
-
-    kind: Literal["package", "nothing_new"]
-    message: str | None = None
-    file_name: str | None = None
-    path: Path | None = None
-    size_bytes: int = 0
-    sha256: str | None = None
-    attempts: int = 1
-
-
-@dataclass(frozen=True)
-class UploadResult:
-    """DROP's answer to an upload or amend, with earlier-uploaded names counted as accepted.
-
-    ``rejected`` maps a file name to DROP's reason and leaves out "already uploaded"
-    rejections, which are in ``already_uploaded_names`` (a retried upload lands there).
-    """
-
-    status: int
-    message: str
-    sent_names: tuple[str, ...]
-    newly_accepted: dict[str, int | None]
-    rejected: dict[str, str]
-    already_uploaded_names: tuple[str, ...]
-    accepted_count: int | None = None
-    rejected_count: int | None = None
-    attempts: int = 1
-
-    @property
-    def accepted_names(self) -> tuple[str, ...]:
-        return (*self.newly_accepted, *self.already_uploaded_names)
-
-    @property
-    def unanswered_names(self) -> tuple[str, ...]:
-        """Sent files DROP's answer does not mention at all."""
-        answered = {*self.accepted_names, *self.rejected}
-        return tuple(name for name in self.sent_names if name not in answered)
-
-    @property
-    def all_accepted(self) -> bool:
-        accepted = set(self.accepted_names)
-        return all(name in accepted for name in self.sent_names)
 
 
 def base_url_for(mode: str, override: str | None = None) -> str:
@@ -186,18 +144,11 @@ class _Secret:
 class DropClient:
     """DROP's Data Broker API for one broker key; see the module docstring.
 
-    Bounds, per ``download``/``upload``/``amend`` call: all waiting (202 and 429 Retry-After,
-    backoff) stays within ``max_wait_seconds`` (a wait that would pass it raises at once
-    instead of sleeping); transient failures (500/502/503/504, connection errors, timeouts,
-    bodies cut short) are retried ``max_retries`` times with backoff ``backoff_seconds``,
-    doubling, capped at ``max_backoff_seconds``. ``sleep`` and ``clock`` are injectable so
-    tests never wait. ``timeout`` is (connect, each read); ``total_timeout`` bounds one
-    attempt by the wall clock until its answer begins (a small answer whole);
-    ``stall_timeout`` bounds a package's body by silence: no byte for that long, and the
-    attempt is retried. ``allow_private`` lets the base URL be plain
-    http or a loopback/private address (development and tests only).
-    ``on_call`` is called after every HTTP attempt, with no header or body; an exception it
-    raises propagates.
+    ``limits`` bounds the time of each call and its retries (``DropLimits``; production's by
+    default). ``allow_private`` lets the base URL be plain http or a loopback/private address
+    (development and tests only). ``on_call`` is called after every HTTP attempt, with no
+    header or body; an exception it raises propagates. ``sleep`` and ``clock`` are
+    injectable so tests never wait.
     """
 
     def __init__(
@@ -205,27 +156,22 @@ class DropClient:
         base_url: str,
         api_key: str,
         *,
-        timeout: float | tuple[float, float] = (5, 60),
-        total_timeout: float = 300,
-        stall_timeout: float = 120,
-        max_wait_seconds: float = 600,
-        max_retries: int = 4,
-        backoff_seconds: float = 2.0,
-        max_backoff_seconds: float = 60.0,
+        limits: DropLimits | None = None,
         allow_private: bool = False,
         on_call: OnCall | None = None,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        parts = urlsplit(base_url)
-        if parts.scheme not in {"http", "https"} or not parts.hostname:
+        problem = target_url_problem(base_url, allow_private=allow_private)
+        if problem in (TargetUrlProblem.UNREADABLE, TargetUrlProblem.NOT_ABSOLUTE):
             raise ValueError(f"DROP base URL must be an http(s) URL, got {base_url!r}")
-        if parts.scheme == "http" and not allow_private:
+        if problem is TargetUrlProblem.PLAIN_HTTP:
             raise ValueError(
                 "DROP base URL must use https (plain http only with "
                 "DROPPORTAL_ALLOW_PRIVATE_TARGETS)"
             )
-        if parts.query or parts.fragment or parts.username or parts.password:
+        parts = urlsplit(base_url)
+        if problem is TargetUrlProblem.CREDENTIALS or parts.query or parts.fragment:
             raise ValueError("DROP base URL must not carry a query, fragment or credentials")
         if (
             not isinstance(api_key, str)
@@ -240,13 +186,7 @@ class DropClient:
         self.user_agent = _user_agent()
         self.transport = Transport(
             session=self.session,
-            timeout=timeout,
-            total_timeout=total_timeout,
-            stall_timeout=stall_timeout,
-            max_wait_seconds=max_wait_seconds,
-            max_retries=max_retries,
-            backoff_seconds=backoff_seconds,
-            max_backoff_seconds=max_backoff_seconds,
+            limits=limits or DropLimits(),
             on_call=on_call,
             sleep=sleep,
             clock=clock,
@@ -257,7 +197,7 @@ class DropClient:
 
     @property
     def _max_wait(self) -> float:
-        return self.transport.max_wait_seconds
+        return self.transport.limits.max_wait_seconds
 
     # ---------------------------------------------------------------- download
 
@@ -278,7 +218,7 @@ class DropClient:
                 headers=self._headers(
                     {"Accept": "application/zip, application/json", "Accept-Encoding": "identity"}
                 ),
-                timeout=self.transport.timeout,
+                timeout=self.transport.limits.timeout,
                 stream=True,
                 allow_redirects=False,
             )
@@ -294,9 +234,9 @@ class DropClient:
     ) -> Decision:
         status = response.status_code
         if status == 200:
-            content_type = _content_type(response)
+            content_type = media_type(response)
             if content_type == "application/json" or content_type.endswith("+json"):
-                body = _json_body(response)
+                body = json_body(response)
                 if not isinstance(body, dict):
                     return Fail(
                         DropProtocolError("200 JSON answer without a message", status=status),
@@ -313,17 +253,17 @@ class DropClient:
                     "unexpected",
                 )
             try:
-                file_name = _attachment_name(response.headers.get("Content-Disposition"))
+                file_name = attachment_name(response.headers.get("Content-Disposition"))
             except DropProtocolError as exc:
                 exc.status = status
                 return Fail(exc, "unexpected")
             received = self.transport.receive_file(response, dest_dir, file_name, on_progress)
             if isinstance(received, Retry):
                 return received
-            return Done(_package(file_name, received), "package")
+            return Done(package_result(file_name, received), "package")
         if status == 202:
             return Wait(
-                _retry_after(response, DEFAULT_PENDING_RETRY_AFTER),
+                retry_after(response, DEFAULT_PENDING_RETRY_AFTER),
                 "pending",
                 DropPending(
                     f"DROP still prepares the package after {self._max_wait:g} s of waiting: "
@@ -379,16 +319,16 @@ class DropClient:
                 self.base_url + path,
                 headers=self._headers({"Accept": "application/json"}),
                 files=[("files", (name, body, "text/csv")) for name, body in parts],
-                timeout=self.transport.timeout,
+                timeout=self.transport.limits.timeout,
                 allow_redirects=False,
             )
 
         def handle(response: requests.Response) -> Decision:
             status = response.status_code
             if status in (202, 400):
-                body = _json_body(response)
+                body = json_body(response)
                 if isinstance(body, dict) and isinstance(body.get("rejected"), list):
-                    result = self._upload_result(status, body, sent_names)
+                    result = upload_result(status, body, sent_names, self._redact)
                     return Done(result, "accepted" if status == 202 else "rejected")
                 if status == 202:
                     return Fail(
@@ -407,39 +347,6 @@ class DropClient:
         result: UploadResult = self._run("POST", path, send, handle)
         return result
 
-    def _upload_result(
-        self, status: int, body: dict[str, Any], sent_names: tuple[str, ...]
-    ) -> UploadResult:
-        newly_accepted: dict[str, int | None] = {}
-        for entry in body.get("accepted") or []:
-            if isinstance(entry, dict) and isinstance(entry.get("fileName"), str):
-                size = entry.get("fileSizeBytes")
-                newly_accepted[entry["fileName"]] = size if isinstance(size, int) else None
-        rejected: dict[str, str] = {}
-        already: list[str] = []
-        for entry in body.get("rejected") or []:
-            if not isinstance(entry, dict) or not isinstance(entry.get("fileName"), str):
-                continue
-            name = entry["fileName"]
-            reason = self._redact(str(entry.get("message") or "rejected"))
-            if _ALREADY_UPLOADED_RE.search(reason):
-                if name not in already:
-                    already.append(name)
-            else:
-                rejected[name] = reason
-        accepted_count = body.get("acceptedCount")
-        rejected_count = body.get("rejectedCount")
-        return UploadResult(
-            status=status,
-            message=self._redact(str(body.get("message") or "")),
-            sent_names=sent_names,
-            newly_accepted=newly_accepted,
-            rejected=rejected,
-            already_uploaded_names=tuple(already),
-            accepted_count=accepted_count if isinstance(accepted_count, int) else None,
-            rejected_count=rejected_count if isinstance(rejected_count, int) else None,
-        )
-
     # ---------------------------------------------------------------- shared machinery
 
     def _headers(self, extra: dict[str, str]) -> dict[str, str]:
@@ -449,28 +356,7 @@ class DropClient:
         return text.replace(self._api_key.value, "[redacted]")
 
     def _error_message(self, response: requests.Response) -> str:
-        """DROP's error text: JSON ``{"message"}`` or plain text (401s come both ways)."""
-        raw = b""
-        try:
-            for chunk in response.iter_content(_CHUNK):
-                raw += chunk
-                if len(raw) >= _ERROR_BODY_LIMIT:
-                    break
-        except requests.RequestException:
-            pass
-        text = raw.decode("utf-8", errors="replace").strip()
-        message: str = text
-        if text.startswith("{"):
-            try:
-                body = json.loads(text)
-            except ValueError:
-                body = None
-            if isinstance(body, dict) and body.get("message"):
-                message = str(body["message"])
-        message = " ".join(message.split())
-        if len(message) > _MESSAGE_LIMIT:
-            message = message[:_MESSAGE_LIMIT] + "..."
-        return self._redact(message or response.reason or f"HTTP {response.status_code}")
+        return self._redact(error_text(response))
 
     def _handle_common(self, response: requests.Response, *, conflict: str) -> Decision:
         """The statuses every endpoint shares: 401/403, 409, 429, 5xx, anything else."""
@@ -491,7 +377,7 @@ class DropClient:
             )
         if status == 429:
             return Wait(
-                _retry_after(response, DEFAULT_THROTTLED_RETRY_AFTER),
+                retry_after(response, DEFAULT_THROTTLED_RETRY_AFTER),
                 "throttled",
                 DropThrottled(
                     f"DROP kept throttling for {self._max_wait:g} s: try again later",
@@ -525,52 +411,3 @@ class DropClient:
         if isinstance(value, DownloadResult | UploadResult):
             value = dataclasses.replace(value, attempts=attempts)
         return value
-
-
-def _content_type(response: requests.Response) -> str:
-    return response.headers.get("Content-Type", "").split(";")[0].strip().lower()
-
-
-def _json_body(response: requests.Response) -> Any:
-    try:
-        return json.loads(response.content)
-    except (ValueError, requests.RequestException):
-        return None
-
-
-def _retry_after(response: requests.Response, default: float) -> float:
-    """Retry-After as seconds (``default`` when absent or unreadable), never below one."""
-    seconds = retry_after_seconds(response.headers.get("Retry-After"))
-    return max(default if seconds is None else seconds, MIN_RETRY_AFTER)
-
-
-def _package(file_name: str, received: Received) -> DownloadResult:
-    return DownloadResult(
-        kind="package",
-        file_name=file_name,
-        path=received.path,
-        size_bytes=received.size_bytes,
-        sha256=received.sha256,
-    )
-
-
-def _attachment_name(header: str | None) -> str:
-    """The package's file name from Content-Disposition, refusing anything path-like."""
-    if not header:
-        return time.strftime("%Y%m%d_DROP_download_%H%M%S.zip", time.gmtime())
-    name: str | None = None
-    star = re.search(r"filename\*\s*=\s*(?:UTF-8|utf-8)''([^;\s]+)", header)
-    if star:
-        name = unquote(star.group(1))
-    else:
-        plain = re.search(r'filename\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^;\s]+))', header)
-        if plain:
-            name = plain.group(1) if plain.group(1) is not None else plain.group(2)
-            name = re.sub(r"\\(.)", r"\1", name)
-    if not name:
-        raise DropProtocolError("Content-Disposition names no file")
-    if not _SAFE_FILE_NAME_RE.fullmatch(name) or ".." in name or not name.endswith(".zip"):
-        raise DropProtocolError(
-            f"refusing package file name {name[:80]!r}: expected a plain name ending in .zip"
-        )
-    return name

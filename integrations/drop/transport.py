@@ -4,12 +4,12 @@ The protocol (``drop.client``) says what to send and what an answer means, as a 
 this module sends it through the one outbound stack (``outbound_http``) and acts on the
 decision::
 
-    transport = Transport(session=build_session(allow_private), ...)
+    transport = Transport(session=build_session(allow_private), limits=DropLimits(), ...)
     value, attempts = transport.run("GET", "/data/download", send, handle)
     # handle(response) -> Done(value) | Fail(error) | Wait(seconds) | Retry(reason)
 
 Each attempt's answer begins within ``total_timeout`` by the wall clock
-(``outbound_http.bounded``) and is reported to ``on_call``; no attempt sees the API key
+(``outbound_deadline.bounded``) and is reported to ``on_call``; no attempt sees the API key
 (``send`` carries it). A package is streamed to a temporary file (never held in memory),
 bounded by a stall rather than a total (no byte for ``stall_timeout`` cuts it: a large
 package on a slow line still arrives), checked against its announced length and given its
@@ -38,7 +38,8 @@ import urllib3
 from requests_hardened.ip_filter import InvalidIPAddress
 
 from integrations.drop.errors import DropApiError, DropProtocolError, DropUnavailable
-from integrations.outbound_http import Bound, bounded, describe_failure
+from integrations.outbound_deadline import Bound, bounded
+from integrations.outbound_http import describe_failure
 
 # The client's logger: one name for everything a DROP call logs.
 log = logging.getLogger("integrations.drop.client")
@@ -106,27 +107,47 @@ class _Attempt:
     status: int | None = None
 
 
+@dataclass(frozen=True)
+class DropLimits:
+    """How long a DROP call may take and how often it is tried: the one home of these
+    numbers, the defaults being production's (``DROPPORTAL_DROP_STALL_SECONDS`` sets the
+    stall there).
+
+    Per attempt: ``connect_timeout`` and ``read_timeout`` (each read); ``total_timeout``, by
+    the wall clock until DROP's answer begins (the whole of a small answer); ``stall_timeout``
+    bounds a package's body: no byte for that long cuts it (and the attempt is retried),
+    however long the whole body takes. Per call (``download``, ``upload``, ``amend``): all
+    waiting (202 and 429 Retry-After, backoff) stays within ``max_wait_seconds`` (a wait that
+    would pass it raises at once instead of sleeping); transient failures are retried
+    ``max_retries`` times with backoff ``backoff_seconds``, doubling, capped at
+    ``max_backoff_seconds``.
+    """
+
+    connect_timeout: float = 5.0
+    read_timeout: float = 60.0
+    total_timeout: float = 300.0
+    stall_timeout: float = 120.0
+    max_wait_seconds: float = 600.0
+    max_retries: int = 4
+    backoff_seconds: float = 2.0
+    max_backoff_seconds: float = 60.0
+
+    @property
+    def timeout(self) -> tuple[float, float]:
+        """(connect, each read), as requests takes it."""
+        return (self.connect_timeout, self.read_timeout)
+
+
 @dataclass
 class Transport:
-    """Attempts of one DROP client. Per ``run``: all waiting (202 and 429 Retry-After,
-    backoff) stays within ``max_wait_seconds`` (a wait that would pass it raises at once
-    instead of sleeping); transient failures are retried ``max_retries`` times with backoff
-    ``backoff_seconds``, doubling, capped at ``max_backoff_seconds``. ``timeout`` is
-    (connect, each read); ``total_timeout`` bounds one attempt until its answer begins (the
-    whole of a small answer); ``stall_timeout`` bounds a package's body: no byte for that
-    long cuts it (and the attempt is retried), however long the whole body takes."""
+    """Attempts of one DROP client, within ``limits``; ``sleep`` and ``clock`` are injectable
+    so tests never wait."""
 
     session: requests.Session
-    timeout: float | tuple[float, float]
-    total_timeout: float
-    max_wait_seconds: float
-    max_retries: int
-    backoff_seconds: float
-    max_backoff_seconds: float
+    limits: DropLimits
     on_call: OnCall | None
     sleep: Callable[[float], None]
     clock: Callable[[], float]
-    stall_timeout: float = 120.0
     _current: _Attempt | None = field(default=None, init=False, repr=False)  # in flight
 
     def run(
@@ -138,6 +159,7 @@ class Transport:
     ) -> tuple[Any, int]:
         """Attempt until ``handle`` decides Done (its value and the number of attempts) or
         Fail, or the retries or the waiting budget run out (raises)."""
+        limits = self.limits
         started = self.clock()
         waited = 0.0
         failures = 0
@@ -158,10 +180,12 @@ class Transport:
                     f"DROP {method} {path} failed {times}; last: {decision.reason}",
                     status=decision.status,
                 )
-                if failures > self.max_retries:
+                if failures > limits.max_retries:
                     raise exhausted
-                delay = min(self.backoff_seconds * 2 ** (failures - 1), self.max_backoff_seconds)
-            if max(self.clock() - started, waited) + delay > self.max_wait_seconds:
+                delay = min(
+                    limits.backoff_seconds * 2 ** (failures - 1), limits.max_backoff_seconds
+                )
+            if max(self.clock() - started, waited) + delay > limits.max_wait_seconds:
                 raise exhausted
             log.info("DROP %s %s: waiting %.1f s before the next attempt", method, path, delay)
             self.sleep(delay)
@@ -177,7 +201,7 @@ class Transport:
         """One bounded attempt, reported to ``on_call`` whatever happens (``error``: a local
         failure, such as a full disk, raised on)."""
         began = self.clock()
-        with bounded(self.total_timeout) as bound:
+        with bounded(self.limits.total_timeout) as bound:
             attempt = self._current = _Attempt(bound)
             try:
                 decision = self._exchange(attempt, send, handle)
@@ -211,12 +235,12 @@ class Transport:
 
     def _failure(self, exc: requests.RequestException) -> str:
         """What kept the request from DROP, in a few words (``connection refused``)."""
-        connect, total = self.timeout if isinstance(self.timeout, tuple) else (self.timeout,) * 2
-        return describe_failure(exc, timeout_connect=connect, timeout_total=total)
+        connect, read = self.limits.timeout
+        return describe_failure(exc, timeout_connect=connect, timeout_total=read)
 
     def _timed_out(self, exc: requests.RequestException | None, bound: Bound) -> str:
         if bound.expired:
-            return f"DROP did not answer within {self.total_timeout:g} s"
+            return f"DROP did not answer within {self.limits.total_timeout:g} s"
         return f"DROP did not answer in time: {exc}"
 
     def _report(
@@ -262,10 +286,10 @@ class Transport:
                 # at most stall_timeout (the socket), and the watchdog's deadline follows
                 # the last byte (whatever a read does underneath).
                 if sock is not None:
-                    sock.settimeout(self.stall_timeout)
+                    sock.settimeout(self.limits.stall_timeout)
                 while True:
                     if bound is not None:
-                        bound.postpone(self.stall_timeout)
+                        bound.postpone(self.limits.stall_timeout)
                     # read1: at most one receive, so a slow but steady body keeps the
                     # deadline moving (a full-size read would wait for a whole chunk).
                     chunk = _read_once(raw)
@@ -287,9 +311,9 @@ class Transport:
             temp_path.unlink(missing_ok=True)
             # A stall ends as a socket timeout, or as a cut socket when the watchdog was first.
             if isinstance(exc, _BodyStalled) or (bound is not None and bound.expired):
+                stall = self.limits.stall_timeout
                 return Retry(
-                    "stalled",
-                    f"download stalled: no byte for {self.stall_timeout:g} s after {size} bytes",
+                    "stalled", f"download stalled: no byte for {stall:g} s after {size} bytes"
                 )
             return Retry("truncated", f"download cut short: {exc}")
         except BaseException:

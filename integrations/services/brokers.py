@@ -14,17 +14,14 @@ from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, BrokerMode
 from integrations.services.ledger import ledger_event_append
 from integrations.services.row_updates import row_update
-from integrations.validators import url_has_credentials
+from integrations.validators import url_credentials_validate
 
 _AUDITED_FIELDS = ("name", "mode", "drop_base_url", "auto_pull", "pull_interval_days")
 
 
 def _drop_base_url_check(url: str) -> None:
     # The DROP API key goes in a header; a user:password part would go along as Basic auth.
-    if url and url_has_credentials(url):
-        raise ValidationError(
-            {"drop_base_url": "a URL must not carry a user name or password: set credentials apart"}
-        )
+    url_credentials_validate(url, field="drop_base_url")
 
 
 def broker_create(

@@ -89,9 +89,6 @@ logger = logging.getLogger(__name__)
 DISPATCH_THREADS = 8
 # Rows locked, sent and recorded together (a job holds at most 100 ids).
 BATCH_SIZE = 100
-# docs/contracts.md §6.1; module constants so tests can shorten them instead of waiting.
-TIMEOUT_CONNECT = 5.0
-TIMEOUT_TOTAL = 15.0
 REDACTED = "[redacted]"
 # A batch whose broker has no free dispatch slot waits this long for one (batches to a
 # healthy broker take well under a second), then is tried again BUSY_DELAY_SECONDS later.
@@ -220,8 +217,6 @@ def _send(outbound: Outbound, now: Callable[[], dt.datetime]) -> Sent:
         body=outbound.body,
         headers=headers,
         allow_private=settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS,
-        timeout_connect=TIMEOUT_CONNECT,
-        timeout_total=TIMEOUT_TOTAL,
     )
     if not outbound.keep_answer:
         result = dataclasses.replace(
@@ -535,8 +530,6 @@ def _isi_outbound(
             keep_answer=keep_answer,
             categories=answer_categories,
             allow_private=settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS,
-            timeout_connect=TIMEOUT_CONNECT,
-            timeout_total=TIMEOUT_TOTAL,
         )
 
     return Outbound(

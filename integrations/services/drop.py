@@ -25,6 +25,7 @@ the cause and import that file with ``drop import`` (DROP may not send it again)
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import itertools
@@ -50,7 +51,7 @@ from integrations.drop.files import (
     WorkItemRow,
     parse_file_name,
 )
-from integrations.drop.transport import OnProgress
+from integrations.drop.transport import DropLimits, OnProgress
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     Broker,
@@ -78,13 +79,10 @@ log = logging.getLogger(__name__)
 
 PACKAGES_DIR = settings.DROPPORTAL_VAR_DIR / "drop-packages"
 STAGED_REMOVED = "drop_staged_removed"
-# DROP client tuning: (connect, read) seconds per HTTP attempt, the wall-clock bound of one
-# attempt until DROP's answer begins (a package's body is bounded by a stall instead,
-# DROPPORTAL_DROP_STALL_SECONDS), and retries of 5xx/timeouts.
-DROP_TIMEOUT: tuple[float, float] = (5.0, 60.0)
-DROP_TOTAL_TIMEOUT = 300.0
-DROP_MAX_RETRIES = 4
-DEFAULT_MAX_WAIT_SECONDS = 600.0  # bound on waiting through 202/429 and retry backoff
+# The DROP client's time bounds and retries (a module attribute, so tests can shorten them);
+# the stall is DROPPORTAL_DROP_STALL_SECONDS, read at each pull.
+DROP_LIMITS = DropLimits()
+DEFAULT_MAX_WAIT_SECONDS = DROP_LIMITS.max_wait_seconds
 _COPY_BATCH_ROWS = 8192
 IMPORT_WORK_MEM = "64MB"
 # What a Removed file cancels: everything not final but what the broker is acting on
@@ -598,14 +596,15 @@ def drop_client_for(
             },
         )
 
+    limits = dataclasses.replace(
+        DROP_LIMITS,
+        stall_timeout=settings.DROPPORTAL_DROP_STALL_SECONDS,
+        max_wait_seconds=max_wait_seconds,
+    )
     return DropClient(
         base_url,
         broker.drop_api_key,
-        timeout=DROP_TIMEOUT,
-        total_timeout=DROP_TOTAL_TIMEOUT,
-        stall_timeout=settings.DROPPORTAL_DROP_STALL_SECONDS,
-        max_retries=DROP_MAX_RETRIES,
-        max_wait_seconds=max_wait_seconds,
+        limits=limits,
         allow_private=settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS,
         on_call=on_call,
         sleep=lambda seconds: wait(seconds),

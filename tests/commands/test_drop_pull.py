@@ -3,6 +3,7 @@ periodic pull. No request leaves 127.0.0.1; waits are recorded, not slept."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import io
 import json
@@ -48,7 +49,8 @@ def waits(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[float]:
     """Every wait between attempts, recorded instead of slept; packages kept in tmp_path."""
     recorded: list[float] = []
     monkeypatch.setattr(drop_services, "wait", recorded.append)
-    monkeypatch.setattr(drop_services, "DROP_TIMEOUT", (1.0, 1.0))
+    short = dataclasses.replace(drop_services.DROP_LIMITS, connect_timeout=1.0, read_timeout=1.0)
+    monkeypatch.setattr(drop_services, "DROP_LIMITS", short)
     monkeypatch.setattr(drop_services, "PACKAGES_DIR", tmp_path / "packages")
     return recorded
 
@@ -410,7 +412,7 @@ def test_drop_unreachable_is_named_plainly(broker: Broker, waits: list[float]) -
     text = str(refused.value)
     assert text.startswith("DROP GET /data/download failed ")
     assert text.endswith("; last: cannot reach DROP: connection refused")
-    assert len(waits) == drop_services.DROP_MAX_RETRIES  # retried, then gave up
+    assert len(waits) == drop_services.DROP_LIMITS.max_retries  # retried, then gave up
     assert_nothing_imported()
 
 
@@ -459,7 +461,8 @@ def test_a_manual_pull_that_succeeds_after_a_refusal_resumes_the_automatic_pull(
 def slow_line(settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Bounds small enough for a test: 0.5 s for DROP's answer to begin, 1 s of silence."""
     settings.DROPPORTAL_DROP_STALL_SECONDS = 1.0
-    monkeypatch.setattr(drop_services, "DROP_TOTAL_TIMEOUT", 0.5)
+    short = dataclasses.replace(drop_services.DROP_LIMITS, total_timeout=0.5)
+    monkeypatch.setattr(drop_services, "DROP_LIMITS", short)
 
 
 def test_a_package_longer_in_coming_than_every_bound_is_imported(

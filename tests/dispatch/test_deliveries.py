@@ -19,6 +19,7 @@ from django.utils import timezone
 from procrastinate.contrib.django.models import ProcrastinateJob
 
 from devtools.broker_simulator import BrokerSimulator, Reply
+from integrations import outbound_http
 from integrations.dispatch import signing
 from integrations.dispatch.policy import MAX_ATTEMPTS
 from integrations.models import (
@@ -243,7 +244,7 @@ def test_receiver_down_is_retried(broker: Broker) -> None:
 def test_a_receiver_slower_than_the_timeout_is_retried(
     integration: Integration, receiver: BrokerSimulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(deliveries, "TIMEOUT_TOTAL", 0.3)
+    monkeypatch.setattr(outbound_http, "TOTAL_TIMEOUT", 0.3)
     receiver.script(Reply.slow(3.0))
     request = deletion_request(integration)
 

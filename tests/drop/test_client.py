@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import socket
 import ssl
@@ -26,6 +27,7 @@ from integrations.drop.client import (
     DropAuthError,
     DropClient,
     DropConflict,
+    DropLimits,
     DropPending,
     DropProtocolError,
     DropThrottled,
@@ -65,17 +67,20 @@ def make_client(
     drop: DropSimulator, sleeps: list[float], calls: list[Call]
 ) -> Callable[..., DropClient]:
     def make(**overrides: Any) -> DropClient:
+        """A client on the simulator; ``DropLimits`` fields among ``overrides`` go there."""
+        limits = {"connect_timeout": 1, "read_timeout": 2}
         options: dict[str, Any] = {
             "sleep": sleeps.append,
             "on_call": lambda *args: calls.append(args),
-            "timeout": (1, 2),
             # The simulator is on loopback: the one explicit opening of the outbound filter.
             "allow_private": True,
         }
-        options.update(overrides)
+        for name, value in overrides.items():
+            is_limit = name in {field.name for field in dataclasses.fields(DropLimits)}
+            (limits if is_limit else options)[name] = value
         api_key = options.pop("api_key", KEY)
         base_url = options.pop("base_url", drop.url)
-        return DropClient(base_url, api_key, **options)
+        return DropClient(base_url, api_key, limits=DropLimits(**limits), **options)
 
     return make
 
@@ -137,9 +142,7 @@ def test_a_drop_trickling_its_headers_is_cut_at_the_total_timeout(
             server.url.rstrip("/"),
             KEY,
             allow_private=True,
-            timeout=(1, 2),
-            total_timeout=2,
-            max_retries=0,
+            limits=DropLimits(connect_timeout=1, read_timeout=2, total_timeout=2, max_retries=0),
             sleep=sleeps.append,
             on_call=lambda *args: calls.append(args),
         )
@@ -397,7 +400,7 @@ def test_timeout_is_retried(
     drop.queue_response(200, body={"message": "late"}, delay=0.5)
     drop.queue_package(PACKAGE, PACKAGE_NAME)
 
-    result = make_client(timeout=(1, 0.1)).download(tmp_path)
+    result = make_client(read_timeout=0.1).download(tmp_path)
 
     assert result.kind == "package"
     assert outcomes(calls) == [(None, "timeout"), (200, "package")]
@@ -409,7 +412,7 @@ def test_timeout_forever_is_unavailable(
     drop.queue_response(200, body={"message": "late"}, delay=0.4, times=2)
 
     with pytest.raises(DropUnavailable, match="did not answer in time"):
-        make_client(timeout=(1, 0.1), max_retries=1).download(tmp_path)
+        make_client(read_timeout=0.1, max_retries=1).download(tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -623,7 +626,7 @@ def test_the_api_key_never_appears_in_errors_logs_or_reprs(
     drop.queue_response(200, delay=0.3, times=2)
     drop.queue_response(404, body={"message": f"what is {KEY}"})
     drop.queue_package(PACKAGE, content_disposition=f'attachment; filename="{KEY}/x.zip"')
-    client = make_client(max_retries=1, timeout=(1, 0.1))
+    client = make_client(max_retries=1, read_timeout=0.1)
 
     errors: list[DropApiError] = []
     for _ in range(7):

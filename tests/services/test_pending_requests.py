@@ -25,7 +25,7 @@ from procrastinate.contrib.django.models import ProcrastinateJob
 from devtools.broker_simulator import BrokerSimulator
 from devtools.drop_simulator import DropSimulator, work_items
 from devtools.isi_simulator import IsiSimulator, connection
-from integrations.drop.client import DropClient
+from integrations.drop.client import DropClient, DropLimits
 from integrations.drop.registration import ConsumerRecord
 from integrations.models import (
     Broker,
@@ -317,7 +317,11 @@ def test_a_webhook_integration_disabled_then_enabled_gets_every_match_and_they_r
         )
 
     client = DropClient(
-        drop.url, KEY, sleep=lambda s: None, max_retries=1, timeout=(1, 2), allow_private=True
+        drop.url,
+        KEY,
+        sleep=lambda s: None,
+        limits=DropLimits(max_retries=1, connect_timeout=1, read_timeout=2),
+        allow_private=True,
     )
     run = report_run(broker=broker, upload=True, client=client, actor="test")
 

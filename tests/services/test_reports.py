@@ -18,7 +18,7 @@ from django.db import connections
 from procrastinate.contrib.django.models import ProcrastinateJob
 
 from devtools.drop_simulator import DropSimulator
-from integrations.drop.client import DropClient
+from integrations.drop.client import DropClient, DropLimits
 from integrations.models import (
     Broker,
     CycleState,
@@ -82,7 +82,11 @@ def sleeps() -> list[float]:
 @pytest.fixture
 def client(drop: DropSimulator, sleeps: list[float]) -> DropClient:
     return DropClient(
-        drop.url, KEY, sleep=sleeps.append, max_retries=2, timeout=(1, 2), allow_private=True
+        drop.url,
+        KEY,
+        sleep=sleeps.append,
+        limits=DropLimits(max_retries=2, connect_timeout=1, read_timeout=2),
+        allow_private=True,
     )
 
 
@@ -234,7 +238,11 @@ def test_drop_down_leaves_the_file_written_and_the_next_run_sends_it(
 def test_drop_unreachable_is_the_same(cycle: DropCycle, drop: DropSimulator) -> None:
     drop.stop()
     unreachable = DropClient(
-        drop.url, KEY, sleep=lambda s: None, max_retries=1, timeout=(1, 1), allow_private=True
+        drop.url,
+        KEY,
+        sleep=lambda s: None,
+        limits=DropLimits(max_retries=1, connect_timeout=1, read_timeout=1),
+        allow_private=True,
     )
 
     run = report_run(broker=cycle.broker, upload=True, client=unreachable)

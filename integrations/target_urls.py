@@ -1,0 +1,51 @@
+"""Which URLs this process may call: absolute ``https://`` with a host and no
+``user:password@`` part; plain ``http://`` only where private targets are allowed
+(``DROPPORTAL_ALLOW_PRIVATE_TARGETS``: development and tests). The one home of that rule,
+applied where staff set a URL (``validators``), where a call is made (``outbound_http``)
+and where a DROP client is built; each words the refusal for its own reader::
+
+    problem = target_url_problem(url, allow_private=settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS)
+    if problem is TargetUrlProblem.PLAIN_HTTP:
+        ...
+"""
+
+from __future__ import annotations
+
+import enum
+from urllib.parse import urlsplit
+
+
+class TargetUrlProblem(enum.Enum):
+    UNREADABLE = "not a URL"
+    NOT_ABSOLUTE = "not an absolute http(s) URL with a host"
+    PLAIN_HTTP = "plain http"
+    # A user:password part is sent as Basic auth, and shown and logged wherever the URL is.
+    CREDENTIALS = "a user name or password in the URL"
+
+
+def target_url_schemes(*, allow_private: bool) -> tuple[str, ...]:
+    return ("https", "http") if allow_private else ("https",)
+
+
+def url_has_credentials(url: str) -> bool:
+    """Whether ``url`` carries a ``user:password@`` part (an empty one too)."""
+    try:
+        return "@" in urlsplit(url).netloc
+    except ValueError:
+        return False
+
+
+def target_url_problem(url: str, *, allow_private: bool) -> TargetUrlProblem | None:
+    """Why ``url`` may not be called, the first problem found; None when it may be."""
+    try:
+        parts = urlsplit(url)
+        has_host = bool(parts.hostname)
+    except ValueError:
+        return TargetUrlProblem.UNREADABLE
+    if parts.scheme not in ("https", "http") or not has_host:
+        return TargetUrlProblem.NOT_ABSOLUTE
+    if parts.scheme not in target_url_schemes(allow_private=allow_private):
+        return TargetUrlProblem.PLAIN_HTTP
+    if url_has_credentials(url):
+        return TargetUrlProblem.CREDENTIALS
+    return None
