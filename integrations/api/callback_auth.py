@@ -35,9 +35,10 @@ The order of checks, each with its status and ``code`` (docs/contracts.md §5.1)
 7. signature wrong (current secret, or the previous one within 24 h of a rotation):
    401 ``signature_invalid``; timestamp more than 5 minutes off: 401 ``timestamp_out_of_range``.
 
-Who does what: ``authentication.CallbackAuthentication`` (2, and the request answered),
-``permissions.HasScope`` (3), ``throttling.CallbackKeyThrottle`` (4) and
-``throttling.UnauthenticatedAddressThrottle`` (0) in DRF's order, this view the rest.
+Who does what: this view asks ``throttling.UnauthenticatedAddressThrottle`` (0) and checks
+the size (1) before DRF's own checks, which run ``authentication.CallbackAuthentication``
+(2, and the request answered), ``permissions.HasScope`` (3) and
+``throttling.CallbackKeyThrottle`` (4) in that order; the view does the rest.
 
 A rejection of a request with a valid API key is a ledger event (``callback.rejected``,
 ``services.callback_rejections``); one without (no key, an unknown or revoked key, a body
