@@ -146,7 +146,7 @@ def run_once(zip_path: Path) -> dict[str, float | int]:
     from django.db import connection
 
     from integrations.models import Broker
-    from integrations.services.drop import IMPORT_WORK_MEM, drop_zip_import
+    from integrations.services.drop_import import IMPORT_WORK_MEM, drop_zip_import
 
     broker = Broker.objects.get(broker_id=BROKER_ID)
     with connection.cursor() as cursor:

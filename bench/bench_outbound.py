@@ -44,18 +44,19 @@ ADDRESSES = {True: 4, False: 100}  # throttled or not
 
 def callbacks(count: int, *, throttled: bool) -> dict[str, Any]:
     from django.conf import settings
+    from django.core.cache import caches
     from django.test import Client
 
-    from integrations.api import callback_auth
     from integrations.models import LedgerEvent
+    from integrations.services import callback_rejections
 
     settings.DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT = 5.0 if throttled else 0
-    callback_auth.ADDRESS_BUCKETS.clear()
+    caches[settings.CALLBACK_THROTTLE_CACHE].clear()
     client = Client()
     body = json.dumps({"schema_version": "1.0", "status": "completed"}).encode()
     too_big = b'{"x": "' + b"a" * (65 * 1024) + b'"}'
     events = LedgerEvent.objects.count()
-    counted = callback_auth.UNAUTHENTICATED.count
+    counted = callback_rejections.UNAUTHENTICATED.count
     statuses: Counter[int] = Counter()
     started = time.perf_counter()
     for n in range(count):
@@ -74,7 +75,7 @@ def callbacks(count: int, *, throttled: bool) -> dict[str, Any]:
     return {
         "callbacks": count,
         "ledger_events_added": LedgerEvent.objects.count() - events,
-        "counted": callback_auth.UNAUTHENTICATED.count - counted,
+        "counted": callback_rejections.UNAUTHENTICATED.count - counted,
         "statuses": dict(sorted(statuses.items())),
         "per_second": round(count / seconds),
     }

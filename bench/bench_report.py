@@ -94,7 +94,8 @@ def run_once(items: int) -> dict[str, float | int | bool]:
     from devtools.drop_simulator import DropSimulator
     from integrations.drop.client import DropClient, DropLimits
     from integrations.models import Broker, ReportFile, WorkItem, WorkItemState
-    from integrations.services.reports import report_files_upload, report_files_write
+    from integrations.services.report_files import report_files_write
+    from integrations.services.report_uploads import report_files_upload
 
     broker = Broker.objects.get(broker_id="4821")
     with DropSimulator(api_key=KEY, broker_id="4821", active_download=True) as drop:

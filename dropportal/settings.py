@@ -204,6 +204,19 @@ STORAGES = {
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
 
+# The callback throttles (integrations.api.throttling) count in this process's memory: no
+# query and no shared store on the hot path, so with N web processes a key gets at most N
+# times its rate. Bounded: a flood from many addresses makes it drop its least recent entries.
+CALLBACK_THROTTLE_CACHE = "callback-throttle"
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    CALLBACK_THROTTLE_CACHE: {
+        "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+        "LOCATION": CALLBACK_THROTTLE_CACHE,
+        "OPTIONS": {"MAX_ENTRIES": 100_000},
+    },
+}
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["integrations.api.authentication.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["integrations.api.permissions.HasActiveApiKey"],

@@ -28,6 +28,7 @@ DELIVER_SAAS_DELETIONS = "integrations.tasks.deliver_saas_deletions"
 SEND_ALERT = "integrations.tasks.send_alert"
 EVALUATE_ALERTS = "integrations.tasks.evaluate_alerts"
 PULL_BROKER = "integrations.tasks.pull_broker"
+REPORT_BROKER = "integrations.tasks.report_broker"
 
 # Requests delivered by one job: each job locks, sends and records one batch together.
 DISPATCH_BATCH = 100
@@ -91,19 +92,25 @@ def alerts_evaluate_enqueue() -> None:
 
 
 def drop_pull_enqueue(*, broker_pk: int, broker_id: str) -> bool:
-    """Pull for one broker now (the periodic pull's job); False when one already waits.
+    """Pull for one broker now (the periodic pull's job); False when one already waits."""
+    return _broker_job_defer(PULL_BROKER, lock=f"pull:{broker_id}", broker_pk=broker_pk)
 
-    One pull at a time per broker: the lock keeps a second from running beside the first,
-    the queueing lock keeps a second from waiting behind one that has not started (a
-    ``download.ready`` notification and the periodic pull may ask within seconds).
-    """
-    lock = f"pull:{broker_id}"
+
+def drop_report_enqueue(*, broker_pk: int, broker_id: str) -> bool:
+    """Report for one broker now (the periodic report's job); False when one already waits."""
+    return _broker_job_defer(REPORT_BROKER, lock=f"report:{broker_id}", broker_pk=broker_pk)
+
+
+def _broker_job_defer(task: str, *, lock: str, broker_pk: int) -> bool:
+    """One such job at a time per broker: the lock keeps a second from running beside the
+    first, the queueing lock keeps a second from waiting behind one that has not started (a
+    ``download.ready`` notification and the periodic pull may ask within seconds)."""
     try:
         # A savepoint: the refused duplicate must not abort the caller's transaction.
         with transaction.atomic():
-            app.configure_task(
-                PULL_BROKER, allow_unknown=False, lock=lock, queueing_lock=lock
-            ).defer(broker_pk=broker_pk)
+            app.configure_task(task, allow_unknown=False, lock=lock, queueing_lock=lock).defer(
+                broker_pk=broker_pk
+            )
     except AlreadyEnqueued:
         return False
     return True

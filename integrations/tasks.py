@@ -11,20 +11,14 @@ import datetime as dt
 import logging
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 from procrastinate import RetryStrategy
 from procrastinate.contrib.django import app
-from procrastinate.exceptions import AlreadyEnqueued, UniqueViolation
-from procrastinate.jobs import Status
 
 from integrations import enqueue
 from integrations.dispatch.alerts import alert_send
-from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker
-from integrations.selectors.pulls import brokers_due_for_pull
 from integrations.services.alerts import alerts_evaluate
 from integrations.services.deliveries import (
     deletion_requests_deliver,
@@ -33,9 +27,12 @@ from integrations.services.deliveries import (
 )
 from integrations.services.doctor import stuck_work_items_check
 from integrations.services.drop import DropPullError, drop_pull
-from integrations.services.ledger import ledger_event_append, ledger_seal, ledger_verify_record
+from integrations.services.drop_schedule import drop_pulls_enqueue_due, drop_reports_enqueue_due
+from integrations.services.jobs import stalled_jobs_retry
+from integrations.services.ledger import ledger_seal, ledger_verify_record
 from integrations.services.redelivery import deletion_requests_redispatch_failed
-from integrations.services.reports import ReportBusy, auto_report_brokers, report_auto
+from integrations.services.report_uploads import ReportBusy
+from integrations.services.reports import report_auto
 from integrations.services.resolutions import resolutions_purge_final
 from integrations.services.shown_once import shown_once_purge_expired
 
@@ -126,33 +123,6 @@ async def retry_stalled_jobs(timestamp: int | None = None) -> int:
     return await stalled_jobs_retry(seconds_since_heartbeat=STALLED_AFTER_SECONDS)
 
 
-async def stalled_jobs_retry(*, seconds_since_heartbeat: float) -> int:
-
-    stalled = list(
-        await app.job_manager.get_stalled_jobs(seconds_since_heartbeat=seconds_since_heartbeat)
-    )
-    for job in stalled:
-        superseded = False
-        try:
-            await app.job_manager.retry_job(job)
-        except UniqueViolation:
-            # Its queueing lock is taken by the same work waiting again (a periodic job's next
-            # run, deferred while this one hung): that one does it, this one ends as failed.
-            await app.job_manager.finish_job(job, status=Status.FAILED, delete_job=False)
-            superseded = True
-        await sync_to_async(ledger_event_append)(
-            kind=LedgerKind.JOB_STALLED_RETRIED,
-            subject=str(job.id),
-            data={
-                "task": job.task_name,
-                "args": job.task_kwargs,
-                "worker": job.worker_id,
-                "superseded_by_waiting_job": superseded,
-            },
-        )
-    return len(stalled)
-
-
 # Reporting to DROP: every 15 minutes each broker with a DROP API key gets one report job
 # (settle what is final, write the files of complete cycles, amendments, upload whatever is
 # written). The queueing lock keeps one waiting per broker, the lock one running.
@@ -164,20 +134,10 @@ REPORT_CRON = "*/15 * * * *"
 def report_due(timestamp: int | None = None) -> int:
     """Defer a report job per broker that reports automatically; returns how many."""
 
-    deferred = 0
-    for broker in auto_report_brokers():
-        lock = f"report:{broker.broker_id}"
-        try:
-            # A savepoint: the refused insert must not abort a surrounding transaction.
-            with transaction.atomic():
-                report_broker.configure(lock=lock, queueing_lock=lock).defer(broker_pk=broker.pk)
-        except AlreadyEnqueued:
-            continue  # the previous one has not started yet
-        deferred += 1
-    return deferred
+    return drop_reports_enqueue_due()
 
 
-@app.task(queue="drop", pass_context=False)
+@app.task(name=enqueue.REPORT_BROKER, queue="drop", pass_context=False)
 def report_broker(broker_pk: int) -> None:
     """Report for one broker (``services.reports.report_auto``)."""
 
@@ -208,13 +168,9 @@ PULL_CRON = "41 * * * *"
 @app.periodic(cron=PULL_CRON, periodic_id="pull_due")
 @app.task(queue="drop", queueing_lock="pull_due", pass_context=False)
 def pull_due(timestamp: int | None = None) -> int:
-    """Defer a pull job per broker that is due (``selectors.pulls.brokers_due_for_pull``)."""
+    """Defer a pull job per broker that is due (``services.drop_schedule``)."""
 
-    deferred = 0
-    for broker in brokers_due_for_pull(now=timezone.now()):
-        # False: the previous one has not started yet.
-        deferred += enqueue.drop_pull_enqueue(broker_pk=broker.pk, broker_id=broker.broker_id)
-    return deferred
+    return drop_pulls_enqueue_due(now=timezone.now())
 
 
 # Queued by pull_due and by DROP's download.ready notification (enqueue.drop_pull_enqueue).

@@ -10,10 +10,10 @@ from urllib.parse import urlencode
 
 import pytest
 from django.conf import settings
+from django.core.cache import caches
 from django.db import connection
 from rest_framework.test import APIClient
 
-from integrations.api.callback_auth import ADDRESS_BUCKETS
 from integrations.dispatch import signing
 from integrations.models import Broker
 from integrations.services import drop
@@ -66,8 +66,8 @@ def drop_packages_in_tmp(tmp_path_factory: pytest.TempPathFactory, monkeypatch: 
 
 @pytest.fixture(autouse=True)
 def fresh_callback_throttles() -> None:
-    """Each test starts with full per-address buckets (the throttle is per process)."""
-    ADDRESS_BUCKETS.clear()
+    """Each test starts with no callback counted by the throttles (they are per process)."""
+    caches[settings.CALLBACK_THROTTLE_CACHE].clear()
 
 
 def database_url() -> str:

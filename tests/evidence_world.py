@@ -15,7 +15,7 @@ from pathlib import Path
 from devtools.drop_simulator import DropSimulator, work_items
 from integrations.drop.client import DropClient
 from integrations.models import Broker, DeletionRequest, DropCycle
-from integrations.services.drop import drop_zip_import
+from integrations.services.drop_import import drop_zip_import
 from integrations.services.outcomes import deletion_outcome_record
 from integrations.services.reports import report_run
 from tests.drop_cycle import consumer, drop_zip, webhook, write_zip

@@ -93,7 +93,7 @@ from integrations.selectors.stuck import stuck_work_items
 from integrations.services import deliveries
 from integrations.services.brokers import broker_create
 from integrations.services.consumers import consumers_register
-from integrations.services.drop import drop_zip_import
+from integrations.services.drop_import import drop_zip_import
 from integrations.services.integrations import (
     integration_disable,
     integration_enable,
@@ -108,7 +108,8 @@ from integrations.services.redelivery import (
     deletion_request_redispatch,
     deletion_requests_redispatch_failed,
 )
-from integrations.services.reports import report_auto, report_file_discard, report_run
+from integrations.services.report_manual import report_file_discard
+from integrations.services.reports import report_auto, report_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

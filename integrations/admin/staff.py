@@ -1,8 +1,9 @@
 """Staff accounts and their roles in the admin, each change a ledger event.
 
 Django's own user and group admins, plus one ledger event per addition, change or deletion
-in the same transaction, with the staff user who made it as the actor. The event names the
-changed fields and the account's roles afterwards, never a password or its hash::
+in the same transaction, with the staff user who made it as the actor (``services.staff``
+records them, and deletes). The event names the changed fields and the account's roles
+afterwards, never a password or its hash::
 
     staff_user.added / staff_user.changed / staff_user.deleted   subject: the username
     group.added / group.changed / group.deleted                  subject: the group name
@@ -18,6 +19,7 @@ and recovery codes.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from django.contrib import admin, messages
@@ -31,8 +33,13 @@ from unfold.admin import ModelAdmin
 from unfold.forms import AdminPasswordChangeForm, UserChangeForm, UserCreationForm
 
 from integrations.admin.actors import staff_actor
-from integrations.ledger_kinds import ledger_kind_compose
-from integrations.services.ledger import ledger_event_append
+from integrations.services.staff import (
+    Verb,
+    role_group_change_record,
+    role_groups_delete,
+    staff_user_change_record,
+    staff_users_delete,
+)
 from integrations.services.staff_mfa import staff_mfa_reset, staff_password_reset_record
 
 
@@ -53,40 +60,29 @@ def _changed_fields(message: Any) -> list[str]:
 
 
 class _LedgeredAdmin(admin.ModelAdmin):
-    """Appends a ledger event wherever Django's admin writes its own log entry."""
+    """Records a change wherever Django's admin writes its own log entry, and deletes
+    through the service that records each deletion."""
 
-    ledger_kind = ""
+    def change_record(self, obj: Any, verb: Verb, actor: str, fields: list[str]) -> None:
+        raise NotImplementedError
 
-    def ledger_data(self, obj: Any) -> dict[str, Any]:
-        return {}
-
-    def _append(self, request: HttpRequest, obj: Any, verb: str, **data: Any) -> None:
-        ledger_event_append(
-            kind=ledger_kind_compose(self.ledger_kind, verb),
-            subject=str(obj),
-            actor=staff_actor(request),
-            data={**data, **self.ledger_data(obj)},
-        )
+    def records_delete(self, objs: Iterable[Any], actor: str) -> None:
+        raise NotImplementedError
 
     # changeform_view runs these inside its transaction, right after saving.
     def log_addition(self, request: HttpRequest, obj: Model, message: Any) -> Any:
-        self._append(request, obj, "added", fields=_changed_fields(message))
+        self.change_record(obj, "added", staff_actor(request), _changed_fields(message))
         return super().log_addition(request, obj, message)
 
     def log_change(self, request: HttpRequest, obj: Model, message: Any) -> Any:
-        self._append(request, obj, "changed", fields=_changed_fields(message))
+        self.change_record(obj, "changed", staff_actor(request), _changed_fields(message))
         return super().log_change(request, obj, message)
 
     def delete_model(self, request: HttpRequest, obj: Model) -> None:
-        with transaction.atomic():
-            self._append(request, obj, "deleted")
-            super().delete_model(request, obj)
+        self.records_delete([obj], staff_actor(request))
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        with transaction.atomic():
-            for obj in queryset:
-                self._append(request, obj, "deleted")
-            super().delete_queryset(request, queryset)
+        self.records_delete(queryset, staff_actor(request))
 
 
 admin.site.unregister(User)
@@ -95,7 +91,6 @@ admin.site.unregister(Group)
 
 @admin.register(User)
 class StaffUserAdmin(_LedgeredAdmin, UserAdmin, ModelAdmin):  # UserAdmin's fieldsets first
-    ledger_kind = "staff_user"
     form = UserChangeForm
     add_form = UserCreationForm
     change_password_form = AdminPasswordChangeForm
@@ -117,13 +112,11 @@ class StaffUserAdmin(_LedgeredAdmin, UserAdmin, ModelAdmin):  # UserAdmin's fiel
             messages.SUCCESS,
         )
 
-    def ledger_data(self, obj: User) -> dict[str, Any]:
-        return {
-            "is_active": obj.is_active,
-            "is_staff": obj.is_staff,
-            "is_superuser": obj.is_superuser,
-            "groups": sorted(obj.groups.values_list("name", flat=True)) if obj.pk else [],
-        }
+    def change_record(self, obj: User, verb: Verb, actor: str, fields: list[str]) -> None:
+        staff_user_change_record(user=obj, verb=verb, actor=actor, fields=fields)
+
+    def records_delete(self, objs: Iterable[User], actor: str) -> None:
+        staff_users_delete(users=objs, actor=actor)
 
     def user_change_password(
         self, request: HttpRequest, id: str, form_url: str = ""
@@ -134,7 +127,7 @@ class StaffUserAdmin(_LedgeredAdmin, UserAdmin, ModelAdmin):  # UserAdmin's fiel
                 # Saved (an invalid form renders the page again): their sessions end, but
                 # the superuser's own when they set their own password.
                 staff_password_reset_record(
-                    user=User.objects.get(pk=id),
+                    user_id=int(id),
                     actor=staff_actor(request),
                     keep_session_key=request.session.session_key,
                 )
@@ -143,12 +136,8 @@ class StaffUserAdmin(_LedgeredAdmin, UserAdmin, ModelAdmin):  # UserAdmin's fiel
 
 @admin.register(Group)
 class RoleGroupAdmin(_LedgeredAdmin, GroupAdmin, ModelAdmin):
-    ledger_kind = "group"
+    def change_record(self, obj: Group, verb: Verb, actor: str, fields: list[str]) -> None:
+        role_group_change_record(group=obj, verb=verb, actor=actor, fields=fields)
 
-    def ledger_data(self, obj: Group) -> dict[str, Any]:
-        if not obj.pk:
-            return {}
-        return {
-            "permissions": sorted(obj.permissions.values_list("codename", flat=True)),
-            "members": obj.user_set.count(),
-        }
+    def records_delete(self, objs: Iterable[Group], actor: str) -> None:
+        role_groups_delete(groups=objs, actor=actor)

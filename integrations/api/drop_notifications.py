@@ -25,13 +25,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from integrations.api.callback_auth import (
-    ADDRESS_BUCKETS,
-    CALLBACK_BODY_LIMIT,
-    throttle_address,
-)
+from integrations.api.callback_auth import CALLBACK_BODY_LIMIT
 from integrations.api.callback_serializers import ProblemSerializer
 from integrations.api.errors import Problem
+from integrations.api.throttling import AddressThrottled, UnauthenticatedAddressThrottle
 from integrations.counters import DROP_NOTIFICATIONS
 from integrations.drop import notifications
 from integrations.drop.notifications import NotificationRejected
@@ -91,14 +88,11 @@ class DropNotificationView(APIView):
         },
     )
     def post(self, request: Request, broker_id: str) -> Response:
-        address = throttle_address(request)
-        wait = ADDRESS_BUCKETS.wait(address)
-        if wait > 0:
-            raise Problem(
-                status=429,
-                code="rate_limited",
+        throttle = UnauthenticatedAddressThrottle()
+        if not throttle.allow_request(request, self):
+            raise AddressThrottled(
+                wait=throttle.wait() or 0.0,
                 detail="Too many refused notifications from this address; try again later.",
-                headers={"Retry-After": str(max(1, round(wait + 0.5)))},
             )
         try:
             length = int(request.META.get("CONTENT_LENGTH") or 0)
@@ -120,7 +114,7 @@ class DropNotificationView(APIView):
                 body=request.body,
             )
         except NotificationRejected as exc:
-            ADDRESS_BUCKETS.take(address)
+            throttle.take(request, self)
             raise Problem(status=401, code=exc.code, detail=str(exc)) from None
         except ValidationError as exc:
             raise Problem(

@@ -1,10 +1,12 @@
-"""Which brokers to pull from DROP, and which not to: DROP refused their key."""
+"""Which brokers the periodic DROP jobs serve: those due for a pull (not those whose key
+DROP refused), and those reported for automatically."""
 
 from __future__ import annotations
 
 import datetime as dt
 from typing import Any
 
+from django.conf import settings
 from django.db.models import (
     DurationField,
     ExpressionWrapper,
@@ -74,3 +76,12 @@ def brokers_due_for_pull(*, now: dt.datetime) -> QuerySet[Broker]:
         .filter(Q(last_pulled_at__isnull=True) | Q(pull_due_at__lte=now))
         .order_by("broker_id")
     )
+
+
+def brokers_due_for_report() -> list[Broker]:
+    """Brokers the periodic report job serves: those with a DROP API key (none when
+    ``DROPPORTAL_AUTO_REPORT`` is off)."""
+    if not settings.DROPPORTAL_AUTO_REPORT:
+        return []
+    # The key is encrypted, so "has a key" is read in Python; brokers are few.
+    return [broker for broker in Broker.objects.order_by("pk") if broker.drop_api_key]

@@ -4,7 +4,7 @@ Two moments match, both as set-based SQL (no per-row Python loop), both serializ
 broker by ``matching_lock`` so a consumer registered while a download is imported is
 matched by one side or the other, never by neither:
 
-1. **A download** (``services.drop.drop_zip_import``). Inside the import's transaction::
+1. **A download** (``services.drop_import.drop_zip_import``). Inside the import's transaction::
 
        staged = staged_items_create()            # the ZIP's rows are COPYed in here
        staged_items_analyze(staged)

@@ -9,7 +9,7 @@ Each change is one transaction with its ledger event (never a code or a seed)::
                             actor="staff:ann")
     device = staff_mfa_verify(user=user, token="123456")  # or a recovery code; None: refused
     staff_mfa_reset(user=user, actor="staff:root")        # lost phone: enrol again
-    staff_password_reset_record(user=user, actor="staff:root")  # after the admin set it
+    staff_password_reset_record(user_id=user.pk, actor="staff:root")  # after the admin set it
 
 An enrolment belongs to the session that started it, and asks for the password again: a
 session opened with a leaked or since-reset password cannot take over an account that has no
@@ -178,12 +178,13 @@ def staff_mfa_reset(
 
 
 def staff_password_reset_record(
-    *, user: AbstractBaseUser, actor: str, keep_session_key: str | None = None
+    *, user_id: int, actor: str, keep_session_key: str | None = None
 ) -> int:
-    """After a superuser set ``user``'s password: end their sessions (a session opened with
-    the old password must not enrol or act after it) and record who did it. Call it in the
-    transaction that saved the password. Returns the number of sessions ended."""
+    """After a superuser set the password of the user ``user_id``: end their sessions (a
+    session opened with the old password must not enrol or act after it) and record who did
+    it. Call it in the transaction that saved the password. Returns the sessions ended."""
     with transaction.atomic():
+        user = get_user_model().objects.get(pk=user_id)
         ended = _sessions_end(user, keep_session_key=keep_session_key)
         ledger_event_append(
             kind=LedgerKind.STAFF_USER_PASSWORD_RESET,

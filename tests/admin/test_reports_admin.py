@@ -21,7 +21,7 @@ from integrations.models import (
     WorkItemState,
 )
 from integrations.services.brokers import broker_create
-from integrations.services.reports import report_files_write
+from integrations.services.report_files import report_files_write
 from tests.reporting_factories import (
     cycle_make,
     item_make,

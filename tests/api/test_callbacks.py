@@ -19,8 +19,7 @@ from django.utils import timezone
 from procrastinate.contrib.django.models import ProcrastinateJob
 from rest_framework.test import APIClient, APIRequestFactory
 
-from integrations.api import callback_auth
-from integrations.api.callback_auth import CallbackRateThrottle
+from integrations.api.throttling import throttle_address
 from integrations.dispatch import signing
 from integrations.models import (
     ApiKey,
@@ -34,6 +33,7 @@ from integrations.models import (
     SaasDeletion,
     WorkItem,
 )
+from integrations.services import callback_rejections
 from integrations.services.brokers import broker_create
 from integrations.services.integrations import integration_secret_rotate
 from integrations.services.keys import api_key_create, api_key_revoke
@@ -564,7 +564,6 @@ def test_more_callbacks_than_the_keys_rate_get_429_with_retry_after(
     side: Broker_, dispatched: DeletionRequest, settings
 ) -> None:
     settings.DROPPORTAL_CALLBACK_RATE_LIMIT = 1  # bursts of 2
-    CallbackRateThrottle._buckets.pop(side.api_key.prefix, None)
     others = [deletion_request(side.integration, state="dispatched") for _ in range(2)]
 
     answers = [
@@ -799,13 +798,13 @@ def test_unauthenticated_callbacks_are_counted_and_logged_not_ledgered(
     side: Broker_, dispatched: DeletionRequest, settings, caplog: pytest.LogCaptureFixture
 ) -> None:
     settings.DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT = 0  # no throttle: every one reaches us
-    callback_auth.UNAUTHENTICATED._logged_at = float("-inf")
+    callback_rejections.UNAUTHENTICATED._logged_at = float("-inf")
     revoked = _revoked_key(side)
-    counted = callback_auth.UNAUTHENTICATED.count
+    counted = callback_rejections.UNAUTHENTICATED.count
     events = LedgerEvent.objects.count()
     body = body_for(dispatched)
 
-    with caplog.at_level(logging.WARNING, logger="integrations.api.callback_auth"):
+    with caplog.at_level(logging.WARNING, logger="integrations.services.callback_rejections"):
         answers = [
             put(DELETION, body, key=None, secret=side.secret),
             put(DELETION, body, key="dpk_not-a-key", secret=side.secret),
@@ -816,7 +815,7 @@ def test_unauthenticated_callbacks_are_counted_and_logged_not_ledgered(
     assert {a.status_code for a in answers} == {401, 413}
     assert LedgerEvent.objects.count() == events
     assert not LedgerEvent.objects.filter(kind="callback.rejected").exists()
-    assert callback_auth.UNAUTHENTICATED.count == counted + 24
+    assert callback_rejections.UNAUTHENTICATED.count == counted + 24
     lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     # Rate-limited: one line, then one a minute at most (not Django's line per request).
     assert len(lines) == 1, lines
@@ -871,8 +870,8 @@ def test_ipv6_clients_are_throttled_by_their_64() -> None:
     request = APIRequestFactory().put("/", REMOTE_ADDR="2001:db8:1:2:aaaa::1")
     other = APIRequestFactory().put("/", REMOTE_ADDR="2001:db8:1:2:bbbb::9")
 
-    assert callback_auth.throttle_address(request) == callback_auth.throttle_address(other)
-    assert callback_auth.throttle_address(request) == "2001:db8:1:2::/64"
+    assert throttle_address(request) == throttle_address(other)
+    assert throttle_address(request) == "2001:db8:1:2::/64"
 
 
 def test_behind_the_tls_proxy_the_throttle_counts_the_forwarded_address(settings: Any) -> None:
@@ -880,10 +879,10 @@ def test_behind_the_tls_proxy_the_throttle_counts_the_forwarded_address(settings
     request = APIRequestFactory().put("/", **forwarded)
 
     settings.DROPPORTAL_BEHIND_TLS_PROXY = False
-    assert callback_auth.throttle_address(request) == "10.0.0.2"
+    assert throttle_address(request) == "10.0.0.2"
     settings.DROPPORTAL_BEHIND_TLS_PROXY = True
     # The proxy's own entry, never the client's claim before it.
-    assert callback_auth.throttle_address(request) == "203.0.113.7"
+    assert throttle_address(request) == "203.0.113.7"
 
 
 def test_a_metrics_key_of_every_broker_is_refused_on_a_callback(

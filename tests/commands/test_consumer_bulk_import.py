@@ -20,7 +20,7 @@ from devtools.drop_simulator import work_items
 from integrations.drop import registration
 from integrations.models import Broker, Consumer, ConsumerHash, DeletionRequest, LedgerEvent
 from integrations.services import consumers as consumer_services
-from integrations.services.drop import drop_zip_import
+from integrations.services.drop_import import drop_zip_import
 from tests.conftest import subprocess_env
 from tests.drop_cycle import drop_zip, webhook, write_zip
 

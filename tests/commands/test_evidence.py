@@ -32,7 +32,8 @@ from integrations.evidence import pack
 from integrations.evidence.verify import verify_pack
 from integrations.models import Broker, DropCycle, LedgerEvent, ReportFile, WorkItem
 from integrations.services.evidence import evidence_signing_key
-from integrations.services.reports import report_file_discard, report_run
+from integrations.services.report_manual import report_file_discard
+from integrations.services.reports import report_run
 from integrations.services.work_items import work_item_status_set
 from tests.evidence_world import DROP_KEY, evidence_world
 

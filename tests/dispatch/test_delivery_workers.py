@@ -31,6 +31,7 @@ from integrations.models import Broker, DeletionRequest, DeliveryAttempt, Ledger
 from integrations.services import deliveries
 from integrations.services.brokers import broker_create
 from integrations.services.deliveries import broker_slot_take, deletion_requests_deliver
+from integrations.services.jobs import stalled_jobs_retry
 from tests.conftest import subprocess_env
 from tests.webhook_factories import deletion_request, truncate_jobs, webhook_integration_for
 
@@ -147,7 +148,7 @@ def test_a_worker_killed_mid_delivery_loses_nothing_and_acknowledges_once(
     assert job.status == "doing"  # and its worker sends no heartbeat any more
 
     # The periodic task finds it (0 s: the dead worker's last heartbeat is in the past).
-    assert asyncio.run(tasks.stalled_jobs_retry(seconds_since_heartbeat=0)) == 1
+    assert asyncio.run(stalled_jobs_retry(seconds_since_heartbeat=0)) == 1
     job.refresh_from_db()
     assert job.status == "todo"
     _run_worker()

@@ -27,10 +27,9 @@ from integrations.models import (
     WorkItem,
     WorkItemState,
 )
-from integrations.services import drop as drop_services
-from integrations.services import matching
+from integrations.services import drop_import, matching
 from integrations.services.brokers import broker_create
-from integrations.services.drop import drop_zip_import
+from integrations.services.drop_import import drop_zip_import
 from integrations.services.matching import LateMatches, consumer_hashes_match_late
 from integrations.services.requests import matches_table_create, requests_create_for_matches
 from tests.conftest import bearer
@@ -300,7 +299,7 @@ def test_a_consumer_registered_during_an_import_is_matched_by_one_side(
         release.wait(timeout=30)
         return matched
 
-    monkeypatch.setattr(drop_services, "staged_items_match", join_then_hold)
+    monkeypatch.setattr(drop_import, "staged_items_match", join_then_hold)
     path = write_zip(tmp_path, drop_zip(broker, {"Email": EMAIL, "Phone": PHONE}))
     failures: list[BaseException] = []
 

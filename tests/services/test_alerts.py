@@ -46,7 +46,8 @@ from integrations.services.alerts import CONDITIONS, alerts_evaluate
 from integrations.services.brokers import broker_create
 from integrations.services.integrations import integration_disable, integration_enable
 from integrations.services.ledger import ledger_event_append
-from integrations.services.reports import report_file_discard, report_run
+from integrations.services.report_manual import report_file_discard
+from integrations.services.reports import report_run
 from integrations.services.saas import saas_connection_disable, saas_connection_enable
 from integrations.services.work_items import work_item_status_set
 from tests.conftest import subprocess_env

@@ -32,16 +32,10 @@ from integrations.models import (
 )
 from integrations.selectors.drop_metrics import drop_metrics
 from integrations.selectors.outcomes import deletion_outcomes
-from integrations.services.reports import (
-    _UPLOAD_LOCK,
-    ReportBusy,
-    report_auto,
-    report_file_discard,
-    report_file_mark_uploaded,
-    report_files_upload,
-    report_files_write,
-    report_run,
-)
+from integrations.services.report_files import report_files_write
+from integrations.services.report_manual import report_file_discard, report_file_mark_uploaded
+from integrations.services.report_uploads import _UPLOAD_LOCK, ReportBusy, report_files_upload
+from integrations.services.reports import report_auto, report_run
 from integrations.services.work_items import work_item_settle
 from tests.reporting_factories import cycle_make, item_make, request_make
 

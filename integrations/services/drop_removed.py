@@ -1,0 +1,122 @@
+"""What a DROP Removed file does: close the work items it names, cancel what was not sent.
+
+An import stages the Removed rows in the temporary table ``STAGED_REMOVED`` and, in its own
+transaction, calls::
+
+    removed = work_items_close_removed(broker, actor=actor, drop_session_id="17")
+    removed.closed, removed.unknown, removed.requests_cancelled
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connection
+
+from integrations.ledger_kinds import LedgerKind
+from integrations.models import Broker, RequestState, WorkItemState
+from integrations.services.ledger import ledger_event_append
+
+STAGED_REMOVED = "drop_staged_removed"
+# What a Removed file cancels: everything not final but what the broker is acting on
+# (dispatched, awaiting its outcome). Failed and undeliverable ones included: nothing more is
+# sent to the broker for a removed identifier (redelivery and redispatch refuse them).
+_CANCELLED_ON_REMOVAL = (
+    RequestState.PENDING,
+    RequestState.QUEUED,
+    RequestState.FAILED,
+    RequestState.UNDELIVERABLE,
+)
+
+
+@dataclass(frozen=True)
+class RemovedResult:
+    rows: int  # rows of the Removed file
+    closed: int  # work items closed by them
+    unknown: int  # ids with no open work item of this broker (unknown or closed before)
+    requests_cancelled: int
+
+
+NO_REMOVED = RemovedResult(0, 0, 0, 0)
+
+
+def work_items_close_removed(broker: Broker, *, actor: str, drop_session_id: str) -> RemovedResult:
+    """Close the work items named in the staged Removed rows; cancel what was not sent.
+
+    No status is owed for them. Every request not final is cancelled (pending, queued,
+    failed, undeliverable; a queued one's delivery job finds it cancelled and skips it), so
+    nothing more is sent for them; requests already dispatched keep their course, since the
+    broker may be acting on them, but are never sent again.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT count(*) FROM {STAGED_REMOVED}")  # noqa: S608
+        rows = int(cursor.fetchone()[0])
+        if not rows:
+            return NO_REMOVED
+        cursor.execute("DROP TABLE IF EXISTS drop_closed_items")
+        cursor.execute(
+            "CREATE TEMP TABLE drop_closed_items ON COMMIT DROP AS"  # noqa: S608
+            " WITH closed AS ("
+            "   UPDATE integrations_workitem w"
+            "      SET state = %(removed)s, status_code = NULL, needs_amendment = false,"
+            "          updated_at = now()"
+            f"    FROM {STAGED_REMOVED} r"
+            "    WHERE w.broker_id = %(broker)s AND w.work_item_id = r.work_item_id"
+            "      AND w.state <> %(removed)s"
+            "   RETURNING w.id)"
+            " SELECT id FROM closed",
+            {"removed": WorkItemState.REMOVED, "broker": broker.pk},
+        )
+        closed = cursor.rowcount
+        cancel: dict[str, Any] = {
+            "cancelled": RequestState.CANCELLED,
+            "not_dispatched": list(_CANCELLED_ON_REMOVAL),
+            "reason": "work item removed by DROP (consumer cancelled)",
+        }
+        cursor.execute(
+            "UPDATE integrations_deletionrequest d"
+            "   SET state = %(cancelled)s, next_attempt_at = NULL, completed_at = now(),"
+            "       last_error = %(reason)s"
+            "  FROM drop_closed_items c"
+            " WHERE d.work_item_id = c.id AND d.state = ANY(%(not_dispatched)s)",
+            cancel,
+        )
+        cancelled = cursor.rowcount
+        cursor.execute(
+            "UPDATE integrations_resolutionrequest rr"
+            "   SET state = %(cancelled)s, next_attempt_at = NULL, completed_at = now(),"
+            "       last_error = %(reason)s"
+            "  FROM drop_closed_items c"
+            " WHERE rr.work_item_id = c.id AND rr.state = ANY(%(not_dispatched)s)",
+            cancel,
+        )
+        cancelled += cursor.rowcount
+        cursor.execute(
+            "UPDATE integrations_saasdeletion sd"
+            "   SET state = %(cancelled)s, next_attempt_at = NULL, completed_at = now(),"
+            "       last_error = %(reason)s"
+            "  FROM integrations_resolutionrequest rr, drop_closed_items c"
+            " WHERE sd.resolution_id = rr.id AND rr.work_item_id = c.id"
+            "   AND sd.state = ANY(%(not_dispatched)s)",
+            cancel,
+        )
+        cancelled += cursor.rowcount
+        cursor.execute("DROP TABLE drop_closed_items")
+    result = RemovedResult(
+        rows=rows, closed=closed, unknown=rows - closed, requests_cancelled=cancelled
+    )
+    ledger_event_append(
+        kind=LedgerKind.DROP_WORK_ITEMS_REMOVED,
+        broker_id=broker.broker_id,
+        subject=drop_session_id,
+        actor=actor,
+        data={
+            "drop_session_id": drop_session_id,
+            "rows": result.rows,
+            "work_items_closed": result.closed,
+            "ids_not_open": result.unknown,
+            "requests_cancelled": result.requests_cancelled,
+        },
+    )
+    return result

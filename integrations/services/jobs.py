@@ -1,0 +1,58 @@
+"""Jobs of workers that died: run them again, each one a ledger event.
+
+The periodic ``retry_stalled_jobs`` job calls, every minute::
+
+    retried = await stalled_jobs_retry(seconds_since_heartbeat=60)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from procrastinate.contrib.django import app
+from procrastinate.exceptions import UniqueViolation
+from procrastinate.jobs import Status
+
+from integrations.ledger_kinds import LedgerKind
+from integrations.services.ledger import ledger_event_append
+
+
+async def stalled_jobs_retry(*, seconds_since_heartbeat: float) -> int:
+    """Run again the jobs of workers silent for ``seconds_since_heartbeat``; how many."""
+    stalled = list(
+        await app.job_manager.get_stalled_jobs(seconds_since_heartbeat=seconds_since_heartbeat)
+    )
+    for job in stalled:
+        superseded = False
+        try:
+            await app.job_manager.retry_job(job)
+        except UniqueViolation:
+            # Its queueing lock is taken by the same work waiting again (a periodic job's next
+            # run, deferred while this one hung): that one does it, this one ends as failed.
+            await app.job_manager.finish_job(job, status=Status.FAILED, delete_job=False)
+            superseded = True
+        await sync_to_async(job_stalled_record)(
+            job_id=job.id,
+            task=job.task_name,
+            args=job.task_kwargs,
+            worker=job.worker_id,
+            superseded=superseded,
+        )
+    return len(stalled)
+
+
+def job_stalled_record(
+    *, job_id: int | None, task: str, args: dict[str, Any], worker: int | None, superseded: bool
+) -> None:
+    """The ledger event of one stalled job run again (or ended, ``superseded``)."""
+    ledger_event_append(
+        kind=LedgerKind.JOB_STALLED_RETRIED,
+        subject=str(job_id),
+        data={
+            "task": task,
+            "args": args,
+            "worker": worker,
+            "superseded_by_waiting_job": superseded,
+        },
+    )

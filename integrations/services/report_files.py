@@ -1,0 +1,261 @@
+"""Writing response files: the first step of reporting, one transaction per cycle.
+
+Per downloaded list file of a cycle, the reportable work items not yet reported go into one
+``Id,Status`` file (statuses that changed after they were reported into an amendment file).
+The file (bytes, row count, SHA-256) is stored and its items are marked reported
+(``reported_status_code``, ``reported_at``, ``report_file``) in the same transaction as its
+ledger event. From then on the rows belong to that file: a later run never puts them in
+another one::
+
+    written = report_files_write(broker=broker, actor=actor)
+    cycle_state_refresh(cycle=cycle, actor=actor)   # "reported" once DROP has every file
+
+Sending them is ``services.report_uploads``; the whole run is ``services.reports``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from integrations.drop.files import DropFileError
+from integrations.drop.reporting import response_name, responses_from_rows
+from integrations.ledger_kinds import LedgerKind
+from integrations.models import (
+    Broker,
+    CycleState,
+    DropCycle,
+    ReportFile,
+    ReportFileState,
+    ReportKind,
+    WorkItem,
+    WorkItemState,
+)
+from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
+
+# Files DROP has not answered for good: each run sends them, and their rows wait for that
+# answer before a changed status is written on top of them.
+AWAITING_DROP = (ReportFileState.WRITTEN, ReportFileState.REFUSED)
+
+
+def report_files_write(
+    *,
+    broker: Broker,
+    cycle: DropCycle | None = None,
+    actor: str = SYSTEM_ACTOR,
+    amendments_only: bool = False,
+) -> list[ReportFile]:
+    """Write response files for every reportable work item of ``broker`` (or one cycle;
+    with ``amendments_only``, only the changed statuses of items reported before).
+
+    One transaction per cycle; a cycle with nothing to report writes nothing.
+    """
+    if cycle is not None and cycle.broker_id != broker.pk:
+        raise ValidationError(f"cycle {cycle.drop_session_id} is not broker {broker.broker_id}'s")
+    cycles = [cycle] if cycle is not None else _cycles_with_reportable_items(broker)
+    written: list[ReportFile] = []
+    for each in cycles:
+        written.extend(
+            _cycle_files_write(
+                broker=broker, cycle=each, actor=actor, amendments_only=amendments_only
+            )
+        )
+    return written
+
+
+# A changed status of an item whose file DROP has not answered for good waits for that
+# answer: accepted, it goes out as an amendment; rejected, the item is released (an upload's
+# goes out in a new upload file). An item whose status DROP never accepted is never amended,
+# and an amendment is never written on top of one DROP has not taken, so what an amendment
+# replaces (``prior_*``) is always what DROP holds.
+_AWAITING_ANSWER = Q(needs_amendment=True, report_file__state__in=AWAITING_DROP)
+
+
+def _cycles_with_reportable_items(broker: Broker) -> list[DropCycle]:
+    cycles = []
+    for each in DropCycle.objects.filter(broker=broker).order_by("downloaded_at", "pk"):
+        # One index probe per cycle on (cycle, state): a broker has a handful of cycles.
+        if WorkItem.objects.filter(cycle=each, state=WorkItemState.REPORTABLE).exists():
+            cycles.append(each)
+    return cycles
+
+
+def _cycle_files_write(
+    *, broker: Broker, cycle: DropCycle, actor: str, amendments_only: bool = False
+) -> list[ReportFile]:
+    """Every file of one cycle in one transaction and one pass over its work items.
+
+    Marking a million rows is the cost of a report, so it is one ``UPDATE`` for the whole
+    cycle: each row gets its file (by list, upload or amendment) and the statement, inside
+    ``COPY``, returns the marked rows as CSV sorted by file; each file is cut from exactly
+    the rows marked with it (``drop.reporting.responses_from_rows``), without a Python
+    loop over the rows.
+    """
+    with transaction.atomic():
+        # Serializes writers of one cycle: the next one sees these rows as reported.
+        cycle = DropCycle.objects.select_for_update().get(pk=cycle.pk)
+        reportable = WorkItem.objects.filter(
+            cycle=cycle, state=WorkItemState.REPORTABLE, status_code__isnull=False
+        ).exclude(_AWAITING_ANSWER)
+        if amendments_only:
+            reportable = reportable.filter(needs_amendment=True)
+        groups = list(
+            reportable.values_list("file_name", "needs_amendment")
+            .distinct()
+            .order_by("file_name", "needs_amendment")
+        )
+        if not groups:
+            return []
+        taken = set(ReportFile.objects.filter(cycle=cycle).values_list("file_name", flat=True))
+        placeholders: dict[tuple[str, bool], ReportFile] = {}
+        for list_name, amend in groups:
+            kind = ReportKind.AMEND if amend else ReportKind.UPLOAD
+            name = response_name(list_name, kind=kind, taken=taken)
+            taken.add(name)
+            placeholders[(list_name, amend)] = ReportFile.objects.create(
+                broker=broker,
+                cycle=cycle,
+                kind=kind,
+                file_name=name,
+                rows=0,
+                sha256="",
+                content=b"",
+            )
+        return _files_fill(broker=broker, cycle=cycle, placeholders=placeholders, actor=actor)
+
+
+def _rows_mark(*, cycle: DropCycle, placeholders: dict[tuple[str, bool], ReportFile]) -> bytes:
+    """Mark the cycle's reportable rows of the placeholders' groups as reported in their
+    file, in one statement; the marked rows as CSV (file id, work item id, status code),
+    by file."""
+    now = timezone.now()
+    which_file = " ".join(
+        "WHEN file_name = %s AND needs_amendment = %s THEN %s::bigint" for _ in placeholders
+    )
+    which_params: list[Any] = []
+    for (list_name, amend), report_file in placeholders.items():
+        which_params += [list_name, amend, report_file.pk]
+    pairs = ", ".join("(%s, %s)" for _ in placeholders)
+    pair_params = [value for key in placeholders for value in key]
+    # Only placeholders are put into the text; every value is a parameter.
+    sql = (
+        "COPY (WITH marked AS ("  # noqa: S608
+        " UPDATE integrations_workitem"
+        f"   SET report_file_id = CASE {which_file} END,"
+        "        state = %s, reported_status_code = status_code, reported_at = %s,"
+        "        needs_amendment = false, updated_at = %s,"
+        # What DROP holds, kept for an amendment (the right-hand sides read the old row).
+        "        prior_reported_status_code = CASE WHEN needs_amendment"
+        "                                     THEN reported_status_code END,"
+        "        prior_reported_at = CASE WHEN needs_amendment THEN reported_at END,"
+        "        prior_report_file_id = CASE WHEN needs_amendment THEN report_file_id END"
+        "  WHERE cycle_id = %s AND state = %s AND status_code IS NOT NULL"
+        "    AND (reported_at IS NULL OR needs_amendment)"
+        # Only the groups named above: a row that became reportable meanwhile waits for the
+        # next run rather than being marked without a file.
+        f"    AND (file_name, needs_amendment) IN ({pairs})"
+        # Not on top of a file DROP has not answered for good (_AWAITING_ANSWER).
+        "    AND NOT (needs_amendment AND report_file_id IN ("
+        "         SELECT id FROM integrations_reportfile WHERE state = ANY(%s)))"
+        " RETURNING report_file_id, work_item_id, status_code)"
+        " SELECT report_file_id, work_item_id, status_code FROM marked ORDER BY report_file_id"
+        ") TO STDOUT WITH (FORMAT csv)"
+    )
+    params = [
+        *which_params,
+        WorkItemState.REPORTED,
+        now,
+        now,
+        cycle.pk,
+        WorkItemState.REPORTABLE,
+        *pair_params,
+        list(AWAITING_DROP),
+    ]
+    data = bytearray()
+    with connection.cursor() as cursor:
+        # The marked rows come back sorted by file: keep that sort in memory (this
+        # transaction only), a million rows are some 25 MB.
+        cursor.execute("SET LOCAL work_mem = '64MB'")
+        with cursor.copy(sql, params) as copy:
+            for block in copy:
+                data += block
+    return bytes(data)
+
+
+def _files_fill(
+    *,
+    broker: Broker,
+    cycle: DropCycle,
+    placeholders: dict[tuple[str, bool], ReportFile],
+    actor: str,
+) -> list[ReportFile]:
+    """Mark the rows, build each file from its rows, keep the files that got any."""
+    by_id = {
+        report_file.pk: (list_name, report_file)
+        for (list_name, _), report_file in placeholders.items()
+    }
+    data = _rows_mark(cycle=cycle, placeholders=placeholders)
+    names = {file_id: report_file.file_name for file_id, (_, report_file) in by_id.items()}
+    try:
+        built_files = responses_from_rows(data, names)
+    except DropFileError as exc:
+        # Rolls the whole cycle back: no row is marked for a file that cannot be written.
+        raise ValidationError(f"cannot write a response file: {exc}") from exc
+    written = []
+    for file_id, (list_name, report_file) in by_id.items():
+        built = built_files.get(file_id)
+        if built is None:
+            report_file.delete()  # its rows were settled elsewhere since they were counted
+            continue
+        report_file.content = built.content
+        report_file.rows = built.rows
+        report_file.sha256 = built.sha256
+        report_file.save(update_fields=["content", "rows", "sha256"])
+        ledger_event_append(
+            kind=LedgerKind.REPORT_FILE_WRITTEN,
+            broker_id=broker.broker_id,
+            subject=report_file.file_name,
+            actor=actor,
+            data={
+                "cycle": cycle.drop_session_id,
+                "file_name": report_file.file_name,
+                "kind": report_file.kind,
+                "list": list_name,
+                "rows": built.rows,
+                "sha256": built.sha256,
+            },
+        )
+        written.append(report_file)
+    return written
+
+
+def cycle_state_refresh(*, cycle: DropCycle, actor: str = SYSTEM_ACTOR) -> DropCycle:
+    """An open cycle becomes ``reported`` once every work item owed a status was reported
+    and DROP has every file (none still written or refused)."""
+    with transaction.atomic():
+        locked = DropCycle.objects.select_for_update(of=("self",)).select_related("broker")
+        current = locked.get(pk=cycle.pk)
+        if current.state != CycleState.OPEN:
+            return current
+        unreported = WorkItem.objects.filter(
+            cycle=current,
+            state__in=[WorkItemState.OPEN, WorkItemState.REPORTABLE],
+            reported_at__isnull=True,
+        ).exists()
+        if unreported or current.report_files.filter(state__in=AWAITING_DROP).exists():
+            return current
+        current.state = CycleState.REPORTED
+        current.save(update_fields=["state"])
+        ledger_event_append(
+            kind=LedgerKind.DROP_CYCLE_REPORTED,
+            broker_id=current.broker.broker_id,
+            subject=current.drop_session_id,
+            actor=actor,
+            data={"cycle": current.drop_session_id, "due_date": current.due_date.isoformat()},
+        )
+    cycle.state = current.state
+    return current

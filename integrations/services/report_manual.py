@@ -1,0 +1,158 @@
+"""What staff do by hand with a response file: give up an amendment, or mark a file uploaded.
+
+An amendment DROP refuses or rejected is given up with a written reason; its work items keep
+the status DROP holds. In manual mode, staff upload the files in DROP's portal and say so::
+
+    report_file_discard(report_file=amendment, reason="DROP keeps refusing it", actor=actor)
+    report_file_mark_uploaded(report_file=upload, actor=actor)
+
+Both wait for no upload of the broker (``ReportBusy`` while one runs) and refresh the cycle.
+"""
+
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError
+from django.db import connection, transaction
+from django.utils import timezone
+
+from integrations.drop.reporting import response_rows
+from integrations.enqueue import alerts_evaluate_enqueue
+from integrations.ledger_kinds import LedgerKind
+from integrations.models import Broker, ReportFile, ReportFileState, ReportKind, WorkItemState
+from integrations.services.ledger import ledger_event_append
+from integrations.services.report_files import AWAITING_DROP, cycle_state_refresh
+from integrations.services.report_uploads import report_rows_prior_restore, report_upload_lock
+
+DISCARD_REASON_MAX = 2000
+
+
+# A rejected amendment's rows were handed back when DROP answered: those still owing the
+# very status it carried, and in no later file, owe nothing once staff give it up.
+_REJECTED_GIVE_UP = """
+UPDATE integrations_workitem w
+SET state = %(reported)s, needs_amendment = false, updated_at = %(now)s
+FROM unnest(%(ids)s::text[], %(codes)s::integer[]) AS a(work_item_id, status_code)
+WHERE w.cycle_id = %(cycle)s AND w.work_item_id = a.work_item_id
+  AND w.state = %(reportable)s AND w.needs_amendment AND w.status_code = a.status_code
+  AND w.reported_status_code IS NOT NULL AND w.report_file_id < %(file)s
+"""
+
+
+def report_file_discard(*, report_file: ReportFile, reason: str, actor: str) -> ReportFile:
+    """Staff give up an amendment DROP refuses (or rejected), with a written reason.
+
+    Its work items keep the status DROP holds (the one before the amendment) and owe DROP
+    nothing more, unless their status changed again since. The file stays, ``discarded``,
+    with the reason, who and when; one ``report_file.discarded`` ledger event. An upload
+    cannot be discarded: its statuses are owed to DROP.
+
+    Raises ``ReportBusy`` while the broker's files are being uploaded: DROP could take this
+    very file while staff give it up.
+    """
+    reason = (reason or "").strip()
+    if not reason:
+        raise ValidationError({"reason": "write why this amendment is given up"})
+    if len(reason) > DISCARD_REASON_MAX:
+        raise ValidationError({"reason": f"at most {DISCARD_REASON_MAX} characters"})
+    broker = Broker.objects.get(pk=report_file.broker_id)
+    with report_upload_lock(broker):
+        discarded = _report_file_discard(report_file=report_file, reason=reason, actor=actor)
+    cycle_state_refresh(cycle=discarded.cycle, actor=actor)
+    return discarded
+
+
+def _report_file_discard(*, report_file: ReportFile, reason: str, actor: str) -> ReportFile:
+    with transaction.atomic():
+        locked = (
+            ReportFile.objects.select_for_update(of=("self",))
+            .select_related("broker", "cycle")
+            .get(pk=report_file.pk)
+        )
+        if locked.kind != ReportKind.AMEND:
+            raise ValidationError(
+                f"{locked.file_name} is an upload: only an amendment can be discarded (the "
+                "statuses of an upload are owed to DROP)"
+            )
+        if locked.state not in (ReportFileState.REFUSED, ReportFileState.REJECTED):
+            raise ValidationError(
+                f"{locked.file_name} is {locked.get_state_display().lower()}: only an "
+                "amendment DROP refused or rejected can be discarded"
+            )
+        previous_state = locked.state
+        if previous_state == ReportFileState.REFUSED:
+            kept = report_rows_prior_restore(report_file=locked, give_up=True)
+        else:
+            rows = response_rows(bytes(locked.content))
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    _REJECTED_GIVE_UP,
+                    {
+                        "reported": WorkItemState.REPORTED,
+                        "reportable": WorkItemState.REPORTABLE,
+                        "now": timezone.now(),
+                        "ids": [work_item_id for work_item_id, _ in rows],
+                        "codes": [code for _, code in rows],
+                        "cycle": locked.cycle_id,
+                        "file": locked.pk,
+                    },
+                )
+                kept = cursor.rowcount
+        locked.state = ReportFileState.DISCARDED
+        locked.discard_reason = reason
+        locked.discarded_by = actor
+        locked.discarded_at = timezone.now()
+        locked.save(update_fields=["state", "discard_reason", "discarded_by", "discarded_at"])
+        ledger_event_append(
+            kind=LedgerKind.REPORT_FILE_DISCARDED,
+            broker_id=locked.broker.broker_id,
+            subject=locked.file_name,
+            actor=actor,
+            data={
+                "cycle": locked.cycle.drop_session_id,
+                "file_name": locked.file_name,
+                "kind": locked.kind,
+                "rows": locked.rows,
+                "sha256": locked.sha256,
+                "previous_state": previous_state,
+                "drop_message": locked.drop_response.get("message")
+                or locked.drop_response.get("reason", ""),
+                "reason": reason,
+                "work_items_kept": kept,
+            },
+        )
+        alerts_evaluate_enqueue()  # its alert clears now rather than at the next run
+    return locked
+
+
+def report_file_mark_uploaded(*, report_file: ReportFile, actor: str) -> ReportFile:
+    """Staff uploaded the file by hand in DROP's portal (manual mode)."""
+    with transaction.atomic():
+        locked = (
+            ReportFile.objects.select_for_update(of=("self",))
+            .select_related("broker", "cycle")
+            .defer("content")
+            .get(pk=report_file.pk)
+        )
+        if locked.state not in AWAITING_DROP:
+            raise ValidationError(
+                f"{locked.file_name} is {locked.get_state_display().lower()}: only a written "
+                "or refused file can be marked uploaded"
+            )
+        locked.state = ReportFileState.MANUAL
+        locked.uploaded_at = timezone.now()
+        locked.save(update_fields=["state", "uploaded_at"])
+        ledger_event_append(
+            kind=LedgerKind.REPORT_FILE_MARKED_UPLOADED,
+            broker_id=locked.broker.broker_id,
+            subject=locked.file_name,
+            actor=actor,
+            data={
+                "cycle": locked.cycle.drop_session_id,
+                "file_name": locked.file_name,
+                "kind": locked.kind,
+                "rows": locked.rows,
+                "sha256": locked.sha256,
+            },
+        )
+    cycle_state_refresh(cycle=locked.cycle, actor=actor)
+    return locked

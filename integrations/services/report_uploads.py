@@ -1,0 +1,373 @@
+"""Uploading response files to DROP and recording its answers: the second step of reporting.
+
+Each ``written`` (or ``refused``) file is sent as it is stored, oldest cycle first, uploads
+before amendments. DROP's answer is kept on the file and in the ledger: ``accepted`` (a name
+DROP says was already uploaded counts as accepted: that is a retried upload that got through
+before), or ``rejected``, which hands the rows back so the next run writes them again under a
+fresh name (an amendment's rows get back the status DROP holds, and the amendment is owed
+again). An answer about this file alone (a 409, a 400 without a per-file answer, an answer
+that does not mention it) makes it ``refused``: it is sent again by every run, and holds back
+nothing else. Only an answer about DROP as a whole (401/403, DROP down or throttling past the
+client's bounded retries, the network) stops the run; the files left stay as they are::
+
+    run = report_files_upload(broker=broker, actor=actor)   # every WRITTEN file, in order
+    run.accepted, run.rejected, run.refused, run.error
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import connection, transaction
+from django.db.models import Case, IntegerField, Value, When
+from django.utils import timezone
+
+from integrations.drop.client import DropApiError, DropClient, UploadResult
+from integrations.enqueue import alerts_evaluate_enqueue
+from integrations.ledger_kinds import LedgerKind
+from integrations.models import (
+    Broker,
+    DropCycle,
+    ReportFile,
+    ReportFileState,
+    ReportKind,
+    WorkItem,
+    WorkItemState,
+)
+from integrations.services.drop import drop_client_for
+from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
+from integrations.services.report_files import AWAITING_DROP, cycle_state_refresh
+
+log = logging.getLogger(__name__)
+
+# pg_try_advisory_lock(int, int): purpose and broker pk. One uploader per broker at a time.
+_UPLOAD_LOCK = 0x75706C64  # "upld"
+
+
+class ReportBusy(Exception):
+    """Another process is uploading this broker's files right now."""
+
+
+@dataclass
+class ReportRun:
+    """What one report run did; ``error`` is why it stopped early (files stay written)."""
+
+    written: list[ReportFile] = field(default_factory=list)
+    accepted: list[ReportFile] = field(default_factory=list)
+    rejected: list[ReportFile] = field(default_factory=list)
+    refused: list[ReportFile] = field(default_factory=list)  # refused alone; sent again later
+    pending: list[ReportFile] = field(default_factory=list)  # still to send after the run
+    error: str | None = None
+
+
+# ---------------------------------------------------------------- writing
+
+
+def report_client_for(broker: Broker, *, actor: str) -> DropClient:
+    """The DROP client for uploads: the pull's client (calls in the ledger), or why not."""
+    if not broker.drop_api_key:
+        raise ValidationError(
+            f"broker {broker.broker_id} has no DROP API key: add it, or upload the files "
+            "by hand in DROP's portal and mark them uploaded in the admin"
+        )
+    return drop_client_for(broker, actor=actor)
+
+
+def report_files_upload(
+    *,
+    broker: Broker,
+    cycle: DropCycle | None = None,
+    client: DropClient | None = None,
+    actor: str = SYSTEM_ACTOR,
+) -> ReportRun:
+    """Send every written or refused file of ``broker`` (or one cycle) to DROP and record
+    the answers. A file DROP refuses on its own holds back no other; an answer about DROP
+    as a whole stops the run (``ReportRun.error``).
+
+    Raises ``ReportBusy`` when another process is uploading for the broker, and
+    ``ValidationError`` when the broker has no DROP API key.
+    """
+    client = client or report_client_for(broker, actor=actor)
+    run = ReportRun()
+    with report_upload_lock(broker):
+        files = ReportFile.objects.filter(broker=broker, state__in=AWAITING_DROP)
+        if cycle is not None:
+            files = files.filter(cycle=cycle)
+        ordered = files.select_related("broker", "cycle").order_by(
+            "cycle__downloaded_at",
+            "cycle_id",
+            Case(
+                When(kind=ReportKind.UPLOAD, then=Value(0)), default=1, output_field=IntegerField()
+            ),
+            "pk",
+        )
+        queue = list(ordered.defer("content"))
+        touched: dict[int, DropCycle] = {}
+        for position, report_file in enumerate(queue):
+            touched[report_file.cycle_id] = report_file.cycle
+            error = _file_upload(client=client, report_file=report_file, run=run, actor=actor)
+            if error is not None:
+                # DROP is down, throttling past our patience, or refusing the broker: the
+                # rest would meet the same answer. They stay written for the next run.
+                run.error = error
+                run.pending.extend(queue[position:])
+                break
+    for each in touched.values():
+        cycle_state_refresh(cycle=each, actor=actor)
+    return run
+
+
+@contextlib.contextmanager
+def report_upload_lock(broker: Broker) -> Iterator[None]:
+    """One uploader per broker (session lock: a dead process's connection releases it)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [_UPLOAD_LOCK, broker.pk])
+        if not cursor.fetchone()[0]:
+            raise ReportBusy(
+                f"another process is uploading broker {broker.broker_id}'s response files; "
+                "try again when it is done"
+            )
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [_UPLOAD_LOCK, broker.pk])
+
+
+def _file_upload(
+    *, client: DropClient, report_file: ReportFile, run: ReportRun, actor: str
+) -> str | None:
+    """Send one file; record DROP's answer. Returns an error that should stop the run."""
+    content = bytes(
+        ReportFile.objects.filter(pk=report_file.pk).values_list("content", flat=True).get()
+    )
+    send = client.amend if report_file.kind == ReportKind.AMEND else client.upload
+    try:
+        result = send([(report_file.file_name, content)])
+    except DropApiError as exc:
+        if exc.about_this_request:
+            _file_refused(report_file=report_file, error=exc, run=run, actor=actor)
+            return None
+        _file_upload_failed(report_file=report_file, error=exc, actor=actor)
+        return f"{report_file.file_name}: {exc}"
+    return _file_answer_record(report_file=report_file, result=result, run=run, actor=actor)
+
+
+def _file_upload_failed(*, report_file: ReportFile, error: DropApiError, actor: str) -> None:
+    """Keep the file as it is (written or refused); note the failure (a ledger event when
+    the error is new)."""
+    message = str(error)
+    with transaction.atomic():
+        locked = ReportFile.objects.select_for_update().defer("content").get(pk=report_file.pk)
+        if locked.state not in AWAITING_DROP:
+            return
+        previous = locked.drop_response.get("last_error")
+        locked.drop_response = {
+            **locked.drop_response,
+            "last_error": message,
+            "last_status": error.status,
+            "last_attempt_at": timezone.now().isoformat(),
+            "failures": int(locked.drop_response.get("failures", 0)) + 1,
+        }
+        locked.save(update_fields=["drop_response"])
+        # Retried every run while DROP is down: one event per distinct error, not per try.
+        if message != previous:
+            ledger_event_append(
+                kind=LedgerKind.REPORT_FILE_UPLOAD_FAILED,
+                broker_id=report_file.broker.broker_id,
+                subject=report_file.file_name,
+                actor=actor,
+                data={
+                    "cycle": report_file.cycle.drop_session_id,
+                    "file_name": report_file.file_name,
+                    "kind": report_file.kind,
+                    "error": message,
+                    "status": error.status,
+                    "error_type": type(error).__name__,
+                },
+            )
+    log.warning("DROP %s of %s failed: %s", report_file.kind, report_file.file_name, message)
+
+
+def _file_refused(
+    *, report_file: ReportFile, error: DropApiError, run: ReportRun, actor: str
+) -> None:
+    """DROP refused this file alone: it becomes ``refused`` with DROP's message, staff hear
+    of it at once (a ledger event and an alert evaluation when the refusal is new), and the
+    next run sends it again (DROP's state may change, such as a download it now amends)."""
+    message = str(error)
+    now = timezone.now().isoformat()
+    with transaction.atomic():
+        locked = ReportFile.objects.select_for_update().defer("content").get(pk=report_file.pk)
+        if locked.state not in AWAITING_DROP:
+            return  # staff marked it uploaded meanwhile: their record stands
+        news = locked.state != ReportFileState.REFUSED or (
+            locked.drop_response.get("message") != message
+        )
+        previous = locked.drop_response if locked.state == ReportFileState.REFUSED else {}
+        locked.state = ReportFileState.REFUSED
+        locked.drop_response = {
+            "endpoint": f"/data/{report_file.kind}",
+            "status": error.status,
+            "message": message,
+            "refused_at": now if news else previous.get("refused_at", now),
+            "last_attempt_at": now,
+            "refusals": int(previous.get("refusals", 0)) + 1,
+        }
+        locked.save(update_fields=["state", "drop_response"])
+        if news:
+            ledger_event_append(
+                kind=LedgerKind.REPORT_FILE_REFUSED,
+                broker_id=report_file.broker.broker_id,
+                subject=report_file.file_name,
+                actor=actor,
+                data={
+                    "cycle": report_file.cycle.drop_session_id,
+                    "file_name": report_file.file_name,
+                    "kind": report_file.kind,
+                    "rows": report_file.rows,
+                    "sha256": report_file.sha256,
+                    "status": error.status,
+                    "message": message,
+                },
+            )
+            alerts_evaluate_enqueue()
+    log.warning("DROP refused %s %s: %s", report_file.kind, report_file.file_name, message)
+    run.refused.append(locked)
+
+
+def _file_answer_record(
+    *, report_file: ReportFile, result: UploadResult, run: ReportRun, actor: str
+) -> str | None:
+    name = report_file.file_name
+    answer: dict[str, Any] = {
+        "endpoint": f"/data/{report_file.kind}",
+        "status": result.status,
+        "message": result.message,
+        "attempts": result.attempts,
+        "answered_at": timezone.now().isoformat(),
+    }
+    if name in result.accepted_names:
+        answer["already_uploaded"] = name in result.already_uploaded_names
+        if name in result.newly_accepted:
+            answer["file_size_bytes"] = result.newly_accepted[name]
+        state = ReportFileState.ACCEPTED
+    elif name in result.rejected:
+        answer["reason"] = result.rejected[name]
+        state = ReportFileState.REJECTED
+    else:
+        error = DropApiError(
+            f"DROP's answer does not mention {name}: {result.message}", status=result.status
+        )
+        _file_refused(report_file=report_file, error=error, run=run, actor=actor)
+        return None
+    with transaction.atomic():
+        locked = ReportFile.objects.select_for_update().defer("content").get(pk=report_file.pk)
+        if locked.state not in AWAITING_DROP:
+            return None  # staff marked it uploaded meanwhile: their record stands
+        if state == ReportFileState.ACCEPTED:
+            locked.uploaded_at = timezone.now()
+        else:
+            answer["rows_released"] = _rows_release(locked)
+        locked.state = state
+        locked.drop_response = answer
+        locked.save(update_fields=["state", "drop_response", "uploaded_at"])
+        ledger_event_append(
+            kind=(
+                LedgerKind.REPORT_FILE_ACCEPTED
+                if state == ReportFileState.ACCEPTED
+                else LedgerKind.REPORT_FILE_REJECTED
+            ),
+            broker_id=report_file.broker.broker_id,
+            subject=name,
+            actor=actor,
+            data={
+                "cycle": report_file.cycle.drop_session_id,
+                "file_name": name,
+                "kind": report_file.kind,
+                "rows": report_file.rows,
+                "sha256": report_file.sha256,
+                "drop_response": answer,
+            },
+        )
+        if state == ReportFileState.REJECTED:
+            alerts_evaluate_enqueue()  # the cycle waits for staff: tell them now
+    (run.accepted if state == ReportFileState.ACCEPTED else run.rejected).append(locked)
+    return None
+
+
+def _rows_release(report_file: ReportFile) -> int:
+    """DROP rejected the file: its rows are owed again (written anew by the next run).
+
+    An upload's rows go back to "never reported". An amendment's rows get back what DROP
+    holds (``report_rows_prior_restore``) and are amended again if their status still differs.
+    """
+    if report_file.kind == ReportKind.AMEND:
+        return report_rows_prior_restore(report_file=report_file, give_up=False)
+    reopened_state = Case(
+        When(status_code__isnull=True, then=Value(WorkItemState.OPEN)),
+        default=Value(WorkItemState.REPORTABLE),
+    )
+    return WorkItem.objects.filter(report_file=report_file).update(
+        state=reopened_state,
+        reported_status_code=None,
+        reported_at=None,
+        report_file=None,
+        needs_amendment=False,
+        updated_at=timezone.now(),
+    )
+
+
+# The rows of an amendment DROP did not take get back what DROP holds: the status, time and
+# file they had before it (``prior_*``). Their state and amendment flag then follow from
+# that as when settling (one rule, in work_item_settle.sql): an amendment is owed again
+# while their status differs. With ``give_up`` (staff discarded the amendment), a row
+# whose status is still the one the amendment carried (state ``reported``) is owed nothing.
+# A row marked before ``prior_*`` existed (migration 0016) keeps the old fallback: no code
+# DROP holds is known, so it is amended again.
+_PRIOR_RESTORE = """
+UPDATE integrations_workitem w
+SET reported_status_code = CASE WHEN w.prior_reported_at IS NULL THEN NULL
+                                ELSE w.prior_reported_status_code END,
+    reported_at = coalesce(w.prior_reported_at, w.reported_at),
+    report_file_id = CASE WHEN w.prior_reported_at IS NULL THEN w.report_file_id
+                          ELSE w.prior_report_file_id END,
+    prior_reported_status_code = NULL, prior_reported_at = NULL, prior_report_file_id = NULL,
+    (state, needs_amendment) = (
+        SELECT CASE WHEN w.state = %(removed)s THEN w.state
+                    WHEN %(give_up)s AND w.state = %(reported)s
+                         AND w.prior_reported_at IS NOT NULL THEN w.state
+                    ELSE f.state END,
+               CASE WHEN w.state = %(removed)s OR (%(give_up)s AND w.state = %(reported)s
+                                                  AND w.prior_reported_at IS NOT NULL)
+                    THEN false ELSE f.needs_amendment END
+        FROM dropportal_work_item_status_fields(
+            w.status_code, w.prior_reported_at,
+            CASE WHEN w.prior_reported_at IS NULL THEN NULL
+                 ELSE w.prior_reported_status_code END,
+            true) f
+    ),
+    updated_at = %(now)s
+WHERE w.cycle_id = %(cycle)s AND w.report_file_id = %(file)s
+"""
+
+
+def report_rows_prior_restore(*, report_file: ReportFile, give_up: bool) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _PRIOR_RESTORE,
+            {
+                "removed": WorkItemState.REMOVED,
+                "reported": WorkItemState.REPORTED,
+                "give_up": give_up,
+                "now": timezone.now(),
+                "cycle": report_file.cycle_id,
+                "file": report_file.pk,
+            },
+        )
+        return cursor.rowcount
