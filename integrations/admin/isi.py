@@ -247,6 +247,7 @@ def settings_update(integration: Integration, data: dict[str, Any], *, actor: st
     isi_integration_update(
         integration=integration,
         actor=actor,
+        name=data["name"],
         base_url=data["base_url"],
         auth=data["auth"],
         **_credentials(data),

@@ -30,6 +30,8 @@ from datetime import date
 from functools import lru_cache
 from typing import Final
 
+from integrations.list_types import HASH_TYPES
+
 __all__ = [
     "HASH_RE",
     "LIST_TYPES",
@@ -54,7 +56,7 @@ __all__ = [
     "standardize_zip",
 ]
 
-LIST_TYPES: Final = ("email", "phone", "ndz", "name_vin", "maid", "ctvid")
+LIST_TYPES: Final = HASH_TYPES  # integrations/list_types.py
 
 # DROP's hash shape `^[A-Za-z0-9+/]{43}=$`, ended with \Z so that a trailing newline does not pass
 # when a caller uses .match() instead of .fullmatch().

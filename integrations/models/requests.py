@@ -15,7 +15,7 @@ import uuid
 from django.db import models
 from django.db.models.functions import Now
 
-from integrations.models.drop import DropStatus, HashType
+from integrations.models.drop import HASH_TYPE_CHOICES, DropStatus
 from integrations.models.fields import EncryptedTextField
 
 
@@ -123,7 +123,7 @@ class DeletionRequest(DeliveryFields):
     )
     # The dispatch body's fields, fixed at match time.
     identifier_hash = models.CharField(max_length=44)
-    hash_type = models.CharField(max_length=8, choices=HashType.choices)
+    hash_type = models.CharField(max_length=8, choices=HASH_TYPE_CHOICES)
     drop_session_id = models.CharField("DROP session ID", max_length=20)
     match_date = models.DateField()
     broker_id_code = models.CharField("Broker ID", max_length=4)

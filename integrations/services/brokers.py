@@ -13,7 +13,7 @@ from integrations.drop.client import base_url_for
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, BrokerMode
 from integrations.services.ledger import ledger_event_append
-from integrations.services.row_updates import row_update
+from integrations.services.row_updates import Audited, row_update
 from integrations.validators import url_has_credentials
 
 _AUDITED_FIELDS = ("name", "mode", "drop_base_url", "auto_pull", "pull_interval_days")
@@ -113,10 +113,12 @@ def broker_update(
     updated = row_update(
         broker,
         changes=changes,
-        kind=LedgerKind.BROKER_UPDATED,
-        actor=actor,
-        broker_id=lambda row: row.broker_id,
-        subject=lambda row: row.broker_id,
+        audit=Audited(
+            LedgerKind.BROKER_UPDATED,
+            broker_id=broker.broker_id,
+            subject=broker.broker_id,
+            actor=actor,
+        ),
         adjust=key_follows_destination,
         record_unchanged=True,
     )

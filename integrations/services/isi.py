@@ -47,6 +47,7 @@ from integrations.models import (
 from integrations.outbound_http import DeliveryResult
 from integrations.services.ledger import ledger_event_append
 from integrations.services.requests import pending_requests_target
+from integrations.services.row_updates import Audited, row_update
 from integrations.validators import integration_name_validate, target_url_validate
 
 log = logging.getLogger(__name__)
@@ -195,6 +196,7 @@ def isi_integration_update(
     *,
     integration: Integration,
     actor: str,
+    name: str | None = None,
     base_url: str | None = None,
     auth: str | None = None,
     token: str = "",
@@ -202,65 +204,57 @@ def isi_integration_update(
     client_id: str = "",
     client_secret: str = "",
 ) -> Integration:
-    """Point it at another base URL, or change how it authenticates.
+    """Rename it, point it at another base URL, or change how it authenticates: one
+    ``integration.updated`` event through ``row_update``.
 
     ``auth`` (``token`` or ``oauth``) with its fields; a secret left empty (``token``,
     ``client_secret``) keeps the current one when the way to authenticate stays the same.
     A credential change drops the cached access token. The ledger names what changed, never
     a secret's value.
     """
-    with transaction.atomic():
-        locked = (
-            Integration.objects.select_for_update(of=("self",))
-            .select_related("broker")
-            .get(pk=integration.pk)
-        )
-        updates: dict[str, Any] = {}
-        if base_url is not None:
-            updates["base_url"] = target_url_validate(base_url, field="base_url").rstrip("/")
+    changes: dict[str, str] = {}
+    if name is not None:
+        changes["name"] = integration_name_validate(name)
+    if base_url is not None:
+        changes["base_url"] = target_url_validate(base_url, field="base_url").rstrip("/")
+
+    def credentials_follow_destination(
+        before: Integration, after: Integration, changed: dict[str, Any]
+    ) -> list[str]:
         # A credential follows its destination: a stored token or client secret is kept only
         # while the base URL and the token URL stay; a change must come with it again.
-        moved = "base_url" in updates and updates["base_url"] != locked.base_url
-        if auth is None and moved:
-            secret_field = "token" if locked.auth == IsiAuth.TOKEN else "client_secret"
-            raise ValidationError(
-                {secret_field: "the base URL changed: enter the credential again with it"}
-            )
-        if auth is not None:
-            if auth == IsiAuth.OAUTH and (token_url or "").strip() != locked.token_url:
-                moved = True
-            updates.update(
-                _isi_credentials_update(
-                    locked,
-                    auth=auth,
-                    moved=moved,
-                    token=token,
-                    token_url=token_url,
-                    client_id=client_id,
-                    client_secret=client_secret,
+        moved = "base_url" in changed
+        if auth is None:
+            if moved:
+                secret_field = "token" if before.auth == IsiAuth.TOKEN else "client_secret"
+                raise ValidationError(
+                    {secret_field: "the base URL changed: enter the credential again with it"}
                 )
-            )
-        changed = _isi_integration_apply(locked, updates)
-        if not changed:
-            return locked
-        locked.save(update_fields=changed)
-        secret_fields = {"token", "client_secret", "access_token", "access_token_expires_at"}
-        ledger_event_append(
-            kind=LedgerKind.INTEGRATION_UPDATED,
-            broker_id=locked.broker.broker_id,
-            subject=str(locked.uuid),
-            actor=actor,
-            data={
-                "changes": {
-                    name: "changed" if name in secret_fields else updates[name]
-                    for name in changed
-                    if name
-                    not in ("access_token", "access_token_expires_at", "credentials_changed_at")
-                },
-                **({"credential_entered_again": "the URL it is sent to changed"} if moved else {}),
-            },
+            return []
+        if auth == IsiAuth.OAUTH and (token_url or "").strip() != before.token_url:
+            moved = True
+        credentials = _isi_credentials_update(
+            before,
+            auth=auth,
+            moved=moved,
+            token=token,
+            token_url=token_url,
+            client_id=client_id,
+            client_secret=client_secret,
         )
-    return locked
+        return _isi_credentials_apply(after, credentials, changed, moved=moved)
+
+    return row_update(
+        integration,
+        changes=changes,
+        audit=Audited(
+            LedgerKind.INTEGRATION_UPDATED,
+            broker_id=integration.broker.broker_id,
+            subject=str(integration.uuid),
+            actor=actor,
+        ),
+        adjust=credentials_follow_destination,
+    )
 
 
 def _isi_credentials_update(
@@ -298,21 +292,28 @@ def _isi_credentials_update(
     raise ValidationError({"auth": f"not a way to authenticate: {auth!r}"})
 
 
-def _isi_integration_apply(locked: Integration, updates: dict[str, Any]) -> list[str]:
-    """Set the ``updates`` that change something on ``locked``; the fields to save (none
-    when nothing changes). A new credential or destination drops the cached access token."""
-    changed = [name for name, value in updates.items() if getattr(locked, name) != value]
-    if not changed:
-        return changed
-    for name in changed:
-        setattr(locked, name, updates[name])
+def _isi_credentials_apply(
+    after: Integration, credentials: dict[str, Any], changed: dict[str, Any], *, moved: bool
+) -> list[str]:
+    """Set the ``credentials`` that change something on ``after`` and name them in
+    ``changed`` (a secret only as changed); the columns to save. A new credential or
+    destination drops the cached access token."""
+    fields = [name for name, value in credentials.items() if getattr(after, name) != value]
+    for name in fields:
+        if name in ("token", "client_secret"):
+            changed[name] = {"changed": True} if credentials[name] else {"cleared": True}
+            if moved and credentials[name]:
+                changed[name]["reason"] = "the URL it is sent to changed: entered again"
+        else:
+            changed[name] = {"from": getattr(after, name), "to": credentials[name]}
+        setattr(after, name, credentials[name])
+    if set(fields) & {"token", "client_secret"}:
+        after.credentials_changed_at = timezone.now()
+        fields.append("credentials_changed_at")
     if set(changed) & {"auth", "token", *_OAUTH_FIELDS, "base_url"}:
-        locked.access_token, locked.access_token_expires_at = "", None
-        changed += ["access_token", "access_token_expires_at"]
-    if set(changed) & {"token", "client_secret"}:
-        locked.credentials_changed_at = timezone.now()
-        changed.append("credentials_changed_at")
-    return changed
+        after.access_token, after.access_token_expires_at = "", None
+        fields += ["access_token", "access_token_expires_at"]
+    return fields
 
 
 # -- authentication -------------------------------------------------------------------------

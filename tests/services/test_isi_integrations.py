@@ -384,11 +384,11 @@ def test_changing_credentials_drops_the_cached_token_and_the_ledger_keeps_no_sec
     assert (updated.access_token, updated.access_token_expires_at) == ("", None)
     event = LedgerEvent.objects.get(kind="integration.updated")
     assert event.data["changes"] == {
-        "auth": "token",
-        "token": "changed",
-        "token_url": "",
-        "client_id": "",
-        "client_secret": "changed",
+        "auth": {"from": "oauth", "to": "token"},
+        "token": {"changed": True},
+        "token_url": {"from": created.integration.token_url, "to": ""},
+        "client_id": {"from": created.integration.client_id, "to": ""},
+        "client_secret": {"cleared": True},
     }
     assert "new-static" not in json.dumps(event.data)
 
