@@ -18,8 +18,8 @@ from integrations.services.deliveries import (
     DELETION_REQUESTS,
     RESOLUTION_REQUESTS,
     SAAS_DELETIONS,
-    DeliveryKind,
 )
+from integrations.services.delivery_loop import DeliveryKind
 
 SQL_DIR = Path(settings.BASE_DIR) / "integrations" / "sql"
 

@@ -29,7 +29,7 @@ from integrations.models import (
     LedgerEvent,
     RequestState,
 )
-from integrations.services import deliveries
+from integrations.services import deliveries, delivery_loop
 from integrations.services.deliveries import deletion_requests_deliver
 from integrations.services.integrations import CreatedIntegration, integration_enable
 from tests.webhook_factories import deletion_request, webhook_integration_for
@@ -243,7 +243,7 @@ def test_receiver_down_is_retried(broker: Broker) -> None:
 def test_a_receiver_slower_than_the_timeout_is_retried(
     integration: Integration, receiver: BrokerSimulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(deliveries, "TIMEOUT_TOTAL", 0.3)
+    monkeypatch.setattr(delivery_loop, "TIMEOUT_TOTAL", 0.3)
     receiver.script(Reply.slow(3.0))
     request = deletion_request(integration)
 
@@ -395,12 +395,12 @@ def test_an_unexpected_error_fails_the_job_after_trying_every_request(
     fine = deletion_request(integration, remote_identifier="C-2")
     real = deliveries.webhook_deletion_outbound
 
-    def build(request: DeletionRequest) -> deliveries.Outbound:
+    def build(request: DeletionRequest) -> delivery_loop.Outbound:
         if request.pk == broken.pk:
             raise RuntimeError("secret unreadable")
         return real(request)
 
-    monkeypatch.setitem(deliveries.DELETION_BUILDERS, "webhook", build)
+    monkeypatch.setattr(deliveries, "webhook_deletion_outbound", build)
 
     with pytest.raises(RuntimeError, match="secret unreadable"):
         deletion_requests_deliver(request_ids=[broken.pk, fine.pk])
