@@ -30,11 +30,11 @@ from integrations.dispatch import isi
 from integrations.models import Integration, IntegrationKind, IsiAuth, IsiConnection
 from integrations.services.isi import (
     CreatedIsiIntegration,
-    isi_connections_refresh,
     isi_credentials_validate,
     isi_integration_create,
     isi_integration_update,
 )
+from integrations.services.isi_connections import isi_connections_refresh
 from integrations.validators import target_url_validate
 
 ADD_KIND_PARAMETER = "kind"

@@ -49,7 +49,7 @@ from integrations.services.delivery_loop import (
     Outbound,
     deliverables_deliver,
 )
-from integrations.services.isi import isi_delivery_token, saas_identifier_categories
+from integrations.services.isi_tokens import isi_delivery_token
 from integrations.services.ledger import SYSTEM_ACTOR
 from integrations.services.resolutions import resolution_outcome_record, resolution_settle
 
@@ -101,6 +101,18 @@ def _isi_outbound(
         keep_answer=keep_answer,
         answer_categories=answer_categories,
     )
+
+
+def saas_identifier_categories(*, broker_id: int) -> list[str]:
+    """``identifier_categories`` of an ISI identifier retrieval: the union of the broker's
+    SaaS connections' categories (each defaulting to email), a disabled one's included: its
+    deletions wait for it with the identifiers they need."""
+    categories: dict[str, None] = {}
+    for own in SaasConnection.objects.filter(
+        broker_id=broker_id, retired_at__isnull=True
+    ).values_list("identifier_categories", flat=True):
+        categories.update(dict.fromkeys(categories_or_default(own)))
+    return sorted(categories) or list(categories_or_default([]))
 
 
 # -- deletion requests ----------------------------------------------------------------------

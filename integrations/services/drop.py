@@ -62,7 +62,7 @@ from integrations.models import (
     WorkItemState,
 )
 from integrations.services.brokers import broker_drop_url
-from integrations.services.isi import isi_connections_refresh_for_broker
+from integrations.services.isi_connections import isi_connections_refresh_for_broker
 from integrations.services.ledger import ledger_event_append
 from integrations.services.locks import matching_lock
 from integrations.services.matching import (

@@ -29,13 +29,10 @@ from integrations.models import (
     LedgerEvent,
     RequestState,
 )
-from integrations.services import isi as isi_services
-from integrations.services.isi import (
-    isi_access_token,
-    isi_connections_refresh,
-    isi_integration_create,
-    isi_integration_update,
-)
+from integrations.services import isi_tokens
+from integrations.services.isi import isi_integration_create, isi_integration_update
+from integrations.services.isi_connections import isi_connections_refresh
+from integrations.services.isi_tokens import isi_access_token
 from tests.isi_factories import (
     CONNECTION_A,
     CONNECTION_B,
@@ -332,7 +329,7 @@ def test_a_token_endpoint_that_is_down_is_asked_again_only_after_a_while(
         isi_access_token(integration=created.integration)
     assert len(api.on("token")) == 1
 
-    later = timezone.now() + dt.timedelta(seconds=isi_services.TOKEN_FAILURE_HOLD + 1)
+    later = timezone.now() + dt.timedelta(seconds=isi_tokens.TOKEN_FAILURE_HOLD + 1)
     assert isi_access_token(integration=created.integration, now=later).startswith("tok-")
     assert len(api.on("token")) == 2
 
