@@ -11,7 +11,7 @@ up to ``BATCH_SIZE`` ids, each batch in one transaction:
 1. Lock the rows that are still due (``SELECT ... FOR UPDATE SKIP LOCKED``: state ``queued``
    and the scheduled time reached) and whose target (integration or SaaS connection) is
    enabled. A row another worker holds is skipped: that worker owns this attempt.
-2. Build each call with the builder of its kind (``Outbound``: URL, body, headers) and send
+2. Build each call with its kind's ``outbound`` (an ``Outbound``: URL, body, headers) and send
    them over ``threads`` threads with ``outbound_http.deliver``; each is signed on its thread
    right before it leaves (a fresh timestamp per attempt). Those threads only do HTTP.
 3. Record every ``DeliveryAttempt``, apply ``policy.classify`` (2xx delivered; 410 disables
