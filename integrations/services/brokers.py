@@ -145,20 +145,25 @@ def broker_drop_webhook_secret_set(*, broker: Broker, secret: str, actor: str) -
     """Store the signing secret of DROP's notification webhook (encrypted; the ledger says
     only that it changed). Raises ValidationError, nothing written, on an unusable secret."""
     drop_webhook_secret_check(secret)
-    with transaction.atomic():
-        locked = Broker.objects.select_for_update().get(pk=broker.pk)
-        locked.drop_webhook_secret = secret
-        locked.drop_webhook_secret_changed_at = timezone.now()
-        locked.save(
-            update_fields=["drop_webhook_secret", "drop_webhook_secret_changed_at", "updated_at"]
-        )
-        ledger_event_append(
-            kind=LedgerKind.BROKER_UPDATED,
-            broker_id=locked.broker_id,
-            subject=locked.broker_id,
+
+    def secret_set(before: Broker, after: Broker, changed: dict[str, Any]) -> list[str]:
+        # Set here, not as a change: a change's event would show the value.
+        after.drop_webhook_secret = secret
+        after.drop_webhook_secret_changed_at = timezone.now()
+        changed["drop_webhook_secret"] = {"changed": True}
+        return ["drop_webhook_secret", "drop_webhook_secret_changed_at", "updated_at"]
+
+    locked = row_update(
+        broker,
+        changes={},
+        audit=Audited(
+            LedgerKind.BROKER_UPDATED,
+            broker_id=broker.broker_id,
+            subject=broker.broker_id,
             actor=actor,
-            data={"changes": {"drop_webhook_secret": {"changed": True}}},
-        )
+        ),
+        adjust=secret_set,
+    )
     broker.drop_webhook_secret = locked.drop_webhook_secret
     broker.drop_webhook_secret_changed_at = locked.drop_webhook_secret_changed_at
     return broker
