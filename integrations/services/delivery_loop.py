@@ -43,7 +43,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
-import random
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
@@ -52,7 +51,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeVar
 
 from django.conf import settings
-from django.db import OperationalError, connection, models, transaction
+from django.db import models, transaction
 from django.db.models import F
 from django.db.models.functions import Now
 from django.utils import timezone
@@ -72,6 +71,7 @@ from integrations.models import (
     SaasDeletion,
 )
 from integrations.outbound_http import DeliveryResult, deliver
+from integrations.services.dispatch_slots import broker_slot_take
 from integrations.services.ledger import ledger_event_append, ledger_events_append
 
 logger = logging.getLogger(__name__)
@@ -88,8 +88,6 @@ REDACTED = "[redacted]"
 # healthy broker take well under a second), then is tried again BUSY_DELAY_SECONDS later.
 SLOT_WAIT_SECONDS = 5.0
 BUSY_DELAY_SECONDS = 30
-# The first key of the advisory locks that are dispatch slots (the second: broker and slot).
-SLOT_LOCK_SPACE = 0x44505344  # "DPSD"
 
 Verdict = Literal["delivered", "retry", "gone", "undeliverable", "skipped", "deferred"]
 Item = TypeVar("Item", DeletionRequest, ResolutionRequest, SaasDeletion)
@@ -311,41 +309,6 @@ def _deliver_batch(
                 if item.state == RequestState.COMPLETED:
                     kind.after_final(item)
     return counts, failure
-
-
-def broker_slot_take(broker_id: str, *, wait: float = 0) -> bool:
-    """Take one of ``broker_id``'s dispatch slots until the transaction ends, waiting up to
-    ``wait`` seconds for one; False when every one stays taken (by other batches in flight,
-    on any worker)."""
-    slots = int(settings.DROPPORTAL_DISPATCH_SLOTS_PER_BROKER)
-    if slots <= 0:
-        return True
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT slot FROM generate_series(0, %s - 1) AS slot"
-            " WHERE pg_try_advisory_xact_lock(%s, hashtext(%s || ':' || slot)) LIMIT 1",
-            [slots, SLOT_LOCK_SPACE, broker_id],
-        )
-        if cursor.fetchone() is not None:
-            return True
-        if wait <= 0:
-            return False
-        cursor.execute("SHOW lock_timeout")
-        (previous,) = cursor.fetchone()
-        try:
-            with transaction.atomic():  # a savepoint: a lock timeout must not end the batch
-                cursor.execute(
-                    "SELECT set_config('lock_timeout', %s, true)", [f"{round(wait * 1000)}ms"]
-                )
-                cursor.execute(
-                    "SELECT pg_advisory_xact_lock(%s, hashtext(%s || ':' || %s))",
-                    [SLOT_LOCK_SPACE, broker_id, random.randrange(slots)],  # noqa: S311
-                )
-        except OperationalError:  # lock_timeout: every slot stayed taken
-            return False
-        finally:
-            cursor.execute("SELECT set_config('lock_timeout', %s, true)", [previous])
-        return True
 
 
 def _save_states(kind: DeliveryKind[Item], items: list[Item]) -> None:

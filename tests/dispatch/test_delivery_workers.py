@@ -31,7 +31,7 @@ from integrations.models import Broker, DeletionRequest, DeliveryAttempt, Ledger
 from integrations.services import delivery_loop
 from integrations.services.brokers import broker_create
 from integrations.services.deliveries import deletion_requests_deliver
-from integrations.services.delivery_loop import broker_slot_take
+from integrations.services.dispatch_slots import broker_slot_take
 from tests.conftest import subprocess_env
 from tests.webhook_factories import deletion_request, truncate_jobs, webhook_integration_for
 
