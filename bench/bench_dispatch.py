@@ -119,12 +119,12 @@ def run(args: argparse.Namespace, secret: str, url: str) -> dict[str, Any]:
         RequestState,
         WorkItem,
     )
-    from integrations.services import deliveries
+    from integrations.services import delivery_loop
     from integrations.services.brokers import broker_create
 
     call_command("migrate", verbosity=0)
     if args.threads:
-        deliveries.DISPATCH_THREADS = args.threads
+        delivery_loop.DISPATCH_THREADS = args.threads
     broker = broker_create(broker_id="4821", name="Bench", actor="bench")
     integration = Integration.objects.create(
         broker=broker, kind=IntegrationKind.WEBHOOK, name="Bench", url=url, webhook_secret=secret
@@ -239,7 +239,7 @@ def run(args: argparse.Namespace, secret: str, url: str) -> dict[str, Any]:
         "baseline_rounds_per_second": [round(r, 1) for r in plain_rates],
         "requests_per_round": args.requests,
         "worker_concurrency": args.concurrency,
-        "threads_per_job": deliveries.DISPATCH_THREADS,
+        "threads_per_job": delivery_loop.DISPATCH_THREADS,
         "targets": {"deliveries_per_second": RATE_TARGET, "ratio": RATIO_TARGET},
         "target_met": best >= RATE_TARGET and ratio >= RATIO_TARGET,
     }

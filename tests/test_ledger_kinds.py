@@ -17,8 +17,8 @@ from integrations.services.deliveries import (
     DELETION_REQUESTS,
     RESOLUTION_REQUESTS,
     SAAS_DELETIONS,
-    DeliveryKind,
 )
+from integrations.services.delivery_loop import DeliveryKind
 from integrations.services.staff import ROLE_GROUP, STAFF_USER
 
 SQL_DIR = Path(settings.BASE_DIR) / "integrations" / "sql"

@@ -90,7 +90,7 @@ from integrations.models import (
     WorkItemState,
 )
 from integrations.selectors.stuck import stuck_work_items
-from integrations.services import deliveries
+from integrations.services import delivery_loop
 from integrations.services.brokers import broker_create
 from integrations.services.consumers import consumers_register
 from integrations.services.drop_import import drop_zip_import
@@ -1144,13 +1144,13 @@ def shortened_schedule(monkeypatch: pytest.MonkeyPatch) -> None:
     # ATTEMPTS attempts, each retry an hour later: only "time passes" makes one due, so an
     # example does the same when Hypothesis runs it again, however slow the machine is.
     monkeypatch.setattr(
-        deliveries,
+        delivery_loop,
         "next_delay",
         lambda number, **_: None if number >= ATTEMPTS else 3600.0,
     )
     # One call at a time, in the order of the rows: the broker's scripted answers go to the
     # same requests every time.
-    monkeypatch.setattr(deliveries, "DISPATCH_THREADS", 1)
+    monkeypatch.setattr(delivery_loop, "DISPATCH_THREADS", 1)
 
 
 def test_random_histories_keep_every_matched_consumer_on_a_path_to_drop(

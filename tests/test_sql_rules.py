@@ -1,46 +1,32 @@
-"""The SQL functions (``integrations/sql/``) apply rules defined once in Python, in the model
-enums and ``integrations.models.requests``: these tests hold the SQL to those definitions.
+"""The outcome and settlement rules, as the SQL functions and the services apply them.
 
-The SQL spells out state names and status codes as literals rather than taking them as
-parameters (a function's text is frozen per migration: changing it ships a new one). So every
-bare-word literal in the SQL must stand in a position listed here, where it is checked
-against its enum (a new one fails until it is listed), and the rules themselves (precedence,
-final outcomes, which outcomes are taken) are compared with the Python definitions, first as
-written in the source files, then as the migrated functions behave (tests/test_sql_functions.py
-holds the two to each other). Raw SQL in Python modules takes states as parameters.
+The rules are defined once, in ``integrations.models.requests``, and the SQL functions
+(``integrations/sql/``) take them as arguments; these tests state what a broker and DROP see:
+which status a work item settles to, and which answers are taken, repeated or refused, for
+deletions and resolutions alike. Raw SQL in Python takes state names as parameters.
 """
 
 from __future__ import annotations
 
 import itertools
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from django.conf import settings
-from django.db import connection
-from django.utils import timezone
 
 from integrations.drop import files, reporting
 from integrations.models import (
-    DROP_STATUS_ALL_CANCELLED,
-    DROP_STATUS_CODES,
-    DROP_STATUS_PRECEDENCE,
-    OUTCOME_REFUSING_STATES,
-    OUTCOMES_NOT_FINAL,
     Broker,
     DeletionRequest,
     DropOutcome,
     DropStatus,
-    IntegrationKind,
+    LedgerEvent,
     RequestState,
     ResolutionRequest,
     WorkItem,
-    WorkItemState,
 )
-from integrations.services.ledger import SYSTEM_ACTOR
-from integrations.services.outcomes import OutcomeConflict
+from integrations.services.outcomes import OutcomeConflict, deletion_outcome_record
 from integrations.services.resolutions import resolution_outcome_record
 from integrations.services.work_items import work_item_settle
 from tests.reporting_factories import (
@@ -51,158 +37,9 @@ from tests.reporting_factories import (
     resolution_make,
 )
 
-SQL_DIR = Path(settings.BASE_DIR) / "integrations" / "sql"
 INTEGRATIONS_DIR = Path(settings.BASE_DIR) / "integrations"
-
-_LITERAL = re.compile(r"'((?:[^']|'')*)'")
-_WORD = re.compile(r"[a-z_]+")
 _LIST = r"\(\s*'[^']*'(?:\s*,\s*'[^']*')*\s*\)"
 _ONE = r"'[^']*'"
-
-REQUEST_STATES = set(RequestState.values)
-WORK_ITEM_STATES = set(WorkItemState.values)
-# A request's drop_outcome: "" while it has none.
-OUTCOMES = {"", *DropOutcome.values}
-# work_item_settle.sql's own names for the three tables its union reads.
-SETTLE_KINDS = {"deletion", "resolution", "saas"}
-
-
-@dataclass(frozen=True)
-class Position:
-    """Where literals stand in a state position (the group ``v``), and the values allowed."""
-
-    pattern: str
-    allowed: set[str]
-    what: str
-
-
-_V_ONE = rf"(?P<v>{_ONE})"
-_V_ONE_OR_LIST = rf"(?P<v>{_LIST}|{_ONE})"
-_V_WORD = r"(?P<v>'[a-z_]*')"  # a value, not a piece of JSON
-_POSITIONS: dict[str, list[Position]] = {
-    "work_item_settle.sql": [
-        Position(rf"\bwi\.state\s*(?:=|<>)\s*{_V_ONE}", WORK_ITEM_STATES, "WorkItemState"),
-        Position(rf"\br\.state\s*(?:=|<>)\s*{_V_ONE}", REQUEST_STATES, "RequestState"),
-        Position(rf"\br\.outcome\s*(?:=|<>|NOT IN|IN)\s*{_V_ONE_OR_LIST}", OUTCOMES, "DropOutcome"),
-        Position(r"ARRAY\[(?P<v>\s*'[^\]]*)\]", OUTCOMES, "DropOutcome"),
-        # The union's names for its tables, and the comparisons with them.
-        Position(rf"SELECT\s+{_V_WORD}", SETTLE_KINDS, "name of the union's kinds"),
-        Position(rf"\br\.kind\s*(?:=|IN)\s*{_V_ONE_OR_LIST}", SETTLE_KINDS, "union's kind"),
-        # dropportal_work_item_status_fields: the state that follows from a code (and the
-        # status_reason emptied, "").
-        Position(rf"(?:THEN|ELSE)\s+{_V_WORD}", WORK_ITEM_STATES | {""}, "WorkItemState"),
-        Position(r"coalesce\([^()]*,\s*(?P<v>'null')\)", {"null"}, "JSON null"),
-    ],
-    "deletion_outcome_record.sql": [
-        Position(rf"\bd\.state\s*(?:=|<>)\s*{_V_ONE}", REQUEST_STATES, "RequestState"),
-        Position(
-            rf"\b(?:d\.drop_outcome|p_outcome)\s*(?:=|<>|NOT IN|IN)\s*{_V_ONE_OR_LIST}",
-            OUTCOMES,
-            "DropOutcome",
-        ),
-        Position(rf"dropportal_work_item_settle\(\s*\w+\s*,\s*{_V_ONE}\)", {SYSTEM_ACTOR}, "actor"),
-    ],
-    "api_key_lookup.sql": [
-        Position(
-            rf"\b(?:i\.kind\s*=|p_kind IS DISTINCT FROM)\s*{_V_ONE}",
-            set(IntegrationKind.values),
-            "IntegrationKind",
-        ),
-    ],
-    "ledger_append.sql": [
-        Position(r",\s*(?P<v>'hex')\)", {"hex"}, "encoding"),
-    ],
-}
-
-
-def _sql(name: str) -> str:
-    """The file without its comments (no literal in these files holds ``--``)."""
-    text = (SQL_DIR / name).read_text(encoding="utf-8")
-    return re.sub(r"--[^\n]*", "", text)
-
-
-def _literals(text: str) -> list[str]:
-    return [m.group(1).replace("''", "'") for m in _LITERAL.finditer(text)]
-
-
-def test_every_sql_file_is_listed() -> None:
-    assert {path.name for path in SQL_DIR.glob("*.sql")} == set(_POSITIONS)
-
-
-@pytest.mark.parametrize("name", sorted(_POSITIONS))
-def test_every_state_literal_in_the_sql_is_one_of_its_enum(name: str) -> None:
-    text = _sql(name)
-    covered: set[int] = set()
-    wrong: list[str] = []
-    for position in _POSITIONS[name]:
-        matches = list(re.finditer(position.pattern, text))
-        assert matches, f"{name}: nothing stands where {position.pattern!r} expects it"
-        for match in matches:
-            for literal in _LITERAL.finditer(match.group("v")):
-                covered.add(match.start("v") + literal.start())
-                value = literal.group(1)
-                if value not in position.allowed:
-                    wrong.append(f"{value!r} is not a {position.what}: {match.group(0)!r}")
-    # Every bare word (a state name's shape) must stand in a position listed above.
-    unlisted = [
-        m.group(0)
-        for m in _LITERAL.finditer(text)
-        if _WORD.fullmatch(m.group(1)) and m.start() not in covered
-    ]
-    assert not wrong, f"{name}: {wrong}"
-    assert not unlisted, (
-        f"{name}: {unlisted} stand where this test does not know what they name; add their "
-        "position to _POSITIONS with the enum they belong to"
-    )
-
-
-def _settle_ranking() -> tuple[list[int], list[str]]:
-    match = re.search(
-        r"\(ARRAY\[([\d,\s]+)\]\)\[min\(.*?array_position\(\s*ARRAY\[([^\]]*)\]",
-        _sql("work_item_settle.sql"),
-        re.DOTALL,
-    )
-    assert match, "work_item_settle.sql: the ranking of outcomes is not where expected"
-    return [int(code) for code in match.group(1).split(",")], _literals(match.group(2))
-
-
-def test_the_sql_ranks_outcomes_by_the_python_precedence() -> None:
-    codes, outcomes = _settle_ranking()
-    assert codes == [int(status) for status in DROP_STATUS_PRECEDENCE]
-    assert [DROP_STATUS_CODES[outcome] for outcome in outcomes] == codes
-
-
-def test_the_sqls_final_outcomes_are_those_with_a_drop_status() -> None:
-    text = _sql("work_item_settle.sql")
-    (final,) = re.findall(rf"\br\.outcome\s+NOT IN\s*({_LIST})", text)
-    assert set(_literals(final)) == set(DROP_STATUS_CODES)
-    assert set(DROP_STATUS_CODES) == OUTCOMES - set(OUTCOMES_NOT_FINAL)
-    # Not final: the request keeps its work item open.
-    for outcome in re.findall(rf"\br\.outcome\s*=\s*({_ONE})", text):
-        assert _literals(outcome)[0] in OUTCOMES_NOT_FINAL
-
-
-def test_the_sqls_status_codes_are_drop_statuses() -> None:
-    text = _LITERAL.sub("''", _sql("work_item_settle.sql"))
-    (all_cancelled,) = re.findall(r"v_code\s*:=\s*(\d+)", text)
-    assert int(all_cancelled) == DROP_STATUS_ALL_CANCELLED
-    codes, _ = _settle_ranking()
-    assert set(codes) == set(DropStatus.values)
-    # Any other number is a count compared with zero, not a status.
-    numbers = [int(n) for n in re.findall(r"(?<![\w.])\d+(?![\w.])", text)]
-    assert sorted(n for n in numbers if n) == sorted([*codes, int(all_cancelled)])
-
-
-def test_the_sql_takes_outcomes_by_the_python_rule() -> None:
-    text = _sql("deletion_outcome_record.sql")
-    where = re.search(
-        r"UPDATE integrations_deletionrequest d.*?WHERE(.*?)RETURNING", text, re.DOTALL
-    )
-    assert where, "deletion_outcome_record.sql: the UPDATE's WHERE is not where expected"
-    (open_outcomes,) = re.findall(rf"\bd\.drop_outcome\s+IN\s*({_LIST})", where.group(1))
-    assert set(_literals(open_outcomes)) == set(OUTCOMES_NOT_FINAL)
-    refused = re.findall(rf"\bd\.state\s*<>\s*({_ONE})", where.group(1))
-    assert {_literals(state)[0] for state in refused} == set(OUTCOME_REFUSING_STATES)
 
 
 def test_the_response_files_take_the_drop_statuses() -> None:
@@ -235,25 +72,43 @@ def test_raw_sql_in_python_takes_states_as_parameters() -> None:
     assert found == _PYTHON_SQL_LITERALS_ALLOWED
 
 
-# --- The same rules, as the functions behave ----------------------------------------------
+# --- Settlement: which status a work item gets ----------------------------------------------
+
+# Each final outcome and the status it reports, strongest first: opted_out (4) over deleted
+# (3) over exempt (2) over not_found (5).
+STRONGEST_FIRST: list[tuple[str, int]] = [
+    (DropOutcome.OPTED_OUT, DropStatus.OPTED_OUT),
+    (DropOutcome.DELETED, DropStatus.DELETED),
+    (DropOutcome.EXEMPT, DropStatus.EXEMPT),
+    (DropOutcome.NOT_FOUND, DropStatus.NOT_FOUND),
+]
+_RANK: dict[str, int] = {outcome: rank for rank, (outcome, _) in enumerate(STRONGEST_FIRST)}
+_STATUS: dict[str, int] = dict(STRONGEST_FIRST)
+FINAL = [outcome for outcome, _ in STRONGEST_FIRST]
 
 
-FINAL = list(DROP_STATUS_CODES)
+def _strongest(*outcomes: str) -> int:
+    return _STATUS[min(outcomes, key=_RANK.__getitem__)]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("outcome", "status"), STRONGEST_FIRST)
+def test_one_final_outcome_settles_to_its_status(broker: Broker, outcome: str, status: int) -> None:
+    item = item_make(cycle_make(broker))
+    request_make(item, outcome=outcome)
+    settled = work_item_settle(work_item=item)
+    assert (settled.status_code, settled.state) == (status, "reportable")
 
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(
     ("first", "second"), list(itertools.combinations_with_replacement(FINAL, 2))
 )
-def test_settling_picks_the_status_first_in_the_precedence(
-    broker: Broker, first: str, second: str
-) -> None:
+def test_settling_picks_the_strongest_outcome(broker: Broker, first: str, second: str) -> None:
     item = item_make(cycle_make(broker))
     request_make(item, outcome=first)
     request_make(item, outcome=second, remote_identifier="C-2")
-    codes = {DROP_STATUS_CODES[first], DROP_STATUS_CODES[second]}
-    expected = next(status for status in DROP_STATUS_PRECEDENCE if status in codes)
-    assert work_item_settle(work_item=item).status_code == expected
+    assert work_item_settle(work_item=item).status_code == _strongest(first, second)
 
 
 @pytest.mark.django_db
@@ -267,96 +122,191 @@ def test_a_resolutions_outcome_takes_its_place_in_the_precedence(
     item = item_make(cycle_make(broker))
     request_make(item, outcome=deletion)
     resolution_make(item, integration_make(broker), outcome=resolution)
-    codes = {DROP_STATUS_CODES[deletion], DROP_STATUS_CODES[resolution]}
-    expected = next(status for status in DROP_STATUS_PRECEDENCE if status in codes)
-    assert work_item_settle(work_item=item).status_code == expected
+    assert work_item_settle(work_item=item).status_code == _strongest(deletion, resolution)
 
 
 @pytest.mark.django_db
-def test_every_request_cancelled_settles_to_the_python_status(broker: Broker) -> None:
+@pytest.mark.parametrize("outcome", ["", DropOutcome.FAILED])
+def test_an_outcome_that_is_not_final_keeps_the_item_open(broker: Broker, outcome: str) -> None:
+    item = item_make(cycle_make(broker))
+    request_make(item, outcome=DropOutcome.DELETED)
+    request_make(item, outcome=outcome, remote_identifier="C-2")
+    settled = work_item_settle(work_item=item)
+    assert (settled.status_code, settled.state) == (None, "open")
+
+
+@pytest.mark.django_db
+def test_every_request_cancelled_settles_to_not_found(broker: Broker) -> None:
     item = item_make(cycle_make(broker))
     request_make(item, state=RequestState.CANCELLED)
-    assert work_item_settle(work_item=item).status_code == DROP_STATUS_ALL_CANCELLED
+    request_make(item, state=RequestState.CANCELLED, remote_identifier="C-2")
+    settled = work_item_settle(work_item=item)
+    assert (settled.status_code, settled.state) == (DropStatus.NOT_FOUND, "reportable")
 
 
-_RECORD = "SELECT dropportal_deletion_outcome_record(%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+@pytest.mark.django_db
+def test_a_cancelled_request_does_not_count(broker: Broker) -> None:
+    item = item_make(cycle_make(broker))
+    request_make(item, state=RequestState.CANCELLED)
+    request_make(item, outcome=DropOutcome.EXEMPT, remote_identifier="C-2")
+    assert work_item_settle(work_item=item).status_code == DropStatus.EXEMPT
+
+
+# --- Which answers are taken: deletions -----------------------------------------------------
 
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(
-    ("state", "current"), list(itertools.product(RequestState.values, sorted(OUTCOMES)))
+    ("state", "current"), list(itertools.product(RequestState.values, ["", *DropOutcome.values]))
 )
-def test_a_deletion_takes_an_outcome_by_the_python_rule(
+def test_a_deletion_takes_an_outcome_unless_cancelled_or_final(
     broker: Broker, state: str, current: str
 ) -> None:
     item = item_make(cycle_make(broker))
     request = request_make(item, state=state, outcome=current, error_message="timeout")
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _RECORD,
-            [
-                request.pk,
-                RequestState.COMPLETED,
-                DropOutcome.DELETED,
-                DROP_STATUS_CODES[DropOutcome.DELETED],
-                "",
-                timezone.now(),
-                None,
-                "test",
-                "{}",
-            ],
+    taken = state != RequestState.CANCELLED and current in ("", DropOutcome.FAILED)
+    try:
+        result = deletion_outcome_record(
+            deletion_request=request, drop_outcome=DropOutcome.DELETED, actor="test"
         )
-        (recorded,) = cursor.fetchone()
-    taken = state not in OUTCOME_REFUSING_STATES and current in OUTCOMES_NOT_FINAL
-    assert recorded is taken
-    assert DeletionRequest.objects.get(pk=request.pk).drop_outcome == (
-        DropOutcome.DELETED if taken else current
+    except OutcomeConflict:
+        assert not taken
+    else:
+        assert result.changed is taken  # not taken: the same final outcome, a repeat
+        assert taken or current == DropOutcome.DELETED
+    stored = DeletionRequest.objects.get(pk=request.pk)
+    assert stored.drop_outcome == (DropOutcome.DELETED if taken else current)
+    if taken:
+        assert WorkItem.objects.get(pk=item.pk).status_code == DropStatus.DELETED
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("outcome", "email"),
+    [(DropOutcome.DELETED, ""), (DropOutcome.OPTED_OUT, "Ann.Smith@Example.com ")],
+)
+def test_a_deletions_identical_repeat_is_accepted_and_changes_nothing(
+    broker: Broker, outcome: str, email: str
+) -> None:
+    request = request_make(item_make(cycle_make(broker)), state=RequestState.DISPATCHED)
+    first = deletion_outcome_record(
+        deletion_request=request, drop_outcome=outcome, opt_out_email=email, actor="test"
     )
+    again = deletion_outcome_record(
+        deletion_request=request, drop_outcome=outcome, opt_out_email=email, actor="test"
+    )
+    assert (first.changed, again.changed) == (True, False)
+    assert LedgerEvent.objects.filter(kind="deletion_request.outcome_repeated").count() == 1
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ((DropOutcome.DELETED, ""), (DropOutcome.EXEMPT, "")),
+        ((DropOutcome.OPTED_OUT, "ann@example.com"), (DropOutcome.OPTED_OUT, "bob@example.com")),
+    ],
+)
+def test_a_deletions_conflicting_repeat_is_refused(
+    broker: Broker, first: tuple[str, str], second: tuple[str, str]
+) -> None:
+    request = request_make(item_make(cycle_make(broker)), state=RequestState.DISPATCHED)
+    deletion_outcome_record(
+        deletion_request=request, drop_outcome=first[0], opt_out_email=first[1], actor="test"
+    )
+    with pytest.raises(OutcomeConflict):
+        deletion_outcome_record(
+            deletion_request=request, drop_outcome=second[0], opt_out_email=second[1], actor="t"
+        )
+    assert DeletionRequest.objects.get(pk=request.pk).drop_outcome == first[0]
+
+
+@pytest.mark.django_db
+def test_a_failure_repeats_only_with_the_same_error(broker: Broker) -> None:
+    request = request_make(item_make(cycle_make(broker)), state=RequestState.DISPATCHED)
+
+    def fail(error: str) -> bool:
+        return deletion_outcome_record(
+            deletion_request=request,
+            drop_outcome=DropOutcome.FAILED,
+            error_message=error,
+            actor="t",
+        ).changed
+
+    assert fail("timeout")
+    assert not fail("timeout")
+    assert fail("disk full")
+    assert DeletionRequest.objects.get(pk=request.pk).error_message == "disk full"
+
+
+# --- Which answers are taken: resolutions ---------------------------------------------------
+
+
+def _answer(resolution: ResolutionRequest, **answer: object) -> bool:
+    fields: dict[str, object] = {
+        "drop_outcome": DropOutcome.EXEMPT,
+        "exemption_basis": "legal hold",
+        "identifiers": {},
+        **answer,
+    }
+    return resolution_outcome_record(
+        resolution_request=resolution,
+        actor="test",
+        **fields,  # type: ignore[arg-type]
+    ).changed
 
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("state", RequestState.values)
-def test_an_unanswered_resolution_takes_an_answer_by_the_python_rule(
+def test_an_unanswered_resolution_takes_an_answer_unless_cancelled(
     broker: Broker, state: str
 ) -> None:
     item = item_make(cycle_make(broker))
     resolution = resolution_make(item, integration_make(broker), state=state)
     assert resolution.completed_at is None
-    taken = state not in OUTCOME_REFUSING_STATES
+    taken = state != RequestState.CANCELLED
     try:
-        result = resolution_outcome_record(
-            resolution_request=resolution,
-            drop_outcome=DropOutcome.EXEMPT,
-            exemption_basis="legal hold",
-            identifiers={},
-            actor="test",
-        )
+        assert _answer(resolution)
     except OutcomeConflict:
         assert not taken
     else:
-        assert taken and result.changed
+        assert taken
     stored = ResolutionRequest.objects.get(pk=resolution.pk)
     assert (stored.drop_outcome == DropOutcome.EXEMPT) is taken
 
 
 @pytest.mark.django_db
-def test_an_answered_resolution_takes_no_other_answer(broker: Broker) -> None:
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {"drop_outcome": DropOutcome.EXEMPT},
+        {"drop_outcome": DropOutcome.OPTED_OUT, "opt_out_email": "ann@example.com"},
+    ],
+)
+def test_a_resolutions_identical_repeat_is_accepted_and_changes_nothing(
+    broker: Broker, answer: dict[str, str]
+) -> None:
     item = item_make(cycle_make(broker))
     resolution = resolution_make(item, integration_make(broker), state=RequestState.DISPATCHED)
-    resolution_outcome_record(
-        resolution_request=resolution,
-        drop_outcome=DropOutcome.OPTED_OUT,
-        exemption_basis="",
-        identifiers={},
-        actor="test",
-        opt_out_email="ann@example.com",
-    )
+    assert _answer(resolution, **answer)
+    assert not _answer(resolution, **answer)
+    assert LedgerEvent.objects.filter(kind="resolution_request.outcome_repeated").count() == 1
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "second",
+    [
+        {"drop_outcome": DropOutcome.EXEMPT, "exemption_basis": "another basis"},
+        {"drop_outcome": DropOutcome.OPTED_OUT, "opt_out_email": "bob@example.com"},
+    ],
+)
+def test_a_resolutions_conflicting_repeat_is_refused(
+    broker: Broker, second: dict[str, str]
+) -> None:
+    item = item_make(cycle_make(broker))
+    resolution = resolution_make(item, integration_make(broker), state=RequestState.DISPATCHED)
+    assert _answer(resolution, drop_outcome=DropOutcome.OPTED_OUT, opt_out_email="ann@example.com")
     with pytest.raises(OutcomeConflict):
-        resolution_outcome_record(
-            resolution_request=resolution,
-            drop_outcome=DropOutcome.EXEMPT,
-            exemption_basis="legal hold",
-            identifiers={},
-            actor="test",
-        )
+        _answer(resolution, **second)
     assert WorkItem.objects.get(pk=item.pk).status_code == DropStatus.OPTED_OUT

@@ -290,10 +290,14 @@ class IntegrationAdmin(WriteOnlyCredentials, ModelAdmin):
                 obj.created_secret = created.webhook_secret  # type: ignore[attr-defined]
                 return
             current = Integration.objects.get(pk=obj.pk)
-            url = data.get("url") if current.kind == IntegrationKind.WEBHOOK else None
-            integration_update(integration=current, actor=actor, name=data["name"], url=url)
+            # One edit, one integration.updated event: an ISI integration's name goes with
+            # its settings.
             if current.kind == IntegrationKind.ISI:
                 isi_admin.settings_update(current, data, actor=actor)
+            else:
+                integration_update(
+                    integration=current, actor=actor, name=data["name"], url=data.get("url")
+                )
             if data["enabled"] and not current.enabled:
                 queued = integration_enable(integration=current, actor=actor)
                 messages.info(request, f"Enabled; {queued} waiting request(s) queued.")

@@ -30,11 +30,11 @@ from integrations.dispatch import isi
 from integrations.models import Integration, IntegrationKind, IsiAuth, IsiConnection
 from integrations.services.isi import (
     CreatedIsiIntegration,
-    isi_connections_refresh,
     isi_credentials_validate,
     isi_integration_create,
     isi_integration_update,
 )
+from integrations.services.isi_connections import isi_connections_refresh
 from integrations.validators import target_url_validate
 
 ADD_KIND_PARAMETER = "kind"
@@ -247,6 +247,7 @@ def settings_update(integration: Integration, data: dict[str, Any], *, actor: st
     isi_integration_update(
         integration=integration,
         actor=actor,
+        name=data["name"],
         base_url=data["base_url"],
         auth=data["auth"],
         **_credentials(data),

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import BinaryIO, NamedTuple
 
 from integrations.drop.work_item_ids import WorkItemIdSet
+from integrations.list_types import DATA_TYPE_OF
 
 __all__ = [
     "DATA_TYPES",
@@ -50,16 +51,10 @@ __all__ = [
 ]
 
 REMOVED = "Removed"
-DATA_TYPE_TO_HASH_TYPE: dict[str, str] = {
-    "Email": "email",
-    "Phone": "phone",
-    "NDZ": "ndz",
-    "NameVIN": "name_vin",
-    "MAID": "maid",
-    "CTVID": "ctvid",
-}
-HASH_TYPE_TO_DATA_TYPE: dict[str, str] = {v: k for k, v in DATA_TYPE_TO_HASH_TYPE.items()}
-LIST_DATA_TYPES: tuple[str, ...] = ("NDZ", "Email", "Phone", "MAID", "NameVIN", "CTVID")
+# integrations/list_types.py
+HASH_TYPE_TO_DATA_TYPE: dict[str, str] = dict(DATA_TYPE_OF)
+DATA_TYPE_TO_HASH_TYPE: dict[str, str] = {v: k for k, v in HASH_TYPE_TO_DATA_TYPE.items()}
+LIST_DATA_TYPES: tuple[str, ...] = tuple(DATA_TYPE_OF.values())
 DATA_TYPES: tuple[str, ...] = (*LIST_DATA_TYPES, REMOVED)
 REPORTABLE_STATUSES: frozenset[int] = frozenset({2, 3, 4, 5})
 

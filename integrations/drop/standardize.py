@@ -32,6 +32,7 @@ from functools import lru_cache
 from typing import Final
 
 from integrations.drop.transliteration import TRANSLITERATION, transliterate
+from integrations.list_types import HASH_TYPES
 
 __all__ = [
     "HASH_RE",
@@ -57,7 +58,7 @@ __all__ = [
     "standardize_zip",
 ]
 
-LIST_TYPES: Final = ("email", "phone", "ndz", "name_vin", "maid", "ctvid")
+LIST_TYPES: Final = HASH_TYPES  # integrations/list_types.py
 
 # DROP's hash shape `^[A-Za-z0-9+/]{43}=$`, ended with \Z so that a trailing newline does not pass
 # when a caller uses .match() instead of .fullmatch().

@@ -4,10 +4,10 @@ from integrations.models.alerts import AlertState
 from integrations.models.brokers import Broker, BrokerMode
 from integrations.models.consumers import Consumer, ConsumerHash
 from integrations.models.drop import (
+    HASH_TYPE_CHOICES,
     CycleState,
     DropCycle,
     DropStatus,
-    HashType,
     UnreadableWorkItem,
     WorkItem,
     WorkItemState,
@@ -47,6 +47,7 @@ __all__ = [
     "DROP_STATUS_ALL_CANCELLED",
     "DROP_STATUS_CODES",
     "DROP_STATUS_PRECEDENCE",
+    "HASH_TYPE_CHOICES",
     "OUTCOMES_NOT_FINAL",
     "OUTCOME_REFUSING_STATES",
     "SHOWN_ONCE_TTL",
@@ -65,7 +66,6 @@ __all__ = [
     "DropOutcome",
     "DropStatus",
     "EncryptionCanary",
-    "HashType",
     "Integration",
     "IntegrationKind",
     "IsiAuth",

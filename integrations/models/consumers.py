@@ -20,7 +20,7 @@ from __future__ import annotations
 from django.db import models
 from django.db.models.functions import Now
 
-from integrations.models.drop import HashType
+from integrations.models.drop import HASH_TYPE_CHOICES
 
 
 class Consumer(models.Model):
@@ -60,7 +60,7 @@ class ConsumerHash(models.Model):
         db_index=False,
         db_constraint=False,
     )
-    hash_type = models.CharField(max_length=8, choices=HashType.choices)
+    hash_type = models.CharField(max_length=8, choices=HASH_TYPE_CHOICES)
     hash = models.BinaryField(max_length=32)
 
     class Meta:

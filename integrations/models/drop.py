@@ -11,16 +11,11 @@ from django.contrib.postgres.indexes import HashIndex
 from django.db import models
 from django.db.models.functions import Now
 
+from integrations.list_types import LABELS
 
-class HashType(models.TextChoices):
-    """DROP list types, spelled as ``hash_type`` (docs/contracts.md §10.1)."""
-
-    EMAIL = "email", "Email"
-    PHONE = "phone", "Phone"
-    NDZ = "ndz", "NDZ (name, date of birth, ZIP)"
-    NAME_VIN = "name_vin", "NameVIN"
-    MAID = "maid", "MAID"
-    CTVID = "ctvid", "CTVID"
+# DROP list types, spelled as ``hash_type`` (docs/contracts.md §10.1), defined in
+# integrations/list_types.py.
+HASH_TYPE_CHOICES = list(LABELS.items())
 
 
 class CycleState(models.TextChoices):
@@ -111,7 +106,7 @@ class WorkItem(models.Model):
     )
     # DROP documents 12 letters or digits; 1 to 64 are kept, and echoed back as sent.
     work_item_id = models.CharField("work item ID", max_length=64)
-    hash_type = models.CharField(max_length=8, choices=HashType.choices)
+    hash_type = models.CharField(max_length=8, choices=HASH_TYPE_CHOICES)
     hash = models.BinaryField(max_length=32)
     file_name = models.CharField(max_length=255)
     state = models.CharField(

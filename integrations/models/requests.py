@@ -15,7 +15,7 @@ import uuid
 from django.db import models
 from django.db.models.functions import Now
 
-from integrations.models.drop import DropStatus, HashType
+from integrations.models.drop import HASH_TYPE_CHOICES, DropStatus
 from integrations.models.fields import EncryptedTextField
 
 
@@ -44,8 +44,8 @@ class DropOutcome(models.TextChoices):
 
 
 # The rules of outcomes and statuses, each defined here once. The SQL functions that apply
-# them (integrations/sql/) spell them out in SQL; tests/test_sql_rules.py holds the SQL to
-# these definitions.
+# them (integrations/sql/) take them as arguments: services/work_items.py (SETTLE_RULES) and
+# services/outcomes.py pass them in.
 
 # The DROP status each final outcome gives its work item. ``failed`` gives none: it is not
 # final (the broker may answer again), nor is "" (no answer yet). Plain values: they go into
@@ -57,11 +57,11 @@ DROP_STATUS_CODES: dict[str, int] = {
     DropOutcome.NOT_FOUND.value: DropStatus.NOT_FOUND.value,
 }
 # A deletion request's outcomes that are not final.
-OUTCOMES_NOT_FINAL = ("", DropOutcome.FAILED)
+OUTCOMES_NOT_FINAL = ("", DropOutcome.FAILED.value)
 
 # Which status wins when a work item's requests have different final outcomes, strongest
-# first (work_item_settle.sql): opted_out (4) over deleted (3) over exempt (2) over
-# not_found (5). A resolution's opted_out or exempt counts as a deletion's does.
+# first (applied by work_item_settle.sql): opted_out (4) over deleted (3) over exempt (2)
+# over not_found (5). A resolution's opted_out or exempt counts as a deletion's does.
 DROP_STATUS_PRECEDENCE = (
     DropStatus.OPTED_OUT,
     DropStatus.DELETED,
@@ -74,10 +74,10 @@ DROP_STATUS_ALL_CANCELLED = DropStatus.NOT_FOUND
 
 # Which broker outcomes are taken (the callbacks): a request takes a new outcome unless it is
 # in one of these states or already has a final outcome. A deletion's outcome is final unless
-# it is in OUTCOMES_NOT_FINAL (deletion_outcome_record.sql, which also takes a repeat of the
-# same failure as a repeat, not a new outcome); a resolution's answer is final once given
-# (its completed_at, services/resolutions.py).
-OUTCOME_REFUSING_STATES = (RequestState.CANCELLED,)
+# it is in OUTCOMES_NOT_FINAL (deletion_outcome_record.sql takes both as arguments, and takes
+# a repeat of the same failure as a repeat, not a new outcome); a resolution's answer is
+# final once given (its completed_at, services/resolutions.py).
+OUTCOME_REFUSING_STATES = (RequestState.CANCELLED.value,)
 
 
 class DeliveryFields(models.Model):
@@ -123,7 +123,7 @@ class DeletionRequest(DeliveryFields):
     )
     # The dispatch body's fields, fixed at match time.
     identifier_hash = models.CharField(max_length=44)
-    hash_type = models.CharField(max_length=8, choices=HashType.choices)
+    hash_type = models.CharField(max_length=8, choices=HASH_TYPE_CHOICES)
     drop_session_id = models.CharField("DROP session ID", max_length=20)
     match_date = models.DateField()
     broker_id_code = models.CharField("Broker ID", max_length=4)

@@ -1,10 +1,6 @@
 """What several read domains share."""
 
-LIST_TYPES = (
-    ("email", "Email"),
-    ("phone", "Phone"),
-    ("ndz", "NDZ"),
-    ("name_vin", "NameVIN"),
-    ("maid", "MAID"),
-    ("ctvid", "CTVID"),
-)
+from integrations.list_types import DATA_TYPE_OF
+
+# (hash_type, DROP's name) pairs, in display order.
+LIST_TYPES = tuple(DATA_TYPE_OF.items())

@@ -13,7 +13,7 @@ from integrations.drop.client import base_url_for
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, BrokerMode
 from integrations.services.ledger import ledger_event_append
-from integrations.services.row_updates import row_update
+from integrations.services.row_updates import Audited, row_update
 from integrations.validators import url_credentials_validate
 
 _AUDITED_FIELDS = ("name", "mode", "drop_base_url", "auto_pull", "pull_interval_days")
@@ -110,10 +110,12 @@ def broker_update(
     updated = row_update(
         broker,
         changes=changes,
-        kind=LedgerKind.BROKER_UPDATED,
-        actor=actor,
-        broker_id=lambda row: row.broker_id,
-        subject=lambda row: row.broker_id,
+        audit=Audited(
+            LedgerKind.BROKER_UPDATED,
+            broker_id=broker.broker_id,
+            subject=broker.broker_id,
+            actor=actor,
+        ),
         adjust=key_follows_destination,
         record_unchanged=True,
     )
@@ -140,20 +142,25 @@ def broker_drop_webhook_secret_set(*, broker: Broker, secret: str, actor: str) -
     """Store the signing secret of DROP's notification webhook (encrypted; the ledger says
     only that it changed). Raises ValidationError, nothing written, on an unusable secret."""
     drop_webhook_secret_check(secret)
-    with transaction.atomic():
-        locked = Broker.objects.select_for_update().get(pk=broker.pk)
-        locked.drop_webhook_secret = secret
-        locked.drop_webhook_secret_changed_at = timezone.now()
-        locked.save(
-            update_fields=["drop_webhook_secret", "drop_webhook_secret_changed_at", "updated_at"]
-        )
-        ledger_event_append(
-            kind=LedgerKind.BROKER_UPDATED,
-            broker_id=locked.broker_id,
-            subject=locked.broker_id,
+
+    def secret_set(before: Broker, after: Broker, changed: dict[str, Any]) -> list[str]:
+        # Set here, not as a change: a change's event would show the value.
+        after.drop_webhook_secret = secret
+        after.drop_webhook_secret_changed_at = timezone.now()
+        changed["drop_webhook_secret"] = {"changed": True}
+        return ["drop_webhook_secret", "drop_webhook_secret_changed_at", "updated_at"]
+
+    locked = row_update(
+        broker,
+        changes={},
+        audit=Audited(
+            LedgerKind.BROKER_UPDATED,
+            broker_id=broker.broker_id,
+            subject=broker.broker_id,
             actor=actor,
-            data={"changes": {"drop_webhook_secret": {"changed": True}}},
-        )
+        ),
+        adjust=secret_set,
+    )
     broker.drop_webhook_secret = locked.drop_webhook_secret
     broker.drop_webhook_secret_changed_at = locked.drop_webhook_secret_changed_at
     return broker

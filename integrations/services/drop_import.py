@@ -56,7 +56,7 @@ from integrations.services.drop_removed import (
     RemovedResult,
     work_items_close_removed,
 )
-from integrations.services.isi import isi_connections_refresh_for_broker
+from integrations.services.isi_connections import isi_connections_refresh_for_broker
 from integrations.services.ledger import ledger_event_append
 from integrations.services.locks import matching_lock
 from integrations.services.matching import (

@@ -44,7 +44,7 @@ from integrations.services.requests import (
     cancelled_requests_wait_for_target,
     pending_requests_target,
 )
-from integrations.services.row_updates import row_update
+from integrations.services.row_updates import Audited, row_update
 from integrations.services.work_items import work_item_settle
 from integrations.validators import integration_name_validate, target_url_validate
 
@@ -101,11 +101,12 @@ def integration_update(
     return row_update(
         integration,
         changes=changes,
-        kind=LedgerKind.INTEGRATION_UPDATED,
-        actor=actor,
-        broker_id=lambda row: row.broker.broker_id,
-        subject=lambda row: str(row.uuid),
-        related=("broker",),
+        audit=Audited(
+            LedgerKind.INTEGRATION_UPDATED,
+            broker_id=integration.broker.broker_id,
+            subject=str(integration.uuid),
+            actor=actor,
+        ),
     )
 
 

@@ -99,7 +99,10 @@ def api_key_revoke(*, api_key: ApiKey, actor: str) -> ApiKey:
 
 # Every API call starts here (the callbacks' hot path among them): one SQL function, which
 # a callback also asks for the deletion request it answers (docs/benchmarks.md, callbacks).
-_LOOKUP = "SELECT * FROM dropportal_api_key_lookup(%s, %s, %s)"  # sql/api_key_lookup.sql
+_LOOKUP = (  # sql/api_key_lookup.sql
+    "SELECT * FROM dropportal_api_key_lookup("
+    "p_digest => %(digest)s, p_kind => %(kind)s, p_correlation => %(correlation)s)"
+)
 _KEY_COLUMNS = ("id", "name", "prefix", "scopes", "created_at", "last_used_at")
 # What the API reads of the broker; its other fields (the encrypted DROP API key among
 # them) load when first read.
@@ -125,7 +128,9 @@ def api_key_lookup(
     when first read. None: no such active key; ``(key, None)``: no such request."""
     digest = key_digest(key)
     with connection.cursor() as cursor:
-        cursor.execute(_LOOKUP, [digest, kind and kind.value, correlation])
+        cursor.execute(
+            _LOOKUP, {"digest": digest, "kind": kind and kind.value, "correlation": correlation}
+        )
         row = cursor.fetchone()
     if row is None:
         return None

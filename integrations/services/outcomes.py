@@ -20,7 +20,6 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from django.db import connection, transaction
 from django.utils import timezone
@@ -28,6 +27,8 @@ from django.utils import timezone
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     DROP_STATUS_CODES,
+    OUTCOME_REFUSING_STATES,
+    OUTCOMES_NOT_FINAL,
     DeletionRequest,
     DeliveryAttempt,
     DropOutcome,
@@ -35,10 +36,25 @@ from integrations.models import (
     RequestState,
 )
 from integrations.services.ledger import canonical_data, ledger_event_append
+from integrations.services.work_items import SETTLE_RULES
 
 ERROR_MESSAGE_MAX = 2000
-# integrations/sql/deletion_outcome_record.sql
-_RECORD = "SELECT dropportal_deletion_outcome_record(%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+# integrations/sql/deletion_outcome_record.sql, with the rules it applies as arguments.
+_RECORD = """
+SELECT dropportal_deletion_outcome_record(
+    p_request => %(request)s, p_state => %(state)s, p_outcome => %(outcome)s,
+    p_code => %(code)s, p_error => %(error)s, p_at => %(at)s,
+    p_opt_out_email => %(opt_out_email)s, p_actor => %(actor)s, p_event_data => %(event_data)s,
+    p_open_outcomes => %(open_outcomes)s, p_refusing_states => %(refusing_states)s,
+    p_settle_outcomes => %(settle_outcomes)s, p_settle_codes => %(settle_codes)s,
+    p_settle_all_cancelled => %(settle_all_cancelled)s
+)
+"""
+_RECORD_RULES: dict[str, int | list[int] | list[str]] = {
+    "open_outcomes": list(OUTCOMES_NOT_FINAL),
+    "refusing_states": list(OUTCOME_REFUSING_STATES),
+    **SETTLE_RULES,
+}
 _OPT_OUT_EMAIL = OptOutRecord._meta.get_field("email")  # encrypted at rest
 
 
@@ -132,17 +148,22 @@ def deletion_outcome_record(
     with connection.cursor() as cursor:
         cursor.execute(
             _RECORD,
-            [
-                deletion_request.pk,
-                state,
-                drop_outcome,
-                DROP_STATUS_CODES.get(drop_outcome),
-                error_message,
-                now,
-                _OPT_OUT_EMAIL.get_db_prep_value(opt_out_email, connection) if opted_out else None,
-                actor,
-                canonical_data(data),
-            ],
+            {
+                "request": deletion_request.pk,
+                "state": state,
+                "outcome": drop_outcome,
+                "code": DROP_STATUS_CODES.get(drop_outcome),
+                "error": error_message,
+                "at": now,
+                "opt_out_email": (
+                    _OPT_OUT_EMAIL.get_db_prep_value(opt_out_email, connection)
+                    if opted_out
+                    else None
+                ),
+                "actor": actor,
+                "event_data": canonical_data(data),
+                **_RECORD_RULES,
+            },
         )
         (recorded,) = cursor.fetchone()
     if recorded:
@@ -152,17 +173,20 @@ def deletion_outcome_record(
         current = DeletionRequest.objects.values("state", "drop_outcome", "error_message").get(
             pk=deletion_request.pk
         )
-        if not _same_outcome(
-            deletion_request.pk, current, drop_outcome, error_message, opt_out_email
-        ):
-            raise OutcomeConflict(
-                "The request was cancelled; no outcome is recorded for it."
-                if current["state"] == RequestState.CANCELLED
-                else f"The request already has the outcome '{current['drop_outcome']}'; "
-                f"'{drop_outcome}' is refused.",
-                current=current["drop_outcome"] or current["state"],
-                attempted=drop_outcome,
-            )
+        outcome_repeat_check(
+            state=current["state"],
+            current_outcome=current["drop_outcome"],
+            drop_outcome=drop_outcome,
+            # A failure repeats only with the same error.
+            details_same=(
+                drop_outcome != DropOutcome.FAILED or current["error_message"] == error_message
+            ),
+            opt_out_email=opt_out_email,
+            opt_out_of={"deletion_request_id": deletion_request.pk},
+            conflict=f"The request already has the outcome '{current['drop_outcome']}'; "
+            f"'{drop_outcome}' is refused.",
+            no_outcome=current["state"],
+        )
         ledger_event_append(
             kind=LedgerKind.DELETION_REQUEST_OUTCOME_REPEATED,
             broker_id=deletion_request.broker_id_code,
@@ -173,16 +197,39 @@ def deletion_outcome_record(
     return OutcomeRecorded(uuid_text, drop_outcome, current["state"], changed=False)
 
 
-def _same_outcome(
-    pk: int, current: Mapping[str, Any], drop_outcome: str, error_message: str, email: str
-) -> bool:
-    if current["state"] == RequestState.CANCELLED or current["drop_outcome"] != drop_outcome:
-        return False
-    if drop_outcome == DropOutcome.FAILED:
-        return current["error_message"] == error_message
-    if drop_outcome == DropOutcome.OPTED_OUT:
-        return opt_out_recorded_as(email, deletion_request_id=pk)
-    return True
+def outcome_repeat_check(
+    *,
+    state: str,
+    current_outcome: str,
+    drop_outcome: str,
+    details_same: bool,
+    opt_out_email: str,
+    opt_out_of: Mapping[str, int],
+    conflict: str,
+    no_outcome: str,
+) -> None:
+    """Raise ``OutcomeConflict`` unless an answer that was not taken repeats the one recorded.
+
+    The one rule for deletions and resolutions alike: a request in
+    ``OUTCOME_REFUSING_STATES`` takes nothing; otherwise the answer is an identical repeat
+    when its outcome and its details (``details_same``, compared by the caller) match, and
+    an ``opted_out`` names the email already recorded (``opt_out_of``: the request's key in
+    ``OptOutRecord``). ``conflict`` is the refusal's detail; ``no_outcome`` names an empty
+    outcome in it (a resolution answered with identifiers).
+    """
+    if state in OUTCOME_REFUSING_STATES:
+        raise OutcomeConflict(
+            "The request was cancelled; no outcome is recorded for it.",
+            current=state,
+            attempted=drop_outcome,
+        )
+    same = current_outcome == drop_outcome and details_same
+    if same and drop_outcome == DropOutcome.OPTED_OUT:
+        same = opt_out_recorded_as(opt_out_email, **opt_out_of)
+    if not same:
+        raise OutcomeConflict(
+            conflict, current=current_outcome or no_outcome, attempted=drop_outcome or no_outcome
+        )
 
 
 def opt_out_recorded_as(

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from integrations import enqueue
 from integrations.dispatch.policy import AUTO_REDISPATCH_ACTOR, AUTO_REDISPATCH_MAX
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
@@ -35,33 +34,33 @@ from integrations.models import (
     WorkItemState,
 )
 from integrations.selectors.requests import automatic_redispatches
+from integrations.services.deliveries import DELETION_REQUESTS, RESOLUTION_REQUESTS, SAAS_DELETIONS
+from integrations.services.delivery_loop import DeliveryKind
 from integrations.services.ledger import ledger_event_append
 
 REDELIVERABLE = (RequestState.QUEUED, RequestState.DISPATCHED, RequestState.UNDELIVERABLE)
 
 Row = TypeVar("Row", DeletionRequest, ResolutionRequest, SaasDeletion)
+# Why a row may not be sent again (None: it may).
+Refusal = Callable[[Row], str | None]
 
 
 def _requeue(
-    *,
-    model: type[Row],
-    pk: int,
-    related: tuple[str, ...],
-    allowed: Callable[[Row], str | None],
-    target: Callable[[Row], Any],
-    reset: dict[str, Any],
-    event: LedgerKind,
-    subject: Callable[[Row], str],
-    broker_id: Callable[[Row], str],
-    enqueue: Callable[[list[int]], None],
-    actor: str,
-) -> Row:
+    kind: DeliveryKind[Row], pk: int, *, refusal: Refusal[Row], reset: Mapping[str, Any],
+    event: LedgerKind, actor: str,
+) -> Row:  # fmt: skip
+    """Queue row ``pk`` of ``kind`` again from attempt zero, with ``reset`` set on it, unless
+    ``refusal`` (or its removed work item, or its target) says why not."""
     with transaction.atomic():
-        row = model.objects.select_for_update(of=("self",)).select_related(*related).get(pk=pk)
-        refusal = _removed_refusal(row) or allowed(row)
-        if refusal:
-            raise ValidationError(refusal)
-        destination = target(row)
+        row = (
+            kind.model.objects.select_for_update(of=("self",))
+            .select_related(*kind.related)
+            .get(pk=pk)
+        )
+        refused = _removed_refusal(row) or refusal(row)
+        if refused:
+            raise ValidationError(refused)
+        destination = kind.target(row)
         if destination is None:
             raise ValidationError("it has no target to deliver to")
         if destination.retired_at is not None:
@@ -92,10 +91,14 @@ def _requeue(
                 "dispatched_at",
             ]
         )
-        enqueue([row.pk])
+        kind.enqueue([row.pk])
         data = {"previous": before, **{k: str(v) for k, v in reset.items() if v}}
         ledger_event_append(
-            kind=event, broker_id=broker_id(row), subject=subject(row), actor=actor, data=data
+            kind=event,
+            broker_id=kind.broker_id(row),
+            subject=kind.subject(row),
+            actor=actor,
+            data=data,
         )
     return row
 
@@ -130,16 +133,11 @@ def _not_redeliverable(row: DeletionRequest | ResolutionRequest | SaasDeletion) 
 
 def deletion_request_redeliver(*, deletion_request: DeletionRequest, actor: str) -> DeletionRequest:
     return _requeue(
-        model=DeletionRequest,
-        pk=deletion_request.pk,
-        related=("integration", "work_item"),
-        allowed=_not_redeliverable,
-        target=lambda row: row.integration,
+        DELETION_REQUESTS,
+        deletion_request.pk,
+        refusal=_not_redeliverable,
         reset={"webhook_request_id": uuid.uuid4()},
         event=LedgerKind.DELETION_REQUEST_REDELIVERY_REQUESTED,
-        subject=lambda row: str(row.request_uuid),
-        broker_id=lambda row: row.broker_id_code,
-        enqueue=enqueue.deletion_requests_enqueue,
         actor=actor,
     )
 
@@ -155,11 +153,9 @@ def deletion_request_redispatch(
         return f"it is {row.state}: only a failed outcome is redispatched"
 
     return _requeue(
-        model=DeletionRequest,
-        pk=deletion_request.pk,
-        related=("integration", "work_item"),
-        allowed=only_failed,
-        target=lambda row: row.integration,
+        DELETION_REQUESTS,
+        deletion_request.pk,
+        refusal=only_failed,
         # The failure stays in the ledger and the attempts; the request awaits a new outcome.
         reset={
             "webhook_request_id": uuid.uuid4(),
@@ -169,9 +165,6 @@ def deletion_request_redispatch(
             "completed_at": None,
         },
         event=LedgerKind.DELETION_REQUEST_REDISPATCHED,
-        subject=lambda row: str(row.request_uuid),
-        broker_id=lambda row: row.broker_id_code,
-        enqueue=enqueue.deletion_requests_enqueue,
         actor=actor,
     )
 
@@ -211,16 +204,11 @@ def resolution_request_redeliver(
         return _not_redeliverable(row)
 
     return _requeue(
-        model=ResolutionRequest,
-        pk=resolution_request.pk,
-        related=("integration", "broker", "work_item"),
-        allowed=no_answer_yet,
-        target=lambda row: row.integration,
+        RESOLUTION_REQUESTS,
+        resolution_request.pk,
+        refusal=no_answer_yet,
         reset={"webhook_request_id": uuid.uuid4()},
         event=LedgerKind.RESOLUTION_REQUEST_REDELIVERY_REQUESTED,
-        subject=lambda row: str(row.request_uuid),
-        broker_id=lambda row: row.broker.broker_id,
-        enqueue=enqueue.resolution_requests_enqueue,
         actor=actor,
     )
 
@@ -232,15 +220,10 @@ def saas_deletion_redeliver(*, saas_deletion: SaasDeletion, actor: str) -> SaasD
         return f"it is {row.state}: only a queued or undeliverable SaaS deletion is redelivered"
 
     return _requeue(
-        model=SaasDeletion,
-        pk=saas_deletion.pk,
-        related=("saas_connection", "resolution__broker", "resolution__work_item"),
-        allowed=undelivered,
-        target=lambda row: row.saas_connection,
+        SAAS_DELETIONS,
+        saas_deletion.pk,
+        refusal=undelivered,
         reset={},
         event=LedgerKind.SAAS_DELETION_REDELIVERY_REQUESTED,
-        subject=lambda row: str(row.resolution.request_uuid),
-        broker_id=lambda row: row.resolution.broker.broker_id,
-        enqueue=enqueue.saas_deletions_enqueue,
         actor=actor,
     )

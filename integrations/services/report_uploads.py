@@ -347,10 +347,10 @@ SET reported_status_code = CASE WHEN w.prior_reported_at IS NULL THEN NULL
                                                   AND w.prior_reported_at IS NOT NULL)
                     THEN false ELSE f.needs_amendment END
         FROM dropportal_work_item_status_fields(
-            w.status_code, w.prior_reported_at,
-            CASE WHEN w.prior_reported_at IS NULL THEN NULL
-                 ELSE w.prior_reported_status_code END,
-            true) f
+            p_code => w.status_code, p_reported_at => w.prior_reported_at,
+            p_reported_code => CASE WHEN w.prior_reported_at IS NULL THEN NULL
+                                    ELSE w.prior_reported_status_code END,
+            p_needs_amendment => true) f
     ),
     updated_at = %(now)s
 WHERE w.cycle_id = %(cycle)s AND w.report_file_id = %(file)s

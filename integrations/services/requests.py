@@ -87,10 +87,16 @@ _TARGETS_SQL = """
        AND c.listed AND c.capabilities @> %(capabilities)s::varchar[]
 """
 
+# A results_token (ISI only; resolutions always): SHA-256 over three v4 UUIDs from
+# PostgreSQL's strong random source (366 random bits), as 64 lower-case hex characters,
+# without needing pgcrypto. Every path that gives a request a token builds it with this.
+_RESULTS_TOKEN = (
+    "encode(sha256(convert_to(gen_random_uuid()::text || gen_random_uuid()::text"  # noqa: S105
+    " || gen_random_uuid()::text, 'UTF8')), 'hex')"
+)
+
 # One row per match and target; LEFT JOIN ... ON true keeps a match with no target as one
 # row whose target is NULL (a pending request). Every dispatch-body field is fixed here.
-# results_token (ISI only): SHA-256 over three v4 UUIDs from PostgreSQL's strong random
-# source (366 random bits), as 64 lower-case hex characters, without needing pgcrypto.
 _INSERT_SQL = f"""
     WITH targets AS ({_TARGETS_SQL})
     INSERT INTO integrations_deletionrequest (
@@ -107,9 +113,7 @@ _INSERT_SQL = f"""
         CASE WHEN t.integration_id IS NULL THEN NULL ELSE now() END,
         '', NULL, NULL,
         gen_random_uuid(), gen_random_uuid(),
-        CASE WHEN t.isi_connection_id IS NULL THEN NULL ELSE encode(sha256(convert_to(
-            gen_random_uuid()::text || gen_random_uuid()::text || gen_random_uuid()::text,
-            'UTF8')), 'hex') END,
+        CASE WHEN t.isi_connection_id IS NULL THEN NULL ELSE {_RESULTS_TOKEN} END,
         %(broker)s, w.id, co.id, t.integration_id, t.isi_connection_id,
         encode(w.hash, 'base64'), w.hash_type, cy.drop_session_id, %(match_date)s,
         %(broker_id_code)s, %(mode)s,
@@ -129,8 +133,7 @@ _INSERT_SQL = f"""
 # retired (a disabled one waits for its deletions, it does not lose them), one identifier
 # retrieval request per match and resolving target: the deletion targets (each webhook
 # integration, each ISI connection taking part, which has the privacy/drop/identifiers
-# capability). results_token: 32 random bytes as 64 lower-case hex
-# characters, the same construction as above.
+# capability). Each has its results_token (_RESULTS_TOKEN).
 _RESOLUTION_INSERT_SQL = f"""
     WITH targets AS ({_TARGETS_SQL})
     INSERT INTO integrations_resolutionrequest (
@@ -143,9 +146,7 @@ _RESOLUTION_INSERT_SQL = f"""
     SELECT
         %(queued)s, 0, now(), '', NULL, NULL,
         gen_random_uuid(), gen_random_uuid(),
-        encode(sha256(convert_to(
-            gen_random_uuid()::text || gen_random_uuid()::text || gen_random_uuid()::text,
-            'UTF8')), 'hex'),
+        {_RESULTS_TOKEN},
         %(broker)s, w.id, co.id, t.integration_id, t.isi_connection_id,
         cy.drop_session_id, %(match_date)s, co.remote_identifier, co.remote_identifier_kind,
         '', '', '', NULL
@@ -229,12 +230,6 @@ def requests_create_for_matches(
 
 
 # -- targets that became available ------------------------------------------------------------
-
-# A results_token as matching builds it (above): 64 lower-case hex characters.
-_RESULTS_TOKEN = (
-    "encode(sha256(convert_to(gen_random_uuid()::text || gen_random_uuid()::text"  # noqa: S105
-    " || gen_random_uuid()::text, 'UTF8')), 'hex')"
-)
 
 # The broker's requests that wait for a target, of work items DROP has not removed.
 _PENDING_SQL = """

@@ -42,11 +42,7 @@ from integrations.models import (
     WorkItemState,
 )
 from integrations.services.ledger import ledger_event_append
-from integrations.services.outcomes import (
-    OutcomeConflict,
-    OutcomeRecorded,
-    opt_out_recorded_as,
-)
+from integrations.services.outcomes import OutcomeRecorded, outcome_repeat_check
 from integrations.services.work_items import work_item_settle
 
 FINAL_SAAS_STATES = (RequestState.COMPLETED, RequestState.CANCELLED)
@@ -206,24 +202,20 @@ def _raise_unless_same(
     identifiers: dict[str, Any],
     opt_out_email: str,
 ) -> None:
-    if current.state == RequestState.CANCELLED:
-        raise OutcomeConflict(
-            "The request was cancelled; no outcome is recorded for it.",
-            current=RequestState.CANCELLED,
-            attempted=drop_outcome,
-        )
-    same = current.drop_outcome == drop_outcome and current.exemption_basis == exemption_basis
+    details_same = current.exemption_basis == exemption_basis
     # Once purged, the earlier identifiers cannot be compared; the outcome decides.
-    if same and current.identifiers:
-        same = json.loads(current.identifiers) == identifiers
-    if same and drop_outcome == DropOutcome.OPTED_OUT:
-        same = opt_out_recorded_as(opt_out_email, resolution_request_id=current.pk)
-    if not same:
-        raise OutcomeConflict(
-            "The request already has a different answer; this one is refused.",
-            current=current.drop_outcome or "identifiers",
-            attempted=drop_outcome or "identifiers",
-        )
+    if details_same and current.identifiers:
+        details_same = json.loads(current.identifiers) == identifiers
+    outcome_repeat_check(
+        state=current.state,
+        current_outcome=current.drop_outcome,
+        drop_outcome=drop_outcome,
+        details_same=details_same,
+        opt_out_email=opt_out_email,
+        opt_out_of={"resolution_request_id": current.pk},
+        conflict="The request already has a different answer; this one is refused.",
+        no_outcome="identifiers",
+    )
 
 
 def resolution_settle(*, resolution_id: int, actor: str = "system") -> bool:

@@ -26,7 +26,7 @@ from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, RequestState, SaasConnection, SaasDeletion
 from integrations.services.ledger import ledger_event_append
 from integrations.services.resolutions import FINAL_SAAS_STATES, resolution_settle
-from integrations.services.row_updates import row_update
+from integrations.services.row_updates import Audited, row_update
 from integrations.validators import target_url_validate
 
 _CATEGORY_RE = re.compile(r"[a-z][a-z0-9_]{0,31}")
@@ -126,11 +126,12 @@ def saas_connection_update(
     return row_update(
         connection,
         changes=changes,
-        kind=LedgerKind.SAAS_CONNECTION_UPDATED,
-        actor=actor,
-        broker_id=lambda row: row.broker.broker_id,
-        subject=lambda row: str(row.pk),
-        related=("broker",),
+        audit=Audited(
+            LedgerKind.SAAS_CONNECTION_UPDATED,
+            broker_id=connection.broker.broker_id,
+            subject=str(connection.pk),
+            actor=actor,
+        ),
         adjust=token_follows_url,
     )
 

@@ -6,13 +6,14 @@ Issue the status after recording an outcome, in the same transaction::
         ...record the outcome on the resolution request...
         work_item_settle(work_item=request.work_item)
 
-The rules (docs/contracts.md §1.6) are applied once, in SQL, because the callbacks'
-hot path settles in the same statement that records the outcome (docs/benchmarks.md,
-callbacks): ``integrations/sql/work_item_settle.sql``, held by tests/test_sql_rules.py to the
-codes and precedence defined in ``models``. In short: a work item is reportable when every
-request it has is final; its code is the strongest outcome (``DROP_STATUS_PRECEDENCE``; all
-cancelled: ``DROP_STATUS_ALL_CANCELLED``); a status DROP already holds that differs must be
-amended; a status staff set by hand stands while any request is open.
+The rules (docs/contracts.md §1.6) are applied in SQL, because the callbacks' hot path
+settles in the same statement that records the outcome (docs/benchmarks.md, callbacks):
+``integrations/sql/work_item_settle.sql``. The function takes the rules as arguments
+(``SETTLE_RULES``, from ``models``), so they have one home. In short: a work item is
+reportable when every request it has is final; its code is the strongest outcome
+(``DROP_STATUS_PRECEDENCE``; all cancelled: ``DROP_STATUS_ALL_CANCELLED``); a status DROP
+already holds that differs must be amended; a status staff set by hand stands while any
+request is open.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ from django.utils import timezone
 
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
+    DROP_STATUS_ALL_CANCELLED,
+    DROP_STATUS_CODES,
+    DROP_STATUS_PRECEDENCE,
     OUTCOMES_NOT_FINAL,
     DeletionRequest,
     DropCycle,
@@ -40,10 +44,22 @@ _STATUS_CODES_TEXT = " or ".join(
 )
 STATUS_REASON_MAX = 2000
 
-_SETTLE = (
-    "SELECT status_code, state, needs_amendment, status_reason, reported_status_code,"
-    " reported_at FROM dropportal_work_item_settle(%s, %s)"
+_OUTCOME_OF_STATUS = {code: outcome for outcome, code in DROP_STATUS_CODES.items()}
+# The settlement's rules as the SQL functions take them (named parameters, see _SETTLE): the
+# final outcomes strongest first, the code each reports, and the code when all are cancelled.
+SETTLE_RULES: dict[str, int | list[int] | list[str]] = {
+    "settle_outcomes": [_OUTCOME_OF_STATUS[status.value] for status in DROP_STATUS_PRECEDENCE],
+    "settle_codes": [status.value for status in DROP_STATUS_PRECEDENCE],
+    "settle_all_cancelled": DROP_STATUS_ALL_CANCELLED.value,
+}
+
+_SETTLE = """
+SELECT status_code, state, needs_amendment, status_reason, reported_status_code, reported_at
+FROM dropportal_work_item_settle(
+    p_item => %(item)s, p_actor => %(actor)s, p_outcomes => %(settle_outcomes)s,
+    p_codes => %(settle_codes)s, p_all_cancelled => %(settle_all_cancelled)s
 )
+"""
 
 
 def work_item_settle(*, work_item: WorkItem, actor: str = SYSTEM_ACTOR) -> WorkItem:
@@ -54,7 +70,7 @@ def work_item_settle(*, work_item: WorkItem, actor: str = SYSTEM_ACTOR) -> WorkI
     its status fields as stored (and what DROP holds).
     """
     with connection.cursor() as cursor:
-        cursor.execute(_SETTLE, [work_item.pk, actor])
+        cursor.execute(_SETTLE, {"item": work_item.pk, "actor": actor, **SETTLE_RULES})
         row = cursor.fetchone()
     if row is None:
         raise WorkItem.DoesNotExist(f"work item {work_item.pk} does not exist")
@@ -101,7 +117,8 @@ UPDATE integrations_workitem w
 SET status_code = %(code)s, status_reason = %(reason)s, updated_at = %(at)s,
     (state, needs_amendment) = (
         SELECT f.state, f.needs_amendment FROM dropportal_work_item_status_fields(
-            %(code)s, w.reported_at, w.reported_status_code, w.needs_amendment) f
+            p_code => %(code)s, p_reported_at => w.reported_at,
+            p_reported_code => w.reported_status_code, p_needs_amendment => w.needs_amendment) f
     )
 WHERE w.id = %(id)s
 RETURNING w.state, w.needs_amendment

@@ -6,21 +6,21 @@
 -- The rules:
 -- - A work item is reportable when every deletion request and resolution request it has,
 --   and every SaaS deletion those resolutions started, is final: completed with an outcome
---   that is not failed. pending, queued, dispatched, failed and undeliverable keep it open.
---   cancelled ones do not count.
--- - Its code is the strongest outcome: opted_out (4) over deleted (3) over exempt (2) over
---   not_found (5). A resolution's opted_out or exempt counts like a deletion outcome; a SaaS
---   deletion only has to be final (its 2xx says the call was taken, not what was found).
---   Every request cancelled: no match remains, so not_found (5). No request at all: not
---   matched yet, nothing to settle (matching gives unmatched items their 5).
+--   that is not failed (a deletion's outcome must also be one of p_outcomes). pending,
+--   queued, dispatched, failed and undeliverable keep it open. cancelled ones do not count.
+-- - Its code is the strongest outcome: p_outcomes lists the final outcomes strongest first,
+--   p_codes their codes. A resolution's opted_out or exempt counts like a deletion outcome;
+--   a SaaS deletion only has to be final (its 2xx says the call was taken, not what was
+--   found). Every request cancelled: no match remains, so p_all_cancelled. No request at
+--   all: not matched yet, nothing to settle (matching gives unmatched items their 5).
 -- - A status DROP already has that differs from the new one must be amended
 --   (needs_amendment); the reporting service sends it to /data/amend.
 -- - A status staff set by hand (with a written reason) stands while any request is still
 --   open; once every request is final, the outcome wins and the ledger event says it
 --   replaced the staff status.
--- The states, outcomes and codes, which outcomes are final and which code wins are defined
--- in Python (integrations/models: DropStatus, DROP_STATUS_CODES, DROP_STATUS_PRECEDENCE);
--- they are written out here as literals, and tests/test_sql_rules.py holds them to those.
+-- Which outcomes are final, which code each reports and which code wins are not written
+-- here: the caller passes them (services/work_items.py SETTLE_RULES, built from
+-- integrations/models/requests.py), so they have one home.
 --
 -- The source of truth. A migration installs a frozen copy (integrations/migrations/sql/NNNN/),
 -- so a change here ships as a new migration with a copy of this file; tests/test_sql_functions.py
@@ -56,7 +56,9 @@ $$;
 -- Lock the work item, recompute its status from its requests, store it and append a
 -- work_item.status_settled ledger event when it changes. Returns the item's status as
 -- stored, with what DROP holds (no row: no such work item).
-CREATE OR REPLACE FUNCTION dropportal_work_item_settle(p_item bigint, p_actor text)
+CREATE OR REPLACE FUNCTION dropportal_work_item_settle(
+    p_item bigint, p_actor text, p_outcomes text[], p_codes integer[], p_all_cancelled integer
+)
 RETURNS TABLE (status_code integer, state text, needs_amendment boolean,
                status_reason text, reported_status_code integer, reported_at timestamptz)
 LANGUAGE plpgsql AS $$
@@ -95,13 +97,11 @@ BEGIN
            count(*) FILTER (WHERE r.state <> 'cancelled'),
            coalesce(bool_or(r.state <> 'cancelled' AND (
                r.state <> 'completed' OR r.outcome = 'failed'
-               OR (r.kind = 'deletion'
-                   AND r.outcome NOT IN ('opted_out', 'deleted', 'exempt', 'not_found'))
+               OR (r.kind = 'deletion' AND r.outcome <> ALL (p_outcomes))
            )), false),
-           (ARRAY[4, 3, 2, 5])[min(
+           p_codes[min(
                CASE WHEN r.state <> 'cancelled' AND r.kind IN ('deletion', 'resolution')
-                    THEN array_position(
-                        ARRAY['opted_out', 'deleted', 'exempt', 'not_found'], r.outcome::text)
+                    THEN array_position(p_outcomes, r.outcome::text)
                END)]
     INTO v_rows, v_counted, v_open, v_code
     FROM (
@@ -119,7 +119,7 @@ BEGIN
     IF v_rows = 0 OR v_open THEN
         v_code := NULL;
     ELSIF v_counted = 0 THEN
-        v_code := 5;
+        v_code := p_all_cancelled;
     END IF;  -- else the strongest outcome, or NULL: no deletion outcome yet
 
     IF v_code IS NULL AND (wi.status_reason <> '' OR wi.status_code IS NULL) THEN

@@ -214,6 +214,9 @@ def test_editing_keeps_a_secret_left_empty_and_switching_to_a_token_drops_oauth(
 
     integration.refresh_from_db()
     assert (integration.name, integration.client_secret) == ("Acme API 2", api.client_secret)
+    # One edit, one event: the name goes with the settings.
+    (renamed,) = LedgerEvent.objects.filter(kind="integration.updated")
+    assert renamed.data["changes"]["name"]["to"] == "Acme API 2"
 
     form.update(auth="token", token="static-t0ken")
     staff.post(_change_url(integration), form)
@@ -226,5 +229,5 @@ def test_editing_keeps_a_secret_left_empty_and_switching_to_a_token_drops_oauth(
     )
     updated = LedgerEvent.objects.filter(kind="integration.updated").last()
     assert updated is not None
-    assert updated.data["changes"]["token"] == "changed"
+    assert updated.data["changes"]["token"] == {"changed": True}
     assert "static-t0ken" not in str(updated.data)

@@ -30,7 +30,7 @@ from integrations.models import (
     LedgerEvent,
     RequestState,
 )
-from integrations.services import deliveries
+from integrations.services import deliveries, delivery_loop
 from integrations.services.deliveries import deletion_requests_deliver
 from integrations.services.integrations import CreatedIntegration, integration_enable
 from tests.webhook_factories import deletion_request, webhook_integration_for
@@ -396,12 +396,12 @@ def test_an_unexpected_error_fails_the_job_after_trying_every_request(
     fine = deletion_request(integration, remote_identifier="C-2")
     real = deliveries.webhook_deletion_outbound
 
-    def build(request: DeletionRequest) -> deliveries.Outbound:
+    def build(request: DeletionRequest) -> delivery_loop.Outbound:
         if request.pk == broken.pk:
             raise RuntimeError("secret unreadable")
         return real(request)
 
-    monkeypatch.setitem(deliveries.DELETION_BUILDERS, "webhook", build)
+    monkeypatch.setattr(deliveries, "webhook_deletion_outbound", build)
 
     with pytest.raises(RuntimeError, match="secret unreadable"):
         deletion_requests_deliver(request_ids=[broken.pk, fine.pk])

@@ -28,9 +28,10 @@ from procrastinate.exceptions import AlreadyEnqueued
 from devtools.broker_simulator import BrokerSimulator, Reply
 from integrations import enqueue, tasks
 from integrations.models import Broker, DeletionRequest, DeliveryAttempt, LedgerEvent, RequestState
-from integrations.services import deliveries
+from integrations.services import delivery_loop
 from integrations.services.brokers import broker_create
-from integrations.services.deliveries import broker_slot_take, deletion_requests_deliver
+from integrations.services.deliveries import deletion_requests_deliver
+from integrations.services.dispatch_slots import broker_slot_take
 from integrations.services.jobs import stalled_jobs_retry
 from tests.conftest import subprocess_env
 from tests.webhook_factories import deletion_request, truncate_jobs, webhook_integration_for
@@ -179,7 +180,7 @@ def test_a_broker_whose_dispatch_slots_are_taken_waits_and_the_others_are_delive
     broker: Broker, receiver: BrokerSimulator, settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings.DROPPORTAL_DISPATCH_SLOTS_PER_BROKER = 1
-    monkeypatch.setattr(deliveries, "SLOT_WAIT_SECONDS", 0.2)
+    monkeypatch.setattr(delivery_loop, "SLOT_WAIT_SECONDS", 0.2)
     other = broker_create(broker_id="5930", name="Other", actor="test")
     with BrokerSimulator() as other_receiver:
         slow = _requests(broker, receiver, 2)

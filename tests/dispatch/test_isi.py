@@ -37,7 +37,7 @@ from integrations.models import (
     SaasDeletion,
 )
 from integrations.outbound_http import tls_context
-from integrations.services import isi as isi_services
+from integrations.services import isi_tokens
 from integrations.services.deliveries import deletion_requests_deliver, resolution_requests_deliver
 from integrations.services.isi import CreatedIsiIntegration
 from tests.isi_factories import (
@@ -129,7 +129,7 @@ def test_a_delete_carries_the_body_of_2_6_with_the_bearer_token_and_processing_a
 def _expired_everywhere(monkeypatch: pytest.MonkeyPatch) -> None:
     """The cached token has expired, and this worker holds none (a fresh process)."""
     Integration.objects.update(access_token_expires_at=timezone.now() - dt.timedelta(seconds=1))
-    monkeypatch.setattr(isi_services, "_held", {})
+    monkeypatch.setattr(isi_tokens, "_held", {})
 
 
 def test_the_token_is_fetched_once_for_many_deletes(

@@ -155,7 +155,10 @@ def test_a_new_isi_base_url_needs_the_token_again(broker: Broker) -> None:
     )
     stored = Integration.objects.get()
     assert (stored.base_url, stored.token) == ("https://api2.acme.example", "isi-token-2")
-    assert "credential_entered_again" in _last("integration.updated")
+    assert _last("integration.updated")["changes"]["token"] == {
+        "changed": True,
+        "reason": "the URL it is sent to changed: entered again",
+    }
 
 
 def test_a_new_isi_base_url_alone_needs_the_credential_again(broker: Broker) -> None:

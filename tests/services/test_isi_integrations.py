@@ -29,13 +29,10 @@ from integrations.models import (
     LedgerEvent,
     RequestState,
 )
-from integrations.services import isi as isi_services
-from integrations.services.isi import (
-    isi_access_token,
-    isi_connections_refresh,
-    isi_integration_create,
-    isi_integration_update,
-)
+from integrations.services import isi_tokens
+from integrations.services.isi import isi_integration_create, isi_integration_update
+from integrations.services.isi_connections import isi_connections_refresh
+from integrations.services.isi_tokens import isi_access_token
 from tests.isi_factories import (
     CONNECTION_A,
     CONNECTION_B,
@@ -332,7 +329,7 @@ def test_a_token_endpoint_that_is_down_is_asked_again_only_after_a_while(
         isi_access_token(integration=created.integration)
     assert len(api.on("token")) == 1
 
-    later = timezone.now() + dt.timedelta(seconds=isi_services.TOKEN_FAILURE_HOLD + 1)
+    later = timezone.now() + dt.timedelta(seconds=isi_tokens.TOKEN_FAILURE_HOLD + 1)
     assert isi_access_token(integration=created.integration, now=later).startswith("tok-")
     assert len(api.on("token")) == 2
 
@@ -384,11 +381,11 @@ def test_changing_credentials_drops_the_cached_token_and_the_ledger_keeps_no_sec
     assert (updated.access_token, updated.access_token_expires_at) == ("", None)
     event = LedgerEvent.objects.get(kind="integration.updated")
     assert event.data["changes"] == {
-        "auth": "token",
-        "token": "changed",
-        "token_url": "",
-        "client_id": "",
-        "client_secret": "changed",
+        "auth": {"from": "oauth", "to": "token"},
+        "token": {"changed": True},
+        "token_url": {"from": created.integration.token_url, "to": ""},
+        "client_id": {"from": created.integration.client_id, "to": ""},
+        "client_secret": {"cleared": True},
     }
     assert "new-static" not in json.dumps(event.data)
 

@@ -48,7 +48,7 @@ from integrations.services.integrations import (
     integration_enable,
     webhook_integration_create,
 )
-from integrations.services.isi import isi_connections_refresh
+from integrations.services.isi_connections import isi_connections_refresh
 from integrations.services.ledger import ledger_seal, ledger_verify
 from integrations.services.outcomes import deletion_outcome_record
 from integrations.services.redelivery import deletion_request_redeliver

@@ -31,7 +31,8 @@ from integrations.services.integrations import (
     integration_secret_rotate,
     webhook_integration_create,
 )
-from integrations.services.isi import isi_connections_refresh, isi_integration_create
+from integrations.services.isi import isi_integration_create
+from integrations.services.isi_connections import isi_connections_refresh
 
 ADD_KINDS = {
     "webhook": "a webhook integration: signed POSTs to a URL of the broker",

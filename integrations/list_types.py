@@ -1,0 +1,25 @@
+"""DROP's list types, defined once: the ``hash_type`` dropportal stores and hashes each as,
+and the name DROP gives it in its file names (``<YYYYMMDD>_<DataBrokerId>_<DataType>.csv``)::
+
+    from integrations.list_types import DATA_TYPE_OF, HASH_TYPES
+    DATA_TYPE_OF["name_vin"]  # "NameVIN"
+
+Pure Python: the protocol code (``drop/``), the models' choices and the selectors read it.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# hash_type -> DROP's data type, in the order the console and exports list them.
+DATA_TYPE_OF: Final[dict[str, str]] = {
+    "email": "Email",
+    "phone": "Phone",
+    "ndz": "NDZ",
+    "name_vin": "NameVIN",
+    "maid": "MAID",
+    "ctvid": "CTVID",
+}
+HASH_TYPES: Final[tuple[str, ...]] = tuple(DATA_TYPE_OF)
+# What staff read where a list type is chosen or shown: DROP's name, NDZ spelled out.
+LABELS: Final[dict[str, str]] = {**DATA_TYPE_OF, "ndz": "NDZ (name, date of birth, ZIP)"}

@@ -1,0 +1,463 @@
+"""The delivery loop: how every deliverable (deletion dispatches, identifier retrieval
+notifications, SaaS deletions) goes to the broker's systems.
+
+``services.deliveries`` holds the kinds; each entry point there runs::
+
+    deliverables_deliver(kind=DELETION_REQUESTS, ids=[1, 2, 3])
+
+``deliverables_deliver`` is the whole policy of docs/contracts.md §6, on batches of
+up to ``BATCH_SIZE`` ids, each batch in one transaction:
+
+1. Lock the rows that are still due (``SELECT ... FOR UPDATE SKIP LOCKED``: state ``queued``
+   and the scheduled time reached) and whose target (integration or SaaS connection) is
+   enabled. A row another worker holds is skipped: that worker owns this attempt.
+2. Build each call with its kind's ``outbound`` (an ``Outbound``: URL, body, headers) and send
+   them over ``threads`` threads with ``outbound_http.deliver``; each is signed on its thread
+   right before it leaves (a fresh timestamp per attempt). Those threads only do HTTP.
+3. Record every ``DeliveryAttempt``, apply ``policy.classify`` (2xx delivered; 410 disables
+   the target, whose rows then wait; anything else is retried on the schedule, or ends
+   ``undeliverable``), defer the retry jobs and append the ledger events, then commit.
+
+A broker has at most ``DROPPORTAL_DISPATCH_SLOTS_PER_BROKER`` batches in flight at once,
+across every worker (PostgreSQL advisory locks held by the batch's transaction): the rows of
+a broker whose slots are all taken are left as they are and their job is deferred by
+``BUSY_DELAY_SECONDS``, which frees the worker slot at once. So one slow broker (every call
+taking its whole timeout) holds at most that many of the dispatch queue's worker slots, and
+the others' deliveries go on.
+
+The rows stay locked while their calls are in flight, so two workers never deliver the same
+thing at once, and a worker killed mid-batch leaves no trace but unacknowledged rows that
+its re-run job (``tasks.retry_stalled_jobs``) delivers again: at least once, never again
+once acknowledged. A retry job is scheduled for exactly ``next_attempt_at``, and only a job
+at or after that time finds the row due, so a duplicate job cannot shorten the schedule.
+A batch costs six queries or so however many calls it makes, which is what lets one worker
+keep up with matching (see ``bench/bench_dispatch.py``).
+
+A kind is anything with the ``DeliveryKind`` protocol: which rows (model, the
+``DeliveryAttempt`` field, what to load with them), and per row its target, its ledger
+subject and broker, its call (``Outbound``), and how to queue its retry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, TypeVar
+
+from django.conf import settings
+from django.db import models, transaction
+from django.db.models import F
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from integrations import enqueue
+from integrations.counters import DELIVERIES
+from integrations.dispatch import masking
+from integrations.dispatch.policy import classify, next_delay
+from integrations.ledger_kinds import LedgerKind, ledger_kind_compose
+from integrations.models import (
+    DeletionRequest,
+    DeliveryAttempt,
+    Integration,
+    RequestState,
+    ResolutionRequest,
+    SaasConnection,
+    SaasDeletion,
+)
+from integrations.outbound_http import DeliveryResult, deliver
+from integrations.services.dispatch_slots import broker_slot_take
+from integrations.services.ledger import ledger_event_append, ledger_events_append
+
+logger = logging.getLogger(__name__)
+
+# Calls in flight at once per job: the work is waiting on the brokers, so threads overlap it.
+DISPATCH_THREADS = 8
+# Rows locked, sent and recorded together (a job holds at most 100 ids).
+BATCH_SIZE = 100
+REDACTED = "[redacted]"
+# A batch whose broker has no free dispatch slot waits this long for one (batches to a
+# healthy broker take well under a second), then is tried again BUSY_DELAY_SECONDS later.
+SLOT_WAIT_SECONDS = 5.0
+BUSY_DELAY_SECONDS = 30
+
+Verdict = Literal["delivered", "retry", "gone", "undeliverable", "skipped", "deferred"]
+Item = TypeVar("Item", DeletionRequest, ResolutionRequest, SaasDeletion)
+Target = Integration | SaasConnection
+
+
+@dataclass(frozen=True)
+class Outbound:
+    """One HTTP call, built for one attempt.
+
+    ``signer`` (webhooks) adds the signature headers on the sending thread, right before the
+    call leaves, so the timestamp is fresh however long the call waited for a thread.
+    ``send`` (ISI) makes the call itself, on the sending thread (HTTP only), instead of one
+    plain POST. ``on_delivered`` (ISI identifiers) takes a synchronous answer, inside the
+    batch's transaction once the attempt is recorded as delivered. ``keep_answer=False``
+    (endpoints that handle clear identifiers: SaaS deletions, ISI identifier retrieval): the
+    attempt keeps only the masked shape of the answer, never its text.
+    """
+
+    url: str
+    body: bytes
+    headers: dict[str, str]
+    signer: Callable[[bytes], dict[str, str]] | None = None
+    send: Callable[[Outbound], DeliveryResult] | None = None
+    on_delivered: Callable[[DeliveryResult], None] | None = None
+    keep_answer: bool = True
+    answer_categories: tuple[str, ...] = ()  # identifier categories asked: named when masked
+
+
+class NothingToDeliver(Exception):
+    """The builder found nothing to send (a SaaS deletion without identifiers of its
+    categories); the row is cancelled with this message as its reason."""
+
+
+class DeliveryKind(Protocol[Item]):
+    """What the loop needs of one kind of deliverable (``services.deliveries`` has the three).
+
+    ``name`` prefixes its ledger events (``deletion_request.delivered``); ``model`` its rows,
+    loaded with ``related`` (what the methods read) and attempts recorded under
+    ``attempt_field``; a 2xx leaves a row ``acknowledged_state``.
+    """
+
+    name: str
+    model: type[Item]
+    attempt_field: str
+    related: tuple[str, ...]
+    acknowledged_state: str
+
+    def target(self, item: Item) -> Target | None:
+        """Where it goes (None: nowhere yet)."""
+
+    def subject(self, item: Item) -> str:
+        """Its ledger events' subject."""
+
+    def broker_id(self, item: Item) -> str:
+        """Its broker's 4-digit ID."""
+
+    def ledger_data(self, item: Item) -> dict[str, Any]:
+        """What every one of its ledger events says about it."""
+
+    def outbound(self, item: Item) -> Outbound | None:
+        """The call to make (None: no call for this target kind); may raise
+        ``NothingToDeliver``."""
+
+    def enqueue(self, ids: Sequence[int], /, *, at: dt.datetime | None = None) -> None:
+        """Queue the delivery jobs of ``ids`` (``integrations.enqueue``)."""
+
+    def after_final(self, item: Item) -> None:
+        """Inside the batch's transaction, once it is completed or cancelled."""
+
+
+@dataclass(frozen=True)
+class Sent:
+    """One call made: what went out (signature included) and what came back."""
+
+    outbound: Outbound
+    headers: dict[str, str]
+    result: DeliveryResult
+    started: dt.datetime
+
+
+# -- the loop -------------------------------------------------------------------------------
+
+
+def deliverables_deliver(
+    *,
+    kind: DeliveryKind[Item],
+    ids: Sequence[int],
+    threads: int | None = None,
+    now: Callable[[], dt.datetime] = timezone.now,
+) -> Counter[str]:
+    """Deliver every id that is due; returns how many ended each way (``Verdict`` counts).
+
+    An unexpected error while building one call (an unreadable secret) leaves that row
+    queued and the others go on; it is raised once the batch is recorded, so the job is
+    retried, which is safe: what was acknowledged is no longer due. A database error fails
+    the batch as a whole, and the job's retry runs it again.
+    """
+    unique = list(dict.fromkeys(ids))
+    counts: Counter[str] = Counter()
+    failure: Exception | None = None
+    with _senders(DISPATCH_THREADS if threads is None else threads) as pool:
+        for start in range(0, len(unique), BATCH_SIZE):
+            batch_counts, batch_failure = _deliver_batch(
+                kind, unique[start : start + BATCH_SIZE], pool, now
+            )
+            counts.update(batch_counts)
+            failure = failure or batch_failure
+    if failure is not None:
+        raise failure
+    return counts
+
+
+@contextmanager
+def _senders(threads: int) -> Iterator[Executor | None]:
+    if threads <= 1:
+        yield None
+        return
+    with ThreadPoolExecutor(threads, thread_name_prefix="dispatch") as pool:
+        yield pool
+
+
+def _send(outbound: Outbound, now: Callable[[], dt.datetime]) -> Sent:
+    # Runs on a sender thread: HTTP only, no database access.
+    headers = dict(outbound.headers)
+    if outbound.signer is not None:
+        headers.update(outbound.signer(outbound.body))
+    started = now()
+    if outbound.send is not None:
+        return Sent(outbound, headers, outbound.send(outbound), started)
+    result = deliver(
+        "POST",
+        outbound.url,
+        body=outbound.body,
+        headers=headers,
+        allow_private=settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS,
+    )
+    if not outbound.keep_answer:
+        result = dataclasses.replace(
+            result,
+            response_body=masking.masked(result.content, categories=outbound.answer_categories),
+        )
+    return Sent(outbound, headers, result, started)
+
+
+def _deliver_batch(
+    kind: DeliveryKind[Item],
+    ids: list[int],
+    pool: Executor | None,
+    now: Callable[[], dt.datetime],
+) -> tuple[Counter[str], Exception | None]:
+    counts: Counter[str] = Counter()
+    failure: Exception | None = None
+    with transaction.atomic():
+        items = list(
+            kind.model.objects.select_for_update(skip_locked=True, of=("self",))
+            .select_related(*kind.related)
+            .filter(pk__in=ids, state=RequestState.QUEUED)
+            .filter(models.Q(next_attempt_at__isnull=True) | models.Q(next_attempt_at__lte=Now()))
+            .order_by("pk")
+        )
+        # Not found: delivered, cancelled, not due yet, or being delivered right now.
+        if len(items) < len(ids):
+            counts["skipped"] += len(ids) - len(items)
+        brokers = {kind.broker_id(item) for item in items}
+        busy = {b for b in brokers if not broker_slot_take(b, wait=SLOT_WAIT_SECONDS)}
+        if busy:
+            later = [item.pk for item in items if kind.broker_id(item) in busy]
+            kind.enqueue(later, at=now() + dt.timedelta(seconds=BUSY_DELAY_SECONDS))
+            counts["deferred"] += len(later)
+            items = [item for item in items if kind.broker_id(item) not in busy]
+        calls: list[tuple[Item, Target, Outbound]] = []
+        for item in items:
+            target = kind.target(item)
+            if target is None or not target.enabled:
+                # Held, not dropped: enabling the target again queues it.
+                counts["skipped"] += 1
+                continue
+            try:
+                outbound = kind.outbound(item)
+            except NothingToDeliver as reason:
+                _cancel(kind, item, str(reason), now())
+                counts["skipped"] += 1
+                continue
+            except Exception as exc:
+                logger.exception("%s %s: cannot build its delivery", kind.name, item.pk)
+                failure = failure or exc
+                counts["skipped"] += 1
+                continue
+            if outbound is None:
+                logger.warning("%s %s: no delivery for this target kind", kind.name, item.pk)
+                counts["skipped"] += 1
+                continue
+            calls.append((item, target, outbound))
+        if pool is None:
+            sent = [_send(outbound, now) for _, _, outbound in calls]
+        else:
+            sent = list(pool.map(lambda call: _send(call[2], now), calls))
+        finished = now()
+        attempts, events, answered = [], [], []
+        for (item, target, _), call in zip(calls, sent, strict=True):
+            attempt, event, verdict = _apply(kind, item, target, call, finished)
+            attempts.append(attempt)
+            events.append(event)
+            counts[verdict] += 1
+            DELIVERIES.labels(kind=kind.name, result=verdict).inc()
+            if verdict == "delivered" and call.outbound.on_delivered is not None:
+                answered.append(call)
+        if calls:
+            DeliveryAttempt.objects.bulk_create(attempts)
+            _save_states(kind, [item for item, _, _ in calls])
+            ledger_events_append(events)
+            for call in answered:
+                assert call.outbound.on_delivered is not None
+                call.outbound.on_delivered(call.result)
+            for item, _, _ in calls:
+                if item.state == RequestState.COMPLETED:
+                    kind.after_final(item)
+    return counts, failure
+
+
+def _save_states(kind: DeliveryKind[Item], items: list[Item]) -> None:
+    """One UPDATE per distinct outcome, not per row: a batch of acknowledgements is one.
+
+    (Django's ``bulk_update`` builds a CASE per field and row, which costs more CPU than
+    the deliveries themselves.) Every row made one attempt, hence ``attempts + 1``.
+    """
+    groups: dict[tuple[Any, ...], list[int]] = defaultdict(list)
+    for item in items:
+        key = (item.state, item.last_error, item.next_attempt_at, item.dispatched_at,
+               item.completed_at)  # fmt: skip
+        groups[key].append(item.pk)
+    for (state, last_error, next_attempt_at, dispatched_at, completed_at), pks in groups.items():
+        kind.model.objects.filter(pk__in=pks).update(
+            state=state,
+            attempts=F("attempts") + 1,
+            last_error=last_error,
+            next_attempt_at=next_attempt_at,
+            dispatched_at=dispatched_at,
+            completed_at=completed_at,
+        )
+
+
+def _apply(
+    kind: DeliveryKind[Item],
+    item: Item,
+    target: Target,
+    call: Sent,
+    finished: dt.datetime,
+) -> tuple[DeliveryAttempt, dict[str, Any], Verdict]:
+    """Policy for one attempt: the row's new state, its attempt record and ledger event."""
+    result = call.result
+    number = item.attempts + 1
+    attempt = DeliveryAttempt(
+        **{kind.attempt_field: item},
+        number=number,
+        started_at=call.started,
+        url=call.outbound.url[:1000],
+        request_headers=_redacted(call.headers),
+        status=result.status,
+        duration_ms=result.duration_ms,
+        response_body=result.response_body,
+        error=result.error or "",
+    )
+    verdict: Verdict = classify(result.status, result.error)
+    item.attempts = number
+    item.last_error = _failure_text(result) if verdict != "delivered" else ""
+    data: dict[str, Any] = {
+        **kind.ledger_data(item),
+        "attempt": number,
+        "url": call.outbound.url,
+        "status": result.status,
+        "duration_ms": result.duration_ms,
+    }
+    if verdict == "delivered":
+        item.state = kind.acknowledged_state
+        item.next_attempt_at = None
+        item.dispatched_at = finished
+        if kind.acknowledged_state == RequestState.COMPLETED:
+            item.completed_at = finished
+        event = "delivered"
+    elif verdict == "gone":
+        # Nothing more goes to this target until staff enable it again, which queues
+        # this row once more; so it stays queued, attempts and all.
+        item.next_attempt_at = None
+        data["error"] = item.last_error
+        event = "delivery_failed"
+        _disable_target(kind, item, target, result, finished)
+    else:
+        delay = next_delay(number, status=result.status, retry_after=_header(result, "Retry-After"))
+        data["error"] = item.last_error
+        if delay is None:
+            verdict = "undeliverable"
+            item.state = RequestState.UNDELIVERABLE
+            item.next_attempt_at = None
+            event = "undeliverable"
+        else:
+            item.next_attempt_at = finished + dt.timedelta(seconds=delay)
+            data["next_attempt_at"] = item.next_attempt_at.isoformat()
+            event = "delivery_failed"
+            kind.enqueue([item.pk], at=item.next_attempt_at)
+    ledger_entry = {
+        "kind": ledger_kind_compose(kind.name, event),
+        "broker_id": kind.broker_id(item),
+        "subject": kind.subject(item),
+        "data": data,
+    }
+    return attempt, ledger_entry, verdict
+
+
+def _disable_target(
+    kind: DeliveryKind[Item],
+    item: Item,
+    target: Target,
+    result: DeliveryResult,
+    when: dt.datetime,
+) -> None:
+    reason = f"410 Gone from {result.url} at {when:%Y-%m-%d %H:%M} UTC"
+    # Conditional: of several deliveries hitting the 410 at once, one disables and alerts.
+    disabled = (
+        type(target)
+        .objects.filter(pk=target.pk, enabled=True)
+        .update(enabled=False, disabled_reason=reason[:200])
+    )
+    if not disabled:
+        return
+    target_name = "integration" if isinstance(target, Integration) else "saas_connection"
+    logger.warning("%s %s disabled: %s", target_name, target.pk, reason)
+    ledger_event_append(
+        kind=(
+            LedgerKind.INTEGRATION_DISABLED
+            if isinstance(target, Integration)
+            else LedgerKind.SAAS_CONNECTION_DISABLED
+        ),
+        broker_id=kind.broker_id(item),
+        subject=str(target.uuid) if isinstance(target, Integration) else str(target.pk),
+        data={
+            "name": target.name,
+            "reason": reason,
+            "alert": True,  # staff must act: nothing is delivered to it until re-enabled
+            "by": f"{kind.name} {kind.subject(item)}",
+        },
+    )
+    enqueue.alerts_evaluate_enqueue()  # in the batch's transaction: alerted once it commits
+
+
+def _cancel(kind: DeliveryKind[Item], item: Item, reason: str, when: dt.datetime) -> None:
+    item.state = RequestState.CANCELLED
+    item.last_error = reason
+    item.next_attempt_at = None
+    item.completed_at = when
+    item.save(update_fields=["state", "last_error", "next_attempt_at", "completed_at"])
+    ledger_event_append(
+        kind=ledger_kind_compose(kind.name, "cancelled"),
+        broker_id=kind.broker_id(item),
+        subject=kind.subject(item),
+        data={**kind.ledger_data(item), "reason": reason},
+    )
+    kind.after_final(item)
+
+
+def _failure_text(result: DeliveryResult) -> str:
+    if result.error:
+        return result.error if result.status is None else f"{result.status}: {result.error}"
+    return f"HTTP {result.status}"
+
+
+def _header(result: DeliveryResult, name: str) -> str | None:
+    # response_headers is a plain dict of the names as the server spelled them.
+    wanted = name.lower()
+    return next((v for k, v in result.response_headers.items() if k.lower() == wanted), None)
+
+
+def _redacted(headers: Mapping[str, str]) -> dict[str, str]:
+    """What is kept of the request headers: everything but bearer tokens (signatures stay)."""
+    return {k: (REDACTED if k.lower() == "authorization" else v) for k, v in headers.items()}
