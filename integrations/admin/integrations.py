@@ -35,6 +35,7 @@ from integrations.admin import isi as isi_admin
 from integrations.admin.actors import staff_actor
 from integrations.admin.credentials import Credential, WriteOnlyCredentials
 from integrations.admin.display import uuid_short
+from integrations.admin.integration_kinds import ADD_KIND_PARAMETER, Created, KindPages
 from integrations.admin.shown_once import SecretShownOnce, show_once
 from integrations.dispatch import webhook
 from integrations.models import Integration, IntegrationKind, RequestState, SaasConnection
@@ -151,7 +152,9 @@ def _validation_text(error: ValidationError) -> str:
     return " ".join(error.messages)
 
 
-def _secret_shown_once(integration: Integration, secret: str, *, title: str) -> SecretShownOnce:
+def _webhook_secret_shown_once(
+    integration: Integration, secret: str, title: str
+) -> SecretShownOnce:
     """The page that shows a Webhook Secret once (integrations/admin/shown_once.py)."""
     change_url = reverse("admin:integrations_integration_change", args=[integration.pk])
     return SecretShownOnce(
@@ -175,6 +178,69 @@ def _secret_shown_once(integration: Integration, secret: str, *, title: str) -> 
         done_url=change_url,
         done_label=integration.name,
     )
+
+
+def _webhook_create(request: HttpRequest, data: dict[str, Any], actor: str) -> Created:
+    created = webhook_integration_create(
+        broker=data["broker"], name=data["name"], url=data["url"], actor=actor
+    )
+    return Created(created.integration, created.webhook_secret)
+
+
+def _webhook_update(integration: Integration, data: dict[str, Any], actor: str) -> None:
+    integration_update(integration=integration, actor=actor, name=data["name"], url=data.get("url"))
+
+
+_WEBHOOK_READONLY_FIELDS = [
+    "uuid",
+    "broker",
+    "kind",
+    "disabled_reason",
+    "retired_at",
+    "retired_reason",
+    "callback_urls",
+    "previous_secret_expires_at",
+    "waiting",
+    "created_at",
+]
+
+WEBHOOK_PAGES = KindPages(
+    label="Webhook",
+    add_form=WebhookIntegrationAddForm,
+    change_form=IntegrationChangeForm,
+    add_fields=["broker", "name", "url"],
+    change_fields=[
+        "uuid",
+        "broker",
+        "kind",
+        "name",
+        "url",
+        "enabled",
+        "disabled_reason",
+        "retired_at",
+        "retired_reason",
+        "callback_urls",
+        "previous_secret_expires_at",
+        "waiting",
+        "created_at",
+    ],
+    readonly_fields=_WEBHOOK_READONLY_FIELDS,
+    create=_webhook_create,
+    update=_webhook_update,
+    secret_shown_once=_webhook_secret_shown_once,
+)
+
+# Each kind's pages; the add page takes ``?kind=`` (the webhook's when absent or unknown).
+KIND_PAGES: dict[str, KindPages] = {
+    IntegrationKind.WEBHOOK: WEBHOOK_PAGES,
+    IntegrationKind.ISI: isi_admin.PAGES,
+}
+
+
+def kind_pages(request: HttpRequest, obj: Integration | None) -> KindPages:
+    """The pages of ``obj``'s kind, or of the kind the add page was opened for."""
+    kind = obj.kind if obj is not None else request.GET.get(ADD_KIND_PARAMETER, "")
+    return KIND_PAGES.get(kind, WEBHOOK_PAGES)
 
 
 @admin.register(Integration)
@@ -204,59 +270,22 @@ class IntegrationAdmin(WriteOnlyCredentials, ModelAdmin):
         return "" if obj.enabled else f"paused: {obj.disabled_reason}"
 
     def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any):
-        kwargs["form"] = IntegrationChangeForm if obj else WebhookIntegrationAddForm
-        if obj is not None and obj.kind == IntegrationKind.ISI:
-            kwargs["form"] = isi_admin.IsiIntegrationChangeForm
-        elif obj is None and isi_admin.adding_isi(request):
-            kwargs["form"] = isi_admin.IsiIntegrationAddForm
+        pages = kind_pages(request, obj)
+        kwargs["form"] = pages.change_form if obj else pages.add_form
         return super().get_form(request, obj, change=change, **kwargs)
 
     def get_inlines(self, request: HttpRequest, obj: Any) -> list[Any]:
-        if obj is not None and obj.kind == IntegrationKind.ISI:
-            return [isi_admin.IsiConnectionInline]
-        return []
+        return list(kind_pages(request, obj).inlines) if obj is not None else []
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
-        if obj is None:
-            return (
-                isi_admin.ADD_FIELDS if isi_admin.adding_isi(request) else ["broker", "name", "url"]
-            )
-        if obj.kind == IntegrationKind.ISI:
-            return isi_admin.CHANGE_FIELDS
-        return [
-            "uuid",
-            "broker",
-            "kind",
-            "name",
-            "url",
-            "enabled",
-            "disabled_reason",
-            "retired_at",
-            "retired_reason",
-            "callback_urls",
-            "previous_secret_expires_at",
-            "waiting",
-            "created_at",
-        ]
+        pages = kind_pages(request, obj)
+        return list(pages.change_fields if obj is not None else pages.add_fields)
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
         if obj is None:
             return []
-        if obj.kind == IntegrationKind.ISI:
-            return [*isi_admin.READONLY_FIELDS, *super().get_readonly_fields(request, obj)]
-        return [
-            *super().get_readonly_fields(request, obj),
-            "uuid",
-            "broker",
-            "kind",
-            "disabled_reason",
-            "retired_at",
-            "retired_reason",
-            "callback_urls",
-            "previous_secret_expires_at",
-            "waiting",
-            "created_at",
-        ]
+        own = kind_pages(request, obj).readonly_fields
+        return [*super().get_readonly_fields(request, obj), *own]
 
     @admin.display(description="Callback URLs given to the broker")
     def callback_urls(self, obj: Integration) -> str:
@@ -277,27 +306,14 @@ class IntegrationAdmin(WriteOnlyCredentials, ModelAdmin):
         actor = staff_actor(request)
         data = form.cleaned_data
         try:
-            if not change and isi_admin.adding_isi(request):
-                isi = isi_admin.integration_create(request, data, actor=actor)
-                obj.pk, obj.uuid = isi.integration.pk, isi.integration.uuid
-                obj.created_secret = isi.webhook_secret  # type: ignore[attr-defined]
-                return
             if not change:
-                created = webhook_integration_create(
-                    broker=data["broker"], name=data["name"], url=data["url"], actor=actor
-                )
+                created = kind_pages(request, None).create(request, data, actor)
                 obj.pk, obj.uuid = created.integration.pk, created.integration.uuid
                 obj.created_secret = created.webhook_secret  # type: ignore[attr-defined]
                 return
             current = Integration.objects.get(pk=obj.pk)
-            # One edit, one integration.updated event: an ISI integration's name goes with
-            # its settings.
-            if current.kind == IntegrationKind.ISI:
-                isi_admin.settings_update(current, data, actor=actor)
-            else:
-                integration_update(
-                    integration=current, actor=actor, name=data["name"], url=data.get("url")
-                )
+            # One edit, one integration.updated event: the name goes with the kind's settings.
+            kind_pages(request, current).update(current, data, actor)
             if data["enabled"] and not current.enabled:
                 queued = integration_enable(integration=current, actor=actor)
                 messages.info(request, f"Enabled; {queued} waiting request(s) queued.")
@@ -314,14 +330,10 @@ class IntegrationAdmin(WriteOnlyCredentials, ModelAdmin):
         secret = getattr(obj, "created_secret", None)
         if secret is None:
             return super().response_add(request, obj, post_url_continue)
-        if isi_admin.adding_isi(request):
-            created = Integration.objects.select_related("broker").get(pk=obj.pk)
-            return show_once(
-                request,
-                isi_admin.secret_shown_once(created, secret, title="ISI integration created"),
-            )
+        pages = kind_pages(request, None)
+        created = Integration.objects.select_related("broker").get(pk=obj.pk)
         return show_once(
-            request, _secret_shown_once(obj, secret, title="Webhook integration created")
+            request, pages.secret_shown_once(created, secret, f"{pages.label} integration created")
         )
 
     def add_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
@@ -392,11 +404,8 @@ class IntegrationAdmin(WriteOnlyCredentials, ModelAdmin):
     def rotate_secret_view(self, request: HttpRequest, pk: int) -> HttpResponse:
         integration = self._posted_integration(request, pk)
         secret = integration_secret_rotate(integration=integration, actor=staff_actor(request))
-        shown = _secret_shown_once(integration, secret, title="Webhook Secret regenerated")
-        if integration.kind == IntegrationKind.ISI:
-            shown = isi_admin.secret_shown_once(
-                integration, secret, title="Webhook Secret regenerated"
-            )
+        pages = kind_pages(request, integration)
+        shown = pages.secret_shown_once(integration, secret, "Webhook Secret regenerated")
         return show_once(
             request,
             dataclasses.replace(

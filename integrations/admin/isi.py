@@ -25,11 +25,11 @@ from unfold.admin import TabularInline
 
 from integrations.admin.actors import staff_actor
 from integrations.admin.display import uuid_short
+from integrations.admin.integration_kinds import Created, KindPages
 from integrations.admin.shown_once import SecretShownOnce
 from integrations.dispatch import isi
-from integrations.models import Integration, IntegrationKind, IsiAuth, IsiConnection
+from integrations.models import Integration, IsiAuth, IsiConnection
 from integrations.services.isi import (
-    CreatedIsiIntegration,
     isi_credentials_validate,
     isi_integration_create,
     isi_integration_update,
@@ -37,14 +37,7 @@ from integrations.services.isi import (
 from integrations.services.isi_connections import isi_connections_refresh
 from integrations.validators import target_url_validate
 
-ADD_KIND_PARAMETER = "kind"
-
 _WRITE_ONLY_HELP = "Stored encrypted and never shown again; leave empty to keep the current one."
-
-
-def adding_isi(request: HttpRequest) -> bool:
-    """The add page was opened as "Add ISI integration"."""
-    return request.GET.get(ADD_KIND_PARAMETER) == IntegrationKind.ISI
 
 
 @admin.display(description="Completion callbacks (PUT or POST)")
@@ -224,9 +217,7 @@ def _credentials(data: dict[str, Any]) -> dict[str, str]:
     return {name: data.get(name) or "" for name in ("token_url", "client_id", "client_secret")}
 
 
-def integration_create(
-    request: HttpRequest, data: dict[str, Any], *, actor: str
-) -> CreatedIsiIntegration:
+def _create(request: HttpRequest, data: dict[str, Any], actor: str) -> Created:
     created = isi_integration_create(
         broker=data["broker"],
         name=data["name"],
@@ -240,10 +231,10 @@ def integration_create(
             f"Created, but its connections could not be listed: {created.connections_error}. "
             "Once fixed, use 'Check connection' on its page.",
         )
-    return created
+    return Created(created.integration, created.webhook_secret)
 
 
-def settings_update(integration: Integration, data: dict[str, Any], *, actor: str) -> None:
+def _update(integration: Integration, data: dict[str, Any], actor: str) -> None:
     isi_integration_update(
         integration=integration,
         actor=actor,
@@ -277,7 +268,7 @@ def connection_check(request: HttpRequest, integration: Integration) -> None:
         )
 
 
-def secret_shown_once(integration: Integration, secret: str, *, title: str) -> SecretShownOnce:
+def _secret_shown_once(integration: Integration, secret: str, title: str) -> SecretShownOnce:
     """The shown-once page of an ISI integration's Webhook Secret."""
     connections = list(integration.connections.all())
     taking_part = sum(1 for c in connections if c.takes_part_in_drop)
@@ -301,3 +292,17 @@ def secret_shown_once(integration: Integration, secret: str, *, title: str) -> S
         done_url=reverse("admin:integrations_integration_change", args=[integration.pk]),
         done_label=integration.name,
     )
+
+
+PAGES = KindPages(
+    label="ISI",
+    add_form=IsiIntegrationAddForm,
+    change_form=IsiIntegrationChangeForm,
+    add_fields=ADD_FIELDS,
+    change_fields=CHANGE_FIELDS,
+    readonly_fields=READONLY_FIELDS,
+    create=_create,
+    update=_update,
+    secret_shown_once=_secret_shown_once,
+    inlines=(IsiConnectionInline,),
+)
