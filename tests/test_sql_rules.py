@@ -26,6 +26,7 @@ from integrations.models import (
     ResolutionRequest,
     WorkItem,
 )
+from integrations.models import requests as request_rules
 from integrations.services.outcomes import OutcomeConflict, deletion_outcome_record
 from integrations.services.resolutions import resolution_outcome_record
 from integrations.services.work_items import work_item_settle
@@ -109,6 +110,32 @@ def test_settling_picks_the_strongest_outcome(broker: Broker, first: str, second
     request_make(item, outcome=first)
     request_make(item, outcome=second, remote_identifier="C-2")
     assert work_item_settle(work_item=item).status_code == _strongest(first, second)
+
+
+@pytest.mark.django_db
+def test_changing_the_precedence_is_one_edit_in_models(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The recipe of docs/architecture.md: reorder DROP_STATUS_PRECEDENCE and both SQL paths
+    (settling, and recording a callback's outcome) follow, with nothing else changed."""
+    monkeypatch.setattr(
+        request_rules,
+        "DROP_STATUS_PRECEDENCE",
+        (DropStatus.NOT_FOUND, DropStatus.EXEMPT, DropStatus.DELETED, DropStatus.OPTED_OUT),
+    )
+    cycle = cycle_make(broker)
+    settled = item_make(cycle)
+    request_make(settled, outcome=DropOutcome.OPTED_OUT)
+    request_make(settled, outcome=DropOutcome.NOT_FOUND, remote_identifier="C-2")
+    assert work_item_settle(work_item=settled).status_code == DropStatus.NOT_FOUND
+
+    recorded = item_make(cycle)
+    request_make(recorded, outcome=DropOutcome.EXEMPT)
+    open_request = request_make(recorded, state=RequestState.DISPATCHED, remote_identifier="C-3")
+    deletion_outcome_record(
+        deletion_request=open_request, drop_outcome=DropOutcome.DELETED, actor="test"
+    )
+    assert WorkItem.objects.get(pk=recorded.pk).status_code == DropStatus.EXEMPT
 
 
 @pytest.mark.django_db

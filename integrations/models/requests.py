@@ -44,7 +44,7 @@ class DropOutcome(models.TextChoices):
 
 
 # The rules of outcomes and statuses, each defined here once. The SQL functions that apply
-# them (integrations/sql/) take them as arguments: services/work_items.py (SETTLE_RULES) and
+# them (integrations/sql/) take them as arguments: services/work_items.py (settle_rules()) and
 # services/outcomes.py pass them in.
 
 # The DROP status each final outcome gives its work item. ``failed`` gives none: it is not

@@ -36,7 +36,7 @@ from integrations.models import (
     RequestState,
 )
 from integrations.services.ledger import canonical_data, ledger_event_append
-from integrations.services.work_items import SETTLE_RULES
+from integrations.services.work_items import settle_rules
 
 ERROR_MESSAGE_MAX = 2000
 # integrations/sql/deletion_outcome_record.sql, with the rules it applies as arguments.
@@ -53,7 +53,6 @@ SELECT dropportal_deletion_outcome_record(
 _RECORD_RULES: dict[str, int | list[int] | list[str]] = {
     "open_outcomes": list(OUTCOMES_NOT_FINAL),
     "refusing_states": list(OUTCOME_REFUSING_STATES),
-    **SETTLE_RULES,
 }
 _OPT_OUT_EMAIL = OptOutRecord._meta.get_field("email")  # encrypted at rest
 
@@ -163,6 +162,7 @@ def deletion_outcome_record(
                 "actor": actor,
                 "event_data": canonical_data(data),
                 **_RECORD_RULES,
+                **settle_rules(),
             },
         )
         (recorded,) = cursor.fetchone()

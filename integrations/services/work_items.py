@@ -9,7 +9,7 @@ Issue the status after recording an outcome, in the same transaction::
 The rules (docs/contracts.md §1.6) are applied in SQL, because the callbacks' hot path
 settles in the same statement that records the outcome (docs/benchmarks.md, callbacks):
 ``integrations/sql/work_item_settle.sql``. The function takes the rules as arguments
-(``SETTLE_RULES``, from ``models``), so they have one home. In short: a work item is
+(``settle_rules()``, from ``models``), so they have one home. In short: a work item is
 reportable when every request it has is final; its code is the strongest outcome
 (``DROP_STATUS_PRECEDENCE``; all cancelled: ``DROP_STATUS_ALL_CANCELLED``); a status DROP
 already holds that differs must be amended; a status staff set by hand stands while any
@@ -25,9 +25,6 @@ from django.utils import timezone
 
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
-    DROP_STATUS_ALL_CANCELLED,
-    DROP_STATUS_CODES,
-    DROP_STATUS_PRECEDENCE,
     OUTCOMES_NOT_FINAL,
     DeletionRequest,
     DropCycle,
@@ -36,6 +33,7 @@ from integrations.models import (
     WorkItem,
     WorkItemState,
 )
+from integrations.models import requests as request_rules
 from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
 
 STATUS_CODES = frozenset(DropStatus.values)
@@ -44,14 +42,21 @@ _STATUS_CODES_TEXT = " or ".join(
 )
 STATUS_REASON_MAX = 2000
 
-_OUTCOME_OF_STATUS = {code: outcome for outcome, code in DROP_STATUS_CODES.items()}
-# The settlement's rules as the SQL functions take them (named parameters, see _SETTLE): the
-# final outcomes strongest first, the code each reports, and the code when all are cancelled.
-SETTLE_RULES: dict[str, int | list[int] | list[str]] = {
-    "settle_outcomes": [_OUTCOME_OF_STATUS[status.value] for status in DROP_STATUS_PRECEDENCE],
-    "settle_codes": [status.value for status in DROP_STATUS_PRECEDENCE],
-    "settle_all_cancelled": DROP_STATUS_ALL_CANCELLED.value,
-}
+
+
+def settle_rules() -> dict[str, int | list[int] | list[str]]:
+    """The settlement's rules as the SQL functions take them (named parameters, see _SETTLE):
+    the final outcomes strongest first, the code each reports, and the code when all are
+    cancelled. Read from ``models.requests`` at each call, so an edit there is the whole
+    change (``tests/sql/test_sql_rules.py`` walks one)."""
+    outcome_of_status = {code: outcome for outcome, code in request_rules.DROP_STATUS_CODES.items()}
+    precedence = request_rules.DROP_STATUS_PRECEDENCE
+    return {
+        "settle_outcomes": [outcome_of_status[status.value] for status in precedence],
+        "settle_codes": [status.value for status in precedence],
+        "settle_all_cancelled": request_rules.DROP_STATUS_ALL_CANCELLED.value,
+    }
+
 
 _SETTLE = """
 SELECT status_code, state, needs_amendment, status_reason, reported_status_code, reported_at
@@ -70,7 +75,7 @@ def work_item_settle(*, work_item: WorkItem, actor: str = SYSTEM_ACTOR) -> WorkI
     its status fields as stored (and what DROP holds).
     """
     with connection.cursor() as cursor:
-        cursor.execute(_SETTLE, {"item": work_item.pk, "actor": actor, **SETTLE_RULES})
+        cursor.execute(_SETTLE, {"item": work_item.pk, "actor": actor, **settle_rules()})
         row = cursor.fetchone()
     if row is None:
         raise WorkItem.DoesNotExist(f"work item {work_item.pk} does not exist")

@@ -19,7 +19,7 @@
 --   open; once every request is final, the outcome wins and the ledger event says it
 --   replaced the staff status.
 -- Which outcomes are final, which code each reports and which code wins are not written
--- here: the caller passes them (services/work_items.py SETTLE_RULES, built from
+-- here: the caller passes them (services/work_items.py settle_rules(), built from
 -- integrations/models/requests.py), so they have one home.
 --
 -- The source of truth. A migration installs a frozen copy (integrations/migrations/sql/NNNN/),
