@@ -43,7 +43,6 @@ _STATUS_CODES_TEXT = " or ".join(
 STATUS_REASON_MAX = 2000
 
 
-
 def settle_rules() -> dict[str, int | list[int] | list[str]]:
     """The settlement's rules as the SQL functions take them (named parameters, see _SETTLE):
     the final outcomes strongest first, the code each reports, and the code when all are
