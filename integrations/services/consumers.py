@@ -42,13 +42,8 @@ from typing import Any
 from django.db import OperationalError, connection, transaction
 from django.db.models import Count
 
-from integrations.drop.registration import (
-    DEFAULT_KIND,
-    ConsumerRecord,
-    EncodedBatch,
-    RejectedRecord,
-    encode_batch,
-)
+from integrations.drop.registration import DEFAULT_KIND, ConsumerRecord, RejectedRecord
+from integrations.drop.registration_workers import EncodedBatch, encode_batch
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     Broker,

@@ -17,7 +17,7 @@ import pytest
 from django.core.management import call_command
 
 from devtools.drop_simulator import work_items
-from integrations.drop import registration
+from integrations.drop import registration_workers as registration
 from integrations.models import Broker, Consumer, ConsumerHash, DeletionRequest, LedgerEvent
 from integrations.services import consumers as consumer_services
 from integrations.services.drop import drop_zip_import
@@ -104,7 +104,7 @@ import os, signal, sys
 import django
 django.setup()
 from django.core.management import call_command
-from integrations.drop import registration
+from integrations.drop import registration_workers as registration
 from integrations.services import consumers
 
 registration.PARALLEL_BATCH_ROWS = 40
