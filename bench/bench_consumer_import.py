@@ -89,6 +89,13 @@ def fresh_start(url: str) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         # CASCADE: the (empty) deletion requests of the scratch database refer to consumers.
         conn.execute("TRUNCATE integrations_consumerhash, integrations_consumer CASCADE")
+        # A broker's first load: its partition of the consumer hashes does not exist yet.
+        for (partition,) in conn.execute(
+            "SELECT inhrelid::regclass::text FROM pg_inherits"
+            " WHERE inhparent = 'integrations_consumerhash'::regclass"
+            "   AND inhrelid <> 'integrations_consumerhash_default'::regclass"
+        ).fetchall():
+            conn.execute(f"DROP TABLE {partition}")
         conn.execute("TRUNCATE baseline_consumerhash, baseline_consumer")
         conn.execute("VACUUM ANALYZE")
         # Each run starts with the same WAL and dirty pages. CHECKPOINT needs superuser or

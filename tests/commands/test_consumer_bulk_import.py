@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
 
 from devtools.drop_simulator import work_items
 from integrations.drop import registration_workers as registration
@@ -109,26 +110,37 @@ from integrations.services import consumers
 
 registration.PARALLEL_BATCH_ROWS = 40
 consumers.CHUNK_ROWS = 50
-merge = consumers._merge
-merged = []
+seam = getattr(consumers, sys.argv[2])
+calls = []
 
-def merge_then_die(*args, **kwargs):
-    merge(*args, **kwargs)
-    merged.append(1)
-    if len(merged) == 3:  # three rounds are in the tables, uncommitted: killed here
+def then_die(*args, **kwargs):
+    result = seam(*args, **kwargs)
+    calls.append(1)
+    if len(calls) == int(sys.argv[3]):  # written, uncommitted: killed here
         print("killing", flush=True)
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.killpg(0, signal.SIGKILL)  # the hashing workers too, as a kill of the job would
+    return result
 
-consumers._merge = merge_then_die
+setattr(consumers, sys.argv[2], then_die)
 call_command("consumers", "import", "--broker", "4821", sys.argv[1], "--hashed")
 """
 
 
 @pytest.mark.django_db(transaction=True)
-def test_an_import_killed_midway_keeps_nothing(broker: Broker, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("seam", "calls"),
+    [
+        ("_stage", 3),  # three rounds staged
+        ("_merge", 1),  # merged: the consumers and a fresh partition of hashes written
+    ],
+)
+def test_an_import_killed_midway_keeps_nothing(
+    broker: Broker, tmp_path: Path, seam: str, calls: int
+) -> None:
     path = str(hashed_file(tmp_path))
     killed = subprocess.run(  # noqa: S603
-        [sys.executable, "-c", KILLED_IMPORT, path],
+        [sys.executable, "-c", KILLED_IMPORT, path, seam, str(calls)],
+        start_new_session=True,
         env={**subprocess_env(), "DJANGO_SETTINGS_MODULE": "dropportal.settings"},
         capture_output=True,
         text=True,
@@ -140,6 +152,9 @@ def test_an_import_killed_midway_keeps_nothing(broker: Broker, tmp_path: Path) -
     assert not Consumer.objects.exists()
     assert not ConsumerHash.objects.exists()
     assert not LedgerEvent.objects.filter(kind="consumers.registered").exists()
+    with connection.cursor() as cursor:  # nor a partition
+        cursor.execute("SELECT to_regclass(%s)", [f"integrations_consumerhash_b{broker.pk}"])
+        assert cursor.fetchone()[0] is None
     # Nothing is left locked either: the same import now runs whole.
     assert run(path, "--hashed")["hashes_added"] == 302
 
