@@ -208,9 +208,11 @@ def table_sizes(url: str) -> dict[str, int]:
         conn.execute("VACUUM ANALYZE integrations_consumer, integrations_consumerhash")
         sizes = {}
         for table in ("integrations_consumer", "integrations_consumerhash"):
+            # A partitioned table's own size is nothing: sum its partitions'.
             row = conn.execute(
-                "SELECT pg_table_size(%s::regclass), pg_indexes_size(%s::regclass)",
-                [table, table],
+                "SELECT sum(pg_table_size(relid)), sum(pg_indexes_size(relid))"
+                "  FROM pg_partition_tree(%s::regclass) WHERE isleaf",
+                [table],
             ).fetchone()
             assert row is not None
             sizes[f"{table}_table_bytes"], sizes[f"{table}_index_bytes"] = row
