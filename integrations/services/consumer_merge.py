@@ -168,20 +168,23 @@ _FRESH_INDEXES = (
     # The late match reads what this call added: here, the whole new partition.
     "CREATE TEMP VIEW new_consumer_hashes AS SELECT consumer_id, hash_type, hash FROM {partition}",
 )
-# Otherwise: a consumer created by this call has no hash to compare with; one that
-# existed has each hash probed. In hash order, so the index is walked once.
+# Otherwise: a consumer created by this call has no hash to compare with; those of one
+# that existed are anti-joined with the broker's partition (the planner picks index probes
+# for an API call, one pass over the partition for a file). In hash order, so the index is
+# walked once.
 _HASHES_INSERT = """
 CREATE TEMP TABLE new_consumer_hashes ON COMMIT DROP AS
 WITH added AS (
     INSERT INTO integrations_consumerhash (broker_id, consumer_id, hash_type, hash)
     SELECT %(broker)s::bigint, h.consumer_id, h.hash_type, h.hash
-      FROM ({hashes}) h
-      LEFT JOIN LATERAL (
-            SELECT true AS registered FROM integrations_consumerhash r
-             WHERE NOT h.created AND r.broker_id = %(broker)s AND r.hash = h.hash
-               AND r.hash_type = h.hash_type AND r.consumer_id = h.consumer_id
-             LIMIT 1) r ON true
-     WHERE r.registered IS NULL
+      FROM (SELECT hash, hash_type, consumer_id FROM ({hashes}) n WHERE n.created
+            UNION ALL
+            SELECT hash, hash_type, consumer_id FROM ({hashes}) o
+             WHERE NOT o.created
+               AND NOT EXISTS (
+                    SELECT FROM integrations_consumerhash r
+                     WHERE r.broker_id = %(broker)s AND r.hash = o.hash
+                       AND r.hash_type = o.hash_type AND r.consumer_id = o.consumer_id)) h
      ORDER BY h.hash, h.hash_type, h.consumer_id
     RETURNING consumer_id, hash_type, hash)
 SELECT consumer_id, hash_type, hash FROM added

@@ -202,3 +202,38 @@ def test_replace_forgets_a_matched_consumer_and_its_request_keeps_the_pointer(
     request = DeletionRequest.objects.get(remote_identifier="LATE-1")
     assert request.consumer_id is None  # its copy of the pointer stays
     assert DeletionRequest.objects.get(remote_identifier="LATE-3").consumer is not None
+
+
+def partition_of(broker: Broker) -> str | None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT inhrelid::regclass::text FROM pg_inherits"
+            " WHERE inhparent = 'integrations_consumerhash'::regclass"
+            "   AND inhrelid = to_regclass(%s)",
+            [f"integrations_consumerhash_b{broker.pk}"],
+        )
+        row = cursor.fetchone()
+    return row[0] if row else None
+
+
+@pytest.mark.django_db
+def test_a_first_import_loads_the_brokers_own_partition_and_a_repeated_hash_counts_once(
+    broker: Broker, tmp_path: Path, many_rounds: None
+) -> None:
+    lines = [f"N-{i},email,{digest}\n" for i, (_, digest) in enumerate(OTHERS)]
+    lines += lines[:5]  # the same five hashes of the same five consumers, again
+    path = tmp_path / "twice.csv"
+    path.write_text("remote_identifier,hash_type,hash\n" + "".join(lines))
+    assert partition_of(broker) is None
+
+    summary = run(str(path), "--hashed")
+
+    assert (summary["consumers_created"], summary["hashes_added"]) == (300, 300)
+    assert summary["hashes_unchanged"] == 5
+    assert partition_of(broker) == f"integrations_consumerhash_b{broker.pk}"
+    assert ConsumerHash.objects.filter(broker=broker).count() == 300
+    # A later import goes into the same partition, and adds only what is new.
+    more = tmp_path / "more.csv"
+    more.write_text("remote_identifier,hash_type,hash\n" + lines[0] + f"N-0,phone,{ITEMS[0][1]}\n")
+    assert run(str(more), "--hashed")["hashes_added"] == 1
+    assert ConsumerHash.objects.filter(broker=broker).count() == 301
