@@ -27,7 +27,8 @@ from integrations.services.consumers import consumer_forget
 _HASH_COUNTS = RawSQL(
     "SELECT jsonb_object_agg(t.hash_type, t.n) FROM ("
     " SELECT h.hash_type, count(*) AS n FROM integrations_consumerhash h"
-    "  WHERE h.consumer_id = integrations_consumer.id GROUP BY h.hash_type) t",
+    "  WHERE h.broker_id = integrations_consumer.broker_id"  # one partition
+    "    AND h.consumer_id = integrations_consumer.id GROUP BY h.hash_type) t",
     [],
     output_field=JSONField(),
 )

@@ -39,7 +39,7 @@ from integrations.api.json_body import (
 )
 from integrations.api.permissions import HasScope
 from integrations.api.schema import JSON_VALUE_REF
-from integrations.drop.registration import parse_api_consumers
+from integrations.drop.registration_api import parse_api_consumers
 from integrations.models import ApiKey, Consumer
 from integrations.services.consumers import (
     RegistrationBusy,

@@ -6,7 +6,7 @@ index, and the reason per field; never the clear value)::
 
     reader = ConsumerCsvReader(text_stream)            # checks the header at once
     reader = ConsumerCsvReader(text_stream, hashed=True)
-    for record in reader:                               # or parse_api_consumers(body["consumers"])
+    for record in reader:         # or registration_api.parse_api_consumers(body["consumers"])
         ...
 
 - A clear CSV (docs/contracts.md §8): `remote_identifier` first, then any of
@@ -23,23 +23,21 @@ fixes and re-sends it (registration is idempotent). A file whose header is wrong
 `RegistrationFileError` before any row is read. Clear identifiers live only in memory here;
 standardization and hashing are `integrations.drop.standardize`'s.
 
-Pure Python, no Django, so the command, the API and the benchmark share it.
+API bodies are read by `integrations.drop.registration_api` under the same rules; files
+are hashed on every core and encoded as staging rows by
+`integrations.drop.registration_workers`. Pure Python, no Django, so the command, the API
+and the benchmark share it.
 """
 
 from __future__ import annotations
 
 import binascii
-import collections
 import csv
 import hashlib
-import itertools
-import multiprocessing
-import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Final, TextIO
+from typing import Final, TextIO
 
 from integrations.drop.standardize import (
     HASH_RE,
@@ -60,14 +58,9 @@ __all__ = [
     "ConsumerCsvReader",
     "ConsumerRecord",
     "ConsumerTableReader",
-    "EncodedBatch",
     "Record",
     "RegistrationFileError",
     "RejectedRecord",
-    "encode_batch",
-    "encoded_batches",
-    "parse_api_consumers",
-    "staging_rows",
 ]
 
 DEFAULT_KIND: Final = "external_id"
@@ -92,8 +85,8 @@ NO_IDENTIFIER: Final = (
 )
 NOT_UTF8: Final = "is not valid UTF-8"
 HASH_FORMAT: Final = "must be a SHA-256 hash in standard Base64 (44 characters, ending in '=')"
-_NDZ_PARTS: Final = ("first_name", "last_name", "dob", "zip")
-_NAME_VIN_PARTS: Final = ("first_name", "last_name", "vin")
+NDZ_PARTS: Final = ("first_name", "last_name", "dob", "zip")
+NAME_VIN_PARTS: Final = ("first_name", "last_name", "vin")
 _NAME_PARTS: Final = ("first_name", "last_name")
 _sha256 = hashlib.sha256
 _a2b = binascii.a2b_base64
@@ -165,7 +158,7 @@ def _ctvid_digest(value: str) -> bytes:
     return _sha256(standardize_ctvid(value).encode()).digest()
 
 
-_SIMPLE_DIGESTS: Final[dict[str, Callable[[str], bytes]]] = {
+SIMPLE_DIGESTS: Final[dict[str, Callable[[str], bytes]]] = {
     "email": _email_digest,
     "phone": _phone_digest,
     "maid": _maid_digest,
@@ -173,7 +166,7 @@ _SIMPLE_DIGESTS: Final[dict[str, Callable[[str], bytes]]] = {
 }
 
 
-def _composite_digest(list_type: str, parts: Mapping[str, str]) -> bytes:
+def composite_digest(list_type: str, parts: Mapping[str, str]) -> bytes:
     try:
         if list_type == "ndz":
             text = ndz_hash(parts["first_name"], parts["last_name"], parts["dob"], parts["zip"])
@@ -184,7 +177,7 @@ def _composite_digest(list_type: str, parts: Mapping[str, str]) -> bytes:
     return _a2b(text)
 
 
-def _hash_digest(text: str) -> bytes | None:
+def hash_digest(text: str) -> bytes | None:
     """The 32 bytes of a DROP hash in canonical Base64, or None if it is not one."""
     if not HASH_RE.fullmatch(text):
         return None
@@ -207,7 +200,7 @@ def _text_problem(value: str) -> str | None:
     return "must not contain NUL characters" if "\x00" in value else None
 
 
-def _remote_identifier_problem(value: str) -> str | None:
+def remote_identifier_problem(value: str) -> str | None:
     """The pointer is the broker's data, kept verbatim (spaces included): dispatches echo it
     exactly as it arrived. Only an empty or blank one is refused."""
     if not value.strip():
@@ -217,13 +210,13 @@ def _remote_identifier_problem(value: str) -> str | None:
     return _text_problem(value)
 
 
-def _kind_problem(value: str) -> str | None:
+def kind_problem(value: str) -> str | None:
     if KIND_RE.match(value):
         return None
     return "must be 1 to 64 letters, digits or _ . : - (for example external_id)"
 
 
-def _add(errors: dict[str, list[str]], key: str, message: str) -> None:
+def add_error(errors: dict[str, list[str]], key: str, message: str) -> None:
     errors.setdefault(key, []).append(message)
 
 
@@ -358,27 +351,27 @@ class ConsumerCsvReader:
         kind = cells[position].strip()
         if not kind:
             return None
-        problem = _kind_problem(kind)
+        problem = kind_problem(kind)
         if problem:
-            _add(errors, "remote_identifier_kind", f"remote_identifier_kind {problem}")
+            add_error(errors, "remote_identifier_kind", f"remote_identifier_kind {problem}")
         return kind
 
     def _pointer(self, cells: list[str], errors: dict[str, list[str]]) -> str:
         rid = cells[self._index["remote_identifier"]]
-        problem = _remote_identifier_problem(rid)
+        problem = remote_identifier_problem(rid)
         if problem:
-            _add(errors, "remote_identifier", f"remote_identifier {problem}")
+            add_error(errors, "remote_identifier", f"remote_identifier {problem}")
         return rid
 
     def _clear_row_parser(self) -> Callable[[int, list[str]], Record]:
         simple = [
             (name, self._index[name], digest)
-            for name, digest in _SIMPLE_DIGESTS.items()
+            for name, digest in SIMPLE_DIGESTS.items()
             if name in self._index
         ]
         composites = [
             (list_type, [(part, self._index[part]) for part in parts])
-            for list_type, parts in (("ndz", _NDZ_PARTS), ("name_vin", _NAME_VIN_PARTS))
+            for list_type, parts in (("ndz", NDZ_PARTS), ("name_vin", NAME_VIN_PARTS))
             if all(part in self._index for part in parts)
         ]
         name_positions = [
@@ -398,7 +391,7 @@ class ConsumerCsvReader:
                     try:
                         hashes.append((list_type, digest(value)))
                     except InvalidIdentifier as exc:
-                        _add(errors, exc.field, exc.reason)
+                        add_error(errors, exc.field, exc.reason)
             if name_positions and any(cells[i].strip() for i in name_positions):
                 self._composites(cells, composites, hashes, errors)
             if errors:
@@ -426,16 +419,20 @@ class ConsumerCsvReader:
             attempted = True
             missing = [part for part, i in parts if not cells[i].strip()]
             if missing:
-                _add(errors, list_type, f"{list_type} needs {' and '.join(missing)} in the row")
+                add_error(
+                    errors, list_type, f"{list_type} needs {' and '.join(missing)} in the row"
+                )
                 continue
             try:
                 hashes.append(
-                    (list_type, _composite_digest(list_type, {p: cells[i] for p, i in parts}))
+                    (list_type, composite_digest(list_type, {p: cells[i] for p, i in parts}))
                 )
             except InvalidIdentifier as exc:
-                _add(errors, exc.field, exc.reason)
+                add_error(errors, exc.field, exc.reason)
         if not attempted:  # names alone: neither list can be built
-            _add(errors, "row", "first_name and last_name need dob and zip (NDZ) or vin (NameVIN)")
+            add_error(
+                errors, "row", "first_name and last_name need dob and zip (NDZ) or vin (NameVIN)"
+            )
 
     def _hashed_row(self, line: int, cells: list[str]) -> Record:
         errors: dict[str, list[str]] = {}
@@ -443,10 +440,10 @@ class ConsumerCsvReader:
         kind = self._kind(cells, errors)
         list_type = cells[self._index["hash_type"]].strip()
         if list_type not in LIST_TYPES:
-            _add(errors, "hash_type", f"hash_type must be one of {', '.join(LIST_TYPES)}")
-        digest = _hash_digest(cells[self._index["hash"]].strip())
+            add_error(errors, "hash_type", f"hash_type must be one of {', '.join(LIST_TYPES)}")
+        digest = hash_digest(cells[self._index["hash"]].strip())
         if digest is None:
-            _add(errors, "hash", f"hash {HASH_FORMAT}")
+            add_error(errors, "hash", f"hash {HASH_FORMAT}")
         if errors or digest is None:
             return RejectedRecord(line, rid or None, errors)
         return ConsumerRecord(line, rid, kind, ((list_type, digest),))
@@ -466,289 +463,3 @@ class ConsumerTableReader(ConsumerCsvReader):
     def rows(self) -> Iterator[tuple[int, list[str]] | RejectedRecord]:
         for number, cells in enumerate(self._rows, start=1):
             yield number, list(cells)
-
-
-# ---------------------------------------------------------------------------------------
-# API objects
-# ---------------------------------------------------------------------------------------
-
-_API_SIMPLE: Final = ("email", "phone", "maid", "ctvid")
-_API_COMPOSITE: Final = {"ndz": _NDZ_PARTS, "name_vin": _NAME_VIN_PARTS}
-API_FIELDS: Final = (
-    "remote_identifier",
-    "remote_identifier_kind",
-    *_API_SIMPLE,
-    *_API_COMPOSITE,
-    "hashes",
-)
-
-
-def parse_api_consumers(consumers: Sequence[Any]) -> Iterator[Record]:
-    """One record per element of the API body's ``consumers`` array, in order.
-
-    Errors are keyed by the path of the bad value: ``email[1]``, ``ndz[0].dob``,
-    ``hashes.phone[2]``.
-    """
-    for index, item in enumerate(consumers):
-        yield _api_consumer(index, item)
-
-
-def _api_consumer(index: int, item: Any) -> Record:
-    if not isinstance(item, dict):
-        return RejectedRecord(index, None, {"non_field_errors": ["must be a JSON object"]})
-    errors: dict[str, list[str]] = {}
-    for key in item:
-        if key not in API_FIELDS:
-            _add(errors, str(key), f"unknown field; expected {', '.join(API_FIELDS)}")
-
-    rid = item.get("remote_identifier")
-    pointer: str | None = None
-    if rid is None:
-        _add(errors, "remote_identifier", "this field is required")
-    elif not isinstance(rid, str):
-        _add(errors, "remote_identifier", "must be a string")
-    else:
-        pointer = rid
-        problem = _remote_identifier_problem(pointer)
-        if problem:
-            _add(errors, "remote_identifier", problem)
-
-    kind = item.get("remote_identifier_kind")
-    if kind is not None:
-        if not isinstance(kind, str):
-            _add(errors, "remote_identifier_kind", "must be a string")
-        elif problem := _kind_problem(kind.strip()):
-            _add(errors, "remote_identifier_kind", problem)
-        else:
-            kind = kind.strip()
-
-    hashes: list[tuple[str, bytes]] = []
-    for list_type in _API_SIMPLE:
-        for i, value in _api_list(item, list_type, errors):
-            if not isinstance(value, str):
-                _add(errors, f"{list_type}[{i}]", "must be a string")
-                continue
-            try:
-                hashes.append((list_type, _SIMPLE_DIGESTS[list_type](value)))
-            except InvalidIdentifier as exc:
-                _add(errors, f"{list_type}[{i}]", exc.reason)
-    for list_type, parts in _API_COMPOSITE.items():
-        for i, value in _api_list(item, list_type, errors):
-            digest = _api_composite(f"{list_type}[{i}]", list_type, parts, value, errors)
-            if digest is not None:
-                hashes.append((list_type, digest))
-    _api_hashes(item.get("hashes"), hashes, errors)
-
-    if not errors and not hashes:
-        _add(errors, "non_field_errors", NO_IDENTIFIER)
-    if errors:
-        return RejectedRecord(index, pointer or None, errors)
-    assert pointer is not None
-    return ConsumerRecord(index, pointer, kind, tuple(hashes))
-
-
-def _api_list(item: dict[str, Any], key: str, errors: dict[str, list[str]]) -> list[Any]:
-    values = item.get(key)
-    if values is None:
-        return []
-    if not isinstance(values, list):
-        _add(errors, key, "must be a list")
-        return []
-    return list(enumerate(values))
-
-
-def _api_composite(
-    path: str,
-    list_type: str,
-    parts: Sequence[str],
-    value: Any,
-    errors: dict[str, list[str]],
-) -> bytes | None:
-    if not isinstance(value, dict):
-        _add(errors, path, f"must be an object with {', '.join(parts)}")
-        return None
-    ok = True
-    for key in value:
-        if key not in parts:
-            _add(errors, f"{path}.{key}", f"unknown field; expected {', '.join(parts)}")
-            ok = False
-    for part in parts:
-        if part not in value or value[part] is None:
-            _add(errors, f"{path}.{part}", "this field is required")
-            ok = False
-        elif not isinstance(value[part], str):
-            _add(errors, f"{path}.{part}", "must be a string")
-            ok = False
-    if not ok:
-        return None
-    try:
-        return _composite_digest(list_type, value)
-    except InvalidIdentifier as exc:
-        _add(errors, f"{path}.{exc.field}", exc.reason)
-        return None
-
-
-def _api_hashes(value: Any, hashes: list[tuple[str, bytes]], errors: dict[str, list[str]]) -> None:
-    if value is None:
-        return
-    if not isinstance(value, dict):
-        _add(errors, "hashes", "must be an object of list type to a list of Base64 hashes")
-        return
-    for list_type, texts in value.items():
-        path = f"hashes.{list_type}"
-        if list_type not in LIST_TYPES:
-            _add(errors, path, f"unknown list type; expected one of {', '.join(LIST_TYPES)}")
-            continue
-        if not isinstance(texts, list):
-            _add(errors, path, "must be a list of Base64 hashes")
-            continue
-        for i, text in enumerate(texts):
-            digest = _hash_digest(text) if isinstance(text, str) else None
-            if digest is None:
-                _add(errors, f"{path}[{i}]", HASH_FORMAT)
-            else:
-                hashes.append((list_type, digest))
-
-
-# ---------------------------------------------------------------------------------------
-# Hashing on every core
-# ---------------------------------------------------------------------------------------
-
-PARALLEL_BATCH_ROWS: Final = 20_000  # rows a worker process parses and hashes at a time
-_worker_parse: Callable[[int, list[str]], Record] | None = None
-
-# COPY's text format: backslash, tab, newline and carriage return are escaped.
-_COPY_ESCAPES: Final = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
-_NEEDS_ESCAPE: Final = re.compile(r"[\\\t\n\r]")
-_COPY_NULL: Final = "\\N"
-
-
-def _copy_text(value: str) -> str:
-    return value.translate(_COPY_ESCAPES) if _NEEDS_ESCAPE.search(value) else value
-
-
-def staging_rows(record: ConsumerRecord) -> str:
-    """The record's hashes as rows of the registration's staging table, in COPY text:
-    ``remote_identifier, remote_identifier_kind, hash_type, hash`` (bytea, hex)."""
-    kind = record.remote_identifier_kind
-    prefix = f"{_copy_text(record.remote_identifier)}\t"
-    prefix += f"{_COPY_NULL if kind is None else _copy_text(kind)}\t"
-    return "".join(
-        f"{prefix}{list_type}\t\\\\x{digest.hex()}\n" for list_type, digest in record.hashes
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class EncodedBatch:
-    """A batch of rows, parsed, hashed and encoded as staging rows, in file order.
-
-    What a hashing worker sends back: one bytes object and a few counts pass between
-    processes far faster than a record object per row would.
-    """
-
-    copy_data: bytes  # staging_rows of the accepted records, in order
-    hash_rows: int
-    kinds_given: bool  # some accepted record names a remote_identifier_kind
-    records: int  # rows read, accepted or rejected
-    hashes: int  # hashes of the accepted records
-    rejected: tuple[RejectedRecord, ...]
-
-
-def encode_batch(records: Iterable[Record]) -> EncodedBatch:
-    parts: list[str] = []
-    rejected: list[RejectedRecord] = []
-    count = hashes = 0
-    kinds_given = False
-    for record in records:
-        count += 1
-        if isinstance(record, RejectedRecord):
-            rejected.append(record)
-            continue
-        hashes += len(record.hashes)
-        kinds_given = kinds_given or record.remote_identifier_kind is not None
-        parts.append(staging_rows(record))
-    return EncodedBatch(
-        "".join(parts).encode(), hashes, kinds_given, count, hashes, tuple(rejected)
-    )
-
-
-def encoded_batches(
-    reader: ConsumerCsvReader, *, processes: int | None = None
-) -> Iterator[EncodedBatch]:
-    """``reader``'s rows as encoded batches, in order, parsed and hashed on every core.
-
-    This process only splits the rows (the CSV module, in C) and hands batches of
-    ``PARALLEL_BATCH_ROWS`` to a pool of worker processes, which standardize, hash and
-    encode them: most of the work. At most two batches per worker are in flight, so memory
-    stays flat. The first batch is done here: a small file never starts the pool. One
-    core: no pool.
-    """
-    processes = processes or os.cpu_count() or 1
-    batches = _batches(reader.rows(), PARALLEL_BATCH_ROWS)
-    first = next(batches, None)
-    if first is None:
-        return
-    parse = reader.row_parser()
-    yield _encode_rows(parse, first)
-    if processes < 2:
-        for batch in batches:
-            yield _encode_rows(parse, batch)
-        return
-    second = next(batches, None)
-    if second is None:
-        return
-    pool = _pool(processes, reader.columns, reader.hashed)
-    pending: collections.deque[Future[EncodedBatch]] = collections.deque()
-    try:
-        for batch in itertools.chain([second], batches):
-            pending.append(pool.submit(_worker_encode, batch))
-            if len(pending) >= 2 * processes:
-                yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()
-    finally:
-        for future in pending:
-            future.cancel()
-        pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _pool(processes: int, columns: list[str], hashed: bool) -> ProcessPoolExecutor:
-    # spawn: a fresh interpreter, without the caller's open database connections and
-    # threads (a fork would copy them). An executor, not multiprocessing.Pool: a worker
-    # that dies raises BrokenProcessPool here instead of being replaced again and again.
-    return ProcessPoolExecutor(
-        processes,
-        mp_context=multiprocessing.get_context("spawn"),
-        initializer=_worker_start,
-        initargs=(columns, hashed),
-    )
-
-
-def _batches(
-    rows: Iterator[tuple[int, list[str]] | RejectedRecord], size: int
-) -> Iterator[list[tuple[int, list[str]] | RejectedRecord]]:
-    batch: list[tuple[int, list[str]] | RejectedRecord] = []
-    for row in rows:
-        batch.append(row)
-        if len(batch) >= size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
-def _encode_rows(
-    parse: Callable[[int, list[str]], Record],
-    batch: list[tuple[int, list[str]] | RejectedRecord],
-) -> EncodedBatch:
-    return encode_batch(row if isinstance(row, RejectedRecord) else parse(*row) for row in batch)
-
-
-def _worker_start(columns: list[str], hashed: bool) -> None:
-    global _worker_parse
-    _worker_parse = ConsumerTableReader(columns, (), hashed=hashed).row_parser()
-
-
-def _worker_encode(batch: list[tuple[int, list[str]] | RejectedRecord]) -> EncodedBatch:
-    assert _worker_parse is not None
-    return _encode_rows(_worker_parse, batch)

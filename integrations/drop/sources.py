@@ -36,10 +36,9 @@ from typing import IO, Any, Final
 from integrations.drop.registration import (
     ConsumerCsvReader,
     ConsumerTableReader,
-    EncodedBatch,
     RegistrationFileError,
-    encoded_batches,
 )
+from integrations.drop.registration_workers import EncodedBatch, encoded_batches
 
 FORMATS: Final = ("csv", "csv.gz", "parquet")
 PARQUET_BATCH_ROWS: Final = 65_536  # rows decoded at a time from a Parquet file

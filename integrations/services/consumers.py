@@ -11,22 +11,22 @@ from a CSV file or an API body) and writes them in one transaction, all or nothi
 How, and why so:
 
 - Records are streamed with ``COPY`` into a temp staging table in rounds of
-  ``CHUNK_ROWS`` hash rows; each round is merged into the consumers and consumer hashes
-  with set-based ``INSERT ... SELECT``. Memory stays flat for any file size, and a thread
-  reads and hashes the next round while PostgreSQL merges this one (two cores, both busy).
+  ``CHUNK_ROWS`` hash rows (a thread reads and hashes the next round meanwhile: two cores,
+  both busy); once all are staged, ``services.consumer_merge`` merges them in one pass, in
+  key order, into the consumers and the broker's partition of the consumer hashes (a
+  broker's first set into a fresh partition whose indexes are built after the load).
+  Memory stays flat for any file size.
 - Idempotent: a consumer is inserted only when ``(broker, remote_identifier)`` is new, a
   hash only when ``(broker, hash, hash_type, consumer)`` is; re-sending changes nothing.
-  Each pointer of a round is looked up by one index probe; the hashes of a consumer the
-  round created need no comparison, those of an existing one are probed. Not
-  ``ON CONFLICT DO NOTHING``: a speculative insertion per row is costly (docs/benchmarks.md,
-  consumer import), and the per-broker lock below already rules out a concurrent writer of the
-  same keys (the unique constraints stay as the last guard).
+  Not ``ON CONFLICT DO NOTHING``: a speculative insertion per row is costly
+  (docs/benchmarks.md, consumer import), and the per-broker lock below already rules out a
+  concurrent writer of the same keys (the unique constraints stay as the last guard).
 - One registration (or forget) per broker at a time: a transaction-level advisory lock.
   An API call gives up after ``lock_timeout`` seconds (``RegistrationBusy``) rather than
   hold a web worker behind a million-row import.
-- The ids of the hashes this call added are in the temp table
-  ``new_consumer_hashes(consumer_hash_id bigint)`` until the transaction ends: late
-  matching against the DROP hashes already received starts from there.
+- The hashes this call added are in ``new_consumer_hashes(consumer_id, hash_type, hash)``
+  until the transaction ends: late matching against the DROP hashes already received
+  starts from there.
 - One ledger event per call, with its counts; rejected rows are counted, not listed.
 """
 
@@ -42,13 +42,8 @@ from typing import Any
 from django.db import OperationalError, connection, transaction
 from django.db.models import Count
 
-from integrations.drop.registration import (
-    DEFAULT_KIND,
-    ConsumerRecord,
-    EncodedBatch,
-    RejectedRecord,
-    encode_batch,
-)
+from integrations.drop.registration import ConsumerRecord, RejectedRecord
+from integrations.drop.registration_workers import EncodedBatch, encode_batch
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     Broker,
@@ -57,11 +52,17 @@ from integrations.models import (
     DeletionRequest,
     ResolutionRequest,
 )
+from integrations.services.consumer_merge import (
+    DROP_TABLES,
+    Merged,
+    staging_copy,
+    staging_create,
+    staging_merge,
+)
 from integrations.services.ledger import ledger_event_append
 from integrations.services.matching import consumer_hashes_match_late
 
-NEW_CONSUMER_HASHES = "new_consumer_hashes"
-CHUNK_ROWS = 250_000  # hash rows staged and merged per round
+CHUNK_ROWS = 250_000  # hash rows staged per COPY
 DEFAULT_MAX_FORGET = 0.05  # replace refuses to forget more of the set than this, unforced
 REJECTED_KEPT = 10_000  # rejected records kept in the result (an API call has at most 10,000)
 # pg_advisory_xact_lock(int, int): the first key names the lock's purpose ("cons"), the
@@ -171,18 +172,22 @@ def consumers_register(
     result = ConsumerRegistration(source=source, strict=strict)
     with transaction.atomic(), connection.cursor() as cursor:
         registration_lock(cursor, broker=broker, timeout=lock_timeout)
-        # Sorts of a round (DISTINCT, ORDER BY hash) in memory rather than on disk.
-        cursor.execute("SET LOCAL work_mem = '64MB'")
-        cursor.execute(_DROP_TABLES)
-        cursor.execute(_CREATE_TABLES)
+        staging_create(cursor)
+        staged = kinds_given = False
         with closing(_read_ahead(_rounds(rows, result))) as rounds:
-            for staged in rounds:
-                _stage(cursor, staged)
-                _merge(cursor, broker=broker, result=result, kinds_given=staged.kinds_given)
-                if replace:
-                    cursor.execute(_SEEN_INSERT)
+            for round_ in rounds:
+                _stage(cursor, round_)
+                staged = True
+                kinds_given = kinds_given or round_.kinds_given
         if strict and result.rows_rejected:
             raise RegistrationRefused(result)  # rolls the transaction back
+        if staged:
+            merged = _merge(cursor, broker=broker, kinds_given=kinds_given)
+            result.consumers_created = merged.consumers_created
+            result.kinds_changed = merged.kinds_changed
+            result.hashes_added = merged.hashes_added
+            if replace:
+                cursor.execute(_SEEN_INSERT)
         if replace:
             _forget_unlisted(
                 cursor,
@@ -193,12 +198,9 @@ def consumers_register(
                 force=force,
             )
 
-        cursor.execute("SELECT count(*) FROM new_consumer_hashes")
-        result.hashes_added = cursor.fetchone()[0]
-
-        # LATE MATCHING HOOK (issue 4): the hashes added by this call are listed in
-        # new_consumer_hashes(consumer_hash_id bigint); match them here, inside this
-        # transaction, against every DROP hash the broker has received.
+        # Late matching: the hashes added by this call, in new_consumer_hashes(consumer_id,
+        # hash_type, hash), against every DROP hash the broker has received, inside this
+        # transaction and under the broker's matching lock.
         if result.hashes_added:
             consumer_hashes_match_late(broker=broker, actor=actor)
 
@@ -214,7 +216,7 @@ def consumers_register(
                 **({"files": files()} if files is not None else {}),
             },
         )
-        cursor.execute(_DROP_TABLES)
+        cursor.execute(DROP_TABLES)
     return result
 
 
@@ -325,40 +327,10 @@ def _read_ahead(rounds: Iterator[_Round]) -> Generator[_Round, None, None]:
         reader.join()
 
 
-# The SQL names its tables literally (STAGING, POINTERS, NEW_CONSUMER_HASHES): statements
-# are constants, never built from input. Lookups go through LATERAL ... LIMIT 1 so each is
-# one index probe, whatever the table's size or its statistics (which do not yet count the
-# rows this transaction wrote).
-_CREATE_TABLES = """
-CREATE TEMP SEQUENCE consumer_registration_line;
-CREATE TEMP TABLE consumer_registration_staging (
-    -- The row's ordinal in the call (COPY takes rows in order): files restart their line
-    -- numbers, and the last row naming a kind gives the pointer's kind.
-    line bigint NOT NULL DEFAULT nextval('consumer_registration_line'),
-    remote_identifier text NOT NULL,
-    remote_identifier_kind text,
-    hash_type text NOT NULL,
-    hash bytea NOT NULL
-) ON COMMIT DROP;
-CREATE TEMP TABLE consumer_registration_pointers (
-    remote_identifier text NOT NULL,
-    kind text,
-    consumer_id bigint,
-    stored_kind text,
-    created boolean NOT NULL DEFAULT false
-) ON COMMIT DROP;
-CREATE TEMP TABLE new_consumer_hashes (consumer_hash_id bigint NOT NULL) ON COMMIT DROP;
-CREATE TEMP TABLE consumer_registration_seen (consumer_id bigint NOT NULL) ON COMMIT DROP;
-"""
-_DROP_TABLES = (
-    "DROP TABLE IF EXISTS consumer_registration_staging, consumer_registration_pointers,"
-    " new_consumer_hashes, consumer_registration_seen, consumer_registration_forgotten;"
-    " DROP SEQUENCE IF EXISTS consumer_registration_line"
-)
-# replace: every consumer the source listed, existing or created in this round.
+# replace: every consumer the source listed, existing or created.
 _SEEN_INSERT = """
 INSERT INTO consumer_registration_seen (consumer_id)
-SELECT consumer_id FROM consumer_registration_pointers WHERE consumer_id IS NOT NULL
+SELECT consumer_id FROM consumer_registration_pointers
 """
 # The broker's consumers of the kinds the source carries that it did not list. One
 # anti-join over the broker's consumers (its unique index starts with broker).
@@ -378,86 +350,16 @@ SELECT count(*) FROM integrations_consumer c
         SELECT DISTINCT l.remote_identifier_kind FROM integrations_consumer l
           JOIN consumer_registration_seen s ON s.consumer_id = l.id)
 """
-_STAGE = (
-    "COPY consumer_registration_staging"
-    " (remote_identifier, remote_identifier_kind, hash_type, hash) FROM STDIN"
-)
-# The round's pointers, each with its consumer if it exists. The last row naming a kind
-# gives the pointer's kind.
-_POINTERS_INSERT = """
-INSERT INTO consumer_registration_pointers (remote_identifier, kind, consumer_id, stored_kind)
-SELECT p.remote_identifier, p.kind, c.id, c.remote_identifier_kind
-  FROM ({pointers}) p
-  LEFT JOIN LATERAL (
-        SELECT id, remote_identifier_kind FROM integrations_consumer c
-         WHERE c.broker_id = %(broker)s AND c.remote_identifier = p.remote_identifier
-         LIMIT 1) c ON true
-"""
-_POINTERS_WITH_KINDS = """
-SELECT DISTINCT ON (remote_identifier) remote_identifier, remote_identifier_kind AS kind
-  FROM consumer_registration_staging
- ORDER BY remote_identifier, remote_identifier_kind IS NULL, line DESC
-"""
-_POINTERS = """
-SELECT DISTINCT remote_identifier, NULL::text AS kind FROM consumer_registration_staging
-"""
-_KINDS_UPDATE = """
-UPDATE integrations_consumer c SET remote_identifier_kind = p.kind
-  FROM consumer_registration_pointers p
- WHERE c.id = p.consumer_id AND p.kind <> p.stored_kind
-"""
-_CONSUMERS_INSERT = """
-WITH created AS (
-    INSERT INTO integrations_consumer (broker_id, remote_identifier, remote_identifier_kind)
-    SELECT %(broker)s, remote_identifier, coalesce(kind, %(default_kind)s)
-      FROM consumer_registration_pointers
-     WHERE consumer_id IS NULL
-     ORDER BY remote_identifier
-    RETURNING id, remote_identifier)
-INSERT INTO consumer_registration_pointers (remote_identifier, consumer_id, created)
-SELECT remote_identifier, id, true FROM created
-"""
-# A consumer created in this round has no hash to compare with; one that existed has its
-# hashes probed. In hash order, so the (broker, hash, ...) index takes them page by page.
-_HASHES_INSERT = """
-WITH added AS (
-    INSERT INTO integrations_consumerhash (broker_id, consumer_id, hash_type, hash)
-    SELECT DISTINCT ON (s.hash, p.consumer_id, s.hash_type)
-           %(broker)s::bigint, p.consumer_id, s.hash_type, s.hash
-      FROM consumer_registration_staging s
-      JOIN consumer_registration_pointers p
-        ON p.remote_identifier = s.remote_identifier AND p.consumer_id IS NOT NULL
-      LEFT JOIN LATERAL (
-            SELECT true AS registered FROM integrations_consumerhash h
-             WHERE NOT p.created AND h.broker_id = %(broker)s AND h.hash = s.hash
-               AND h.hash_type = s.hash_type AND h.consumer_id = p.consumer_id
-             LIMIT 1) h ON true
-     WHERE h.registered IS NULL
-     ORDER BY s.hash, p.consumer_id, s.hash_type
-    RETURNING id)
-INSERT INTO new_consumer_hashes (consumer_hash_id) SELECT id FROM added
-"""
 
 
 def _stage(cursor: Any, staged: _Round) -> None:
-    cursor.execute("TRUNCATE consumer_registration_staging, consumer_registration_pointers")
-    with cursor.copy(_STAGE) as copy:
-        copy.write(staged.copy_data)
-    # No ANALYZE needed: the planner sizes a never-analyzed table by its pages, enough for
-    # the round's joins, and the lookups are forced to be probes (LATERAL ... LIMIT 1).
+    """One round into the staging table (a seam: the killed-import test stops here)."""
+    staging_copy(cursor, staged.copy_data)
 
 
-def _merge(cursor: Any, *, broker: Broker, result: ConsumerRegistration, kinds_given: bool) -> None:
-    """Merge the staged round into the consumers and consumer hashes."""
-    params = {"broker": broker.pk, "default_kind": DEFAULT_KIND}
-    pointers = _POINTERS_WITH_KINDS if kinds_given else _POINTERS
-    cursor.execute(_POINTERS_INSERT.replace("{pointers}", pointers), params)
-    if kinds_given:
-        cursor.execute(_KINDS_UPDATE)
-        result.kinds_changed += cursor.rowcount
-    cursor.execute(_CONSUMERS_INSERT, params)
-    result.consumers_created += cursor.rowcount
-    cursor.execute(_HASHES_INSERT, params)
+def _merge(cursor: Any, *, broker: Broker, kinds_given: bool) -> Merged:
+    """Merge everything staged (a seam, like ``_stage``)."""
+    return staging_merge(cursor, broker_pk=broker.pk, kinds_given=kinds_given)
 
 
 def _forget_unlisted(
@@ -546,7 +448,8 @@ def consumer_forget(
             )
         removed = {
             row["hash_type"]: row["n"]
-            for row in ConsumerHash.objects.filter(consumer=consumer)
+            # broker: the partition key, so one partition is read
+            for row in ConsumerHash.objects.filter(broker=broker, consumer=consumer)
             .order_by("hash_type")
             .values("hash_type")
             .annotate(n=Count("id"))

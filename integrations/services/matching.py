@@ -22,8 +22,8 @@ matched by one side or the other, never by neither:
 
 2. **A consumer registered later** (``services.consumers.consumers_register``), the
    ongoing duty of docs/contracts.md §1.8: the new consumer hashes, listed in the temp
-   table ``new_consumer_hashes(consumer_hash_id bigint)``, are joined against every kept
-   work item hash of the broker::
+   table (or view) ``new_consumer_hashes(consumer_id, hash_type, hash)``, are joined
+   against every kept work item hash of the broker::
 
        consumer_hashes_match_late(broker=broker, actor=actor)
 
@@ -180,7 +180,9 @@ def consumer_hashes_match_late(
     """Match the consumer hashes listed in ``new_consumer_hashes`` against every kept hash.
 
     Call it inside the transaction that inserted the hashes and filled the temp table
-    ``new_consumer_hashes(consumer_hash_id bigint)``. Each (work item, new consumer) pair
+    ``new_consumer_hashes(consumer_id bigint, hash_type text, hash bytea)`` (or made it a
+    view), with its statistics (``ANALYZE``: a file import may list millions of hashes,
+    and without them the planner takes a nested loop). Each (work item, new consumer) pair
     not matched before gets deletion requests marked ``late_match`` (removed work items
     get none). A matched work item whose status was known goes back to ``open`` until
     outcomes arrive; one already reported as 5 is flagged ``needs_amendment``.
@@ -188,21 +190,16 @@ def consumer_hashes_match_late(
     matching_lock(broker=broker)
     matches_table_create()
     with connection.cursor() as cursor:
-        # A file import may list a million hashes: let the planner know (temp tables have
-        # no statistics otherwise, and a nested loop over a million rows is slow).
-        cursor.execute(f"ANALYZE {NEW_CONSUMER_HASHES}")
         cursor.execute(
             f"INSERT INTO {MATCHES_TABLE} (work_item_id, consumer_id, late_match)"  # noqa: S608
-            " SELECT DISTINCT w.id, ch.consumer_id, true"
+            " SELECT DISTINCT w.id, n.consumer_id, true"
             f"  FROM {NEW_CONSUMER_HASHES} n"
-            "  JOIN integrations_consumerhash ch ON ch.id = n.consumer_hash_id"
             "  JOIN integrations_workitem w"
-            "    ON w.broker_id = ch.broker_id AND w.hash = ch.hash"
-            "   AND w.hash_type = ch.hash_type"
-            " WHERE ch.broker_id = %(broker)s AND w.state <> %(removed)s"
+            "    ON w.hash = n.hash AND w.hash_type = n.hash_type"
+            " WHERE w.broker_id = %(broker)s AND w.state <> %(removed)s"
             "   AND NOT EXISTS (SELECT 1 FROM integrations_deletionrequest d"
             "                    WHERE d.work_item_id = w.id"
-            "                      AND d.consumer_id = ch.consumer_id)",
+            "                      AND d.consumer_id = n.consumer_id)",
             {"broker": broker.pk, "removed": WorkItemState.REMOVED},
         )
         if not cursor.rowcount:

@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
 
 from devtools.drop_simulator import work_items
-from integrations.drop import registration
+from integrations.drop import registration_workers as registration
 from integrations.models import Broker, Consumer, ConsumerHash, DeletionRequest, LedgerEvent
 from integrations.services import consumers as consumer_services
 from integrations.services.drop_import import drop_zip_import
@@ -104,31 +105,42 @@ import os, signal, sys
 import django
 django.setup()
 from django.core.management import call_command
-from integrations.drop import registration
+from integrations.drop import registration_workers as registration
 from integrations.services import consumers
 
 registration.PARALLEL_BATCH_ROWS = 40
 consumers.CHUNK_ROWS = 50
-merge = consumers._merge
-merged = []
+seam = getattr(consumers, sys.argv[2])
+calls = []
 
-def merge_then_die(*args, **kwargs):
-    merge(*args, **kwargs)
-    merged.append(1)
-    if len(merged) == 3:  # three rounds are in the tables, uncommitted: killed here
+def then_die(*args, **kwargs):
+    result = seam(*args, **kwargs)
+    calls.append(1)
+    if len(calls) == int(sys.argv[3]):  # written, uncommitted: killed here
         print("killing", flush=True)
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.killpg(0, signal.SIGKILL)  # the hashing workers too, as a kill of the job would
+    return result
 
-consumers._merge = merge_then_die
+setattr(consumers, sys.argv[2], then_die)
 call_command("consumers", "import", "--broker", "4821", sys.argv[1], "--hashed")
 """
 
 
 @pytest.mark.django_db(transaction=True)
-def test_an_import_killed_midway_keeps_nothing(broker: Broker, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("seam", "calls"),
+    [
+        ("_stage", 3),  # three rounds staged
+        ("_merge", 1),  # merged: the consumers and a fresh partition of hashes written
+    ],
+)
+def test_an_import_killed_midway_keeps_nothing(
+    broker: Broker, tmp_path: Path, seam: str, calls: int
+) -> None:
     path = str(hashed_file(tmp_path))
     killed = subprocess.run(  # noqa: S603
-        [sys.executable, "-c", KILLED_IMPORT, path],
+        [sys.executable, "-c", KILLED_IMPORT, path, seam, str(calls)],
+        start_new_session=True,
         env={**subprocess_env(), "DJANGO_SETTINGS_MODULE": "dropportal.settings"},
         capture_output=True,
         text=True,
@@ -140,6 +152,9 @@ def test_an_import_killed_midway_keeps_nothing(broker: Broker, tmp_path: Path) -
     assert not Consumer.objects.exists()
     assert not ConsumerHash.objects.exists()
     assert not LedgerEvent.objects.filter(kind="consumers.registered").exists()
+    with connection.cursor() as cursor:  # nor a partition
+        cursor.execute("SELECT to_regclass(%s)", [f"integrations_consumerhash_b{broker.pk}"])
+        assert cursor.fetchone()[0] is None
     # Nothing is left locked either: the same import now runs whole.
     assert run(path, "--hashed")["hashes_added"] == 302
 
@@ -187,3 +202,38 @@ def test_replace_forgets_a_matched_consumer_and_its_request_keeps_the_pointer(
     request = DeletionRequest.objects.get(remote_identifier="LATE-1")
     assert request.consumer_id is None  # its copy of the pointer stays
     assert DeletionRequest.objects.get(remote_identifier="LATE-3").consumer is not None
+
+
+def partition_of(broker: Broker) -> str | None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT inhrelid::regclass::text FROM pg_inherits"
+            " WHERE inhparent = 'integrations_consumerhash'::regclass"
+            "   AND inhrelid = to_regclass(%s)",
+            [f"integrations_consumerhash_b{broker.pk}"],
+        )
+        row = cursor.fetchone()
+    return row[0] if row else None
+
+
+@pytest.mark.django_db
+def test_a_first_import_loads_the_brokers_own_partition_and_a_repeated_hash_counts_once(
+    broker: Broker, tmp_path: Path, many_rounds: None
+) -> None:
+    lines = [f"N-{i},email,{digest}\n" for i, (_, digest) in enumerate(OTHERS)]
+    lines += lines[:5]  # the same five hashes of the same five consumers, again
+    path = tmp_path / "twice.csv"
+    path.write_text("remote_identifier,hash_type,hash\n" + "".join(lines))
+    assert partition_of(broker) is None
+
+    summary = run(str(path), "--hashed")
+
+    assert (summary["consumers_created"], summary["hashes_added"]) == (300, 300)
+    assert summary["hashes_unchanged"] == 5
+    assert partition_of(broker) == f"integrations_consumerhash_b{broker.pk}"
+    assert ConsumerHash.objects.filter(broker=broker).count() == 300
+    # A later import goes into the same partition, and adds only what is new.
+    more = tmp_path / "more.csv"
+    more.write_text("remote_identifier,hash_type,hash\n" + lines[0] + f"N-0,phone,{ITEMS[0][1]}\n")
+    assert run(str(more), "--hashed")["hashes_added"] == 1
+    assert ConsumerHash.objects.filter(broker=broker).count() == 301

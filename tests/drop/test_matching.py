@@ -52,12 +52,10 @@ def register_late(broker: Broker, remote_identifier: str, **hashes: str) -> Late
         with connection.cursor() as cursor:
             cursor.execute("DROP TABLE IF EXISTS new_consumer_hashes")
             cursor.execute(
-                "CREATE TEMP TABLE new_consumer_hashes (consumer_hash_id bigint) ON COMMIT DROP"
-            )
-            cursor.execute(
-                "INSERT INTO new_consumer_hashes"
-                " SELECT id FROM integrations_consumerhash WHERE consumer_id = %s",
-                [registered.pk],
+                "CREATE TEMP TABLE new_consumer_hashes ON COMMIT DROP AS"
+                " SELECT consumer_id, hash_type, hash FROM integrations_consumerhash"
+                " WHERE broker_id = %s AND consumer_id = %s",
+                [broker.pk, registered.pk],
             )
         return consumer_hashes_match_late(broker=broker, actor="test")
 
@@ -266,9 +264,9 @@ def test_matching_the_same_consumer_again_creates_nothing_new(
             cursor.execute("DROP TABLE IF EXISTS new_consumer_hashes")
             cursor.execute(
                 "CREATE TEMP TABLE new_consumer_hashes ON COMMIT DROP AS"
-                " SELECT id AS consumer_hash_id FROM integrations_consumerhash"
-                " WHERE consumer_id = %s",
-                [again.pk],
+                " SELECT consumer_id, hash_type, hash FROM integrations_consumerhash"
+                " WHERE broker_id = %s AND consumer_id = %s",
+                [broker.pk, again.pk],
             )
         assert consumer_hashes_match_late(broker=broker).work_items == 0
     assert DeletionRequest.objects.filter(remote_identifier="C-9").count() == 1

@@ -17,8 +17,8 @@ from integrations.drop.registration import (
     ConsumerRecord,
     RegistrationFileError,
     RejectedRecord,
-    parse_api_consumers,
 )
+from integrations.drop.registration_api import parse_api_consumers
 
 ANNA = "KA18MT/ph6IHYjzT9zwETySDQyvSh87YuoSBpOQtkhE="  # Anna.Smith@Domain.com
 PHONE = "vGM7y5n+hBXRSEAklhHDPCbysyNgYTmXdMcagGUOY8E="  # +1(415)555-9317

@@ -9,14 +9,9 @@ from typing import Any
 
 import pytest
 
-from integrations.drop import registration
-from integrations.drop.registration import (
-    ConsumerCsvReader,
-    ConsumerRecord,
-    RejectedRecord,
-    encoded_batches,
-    staging_rows,
-)
+from integrations.drop import registration_workers as registration
+from integrations.drop.registration import ConsumerCsvReader, ConsumerRecord, RejectedRecord
+from integrations.drop.registration_workers import encoded_batches, staging_rows
 
 
 def csv_text() -> str:

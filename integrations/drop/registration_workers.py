@@ -1,0 +1,167 @@
+"""Hashing on every core: a consumer file's rows as batches of staging rows (COPY text).
+
+The importing process only splits rows (the ``csv`` module, in C); a pool of worker
+processes standardizes, hashes and encodes them, using `integrations.drop.registration`'s
+rules, and sends each batch back as one block of COPY text. Pure Python, no Django.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import multiprocessing
+import os
+import re
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Final
+
+from integrations.drop.registration import (
+    ConsumerCsvReader,
+    ConsumerRecord,
+    ConsumerTableReader,
+    Record,
+    RejectedRecord,
+)
+
+__all__ = ["PARALLEL_BATCH_ROWS", "EncodedBatch", "encode_batch", "encoded_batches", "staging_rows"]
+
+PARALLEL_BATCH_ROWS: Final = 20_000  # rows a worker process parses and hashes at a time
+_worker_parse: Callable[[int, list[str]], Record] | None = None
+
+# COPY's text format: backslash, tab, newline and carriage return are escaped.
+_COPY_ESCAPES: Final = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+_NEEDS_ESCAPE: Final = re.compile(r"[\\\t\n\r]")
+_COPY_NULL: Final = "\\N"
+
+
+def _copy_text(value: str) -> str:
+    return value.translate(_COPY_ESCAPES) if _NEEDS_ESCAPE.search(value) else value
+
+
+def staging_rows(record: ConsumerRecord) -> str:
+    """The record's hashes as rows of the registration's staging table, in COPY text:
+    ``remote_identifier, remote_identifier_kind, hash_type, hash`` (bytea, hex)."""
+    kind = record.remote_identifier_kind
+    prefix = f"{_copy_text(record.remote_identifier)}\t"
+    prefix += f"{_COPY_NULL if kind is None else _copy_text(kind)}\t"
+    return "".join(
+        f"{prefix}{list_type}\t\\\\x{digest.hex()}\n" for list_type, digest in record.hashes
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedBatch:
+    """A batch of rows, parsed, hashed and encoded as staging rows, in file order.
+
+    What a hashing worker sends back: one bytes object and a few counts pass between
+    processes far faster than a record object per row would.
+    """
+
+    copy_data: bytes  # staging_rows of the accepted records, in order
+    hash_rows: int
+    kinds_given: bool  # some accepted record names a remote_identifier_kind
+    records: int  # rows read, accepted or rejected
+    hashes: int  # hashes of the accepted records
+    rejected: tuple[RejectedRecord, ...]
+
+
+def encode_batch(records: Iterable[Record]) -> EncodedBatch:
+    parts: list[str] = []
+    rejected: list[RejectedRecord] = []
+    count = hashes = 0
+    kinds_given = False
+    for record in records:
+        count += 1
+        if isinstance(record, RejectedRecord):
+            rejected.append(record)
+            continue
+        hashes += len(record.hashes)
+        kinds_given = kinds_given or record.remote_identifier_kind is not None
+        parts.append(staging_rows(record))
+    return EncodedBatch(
+        "".join(parts).encode(), hashes, kinds_given, count, hashes, tuple(rejected)
+    )
+
+
+def encoded_batches(
+    reader: ConsumerCsvReader, *, processes: int | None = None
+) -> Iterator[EncodedBatch]:
+    """``reader``'s rows as encoded batches, in order, parsed and hashed on every core.
+
+    This process only splits the rows (the CSV module, in C) and hands batches of
+    ``PARALLEL_BATCH_ROWS`` to a pool of worker processes, which standardize, hash and
+    encode them: most of the work. At most two batches per worker are in flight, so memory
+    stays flat. The first batch is done here: a small file never starts the pool. One
+    core: no pool.
+    """
+    processes = processes or os.cpu_count() or 1
+    batches = _batches(reader.rows(), PARALLEL_BATCH_ROWS)
+    first = next(batches, None)
+    if first is None:
+        return
+    parse = reader.row_parser()
+    yield _encode_rows(parse, first)
+    if processes < 2:
+        for batch in batches:
+            yield _encode_rows(parse, batch)
+        return
+    second = next(batches, None)
+    if second is None:
+        return
+    pool = _pool(processes, reader.columns, reader.hashed)
+    pending: collections.deque[Future[EncodedBatch]] = collections.deque()
+    try:
+        for batch in itertools.chain([second], batches):
+            pending.append(pool.submit(_worker_encode, batch))
+            if len(pending) >= 2 * processes:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        for future in pending:
+            future.cancel()
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _pool(processes: int, columns: list[str], hashed: bool) -> ProcessPoolExecutor:
+    # spawn: a fresh interpreter, without the caller's open database connections and
+    # threads (a fork would copy them). An executor, not multiprocessing.Pool: a worker
+    # that dies raises BrokenProcessPool here instead of being replaced again and again.
+    return ProcessPoolExecutor(
+        processes,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_worker_start,
+        initargs=(columns, hashed),
+    )
+
+
+def _batches(
+    rows: Iterator[tuple[int, list[str]] | RejectedRecord], size: int
+) -> Iterator[list[tuple[int, list[str]] | RejectedRecord]]:
+    batch: list[tuple[int, list[str]] | RejectedRecord] = []
+    for row in rows:
+        batch.append(row)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _encode_rows(
+    parse: Callable[[int, list[str]], Record],
+    batch: list[tuple[int, list[str]] | RejectedRecord],
+) -> EncodedBatch:
+    return encode_batch(row if isinstance(row, RejectedRecord) else parse(*row) for row in batch)
+
+
+def _worker_start(columns: list[str], hashed: bool) -> None:
+    global _worker_parse
+    _worker_parse = ConsumerTableReader(columns, (), hashed=hashed).row_parser()
+
+
+def _worker_encode(batch: list[tuple[int, list[str]] | RejectedRecord]) -> EncodedBatch:
+    assert _worker_parse is not None
+    return _encode_rows(_worker_parse, batch)
