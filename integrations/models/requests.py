@@ -44,7 +44,7 @@ class DropOutcome(models.TextChoices):
 
 
 # The rules of outcomes and statuses, each defined here once. The SQL functions that apply
-# them (integrations/sql/) spell them out in SQL; tests/test_sql_rules.py holds the SQL to
+# them (integrations/sql/) spell them out in SQL; tests/sql/test_sql_rules.py holds the SQL to
 # these definitions.
 
 # The DROP status each final outcome gives its work item. ``failed`` gives none: it is not

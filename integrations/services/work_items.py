@@ -8,7 +8,7 @@ Issue the status after recording an outcome, in the same transaction::
 
 The rules (docs/contracts.md §1.6) are applied once, in SQL, because the callbacks'
 hot path settles in the same statement that records the outcome (docs/benchmarks.md,
-callbacks): ``integrations/sql/work_item_settle.sql``, held by tests/test_sql_rules.py to the
+callbacks): ``integrations/sql/work_item_settle.sql``, held by tests/sql/test_sql_rules.py to the
 codes and precedence defined in ``models``. In short: a work item is reportable when every
 request it has is final; its code is the strongest outcome (``DROP_STATUS_PRECEDENCE``; all
 cancelled: ``DROP_STATUS_ALL_CANCELLED``); a status DROP already holds that differs must be

@@ -14,7 +14,7 @@ import pytest
 # Every demo run recreates the one database <this database>_demo: one at a time.
 pytestmark = pytest.mark.xdist_group("demo")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:

@@ -30,7 +30,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 
 from integrations.drop.calendar import drop_timezone
-from tests.test_demo import ROOT, free_port
+from tests.devtools.test_demo import ROOT, free_port
 
 pytestmark = pytest.mark.xdist_group("demo")  # the demo's one database: one run at a time
 

@@ -6,7 +6,7 @@ parameters (a function's text is frozen per migration: changing it ships a new o
 bare-word literal in the SQL must stand in a position listed here, where it is checked
 against its enum (a new one fails until it is listed), and the rules themselves (precedence,
 final outcomes, which outcomes are taken) are compared with the Python definitions, first as
-written in the source files, then as the migrated functions behave (tests/test_sql_functions.py
+written in the source files, then as the migrated functions behave (tests/sql/test_sql_functions.py
 holds the two to each other). Raw SQL in Python modules takes states as parameters.
 """
 
