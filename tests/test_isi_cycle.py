@@ -39,9 +39,15 @@ from integrations.models import (
 )
 from integrations.services.keys import api_key_create
 from integrations.services.ledger import ledger_seal, ledger_verify
-from tests.drop_cycle import consumer, drop_zip, write_zip
-from tests.isi_factories import CONNECTION_A, CONNECTION_B, broker_connections
-from tests.webhook_factories import truncate_jobs
+from tests.builders import (
+    CONNECTION_A,
+    CONNECTION_B,
+    broker_connections,
+    consumer,
+    drop_zip,
+    truncate_jobs,
+    write_zip,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -15,7 +15,7 @@ from devtools.drop_simulator import DropSimulator
 from integrations import tasks
 from integrations.models import Broker, ReportFile, ReportFileState
 from integrations.services.brokers import broker_create
-from tests.reporting_factories import cycle_make, item_make
+from tests.builders import cycle_make, item_make
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -38,8 +38,7 @@ from integrations.models import (
 )
 from integrations.services.keys import api_key_create
 from integrations.services.ledger import ledger_seal, ledger_verify
-from tests.drop_cycle import consumer, drop_zip, write_zip
-from tests.webhook_factories import truncate_jobs
+from tests.builders import consumer, drop_zip, truncate_jobs, write_zip
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

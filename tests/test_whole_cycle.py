@@ -32,8 +32,8 @@ from integrations.models import Broker, DeletionRequest, ReportFile, WorkItem
 from integrations.services import drop as drop_services
 from integrations.services.brokers import broker_update
 from integrations.services.keys import api_key_create
+from tests.builders import truncate_jobs
 from tests.conftest import bearer
-from tests.webhook_factories import truncate_jobs
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

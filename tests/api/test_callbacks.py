@@ -37,13 +37,13 @@ from integrations.models import (
 from integrations.services.brokers import broker_create
 from integrations.services.integrations import integration_secret_rotate
 from integrations.services.keys import api_key_create, api_key_revoke
-from tests.conftest import SIGNATURE_CLOCK
-from tests.webhook_factories import (
+from tests.builders import (
     deletion_request,
     resolution_request,
     saas_connection,
     webhook_integration_for,
 )
+from tests.conftest import SIGNATURE_CLOCK
 
 pytestmark = pytest.mark.django_db
 

@@ -32,14 +32,15 @@ from integrations.models import (
 from integrations.services.brokers import broker_create
 from integrations.services.integrations import integration_secret_rotate
 from integrations.services.keys import api_key_create, api_key_revoke
-from tests.conftest import SIGNATURE_CLOCK
-from tests.isi_factories import (
+from tests.builders import (
     CONNECTION_A,
     broker_connections,
+    deletion_request,
     isi_deletion_request,
     isi_integration_for,
+    webhook_integration_for,
 )
-from tests.webhook_factories import deletion_request, webhook_integration_for
+from tests.conftest import SIGNATURE_CLOCK
 
 pytestmark = pytest.mark.django_db
 

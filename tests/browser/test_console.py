@@ -27,8 +27,8 @@ from integrations.drop.standardize import email_hash
 from integrations.models import Broker, ConsumerHash, WorkItem
 from integrations.services.brokers import broker_create
 from tests.browser.staff import ARTIFACTS, log_in, make_staff
+from tests.builders import sample_cycle
 from tests.devtools.test_demo import ROOT, free_port
-from tests.sample_cycle import sample_cycle
 
 ROLES = {"Auditors": "auditor", "Operators": "operator", "Connections managers": "connections"}
 BLOCKING = {"critical", "serious"}

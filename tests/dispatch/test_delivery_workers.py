@@ -31,8 +31,8 @@ from integrations.models import Broker, DeletionRequest, DeliveryAttempt, Ledger
 from integrations.services import deliveries
 from integrations.services.brokers import broker_create
 from integrations.services.deliveries import broker_slot_take, deletion_requests_deliver
+from tests.builders import deletion_request, truncate_jobs, webhook_integration_for
 from tests.conftest import subprocess_env
-from tests.webhook_factories import deletion_request, truncate_jobs, webhook_integration_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

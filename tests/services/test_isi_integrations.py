@@ -36,14 +36,14 @@ from integrations.services.isi import (
     isi_integration_create,
     isi_integration_update,
 )
-from tests.isi_factories import (
+from tests.builders import (
     CONNECTION_A,
     CONNECTION_B,
     CONNECTION_STANDARD,
     broker_connections,
+    deletion_request,
     isi_integration_for,
 )
-from tests.webhook_factories import deletion_request
 
 pytestmark = pytest.mark.django_db
 

@@ -43,7 +43,7 @@ from integrations.services.reports import (
     report_run,
 )
 from integrations.services.work_items import work_item_settle
-from tests.reporting_factories import cycle_make, item_make, request_make
+from tests.builders import cycle_make, item_make, request_make
 
 pytestmark = pytest.mark.django_db
 

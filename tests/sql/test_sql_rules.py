@@ -43,7 +43,7 @@ from integrations.services.ledger import SYSTEM_ACTOR
 from integrations.services.outcomes import OutcomeConflict
 from integrations.services.resolutions import resolution_outcome_record
 from integrations.services.work_items import work_item_settle
-from tests.reporting_factories import (
+from tests.builders import (
     cycle_make,
     integration_make,
     item_make,
