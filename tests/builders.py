@@ -37,6 +37,7 @@ from django.db import connection
 from django.db.models import F
 from django.utils import timezone
 from factory.django import DjangoModelFactory
+from procrastinate.contrib.django import app
 
 from devtools.drop_simulator import build_drop_zip
 from devtools.isi_simulator import IsiSimulator
@@ -296,6 +297,26 @@ def truncate_jobs() -> Iterator[None]:
     truncate()
     yield
     truncate()
+
+
+def worker_jobs_emptied() -> Iterator[None]:
+    """``truncate_jobs``, then close the connections an in-process worker's job threads keep
+    (CONN_MAX_AGE), so the test database can be dropped at the end of the run."""
+    yield from truncate_jobs()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+
+
+def run_worker(queues: list[str] | None = None) -> None:
+    """Run a real worker (its own connection, as ``manage.py worker``) until the queues are
+    empty (all queues by default)."""
+    with app.replace_connector(app.connector.get_worker_connector()):  # type: ignore[attr-defined]
+        app.run_worker(
+            queues=queues, wait=False, install_signal_handlers=False, listen_notify=False
+        )
 
 
 # DROP cycle tests: consumers and deletion targets, and packages from the loopback DROP
