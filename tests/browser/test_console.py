@@ -30,6 +30,9 @@ from tests.browser.staff import ARTIFACTS, log_in, make_staff
 from tests.builders import sample_cycle
 from tests.devtools.test_demo import ROOT, free_port
 
+# make demo recreates the one database <this database>_demo, as tests/devtools/ do.
+pytestmark = pytest.mark.xdist_group("demo")
+
 ROLES = {"Auditors": "auditor", "Operators": "operator", "Connections managers": "connections"}
 BLOCKING = {"critical", "serious"}
 WIDTH = 1280
