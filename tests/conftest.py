@@ -49,6 +49,13 @@ def staff_mfa_off_unless_marked(request: pytest.FixtureRequest, settings: Any) -
         settings.DROPPORTAL_STAFF_MFA_REQUIRED = False
 
 
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings: Any) -> None:
+    """Staff accounts are made and logged into in hundreds of tests: PBKDF2's deliberate
+    slowness (a million rounds) would be most of their run time. No test is about the hash."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture
 def api_client() -> APIClient:
     return APIClient()

@@ -18,7 +18,7 @@ from integrations.models import Broker, DeletionRequest, DropCycle
 from integrations.services.drop_import import drop_zip_import
 from integrations.services.outcomes import deletion_outcome_record
 from integrations.services.reports import report_run
-from tests.drop_cycle import consumer, drop_zip, webhook, write_zip
+from tests.builders import consumer, drop_zip, webhook, write_zip
 
 DROP_KEY = "dk_test_evidenceKEY_1"
 OUTCOMES = ("deleted", "exempt", "opted_out")

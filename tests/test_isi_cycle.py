@@ -21,8 +21,6 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
-from procrastinate.contrib.django import app
 
 from devtools.broker_simulator import BrokerSimulator
 from devtools.drop_simulator import work_items
@@ -39,9 +37,16 @@ from integrations.models import (
 )
 from integrations.services.keys import api_key_create
 from integrations.services.ledger import ledger_seal, ledger_verify
-from tests.drop_cycle import consumer, drop_zip, write_zip
-from tests.isi_factories import CONNECTION_A, CONNECTION_B, broker_connections
-from tests.webhook_factories import truncate_jobs
+from tests.builders import (
+    CONNECTION_A,
+    CONNECTION_B,
+    broker_connections,
+    consumer,
+    drop_zip,
+    run_worker,
+    worker_jobs_emptied,
+    write_zip,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -62,12 +67,7 @@ DROP_PATHS = re.compile(
 
 @pytest.fixture(autouse=True)
 def empty_job_tables() -> Iterator[None]:
-    yield from truncate_jobs()
-    with connection.cursor() as cursor:  # the in-process worker's threads keep connections
-        cursor.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        )
+    yield from worker_jobs_emptied()
 
 
 @pytest.fixture
@@ -80,13 +80,6 @@ def broker_api() -> Iterator[IsiSimulator]:
 def saas_system() -> Iterator[BrokerSimulator]:
     with BrokerSimulator(path="/v1/erase") as running:
         yield running
-
-
-def run_worker() -> None:
-    with app.replace_connector(app.connector.get_worker_connector()):  # type: ignore[attr-defined]
-        app.run_worker(
-            queues=["dispatch"], wait=False, install_signal_handlers=False, listen_notify=False
-        )
 
 
 def _staff_set_up(broker: Broker, api: IsiSimulator, saas_url: str) -> tuple[dict[str, Any], str]:
@@ -138,7 +131,7 @@ def test_the_whole_isi_cycle(
     assert DeletionRequest.objects.count() == ResolutionRequest.objects.count() == 10
 
     broker_api.revoke_tokens()  # the broker rotated its tokens: the cached one is stale
-    run_worker()
+    run_worker(["dispatch"])
 
     deletes = _by_consumer(broker_api.on("delete"))
     retrievals = _by_consumer(broker_api.on("identifiers"))
@@ -154,7 +147,7 @@ def test_the_whole_isi_cycle(
 
     # The SaaS deletions the identifiers started (none for the consumer the broker does not
     # know: nothing to delete, so cancelled).
-    run_worker()
+    run_worker(["dispatch"])
     erased = saas_system.wait_for(8)
     assert {r.headers["Authorization"] for r in erased} == {"Bearer mailer-token"}
     assert {r.json["identifiers"]["email"][0]["email"] for r in erased} == {
@@ -189,7 +182,7 @@ def test_the_whole_isi_cycle(
                 )
             )
     assert [a.status_code for a in answers] == [200] * 10, [a.content for a in answers]
-    run_worker()  # the work items' settlements, deferred with the outcomes
+    run_worker(["dispatch"])  # the work items' settlements, deferred with the outcomes
     failed_item = DeletionRequest.objects.filter(remote_identifier="C-failed").first()
     assert failed_item is not None
     assert WorkItem.objects.get(pk=failed_item.work_item_id).status_code is None  # not final
@@ -203,7 +196,7 @@ def test_the_whole_isi_cycle(
     )
     assert (replay.status_code, replay.json()["status"]) == (200, "unchanged")
 
-    run_worker()
+    run_worker(["dispatch"])
 
     expected = {"deleted": 3, "not_found": 5, "opted_out": 4, "exempt": 2, "failed": 3}
     for outcome, code in expected.items():

@@ -6,7 +6,7 @@ import datetime as dt
 from collections.abc import Iterator
 
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 from procrastinate.contrib.django import app
 from procrastinate.contrib.django.models import ProcrastinateJob
@@ -16,6 +16,7 @@ from integrations import enqueue, tasks
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import LedgerChainLink, LedgerEvent
 from integrations.services.ledger import ledger_event_append
+from tests.builders import run_worker, truncate_jobs
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -24,20 +25,7 @@ SEAL_TASK = "integrations.tasks.seal_ledger"
 
 @pytest.fixture(autouse=True)
 def empty_job_tables() -> Iterator[None]:
-    # Procrastinate's tables are not Django-managed, so the test flush leaves them alone.
-    def truncate() -> None:
-        with connection.cursor() as cursor:
-            cursor.execute("TRUNCATE procrastinate_jobs, procrastinate_periodic_defers CASCADE")
-
-    truncate()
-    yield
-    truncate()
-
-
-def run_worker() -> None:
-    """Run a real worker (its own connection, as ``manage.py worker``) until the queue is empty."""
-    with app.replace_connector(app.connector.get_worker_connector()):  # type: ignore[attr-defined]
-        app.run_worker(wait=False, install_signal_handlers=False, listen_notify=False)
+    yield from truncate_jobs()
 
 
 def test_job_enqueued_in_a_rolled_back_transaction_never_runs() -> None:

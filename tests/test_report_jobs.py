@@ -6,16 +6,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.db import connection
 from django.test import override_settings
-from procrastinate.contrib.django import app
 from procrastinate.contrib.django.models import ProcrastinateJob
 
 from devtools.drop_simulator import DropSimulator
 from integrations import tasks
 from integrations.models import Broker, ReportFile, ReportFileState
 from integrations.services.brokers import broker_create
-from tests.reporting_factories import cycle_make, item_make
+from tests.builders import cycle_make, item_make, run_worker, truncate_jobs
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -24,18 +22,7 @@ KEY = "dk_test_jobKEY_0042"
 
 @pytest.fixture(autouse=True)
 def empty_job_tables() -> Iterator[None]:
-    def truncate() -> None:
-        with connection.cursor() as cursor:
-            cursor.execute("TRUNCATE procrastinate_jobs, procrastinate_periodic_defers CASCADE")
-
-    truncate()
-    yield
-    truncate()
-
-
-def run_worker() -> None:
-    with app.replace_connector(app.connector.get_worker_connector()):  # type: ignore[attr-defined]
-        app.run_worker(wait=False, install_signal_handlers=False, listen_notify=False)
+    yield from truncate_jobs()
 
 
 @pytest.fixture

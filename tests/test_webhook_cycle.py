@@ -21,8 +21,6 @@ from urllib.parse import urlsplit
 import pytest
 import requests
 from django.core.management import call_command
-from django.db import connection
-from procrastinate.contrib.django import app
 
 from devtools.broker_simulator import BrokerSimulator, ReceivedRequest, sign_callback
 from devtools.drop_simulator import work_items
@@ -38,8 +36,13 @@ from integrations.models import (
 )
 from integrations.services.keys import api_key_create
 from integrations.services.ledger import ledger_seal, ledger_verify
-from tests.drop_cycle import consumer, drop_zip, write_zip
-from tests.webhook_factories import truncate_jobs
+from tests.builders import (
+    consumer,
+    drop_zip,
+    run_worker,
+    worker_jobs_emptied,
+    write_zip,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -49,12 +52,7 @@ OUTCOMES = ["deleted", "not_found", "opted_out", "exempt", "failed"]
 
 @pytest.fixture(autouse=True)
 def empty_job_tables() -> Iterator[None]:
-    yield from truncate_jobs()
-    with connection.cursor() as cursor:  # the in-process worker's threads keep connections
-        cursor.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        )
+    yield from worker_jobs_emptied()
 
 
 @pytest.fixture
@@ -67,13 +65,6 @@ def broker_system() -> Iterator[BrokerSimulator]:
 def saas_system() -> Iterator[BrokerSimulator]:
     with BrokerSimulator(path="/v1/erase") as running:
         yield running
-
-
-def run_worker() -> None:
-    with app.replace_connector(app.connector.get_worker_connector()):  # type: ignore[attr-defined]
-        app.run_worker(
-            queues=["dispatch"], wait=False, install_signal_handlers=False, listen_notify=False
-        )
 
 
 class BrokerCallbacks:
@@ -138,7 +129,7 @@ def test_the_whole_webhook_cycle(
     package = write_zip(tmp_path, drop_zip(broker, {"Email": items}))
     call_command("drop", "import", "--broker", "4821", str(package), stdout=io.StringIO())
 
-    run_worker()
+    run_worker(["dispatch"])
 
     notifications = broker_system.wait_for(2 * len(OUTCOMES))
     assert all(n.signature_ok for n in notifications), [n.signature_error for n in notifications]
@@ -202,7 +193,7 @@ def test_the_whole_webhook_cycle(
     assert SaasDeletion.objects.count() == 3  # none for opted_out or exempt
     assert ResolutionRequest.objects.exclude(identifiers="").count() == 3  # kept, encrypted
 
-    run_worker()  # the SaaS deletions
+    run_worker(["dispatch"])  # the SaaS deletions
 
     erased = saas_system.wait_for(3)
     assert {r.headers["Authorization"] for r in erased} == {"Bearer mailer-token"}

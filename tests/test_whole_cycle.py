@@ -20,8 +20,6 @@ from typing import Any
 import pytest
 import requests
 from django.core.management import call_command
-from django.db import connection
-from procrastinate.contrib.django import app
 from rest_framework.test import APIClient
 
 from devtools.broker_simulator import BrokerSimulator, ReceivedRequest, sign_callback
@@ -32,8 +30,8 @@ from integrations.models import Broker, DeletionRequest, ReportFile, WorkItem
 from integrations.services import drop as drop_services
 from integrations.services.brokers import broker_update
 from integrations.services.keys import api_key_create
+from tests.builders import run_worker, worker_jobs_emptied
 from tests.conftest import bearer
-from tests.webhook_factories import truncate_jobs
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -49,12 +47,7 @@ PHONE_FILE = f"{PACKAGE_DATE}_4821_Phone.csv"
 
 @pytest.fixture(autouse=True)
 def empty_job_tables() -> Iterator[None]:
-    yield from truncate_jobs()
-    with connection.cursor() as cursor:  # the in-process worker's threads keep connections
-        cursor.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        )
+    yield from worker_jobs_emptied()
 
 
 @pytest.fixture
@@ -75,13 +68,6 @@ def webhook_system() -> Iterator[BrokerSimulator]:
 def isi_system() -> Iterator[IsiSimulator]:
     with IsiSimulator(connections=[isi_connection(CONNECTION)], token="isi-static-token") as api:
         yield api
-
-
-def run_worker() -> None:
-    with app.replace_connector(app.connector.get_worker_connector()):  # type: ignore[attr-defined]
-        app.run_worker(
-            queues=["dispatch"], wait=False, install_signal_handlers=False, listen_notify=False
-        )
 
 
 def csv_rows(content: bytes) -> dict[str, int]:
@@ -181,7 +167,7 @@ def test_a_whole_cycle_from_registration_to_amendment(
     assert DeletionRequest.objects.count() == 6  # three consumers, two targets each
 
     # Dispatched to both systems; each answers every request.
-    run_worker()
+    run_worker(["dispatch"])
     dispatches = {n.json["remote_identifier"]: n for n in webhook_system.wait_for(3)}
     deletes = {r.json["remote_identifier"]: r for r in isi_system.on("delete")}
     assert set(dispatches) == set(deletes) == {"C-A", "C-B", "C-D"}
@@ -199,7 +185,7 @@ def test_a_whole_cycle_from_registration_to_amendment(
         broker_side.isi(isi_system, deletes["C-D"], "deleted"),
     ]
     assert answers == [200] * 6
-    run_worker()
+    run_worker(["dispatch"])
 
     # The statuses go to DROP: opted_out beats deleted, deleted beats not_found and exempt,
     # no match is 5.
@@ -209,13 +195,13 @@ def test_a_whole_cycle_from_registration_to_amendment(
 
     # A consumer registered later matches C, which DROP already has as 5.
     register(api, ingest, "C-late", {"email": C[1]})
-    run_worker()
+    run_worker(["dispatch"])
     late_dispatch = webhook_system.wait_for(4)[-1]
     late_delete = [r for r in isi_system.on("delete") if r.json["remote_identifier"] == "C-late"]
     assert late_dispatch.json["remote_identifier"] == "C-late"
     assert broker_side.webhook(late_dispatch, "deleted") == 200
     assert broker_side.isi(isi_system, late_delete[0], "deleted") == 200
-    run_worker()
+    run_worker(["dispatch"])
     call_command("drop", "report", "--broker", "4821", "--upload", stdout=io.StringIO())
 
     amendment = f"{PACKAGE_DATE}_4821_Email_amend01.csv"

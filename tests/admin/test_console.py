@@ -24,7 +24,7 @@ from integrations.models import (
 from integrations.services.ledger import ledger_event_append
 from tests.admin.markup import cells
 from tests.browser.staff import make_staff
-from tests.sample_cycle import SampleCycle, sample_cycle
+from tests.builders import SampleCycle, sample_cycle
 
 pytestmark = pytest.mark.django_db
 

@@ -17,7 +17,7 @@ from integrations.drop.calendar import drop_today
 from integrations.models import Broker
 from integrations.selectors.dashboard import dashboard_overview, integration_delivery_health
 from integrations.services.brokers import broker_create
-from tests.sample_cycle import sample_cycle
+from tests.builders import sample_cycle
 
 pytestmark = pytest.mark.django_db
 
@@ -50,9 +50,9 @@ def test_overview_counts_what_needs_attention(broker: Broker) -> None:
     assert overview.attention.awaiting_callback == 1  # 8 days; the 1-day-old one is fine
     (health,) = overview.integrations
     assert health.last_success_at is not None
-    assert now - health.last_success_at == pytest.approx(
-        dt.timedelta(days=2), abs=dt.timedelta(hours=13)
-    )
+    # The sample's clock is noon UTC of DROP's today; its last 2xx came two days before.
+    sample_now = dt.datetime.combine(today, dt.time(12, tzinfo=dt.UTC))
+    assert health.last_success_at == sample_now - dt.timedelta(days=2)
     assert health.failures_in_a_row == 3
     assert overview.last_download_at == world.cycle.downloaded_at
     assert overview.last_upload_at == world.report_file.uploaded_at

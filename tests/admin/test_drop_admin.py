@@ -16,7 +16,7 @@ from devtools.drop_simulator import work_items
 from integrations.models import Broker, DropCycle, LedgerEvent, WorkItem
 from integrations.services.drop_import import drop_zip_import
 from tests.admin.markup import cells, link_texts
-from tests.drop_cycle import consumer, drop_zip, write_zip
+from tests.builders import consumer, drop_zip, write_zip
 
 pytestmark = pytest.mark.django_db
 

@@ -20,7 +20,7 @@ from integrations.models import (
     RequestState,
     SaasConnection,
 )
-from tests.webhook_factories import deletion_request, webhook_integration_for
+from tests.builders import deletion_request, webhook_integration_for
 
 pytestmark = pytest.mark.django_db
 

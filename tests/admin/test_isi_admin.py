@@ -18,7 +18,7 @@ from devtools.broker_simulator import Reply
 from devtools.isi_simulator import IsiSimulator, connection
 from integrations.models import Broker, Integration, IsiConnection, LedgerEvent
 from integrations.services.isi import CreatedIsiIntegration
-from tests.isi_factories import (
+from tests.builders import (
     CONNECTION_A,
     CONNECTION_B,
     CONNECTION_STANDARD,

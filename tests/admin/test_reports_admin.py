@@ -22,7 +22,7 @@ from integrations.models import (
 )
 from integrations.services.brokers import broker_create
 from integrations.services.report_files import report_files_write
-from tests.reporting_factories import (
+from tests.builders import (
     cycle_make,
     item_make,
     outcome_history,

@@ -22,7 +22,7 @@ from integrations.models import (
     RequestState,
     SaasDeletion,
 )
-from tests.webhook_factories import (
+from tests.builders import (
     deletion_request,
     resolution_request,
     saas_connection,

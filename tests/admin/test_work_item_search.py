@@ -17,7 +17,7 @@ from integrations.drop.standardize import email_hash, phone_hash
 from integrations.models import Broker, DeletionRequest, DropCycle
 from integrations.services.drop_import import drop_zip_import
 from tests.admin.markup import link_texts
-from tests.drop_cycle import consumer, drop_zip, webhook, write_zip
+from tests.builders import consumer, drop_zip, webhook, write_zip
 
 pytestmark = pytest.mark.django_db
 

@@ -6,7 +6,6 @@ Each bad-input case starts from the same signed, accepted callback and breaks on
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import logging
 from collections.abc import Callable
@@ -34,11 +33,17 @@ from integrations.models import (
     WorkItem,
 )
 from integrations.services import callback_rejections
-from integrations.services.brokers import broker_create
 from integrations.services.integrations import integration_secret_rotate
-from integrations.services.keys import api_key_create, api_key_revoke
-from tests.conftest import SIGNATURE_CLOCK
-from tests.webhook_factories import (
+from integrations.services.keys import api_key_create
+from tests.api import bad_callbacks
+from tests.api.bad_callbacks import (
+    BAD_CALLBACKS,
+    WITHOUT_A_VALID_KEY,
+    cases_for,
+    other_broker_key,
+    revoked_key,
+)
+from tests.builders import (
     deletion_request,
     resolution_request,
     saas_connection,
@@ -330,150 +335,14 @@ def test_the_callback_is_in_the_openapi_schema() -> None:
 # -- rejected: each through HTTP, nothing changes -------------------------------------------
 
 
-def _other_broker_key(side: Broker_) -> str:
-    other = broker_create(broker_id="5930", name="Other", actor="test")
-    return api_key_create(broker=other, scopes=["webhook_callback"], actor="test").key
-
-
-def _revoked_key(side: Broker_) -> str:
-    created = api_key_create(broker=side.integration.broker, scopes=["webhook_callback"], actor="t")
-    api_key_revoke(api_key=created.api_key, actor="test")
-    return created.key
-
-
-def _expired_rotation(side: Broker_) -> str:
-    old = side.secret
-    integration_secret_rotate(
-        integration=side.integration,
-        actor="test",
-        now=timezone.now() - dt.timedelta(hours=24, seconds=1),
-    )
-    return old
-
-
-Variant = Callable[[Broker_, DeletionRequest], dict[str, Any]]
-
-BAD_INPUTS: dict[str, tuple[Variant, int, str]] = {
-    "missing key": (lambda s, r: {"key": None}, 401, "authentication_failed"),
-    "invalid key": (lambda s, r: {"key": "dpk_not-a-key"}, 401, "authentication_failed"),
-    "revoked key": (lambda s, r: {"key": _revoked_key(s)}, 401, "authentication_failed"),
-    "key without the scope": (
-        lambda s, r: {
-            "key": api_key_create(
-                broker=s.integration.broker, scopes=["ingest", "audit"], actor="t"
-            ).key
-        },
-        403,
-        "scope_missing",
-    ),
-    "key of another broker": (lambda s, r: {"key": _other_broker_key(s)}, 404, "not_found"),
-    "missing signature": (lambda s, r: {"secret": None}, 401, "signature_invalid"),
-    "malformed signature": (
-        lambda s, r: {"headers": {"HTTP_X_WEBHOOK_SIGNATURE": "not base64!"}},
-        401,
-        "signature_invalid",
-    ),
-    "wrong signature": (
-        lambda s, r: {"secret": signing.generate_webhook_secret()},
-        401,
-        "signature_invalid",
-    ),
-    "rotated-out secret after 24 h": (
-        lambda s, r: {"secret": _expired_rotation(s)},
-        401,
-        "signature_invalid",
-    ),
-    # Against the stopped signature clock: exactly one second outside the window.
-    "timestamp 301 s old": (
-        lambda s, r: {"now": SIGNATURE_CLOCK - 301},
-        401,
-        "timestamp_out_of_range",
-    ),
-    "timestamp 301 s ahead": (
-        lambda s, r: {"now": SIGNATURE_CLOCK + 301},
-        401,
-        "timestamp_out_of_range",
-    ),
-    "timestamp an hour old": (
-        lambda s, r: {"now": SIGNATURE_CLOCK - 3600},
-        401,
-        "timestamp_out_of_range",
-    ),
-    "body not JSON": (lambda s, r: {"payload": b"deleted, thanks"}, 400, "validation_failed"),
-    "body nested too deeply": (
-        lambda s, r: {"payload": b"[" * 20_000 + b"]" * 20_000},
-        400,
-        "validation_failed",
-    ),
-    "a NUL in error_message": (
-        lambda s, r: {"payload": body_for(r, "failed", error_message="CRM\u0000down")},
-        400,
-        "validation_failed",
-    ),
-    "an unpaired surrogate in error_message": (
-        lambda s, r: {"payload": body_for(r, "failed", error_message="CRM \ud800 down")},
-        400,
-        "validation_failed",
-    ),
-    "body not an object": (
-        lambda s, r: {"payload": json.dumps([body_for(r)]).encode()},
-        400,
-        "validation_failed",
-    ),
-    "body over 64 KiB": (
-        lambda s, r: {"payload": body_for(r, error_message="x" * 65_536)},
-        413,
-        "payload_too_large",
-    ),
-    "unknown request_uuid": (
-        lambda s, r: {
-            "payload": {**body_for(r), "request_uuid": "0" * 8 + "-0000-4000-8000-" + "0" * 12}
-        },
-        404,
-        "not_found",
-    ),
-    "wrong schema_version": (
-        lambda s, r: {"payload": {**body_for(r), "schema_version": "2.0"}},
-        400,
-        "validation_failed",
-    ),
-    "schema_version as a number": (
-        lambda s, r: {"payload": {**body_for(r), "schema_version": 1.0}},
-        400,
-        "validation_failed",
-    ),
-    "wrong status": (
-        lambda s, r: {"payload": {**body_for(r), "status": "processing"}},
-        400,
-        "validation_failed",
-    ),
-    "unknown drop_outcome": (
-        lambda s, r: {"payload": body_for(r, "erased")},
-        400,
-        "validation_failed",
-    ),
-    "failed without error_message": (
-        lambda s, r: {"payload": body_for(r, "failed", error_message=None)},
-        400,
-        "validation_failed",
-    ),
-    "opted_out without the email": (
-        lambda s, r: {"payload": body_for(r, "opted_out", identifiers={"email": []})},
-        400,
-        "validation_failed",
-    ),
-}
-
-WITHOUT_A_VALID_KEY = {"missing key", "invalid key", "revoked key", "body over 64 KiB"}
-
-
-@pytest.mark.parametrize("case", BAD_INPUTS, ids=list(BAD_INPUTS))
+@pytest.mark.parametrize("case", cases_for(bad_callbacks.DELETION))
 def test_bad_input_is_refused_with_its_code_and_changes_nothing(
     side: Broker_, dispatched: DeletionRequest, case: str, signature_clock: float
 ) -> None:
-    variant, status, code = BAD_INPUTS[case]
+    bad = BAD_CALLBACKS[case]
+    status, code = bad.status, bad.code
     call: dict[str, Any] = {"payload": body_for(dispatched), "key": side.key, "secret": side.secret}
-    call.update(variant(side, dispatched))
+    call.update(bad.variant(side, dispatched, body_for))
     before = snapshot(dispatched)
 
     response = put(DELETION, call.pop("payload"), **call)
@@ -486,7 +355,6 @@ def test_bad_input_is_refused_with_its_code_and_changes_nothing(
     assert snapshot(dispatched) == before
     assert not OptOutRecord.objects.exists()
     if case in WITHOUT_A_VALID_KEY:
-        # Anyone can send these: counted and logged, never a ledger row.
         assert not LedgerEvent.objects.filter(kind="callback.rejected").exists()
     else:
         rejected = LedgerEvent.objects.get(kind="callback.rejected")
@@ -782,7 +650,7 @@ def test_bad_resolution_input_is_refused_and_changes_nothing(
 def test_another_brokers_results_token_is_not_found(
     side: Broker_, notified: ResolutionRequest
 ) -> None:
-    other_key = _other_broker_key(side)
+    other_key = other_broker_key(side)
 
     response = put(RESOLUTION, resolution_body(notified), key=other_key, secret=side.secret)
 
@@ -799,7 +667,7 @@ def test_unauthenticated_callbacks_are_counted_and_logged_not_ledgered(
 ) -> None:
     settings.DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT = 0  # no throttle: every one reaches us
     callback_rejections.UNAUTHENTICATED._logged_at = float("-inf")
-    revoked = _revoked_key(side)
+    revoked = revoked_key(side)
     counted = callback_rejections.UNAUTHENTICATED.count
     events = LedgerEvent.objects.count()
     body = body_for(dispatched)

@@ -30,8 +30,8 @@ from integrations.services.alerts import alerts_evaluate
 from integrations.services.brokers import broker_drop_webhook_secret_set
 from integrations.services.keys import api_key_create
 from integrations.services.ledger import ledger_event_append
+from tests.builders import cycle_make, item_make, report_file_make
 from tests.conftest import bearer
-from tests.reporting_factories import cycle_make, item_make, report_file_make
 
 pytestmark = pytest.mark.django_db
 

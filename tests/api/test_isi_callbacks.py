@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,17 +29,18 @@ from integrations.models import (
     OptOutRecord,
     RequestState,
 )
-from integrations.services.brokers import broker_create
 from integrations.services.integrations import integration_secret_rotate
-from integrations.services.keys import api_key_create, api_key_revoke
-from tests.conftest import SIGNATURE_CLOCK
-from tests.isi_factories import (
+from integrations.services.keys import api_key_create
+from tests.api import bad_callbacks
+from tests.api.bad_callbacks import BAD_CALLBACKS, WITHOUT_A_VALID_KEY, cases_for
+from tests.builders import (
     CONNECTION_A,
     broker_connections,
+    deletion_request,
     isi_deletion_request,
     isi_integration_for,
+    webhook_integration_for,
 )
-from tests.webhook_factories import deletion_request, webhook_integration_for
 
 pytestmark = pytest.mark.django_db
 
@@ -261,169 +262,14 @@ def test_the_callback_is_in_the_openapi_schema() -> None:
 # -- rejected: each through HTTP, nothing changes -------------------------------------------
 
 
-def _other_broker_key(side: Side) -> str:
-    other = broker_create(broker_id="5930", name="Other", actor="test")
-    return api_key_create(broker=other, scopes=["webhook_callback"], actor="test").key
-
-
-def _revoked_key(side: Side) -> str:
-    created = api_key_create(broker=side.integration.broker, scopes=["webhook_callback"], actor="t")
-    api_key_revoke(api_key=created.api_key, actor="test")
-    return created.key
-
-
-def _expired_rotation(side: Side) -> str:
-    old = side.secret
-    integration_secret_rotate(
-        integration=side.integration,
-        actor="test",
-        now=timezone.now() - dt.timedelta(hours=24, seconds=1),
-    )
-    return old
-
-
-def _webhook_secret(side: Side) -> str:
-    """The secret of the broker's webhook integration: not the one that signs ISI callbacks."""
-    created = webhook_integration_for(side.integration.broker, "https://crm.acme.example/drop")
-    return created.webhook_secret
-
-
-def _webhook_requests_token(side: Side) -> str:
-    """A results_token on a webhook deletion request: not an ISI delete."""
-    created = webhook_integration_for(side.integration.broker, "https://crm.acme.example/drop")
-    request = deletion_request(created.integration, results_token="ab" * 32)
-    return request.results_token or ""
-
-
-Variant = Callable[[Side, DeletionRequest], dict[str, Any]]
-
-BAD_INPUTS: dict[str, tuple[Variant, int, str]] = {
-    "missing key": (lambda s, r: {"key": None}, 401, "authentication_failed"),
-    "invalid key": (lambda s, r: {"key": "dpk_not-a-key"}, 401, "authentication_failed"),
-    "revoked key": (lambda s, r: {"key": _revoked_key(s)}, 401, "authentication_failed"),
-    "key without the scope": (
-        lambda s, r: {
-            "key": api_key_create(
-                broker=s.integration.broker, scopes=["ingest", "audit"], actor="t"
-            ).key
-        },
-        403,
-        "scope_missing",
-    ),
-    "key of another broker": (lambda s, r: {"key": _other_broker_key(s)}, 404, "not_found"),
-    "missing signature": (lambda s, r: {"secret": None}, 401, "signature_invalid"),
-    "malformed signature": (
-        lambda s, r: {"headers": {"HTTP_X_WEBHOOK_SIGNATURE": "not base64!"}},
-        401,
-        "signature_invalid",
-    ),
-    "wrong signature": (
-        lambda s, r: {"secret": signing.generate_webhook_secret()},
-        401,
-        "signature_invalid",
-    ),
-    "signed by the broker's webhook integration": (
-        lambda s, r: {"secret": _webhook_secret(s)},
-        401,
-        "signature_invalid",
-    ),
-    "rotated-out secret after 24 h": (
-        lambda s, r: {"secret": _expired_rotation(s)},
-        401,
-        "signature_invalid",
-    ),
-    # Against the stopped signature clock: exactly one second outside the window.
-    "timestamp 301 s old": (
-        lambda s, r: {"now": SIGNATURE_CLOCK - 301},
-        401,
-        "timestamp_out_of_range",
-    ),
-    "timestamp 301 s ahead": (
-        lambda s, r: {"now": SIGNATURE_CLOCK + 301},
-        401,
-        "timestamp_out_of_range",
-    ),
-    "timestamp an hour old": (
-        lambda s, r: {"now": SIGNATURE_CLOCK - 3600},
-        401,
-        "timestamp_out_of_range",
-    ),
-    "body not JSON": (lambda s, r: {"payload": b"deleted, thanks"}, 400, "validation_failed"),
-    "body not an object": (
-        lambda s, r: {"payload": json.dumps([body_for(r)]).encode()},
-        400,
-        "validation_failed",
-    ),
-    "body over 64 KiB": (
-        lambda s, r: {"payload": body_for(r, error_message="x" * 65_536)},
-        413,
-        "payload_too_large",
-    ),
-    "no results_token": (
-        lambda s, r: {"payload": body_for(r, results_token=None)},
-        400,
-        "validation_failed",
-    ),
-    "unknown results_token": (
-        lambda s, r: {"payload": body_for(r, results_token="cd" * 32)},
-        404,
-        "not_found",
-    ),
-    "results_token of a webhook request": (
-        lambda s, r: {"payload": body_for(r, results_token=_webhook_requests_token(s))},
-        404,
-        "not_found",
-    ),
-    "wrong status": (
-        lambda s, r: {"payload": body_for(r, status="processing")},
-        400,
-        "validation_failed",
-    ),
-    "unknown drop_outcome": (
-        lambda s, r: {"payload": body_for(r, "erased")},
-        400,
-        "validation_failed",
-    ),
-    "failed without error_message": (
-        lambda s, r: {"payload": body_for(r, "failed")},
-        400,
-        "validation_failed",
-    ),
-    "opted_out without the email": (
-        lambda s, r: {"payload": body_for(r, "opted_out", identifiers={"email": []})},
-        400,
-        "validation_failed",
-    ),
-    "no completed_at": (
-        lambda s, r: {"payload": body_for(r, completed_at=None)},
-        400,
-        "validation_failed",
-    ),
-    "completed_at not UTC": (
-        lambda s, r: {"payload": body_for(r, completed_at="2026-11-21T12:04:00+02:00")},
-        400,
-        "validation_failed",
-    ),
-    "completed_at without a zone": (
-        lambda s, r: {"payload": body_for(r, completed_at="2026-11-21T10:04:00")},
-        400,
-        "validation_failed",
-    ),
-    "completed_at not a time": (
-        lambda s, r: {"payload": body_for(r, completed_at="yesterday")},
-        400,
-        "validation_failed",
-    ),
-}
-
-
-@pytest.mark.parametrize("case", BAD_INPUTS, ids=list(BAD_INPUTS))
+@pytest.mark.parametrize("case", cases_for(bad_callbacks.ISI))
 def test_bad_input_is_refused_with_its_code_and_changes_nothing(
     side: Side, processing: DeletionRequest, case: str, signature_clock: float
 ) -> None:
-    variant, status, code = BAD_INPUTS[case]
+    bad = BAD_CALLBACKS[case]
+    status, code = bad.status, bad.code
     call: dict[str, Any] = {"payload": body_for(processing), "key": side.key, "secret": side.secret}
-    call.update(variant(side, processing))
+    call.update(bad.variant(side, processing, body_for))
     before = snapshot(processing)
 
     response = send(call.pop("payload"), **call)
@@ -433,8 +279,7 @@ def test_bad_input_is_refused_with_its_code_and_changes_nothing(
     assert response.json()["code"] == code
     assert snapshot(processing) == before
     assert not OptOutRecord.objects.exists()
-    if case in {"missing key", "invalid key", "revoked key", "body over 64 KiB"}:
-        # Without a valid key: counted and logged, never a ledger row.
+    if case in WITHOUT_A_VALID_KEY:
         assert not LedgerEvent.objects.filter(kind="callback.rejected").exists()
     else:
         rejected = LedgerEvent.objects.get(kind="callback.rejected")

@@ -23,7 +23,6 @@ from pathlib import Path
 import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import Browser, BrowserContext, Page, Playwright, sync_playwright
-from pytest_django.fixtures import Settings
 
 from tests.browser.staff import ARTIFACTS, make_staff
 
@@ -94,12 +93,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
     report = yield
     setattr(item, f"rep_{report.when}", report)
     return report
-
-
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings: Settings) -> None:
-    # Every test logs in; PBKDF2's deliberate slowness would be most of its run time.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from devtools.isi_simulator import IsiSimulator
 from integrations.models import ApiKey, Broker, Integration, LedgerEvent
 from integrations.services.brokers import broker_create
 from tests.browser.staff import PASSWORD, log_in, screenshot
-from tests.isi_factories import broker_connections
+from tests.builders import broker_connections
 
 
 def test_log_in_lands_on_the_dashboard(

@@ -10,7 +10,6 @@ names every list the role may open, and each list's first row is its record page
 from __future__ import annotations
 
 import base64
-import os
 import re
 import signal
 import subprocess
@@ -27,8 +26,8 @@ from integrations.drop.standardize import email_hash
 from integrations.models import Broker, ConsumerHash, WorkItem
 from integrations.services.brokers import broker_create
 from tests.browser.staff import ARTIFACTS, log_in, make_staff
-from tests.sample_cycle import sample_cycle
-from tests.test_demo import ROOT, free_port
+from tests.builders import sample_cycle
+from tests.devtools.test_demo import ROOT, demo_env, free_port
 
 ROLES = {"Auditors": "auditor", "Operators": "operator", "Connections managers": "connections"}
 BLOCKING = {"critical", "serious"}
@@ -36,13 +35,13 @@ WIDTH = 1280
 
 
 @pytest.fixture(scope="module")
-def demo() -> Iterator[tuple[str, str]]:
+def demo(django_db_setup: None) -> Iterator[tuple[str, str]]:
     """``make demo`` serving its data: its URL and its logins' password."""
     port = free_port()
     process = subprocess.Popen(  # noqa: S603
         [sys.executable, "-m", "devtools.demo", "--port", str(port)],
         cwd=ROOT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env=demo_env(),  # in this worker's own demo database
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -9,7 +9,7 @@ from pytest_django.live_server_helper import LiveServer
 
 from integrations.services.brokers import broker_create
 from tests.browser.staff import log_in, screenshot
-from tests.sample_cycle import sample_cycle
+from tests.builders import sample_cycle
 
 
 def test_dashboard_shows_the_cycle_and_is_saved_as_a_screenshot(

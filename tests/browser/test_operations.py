@@ -16,7 +16,7 @@ from devtools.drop_simulator import DropSimulator, build_drop_zip, work_items
 from integrations.models import DeletionRequest, LedgerEvent, RequestState
 from integrations.services.brokers import broker_create
 from tests.browser.staff import log_in, make_staff, screenshot
-from tests.sample_cycle import sample_cycle
+from tests.builders import sample_cycle
 
 
 def test_a_simulated_pull_shows_its_cycle_on_the_dashboard(

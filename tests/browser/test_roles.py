@@ -15,7 +15,7 @@ from pytest_django.live_server_helper import LiveServer
 from integrations.models import Broker, LedgerEvent
 from integrations.services.brokers import broker_create
 from tests.browser.staff import log_in, make_staff
-from tests.sample_cycle import sample_cycle
+from tests.builders import sample_cycle
 
 
 def test_an_auditor_reads_everything_and_changes_nothing(

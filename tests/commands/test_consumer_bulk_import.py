@@ -22,8 +22,8 @@ from integrations.drop import registration_workers as registration
 from integrations.models import Broker, Consumer, ConsumerHash, DeletionRequest, LedgerEvent
 from integrations.services import consumers as consumer_services
 from integrations.services.drop_import import drop_zip_import
+from tests.builders import drop_zip, webhook, write_zip
 from tests.conftest import subprocess_env
-from tests.drop_cycle import drop_zip, webhook, write_zip
 
 ITEMS = list(work_items(4))
 OTHERS = list(work_items(300, start=1000))  # hashes DROP did not send

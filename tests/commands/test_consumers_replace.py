@@ -13,7 +13,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from integrations.models import Broker, Consumer, ConsumerHash, LedgerEvent
-from tests.drop_cycle import consumer
+from tests.builders import consumer
 
 pytestmark = pytest.mark.django_db
 

@@ -37,10 +37,12 @@ from integrations.services.brokers import broker_create
 from integrations.services.integrations import integration_disable
 from integrations.services.ledger import ledger_event_append
 from integrations.services.saas import saas_connection_disable
-from tests.reporting_factories import cycle_make, item_make, report_file_make
-from tests.webhook_factories import (
+from tests.builders import (
     MATCH_DATE,
+    cycle_make,
     deletion_request,
+    item_make,
+    report_file_make,
     resolution_request,
     saas_connection,
     saas_deletion,

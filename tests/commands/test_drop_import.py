@@ -36,7 +36,7 @@ from integrations.models import (
 from integrations.selectors.stuck import StuckReason, stuck_work_items
 from integrations.services.alerts import alerts_evaluate
 from integrations.services.brokers import broker_create
-from tests.drop_cycle import (
+from tests.builders import (
     PACKAGE_DATE,
     consumer,
     days_after,

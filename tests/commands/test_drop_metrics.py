@@ -30,7 +30,7 @@ from django.test import Client
 
 from integrations.models import Broker, WorkItemState
 from integrations.services.brokers import broker_create
-from tests.reporting_factories import (
+from tests.builders import (
     cycle_make,
     integration_make,
     item_make,

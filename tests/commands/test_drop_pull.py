@@ -27,7 +27,7 @@ from integrations.models import Broker, DeletionRequest, DropCycle, LedgerEvent,
 from integrations.selectors.pulls import brokers_due_for_pull
 from integrations.services import drop as drop_services
 from integrations.services.brokers import broker_create, broker_update
-from tests.drop_cycle import PACKAGE_DATE, consumer, drop_zip
+from tests.builders import PACKAGE_DATE, consumer, drop_zip
 
 pytestmark = pytest.mark.django_db
 

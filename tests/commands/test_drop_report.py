@@ -23,7 +23,7 @@ from integrations.models import (
     WorkItem,
 )
 from integrations.services.work_items import work_item_status_set
-from tests.reporting_factories import cycle_make, item_make, request_make
+from tests.builders import cycle_make, item_make, request_make
 
 pytestmark = pytest.mark.django_db
 

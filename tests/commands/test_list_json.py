@@ -12,7 +12,7 @@ from django.core.management import call_command
 from integrations.models import Broker
 from integrations.services.integrations import webhook_integration_create
 from integrations.services.keys import api_key_create
-from tests.webhook_factories import saas_connection
+from tests.builders import saas_connection
 
 pytestmark = pytest.mark.django_db
 

@@ -33,7 +33,7 @@ from integrations.models import (
 from integrations.services import deliveries, delivery_loop
 from integrations.services.deliveries import deletion_requests_deliver
 from integrations.services.integrations import CreatedIntegration, integration_enable
-from tests.webhook_factories import deletion_request, webhook_integration_for
+from tests.builders import deletion_request, webhook_integration_for
 
 pytestmark = pytest.mark.django_db
 

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 import pytest
 from django.conf import settings as django_settings
-from django.db import connection, connections, transaction
+from django.db import connections, transaction
 from django.utils import timezone
 from procrastinate.contrib.django import app
 from procrastinate.contrib.django.models import ProcrastinateJob
@@ -33,22 +33,19 @@ from integrations.services.brokers import broker_create
 from integrations.services.deliveries import deletion_requests_deliver
 from integrations.services.dispatch_slots import broker_slot_take
 from integrations.services.jobs import stalled_jobs_retry
+from tests.builders import (
+    deletion_request,
+    webhook_integration_for,
+    worker_jobs_emptied,
+)
 from tests.conftest import subprocess_env
-from tests.webhook_factories import deletion_request, truncate_jobs, webhook_integration_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture(autouse=True)
 def empty_job_tables() -> Iterator[None]:
-    yield from truncate_jobs()
-    # The in-process worker's job threads keep their connections (CONN_MAX_AGE); close them
-    # so the test database can be dropped at the end of the run.
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        )
+    yield from worker_jobs_emptied()
 
 
 @pytest.fixture(autouse=True)

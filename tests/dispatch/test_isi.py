@@ -40,15 +40,15 @@ from integrations.outbound_http import tls_context
 from integrations.services import isi_tokens
 from integrations.services.deliveries import deletion_requests_deliver, resolution_requests_deliver
 from integrations.services.isi import CreatedIsiIntegration
-from tests.isi_factories import (
+from tests.builders import (
     CONNECTION_A,
     broker_connections,
     connection_of,
     isi_deletion_request,
     isi_integration_for,
     isi_resolution_request,
+    saas_connection,
 )
-from tests.webhook_factories import saas_connection
 
 pytestmark = pytest.mark.django_db
 

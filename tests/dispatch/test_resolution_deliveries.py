@@ -22,7 +22,7 @@ from integrations.models import (
     SaasDeletion,
 )
 from integrations.services.deliveries import resolution_requests_deliver, saas_deletions_deliver
-from tests.webhook_factories import (
+from tests.builders import (
     resolution_request,
     saas_connection,
     saas_deletion,

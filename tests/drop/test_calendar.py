@@ -19,8 +19,7 @@ from django.utils import timezone
 from devtools.drop_simulator import work_items
 from integrations.models import Broker, DeletionRequest, DropCycle
 from integrations.services.alerts import CONDITIONS
-from tests.drop_cycle import consumer, days_after, drop_zip, webhook, write_zip
-from tests.reporting_factories import cycle_make, item_make
+from tests.builders import consumer, cycle_make, days_after, drop_zip, item_make, webhook, write_zip
 
 pytestmark = pytest.mark.django_db
 

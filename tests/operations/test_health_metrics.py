@@ -18,9 +18,8 @@ from integrations.models import ApiKey, LedgerEvent, RequestState, WorkItemState
 from integrations.operations import health
 from integrations.services.brokers import broker_create
 from integrations.services.keys import api_key_create
+from tests.builders import cycle_make, deletion_request, item_make, webhook_integration_for
 from tests.conftest import bearer
-from tests.reporting_factories import cycle_make, item_make
-from tests.webhook_factories import deletion_request, webhook_integration_for
 
 pytestmark = pytest.mark.django_db
 

@@ -50,15 +50,17 @@ from integrations.services.report_manual import report_file_discard
 from integrations.services.reports import report_run
 from integrations.services.saas import saas_connection_disable, saas_connection_enable
 from integrations.services.work_items import work_item_status_set
-from tests.conftest import subprocess_env
-from tests.drop_cycle import PACKAGE_DATE, drop_zip
-from tests.reporting_factories import cycle_make, item_make
-from tests.webhook_factories import (
+from tests.builders import (
+    PACKAGE_DATE,
+    cycle_make,
     deletion_request,
+    drop_zip,
+    item_make,
     saas_connection,
     truncate_jobs,
     webhook_integration_for,
 )
+from tests.conftest import subprocess_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

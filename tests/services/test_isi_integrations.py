@@ -33,14 +33,14 @@ from integrations.services import isi_tokens
 from integrations.services.isi import isi_integration_create, isi_integration_update
 from integrations.services.isi_connections import isi_connections_refresh
 from integrations.services.isi_tokens import isi_access_token
-from tests.isi_factories import (
+from tests.builders import (
     CONNECTION_A,
     CONNECTION_B,
     CONNECTION_STANDARD,
     broker_connections,
+    deletion_request,
     isi_integration_for,
 )
-from tests.webhook_factories import deletion_request
 
 pytestmark = pytest.mark.django_db
 

@@ -27,14 +27,16 @@ from integrations.models import (
 )
 from integrations.services.integrations import integration_disable
 from integrations.services.isi import CreatedIsiIntegration
-from tests.drop_cycle import consumer, drop_zip, write_zip
-from tests.isi_factories import (
+from tests.builders import (
     CONNECTION_A,
     CONNECTION_B,
     CONNECTION_STANDARD,
+    consumer,
+    drop_zip,
     isi_integration_for,
+    saas_connection,
+    write_zip,
 )
-from tests.webhook_factories import saas_connection
 
 pytestmark = pytest.mark.django_db
 

@@ -15,8 +15,8 @@ from django.db import connection, connections
 
 from integrations.models import Broker, DeletionRequest, RequestState, WorkItemState
 from integrations.services.outcomes import deletion_outcome_record
+from tests.builders import deletion_request, webhook_integration_for, work_item
 from tests.conftest import database_url
-from tests.webhook_factories import deletion_request, webhook_integration_for, work_item
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -50,8 +50,7 @@ from integrations.services.integrations import (
 from integrations.services.outcomes import deletion_outcome_record
 from integrations.services.resolutions import resolution_outcome_record
 from integrations.services.saas import saas_connection_disable, saas_connection_enable
-from tests.drop_cycle import consumer, drop_zip, write_zip
-from tests.webhook_factories import saas_connection
+from tests.builders import consumer, drop_zip, saas_connection, write_zip
 
 pytestmark = pytest.mark.django_db
 

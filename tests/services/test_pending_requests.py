@@ -54,9 +54,15 @@ from integrations.services.outcomes import deletion_outcome_record
 from integrations.services.redelivery import deletion_request_redeliver
 from integrations.services.reports import report_run
 from integrations.services.resolutions import resolution_outcome_record
-from tests.drop_cycle import consumer, drop_zip, write_zip
-from tests.isi_factories import CONNECTION_A, CONNECTION_B, isi_integration_for
-from tests.webhook_factories import saas_connection
+from tests.builders import (
+    CONNECTION_A,
+    CONNECTION_B,
+    consumer,
+    drop_zip,
+    isi_integration_for,
+    saas_connection,
+    write_zip,
+)
 
 pytestmark = pytest.mark.django_db
 

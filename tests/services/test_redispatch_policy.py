@@ -18,7 +18,7 @@ from integrations.services.redelivery import (
     AUTO_REDISPATCH_MAX,
     deletion_request_redispatch,
 )
-from tests.webhook_factories import deletion_request, webhook_integration_for
+from tests.builders import deletion_request, webhook_integration_for
 
 pytestmark = pytest.mark.django_db
 

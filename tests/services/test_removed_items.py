@@ -33,8 +33,7 @@ from integrations.services.redelivery import (
     resolution_request_redeliver,
     saas_deletion_redeliver,
 )
-from tests.drop_cycle import consumer, drop_zip, write_zip
-from tests.webhook_factories import saas_connection
+from tests.builders import consumer, drop_zip, saas_connection, write_zip
 
 pytestmark = pytest.mark.django_db
 

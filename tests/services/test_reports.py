@@ -37,7 +37,7 @@ from integrations.services.report_manual import report_file_discard, report_file
 from integrations.services.report_uploads import _UPLOAD_LOCK, ReportBusy, report_files_upload
 from integrations.services.reports import report_auto, report_run
 from integrations.services.work_items import work_item_settle
-from tests.reporting_factories import cycle_make, item_make, request_make
+from tests.builders import cycle_make, item_make, request_make
 
 pytestmark = pytest.mark.django_db
 

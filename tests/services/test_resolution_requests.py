@@ -21,8 +21,7 @@ from integrations.models import (
     ResolutionRequest,
 )
 from integrations.services.saas import saas_connection_retire
-from tests.drop_cycle import consumer, drop_zip, webhook, write_zip
-from tests.webhook_factories import saas_connection
+from tests.builders import consumer, drop_zip, saas_connection, webhook, write_zip
 
 pytestmark = pytest.mark.django_db
 

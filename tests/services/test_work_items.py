@@ -19,7 +19,7 @@ from integrations.services.work_items import (
     work_item_status_set,
     work_items_settle,
 )
-from tests.reporting_factories import (
+from tests.builders import (
     cycle_make,
     integration_make,
     item_make,

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import os
 import re
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from tests.conftest import database_url, subprocess_env
 
-# Every demo run recreates the one database <this database>_demo: one at a time.
-pytestmark = pytest.mark.xdist_group("demo")
+# Every demo run recreates the database <its DATABASE_URL's>_demo: each test points it at
+# its worker's test database (demo_env), so runs on several workers never share one.
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:
@@ -23,12 +22,17 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def test_the_demo_narrates_a_whole_cycle_and_the_ledger_verifies() -> None:
-    # Its database is <this database>_demo on the same server, never the test database.
+def demo_env() -> dict[str, str]:
+    """``make demo``'s environment with the test database as its DATABASE_URL: the demo then
+    works in <test database>_demo, this worker's own, never in the test database itself."""
+    return subprocess_env(DATABASE_URL=database_url(), PYTHONUNBUFFERED="1")
+
+
+def test_the_demo_narrates_a_whole_cycle_and_the_ledger_verifies(django_db_setup: None) -> None:
     result = subprocess.run(  # noqa: S603
         [sys.executable, "-m", "devtools.demo", "--no-serve", "--port", str(free_port())],
         cwd=ROOT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env=demo_env(),
         capture_output=True,
         text=True,
         timeout=120,

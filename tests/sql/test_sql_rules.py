@@ -30,7 +30,7 @@ from integrations.models import requests as request_rules
 from integrations.services.outcomes import OutcomeConflict, deletion_outcome_record
 from integrations.services.resolutions import resolution_outcome_record
 from integrations.services.work_items import work_item_settle
-from tests.reporting_factories import (
+from tests.builders import (
     cycle_make,
     integration_make,
     item_make,

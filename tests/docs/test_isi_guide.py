@@ -12,7 +12,7 @@ import markdown
 from integrations.api.isi_callbacks import IsiCallbackSerializer
 from integrations.dispatch import signing
 
-GUIDE = (Path(__file__).resolve().parents[1] / "docs" / "broker-guide.md").read_text()
+GUIDE = (Path(__file__).resolve().parents[2] / "docs" / "broker-guide.md").read_text()
 ISI = GUIDE.split("## ISI: your REST API", 1)[1]
 
 

@@ -10,7 +10,7 @@ import re
 import subprocess
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONTRACTS = ROOT / "docs" / "contracts.md"
 
 # Names of documents that live outside the repository. Split so this file does not match.

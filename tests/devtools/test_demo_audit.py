@@ -30,9 +30,8 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 
 from integrations.drop.calendar import drop_timezone
-from tests.test_demo import ROOT, free_port
-
-pytestmark = pytest.mark.xdist_group("demo")  # the demo's one database: one run at a time
+from tests.conftest import database_url
+from tests.devtools.test_demo import ROOT, demo_env, free_port
 
 EMAIL = {"received": 278, "matched": 39, "complied": 19, "denied": 2, "not_found": 153}
 PHONE = {"received": 80, "matched": 0, "complied": 0, "denied": 0, "not_found": 50}
@@ -43,7 +42,7 @@ def _demo_database_url() -> str:
     url = os.environ.get("DATABASE_URL", "")
     if not url:
         pytest.skip("SKIPPED LOUDLY: needs DATABASE_URL (the demo's database sits next to it)")
-    parts = urlsplit(url)
+    parts = urlsplit(database_url())  # the demo works in <test database>_demo (demo_env)
     return urlunsplit(parts._replace(path=parts.path + "_demo"))
 
 
@@ -53,20 +52,22 @@ def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_the_demo_broker_gets_a_verifiable_pack_and_its_figures(tmp_path: Path) -> None:
+def test_the_demo_broker_gets_a_verifiable_pack_and_its_figures(
+    tmp_path: Path, django_db_setup: None
+) -> None:
     demo_url = _demo_database_url()
     started = dt.datetime.now(dt.UTC)
     demo = subprocess.run(  # noqa: S603
         [sys.executable, "-m", "devtools.demo", "--no-serve", "--port", str(free_port())],
         cwd=ROOT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env=demo_env(),
         capture_output=True,
         text=True,
         timeout=180,
     )
     ended = dt.datetime.now(dt.UTC)
     assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
-    env = {**os.environ, "DATABASE_URL": demo_url}
+    env = {**demo_env(), "DATABASE_URL": demo_url}
 
     metrics = manage(
         "drop", "metrics", "--broker", "4821", "--year", str(started.year), "--format", "json",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from integrations.dispatch import signing
 
-GUIDE = (Path(__file__).resolve().parents[1] / "docs" / "broker-guide.md").read_text()
+GUIDE = (Path(__file__).resolve().parents[2] / "docs" / "broker-guide.md").read_text()
 
 
 def _row(label: str) -> str:

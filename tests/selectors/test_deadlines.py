@@ -11,7 +11,7 @@ from django.test import Client
 from integrations.models import Broker, WorkItem, WorkItemState
 from integrations.selectors.deadlines import cycle_deadlines, drop_cycles_by_urgency
 from tests.admin.markup import cells
-from tests.reporting_factories import cycle_make, item_make
+from tests.builders import cycle_make, item_make
 
 pytestmark = pytest.mark.django_db
 

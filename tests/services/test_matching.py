@@ -32,8 +32,8 @@ from integrations.services.brokers import broker_create
 from integrations.services.drop_import import drop_zip_import
 from integrations.services.matching import LateMatches, consumer_hashes_match_late
 from integrations.services.requests import matches_table_create, requests_create_for_matches
+from tests.builders import consumer, drop_zip, isi_connection, webhook, write_zip
 from tests.conftest import bearer
-from tests.drop_cycle import consumer, drop_zip, isi_connection, webhook, write_zip
 
 ITEMS = list(work_items(6))
 EMAIL, PHONE = ITEMS[:4], ITEMS[4:]
