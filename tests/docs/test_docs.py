@@ -88,3 +88,28 @@ def test_every_contracts_reference_names_a_section_that_exists() -> None:
                     if section not in sections
                 ]
     assert not missing, "docs/contracts.md has no such section:\n" + "\n".join(missing)
+
+
+# A path in backticks in the architecture page: `services/deliveries.py`, `sql/x.sql`,
+# `tests/sql/test_sql_rules.py`, optionally with `::test_name`.
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+CODE_PATH_RE = re.compile(r"`((?:[\w.-]+/)*[\w.-]+\.(?:py|sql|json|html|css|js))(?:::(\w+))?`")
+
+
+def test_every_file_the_architecture_page_names_exists() -> None:
+    """The recipes of docs/architecture.md name real files (and real tests): a move or a
+    rename that leaves the page behind fails here. Paths are the app's (integrations/...) or
+    the repository's."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    named = CODE_PATH_RE.findall(text)
+    assert len(named) > 50  # the pattern still finds the page's paths
+    missing = []
+    for path, test_name in named:
+        if "<" in path or "NNNN" in path or path.startswith("0013_"):
+            continue  # a placeholder (`dispatch/<kind>.py`) or a migration by number
+        found = [base / path for base in (ROOT / "integrations", ROOT) if (base / path).is_file()]
+        if not found:
+            missing.append(path)
+        elif test_name and f"def {test_name}(" not in found[0].read_text(encoding="utf-8"):
+            missing.append(f"{path}::{test_name}")
+    assert missing == []
