@@ -56,6 +56,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -82,6 +83,9 @@ from integrations.services.integrations import integration_callback_secrets
 CALLBACK_BODY_LIMIT = 64 * 1024
 
 
+# In the schema the callbacks take the same bearer API key as every other endpoint (one
+# "apiKey" scheme), though they look it up with their request.
+@extend_schema(auth=[{"apiKey": []}])
 class SignedCallbackView(APIView):
     """The shared checks of a broker callback; subclasses set ``callback`` and ``subject``."""
 

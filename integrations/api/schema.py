@@ -16,7 +16,6 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 
 class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):
     target_class = "integrations.api.authentication.ApiKeyAuthentication"
-    match_subclasses = True  # the callbacks' CallbackAuthentication: the same bearer key
     name = "apiKey"
 
     def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
