@@ -84,8 +84,9 @@ CALLBACK_BODY_LIMIT = 64 * 1024
 
 
 # In the schema the callbacks take the same bearer API key as every other endpoint (one
-# "apiKey" scheme), though they look it up with their request.
-@extend_schema(auth=[{"apiKey": []}])
+# "apiKey" scheme), though they look it up with their request. drf-spectacular puts ``auth``
+# into the operation's security as given (security requirement objects), though typed as str.
+@extend_schema(auth=[{"apiKey": []}])  # type: ignore[list-item]
 class SignedCallbackView(APIView):
     """The shared checks of a broker callback; subclasses set ``callback`` and ``subject``."""
 
