@@ -19,8 +19,8 @@ Why this shape (docs/benchmarks.md, consumer import):
   size of its own set. A broker's first set goes into a **fresh partition**: a plain table
   filled without indexes, its indexes built after (a sort and a bottom-up build, far less
   than an insert per key), then attached. Attaching takes no lock that stops readers or
-  writers of the other partitions, and it is part of the transaction: an import that fails
-  leaves no partition behind.
+  writers of the other partitions (two brokers' first loads attach one after the other), and
+  it is part of the transaction: an import that fails leaves no partition behind.
 - Otherwise (the broker has a partition, or rows in the default one) the new hashes are
   inserted in hash order, each probed first: a repeated import adds nothing.
 - Consumer ids are drawn from the sequence while the pointers are gathered, so the hashes
