@@ -41,7 +41,6 @@ from integrations.drop.registration import DEFAULT_KIND
 
 NEW_CONSUMER_HASHES = "new_consumer_hashes"
 PARTITION_PREFIX = "integrations_consumerhash_b"
-DEFAULT_PARTITION = "integrations_consumerhash_default"
 # Sorts and hash joins of the merge, and the index builds of a fresh partition, in memory
 # as far as this allows. The importing process's own 500 MB are not the server's.
 MERGE_WORK_MEM = "256MB"
