@@ -210,9 +210,10 @@ def table_sizes(url: str) -> dict[str, int]:
         for table in ("integrations_consumer", "integrations_consumerhash"):
             # A partitioned table's own size is nothing: sum its partitions'.
             row = conn.execute(
-                "SELECT sum(pg_table_size(relid)), sum(pg_indexes_size(relid))"
+                "SELECT coalesce(sum(pg_table_size(relid)), pg_table_size(%s::regclass)),"
+                "       coalesce(sum(pg_indexes_size(relid)), pg_indexes_size(%s::regclass))"
                 "  FROM pg_partition_tree(%s::regclass) WHERE isleaf",
-                [table],
+                [table, table, table],
             ).fetchone()
             assert row is not None
             sizes[f"{table}_table_bytes"], sizes[f"{table}_index_bytes"] = row

@@ -19,8 +19,8 @@ Why this shape (docs/benchmarks.md, consumer import):
   size of its own set. A broker's first set goes into a **fresh partition**: a plain table
   filled without indexes, its indexes built after (a sort and a bottom-up build, far less
   than an insert per key), then attached. Attaching takes no lock that stops readers or
-  writers of the other partitions, and it is part of the transaction: an import that fails
-  leaves no partition behind.
+  writers of the other partitions (two brokers' first loads attach one after the other), and
+  it is part of the transaction: an import that fails leaves no partition behind.
 - Otherwise (the broker has a partition, or rows in the default one) the new hashes are
   inserted in hash order, each probed first: a repeated import adds nothing.
 - Consumer ids are drawn from the sequence while the pointers are gathered, so the hashes
@@ -41,7 +41,6 @@ from integrations.drop.registration import DEFAULT_KIND
 
 NEW_CONSUMER_HASHES = "new_consumer_hashes"
 PARTITION_PREFIX = "integrations_consumerhash_b"
-DEFAULT_PARTITION = "integrations_consumerhash_default"
 # Sorts and hash joins of the merge, and the index builds of a fresh partition, in memory
 # as far as this allows. The importing process's own 500 MB are not the server's.
 MERGE_WORK_MEM = "256MB"
