@@ -216,7 +216,8 @@ def table_sizes(url: str) -> dict[str, int]:
                 [table, table, table],
             ).fetchone()
             assert row is not None
-            sizes[f"{table}_table_bytes"], sizes[f"{table}_index_bytes"] = row
+            # sum() over bigint is numeric: ints, so the summary line stays JSON.
+            sizes[f"{table}_table_bytes"], sizes[f"{table}_index_bytes"] = map(int, row)
         return sizes
 
 
@@ -368,7 +369,9 @@ def main() -> int:
         "ratio_per_run": [
             round(float(b["seconds"]) / float(i["seconds"]), 3)
             for b, i in zip(baselines, imports, strict=True)
-        ],
+        ]
+        if baselines
+        else [],
         # CPU seconds of the database backend: far steadier than wall time on a shared
         # machine. The import's Python work (py_cpu) runs on the other core meanwhile.
         "import_db_cpu_seconds": round(min(db_cpu), 2) if db_cpu else None,
