@@ -233,6 +233,17 @@ def _files_fill(
     return written
 
 
+def report_file_facts(report_file: ReportFile) -> dict[str, Any]:
+    """What every ``report_file.*`` ledger event says of its file."""
+    return {
+        "cycle": report_file.cycle.drop_session_id,
+        "file_name": report_file.file_name,
+        "kind": report_file.kind,
+        "rows": report_file.rows,
+        "sha256": report_file.sha256,
+    }
+
+
 def cycle_state_refresh(*, cycle: DropCycle, actor: str = SYSTEM_ACTOR) -> DropCycle:
     """An open cycle becomes ``reported`` once every work item owed a status was reported
     and DROP has every file (none still written or refused)."""

@@ -20,7 +20,11 @@ from integrations.enqueue import alerts_evaluate_enqueue
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, ReportFile, ReportFileState, ReportKind, WorkItemState
 from integrations.services.ledger import ledger_event_append
-from integrations.services.report_files import AWAITING_DROP, cycle_state_refresh
+from integrations.services.report_files import (
+    AWAITING_DROP,
+    cycle_state_refresh,
+    report_file_facts,
+)
 from integrations.services.report_uploads import report_rows_prior_restore, report_upload_lock
 
 DISCARD_REASON_MAX = 2000
@@ -108,11 +112,7 @@ def _report_file_discard(*, report_file: ReportFile, reason: str, actor: str) ->
             subject=locked.file_name,
             actor=actor,
             data={
-                "cycle": locked.cycle.drop_session_id,
-                "file_name": locked.file_name,
-                "kind": locked.kind,
-                "rows": locked.rows,
-                "sha256": locked.sha256,
+                **report_file_facts(locked),
                 "previous_state": previous_state,
                 "drop_message": locked.drop_response.get("message")
                 or locked.drop_response.get("reason", ""),
@@ -147,11 +147,7 @@ def report_file_mark_uploaded(*, report_file: ReportFile, actor: str) -> ReportF
             subject=locked.file_name,
             actor=actor,
             data={
-                "cycle": locked.cycle.drop_session_id,
-                "file_name": locked.file_name,
-                "kind": locked.kind,
-                "rows": locked.rows,
-                "sha256": locked.sha256,
+                **report_file_facts(locked),
             },
         )
     cycle_state_refresh(cycle=locked.cycle, actor=actor)

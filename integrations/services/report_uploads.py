@@ -41,7 +41,11 @@ from integrations.models import (
 )
 from integrations.services.drop import drop_client_for
 from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
-from integrations.services.report_files import AWAITING_DROP, cycle_state_refresh
+from integrations.services.report_files import (
+    AWAITING_DROP,
+    cycle_state_refresh,
+    report_file_facts,
+)
 
 log = logging.getLogger(__name__)
 
@@ -227,11 +231,7 @@ def _file_refused(
                 subject=report_file.file_name,
                 actor=actor,
                 data={
-                    "cycle": report_file.cycle.drop_session_id,
-                    "file_name": report_file.file_name,
-                    "kind": report_file.kind,
-                    "rows": report_file.rows,
-                    "sha256": report_file.sha256,
+                    **report_file_facts(report_file),
                     "status": error.status,
                     "message": message,
                 },
@@ -287,11 +287,7 @@ def _file_answer_record(
             subject=name,
             actor=actor,
             data={
-                "cycle": report_file.cycle.drop_session_id,
-                "file_name": name,
-                "kind": report_file.kind,
-                "rows": report_file.rows,
-                "sha256": report_file.sha256,
+                **report_file_facts(report_file),
                 "drop_response": answer,
             },
         )
