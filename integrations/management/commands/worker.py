@@ -22,7 +22,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError, connection
+from procrastinate import PsycopgConnector
 from procrastinate.contrib.django import app
+from procrastinate.contrib.django.settings import settings as procrastinate_settings
+from procrastinate.contrib.django.utils import connector_params
 
 from integrations.management.base import refuse_unreadable_secrets
 
@@ -30,6 +33,10 @@ log = logging.getLogger("integrations.worker")
 
 # How often an idle worker asks whether PostgreSQL is back.
 RECONNECT_EVERY_SECONDS = 2.0
+# How long the worker's own queries wait for a pooled connection before the outage is taken
+# as one (psycopg_pool's default, 30 s, left a worker silent for a minute). A healthy pool
+# hands one over in milliseconds: its connections are held only for a query each.
+POOL_WAIT_SECONDS = 5.0
 
 
 def _database_answers() -> bool:
@@ -65,11 +72,12 @@ def _from_the_database(exc: BaseException | None) -> bool:
 
 
 class _QuietDuringOutage(logging.Filter):
-    """The outage is this command's one WARNING: drop the pool's per-attempt warnings, and
-    the tracebacks of the same lost connection that the worker and asyncio log."""
+    """The outage is this command's one WARNING: drop psycopg's warnings (the pool's
+    per-attempt ones, and those about the broken connections it discards), and the
+    tracebacks of the same lost connection that the worker and asyncio log."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.name.startswith("psycopg.pool"):
+        if record.name.startswith("psycopg"):
             return False
         if record.name.startswith(("procrastinate", "asyncio")) and record.exc_info:
             return not _from_the_database(record.exc_info[1])
@@ -152,8 +160,12 @@ async def _run_workers(
     # Sync jobs run on the loop's default executor: enough threads for every slot at once.
     loop.set_default_executor(ThreadPoolExecutor(sum(n for _, n in groups.values()) + 2, "job"))
     stopping = asyncio.Event()
-    # As `manage.py procrastinate worker` does: Django's connector cannot LISTEN.
-    connector = app.connector.get_worker_connector()  # type: ignore[attr-defined]
+    # A connector of its own, as `manage.py procrastinate worker` makes (Django's cannot
+    # LISTEN), on the same database, with a short wait for a pooled connection.
+    connector = PsycopgConnector(
+        kwargs=connector_params(procrastinate_settings.DATABASE_ALIAS),
+        timeout=POOL_WAIT_SECONDS,
+    )
     try:
         with app.replace_connector(connector) as worker_app:
             async with worker_app.open_async():
