@@ -43,6 +43,7 @@ def _eventually(check: Callable[[], bool], what: str) -> None:
         time.sleep(0.3)
 
 
+@pytest.mark.slow
 def test_the_worker_waits_through_an_outage_and_resumes() -> None:
     with DatabaseProxy(("127.0.0.1", 5432)) as proxy:
         url = proxy.url_for(database_url())
@@ -59,7 +60,9 @@ def test_the_worker_waits_through_an_outage_and_resumes() -> None:
         reader.start()
         try:
             before = ledger_event_append(kind=LedgerKind.BROKER_UPDATED)
-            tasks.seal_ledger.defer()
+            # Queueing locks of the test's own: the worker's minutely seal may be waiting under
+            # the task's lock, which refuses a second job.
+            tasks.seal_ledger.configure(queueing_lock="outage-test-before").defer()
             _eventually(
                 lambda: LedgerChainLink.objects.filter(event_id=before.id).exists(),
                 "the worker seals before the outage",
@@ -68,7 +71,7 @@ def test_the_worker_waits_through_an_outage_and_resumes() -> None:
             proxy.stop()
             _eventually(lambda: any("unreachable" in line for line in lines), "a WARNING")
             during = ledger_event_append(kind=LedgerKind.BROKER_UPDATED)
-            job_id = tasks.seal_ledger.defer()
+            job_id = tasks.seal_ledger.configure(queueing_lock="outage-test-during").defer()
             proxy.start()
 
             _eventually(

@@ -786,6 +786,9 @@ def test_no_discard_while_the_files_are_being_uploaded(
         # DROP could take the file while staff give it up: wait for the upload to finish.
         with pytest.raises(ReportBusy):
             report_file_discard(report_file=refused, reason="closed", actor="cli:al")
+        # Let go before closing: the server ends a closed session (and its locks) a moment later.
+        with other.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [_UPLOAD_LOCK, refused.broker_id])
     finally:
         other.close()
     assert ReportFile.objects.get(pk=refused.pk).state == ReportFileState.REFUSED
