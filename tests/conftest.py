@@ -4,8 +4,8 @@ environment a ``manage.py`` subprocess needs to use the test database."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 import pytest
@@ -19,6 +19,9 @@ from integrations.models import Broker
 from integrations.services import drop
 from integrations.services.brokers import broker_create
 from integrations.services.keys import CreatedApiKey, api_key_create
+
+if TYPE_CHECKING:
+    from tests.served_demo import ServedDemo
 
 
 @pytest.fixture
@@ -120,3 +123,13 @@ def signature_clock(monkeypatch: pytest.MonkeyPatch) -> float:
 
     monkeypatch.setattr(signing, "time", SimpleNamespace(time=lambda: SIGNATURE_CLOCK))
     return SIGNATURE_CLOCK
+
+
+@pytest.fixture(scope="session")
+def demo(django_db_setup: None) -> Iterator[ServedDemo]:
+    """``make demo`` run once in this test process and left serving (tests/served_demo.py):
+    its story, its URL and its logins' password."""
+    from tests.served_demo import served_demo
+
+    with served_demo() as running:
+        yield running

@@ -2,19 +2,16 @@
 axe-core (no critical or serious violation), every list fits 1280 pixels, and a consumer's
 story is reached by keyboard alone. Screenshots of each page go to test-artifacts/console/.
 
-``make demo`` runs once (its own database, served on a free port) and each role logs in once
-(``devtools.demo`` creates a login per role); the pages are visited in a loop: the sidebar
-names every list the role may open, and each list's first row is its record page.
+``make demo`` runs once per test process (the ``demo`` fixture: its own database, served on a
+free port) and each role logs in once (``devtools.demo`` creates a login per role); the pages
+are visited in a loop: the sidebar names every list the role may open, and each list's first
+row is its record page.
 """
 
 from __future__ import annotations
 
 import base64
 import re
-import signal
-import subprocess
-import sys
-from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import pytest
@@ -27,43 +24,11 @@ from integrations.models import Broker, ConsumerHash, WorkItem
 from integrations.services.brokers import broker_create
 from tests.browser.staff import ARTIFACTS, log_in, make_staff
 from tests.builders import sample_cycle
-from tests.devtools.test_demo import ROOT, demo_env, free_port
+from tests.served_demo import ServedDemo
 
 ROLES = {"Auditors": "auditor", "Operators": "operator", "Connections managers": "connections"}
 BLOCKING = {"critical", "serious"}
 WIDTH = 1280
-
-
-@pytest.fixture(scope="module")
-def demo(django_db_setup: None) -> Iterator[tuple[str, str]]:
-    """``make demo`` serving its data: its URL and its logins' password."""
-    port = free_port()
-    process = subprocess.Popen(  # noqa: S603
-        [sys.executable, "-m", "devtools.demo", "--port", str(port)],
-        cwd=ROOT,
-        env=demo_env(),  # in this worker's own demo database
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert process.stdout is not None
-    told, password = [], ""
-    for line in process.stdout:  # the story, until it serves (or ends, having failed)
-        told.append(line)
-        found = re.search(r"staff login demo / (\S+)", line)
-        password = found.group(1) if found else password
-        if line.startswith("Serving "):
-            break
-    try:
-        assert password and told[-1].startswith("Serving "), "".join(told[-40:])
-        yield f"http://127.0.0.1:{port}", password
-    finally:
-        process.send_signal(signal.SIGINT)  # the demo stops on Ctrl-C
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 @pytest.fixture
@@ -106,11 +71,12 @@ def _list_fits(page: Page) -> bool:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("role", list(ROLES))
 def test_every_page_passes_axe_and_every_list_fits_1280_pixels(
-    browser: Browser, demo: tuple[str, str], role: str
+    browser: Browser, demo: ServedDemo, role: str
 ) -> None:
-    url, password = demo
+    url, password = demo.url, demo.password
     context = browser.new_context(viewport={"width": WIDTH, "height": 900}, locale="en-US")
     context.set_default_timeout(10_000)
     page = context.new_page()

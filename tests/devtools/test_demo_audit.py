@@ -31,7 +31,7 @@ import pytest
 
 from integrations.drop.calendar import drop_timezone
 from tests.conftest import database_url
-from tests.devtools.test_demo import ROOT, demo_env, free_port
+from tests.served_demo import ROOT, ServedDemo, demo_env
 
 EMAIL = {"received": 278, "matched": 39, "complied": 19, "denied": 2, "not_found": 153}
 PHONE = {"received": 80, "matched": 0, "complied": 0, "denied": 0, "not_found": 50}
@@ -52,21 +52,12 @@ def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_the_demo_broker_gets_a_verifiable_pack_and_its_figures(
-    tmp_path: Path, django_db_setup: None
+    tmp_path: Path, demo: ServedDemo
 ) -> None:
     demo_url = _demo_database_url()
-    started = dt.datetime.now(dt.UTC)
-    demo = subprocess.run(  # noqa: S603
-        [sys.executable, "-m", "devtools.demo", "--no-serve", "--port", str(free_port())],
-        cwd=ROOT,
-        env=demo_env(),
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    ended = dt.datetime.now(dt.UTC)
-    assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
+    started, ended = demo.started, demo.served  # its statuses were reported in between
     env = {**demo_env(), "DATABASE_URL": demo_url}
 
     metrics = manage(
