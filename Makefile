@@ -42,7 +42,7 @@ run: install
 PYTEST_WORKERS ?= auto
 test: install
 	$(LOCAL_SECRETS) DATABASE_URL="$${DATABASE_URL:-$$($(BIN)/python -m dropportal.local_state local-url)}" \
-		$(BIN)/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
+		$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 # mypy's Django plugin imports the settings; a URL that is never connected to keeps them
 # from starting the embedded PostgreSQL just to type-check.

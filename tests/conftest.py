@@ -24,6 +24,61 @@ if TYPE_CHECKING:
     from tests.served_demo import ServedDemo
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked ``slow`` first, so that the workers (pytest-xdist) end together instead of
+    one running a long test alone at the end.
+
+    This runs before pytest-django's own ordering (a conftest's hook before a plugin's),
+    which is a stable sort by database use: the slow tests lead each of its groups. ``make
+    test`` lets an idle worker take tests queued for another (``--dist worksteal``), so a test
+    in a transaction may run after one that flushed the database: ``roles_survive_a_flush``.
+    """
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def roles_survive_a_flush(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
+    """The staff roles are groups that migrations make, which a transactional test's flush
+    empties; pytest-xdist's work stealing can then hand this process a test that needs them.
+    A flush ends with post_migrate: the roles are put back then, as the migrations left them.
+    """
+    from django.apps import apps
+    from django.contrib.auth.models import Group, Permission
+    from django.db.models.signals import post_migrate
+
+    with django_db_blocker.unblock():
+        roles = {
+            group.name: [
+                (p.content_type.app_label, p.codename)
+                for p in group.permissions.select_related("content_type")
+            ]
+            for group in Group.objects.all()
+        }
+    last_app = list(apps.get_app_configs())[-1]  # its post_migrate comes last
+
+    def restore(sender: Any, using: str, **kwargs: Any) -> None:
+        if sender is not last_app or Group.objects.using(using).exists():
+            return
+        for name, held in roles.items():
+            group = Group.objects.using(using).create(name=name)
+            permissions = Permission.objects.using(using).filter(
+                content_type__app_label__in={app for app, _ in held},
+                codename__in={codename for _, codename in held},
+            )
+            group.permissions.add(
+                *(
+                    p
+                    for p in permissions.select_related("content_type")
+                    if (p.content_type.app_label, p.codename) in held
+                )
+            )
+
+    post_migrate.connect(restore, weak=False, dispatch_uid="tests.roles_survive_a_flush")
+    yield
+    post_migrate.disconnect(dispatch_uid="tests.roles_survive_a_flush")
+
+
 @pytest.fixture
 def broker(db: None) -> Broker:
     return broker_create(broker_id="4821", name="Acme Data", mode="test", actor="test")

@@ -1153,6 +1153,7 @@ def shortened_schedule(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(delivery_loop, "DISPATCH_THREADS", 1)
 
 
+@pytest.mark.slow
 def test_random_histories_keep_every_matched_consumer_on_a_path_to_drop(
     world: World, settings: Any
 ) -> None:

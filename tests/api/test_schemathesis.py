@@ -88,6 +88,7 @@ def every_scope_key(broker: Broker, make_key: Callable[..., CreatedApiKey]) -> s
     return make_key("webhook_callback", "ingest", "audit").key
 
 
+@pytest.mark.slow
 def test_the_api_answers_as_its_schema_says(
     api_schema: schemathesis.schemas.BaseSchema,
     every_scope_key: str,

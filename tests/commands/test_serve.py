@@ -98,6 +98,7 @@ def _get(url: str, **headers: str) -> tuple[int, bytes]:
         return refused.code, refused.read()
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_serve_answers_on_its_port_with_a_worker_and_ctrl_c_stops_both(
     tmp_path: Path, broker: Broker

@@ -134,6 +134,7 @@ def _run(command: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_the_sh_commands_run_as_written(guide_database: str, tmp_path: Path) -> None:
     env = _deployment_env(guide_database, tmp_path)
@@ -234,6 +235,7 @@ def _status(url: str) -> int:
         return 0
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_the_units_commands_serve_and_work(guide_database: str, tmp_path: Path) -> None:
     """ExecStart of both units, as written, with the environment file: the web answers

@@ -183,6 +183,7 @@ def web(
             gunicorn.wait(timeout=30)
 
 
+@pytest.mark.slow
 def test_a_database_restart_under_load_answers_every_callback(
     database: tuple[ThrowawayPostgres, str], web: tuple[int, DatabaseProxy, Path]
 ) -> None:

@@ -84,6 +84,7 @@ def scratch_database(db: None) -> Any:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+@pytest.mark.slow
 def test_a_database_from_the_first_migration_upgrades_with_its_data(
     scratch_database: str,
 ) -> None:
