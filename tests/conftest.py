@@ -24,59 +24,84 @@ if TYPE_CHECKING:
     from tests.served_demo import ServedDemo
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests marked ``slow`` first, so that the workers (pytest-xdist) end together instead of
-    one running a long test alone at the end.
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tests marked ``slow`` lead the run, shared out so that the workers (pytest-xdist)
+    end together instead of one running a long test alone at the end.
 
-    This runs before pytest-django's own ordering (a conftest's hook before a plugin's),
-    which is a stable sort by database use: the slow tests lead each of its groups. ``make
-    test`` lets an idle worker take tests queued for another (``--dist worksteal``), so a test
-    in a transaction may run after one that flushed the database: ``roles_survive_a_flush``.
+    ``make test`` splits the queue into one block per worker, and an idle worker takes tests
+    from the end of another's (``--dist worksteal``): each block starts with its share of the
+    slow tests, dealt in turn, those on the demo's data as one (one worker runs the demo).
+
+    This runs after pytest-django's own ordering, a sort by database use that keeps a test in
+    a transaction from following a flush on the same process; work stealing breaks that
+    promise anyway: ``migrated_rows_survive_a_flush`` keeps what it was for.
     """
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    workers = getattr(config, "workerinput", {}).get("workercount", 1)
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    rest = [item for item in items if not item.get_closest_marker("slow")]
+    on_the_demo = [item for item in slow if "demo" in item.fixturenames]
+    units = [on_the_demo, *([item] for item in slow if item not in on_the_demo)]
+    blocks: list[list[pytest.Item]] = [[] for _ in range(workers)]
+    for index, unit in enumerate(unit for unit in units if unit):
+        blocks[index % workers].extend(unit)
+    size, extra = divmod(len(items), workers)
+    ordered: list[pytest.Item] = []
+    for index, block in enumerate(blocks):
+        wanted = size + (index < extra) - len(block)
+        ordered += block + rest[:wanted]
+        rest = rest[max(wanted, 0) :]
+    items[:] = ordered + rest
+
+
+# What migrations leave in the database (besides django_migrations, which a flush keeps), in
+# an order that deletes referring rows first and inserts them last.
+MIGRATED_TABLES = ("auth_group_permissions", "auth_group", "auth_permission", "django_content_type")
 
 
 @pytest.fixture(scope="session", autouse=True)
-def roles_survive_a_flush(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
-    """The staff roles are groups that migrations make, which a transactional test's flush
-    empties; pytest-xdist's work stealing can then hand this process a test that needs them.
-    A flush ends with post_migrate: the roles are put back then, as the migrations left them.
+def migrated_rows_survive_a_flush(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
+    """A transactional test ends with a flush, which empties every table; Django then makes
+    content types and permissions again, under new ids, and the staff roles (groups made by
+    migrations) not at all. ``make test`` lets an idle worker take tests queued for another
+    (``--dist worksteal``), so a test may follow a flush on the same process and expect what
+    migrations left: the roles, and the ids cached in ``ContentType.objects``. At the end of
+    every flush (its post_migrate), those tables get back their rows as migrations left them.
     """
     from django.apps import apps
-    from django.contrib.auth.models import Group, Permission
+    from django.contrib.contenttypes.models import ContentType
+    from django.db import connections
     from django.db.models.signals import post_migrate
 
-    with django_db_blocker.unblock():
-        roles = {
-            group.name: [
-                (p.content_type.app_label, p.codename)
-                for p in group.permissions.select_related("content_type")
-            ]
-            for group in Group.objects.all()
-        }
+    snapshot: dict[str, tuple[list[str], list[tuple[Any, ...]]]] = {}
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        for table in MIGRATED_TABLES:
+            cursor.execute(f"SELECT * FROM {table}")  # noqa: S608 (our constant)
+            snapshot[table] = ([c.name for c in cursor.description], cursor.fetchall())
     last_app = list(apps.get_app_configs())[-1]  # its post_migrate comes last
 
     def restore(sender: Any, using: str, **kwargs: Any) -> None:
-        if sender is not last_app or Group.objects.using(using).exists():
+        if sender is not last_app or using != "default":
             return
-        for name, held in roles.items():
-            group = Group.objects.using(using).create(name=name)
-            permissions = Permission.objects.using(using).filter(
-                content_type__app_label__in={app for app, _ in held},
-                codename__in={codename for _, codename in held},
-            )
-            group.permissions.add(
-                *(
-                    p
-                    for p in permissions.select_related("content_type")
-                    if (p.content_type.app_label, p.codename) in held
-                )
-            )
+        with connections[using].cursor() as cursor:
+            cursor.execute("SELECT EXISTS (SELECT FROM auth_group)")
+            if cursor.fetchone()[0]:
+                return  # not a flush (a test's own migrate): nothing was emptied
+            for table in MIGRATED_TABLES:
+                cursor.execute(f"DELETE FROM {table}")  # noqa: S608
+            for table in reversed(MIGRATED_TABLES):
+                columns, rows = snapshot[table]
+                if rows:
+                    cursor.executemany(
+                        f"INSERT INTO {table} ({', '.join(columns)}) "  # noqa: S608
+                        f"VALUES ({', '.join(['%s'] * len(columns))})",
+                        rows,
+                    )
+        ContentType.objects.clear_cache()
 
-    post_migrate.connect(restore, weak=False, dispatch_uid="tests.roles_survive_a_flush")
+    post_migrate.connect(restore, weak=False, dispatch_uid="tests.migrated_rows")
     yield
-    post_migrate.disconnect(dispatch_uid="tests.roles_survive_a_flush")
+    post_migrate.disconnect(dispatch_uid="tests.migrated_rows")
 
 
 @pytest.fixture
