@@ -88,12 +88,15 @@ _STAGE = (
 # Each pointer once, in remote_identifier order, with its consumer: the existing one, or
 # a new id from the consumers' sequence (coalesce draws it only when there is none).
 _POINTERS_WITH_KINDS = """
-SELECT DISTINCT ON (remote_identifier) remote_identifier, remote_identifier_kind AS kind
+SELECT DISTINCT ON (remote_identifier COLLATE "C") remote_identifier,
+       remote_identifier_kind AS kind
   FROM consumer_registration_staging
- ORDER BY remote_identifier, remote_identifier_kind IS NULL, line DESC
+ ORDER BY remote_identifier COLLATE "C", remote_identifier_kind IS NULL, line DESC
 """
 _POINTERS = """
-SELECT DISTINCT remote_identifier, NULL::text AS kind FROM consumer_registration_staging
+SELECT DISTINCT ON (remote_identifier COLLATE "C") remote_identifier, NULL::text AS kind
+  FROM consumer_registration_staging
+ ORDER BY remote_identifier COLLATE "C"
 """
 _POINTERS_CREATE = """
 CREATE TEMP TABLE consumer_registration_pointers ON COMMIT DROP AS
