@@ -86,7 +86,9 @@ _STAGE = (
     " (remote_identifier, remote_identifier_kind, hash_type, hash) FROM STDIN"
 )
 # Each pointer once, in remote_identifier order, with its consumer: the existing one, or
-# a new id from the consumers' sequence (coalesce draws it only when there is none).
+# a new id from the consumers' sequence (coalesce draws it only when there is none). Byte
+# order ("C") in the DISTINCT too: one sort then serves both, and a sort under C.UTF-8 goes
+# through strcoll (24 s instead of 9 for 20 M staged rows).
 _POINTERS_WITH_KINDS = """
 SELECT DISTINCT ON (remote_identifier COLLATE "C") remote_identifier,
        remote_identifier_kind AS kind
