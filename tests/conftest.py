@@ -40,7 +40,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     workers = getattr(config, "workerinput", {}).get("workercount", 1)
     slow = [item for item in items if item.get_closest_marker("slow")]
     rest = [item for item in items if not item.get_closest_marker("slow")]
-    on_the_demo = [item for item in slow if "demo" in item.fixturenames]
+    on_the_demo = [item for item in slow if "demo" in getattr(item, "fixturenames", ())]
     units = [on_the_demo, *([item] for item in slow if item not in on_the_demo)]
     blocks: list[list[pytest.Item]] = [[] for _ in range(workers)]
     for index, unit in enumerate(unit for unit in units if unit):
