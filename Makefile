@@ -35,10 +35,11 @@ run: install
 	$(BIN)/python manage.py serve
 
 # The database: DATABASE_URL if set, else the server on 127.0.0.1:5432 if it answers,
-# else the embedded PostgreSQL under var/ (started by pytest's first process, before its
-# workers). The suite runs on every core (pytest-xdist, one test database per worker:
-# test_<name>_gw0, _gw1, ...); a test that makes a database of its own names it after its
-# worker's (the demo's: <test database>_demo). PYTEST_WORKERS=0 runs it in one process.
+# else the embedded PostgreSQL under var/ (started here, and passed as DATABASE_URL). The
+# suite runs on every core (pytest-xdist, one test database per worker: test_<name>_gw0,
+# _gw1, ...; an idle worker takes tests queued for another); a test that makes a database
+# of its own names it after its worker's (the demo's: <test database>_demo).
+# PYTEST_WORKERS=0 runs it in one process.
 PYTEST_WORKERS ?= auto
 test: install
 	$(LOCAL_SECRETS) DATABASE_URL="$${DATABASE_URL:-$$($(BIN)/python -m dropportal.local_state local-url)}" \

@@ -102,11 +102,13 @@ def use_demo_database() -> str:
 
     database = settings.DATABASES["default"]
     demo_name = f"{database['NAME']}_demo"
+    # A URL with the server in its query (a socket directory: the embedded server) puts it
+    # in OPTIONS.
+    options = database.get("OPTIONS", {})
     params = {
-        "host": database.get("HOST") or None,
-        "port": database.get("PORT") or None,
-        "user": database.get("USER") or None,
-        "password": database.get("PASSWORD") or None,
+        key: database.get(key.upper()) or options.get(key) or None
+        for key in ("host", "port", "user", "password")
+    } | {
         "dbname": database["NAME"],
         "autocommit": True,
     }

@@ -147,7 +147,7 @@ def stop_embedded() -> str:
 
 
 def local_server_url() -> str | None:
-    """The PostgreSQL on 127.0.0.1:5432 as a URL, if one answers (used by ``make test``)."""
+    """The PostgreSQL on 127.0.0.1:5432 as a URL, if one answers."""
     import psycopg
 
     user = os.environ.get("USER") or "postgres"
@@ -159,11 +159,28 @@ def local_server_url() -> str | None:
     return url
 
 
+def local_url() -> str:
+    """The URL ``make test`` and ``make bench`` run on: the PostgreSQL on 127.0.0.1:5432 if
+    one answers, else the embedded one (started if need be). Either way the suite runs with
+    a DATABASE_URL, as a deployment does (staff MFA required, the secrets passed)."""
+    from urllib.parse import urlencode
+
+    found = local_server_url()
+    if found:
+        return found
+    database = embedded_database()
+    query = {"host": database["HOST"], "port": database["PORT"], "user": database["USER"]}
+    return f"postgres:///postgres?{urlencode(query)}"
+
+
 if __name__ == "__main__":
-    # `python -m dropportal.local_state local-url`: print the local server's URL or nothing;
+    # `python -m dropportal.local_state local-url`: print the local server's URL (local_url);
     # `... stop-embedded`: stop the embedded server (`make stop-db`).
     if sys.argv[1:] == ["local-url"]:
-        print(local_server_url() or "")
+        try:
+            print(local_url())
+        except LocalStateError as exc:
+            sys.exit(f"error: {exc}")
     elif sys.argv[1:] in (["secret", "secret_key"], ["secret", "encryption_key"]):
         # `... secret secret_key|encryption_key`: the var/ secret, for `make` to pass
         # explicitly to local runs on a DATABASE_URL (settings never read var/ then).

@@ -2,7 +2,7 @@
 real outage for the processes connected through it, while the server itself (shared) runs
 on. Stopping closes the listener and cuts every open connection::
 
-    with DatabaseProxy(("127.0.0.1", 5432)) as proxy:
+    with DatabaseProxy(database_server()) as proxy:  # (host, port), or a socket's path
         url = proxy.url_for(database_url())
         proxy.stop(); ...; proxy.start()
 
@@ -20,7 +20,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 
 class DatabaseProxy:
-    def __init__(self, upstream: tuple[str, int]) -> None:
+    def __init__(self, upstream: tuple[str, int] | str) -> None:
         self.upstream = upstream
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
@@ -85,7 +85,15 @@ class DatabaseProxy:
     def _connect(self, client: socket.socket, listener: socket.socket | None = None) -> bool:
         """Pipe ``client`` to the server; False when the proxy was stopped meanwhile."""
         try:
-            server = socket.create_connection(self.upstream)
+            if isinstance(self.upstream, str):  # a Unix socket (the embedded server)
+                server = socket.socket(socket.AF_UNIX)
+                try:
+                    server.connect(self.upstream)
+                except OSError:
+                    server.close()
+                    raise
+            else:
+                server = socket.create_connection(self.upstream)
         except OSError:
             client.close()
             return True

@@ -22,7 +22,7 @@ from integrations.ledger_kinds import LedgerKind
 from integrations.models import LedgerChainLink
 from integrations.services.ledger import ledger_event_append
 from tests.builders import truncate_jobs
-from tests.conftest import database_url, subprocess_env
+from tests.conftest import database_server, database_url, subprocess_env
 from tests.db_proxy import DatabaseProxy
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -45,7 +45,7 @@ def _eventually(check: Callable[[], bool], what: str) -> None:
 
 @pytest.mark.slow
 def test_the_worker_waits_through_an_outage_and_resumes() -> None:
-    with DatabaseProxy(("127.0.0.1", 5432)) as proxy:
+    with DatabaseProxy(database_server()) as proxy:
         url = proxy.url_for(database_url())
         worker = subprocess.Popen(
             [sys.executable, "manage.py", "worker", "--concurrency", "1"],

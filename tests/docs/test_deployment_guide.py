@@ -84,7 +84,13 @@ def guide_database(db: None) -> Iterator[str]:
 def _deployment_env(url: str, tmp_path: Path) -> dict[str, str]:
     """The environment file of the guide, with this test's database, fresh secrets and
     temporary directories."""
-    env = {"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "HOME": str(tmp_path)}
+    # The server's own programs first: the guide's pg_dump must be of the server's version
+    # (the embedded server's are not the system's).
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT setting FROM pg_config WHERE name = 'BINDIR'")
+        (server_bin,) = cursor.fetchone()
+    path = f"{Path(sys.executable).parent}:{server_bin}:{os.environ['PATH']}"
+    env = {"PATH": path, "HOME": str(tmp_path)}
     (env_file,) = _of("env")
     for line in env_file.splitlines():
         name, _, value = line.partition("=")
