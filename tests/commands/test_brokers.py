@@ -12,6 +12,7 @@ from django.core.management.base import CommandError
 from django.db import connection
 
 from integrations.models import Broker, LedgerEvent
+from tests.conftest import subprocess_env
 
 pytestmark = pytest.mark.django_db
 
@@ -78,7 +79,7 @@ def test_database_refuses_a_bad_id_too() -> None:
 # own connection, which only a flush takes away again.
 @pytest.mark.django_db(transaction=True)
 def test_errors_are_one_line_on_stderr_with_non_zero_exit(argv: list[str], settings) -> None:
-    env = _subprocess_env()
+    env = subprocess_env()
     result = subprocess.run(  # noqa: S603
         [sys.executable, "manage.py", *argv],
         capture_output=True,
@@ -91,20 +92,6 @@ def test_errors_are_one_line_on_stderr_with_non_zero_exit(argv: list[str], setti
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert result.stdout == ""
-
-
-def _subprocess_env() -> dict[str, str]:
-    """Point the child process at the test database (a TCP server or the embedded socket)."""
-    import os
-
-    db = connection.settings_dict
-    host, port = db["HOST"] or "", db["PORT"] or 5432
-    location = (
-        f"@/{db['NAME']}?host={host}&port={port}"
-        if host.startswith("/")
-        else (f"@{host}:{port}/{db['NAME']}")
-    )
-    return {**os.environ, "DATABASE_URL": f"postgres://{db['USER']}{location}"}
 
 
 def test_the_drop_api_key_can_come_from_a_file(tmp_path) -> None:
