@@ -97,24 +97,16 @@ def free_port(preferred: int) -> int:
 
 def use_demo_database() -> str:
     """Point Django at a fresh ``<name>_demo`` database on the project's PostgreSQL."""
-    import psycopg
     from django.conf import settings
+    from django.db import connection
 
     database = settings.DATABASES["default"]
     demo_name = f"{database['NAME']}_demo"
-    # A URL with the server in its query (a socket directory: the embedded server) puts it
-    # in OPTIONS.
-    options = database.get("OPTIONS", {})
-    params = {
-        key: database.get(key.upper()) or options.get(key) or None
-        for key in ("host", "port", "user", "password")
-    } | {
-        "dbname": database["NAME"],
-        "autocommit": True,
-    }
-    with psycopg.connect(**{k: v for k, v in params.items() if v is not None}) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{demo_name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{demo_name}"')
+    # Django's connection is in autocommit here, which CREATE DATABASE needs.
+    with connection.cursor() as cursor:
+        cursor.execute(f'DROP DATABASE IF EXISTS "{demo_name}" WITH (FORCE)')
+        cursor.execute(f'CREATE DATABASE "{demo_name}"')
+    connection.close()  # the next query opens one on the demo's database
     database["NAME"] = demo_name
     return demo_name
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import urlencode
 
 import pytest
 from django.conf import settings
@@ -162,24 +162,19 @@ def fresh_callback_throttles() -> None:
 
 def database_url() -> str:
     """The test database as a libpq URL (also a DATABASE_URL), over TCP or a socket."""
-    db = connection.settings_dict
-    options = db.get("OPTIONS", {})  # where a URL with the server in its query puts it
-    # Query parameters go to libpq as they are, so a socket directory (the embedded
-    # server's HOST) works as well as a host name.
-    params = {
-        "host": db.get("HOST") or options.get("host") or "127.0.0.1",
-        "port": db.get("PORT") or options.get("port") or 5432,
-        "user": db.get("USER") or options.get("user") or "",
-        "password": db.get("PASSWORD") or options.get("password") or "",
-    }
+    # Django's own connection parameters: HOST and PORT, or the server given in OPTIONS (a
+    # URL with a socket directory in its query, as the embedded server's is). Query
+    # parameters go to libpq as they are, so a socket directory works as a host name does.
+    given = connection.get_connection_params()
+    params = {key: given.get(key) for key in ("host", "port", "user", "password")}
     query = urlencode({k: v for k, v in params.items() if v})
-    return f"postgres:///{db['NAME']}?{query}"
+    return f"postgres:///{given['dbname']}?{query}"
 
 
 def database_server() -> tuple[str, int] | str:
     """Where the test database's server listens: (host, port), or a Unix socket's path."""
-    query = dict(parse_qsl(urlsplit(database_url()).query))
-    host, port = query["host"], int(query["port"])
+    given = connection.get_connection_params()
+    host, port = given.get("host") or "127.0.0.1", int(given.get("port") or 5432)
     return f"{host}/.s.PGSQL.{port}" if host.startswith("/") else (host, port)
 
 
