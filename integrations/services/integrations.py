@@ -89,6 +89,16 @@ def webhook_integration_create(
     return CreatedIntegration(integration=integration, webhook_secret=secret)
 
 
+def integration_updated(integration: Integration, actor: str) -> Audited:
+    """The one ledger shape of an integration's changed settings, whatever its kind."""
+    return Audited(
+        LedgerKind.INTEGRATION_UPDATED,
+        broker_id=integration.broker.broker_id,
+        subject=str(integration.uuid),
+        actor=actor,
+    )
+
+
 def integration_update(
     *, integration: Integration, actor: str, name: str | None = None, url: str | None = None
 ) -> Integration:
@@ -98,16 +108,7 @@ def integration_update(
         changes["name"] = integration_name_validate(name)
     if url is not None and integration.kind == IntegrationKind.WEBHOOK:
         changes["url"] = target_url_validate(url)
-    return row_update(
-        integration,
-        changes=changes,
-        audit=Audited(
-            LedgerKind.INTEGRATION_UPDATED,
-            broker_id=integration.broker.broker_id,
-            subject=str(integration.uuid),
-            actor=actor,
-        ),
-    )
+    return row_update(integration, changes=changes, audit=integration_updated(integration, actor))
 
 
 def integration_secret_rotate(

@@ -34,9 +34,10 @@ from integrations.models import (
     IsiAuth,
     IsiConnection,
 )
+from integrations.services.integrations import integration_updated
 from integrations.services.isi_connections import isi_connections_refresh
 from integrations.services.ledger import ledger_event_append
-from integrations.services.row_updates import Audited, row_update
+from integrations.services.row_updates import row_update
 from integrations.validators import integration_name_validate, target_url_validate
 
 CLIENT_ID_MAX = 200
@@ -212,12 +213,7 @@ def isi_integration_update(
     return row_update(
         integration,
         changes=changes,
-        audit=Audited(
-            LedgerKind.INTEGRATION_UPDATED,
-            broker_id=integration.broker.broker_id,
-            subject=str(integration.uuid),
-            actor=actor,
-        ),
+        audit=integration_updated(integration, actor),
         adjust=credentials_follow_destination,
     )
 
