@@ -38,8 +38,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     promise anyway: ``migrated_rows_survive_a_flush`` keeps what it was for.
     """
     workers = getattr(config, "workerinput", {}).get("workercount", 1)
-    slow = [item for item in items if item.get_closest_marker("slow")]
-    rest = [item for item in items if not item.get_closest_marker("slow")]
+    slow: list[pytest.Item] = []
+    rest: list[pytest.Item] = []
+    for item in items:
+        (slow if item.get_closest_marker("slow") else rest).append(item)
     on_the_demo = [item for item in slow if "demo" in getattr(item, "fixturenames", ())]
     units = [on_the_demo, *([item] for item in slow if item not in on_the_demo)]
     blocks: list[list[pytest.Item]] = [[] for _ in range(workers)]
