@@ -49,15 +49,20 @@ def register_late(broker: Broker, remote_identifier: str, **hashes: str) -> Late
     """What ``consumers_register`` does: insert hashes, list them, match them late."""
     with transaction.atomic():
         registered = consumer(broker, remote_identifier, **hashes)
-        with connection.cursor() as cursor:
-            cursor.execute("DROP TABLE IF EXISTS new_consumer_hashes")
-            cursor.execute(
-                "CREATE TEMP TABLE new_consumer_hashes ON COMMIT DROP AS"
-                " SELECT consumer_id, hash_type, hash FROM integrations_consumerhash"
-                " WHERE broker_id = %s AND consumer_id = %s",
-                [broker.pk, registered.pk],
-            )
+        _list_as_new(broker, registered)
         return consumer_hashes_match_late(broker=broker, actor="test")
+
+
+def _list_as_new(broker: Broker, registered: Consumer) -> None:
+    """``new_consumer_hashes`` as a registration leaves it: here, the consumer's hashes."""
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TABLE IF EXISTS new_consumer_hashes")
+        cursor.execute(
+            "CREATE TEMP TABLE new_consumer_hashes ON COMMIT DROP AS"
+            " SELECT consumer_id, hash_type, hash FROM integrations_consumerhash"
+            " WHERE broker_id = %s AND consumer_id = %s",
+            [broker.pk, registered.pk],
+        )
 
 
 def item(work_item_id: str) -> WorkItem:
@@ -260,14 +265,7 @@ def test_matching_the_same_consumer_again_creates_nothing_new(
     register_late(broker, "C-9", email=EMAIL[1][1])
     again = Consumer.objects.get(remote_identifier="C-9")
     with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute("DROP TABLE IF EXISTS new_consumer_hashes")
-            cursor.execute(
-                "CREATE TEMP TABLE new_consumer_hashes ON COMMIT DROP AS"
-                " SELECT consumer_id, hash_type, hash FROM integrations_consumerhash"
-                " WHERE broker_id = %s AND consumer_id = %s",
-                [broker.pk, again.pk],
-            )
+        _list_as_new(broker, again)
         assert consumer_hashes_match_late(broker=broker).work_items == 0
     assert DeletionRequest.objects.filter(remote_identifier="C-9").count() == 1
 
