@@ -18,13 +18,13 @@ import threading
 from types import TracebackType
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from tests.ports import free_port
+
 
 class DatabaseProxy:
     def __init__(self, upstream: tuple[str, int] | str) -> None:
         self.upstream = upstream
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = int(probe.getsockname()[1])
+        self.port = free_port()
         self._listener: socket.socket | None = None
         self._sockets: list[socket.socket] = []
         self._held: list[socket.socket] | None = None  # a list while holding

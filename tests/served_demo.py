@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as dt
 import re
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.conftest import database_url, subprocess_env
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,12 +30,6 @@ class ServedDemo:
     story: str  # what it told until it served
     started: dt.datetime  # when it was started, and when it served (UTC): its story ran
     served: dt.datetime  # between the two
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def demo_env() -> dict[str, str]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import socket
 import stat
 import subprocess
 import tempfile
@@ -26,6 +25,8 @@ from pathlib import Path
 from types import TracebackType
 
 import psycopg
+
+from tests.ports import free_port
 
 _USER = "embedded_postgres"
 
@@ -46,16 +47,10 @@ def _binaries() -> Path:
     return Path(found[-1]).parent
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 class ThrowawayPostgres:
     def __init__(self) -> None:
         self.bin = _binaries()
-        self.port = _free_port()
+        self.port = free_port()
         self.root = Path(tempfile.mkdtemp(prefix="dp_throwaway_pg_"))
         self.data = self.root / "data"
         self.user: str | None = None

@@ -20,6 +20,7 @@ from django.core.management import CommandError, call_command
 from integrations.models import Broker
 from integrations.services.keys import api_key_create
 from tests.conftest import subprocess_env
+from tests.ports import free_port
 
 
 @pytest.fixture
@@ -28,12 +29,6 @@ def held_port() -> Iterator[int]:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         yield int(holder.getsockname()[1])
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _session_commands(session: int) -> list[str]:
@@ -103,7 +98,7 @@ def _get(url: str, **headers: str) -> tuple[int, bytes]:
 def test_serve_answers_on_its_port_with_a_worker_and_ctrl_c_stops_both(
     tmp_path: Path, broker: Broker
 ) -> None:
-    port = _free_port()
+    port = free_port()
     # The operator's key (no broker): the process counters are the service's, not a broker's.
     metrics_key = api_key_create(broker=None, scopes=["metrics"], actor="test").key
     serve = subprocess.Popen(  # noqa: S603

@@ -15,7 +15,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -40,6 +39,7 @@ from rest_framework.test import APIClient
 
 from integrations.services.keys import api_key_create
 from tests.conftest import bearer, database_url
+from tests.ports import free_port
 
 GUIDE = Path(settings.BASE_DIR) / "docs" / "deployment.md"
 CHECKOUT = "/opt/dropportal"
@@ -225,12 +225,6 @@ def _exec_start(name: str, port: int) -> list[str]:
     return shlex.split(command.replace("127.0.0.1:8000", f"127.0.0.1:{port}"))
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def _status(url: str) -> int:
     try:
         with urllib.request.urlopen(url, timeout=5) as answer:  # noqa: S310
@@ -248,7 +242,7 @@ def test_the_units_commands_serve_and_work(guide_database: str, tmp_path: Path) 
     /readyz 200 once the worker beats."""
     env = _deployment_env(guide_database, tmp_path)
     assert _run("python manage.py migrate --no-input", env).returncode == 0
-    port = _free_port()
+    port = free_port()
     logs = [tmp_path / "web.log", tmp_path / "worker.log"]
     processes = [
         subprocess.Popen(  # noqa: S603
@@ -466,7 +460,7 @@ def test_behind_the_guides_proxy_the_lockout_counts_the_clients_address(
     settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "portal.example.com"]
     User.objects.create_user("ann", password="right-password-123", is_staff=True)
 
-    port, upstream = _free_port(), live_server.url.removeprefix("http://")
+    port, upstream = free_port(), live_server.url.removeprefix("http://")
     (config,) = _of(kind)
     build = _nginx_in_front if kind == "nginx" else _caddy_in_front
     command = build(config, port, upstream, tmp_path)

@@ -31,6 +31,7 @@ import pytest
 from integrations.dispatch import signing
 from tests.conftest import subprocess_env
 from tests.db_proxy import DatabaseProxy
+from tests.ports import free_port
 from tests.throwaway_postgres import ThrowawayPostgres
 
 CALLBACKS = 240
@@ -91,12 +92,6 @@ def _manage(*args: str, url: str) -> str:
     return done.stdout
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 class Answer:
     def __init__(self, raw: bytes) -> None:
         head, _, self.body = raw.partition(b"\r\n\r\n")
@@ -152,7 +147,7 @@ def web(
     database: tuple[ThrowawayPostgres, str], tmp_path: Path
 ) -> Iterator[tuple[int, DatabaseProxy, Path]]:
     server, url = database
-    port, log = _free_port(), tmp_path / "gunicorn.log"
+    port, log = free_port(), tmp_path / "gunicorn.log"
     with DatabaseProxy(("127.0.0.1", server.port)) as proxy, log.open("w") as log_file:
         gunicorn = subprocess.Popen(  # noqa: S603
             [

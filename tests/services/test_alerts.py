@@ -8,7 +8,6 @@ import datetime as dt
 import email
 import email.policy
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -61,6 +60,7 @@ from tests.builders import (
     webhook_integration_for,
 )
 from tests.conftest import subprocess_env
+from tests.ports import free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -99,15 +99,9 @@ class Hook(BaseHTTPRequestHandler):
         pass
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture
 def inbox() -> Iterator[Inbox]:
-    handler = Inbox(_free_port())
+    handler = Inbox(free_port())
     controller = Controller(handler, hostname="127.0.0.1", port=handler.port)
     controller.start()
     yield handler
@@ -296,7 +290,7 @@ def test_a_disabled_integration_alerts_once_and_once_more_when_enabled(
 
 def test_a_webhook_that_fails_is_retried_by_the_job(settings: Any, broker: Broker) -> None:
     settings.DROPPORTAL_ALERT_EMAILS = []
-    settings.DROPPORTAL_ALERT_WEBHOOK_URL = f"http://127.0.0.1:{_free_port()}/closed"
+    settings.DROPPORTAL_ALERT_WEBHOOK_URL = f"http://127.0.0.1:{free_port()}/closed"
     integration = webhook_integration_for(broker, "https://crm.acme.test/drop").integration
     integration_disable(integration=integration, reason="by hand", actor="test")
 
