@@ -17,10 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from django.db import connection
 from django.utils import timezone
 from procrastinate.contrib.django.models import ProcrastinateJob
@@ -49,6 +45,7 @@ from tests.builders import (
     isi_resolution_request,
     saas_connection,
 )
+from tests.tls import self_signed_certificate
 
 pytestmark = pytest.mark.django_db
 
@@ -465,34 +462,6 @@ def test_an_identifiers_answer_of_the_wrong_shape_is_a_failed_attempt(
 # -- TLS ------------------------------------------------------------------------------------
 
 
-def _self_signed(directory: Path) -> tuple[Path, Path]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "isi.broker.example")])
-    now = dt.datetime.now(dt.UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(days=1))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName("isi.broker.example")]), False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
-    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_path, key_path
-
-
 def _handshake(client: ssl.SSLContext, server: ssl.SSLContext) -> str | None:
     """Both ends of a TLS handshake in memory (no socket); the version agreed on."""
     to_server, to_client = ssl.MemoryBIO(), ssl.MemoryBIO()
@@ -517,7 +486,7 @@ def _handshake(client: ssl.SSLContext, server: ssl.SSLContext) -> str | None:
 def test_the_context_of_every_isi_call_refuses_tls_below_1_2(
     tmp_path: Path, broker_tls: str
 ) -> None:
-    cert, key = _self_signed(tmp_path)
+    cert, key = self_signed_certificate(tmp_path, "isi.broker.example")
     broker_api = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)  # a broker stuck on an old version
     broker_api.load_cert_chain(cert, key)
     broker_api.minimum_version = ssl.TLSVersion.TLSv1

@@ -7,7 +7,6 @@ show it the client's address, its Prometheus rules name only metrics that /metri
 from __future__ import annotations
 
 import configparser
-import datetime as dt
 import http.client
 import json
 import os
@@ -28,11 +27,9 @@ from typing import Any
 import psycopg
 import pytest
 import yaml
-from cryptography import x509
 from cryptography.fernet import Fernet
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519
-from cryptography.x509.oid import NameOID
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519
 from django.conf import settings
 from django.db import connection
 from rest_framework.test import APIClient
@@ -40,6 +37,7 @@ from rest_framework.test import APIClient
 from integrations.services.keys import api_key_create
 from tests.conftest import bearer, database_url
 from tests.ports import free_port
+from tests.tls import self_signed_certificate
 
 GUIDE = Path(settings.BASE_DIR) / "docs" / "deployment.md"
 CHECKOUT = "/opt/dropportal"
@@ -295,32 +293,6 @@ def test_the_proxies_forward_to_the_web_unit() -> None:
             assert "X-Forwarded-Proto $scheme;" in location, location
 
 
-def _self_signed_pair(directory: Path) -> tuple[Path, Path]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "portal.example.com")])
-    now = dt.datetime.now(dt.UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now)
-        .not_valid_after(now + dt.timedelta(days=1))
-        .sign(key, hashes.SHA256())
-    )
-    certificate_path, key_path = directory / "fullchain.pem", directory / "privkey.pem"
-    certificate_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return certificate_path, key_path
-
-
 @pytest.mark.parametrize(("program", "kind"), [("caddy", "caddy"), ("nginx", "nginx")])
 def test_the_proxy_configurations_are_valid(program: str, kind: str, tmp_path: Path) -> None:
     if shutil.which(program) is None:
@@ -334,7 +306,7 @@ def test_the_proxy_configurations_are_valid(program: str, kind: str, tmp_path: P
     path = tmp_path / f"{kind}.conf"
     if kind == "nginx":
         # nginx -t opens the certificate files: a throwaway pair stands in for the real ones.
-        certificate, key = _self_signed_pair(tmp_path)
+        certificate, key = self_signed_certificate(tmp_path, "portal.example.com")
         config = re.sub(r"ssl_certificate (\S+);", f"ssl_certificate {certificate};", config)
         config = re.sub(r"ssl_certificate_key (\S+);", f"ssl_certificate_key {key};", config)
         path.write_text(f"events {{}}\nhttp {{\n{config}\n}}\n")
@@ -388,7 +360,7 @@ CLIENT = "127.0.0.2"  # the client's own address: loopback, but not the proxy's 
 def _nginx_in_front(config: str, port: int, upstream: str, directory: Path) -> list[str]:
     """The guide's TLS server block on ``port``, forwarding to ``upstream``."""
     (tls_server,) = [b for b in config.split("\nserver {") if "listen 443 ssl;" in b]
-    certificate, key = _self_signed_pair(directory)
+    certificate, key = self_signed_certificate(directory, "portal.example.com")
     tls_server = (
         tls_server.replace("listen 443 ssl;", f"listen 127.0.0.1:{port} ssl;")
         .replace("proxy_pass http://127.0.0.1:8000;", f"proxy_pass http://{upstream};")
