@@ -146,7 +146,7 @@ def stop_embedded() -> str:
     raise LocalStateError(f"the embedded PostgreSQL (pid {pid}) did not stop within 30 s")
 
 
-def local_server_url() -> str | None:
+def loopback_server_url() -> str | None:
     """The PostgreSQL on 127.0.0.1:5432 as a URL, if one answers."""
     import psycopg
 
@@ -165,7 +165,7 @@ def local_url() -> str:
     a DATABASE_URL, as a deployment does (staff MFA required, the secrets passed)."""
     from urllib.parse import urlencode
 
-    found = local_server_url()
+    found = loopback_server_url()
     if found:
         return found
     database = embedded_database()
