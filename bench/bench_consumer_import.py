@@ -16,7 +16,11 @@ Everything happens in a scratch database created next to ``DATABASE_URL``'s (the
 needs CREATEDB) and dropped at the end: the ledger refuses DELETE, so the bench must never
 write into a real database.
 
-    DATABASE_URL=postgres://... python bench/bench_consumer_import.py [--consumers 10000000]
+    DATABASE_URL=postgres://... python bench/bench_consumer_import.py [--consumers 10000000 ...]
+
+Several sizes (``--consumers 1000000 10000000``) measure growth: their runs take turns,
+repeat by repeat, and the best time of each larger size must grow no faster than its
+number of consumers against the smallest's (10 M in at most 10 times the 1 M time).
 
 Prints one line of JSON last; exits 1 when a target is missed.
 """
@@ -37,6 +41,7 @@ import random
 import subprocess
 import tempfile
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -268,7 +273,13 @@ def child(csv_path: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--consumers", type=int, default=1_000_000)
+    parser.add_argument(
+        "--consumers",
+        type=int,
+        nargs="+",
+        default=[1_000_000],
+        help="one size, or several: their runs then take turns (growth, see the module doc)",
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=20260801)
     parser.add_argument(
@@ -281,6 +292,9 @@ def main() -> int:
     if args.child:
         child(args.child)
         return 0
+    if any(n < 1 for n in args.consumers) or args.repeats < 1:
+        print("--consumers and --repeats must be 1 or more")
+        return 2
 
     base_url = os.environ.get("DATABASE_URL", "")
     if not base_url:
@@ -291,9 +305,7 @@ def main() -> int:
     os.environ["DATABASE_URL"] = url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dropportal.settings")
     admin_execute(admin_url, f'CREATE DATABASE "{scratch}"')
-    imports: list[dict[str, Any]] = []
-    sizes: dict[str, int] = {}
-    baselines: list[dict[str, Any]] = []
+    runs = {n: Runs() for n in sorted(set(args.consumers))}  # the smallest first
     try:
         import django
 
@@ -314,33 +326,89 @@ def main() -> int:
                 "CREATE TABLE baseline_consumerhash (LIKE integrations_consumerhash INCLUDING ALL)"
             )
         with tempfile.TemporaryDirectory() as directory:
-            csv_path = Path(directory) / "consumers.csv"
             consumers_path = Path(directory) / "baseline_consumers.tsv"
             hashes_path = Path(directory) / "baseline_hashes.tsv"
-            write_csv(csv_path, args.consumers, args.seed)
-            csv_mb = csv_path.stat().st_size / 1e6
+            for n, measured in runs.items():
+                measured.csv_path = Path(directory) / f"consumers_{n}.csv"
+                write_csv(measured.csv_path, n, args.seed)
+                measured.csv_mb = measured.csv_path.stat().st_size / 1e6
+            # Sizes take turns, repeat by repeat: a drift of the machine's speed over the
+            # bench (seen here on shared VMs) then weighs on every size alike.
             for repeat in range(args.repeats):
-                if not args.no_baseline:
+                for n, measured in runs.items():
+                    if not args.no_baseline:
+                        fresh_start(url)
+                        measured.baselines.append(
+                            baseline_run(
+                                url, measured.csv_path, consumers_path, hashes_path, broker.pk
+                            )
+                        )
                     fresh_start(url)
-                    baselines.append(
-                        baseline_run(url, csv_path, consumers_path, hashes_path, broker.pk)
-                    )
-                fresh_start(url)
-                imports.append(import_run(url, csv_path))
-                print(
-                    json.dumps(
-                        {
-                            "run": repeat + 1,
-                            "baseline": baselines[-1] if baselines else None,
-                            "import": imports[-1],
-                        }
-                    ),
-                    flush=True,
-                )
-            sizes = table_sizes(url)  # what the last import left: bytes on disk per consumer
+                    measured.imports.append(import_run(url, measured.csv_path))
+                    line = {"run": repeat + 1, "consumers": n, "import": measured.imports[-1]}
+                    line["baseline"] = measured.baselines[-1] if measured.baselines else None
+                    print(json.dumps(line), flush=True)
+                    # What this import left: bytes on disk per consumer.
+                    measured.sizes = table_sizes(url)
     finally:
         admin_execute(admin_url, f'DROP DATABASE IF EXISTS "{scratch}" WITH (FORCE)')
 
+    results = [summary(n, measured) for n, measured in runs.items()]
+    if len(results) == 1:
+        print(json.dumps(results[0]))
+        return 0 if results[0]["target_met"] else 1
+    # Growth: the best time of each size against the smallest's; linear growth at most.
+    smallest = results[0]
+    growth = {
+        str(result["consumers"]): round(result["import_seconds"] / smallest["import_seconds"], 2)
+        for result in results[1:]
+    }
+    # And repeat by repeat, each size against the smallest's run of the same repeat: when
+    # the machine's speed drifts between repeats, these ratios move less than the times.
+    first = runs[smallest["consumers"]].imports
+    growth_per_run = {
+        str(n): [
+            round(float(run["seconds"]) / float(base["seconds"]), 2)
+            for run, base in zip(measured.imports, first, strict=True)
+        ]
+        for n, measured in list(runs.items())[1:]
+    }
+    growth_met = all(
+        result["import_seconds"] / smallest["import_seconds"]
+        <= result["consumers"] / smallest["consumers"]
+        for result in results[1:]
+    )
+    met = growth_met and all(result["target_met"] for result in results)
+    print(
+        json.dumps(
+            {
+                "name": "consumer_import_growth",
+                "sizes": results,
+                "growth": growth,
+                "growth_per_run": growth_per_run,
+                "target_growth": "the size ratio at most",
+                "growth_met": growth_met,
+                "target_met": met,
+            }
+        )
+    )
+    return 0 if met else 1
+
+
+@dataclass
+class Runs:
+    """One size's CSV and what its runs measured."""
+
+    csv_path: Path = Path()
+    csv_mb: float = 0.0
+    imports: list[dict[str, Any]] = field(default_factory=list)
+    baselines: list[dict[str, Any]] = field(default_factory=list)
+    sizes: dict[str, int] = field(default_factory=dict)
+
+
+def summary(consumers: int, measured: Runs) -> dict[str, Any]:
+    """One size's best import against its best baseline, and whether its targets are met."""
+    imports, baselines, sizes = measured.imports, measured.baselines, measured.sizes
     best = min(imports, key=lambda run: run["seconds"])
     baseline = min((float(run["seconds"]) for run in baselines), default=None)
     seconds = float(best["seconds"])
@@ -348,20 +416,21 @@ def main() -> int:
     baseline_cpu = [run["db_cpu_seconds"] for run in baselines if run["db_cpu_seconds"] is not None]
     peak_mb = max(float(run["peak_mb"]) for run in imports)
     ratio = baseline / seconds if baseline is not None else None
-    target_seconds = TARGET_SECONDS_PER_MILLION * args.consumers / 1_000_000
+    target_seconds = TARGET_SECONDS_PER_MILLION * consumers / 1_000_000
     counts_correct = all(
-        run["consumers_created"] == args.consumers
-        and run["hashes_added"] == 2 * args.consumers
+        run["consumers_created"] == consumers
+        and run["hashes_added"] == 2 * consumers
         and run["rows_rejected"] == 0
         for run in imports
     )
-    result = {
+    return {
         "name": "consumer_import",
-        "consumers": args.consumers,
-        "hashes": 2 * args.consumers,
-        "csv_mb": round(csv_mb, 1),
+        "consumers": consumers,
+        "hashes": 2 * consumers,
+        "csv_mb": round(measured.csv_mb, 1),
         "import_seconds": round(seconds, 2),
-        "consumers_per_s": round(args.consumers / seconds),
+        "import_seconds_per_run": [round(float(run["seconds"]), 2) for run in imports],
+        "consumers_per_s": round(consumers / seconds),
         "baseline": "bare hash loop, then bare COPY of its rows into equivalent tables",
         "baseline_seconds": round(baseline, 2) if baseline is not None else None,
         "ratio": round(ratio, 3) if ratio is not None else None,
@@ -385,7 +454,7 @@ def main() -> int:
         "baseline_db_cpu_seconds": round(min(baseline_cpu), 2) if baseline_cpu else None,
         "cpu_ratio": round(min(baseline_cpu) / min(db_cpu), 3) if db_cpu and baseline_cpu else None,
         "peak_mb": round(peak_mb, 1),
-        "disk_bytes_per_consumer": round(sum(sizes.values()) / args.consumers),
+        "disk_bytes_per_consumer": round(sum(sizes.values()) / consumers),
         "disk": sizes,
         "target_seconds": target_seconds,
         "target_ratio": TARGET_RATIO,
@@ -396,8 +465,6 @@ def main() -> int:
         and (ratio is None or ratio >= TARGET_RATIO)
         and peak_mb <= TARGET_PEAK_MB,
     }
-    print(json.dumps(result))
-    return 0 if result["target_met"] else 1
 
 
 if __name__ == "__main__":
