@@ -35,6 +35,7 @@ from integrations.client_address import is_loopback_host
 from integrations.management.base import refuse_unreadable_secrets
 
 _CLEAN = (0, -signal.SIGTERM, -signal.SIGINT)
+STOP_SECONDS = 20.0  # for the web server and the worker together, after SIGTERM
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -88,6 +89,21 @@ def _listening(bind: str, *, web: subprocess.Popen[bytes], timeout: float = 60) 
     return False
 
 
+def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM to every process at once, then one deadline for all: stopping takes as long
+    as the slowest, not the sum. What is still running then is killed."""
+    for p in processes:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + STOP_SECONDS
+    for p in processes:
+        try:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
 class Command(BaseCommand):
     help = "Set up and serve dropportal (web + one worker) until Ctrl-C."
 
@@ -138,14 +154,7 @@ class Command(BaseCommand):
         except KeyboardInterrupt:
             pass
         finally:
-            for p in processes:
-                if p.poll() is None:
-                    p.send_signal(signal.SIGTERM)
-            for p in processes:
-                try:
-                    p.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+            _stop(processes)
         names = ("web server", "worker")
         failed = [n for n, p in zip(names, processes, strict=True) if p.returncode not in _CLEAN]
         if failed:
