@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -29,6 +31,10 @@ def held_port() -> Iterator[int]:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         yield int(holder.getsockname()[1])
+
+
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _session_commands(session: int) -> list[str]:
@@ -113,6 +119,9 @@ def test_serve_answers_on_its_port_with_a_worker_and_ctrl_c_stops_both(
         stderr=subprocess.DEVNULL,
         text=True,
         start_new_session=True,
+        # SIGINT as a terminal's Ctrl-C delivers it, even where this suite inherited it
+        # ignored (a script's background job does), which Python would keep ignored.
+        preexec_fn=_sigint_default,
     )
     try:
         assert serve.stdout is not None
@@ -122,6 +131,9 @@ def test_serve_answers_on_its_port_with_a_worker_and_ctrl_c_stops_both(
             announced = serve.stdout.readline()
             assert announced or serve.poll() is None, "serve exited before serving"
         assert f"http://127.0.0.1:{port}/admin/" in announced
+        # The web server's access log goes on to the same pipe: read it to the end, or a
+        # full pipe would block the web server (and its stopping) on a write.
+        threading.Thread(target=serve.stdout.read, daemon=True).start()
 
         # Announced only once the web server answers: no key is a problem-details 401. The
         # first request loads the whole app, which takes seconds on a loaded machine: the
@@ -157,10 +169,12 @@ def test_serve_answers_on_its_port_with_a_worker_and_ctrl_c_stops_both(
     finally:
         serve.send_signal(signal.SIGINT)  # as Ctrl-C does
         try:
-            serve.wait(timeout=30)
+            serve.wait(timeout=60)  # serve itself gives its processes 20 s, then kills them
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"serve still running 60 s after Ctrl-C: {_session_commands(serve.pid)}")
         finally:
             if serve.poll() is None:
-                serve.kill()
+                os.killpg(serve.pid, signal.SIGKILL)
 
     assert serve.returncode == 0
     with socket.socket() as probe:  # gunicorn let go of the port
