@@ -19,6 +19,7 @@ import pytest
 from django.conf import settings
 from django.core.management import CommandError, call_command
 
+from integrations.management.commands import serve as serve_command
 from integrations.models import Broker
 from integrations.services.keys import api_key_create
 from tests.conftest import subprocess_env
@@ -180,3 +181,26 @@ def test_serve_answers_on_its_port_with_a_worker_and_ctrl_c_stops_both(
     with socket.socket() as probe:  # gunicorn let go of the port
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         probe.bind(("127.0.0.1", port))
+
+
+def test_stopping_kills_and_reaps_what_ignores_sigterm_past_the_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(serve_command, "STOP_SECONDS", 1.0)
+    stubborn = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN);"
+        " print(flush=True); time.sleep(60)"
+    )
+    polite = "import time; print(flush=True); time.sleep(60)"
+    processes = [
+        subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)  # noqa: S603
+        for code in (stubborn, polite, stubborn)
+    ]
+    for p in processes:  # each has set its signals up
+        assert p.stdout is not None
+        p.stdout.readline()
+    serve_command._stop(processes)
+    assert [p.returncode for p in processes] == [-signal.SIGKILL, -signal.SIGTERM, -signal.SIGKILL]
+    for p in processes:
+        assert p.stdout is not None
+        p.stdout.close()
