@@ -4,6 +4,7 @@ environment a ``manage.py`` subprocess needs to use the test database."""
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
@@ -22,6 +23,15 @@ from integrations.services.keys import CreatedApiKey, api_key_create
 
 if TYPE_CHECKING:
     from tests.served_demo import ServedDemo
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl-C as a terminal delivers it, to this process and to the ones tests start (the
+    demo, ``serve``): a suite started as a script's background job inherits SIGINT ignored,
+    which Python keeps, and so would every child. With a handler here, a child starts with
+    SIGINT at its default."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.hookimpl(trylast=True)

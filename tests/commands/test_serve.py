@@ -34,10 +34,6 @@ def held_port() -> Iterator[int]:
         yield int(holder.getsockname()[1])
 
 
-def _sigint_default() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def _session_commands(session: int) -> list[str]:
     """The command lines of the processes in ``session`` (Linux /proc)."""
     commands = []
@@ -120,9 +116,6 @@ def test_serve_answers_on_its_port_with_a_worker_and_ctrl_c_stops_both(
         stderr=subprocess.DEVNULL,
         text=True,
         start_new_session=True,
-        # SIGINT as a terminal's Ctrl-C delivers it, even where this suite inherited it
-        # ignored (a script's background job does), which Python would keep ignored.
-        preexec_fn=_sigint_default,
     )
     try:
         assert serve.stdout is not None
