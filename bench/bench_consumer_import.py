@@ -345,11 +345,15 @@ def main() -> int:
                         )
                     fresh_start(url)
                     measured.imports.append(import_run(url, measured.csv_path))
-                    line = {"run": repeat + 1, "consumers": n, "import": measured.imports[-1]}
-                    line["baseline"] = measured.baselines[-1] if measured.baselines else None
+                    line = {
+                        "run": repeat + 1,
+                        "consumers": n,
+                        "baseline": measured.baselines[-1] if measured.baselines else None,
+                        "import": measured.imports[-1],
+                    }
                     print(json.dumps(line), flush=True)
-                    # What this import left: bytes on disk per consumer.
-                    measured.sizes = table_sizes(url)
+                    if repeat == args.repeats - 1:  # bytes on disk per consumer, once a size
+                        measured.sizes = table_sizes(url)
     finally:
         admin_execute(admin_url, f'DROP DATABASE IF EXISTS "{scratch}" WITH (FORCE)')
 
