@@ -20,7 +20,11 @@ write into a real database.
 
 Several sizes (``--consumers 1000000 10000000``) measure growth: their runs take turns,
 repeat by repeat, and the best time of each larger size must grow no faster than its
-number of consumers against the smallest's (10 M in at most 10 times the 1 M time).
+number of consumers against the smallest's (10 M in at most 10 times the 1 M time). Each
+import of a growth run is followed by the **floor**: PostgreSQL alone writing what the
+import wrote (its consumers and hashes copied into new tables, then given the same
+indexes, in one transaction), with no logic of ours. The floor's growth is how much faster
+than its rows the machine's own writes grow, measured in the same run.
 
 Prints one line of JSON last; exits 1 when a target is missed.
 """
@@ -38,6 +42,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import subprocess
 import tempfile
 import time
@@ -148,6 +153,45 @@ def baseline_run(
             "hash_loop_seconds": hash_seconds,
             "db_cpu_seconds": cpu_delta(cpu_before, backend_cpu_seconds(pid)),
         }
+
+
+def floor_run(url: str, broker_pk: int) -> dict[str, float | None]:
+    """The import's result written again by PostgreSQL alone: the consumers and the broker's
+    partition of the hashes copied into new tables (CREATE TABLE AS), then the same
+    indexes built over them, with the import's memory settings, in one transaction."""
+    from integrations.services.consumer_merge import (
+        MERGE_MAINTENANCE_WORK_MEM,
+        MERGE_WORK_MEM,
+        partition_name,
+    )
+
+    sources = {
+        "floor_consumer": "integrations_consumer",
+        "floor_consumerhash": partition_name(broker_pk),
+    }
+    with psycopg.connect(url, autocommit=True) as conn:
+        with contextlib.suppress(psycopg.Error):  # as fresh_start: even runs, when allowed
+            conn.execute("CHECKPOINT")
+        pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
+        cpu_before = backend_cpu_seconds(pid)
+        started = time.perf_counter()
+        with conn.transaction():
+            conn.execute(f"SET LOCAL work_mem = '{MERGE_WORK_MEM}'")
+            conn.execute(f"SET LOCAL maintenance_work_mem = '{MERGE_MAINTENANCE_WORK_MEM}'")
+            for copy, source in sources.items():
+                conn.execute(f"CREATE TABLE {copy} AS SELECT * FROM {source}")
+                indexes = conn.execute(
+                    "SELECT pg_get_indexdef(indexrelid) FROM pg_index"
+                    " WHERE indrelid = %s::regclass ORDER BY indisprimary DESC, indexrelid",
+                    [source],
+                ).fetchall()
+                for (definition,) in indexes:
+                    # "CREATE [UNIQUE] INDEX name ON public.table USING ...": the copy's.
+                    conn.execute(re.sub(r" INDEX \S+ ON \S+ ", f" INDEX ON {copy} ", definition))
+        seconds = time.perf_counter() - started
+        cpu = cpu_delta(cpu_before, backend_cpu_seconds(pid))
+        conn.execute(f"DROP TABLE {', '.join(sources)}")
+    return {"seconds": seconds, "db_cpu_seconds": cpu}
 
 
 def import_run(url: str, csv_path: Path) -> dict[str, float | int]:
@@ -345,11 +389,14 @@ def main() -> int:
                         )
                     fresh_start(url)
                     measured.imports.append(import_run(url, measured.csv_path))
+                    if len(runs) > 1:
+                        measured.floors.append(floor_run(url, broker.pk))
                     line = {
                         "run": repeat + 1,
                         "consumers": n,
                         "baseline": measured.baselines[-1] if measured.baselines else None,
                         "import": measured.imports[-1],
+                        "floor": measured.floors[-1] if measured.floors else None,
                     }
                     print(json.dumps(line), flush=True)
                     if repeat == args.repeats - 1:  # bytes on disk per consumer, once a size
@@ -362,21 +409,10 @@ def main() -> int:
         print(json.dumps(results[0]))
         return 0 if results[0]["target_met"] else 1
     # Growth: the best time of each size against the smallest's; linear growth at most.
+    # The floor's growth beside it, from the same runs.
+    growth, growth_per_run = growth_of(runs, "imports")
+    floor_growth, floor_growth_per_run = growth_of(runs, "floors")
     smallest = results[0]
-    growth = {
-        str(result["consumers"]): round(result["import_seconds"] / smallest["import_seconds"], 2)
-        for result in results[1:]
-    }
-    # And repeat by repeat, each size against the smallest's run of the same repeat: when
-    # the machine's speed drifts between repeats, these ratios move less than the times.
-    first = runs[smallest["consumers"]].imports
-    growth_per_run = {
-        str(n): [
-            round(float(run["seconds"]) / float(base["seconds"]), 2)
-            for run, base in zip(measured.imports, first, strict=True)
-        ]
-        for n, measured in list(runs.items())[1:]
-    }
     growth_met = all(
         result["import_seconds"] / smallest["import_seconds"]
         <= result["consumers"] / smallest["consumers"]
@@ -390,6 +426,8 @@ def main() -> int:
                 "sizes": results,
                 "growth": growth,
                 "growth_per_run": growth_per_run,
+                "floor_growth": floor_growth,
+                "floor_growth_per_run": floor_growth_per_run,
                 "target_growth": "the size ratio at most",
                 "growth_met": growth_met,
                 "target_met": met,
@@ -397,6 +435,22 @@ def main() -> int:
         )
     )
     return 0 if met else 1
+
+
+def growth_of(runs: dict[int, Runs], kind: str) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """Each larger size's best time against the smallest's, and repeat by repeat against the
+    smallest's run of the same repeat: when the machine's speed drifts between repeats,
+    these ratios move less than the times. ``kind``: "imports" or "floors"."""
+    (_, smallest), *larger = runs.items()
+    first = [float(run["seconds"]) for run in getattr(smallest, kind)]
+    if not first:
+        return {}, {}
+    best, per_run = {}, {}
+    for n, measured in larger:
+        seconds = [float(run["seconds"]) for run in getattr(measured, kind)]
+        best[str(n)] = round(min(seconds) / min(first), 2)
+        per_run[str(n)] = [round(a / b, 2) for a, b in zip(seconds, first, strict=True)]
+    return best, per_run
 
 
 @dataclass
@@ -407,6 +461,7 @@ class Runs:
     csv_mb: float = 0.0
     imports: list[dict[str, Any]] = field(default_factory=list)
     baselines: list[dict[str, Any]] = field(default_factory=list)
+    floors: list[dict[str, Any]] = field(default_factory=list)
     sizes: dict[str, int] = field(default_factory=dict)
 
 
@@ -434,6 +489,12 @@ def summary(consumers: int, measured: Runs) -> dict[str, Any]:
         "csv_mb": round(measured.csv_mb, 1),
         "import_seconds": round(seconds, 2),
         "import_seconds_per_run": [round(float(run["seconds"]), 2) for run in imports],
+        "floor_seconds": (
+            round(min(float(run["seconds"]) for run in measured.floors), 2)
+            if measured.floors
+            else None
+        ),
+        "floor_seconds_per_run": [round(float(run["seconds"]), 2) for run in measured.floors],
         "consumers_per_s": round(consumers / seconds),
         "baseline": "bare hash loop, then bare COPY of its rows into equivalent tables",
         "baseline_seconds": round(baseline, 2) if baseline is not None else None,
