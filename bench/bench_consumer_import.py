@@ -108,10 +108,14 @@ def fresh_start(url: str) -> None:
             conn.execute(f"DROP TABLE {partition}")
         conn.execute("TRUNCATE baseline_consumerhash, baseline_consumer")
         conn.execute("VACUUM ANALYZE")
-        # Each run starts with the same WAL and dirty pages. CHECKPOINT needs superuser or
-        # pg_checkpoint; without them the runs are only less even.
-        with contextlib.suppress(psycopg.Error):
-            conn.execute("CHECKPOINT")
+        checkpoint(conn)
+
+
+def checkpoint(conn: psycopg.Connection[Any]) -> None:
+    """Each run starts with the same WAL and dirty pages. CHECKPOINT needs superuser or
+    pg_checkpoint; without them the runs are only less even."""
+    with contextlib.suppress(psycopg.Error):
+        conn.execute("CHECKPOINT")
 
 
 def backend_cpu_seconds(pid: int) -> float | None:
@@ -170,8 +174,7 @@ def floor_run(url: str, broker_pk: int) -> dict[str, float | None]:
         "floor_consumerhash": partition_name(broker_pk),
     }
     with psycopg.connect(url, autocommit=True) as conn:
-        with contextlib.suppress(psycopg.Error):  # as fresh_start: even runs, when allowed
-            conn.execute("CHECKPOINT")
+        checkpoint(conn)
         pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
         cpu_before = backend_cpu_seconds(pid)
         started = time.perf_counter()
@@ -410,8 +413,8 @@ def main() -> int:
         return 0 if results[0]["target_met"] else 1
     # Growth: the best time of each size against the smallest's; linear growth at most.
     # The floor's growth beside it, from the same runs.
-    growth, growth_per_run = growth_of(runs, "imports")
-    floor_growth, floor_growth_per_run = growth_of(runs, "floors")
+    growth, growth_per_run = growth_of(results, "import")
+    floor_growth, floor_growth_per_run = growth_of(results, "floor")
     smallest = results[0]
     growth_met = all(
         result["import_seconds"] / smallest["import_seconds"]
@@ -437,19 +440,29 @@ def main() -> int:
     return 0 if met else 1
 
 
-def growth_of(runs: dict[int, Runs], kind: str) -> tuple[dict[str, float], dict[str, list[float]]]:
+def growth_of(
+    results: list[dict[str, Any]], kind: str
+) -> tuple[dict[str, float], dict[str, list[float]]]:
     """Each larger size's best time against the smallest's, and repeat by repeat against the
     smallest's run of the same repeat: when the machine's speed drifts between repeats,
-    these ratios move less than the times. ``kind``: "imports" or "floors"."""
-    (_, smallest), *larger = runs.items()
-    first = [float(run["seconds"]) for run in getattr(smallest, kind)]
-    if not first:
+    these ratios move less than the times. ``kind``: "import" or "floor", the summaries'
+    ``{kind}_seconds`` and ``{kind}_seconds_per_run``."""
+    smallest, *larger = results
+    if smallest[f"{kind}_seconds"] is None:
         return {}, {}
     best, per_run = {}, {}
-    for n, measured in larger:
-        seconds = [float(run["seconds"]) for run in getattr(measured, kind)]
-        best[str(n)] = round(min(seconds) / min(first), 2)
-        per_run[str(n)] = [round(a / b, 2) for a, b in zip(seconds, first, strict=True)]
+    for result in larger:
+        best[str(result["consumers"])] = round(
+            result[f"{kind}_seconds"] / smallest[f"{kind}_seconds"], 2
+        )
+        per_run[str(result["consumers"])] = [
+            round(a / b, 2)
+            for a, b in zip(
+                result[f"{kind}_seconds_per_run"],
+                smallest[f"{kind}_seconds_per_run"],
+                strict=True,
+            )
+        ]
     return best, per_run
 
 
