@@ -40,15 +40,21 @@ def _copy_text(value: str) -> str:
     return value.translate(_COPY_ESCAPES) if _NEEDS_ESCAPE.search(value) else value
 
 
-def staging_rows(record: ConsumerRecord) -> str:
+def staging_rows(record: ConsumerRecord, pointer: int = 0, first: bool = True) -> str:
     """The record's hashes as rows of the registration's staging table, in COPY text:
-    ``remote_identifier, remote_identifier_kind, hash_type, hash`` (bytea, hex)."""
+    ``remote_identifier, remote_identifier_kind, hash_type, hash`` (bytea, hex), then
+    ``pointer``, the number of the record's pointer in its batch, and ``first``, true on
+    the pointer's first row only (``first=False``: an earlier record staged that row)."""
     kind = record.remote_identifier_kind
     prefix = f"{_copy_text(record.remote_identifier)}\t"
     prefix += f"{_COPY_NULL if kind is None else _copy_text(kind)}\t"
-    return "".join(
-        f"{prefix}{list_type}\t\\\\x{digest.hex()}\n" for list_type, digest in record.hashes
-    )
+    rows = [
+        f"{prefix}{list_type}\t\\\\x{digest.hex()}\t{pointer}\tf\n"
+        for list_type, digest in record.hashes
+    ]
+    if first and rows:
+        rows[0] = f"{rows[0][:-2]}t\n"
+    return "".join(rows)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +63,12 @@ class EncodedBatch:
 
     What a hashing worker sends back: one bytes object and a few counts pass between
     processes far faster than a record object per row would.
+
+    The batch numbers its pointers (0, 1, ...: each ``remote_identifier`` with staged
+    rows, in order, the same one again on adjacent records), so that a file sorted by
+    ``remote_identifier`` gets its consumer ids without a join (``services.consumer_merge``);
+    ``first_key``, ``last_key`` and ``keys_sorted`` let the importer check that order
+    between batches and join a pointer that runs on from one batch into the next.
     """
 
     copy_data: bytes  # staging_rows of the accepted records, in order
@@ -65,23 +77,52 @@ class EncodedBatch:
     records: int  # rows read, accepted or rejected
     hashes: int  # hashes of the accepted records
     rejected: tuple[RejectedRecord, ...]
+    pointers: int = 0  # pointers numbered (staged rows' pointer is below this)
+    first_key: str | None = None  # the first and last numbered pointers
+    last_key: str | None = None
+    keys_sorted: bool = True  # the numbered pointers ascend in byte (code point) order
 
 
 def encode_batch(records: Iterable[Record]) -> EncodedBatch:
     parts: list[str] = []
     rejected: list[RejectedRecord] = []
-    count = hashes = 0
+    count = hashes = pointers = 0
     kinds_given = False
+    first_key: str | None = None
+    last_key: str | None = None
+    keys_sorted = True
     for record in records:
         count += 1
         if isinstance(record, RejectedRecord):
             rejected.append(record)
             continue
+        if not record.hashes:
+            continue
         hashes += len(record.hashes)
         kinds_given = kinds_given or record.remote_identifier_kind is not None
-        parts.append(staging_rows(record))
+        key = record.remote_identifier
+        if key == last_key:
+            parts.append(staging_rows(record, pointers - 1, first=False))
+            continue
+        # Python compares code points: the byte order of UTF-8, which "C" sorts by.
+        if last_key is not None and key < last_key:
+            keys_sorted = False
+        if first_key is None:
+            first_key = key
+        parts.append(staging_rows(record, pointers))
+        pointers += 1
+        last_key = key
     return EncodedBatch(
-        "".join(parts).encode(), hashes, kinds_given, count, hashes, tuple(rejected)
+        "".join(parts).encode(),
+        hashes,
+        kinds_given,
+        count,
+        hashes,
+        tuple(rejected),
+        pointers,
+        first_key,
+        last_key,
+        keys_sorted,
     )
 
 

@@ -32,12 +32,13 @@ The SQL names its tables literally; statements are constants, never built from i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import IntegrityError, transaction
 
 from integrations.drop.registration import DEFAULT_KIND
+from integrations.drop.registration_workers import EncodedBatch
 
 NEW_CONSUMER_HASHES = "new_consumer_hashes"
 PARTITION_PREFIX = "integrations_consumerhash_b"
@@ -53,6 +54,45 @@ class Merged:
     kinds_changed: int
     hashes_added: int
     fresh_partition: bool
+    numbered: bool = False  # consumer ids from the file's own order, without a join
+
+
+@dataclass
+class PointerNumbering:
+    """The call's pointers numbered 0, 1, ... in file order, from the batches' own numbers.
+
+    Each batch numbers its pointers from 0 (``EncodedBatch``); fed the batches in staging
+    order, this keeps, per batch, the staging line of its first row, the offset that makes
+    its numbers the call's, and whether its pointer 0 runs on from the previous batch (a
+    pointer whose rows straddle two batches). When every pointer ascends in byte order,
+    each appears once, so number ``n`` can be consumer id ``n + shift``: the merge then
+    gives every staged row its consumer without a join.
+    """
+
+    starts: list[int] = field(default_factory=list)  # staging lines count from 1
+    offsets: list[int] = field(default_factory=list)
+    skips: list[int] = field(default_factory=list)  # 1: pointer 0 is the previous one
+    pointers: int = 0  # numbered in all
+    ascending: bool = True
+    _next_line: int = 1
+    _last_key: str | None = None
+
+    def add(self, batch: EncodedBatch) -> None:
+        if not batch.hash_rows:
+            return
+        runs_on = self._last_key is not None and batch.first_key == self._last_key
+        if not batch.keys_sorted or (
+            self._last_key is not None
+            and batch.first_key is not None
+            and batch.first_key < self._last_key
+        ):
+            self.ascending = False
+        self.starts.append(self._next_line)
+        self.offsets.append(self.pointers - runs_on)
+        self.skips.append(int(runs_on))
+        self._next_line += batch.hash_rows
+        self.pointers += batch.pointers - runs_on
+        self._last_key = batch.last_key
 
 
 def partition_name(broker_pk: int) -> str:
@@ -68,7 +108,11 @@ CREATE TEMP TABLE consumer_registration_staging (
     remote_identifier text NOT NULL,
     remote_identifier_kind text,
     hash_type text NOT NULL,
-    hash bytea NOT NULL
+    hash bytea NOT NULL,
+    -- The pointer's number in its batch of the file, and true on its first row
+    -- (registration_workers.staging_rows): PointerNumbering makes them the call's.
+    pointer integer NOT NULL,
+    first boolean NOT NULL
 ) ON COMMIT DROP;
 CREATE TEMP TABLE consumer_registration_seen (consumer_id bigint NOT NULL) ON COMMIT DROP;
 """
@@ -83,7 +127,7 @@ DROP_TABLES = (
 )
 _STAGE = (
     "COPY consumer_registration_staging"
-    " (remote_identifier, remote_identifier_kind, hash_type, hash) FROM STDIN"
+    " (remote_identifier, remote_identifier_kind, hash_type, hash, pointer, first) FROM STDIN"
 )
 # Each pointer once, in remote_identifier order, with its consumer: the existing one, or
 # a new id from the consumers' sequence (coalesce draws it only when there is none). Byte
@@ -172,6 +216,38 @@ _FRESH_INDEXES = (
     # The late match reads what this call added: here, the whole new partition.
     "CREATE TEMP VIEW new_consumer_hashes AS SELECT consumer_id, hash_type, hash FROM {partition}",
 )
+# A file sorted by remote_identifier, for a broker with no consumers (PointerNumbering):
+# each pointer's first row draws its consumer id, in file order, and the id must then be
+# the pointer's number plus one shift (checked); every staged row's consumer is its number
+# plus that shift, with no join of the staged rows with the pointers. width_bucket finds a
+# row's batch from its line by binary search in the batches' first lines.
+_NUMBERED_POINTERS_CREATE = """
+CREATE TEMP TABLE consumer_registration_pointers ON COMMIT DROP AS
+SELECT remote_identifier, NULL::text AS kind,
+       nextval(%(consumer_ids)s::regclass) AS consumer_id,
+       true AS created, NULL::text AS stored_kind, number
+  FROM (SELECT s.remote_identifier,
+               (%(offsets)s::bigint[])[width_bucket(s.line, %(starts)s::bigint[])] + s.pointer
+                   AS number
+          FROM consumer_registration_staging s
+         WHERE s.first
+           AND s.pointer >= (%(skips)s::int[])[width_bucket(s.line, %(starts)s::bigint[])]
+        OFFSET 0) numbered  -- OFFSET 0: ids are drawn in the staged rows' order
+"""
+_NUMBERED_CHECK = """
+SELECT count(*), min(number), max(number),
+       min(consumer_id - number), max(consumer_id - number)
+  FROM consumer_registration_pointers
+"""
+_NUMBERED_HASHES_AS_STAGED = """
+SELECT s.hash, s.hash_type,
+       (%(offsets)s::bigint[])[width_bucket(s.line, %(starts)s::bigint[])] + s.pointer
+           + %(shift)s AS consumer_id
+  FROM consumer_registration_staging s
+"""
+_NUMBERED_HASHES = """
+SELECT DISTINCT h.hash, h.hash_type, h.consumer_id FROM ({hashes}) h
+"""
 # Otherwise: a consumer created by this call has no hash to compare with; those of one
 # that existed are anti-joined with the broker's partition (the planner picks index probes
 # for an API call, one pass over the partition for a file). In hash order, so the index is
@@ -206,11 +282,25 @@ def staging_copy(cursor: Any, copy_data: bytes | bytearray) -> None:
         copy.write(copy_data)
 
 
-def staging_merge(cursor: Any, *, broker_pk: int, kinds_given: bool) -> Merged:
+class _NotInFileOrder(Exception):
+    """The consumer ids drawn do not follow the pointers' numbers (another session drew
+    from the sequence meanwhile, say): the numbered load is rolled back."""
+
+
+def staging_merge(
+    cursor: Any,
+    *,
+    broker_pk: int,
+    kinds_given: bool,
+    numbering: PointerNumbering | None = None,
+) -> Merged:
     """Merge everything staged into the broker's consumers and consumer hashes.
 
-    Leaves ``consumer_registration_pointers`` (every pointer staged, with its consumer id)
-    and ``new_consumer_hashes(consumer_id, hash_type, hash)`` until the transaction ends.
+    ``numbering``: the staged batches' pointer numbers; when they ascend, the broker has no
+    consumer and no kind is given, the merge takes the numbered load, else (or when that
+    fails) the general one. Either way it leaves ``consumer_registration_pointers`` (every
+    pointer staged, with its consumer id) and ``new_consumer_hashes(consumer_id,
+    hash_type, hash)`` until the transaction ends.
     """
     cursor.execute(
         "SELECT pg_get_serial_sequence('integrations_consumer', 'id'),"
@@ -231,6 +321,19 @@ def staging_merge(cursor: Any, *, broker_pk: int, kinds_given: bool) -> Merged:
     )
     # No consumer yet: every pointer is new, nothing to look up.
     existing = "true" if cursor.fetchone()[0] else "false"
+    if (
+        numbering is not None
+        and numbering.ascending
+        and numbering.pointers
+        and not kinds_given
+        and existing == "false"
+        and _fresh_partition_possible(cursor, broker_pk)
+    ):
+        try:
+            with transaction.atomic():  # a savepoint: a failure leaves the general way open
+                return _numbered_load(cursor, broker_pk, params, numbering)
+        except (IntegrityError, _NotInFileOrder):
+            pass
     pointers = _POINTERS_WITH_KINDS if kinds_given else _POINTERS
     cursor.execute(
         _POINTERS_CREATE.replace("{pointers}", pointers).replace("{existing}", existing), params
@@ -254,6 +357,43 @@ def staging_merge(cursor: Any, *, broker_pk: int, kinds_given: bool) -> Merged:
         hashes_added = cursor.rowcount
         cursor.execute(f"ANALYZE {NEW_CONSUMER_HASHES}")
     return Merged(consumers_created, kinds_changed, hashes_added, fresh)
+
+
+def _numbered_load(
+    cursor: Any, broker_pk: int, params: dict[str, Any], numbering: PointerNumbering
+) -> Merged:
+    """A broker's first set, from a file in remote_identifier order: no join, no sort of
+    the staged rows (``_NUMBERED_POINTERS_CREATE``)."""
+    params = {
+        **params,
+        "starts": numbering.starts,
+        "offsets": numbering.offsets,
+        "skips": numbering.skips,
+    }
+    cursor.execute(_NUMBERED_POINTERS_CREATE, params)
+    cursor.execute(_NUMBERED_CHECK)
+    count, low, high, shift, other_shift = cursor.fetchone()
+    # Every number once (count and range), each consumer id its number plus one shift.
+    if (count, low, high) != (numbering.pointers, 0, numbering.pointers - 1) or (
+        shift != other_shift
+    ):
+        raise _NotInFileOrder
+    cursor.execute(_CONSUMERS_INSERT, params)
+    consumers_created = cursor.rowcount
+    params["shift"] = shift
+    try:
+        with transaction.atomic():
+            hashes_added = _fresh_partition_load(
+                cursor, broker_pk, params, _NUMBERED_HASHES_AS_STAGED
+            )
+    except IntegrityError:  # the file repeats a hash of a consumer
+        hashes_added = _fresh_partition_load(
+            cursor,
+            broker_pk,
+            params,
+            _NUMBERED_HASHES.replace("{hashes}", _NUMBERED_HASHES_AS_STAGED),
+        )
+    return Merged(consumers_created, 0, hashes_added, fresh_partition=True, numbered=True)
 
 
 def _fresh_partition_load(cursor: Any, broker_pk: int, params: dict[str, Any], hashes: str) -> int:

@@ -55,6 +55,7 @@ from integrations.models import (
 from integrations.services.consumer_merge import (
     DROP_TABLES,
     Merged,
+    PointerNumbering,
     staging_copy,
     staging_create,
     staging_merge,
@@ -174,7 +175,8 @@ def consumers_register(
         registration_lock(cursor, broker=broker, timeout=lock_timeout)
         staging_create(cursor)
         staged = kinds_given = False
-        with closing(_read_ahead(_rounds(rows, result))) as rounds:
+        numbering = PointerNumbering()
+        with closing(_read_ahead(_rounds(rows, result, numbering))) as rounds:
             for round_ in rounds:
                 _stage(cursor, round_)
                 staged = True
@@ -182,7 +184,7 @@ def consumers_register(
         if strict and result.rows_rejected:
             raise RegistrationRefused(result)  # rolls the transaction back
         if staged:
-            merged = _merge(cursor, broker=broker, kinds_given=kinds_given)
+            merged = _merge(cursor, broker=broker, kinds_given=kinds_given, numbering=numbering)
             result.consumers_created = merged.consumers_created
             result.kinds_changed = merged.kinds_changed
             result.hashes_added = merged.hashes_added
@@ -246,13 +248,16 @@ class _Round:
 
 
 def _rounds(
-    items: Iterable[ConsumerRecord | RejectedRecord | EncodedBatch], result: ConsumerRegistration
+    items: Iterable[ConsumerRecord | RejectedRecord | EncodedBatch],
+    result: ConsumerRegistration,
+    numbering: PointerNumbering,
 ) -> Iterator[_Round]:
     """Gather the records' staging rows (COPY text) in rounds of about ``CHUNK_ROWS`` rows.
 
     ``items`` are records (the API) or batches already encoded by hashing workers (files).
-    Counts every record into ``result``. Under ``strict``, staging stops at the first
-    rejected record (the call will be refused) but reading goes on, to report them all.
+    Counts every record into ``result``, and every staged batch into ``numbering``. Under
+    ``strict``, staging stops at the first rejected record (the call will be refused) but
+    reading goes on, to report them all.
     """
     # One growing buffer of encoded rows per round: the round's memory is its COPY data.
     data = bytearray()
@@ -275,6 +280,7 @@ def _rounds(
             continue
         data += batch.copy_data
         rows += batch.hash_rows
+        numbering.add(batch)
         kinds_given = kinds_given or batch.kinds_given
         if rows >= CHUNK_ROWS:
             yield _Round(data, kinds_given)
@@ -357,9 +363,11 @@ def _stage(cursor: Any, staged: _Round) -> None:
     staging_copy(cursor, staged.copy_data)
 
 
-def _merge(cursor: Any, *, broker: Broker, kinds_given: bool) -> Merged:
+def _merge(
+    cursor: Any, *, broker: Broker, kinds_given: bool, numbering: PointerNumbering
+) -> Merged:
     """Merge everything staged (a seam, like ``_stage``)."""
-    return staging_merge(cursor, broker_pk=broker.pk, kinds_given=kinds_given)
+    return staging_merge(cursor, broker_pk=broker.pk, kinds_given=kinds_given, numbering=numbering)
 
 
 def _forget_unlisted(

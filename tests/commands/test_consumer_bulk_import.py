@@ -8,6 +8,7 @@ import hashlib
 import io
 import json
 import logging
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,8 @@ from devtools.drop_simulator import work_items
 from integrations.drop import registration_workers as registration
 from integrations.models import Broker, Consumer, ConsumerHash, DeletionRequest, LedgerEvent
 from integrations.services import consumers as consumer_services
+from integrations.services.brokers import broker_create
+from integrations.services.consumer_merge import Merged, PointerNumbering, staging_merge
 from integrations.services.drop_import import drop_zip_import
 from tests.builders import drop_zip, webhook, write_zip
 from tests.conftest import subprocess_env
@@ -29,10 +32,10 @@ ITEMS = list(work_items(4))
 OTHERS = list(work_items(300, start=1000))  # hashes DROP did not send
 
 
-def run(*args: str) -> dict[str, Any]:
+def run(*args: str, broker: str = "4821") -> dict[str, Any]:
     out = io.StringIO()
     call_command(
-        "consumers", "import", "--broker", "4821", *args, "--json", stdout=out,
+        "consumers", "import", "--broker", broker, *args, "--json", stdout=out,
         stderr=io.StringIO(),
     )  # fmt: skip
     return json.loads(out.getvalue())
@@ -237,3 +240,130 @@ def test_a_first_import_loads_the_brokers_own_partition_and_a_repeated_hash_coun
     more.write_text("remote_identifier,hash_type,hash\n" + lines[0] + f"N-0,phone,{ITEMS[0][1]}\n")
     assert run(str(more), "--hashed")["hashes_added"] == 1
     assert ConsumerHash.objects.filter(broker=broker).count() == 301
+
+
+# ---------------------------------------------------------------------------------------
+# A file in remote_identifier order: consumer ids from the file's own numbering, no join
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def merges(monkeypatch: pytest.MonkeyPatch) -> list[Merged]:
+    """What each registration's merge did (numbered or not)."""
+    seen: list[Merged] = []
+
+    def watched(*args: Any, **kwargs: Any) -> Merged:
+        merged = staging_merge(*args, **kwargs)
+        seen.append(merged)
+        return merged
+
+    monkeypatch.setattr(consumer_services, "staging_merge", watched)
+    return seen
+
+
+def sorted_lines() -> list[str]:
+    """Hashed rows in remote_identifier byte order: consumers of one to three rows, one of
+    90 rows (it spans three batches of 40), a repeated row, a rejected one, and keys whose
+    byte order is not their case-blind or numeric one."""
+    lines: list[str] = []
+    digests = iter(digest for _, digest in OTHERS)
+    for i in range(60):
+        key = f"K-{i:03d}"
+        for hash_type in ("email", "phone", "email")[: 1 + i % 3]:
+            lines.append(f"{key},{hash_type},{next(digests)}\n")
+    lines.insert(31, lines[30])  # the same hash of the same consumer, twice
+    lines.insert(50, "K-016x,email,not base64\n")  # rejected: out of order, not numbered
+    lines += [f"K-200,email,{digest}\n" for _, digest in work_items(90, start=5000)]
+    lines += [f"{key},phone,{next(digests)}\n" for key in ("L-10", "L-9", "Z", "a", "é")]
+    return lines
+
+
+def registered(broker: Broker) -> set[tuple[str, str, bytes]]:
+    return {
+        (h.consumer.remote_identifier, h.hash_type, bytes(h.hash))
+        for h in ConsumerHash.objects.filter(broker=broker).select_related("consumer")
+    }
+
+
+@pytest.mark.django_db
+def test_a_sorted_file_is_numbered_and_registers_what_the_same_rows_shuffled_do(
+    broker: Broker, tmp_path: Path, many_rounds: None, merges: list[Merged]
+) -> None:
+    lines = sorted_lines()
+    in_order = tmp_path / "sorted.csv"
+    in_order.write_text("remote_identifier,hash_type,hash\n" + "".join(lines))
+    shuffled = tmp_path / "shuffled.csv"
+    shuffled.write_text(
+        "remote_identifier,hash_type,hash\n" + "".join(random.Random(7).sample(lines, len(lines)))
+    )
+    other = broker_create(broker_id="4822", name="Other", mode="test", actor="test")
+
+    first = run(str(in_order), "--hashed")
+    second = run(str(shuffled), "--hashed", broker="4822")
+
+    assert [m.numbered for m in merges] == [True, False]
+    assert first["rows_rejected"] == second["rows_rejected"] == 1
+    for key in ("consumers_created", "hashes_added", "hashes_unchanged"):
+        assert first[key] == second[key], key
+    assert first["consumers_created"] == 66
+    assert registered(broker) == registered(other)
+    # One consumer per pointer, and every hash on its own pointer's consumer.
+    assert Consumer.objects.filter(broker=broker).count() == 66
+    k200 = Consumer.objects.get(broker=broker, remote_identifier="K-200")
+    assert ConsumerHash.objects.filter(consumer=k200).count() == 90
+    # Consumer ids ascend with the pointers, as the general merge draws them.
+    by_id = Consumer.objects.filter(broker=broker).order_by("pk")
+    keys = [c.remote_identifier for c in by_id]
+    assert keys == sorted(keys)
+    # Nothing is left to the general way: a repeated import changes nothing.
+    again = run(str(in_order), "--hashed")
+    assert (again["consumers_created"], again["hashes_added"]) == (0, 0)
+    assert merges[-1].numbered is False
+
+
+@pytest.mark.django_db
+def test_a_numbered_first_load_finds_its_late_matches(
+    broker: Broker, tmp_path: Path, many_rounds: None, merges: list[Merged]
+) -> None:
+    webhook(broker)
+    package = drop_zip(broker, {"Email": [ITEMS[0], ITEMS[1]], "Phone": [ITEMS[2], ITEMS[3]]})
+    drop_zip_import(broker=broker, path=write_zip(tmp_path, package), actor="test")
+    lines = [f"N-{i:04d},email,{digest}\n" for i, (_, digest) in enumerate(OTHERS)]
+    lines.insert(120, f"N-0119a,email,{ITEMS[1][1]}\n")
+    lines.insert(251, f"N-0249a,phone,{ITEMS[3][1]}\n")
+    path = tmp_path / "sorted.csv"
+    path.write_text("remote_identifier,hash_type,hash\n" + "".join(lines))
+
+    assert run(str(path), "--hashed")["hashes_added"] == 302
+
+    assert merges[0].numbered
+    late = DeletionRequest.objects.order_by("remote_identifier")
+    assert [(r.remote_identifier, r.work_item.work_item_id) for r in late] == [
+        ("N-0119a", ITEMS[1][0]),
+        ("N-0249a", ITEMS[3][0]),
+    ]
+
+
+@pytest.mark.django_db
+def test_numbers_that_do_not_check_out_fall_back_to_the_general_merge(
+    broker: Broker, tmp_path: Path, many_rounds: None, merges: list[Merged],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    path = tmp_path / "sorted.csv"
+    path.write_text("remote_identifier,hash_type,hash\n" + "".join(sorted_lines()))
+    broker_create(broker_id="4822", name="Other", mode="test", actor="test")
+    reference = run(str(path), "--hashed", broker="4822")
+    add = PointerNumbering.add
+
+    def off_by_one(self: PointerNumbering, batch: Any) -> None:
+        add(self, batch)
+        if len(self.offsets) == 3:
+            self.offsets[-1] += 1  # as if a batch had miscounted its pointers
+
+    monkeypatch.setattr(PointerNumbering, "add", off_by_one)
+
+    summary = run(str(path), "--hashed")
+
+    assert [m.numbered for m in merges] == [True, False]  # tried, checked, rolled back
+    assert summary["consumers_created"] == reference["consumers_created"] == 66
+    assert registered(broker) == registered(Broker.objects.get(broker_id="4822"))

@@ -11,7 +11,7 @@ import pytest
 
 from integrations.drop import registration_workers as registration
 from integrations.drop.registration import ConsumerCsvReader, ConsumerRecord, RejectedRecord
-from integrations.drop.registration_workers import encoded_batches, staging_rows
+from integrations.drop.registration_workers import encode_batch, encoded_batches
 
 
 def csv_text() -> str:
@@ -35,10 +35,14 @@ def test_parallel_batches_equal_the_single_process_records_in_order(
     batches = list(encoded_batches(ConsumerCsvReader(io.StringIO(csv_text())), processes=processes))
     assert len(batches) == 9
     accepted = [r for r in serial if isinstance(r, ConsumerRecord)]
-    assert (
-        b"".join(b.copy_data for b in batches)
-        == "".join(staging_rows(r) for r in accepted).encode()
-    )
+    # The same rows, batch by batch, as one process encodes them (pointers count per batch).
+    assert [b.copy_data for b in batches] == [
+        encode_batch(serial[start : start + 7]).copy_data for start in range(0, 60, 7)
+    ]
+    assert [b.pointers for b in batches] == [
+        sum(isinstance(r, ConsumerRecord) for r in serial[start : start + 7])
+        for start in range(0, 60, 7)
+    ]
     assert sum(b.records for b in batches) == 60
     assert sum(b.hash_rows for b in batches) == 2 * len(accepted)
     rejected = [r for b in batches for r in b.rejected]
@@ -72,3 +76,49 @@ def test_the_pool_hashes_in_other_processes(monkeypatch: pytest.MonkeyPatch) -> 
     small = "remote_identifier,email\nC-1,a@example.com\n"
     list(encoded_batches(ConsumerCsvReader(io.StringIO(small)), processes=2))
     assert len(workers) == 1
+
+
+def record(position: int, key: str, *types: str) -> ConsumerRecord:
+    return ConsumerRecord(position, key, None, tuple((t, bytes([position]) * 32) for t in types))
+
+
+def staged(batch: Any) -> list[tuple[str, str, str]]:
+    """(remote_identifier, pointer, first) of each staged row."""
+    rows = [line.split("\t") for line in batch.copy_data.decode().splitlines()]
+    return [(row[0], row[4], row[5]) for row in rows]
+
+
+def test_a_batch_numbers_its_pointers_once_each_in_order() -> None:
+    batch = encode_batch(
+        [
+            record(2, "A", "email", "phone"),
+            record(3, "A", "email"),  # the same pointer again: no new number, no first row
+            RejectedRecord(4, "A0", {"email": ["bad"]}),
+            record(5, "B"),  # no hash: nothing staged, no number
+            record(6, "C", "phone"),
+        ]
+    )
+    assert staged(batch) == [
+        ("A", "0", "t"),
+        ("A", "0", "f"),
+        ("A", "0", "f"),
+        ("C", "1", "t"),
+    ]
+    assert (batch.pointers, batch.first_key, batch.last_key, batch.keys_sorted) == (
+        2,
+        "A",
+        "C",
+        True,
+    )
+    # Code point order is UTF-8's byte order: "Z" < "a" < "é".
+    assert encode_batch(
+        [record(2, "Z", "email"), record(3, "a", "email"), record(4, "é", "email")]
+    ).keys_sorted
+    unsorted = encode_batch([record(2, "B", "email"), record(3, "A", "email")])
+    assert not unsorted.keys_sorted
+    # A pointer that comes back after another is numbered again (the merge then refuses
+    # the numbered load: the consumers' unique index, or the order checks).
+    again = encode_batch(
+        [record(2, "A", "email"), record(3, "B", "email"), record(4, "A", "email")]
+    )
+    assert [row[1] for row in staged(again)] == ["0", "1", "2"] and not again.keys_sorted

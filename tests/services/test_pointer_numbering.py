@@ -1,0 +1,38 @@
+"""PointerNumbering: batches' own pointer numbers made the call's, a pointer that runs on
+from one batch into the next keeping one number (no database)."""
+
+from __future__ import annotations
+
+from integrations.drop.registration import ConsumerRecord
+from integrations.drop.registration_workers import EncodedBatch, encode_batch
+from integrations.services.consumer_merge import PointerNumbering
+
+
+def batch(*keys: str) -> EncodedBatch:
+    return encode_batch(
+        ConsumerRecord(n, key, None, (("email", bytes([n]) * 32),)) for n, key in enumerate(keys)
+    )
+
+
+def test_batches_number_the_calls_pointers_once_each() -> None:
+    numbering = PointerNumbering()
+    for keys in (["A", "B"], ["B", "C"], ["C", "C"], [], ["D"]):
+        numbering.add(batch(*keys))
+
+    # A=0, B=1, C=2, D=3: a batch's pointer n is offsets[batch] + n; a batch that starts
+    # with the previous batch's last pointer skips its pointer 0 when pointers are drawn.
+    assert numbering.offsets == [0, 1, 2, 3]
+    assert numbering.skips == [0, 1, 1, 0]
+    assert numbering.starts == [1, 3, 5, 7]  # staging lines: two, two, two, then one
+    assert numbering.pointers == 4
+    assert numbering.ascending
+
+
+def test_keys_out_of_order_within_or_between_batches_turn_numbering_off() -> None:
+    within = PointerNumbering()
+    within.add(batch("B", "A"))
+    assert not within.ascending
+    between = PointerNumbering()
+    between.add(batch("A", "C"))
+    between.add(batch("B"))
+    assert not between.ascending
