@@ -367,3 +367,22 @@ def test_numbers_that_do_not_check_out_fall_back_to_the_general_merge(
     assert [m.numbered for m in merges] == [True, False]  # tried, checked, rolled back
     assert summary["consumers_created"] == reference["consumers_created"] == 66
     assert registered(broker) == registered(Broker.objects.get(broker_id="4822"))
+
+
+@pytest.mark.django_db
+def test_a_sorted_file_that_names_kinds_takes_the_general_merge(
+    broker: Broker, tmp_path: Path, many_rounds: None, merges: list[Merged]
+) -> None:
+    path = tmp_path / "kinds.csv"
+    path.write_text(
+        "remote_identifier,hash_type,hash,remote_identifier_kind\n"
+        f"A-1,email,{OTHERS[0][1]},\n"
+        f"A-1,phone,{OTHERS[1][1]},account_id\n"
+        f"A-2,email,{OTHERS[2][1]},\n"
+    )
+
+    assert run(str(path), "--hashed")["consumers_created"] == 2
+
+    assert [m.numbered for m in merges] == [False]  # the last row naming a kind gives it
+    kinds = dict(Consumer.objects.values_list("remote_identifier", "remote_identifier_kind"))
+    assert kinds == {"A-1": "account_id", "A-2": "external_id"}
