@@ -22,6 +22,8 @@ from moto.server import ThreadedMotoServer
 
 from integrations.drop import sources
 from integrations.models import Broker, Consumer, ConsumerHash, LedgerEvent
+from integrations.services import consumers as consumer_services
+from integrations.services.consumer_merge import staging_merge
 
 pytestmark = pytest.mark.django_db
 
@@ -241,3 +243,35 @@ def test_a_missing_s3_source_is_one_line(
         run(source)
     assert "nothing was imported" in str(raised.value)
     assert not Consumer.objects.exists()
+
+
+def test_objects_in_key_order_are_numbered_as_one_file_a_key_running_on_across_two(
+    broker: Broker, bucket: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    numbered: list[bool] = []
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        merged = staging_merge(*args, **kwargs)
+        numbered.append(merged.numbered)
+        return merged
+
+    monkeypatch.setattr(consumer_services, "staging_merge", watched)
+    # C-1's email ends part-1, its phone starts part-2: one consumer, one number.
+    bucket.put_object(
+        Bucket="exports",
+        Key="nightly/part-1.csv",
+        Body=b"remote_identifier,email,phone\nC-0,x@example.com,\nC-1,Anna.Smith@Domain.com,\n",
+    )
+    bucket.put_object(
+        Bucket="exports",
+        Key="nightly/part-2.csv.gz",
+        Body=gzip.compress(b"remote_identifier,phone\nC-1,+1(415)555-9317\nC-2,+1(415)555-0100\n"),
+    )
+
+    summary, _ = run("s3://exports/nightly/")
+
+    assert numbered == [True]
+    assert (summary["consumers_created"], summary["hashes_added"]) == (3, 4)
+    assert stored(broker)["C-1"] == EXPECTED["C-1"]
+    ids = list(Consumer.objects.order_by("remote_identifier").values_list("pk", flat=True))
+    assert ids == sorted(ids) and len(set(ids)) == 3
