@@ -322,7 +322,7 @@ def test_a_sorted_file_is_numbered_and_registers_what_the_same_rows_shuffled_do(
 
 
 @pytest.mark.django_db
-def test_a_numbered_first_load_finds_its_late_matches(
+def test_a_numbered_first_load_finds_its_late_matches_and_may_replace(
     broker: Broker, tmp_path: Path, many_rounds: None, merges: list[Merged]
 ) -> None:
     webhook(broker)
@@ -334,8 +334,10 @@ def test_a_numbered_first_load_finds_its_late_matches(
     path = tmp_path / "sorted.csv"
     path.write_text("remote_identifier,hash_type,hash\n" + "".join(lines))
 
-    assert run(str(path), "--hashed")["hashes_added"] == 302
+    # --replace: the set's consumers are those the numbered load drew (none to forget).
+    summary = run(str(path), "--hashed", "--replace")
 
+    assert (summary["hashes_added"], summary["consumers_forgotten"]) == (302, 0)
     assert merges[0].numbered
     late = DeletionRequest.objects.order_by("remote_identifier")
     assert [(r.remote_identifier, r.work_item.work_item_id) for r in late] == [

@@ -11,7 +11,7 @@ import pytest
 
 from integrations.drop import registration_workers as registration
 from integrations.drop.registration import ConsumerCsvReader, ConsumerRecord, RejectedRecord
-from integrations.drop.registration_workers import encode_batch, encoded_batches
+from integrations.drop.registration_workers import EncodedBatch, encode_batch, encoded_batches
 
 
 def csv_text() -> str:
@@ -82,7 +82,7 @@ def record(position: int, key: str, *types: str) -> ConsumerRecord:
     return ConsumerRecord(position, key, None, tuple((t, bytes([position]) * 32) for t in types))
 
 
-def staged(batch: Any) -> list[tuple[str, str, str]]:
+def staged(batch: EncodedBatch) -> list[tuple[str, str, str]]:
     """(remote_identifier, pointer, first) of each staged row."""
     rows = [line.split("\t") for line in batch.copy_data.decode().splitlines()]
     return [(row[0], row[4], row[5]) for row in rows]
