@@ -52,7 +52,7 @@ def staging_rows(record: ConsumerRecord, pointer: int = 0, first: bool = True) -
         f"{prefix}{list_type}\t\\\\x{digest.hex()}\t{pointer}\tf\n"
         for list_type, digest in record.hashes
     ]
-    if first and rows:
+    if first:  # a record has at least one hash (the readers reject one without)
         rows[0] = f"{rows[0][:-2]}t\n"
     return "".join(rows)
 
@@ -95,8 +95,6 @@ def encode_batch(records: Iterable[Record]) -> EncodedBatch:
         count += 1
         if isinstance(record, RejectedRecord):
             rejected.append(record)
-            continue
-        if not record.hashes:
             continue
         hashes += len(record.hashes)
         kinds_given = kinds_given or record.remote_identifier_kind is not None
