@@ -40,19 +40,20 @@ def _copy_text(value: str) -> str:
     return value.translate(_COPY_ESCAPES) if _NEEDS_ESCAPE.search(value) else value
 
 
-def staging_rows(record: ConsumerRecord, pointer: int = 0, first: bool = True) -> str:
+def staging_rows(record: ConsumerRecord, pointer_in_batch: int = 0, first_row: bool = True) -> str:
     """The record's hashes as rows of the registration's staging table, in COPY text:
     ``remote_identifier, remote_identifier_kind, hash_type, hash`` (bytea, hex), then
-    ``pointer``, the number of the record's pointer in its batch, and ``first``, true on
-    the pointer's first row only (``first=False``: an earlier record staged that row)."""
+    ``pointer_in_batch``, the number of the record's pointer in its batch, and
+    ``first_row``, true on the pointer's first row only (``first_row=False``: an earlier
+    record of the batch staged that row)."""
     kind = record.remote_identifier_kind
     prefix = f"{_copy_text(record.remote_identifier)}\t"
     prefix += f"{_COPY_NULL if kind is None else _copy_text(kind)}\t"
     rows = [
-        f"{prefix}{list_type}\t\\\\x{digest.hex()}\t{pointer}\tf\n"
+        f"{prefix}{list_type}\t\\\\x{digest.hex()}\t{pointer_in_batch}\tf\n"
         for list_type, digest in record.hashes
     ]
-    if first:  # a record has at least one hash (the readers reject one without)
+    if first_row:  # a record has at least one hash (the readers reject one without)
         rows[0] = f"{rows[0][:-2]}t\n"
     return "".join(rows)
 
@@ -67,8 +68,9 @@ class EncodedBatch:
     The batch numbers its pointers (0, 1, ...: each ``remote_identifier`` with staged
     rows, in order, the same one again on adjacent records), so that a file sorted by
     ``remote_identifier`` gets its consumer ids without a join (``services.consumer_merge``);
-    ``first_key``, ``last_key`` and ``keys_sorted`` let the importer check that order
-    between batches and join a pointer that runs on from one batch into the next.
+    ``first_remote_identifier``, ``last_remote_identifier`` and ``ascending`` let the
+    importer check that order between batches and join a pointer that runs on from one
+    batch into the next.
     """
 
     copy_data: bytes  # staging_rows of the accepted records, in order
@@ -77,10 +79,10 @@ class EncodedBatch:
     records: int  # rows read, accepted or rejected
     hashes: int  # hashes of the accepted records
     rejected: tuple[RejectedRecord, ...]
-    pointers: int = 0  # pointers numbered (staged rows' pointer is below this)
-    first_key: str | None = None  # the first and last numbered pointers
-    last_key: str | None = None
-    keys_sorted: bool = True  # the numbered pointers ascend in byte (code point) order
+    pointers: int = 0  # pointers numbered (every staged pointer_in_batch is below this)
+    first_remote_identifier: str | None = None  # the first and last numbered pointers
+    last_remote_identifier: str | None = None
+    ascending: bool = True  # the numbered pointers ascend in byte (code point) order
 
 
 def encode_batch(records: Iterable[Record]) -> EncodedBatch:
@@ -88,9 +90,9 @@ def encode_batch(records: Iterable[Record]) -> EncodedBatch:
     rejected: list[RejectedRecord] = []
     count = hashes = pointers = 0
     kinds_given = False
-    first_key: str | None = None
-    last_key: str | None = None
-    keys_sorted = True
+    first: str | None = None  # remote_identifier of the first and last pointers
+    last: str | None = None
+    ascending = True
     for record in records:
         count += 1
         if isinstance(record, RejectedRecord):
@@ -98,18 +100,18 @@ def encode_batch(records: Iterable[Record]) -> EncodedBatch:
             continue
         hashes += len(record.hashes)
         kinds_given = kinds_given or record.remote_identifier_kind is not None
-        key = record.remote_identifier
-        if key == last_key:
-            parts.append(staging_rows(record, pointers - 1, first=False))
+        pointer = record.remote_identifier
+        if pointer == last:
+            parts.append(staging_rows(record, pointers - 1, first_row=False))
             continue
         # Python compares code points: the byte order of UTF-8, which "C" sorts by.
-        if last_key is not None and key < last_key:
-            keys_sorted = False
-        if first_key is None:
-            first_key = key
+        if last is not None and pointer < last:
+            ascending = False
+        if first is None:
+            first = pointer
         parts.append(staging_rows(record, pointers))
         pointers += 1
-        last_key = key
+        last = pointer
     return EncodedBatch(
         "".join(parts).encode(),
         hashes,
@@ -118,9 +120,9 @@ def encode_batch(records: Iterable[Record]) -> EncodedBatch:
         hashes,
         tuple(rejected),
         pointers,
-        first_key,
-        last_key,
-        keys_sorted,
+        first,
+        last,
+        ascending,
     )
 
 

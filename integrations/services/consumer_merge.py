@@ -83,24 +83,21 @@ class PointerNumbering:
     pointers: int = 0  # numbered in all
     ascending: bool = True
     _next_line: int = 1
-    _last_key: str | None = None
+    _last: str | None = None  # the last batch's last pointer
 
     def add(self, batch: EncodedBatch) -> None:
         if not batch.hash_rows:
             return
-        runs_on = self._last_key is not None and batch.first_key == self._last_key
-        if not batch.keys_sorted or (
-            self._last_key is not None
-            and batch.first_key is not None
-            and batch.first_key < self._last_key
-        ):
+        first = batch.first_remote_identifier or ""  # a batch with rows has pointers
+        runs_on = first == self._last
+        if not batch.ascending or (self._last is not None and first < self._last):
             self.ascending = False
         self.starts.append(self._next_line)
         self.offsets.append(self.pointers - runs_on)
         self.skips.append(int(runs_on))
         self._next_line += batch.hash_rows
         self.pointers += batch.pointers - runs_on
-        self._last_key = batch.last_key
+        self._last = batch.last_remote_identifier
 
 
 def partition_name(broker_pk: int) -> str:
@@ -119,8 +116,8 @@ CREATE TEMP TABLE consumer_registration_staging (
     hash bytea NOT NULL,
     -- The pointer's number in its batch of the file, and true on its first row
     -- (registration_workers.staging_rows): PointerNumbering makes them the call's.
-    pointer integer NOT NULL,
-    first boolean NOT NULL
+    pointer_in_batch integer NOT NULL,
+    first_row boolean NOT NULL
 ) ON COMMIT DROP;
 CREATE TEMP TABLE consumer_registration_seen (consumer_id bigint NOT NULL) ON COMMIT DROP;
 """
@@ -135,7 +132,8 @@ DROP_TABLES = (
 )
 _STAGE = (
     "COPY consumer_registration_staging"
-    " (remote_identifier, remote_identifier_kind, hash_type, hash, pointer, first) FROM STDIN"
+    " (remote_identifier, remote_identifier_kind, hash_type, hash, pointer_in_batch, first_row)"
+    " FROM STDIN"
 )
 # Each pointer once, in remote_identifier order, with its consumer: the existing one, or
 # a new id from the consumers' sequence (coalesce draws it only when there is none). Byte
@@ -233,24 +231,24 @@ _NUMBERED_POINTERS_CREATE = """
 CREATE TEMP TABLE consumer_registration_pointers ON COMMIT DROP AS
 SELECT remote_identifier, NULL::text AS kind,
        nextval(%(consumer_ids)s::regclass) AS consumer_id,
-       true AS created, NULL::text AS stored_kind, number
+       true AS created, NULL::text AS stored_kind, pointer_number
   FROM (SELECT s.remote_identifier,
-               (%(offsets)s::bigint[])[width_bucket(s.line, %(starts)s::bigint[])] + s.pointer
-                   AS number
+               (%(offsets)s::bigint[])[width_bucket(s.line, %(starts)s::bigint[])]
+                   + s.pointer_in_batch AS pointer_number
           FROM consumer_registration_staging s
-         WHERE s.first
-           AND s.pointer >= (%(skips)s::int[])[width_bucket(s.line, %(starts)s::bigint[])]
+         WHERE s.first_row
+           AND s.pointer_in_batch >= (%(skips)s::int[])[width_bucket(s.line, %(starts)s::bigint[])]
         OFFSET 0) numbered  -- OFFSET 0: ids are drawn in the staged rows' order
 """
 _NUMBERED_CHECK = """
-SELECT count(*), min(number), max(number),
-       min(consumer_id - number), max(consumer_id - number)
+SELECT count(*), min(pointer_number), max(pointer_number),
+       min(consumer_id - pointer_number), max(consumer_id - pointer_number)
   FROM consumer_registration_pointers
 """
 _NUMBERED_HASHES_AS_STAGED = """
 SELECT s.hash, s.hash_type,
-       (%(offsets)s::bigint[])[width_bucket(s.line, %(starts)s::bigint[])] + s.pointer
-           + %(shift)s AS consumer_id
+       (%(offsets)s::bigint[])[width_bucket(s.line, %(starts)s::bigint[])]
+           + s.pointer_in_batch + %(shift)s AS consumer_id
   FROM consumer_registration_staging s
 """
 _NUMBERED_HASHES = """

@@ -83,7 +83,7 @@ def record(position: int, key: str, *types: str) -> ConsumerRecord:
 
 
 def staged(batch: EncodedBatch) -> list[tuple[str, str, str]]:
-    """(remote_identifier, pointer, first) of each staged row."""
+    """(remote_identifier, pointer_in_batch, first_row) of each staged row."""
     rows = [line.split("\t") for line in batch.copy_data.decode().splitlines()]
     return [(row[0], row[4], row[5]) for row in rows]
 
@@ -103,7 +103,12 @@ def test_a_batch_numbers_its_pointers_once_each_in_order() -> None:
         ("A", "0", "f"),
         ("C", "1", "t"),
     ]
-    assert (batch.pointers, batch.first_key, batch.last_key, batch.keys_sorted) == (
+    assert (
+        batch.pointers,
+        batch.first_remote_identifier,
+        batch.last_remote_identifier,
+        batch.ascending,
+    ) == (
         2,
         "A",
         "C",
@@ -112,12 +117,12 @@ def test_a_batch_numbers_its_pointers_once_each_in_order() -> None:
     # Code point order is UTF-8's byte order: "Z" < "a" < "é".
     assert encode_batch(
         [record(2, "Z", "email"), record(3, "a", "email"), record(4, "é", "email")]
-    ).keys_sorted
+    ).ascending
     unsorted = encode_batch([record(2, "B", "email"), record(3, "A", "email")])
-    assert not unsorted.keys_sorted
+    assert not unsorted.ascending
     # A pointer that comes back after another is numbered again (the merge then refuses
     # the numbered load: the consumers' unique index, or the order checks).
     again = encode_batch(
         [record(2, "A", "email"), record(3, "B", "email"), record(4, "A", "email")]
     )
-    assert [row[1] for row in staged(again)] == ["0", "1", "2"] and not again.keys_sorted
+    assert [row[1] for row in staged(again)] == ["0", "1", "2"] and not again.ascending
