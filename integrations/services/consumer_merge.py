@@ -186,9 +186,7 @@ SELECT DISTINCT s.hash, s.hash_type, p.consumer_id, p.created
   FROM consumer_registration_staging s
   JOIN consumer_registration_pointers p USING (remote_identifier)
 """
-# A fresh partition's first try takes every staged row as it is: its unique index, built
-# next, refuses a file that repeats a hash of a consumer, and only then are they
-# de-duplicated (the DISTINCT above costs about a third of the load).
+# A fresh partition's first try (_fresh_partition_fill): every staged row as it is.
 _HASHES_AS_STAGED = """
 SELECT s.hash, s.hash_type, p.consumer_id
   FROM consumer_registration_staging s
@@ -298,7 +296,7 @@ def staging_merge(
     *,
     broker_pk: int,
     kinds_given: bool,
-    numbering: PointerNumbering | None = None,
+    numbering: PointerNumbering,
 ) -> Merged:
     """Merge everything staged into the broker's consumers and consumer hashes.
 
@@ -327,14 +325,8 @@ def staging_merge(
     )
     # No consumer yet: every pointer is new, nothing to look up.
     existing = "true" if cursor.fetchone()[0] else "false"
-    if (
-        numbering is not None
-        and numbering.ascending
-        and numbering.pointers
-        and not kinds_given
-        and existing == "false"
-        and _fresh_partition_possible(cursor, broker_pk)
-    ):
+    fresh = _fresh_partition_possible(cursor, broker_pk)
+    if numbering.ascending and not kinds_given and existing == "false" and fresh:
         try:
             with transaction.atomic():  # a savepoint: a failure leaves the general way open
                 return _numbered_load(cursor, broker_pk, params, numbering)
@@ -351,13 +343,8 @@ def staging_merge(
         kinds_changed = cursor.rowcount
     cursor.execute(_CONSUMERS_INSERT, params)
     consumers_created = cursor.rowcount
-    fresh = _fresh_partition_possible(cursor, broker_pk)
     if fresh:
-        try:
-            with transaction.atomic():  # a savepoint
-                hashes_added = _fresh_partition_load(cursor, broker_pk, params, _HASHES_AS_STAGED)
-        except IntegrityError:  # the file repeats a hash of a consumer
-            hashes_added = _fresh_partition_load(cursor, broker_pk, params, _HASHES)
+        hashes_added = _fresh_partition_fill(cursor, broker_pk, params, _HASHES_AS_STAGED, _HASHES)
     else:
         cursor.execute(_HASHES_INSERT.replace("{hashes}", _HASHES), params)
         hashes_added = cursor.rowcount
@@ -387,19 +374,27 @@ def _numbered_load(
     cursor.execute(_CONSUMERS_INSERT, params)
     consumers_created = cursor.rowcount
     params["shift"] = shift
-    try:
-        with transaction.atomic():
-            hashes_added = _fresh_partition_load(
-                cursor, broker_pk, params, _NUMBERED_HASHES_AS_STAGED
-            )
-    except IntegrityError:  # the file repeats a hash of a consumer
-        hashes_added = _fresh_partition_load(
-            cursor,
-            broker_pk,
-            params,
-            _NUMBERED_HASHES.replace("{hashes}", _NUMBERED_HASHES_AS_STAGED),
-        )
+    hashes_added = _fresh_partition_fill(
+        cursor,
+        broker_pk,
+        params,
+        _NUMBERED_HASHES_AS_STAGED,
+        _NUMBERED_HASHES.replace("{hashes}", _NUMBERED_HASHES_AS_STAGED),
+    )
     return Merged(consumers_created, 0, hashes_added, fresh_partition=True, numbered=True)
+
+
+def _fresh_partition_fill(
+    cursor: Any, broker_pk: int, params: dict[str, Any], as_staged: str, distinct: str
+) -> int:
+    """The fresh partition from every staged row as it is; when its unique index refuses
+    them (the file repeats a hash of a consumer), rolled back and made again from the rows
+    de-duplicated (a DISTINCT costs about a third of the load, so only then)."""
+    try:
+        with transaction.atomic():  # a savepoint
+            return _fresh_partition_load(cursor, broker_pk, params, as_staged)
+    except IntegrityError:
+        return _fresh_partition_load(cursor, broker_pk, params, distinct)
 
 
 def _fresh_partition_load(cursor: Any, broker_pk: int, params: dict[str, Any], hashes: str) -> int:
