@@ -23,7 +23,7 @@ from integrations.drop import registration_workers as registration
 from integrations.models import Broker, Consumer, ConsumerHash, DeletionRequest, LedgerEvent
 from integrations.services import consumers as consumer_services
 from integrations.services.brokers import broker_create
-from integrations.services.consumer_merge import Merged, PointerNumbering, staging_merge
+from integrations.services.consumer_merge import Merged, PointerNumbering
 from integrations.services.drop_import import drop_zip_import
 from tests.builders import drop_zip, webhook, write_zip
 from tests.conftest import subprocess_env
@@ -245,20 +245,6 @@ def test_a_first_import_loads_the_brokers_own_partition_and_a_repeated_hash_coun
 # ---------------------------------------------------------------------------------------
 # A file in remote_identifier order: consumer ids from the file's own numbering, no join
 # ---------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def merges(monkeypatch: pytest.MonkeyPatch) -> list[Merged]:
-    """What each registration's merge did (numbered or not)."""
-    seen: list[Merged] = []
-
-    def watched(*args: Any, **kwargs: Any) -> Merged:
-        merged = staging_merge(*args, **kwargs)
-        seen.append(merged)
-        return merged
-
-    monkeypatch.setattr(consumer_services, "staging_merge", watched)
-    return seen
 
 
 def sorted_lines() -> list[str]:

@@ -22,8 +22,7 @@ from moto.server import ThreadedMotoServer
 
 from integrations.drop import sources
 from integrations.models import Broker, Consumer, ConsumerHash, LedgerEvent
-from integrations.services import consumers as consumer_services
-from integrations.services.consumer_merge import staging_merge
+from integrations.services.consumer_merge import Merged
 
 pytestmark = pytest.mark.django_db
 
@@ -246,16 +245,8 @@ def test_a_missing_s3_source_is_one_line(
 
 
 def test_objects_in_key_order_are_numbered_as_one_file_a_key_running_on_across_two(
-    broker: Broker, bucket: Any, monkeypatch: pytest.MonkeyPatch
+    broker: Broker, bucket: Any, merges: list[Merged]
 ) -> None:
-    numbered: list[bool] = []
-
-    def watched(*args: Any, **kwargs: Any) -> Any:
-        merged = staging_merge(*args, **kwargs)
-        numbered.append(merged.numbered)
-        return merged
-
-    monkeypatch.setattr(consumer_services, "staging_merge", watched)
     # C-1's email ends part-1, its phone starts part-2: one consumer, one number.
     bucket.put_object(
         Bucket="exports",
@@ -270,7 +261,7 @@ def test_objects_in_key_order_are_numbered_as_one_file_a_key_running_on_across_t
 
     summary, _ = run("s3://exports/nightly/")
 
-    assert numbered == [True]
+    assert [m.numbered for m in merges] == [True]
     assert (summary["consumers_created"], summary["hashes_added"]) == (3, 4)
     assert stored(broker)["C-1"] == EXPECTED["C-1"]
     ids = list(Consumer.objects.order_by("remote_identifier").values_list("pk", flat=True))
