@@ -45,7 +45,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     This runs after pytest-django's own ordering, a sort by database use that keeps a test in
     a transaction from following a flush on the same process; work stealing breaks that
-    promise anyway: ``migrated_rows_survive_a_flush`` keeps what it was for.
+    promise anyway: ``django_db_setup`` (below) keeps what it was for.
     """
     workers = getattr(config, "workerinput", {}).get("workercount", 1)
     slow: list[pytest.Item] = []
@@ -71,19 +71,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 MIGRATED_TABLES = ("auth_group_permissions", "auth_group", "auth_permission", "django_content_type")
 
 
-def uses_the_database(item: pytest.Item) -> bool:
-    """As pytest-django decides which tests get a test database."""
-    fixtures = set(getattr(item, "fixturenames", ()))
-    return bool(
-        item.get_closest_marker("django_db") or fixtures & {"db", "transactional_db", "live_server"}
-    )
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
+    """pytest-django's test database, set up only for a run with a test that needs one; then
+    what migrations left in it survives a flush.
 
-
-@pytest.fixture(scope="session", autouse=True)
-def migrated_rows_survive_a_flush(
-    request: pytest.FixtureRequest, django_db_setup: None, django_db_blocker: Any
-) -> Iterator[None]:
-    """A transactional test ends with a flush, which empties every table; Django then makes
+    A transactional test ends with a flush, which empties every table; Django then makes
     content types and permissions again, under new ids, and the staff roles (groups made by
     migrations) not at all. ``make test`` lets an idle worker take tests queued for another
     (``--dist worksteal``), so a test may follow a flush on the same process and expect what
@@ -94,10 +87,6 @@ def migrated_rows_survive_a_flush(
     from django.contrib.contenttypes.models import ContentType
     from django.db import connections
     from django.db.models.signals import post_migrate
-
-    if not any(uses_the_database(item) for item in request.session.items):
-        yield  # no test database was made (tests that need none, run on their own)
-        return
 
     snapshot: dict[str, tuple[list[str], list[tuple[Any, ...]]]] = {}
     with django_db_blocker.unblock(), connection.cursor() as cursor:
