@@ -74,10 +74,9 @@ class EncodedBatch:
     """
 
     copy_data: bytes  # staging_rows of the accepted records, in order
-    hash_rows: int
     kinds_given: bool  # some accepted record names a remote_identifier_kind
     records: int  # rows read, accepted or rejected
-    hashes: int  # hashes of the accepted records
+    hashes: int  # hashes of the accepted records: one staged row each
     rejected: tuple[RejectedRecord, ...]
     pointers: int = 0  # pointers numbered (every staged pointer_in_batch is below this)
     first_remote_identifier: str | None = None  # the first and last numbered pointers
@@ -114,7 +113,6 @@ def encode_batch(records: Iterable[Record]) -> EncodedBatch:
         last = pointer
     return EncodedBatch(
         "".join(parts).encode(),
-        hashes,
         kinds_given,
         count,
         hashes,

@@ -86,7 +86,7 @@ class PointerNumbering:
     _last: str | None = None  # the last batch's last pointer
 
     def add(self, batch: EncodedBatch) -> None:
-        if not batch.hash_rows:
+        if not batch.hashes:
             return
         first = batch.first_remote_identifier or ""  # a batch with rows has pointers
         runs_on = first == self._last
@@ -95,7 +95,7 @@ class PointerNumbering:
         self.starts.append(self._next_line)
         self.offsets.append(self.pointers - runs_on)
         self.skips.append(int(runs_on))
-        self._next_line += batch.hash_rows
+        self._next_line += batch.hashes
         self.pointers += batch.pointers - runs_on
         self._last = batch.last_remote_identifier
 

@@ -279,7 +279,7 @@ def _rounds(
         if not staging:
             continue
         data += batch.copy_data
-        rows += batch.hash_rows
+        rows += batch.hashes
         numbering.add(batch)
         kinds_given = kinds_given or batch.kinds_given
         if rows >= CHUNK_ROWS:

@@ -44,7 +44,7 @@ def test_parallel_batches_equal_the_single_process_records_in_order(
         for start in range(0, 60, 7)
     ]
     assert sum(b.records for b in batches) == 60
-    assert sum(b.hash_rows for b in batches) == 2 * len(accepted)
+    assert sum(b.hashes for b in batches) == 2 * len(accepted)
     rejected = [r for b in batches for r in b.rejected]
     assert rejected == [r for r in serial if isinstance(r, RejectedRecord)]
     assert [r.position for r in rejected] == [2, 13, 15, 24, 28, 35, 41, 46, 54, 57]
