@@ -14,7 +14,7 @@ import os
 import re
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 from integrations.drop.registration import (
@@ -71,6 +71,10 @@ class EncodedBatch:
     ``first_remote_identifier``, ``last_remote_identifier`` and ``ascending`` let the
     importer check that order between batches and join a pointer that runs on from one
     batch into the next.
+
+    A pointer's first row carries the last ``remote_identifier_kind`` its records in the
+    batch name (the kind a consumer takes), and ``first_pointer_kind`` is pointer 0's, for
+    a pointer whose records run on from the previous batch.
     """
 
     copy_data: bytes  # staging_rows of the accepted records, in order
@@ -82,6 +86,7 @@ class EncodedBatch:
     first_remote_identifier: str | None = None  # the first and last numbered pointers
     last_remote_identifier: str | None = None
     ascending: bool = True  # the numbered pointers ascend in byte (code point) order
+    first_pointer_kind: str | None = None  # the last kind pointer 0's records name
 
 
 def encode_batch(records: Iterable[Record]) -> EncodedBatch:
@@ -92,25 +97,46 @@ def encode_batch(records: Iterable[Record]) -> EncodedBatch:
     first: str | None = None  # remote_identifier of the first and last pointers
     last: str | None = None
     ascending = True
+    # The current pointer's first record, where its staged rows start in parts, and the
+    # last kind its records name so far: when a later record names one, the first row
+    # is staged again with it once the pointer's records end.
+    run_first: ConsumerRecord | None = None
+    run_part = 0
+    run_kind: str | None = None
+    run_renamed = False
+    first_kind: str | None = None  # pointer 0's, once its records end
     for record in records:
         count += 1
         if isinstance(record, RejectedRecord):
             rejected.append(record)
             continue
         hashes += len(record.hashes)
-        kinds_given = kinds_given or record.remote_identifier_kind is not None
+        kind = record.remote_identifier_kind
+        kinds_given = kinds_given or kind is not None
         pointer = record.remote_identifier
         if pointer == last:
             parts.append(staging_rows(record, pointers - 1, first_row=False))
+            if kind is not None:
+                run_kind, run_renamed = kind, True
             continue
+        if run_renamed:
+            _restage_first(parts, run_part, run_first, run_kind, pointers - 1)
+            run_renamed = False
+        if pointers == 1:
+            first_kind = run_kind
         # Python compares code points: the byte order of UTF-8, which "C" sorts by.
         if last is not None and pointer < last:
             ascending = False
         if first is None:
             first = pointer
+        run_first, run_part, run_kind = record, len(parts), kind
         parts.append(staging_rows(record, pointers))
         pointers += 1
         last = pointer
+    if run_renamed:
+        _restage_first(parts, run_part, run_first, run_kind, pointers - 1)
+    if pointers == 1:
+        first_kind = run_kind
     return EncodedBatch(
         "".join(parts).encode(),
         kinds_given,
@@ -121,7 +147,17 @@ def encode_batch(records: Iterable[Record]) -> EncodedBatch:
         first,
         last,
         ascending,
+        first_kind,
     )
+
+
+def _restage_first(
+    parts: list[str], part: int, record: ConsumerRecord | None, kind: str | None, pointer: int
+) -> None:
+    """Stage a pointer's first record again, with the kind a later record of it names."""
+    assert record is not None  # a record named a kind after it
+    if kind != record.remote_identifier_kind:
+        parts[part] = staging_rows(replace(record, remote_identifier_kind=kind), pointer)
 
 
 def encoded_batches(

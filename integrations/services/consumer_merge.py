@@ -31,8 +31,8 @@ Why this shape (docs/benchmarks.md, consumer import):
   export ``ORDER BY remote_identifier COLLATE "C"`` or ``LC_ALL=C sort`` gives) skips even
   that: the hashing workers number the pointers, and every staged row gets its consumer id
   from its number, with no sort of the staged rows and no join with the pointers (about a
-  tenth of a 10 M load). Checked, and rolled back to the general merge if the numbers do
-  not hold.
+  tenth of a 10 M load). Each pointer's kind comes with its first staged row. Checked, and
+  rolled back to the general merge if the numbers do not hold.
 
 The SQL names its tables literally; statements are constants, never built from input
 (the partition's name is made from the broker's integer primary key).
@@ -75,11 +75,15 @@ class PointerNumbering:
     pointer whose rows straddle two batches). When every pointer ascends in byte order,
     each appears once, so number ``n`` can be consumer id ``n + shift``: the merge then
     gives every staged row its consumer without a join.
+
+    A pointer's kind is on its first staged row, as far as its batch knows it; ``kinds``
+    holds the kind a later batch names for a pointer that runs on into it.
     """
 
     starts: list[int] = field(default_factory=list)  # staging lines count from 1
     offsets: list[int] = field(default_factory=list)
     skips: list[int] = field(default_factory=list)  # 1: pointer 0 is the previous one
+    kinds: dict[int, str] = field(default_factory=dict)  # pointer number: its last kind
     pointers: int = 0  # numbered in all
     ascending: bool = True
     _next_line: int = 1
@@ -95,6 +99,8 @@ class PointerNumbering:
         self.starts.append(self._next_line)
         self.offsets.append(self.pointers - runs_on)
         self.skips.append(int(runs_on))
+        if runs_on and batch.first_pointer_kind is not None:
+            self.kinds[self.pointers - 1] = batch.first_pointer_kind
         self._next_line += batch.hashes
         self.pointers += batch.pointers - runs_on
         self._last = batch.last_remote_identifier
@@ -221,22 +227,29 @@ _FRESH_INDEXES = (
     "CREATE TEMP VIEW new_consumer_hashes AS SELECT consumer_id, hash_type, hash FROM {partition}",
 )
 # A file sorted by remote_identifier, for a broker with no consumers (PointerNumbering):
-# each pointer's first row draws its consumer id, in file order, and the id must then be
-# the pointer's number plus one shift (checked); every staged row's consumer is its number
-# plus that shift, with no join of the staged rows with the pointers. width_bucket finds a
-# row's batch from its line by binary search in the batches' first lines.
+# each pointer's first row gives its kind and draws its consumer id, in file order, and
+# the id must then be the pointer's number plus one shift (checked); every staged row's
+# consumer is its number plus that shift, with no join of the staged rows with the
+# pointers. width_bucket finds a row's batch from its line by binary search in the
+# batches' first lines.
 _NUMBERED_POINTERS_CREATE = """
 CREATE TEMP TABLE consumer_registration_pointers ON COMMIT DROP AS
-SELECT remote_identifier, NULL::text AS kind,
+SELECT remote_identifier, kind,
        nextval(%(consumer_ids)s::regclass) AS consumer_id,
        true AS created, NULL::text AS stored_kind, pointer_number
-  FROM (SELECT s.remote_identifier,
+  FROM (SELECT s.remote_identifier, s.remote_identifier_kind AS kind,
                (%(offsets)s::bigint[])[width_bucket(s.line, %(starts)s::bigint[])]
                    + s.pointer_in_batch AS pointer_number
           FROM consumer_registration_staging s
          WHERE s.first_row
            AND s.pointer_in_batch >= (%(skips)s::int[])[width_bucket(s.line, %(starts)s::bigint[])]
         OFFSET 0) numbered  -- OFFSET 0: ids are drawn in the staged rows' order
+"""
+# The kind a later batch names for a pointer that ran on into it (PointerNumbering.kinds).
+_NUMBERED_KINDS_UPDATE = """
+UPDATE consumer_registration_pointers p SET kind = k.kind
+  FROM unnest(%(numbers)s::bigint[], %(kinds)s::text[]) AS k (pointer_number, kind)
+ WHERE p.pointer_number = k.pointer_number
 """
 _NUMBERED_CHECK = """
 SELECT count(*), min(pointer_number), max(pointer_number),
@@ -300,11 +313,11 @@ def staging_merge(
 ) -> Merged:
     """Merge everything staged into the broker's consumers and consumer hashes.
 
-    ``numbering``: the staged batches' pointer numbers; when they ascend, the broker has no
-    consumer and no kind is given, the merge takes the numbered load, else (or when that
-    fails) the general one. Either way it leaves ``consumer_registration_pointers`` (every
-    pointer staged, with its consumer id) and ``new_consumer_hashes(consumer_id,
-    hash_type, hash)`` until the transaction ends.
+    ``numbering``: the staged batches' pointer numbers; when they ascend and the broker has
+    no consumer, the merge takes the numbered load, else (or when that fails) the general
+    one. Either way it leaves ``consumer_registration_pointers`` (every pointer staged,
+    with its consumer id) and ``new_consumer_hashes(consumer_id, hash_type, hash)`` until
+    the transaction ends.
     """
     cursor.execute(
         "SELECT pg_get_serial_sequence('integrations_consumer', 'id'),"
@@ -326,7 +339,7 @@ def staging_merge(
     # No consumer yet: every pointer is new, nothing to look up.
     existing = "true" if cursor.fetchone()[0] else "false"
     fresh = _fresh_partition_possible(cursor, broker_pk)
-    if numbering.ascending and not kinds_given and existing == "false" and fresh:
+    if numbering.ascending and existing == "false" and fresh:
         try:
             with transaction.atomic():  # a savepoint: a failure leaves the general way open
                 return _numbered_load(cursor, broker_pk, params, numbering)
@@ -371,6 +384,9 @@ def _numbered_load(
         shift != other_shift
     ):
         raise _NotInFileOrder
+    if numbering.kinds:
+        numbers, kinds = zip(*numbering.kinds.items(), strict=True)
+        cursor.execute(_NUMBERED_KINDS_UPDATE, {"numbers": list(numbers), "kinds": list(kinds)})
     cursor.execute(_CONSUMERS_INSERT, params)
     consumers_created = cursor.rowcount
     params["shift"] = shift

@@ -3,6 +3,7 @@ nothing even when the process is killed, idempotent, and late matches found at t
 
 from __future__ import annotations
 
+import base64
 import gzip
 import hashlib
 import io
@@ -357,20 +358,54 @@ def test_numbers_that_do_not_check_out_fall_back_to_the_general_merge(
     assert registered(broker) == registered(Broker.objects.get(broker_id="4822"))
 
 
+def kinded_lines() -> list[str]:
+    """Hashed rows in key order naming kinds: on a later row than the pointer's first, two
+    on one pointer, and on a pointer that runs on across batches of 40 rows (K-200)."""
+    digests = iter(digest for _, digest in OTHERS)
+    kinds = ["", "account_id", "", "device_id", "vin"]
+    lines: list[str] = []
+    for i in range(30):
+        for j in range(1 + i % 3):
+            lines.append(f"K-{i:03d},email,{next(digests)},{kinds[(i + j) % 5]}\n")
+    k200 = [f"K-200,email,{digest},\n" for _, digest in work_items(90, start=5000)]
+    k200[10] = k200[10].replace(",\n", ",account_id\n")  # in its first batch
+    k200[75] = k200[75].replace(",\n", ",device_id\n")  # named again, two batches on
+    return lines + k200 + [f"K-300,phone,{next(digests)},\n"]
+
+
+def last_kinds(lines: list[str]) -> dict[str, str]:
+    """Each pointer's kind: the last its rows name, external_id when none does."""
+    kinds: dict[str, str] = {}
+    for line in lines:
+        key, _, _, kind = line.strip("\n").split(",")
+        if kind or key not in kinds:
+            kinds[key] = kind or kinds.get(key) or "external_id"
+    return kinds
+
+
 @pytest.mark.django_db
-def test_a_sorted_file_that_names_kinds_takes_the_general_merge(
+def test_a_sorted_file_that_names_kinds_is_numbered_and_gives_each_the_last_it_names(
     broker: Broker, tmp_path: Path, many_rounds: None, merges: list[Merged]
 ) -> None:
+    lines = kinded_lines()
     path = tmp_path / "kinds.csv"
-    path.write_text(
-        "remote_identifier,hash_type,hash,remote_identifier_kind\n"
-        f"A-1,email,{OTHERS[0][1]},\n"
-        f"A-1,phone,{OTHERS[1][1]},account_id\n"
-        f"A-2,email,{OTHERS[2][1]},\n"
-    )
+    path.write_text("remote_identifier,hash_type,hash,remote_identifier_kind\n" + "".join(lines))
+    seed = tmp_path / "seed.csv"
+    seed.write_text(f"remote_identifier,hash_type,hash\nZ-999,email,{OTHERS[-1][1]}\n")
+    other = broker_create(broker_id="4822", name="Other", mode="test", actor="test")
+    run(str(seed), "--hashed", broker="4822")  # a consumer first: then the general merge
 
-    assert run(str(path), "--hashed")["consumers_created"] == 2
+    first = run(str(path), "--hashed")
+    run(str(path), "--hashed", broker="4822")
 
-    assert [m.numbered for m in merges] == [False]  # the last row naming a kind gives it
-    kinds = dict(Consumer.objects.values_list("remote_identifier", "remote_identifier_kind"))
-    assert kinds == {"A-1": "account_id", "A-2": "external_id"}
+    assert [m.numbered for m in merges] == [True, True, False]
+    expected = last_kinds(lines)
+    assert expected["K-200"] == "device_id" and expected["K-001"] == "account_id"
+    assert first["consumers_created"] == len(expected) == 32
+    for b, also in ((broker, {}), (other, {"Z-999": "external_id"})):
+        kinds = Consumer.objects.filter(broker=b).values_list(
+            "remote_identifier", "remote_identifier_kind"
+        )
+        assert dict(kinds) == expected | also, b.broker_id
+    seeded = ("Z-999", "email", base64.b64decode(OTHERS[-1][1]))
+    assert registered(broker) == registered(other) - {seeded}

@@ -126,3 +126,35 @@ def test_a_batch_numbers_its_pointers_once_each_in_order() -> None:
         [record(2, "A", "email"), record(3, "B", "email"), record(4, "A", "email")]
     )
     assert [row[1] for row in staged(again)] == ["0", "1", "2"] and not again.ascending
+
+
+def kinded(position: int, key: str, kind: str | None) -> ConsumerRecord:
+    return ConsumerRecord(position, key, kind, (("email", bytes([position]) * 32),))
+
+
+def test_a_pointers_first_row_carries_the_last_kind_its_records_name() -> None:
+    batch = encode_batch(
+        [
+            kinded(2, "A", None),
+            kinded(3, "A", "account_id"),  # named after the first row: it moves there
+            kinded(4, "A", None),
+            kinded(5, "B", "device_id"),
+            kinded(6, "B", "account_id"),  # the last one named wins
+            kinded(7, "C", "vin"),
+            kinded(8, "D", None),
+        ]
+    )
+    rows = [line.split("\t") for line in batch.copy_data.decode().splitlines()]
+    # (remote_identifier, remote_identifier_kind, first_row): later rows keep their own.
+    assert [(row[0], row[1], row[5]) for row in rows] == [
+        ("A", "account_id", "t"),
+        ("A", "account_id", "f"),
+        ("A", "\\N", "f"),
+        ("B", "account_id", "t"),
+        ("B", "account_id", "f"),
+        ("C", "vin", "t"),
+        ("D", "\\N", "t"),
+    ]
+    # The kind a pointer 0 that runs on from the previous batch gives its consumer.
+    assert batch.first_pointer_kind == "account_id"
+    assert encode_batch([kinded(2, "A", None), kinded(3, "B", "vin")]).first_pointer_kind is None

@@ -36,3 +36,25 @@ def test_keys_out_of_order_within_or_between_batches_turn_numbering_off() -> Non
     between.add(batch("A", "C"))
     between.add(batch("B"))
     assert not between.ascending
+
+
+def kinded(*rows: tuple[str, str | None]) -> EncodedBatch:
+    return encode_batch(
+        ConsumerRecord(n, key, kind, (("email", bytes([n]) * 32),))
+        for n, (key, kind) in enumerate(rows)
+    )
+
+
+def test_a_kind_named_after_a_batch_boundary_is_kept_for_the_pointer_that_ran_on() -> None:
+    numbering = PointerNumbering()
+    numbering.add(kinded(("A", None), ("B", "vin")))
+    numbering.add(kinded(("B", None), ("C", None)))  # B runs on and names nothing: vin stays
+    numbering.add(kinded(("C", "account_id"), ("D", None)))
+    numbering.add(kinded(("D", None)))
+    numbering.add(kinded(("D", "device_id")))
+    numbering.add(kinded(("D", "maid_kind"), ("E", None)))
+
+    # Pointer numbers A=0, B=1, C=2, D=3: only a kind named in a later batch is kept here
+    # (a pointer's own batch puts it on the pointer's first row); the last one wins.
+    assert numbering.kinds == {2: "account_id", 3: "maid_kind"}
+    assert numbering.pointers == 5
