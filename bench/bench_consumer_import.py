@@ -27,7 +27,8 @@ indexes, in one transaction), with no logic of ours. The floor's growth is how m
 than its rows the machine's own writes grow, measured in the same run.
 
 The file is in key order unless ``--shuffled``: a broker's first load from a file in key
-order takes the numbered load (no join), any other order the general merge.
+order takes the numbered load (no join), any other order the general merge. ``--kinds``
+adds a ``remote_identifier_kind`` column.
 
 Prints one line of JSON last; exits 1 when a target is missed.
 """
@@ -64,11 +65,14 @@ FIRST = ["Anna", "Juan", "José", "Mary", "Danielle", "Eve", "Ivan", "Chen"]
 DOMAINS = ["Domain.com", "example.org", "mail.example.net", "Gmail.com", "corp.example"]
 
 
-def write_csv(path: Path, consumers: int, seed: int, *, shuffled: bool = False) -> None:
+def write_csv(
+    path: Path, consumers: int, seed: int, *, shuffled: bool = False, kinds: bool = False
+) -> None:
     """Consumers as a broker would export them: mixed case, punctuation, stray spaces.
 
     In key order (``CUST-000000000``, ...), as an export sorted by its key is, or
     ``shuffled``: the same keys in a random order, which the import merges the general way.
+    ``kinds``: a ``remote_identifier_kind`` column, ``account_id`` on every row.
     """
     rng = random.Random(seed)
     order: range | array[int] = range(consumers)
@@ -78,13 +82,16 @@ def write_csv(path: Path, consumers: int, seed: int, *, shuffled: bool = False) 
         order = array("q", order)
         rng.shuffle(order)
     with path.open("w", encoding="utf-8", newline="") as out:
-        out.write("remote_identifier,email,phone\n")
+        out.write(
+            "remote_identifier,email,phone" + (",remote_identifier_kind\n" if kinds else "\n")
+        )
+        kind = ",account_id" if kinds else ""
         for i in order:
             email = f"{rng.choice(FIRST)}.Person{i}@{rng.choice(DOMAINS)}"
             if i % 10 == 0:
                 email = f" {email} "
             phone = f"+1({rng.randint(200, 999)}){rng.randint(200, 999)}-{i % 10_000:04d}"
-            out.write(f"CUST-{i:09d},{email},{phone}\n")
+            out.write(f"CUST-{i:09d},{email},{phone}{kind}\n")
 
 
 def write_baseline_files(
@@ -354,6 +361,11 @@ def main() -> int:
         help="the file's keys in a random order (default: in key order, which a first load"
         " numbers without a join)",
     )
+    parser.add_argument(
+        "--kinds",
+        action="store_true",
+        help="a remote_identifier_kind column, named on every row",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -397,7 +409,7 @@ def main() -> int:
             hashes_path = Path(directory) / "baseline_hashes.tsv"
             for n, measured in runs.items():
                 measured.csv_path = Path(directory) / f"consumers_{n}.csv"
-                write_csv(measured.csv_path, n, args.seed, shuffled=args.shuffled)
+                write_csv(measured.csv_path, n, args.seed, shuffled=args.shuffled, kinds=args.kinds)
                 measured.csv_mb = measured.csv_path.stat().st_size / 1e6
             # Sizes take turns, repeat by repeat: a drift of the machine's speed over the
             # bench (seen here on shared VMs) then weighs on every size alike.
@@ -428,7 +440,10 @@ def main() -> int:
         admin_execute(admin_url, f'DROP DATABASE IF EXISTS "{scratch}" WITH (FORCE)')
 
     order = "shuffled" if args.shuffled else "key"
-    results = [{**summary(n, measured), "file_order": order} for n, measured in runs.items()]
+    results = [
+        {**summary(n, measured), "file_order": order, "kinds_column": args.kinds}
+        for n, measured in runs.items()
+    ]
     if len(results) == 1:
         print(json.dumps(results[0]))
         return 0 if results[0]["target_met"] else 1
