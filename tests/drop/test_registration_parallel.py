@@ -158,3 +158,10 @@ def test_a_pointers_first_row_carries_the_last_kind_its_records_name() -> None:
     # The kind a pointer 0 that runs on from the previous batch gives its consumer.
     assert batch.first_pointer_kind == "account_id"
     assert encode_batch([kinded(2, "A", None), kinded(3, "B", "vin")]).first_pointer_kind is None
+
+
+def test_a_row_of_another_width_than_the_header_is_refused_before_it_is_batched() -> None:
+    # The readers never give one (rows() rejects it); a flat batch would misread the cells.
+    rows = iter([(2, ["A", "a@example.com"]), (3, ["B", "b@example.com", "extra"])])
+    with pytest.raises(ValueError, match="line 3 has 3 cells, not 2"):
+        list(registration._batches(rows, 10, 2))
