@@ -216,8 +216,8 @@ def _pool(processes: int, columns: list[str], hashed: bool) -> ProcessPoolExecut
 @dataclass(slots=True)
 class _Rows:
     """A batch of rows on its way to a worker, flat: every accepted row's cells in one
-    list and the lines in one array. Pickled and unpickled, that is about a fifth of the
-    work a list per row was (measured on 200,000 rows: 0.09 s against 0.52 s)."""
+    list and the lines in one array. Unpickling a list per row took about a quarter of a
+    worker's time (docs/benchmarks.md, consumer import)."""
 
     width: int  # cells per accepted row: the header's
     lines: array[int] = field(default_factory=lambda: array("q"))  # -1: the next rejected
