@@ -99,12 +99,11 @@ def encode_batch(records: Iterable[Record]) -> EncodedBatch:
     last: str | None = None
     ascending = True
     # The current pointer's first record, where its staged rows start in parts, and the
-    # last kind its records name so far: when a later record names one, the first row
-    # is staged again with it once the pointer's records end.
+    # last kind its records name so far: when a later record names another, the first
+    # row is staged again with it once the pointer's records end.
     run_first: ConsumerRecord | None = None
     run_part = 0
     run_kind: str | None = None
-    run_renamed = False
     first_kind: str | None = None  # pointer 0's, once its records end
     for record in records:
         count += 1
@@ -118,11 +117,10 @@ def encode_batch(records: Iterable[Record]) -> EncodedBatch:
         if pointer == last:
             parts.append(staging_rows(record, pointers - 1, first_row=False))
             if kind is not None:
-                run_kind, run_renamed = kind, True
+                run_kind = kind
             continue
-        if run_renamed:
-            _restage_first(parts, run_part, run_first, run_kind, pointers - 1)
-            run_renamed = False
+        if run_first is not None and run_kind != run_first.remote_identifier_kind:
+            parts[run_part] = _staging_rows_kind(run_first, run_kind, pointers - 1)
         if pointers == 1:
             first_kind = run_kind
         # Python compares code points: the byte order of UTF-8, which "C" sorts by.
@@ -134,8 +132,8 @@ def encode_batch(records: Iterable[Record]) -> EncodedBatch:
         parts.append(staging_rows(record, pointers))
         pointers += 1
         last = pointer
-    if run_renamed:
-        _restage_first(parts, run_part, run_first, run_kind, pointers - 1)
+    if run_first is not None and run_kind != run_first.remote_identifier_kind:
+        parts[run_part] = _staging_rows_kind(run_first, run_kind, pointers - 1)
     if pointers == 1:
         first_kind = run_kind
     return EncodedBatch(
@@ -152,13 +150,9 @@ def encode_batch(records: Iterable[Record]) -> EncodedBatch:
     )
 
 
-def _restage_first(
-    parts: list[str], part: int, record: ConsumerRecord | None, kind: str | None, pointer: int
-) -> None:
-    """Stage a pointer's first record again, with the kind a later record of it names."""
-    assert record is not None  # a record named a kind after it
-    if kind != record.remote_identifier_kind:
-        parts[part] = staging_rows(replace(record, remote_identifier_kind=kind), pointer)
+def _staging_rows_kind(record: ConsumerRecord, kind: str | None, pointer: int) -> str:
+    """A pointer's first record staged with the kind a later record of it names."""
+    return staging_rows(replace(record, remote_identifier_kind=kind), pointer)
 
 
 def encoded_batches(
