@@ -61,6 +61,19 @@ def many_rounds(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(consumer_services, "CHUNK_ROWS", 50)
 
 
+@pytest.fixture
+def other(broker: Broker) -> Broker:
+    """A second broker, to import the same rows the other way."""
+    return broker_create(broker_id="4822", name="Other", mode="test", actor="test")
+
+
+def write_hashed(path: Path, lines: list[str], *, kinds: bool = False) -> Path:
+    """A hashed file of ``lines``, with a ``remote_identifier_kind`` column if ``kinds``."""
+    header = "remote_identifier,hash_type,hash" + (",remote_identifier_kind" if kinds else "")
+    path.write_text(header + "\n" + "".join(lines), encoding="utf-8")
+    return path
+
+
 @pytest.mark.django_db
 def test_a_bulk_import_finds_its_late_matches_in_one_join_at_the_end(
     broker: Broker, tmp_path: Path, many_rounds: None
@@ -193,12 +206,10 @@ def test_replace_forgets_a_matched_consumer_and_its_request_keeps_the_pointer(
     package = drop_zip(broker, {"Email": [ITEMS[0], ITEMS[1]], "Phone": [ITEMS[2], ITEMS[3]]})
     drop_zip_import(broker=broker, path=write_zip(tmp_path, package), actor="test")
     run(str(hashed_file(tmp_path)), "--hashed")
-    without_late_1 = tmp_path / "tonight.csv"
-    without_late_1.write_text(
-        "remote_identifier,hash_type,hash\n"
-        + "".join(f"N-{i},email,{digest}\n" for i, (_, digest) in enumerate(OTHERS))
-        + f"LATE-3,phone,{ITEMS[3][1]}\n",
-        encoding="utf-8",
+    without_late_1 = write_hashed(
+        tmp_path / "tonight.csv",
+        [f"N-{i},email,{digest}\n" for i, (_, digest) in enumerate(OTHERS)]
+        + [f"LATE-3,phone,{ITEMS[3][1]}\n"],
     )
     summary = run(str(without_late_1), "--hashed", "--replace")
     assert summary["consumers_forgotten"] == 1
@@ -226,8 +237,7 @@ def test_a_first_import_loads_the_brokers_own_partition_and_a_repeated_hash_coun
 ) -> None:
     lines = [f"N-{i},email,{digest}\n" for i, (_, digest) in enumerate(OTHERS)]
     lines += lines[:5]  # the same five hashes of the same five consumers, again
-    path = tmp_path / "twice.csv"
-    path.write_text("remote_identifier,hash_type,hash\n" + "".join(lines))
+    path = write_hashed(tmp_path / "twice.csv", lines)
     assert partition_of(broker) is None
 
     summary = run(str(path), "--hashed")
@@ -237,8 +247,7 @@ def test_a_first_import_loads_the_brokers_own_partition_and_a_repeated_hash_coun
     assert partition_of(broker) == f"integrations_consumerhash_b{broker.pk}"
     assert ConsumerHash.objects.filter(broker=broker).count() == 300
     # A later import goes into the same partition, and adds only what is new.
-    more = tmp_path / "more.csv"
-    more.write_text("remote_identifier,hash_type,hash\n" + lines[0] + f"N-0,phone,{ITEMS[0][1]}\n")
+    more = write_hashed(tmp_path / "more.csv", [lines[0], f"N-0,phone,{ITEMS[0][1]}\n"])
     assert run(str(more), "--hashed")["hashes_added"] == 1
     assert ConsumerHash.objects.filter(broker=broker).count() == 301
 
@@ -274,16 +283,11 @@ def registered(broker: Broker) -> set[tuple[str, str, bytes]]:
 
 @pytest.mark.django_db
 def test_a_sorted_file_is_numbered_and_registers_what_the_same_rows_shuffled_do(
-    broker: Broker, tmp_path: Path, many_rounds: None, merges: list[Merged]
+    broker: Broker, other: Broker, tmp_path: Path, many_rounds: None, merges: list[Merged]
 ) -> None:
     lines = sorted_lines()
-    in_order = tmp_path / "sorted.csv"
-    in_order.write_text("remote_identifier,hash_type,hash\n" + "".join(lines))
-    shuffled = tmp_path / "shuffled.csv"
-    shuffled.write_text(
-        "remote_identifier,hash_type,hash\n" + "".join(random.Random(7).sample(lines, len(lines)))
-    )
-    other = broker_create(broker_id="4822", name="Other", mode="test", actor="test")
+    in_order = write_hashed(tmp_path / "sorted.csv", lines)
+    shuffled = write_hashed(tmp_path / "shuffled.csv", random.Random(7).sample(lines, len(lines)))
 
     first = run(str(in_order), "--hashed")
     second = run(str(shuffled), "--hashed", broker="4822")
@@ -318,8 +322,7 @@ def test_a_numbered_first_load_finds_its_late_matches_and_may_replace(
     lines = [f"N-{i:04d},email,{digest}\n" for i, (_, digest) in enumerate(OTHERS)]
     lines.insert(120, f"N-0119a,email,{ITEMS[1][1]}\n")
     lines.insert(251, f"N-0249a,phone,{ITEMS[3][1]}\n")
-    path = tmp_path / "sorted.csv"
-    path.write_text("remote_identifier,hash_type,hash\n" + "".join(lines))
+    path = write_hashed(tmp_path / "sorted.csv", lines)
 
     # --replace: the set's consumers are those the numbered load drew (none to forget).
     summary = run(str(path), "--hashed", "--replace")
@@ -335,12 +338,10 @@ def test_a_numbered_first_load_finds_its_late_matches_and_may_replace(
 
 @pytest.mark.django_db
 def test_numbers_that_do_not_check_out_fall_back_to_the_general_merge(
-    broker: Broker, tmp_path: Path, many_rounds: None, merges: list[Merged],
+    broker: Broker, other: Broker, tmp_path: Path, many_rounds: None, merges: list[Merged],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
-    path = tmp_path / "sorted.csv"
-    path.write_text("remote_identifier,hash_type,hash\n" + "".join(sorted_lines()))
-    broker_create(broker_id="4822", name="Other", mode="test", actor="test")
+    path = write_hashed(tmp_path / "sorted.csv", sorted_lines())
     reference = run(str(path), "--hashed", broker="4822")
     add = PointerNumbering.add
 
@@ -355,7 +356,7 @@ def test_numbers_that_do_not_check_out_fall_back_to_the_general_merge(
 
     assert [m.numbered for m in merges] == [True, False]  # tried, checked, rolled back
     assert summary["consumers_created"] == reference["consumers_created"] == 66
-    assert registered(broker) == registered(Broker.objects.get(broker_id="4822"))
+    assert registered(broker) == registered(other)
 
 
 def kinded_lines() -> list[str]:
@@ -385,14 +386,11 @@ def last_kinds(lines: list[str]) -> dict[str, str]:
 
 @pytest.mark.django_db
 def test_a_sorted_file_that_names_kinds_is_numbered_and_gives_each_the_last_it_names(
-    broker: Broker, tmp_path: Path, many_rounds: None, merges: list[Merged]
+    broker: Broker, other: Broker, tmp_path: Path, many_rounds: None, merges: list[Merged]
 ) -> None:
     lines = kinded_lines()
-    path = tmp_path / "kinds.csv"
-    path.write_text("remote_identifier,hash_type,hash,remote_identifier_kind\n" + "".join(lines))
-    seed = tmp_path / "seed.csv"
-    seed.write_text(f"remote_identifier,hash_type,hash\nZ-999,email,{OTHERS[-1][1]}\n")
-    other = broker_create(broker_id="4822", name="Other", mode="test", actor="test")
+    path = write_hashed(tmp_path / "kinds.csv", lines, kinds=True)
+    seed = write_hashed(tmp_path / "seed.csv", [f"Z-999,email,{OTHERS[-1][1]}\n"])
     run(str(seed), "--hashed", broker="4822")  # a consumer first: then the general merge
 
     first = run(str(path), "--hashed")

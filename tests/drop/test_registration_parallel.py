@@ -78,8 +78,8 @@ def test_the_pool_hashes_in_other_processes(monkeypatch: pytest.MonkeyPatch) -> 
     assert len(workers) == 1
 
 
-def record(position: int, key: str, *types: str) -> ConsumerRecord:
-    return ConsumerRecord(position, key, None, tuple((t, bytes([position]) * 32) for t in types))
+def record(position: int, key: str, *types: str, kind: str | None = None) -> ConsumerRecord:
+    return ConsumerRecord(position, key, kind, tuple((t, bytes([position]) * 32) for t in types))
 
 
 def staged(batch: EncodedBatch) -> list[tuple[str, str, str]]:
@@ -128,20 +128,16 @@ def test_a_batch_numbers_its_pointers_once_each_in_order() -> None:
     assert [row[1] for row in staged(again)] == ["0", "1", "2"] and not again.ascending
 
 
-def kinded(position: int, key: str, kind: str | None) -> ConsumerRecord:
-    return ConsumerRecord(position, key, kind, (("email", bytes([position]) * 32),))
-
-
 def test_a_pointers_first_row_carries_the_last_kind_its_records_name() -> None:
     batch = encode_batch(
         [
-            kinded(2, "A", None),
-            kinded(3, "A", "account_id"),  # named after the first row: it moves there
-            kinded(4, "A", None),
-            kinded(5, "B", "device_id"),
-            kinded(6, "B", "account_id"),  # the last one named wins
-            kinded(7, "C", "vin"),
-            kinded(8, "D", None),
+            record(2, "A", "email"),
+            record(3, "A", "email", kind="account_id"),  # named after A's first row: moves there
+            record(4, "A", "email"),
+            record(5, "B", "email", kind="device_id"),
+            record(6, "B", "email", kind="account_id"),  # the last one named wins
+            record(7, "C", "email", kind="vin"),
+            record(8, "D", "email"),
         ]
     )
     rows = [line.split("\t") for line in batch.copy_data.decode().splitlines()]
@@ -157,7 +153,8 @@ def test_a_pointers_first_row_carries_the_last_kind_its_records_name() -> None:
     ]
     # The kind a pointer 0 that runs on from the previous batch gives its consumer.
     assert batch.first_pointer_kind == "account_id"
-    assert encode_batch([kinded(2, "A", None), kinded(3, "B", "vin")]).first_pointer_kind is None
+    unnamed = encode_batch([record(2, "A", "email"), record(3, "B", "email", kind="vin")])
+    assert unnamed.first_pointer_kind is None
 
 
 def test_a_row_of_another_width_than_the_header_is_refused_before_it_is_batched() -> None:

@@ -3,14 +3,18 @@ from one batch into the next keeping one number (no database)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from integrations.drop.registration import ConsumerRecord
 from integrations.drop.registration_workers import EncodedBatch, encode_batch
 from integrations.services.consumer_merge import PointerNumbering
 
 
-def batch(*keys: str) -> EncodedBatch:
+def batch(*keys: str, kinds: Sequence[str | None] = ()) -> EncodedBatch:
+    kinds = kinds or [None] * len(keys)
     return encode_batch(
-        ConsumerRecord(n, key, None, (("email", bytes([n]) * 32),)) for n, key in enumerate(keys)
+        ConsumerRecord(n, key, kind, (("email", bytes([n]) * 32),))
+        for n, (key, kind) in enumerate(zip(keys, kinds, strict=True))
     )
 
 
@@ -38,21 +42,14 @@ def test_keys_out_of_order_within_or_between_batches_turn_numbering_off() -> Non
     assert not between.ascending
 
 
-def kinded(*rows: tuple[str, str | None]) -> EncodedBatch:
-    return encode_batch(
-        ConsumerRecord(n, key, kind, (("email", bytes([n]) * 32),))
-        for n, (key, kind) in enumerate(rows)
-    )
-
-
 def test_a_kind_named_after_a_batch_boundary_is_kept_for_the_pointer_that_ran_on() -> None:
     numbering = PointerNumbering()
-    numbering.add(kinded(("A", None), ("B", "vin")))
-    numbering.add(kinded(("B", None), ("C", None)))  # B runs on and names nothing: vin stays
-    numbering.add(kinded(("C", "account_id"), ("D", None)))
-    numbering.add(kinded(("D", None)))
-    numbering.add(kinded(("D", "device_id")))
-    numbering.add(kinded(("D", "maid_kind"), ("E", None)))
+    numbering.add(batch("A", "B", kinds=[None, "vin"]))
+    numbering.add(batch("B", "C"))  # B runs on and names nothing: vin stays
+    numbering.add(batch("C", "D", kinds=["account_id", None]))
+    numbering.add(batch("D"))
+    numbering.add(batch("D", kinds=["device_id"]))
+    numbering.add(batch("D", "E", kinds=["maid_kind", None]))
 
     # Pointer numbers A=0, B=1, C=2, D=3: only a kind named in a later batch is kept here
     # (a pointer's own batch puts it on the pointer's first row); the last one wins.
