@@ -7,7 +7,7 @@ broker's registration lock::
     numbering = PointerNumbering()
     for round in rounds:                                            # COPY, round by round
         staging_copy(cursor, round.copy_data)   # (numbering.add(batch) for its batches)
-    merged = staging_merge(cursor, broker_pk=..., kinds_given=..., numbering=numbering)
+    merged = staging_merge(cursor, broker_pk=..., numbering=numbering)
     # new_consumer_hashes(consumer_id, hash_type, hash): the hashes this call added
 
 Why this shape (docs/benchmarks.md, consumer import):
@@ -77,13 +77,15 @@ class PointerNumbering:
     gives every staged row its consumer without a join.
 
     A pointer's kind is on its first staged row, as far as its batch knows it; ``kinds``
-    holds the kind a later batch names for a pointer that runs on into it.
+    holds the kind a later batch names for a pointer that runs on into it, and
+    ``kinds_given`` whether any staged row names one.
     """
 
     starts: list[int] = field(default_factory=list)  # staging lines count from 1
     offsets: list[int] = field(default_factory=list)
     skips: list[int] = field(default_factory=list)  # 1: pointer 0 is the previous one
     kinds: dict[int, str] = field(default_factory=dict)  # pointer number: its last kind
+    kinds_given: bool = False
     pointers: int = 0  # numbered in all
     ascending: bool = True
     _next_line: int = 1
@@ -99,6 +101,7 @@ class PointerNumbering:
         self.starts.append(self._next_line)
         self.offsets.append(self.pointers - runs_on)
         self.skips.append(int(runs_on))
+        self.kinds_given = self.kinds_given or batch.kinds_given
         if runs_on and batch.first_pointer_kind is not None:
             self.kinds[self.pointers - 1] = batch.first_pointer_kind
         self._next_line += batch.hashes
@@ -308,7 +311,6 @@ def staging_merge(
     cursor: Any,
     *,
     broker_pk: int,
-    kinds_given: bool,
     numbering: PointerNumbering,
 ) -> Merged:
     """Merge everything staged into the broker's consumers and consumer hashes.
@@ -345,6 +347,7 @@ def staging_merge(
                 return _numbered_load(cursor, broker_pk, params, numbering)
         except (IntegrityError, _NotInFileOrder):
             pass
+    kinds_given = numbering.kinds_given
     pointers = _POINTERS_WITH_KINDS if kinds_given else _POINTERS
     cursor.execute(
         _POINTERS_CREATE.replace("{pointers}", pointers).replace("{existing}", existing), params

@@ -174,17 +174,16 @@ def consumers_register(
     with transaction.atomic(), connection.cursor() as cursor:
         registration_lock(cursor, broker=broker, timeout=lock_timeout)
         staging_create(cursor)
-        staged = kinds_given = False
+        staged = False
         numbering = PointerNumbering()
         with closing(_read_ahead(_rounds(rows, result, numbering))) as rounds:
             for round_ in rounds:
                 _stage(cursor, round_)
                 staged = True
-                kinds_given = kinds_given or round_.kinds_given
         if strict and result.rows_rejected:
             raise RegistrationRefused(result)  # rolls the transaction back
         if staged:
-            merged = _merge(cursor, broker=broker, kinds_given=kinds_given, numbering=numbering)
+            merged = _merge(cursor, broker=broker, numbering=numbering)
             result.consumers_created = merged.consumers_created
             result.kinds_changed = merged.kinds_changed
             result.hashes_added = merged.hashes_added
@@ -241,18 +240,12 @@ def registration_lock(cursor: Any, *, broker: Broker, timeout: float | None = No
     cursor.execute("SELECT set_config('lock_timeout', %s, true)", [previous])
 
 
-@dataclass
-class _Round:
-    copy_data: bytearray  # the staged rows in COPY text format
-    kinds_given: bool  # some row names a remote_identifier_kind
-
-
 def _rounds(
     items: Iterable[ConsumerRecord | RejectedRecord | EncodedBatch],
     result: ConsumerRegistration,
     numbering: PointerNumbering,
-) -> Iterator[_Round]:
-    """Gather the records' staging rows (COPY text) in rounds of about ``CHUNK_ROWS`` rows.
+) -> Iterator[bytearray]:
+    """Yield the records' staging rows as COPY text, in rounds of about ``CHUNK_ROWS`` rows.
 
     ``items`` are records (the API) or batches already encoded by hashing workers (files).
     Counts every record into ``result``, and every staged batch into ``numbering``. Under
@@ -262,7 +255,6 @@ def _rounds(
     # One growing buffer of encoded rows per round: the round's memory is its COPY data.
     data = bytearray()
     rows = 0
-    kinds_given = False
     staging = True
     for item in items:
         batch = item if isinstance(item, EncodedBatch) else encode_batch((item,))
@@ -281,15 +273,14 @@ def _rounds(
         data += batch.copy_data
         rows += batch.hashes
         numbering.add(batch)
-        kinds_given = kinds_given or batch.kinds_given
         if rows >= CHUNK_ROWS:
-            yield _Round(data, kinds_given)
-            data, rows, kinds_given = bytearray(), 0, False
+            yield data
+            data, rows = bytearray(), 0
     if rows and staging:
-        yield _Round(data, kinds_given)
+        yield data
 
 
-def _read_ahead(rounds: Iterator[_Round]) -> Generator[_Round, None, None]:
+def _read_ahead(rounds: Iterator[bytearray]) -> Generator[bytearray, None, None]:
     """Yield ``rounds``, reading, hashing and encoding the next one in a thread meanwhile.
 
     The database merges a round while Python prepares the next: the two overlap on two
@@ -358,16 +349,14 @@ SELECT count(*) FROM integrations_consumer c
 """
 
 
-def _stage(cursor: Any, staged: _Round) -> None:
+def _stage(cursor: Any, copy_data: bytearray) -> None:
     """One round into the staging table (a seam: the killed-import test stops here)."""
-    staging_copy(cursor, staged.copy_data)
+    staging_copy(cursor, copy_data)
 
 
-def _merge(
-    cursor: Any, *, broker: Broker, kinds_given: bool, numbering: PointerNumbering
-) -> Merged:
+def _merge(cursor: Any, *, broker: Broker, numbering: PointerNumbering) -> Merged:
     """Merge everything staged (a seam, like ``_stage``)."""
-    return staging_merge(cursor, broker_pk=broker.pk, kinds_given=kinds_given, numbering=numbering)
+    return staging_merge(cursor, broker_pk=broker.pk, numbering=numbering)
 
 
 def _forget_unlisted(
