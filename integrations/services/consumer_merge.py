@@ -3,36 +3,38 @@
 ``services.consumers.consumers_register`` drives it, inside its transaction and under the
 broker's registration lock::
 
-    staging_create(cursor)
+    load = ConsumerLoad(cursor, broker_pk=...)  # staging tables
     numbering = PointerNumbering()
-    for round in rounds:                                            # COPY, round by round
-        staging_copy(cursor, round.copy_data)   # (numbering.add(batch) for its batches)
-    merged = staging_merge(cursor, broker_pk=..., numbering=numbering)
+    for copy_data in rounds:                      # numbering.add(batch) for its batches
+        load.stage(numbering.round(copy_data))    # COPY; a first set in key order: merged
+    merged = load.finish()
     # new_consumer_hashes(consumer_id, hash_type, hash): the hashes this call added
 
 Why this shape (docs/benchmarks.md, consumer import):
 
-- Every row is staged first and merged once, by set-based statements that sort: the
-  consumers go in in ``remote_identifier`` order and the hashes in hash order, so each
-  B-tree is walked once from left to right. Merging round by round inserted each round's
+- Every row is merged by set-based statements in key order: the consumers go in in
+  ``remote_identifier`` order and the hashes in hash order, so each B-tree is walked once
+  from left to right. Merging each round as it came, in the file's own order, inserted its
   keys all over indexes larger than memory: a 10 M import grew 14.7 times for 10 times the
-  rows.
+  rows. So a call's rows are staged, then merged once.
 - Consumer hashes are partitioned by broker (migration 0026): one broker's index is the
   size of its own set. A broker's first set goes into a **fresh partition**: a plain table
   filled without indexes, its indexes built after (a sort and a bottom-up build, far less
   than an insert per key), then attached. Attaching takes no lock that stops readers or
   writers of the other partitions (two brokers' first loads attach one after the other), and
   it is part of the transaction: an import that fails leaves no partition behind.
-- Otherwise (the broker has a partition, or rows in the default one) the new hashes are
-  inserted in hash order, each probed first: a repeated import adds nothing.
+- A broker's first set from a file sorted by ``remote_identifier`` (byte order, as an
+  export ``ORDER BY remote_identifier COLLATE "C"`` or ``LC_ALL=C sort`` gives) is already
+  in key order: each round is merged as soon as it is staged, while the next one is read
+  and hashed. Its new consumers are appended to the consumers' indexes, its hashes to the
+  fresh partition, each joined with the round's own consumers only, and the staging table
+  is emptied. What is left at the end is the index builds. A round found out of order
+  stops this: it and every later round wait for the end, when the general merge finds the
+  consumers already loaded and fills the same partition.
+- Otherwise (the broker has consumers, a partition, or rows in the default one) the new
+  hashes are inserted in hash order, each probed first: a repeated import adds nothing.
 - Consumer ids are drawn from the sequence while the pointers are gathered, so the hashes
   name their consumer without reading the consumers back.
-- A broker's first set from a file sorted by ``remote_identifier`` (byte order, as an
-  export ``ORDER BY remote_identifier COLLATE "C"`` or ``LC_ALL=C sort`` gives) skips even
-  that: the hashing workers number the pointers, and every staged row gets its consumer id
-  from its number, with no sort of the staged rows and no join with the pointers (about a
-  tenth of a 10 M load). Each pointer's kind comes with its first staged row. Checked, and
-  rolled back to the general merge if the numbers do not hold.
 
 The SQL names its tables literally; statements are constants, never built from input
 (the partition's name is made from the broker's integer primary key).
@@ -62,32 +64,42 @@ class Merged:
     kinds_changed: int
     hashes_added: int
     fresh_partition: bool
-    numbered: bool = False  # consumer ids from the file's own order, without a join
+    rounds_streamed: int = 0  # merged as they were read: a first set, in key order
+    rounds_at_end: int = 0  # staged, then merged once all were read
+
+
+@dataclass(frozen=True)
+class Round:
+    """One round of staging rows (COPY text) and what merging it on its own needs."""
+
+    copy_data: bytes | bytearray
+    starts: list[int]  # the staging line of each of its batches' first row
+    skips: list[int]  # per batch, 1 when the batch's pointer 0 runs on from the one before
+    kinds: dict[str, str]  # a kind named here for a pointer that ran on into this round
+    kinds_given: bool  # some staged row of the round names a kind
+    ascending: bool  # every pointer so far, this round's included, in byte order
 
 
 @dataclass
 class PointerNumbering:
-    """The call's pointers numbered 0, 1, ... in file order, from the batches' own numbers.
+    """The call's staged batches, in order, cut into rounds (``Round``).
 
-    Each batch numbers its pointers from 0 (``EncodedBatch``); fed the batches in staging
-    order, this keeps, per batch, the staging line of its first row, the offset that makes
-    its numbers the call's, and whether its pointer 0 runs on from the previous batch (a
-    pointer whose rows straddle two batches). When every pointer ascends in byte order,
-    each appears once, so number ``n`` can be consumer id ``n + shift``: the merge then
-    gives every staged row its consumer without a join.
+    Each batch numbers its pointers from 0 and marks each one's first row
+    (``EncodedBatch``); a pointer whose rows straddle two batches is pointer 0 of the
+    second one too. Kept per batch: the staging line of its first row, and whether its
+    pointer 0 runs on (it is then skipped when each pointer's first row is taken, so a
+    pointer is drawn once). Kept for the whole call: whether every pointer ascends in byte
+    order, as in a file sorted by ``remote_identifier``.
 
     A pointer's kind is on its first staged row, as far as its batch knows it; ``kinds``
-    holds the kind a later batch names for a pointer that runs on into it, and
-    ``kinds_given`` whether any staged row names one.
+    holds the kind a later batch names for a pointer that runs on into it.
     """
 
-    starts: list[int] = field(default_factory=list)  # staging lines count from 1
-    offsets: list[int] = field(default_factory=list)
-    skips: list[int] = field(default_factory=list)  # 1: pointer 0 is the previous one
-    kinds: dict[int, str] = field(default_factory=dict)  # pointer number: its last kind
-    kinds_given: bool = False
-    pointers: int = 0  # numbered in all
     ascending: bool = True
+    starts: list[int] = field(default_factory=list)  # staging lines count from 1
+    skips: list[int] = field(default_factory=list)
+    kinds: dict[str, str] = field(default_factory=dict)  # remote_identifier: its last kind
+    kinds_given: bool = False
     _next_line: int = 1
     _last: str | None = None  # the last batch's last pointer
 
@@ -99,14 +111,20 @@ class PointerNumbering:
         if not batch.ascending or (self._last is not None and first < self._last):
             self.ascending = False
         self.starts.append(self._next_line)
-        self.offsets.append(self.pointers - runs_on)
         self.skips.append(int(runs_on))
         self.kinds_given = self.kinds_given or batch.kinds_given
         if runs_on and batch.first_pointer_kind is not None:
-            self.kinds[self.pointers - 1] = batch.first_pointer_kind
+            self.kinds[first] = batch.first_pointer_kind
         self._next_line += batch.hashes
-        self.pointers += batch.pointers - runs_on
         self._last = batch.last_remote_identifier
+
+    def round(self, copy_data: bytes | bytearray) -> Round:
+        """The batches added since the last round, as one round of ``copy_data``."""
+        round_ = Round(
+            copy_data, self.starts, self.skips, self.kinds, self.kinds_given, self.ascending
+        )
+        self.starts, self.skips, self.kinds, self.kinds_given = [], [], {}, False
+        return round_
 
 
 def partition_name(broker_pk: int) -> str:
@@ -124,9 +142,14 @@ CREATE TEMP TABLE consumer_registration_staging (
     hash_type text NOT NULL,
     hash bytea NOT NULL,
     -- The pointer's number in its batch of the file, and true on its first row
-    -- (registration_workers.staging_rows): PointerNumbering makes them the call's.
+    -- (registration_workers.staging_rows): a round's pointers are drawn from them.
     pointer_in_batch integer NOT NULL,
     first_row boolean NOT NULL
+) ON COMMIT DROP;
+-- The consumers of the round being merged, and the last one of the round before.
+CREATE TEMP TABLE consumer_registration_round_pointers (
+    consumer_id bigint NOT NULL,
+    remote_identifier text NOT NULL
 ) ON COMMIT DROP;
 CREATE TEMP TABLE consumer_registration_seen (consumer_id bigint NOT NULL) ON COMMIT DROP;
 """
@@ -136,7 +159,8 @@ DROP_TABLES = (
     " AND oid = to_regclass('pg_temp.new_consumer_hashes')) THEN"
     " DROP VIEW new_consumer_hashes; END IF; END $$;"
     " DROP TABLE IF EXISTS consumer_registration_staging, consumer_registration_pointers,"
-    " new_consumer_hashes, consumer_registration_seen, consumer_registration_forgotten;"
+    " consumer_registration_round_pointers, new_consumer_hashes, consumer_registration_seen,"
+    " consumer_registration_forgotten;"
     " DROP SEQUENCE IF EXISTS consumer_registration_line"
 )
 _STAGE = (
@@ -144,6 +168,46 @@ _STAGE = (
     " (remote_identifier, remote_identifier_kind, hash_type, hash, pointer_in_batch, first_row)"
     " FROM STDIN"
 )
+
+# --- A round merged as it is read (a broker's first set, in key order) -----------------
+# Each pointer's first row, once (a batch's pointer 0 that runs on is skipped:
+# width_bucket finds a row's batch from its line, by binary search in the batches' first
+# lines), in file order, so the consumers' unique index is appended to and the ids drawn
+# ascend with the keys (OFFSET 0: drawn in the staged rows' order).
+_ROUND_CONSUMERS = """
+WITH inserted AS (
+    INSERT INTO integrations_consumer (id, broker_id, remote_identifier, remote_identifier_kind)
+    SELECT nextval(%(consumer_ids)s::regclass), %(broker)s, remote_identifier,
+           coalesce(remote_identifier_kind, %(default_kind)s)
+      FROM (SELECT s.remote_identifier, s.remote_identifier_kind
+              FROM consumer_registration_staging s
+             WHERE s.first_row
+               AND s.pointer_in_batch
+                   >= (%(skips)s::int[])[width_bucket(s.line, %(starts)s::bigint[])]
+            OFFSET 0) firsts
+    RETURNING id, remote_identifier)
+INSERT INTO consumer_registration_round_pointers (consumer_id, remote_identifier)
+SELECT id, remote_identifier FROM inserted
+"""
+# Every staged row of the round, its consumer from the round's own (a join in memory).
+_ROUND_HASHES = """
+INSERT INTO {partition} (id, hash_type, hash, broker_id, consumer_id)
+SELECT nextval(%(hash_ids)s::regclass), s.hash_type, s.hash, %(broker)s, p.consumer_id
+  FROM consumer_registration_staging s
+  JOIN consumer_registration_round_pointers p USING (remote_identifier)
+"""
+# The kind a later batch names for a pointer that ran on into it (PointerNumbering.kinds).
+_KINDS_NAMED_LATER = """
+UPDATE integrations_consumer c SET remote_identifier_kind = k.kind
+  FROM unnest(%(keys)s::text[], %(kinds)s::text[]) AS k (remote_identifier, kind)
+ WHERE c.broker_id = %(broker)s AND c.remote_identifier = k.remote_identifier
+"""
+_ROUND_LAST_POINTER = """
+SELECT consumer_id, remote_identifier FROM consumer_registration_round_pointers
+ ORDER BY consumer_id DESC LIMIT 1
+"""
+
+# --- Everything staged, merged at the end -----------------------------------------------
 # Each pointer once, in remote_identifier order, with its consumer: the existing one, or
 # a new id from the consumers' sequence (coalesce draws it only when there is none). Byte
 # order ("C") in the DISTINCT too: one sort then serves both, and a sort under C.UTF-8 goes
@@ -195,78 +259,13 @@ SELECT DISTINCT s.hash, s.hash_type, p.consumer_id, p.created
   FROM consumer_registration_staging s
   JOIN consumer_registration_pointers p USING (remote_identifier)
 """
-# A fresh partition's first try (_fresh_partition_fill): every staged row as it is.
-_HASHES_AS_STAGED = """
-SELECT s.hash, s.hash_type, p.consumer_id
+# Into a fresh partition, every staged row as it is (its unique index, built after,
+# finds a repeated one: _FRESH_DUPLICATES_DELETE).
+_FRESH_HASHES = """
+INSERT INTO {partition} (id, hash_type, hash, broker_id, consumer_id)
+SELECT nextval(%(hash_ids)s::regclass), s.hash_type, s.hash, %(broker)s, p.consumer_id
   FROM consumer_registration_staging s
   JOIN consumer_registration_pointers p USING (remote_identifier)
-"""
-# A broker's first set: a plain table, the partition-to-be, filled in hash order.
-_FRESH_CREATE = """
-CREATE TABLE {partition} (
-    id bigint NOT NULL,
-    hash_type varchar(8) NOT NULL,
-    hash bytea NOT NULL,
-    broker_id bigint NOT NULL CHECK (broker_id = {broker}),
-    consumer_id bigint NOT NULL
-) WITH (autovacuum_enabled = false)
-"""
-_FRESH_INSERT = """
-INSERT INTO {partition} (id, hash_type, hash, broker_id, consumer_id)
-SELECT nextval(%(hash_ids)s::regclass), h.hash_type, h.hash,
-       %(broker)s, h.consumer_id
-  FROM ({hashes}) h
-"""
-# The indexes of the partitioned table, built once over the loaded rows; ATTACH finds
-# them and adopts them as the partition's own (nothing is built twice).
-_FRESH_INDEXES = (
-    "ALTER TABLE {partition} ADD PRIMARY KEY (broker_id, id)",
-    "ALTER TABLE {partition} ADD UNIQUE (broker_id, hash, hash_type, consumer_id)",
-    "CREATE INDEX ON {partition} (consumer_id)",
-    "ALTER TABLE {partition} SET (autovacuum_enabled = true)",
-    "ALTER TABLE integrations_consumerhash ATTACH PARTITION {partition} FOR VALUES IN ({broker})",
-    "ANALYZE {partition}",
-    # The late match reads what this call added: here, the whole new partition.
-    "CREATE TEMP VIEW new_consumer_hashes AS SELECT consumer_id, hash_type, hash FROM {partition}",
-)
-# A file sorted by remote_identifier, for a broker with no consumers (PointerNumbering):
-# each pointer's first row gives its kind and draws its consumer id, in file order, and
-# the id must then be the pointer's number plus one shift (checked); every staged row's
-# consumer is its number plus that shift, with no join of the staged rows with the
-# pointers. width_bucket finds a row's batch from its line by binary search in the
-# batches' first lines.
-_NUMBERED_POINTERS_CREATE = """
-CREATE TEMP TABLE consumer_registration_pointers ON COMMIT DROP AS
-SELECT remote_identifier, kind,
-       nextval(%(consumer_ids)s::regclass) AS consumer_id,
-       true AS created, NULL::text AS stored_kind, pointer_number
-  FROM (SELECT s.remote_identifier, s.remote_identifier_kind AS kind,
-               (%(offsets)s::bigint[])[width_bucket(s.line, %(starts)s::bigint[])]
-                   + s.pointer_in_batch AS pointer_number
-          FROM consumer_registration_staging s
-         WHERE s.first_row
-           AND s.pointer_in_batch >= (%(skips)s::int[])[width_bucket(s.line, %(starts)s::bigint[])]
-        OFFSET 0) numbered  -- OFFSET 0: ids are drawn in the staged rows' order
-"""
-# The kind a later batch names for a pointer that ran on into it (PointerNumbering.kinds).
-_NUMBERED_KINDS_UPDATE = """
-UPDATE consumer_registration_pointers p SET kind = k.kind
-  FROM unnest(%(numbers)s::bigint[], %(kinds)s::text[]) AS k (pointer_number, kind)
- WHERE p.pointer_number = k.pointer_number
-"""
-_NUMBERED_CHECK = """
-SELECT count(*), min(pointer_number), max(pointer_number),
-       min(consumer_id - pointer_number), max(consumer_id - pointer_number)
-  FROM consumer_registration_pointers
-"""
-_NUMBERED_HASHES_AS_STAGED = """
-SELECT s.hash, s.hash_type,
-       (%(offsets)s::bigint[])[width_bucket(s.line, %(starts)s::bigint[])]
-           + s.pointer_in_batch + %(shift)s AS consumer_id
-  FROM consumer_registration_staging s
-"""
-_NUMBERED_HASHES = """
-SELECT DISTINCT h.hash, h.hash_type, h.consumer_id FROM ({hashes}) h
 """
 # Otherwise: a consumer created by this call has no hash to compare with; those of one
 # that existed are anti-joined with the broker's partition (the planner picks index probes
@@ -290,10 +289,36 @@ WITH added AS (
 SELECT consumer_id, hash_type, hash FROM added
 """
 
-
-def staging_create(cursor: Any) -> None:
-    cursor.execute(DROP_TABLES)
-    cursor.execute(_CREATE_TABLES)
+# --- A broker's first set: a plain table, the partition-to-be -------------------------
+_FRESH_CREATE = """
+CREATE TABLE {partition} (
+    id bigint NOT NULL,
+    hash_type varchar(8) NOT NULL,
+    hash bytea NOT NULL,
+    broker_id bigint NOT NULL CHECK (broker_id = {broker}),
+    consumer_id bigint NOT NULL
+) WITH (autovacuum_enabled = false)
+"""
+# The indexes of the partitioned table, built once over the loaded rows; ATTACH finds
+# them and adopts them as the partition's own (nothing is built twice). The unique one
+# first: it is the one a repeated hash refuses.
+_FRESH_INDEXES = (
+    "ALTER TABLE {partition} ADD UNIQUE (broker_id, hash, hash_type, consumer_id)",
+    "ALTER TABLE {partition} ADD PRIMARY KEY (broker_id, id)",
+    "CREATE INDEX ON {partition} (consumer_id)",
+    "ALTER TABLE {partition} SET (autovacuum_enabled = true)",
+    "ALTER TABLE integrations_consumerhash ATTACH PARTITION {partition} FOR VALUES IN ({broker})",
+    "ANALYZE {partition}",
+    # The late match reads what this call added: here, the whole new partition.
+    "CREATE TEMP VIEW new_consumer_hashes AS SELECT consumer_id, hash_type, hash FROM {partition}",
+)
+# A file that lists the same hash of a consumer twice: all but the first copy.
+_FRESH_DUPLICATES_DELETE = """
+DELETE FROM {partition} d
+ USING (SELECT id, row_number() OVER (PARTITION BY hash, hash_type, consumer_id ORDER BY id)
+          FROM {partition}) r
+ WHERE r.row_number > 1 AND d.id = r.id
+"""
 
 
 def staging_copy(cursor: Any, copy_data: bytes | bytearray) -> None:
@@ -302,129 +327,160 @@ def staging_copy(cursor: Any, copy_data: bytes | bytearray) -> None:
         copy.write(copy_data)
 
 
-class _NotInFileOrder(Exception):
-    """The consumer ids drawn do not follow the pointers' numbers (another session drew
-    from the sequence meanwhile, say): the numbered load is rolled back."""
+class ConsumerLoad:
+    """One call's rows, staged round by round and merged into the broker's consumers.
 
-
-def staging_merge(
-    cursor: Any,
-    *,
-    broker_pk: int,
-    numbering: PointerNumbering,
-) -> Merged:
-    """Merge everything staged into the broker's consumers and consumer hashes.
-
-    ``numbering``: the staged batches' pointer numbers; when they ascend and the broker has
-    no consumer, the merge takes the numbered load, else (or when that fails) the general
-    one. Either way it leaves ``consumer_registration_pointers`` (every pointer staged,
-    with its consumer id) and ``new_consumer_hashes(consumer_id, hash_type, hash)`` until
-    the transaction ends.
+    Made inside the call's transaction, under the broker's registration lock: the staging
+    tables, and for a broker's first set (no consumer, no hash anywhere) its partition-to-be.
+    ``stage`` copies each round in; while a first set's pointers ascend, it merges the
+    round there and then, and empties the staging table. ``finish`` merges what is left
+    (everything, for any other call), indexes a fresh partition and attaches it. It leaves
+    ``new_consumer_hashes(consumer_id, hash_type, hash)`` until the transaction ends, and,
+    unless the call was a first set, ``consumer_registration_pointers`` (every pointer
+    staged, with its consumer id).
     """
-    cursor.execute(
-        "SELECT pg_get_serial_sequence('integrations_consumer', 'id'),"
-        " pg_get_serial_sequence('integrations_consumerhash', 'id')"
-    )
-    consumer_ids, hash_ids = cursor.fetchone()  # looked up once, not per row
-    params = {
-        "broker": broker_pk,
-        "default_kind": DEFAULT_KIND,
-        "consumer_ids": consumer_ids,
-        "hash_ids": hash_ids,
-    }
-    cursor.execute(f"SET LOCAL work_mem = '{MERGE_WORK_MEM}'")
-    cursor.execute(f"SET LOCAL maintenance_work_mem = '{MERGE_MAINTENANCE_WORK_MEM}'")
-    cursor.execute("ANALYZE consumer_registration_staging")
-    cursor.execute(
-        "SELECT EXISTS (SELECT 1 FROM integrations_consumer WHERE broker_id = %(broker)s)", params
-    )
-    # No consumer yet: every pointer is new, nothing to look up.
-    existing = "true" if cursor.fetchone()[0] else "false"
-    fresh = _fresh_partition_possible(cursor, broker_pk)
-    if numbering.ascending and existing == "false" and fresh:
+
+    def __init__(self, cursor: Any, *, broker_pk: int) -> None:
+        self.cursor = cursor
+        self.broker_pk = broker_pk
+        self.partition = partition_name(broker_pk)
+        cursor.execute(DROP_TABLES)
+        cursor.execute(_CREATE_TABLES)
+        cursor.execute(
+            "SELECT pg_get_serial_sequence('integrations_consumer', 'id'),"
+            " pg_get_serial_sequence('integrations_consumerhash', 'id')"
+        )
+        consumer_ids, hash_ids = cursor.fetchone()  # looked up once, not per row
+        self.params: dict[str, Any] = {
+            "broker": broker_pk,
+            "default_kind": DEFAULT_KIND,
+            "consumer_ids": consumer_ids,
+            "hash_ids": hash_ids,
+        }
+        cursor.execute(f"SET LOCAL work_mem = '{MERGE_WORK_MEM}'")
+        cursor.execute(f"SET LOCAL maintenance_work_mem = '{MERGE_MAINTENANCE_WORK_MEM}'")
+        cursor.execute(
+            "SELECT EXISTS (SELECT 1 FROM integrations_consumer WHERE broker_id = %(broker)s)",
+            self.params,
+        )
+        self.existing = bool(cursor.fetchone()[0])
+        self.fresh = not self.existing and _fresh_partition_possible(cursor, broker_pk)
+        self.streaming = self.fresh
+        self.partition_made = False
+        self.rounds_streamed = self.rounds_at_end = 0
+        self.consumers_created = self.hashes_added = 0
+        self.kinds_given = False  # of the rows left for the end
+
+    def stage(self, round_: Round) -> None:
+        staging_copy(self.cursor, round_.copy_data)
+        if self.streaming and round_.ascending:
+            self._partition_make()
+            try:
+                with transaction.atomic():  # a savepoint: the round stays staged if refused
+                    self._round_merge(round_)
+            except IntegrityError:
+                pass  # a pointer met again (the order checks missed it): merged at the end
+            else:
+                self.rounds_streamed += 1
+                self._round_clear()
+                return
+        # Out of order, or not a first set: this round and every later one wait for the end.
+        self.streaming = False
+        self.rounds_at_end += 1
+        self.kinds_given = self.kinds_given or round_.kinds_given
+
+    def finish(self) -> Merged:
+        """Merge what is staged; index and attach a fresh partition; return the counts."""
+        cursor, params = self.cursor, self.params
+        kinds_changed = 0
+        if self.rounds_at_end:
+            cursor.execute("ANALYZE consumer_registration_staging")
+            # A first set's rounds merged already are consumers now: the join finds them.
+            existing = "true" if self.existing or self.rounds_streamed else "false"
+            pointers = _POINTERS_WITH_KINDS if self.kinds_given else _POINTERS
+            cursor.execute(
+                _POINTERS_CREATE.replace("{pointers}", pointers).replace("{existing}", existing),
+                params,
+            )
+            cursor.execute("ANALYZE consumer_registration_pointers")
+            if self.kinds_given and existing == "true":
+                cursor.execute(_KINDS_UPDATE, params)
+                if not self.fresh:  # a first set's consumers are all this call's own
+                    kinds_changed = cursor.rowcount
+            cursor.execute(_CONSUMERS_INSERT, params)
+            self.consumers_created += cursor.rowcount
+            if self.fresh:
+                self._partition_make()
+                cursor.execute(_FRESH_HASHES.format(partition=self.partition), params)
+                self.hashes_added += cursor.rowcount
+            else:
+                cursor.execute(_HASHES_INSERT.replace("{hashes}", _HASHES), params)
+                self.hashes_added += cursor.rowcount
+                cursor.execute(f"ANALYZE {NEW_CONSUMER_HASHES}")
+        if self.fresh:
+            self.hashes_added -= self._partition_index()
+        return Merged(
+            self.consumers_created,
+            kinds_changed,
+            self.hashes_added,
+            self.fresh,
+            self.rounds_streamed,
+            self.rounds_at_end,
+        )
+
+    def _round_merge(self, round_: Round) -> None:
+        cursor = self.cursor
+        params = {**self.params, "starts": round_.starts, "skips": round_.skips}
+        cursor.execute(_ROUND_CONSUMERS, params)
+        self.consumers_created += cursor.rowcount
+        cursor.execute(_ROUND_HASHES.format(partition=self.partition), params)
+        self.hashes_added += cursor.rowcount
+        if round_.kinds:
+            keys, kinds = zip(*round_.kinds.items(), strict=True)
+            cursor.execute(
+                _KINDS_NAMED_LATER, {**self.params, "keys": list(keys), "kinds": list(kinds)}
+            )
+
+    def _round_clear(self) -> None:
+        """Empty the staging table, keeping the round's last consumer: the next round's
+        first rows may be its own. Outside the round's savepoint, TRUNCATE of a table
+        this transaction made frees its pages there and then."""
+        cursor = self.cursor
+        cursor.execute(_ROUND_LAST_POINTER)
+        last = cursor.fetchone()
+        cursor.execute(
+            "TRUNCATE consumer_registration_staging, consumer_registration_round_pointers"
+        )
+        if last is not None:
+            cursor.execute(
+                "INSERT INTO consumer_registration_round_pointers VALUES (%s, %s)", list(last)
+            )
+
+    def _partition_make(self) -> None:
+        if not self.partition_made:
+            self.cursor.execute(
+                _FRESH_CREATE.format(partition=self.partition, broker=int(self.broker_pk))
+            )
+            self.partition_made = True
+
+    def _partition_index(self) -> int:
+        """Index the fresh partition and attach it; return the repeated rows removed (the
+        unique index refuses them: rolled back, removed, built again)."""
         try:
-            with transaction.atomic():  # a savepoint: a failure leaves the general way open
-                return _numbered_load(cursor, broker_pk, params, numbering)
-        except (IntegrityError, _NotInFileOrder):
-            pass
-    kinds_given = numbering.kinds_given
-    pointers = _POINTERS_WITH_KINDS if kinds_given else _POINTERS
-    cursor.execute(
-        _POINTERS_CREATE.replace("{pointers}", pointers).replace("{existing}", existing), params
-    )
-    cursor.execute("ANALYZE consumer_registration_pointers")
-    kinds_changed = 0
-    if kinds_given and existing == "true":
-        cursor.execute(_KINDS_UPDATE, params)
-        kinds_changed = cursor.rowcount
-    cursor.execute(_CONSUMERS_INSERT, params)
-    consumers_created = cursor.rowcount
-    if fresh:
-        hashes_added = _fresh_partition_fill(cursor, broker_pk, params, _HASHES_AS_STAGED, _HASHES)
-    else:
-        cursor.execute(_HASHES_INSERT.replace("{hashes}", _HASHES), params)
-        hashes_added = cursor.rowcount
-        cursor.execute(f"ANALYZE {NEW_CONSUMER_HASHES}")
-    return Merged(consumers_created, kinds_changed, hashes_added, fresh)
+            with transaction.atomic():  # a savepoint
+                self._partition_index_build()
+                return 0
+        except IntegrityError:
+            self.cursor.execute(_FRESH_DUPLICATES_DELETE.format(partition=self.partition))
+            removed = int(self.cursor.rowcount)
+            self._partition_index_build()
+            return removed
 
-
-def _numbered_load(
-    cursor: Any, broker_pk: int, params: dict[str, Any], numbering: PointerNumbering
-) -> Merged:
-    """A broker's first set, from a file in remote_identifier order: no join, no sort of
-    the staged rows (``_NUMBERED_POINTERS_CREATE``)."""
-    params = {
-        **params,
-        "starts": numbering.starts,
-        "offsets": numbering.offsets,
-        "skips": numbering.skips,
-    }
-    cursor.execute(_NUMBERED_POINTERS_CREATE, params)
-    cursor.execute(_NUMBERED_CHECK)
-    count, low, high, shift, other_shift = cursor.fetchone()
-    # Every number once (count and range), each consumer id its number plus one shift.
-    if (count, low, high) != (numbering.pointers, 0, numbering.pointers - 1) or (
-        shift != other_shift
-    ):
-        raise _NotInFileOrder
-    if numbering.kinds:
-        numbers, kinds = zip(*numbering.kinds.items(), strict=True)
-        cursor.execute(_NUMBERED_KINDS_UPDATE, {"numbers": list(numbers), "kinds": list(kinds)})
-    cursor.execute(_CONSUMERS_INSERT, params)
-    consumers_created = cursor.rowcount
-    params["shift"] = shift
-    hashes_added = _fresh_partition_fill(
-        cursor,
-        broker_pk,
-        params,
-        _NUMBERED_HASHES_AS_STAGED,
-        _NUMBERED_HASHES.replace("{hashes}", _NUMBERED_HASHES_AS_STAGED),
-    )
-    return Merged(consumers_created, 0, hashes_added, fresh_partition=True, numbered=True)
-
-
-def _fresh_partition_fill(
-    cursor: Any, broker_pk: int, params: dict[str, Any], as_staged: str, distinct: str
-) -> int:
-    """The fresh partition from every staged row as it is; when its unique index refuses
-    them (the file repeats a hash of a consumer), rolled back and made again from the rows
-    de-duplicated (a DISTINCT costs about a third of the load, so only then)."""
-    try:
-        with transaction.atomic():  # a savepoint
-            return _fresh_partition_load(cursor, broker_pk, params, as_staged)
-    except IntegrityError:
-        return _fresh_partition_load(cursor, broker_pk, params, distinct)
-
-
-def _fresh_partition_load(cursor: Any, broker_pk: int, params: dict[str, Any], hashes: str) -> int:
-    """Load the broker's hashes into a new table, index it, attach it; return the rows."""
-    partition = partition_name(broker_pk)
-    cursor.execute(_FRESH_CREATE.format(partition=partition, broker=int(broker_pk)))
-    cursor.execute(_FRESH_INSERT.format(partition=partition, hashes=hashes), params)
-    loaded = int(cursor.rowcount)
-    for statement in _FRESH_INDEXES:
-        cursor.execute(statement.format(partition=partition, broker=int(broker_pk)))
-    return loaded
+    def _partition_index_build(self) -> None:
+        for statement in _FRESH_INDEXES:
+            self.cursor.execute(
+                statement.format(partition=self.partition, broker=int(self.broker_pk))
+            )
 
 
 def _fresh_partition_possible(cursor: Any, broker_pk: int) -> bool:

@@ -54,11 +54,10 @@ from integrations.models import (
 )
 from integrations.services.consumer_merge import (
     DROP_TABLES,
+    ConsumerLoad,
     Merged,
     PointerNumbering,
-    staging_copy,
-    staging_create,
-    staging_merge,
+    Round,
 )
 from integrations.services.ledger import ledger_event_append
 from integrations.services.matching import consumer_hashes_match_late
@@ -173,23 +172,22 @@ def consumers_register(
     result = ConsumerRegistration(source=source, strict=strict)
     with transaction.atomic(), connection.cursor() as cursor:
         registration_lock(cursor, broker=broker, timeout=lock_timeout)
-        staging_create(cursor)
-        staged = False
-        numbering = PointerNumbering()
-        with closing(_read_ahead(_rounds(rows, result, numbering))) as rounds:
+        load = ConsumerLoad(cursor, broker_pk=broker.pk)
+        merged: Merged | None = None
+        with closing(_read_ahead(_rounds(rows, result))) as rounds:
             for round_ in rounds:
-                _stage(cursor, round_)
-                staged = True
+                _stage(load, round_)
         if strict and result.rows_rejected:
             raise RegistrationRefused(result)  # rolls the transaction back
-        if staged:
-            merged = _merge(cursor, broker=broker, numbering=numbering)
+        if load.rounds_streamed or load.rounds_at_end:
+            merged = _merge(load)
             result.consumers_created = merged.consumers_created
             result.kinds_changed = merged.kinds_changed
             result.hashes_added = merged.hashes_added
-            if replace:
+        # A broker's first set forgets nothing: every consumer it has came from the source.
+        if replace and not (merged and merged.fresh_partition):
+            if merged:
                 cursor.execute(_SEEN_INSERT)
-        if replace:
             _forget_unlisted(
                 cursor,
                 broker=broker,
@@ -243,15 +241,14 @@ def registration_lock(cursor: Any, *, broker: Broker, timeout: float | None = No
 def _rounds(
     items: Iterable[ConsumerRecord | RejectedRecord | EncodedBatch],
     result: ConsumerRegistration,
-    numbering: PointerNumbering,
-) -> Iterator[bytearray]:
-    """Yield the records' staging rows as COPY text, in rounds of about ``CHUNK_ROWS`` rows.
+) -> Iterator[Round]:
+    """Yield the records' staging rows in rounds of about ``CHUNK_ROWS`` rows.
 
     ``items`` are records (the API) or batches already encoded by hashing workers (files).
-    Counts every record into ``result``, and every staged batch into ``numbering``. Under
-    ``strict``, staging stops at the first rejected record (the call will be refused) but
-    reading goes on, to report them all.
+    Counts every record into ``result``. Under ``strict``, staging stops at the first
+    rejected record (the call will be refused) but reading goes on, to report them all.
     """
+    numbering = PointerNumbering()
     # One growing buffer of encoded rows per round: the round's memory is its COPY data.
     data = bytearray()
     rows = 0
@@ -274,13 +271,13 @@ def _rounds(
         rows += batch.hashes
         numbering.add(batch)
         if rows >= CHUNK_ROWS:
-            yield data
+            yield numbering.round(data)
             data, rows = bytearray(), 0
     if rows and staging:
-        yield data
+        yield numbering.round(data)
 
 
-def _read_ahead(rounds: Iterator[bytearray]) -> Generator[bytearray, None, None]:
+def _read_ahead(rounds: Iterator[Round]) -> Generator[Round, None, None]:
     """Yield ``rounds``, reading, hashing and encoding the next one in a thread meanwhile.
 
     The database merges a round while Python prepares the next: the two overlap on two
@@ -349,14 +346,15 @@ SELECT count(*) FROM integrations_consumer c
 """
 
 
-def _stage(cursor: Any, copy_data: bytearray) -> None:
-    """One round into the staging table (a seam: the killed-import test stops here)."""
-    staging_copy(cursor, copy_data)
+def _stage(load: ConsumerLoad, round_: Round) -> None:
+    """One round staged, and merged if it can be yet (a seam: the killed-import test
+    stops here)."""
+    load.stage(round_)
 
 
-def _merge(cursor: Any, *, broker: Broker, numbering: PointerNumbering) -> Merged:
-    """Merge everything staged (a seam, like ``_stage``)."""
-    return staging_merge(cursor, broker_pk=broker.pk, numbering=numbering)
+def _merge(load: ConsumerLoad) -> Merged:
+    """Merge what is left staged and finish the load (a seam, like ``_stage``)."""
+    return load.finish()
 
 
 def _forget_unlisted(

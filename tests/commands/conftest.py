@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from integrations.services import consumers as consumer_services
-from integrations.services.consumer_merge import Merged, staging_merge
+from integrations.services.consumer_merge import ConsumerLoad, Merged
 
 
 @pytest.fixture
 def merges(monkeypatch: pytest.MonkeyPatch) -> list[Merged]:
-    """What each consumer registration's merge did (numbered or not), in order."""
+    """What each consumer registration's merge did (rounds merged as read, or at the end),
+    in order."""
     seen: list[Merged] = []
+    merge = consumer_services._merge
 
-    def watched(*args: Any, **kwargs: Any) -> Merged:
-        merged = staging_merge(*args, **kwargs)
+    def watched(load: ConsumerLoad) -> Merged:
+        merged = merge(load)
         seen.append(merged)
         return merged
 
-    monkeypatch.setattr(consumer_services, "staging_merge", watched)
+    monkeypatch.setattr(consumer_services, "_merge", watched)
     return seen

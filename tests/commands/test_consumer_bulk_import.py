@@ -253,7 +253,7 @@ def test_a_first_import_loads_the_brokers_own_partition_and_a_repeated_hash_coun
 
 
 # ---------------------------------------------------------------------------------------
-# A file in remote_identifier order: consumer ids from the file's own numbering, no join
+# A first set in remote_identifier order: each round merged as it is read
 # ---------------------------------------------------------------------------------------
 
 
@@ -268,7 +268,7 @@ def sorted_lines() -> list[str]:
         for hash_type in ("email", "phone", "email")[: 1 + i % 3]:
             lines.append(f"{key},{hash_type},{next(digests)}\n")
     lines.insert(31, lines[30])  # the same hash of the same consumer, twice
-    lines.insert(50, "K-016x,email,not base64\n")  # rejected: out of order, not numbered
+    lines.insert(50, "K-016x,email,not base64\n")  # rejected: out of order, not staged
     lines += [f"K-200,email,{digest}\n" for _, digest in work_items(90, start=5000)]
     lines += [f"{key},phone,{next(digests)}\n" for key in ("L-10", "L-9", "Z", "a", "é")]
     return lines
@@ -282,7 +282,12 @@ def registered(broker: Broker) -> set[tuple[str, str, bytes]]:
 
 
 @pytest.mark.django_db
-def test_a_sorted_file_is_numbered_and_registers_what_the_same_rows_shuffled_do(
+def streamed(merged: Merged) -> bool:
+    """Every round was merged as it was read."""
+    return merged.rounds_streamed > 0 and merged.rounds_at_end == 0
+
+
+def test_a_sorted_file_is_merged_as_read_and_registers_what_the_same_rows_shuffled_do(
     broker: Broker, other: Broker, tmp_path: Path, many_rounds: None, merges: list[Merged]
 ) -> None:
     lines = sorted_lines()
@@ -292,7 +297,8 @@ def test_a_sorted_file_is_numbered_and_registers_what_the_same_rows_shuffled_do(
     first = run(str(in_order), "--hashed")
     second = run(str(shuffled), "--hashed", broker="4822")
 
-    assert [m.numbered for m in merges] == [True, False]
+    assert streamed(merges[0]) and merges[0].rounds_streamed == 3
+    assert (merges[1].rounds_streamed, merges[1].rounds_at_end) == (0, 3)
     assert first["rows_rejected"] == second["rows_rejected"] == 1
     for key in ("consumers_created", "hashes_added", "hashes_unchanged"):
         assert first[key] == second[key], key
@@ -309,11 +315,11 @@ def test_a_sorted_file_is_numbered_and_registers_what_the_same_rows_shuffled_do(
     # Nothing is left to the general way: a repeated import changes nothing.
     again = run(str(in_order), "--hashed")
     assert (again["consumers_created"], again["hashes_added"]) == (0, 0)
-    assert merges[-1].numbered is False
+    assert merges[-1].rounds_streamed == 0
 
 
 @pytest.mark.django_db
-def test_a_numbered_first_load_finds_its_late_matches_and_may_replace(
+def test_a_first_set_merged_as_read_finds_its_late_matches_and_may_replace(
     broker: Broker, tmp_path: Path, many_rounds: None, merges: list[Merged]
 ) -> None:
     webhook(broker)
@@ -324,11 +330,11 @@ def test_a_numbered_first_load_finds_its_late_matches_and_may_replace(
     lines.insert(251, f"N-0249a,phone,{ITEMS[3][1]}\n")
     path = write_hashed(tmp_path / "sorted.csv", lines)
 
-    # --replace: the set's consumers are those the numbered load drew (none to forget).
+    # --replace: a first set has nothing to forget.
     summary = run(str(path), "--hashed", "--replace")
 
     assert (summary["hashes_added"], summary["consumers_forgotten"]) == (302, 0)
-    assert merges[0].numbered
+    assert streamed(merges[0])
     late = DeletionRequest.objects.order_by("remote_identifier")
     assert [(r.remote_identifier, r.work_item.work_item_id) for r in late] == [
         ("N-0119a", ITEMS[1][0]),
@@ -337,25 +343,30 @@ def test_a_numbered_first_load_finds_its_late_matches_and_may_replace(
 
 
 @pytest.mark.django_db
-def test_numbers_that_do_not_check_out_fall_back_to_the_general_merge(
+def test_a_round_the_consumers_index_refuses_and_the_rest_are_merged_at_the_end(
     broker: Broker, other: Broker, tmp_path: Path, many_rounds: None, merges: list[Merged],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
-    path = write_hashed(tmp_path / "sorted.csv", sorted_lines())
-    reference = run(str(path), "--hashed", broker="4822")
+    lines = sorted_lines()
+    path = write_hashed(tmp_path / "sorted.csv", lines)
+    shuffled = write_hashed(tmp_path / "shuffled.csv", random.Random(7).sample(lines, len(lines)))
+    reference = run(str(shuffled), "--hashed", broker="4822")
     add = PointerNumbering.add
 
-    def off_by_one(self: PointerNumbering, batch: Any) -> None:
+    def drawn_twice(self: PointerNumbering, batch: Any) -> None:
         add(self, batch)
-        if len(self.offsets) == 3:
-            self.offsets[-1] += 1  # as if a batch had miscounted its pointers
+        if batch.first_remote_identifier == "K-200":
+            self.skips[-1] = 0  # as if K-200 had not run on: its consumer inserted again
 
-    monkeypatch.setattr(PointerNumbering, "add", off_by_one)
+    monkeypatch.setattr(PointerNumbering, "add", drawn_twice)
 
     summary = run(str(path), "--hashed")
 
-    assert [m.numbered for m in merges] == [True, False]  # tried, checked, rolled back
-    assert summary["consumers_created"] == reference["consumers_created"] == 66
+    # Two rounds merged as read; the third, refused, rolled back to its savepoint.
+    assert (merges[1].rounds_streamed, merges[1].rounds_at_end) == (2, 1)
+    for key in ("consumers_created", "hashes_added", "hashes_unchanged", "kinds_changed"):
+        assert summary[key] == reference[key], key
+    assert summary["consumers_created"] == 66
     assert registered(broker) == registered(other)
 
 
@@ -385,7 +396,7 @@ def last_kinds(lines: list[str]) -> dict[str, str]:
 
 
 @pytest.mark.django_db
-def test_a_sorted_file_that_names_kinds_is_numbered_and_gives_each_the_last_it_names(
+def test_a_sorted_file_that_names_kinds_is_merged_as_read_giving_each_the_last_it_names(
     broker: Broker, other: Broker, tmp_path: Path, many_rounds: None, merges: list[Merged]
 ) -> None:
     lines = kinded_lines()
@@ -396,7 +407,7 @@ def test_a_sorted_file_that_names_kinds_is_numbered_and_gives_each_the_last_it_n
     first = run(str(path), "--hashed")
     run(str(path), "--hashed", broker="4822")
 
-    assert [m.numbered for m in merges] == [True, True, False]
+    assert [streamed(m) for m in merges] == [True, True, False]
     expected = last_kinds(lines)
     assert expected["K-200"] == "device_id" and expected["K-001"] == "account_id"
     assert first["consumers_created"] == len(expected) == 32
@@ -405,5 +416,39 @@ def test_a_sorted_file_that_names_kinds_is_numbered_and_gives_each_the_last_it_n
             "remote_identifier", "remote_identifier_kind"
         )
         assert dict(kinds) == expected | also, b.broker_id
+    seeded = ("Z-999", "email", base64.b64decode(OTHERS[-1][1]))
+    assert registered(broker) == registered(other) - {seeded}
+
+
+@pytest.mark.django_db
+def test_a_file_found_out_of_order_midway_keeps_what_was_merged_and_merges_the_rest(
+    broker: Broker, other: Broker, tmp_path: Path, many_rounds: None, merges: list[Merged]
+) -> None:
+    lines = kinded_lines()
+    digests = [digest for _, digest in work_items(3, start=9000)]
+    lines += [  # in the second round: K-200 runs on into it from the first
+        f"A-000,email,{digests[0]},vin\n",  # out of order from here
+        f"K-001,phone,{digests[1]},device_id\n",  # merged as account_id: named again
+        lines[0],  # a hash of K-000 again
+        f"K-200,email,{digests[2]},\n",
+    ]
+    path = write_hashed(tmp_path / "kinds.csv", lines, kinds=True)
+    seed = write_hashed(tmp_path / "seed.csv", [f"Z-999,email,{OTHERS[-1][1]}\n"])
+    run(str(seed), "--hashed", broker="4822")  # a consumer first: then the general merge
+
+    first = run(str(path), "--hashed")
+    second = run(str(path), "--hashed", broker="4822")
+
+    assert (merges[1].rounds_streamed, merges[1].rounds_at_end) == (1, 1)
+    assert merges[2].rounds_streamed == 0
+    expected = last_kinds(lines)
+    assert expected["K-001"] == "device_id" and expected["K-200"] == "device_id"
+    kinds = Consumer.objects.filter(broker=broker).values_list(
+        "remote_identifier", "remote_identifier_kind"
+    )
+    assert dict(kinds) == expected
+    assert (first["consumers_created"], first["hashes_unchanged"]) == (len(expected), 1)
+    for key in ("consumers_created", "kinds_changed", "hashes_added", "hashes_unchanged"):
+        assert first[key] == second[key], key
     seeded = ("Z-999", "email", base64.b64decode(OTHERS[-1][1]))
     assert registered(broker) == registered(other) - {seeded}

@@ -244,10 +244,10 @@ def test_a_missing_s3_source_is_one_line(
     assert not Consumer.objects.exists()
 
 
-def test_objects_in_key_order_are_numbered_as_one_file_a_key_running_on_across_two(
+def test_objects_in_key_order_are_merged_as_one_file_a_key_running_on_across_two(
     broker: Broker, bucket: Any, merges: list[Merged]
 ) -> None:
-    # C-1's email ends part-1, its phone starts part-2: one consumer, one number.
+    # C-1's email ends part-1, its phone starts part-2: one consumer.
     bucket.put_object(
         Bucket="exports",
         Key="nightly/part-1.csv",
@@ -261,7 +261,7 @@ def test_objects_in_key_order_are_numbered_as_one_file_a_key_running_on_across_t
 
     summary, _ = run("s3://exports/nightly/")
 
-    assert [m.numbered for m in merges] == [True]
+    assert [(m.rounds_streamed, m.rounds_at_end) for m in merges] == [(1, 0)]
     assert (summary["consumers_created"], summary["hashes_added"]) == (3, 4)
     assert stored(broker)["C-1"] == EXPECTED["C-1"]
     ids = list(Consumer.objects.order_by("remote_identifier").values_list("pk", flat=True))

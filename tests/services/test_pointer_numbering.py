@@ -1,5 +1,5 @@
-"""PointerNumbering: batches' own pointer numbers made the call's, a pointer that runs on
-from one batch into the next keeping one number (no database)."""
+"""PointerNumbering: the batches' first lines and run-on pointers, cut into rounds, and
+whether the call's pointers ascend (no database)."""
 
 from __future__ import annotations
 
@@ -18,28 +18,43 @@ def batch(*keys: str, kinds: Sequence[str | None] = ()) -> EncodedBatch:
     )
 
 
-def test_batches_number_the_calls_pointers_once_each() -> None:
+def test_a_pointer_that_runs_on_into_the_next_batch_is_skipped_there() -> None:
     numbering = PointerNumbering()
     for keys in (["A", "B"], ["B", "C"], ["C", "C"], [], ["D"]):
         numbering.add(batch(*keys))
 
-    # A=0, B=1, C=2, D=3: a batch's pointer n is offsets[batch] + n; a batch that starts
-    # with the previous batch's last pointer skips its pointer 0 when pointers are drawn.
-    assert numbering.offsets == [0, 1, 2, 3]
-    assert numbering.skips == [0, 1, 1, 0]
-    assert numbering.starts == [1, 3, 5, 7]  # staging lines: two, two, two, then one
-    assert numbering.pointers == 4
-    assert numbering.ascending
+    round_ = numbering.round(b"rows")
+
+    # A batch that starts with the previous batch's last pointer skips its pointer 0 when
+    # each pointer's first row is taken (B, then C twice); D is new.
+    assert round_.skips == [0, 1, 1, 0]
+    assert round_.starts == [1, 3, 5, 7]  # staging lines: two, two, two, then one
+    assert round_.copy_data == b"rows"
+    assert round_.ascending
 
 
-def test_keys_out_of_order_within_or_between_batches_turn_numbering_off() -> None:
+def test_rounds_carry_their_own_batches_and_a_pointer_runs_on_across_two() -> None:
+    numbering = PointerNumbering()
+    numbering.add(batch("A", "B"))
+    first = numbering.round(b"")
+    numbering.add(batch("B", "C"))  # B's first row was staged by the round before
+    second = numbering.round(b"")
+
+    assert (first.starts, first.skips) == ([1], [0])
+    assert (second.starts, second.skips) == ([3], [1])
+
+
+def test_keys_out_of_order_within_or_between_batches_say_so_from_then_on() -> None:
     within = PointerNumbering()
     within.add(batch("B", "A"))
-    assert not within.ascending
+    assert not within.round(b"").ascending
     between = PointerNumbering()
     between.add(batch("A", "C"))
+    assert between.round(b"").ascending
     between.add(batch("B"))
-    assert not between.ascending
+    assert not between.round(b"").ascending
+    between.add(batch("X", "Y"))  # in order itself, but the call is not
+    assert not between.round(b"").ascending
 
 
 def test_a_kind_named_after_a_batch_boundary_is_kept_for_the_pointer_that_ran_on() -> None:
@@ -51,7 +66,10 @@ def test_a_kind_named_after_a_batch_boundary_is_kept_for_the_pointer_that_ran_on
     numbering.add(batch("D", kinds=["device_id"]))
     numbering.add(batch("D", "E", kinds=["maid_kind", None]))
 
-    # Pointer numbers A=0, B=1, C=2, D=3: only a kind named in a later batch is kept here
-    # (a pointer's own batch puts it on the pointer's first row); the last one wins.
-    assert numbering.kinds == {2: "account_id", 3: "maid_kind"}
-    assert numbering.pointers == 5
+    # Only a kind named in a later batch is kept here (a pointer's own batch puts it on
+    # the pointer's first row); the last one wins.
+    round_ = numbering.round(b"")
+    assert round_.kinds == {"C": "account_id", "D": "maid_kind"}
+    assert round_.kinds_given
+    numbering.add(batch("E", "F"))
+    assert (numbering.round(b"").kinds, numbering.kinds_given) == ({}, False)
