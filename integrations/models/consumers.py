@@ -52,7 +52,7 @@ class ConsumerHash(models.Model):
     consumer = models.ForeignKey(
         Consumer, on_delete=models.CASCADE, related_name="hashes", db_constraint=False
     )
-    # No index of its own: the unique constraint below starts with broker.
+    # No index of its own: each broker's hashes are a partition of their own (migration 0026).
     broker = models.ForeignKey(
         "integrations.Broker",
         on_delete=models.PROTECT,
@@ -67,8 +67,10 @@ class ConsumerHash(models.Model):
         verbose_name_plural = "consumer hashes"
         constraints = [
             # Serves matching (broker, hash[, hash_type]) and keeps re-imports idempotent.
+            # Led by hash: in a broker's partition, broker_id is the same on every row
+            # (migration 0027).
             models.UniqueConstraint(
-                fields=["broker", "hash", "hash_type", "consumer"], name="consumer_hash_unique"
+                fields=["hash", "hash_type", "consumer", "broker"], name="consumer_hash_unique"
             ),
         ]
 

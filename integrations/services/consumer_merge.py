@@ -303,8 +303,8 @@ CREATE TABLE {partition} (
 # them and adopts them as the partition's own (nothing is built twice). The unique one
 # first: it is the one a repeated hash refuses.
 _FRESH_INDEXES = (
-    "ALTER TABLE {partition} ADD UNIQUE (broker_id, hash, hash_type, consumer_id)",
-    "ALTER TABLE {partition} ADD PRIMARY KEY (broker_id, id)",
+    "ALTER TABLE {partition} ADD UNIQUE (hash, hash_type, consumer_id, broker_id)",
+    "ALTER TABLE {partition} ADD PRIMARY KEY (id, broker_id)",
     "CREATE INDEX ON {partition} (consumer_id)",
     "ALTER TABLE {partition} SET (autovacuum_enabled = true)",
     "ALTER TABLE integrations_consumerhash ATTACH PARTITION {partition} FOR VALUES IN ({broker})",

@@ -246,6 +246,15 @@ def test_a_first_import_loads_the_brokers_own_partition_and_a_repeated_hash_coun
     assert summary["hashes_unchanged"] == 5
     assert partition_of(broker) == f"integrations_consumerhash_b{broker.pk}"
     assert ConsumerHash.objects.filter(broker=broker).count() == 300
+    # The indexes built after the load are the partitioned table's own (none built twice).
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*), count(*) FILTER (WHERE EXISTS ("
+            "  SELECT FROM pg_inherits WHERE inhrelid = indexrelid))"
+            " FROM pg_index WHERE indrelid = to_regclass(%s)",
+            [f"integrations_consumerhash_b{broker.pk}"],
+        )
+        assert cursor.fetchone() == (3, 3)
     # A later import goes into the same partition, and adds only what is new.
     more = write_hashed(tmp_path / "more.csv", [lines[0], f"N-0,phone,{ITEMS[0][1]}\n"])
     assert run(str(more), "--hashed")["hashes_added"] == 1
