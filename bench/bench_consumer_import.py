@@ -27,7 +27,8 @@ indexes, in one transaction), with no logic of ours. The floor's growth is how m
 than its rows the machine's own writes grow, measured in the same run.
 
 The file is in key order unless ``--shuffled``: a broker's first load from a file in key
-order takes the numbered load (no join), any other order the general merge. ``--kinds``
+order is merged round by round as it is read, any other order by the general merge at
+the end. ``--kinds``
 adds a ``remote_identifier_kind`` column.
 
 Prints one line of JSON last; exits 1 when a target is missed.

@@ -67,11 +67,11 @@ class EncodedBatch:
     processes far faster than a record object per row would.
 
     The batch numbers its pointers (0, 1, ...: each ``remote_identifier`` with staged
-    rows, in order, the same one again on adjacent records), so that a file sorted by
-    ``remote_identifier`` gets its consumer ids without a join (``services.consumer_merge``);
-    ``first_remote_identifier``, ``last_remote_identifier`` and ``ascending`` let the
-    importer check that order between batches and join a pointer that runs on from one
-    batch into the next.
+    rows, in order, the same one again on adjacent records) and marks each one's first
+    row, so that a file sorted by ``remote_identifier`` can be merged round by round, each
+    pointer drawn once (``services.consumer_merge``); ``first_remote_identifier``,
+    ``last_remote_identifier`` and ``ascending`` let the importer check that order between
+    batches and tell a pointer that runs on from one batch into the next.
 
     A pointer's first row carries the last ``remote_identifier_kind`` its records in the
     batch name (the kind a consumer takes), and ``first_pointer_kind`` is pointer 0's, for
@@ -83,7 +83,6 @@ class EncodedBatch:
     records: int  # rows read, accepted or rejected
     hashes: int  # hashes of the accepted records: one staged row each
     rejected: tuple[RejectedRecord, ...]
-    pointers: int = 0  # pointers numbered (every staged pointer_in_batch is below this)
     first_remote_identifier: str | None = None  # the first and last numbered pointers
     last_remote_identifier: str | None = None
     ascending: bool = True  # the numbered pointers ascend in byte (code point) order
@@ -142,7 +141,6 @@ def encode_batch(records: Iterable[Record]) -> EncodedBatch:
         count,
         hashes,
         tuple(rejected),
-        pointers,
         first,
         last,
         ascending,

@@ -336,8 +336,8 @@ class ConsumerLoad:
     round there and then, and empties the staging table. ``finish`` merges what is left
     (everything, for any other call), indexes a fresh partition and attaches it. It leaves
     ``new_consumer_hashes(consumer_id, hash_type, hash)`` until the transaction ends, and,
-    unless the call was a first set, ``consumer_registration_pointers`` (every pointer
-    staged, with its consumer id).
+    when rounds were left for the end, ``consumer_registration_pointers`` (their
+    pointers, each with its consumer id).
     """
 
     def __init__(self, cursor: Any, *, broker_pk: int) -> None:
