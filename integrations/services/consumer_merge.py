@@ -371,6 +371,10 @@ class ConsumerLoad:
         self.consumers_created = self.hashes_added = 0
         self.kinds_given = False  # of the rows left for the end
 
+    @property
+    def rounds_staged(self) -> int:
+        return self.rounds_streamed + self.rounds_at_end
+
     def stage(self, round_: Round) -> None:
         staging_copy(self.cursor, round_.copy_data)
         if self.streaming and round_.ascending:

@@ -12,10 +12,11 @@ How, and why so:
 
 - Records are streamed with ``COPY`` into a temp staging table in rounds of
   ``CHUNK_ROWS`` hash rows (a thread reads and hashes the next round meanwhile: two cores,
-  both busy); once all are staged, ``services.consumer_merge`` merges them in one pass, in
-  key order, into the consumers and the broker's partition of the consumer hashes (a
-  broker's first set into a fresh partition whose indexes are built after the load).
-  Memory stays flat for any file size.
+  both busy); ``services.consumer_merge`` merges them in key order into the consumers and
+  the broker's partition of the consumer hashes: once all are staged, in one pass, or, for
+  a broker's first set in key order, round by round as they come (a first set goes into a
+  fresh partition whose indexes are built after the load). Memory stays flat for any
+  file size.
 - Idempotent: a consumer is inserted only when ``(broker, remote_identifier)`` is new, a
   hash only when ``(broker, hash, hash_type, consumer)`` is; re-sending changes nothing.
   Not ``ON CONFLICT DO NOTHING``: a speculative insertion per row is costly
@@ -179,7 +180,7 @@ def consumers_register(
                 _stage(load, round_)
         if strict and result.rows_rejected:
             raise RegistrationRefused(result)  # rolls the transaction back
-        if load.rounds_streamed or load.rounds_at_end:
+        if load.rounds_staged:
             merged = _merge(load)
             result.consumers_created = merged.consumers_created
             result.kinds_changed = merged.kinds_changed
