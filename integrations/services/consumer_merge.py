@@ -4,9 +4,9 @@
 broker's registration lock::
 
     load = ConsumerLoad(cursor, broker_pk=...)  # staging tables
-    numbering = PointerNumbering()
-    for copy_data in rounds:                      # numbering.add(batch) for its batches
-        load.stage(numbering.round(copy_data))    # COPY; a first set in key order: merged
+    batches = StagedBatches()
+    for copy_data in rounds:                    # batches.add(batch) for each of its batches
+        load.stage(batches.round(copy_data))    # COPY; a first set in key order: merged
     merged = load.finish()
     # new_consumer_hashes(consumer_id, hash_type, hash): the hashes this call added
 
@@ -81,7 +81,7 @@ class Round:
 
 
 @dataclass
-class PointerNumbering:
+class StagedBatches:
     """The call's staged batches, in order, cut into rounds (``Round``).
 
     Each batch numbers its pointers from 0 and marks each one's first row
@@ -189,14 +189,7 @@ WITH inserted AS (
 INSERT INTO consumer_registration_round_pointers (consumer_id, remote_identifier)
 SELECT id, remote_identifier FROM inserted
 """
-# Every staged row of the round, its consumer from the round's own (a join in memory).
-_ROUND_HASHES = """
-INSERT INTO {partition} (id, hash_type, hash, broker_id, consumer_id)
-SELECT nextval(%(hash_ids)s::regclass), s.hash_type, s.hash, %(broker)s, p.consumer_id
-  FROM consumer_registration_staging s
-  JOIN consumer_registration_round_pointers p USING (remote_identifier)
-"""
-# The kind a later batch names for a pointer that ran on into it (PointerNumbering.kinds).
+# The kind a later batch names for a pointer that ran on into it (StagedBatches.kinds).
 _KINDS_NAMED_LATER = """
 UPDATE integrations_consumer c SET remote_identifier_kind = k.kind
   FROM unnest(%(keys)s::text[], %(kinds)s::text[]) AS k (remote_identifier, kind)
@@ -259,13 +252,14 @@ SELECT DISTINCT s.hash, s.hash_type, p.consumer_id, p.created
   FROM consumer_registration_staging s
   JOIN consumer_registration_pointers p USING (remote_identifier)
 """
-# Into a fresh partition, every staged row as it is (its unique index, built after,
-# finds a repeated one: _FRESH_DUPLICATES_DELETE).
+# Into a fresh partition, every staged row as it is, its consumer from {pointers}: the
+# round's own (merged as read: a join in memory) or every pointer's (at the end). Its
+# unique index, built after, finds a repeated row (_FRESH_DUPLICATES_DELETE).
 _FRESH_HASHES = """
 INSERT INTO {partition} (id, hash_type, hash, broker_id, consumer_id)
 SELECT nextval(%(hash_ids)s::regclass), s.hash_type, s.hash, %(broker)s, p.consumer_id
   FROM consumer_registration_staging s
-  JOIN consumer_registration_pointers p USING (remote_identifier)
+  JOIN {pointers} p USING (remote_identifier)
 """
 # Otherwise: a consumer created by this call has no hash to compare with; those of one
 # that existed are anti-joined with the broker's partition (the planner picks index probes
@@ -415,7 +409,12 @@ class ConsumerLoad:
             self.consumers_created += cursor.rowcount
             if self.fresh:
                 self._partition_make()
-                cursor.execute(_FRESH_HASHES.format(partition=self.partition), params)
+                cursor.execute(
+                    _FRESH_HASHES.format(
+                        partition=self.partition, pointers="consumer_registration_pointers"
+                    ),
+                    params,
+                )
                 self.hashes_added += cursor.rowcount
             else:
                 cursor.execute(_HASHES_INSERT.replace("{hashes}", _HASHES), params)
@@ -437,7 +436,12 @@ class ConsumerLoad:
         params = {**self.params, "starts": round_.starts, "skips": round_.skips}
         cursor.execute(_ROUND_CONSUMERS, params)
         self.consumers_created += cursor.rowcount
-        cursor.execute(_ROUND_HASHES.format(partition=self.partition), params)
+        cursor.execute(
+            _FRESH_HASHES.format(
+                partition=self.partition, pointers="consumer_registration_round_pointers"
+            ),
+            params,
+        )
         self.hashes_added += cursor.rowcount
         if round_.kinds:
             keys, kinds = zip(*round_.kinds.items(), strict=True)

@@ -57,8 +57,8 @@ from integrations.services.consumer_merge import (
     DROP_TABLES,
     ConsumerLoad,
     Merged,
-    PointerNumbering,
     Round,
+    StagedBatches,
 )
 from integrations.services.ledger import ledger_event_append
 from integrations.services.matching import consumer_hashes_match_late
@@ -249,7 +249,7 @@ def _rounds(
     Counts every record into ``result``. Under ``strict``, staging stops at the first
     rejected record (the call will be refused) but reading goes on, to report them all.
     """
-    numbering = PointerNumbering()
+    batches = StagedBatches()
     # One growing buffer of encoded rows per round: the round's memory is its COPY data.
     data = bytearray()
     rows = 0
@@ -270,12 +270,12 @@ def _rounds(
             continue
         data += batch.copy_data
         rows += batch.hashes
-        numbering.add(batch)
+        batches.add(batch)
         if rows >= CHUNK_ROWS:
-            yield numbering.round(data)
+            yield batches.round(data)
             data, rows = bytearray(), 0
     if rows and staging:
-        yield numbering.round(data)
+        yield batches.round(data)
 
 
 def _read_ahead(rounds: Iterator[Round]) -> Generator[Round, None, None]:

@@ -24,7 +24,7 @@ from integrations.drop import registration_workers as registration
 from integrations.models import Broker, Consumer, ConsumerHash, DeletionRequest, LedgerEvent
 from integrations.services import consumers as consumer_services
 from integrations.services.brokers import broker_create
-from integrations.services.consumer_merge import Merged, PointerNumbering
+from integrations.services.consumer_merge import Merged, StagedBatches
 from integrations.services.drop_import import drop_zip_import
 from tests.builders import drop_zip, webhook, write_zip
 from tests.conftest import subprocess_env
@@ -360,14 +360,14 @@ def test_a_round_the_consumers_index_refuses_and_the_rest_are_merged_at_the_end(
     path = write_hashed(tmp_path / "sorted.csv", lines)
     shuffled = write_hashed(tmp_path / "shuffled.csv", random.Random(7).sample(lines, len(lines)))
     reference = run(str(shuffled), "--hashed", broker="4822")
-    add = PointerNumbering.add
+    add = StagedBatches.add
 
-    def drawn_twice(self: PointerNumbering, batch: Any) -> None:
+    def drawn_twice(self: StagedBatches, batch: Any) -> None:
         add(self, batch)
         if batch.first_remote_identifier == "K-200":
             self.skips[-1] = 0  # as if K-200 had not run on: its consumer inserted again
 
-    monkeypatch.setattr(PointerNumbering, "add", drawn_twice)
+    monkeypatch.setattr(StagedBatches, "add", drawn_twice)
 
     summary = run(str(path), "--hashed")
 

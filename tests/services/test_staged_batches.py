@@ -1,4 +1,4 @@
-"""PointerNumbering: the batches' first lines and run-on pointers, cut into rounds, and
+"""StagedBatches: the batches' first lines and run-on pointers, cut into rounds, and
 whether the call's pointers ascend (no database)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from integrations.drop.registration import ConsumerRecord
 from integrations.drop.registration_workers import EncodedBatch, encode_batch
-from integrations.services.consumer_merge import PointerNumbering
+from integrations.services.consumer_merge import StagedBatches
 
 
 def batch(*keys: str, kinds: Sequence[str | None] = ()) -> EncodedBatch:
@@ -19,11 +19,11 @@ def batch(*keys: str, kinds: Sequence[str | None] = ()) -> EncodedBatch:
 
 
 def test_a_pointer_that_runs_on_into_the_next_batch_is_skipped_there() -> None:
-    numbering = PointerNumbering()
+    batches = StagedBatches()
     for keys in (["A", "B"], ["B", "C"], ["C", "C"], [], ["D"]):
-        numbering.add(batch(*keys))
+        batches.add(batch(*keys))
 
-    round_ = numbering.round(b"rows")
+    round_ = batches.round(b"rows")
 
     # A batch that starts with the previous batch's last pointer skips its pointer 0 when
     # each pointer's first row is taken (B, then C twice); D is new.
@@ -34,21 +34,21 @@ def test_a_pointer_that_runs_on_into_the_next_batch_is_skipped_there() -> None:
 
 
 def test_rounds_carry_their_own_batches_and_a_pointer_runs_on_across_two() -> None:
-    numbering = PointerNumbering()
-    numbering.add(batch("A", "B"))
-    first = numbering.round(b"")
-    numbering.add(batch("B", "C"))  # B's first row was staged by the round before
-    second = numbering.round(b"")
+    batches = StagedBatches()
+    batches.add(batch("A", "B"))
+    first = batches.round(b"")
+    batches.add(batch("B", "C"))  # B's first row was staged by the round before
+    second = batches.round(b"")
 
     assert (first.starts, first.skips) == ([1], [0])
     assert (second.starts, second.skips) == ([3], [1])
 
 
 def test_keys_out_of_order_within_or_between_batches_say_so_from_then_on() -> None:
-    within = PointerNumbering()
+    within = StagedBatches()
     within.add(batch("B", "A"))
     assert not within.round(b"").ascending
-    between = PointerNumbering()
+    between = StagedBatches()
     between.add(batch("A", "C"))
     assert between.round(b"").ascending
     between.add(batch("B"))
@@ -58,18 +58,18 @@ def test_keys_out_of_order_within_or_between_batches_say_so_from_then_on() -> No
 
 
 def test_a_kind_named_after_a_batch_boundary_is_kept_for_the_pointer_that_ran_on() -> None:
-    numbering = PointerNumbering()
-    numbering.add(batch("A", "B", kinds=[None, "vin"]))
-    numbering.add(batch("B", "C"))  # B runs on and names nothing: vin stays
-    numbering.add(batch("C", "D", kinds=["account_id", None]))
-    numbering.add(batch("D"))
-    numbering.add(batch("D", kinds=["device_id"]))
-    numbering.add(batch("D", "E", kinds=["maid_kind", None]))
+    batches = StagedBatches()
+    batches.add(batch("A", "B", kinds=[None, "vin"]))
+    batches.add(batch("B", "C"))  # B runs on and names nothing: vin stays
+    batches.add(batch("C", "D", kinds=["account_id", None]))
+    batches.add(batch("D"))
+    batches.add(batch("D", kinds=["device_id"]))
+    batches.add(batch("D", "E", kinds=["maid_kind", None]))
 
     # Only a kind named in a later batch is kept here (a pointer's own batch puts it on
     # the pointer's first row); the last one wins.
-    round_ = numbering.round(b"")
+    round_ = batches.round(b"")
     assert round_.kinds == {"C": "account_id", "D": "maid_kind"}
     assert round_.kinds_given
-    numbering.add(batch("E", "F"))
-    assert (numbering.round(b"").kinds, numbering.kinds_given) == ({}, False)
+    batches.add(batch("E", "F"))
+    assert (batches.round(b"").kinds, batches.kinds_given) == ({}, False)
