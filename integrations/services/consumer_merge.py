@@ -375,11 +375,13 @@ class ConsumerLoad:
             self._partition_make()
             try:
                 with transaction.atomic():  # a savepoint: the round stays staged if refused
-                    self._round_merge(round_)
+                    consumers, hashes = self._round_merge(round_)
             except IntegrityError:
                 pass  # a pointer met again (the order checks missed it): merged at the end
             else:
                 self.rounds_streamed += 1
+                self.consumers_created += consumers
+                self.hashes_added += hashes
                 self._round_clear()
                 return
         # Out of order, or not a first set: this round and every later one wait for the end.
@@ -431,23 +433,25 @@ class ConsumerLoad:
             self.rounds_at_end,
         )
 
-    def _round_merge(self, round_: Round) -> None:
+    def _round_merge(self, round_: Round) -> tuple[int, int]:
+        """Merge the staged round; return the consumers and the hashes it added."""
         cursor = self.cursor
         params = {**self.params, "starts": round_.starts, "skips": round_.skips}
         cursor.execute(_ROUND_CONSUMERS, params)
-        self.consumers_created += cursor.rowcount
+        consumers = int(cursor.rowcount)
         cursor.execute(
             _FRESH_HASHES.format(
                 partition=self.partition, pointers="consumer_registration_round_pointers"
             ),
             params,
         )
-        self.hashes_added += cursor.rowcount
+        hashes = int(cursor.rowcount)
         if round_.kinds:
             keys, kinds = zip(*round_.kinds.items(), strict=True)
             cursor.execute(
                 _KINDS_NAMED_LATER, {**self.params, "keys": list(keys), "kinds": list(kinds)}
             )
+        return consumers, hashes
 
     def _round_clear(self) -> None:
         """Empty the staging table, keeping the round's last consumer: the next round's
