@@ -14,9 +14,9 @@ Why this shape (docs/benchmarks.md, consumer import):
 
 - Every row is merged by set-based statements in key order: the consumers go in in
   ``remote_identifier`` order and the hashes in hash order, so each B-tree is walked once
-  from left to right. Merging each round as it came, in the file's own order, inserted its
+  from left to right. Merging each round of a file in no key order as it came inserted its
   keys all over indexes larger than memory: a 10 M import grew 14.7 times for 10 times the
-  rows. So a call's rows are staged, then merged once.
+  rows. So such a call's rows are staged, then merged once.
 - Consumer hashes are partitioned by broker (migration 0026): one broker's index is the
   size of its own set. A broker's first set goes into a **fresh partition**: a plain table
   filled without indexes, its indexes built after (a sort and a bottom-up build, far less
@@ -359,7 +359,6 @@ class ConsumerLoad:
         )
         self.existing = bool(cursor.fetchone()[0])
         self.fresh = not self.existing and _fresh_partition_possible(cursor, broker_pk)
-        self.streaming = self.fresh
         self.partition_made = False
         self.rounds_streamed = self.rounds_at_end = 0
         self.consumers_created = self.hashes_added = 0
@@ -371,7 +370,8 @@ class ConsumerLoad:
 
     def stage(self, round_: Round) -> None:
         staging_copy(self.cursor, round_.copy_data)
-        if self.streaming and round_.ascending:
+        # A first set merges as it reads until a round has to wait for the end.
+        if self.fresh and not self.rounds_at_end and round_.ascending:
             self._partition_make()
             try:
                 with transaction.atomic():  # a savepoint: the round stays staged if refused
@@ -385,7 +385,6 @@ class ConsumerLoad:
                 self._round_clear()
                 return
         # Out of order, or not a first set: this round and every later one wait for the end.
-        self.streaming = False
         self.rounds_at_end += 1
         self.kinds_given = self.kinds_given or round_.kinds_given
 
