@@ -28,8 +28,7 @@ than its rows the machine's own writes grow, measured in the same run.
 
 The file is in key order unless ``--shuffled``: a broker's first load from a file in key
 order is merged round by round as it is read, any other order by the general merge at
-the end. ``--kinds``
-adds a ``remote_identifier_kind`` column.
+the end. ``--kinds`` adds a ``remote_identifier_kind`` column.
 
 Prints one line of JSON last; exits 1 when a target is missed.
 """
@@ -360,7 +359,7 @@ def main() -> int:
         "--shuffled",
         action="store_true",
         help="the file's keys in a random order (default: in key order, which a first load"
-        " numbers without a join)",
+        " merges as it reads)",
     )
     parser.add_argument(
         "--kinds",
