@@ -176,19 +176,19 @@ def _ascii_text(v: object, field: str, label: str) -> str:
     return v if v.isascii() else _to_ascii(v)
 
 
-# A US ZIP+4 written with a space or with nothing between its parts. Without this,
-# `021341234` would lose its leading zero first and hash as `21341`, not as `2134` like
-# `02134-1234`: one person, two hashes.
-_US_ZIP_PLUS_4: Final = re.compile(r"\s*(\d{5})\s?\d{4}\s*")
+# A US ZIP+4 written with whitespace (spaces, tabs, any number of them) or with nothing
+# between its parts. Without this, `021341234` or `02134  1234` would lose its leading zero
+# first and hash as `21341`, not as `2134` like `02134-1234`: one person, two hashes.
+_US_ZIP_PLUS_4: Final = re.compile(r"\s*(\d{5})\s*\d{4}\s*")
 
 
 def standardize_zip(v: str) -> str:
     """Drop a ZIP+4 extension (everything from the hyphen, or the last 4 of 9 digits
-    written together or after a space), keep letters and digits, lowercase, strip leading
-    zeros, keep the first 5 characters.
+    written together or after whitespace), keep letters and digits, lowercase, strip
+    leading zeros, keep the first 5 characters.
 
-    `91790-3771`, `917903771` and `91790 3771` give `91790`, `M1B 1A1` gives `m1b1a`,
-    `00712345` (8 digits, not a ZIP+4) gives `71234`.
+    `91790-3771`, `917903771`, `91790 3771` and `91790  3771` give `91790`, `M1B 1A1` gives
+    `m1b1a`, `00712345` (8 digits, not a ZIP+4) gives `71234`.
     """
     s = _ascii_text(v, "zip", "ZIP")
     if not s.isascii():

@@ -243,6 +243,9 @@ def test_phone_keeps_the_last_ten_digits(given: str, standardized: str) -> None:
         ("02134\u20131234", "2134"),  # an en dash counts as the hyphen
         ("021341234", "2134"),  # a ZIP+4 written without the hyphen
         ("02134 1234", "2134"),  # ... or with a space
+        ("02134  1234", "2134"),  # ... or several
+        ("02134\t1234", "2134"),  # ... or a tab
+        (" 02134 \t 1234 ", "2134"),
         ("９１７９０３７７１", "91790"),  # full-width digits are still a ZIP+4
         ("0213412345", "21341"),  # 10 digits are not a ZIP+4
         ("SW1A 1AA", "sw1a1"),
@@ -257,7 +260,7 @@ def test_a_zip_plus_4_hashes_the_same_however_it_is_joined() -> None:
     person = {"first_name": "Danielle", "last_name": "Johnson", "dob": "1985-07-04"}
     hashes = {
         list_type_hash("ndz", {**person, "zip": z})
-        for z in ("02134-1234", "021341234", "02134 1234", "02134")
+        for z in ("02134-1234", "021341234", "02134 1234", "02134  1234", "02134\t\t1234", "02134")
     }
     assert len(hashes) == 1
 
