@@ -53,6 +53,7 @@ from integrations.drop.standardize import (
 
 __all__ = [
     "CLEAR_COLUMNS",
+    "CSV_LINE_MAX",
     "DEFAULT_KIND",
     "HASHED_COLUMNS",
     "ConsumerCsvReader",
@@ -64,6 +65,10 @@ __all__ = [
 ]
 
 DEFAULT_KIND: Final = "external_id"
+# The longest physical line a CSV file may have, in characters (its line end included). A
+# consumer row is a few hundred characters; without a cap, a file with no line ends (a
+# binary file, a wrong export) would be read whole into memory as its first line.
+CSV_LINE_MAX: Final = 1 << 20
 REMOTE_IDENTIFIER_MAX: Final = 255  # Consumer.remote_identifier's length
 KIND_RE: Final = re.compile(r"[A-Za-z0-9_.:-]{1,64}\Z")
 CLEAR_COLUMNS: Final = (
@@ -225,18 +230,34 @@ def add_error(errors: dict[str, list[str]], key: str, message: str) -> None:
 # ---------------------------------------------------------------------------------------
 
 
+def _bounded_lines(text: TextIO) -> Iterator[str]:
+    """``text``'s physical lines; one longer than ``CSV_LINE_MAX`` raises
+    ``RegistrationFileError`` naming it, before more of it is read."""
+    readline = text.readline
+    number = 0
+    while line := readline(CSV_LINE_MAX + 1):
+        number += 1
+        if len(line) > CSV_LINE_MAX:
+            raise RegistrationFileError(
+                f"line {number} is longer than {CSV_LINE_MAX:,} characters, the most a line "
+                "may have (is this a CSV file?)"
+            )
+        yield line
+
+
 class ConsumerCsvReader:
     """Reads a consumer CSV; the header is checked when the reader is made.
 
     `text` is a text stream opened with ``newline=""`` (UTF-8; ``errors="surrogateescape"``
     lets a row with bytes that are not UTF-8 be rejected alone instead of the whole file).
     Iterating yields one `ConsumerRecord` or `RejectedRecord` per data row, in file order,
-    holding one row at a time. Blank lines are skipped.
+    holding one row at a time. Blank lines are skipped. A physical line longer than
+    ``CSV_LINE_MAX`` refuses the file (``RegistrationFileError``).
     """
 
     def __init__(self, text: TextIO, *, hashed: bool = False) -> None:
         self.hashed = hashed
-        self._reader = csv.reader(text, strict=True)
+        self._reader = csv.reader(_bounded_lines(text), strict=True)
         try:
             header = next(self._reader, None)
         except (csv.Error, UnicodeDecodeError) as exc:

@@ -8,11 +8,22 @@ A source is a path, ``-`` (standard input), ``s3://bucket/key`` or ``s3://bucket
         with source.open_records(hashed=False) as batches:   # header checked here
             for batch in batches: ...                        # EncodedBatch, in file order
 
-Nothing is read whole: CSV is decoded as it streams (gzip included), Parquet one record
-batch at a time. An S3 object is read through boto3 (its usual credential chain); a seek,
-which Parquet's footer and column chunks need, starts a ranged GET at the new offset, so
-nothing is downloaded twice or spooled to disk. Standard input in Parquet is spooled to a
+Nothing is read whole: CSV is decoded as it streams (gzip included), a line at most
+``CSV_LINE_MAX`` characters, Parquet one record batch at a time, each about
+``PARQUET_BATCH_BYTES`` decoded and at most ``PARQUET_BATCH_MAX_BYTES``. An S3 object is read
+through boto3 (its usual credential chain); a seek, which Parquet's footer and column chunks
+need, starts a ranged GET at the new offset, each pinned to the ETag the object had when it
+was listed, so an object replaced mid-read fails instead of mixing two versions. A plain
+``http://`` endpoint is refused except on loopback. Standard input in Parquet is spooled to a
 temporary file first (Parquet cannot be read without seeking).
+
+Under an S3 prefix, marker objects are skipped, not read: empty objects and names whose
+last segment starts with ``_`` or ``.`` (Spark's and Glue's ``_SUCCESS``, ``.crc``
+checksums); ``consumer_sources`` names them in ``Sources.skipped``.
+
+Each file's SHA-256 is taken as it is read (``finish_digest``); Parquet's reads jump
+about, so the bytes its reader skipped are read once more at the end (usually just the
+footer).
 
 A source that cannot be read raises ``SourceError`` with one line that says why. Pure
 protocol code: no database, no Django settings (the caller passes the endpoint).
@@ -25,24 +36,53 @@ import functools
 import gzip
 import hashlib
 import io
+import ipaddress
 import os
 import shutil
 import sys
 import tempfile
+import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any, Final
 
 from integrations.drop.registration import (
+    CSV_LINE_MAX,
     ConsumerCsvReader,
     ConsumerTableReader,
     RegistrationFileError,
 )
 from integrations.drop.registration_workers import EncodedBatch, encoded_batches
 
+__all__ = [
+    "CSV_LINE_MAX",
+    "FORMATS",
+    "PARQUET_BATCH_BYTES",
+    "PARQUET_BATCH_MAX_BYTES",
+    "PARQUET_BATCH_ROWS",
+    "ConsumerSource",
+    "SourceError",
+    "Sources",
+    "consumer_sources",
+    "format_of",
+]
+
 FORMATS: Final = ("csv", "csv.gz", "parquet")
-PARQUET_BATCH_ROWS: Final = 65_536  # rows decoded at a time from a Parquet file
+PARQUET_BATCH_ROWS: Final = 65_536  # rows decoded at a time from a Parquet file, at most
+# A record batch is decoded whole, then turned into Python strings (several times its Arrow
+# size), so its rows are also capped by bytes: a file of wide rows (a free-text column, a
+# blob) would otherwise take gigabytes per batch. The row count is sized from the row
+# groups' uncompressed sizes to about PARQUET_BATCH_BYTES; a batch that still decodes to
+# more than PARQUET_BATCH_MAX_BYTES (rows far wider than their row group's average) is
+# refused, naming its rows. A consumer row is well under 1 KiB: 64 MiB is ~65,536 of them.
+PARQUET_BATCH_BYTES: Final = 64 << 20
+PARQUET_BATCH_MAX_BYTES: Final = 256 << 20
 _READ_BLOCK: Final = 1 << 20
+# Parquet's reader seeks past a few bytes (the leading magic number, page padding): a gap up
+# to this size is read through, so that the file's SHA-256 can go on in order instead of
+# reading the gap again at the end.
+_DIGEST_GAP: Final = 1 << 20
+_LOOPBACK_NAMES: Final = ("localhost", "localhost.localdomain")
 
 
 class SourceError(Exception):
@@ -74,8 +114,8 @@ class ConsumerSource:
     sha256: Any = field(default_factory=hashlib.sha256)
     bytes_read: int = 0
 
-    def open_raw(self, on_read: Callable[[int], None] | None = None) -> io.RawIOBase:
-        """The file's bytes, counted (and hashed, for a sequential read) as they are read."""
+    def open_raw(self, on_read: Callable[[int], None] | None = None) -> _DigestingReader:
+        """The file's bytes, counted and hashed in order as they are read."""
         return _DigestingReader(self, self._opener(), on_read)
 
     @contextlib.contextmanager
@@ -89,10 +129,17 @@ class ConsumerSource:
         """The file's records, hashed and encoded in batches (``encoded_batches``); its
         header is checked on entry (``RegistrationFileError``)."""
         with contextlib.ExitStack() as stack:
-            raw: Any = stack.enter_context(self.open_raw(on_read))
+            digesting = stack.enter_context(self.open_raw(on_read))
+            raw: Any = digesting
             if self.format == "parquet":
                 reader = _parquet_reader(raw, self.name, hashed=hashed, stack=stack)
                 yield _read_records(reader, processes)
+                # Read to the end what the Parquet reader skipped or read out of order
+                # (its footer, first): the digest covers the whole file, in order.
+                try:
+                    digesting.digest_rest()
+                except OSError as exc:
+                    raise SourceError(f"read failed: {exc}") from None
                 return
             if self.format == "csv.gz":
                 raw = stack.enter_context(gzip.GzipFile(fileobj=raw, mode="rb"))
@@ -104,10 +151,8 @@ class ConsumerSource:
             )
             yield _read_records(ConsumerCsvReader(text, hashed=hashed), processes)
 
-    def finish_digest(self) -> str | None:
-        """The SHA-256 of the whole file when it was read front to back (CSV), else None."""
-        if self.format == "parquet":
-            return None
+    def finish_digest(self) -> str:
+        """The SHA-256 of the whole file, once its records have all been read."""
         return self.sha256.hexdigest()
 
 
@@ -119,7 +164,10 @@ def _read_records(reader: ConsumerCsvReader, processes: int | None) -> Iterator[
 
 
 class _DigestingReader(io.RawIOBase):
-    """Counts and hashes the bytes read through it; a seek stops the hash (Parquet)."""
+    """Counts the bytes read through it, and hashes them in file order: a read that goes on
+    from the bytes hashed so far extends the hash, one elsewhere (Parquet's footer, first)
+    does not, and ``digest_rest`` reads what is left. ``source.bytes_read`` is the length
+    hashed: the file's size once the digest is complete."""
 
     def __init__(
         self, source: ConsumerSource, raw: IO[bytes], on_read: Callable[[int], None] | None
@@ -127,6 +175,7 @@ class _DigestingReader(io.RawIOBase):
         self._source = source
         self._raw = raw
         self._on_read = on_read
+        self._position = 0
 
     def readable(self) -> bool:
         return True
@@ -135,21 +184,44 @@ class _DigestingReader(io.RawIOBase):
         return self._raw.seekable()
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        return self._raw.seek(offset, whence)
+        target = self._raw.seek(offset, whence)
+        hashed = self._source.bytes_read
+        if hashed < target <= hashed + _DIGEST_GAP:
+            self._raw.seek(hashed)  # read the gap through: the hash goes on in order
+            self._position = hashed
+            while self._position < target:
+                if not self._read(min(target - self._position, _READ_BLOCK)):
+                    break
+            return self._position
+        self._position = target
+        return target
 
     def tell(self) -> int:
-        return self._raw.tell()
+        return self._position
 
     def readinto(self, buffer: Any) -> int:
-        chunk = self._raw.read(len(buffer))
-        count = len(chunk)
-        buffer[:count] = chunk
-        if count:
-            self._source.bytes_read += count
-            self._source.sha256.update(chunk)
-            if self._on_read is not None:
-                self._on_read(count)
-        return count
+        chunk = self._read(len(buffer))
+        buffer[: len(chunk)] = chunk
+        if chunk and self._on_read is not None:
+            self._on_read(len(chunk))
+        return len(chunk)
+
+    def _read(self, size: int) -> bytes:
+        chunk = self._raw.read(size)
+        start, end = self._position, self._position + len(chunk)
+        hashed = self._source.bytes_read
+        if start <= hashed < end:
+            self._source.sha256.update(memoryview(chunk)[hashed - start :])
+            self._source.bytes_read = end
+        self._position = end
+        return chunk
+
+    def digest_rest(self) -> None:
+        """Hash the file to its end from where the hash stopped (after a seekable read)."""
+        self._raw.seek(self._source.bytes_read)
+        self._position = self._source.bytes_read
+        while self._read(_READ_BLOCK):
+            pass
 
     def close(self) -> None:
         self._raw.close()
@@ -161,14 +233,22 @@ class _DigestingReader(io.RawIOBase):
 # ---------------------------------------------------------------------------------------
 
 
+@dataclass
+class Sources:
+    """The files to read, in order, and the marker objects skipped under an S3 prefix."""
+
+    files: list[ConsumerSource]
+    skipped: list[str] = field(default_factory=list)
+
+
 def consumer_sources(
     spec: str, *, format: str | None = None, endpoint_url: str | None = None
-) -> list[ConsumerSource]:
+) -> Sources:
     """The files ``spec`` names, in the order they are read. Raises ``SourceError``."""
     if format is not None and format not in FORMATS:
         raise SourceError(f"unknown format {format!r}; expected one of {', '.join(FORMATS)}")
     if spec == "-":
-        return [_stdin_source(format_of("-", format))]
+        return Sources([_stdin_source(format_of("-", format))])
     if spec.startswith("s3://"):
         return _s3_sources(spec, format=format, endpoint_url=endpoint_url)
     try:
@@ -179,14 +259,16 @@ def consumer_sources(
             pass
     except OSError as exc:
         raise SourceError(f"cannot read {spec}: {exc.strerror}") from None
-    return [
-        ConsumerSource(
-            name=os.path.basename(spec),
-            size=size,
-            format=format_of(spec, format),
-            _opener=lambda: open(spec, "rb", buffering=0),
-        )
-    ]
+    return Sources(
+        [
+            ConsumerSource(
+                name=os.path.basename(spec),
+                size=size,
+                format=format_of(spec, format),
+                _opener=lambda: open(spec, "rb", buffering=0),
+            )
+        ]
+    )
 
 
 def _stdin_source(fmt: str) -> ConsumerSource:
@@ -204,30 +286,66 @@ def _stdin_source(fmt: str) -> ConsumerSource:
     return ConsumerSource(name="stdin", size=None, format=fmt, _opener=opener)
 
 
-def _s3_sources(spec: str, *, format: str | None, endpoint_url: str | None) -> list[ConsumerSource]:
+def check_endpoint(endpoint_url: str | None) -> None:
+    """Refuse a plain-http S3 endpoint unless it is on loopback (a local MinIO, a test
+    server): over http, the consumers' identifiers would cross the network in clear."""
+    if not endpoint_url:
+        return
+    url = urllib.parse.urlsplit(endpoint_url)
+    if url.scheme == "https":
+        return
+    host = url.hostname or ""
+    shown = f"{url.scheme}://{host}" + (f":{url.port}" if url.port else "")
+    if url.scheme != "http":
+        raise SourceError(f"S3 endpoint {shown}: use an https:// URL")
+    try:
+        loopback = host.lower() in _LOOPBACK_NAMES or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise SourceError(
+            f"S3 endpoint {shown}: plain http is refused except on loopback "
+            "(the consumer file would cross the network in clear); use https://"
+        )
+
+
+def is_marker(key: str, size: int) -> bool:
+    """Whether an object under a prefix is a marker, not a consumer file: empty, or named
+    ``_...`` or ``.…`` (Spark's and Glue's ``_SUCCESS``, ``_committed_…``, ``.crc``)."""
+    return size == 0 or key.rpartition("/")[2].startswith(("_", "."))
+
+
+def _s3_sources(spec: str, *, format: str | None, endpoint_url: str | None) -> Sources:
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 
+    check_endpoint(endpoint_url)
     bucket, _, key = spec.removeprefix("s3://").partition("/")
     if not bucket:
         raise SourceError(f"{spec}: no bucket; use s3://bucket/key or s3://bucket/prefix/")
     client = boto3.client("s3", endpoint_url=endpoint_url or None)
+    skipped: list[str] = []
     try:
         if key and not key.endswith("/"):
             head = client.head_object(Bucket=bucket, Key=key)
-            objects = [(key, int(head["ContentLength"]))]
+            objects = [(key, int(head["ContentLength"]), head["ETag"])]
         else:
             objects = []
             pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key)
             for page in pages:
-                objects += [
-                    (item["Key"], int(item["Size"]))
-                    for item in page.get("Contents", [])
-                    if not item["Key"].endswith("/")  # a folder marker, not a file
-                ]
+                for item in page.get("Contents", []):
+                    name, size = item["Key"], int(item["Size"])
+                    if name.endswith("/"):
+                        continue  # a folder marker, not a file
+                    if is_marker(name, size):
+                        skipped.append(f"s3://{bucket}/{name}")
+                        continue
+                    objects.append((name, size, item["ETag"]))
             objects.sort()  # name order (S3 lists in UTF-8 byte order; say so explicitly)
+            skipped.sort()
             if not objects:
-                raise SourceError(f"{spec}: no objects under this prefix")
+                also = f" (skipped {len(skipped)} marker objects)" if skipped else ""
+                raise SourceError(f"{spec}: no objects under this prefix{also}")
     except ClientError as exc:
         error = exc.response.get("Error", {})
         raise SourceError(
@@ -235,26 +353,30 @@ def _s3_sources(spec: str, *, format: str | None, endpoint_url: str | None) -> l
         ) from None
     except BotoCoreError as exc:
         raise SourceError(f"{spec}: {exc}") from None
-    return [
+    files = [
         ConsumerSource(
             name=f"s3://{bucket}/{name}",
             size=size,
             format=format_of(name, format),
-            _opener=functools.partial(_S3Object, client, bucket, name, size),
+            _opener=functools.partial(_S3Object, client, bucket, name, size, etag),
         )
-        for name, size in objects
+        for name, size, etag in objects
     ]
+    return Sources(files, skipped)
 
 
 class _S3Object(io.RawIOBase):
     """An S3 object as a seekable binary file: one streamed GET from the current offset,
-    started again (with a Range) after a seek."""
+    started again (with a Range) after a seek. Every GET is pinned to the ETag the object
+    was listed with (If-Match): an object replaced between two ranged reads fails the read
+    instead of mixing two versions."""
 
-    def __init__(self, client: Any, bucket: str, key: str, size: int) -> None:
+    def __init__(self, client: Any, bucket: str, key: str, size: int, etag: str) -> None:
         self._client = client
         self._bucket = bucket
         self._key = key
         self._size = size
+        self._etag = etag
         self._position = 0
         self._body: Any = None
 
@@ -281,12 +403,24 @@ class _S3Object(io.RawIOBase):
         if self._body is None:
             from botocore.exceptions import BotoCoreError, ClientError
 
+            name = f"s3://{self._bucket}/{self._key}"
             try:
                 self._body = self._client.get_object(
-                    Bucket=self._bucket, Key=self._key, Range=f"bytes={self._position}-"
+                    Bucket=self._bucket,
+                    Key=self._key,
+                    Range=f"bytes={self._position}-",
+                    IfMatch=self._etag,
                 )["Body"]
-            except (ClientError, BotoCoreError) as exc:
-                raise OSError(f"s3://{self._bucket}/{self._key}: {exc}") from None
+            except ClientError as exc:
+                error = exc.response.get("Error", {})
+                if error.get("Code") in ("PreconditionFailed", "412"):
+                    raise OSError(
+                        f"{name} changed while it was being read (its ETag is no longer "
+                        f"{self._etag}); import it again"
+                    ) from None
+                raise OSError(f"{name}: {exc}") from None
+            except BotoCoreError as exc:
+                raise OSError(f"{name}: {exc}") from None
         chunk = self._body.read(len(buffer))
         buffer[: len(chunk)] = chunk
         self._position += len(chunk)
@@ -320,17 +454,48 @@ def _parquet_reader(
         raise RegistrationFileError(f"not a Parquet file: {exc}") from None
     stack.callback(parquet.close)
     columns = list(parquet.schema_arrow.names)
+    batch_rows = _parquet_batch_rows(parquet.metadata)
+    # A timestamp date of birth (a warehouse's DATE exported as TIMESTAMP) is read as its
+    # date, in its own time zone when it has one: as text it would be "1985-07-04 00:00:00",
+    # which is not a date, and the NDZ hash would be lost.
+    dob = [column.strip().lower() == "dob" for column in columns]
+
+    def text(column: Any, is_dob: bool) -> list[str]:
+        if is_dob and pa.types.is_timestamp(column.type):
+            column = pc.cast(column, pa.date32())
+        # Every column as text: dates as YYYY-MM-DD, numbers as digits, nulls empty.
+        return pc.fill_null(pc.cast(column, pa.string()), "").to_pylist()
 
     def rows() -> Iterator[list[str]]:
+        first = 1
         try:
-            for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS):
-                # Every column as text: dates as YYYY-MM-DD, numbers as digits, nulls empty.
-                cells = [
-                    pc.fill_null(pc.cast(column, pa.string()), "").to_pylist()
-                    for column in batch.columns
-                ]
+            for batch in parquet.iter_batches(batch_size=batch_rows):
+                if batch.nbytes > PARQUET_BATCH_MAX_BYTES:
+                    raise SourceError(
+                        f"rows {first}-{first + batch.num_rows - 1} decode to "
+                        f"{batch.nbytes:,} bytes, more than the {PARQUET_BATCH_MAX_BYTES:,} "
+                        "a batch may take; rows this wide are not consumer records"
+                    )
+                first += batch.num_rows
+                cells = [text(column, d) for column, d in zip(batch.columns, dob, strict=True)]
                 yield from (list(row) for row in zip(*cells, strict=True))
         except (pa.ArrowException, OSError) as exc:
             raise SourceError(f"read failed: {exc}") from None
 
     return ConsumerTableReader(columns, rows(), hashed=hashed)
+
+
+def _parquet_batch_rows(metadata: Any) -> int:
+    """Rows per record batch: ``PARQUET_BATCH_ROWS``, fewer when the widest row group's
+    rows would make a batch of more than about ``PARQUET_BATCH_BYTES``."""
+    widest = max(
+        (
+            group.total_byte_size / group.num_rows
+            for group in map(metadata.row_group, range(metadata.num_row_groups))
+            if group.num_rows
+        ),
+        default=0.0,
+    )
+    if widest <= 0:
+        return PARQUET_BATCH_ROWS
+    return max(1, min(PARQUET_BATCH_ROWS, int(PARQUET_BATCH_BYTES // widest)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+import hashlib
 import io
 import json
 import socket
@@ -26,6 +27,7 @@ from integrations.services.consumer_merge import Merged
 
 pytestmark = pytest.mark.django_db
 
+ANNA_CLEAR = "Anna.Smith@Domain.com"
 ANNA = "KA18MT/ph6IHYjzT9zwETySDQyvSh87YuoSBpOQtkhE="  # Anna.Smith@Domain.com
 PHONE = "vGM7y5n+hBXRSEAklhHDPCbysyNgYTmXdMcagGUOY8E="  # +1(415)555-9317
 NDZ = "PQOfn1RffEKmqMmNAzDKKaoZCwxWbQZkQzPWmQo9REA="  # Danielle / Johnson / 1985-07-04 / 91790
@@ -266,3 +268,269 @@ def test_objects_in_key_order_are_merged_as_one_file_a_key_running_on_across_two
     assert stored(broker)["C-1"] == EXPECTED["C-1"]
     ids = list(Consumer.objects.order_by("remote_identifier").values_list("pk", flat=True))
     assert ids == sorted(ids) and len(set(ids)) == 3
+
+
+# ---------------------------------------------------------------------------------------
+# The file's digest, timestamp dates, caps on a line and on a batch
+# ---------------------------------------------------------------------------------------
+
+
+def big_parquet_bytes() -> bytes:
+    """CLEAR's rows after 20,000 filler rows (about 1.5 MB): the reader seeks to the footer
+    first, past more than the gap it reads through, then back to the row groups."""
+    filler = pa.table(
+        {
+            "remote_identifier": [f"F-{i}" for i in range(20_000)],
+            "email": [f"{i:08d}-{'x' * 40}@example.com" for i in range(20_000)],
+        }
+    )
+    rows = pa.table({"remote_identifier": ["C-1"], "email": ["Anna.Smith@Domain.com"]})
+    sink = io.BytesIO()
+    pq.write_table(pa.concat_tables([filler, rows]), sink, row_group_size=5_000, compression="none")
+    return sink.getvalue()
+
+
+def ledger_files() -> list[dict[str, Any]]:
+    return LedgerEvent.objects.get(kind="consumers.registered").data["files"]
+
+
+@pytest.mark.parametrize("gap", [0, 16, None], ids=["no-gap-read", "small-gap", "default"])
+@pytest.mark.parametrize("where", ["file", "stdin", "s3"])
+def test_a_parquet_files_sha256_reaches_the_ledger_like_a_csvs(
+    broker: Broker,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+    where: str,
+    gap: int | None,
+) -> None:
+    if gap is not None:
+        monkeypatch.setattr(sources, "_DIGEST_GAP", gap)
+    monkeypatch.setattr(sources, "PARQUET_BATCH_ROWS", 4_000)  # several reads per row group
+    content = big_parquet_bytes()
+    path = tmp_path / "c.parquet"
+    path.write_bytes(content)
+    if where == "s3":
+        request.getfixturevalue("bucket").put_object(
+            Bucket="exports", Key="c.parquet", Body=content
+        )
+        summary, _ = run("s3://exports/c.parquet")
+        name = "s3://exports/c.parquet"
+    elif where == "stdin":
+        with path.open("rb") as stdin:
+            monkeypatch.setattr("sys.stdin", stdin)
+            summary, _ = run("-", "--format", "parquet")
+        name = "stdin"
+    else:
+        summary, _ = run(str(path))
+        name = "c.parquet"
+    assert summary["rows_read"] == 20_001
+    assert ledger_files() == [
+        {"name": name, "size": len(content), "sha256": hashlib.sha256(content).hexdigest()}
+    ]
+
+
+@pytest.mark.parametrize("unit", ["ms", "us", "ns"])
+@pytest.mark.parametrize("tz", [None, "UTC", "America/Los_Angeles", "Asia/Tokyo"])
+def test_a_timestamp_date_of_birth_hashes_like_the_date(
+    broker: Broker, tmp_path: Path, unit: str, tz: str | None
+) -> None:
+    import datetime as dt
+
+    import pyarrow.compute as pc
+
+    dob = pa.array([dt.datetime(1985, 7, 4)], pa.timestamp(unit))
+    if tz is not None:  # midnight where the export was made
+        dob = pc.assume_timezone(dob, tz)
+    table = pa.table(
+        {
+            "remote_identifier": ["C-2"],
+            "first_name": ["Danielle"],
+            "last_name": ["Johnson"],
+            "dob": dob,
+            "zip": ["91790"],
+        }
+    )
+    path = tmp_path / "c.parquet"
+    pq.write_table(table, path)
+    summary, err = run(str(path))
+    assert (summary["rows_rejected"], err) == (0, "")
+    assert stored(broker) == {"C-2": [("ndz", NDZ)]}
+
+
+def test_a_csv_line_longer_than_the_cap_refuses_the_file_naming_the_line(
+    broker: Broker, tmp_path: Path
+) -> None:
+    long = "C-2," + "x" * sources.CSV_LINE_MAX  # no line end: a file read as one line
+    for name, content in (
+        ("long.csv", f"remote_identifier,email\nC-1,Anna.Smith@Domain.com\n{long}"),
+        ("long.csv.gz", gzip.compress(f"remote_identifier,email\n{long}\n".encode())),
+    ):
+        path = tmp_path / name
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
+        line = 3 if name == "long.csv" else 2
+        with pytest.raises(CommandError) as raised:
+            run(str(path))
+        assert str(raised.value) == (
+            f"{name}: line {line} is longer than 1,048,576 characters, the most a line may "
+            "have (is this a CSV file?); nothing was imported"
+        )
+    assert not Consumer.objects.exists()
+    # A line of exactly the cap, its line end included, is read (as a row that the CSV
+    # module's own limit on a field rejects alone).
+    fits = "C-1,Anna.Smith@Domain.com"
+    fits += " " * (sources.CSV_LINE_MAX - len(fits) - 1) + "\n"
+    (tmp_path / "fits.csv").write_text(f"remote_identifier,email\n{fits}C-2,{ANNA_CLEAR}\n")
+    summary, err = run(str(tmp_path / "fits.csv"))
+    assert (summary["rows_read"], summary["rows_rejected"]) == (2, 1)
+    assert err.startswith("line 2: row: is not valid CSV: field larger than field limit")
+
+
+def wide_parquet(path: Path, widths: list[int]) -> None:
+    table = pa.table(
+        {
+            "remote_identifier": [f"C-{i}" for i in range(len(widths))],
+            "email": [f"{i}{'x' * width}@example.com" for i, width in enumerate(widths)],
+        }
+    )
+    pq.write_table(table, path, compression="none")
+
+
+def test_parquet_batches_are_sized_by_bytes(
+    broker: Broker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sizes: list[int] = []
+    iter_batches = pq.ParquetFile.iter_batches
+
+    def watched(self: pq.ParquetFile, *args: Any, **kwargs: Any) -> Any:
+        for batch in iter_batches(self, *args, **kwargs):
+            sizes.append(batch.num_rows)
+            yield batch
+
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", watched)
+    monkeypatch.setattr(sources, "PARQUET_BATCH_BYTES", 25_000)
+    path = tmp_path / "wide.parquet"
+    wide_parquet(path, [10_000] * 10)  # about 10 KB a row (distinct: no dictionary): 2 a batch
+    summary, _ = run(str(path))
+    assert summary["hashes_added"] == 10
+    assert sizes == [2] * 5
+
+
+def test_a_parquet_batch_over_the_cap_is_refused_naming_its_rows(
+    broker: Broker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sources, "PARQUET_BATCH_MAX_BYTES", 50_000)
+    path = tmp_path / "wide.parquet"
+    wide_parquet(path, [10] * 100 + [100_000])  # one row far wider than the rest
+    with pytest.raises(CommandError) as raised:
+        run(str(path))
+    assert str(raised.value).startswith("wide.parquet: rows 1-101 decode to ")
+    assert str(raised.value).endswith(
+        "more than the 50,000 a batch may take; rows this wide are not consumer records; "
+        "nothing was imported"
+    )
+    assert not Consumer.objects.exists()
+
+
+# ---------------------------------------------------------------------------------------
+# S3: marker objects, plain http, an object replaced mid-read
+# ---------------------------------------------------------------------------------------
+
+
+def test_marker_objects_under_a_prefix_are_skipped_and_named(broker: Broker, bucket: Any) -> None:
+    markers = {
+        "out/_SUCCESS": b"",
+        "out/_committed_1234": b"{}",
+        "out/.part-0.parquet.crc": b"crc bytes",
+        "out/empty.csv": b"",
+    }
+    for key, body in {**markers, "out/part-0.parquet": parquet_bytes()}.items():
+        bucket.put_object(Bucket="exports", Key=key, Body=body)
+    skipped = [f"s3://exports/{key}" for key in sorted(markers)]
+
+    summary, _ = run("s3://exports/out/")
+    assert summary["skipped"] == skipped
+    assert stored(broker) == EXPECTED
+    assert ledger_files()[0]["name"] == "s3://exports/out/part-0.parquet"
+    assert len(ledger_files()) == 1
+
+    out = io.StringIO()
+    call_command("consumers", "import", "--broker", "4821", "s3://exports/out/", stdout=out)
+    assert (
+        out.getvalue()
+        .rstrip()
+        .endswith(f"Skipped 4 marker objects (empty, or named _… or .…): {', '.join(skipped)}.")
+    )
+
+
+def test_a_real_file_of_unknown_type_under_a_prefix_still_refuses_it(
+    broker: Broker, bucket: Any
+) -> None:
+    bucket.put_object(Bucket="exports", Key="out/_SUCCESS", Body=b"")
+    bucket.put_object(Bucket="exports", Key="out/part-0.csv", Body=CLEAR.encode())
+    bucket.put_object(Bucket="exports", Key="out/part-0.json", Body=b"{}")
+    with pytest.raises(CommandError, match=r"cannot tell the format of 'out/part-0.json'"):
+        run("s3://exports/out/")
+    bucket.delete_object(Bucket="exports", Key="out/part-0.csv")
+    bucket.delete_object(Bucket="exports", Key="out/part-0.json")
+    with pytest.raises(CommandError) as raised:
+        run("s3://exports/out/")
+    assert str(raised.value) == (
+        "s3://exports/out/: no objects under this prefix (skipped 1 marker objects); "
+        "nothing was imported"
+    )
+    assert not Consumer.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "endpoint", ["http://s3.internal:9000", "http://10.0.0.5", "ftp://127.0.0.1:21"]
+)
+def test_a_plain_http_endpoint_off_loopback_is_refused(
+    broker: Broker, bucket: Any, settings: Any, endpoint: str
+) -> None:
+    bucket.put_object(Bucket="exports", Key="c.csv", Body=CLEAR.encode())
+    settings.DROPPORTAL_S3_ENDPOINT_URL = endpoint
+    with pytest.raises(CommandError) as raised:
+        run("s3://exports/c.csv")
+    message = str(raised.value)
+    assert "\n" not in message and message.endswith("nothing was imported")
+    assert message.startswith(f"S3 endpoint {endpoint}: ")
+    assert "https://" in message
+    assert not Consumer.objects.exists()
+
+
+def test_a_plain_http_endpoint_on_loopback_by_name_is_read(
+    broker: Broker, bucket: Any, settings: Any, s3_server: str
+) -> None:
+    bucket.put_object(Bucket="exports", Key="c.csv", Body=CLEAR.encode())
+    settings.DROPPORTAL_S3_ENDPOINT_URL = s3_server.replace("127.0.0.1", "localhost")
+    run("s3://exports/c.csv")
+    assert stored(broker) == EXPECTED
+
+
+def test_an_s3_object_replaced_between_two_ranged_reads_fails_the_import(
+    broker: Broker, bucket: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sources, "_DIGEST_GAP", 0)  # read only what the Parquet reader asks
+    content = big_parquet_bytes()
+    bucket.put_object(Bucket="exports", Key="c.parquet", Body=content)
+    reads = 0
+    readinto = sources._S3Object.readinto
+
+    def replaced_after_the_first_read(self: Any, buffer: Any) -> int:
+        nonlocal reads
+        reads += 1
+        if reads == 2:  # another version, the same size, in place of the one being read
+            bucket.put_object(Bucket="exports", Key="c.parquet", Body=content[::-1])
+        return readinto(self, buffer)
+
+    monkeypatch.setattr(sources._S3Object, "readinto", replaced_after_the_first_read)
+    with pytest.raises(CommandError) as raised:
+        run("s3://exports/c.parquet")
+    message = str(raised.value)
+    assert message.startswith("s3://exports/c.parquet: ")
+    assert "s3://exports/c.parquet changed while it was being read (its ETag is no longer" in (
+        message
+    )
+    assert message.endswith("import it again; nothing was imported")
+    assert not Consumer.objects.exists()

@@ -4,7 +4,9 @@
     manage.py consumers import --broker 4821 s3://exports/consumers/ [--format parquet]
 
 SOURCE is a path, ``-`` (standard input), ``s3://bucket/key`` or ``s3://bucket/prefix/``
-(every object under it, in name order, as one import). Formats: CSV, gzip CSV, Parquet,
+(every object under it, in name order, as one import; marker objects, empty or named
+``_…`` or ``.…`` like ``_SUCCESS`` and ``.crc`` files, are skipped and named in the
+summary). Formats: CSV, gzip CSV, Parquet,
 from each name or ``--format``. Clear files have ``remote_identifier`` first, then any of
 ``remote_identifier_kind, email, phone, first_name, last_name, dob, zip, vin, maid, ctvid``;
 ``--hashed`` files have ``remote_identifier, hash_type, hash`` (Base64).
@@ -146,11 +148,12 @@ class Command(DropportalCommand):
         broker = broker_or_error(options["broker"])
         spec: str = options["source"]
         try:
-            sources = consumer_sources(
+            found = consumer_sources(
                 spec, format=options["format"], endpoint_url=settings.DROPPORTAL_S3_ENDPOINT_URL
             )
         except SourceError as exc:
             raise CommandError(f"{exc}; nothing was imported") from None
+        sources = found.files
         name = sources[0].name if len(sources) == 1 else spec
         sizes = [source.size for source in sources]
         total = None if None in sizes else sum(s or 0 for s in sizes)
@@ -210,7 +213,7 @@ class Command(DropportalCommand):
                     f"{reading[-1].name}: read failed: {exc}; nothing was imported"
                 ) from None
         seconds = time.monotonic() - started
-        self._summary(result, name, broker.broker_id, options["json"], seconds)
+        self._summary(result, name, broker.broker_id, options["json"], seconds, found.skipped)
 
     @staticmethod
     def _records(
@@ -242,6 +245,7 @@ class Command(DropportalCommand):
         broker_id: str,
         as_json: bool,
         seconds: float,
+        skipped: list[str],
     ) -> None:
         rate = result.rows_read / seconds if seconds > 0 else 0.0
         if as_json:
@@ -253,6 +257,7 @@ class Command(DropportalCommand):
                     **result.counts(),
                     "seconds": round(seconds, 3),
                     "rows_per_second": round(rate),
+                    "skipped": skipped,
                     "rejected": [
                         {
                             "line": r.position,
@@ -276,4 +281,10 @@ class Command(DropportalCommand):
                 else ""
             )
             + f"; {seconds:,.1f} s, {rate:,.0f} rows/s."
+            + (
+                f" Skipped {len(skipped)} marker object{'' if len(skipped) == 1 else 's'} "
+                f"(empty, or named _… or .…): {', '.join(skipped)}."
+                if skipped
+                else ""
+            )
         )
