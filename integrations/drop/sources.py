@@ -295,7 +295,14 @@ def check_endpoint(endpoint_url: str | None) -> None:
     if url.scheme == "https":
         return
     host = url.hostname or ""
-    shown = f"{url.scheme}://{host}" + (f":{url.port}" if url.port else "")
+    if not host:  # "minio:9000": no scheme, so no host either
+        raise SourceError("S3 endpoint: not a URL with a host; use https://host[:port]")
+    try:
+        port = url.port
+    except ValueError:
+        raise SourceError("S3 endpoint: its port is not a number") from None
+    # Shown without any user:password the URL may carry.
+    shown = f"{url.scheme}://{host}" + (f":{port}" if port else "")
     if url.scheme != "http":
         raise SourceError(f"S3 endpoint {shown}: use an https:// URL")
     try:

@@ -483,10 +483,16 @@ def test_a_real_file_of_unknown_type_under_a_prefix_still_refuses_it(
 
 
 @pytest.mark.parametrize(
-    "endpoint", ["http://s3.internal:9000", "http://10.0.0.5", "ftp://127.0.0.1:21"]
+    ("endpoint", "shown"),
+    [
+        ("http://s3.internal:9000", "S3 endpoint http://s3.internal:9000: plain http"),
+        ("http://key:secret@10.0.0.5", "S3 endpoint http://10.0.0.5: plain http"),
+        ("ftp://127.0.0.1:21", "S3 endpoint ftp://127.0.0.1:21: use an https:// URL"),
+        ("minio:9000", "S3 endpoint: not a URL with a host"),
+    ],
 )
 def test_a_plain_http_endpoint_off_loopback_is_refused(
-    broker: Broker, bucket: Any, settings: Any, endpoint: str
+    broker: Broker, bucket: Any, settings: Any, endpoint: str, shown: str
 ) -> None:
     bucket.put_object(Bucket="exports", Key="c.csv", Body=CLEAR.encode())
     settings.DROPPORTAL_S3_ENDPOINT_URL = endpoint
@@ -494,8 +500,8 @@ def test_a_plain_http_endpoint_off_loopback_is_refused(
         run("s3://exports/c.csv")
     message = str(raised.value)
     assert "\n" not in message and message.endswith("nothing was imported")
-    assert message.startswith(f"S3 endpoint {endpoint}: ")
-    assert "https://" in message
+    assert message.startswith(shown)
+    assert "https://" in message and "secret" not in message
     assert not Consumer.objects.exists()
 
 
