@@ -4,9 +4,11 @@ A source is a path, ``-`` (standard input), ``s3://bucket/key`` or ``s3://bucket
 (every object under the prefix, in name order). Each file's format is found from its name
 (``.csv``, ``.csv.gz``, ``.parquet``) or given::
 
-    for source in consumer_sources("s3://exports/consumers/", endpoint_url=None):
+    found = consumer_sources("s3://exports/consumers/", endpoint_url=None)
+    for source in found.files:                               # found.skipped: markers
         with source.open_records(hashed=False) as batches:   # header checked here
             for batch in batches: ...                        # EncodedBatch, in file order
+        source.finish_digest()                               # the file's SHA-256
 
 Nothing is read whole: CSV is decoded as it streams (gzip included), a line at most
 ``CSV_LINE_MAX`` characters, Parquet one record batch at a time, each about
