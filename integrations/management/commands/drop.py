@@ -49,7 +49,7 @@ class Command(ReportSubcommand):
             type=float,
             default=DEFAULT_MAX_WAIT_SECONDS,
             help="seconds to keep waiting while DROP prepares the package or throttles "
-            f"(default {DEFAULT_MAX_WAIT_SECONDS:g})",
+            f"(default {DEFAULT_MAX_WAIT_SECONDS:g}); receiving the package does not count",
         )
         pull.add_argument("--json", action="store_true", help="print the result as JSON")
 
