@@ -46,7 +46,7 @@ import urllib.request
 import uuid
 import zipfile
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
@@ -96,6 +96,9 @@ class _Scripted:
     chunk: int = 1 << 16
     stall_after: int | None = None
     stall_for: float = 0.0
+    # Answer a ``Range: bytes=N-`` (with an ``If-Range`` naming this body, or none) with a 206
+    # of the rest; otherwise a Range is ignored (the whole body, 200).
+    ranges: bool = False
 
 
 def _json(status: int, payload: Mapping[str, Any], **kwargs: Any) -> _Scripted:
@@ -215,6 +218,7 @@ class DropSimulator:
         chunk: int = 1 << 16,
         stall_after: int | None = None,
         stall_for: float = 0.0,
+        ranges: bool = False,
     ) -> None:
         """Serve a ZIP package on the next download; it starts a new download cycle.
 
@@ -222,7 +226,9 @@ class DropSimulator:
         closes the connection, as a network failure mid-body would. A slow line: ``pace``
         seconds between pieces of ``chunk`` bytes; a stalled one: nothing for ``stall_for``
         seconds once ``stall_after`` bytes are out (then the rest, if the client still
-        listens).
+        listens). ``ranges``: a ``Range: bytes=N-`` gets a 206 with the bytes from N (the
+        counts above are then of the bytes sent), announced by ``Accept-Ranges`` and a strong
+        ``ETag``; without it a Range is ignored, as a server that does not honour it does.
         """
         name = filename or _package_name_from_zip(zip_bytes)
         headers = {
@@ -241,6 +247,7 @@ class DropSimulator:
                 chunk=chunk,
                 stall_after=stall_after,
                 stall_for=stall_for,
+                ranges=ranges,
             )
         )
 
@@ -423,7 +430,7 @@ class _Handler(BaseHTTPRequestHandler):
         simulator = self.simulator
         with simulator._lock:
             simulator.requests.append(request)
-        answer = simulator._answer(request)
+        answer = _ranged(simulator._answer(request), request.headers)
         if answer.delay:
             time.sleep(answer.delay)
         try:
@@ -457,6 +464,24 @@ class _Handler(BaseHTTPRequestHandler):
                 time.sleep(answer.stall_for)
             elif answer.pace and position < len(body):
                 time.sleep(answer.pace)
+
+
+def _ranged(answer: _Scripted, headers: Mapping[str, str]) -> _Scripted:
+    """``answer`` as served for a request with these headers: its rest (206) for a Range the
+    answer honours, else itself."""
+    if not answer.ranges:
+        return answer
+    etag = '"' + hashlib.sha256(answer.body).hexdigest()[:32] + '"'
+    served = replace(answer, headers={**answer.headers, "Accept-Ranges": "bytes", "ETag": etag})
+    asked = re.fullmatch(r"bytes=([0-9]+)-", headers.get("Range", "").strip())
+    if_range = headers.get("If-Range")
+    if asked is None or (if_range is not None and if_range != etag):
+        return served
+    first, size = int(asked[1]), len(answer.body)
+    if first >= size:
+        return _Scripted(416, {"Content-Range": f"bytes */{size}"}, b"", path=answer.path)
+    served.headers["Content-Range"] = f"bytes {first}-{size - 1}/{size}"
+    return replace(served, status=206, body=answer.body[first:])
 
 
 def _multipart_files(content_type: str, body: bytes) -> dict[str, bytes]:

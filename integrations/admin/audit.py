@@ -25,7 +25,7 @@ from django.utils import timezone
 from django.utils.http import urlencode
 
 from integrations.admin.actors import staff_actor
-from integrations.drop.calendar import drop_today
+from integrations.drop.calendar import drop_day_bounds, drop_today
 from integrations.models import Broker, DropCycle
 from integrations.selectors.drop_metrics import METRIC_FIGURES, drop_metrics
 from integrations.services.evidence import evidence_pack_export, evidence_public_key_pem
@@ -96,8 +96,8 @@ class EvidenceForm(forms.Form):
         Broker.objects.order_by("broker_id"), to_field_name="broker_id", empty_label=None
     )
     cycle = forms.CharField(required=False, help_text="a cycle's drop_session_id, or a period:")
-    since = forms.DateField(required=False, help_text="YYYY-MM-DD, inclusive")
-    until = forms.DateField(required=False, help_text="YYYY-MM-DD, inclusive")
+    since = forms.DateField(required=False, help_text="YYYY-MM-DD, inclusive (a DROP day)")
+    until = forms.DateField(required=False, help_text="YYYY-MM-DD, inclusive (a DROP day)")
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -117,9 +117,11 @@ class EvidenceForm(forms.Form):
 
 
 def _day(day: dt.date | None, *, end: bool = False) -> dt.datetime | None:
+    """A day of the period, in DROP's calendar as ``evidence export`` reads it."""
     if day is None:
         return None
-    return dt.datetime.combine(day + dt.timedelta(days=1 if end else 0), dt.time(), tzinfo=dt.UTC)
+    start, next_day = drop_day_bounds(day)
+    return (next_day if end else start).astimezone(dt.UTC)
 
 
 def evidence_view(request: HttpRequest) -> HttpResponseBase:

@@ -8,6 +8,7 @@ matched on November 25::
     drop_today()                       # today in DROP's calendar
     drop_date(cycle.downloaded_at)     # the DROP day of a moment
     drop_year_bounds(2026)             # the year's first and last moments, as aware datetimes
+    drop_day_bounds(date(2026, 7, 1))  # the day's, likewise (07:00 UTC to 07:00 UTC in July)
 """
 
 from __future__ import annotations
@@ -33,8 +34,18 @@ def drop_today(now: dt.datetime | None = None) -> dt.date:
     return drop_date(now or timezone.now())
 
 
+def drop_midnight(day: dt.date) -> dt.datetime:
+    """The first moment of ``day`` in DROP's calendar (aware; a comparison with a stored UTC
+    timestamp is exact). Every range of DROP days starts and ends at one of these."""
+    return dt.datetime.combine(day, dt.time(), tzinfo=drop_timezone())
+
+
 def drop_year_bounds(year: int) -> tuple[dt.datetime, dt.datetime]:
-    """The first moment of ``year`` and of the next one in DROP's calendar (aware; a
-    comparison with a stored UTC timestamp is exact)."""
-    zone = drop_timezone()
-    return dt.datetime(year, 1, 1, tzinfo=zone), dt.datetime(year + 1, 1, 1, tzinfo=zone)
+    """The first moment of ``year`` and of the next one in DROP's calendar."""
+    return drop_midnight(dt.date(year, 1, 1)), drop_midnight(dt.date(year + 1, 1, 1))
+
+
+def drop_day_bounds(day: dt.date) -> tuple[dt.datetime, dt.datetime]:
+    """The first moment of ``day`` and of the next one in DROP's calendar (23 or 25 hours
+    apart on the days the clocks change)."""
+    return drop_midnight(day), drop_midnight(day + dt.timedelta(days=1))

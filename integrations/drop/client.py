@@ -24,7 +24,8 @@ address; and ``target_urls`` refuses plain http) unless ``allow_private``
 (``DROPPORTAL_ALLOW_PRIVATE_TARGETS``) opens them, use its TLS settings, and every attempt's
 answer begins within ``total_timeout`` by the wall clock, whatever DROP (or the network)
 does; a package's body then streams to disk for as long as it takes, cut only when no byte
-comes for ``stall_timeout``.
+comes for ``stall_timeout``, and the next attempt asks for the rest (HTTP Range) when DROP
+honours it, for the whole otherwise.
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ from integrations.drop.transport import (
     Fail,
     OnCall,
     OnProgress,
+    PartialBody,
     Retry,
     Transport,
     Wait,
@@ -206,17 +208,24 @@ class DropClient:
     ) -> DownloadResult:
         """Fetch the current package into the directory ``dest``, under the name from
         Content-Disposition (placed atomically: see ``transport.place_atomically``). A body cut
-        short leaves no file behind. ``on_progress(received, announced)`` follows the body.
+        short is resumed by the next attempt (``Range``) when DROP honours it; whatever the
+        end, no part of a body is left behind. ``on_progress(received, announced)`` follows
+        the body.
         """
         dest_dir = Path(dest)
         if not dest_dir.is_dir():
             raise ValueError(f"download destination {dest_dir} is not a directory")
+        partial = PartialBody()
 
         def send() -> requests.Response:
             return self.session.get(
                 self.base_url + DOWNLOAD_PATH,
                 headers=self._headers(
-                    {"Accept": "application/zip, application/json", "Accept-Encoding": "identity"}
+                    {
+                        "Accept": "application/zip, application/json",
+                        "Accept-Encoding": "identity",
+                        **partial.request_headers(),
+                    }
                 ),
                 timeout=self.transport.limits.timeout,
                 stream=True,
@@ -224,18 +233,31 @@ class DropClient:
             )
 
         def handle(response: requests.Response) -> Decision:
-            return self._handle_download(response, dest_dir, on_progress)
+            return self._handle_download(response, dest_dir, on_progress, partial)
 
-        result: DownloadResult = self._run("GET", DOWNLOAD_PATH, send, handle)
+        try:
+            result: DownloadResult = self._run("GET", DOWNLOAD_PATH, send, handle)
+        finally:
+            partial.discard()
         return result
 
     def _handle_download(
-        self, response: requests.Response, dest_dir: Path, on_progress: OnProgress | None
+        self,
+        response: requests.Response,
+        dest_dir: Path,
+        on_progress: OnProgress | None,
+        partial: PartialBody,
     ) -> Decision:
         status = response.status_code
-        if status == 200:
+        if status == 416 and partial.size:
+            partial.discard()  # DROP cannot send the rest: ask for the whole
+            return Retry(
+                "resume_refused", "download not resumed: DROP refused the range", status, True
+            )
+        if status in (200, 206):
             content_type = media_type(response)
-            if content_type == "application/json" or content_type.endswith("+json"):
+            is_json = content_type == "application/json" or content_type.endswith("+json")
+            if status == 200 and is_json:
                 body = json_body(response)
                 if not isinstance(body, dict):
                     return Fail(
@@ -247,17 +269,24 @@ class DropClient:
             if content_type not in _ZIP_CONTENT_TYPES:
                 return Fail(
                     DropProtocolError(
-                        f"200 answer with content type {content_type!r}, expected a ZIP",
+                        f"{status} answer with content type {content_type!r}, expected a ZIP",
                         status=status,
                     ),
                     "unexpected",
                 )
+            disposition = response.headers.get("Content-Disposition")
             try:
-                file_name = attachment_name(response.headers.get("Content-Disposition"))
+                # The rest of a package without a name is the rest of the one kept.
+                if status == 206 and not disposition and partial.file_name:
+                    file_name = partial.file_name
+                else:
+                    file_name = attachment_name(disposition)
             except DropProtocolError as exc:
                 exc.status = status
                 return Fail(exc, "unexpected")
-            received = self.transport.receive_file(response, dest_dir, file_name, on_progress)
+            received = self.transport.receive_file(
+                response, dest_dir, file_name, on_progress, partial
+            )
             if isinstance(received, Retry):
                 return received
             return Done(package_result(file_name, received), "package")

@@ -13,12 +13,16 @@ Each attempt's answer begins within ``total_timeout`` by the wall clock
 (``send`` carries it). A package is streamed to a temporary file (never held in memory),
 bounded by a stall rather than a total (no byte for ``stall_timeout`` cuts it: a large
 package on a slow line still arrives), checked against its announced length and given its
-name atomically (``receive_file``).
+name atomically (``receive_file``). A body cut short or stalled is kept (``PartialBody``) and
+the next attempt asks for the rest (``Range: bytes=<received>-``); when DROP sends the whole
+again instead (200, not 206), the kept part is dropped and the body starts over.
 
 The waits are our own loop rather than tenacity's: a 202 or 429 waits as long as DROP asks
 without using up a retry, while failures back off and count; both share one budget measured
-on the injected clock. Tenacity's waits and stops count every attempt on its own clock, so it
-would bring only the loop, with every policy still ours as callbacks.
+on the injected clock, which the time spent receiving a package's body never uses up (a large
+package takes as long as it takes; its cut attempts are bounded by their number). Tenacity's
+waits and stops count every attempt on its own clock, so it would bring only the loop, with
+every policy still ours as callbacks.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import socket
 import tempfile
 from collections.abc import Callable
@@ -50,8 +55,8 @@ OnCall = Callable[[str, str, int | None, int, str], None]
 """``on_call(method, path, status, duration_ms, outcome)``: one call per HTTP attempt."""
 
 OnProgress = Callable[[int, int | None], None]
-"""``on_progress(bytes_received, bytes_announced)``: as a package's body arrives (the count
-starts again at 0 when an attempt is retried)."""
+"""``on_progress(bytes_received, bytes_announced)``: as a package's body arrives (a resumed
+attempt goes on from the bytes kept; one DROP answers with the whole body starts again at 0)."""
 
 
 # What handling one HTTP attempt decided: finish, fail, wait (202/429) or retry (transient).
@@ -79,6 +84,9 @@ class Retry:
     outcome: str
     reason: str
     status: int | None = None
+    # A package's body cut short or stalled (or a resume DROP refused): retried within
+    # ``max_body_retries``, outside the waiting budget.
+    body: bool = False
 
 
 Decision = Done | Fail | Wait | Retry
@@ -101,6 +109,45 @@ class _BodyStalled(Exception):
     pass
 
 
+class PartialBody:
+    """A package's body as far as it came, kept between the attempts of one download so that a
+    cut attempt resumes where it stopped (HTTP Range) rather than from the first byte.
+
+    The caller owns it for the whole call: ``request_headers`` for each attempt,
+    ``receive_file`` fills and uses it, ``discard`` at the call's end (whatever the end).
+    """
+
+    def __init__(self) -> None:
+        self._forget()
+
+    def _forget(self) -> None:
+        self.path: Path | None = None
+        self.file_name = ""
+        self.size = 0
+        self.total: int | None = None  # the whole body's length, when DROP announced it
+        self.validator: str | None = None  # its strong ETag or Last-Modified, for If-Range
+        self.digest = hashlib.sha256()
+
+    def request_headers(self) -> dict[str, str]:
+        """``Range`` (and ``If-Range``, when DROP gave a validator) for the bytes still owed."""
+        if self.path is None or not self.size:
+            return {}
+        headers = {"Range": f"bytes={self.size}-"}
+        if self.validator is not None:
+            headers["If-Range"] = self.validator
+        return headers
+
+    def discard(self) -> None:
+        """Drop the kept bytes: the next attempt asks for the whole body."""
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)
+        self._forget()
+
+    def placed(self) -> None:
+        """The kept file became the package (``place_atomically``): nothing is kept any more."""
+        self._forget()
+
+
 @dataclass
 class _Attempt:
     bound: Bound
@@ -117,10 +164,12 @@ class DropLimits:
     the wall clock until DROP's answer begins (the whole of a small answer); ``stall_timeout``
     bounds a package's body: no byte for that long cuts it (and the attempt is retried),
     however long the whole body takes. Per call (``download``, ``upload``, ``amend``): all
-    waiting (202 and 429 Retry-After, backoff) stays within ``max_wait_seconds`` (a wait that
-    would pass it raises at once instead of sleeping); transient failures are retried
-    ``max_retries`` times with backoff ``backoff_seconds``, doubling, capped at
-    ``max_backoff_seconds``.
+    waiting (202 and 429 Retry-After, backoff, attempts that got no body) stays within
+    ``max_wait_seconds`` (a wait that would pass it raises at once instead of sleeping); the
+    time spent receiving a package's body is not waiting and never counts. Transient failures
+    are retried ``max_retries`` times with backoff ``backoff_seconds``, doubling, capped at
+    ``max_backoff_seconds``; a package's body cut short or stalled is retried (resumed where
+    it stopped when DROP honours Range) ``max_body_retries`` times, with the same backoff.
     """
 
     connect_timeout: float = 5.0
@@ -129,6 +178,7 @@ class DropLimits:
     stall_timeout: float = 120.0
     max_wait_seconds: float = 600.0
     max_retries: int = 4
+    max_body_retries: int = 8
     backoff_seconds: float = 2.0
     max_backoff_seconds: float = 60.0
 
@@ -149,6 +199,8 @@ class Transport:
     sleep: Callable[[float], None]
     clock: Callable[[], float]
     _current: _Attempt | None = field(default=None, init=False, repr=False)  # in flight
+    # Seconds spent receiving package bodies in the call in flight: not waiting for DROP.
+    _receiving: float = field(default=0.0, init=False, repr=False)
 
     def run(
         self,
@@ -161,8 +213,10 @@ class Transport:
         Fail, or the retries or the waiting budget run out (raises)."""
         limits = self.limits
         started = self.clock()
+        self._receiving = 0.0
         waited = 0.0
         failures = 0
+        body_failures = 0
         attempts = 0
         while True:
             attempts += 1
@@ -174,22 +228,35 @@ class Transport:
             if isinstance(decision, Wait):
                 delay, exhausted = decision.seconds, decision.exhausted
             else:
-                failures += 1
-                times = "once" if failures == 1 else f"{failures} times"
+                if decision.body:
+                    body_failures += 1
+                    count, most = body_failures, limits.max_body_retries
+                else:
+                    failures += 1
+                    count, most = failures, limits.max_retries
+                times = "once" if count == 1 else f"{count} times"
                 exhausted = DropUnavailable(
                     f"DROP {method} {path} failed {times}; last: {decision.reason}",
                     status=decision.status,
                 )
-                if failures > limits.max_retries:
+                if count > most:
                     raise exhausted
-                delay = min(
-                    limits.backoff_seconds * 2 ** (failures - 1), limits.max_backoff_seconds
-                )
-            if max(self.clock() - started, waited) + delay > limits.max_wait_seconds:
+                delay = min(limits.backoff_seconds * 2 ** (count - 1), limits.max_backoff_seconds)
+            if isinstance(decision, Retry) and decision.body:
+                # Bounded by their number: the pause after a cut body is no wait for DROP.
+                self._pause(method, path, delay)
+                self._receiving += delay
+                continue
+            # Waiting so far: the clock since the call began, less the bodies received.
+            elapsed = self.clock() - started - self._receiving
+            if max(elapsed, waited) + delay > limits.max_wait_seconds:
                 raise exhausted
-            log.info("DROP %s %s: waiting %.1f s before the next attempt", method, path, delay)
-            self.sleep(delay)
+            self._pause(method, path, delay)
             waited += delay
+
+    def _pause(self, method: str, path: str, delay: float) -> None:
+        log.info("DROP %s %s: waiting %.1f s before the next attempt", method, path, delay)
+        self.sleep(delay)
 
     def _attempt(
         self,
@@ -264,62 +331,102 @@ class Transport:
         dest_dir: Path,
         file_name: str,
         on_progress: OnProgress | None = None,
+        partial: PartialBody | None = None,
     ) -> Received | Retry:
         """Stream the body into ``dest_dir`` under ``file_name`` (see ``place_atomically``),
         cut only when no byte comes for ``stall_timeout`` seconds.
 
-        A body cut short (by the peer or by a stall) leaves no file behind and is worth
-        another attempt.
+        A 206 continues ``partial`` (the bytes an earlier attempt kept); a 200 is the whole
+        body, and whatever ``partial`` held is dropped. A body cut short (by the peer or by a
+        stall) is kept in ``partial`` for the next attempt to resume (without one, nothing is
+        left behind) and is worth another attempt.
         """
+        began = self.clock()
+        try:
+            return self._receive(response, dest_dir, file_name, on_progress, partial)
+        finally:
+            self._receiving += self.clock() - began
+
+    def _receive(
+        self,
+        response: requests.Response,
+        dest_dir: Path,
+        file_name: str,
+        on_progress: OnProgress | None,
+        partial: PartialBody | None,
+    ) -> Received | Retry:
+        kept = partial if partial is not None else PartialBody()
         expected = _content_length(response)
-        digest = hashlib.sha256()
-        size = 0
-        fd, temp_name = tempfile.mkstemp(dir=dest_dir, prefix=".drop-download-", suffix=".part")
-        temp_path = Path(temp_name)
+        identity = _encoding(response) == "identity"
+        if response.status_code == 206:
+            whole, refused = _continues(response, kept, file_name, expected)
+            if refused is not None:
+                kept.discard()
+                return Retry("resume_refused", f"download not resumed: {refused}", 206, body=True)
+            assert kept.path is not None
+            kept.total = whole
+            out_file = kept.path.open("ab")
+        else:
+            kept.discard()  # the whole body again: what was kept is not needed
+            fd, temp_name = tempfile.mkstemp(dir=dest_dir, prefix=".drop-download-", suffix=".part")
+            out_file = os.fdopen(fd, "wb")
+            kept.path, kept.file_name, kept.total = Path(temp_name), file_name, expected
+            kept.validator = _validator(response)
+        temp_path = kept.path
+        total = kept.total  # of the whole body, whichever part this attempt brings
         bound = self._current.bound if self._current is not None else None
         raw = response.raw
         connection = getattr(raw, "connection", None)
         sock: socket.socket | None = getattr(connection, "sock", None)
         try:
-            with os.fdopen(fd, "wb") as out:
+            with out_file as out:
                 # From here the wall clock no longer counts, a silence does: each read waits
                 # at most stall_timeout (the socket), and the watchdog's deadline follows
                 # the last byte (whatever a read does underneath).
                 if sock is not None:
                     sock.settimeout(self.limits.stall_timeout)
-                while True:
-                    if bound is not None:
-                        bound.postpone(self.limits.stall_timeout)
-                    # read1: at most one receive, so a slow but steady body keeps the
-                    # deadline moving (a full-size read would wait for a whole chunk).
-                    chunk = _read_once(raw)
-                    if not chunk:
-                        break
-                    out.write(chunk)
-                    digest.update(chunk)
-                    size += len(chunk)
-                    if on_progress is not None:
-                        on_progress(size, expected)
-                if bound is not None and bound.expired:
-                    raise _BodyStalled
-                out.flush()
+                try:
+                    while True:
+                        if bound is not None:
+                            bound.postpone(self.limits.stall_timeout)
+                        # read1: at most one receive, so a slow but steady body keeps the
+                        # deadline moving (a full-size read would wait for a whole chunk).
+                        chunk = _read_once(raw)
+                        if not chunk:
+                            break
+                        out.write(chunk)
+                        kept.digest.update(chunk)
+                        kept.size += len(chunk)
+                        if on_progress is not None:
+                            on_progress(kept.size, total)
+                    if bound is not None and bound.expired:
+                        raise _BodyStalled
+                finally:
+                    out.flush()  # what came is kept whole for a resume
                 os.fsync(out.fileno())
-            if expected is not None and size != expected:
-                raise _BodyCutShort(f"got {size} of {expected} bytes")
-            path = place_atomically(temp_path, dest_dir, file_name, digest.hexdigest())
+            if total is not None and kept.size != total:
+                raise _BodyCutShort(f"got {kept.size} of {total} bytes")
+            sha256 = kept.digest.hexdigest()
+            path = place_atomically(temp_path, dest_dir, file_name, sha256)
         except (_BodyStalled, _BodyCutShort) as exc:
-            temp_path.unlink(missing_ok=True)
+            size = kept.size
+            if not identity or not size:
+                kept.discard()  # nothing a Range could continue
             # A stall ends as a socket timeout, or as a cut socket when the watchdog was first.
             if isinstance(exc, _BodyStalled) or (bound is not None and bound.expired):
                 stall = self.limits.stall_timeout
                 return Retry(
-                    "stalled", f"download stalled: no byte for {stall:g} s after {size} bytes"
+                    "stalled",
+                    f"download stalled: no byte for {stall:g} s after {size} bytes",
+                    body=True,
                 )
-            return Retry("truncated", f"download cut short: {exc}")
+            return Retry("truncated", f"download cut short: {exc}", body=True)
         except BaseException:
-            temp_path.unlink(missing_ok=True)
+            kept.discard()
             raise
-        return Received(path=path, size_bytes=size, sha256=digest.hexdigest())
+        size = kept.size
+        kept.placed()
+        return Received(path=path, size_bytes=size, sha256=sha256)
 
 
 def _read_once(raw: urllib3.HTTPResponse) -> bytes:
@@ -333,8 +440,53 @@ def _read_once(raw: urllib3.HTTPResponse) -> bytes:
         raise _BodyCutShort(str(exc) or type(exc).__name__) from None
 
 
+def _encoding(response: requests.Response) -> str:
+    return response.headers.get("Content-Encoding", "identity").strip().lower() or "identity"
+
+
+_CONTENT_RANGE_RE = re.compile(r"bytes\s+([0-9]+)-([0-9]+)/([0-9]+|\*)", re.IGNORECASE)
+
+
+def _continues(
+    response: requests.Response, kept: PartialBody, file_name: str, length: int | None
+) -> tuple[int | None, str | None]:
+    """Whether a 206 is the rest of the kept bytes: the whole body's length (when known),
+    and why not (None: it is)."""
+    if kept.path is None or not kept.size:
+        return None, "DROP sent part of a package that was not asked for"
+    if _encoding(response) != "identity":
+        return None, "DROP sent the rest encoded"
+    if file_name != kept.file_name:
+        return None, f"DROP sent part of {file_name} to complete {kept.file_name}"
+    header = response.headers.get("Content-Range", "")
+    match = _CONTENT_RANGE_RE.fullmatch(header.strip())
+    if match is None:
+        return None, f"unreadable Content-Range {header[:80]!r}"
+    first, last = int(match[1]), int(match[2])
+    whole = None if match[3] == "*" else int(match[3])
+    if (
+        first != kept.size
+        or (whole is not None and last != whole - 1)
+        or (kept.total is not None and whole != kept.total)
+        or (length is not None and length != last - first + 1)
+    ):
+        return None, (
+            f"DROP sent bytes {first}-{last}/{match[3]} after {kept.size} of "
+            f"{kept.total if kept.total is not None else '?'} bytes"
+        )
+    return whole if whole is not None else kept.total, None
+
+
+def _validator(response: requests.Response) -> str | None:
+    """What ``If-Range`` may carry: a strong ETag, else Last-Modified (a weak ETag may not)."""
+    etag = response.headers.get("ETag", "").strip()
+    if etag and not etag.startswith("W/"):
+        return etag
+    return response.headers.get("Last-Modified", "").strip() or None
+
+
 def _content_length(response: requests.Response) -> int | None:
-    if response.headers.get("Content-Encoding", "identity").lower() != "identity":
+    if _encoding(response) != "identity":
         return None  # the length is of the encoded body; urllib3 checks that one
     raw = response.headers.get("Content-Length")
     if raw is None or not raw.strip().isdigit():

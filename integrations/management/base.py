@@ -20,6 +20,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
+from integrations.drop.calendar import drop_day_bounds, drop_timezone
 from integrations.encryption import DecryptionError
 from integrations.models import Broker, DropCycle
 from integrations.services.secrets import ENCRYPTION_KEYS_WRONG, encryption_keys_check
@@ -34,19 +35,35 @@ def validation_message(error: ValidationError) -> str:
     return " ".join(error.messages)
 
 
-def date_bound(text: str, *, end: bool = False, zone: dt.tzinfo = dt.UTC) -> dt.datetime:
-    """``--since``/``--until`` values: a date (``--until`` includes the whole day) or ISO time.
-
-    A date, or a time without an offset, is read in ``zone`` (UTC unless said otherwise)."""
+def date_bound(text: str, *, end: bool = False) -> dt.datetime:
+    """``--since``/``--until`` values, in UTC: a date is a day of DROP's calendar (from its
+    midnight there; ``--until`` includes the whole day), an ISO time without an offset is
+    read there too."""
     try:
         if len(text) == 10:
-            day = dt.date.fromisoformat(text)
-            start = dt.datetime.combine(day, dt.time(), tzinfo=zone)
-            return start + dt.timedelta(days=1) if end else start
-        moment = dt.datetime.fromisoformat(text)
-    except ValueError:
+            start, next_day = drop_day_bounds(dt.date.fromisoformat(text))
+            moment = next_day if end else start
+        else:
+            moment = dt.datetime.fromisoformat(text)
+            if moment.tzinfo is None:
+                moment = moment.replace(tzinfo=drop_timezone())
+        return moment.astimezone(dt.UTC)
+    except (ValueError, OverflowError):
         raise CommandError(f"not a date: {text!r} (use YYYY-MM-DD or an ISO 8601 time)") from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=zone)
+
+
+def add_period_arguments(parser: Any, *, what: str = "") -> None:
+    """``--since`` and ``--until`` as ``date_bound`` reads them; ``what`` ("matched ") says
+    which time of a row they filter on."""
+    zone = "DROPPORTAL_DROP_TIMEZONE, California's"
+    parser.add_argument(
+        "--since",
+        help=f"{what}from this date or ISO time (inclusive); dates, and times without an "
+        f"offset, are DROP's calendar ({zone})",
+    )
+    parser.add_argument(
+        "--until", help=f"{what}up to this date (inclusive: the whole day) or ISO time (exclusive)"
+    )
 
 
 def open_output(path: str | None, stdout: Any) -> Any:

@@ -109,10 +109,12 @@ def drop_pull(
 ) -> PullResult:
     """Download DROP's current package for ``broker`` and import it; raises DropPullError.
 
-    Waits through 202 and 429 (and retries 5xx, timeouts, stalled and cut bodies) for at
-    most ``max_wait_seconds``; the package streams to disk, ``on_progress(received,
-    announced)`` following it. A refusal (401, 403, 409, ...) or a refused package is a
-    ``drop.pull_failed`` event and nothing is imported; the next pull starts afresh.
+    Waits through 202 and 429 (and retries 5xx and timeouts) for at most
+    ``max_wait_seconds``; the package streams to disk, ``on_progress(received, announced)``
+    following it, for as long as it takes (receiving is not waiting), a stalled or cut body
+    being resumed ``DropLimits.max_body_retries`` times. A refusal (401, 403, 409, ...) or a
+    refused package is a ``drop.pull_failed`` event and nothing is imported; the next pull
+    starts afresh.
     """
     started = time.monotonic()
     try:

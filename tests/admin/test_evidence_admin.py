@@ -66,3 +66,18 @@ def test_staff_without_the_auditors_views_are_refused(cycle: DropCycle, client: 
     assert client.get("/admin/evidence/").status_code == 403
     assert client.post("/admin/evidence/", {"broker": "4821", "cycle": "1"}).status_code == 403
     assert not LedgerEvent.objects.filter(kind="evidence.exported").exists()
+
+
+def test_a_period_is_of_drop_days_as_the_command_reads_it(cycle: DropCycle, client: Client) -> None:
+    login(client, "Auditors")
+    response = client.post(
+        "/admin/evidence/", {"broker": "4821", "since": "2026-07-01", "until": "2026-07-01"}
+    )
+    assert response.status_code == 200
+    assert response["Content-Type"] == "application/zip"
+    event = LedgerEvent.objects.get(kind="evidence.exported")
+    # July 1 in California: from 07:00 UTC on July 1 to 07:00 UTC on July 2.
+    assert event.data["period"] == {
+        "since": "2026-07-01T07:00:00+00:00",
+        "until": "2026-07-02T07:00:00+00:00",
+    }

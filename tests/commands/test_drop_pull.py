@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import hashlib
 import io
 import json
 import socket
@@ -260,7 +261,7 @@ def test_a_body_cut_short_is_retried_and_never_imported_in_part(
 def test_a_body_cut_short_every_time_imports_nothing(
     broker: Broker, drop: DropSimulator, package: bytes, tmp_path: Path
 ) -> None:
-    for _ in range(5):
+    for _ in range(drop_services.DROP_LIMITS.max_body_retries + 1):
         drop.queue_package(package, PACKAGE_NAME, cut_after=100)
     with pytest.raises(CommandError, match="download cut short"):
         pull()
@@ -491,6 +492,56 @@ def test_a_stalled_package_is_pulled_again(
     assert LedgerEvent.objects.get(kind="drop.pulled").data["attempts"] == 2
     kept = sorted(p.name for p in (tmp_path / "packages" / "4821").iterdir())
     assert kept == [PACKAGE_NAME]
+
+
+@pytest.mark.parametrize("ranges", [True, False], ids=["range-honoured", "range-ignored"])
+def test_a_package_stalled_past_max_wait_is_resumed_and_arrives_whole(
+    broker: Broker,
+    drop: DropSimulator,
+    package: bytes,
+    slow_line: None,
+    capsys,
+    tmp_path: Path,
+    ranges: bool,
+) -> None:
+    # Each attempt trickles its bytes 0.1 s apart, never silent for the 1 s stall bound but
+    # longer in all than --max-wait 1: the first stalls half way (silent for 3 s), after
+    # more than a second of receiving; the transfer, not DROP's preparing, took that time.
+    half = len(package) // 2
+    piece = -(-len(package) // 20)
+    drop.queue_package(
+        package, PACKAGE_NAME, pace=0.1, chunk=piece, stall_after=half, stall_for=3.0
+    )
+    drop.queue_package(package, PACKAGE_NAME, pace=0.1, chunk=piece, ranges=ranges)
+
+    assert pull_json(capsys, "--max-wait", "1")["work_items"] == 5
+
+    first, second = drop.calls("/data/download")
+    assert "Range" not in first.headers
+    assert second.headers["Range"] == f"bytes={half}-"  # the rest, where the stall stopped
+    assert api_calls() == [(200, "stalled"), (206 if ranges else 200, "package")]
+    pulled = LedgerEvent.objects.get(kind="drop.pulled").data
+    assert pulled["zip_sha256"] == hashlib.sha256(package).hexdigest()
+    assert (pulled["size_bytes"], pulled["attempts"]) == (len(package), 2)
+    kept = sorted(p.name for p in (tmp_path / "packages" / "4821").iterdir())
+    assert kept == [PACKAGE_NAME]  # the part kept for the resume is gone
+    assert (tmp_path / "packages" / "4821" / PACKAGE_NAME).read_bytes() == package
+
+
+def test_a_package_that_keeps_stalling_is_given_up_after_max_body_retries(
+    broker: Broker, drop: DropSimulator, package: bytes, slow_line: None, monkeypatch, tmp_path
+) -> None:
+    fewer = dataclasses.replace(drop_services.DROP_LIMITS, max_body_retries=2)
+    monkeypatch.setattr(drop_services, "DROP_LIMITS", fewer)
+    for _ in range(4):
+        drop.queue_package(package, PACKAGE_NAME, stall_after=100, stall_for=3.0, ranges=True)
+
+    with pytest.raises(CommandError, match="failed 3 times; last: download stalled"):
+        pull()
+
+    assert [outcome for _, outcome in api_calls()] == ["stalled"] * 3
+    assert_nothing_imported()
+    assert list((tmp_path / "packages" / "4821").iterdir()) == []
 
 
 def test_an_odd_package_is_pulled_imported_in_part_and_the_exit_names_the_rest(

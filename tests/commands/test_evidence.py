@@ -30,7 +30,14 @@ from dropportal import local_state
 from integrations.drop.client import DropClient
 from integrations.evidence import pack
 from integrations.evidence.verify import verify_pack
-from integrations.models import Broker, DropCycle, LedgerEvent, ReportFile, WorkItem
+from integrations.models import (
+    Broker,
+    DeletionRequest,
+    DropCycle,
+    LedgerEvent,
+    ReportFile,
+    WorkItem,
+)
 from integrations.services.evidence import evidence_signing_key
 from integrations.services.report_manual import report_file_discard
 from integrations.services.reports import report_run
@@ -324,11 +331,30 @@ def test_a_period_export_covers_the_same_records(cycle: DropCycle, tmp_path: Pat
         "--until", "2026-12-31", "--out", str(out), "--json", stdout=(stdout := io.StringIO()),
     )  # fmt: skip
     manifest = json.loads(stdout.getvalue())
-    assert manifest["period"] == {
-        "since": "2026-01-01T00:00:00+00:00",
-        "until": "2027-01-01T00:00:00+00:00",
+    assert manifest["period"] == {  # DROP's year: from midnight in California, in UTC
+        "since": "2026-01-01T08:00:00+00:00",
+        "until": "2027-01-01T08:00:00+00:00",
     }
     assert verify_pack(out).ok
+
+
+def test_period_dates_are_days_of_drops_calendar(cycle: DropCycle, tmp_path: Path) -> None:
+    # 03:00 UTC on July 2 is still July 1 in California, the day DROP counts it in.
+    late = dt.datetime(2026, 7, 2, 3, 0, tzinfo=dt.UTC)
+    request = DeletionRequest.objects.filter(broker__broker_id="4821").order_by("pk").first()
+    assert request is not None
+    DeletionRequest.objects.filter(pk=request.pk).update(matched_at=late)
+
+    def outcomes(since: str, until: str) -> str:
+        out = tmp_path / f"{since}_{until}.zip"
+        call_command(
+            "evidence", "export", "--broker", "4821", "--since", since, "--until", until,
+            "--out", str(out), stdout=io.StringIO(),
+        )  # fmt: skip
+        return members(out)[pack.OUTCOMES].decode()
+
+    assert str(request.request_uuid) in outcomes("2026-07-01", "2026-07-01")
+    assert str(request.request_uuid) not in outcomes("2026-07-02", "2026-07-02")
 
 
 @pytest.mark.parametrize(

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import io
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from django.core.management import call_command
 
 from integrations.ledger_kinds import LedgerKind
+from integrations.services import ledger as ledger_services
 from integrations.services.ledger import ledger_event_append, ledger_seal
 
 pytestmark = pytest.mark.django_db
@@ -54,6 +57,23 @@ def test_jsonl_filtered_by_broker(events: None) -> None:
 def test_date_filters(events: None) -> None:
     assert run("--format", "jsonl", "--until", "2000-01-01") == ""
     assert len(run("--format", "jsonl", "--since", "2000-01-01").splitlines()) == 3
+
+
+def test_dates_are_days_of_drops_calendar(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 03:00 UTC on July 2 is still July 1 in California, the day DROP counts it in.
+    late = dt.datetime(2026, 7, 2, 3, 0, tzinfo=dt.UTC)
+    monkeypatch.setattr(ledger_services, "timezone", SimpleNamespace(now=lambda: late))
+    ledger_event_append(kind=LedgerKind.BROKER_CREATED, broker_id="4821", subject="late")
+
+    def subjects(*dates: str) -> list[str]:
+        return [
+            json.loads(line)["subject"] for line in run("--format", "jsonl", *dates).splitlines()
+        ]
+
+    assert subjects("--since", "2026-07-01", "--until", "2026-07-01") == ["late"]
+    assert subjects("--since", "2026-07-02") == []
+    assert subjects("--until", "2026-06-30") == []
+    assert subjects("--since", "2026-07-01T19:59", "--until", "2026-07-01T20:01") == ["late"]
 
 
 def test_out_file(events: None, tmp_path: Path) -> None:

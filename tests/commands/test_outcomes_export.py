@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import io
 import json
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-from integrations.models import Broker, LedgerEvent
+from integrations.models import Broker, DeletionRequest, LedgerEvent
 from integrations.selectors.outcomes import OUTCOME_COLUMNS
 from integrations.services.brokers import broker_create
 from tests.builders import OutcomeHistory, outcome_history
@@ -129,6 +130,21 @@ def test_jsonl_keeps_values_exact_and_filters_by_broker_and_dates(
 
     until = run("--format", "jsonl", "--broker", "4821", "--until", "2026-03-13")
     assert len(until.splitlines()) == 2  # the 12th and the 13th, whole days
+
+
+def test_dates_are_days_of_drops_calendar(history: OutcomeHistory) -> None:
+    # 03:00 UTC on July 2 is still July 1 in California, the day DROP counts it in.
+    late = dt.datetime(2026, 7, 2, 3, 0, tzinfo=dt.UTC)
+    DeletionRequest.objects.filter(pk=history.deleted.pk).update(matched_at=late)
+
+    def matched(*dates: str) -> list[str]:
+        lines = run("--format", "jsonl", "--broker", "4821", *dates).splitlines()
+        return [json.loads(line)["request_uuid"] for line in lines]
+
+    assert matched("--since", "2026-07-01", "--until", "2026-07-01") == [
+        str(history.deleted.request_uuid)
+    ]
+    assert matched("--since", "2026-07-02") == []
 
 
 def test_out_file_is_written_whole(history: OutcomeHistory, tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import socket
 import ssl
@@ -40,6 +41,7 @@ KEY = "dk_live_7Qz9SECRETkeyVALUE42"
 ITEMS = list(work_items(4))
 PACKAGE = build_drop_zip("4821", "20260312", {"Email": ITEMS[:2], "Phone": ITEMS[2:]})
 PACKAGE_NAME = "20260312_4821_DROP.zip"
+ETAG = '"' + hashlib.sha256(PACKAGE).hexdigest()[:32] + '"'  # the simulator's, when it ranges
 EMAIL_CSV = f"Id,Status\r\n{ITEMS[0][0]},3\r\n{ITEMS[1][0]},5\r\n".encode()
 PHONE_CSV = f"Id,Status\r\n{ITEMS[2][0]},4\r\n".encode()
 
@@ -376,7 +378,7 @@ def test_body_cut_mid_way_leaves_no_file(
     drop.queue_package(PACKAGE, PACKAGE_NAME, cut_after=len(PACKAGE) // 2)
 
     with pytest.raises(DropUnavailable, match="download cut short"):
-        make_client(max_retries=1).download(tmp_path)
+        make_client(max_body_retries=1).download(tmp_path)
 
     assert files_in(tmp_path) == []
     assert outcomes(calls) == [(200, "truncated"), (200, "truncated")]
@@ -701,7 +703,71 @@ def test_a_package_that_always_stalls_gives_up_naming_the_stall(
         drop.queue_package(PACKAGE, PACKAGE_NAME, stall_after=100, stall_for=3.0)
 
     with pytest.raises(DropUnavailable, match=r"download stalled: no byte for 0\.5 s"):
-        make_client(stall_timeout=0.5, max_retries=1).download(tmp_path)
+        make_client(stall_timeout=0.5, max_body_retries=1).download(tmp_path)
 
     assert outcomes(calls) == [(200, "stalled"), (200, "stalled")]
     assert files_in(tmp_path) == []
+
+
+def test_a_stalled_package_resumes_where_it_stopped_when_drop_honours_range(
+    drop: DropSimulator, make_client: Callable[..., DropClient], tmp_path: Path, calls: list[Call]
+) -> None:
+    half = len(PACKAGE) // 2
+    drop.queue_package(PACKAGE, PACKAGE_NAME, stall_after=half, stall_for=3.0, ranges=True)
+    drop.queue_package(PACKAGE, PACKAGE_NAME, ranges=True)
+    progress: list[tuple[int, int | None]] = []
+
+    result = make_client(stall_timeout=0.5).download(
+        tmp_path, on_progress=lambda received, announced: progress.append((received, announced))
+    )
+
+    first, second = drop.calls("/data/download")
+    assert second.headers["Range"] == f"bytes={half}-"
+    assert "Range" not in first.headers
+    assert second.headers["If-Range"] == ETAG  # the package the kept bytes are of
+    assert outcomes(calls) == [(200, "stalled"), (206, "package")]
+    assert (result.size_bytes, result.sha256) == (len(PACKAGE), hashlib.sha256(PACKAGE).hexdigest())
+    assert (tmp_path / PACKAGE_NAME).read_bytes() == PACKAGE
+    assert files_in(tmp_path) == [PACKAGE_NAME]
+    # The resumed attempt counts on from the bytes kept, towards the whole.
+    resumed = progress[progress.index((half, len(PACKAGE))) + 1 :]
+    assert resumed and all(received > half for received, _ in resumed)
+    assert progress[-1] == (len(PACKAGE), len(PACKAGE))
+
+
+@pytest.mark.parametrize(
+    ("status", "headers"),
+    [
+        (206, {"Content-Range": "bytes 0-99/100"}),  # not the rest of what was kept
+        (416, {"Content-Range": f"bytes */{len(PACKAGE)}"}),
+    ],
+    ids=["another-range", "416"],
+)
+def test_a_resume_drop_does_not_continue_starts_the_package_over(
+    drop: DropSimulator,
+    make_client: Callable[..., DropClient],
+    tmp_path: Path,
+    calls: list[Call],
+    status: int,
+    headers: dict[str, str],
+) -> None:
+    drop.queue_package(PACKAGE, PACKAGE_NAME, stall_after=100, stall_for=3.0)
+    zip_headers = {
+        "Content-Type": "application/zip",
+        "Content-Disposition": f'attachment; filename="{PACKAGE_NAME}"',
+    }
+    drop.queue_response(
+        status, body=PACKAGE[:100], headers={**zip_headers, **headers}, path="/data/download"
+    )
+    drop.queue_package(PACKAGE, PACKAGE_NAME)
+
+    result = make_client(stall_timeout=0.5).download(tmp_path)
+
+    assert outcomes(calls) == [(200, "stalled"), (status, "resume_refused"), (200, "package")]
+    assert [r.headers.get("Range") for r in drop.calls("/data/download")] == [
+        None,
+        "bytes=100-",
+        None,  # the whole again: nothing of the kept part is trusted
+    ]
+    assert result.sha256 == hashlib.sha256(PACKAGE).hexdigest()
+    assert files_in(tmp_path) == [PACKAGE_NAME]

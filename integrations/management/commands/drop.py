@@ -25,7 +25,6 @@ from django.conf import settings
 from django.core.management.base import CommandError
 from tqdm import tqdm
 
-from integrations.drop.calendar import drop_timezone
 from integrations.exports import csv_cell
 from integrations.management.base import broker_or_error, date_bound
 from integrations.management.drop_report import ReportSubcommand
@@ -49,7 +48,7 @@ class Command(ReportSubcommand):
             type=float,
             default=DEFAULT_MAX_WAIT_SECONDS,
             help="seconds to keep waiting while DROP prepares the package or throttles "
-            f"(default {DEFAULT_MAX_WAIT_SECONDS:g})",
+            f"(default {DEFAULT_MAX_WAIT_SECONDS:g}); receiving the package does not count",
         )
         pull.add_argument("--json", action="store_true", help="print the result as JSON")
 
@@ -117,7 +116,7 @@ class Command(ReportSubcommand):
         downloaded_at: dt.datetime | None = None
         if options["downloaded_at"]:
             # A date is a day of DROP's calendar, like the date in the package's file names.
-            downloaded_at = date_bound(options["downloaded_at"], zone=drop_timezone())
+            downloaded_at = date_bound(options["downloaded_at"])
         try:
             result = drop_zip_import(
                 broker=broker, path=path, downloaded_at=downloaded_at, actor=self.actor()

@@ -21,6 +21,7 @@ from django.core.management.base import CommandError
 from integrations.evidence import verify
 from integrations.management.base import (
     DropportalCommand,
+    add_period_arguments,
     broker_or_error,
     cycle_or_error,
     date_bound,
@@ -35,8 +36,7 @@ class Command(DropportalCommand):
         export = subparsers.add_parser("export", help="write a signed evidence pack (ZIP)")
         export.add_argument("--broker", required=True, help="the broker's 4-digit DROP id")
         export.add_argument("--cycle", help="one cycle (its drop_session_id)")
-        export.add_argument("--since", help="from this date or time (inclusive)")
-        export.add_argument("--until", help="up to this date (inclusive) or time (exclusive)")
+        add_period_arguments(export)
         export.add_argument("--out", required=True, help="the ZIP to write")
         export.add_argument("--json", action="store_true", help="print the manifest as JSON")
         check = subparsers.add_parser("verify", help="check a pack (no database needed)")

@@ -6,7 +6,12 @@ import sys
 from typing import Any
 
 from integrations import exports
-from integrations.management.base import DropportalCommand, date_bound, open_output
+from integrations.management.base import (
+    DropportalCommand,
+    add_period_arguments,
+    date_bound,
+    open_output,
+)
 from integrations.selectors.ledger import LEDGER_COLUMNS, ledger_events
 from integrations.services.ledger import ledger_seal, ledger_verify
 
@@ -18,8 +23,7 @@ class Command(DropportalCommand):
         export = subparsers.add_parser("export", help="stream ledger events as CSV or JSONL")
         export.add_argument("--format", choices=exports.FORMATS, default="csv")
         export.add_argument("--broker", help="only this broker's events")
-        export.add_argument("--since", help="from this date or time (inclusive)")
-        export.add_argument("--until", help="up to this date (inclusive) or time (exclusive)")
+        add_period_arguments(export)
         export.add_argument("--out", help="write to this file instead of stdout")
         verify = subparsers.add_parser("verify", help="check every hash and the chain")
         verify.add_argument("--json", action="store_true")

@@ -20,6 +20,7 @@ from django.core.management.base import CommandError
 from integrations import exports
 from integrations.management.base import (
     DropportalCommand,
+    add_period_arguments,
     broker_or_error,
     date_bound,
     open_output,
@@ -41,10 +42,7 @@ class Command(DropportalCommand):
         )
         export.add_argument("--format", choices=exports.FORMATS, default="csv")
         export.add_argument("--broker", help="only this broker's requests")
-        export.add_argument("--since", help="matched from this date or time (inclusive)")
-        export.add_argument(
-            "--until", help="matched up to this date (inclusive) or time (exclusive)"
-        )
+        add_period_arguments(export, what="matched ")
         export.add_argument("--out", help="write to this file instead of stdout")
 
     def handle_export(self, **options: Any) -> None:
