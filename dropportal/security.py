@@ -2,8 +2,10 @@
 
 ``manage.py check`` (and so every start-up) refuses a plain-http public URL on a host other
 than loopback while debug is off: staff passwords, MFA codes and session cookies would cross
-the network in clear. ``DROPPORTAL_ALLOW_PRIVATE_TARGETS`` (a test or lab set-up) lets it
-through; ``make run`` on http://127.0.0.1:8000 is loopback and never refused::
+the network in clear. Only ``DROPPORTAL_ALLOW_PLAIN_HTTP_PUBLIC_URL`` (a closed lab) lets it
+through, and every check and start says so in a warning (``dropportal.W002``) while it is on;
+``DROPPORTAL_ALLOW_PRIVATE_TARGETS`` opens outbound calls, not this. ``make run`` on
+http://127.0.0.1:8000 is loopback and never refused::
 
     DROPPORTAL_PUBLIC_URL=http://dp.example.com manage.py check   # dropportal.E001
 """
@@ -18,11 +20,25 @@ from django.core import checks
 
 from integrations.client_address import is_loopback_host
 
+PLAIN_HTTP_PUBLIC_URL_ALLOWED = (
+    "DROPPORTAL_ALLOW_PLAIN_HTTP_PUBLIC_URL is on: a plain-http DROPPORTAL_PUBLIC_URL off "
+    "loopback is allowed, so staff passwords, MFA codes and session cookies may cross the "
+    "network in clear."
+)
+
 
 @checks.register(checks.Tags.security)
 def public_url_uses_https(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    if settings.DROPPORTAL_ALLOW_PLAIN_HTTP_PUBLIC_URL:
+        return [
+            checks.Warning(
+                PLAIN_HTTP_PUBLIC_URL_ALLOWED,
+                hint="For a closed test set-up only: unset it and serve over https.",
+                id="dropportal.W002",
+            )
+        ]
     public = urlsplit(settings.DROPPORTAL_PUBLIC_URL)
-    if public.scheme == "https" or settings.DEBUG or settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS:
+    if public.scheme == "https" or settings.DEBUG:
         return []
     if is_loopback_host(public.hostname or ""):
         return []
@@ -32,8 +48,8 @@ def public_url_uses_https(app_configs: Any = None, **kwargs: Any) -> list[checks
             "other than loopback: staff passwords, MFA codes and session cookies would cross "
             "the network in clear.",
             hint="Serve it over https (behind a TLS-terminating proxy, also set "
-            "DROPPORTAL_BEHIND_TLS_PROXY=true), or set DROPPORTAL_ALLOW_PRIVATE_TARGETS=true "
-            "for a closed test set-up.",
+            "DROPPORTAL_BEHIND_TLS_PROXY=true), or set "
+            "DROPPORTAL_ALLOW_PLAIN_HTTP_PUBLIC_URL=true for a closed test set-up.",
             id="dropportal.E001",
         )
     ]

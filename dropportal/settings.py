@@ -61,6 +61,11 @@ DROPPORTAL_EVIDENCE_KEY_GENERATOR = "dropportal.local_state.evidence_key_pem"
 # Where the service keeps files of its own: downloaded DROP packages, process counters.
 DROPPORTAL_VAR_DIR = local_state.VAR_DIR
 DROPPORTAL_ALLOW_PRIVATE_TARGETS = env.bool("DROPPORTAL_ALLOW_PRIVATE_TARGETS", default=False)
+# A plain-http public URL on a host other than loopback, for a closed lab only: staff
+# passwords and session cookies cross the network in clear (dropportal.security says so).
+DROPPORTAL_ALLOW_PLAIN_HTTP_PUBLIC_URL = env.bool(
+    "DROPPORTAL_ALLOW_PLAIN_HTTP_PUBLIC_URL", default=False
+)
 # Broker callbacks a second per API key and web process (bursts of twice that); 0: no limit.
 DROPPORTAL_CALLBACK_RATE_LIMIT = env.int("DROPPORTAL_CALLBACK_RATE_LIMIT", default=200)
 # Rejected callbacks without a valid API key, a second per client address (bursts of twice

@@ -2,12 +2,16 @@
 
     for line in start_refusals(): ...   # one line each; none: start
 
-The system checks' errors (``dropportal.E001`` among them; warnings are left to
-``manage.py check``) and ``DROPPORTAL_ENCRYPTION_KEYS`` unable to read the stored secrets. An
-unreachable database stops nothing: the process answers 503 until it is back.
+The system checks' errors (``dropportal.E001`` among them) and ``DROPPORTAL_ENCRYPTION_KEYS``
+unable to read the stored secrets. An unreachable database stops nothing: the process
+answers 503 until it is back. Our own warnings (``dropportal.W001``: private targets allowed,
+``dropportal.W002``: a plain-http public URL allowed) stop nothing but are logged, one
+WARNING line each at every start: a setting that opens a door is never on quietly.
 """
 
 from __future__ import annotations
+
+import logging
 
 from django.conf import settings
 from django.core import checks
@@ -15,13 +19,19 @@ from django.db import DatabaseError, connections
 
 from integrations.services.secrets import encryption_keys_check
 
+logger = logging.getLogger(__name__)
+
+
+def _line(message: checks.CheckMessage) -> str:
+    return f"{message.msg} ({message.id}{'; ' + message.hint if message.hint else ''})"
+
 
 def start_refusals() -> list[str]:
-    refusals = [
-        f"{message.msg} ({message.id}{'; ' + message.hint if message.hint else ''})"
-        for message in checks.run_checks(include_deployment_checks=False)
-        if message.is_serious() and not message.is_silenced()
-    ]
+    found = [m for m in checks.run_checks(include_deployment_checks=False) if not m.is_silenced()]
+    for message in found:
+        if message.level == checks.WARNING and str(message.id).startswith("dropportal.W"):
+            logger.warning("%s", _line(message))
+    refusals = [_line(message) for message in found if message.is_serious()]
     try:
         problem = encryption_keys_check()
     except DatabaseError:  # unreachable, or not migrated yet: /readyz says which

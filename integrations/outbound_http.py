@@ -13,8 +13,9 @@ What it guarantees (docs/contracts.md §6):
 - Target addresses are filtered by ``requests-hardened``: the host name is resolved once, the
   address is checked, and the connection is pinned to that address (no DNS rebinding between
   check and connect). On top of its private/loopback/multicast check we refuse reserved,
-  link-local, site-local and otherwise non-global addresses. All of this happens before any
-  connection is opened. ``allow_private=True`` (development and tests:
+  link-local, site-local and otherwise non-global addresses, and IPv6 addresses that lead to
+  such an IPv4 address (IPv4-mapped or -compatible, 6to4, Teredo, NAT64). All of this
+  happens before any connection is opened. ``allow_private=True`` (development and tests:
   ``DROPPORTAL_ALLOW_PRIVATE_TARGETS``) turns the filtering off, for every call alike.
 - Redirects are never followed: a 3xx is a failed attempt.
 - ``CONNECT_TIMEOUT`` (5 s) to connect, ``TOTAL_TIMEOUT`` (15 s) in all by the wall clock,
@@ -93,10 +94,45 @@ def tls_context() -> ssl.SSLContext:
     return context
 
 
-def _refusal_reason(ip: IPAddress) -> str | None:
-    """Why ``ip`` is not a public target, or None if it is one."""
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+# IPv6 prefixes that carry an IPv4 address in their last 32 bits and reach it through a
+# translator: NAT64's well-known and local-use prefixes (RFC 6052, RFC 8215).
+_NAT64 = (ipaddress.IPv6Network("64:ff9b::/96"), ipaddress.IPv6Network("64:ff9b:1::/48"))
+_IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+
+
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 one leads to, if any: IPv4-mapped (``::ffff:a.b.c.d``),
+    IPv4-compatible (``::a.b.c.d``), 6to4 (``2002::/16``), Teredo's client (``2001::/32``)
+    or NAT64 (``64:ff9b::/96``, ``64:ff9b:1::/48``)."""
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if ip.teredo is not None:
+        return ip.teredo[1]
+    if any(ip in network for network in _NAT64) or (
+        ip in _IPV4_COMPATIBLE and int(ip) > 1  # not :: nor ::1, judged as IPv6 below
+    ):
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return None
+
+
+def ip_refusal_reason(ip: IPAddress) -> str | None:
+    """Why ``ip`` is not a public target, or None if it is one. An IPv6 address that leads
+    to an IPv4 one (mapped, compatible, 6to4, Teredo, NAT64) is refused for what that IPv4
+    address is, then judged as IPv6 too."""
+    if isinstance(ip, ipaddress.IPv6Address):
+        embedded = _embedded_ipv4(ip)
+        if embedded is not None:
+            reason = _own_refusal_reason(embedded)
+            if ip.ipv4_mapped is not None:
+                return reason
+            if reason is not None:
+                return f"{reason} (it leads to {embedded})"
+    return _own_refusal_reason(ip)
+
+
+def _own_refusal_reason(ip: IPAddress) -> str | None:
     if ip.is_loopback:
         return "loopback"
     if ip.is_link_local:
@@ -127,8 +163,9 @@ class _PublicOnlyAdapter(_Adapter, IPFilterAdapter):
     the deadline (``DeadlineAdapter`` comes first in the method order), and a stricter check.
 
     The library refuses private, loopback, multicast and a list of special ranges; Python's
-    ``is_private`` misses some reserved and site-local IPv6 space (e.g. ``::7f00:1``,
-    ``fec0::/10``), so the pinned address is checked again here, still before connecting.
+    ``is_private`` misses some reserved and site-local IPv6 space (e.g. ``fec0::/10``) and
+    the IPv4 address a 6to4 one leads to (``2002:7f00:1::``: 127.0.0.1), so the pinned
+    address is checked again here (``ip_refusal_reason``), still before connecting.
     """
 
     def __init__(self, *, is_https_proto: bool, allow_loopback: bool) -> None:
@@ -144,7 +181,7 @@ class _PublicOnlyAdapter(_Adapter, IPFilterAdapter):
             request, verify, cert
         )
         pinned = ipaddress.ip_address(str(host_params["host"]).strip("[]"))
-        if _refusal_reason(pinned) is not None:
+        if ip_refusal_reason(pinned) is not None:
             raise InvalidIPAddress(pinned)
         return host_params, pool_kwargs
 
@@ -233,7 +270,7 @@ def describe_failure(exc: BaseException, *, timeout_connect: float, timeout_tota
             address = cause.args[0] if cause.args else "?"
             reason = "not public"
             if isinstance(address, ipaddress.IPv4Address | ipaddress.IPv6Address):
-                reason = _refusal_reason(address) or reason
+                reason = ip_refusal_reason(address) or reason
             return f"target address not allowed: {address} is {reason}"
     if isinstance(exc, requests.exceptions.ConnectTimeout):
         return f"connect timed out after {_seconds(timeout_connect)}"

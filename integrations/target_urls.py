@@ -12,6 +12,7 @@ and where a DROP client is built; each words the refusal for its own reader::
 from __future__ import annotations
 
 import enum
+import re
 from urllib.parse import urlsplit
 
 
@@ -28,11 +29,18 @@ def target_url_schemes(*, allow_private: bool) -> tuple[str, ...]:
 
 
 def url_has_credentials(url: str) -> bool:
-    """Whether ``url`` carries a ``user:password@`` part (an empty one too)."""
+    """Whether ``url`` carries a ``user:password@`` part (an empty one too), one whose
+    password holds "?", "#" or ";" among them (``https://u:p?w@host/``: the parser's host
+    is ``u``, its port ``p``): an "@" before the first "/" of what follows ``://``, unless
+    a host without a port comes first (``https://host?email=ann@x.com``)."""
     try:
-        return "@" in urlsplit(url).netloc
+        if "@" in urlsplit(url).netloc:
+            return True
     except ValueError:
         return False
+    head = url.partition("://")[2].split("/", 1)[0]
+    authority = re.split(r"[?#;]", head, maxsplit=1)[0]
+    return "@" in head and ":" in authority.rpartition("]")[2]
 
 
 def target_url_problem(url: str, *, allow_private: bool) -> TargetUrlProblem | None:

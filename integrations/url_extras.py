@@ -1,61 +1,125 @@
-"""Cutting from a URL what it carries beyond its place: a ``user:password@`` part, the query
-and the fragment, where tokens and identifiers travel. For what is kept for good or sent out
-of the process (ledger events, alert texts)::
+"""Cutting from a URL what it carries beyond its place: a ``user:password@`` part, ``;``
+parameters, the query and the fragment, where tokens and identifiers travel. For what is
+kept for good or sent out of the process (ledger events, alert texts)::
 
     without_url_extras("410 Gone from HTTPS://u:p@crm.example/drop?token=s3cr3t at noon")
     # '410 Gone from https://crm.example/drop at noon'
     data_without_url_extras({"url": "https:\\/\\/crm.example\\/drop?email=ann%40x.com"})
     # {'url': 'https://crm.example/drop'}
 
-Each URL found is parsed (``urllib.parse.urlsplit``) and rebuilt from its scheme, host, port
-and path only. Found in any case and however its ``://`` is written: plainly, with JSON's
-escaped slashes (``\\/``) or percent-encoded (``%3A%2F%2F``, a URL inside another's text),
-each unescaped before it is parsed.
+Each URL found is rebuilt from its scheme, host, port and path only. Found in any case and
+however its ``://`` is written: plainly, with JSON's escaped slashes (``\\/``) or
+percent-encoded (``%3A%2F%2F``, a URL inside another's text), each unescaped before it is
+read. Read for safety rather than by the letter of RFC 3986:
+
+- the path ends at a query, fragment or ``;`` parameter however it is spelt, percent-encoded
+  once or more (``%3F``, ``%253F``), and at an "=" or "&" (a query spelt inside a path);
+- a password may hold "?", "#", ";", "/" or "@" unescaped: what comes before the host goes,
+  whatever it holds (``https://u:p?w@host/`` keeps ``https://host/``);
+- a query's value may hold a space: the words after a query that carry "=" or "&" are
+  its own, and a value of its own that starts with a URL (a field of an event:
+  ``data_without_url_extras``) is that URL to the end of its line.
 """
 
 from __future__ import annotations
 
 import re
 from typing import Any
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import unquote
 
 # A scheme, then "://" in one of its spellings, then everything up to white space or a
 # character that ends a URL in text (a quote, an angle bracket).
 _URL = re.compile(r"(?i)(?<![a-z0-9+.\-])[a-z][a-z0-9+.\-]*(?::|%3a)(?:/|\\/|%2f){2}[^\s\"'<>`]*")
-_SEPARATOR_ENCODED = re.compile(r"(?i)^[a-z][a-z0-9+.\-]*%3a")
+# A query's value may hold a space: the words after a query that carry "=" or "&" are its.
+_QUERY_WORDS = re.compile(r"(?: [^\s\"'<>`]*[=&][^\s\"'<>`]*)+")
+_TO_LINE_END = re.compile(r"[^\n]*")
+_PLAIN_SCHEME = re.compile(r"(?i)^[a-z][a-z0-9+.\-]*://")
+# Where a host and port end: a path, a query, a fragment or a ';' parameter.
+_AUTHORITY_END = re.compile(r"[/?#;]")
+# A host (a name, an IPv4 address or a bracketed IPv6 one) and an optional port.
+_HOST_PORT = re.compile(r"^(?:[\w.\-~%!$]*|\[[0-9a-fA-F:.]+(?:%25[\w.\-~]+)?\])(?::\d*)?$")
+# Where a kept path ends: a query, a fragment or a ';' parameter, plainly or percent-encoded
+# (once or more: "%3F", "%253F"), and "=" or "&" that spell a query inside a path.
+_PATH_END = re.compile(r"(?i)[?#;=&]|%(?:25)*(?:3f|23|3b|3d|26)")
 
 
-def _cut(found: re.Match[str]) -> str:
-    text = found.group(0)
-    kept = text.rstrip("\\")  # an escaped quote's backslash belongs to the text around
-    trailing = text[len(kept) :]
-    url = kept.replace("\\/", "/")
-    if _SEPARATOR_ENCODED.match(url):
+def _host_and_tail(rest: str) -> tuple[str, str] | None:
+    """``rest`` (what follows ``://``) as its host and port, and what follows them; None
+    when no host can be told apart from a ``user:password@`` part.
+
+    A password may hold "?", "#", ";", "/" or "@" unescaped, so the part before the first
+    "/" loses everything up to its last "@" (unless a plain host without a port comes first:
+    then the "@" is its query's, ``h?email=ann@x.com``); and a host that is not a host
+    (``u:p`` of ``u:p/ss@h``) gives way to the first "@" followed by one."""
+    head = rest.split("/", 1)[0]
+    authority = re.split(r"[?#;]", head, maxsplit=1)[0]
+    plain_host = ":" not in authority.rpartition("]")[2] and bool(_HOST_PORT.match(authority))
+    if "@" in head and not ("@" not in authority and plain_host):
+        rest = rest[head.rindex("@") + 1 :]
+    found = _AUTHORITY_END.search(rest)
+    host, tail = (rest[: found.start()], rest[found.start() :]) if found else (rest, "")
+    if _HOST_PORT.match(host):
+        return host, tail
+    for at in re.finditer("@", rest):
+        after = rest[at.end() :]
+        found = _AUTHORITY_END.search(after)
+        host, tail = (after[: found.start()], after[found.start() :]) if found else (after, "")
+        if host and _HOST_PORT.match(host):
+            return host, tail
+    return None
+
+
+def _cut_url(url: str) -> str:
+    """One URL cut to its scheme, host, port and path."""
+    url = url.replace("\\/", "/")
+    if not _PLAIN_SCHEME.match(url):  # "https%3A%2F%2F...", "https:%2F%2F...": a URL's text
         url = unquote(url)
-    try:
-        parts = urlsplit(url)
-    except ValueError:  # an unparsable authority ("[::1"): keep no part of it but the scheme
-        scheme = url.partition(":")[0].lower()
-        return f"{scheme}://(unparsable URL){trailing}"
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit((parts.scheme.lower(), host, parts.path, "", "")) + trailing
+    scheme, _, rest = url.partition("://")
+    scheme = scheme.lower()
+    split = _host_and_tail(rest)
+    if split is None:
+        return f"{scheme}://(unparsable URL)"
+    host, tail = split
+    path = tail if tail.startswith("/") else ""
+    found = _PATH_END.search(path)
+    return f"{scheme}://{host}{path[: found.start()] if found else path}"
 
 
-def without_url_extras(text: str) -> str:
-    """``text`` with every URL in it cut to its scheme, host, port and path."""
-    return _URL.sub(_cut, text)
+def without_url_extras(text: str, *, value: bool = False) -> str:
+    """``text`` with every URL in it cut to its scheme, host, port and path. ``value``: the
+    text is a value of its own (a field of an event), so when it starts with a URL that has
+    a query, that query runs to the end of its line, whatever spaces it holds."""
+    kept: list[str] = []
+    done = 0
+    for found in _URL.finditer(text):
+        if found.start() < done:  # within the query words of the URL before
+            continue
+        url, end = found.group(0), found.end()
+        if "?" in url or "%3f" in url.lower():
+            more = (
+                _TO_LINE_END.match(text, end)
+                if value and found.start() == 0
+                else _QUERY_WORDS.match(text, end)
+            )
+            if more:
+                url, end = url + more.group(0), more.end()
+        cut = url.rstrip("\\")  # an escaped quote's backslash belongs to the text around
+        kept += [text[done : found.start()], _cut_url(cut), url[len(cut) :]]
+        done = end
+    kept.append(text[done:])
+    return "".join(kept)
 
 
 def data_without_url_extras(value: Any) -> Any:
     """``value`` (JSON-like: dicts, lists, strings, numbers) with every string, keys included,
     passed through ``without_url_extras``."""
     if isinstance(value, str):
-        return without_url_extras(value)
+        return without_url_extras(value, value=True)
     if isinstance(value, dict):
         return {
-            (without_url_extras(key) if isinstance(key, str) else key): data_without_url_extras(
-                item
-            )
+            (
+                without_url_extras(key, value=True) if isinstance(key, str) else key
+            ): data_without_url_extras(item)
             for key, item in value.items()
         }
     if isinstance(value, list | tuple):

@@ -6,6 +6,7 @@ instead of reaching an address outside this machine.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import socket
 import ssl
@@ -25,6 +26,7 @@ from integrations.outbound_http import (
     DeliveryResult,
     build_session,
     deliver,
+    ip_refusal_reason,
     tls_context,
 )
 
@@ -207,7 +209,7 @@ def test_https_to_the_loopback_broker_is_refused(simulator: BrokerSimulator) -> 
         ("https://240.0.0.1/hook", "240.0.0.1 is reserved"),
         ("https://0.0.0.0/hook", "0.0.0.0 is reserved"),
         # Beyond requests-hardened's own check (Python's is_private misses these).
-        ("https://[::7f00:1]/hook", "::7f00:1 is reserved"),
+        ("https://[::7f00:1]/hook", "::7f00:1 is loopback (it leads to 127.0.0.1)"),
         ("https://[fec0::1]/hook", "fec0::1 is private"),
         # A name resolving to loopback (resolved from /etc/hosts, no network).
         ("https://localhost/hook", "127.0.0.1 is loopback"),
@@ -219,6 +221,49 @@ def test_non_public_targets_are_refused_before_connecting(url: str, error: str) 
     assert result.status is None
     assert result.error == f"target address not allowed: {error}"
     assert classify(result.status, result.error) == "retry"
+
+
+# IPv6 addresses that lead to an IPv4 one: refused for what that address is.
+EMBEDDED_IPV4 = [
+    # 6to4 (2002::/16): the IPv4 address is the next 32 bits.
+    ("2002:7f00:1::", "loopback (it leads to 127.0.0.1)"),
+    ("2002:a00:1::1", "private (it leads to 10.0.0.1)"),
+    ("2002:c0a8:114::", "private (it leads to 192.168.1.20)"),
+    ("2002:a9fe:a9fe::", "link-local (it leads to 169.254.169.254)"),
+    # IPv4-compatible (IPv4-mapped ones are above: shown as their IPv4 address).
+    ("::a00:1", "private (it leads to 10.0.0.1)"),
+    ("::7f00:1", "loopback (it leads to 127.0.0.1)"),
+    # NAT64, well-known and local-use prefixes.
+    ("64:ff9b::7f00:1", "loopback (it leads to 127.0.0.1)"),
+    ("64:ff9b::a00:1", "private (it leads to 10.0.0.1)"),
+    ("64:ff9b:1::a9fe:a9fe", "link-local (it leads to 169.254.169.254)"),
+    # Teredo (2001::/32): the client's address is the last 32 bits, inverted.
+    ("2001:0:4136:e378:8000:63bf:f5ff:fffe", "private (it leads to 10.0.0.1)"),
+    ("2001:0:4136:e378:8000:63bf:80ff:fffe", "loopback (it leads to 127.0.0.1)"),
+]
+
+
+@pytest.mark.usefixtures("no_connect")
+@pytest.mark.parametrize(("address", "reason"), EMBEDDED_IPV4)
+def test_ipv6_addresses_leading_to_a_non_public_ipv4_are_refused_before_connecting(
+    address: str, reason: str
+) -> None:
+    result = _post(f"https://[{address}]/hook", allow_private=False)
+
+    assert result.status is None
+    assert result.error == f"target address not allowed: {address} is {reason}"
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "2002:808:808::1",  # 6to4 of a public address: a relay may carry it
+        "::ffff:8.8.8.8",
+        "2606:4700:4700::1111",
+    ],
+)
+def test_ipv6_addresses_leading_to_a_public_ipv4_are_judged_as_any(address: str) -> None:
+    assert ip_refusal_reason(ipaddress.ip_address(address)) is None
 
 
 @pytest.mark.usefixtures("no_connect")

@@ -6,8 +6,12 @@ GET /readyz    200 {"ready": true} when the database answers, every migration is
                two minutes; otherwise 503 {"ready": false}
 
 What is missing, and why (the database driver's error names its host, port and user), is
-for the operator only: in the answer to a request with an API key of the ``metrics`` scope,
-and in the log, one line when readiness changes.
+for the operator only: in the answer to a request with the operator's ``metrics`` key (one
+of every broker: a broker's own key gets the short answer), and in the log, one line when
+readiness changes. A request whose key is unknown, revoked or malformed costs its address a
+token of the refused callbacks' throttle (``DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT``), and
+an address out of tokens that sends a key is answered 429 before the key is looked up: the
+details are no free oracle for guessing keys. A probe without a key is never throttled.
 """
 
 from __future__ import annotations
@@ -15,14 +19,18 @@ from __future__ import annotations
 import logging
 import threading
 from functools import cache
+from typing import cast
 
 from django.conf import settings
 from django.db import DatabaseError, connection
 from django.db.migrations.loader import MigrationLoader
 from django.db.migrations.recorder import MigrationRecorder
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
+from rest_framework.request import Request
 
+from integrations.api.errors import problem_response
+from integrations.api.throttling import UnauthenticatedAddressThrottle
 from integrations.models import ApiKeyScope
 from integrations.services.keys import api_key_authenticate
 from integrations.services.secrets import encryption_keys_check
@@ -95,21 +103,50 @@ def _checks() -> dict[str, str]:
     return checks
 
 
-def _for_the_operator(request: HttpRequest) -> bool:
-    """Whether the request carries an active API key of the ``metrics`` scope. Anything
-    else (no key, another key, no database to look it up in) gets the short answer."""
-    scheme, _, key = request.headers.get("Authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not key.strip():
+def _for_the_operator(request: HttpRequest, throttle: UnauthenticatedAddressThrottle) -> bool:
+    """Whether the request carries the operator's key: active, of the ``metrics`` scope and
+    of every broker (no broker of its own). Anything else (no key, a broker's key, another
+    scope, no database to look it up in) gets the short answer; a key that is malformed,
+    unknown or revoked also costs the address a token."""
+    header = request.headers.get("Authorization", "")
+    if not header:
+        return False
+    # The throttle reads only the client's address, which a plain request has too.
+    drf_request = cast(Request, request)
+    scheme, _, key = header.partition(" ")
+    key = key.strip()
+    if scheme.lower() != "bearer" or not key or " " in key:
+        throttle.take(drf_request, None)
         return False
     try:
-        api_key = api_key_authenticate(key.strip())
+        api_key = api_key_authenticate(key)
     except DatabaseError:
         return False
-    return api_key is not None and ApiKeyScope.METRICS in api_key.scopes
+    if api_key is None:
+        throttle.take(drf_request, None)
+        return False
+    return api_key.broker is None and ApiKeyScope.METRICS in api_key.scopes
+
+
+def _throttled(throttle: UnauthenticatedAddressThrottle) -> HttpResponse:
+    response = problem_response(
+        status=429,
+        code="rate_limited",
+        detail="Too many refused API keys from this address; try again later.",
+    )
+    response["Retry-After"] = str(max(1, round((throttle.wait() or 0.0) + 0.5)))
+    return response
 
 
 @never_cache
-def readyz(request: HttpRequest) -> JsonResponse:
+def readyz(request: HttpRequest) -> HttpResponse:
+    throttle = UnauthenticatedAddressThrottle()
+    # Asking costs nothing; only a request with a key is refused when out of tokens, so a
+    # load balancer's probe (no key) always gets its answer.
+    if request.headers.get("Authorization") and not throttle.allow_request(
+        cast(Request, request), None
+    ):
+        return _throttled(throttle)
     checks = _checks()
     missing = sorted(name for name, state in checks.items() if state != "ok")
     if "database" in missing:
@@ -119,7 +156,7 @@ def readyz(request: HttpRequest) -> JsonResponse:
     missing.sort()
     readiness.seen(checks, missing)
     body: dict[str, object] = {"ready": not missing}
-    if _for_the_operator(request):
+    if _for_the_operator(request, throttle):
         body |= {"checks": checks, "missing": missing}
     response = JsonResponse(body, status=503 if missing else 200)
     # Probes ask every few seconds: a 503 here is an answer, not an error to log each time.

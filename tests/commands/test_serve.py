@@ -14,6 +14,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -85,6 +86,46 @@ def test_off_loopback_with_mfa_and_https_goes_on_to_bind(settings, held_port: in
     # Past the check: the next refusal is the port held on every address of this machine.
     with pytest.raises(CommandError, match=rf"cannot serve on 0.0.0.0:{held_port}: "):
         call_command("serve", bind=f"0.0.0.0:{held_port}")
+
+
+def _resolving(monkeypatch: pytest.MonkeyPatch, names: dict[str, list[str]]) -> None:
+    """Host names resolving to the given addresses (no resolver asked); others fail."""
+
+    def getaddrinfo(host: str, port: int, *args: Any, **kwargs: Any) -> list[Any]:
+        if host not in names:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return [
+            (socket.AF_INET6 if ":" in a else socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, port))
+            for a in names[host]
+        ]
+
+    monkeypatch.setattr(serve_command.socket, "getaddrinfo", getaddrinfo)
+
+
+def test_a_bind_name_is_judged_by_every_address_it_resolves_to(
+    settings, held_port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings.DROPPORTAL_STAFF_MFA_REQUIRED = False  # the embedded database: loopback only
+    settings.DROPPORTAL_PUBLIC_URL = "https://portal.example.com"
+    # The real localhost (from /etc/hosts): loopback, so on to bind the port held there.
+    with pytest.raises(CommandError, match=rf"^cannot serve on localhost:{held_port}: "):
+        call_command("serve", bind=f"localhost:{held_port}")
+
+    _resolving(
+        monkeypatch,
+        {
+            "localhost": ["127.0.0.1", "192.0.2.10"],  # a hosts file that adds a LAN address
+            "dev-box.internal": ["127.0.0.1", "::1"],
+        },
+    )
+    # (Each on the held port: a check that let one through would stop there, not serve.)
+    with pytest.raises(CommandError, match=rf"^refusing to serve on localhost:{held_port}: "):
+        call_command("serve", bind=f"localhost:{held_port}")
+    # Not read as loopback by its name, but resolved to loopback only: past the check.
+    with pytest.raises(CommandError, match=rf"^cannot serve on dev-box.internal:{held_port}: "):
+        call_command("serve", bind=f"dev-box.internal:{held_port}")
+    with pytest.raises(CommandError, match=r"^--bind: cannot resolve 'portal.localhost'"):
+        call_command("serve", bind=f"portal.localhost:{held_port}")
 
 
 def _get(url: str, **headers: str) -> tuple[int, bytes]:

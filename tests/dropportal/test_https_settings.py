@@ -3,12 +3,14 @@ one on a host other than loopback is refused at start-up; ``make run``'s loopbac
 
 from __future__ import annotations
 
+import logging
 import secrets
 import subprocess
 import sys
 
 import pytest
 
+from dropportal.startup import start_refusals
 from tests.conftest import subprocess_env
 
 pytestmark = pytest.mark.django_db
@@ -46,13 +48,41 @@ def test_a_plain_http_public_url_is_refused_at_start_up() -> None:
     assert deploy.returncode != 0
 
 
-def test_private_targets_let_a_plain_http_lab_set_up_start() -> None:
+def test_private_targets_do_not_let_a_plain_http_public_url_through() -> None:
+    # Private targets open outbound calls; the staff's own logins are another matter.
     checked = _manage(
         "check",
         DROPPORTAL_PUBLIC_URL="http://dp.lab.internal",
         DROPPORTAL_ALLOW_PRIVATE_TARGETS="true",
     )
+    assert checked.returncode != 0
+    assert "dropportal.E001" in checked.stderr
+    assert "DROPPORTAL_ALLOW_PLAIN_HTTP_PUBLIC_URL=true" in checked.stderr
+
+
+def test_a_plain_http_lab_set_up_starts_with_its_own_setting_and_a_warning() -> None:
+    checked = _manage(
+        "check",
+        DROPPORTAL_PUBLIC_URL="http://dp.lab.internal",
+        DROPPORTAL_ALLOW_PLAIN_HTTP_PUBLIC_URL="true",
+    )
     assert checked.returncode == 0, checked.stderr
+    assert "dropportal.W002" in checked.stderr
+    assert "may cross the network in clear" in checked.stderr
+
+
+def test_a_setting_that_opens_a_door_is_logged_at_every_start(
+    settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings.DROPPORTAL_PUBLIC_URL = "http://dp.lab.internal"
+    settings.DROPPORTAL_ALLOW_PLAIN_HTTP_PUBLIC_URL = True
+    caplog.set_level(logging.WARNING, logger="dropportal.startup")
+
+    assert start_refusals() == []
+    (line,) = [r for r in caplog.records if r.name == "dropportal.startup"]
+    assert line.levelname == "WARNING"
+    assert "DROPPORTAL_ALLOW_PLAIN_HTTP_PUBLIC_URL is on" in line.getMessage()
+    assert "dropportal.W002" in line.getMessage()
 
 
 def test_make_run_on_loopback_keeps_working() -> None:

@@ -48,9 +48,10 @@ def _refuse(*args: object, **kwargs: object) -> None:
 
 
 @pytest.fixture
-def operator(make_key) -> dict[str, Any]:
-    """The headers of a request with a ``metrics`` key: /readyz says what is missing."""
-    return bearer(make_key("metrics").key)
+def operator() -> dict[str, Any]:
+    """The headers of a request with the operator's ``metrics`` key (of every broker):
+    /readyz says what is missing."""
+    return bearer(api_key_create(broker=None, scopes=["metrics"], actor="test").key)
 
 
 def test_readyz_is_ready_with_a_recent_worker_heartbeat(
@@ -119,6 +120,45 @@ def test_readyz_tells_only_ready_or_not_without_a_metrics_key(
     assert client.get("/readyz").json() == {"ready": True}
     lines = [r for r in caplog.records if r.name == "integrations.operations.health"]
     assert [(r.levelname, r.getMessage()) for r in lines[1:]] == [("INFO", "ready")]
+
+
+def test_readyz_details_are_for_a_metrics_key_of_every_broker_only(
+    client: Client, make_key, operator: dict[str, Any]
+) -> None:
+    _no_worker()
+    # A broker's own metrics key sees its broker's series, not the operator's set-up (the
+    # database's host, port and user, the migrations, the worker).
+    brokers_own = client.get("/readyz", **bearer(make_key("metrics").key))
+    operators = client.get("/readyz", **operator)
+
+    assert brokers_own.json() == {"ready": False}
+    assert operators.json()["missing"] == ["worker"]
+
+
+def test_readyz_wrong_keys_cost_a_token_and_are_then_refused_429(
+    client: Client, make_key, operator: dict[str, Any], settings
+) -> None:
+    settings.DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT = 1  # bursts of 2
+    _worker_beats()
+    flood: dict[str, Any] = {"REMOTE_ADDR": "203.0.113.9"}
+    # Valid keys, even without the right to the details, cost nothing.
+    valid = [client.get("/readyz", **bearer(make_key("audit").key), **flood) for _ in range(3)]
+    guesses = [
+        client.get("/readyz", HTTP_AUTHORIZATION=f"Bearer dpk_guess-{n}", **flood) for n in range(2)
+    ]
+    malformed = client.get("/readyz", HTTP_AUTHORIZATION="Basic dpk_guess", **flood)
+    out_of_tokens = client.get("/readyz", **operator, **flood)
+    probe = client.get("/readyz", **flood)  # a load balancer's probe carries no key
+    elsewhere = client.get("/readyz", **operator, REMOTE_ADDR="203.0.113.10")
+
+    assert [v.json() for v in valid] == [{"ready": True}] * 3
+    assert [g.json() for g in guesses] == [{"ready": True}] * 2
+    assert malformed.status_code == 429
+    assert (out_of_tokens.status_code, out_of_tokens.json()["code"]) == (429, "rate_limited")
+    assert out_of_tokens["Content-Type"] == "application/problem+json"
+    assert int(out_of_tokens["Retry-After"]) >= 1
+    assert (probe.status_code, probe.json()) == (200, {"ready": True})
+    assert elsewhere.json()["missing"] == []
 
 
 def _sample(text: str, name: str, **labels: str) -> float | None:

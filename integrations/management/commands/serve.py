@@ -4,7 +4,8 @@ gunicorn on 127.0.0.1:8000 together with one job worker; Ctrl-C stops both.
 The web processes and the worker share their Prometheus counters through
 ``PROMETHEUS_MULTIPROC_DIR`` (``var/prometheus`` unless set), emptied at each start.
 
-Off loopback (``--bind 0.0.0.0:8000``) it serves only when every staff login needs a second
+Off loopback (``--bind 0.0.0.0:8000``; a host name is resolved and is loopback only when
+every address it resolves to is) it serves only when every staff login needs a second
 factor (``DATABASE_URL`` set) and ``DROPPORTAL_PUBLIC_URL`` is https: on the embedded database
 MFA is optional, and plain http would carry passwords and session cookies in clear.
 
@@ -15,6 +16,7 @@ generated password printed once).
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 import signal
@@ -50,10 +52,25 @@ def _host_port(bind: str) -> tuple[str, int]:
         raise CommandError(f"--bind takes host:port, not {bind!r}") from None
 
 
+def _only_loopback(host: str, port: int) -> bool:
+    """Whether every address ``host`` stands for is loopback: a name is resolved (as
+    gunicorn will resolve it), and judged by all it resolves to, not by how it reads."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        try:
+            found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError) as exc:
+            raise CommandError(f"--bind: cannot resolve {host!r}: {exc}") from None
+        addresses = {str(info[4][0]) for info in found}
+        return bool(addresses) and all(is_loopback_host(a.split("%")[0]) for a in addresses)
+    return is_loopback_host(host)
+
+
 def _refuse_if_open_without_mfa_and_https(bind: str) -> None:
-    _host_port(bind)  # a malformed --bind is refused as such
+    _, port = _host_port(bind)  # a malformed --bind is refused as such
     host = bind.rpartition(":")[0].strip("[]")  # as gunicorn reads it: "" is every address
-    if host and is_loopback_host(host):
+    if host and _only_loopback(host, port):
         return
     https = urlsplit(settings.DROPPORTAL_PUBLIC_URL).scheme == "https"
     if settings.DROPPORTAL_STAFF_MFA_REQUIRED and https:
