@@ -98,7 +98,7 @@ def drop_notification_receive(
         if event_type == notifications.DOWNLOAD_READY:
             if brokers_with_drop_key_refused(Broker.objects.filter(pk=broker.pk)).exists():
                 # As the periodic pull: the same refused key cannot help (doctor, dashboard).
-                pull_withheld = "DROP refused the broker's key on the last pull"
+                pull_withheld = "DROP refused the broker's key (401) on the last pull"
             else:
                 pull_queued = enqueue.drop_pull_enqueue(broker_pk=broker.pk, broker_id=broker_id)
         if event_type in notifications.RESULTS_IN_PORTAL:

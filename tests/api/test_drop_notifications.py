@@ -123,7 +123,35 @@ def test_download_ready_queues_no_pull_with_a_key_drop_refused(
     assert _pull_jobs() == []
     (event,) = _notification_events()
     assert event.data["pull_queued"] is False
-    assert event.data["pull_withheld"] == "DROP refused the broker's key on the last pull"
+    assert event.data["pull_withheld"] == "DROP refused the broker's key (401) on the last pull"
+
+
+def test_download_ready_after_a_403_pulls_again(
+    api_client: APIClient, webhook_broker: Broker
+) -> None:
+    # DROP's 403: not eligible, or no list selected. The broker fixes that in DROP's portal,
+    # which then says download.ready: the refusal must not stand until staff change the key.
+    ledger_event_append(
+        kind=LedgerKind.DROP_PULL_FAILED,
+        broker_id="4821",
+        data={"status": 401, "reason": "credentials", "error": "bad key"},
+    )
+    ledger_event_append(
+        kind=LedgerKind.DROP_PULL_FAILED,
+        broker_id="4821",
+        data={"status": 403, "reason": "credentials", "error": "no list selected"},
+    )
+
+    assert _post(api_client, "download.ready").status_code == 204
+
+    assert len(_pull_jobs()) == 1
+    (event,) = _notification_events()
+    assert event.data["pull_queued"] is True
+    assert "pull_withheld" not in event.data
+    # The hourly pull tries again too, once that pull has run.
+    ProcrastinateJob.objects.filter(task_name=enqueue.PULL_BROKER).update(status="succeeded")
+    Broker.objects.filter(pk=webhook_broker.pk).update(auto_pull=True)
+    assert tasks.pull_due() == 1
 
 
 def test_an_event_delivered_again_does_nothing(
