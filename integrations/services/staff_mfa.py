@@ -49,7 +49,7 @@ def staff_mfa_required(user: AbstractBaseUser) -> bool:
 
 
 def staff_mfa_enrolled(user: AbstractBaseUser) -> bool:
-    # Only our devices: django-otp's own (clear) ones are emptied by migration 0016.
+    # Only our devices: django-otp's own (clear) ones are emptied by migration 0020.
     return StaffTotpDevice.objects.filter(user=user, confirmed=True).exists()
 
 
