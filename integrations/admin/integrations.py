@@ -38,6 +38,7 @@ from integrations.admin.display import uuid_short
 from integrations.admin.integration_kinds import ADD_KIND_PARAMETER, Created, KindPages
 from integrations.admin.shown_once import SecretShownOnce, show_once
 from integrations.dispatch import webhook
+from integrations.drop.calendar import drop_time_text
 from integrations.models import Integration, IntegrationKind, RequestState, SaasConnection
 from integrations.services.integrations import (
     integration_disable,
@@ -411,7 +412,7 @@ class IntegrationAdmin(WriteOnlyCredentials, ModelAdmin):
             dataclasses.replace(
                 shown,
                 explanation=f"{shown.explanation} The previous secret keeps verifying callbacks "
-                f"until {integration.previous_secret_expires_at:%Y-%m-%d %H:%M} UTC.",
+                f"until {drop_time_text(integration.previous_secret_expires_at)}.",
             ),
         )
 

@@ -8,6 +8,7 @@ matched on November 25::
     drop_today()                       # today in DROP's calendar
     drop_date(cycle.downloaded_at)     # the DROP day of a moment
     drop_year_bounds(2026)             # the year's first and last moments, as aware datetimes
+    drop_time_text(integration.retired_at)  # "2026-11-25 22:30 PST", for a message to staff
 """
 
 from __future__ import annotations
@@ -38,3 +39,12 @@ def drop_year_bounds(year: int) -> tuple[dt.datetime, dt.datetime]:
     comparison with a stored UTC timestamp is exact)."""
     zone = drop_timezone()
     return dt.datetime(year, 1, 1, tzinfo=zone), dt.datetime(year + 1, 1, 1, tzinfo=zone)
+
+
+def drop_time_text(moment: dt.datetime) -> str:
+    """``moment`` as a message to staff writes it: in DROP's zone, with its abbreviation.
+
+    The admin's pages show their times in that zone; a message (a reason kept with a row, an
+    error, a notice) says the same time the same way.
+    """
+    return f"{moment.astimezone(drop_timezone()):%Y-%m-%d %H:%M %Z}"

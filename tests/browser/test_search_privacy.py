@@ -40,6 +40,7 @@ def test_no_search_box_puts_a_typed_email_in_a_url(
         page.keyboard.type(EMAIL)
         page.wait_for_timeout(PALETTE_DELAY_MS)
         page.keyboard.press("Escape")
+    assert not [url for url in urls if _carries_the_email(url)], "the palette sent it"
     assert not page.locator("#search-input-command").count(), "the command palette is there"
     sidebar = page.locator("#nav-sidebar-apps a")
     lists = sorted({href for href in sidebar.evaluate_all("els => els.map(a => a.href)")})
