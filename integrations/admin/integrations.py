@@ -407,12 +407,14 @@ class IntegrationAdmin(WriteOnlyCredentials, ModelAdmin):
         secret = integration_secret_rotate(integration=integration, actor=staff_actor(request))
         pages = kind_pages(request, integration)
         shown = pages.secret_shown_once(integration, secret, "Webhook Secret regenerated")
+        expires_at = integration.previous_secret_expires_at
+        assert expires_at is not None  # the rotation just set it
         return show_once(
             request,
             dataclasses.replace(
                 shown,
                 explanation=f"{shown.explanation} The previous secret keeps verifying callbacks "
-                f"until {drop_time_text(integration.previous_secret_expires_at)}.",
+                f"until {drop_time_text(expires_at)}.",
             ),
         )
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+from dataclasses import dataclass
 
 from django.conf import settings
 from django.contrib.auth import SESSION_KEY, get_user_model
@@ -27,6 +28,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.contrib.sessions.models import Session
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.migrations.recorder import MigrationRecorder
 from django.utils import timezone
 from django_otp.plugins.otp_static.models import StaticToken
 from django_otp.util import random_hex
@@ -133,6 +135,39 @@ def staff_mfa_verify(
         if device is None or not device.verify_token(token):
             return None
     return device
+
+
+@dataclass(frozen=True)
+class FactorsOnceInClear:
+    """A member's factors enrolled before their secrets were encrypted (``encrypted_at``):
+    until then django-otp kept them in clear, and a database dump from then still holds
+    them. New recovery codes and a new authenticator app make those copies worthless."""
+
+    encrypted_at: dt.datetime
+    app: bool
+    recovery_codes: bool
+
+
+def staff_mfa_factors_once_in_clear(user: AbstractBaseUser) -> FactorsOnceInClear | None:
+    # The migration's applied time is the line: it made the encrypted copies (so each was
+    # created before it is recorded as applied) and deleted the clear ones. Found by name,
+    # not number, which a merge may change.
+    applied = (
+        MigrationRecorder.Migration.objects.filter(
+            app="integrations", name__endswith="_staff_mfa_encrypted"
+        )
+        .values_list("applied", flat=True)
+        .first()
+    )
+    if applied is None:
+        return None
+    before = {"user": user, "confirmed": True, "created_at__lte": applied}
+    found = FactorsOnceInClear(
+        encrypted_at=applied,
+        app=StaffTotpDevice.objects.filter(**before).exists(),
+        recovery_codes=StaffRecoveryCodes.objects.filter(**before).exists(),
+    )
+    return found if found.app or found.recovery_codes else None
 
 
 def staff_mfa_recovery_codes_left(user: AbstractBaseUser) -> int:

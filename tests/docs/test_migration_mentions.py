@@ -17,6 +17,8 @@ MIGRATIONS = ROOT / "integrations" / "migrations"
 # (file, the mention with its number as the group, what that migration's file must hold)
 MENTIONS = [
     ("SECURITY.md", r"groups from migration (\d{4})", "create_roles"),
+    ("SECURITY.md", r"Before migration (\d{4}) django-otp kept them in clear", "otp_totp"),
+    ("docs/operations.md", r"Factors enrolled before migration (\d{4})", "otp_totp"),
     ("SECURITY.md", r"changes only by a migration, such\s+as (\d{4})", "permissions"),
     ("docs/operations.md", r"created by migration\s+(\d{4}) from permissions", "create_roles"),
     ("docs/operations.md", r"\((\d{4}) gave Auditors", "export_audit_records"),
