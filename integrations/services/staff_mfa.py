@@ -29,6 +29,7 @@ from django.contrib.sessions.models import Session
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.migrations.recorder import MigrationRecorder
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 from django_otp.plugins.otp_static.models import StaticToken
 from django_otp.util import random_hex
@@ -151,23 +152,26 @@ class FactorsOnceInClear:
 def staff_mfa_factors_once_in_clear(user: AbstractBaseUser) -> FactorsOnceInClear | None:
     # The migration's applied time is the line: it made the encrypted copies (so each was
     # created before it is recorded as applied) and deleted the clear ones. Found by name,
-    # not number, which a merge may change.
-    applied = (
-        MigrationRecorder.Migration.objects.filter(
-            app="integrations", name__endswith="_staff_mfa_encrypted"
+    # not number, which a merge may change. One query: the dashboard shows it on every visit.
+    encrypting = MigrationRecorder.Migration.objects.filter(
+        app="integrations", name__endswith="_staff_mfa_encrypted"
+    )
+    before = {"user": user, "confirmed": True, "created_at__lte": OuterRef("applied")}
+    found = (
+        encrypting.annotate(
+            totp_before=Exists(StaffTotpDevice.objects.filter(**before)),
+            codes_before=Exists(StaffRecoveryCodes.objects.filter(**before)),
         )
-        .values_list("applied", flat=True)
+        .values("applied", "totp_before", "codes_before")
         .first()
     )
-    if applied is None:
+    if found is None or not (found["totp_before"] or found["codes_before"]):
         return None
-    before = {"user": user, "confirmed": True, "created_at__lte": applied}
-    found = FactorsOnceInClear(
-        encrypted_at=applied,
-        app=StaffTotpDevice.objects.filter(**before).exists(),
-        recovery_codes=StaffRecoveryCodes.objects.filter(**before).exists(),
+    return FactorsOnceInClear(
+        encrypted_at=found["applied"],
+        app=found["totp_before"],
+        recovery_codes=found["codes_before"],
     )
-    return found if found.app or found.recovery_codes else None
 
 
 def staff_mfa_recovery_codes_left(user: AbstractBaseUser) -> int:
