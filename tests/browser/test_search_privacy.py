@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from urllib.parse import unquote_plus
 
+import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 from playwright.sync_api import Page, Request
@@ -25,6 +26,7 @@ def _carries_the_email(url: str) -> bool:
     return "consumer.0113" in unquote_plus(unquote_plus(url)).lower()
 
 
+@pytest.mark.slow  # a walk through every list
 def test_no_search_box_puts_a_typed_email_in_a_url(
     page: Page, live_server: LiveServer, staff_user: User
 ) -> None:
