@@ -19,11 +19,11 @@ import os
 import sys
 from typing import Any
 
-# Threads, so that a worker takes every connection off the listening socket as it comes and
-# queues it, instead of leaving it unanswered in the kernel's accept queue; a request that
-# waited more than 2 s in that queue is answered 503 with Retry-After at once
-# (dropportal/gunicorn_worker.py). Four threads a worker: on two cores more would not record
-# callbacks faster (Python's CPU is the limit), and each thread holds a database connection.
+# Threads, so that a worker takes every connection off the listening socket as it comes
+# instead of leaving it unanswered in the kernel's accept queue, and a bounded queue for them:
+# what it cannot serve in time is answered 503 with Retry-After at once
+# (dropportal/gunicorn_worker.py). Four threads a worker: more would not record callbacks
+# faster (Python's CPU is the limit), and each thread holds a database connection.
 worker_class = "dropportal.gunicorn_worker.ShedWorker"
 threads = 4
 # gunicorn's defaults, said here: connections taken per worker before the rest wait in the

@@ -139,6 +139,9 @@ class ShedWorker(ThreadWorker):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.lingering: deque[tuple[float, socket.socket]] = deque()
+        # Refused connections count in ``nr_conns`` until closed: past ``worker_connections``
+        # the worker stops taking more (they wait in the kernel's queue), as gunicorn's does.
+        self.refusing: set[socket.socket] = set()
         self.problem = b""
         self.refused = 0
         self.refusals_logged_at = 0.0
@@ -175,11 +178,13 @@ class ShedWorker(ThreadWorker):
         request's first bytes are in (the poller says so), its path is peeked at for the
         body's format, the answer sent, and the rest drained while the connection closes.
         A client that sends nothing within ``REQUEST_SECONDS`` is closed, as gunicorn's."""
+        self.nr_conns += 1
+        self.refusing.add(client)
         try:
             client.setblocking(False)
             self.poller.register(client, selectors.EVENT_READ, self._answer_refused)
         except (OSError, ValueError, KeyError):
-            client.close()
+            self._close(client)
             return
         self.lingering.append((time.monotonic() + REQUEST_SECONDS, client))
 
@@ -197,7 +202,7 @@ class ShedWorker(ThreadWorker):
         try:
             client.send(answer.encode("latin-1") + b"\r\n" + body)  # fits a new socket's buffer
         except OSError:
-            client.close()
+            self._close(client)
             return
         self.linger(client)
         self.refused += 1
@@ -219,7 +224,7 @@ class ShedWorker(ThreadWorker):
             sock.setblocking(False)
             self.poller.register(sock, selectors.EVENT_READ, self._drain)
         except (OSError, ValueError, KeyError):
-            sock.close()
+            self._close(sock)
             return
         self.lingering.append((time.monotonic() + LINGER_SECONDS, sock))
 
@@ -232,7 +237,7 @@ class ShedWorker(ThreadWorker):
         except OSError:
             pass
         self.poller.unregister(sock)
-        sock.close()  # the client closed its side (the entry in ``lingering`` goes when due)
+        self._close(sock)  # the client closed its side (its entries in ``lingering`` go when due)
 
     def murder_pending(self) -> None:
         """gunicorn's (connections that sent nothing in time), and the refused connections
@@ -243,4 +248,10 @@ class ShedWorker(ThreadWorker):
             _, sock = self.lingering.popleft()
             if sock.fileno() >= 0:
                 self.poller.unregister(sock)
-                sock.close()
+                self._close(sock)
+
+    def _close(self, sock: socket.socket) -> None:
+        if sock in self.refusing:
+            self.refusing.discard(sock)
+            self.nr_conns -= 1
+        sock.close()
