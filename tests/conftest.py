@@ -154,6 +154,27 @@ def fast_password_hashing(settings: Any) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture(autouse=True)
+def no_jobs_outlive_a_transactional_test(
+    request: pytest.FixtureRequest, django_db_blocker: Any
+) -> Iterator[None]:
+    """Django flushes its own tables after a transactional test (a live server's, a
+    subprocess's), not Procrastinate's: a job such a test committed (an alert evaluation
+    queued by a login refused in the browser, a callback's) would be found by a later test
+    on the same database."""
+    yield
+    marker = request.node.get_closest_marker("django_db")
+    transactional = (marker is not None and marker.kwargs.get("transaction", False)) or any(
+        name in request.fixturenames for name in ("transactional_db", "live_server")
+    )
+    if transactional:
+        with django_db_blocker.unblock(), connection.cursor() as cursor:
+            cursor.execute(
+                "TRUNCATE procrastinate_jobs, procrastinate_periodic_defers,"
+                " procrastinate_workers CASCADE"
+            )
+
+
 @pytest.fixture
 def api_client() -> APIClient:
     return APIClient()

@@ -17,6 +17,7 @@ from django.test import Client
 
 from integrations.models import EncryptionCanary
 from integrations.services.brokers import broker_create
+from integrations.services.keys import api_key_create
 from integrations.services.secrets import ENCRYPTION_KEYS_WRONG, encryption_keys_check
 from tests.conftest import bearer, subprocess_env
 
@@ -61,9 +62,10 @@ def test_the_worker_refuses_to_start_with_other_keys(settings: Any) -> None:
 
 @pytest.mark.django_db
 def test_readyz_is_not_ready_while_the_keys_cannot_read_the_secrets(
-    settings: Any, client: Client, make_key: Any
+    settings: Any, client: Client
 ) -> None:
-    key = make_key("metrics").key
+    # /readyz details are for the operator's metrics key of every broker.
+    key = api_key_create(broker=None, scopes=["metrics"], actor="test").key
     broker_create(broker_id="7001", name="Other", drop_api_key="dk_live_2", actor="test")
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM procrastinate_workers")
