@@ -533,10 +533,15 @@ def report_file_make(
             reported_at=timezone.now(),
             report_file=report_file,
             pending_report_file=None,
+            pending_status_code=None,
             needs_amendment=False,
         )
     else:
-        rows.update(state=WorkItemState.REPORTABLE, pending_report_file=report_file)
+        rows.update(
+            state=WorkItemState.REPORTABLE,
+            pending_report_file=report_file,
+            pending_status_code=F("status_code"),
+        )
     return report_file
 
 

@@ -1,11 +1,12 @@
 # A work item's reported_status_code, reported_at and report_file now say what DROP holds:
 # they are set when DROP accepts a file with the item (or staff mark it uploaded by hand),
 # no longer when the file is written. The file an item was written into and DROP has not
-# taken is pending_report_file (prior_report_file renamed); prior_reported_status_code and
-# prior_reported_at, which kept what DROP held under an amendment, are gone: that stays in
-# reported_*. Rows of files DROP has not answered yet are brought to that meaning: an
-# upload's rows hold nothing yet; an amendment's rows hold what they held before it. Their
-# state and amendment flag follow as when settling.
+# taken is pending_report_file (prior_report_file renamed), with the status written into it,
+# pending_status_code (prior_reported_status_code renamed); prior_reported_at, which kept
+# what DROP held under an amendment, is gone: that stays in reported_*. Rows of files DROP
+# has not answered yet are brought to that meaning: an upload's rows hold nothing yet; an
+# amendment's rows hold what they held before it. Their state and amendment flag follow as
+# when settling.
 
 from django.db import migrations
 
@@ -17,7 +18,7 @@ WHERE (prior_report_file_id IS NOT NULL OR prior_reported_at IS NOT NULL)
       SELECT id FROM integrations_reportfile WHERE state IN ('written', 'refused')));
 
 UPDATE integrations_workitem w
-SET prior_report_file_id = w.report_file_id,
+SET prior_report_file_id = w.report_file_id, prior_reported_status_code = w.reported_status_code,
     report_file_id = CASE WHEN r.kind = 'amend' THEN w.prior_report_file_id END,
     reported_status_code = CASE WHEN r.kind = 'amend' THEN w.prior_reported_status_code END,
     reported_at = CASE WHEN r.kind = 'amend' THEN coalesce(w.prior_reported_at, w.reported_at)
@@ -49,6 +50,10 @@ class Migration(migrations.Migration):
         migrations.RenameField(
             model_name="workitem", old_name="prior_report_file", new_name="pending_report_file"
         ),
-        migrations.RemoveField(model_name="workitem", name="prior_reported_status_code"),
+        migrations.RenameField(
+            model_name="workitem",
+            old_name="prior_reported_status_code",
+            new_name="pending_status_code",
+        ),
         migrations.RemoveField(model_name="workitem", name="prior_reported_at"),
     ]

@@ -136,16 +136,16 @@ class WorkItem(models.Model):
     status_code = models.PositiveSmallIntegerField("DROP status", null=True, blank=True)
     status_reason = models.TextField(blank=True, default="")  # for a status set by staff
     # What DROP holds (reported_status_code, reported_at, report_file): set when DROP accepts
-    # a file with the item (or staff mark one uploaded by hand), from the file's own row; a
-    # file written and not yet taken changes none of them (pending_report_file).
+    # a file with the item (or staff mark one uploaded by hand), to the status written into
+    # it (pending_status_code); a file written and not yet taken changes none of them.
     reported_status_code = models.PositiveSmallIntegerField(
         "DROP status reported", null=True, blank=True
     )
     reported_at = models.DateTimeField(null=True, blank=True)
-    # No database check either: reporting sets it on every row of a cycle at once, and the
-    # deferred check ran once per row at commit (docs/benchmarks.md, reporting). Its only
-    # writers (services.report_*) set it to a file of the item's cycle; report files are
-    # never deleted (PROTECT, and no delete in the admin).
+    # No database check either (nor on pending_report_file): reporting sets it on every row of
+    # a cycle at once, and the deferred check ran once per row at commit (docs/benchmarks.md,
+    # reporting). Its only writers (services.report_*) set it to a file of the item's cycle;
+    # report files are never deleted (PROTECT, and no delete in the admin).
     report_file = models.ForeignKey(
         "integrations.ReportFile",
         null=True,
@@ -169,6 +169,9 @@ class WorkItem(models.Model):
         db_index=False,
         db_constraint=False,
     )
+    # The status written into pending_report_file: what DROP holds once it takes the file
+    # (the item's status may change meanwhile).
+    pending_status_code = models.PositiveSmallIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
 

@@ -172,7 +172,8 @@ def _rows_mark(
     sql = (
         "COPY (WITH marked AS ("  # noqa: S608
         " UPDATE integrations_workitem"
-        f"   SET pending_report_file_id = CASE {which_file} END, updated_at = %s"
+        f"   SET pending_report_file_id = CASE {which_file} END,"
+        "        pending_status_code = status_code, updated_at = %s"
         "  WHERE cycle_id = %s AND state = %s AND status_code IS NOT NULL"
         # Only the groups named above: a row that became reportable meanwhile waits for the
         # next run rather than being marked without a file.

@@ -24,11 +24,7 @@ from integrations.services.report_files import (
     cycle_state_refresh,
     report_file_facts,
 )
-from integrations.services.report_uploads import (
-    REPORT_FILE_ROWS,
-    report_rows_taken,
-    report_upload_lock,
-)
+from integrations.services.report_uploads import report_rows_taken, report_upload_lock
 
 DISCARD_REASON_MAX = 2000
 
@@ -37,29 +33,23 @@ DISCARD_REASON_MAX = 2000
 # file) keep what DROP holds. A row whose status is still the one the amendment carried owes
 # DROP nothing more (``reported``, no amendment); one whose status changed again since
 # follows the settling rule (one rule, in work_item_settle.sql).
-_AMENDMENT_GIVE_UP = (
-    "UPDATE integrations_workitem w"  # noqa: S608  (constants only)
-    + """
-SET pending_report_file_id = NULL,
+_AMENDMENT_GIVE_UP = """
+UPDATE integrations_workitem w
+SET pending_report_file_id = NULL, pending_status_code = NULL,
     (state, needs_amendment) = (
         SELECT CASE WHEN w.state = %(removed)s THEN w.state
-                    WHEN w.status_code = a.code THEN %(reported)s
+                    WHEN w.status_code = w.pending_status_code THEN %(reported)s
                     ELSE f.state END,
-               CASE WHEN w.state = %(removed)s OR w.status_code = a.code THEN false
-                    ELSE f.needs_amendment END
+               CASE WHEN w.state = %(removed)s OR w.status_code = w.pending_status_code
+                    THEN false ELSE f.needs_amendment END
         FROM dropportal_work_item_status_fields(
             p_code => w.status_code, p_reported_at => w.reported_at,
             p_reported_code => w.reported_status_code,
             p_needs_amendment => w.needs_amendment) f
     ),
     updated_at = %(now)s
-FROM ("""
-    + REPORT_FILE_ROWS
-    + """) a
-WHERE w.cycle_id = %(cycle)s AND w.work_item_id = a.work_item_id
-  AND w.pending_report_file_id = %(file)s
+WHERE w.cycle_id = %(cycle)s AND w.pending_report_file_id = %(file)s
 """
-)
 
 
 def report_file_discard(*, report_file: ReportFile, reason: str, actor: str) -> ReportFile:

@@ -4,7 +4,7 @@ Each ``written`` (or ``refused``) file is sent as it is stored, oldest cycle fir
 before amendments. DROP's answer is kept on the file and in the ledger: ``accepted`` (a name
 DROP says was already uploaded counts as accepted: that is a retried upload that got through
 before), and only then does DROP hold the file's statuses (``reported_status_code``,
-``reported_at`` and ``report_file`` of its rows, read from the file itself); or
+``reported_at`` and ``report_file`` of its rows, the status written into it); or
 ``rejected``: DROP holds nothing new, and the rows are owed again, written anew under a
 fresh name when staff run the report (the periodic job leaves them to staff, and goes on
 with the cycle's other statuses). An answer about this file alone (a 409, a 400 without a
@@ -315,41 +315,27 @@ def _rows_owed_again(report_file: ReportFile) -> int:
     )
 
 
-# A response file's rows (work item id, status code), read in SQL from the file's own
-# bytes (``Id,Status`` then one row a line, CRLF): what DROP took or refused is exactly this.
-REPORT_FILE_ROWS = """
-SELECT split_part(t.line, ',', 1) AS work_item_id, split_part(t.line, ',', 2)::integer AS code
-FROM integrations_reportfile r,
-     string_to_table(convert_from(r.content, 'UTF8'), E'\\r\\n')
-     WITH ORDINALITY AS t(line, n)
-WHERE r.id = %(file)s AND t.n > 1 AND t.line <> ''
-"""
-
-# DROP took the file: its rows now hold the status the file carried (not the one they have
-# now, which may have changed since the file was written), and their state and amendment
+# DROP took the file: its rows now hold the status written into it (pending_status_code,
+# not the one they have now, which may have changed since), and their state and amendment
 # flag follow from that as when settling (one rule, in work_item_settle.sql): a status that
 # changed since is amended. A removed item stays removed. While an item waits for an
-# outcome (a late match), the flag marks that DROP holds a status for it.
-_ROWS_TAKEN = (
-    "UPDATE integrations_workitem w"  # noqa: S608  (constants only)
-    + """
-SET reported_status_code = a.code, reported_at = %(at)s, report_file_id = %(file)s,
-    pending_report_file_id = NULL,
+# outcome (a late match), the flag marks that DROP holds a status for it. (The right-hand
+# sides read the row as it was.)
+_ROWS_TAKEN = """
+UPDATE integrations_workitem w
+SET reported_status_code = w.pending_status_code, reported_at = %(at)s,
+    report_file_id = w.pending_report_file_id,
+    pending_report_file_id = NULL, pending_status_code = NULL,
     (state, needs_amendment) = (
         SELECT CASE WHEN w.state = %(removed)s THEN w.state ELSE f.state END,
                CASE WHEN w.state = %(removed)s THEN false ELSE f.needs_amendment END
         FROM dropportal_work_item_status_fields(
-            p_code => w.status_code, p_reported_at => %(at)s, p_reported_code => a.code,
-            p_needs_amendment => true) f
+            p_code => w.status_code, p_reported_at => %(at)s,
+            p_reported_code => w.pending_status_code, p_needs_amendment => true) f
     ),
     updated_at = %(at)s
-FROM ("""
-    + REPORT_FILE_ROWS
-    + """) a
-WHERE w.cycle_id = %(cycle)s AND w.work_item_id = a.work_item_id
-  AND w.pending_report_file_id = %(file)s
+WHERE w.cycle_id = %(cycle)s AND w.pending_report_file_id = %(file)s
 """
-)
 
 
 def report_rows_taken(*, report_file: ReportFile, at: dt.datetime) -> int:
