@@ -2,8 +2,8 @@
 
 One cycle, six lists (NDZ, Email, Phone, MAID, NameVIN, CTVID) sharing 1,000,000 work
 items, every one reportable with a status. ``report_run(upload=True)`` - what
-``drop report --upload`` and the periodic job run - writes the six response files (marking
-every work item reported in the same transaction as its file) and uploads them to a
+``drop report --upload`` and the periodic job run - writes the six response files (each
+work item pointed at its file in the same transaction) and uploads them to a
 ``DropSimulator`` on 127.0.0.1 through the real ``DropClient`` (multipart, 202 answers).
 
 Target: 30 seconds or less for writing and uploading. Best of ``--repeats`` runs, each on a

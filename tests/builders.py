@@ -505,12 +505,15 @@ def resolution_make(
 
 
 def report_file_make(
-    cycle: DropCycle, items: list[WorkItem], *, kind: str = "upload"
+    cycle: DropCycle, items: list[WorkItem], *, kind: str = "upload", state: str = "accepted"
 ) -> ReportFile:
-    """An accepted response file holding ``items`` with their status codes."""
+    """A response file holding ``items`` with their status codes: accepted (DROP holds them,
+    as when DROP takes a file), or another ``state`` (written, refused, rejected: the items
+    wait with it and DROP holds what it held)."""
     taken = set(ReportFile.objects.filter(cycle=cycle).values_list("file_name", flat=True))
     name = response_name(items[0].file_name, kind=kind, taken=taken)
     built = build_response_file(name, [(i.work_item_id, i.status_code or 5) for i in items])
+    taken_by_drop = state in ("accepted", "manual")
     report_file = ReportFile.objects.create(
         broker=cycle.broker,
         cycle=cycle,
@@ -519,23 +522,26 @@ def report_file_make(
         rows=built.rows,
         sha256=built.sha256,
         content=built.content,
-        state="accepted",
-        uploaded_at=timezone.now(),
+        state=state,
+        uploaded_at=timezone.now() if taken_by_drop else None,
     )
-    prior: dict[str, Any] = {}
-    if kind == "amend":  # what DROP held before, as reporting keeps it
-        prior = {
-            "prior_reported_status_code": F("reported_status_code"),
-            "prior_reported_at": F("reported_at"),
-            "prior_report_file": F("report_file"),
-        }
-    WorkItem.objects.filter(pk__in=[i.pk for i in items]).update(
-        state=WorkItemState.REPORTED,
-        reported_status_code=F("status_code"),
-        reported_at=timezone.now(),
-        report_file=report_file,
-        **prior,
-    )
+    rows = WorkItem.objects.filter(pk__in=[i.pk for i in items])
+    if taken_by_drop:
+        rows.update(
+            state=WorkItemState.REPORTED,
+            reported_status_code=F("status_code"),
+            reported_at=timezone.now(),
+            report_file=report_file,
+            pending_report_file=None,
+            pending_status_code=None,
+            needs_amendment=False,
+        )
+    else:
+        rows.update(
+            state=WorkItemState.REPORTABLE,
+            pending_report_file=report_file,
+            pending_status_code=F("status_code"),
+        )
     return report_file
 
 

@@ -321,6 +321,7 @@ class WorkItemAdmin(_ReadOnly):
         "reported_status_code",
         "reported_at",
         "report_file",
+        "pending_report_file",  # written, not taken by DROP (yet): still owed
         "needs_amendment",
         "created_at",
         "updated_at",

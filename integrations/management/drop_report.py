@@ -191,8 +191,8 @@ def _deadline_line(deadline: CycleDeadline) -> str:
     )
     return (
         f"Cycle {cycle.drop_session_id} is due {cycle.due_date.isoformat()} ({when}): "
-        f"{deadline.owed} status(es) not yet sent to DROP, {deadline.not_reportable} of them "
-        "still waiting for an outcome."
+        f"{deadline.owed} status(es) DROP does not hold yet, {deadline.not_reportable} of them "
+        "still waiting for an outcome (or for staff)."
     )
 
 

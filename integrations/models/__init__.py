@@ -11,6 +11,7 @@ from integrations.models.drop import (
     UnreadableWorkItem,
     WorkItem,
     WorkItemState,
+    owed_status,
 )
 from integrations.models.drop_notifications import DropNotification
 from integrations.models.encryption import EncryptionCanary
@@ -86,4 +87,5 @@ __all__ = [
     "UnreadableWorkItem",
     "WorkItem",
     "WorkItemState",
+    "owed_status",
 ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from django.contrib.postgres.indexes import HashIndex
 from django.db import models
+from django.db.models import Q
 from django.db.models.functions import Now
 
 from integrations.list_types import LABELS
@@ -78,9 +79,29 @@ class DropStatus(models.IntegerChoices):
 
 class WorkItemState(models.TextChoices):
     OPEN = "open", "Open"  # matched, outcomes pending
-    REPORTABLE = "reportable", "Reportable"  # status known, not yet reported
-    REPORTED = "reported", "Reported"
+    REPORTABLE = "reportable", "Reportable"  # status known, DROP does not hold it yet
+    REPORTED = "reported", "Reported"  # DROP holds it (accepted, or uploaded by hand)
     REMOVED = "removed", "Removed (consumer cancelled)"
+
+
+def owed_status(prefix: str = "") -> Q:
+    """Work items DROP is owed a status for: not removed, and no status of theirs taken by
+    DROP yet (``reported_at`` is set only once DROP accepted a file with the item, or staff
+    marked it uploaded by hand; a file written and not yet taken leaves it owed). The one
+    definition every count of "owed" reads; ``prefix`` for a related lookup
+    (``"items__"``)."""
+    return Q(
+        **{
+            f"{prefix}state__in": [WorkItemState.OPEN, WorkItemState.REPORTABLE],
+            f"{prefix}reported_at__isnull": True,
+        }
+    )
+
+
+class WorkItemQuerySet(models.QuerySet["WorkItem"]):
+    def owed(self) -> WorkItemQuerySet:
+        """Work items DROP is owed a status for (``owed_status``)."""
+        return self.filter(owed_status())
 
 
 class WorkItem(models.Model):
@@ -114,13 +135,16 @@ class WorkItem(models.Model):
     )
     status_code = models.PositiveSmallIntegerField("DROP status", null=True, blank=True)
     status_reason = models.TextField(blank=True, default="")  # for a status set by staff
+    # What DROP holds (reported_status_code, reported_at, report_file): set when DROP accepts
+    # a file with the item (or staff mark one uploaded by hand), to the status written into
+    # it (pending_status_code); a file written and not yet taken changes none of them.
     reported_status_code = models.PositiveSmallIntegerField(
         "DROP status reported", null=True, blank=True
     )
     reported_at = models.DateTimeField(null=True, blank=True)
-    # No database check either: reporting sets it on every row of a cycle at once, and the
-    # deferred check ran once per row at commit (docs/benchmarks.md, reporting). The
-    # only writer (services.reports) sets it to a file it created in the same transaction;
+    # No database check either (nor on pending_report_file): reporting sets it on every row of
+    # a cycle at once, and the deferred check ran once per row at commit (docs/benchmarks.md,
+    # reporting). Its only writers (services.report_*) set it to a file of the item's cycle;
     # report files are never deleted (PROTECT, and no delete in the admin).
     report_file = models.ForeignKey(
         "integrations.ReportFile",
@@ -132,12 +156,11 @@ class WorkItem(models.Model):
         db_constraint=False,
     )
     needs_amendment = models.BooleanField(default=False)
-    # What DROP held when the item went into an amendment (reported_status_code, reported_at
-    # and report_file as they were): put back if DROP rejects the amendment or staff discard
-    # it, so the item never shows a status DROP did not take. Set with report_file.
-    prior_reported_status_code = models.PositiveSmallIntegerField(null=True, blank=True)
-    prior_reported_at = models.DateTimeField(null=True, blank=True)
-    prior_report_file = models.ForeignKey(
+    # The file the item was last written into that DROP has not taken: waiting for DROP's
+    # answer (written or refused), or rejected (its rows wait for staff). A run never writes
+    # the item into another file meanwhile; cleared when DROP takes the file (report_file
+    # then) or staff give up the amendment.
+    pending_report_file = models.ForeignKey(
         "integrations.ReportFile",
         null=True,
         blank=True,
@@ -146,8 +169,13 @@ class WorkItem(models.Model):
         db_index=False,
         db_constraint=False,
     )
+    # The status written into pending_report_file: what DROP holds once it takes the file
+    # (the item's status may change meanwhile).
+    pending_status_code = models.PositiveSmallIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
+
+    objects = WorkItemQuerySet.as_manager()
 
     class Meta:
         constraints = [
@@ -173,6 +201,18 @@ class WorkItem(models.Model):
         return self.work_item_id
 
 
+class UnreadableWorkItemQuerySet(models.QuerySet["UnreadableWorkItem"]):
+    def owed(self) -> UnreadableWorkItemQuerySet:
+        """Unreadable rows still owed a status (staff answer them in DROP's portal): those
+        of the broker's latest package. DROP sends the next package only once every work
+        item of the last one has a status, so the next one settles them."""
+        # Imported later (a greater pk): the next package DROP sent.
+        later = DropCycle.objects.filter(
+            broker=models.OuterRef("broker"), pk__gt=models.OuterRef("cycle_id")
+        )
+        return self.exclude(models.Exists(later))
+
+
 class UnreadableWorkItem(models.Model):
     """A row of a downloaded list that could not be read as a work item (an id or a hash of
     another shape, a field too many...). Kept as found, so staff can answer it in DROP's
@@ -186,6 +226,8 @@ class UnreadableWorkItem(models.Model):
     text = models.CharField(max_length=255)  # the line as found, cut short, escaped
     reason = models.CharField(max_length=255)
     created_at = models.DateTimeField(db_default=Now())
+
+    objects = UnreadableWorkItemQuerySet.as_manager()
 
     class Meta:
         ordering = ["cycle", "file_name", "line"]

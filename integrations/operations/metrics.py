@@ -67,11 +67,7 @@ def _work_items_open(broker: Broker | None) -> Metric:
         "Work items of open cycles that DROP has no status for yet.",
         labels=["broker"],
     )
-    items = WorkItem.objects.filter(
-        cycle__state=CycleState.OPEN,
-        state__in=["open", "reportable"],
-        reported_at__isnull=True,
-    )
+    items = WorkItem.objects.owed().filter(cycle__state=CycleState.OPEN)
     if broker is not None:
         items = items.filter(cycle__broker=broker)
     rows = (

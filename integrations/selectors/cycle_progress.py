@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from django.db.models import Count
 
-from integrations.models import DropCycle, WorkItem
+from integrations.models import DropCycle, WorkItem, owed_status
 from integrations.selectors.dashboard import CycleWorkItems
 
 
@@ -47,16 +47,18 @@ class CycleProgress:
 
     @property
     def owed(self) -> int:
-        """Work items still owing DROP a status (not reported, not removed)."""
-        return self.items.owed - self.items.reported
+        """Work items DROP is still owed a status for (``WorkItem.objects.owed()``)."""
+        return self.items.still_owed
 
 
 def cycle_progress(*, cycle: DropCycle, start: dt.date, today: dt.date) -> CycleProgress:
-    counts = {
-        (row["state"], row["status_code"]): row["n"]
-        for row in WorkItem.objects.filter(cycle=cycle)
+    rows = list(
+        WorkItem.objects.filter(cycle=cycle)
         .values("state", "status_code")
-        .annotate(n=Count("id"))
+        .annotate(n=Count("id"), owed=Count("id", filter=owed_status()))
         .order_by()
-    }
-    return CycleProgress(CycleWorkItems(cycle, counts), start=start, today=today)
+    )
+    counts = {(row["state"], row["status_code"]): row["n"] for row in rows}
+    still_owed = sum(row["owed"] for row in rows)
+    items = CycleWorkItems(cycle, counts, still_owed=still_owed)
+    return CycleProgress(items, start=start, today=today)

@@ -22,6 +22,7 @@ from integrations.models import (
     RequestState,
     WorkItem,
     WorkItemState,
+    owed_status,
 )
 from integrations.selectors.requests import deletion_requests_needing_attention
 
@@ -33,13 +34,15 @@ DASHBOARD_RECENT_CYCLES = 8
 
 @dataclass(frozen=True)
 class CycleWorkItems:
-    """A cycle, how many of its work items are in each (state, status_code) (open cycles
-    only), and how many of its deletion requests ended with each broker outcome ("" while
-    none came back)."""
+    """A cycle, how many of its work items are in each (state, status_code) and how many
+    DROP is still owed a status for (``WorkItem.objects.owed()``) (open cycles only), and
+    how many of its deletion requests ended with each broker outcome ("" while none came
+    back)."""
 
     cycle: DropCycle
     counts: dict[tuple[str, int | None], int]
     request_outcomes: dict[str, int] = field(default_factory=dict)
+    still_owed: int = 0
 
     @property
     def total(self) -> int:
@@ -55,6 +58,7 @@ class CycleWorkItems:
 
     @property
     def owed(self) -> int:
+        """Work items DROP is owed a status for at all: every one not removed."""
         return sum(self.by_status().values())
 
     @property
@@ -63,7 +67,9 @@ class CycleWorkItems:
 
     @property
     def reported(self) -> int:
-        return sum(n for (state, _), n in self.counts.items() if state == WorkItemState.REPORTED)
+        """Work items DROP holds a status for (it accepted a file with them, or staff marked
+        one uploaded by hand); an amendment may still be owed for some."""
+        return self.owed - self.still_owed
 
 
 @dataclass(frozen=True)
@@ -188,30 +194,37 @@ def _cycle_work_items_by_broker(
     recent: list[DropCycle], shown: list[DropCycle]
 ) -> dict[int, list[CycleWorkItems]]:
     """The shown cycles with their work item counts and request outcomes, by broker pk."""
-    counts = _work_item_counts(shown)
+    counts, still_owed = _work_item_counts(shown)
     outcomes = _request_outcomes(recent)
     cycles_of: dict[int, list[CycleWorkItems]] = {}
     for cycle in shown:
         cycles_of.setdefault(cycle.broker_id, []).append(
-            CycleWorkItems(cycle, counts[cycle.pk], outcomes.get(cycle.pk, {}))
+            CycleWorkItems(
+                cycle, counts[cycle.pk], outcomes.get(cycle.pk, {}), still_owed[cycle.pk]
+            )
         )
     return cycles_of
 
 
-def _work_item_counts(shown: list[DropCycle]) -> dict[int, dict[tuple[str, int | None], int]]:
-    """Per cycle pk: how many work items are in each (state, status_code)."""
+def _work_item_counts(
+    shown: list[DropCycle],
+) -> tuple[dict[int, dict[tuple[str, int | None], int]], dict[int, int]]:
+    """Per cycle pk: how many work items are in each (state, status_code), and how many DROP
+    is still owed a status for."""
     # Work items are counted for open cycles only: a closed cycle's are all reported, and a
     # DROP list is mostly unmatched items, so counting every recent cycle's would cost the
     # page most of its time.
     counts: dict[int, dict[tuple[str, int | None], int]] = {c.pk: {} for c in shown}
+    still_owed = dict.fromkeys(counts, 0)
     for row in (
         WorkItem.objects.filter(cycle_id__in=[c.pk for c in shown if c.state == CycleState.OPEN])
         .values("cycle_id", "state", "status_code")
-        .annotate(n=Count("id"))
+        .annotate(n=Count("id"), owed=Count("id", filter=owed_status()))
         .order_by()
     ):
         counts[row["cycle_id"]][(row["state"], row["status_code"])] = row["n"]
-    return counts
+        still_owed[row["cycle_id"]] += row["owed"]
+    return counts, still_owed
 
 
 def _request_outcomes(recent: list[DropCycle]) -> dict[int, dict[str, int]]:

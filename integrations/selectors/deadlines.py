@@ -6,10 +6,16 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Case, Count, OuterRef, Q, QuerySet, Subquery, Value, When
+from django.db.models import Case, Count, OuterRef, QuerySet, Subquery, Value, When
 from django.db.models.functions import Coalesce
 
-from integrations.models import CycleState, DropCycle, WorkItem, WorkItemState
+from integrations.models import (
+    CycleState,
+    DropCycle,
+    UnreadableWorkItem,
+    WorkItem,
+    WorkItemState,
+)
 
 
 def _count(queryset: QuerySet[Any]) -> Subquery:
@@ -25,7 +31,7 @@ class CycleDeadline:
 
     cycle: DropCycle
     days_left: int  # negative when overdue
-    owed: int  # work items DROP is owed a status for and has not got yet
+    owed: int  # work items DROP is owed a status for and holds none (and unreadable rows)
     not_reportable: int  # of which still wait for an outcome (or for staff)
 
     @property
@@ -33,28 +39,24 @@ class CycleDeadline:
         return self.owed > 0 and self.days_left < 0
 
 
-def _owed_items(prefix: str = "") -> Q:
-    """Work items DROP has no status for yet: not removed, never reported."""
-    return Q(
-        **{
-            f"{prefix}state__in": [WorkItemState.OPEN, WorkItemState.REPORTABLE],
-            f"{prefix}reported_at__isnull": True,
-        }
-    )
-
-
 def drop_cycles_by_urgency(cycles: QuerySet[DropCycle] | None = None) -> QuerySet[DropCycle]:
-    """Cycles annotated with ``owed_items`` (no status sent to DROP yet) and
-    ``unreportable_items`` (of which still waiting for an outcome), most urgent first:
-    cycles owing statuses by due date, then the rest, newest first.
+    """Cycles annotated with ``owed_items`` (no status DROP holds yet:
+    ``WorkItem.objects.owed()``, and the unreadable rows of the broker's latest package)
+    and ``unreportable_items`` (of which still waiting for an outcome or for staff), most
+    urgent first: cycles owing statuses by due date, then the rest, newest first.
 
     For the cycles admin (``get_queryset``) and ``cycle_deadlines``.
     """
     cycles = cycles if cycles is not None else DropCycle.objects.all()
-    owed = WorkItem.objects.filter(_owed_items(), cycle=OuterRef("pk"))
+    owed = WorkItem.objects.owed().filter(cycle=OuterRef("pk"))
+    # A row of the package that could not be read is owed too, while DROP has not sent the
+    # next package (UnreadableWorkItem.objects.owed()).
+    unreadable = UnreadableWorkItem.objects.owed().filter(cycle=OuterRef("pk"))
+    unreadable_owed = Coalesce(_count(unreadable), 0)
     return cycles.annotate(
-        owed_items=Coalesce(_count(owed), 0),
-        unreportable_items=Coalesce(_count(owed.filter(state=WorkItemState.OPEN)), 0),
+        owed_items=Coalesce(_count(owed), 0) + unreadable_owed,
+        unreportable_items=Coalesce(_count(owed.filter(state=WorkItemState.OPEN)), 0)
+        + unreadable_owed,
     ).order_by(
         Case(When(owed_items__gt=0, then=Value(0)), default=Value(1)),
         "due_date",

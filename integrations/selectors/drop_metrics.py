@@ -16,6 +16,8 @@ from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, Q
 
 from integrations.drop.calendar import drop_year_bounds
+from integrations.drop.files import DropFileError, parse_file_name
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     Broker,
     DeletionRequest,
@@ -39,7 +41,7 @@ def _named(statuses: tuple[DropStatus, ...]) -> str:
 
 
 METRIC_FIGURES = (
-    ("received", "Received (work items downloaded)"),
+    ("received", "Received (work items downloaded, unreadable rows included)"),
     ("matched", "Matched"),
     ("complied", f"Complied with ({_named(METRIC_STATUSES['complied'])})"),
     ("denied", f"Denied ({_named(METRIC_STATUSES['denied'])})"),
@@ -116,6 +118,20 @@ FROM matched m JOIN integrations_workitem w ON w.id = m.work_item_id
 GROUP BY ROLLUP (w.hash_type)
 """
 )
+# The rows of the year's packages that could not be read as work items, per list file, as
+# the import counted them (all of them; only the first thousand a list are kept as rows).
+# DROP sent each as a request: they are received, and in no other figure.
+_UNREADABLE_SQL = (
+    "WITH cycles AS ("
+    + _YEAR_CYCLES
+    + """)
+SELECT r.key, r.value::bigint
+FROM cycles c
+JOIN integrations_ledgerevent e
+  ON e.broker_id = %(broker_id)s AND e.kind = %(imported)s AND e.subject = c.drop_session_id
+CROSS JOIN LATERAL jsonb_each_text(coalesce(e.data -> 'unreadable_rows', '{}'::jsonb)) r
+"""
+)
 # Why a denial: the exemption basis of a resolution's "exempt" (a deletion callback's exempt
 # carries none).
 _EXEMPTION_BASES_SQL = """
@@ -179,6 +195,8 @@ def drop_metrics(*, broker: Broker, year: int) -> DropMetrics:
         "not_given": NOT_GIVEN,
         "removed": WorkItemState.REMOVED.value,
         "exempt": DropOutcome.EXEMPT.value,
+        "broker_id": broker.broker_id,
+        "imported": LedgerKind.DROP_CYCLE_IMPORTED.value,
     }
     names = dict(LIST_TYPES)
     by_type: dict[str | None, MetricRow] = {}
@@ -199,8 +217,35 @@ def drop_metrics(*, broker: Broker, year: int) -> DropMetrics:
             )
         cursor.execute(_EXEMPTION_BASES_SQL, params)
         bases = dict(cursor.fetchall())
+        cursor.execute(_UNREADABLE_SQL, params)
+        unreadable = cursor.fetchall()
+    for file_name, rows in unreadable:
+        hash_type = _hash_type_of(file_name)
+        if hash_type is None:
+            continue
+        for key in (hash_type, None):
+            row = by_type.setdefault(
+                key,
+                MetricRow(
+                    names.get(key, key) if key else "Total",
+                    key or "",
+                    {k: 0 for k, _ in METRIC_FIGURES},
+                    None,
+                    None,
+                ),
+            )
+            row.figures["received"] += rows
     total = by_type.pop(None, None) or MetricRow(
         "Total", "", {k: 0 for k, _ in METRIC_FIGURES}, None, None
     )
     rows = [by_type[hash_type] for hash_type, _ in LIST_TYPES if hash_type in by_type]
     return DropMetrics(broker.broker_id, year, [*rows, total], bases)
+
+
+def _hash_type_of(file_name: str) -> str | None:
+    """The list type of a downloaded list file's name (None: the Removed file, whose rows
+    are no requests)."""
+    try:
+        return parse_file_name(file_name).hash_type
+    except DropFileError:
+        return None

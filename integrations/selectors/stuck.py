@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Count, F, Min, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Count, F, Min, Q, QuerySet
 from django.utils import timezone
 
 from integrations.dispatch.policy import AUTO_REDISPATCH_MAX
@@ -17,7 +17,6 @@ from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     Broker,
     DeletionRequest,
-    DropCycle,
     ReportFile,
     ReportFileState,
     RequestState,
@@ -324,8 +323,7 @@ def _unreadable_counts(broker: Broker | None) -> list[tuple[str, int, int, int, 
     """``_stuck_counts`` of the unreadable rows of each broker's latest cycle. Nothing of ours
     can give them a status; once DROP sends a later package it holds the earlier one
     answered (it sends none while a work item of it has no status), so older ones are done."""
-    latest = DropCycle.objects.filter(broker=OuterRef("broker")).order_by("-pk").values("pk")[:1]
-    rows = UnreadableWorkItem.objects.filter(cycle=Subquery(latest))
+    rows = UnreadableWorkItem.objects.owed()
     if broker is not None:
         rows = rows.filter(broker=broker)
     # No request holds them: nothing was sent for them.
@@ -342,17 +340,18 @@ def _report_file_refused_counts(
 ) -> list[tuple[str, int, int, int, dt.date]]:
     """``_stuck_counts`` of the work items whose status DROP has not taken because of one
     response file: those in a file DROP refused (sent again each run, in vain until DROP's
-    state changes or staff discard the amendment), and the reportable items of a cycle
-    whose latest file DROP rejected (the periodic job leaves that cycle to staff)."""
+    state changes or staff discard the amendment), and those of a file DROP rejected (the
+    periodic job leaves them to staff)."""
     files = ReportFile.objects.all() if broker is None else ReportFile.objects.filter(broker=broker)
-    refused = list(files.filter(state=ReportFileState.REFUSED).values_list("pk", flat=True))
-    latest = files.order_by("cycle_id", "-pk").distinct("cycle_id").values_list("cycle_id", "state")
-    rejected_cycles = [cycle for cycle, state in latest if state == ReportFileState.REJECTED]
-    if not refused and not rejected_cycles:
+    held = list(
+        files.filter(state__in=[ReportFileState.REFUSED, ReportFileState.REJECTED]).values_list(
+            "pk", flat=True
+        )
+    )
+    if not held:
         return []
-    items = WorkItem.objects.filter(
-        (Q(report_file_id__in=refused) & ~Q(state=WorkItemState.REMOVED))
-        | Q(cycle_id__in=rejected_cycles, state=WorkItemState.REPORTABLE)
+    items = WorkItem.objects.filter(pending_report_file_id__in=held).exclude(
+        state=WorkItemState.REMOVED
     )
     return _stuck_counts(items, item="pk", broker="broker", due="cycle__due_date")
 

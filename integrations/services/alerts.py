@@ -27,6 +27,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from integrations.drop.calendar import drop_today
@@ -43,6 +44,8 @@ from integrations.models import (
     ReportFileState,
     ReportKind,
     SaasConnection,
+    WorkItem,
+    WorkItemState,
 )
 from integrations.selectors.deadlines import cycle_deadlines
 from integrations.selectors.stuck import stuck_work_items
@@ -261,17 +264,21 @@ def _integration_disabled(now: dt.datetime) -> Iterable[Firing]:
 
 @alert_condition("upload_rejected")
 def _upload_rejected(now: dt.datetime) -> Iterable[Firing]:
-    """DROP rejected a cycle's latest response file: the cycle waits for staff."""
-    latest = ReportFile.objects.order_by("cycle_id", "-pk").distinct("cycle_id")
-    for report_file in latest.select_related("broker", "cycle").defer("content"):
-        if report_file.state != ReportFileState.REJECTED:
-            continue
+    """DROP rejected a response file whose work items still wait for staff (the periodic
+    job does not write them again; ``drop report`` does)."""
+    waiting = WorkItem.objects.filter(
+        cycle_id=OuterRef("cycle_id"), pending_report_file_id=OuterRef("pk")
+    ).exclude(state=WorkItemState.REMOVED)
+    rejected = ReportFile.objects.filter(state=ReportFileState.REJECTED).filter(Exists(waiting))
+    for report_file in rejected.select_related("broker", "cycle").defer("content"):
         yield Firing(
-            key=f"cycle:{report_file.cycle_id}",
+            key=f"report_file:{report_file.pk}",
             broker_id=report_file.broker.broker_id,
             text=f"DROP rejected {report_file.file_name} (broker "
             f"{report_file.broker.broker_id}, cycle {report_file.cycle.drop_session_id}): "
-            f"{report_file.drop_response.get('reason', 'no reason given')}",
+            f"{report_file.drop_response.get('reason', 'no reason given')}; its statuses "
+            "are owed until `drop report --upload` sends them in a new file"
+            + (" (or staff discard it)" if report_file.kind == ReportKind.AMEND else ""),
             details={"report_file": report_file.pk, "file_name": report_file.file_name},
         )
 

@@ -67,6 +67,7 @@ from integrations.services.matching import (
     staged_items_match,
     work_items_insert_staged,
 )
+from integrations.services.report_files import cycle_state_refresh
 from integrations.services.requests import RequestsCreated, requests_create_for_matches
 
 _COPY_BATCH_ROWS = 8192
@@ -190,7 +191,13 @@ def _import(
         removed = work_items_close_removed(
             broker, actor=actor, drop_session_id=cycle.drop_session_id
         )
-        _cycle_counts_save(cycle, matched=matched, not_found=not_found, removed=removed)
+        _cycle_counts_save(
+            cycle,
+            matched=matched,
+            not_found=not_found,
+            removed=removed,
+            unreadable=sum(reader.unreadable_counts.values()),
+        )
         ledger_event_append(
             kind=LedgerKind.DROP_CYCLE_IMPORTED,
             broker_id=broker.broker_id,
@@ -198,6 +205,12 @@ def _import(
             actor=actor,
             data=_cycle_imported_data(cycle, requests=requests, removed=removed, reader=reader),
         )
+        # DROP sent this package, so it holds a status for every row of the last one: an
+        # earlier cycle left open only by its unreadable rows owes nothing more.
+        for earlier in DropCycle.objects.filter(broker=broker, state=CycleState.OPEN).exclude(
+            pk=cycle.pk
+        ):
+            cycle_state_refresh(cycle=earlier, actor=actor)
         clock.lap("import")
     clock.lap("commit")
     return ImportResult(
@@ -319,14 +332,22 @@ def _cycle_create(
 
 
 def _cycle_counts_save(
-    cycle: DropCycle, *, matched: int, not_found: int, removed: RemovedResult
+    cycle: DropCycle,
+    *,
+    matched: int,
+    not_found: int,
+    removed: RemovedResult,
+    unreadable: int,
 ) -> None:
-    """Record what the import found; a cycle with no work item owes DROP nothing."""
+    """Record what the import found; a cycle with no work item, and no row that could not be
+    read as one, owes DROP nothing (an unreadable row is owed a status too: staff answer it
+    in DROP's portal)."""
     cycle.work_items = matched + not_found
     cycle.matched = matched
     cycle.not_found = not_found
     cycle.removed = removed.rows
-    cycle.state = CycleState.OPEN if cycle.work_items else CycleState.NOTHING_OWED
+    owes = cycle.work_items or unreadable
+    cycle.state = CycleState.OPEN if owes else CycleState.NOTHING_OWED
     cycle.save(update_fields=["work_items", "matched", "not_found", "removed", "state"])
 
 

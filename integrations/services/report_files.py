@@ -1,11 +1,13 @@
 """Writing response files: the first step of reporting, one transaction per cycle.
 
-Per downloaded list file of a cycle, the reportable work items not yet reported go into one
-``Id,Status`` file (statuses that changed after they were reported into an amendment file).
-The file (bytes, row count, SHA-256) is stored and its items are marked reported
-(``reported_status_code``, ``reported_at``, ``report_file``) in the same transaction as its
-ledger event. From then on the rows belong to that file: a later run never puts them in
-another one::
+Per downloaded list file of a cycle, the reportable work items in no file DROP still has to
+answer go into one ``Id,Status`` file (statuses that differ from the one DROP holds into an
+amendment file). The file (bytes, row count, SHA-256) is stored and its items point at it
+(``pending_report_file``) in the same transaction as its ledger event. From then on the
+rows belong to that file until DROP answers it: a later run never puts them in another one.
+What DROP holds (``reported_status_code``, ``reported_at``, ``report_file``) changes only
+when DROP accepts the file (``report_uploads``) or staff mark it uploaded by hand
+(``report_manual``)::
 
     written = report_files_write(broker=broker, actor=actor)
     cycle_state_refresh(cycle=cycle, actor=actor)   # "reported" once DROP has every file
@@ -32,14 +34,19 @@ from integrations.models import (
     ReportFile,
     ReportFileState,
     ReportKind,
+    UnreadableWorkItem,
     WorkItem,
     WorkItemState,
 )
 from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
 
 # Files DROP has not answered for good: each run sends them, and their rows wait for that
-# answer before a changed status is written on top of them.
+# answer before they go into another file.
 AWAITING_DROP = (ReportFileState.WRITTEN, ReportFileState.REFUSED)
+# Files whose rows a run does not write again unless told to (``retry_rejected``): the
+# periodic job leaves the rows of a file DROP rejected to staff rather than writing them
+# into a new file every run; ``drop report`` (staff) writes them again.
+_HELD_FOR_STAFF = (ReportFileState.REJECTED,)
 
 
 def report_files_write(
@@ -48,9 +55,11 @@ def report_files_write(
     cycle: DropCycle | None = None,
     actor: str = SYSTEM_ACTOR,
     amendments_only: bool = False,
+    retry_rejected: bool = True,
 ) -> list[ReportFile]:
     """Write response files for every reportable work item of ``broker`` (or one cycle;
-    with ``amendments_only``, only the changed statuses of items reported before).
+    with ``amendments_only``, only the changed statuses of items DROP holds a status for;
+    without ``retry_rejected``, not the rows of a file DROP rejected).
 
     One transaction per cycle; a cycle with nothing to report writes nothing.
     """
@@ -61,18 +70,22 @@ def report_files_write(
     for each in cycles:
         written.extend(
             _cycle_files_write(
-                broker=broker, cycle=each, actor=actor, amendments_only=amendments_only
+                broker=broker,
+                cycle=each,
+                actor=actor,
+                amendments_only=amendments_only,
+                retry_rejected=retry_rejected,
             )
         )
     return written
 
 
-# A changed status of an item whose file DROP has not answered for good waits for that
-# answer: accepted, it goes out as an amendment; rejected, the item is released (an upload's
-# goes out in a new upload file). An item whose status DROP never accepted is never amended,
-# and an amendment is never written on top of one DROP has not taken, so what an amendment
-# replaces (``prior_*``) is always what DROP holds.
-_AWAITING_ANSWER = Q(needs_amendment=True, report_file__state__in=AWAITING_DROP)
+# An item in a file DROP has not answered for good waits for that answer, whatever its
+# status does meanwhile: accepted, DROP holds the file's status and a different one goes out
+# as an amendment; rejected, the item goes out again in a new file (an upload while DROP
+# holds nothing for it, an amendment otherwise). So an item is never in two files DROP may
+# both take, and an amendment always replaces what DROP holds.
+_AWAITING_ANSWER = Q(pending_report_file__state__in=AWAITING_DROP)
 
 
 def _cycles_with_reportable_items(broker: Broker) -> list[DropCycle]:
@@ -85,7 +98,12 @@ def _cycles_with_reportable_items(broker: Broker) -> list[DropCycle]:
 
 
 def _cycle_files_write(
-    *, broker: Broker, cycle: DropCycle, actor: str, amendments_only: bool = False
+    *,
+    broker: Broker,
+    cycle: DropCycle,
+    actor: str,
+    amendments_only: bool = False,
+    retry_rejected: bool = True,
 ) -> list[ReportFile]:
     """Every file of one cycle in one transaction and one pass over its work items.
 
@@ -103,6 +121,9 @@ def _cycle_files_write(
         ).exclude(_AWAITING_ANSWER)
         if amendments_only:
             reportable = reportable.filter(needs_amendment=True)
+        held = [] if retry_rejected else list(_HELD_FOR_STAFF)
+        if held:
+            reportable = reportable.exclude(pending_report_file__state__in=held)
         groups = list(
             reportable.values_list("file_name", "needs_amendment")
             .distinct()
@@ -125,13 +146,19 @@ def _cycle_files_write(
                 sha256="",
                 content=b"",
             )
-        return _files_fill(broker=broker, cycle=cycle, placeholders=placeholders, actor=actor)
+        return _files_fill(
+            broker=broker, cycle=cycle, placeholders=placeholders, held=held, actor=actor
+        )
 
 
-def _rows_mark(*, cycle: DropCycle, placeholders: dict[tuple[str, bool], ReportFile]) -> bytes:
-    """Mark the cycle's reportable rows of the placeholders' groups as reported in their
-    file, in one statement; the marked rows as CSV (file id, work item id, status code),
-    by file."""
+def _rows_mark(
+    *,
+    cycle: DropCycle,
+    placeholders: dict[tuple[str, bool], ReportFile],
+    held: list[ReportFileState],
+) -> bytes:
+    """Put the cycle's reportable rows of the placeholders' groups in their file, in one
+    statement; the marked rows as CSV (file id, work item id, status code), by file."""
     now = timezone.now()
     which_file = " ".join(
         "WHEN file_name = %s AND needs_amendment = %s THEN %s::bigint" for _ in placeholders
@@ -145,35 +172,28 @@ def _rows_mark(*, cycle: DropCycle, placeholders: dict[tuple[str, bool], ReportF
     sql = (
         "COPY (WITH marked AS ("  # noqa: S608
         " UPDATE integrations_workitem"
-        f"   SET report_file_id = CASE {which_file} END,"
-        "        state = %s, reported_status_code = status_code, reported_at = %s,"
-        "        needs_amendment = false, updated_at = %s,"
-        # What DROP holds, kept for an amendment (the right-hand sides read the old row).
-        "        prior_reported_status_code = CASE WHEN needs_amendment"
-        "                                     THEN reported_status_code END,"
-        "        prior_reported_at = CASE WHEN needs_amendment THEN reported_at END,"
-        "        prior_report_file_id = CASE WHEN needs_amendment THEN report_file_id END"
+        f"   SET pending_report_file_id = CASE {which_file} END,"
+        "        pending_status_code = status_code, updated_at = %s"
         "  WHERE cycle_id = %s AND state = %s AND status_code IS NOT NULL"
-        "    AND (reported_at IS NULL OR needs_amendment)"
         # Only the groups named above: a row that became reportable meanwhile waits for the
         # next run rather than being marked without a file.
         f"    AND (file_name, needs_amendment) IN ({pairs})"
-        # Not on top of a file DROP has not answered for good (_AWAITING_ANSWER).
-        "    AND NOT (needs_amendment AND report_file_id IN ("
+        # Not in a file DROP has not answered for good (_AWAITING_ANSWER), nor (held) in
+        # one the periodic job leaves to staff.
+        "    AND (pending_report_file_id IS NULL OR pending_report_file_id NOT IN ("
         "         SELECT id FROM integrations_reportfile WHERE state = ANY(%s)))"
-        " RETURNING report_file_id, work_item_id, status_code)"
-        " SELECT report_file_id, work_item_id, status_code FROM marked ORDER BY report_file_id"
+        " RETURNING pending_report_file_id, work_item_id, status_code)"
+        " SELECT pending_report_file_id, work_item_id, status_code FROM marked"
+        " ORDER BY pending_report_file_id"
         ") TO STDOUT WITH (FORMAT csv)"
     )
     params = [
         *which_params,
-        WorkItemState.REPORTED,
-        now,
         now,
         cycle.pk,
         WorkItemState.REPORTABLE,
         *pair_params,
-        list(AWAITING_DROP),
+        [*AWAITING_DROP, *held],
     ]
     data = bytearray()
     with connection.cursor() as cursor:
@@ -191,6 +211,7 @@ def _files_fill(
     broker: Broker,
     cycle: DropCycle,
     placeholders: dict[tuple[str, bool], ReportFile],
+    held: list[ReportFileState],
     actor: str,
 ) -> list[ReportFile]:
     """Mark the rows, build each file from its rows, keep the files that got any."""
@@ -198,7 +219,7 @@ def _files_fill(
         report_file.pk: (list_name, report_file)
         for (list_name, _), report_file in placeholders.items()
     }
-    data = _rows_mark(cycle=cycle, placeholders=placeholders)
+    data = _rows_mark(cycle=cycle, placeholders=placeholders, held=held)
     names = {file_id: report_file.file_name for file_id, (_, report_file) in by_id.items()}
     try:
         built_files = responses_from_rows(data, names)
@@ -245,18 +266,19 @@ def report_file_facts(report_file: ReportFile) -> dict[str, Any]:
 
 
 def cycle_state_refresh(*, cycle: DropCycle, actor: str = SYSTEM_ACTOR) -> DropCycle:
-    """An open cycle becomes ``reported`` once every work item owed a status was reported
-    and DROP has every file (none still written or refused)."""
+    """An open cycle becomes ``reported`` once DROP holds a status for every work item owed
+    one (``WorkItem.objects.owed()``) and has every file (none still written or refused).
+    Its unreadable rows are owed (answered by staff in DROP's portal) until DROP sends the
+    broker's next package, which it does only once each has a status."""
     with transaction.atomic():
         locked = DropCycle.objects.select_for_update(of=("self",)).select_related("broker")
         current = locked.get(pk=cycle.pk)
         if current.state != CycleState.OPEN:
             return current
-        unreported = WorkItem.objects.filter(
-            cycle=current,
-            state__in=[WorkItemState.OPEN, WorkItemState.REPORTABLE],
-            reported_at__isnull=True,
-        ).exists()
+        unreported = (
+            WorkItem.objects.owed().filter(cycle=current).exists()
+            or UnreadableWorkItem.objects.owed().filter(cycle=current).exists()
+        )
         if unreported or current.report_files.filter(state__in=AWAITING_DROP).exists():
             return current
         current.state = CycleState.REPORTED

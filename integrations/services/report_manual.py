@@ -15,7 +15,6 @@ from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.utils import timezone
 
-from integrations.drop.reporting import response_rows
 from integrations.enqueue import alerts_evaluate_enqueue
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, ReportFile, ReportFileState, ReportKind, WorkItemState
@@ -25,20 +24,31 @@ from integrations.services.report_files import (
     cycle_state_refresh,
     report_file_facts,
 )
-from integrations.services.report_uploads import report_rows_prior_restore, report_upload_lock
+from integrations.services.report_uploads import report_rows_taken, report_upload_lock
 
 DISCARD_REASON_MAX = 2000
 
 
-# A rejected amendment's rows were handed back when DROP answered: those still owing the
-# very status it carried, and in no later file, owe nothing once staff give it up.
-_REJECTED_GIVE_UP = """
+# Staff give up an amendment: its rows (those still with it: not written into a later
+# file) keep what DROP holds. A row whose status is still the one the amendment carried owes
+# DROP nothing more (``reported``, no amendment); one whose status changed again since
+# follows the settling rule (one rule, in work_item_settle.sql).
+_AMENDMENT_GIVE_UP = """
 UPDATE integrations_workitem w
-SET state = %(reported)s, needs_amendment = false, updated_at = %(now)s
-FROM unnest(%(ids)s::text[], %(codes)s::integer[]) AS a(work_item_id, status_code)
-WHERE w.cycle_id = %(cycle)s AND w.work_item_id = a.work_item_id
-  AND w.state = %(reportable)s AND w.needs_amendment AND w.status_code = a.status_code
-  AND w.reported_status_code IS NOT NULL AND w.report_file_id < %(file)s
+SET pending_report_file_id = NULL, pending_status_code = NULL,
+    (state, needs_amendment) = (
+        SELECT CASE WHEN w.state = %(removed)s THEN w.state
+                    WHEN w.status_code = w.pending_status_code THEN %(reported)s
+                    ELSE f.state END,
+               CASE WHEN w.state = %(removed)s OR w.status_code = w.pending_status_code
+                    THEN false ELSE f.needs_amendment END
+        FROM dropportal_work_item_status_fields(
+            p_code => w.status_code, p_reported_at => w.reported_at,
+            p_reported_code => w.reported_status_code,
+            p_needs_amendment => w.needs_amendment) f
+    ),
+    updated_at = %(now)s
+WHERE w.cycle_id = %(cycle)s AND w.pending_report_file_id = %(file)s
 """
 
 
@@ -83,24 +93,18 @@ def _report_file_discard(*, report_file: ReportFile, reason: str, actor: str) ->
                 "amendment DROP refused or rejected can be discarded"
             )
         previous_state = locked.state
-        if previous_state == ReportFileState.REFUSED:
-            kept = report_rows_prior_restore(report_file=locked, give_up=True)
-        else:
-            rows = response_rows(bytes(locked.content))
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    _REJECTED_GIVE_UP,
-                    {
-                        "reported": WorkItemState.REPORTED,
-                        "reportable": WorkItemState.REPORTABLE,
-                        "now": timezone.now(),
-                        "ids": [work_item_id for work_item_id, _ in rows],
-                        "codes": [code for _, code in rows],
-                        "cycle": locked.cycle_id,
-                        "file": locked.pk,
-                    },
-                )
-                kept = cursor.rowcount
+        with connection.cursor() as cursor:
+            cursor.execute(
+                _AMENDMENT_GIVE_UP,
+                {
+                    "removed": WorkItemState.REMOVED,
+                    "reported": WorkItemState.REPORTED,
+                    "now": timezone.now(),
+                    "cycle": locked.cycle_id,
+                    "file": locked.pk,
+                },
+            )
+            kept = cursor.rowcount
         locked.state = ReportFileState.DISCARDED
         locked.discard_reason = reason
         locked.discarded_by = actor
@@ -141,6 +145,8 @@ def report_file_mark_uploaded(*, report_file: ReportFile, actor: str) -> ReportF
         locked.state = ReportFileState.MANUAL
         locked.uploaded_at = timezone.now()
         locked.save(update_fields=["state", "uploaded_at"])
+        # Staff's word that DROP took it: its rows hold the file's statuses from now.
+        report_rows_taken(report_file=locked, at=locked.uploaded_at)
         ledger_event_append(
             kind=LedgerKind.REPORT_FILE_MARKED_UPLOADED,
             broker_id=locked.broker.broker_id,

@@ -3,12 +3,15 @@
 Each ``written`` (or ``refused``) file is sent as it is stored, oldest cycle first, uploads
 before amendments. DROP's answer is kept on the file and in the ledger: ``accepted`` (a name
 DROP says was already uploaded counts as accepted: that is a retried upload that got through
-before), or ``rejected``, which hands the rows back so the next run writes them again under a
-fresh name (an amendment's rows get back the status DROP holds, and the amendment is owed
-again). An answer about this file alone (a 409, a 400 without a per-file answer, an answer
-that does not mention it) makes it ``refused``: it is sent again by every run, and holds back
-nothing else. Only an answer about DROP as a whole (401/403, DROP down or throttling past the
-client's bounded retries, the network) stops the run; the files left stay as they are::
+before), and only then does DROP hold the file's statuses (``reported_status_code``,
+``reported_at`` and ``report_file`` of its rows, the status written into it); or
+``rejected``: DROP holds nothing new, and the rows are owed again, written anew under a
+fresh name when staff run the report (the periodic job leaves them to staff, and goes on
+with the cycle's other statuses). An answer about this file alone (a 409, a 400 without a
+per-file answer, an answer that does not mention it) makes it ``refused``: it is sent again
+by every run, and holds back nothing else. Only an answer about DROP as a whole (401/403,
+DROP down or throttling past the client's bounded retries, the network) stops the run; the
+files left stay as they are::
 
     run = report_files_upload(broker=broker, actor=actor)   # every WRITTEN file, in order
     run.accepted, run.rejected, run.refused, run.error
@@ -17,6 +20,7 @@ client's bounded retries, the network) stops the run; the files left stay as the
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -272,8 +276,9 @@ def _file_answer_record(
             return None  # staff marked it uploaded meanwhile: their record stands
         if state == ReportFileState.ACCEPTED:
             locked.uploaded_at = timezone.now()
+            report_rows_taken(report_file=locked, at=locked.uploaded_at)
         else:
-            answer["rows_released"] = _rows_release(locked)
+            answer["rows_owed_again"] = _rows_owed_again(locked)
         locked.state = state
         locked.drop_response = answer
         locked.save(update_fields=["state", "drop_response", "uploaded_at"])
@@ -292,76 +297,55 @@ def _file_answer_record(
             },
         )
         if state == ReportFileState.REJECTED:
-            alerts_evaluate_enqueue()  # the cycle waits for staff: tell them now
+            alerts_evaluate_enqueue()  # its rows wait for staff: tell them now
     (run.accepted if state == ReportFileState.ACCEPTED else run.rejected).append(locked)
     return None
 
 
-def _rows_release(report_file: ReportFile) -> int:
-    """DROP rejected the file: its rows are owed again (written anew by the next run).
-
-    An upload's rows go back to "never reported". An amendment's rows get back what DROP
-    holds (``report_rows_prior_restore``) and are amended again if their status still differs.
-    """
-    if report_file.kind == ReportKind.AMEND:
-        return report_rows_prior_restore(report_file=report_file, give_up=False)
-    reopened_state = Case(
-        When(status_code__isnull=True, then=Value(WorkItemState.OPEN)),
-        default=Value(WorkItemState.REPORTABLE),
-    )
-    return WorkItem.objects.filter(report_file=report_file).update(
-        state=reopened_state,
-        reported_status_code=None,
-        reported_at=None,
-        report_file=None,
-        needs_amendment=False,
-        updated_at=timezone.now(),
+def _rows_owed_again(report_file: ReportFile) -> int:
+    """DROP rejected the file: it holds nothing new, so the rows keep what DROP holds (never
+    reported, or the status before the amendment) and stay with the file
+    (``pending_report_file``), owed again. They are written anew when staff run the report
+    (``retry_rejected``); a removed item stays removed and owed nothing. How many are owed
+    again."""
+    return (
+        WorkItem.objects.filter(cycle_id=report_file.cycle_id, pending_report_file=report_file)
+        .exclude(state=WorkItemState.REMOVED)
+        .count()
     )
 
 
-# The rows of an amendment DROP did not take get back what DROP holds: the status, time and
-# file they had before it (``prior_*``). Their state and amendment flag then follow from
-# that as when settling (one rule, in work_item_settle.sql): an amendment is owed again
-# while their status differs. With ``give_up`` (staff discarded the amendment), a row
-# whose status is still the one the amendment carried (state ``reported``) is owed nothing.
-# A row marked before ``prior_*`` existed (migration 0018) keeps the old fallback: no code
-# DROP holds is known, so it is amended again.
-_PRIOR_RESTORE = """
+# DROP took the file: its rows now hold the status written into it (pending_status_code,
+# not the one they have now, which may have changed since), and their state and amendment
+# flag follow from that as when settling (one rule, in work_item_settle.sql): a status that
+# changed since is amended. A removed item stays removed. While an item waits for an
+# outcome (a late match), the flag marks that DROP holds a status for it. (The right-hand
+# sides read the row as it was.)
+_ROWS_TAKEN = """
 UPDATE integrations_workitem w
-SET reported_status_code = CASE WHEN w.prior_reported_at IS NULL THEN NULL
-                                ELSE w.prior_reported_status_code END,
-    reported_at = coalesce(w.prior_reported_at, w.reported_at),
-    report_file_id = CASE WHEN w.prior_reported_at IS NULL THEN w.report_file_id
-                          ELSE w.prior_report_file_id END,
-    prior_reported_status_code = NULL, prior_reported_at = NULL, prior_report_file_id = NULL,
+SET reported_status_code = w.pending_status_code, reported_at = %(at)s,
+    report_file_id = w.pending_report_file_id,
+    pending_report_file_id = NULL, pending_status_code = NULL,
     (state, needs_amendment) = (
-        SELECT CASE WHEN w.state = %(removed)s THEN w.state
-                    WHEN %(give_up)s AND w.state = %(reported)s
-                         AND w.prior_reported_at IS NOT NULL THEN w.state
-                    ELSE f.state END,
-               CASE WHEN w.state = %(removed)s OR (%(give_up)s AND w.state = %(reported)s
-                                                  AND w.prior_reported_at IS NOT NULL)
-                    THEN false ELSE f.needs_amendment END
+        SELECT CASE WHEN w.state = %(removed)s THEN w.state ELSE f.state END,
+               CASE WHEN w.state = %(removed)s THEN false ELSE f.needs_amendment END
         FROM dropportal_work_item_status_fields(
-            p_code => w.status_code, p_reported_at => w.prior_reported_at,
-            p_reported_code => CASE WHEN w.prior_reported_at IS NULL THEN NULL
-                                    ELSE w.prior_reported_status_code END,
-            p_needs_amendment => true) f
+            p_code => w.status_code, p_reported_at => %(at)s,
+            p_reported_code => w.pending_status_code, p_needs_amendment => true) f
     ),
-    updated_at = %(now)s
-WHERE w.cycle_id = %(cycle)s AND w.report_file_id = %(file)s
+    updated_at = %(at)s
+WHERE w.cycle_id = %(cycle)s AND w.pending_report_file_id = %(file)s
 """
 
 
-def report_rows_prior_restore(*, report_file: ReportFile, give_up: bool) -> int:
+def report_rows_taken(*, report_file: ReportFile, at: dt.datetime) -> int:
+    """DROP holds ``report_file``'s statuses since ``at`` (accepted, or uploaded by hand)."""
     with connection.cursor() as cursor:
         cursor.execute(
-            _PRIOR_RESTORE,
+            _ROWS_TAKEN,
             {
                 "removed": WorkItemState.REMOVED,
-                "reported": WorkItemState.REPORTED,
-                "give_up": give_up,
-                "now": timezone.now(),
+                "at": at,
                 "cycle": report_file.cycle_id,
                 "file": report_file.pk,
             },

@@ -6,22 +6,24 @@ Two steps, so that a crash between them can neither lose a status nor send one t
     run = report_files_upload(broker=broker, actor=actor)       # every WRITTEN file, in order
     report_run(broker=broker, upload=True, actor=actor)         # both: command, job, admin
 
-1. **Write.** Per downloaded list file of a cycle, the reportable work items not yet
-   reported go into one ``Id,Status`` file (statuses that changed after they were reported
-   into an amendment file). The file (bytes, row count, SHA-256) is stored and its items are
-   marked reported (``reported_status_code``, ``reported_at``, ``report_file``) in the same
-   transaction as its ledger event. From then on the rows belong to that file: a later run
-   never puts them in another one.
+1. **Write.** Per downloaded list file of a cycle, the reportable work items in no file
+   DROP still has to answer go into one ``Id,Status`` file (statuses that differ from the
+   one DROP holds into an amendment file). The file (bytes, row count, SHA-256) is stored
+   and its items point at it (``pending_report_file``) in the same transaction as its
+   ledger event.
+   From then on the rows belong to that file until DROP answers it: a later run never puts
+   them in another one meanwhile.
 2. **Upload.** Each ``written`` (or ``refused``) file is sent as it is stored, oldest cycle
    first, uploads before amendments. DROP's answer is kept on the file and in the ledger:
    ``accepted`` (a name DROP says was already uploaded counts as accepted: that is a retried
-   upload that got through before), or ``rejected``, which hands the rows back so the next
-   run writes them again under a fresh name (an amendment's rows get back the status DROP
-   holds, and the amendment is owed again). An answer about this file alone (a 409, a 400
-   without a per-file answer, an answer that does not mention it) makes it ``refused``: it
-   is sent again by every run, and holds back nothing else. Only an answer about DROP as a
-   whole (401/403, DROP down or throttling past the client's bounded retries, the network)
-   stops the run; the files left stay as they are for the next one.
+   upload that got through before), and only then does DROP hold its statuses
+   (``reported_status_code``, ``reported_at``, ``report_file``); or ``rejected``: DROP
+   holds nothing new, and the rows are owed again (written under a fresh name by the next
+   ``report_run``; the periodic job leaves them to staff). An answer about this file alone
+   (a 409, a 400 without a per-file answer, an answer that does not mention it) makes it
+   ``refused``: it is sent again by every run, and holds back nothing else. Only an answer
+   about DROP as a whole (401/403, DROP down or throttling past the client's bounded
+   retries, the network) stops the run; the files left stay as they are for the next one.
 3. **Discard.** Staff give up an amendment DROP refuses or rejected, with a written reason
    (``report_file_discard``): its items keep the status DROP holds.
 
@@ -46,7 +48,6 @@ from integrations.models import (
     CycleState,
     DropCycle,
     ReportFile,
-    ReportFileState,
     WorkItem,
     WorkItemState,
 )
@@ -115,7 +116,8 @@ def report_auto(
     - Settle open work items whose outcomes all arrived (a safety net).
     - Write files for each cycle whose every work item has a status, or whose due date is
       ``PARTIAL_REPORT_DAYS_BEFORE_DUE`` days away or past; write amendments for any cycle.
-      A cycle whose latest file DROP rejected waits for staff (no new file every run).
+      The rows of a file DROP rejected wait for staff (no new file of them every run); the
+      cycle's other statuses go out all the same.
     - Upload every written file.
     """
     today = today or drop_today()
@@ -124,18 +126,18 @@ def report_auto(
     for cycle in _cycles_with_work(broker):
         if cycle.state == CycleState.OPEN:
             work_items_settle(cycle=cycle)
-        latest = cycle.report_files.order_by("-pk").only("state").first()
-        if latest is not None and latest.state == ReportFileState.REJECTED:
-            log.warning("%s: the last response file was rejected; waiting for staff", cycle)
-            continue
         complete = not WorkItem.objects.filter(
             cycle=cycle, state=WorkItemState.OPEN, reported_at__isnull=True
         ).exists()
         near_due = cycle.due_date - today <= dt.timedelta(days=PARTIAL_REPORT_DAYS_BEFORE_DUE)
-        if complete or near_due:
-            written.extend(report_files_write(broker=broker, cycle=cycle))
-        else:
-            written.extend(report_files_write(broker=broker, cycle=cycle, amendments_only=True))
+        written.extend(
+            report_files_write(
+                broker=broker,
+                cycle=cycle,
+                amendments_only=not (complete or near_due),
+                retry_rejected=False,
+            )
+        )
     run = report_files_upload(broker=broker, client=client)
     run.written = _refreshed(written)
     return run

@@ -22,9 +22,16 @@ from integrations.models import (
     SaasDeletion,
 )
 from integrations.services.ledger import ledger_event_append
+from integrations.services.report_files import report_files_write
 from tests.admin.markup import cells
 from tests.browser.staff import make_staff
-from tests.builders import SampleCycle, sample_cycle
+from tests.builders import (
+    SampleCycle,
+    cycle_make,
+    item_make,
+    report_file_make,
+    sample_cycle,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -158,6 +165,20 @@ def test_lockout_and_job_tables_are_for_superusers_only(client: Client, world: S
     for url in MACHINERY:
         assert client.get(url).status_code == 200, url
     assert "Superusers only" in client.get("/admin/").content.decode()
+
+
+def test_a_cycle_page_counts_a_written_status_as_owed_until_drop_takes_it(
+    staff: Client, broker: Broker
+) -> None:
+    cycle = cycle_make(broker, session="3")
+    report_file_make(cycle, [item_make(cycle, status_code=3)])  # DROP took this one
+    item_make(cycle, status_code=5)
+    report_files_write(broker=broker)  # written for a manual upload, not uploaded yet
+
+    page = staff.get(f"/admin/integrations/dropcycle/{cycle.pk}/change/").content.decode()
+
+    assert '<dd id="dp-reported">1</dd>' in page
+    assert '<dd id="dp-owed">1</dd>' in page
 
 
 def test_every_list_keeps_its_columns_few_enough_for_1280_pixels(

@@ -181,9 +181,11 @@ def refused(cycle: DropCycle) -> ReportFile:
     item = WorkItem.objects.get(work_item_id="EmailDeleted")
     report_file_make(cycle, [item])
     WorkItem.objects.filter(pk=item.pk).update(status_code=2)
-    amendment = report_file_make(cycle, [WorkItem.objects.get(pk=item.pk)], kind="amend")
+    WorkItem.objects.filter(pk=item.pk).update(needs_amendment=True)
+    amendment = report_file_make(
+        cycle, [WorkItem.objects.get(pk=item.pk)], kind="amend", state=ReportFileState.REFUSED
+    )
     ReportFile.objects.filter(pk=amendment.pk).update(
-        state=ReportFileState.REFUSED,
         drop_response={"status": 409, "message": "An amendment is not possible now."},
     )
     return amendment

@@ -222,18 +222,16 @@ def test_items_in_a_file_drop_refused_or_rejected_are_listed(
 ) -> None:
     refused_cycle = cycle_make(broker, session="7", due_in_days=30)
     amended = item_make(refused_cycle, status_code=3, work_item_id="Refused00001")
-    refused = report_file_make(refused_cycle, [amended], kind="amend")
+    refused = report_file_make(
+        refused_cycle, [amended], kind="amend", state=ReportFileState.REFUSED
+    )
     ReportFile.objects.filter(pk=refused.pk).update(
-        state=ReportFileState.REFUSED, drop_response={"message": "not possible", "status": 409}
+        drop_response={"message": "not possible", "status": 409}
     )
     rejected_cycle = cycle_make(broker, session="8", downloaded_on=dt.date(2026, 3, 20))
     owed = item_make(rejected_cycle, status_code=5, work_item_id="Rejected0001")
     report_file_make(rejected_cycle, [item_make(rejected_cycle, status_code=3)])
-    rejected = report_file_make(rejected_cycle, [owed])
-    ReportFile.objects.filter(pk=rejected.pk).update(state=ReportFileState.REJECTED)
-    WorkItem.objects.filter(pk=owed.pk).update(
-        state=WorkItemState.REPORTABLE, reported_at=None, report_file=None
-    )
+    report_file_make(rejected_cycle, [owed], state=ReportFileState.REJECTED)
 
     (group,) = stuck_work_items(broker=broker)
 

@@ -33,6 +33,7 @@ from integrations.models import (
     WorkItem,
     WorkItemState,
 )
+from integrations.selectors.deadlines import cycle_deadlines
 from integrations.selectors.stuck import StuckReason, stuck_work_items
 from integrations.services.alerts import alerts_evaluate
 from integrations.services.brokers import broker_create
@@ -522,6 +523,31 @@ def test_unreadable_rows_and_unread_lists_reach_staff_until_drop_sends_the_next_
     assert stuck_work_items() == []
     cleared = {state.condition for state in alerts_evaluate().cleared}
     assert {"stuck_work", "drop_lists_not_read"} <= cleared
+
+
+def test_a_package_whose_only_rows_are_unreadable_owes_drop_until_the_next_one(
+    broker: Broker, tmp_path: Path
+) -> None:
+    package = rewrite_member(drop_zip(broker, {"Email": []}), EMAIL_CSV, "ID,Hash\r\n680,5\r\n")
+    with pytest.raises(CommandError):
+        call_command("drop", "import", "--broker", "4821", str(write_zip(tmp_path, package)))
+
+    cycle = DropCycle.objects.get()
+    assert (cycle.work_items, cycle.state) == (0, CycleState.OPEN)  # not "nothing owed"
+    (deadline,) = cycle_deadlines(broker_id="4821", today=drop_today())
+    assert (deadline.cycle, deadline.owed, deadline.not_reportable) == (cycle, 1, 1)
+
+    # The next package means staff answered it in DROP's portal.
+    call_command(
+        "drop",
+        "import",
+        "--broker",
+        "4821",
+        str(write_zip(tmp_path, drop_zip(broker, {"Email": []}, date="20261201"), "2.zip")),
+    )
+    cycle.refresh_from_db()
+    assert cycle.state == CycleState.REPORTED
+    assert cycle_deadlines(broker_id="4821", today=drop_today()) == []
 
 
 def alert_keys(condition: str) -> list[str]:

@@ -21,6 +21,7 @@ import csv
 import datetime as dt
 import io
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,14 +29,17 @@ from django.contrib.auth.models import Group, User
 from django.core.management import CommandError, call_command
 from django.test import Client
 
+from devtools.drop_simulator import work_items
 from integrations.models import Broker, WorkItemState
 from integrations.services.brokers import broker_create
 from tests.builders import (
     cycle_make,
+    drop_zip,
     integration_make,
     item_make,
     request_make,
     resolution_make,
+    write_zip,
 )
 
 pytestmark = pytest.mark.django_db
@@ -185,3 +189,18 @@ def test_the_metrics_page_needs_the_view_permissions(year: None, client: Client)
     user = User.objects.create_user("nobody", password="pw", is_staff=True)
     client.force_login(user)
     assert client.get("/admin/metrics/", {"broker": "4821", "year": "2027"}).status_code == 403
+
+
+def test_received_counts_the_rows_drop_sent_that_could_not_be_read(
+    broker: Broker, tmp_path: Path
+) -> None:
+    rows = [*work_items(2), ("680", "5")]  # DROP's own short row: unreadable
+    package = write_zip(tmp_path, drop_zip(broker, {"Email": rows, "Phone": [("681", "5")]}))
+    with pytest.raises(CommandError):  # part of the package was not imported
+        call_command("drop", "import", "--broker", "4821", str(package), stdout=io.StringIO())
+
+    figures = json.loads(metrics("--year", "2026", "--format", "json"))
+
+    by_type = {row["list_type"]: row["received"] for row in figures["by_list_type"]}
+    assert by_type == {"Email": 3, "Phone": 1}
+    assert (figures["total"]["received"], figures["total"]["open"]) == (4, 2)  # two 5s owed

@@ -97,12 +97,16 @@ def test_each_run_ends_with_what_is_still_owed(cycle: DropCycle) -> None:
     days = (cycle.due_date - drop_today()).days
     when = f"overdue by {-days} day(s)" if days < 0 else f"{days} day(s) left"
 
-    output = run()  # the two known statuses are written; one is still waiting
+    written = run()  # the known statuses are written, not sent: DROP holds none of them yet
 
     assert (
-        f"Cycle 1 is due {cycle.due_date.isoformat()} ({when}): 1 status(es) not yet sent "
-        "to DROP, 1 of them still waiting for an outcome." in output
+        f"Cycle 1 is due {cycle.due_date.isoformat()} ({when}): 3 status(es) DROP does not "
+        "hold yet, 1 of them still waiting for an outcome (or for staff)." in written
     )
+
+    sent = run("--upload")  # DROP takes the two files; one status is still waiting
+
+    assert "1 status(es) DROP does not hold yet, 1 of them still waiting" in sent
     (open_cycle,) = json.loads(run("--json"))["open_cycles"]
     assert (open_cycle["statuses_owed"], open_cycle["waiting_for_outcome"]) == (1, 1)
 

@@ -14,11 +14,23 @@ from rest_framework.test import APIClient
 
 from integrations.counters import CALLBACKS, DELIVERIES
 from integrations.drop.calendar import drop_today
-from integrations.models import ApiKey, LedgerEvent, RequestState, WorkItemState
+from integrations.models import (
+    ApiKey,
+    LedgerEvent,
+    ReportFileState,
+    RequestState,
+    WorkItemState,
+)
 from integrations.operations import health
 from integrations.services.brokers import broker_create
 from integrations.services.keys import api_key_create
-from tests.builders import cycle_make, deletion_request, item_make, webhook_integration_for
+from tests.builders import (
+    cycle_make,
+    deletion_request,
+    item_make,
+    report_file_make,
+    webhook_integration_for,
+)
 from tests.conftest import bearer
 
 pytestmark = pytest.mark.django_db
@@ -215,6 +227,25 @@ def test_metrics_in_prometheus_text_format(api_client: APIClient, make_key, brok
     assert (
         _sample(text, "dropportal_deliveries_total", kind="deletion_request", result="delivered")
         == deliveries_before + 1
+    )
+
+
+def test_metrics_count_a_status_as_owed_until_drop_accepts_its_file(
+    api_client: APIClient, make_key, broker
+) -> None:
+    today = drop_today()
+    cycle = cycle_make(broker, session="7", downloaded_on=today)
+    written = item_make(cycle, status_code=3)
+    report_file_make(cycle, [written], state=ReportFileState.WRITTEN)  # not sent yet
+    rejected = item_make(cycle, status_code=5)
+    report_file_make(cycle, [rejected], state=ReportFileState.REJECTED)
+    report_file_make(cycle, [item_make(cycle, status_code=4)])  # DROP took this one
+
+    text = api_client.get("/metrics", **bearer(make_key("metrics").key)).content.decode()
+
+    assert _sample(text, "dropportal_work_items_open", broker="4821") == 2
+    assert (
+        _sample(text, "dropportal_cycle_days_left", broker="4821") == (cycle.due_date - today).days
     )
 
 

@@ -45,6 +45,7 @@ from integrations.services.alerts import CONDITIONS, alerts_evaluate
 from integrations.services.brokers import broker_create
 from integrations.services.integrations import integration_disable, integration_enable
 from integrations.services.ledger import ledger_event_append
+from integrations.services.report_files import report_files_write
 from integrations.services.report_manual import report_file_discard
 from integrations.services.reports import report_run
 from integrations.services.saas import saas_connection_disable, saas_connection_enable
@@ -55,6 +56,7 @@ from tests.builders import (
     deletion_request,
     drop_zip,
     item_make,
+    report_file_make,
     saas_connection,
     truncate_jobs,
     webhook_integration_for,
@@ -373,30 +375,28 @@ def test_an_unreachable_drop_alerts_only_after_a_day(broker: Broker) -> None:
     assert [a.key for a in alerts_evaluate(now=tomorrow).raised] == ["drop_pull_failed:4821"]
 
 
-def test_a_rejected_upload_alerts_until_the_cycle_gets_a_new_file(broker: Broker) -> None:
+def test_a_rejected_upload_alerts_until_its_statuses_go_out_in_a_new_file(
+    broker: Broker,
+) -> None:
     cycle = cycle_make(broker, session="3", downloaded_on=drop_today())
-    rejected = cycle.report_files.create(
-        broker=broker,
-        kind="upload",
-        file_name="4821_3_upload.csv",
-        rows=1,
-        sha256="0" * 64,
-        content=b"x",
-        state=ReportFileState.REJECTED,
-        drop_response={"reason": "bad header"},
-    )
+    item = item_make(cycle, status_code=3)
+    rejected = report_file_make(cycle, [item], state=ReportFileState.REJECTED)
+    ReportFile.objects.filter(pk=rejected.pk).update(drop_response={"reason": "bad header"})
     raised = alerts_evaluate().raised
-    assert [(a.condition, a.text) for a in raised] == [
+    assert [(a.condition, a.text) for a in raised if a.condition == "upload_rejected"] == [
         (
             "upload_rejected",
-            f"DROP rejected {rejected.file_name} (broker 4821, cycle 3): bad header",
+            f"DROP rejected {rejected.file_name} (broker 4821, cycle 3): bad header; its "
+            "statuses are owed until `drop report --upload` sends them in a new file",
         )
     ]
-    cycle.report_files.create(
-        broker=broker, kind="upload", file_name="4821_3_upload_2.csv", rows=1,
-        sha256="1" * 64, content=b"y", state=ReportFileState.ACCEPTED,
-    )  # fmt: skip
-    assert [a.condition for a in alerts_evaluate().cleared] == ["upload_rejected"]
+    # Another file of the cycle does not settle the rejected file's statuses.
+    report_file_make(cycle, [item_make(cycle, status_code=5)])
+    assert "upload_rejected" not in {a.condition for a in alerts_evaluate().cleared}
+
+    report_files_write(broker=broker)  # staff run the report: the statuses go out anew
+
+    assert "upload_rejected" in {a.condition for a in alerts_evaluate().cleared}
 
 
 def test_a_failed_nightly_ledger_verify_alerts(broker: Broker) -> None:

@@ -7,13 +7,17 @@ file states and the ledger.
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import hashlib
+import io
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.core.management import call_command
 from django.db import connections
 from procrastinate.contrib.django.models import ProcrastinateJob
 
@@ -22,6 +26,7 @@ from integrations.drop.client import DropClient, DropLimits
 from integrations.models import (
     Broker,
     CycleState,
+    DeletionRequest,
     DropCycle,
     LedgerEvent,
     ReportFile,
@@ -30,6 +35,7 @@ from integrations.models import (
     WorkItem,
     WorkItemState,
 )
+from integrations.selectors.deadlines import cycle_deadlines
 from integrations.selectors.drop_metrics import drop_metrics
 from integrations.selectors.outcomes import deletion_outcomes
 from integrations.services.report_files import report_files_write
@@ -37,7 +43,7 @@ from integrations.services.report_manual import report_file_discard, report_file
 from integrations.services.report_uploads import _UPLOAD_LOCK, ReportBusy, report_files_upload
 from integrations.services.reports import report_auto, report_run
 from integrations.services.work_items import work_item_settle
-from tests.builders import cycle_make, item_make, request_make
+from tests.builders import cycle_make, drop_zip, item_make, request_make, write_zip
 
 pytestmark = pytest.mark.django_db
 
@@ -105,13 +111,14 @@ def test_write_one_file_per_list_with_the_reportable_items(cycle: DropCycle) -> 
     assert csv_rows(bytes(email.content)) == {"EmailDeleted": 3, "EmailNotFnd1": 5}
     assert (email.rows, email.kind, email.state) == (2, "upload", ReportFileState.WRITTEN)
     assert email.sha256 == hashlib.sha256(bytes(email.content)).hexdigest()
-    reported = WorkItem.objects.get(work_item_id="EmailDeleted")
-    assert (reported.state, reported.reported_status_code, reported.report_file_id) == (
-        WorkItemState.REPORTED,
-        3,
+    # In the file, not reported yet: DROP holds nothing until it takes the file.
+    written_item = WorkItem.objects.get(work_item_id="EmailDeleted")
+    assert (written_item.state, written_item.pending_report_file_id) == (
+        WorkItemState.REPORTABLE,
         email.pk,
     )
-    assert WorkItem.objects.get(work_item_id="EmailPending").reported_at is None
+    assert (written_item.reported_status_code, written_item.reported_at) == (None, None)
+    assert WorkItem.objects.get(work_item_id="EmailPending").pending_report_file_id is None
     event = LedgerEvent.objects.get(kind="report_file.written", subject=EMAIL)
     assert event.data | {"sha256": "x"} == {
         "cycle": "1",
@@ -180,6 +187,113 @@ def test_a_cycle_with_open_items_stays_open_after_upload(
     report_run(broker=cycle.broker, upload=True, client=client)
     cycle.refresh_from_db()
     assert cycle.state == CycleState.OPEN
+
+
+def test_a_written_file_leaves_its_statuses_owed_until_drop_accepts_it(
+    cycle: DropCycle, drop: DropSimulator, client: DropClient
+) -> None:
+    today = cycle.due_date - dt.timedelta(days=10)
+    report_files_write(broker=cycle.broker)
+
+    # Written, not taken: every reader still counts the statuses as owed.
+    (deadline,) = cycle_deadlines(today=today)
+    assert (deadline.owed, deadline.not_reportable) == (4, 1)
+    assert drop_metrics(broker=cycle.broker, year=2026).total.figures["open"] == 4
+    exported = {
+        row["work_item_id"]: row
+        for row in deletion_outcomes(requests=DeletionRequest.objects.all())
+    }
+    assert (exported["EmailPending"]["reported_at"], exported["EmailPending"]["report_file"]) == (
+        None,
+        None,
+    )
+    assert WorkItem.objects.owed().count() == 4
+
+    run = report_files_upload(broker=cycle.broker, client=client)
+
+    assert len(run.accepted) == 2
+    (deadline,) = cycle_deadlines(today=today)
+    assert (deadline.owed, deadline.not_reportable) == (1, 1)  # EmailPending
+    figures = drop_metrics(broker=cycle.broker, year=2026).total.figures
+    assert (figures["open"], figures["complied"], figures["not_found"]) == (1, 2, 1)
+    taken = WorkItem.objects.get(work_item_id="EmailDeleted")
+    email = ReportFile.objects.get(file_name=EMAIL)
+    assert (taken.state, taken.reported_status_code, taken.report_file_id) == (
+        WorkItemState.REPORTED,
+        3,
+        email.pk,
+    )
+    assert taken.reported_at == email.uploaded_at
+    assert taken.pending_report_file_id is None
+
+
+def test_drop_holds_the_status_in_the_file_it_took_not_a_later_one(
+    cycle: DropCycle, drop: DropSimulator, client: DropClient
+) -> None:
+    report_files_write(broker=cycle.broker)
+    late = WorkItem.objects.get(work_item_id="EmailNotFnd1")
+    request_make(late, outcome="deleted", late_match=True)
+    work_item_settle(work_item=late)  # 5 in the file, 3 now
+
+    report_files_upload(broker=cycle.broker, client=client)
+
+    late.refresh_from_db()
+    assert (late.reported_status_code, late.state, late.needs_amendment) == (
+        5,
+        WorkItemState.REPORTABLE,
+        True,
+    )
+
+
+def test_marking_a_file_uploaded_by_hand_is_what_makes_it_reported(cycle: DropCycle) -> None:
+    email, _ = sorted(report_files_write(broker=cycle.broker), key=lambda f: f.file_name)
+    assert WorkItem.objects.filter(reported_at__isnull=False).count() == 0
+
+    report_file_mark_uploaded(report_file=email, actor="staff:alice")
+
+    reported = WorkItem.objects.filter(reported_at__isnull=False)
+    assert sorted(reported.values_list("work_item_id", "reported_status_code")) == [
+        ("EmailDeleted", 3),
+        ("EmailNotFnd1", 5),
+    ]
+    assert WorkItem.objects.get(work_item_id="PhoneOptdOut").reported_at is None
+
+
+def test_a_rejected_upload_never_brings_back_a_removed_item(
+    cycle: DropCycle, drop: DropSimulator, client: DropClient, tmp_path: Path
+) -> None:
+    report_files_write(broker=cycle.broker)
+    removed = WorkItem.objects.get(work_item_id="EmailDeleted")
+    package = drop_zip(
+        cycle.broker,
+        {"Email": []},
+        [(removed.work_item_id, base64.b64encode(bytes(removed.hash)).decode(), "Email")],
+        date="20260320",
+    )
+    call_command(
+        "drop",
+        "import",
+        "--broker",
+        "4821",
+        str(write_zip(tmp_path, package, name="20260320_4821_DROP.zip")),
+        stdout=io.StringIO(),
+    )
+    assert WorkItem.objects.get(pk=removed.pk).state == WorkItemState.REMOVED
+    drop.broker_id = "9999"  # DROP rejects the file the removed item was in
+
+    report_files_upload(broker=cycle.broker, client=client)
+
+    removed.refresh_from_db()
+    assert (removed.state, removed.status_code) == (WorkItemState.REMOVED, None)
+    assert not WorkItem.objects.owed().filter(pk=removed.pk).exists()
+    drop.broker_id = "4821"
+    again = report_run(broker=cycle.broker, upload=True, client=client)
+    sent = {
+        work_item_id
+        for f in again.accepted
+        for work_item_id in csv_rows(drop.uploaded[f.file_name])
+    }
+    assert sent == {"EmailNotFnd1", "PhoneOptdOut"}
 
 
 def test_a_status_changed_after_reporting_goes_out_as_an_amendment(
@@ -304,7 +418,7 @@ def test_an_upload_accepted_then_retried_counts_as_accepted_once(
     assert sent.count({EMAIL: drop.uploaded[EMAIL]}) == 2  # the same bytes both times
 
 
-def test_a_rejected_file_hands_its_rows_back_for_a_fresh_file(
+def test_a_rejected_file_leaves_its_rows_owed_for_a_fresh_file(
     cycle: DropCycle, drop: DropSimulator, client: DropClient
 ) -> None:
     drop.broker_id = "9999"  # DROP refuses every file: the account's id differs
@@ -321,6 +435,8 @@ def test_a_rejected_file_hands_its_rows_back_for_a_fresh_file(
         None,
         None,
     )
+    assert item.pending_report_file_id == email.pk  # owed, with the file staff will look at
+    assert email.drop_response["rows_owed_again"] == 2
     assert LedgerEvent.objects.filter(kind="report_file.rejected").count() == 2
 
     drop.broker_id = "4821"
@@ -514,17 +630,34 @@ def test_the_job_sends_amendments_for_reported_cycles(
     assert csv_rows(drop.amended[amendment.file_name]) == {"EmailNotFnd1": 3}
 
 
-def test_the_job_leaves_a_cycle_with_a_rejected_file_to_staff(
-    cycle: DropCycle, drop: DropSimulator, auto: Callable[..., Any]
+def test_the_job_leaves_a_rejected_files_rows_to_staff_and_sends_the_rest(
+    cycle: DropCycle, drop: DropSimulator, client: DropClient, auto: Callable[..., Any]
 ) -> None:
-    drop.broker_id = "9999"
-    auto(cycle.broker, today=cycle.due_date)
+    drop.broker_id = "9999"  # DROP rejects the partial report's files
+    first = auto(cycle.broker, today=cycle.due_date)
+    assert {f.file_name for f in first.rejected} == {EMAIL, PHONE}
     drop.broker_id = "4821"
+    pending = WorkItem.objects.get(work_item_id="EmailPending")
+    pending.deletion_requests.update(state=RequestState.COMPLETED, drop_outcome="exempt")
+    work_item_settle(work_item=pending)
 
     run = auto(cycle.broker, today=cycle.due_date)
 
-    assert run.written == []
-    assert ReportFile.objects.count() == 2
+    # The cycle's other status goes out; the rejected rows wait for staff, not re-sent.
+    (part,) = run.accepted
+    assert csv_rows(drop.uploaded[part.file_name]) == {"EmailPending": 2}
+    assert auto(cycle.broker, today=cycle.due_date).written == []
+    owed = WorkItem.objects.owed().values_list("work_item_id", flat=True)
+    assert sorted(owed) == ["EmailDeleted", "EmailNotFnd1", "PhoneOptdOut"]
+
+    staff = report_run(broker=cycle.broker, upload=True, client=client)
+
+    assert sorted(f.file_name for f in staff.accepted) == [
+        "20260312_4821_Email_part03.csv",
+        "20260312_4821_Phone_part02.csv",
+    ]
+    cycle.refresh_from_db()
+    assert cycle.state == CycleState.REPORTED
 
 
 def test_a_row_drop_would_refuse_stops_the_cycle_whole(cycle: DropCycle) -> None:
@@ -731,6 +864,7 @@ def test_a_rejected_amendment_leaves_the_status_drop_holds_and_is_owed_again(
         reported_at,
     )
     assert (late.state, late.needs_amendment) == (WorkItemState.REPORTABLE, True)
+    assert late.pending_report_file_id == run.rejected[0].pk  # owed again, with that file
     # What the figures and exports say: DROP holds a 5 for it, not "nothing reported".
     figures = drop_metrics(broker=cycle.broker, year=2026).total.figures
     assert (figures["not_found"], figures["open"]) == (1, 1)  # the 5, and EmailPending
