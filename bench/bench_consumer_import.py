@@ -184,7 +184,7 @@ def floor_run(url: str, broker_pk: int) -> dict[str, float | None]:
     """The import's result written again by PostgreSQL alone: the consumers and the broker's
     partition of the hashes copied into new tables (CREATE TABLE AS), then the same
     indexes built over them, with the import's memory settings, in one transaction."""
-    from integrations.services.consumer_merge import (
+    from integrations.consumers.load import (
         MERGE_MAINTENANCE_WORK_MEM,
         MERGE_WORK_MEM,
         partition_name,

@@ -75,8 +75,8 @@ from hypothesis.stateful import (
 from devtools.broker_simulator import BrokerSimulator, ReceivedRequest, sign_callback
 from devtools.drop_simulator import ALREADY_UPLOADED_MESSAGE, DropSimulator, build_drop_zip
 from integrations import tasks
+from integrations.consumers.readers import ConsumerCsvReader
 from integrations.drop.client import DropClient, DropLimits
-from integrations.drop.registration import ConsumerCsvReader
 from integrations.drop.standardize import email_hash
 from integrations.models import (
     Broker,

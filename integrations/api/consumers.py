@@ -11,7 +11,7 @@ answered in ``rejected`` (its index, pointer and errors by field) and the others
 registered; a malformed body, or more than 10,000 consumers, is a 400 ``validation_failed``
 and nothing is written. Calls are idempotent. The key's broker is the broker.
 
-The body is read by ``integrations.drop.registration`` (its rules, one pass, no per-field
+The body is read by ``integrations.consumers.readers`` (its rules, one pass, no per-field
 serializer objects for 10,000 consumers); the serializers below describe it in the schema.
 """
 
@@ -39,7 +39,7 @@ from integrations.api.json_body import (
 )
 from integrations.api.permissions import HasScope
 from integrations.api.schema import JSON_VALUE_REF
-from integrations.drop.registration_api import parse_api_consumers
+from integrations.consumers.api_reader import parse_api_consumers
 from integrations.models import ApiKey, Consumer
 from integrations.services.consumers import (
     RegistrationBusy,

@@ -1,6 +1,6 @@
 """Registering and forgetting a broker's consumers: the write paths of the consumer hashes.
 
-``consumers_register`` takes hashed records (``integrations.drop.registration`` makes them
+``consumers_register`` takes hashed records (``integrations.consumers.readers`` makes them
 from a CSV file or an API body) and writes them in one transaction, all or nothing::
 
     records = ConsumerCsvReader(text)                      # header checked here
@@ -12,7 +12,7 @@ How, and why so:
 
 - Records are streamed with ``COPY`` into a temp staging table in rounds of
   ``CHUNK_ROWS`` hash rows (a thread reads and hashes the next round meanwhile: two cores,
-  both busy); ``services.consumer_merge`` merges them in key order into the consumers and
+  both busy); ``consumers.load`` merges them in key order into the consumers and
   the broker's partition of the consumer hashes: once all are staged, in one pass, or, for
   a broker's first set in key order, round by round as they come (a first set goes into a
   fresh partition whose indexes are built after the load). Memory stays flat for any
@@ -43,8 +43,15 @@ from typing import Any
 from django.db import OperationalError, connection, transaction
 from django.db.models import Count
 
-from integrations.drop.registration import ConsumerRecord, RejectedRecord
-from integrations.drop.registration_workers import EncodedBatch, encode_batch
+from integrations.consumers.load import (
+    DROP_TABLES,
+    ConsumerLoad,
+    Merged,
+    Round,
+    StagedBatches,
+)
+from integrations.consumers.readers import ConsumerRecord, RejectedRecord
+from integrations.consumers.workers import EncodedBatch, encode_batch
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     Broker,
@@ -52,13 +59,6 @@ from integrations.models import (
     ConsumerHash,
     DeletionRequest,
     ResolutionRequest,
-)
-from integrations.services.consumer_merge import (
-    DROP_TABLES,
-    ConsumerLoad,
-    Merged,
-    Round,
-    StagedBatches,
 )
 from integrations.services.ledger import ledger_event_append
 from integrations.services.matching import consumer_hashes_match_late

@@ -6,7 +6,7 @@ import pytest
 from django.contrib.auth.models import Group, User
 from django.test import Client
 
-from integrations.drop.registration_api import parse_api_consumers
+from integrations.consumers.api_reader import parse_api_consumers
 from integrations.models import Broker, Consumer, ConsumerHash, LedgerEvent
 from integrations.services.brokers import broker_create
 from integrations.services.consumers import consumers_register

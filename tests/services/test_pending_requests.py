@@ -25,8 +25,8 @@ from procrastinate.contrib.django.models import ProcrastinateJob
 from devtools.broker_simulator import BrokerSimulator
 from devtools.drop_simulator import DropSimulator, work_items
 from devtools.isi_simulator import IsiSimulator, connection
+from integrations.consumers.readers import ConsumerRecord
 from integrations.drop.client import DropClient, DropLimits
-from integrations.drop.registration import ConsumerRecord
 from integrations.models import (
     Broker,
     DeletionRequest,

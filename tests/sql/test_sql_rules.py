@@ -58,7 +58,7 @@ _PYTHON_SQL_LITERALS_ALLOWED = {
     # a ledger event kind
     ("services/evidence_period.py", "kind = 'drop_cycle.reported'"),
     # PostgreSQL's catalog: a relation that is a view
-    ("services/consumer_merge.py", "relkind = 'v'"),
+    ("consumers/load.py", "relkind = 'v'"),
 }
 
 

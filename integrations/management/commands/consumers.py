@@ -31,9 +31,9 @@ from django.conf import settings
 from django.core.management.base import CommandError
 from tqdm import tqdm
 
-from integrations.drop.registration import RegistrationFileError
-from integrations.drop.registration_workers import EncodedBatch
-from integrations.drop.sources import FORMATS, ConsumerSource, SourceError, consumer_sources
+from integrations.consumers.readers import RegistrationFileError
+from integrations.consumers.sources import FORMATS, ConsumerSource, SourceError, consumer_sources
+from integrations.consumers.workers import EncodedBatch
 from integrations.management.base import DropportalCommand, broker_or_error
 from integrations.services.consumers import (
     DEFAULT_MAX_FORGET,

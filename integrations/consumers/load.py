@@ -47,8 +47,8 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from integrations.drop.registration import DEFAULT_KIND
-from integrations.drop.registration_workers import EncodedBatch
+from integrations.consumers.readers import DEFAULT_KIND
+from integrations.consumers.workers import EncodedBatch
 
 NEW_CONSUMER_HASHES = "new_consumer_hashes"
 PARTITION_PREFIX = "integrations_consumerhash_b"
@@ -142,7 +142,7 @@ CREATE TEMP TABLE consumer_registration_staging (
     hash_type text NOT NULL,
     hash bytea NOT NULL,
     -- The pointer's number in its batch of the file, and true on its first row
-    -- (registration_workers.staging_rows): a round's pointers are drawn from them.
+    -- (workers.staging_rows): a round's pointers are drawn from them.
     pointer_in_batch integer NOT NULL,
     first_row boolean NOT NULL
 ) ON COMMIT DROP;
