@@ -532,7 +532,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             )
             reader = ConsumerCsvReader(io.StringIO(text, newline=""), hashed=how == "file hashed")
             result = consumers_register(
-                broker=self.broker, rows=reader, actor="test", source="file:consumers.csv"
+                broker=self.broker, records=reader, actor="test", source="file:consumers.csv"
             )
             assert result.rows_rejected == 0, result.rejected
         self.world.seen["late matches"] += self.oracle.register(pointer, hashed)

@@ -248,7 +248,7 @@ class ConsumersView(APIView):
         try:
             result = consumers_register(
                 broker=api_key.broker,
-                rows=parse_api_consumers(consumers),
+                records=parse_api_consumers(consumers),
                 actor=f"apikey:{api_key.prefix}",
                 source="api",
                 lock_timeout=LOCK_WAIT_SECONDS,

@@ -273,7 +273,7 @@ def test_a_webhook_integration_disabled_then_enabled_gets_every_match_and_they_r
     _matched(broker, tmp_path, state="queued")
     consumers_register(
         broker=broker,
-        rows=[ConsumerRecord(1, "C-3", None, (("email", base64.b64decode(ITEMS[2][1])),))],
+        records=[ConsumerRecord(1, "C-3", None, (("email", base64.b64decode(ITEMS[2][1])),))],
         actor="test",
         source="api",
     )
