@@ -11,8 +11,9 @@ answered in ``rejected`` (its index, pointer and errors by field) and the others
 registered; a malformed body, or more than 10,000 consumers, is a 400 ``validation_failed``
 and nothing is written. Calls are idempotent. The key's broker is the broker.
 
-The body is read by ``integrations.consumers.readers`` (its rules, one pass, no per-field
-serializer objects for 10,000 consumers); the serializers below describe it in the schema.
+The body is read by ``integrations.consumers.api_reader`` (the row rules of
+``consumers.readers``, one pass, no per-field serializer objects for 10,000 consumers); the
+serializers below describe it in the schema.
 """
 
 from __future__ import annotations
