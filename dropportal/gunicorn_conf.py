@@ -19,9 +19,20 @@ import os
 import sys
 from typing import Any
 
-# gunicorn's default, said here because the database bounds in settings.py (connect 5 s, a
-# web statement 20 s) are chosen below it: a request waiting on PostgreSQL answers 503 before
-# gunicorn would kill its worker.
+# Threads, so that a worker takes every connection off the listening socket as it comes
+# instead of leaving it unanswered in the kernel's accept queue, and a bounded queue for them:
+# what it cannot serve in time is answered 503 with Retry-After at once
+# (dropportal/gunicorn_worker.py). Four threads a worker: more would not record callbacks
+# faster (Python's CPU is the limit), and each thread holds a database connection.
+worker_class = "dropportal.gunicorn_worker.ShedWorker"
+threads = 4
+# gunicorn's defaults, said here: connections taken per worker before the rest wait in the
+# kernel's accept queue, and that queue's length (the kernel caps it at net.core.somaxconn).
+worker_connections = 1000
+backlog = 2048
+# gunicorn's default. With threads it watches each worker's main loop, not its requests: a
+# request waiting on PostgreSQL is bounded by the settings instead (connect 5 s, TCP 25 s,
+# a web statement 20 s), which answer it 503.
 timeout = 30
 
 

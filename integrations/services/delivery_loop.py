@@ -60,6 +60,7 @@ from integrations import enqueue
 from integrations.counters import DELIVERIES
 from integrations.dispatch import masking
 from integrations.dispatch.policy import classify, next_delay
+from integrations.drop.calendar import drop_time_text
 from integrations.ledger_kinds import LedgerKind, ledger_kind_compose
 from integrations.models import (
     DeletionRequest,
@@ -402,7 +403,7 @@ def _disable_target(
     result: DeliveryResult,
     when: dt.datetime,
 ) -> None:
-    reason = f"410 Gone from {result.url} at {when:%Y-%m-%d %H:%M} UTC"
+    reason = f"410 Gone from {result.url} at {drop_time_text(when)}"
     # Conditional: of several deliveries hitting the 410 at once, one disables and alerts.
     disabled = (
         type(target)

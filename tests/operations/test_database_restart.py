@@ -1,4 +1,4 @@
-"""A PostgreSQL restart under concurrent callbacks, through gunicorn as deployed (two sync
+"""A PostgreSQL restart under concurrent callbacks, through gunicorn as deployed (two
 workers, ``dropportal.gunicorn_conf``): every callback gets an answer, 200 or 503 with
 ``Retry-After`` and a problem body, no worker is killed by gunicorn's timeout, and each
 callback answered 503 is recorded when the broker sends it again.
@@ -222,12 +222,21 @@ def test_a_database_restart_under_load_answers_every_callback(
     assert unanswered == [], f"{len(unanswered)} callbacks got no answer; {statuses}"
     assert sorted(statuses) == [200, 503], statuses  # the outage was met, and it ended
     refused = [u for u, a in answers.items() if a is not None and a.status == 503]
+    codes: Counter[str] = Counter()
     for request_uuid in refused:
         answer = answers[request_uuid]
         assert answer is not None
-        assert answer.headers["retry-after"] == "30"
         assert answer.headers["content-type"] == "application/problem+json"
-        assert json.loads(answer.body)["code"] == "database_unavailable"
+        code = json.loads(answer.body)["code"]
+        codes[code] += 1
+        # A callback that waited for a thread while the others waited on the database is
+        # refused as "overloaded" (dropportal/gunicorn_worker.py), with a shorter wait.
+        if code == "database_unavailable":
+            assert answer.headers["retry-after"] == "30"
+        else:
+            assert code == "overloaded"
+            assert int(answer.headers["retry-after"]) >= 1
+    assert codes["database_unavailable"], codes
 
     # The broker sends again what was answered 503: every outcome is recorded, once.
     again = [_put(port, world, request_uuid) for request_uuid in refused]
