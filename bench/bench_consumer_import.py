@@ -184,11 +184,8 @@ def floor_run(url: str, broker_pk: int) -> dict[str, float | None]:
     """The import's result written again by PostgreSQL alone: the consumers and the broker's
     partition of the hashes copied into new tables (CREATE TABLE AS), then the same
     indexes built over them, with the import's memory settings, in one transaction."""
-    from integrations.services.consumer_merge import (
-        MERGE_MAINTENANCE_WORK_MEM,
-        MERGE_WORK_MEM,
-        partition_name,
-    )
+    from integrations.consumers.fresh_partition import partition_name
+    from integrations.consumers.load import MERGE_MAINTENANCE_WORK_MEM, MERGE_WORK_MEM
 
     sources = {
         "floor_consumer": "integrations_consumer",

@@ -75,8 +75,8 @@ from hypothesis.stateful import (
 from devtools.broker_simulator import BrokerSimulator, ReceivedRequest, sign_callback
 from devtools.drop_simulator import ALREADY_UPLOADED_MESSAGE, DropSimulator, build_drop_zip
 from integrations import tasks
+from integrations.consumers.readers import ConsumerCsvReader
 from integrations.drop.client import DropClient, DropLimits
-from integrations.drop.registration import ConsumerCsvReader
 from integrations.drop.standardize import email_hash
 from integrations.models import (
     Broker,
@@ -532,7 +532,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             )
             reader = ConsumerCsvReader(io.StringIO(text, newline=""), hashed=how == "file hashed")
             result = consumers_register(
-                broker=self.broker, rows=reader, actor="test", source="file:consumers.csv"
+                broker=self.broker, records=reader, actor="test", source="file:consumers.csv"
             )
             assert result.rows_rejected == 0, result.rejected
         self.world.seen["late matches"] += self.oracle.register(pointer, hashed)

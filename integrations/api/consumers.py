@@ -11,8 +11,9 @@ answered in ``rejected`` (its index, pointer and errors by field) and the others
 registered; a malformed body, or more than 10,000 consumers, is a 400 ``validation_failed``
 and nothing is written. Calls are idempotent. The key's broker is the broker.
 
-The body is read by ``integrations.drop.registration`` (its rules, one pass, no per-field
-serializer objects for 10,000 consumers); the serializers below describe it in the schema.
+The body is read by ``integrations.consumers.api_reader`` (the row rules of
+``consumers.readers``, one pass, no per-field serializer objects for 10,000 consumers); the
+serializers below describe it in the schema.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from integrations.api.json_body import (
 )
 from integrations.api.permissions import HasScope
 from integrations.api.schema import JSON_VALUE_REF
-from integrations.drop.registration_api import parse_api_consumers
+from integrations.consumers.api_reader import parse_api_consumers
 from integrations.models import ApiKey, Consumer
 from integrations.services.consumers import (
     RegistrationBusy,
@@ -248,7 +249,7 @@ class ConsumersView(APIView):
         try:
             result = consumers_register(
                 broker=api_key.broker,
-                rows=parse_api_consumers(consumers),
+                records=parse_api_consumers(consumers),
                 actor=f"apikey:{api_key.prefix}",
                 source="api",
                 lock_timeout=LOCK_WAIT_SECONDS,

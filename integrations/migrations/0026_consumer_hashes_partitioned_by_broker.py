@@ -2,7 +2,7 @@
 
 One broker's index is the size of its own set, whatever the other brokers hold, and a
 broker's first import loads a fresh partition and builds its indexes after the load
-(``services.consumer_merge``; measurements in docs/benchmarks.md). Every query that reads
+(``consumers.load``; measurements in docs/benchmarks.md). Every query that reads
 the consumer hashes names the broker, so it reads one partition.
 
 The model does not change: Django still sees ``id`` as the primary key. In the database

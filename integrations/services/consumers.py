@@ -1,18 +1,25 @@
-"""Registering and forgetting a broker's consumers: the write paths of the consumer hashes.
+"""Registering, importing and forgetting a broker's consumers: the consumer hashes' writes.
 
-``consumers_register`` takes hashed records (``integrations.drop.registration`` makes them
-from a CSV file or an API body) and writes them in one transaction, all or nothing::
+Three ways in, each one transaction, all or nothing, under the broker's registration lock::
 
-    records = ConsumerCsvReader(text)                      # header checked here
-    result = consumers_register(broker=broker, rows=records, actor="cli:ana",
-                                source="file:consumers.csv")
+    consumers_register(broker=broker, records=parse_api_consumers(body["consumers"]),
+                       actor="apikey:ab12", source="api", lock_timeout=10.0)
+    consumers_import(broker=broker, files=found.files, hashed=False, actor="cli:ana",
+                     source="file:consumers.csv", progress=progress)
+    consumers_replace(broker=broker, files=found.files, hashed=False, actor="cli:ana",
+                      source="file:consumers.csv", max_forget=0.05)
     result.consumers_created, result.hashes_added, result.rejected
+
+``consumers_register`` takes records (``integrations.consumers.api_reader`` makes them
+from an API body); ``consumers_import`` and ``consumers_replace`` take the files
+(``integrations.consumers.sources``), read and hashed on every core. ``consumers_replace``
+also forgets the set's consumers the files do not list.
 
 How, and why so:
 
 - Records are streamed with ``COPY`` into a temp staging table in rounds of
   ``CHUNK_ROWS`` hash rows (a thread reads and hashes the next round meanwhile: two cores,
-  both busy); ``services.consumer_merge`` merges them in key order into the consumers and
+  both busy); ``consumers.load`` merges them in key order into the consumers and
   the broker's partition of the consumer hashes: once all are staged, in one pass, or, for
   a broker's first set in key order, round by round as they come (a first set goes into a
   fresh partition whose indexes are built after the load). Memory stays flat for any
@@ -25,9 +32,8 @@ How, and why so:
 - One registration (or forget) per broker at a time: a transaction-level advisory lock.
   An API call gives up after ``lock_timeout`` seconds (``RegistrationBusy``) rather than
   hold a web worker behind a million-row import.
-- The hashes this call added are in ``new_consumer_hashes(consumer_id, hash_type, hash)``
-  until the transaction ends: late matching against the DROP hashes already received
-  starts from there.
+- The hashes a call added are matched late against the DROP hashes already received, in
+  the same transaction (``services.matching.consumer_hashes_match_late``).
 - One ledger event per call, with its counts; rejected rows are counted, not listed.
 """
 
@@ -35,31 +41,20 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable, Generator, Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from django.db import OperationalError, connection, transaction
 from django.db.models import Count
 
-from integrations.drop.registration import ConsumerRecord, RejectedRecord
-from integrations.drop.registration_workers import EncodedBatch, encode_batch
+from integrations.consumers.load import ConsumerLoad, Merged, Round, StagedBatches
+from integrations.consumers.readers import Record, RejectedRecord
+from integrations.consumers.sources import ConsumerSource
+from integrations.consumers.workers import EncodedBatch, encode_batch
 from integrations.ledger_kinds import LedgerKind
-from integrations.models import (
-    Broker,
-    Consumer,
-    ConsumerHash,
-    DeletionRequest,
-    ResolutionRequest,
-)
-from integrations.services.consumer_merge import (
-    DROP_TABLES,
-    ConsumerLoad,
-    Merged,
-    Round,
-    StagedBatches,
-)
+from integrations.models import Broker, Consumer, ConsumerHash
 from integrations.services.ledger import ledger_event_append
 from integrations.services.matching import consumer_hashes_match_late
 
@@ -133,49 +128,140 @@ class ConsumerRegistration:
         }
 
 
+class ImportProgress(Protocol):
+    """What a file import reports while it reads (the command's progress bar)."""
+
+    def file_started(self, source: ConsumerSource) -> None: ...
+
+    def bytes_read(self, count: int) -> None: ...
+
+    def batch_read(self, source: ConsumerSource, batch: EncodedBatch) -> None: ...
+
+
 # ---------------------------------------------------------------------------------------
-# Registration
+# Registration, import, replace
 # ---------------------------------------------------------------------------------------
 
 
 def consumers_register(
     *,
     broker: Broker,
-    rows: Iterable[ConsumerRecord | RejectedRecord | EncodedBatch],
+    records: Iterable[Record],
     actor: str,
     source: str,
     strict: bool = False,
     lock_timeout: float | None = None,
-    replace: bool = False,
-    max_forget: float = DEFAULT_MAX_FORGET,
-    force: bool = False,
-    files: Callable[[], list[dict[str, Any]]] | None = None,
 ) -> ConsumerRegistration:
-    """Register ``rows`` for ``broker`` in one transaction; return the counts.
-
-    ``replace``: ``rows`` are the broker's whole set of the kinds they carry; the
-    broker's consumers of those kinds that ``rows`` do not list are forgotten (hashes
-    deleted, requests keep their copy of the pointer). A full set must be whole, so
-    ``replace`` is ``strict``; and unless ``force``, it is refused (``ReplaceRefused``,
-    nothing written) when it would forget more than ``max_forget`` (a fraction) of the
-    consumers of those kinds that existed before.
-
-    ``files``: called once the rows are read, it describes the files they came from
-    (name, size, SHA-256) for the ledger event.
+    """Register ``records`` (an API body's) for ``broker`` in one transaction; return the
+    counts.
 
     Rejected records are counted (and the first ``REJECTED_KEPT`` kept); the accepted ones
     are written unless ``strict``, where one rejected record refuses the whole call
     (``RegistrationRefused``, nothing written). ``source`` names the input in the ledger
-    (``file:consumers.csv``, ``api``). Raises ``RegistrationBusy`` when ``lock_timeout``
-    seconds pass while another registration for the broker runs.
+    (``api``). Raises ``RegistrationBusy`` when ``lock_timeout`` seconds pass while another
+    registration for the broker runs.
     """
-    strict = strict or replace
+    batches = (encode_batch((record,)) for record in records)
+    return _register(
+        broker=broker,
+        batches=batches,
+        actor=actor,
+        source=source,
+        strict=strict,
+        lock_timeout=lock_timeout,
+    )
+
+
+def consumers_import(
+    *,
+    broker: Broker,
+    files: Sequence[ConsumerSource],
+    hashed: bool,
+    actor: str,
+    source: str,
+    strict: bool = False,
+    progress: ImportProgress | None = None,
+) -> ConsumerRegistration:
+    """Import the consumers of ``files``, in order, as one registration (``consumers_register``'s
+    rules); the ledger event names each file (name, size, SHA-256). ``hashed``: the files
+    hold Base64 hashes, not clear identifiers. A file that cannot be read raises
+    (``RegistrationFileError``, ``SourceError``, ``OSError``...) and nothing is written."""
+    return _register(
+        broker=broker,
+        batches=_file_batches(files, hashed, progress),
+        actor=actor,
+        source=source,
+        strict=strict,
+        files=files,
+    )
+
+
+def consumers_replace(
+    *,
+    broker: Broker,
+    files: Sequence[ConsumerSource],
+    hashed: bool,
+    actor: str,
+    source: str,
+    max_forget: float = DEFAULT_MAX_FORGET,
+    force: bool = False,
+    progress: ImportProgress | None = None,
+) -> ConsumerRegistration:
+    """Import ``files`` as the broker's whole set of the kinds they carry: the broker's
+    consumers of those kinds that the files do not list are forgotten (hashes deleted,
+    requests keep their copy of the pointer). A full set must be whole, so one rejected
+    row refuses it (``RegistrationRefused``); and unless ``force``, it is refused
+    (``ReplaceRefused``, nothing written) when it would forget more than ``max_forget`` (a
+    fraction) of the consumers of those kinds that existed before."""
+    return _register(
+        broker=broker,
+        batches=_file_batches(files, hashed, progress),
+        actor=actor,
+        source=source,
+        strict=True,
+        files=files,
+        replace=_Replace(max_forget=max_forget, force=force),
+    )
+
+
+@dataclass(frozen=True)
+class _Replace:
+    max_forget: float
+    force: bool
+
+
+def _file_batches(
+    files: Sequence[ConsumerSource], hashed: bool, progress: ImportProgress | None
+) -> Iterator[EncodedBatch]:
+    """Every file's rows in turn, hashed in batches, reported as they are read."""
+    for source in files:
+        if progress is not None:
+            progress.file_started(source)
+        on_read = progress.bytes_read if progress is not None else None
+        with source.open_records(hashed=hashed, on_read=on_read) as batches:
+            for batch in batches:
+                if progress is not None:
+                    progress.batch_read(source, batch)
+                yield batch
+
+
+def _register(
+    *,
+    broker: Broker,
+    batches: Iterable[EncodedBatch],
+    actor: str,
+    source: str,
+    strict: bool,
+    lock_timeout: float | None = None,
+    files: Sequence[ConsumerSource] | None = None,
+    replace: _Replace | None = None,
+) -> ConsumerRegistration:
     result = ConsumerRegistration(source=source, strict=strict)
     with transaction.atomic(), connection.cursor() as cursor:
         registration_lock(cursor, broker=broker, timeout=lock_timeout)
         load = ConsumerLoad(cursor, broker_pk=broker.pk)
         merged: Merged | None = None
-        with closing(_read_ahead(_rounds(rows, result))) as rounds:
+        with closing(_read_ahead(_rounds(batches, result))) as rounds:
             for round_ in rounds:
                 _stage(load, round_)
         if strict and result.rows_rejected:
@@ -185,24 +271,16 @@ def consumers_register(
             result.consumers_created = merged.consumers_created
             result.kinds_changed = merged.kinds_changed
             result.hashes_added = merged.hashes_added
-        # A broker's first set forgets nothing: every consumer it has came from the source.
-        if replace and not (merged and merged.fresh_partition):
-            if merged:
-                cursor.execute(_SEEN_INSERT)
-            _forget_unlisted(
-                cursor,
-                broker=broker,
-                result=result,
-                actor=actor,
-                max_forget=max_forget,
-                force=force,
-            )
+        # A broker's first set forgets nothing: every consumer it has came from the source;
+        # nor does a source with no row.
+        if replace is not None and merged is not None and not merged.fresh_partition:
+            _forget_unlisted(load, broker=broker, result=result, actor=actor, replace=replace)
 
-        # Late matching: the hashes added by this call, in new_consumer_hashes(consumer_id,
-        # hash_type, hash), against every DROP hash the broker has received, inside this
-        # transaction and under the broker's matching lock.
+        # Late matching: the hashes added by this call against every DROP hash the broker
+        # has received, inside this transaction and under the broker's matching lock.
         if result.hashes_added:
-            consumer_hashes_match_late(broker=broker, actor=actor)
+            assert load.added is not None  # set by finish() whenever hashes were added
+            consumer_hashes_match_late(broker=broker, added=load.added, actor=actor)
 
         ledger_event_append(
             kind=LedgerKind.CONSUMERS_REGISTERED,
@@ -213,11 +291,24 @@ def consumers_register(
                 "source": source,
                 "strict": strict,
                 **result.counts(),
-                **({"files": files()} if files is not None else {}),
+                **({"files": _files_described(files)} if files is not None else {}),
             },
         )
-        cursor.execute(DROP_TABLES)
+        load.close()
     return result
+
+
+def _files_described(files: Sequence[ConsumerSource]) -> list[dict[str, Any]]:
+    """The files read, for the ledger: once all are read, each one's size and SHA-256."""
+    return [
+        {
+            "name": source.name,
+            # Standard input has no size but what was read from it.
+            "size": source.bytes_read if source.size is None else source.size,
+            "sha256": source.finish_digest(),
+        }
+        for source in files
+    ]
 
 
 def registration_lock(cursor: Any, *, broker: Broker, timeout: float | None = None) -> None:
@@ -239,13 +330,9 @@ def registration_lock(cursor: Any, *, broker: Broker, timeout: float | None = No
     cursor.execute("SELECT set_config('lock_timeout', %s, true)", [previous])
 
 
-def _rounds(
-    items: Iterable[ConsumerRecord | RejectedRecord | EncodedBatch],
-    result: ConsumerRegistration,
-) -> Iterator[Round]:
-    """Yield the records' staging rows in rounds of about ``CHUNK_ROWS`` rows.
+def _rounds(batches_in: Iterable[EncodedBatch], result: ConsumerRegistration) -> Iterator[Round]:
+    """Yield the batches' staging rows in rounds of about ``CHUNK_ROWS`` rows.
 
-    ``items`` are records (the API) or batches already encoded by hashing workers (files).
     Counts every record into ``result``. Under ``strict``, staging stops at the first
     rejected record (the call will be refused) but reading goes on, to report them all.
     """
@@ -254,8 +341,7 @@ def _rounds(
     data = bytearray()
     rows = 0
     staging = True
-    for item in items:
-        batch = item if isinstance(item, EncodedBatch) else encode_batch((item,))
+    for batch in batches_in:
         result.rows_read += batch.records
         result.hashes_received += batch.hashes
         if batch.rejected:
@@ -322,31 +408,6 @@ def _read_ahead(rounds: Iterator[Round]) -> Generator[Round, None, None]:
         reader.join()
 
 
-# replace: every consumer the source listed, existing or created.
-_SEEN_INSERT = """
-INSERT INTO consumer_registration_seen (consumer_id)
-SELECT consumer_id FROM consumer_registration_pointers
-"""
-# The broker's consumers of the kinds the source carries that it did not list. One
-# anti-join over the broker's consumers (its unique index starts with broker).
-_FORGOTTEN_CREATE = """
-CREATE TEMP TABLE consumer_registration_forgotten ON COMMIT DROP AS
-SELECT c.id FROM integrations_consumer c
- WHERE c.broker_id = %(broker)s
-   AND c.remote_identifier_kind IN (
-        SELECT DISTINCT l.remote_identifier_kind FROM integrations_consumer l
-          JOIN consumer_registration_seen s ON s.consumer_id = l.id)
-   AND NOT EXISTS (SELECT 1 FROM consumer_registration_seen s WHERE s.consumer_id = c.id)
-"""
-_SET_BEFORE = """
-SELECT count(*) FROM integrations_consumer c
- WHERE c.broker_id = %(broker)s
-   AND c.remote_identifier_kind IN (
-        SELECT DISTINCT l.remote_identifier_kind FROM integrations_consumer l
-          JOIN consumer_registration_seen s ON s.consumer_id = l.id)
-"""
-
-
 def _stage(load: ConsumerLoad, round_: Round) -> None:
     """One round staged, and merged if it can be yet (a seam: the killed-import test
     stops here)."""
@@ -359,48 +420,24 @@ def _merge(load: ConsumerLoad) -> Merged:
 
 
 def _forget_unlisted(
-    cursor: Any,
+    load: ConsumerLoad,
     *,
     broker: Broker,
     result: ConsumerRegistration,
     actor: str,
-    max_forget: float,
-    force: bool,
+    replace: _Replace,
 ) -> None:
     """replace: forget the set's consumers the source did not list, within the guard."""
-    params = {"broker": broker.pk}
-    cursor.execute("ANALYZE consumer_registration_seen")
-    cursor.execute(_FORGOTTEN_CREATE, params)
-    forgotten = cursor.rowcount
-    cursor.execute(_SET_BEFORE, params)
+    forgotten, now = load.unlisted_count()
     # The set as it was: what is there now, less what this import created.
-    before = cursor.fetchone()[0] - result.consumers_created
-    if forgotten and not force and forgotten > max_forget * before:
+    before = now - result.consumers_created
+    max_forget = replace.max_forget
+    if forgotten and not replace.force and forgotten > max_forget * before:
         raise ReplaceRefused(forgotten=forgotten, before=before, max_forget=max_forget)
     if not forgotten:
         return
-    for model in (DeletionRequest, ResolutionRequest):
-        # Requests already made keep their copy of the pointer (as consumer_forget does).
-        cursor.execute(
-            f"UPDATE {model._meta.db_table} SET consumer_id = NULL"  # noqa: S608 (a model's table)
-            " WHERE consumer_id IN (SELECT id FROM consumer_registration_forgotten)"
-        )
-    cursor.execute(
-        "DELETE FROM integrations_consumerhash h USING consumer_registration_forgotten f"
-        " WHERE h.broker_id = %(broker)s AND h.consumer_id = f.id",
-        params,
-    )
-    hashes_removed = cursor.rowcount
-    cursor.execute(
-        "DELETE FROM integrations_consumer c USING consumer_registration_forgotten f"
-        " WHERE c.id = f.id"
-    )
+    hashes_removed, kinds = load.unlisted_forget()
     result.consumers_forgotten = forgotten
-    cursor.execute(
-        "SELECT DISTINCT l.remote_identifier_kind FROM integrations_consumer l"
-        " JOIN consumer_registration_seen s ON s.consumer_id = l.id ORDER BY 1"
-    )
-    kinds = [kind for (kind,) in cursor.fetchall()]
     ledger_event_append(
         kind=LedgerKind.CONSUMERS_REPLACED,
         broker_id=broker.broker_id,
@@ -413,7 +450,7 @@ def _forget_unlisted(
             "consumers_forgotten": forgotten,
             "hashes_removed": hashes_removed,
             "max_forget": max_forget,
-            "forced": force and forgotten > max_forget * before,
+            "forced": replace.force and forgotten > max_forget * before,
         },
     )
 

@@ -20,12 +20,12 @@ matched by one side or the other, never by neither:
    Deciding the status while inserting writes each work item once; updating the 90 %
    unmatched rows afterwards would rewrite most of the table and its four indexes.
 
-2. **A consumer registered later** (``services.consumers.consumers_register``), the
-   ongoing duty of docs/contracts.md §1.8: the new consumer hashes, listed in the temp
-   table (or view) ``new_consumer_hashes(consumer_id, hash_type, hash)``, are joined
-   against every kept work item hash of the broker::
+2. **A consumer registered later** (``services.consumers``), the ongoing duty of
+   docs/contracts.md §1.8: the new consumer hashes, in the relation the consumer load
+   names (``ConsumerLoad.added``: its own list, or a broker's whole new partition), are
+   joined against every kept work item hash of the broker::
 
-       consumer_hashes_match_late(broker=broker, actor=actor)
+       consumer_hashes_match_late(broker=broker, added=load.added, actor=actor)
 
    Matches become deletion requests marked ``late_match``; a work item already reported
    as 5 is flagged ``needs_amendment``. Removed work items get none.
@@ -37,6 +37,7 @@ import datetime as dt
 from dataclasses import dataclass
 
 from django.db import connection
+from psycopg import sql
 
 from integrations.drop.calendar import drop_today
 from integrations.ledger_kinds import LedgerKind
@@ -52,7 +53,6 @@ from integrations.services.requests import (
 
 STAGED_ITEMS = "drop_staged_items"
 STAGED_MATCHES = "drop_staged_matches"
-NEW_CONSUMER_HASHES = "new_consumer_hashes"
 
 
 def staged_items_create() -> str:
@@ -164,6 +164,18 @@ def cycle_matches_collect() -> int:
         return count
 
 
+# Each (kept work item, consumer) pair ``added`` matches that no request joins yet.
+_LATE_MATCHES = sql.SQL("""
+INSERT INTO {matches} (work_item_id, consumer_id, late_match)
+SELECT DISTINCT w.id, n.consumer_id, true
+  FROM {added} n
+  JOIN integrations_workitem w ON w.hash = n.hash AND w.hash_type = n.hash_type
+ WHERE w.broker_id = %(broker)s AND w.state <> %(removed)s
+   AND NOT EXISTS (SELECT 1 FROM integrations_deletionrequest d
+                    WHERE d.work_item_id = w.id AND d.consumer_id = n.consumer_id)
+""")
+
+
 @dataclass(frozen=True)
 class LateMatches:
     """What ``consumer_hashes_match_late`` did."""
@@ -175,13 +187,17 @@ class LateMatches:
 
 
 def consumer_hashes_match_late(
-    *, broker: Broker, actor: str = SYSTEM_ACTOR, match_date: dt.date | None = None
+    *,
+    broker: Broker,
+    added: sql.Composable,
+    actor: str = SYSTEM_ACTOR,
+    match_date: dt.date | None = None,
 ) -> LateMatches:
-    """Match the consumer hashes listed in ``new_consumer_hashes`` against every kept hash.
+    """Match the consumer hashes listed in ``added`` against every kept hash.
 
-    Call it inside the transaction that inserted the hashes and filled the temp table
-    ``new_consumer_hashes(consumer_id bigint, hash_type text, hash bytea)`` (or made it a
-    view), with its statistics (``ANALYZE``: a file import may list millions of hashes,
+    Call it inside the transaction that inserted the hashes; ``added`` is the relation
+    that lists them, ``(consumer_id bigint, hash_type text, hash bytea)``, made by the
+    caller with its statistics (``ANALYZE``: a file import may list millions of hashes,
     and without them the planner takes a nested loop). Each (work item, new consumer) pair
     not matched before gets deletion requests marked ``late_match`` (removed work items
     get none). A matched work item whose status was known goes back to ``open`` until
@@ -191,15 +207,7 @@ def consumer_hashes_match_late(
     matches_table_create()
     with connection.cursor() as cursor:
         cursor.execute(
-            f"INSERT INTO {MATCHES_TABLE} (work_item_id, consumer_id, late_match)"  # noqa: S608
-            " SELECT DISTINCT w.id, n.consumer_id, true"
-            f"  FROM {NEW_CONSUMER_HASHES} n"
-            "  JOIN integrations_workitem w"
-            "    ON w.hash = n.hash AND w.hash_type = n.hash_type"
-            " WHERE w.broker_id = %(broker)s AND w.state <> %(removed)s"
-            "   AND NOT EXISTS (SELECT 1 FROM integrations_deletionrequest d"
-            "                    WHERE d.work_item_id = w.id"
-            "                      AND d.consumer_id = n.consumer_id)",
+            _LATE_MATCHES.format(matches=sql.Identifier(MATCHES_TABLE), added=added),
             {"broker": broker.pk, "removed": WorkItemState.REMOVED},
         )
         if not cursor.rowcount:

@@ -6,7 +6,7 @@ import pytest
 from django.contrib.auth.models import Group, User
 from django.test import Client
 
-from integrations.drop.registration_api import parse_api_consumers
+from integrations.consumers.api_reader import parse_api_consumers
 from integrations.models import Broker, Consumer, ConsumerHash, LedgerEvent
 from integrations.services.brokers import broker_create
 from integrations.services.consumers import consumers_register
@@ -29,7 +29,7 @@ def staff(client: Client) -> Client:
 def registered(broker: Broker) -> Broker:
     consumers_register(
         broker=broker,
-        rows=parse_api_consumers(
+        records=parse_api_consumers(
             [
                 {
                     "remote_identifier": "C-1",
@@ -60,7 +60,7 @@ def test_search_is_an_exact_remote_identifier(staff: Client, registered: Broker)
     other = broker_create(broker_id="7777", name="Other", actor="test")
     consumers_register(
         broker=other,
-        rows=parse_api_consumers([{"remote_identifier": "C-1", "email": ["x@example.com"]}]),
+        records=parse_api_consumers([{"remote_identifier": "C-1", "email": ["x@example.com"]}]),
         actor="test",
         source="api",
     )

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from integrations.consumers.load import ConsumerLoad, Merged
 from integrations.services import consumers as consumer_services
-from integrations.services.consumer_merge import ConsumerLoad, Merged
 
 
 @pytest.fixture

@@ -20,11 +20,11 @@ from django.core.management import call_command
 from django.db import connection
 
 from devtools.drop_simulator import work_items
-from integrations.drop import registration_workers as registration
+from integrations.consumers import workers
+from integrations.consumers.load import Merged, StagedBatches
 from integrations.models import Broker, Consumer, ConsumerHash, DeletionRequest, LedgerEvent
 from integrations.services import consumers as consumer_services
 from integrations.services.brokers import broker_create
-from integrations.services.consumer_merge import Merged, StagedBatches
 from integrations.services.drop_import import drop_zip_import
 from tests.builders import drop_zip, webhook, write_zip
 from tests.conftest import subprocess_env
@@ -57,7 +57,7 @@ def hashed_file(tmp_path: Path) -> Path:
 @pytest.fixture
 def many_rounds(monkeypatch: pytest.MonkeyPatch) -> None:
     """Small rounds and batches: the pool starts, and rounds merge one after another."""
-    monkeypatch.setattr(registration, "PARALLEL_BATCH_ROWS", 40)
+    monkeypatch.setattr(workers, "PARALLEL_BATCH_ROWS", 40)
     monkeypatch.setattr(consumer_services, "CHUNK_ROWS", 50)
 
 
@@ -122,10 +122,10 @@ import os, signal, sys
 import django
 django.setup()
 from django.core.management import call_command
-from integrations.drop import registration_workers as registration
+from integrations.consumers import workers
 from integrations.services import consumers
 
-registration.PARALLEL_BATCH_ROWS = 40
+workers.PARALLEL_BATCH_ROWS = 40
 consumers.CHUNK_ROWS = 50
 seam = getattr(consumers, sys.argv[2])
 calls = []

@@ -21,9 +21,9 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from moto.server import ThreadedMotoServer
 
-from integrations.drop import sources
+from integrations.consumers import sources
+from integrations.consumers.load import Merged
 from integrations.models import Broker, Consumer, ConsumerHash, LedgerEvent
-from integrations.services.consumer_merge import Merged
 
 pytestmark = pytest.mark.django_db
 

@@ -32,7 +32,7 @@ MENTIONS = [
     ("integrations/services/report_uploads.py", r"existed \(migration (\d{4})\)", "prior_"),
     ("integrations/services/staff_mfa.py", r"emptied by migration (\d{4})", "otp_totp"),
     (
-        "integrations/services/consumer_merge.py",
+        "integrations/consumers/load.py",
         r"broker \(migration (\d{4})\)",
         "PARTITION BY LIST",
     ),
@@ -44,7 +44,7 @@ MENTIONS = [
     ("docs/scaling.md", r"What is built \(migration (\d{4})", "PARTITION BY LIST"),
     (
         "docs/benchmarks.md",
-        r"What changed \(migration (\d{4}), `services/consumer_merge",
+        r"What changed \(migration (\d{4}), `consumers/load",
         "PARTITION BY LIST",
     ),
 ]

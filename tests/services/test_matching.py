@@ -14,6 +14,7 @@ from django.core.management import call_command
 from django.db import connection, connections, transaction
 from django.utils import timezone
 from procrastinate.contrib.django.models import ProcrastinateJob
+from psycopg import sql
 
 from devtools.drop_simulator import work_items
 from integrations.models import (
@@ -50,11 +51,15 @@ def register_late(broker: Broker, remote_identifier: str, **hashes: str) -> Late
     with transaction.atomic():
         registered = consumer(broker, remote_identifier, **hashes)
         _list_as_new(broker, registered)
-        return consumer_hashes_match_late(broker=broker, actor="test")
+        return consumer_hashes_match_late(broker=broker, added=NEW_HASHES, actor="test")
+
+
+# The hashes a registration added, as its load lists them: here, one consumer's.
+NEW_HASHES = sql.Identifier("new_consumer_hashes")
 
 
 def _list_as_new(broker: Broker, registered: Consumer) -> None:
-    """``new_consumer_hashes`` as a registration leaves it: here, the consumer's hashes."""
+    """``NEW_HASHES`` as a registration leaves its list: here, the consumer's hashes."""
     with connection.cursor() as cursor:
         cursor.execute("DROP TABLE IF EXISTS new_consumer_hashes")
         cursor.execute(
@@ -266,7 +271,7 @@ def test_matching_the_same_consumer_again_creates_nothing_new(
     again = Consumer.objects.get(remote_identifier="C-9")
     with transaction.atomic():
         _list_as_new(broker, again)
-        assert consumer_hashes_match_late(broker=broker).work_items == 0
+        assert consumer_hashes_match_late(broker=broker, added=NEW_HASHES).work_items == 0
     assert DeletionRequest.objects.filter(remote_identifier="C-9").count() == 1
 
 

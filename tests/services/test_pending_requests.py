@@ -25,8 +25,8 @@ from procrastinate.contrib.django.models import ProcrastinateJob
 from devtools.broker_simulator import BrokerSimulator
 from devtools.drop_simulator import DropSimulator, work_items
 from devtools.isi_simulator import IsiSimulator, connection
+from integrations.consumers.readers import ConsumerRecord
 from integrations.drop.client import DropClient, DropLimits
-from integrations.drop.registration import ConsumerRecord
 from integrations.models import (
     Broker,
     DeletionRequest,
@@ -273,7 +273,7 @@ def test_a_webhook_integration_disabled_then_enabled_gets_every_match_and_they_r
     _matched(broker, tmp_path, state="queued")
     consumers_register(
         broker=broker,
-        rows=[ConsumerRecord(1, "C-3", None, (("email", base64.b64decode(ITEMS[2][1])),))],
+        records=[ConsumerRecord(1, "C-3", None, (("email", base64.b64decode(ITEMS[2][1])),))],
         actor="test",
         source="api",
     )

@@ -57,8 +57,6 @@ _PYTHON_SQL_LITERALS_ALLOWED = {
     ("operations/metrics.py", "status IN ('todo', 'doing', 'failed')"),
     # a ledger event kind
     ("services/evidence_period.py", "kind = 'drop_cycle.reported'"),
-    # PostgreSQL's catalog: a relation that is a view
-    ("services/consumer_merge.py", "relkind = 'v'"),
 }
 
 

@@ -23,7 +23,6 @@ import argparse
 import logging
 import sys
 import time
-from collections.abc import Iterator
 from concurrent.futures.process import BrokenProcessPool
 from typing import IO, Any
 
@@ -31,16 +30,17 @@ from django.conf import settings
 from django.core.management.base import CommandError
 from tqdm import tqdm
 
-from integrations.drop.registration import RegistrationFileError
-from integrations.drop.registration_workers import EncodedBatch
-from integrations.drop.sources import FORMATS, ConsumerSource, SourceError, consumer_sources
+from integrations.consumers.readers import RegistrationFileError
+from integrations.consumers.sources import FORMATS, ConsumerSource, SourceError, consumer_sources
+from integrations.consumers.workers import EncodedBatch
 from integrations.management.base import DropportalCommand, broker_or_error
 from integrations.services.consumers import (
     DEFAULT_MAX_FORGET,
     ConsumerRegistration,
     RegistrationRefused,
     ReplaceRefused,
-    consumers_register,
+    consumers_import,
+    consumers_replace,
 )
 
 
@@ -63,20 +63,35 @@ class _Progress:
     otherwise one log line per 10 % of the bytes (per million rows when the size is
     unknown)."""
 
-    def __init__(self, bar: tqdm, name: str, total: int | None) -> None:
+    def __init__(self, bar: tqdm, name: str, total: int | None, err: IO[str], files: int) -> None:
         self.bar = bar
         self.name = name
         self.total = total
+        self.err = err
+        self.files = files
+        self.current: ConsumerSource | None = None  # the file being read
         self.bytes = 0
         self.rows = 0
         self.started = time.monotonic()
         self._next_tenth = 1
 
+    def file_started(self, source: ConsumerSource) -> None:
+        self.current = source
+
+    def batch_read(self, source: ConsumerSource, batch: EncodedBatch) -> None:
+        """Count the batch's rows and report each rejected one (never its values)."""
+        self.rows_read(batch.records)
+        # Several files: a rejected row is named by its file too.
+        prefix = f"{source.name} " if self.files > 1 else ""
+        where = "row" if source.format == "parquet" else "line"
+        for record in batch.rejected:
+            self.bar.write(f"{prefix}{where} {record.position}: {record.reason}", file=self.err)
+
     def rate(self) -> float:
         elapsed = time.monotonic() - self.started
         return self.rows / elapsed if elapsed > 0 else 0.0
 
-    def read(self, count: int) -> None:
+    def bytes_read(self, count: int) -> None:
         self.bar.update(count)
         self.bytes += count
         if not self.bar.disable or not self.total:
@@ -97,6 +112,11 @@ class _Progress:
             self.bar.set_postfix_str(f"{self.rate():,.0f} rows/s", refresh=False)
         elif not self.total and before // _LOG_EVERY_ROWS != self.rows // _LOG_EVERY_ROWS:
             log.info("%s: %s rows, %s rows/s", self.name, f"{self.rows:,}", f"{self.rate():,.0f}")
+
+
+def _reading(progress: _Progress) -> str:
+    """The file being read when the import failed."""
+    return progress.current.name if progress.current is not None else progress.name
 
 
 class Command(DropportalCommand):
@@ -158,7 +178,6 @@ class Command(DropportalCommand):
         sizes = [source.size for source in sources]
         total = None if None in sizes else sum(s or 0 for s in sizes)
         err = getattr(self.stderr, "_out", sys.stderr)  # tqdm draws with \r: the bare stream
-        reading: list[ConsumerSource] = []  # the sources read so far, the last one being read
         started = time.monotonic()
         # disable=None: no bar unless stderr is a terminal.
         with tqdm(
@@ -170,27 +189,22 @@ class Command(DropportalCommand):
             disable=None,
             leave=False,
         ) as bar:
-            progress = _Progress(bar, name, total)
+            progress = _Progress(bar, name, total, err, len(sources))
+            common: dict[str, Any] = {
+                "broker": broker,
+                "files": sources,
+                "hashed": options["hashed"],
+                "actor": self.actor(),
+                "source": f"file:{name}" if not spec.startswith("s3://") else spec,
+                "progress": progress,
+            }
             try:
-                result = consumers_register(
-                    broker=broker,
-                    rows=self._records(sources, options["hashed"], progress, err, reading),
-                    files=lambda: [
-                        {
-                            "name": s.name,
-                            # Standard input has no size but what was read from it.
-                            "size": s.bytes_read if s.size is None else s.size,
-                            "sha256": s.finish_digest(),
-                        }
-                        for s in reading
-                    ],
-                    actor=self.actor(),
-                    source=f"file:{name}" if not spec.startswith("s3://") else spec,
-                    strict=options["strict"],
-                    replace=options["replace"],
-                    max_forget=options["max_forget"] / 100,
-                    force=options["force"],
-                )
+                if options["replace"]:
+                    result = consumers_replace(
+                        **common, max_forget=options["max_forget"] / 100, force=options["force"]
+                    )
+                else:
+                    result = consumers_import(**common, strict=options["strict"])
             except RegistrationRefused as refused:
                 raise CommandError(
                     f"{name}: {refused.result.rows_rejected} of {refused.result.rows_read} "
@@ -202,41 +216,18 @@ class Command(DropportalCommand):
                     f"{name}: {refused}; nothing was imported (--force forgets them)"
                 ) from None
             except (RegistrationFileError, SourceError) as exc:
-                raise CommandError(f"{reading[-1].name}: {exc}; nothing was imported") from None
+                raise CommandError(f"{_reading(progress)}: {exc}; nothing was imported") from None
             except BrokenProcessPool as exc:
                 raise CommandError(
-                    f"{reading[-1].name}: a hashing worker process stopped ({exc}); "
+                    f"{_reading(progress)}: a hashing worker process stopped ({exc}); "
                     "nothing was imported"
                 ) from None
             except (OSError, EOFError) as exc:  # a truncated gzip stream ends in EOFError
                 raise CommandError(
-                    f"{reading[-1].name}: read failed: {exc}; nothing was imported"
+                    f"{_reading(progress)}: read failed: {exc}; nothing was imported"
                 ) from None
         seconds = time.monotonic() - started
         self._summary(result, name, broker.broker_id, options["json"], seconds, found.skipped)
-
-    @staticmethod
-    def _records(
-        sources: list[ConsumerSource],
-        hashed: bool,
-        progress: _Progress,
-        err: IO[str],
-        reading: list[ConsumerSource],
-    ) -> Iterator[EncodedBatch]:
-        """Every source's rows in turn, each rejected one reported as it is read."""
-        for source in sources:
-            reading.append(source)
-            # Several files: a rejected row is named by its file too.
-            prefix = f"{source.name} " if len(sources) > 1 else ""
-            where = "row" if source.format == "parquet" else "line"
-            with source.open_records(hashed=hashed, on_read=progress.read) as batches:
-                for batch in batches:
-                    progress.rows_read(batch.records)
-                    for record in batch.rejected:
-                        progress.bar.write(
-                            f"{prefix}{where} {record.position}: {record.reason}", file=err
-                        )
-                    yield batch
 
     def _summary(
         self,

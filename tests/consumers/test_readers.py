@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from integrations.drop.registration import (
+from integrations.consumers.api_reader import parse_api_consumers
+from integrations.consumers.readers import (
     ConsumerCsvReader,
     ConsumerRecord,
     RegistrationFileError,
     RejectedRecord,
 )
-from integrations.drop.registration_api import parse_api_consumers
 
 ANNA = "KA18MT/ph6IHYjzT9zwETySDQyvSh87YuoSBpOQtkhE="  # Anna.Smith@Domain.com
 PHONE = "vGM7y5n+hBXRSEAklhHDPCbysyNgYTmXdMcagGUOY8E="  # +1(415)555-9317

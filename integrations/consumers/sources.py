@@ -48,13 +48,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any, Final
 
-from integrations.drop.registration import (
+from integrations.consumers.readers import (
     CSV_LINE_MAX,
     ConsumerCsvReader,
     ConsumerTableReader,
     RegistrationFileError,
 )
-from integrations.drop.registration_workers import EncodedBatch, encoded_batches
+from integrations.consumers.workers import EncodedBatch, encoded_batches
 
 __all__ = [
     "CSV_LINE_MAX",

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from integrations.drop import registration_workers as registration
-from integrations.drop.registration import ConsumerCsvReader, ConsumerRecord, RejectedRecord
-from integrations.drop.registration_workers import EncodedBatch, encode_batch, encoded_batches
+from integrations.consumers import workers
+from integrations.consumers.readers import ConsumerCsvReader, ConsumerRecord, RejectedRecord
+from integrations.consumers.workers import EncodedBatch, encode_batch, encoded_batches
 
 
 def csv_text() -> str:
@@ -30,7 +30,7 @@ def csv_text() -> str:
 def test_parallel_batches_equal_the_single_process_records_in_order(
     monkeypatch: pytest.MonkeyPatch, processes: int
 ) -> None:
-    monkeypatch.setattr(registration, "PARALLEL_BATCH_ROWS", 7)  # 9 batches, 8 to the pool
+    monkeypatch.setattr(workers, "PARALLEL_BATCH_ROWS", 7)  # 9 batches, 8 to the pool
     serial = list(ConsumerCsvReader(io.StringIO(csv_text())))
     batches = list(encoded_batches(ConsumerCsvReader(io.StringIO(csv_text())), processes=processes))
     assert len(batches) == 9
@@ -47,14 +47,14 @@ def test_parallel_batches_equal_the_single_process_records_in_order(
 
 
 def test_the_pool_hashes_in_other_processes(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(registration, "PARALLEL_BATCH_ROWS", 5)
-    workers: list[set[int]] = []
-    real_pool = registration._pool
+    monkeypatch.setattr(workers, "PARALLEL_BATCH_ROWS", 5)
+    pools: list[set[int]] = []
+    real_pool = workers._pool
 
     def watched_pool(*args: Any) -> Any:
         pool = real_pool(*args)
         seen: set[int] = set()
-        workers.append(seen)
+        pools.append(seen)
         submit = pool.submit
 
         def watched_submit(*submitted: Any) -> Any:
@@ -65,13 +65,13 @@ def test_the_pool_hashes_in_other_processes(monkeypatch: pytest.MonkeyPatch) -> 
         pool.submit = watched_submit  # type: ignore[method-assign, assignment]
         return pool
 
-    monkeypatch.setattr(registration, "_pool", watched_pool)
+    monkeypatch.setattr(workers, "_pool", watched_pool)
     list(encoded_batches(ConsumerCsvReader(io.StringIO(csv_text())), processes=2))
-    assert len(workers) == 1 and len(workers[0]) == 2 and os.getpid() not in workers[0]
+    assert len(pools) == 1 and len(pools[0]) == 2 and os.getpid() not in pools[0]
     # A file of one batch never starts the pool.
     small = "remote_identifier,email\nC-1,a@example.com\n"
     list(encoded_batches(ConsumerCsvReader(io.StringIO(small)), processes=2))
-    assert len(workers) == 1
+    assert len(pools) == 1
 
 
 def record(position: int, key: str, *types: str, kind: str | None = None) -> ConsumerRecord:
@@ -151,4 +151,4 @@ def test_a_row_of_another_width_than_the_header_is_refused_before_it_is_batched(
     # The readers never give one (rows() rejects it); a flat batch would misread the cells.
     rows = iter([(2, ["A", "a@example.com"]), (3, ["B", "b@example.com", "extra"])])
     with pytest.raises(ValueError, match="line 3 has 3 cells, not 2"):
-        list(registration._batches(rows, 10, 2))
+        list(workers._batches(rows, 10, 2))

@@ -6,7 +6,7 @@ index, and the reason per field; never the clear value)::
 
     reader = ConsumerCsvReader(text_stream)            # checks the header at once
     reader = ConsumerCsvReader(text_stream, hashed=True)
-    for record in reader:         # or registration_api.parse_api_consumers(body["consumers"])
+    for record in reader:         # or api_reader.parse_api_consumers(body["consumers"])
         ...
 
 - A clear CSV (docs/contracts.md §8): `remote_identifier` first, then any of
@@ -23,9 +23,9 @@ fixes and re-sends it (registration is idempotent). A file whose header is wrong
 `RegistrationFileError` before any row is read. Clear identifiers live only in memory here;
 standardization and hashing are `integrations.drop.standardize`'s.
 
-API bodies are read by `integrations.drop.registration_api` under the same rules; files
+API bodies are read by `integrations.consumers.api_reader` under the same rules; files
 are hashed on every core and encoded as staging rows by
-`integrations.drop.registration_workers`. Pure Python, no Django, so the command, the API
+`integrations.consumers.workers`. Pure Python, no Django, so the command, the API
 and the benchmark share it.
 """
 

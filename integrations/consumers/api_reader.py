@@ -1,7 +1,7 @@
 """Consumer records from the API's JSON objects (`POST /api/v1/drop/consumers`).
 
 Each element of the body's ``consumers`` array becomes a `ConsumerRecord` or a
-`RejectedRecord`, under the rules `integrations.drop.registration` applies to CSV rows:
+`RejectedRecord`, under the rules `integrations.consumers.readers` applies to CSV rows:
 ``email``, ``phone``, ``maid``, ``ctvid`` arrays, ``ndz`` and ``name_vin`` arrays of
 objects, ``hashes`` as ``{list type: [Base64, ...]}``. Errors are keyed by the path of the
 bad value. Pure Python, no Django.
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
-from integrations.drop.registration import (
+from integrations.consumers.readers import (
     HASH_FORMAT,
     NAME_VIN_PARTS,
     NDZ_PARTS,

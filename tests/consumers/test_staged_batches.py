@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from integrations.drop.registration import ConsumerRecord
-from integrations.drop.registration_workers import EncodedBatch, encode_batch
-from integrations.services.consumer_merge import StagedBatches
+from integrations.consumers.load import StagedBatches
+from integrations.consumers.readers import ConsumerRecord
+from integrations.consumers.workers import EncodedBatch, encode_batch
 
 
 def batch(*keys: str, kinds: Sequence[str | None] = ()) -> EncodedBatch:

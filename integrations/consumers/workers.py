@@ -1,7 +1,7 @@
 """Hashing on every core: a consumer file's rows as batches of staging rows (COPY text).
 
 The importing process only splits rows (the ``csv`` module, in C); a pool of worker
-processes standardizes, hashes and encodes them, using `integrations.drop.registration`'s
+processes standardizes, hashes and encodes them, using `integrations.consumers.readers`'s
 rules, and sends each batch back as one block of COPY text. Pure Python, no Django.
 """
 
@@ -18,7 +18,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Final
 
-from integrations.drop.registration import (
+from integrations.consumers.readers import (
     ConsumerCsvReader,
     ConsumerRecord,
     ConsumerTableReader,
@@ -69,7 +69,7 @@ class EncodedBatch:
     The batch numbers its pointers (0, 1, ...: each ``remote_identifier`` with staged
     rows, in order, the same one again on adjacent records) and marks each one's first
     row, so that a file sorted by ``remote_identifier`` can be merged round by round, each
-    pointer drawn once (``services.consumer_merge``); ``first_remote_identifier``,
+    pointer drawn once (``consumers.load``); ``first_remote_identifier``,
     ``last_remote_identifier`` and ``ascending`` let the importer check that order between
     batches and tell a pointer that runs on from one batch into the next.
 

@@ -1,0 +1,248 @@
+"""Everything staged, merged once all is read: the general merge, in key order.
+
+``load.ConsumerLoad.finish`` calls it for every call whose rounds were not merged as they
+were read (a broker that has consumers, or a first set out of key order)::
+
+    pointers_gather(cursor, params=..., kinds_given=..., existing=...)
+    kinds_update(cursor, params=...)               # when the rows name kinds
+    consumers_insert(cursor, params=...)
+    partition_fill(cursor, params=..., broker_pk=...)   # a first set: its fresh partition
+    hashes_insert(cursor, params=...)              # otherwise: NEW_CONSUMER_HASHES lists them
+
+Why this shape (docs/benchmarks.md, consumer import): the consumers go in in
+``remote_identifier`` order and the hashes in hash order, so each B-tree is walked once
+from left to right. Merging each round of a file in no key order as it came inserted its
+keys all over indexes larger than memory: a 10 M import grew 14.7 times for 10 times the
+rows. Consumer ids are drawn from the sequence while the pointers are gathered, so the
+hashes name their consumer without reading the consumers back.
+
+This module's temp tables: ``consumer_registration_pointers`` (each pointer the call
+listed, with its consumer), ``new_consumer_hashes`` (the hashes the call added) and, for a
+replace, ``consumer_registration_forgotten``; ``unlisted_count`` and ``unlisted_forget``
+read the listed pointers for ``services.consumers.consumers_replace``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from psycopg import sql
+
+from integrations.consumers.fresh_partition import partition
+
+__all__ = [
+    "NEW_CONSUMER_HASHES",
+    "consumers_insert",
+    "hashes_insert",
+    "kinds_update",
+    "partition_fill",
+    "pointers_gather",
+    "tables_drop",
+    "unlisted_count",
+    "unlisted_forget",
+]
+
+# What a late match reads: the hashes this call added (hashes_insert).
+NEW_CONSUMER_HASHES: Final = sql.Identifier("new_consumer_hashes")
+
+_TABLES_DROP: Final = (
+    "DROP TABLE IF EXISTS consumer_registration_pointers, new_consumer_hashes,"
+    " consumer_registration_forgotten"
+)
+# Each pointer once, in remote_identifier order, with its consumer: the existing one (when
+# %(existing)s: the broker may have some), or a new id from the consumers' sequence
+# (coalesce draws it only when there is none). Byte order ("C") in the DISTINCT too: one
+# sort then serves both, and a sort under C.UTF-8 goes through strcoll (24 s instead of 9
+# for 20 M staged rows). OFFSET 0: ids are drawn in this order, after the sort. With kinds:
+# each pointer's kind is the last one its rows name.
+_POINTERS_CREATE_WITH_KINDS: Final = """
+CREATE TEMP TABLE consumer_registration_pointers ON COMMIT DROP AS
+SELECT remote_identifier, kind,
+       coalesce(existing_id, nextval(%(consumer_ids)s::regclass)) AS consumer_id,
+       existing_id IS NULL AS created, stored_kind
+  FROM (SELECT p.remote_identifier, p.kind, c.id AS existing_id,
+               c.remote_identifier_kind AS stored_kind
+          FROM (SELECT DISTINCT ON (remote_identifier COLLATE "C") remote_identifier,
+                       remote_identifier_kind AS kind
+                  FROM consumer_registration_staging
+                 ORDER BY remote_identifier COLLATE "C", remote_identifier_kind IS NULL,
+                          line DESC) p
+          LEFT JOIN integrations_consumer c
+            ON %(existing)s AND c.broker_id = %(broker)s
+           AND c.remote_identifier = p.remote_identifier
+         ORDER BY p.remote_identifier COLLATE "C"
+        OFFSET 0) ordered
+"""
+_POINTERS_CREATE: Final = """
+CREATE TEMP TABLE consumer_registration_pointers ON COMMIT DROP AS
+SELECT remote_identifier, kind,
+       coalesce(existing_id, nextval(%(consumer_ids)s::regclass)) AS consumer_id,
+       existing_id IS NULL AS created, stored_kind
+  FROM (SELECT p.remote_identifier, p.kind, c.id AS existing_id,
+               c.remote_identifier_kind AS stored_kind
+          FROM (SELECT DISTINCT ON (remote_identifier COLLATE "C") remote_identifier,
+                       NULL::text AS kind
+                  FROM consumer_registration_staging
+                 ORDER BY remote_identifier COLLATE "C") p
+          LEFT JOIN integrations_consumer c
+            ON %(existing)s AND c.broker_id = %(broker)s
+           AND c.remote_identifier = p.remote_identifier
+         ORDER BY p.remote_identifier COLLATE "C"
+        OFFSET 0) ordered
+"""
+_KINDS_UPDATE: Final = """
+UPDATE integrations_consumer c SET remote_identifier_kind = p.kind
+  FROM consumer_registration_pointers p
+ WHERE c.broker_id = %(broker)s AND c.id = p.consumer_id AND NOT p.created
+   AND p.kind <> p.stored_kind
+"""
+# In remote_identifier order (the pointers' order): the unique index takes them page by
+# page; the primary key's ids ascend with them. Byte order ("C"): a sort with abbreviated
+# keys, and under a C or C.UTF-8 database collation the index's own order.
+_CONSUMERS_INSERT: Final = """
+INSERT INTO integrations_consumer (id, broker_id, remote_identifier, remote_identifier_kind)
+SELECT consumer_id, %(broker)s, remote_identifier, coalesce(kind, %(default_kind)s)
+  FROM consumer_registration_pointers
+ WHERE created
+"""
+# A first set: every staged row as it is into the fresh partition, its consumer from every
+# pointer. Its unique index, built after, finds a repeated row.
+_PARTITION_FILL: Final = sql.SQL("""
+INSERT INTO {partition} (id, hash_type, hash, broker_id, consumer_id)
+SELECT nextval(%(hash_ids)s::regclass), s.hash_type, s.hash, %(broker)s, p.consumer_id
+  FROM consumer_registration_staging s
+  JOIN consumer_registration_pointers p USING (remote_identifier)
+""")
+# Otherwise each (hash, list type, consumer) once (a file may list the same identifier
+# twice): a consumer created by this call has no hash to compare with; those of one that
+# existed are anti-joined with the broker's partition (the planner picks index probes for
+# an API call, one pass over the partition for a file). In hash order, so the index is
+# walked once.
+_HASHES_INSERT: Final = """
+CREATE TEMP TABLE new_consumer_hashes ON COMMIT DROP AS
+WITH added AS (
+    INSERT INTO integrations_consumerhash (broker_id, consumer_id, hash_type, hash)
+    SELECT %(broker)s::bigint, h.consumer_id, h.hash_type, h.hash
+      FROM (SELECT hash, hash_type, consumer_id
+              FROM (SELECT DISTINCT s.hash, s.hash_type, p.consumer_id, p.created
+                      FROM consumer_registration_staging s
+                      JOIN consumer_registration_pointers p USING (remote_identifier)) n
+             WHERE n.created
+            UNION ALL
+            SELECT hash, hash_type, consumer_id
+              FROM (SELECT DISTINCT s.hash, s.hash_type, p.consumer_id, p.created
+                      FROM consumer_registration_staging s
+                      JOIN consumer_registration_pointers p USING (remote_identifier)) o
+             WHERE NOT o.created
+               AND NOT EXISTS (
+                    SELECT FROM integrations_consumerhash r
+                     WHERE r.broker_id = %(broker)s AND r.hash = o.hash
+                       AND r.hash_type = o.hash_type AND r.consumer_id = o.consumer_id)) h
+     ORDER BY h.hash, h.hash_type, h.consumer_id
+    RETURNING consumer_id, hash_type, hash)
+SELECT consumer_id, hash_type, hash FROM added
+"""
+
+# --- A replace: the set's consumers the source did not list ----------------------------
+# The kinds the source carries: those of the consumers it listed.
+_LISTED_KINDS: Final = """
+SELECT DISTINCT l.remote_identifier_kind FROM integrations_consumer l
+  JOIN consumer_registration_pointers p ON p.consumer_id = l.id
+ ORDER BY 1
+"""
+# The broker's consumers of those kinds that it did not list. One anti-join over the
+# broker's consumers (its unique index starts with broker).
+_FORGOTTEN_CREATE: Final = """
+CREATE TEMP TABLE consumer_registration_forgotten ON COMMIT DROP AS
+SELECT c.id FROM integrations_consumer c
+ WHERE c.broker_id = %(broker)s
+   AND c.remote_identifier_kind IN (
+        SELECT DISTINCT l.remote_identifier_kind FROM integrations_consumer l
+          JOIN consumer_registration_pointers p ON p.consumer_id = l.id)
+   AND NOT EXISTS (SELECT 1 FROM consumer_registration_pointers p WHERE p.consumer_id = c.id)
+"""
+_SET_NOW: Final = """
+SELECT count(*) FROM integrations_consumer c
+ WHERE c.broker_id = %(broker)s
+   AND c.remote_identifier_kind IN (
+        SELECT DISTINCT l.remote_identifier_kind FROM integrations_consumer l
+          JOIN consumer_registration_pointers p ON p.consumer_id = l.id)
+"""
+# Requests already made keep their copy of the pointer (as consumer_forget does).
+_FORGOTTEN_DELETION_REQUESTS: Final = """
+UPDATE integrations_deletionrequest SET consumer_id = NULL
+ WHERE consumer_id IN (SELECT id FROM consumer_registration_forgotten)
+"""
+_FORGOTTEN_RESOLUTION_REQUESTS: Final = """
+UPDATE integrations_resolutionrequest SET consumer_id = NULL
+ WHERE consumer_id IN (SELECT id FROM consumer_registration_forgotten)
+"""
+_FORGOTTEN_HASHES_DELETE: Final = """
+DELETE FROM integrations_consumerhash h USING consumer_registration_forgotten f
+ WHERE h.broker_id = %(broker)s AND h.consumer_id = f.id
+"""
+_FORGOTTEN_CONSUMERS_DELETE: Final = """
+DELETE FROM integrations_consumer c USING consumer_registration_forgotten f
+ WHERE c.id = f.id
+"""
+
+
+def tables_drop(cursor: Any) -> None:
+    cursor.execute(_TABLES_DROP)
+
+
+def pointers_gather(
+    cursor: Any, *, params: dict[str, Any], kinds_given: bool, existing: bool
+) -> None:
+    """Each staged pointer once, with its consumer id; ``existing``: look for the broker's
+    consumers already there (none: every pointer is new)."""
+    cursor.execute("ANALYZE consumer_registration_staging")
+    statement = _POINTERS_CREATE_WITH_KINDS if kinds_given else _POINTERS_CREATE
+    cursor.execute(statement, {**params, "existing": existing})
+    cursor.execute("ANALYZE consumer_registration_pointers")
+
+
+def kinds_update(cursor: Any, *, params: dict[str, Any]) -> int:
+    """The kinds the rows name for consumers that existed; return how many changed."""
+    cursor.execute(_KINDS_UPDATE, params)
+    return int(cursor.rowcount)
+
+
+def consumers_insert(cursor: Any, *, params: dict[str, Any]) -> int:
+    cursor.execute(_CONSUMERS_INSERT, params)
+    return int(cursor.rowcount)
+
+
+def partition_fill(cursor: Any, *, params: dict[str, Any], broker_pk: int) -> int:
+    cursor.execute(_PARTITION_FILL.format(partition=partition(broker_pk)), params)
+    return int(cursor.rowcount)
+
+
+def hashes_insert(cursor: Any, *, params: dict[str, Any]) -> int:
+    """The new hashes, listed in ``NEW_CONSUMER_HASHES`` with their statistics; return how
+    many."""
+    cursor.execute(_HASHES_INSERT, params)
+    added = int(cursor.rowcount)
+    cursor.execute("ANALYZE new_consumer_hashes")
+    return added
+
+
+def unlisted_count(cursor: Any, *, broker_pk: int) -> tuple[int, int]:
+    """The broker's consumers of the listed kinds that the call did not list (kept aside
+    for ``unlisted_forget``), and how many consumers of those kinds there are now."""
+    params = {"broker": broker_pk}
+    cursor.execute(_FORGOTTEN_CREATE, params)
+    forgotten = int(cursor.rowcount)
+    cursor.execute(_SET_NOW, params)
+    return forgotten, int(cursor.fetchone()[0])
+
+
+def unlisted_forget(cursor: Any, *, broker_pk: int) -> tuple[int, list[str]]:
+    """Forget what ``unlisted_count`` found; return the hashes removed and the kinds."""
+    cursor.execute(_FORGOTTEN_DELETION_REQUESTS)
+    cursor.execute(_FORGOTTEN_RESOLUTION_REQUESTS)
+    cursor.execute(_FORGOTTEN_HASHES_DELETE, {"broker": broker_pk})
+    hashes_removed = int(cursor.rowcount)
+    cursor.execute(_FORGOTTEN_CONSUMERS_DELETE)
+    cursor.execute(_LISTED_KINDS)
+    return hashes_removed, [kind for (kind,) in cursor.fetchall()]
