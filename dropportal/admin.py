@@ -5,6 +5,10 @@
 ``integrations.admin`` on purpose: importing that package registers the ModelAdmins, which
 must not happen while the default site itself is being built.
 
+No search puts a clear email or phone in a URL (so in the access logs): every list's search
+box posts (``templates/admin/search_form.html``), the answer is a redirect whose ``q`` is the
+term's hash, and a ``q`` in a URL that is a clear email or phone is refused, not searched.
+
 A staff member who must use a second factor (``staff_mfa_required``) has no access until
 they passed it this session: the login sends them to ``/admin/mfa/`` (or to enrolment).
 """
@@ -17,11 +21,14 @@ from functools import wraps
 from typing import Any
 
 from django.conf import settings
+from django.contrib import messages
+from django.contrib.admin.views.main import PAGE_VAR, SEARCH_VAR
 from django.http import HttpRequest, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, URLResolver, path, reverse
 from django.utils import timezone
 from django.utils.http import urlencode
+from django.views.decorators.debug import sensitive_post_parameters
 from unfold.sites import UnfoldAdminSite
 
 
@@ -67,7 +74,9 @@ class DropportalAdminSite(UnfoldAdminSite):
                 self.admin_view(shown_once_view),
                 name="shown_once",
             ),
-            *super().get_urls(),
+            # Not unfold's command palette search (Ctrl/Cmd+K): it GETs what was typed, so
+            # a clear email would land in the access logs (templates/unfold/helpers/command.html).
+            *(url for url in super().get_urls() if getattr(url, "name", None) != "search"),
         ]
 
     def admin_view(self, view: Callable[..., Any], cacheable: bool = False) -> Callable[..., Any]:
@@ -76,7 +85,7 @@ class DropportalAdminSite(UnfoldAdminSite):
         Only the rendering is in that zone: the view's own logic keeps the current zone,
         and what a page streams (an export) is written after it and stays UTC.
         """
-        guarded = super().admin_view(view, cacheable)
+        guarded = super().admin_view(_search_kept_out_of_urls(view), cacheable)
 
         @wraps(guarded)
         def in_drop_zone(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
@@ -122,8 +131,59 @@ class DropportalAdminSite(UnfoldAdminSite):
     def index(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> TemplateResponse:
-        from integrations.admin.dashboard import dashboard_context  # see the module docstring
+        # Imported when called: see the module docstring.
+        from integrations.admin.dashboard import dashboard_context
+        from integrations.services.staff_mfa import staff_mfa_factors_once_in_clear
 
         # Staff with no role in the app see no figures of it, as Django shows them no list.
         shown = dashboard_context(request) if request.user.has_module_perms("integrations") else {}
+        # Every member is told of their own factors that an older database dump holds in clear.
+        member: Any = request.user  # a staff member: the index is behind admin_view
+        shown["factors_once_in_clear"] = staff_mfa_factors_once_in_clear(member)
         return super().index(request, {**shown, **(extra_context or {})})
+
+
+def _search_kept_out_of_urls(view: Callable[..., Any]) -> Callable[..., Any]:
+    """A list's search: posted terms come back in the URL as they may travel, or not at all.
+
+    The list's ModelAdmin may say how its terms travel (``search_term_for_url``: the term,
+    its hash, or None to refuse it); by default a clear email or phone travels as its hash.
+    """
+    # Imported when called: see the module docstring.
+    from integrations.selectors.work_item_search import clear_identifier_hash
+
+    def default_for_url(term: str) -> str:
+        return clear_identifier_hash(term) or term.strip()
+
+    model_admin = getattr(view, "__self__", None)
+    for_url: Callable[[str], str | None] = getattr(
+        model_admin, "search_term_for_url", default_for_url
+    )
+
+    @wraps(view)
+    @sensitive_post_parameters(SEARCH_VAR)  # an error report shows no term typed
+    def searched(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        if request.method == "POST" and "_search" in request.POST:
+            return _search_redirect(request, for_url(request.POST.get(SEARCH_VAR, "")))
+        typed = request.GET.get(SEARCH_VAR)
+        if typed is not None and for_url(typed) != typed.strip():
+            return _search_redirect(request, None)  # never searched, never echoed back
+        return view(request, *args, **kwargs)
+
+    return searched
+
+
+def _search_redirect(request: HttpRequest, term: str | None) -> HttpResponseRedirect:
+    params = request.GET.copy()
+    params.pop(SEARCH_VAR, None)
+    params.pop(PAGE_VAR, None)  # a new search starts on its first page
+    if term is None:
+        messages.error(
+            request,
+            "Not searched: type it in the search box. An email address or phone number is "
+            "hashed before it reaches an address; words that are not an id are not sent.",
+        )
+    elif term:
+        params[SEARCH_VAR] = term
+    query = params.urlencode()
+    return HttpResponseRedirect(f"{request.path}?{query}" if query else request.path)

@@ -369,6 +369,9 @@ UNFOLD = {
     "SITE_SYMBOL": "shield_lock",
     "SHOW_HISTORY": False,  # the ledger is the history; Django's log would be a second one
     "SHOW_VIEW_ON_SITE": False,
+    # No search that GETs what staff type: the sidebar's is off here, and the command palette
+    # (Ctrl/Cmd+K, no setting turns it off) is an empty template with its URL removed
+    # (templates/unfold/helpers/command.html, dropportal.admin).
     "SIDEBAR": {"show_search": False, "navigation": "dropportal.navigation.sidebar"},
     "STYLES": [lambda request: static("integrations/console.css")],
     "SCRIPTS": [lambda request: static("integrations/console.js")],

@@ -5,7 +5,8 @@ the project: services queue work without importing the job definitions, and ``ta
 which runs services, sits on top of them. ``allow_unknown=False`` makes a misspelt name fail
 at once instead of queueing a job no worker runs; the Django contrib app has imported every
 ``tasks.py`` before any of this runs. Call these inside the transaction that makes the work
-due: the job exists exactly when that change committed::
+due: the job exists exactly when that change committed, in a web request, a command or a job
+(``_deferrer``)::
 
     deletion_requests_enqueue([1, 2, 3])                       # delivered in jobs of 100
     deletion_requests_enqueue([4], at=timezone.now() + delay)  # a retry, scheduled
@@ -19,7 +20,11 @@ from typing import Any
 
 from django.db import transaction
 from procrastinate.contrib.django import app
+from procrastinate.contrib.django.django_connector import DjangoConnector
+from procrastinate.contrib.django.settings import settings as procrastinate_settings
 from procrastinate.exceptions import AlreadyEnqueued
+from procrastinate.jobs import JobDeferrer
+from procrastinate.manager import JobManager
 
 # The names the jobs are defined under (tasks.py passes them to ``@app.task``).
 DELIVER_DELETION_REQUESTS = "integrations.tasks.deliver_deletion_requests"
@@ -35,6 +40,21 @@ DISPATCH_BATCH = 100
 # Jobs written by one INSERT.
 _DEFER_CHUNK = 1000
 
+# Jobs are written through Django's own connection, whatever connector the app has. The worker
+# (``manage.py worker``) gives the app a connector of its own, a pool that commits each query:
+# through it, a job queued by a job (a pull's deliveries, queued with the requests its import
+# creates) committed at once, before the rows it names. The dispatch worker, woken at once,
+# could run it first, find nothing due and end, and those requests then waited for something
+# else to queue them. Through Django's connection the job commits with its rows, as it does
+# for a pull by hand (``drop pull``), so a job's deliveries leave as promptly.
+_IN_TRANSACTION = JobManager(DjangoConnector(alias=procrastinate_settings.DATABASE_ALIAS))
+
+
+def _deferrer(task: str, **options: Any) -> JobDeferrer:
+    deferrer = app.configure_task(task, allow_unknown=False, **options)
+    deferrer.job_manager = _IN_TRANSACTION
+    return deferrer
+
 
 def _defer_batches(
     task: str, argument: str, ids: Sequence[int], *, size: int, at: dt.datetime | None
@@ -43,7 +63,7 @@ def _defer_batches(
         {argument: list(ids[i : i + size])} for i in range(0, len(ids), size)
     ]
     options: dict[str, Any] = {"schedule_at": at} if at is not None else {}
-    deferrer = app.configure_task(task, allow_unknown=False, **options)
+    deferrer = _deferrer(task, **options)
     for start in range(0, len(jobs), _DEFER_CHUNK):
         deferrer.batch_defer(*jobs[start : start + _DEFER_CHUNK])
 
@@ -71,9 +91,7 @@ def saas_deletions_enqueue(deletion_ids: Sequence[int], *, at: dt.datetime | Non
 
 def alert_send_enqueue(*, channel: str, text: str, alert: dict[str, Any]) -> None:
     """Send one alert by one channel (retried by the job's own strategy)."""
-    app.configure_task(SEND_ALERT, allow_unknown=False).defer(
-        channel=channel, text=text, alert=alert
-    )
+    _deferrer(SEND_ALERT).defer(channel=channel, text=text, alert=alert)
 
 
 def alerts_evaluate_enqueue() -> None:
@@ -86,7 +104,7 @@ def alerts_evaluate_enqueue() -> None:
     try:
         # A savepoint: the refused duplicate must not abort the caller's transaction.
         with transaction.atomic():
-            app.configure_task(EVALUATE_ALERTS, allow_unknown=False).defer()
+            _deferrer(EVALUATE_ALERTS).defer()
     except AlreadyEnqueued:
         pass
 
@@ -108,9 +126,7 @@ def _broker_job_defer(task: str, *, lock: str, broker_pk: int) -> bool:
     try:
         # A savepoint: the refused duplicate must not abort the caller's transaction.
         with transaction.atomic():
-            app.configure_task(task, allow_unknown=False, lock=lock, queueing_lock=lock).defer(
-                broker_pk=broker_pk
-            )
+            _deferrer(task, lock=lock, queueing_lock=lock).defer(broker_pk=broker_pk)
     except AlreadyEnqueued:
         return False
     return True

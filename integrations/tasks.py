@@ -160,7 +160,8 @@ def report_broker(broker_pk: int) -> None:
 # Pulling from DROP: every hour, each broker whose auto-pull is on and whose last pull is
 # `pull_interval_days` old (30 by default) gets one pull job: download, import, match. A
 # failed pull leaves last_pulled_at alone, so the next hour tries again (a ledger event each
-# time), except after a refused DROP key (401, 403): then not until the key or URL changes.
+# time), except after a refused DROP key (401): then not until the key or URL changes. A 403
+# (not eligible, no list selected) is fixed in DROP's portal: the next hour tries again.
 # The lock keeps one pull per broker running, the queueing lock one waiting.
 PULL_CRON = "41 * * * *"
 

@@ -31,7 +31,7 @@ from integrations.selectors.drop_metrics import METRIC_FIGURES, drop_metrics
 from integrations.services.evidence import evidence_pack_export, evidence_public_key_pem
 
 METRICS_PERMISSIONS = ("integrations.view_workitem", "integrations.view_dropcycle")
-# Held by Auditors (migration 0016): every export of the ledger, the outcome history or an
+# Held by Auditors (migration 0021): every export of the ledger, the outcome history or an
 # evidence pack needs it, and is itself a ledger event.
 AUDIT_EXPORT_PERMISSION = "integrations.export_audit_records"
 EVIDENCE_PERMISSIONS = (

@@ -11,13 +11,18 @@ from django.utils.html import format_html, format_html_join
 
 from integrations.models import DropNotification
 
+# DROP's notification names no file: said of one attached to the latest of several files one
+# run uploaded (``DropNotification.report_file_guessed``).
+GUESSED = "attached by guess: one run uploaded several files and DROP's notification names none"
+
 
 def drop_notifications_table(notifications: QuerySet[DropNotification]) -> str:
-    """A small table, newest first: when, which event, DROP's message; "none" when empty."""
+    """A small table, newest first: when, which event (and whether the file it is attached to
+    is a guess), DROP's message; "none" when empty."""
     rows = [
         (
             f"{timezone.localtime(n.received_at):%Y-%m-%d %H:%M %Z}",
-            n.event_type,
+            f"{n.event_type} ({GUESSED})" if n.report_file_guessed else n.event_type,
             n.message,
         )
         for n in notifications.order_by("-received_at", "-pk")[:50]

@@ -38,6 +38,7 @@ from integrations.admin.display import uuid_short
 from integrations.admin.integration_kinds import ADD_KIND_PARAMETER, Created, KindPages
 from integrations.admin.shown_once import SecretShownOnce, show_once
 from integrations.dispatch import webhook
+from integrations.drop.calendar import drop_time_text
 from integrations.models import Integration, IntegrationKind, RequestState, SaasConnection
 from integrations.services.integrations import (
     integration_disable,
@@ -406,12 +407,14 @@ class IntegrationAdmin(WriteOnlyCredentials, ModelAdmin):
         secret = integration_secret_rotate(integration=integration, actor=staff_actor(request))
         pages = kind_pages(request, integration)
         shown = pages.secret_shown_once(integration, secret, "Webhook Secret regenerated")
+        expires_at = integration.previous_secret_expires_at
+        assert expires_at is not None  # the rotation just set it
         return show_once(
             request,
             dataclasses.replace(
                 shown,
                 explanation=f"{shown.explanation} The previous secret keeps verifying callbacks "
-                f"until {integration.previous_secret_expires_at:%Y-%m-%d %H:%M} UTC.",
+                f"until {drop_time_text(expires_at)}.",
             ),
         )
 

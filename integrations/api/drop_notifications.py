@@ -2,21 +2,23 @@
 
 No API key: DROP signs each notification with the secret its portal shows the broker
 (``brokers drop-webhook-secret``), ``X-Webhook-Signature: sha256=<hex HMAC-SHA256 of
-"<X-Webhook-Timestamp>.<raw body>">``. Answers, each counted in
+"<X-Webhook-Timestamp>.<raw body>">``. Every notification read costs the sender's address a
+token of ``DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT``, accepted or refused; an address
+without one gets 429 before anything is read. Answers, each counted in
 ``dropportal_drop_notifications``:
 
-- 204: recorded (``services.drop_notifications``), or an event id already seen (nothing done);
+- 204: recorded (``services.drop_notifications``), even without an event id or type; or a
+  duplicate, nothing done: an event id already seen, or a signature already used (a captured
+  notification sent again, whatever event id and type headers it now carries);
 - 401 ``signature_invalid`` / ``timestamp_out_of_range`` (more than 5 minutes off): not in the
-  ledger, since anyone can send those; each costs the sender's address a token of
-  ``DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT``, and an address without one gets 429;
-- 400 when a signed notification has no event id or type; 413 over 64 KiB.
+  ledger, since anyone can send those;
+- 413 over 64 KiB; 429 ``rate_limited``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import ValidationError
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import exceptions, serializers
@@ -57,7 +59,8 @@ class DropNotificationView(APIView):
     @extend_schema(
         summary="Receive a notification from DROP",
         description="DROP's webhook (API 1.2.0). Signed with the broker's DROP webhook "
-        "secret; deduplicated on X-Webhook-Event-Id. download.ready queues the broker's "
+        "secret; deduplicated on X-Webhook-Event-Id and on the signature (a notification "
+        "taken once is not taken again). download.ready queues the broker's "
         "pull at once; upload.* and amendment.* are recorded on the file they are about.",
         auth=[],
         parameters=[
@@ -77,9 +80,6 @@ class DropNotificationView(APIView):
         request=DropNotificationBodySerializer,
         responses={
             204: OpenApiResponse(description="Recorded, or an event already recorded."),
-            400: OpenApiResponse(
-                ProblemSerializer, description="validation_failed: no event id or type"
-            ),
             401: OpenApiResponse(
                 ProblemSerializer, description="signature_invalid or timestamp_out_of_range"
             ),
@@ -92,7 +92,7 @@ class DropNotificationView(APIView):
         if not throttle.allow_request(request, self):
             raise AddressThrottled(
                 wait=throttle.wait() or 0.0,
-                detail="Too many refused notifications from this address; try again later.",
+                detail="Too many notifications from this address; try again later.",
             )
         try:
             length = int(request.META.get("CONTENT_LENGTH") or 0)
@@ -103,6 +103,8 @@ class DropNotificationView(APIView):
                 status=413, code="payload_too_large", detail="Notifications are limited to 64 KiB."
             )
         headers = request.headers
+        # Accepted notifications cost a token too: a valid one cannot be sent without limit.
+        throttle.take(request, self)
         try:
             received = drop_notification_receive(
                 broker_id=broker_id,
@@ -114,15 +116,7 @@ class DropNotificationView(APIView):
                 body=request.body,
             )
         except NotificationRejected as exc:
-            throttle.take(request, self)
             raise Problem(status=401, code=exc.code, detail=str(exc)) from None
-        except ValidationError as exc:
-            raise Problem(
-                status=400,
-                code="validation_failed",
-                detail=" ".join(exc.messages),
-                errors={"headers": exc.messages},
-            ) from None
         DROP_NOTIFICATIONS.labels(result="duplicate" if received.duplicate else "recorded").inc()
         return Response(status=204)
 

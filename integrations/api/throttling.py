@@ -9,8 +9,9 @@ which is what the limits are for: stopping a runaway client or a flood, not mete
   (DRF runs it after authentication and permissions: 429 ``rate_limited``).
 - ``UnauthenticatedAddressThrottle``: ``DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT`` refusals a
   second per client address (an IPv6 address by its /64). Only a refusal without a valid
-  key costs a token (``take``); an address without one is refused before anything else is
-  read, key or no key::
+  key costs a token (``take``); DROP's notifications, which carry no key, spend one each,
+  accepted or refused. An address without one is refused before anything else is read, key
+  or no key::
 
     throttle = UnauthenticatedAddressThrottle()
     if not throttle.allow_request(request, view):
@@ -128,7 +129,8 @@ class UnauthenticatedAddressThrottle(_PerSecondThrottle):
         return True  # a request let through costs its address nothing
 
     def take(self, request: Request, view: Any) -> None:
-        """A token of ``request``'s address, for a refusal without a valid key."""
+        """A token of ``request``'s address, for a refusal without a valid key (or for any
+        DROP notification)."""
         if self.rate is None:
             return
         self.allow_request(request, view)  # the address's tokens now

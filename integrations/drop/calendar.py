@@ -9,6 +9,7 @@ matched on November 25::
     drop_date(cycle.downloaded_at)     # the DROP day of a moment
     drop_year_bounds(2026)             # the year's first and last moments, as aware datetimes
     drop_day_bounds(date(2026, 7, 1))  # the day's, likewise (07:00 UTC to 07:00 UTC in July)
+    drop_time_text(integration.retired_at)  # "2026-11-25 22:30 PST", for a message to staff
 """
 
 from __future__ import annotations
@@ -49,3 +50,12 @@ def drop_day_bounds(day: dt.date) -> tuple[dt.datetime, dt.datetime]:
     """The first moment of ``day`` and of the next one in DROP's calendar (23 or 25 hours
     apart on the days the clocks change)."""
     return drop_midnight(day), drop_midnight(day + dt.timedelta(days=1))
+
+
+def drop_time_text(moment: dt.datetime) -> str:
+    """``moment`` as a message to staff writes it: in DROP's zone, with its abbreviation.
+
+    The admin's pages show their times in that zone; a message (a reason kept with a row, an
+    error, a notice) says the same time the same way.
+    """
+    return f"{moment.astimezone(drop_timezone()):%Y-%m-%d %H:%M %Z}"

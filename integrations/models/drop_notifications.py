@@ -1,5 +1,7 @@
 """DROP's notifications to a broker, one row per event: the unique event id is what makes a
-notification DROP delivers again (a retry, a second delivery) do nothing the second time."""
+notification DROP delivers again (a retry, a second delivery) do nothing the second time, and
+the unique signature what makes a captured notification sent again (under new, unsigned event
+id and type headers) do nothing: the signature covers the timestamp and body only."""
 
 from __future__ import annotations
 
@@ -9,10 +11,14 @@ from django.db.models.functions import Now
 
 class DropNotification(models.Model):
     broker = models.ForeignKey("integrations.Broker", on_delete=models.PROTECT, related_name="+")
-    event_id = models.CharField(max_length=200)  # X-Webhook-Event-Id: one logical event
+    # X-Webhook-Event-Id: one logical event ("" when DROP sent none).
+    event_id = models.CharField(max_length=200, blank=True)
     event_type = models.CharField(max_length=200)  # X-Webhook-Event-Type, as DROP sent it
     delivery_id = models.CharField(max_length=200, blank=True, default="")  # the first one
     sent_at = models.DateTimeField()  # X-Webhook-Timestamp
+    # X-Webhook-Signature, verified: one (timestamp, body) is taken once per broker. Outside
+    # the 5 minutes its timestamp is refused anyway. "" on notifications kept before it was.
+    signature = models.CharField(max_length=71, blank=True, default="")
     received_at = models.DateTimeField(db_default=Now())
     message = models.TextField(blank=True, default="")
     # What the event is about, when the service can tell: DROP's body names nothing, so an
@@ -31,13 +37,23 @@ class DropNotification(models.Model):
         blank=True,
         related_name="drop_notifications",
     )
+    # The file was the latest of several of its kind one run uploaded: DROP's notification
+    # names none, so which of them it is about is a guess.
+    report_file_guessed = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["-received_at", "-pk"]
         constraints = [
             models.UniqueConstraint(
-                fields=["broker", "event_id"], name="drop_notification_event_unique"
-            )
+                fields=["broker", "event_id"],
+                condition=~models.Q(event_id=""),
+                name="drop_notification_event_unique",
+            ),
+            models.UniqueConstraint(
+                fields=["broker", "signature"],
+                condition=~models.Q(signature=""),
+                name="drop_notification_signature_unique",
+            ),
         ]
 
     def __str__(self) -> str:

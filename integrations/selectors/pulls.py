@@ -23,9 +23,10 @@ from django.db.models.functions import Coalesce
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, LedgerEvent
 
-# DROP answers a refused key (or account) with these; retrying cannot help until staff change
-# the key or the URL it is sent to.
-DROP_KEY_REFUSED_STATUSES = (401, 403)
+# DROP answers a refused key with 401: retrying cannot help until staff change the key or the
+# URL it is sent to. Its 403 (broker not eligible, or no list selected) is not one: the broker
+# fixes that in DROP's portal, which then notifies ``download.ready``, so pulls go on.
+DROP_KEY_REFUSED_STATUSES = (401,)
 # What changes the key DROP sees: the key itself, the base URL, or the mode (its default URL).
 _DROP_ACCESS_FIELDS = ["drop_api_key", "drop_base_url", "mode"]
 
@@ -38,21 +39,25 @@ def _last_event_id(**filters: Any) -> Subquery:
 def brokers_with_drop_key_refused(
     brokers: QuerySet[Broker] | None = None,
 ) -> QuerySet[Broker]:
-    """Brokers whose last word from DROP on a pull is a refused key (401 or 403), with no
-    change of their DROP key, base URL or mode and no successful pull since; annotated with
-    ``drop_key_refused_event`` (the ``drop.pull_failed`` ledger event's id)."""
+    """Brokers whose last word from DROP on a pull is a refused key (401), with no change of
+    their DROP key, base URL or mode, no successful pull and no 403 since (a 403 means DROP
+    took the key); annotated with ``drop_key_refused_event`` (the ``drop.pull_failed`` ledger
+    event's id)."""
     brokers = brokers if brokers is not None else Broker.objects.all()
     refused = _last_event_id(
         kind=LedgerKind.DROP_PULL_FAILED, data__status__in=list(DROP_KEY_REFUSED_STATUSES)
     )
     pulled = _last_event_id(kind=LedgerKind.DROP_PULLED)
+    forbidden = _last_event_id(kind=LedgerKind.DROP_PULL_FAILED, data__status=403)
     changed = _last_event_id(
         kind=LedgerKind.BROKER_UPDATED, data__changes__has_any_keys=_DROP_ACCESS_FIELDS
     )
     return (
         brokers.annotate(
             drop_key_refused_event=refused,
-            drop_key_cleared_event=Coalesce(Func(pulled, changed, function="GREATEST"), Value(0)),
+            drop_key_cleared_event=Coalesce(
+                Func(pulled, changed, forbidden, function="GREATEST"), Value(0)
+            ),
         )
         .filter(drop_key_refused_event__isnull=False)
         .filter(drop_key_refused_event__gt=F("drop_key_cleared_event"))
@@ -63,8 +68,9 @@ def brokers_due_for_pull(*, now: dt.datetime) -> QuerySet[Broker]:
     """Brokers whose auto-pull is on and whose last pull is ``pull_interval_days`` old (or
     who never pulled), for the periodic pull job. A broker without a DROP API key is
     included: its pull fails into the ledger, where staff see it. A broker whose DROP key
-    was refused (``brokers_with_drop_key_refused``) is not: asking again every hour with
-    the same key cannot help, and the dashboard shows why."""
+    was refused, a 401 (``brokers_with_drop_key_refused``), is not: asking again every hour
+    with the same key cannot help, and the dashboard shows why. After a 403 it is: the broker
+    may have become eligible or selected a list in DROP's portal since."""
     interval = ExpressionWrapper(
         F("pull_interval_days") * dt.timedelta(days=1), output_field=DurationField()
     )

@@ -10,7 +10,7 @@ One term, tried as each thing it can be::
 - a clear email address or phone number, written any way: standardized and hashed here with
   the registration's rules (``drop.standardize``), in memory only. The clear value is never
   stored, logged or sent on: ``search_token`` turns it into its hash before the admin puts
-  the search in a URL.
+  the search in a URL, and refuses what is neither an id nor a hash (a name, words).
 
 A hash finds the items DROP sent with it, and every item matched to a consumer registered
 with it (their other lists too).
@@ -36,26 +36,45 @@ from integrations.models import (
     WorkItem,
 )
 
-# A phone number as people write one: digits with spaces, dots, dashes, brackets, a plus.
-_PHONE = re.compile(r"\+?[\d\s().\-]{7,}")
+# A phone number as people write one: digits with spaces, dots, dashes (any Unicode dash),
+# slashes, brackets, a plus; maybe a ``tel:`` in front and an extension behind.
+_PHONE = re.compile(r"\+?[\d\s().\-/\u2010-\u2015\u2212]{7,}")
+_TEL = re.compile(r"^(?:tel:)\s*", re.IGNORECASE)
+_MAILTO = re.compile(r"^(?:mailto:)\s*", re.IGNORECASE)
+# The extension is not part of the number DROP hashes: ``ext 12``, ``x12``, ``#12``, ``;ext=12``.
+_EXTENSION = re.compile(r"\s*(?:;\s*ext=|ext\.?|extension|x|#)\s*\d{1,8}\s*$", re.IGNORECASE)
+# An exact id (work item id, remote_identifier): one printable ASCII word.
+_EXACT_ID = re.compile(r"[!-~]{1,255}")
 
 
-def search_token(term: str) -> str:
-    """``term`` as it may be shown and put in a URL: a clear email or phone as its hash."""
+def clear_identifier_hash(term: str) -> str | None:
+    """The DROP hash of ``term`` when it is a clear email address or phone number, else None.
+
+    It is what every admin search box puts in its URL in place of such a term.
+    """
     term = term.strip()
-    hashed = _identifier_hash(term)
-    return hashed if hashed is not None else term
-
-
-def _identifier_hash(term: str) -> str | None:
     try:
         if "@" in term:
-            return email_hash(term)
-        if _PHONE.fullmatch(term) and sum(ch.isdigit() for ch in term) >= 7:
-            return phone_hash(term)
+            return email_hash(_MAILTO.sub("", term))
+        number = _EXTENSION.sub("", _TEL.sub("", term))
+        if _PHONE.fullmatch(number) and sum(ch.isdigit() for ch in number) >= 7:
+            return phone_hash(number)
     except InvalidIdentifier:
         return None
     return None
+
+
+def search_token(term: str) -> str | None:
+    """``term`` as the work items' search may put it in a URL, or None: it may not.
+
+    Only an exact id, a UUID or a hash travels; a clear email or phone travels as its hash;
+    anything else (a name, words) is refused rather than sent in clear.
+    """
+    term = term.strip()
+    hashed = clear_identifier_hash(term)
+    if hashed is not None:
+        return hashed
+    return term if _EXACT_ID.fullmatch(term) or not term else None
 
 
 def _hash_bytes(term: str) -> bytes | None:
@@ -85,7 +104,7 @@ def work_items_find(*, queryset: QuerySet[WorkItem], term: str) -> QuerySet[Work
     # The unique index is (broker, remote_identifier): naming the brokers probes it per broker.
     brokers = list(Broker.objects.values_list("pk", flat=True))
     consumers = Consumer.objects.filter(broker_id__in=brokers, remote_identifier=term)
-    hashed = _hash_bytes(search_token(term))
+    hashed = _hash_bytes(clear_identifier_hash(term) or term)
     if hashed is not None:
         found |= Q(hash=hashed)
         registered = ConsumerHash.objects.filter(broker_id__in=brokers, hash=hashed)

@@ -62,6 +62,7 @@ from integrations.counters import DELIVERIES
 from integrations.dispatch.policy import next_delay
 from integrations.dispatch.transport import Message, Transport, Verdict
 from integrations.dispatch.transports import TRANSPORTS
+from integrations.drop.calendar import drop_time_text
 from integrations.ledger_kinds import LedgerKind, ledger_kind_compose
 from integrations.models import (
     DeletionRequest,
@@ -381,7 +382,7 @@ def _disable_target(
     why: str,
     when: dt.datetime,
 ) -> None:
-    reason = f"{why} at {when:%Y-%m-%d %H:%M} UTC"
+    reason = f"{why} at {drop_time_text(when)}"
     # Conditional: of several deliveries hitting the 410 at once, one disables and alerts.
     disabled = (
         type(target)

@@ -1,4 +1,5 @@
-"""DROP's notifications to a broker: checked, recorded once per event, and acted on.
+"""DROP's notifications to a broker: checked, recorded once per event and once per signature,
+and acted on.
 
 ``download.ready`` queues the broker's pull at once (the periodic pull's job, one at a time
 per broker); ``upload.*`` and ``amendment.*`` are ledger events on the file they are about;
@@ -9,6 +10,7 @@ other type is recorded as it came. The view passes the headers and raw body as r
         broker_id="4821", event_id=..., event_type="download.ready", delivery_id=...,
         timestamp=..., signature=..., body=request.body,
     )   # raises NotificationRejected (401: not ledgered, anyone can send those)
+    # A signed one is recorded even without an event id or type (DROP signs neither header).
     received.duplicate, received.pull_queued
 """
 
@@ -17,8 +19,8 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from integrations import enqueue
@@ -37,9 +39,14 @@ _ABOUT_REPORT_FILES = {
 }
 
 
+# One report run uploads its files within this of each other: a notification about one of
+# them names none, so it is attached to the latest by guess when there are several.
+ONE_RUN = dt.timedelta(minutes=5)
+
+
 @dataclass(frozen=True)
 class NotificationReceived:
-    duplicate: bool  # the event id was seen before: nothing done
+    duplicate: bool  # the event id, or the signature, was seen before: nothing done
     pull_queued: bool = False
 
 
@@ -56,57 +63,55 @@ def drop_notification_receive(
 ) -> NotificationReceived:
     """Check that DROP signed the notification with ``broker_id``'s webhook secret within
     5 minutes, then record it once (see the module). Raises ``NotificationRejected`` (the
-    same for an unknown broker or one without a secret: nothing tells them apart), or
-    ``ValidationError`` when a signed notification has no event id or type."""
-    broker = Broker.objects.filter(broker_id=broker_id).first()
+    same, after the same work, for an unknown broker or one without a secret: nothing tells
+    them apart). A signed notification is recorded whatever its event id and type headers
+    say, even none: they are not signed, so only the signature makes it a duplicate of
+    one already taken (a capture sent again), or its event id (DROP delivering it again)."""
+    # Only the secret: nothing else of the broker is read before the signature verifies.
+    found = Broker.objects.filter(broker_id=broker_id).values_list("pk", "drop_webhook_secret")
+    broker_pk, secret = found.first() or (None, "")
     sent_at = notifications.notification_verify(
-        broker.drop_webhook_secret if broker is not None else "",
-        timestamp,
-        signature,
-        body,
-        now=now or timezone.now(),
+        secret or "", timestamp, signature, body, now=now or timezone.now()
     )
-    assert broker is not None  # no secret verifies for a broker that does not exist
-    for header, value in (
-        (notifications.EVENT_ID_HEADER, event_id),
-        (notifications.EVENT_TYPE_HEADER, event_type),
-    ):
-        if not value.strip() or len(value) > notifications.HEADER_VALUE_MAX:
-            raise ValidationError(
-                f"{header} must be 1 to {notifications.HEADER_VALUE_MAX} characters"
-            )
-    report_file = _report_file_about(broker, event_type)
+    assert broker_pk is not None and signature is not None  # nothing verifies without them
+    event_id = event_id.strip()[: notifications.HEADER_VALUE_MAX]
+    event_type = event_type.strip()[: notifications.HEADER_VALUE_MAX]
+    report_file, guessed = _report_file_about(broker_pk, event_type)
     with transaction.atomic():
         try:
             with transaction.atomic():  # a savepoint: the duplicate's error stays in it
                 notification = DropNotification.objects.create(
-                    broker=broker,
+                    broker_id=broker_pk,
                     event_id=event_id,
                     event_type=event_type,
                     delivery_id=delivery_id[: notifications.HEADER_VALUE_MAX],
                     sent_at=sent_at,
+                    signature=notifications.notification_signature_key(signature),
                     message=notifications.notification_message(body),
                     report_file=report_file,
+                    report_file_guessed=guessed,
                     cycle_id=report_file.cycle_id if report_file is not None else None,
                 )
         except IntegrityError:
-            if DropNotification.objects.filter(broker=broker, event_id=event_id).exists():
+            if _seen(broker_pk, event_id, signature):
                 return NotificationReceived(duplicate=True)
             raise
         pull_queued = False
         pull_withheld = ""
         if event_type == notifications.DOWNLOAD_READY:
-            if brokers_with_drop_key_refused(Broker.objects.filter(pk=broker.pk)).exists():
+            if brokers_with_drop_key_refused(Broker.objects.filter(pk=broker_pk)).exists():
                 # As the periodic pull: the same refused key cannot help (doctor, dashboard).
-                pull_withheld = "DROP refused the broker's key on the last pull"
+                pull_withheld = "DROP refused the broker's key (401) on the last pull"
             else:
-                pull_queued = enqueue.drop_pull_enqueue(broker_pk=broker.pk, broker_id=broker_id)
+                pull_queued = enqueue.drop_pull_enqueue(broker_pk=broker_pk, broker_id=broker_id)
         if event_type in notifications.RESULTS_IN_PORTAL:
             enqueue.alerts_evaluate_enqueue()
         ledger_event_append(
             kind=LedgerKind.DROP_NOTIFICATION_RECEIVED,
             broker_id=broker_id,
-            subject=report_file.file_name if report_file is not None else event_type,
+            subject=(
+                report_file.file_name if report_file is not None else event_type or "no event type"
+            ),
             actor=ACTOR,
             data={
                 "event_id": event_id,
@@ -116,6 +121,7 @@ def drop_notification_receive(
                 "sent_at": sent_at.isoformat(),
                 "message": notification.message,
                 "report_file": report_file.file_name if report_file is not None else None,
+                "report_file_guessed": guessed,
                 "drop_session_id": (
                     report_file.cycle.drop_session_id if report_file is not None else None
                 ),
@@ -128,15 +134,25 @@ def drop_notification_receive(
     return NotificationReceived(duplicate=False, pull_queued=pull_queued)
 
 
-def _report_file_about(broker: Broker, event_type: str) -> ReportFile | None:
-    """The broker's latest file of the kind the event is about that went to DROP."""
+def _seen(broker_pk: int, event_id: str, signature: str) -> bool:
+    """Whether the broker already took this event id, or this signature."""
+    taken = Q(signature=notifications.notification_signature_key(signature))
+    if event_id:
+        taken |= Q(event_id=event_id)
+    return DropNotification.objects.filter(taken, broker_id=broker_pk).exists()
+
+
+def _report_file_about(broker_pk: int, event_type: str) -> tuple[ReportFile | None, bool]:
+    """The broker's latest file of the kind the event is about that went to DROP, and
+    whether that is a guess: the same run uploaded others of that kind."""
     kind = _ABOUT_REPORT_FILES.get(event_type)
     if kind is None:
-        return None
-    return (
-        ReportFile.objects.filter(broker=broker, kind=kind, uploaded_at__isnull=False)
-        .select_related("cycle")
-        .defer("content")
-        .order_by("-uploaded_at", "-pk")
-        .first()
+        return None, False
+    uploaded = ReportFile.objects.filter(broker_id=broker_pk, kind=kind, uploaded_at__isnull=False)
+    latest = (
+        uploaded.select_related("cycle").defer("content").order_by("-uploaded_at", "-pk").first()
     )
+    if latest is None or latest.uploaded_at is None:
+        return None, False
+    same_run = uploaded.filter(uploaded_at__gte=latest.uploaded_at - ONE_RUN).exclude(pk=latest.pk)
+    return latest, same_run.exists()

@@ -27,6 +27,7 @@ from django.utils import timezone
 
 from integrations import enqueue
 from integrations.dispatch import signing, webhook
+from integrations.drop.calendar import drop_time_text
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     Broker,
@@ -191,7 +192,7 @@ def integration_enable(*, integration: Integration, actor: str) -> int:
         if locked.retired_at is not None:
             raise ValidationError(
                 f"integration {locked.uuid} ({locked.name}) was retired on "
-                f"{locked.retired_at:%Y-%m-%d} ({locked.retired_reason}): retired is final; "
+                f"{drop_time_text(locked.retired_at)} ({locked.retired_reason}): retired is final; "
                 "add a new integration instead"
             )
         locked.enabled = True
@@ -275,7 +276,7 @@ def integration_retire(*, integration: Integration, reason: str, actor: str) -> 
         if locked.retired_at is not None:
             raise ValidationError(
                 f"integration {locked.uuid} ({locked.name}) was already retired on "
-                f"{locked.retired_at:%Y-%m-%d}: {locked.retired_reason}"
+                f"{drop_time_text(locked.retired_at)}: {locked.retired_reason}"
             )
         matching_lock(broker=locked.broker)
         now = timezone.now()

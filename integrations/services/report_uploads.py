@@ -324,7 +324,7 @@ def _rows_release(report_file: ReportFile) -> int:
 # that as when settling (one rule, in work_item_settle.sql): an amendment is owed again
 # while their status differs. With ``give_up`` (staff discarded the amendment), a row
 # whose status is still the one the amendment carried (state ``reported``) is owed nothing.
-# A row marked before ``prior_*`` existed (migration 0016) keeps the old fallback: no code
+# A row marked before ``prior_*`` existed (migration 0018) keeps the old fallback: no code
 # DROP holds is known, so it is amended again.
 _PRIOR_RESTORE = """
 UPDATE integrations_workitem w

@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from integrations import enqueue
 from integrations.dispatch.saas import categories_or_default
+from integrations.drop.calendar import drop_time_text
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, RequestState, SaasConnection, SaasDeletion
 from integrations.services.ledger import ledger_event_append
@@ -176,7 +177,7 @@ def saas_connection_enable(*, connection: SaasConnection, actor: str) -> int:
         if locked.retired_at is not None:
             raise ValidationError(
                 f"SaaS connection {locked.pk} ({locked.name}) was retired on "
-                f"{locked.retired_at:%Y-%m-%d} ({locked.retired_reason}): retired is final; "
+                f"{drop_time_text(locked.retired_at)} ({locked.retired_reason}): retired is final; "
                 "add a new connection instead"
             )
         reason = locked.disabled_reason
@@ -233,7 +234,7 @@ def saas_connection_retire(
         if locked.retired_at is not None:
             raise ValidationError(
                 f"SaaS connection {locked.pk} ({locked.name}) was already retired on "
-                f"{locked.retired_at:%Y-%m-%d}: {locked.retired_reason}"
+                f"{drop_time_text(locked.retired_at)}: {locked.retired_reason}"
             )
         now = timezone.now()
         was_enabled = locked.enabled

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+from dataclasses import dataclass
 
 from django.conf import settings
 from django.contrib.auth import SESSION_KEY, get_user_model
@@ -27,6 +28,8 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.contrib.sessions.models import Session
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.migrations.recorder import MigrationRecorder
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 from django_otp.plugins.otp_static.models import StaticToken
 from django_otp.util import random_hex
@@ -49,7 +52,7 @@ def staff_mfa_required(user: AbstractBaseUser) -> bool:
 
 
 def staff_mfa_enrolled(user: AbstractBaseUser) -> bool:
-    # Only our devices: django-otp's own (clear) ones are emptied by migration 0016.
+    # Only our devices: django-otp's own (clear) ones are emptied by migration 0020.
     return StaffTotpDevice.objects.filter(user=user, confirmed=True).exists()
 
 
@@ -133,6 +136,42 @@ def staff_mfa_verify(
         if device is None or not device.verify_token(token):
             return None
     return device
+
+
+@dataclass(frozen=True)
+class FactorsOnceInClear:
+    """A member's factors enrolled before their secrets were encrypted (``encrypted_at``):
+    until then django-otp kept them in clear, and a database dump from then still holds
+    them. New recovery codes and a new authenticator app make those copies worthless."""
+
+    encrypted_at: dt.datetime
+    app: bool
+    recovery_codes: bool
+
+
+def staff_mfa_factors_once_in_clear(user: AbstractBaseUser) -> FactorsOnceInClear | None:
+    # The migration's applied time is the line: it made the encrypted copies (so each was
+    # created before it is recorded as applied) and deleted the clear ones. Found by name,
+    # not number, which a merge may change. One query: the dashboard shows it on every visit.
+    encrypting = MigrationRecorder.Migration.objects.filter(
+        app="integrations", name__endswith="_staff_mfa_encrypted"
+    )
+    before = {"user": user, "confirmed": True, "created_at__lte": OuterRef("applied")}
+    found = (
+        encrypting.annotate(
+            totp_before=Exists(StaffTotpDevice.objects.filter(**before)),
+            codes_before=Exists(StaffRecoveryCodes.objects.filter(**before)),
+        )
+        .values("applied", "totp_before", "codes_before")
+        .first()
+    )
+    if found is None or not (found["totp_before"] or found["codes_before"]):
+        return None
+    return FactorsOnceInClear(
+        encrypted_at=found["applied"],
+        app=found["totp_before"],
+        recovery_codes=found["codes_before"],
+    )
 
 
 def staff_mfa_recovery_codes_left(user: AbstractBaseUser) -> int:

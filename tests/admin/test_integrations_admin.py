@@ -13,6 +13,7 @@ from django.test import Client
 from procrastinate.contrib.django.models import ProcrastinateJob
 
 from devtools.broker_simulator import BrokerSimulator, Reply
+from integrations.drop.calendar import drop_time_text
 from integrations.models import (
     Broker,
     Integration,
@@ -111,6 +112,9 @@ def test_regenerating_shows_the_new_secret_once_and_keeps_the_old_one_for_24_hou
     assert shown == integration.webhook_secret != created.webhook_secret
     assert integration.previous_webhook_secret == created.webhook_secret
     assert integration.previous_secret_expires_at is not None
+    # When the old secret stops working, in DROP's zone as every time the admin shows.
+    until = drop_time_text(integration.previous_secret_expires_at)
+    assert until.endswith(("PST", "PDT")) and f"until {until}." in page
     assert LedgerEvent.objects.get(kind="integration.secret_rotated").actor == "staff:alice"
     assert (
         staff.get(f"/admin/integrations/integration/{integration.pk}/rotate-secret/").status_code

@@ -77,7 +77,7 @@ def test_the_three_roles_hold_the_permissions_the_operations_guide_gives_them() 
 
     auditors = permissions_of("Auditors")
     assert {f"view_{model._meta.model_name}" for model, _ in APP_ADMINS} <= auditors
-    # Theirs alone: the exports and audit keys (migration 0016).
+    # Theirs alone: the exports and audit keys (migration 0021).
     theirs = {"export_audit_records", "add_audit_apikey"}
     assert {p for p in auditors if not p.startswith("view_")} == theirs
     assert not theirs & (managers | operators)

@@ -10,6 +10,7 @@ These tests keep the MFA setting as the settings module derived it (``staff_mfa`
 
 from __future__ import annotations
 
+import datetime as dt
 import importlib
 import io
 import json
@@ -32,6 +33,7 @@ from django.contrib.auth.models import User
 from django.contrib.sessions.models import Session
 from django.core.management import call_command
 from django.db import connection, connections
+from django.db.migrations.recorder import MigrationRecorder
 from django.test import Client
 from django.urls import reverse
 from django_otp.oath import TOTP
@@ -567,3 +569,33 @@ def test_the_password_asked_again_counts_toward_the_lockout(
     assert b"Too many wrong passwords" in locked.content
     assert not LedgerEvent.objects.filter(kind="staff_user.mfa_recovery_codes_renewed").exists()
     assert _password_step(Client()).status_code == 429, "the login counts them too"
+
+
+def test_factors_enrolled_before_they_were_encrypted_are_named_on_the_dashboard(
+    alice: User, recovery_codes: list[str]
+) -> None:
+    # With the app: new recovery codes would end a session verified by one of the old.
+    member = _fully_logged_in(_code(StaffTotpDevice.objects.get(user=alice)))
+    assert b"factors-once-in-clear" not in member.get(INDEX).content  # enrolled since
+
+    # As if enrolled before the migration that encrypted the factors: it moved them then.
+    applied = MigrationRecorder.Migration.objects.get(
+        app="integrations", name__endswith="_staff_mfa_encrypted"
+    ).applied
+    earlier = applied - dt.timedelta(minutes=1)
+    StaffTotpDevice.objects.filter(user=alice).update(created_at=earlier)
+    StaffRecoveryCodes.objects.filter(user=alice).update(created_at=earlier)
+    page = member.get(INDEX).content.decode()
+    assert "Your authenticator app and recovery codes were set up before" in page
+    assert reverse("admin:mfa_recovery_codes") in page
+    assert "set up your authenticator app again" in page
+
+    member.post(reverse("admin:mfa_recovery_codes"), {"password": PASSWORD})
+    page = member.get(INDEX).content.decode()
+    assert "Your authenticator app was set up before" in page  # the new codes are not named
+    assert "new recovery codes</a>," not in page
+    # Nobody else is told of alice's factors.
+    bob = User.objects.create_user("bob", "bob@example.com", PASSWORD, is_staff=True)
+    other = Client()
+    other.force_login(bob)
+    assert b"factors-once-in-clear" not in other.get(INDEX).content

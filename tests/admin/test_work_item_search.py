@@ -48,7 +48,10 @@ def cycle(broker: Broker, tmp_path: Path) -> DropCycle:
 
 
 def found(staff: Client, term: str) -> list[str]:
-    page = staff.get(LIST, {"q": term}).content.decode()
+    """What the search box finds for ``term``: it posts, then follows the redirect."""
+    posted = staff.post(LIST, {"q": term, "_search": "1"})
+    assert posted.status_code == 302
+    page = staff.get(posted["Location"]).content.decode()
     return sorted(link_texts(page, r'[^"]*workitem/\d+/change/[^"]*'))
 
 
@@ -62,6 +65,11 @@ THE_CONSUMERS = ["WIEMAIL00113", "WIPHONE00113"]
         "Consumer.0113 @Example.com",
         "+1 (415) 555-0113",
         "415.555.0113",
+        "415-555-0113 ext 12",
+        "415/555/0113",
+        "415\u2011555\u20110113",
+        "tel:+1-415-555-0113",
+        "tel:+1-415-555-0113;ext=7",
         "CRM-0113",
     ],
 )
@@ -87,7 +95,7 @@ def test_the_clear_email_goes_no_further_than_the_search(
 ) -> None:
     typed = "  CONSUMER.0113@example.COM "
     with caplog.at_level(logging.DEBUG), connection.execute_wrapper(_no_clear_value_in_sql):
-        posted = staff.post(LIST, {"q": typed})
+        posted = staff.post(LIST, {"q": typed, "_search": "1"})
         assert posted.status_code == 302
         location = posted["Location"]
         assert "0113" not in location.lower()  # the hash, not the address
@@ -102,3 +110,48 @@ def _no_clear_value_in_sql(execute, sql, params, many, context):  # type: ignore
     # Nothing the search sends the database holds the address: only its hash.
     assert EMAIL not in f"{sql} {params}".lower()
     return execute(sql, params, many, context)
+
+
+@pytest.mark.parametrize(
+    "typed",
+    [
+        "  CONSUMER.0113@example.COM ",
+        "415-555-0113 ext 12",
+        "415/555/0113",
+        "415\u2011555\u20110113",
+        "tel:+1-415-555-0113",
+        "Jane Doe",  # neither an id nor a hash: not sent at all
+    ],
+)
+def test_only_ids_uuids_and_hashes_reach_the_address(
+    staff: Client, cycle: DropCycle, typed: str
+) -> None:
+    location = staff.post(LIST, {"q": typed, "_search": "1"})["Location"]
+    digits = "".join(ch for ch in typed if ch.isdigit())
+    assert "0113" not in location and "doe" not in location.lower(), location
+    assert not digits or digits not in location
+
+
+@pytest.mark.parametrize("typed", [EMAIL, "415-555-0113", "415/555/0113 x12", "Jane Doe"])
+def test_a_clear_identifier_in_the_address_is_refused_not_searched(
+    staff: Client, cycle: DropCycle, typed: str
+) -> None:
+    answer = staff.get(LIST, {"q": typed})
+    assert answer.status_code == 302
+    assert "q=" not in answer["Location"]
+    page = staff.get(answer["Location"]).content.decode()
+    assert "Not searched" in page
+    assert link_texts(page, r'[^"]*workitem/\d+/change/[^"]*')  # the whole list, unsearched
+
+
+def test_every_list_keeps_a_clear_email_out_of_its_address(staff: Client, cycle: DropCycle) -> None:
+    consumers = "/admin/integrations/consumer/?remote_identifier_kind=external_id"
+    posted = staff.post(consumers, {"q": EMAIL, "_search": "1"})
+    assert posted.status_code == 302
+    assert posted["Location"].startswith("/admin/integrations/consumer/?")
+    assert "remote_identifier_kind=external_id" in posted["Location"]  # the filters stay
+    assert "0113" not in posted["Location"]
+    refused = staff.get("/admin/integrations/deletionrequest/", {"q": EMAIL})
+    assert refused.status_code == 302 and "0113" not in refused["Location"]
+    # Other terms are searched as before.
+    assert staff.get("/admin/integrations/consumer/", {"q": "CRM-0113"}).status_code == 200

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 from procrastinate.contrib.django.models import ProcrastinateJob
@@ -123,7 +124,35 @@ def test_download_ready_queues_no_pull_with_a_key_drop_refused(
     assert _pull_jobs() == []
     (event,) = _notification_events()
     assert event.data["pull_queued"] is False
-    assert event.data["pull_withheld"] == "DROP refused the broker's key on the last pull"
+    assert event.data["pull_withheld"] == "DROP refused the broker's key (401) on the last pull"
+
+
+def test_download_ready_after_a_403_pulls_again(
+    api_client: APIClient, webhook_broker: Broker
+) -> None:
+    # DROP's 403: not eligible, or no list selected. The broker fixes that in DROP's portal,
+    # which then says download.ready: the refusal must not stand until staff change the key.
+    ledger_event_append(
+        kind=LedgerKind.DROP_PULL_FAILED,
+        broker_id="4821",
+        data={"status": 401, "reason": "credentials", "error": "bad key"},
+    )
+    ledger_event_append(
+        kind=LedgerKind.DROP_PULL_FAILED,
+        broker_id="4821",
+        data={"status": 403, "reason": "credentials", "error": "no list selected"},
+    )
+
+    assert _post(api_client, "download.ready").status_code == 204
+
+    assert len(_pull_jobs()) == 1
+    (event,) = _notification_events()
+    assert event.data["pull_queued"] is True
+    assert "pull_withheld" not in event.data
+    # The hourly pull tries again too, once that pull has run.
+    ProcrastinateJob.objects.filter(task_name=enqueue.PULL_BROKER).update(status="succeeded")
+    Broker.objects.filter(pk=webhook_broker.pk).update(auto_pull=True)
+    assert tasks.pull_due() == 1
 
 
 def test_an_event_delivered_again_does_nothing(
@@ -190,22 +219,112 @@ def test_a_broker_without_a_secret_takes_no_notification(
     assert DropNotification.objects.count() == 0
 
 
-def test_a_signed_notification_without_an_event_id_is_400(
+def _send(client: APIClient, body: bytes, timestamp: str, signature: str, **headers: str) -> Any:
+    meta: dict[str, Any] = {
+        "HTTP_X_WEBHOOK_TIMESTAMP": timestamp,
+        "HTTP_X_WEBHOOK_SIGNATURE": signature,
+        **headers,
+    }
+    return client.post(URL, body, content_type="application/json", **meta)
+
+
+def test_a_signed_notification_without_an_event_id_or_type_is_recorded(
     api_client: APIClient, webhook_broker: Broker
 ) -> None:
-    body = b'{"message": "x"}'
+    # DROP signs neither header: a signed notification is DROP's whatever they say.
+    for message in ("first", "second"):
+        body = json.dumps({"message": message}).encode()
+        timestamp = notification_timestamp(timezone.now())
+        answered = _send(
+            api_client, body, timestamp, notification_signature(SECRET, timestamp, body)
+        )
+        assert answered.status_code == 204
+
+    first, second = _notification_events()
+    assert first.data["event_id"] == second.data["event_id"] == ""
+    assert first.data["event_type"] == ""
+    assert first.data["known_type"] is False
+    assert [first.data["message"], second.data["message"]] == ["first", "second"]
+    assert DropNotification.objects.count() == 2
+    assert _pull_jobs() == []
+
+
+def test_a_captured_notification_sent_again_under_new_ids_does_nothing(
+    api_client: APIClient, webhook_broker: Broker
+) -> None:
+    body = b'{"message":"download ready"}'
     timestamp = notification_timestamp(timezone.now())
-    refused = api_client.post(
-        URL,
+    signature = notification_signature(SECRET, timestamp, body)
+    first = _send(
+        api_client,
         body,
-        content_type="application/json",
-        HTTP_X_WEBHOOK_EVENT_TYPE="upload.received",
-        HTTP_X_WEBHOOK_TIMESTAMP=timestamp,
-        HTTP_X_WEBHOOK_SIGNATURE=notification_signature(SECRET, timestamp, body),
+        timestamp,
+        signature,
+        HTTP_X_WEBHOOK_EVENT_ID="evt-1",
+        HTTP_X_WEBHOOK_EVENT_TYPE="download.ready",
     )
-    assert refused.status_code == 400
-    assert refused.json()["code"] == "validation_failed"
-    assert "X-Webhook-Event-Id" in refused.json()["detail"]
+    assert first.status_code == 204
+    ProcrastinateJob.objects.filter(task_name=enqueue.PULL_BROKER).update(status="succeeded")
+
+    # The signature covers the timestamp and body only: new event ids and types, the same
+    # signature (in any case, spaced) within the 5 minutes, are the same notification.
+    for event_id, event_type, sent in (
+        ("evt-2", "download.ready", signature),
+        ("evt-3", "upload.processed", signature.upper()),
+        ("", "", f" {signature} "),
+    ):
+        again = _send(
+            api_client,
+            body,
+            timestamp,
+            sent,
+            HTTP_X_WEBHOOK_EVENT_ID=event_id,
+            HTTP_X_WEBHOOK_EVENT_TYPE=event_type,
+        )
+        assert again.status_code == 204
+
+    assert DropNotification.objects.count() == 1
+    assert len(_notification_events()) == 1
+    assert _pull_jobs() == []
+    assert ProcrastinateJob.objects.filter(task_name=enqueue.EVALUATE_ALERTS).count() == 0
+
+
+def test_accepted_notifications_cost_the_address_a_token(
+    api_client: APIClient, webhook_broker: Broker, settings: Any
+) -> None:
+    settings.DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT = 1.0  # bursts of 2
+
+    assert _post(api_client, "upload.received").status_code == 204
+    assert _post(api_client, "upload.received").status_code == 204
+    throttled = _post(api_client, "upload.received")
+
+    assert throttled.status_code == 429
+    assert throttled.json()["code"] == "rate_limited"
+    assert len(_notification_events()) == 2
+
+
+def test_a_known_and_an_unknown_broker_cost_one_hmac_and_read_only_the_secret(
+    api_client: APIClient, webhook_broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from integrations.drop import notifications as notifications_module
+
+    computed: list[str] = []
+    sign = notifications_module.notification_signature
+
+    def counted(secret: str, timestamp: str, body: bytes) -> str:
+        computed.append(timestamp)
+        return sign(secret, timestamp, body)
+
+    monkeypatch.setattr(notifications_module, "notification_signature", counted)
+    for url in (URL, "/api/v1/drop/notifications/9999"):
+        computed.clear()
+        with CaptureQueriesContext(connection) as queries:
+            refused = _post(api_client, "download.ready", secret="whsec_wrong", url=url)
+        assert refused.status_code == 401
+        assert len(computed) == 1, url  # the same work whether the broker exists or not
+        (read,) = [q["sql"] for q in queries if '"integrations_broker"' in q["sql"]]
+        selected = re.findall(r'"integrations_broker"\."(\w+)"', read.split(" FROM ")[0])
+        assert selected == ["id", "drop_webhook_secret"]  # no other credential is read
 
 
 def test_upload_and_amendment_events_are_on_the_file_and_processed_alerts_at_once(
@@ -242,6 +361,27 @@ def test_upload_and_amendment_events_are_on_the_file_and_processed_alerts_at_onc
         html = admin_client.get(page).content.decode()
         assert "upload.processed" in html
         assert "results ready for review" in html
+        assert "attached by guess" not in html  # the one file uploaded: no guess
+
+
+def test_a_notification_about_one_of_several_files_uploaded_together_says_it_is_a_guess(
+    api_client: APIClient, webhook_broker: Broker, admin_client: Client
+) -> None:
+    cycle = cycle_make(webhook_broker)
+    report_file_make(cycle, [item_make(cycle, status_code=5)])
+    latest = report_file_make(cycle, [item_make(cycle, list_type="Phone", status_code=5)])
+
+    assert _post(api_client, "upload.processed", message="results ready").status_code == 204
+
+    (notification,) = DropNotification.objects.all()
+    assert notification.report_file == latest
+    assert notification.report_file_guessed is True
+    (event,) = _notification_events()
+    assert event.data["report_file_guessed"] is True
+    html = admin_client.get(
+        reverse("admin:integrations_reportfile_change", args=[latest.pk])
+    ).content.decode()
+    assert "attached by guess: one run uploaded several files" in html
 
 
 def test_an_unknown_event_type_is_recorded(api_client: APIClient, webhook_broker: Broker) -> None:
@@ -357,7 +497,7 @@ def test_the_loopback_drop_signs_its_notifications_as_drop_does() -> None:
 def test_the_endpoint_is_in_the_api_schema(api_client: APIClient) -> None:
     schema = api_client.get("/api/v1/schema", {"format": "json"}).json()
     operation = schema["paths"]["/api/v1/drop/notifications/{broker_id}"]["post"]
-    assert set(operation["responses"]) == {"204", "400", "401", "413", "429"}
+    assert set(operation["responses"]) == {"204", "401", "413", "429"}
     assert operation["responses"]["401"]["content"] == {
         "application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}
     }

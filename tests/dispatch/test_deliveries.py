@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import socket
 import time
 from collections.abc import Iterator
@@ -319,6 +320,8 @@ def test_410_disables_the_integration_alerts_staff_and_holds_the_rest(
     integration.refresh_from_db()
     assert integration.enabled is False
     assert integration.disabled_reason.startswith(f"410 Gone from {receiver.url}")
+    # Staff read the reason in the admin: its time is in DROP's zone, like the pages'.
+    assert re.search(r" at \d{4}-\d\d-\d\d \d\d:\d\d P[SD]T$", integration.disabled_reason)
     (alert,) = _events("integration.disabled")
     assert alert.subject == str(integration.uuid)
     assert alert.data["alert"] is True

@@ -13,6 +13,7 @@ callbacks call.
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import json
 from pathlib import Path
@@ -292,3 +293,48 @@ def test_staff_retire_in_the_admin_with_a_written_reason(
     assert (warehouse.enabled, warehouse.retired_reason) == (False, "decommissioned")
     assert SaasConnection.objects.get(pk=mailer.pk).retired_reason == "contract ended"
     assert LedgerEvent.objects.get(kind="integration.retired").actor.startswith("staff:")
+
+
+# 06:30 UTC on November 26 is 22:30 on November 25 in DROP's zone (Los Angeles).
+RETIRED_AT = dt.datetime(2026, 11, 26, 6, 30, tzinfo=dt.UTC)
+RETIRED_TEXT = "2026-11-25 22:30 PST"
+
+
+def test_a_retired_targets_messages_say_the_time_in_drops_zone(
+    broker: Broker, admin_client: Client
+) -> None:
+    crm = _target(broker, "crm")
+    mailer = saas_connection(broker, "http://127.0.0.1:9/erase", name="Mailer")
+    call_command("integrations", "retire", str(crm.uuid), "--reason", "moved", stdout=io.StringIO())
+    call_command("saas", "retire", str(mailer.pk), "--reason", "ended", stdout=io.StringIO())
+    Integration.objects.filter(pk=crm.pk).update(retired_at=RETIRED_AT)
+    SaasConnection.objects.filter(pk=mailer.pk).update(retired_at=RETIRED_AT)
+
+    for command in (
+        ["integrations", "enable", str(crm.uuid)],
+        ["integrations", "retire", str(crm.uuid), "--reason", "again"],
+        ["saas", "retire", str(mailer.pk), "--reason", "again"],
+    ):
+        with pytest.raises(CommandError, match=f"retired on {RETIRED_TEXT}"):
+            call_command(*command)
+    with pytest.raises(ValidationError, match=f"retired on {RETIRED_TEXT}"):
+        saas_connection_enable(connection=mailer, actor="test")
+    # The admin's retire action names the one already retired the same way.
+    page = admin_client.post(
+        "/admin/integrations/integration/",
+        {"action": "retire_integrations", "_selected_action": [crm.pk], "apply": "1",
+         "reason": "again"},
+        follow=True,
+    ).content.decode()  # fmt: skip
+    assert f"already retired on {RETIRED_TEXT}" in page
+
+
+def test_saas_retire_takes_the_id_saas_list_shows(broker: Broker) -> None:
+    mailer = saas_connection(broker, "http://127.0.0.1:9/erase", name="Mailer")
+    listed = io.StringIO()
+    call_command("saas", "list", stdout=listed)
+    (shown_id, *_) = listed.getvalue().split()
+    call_command("saas", "retire", shown_id, "--reason", "ended", stdout=io.StringIO())
+    assert SaasConnection.objects.get(pk=mailer.pk).retired_reason == "ended"
+    with pytest.raises(CommandError, match=r"see: manage\.py saas list"):
+        call_command("saas", "retire", "6a1f0b4e-0000-4000-8000-000000000000", "--reason", "x")
