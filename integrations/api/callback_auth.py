@@ -2,9 +2,10 @@
 
 A callback view subclasses ``SignedCallbackView``; correlating the body with the request it
 answers is the view's job, because only then is the secret known (the Webhook Secret of the
-integration that sent the dispatch). A view answering a deletion request names the kind of
-integration that dispatched it and where its body refers to it; the request is then found
-in the same query as the API key (``authentication.CallbackAuthentication``)::
+integration that sent the dispatch). A view answering a deletion request says how its body
+names it (``integration_kind``: ``ISI`` by ``results_token``, ``WEBHOOK`` by
+``request_uuid``; whatever kind of integration dispatched it) and where; the request is
+then found in the same query as the API key (``authentication.CallbackAuthentication``)::
 
     class DeletionCallbackView(SignedCallbackView):
         callback = "deletion"
@@ -95,7 +96,8 @@ class SignedCallbackView(APIView):
     throttle_classes = [CallbackKeyThrottle]
     required_scope = ApiKeyScope.WEBHOOK_CALLBACK
     callback = ""  # "deletion", "resolution", "isi": names it in ledger events
-    # Set by a view that answers a deletion request dispatched by this kind of integration.
+    # Set by a view that answers a deletion request: the callback it is, which says how its
+    # body names the request (sql/api_key_lookup.sql), not who dispatched it.
     integration_kind: IntegrationKind | None = None
     deletion_request: DeletionRequest | None = None  # the one answered, found with the key
     api_key: ApiKey | None = None  # once authentication found a valid one

@@ -128,7 +128,7 @@ class DeletionCallbackView(SignedCallbackView):
         if deletion_request is None:
             raise self.not_found(f"deletion request {request_uuid}")
         self.subject = str(request_uuid)
-        assert deletion_request.integration is not None  # filtered on its kind
+        assert deletion_request.integration is not None  # found with its integration
         self.verify_signature(request, deletion_request.integration)
         attrs = deletion_callback_validated(payload)
         try:
@@ -184,7 +184,8 @@ class ResolutionCallbackView(SignedCallbackView):
             .filter(
                 results_token=token,
                 broker_id=api_key.broker_id,
-                integration__kind=IntegrationKind.WEBHOOK,
+                # One asked of an ISI connection was answered in its own call.
+                isi_connection__isnull=True,
             )
             .first()
         )

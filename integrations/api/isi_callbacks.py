@@ -138,7 +138,7 @@ class IsiCallbackView(SignedCallbackView):
         if deletion_request is None:
             raise self.not_found("ISI delete with this results_token")
         self.subject = str(deletion_request.request_uuid)
-        assert deletion_request.integration is not None  # filtered on its kind
+        assert deletion_request.integration is not None  # found with its integration
         self.verify_signature(request, deletion_request.integration)
         serializer = IsiCallbackSerializer(data=payload)
         serializer.is_valid(raise_exception=True)

@@ -21,16 +21,19 @@ import dataclasses
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote_plus, urlencode, urlsplit
 
 from django.conf import settings
+from django.utils import timezone
 from rest_framework import serializers
 
 from integrations.dispatch import masking
 from integrations.dispatch.saas import categories_or_default
+from integrations.dispatch.transport import Message, Verdict, each, http_verdict
 from integrations.models import DeletionRequest, ResolutionRequest
 
 # The shape of resolved identifiers is the webhook resolution callback's: one definition.
@@ -151,10 +154,14 @@ def identifiers_body(request: ResolutionRequest, categories: Iterable[str]) -> b
 
 
 def _json_answer(result: DeliveryResult, what: str) -> Any:
-    if len(result.content) > ANSWER_LIMIT:
+    return _json_content(result.content, what)
+
+
+def _json_content(content: bytes, what: str) -> Any:
+    if len(content) > ANSWER_LIMIT:
         raise IsiError(f"{what} is over {ANSWER_LIMIT // 1024} KiB")
     try:
-        return json.loads(result.content)
+        return json.loads(content)
     except ValueError:
         raise IsiError(f"{what} is not JSON") from None
 
@@ -164,7 +171,13 @@ def identifiers_answer(result: DeliveryResult) -> dict[str, Any]:
     callback's (categories of arrays of objects of strings), values verbatim."""
     if result.status != 200:
         raise IsiError(f"expected 200 with {{identifiers}}, got HTTP {result.status}")
-    answer = _json_answer(result, "the identifiers answer")
+    return identifiers_of(result.content)
+
+
+def identifiers_of(content: bytes) -> dict[str, Any]:
+    """The resolved ``identifiers`` of an answer's body (``identifiers_answer`` without the
+    status, for a verdict of an answer already checked)."""
+    answer = _json_content(content, "the identifiers answer")
     if not isinstance(answer, dict) or "identifiers" not in answer:
         raise IsiError("the identifiers answer is not a JSON object with 'identifiers'")
     try:
@@ -287,6 +300,30 @@ def send(
             result, response_body=masking.masked(result.content, categories=categories)
         )
     return result
+
+
+class IsiTransport:
+    """A POST to the broker's own API with its bearer token (``Message.credential``: a
+    ``BearerToken``, renewed once after a 401), the answer checked by ``Message.check``."""
+
+    kind = "isi"
+
+    def send(self, batch: Sequence[Message], pool: Executor | None) -> list[Verdict]:
+        return each(pool, self._post, batch)
+
+    def _post(self, message: Message) -> Verdict:
+        started = timezone.now()
+        result = send(
+            "POST",
+            message.address,
+            body=message.body,
+            token=message.credential,
+            check=message.check,
+            keep_answer=message.keep_answer,
+            categories=message.answer_categories,
+            allow_private=settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS,
+        )
+        return http_verdict(message, result, headers=message.headers, started=started)
 
 
 def oauth_token_fetch(

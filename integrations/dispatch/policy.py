@@ -1,4 +1,4 @@
-"""Delivery policy for webhook and ISI calls (docs/contracts.md §6).
+"""Delivery policy for every transport's calls (docs/contracts.md §6).
 
 Ten attempts over about three days; the wait after attempt *n* is ``SCHEDULE[n - 1]`` with
 ±20 % jitter, so that a broker coming back from an outage is not hit by every retry at once::
@@ -54,13 +54,15 @@ def next_delay(
     *,
     retry_after: str | None = None,
     status: int | None = None,
+    asked: float | None = None,
     rng: random.Random | None = None,
     now: float | None = None,
 ) -> float | None:
     """Seconds to wait after failed attempt ``attempt_number`` (1-based); None when it was the last.
 
     On 429/503 a ``Retry-After`` can lengthen the wait up to one hour, never shorten it below
-    the (jittered) schedule.
+    the (jittered) schedule; so can ``asked``, the seconds a transport's verdict says its
+    target asked for (``dispatch.transport.Verdict.retry_after``).
     """
     if attempt_number < 1:
         raise ValueError(f"attempt_number starts at 1, got {attempt_number}")
@@ -68,10 +70,10 @@ def next_delay(
         return None
     rng = rng or _system_random
     scheduled = SCHEDULE[attempt_number - 1] * rng.uniform(1 - JITTER, 1 + JITTER)
-    if status in RETRY_AFTER_STATUSES:
+    if asked is None and status in RETRY_AFTER_STATUSES:
         asked = retry_after_seconds(retry_after, now=now)
-        if asked is not None:
-            return max(scheduled, min(asked, float(RETRY_AFTER_CEILING)))
+    if asked is not None:
+        return max(scheduled, min(asked, float(RETRY_AFTER_CEILING)))
     return scheduled
 
 

@@ -11,11 +11,18 @@ connection's categories; any 2xx is done. Pure: the caller passes what it loaded
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Executor
 from typing import Any
 
-from integrations.outbound_http import USER_AGENT
+from django.conf import settings
+from django.utils import timezone
+
+from integrations.dispatch import masking
+from integrations.dispatch.transport import Message, Verdict, each, http_verdict
+from integrations.outbound_http import USER_AGENT, deliver
 
 DEFAULT_CATEGORIES = ("email",)
 
@@ -60,3 +67,31 @@ def saas_headers(token: str) -> dict[str, str]:
     if token:
         headers["Authorization"] = f"Bearer {token}"
     return headers
+
+
+class SaasTransport:
+    """A POST with the connection's token in ``Message.headers``; a 2xx is the deletion done.
+    The call carries clear identifiers, so ``keep_answer=False`` keeps only the answer's
+    masked shape (an answer may echo them)."""
+
+    kind = "saas"
+
+    def send(self, batch: Sequence[Message], pool: Executor | None) -> list[Verdict]:
+        return each(pool, self._post, batch)
+
+    def _post(self, message: Message) -> Verdict:
+        headers = dict(message.headers)
+        started = timezone.now()
+        result = deliver(
+            "POST",
+            message.address,
+            body=message.body,
+            headers=headers,
+            allow_private=settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS,
+        )
+        if not message.keep_answer:
+            result = dataclasses.replace(
+                result,
+                response_body=masking.masked(result.content, categories=message.answer_categories),
+            )
+        return http_verdict(message, result, headers=headers, started=started)

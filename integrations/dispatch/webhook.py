@@ -16,13 +16,17 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Sequence
+from concurrent.futures import Executor
 from typing import Any
 
 from django.conf import settings
+from django.utils import timezone
 
 from integrations.dispatch import signing
+from integrations.dispatch.transport import Message, Verdict, each, http_verdict
 from integrations.models import Broker, DeletionRequest, Integration, ResolutionRequest
-from integrations.outbound_http import USER_AGENT
+from integrations.outbound_http import USER_AGENT, deliver
 
 WEBHOOK_ID_HEADER = "X-Webhook-Id"
 DELETION_CALLBACK_PATH = "/api/v1/drop/callbacks/deletion"
@@ -115,3 +119,26 @@ def webhook_headers(
         **unsigned_headers(webhook_request_id=webhook_request_id),
         **signing.signed_headers(secret, body, now=now),
     }
+
+
+class WebhookTransport:
+    """A signed POST (``Message.credential``: the integration's Webhook Secret), signed on the
+    sending thread right before it leaves, so the timestamp is fresh however long the call
+    waited for a thread."""
+
+    kind = "webhook"
+
+    def send(self, batch: Sequence[Message], pool: Executor | None) -> list[Verdict]:
+        return each(pool, self._post, batch)
+
+    def _post(self, message: Message) -> Verdict:
+        headers = {**message.headers, **signing.signed_headers(message.credential, message.body)}
+        started = timezone.now()
+        result = deliver(
+            "POST",
+            message.address,
+            body=message.body,
+            headers=headers,
+            allow_private=settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS,
+        )
+        return http_verdict(message, result, headers=headers, started=started)

@@ -9,15 +9,17 @@ Jobs call the entry point of their kind with the ids they were given::
     saas_deletions_deliver(deletion_ids=[5])             # tasks.deliver_saas_deletions
 
 Each kind has the loop's ``DeliveryKind`` protocol: its rows, and per row its target, ledger
-subject and broker, its call, and its retry job. A call to a webhook is a signed POST
-(``dispatch.webhook``); a call to an ISI integration brings its own ``send`` (bearer token,
-one new token on a 401, the answer checked; ``dispatch.isi``) and, for the synchronous
-identifier retrieval, an ``on_delivered`` that records the answer once its attempt is
-recorded; a SaaS deletion is a POST with the connection's token, completed by its 2xx.
+subject and broker, its ``Message``, and its retry job. How a message travels is its target
+kind's transport (``dispatch.transports``): a webhook's is signed with the Webhook Secret
+(its ``credential``); an ISI integration's carries the bearer token and the answer's check
+(``dispatch.isi``) and, for the synchronous identifier retrieval, an ``on_delivered`` that
+records the answer once its attempt is recorded; a SaaS deletion is a POST with the
+connection's token, completed by its 2xx.
 
-To add an integration kind: write its ``<kind>_deletion_outbound`` (and
+To add a kind of target: write its ``<kind>_deletion_outbound`` (and
 ``<kind>_resolution_outbound``) next to the webhook and ISI ones, and branch to it in
-``DeletionRequests.outbound`` (``ResolutionRequests.outbound``).
+``DeletionRequests.outbound`` (``ResolutionRequests.outbound``); its transport is in
+``dispatch/`` (docs/architecture.md walks it).
 """
 
 from __future__ import annotations
@@ -28,11 +30,10 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from django.conf import settings
-
 from integrations import enqueue
-from integrations.dispatch import isi, signing, webhook
+from integrations.dispatch import isi, webhook
 from integrations.dispatch.saas import categories_or_default, saas_deletion_payload, saas_headers
+from integrations.dispatch.transport import Message, Verdict
 from integrations.models import (
     DeletionRequest,
     Integration,
@@ -42,24 +43,19 @@ from integrations.models import (
     SaasConnection,
     SaasDeletion,
 )
-from integrations.outbound_http import DeliveryResult
-from integrations.services.delivery_loop import (
-    NothingToDeliver,
-    Outbound,
-    deliverables_deliver,
-)
+from integrations.services.delivery_loop import NothingToDeliver, deliverables_deliver
 from integrations.services.isi_tokens import isi_delivery_token
 from integrations.services.ledger import SYSTEM_ACTOR
 from integrations.services.resolutions import resolution_outcome_record, resolution_settle
 
 
-def _signed(integration: Integration, body: bytes, webhook_request_id: Any) -> Outbound:
-    secret = integration.webhook_secret
-    return Outbound(
-        url=integration.url,
+def _signed(integration: Integration, body: bytes, webhook_request_id: Any) -> Message:
+    # Signed by the webhook transport as it leaves: a fresh timestamp on each attempt.
+    return Message(
+        address=integration.url,
         body=body,
         headers=webhook.unsigned_headers(webhook_request_id=webhook_request_id),
-        signer=lambda signed_body: signing.signed_headers(secret, signed_body),
+        credential=integration.webhook_secret,
     )
 
 
@@ -71,29 +67,16 @@ def _isi_outbound(
     check: isi.AnswerCheck | None,
     keep_answer: bool = True,
     answer_categories: tuple[str, ...] = (),
-    on_delivered: Callable[[DeliveryResult], None] | None = None,
-) -> Outbound:
+    on_delivered: Callable[[Verdict], None] | None = None,
+) -> Message:
     # The token is had here, on the thread holding the batch's transaction, which may store
     # a new one; the sending thread only renews it over HTTP after a 401.
-    token = isi_delivery_token(integration)
-
-    def send(outbound: Outbound) -> DeliveryResult:
-        return isi.send(
-            "POST",
-            outbound.url,
-            body=outbound.body,
-            token=token,
-            check=check,
-            keep_answer=keep_answer,
-            categories=answer_categories,
-            allow_private=settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS,
-        )
-
-    return Outbound(
-        url=url,
+    return Message(
+        address=url,
         body=body,
         headers=isi.request_headers(),
-        send=send,
+        credential=isi_delivery_token(integration),
+        check=check,
         on_delivered=on_delivered,
         keep_answer=keep_answer,
         answer_categories=answer_categories,
@@ -115,7 +98,7 @@ def saas_identifier_categories(*, broker_id: int) -> list[str]:
 # -- deletion requests ----------------------------------------------------------------------
 
 
-def webhook_deletion_outbound(request: DeletionRequest) -> Outbound:
+def webhook_deletion_outbound(request: DeletionRequest) -> Message:
     integration = request.integration
     assert integration is not None
     return _signed(
@@ -125,7 +108,7 @@ def webhook_deletion_outbound(request: DeletionRequest) -> Outbound:
     )
 
 
-def isi_deletion_outbound(request: DeletionRequest) -> Outbound:
+def isi_deletion_outbound(request: DeletionRequest) -> Message:
     """The ISI DROP delete (§2.6) to the request's connection; acknowledged by any 2xx within
     the timeout (the body is not required to say ``{"status": "processing"}``), completed
     later by the broker's callback."""
@@ -160,7 +143,7 @@ class DeletionRequests:
     def ledger_data(self, item: DeletionRequest) -> dict[str, Any]:
         return {"webhook_request_id": str(item.webhook_request_id)}
 
-    def outbound(self, item: DeletionRequest) -> Outbound | None:
+    def outbound(self, item: DeletionRequest) -> Message | None:
         kind = item.integration.kind if item.integration else None
         if kind == IntegrationKind.WEBHOOK:
             return webhook_deletion_outbound(item)
@@ -188,13 +171,13 @@ def deletion_requests_deliver(
 # -- resolution requests --------------------------------------------------------------------
 
 
-def webhook_resolution_outbound(request: ResolutionRequest) -> Outbound:
+def webhook_resolution_outbound(request: ResolutionRequest) -> Message:
     integration = request.integration
     body = webhook.resolution_notification_body(request, integration, request.broker)
     return _signed(integration, body, request.webhook_request_id)
 
 
-def isi_resolution_outbound(request: ResolutionRequest) -> Outbound:
+def isi_resolution_outbound(request: ResolutionRequest) -> Message:
     """The ISI identifier retrieval (§2.6) for the categories the broker's SaaS connections
     delete by; its synchronous answer is recorded as the webhook resolution callback's is,
     which starts the SaaS deletions."""
@@ -202,12 +185,12 @@ def isi_resolution_outbound(request: ResolutionRequest) -> Outbound:
     assert connection_ is not None
     categories = saas_identifier_categories(broker_id=request.broker_id)
 
-    def record_answer(result: DeliveryResult) -> None:
+    def record_answer(verdict: Verdict) -> None:
         resolution_outcome_record(
             resolution_request=request,
             drop_outcome="",
             exemption_basis="",
-            identifiers=isi.identifiers_answer(result),  # checked already by the send
+            identifiers=isi.identifiers_of(verdict.answer),  # checked already by the send
             actor=SYSTEM_ACTOR,
         )
 
@@ -244,7 +227,7 @@ class ResolutionRequests:
     def ledger_data(self, item: ResolutionRequest) -> dict[str, Any]:
         return {"webhook_request_id": str(item.webhook_request_id)}
 
-    def outbound(self, item: ResolutionRequest) -> Outbound | None:
+    def outbound(self, item: ResolutionRequest) -> Message | None:
         kind = item.integration.kind
         if kind == IntegrationKind.WEBHOOK:
             return webhook_resolution_outbound(item)
@@ -272,7 +255,7 @@ def resolution_requests_deliver(
 # -- SaaS deletions -------------------------------------------------------------------------
 
 
-def saas_deletion_outbound(deletion: SaasDeletion) -> Outbound:
+def saas_deletion_outbound(deletion: SaasDeletion) -> Message:
     resolution = deletion.resolution
     connection_ = deletion.saas_connection
     identifiers = json.loads(resolution.identifiers) if resolution.identifiers else {}
@@ -287,8 +270,8 @@ def saas_deletion_outbound(deletion: SaasDeletion) -> Outbound:
             "nothing to delete: the broker resolved no identifier of the categories "
             + ", ".join(connection_.identifier_categories or ["email"])
         )
-    return Outbound(
-        url=connection_.url,
+    return Message(
+        address=connection_.url,
         body=webhook.encode(payload),
         headers=saas_headers(connection_.token),
         keep_answer=False,  # it sends clear identifiers: an answer may echo them
@@ -318,7 +301,7 @@ class SaasDeletions:
     def ledger_data(self, item: SaasDeletion) -> dict[str, Any]:
         return {"saas_deletion": item.pk, "saas_connection": item.saas_connection.name}
 
-    def outbound(self, item: SaasDeletion) -> Outbound:
+    def outbound(self, item: SaasDeletion) -> Message:
         return saas_deletion_outbound(item)
 
     def enqueue(self, ids: Sequence[int], /, *, at: dt.datetime | None = None) -> None:

@@ -11,12 +11,14 @@ up to ``BATCH_SIZE`` ids, each batch in one transaction:
 1. Lock the rows that are still due (``SELECT ... FOR UPDATE SKIP LOCKED``: state ``queued``
    and the scheduled time reached) and whose target (integration or SaaS connection) is
    enabled. A row another worker holds is skipped: that worker owns this attempt.
-2. Build each call with its kind's ``outbound`` (an ``Outbound``: URL, body, headers) and send
-   them over ``threads`` threads with ``outbound_http.deliver``; each is signed on its thread
-   right before it leaves (a fresh timestamp per attempt). Those threads only do HTTP.
-3. Record every ``DeliveryAttempt``, apply ``policy.classify`` (2xx delivered; 410 disables
-   the target, whose rows then wait; anything else is retried on the schedule, or ends
-   ``undeliverable``), defer the retry jobs and append the ledger events, then commit.
+2. Build each row's ``Message`` with its kind's ``outbound`` and hand the messages to the
+   transport of their target's kind (``dispatch.transports.TRANSPORTS``: webhook, ISI,
+   SaaS), which sends them over ``threads`` threads and returns one ``Verdict`` each. Those
+   threads only send (a webhook is signed there, right before it leaves).
+3. Record every ``DeliveryAttempt`` as its verdict says, and apply it: delivered; gone
+   disables the target, whose rows then wait; retry is tried again on the schedule
+   (``policy.next_delay``), or ends ``undeliverable`` after the last attempt, as a failed
+   one does at once. Defer the retry jobs and append the ledger events, then commit.
 
 A broker has at most ``DROPPORTAL_DISPATCH_SLOTS_PER_BROKER`` batches in flight at once,
 across every worker (PostgreSQL advisory locks held by the batch's transaction): the rows of
@@ -35,22 +37,21 @@ keep up with matching (see ``bench/bench_dispatch.py``).
 
 A kind is anything with the ``DeliveryKind`` protocol: which rows (model, the
 ``DeliveryAttempt`` field, what to load with them), and per row its target, its ledger
-subject and broker, its call (``Outbound``), and how to queue its retry.
+subject and broker, its ``Message``, and how to queue its retry. The loop never sees how a
+message travels: that is the ``dispatch.transport.Transport`` of the target's kind.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeVar
 
-from django.conf import settings
 from django.db import models, transaction
 from django.db.models import F
 from django.db.models.functions import Now
@@ -58,8 +59,9 @@ from django.utils import timezone
 
 from integrations import enqueue
 from integrations.counters import DELIVERIES
-from integrations.dispatch import masking
-from integrations.dispatch.policy import classify, next_delay
+from integrations.dispatch.policy import next_delay
+from integrations.dispatch.transport import Message, Transport, Verdict
+from integrations.dispatch.transports import TRANSPORTS
 from integrations.drop.calendar import drop_time_text
 from integrations.ledger_kinds import LedgerKind, ledger_kind_compose
 from integrations.models import (
@@ -71,7 +73,6 @@ from integrations.models import (
     SaasConnection,
     SaasDeletion,
 )
-from integrations.outbound_http import DeliveryResult, deliver
 from integrations.services.dispatch_slots import broker_slot_take
 from integrations.services.ledger import ledger_event_append, ledger_events_append
 
@@ -81,38 +82,15 @@ logger = logging.getLogger(__name__)
 DISPATCH_THREADS = 8
 # Rows locked, sent and recorded together (a job holds at most 100 ids).
 BATCH_SIZE = 100
-REDACTED = "[redacted]"
 # A batch whose broker has no free dispatch slot waits this long for one (batches to a
 # healthy broker take well under a second), then is tried again BUSY_DELAY_SECONDS later.
 SLOT_WAIT_SECONDS = 5.0
 BUSY_DELAY_SECONDS = 30
 
-Verdict = Literal["delivered", "retry", "gone", "undeliverable", "skipped", "deferred"]
+# How each row of a batch ended (what ``deliverables_deliver`` counts).
+Ending = Literal["delivered", "retry", "gone", "undeliverable", "skipped", "deferred"]
 Item = TypeVar("Item", DeletionRequest, ResolutionRequest, SaasDeletion)
 Target = Integration | SaasConnection
-
-
-@dataclass(frozen=True)
-class Outbound:
-    """One HTTP call, built for one attempt.
-
-    ``signer`` (webhooks) adds the signature headers on the sending thread, right before the
-    call leaves, so the timestamp is fresh however long the call waited for a thread.
-    ``send`` (ISI) makes the call itself, on the sending thread (HTTP only), instead of one
-    plain POST. ``on_delivered`` (ISI identifiers) takes a synchronous answer, inside the
-    batch's transaction once the attempt is recorded as delivered. ``keep_answer=False``
-    (endpoints that handle clear identifiers: SaaS deletions, ISI identifier retrieval): the
-    attempt keeps only the masked shape of the answer, never its text.
-    """
-
-    url: str
-    body: bytes
-    headers: dict[str, str]
-    signer: Callable[[bytes], dict[str, str]] | None = None
-    send: Callable[[Outbound], DeliveryResult] | None = None
-    on_delivered: Callable[[DeliveryResult], None] | None = None
-    keep_answer: bool = True
-    answer_categories: tuple[str, ...] = ()  # identifier categories asked: named when masked
 
 
 class NothingToDeliver(Exception):
@@ -125,7 +103,7 @@ class DeliveryKind(Protocol[Item]):
 
     ``name`` prefixes its ledger events (``deletion_request.delivered``); ``model`` its rows,
     loaded with ``related`` (what the methods read) and attempts recorded under
-    ``attempt_field``; a 2xx leaves a row ``acknowledged_state``.
+    ``attempt_field``; a delivered one is left ``acknowledged_state``.
     """
 
     name: str
@@ -146,9 +124,9 @@ class DeliveryKind(Protocol[Item]):
     def ledger_data(self, item: Item) -> dict[str, Any]:
         """What every one of its ledger events says about it."""
 
-    def outbound(self, item: Item) -> Outbound | None:
-        """The call to make (None: no call for this target kind); may raise
-        ``NothingToDeliver``."""
+    def outbound(self, item: Item) -> Message | None:
+        """The message for its target's transport (None: none for this target kind); may
+        raise ``NothingToDeliver``."""
 
     def enqueue(self, ids: Sequence[int], /, *, at: dt.datetime | None = None) -> None:
         """Queue the delivery jobs of ``ids`` (``integrations.enqueue``)."""
@@ -157,14 +135,10 @@ class DeliveryKind(Protocol[Item]):
         """Inside the batch's transaction, once it is completed or cancelled."""
 
 
-@dataclass(frozen=True)
-class Sent:
-    """One call made: what went out (signature included) and what came back."""
-
-    outbound: Outbound
-    headers: dict[str, str]
-    result: DeliveryResult
-    started: dt.datetime
+def target_kind(target: Target) -> str:
+    """The kind of target, which names its transport: an integration's ``kind``, or
+    ``"saas"`` for a SaaS connection."""
+    return target.kind if isinstance(target, Integration) else "saas"
 
 
 # -- the loop -------------------------------------------------------------------------------
@@ -177,9 +151,9 @@ def deliverables_deliver(
     threads: int | None = None,
     now: Callable[[], dt.datetime] = timezone.now,
 ) -> Counter[str]:
-    """Deliver every id that is due; returns how many ended each way (``Verdict`` counts).
+    """Deliver every id that is due; returns how many ended each way (``Ending`` counts).
 
-    An unexpected error while building one call (an unreadable secret) leaves that row
+    An unexpected error while building one message (an unreadable secret) leaves that row
     queued and the others go on; it is raised once the batch is recorded, so the job is
     retried, which is safe: what was acknowledged is no longer due. A database error fails
     the batch as a whole, and the job's retry runs it again.
@@ -208,27 +182,30 @@ def _senders(threads: int) -> Iterator[Executor | None]:
         yield pool
 
 
-def _send(outbound: Outbound, now: Callable[[], dt.datetime]) -> Sent:
-    # Runs on a sender thread: HTTP only, no database access.
-    headers = dict(outbound.headers)
-    if outbound.signer is not None:
-        headers.update(outbound.signer(outbound.body))
-    started = now()
-    if outbound.send is not None:
-        return Sent(outbound, headers, outbound.send(outbound), started)
-    result = deliver(
-        "POST",
-        outbound.url,
-        body=outbound.body,
-        headers=headers,
-        allow_private=settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS,
-    )
-    if not outbound.keep_answer:
-        result = dataclasses.replace(
-            result,
-            response_body=masking.masked(result.content, categories=outbound.answer_categories),
-        )
-    return Sent(outbound, headers, result, started)
+@dataclass(frozen=True)
+class Call:
+    """One row's attempt in a batch: the row, its target, that target's transport, the
+    message handed to it."""
+
+    item: Any
+    target: Target
+    transport: Transport
+    message: Message
+
+
+def _send(calls: list[Call], pool: Executor | None) -> list[Verdict]:
+    """Each transport sends its messages as one batch; the verdicts come back in the order
+    of ``calls``. Runs the transports only: no database access on their threads."""
+    by_kind: dict[str, list[int]] = defaultdict(list)
+    for index, call in enumerate(calls):
+        by_kind[call.transport.kind].append(index)
+    verdicts: list[Verdict | None] = [None] * len(calls)
+    for indexes in by_kind.values():
+        transport = calls[indexes[0]].transport
+        sent = transport.send([calls[i].message for i in indexes], pool)
+        for index, verdict in zip(indexes, sent, strict=True):
+            verdicts[index] = verdict
+    return [verdict for verdict in verdicts if verdict is not None]
 
 
 def _deliver_batch(
@@ -257,15 +234,16 @@ def _deliver_batch(
             kind.enqueue(later, at=now() + dt.timedelta(seconds=BUSY_DELAY_SECONDS))
             counts["deferred"] += len(later)
             items = [item for item in items if kind.broker_id(item) not in busy]
-        calls: list[tuple[Item, Target, Outbound]] = []
+        calls: list[Call] = []
         for item in items:
             target = kind.target(item)
             if target is None or not target.enabled:
                 # Held, not dropped: enabling the target again queues it.
                 counts["skipped"] += 1
                 continue
+            transport = TRANSPORTS.get(target_kind(target))
             try:
-                outbound = kind.outbound(item)
+                message = kind.outbound(item) if transport is not None else None
             except NothingToDeliver as reason:
                 _cancel(kind, item, str(reason), now())
                 counts["skipped"] += 1
@@ -275,35 +253,31 @@ def _deliver_batch(
                 failure = failure or exc
                 counts["skipped"] += 1
                 continue
-            if outbound is None:
+            if transport is None or message is None:
                 logger.warning("%s %s: no delivery for this target kind", kind.name, item.pk)
                 counts["skipped"] += 1
                 continue
-            calls.append((item, target, outbound))
-        if pool is None:
-            sent = [_send(outbound, now) for _, _, outbound in calls]
-        else:
-            sent = list(pool.map(lambda call: _send(call[2], now), calls))
+            calls.append(Call(item, target, transport, message))
+        verdicts = _send(calls, pool)
         finished = now()
         attempts, events, answered = [], [], []
-        for (item, target, _), call in zip(calls, sent, strict=True):
-            attempt, event, verdict = _apply(kind, item, target, call, finished)
+        for call, verdict in zip(calls, verdicts, strict=True):
+            attempt, event, ending = _apply(kind, call, verdict, finished)
             attempts.append(attempt)
             events.append(event)
-            counts[verdict] += 1
-            DELIVERIES.labels(kind=kind.name, result=verdict).inc()
-            if verdict == "delivered" and call.outbound.on_delivered is not None:
-                answered.append(call)
+            counts[ending] += 1
+            DELIVERIES.labels(kind=kind.name, result=ending).inc()
+            if ending == "delivered" and call.message.on_delivered is not None:
+                answered.append((call.message.on_delivered, verdict))
         if calls:
             DeliveryAttempt.objects.bulk_create(attempts)
-            _save_states(kind, [item for item, _, _ in calls])
+            _save_states(kind, [call.item for call in calls])
             ledger_events_append(events)
-            for call in answered:
-                assert call.outbound.on_delivered is not None
-                call.outbound.on_delivered(call.result)
-            for item, _, _ in calls:
-                if item.state == RequestState.COMPLETED:
-                    kind.after_final(item)
+            for on_delivered, verdict in answered:
+                on_delivered(verdict)
+            for call in calls:
+                if call.item.state == RequestState.COMPLETED:
+                    kind.after_final(call.item)
     return counts, failure
 
 
@@ -331,58 +305,63 @@ def _save_states(kind: DeliveryKind[Item], items: list[Item]) -> None:
 
 def _apply(
     kind: DeliveryKind[Item],
-    item: Item,
-    target: Target,
-    call: Sent,
+    call: Call,
+    verdict: Verdict,
     finished: dt.datetime,
-) -> tuple[DeliveryAttempt, dict[str, Any], Verdict]:
+) -> tuple[DeliveryAttempt, dict[str, Any], Ending]:
     """Policy for one attempt: the row's new state, its attempt record and ledger event."""
-    result = call.result
+    item: Item = call.item
+    recorded = verdict.attempt
     number = item.attempts + 1
     attempt = DeliveryAttempt(
         **{kind.attempt_field: item},
         number=number,
-        started_at=call.started,
-        url=call.outbound.url[:1000],
-        request_headers=_redacted(call.headers),
-        status=result.status,
-        duration_ms=result.duration_ms,
-        response_body=result.response_body,
-        error=result.error or "",
+        started_at=recorded.started,
+        url=recorded.address[:1000],
+        request_headers=recorded.request_headers,
+        status=recorded.status,
+        duration_ms=recorded.duration_ms,
+        response_body=recorded.response,
+        error=recorded.error,
     )
-    verdict: Verdict = classify(result.status, result.error)
+    ending: Ending
     item.attempts = number
-    item.last_error = _failure_text(result) if verdict != "delivered" else ""
+    item.last_error = verdict.failure if verdict.outcome != "delivered" else ""
     data: dict[str, Any] = {
         **kind.ledger_data(item),
         "attempt": number,
-        "url": call.outbound.url,
-        "status": result.status,
-        "duration_ms": result.duration_ms,
+        "url": recorded.address,
+        "status": recorded.status,
+        "duration_ms": recorded.duration_ms,
     }
-    if verdict == "delivered":
+    if verdict.outcome == "delivered":
+        ending = "delivered"
         item.state = kind.acknowledged_state
         item.next_attempt_at = None
         item.dispatched_at = finished
         if kind.acknowledged_state == RequestState.COMPLETED:
             item.completed_at = finished
         event = "delivered"
-    elif verdict == "gone":
+    elif verdict.outcome == "gone":
         # Nothing more goes to this target until staff enable it again, which queues
         # this row once more; so it stays queued, attempts and all.
+        ending = "gone"
         item.next_attempt_at = None
         data["error"] = item.last_error
         event = "delivery_failed"
-        _disable_target(kind, item, target, result, finished)
+        _disable_target(kind, item, call.target, verdict.disable_reason, finished)
     else:
-        delay = next_delay(number, status=result.status, retry_after=_header(result, "Retry-After"))
         data["error"] = item.last_error
+        delay = None
+        if verdict.outcome == "retry":
+            delay = next_delay(number, asked=verdict.retry_after)
         if delay is None:
-            verdict = "undeliverable"
+            ending = "undeliverable"
             item.state = RequestState.UNDELIVERABLE
             item.next_attempt_at = None
             event = "undeliverable"
         else:
+            ending = "retry"
             item.next_attempt_at = finished + dt.timedelta(seconds=delay)
             data["next_attempt_at"] = item.next_attempt_at.isoformat()
             event = "delivery_failed"
@@ -393,17 +372,17 @@ def _apply(
         "subject": kind.subject(item),
         "data": data,
     }
-    return attempt, ledger_entry, verdict
+    return attempt, ledger_entry, ending
 
 
 def _disable_target(
     kind: DeliveryKind[Item],
     item: Item,
     target: Target,
-    result: DeliveryResult,
+    why: str,
     when: dt.datetime,
 ) -> None:
-    reason = f"410 Gone from {result.url} at {drop_time_text(when)}"
+    reason = f"{why} at {drop_time_text(when)}"
     # Conditional: of several deliveries hitting the 410 at once, one disables and alerts.
     disabled = (
         type(target)
@@ -445,20 +424,3 @@ def _cancel(kind: DeliveryKind[Item], item: Item, reason: str, when: dt.datetime
         data={**kind.ledger_data(item), "reason": reason},
     )
     kind.after_final(item)
-
-
-def _failure_text(result: DeliveryResult) -> str:
-    if result.error:
-        return result.error if result.status is None else f"{result.status}: {result.error}"
-    return f"HTTP {result.status}"
-
-
-def _header(result: DeliveryResult, name: str) -> str | None:
-    # response_headers is a plain dict of the names as the server spelled them.
-    wanted = name.lower()
-    return next((v for k, v in result.response_headers.items() if k.lower() == wanted), None)
-
-
-def _redacted(headers: Mapping[str, str]) -> dict[str, str]:
-    """What is kept of the request headers: everything but bearer tokens (signatures stay)."""
-    return {k: (REDACTED if k.lower() == "authorization" else v) for k, v in headers.items()}

@@ -122,8 +122,9 @@ def api_key_lookup(
     key: str, *, kind: IntegrationKind | None = None, correlation: str | None = None
 ) -> tuple[ApiKey, DeletionRequest | None] | None:
     """``api_key_authenticate``, and in the same query the key's broker's deletion request
-    that a callback answers, dispatched by an integration of ``kind``: by ``request_uuid``
-    (webhook; ``correlation`` a valid UUID) or ``results_token`` (ISI). The request comes
+    that a callback answers, whatever kind of integration dispatched it: the ``kind`` of
+    callback says how ``correlation`` names it: by ``results_token`` (ISI, a request sent
+    to an ISI connection) or by ``request_uuid`` (webhook; a valid UUID, any other). It comes
     with its state and outcome and its integration's secrets (clear); its other fields load
     when first read. None: no such active key; ``(key, None)``: no such request."""
     digest = key_digest(key)

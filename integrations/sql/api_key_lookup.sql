@@ -4,10 +4,12 @@
 -- with a cached plan, on the callbacks' hot path (docs/benchmarks.md, callbacks).
 -- services/keys.py (api_key_lookup) reads the row.
 --
--- p_kind 'webhook': the request whose request_uuid is p_correlation (the webhook callback);
--- 'isi': the one whose results_token is p_correlation (the ISI callback); p_correlation
--- NULL: the key alone. No row: no such active key. The request's columns are NULL when the broker has no
--- such request (the caller answers 404 after its key and scope checks).
+-- p_kind names the callback asking, which says how its body names the request, not which
+-- kind of integration dispatched it: 'isi' (the ISI callback) by results_token, of a request
+-- sent to an ISI connection; any other ('webhook') by request_uuid, of a request that was
+-- not; p_correlation NULL: the key alone. No row: no such active key. The
+-- request's columns are NULL when the broker has no such request (the caller answers 404
+-- after its key and scope checks).
 -- The broker's columns are NULL for a metrics key that sees every broker (it has no broker).
 --
 -- The source of truth. A migration installs a frozen copy (integrations/migrations/sql/NNNN/),
@@ -38,7 +40,7 @@ BEGIN
             SELECT d.id, d.request_uuid, d.broker_id, d.broker_id_code, d.work_item_id,
                    d.state, d.drop_outcome, d.integration_id
             FROM integrations_deletionrequest d
-            WHERE d.request_uuid = p_correlation::uuid
+            WHERE d.request_uuid = p_correlation::uuid AND d.isi_connection_id IS NULL
         )
         SELECT k.id, k.name::text, k.prefix::text, k.scopes::text[], k.created_at,
                k.last_used_at, b.id, b.broker_id::text, b.name::text, b.mode::text,
@@ -48,8 +50,7 @@ BEGIN
         FROM integrations_apikey k
         LEFT JOIN integrations_broker b ON b.id = k.broker_id
         LEFT JOIN (answered a
-                   JOIN integrations_integration i
-                   ON i.id = a.integration_id AND i.kind = 'webhook')
+                   JOIN integrations_integration i ON i.id = a.integration_id)
             ON a.broker_id = k.broker_id
         WHERE k.digest = p_digest AND k.revoked_at IS NULL;
     ELSE
@@ -58,7 +59,7 @@ BEGIN
             SELECT d.id, d.request_uuid, d.broker_id, d.broker_id_code, d.work_item_id,
                    d.state, d.drop_outcome, d.integration_id
             FROM integrations_deletionrequest d
-            WHERE d.results_token = p_correlation
+            WHERE d.results_token = p_correlation AND d.isi_connection_id IS NOT NULL
         )
         SELECT k.id, k.name::text, k.prefix::text, k.scopes::text[], k.created_at,
                k.last_used_at, b.id, b.broker_id::text, b.name::text, b.mode::text,
@@ -68,8 +69,7 @@ BEGIN
         FROM integrations_apikey k
         LEFT JOIN integrations_broker b ON b.id = k.broker_id
         LEFT JOIN (answered a
-                   JOIN integrations_integration i
-                   ON i.id = a.integration_id AND i.kind = 'isi')
+                   JOIN integrations_integration i ON i.id = a.integration_id)
             ON a.broker_id = k.broker_id
         WHERE k.digest = p_digest AND k.revoked_at IS NULL;
     END IF;

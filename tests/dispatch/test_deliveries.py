@@ -23,6 +23,7 @@ from devtools.broker_simulator import BrokerSimulator, Reply
 from integrations import outbound_http
 from integrations.dispatch import signing
 from integrations.dispatch.policy import MAX_ATTEMPTS
+from integrations.dispatch.transport import Message
 from integrations.models import (
     Broker,
     DeletionRequest,
@@ -31,7 +32,7 @@ from integrations.models import (
     LedgerEvent,
     RequestState,
 )
-from integrations.services import deliveries, delivery_loop
+from integrations.services import deliveries
 from integrations.services.deliveries import deletion_requests_deliver
 from integrations.services.integrations import CreatedIntegration, integration_enable
 from tests.builders import deletion_request, webhook_integration_for
@@ -399,7 +400,7 @@ def test_an_unexpected_error_fails_the_job_after_trying_every_request(
     fine = deletion_request(integration, remote_identifier="C-2")
     real = deliveries.webhook_deletion_outbound
 
-    def build(request: DeletionRequest) -> delivery_loop.Outbound:
+    def build(request: DeletionRequest) -> Message:
         if request.pk == broken.pk:
             raise RuntimeError("secret unreadable")
         return real(request)

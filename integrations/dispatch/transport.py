@@ -1,0 +1,159 @@
+"""How a delivery reaches one kind of target: the ``Transport`` protocol.
+
+The delivery loop (``services.delivery_loop``) locks the rows that are due, asks its
+deliverable kind (``services.deliveries``) for one ``Message`` per row, hands each target
+kind's messages to that kind's transport (``dispatch.transports.TRANSPORTS``) and gets back
+one ``Verdict`` per message, in order::
+
+    verdicts = TRANSPORTS["webhook"].send([message, ...], pool)
+    verdicts[0].outcome        # "delivered" | "retry" | "gone" | "failed"
+    verdicts[0].attempt        # what its DeliveryAttempt records
+
+The loop knows nothing of HTTP: what a status code means is each transport's business (the
+three of today are HTTP, so they share ``http_verdict``). A transport runs on the sending
+threads: no database access, no ledger.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from integrations.dispatch.policy import RETRY_AFTER_STATUSES, classify
+from integrations.outbound_http import DeliveryResult, retry_after_seconds
+
+Outcome = Literal["delivered", "retry", "gone", "failed"]
+REDACTED = "[redacted]"
+
+
+@dataclass(frozen=True)
+class Message:
+    """One delivery to one target, built for one attempt.
+
+    ``address`` says where it goes (a URL today), recorded on its attempt and ledger event;
+    ``body`` is what is handed over and ``headers`` what goes along with it. ``credential``
+    is the transport's to use as it sends (a webhook's signing secret, an ISI
+    ``BearerToken``), ``check`` (ISI) refuses a delivered answer that is not the expected
+    one. ``keep_answer=False`` (endpoints that handle clear identifiers): the attempt keeps
+    only the masked shape of the answer, its ``answer_categories`` named. ``on_delivered``
+    is the caller's, never the transport's: the loop runs it with the verdict once the
+    attempt is recorded as delivered (ISI identifiers answer synchronously).
+    """
+
+    address: str
+    body: bytes
+    headers: Mapping[str, str] = field(default_factory=dict)
+    credential: Any = None
+    check: Callable[[DeliveryResult], str | None] | None = None
+    keep_answer: bool = True
+    answer_categories: tuple[str, ...] = ()
+    on_delivered: Callable[[Verdict], None] | None = None
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """What one attempt records (``DeliveryAttempt``'s fields, field for field)."""
+
+    started: dt.datetime
+    address: str
+    request_headers: dict[str, str]  # as sent, credentials redacted
+    status: int | None  # the target's status code, for a transport that has them
+    duration_ms: int
+    response: str  # what is kept of the answer
+    error: str  # "" when none
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What one message's attempt means.
+
+    ``delivered``: done. ``retry``: try again on the schedule (``retry_after``: seconds the
+    target asked to wait, which may lengthen it). ``gone``: the target is gone for good
+    (``disable_reason``); it is disabled and its rows wait. ``failed``: it will never get
+    through; no more attempts. ``failure`` is the one line staff see when it was not
+    delivered; ``answer`` the whole answer as read, for ``Message.on_delivered``.
+    """
+
+    outcome: Outcome
+    attempt: Attempt
+    failure: str = ""
+    retry_after: float | None = None
+    disable_reason: str = ""
+    answer: bytes = b""
+
+
+class Transport(Protocol):
+    """One kind of target (``kind``: ``Integration.kind``, or ``"saas"``).
+
+    ``send`` makes one attempt of each message, on ``pool``'s threads when there is one
+    (``each``), and returns their verdicts in the order of ``batch``. It never raises: a
+    message that could not go is a verdict too.
+    """
+
+    kind: str
+
+    def send(self, batch: Sequence[Message], pool: Executor | None) -> list[Verdict]: ...
+
+
+def each(
+    pool: Executor | None, send_one: Callable[[Message], Verdict], batch: Sequence[Message]
+) -> list[Verdict]:
+    """``send_one`` over the batch, on the pool's threads when there is one."""
+    if pool is None:
+        return [send_one(message) for message in batch]
+    return list(pool.map(send_one, batch))
+
+
+# -- HTTP, which today's three transports speak ---------------------------------------------
+
+
+def http_verdict(
+    message: Message,
+    result: DeliveryResult,
+    *,
+    headers: Mapping[str, str],
+    started: dt.datetime,
+) -> Verdict:
+    """The verdict of one HTTP call (docs/contracts.md §6): a 2xx that arrived whole within
+    the timeout is delivered, 410 is gone, anything else is retried (a 429 or 503 may ask
+    for a longer wait with ``Retry-After``)."""
+    outcome = classify(result.status, result.error)
+    asked = None
+    if outcome == "retry" and result.status in RETRY_AFTER_STATUSES:
+        asked = retry_after_seconds(_header(result, "Retry-After"))
+    return Verdict(
+        outcome=outcome,
+        attempt=Attempt(
+            started=started,
+            address=message.address,
+            request_headers=redacted(headers),
+            status=result.status,
+            duration_ms=result.duration_ms,
+            response=result.response_body,
+            error=result.error or "",
+        ),
+        failure="" if outcome == "delivered" else _failure_text(result),
+        retry_after=asked,
+        disable_reason=f"410 Gone from {result.url}" if outcome == "gone" else "",
+        answer=result.content,
+    )
+
+
+def redacted(headers: Mapping[str, str]) -> dict[str, str]:
+    """What is kept of the request headers: everything but bearer tokens (signatures stay)."""
+    return {k: (REDACTED if k.lower() == "authorization" else v) for k, v in headers.items()}
+
+
+def _failure_text(result: DeliveryResult) -> str:
+    if result.error:
+        return result.error if result.status is None else f"{result.status}: {result.error}"
+    return f"HTTP {result.status}"
+
+
+def _header(result: DeliveryResult, name: str) -> str | None:
+    # response_headers is a plain dict of the names as the server spelled them.
+    wanted = name.lower()
+    return next((v for k, v in result.response_headers.items() if k.lower() == wanted), None)
