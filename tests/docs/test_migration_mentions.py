@@ -29,7 +29,7 @@ MENTIONS = [
         "export_audit_records",
     ),
     ("tests/admin/test_roles.py", r"audit keys \(migration (\d{4})\)", "add_audit_apikey"),
-    ("integrations/services/report_uploads.py", r"existed \(migration (\d{4})\)", "prior_"),
+    ("docs/benchmarks.md", r"upload's time since migration (\d{4})", "pending_status_code"),
     ("integrations/services/staff_mfa.py", r"emptied by migration (\d{4})", "otp_totp"),
     (
         "integrations/consumers/load.py",
