@@ -13,6 +13,7 @@ not a readable ZIP, holds no DROP list, or is another broker's raises ``DropFile
             copy.write_row(...)
     reader.files                            # [ZipMember(name, size_bytes, rows), ...] read
     reader.skipped, reader.unread           # [SetAside(name, reason), ...]
+    reader.unread_rows                      # {name of a list set aside whole: its rows}
     reader.unreadable                       # [UnreadableRow(file, line, id, text, reason)]
 
 Pure Python, no Django: the formats are those of docs/contracts.md §10.
@@ -140,7 +141,9 @@ class DownloadZipReader(Iterator["WorkItemRow | RemovedRow"]):
 
     After iteration: ``files`` lists every DROP list read, header-only ones included, so a
     caller knows which lists the package held even when they were empty; ``skipped`` the
-    members that are not DROP lists; ``unread`` the DROP lists set aside whole;
+    members that are not DROP lists; ``unread`` the DROP lists set aside whole, and
+    ``unread_rows`` their data rows (the non-blank lines after the first; a list whose
+    member cannot be read to its end, as an encrypted one, is not in it);
     ``unreadable`` the rows set aside (at most ``MAX_UNREADABLE_KEPT`` a list; all of them
     are counted in ``unreadable_counts``).
     """
@@ -153,6 +156,8 @@ class DownloadZipReader(Iterator["WorkItemRow | RemovedRow"]):
         self.files: list[ZipMember] = []
         self.skipped: list[SetAside] = []
         self.unread: list[SetAside] = []
+        self.unread_rows: dict[str, int] = {}
+        self._unread_members: list[tuple[zipfile.ZipInfo, str]] = []
         self.unreadable: list[UnreadableRow] = []
         self.unreadable_counts: dict[str, int] = {}
         self._source = source
@@ -224,6 +229,7 @@ class DownloadZipReader(Iterator["WorkItemRow | RemovedRow"]):
             seen_names.add(name)
             if reason is not None:
                 self.unread.append(SetAside(name, reason))
+                self._unread_members.append((info, name))
                 continue
             data_type = parse_file_name(name).data_type
             if data_type == REMOVED:
@@ -269,6 +275,9 @@ class DownloadZipReader(Iterator["WorkItemRow | RemovedRow"]):
             for info, name, data_type in members:
                 seen = removed_ids if data_type == REMOVED else list_ids
                 yield from self._read_member(archive, info, name, data_type, seen)
+            # DROP sent these rows all the same: counted, for the yearly figures.
+            for info, name in self._unread_members:
+                self._unread_rows_add(name, _member_data_rows(archive, info))
         finally:
             archive.close()
 
@@ -296,6 +305,7 @@ class DownloadZipReader(Iterator["WorkItemRow | RemovedRow"]):
                 header_problem = _header_problem(next(lines, None), expected_header)
                 if header_problem is not None:
                     self.unread.append(SetAside(name, header_problem))
+                    self._unread_rows_add(name, _data_rows(lines))
                     return
                 for line, (content, too_long) in enumerate(lines, start=2):
                     if not too_long and not content.strip():
@@ -321,6 +331,10 @@ class DownloadZipReader(Iterator["WorkItemRow | RemovedRow"]):
             ) from None
         self.files.append(ZipMember(name=name, size_bytes=info.file_size, rows=rows))
 
+    def _unread_rows_add(self, name: str, rows: int | None) -> None:
+        if rows is not None:  # two members of one name: both count
+            self.unread_rows[name] = self.unread_rows.get(name, 0) + rows
+
     def _set_aside_row(
         self, name: str, line: int, content: str, fields: list[str], reason: str
     ) -> None:
@@ -330,6 +344,31 @@ class DownloadZipReader(Iterator["WorkItemRow | RemovedRow"]):
             return
         first = _escaped(fields[0][:WORK_ITEM_ID_MAX]) if fields else ""
         self.unreadable.append(UnreadableRow(name, line, first, _escaped(content), reason))
+
+
+def _data_rows(lines: Iterator[tuple[str, bool]]) -> int | None:
+    """How many of the ``lines`` left carry something (blank ones do not), read one at a
+    time; None when the member cannot be read to its end (counting never refuses a package)."""
+    try:
+        return sum(1 for content, too_long in lines if too_long or content.strip())
+    except _ZIP_READ_ERRORS:
+        return None
+
+
+def _member_data_rows(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> int | None:
+    """The data rows of a member set aside unread: its non-blank lines after the first."""
+    try:
+        with (
+            archive.open(info) as raw,
+            io.TextIOWrapper(
+                raw, encoding="utf-8-sig", errors="surrogateescape", newline=""
+            ) as text,
+        ):
+            lines = _member_lines(text)
+            next(lines, None)
+            return _data_rows(lines)
+    except _ZIP_READ_ERRORS:  # an encrypted or damaged member: its rows are unknown
+        return None
 
 
 def _header_problem(first: tuple[str, bool] | None, expected: list[str]) -> str | None:

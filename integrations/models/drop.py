@@ -45,6 +45,9 @@ class DropCycle(models.Model):
     # Per DROP list of the ZIP not read at all: file name -> why (a list type this version
     # does not know, a header that is not ID,Hash...). No status is reported for them.
     unread_files = models.JSONField(default=dict, blank=True)
+    # Per such list, when its member could be read through: file name -> data rows. DROP
+    # sent each as a request: they count as received in the yearly figures.
+    unread_rows = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(db_default=Now())
 
     class Meta:

@@ -16,7 +16,7 @@ from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, Q
 
 from integrations.drop.calendar import drop_year_bounds
-from integrations.drop.files import DropFileError, parse_file_name
+from integrations.drop.files import DATA_TYPE_TO_HASH_TYPE, REMOVED
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     Broker,
@@ -41,7 +41,7 @@ def _named(statuses: tuple[DropStatus, ...]) -> str:
 
 
 METRIC_FIGURES = (
-    ("received", "Received (work items downloaded, unreadable rows included)"),
+    ("received", "Received (work items downloaded, rows not read included)"),
     ("matched", "Matched"),
     ("complied", f"Complied with ({_named(METRIC_STATUSES['complied'])})"),
     ("denied", f"Denied ({_named(METRIC_STATUSES['denied'])})"),
@@ -118,9 +118,10 @@ FROM matched m JOIN integrations_workitem w ON w.id = m.work_item_id
 GROUP BY ROLLUP (w.hash_type)
 """
 )
-# The rows of the year's packages that could not be read as work items, per list file, as
-# the import counted them (all of them; only the first thousand a list are kept as rows).
-# DROP sent each as a request: they are received, and in no other figure.
+# The rows of the year's packages that could not be read as work items, per list file: the
+# rows set aside one by one, as the import counted them (all of them; only the first thousand
+# a list are kept as rows), and the data rows of the lists set aside whole, as the cycle keeps
+# them. DROP sent each as a request: they are received, and in no other figure.
 _UNREADABLE_SQL = (
     "WITH cycles AS ("
     + _YEAR_CYCLES
@@ -130,6 +131,11 @@ FROM cycles c
 JOIN integrations_ledgerevent e
   ON e.broker_id = %(broker_id)s AND e.kind = %(imported)s AND e.subject = c.drop_session_id
 CROSS JOIN LATERAL jsonb_each_text(coalesce(e.data -> 'unreadable_rows', '{}'::jsonb)) r
+UNION ALL
+SELECT u.key, u.value::bigint
+FROM cycles c
+JOIN integrations_dropcycle d ON d.id = c.id
+CROSS JOIN LATERAL jsonb_each_text(d.unread_rows) u
 """
 )
 # Why a denial: the exemption basis of a resolution's "exempt" (a deletion callback's exempt
@@ -220,10 +226,7 @@ def drop_metrics(*, broker: Broker, year: int) -> DropMetrics:
         cursor.execute(_UNREADABLE_SQL, params)
         unreadable = cursor.fetchall()
     for file_name, rows in unreadable:
-        hash_type = _hash_type_of(file_name)
-        if hash_type is None:
-            continue
-        for key in (hash_type, None):
+        for key in _received_in(file_name):
             row = by_type.setdefault(
                 key,
                 MetricRow(
@@ -242,10 +245,14 @@ def drop_metrics(*, broker: Broker, year: int) -> DropMetrics:
     return DropMetrics(broker.broker_id, year, [*rows, total], bases)
 
 
-def _hash_type_of(file_name: str) -> str | None:
-    """The list type of a downloaded list file's name (None: the Removed file, whose rows
-    are no requests)."""
-    try:
-        return parse_file_name(file_name).hash_type
-    except DropFileError:
-        return None
+def _received_in(file_name: str) -> tuple[str | None, ...]:
+    """Where a list file's rows count as received: its list type's row and the Total (None);
+    the Total alone for a type this version does not know; nowhere for the Removed file,
+    whose rows are no requests. Its type is read from the name even when the name is
+    otherwise wrong (a bad date): such a list is still that type's."""
+    parts = file_name.split("_")
+    data_type = parts[2].split(".")[0] if len(parts) > 2 else ""
+    if data_type == REMOVED:
+        return ()
+    hash_type = DATA_TYPE_TO_HASH_TYPE.get(data_type)
+    return (None,) if hash_type is None else (hash_type, None)

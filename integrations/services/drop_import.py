@@ -173,6 +173,7 @@ def _import(
             downloaded_at=downloaded_at,
             files=files,
             unread_files={part.name: part.reason for part in reader.unread},
+            unread_rows=reader.unread_rows,
         )
         _package_odd_parts_record(broker, cycle, reader, actor=actor)
         clock.lap("import")
@@ -310,6 +311,7 @@ def _cycle_create(
     downloaded_at: dt.datetime | None,
     files: dict[str, int],
     unread_files: dict[str, str],
+    unread_rows: dict[str, int],
 ) -> DropCycle:
     """The new cycle, matched today and due ``DROPPORTAL_REPORT_DAYS`` after its download,
     both days of DROP's calendar (when not given: the package's time, or now if that is later)."""
@@ -328,6 +330,7 @@ def _cycle_create(
         due_date=drop_date(downloaded_at) + dt.timedelta(days=settings.DROPPORTAL_REPORT_DAYS),
         files=files,
         unread_files=unread_files,
+        unread_rows=unread_rows,
     )
 
 
@@ -379,6 +382,7 @@ def _cycle_imported_data(
             "requests_cancelled": removed.requests_cancelled,
         },
         "unread_files": cycle.unread_files,
+        "unread_rows": cycle.unread_rows,
         "unreadable_rows": reader.unreadable_counts,
     }
 

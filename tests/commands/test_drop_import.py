@@ -349,6 +349,9 @@ def test_one_odd_member_or_row_never_refuses_the_rest_of_the_package(
     imported = LedgerEvent.objects.get(kind="drop.cycle_imported")
     assert imported.data["unread_files"] == cycle.unread_files
     assert imported.data["unreadable_rows"] == {EMAIL_CSV: 1}
+    # The lists not read hold no data row here; DROP's figures count those rows as received.
+    assert cycle.unread_rows == {ADDRESS_CSV: 0, PHONE_CSV: 0}
+    assert imported.data["unread_rows"] == cycle.unread_rows
     # Staff hear of it at once: an alert evaluation waits in the same commit.
     assert ProcrastinateJob.objects.filter(task_name=EVALUATE_ALERTS).exists()
 

@@ -21,6 +21,7 @@ import csv
 import datetime as dt
 import io
 import json
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -204,3 +205,28 @@ def test_received_counts_the_rows_drop_sent_that_could_not_be_read(
     by_type = {row["list_type"]: row["received"] for row in figures["by_list_type"]}
     assert by_type == {"Email": 3, "Phone": 1}
     assert (figures["total"]["received"], figures["total"]["open"]) == (4, 2)  # two 5s owed
+
+
+def test_received_counts_the_rows_of_lists_not_read_at_all(broker: Broker, tmp_path: Path) -> None:
+    (good, _), *others = work_items(8)
+    rows = [f"{item},{hashed}" for item, hashed in others]
+    members = {
+        "20260312_4821_Email.csv": f"ID,Hash\r\n{good}\r\n",
+        # A type this version does not know: its rows count in the Total only.
+        "20260312_4821_Fax.csv": "\r\n".join(["ID,Hash", *rows[:3]]) + "\r\n",
+        # A known type with another header; a blank line is no row.
+        "20260312_4821_Phone.csv": "\r\n".join(["Hash;ID", *rows[3:6], ""]) + "\r\n",
+    }
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, content in members.items():
+            archive.writestr(name, content)
+    package = write_zip(tmp_path, buffer.getvalue())
+    with pytest.raises(CommandError):  # part of the package was not imported
+        call_command("drop", "import", "--broker", "4821", str(package), stdout=io.StringIO())
+
+    figures = json.loads(metrics("--year", "2026", "--format", "json"))
+
+    by_type = {row["list_type"]: row["received"] for row in figures["by_list_type"]}
+    assert by_type == {"Email": 1, "Phone": 3}
+    assert figures["total"]["received"] == 7  # 1 + 3 Fax + 3 Phone

@@ -369,6 +369,26 @@ def test_a_list_with_another_header_is_not_read_at_all_and_is_named(
     ]
 
 
+def test_the_data_rows_of_a_list_set_aside_whole_are_counted() -> None:
+    rows = [f"{w},{h}" for w, h in ITEMS[1:4]]
+    members = {
+        f"{DAY}_{BROKER}_Email.csv": email_csv(f"{ITEMS[0][0]},{GOOD_HASH}"),
+        f"{DAY}_{BROKER}_Fax.csv": email_csv(*rows),  # a type this version does not know
+        f"{DAY}_{BROKER}_Phone.csv": email_csv(*rows, "", "  ", "x" * 5000, header="Id;Hash"),
+        f"{DAY}_{BROKER}_Address.csv": "ID,Hash",  # the header alone, no line end
+        f"{DAY}_{BROKER}_Removed.csv": "ID,Hash\n" + "\n".join(rows),  # no end on the last
+    }
+    rows_read, reader = read(raw_zip(members))
+
+    assert [r.work_item_id for r in rows_read] == [ITEMS[0][0]]
+    assert reader.unread_rows == {
+        f"{DAY}_{BROKER}_Fax.csv": 3,
+        f"{DAY}_{BROKER}_Phone.csv": 4,  # blank lines are no rows; a long line is one
+        f"{DAY}_{BROKER}_Address.csv": 0,
+        f"{DAY}_{BROKER}_Removed.csv": 3,
+    }
+
+
 def test_a_removed_file_with_another_header_is_not_read() -> None:
     unread = unread_of(raw_zip({f"{DAY}_{BROKER}_Removed.csv": email_csv()}))
 
