@@ -75,6 +75,7 @@ from integrations.models import (
 )
 from integrations.services.dispatch_slots import broker_slot_take
 from integrations.services.ledger import ledger_event_append, ledger_events_append
+from integrations.url_extras import without_url_extras
 
 logger = logging.getLogger(__name__)
 
@@ -317,12 +318,14 @@ def _apply(
         **{kind.attempt_field: item},
         number=number,
         started_at=recorded.started,
-        url=recorded.address[:1000],
+        # A target's query may carry a token (``?key=``): the request goes to the whole URL,
+        # the record kept for staff and exports holds its scheme, host and path only.
+        url=without_url_extras(recorded.address, value=True)[:1000],
         request_headers=recorded.request_headers,
         status=recorded.status,
         duration_ms=recorded.duration_ms,
         response_body=recorded.response,
-        error=recorded.error,
+        error=without_url_extras(recorded.error),
     )
     ending: Ending
     item.attempts = number

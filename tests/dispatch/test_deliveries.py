@@ -133,6 +133,22 @@ def test_a_dispatch_carries_body_2_1_exactly_and_is_signed_with_the_integrations
     assert not _retry_jobs(request)
 
 
+def test_a_token_in_the_targets_query_goes_out_and_is_not_kept_in_the_attempt(
+    broker: Broker, receiver: BrokerSimulator
+) -> None:
+    created = webhook_integration_for(broker, receiver.url + "?token=s3cr3t-t0ken")
+    receiver.secrets = [created.webhook_secret]
+    request = deletion_request(created.integration, remote_identifier="C-1")
+
+    assert deletion_requests_deliver(request_ids=[request.pk]) == {"delivered": 1}
+
+    (arrived,) = receiver.received
+    assert "token=s3cr3t-t0ken" in arrived.path  # the broker's endpoint got what it asked for
+    (attempt,) = request.delivery_attempts.all()
+    assert attempt.url == receiver.url
+    assert "s3cr3t" not in json.dumps([attempt.url, attempt.error, attempt.request_headers])
+
+
 def test_remote_identifier_is_omitted_when_none_was_given(
     integration: Integration, receiver: BrokerSimulator
 ) -> None:
