@@ -152,7 +152,7 @@ class ShedWorker(ThreadWorker):
     def load_wsgi(self) -> None:
         super().load_wsgi()
         # The app is loaded and Django set up: the API's problem format can be imported.
-        from integrations.api.errors import problem_body
+        from integrations.web.errors import problem_body
 
         problem = problem_body(status=503, code="overloaded", detail=OVERLOADED_DETAIL)
         self.problem = json.dumps(problem).encode()

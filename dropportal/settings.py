@@ -209,7 +209,7 @@ STORAGES = {
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
 
-# The callback throttles (integrations.api.throttling) count in this process's memory: no
+# The callback throttles (integrations.web.throttling) count in this process's memory: no
 # query and no shared store on the hot path, so with N web processes a key gets at most N
 # times its rate. Bounded: a flood from many addresses makes it drop its least recent entries.
 CALLBACK_THROTTLE_CACHE = "callback-throttle"
@@ -224,10 +224,10 @@ CACHES = {
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["integrations.api.authentication.ApiKeyAuthentication"],
-    "DEFAULT_PERMISSION_CLASSES": ["integrations.api.permissions.HasActiveApiKey"],
+    "DEFAULT_PERMISSION_CLASSES": ["integrations.web.permissions.HasActiveApiKey"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["integrations.api.json_body.JsonBodyParser"],
-    "EXCEPTION_HANDLER": "integrations.api.errors.problem_exception_handler",
+    "EXCEPTION_HANDLER": "integrations.web.errors.problem_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
 }

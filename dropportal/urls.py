@@ -16,6 +16,6 @@ urlpatterns = [
     path("metrics", metrics.MetricsView.as_view(), name="metrics"),
 ]
 
-handler400 = "integrations.api.errors.bad_request"
-handler404 = "integrations.api.errors.not_found"
-handler500 = "integrations.api.errors.server_error"
+handler400 = "integrations.web.errors.bad_request"
+handler404 = "integrations.web.errors.not_found"
+handler500 = "integrations.web.errors.server_error"

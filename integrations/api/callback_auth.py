@@ -64,15 +64,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from integrations.api.authentication import CallbackAuthentication
-from integrations.api.errors import Problem
 from integrations.api.json_body import json_body
-from integrations.api.permissions import HasScope
-from integrations.api.throttling import (
-    AddressThrottled,
-    CallbackKeyThrottle,
-    UnauthenticatedAddressThrottle,
-    throttle_address,
-)
 from integrations.dispatch import signing
 from integrations.models import ApiKey, ApiKeyScope, DeletionRequest, Integration, IntegrationKind
 from integrations.services.callback_rejections import (
@@ -80,6 +72,14 @@ from integrations.services.callback_rejections import (
     callback_unauthenticated_count,
 )
 from integrations.services.integrations import integration_callback_secrets
+from integrations.web.errors import Problem
+from integrations.web.permissions import HasScope
+from integrations.web.throttling import (
+    AddressThrottled,
+    CallbackKeyThrottle,
+    UnauthenticatedAddressThrottle,
+    throttle_address,
+)
 
 CALLBACK_BODY_LIMIT = 64 * 1024
 

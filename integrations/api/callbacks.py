@@ -31,7 +31,6 @@ from integrations.api.callback_serializers import (
     deletion_callback_validated,
     opt_out_email,
 )
-from integrations.api.errors import Problem
 from integrations.models import ApiKey, IntegrationKind, ResolutionRequest
 from integrations.services.outcomes import (
     OutcomeConflict,
@@ -39,6 +38,7 @@ from integrations.services.outcomes import (
     deletion_outcome_record,
 )
 from integrations.services.resolutions import resolution_outcome_record
+from integrations.web.errors import Problem
 
 _PROBLEMS = {
     400: OpenApiResponse(ProblemSerializer, description="validation_failed, with errors by field"),

@@ -30,7 +30,6 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from integrations.api.callback_serializers import ProblemSerializer
-from integrations.api.errors import Problem
 from integrations.api.json_body import (
     JsonBodyParser,
     TooManyItems,
@@ -38,7 +37,6 @@ from integrations.api.json_body import (
     read_capped,
     unstorable_reason,
 )
-from integrations.api.permissions import HasScope
 from integrations.api.schema import JSON_VALUE_REF
 from integrations.consumers.api_reader import parse_api_consumers
 from integrations.models import ApiKey, Consumer
@@ -47,6 +45,8 @@ from integrations.services.consumers import (
     consumer_forget,
     consumers_register,
 )
+from integrations.web.errors import Problem
+from integrations.web.permissions import HasScope
 
 MAX_CONSUMERS = 10_000
 # An API call waits this long for a registration of the same broker (a file import can

@@ -29,12 +29,12 @@ from rest_framework.views import APIView
 
 from integrations.api.callback_auth import CALLBACK_BODY_LIMIT
 from integrations.api.callback_serializers import ProblemSerializer
-from integrations.api.errors import Problem
-from integrations.api.throttling import AddressThrottled, UnauthenticatedAddressThrottle
 from integrations.counters import DROP_NOTIFICATIONS
 from integrations.drop import notifications
 from integrations.drop.notifications import NotificationRejected
 from integrations.services.drop_notifications import drop_notification_receive
+from integrations.web.errors import Problem
+from integrations.web.throttling import AddressThrottled, UnauthenticatedAddressThrottle
 
 
 class DropNotificationBodySerializer(serializers.Serializer):

@@ -30,13 +30,13 @@ from rest_framework.response import Response
 from integrations.api.callback_auth import SignedCallbackView
 from integrations.api.callback_serializers import DeletionCallbackSerializer, opt_out_email
 from integrations.api.callbacks import _PROBLEMS, _RECORDED, OutcomeConflictProblem, _recorded
-from integrations.api.errors import Problem
 from integrations.models import IntegrationKind
 from integrations.services.outcomes import (
     OutcomeConflict,
     broker_completed_at_refusal,
     deletion_outcome_record,
 )
+from integrations.web.errors import Problem
 from integrations.wire_fields import StrictCharField
 
 

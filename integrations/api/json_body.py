@@ -21,7 +21,7 @@ from typing import IO, Any
 
 from rest_framework.parsers import BaseParser
 
-from integrations.api.errors import Problem
+from integrations.web.errors import Problem
 
 # The largest body the API reads (the consumer registration's 10,000 consumers with several
 # identifiers each are a few MB). Django's DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MB) would refuse

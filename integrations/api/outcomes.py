@@ -31,8 +31,6 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from integrations.api.callback_serializers import ProblemSerializer
-from integrations.api.errors import Problem
-from integrations.api.permissions import HasScope
 from integrations.models import ApiKey
 from integrations.selectors.outcomes import (
     OUTCOME_COLUMNS,
@@ -40,6 +38,8 @@ from integrations.selectors.outcomes import (
     deletion_outcomes_csv,
 )
 from integrations.services.audit import outcome_export_record
+from integrations.web.errors import Problem
+from integrations.web.permissions import HasScope
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000

@@ -29,11 +29,11 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
 from rest_framework.request import Request
 
-from integrations.api.errors import problem_response
-from integrations.api.throttling import UnauthenticatedAddressThrottle
 from integrations.models import ApiKeyScope
 from integrations.services.keys import api_key_authenticate
 from integrations.services.secrets import encryption_keys_check
+from integrations.web.errors import problem_response
+from integrations.web.throttling import UnauthenticatedAddressThrottle
 
 log = logging.getLogger(__name__)
 

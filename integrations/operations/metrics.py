@@ -34,12 +34,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
-from integrations.api.permissions import HasScope
 from integrations.counters import CALLBACKS
 from integrations.drop.calendar import drop_today
 from integrations.models import ApiKey, ApiKeyScope, Broker, CycleState, WorkItem
 from integrations.selectors.deadlines import cycle_deadlines
 from integrations.selectors.stuck import stuck_work_items
+from integrations.web.permissions import HasScope
 
 _CALLBACK_PREFIX = "/api/v1/drop/callbacks/"
 

@@ -18,7 +18,7 @@ from django.db.backends.signals import connection_created
 from django.http import HttpRequest, HttpResponse
 from psycopg.errors import QueryCanceled
 
-from integrations.api.errors import problem_response
+from integrations.web.errors import problem_response
 
 log = logging.getLogger(__name__)
 

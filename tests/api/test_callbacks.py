@@ -18,7 +18,6 @@ from django.utils import timezone
 from procrastinate.contrib.django.models import ProcrastinateJob
 from rest_framework.test import APIClient, APIRequestFactory
 
-from integrations.api.throttling import throttle_address
 from integrations.dispatch import signing
 from integrations.models import (
     ApiKey,
@@ -35,6 +34,7 @@ from integrations.models import (
 from integrations.services import callback_rejections
 from integrations.services.integrations import integration_secret_rotate
 from integrations.services.keys import api_key_create
+from integrations.web.throttling import throttle_address
 from tests.api import bad_callbacks
 from tests.api.bad_callbacks import (
     BAD_CALLBACKS,

@@ -34,9 +34,9 @@ from django.http import HttpRequest
 from rest_framework.request import Request
 from rest_framework.throttling import SimpleRateThrottle
 
-from integrations.api.errors import Problem
 from integrations.client_address import client_network
 from integrations.models import ApiKey
+from integrations.web.errors import Problem
 
 
 def throttle_address(request: HttpRequest | Request) -> str:

@@ -7,8 +7,8 @@ from typing import Any
 from rest_framework import permissions
 from rest_framework.request import Request
 
-from integrations.api.errors import Problem
 from integrations.models import ApiKey
+from integrations.web.errors import Problem
 
 
 class HasActiveApiKey(permissions.BasePermission):

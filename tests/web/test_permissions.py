@@ -8,7 +8,7 @@ from rest_framework.response import Response
 from rest_framework.test import APIRequestFactory
 from rest_framework.views import APIView
 
-from integrations.api.permissions import HasScope
+from integrations.web.permissions import HasScope
 from tests.conftest import bearer
 
 pytestmark = pytest.mark.django_db

@@ -1,0 +1,2 @@
+"""HTTP plumbing shared by the API and the operations endpoints: problem details (RFC 9457),
+API-key permissions and the throttles."""
