@@ -284,19 +284,20 @@ def isi_resolution_request(isi_connection: IsiConnection, **fields: Any) -> Reso
     )
 
 
+def jobs_truncate() -> None:
+    """Empty Procrastinate's tables, which Django does not flush after a transactional test."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "TRUNCATE procrastinate_jobs, procrastinate_periodic_defers, "
+            "procrastinate_workers CASCADE"
+        )
+
+
 def truncate_jobs() -> Iterator[None]:
-    """For transactional tests: Procrastinate's tables are not flushed by Django."""
-
-    def truncate() -> None:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "TRUNCATE procrastinate_jobs, procrastinate_periodic_defers, "
-                "procrastinate_workers CASCADE"
-            )
-
-    truncate()
+    """For transactional tests: no job of an earlier test, and none left for a later one."""
+    jobs_truncate()
     yield
-    truncate()
+    jobs_truncate()
 
 
 def worker_jobs_emptied() -> Iterator[None]:

@@ -20,6 +20,7 @@ from integrations.models import Broker
 from integrations.services import drop
 from integrations.services.brokers import broker_create
 from integrations.services.keys import CreatedApiKey, api_key_create
+from tests.builders import jobs_truncate
 
 if TYPE_CHECKING:
     from tests.served_demo import ServedDemo
@@ -168,11 +169,8 @@ def no_jobs_outlive_a_transactional_test(
         name in request.fixturenames for name in ("transactional_db", "live_server")
     )
     if transactional:
-        with django_db_blocker.unblock(), connection.cursor() as cursor:
-            cursor.execute(
-                "TRUNCATE procrastinate_jobs, procrastinate_periodic_defers,"
-                " procrastinate_workers CASCADE"
-            )
+        with django_db_blocker.unblock():
+            jobs_truncate()
 
 
 @pytest.fixture

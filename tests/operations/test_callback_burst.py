@@ -31,7 +31,7 @@ from integrations.dispatch import signing
 from integrations.models import DeletionRequest, RequestState
 from integrations.services.brokers import broker_create
 from integrations.services.keys import api_key_create
-from tests.builders import WebhookIntegrationFactory, request_make, truncate_jobs, work_item
+from tests.builders import WebhookIntegrationFactory, request_make, work_item
 from tests.conftest import database_url, subprocess_env
 from tests.ports import free_port
 
@@ -106,15 +106,12 @@ async def _burst(
 
 
 @pytest.fixture
-def world(transactional_db: None) -> Iterator[tuple[str, str, list[DeletionRequest]]]:
+def world(transactional_db: None) -> tuple[str, str, list[DeletionRequest]]:
     broker = broker_create(broker_id="4821", name="Acme", mode="test", actor="test")
     integration = WebhookIntegrationFactory.create(broker=broker)
     key = api_key_create(broker=broker, scopes=["webhook_callback"], actor="test").key
     rows = [request_make(work_item(broker), integration=integration) for _ in range(CALLBACKS)]
-    # The callbacks commit their jobs (alert evaluations) in this worker's test database,
-    # whose Procrastinate tables Django does not flush: later tests must not find them.
-    for _ in truncate_jobs():
-        yield key, integration.webhook_secret, rows
+    return key, integration.webhook_secret, rows
 
 
 @pytest.fixture
