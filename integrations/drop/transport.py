@@ -242,11 +242,11 @@ class Transport:
                 if count > most:
                     raise exhausted
                 delay = min(limits.backoff_seconds * 2 ** (count - 1), limits.max_backoff_seconds)
-            if isinstance(decision, Retry) and decision.body:
-                # Bounded by their number: the pause after a cut body is no wait for DROP.
-                self._pause(method, path, delay)
-                self._receiving += delay
-                continue
+                if decision.body:
+                    # Bounded by their number: the pause after a cut body is no wait for DROP.
+                    self._pause(method, path, delay)
+                    self._receiving += delay
+                    continue
             # Waiting so far: the clock since the call began, less the bodies received.
             elapsed = self.clock() - started - self._receiving
             if max(elapsed, waited) + delay > limits.max_wait_seconds:
