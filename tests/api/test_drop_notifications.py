@@ -79,6 +79,15 @@ def _notification_events() -> list[LedgerEvent]:
     return list(LedgerEvent.objects.filter(kind="drop.notification_received").order_by("id"))
 
 
+def _pull_failed(status: int, error: str) -> None:
+    """A pull DROP refused with ``status``, as the ledger keeps it."""
+    ledger_event_append(
+        kind=LedgerKind.DROP_PULL_FAILED,
+        broker_id="4821",
+        data={"status": status, "reason": "credentials", "error": error},
+    )
+
+
 def test_the_worked_example_of_drops_signature() -> None:
     timestamp = "2026-07-02T18:30:00.0000000Z"
     body = b'{"message":"download ready"}'
@@ -113,11 +122,7 @@ def test_download_ready_queues_the_pull_once(api_client: APIClient, webhook_brok
 def test_download_ready_queues_no_pull_with_a_key_drop_refused(
     api_client: APIClient, webhook_broker: Broker
 ) -> None:
-    ledger_event_append(
-        kind=LedgerKind.DROP_PULL_FAILED,
-        broker_id="4821",
-        data={"status": 401, "reason": "credentials", "error": "refused"},
-    )
+    _pull_failed(401, "refused")
 
     assert _post(api_client, "download.ready").status_code == 204
 
@@ -132,16 +137,8 @@ def test_download_ready_after_a_403_pulls_again(
 ) -> None:
     # DROP's 403: not eligible, or no list selected. The broker fixes that in DROP's portal,
     # which then says download.ready: the refusal must not stand until staff change the key.
-    ledger_event_append(
-        kind=LedgerKind.DROP_PULL_FAILED,
-        broker_id="4821",
-        data={"status": 401, "reason": "credentials", "error": "bad key"},
-    )
-    ledger_event_append(
-        kind=LedgerKind.DROP_PULL_FAILED,
-        broker_id="4821",
-        data={"status": 403, "reason": "credentials", "error": "no list selected"},
-    )
+    _pull_failed(401, "bad key")
+    _pull_failed(403, "no list selected")
 
     assert _post(api_client, "download.ready").status_code == 204
 
