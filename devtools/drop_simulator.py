@@ -466,12 +466,17 @@ class _Handler(BaseHTTPRequestHandler):
                 time.sleep(answer.pace)
 
 
+def package_etag(body: bytes) -> str:
+    """The strong ``ETag`` a package queued with ``ranges`` is served with."""
+    return '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+
+
 def _ranged(answer: _Scripted, headers: Mapping[str, str]) -> _Scripted:
     """``answer`` as served for a request with these headers: its rest (206) for a Range the
     answer honours, else itself."""
     if not answer.ranges:
         return answer
-    etag = '"' + hashlib.sha256(answer.body).hexdigest()[:32] + '"'
+    etag = package_etag(answer.body)
     served = replace(answer, headers={**answer.headers, "Accept-Ranges": "bytes", "ETag": etag})
     asked = re.fullmatch(r"bytes=([0-9]+)-", headers.get("Range", "").strip())
     if_range = headers.get("If-Range")

@@ -26,7 +26,9 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import hashlib
+import json
 import secrets
+import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +44,7 @@ from procrastinate.contrib.django import app
 from devtools.drop_simulator import build_drop_zip
 from devtools.isi_simulator import IsiSimulator
 from devtools.isi_simulator import connection as listed_connection
+from integrations.drop.notifications import notification_signature, notification_timestamp
 from integrations.drop.reporting import build_response_file, response_name
 from integrations.models import (
     DROP_CAPABILITIES,
@@ -544,6 +547,35 @@ def report_file_make(
             pending_status_code=F("status_code"),
         )
     return report_file
+
+
+DROP_WEBHOOK_SECRET = "whsec_" + "k" * 43  # the test broker's, as DROP's portal shows it
+
+
+def drop_notification_post(
+    client: Any,
+    event_type: str,
+    *,
+    event_id: str | None = None,
+    message: str = "download ready",
+    secret: str = DROP_WEBHOOK_SECRET,
+    sent_at: dt.datetime | None = None,
+    url: str = "/api/v1/drop/notifications/4821",
+) -> Any:
+    """POST a notification as DROP does: the raw body signed with the timestamp, every header."""
+    body = json.dumps({"message": message}).encode()
+    timestamp = notification_timestamp(sent_at or timezone.now())
+    return client.post(
+        url,
+        body,
+        content_type="application/json",
+        HTTP_X_WEBHOOK_EVENT_ID=event_id or str(uuid.uuid4()),
+        HTTP_X_WEBHOOK_EVENT_TYPE=event_type,
+        HTTP_X_WEBHOOK_DELIVERY_ID=str(uuid.uuid4()),
+        HTTP_X_WEBHOOK_TIMESTAMP=timestamp,
+        HTTP_X_WEBHOOK_VERSION="1.0",
+        HTTP_X_WEBHOOK_SIGNATURE=notification_signature(secret, timestamp, body),
+    )
 
 
 def at(text: str) -> dt.datetime:

@@ -4,32 +4,34 @@ as promptly as a pull by hand's."""
 
 from __future__ import annotations
 
-import json
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from django.utils import timezone
 from procrastinate.contrib.django.models import ProcrastinateJob
 from procrastinate.contrib.django.utils import connector_params
 from rest_framework.test import APIClient
 
 from devtools.drop_simulator import DropSimulator, build_drop_zip, work_items
 from integrations import enqueue
-from integrations.drop.notifications import notification_signature, notification_timestamp
 from integrations.models import Broker, DeletionRequest
 from integrations.services import drop as drop_services
 from integrations.services import drop_import
 from integrations.services.brokers import broker_drop_webhook_secret_set, broker_update
-from tests.builders import consumer, run_worker, webhook, worker_jobs_emptied
+from tests.builders import (
+    DROP_WEBHOOK_SECRET,
+    consumer,
+    drop_notification_post,
+    run_worker,
+    webhook,
+    worker_jobs_emptied,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 DROP_KEY = "dk_test_notifiedPull_7"
-SECRET = "whsec_" + "n" * 43
 (ITEM,) = work_items(1)
 
 
@@ -62,7 +64,7 @@ def test_the_notified_pulls_deliveries_commit_with_its_requests(
     broker: Broker, drop: DropSimulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     broker_update(broker=broker, actor="test", drop_api_key=DROP_KEY, drop_base_url=drop.url)
-    broker_drop_webhook_secret_set(broker=broker, secret=SECRET, actor="test")
+    broker_drop_webhook_secret_set(broker=broker, secret=DROP_WEBHOOK_SECRET, actor="test")
     webhook(broker)
     consumer(broker, "C-A", email=ITEM[1])
     drop.queue_package(build_drop_zip("4821", "20260312", {"Email": [ITEM]}))
@@ -77,18 +79,7 @@ def test_the_notified_pulls_deliveries_commit_with_its_requests(
         return created
 
     monkeypatch.setattr(drop_import, "requests_create_for_matches", create_and_look)
-    body = json.dumps({"message": "download ready"}).encode()
-    timestamp = notification_timestamp(timezone.now())
-    answered = APIClient().post(
-        "/api/v1/drop/notifications/4821",
-        body,
-        content_type="application/json",
-        HTTP_X_WEBHOOK_EVENT_ID=str(uuid.uuid4()),
-        HTTP_X_WEBHOOK_EVENT_TYPE="download.ready",
-        HTTP_X_WEBHOOK_TIMESTAMP=timestamp,
-        HTTP_X_WEBHOOK_SIGNATURE=notification_signature(SECRET, timestamp, body),
-    )
-    assert answered.status_code == 204
+    assert drop_notification_post(APIClient(), "download.ready").status_code == 204
 
     run_worker(["drop"])
 

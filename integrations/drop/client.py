@@ -250,10 +250,7 @@ class DropClient:
     ) -> Decision:
         status = response.status_code
         if status == 416 and partial.size:
-            partial.discard()  # DROP cannot send the rest: ask for the whole
-            return Retry(
-                "resume_refused", "download not resumed: DROP refused the range", status, True
-            )
+            return partial.refused("DROP refused the range", status)  # ask for the whole
         if status in (200, 206):
             content_type = media_type(response)
             is_json = content_type == "application/json" or content_type.endswith("+json")

@@ -103,7 +103,7 @@ def notification_verify(
     # work (one HMAC, one comparison): neither the answer nor its time tells which brokers
     # exist.
     expected = notification_signature(secret or _NO_SECRET, timestamp, body)
-    matches = hmac.compare_digest(expected.encode(), signature.strip().lower().encode())
+    matches = hmac.compare_digest(expected.encode(), notification_signature_key(signature).encode())
     if not matches or not secret:
         raise NotificationRejected(
             "signature_invalid",

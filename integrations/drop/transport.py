@@ -130,7 +130,7 @@ class PartialBody:
 
     def request_headers(self) -> dict[str, str]:
         """``Range`` (and ``If-Range``, when DROP gave a validator) for the bytes still owed."""
-        if self.path is None or not self.size:
+        if not self.size:  # bytes are only ever kept in ``path``
             return {}
         headers = {"Range": f"bytes={self.size}-"}
         if self.validator is not None:
@@ -142,6 +142,12 @@ class PartialBody:
         if self.path is not None:
             self.path.unlink(missing_ok=True)
         self._forget()
+
+    def refused(self, reason: str, status: int) -> Retry:
+        """DROP's answer to the Range does not continue the kept bytes: drop them, and the
+        next attempt asks for the whole body."""
+        self.discard()
+        return Retry("resume_refused", f"download not resumed: {reason}", status, body=True)
 
     def placed(self) -> None:
         """The kept file became the package (``place_atomically``): nothing is kept any more."""
@@ -242,11 +248,11 @@ class Transport:
                 if count > most:
                     raise exhausted
                 delay = min(limits.backoff_seconds * 2 ** (count - 1), limits.max_backoff_seconds)
-            if isinstance(decision, Retry) and decision.body:
-                # Bounded by their number: the pause after a cut body is no wait for DROP.
-                self._pause(method, path, delay)
-                self._receiving += delay
-                continue
+                if decision.body:
+                    # Bounded by their number: the pause after a cut body is no wait for DROP.
+                    self._pause(method, path, delay)
+                    self._receiving += delay
+                    continue
             # Waiting so far: the clock since the call began, less the bodies received.
             elapsed = self.clock() - started - self._receiving
             if max(elapsed, waited) + delay > limits.max_wait_seconds:
@@ -361,8 +367,7 @@ class Transport:
         if response.status_code == 206:
             whole, refused = _continues(response, kept, file_name, expected)
             if refused is not None:
-                kept.discard()
-                return Retry("resume_refused", f"download not resumed: {refused}", 206, body=True)
+                return kept.refused(refused, 206)
             assert kept.path is not None
             kept.total = whole
             out_file = kept.path.open("ab")
@@ -452,7 +457,7 @@ def _continues(
 ) -> tuple[int | None, str | None]:
     """Whether a 206 is the rest of the kept bytes: the whole body's length (when known),
     and why not (None: it is)."""
-    if kept.path is None or not kept.size:
+    if not kept.size:
         return None, "DROP sent part of a package that was not asked for"
     if _encoding(response) != "identity":
         return None, "DROP sent the rest encoded"

@@ -26,7 +26,7 @@ from integrations.models import Broker, LedgerEvent
 # DROP answers a refused key with 401: retrying cannot help until staff change the key or the
 # URL it is sent to. Its 403 (broker not eligible, or no list selected) is not one: the broker
 # fixes that in DROP's portal, which then notifies ``download.ready``, so pulls go on.
-DROP_KEY_REFUSED_STATUSES = (401,)
+DROP_KEY_REFUSED_STATUS = 401
 # What changes the key DROP sees: the key itself, the base URL, or the mode (its default URL).
 _DROP_ACCESS_FIELDS = ["drop_api_key", "drop_base_url", "mode"]
 
@@ -44,9 +44,7 @@ def brokers_with_drop_key_refused(
     took the key); annotated with ``drop_key_refused_event`` (the ``drop.pull_failed`` ledger
     event's id)."""
     brokers = brokers if brokers is not None else Broker.objects.all()
-    refused = _last_event_id(
-        kind=LedgerKind.DROP_PULL_FAILED, data__status__in=list(DROP_KEY_REFUSED_STATUSES)
-    )
+    refused = _last_event_id(kind=LedgerKind.DROP_PULL_FAILED, data__status=DROP_KEY_REFUSED_STATUS)
     pulled = _last_event_id(kind=LedgerKind.DROP_PULLED)
     forbidden = _last_event_id(kind=LedgerKind.DROP_PULL_FAILED, data__status=403)
     changed = _last_event_id(

@@ -34,7 +34,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from integrations import enqueue
-from integrations.drop.calendar import drop_date, drop_timezone, drop_today
+from integrations.drop.calendar import drop_date, drop_midnight, drop_today
 from integrations.drop.download_zip import DownloadZipReader, iter_download_zip
 from integrations.drop.files import (
     DropFileError,
@@ -450,7 +450,7 @@ def _package_time(names: Iterable[str], default: dt.datetime) -> dt.datetime:
             continue
     if not days:
         return default
-    return dt.datetime.combine(min(days), dt.time(), tzinfo=drop_timezone())
+    return drop_midnight(min(days))
 
 
 def _next_session_id(broker: Broker) -> str:

@@ -71,9 +71,10 @@ def drop_notification_receive(
     found = Broker.objects.filter(broker_id=broker_id).values_list("pk", "drop_webhook_secret")
     broker_pk, secret = found.first() or (None, "")
     sent_at = notifications.notification_verify(
-        secret or "", timestamp, signature, body, now=now or timezone.now()
+        secret, timestamp, signature, body, now=now or timezone.now()
     )
     assert broker_pk is not None and signature is not None  # nothing verifies without them
+    signature_key = notifications.notification_signature_key(signature)
     event_id = event_id.strip()[: notifications.HEADER_VALUE_MAX]
     event_type = event_type.strip()[: notifications.HEADER_VALUE_MAX]
     report_file, guessed = _report_file_about(broker_pk, event_type)
@@ -86,14 +87,14 @@ def drop_notification_receive(
                     event_type=event_type,
                     delivery_id=delivery_id[: notifications.HEADER_VALUE_MAX],
                     sent_at=sent_at,
-                    signature=notifications.notification_signature_key(signature),
+                    signature=signature_key,
                     message=notifications.notification_message(body),
                     report_file=report_file,
                     report_file_guessed=guessed,
                     cycle_id=report_file.cycle_id if report_file is not None else None,
                 )
         except IntegrityError:
-            if _seen(broker_pk, event_id, signature):
+            if _seen(broker_pk, event_id, signature_key):
                 return NotificationReceived(duplicate=True)
             raise
         pull_queued = False
@@ -134,9 +135,9 @@ def drop_notification_receive(
     return NotificationReceived(duplicate=False, pull_queued=pull_queued)
 
 
-def _seen(broker_pk: int, event_id: str, signature: str) -> bool:
+def _seen(broker_pk: int, event_id: str, signature_key: str) -> bool:
     """Whether the broker already took this event id, or this signature."""
-    taken = Q(signature=notifications.notification_signature_key(signature))
+    taken = Q(signature=signature_key)
     if event_id:
         taken |= Q(event_id=event_id)
     return DropNotification.objects.filter(taken, broker_id=broker_pk).exists()

@@ -31,12 +31,18 @@ from integrations.services.alerts import alerts_evaluate
 from integrations.services.brokers import broker_drop_webhook_secret_set
 from integrations.services.keys import api_key_create
 from integrations.services.ledger import ledger_event_append
-from tests.builders import cycle_make, item_make, report_file_make
+from tests.builders import (
+    DROP_WEBHOOK_SECRET,
+    cycle_make,
+    drop_notification_post,
+    item_make,
+    report_file_make,
+)
 from tests.conftest import bearer
 
 pytestmark = pytest.mark.django_db
 
-SECRET = "whsec_" + "k" * 43
+SECRET = DROP_WEBHOOK_SECRET
 URL = "/api/v1/drop/notifications/4821"
 
 
@@ -45,38 +51,21 @@ def webhook_broker(broker: Broker) -> Broker:
     return broker_drop_webhook_secret_set(broker=broker, secret=SECRET, actor="test")
 
 
-def _post(
-    client: APIClient,
-    event_type: str,
-    *,
-    event_id: str | None = None,
-    message: str = "download ready",
-    secret: str = SECRET,
-    sent_at: dt.datetime | None = None,
-    url: str = URL,
-) -> Any:
-    """POST as DROP does: the raw body signed with the timestamp, every header."""
-    body = json.dumps({"message": message}).encode()
-    timestamp = notification_timestamp(sent_at or timezone.now())
-    return client.post(
-        url,
-        body,
-        content_type="application/json",
-        HTTP_X_WEBHOOK_EVENT_ID=event_id or str(uuid.uuid4()),
-        HTTP_X_WEBHOOK_EVENT_TYPE=event_type,
-        HTTP_X_WEBHOOK_DELIVERY_ID=str(uuid.uuid4()),
-        HTTP_X_WEBHOOK_TIMESTAMP=timestamp,
-        HTTP_X_WEBHOOK_VERSION="1.0",
-        HTTP_X_WEBHOOK_SIGNATURE=notification_signature(secret, timestamp, body),
-    )
-
-
 def _pull_jobs() -> list[ProcrastinateJob]:
     return list(ProcrastinateJob.objects.filter(task_name=enqueue.PULL_BROKER, status="todo"))
 
 
 def _notification_events() -> list[LedgerEvent]:
     return list(LedgerEvent.objects.filter(kind="drop.notification_received").order_by("id"))
+
+
+def _pull_failed(status: int, error: str) -> None:
+    """A pull DROP refused with ``status``, as the ledger keeps it."""
+    ledger_event_append(
+        kind=LedgerKind.DROP_PULL_FAILED,
+        broker_id="4821",
+        data={"status": status, "reason": "credentials", "error": error},
+    )
 
 
 def test_the_worked_example_of_drops_signature() -> None:
@@ -90,7 +79,7 @@ def test_the_worked_example_of_drops_signature() -> None:
 
 
 def test_download_ready_queues_the_pull_once(api_client: APIClient, webhook_broker: Broker) -> None:
-    answered = _post(api_client, "download.ready")
+    answered = drop_notification_post(api_client, "download.ready")
 
     assert answered.status_code == 204
     assert answered.content == b""
@@ -103,7 +92,7 @@ def test_download_ready_queues_the_pull_once(api_client: APIClient, webhook_brok
     assert event.data["pull_queued"] is True
 
     # Another event before that pull started, and the periodic pull: no second job.
-    assert _post(api_client, "download.ready").status_code == 204
+    assert drop_notification_post(api_client, "download.ready").status_code == 204
     Broker.objects.filter(pk=webhook_broker.pk).update(auto_pull=True)
     assert tasks.pull_due() == 0
     assert len(_pull_jobs()) == 1
@@ -113,13 +102,9 @@ def test_download_ready_queues_the_pull_once(api_client: APIClient, webhook_brok
 def test_download_ready_queues_no_pull_with_a_key_drop_refused(
     api_client: APIClient, webhook_broker: Broker
 ) -> None:
-    ledger_event_append(
-        kind=LedgerKind.DROP_PULL_FAILED,
-        broker_id="4821",
-        data={"status": 401, "reason": "credentials", "error": "refused"},
-    )
+    _pull_failed(401, "refused")
 
-    assert _post(api_client, "download.ready").status_code == 204
+    assert drop_notification_post(api_client, "download.ready").status_code == 204
 
     assert _pull_jobs() == []
     (event,) = _notification_events()
@@ -132,18 +117,10 @@ def test_download_ready_after_a_403_pulls_again(
 ) -> None:
     # DROP's 403: not eligible, or no list selected. The broker fixes that in DROP's portal,
     # which then says download.ready: the refusal must not stand until staff change the key.
-    ledger_event_append(
-        kind=LedgerKind.DROP_PULL_FAILED,
-        broker_id="4821",
-        data={"status": 401, "reason": "credentials", "error": "bad key"},
-    )
-    ledger_event_append(
-        kind=LedgerKind.DROP_PULL_FAILED,
-        broker_id="4821",
-        data={"status": 403, "reason": "credentials", "error": "no list selected"},
-    )
+    _pull_failed(401, "bad key")
+    _pull_failed(403, "no list selected")
 
-    assert _post(api_client, "download.ready").status_code == 204
+    assert drop_notification_post(api_client, "download.ready").status_code == 204
 
     assert len(_pull_jobs()) == 1
     (event,) = _notification_events()
@@ -159,10 +136,13 @@ def test_an_event_delivered_again_does_nothing(
     api_client: APIClient, webhook_broker: Broker
 ) -> None:
     event_id = str(uuid.uuid4())
-    assert _post(api_client, "download.ready", event_id=event_id).status_code == 204
+    assert (
+        drop_notification_post(api_client, "download.ready", event_id=event_id).status_code == 204
+    )
     ProcrastinateJob.objects.filter(task_name=enqueue.PULL_BROKER).update(status="succeeded")
 
-    again = _post(api_client, "download.ready", event_id=event_id)  # a new delivery id
+    # The same event id, under a new delivery id.
+    again = drop_notification_post(api_client, "download.ready", event_id=event_id)
 
     assert again.status_code == 204
     assert DropNotification.objects.count() == 1
@@ -194,7 +174,7 @@ def test_a_notification_not_from_drop_now_is_401_counted_not_recorded(
     before = _metric(api_client, metrics_key, code)
     events_before = LedgerEvent.objects.count()
 
-    refused = _post(api_client, "download.ready", **change)
+    refused = drop_notification_post(api_client, "download.ready", **change)
 
     assert refused.status_code == 401
     if code == "signature_invalid":  # the same words for a broker that does not exist
@@ -209,13 +189,15 @@ def test_a_notification_not_from_drop_now_is_401_counted_not_recorded(
     assert _pull_jobs() == []
     # The same notification, signed by the broker's secret now, is taken (it fails for the
     # reason above, not for another).
-    assert _post(api_client, "download.ready").status_code == 204
+    assert drop_notification_post(api_client, "download.ready").status_code == 204
 
 
 def test_a_broker_without_a_secret_takes_no_notification(
     api_client: APIClient, broker: Broker
 ) -> None:
-    assert _post(api_client, "download.ready").json()["code"] == "signature_invalid"
+    assert (
+        drop_notification_post(api_client, "download.ready").json()["code"] == "signature_invalid"
+    )
     assert DropNotification.objects.count() == 0
 
 
@@ -294,9 +276,9 @@ def test_accepted_notifications_cost_the_address_a_token(
 ) -> None:
     settings.DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT = 1.0  # bursts of 2
 
-    assert _post(api_client, "upload.received").status_code == 204
-    assert _post(api_client, "upload.received").status_code == 204
-    throttled = _post(api_client, "upload.received")
+    assert drop_notification_post(api_client, "upload.received").status_code == 204
+    assert drop_notification_post(api_client, "upload.received").status_code == 204
+    throttled = drop_notification_post(api_client, "upload.received")
 
     assert throttled.status_code == 429
     assert throttled.json()["code"] == "rate_limited"
@@ -319,7 +301,9 @@ def test_a_known_and_an_unknown_broker_cost_one_hmac_and_read_only_the_secret(
     for url in (URL, "/api/v1/drop/notifications/9999"):
         computed.clear()
         with CaptureQueriesContext(connection) as queries:
-            refused = _post(api_client, "download.ready", secret="whsec_wrong", url=url)
+            refused = drop_notification_post(
+                api_client, "download.ready", secret="whsec_wrong", url=url
+            )
         assert refused.status_code == 401
         assert len(computed) == 1, url  # the same work whether the broker exists or not
         (read,) = [q["sql"] for q in queries if '"integrations_broker"' in q["sql"]]
@@ -333,10 +317,16 @@ def test_upload_and_amendment_events_are_on_the_file_and_processed_alerts_at_onc
     cycle = cycle_make(webhook_broker)
     report_file = report_file_make(cycle, [item_make(cycle, status_code=5)])
 
-    assert _post(api_client, "upload.received", message="file received").status_code == 204
+    assert (
+        drop_notification_post(api_client, "upload.received", message="file received").status_code
+        == 204
+    )
     assert ProcrastinateJob.objects.filter(task_name=enqueue.EVALUATE_ALERTS).count() == 0
     assert (
-        _post(api_client, "upload.processed", message="results ready for review").status_code == 204
+        drop_notification_post(
+            api_client, "upload.processed", message="results ready for review"
+        ).status_code
+        == 204
     )
 
     received, processed = _notification_events()
@@ -371,7 +361,10 @@ def test_a_notification_about_one_of_several_files_uploaded_together_says_it_is_
     report_file_make(cycle, [item_make(cycle, status_code=5)])
     latest = report_file_make(cycle, [item_make(cycle, list_type="Phone", status_code=5)])
 
-    assert _post(api_client, "upload.processed", message="results ready").status_code == 204
+    assert (
+        drop_notification_post(api_client, "upload.processed", message="results ready").status_code
+        == 204
+    )
 
     (notification,) = DropNotification.objects.all()
     assert notification.report_file == latest
@@ -385,7 +378,7 @@ def test_a_notification_about_one_of_several_files_uploaded_together_says_it_is_
 
 
 def test_an_unknown_event_type_is_recorded(api_client: APIClient, webhook_broker: Broker) -> None:
-    answered = _post(api_client, "lists.archived", message="something new")
+    answered = drop_notification_post(api_client, "lists.archived", message="something new")
 
     assert answered.status_code == 204
     (event,) = _notification_events()
