@@ -28,7 +28,7 @@ from typing import Any, Final
 
 from psycopg import sql
 
-from integrations.consumers.fresh_partition import partition
+from integrations.consumers import fresh_partition
 
 __all__ = [
     "NEW_CONSUMER_HASHES",
@@ -44,6 +44,7 @@ __all__ = [
 
 # What a late match reads: the hashes this call added (hashes_insert).
 NEW_CONSUMER_HASHES: Final = sql.Identifier("new_consumer_hashes")
+_POINTERS: Final = sql.Identifier("consumer_registration_pointers")
 
 _TABLES_DROP: Final = (
     "DROP TABLE IF EXISTS consumer_registration_pointers, new_consumer_hashes,"
@@ -105,14 +106,6 @@ SELECT consumer_id, %(broker)s, remote_identifier, coalesce(kind, %(default_kind
   FROM consumer_registration_pointers
  WHERE created
 """
-# A first set: every staged row as it is into the fresh partition, its consumer from every
-# pointer. Its unique index, built after, finds a repeated row.
-_PARTITION_FILL: Final = sql.SQL("""
-INSERT INTO {partition} (id, hash_type, hash, broker_id, consumer_id)
-SELECT nextval(%(hash_ids)s::regclass), s.hash_type, s.hash, %(broker)s, p.consumer_id
-  FROM consumer_registration_staging s
-  JOIN consumer_registration_pointers p USING (remote_identifier)
-""")
 # Otherwise each (hash, list type, consumer) once (a file may list the same identifier
 # twice): a consumer created by this call has no hash to compare with; those of one that
 # existed are anti-joined with the broker's partition (the planner picks index probes for
@@ -214,8 +207,11 @@ def consumers_insert(cursor: Any, *, params: dict[str, Any]) -> int:
 
 
 def partition_fill(cursor: Any, *, params: dict[str, Any], broker_pk: int) -> int:
-    cursor.execute(_PARTITION_FILL.format(partition=partition(broker_pk)), params)
-    return int(cursor.rowcount)
+    """A first set: every staged row into the fresh partition, its consumer from every
+    pointer."""
+    return fresh_partition.partition_fill(
+        cursor, params=params, broker_pk=broker_pk, pointers=_POINTERS
+    )
 
 
 def hashes_insert(cursor: Any, *, params: dict[str, Any]) -> int:
