@@ -475,7 +475,7 @@ def _parquet_reader(
         # Every column as text: dates as YYYY-MM-DD, numbers as digits, nulls empty.
         return pc.fill_null(pc.cast(column, pa.string()), "").to_pylist()
 
-    def rows() -> Iterator[list[str]]:
+    def rows() -> Iterator[tuple[str, ...]]:
         first = 1
         try:
             for batch in parquet.iter_batches(batch_size=batch_rows):
@@ -487,7 +487,7 @@ def _parquet_reader(
                     )
                 first += batch.num_rows
                 cells = [text(column, d) for column, d in zip(batch.columns, dob, strict=True)]
-                yield from (list(row) for row in zip(*cells, strict=True))
+                yield from zip(*cells, strict=True)  # ConsumerTableReader lists each row
         except (pa.ArrowException, OSError) as exc:
             raise SourceError(f"read failed: {exc}") from None
 
