@@ -38,7 +38,6 @@ import functools
 import gzip
 import hashlib
 import io
-import ipaddress
 import os
 import shutil
 import sys
@@ -48,6 +47,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any, Final
 
+from integrations.client_address import is_loopback_host
 from integrations.consumers.readers import (
     CSV_LINE_MAX,
     ConsumerCsvReader,
@@ -84,7 +84,6 @@ _READ_BLOCK: Final = 1 << 20
 # to this size is read through, so that the file's SHA-256 can go on in order instead of
 # reading the gap again at the end.
 _DIGEST_GAP: Final = 1 << 20
-_LOOPBACK_NAMES: Final = ("localhost", "localhost.localdomain")
 
 
 class SourceError(Exception):
@@ -307,11 +306,7 @@ def check_endpoint(endpoint_url: str | None) -> None:
     shown = f"{url.scheme}://{host}" + (f":{port}" if port else "")
     if url.scheme != "http":
         raise SourceError(f"S3 endpoint {shown}: use an https:// URL")
-    try:
-        loopback = host.lower() in _LOOPBACK_NAMES or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback:
+    if not is_loopback_host(host):
         raise SourceError(
             f"S3 endpoint {shown}: plain http is refused except on loopback "
             "(the consumer file would cross the network in clear); use https://"
