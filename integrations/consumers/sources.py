@@ -287,7 +287,7 @@ def _stdin_source(fmt: str) -> ConsumerSource:
     return ConsumerSource(name="stdin", size=None, format=fmt, _opener=opener)
 
 
-def check_endpoint(endpoint_url: str | None) -> None:
+def _endpoint_check(endpoint_url: str | None) -> None:
     """Refuse a plain-http S3 endpoint unless it is on loopback (a local MinIO, a test
     server): over http, the consumers' identifiers would cross the network in clear."""
     if not endpoint_url:
@@ -313,7 +313,7 @@ def check_endpoint(endpoint_url: str | None) -> None:
         )
 
 
-def is_marker(key: str, size: int) -> bool:
+def _is_marker(key: str, size: int) -> bool:
     """Whether an object under a prefix is a marker, not a consumer file: empty, or named
     ``_...`` or ``.…`` (Spark's and Glue's ``_SUCCESS``, ``_committed_…``, ``.crc``)."""
     return size == 0 or key.rpartition("/")[2].startswith(("_", "."))
@@ -323,7 +323,7 @@ def _s3_sources(spec: str, *, format: str | None, endpoint_url: str | None) -> S
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 
-    check_endpoint(endpoint_url)
+    _endpoint_check(endpoint_url)
     bucket, _, key = spec.removeprefix("s3://").partition("/")
     if not bucket:
         raise SourceError(f"{spec}: no bucket; use s3://bucket/key or s3://bucket/prefix/")
@@ -341,7 +341,7 @@ def _s3_sources(spec: str, *, format: str | None, endpoint_url: str | None) -> S
                     name, size = item["Key"], int(item["Size"])
                     if name.endswith("/"):
                         continue  # a folder marker, not a file
-                    if is_marker(name, size):
+                    if _is_marker(name, size):
                         skipped.append(f"s3://{bucket}/{name}")
                         continue
                     objects.append((name, size, item["ETag"]))
