@@ -28,7 +28,7 @@ from typing import Any, Final
 
 from psycopg import sql
 
-from integrations.consumers.fresh_partition import partition
+from integrations.consumers import fresh_partition
 
 __all__ = [
     "NEW_CONSUMER_HASHES",
@@ -44,6 +44,7 @@ __all__ = [
 
 # What a late match reads: the hashes this call added (hashes_insert).
 NEW_CONSUMER_HASHES: Final = sql.Identifier("new_consumer_hashes")
+_POINTERS: Final = sql.Identifier("consumer_registration_pointers")
 
 _TABLES_DROP: Final = (
     "DROP TABLE IF EXISTS consumer_registration_pointers, new_consumer_hashes,"
@@ -55,7 +56,7 @@ _TABLES_DROP: Final = (
 # sort then serves both, and a sort under C.UTF-8 goes through strcoll (24 s instead of 9
 # for 20 M staged rows). OFFSET 0: ids are drawn in this order, after the sort. With kinds:
 # each pointer's kind is the last one its rows name.
-_POINTERS_CREATE_WITH_KINDS: Final = """
+_POINTERS_CREATE_TEMPLATE: Final = """
 CREATE TEMP TABLE consumer_registration_pointers ON COMMIT DROP AS
 SELECT remote_identifier, kind,
        coalesce(existing_id, nextval(%(consumer_ids)s::regclass)) AS consumer_id,
@@ -63,33 +64,20 @@ SELECT remote_identifier, kind,
   FROM (SELECT p.remote_identifier, p.kind, c.id AS existing_id,
                c.remote_identifier_kind AS stored_kind
           FROM (SELECT DISTINCT ON (remote_identifier COLLATE "C") remote_identifier,
-                       remote_identifier_kind AS kind
+                       {kind} AS kind
                   FROM consumer_registration_staging
-                 ORDER BY remote_identifier COLLATE "C", remote_identifier_kind IS NULL,
-                          line DESC) p
+                 ORDER BY remote_identifier COLLATE "C"{kind_order}) p
           LEFT JOIN integrations_consumer c
             ON %(existing)s AND c.broker_id = %(broker)s
            AND c.remote_identifier = p.remote_identifier
          ORDER BY p.remote_identifier COLLATE "C"
         OFFSET 0) ordered
 """
-_POINTERS_CREATE: Final = """
-CREATE TEMP TABLE consumer_registration_pointers ON COMMIT DROP AS
-SELECT remote_identifier, kind,
-       coalesce(existing_id, nextval(%(consumer_ids)s::regclass)) AS consumer_id,
-       existing_id IS NULL AS created, stored_kind
-  FROM (SELECT p.remote_identifier, p.kind, c.id AS existing_id,
-               c.remote_identifier_kind AS stored_kind
-          FROM (SELECT DISTINCT ON (remote_identifier COLLATE "C") remote_identifier,
-                       NULL::text AS kind
-                  FROM consumer_registration_staging
-                 ORDER BY remote_identifier COLLATE "C") p
-          LEFT JOIN integrations_consumer c
-            ON %(existing)s AND c.broker_id = %(broker)s
-           AND c.remote_identifier = p.remote_identifier
-         ORDER BY p.remote_identifier COLLATE "C"
-        OFFSET 0) ordered
-"""
+_POINTERS_CREATE_WITH_KINDS: Final = _POINTERS_CREATE_TEMPLATE.format(
+    kind="remote_identifier_kind", kind_order=", remote_identifier_kind IS NULL, line DESC"
+)
+# No row names a kind: no kind to sort for.
+_POINTERS_CREATE: Final = _POINTERS_CREATE_TEMPLATE.format(kind="NULL::text", kind_order="")
 _KINDS_UPDATE: Final = """
 UPDATE integrations_consumer c SET remote_identifier_kind = p.kind
   FROM consumer_registration_pointers p
@@ -105,14 +93,6 @@ SELECT consumer_id, %(broker)s, remote_identifier, coalesce(kind, %(default_kind
   FROM consumer_registration_pointers
  WHERE created
 """
-# A first set: every staged row as it is into the fresh partition, its consumer from every
-# pointer. Its unique index, built after, finds a repeated row.
-_PARTITION_FILL: Final = sql.SQL("""
-INSERT INTO {partition} (id, hash_type, hash, broker_id, consumer_id)
-SELECT nextval(%(hash_ids)s::regclass), s.hash_type, s.hash, %(broker)s, p.consumer_id
-  FROM consumer_registration_staging s
-  JOIN consumer_registration_pointers p USING (remote_identifier)
-""")
 # Otherwise each (hash, list type, consumer) once (a file may list the same identifier
 # twice): a consumer created by this call has no hash to compare with; those of one that
 # existed are anti-joined with the broker's partition (the planner picks index probes for
@@ -214,8 +194,11 @@ def consumers_insert(cursor: Any, *, params: dict[str, Any]) -> int:
 
 
 def partition_fill(cursor: Any, *, params: dict[str, Any], broker_pk: int) -> int:
-    cursor.execute(_PARTITION_FILL.format(partition=partition(broker_pk)), params)
-    return int(cursor.rowcount)
+    """A first set: every staged row into the fresh partition, its consumer from every
+    pointer."""
+    return fresh_partition.partition_fill(
+        cursor, params=params, broker_pk=broker_pk, pointers=_POINTERS
+    )
 
 
 def hashes_insert(cursor: Any, *, params: dict[str, Any]) -> int:

@@ -22,11 +22,12 @@ from typing import Any, Final
 
 from psycopg import sql
 
-from integrations.consumers.fresh_partition import partition
+from integrations.consumers import fresh_partition
 
 __all__ = ["round_clear", "round_merge", "round_pointers_create", "round_pointers_drop"]
 
 # The consumers of the round being merged, and the last one of the round before.
+_ROUND_POINTERS: Final = sql.Identifier("consumer_registration_round_pointers")
 _ROUND_POINTERS_CREATE: Final = """
 CREATE TEMP TABLE consumer_registration_round_pointers (
     consumer_id bigint NOT NULL,
@@ -53,14 +54,6 @@ WITH inserted AS (
 INSERT INTO consumer_registration_round_pointers (consumer_id, remote_identifier)
 SELECT id, remote_identifier FROM inserted
 """
-# Every staged row as it is, into the fresh partition, its consumer from the round's own
-# (a join in memory). The partition's unique index, built after, finds a repeated row.
-_ROUND_HASHES: Final = sql.SQL("""
-INSERT INTO {partition} (id, hash_type, hash, broker_id, consumer_id)
-SELECT nextval(%(hash_ids)s::regclass), s.hash_type, s.hash, %(broker)s, p.consumer_id
-  FROM consumer_registration_staging s
-  JOIN consumer_registration_round_pointers p USING (remote_identifier)
-""")
 # The kind a later batch names for a pointer that ran on into it (StagedBatches.kinds).
 _KINDS_NAMED_LATER: Final = """
 UPDATE integrations_consumer c SET remote_identifier_kind = k.kind
@@ -100,8 +93,10 @@ def round_merge(
     params = {**params, "starts": starts, "skips": skips}
     cursor.execute(_ROUND_CONSUMERS, params)
     consumers = int(cursor.rowcount)
-    cursor.execute(_ROUND_HASHES.format(partition=partition(broker_pk)), params)
-    hashes = int(cursor.rowcount)
+    # Its hashes, each joined with the round's own consumers (a join in memory).
+    hashes = fresh_partition.partition_fill(
+        cursor, params=params, broker_pk=broker_pk, pointers=_ROUND_POINTERS
+    )
     if kinds_named_later:
         keys, kinds = zip(*kinds_named_later.items(), strict=True)
         cursor.execute(_KINDS_NAMED_LATER, {**params, "keys": list(keys), "kinds": list(kinds)})

@@ -38,7 +38,6 @@ import functools
 import gzip
 import hashlib
 import io
-import ipaddress
 import os
 import shutil
 import sys
@@ -48,6 +47,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any, Final
 
+from integrations.client_address import is_loopback_host
 from integrations.consumers.readers import (
     CSV_LINE_MAX,
     ConsumerCsvReader,
@@ -84,7 +84,6 @@ _READ_BLOCK: Final = 1 << 20
 # to this size is read through, so that the file's SHA-256 can go on in order instead of
 # reading the gap again at the end.
 _DIGEST_GAP: Final = 1 << 20
-_LOOPBACK_NAMES: Final = ("localhost", "localhost.localdomain")
 
 
 class SourceError(Exception):
@@ -288,7 +287,7 @@ def _stdin_source(fmt: str) -> ConsumerSource:
     return ConsumerSource(name="stdin", size=None, format=fmt, _opener=opener)
 
 
-def check_endpoint(endpoint_url: str | None) -> None:
+def _endpoint_check(endpoint_url: str | None) -> None:
     """Refuse a plain-http S3 endpoint unless it is on loopback (a local MinIO, a test
     server): over http, the consumers' identifiers would cross the network in clear."""
     if not endpoint_url:
@@ -307,18 +306,14 @@ def check_endpoint(endpoint_url: str | None) -> None:
     shown = f"{url.scheme}://{host}" + (f":{port}" if port else "")
     if url.scheme != "http":
         raise SourceError(f"S3 endpoint {shown}: use an https:// URL")
-    try:
-        loopback = host.lower() in _LOOPBACK_NAMES or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback:
+    if not is_loopback_host(host):
         raise SourceError(
             f"S3 endpoint {shown}: plain http is refused except on loopback "
             "(the consumer file would cross the network in clear); use https://"
         )
 
 
-def is_marker(key: str, size: int) -> bool:
+def _is_marker(key: str, size: int) -> bool:
     """Whether an object under a prefix is a marker, not a consumer file: empty, or named
     ``_...`` or ``.…`` (Spark's and Glue's ``_SUCCESS``, ``_committed_…``, ``.crc``)."""
     return size == 0 or key.rpartition("/")[2].startswith(("_", "."))
@@ -328,7 +323,7 @@ def _s3_sources(spec: str, *, format: str | None, endpoint_url: str | None) -> S
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 
-    check_endpoint(endpoint_url)
+    _endpoint_check(endpoint_url)
     bucket, _, key = spec.removeprefix("s3://").partition("/")
     if not bucket:
         raise SourceError(f"{spec}: no bucket; use s3://bucket/key or s3://bucket/prefix/")
@@ -346,7 +341,7 @@ def _s3_sources(spec: str, *, format: str | None, endpoint_url: str | None) -> S
                     name, size = item["Key"], int(item["Size"])
                     if name.endswith("/"):
                         continue  # a folder marker, not a file
-                    if is_marker(name, size):
+                    if _is_marker(name, size):
                         skipped.append(f"s3://{bucket}/{name}")
                         continue
                     objects.append((name, size, item["ETag"]))
@@ -475,7 +470,7 @@ def _parquet_reader(
         # Every column as text: dates as YYYY-MM-DD, numbers as digits, nulls empty.
         return pc.fill_null(pc.cast(column, pa.string()), "").to_pylist()
 
-    def rows() -> Iterator[list[str]]:
+    def rows() -> Iterator[tuple[str, ...]]:
         first = 1
         try:
             for batch in parquet.iter_batches(batch_size=batch_rows):
@@ -487,7 +482,7 @@ def _parquet_reader(
                     )
                 first += batch.num_rows
                 cells = [text(column, d) for column, d in zip(batch.columns, dob, strict=True)]
-                yield from (list(row) for row in zip(*cells, strict=True))
+                yield from zip(*cells, strict=True)  # ConsumerTableReader lists each row
         except (pa.ArrowException, OSError) as exc:
             raise SourceError(f"read failed: {exc}") from None
 

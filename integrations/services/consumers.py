@@ -263,11 +263,11 @@ def _register(
         merged: Merged | None = None
         with closing(_read_ahead(_rounds(batches, result))) as rounds:
             for round_ in rounds:
-                _stage(load, round_)
+                load.stage(round_)
         if strict and result.rows_rejected:
             raise RegistrationRefused(result)  # rolls the transaction back
         if load.rounds_staged:
-            merged = _merge(load)
+            merged = load.finish()
             result.consumers_created = merged.consumers_created
             result.kinds_changed = merged.kinds_changed
             result.hashes_added = merged.hashes_added
@@ -406,17 +406,6 @@ def _read_ahead(rounds: Iterator[Round]) -> Generator[Round, None, None]:
             except queue.Empty:
                 continue
         reader.join()
-
-
-def _stage(load: ConsumerLoad, round_: Round) -> None:
-    """One round staged, and merged if it can be yet (a seam: the killed-import test
-    stops here)."""
-    load.stage(round_)
-
-
-def _merge(load: ConsumerLoad) -> Merged:
-    """Merge what is left staged and finish the load (a seam, like ``_stage``)."""
-    return load.finish()
 
 
 def _forget_unlisted(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from integrations.consumers.load import ConsumerLoad, Merged
-from integrations.services import consumers as consumer_services
 
 
 @pytest.fixture
@@ -13,12 +12,12 @@ def merges(monkeypatch: pytest.MonkeyPatch) -> list[Merged]:
     """What each consumer registration's merge did (rounds merged as read, or at the end),
     in order."""
     seen: list[Merged] = []
-    merge = consumer_services._merge
+    finish = ConsumerLoad.finish
 
     def watched(load: ConsumerLoad) -> Merged:
-        merged = merge(load)
+        merged = finish(load)
         seen.append(merged)
         return merged
 
-    monkeypatch.setattr(consumer_services, "_merge", watched)
+    monkeypatch.setattr(ConsumerLoad, "finish", watched)
     return seen

@@ -123,11 +123,12 @@ import django
 django.setup()
 from django.core.management import call_command
 from integrations.consumers import workers
+from integrations.consumers.load import ConsumerLoad
 from integrations.services import consumers
 
 workers.PARALLEL_BATCH_ROWS = 40
 consumers.CHUNK_ROWS = 50
-seam = getattr(consumers, sys.argv[2])
+seam = getattr(ConsumerLoad, sys.argv[2])
 calls = []
 
 def then_die(*args, **kwargs):
@@ -138,7 +139,7 @@ def then_die(*args, **kwargs):
         os.killpg(0, signal.SIGKILL)  # the hashing workers too, as a kill of the job would
     return result
 
-setattr(consumers, sys.argv[2], then_die)
+setattr(ConsumerLoad, sys.argv[2], then_die)
 call_command("consumers", "import", "--broker", "4821", sys.argv[1], "--hashed")
 """
 
@@ -147,8 +148,8 @@ call_command("consumers", "import", "--broker", "4821", sys.argv[1], "--hashed")
 @pytest.mark.parametrize(
     ("seam", "calls"),
     [
-        ("_stage", 3),  # three rounds staged
-        ("_merge", 1),  # merged: the consumers and a fresh partition of hashes written
+        ("stage", 3),  # three rounds staged
+        ("finish", 1),  # merged: the consumers and a fresh partition of hashes written
     ],
 )
 def test_an_import_killed_midway_keeps_nothing(

@@ -1,7 +1,8 @@
 """Each temp table of the consumer import is named only by the module that creates it.
 
 The one the merge paths share is the staging table: ``consumers/load.py`` makes it and
-the merge modules it calls read it (their input). Nothing outside ``integrations/consumers``
+the merge modules it calls read it (their input), as does ``fresh_partition``'s fill,
+which both first-set paths call. Nothing outside ``integrations/consumers``
 names any of them: the late match reads the relation the load hands it.
 """
 
@@ -14,7 +15,11 @@ from django.conf import settings
 
 INTEGRATIONS = Path(settings.BASE_DIR) / "integrations"
 CREATED = re.compile(r"CREATE TEMP (?:TABLE|SEQUENCE|VIEW) (?:IF NOT EXISTS )?([a-z_]+)\b")
-STAGING_READERS = {"consumers/merge_general.py", "consumers/merge_streamed.py"}
+STAGING_READERS = {
+    "consumers/fresh_partition.py",
+    "consumers/merge_general.py",
+    "consumers/merge_streamed.py",
+}
 
 
 def modules() -> dict[str, str]:
