@@ -21,6 +21,7 @@ Pure Python, no Django: the formats are those of docs/contracts.md §10.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import os
@@ -109,6 +110,19 @@ def _member_lines(text: IO[str]) -> Iterator[tuple[str, bool]]:
             yield line, True
         else:
             yield line.rstrip("\r\n"), False
+
+
+@contextlib.contextmanager
+def _opened_lines(
+    archive: zipfile.ZipFile, info: zipfile.ZipInfo
+) -> Iterator[Iterator[tuple[str, bool]]]:
+    """A member's lines as ``_member_lines`` gives them, read as UTF-8 (a BOM dropped)."""
+    with (
+        archive.open(info) as raw,
+        # Bytes that are not UTF-8 become surrogates: their row alone is unreadable.
+        io.TextIOWrapper(raw, encoding="utf-8-sig", errors="surrogateescape", newline="") as text,
+    ):
+        yield _member_lines(text)
 
 
 def _fields(line: str) -> list[str]:
@@ -294,14 +308,7 @@ class DownloadZipReader(Iterator["WorkItemRow | RemovedRow"]):
         list_hash_type = DATA_TYPE_TO_HASH_TYPE.get(data_type, "")
         rows = 0
         try:
-            with (
-                archive.open(info) as raw,
-                # Bytes that are not UTF-8 become surrogates: their row alone is unreadable.
-                io.TextIOWrapper(
-                    raw, encoding="utf-8-sig", errors="surrogateescape", newline=""
-                ) as text,
-            ):
-                lines = _member_lines(text)
+            with _opened_lines(archive, info) as lines:
                 header_problem = _header_problem(next(lines, None), expected_header)
                 if header_problem is not None:
                     self.unread.append(SetAside(name, header_problem))
@@ -358,13 +365,7 @@ def _data_rows(lines: Iterator[tuple[str, bool]]) -> int | None:
 def _member_data_rows(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> int | None:
     """The data rows of a member set aside unread: its non-blank lines after the first."""
     try:
-        with (
-            archive.open(info) as raw,
-            io.TextIOWrapper(
-                raw, encoding="utf-8-sig", errors="surrogateescape", newline=""
-            ) as text,
-        ):
-            lines = _member_lines(text)
+        with _opened_lines(archive, info) as lines:
             next(lines, None)
             return _data_rows(lines)
     except _ZIP_READ_ERRORS:  # an encrypted or damaged member: its rows are unknown

@@ -87,18 +87,12 @@ class WorkItemState(models.TextChoices):
     REMOVED = "removed", "Removed (consumer cancelled)"
 
 
-def owed_status(prefix: str = "") -> Q:
+def owed_status() -> Q:
     """Work items DROP is owed a status for: not removed, and no status of theirs taken by
     DROP yet (``reported_at`` is set only once DROP accepted a file with the item, or staff
     marked it uploaded by hand; a file written and not yet taken leaves it owed). The one
-    definition every count of "owed" reads; ``prefix`` for a related lookup
-    (``"items__"``)."""
-    return Q(
-        **{
-            f"{prefix}state__in": [WorkItemState.OPEN, WorkItemState.REPORTABLE],
-            f"{prefix}reported_at__isnull": True,
-        }
-    )
+    definition every count of "owed" reads."""
+    return Q(state__in=[WorkItemState.OPEN, WorkItemState.REPORTABLE], reported_at__isnull=True)
 
 
 class WorkItemQuerySet(models.QuerySet["WorkItem"]):

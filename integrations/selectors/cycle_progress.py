@@ -11,10 +11,8 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from django.db.models import Count
-
-from integrations.models import DropCycle, WorkItem, owed_status
-from integrations.selectors.dashboard import CycleWorkItems
+from integrations.models import DropCycle
+from integrations.selectors.dashboard import CycleWorkItems, work_item_counts
 
 
 @dataclass(frozen=True)
@@ -52,13 +50,6 @@ class CycleProgress:
 
 
 def cycle_progress(*, cycle: DropCycle, start: dt.date, today: dt.date) -> CycleProgress:
-    rows = list(
-        WorkItem.objects.filter(cycle=cycle)
-        .values("state", "status_code")
-        .annotate(n=Count("id"), owed=Count("id", filter=owed_status()))
-        .order_by()
-    )
-    counts = {(row["state"], row["status_code"]): row["n"] for row in rows}
-    still_owed = sum(row["owed"] for row in rows)
-    items = CycleWorkItems(cycle, counts, still_owed=still_owed)
+    counts, still_owed = work_item_counts([cycle.pk])
+    items = CycleWorkItems(cycle, counts[cycle.pk], still_owed=still_owed[cycle.pk])
     return CycleProgress(items, start=start, today=today)

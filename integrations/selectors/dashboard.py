@@ -194,30 +194,34 @@ def _cycle_work_items_by_broker(
     recent: list[DropCycle], shown: list[DropCycle]
 ) -> dict[int, list[CycleWorkItems]]:
     """The shown cycles with their work item counts and request outcomes, by broker pk."""
-    counts, still_owed = _work_item_counts(shown)
+    # Work items are counted for open cycles only: a closed cycle's are all reported, and a
+    # DROP list is mostly unmatched items, so counting every recent cycle's would cost the
+    # page most of its time.
+    counts, still_owed = work_item_counts([c.pk for c in shown if c.state == CycleState.OPEN])
     outcomes = _request_outcomes(recent)
     cycles_of: dict[int, list[CycleWorkItems]] = {}
     for cycle in shown:
         cycles_of.setdefault(cycle.broker_id, []).append(
             CycleWorkItems(
-                cycle, counts[cycle.pk], outcomes.get(cycle.pk, {}), still_owed[cycle.pk]
+                cycle,
+                counts.get(cycle.pk, {}),
+                outcomes.get(cycle.pk, {}),
+                still_owed.get(cycle.pk, 0),
             )
         )
     return cycles_of
 
 
-def _work_item_counts(
-    shown: list[DropCycle],
+def work_item_counts(
+    cycle_pks: list[int],
 ) -> tuple[dict[int, dict[tuple[str, int | None], int]], dict[int, int]]:
     """Per cycle pk: how many work items are in each (state, status_code), and how many DROP
-    is still owed a status for."""
-    # Work items are counted for open cycles only: a closed cycle's are all reported, and a
-    # DROP list is mostly unmatched items, so counting every recent cycle's would cost the
-    # page most of its time.
-    counts: dict[int, dict[tuple[str, int | None], int]] = {c.pk: {} for c in shown}
-    still_owed = dict.fromkeys(counts, 0)
+    is still owed a status for (``WorkItem.objects.owed()``). One GROUP BY (the (cycle,
+    state) index); for ``CycleWorkItems``."""
+    counts: dict[int, dict[tuple[str, int | None], int]] = {pk: {} for pk in cycle_pks}
+    still_owed = dict.fromkeys(cycle_pks, 0)
     for row in (
-        WorkItem.objects.filter(cycle_id__in=[c.pk for c in shown if c.state == CycleState.OPEN])
+        WorkItem.objects.filter(cycle_id__in=cycle_pks)
         .values("cycle_id", "state", "status_code")
         .annotate(n=Count("id"), owed=Count("id", filter=owed_status()))
         .order_by()

@@ -204,7 +204,6 @@ def drop_metrics(*, broker: Broker, year: int) -> DropMetrics:
         "broker_id": broker.broker_id,
         "imported": LedgerKind.DROP_CYCLE_IMPORTED.value,
     }
-    names = dict(LIST_TYPES)
     by_type: dict[str | None, MetricRow] = {}
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SET LOCAL jit = off")
@@ -215,7 +214,7 @@ def drop_metrics(*, broker: Broker, year: int) -> DropMetrics:
         for hash_type, received, *counts, median, mean in cursor.fetchall():
             figures = [received, matched.get(hash_type, 0), *counts]
             by_type[hash_type] = MetricRow(
-                list_type=names.get(hash_type, hash_type) if hash_type else "Total",
+                list_type=_list_type_name(hash_type),
                 hash_type=hash_type or "",
                 figures=dict(zip([k for k, _ in METRIC_FIGURES], figures, strict=True)),
                 median_days=None if median is None else round(float(median), 2),
@@ -227,22 +226,23 @@ def drop_metrics(*, broker: Broker, year: int) -> DropMetrics:
         unreadable = cursor.fetchall()
     for file_name, rows in unreadable:
         for key in _received_in(file_name):
-            row = by_type.setdefault(
-                key,
-                MetricRow(
-                    names.get(key, key) if key else "Total",
-                    key or "",
-                    {k: 0 for k, _ in METRIC_FIGURES},
-                    None,
-                    None,
-                ),
-            )
-            row.figures["received"] += rows
-    total = by_type.pop(None, None) or MetricRow(
-        "Total", "", {k: 0 for k, _ in METRIC_FIGURES}, None, None
-    )
+            if key not in by_type:
+                by_type[key] = _metric_row_empty(key)
+            by_type[key].figures["received"] += rows
+    total = by_type.pop(None, None) or _metric_row_empty(None)
     rows = [by_type[hash_type] for hash_type, _ in LIST_TYPES if hash_type in by_type]
     return DropMetrics(broker.broker_id, year, [*rows, total], bases)
+
+
+def _list_type_name(hash_type: str | None) -> str:
+    """A row's list type as shown: "Email"..., or "Total" for the total (None)."""
+    return dict(LIST_TYPES).get(hash_type, hash_type) if hash_type else "Total"
+
+
+def _metric_row_empty(hash_type: str | None) -> MetricRow:
+    """A row no work item reached (every figure 0, no days): a list type, or the Total."""
+    figures = {key: 0 for key, _ in METRIC_FIGURES}
+    return MetricRow(_list_type_name(hash_type), hash_type or "", figures, None, None)
 
 
 def _received_in(file_name: str) -> tuple[str | None, ...]:

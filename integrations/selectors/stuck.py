@@ -345,14 +345,17 @@ def _report_file_refused_counts(
     files = ReportFile.objects.all() if broker is None else ReportFile.objects.filter(broker=broker)
     held = list(
         files.filter(state__in=[ReportFileState.REFUSED, ReportFileState.REJECTED]).values_list(
-            "pk", flat=True
+            "pk", "cycle_id"
         )
     )
     if not held:
         return []
-    items = WorkItem.objects.filter(pending_report_file_id__in=held).exclude(
-        state=WorkItemState.REMOVED
-    )
+    # A rejected file stays rejected once its rows went out again: naming the files' cycles
+    # reads those cycles' rows (the (cycle, state) index), not every work item.
+    items = WorkItem.objects.filter(
+        cycle_id__in={cycle for _, cycle in held},
+        pending_report_file_id__in=[pk for pk, _ in held],
+    ).exclude(state=WorkItemState.REMOVED)
     return _stuck_counts(items, item="pk", broker="broker", due="cycle__due_date")
 
 

@@ -21,7 +21,6 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from integrations.drop.files import DropFileError
@@ -43,10 +42,6 @@ from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
 # Files DROP has not answered for good: each run sends them, and their rows wait for that
 # answer before they go into another file.
 AWAITING_DROP = (ReportFileState.WRITTEN, ReportFileState.REFUSED)
-# Files whose rows a run does not write again unless told to (``retry_rejected``): the
-# periodic job leaves the rows of a file DROP rejected to staff rather than writing them
-# into a new file every run; ``drop report`` (staff) writes them again.
-_HELD_FOR_STAFF = (ReportFileState.REJECTED,)
 
 
 def report_files_write(
@@ -80,12 +75,18 @@ def report_files_write(
     return written
 
 
-# An item in a file DROP has not answered for good waits for that answer, whatever its
-# status does meanwhile: accepted, DROP holds the file's status and a different one goes out
-# as an amendment; rejected, the item goes out again in a new file (an upload while DROP
-# holds nothing for it, an amendment otherwise). So an item is never in two files DROP may
-# both take, and an amendment always replaces what DROP holds.
-_AWAITING_ANSWER = Q(pending_report_file__state__in=AWAITING_DROP)
+def _kept_back(retry_rejected: bool) -> list[ReportFileState]:
+    """The states of an item's ``pending_report_file`` that keep it out of a new file.
+
+    An item in a file DROP has not answered for good (``AWAITING_DROP``) waits for that
+    answer, whatever its status does meanwhile: accepted, DROP holds the file's status and a
+    different one goes out as an amendment; rejected, the item goes out again in a new file
+    (an upload while DROP holds nothing for it, an amendment otherwise). So an item is never
+    in two files DROP may both take, and an amendment always replaces what DROP holds.
+    Without ``retry_rejected`` (the periodic job), the rows of a file DROP rejected are left
+    to staff rather than written into a new file every run; ``drop report`` writes them.
+    """
+    return [*AWAITING_DROP, *([] if retry_rejected else [ReportFileState.REJECTED])]
 
 
 def _cycles_with_reportable_items(broker: Broker) -> list[DropCycle]:
@@ -116,14 +117,12 @@ def _cycle_files_write(
     with transaction.atomic():
         # Serializes writers of one cycle: the next one sees these rows as reported.
         cycle = DropCycle.objects.select_for_update().get(pk=cycle.pk)
+        kept_back = _kept_back(retry_rejected)
         reportable = WorkItem.objects.filter(
             cycle=cycle, state=WorkItemState.REPORTABLE, status_code__isnull=False
-        ).exclude(_AWAITING_ANSWER)
+        ).exclude(pending_report_file__state__in=kept_back)
         if amendments_only:
             reportable = reportable.filter(needs_amendment=True)
-        held = [] if retry_rejected else list(_HELD_FOR_STAFF)
-        if held:
-            reportable = reportable.exclude(pending_report_file__state__in=held)
         groups = list(
             reportable.values_list("file_name", "needs_amendment")
             .distinct()
@@ -147,7 +146,7 @@ def _cycle_files_write(
                 content=b"",
             )
         return _files_fill(
-            broker=broker, cycle=cycle, placeholders=placeholders, held=held, actor=actor
+            broker=broker, cycle=cycle, placeholders=placeholders, kept_back=kept_back, actor=actor
         )
 
 
@@ -155,7 +154,7 @@ def _rows_mark(
     *,
     cycle: DropCycle,
     placeholders: dict[tuple[str, bool], ReportFile],
-    held: list[ReportFileState],
+    kept_back: list[ReportFileState],
 ) -> bytes:
     """Put the cycle's reportable rows of the placeholders' groups in their file, in one
     statement; the marked rows as CSV (file id, work item id, status code), by file."""
@@ -178,8 +177,7 @@ def _rows_mark(
         # Only the groups named above: a row that became reportable meanwhile waits for the
         # next run rather than being marked without a file.
         f"    AND (file_name, needs_amendment) IN ({pairs})"
-        # Not in a file DROP has not answered for good (_AWAITING_ANSWER), nor (held) in
-        # one the periodic job leaves to staff.
+        # Not in a file whose state keeps its rows back (_kept_back).
         "    AND (pending_report_file_id IS NULL OR pending_report_file_id NOT IN ("
         "         SELECT id FROM integrations_reportfile WHERE state = ANY(%s)))"
         " RETURNING pending_report_file_id, work_item_id, status_code)"
@@ -193,7 +191,7 @@ def _rows_mark(
         cycle.pk,
         WorkItemState.REPORTABLE,
         *pair_params,
-        [*AWAITING_DROP, *held],
+        kept_back,
     ]
     data = bytearray()
     with connection.cursor() as cursor:
@@ -211,7 +209,7 @@ def _files_fill(
     broker: Broker,
     cycle: DropCycle,
     placeholders: dict[tuple[str, bool], ReportFile],
-    held: list[ReportFileState],
+    kept_back: list[ReportFileState],
     actor: str,
 ) -> list[ReportFile]:
     """Mark the rows, build each file from its rows, keep the files that got any."""
@@ -219,7 +217,7 @@ def _files_fill(
         report_file.pk: (list_name, report_file)
         for (list_name, _), report_file in placeholders.items()
     }
-    data = _rows_mark(cycle=cycle, placeholders=placeholders, held=held)
+    data = _rows_mark(cycle=cycle, placeholders=placeholders, kept_back=kept_back)
     names = {file_id: report_file.file_name for file_id, (_, report_file) in by_id.items()}
     try:
         built_files = responses_from_rows(data, names)

@@ -126,9 +126,10 @@ def report_auto(
     for cycle in _cycles_with_work(broker):
         if cycle.state == CycleState.OPEN:
             work_items_settle(cycle=cycle)
-        complete = not WorkItem.objects.filter(
-            cycle=cycle, state=WorkItemState.OPEN, reported_at__isnull=True
-        ).exists()
+        # Every status owed has come in: none still waits for an outcome.
+        complete = (
+            not WorkItem.objects.owed().filter(cycle=cycle, state=WorkItemState.OPEN).exists()
+        )
         near_due = cycle.due_date - today <= dt.timedelta(days=PARTIAL_REPORT_DAYS_BEFORE_DUE)
         written.extend(
             report_files_write(

@@ -516,13 +516,7 @@ def test_unreadable_rows_and_unread_lists_reach_staff_until_drop_sends_the_next_
 
     # DROP sends no new package while one of its work items has no status: the next one
     # means the previous was answered (by staff, in DROP's portal), and both clear.
-    call_command(
-        "drop",
-        "import",
-        "--broker",
-        "4821",
-        str(write_zip(tmp_path, drop_zip(broker, {"Email": []}, date="20261201"), "2.zip")),
-    )
+    next_package_import(broker, tmp_path)
     assert stuck_work_items() == []
     cleared = {state.condition for state in alerts_evaluate().cleared}
     assert {"stuck_work", "drop_lists_not_read"} <= cleared
@@ -541,16 +535,17 @@ def test_a_package_whose_only_rows_are_unreadable_owes_drop_until_the_next_one(
     assert (deadline.cycle, deadline.owed, deadline.not_reportable) == (cycle, 1, 1)
 
     # The next package means staff answered it in DROP's portal.
-    call_command(
-        "drop",
-        "import",
-        "--broker",
-        "4821",
-        str(write_zip(tmp_path, drop_zip(broker, {"Email": []}, date="20261201"), "2.zip")),
-    )
+    next_package_import(broker, tmp_path)
     cycle.refresh_from_db()
     assert cycle.state == CycleState.REPORTED
     assert cycle_deadlines(broker_id="4821", today=drop_today()) == []
+
+
+def next_package_import(broker: Broker, tmp_path: Path) -> None:
+    """Import DROP's next package (an empty Email list): DROP sends it only once every row
+    of the last one has a status."""
+    path = write_zip(tmp_path, drop_zip(broker, {"Email": []}, date="20261201"), "2.zip")
+    call_command("drop", "import", "--broker", "4821", str(path))
 
 
 def alert_keys(condition: str) -> list[str]:

@@ -103,6 +103,15 @@ def cycle(keyed_broker: Broker) -> DropCycle:
     return cycle
 
 
+def late_match_deleted() -> WorkItem:
+    """EmailNotFnd1 (5, not found) matched late to a consumer whose data was deleted: its
+    status is 3 now."""
+    late = WorkItem.objects.get(work_item_id="EmailNotFnd1")
+    request_make(late, outcome="deleted", late_match=True)
+    work_item_settle(work_item=late)
+    return late
+
+
 def test_write_one_file_per_list_with_the_reportable_items(cycle: DropCycle) -> None:
     written = report_files_write(broker=cycle.broker, actor="cli:alice")
 
@@ -231,9 +240,7 @@ def test_drop_holds_the_status_in_the_file_it_took_not_a_later_one(
     cycle: DropCycle, drop: DropSimulator, client: DropClient
 ) -> None:
     report_files_write(broker=cycle.broker)
-    late = WorkItem.objects.get(work_item_id="EmailNotFnd1")
-    request_make(late, outcome="deleted", late_match=True)
-    work_item_settle(work_item=late)  # 5 in the file, 3 now
+    late = late_match_deleted()  # 5 in the file, 3 now
 
     report_files_upload(broker=cycle.broker, client=client)
 
@@ -300,9 +307,7 @@ def test_a_status_changed_after_reporting_goes_out_as_an_amendment(
     cycle: DropCycle, drop: DropSimulator, client: DropClient
 ) -> None:
     report_run(broker=cycle.broker, upload=True, client=client)
-    late = WorkItem.objects.get(work_item_id="EmailNotFnd1")
-    request_make(late, outcome="deleted", late_match=True)
-    work_item_settle(work_item=late)
+    late = late_match_deleted()
 
     run = report_run(broker=cycle.broker, upload=True, client=client)
 
@@ -467,9 +472,7 @@ def test_a_status_drop_never_accepted_is_never_sent_as_an_amendment(
     cycle: DropCycle, drop: DropSimulator, client: DropClient
 ) -> None:
     report_files_write(broker=cycle.broker)  # written; not uploaded yet
-    late = WorkItem.objects.get(work_item_id="EmailNotFnd1")
-    request_make(late, outcome="deleted", late_match=True)
-    work_item_settle(work_item=late)  # its status changes before DROP saw the first one
+    late = late_match_deleted()  # its status changes before DROP saw the first one
     drop.broker_id = "9999"  # and DROP rejects that upload
 
     report_run(broker=cycle.broker, upload=True, client=client)
@@ -495,9 +498,7 @@ def test_a_changed_status_waits_for_drops_answer_to_its_upload_then_is_amended(
     cycle: DropCycle, drop: DropSimulator, client: DropClient
 ) -> None:
     report_files_write(broker=cycle.broker)
-    late = WorkItem.objects.get(work_item_id="EmailNotFnd1")
-    request_make(late, outcome="deleted", late_match=True)
-    work_item_settle(work_item=late)
+    late_match_deleted()
 
     first = report_run(broker=cycle.broker, upload=True, client=client)
     assert sorted(f.file_name for f in first.accepted) == [EMAIL, PHONE]
@@ -620,9 +621,7 @@ def test_the_job_sends_amendments_for_reported_cycles(
     request_make(late, outcome="opted_out")
     request_make(late, outcome="deleted", remote_identifier="C-2")
     work_item_settle(work_item=late)  # still 4: nothing to amend
-    late_5 = WorkItem.objects.get(work_item_id="EmailNotFnd1")
-    request_make(late_5, outcome="deleted", late_match=True)
-    work_item_settle(work_item=late_5)
+    late_match_deleted()
 
     run = auto(cycle.broker)
 
@@ -683,9 +682,7 @@ def refused_amendment(cycle: DropCycle, drop: DropSimulator, client: DropClient)
     """Cycle 1 reported and accepted; a late match changes EmailNotFnd1 (5) to 3, and DROP
     no longer takes amendments of that download. Cycle 2 has a first status to upload."""
     report_run(broker=cycle.broker, upload=True, client=client)
-    late = WorkItem.objects.get(work_item_id="EmailNotFnd1")
-    request_make(late, outcome="deleted", late_match=True)
-    work_item_settle(work_item=late)
+    late = late_match_deleted()
     drop.closed_downloads.add("20260312")
     newer = cycle_make(cycle.broker, session="2", downloaded_on=dt.date(2026, 4, 20))
     item_make(newer, status_code=3, work_item_id="NextDeleted1")
@@ -887,9 +884,7 @@ def test_staff_discard_a_rejected_amendment(
     cycle: DropCycle, drop: DropSimulator, client: DropClient
 ) -> None:
     report_run(broker=cycle.broker, upload=True, client=client)
-    late = WorkItem.objects.get(work_item_id="EmailNotFnd1")
-    request_make(late, outcome="deleted", late_match=True)
-    work_item_settle(work_item=late)
+    late = late_match_deleted()
     drop.broker_id = "9999"
     report_run(broker=cycle.broker, upload=True, client=client)
     drop.broker_id = "4821"
