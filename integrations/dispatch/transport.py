@@ -10,20 +10,25 @@ one ``Verdict`` per message, in order::
     verdicts[0].attempt        # what its DeliveryAttempt records
 
 The loop knows nothing of HTTP: what a status code means is each transport's business (the
-three of today are HTTP, so they share ``http_verdict``). A transport runs on the sending
-threads: no database access, no ledger.
+three of today are HTTP, so they share ``http_verdict``, and webhook and SaaS the plain
+``http_post``). A transport runs on the sending threads: no database access, no ledger.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from django.conf import settings
+from django.utils import timezone
+
+from integrations.dispatch import masking
 from integrations.dispatch.policy import RETRY_AFTER_STATUSES, classify
-from integrations.outbound_http import DeliveryResult, retry_after_seconds
+from integrations.outbound_http import DeliveryResult, deliver, retry_after_seconds
 
 Outcome = Literal["delivered", "retry", "gone", "failed"]
 REDACTED = "[redacted]"
@@ -108,6 +113,25 @@ def each(
 
 
 # -- HTTP, which today's three transports speak ---------------------------------------------
+
+
+def http_post(message: Message, headers: Mapping[str, str]) -> Verdict:
+    """One POST of ``message`` with ``headers`` (what the transport made of its own), and
+    its verdict. ``keep_answer=False``: the attempt keeps only the answer's masked shape."""
+    started = timezone.now()
+    result = deliver(
+        "POST",
+        message.address,
+        body=message.body,
+        headers=dict(headers),
+        allow_private=settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS,
+    )
+    if not message.keep_answer:
+        result = dataclasses.replace(
+            result,
+            response_body=masking.masked(result.content, categories=message.answer_categories),
+        )
+    return http_verdict(message, result, headers=headers, started=started)
 
 
 def http_verdict(
