@@ -153,11 +153,7 @@ def identifiers_body(request: ResolutionRequest, categories: Iterable[str]) -> b
 # -- the answers ----------------------------------------------------------------------------
 
 
-def _json_answer(result: DeliveryResult, what: str) -> Any:
-    return _json_content(result.content, what)
-
-
-def _json_content(content: bytes, what: str) -> Any:
+def _json_answer(content: bytes, what: str) -> Any:
     if len(content) > ANSWER_LIMIT:
         raise IsiError(f"{what} is over {ANSWER_LIMIT // 1024} KiB")
     try:
@@ -177,7 +173,7 @@ def identifiers_answer(result: DeliveryResult) -> dict[str, Any]:
 def identifiers_of(content: bytes) -> dict[str, Any]:
     """The resolved ``identifiers`` of an answer's body (``identifiers_answer`` without the
     status, for a verdict of an answer already checked)."""
-    answer = _json_content(content, "the identifiers answer")
+    answer = _json_answer(content, "the identifiers answer")
     if not isinstance(answer, dict) or "identifiers" not in answer:
         raise IsiError("the identifiers answer is not a JSON object with 'identifiers'")
     try:
@@ -200,7 +196,7 @@ def identifiers_answer_error(result: DeliveryResult) -> str | None:
 def connections_answer(result: DeliveryResult) -> list[ListedConnection]:
     """The ``results`` of a connection list answer; the whole answer is refused if any entry
     is wrong, so a broken answer never drops connections that are still there."""
-    answer = _json_answer(result, "the connection list")
+    answer = _json_answer(result.content, "the connection list")
     if not isinstance(answer, dict) or not isinstance(answer.get("results"), list):
         raise IsiError("the connection list is not a JSON object with a 'results' array")
     listed: dict[uuid.UUID, ListedConnection] = {}
@@ -361,7 +357,7 @@ def oauth_token_fetch(
         reason = f" ({reason})" if isinstance(reason, str) and reason else ""
         raise IsiError(f"{where}: HTTP {result.status}{reason}")
     try:
-        answer = _json_answer(result, "its answer")
+        answer = _json_answer(result.content, "its answer")
     except IsiError as exc:
         raise IsiError(f"{where} answered HTTP {result.status}, but {exc}") from None
     value = answer.get("access_token") if isinstance(answer, dict) else None
