@@ -33,7 +33,7 @@ from rest_framework import serializers
 
 from integrations.dispatch import masking
 from integrations.dispatch.saas import categories_or_default
-from integrations.dispatch.transport import Message, Verdict, each, http_verdict
+from integrations.dispatch.transport import Message, Verdict, answer_kept, each, http_verdict
 from integrations.models import DeletionRequest, ResolutionRequest
 
 # The shape of resolved identifiers is the webhook resolution callback's: one definition.
@@ -247,18 +247,12 @@ def send(
     token: BearerToken,
     allow_private: bool,
     check: AnswerCheck | None = None,
-    keep_answer: bool = True,
-    categories: Iterable[str] = (),
 ) -> DeliveryResult:
     """One call with the bearer token and, after a 401 with a refreshable (OAuth) token, one
     more with a fresh token: a second 401 is the answer. Never raises.
 
     A token that cannot be had is the result's ``error`` (status None: nothing reached the
     broker). ``check`` turns a 2xx whose body is not the expected answer into a failed call.
-    ``keep_answer=False``: the endpoint handles clear identifiers, so ``response_body`` (what
-    an attempt records) is only the ``masked`` shape of whatever it answered, an error
-    included (an error may echo what was asked), keys as well as values but for the
-    ``categories`` asked and the protocol's names; ``content`` still holds it all.
     """
     started = time.monotonic()
     headers = request_headers() if body else {"Accept": "application/json"}
@@ -291,16 +285,13 @@ def send(
     succeeded = result.status is not None and 200 <= result.status < 300 and not result.error
     if succeeded and check is not None and (problem := check(result)):
         result = dataclasses.replace(result, error=problem)
-    if not keep_answer:
-        result = dataclasses.replace(
-            result, response_body=masking.masked(result.content, categories=categories)
-        )
     return result
 
 
 class IsiTransport:
     """A POST to the broker's own API with its bearer token (``Message.credential``: a
-    ``BearerToken``, renewed once after a 401), the answer checked by ``Message.check``."""
+    ``BearerToken``, renewed once after a 401), the answer checked by ``Message.check``
+    before it is masked (``answer_kept``)."""
 
     kind = "isi"
 
@@ -315,11 +306,11 @@ class IsiTransport:
             body=message.body,
             token=message.credential,
             check=message.check,
-            keep_answer=message.keep_answer,
-            categories=message.answer_categories,
             allow_private=settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS,
         )
-        return http_verdict(message, result, headers=message.headers, started=started)
+        return http_verdict(
+            message, answer_kept(message, result), headers=message.headers, started=started
+        )
 
 
 def oauth_token_fetch(

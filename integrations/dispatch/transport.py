@@ -117,7 +117,7 @@ def each(
 
 def http_post(message: Message, headers: Mapping[str, str]) -> Verdict:
     """One POST of ``message`` with ``headers`` (what the transport made of its own), and
-    its verdict. ``keep_answer=False``: the attempt keeps only the answer's masked shape."""
+    its verdict, the answer as ``answer_kept`` keeps it."""
     started = timezone.now()
     result = deliver(
         "POST",
@@ -126,12 +126,20 @@ def http_post(message: Message, headers: Mapping[str, str]) -> Verdict:
         headers=dict(headers),
         allow_private=settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS,
     )
-    if not message.keep_answer:
-        result = dataclasses.replace(
-            result,
-            response_body=masking.masked(result.content, categories=message.answer_categories),
-        )
-    return http_verdict(message, result, headers=headers, started=started)
+    return http_verdict(message, answer_kept(message, result), headers=headers, started=started)
+
+
+def answer_kept(message: Message, result: DeliveryResult) -> DeliveryResult:
+    """``result`` as its attempt keeps it. ``keep_answer=False`` (the endpoint handles clear
+    identifiers): ``response_body`` is only the ``masked`` shape of whatever was answered,
+    an error included (an error may echo what was asked), keys as well as values but for
+    the ``answer_categories`` asked and the protocol's names; ``content`` still holds it all.
+    """
+    if message.keep_answer:
+        return result
+    return dataclasses.replace(
+        result, response_body=masking.masked(result.content, categories=message.answer_categories)
+    )
 
 
 def http_verdict(
