@@ -180,13 +180,7 @@ class ShedWorker(ThreadWorker):
         A client that sends nothing within ``REQUEST_SECONDS`` is closed, as gunicorn's."""
         self.nr_conns += 1
         self.refusing.add(client)
-        try:
-            client.setblocking(False)
-            self.poller.register(client, selectors.EVENT_READ, self._answer_refused)
-        except (OSError, ValueError, KeyError):
-            self._close(client)
-            return
-        self.lingering.append((time.monotonic() + REQUEST_SECONDS, client))
+        self._when_readable(client, self._answer_refused, within=REQUEST_SECONDS)
 
     def _answer_refused(self, client: socket.socket) -> None:
         self.poller.unregister(client)
@@ -221,12 +215,23 @@ class ShedWorker(ThreadWorker):
         the poller rather than on this thread."""
         try:
             sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            self._close(sock)
+            return
+        self._when_readable(sock, self._drain, within=LINGER_SECONDS)
+
+    def _when_readable(
+        self, sock: socket.socket, then: Callable[[socket.socket], None], *, within: float
+    ) -> None:
+        """``then(sock)`` from the poller once ``sock`` has something to read; closed when
+        nothing came ``within`` seconds (``murder_pending``)."""
+        try:
             sock.setblocking(False)
-            self.poller.register(sock, selectors.EVENT_READ, self._drain)
+            self.poller.register(sock, selectors.EVENT_READ, then)
         except (OSError, ValueError, KeyError):
             self._close(sock)
             return
-        self.lingering.append((time.monotonic() + LINGER_SECONDS, sock))
+        self.lingering.append((time.monotonic() + within, sock))
 
     def _drain(self, sock: socket.socket) -> None:
         try:

@@ -20,6 +20,7 @@ from rest_framework.request import Request
 
 from integrations.models import ApiKey, DeletionRequest, IntegrationKind
 from integrations.services.keys import api_key_authenticate, api_key_lookup
+from integrations.web.permissions import bearer_key
 
 
 class ApiKeyAuthentication(authentication.BaseAuthentication):
@@ -29,9 +30,8 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         header = request.META.get("HTTP_AUTHORIZATION", "")
         if not header:
             return None  # the permission then answers 401 "authentication required"
-        scheme, _, key = header.partition(" ")
-        key = key.strip()
-        if scheme.lower() != self.keyword.lower() or not key or " " in key:
+        key = bearer_key(header)
+        if key is None:
             raise exceptions.AuthenticationFailed(
                 "Malformed Authorization header: expected 'Bearer <API key>'."
             )

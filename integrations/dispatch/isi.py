@@ -33,7 +33,7 @@ from rest_framework import serializers
 
 from integrations.dispatch import masking
 from integrations.dispatch.saas import categories_or_default
-from integrations.dispatch.transport import Message, Verdict, each, http_verdict
+from integrations.dispatch.transport import Message, Verdict, answer_kept, each, http_verdict
 from integrations.models import DeletionRequest, ResolutionRequest
 
 # The shape of resolved identifiers is the webhook resolution callback's: one definition.
@@ -153,11 +153,7 @@ def identifiers_body(request: ResolutionRequest, categories: Iterable[str]) -> b
 # -- the answers ----------------------------------------------------------------------------
 
 
-def _json_answer(result: DeliveryResult, what: str) -> Any:
-    return _json_content(result.content, what)
-
-
-def _json_content(content: bytes, what: str) -> Any:
+def _json_answer(content: bytes, what: str) -> Any:
     if len(content) > ANSWER_LIMIT:
         raise IsiError(f"{what} is over {ANSWER_LIMIT // 1024} KiB")
     try:
@@ -177,7 +173,7 @@ def identifiers_answer(result: DeliveryResult) -> dict[str, Any]:
 def identifiers_of(content: bytes) -> dict[str, Any]:
     """The resolved ``identifiers`` of an answer's body (``identifiers_answer`` without the
     status, for a verdict of an answer already checked)."""
-    answer = _json_content(content, "the identifiers answer")
+    answer = _json_answer(content, "the identifiers answer")
     if not isinstance(answer, dict) or "identifiers" not in answer:
         raise IsiError("the identifiers answer is not a JSON object with 'identifiers'")
     try:
@@ -200,7 +196,7 @@ def identifiers_answer_error(result: DeliveryResult) -> str | None:
 def connections_answer(result: DeliveryResult) -> list[ListedConnection]:
     """The ``results`` of a connection list answer; the whole answer is refused if any entry
     is wrong, so a broken answer never drops connections that are still there."""
-    answer = _json_answer(result, "the connection list")
+    answer = _json_answer(result.content, "the connection list")
     if not isinstance(answer, dict) or not isinstance(answer.get("results"), list):
         raise IsiError("the connection list is not a JSON object with a 'results' array")
     listed: dict[uuid.UUID, ListedConnection] = {}
@@ -251,18 +247,12 @@ def send(
     token: BearerToken,
     allow_private: bool,
     check: AnswerCheck | None = None,
-    keep_answer: bool = True,
-    categories: Iterable[str] = (),
 ) -> DeliveryResult:
     """One call with the bearer token and, after a 401 with a refreshable (OAuth) token, one
     more with a fresh token: a second 401 is the answer. Never raises.
 
     A token that cannot be had is the result's ``error`` (status None: nothing reached the
     broker). ``check`` turns a 2xx whose body is not the expected answer into a failed call.
-    ``keep_answer=False``: the endpoint handles clear identifiers, so ``response_body`` (what
-    an attempt records) is only the ``masked`` shape of whatever it answered, an error
-    included (an error may echo what was asked), keys as well as values but for the
-    ``categories`` asked and the protocol's names; ``content`` still holds it all.
     """
     started = time.monotonic()
     headers = request_headers() if body else {"Accept": "application/json"}
@@ -295,16 +285,13 @@ def send(
     succeeded = result.status is not None and 200 <= result.status < 300 and not result.error
     if succeeded and check is not None and (problem := check(result)):
         result = dataclasses.replace(result, error=problem)
-    if not keep_answer:
-        result = dataclasses.replace(
-            result, response_body=masking.masked(result.content, categories=categories)
-        )
     return result
 
 
 class IsiTransport:
     """A POST to the broker's own API with its bearer token (``Message.credential``: a
-    ``BearerToken``, renewed once after a 401), the answer checked by ``Message.check``."""
+    ``BearerToken``, renewed once after a 401), the answer checked by ``Message.check``
+    before it is masked (``answer_kept``)."""
 
     kind = "isi"
 
@@ -319,11 +306,11 @@ class IsiTransport:
             body=message.body,
             token=message.credential,
             check=message.check,
-            keep_answer=message.keep_answer,
-            categories=message.answer_categories,
             allow_private=settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS,
         )
-        return http_verdict(message, result, headers=message.headers, started=started)
+        return http_verdict(
+            message, answer_kept(message, result), headers=message.headers, started=started
+        )
 
 
 def oauth_token_fetch(
@@ -361,7 +348,7 @@ def oauth_token_fetch(
         reason = f" ({reason})" if isinstance(reason, str) and reason else ""
         raise IsiError(f"{where}: HTTP {result.status}{reason}")
     try:
-        answer = _json_answer(result, "its answer")
+        answer = _json_answer(result.content, "its answer")
     except IsiError as exc:
         raise IsiError(f"{where} answered HTTP {result.status}, but {exc}") from None
     value = answer.get("access_token") if isinstance(answer, dict) else None

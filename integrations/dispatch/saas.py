@@ -11,18 +11,13 @@ connection's categories; any 2xx is done. Pure: the caller passes what it loaded
 
 from __future__ import annotations
 
-import dataclasses
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Executor
 from typing import Any
 
-from django.conf import settings
-from django.utils import timezone
-
-from integrations.dispatch import masking
-from integrations.dispatch.transport import Message, Verdict, each, http_verdict
-from integrations.outbound_http import USER_AGENT, deliver
+from integrations.dispatch.transport import Message, Verdict, each, http_post
+from integrations.outbound_http import USER_AGENT
 
 DEFAULT_CATEGORIES = ("email",)
 
@@ -80,18 +75,4 @@ class SaasTransport:
         return each(pool, self._post, batch)
 
     def _post(self, message: Message) -> Verdict:
-        headers = dict(message.headers)
-        started = timezone.now()
-        result = deliver(
-            "POST",
-            message.address,
-            body=message.body,
-            headers=headers,
-            allow_private=settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS,
-        )
-        if not message.keep_answer:
-            result = dataclasses.replace(
-                result,
-                response_body=masking.masked(result.content, categories=message.answer_categories),
-            )
-        return http_verdict(message, result, headers=headers, started=started)
+        return http_post(message, message.headers)

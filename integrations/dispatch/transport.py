@@ -10,20 +10,25 @@ one ``Verdict`` per message, in order::
     verdicts[0].attempt        # what its DeliveryAttempt records
 
 The loop knows nothing of HTTP: what a status code means is each transport's business (the
-three of today are HTTP, so they share ``http_verdict``). A transport runs on the sending
-threads: no database access, no ledger.
+three of today are HTTP, so they share ``http_verdict``, and webhook and SaaS the plain
+``http_post``). A transport runs on the sending threads: no database access, no ledger.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from django.conf import settings
+from django.utils import timezone
+
+from integrations.dispatch import masking
 from integrations.dispatch.policy import RETRY_AFTER_STATUSES, classify
-from integrations.outbound_http import DeliveryResult, retry_after_seconds
+from integrations.outbound_http import DeliveryResult, deliver, retry_after_seconds
 
 Outcome = Literal["delivered", "retry", "gone", "failed"]
 REDACTED = "[redacted]"
@@ -108,6 +113,33 @@ def each(
 
 
 # -- HTTP, which today's three transports speak ---------------------------------------------
+
+
+def http_post(message: Message, headers: Mapping[str, str]) -> Verdict:
+    """One POST of ``message`` with ``headers`` (what the transport made of its own), and
+    its verdict, the answer as ``answer_kept`` keeps it."""
+    started = timezone.now()
+    result = deliver(
+        "POST",
+        message.address,
+        body=message.body,
+        headers=dict(headers),
+        allow_private=settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS,
+    )
+    return http_verdict(message, answer_kept(message, result), headers=headers, started=started)
+
+
+def answer_kept(message: Message, result: DeliveryResult) -> DeliveryResult:
+    """``result`` as its attempt keeps it. ``keep_answer=False`` (the endpoint handles clear
+    identifiers): ``response_body`` is only the ``masked`` shape of whatever was answered,
+    an error included (an error may echo what was asked), keys as well as values but for
+    the ``answer_categories`` asked and the protocol's names; ``content`` still holds it all.
+    """
+    if message.keep_answer:
+        return result
+    return dataclasses.replace(
+        result, response_body=masking.masked(result.content, categories=message.answer_categories)
+    )
 
 
 def http_verdict(

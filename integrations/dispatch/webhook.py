@@ -21,12 +21,11 @@ from concurrent.futures import Executor
 from typing import Any
 
 from django.conf import settings
-from django.utils import timezone
 
 from integrations.dispatch import signing
-from integrations.dispatch.transport import Message, Verdict, each, http_verdict
+from integrations.dispatch.transport import Message, Verdict, each, http_post
 from integrations.models import Broker, DeletionRequest, Integration, ResolutionRequest
-from integrations.outbound_http import USER_AGENT, deliver
+from integrations.outbound_http import USER_AGENT
 
 WEBHOOK_ID_HEADER = "X-Webhook-Id"
 DELETION_CALLBACK_PATH = "/api/v1/drop/callbacks/deletion"
@@ -132,13 +131,5 @@ class WebhookTransport:
         return each(pool, self._post, batch)
 
     def _post(self, message: Message) -> Verdict:
-        headers = {**message.headers, **signing.signed_headers(message.credential, message.body)}
-        started = timezone.now()
-        result = deliver(
-            "POST",
-            message.address,
-            body=message.body,
-            headers=headers,
-            allow_private=settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS,
-        )
-        return http_verdict(message, result, headers=headers, started=started)
+        signed = signing.signed_headers(message.credential, message.body)
+        return http_post(message, {**message.headers, **signed})

@@ -33,6 +33,7 @@ from integrations.models import ApiKeyScope
 from integrations.services.keys import api_key_authenticate
 from integrations.services.secrets import encryption_keys_check
 from integrations.web.errors import problem_response
+from integrations.web.permissions import bearer_key
 from integrations.web.throttling import UnauthenticatedAddressThrottle
 
 log = logging.getLogger(__name__)
@@ -113,9 +114,8 @@ def _for_the_operator(request: HttpRequest, throttle: UnauthenticatedAddressThro
         return False
     # The throttle reads only the client's address, which a plain request has too.
     drf_request = cast(Request, request)
-    scheme, _, key = header.partition(" ")
-    key = key.strip()
-    if scheme.lower() != "bearer" or not key or " " in key:
+    key = bearer_key(header)
+    if key is None:
         throttle.take(drf_request, None)
         return False
     try:

@@ -1,4 +1,5 @@
-"""Permissions: an active API key, and the scope a view declares in ``required_scope``."""
+"""Permissions: an active API key, and the scope a view declares in ``required_scope``; and
+the key an ``Authorization`` header carries (``bearer_key``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,16 @@ from rest_framework.request import Request
 
 from integrations.models import ApiKey
 from integrations.web.errors import Problem
+
+
+def bearer_key(header: str) -> str | None:
+    """The API key of an ``Authorization: Bearer <key>`` header; None when it is not one
+    (another scheme, no key, words)."""
+    scheme, _, key = header.partition(" ")
+    key = key.strip()
+    if scheme.lower() != "bearer" or not key or " " in key:
+        return None
+    return key
 
 
 class HasActiveApiKey(permissions.BasePermission):

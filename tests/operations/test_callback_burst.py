@@ -27,50 +27,18 @@ from typing import Any
 import psycopg
 import pytest
 
-from integrations.dispatch import signing
 from integrations.models import DeletionRequest, RequestState
 from integrations.services.brokers import broker_create
 from integrations.services.keys import api_key_create
 from tests.builders import WebhookIntegrationFactory, request_make, work_item
 from tests.conftest import database_url, subprocess_env
 from tests.ports import free_port
+from tests.raw_callbacks import Answer, signed_deletion_callback
 
 CALLBACKS = 300
 # Far above what an answer takes here (the refusals come at once, the rest when the rows
 # are let go): a slow machine does not make a caller give up.
 CLIENT_TIMEOUT = 60.0
-
-
-class Answer:
-    def __init__(self, raw: bytes) -> None:
-        head, _, self.body = raw.partition(b"\r\n\r\n")
-        lines = head.decode("latin-1").split("\r\n")
-        self.status = int(lines[0].split()[1])
-        self.headers = {
-            name.strip().lower(): value.strip()
-            for name, _, value in (line.partition(":") for line in lines[1:])
-        }
-
-
-def _callback(port: int, key: str, secret: str, request_uuid: str) -> bytes:
-    body = json.dumps(
-        {
-            "schema_version": "1.0",
-            "status": "completed",
-            "request_uuid": request_uuid,
-            "drop_outcome": "deleted",
-        }
-    ).encode()
-    headers = {
-        "Host": f"127.0.0.1:{port}",
-        "Connection": "close",
-        "Authorization": f"Bearer {key}",
-        "Content-Type": "application/json",
-        "Content-Length": str(len(body)),
-        **signing.signed_headers(secret, body),
-    }
-    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-    return f"PUT /api/v1/drop/callbacks/deletion HTTP/1.1\r\n{head}\r\n".encode() + body
 
 
 async def _send(port: int, raw: bytes) -> Answer | None:
@@ -152,13 +120,17 @@ def test_a_burst_beyond_capacity_gets_every_caller_an_answer(
     key, secret, rows = world
     port, log = web
     uuids = [str(row.request_uuid) for row in rows]
+
+    def callback(request_uuid: str) -> bytes:
+        return signed_deletion_callback(port, key=key, secret=secret, request_uuid=request_uuid)
+
     held = psycopg.connect(database_url())
     held.execute(
         "SELECT 1 FROM integrations_deletionrequest WHERE id = ANY(%s) FOR UPDATE",
         [[row.pk for row in rows]],
     )
     try:
-        answers = asyncio.run(_burst(port, [_callback(port, key, secret, u) for u in uuids], held))
+        answers = asyncio.run(_burst(port, [callback(u) for u in uuids], held))
     finally:
         held.close()
 
@@ -179,7 +151,7 @@ def test_a_burst_beyond_capacity_gets_every_caller_an_answer(
     assert "overloaded" in codes, codes
 
     # The broker sends again what was refused: every outcome is recorded, once.
-    again = asyncio.run(_again(port, [_callback(port, key, secret, u) for u in refused]))
+    again = asyncio.run(_again(port, [callback(u) for u in refused]))
     assert [a.status if a else None for a in again] == [200] * len(refused)
     assert DeletionRequest.objects.filter(state=RequestState.COMPLETED).count() == CALLBACKS
 

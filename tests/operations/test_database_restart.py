@@ -28,10 +28,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from integrations.dispatch import signing
 from tests.conftest import subprocess_env
 from tests.db_proxy import DatabaseProxy
 from tests.ports import free_port
+from tests.raw_callbacks import Answer, signed_deletion_callback
 from tests.throwaway_postgres import ThrowawayPostgres
 
 CALLBACKS = 240
@@ -92,37 +92,11 @@ def _manage(*args: str, url: str) -> str:
     return done.stdout
 
 
-class Answer:
-    def __init__(self, raw: bytes) -> None:
-        head, _, self.body = raw.partition(b"\r\n\r\n")
-        lines = head.decode("latin-1").split("\r\n")
-        self.status = int(lines[0].split()[1])
-        self.headers = {
-            name.strip().lower(): value.strip()
-            for name, _, value in (line.partition(":") for line in lines[1:])
-        }
-
-
 def _put(port: int, world: dict[str, Any], request_uuid: str) -> Answer | None:
     """One signed ``deleted`` callback on a new connection; None when nothing came back."""
-    body = json.dumps(
-        {
-            "schema_version": "1.0",
-            "status": "completed",
-            "request_uuid": request_uuid,
-            "drop_outcome": "deleted",
-        }
-    ).encode()
-    headers = {
-        "Host": f"127.0.0.1:{port}",
-        "Connection": "close",
-        "Authorization": f"Bearer {world['key']}",
-        "Content-Type": "application/json",
-        "Content-Length": str(len(body)),
-        **signing.signed_headers(world["secret"], body),
-    }
-    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-    raw = f"PUT /api/v1/drop/callbacks/deletion HTTP/1.1\r\n{head}\r\n".encode() + body
+    raw = signed_deletion_callback(
+        port, key=world["key"], secret=world["secret"], request_uuid=request_uuid
+    )
     received = bytearray()
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=90) as sock:

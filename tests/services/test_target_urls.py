@@ -129,17 +129,21 @@ SPELLINGS = {
 }
 
 
+def _ledgered_with(url: str) -> dict[str, Any]:
+    """The data of an event whose texts carry ``url``, as the ledger kept it."""
+    ledger_event_append(
+        kind=LedgerKind.INTEGRATION_DISABLED,
+        data={"reason": f"410 Gone from {url} at noon", "answer": f'{{"next":"{url}"}}'},
+    )
+    return LedgerEvent.objects.get(kind="integration.disabled").data
+
+
 @pytest.mark.parametrize("spelling", SPELLINGS, ids=list(SPELLINGS))
 def test_no_ledger_event_keeps_a_query_string_however_the_url_is_spelt(
     broker: Broker, spelling: str
 ) -> None:
     url, kept = SPELLINGS[spelling]
-    ledger_event_append(
-        kind=LedgerKind.INTEGRATION_DISABLED,
-        data={"reason": f"410 Gone from {url} at noon", "answer": f'{{"next":"{url}"}}'},
-    )
-
-    data = LedgerEvent.objects.get(kind="integration.disabled").data
+    data = _ledgered_with(url)
     assert "s3cr3t" not in json.dumps(data)
     assert data["reason"] == f"410 Gone from {kept} at noon"
     assert data["answer"] == f'{{"next":"{kept}"}}'
@@ -195,12 +199,7 @@ def test_no_ledger_event_keeps_what_a_url_carries_past_its_host_and_path(
     broker: Broker, case: str
 ) -> None:
     url, kept = MASKED[case]
-    ledger_event_append(
-        kind=LedgerKind.INTEGRATION_DISABLED,
-        data={"reason": f"410 Gone from {url} at noon", "answer": f'{{"next":"{url}"}}'},
-    )
-
-    data = LedgerEvent.objects.get(kind="integration.disabled").data
+    data = _ledgered_with(url)
     assert "cr3t" not in json.dumps(data)
     assert "drop:" not in json.dumps(data)
     assert data["reason"] == f"410 Gone from {kept} at noon"
