@@ -318,8 +318,9 @@ def _apply(
         **{kind.attempt_field: item},
         number=number,
         started_at=recorded.started,
-        # A target's query may carry a token (``?key=``): the request goes to the whole URL,
-        # the record kept for staff and exports holds its scheme, host and path only.
+        # A target's query may carry a token (``?key=``): the request goes to the whole URL;
+        # what is kept of it (this record, the row's last error, a disabled target's reason)
+        # holds its scheme, host and path only.
         url=without_url_extras(recorded.address, value=True)[:1000],
         request_headers=recorded.request_headers,
         status=recorded.status,
@@ -329,7 +330,7 @@ def _apply(
     )
     ending: Ending
     item.attempts = number
-    item.last_error = verdict.failure if verdict.outcome != "delivered" else ""
+    item.last_error = without_url_extras(verdict.failure) if verdict.outcome != "delivered" else ""
     data: dict[str, Any] = {
         **kind.ledger_data(item),
         "attempt": number,
@@ -385,7 +386,7 @@ def _disable_target(
     why: str,
     when: dt.datetime,
 ) -> None:
-    reason = f"{why} at {drop_time_text(when)}"
+    reason = f"{without_url_extras(why)} at {drop_time_text(when)}"
     # Conditional: of several deliveries hitting the 410 at once, one disables and alerts.
     disabled = (
         type(target)

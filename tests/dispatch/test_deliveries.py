@@ -149,6 +149,21 @@ def test_a_token_in_the_targets_query_goes_out_and_is_not_kept_in_the_attempt(
     assert "s3cr3t" not in json.dumps([attempt.url, attempt.error, attempt.request_headers])
 
 
+def test_a_token_in_the_targets_query_is_not_kept_when_it_answers_410(
+    broker: Broker, receiver: BrokerSimulator
+) -> None:
+    created = webhook_integration_for(broker, receiver.url + "?token=s3cr3t-t0ken")
+    receiver.script(Reply.gone())
+    request = deletion_request(created.integration, remote_identifier="C-1")
+
+    assert deletion_requests_deliver(request_ids=[request.pk]) == {"gone": 1}
+
+    created.integration.refresh_from_db()
+    request.refresh_from_db()
+    assert created.integration.disabled_reason.startswith(f"410 Gone from {receiver.url} at ")
+    assert "s3cr3t" not in created.integration.disabled_reason + request.last_error
+
+
 def test_remote_identifier_is_omitted_when_none_was_given(
     integration: Integration, receiver: BrokerSimulator
 ) -> None:
