@@ -12,16 +12,18 @@ Idempotency (docs/contracts.md §5.3): the same outcome twice changes nothing; a
 final outcome is refused; after ``failed`` a new outcome is accepted. Recording is one
 statement, the SQL function in ``integrations/sql/deletion_outcome_record.sql`` (the
 callbacks' hot path): the outcome, its opt-out record, its ledger event and the work item's
-settlement, in one transaction.
+settlement, in one transaction. That function alone judges the answer (recorded, an
+identical repeat, a conflict, or refused: cancelled); ``deletion_repeat_check`` acts on its
+verdict. A resolution's answer is judged in ``services/resolutions.py``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+import json
 from dataclasses import dataclass
 
-from django.db import connection, transaction
+from django.db import connection
 from django.utils import timezone
 
 from integrations.ledger_kinds import LedgerKind
@@ -41,10 +43,10 @@ from integrations.services.work_items import settle_rules
 ERROR_MESSAGE_MAX = 2000
 # integrations/sql/deletion_outcome_record.sql, with the rules it applies as arguments.
 _RECORD = """
-SELECT dropportal_deletion_outcome_record(
+SELECT * FROM dropportal_deletion_outcome_record(
     p_request => %(request)s, p_state => %(state)s, p_outcome => %(outcome)s,
-    p_code => %(code)s, p_error => %(error)s, p_at => %(at)s,
-    p_opt_out_email => %(opt_out_email)s, p_actor => %(actor)s, p_event_data => %(event_data)s,
+    p_code => %(code)s, p_at => %(at)s, p_details => %(details)s::jsonb, p_actor => %(actor)s,
+    p_event_data => %(event_data)s,
     p_open_outcomes => %(open_outcomes)s, p_refusing_states => %(refusing_states)s,
     p_settle_outcomes => %(settle_outcomes)s, p_settle_codes => %(settle_codes)s,
     p_settle_all_cancelled => %(settle_all_cancelled)s
@@ -144,6 +146,11 @@ def deletion_outcome_record(
         data["broker_completed_at"] = broker_completed_at.isoformat()
     if opted_out:
         data["opt_out_record"] = True  # the email itself stays out of the ledger
+    # The optional details, one key per column the SQL fills (docs/architecture.md, "Add a
+    # field to a callback body").
+    details: dict[str, str] = {"error_message": error_message}
+    if opted_out:
+        details["opt_out_email"] = _OPT_OUT_EMAIL.get_db_prep_value(opt_out_email, connection)
     with connection.cursor() as cursor:
         cursor.execute(
             _RECORD,
@@ -152,84 +159,68 @@ def deletion_outcome_record(
                 "state": state,
                 "outcome": drop_outcome,
                 "code": DROP_STATUS_CODES.get(drop_outcome),
-                "error": error_message,
                 "at": now,
-                "opt_out_email": (
-                    _OPT_OUT_EMAIL.get_db_prep_value(opt_out_email, connection)
-                    if opted_out
-                    else None
-                ),
+                "details": json.dumps(details, ensure_ascii=False),
                 "actor": actor,
                 "event_data": canonical_data(data),
                 **_RECORD_RULES,
                 **settle_rules(),
             },
         )
-        (recorded,) = cursor.fetchone()
-    if recorded:
+        verdict, current_state, current_outcome = cursor.fetchone()
+    if verdict == "recorded":
         return OutcomeRecorded(uuid_text, drop_outcome, state, changed=True)
-
-    with transaction.atomic():
-        current = DeletionRequest.objects.values("state", "drop_outcome", "error_message").get(
-            pk=deletion_request.pk
-        )
-        outcome_repeat_check(
-            state=current["state"],
-            current_outcome=current["drop_outcome"],
-            drop_outcome=drop_outcome,
-            # A failure repeats only with the same error.
-            details_same=(
-                drop_outcome != DropOutcome.FAILED or current["error_message"] == error_message
-            ),
-            opt_out_email=opt_out_email,
-            opt_out_of={"deletion_request_id": deletion_request.pk},
-            conflict=f"The request already has the outcome '{current['drop_outcome']}'; "
-            f"'{drop_outcome}' is refused.",
-            no_outcome=current["state"],
-        )
-        ledger_event_append(
-            kind=LedgerKind.DELETION_REQUEST_OUTCOME_REPEATED,
-            broker_id=deletion_request.broker_id_code,
-            subject=uuid_text,
-            actor=actor,
-            data={"drop_outcome": drop_outcome},
-        )
-    return OutcomeRecorded(uuid_text, drop_outcome, current["state"], changed=False)
+    deletion_repeat_check(
+        verdict=verdict,
+        current_state=current_state,
+        current_outcome=current_outcome,
+        drop_outcome=drop_outcome,
+        opt_out_email=opt_out_email,
+        deletion_request_id=deletion_request.pk,
+    )
+    ledger_event_append(
+        kind=LedgerKind.DELETION_REQUEST_OUTCOME_REPEATED,
+        broker_id=deletion_request.broker_id_code,
+        subject=uuid_text,
+        actor=actor,
+        data={"drop_outcome": drop_outcome},
+    )
+    return OutcomeRecorded(uuid_text, drop_outcome, current_state, changed=False)
 
 
-def outcome_repeat_check(
+def deletion_repeat_check(
     *,
-    state: str,
+    verdict: str,
+    current_state: str,
     current_outcome: str,
     drop_outcome: str,
-    details_same: bool,
     opt_out_email: str,
-    opt_out_of: Mapping[str, int],
-    conflict: str,
-    no_outcome: str,
+    deletion_request_id: int,
 ) -> None:
-    """Raise ``OutcomeConflict`` unless an answer that was not taken repeats the one recorded.
+    """Raise ``OutcomeConflict`` unless the SQL function's ``verdict`` on a deletion outcome
+    it did not record is an identical repeat: ``repeated`` (the same outcome; for a failure,
+    the same error), and for ``opted_out`` the email already recorded."""
+    if verdict == "refused":
+        raise cancelled_conflict(state=current_state, attempted=drop_outcome)
+    if verdict == "repeated" and (
+        drop_outcome != DropOutcome.OPTED_OUT
+        or opt_out_recorded_as(opt_out_email, deletion_request_id=deletion_request_id)
+    ):
+        return
+    raise OutcomeConflict(
+        f"The request already has the outcome '{current_outcome}'; '{drop_outcome}' is refused.",
+        current=current_outcome or current_state,
+        attempted=drop_outcome,
+    )
 
-    The one rule for deletions and resolutions alike: a request in
-    ``OUTCOME_REFUSING_STATES`` takes nothing; otherwise the answer is an identical repeat
-    when its outcome and its details (``details_same``, compared by the caller) match, and
-    an ``opted_out`` names the email already recorded (``opt_out_of``: the request's key in
-    ``OptOutRecord``). ``conflict`` is the refusal's detail; ``no_outcome`` names an empty
-    outcome in it (a resolution answered with identifiers).
-    """
-    if state in OUTCOME_REFUSING_STATES:
-        raise OutcomeConflict(
-            "The request was cancelled; no outcome is recorded for it.",
-            current=state,
-            attempted=drop_outcome,
-        )
-    same = current_outcome == drop_outcome and details_same
-    if same and drop_outcome == DropOutcome.OPTED_OUT:
-        same = opt_out_recorded_as(opt_out_email, **opt_out_of)
-    if not same:
-        raise OutcomeConflict(
-            conflict, current=current_outcome or no_outcome, attempted=drop_outcome or no_outcome
-        )
+
+def cancelled_conflict(*, state: str, attempted: str) -> OutcomeConflict:
+    """The refusal of any answer to a request in ``OUTCOME_REFUSING_STATES``."""
+    return OutcomeConflict(
+        "The request was cancelled; no outcome is recorded for it.",
+        current=state,
+        attempted=attempted,
+    )
 
 
 def opt_out_recorded_as(

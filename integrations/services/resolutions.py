@@ -42,7 +42,12 @@ from integrations.models import (
     WorkItemState,
 )
 from integrations.services.ledger import ledger_event_append
-from integrations.services.outcomes import OutcomeRecorded, outcome_repeat_check
+from integrations.services.outcomes import (
+    OutcomeConflict,
+    OutcomeRecorded,
+    cancelled_conflict,
+    opt_out_recorded_as,
+)
 from integrations.services.work_items import work_item_settle
 
 FINAL_SAAS_STATES = (RequestState.COMPLETED, RequestState.CANCELLED)
@@ -95,7 +100,13 @@ def resolution_outcome_record(
         )
         if not updated:
             current = ResolutionRequest.objects.get(pk=request.pk)
-            _raise_unless_same(current, drop_outcome, exemption_basis, identifiers, opt_out_email)
+            resolution_repeat_check(
+                current=current,
+                drop_outcome=drop_outcome,
+                exemption_basis=exemption_basis,
+                identifiers=identifiers,
+                opt_out_email=opt_out_email,
+            )
             ledger_event_append(
                 kind=LedgerKind.RESOLUTION_REQUEST_OUTCOME_REPEATED,
                 broker_id=request.broker.broker_id,
@@ -195,27 +206,33 @@ def _identifiers_text(identifiers: dict[str, Any]) -> str:
     return json.dumps(identifiers, ensure_ascii=False, separators=(",", ":"))
 
 
-def _raise_unless_same(
+def resolution_repeat_check(
+    *,
     current: ResolutionRequest,
     drop_outcome: str,
     exemption_basis: str,
     identifiers: dict[str, Any],
     opt_out_email: str,
 ) -> None:
-    details_same = current.exemption_basis == exemption_basis
+    """Raise ``OutcomeConflict`` unless an answer that was not taken repeats the one
+    recorded on ``current``: the same outcome, exemption basis and identifiers, and for
+    ``opted_out`` the email already recorded. A request in ``OUTCOME_REFUSING_STATES``
+    takes nothing."""
+    if current.state in OUTCOME_REFUSING_STATES:
+        raise cancelled_conflict(state=current.state, attempted=drop_outcome)
+    same = current.drop_outcome == drop_outcome and current.exemption_basis == exemption_basis
     # Once purged, the earlier identifiers cannot be compared; the outcome decides.
-    if details_same and current.identifiers:
-        details_same = json.loads(current.identifiers) == identifiers
-    outcome_repeat_check(
-        state=current.state,
-        current_outcome=current.drop_outcome,
-        drop_outcome=drop_outcome,
-        details_same=details_same,
-        opt_out_email=opt_out_email,
-        opt_out_of={"resolution_request_id": current.pk},
-        conflict="The request already has a different answer; this one is refused.",
-        no_outcome="identifiers",
-    )
+    if same and current.identifiers:
+        same = json.loads(current.identifiers) == identifiers
+    if same and drop_outcome == DropOutcome.OPTED_OUT:
+        same = opt_out_recorded_as(opt_out_email, resolution_request_id=current.pk)
+    if not same:
+        # An answer without an outcome is one with identifiers.
+        raise OutcomeConflict(
+            "The request already has a different answer; this one is refused.",
+            current=current.drop_outcome or "identifiers",
+            attempted=drop_outcome or "identifiers",
+        )
 
 
 def resolution_settle(*, resolution_id: int, actor: str = "system") -> bool:
