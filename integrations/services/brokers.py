@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from django.conf import settings
@@ -13,7 +14,7 @@ from integrations.drop.client import base_url_for
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, BrokerMode
 from integrations.services.ledger import ledger_event_append
-from integrations.services.row_updates import Audited, row_update
+from integrations.services.row_updates import Audited, row_locked, row_update
 from integrations.validators import url_credentials_validate
 
 _AUDITED_FIELDS = ("name", "mode", "drop_base_url", "auto_pull", "pull_interval_days")
@@ -69,9 +70,7 @@ def broker_drop_url(broker: Broker) -> str:
     return base_url_for(broker.mode, broker.drop_base_url or settings.DROP_API_URL)
 
 
-def broker_update(
-    *, broker: Broker, actor: str, drop_api_key_changed: bool = False, **changes: Any
-) -> Broker:
+def broker_update(*, broker: Broker, actor: str, **changes: Any) -> Broker:
     """Apply ``changes`` to ``broker``; the ledger records which fields changed (never the key).
 
     A credential follows its destination: when the DROP URL the key is sent to changes
@@ -83,46 +82,53 @@ def broker_update(
         raise ValidationError(f"cannot change {', '.join(sorted(unknown))}")
     if "drop_base_url" in changes:
         _drop_base_url_check(changes["drop_base_url"])
-
-    def key_follows_destination(
-        before: Broker, after: Broker, changed: dict[str, Any]
-    ) -> list[str]:
-        after.full_clean()
-        key_given = "drop_api_key" in changes or drop_api_key_changed
-        key_cleared = (
-            not key_given
-            and bool(after.drop_api_key)
-            and broker_drop_url(after) != broker_drop_url(before)
+    shown = {name: value for name, value in changes.items() if name != "drop_api_key"}
+    with transaction.atomic():
+        quiet, entries = _key_follows_destination(row_locked(broker), changes)
+        updated = row_update(
+            broker,
+            changes=shown,
+            quiet=quiet,
+            entries=entries,
+            audit=Audited(
+                LedgerKind.BROKER_UPDATED,
+                broker_id=broker.broker_id,
+                subject=broker.broker_id,
+                actor=actor,
+            ),
+            record_unchanged=True,
         )
-        if key_given:
-            changed["drop_api_key"] = {"changed": True}
-        elif key_cleared:
-            after.drop_api_key = ""
-            changed["drop_api_key"] = {
-                "cleared": True,
-                "reason": "the DROP URL it is sent to changed; enter the key again",
-            }
-        else:
-            return ["updated_at"]
-        after.drop_api_key_changed_at = timezone.now()
-        return ["drop_api_key", "drop_api_key_changed_at", "updated_at"]
-
-    updated = row_update(
-        broker,
-        changes=changes,
-        audit=Audited(
-            LedgerKind.BROKER_UPDATED,
-            broker_id=broker.broker_id,
-            subject=broker.broker_id,
-            actor=actor,
-        ),
-        adjust=key_follows_destination,
-        record_unchanged=True,
-    )
     # Callers keep using the object they passed: it shows what was saved.
     for field in [*_AUDITED_FIELDS, "drop_api_key", "drop_api_key_changed_at", "updated_at"]:
         setattr(broker, field, getattr(updated, field))
     return broker
+
+
+def _key_follows_destination(
+    current: Broker, changes: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """The columns to write besides ``changes`` (the key and its date, ``updated_at``) and
+    the key's ledger entry: a new key, or a cleared one when the DROP URL it is sent to
+    changes without one. Raises ``ValidationError`` if the changed broker is not valid."""
+    after = copy.copy(current)
+    for name, value in changes.items():
+        setattr(after, name, value)
+    after.full_clean()
+    now = timezone.now()
+    quiet: dict[str, Any] = {"updated_at": now}
+    if "drop_api_key" in changes:
+        quiet["drop_api_key"] = changes["drop_api_key"]
+        entry: dict[str, Any] = {"changed": True}
+    elif current.drop_api_key and broker_drop_url(after) != broker_drop_url(current):
+        quiet["drop_api_key"] = ""
+        entry = {
+            "cleared": True,
+            "reason": "the DROP URL it is sent to changed; enter the key again",
+        }
+    else:
+        return quiet, {}
+    quiet["drop_api_key_changed_at"] = now
+    return quiet, {"drop_api_key": entry}
 
 
 # DROP's portal shows the secret as one token; anything longer is not one.
@@ -142,24 +148,23 @@ def broker_drop_webhook_secret_set(*, broker: Broker, secret: str, actor: str) -
     """Store the signing secret of DROP's notification webhook (encrypted; the ledger says
     only that it changed). Raises ValidationError, nothing written, on an unusable secret."""
     drop_webhook_secret_check(secret)
-
-    def secret_set(before: Broker, after: Broker, changed: dict[str, Any]) -> list[str]:
-        # Set here, not as a change: a change's event would show the value.
-        after.drop_webhook_secret = secret
-        after.drop_webhook_secret_changed_at = timezone.now()
-        changed["drop_webhook_secret"] = {"changed": True}
-        return ["drop_webhook_secret", "drop_webhook_secret_changed_at", "updated_at"]
-
+    now = timezone.now()
     locked = row_update(
         broker,
         changes={},
+        # Written quietly, not as a change: a change's entry would show the value.
+        quiet={
+            "drop_webhook_secret": secret,
+            "drop_webhook_secret_changed_at": now,
+            "updated_at": now,
+        },
+        entries={"drop_webhook_secret": {"changed": True}},
         audit=Audited(
             LedgerKind.BROKER_UPDATED,
             broker_id=broker.broker_id,
             subject=broker.broker_id,
             actor=actor,
         ),
-        adjust=secret_set,
     )
     broker.drop_webhook_secret = locked.drop_webhook_secret
     broker.drop_webhook_secret_changed_at = locked.drop_webhook_secret_changed_at

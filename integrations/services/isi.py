@@ -37,7 +37,7 @@ from integrations.models import (
 from integrations.services.integrations import integration_updated
 from integrations.services.isi_connections import isi_connections_refresh
 from integrations.services.ledger import ledger_event_append
-from integrations.services.row_updates import row_update
+from integrations.services.row_updates import row_locked, row_update
 from integrations.validators import integration_name_validate, target_url_validate
 
 CLIENT_ID_MAX = 200
@@ -178,44 +178,52 @@ def isi_integration_update(
     A credential change drops the cached access token. The ledger names what changed, never
     a secret's value.
     """
-    changes: dict[str, str] = {}
+    changes: dict[str, Any] = {}
     if name is not None:
         changes["name"] = integration_name_validate(name)
     if base_url is not None:
         changes["base_url"] = target_url_validate(base_url, field="base_url").rstrip("/")
 
-    def credentials_follow_destination(
-        before: Integration, after: Integration, changed: dict[str, Any]
-    ) -> list[str]:
+    with transaction.atomic():
+        current = row_locked(integration)
         # A credential follows its destination: a stored token or client secret is kept only
         # while the base URL and the token URL stay; a change must come with it again.
-        moved = "base_url" in changed
-        if auth is None:
-            if moved:
-                secret_field = "token" if before.auth == IsiAuth.TOKEN else "client_secret"
-                raise ValidationError(
-                    {secret_field: "the base URL changed: enter the credential again with it"}
-                )
-            return []
-        if auth == IsiAuth.OAUTH and (token_url or "").strip() != before.token_url:
-            moved = True
-        credentials = _isi_credentials_update(
-            before,
-            auth=auth,
-            moved=moved,
-            token=token,
-            token_url=token_url,
-            client_id=client_id,
-            client_secret=client_secret,
+        moved = changes.get("base_url", current.base_url) != current.base_url
+        quiet: dict[str, Any] = {}
+        entries: dict[str, dict[str, Any]] = {}
+        if auth is None and moved:
+            secret_field = "token" if current.auth == IsiAuth.TOKEN else "client_secret"
+            raise ValidationError(
+                {secret_field: "the base URL changed: enter the credential again with it"}
+            )
+        if auth is not None:
+            if auth == IsiAuth.OAUTH and (token_url or "").strip() != current.token_url:
+                moved = True
+            credentials = _isi_credentials_update(
+                current,
+                auth=auth,
+                moved=moved,
+                token=token,
+                token_url=token_url,
+                client_id=client_id,
+                client_secret=client_secret,
+            )
+            shown, quiet, entries = _isi_credentials_split(current, credentials, moved=moved)
+            changes.update(shown)
+        if any(
+            getattr(current, name) != value
+            for name, value in {**changes, **quiet}.items()
+            if name in ("auth", "token", *_OAUTH_FIELDS, "base_url")
+        ):
+            # A new credential or destination drops the cached access token.
+            quiet.update(access_token="", access_token_expires_at=None)
+        return row_update(
+            integration,
+            changes=changes,
+            quiet=quiet,
+            entries=entries,
+            audit=integration_updated(integration, actor),
         )
-        return _isi_credentials_apply(after, credentials, changed, moved=moved)
-
-    return row_update(
-        integration,
-        changes=changes,
-        audit=integration_updated(integration, actor),
-        adjust=credentials_follow_destination,
-    )
 
 
 def _isi_credentials_update(
@@ -253,25 +261,22 @@ def _isi_credentials_update(
     raise ValidationError({"auth": f"not a way to authenticate: {auth!r}"})
 
 
-def _isi_credentials_apply(
-    after: Integration, credentials: dict[str, Any], changed: dict[str, Any], *, moved: bool
-) -> list[str]:
-    """Set the ``credentials`` that change something on ``after`` and name them in
-    ``changed`` (a secret only as changed); the columns to save. A new credential or
-    destination drops the cached access token."""
-    fields = [name for name, value in credentials.items() if getattr(after, name) != value]
-    for name in fields:
-        if name in ("token", "client_secret"):
-            changed[name] = {"changed": True} if credentials[name] else {"cleared": True}
-            if moved and credentials[name]:
-                changed[name]["reason"] = "the URL it is sent to changed: entered again"
-        else:
-            changed[name] = {"from": getattr(after, name), "to": credentials[name]}
-        setattr(after, name, credentials[name])
-    if set(fields) & {"token", "client_secret"}:
-        after.credentials_changed_at = timezone.now()
-        fields.append("credentials_changed_at")
-    if set(changed) & {"auth", "token", *_OAUTH_FIELDS, "base_url"}:
-        after.access_token, after.access_token_expires_at = "", None
-        fields += ["access_token", "access_token_expires_at"]
-    return fields
+def _isi_credentials_split(
+    current: Integration, credentials: dict[str, Any], *, moved: bool
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, dict[str, Any]]]:
+    """``credentials`` as ``row_update`` takes them: the fields shown in the ledger (from, to),
+    and the secrets that change something, written quietly (with the date they changed) with
+    an entry saying only that they changed or were cleared."""
+    shown = {n: v for n, v in credentials.items() if n not in ("token", "client_secret")}
+    quiet: dict[str, Any] = {}
+    entries: dict[str, dict[str, Any]] = {}
+    for name in ("token", "client_secret"):
+        if name not in credentials or getattr(current, name) == credentials[name]:
+            continue
+        quiet[name] = credentials[name]
+        entries[name] = {"changed": True} if credentials[name] else {"cleared": True}
+        if moved and credentials[name]:
+            entries[name]["reason"] = "the URL it is sent to changed: entered again"
+    if quiet:
+        quiet["credentials_changed_at"] = timezone.now()
+    return shown, quiet, entries

@@ -9,13 +9,22 @@ The row is read again under a lock, so two edits at once cannot record a diff ag
 state the other has already replaced; ``changes`` is applied to it, the columns are saved
 (only those: a concurrent write to another column is not overwritten) and the ledger event
 gets ``{"changes": {field: {"from": old, "to": new}}}`` for each field whose value changed.
-A credential is never shown: its entry says ``{"changed": true}`` or ``{"cleared": true}``.
+
+A credential is never shown: the caller passes it in ``quiet`` (columns written without an
+entry of their own: a secret, its date, a cache it voids) with its entry in ``entries``
+(``{"changed": true}`` or ``{"cleared": true}``). When those depend on the row as it is (a
+token kept only while its URL stays), the caller reads it first with ``row_locked``, in the
+same transaction::
+
+    with transaction.atomic():
+        current = row_locked(connection)
+        quiet, entries = token_follows_url(current, changes, token)   # the caller's rule
+        row_update(connection, changes=changes, quiet=quiet, entries=entries, audit=...)
 """
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -25,12 +34,6 @@ from integrations.ledger_kinds import LedgerKind
 from integrations.services.ledger import ledger_event_append
 
 Row = TypeVar("Row", bound=models.Model)
-
-Adjust = Callable[[Row, Row, dict[str, Any]], list[str]]
-"""``adjust(before, after, changed)``: runs once ``changes`` is applied to ``after`` (the
-locked row; ``before`` is a copy taken first); may set more attributes on ``after``, add their
-entries to ``changed`` (e.g. ``{"changed": True}`` for a secret) and returns their columns.
-It may raise ``ValidationError``: nothing is written then."""
 
 
 @dataclass(frozen=True)
@@ -43,33 +46,40 @@ class Audited:
     actor: str
 
 
+def row_locked(row: Row) -> Row:
+    """``row`` read again, locked until the transaction ends (call it inside one)."""
+    return type(row)._default_manager.select_for_update().get(pk=row.pk)
+
+
 def row_update(
     row: Row,
     *,
     changes: Mapping[str, Any],
     audit: Audited,
-    adjust: Adjust[Row] | None = None,
+    quiet: Mapping[str, Any] | None = None,
+    entries: Mapping[str, Mapping[str, Any]] | None = None,
     record_unchanged: bool = False,
 ) -> Row:
-    """Apply ``changes`` to ``row`` locked, save and append ``audit``; returns the locked row.
+    """Apply ``changes`` and ``quiet`` to ``row`` locked, save and append ``audit`` with the
+    diff of ``changes`` and ``entries``; returns the locked row.
 
-    Nothing is written when no value changed, unless ``record_unchanged``.
+    Nothing is written when no value of ``changes`` changed and there is no entry, unless
+    ``record_unchanged``.
     """
-    manager = type(row)._default_manager
+    quiet = quiet or {}
     with transaction.atomic():
-        locked = manager.select_for_update().get(pk=row.pk)
-        before = copy.copy(locked)
+        locked = row_locked(row)
         changed: dict[str, Any] = {
             name: {"from": getattr(locked, name), "to": value}
             for name, value in changes.items()
             if getattr(locked, name) != value
         }
-        for name, value in changes.items():
-            setattr(locked, name, value)
-        extra = adjust(before, locked, changed) if adjust is not None else []
+        changed.update(entries or {})
         if not changed and not record_unchanged:
             return locked
-        locked.save(update_fields=list(dict.fromkeys([*changes, *extra])))
+        for name, value in {**changes, **quiet}.items():
+            setattr(locked, name, value)
+        locked.save(update_fields=list(dict.fromkeys([*changes, *quiet])))
         ledger_event_append(
             kind=audit.kind,
             broker_id=audit.broker_id,

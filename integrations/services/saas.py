@@ -14,7 +14,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import models, transaction
@@ -27,7 +26,7 @@ from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, RequestState, SaasConnection, SaasDeletion
 from integrations.services.ledger import ledger_event_append
 from integrations.services.resolutions import FINAL_SAAS_STATES, resolution_settle
-from integrations.services.row_updates import Audited, row_update
+from integrations.services.row_updates import Audited, row_locked, row_update
 from integrations.validators import target_url_validate
 
 _CATEGORY_RE = re.compile(r"[a-z][a-z0-9_]{0,31}")
@@ -107,34 +106,36 @@ def saas_connection_update(
     if categories is not None:
         changes["identifier_categories"] = categories_validate(categories)
 
-    def token_follows_url(
-        before: SaasConnection, after: SaasConnection, changed: dict[str, Any]
-    ) -> list[str]:
-        if token is not None and token != before.token:
-            after.token = token
-            changed["token"] = {"changed": True}
-        elif "url" in changed and before.token:
-            after.token = ""
-            changed["token"] = {
-                "cleared": True,
-                "reason": "the URL it is sent to changed; enter the token again",
-            }
-        else:
-            return []
-        after.token_changed_at = timezone.now()
-        return ["token", "token_changed_at"]
+    with transaction.atomic():
+        quiet, entries = _token_follows_url(row_locked(connection), changes, token)
+        return row_update(
+            connection,
+            changes=changes,
+            quiet=quiet,
+            entries=entries,
+            audit=Audited(
+                LedgerKind.SAAS_CONNECTION_UPDATED,
+                broker_id=connection.broker.broker_id,
+                subject=str(connection.pk),
+                actor=actor,
+            ),
+        )
 
-    return row_update(
-        connection,
-        changes=changes,
-        audit=Audited(
-            LedgerKind.SAAS_CONNECTION_UPDATED,
-            broker_id=connection.broker.broker_id,
-            subject=str(connection.pk),
-            actor=actor,
-        ),
-        adjust=token_follows_url,
-    )
+
+def _token_follows_url(
+    current: SaasConnection, changes: dict[str, object], token: str | None
+) -> tuple[dict[str, object], dict[str, dict[str, object]]]:
+    """The token columns to write and their ledger entry: a new token, or a cleared one when
+    the URL changes without one (it was entered for the old address); none otherwise."""
+    entry: dict[str, object]
+    if token is not None and token != current.token:
+        value, entry = token, {"changed": True}
+    elif changes.get("url", current.url) != current.url and current.token:
+        value = ""
+        entry = {"cleared": True, "reason": "the URL it is sent to changed; enter the token again"}
+    else:
+        return {}, {}
+    return {"token": value, "token_changed_at": timezone.now()}, {"token": entry}
 
 
 def saas_connection_disable(
