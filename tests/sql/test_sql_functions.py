@@ -60,6 +60,15 @@ def test_migrated_functions_are_todays_source(db: None) -> None:
     )
 
 
+def test_no_function_is_left_behind_as_an_overload(db: None) -> None:
+    # A migration that changes a signature drops the old function: CREATE OR REPLACE alone
+    # would keep it, callable, beside the new one.
+    with connection.cursor() as cursor:
+        cursor.execute(_DEFINITIONS)
+        names = [signature.split("(")[0] for signature, _ in cursor.fetchall()]
+    assert sorted(names) == sorted(set(names))
+
+
 def _migrate(url: str, *target: str) -> None:
     subprocess.run(  # noqa: S603
         [sys.executable, "manage.py", "migrate", *target, "--verbosity", "0"],
