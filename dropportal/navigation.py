@@ -4,8 +4,9 @@ Unfold calls ``sidebar(request)`` (``UNFOLD["SIDEBAR"]["navigation"]`` in the se
 every page. Each registered model lands in the group of ``GROUPS`` that names it, a model
 no group names in "Other" (so a new admin is never hidden), and a list only shows for whom
 its admin grants the view permission and the module (an admin that keeps out of the app
-index, as each kind of integration's does, is reached from another list: there, not here). The login-lockout and job tables are in a group of
-their own, for superusers only (``integrations.admin.superuser_only``).
+index, as each kind of integration's does, is reached from another list, not from here).
+The login-lockout and job tables are in a group of their own, for superusers only
+(``integrations.admin.superuser_only``).
 """
 
 from __future__ import annotations

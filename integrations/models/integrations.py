@@ -9,7 +9,7 @@ previous secret stays valid until ``previous_secret_expires_at`` (24 hours).
 from __future__ import annotations
 
 import uuid
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self, TypeVar
 
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
@@ -95,10 +95,13 @@ class Integration(models.Model):
         super().save(*args, **kwargs)
 
 
-class OfItsKind(models.Manager[Integration]):
+_Kind = TypeVar("_Kind", bound=Integration)
+
+
+class OfItsKind(models.Manager[_Kind]):
     """A kind's proxy model's manager: the integrations of its ``KIND`` only."""
 
-    def get_queryset(self) -> models.QuerySet[Integration]:
+    def get_queryset(self) -> models.QuerySet[_Kind]:
         return super().get_queryset().filter(kind=self.model.KIND)
 
 
@@ -106,7 +109,7 @@ class OfItsKind(models.Manager[Integration]):
 class WebhookIntegration(Integration):
     KIND = IntegrationKind.WEBHOOK
 
-    objects = OfItsKind()
+    objects: ClassVar[OfItsKind[Self]] = OfItsKind()
 
     class Meta:
         proxy = True
@@ -116,7 +119,7 @@ class WebhookIntegration(Integration):
 class IsiIntegration(Integration):
     KIND = IntegrationKind.ISI
 
-    objects = OfItsKind()
+    objects: ClassVar[OfItsKind[Self]] = OfItsKind()
 
     class Meta:
         proxy = True
