@@ -144,7 +144,7 @@ class IntegrationAdmin(WriteOnlyCredentials, ModelAdmin):
     A kind's ModelAdmin (registered for its proxy model) sets ``form`` and ``add_form``,
     ``fieldsets`` and ``add_fieldsets``, ``readonly_fields``, ``inlines`` and ``credentials``,
     and says which services it calls: ``create``, ``update`` and ``secret_shown_once``
-    (``object_buttons`` and ``get_urls`` for its own buttons).
+    (``object_buttons`` and ``object_views`` for buttons of its own).
     """
 
     kind_label = ""  # "Webhook", "ISI": the shown-once page's title
