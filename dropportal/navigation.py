@@ -3,8 +3,10 @@
 Unfold calls ``sidebar(request)`` (``UNFOLD["SIDEBAR"]["navigation"]`` in the settings) on
 every page. Each registered model lands in the group of ``GROUPS`` that names it, a model
 no group names in "Other" (so a new admin is never hidden), and a list only shows for whom
-its admin grants the view permission. The login-lockout and job tables are in a group of
-their own, for superusers only (``integrations.admin.superuser_only``).
+its admin grants the view permission and the module (an admin that keeps out of the app
+index, as each kind of integration's does, is reached from another list, not from here).
+The login-lockout and job tables are in a group of their own, for superusers only
+(``integrations.admin.superuser_only``).
 """
 
 from __future__ import annotations
@@ -70,7 +72,10 @@ def sidebar(request: HttpRequest) -> list[dict[str, Any]]:
     )
     for model, model_admin in registered:
         meta = model._meta
-        if not model_admin.has_view_or_change_permission(request):
+        if not (
+            model_admin.has_module_permission(request)
+            and model_admin.has_view_or_change_permission(request)
+        ):
             continue
         try:
             link = reverse(f"admin:{meta.app_label}_{meta.model_name}_changelist")

@@ -1,13 +1,11 @@
-"""Django admin for staff: one module per model group."""
+"""Django admin for staff: one module per model group (a kind of integration: one module).
 
-from integrations.admin import (  # noqa: F401  (registers the admins)
-    brokers,
-    consumers,
-    drop,
-    integrations,
-    keys,
-    ledger,
-    reports,
-    requests,
-    staff,
-)
+Every module of this package is imported here, so one that registers a ModelAdmin (a new
+kind's, say) needs no line of its own.
+"""
+
+from importlib import import_module
+from pkgutil import iter_modules
+
+for _module in iter_modules(__path__):
+    import_module(f"{__name__}.{_module.name}")

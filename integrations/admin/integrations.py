@@ -1,43 +1,45 @@
 """Integrations and SaaS connections in the admin: every change goes through their services.
 
-- Add a webhook integration: its Webhook Secret is shown once, right after.
-- Edit name and URL; untick "enabled" to disable (queued deliveries wait), tick it to enable
-  (they are queued again). A 410 from the broker disables it by itself: the list shows why.
-  A disabled integration or SaaS connection is paused, still a deletion target.
+Each kind of integration has its own pages: a proxy model (``models.WebhookIntegration``,
+``models.IsiIntegration``) and its ModelAdmin, a subclass of ``IntegrationAdmin`` here, in
+its own module (``admin/webhook.py``, ``admin/isi.py``) with its forms, fieldsets, inlines,
+buttons and the services it calls. What every kind shares is here:
+
+- The list of every integration (``/admin/integrations/integration/``), its "Add" button per
+  kind; an integration's page there, and the add page with ``?kind=``, are its kind's own
+  (``IntegrationListAdmin`` hands them to the kind's ModelAdmin).
+- Edit its name and settings; untick "enabled" to disable (queued deliveries wait), tick it
+  to enable (they are queued again). A 410 from the broker disables it by itself: the list
+  shows why. A disabled integration or SaaS connection is paused, still a deletion target.
 - "Retire for good" (an action with a written reason) ends an integration or SaaS connection:
   its open requests are cancelled and it can never be enabled again.
-- On the change page, "Regenerate secret" (the new one is shown once; the old one keeps
-  verifying callbacks for 24 hours) and "Send test notification" (the broker's answer is shown
-  on the page).
-
-ISI integrations (the broker's own REST API) get their forms, their connections inline and
-"Check connection" from ``admin.isi``; the list's "Add ISI integration" opens their add form.
+- On the change page, "Regenerate secret": the new Webhook Secret is shown once; the old one
+  keeps verifying callbacks for 24 hours.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
-from django.urls import path, reverse
-from django.utils.html import format_html
+from django.urls import URLPattern, path, reverse
 from unfold.admin import ModelAdmin
 
-from integrations.admin import isi as isi_admin
 from integrations.admin.actors import staff_actor
 from integrations.admin.credentials import Credential, WriteOnlyCredentials
 from integrations.admin.display import uuid_short
-from integrations.admin.integration_kinds import ADD_KIND_PARAMETER, Created, KindPages
 from integrations.admin.shown_once import SecretShownOnce, show_once
-from integrations.dispatch import webhook
 from integrations.drop.calendar import drop_time_text
 from integrations.models import Integration, IntegrationKind, RequestState, SaasConnection
 from integrations.services.integrations import (
@@ -45,9 +47,6 @@ from integrations.services.integrations import (
     integration_enable,
     integration_retire,
     integration_secret_rotate,
-    integration_test_send,
-    integration_update,
-    webhook_integration_create,
 )
 from integrations.services.saas import (
     categories_validate,
@@ -59,42 +58,21 @@ from integrations.services.saas import (
 )
 from integrations.validators import target_url_validate
 
+# The list's add page without ``?kind=`` opens this kind's.
+DEFAULT_KIND = IntegrationKind.WEBHOOK
 
-class _TargetUrlMixin:
+
+class TargetUrlMixin:
     """The URL checked by the services' own rule (https, unless private targets are allowed)."""
 
     cleaned_data: dict[str, Any]
 
     def clean_url(self) -> str:
         url = self.cleaned_data.get("url") or ""
-        if not url and not getattr(self, "url_required", True):
-            return url
         try:
             return target_url_validate(url)
         except ValidationError as exc:
             raise forms.ValidationError(exc.message_dict["url"]) from None
-
-
-class WebhookIntegrationAddForm(_TargetUrlMixin, forms.ModelForm):
-    url = forms.URLField(
-        label="URL",
-        assume_scheme="https",
-        max_length=500,
-        help_text="Where dispatches are POSTed (https).",
-    )
-
-    class Meta:
-        model = Integration
-        fields = ["broker", "name", "url"]
-
-
-class IntegrationChangeForm(_TargetUrlMixin, forms.ModelForm):
-    url = forms.URLField(label="URL", assume_scheme="https", max_length=500, required=False)
-    url_required = False  # an ISI integration has a base URL instead
-
-    class Meta:
-        model = Integration
-        fields = ["name", "url", "enabled"]
 
 
 class RetireForm(forms.Form):
@@ -105,33 +83,13 @@ class RetireForm(forms.Form):
     )
 
 
-def _retire_action(
-    modeladmin: admin.ModelAdmin,
-    request: HttpRequest,
-    queryset: QuerySet[Any],
-    *,
-    action: str,
-    retire: Any,
-) -> HttpResponse | None:
-    """An intermediate page asks for the reason, then each selected target is retired by its
-    service (``retire(target, reason, actor)``); one already retired is named, not changed."""
+def _retire_reason(
+    modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[Any], action: str
+) -> str | TemplateResponse:
+    """The reason staff wrote, or the intermediate page that asks for it."""
     form = RetireForm(request.POST if "apply" in request.POST else None)
     if form.is_valid():
-        done = 0
-        for target in queryset.order_by("pk"):
-            try:
-                retire(target, form.cleaned_data["reason"], staff_actor(request))
-            except ValidationError as exc:
-                modeladmin.message_user(request, _validation_text(exc), messages.ERROR)
-            else:
-                done += 1
-        if done:
-            modeladmin.message_user(
-                request,
-                f"Retired {done} for good: their open requests are cancelled, their work items "
-                "settled on their other requests (or waiting for a target).",
-            )
-        return None
+        return str(form.cleaned_data["reason"])
     opts = modeladmin.model._meta
     context = {
         **modeladmin.admin_site.each_context(request),
@@ -147,117 +105,75 @@ def _retire_action(
     return TemplateResponse(request, "admin/integrations/retire.html", context)
 
 
+def _retired(modeladmin: admin.ModelAdmin, request: HttpRequest, done: int) -> None:
+    if done:
+        modeladmin.message_user(
+            request,
+            f"Retired {done} for good: their open requests are cancelled, their work items "
+            "settled on their other requests (or waiting for a target).",
+        )
+
+
 def _validation_text(error: ValidationError) -> str:
     if hasattr(error, "error_dict"):
         return "; ".join(f"{k}: {' '.join(v)}" for k, v in error.message_dict.items())
     return " ".join(error.messages)
 
 
-def _webhook_secret_shown_once(
-    integration: Integration, secret: str, title: str
-) -> SecretShownOnce:
-    """The page that shows a Webhook Secret once (integrations/admin/shown_once.py)."""
-    change_url = reverse("admin:integrations_integration_change", args=[integration.pk])
-    return SecretShownOnce(
-        title=title,
-        label="Webhook Secret",
-        secret=secret,
-        facts=[
-            ("Integration", f"{integration.name} ({integration.broker.broker_id})"),
-            ("integration_id", str(integration.uuid)),
-            ("Dispatches go to", integration.url or integration.base_url),
-            ("Deletion callbacks (PUT)", webhook.deletion_callback_url()),
-            ("Resolution callbacks (PUT)", webhook.resolution_callback_url()),
-        ],
-        explanation=(
-            "The broker's systems verify every dispatch with it and sign every callback with "
-            "it (HMAC-SHA256 over '<timestamp>:<body>'). Callbacks also need an API key with "
-            "the webhook_callback scope."
-        ),
-        guide_section="webhook-secret",
-        guide_title="Webhook Secret",
-        done_url=change_url,
-        done_label=integration.name,
-    )
+@dataclass(frozen=True)
+class Created:
+    """An integration just created, and its Webhook Secret (shown once)."""
+
+    integration: Integration
+    webhook_secret: str
 
 
-def _webhook_create(request: HttpRequest, data: dict[str, Any], actor: str) -> Created:
-    created = webhook_integration_create(
-        broker=data["broker"], name=data["name"], url=data["url"], actor=actor
-    )
-    return Created(created.integration, created.webhook_secret)
+@dataclass(frozen=True)
+class ObjectButton:
+    """A button on an integration's change page: a POST to one of its admin's own views."""
+
+    label: str
+    url: str
+    confirm: str = ""  # asked in the browser before it posts
 
 
-def _webhook_update(integration: Integration, data: dict[str, Any], actor: str) -> None:
-    integration_update(integration=integration, actor=actor, name=data["name"], url=data.get("url"))
-
-
-_WEBHOOK_READONLY_FIELDS = [
-    "uuid",
-    "broker",
-    "kind",
-    "disabled_reason",
-    "retired_at",
-    "retired_reason",
-    "callback_urls",
-    "previous_secret_expires_at",
-    "waiting",
-    "created_at",
-]
-
-WEBHOOK_PAGES = KindPages(
-    label="Webhook",
-    add_form=WebhookIntegrationAddForm,
-    change_form=IntegrationChangeForm,
-    add_fields=["broker", "name", "url"],
-    change_fields=[
-        "uuid",
-        "broker",
-        "kind",
-        "name",
-        "url",
-        "enabled",
-        "disabled_reason",
-        "retired_at",
-        "retired_reason",
-        "callback_urls",
-        "previous_secret_expires_at",
-        "waiting",
-        "created_at",
-    ],
-    readonly_fields=_WEBHOOK_READONLY_FIELDS,
-    create=_webhook_create,
-    update=_webhook_update,
-    secret_shown_once=_webhook_secret_shown_once,
-)
-
-# Each kind's pages; the add page takes ``?kind=`` (the webhook's when absent or unknown).
-KIND_PAGES: dict[str, KindPages] = {
-    IntegrationKind.WEBHOOK: WEBHOOK_PAGES,
-    IntegrationKind.ISI: isi_admin.PAGES,
-}
-
-
-def kind_pages(request: HttpRequest, obj: Integration | None) -> KindPages:
-    """The pages of ``obj``'s kind, or of the kind the add page was opened for."""
-    kind = obj.kind if obj is not None else request.GET.get(ADD_KIND_PARAMETER, "")
-    return KIND_PAGES.get(kind, WEBHOOK_PAGES)
-
-
-@admin.register(Integration)
 class IntegrationAdmin(WriteOnlyCredentials, ModelAdmin):
-    credentials = [
-        Credential("token", "Static bearer token", "credentials_changed_at"),
-        Credential("client_secret", "Client secret", "credentials_changed_at"),
-    ]
-    list_display = ["name", "broker", "kind", "target", "enabled", "state", "created_at"]
+    """What every kind's pages share: the list, the actions, the change page's state and
+    buttons, and the save that goes through the kind's services.
+
+    A kind's ModelAdmin (registered for its proxy model) sets ``form`` and ``add_form``,
+    ``fieldsets`` and ``add_fieldsets``, ``readonly_fields``, ``inlines`` and ``credentials``,
+    and says which services it calls: ``create``, ``update`` and ``secret_shown_once``
+    (``object_buttons`` and ``object_views`` for buttons of its own).
+    """
+
+    kind_label = ""  # "Webhook", "ISI": the shown-once page's title
+    add_form: type[forms.ModelForm] = forms.ModelForm
+    add_fieldsets: Sequence[Any] = ()
+    list_display = ["name", "broker", "target", "enabled", "state", "created_at"]
     readonly_preprocess_fields = {"uuid": uuid_short}  # 8 characters, a copy button
-    list_filter = ["enabled", "kind", "broker"]
+    list_filter = ["enabled", "broker"]
     search_fields = ["name", "url", "base_url"]
     list_select_related = ["broker"]
     actions = ["disable_integrations", "retire_integrations"]
     change_form_template = "admin/integrations/integration/change_form.html"
-    change_list_template = "admin/integrations/integration/change_list.html"
+
+    # -- the kind's services -----------------------------------------------------------------
+
+    def create(self, request: HttpRequest, data: dict[str, Any], actor: str) -> Created:
+        """Create one of its kind from the add form's data; may queue a message for staff."""
+        raise NotImplementedError
+
+    def update(self, integration: Integration, data: dict[str, Any], actor: str) -> None:
+        """One edit, one ``integration.updated`` event: the name with the kind's settings."""
+        raise NotImplementedError
+
+    def secret_shown_once(
+        self, integration: Integration, secret: str, title: str
+    ) -> SecretShownOnce:
+        raise NotImplementedError
+
+    # -- columns and read-only fields --------------------------------------------------------
 
     @admin.display(description="URL")
     def target(self, obj: Integration) -> str:
@@ -270,51 +186,57 @@ class IntegrationAdmin(WriteOnlyCredentials, ModelAdmin):
             return f"retired: {obj.retired_reason}"
         return "" if obj.enabled else f"paused: {obj.disabled_reason}"
 
-    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any):
-        pages = kind_pages(request, obj)
-        kwargs["form"] = pages.change_form if obj else pages.add_form
-        return super().get_form(request, obj, change=change, **kwargs)
-
-    def get_inlines(self, request: HttpRequest, obj: Any) -> list[Any]:
-        return list(kind_pages(request, obj).inlines) if obj is not None else []
-
-    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
-        pages = kind_pages(request, obj)
-        return list(pages.change_fields if obj is not None else pages.add_fields)
-
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
-        if obj is None:
-            return []
-        own = kind_pages(request, obj).readonly_fields
-        return [*super().get_readonly_fields(request, obj), *own]
-
-    @admin.display(description="Callback URLs given to the broker")
-    def callback_urls(self, obj: Integration) -> str:
-        return format_html(
-            "{}<br>{}", webhook.deletion_callback_url(), webhook.resolution_callback_url()
-        )
-
     @admin.display(description="Deliveries waiting")
     def waiting(self, obj: Integration) -> str:
         queued = obj.deletion_requests.filter(state=RequestState.QUEUED).count()
         undeliverable = obj.deletion_requests.filter(state=RequestState.UNDELIVERABLE).count()
         return f"{queued} queued, {undeliverable} undeliverable deletion requests"
 
+    # -- the add and change pages ------------------------------------------------------------
+
+    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any):
+        kwargs["form"] = self.form if obj is not None else self.add_form
+        return super().get_form(request, obj, change=change, **kwargs)
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        if obj is None:
+            return self.add_fieldsets
+        return super().get_fieldsets(request, obj)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        if obj is None:
+            return []  # the add form: every field it shows is entered
+        return super().get_readonly_fields(request, obj)
+
+    def get_inlines(self, request: HttpRequest, obj: Any) -> list[Any]:
+        return list(self.inlines) if obj is not None else []
+
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # requests and the ledger refer to it for good: disable it instead
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        # A kind's pages are reached from the list of every integration: not in the app index
+        # or the sidebar of their own.
+        return not self.opts.proxy and super().has_module_permission(request)
+
+    def admin_url(self, name: str, *args: Any) -> str:
+        """The URL of one of its pages (``change``, ``add``, a button's view) on its site."""
+        opts = self.opts
+        return reverse(
+            f"{self.admin_site.name}:{opts.app_label}_{opts.model_name}_{name}", args=args
+        )
 
     def save_model(self, request: HttpRequest, obj: Integration, form: Any, change: bool) -> None:
         actor = staff_actor(request)
         data = form.cleaned_data
         try:
             if not change:
-                created = kind_pages(request, None).create(request, data, actor)
+                created = self.create(request, data, actor)
                 obj.pk, obj.uuid = created.integration.pk, created.integration.uuid
                 obj.created_secret = created.webhook_secret  # type: ignore[attr-defined]
                 return
-            current = Integration.objects.get(pk=obj.pk)
-            # One edit, one integration.updated event: the name goes with the kind's settings.
-            kind_pages(request, current).update(current, data, actor)
+            current = self.model._default_manager.get(pk=obj.pk)
+            self.update(current, data, actor)
             if data["enabled"] and not current.enabled:
                 queued = integration_enable(integration=current, actor=actor)
                 messages.info(request, f"Enabled; {queued} waiting request(s) queued.")
@@ -323,7 +245,7 @@ class IntegrationAdmin(WriteOnlyCredentials, ModelAdmin):
         except ValidationError as exc:
             # Form validation ran already; this is a rule of the service (https only, ...).
             messages.error(request, _validation_text(exc))
-            raise _Refused from exc
+            raise Refused from exc
 
     def response_add(
         self, request: HttpRequest, obj: Integration, post_url_continue: str | None = None
@@ -331,23 +253,37 @@ class IntegrationAdmin(WriteOnlyCredentials, ModelAdmin):
         secret = getattr(obj, "created_secret", None)
         if secret is None:
             return super().response_add(request, obj, post_url_continue)
-        pages = kind_pages(request, None)
-        created = Integration.objects.select_related("broker").get(pk=obj.pk)
+        created = self.model._default_manager.select_related("broker").get(pk=obj.pk)
         return show_once(
-            request, pages.secret_shown_once(created, secret, f"{pages.label} integration created")
+            request,
+            self.secret_shown_once(created, secret, f"{self.kind_label} integration created"),
         )
 
     def add_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         try:
             return super().add_view(request, *args, **kwargs)
-        except _Refused:
+        except Refused:
             return HttpResponseRedirect(request.get_full_path())
 
     def change_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         try:
             return super().change_view(request, *args, **kwargs)
-        except _Refused:
+        except Refused:
             return HttpResponseRedirect(request.get_full_path())
+
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: Any = None,
+    ) -> HttpResponse:
+        context["object_buttons"] = self.object_buttons(obj) if obj is not None else []
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+    # -- actions -----------------------------------------------------------------------------
 
     @admin.action(description="Disable selected integrations", permissions=["change"])
     def disable_integrations(self, request: HttpRequest, queryset: QuerySet[Integration]) -> None:
@@ -364,49 +300,64 @@ class IntegrationAdmin(WriteOnlyCredentials, ModelAdmin):
     def retire_integrations(
         self, request: HttpRequest, queryset: QuerySet[Integration]
     ) -> HttpResponse | None:
-        return _retire_action(
-            self,
-            request,
-            queryset,
-            action="retire_integrations",
-            retire=lambda target, reason, actor: integration_retire(
-                integration=target, reason=reason, actor=actor
-            ),
-        )
+        """An intermediate page asks for the reason, then each is retired by its service; one
+        already retired is named, not changed."""
+        reason = _retire_reason(self, request, queryset, "retire_integrations")
+        if not isinstance(reason, str):
+            return reason
+        done = 0
+        for integration in queryset.order_by("pk"):
+            try:
+                integration_retire(
+                    integration=integration, reason=reason, actor=staff_actor(request)
+                )
+            except ValidationError as exc:
+                self.message_user(request, _validation_text(exc), messages.ERROR)
+            else:
+                done += 1
+        _retired(self, request, done)
+        return None
 
     # -- buttons on the change page ----------------------------------------------------------
 
-    def get_urls(self) -> list[Any]:
-        own = [
-            path(
-                "<int:pk>/rotate-secret/",
-                self.admin_site.admin_view(self.rotate_secret_view),
-                name="integrations_integration_rotate_secret",
-            ),
-            path(
-                "<int:pk>/test-notification/",
-                self.admin_site.admin_view(self.test_notification_view),
-                name="integrations_integration_test_notification",
-            ),
-            path(
-                "<int:pk>/check-connection/",
-                self.admin_site.admin_view(self.check_connection_view),
-                name="integrations_integration_check_connection",
-            ),
+    def object_buttons(self, obj: Integration) -> list[ObjectButton]:
+        """The change page's buttons; a kind puts its own before these."""
+        return [
+            ObjectButton(
+                "Regenerate secret",
+                self.admin_url("rotate_secret", obj.pk),
+                confirm="Regenerate the Webhook Secret? The current one keeps verifying "
+                "callbacks for 24 hours; dispatches are signed with the new one at once.",
+            )
         ]
-        return own + super().get_urls()
 
-    def _posted_integration(self, request: HttpRequest, pk: int) -> Integration:
-        integration = get_object_or_404(Integration.objects.select_related("broker"), pk=pk)
+    def object_view(self, route: str, name: str, view: Any) -> URLPattern:
+        """``<pk>/<route>/``, named ``<app>_<model>_<name>``: one of its buttons' views."""
+        opts = self.opts
+        return path(
+            f"<int:pk>/{route}/",
+            self.admin_site.admin_view(view),
+            name=f"{opts.app_label}_{opts.model_name}_{name}",
+        )
+
+    def object_views(self) -> list[URLPattern]:
+        """Its buttons' views; a kind adds its own to these."""
+        return [self.object_view("rotate-secret", "rotate_secret", self.rotate_secret_view)]
+
+    def get_urls(self) -> list[Any]:
+        return [*self.object_views(), *super().get_urls()]
+
+    def posted_integration(self, request: HttpRequest, pk: int) -> Integration:
+        """The integration a button posted for, refused (403) to whom may not change it."""
+        integration = get_object_or_404(self.model._default_manager.select_related("broker"), pk=pk)
         if request.method != "POST" or not self.has_change_permission(request, integration):
             raise PermissionDenied
         return integration
 
     def rotate_secret_view(self, request: HttpRequest, pk: int) -> HttpResponse:
-        integration = self._posted_integration(request, pk)
+        integration = self.posted_integration(request, pk)
         secret = integration_secret_rotate(integration=integration, actor=staff_actor(request))
-        pages = kind_pages(request, integration)
-        shown = pages.secret_shown_once(integration, secret, "Webhook Secret regenerated")
+        shown = self.secret_shown_once(integration, secret, "Webhook Secret regenerated")
         expires_at = integration.previous_secret_expires_at
         assert expires_at is not None  # the rotation just set it
         return show_once(
@@ -418,38 +369,69 @@ class IntegrationAdmin(WriteOnlyCredentials, ModelAdmin):
             ),
         )
 
-    def test_notification_view(self, request: HttpRequest, pk: int) -> HttpResponse:
-        integration = self._posted_integration(request, pk)
-        result = integration_test_send(integration=integration, actor=staff_actor(request))
-        answer = result.response_body[:500] or "(empty body)"
-        if result.status is not None and 200 <= result.status < 300 and not result.error:
-            messages.success(
-                request,
-                f"Test notification to {result.url}: HTTP {result.status} in "
-                f"{result.duration_ms} ms. The broker answered: {answer}",
-            )
-        else:
-            got = f"HTTP {result.status}" if result.status is not None else "no answer"
-            messages.error(
-                request,
-                f"Test notification to {result.url} failed: {got}"
-                f"{f' ({result.error})' if result.error else ''} after {result.duration_ms} ms."
-                + (f" The broker answered: {answer}" if result.status is not None else ""),
-            )
-        return HttpResponseRedirect(reverse("admin:integrations_integration_change", args=[pk]))
 
-    def check_connection_view(self, request: HttpRequest, pk: int) -> HttpResponse:
-        """ISI: list the broker's connections again; its answer is shown on the page."""
-        integration = self._posted_integration(request, pk)
-        isi_admin.connection_check(request, integration)
-        return HttpResponseRedirect(reverse("admin:integrations_integration_change", args=[pk]))
+@admin.register(Integration)
+class IntegrationListAdmin(IntegrationAdmin):
+    """Every integration, of every kind. An integration's page here is its kind's (the same
+    page as under its proxy model's URL), and so is the add page ``?kind=`` names."""
+
+    list_display = ["name", "broker", "kind", "target", "enabled", "state", "created_at"]
+    list_filter = ["enabled", "kind", "broker"]
+    change_list_template = "admin/integrations/integration/change_list.html"
+
+    def kind_admins(self) -> dict[str, IntegrationAdmin]:
+        """Each kind's ModelAdmin on this site, by kind: those registered for a proxy model."""
+        return {
+            model.KIND: model_admin
+            for model, model_admin in self.admin_site._registry.items()
+            if isinstance(model_admin, IntegrationAdmin)
+            and model._meta.proxy
+            and model._meta.concrete_model is Integration
+        }
+
+    def _kind_admin(self, kind: str) -> IntegrationAdmin:
+        kinds = self.kind_admins()
+        if kind not in kinds:
+            raise Http404(f"No kind of integration {kind!r}")
+        return kinds[kind]
+
+    def add_view(
+        self, request: HttpRequest, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        kind = request.GET.get("kind") or DEFAULT_KIND
+        return self._kind_admin(kind).add_view(request, form_url, extra_context)
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        obj = self.get_object(request, unquote(object_id))
+        if obj is None:  # Django's own answer: back to the list, "does not exist"
+            return super().change_view(request, object_id, form_url, extra_context)
+        return self._kind_admin(obj.kind).change_view(request, object_id, form_url, extra_context)
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        adds = [
+            (f"Add {model_admin.opts.verbose_name}", model_admin.admin_url("add"))
+            for model_admin in self.kind_admins().values()
+            if model_admin.has_add_permission(request)
+        ]
+        return super().changelist_view(request, {**(extra_context or {}), "kind_adds": adds})
+
+    def object_views(self) -> list[URLPattern]:
+        return []  # its buttons are its kinds' own
 
 
-class _Refused(Exception):
+class Refused(Exception):
     """A service refused the form's data; the message is already queued for staff."""
 
 
-class SaasConnectionForm(_TargetUrlMixin, forms.ModelForm):
+class SaasConnectionForm(TargetUrlMixin, forms.ModelForm):
     url = forms.URLField(label="URL", assume_scheme="https", max_length=500)
     token = forms.CharField(
         required=False,
@@ -554,18 +536,18 @@ class SaasConnectionAdmin(WriteOnlyCredentials, ModelAdmin):
                 saas_connection_disable(connection=current, reason="disabled by staff", actor=actor)
         except ValidationError as exc:
             messages.error(request, _validation_text(exc))
-            raise _Refused from exc
+            raise Refused from exc
 
     def add_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         try:
             return super().add_view(request, *args, **kwargs)
-        except _Refused:
+        except Refused:
             return HttpResponseRedirect(request.get_full_path())
 
     def change_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         try:
             return super().change_view(request, *args, **kwargs)
-        except _Refused:
+        except Refused:
             return HttpResponseRedirect(request.get_full_path())
 
     @admin.action(description="Disable selected SaaS connections", permissions=["change"])
@@ -583,12 +565,18 @@ class SaasConnectionAdmin(WriteOnlyCredentials, ModelAdmin):
     def retire_connections(
         self, request: HttpRequest, queryset: QuerySet[SaasConnection]
     ) -> HttpResponse | None:
-        return _retire_action(
-            self,
-            request,
-            queryset,
-            action="retire_connections",
-            retire=lambda target, reason, actor: saas_connection_retire(
-                connection=target, reason=reason, actor=actor
-            ),
-        )
+        reason = _retire_reason(self, request, queryset, "retire_connections")
+        if not isinstance(reason, str):
+            return reason
+        done = 0
+        for connection in queryset.order_by("pk"):
+            try:
+                saas_connection_retire(
+                    connection=connection, reason=reason, actor=staff_actor(request)
+                )
+            except ValidationError as exc:
+                self.message_user(request, _validation_text(exc), messages.ERROR)
+            else:
+                done += 1
+        _retired(self, request, done)
+        return None

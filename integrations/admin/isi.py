@@ -1,7 +1,7 @@
-"""ISI integrations in the admin (the broker's own REST API): the pieces ``IntegrationAdmin``
-uses when the integration is of kind ``isi``. Every change goes through ``services.isi``.
+"""ISI integrations in the admin (the broker's own REST API): their own pages,
+``/admin/integrations/isiintegration/``. Every change goes through ``services.isi``.
 
-- Add one from the integration list's "Add ISI integration" (``?kind=isi``): base URL and a
+- Add one from the integration list's "Add ISI integration": base URL and a
   static token or OAuth client credentials. Its connections are listed at once, and its
   Webhook Secret (which signs the broker's completion callbacks) is shown once.
 - On its change page, the connections inline says which take part in DROP and why the others
@@ -19,16 +19,17 @@ from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
-from django.http import HttpRequest
-from django.urls import reverse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import URLPattern
 from unfold.admin import TabularInline
 
 from integrations.admin.actors import staff_actor
+from integrations.admin.credentials import Credential
 from integrations.admin.display import uuid_short
-from integrations.admin.integration_kinds import Created, KindPages
+from integrations.admin.integrations import Created, IntegrationAdmin, ObjectButton
 from integrations.admin.shown_once import SecretShownOnce
 from integrations.dispatch import isi
-from integrations.models import Integration, IsiAuth, IsiConnection
+from integrations.models import Integration, IsiAuth, IsiConnection, IsiIntegration
 from integrations.services.isi import (
     isi_credentials_validate,
     isi_integration_create,
@@ -117,65 +118,19 @@ class _IsiFields(forms.ModelForm):
 
 class IsiIntegrationAddForm(_IsiFields):
     class Meta:
-        model = Integration
+        model = IsiIntegration
         fields = ["broker", "name"]
 
 
 class IsiIntegrationChangeForm(_IsiFields):
     class Meta:
-        model = Integration
+        model = IsiIntegration
         fields = ["name", "enabled"]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         for name in ("base_url", "auth", "token_url", "client_id"):
             self.fields[name].initial = getattr(self.instance, name)
-
-
-ADD_FIELDS = [
-    "broker",
-    "name",
-    "base_url",
-    "auth",
-    "token",
-    "token_url",
-    "client_id",
-    "client_secret",
-]
-CHANGE_FIELDS = [
-    "uuid",
-    "broker",
-    "kind",
-    "name",
-    "base_url",
-    "auth",
-    "token",
-    "token_url",
-    "client_id",
-    "client_secret",
-    "enabled",
-    "disabled_reason",
-    "retired_at",
-    "retired_reason",
-    isi_callback_url,
-    "connections_refreshed_at",
-    "previous_secret_expires_at",
-    "waiting",
-    "created_at",
-]
-READONLY_FIELDS = [
-    "uuid",
-    "broker",
-    "kind",
-    "disabled_reason",
-    "retired_at",
-    "retired_reason",
-    isi_callback_url,
-    "connections_refreshed_at",
-    "previous_secret_expires_at",
-    "waiting",
-    "created_at",
-]
 
 
 class IsiConnectionInline(TabularInline):
@@ -217,92 +172,159 @@ def _credentials(data: dict[str, Any]) -> dict[str, str]:
     return {name: data.get(name) or "" for name in ("token_url", "client_id", "client_secret")}
 
 
-def _create(request: HttpRequest, data: dict[str, Any], actor: str) -> Created:
-    created = isi_integration_create(
-        broker=data["broker"],
-        name=data["name"],
-        base_url=data["base_url"],
-        actor=actor,
-        **_credentials(data),
-    )
-    if created.connections_error:
-        messages.warning(
-            request,
-            f"Created, but its connections could not be listed: {created.connections_error}. "
-            "Once fixed, use 'Check connection' on its page.",
+@admin.register(IsiIntegration)
+class IsiIntegrationAdmin(IntegrationAdmin):
+    kind_label = "ISI"
+    add_form = IsiIntegrationAddForm
+    form = IsiIntegrationChangeForm
+    credentials = [
+        Credential("token", "Static bearer token", "credentials_changed_at"),
+        Credential("client_secret", "Client secret", "credentials_changed_at"),
+    ]
+    add_fieldsets = [
+        (
+            None,
+            {
+                "fields": [
+                    "broker",
+                    "name",
+                    "base_url",
+                    "auth",
+                    "token",
+                    "token_url",
+                    "client_id",
+                    "client_secret",
+                ]
+            },
         )
-    return Created(created.integration, created.webhook_secret)
+    ]
+    fieldsets = [
+        (
+            None,
+            {
+                "fields": [
+                    "uuid",
+                    "broker",
+                    "kind",
+                    "name",
+                    "base_url",
+                    "auth",
+                    "token",
+                    "token_url",
+                    "client_id",
+                    "client_secret",
+                    "enabled",
+                    "disabled_reason",
+                    "retired_at",
+                    "retired_reason",
+                    isi_callback_url,
+                    "connections_refreshed_at",
+                    "previous_secret_expires_at",
+                    "waiting",
+                    "created_at",
+                ]
+            },
+        )
+    ]
+    readonly_fields = [
+        "uuid",
+        "broker",
+        "kind",
+        "disabled_reason",
+        "retired_at",
+        "retired_reason",
+        isi_callback_url,
+        "connections_refreshed_at",
+        "previous_secret_expires_at",
+        "waiting",
+        "created_at",
+    ]
+    inlines = [IsiConnectionInline]
 
+    # -- its services ------------------------------------------------------------------------
 
-def _update(integration: Integration, data: dict[str, Any], actor: str) -> None:
-    isi_integration_update(
-        integration=integration,
-        actor=actor,
-        name=data["name"],
-        base_url=data["base_url"],
-        auth=data["auth"],
-        **_credentials(data),
-    )
+    def create(self, request: HttpRequest, data: dict[str, Any], actor: str) -> Created:
+        created = isi_integration_create(
+            broker=data["broker"],
+            name=data["name"],
+            base_url=data["base_url"],
+            actor=actor,
+            **_credentials(data),
+        )
+        if created.connections_error:
+            messages.warning(
+                request,
+                f"Created, but its connections could not be listed: "
+                f"{created.connections_error}. Once fixed, use 'Check connection' on its page.",
+            )
+        return Created(created.integration, created.webhook_secret)
 
-
-def connection_check(request: HttpRequest, integration: Integration) -> None:
-    """List the connections again and tell staff what the broker answered."""
-    try:
-        refreshed = isi_connections_refresh(integration=integration, actor=staff_actor(request))
-    except isi.IsiError as exc:
-        answer = f" The broker answered: {exc.answer[:500]}" if exc.answer else ""
-        messages.error(request, f"Check connection failed: {exc}.{answer}")
-        return
-    taking_part = len(refreshed.taking_part)
-    listed = sum(1 for c in refreshed.connections if c.listed)
-    messages.success(
-        request,
-        f"Check connection: {refreshed.method} {integration.base_url}{isi.CONNECTIONS_PATH} "
-        f"answered HTTP {refreshed.status}: {listed} connection(s) listed, {taking_part} take "
-        f"part in DROP. The broker answered: {refreshed.answer[:500] or '(empty body)'}",
-    )
-    if refreshed.pending_requests_queued:
-        messages.info(
-            request,
-            f"{refreshed.pending_requests_queued} request(s) that waited for a target queued.",
+    def update(self, integration: Integration, data: dict[str, Any], actor: str) -> None:
+        isi_integration_update(
+            integration=integration,
+            actor=actor,
+            name=data["name"],
+            base_url=data["base_url"],
+            auth=data["auth"],
+            **_credentials(data),
         )
 
+    def secret_shown_once(
+        self, integration: Integration, secret: str, title: str
+    ) -> SecretShownOnce:
+        connections = list(integration.connections.all())
+        taking_part = sum(1 for c in connections if c.takes_part_in_drop)
+        return SecretShownOnce(
+            title=title,
+            label="Webhook Secret",
+            secret=secret,
+            facts=[
+                ("Integration", f"{integration.name} ({integration.broker.broker_id})"),
+                ("integration_id", str(integration.uuid)),
+                ("Broker's API", integration.base_url),
+                ("Connections taking part in DROP", f"{taking_part} of {len(connections)}"),
+                ("Completion callbacks (PUT or POST)", isi_callback_url(integration)),
+            ],
+            explanation=(
+                "The broker's systems sign every completion callback with it (HMAC-SHA256 over "
+                "'<timestamp>:<body>'), and send an API key with the webhook_callback scope."
+            ),
+            guide_section="isi-your-rest-api",
+            guide_title="ISI: your REST API",
+            done_url=self.admin_url("change", integration.pk),
+            done_label=integration.name,
+        )
 
-def _secret_shown_once(integration: Integration, secret: str, title: str) -> SecretShownOnce:
-    """The shown-once page of an ISI integration's Webhook Secret."""
-    connections = list(integration.connections.all())
-    taking_part = sum(1 for c in connections if c.takes_part_in_drop)
-    return SecretShownOnce(
-        title=title,
-        label="Webhook Secret",
-        secret=secret,
-        facts=[
-            ("Integration", f"{integration.name} ({integration.broker.broker_id})"),
-            ("integration_id", str(integration.uuid)),
-            ("Broker's API", integration.base_url),
-            ("Connections taking part in DROP", f"{taking_part} of {len(connections)}"),
-            ("Completion callbacks (PUT or POST)", isi_callback_url(integration)),
-        ],
-        explanation=(
-            "The broker's systems sign every completion callback with it (HMAC-SHA256 over "
-            "'<timestamp>:<body>'), and send an API key with the webhook_callback scope."
-        ),
-        guide_section="isi-your-rest-api",
-        guide_title="ISI: your REST API",
-        done_url=reverse("admin:integrations_integration_change", args=[integration.pk]),
-        done_label=integration.name,
-    )
+    # -- "Check connection" ------------------------------------------------------------------
 
+    def object_buttons(self, obj: Integration) -> list[ObjectButton]:
+        own = ObjectButton("Check connection", self.admin_url("check_connection", obj.pk))
+        return [own, *super().object_buttons(obj)]
 
-PAGES = KindPages(
-    label="ISI",
-    add_form=IsiIntegrationAddForm,
-    change_form=IsiIntegrationChangeForm,
-    add_fields=ADD_FIELDS,
-    change_fields=CHANGE_FIELDS,
-    readonly_fields=READONLY_FIELDS,
-    create=_create,
-    update=_update,
-    secret_shown_once=_secret_shown_once,
-    inlines=(IsiConnectionInline,),
-)
+    def object_views(self) -> list[URLPattern]:
+        own = self.object_view("check-connection", "check_connection", self.check_connection)
+        return [*super().object_views(), own]
+
+    def check_connection(self, request: HttpRequest, pk: int) -> HttpResponse:
+        """List the connections again and tell staff what the broker answered."""
+        integration = self.posted_integration(request, pk)
+        try:
+            refreshed = isi_connections_refresh(integration=integration, actor=staff_actor(request))
+        except isi.IsiError as exc:
+            answer = f" The broker answered: {exc.answer[:500]}" if exc.answer else ""
+            messages.error(request, f"Check connection failed: {exc}.{answer}")
+            return HttpResponseRedirect(self.admin_url("change", pk))
+        taking_part = len(refreshed.taking_part)
+        listed = sum(1 for c in refreshed.connections if c.listed)
+        messages.success(
+            request,
+            f"Check connection: {refreshed.method} {integration.base_url}{isi.CONNECTIONS_PATH} "
+            f"answered HTTP {refreshed.status}: {listed} connection(s) listed, {taking_part} "
+            f"take part in DROP. The broker answered: {refreshed.answer[:500] or '(empty body)'}",
+        )
+        if refreshed.pending_requests_queued:
+            messages.info(
+                request,
+                f"{refreshed.pending_requests_queued} request(s) that waited for a target queued.",
+            )
+        return HttpResponseRedirect(self.admin_url("change", pk))

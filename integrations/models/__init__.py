@@ -21,7 +21,10 @@ from integrations.models.integrations import (
     IntegrationKind,
     IsiAuth,
     IsiConnection,
+    IsiIntegration,
+    OfItsKind,
     SaasConnection,
+    WebhookIntegration,
 )
 from integrations.models.keys import ApiKey, ApiKeyScope
 from integrations.models.ledger import LedgerChainLink, LedgerEvent
@@ -71,8 +74,10 @@ __all__ = [
     "IntegrationKind",
     "IsiAuth",
     "IsiConnection",
+    "IsiIntegration",
     "LedgerChainLink",
     "LedgerEvent",
+    "OfItsKind",
     "OptOutRecord",
     "ReportFile",
     "ReportFileState",
@@ -85,6 +90,7 @@ __all__ = [
     "StaffRecoveryCodes",
     "StaffTotpDevice",
     "UnreadableWorkItem",
+    "WebhookIntegration",
     "WorkItem",
     "WorkItemState",
     "owed_status",

@@ -9,6 +9,7 @@ previous secret stays valid until ``previous_secret_expires_at`` (24 hours).
 from __future__ import annotations
 
 import uuid
+from typing import Any, ClassVar, Self, TypeVar
 
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
@@ -28,6 +29,10 @@ class IsiAuth(models.TextChoices):
 
 
 class Integration(models.Model):
+    """A target of one of the ``IntegrationKind``s; each kind has its proxy model below."""
+
+    KIND: ClassVar[str] = ""  # a kind's proxy model names its kind
+
     uuid = models.UUIDField(  # integration_id
         "UUID", default=uuid.uuid4, unique=True, editable=False
     )
@@ -83,6 +88,42 @@ class Integration(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.kind})"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self.kind:
+            self.kind = self.KIND  # a row made through a kind's proxy model is of that kind
+        super().save(*args, **kwargs)
+
+
+_Kind = TypeVar("_Kind", bound=Integration)
+
+
+class OfItsKind(models.Manager[_Kind]):
+    """A kind's proxy model's manager: the integrations of its ``KIND`` only."""
+
+    def get_queryset(self) -> models.QuerySet[_Kind]:
+        return super().get_queryset().filter(kind=self.model.KIND)
+
+
+# One proxy model per kind: its own admin pages (``admin/<kind>.py``) and permissions.
+class WebhookIntegration(Integration):
+    KIND = IntegrationKind.WEBHOOK
+
+    objects: ClassVar[OfItsKind[Self]] = OfItsKind()
+
+    class Meta:
+        proxy = True
+        verbose_name = "webhook integration"
+
+
+class IsiIntegration(Integration):
+    KIND = IntegrationKind.ISI
+
+    objects: ClassVar[OfItsKind[Self]] = OfItsKind()
+
+    class Meta:
+        proxy = True
+        verbose_name = "ISI integration"
 
 
 DROP_CAPABILITIES = ("privacy/drop/identifiers", "privacy/drop/delete")

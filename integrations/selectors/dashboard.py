@@ -25,6 +25,7 @@ from integrations.models import (
     owed_status,
 )
 from integrations.selectors.requests import deletion_requests_needing_attention
+from integrations.selectors.targets import broker_targets
 
 # Integration health looks at this many of the latest delivery attempts (by id, which grows
 # with time): the attempts table keeps every attempt for good, the dashboard must not.
@@ -273,9 +274,7 @@ def _integration_health_by_broker() -> dict[int, list[IntegrationHealth]]:
     one is left out: it is gone for good, nothing waits for it."""
     health, looked_at_all = integration_delivery_health()
     health_of: dict[int, list[IntegrationHealth]] = {}
-    for integration in Integration.objects.filter(retired_at__isnull=True).order_by(
-        "broker_id", "name"
-    ):
+    for integration in broker_targets(None, retired=False):
         last_success_at, failures = health.get(integration.pk, (None, 0))
         health_of.setdefault(integration.broker_id, []).append(
             IntegrationHealth(

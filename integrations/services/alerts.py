@@ -14,7 +14,7 @@ wrong now, one ``Firing`` per thing (a broker, an integration, a cycle)::
 
     @alert_condition("integration_disabled")
     def _disabled(now: dt.datetime) -> Iterable[Firing]:
-        for integration in Integration.objects.filter(enabled=False):
+        for integration in broker_targets(None, enabled=False):
             yield Firing(key=str(integration.uuid), broker_id=..., text="...")
 """
 
@@ -38,7 +38,6 @@ from integrations.models import (
     AlertState,
     DropCycle,
     DropNotification,
-    Integration,
     LedgerEvent,
     ReportFile,
     ReportFileState,
@@ -49,6 +48,7 @@ from integrations.models import (
 )
 from integrations.selectors.deadlines import cycle_deadlines
 from integrations.selectors.stuck import stuck_work_items
+from integrations.selectors.targets import broker_targets
 from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
 from integrations.url_extras import data_without_url_extras, without_url_extras
 
@@ -238,9 +238,7 @@ def _drop_lists_not_read(now: dt.datetime) -> Iterable[Firing]:
 def _integration_disabled(now: dt.datetime) -> Iterable[Firing]:
     """An integration or SaaS connection is disabled: its deliveries wait."""
     # A retired one is gone for good, by staff's decision: nothing waits for it.
-    for integration in Integration.objects.filter(
-        enabled=False, retired_at__isnull=True
-    ).select_related("broker"):
+    for integration in broker_targets(None, enabled=False, retired=False):
         yield Firing(
             key=f"integration:{integration.uuid}",
             broker_id=integration.broker.broker_id,

@@ -22,6 +22,7 @@ from integrations.dispatch import isi
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, Integration, IntegrationKind, IsiConnection
 from integrations.outbound_http import DeliveryResult
+from integrations.selectors.targets import broker_targets
 from integrations.services.isi_tokens import isi_bearer_token
 from integrations.services.ledger import ledger_event_append
 from integrations.services.requests import pending_requests_target
@@ -173,10 +174,7 @@ def isi_connections_refresh_for_broker(
     failure is in the ledger and the log), so its DROP cycle is not held up by it.
     """
     outcomes: list[ConnectionsRefreshed | isi.IsiError] = []
-    integrations = Integration.objects.select_related("broker").filter(
-        broker=broker, kind=IntegrationKind.ISI, enabled=True
-    )
-    for integration in integrations:
+    for integration in broker_targets(broker, kind=IntegrationKind.ISI, enabled=True):
         try:
             outcomes.append(isi_connections_refresh(integration=integration, actor=actor))
         except isi.IsiError as exc:

@@ -17,7 +17,15 @@ from django.test import Client, RequestFactory
 from django.urls import reverse
 from django.utils import timezone
 
-from integrations.models import Broker, LedgerEvent, ReportFile, ReportFileState, ReportKind
+from integrations.models import (
+    Broker,
+    IsiAuth,
+    IsiIntegration,
+    LedgerEvent,
+    ReportFile,
+    ReportFileState,
+    ReportKind,
+)
 from integrations.services.keys import CreatedApiKey
 from tests.builders import SampleCycle, sample_cycle
 
@@ -49,6 +57,8 @@ ACTION_INPUT: dict[str, dict[str, str]] = {
     },
     "reportfile.discard_amendment": {"apply": "1", "reason": "DROP closed the cycle"},
     "integration.retire_integrations": {"apply": "1", "reason": "CRM decommissioned"},
+    "webhookintegration.retire_integrations": {"apply": "1", "reason": "CRM decommissioned"},
+    "isiintegration.retire_integrations": {"apply": "1", "reason": "API decommissioned"},
     "saasconnection.retire_connections": {"apply": "1", "reason": "contract ended"},
 }
 
@@ -66,9 +76,22 @@ def _refused_amendment(world: SampleCycle) -> None:
     )
 
 
+def _isi_integration(world: SampleCycle) -> None:
+    IsiIntegration.objects.create(
+        broker=world.broker,
+        name="Acme API",
+        base_url="https://api.acme.example",
+        auth=IsiAuth.TOKEN,
+        token="isi-token",
+        webhook_secret="whsec_" + "I" * 43,
+    )
+
+
 # Actions that need a row in a state the sample cycle does not have.
 ACTION_SETUP: dict[str, Callable[[SampleCycle], None]] = {
     "reportfile.discard_amendment": _refused_amendment,
+    "isiintegration.disable_integrations": _isi_integration,
+    "isiintegration.retire_integrations": _isi_integration,
 }
 
 

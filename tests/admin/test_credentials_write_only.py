@@ -115,7 +115,9 @@ def _pages() -> list[str]:
         prefix = f"admin:{meta.app_label}_{meta.model_name}"
         urls.append(reverse(f"{prefix}_changelist"))
         rows = model._default_manager.all()
-        for obj in rows if model in CREDENTIAL_MODELS else rows[:1]:
+        # Every row of a model that holds a credential, through each kind's pages too.
+        holds_credentials = model._meta.concrete_model in CREDENTIAL_MODELS
+        for obj in rows if holds_credentials else rows[:1]:
             urls.append(reverse(f"{prefix}_change", args=[obj.pk]))
             urls.append(reverse(f"{prefix}_history", args=[obj.pk]))
     return urls

@@ -104,7 +104,7 @@ def test_regenerating_shows_the_new_secret_once_and_keeps_the_old_one_for_24_hou
     integration = created.integration
 
     page = staff.post(
-        f"/admin/integrations/integration/{integration.pk}/rotate-secret/", follow=True
+        f"/admin/integrations/webhookintegration/{integration.pk}/rotate-secret/", follow=True
     ).content.decode()
 
     (shown,) = set(SECRET_RE.findall(page))
@@ -117,7 +117,9 @@ def test_regenerating_shows_the_new_secret_once_and_keeps_the_old_one_for_24_hou
     assert until.endswith(("PST", "PDT")) and f"until {until}." in page
     assert LedgerEvent.objects.get(kind="integration.secret_rotated").actor == "staff:alice"
     assert (
-        staff.get(f"/admin/integrations/integration/{integration.pk}/rotate-secret/").status_code
+        staff.get(
+            f"/admin/integrations/webhookintegration/{integration.pk}/rotate-secret/"
+        ).status_code
         == 403
     )
 
@@ -129,7 +131,7 @@ def test_a_test_notification_shows_the_brokers_answer(
     created = webhook_integration_for(broker, receiver.url)
     receiver.secrets = [created.webhook_secret]
     receiver.script(Reply(status=200, body=b"pong from acme"), Reply(status=410, body=b"gone"))
-    url = f"/admin/integrations/integration/{created.integration.pk}/test-notification/"
+    url = f"/admin/integrations/webhookintegration/{created.integration.pk}/test-notification/"
 
     ok = staff.post(url, follow=True).content.decode()
     failed = staff.post(url, follow=True).content.decode()

@@ -96,7 +96,10 @@ def _messages(page: str) -> str:
 def test_the_list_offers_to_add_an_isi_integration(staff: Client) -> None:
     page = staff.get("/admin/integrations/integration/").content.decode()
 
-    assert 'href="/admin/integrations/integration/add/?kind=isi"' in page
+    assert 'href="/admin/integrations/isiintegration/add/"' in page
+    assert 'href="/admin/integrations/webhookintegration/add/"' in page
+    # The list's add page of old, ``?kind=`` naming the kind, is still that kind's.
+    assert "Base URL" in staff.get(ADD).content.decode()
 
 
 def test_adding_an_isi_integration_lists_its_connections_and_shows_its_secret_once(
@@ -170,7 +173,7 @@ def test_check_connection_shows_the_brokers_answer_and_the_new_list(
     staff: Client, created: CreatedIsiIntegration, api: IsiSimulator
 ) -> None:
     api.connections = [connection(CONNECTION_A), connection(CONNECTION_B, ["privacy/access"])]
-    url = f"/admin/integrations/integration/{created.integration.pk}/check-connection/"
+    url = f"/admin/integrations/isiintegration/{created.integration.pk}/check-connection/"
 
     page = staff.post(url, follow=True).content.decode()
 
@@ -186,7 +189,7 @@ def test_check_connection_failure_shows_what_the_broker_said(
     staff: Client, created: CreatedIsiIntegration, api: IsiSimulator
 ) -> None:
     api.answer_next("connections", Reply(500, b"down for maintenance"))
-    url = f"/admin/integrations/integration/{created.integration.pk}/check-connection/"
+    url = f"/admin/integrations/isiintegration/{created.integration.pk}/check-connection/"
 
     page = staff.post(url, follow=True).content.decode()
 
@@ -197,7 +200,7 @@ def test_check_connection_failure_shows_what_the_broker_said(
 
 
 def test_check_connection_needs_a_post(staff: Client, created: CreatedIsiIntegration) -> None:
-    url = f"/admin/integrations/integration/{created.integration.pk}/check-connection/"
+    url = f"/admin/integrations/isiintegration/{created.integration.pk}/check-connection/"
 
     assert staff.get(url).status_code == 403
 

@@ -39,7 +39,7 @@ from django.urls import URLPattern, URLResolver, reverse
 from django.utils import timezone
 
 from integrations.ledger_kinds import LedgerKind
-from integrations.models import Broker
+from integrations.models import Broker, IsiAuth, IsiIntegration
 from integrations.services.keys import CreatedApiKey
 from integrations.services.ledger import ledger_event_append
 from tests.builders import sample_cycle
@@ -111,6 +111,15 @@ def cell(operations: list[str]) -> str:
 def every_model(broker: Broker, make_key: Callable[..., CreatedApiKey]) -> None:
     """At least one row of every model the admin shows."""
     sample_cycle(broker, today=timezone.localdate())
+    # An ISI integration for its kind's pages (a closed port: "Check connection" fails fast).
+    IsiIntegration.objects.create(
+        broker=broker,
+        name="Acme API",
+        base_url="https://127.0.0.1:9",
+        auth=IsiAuth.TOKEN,
+        token="isi-token",
+        webhook_secret="whsec_" + "I" * 43,
+    )
     make_key("webhook_callback")
     ledger_event_append(kind=LedgerKind.BROKER_UPDATED, broker_id=broker.broker_id)
     now = timezone.now()

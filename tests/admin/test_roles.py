@@ -19,7 +19,14 @@ from django.urls import reverse
 from django.utils import timezone
 
 from integrations.ledger_kinds import LedgerKind
-from integrations.models import ApiKey, Broker, DeletionRequest, LedgerEvent
+from integrations.models import (
+    ApiKey,
+    Broker,
+    DeletionRequest,
+    IsiAuth,
+    IsiIntegration,
+    LedgerEvent,
+)
 from integrations.services.keys import CreatedApiKey
 from integrations.services.ledger import ledger_event_append
 from tests.builders import sample_cycle
@@ -44,6 +51,15 @@ def admin_url(model: type[models.Model], view: str, *args: object) -> str:
 def every_model(broker: Broker, make_key: Callable[..., CreatedApiKey]) -> None:
     """At least one row of every model of the cycle."""
     sample_cycle(broker, today=timezone.localdate())
+    # An ISI integration for its kind's pages (a closed port: "Check connection" fails fast).
+    IsiIntegration.objects.create(
+        broker=broker,
+        name="Acme API",
+        base_url="https://127.0.0.1:9",
+        auth=IsiAuth.TOKEN,
+        token="isi-token",
+        webhook_secret="whsec_" + "I" * 43,
+    )
     make_key("webhook_callback")
     ledger_event_append(kind=LedgerKind.BROKER_UPDATED, broker_id=broker.broker_id)
 

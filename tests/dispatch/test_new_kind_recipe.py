@@ -8,6 +8,12 @@ recorded as the verdict says, the row's state, its retry, its target disabled, i
 And its broker, calling back as a webhook's does, is answered with no SQL of its own: the
 callback finds the request by the key its body names, whatever kind dispatched it.
 
+Its admin step: a proxy model and its ModelAdmin on ``admin.integrations.IntegrationAdmin``,
+both defined here (the model in an app registry of its own, the admin on a site of its own,
+next to the list of every integration), and its pages work: its list, its add form (which
+creates one through the admin's ``create``), its change page and its buttons, and the list
+of every integration offers to add one and hands it its page.
+
 The recipe's model step (a member of ``IntegrationKind`` and a migration widening the kind
 column's check) is stood in for by dropping that check inside each test's transaction.
 """
@@ -16,14 +22,24 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Executor
+from typing import Any, ClassVar, Self
 
 import pytest
+from django import forms
+from django.contrib.auth.models import User
 from django.db import connection
+from django.http import HttpRequest
+from django.test import Client
+from django.test.utils import isolate_apps
+from django.urls import include, path
 from django.utils import timezone
 from rest_framework.test import APIClient
+from unfold.sites import UnfoldAdminSite
 
+from integrations.admin.integrations import Created, IntegrationAdmin, IntegrationListAdmin
+from integrations.admin.shown_once import SecretShownOnce
 from integrations.dispatch import signing
 from integrations.dispatch.transport import Attempt, Message, Outcome, Verdict
 from integrations.dispatch.transports import TRANSPORTS
@@ -33,10 +49,12 @@ from integrations.models import (
     DeliveryAttempt,
     Integration,
     LedgerEvent,
+    OfItsKind,
     RequestState,
 )
 from integrations.services.deliveries import DeletionRequests
 from integrations.services.delivery_loop import deliverables_deliver
+from integrations.services.integrations import integration_update
 from integrations.services.keys import api_key_create
 from tests.builders import deletion_request, webhook
 
@@ -248,3 +266,113 @@ def test_its_broker_calls_back_as_a_webhook_with_no_sql_of_its_own(
     assert response.status_code == 200, response.content
     request.refresh_from_db()
     assert (request.state, request.drop_outcome) == (RequestState.COMPLETED, "deleted")
+
+
+# -- its admin pages ------------------------------------------------------------------------
+
+# The URLs of this module's admin site, set by ``pigeon_site`` (this module is the URLconf).
+urlpatterns: list[Any] = []
+
+
+def pigeon_kind() -> tuple[type[Integration], type[IntegrationAdmin]]:
+    """The recipe's proxy model and ModelAdmin for the pigeon (call it in isolated apps)."""
+
+    class PigeonIntegration(Integration):
+        KIND = PIGEON
+
+        objects: ClassVar[OfItsKind[Self]] = OfItsKind()
+
+        class Meta:
+            proxy = True
+            app_label = "integrations"
+            verbose_name = "pigeon integration"
+
+    class PigeonAddForm(forms.ModelForm):
+        url = forms.URLField(assume_scheme="https")
+
+        class Meta:
+            model = PigeonIntegration
+            fields = ["broker", "name", "url"]
+
+    class PigeonChangeForm(forms.ModelForm):
+        class Meta:
+            model = PigeonIntegration
+            fields = ["name", "enabled"]
+
+    class PigeonIntegrationAdmin(IntegrationAdmin):
+        kind_label = "Pigeon"
+        add_form = PigeonAddForm
+        form = PigeonChangeForm
+        add_fieldsets = [(None, {"fields": ["broker", "name", "url"]})]
+        fieldsets = [(None, {"fields": ["uuid", "broker", "kind", "name", "enabled", "waiting"]})]
+        readonly_fields = ["uuid", "broker", "kind", "waiting"]
+
+        def create(self, request: HttpRequest, data: dict[str, Any], actor: str) -> Created:
+            secret = signing.generate_webhook_secret()
+            loft = PigeonIntegration.objects.create(
+                broker=data["broker"], name=data["name"], url=data["url"], webhook_secret=secret
+            )
+            return Created(loft, secret)
+
+        def update(self, integration: Integration, data: dict[str, Any], actor: str) -> None:
+            integration_update(integration=integration, actor=actor, name=data["name"])
+
+        def secret_shown_once(
+            self, integration: Integration, secret: str, title: str
+        ) -> SecretShownOnce:
+            return SecretShownOnce(
+                title=title,
+                label="Webhook Secret",
+                secret=secret,
+                done_url=self.admin_url("change", integration.pk),
+                done_label=integration.name,
+            )
+
+    return PigeonIntegration, PigeonIntegrationAdmin
+
+
+@pytest.fixture
+def pigeon_site(settings: Any, client: Client) -> Iterator[type[Integration]]:
+    """The pigeon's proxy model, its admin at ``/pigeons/`` with the list of every integration,
+    and a superuser logged in."""
+    with isolate_apps("integrations"):
+        model, model_admin = pigeon_kind()
+        site = UnfoldAdminSite(name="pigeons")
+        site.register(Integration, IntegrationListAdmin)
+        site.register(model, model_admin)
+        urlpatterns[:] = [path("pigeons/", site.urls), path("", include("dropportal.urls"))]
+        settings.ROOT_URLCONF = __name__
+        client.force_login(User.objects.create_superuser("pip", "pip@example.com", "pw-coo-123"))
+        yield model
+
+
+def test_its_admin_pages_are_its_modeladmin_alone(
+    broker: Broker, loft: Integration, pigeon_site: type[Integration], client: Client
+) -> None:
+    pigeons = "/pigeons/integrations/pigeonintegration/"
+
+    listed = client.get(pigeons)
+    assert listed.status_code == 200
+    assert "Loft" in listed.content.decode()
+    adding = client.get(f"{pigeons}add/")
+    assert adding.status_code == 200
+    assert 'name="url"' in adding.content.decode()
+    page = client.get(f"{pigeons}{loft.pk}/change/").content.decode()
+    assert "Regenerate secret" in page
+    assert f'action="{pigeons}{loft.pk}/rotate-secret/"' in page
+
+    every = client.get("/pigeons/integrations/integration/").content.decode()
+    assert f'href="{pigeons}add/"' in every
+    assert "Add pigeon integration" in every
+    handed = client.get(f"/pigeons/integrations/integration/{loft.pk}/change/")
+    assert handed.status_code == 200
+    assert handed.context_data is not None
+    assert handed.context_data["opts"].model_name == "pigeonintegration"
+
+    added = client.post(
+        f"{pigeons}add/",
+        {"broker": broker.pk, "name": "Loft 2", "url": "https://loft.example/coo"},
+    )
+    assert added.status_code == 302, added.content.decode()[:2000]
+    assert added["Location"].startswith("/admin/shown-once/")
+    assert pigeon_site.objects.get(name="Loft 2").kind == PIGEON

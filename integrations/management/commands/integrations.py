@@ -24,6 +24,7 @@ from integrations.management.base import (
     secret_value,
 )
 from integrations.models import Integration, IntegrationKind, IsiConnection
+from integrations.selectors.targets import broker_targets
 from integrations.services.integrations import (
     integration_disable,
     integration_enable,
@@ -335,11 +336,8 @@ class Command(DropportalCommand):
     # -- list --------------------------------------------------------------------------------
 
     def handle_list(self, **options: Any) -> None:
-        integrations = Integration.objects.select_related("broker").order_by(
-            "broker__broker_id", "name"
-        )
-        if options.get("broker"):
-            integrations = integrations.filter(broker=broker_or_error(options["broker"]))
+        broker = broker_or_error(options["broker"]) if options.get("broker") else None
+        integrations = broker_targets(broker)
         rows = [
             {
                 "uuid": str(i.uuid),
