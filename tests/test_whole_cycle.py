@@ -66,8 +66,8 @@ from integrations.services.ledger import ledger_seal, ledger_verify
 from tests.builders import (
     CONNECTION_A,
     CONNECTION_B,
+    ConsumerFactory,
     broker_connections,
-    consumer,
     drop_zip,
     run_worker,
     worker_jobs_emptied,
@@ -257,7 +257,9 @@ def test_the_whole_cycle(
     # One consumer per outcome, each matched by DROP's email list.
     items = list(work_items(len(OUTCOMES)))
     for outcome, (_, email_hash) in zip(OUTCOMES, items, strict=True):
-        consumer(broker, f"C-{outcome}", email=email_hash)
+        ConsumerFactory.create(
+            broker=broker, remote_identifier=f"C-{outcome}", hashes={"email": email_hash}
+        )
     package = write_zip(tmp_path, drop_zip(broker, {"Email": items}))
     call_command("drop", "import", "--broker", "4821", str(package), stdout=io.StringIO())
     requested = side.targets * len(OUTCOMES)

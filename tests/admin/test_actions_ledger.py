@@ -19,7 +19,10 @@ from django.utils import timezone
 
 from integrations.models import Broker, LedgerEvent, ReportFile, ReportFileState, ReportKind
 from integrations.services.keys import CreatedApiKey
-from tests.builders import SampleCycle, sample_cycle
+from tests.builders import (
+    SampleCycle,
+    sample_cycle,
+)
 
 pytestmark = pytest.mark.django_db
 

@@ -34,7 +34,9 @@ from integrations.services.brokers import broker_update
 from integrations.services.keys import CreatedApiKey
 from integrations.services.ledger import ledger_event_append
 from integrations.services.staff_mfa import staff_mfa_enrol, staff_mfa_pending_device
-from tests.builders import sample_cycle
+from tests.builders import (
+    sample_cycle,
+)
 
 pytestmark = pytest.mark.django_db
 

@@ -13,7 +13,10 @@ from django.test import Client
 from django.utils import timezone
 
 from integrations.models import Broker, LedgerEvent, ReportFile
-from tests.builders import SampleCycle, sample_cycle
+from tests.builders import (
+    SampleCycle,
+    sample_cycle,
+)
 
 pytestmark = pytest.mark.django_db
 
