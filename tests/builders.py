@@ -380,7 +380,13 @@ class OptOutRecordFactory(DjangoModelFactory[OptOutRecord]):
     class Meta:
         model = OptOutRecord
 
-    broker = factory.SelfAttribute("deletion_request.broker")
+    deletion_request = None
+    resolution_request = None
+    broker = factory.Maybe(
+        "deletion_request",
+        yes_declaration=factory.SelfAttribute("deletion_request.broker"),
+        no_declaration=factory.SelfAttribute("resolution_request.broker"),
+    )
     email = "Opted.Out@Example.com"
 
 

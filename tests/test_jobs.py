@@ -16,10 +16,7 @@ from integrations import enqueue, tasks
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import LedgerChainLink, LedgerEvent
 from integrations.services.ledger import ledger_event_append
-from tests.builders import (
-    run_worker,
-    truncate_jobs,
-)
+from tests.builders import run_worker, truncate_jobs
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

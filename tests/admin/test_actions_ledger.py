@@ -17,9 +17,10 @@ from django.test import Client, RequestFactory
 from django.urls import reverse
 from django.utils import timezone
 
-from integrations.models import Broker, LedgerEvent, ReportFile, ReportFileState, ReportKind
+from integrations.models import Broker, LedgerEvent, ReportFileState, ReportKind
 from integrations.services.keys import CreatedApiKey
 from tests.builders import (
+    ReportFileFactory,
     SampleCycle,
     sample_cycle,
 )
@@ -57,14 +58,11 @@ ACTION_INPUT: dict[str, dict[str, str]] = {
 
 
 def _refused_amendment(world: SampleCycle) -> None:
-    ReportFile.objects.create(
-        broker=world.broker,
+    ReportFileFactory.create(
         cycle=world.previous,
         kind=ReportKind.AMEND,
         file_name=f"{world.previous.match_date:%Y%m%d}_{world.broker.broker_id}_Email_amend01.csv",
-        rows=0,
         sha256="2" * 64,
-        content=b"Id,Status\r\n",
         state=ReportFileState.REFUSED,
     )
 

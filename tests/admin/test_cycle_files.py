@@ -13,10 +13,7 @@ from django.test import Client
 from django.utils import timezone
 
 from integrations.models import Broker, LedgerEvent, ReportFile
-from tests.builders import (
-    SampleCycle,
-    sample_cycle,
-)
+from tests.builders import SampleCycle, sample_cycle
 
 pytestmark = pytest.mark.django_db
 

@@ -17,9 +17,7 @@ from integrations.drop.calendar import drop_today
 from integrations.models import Broker
 from integrations.selectors.dashboard import dashboard_overview, integration_delivery_health
 from integrations.services.brokers import broker_create
-from tests.builders import (
-    sample_cycle,
-)
+from tests.builders import sample_cycle
 
 pytestmark = pytest.mark.django_db
 

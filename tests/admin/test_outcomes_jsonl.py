@@ -11,9 +11,7 @@ from django.utils import timezone
 
 from integrations.models import Broker, DeletionRequest, LedgerEvent
 from integrations.selectors.outcomes import OUTCOME_COLUMNS
-from tests.builders import (
-    sample_cycle,
-)
+from tests.builders import sample_cycle
 
 pytestmark = pytest.mark.django_db
 

@@ -15,15 +15,15 @@ from procrastinate.contrib.django.models import ProcrastinateJob
 from integrations.models import (
     Broker,
     DeletionRequest,
-    DeliveryAttempt,
     Integration,
     LedgerEvent,
-    OptOutRecord,
     RequestState,
     SaasDeletion,
 )
 from tests.builders import (
     DeletionRequestFactory,
+    DeliveryAttemptFactory,
+    OptOutRecordFactory,
     ResolutionRequestFactory,
     SaasConnectionFactory,
     SaasDeletionFactory,
@@ -90,11 +90,8 @@ def test_a_request_page_shows_its_attempts_with_what_was_sent(
     request = DeletionRequestFactory.create(
         integration=integration, state=RequestState.QUEUED, attempts=1
     )
-    DeliveryAttempt.objects.create(
+    DeliveryAttemptFactory.create(
         deletion_request=request,
-        number=1,
-        started_at=timezone.now(),
-        url=integration.url,
         request_headers={"X-Webhook-Signature": "c2lnbmF0dXJl"},
         status=503,
         response_body="maintenance",
@@ -201,15 +198,11 @@ def test_an_opt_out_email_is_shown_on_its_page_only(
         drop_outcome="opted_out",
         drop_status_code=4,
     )
-    record = OptOutRecord.objects.create(
-        deletion_request=request, broker=integration.broker, email=" Ann.Smith@Example.com"
-    )
+    record = OptOutRecordFactory.create(deletion_request=request, email=" Ann.Smith@Example.com")
     resolution = ResolutionRequestFactory.create(
         integration=integration, state=RequestState.COMPLETED
     )
-    OptOutRecord.objects.create(
-        resolution_request=resolution, broker=integration.broker, email="Bo@Example.com"
-    )
+    OptOutRecordFactory.create(resolution_request=resolution, email="Bo@Example.com")
 
     listing = staff.get("/admin/integrations/optoutrecord/").content.decode()
     detail = staff.get(f"/admin/integrations/optoutrecord/{record.pk}/change/").content.decode()

@@ -42,9 +42,7 @@ from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker
 from integrations.services.keys import CreatedApiKey
 from integrations.services.ledger import ledger_event_append
-from tests.builders import (
-    sample_cycle,
-)
+from tests.builders import sample_cycle
 
 pytestmark = pytest.mark.django_db
 

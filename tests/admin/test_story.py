@@ -21,10 +21,7 @@ from integrations.models import (
 )
 from integrations.services.ledger import ledger_event_append
 from integrations.services.work_items import work_item_status_set
-from tests.builders import (
-    SampleCycle,
-    sample_cycle,
-)
+from tests.builders import SampleCycle, sample_cycle
 
 pytestmark = pytest.mark.django_db
 

@@ -14,10 +14,7 @@ from integrations.models import Broker, LedgerEvent
 from integrations.selectors.outcomes import OUTCOME_COLUMNS
 from integrations.services.brokers import broker_create
 from integrations.services.keys import CreatedApiKey
-from tests.builders import (
-    OutcomeHistory,
-    outcome_history,
-)
+from tests.builders import OutcomeHistory, outcome_history
 from tests.conftest import bearer
 
 pytestmark = pytest.mark.django_db

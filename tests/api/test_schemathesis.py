@@ -26,9 +26,7 @@ from integrations.api.outcomes import MomentField
 from integrations.models import Broker
 from integrations.services.brokers import broker_create
 from integrations.services.keys import CreatedApiKey
-from tests.builders import (
-    outcome_history,
-)
+from tests.builders import outcome_history
 
 # Examples per operation and mode (valid, invalid): most of the time goes into generating
 # them. A signed callback stops at its signature (401) or before it (404), whatever the

@@ -13,9 +13,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from integrations.models import Broker, Consumer, ConsumerHash, LedgerEvent
-from tests.builders import (
-    ConsumerFactory,
-)
+from tests.builders import ConsumerFactory
 
 pytestmark = pytest.mark.django_db
 

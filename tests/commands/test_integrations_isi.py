@@ -16,12 +16,7 @@ from django.core.management.base import CommandError
 from devtools.broker_simulator import Reply
 from devtools.isi_simulator import IsiSimulator, connection
 from integrations.models import Broker, Integration, IsiConnection, LedgerEvent
-from tests.builders import (
-    CONNECTION_A,
-    CONNECTION_B,
-    CONNECTION_STANDARD,
-    broker_connections,
-)
+from tests.builders import CONNECTION_A, CONNECTION_B, CONNECTION_STANDARD, broker_connections
 
 pytestmark = pytest.mark.django_db
 

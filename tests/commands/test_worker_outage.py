@@ -21,9 +21,7 @@ from integrations import tasks
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import LedgerChainLink
 from integrations.services.ledger import ledger_event_append
-from tests.builders import (
-    truncate_jobs,
-)
+from tests.builders import truncate_jobs
 from tests.conftest import database_server, database_url, subprocess_env
 from tests.db_proxy import DatabaseProxy
 

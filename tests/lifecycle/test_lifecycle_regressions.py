@@ -16,10 +16,7 @@ from devtools.drop_simulator import work_items
 from integrations.models import Broker, DeletionRequest, RequestState
 from integrations.services.integrations import webhook_integration_create
 from integrations.services.keys import CreatedApiKey
-from tests.builders import (
-    drop_zip,
-    write_zip,
-)
+from tests.builders import drop_zip, write_zip
 from tests.conftest import bearer
 
 pytestmark = pytest.mark.django_db

@@ -21,7 +21,6 @@ from integrations.models import (
     DeletionRequest,
     RequestState,
     ResolutionRequest,
-    SaasDeletion,
     WorkItem,
     WorkItemState,
 )
@@ -36,6 +35,7 @@ from integrations.services.redelivery import (
 from tests.builders import (
     ConsumerFactory,
     SaasConnectionFactory,
+    SaasDeletionFactory,
     drop_zip,
     write_zip,
 )
@@ -77,7 +77,7 @@ def test_a_removed_identifier_gets_nothing_more_sent_for_it(broker: Broker, tmp_
         DeletionRequest.objects.filter(pk=requests[remote].pk).update(**fields)
     resolution = ResolutionRequest.objects.get(remote_identifier="C-1")
     ResolutionRequest.objects.filter(pk=resolution.pk).update(state=RequestState.UNDELIVERABLE)
-    saas = SaasDeletion.objects.create(
+    saas = SaasDeletionFactory.create(
         resolution=resolution, saas_connection=mailer, state=RequestState.UNDELIVERABLE
     )
     by_id = {

@@ -18,9 +18,7 @@ from integrations.services.isi import isi_integration_create
 from integrations.services.ledger import ledger_event_append
 from integrations.services.outcomes import deletion_outcome_record
 from integrations.services.saas import saas_connection_create
-from tests.builders import (
-    DeletionRequestFactory,
-)
+from tests.builders import DeletionRequestFactory
 
 WITH_CREDENTIALS = "https://drop:hunter2@hooks.acme.example/drop"
 
