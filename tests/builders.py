@@ -1,21 +1,24 @@
 """Rows for tests, written straight to the tables (no matching, no dispatch), so a test states
 exactly the situation it needs; and DROP packages from the loopback DROP stand-in.
 
-The factory_boy factories hold each model's defaults once; the short functions below are what
-tests call, each keeping the values its tests were written against::
+One vocabulary: a factory_boy factory per model, its defaults in one place and a trait per
+situation; the few functions below do what a factory cannot (a service's shown-once secret,
+a report file and what DROP's answer does to its items, a ZIP, a worker)::
 
-    cycle = cycle_make(broker)                                  # reporting: March, 45 days
-    item = item_make(cycle, list_type="Email", status_code=5)
-    request_make(item, outcome="deleted")
+    cycle = DropCycleFactory(broker=broker)                     # reporting: March, 45 days
+    item = WorkItemFactory(cycle=cycle, list_type="Email", status_code=5)
+    DeletionRequestFactory(work_item=item, drop_outcome="deleted")
+    items_reported(cycle, [item])                               # DROP took the file
 
-    created = webhook_integration_for(broker, simulator.url)    # through the service: a test
-    request = deletion_request(created.integration)              # holds its Webhook Secret
+    created = webhook_integration_created(broker, simulator.url)  # through the service: a
+    request = DeletionRequestFactory(integration=created.integration)  # test holds its secret
 
-    created = isi_integration_for(broker, api)                  # OAuth, connections listed
-    request = isi_deletion_request(connection_of(created, CONNECTION_A), remote_identifier="C-1")
+    created = isi_integration_created(broker, api)              # OAuth, connections listed
+    connection_a = created.integration.connections.get(uuid=CONNECTION_A)
+    request = DeletionRequestFactory(isi_connection=connection_a, remote_identifier="C-1")
 
     items = list(work_items(4))                                  # a DROP package
-    consumer(broker, "C-1", email=items[0][1])
+    ConsumerFactory(broker=broker, remote_identifier="C-1", hashes={"email": items[0][1]})
     package = drop_zip(broker, {"Email": items[:2], "Phone": items[2:]})
 
     world = sample_cycle(broker, today=date(2026, 3, 20))        # every model of a cycle
@@ -84,15 +87,35 @@ CONNECTION_B = "0b9a52d4-58c5-4c3e-8a3c-6f4f2d1c9e21"
 CONNECTION_STANDARD = "c4e1f0aa-3b7d-4a55-9b8e-0d2f6a7c8b33"  # privacy/access, privacy/delete
 
 
-# The factories: one per model, its defaults in one place.
+# The factories: one per model, its defaults in one place, a trait for each situation tests
+# start from.
+
+
+class BrokerFactory(DjangoModelFactory[Broker]):
+    """A broker written straight to the table (``broker_create`` also ledgers it: the
+    ``broker`` fixture goes through it)."""
+
+    class Meta:
+        model = Broker
+
+    broker_id = factory.Sequence(lambda n: f"{9000 + n}")
+    name = factory.LazyAttribute(lambda o: f"Broker {o.broker_id}")
+    mode = "test"
 
 
 class DropCycleFactory(DjangoModelFactory[DropCycle]):
+    """A cycle downloaded on ``match_date`` (the reporting tests' March 12), due
+    ``due_in_days`` later."""
+
     class Meta:
         model = DropCycle
 
+    class Params:
+        due_in_days = 45
+
+    broker = factory.SubFactory(BrokerFactory)
     drop_session_id = "1"
-    match_date = MATCH_DATE
+    match_date = DAY
     downloaded_at = factory.LazyAttribute(
         lambda o: dt.datetime.combine(o.match_date, dt.time(9), tzinfo=dt.UTC)
     )
@@ -102,18 +125,37 @@ class DropCycleFactory(DjangoModelFactory[DropCycle]):
     zip_sha256 = factory.LazyAttribute(
         lambda o: hashlib.sha256(f"{o.broker.pk}:{o.drop_session_id}".encode()).hexdigest()
     )
-    due_date = factory.LazyAttribute(lambda o: o.match_date + dt.timedelta(days=45))
+    due_date = factory.LazyAttribute(lambda o: o.match_date + dt.timedelta(days=o.due_in_days))
+
+
+class CurrentCycleFactory(DropCycleFactory):
+    """The webhook and ISI tests' cycle: November 20, downloaded now; one per broker and
+    session, so every work item made without a cycle shares it."""
+
+    class Meta:
+        django_get_or_create = ("broker", "drop_session_id")
+
+    match_date = MATCH_DATE
+    downloaded_at = factory.LazyAttribute(lambda o: timezone.now())
 
 
 class WorkItemFactory(DjangoModelFactory[WorkItem]):
-    """A work item of ``cycle``; its id and hash are unique in the test run."""
+    """A work item; its id and hash are unique in the test run. Open, or reportable once it
+    has a ``status_code``; ``reported=True``: DROP holds that status."""
 
     class Meta:
         model = WorkItem
 
     class Params:
         list_type = "Email"
+        reported = factory.Trait(
+            state=WorkItemState.REPORTED,
+            status_code=5,
+            reported_status_code=factory.SelfAttribute("status_code"),
+            reported_at=factory.LazyFunction(timezone.now),
+        )
 
+    cycle = factory.SubFactory(CurrentCycleFactory)
     broker = factory.SelfAttribute("cycle.broker")
     work_item_id = factory.Sequence(lambda n: f"W{n + 1:011d}")
     hash_type = factory.LazyAttribute(lambda o: HASH_TYPES[o.list_type])
@@ -121,35 +163,136 @@ class WorkItemFactory(DjangoModelFactory[WorkItem]):
     file_name = factory.LazyAttribute(
         lambda o: f"{o.cycle.match_date:%Y%m%d}_{o.cycle.broker.broker_id}_{o.list_type}.csv"
     )
+    status_code = None
+    state = factory.LazyAttribute(
+        lambda o: WorkItemState.OPEN if o.status_code is None else WorkItemState.REPORTABLE
+    )
+
+
+class UnreadableWorkItemFactory(DjangoModelFactory[UnreadableWorkItem]):
+    class Meta:
+        model = UnreadableWorkItem
+
+    broker = factory.SelfAttribute("cycle.broker")
 
 
 class WebhookIntegrationFactory(DjangoModelFactory[Integration]):
+    """A webhook integration written straight to the table, its secret known to no one (a test
+    that signs as the broker goes through the service: ``webhook_integration_created``)."""
+
     class Meta:
         model = Integration
 
+    broker = factory.SubFactory(BrokerFactory)
     kind = IntegrationKind.WEBHOOK
     name = "Acme CRM"
     url = "https://hooks.example.com/drop"
     webhook_secret = "whsec_" + "A" * 43
 
 
+class IsiIntegrationFactory(DjangoModelFactory[Integration]):
+    """An ISI integration with a static token, written straight to the table."""
+
+    class Meta:
+        model = Integration
+
+    broker = factory.SubFactory(BrokerFactory)
+    kind = IntegrationKind.ISI
+    name = "Broker API"
+    base_url = "https://api.broker.example"
+    auth = "token"
+    token = "t0ken"
+    webhook_secret = "whsec_" + "b" * 43
+
+
+class IsiConnectionFactory(DjangoModelFactory[IsiConnection]):
+    """Connection A of an ISI integration, taking part in DROP."""
+
+    class Meta:
+        model = IsiConnection
+
+    integration = factory.SubFactory(IsiIntegrationFactory)
+    uuid = CONNECTION_A
+    capabilities = factory.LazyFunction(lambda: list(DROP_CAPABILITIES))
+    listed = True
+    refreshed_at = factory.LazyFunction(timezone.now)
+
+
 class ConsumerFactory(DjangoModelFactory[Consumer]):
+    """A registered consumer; ``hashes``: its Base64 hashes by type (``{"email": h}``, a list
+    for several)."""
+
     class Meta:
         model = Consumer
+        skip_postgeneration_save = True
 
+    broker = factory.SubFactory(BrokerFactory)
     remote_identifier = factory.Sequence(lambda n: f"C-{n + 1}")
     remote_identifier_kind = "external_id"
 
+    @factory.post_generation
+    def hashes(self, create: bool, extracted: Mapping[str, str | list[str]] | None) -> None:
+        for hash_type, values in (extracted or {}).items():
+            for value in [values] if isinstance(values, str) else values:
+                ConsumerHashFactory.create(
+                    consumer=self, hash_type=hash_type, hash=base64.b64decode(value)
+                )
+
+
+class ConsumerHashFactory(DjangoModelFactory[ConsumerHash]):
+    class Meta:
+        model = ConsumerHash
+
+    broker = factory.SelfAttribute("consumer.broker")
+    hash_type = "email"
+
+
+def _now_once_sent(o: Any) -> dt.datetime | None:
+    sent = (RequestState.DISPATCHED, RequestState.COMPLETED, RequestState.FAILED)
+    return timezone.now() if o.state in sent else None
+
 
 class DeletionRequestFactory(DjangoModelFactory[DeletionRequest]):
-    """A deletion request for ``work_item``, as matching writes it."""
+    """A deletion request as matching writes it: for a work item of the integration's
+    broker (of ``isi_connection``'s for ISI), queued. With a ``drop_outcome`` it is
+    completed (``failed`` as recorded), with its code; ``dispatched=True``,
+    ``completed=True`` (deleted) and ``failed=True`` say where it is."""
 
     class Meta:
         model = DeletionRequest
 
+    class Params:
+        dispatched = factory.Trait(state=RequestState.DISPATCHED)
+        completed = factory.Trait(drop_outcome="deleted")
+        failed = factory.Trait(drop_outcome="failed", error_message="CRM timeout")
+
+    isi_connection = None
+    integration = factory.Maybe(
+        "isi_connection",
+        yes_declaration=factory.SelfAttribute("isi_connection.integration"),
+        no_declaration=None,
+    )
+    work_item = factory.Maybe(
+        "integration",
+        yes_declaration=factory.SubFactory(
+            WorkItemFactory, cycle__broker=factory.SelfAttribute("...integration.broker")
+        ),
+        no_declaration=factory.SubFactory(WorkItemFactory),
+    )
     broker = factory.SelfAttribute("work_item.broker")
-    integration = None
-    state = RequestState.QUEUED
+    drop_outcome = ""
+    state = factory.LazyAttribute(
+        lambda o: (
+            RequestState.FAILED
+            if o.drop_outcome == "failed"
+            else RequestState.COMPLETED
+            if o.drop_outcome
+            else RequestState.QUEUED
+        )
+    )
+    dispatched_at = factory.LazyAttribute(_now_once_sent)
+    completed_at = factory.LazyAttribute(lambda o: timezone.now() if o.drop_outcome else None)
+    drop_status_code = factory.LazyAttribute(lambda o: DROP_STATUS_CODES.get(o.drop_outcome))
     identifier_hash = IDENTIFIER_HASH
     hash_type = factory.SelfAttribute("work_item.hash_type")
     drop_session_id = factory.SelfAttribute("work_item.cycle.drop_session_id")
@@ -160,14 +303,63 @@ class DeletionRequestFactory(DjangoModelFactory[DeletionRequest]):
     remote_identifier_kind = factory.LazyAttribute(
         lambda o: "external_id" if o.remote_identifier else ""
     )
+    results_token = factory.Maybe(
+        "isi_connection",
+        yes_declaration=factory.LazyFunction(lambda: secrets.token_hex(32)),
+        no_declaration=None,
+    )
+
+
+class DeliveryAttemptFactory(DjangoModelFactory[DeliveryAttempt]):
+    class Meta:
+        model = DeliveryAttempt
+
+    number = 1
+    started_at = factory.LazyFunction(timezone.now)
+    url = factory.LazyAttribute(lambda o: o.deletion_request.integration.url)
+
+
+class SaasConnectionFactory(DjangoModelFactory[SaasConnection]):
+    class Meta:
+        model = SaasConnection
+
+    broker = factory.SubFactory(BrokerFactory)
+    name = "Mailer"
+    url = "https://api.mailer.example/erase"
+    identifier_categories = factory.LazyFunction(lambda: ["email"])
+
+
+class SaasDeletionFactory(DjangoModelFactory[SaasDeletion]):
+    class Meta:
+        model = SaasDeletion
+
+    saas_connection = factory.SubFactory(
+        SaasConnectionFactory, broker=factory.SelfAttribute("..resolution.broker")
+    )
+    state = RequestState.QUEUED
 
 
 class ResolutionRequestFactory(DjangoModelFactory[ResolutionRequest]):
-    """An identifier retrieval notification for ``work_item``, through ``integration``."""
+    """An identifier retrieval notification for a work item of the integration's broker (of
+    ``isi_connection``'s for ISI), queued; ``completed=True``: answered. ``saas_deletions``:
+    the states of SaaS deletions it started, one SaaS connection each."""
 
     class Meta:
         model = ResolutionRequest
+        skip_postgeneration_save = True
 
+    class Params:
+        completed = factory.Trait(state=RequestState.COMPLETED)
+
+    isi_connection = None
+    integration = factory.Maybe(
+        "isi_connection",
+        yes_declaration=factory.SelfAttribute("isi_connection.integration"),
+        no_declaration=factory.SubFactory(WebhookIntegrationFactory),
+    )
+    work_item = factory.SubFactory(
+        WorkItemFactory, cycle__broker=factory.SelfAttribute("...integration.broker")
+    )
     broker = factory.SelfAttribute("work_item.broker")
     state = RequestState.QUEUED
     results_token = factory.LazyFunction(lambda: secrets.token_hex(32))
@@ -178,66 +370,50 @@ class ResolutionRequestFactory(DjangoModelFactory[ResolutionRequest]):
         lambda o: "external_id" if o.remote_identifier else ""
     )
 
+    @factory.post_generation
+    def saas_deletions(self, create: bool, extracted: Iterable[str] | None) -> None:
+        for state in extracted or ():
+            SaasDeletionFactory.create(resolution=self, state=state)
 
-class SaasConnectionFactory(DjangoModelFactory[SaasConnection]):
+
+class OptOutRecordFactory(DjangoModelFactory[OptOutRecord]):
     class Meta:
-        model = SaasConnection
+        model = OptOutRecord
 
-    name = factory.Sequence(lambda n: f"SaaS {n + 1}")
-    url = "https://saas.example.com/d"
-
-
-class SaasDeletionFactory(DjangoModelFactory[SaasDeletion]):
-    class Meta:
-        model = SaasDeletion
-
-    state = RequestState.QUEUED
-
-
-# Webhook and ISI tests: a cycle of November 20, downloaded now; integrations through their
-# services.
-
-
-def webhook_integration_for(broker: Broker, url: str, name: str = "Acme CRM") -> CreatedIntegration:
-    return webhook_integration_create(broker=broker, name=name, url=url, actor="test")
-
-
-def cycle(broker: Broker, session: str = "1") -> DropCycle:
-    found = DropCycle.objects.filter(broker=broker, drop_session_id=session).first()
-    return found or DropCycleFactory.create(
-        broker=broker, drop_session_id=session, downloaded_at=timezone.now()
+    deletion_request = None
+    resolution_request = None
+    broker = factory.Maybe(
+        "deletion_request",
+        yes_declaration=factory.SelfAttribute("deletion_request.broker"),
+        no_declaration=factory.SelfAttribute("resolution_request.broker"),
     )
+    email = "Opted.Out@Example.com"
 
 
-def work_item(broker: Broker, session: str = "1") -> WorkItem:
-    return WorkItemFactory.create(cycle=cycle(broker, session))
+class ReportFileFactory(DjangoModelFactory[ReportFile]):
+    """A report file of ``cycle`` as written, empty; ``items_reported`` writes one holding
+    work items and marks them as DROP's answer does."""
+
+    class Meta:
+        model = ReportFile
+
+    broker = factory.SelfAttribute("cycle.broker")
+    kind = ReportKind.UPLOAD
+    file_name = factory.LazyAttribute(
+        lambda o: f"{o.cycle.match_date:%Y%m%d}_{o.cycle.broker.broker_id}_Email.csv"
+    )
+    rows = 0
+    sha256 = "0" * 64
+    content = b"Id,Status\r\n"
 
 
-def deletion_request(
-    integration: Integration | None, *, broker: Broker | None = None, **fields: Any
-) -> DeletionRequest:
-    broker = broker or (integration.broker if integration else None)
-    assert broker is not None
-    fields.setdefault("work_item", None)
-    fields["work_item"] = fields["work_item"] or work_item(broker)
-    return DeletionRequestFactory.create(integration=integration, **fields)
+# Through the services: a test that signs as the broker holds the secret shown once.
 
 
-def resolution_request(integration: Integration, **fields: Any) -> ResolutionRequest:
-    fields["work_item"] = fields.get("work_item") or work_item(integration.broker)
-    return ResolutionRequestFactory.create(integration=integration, **fields)
-
-
-def saas_connection(broker: Broker, url: str, **fields: Any) -> SaasConnection:
-    fields.setdefault("identifier_categories", ["email"])
-    fields.setdefault("name", "Mailer")
-    return SaasConnectionFactory.create(broker=broker, url=url, **fields)
-
-
-def saas_deletion(
-    resolution: ResolutionRequest, connection_: SaasConnection, **fields: Any
-) -> SaasDeletion:
-    return SaasDeletionFactory.create(resolution=resolution, saas_connection=connection_, **fields)
+def webhook_integration_created(
+    broker: Broker, url: str, name: str = "Acme CRM"
+) -> CreatedIntegration:
+    return webhook_integration_create(broker=broker, name=name, url=url, actor="test")
 
 
 def broker_connections() -> list[dict[str, Any]]:
@@ -249,7 +425,7 @@ def broker_connections() -> list[dict[str, Any]]:
     ]
 
 
-def isi_integration_for(
+def isi_integration_created(
     broker: Broker, api: IsiSimulator, *, oauth: bool = True, name: str = "Acme API"
 ) -> CreatedIsiIntegration:
     credentials = (
@@ -259,31 +435,6 @@ def isi_integration_for(
     )
     return isi_integration_create(
         broker=broker, name=name, base_url=api.base_url, actor="test", **credentials
-    )
-
-
-def connection_of(created: CreatedIsiIntegration, uuid: str) -> IsiConnection:
-    return IsiConnection.objects.get(integration=created.integration, uuid=uuid)
-
-
-def isi_deletion_request(isi_connection: IsiConnection, **fields: Any) -> DeletionRequest:
-    integration = isi_connection.integration
-    fields["work_item"] = fields.get("work_item") or work_item(integration.broker)
-    fields.setdefault("remote_identifier_kind", "external_id")
-    return DeletionRequestFactory.create(
-        integration=integration,
-        isi_connection=isi_connection,
-        results_token=secrets.token_hex(32),
-        **fields,
-    )
-
-
-def isi_resolution_request(isi_connection: IsiConnection, **fields: Any) -> ResolutionRequest:
-    integration = isi_connection.integration
-    fields["work_item"] = fields.get("work_item") or work_item(integration.broker)
-    fields.setdefault("remote_identifier_kind", "external_id")
-    return ResolutionRequestFactory.create(
-        integration=integration, isi_connection=isi_connection, **fields
     )
 
 
@@ -323,58 +474,23 @@ def run_worker(queues: list[str] | None = None) -> None:
         )
 
 
-# DROP cycle tests: consumers and deletion targets, and packages from the loopback DROP
-# stand-in's ``build_drop_zip``.
+# Kept for tests/dispatch/test_new_kind_recipe.py until it takes the factories.
 
 
-def consumer(broker: Broker, remote_identifier: str, **hashes: str | list[str]) -> Consumer:
-    """A registered consumer with Base64 hashes by list type (``email=...``, ``ndz=[...]``)."""
-    registered = ConsumerFactory.create(broker=broker, remote_identifier=remote_identifier)
-    for hash_type, values in hashes.items():
-        for value in [values] if isinstance(values, str) else values:
-            ConsumerHash.objects.create(
-                consumer=registered,
-                broker=broker,
-                hash_type=hash_type,
-                hash=base64.b64decode(value),
-            )
-    return registered
-
-
-def webhook(broker: Broker, name: str = "Main webhook", *, enabled: bool = True) -> Integration:
+def webhook(broker: Broker, name: str = "Main webhook") -> Integration:
     return WebhookIntegrationFactory.create(
         broker=broker,
         name=name,
-        enabled=enabled,
         url="https://broker.example/drop",
         webhook_secret="whsec_" + "a" * 43,
     )
 
 
-def isi_connection(
-    broker: Broker,
-    *,
-    capabilities: Iterable[str] = DROP_CAPABILITIES,
-    listed: bool = True,
-    enabled: bool = True,
-) -> IsiConnection:
-    integration = Integration.objects.create(
-        broker=broker,
-        kind=IntegrationKind.ISI,
-        name="Broker API",
-        enabled=enabled,
-        base_url="https://api.broker.example",
-        auth="token",
-        token="t0ken",
-        webhook_secret="whsec_" + "b" * 43,
-    )
-    return IsiConnection.objects.create(
-        integration=integration,
-        uuid=CONNECTION_A,
-        capabilities=list(capabilities),
-        listed=listed,
-        refreshed_at=timezone.now(),
-    )
+def deletion_request(integration: Integration) -> DeletionRequest:
+    return DeletionRequestFactory.create(integration=integration)
+
+
+# DROP packages from the loopback DROP stand-in's ``build_drop_zip``.
 
 
 def drop_zip(
@@ -397,129 +513,20 @@ def days_after(date: str, days: int) -> dt.date:
     return dt.datetime.strptime(date, "%Y%m%d").date() + dt.timedelta(days=days)
 
 
-# Reporting tests: a cycle of March 12, work items with status codes, requests with outcomes.
+# Reporting tests: report files DROP took (or not) for work items.
 
 
-def list_file_name(cycle: DropCycle, list_type: str = "Email") -> str:
-    return f"{cycle.match_date:%Y%m%d}_{cycle.broker.broker_id}_{list_type}.csv"
-
-
-def cycle_make(
-    broker: Broker,
-    *,
-    session: str = "1",
-    downloaded_on: dt.date = DAY,
-    due_in_days: int = 45,
-    **fields: Any,
-) -> DropCycle:
-    return DropCycleFactory.create(
-        broker=broker,
-        drop_session_id=session,
-        match_date=downloaded_on,
-        due_date=downloaded_on + dt.timedelta(days=due_in_days),
-        **fields,
-    )
-
-
-def item_make(
-    cycle: DropCycle,
-    *,
-    list_type: str = "Email",
-    status_code: int | None = None,
-    state: str | None = None,
-    work_item_id: str | None = None,
-    **fields: Any,
-) -> WorkItem:
-    if state is None:
-        state = WorkItemState.OPEN if status_code is None else WorkItemState.REPORTABLE
-    if work_item_id:
-        fields["work_item_id"] = work_item_id
-    return WorkItemFactory.create(
-        cycle=cycle, list_type=list_type, state=state, status_code=status_code, **fields
-    )
-
-
-def integration_make(broker: Broker, name: str = "Acme CRM") -> Integration:
-    return WebhookIntegrationFactory.create(broker=broker, name=name)
-
-
-def request_make(
-    item: WorkItem,
-    *,
-    outcome: str = "",
-    state: str | None = None,
-    integration: Integration | None = None,
-    remote_identifier: str = "C-1",
-    **fields: Any,
-) -> DeletionRequest:
-    """A deletion request; with an ``outcome`` it is completed (``failed`` too, as recorded)."""
-    if state is None:
-        state = (
-            RequestState.FAILED
-            if outcome == "failed"
-            else RequestState.COMPLETED
-            if outcome
-            else RequestState.DISPATCHED
-        )
-    now = timezone.now()
-    defaults: dict[str, Any] = {
-        "dispatched_at": now if state != RequestState.QUEUED else None,
-        "completed_at": now if outcome else None,
-        "drop_status_code": DROP_STATUS_CODES.get(outcome),
-    }
-    defaults.update(fields)
-    consumer, _ = Consumer.objects.get_or_create(
-        broker=item.broker, remote_identifier=remote_identifier
-    )
-    return DeletionRequestFactory.create(
-        work_item=item,
-        consumer=consumer,
-        integration=integration,
-        identifier_hash="A" * 43 + "=",
-        remote_identifier=remote_identifier,
-        remote_identifier_kind="",
-        state=state,
-        drop_outcome=outcome,
-        **defaults,
-    )
-
-
-def resolution_make(
-    item: WorkItem,
-    integration: Integration,
-    *,
-    state: str = RequestState.COMPLETED,
-    outcome: str = "",
-    saas_states: tuple[str, ...] = (),
-) -> ResolutionRequest:
-    resolution = ResolutionRequestFactory.create(
-        work_item=item,
-        integration=integration,
-        state=state,
-        drop_outcome=outcome,
-        remote_identifier="",
-    )
-    for saas_state in saas_states:
-        SaasDeletionFactory.create(
-            resolution=resolution,
-            saas_connection=SaasConnectionFactory.create(broker=item.broker),
-            state=saas_state,
-        )
-    return resolution
-
-
-def report_file_make(
+def items_reported(
     cycle: DropCycle, items: list[WorkItem], *, kind: str = "upload", state: str = "accepted"
 ) -> ReportFile:
-    """A response file holding ``items`` with their status codes: accepted (DROP holds them,
-    as when DROP takes a file), or another ``state`` (written, refused, rejected: the items
-    wait with it and DROP holds what it held)."""
+    """A response file holding ``items`` with their status codes, and the items marked as its
+    ``state`` leaves them: accepted (DROP holds them, as when DROP takes a file), or another
+    (written, refused, rejected: the items wait with it and DROP holds what it held)."""
     taken = set(ReportFile.objects.filter(cycle=cycle).values_list("file_name", flat=True))
     name = response_name(items[0].file_name, kind=kind, taken=taken)
     built = build_response_file(name, [(i.work_item_id, i.status_code or 5) for i in items])
     taken_by_drop = state in ("accepted", "manual")
-    report_file = ReportFile.objects.create(
-        broker=cycle.broker,
+    report_file = ReportFileFactory.create(
         cycle=cycle,
         kind=kind,
         file_name=name,
@@ -592,12 +599,25 @@ class OutcomeHistory:
 
 def outcome_history(broker: Broker, other: Broker) -> OutcomeHistory:
     """Four deletion requests, three of ``broker``'s and one of ``other``'s."""
-    integration = integration_make(broker)
-    cycle = cycle_make(broker)
-    first = item_make(cycle, status_code=3, work_item_id="A1b2C3d4E5f6")
-    deleted = request_make(
+    integration = WebhookIntegrationFactory.create(broker=broker)
+    cycle = DropCycleFactory.create(broker=broker)
+
+    def request(item: WorkItem, remote_identifier: str = "C-1", **fields: Any) -> DeletionRequest:
+        return DeletionRequestFactory.create(
+            work_item=item,
+            consumer=ConsumerFactory.create(
+                broker=item.broker, remote_identifier=remote_identifier
+            ),
+            remote_identifier=remote_identifier,
+            remote_identifier_kind="",
+            identifier_hash="A" * 43 + "=",
+            **fields,
+        )
+
+    first = WorkItemFactory.create(cycle=cycle, status_code=3, work_item_id="A1b2C3d4E5f6")
+    deleted = request(
         first,
-        outcome="deleted",
+        drop_outcome="deleted",
         integration=integration,
         matched_at=at("2026-03-12T10:00:00"),
         dispatched_at=at("2026-03-12T10:05:00"),
@@ -607,36 +627,32 @@ def outcome_history(broker: Broker, other: Broker) -> OutcomeHistory:
     for number, (started, status) in enumerate(
         [("2026-03-12T10:00:05", 500), ("2026-03-12T10:05:00", 200)], start=1
     ):
-        DeliveryAttempt.objects.create(
-            deletion_request=deleted,
-            number=number,
-            started_at=at(started),
-            url=integration.url,
-            status=status,
+        DeliveryAttemptFactory.create(
+            deletion_request=deleted, number=number, started_at=at(started), status=status
         )
-    report_file_make(cycle, [first])
-    second = item_make(cycle, list_type="Phone")
-    failed = request_make(
+    items_reported(cycle, [first])
+    second = WorkItemFactory.create(cycle=cycle, list_type="Phone")
+    failed = request(
         second,
-        outcome="failed",
+        "@crm:user-7",
+        drop_outcome="failed",
         integration=integration,
-        remote_identifier="@crm:user-7",
         error_message='=HYPERLINK("http://evil.example")',
         matched_at=at("2026-03-13T10:00:00"),
     )
-    third = item_make(cycle, status_code=3, work_item_id="Late0Match01")
-    amended = request_make(
+    third = WorkItemFactory.create(cycle=cycle, status_code=3, work_item_id="Late0Match01")
+    amended = request(
         third,
-        outcome="deleted",
+        "C-late",
+        drop_outcome="deleted",
         integration=integration,
         late_match=True,
-        remote_identifier="C-late",
         matched_at=at("2026-04-02T10:00:00"),
     )
-    report_file_make(cycle, [third], kind="amend")
-    other_cycle = cycle_make(other)
-    other_request = request_make(
-        item_make(other_cycle), outcome="not_found", matched_at=at("2026-03-12T10:00:00")
+    items_reported(cycle, [third], kind="amend")
+    other_item = WorkItemFactory.create(cycle=DropCycleFactory.create(broker=other))
+    other_request = request(
+        other_item, drop_outcome="not_found", matched_at=at("2026-03-12T10:00:00")
     )
     return OutcomeHistory(deleted, failed, amended, other_request)
 
@@ -706,32 +722,17 @@ def sample_cycle(broker: Broker, *, today: dt.date) -> SampleCycle:
     )
     _sample_items(previous, PREVIOUS_ITEMS)
     open_items = _sample_items(cycle, CURRENT_ITEMS)
-    report_file = ReportFile.objects.create(
-        broker=broker,
+    report_file = ReportFileFactory.create(
         cycle=previous,
-        kind=ReportKind.UPLOAD,
-        file_name=f"{previous.match_date:%Y%m%d}_{broker.broker_id}_Email.csv",
         rows=16,
-        sha256="0" * 64,
-        content=b"Id,Status\r\n",
         state=ReportFileState.ACCEPTED,
         uploaded_at=previous.downloaded_at + dt.timedelta(days=3),
     )
     # Written for the open cycle but not uploaded yet (manual upload mode).
-    ReportFile.objects.create(
-        broker=broker,
-        cycle=cycle,
-        kind=ReportKind.UPLOAD,
-        file_name=f"{cycle.match_date:%Y%m%d}_{broker.broker_id}_Email.csv",
-        rows=10,
-        sha256="1" * 64,
-        content=b"Id,Status\r\n",
-    )
+    ReportFileFactory.create(cycle=cycle, rows=10, sha256="1" * 64)
     integration = WebhookIntegrationFactory.create(broker=broker, name="Acme deletions")
     consumer = ConsumerFactory.create(broker=broker, remote_identifier="C-1")
-    ConsumerHash.objects.create(
-        consumer=consumer, broker=broker, hash_type="email", hash=hashlib.sha256(b"C-1").digest()
-    )
+    ConsumerHashFactory.create(consumer=consumer, hash=hashlib.sha256(b"C-1").digest())
     now = dt.datetime.combine(today, noon)
     world = SampleCycle(broker, integration, previous, cycle, report_file, consumer)
     states = {
@@ -760,11 +761,10 @@ def sample_cycle(broker: Broker, *, today: dt.date) -> SampleCycle:
         ("undeliverable", 503, 0.5),
     ]
     for number, (request, status, days_ago) in enumerate(attempts, start=1):
-        DeliveryAttempt.objects.create(
+        DeliveryAttemptFactory.create(
             deletion_request=world.requests[request],
             number=number,
             started_at=now - dt.timedelta(days=days_ago),
-            url=integration.url,
             status=status,
             error="" if status else "connection refused",
         )
@@ -788,12 +788,9 @@ def sample_cycle(broker: Broker, *, today: dt.date) -> SampleCycle:
     SaasDeletionFactory.create(
         resolution=resolution, saas_connection=saas, state=RequestState.UNDELIVERABLE, attempts=10
     )
-    OptOutRecord.objects.create(
-        deletion_request=world.requests["completed"], broker=broker, email="Opted.Out@Example.com"
-    )
+    OptOutRecordFactory.create(deletion_request=world.requests["completed"])
     # A row of the reported cycle DROP sent malformed (answered in DROP's portal since).
-    UnreadableWorkItem.objects.create(
-        broker=broker,
+    UnreadableWorkItemFactory.create(
         cycle=previous,
         file_name=report_file.file_name,
         line=18,

@@ -18,7 +18,12 @@ from integrations.models import Broker, DeletionRequest, DropCycle
 from integrations.services.drop_import import drop_zip_import
 from integrations.services.outcomes import deletion_outcome_record
 from integrations.services.reports import report_run
-from tests.builders import consumer, drop_zip, webhook, write_zip
+from tests.builders import (
+    ConsumerFactory,
+    WebhookIntegrationFactory,
+    drop_zip,
+    write_zip,
+)
 
 DROP_KEY = "dk_test_evidenceKEY_1"
 OUTCOMES = ("deleted", "exempt", "opted_out")
@@ -28,10 +33,12 @@ def evidence_world(broker: Broker, drop: DropSimulator, directory: Path) -> Drop
     broker.drop_api_key = DROP_KEY
     broker.drop_base_url = drop.url
     broker.save()
-    webhook(broker)
+    WebhookIntegrationFactory.create(broker=broker)
     items = list(work_items(8))
     for n, (_, identifier_hash) in enumerate(items[: len(OUTCOMES)]):
-        consumer(broker, f"C-{n}", email=identifier_hash)
+        ConsumerFactory.create(
+            broker=broker, remote_identifier=f"C-{n}", hashes={"email": identifier_hash}
+        )
     package = drop_zip(broker, {"Email": items[:6], "Phone": items[6:]})
     imported = drop_zip_import(broker=broker, path=write_zip(directory, package), actor="test")
     requests = DeletionRequest.objects.filter(broker=broker).order_by("pk")

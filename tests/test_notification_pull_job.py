@@ -22,10 +22,10 @@ from integrations.services import drop_import
 from integrations.services.brokers import broker_drop_webhook_secret_set, broker_update
 from tests.builders import (
     DROP_WEBHOOK_SECRET,
-    consumer,
+    ConsumerFactory,
+    WebhookIntegrationFactory,
     drop_notification_post,
     run_worker,
-    webhook,
     worker_jobs_emptied,
 )
 
@@ -65,8 +65,8 @@ def test_the_notified_pulls_deliveries_commit_with_its_requests(
 ) -> None:
     broker_update(broker=broker, actor="test", drop_api_key=DROP_KEY, drop_base_url=drop.url)
     broker_drop_webhook_secret_set(broker=broker, secret=DROP_WEBHOOK_SECRET, actor="test")
-    webhook(broker)
-    consumer(broker, "C-A", email=ITEM[1])
+    WebhookIntegrationFactory.create(broker=broker)
+    ConsumerFactory.create(broker=broker, remote_identifier="C-A", hashes={"email": ITEM[1]})
     drop.queue_package(build_drop_zip("4821", "20260312", {"Email": [ITEM]}))
 
     seen_before_commit: list[int] = []

@@ -13,7 +13,12 @@ from devtools.drop_simulator import DropSimulator
 from integrations import tasks
 from integrations.models import Broker, ReportFile, ReportFileState
 from integrations.services.brokers import broker_create
-from tests.builders import cycle_make, item_make, run_worker, truncate_jobs
+from tests.builders import (
+    DropCycleFactory,
+    WorkItemFactory,
+    run_worker,
+    truncate_jobs,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -44,7 +49,11 @@ def test_a_complete_cycle_is_uploaded_by_the_job(drop: DropSimulator) -> None:
     )
     manual = broker_create(broker_id="1234", name="By hand", mode="test", actor="test")
     for broker in (keyed, manual):
-        item_make(cycle_make(broker), status_code=3, work_item_id=f"Item{broker.broker_id}0000")
+        WorkItemFactory.create(
+            cycle=DropCycleFactory.create(broker=broker),
+            status_code=3,
+            work_item_id=f"Item{broker.broker_id}0000",
+        )
 
     assert tasks.report_due() == 1
     assert tasks.report_due() == 0  # one waiting job per broker

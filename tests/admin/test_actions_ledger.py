@@ -19,15 +19,17 @@ from django.utils import timezone
 
 from integrations.models import (
     Broker,
-    IsiAuth,
-    IsiIntegration,
     LedgerEvent,
-    ReportFile,
     ReportFileState,
     ReportKind,
 )
 from integrations.services.keys import CreatedApiKey
-from tests.builders import SampleCycle, sample_cycle
+from tests.builders import (
+    IsiIntegrationFactory,
+    ReportFileFactory,
+    SampleCycle,
+    sample_cycle,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -64,27 +66,17 @@ ACTION_INPUT: dict[str, dict[str, str]] = {
 
 
 def _refused_amendment(world: SampleCycle) -> None:
-    ReportFile.objects.create(
-        broker=world.broker,
+    ReportFileFactory.create(
         cycle=world.previous,
         kind=ReportKind.AMEND,
         file_name=f"{world.previous.match_date:%Y%m%d}_{world.broker.broker_id}_Email_amend01.csv",
-        rows=0,
         sha256="2" * 64,
-        content=b"Id,Status\r\n",
         state=ReportFileState.REFUSED,
     )
 
 
 def _isi_integration(world: SampleCycle) -> None:
-    IsiIntegration.objects.create(
-        broker=world.broker,
-        name="Acme API",
-        base_url="https://api.acme.example",
-        auth=IsiAuth.TOKEN,
-        token="isi-token",
-        webhook_secret="whsec_" + "I" * 43,
-    )
+    IsiIntegrationFactory(broker=world.broker, name="Acme API")
 
 
 # Actions that need a row in a state the sample cycle does not have.

@@ -26,10 +26,10 @@ from integrations.services.report_files import report_files_write
 from tests.admin.markup import cells
 from tests.browser.staff import make_staff
 from tests.builders import (
+    DropCycleFactory,
     SampleCycle,
-    cycle_make,
-    item_make,
-    report_file_make,
+    WorkItemFactory,
+    items_reported,
     sample_cycle,
 )
 
@@ -170,9 +170,11 @@ def test_lockout_and_job_tables_are_for_superusers_only(client: Client, world: S
 def test_a_cycle_page_counts_a_written_status_as_owed_until_drop_takes_it(
     staff: Client, broker: Broker
 ) -> None:
-    cycle = cycle_make(broker, session="3")
-    report_file_make(cycle, [item_make(cycle, status_code=3)])  # DROP took this one
-    item_make(cycle, status_code=5)
+    cycle = DropCycleFactory.create(broker=broker, drop_session_id="3")
+    items_reported(
+        cycle, [WorkItemFactory.create(cycle=cycle, status_code=3)]
+    )  # DROP took this one
+    WorkItemFactory.create(cycle=cycle, status_code=5)
     report_files_write(broker=broker)  # written for a manual upload, not uploaded yet
 
     page = staff.get(f"/admin/integrations/dropcycle/{cycle.pk}/change/").content.decode()

@@ -26,7 +26,6 @@ from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     Broker,
     Integration,
-    IntegrationKind,
     IsiAuth,
     SaasConnection,
 )
@@ -34,7 +33,7 @@ from integrations.services.brokers import broker_update
 from integrations.services.keys import CreatedApiKey
 from integrations.services.ledger import ledger_event_append
 from integrations.services.staff_mfa import staff_mfa_enrol, staff_mfa_pending_device
-from tests.builders import sample_cycle
+from tests.builders import IsiIntegrationFactory, sample_cycle
 
 pytestmark = pytest.mark.django_db
 
@@ -57,21 +56,19 @@ def credentials(broker: Broker, make_key: Callable[..., CreatedApiKey]) -> list[
         previous_webhook_secret=PREVIOUS_SECRET,
         previous_secret_expires_at=timezone.now() + dt.timedelta(hours=1),
     )
-    token_isi = Integration.objects.create(
+    token_isi = IsiIntegrationFactory.create(
         broker=broker,
-        kind=IntegrationKind.ISI,
         name="Token API",
         base_url="https://api.acme.example",
-        auth=IsiAuth.TOKEN,
         token=ISI_TOKEN,
         webhook_secret="whsec_" + "T" * 43,
     )
-    oauth_isi = Integration.objects.create(
+    oauth_isi = IsiIntegrationFactory.create(
         broker=broker,
-        kind=IntegrationKind.ISI,
         name="OAuth API",
         base_url="https://api2.acme.example",
         auth=IsiAuth.OAUTH,
+        token="",
         token_url="https://auth.acme.example/token",
         client_id="dropportal",
         client_secret=CLIENT_SECRET,

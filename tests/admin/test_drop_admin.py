@@ -16,7 +16,11 @@ from devtools.drop_simulator import work_items
 from integrations.models import Broker, DropCycle, LedgerEvent, WorkItem
 from integrations.services.drop_import import drop_zip_import
 from tests.admin.markup import cells, link_texts
-from tests.builders import consumer, drop_zip, write_zip
+from tests.builders import (
+    ConsumerFactory,
+    drop_zip,
+    write_zip,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -34,7 +38,7 @@ def staff(client: Client) -> Client:
 
 @pytest.fixture
 def cycle(broker: Broker, tmp_path: Path) -> DropCycle:
-    consumer(broker, "C-1", email=ITEMS[0][1])
+    ConsumerFactory.create(broker=broker, remote_identifier="C-1", hashes={"email": ITEMS[0][1]})
     path = write_zip(tmp_path, drop_zip(broker, {"Email": ITEMS[:3], "Phone": ITEMS[3:]}))
     imported = drop_zip_import(
         broker=broker, path=path, downloaded_at=timezone.now(), actor="test"

@@ -21,7 +21,10 @@ from integrations.models import (
     RequestState,
     SaasConnection,
 )
-from tests.builders import deletion_request, webhook_integration_for
+from tests.builders import (
+    DeletionRequestFactory,
+    webhook_integration_created,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -73,7 +76,7 @@ def test_a_plain_http_url_is_refused_on_the_form(staff: Client, broker: Broker) 
 
 
 def test_editing_and_disabling_go_through_the_services(staff: Client, broker: Broker) -> None:
-    integration = webhook_integration_for(broker, "https://crm.acme.example/drop").integration
+    integration = webhook_integration_created(broker, "https://crm.acme.example/drop").integration
     url = f"/admin/integrations/integration/{integration.pk}/change/"
 
     staff.post(url, {"name": "Acme CRM 2", "url": "https://crm2.acme.example/drop"})
@@ -89,7 +92,7 @@ def test_editing_and_disabling_go_through_the_services(staff: Client, broker: Br
     }
     assert LedgerEvent.objects.get(kind="integration.disabled").actor == "staff:alice"
 
-    waiting = deletion_request(integration, state=RequestState.QUEUED)
+    waiting = DeletionRequestFactory.create(integration=integration, state=RequestState.QUEUED)
     staff.post(url, {"name": "Acme CRM 2", "url": integration.url, "enabled": "on"})
     integration.refresh_from_db()
     assert integration.enabled
@@ -100,7 +103,7 @@ def test_editing_and_disabling_go_through_the_services(staff: Client, broker: Br
 def test_regenerating_shows_the_new_secret_once_and_keeps_the_old_one_for_24_hours(
     staff: Client, broker: Broker
 ) -> None:
-    created = webhook_integration_for(broker, "https://crm.acme.example/drop")
+    created = webhook_integration_created(broker, "https://crm.acme.example/drop")
     integration = created.integration
 
     page = staff.post(
@@ -128,7 +131,7 @@ def test_a_test_notification_shows_the_brokers_answer(
     staff: Client, broker: Broker, receiver: BrokerSimulator, settings
 ) -> None:
     settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = True
-    created = webhook_integration_for(broker, receiver.url)
+    created = webhook_integration_created(broker, receiver.url)
     receiver.secrets = [created.webhook_secret]
     receiver.script(Reply(status=200, body=b"pong from acme"), Reply(status=410, body=b"gone"))
     url = f"/admin/integrations/webhookintegration/{created.integration.pk}/test-notification/"

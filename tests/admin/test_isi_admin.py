@@ -23,7 +23,7 @@ from tests.builders import (
     CONNECTION_B,
     CONNECTION_STANDARD,
     broker_connections,
-    isi_integration_for,
+    isi_integration_created,
 )
 
 pytestmark = pytest.mark.django_db
@@ -52,7 +52,7 @@ def api() -> Iterator[IsiSimulator]:
 
 @pytest.fixture
 def created(broker: Broker, api: IsiSimulator) -> CreatedIsiIntegration:
-    return isi_integration_for(broker, api)
+    return isi_integration_created(broker, api)
 
 
 def _oauth_form(broker: Broker, api: IsiSimulator, **changes: Any) -> dict[str, Any]:

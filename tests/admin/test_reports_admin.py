@@ -23,11 +23,11 @@ from integrations.models import (
 from integrations.services.brokers import broker_create
 from integrations.services.report_files import report_files_write
 from tests.builders import (
-    cycle_make,
-    item_make,
+    DeletionRequestFactory,
+    DropCycleFactory,
+    WorkItemFactory,
+    items_reported,
     outcome_history,
-    report_file_make,
-    request_make,
 )
 
 pytestmark = pytest.mark.django_db
@@ -51,9 +51,11 @@ def auditor(client: Client) -> Client:
 
 @pytest.fixture
 def cycle(broker: Broker) -> DropCycle:
-    cycle = cycle_make(broker)
-    item_make(cycle, status_code=3, work_item_id="EmailDeleted")
-    item_make(cycle, list_type="Phone", status_code=5, work_item_id="PhoneNotFnd1")
+    cycle = DropCycleFactory.create(broker=broker)
+    WorkItemFactory.create(cycle=cycle, status_code=3, work_item_id="EmailDeleted")
+    WorkItemFactory.create(
+        cycle=cycle, list_type="Phone", status_code=5, work_item_id="PhoneNotFnd1"
+    )
     return cycle
 
 
@@ -112,8 +114,8 @@ def test_auditors_download_but_do_not_generate_or_mark(auditor: Client, cycle: D
 
 
 def test_set_status_asks_for_a_reason_then_sets_it(staff: Client, cycle: DropCycle) -> None:
-    item = item_make(cycle, work_item_id="EmailFailed1")
-    request_make(item, outcome="failed", error_message="CRM down")
+    item = WorkItemFactory.create(cycle=cycle, work_item_id="EmailFailed1")
+    DeletionRequestFactory.create(work_item=item, drop_outcome="failed", error_message="CRM down")
     url = "/admin/integrations/workitem/"
     chosen = {"action": "set_work_item_status", "_selected_action": [item.pk]}
 
@@ -179,10 +181,10 @@ def test_export_streams_the_chosen_requests(auditor: Client, broker: Broker) -> 
 def refused(cycle: DropCycle) -> ReportFile:
     """EmailDeleted reported as 3 and accepted; DROP refuses (409) its amendment to 2."""
     item = WorkItem.objects.get(work_item_id="EmailDeleted")
-    report_file_make(cycle, [item])
+    items_reported(cycle, [item])
     WorkItem.objects.filter(pk=item.pk).update(status_code=2)
     WorkItem.objects.filter(pk=item.pk).update(needs_amendment=True)
-    amendment = report_file_make(
+    amendment = items_reported(
         cycle, [WorkItem.objects.get(pk=item.pk)], kind="amend", state=ReportFileState.REFUSED
     )
     ReportFile.objects.filter(pk=amendment.pk).update(

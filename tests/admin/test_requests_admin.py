@@ -15,20 +15,20 @@ from procrastinate.contrib.django.models import ProcrastinateJob
 from integrations.models import (
     Broker,
     DeletionRequest,
-    DeliveryAttempt,
     Integration,
     LedgerEvent,
-    OptOutRecord,
     RequestState,
     SaasDeletion,
 )
 from tests.builders import (
-    deletion_request,
-    resolution_request,
-    saas_connection,
-    saas_deletion,
-    webhook_integration_for,
-    work_item,
+    DeletionRequestFactory,
+    DeliveryAttemptFactory,
+    OptOutRecordFactory,
+    ResolutionRequestFactory,
+    SaasConnectionFactory,
+    SaasDeletionFactory,
+    WorkItemFactory,
+    webhook_integration_created,
 )
 
 pytestmark = pytest.mark.django_db
@@ -45,7 +45,7 @@ def staff(client: Client) -> Client:
 
 @pytest.fixture
 def integration(broker: Broker) -> Integration:
-    return webhook_integration_for(broker, "https://crm.acme.example/drop").integration
+    return webhook_integration_created(broker, "https://crm.acme.example/drop").integration
 
 
 def _listed(page: str, request: DeletionRequest) -> bool:
@@ -55,13 +55,22 @@ def _listed(page: str, request: DeletionRequest) -> bool:
 def test_lists_filter_by_state_outcome_integration_and_cycle(
     staff: Client, broker: Broker, integration: Integration
 ) -> None:
-    other = webhook_integration_for(broker, "https://other.example/drop", name="Other").integration
-    undeliverable = deletion_request(integration, state=RequestState.UNDELIVERABLE)
-    deleted = deletion_request(
-        integration, state=RequestState.COMPLETED, drop_outcome="deleted", drop_status_code=3
+    other = webhook_integration_created(
+        broker, "https://other.example/drop", name="Other"
+    ).integration
+    undeliverable = DeletionRequestFactory.create(
+        integration=integration, state=RequestState.UNDELIVERABLE
     )
-    elsewhere = deletion_request(
-        other, state=RequestState.DISPATCHED, work_item=work_item(broker, "2")
+    deleted = DeletionRequestFactory.create(
+        integration=integration,
+        state=RequestState.COMPLETED,
+        drop_outcome="deleted",
+        drop_status_code=3,
+    )
+    elsewhere = DeletionRequestFactory.create(
+        integration=other,
+        state=RequestState.DISPATCHED,
+        work_item=WorkItemFactory.create(cycle__broker=broker, cycle__drop_session_id="2"),
     )
 
     by_state = staff.get(LIST, {"state__exact": "undeliverable"}).content.decode()
@@ -78,12 +87,11 @@ def test_lists_filter_by_state_outcome_integration_and_cycle(
 def test_a_request_page_shows_its_attempts_with_what_was_sent(
     staff: Client, integration: Integration
 ) -> None:
-    request = deletion_request(integration, state=RequestState.QUEUED, attempts=1)
-    DeliveryAttempt.objects.create(
+    request = DeletionRequestFactory.create(
+        integration=integration, state=RequestState.QUEUED, attempts=1
+    )
+    DeliveryAttemptFactory.create(
         deletion_request=request,
-        number=1,
-        started_at=timezone.now(),
-        url=integration.url,
         request_headers={"X-Webhook-Signature": "c2lnbmF0dXJl"},
         status=503,
         response_body="maintenance",
@@ -100,8 +108,11 @@ def test_a_request_page_shows_its_attempts_with_what_was_sent(
 def test_redeliver_gives_a_new_webhook_request_id_and_queues_a_job(
     staff: Client, integration: Integration
 ) -> None:
-    request = deletion_request(
-        integration, state=RequestState.UNDELIVERABLE, attempts=10, last_error="HTTP 500"
+    request = DeletionRequestFactory.create(
+        integration=integration,
+        state=RequestState.UNDELIVERABLE,
+        attempts=10,
+        last_error="HTTP 500",
     )
     old_id = request.webhook_request_id
 
@@ -124,8 +135,11 @@ def test_redeliver_gives_a_new_webhook_request_id_and_queues_a_job(
 def test_redeliver_refuses_what_already_has_an_outcome_and_says_why(
     staff: Client, integration: Integration
 ) -> None:
-    request = deletion_request(
-        integration, state=RequestState.COMPLETED, drop_outcome="deleted", drop_status_code=3
+    request = DeletionRequestFactory.create(
+        integration=integration,
+        state=RequestState.COMPLETED,
+        drop_outcome="deleted",
+        drop_status_code=3,
     )
 
     response = staff.post(
@@ -143,7 +157,9 @@ def test_redeliver_to_a_disabled_integration_is_refused(
     staff: Client, integration: Integration
 ) -> None:
     Integration.objects.filter(pk=integration.pk).update(enabled=False, disabled_reason="410")
-    request = deletion_request(integration, state=RequestState.UNDELIVERABLE)
+    request = DeletionRequestFactory.create(
+        integration=integration, state=RequestState.UNDELIVERABLE
+    )
 
     response = staff.post(
         LIST, {"action": "redeliver", "_selected_action": [request.pk]}, follow=True
@@ -155,8 +171,8 @@ def test_redeliver_to_a_disabled_integration_is_refused(
 
 
 def test_redispatch_sends_a_failed_outcome_again(staff: Client, integration: Integration) -> None:
-    request = deletion_request(
-        integration,
+    request = DeletionRequestFactory.create(
+        integration=integration,
         state=RequestState.FAILED,
         drop_outcome="failed",
         error_message="CRM timeout",
@@ -176,16 +192,17 @@ def test_redispatch_sends_a_failed_outcome_again(staff: Client, integration: Int
 def test_an_opt_out_email_is_shown_on_its_page_only(
     staff: Client, integration: Integration
 ) -> None:
-    request = deletion_request(
-        integration, state=RequestState.COMPLETED, drop_outcome="opted_out", drop_status_code=4
+    request = DeletionRequestFactory.create(
+        integration=integration,
+        state=RequestState.COMPLETED,
+        drop_outcome="opted_out",
+        drop_status_code=4,
     )
-    record = OptOutRecord.objects.create(
-        deletion_request=request, broker=integration.broker, email=" Ann.Smith@Example.com"
+    record = OptOutRecordFactory.create(deletion_request=request, email=" Ann.Smith@Example.com")
+    resolution = ResolutionRequestFactory.create(
+        integration=integration, state=RequestState.COMPLETED
     )
-    resolution = resolution_request(integration, state=RequestState.COMPLETED)
-    OptOutRecord.objects.create(
-        resolution_request=resolution, broker=integration.broker, email="Bo@Example.com"
-    )
+    OptOutRecordFactory.create(resolution_request=resolution, email="Bo@Example.com")
 
     listing = staff.get("/admin/integrations/optoutrecord/").content.decode()
     detail = staff.get(f"/admin/integrations/optoutrecord/{record.pk}/change/").content.decode()
@@ -199,8 +216,8 @@ def test_an_opt_out_email_is_shown_on_its_page_only(
 
 
 def test_resolved_identifiers_are_never_displayed(staff: Client, integration: Integration) -> None:
-    resolution = resolution_request(
-        integration,
+    resolution = ResolutionRequestFactory.create(
+        integration=integration,
         state=RequestState.COMPLETED,
         identifiers=json.dumps({"email": [{"email": "Ann.Smith@Example.com"}]}),
     )
@@ -214,17 +231,21 @@ def test_resolved_identifiers_are_never_displayed(staff: Client, integration: In
 def test_cancelling_the_last_open_saas_deletion_purges_the_identifiers(
     staff: Client, broker: Broker, integration: Integration
 ) -> None:
-    resolution = resolution_request(
-        integration,
+    resolution = ResolutionRequestFactory.create(
+        integration=integration,
         state=RequestState.COMPLETED,
         completed_at=timezone.now() - dt.timedelta(days=3),
         identifiers=json.dumps({"email": [{"email": "Ann.Smith@Example.com"}]}),
     )
-    mailer = saas_connection(broker, "https://api.mailer.example/erase")
-    done = saas_deletion(resolution, mailer, state=RequestState.COMPLETED)
-    stuck = saas_deletion(
-        resolution,
-        saas_connection(broker, "https://ads.example/erase", name="Ads"),
+    mailer = SaasConnectionFactory.create(broker=broker, url="https://api.mailer.example/erase")
+    done = SaasDeletionFactory.create(
+        resolution=resolution, saas_connection=mailer, state=RequestState.COMPLETED
+    )
+    stuck = SaasDeletionFactory.create(
+        resolution=resolution,
+        saas_connection=SaasConnectionFactory.create(
+            broker=broker, url="https://ads.example/erase", name="Ads"
+        ),
         state=RequestState.UNDELIVERABLE,
         attempts=10,
     )
@@ -250,7 +271,9 @@ def test_an_operator_without_change_permission_cannot_redeliver(
     viewer = User.objects.create_user("victor", password="pw-victor-123", is_staff=True)
     viewer.user_permissions.add(Permission.objects.get(codename="view_deletionrequest"))
     client.force_login(viewer)
-    request = deletion_request(integration, state=RequestState.UNDELIVERABLE)
+    request = DeletionRequestFactory.create(
+        integration=integration, state=RequestState.UNDELIVERABLE
+    )
 
     client.post(LIST, {"action": "redeliver", "_selected_action": [request.pk]})
 

@@ -17,7 +17,12 @@ from integrations.drop.standardize import email_hash, phone_hash
 from integrations.models import Broker, DeletionRequest, DropCycle
 from integrations.services.drop_import import drop_zip_import
 from tests.admin.markup import link_texts
-from tests.builders import consumer, drop_zip, webhook, write_zip
+from tests.builders import (
+    ConsumerFactory,
+    WebhookIntegrationFactory,
+    drop_zip,
+    write_zip,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -39,8 +44,12 @@ def staff(client: Client) -> Client:
 
 @pytest.fixture
 def cycle(broker: Broker, tmp_path: Path) -> DropCycle:
-    webhook(broker)
-    consumer(broker, "CRM-0113", email=email_hash(EMAIL), phone=phone_hash(PHONE))
+    WebhookIntegrationFactory.create(broker=broker)
+    ConsumerFactory.create(
+        broker=broker,
+        remote_identifier="CRM-0113",
+        hashes={"email": email_hash(EMAIL), "phone": phone_hash(PHONE)},
+    )
     path = write_zip(tmp_path, drop_zip(broker, ENTRIES))
     return drop_zip_import(
         broker=broker, path=path, downloaded_at=timezone.now(), actor="test"

@@ -28,7 +28,10 @@ from integrations.models import DeletionRequest, Integration
 from integrations.services.brokers import broker_create
 from integrations.services.integrations import integration_secret_rotate
 from integrations.services.keys import api_key_create, api_key_revoke
-from tests.builders import deletion_request, webhook_integration_for
+from tests.builders import (
+    DeletionRequestFactory,
+    webhook_integration_created,
+)
 from tests.conftest import SIGNATURE_CLOCK
 
 DELETION = "deletion"
@@ -87,14 +90,16 @@ def _expired_rotation(side: Side) -> str:
 
 def _webhook_secret(side: Side) -> str:
     """The secret of the broker's webhook integration: not the one that signs ISI callbacks."""
-    created = webhook_integration_for(side.integration.broker, "https://crm.acme.example/drop")
+    created = webhook_integration_created(side.integration.broker, "https://crm.acme.example/drop")
     return created.webhook_secret
 
 
 def _webhook_requests_token(side: Side) -> str:
     """A results_token on a webhook deletion request: not an ISI delete."""
-    created = webhook_integration_for(side.integration.broker, "https://crm.acme.example/drop")
-    request = deletion_request(created.integration, results_token="ab" * 32)
+    created = webhook_integration_created(side.integration.broker, "https://crm.acme.example/drop")
+    request = DeletionRequestFactory.create(
+        integration=created.integration, results_token="ab" * 32
+    )
     return request.results_token or ""
 
 

@@ -44,10 +44,10 @@ from tests.api.bad_callbacks import (
     revoked_key,
 )
 from tests.builders import (
-    deletion_request,
-    resolution_request,
-    saas_connection,
-    webhook_integration_for,
+    DeletionRequestFactory,
+    ResolutionRequestFactory,
+    SaasConnectionFactory,
+    webhook_integration_created,
 )
 
 pytestmark = pytest.mark.django_db
@@ -70,15 +70,15 @@ class Broker_:
 
 @pytest.fixture
 def side(broker: Broker) -> Broker_:
-    created = webhook_integration_for(broker, "https://crm.acme.example/drop")
+    created = webhook_integration_created(broker, "https://crm.acme.example/drop")
     key = api_key_create(broker=broker, scopes=["webhook_callback"], actor="test")
     return Broker_(key.key, created.webhook_secret, created.integration, key.api_key)
 
 
 @pytest.fixture
 def dispatched(side: Broker_) -> DeletionRequest:
-    return deletion_request(
-        side.integration, state=RequestState.DISPATCHED, dispatched_at=timezone.now()
+    return DeletionRequestFactory.create(
+        integration=side.integration, state=RequestState.DISPATCHED, dispatched_at=timezone.now()
     )
 
 
@@ -164,7 +164,9 @@ def test_a_recorded_callback_is_two_statements(
     # The hot path's design (docs/benchmarks.md, callbacks): the key with the request it
     # answers (sql/api_key_lookup.sql), then the outcome with its opt-out record, ledger
     # event and settlement (sql/deletion_outcome_record.sql).
-    warm = deletion_request(side.integration, state=RequestState.DISPATCHED)
+    warm = DeletionRequestFactory.create(
+        integration=side.integration, state=RequestState.DISPATCHED
+    )
     put(DELETION, body_for(warm), key=side.key, secret=side.secret)  # stamps last_used_at
     with django_assert_num_queries(2) as captured:
         response = put(
@@ -301,7 +303,7 @@ def test_the_same_outcome_twice_is_200_and_changes_nothing(
 def test_a_callback_that_overtakes_its_acknowledgement_is_recorded(
     side: Broker_,
 ) -> None:
-    queued = deletion_request(side.integration, state=RequestState.QUEUED)
+    queued = DeletionRequestFactory.create(integration=side.integration, state=RequestState.QUEUED)
 
     response = put(DELETION, body_for(queued), key=side.key, secret=side.secret)
 
@@ -418,7 +420,9 @@ def test_a_second_opt_out_with_another_email_is_a_conflict(
 
 
 def test_a_cancelled_request_takes_no_outcome(side: Broker_) -> None:
-    cancelled = deletion_request(side.integration, state=RequestState.CANCELLED)
+    cancelled = DeletionRequestFactory.create(
+        integration=side.integration, state=RequestState.CANCELLED
+    )
     before = snapshot(cancelled)
 
     response = put(DELETION, body_for(cancelled), key=side.key, secret=side.secret)
@@ -432,7 +436,10 @@ def test_more_callbacks_than_the_keys_rate_get_429_with_retry_after(
     side: Broker_, dispatched: DeletionRequest, settings
 ) -> None:
     settings.DROPPORTAL_CALLBACK_RATE_LIMIT = 1  # bursts of 2
-    others = [deletion_request(side.integration, state="dispatched") for _ in range(2)]
+    others = [
+        DeletionRequestFactory.create(integration=side.integration, state="dispatched")
+        for _ in range(2)
+    ]
 
     answers = [
         put(DELETION, body_for(r), key=side.key, secret=side.secret) for r in [*others, dispatched]
@@ -450,7 +457,9 @@ def test_more_callbacks_than_the_keys_rate_get_429_with_retry_after(
 
 @pytest.fixture
 def notified(side: Broker_) -> ResolutionRequest:
-    return resolution_request(side.integration, state=RequestState.DISPATCHED)
+    return ResolutionRequestFactory.create(
+        integration=side.integration, state=RequestState.DISPATCHED
+    )
 
 
 def resolution_body(request: ResolutionRequest, **extra: Any) -> dict[str, Any]:
@@ -470,10 +479,14 @@ def test_resolved_identifiers_are_kept_encrypted_and_start_one_saas_deletion_per
     side: Broker_, notified: ResolutionRequest
 ) -> None:
     broker = side.integration.broker
-    mailer = saas_connection(broker, "https://api.mailer.example/erase", name="Mailer")
-    paused = saas_connection(broker, "https://ads.example/erase", name="Ads", enabled=False)
-    saas_connection(  # gone for good: no deletion for it
-        broker, "https://old.example/erase", name="Old", enabled=False,
+    mailer = SaasConnectionFactory.create(
+        broker=broker, url="https://api.mailer.example/erase", name="Mailer"
+    )
+    paused = SaasConnectionFactory.create(
+        broker=broker, url="https://ads.example/erase", name="Ads", enabled=False
+    )
+    SaasConnectionFactory.create(  # gone for good: no deletion for it
+        broker=broker, url="https://old.example/erase", name="Old", enabled=False,
         retired_at=timezone.now(), retired_reason="contract ended",
     )  # fmt: skip
 
@@ -504,7 +517,9 @@ def test_resolved_identifiers_are_kept_encrypted_and_start_one_saas_deletion_per
 def test_a_category_keyed_by_an_identifier_is_ledgered_by_its_length(
     side: Broker_, notified: ResolutionRequest
 ) -> None:
-    saas_connection(side.integration.broker, "https://api.mailer.example/erase", name="Mailer")
+    SaasConnectionFactory.create(
+        broker=side.integration.broker, url="https://api.mailer.example/erase", name="Mailer"
+    )
     body = resolution_body(notified)
     body["identifiers"]["alice@example.com"] = [{"alice@example.com": "true"}]
 
@@ -523,7 +538,9 @@ def test_a_category_keyed_by_an_identifier_is_ledgered_by_its_length(
 def test_opted_out_or_exempt_starts_no_saas_deletion_and_keeps_nothing(
     side: Broker_, notified: ResolutionRequest, answer: dict[str, str]
 ) -> None:
-    saas_connection(side.integration.broker, "https://api.mailer.example/erase")
+    SaasConnectionFactory.create(
+        broker=side.integration.broker, url="https://api.mailer.example/erase"
+    )
 
     response = put(
         RESOLUTION, resolution_body(notified, **answer), key=side.key, secret=side.secret
@@ -567,7 +584,9 @@ def test_a_repeated_opt_out_with_another_email_is_refused(
 def test_the_same_resolution_answer_twice_is_200_and_a_different_one_409(
     side: Broker_, notified: ResolutionRequest
 ) -> None:
-    saas_connection(side.integration.broker, "https://api.mailer.example/erase")
+    SaasConnectionFactory.create(
+        broker=side.integration.broker, url="https://api.mailer.example/erase"
+    )
     assert (
         put(RESOLUTION, resolution_body(notified), key=side.key, secret=side.secret).status_code
         == 200
@@ -634,7 +653,9 @@ RESOLUTION_BAD_INPUTS: dict[str, tuple[Callable[[ResolutionRequest], dict[str, A
 def test_bad_resolution_input_is_refused_and_changes_nothing(
     side: Broker_, notified: ResolutionRequest, case: str
 ) -> None:
-    saas_connection(side.integration.broker, "https://api.mailer.example/erase")
+    SaasConnectionFactory.create(
+        broker=side.integration.broker, url="https://api.mailer.example/erase"
+    )
     make, status, code = RESOLUTION_BAD_INPUTS[case]
 
     response = put(RESOLUTION, make(notified), key=side.key, secret=side.secret)

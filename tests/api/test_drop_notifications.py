@@ -33,10 +33,10 @@ from integrations.services.keys import api_key_create
 from integrations.services.ledger import ledger_event_append
 from tests.builders import (
     DROP_WEBHOOK_SECRET,
-    cycle_make,
+    DropCycleFactory,
+    WorkItemFactory,
     drop_notification_post,
-    item_make,
-    report_file_make,
+    items_reported,
 )
 from tests.conftest import bearer
 
@@ -314,8 +314,8 @@ def test_a_known_and_an_unknown_broker_cost_one_hmac_and_read_only_the_secret(
 def test_upload_and_amendment_events_are_on_the_file_and_processed_alerts_at_once(
     api_client: APIClient, webhook_broker: Broker, admin_client: Client
 ) -> None:
-    cycle = cycle_make(webhook_broker)
-    report_file = report_file_make(cycle, [item_make(cycle, status_code=5)])
+    cycle = DropCycleFactory.create(broker=webhook_broker)
+    report_file = items_reported(cycle, [WorkItemFactory.create(cycle=cycle, status_code=5)])
 
     assert (
         drop_notification_post(api_client, "upload.received", message="file received").status_code
@@ -357,9 +357,11 @@ def test_upload_and_amendment_events_are_on_the_file_and_processed_alerts_at_onc
 def test_a_notification_about_one_of_several_files_uploaded_together_says_it_is_a_guess(
     api_client: APIClient, webhook_broker: Broker, admin_client: Client
 ) -> None:
-    cycle = cycle_make(webhook_broker)
-    report_file_make(cycle, [item_make(cycle, status_code=5)])
-    latest = report_file_make(cycle, [item_make(cycle, list_type="Phone", status_code=5)])
+    cycle = DropCycleFactory.create(broker=webhook_broker)
+    items_reported(cycle, [WorkItemFactory.create(cycle=cycle, status_code=5)])
+    latest = items_reported(
+        cycle, [WorkItemFactory.create(cycle=cycle, list_type="Phone", status_code=5)]
+    )
 
     assert (
         drop_notification_post(api_client, "upload.processed", message="results ready").status_code

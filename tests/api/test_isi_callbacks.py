@@ -35,11 +35,10 @@ from tests.api import bad_callbacks
 from tests.api.bad_callbacks import BAD_CALLBACKS, WITHOUT_A_VALID_KEY, cases_for
 from tests.builders import (
     CONNECTION_A,
+    DeletionRequestFactory,
     broker_connections,
-    deletion_request,
-    isi_deletion_request,
-    isi_integration_for,
-    webhook_integration_for,
+    isi_integration_created,
+    webhook_integration_created,
 )
 
 pytestmark = pytest.mark.django_db
@@ -65,7 +64,7 @@ class Side:
 def side(broker: Broker, settings: Any) -> Iterator[Side]:
     settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = True
     with IsiSimulator(connections=broker_connections()) as api:
-        created = isi_integration_for(broker, api)
+        created = isi_integration_created(broker, api)
     key = api_key_create(broker=broker, scopes=["webhook_callback"], actor="test")
     yield Side(key.key, created.webhook_secret, created.integration, key.api_key)
 
@@ -74,8 +73,8 @@ def side(broker: Broker, settings: Any) -> Iterator[Side]:
 def processing(side: Side) -> DeletionRequest:
     """An ISI delete the broker acknowledged with {"status": "processing"}."""
     connection = side.integration.connections.get(uuid=CONNECTION_A)
-    return isi_deletion_request(
-        connection, state=RequestState.DISPATCHED, dispatched_at=timezone.now()
+    return DeletionRequestFactory.create(
+        isi_connection=connection, state=RequestState.DISPATCHED, dispatched_at=timezone.now()
     )
 
 
@@ -301,8 +300,10 @@ def test_validation_errors_are_keyed_by_field(side: Side, processing: DeletionRe
 
 def test_a_webhook_request_cannot_be_completed_here(side: Side) -> None:
     """Its results_token is not an ISI delete's, even with its own integration's secret."""
-    created = webhook_integration_for(side.integration.broker, "https://crm.acme.example/drop")
-    request = deletion_request(created.integration, results_token="ef" * 32)
+    created = webhook_integration_created(side.integration.broker, "https://crm.acme.example/drop")
+    request = DeletionRequestFactory.create(
+        integration=created.integration, results_token="ef" * 32
+    )
 
     response = send(body_for(request), key=side.key, secret=created.webhook_secret)
 

@@ -26,7 +26,11 @@ from integrations.models import Broker, Consumer, ConsumerHash, DeletionRequest,
 from integrations.services import consumers as consumer_services
 from integrations.services.brokers import broker_create
 from integrations.services.drop_import import drop_zip_import
-from tests.builders import drop_zip, webhook, write_zip
+from tests.builders import (
+    WebhookIntegrationFactory,
+    drop_zip,
+    write_zip,
+)
 from tests.conftest import subprocess_env
 
 ITEMS = list(work_items(4))
@@ -78,7 +82,7 @@ def write_hashed(path: Path, lines: list[str], *, kinds: bool = False) -> Path:
 def test_a_bulk_import_finds_its_late_matches_in_one_join_at_the_end(
     broker: Broker, tmp_path: Path, many_rounds: None
 ) -> None:
-    webhook(broker)
+    WebhookIntegrationFactory.create(broker=broker)
     package = drop_zip(broker, {"Email": [ITEMS[0], ITEMS[1]], "Phone": [ITEMS[2], ITEMS[3]]})
     drop_zip_import(broker=broker, path=write_zip(tmp_path, package), actor="test")
     assert not DeletionRequest.objects.exists()
@@ -203,7 +207,7 @@ def test_progress_is_logged_per_tenth_and_the_ledger_names_the_file_and_its_dige
 def test_replace_forgets_a_matched_consumer_and_its_request_keeps_the_pointer(
     broker: Broker, tmp_path: Path
 ) -> None:
-    webhook(broker)
+    WebhookIntegrationFactory.create(broker=broker)
     package = drop_zip(broker, {"Email": [ITEMS[0], ITEMS[1]], "Phone": [ITEMS[2], ITEMS[3]]})
     drop_zip_import(broker=broker, path=write_zip(tmp_path, package), actor="test")
     run(str(hashed_file(tmp_path)), "--hashed")
@@ -332,7 +336,7 @@ def test_a_sorted_file_is_merged_as_read_and_registers_what_the_same_rows_shuffl
 def test_a_first_set_merged_as_read_finds_its_late_matches_and_may_replace(
     broker: Broker, tmp_path: Path, many_rounds: None, merges: list[Merged]
 ) -> None:
-    webhook(broker)
+    WebhookIntegrationFactory.create(broker=broker)
     package = drop_zip(broker, {"Email": [ITEMS[0], ITEMS[1]], "Phone": [ITEMS[2], ITEMS[3]]})
     drop_zip_import(broker=broker, path=write_zip(tmp_path, package), actor="test")
     lines = [f"N-{i:04d},email,{digest}\n" for i, (_, digest) in enumerate(OTHERS)]

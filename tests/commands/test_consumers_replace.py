@@ -13,7 +13,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from integrations.models import Broker, Consumer, ConsumerHash, LedgerEvent
-from tests.builders import consumer
+from tests.builders import ConsumerFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -38,7 +38,11 @@ def full_file(tmp_path: Path, numbers: range | list[int], name: str = "full.csv"
 def forty(broker: Broker, tmp_path: Path) -> None:
     """40 consumers of kind external_id, and one crm_id consumer no file here lists."""
     run(full_file(tmp_path, range(40), "first.csv"))
-    consumer(broker, "CRM-1", email="KA18MT/ph6IHYjzT9zwETySDQyvSh87YuoSBpOQtkhE=")
+    ConsumerFactory.create(
+        broker=broker,
+        remote_identifier="CRM-1",
+        hashes={"email": "KA18MT/ph6IHYjzT9zwETySDQyvSh87YuoSBpOQtkhE="},
+    )
     Consumer.objects.filter(remote_identifier="CRM-1").update(remote_identifier_kind="crm_id")
 
 

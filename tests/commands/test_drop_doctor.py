@@ -39,15 +39,14 @@ from integrations.services.ledger import ledger_event_append
 from integrations.services.saas import saas_connection_disable
 from tests.builders import (
     MATCH_DATE,
-    cycle_make,
-    deletion_request,
-    item_make,
-    report_file_make,
-    resolution_request,
-    saas_connection,
-    saas_deletion,
-    webhook_integration_for,
-    work_item,
+    DeletionRequestFactory,
+    DropCycleFactory,
+    ResolutionRequestFactory,
+    SaasConnectionFactory,
+    SaasDeletionFactory,
+    WorkItemFactory,
+    items_reported,
+    webhook_integration_created,
 )
 
 pytestmark = pytest.mark.django_db
@@ -65,28 +64,34 @@ class World:
 
 @pytest.fixture
 def world(broker: Broker) -> World:
-    crm = webhook_integration_for(broker, "https://crm.acme.example/drop").integration
-    old = webhook_integration_for(broker, "https://old.acme.example/drop", name="Old").integration
+    crm = webhook_integration_created(broker, "https://crm.acme.example/drop").integration
+    old = webhook_integration_created(
+        broker, "https://old.acme.example/drop", name="Old"
+    ).integration
     now = timezone.now()
     # Stuck, one per reason.
-    deletion_request(None, broker=broker, state=RequestState.PENDING)
-    deletion_request(crm, state=RequestState.FAILED, drop_outcome="failed")
-    deletion_request(crm, state=RequestState.UNDELIVERABLE)
-    deletion_request(crm, state=RequestState.DISPATCHED, dispatched_at=now - dt.timedelta(days=8))
-    resolution_request(crm, state=RequestState.FAILED)
-    deletion_request(old, state=RequestState.QUEUED)
+    DeletionRequestFactory.create(work_item__cycle__broker=broker, state=RequestState.PENDING)
+    DeletionRequestFactory.create(integration=crm, state=RequestState.FAILED, drop_outcome="failed")
+    DeletionRequestFactory.create(integration=crm, state=RequestState.UNDELIVERABLE)
+    DeletionRequestFactory.create(
+        integration=crm, state=RequestState.DISPATCHED, dispatched_at=now - dt.timedelta(days=8)
+    )
+    ResolutionRequestFactory.create(integration=crm, state=RequestState.FAILED)
+    DeletionRequestFactory.create(integration=old, state=RequestState.QUEUED)
     integration_disable(integration=old, reason="broker moved", actor="test")
     # Live: queued, dispatched yesterday; and a removed item owes nothing.
-    deletion_request(crm, state=RequestState.QUEUED)
-    deletion_request(crm, state=RequestState.DISPATCHED, dispatched_at=now - dt.timedelta(days=1))
-    removed = work_item(broker)
+    DeletionRequestFactory.create(integration=crm, state=RequestState.QUEUED)
+    DeletionRequestFactory.create(
+        integration=crm, state=RequestState.DISPATCHED, dispatched_at=now - dt.timedelta(days=1)
+    )
+    removed = WorkItemFactory.create(cycle__broker=broker)
     removed.state = WorkItemState.REMOVED
     removed.save()
-    deletion_request(None, broker=broker, state=RequestState.PENDING, work_item=removed)
+    DeletionRequestFactory.create(work_item=removed, state=RequestState.PENDING)
     # Another broker whose DROP key was refused: its items cannot reach DROP.
     other = broker_create(broker_id="1234", name="Other", actor="test")
-    other_crm = webhook_integration_for(other, "https://crm.other.example/drop").integration
-    deletion_request(other_crm, state=RequestState.QUEUED)
+    other_crm = webhook_integration_created(other, "https://crm.other.example/drop").integration
+    DeletionRequestFactory.create(integration=other_crm, state=RequestState.QUEUED)
     ledger_event_append(
         kind=LedgerKind.DROP_PULL_FAILED,
         broker_id="1234",
@@ -160,8 +165,15 @@ def test_without_json_one_line_per_group_on_stderr(world: World) -> None:
 def test_items_waiting_for_a_disabled_target_name_each_target(world: World) -> None:
     """A paused integration or SaaS connection is still a target: what waits for it is
     listed under target_disabled, naming the targets staff must enable (or retire)."""
-    mailer = saas_connection(world.broker, "https://api.mailer.example/erase", name="Mailer")
-    saas_deletion(resolution_request(world.crm, state=RequestState.COMPLETED), mailer)
+    mailer = SaasConnectionFactory.create(
+        broker=world.broker, url="https://api.mailer.example/erase", name="Mailer"
+    )
+    SaasDeletionFactory.create(
+        resolution=ResolutionRequestFactory.create(
+            integration=world.crm, state=RequestState.COMPLETED
+        ),
+        saas_connection=mailer,
+    )
     saas_connection_disable(connection=mailer, reason="HTTP 410", actor="test")
 
     (group,) = [g for g in stuck_work_items() if g.reason == StuckReason.TARGET_DISABLED]
@@ -220,18 +232,20 @@ def test_the_periodic_job_records_changes_and_the_dashboard_shows_them(
 def test_items_in_a_file_drop_refused_or_rejected_are_listed(
     broker: Broker, admin_client: Client
 ) -> None:
-    refused_cycle = cycle_make(broker, session="7", due_in_days=30)
-    amended = item_make(refused_cycle, status_code=3, work_item_id="Refused00001")
-    refused = report_file_make(
-        refused_cycle, [amended], kind="amend", state=ReportFileState.REFUSED
+    refused_cycle = DropCycleFactory.create(broker=broker, drop_session_id="7", due_in_days=30)
+    amended = WorkItemFactory.create(
+        cycle=refused_cycle, status_code=3, work_item_id="Refused00001"
     )
+    refused = items_reported(refused_cycle, [amended], kind="amend", state=ReportFileState.REFUSED)
     ReportFile.objects.filter(pk=refused.pk).update(
         drop_response={"message": "not possible", "status": 409}
     )
-    rejected_cycle = cycle_make(broker, session="8", downloaded_on=dt.date(2026, 3, 20))
-    owed = item_make(rejected_cycle, status_code=5, work_item_id="Rejected0001")
-    report_file_make(rejected_cycle, [item_make(rejected_cycle, status_code=3)])
-    report_file_make(rejected_cycle, [owed], state=ReportFileState.REJECTED)
+    rejected_cycle = DropCycleFactory.create(
+        broker=broker, drop_session_id="8", match_date=dt.date(2026, 3, 20)
+    )
+    owed = WorkItemFactory.create(cycle=rejected_cycle, status_code=5, work_item_id="Rejected0001")
+    items_reported(rejected_cycle, [WorkItemFactory.create(cycle=rejected_cycle, status_code=3)])
+    items_reported(rejected_cycle, [owed], state=ReportFileState.REJECTED)
 
     (group,) = stuck_work_items(broker=broker)
 
@@ -245,5 +259,5 @@ def test_items_in_a_file_drop_refused_or_rejected_are_listed(
 
     # DROP takes the refused file; a new file follows the rejected one: nothing is listed.
     ReportFile.objects.filter(pk=refused.pk).update(state=ReportFileState.ACCEPTED)
-    report_file_make(rejected_cycle, [owed])
+    items_reported(rejected_cycle, [owed])
     assert stuck_work_items(broker=broker) == []

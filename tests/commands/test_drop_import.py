@@ -39,11 +39,11 @@ from integrations.services.alerts import alerts_evaluate
 from integrations.services.brokers import broker_create
 from tests.builders import (
     PACKAGE_DATE,
-    consumer,
+    ConsumerFactory,
+    IsiConnectionFactory,
+    WebhookIntegrationFactory,
     days_after,
     drop_zip,
-    isi_connection,
-    webhook,
     write_zip,
 )
 
@@ -66,9 +66,13 @@ def drop_import(path: Path, *extra: str, capsys: pytest.CaptureFixture[str]) -> 
 @pytest.fixture
 def package(broker: Broker, tmp_path: Path) -> Path:
     """Three lists and an empty one; the first email matches two consumers, a phone one."""
-    consumer(broker, "C-1", email=EMAIL[0][1])
-    consumer(broker, "C-2", email=EMAIL[0][1], phone=PHONE[1][1])
-    consumer(broker, "C-3", phone=EMAIL[1][1])  # same hash, other list type: no match
+    ConsumerFactory.create(broker=broker, remote_identifier="C-1", hashes={"email": EMAIL[0][1]})
+    ConsumerFactory.create(
+        broker=broker, remote_identifier="C-2", hashes={"email": EMAIL[0][1], "phone": PHONE[1][1]}
+    )
+    ConsumerFactory.create(
+        broker=broker, remote_identifier="C-3", hashes={"phone": EMAIL[1][1]}
+    )  # same hash, other list type: no match
     return write_zip(tmp_path, drop_zip(broker, lists()))
 
 
@@ -131,7 +135,7 @@ def test_without_a_target_each_matched_consumer_gets_one_waiting_request(
 def test_requests_carry_every_field_of_the_dispatch_body(
     broker: Broker, package: Path, capsys
 ) -> None:
-    webhook(broker)
+    WebhookIntegrationFactory.create(broker=broker)
     drop_import(package, capsys=capsys)
     request = DeletionRequest.objects.get(remote_identifier="C-2", hash_type="phone")
     assert request.identifier_hash == PHONE[1][1]
@@ -149,12 +153,16 @@ def test_requests_carry_every_field_of_the_dispatch_body(
 def test_each_match_gets_one_request_per_target_and_its_delivery_job(
     broker: Broker, package: Path, capsys
 ) -> None:
-    hook = webhook(broker)
-    paused = webhook(broker, "Disabled", enabled=False)  # paused, still a target
-    retired = webhook(broker, "Retired", enabled=False)
+    hook = WebhookIntegrationFactory.create(broker=broker)
+    paused = WebhookIntegrationFactory.create(
+        broker=broker, name="Disabled", enabled=False
+    )  # paused, still a target
+    retired = WebhookIntegrationFactory.create(broker=broker, name="Retired", enabled=False)
     Integration.objects.filter(pk=retired.pk).update(retired_at=timezone.now(), retired_reason="x")
-    connection = isi_connection(broker)
-    isi_connection(broker, capabilities=["privacy/drop/delete"])  # lacks identifiers
+    connection = IsiConnectionFactory.create(integration__broker=broker)
+    IsiConnectionFactory.create(
+        integration__broker=broker, capabilities=["privacy/drop/delete"]
+    )  # lacks identifiers
     shown = drop_import(package, capsys=capsys)
     requests = DeletionRequest.objects.all()
     assert shown["deletion_requests"] == {"created": 9, "queued": 9, "pending": 0}
@@ -201,7 +209,7 @@ def test_each_new_download_gets_the_next_session_id(
 
 def test_another_brokers_consumers_never_match(package: Path, capsys) -> None:
     other = broker_create(broker_id="5555", name="Other", actor="test")
-    consumer(other, "X-1", email=EMAIL[2][1])
+    ConsumerFactory.create(broker=other, remote_identifier="X-1", hashes={"email": EMAIL[2][1]})
     drop_import(package, capsys=capsys)
     item = WorkItem.objects.get(work_item_id=EMAIL[2][0])
     assert item.status_code == 5
@@ -423,7 +431,7 @@ def test_bad_arguments_are_one_line_errors(package: Path, argv: list[str], messa
 
 @pytest.fixture
 def imported(broker: Broker, package: Path, capsys) -> DropCycle:
-    webhook(broker)
+    WebhookIntegrationFactory.create(broker=broker)
     drop_import(package, capsys=capsys)
     return DropCycle.objects.get()
 
@@ -487,7 +495,9 @@ def test_text_output_says_what_happened(package: Path, capsys) -> None:
 def test_unreadable_rows_and_unread_lists_reach_staff_until_drop_sends_the_next_package(
     broker: Broker, odd_package: Path, tmp_path: Path, admin_client: Client
 ) -> None:
-    webhook(broker)  # the matched items have a live path: only the odd parts are stuck
+    WebhookIntegrationFactory.create(
+        broker=broker
+    )  # the matched items have a live path: only the odd parts are stuck
     with pytest.raises(CommandError):
         call_command("drop", "import", "--broker", "4821", str(odd_package))
 

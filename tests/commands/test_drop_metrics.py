@@ -34,12 +34,12 @@ from devtools.drop_simulator import work_items
 from integrations.models import Broker, WorkItemState
 from integrations.services.brokers import broker_create
 from tests.builders import (
-    cycle_make,
+    DeletionRequestFactory,
+    DropCycleFactory,
+    ResolutionRequestFactory,
+    WebhookIntegrationFactory,
+    WorkItemFactory,
     drop_zip,
-    integration_make,
-    item_make,
-    request_make,
-    resolution_make,
     write_zip,
 )
 
@@ -48,8 +48,8 @@ DOWNLOADED = dt.datetime(2027, 1, 10, 9, tzinfo=dt.UTC)
 
 
 def reported(cycle: Any, code: int, days: float, list_type: str = "Email") -> Any:
-    return item_make(
-        cycle,
+    return WorkItemFactory.create(
+        cycle=cycle,
         list_type=list_type,
         status_code=code,
         state=WorkItemState.REPORTED,
@@ -60,23 +60,37 @@ def reported(cycle: Any, code: int, days: float, list_type: str = "Email") -> An
 
 @pytest.fixture
 def year(broker: Broker) -> None:
-    cycle = cycle_make(broker, session="7", downloaded_on=DOWNLOADED.date())
-    integration = integration_make(broker)
-    request_make(reported(cycle, 3, 1), outcome="deleted")
-    request_make(reported(cycle, 4, 2), outcome="opted_out")
+    cycle = DropCycleFactory.create(
+        broker=broker, drop_session_id="7", match_date=DOWNLOADED.date()
+    )
+    integration = WebhookIntegrationFactory.create(broker=broker)
+    DeletionRequestFactory.create(work_item=reported(cycle, 3, 1), drop_outcome="deleted")
+    DeletionRequestFactory.create(work_item=reported(cycle, 4, 2), drop_outcome="opted_out")
     e3 = reported(cycle, 2, 10)
-    resolution = resolution_make(e3, integration, outcome="exempt")
+    resolution = ResolutionRequestFactory.create(
+        work_item=e3, integration=integration, drop_outcome="exempt", completed=True
+    )
     resolution.exemption_basis = "glba"
     resolution.save()
     reported(cycle, 5, 2)
-    request_make(item_make(cycle), state="dispatched")
-    item_make(cycle, state=WorkItemState.REMOVED)
+    DeletionRequestFactory.create(work_item=WorkItemFactory.create(cycle=cycle), state="dispatched")
+    WorkItemFactory.create(cycle=cycle, state=WorkItemState.REMOVED)
     reported(cycle, 5, 4, list_type="Phone")
-    item_make(cycle, list_type="Phone", status_code=5)
+    WorkItemFactory.create(cycle=cycle, list_type="Phone", status_code=5)
     # Not in the figures: the year before, and another broker.
-    reported(cycle_make(broker, session="6", downloaded_on=dt.date(2026, 12, 31)), 3, 1)
+    reported(
+        DropCycleFactory.create(
+            broker=broker, drop_session_id="6", match_date=dt.date(2026, 12, 31)
+        ),
+        3,
+        1,
+    )
     other = broker_create(broker_id="1234", name="Other", mode="test", actor="test")
-    reported(cycle_make(other, session="7", downloaded_on=DOWNLOADED.date()), 3, 1)
+    reported(
+        DropCycleFactory.create(broker=other, drop_session_id="7", match_date=DOWNLOADED.date()),
+        3,
+        1,
+    )
 
 
 EXPECTED = {

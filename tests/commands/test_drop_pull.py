@@ -28,7 +28,11 @@ from integrations.models import Broker, DeletionRequest, DropCycle, LedgerEvent,
 from integrations.selectors.pulls import brokers_due_for_pull
 from integrations.services import drop as drop_services
 from integrations.services.brokers import broker_create, broker_update
-from tests.builders import PACKAGE_DATE, consumer, drop_zip
+from tests.builders import (
+    PACKAGE_DATE,
+    ConsumerFactory,
+    drop_zip,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -66,7 +70,9 @@ def broker(db: None, drop: DropSimulator, waits: list[float]) -> Broker:
         drop_base_url=drop.url,
         actor="test",
     )
-    consumer(registered, "C-1", email=ITEMS[0][1])
+    ConsumerFactory.create(
+        broker=registered, remote_identifier="C-1", hashes={"email": ITEMS[0][1]}
+    )
     return registered
 
 

@@ -23,7 +23,11 @@ from integrations.models import (
     WorkItem,
 )
 from integrations.services.work_items import work_item_status_set
-from tests.builders import cycle_make, item_make, request_make
+from tests.builders import (
+    DeletionRequestFactory,
+    DropCycleFactory,
+    WorkItemFactory,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -45,9 +49,11 @@ def cycle(broker: Broker, drop: DropSimulator) -> DropCycle:
     broker.drop_api_key = KEY
     broker.drop_base_url = drop.url
     broker.save()
-    cycle = cycle_make(broker)
-    item_make(cycle, status_code=3, work_item_id="EmailDeleted")
-    item_make(cycle, list_type="Phone", status_code=5, work_item_id="PhoneNotFnd1")
+    cycle = DropCycleFactory.create(broker=broker)
+    WorkItemFactory.create(cycle=cycle, status_code=3, work_item_id="EmailDeleted")
+    WorkItemFactory.create(
+        cycle=cycle, list_type="Phone", status_code=5, work_item_id="PhoneNotFnd1"
+    )
     return cycle
 
 
@@ -92,8 +98,8 @@ def test_json(cycle: DropCycle) -> None:
 
 
 def test_each_run_ends_with_what_is_still_owed(cycle: DropCycle) -> None:
-    waiting = item_make(cycle, work_item_id="EmailWaiting")
-    request_make(waiting, state=RequestState.DISPATCHED)
+    waiting = WorkItemFactory.create(cycle=cycle, work_item_id="EmailWaiting")
+    DeletionRequestFactory.create(work_item=waiting, state=RequestState.DISPATCHED)
     days = (cycle.due_date - drop_today()).days
     when = f"overdue by {-days} day(s)" if days < 0 else f"{days} day(s) left"
 
@@ -186,8 +192,8 @@ def test_a_bad_discard_changes_nothing(refused: ReportFile, args: list[str], mes
 
 
 def test_one_cycle_only(cycle: DropCycle) -> None:
-    later = cycle_make(cycle.broker, session="2")
-    item_make(later, status_code=4, work_item_id="LaterItem001")
+    later = DropCycleFactory.create(broker=cycle.broker, drop_session_id="2")
+    WorkItemFactory.create(cycle=later, status_code=4, work_item_id="LaterItem001")
     output = run("--cycle", "2")
     assert "Wrote 20260312_4821_Email.csv: 1 rows" in output
     assert ReportFile.objects.get().cycle == later
@@ -201,7 +207,7 @@ def test_one_cycle_only(cycle: DropCycle) -> None:
     ],
 )
 def test_bad_requests_write_nothing(broker: Broker, args: list[str], message: str) -> None:
-    item_make(cycle_make(broker), status_code=3)
+    WorkItemFactory.create(cycle=DropCycleFactory.create(broker=broker), status_code=3)
     with pytest.raises(CommandError, match=message):
         run(*args)
     assert not ReportFile.objects.exists()

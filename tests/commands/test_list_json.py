@@ -12,7 +12,7 @@ from django.core.management import call_command
 from integrations.models import Broker
 from integrations.services.integrations import webhook_integration_create
 from integrations.services.keys import api_key_create
-from tests.builders import saas_connection
+from tests.builders import SaasConnectionFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -32,7 +32,7 @@ def test_list_json_is_one_object_with_its_items(
     webhook_integration_create(
         broker=broker, name="Acme CRM", url="https://crm.acme.example/drop", actor="test"
     )
-    saas_connection(broker, "https://api.mailer.example/erase")
+    SaasConnectionFactory.create(broker=broker, url="https://api.mailer.example/erase")
     created = api_key_create(broker=broker, scopes=["ingest"], actor="test")
     out = io.StringIO()
 

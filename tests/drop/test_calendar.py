@@ -19,7 +19,15 @@ from django.utils import timezone
 from devtools.drop_simulator import work_items
 from integrations.models import Broker, DeletionRequest, DropCycle
 from integrations.services.alerts import CONDITIONS
-from tests.builders import consumer, cycle_make, days_after, drop_zip, item_make, webhook, write_zip
+from tests.builders import (
+    ConsumerFactory,
+    DropCycleFactory,
+    WebhookIntegrationFactory,
+    WorkItemFactory,
+    days_after,
+    drop_zip,
+    write_zip,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -35,8 +43,8 @@ def late_evening(monkeypatch: pytest.MonkeyPatch) -> dt.datetime:
 
 def _import(broker: Broker, tmp_path: Path, *extra: str) -> DropCycle:
     (item,) = work_items(1)
-    consumer(broker, "C-1", email=item[1])
-    webhook(broker)
+    ConsumerFactory.create(broker=broker, remote_identifier="C-1", hashes={"email": item[1]})
+    WebhookIntegrationFactory.create(broker=broker)
     path = write_zip(
         tmp_path, drop_zip(broker, {"Email": [item]}, date="20261125"), "20261125_4821_DROP.zip"
     )
@@ -68,8 +76,8 @@ def test_a_downloaded_at_date_is_the_start_of_that_day_in_california(
 def test_days_left_are_counted_in_californian_days(
     broker: Broker, late_evening: dt.datetime
 ) -> None:
-    cycle = cycle_make(broker, downloaded_on=dt.date(2026, 10, 13), due_in_days=45)
-    item_make(cycle)  # owed
+    cycle = DropCycleFactory.create(broker=broker, match_date=dt.date(2026, 10, 13), due_in_days=45)
+    WorkItemFactory.create(cycle=cycle)  # owed
     assert cycle.due_date == dt.date(2026, 11, 27)
 
     (firing,) = CONDITIONS["cycle_due_2_days"](late_evening)
@@ -80,11 +88,11 @@ def test_days_left_are_counted_in_californian_days(
 def test_the_yearly_figures_count_a_new_years_eve_download_in_its_californian_year(
     broker: Broker,
 ) -> None:
-    cycle = cycle_make(broker, downloaded_on=dt.date(2026, 12, 31))
+    cycle = DropCycleFactory.create(broker=broker, match_date=dt.date(2026, 12, 31))
     # 19:00 Pacific on December 31, 2026: already 2027 in UTC.
     cycle.downloaded_at = dt.datetime(2027, 1, 1, 3, tzinfo=dt.UTC)
     cycle.save(update_fields=["downloaded_at"])
-    item_make(cycle, status_code=5)
+    WorkItemFactory.create(cycle=cycle, status_code=5)
 
     def received(year: int) -> int:
         out = io.StringIO()

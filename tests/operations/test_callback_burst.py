@@ -30,7 +30,11 @@ import pytest
 from integrations.models import DeletionRequest, RequestState
 from integrations.services.brokers import broker_create
 from integrations.services.keys import api_key_create
-from tests.builders import WebhookIntegrationFactory, request_make, work_item
+from tests.builders import (
+    DeletionRequestFactory,
+    WebhookIntegrationFactory,
+    WorkItemFactory,
+)
 from tests.conftest import database_url, subprocess_env
 from tests.ports import free_port
 from tests.raw_callbacks import Answer, signed_deletion_callback
@@ -78,7 +82,14 @@ def world(transactional_db: None) -> tuple[str, str, list[DeletionRequest]]:
     broker = broker_create(broker_id="4821", name="Acme", mode="test", actor="test")
     integration = WebhookIntegrationFactory.create(broker=broker)
     key = api_key_create(broker=broker, scopes=["webhook_callback"], actor="test").key
-    rows = [request_make(work_item(broker), integration=integration) for _ in range(CALLBACKS)]
+    rows = [
+        DeletionRequestFactory.create(
+            work_item=WorkItemFactory.create(cycle__broker=broker),
+            integration=integration,
+            dispatched=True,
+        )
+        for _ in range(CALLBACKS)
+    ]
     return key, integration.webhook_secret, rows
 
 

@@ -25,11 +25,11 @@ from integrations.operations import health
 from integrations.services.brokers import broker_create
 from integrations.services.keys import api_key_create
 from tests.builders import (
-    cycle_make,
-    deletion_request,
-    item_make,
-    report_file_make,
-    webhook_integration_for,
+    DeletionRequestFactory,
+    DropCycleFactory,
+    WorkItemFactory,
+    items_reported,
+    webhook_integration_created,
 )
 from tests.conftest import bearer
 
@@ -192,10 +192,10 @@ def test_metrics_need_the_metrics_scope(api_client: APIClient, make_key) -> None
 
 def test_metrics_in_prometheus_text_format(api_client: APIClient, make_key, broker) -> None:
     today = drop_today()  # days left count California's days
-    cycle = cycle_make(broker, session="7", downloaded_on=today)
-    item_make(cycle)  # waiting for an outcome
-    item_make(cycle, status_code=3)  # reportable
-    item_make(cycle, state=WorkItemState.REMOVED)
+    cycle = DropCycleFactory.create(broker=broker, drop_session_id="7", match_date=today)
+    WorkItemFactory.create(cycle=cycle)  # waiting for an outcome
+    WorkItemFactory.create(cycle=cycle, status_code=3)  # reportable
+    WorkItemFactory.create(cycle=cycle, state=WorkItemState.REMOVED)
     with connection.cursor() as cursor:
         cursor.execute(
             "INSERT INTO procrastinate_jobs (queue_name, task_name, status, args) "
@@ -234,12 +234,14 @@ def test_metrics_count_a_status_as_owed_until_drop_accepts_its_file(
     api_client: APIClient, make_key, broker
 ) -> None:
     today = drop_today()
-    cycle = cycle_make(broker, session="7", downloaded_on=today)
-    written = item_make(cycle, status_code=3)
-    report_file_make(cycle, [written], state=ReportFileState.WRITTEN)  # not sent yet
-    rejected = item_make(cycle, status_code=5)
-    report_file_make(cycle, [rejected], state=ReportFileState.REJECTED)
-    report_file_make(cycle, [item_make(cycle, status_code=4)])  # DROP took this one
+    cycle = DropCycleFactory.create(broker=broker, drop_session_id="7", match_date=today)
+    written = WorkItemFactory.create(cycle=cycle, status_code=3)
+    items_reported(cycle, [written], state=ReportFileState.WRITTEN)  # not sent yet
+    rejected = WorkItemFactory.create(cycle=cycle, status_code=5)
+    items_reported(cycle, [rejected], state=ReportFileState.REJECTED)
+    items_reported(
+        cycle, [WorkItemFactory.create(cycle=cycle, status_code=4)]
+    )  # DROP took this one
 
     text = api_client.get("/metrics", **bearer(make_key("metrics").key)).content.decode()
 
@@ -255,9 +257,11 @@ def test_a_brokers_metrics_key_sees_its_brokers_series_only(
     other = broker_create(broker_id="5930", name="Other", mode="test", actor="test")
     today = drop_today()  # days left count California's days
     for owner in (broker, other):
-        item_make(cycle_make(owner, session="7", downloaded_on=today))
-        crm = webhook_integration_for(owner, f"https://crm{owner.broker_id}.test/drop")
-        deletion_request(crm.integration, state=RequestState.UNDELIVERABLE)
+        WorkItemFactory.create(
+            cycle=DropCycleFactory.create(broker=owner, drop_session_id="7", match_date=today)
+        )
+        crm = webhook_integration_created(owner, f"https://crm{owner.broker_id}.test/drop")
+        DeletionRequestFactory.create(integration=crm.integration, state=RequestState.UNDELIVERABLE)
 
     text = api_client.get("/metrics", **bearer(make_key("metrics").key)).content.decode()
 
@@ -280,10 +284,10 @@ def test_a_key_without_a_broker_has_the_metrics_scope_alone(broker) -> None:
 def test_metrics_count_stuck_work_items_by_broker_and_reason(
     api_client: APIClient, make_key, broker
 ) -> None:
-    crm = webhook_integration_for(broker, "https://crm.acme.test/drop").integration
-    deletion_request(crm, state=RequestState.UNDELIVERABLE)
-    deletion_request(crm, state=RequestState.UNDELIVERABLE)
-    deletion_request(crm, state=RequestState.QUEUED)  # live: not stuck
+    crm = webhook_integration_created(broker, "https://crm.acme.test/drop").integration
+    DeletionRequestFactory.create(integration=crm, state=RequestState.UNDELIVERABLE)
+    DeletionRequestFactory.create(integration=crm, state=RequestState.UNDELIVERABLE)
+    DeletionRequestFactory.create(integration=crm, state=RequestState.QUEUED)  # live: not stuck
 
     text = api_client.get("/metrics", **bearer(make_key("metrics").key)).content.decode()
 

@@ -11,7 +11,10 @@ from django.test import Client
 from integrations.models import Broker, WorkItem, WorkItemState
 from integrations.selectors.deadlines import cycle_deadlines, drop_cycles_by_urgency
 from tests.admin.markup import cells
-from tests.builders import cycle_make, item_make
+from tests.builders import (
+    DropCycleFactory,
+    WorkItemFactory,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -20,15 +23,21 @@ TODAY = dt.date(2026, 4, 20)
 
 @pytest.fixture
 def cycles(broker: Broker) -> dict[str, object]:
-    overdue = cycle_make(broker, session="1", downloaded_on=dt.date(2026, 3, 1))  # due 04-15
-    item_make(overdue, status_code=5)  # reportable, not yet sent
-    soon = cycle_make(broker, session="2", downloaded_on=dt.date(2026, 3, 12))  # due 04-26
-    item_make(soon)  # waiting for an outcome
-    item_make(soon, status_code=3)
-    item_make(soon, state=WorkItemState.REMOVED)
-    done = cycle_make(broker, session="3", downloaded_on=dt.date(2026, 4, 1), state="reported")
-    item_make(
-        done, status_code=3, state=WorkItemState.REPORTED, reported_at=dt.datetime.now(dt.UTC)
+    overdue = DropCycleFactory.create(
+        broker=broker, drop_session_id="1", match_date=dt.date(2026, 3, 1)
+    )  # due 04-15
+    WorkItemFactory.create(cycle=overdue, status_code=5)  # reportable, not yet sent
+    soon = DropCycleFactory.create(
+        broker=broker, drop_session_id="2", match_date=dt.date(2026, 3, 12)
+    )  # due 04-26
+    WorkItemFactory.create(cycle=soon)  # waiting for an outcome
+    WorkItemFactory.create(cycle=soon, status_code=3)
+    WorkItemFactory.create(cycle=soon, state=WorkItemState.REMOVED)
+    done = DropCycleFactory.create(
+        broker=broker, drop_session_id="3", match_date=dt.date(2026, 4, 1), state="reported"
+    )
+    WorkItemFactory.create(
+        cycle=done, status_code=3, state=WorkItemState.REPORTED, reported_at=dt.datetime.now(dt.UTC)
     )
     return {"overdue": overdue, "soon": soon, "done": done}
 

@@ -52,14 +52,14 @@ from integrations.services.saas import saas_connection_disable, saas_connection_
 from integrations.services.work_items import work_item_status_set
 from tests.builders import (
     PACKAGE_DATE,
-    cycle_make,
-    deletion_request,
+    DeletionRequestFactory,
+    DropCycleFactory,
+    SaasConnectionFactory,
+    WorkItemFactory,
     drop_zip,
-    item_make,
-    report_file_make,
-    saas_connection,
+    items_reported,
     truncate_jobs,
-    webhook_integration_for,
+    webhook_integration_created,
 )
 from tests.conftest import subprocess_env
 from tests.ports import free_port
@@ -264,7 +264,7 @@ def test_a_disabled_integration_alerts_once_and_once_more_when_enabled(
     channels: tuple[Inbox, list[dict[str, Any]]], broker: Broker
 ) -> None:
     inbox, hooks = channels
-    integration = webhook_integration_for(broker, "https://crm.acme.test/drop").integration
+    integration = webhook_integration_created(broker, "https://crm.acme.test/drop").integration
     integration_disable(integration=integration, reason="410 Gone from the target", actor="test")
 
     evaluate_and_send()
@@ -293,7 +293,7 @@ def test_a_disabled_integration_alerts_once_and_once_more_when_enabled(
 def test_a_webhook_that_fails_is_retried_by_the_job(settings: Any, broker: Broker) -> None:
     settings.DROPPORTAL_ALERT_EMAILS = []
     settings.DROPPORTAL_ALERT_WEBHOOK_URL = f"http://127.0.0.1:{free_port()}/closed"
-    integration = webhook_integration_for(broker, "https://crm.acme.test/drop").integration
+    integration = webhook_integration_created(broker, "https://crm.acme.test/drop").integration
     integration_disable(integration=integration, reason="by hand", actor="test")
 
     evaluate_and_send()
@@ -307,7 +307,7 @@ def test_an_alert_text_keeps_no_query_string(
     channels: tuple[Inbox, list[dict[str, Any]]], broker: Broker
 ) -> None:
     inbox, hooks = channels
-    integration = webhook_integration_for(broker, "https://crm.acme.test/drop").integration
+    integration = webhook_integration_created(broker, "https://crm.acme.test/drop").integration
     integration_disable(
         integration=integration,
         reason="410 Gone from HTTPS://crm.acme.test/drop?token=s3cr3t at 12:00 UTC",
@@ -344,8 +344,10 @@ def test_cycles_due_alert_at_7_days_and_again_at_2_while_statuses_are_owed(
     broker: Broker,
 ) -> None:
     today = drop_today()  # days left count California's days, not UTC's
-    cycle = cycle_make(broker, session="9", downloaded_on=today - dt.timedelta(days=40))
-    item = item_make(cycle)  # waiting for an outcome: owed
+    cycle = DropCycleFactory.create(
+        broker=broker, drop_session_id="9", match_date=today - dt.timedelta(days=40)
+    )
+    item = WorkItemFactory.create(cycle=cycle)  # waiting for an outcome: owed
     days_left = (cycle.due_date - today).days
     assert 2 < days_left <= 7
 
@@ -378,9 +380,9 @@ def test_an_unreachable_drop_alerts_only_after_a_day(broker: Broker) -> None:
 def test_a_rejected_upload_alerts_until_its_statuses_go_out_in_a_new_file(
     broker: Broker,
 ) -> None:
-    cycle = cycle_make(broker, session="3", downloaded_on=drop_today())
-    item = item_make(cycle, status_code=3)
-    rejected = report_file_make(cycle, [item], state=ReportFileState.REJECTED)
+    cycle = DropCycleFactory.create(broker=broker, drop_session_id="3", match_date=drop_today())
+    item = WorkItemFactory.create(cycle=cycle, status_code=3)
+    rejected = items_reported(cycle, [item], state=ReportFileState.REJECTED)
     ReportFile.objects.filter(pk=rejected.pk).update(drop_response={"reason": "bad header"})
     raised = alerts_evaluate().raised
     assert [(a.condition, a.text) for a in raised if a.condition == "upload_rejected"] == [
@@ -391,7 +393,7 @@ def test_a_rejected_upload_alerts_until_its_statuses_go_out_in_a_new_file(
         )
     ]
     # Another file of the cycle does not settle the rejected file's statuses.
-    report_file_make(cycle, [item_make(cycle, status_code=5)])
+    items_reported(cycle, [WorkItemFactory.create(cycle=cycle, status_code=5)])
     assert "upload_rejected" not in {a.condition for a in alerts_evaluate().cleared}
 
     report_files_write(broker=broker)  # staff run the report: the statuses go out anew
@@ -453,7 +455,7 @@ def test_email_url_configures_the_mail_that_alerts_use(inbox: Inbox) -> None:
 
 
 def test_a_disabled_saas_connection_alerts_until_enabled(broker: Broker) -> None:
-    connection_ = saas_connection(broker, "https://mailer.acme.test/delete")
+    connection_ = SaasConnectionFactory.create(broker=broker, url="https://mailer.acme.test/delete")
     saas_connection_disable(connection=connection_, reason="410 Gone", actor="test")
 
     raised = alerts_evaluate().raised
@@ -470,9 +472,9 @@ def test_a_disabled_saas_connection_alerts_until_enabled(broker: Broker) -> None
 def test_stuck_work_found_by_drop_doctor_alerts_once_per_broker_and_reason(
     broker: Broker,
 ) -> None:
-    crm = webhook_integration_for(broker, "https://crm.acme.test/drop").integration
-    deletion_request(crm, state=RequestState.UNDELIVERABLE)
-    deletion_request(crm, state=RequestState.UNDELIVERABLE)
+    crm = webhook_integration_created(broker, "https://crm.acme.test/drop").integration
+    DeletionRequestFactory.create(integration=crm, state=RequestState.UNDELIVERABLE)
+    DeletionRequestFactory.create(integration=crm, state=RequestState.UNDELIVERABLE)
 
     raised = alerts_evaluate().raised
     assert [(a.condition, a.key) for a in raised] == [
@@ -490,8 +492,10 @@ def test_a_refused_file_alerts_at_once_until_staff_discard_it(
 ) -> None:
     inbox, hooks = channels
     drop.active_download = True
-    cycle = cycle_make(broker, session="3", downloaded_on=dt.date(2026, 3, 12))
-    item = item_make(cycle, status_code=5, work_item_id="Refused00001")
+    cycle = DropCycleFactory.create(
+        broker=broker, drop_session_id="3", match_date=dt.date(2026, 3, 12)
+    )
+    item = WorkItemFactory.create(cycle=cycle, status_code=5, work_item_id="Refused00001")
     report_run(broker=broker, upload=True)
     work_item_status_set(work_item=item, status_code=3, reason="found after all", actor="test")
     drop.closed_downloads.add("20260312")

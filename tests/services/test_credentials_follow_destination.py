@@ -15,7 +15,6 @@ from django.urls import reverse
 from integrations.models import (
     Broker,
     Integration,
-    IntegrationKind,
     IsiAuth,
     LedgerEvent,
     SaasConnection,
@@ -23,6 +22,7 @@ from integrations.models import (
 from integrations.services.brokers import broker_update
 from integrations.services.isi import isi_integration_update
 from integrations.services.saas import saas_connection_create, saas_connection_update
+from tests.builders import IsiIntegrationFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -120,11 +120,11 @@ def _isi(broker: Broker, auth: str) -> Integration:
             "token_url": "https://auth.acme.example/token",
             "client_id": "dp",
             "client_secret": "isi-client-secret",
+            "token": "",
         }
     )
-    return Integration.objects.create(
+    return IsiIntegrationFactory.create(
         broker=broker,
-        kind=IntegrationKind.ISI,
         name="API",
         base_url="https://api.acme.example",
         auth=auth,

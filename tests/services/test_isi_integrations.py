@@ -37,9 +37,9 @@ from tests.builders import (
     CONNECTION_A,
     CONNECTION_B,
     CONNECTION_STANDARD,
+    DeletionRequestFactory,
     broker_connections,
-    deletion_request,
-    isi_integration_for,
+    isi_integration_created,
 )
 
 pytestmark = pytest.mark.django_db
@@ -72,7 +72,7 @@ def _raw(column: str) -> str:
 def test_creating_lists_the_connections_and_only_those_with_both_capabilities_take_part(
     broker, api: IsiSimulator
 ) -> None:
-    created = isi_integration_for(broker, api)
+    created = isi_integration_created(broker, api)
 
     assert created.connections_error == ""
     assert created.webhook_secret.startswith("whsec_")
@@ -104,7 +104,7 @@ def test_creating_lists_the_connections_and_only_those_with_both_capabilities_ta
 def test_credentials_and_the_cached_token_are_encrypted_and_never_in_the_ledger(
     broker, api: IsiSimulator
 ) -> None:
-    created = isi_integration_for(broker, api)
+    created = isi_integration_created(broker, api)
     integration = Integration.objects.get(pk=created.integration.pk)
 
     assert integration.client_secret == api.client_secret
@@ -130,7 +130,7 @@ def test_credentials_and_the_cached_token_are_encrypted_and_never_in_the_ledger(
 
 
 def test_a_static_token_is_sent_as_the_bearer(broker, api: IsiSimulator) -> None:
-    created = isi_integration_for(broker, api, oauth=False)
+    created = isi_integration_created(broker, api, oauth=False)
 
     assert created.connections_error == ""
     assert api.paths == ["/api/v1/connections/list"]  # no token endpoint
@@ -140,7 +140,7 @@ def test_a_static_token_is_sent_as_the_bearer(broker, api: IsiSimulator) -> None
 def test_the_list_is_asked_by_get_when_post_is_answered_405(broker, api: IsiSimulator) -> None:
     api.list_method = "GET"
 
-    created = isi_integration_for(broker, api)
+    created = isi_integration_created(broker, api)
 
     assert created.connections_error == ""
     assert [r.method for r in api.on("connections")] == ["POST", "GET"]
@@ -151,7 +151,7 @@ def test_the_list_is_asked_by_get_when_post_is_answered_405(broker, api: IsiSimu
 def test_a_connection_no_longer_listed_is_kept_but_no_longer_takes_part(
     broker, api: IsiSimulator
 ) -> None:
-    created = isi_integration_for(broker, api)
+    created = isi_integration_created(broker, api)
     api.connections = [listed(CONNECTION_A), listed(CONNECTION_B, ["privacy/drop/delete"])]
 
     refreshed = isi_connections_refresh(integration=created.integration, actor="test")
@@ -203,7 +203,7 @@ BAD_LISTS: dict[str, tuple[Reply, str]] = {
 def test_a_bad_connection_list_is_refused_and_the_stored_one_kept(
     broker, api: IsiSimulator, case: str
 ) -> None:
-    created = isi_integration_for(broker, api)
+    created = isi_integration_created(broker, api)
     before = _stored()
     reply, message = BAD_LISTS[case]
     api.answer_next("connections", reply)
@@ -224,7 +224,7 @@ def test_creating_with_an_api_that_does_not_answer_still_creates_it_and_says_why
 ) -> None:
     api.answer_next("connections", Reply(503))
 
-    created = isi_integration_for(broker, api)
+    created = isi_integration_created(broker, api)
 
     assert Integration.objects.filter(pk=created.integration.pk).exists()
     assert created.connections == []
@@ -235,7 +235,7 @@ def test_creating_with_an_api_that_does_not_answer_still_creates_it_and_says_why
 
 
 def test_the_token_is_cached_until_shortly_before_it_expires(broker, api: IsiSimulator) -> None:
-    created = isi_integration_for(broker, api)
+    created = isi_integration_created(broker, api)
     integration = Integration.objects.get(pk=created.integration.pk)
     issued = integration.access_token
     expires_at = integration.access_token_expires_at
@@ -253,7 +253,7 @@ def test_the_token_is_cached_until_shortly_before_it_expires(broker, api: IsiSim
 
 
 def test_a_stale_token_is_refreshed_once_on_a_401(broker, api: IsiSimulator) -> None:
-    created = isi_integration_for(broker, api)
+    created = isi_integration_created(broker, api)
     stale = Integration.objects.get(pk=created.integration.pk).access_token
     api.revoke_tokens()  # the broker no longer accepts it, though it has not expired
 
@@ -268,7 +268,7 @@ def test_a_stale_token_is_refreshed_once_on_a_401(broker, api: IsiSimulator) -> 
 
 
 def test_a_401_to_a_fresh_token_too_is_a_failure(broker, api: IsiSimulator) -> None:
-    created = isi_integration_for(broker, api)
+    created = isi_integration_created(broker, api)
     api.revoke_tokens()
     api.answer_next("connections", Reply(401), Reply(401))
 
@@ -280,7 +280,7 @@ def test_a_401_to_a_fresh_token_too_is_a_failure(broker, api: IsiSimulator) -> N
 
 
 def test_a_401_to_a_static_token_is_not_retried(broker, api: IsiSimulator) -> None:
-    created = isi_integration_for(broker, api, oauth=False)
+    created = isi_integration_created(broker, api, oauth=False)
     api.token = "rotated-by-the-broker"
 
     with pytest.raises(IsiError, match="the broker refused the bearer token"):
@@ -308,7 +308,7 @@ def test_a_token_endpoint_that_fails_stops_the_call_before_the_api(
 ) -> None:
     api.answer_next("token", reply)
 
-    created = isi_integration_for(broker, api)
+    created = isi_integration_created(broker, api)
 
     assert created.connections_error == (
         f"POST {api.base_url}/api/v1/connections/list: "
@@ -322,7 +322,7 @@ def test_a_token_endpoint_that_is_down_is_asked_again_only_after_a_while(
     broker, api: IsiSimulator
 ) -> None:
     api.answer_next("token", Reply(503))
-    created = isi_integration_for(broker, api)
+    created = isi_integration_created(broker, api)
     assert created.connections_error
 
     with pytest.raises(IsiError, match="HTTP 503"):  # a whole batch of deliveries, say
@@ -371,7 +371,7 @@ def test_bad_settings_are_refused_and_nothing_is_written(
 def test_changing_credentials_drops_the_cached_token_and_the_ledger_keeps_no_secret(
     broker, api: IsiSimulator
 ) -> None:
-    created = isi_integration_for(broker, api)
+    created = isi_integration_created(broker, api)
 
     updated = isi_integration_update(
         integration=created.integration, actor="test", auth="token", token="new-static"
@@ -396,9 +396,11 @@ def test_changing_credentials_drops_the_cached_token_and_the_ledger_keeps_no_sec
 def test_requests_matched_before_any_target_go_to_every_connection_taking_part(
     broker, api: IsiSimulator
 ) -> None:
-    waiting = deletion_request(None, broker=broker, state=RequestState.PENDING)
+    waiting = DeletionRequestFactory.create(
+        work_item__cycle__broker=broker, state=RequestState.PENDING
+    )
 
-    created = isi_integration_for(broker, api)
+    created = isi_integration_created(broker, api)
 
     requests = list(DeletionRequest.objects.order_by("pk"))
     assert len(requests) == 2

@@ -31,10 +31,10 @@ from tests.builders import (
     CONNECTION_A,
     CONNECTION_B,
     CONNECTION_STANDARD,
-    consumer,
+    ConsumerFactory,
+    SaasConnectionFactory,
     drop_zip,
-    isi_integration_for,
-    saas_connection,
+    isi_integration_created,
     write_zip,
 )
 
@@ -58,14 +58,14 @@ def api() -> Iterator[IsiSimulator]:
 
 @pytest.fixture
 def created(broker: Broker, api: IsiSimulator) -> CreatedIsiIntegration:
-    return isi_integration_for(broker, api)
+    return isi_integration_created(broker, api)
 
 
 @pytest.fixture
 def package(broker: Broker, tmp_path: Path) -> Path:
     """Two matches (two consumers), one work item without a match."""
-    consumer(broker, "C-1", email=ITEMS[0][1])
-    consumer(broker, "C-2", email=ITEMS[1][1])
+    ConsumerFactory.create(broker=broker, remote_identifier="C-1", hashes={"email": ITEMS[0][1]})
+    ConsumerFactory.create(broker=broker, remote_identifier="C-2", hashes={"email": ITEMS[1][1]})
     return write_zip(tmp_path, drop_zip(broker, {"Email": ITEMS}))
 
 
@@ -100,7 +100,7 @@ def test_connections_are_listed_again_before_matching(
 def test_with_a_saas_connection_each_match_also_gets_an_identifier_retrieval_per_connection(
     broker: Broker, created: CreatedIsiIntegration, package: Path
 ) -> None:
-    saas_connection(broker, "https://api.mailer.example/erase")
+    SaasConnectionFactory.create(broker=broker, url="https://api.mailer.example/erase")
 
     call_command("drop", "import", "--broker", "4821", str(package))
 

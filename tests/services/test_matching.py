@@ -33,7 +33,13 @@ from integrations.services.brokers import broker_create
 from integrations.services.drop_import import drop_zip_import
 from integrations.services.matching import LateMatches, consumer_hashes_match_late
 from integrations.services.requests import matches_table_create, requests_create_for_matches
-from tests.builders import consumer, drop_zip, isi_connection, webhook, write_zip
+from tests.builders import (
+    ConsumerFactory,
+    IsiConnectionFactory,
+    WebhookIntegrationFactory,
+    drop_zip,
+    write_zip,
+)
 from tests.conftest import bearer
 
 ITEMS = list(work_items(6))
@@ -49,7 +55,9 @@ def import_package(broker: Broker, directory: Path) -> DropCycle:
 def register_late(broker: Broker, remote_identifier: str, **hashes: str) -> LateMatches:
     """What ``consumers_register`` does: insert hashes, list them, match them late."""
     with transaction.atomic():
-        registered = consumer(broker, remote_identifier, **hashes)
+        registered = ConsumerFactory.create(
+            broker=broker, remote_identifier=remote_identifier, hashes=hashes
+        )
         _list_as_new(broker, registered)
         return consumer_hashes_match_late(broker=broker, added=NEW_HASHES, actor="test")
 
@@ -76,7 +84,7 @@ def item(work_item_id: str) -> WorkItem:
 
 @pytest.fixture
 def cycle(broker: Broker, tmp_path: Path, db: None) -> DropCycle:
-    consumer(broker, "C-1", email=EMAIL[0][1])
+    ConsumerFactory.create(broker=broker, remote_identifier="C-1", hashes={"email": EMAIL[0][1]})
     return import_package(broker, tmp_path)
 
 
@@ -85,10 +93,10 @@ def cycle(broker: Broker, tmp_path: Path, db: None) -> DropCycle:
 
 @pytest.mark.django_db
 def test_several_consumers_and_targets_multiply(broker: Broker, tmp_path: Path) -> None:
-    consumer(broker, "C-1", email=EMAIL[0][1])
-    consumer(broker, "C-2", email=EMAIL[0][1])
-    hook = webhook(broker)
-    connection_ = isi_connection(broker)
+    ConsumerFactory.create(broker=broker, remote_identifier="C-1", hashes={"email": EMAIL[0][1]})
+    ConsumerFactory.create(broker=broker, remote_identifier="C-2", hashes={"email": EMAIL[0][1]})
+    hook = WebhookIntegrationFactory.create(broker=broker)
+    connection_ = IsiConnectionFactory.create(integration__broker=broker)
     import_package(broker, tmp_path)
     requests = DeletionRequest.objects.filter(work_item__work_item_id=EMAIL[0][0])
     assert len(requests) == 4
@@ -106,8 +114,11 @@ def test_several_consumers_and_targets_multiply(broker: Broker, tmp_path: Path) 
     [
         pytest.param({}, True, id="taking-part"),
         pytest.param({"listed": False}, False, id="no-longer-listed"),
-        pytest.param({"enabled": False}, True, id="integration-disabled"),  # paused, not gone
-        pytest.param({"enabled": False, "retired": True}, False, id="integration-retired"),
+        # Paused, not gone.
+        pytest.param({"integration__enabled": False}, True, id="integration-disabled"),
+        pytest.param(
+            {"integration__enabled": False, "retired": True}, False, id="integration-retired"
+        ),
         pytest.param(
             {"capabilities": ["privacy/drop/identifiers"]}, False, id="no-delete-capability"
         ),
@@ -116,10 +127,10 @@ def test_several_consumers_and_targets_multiply(broker: Broker, tmp_path: Path) 
 def test_only_isi_connections_taking_part_in_drop_are_targets(
     broker: Broker, tmp_path: Path, isi_options: dict[str, Any], target: bool
 ) -> None:
-    consumer(broker, "C-1", email=EMAIL[0][1])
+    ConsumerFactory.create(broker=broker, remote_identifier="C-1", hashes={"email": EMAIL[0][1]})
     isi_options = dict(isi_options)  # the parameter is shared between runs
     retired = isi_options.pop("retired", False)
-    connection_ = isi_connection(broker, **isi_options)
+    connection_ = IsiConnectionFactory.create(integration__broker=broker, **isi_options)
     if retired:
         Integration.objects.filter(pk=connection_.integration_id).update(
             retired_at=timezone.now(), retired_reason="decommissioned"
@@ -136,7 +147,7 @@ def test_only_isi_connections_taking_part_in_drop_are_targets(
 
 @pytest.mark.django_db
 def test_requests_and_their_jobs_roll_back_together(broker: Broker, cycle: DropCycle) -> None:
-    webhook(broker)
+    WebhookIntegrationFactory.create(broker=broker)
     requests_before = DeletionRequest.objects.count()
     jobs_before = ProcrastinateJob.objects.filter(task_name=DELIVERY_TASK).count()
     with pytest.raises(RuntimeError), transaction.atomic():
@@ -182,7 +193,7 @@ def test_matches_of_another_brokers_work_items_are_ignored(
 def test_a_consumer_registered_later_gets_a_late_request_at_once(
     broker: Broker, cycle: DropCycle
 ) -> None:
-    webhook(broker)
+    WebhookIntegrationFactory.create(broker=broker)
     assert (item(EMAIL[1][0]).state, item(EMAIL[1][0]).status_code) == ("reportable", 5)
     late = register_late(broker, "C-9", email=EMAIL[1][1])
     request = DeletionRequest.objects.get(remote_identifier="C-9")
@@ -349,7 +360,7 @@ def test_a_consumer_registered_during_an_import_is_matched_by_one_side(
 def test_consumers_imported_later_are_matched_late(
     broker: Broker, cycle: DropCycle, tmp_path: Path
 ) -> None:
-    webhook(broker)
+    WebhookIntegrationFactory.create(broker=broker)
     csv = tmp_path / "consumers.csv"
     csv.write_text(
         "remote_identifier,hash_type,hash\r\n"

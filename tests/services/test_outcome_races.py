@@ -15,7 +15,11 @@ from django.db import connection, connections
 
 from integrations.models import Broker, DeletionRequest, RequestState, WorkItemState
 from integrations.services.outcomes import deletion_outcome_record
-from tests.builders import deletion_request, webhook_integration_for, work_item
+from tests.builders import (
+    DeletionRequestFactory,
+    WorkItemFactory,
+    webhook_integration_created,
+)
 from tests.conftest import database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -31,11 +35,13 @@ def _waiting_for_locks() -> int:
 
 
 def test_two_outcomes_of_one_work_item_at_once_settle_it(broker: Broker) -> None:
-    item = work_item(broker)
-    crm = webhook_integration_for(broker, "https://crm.example/hooks").integration
-    erp = webhook_integration_for(broker, "https://erp.example/hooks", name="ERP").integration
+    item = WorkItemFactory.create(cycle__broker=broker)
+    crm = webhook_integration_created(broker, "https://crm.example/hooks").integration
+    erp = webhook_integration_created(broker, "https://erp.example/hooks", name="ERP").integration
     requests = [
-        deletion_request(integration, work_item=item, state=RequestState.DISPATCHED)
+        DeletionRequestFactory.create(
+            integration=integration, work_item=item, state=RequestState.DISPATCHED
+        )
         for integration in (crm, erp)
     ]
     outcomes = dict(zip((r.pk for r in requests), ("deleted", "opted_out"), strict=True))

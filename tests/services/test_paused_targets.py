@@ -51,7 +51,12 @@ from integrations.services.integrations import (
 from integrations.services.outcomes import deletion_outcome_record
 from integrations.services.resolutions import resolution_outcome_record
 from integrations.services.saas import saas_connection_disable, saas_connection_enable
-from tests.builders import consumer, drop_zip, saas_connection, write_zip
+from tests.builders import (
+    ConsumerFactory,
+    SaasConnectionFactory,
+    drop_zip,
+    write_zip,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -85,7 +90,7 @@ def _request(integration: Integration | None) -> DeletionRequest:
 
 @pytest.fixture
 def two_targets(broker: Broker) -> tuple[Integration, Integration]:
-    consumer(broker, "C-1", email=ITEMS[0][1])
+    ConsumerFactory.create(broker=broker, remote_identifier="C-1", hashes={"email": ITEMS[0][1]})
     return _target(broker, "crm"), _target(broker, "warehouse")
 
 
@@ -150,7 +155,7 @@ def test_retiring_a_target_cancels_its_requests_and_the_item_settles_on_the_othe
         call_command("integrations", "retire", str(warehouse.uuid), "--reason", "again")
     with pytest.raises(IntegrityError), transaction.atomic():
         Integration.objects.filter(pk=warehouse.pk).update(enabled=True)
-    consumer(broker, "C-2", email=ITEMS[1][1])
+    ConsumerFactory.create(broker=broker, remote_identifier="C-2", hashes={"email": ITEMS[1][1]})
     _import(broker, tmp_path, "20270104_4821_DROP.zip", Email=ITEMS[1:2])
     later = DeletionRequest.objects.filter(remote_identifier="C-2")
     assert [r.integration_id for r in later] == [crm.pk]
@@ -172,7 +177,7 @@ def test_retire_needs_a_reason(broker: Broker) -> None:
 def test_retiring_the_only_target_leaves_the_match_waiting_for_a_target(
     broker: Broker, tmp_path: Path
 ) -> None:
-    consumer(broker, "C-1", email=ITEMS[0][1])
+    ConsumerFactory.create(broker=broker, remote_identifier="C-1", hashes={"email": ITEMS[0][1]})
     crm = _target(broker, "crm")
     _import(broker, tmp_path)
 
@@ -194,9 +199,11 @@ def test_retiring_the_only_target_leaves_the_match_waiting_for_a_target(
 def test_a_disabled_saas_connection_still_gets_its_deletion_and_retiring_it_settles(
     broker: Broker, tmp_path: Path
 ) -> None:
-    consumer(broker, "C-1", email=ITEMS[0][1])
+    ConsumerFactory.create(broker=broker, remote_identifier="C-1", hashes={"email": ITEMS[0][1]})
     crm = _target(broker, "crm")
-    mailer = saas_connection(broker, "http://127.0.0.1:9/erase", name="Mailer")
+    mailer = SaasConnectionFactory.create(
+        broker=broker, url="http://127.0.0.1:9/erase", name="Mailer"
+    )
     saas_connection_disable(connection=mailer, reason="410 Gone", actor="test")
     _import(broker, tmp_path)
     resolution = ResolutionRequest.objects.get()  # asked although its only SaaS is paused
@@ -238,9 +245,9 @@ def test_a_disabled_saas_connection_still_gets_its_deletion_and_retiring_it_sett
 def test_an_answer_for_a_removed_work_item_starts_no_saas_deletion(
     broker: Broker, tmp_path: Path
 ) -> None:
-    consumer(broker, "C-1", email=ITEMS[0][1])
+    ConsumerFactory.create(broker=broker, remote_identifier="C-1", hashes={"email": ITEMS[0][1]})
     _target(broker, "crm")
-    saas_connection(broker, "http://127.0.0.1:9/erase", name="Mailer")
+    SaasConnectionFactory.create(broker=broker, url="http://127.0.0.1:9/erase", name="Mailer")
     _import(broker, tmp_path)
     resolution = ResolutionRequest.objects.get()
     ResolutionRequest.objects.filter(pk=resolution.pk).update(state=RequestState.DISPATCHED)
@@ -273,7 +280,9 @@ def test_staff_retire_in_the_admin_with_a_written_reason(
     broker: Broker, two_targets: tuple[Integration, Integration], admin_client: Client
 ) -> None:
     _, warehouse = two_targets
-    mailer = saas_connection(broker, "http://127.0.0.1:9/erase", name="Mailer")
+    mailer = SaasConnectionFactory.create(
+        broker=broker, url="http://127.0.0.1:9/erase", name="Mailer"
+    )
     changelist = "/admin/integrations/integration/"
     chosen = {"action": "retire_integrations", "_selected_action": [warehouse.pk]}
 
@@ -304,7 +313,9 @@ def test_a_retired_targets_messages_say_the_time_in_drops_zone(
     broker: Broker, admin_client: Client
 ) -> None:
     crm = _target(broker, "crm")
-    mailer = saas_connection(broker, "http://127.0.0.1:9/erase", name="Mailer")
+    mailer = SaasConnectionFactory.create(
+        broker=broker, url="http://127.0.0.1:9/erase", name="Mailer"
+    )
     call_command("integrations", "retire", str(crm.uuid), "--reason", "moved", stdout=io.StringIO())
     call_command("saas", "retire", str(mailer.pk), "--reason", "ended", stdout=io.StringIO())
     Integration.objects.filter(pk=crm.pk).update(retired_at=RETIRED_AT)
@@ -330,7 +341,9 @@ def test_a_retired_targets_messages_say_the_time_in_drops_zone(
 
 
 def test_saas_retire_takes_the_id_saas_list_shows(broker: Broker) -> None:
-    mailer = saas_connection(broker, "http://127.0.0.1:9/erase", name="Mailer")
+    mailer = SaasConnectionFactory.create(
+        broker=broker, url="http://127.0.0.1:9/erase", name="Mailer"
+    )
     listed = io.StringIO()
     call_command("saas", "list", stdout=listed)
     (shown_id, *_) = listed.getvalue().split()

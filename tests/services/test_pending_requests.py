@@ -57,10 +57,10 @@ from integrations.services.resolutions import resolution_outcome_record
 from tests.builders import (
     CONNECTION_A,
     CONNECTION_B,
-    consumer,
+    ConsumerFactory,
+    SaasConnectionFactory,
     drop_zip,
-    isi_integration_for,
-    saas_connection,
+    isi_integration_created,
     write_zip,
 )
 
@@ -83,8 +83,8 @@ def _import(broker: Broker, tmp_path: Path, items: list[tuple[str, str]], name: 
 def _matched(broker: Broker, tmp_path: Path, *, state: str = "pending") -> None:
     """Two consumers matched while the broker has no enabled target: their requests wait
     for one (``pending``), or for a disabled one (``queued``, never tried)."""
-    consumer(broker, "C-1", email=ITEMS[0][1])
-    consumer(broker, "C-2", email=ITEMS[1][1])
+    ConsumerFactory.create(broker=broker, remote_identifier="C-1", hashes={"email": ITEMS[0][1]})
+    ConsumerFactory.create(broker=broker, remote_identifier="C-2", hashes={"email": ITEMS[1][1]})
     _import(broker, tmp_path, ITEMS[:3], "20261120_4821_DROP.zip")
     assert set(DeletionRequest.objects.values_list("state", flat=True)) == {state}
     assert not DeliveryAttempt.objects.exists()
@@ -130,7 +130,7 @@ def test_enabling_a_disabled_webhook_integration_queues_what_was_matched_meanwhi
 def test_a_new_target_gets_the_identifier_retrievals_the_match_would_have_made(
     broker: Broker, tmp_path: Path
 ) -> None:
-    saas_connection(broker, "https://api.mailer.example/erase")
+    SaasConnectionFactory.create(broker=broker, url="https://api.mailer.example/erase")
     _matched(broker, tmp_path)
     assert not ResolutionRequest.objects.exists()
 
@@ -164,7 +164,7 @@ def api() -> Iterator[IsiSimulator]:
 def test_enabling_an_isi_integration_gives_each_connection_its_request(
     broker: Broker, api: IsiSimulator, tmp_path: Path
 ) -> None:
-    created = isi_integration_for(broker, api)
+    created = isi_integration_created(broker, api)
     integration_disable(integration=created.integration, reason="maintenance", actor="test")
     _matched(broker, tmp_path, state="queued")
 
@@ -183,7 +183,7 @@ def test_a_refreshed_connection_list_targets_pending_requests_of_a_webhook_less_
     broker: Broker, api: IsiSimulator, tmp_path: Path
 ) -> None:
     api.connections[:] = []  # nothing takes part yet
-    created = isi_integration_for(broker, api)
+    created = isi_integration_created(broker, api)
     _matched(broker, tmp_path)
     api.connections.append(connection(CONNECTION_A))
 
@@ -261,7 +261,7 @@ def test_a_webhook_integration_disabled_then_enabled_gets_every_match_and_they_r
 ) -> None:
     broker.drop_api_key, broker.drop_base_url = KEY, drop.url
     broker.save()
-    saas_connection(broker, "https://api.mailer.example/erase")
+    SaasConnectionFactory.create(broker=broker, url="https://api.mailer.example/erase")
     created = webhook_integration_create(
         broker=broker, name="CRM", url=broker_system.url, actor="test"
     )

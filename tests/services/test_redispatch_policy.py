@@ -18,19 +18,22 @@ from integrations.services.redelivery import (
     AUTO_REDISPATCH_MAX,
     deletion_request_redispatch,
 )
-from tests.builders import deletion_request, webhook_integration_for
+from tests.builders import (
+    DeletionRequestFactory,
+    webhook_integration_created,
+)
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def integration(broker: Broker) -> Integration:
-    return webhook_integration_for(broker, "https://crm.example/hooks").integration
+    return webhook_integration_created(broker, "https://crm.example/hooks").integration
 
 
 def failed(integration: Integration, hours_ago: float, name: str) -> DeletionRequest:
-    return deletion_request(
-        integration,
+    return DeletionRequestFactory.create(
+        integration=integration,
         state=RequestState.FAILED,
         drop_outcome="failed",
         error_message="CRM timeout",
@@ -107,7 +110,7 @@ def test_a_disabled_integration_keeps_its_failures_and_the_others_go_on(
     broker: Broker, integration: Integration, settings
 ) -> None:
     settings.DROPPORTAL_AUTO_REDISPATCH_HOURS = 6
-    other = webhook_integration_for(broker, "https://erp.example/hooks", name="ERP").integration
+    other = webhook_integration_created(broker, "https://erp.example/hooks", name="ERP").integration
     stuck = failed(integration, hours_ago=8, name="C-stuck")
     sent = failed(other, hours_ago=7, name="C-sent")
     integration_disable(integration=integration, reason="410 from the broker", actor="test")

@@ -21,7 +21,6 @@ from integrations.models import (
     DeletionRequest,
     RequestState,
     ResolutionRequest,
-    SaasDeletion,
     WorkItem,
     WorkItemState,
 )
@@ -33,7 +32,13 @@ from integrations.services.redelivery import (
     resolution_request_redeliver,
     saas_deletion_redeliver,
 )
-from tests.builders import consumer, drop_zip, saas_connection, write_zip
+from tests.builders import (
+    ConsumerFactory,
+    SaasConnectionFactory,
+    SaasDeletionFactory,
+    drop_zip,
+    write_zip,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -52,10 +57,12 @@ def _import(broker: Broker, tmp_path: Path, name: str, **lists: Any) -> None:
 
 
 def test_a_removed_identifier_gets_nothing_more_sent_for_it(broker: Broker, tmp_path: Path) -> None:
-    mailer = saas_connection(broker, "https://api.mailer.example/erase")
+    mailer = SaasConnectionFactory.create(broker=broker, url="https://api.mailer.example/erase")
     webhook_integration_create(broker=broker, name="CRM", url="http://127.0.0.1:9/d", actor="t")
     for n, (_, email_hash) in enumerate(ITEMS):
-        consumer(broker, f"C-{n}", email=email_hash)
+        ConsumerFactory.create(
+            broker=broker, remote_identifier=f"C-{n}", hashes={"email": email_hash}
+        )
     _import(broker, tmp_path, "20261120_4821_DROP.zip", Email=ITEMS)
     requests = {r.remote_identifier: r for r in DeletionRequest.objects.all()}
     # One request per state a Removed file used to leave alone, and one dispatched.
@@ -70,7 +77,7 @@ def test_a_removed_identifier_gets_nothing_more_sent_for_it(broker: Broker, tmp_
         DeletionRequest.objects.filter(pk=requests[remote].pk).update(**fields)
     resolution = ResolutionRequest.objects.get(remote_identifier="C-1")
     ResolutionRequest.objects.filter(pk=resolution.pk).update(state=RequestState.UNDELIVERABLE)
-    saas = SaasDeletion.objects.create(
+    saas = SaasDeletionFactory.create(
         resolution=resolution, saas_connection=mailer, state=RequestState.UNDELIVERABLE
     )
     by_id = {

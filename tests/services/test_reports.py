@@ -43,7 +43,13 @@ from integrations.services.report_manual import report_file_discard, report_file
 from integrations.services.report_uploads import _UPLOAD_LOCK, ReportBusy, report_files_upload
 from integrations.services.reports import report_auto, report_run
 from integrations.services.work_items import work_item_settle
-from tests.builders import cycle_make, drop_zip, item_make, request_make, write_zip
+from tests.builders import (
+    DeletionRequestFactory,
+    DropCycleFactory,
+    WorkItemFactory,
+    drop_zip,
+    write_zip,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -93,13 +99,15 @@ def client(drop: DropSimulator, sleeps: list[float]) -> DropClient:
 @pytest.fixture
 def cycle(keyed_broker: Broker) -> DropCycle:
     """Email: two reportable items and one still open; Phone: one reportable; one removed."""
-    cycle = cycle_make(keyed_broker)
-    item_make(cycle, status_code=3, work_item_id="EmailDeleted")
-    item_make(cycle, status_code=5, work_item_id="EmailNotFnd1")
-    open_item = item_make(cycle, work_item_id="EmailPending")
-    request_make(open_item, state=RequestState.DISPATCHED)
-    item_make(cycle, list_type="Phone", status_code=4, work_item_id="PhoneOptdOut")
-    item_make(cycle, state=WorkItemState.REMOVED, work_item_id="EmailRemoved")
+    cycle = DropCycleFactory.create(broker=keyed_broker)
+    WorkItemFactory.create(cycle=cycle, status_code=3, work_item_id="EmailDeleted")
+    WorkItemFactory.create(cycle=cycle, status_code=5, work_item_id="EmailNotFnd1")
+    open_item = WorkItemFactory.create(cycle=cycle, work_item_id="EmailPending")
+    DeletionRequestFactory.create(work_item=open_item, state=RequestState.DISPATCHED)
+    WorkItemFactory.create(
+        cycle=cycle, list_type="Phone", status_code=4, work_item_id="PhoneOptdOut"
+    )
+    WorkItemFactory.create(cycle=cycle, state=WorkItemState.REMOVED, work_item_id="EmailRemoved")
     return cycle
 
 
@@ -107,7 +115,7 @@ def late_match_deleted() -> WorkItem:
     """EmailNotFnd1 (5, not found) matched late to a consumer whose data was deleted: its
     status is 3 now."""
     late = WorkItem.objects.get(work_item_id="EmailNotFnd1")
-    request_make(late, outcome="deleted", late_match=True)
+    DeletionRequestFactory.create(work_item=late, drop_outcome="deleted", late_match=True)
     work_item_settle(work_item=late)
     return late
 
@@ -460,7 +468,7 @@ def test_a_rejected_file_queues_an_alert_evaluation_at_once(
     report_run(broker=cycle.broker, upload=True, client=client)
     assert not evaluations.exists()  # accepted files alert nobody
 
-    item_make(cycle, status_code=3, work_item_id="EmailLater01")
+    WorkItemFactory.create(cycle=cycle, status_code=3, work_item_id="EmailLater01")
     drop.broker_id = "9999"  # DROP refuses the next file
     run = report_run(broker=cycle.broker, upload=True, client=client)
 
@@ -544,8 +552,8 @@ def test_one_uploader_per_broker(cycle: DropCycle, client: DropClient) -> None:
 
 
 def test_upload_needs_a_drop_api_key(broker: Broker) -> None:
-    cycle = cycle_make(broker)
-    item_make(cycle, status_code=5)
+    cycle = DropCycleFactory.create(broker=broker)
+    WorkItemFactory.create(cycle=cycle, status_code=5)
     with pytest.raises(ValidationError, match="no DROP API key"):
         report_run(broker=broker, upload=True)
     assert not ReportFile.objects.exists()  # refused before writing anything
@@ -618,8 +626,8 @@ def test_the_job_sends_amendments_for_reported_cycles(
     cycle.refresh_from_db()
     assert cycle.state == CycleState.REPORTED
     late = WorkItem.objects.get(work_item_id="PhoneOptdOut")
-    request_make(late, outcome="opted_out")
-    request_make(late, outcome="deleted", remote_identifier="C-2")
+    DeletionRequestFactory.create(work_item=late, drop_outcome="opted_out")
+    DeletionRequestFactory.create(work_item=late, drop_outcome="deleted", remote_identifier="C-2")
     work_item_settle(work_item=late)  # still 4: nothing to amend
     late_match_deleted()
 
@@ -660,7 +668,9 @@ def test_the_job_leaves_a_rejected_files_rows_to_staff_and_sends_the_rest(
 
 
 def test_a_row_drop_would_refuse_stops_the_cycle_whole(cycle: DropCycle) -> None:
-    item_make(cycle, status_code=3, work_item_id="bad_id_00001")  # not 12 letters or digits
+    WorkItemFactory.create(
+        cycle=cycle, status_code=3, work_item_id="bad_id_00001"
+    )  # not 12 letters or digits
 
     with pytest.raises(ValidationError, match="cannot write a response file"):
         report_files_write(broker=cycle.broker)
@@ -684,8 +694,10 @@ def refused_amendment(cycle: DropCycle, drop: DropSimulator, client: DropClient)
     report_run(broker=cycle.broker, upload=True, client=client)
     late = late_match_deleted()
     drop.closed_downloads.add("20260312")
-    newer = cycle_make(cycle.broker, session="2", downloaded_on=dt.date(2026, 4, 20))
-    item_make(newer, status_code=3, work_item_id="NextDeleted1")
+    newer = DropCycleFactory.create(
+        broker=cycle.broker, drop_session_id="2", match_date=dt.date(2026, 4, 20)
+    )
+    WorkItemFactory.create(cycle=newer, status_code=3, work_item_id="NextDeleted1")
     return late
 
 
@@ -816,7 +828,9 @@ def test_a_status_changed_while_its_amendment_is_refused_waits_then_goes_out(
     refused_amendment: WorkItem, drop: DropSimulator, client: DropClient
 ) -> None:
     report_run(broker=refused_amendment.broker, upload=True, client=client)
-    request_make(refused_amendment, outcome="opted_out", remote_identifier="C-2")
+    DeletionRequestFactory.create(
+        work_item=refused_amendment, drop_outcome="opted_out", remote_identifier="C-2"
+    )
     work_item_settle(work_item=refused_amendment)
 
     waiting = report_run(broker=refused_amendment.broker, upload=True, client=client)
@@ -847,7 +861,7 @@ def test_a_rejected_amendment_leaves_the_status_drop_holds_and_is_owed_again(
     upload = ReportFile.objects.get(file_name=EMAIL)
     late = WorkItem.objects.get(work_item_id="EmailNotFnd1")
     reported_at = late.reported_at
-    request_make(late, outcome="deleted", late_match=True)
+    DeletionRequestFactory.create(work_item=late, drop_outcome="deleted", late_match=True)
     work_item_settle(work_item=late)
     drop.broker_id = "9999"  # DROP rejects the amendment file
 

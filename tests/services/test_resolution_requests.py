@@ -21,7 +21,13 @@ from integrations.models import (
     ResolutionRequest,
 )
 from integrations.services.saas import saas_connection_retire
-from tests.builders import consumer, drop_zip, saas_connection, webhook, write_zip
+from tests.builders import (
+    ConsumerFactory,
+    SaasConnectionFactory,
+    WebhookIntegrationFactory,
+    drop_zip,
+    write_zip,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -32,8 +38,8 @@ RESOLUTION_TASK = "integrations.tasks.deliver_resolution_requests"
 @pytest.fixture
 def package(broker: Broker, tmp_path: Path) -> Path:
     """Two matches (two consumers), one work item without a match."""
-    consumer(broker, "C-1", email=ITEMS[0][1])
-    consumer(broker, "C-2", email=ITEMS[1][1])
+    ConsumerFactory.create(broker=broker, remote_identifier="C-1", hashes={"email": ITEMS[0][1]})
+    ConsumerFactory.create(broker=broker, remote_identifier="C-2", hashes={"email": ITEMS[1][1]})
     return write_zip(tmp_path, drop_zip(broker, {"Email": ITEMS}))
 
 
@@ -41,9 +47,14 @@ def package(broker: Broker, tmp_path: Path) -> Path:
 def test_with_a_saas_connection_each_match_gets_a_resolution_per_webhook(
     broker: Broker, package: Path, saas_enabled: bool
 ) -> None:
-    first, second = webhook(broker, "CRM"), webhook(broker, "Warehouse")
-    paused = webhook(broker, "Paused", enabled=False)
-    saas_connection(broker, "https://api.mailer.example/erase", enabled=saas_enabled)
+    first, second = (
+        WebhookIntegrationFactory.create(broker=broker, name="CRM"),
+        WebhookIntegrationFactory.create(broker=broker, name="Warehouse"),
+    )
+    paused = WebhookIntegrationFactory.create(broker=broker, name="Paused", enabled=False)
+    SaasConnectionFactory.create(
+        broker=broker, url="https://api.mailer.example/erase", enabled=saas_enabled
+    )
 
     call_command("drop", "import", "--broker", "4821", str(package))
 
@@ -70,10 +81,12 @@ def test_with_a_saas_connection_each_match_gets_a_resolution_per_webhook(
 def test_without_a_saas_connection_no_resolution_is_requested(
     broker: Broker, package: Path, saas: str
 ) -> None:
-    webhook(broker)
+    WebhookIntegrationFactory.create(broker=broker)
     if saas == "retired":
         saas_connection_retire(
-            connection=saas_connection(broker, "https://api.mailer.example/erase"),
+            connection=SaasConnectionFactory.create(
+                broker=broker, url="https://api.mailer.example/erase"
+            ),
             reason="contract ended",
             actor="test",
         )

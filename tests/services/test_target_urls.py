@@ -18,7 +18,7 @@ from integrations.services.isi import isi_integration_create
 from integrations.services.ledger import ledger_event_append
 from integrations.services.outcomes import deletion_outcome_record
 from integrations.services.saas import saas_connection_create
-from tests.builders import deletion_request
+from tests.builders import DeletionRequestFactory
 
 WITH_CREDENTIALS = "https://drop:hunter2@hooks.acme.example/drop"
 
@@ -221,7 +221,7 @@ def test_an_outcome_recorded_in_sql_keeps_no_query_string_in_its_event(broker: B
     integration = webhook_integration_create(
         broker=broker, name="CRM", url="https://hooks.acme.example/drop", actor="t"
     ).integration
-    request = deletion_request(integration, state="dispatched")
+    request = DeletionRequestFactory.create(integration=integration, state="dispatched")
 
     deletion_outcome_record(
         deletion_request=request,

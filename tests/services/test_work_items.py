@@ -20,11 +20,11 @@ from integrations.services.work_items import (
     work_items_settle,
 )
 from tests.builders import (
-    cycle_make,
-    integration_make,
-    item_make,
-    request_make,
-    resolution_make,
+    DeletionRequestFactory,
+    DropCycleFactory,
+    ResolutionRequestFactory,
+    WebhookIntegrationFactory,
+    WorkItemFactory,
 )
 
 pytestmark = pytest.mark.django_db
@@ -55,9 +55,9 @@ C, F, CX = RequestState.COMPLETED, RequestState.FAILED, RequestState.CANCELLED
 def test_status_follows_the_strongest_final_outcome(
     broker: Broker, requests: list[tuple[str, str]], expected: int | None
 ) -> None:
-    item = item_make(cycle_make(broker))
+    item = WorkItemFactory.create(cycle=DropCycleFactory.create(broker=broker))
     for state, outcome in requests:
-        request_make(item, state=state, outcome=outcome)
+        DeletionRequestFactory.create(work_item=item, state=state, drop_outcome=outcome)
 
     settled = work_item_settle(work_item=item)
 
@@ -67,31 +67,40 @@ def test_status_follows_the_strongest_final_outcome(
 
 
 def test_resolution_outcomes_count_and_saas_deletions_must_be_final(broker: Broker) -> None:
-    integration = integration_make(broker)
-    item = item_make(cycle_make(broker))
-    request_make(item, outcome="deleted")
-    resolution = resolution_make(
-        item, integration, outcome="", saas_states=(C, RequestState.DISPATCHED)
+    integration = WebhookIntegrationFactory.create(broker=broker)
+    item = WorkItemFactory.create(cycle=DropCycleFactory.create(broker=broker))
+    DeletionRequestFactory.create(work_item=item, completed=True)
+    resolution = ResolutionRequestFactory.create(
+        work_item=item,
+        integration=integration,
+        saas_deletions=(C, RequestState.DISPATCHED),
+        completed=True,
     )
     assert work_item_settle(work_item=item).status_code is None  # a SaaS deletion is pending
 
     resolution.saas_deletions.update(state=C)
     assert work_item_settle(work_item=item).status_code == 3
 
-    resolution_make(item, integration, outcome="opted_out")
+    ResolutionRequestFactory.create(
+        work_item=item, integration=integration, drop_outcome="opted_out", completed=True
+    )
     assert work_item_settle(work_item=item).status_code == 4
 
 
 def test_a_pending_resolution_keeps_the_item_open(broker: Broker) -> None:
-    item = item_make(cycle_make(broker))
-    request_make(item, outcome="deleted")
-    resolution_make(item, integration_make(broker), state=RequestState.DISPATCHED)
+    item = WorkItemFactory.create(cycle=DropCycleFactory.create(broker=broker))
+    DeletionRequestFactory.create(work_item=item, completed=True)
+    ResolutionRequestFactory.create(
+        work_item=item,
+        integration=WebhookIntegrationFactory.create(broker=broker),
+        state=RequestState.DISPATCHED,
+    )
     assert work_item_settle(work_item=item).state == WorkItemState.OPEN
 
 
 def test_a_change_is_one_ledger_event_and_a_repeat_writes_none(broker: Broker) -> None:
-    item = item_make(cycle_make(broker))
-    request_make(item, outcome="deleted")
+    item = WorkItemFactory.create(cycle=DropCycleFactory.create(broker=broker))
+    DeletionRequestFactory.create(work_item=item, completed=True)
 
     work_item_settle(work_item=item, actor="api:dpk_abc")
     work_item_settle(work_item=item)
@@ -105,11 +114,15 @@ def test_a_change_is_one_ledger_event_and_a_repeat_writes_none(broker: Broker) -
 
 
 def test_a_status_that_changes_after_reporting_needs_an_amendment(broker: Broker) -> None:
-    item = item_make(cycle_make(broker), status_code=5, state=WorkItemState.REPORTED)
+    item = WorkItemFactory.create(
+        cycle=DropCycleFactory.create(broker=broker), status_code=5, state=WorkItemState.REPORTED
+    )
     WorkItem.objects.filter(pk=item.pk).update(
         reported_status_code=5, reported_at="2026-03-13T10:00:00Z"
     )
-    request = request_make(item, state=RequestState.DISPATCHED, late_match=True)
+    request = DeletionRequestFactory.create(
+        work_item=item, state=RequestState.DISPATCHED, late_match=True
+    )
 
     waiting = work_item_settle(work_item=item)
     assert (waiting.state, waiting.status_code) == (WorkItemState.OPEN, None)
@@ -125,11 +138,13 @@ def test_a_status_that_changes_after_reporting_needs_an_amendment(broker: Broker
 
 
 def test_the_same_code_after_reporting_needs_no_amendment(broker: Broker) -> None:
-    item = item_make(cycle_make(broker), status_code=5, state=WorkItemState.REPORTED)
+    item = WorkItemFactory.create(
+        cycle=DropCycleFactory.create(broker=broker), status_code=5, state=WorkItemState.REPORTED
+    )
     WorkItem.objects.filter(pk=item.pk).update(
         reported_status_code=5, reported_at="2026-03-13T10:00:00Z"
     )
-    request_make(item, outcome="not_found", late_match=True)
+    DeletionRequestFactory.create(work_item=item, drop_outcome="not_found", late_match=True)
 
     settled = work_item_settle(work_item=item)
 
@@ -137,14 +152,16 @@ def test_the_same_code_after_reporting_needs_no_amendment(broker: Broker) -> Non
 
 
 def test_removed_items_are_left_alone(broker: Broker) -> None:
-    item = item_make(cycle_make(broker), state=WorkItemState.REMOVED)
-    request_make(item, outcome="deleted")
+    item = WorkItemFactory.create(
+        cycle=DropCycleFactory.create(broker=broker), state=WorkItemState.REMOVED
+    )
+    DeletionRequestFactory.create(work_item=item, completed=True)
     assert work_item_settle(work_item=item).state == WorkItemState.REMOVED
     assert not LedgerEvent.objects.filter(kind="work_item.status_settled").exists()
 
 
 def test_an_unmatched_item_is_left_to_matching(broker: Broker) -> None:
-    item = item_make(cycle_make(broker))
+    item = WorkItemFactory.create(cycle=DropCycleFactory.create(broker=broker))
     assert work_item_settle(work_item=item).status_code is None
 
 
@@ -152,8 +169,8 @@ def test_an_unmatched_item_is_left_to_matching(broker: Broker) -> None:
 
 
 def test_staff_set_a_status_with_a_reason(broker: Broker) -> None:
-    item = item_make(cycle_make(broker))
-    request_make(item, outcome="failed", error_message="CRM timeout")
+    item = WorkItemFactory.create(cycle=DropCycleFactory.create(broker=broker))
+    DeletionRequestFactory.create(work_item=item, failed=True)
 
     updated = work_item_status_set(
         work_item=item, status_code=5, reason="Broker confirmed by phone", actor="staff:alice"
@@ -172,7 +189,7 @@ def test_staff_set_a_status_with_a_reason(broker: Broker) -> None:
 def test_staff_status_needs_a_reason_and_a_valid_code(
     broker: Broker, status_code: int | None, reason: str, message: str
 ) -> None:
-    item = item_make(cycle_make(broker))
+    item = WorkItemFactory.create(cycle=DropCycleFactory.create(broker=broker))
     with pytest.raises(ValidationError) as error:
         work_item_status_set(
             work_item=item,
@@ -186,14 +203,16 @@ def test_staff_status_needs_a_reason_and_a_valid_code(
 
 
 def test_staff_cannot_set_a_status_on_a_removed_item(broker: Broker) -> None:
-    item = item_make(cycle_make(broker), state=WorkItemState.REMOVED)
+    item = WorkItemFactory.create(
+        cycle=DropCycleFactory.create(broker=broker), state=WorkItemState.REMOVED
+    )
     with pytest.raises(ValidationError, match="no status is owed"):
         work_item_status_set(work_item=item, status_code=5, reason="x", actor="staff:alice")
 
 
 def test_a_staff_status_stands_until_every_request_is_final(broker: Broker) -> None:
-    item = item_make(cycle_make(broker))
-    failed = request_make(item, outcome="failed", error_message="CRM timeout")
+    item = WorkItemFactory.create(cycle=DropCycleFactory.create(broker=broker))
+    failed = DeletionRequestFactory.create(work_item=item, failed=True)
     # The settlement's ledger event is written in SQL, with the reason in it: any text.
     reason = 'deadline: "CRM" down \\ retry\n\tété \x01 😀'
     work_item_status_set(work_item=item, status_code=5, reason=reason, actor="staff:alice")
@@ -216,7 +235,9 @@ def test_a_staff_status_stands_until_every_request_is_final(broker: Broker) -> N
 
 
 def test_staff_status_on_a_reported_item_is_an_amendment(broker: Broker) -> None:
-    item = item_make(cycle_make(broker), status_code=5, state=WorkItemState.REPORTED)
+    item = WorkItemFactory.create(
+        cycle=DropCycleFactory.create(broker=broker), status_code=5, state=WorkItemState.REPORTED
+    )
     WorkItem.objects.filter(pk=item.pk).update(
         reported_status_code=5, reported_at="2026-03-13T10:00:00Z"
     )
@@ -230,13 +251,13 @@ def test_staff_status_on_a_reported_item_is_an_amendment(broker: Broker) -> None
 
 
 def test_settling_a_cycle_catches_items_whose_outcomes_all_arrived(broker: Broker) -> None:
-    cycle = cycle_make(broker)
-    done = item_make(cycle)
-    request_make(done, outcome="opted_out")
-    waiting = item_make(cycle)
-    request_make(waiting, outcome="deleted")
-    request_make(waiting, state=RequestState.DISPATCHED)
-    unmatched = item_make(cycle)
+    cycle = DropCycleFactory.create(broker=broker)
+    done = WorkItemFactory.create(cycle=cycle)
+    DeletionRequestFactory.create(work_item=done, drop_outcome="opted_out")
+    waiting = WorkItemFactory.create(cycle=cycle)
+    DeletionRequestFactory.create(work_item=waiting, drop_outcome="deleted")
+    DeletionRequestFactory.create(work_item=waiting, state=RequestState.DISPATCHED)
+    unmatched = WorkItemFactory.create(cycle=cycle)
 
     assert work_items_settle(cycle=cycle) == 1
 

@@ -31,11 +31,11 @@ from integrations.services.outcomes import OutcomeConflict, deletion_outcome_rec
 from integrations.services.resolutions import resolution_outcome_record
 from integrations.services.work_items import work_item_settle
 from tests.builders import (
-    cycle_make,
-    integration_make,
-    item_make,
-    request_make,
-    resolution_make,
+    DeletionRequestFactory,
+    DropCycleFactory,
+    ResolutionRequestFactory,
+    WebhookIntegrationFactory,
+    WorkItemFactory,
 )
 
 INTEGRATIONS_DIR = Path(settings.BASE_DIR) / "integrations"
@@ -95,8 +95,8 @@ def _strongest(*outcomes: str) -> int:
 @pytest.mark.django_db
 @pytest.mark.parametrize(("outcome", "status"), STRONGEST_FIRST)
 def test_one_final_outcome_settles_to_its_status(broker: Broker, outcome: str, status: int) -> None:
-    item = item_make(cycle_make(broker))
-    request_make(item, outcome=outcome)
+    item = WorkItemFactory.create(cycle=DropCycleFactory.create(broker=broker))
+    DeletionRequestFactory.create(work_item=item, drop_outcome=outcome)
     settled = work_item_settle(work_item=item)
     assert (settled.status_code, settled.state) == (status, "reportable")
 
@@ -106,9 +106,9 @@ def test_one_final_outcome_settles_to_its_status(broker: Broker, outcome: str, s
     ("first", "second"), list(itertools.combinations_with_replacement(FINAL, 2))
 )
 def test_settling_picks_the_strongest_outcome(broker: Broker, first: str, second: str) -> None:
-    item = item_make(cycle_make(broker))
-    request_make(item, outcome=first)
-    request_make(item, outcome=second, remote_identifier="C-2")
+    item = WorkItemFactory.create(cycle=DropCycleFactory.create(broker=broker))
+    DeletionRequestFactory.create(work_item=item, drop_outcome=first)
+    DeletionRequestFactory.create(work_item=item, drop_outcome=second, remote_identifier="C-2")
     assert work_item_settle(work_item=item).status_code == _strongest(first, second)
 
 
@@ -123,15 +123,19 @@ def test_changing_the_precedence_is_one_edit_in_models(
         "DROP_STATUS_PRECEDENCE",
         (DropStatus.NOT_FOUND, DropStatus.EXEMPT, DropStatus.DELETED, DropStatus.OPTED_OUT),
     )
-    cycle = cycle_make(broker)
-    settled = item_make(cycle)
-    request_make(settled, outcome=DropOutcome.OPTED_OUT)
-    request_make(settled, outcome=DropOutcome.NOT_FOUND, remote_identifier="C-2")
+    cycle = DropCycleFactory.create(broker=broker)
+    settled = WorkItemFactory.create(cycle=cycle)
+    DeletionRequestFactory.create(work_item=settled, drop_outcome=DropOutcome.OPTED_OUT)
+    DeletionRequestFactory.create(
+        work_item=settled, drop_outcome=DropOutcome.NOT_FOUND, remote_identifier="C-2"
+    )
     assert work_item_settle(work_item=settled).status_code == DropStatus.NOT_FOUND
 
-    recorded = item_make(cycle)
-    request_make(recorded, outcome=DropOutcome.EXEMPT)
-    open_request = request_make(recorded, state=RequestState.DISPATCHED, remote_identifier="C-3")
+    recorded = WorkItemFactory.create(cycle=cycle)
+    DeletionRequestFactory.create(work_item=recorded, drop_outcome=DropOutcome.EXEMPT)
+    open_request = DeletionRequestFactory.create(
+        work_item=recorded, state=RequestState.DISPATCHED, remote_identifier="C-3"
+    )
     deletion_outcome_record(
         deletion_request=open_request, drop_outcome=DropOutcome.DELETED, actor="test"
     )
@@ -146,36 +150,45 @@ def test_changing_the_precedence_is_one_edit_in_models(
 def test_a_resolutions_outcome_takes_its_place_in_the_precedence(
     broker: Broker, deletion: str, resolution: str
 ) -> None:
-    item = item_make(cycle_make(broker))
-    request_make(item, outcome=deletion)
-    resolution_make(item, integration_make(broker), outcome=resolution)
+    item = WorkItemFactory.create(cycle=DropCycleFactory.create(broker=broker))
+    DeletionRequestFactory.create(work_item=item, drop_outcome=deletion)
+    ResolutionRequestFactory.create(
+        work_item=item,
+        integration=WebhookIntegrationFactory.create(broker=broker),
+        drop_outcome=resolution,
+        completed=True,
+    )
     assert work_item_settle(work_item=item).status_code == _strongest(deletion, resolution)
 
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("outcome", ["", DropOutcome.FAILED])
 def test_an_outcome_that_is_not_final_keeps_the_item_open(broker: Broker, outcome: str) -> None:
-    item = item_make(cycle_make(broker))
-    request_make(item, outcome=DropOutcome.DELETED)
-    request_make(item, outcome=outcome, remote_identifier="C-2")
+    item = WorkItemFactory.create(cycle=DropCycleFactory.create(broker=broker))
+    DeletionRequestFactory.create(work_item=item, drop_outcome=DropOutcome.DELETED)
+    DeletionRequestFactory.create(work_item=item, drop_outcome=outcome, remote_identifier="C-2")
     settled = work_item_settle(work_item=item)
     assert (settled.status_code, settled.state) == (None, "open")
 
 
 @pytest.mark.django_db
 def test_every_request_cancelled_settles_to_not_found(broker: Broker) -> None:
-    item = item_make(cycle_make(broker))
-    request_make(item, state=RequestState.CANCELLED)
-    request_make(item, state=RequestState.CANCELLED, remote_identifier="C-2")
+    item = WorkItemFactory.create(cycle=DropCycleFactory.create(broker=broker))
+    DeletionRequestFactory.create(work_item=item, state=RequestState.CANCELLED)
+    DeletionRequestFactory.create(
+        work_item=item, state=RequestState.CANCELLED, remote_identifier="C-2"
+    )
     settled = work_item_settle(work_item=item)
     assert (settled.status_code, settled.state) == (DropStatus.NOT_FOUND, "reportable")
 
 
 @pytest.mark.django_db
 def test_a_cancelled_request_does_not_count(broker: Broker) -> None:
-    item = item_make(cycle_make(broker))
-    request_make(item, state=RequestState.CANCELLED)
-    request_make(item, outcome=DropOutcome.EXEMPT, remote_identifier="C-2")
+    item = WorkItemFactory.create(cycle=DropCycleFactory.create(broker=broker))
+    DeletionRequestFactory.create(work_item=item, state=RequestState.CANCELLED)
+    DeletionRequestFactory.create(
+        work_item=item, drop_outcome=DropOutcome.EXEMPT, remote_identifier="C-2"
+    )
     assert work_item_settle(work_item=item).status_code == DropStatus.EXEMPT
 
 
@@ -189,8 +202,10 @@ def test_a_cancelled_request_does_not_count(broker: Broker) -> None:
 def test_a_deletion_takes_an_outcome_unless_cancelled_or_final(
     broker: Broker, state: str, current: str
 ) -> None:
-    item = item_make(cycle_make(broker))
-    request = request_make(item, state=state, outcome=current, error_message="timeout")
+    item = WorkItemFactory.create(cycle=DropCycleFactory.create(broker=broker))
+    request = DeletionRequestFactory.create(
+        work_item=item, state=state, drop_outcome=current, error_message="timeout"
+    )
     taken = state != RequestState.CANCELLED and current in ("", DropOutcome.FAILED)
     try:
         result = deletion_outcome_record(
@@ -215,7 +230,10 @@ def test_a_deletion_takes_an_outcome_unless_cancelled_or_final(
 def test_a_deletions_identical_repeat_is_accepted_and_changes_nothing(
     broker: Broker, outcome: str, email: str
 ) -> None:
-    request = request_make(item_make(cycle_make(broker)), state=RequestState.DISPATCHED)
+    request = DeletionRequestFactory.create(
+        work_item=WorkItemFactory.create(cycle=DropCycleFactory.create(broker=broker)),
+        state=RequestState.DISPATCHED,
+    )
     first = deletion_outcome_record(
         deletion_request=request, drop_outcome=outcome, opt_out_email=email, actor="test"
     )
@@ -237,7 +255,10 @@ def test_a_deletions_identical_repeat_is_accepted_and_changes_nothing(
 def test_a_deletions_conflicting_repeat_is_refused(
     broker: Broker, first: tuple[str, str], second: tuple[str, str]
 ) -> None:
-    request = request_make(item_make(cycle_make(broker)), state=RequestState.DISPATCHED)
+    request = DeletionRequestFactory.create(
+        work_item=WorkItemFactory.create(cycle=DropCycleFactory.create(broker=broker)),
+        state=RequestState.DISPATCHED,
+    )
     deletion_outcome_record(
         deletion_request=request, drop_outcome=first[0], opt_out_email=first[1], actor="test"
     )
@@ -250,7 +271,10 @@ def test_a_deletions_conflicting_repeat_is_refused(
 
 @pytest.mark.django_db
 def test_a_failure_repeats_only_with_the_same_error(broker: Broker) -> None:
-    request = request_make(item_make(cycle_make(broker)), state=RequestState.DISPATCHED)
+    request = DeletionRequestFactory.create(
+        work_item=WorkItemFactory.create(cycle=DropCycleFactory.create(broker=broker)),
+        state=RequestState.DISPATCHED,
+    )
 
     def fail(error: str) -> bool:
         return deletion_outcome_record(
@@ -288,8 +312,10 @@ def _answer(resolution: ResolutionRequest, **answer: object) -> bool:
 def test_an_unanswered_resolution_takes_an_answer_unless_cancelled(
     broker: Broker, state: str
 ) -> None:
-    item = item_make(cycle_make(broker))
-    resolution = resolution_make(item, integration_make(broker), state=state)
+    item = WorkItemFactory.create(cycle=DropCycleFactory.create(broker=broker))
+    resolution = ResolutionRequestFactory.create(
+        work_item=item, integration=WebhookIntegrationFactory.create(broker=broker), state=state
+    )
     assert resolution.completed_at is None
     taken = state != RequestState.CANCELLED
     try:
@@ -313,8 +339,12 @@ def test_an_unanswered_resolution_takes_an_answer_unless_cancelled(
 def test_a_resolutions_identical_repeat_is_accepted_and_changes_nothing(
     broker: Broker, answer: dict[str, str]
 ) -> None:
-    item = item_make(cycle_make(broker))
-    resolution = resolution_make(item, integration_make(broker), state=RequestState.DISPATCHED)
+    item = WorkItemFactory.create(cycle=DropCycleFactory.create(broker=broker))
+    resolution = ResolutionRequestFactory.create(
+        work_item=item,
+        integration=WebhookIntegrationFactory.create(broker=broker),
+        state=RequestState.DISPATCHED,
+    )
     assert _answer(resolution, **answer)
     assert not _answer(resolution, **answer)
     assert LedgerEvent.objects.filter(kind="resolution_request.outcome_repeated").count() == 1
@@ -331,8 +361,12 @@ def test_a_resolutions_identical_repeat_is_accepted_and_changes_nothing(
 def test_a_resolutions_conflicting_repeat_is_refused(
     broker: Broker, second: dict[str, str]
 ) -> None:
-    item = item_make(cycle_make(broker))
-    resolution = resolution_make(item, integration_make(broker), state=RequestState.DISPATCHED)
+    item = WorkItemFactory.create(cycle=DropCycleFactory.create(broker=broker))
+    resolution = ResolutionRequestFactory.create(
+        work_item=item,
+        integration=WebhookIntegrationFactory.create(broker=broker),
+        state=RequestState.DISPATCHED,
+    )
     assert _answer(resolution, drop_outcome=DropOutcome.OPTED_OUT, opt_out_email="ann@example.com")
     with pytest.raises(OutcomeConflict):
         _answer(resolution, **second)

@@ -1,5 +1,5 @@
-"""Histories the model-based test (tests/test_lifecycle_model.py) shrank to a failure, each
-kept as a plain test of the public surfaces."""
+"""Histories the model-based test (``test_lifecycle_model.py``) shrank to a failure, each kept
+as a plain test of the public surfaces."""
 
 from __future__ import annotations
 

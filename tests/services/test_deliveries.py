@@ -35,7 +35,10 @@ from integrations.models import (
 from integrations.services import deliveries
 from integrations.services.deliveries import deletion_requests_deliver
 from integrations.services.integrations import CreatedIntegration, integration_enable
-from tests.builders import deletion_request, webhook_integration_for
+from tests.builders import (
+    DeletionRequestFactory,
+    webhook_integration_created,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -56,7 +59,7 @@ def receiver() -> Iterator[BrokerSimulator]:
 
 @pytest.fixture
 def created(broker: Broker, receiver: BrokerSimulator) -> CreatedIntegration:
-    created = webhook_integration_for(broker, receiver.url)
+    created = webhook_integration_created(broker, receiver.url)
     receiver.secrets = [created.webhook_secret]  # the broker holds the secret it was given
     return created
 
@@ -89,7 +92,7 @@ def _make_due(request: DeletionRequest) -> None:
 def test_a_dispatch_carries_body_2_1_exactly_and_is_signed_with_the_integrations_secret(
     integration: Integration, receiver: BrokerSimulator
 ) -> None:
-    request = deletion_request(integration, remote_identifier="C-1")
+    request = DeletionRequestFactory.create(integration=integration, remote_identifier="C-1")
 
     counts = deletion_requests_deliver(request_ids=[request.pk])
 
@@ -136,9 +139,11 @@ def test_a_dispatch_carries_body_2_1_exactly_and_is_signed_with_the_integrations
 def test_a_token_in_the_targets_query_goes_out_and_is_not_kept_in_the_attempt(
     broker: Broker, receiver: BrokerSimulator
 ) -> None:
-    created = webhook_integration_for(broker, receiver.url + "?token=s3cr3t-t0ken")
+    created = webhook_integration_created(broker, receiver.url + "?token=s3cr3t-t0ken")
     receiver.secrets = [created.webhook_secret]
-    request = deletion_request(created.integration, remote_identifier="C-1")
+    request = DeletionRequestFactory.create(
+        integration=created.integration, remote_identifier="C-1"
+    )
 
     assert deletion_requests_deliver(request_ids=[request.pk]) == {"delivered": 1}
 
@@ -152,9 +157,11 @@ def test_a_token_in_the_targets_query_goes_out_and_is_not_kept_in_the_attempt(
 def test_a_token_in_the_targets_query_is_not_kept_when_it_answers_410(
     broker: Broker, receiver: BrokerSimulator
 ) -> None:
-    created = webhook_integration_for(broker, receiver.url + "?token=s3cr3t-t0ken")
+    created = webhook_integration_created(broker, receiver.url + "?token=s3cr3t-t0ken")
     receiver.script(Reply.gone())
-    request = deletion_request(created.integration, remote_identifier="C-1")
+    request = DeletionRequestFactory.create(
+        integration=created.integration, remote_identifier="C-1"
+    )
 
     assert deletion_requests_deliver(request_ids=[request.pk]) == {"gone": 1}
 
@@ -167,7 +174,7 @@ def test_a_token_in_the_targets_query_is_not_kept_when_it_answers_410(
 def test_remote_identifier_is_omitted_when_none_was_given(
     integration: Integration, receiver: BrokerSimulator
 ) -> None:
-    request = deletion_request(integration, remote_identifier="")
+    request = DeletionRequestFactory.create(integration=integration, remote_identifier="")
 
     deletion_requests_deliver(request_ids=[request.pk])
 
@@ -182,7 +189,7 @@ def test_remote_identifier_is_omitted_when_none_was_given(
 def test_the_body_bytes_are_what_was_signed(
     integration: Integration, receiver: BrokerSimulator, created: CreatedIntegration
 ) -> None:
-    request = deletion_request(integration)
+    request = DeletionRequestFactory.create(integration=integration)
 
     deletion_requests_deliver(request_ids=[request.pk])
 
@@ -217,7 +224,7 @@ def test_a_500_is_retried_with_the_same_webhook_request_id_and_a_fresh_signature
         lambda secret, body, now=None: real_signed_headers(secret, body, now=next(clock)),
     )
     receiver.script(Reply(status=500, body=b"database down"))
-    request = deletion_request(integration)
+    request = DeletionRequestFactory.create(integration=integration)
     before = timezone.now()
 
     assert deletion_requests_deliver(request_ids=[request.pk]) == {"retry": 1}
@@ -258,10 +265,10 @@ def test_receiver_down_is_retried(broker: Broker) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         closed_port = sock.getsockname()[1]
-    integration = webhook_integration_for(
+    integration = webhook_integration_created(
         broker, f"http://127.0.0.1:{closed_port}/hook"
     ).integration
-    request = deletion_request(integration)
+    request = DeletionRequestFactory.create(integration=integration)
 
     assert deletion_requests_deliver(request_ids=[request.pk]) == {"retry": 1}
 
@@ -279,7 +286,7 @@ def test_a_receiver_slower_than_the_timeout_is_retried(
 ) -> None:
     monkeypatch.setattr(outbound_http, "TOTAL_TIMEOUT", 0.3)
     receiver.script(Reply.slow(3.0))
-    request = deletion_request(integration)
+    request = DeletionRequestFactory.create(integration=integration)
 
     assert deletion_requests_deliver(request_ids=[request.pk]) == {"retry": 1}
 
@@ -291,7 +298,7 @@ def test_a_receiver_slower_than_the_timeout_is_retried(
 
 def test_429_retry_after_is_honoured(integration: Integration, receiver: BrokerSimulator) -> None:
     receiver.script(Reply.rate_limited(retry_after="120"))
-    request = deletion_request(integration)
+    request = DeletionRequestFactory.create(integration=integration)
     before = timezone.now()
 
     deletion_requests_deliver(request_ids=[request.pk])
@@ -307,7 +314,7 @@ def test_a_redirect_is_not_followed_and_is_retried(
     integration: Integration, receiver: BrokerSimulator
 ) -> None:
     receiver.script(Reply.redirect(location=receiver.base_url + "/elsewhere"))
-    request = deletion_request(integration)
+    request = DeletionRequestFactory.create(integration=integration)
 
     assert deletion_requests_deliver(request_ids=[request.pk]) == {"retry": 1}
 
@@ -321,7 +328,7 @@ def test_after_the_last_attempt_the_request_is_undeliverable(
     integration: Integration, receiver: BrokerSimulator
 ) -> None:
     receiver.script(500)
-    request = deletion_request(integration, attempts=MAX_ATTEMPTS - 1)
+    request = DeletionRequestFactory.create(integration=integration, attempts=MAX_ATTEMPTS - 1)
 
     assert deletion_requests_deliver(request_ids=[request.pk]) == {"undeliverable": 1}
 
@@ -341,8 +348,8 @@ def test_410_disables_the_integration_alerts_staff_and_holds_the_rest(
     integration: Integration, receiver: BrokerSimulator
 ) -> None:
     receiver.script(Reply.gone())
-    first = deletion_request(integration, remote_identifier="C-1")
-    second = deletion_request(integration, remote_identifier="C-2")
+    first = DeletionRequestFactory.create(integration=integration, remote_identifier="C-1")
+    second = DeletionRequestFactory.create(integration=integration, remote_identifier="C-2")
 
     assert deletion_requests_deliver(request_ids=[first.pk]) == {"gone": 1}
     assert deletion_requests_deliver(request_ids=[second.pk]) == {"skipped": 1}
@@ -373,11 +380,15 @@ def test_a_410_queues_an_alert_evaluation_with_the_disabling(
     integration: Integration, receiver: BrokerSimulator
 ) -> None:
     evaluations = ProcrastinateJob.objects.filter(task_name="integrations.tasks.evaluate_alerts")
-    deletion_requests_deliver(request_ids=[deletion_request(integration).pk])
+    deletion_requests_deliver(
+        request_ids=[DeletionRequestFactory.create(integration=integration).pk]
+    )
     assert not evaluations.exists()  # a delivery alerts nobody
 
     receiver.script(Reply.gone())
-    assert deletion_requests_deliver(request_ids=[deletion_request(integration).pk]) == {"gone": 1}
+    assert deletion_requests_deliver(
+        request_ids=[DeletionRequestFactory.create(integration=integration).pk]
+    ) == {"gone": 1}
 
     assert evaluations.get().status == "todo"  # staff hear of it now, not in 5 minutes
 
@@ -386,7 +397,10 @@ def test_a_410_to_calls_already_in_flight_alerts_staff_once(
     integration: Integration, receiver: BrokerSimulator
 ) -> None:
     receiver.default_reply = Reply.gone()
-    requests = [deletion_request(integration, remote_identifier=f"C-{i}") for i in range(3)]
+    requests = [
+        DeletionRequestFactory.create(integration=integration, remote_identifier=f"C-{i}")
+        for i in range(3)
+    ]
 
     counts = deletion_requests_deliver(request_ids=[r.pk for r in requests])
 
@@ -399,7 +413,7 @@ def test_nothing_is_delivered_to_a_disabled_integration(
     integration: Integration, receiver: BrokerSimulator
 ) -> None:
     Integration.objects.filter(pk=integration.pk).update(enabled=False)
-    request = deletion_request(integration)
+    request = DeletionRequestFactory.create(integration=integration)
 
     assert deletion_requests_deliver(request_ids=[request.pk]) == {"skipped": 1}
 
@@ -416,7 +430,7 @@ def test_nothing_is_delivered_to_a_disabled_integration(
 def test_what_is_no_longer_queued_is_never_delivered_again(
     integration: Integration, receiver: BrokerSimulator, state: str
 ) -> None:
-    request = deletion_request(integration, state=state)
+    request = DeletionRequestFactory.create(integration=integration, state=state)
 
     assert deletion_requests_deliver(request_ids=[request.pk]) == {"skipped": 1}
 
@@ -427,8 +441,8 @@ def test_what_is_no_longer_queued_is_never_delivered_again(
 def test_an_unexpected_error_fails_the_job_after_trying_every_request(
     integration: Integration, receiver: BrokerSimulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    broken = deletion_request(integration, remote_identifier="C-1")
-    fine = deletion_request(integration, remote_identifier="C-2")
+    broken = DeletionRequestFactory.create(integration=integration, remote_identifier="C-1")
+    fine = DeletionRequestFactory.create(integration=integration, remote_identifier="C-2")
     real = deliveries.webhook_deletion_outbound
 
     def build(request: DeletionRequest) -> Message:
@@ -452,7 +466,7 @@ def test_attempt_records_keep_only_the_first_4_kib_of_the_answer(
     integration: Integration, receiver: BrokerSimulator
 ) -> None:
     receiver.script(Reply(status=202, body=b"x" * 10_000))
-    request = deletion_request(integration)
+    request = DeletionRequestFactory.create(integration=integration)
 
     deletion_requests_deliver(request_ids=[request.pk])
 

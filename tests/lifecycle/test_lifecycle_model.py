@@ -32,7 +32,7 @@ part of these histories (their own tests cover them).
 Examples: ``DROPPORTAL_MODEL_EXAMPLES`` (default 20, what ``make test`` runs) and
 ``DROPPORTAL_MODEL_STEPS`` (default 18 steps per example). A long run::
 
-    DROPPORTAL_MODEL_EXAMPLES=2000 make test PYTEST_ARGS="tests/test_lifecycle_model.py -q"
+    DROPPORTAL_MODEL_EXAMPLES=2000 make test PYTEST_ARGS=tests/lifecycle/test_lifecycle_model.py
 
 Each example starts from empty tables (the services commit, so the test is transactional
 and truncates between examples). Procrastinate's jobs are taken from its table and run in
@@ -42,7 +42,6 @@ this process, the way a worker would run them, so the order is the test's to cho
 from __future__ import annotations
 
 import base64
-import csv
 import datetime as dt
 import functools
 import hashlib
@@ -51,9 +50,7 @@ import itertools
 import json
 import os
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -66,30 +63,25 @@ from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,
-    invariant,
     precondition,
     rule,
     run_state_machine_as_test,
 )
 
 from devtools.broker_simulator import BrokerSimulator, ReceivedRequest, sign_callback
-from devtools.drop_simulator import ALREADY_UPLOADED_MESSAGE, DropSimulator, build_drop_zip
+from devtools.drop_simulator import build_drop_zip
 from integrations import tasks
 from integrations.consumers.readers import ConsumerCsvReader
 from integrations.drop.client import DropClient, DropLimits
 from integrations.drop.standardize import email_hash
 from integrations.models import (
-    Broker,
     DeletionRequest,
     Integration,
     ReportFile,
     ReportFileState,
     ReportKind,
     RequestState,
-    WorkItem,
-    WorkItemState,
 )
-from integrations.selectors.stuck import stuck_work_items
 from integrations.services import delivery_loop
 from integrations.services.brokers import broker_create
 from integrations.services.consumers import consumers_register
@@ -102,7 +94,6 @@ from integrations.services.integrations import (
     webhook_integration_create,
 )
 from integrations.services.keys import api_key_create
-from integrations.services.ledger import ledger_seal, ledger_verify
 from integrations.services.redelivery import (
     deletion_request_redeliver,
     deletion_request_redispatch,
@@ -110,6 +101,18 @@ from integrations.services.redelivery import (
 )
 from integrations.services.report_manual import report_file_discard
 from integrations.services.reports import report_auto, report_run
+from tests.lifecycle.harness import ModelDrop, World, empty_tables, take_due_jobs
+from tests.lifecycle.invariants import LifecycleInvariants
+from tests.lifecycle.oracle import (
+    BROKER_ID,
+    EMAIL_OF_HASH,
+    EMAILS,
+    OUTCOMES,
+    POINTERS,
+    Item,
+    Oracle,
+    Request,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -119,14 +122,6 @@ STEPS = int(os.environ.get("DROPPORTAL_MODEL_STEPS", "18"))
 # too long when checking that a deliberately broken rule is caught.
 SHRINK = os.environ.get("DROPPORTAL_MODEL_SHRINK", "1") != "0"
 
-BROKER_ID = "4821"
-OUTCOMES = ("deleted", "not_found", "opted_out", "exempt", "failed")
-# (rank, DROP code): the strongest outcome wins, opted_out (4) over deleted (3) over
-# exempt (2) over not_found (5); failed is not final.
-STRENGTH = {"opted_out": (4, 4), "deleted": (3, 3), "exempt": (2, 2), "not_found": (1, 5)}
-EMAILS = [f"person{n}@example.com" for n in range(6)]
-EMAIL_OF_HASH = {email_hash(email): email for email in EMAILS}
-POINTERS = [f"C-{n}" for n in range(4)]
 # A delivery's retries, shortened: three attempts, each due when "time passes".
 ATTEMPTS = 3
 DELIVER_TASKS: dict[str, Callable[..., None]] = {
@@ -140,293 +135,6 @@ def sha256_b64(text: str) -> str:
     return base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()
 
 
-# ------------------------------------------------------------------ the loopback DROP
-
-
-class ModelDrop(DropSimulator):
-    """DROP, which can also reject every file or say each was uploaded before; it keeps the
-    status it holds per work item id, and notes an amendment of an id it never accepted."""
-
-    def __init__(self) -> None:
-        super().__init__(api_key="sim-key", broker_id=BROKER_ID, active_download=True)
-        self.reset()
-
-    def reset(self) -> None:
-        with self._lock:
-            self.requests.clear()
-            self.uploaded.clear()
-            self.amended.clear()
-            self._script.clear()
-            self._names_this_download.clear()
-            self._ever_uploaded = False
-        self.mode = "accept"
-        self.held: dict[str, int] = {}
-        self.amended_unheld: list[str] = []
-
-    def answer_as(self, mode: str) -> None:
-        """How DROP answers the next report: accept, reject (every file), reject uploads
-        (amendments are accepted), refuse amendments (409 to each, uploads accepted),
-        already (uploaded before), down (503)."""
-        self.mode = mode
-        if mode == "refuse amendments":
-            self.queue_response(409, body={"message": "Not now."}, times=50, path="/data/amend")
-        if mode == "down":
-            self.queue_response(503, body={"message": "Service unavailable."}, times=50)
-
-    def back_up(self) -> None:
-        with self._lock:
-            self._script.clear()
-        self.mode = "accept"
-
-    def _check_file(self, name: str, content: bytes, *, amend: bool) -> str | None:
-        if self.mode == "reject" or (self.mode == "reject uploads" and not amend):
-            return "Invalid file content."
-        reason = super()._check_file(name, content, amend=amend)
-        if reason is None and self.mode == "already" and not amend:
-            reason = ALREADY_UPLOADED_MESSAGE  # a retried upload that got through before
-            self._ever_uploaded = True
-        if reason is None or reason == ALREADY_UPLOADED_MESSAGE:
-            self._hold(content, amend=amend)
-        return reason
-
-    def _hold(self, content: bytes, *, amend: bool) -> None:
-        for work_item_id, code in report_rows(content):
-            if amend and work_item_id not in self.held:
-                self.amended_unheld.append(work_item_id)
-            self.held[work_item_id] = code
-
-
-def report_rows(content: bytes) -> list[tuple[str, int]]:
-    rows = list(csv.reader(io.StringIO(content.decode())))
-    assert rows[0] == ["Id", "Status"], rows[:1]
-    return [(row[0], int(row[1])) for row in rows[1:] if row]
-
-
-# ------------------------------------------------------------------ the oracle
-
-
-@dataclass
-class Item:
-    work_item_id: str
-    hash_b64: str
-    session: str
-    matched: bool = False
-    removed_at_step: int | None = None
-    requests: set[str] = field(default_factory=set)  # request uuids the broker received
-    # Integrations (uuids, not retired) that were asked to delete its consumers: each owes
-    # an answer. Empty with ``waiting``: matched while the broker had no target.
-    targets: set[str] = field(default_factory=set)
-    waiting: bool = False
-
-
-@dataclass
-class Request:
-    request_uuid: str
-    work_item_id: str
-    integration_uuid: str
-    outcome: str | None = None  # the final one, or "failed"
-    failure: str | None = None  # the last failed outcome's message
-    email: str = ""
-    cancelled: bool = False  # its integration was retired before it was answered
-
-    def uuid_item_kept(self, oracle: Oracle) -> bool:
-        return oracle.items[self.work_item_id].removed_at_step is None
-
-
-@dataclass
-class Oracle:
-    """What should be: written from the rules, apart from the services."""
-
-    consumers: dict[str, set[str]] = field(default_factory=dict)  # pointer -> email hashes
-    items: dict[str, Item] = field(default_factory=dict)  # by work item id
-    by_hash_and_session: dict[tuple[str, str], str] = field(default_factory=dict)
-    # In the order the broker first saw them (uuids are random: never sort by them, or an
-    # example would pick other requests when Hypothesis runs it again).
-    requests: dict[str, Request] = field(default_factory=dict)
-    secrets: dict[str, list[str]] = field(default_factory=dict)  # integration uuid -> newest first
-    retired: set[str] = field(default_factory=set)  # integration uuids retired
-    sessions: int = 0
-
-    def active(self) -> list[str]:
-        """Integrations that are deletion targets (enabled or disabled, not retired), in the
-        order they were added."""
-        return [uuid for uuid in self.secrets if uuid not in self.retired]
-
-    def match(self, item: Item) -> None:
-        """A consumer matched ``item``: every target is asked (a paused one too)."""
-        item.matched = True
-        active = self.active()
-        item.targets.update(active)
-        item.waiting = not item.targets
-
-    def target_added(self, uuid: str) -> None:
-        """Matches that waited for a target get it."""
-        for item in self.items.values():
-            if item.waiting and item.removed_at_step is None:
-                item.targets.add(uuid)
-                item.waiting = False
-
-    def owes(self, item: Item, uuid: str) -> bool:
-        """Whether integration ``uuid`` still owes an answer for ``item``."""
-        received = [self.requests[r] for r in item.requests]
-        own = [r for r in received if r.integration_uuid == uuid and not r.cancelled]
-        return not own or any(r.outcome in (None, "failed") for r in own)
-
-    def retire(self, uuid: str) -> None:
-        """Its open requests are cancelled; an item it alone still owed an answer for waits
-        for the targets left (or for one, when none is left)."""
-        self.retired.add(uuid)
-        for item in self.items.values():
-            if uuid not in item.targets:
-                continue
-            owed = self.owes(item, uuid)
-            item.targets.discard(uuid)
-            if owed and not item.targets and item.removed_at_step is None:
-                self.match(item)
-        for request in self.requests.values():
-            if request.integration_uuid == uuid and request.outcome in (None, "failed"):
-                request.cancelled = True
-
-    def registered_hashes(self) -> set[str]:
-        return set().union(*self.consumers.values()) if self.consumers else set()
-
-    def register(self, pointer: str, hash_b64: str) -> int:
-        """Returns how many kept work items this matches that matched no one before."""
-        new = hash_b64 not in self.consumers.get(pointer, set())
-        self.consumers.setdefault(pointer, set()).add(hash_b64)
-        late = 0
-        # A consumer registered later matches every kept DROP work item with its hash.
-        for item in self.items.values():
-            if new and item.hash_b64 == hash_b64 and item.removed_at_step is None:
-                late += not item.matched
-                self.match(item)
-        return late
-
-    def expected(self, item: Item) -> int | None:
-        """The code DROP should get for ``item`` now; None while it has no final status."""
-        if not item.matched:
-            return 5
-        outcomes = [
-            self.requests[uuid].outcome
-            for uuid in sorted(item.requests)
-            if not self.requests[uuid].cancelled
-        ]
-        if not outcomes or any(o is None or o == "failed" for o in outcomes):
-            return None
-        return max(STRENGTH[o] for o in outcomes if o)[1]
-
-    def callback_answer(self, request: Request, outcome: str, error: str) -> str:
-        """What recording ``outcome`` should do: "recorded", "unchanged" or "conflict"."""
-        if request.cancelled:
-            return "conflict"
-        if request.outcome in (None, "failed"):
-            if outcome == "failed" and request.outcome == "failed" and request.failure == error:
-                return "unchanged"
-            return "recorded"
-        return "unchanged" if request.outcome == outcome else "conflict"
-
-
-# ------------------------------------------------------------------ the harness
-
-
-_TABLES: list[str] = []
-
-
-def _empty_tables() -> None:
-    """Every table of ours and Procrastinate's emptied, in one round trip.
-
-    TRUNCATE makes new files for some thirty tables, about a second on a busy server, per
-    example; DELETE with triggers off (the ledger's append-only ones, and the foreign key
-    checks: everything goes) takes a few milliseconds on tables this small.
-    """
-    with connection.cursor() as cursor:
-        if not _TABLES:
-            cursor.execute(
-                "SELECT quote_ident(tablename) FROM pg_tables"
-                " WHERE schemaname = current_schema()"
-                "   AND (tablename LIKE 'integrations\\_%%' OR tablename IN"
-                "        ('procrastinate_jobs', 'procrastinate_events',"
-                "         'procrastinate_periodic_defers', 'procrastinate_workers'))"
-            )
-            _TABLES.extend(sorted(name for (name,) in cursor.fetchall()))
-        # The names come from the catalog, quoted by quote_ident.
-        deletes = "".join(f"DELETE FROM {table}; " for table in _TABLES)  # noqa: S608
-        cursor.execute(f"BEGIN; SET LOCAL session_replication_role = replica; {deletes}COMMIT;")
-
-
-def _take_due_jobs() -> list[tuple[str, dict[str, Any]]]:
-    """Take the jobs that are due off Procrastinate's queue, as a worker would fetch them."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "DELETE FROM procrastinate_jobs WHERE id IN ("
-            "  SELECT id FROM procrastinate_jobs WHERE status = 'todo'"
-            "     AND (scheduled_at IS NULL OR scheduled_at <= now()))"
-            " RETURNING id, task_name, args"
-        )
-        return [(name, _json(args)) for _, name, args in sorted(cursor.fetchall())]
-
-
-def _queued_job_ids() -> set[int]:
-    """Ids of deletion requests some waiting delivery job holds."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT args FROM procrastinate_jobs WHERE status = 'todo' AND task_name = %s",
-            ["integrations.tasks.deliver_deletion_requests"],
-        )
-        return {pk for (args,) in cursor.fetchall() for pk in _json(args)["request_ids"]}
-
-
-def _json(value: Any) -> Any:
-    # Django's cursor hands jsonb over as text (its JSONField decodes it).
-    return json.loads(value) if isinstance(value, str) else value
-
-
-def _live(pk: int, state: str, enabled: bool, queued_jobs: set[int]) -> bool:
-    """A path to an outcome that needs no one: a delivery on its way, or the broker's."""
-    if state == RequestState.QUEUED:
-        return enabled and pk in queued_jobs
-    # dispatched: the broker has it, its callback is awaited (doctor lists it after 7 days).
-    # failed (waiting for staff: the automatic policy is off by default), pending,
-    # undeliverable, cancelled or completed: no.
-    return state == RequestState.DISPATCHED
-
-
-def _stuck_reasons(requests: list[tuple[int, str, bool]]) -> set[str]:
-    """The ``drop doctor`` reasons a stuck item's requests give, as the operator docs name
-    them; none: nothing would tell staff about it."""
-    reasons = set()
-    for _, state, enabled in requests:
-        if state == RequestState.PENDING:
-            reasons.add("pending_without_target")
-        elif state in (RequestState.QUEUED, RequestState.FAILED) and not enabled:
-            reasons.add("target_disabled")
-        elif state == RequestState.FAILED:
-            reasons.add("failed_waiting_for_staff")
-        elif state == RequestState.UNDELIVERABLE:
-            reasons.add("undeliverable")
-    return reasons
-
-
-def doctor_counts(broker: Broker) -> dict[str, int]:
-    """Work items ``drop doctor`` lists for ``broker``, by reason."""
-    return {
-        str(group.reason): group.work_items
-        for group in stuck_work_items(broker=broker, now=dt.datetime.now(dt.UTC))
-    }
-
-
-@dataclass
-class World:
-    """What outlives one example: the loopback servers, the tmp folder."""
-
-    broker_side: BrokerSimulator
-    drop: ModelDrop
-    tmp: Path
-    steps: int = 0
-    examples: int = 0
-    seen: Counter[str] = field(default_factory=Counter)  # what the examples went through
-
-
 def counted(step: Callable[..., None]) -> Callable[..., None]:
     """Count how often each rule ran, for the run's figures."""
 
@@ -438,12 +146,12 @@ def counted(step: Callable[..., None]) -> Callable[..., None]:
     return counting
 
 
-class LifecycleMachine(RuleBasedStateMachine):
+class LifecycleMachine(LifecycleInvariants, RuleBasedStateMachine):
     world: World  # set by the test
 
     def __init__(self) -> None:
         super().__init__()
-        _empty_tables()
+        empty_tables()
         self.world.examples += 1
         self.broker_side = self.world.broker_side
         self.broker_side.reset()
@@ -688,7 +396,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.broker_side.script(*replies)
         try:
             for _ in range(10):
-                jobs = _take_due_jobs()
+                jobs = take_due_jobs()
                 if not jobs:
                     break
                 for name, args in jobs:
@@ -992,135 +700,6 @@ class LifecycleMachine(RuleBasedStateMachine):
             report_file_discard(report_file=report_file, reason="DROP will not", actor="test")
             self.world.seen["amendment discarded"] += 1
 
-    def _check_new_files(self) -> None:
-        """Every status written for DROP is the oracle's, and no item twice in one list."""
-        for report_file in ReportFile.objects.exclude(pk__in=self.seen_files).order_by("pk"):
-            rows = report_rows(bytes(report_file.content))
-            self.seen_files[report_file.pk] = rows
-            self.world.seen[f"report file {report_file.kind}"] += 1
-            event(f"report file {report_file.kind} {report_file.state}")
-            if report_file.kind == ReportKind.AMEND:
-                self.world.seen["rows amended"] += len(rows)
-            for work_item_id, code in rows:
-                item = self.oracle.items[work_item_id]
-                assert item.removed_at_step is None, f"{work_item_id} written after its removal"
-                owing = [u for u in sorted(item.targets) if self.oracle.owes(item, u)]
-                assert not owing, (
-                    f"{report_file.file_name} says {work_item_id} is {code} while integration(s)"
-                    f" {owing} owe an answer: {[self.oracle.requests[u] for u in item.requests]}"
-                )
-                expected = self.oracle.expected(item)
-                assert code == expected, (
-                    f"{report_file.file_name} ({report_file.kind}) says {work_item_id} is"
-                    f" {code}; the oracle says {expected}:"
-                    f" {[self.oracle.requests[u] for u in sorted(item.requests)]}"
-                )
-        self._check_no_item_twice()
-
-    def _check_no_item_twice(self) -> None:
-        files = {
-            f.pk: f
-            for f in ReportFile.objects.filter(pk__in=self.seen_files).only(
-                "pk", "kind", "state", "file_name"
-            )
-        }
-        written: dict[str, list[tuple[str, int, str]]] = {}
-        for pk in sorted(files):
-            report_file = files[pk]
-            if report_file.state in (ReportFileState.REJECTED, ReportFileState.DISCARDED):
-                continue  # DROP never had it; its rows were written again or given up
-            for work_item_id, code in self.seen_files[pk]:
-                written.setdefault(work_item_id, []).append(
-                    (report_file.kind, code, report_file.file_name)
-                )
-        for work_item_id, rows in written.items():
-            kind, code, name = rows[0]
-            assert kind == ReportKind.UPLOAD, f"{work_item_id} amended before any upload: {rows}"
-            for later_kind, later_code, later_name in rows[1:]:
-                assert later_kind == ReportKind.AMEND, (
-                    f"{work_item_id} uploaded twice: {name} and {later_name}"
-                )
-                assert later_code != code, f"{work_item_id} amended to the same {code}: {rows}"
-                code, name = later_code, later_name
-
-    # -- the invariants -------------------------------------------------------------------
-
-    @invariant()
-    def count_step(self) -> None:
-        self.step += 1
-        self.world.steps += 1
-
-    @invariant()
-    def nothing_sent_for_removed_items(self) -> None:
-        self._note_dispatches()
-        assert not self.drop.amended_unheld, (
-            f"amended although DROP never accepted a status: {self.drop.amended_unheld}"
-        )
-
-    @invariant()
-    def no_matched_item_silently_stuck(self) -> None:
-        """Every matched, not removed item without a status has a live request, or is
-        listed by ``drop doctor``."""
-        without_status = dict(
-            WorkItem.objects.filter(broker=self.broker, status_code__isnull=True)
-            .exclude(state=WorkItemState.REMOVED)
-            .values_list("pk", "work_item_id")
-        )
-        if not without_status:
-            return
-        requests: dict[int, list[tuple[int, str, bool]]] = {pk: [] for pk in without_status}
-        for item_pk, pk, state, enabled in DeletionRequest.objects.filter(
-            work_item_id__in=without_status
-        ).values_list("work_item_id", "pk", "state", "integration__enabled"):
-            requests[item_pk].append((pk, state, bool(enabled)))
-        queued_jobs = _queued_job_ids()
-        stuck = {
-            without_status[item_pk]: item_requests
-            for item_pk, item_requests in requests.items()
-            if not any(_live(*request, queued_jobs) for request in item_requests)
-            and self.oracle.items[without_status[item_pk]].removed_at_step is None
-        }
-        if not stuck:
-            return
-        # Each stuck item must be in a group of the doctor for a reason its requests give:
-        # the doctor counts work items per reason, so per reason it lists at least these.
-        by_reason: Counter[str] = Counter()
-        for work_item_id, item_requests in stuck.items():
-            reasons = _stuck_reasons(item_requests)
-            assert reasons, (
-                f"{work_item_id} has no status, no live request, and no reason drop doctor"
-                f" knows: [(request, state, integration enabled)] = {item_requests}"
-            )
-            by_reason.update(reasons)
-        listed = doctor_counts(self.broker)
-        for reason, n in by_reason.items():
-            assert listed.get(reason, 0) >= n, (
-                f"drop doctor lists {listed.get(reason, 0)} work items as {reason}, {n} are:"
-                f" {stuck}"
-            )
-        self.world.seen["stuck, listed by drop doctor"] += len(stuck)
-
-    @invariant()
-    def reported_status_is_what_drop_holds(self) -> None:
-        """What DROP took stays the item's reported status: a rejected or discarded
-        amendment puts back the one DROP holds; only a file DROP has not answered for good
-        may carry another."""
-        for work_item_id, reported, file_state in WorkItem.objects.filter(
-            broker=self.broker, work_item_id__in=list(self.drop.held)
-        ).values_list("work_item_id", "reported_status_code", "report_file__state"):
-            if file_state in (ReportFileState.WRITTEN, ReportFileState.REFUSED):
-                continue
-            assert reported == self.drop.held[work_item_id], (
-                f"{work_item_id}: reported {reported}, DROP holds"
-                f" {self.drop.held[work_item_id]} ({file_state})"
-            )
-
-    @invariant()
-    def ledger_verifies(self) -> None:
-        ledger_seal()
-        verification = ledger_verify()
-        assert verification.ok, verification
-
     def teardown(self) -> None:
         self.broker_side.clear_script()
 
@@ -1171,7 +750,7 @@ def test_random_histories_keep_every_matched_consumer_on_a_path_to_drop(
             settings=settings_for_run(),
         )
     finally:
-        _empty_tables()
+        empty_tables()
         print(
             f"\nlifecycle model: {world.examples} examples, {world.steps} steps,"
             f" {time.monotonic() - started:.1f} s; {dict(sorted(world.seen.items()))}"

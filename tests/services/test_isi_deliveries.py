@@ -38,12 +38,11 @@ from integrations.services.deliveries import deletion_requests_deliver, resoluti
 from integrations.services.isi import CreatedIsiIntegration
 from tests.builders import (
     CONNECTION_A,
+    DeletionRequestFactory,
+    ResolutionRequestFactory,
+    SaasConnectionFactory,
     broker_connections,
-    connection_of,
-    isi_deletion_request,
-    isi_integration_for,
-    isi_resolution_request,
-    saas_connection,
+    isi_integration_created,
 )
 from tests.tls import self_signed_certificate
 
@@ -69,12 +68,12 @@ def api() -> Iterator[IsiSimulator]:
 
 @pytest.fixture
 def created(broker: Any, api: IsiSimulator) -> CreatedIsiIntegration:
-    return isi_integration_for(broker, api)
+    return isi_integration_created(broker, api)
 
 
 @pytest.fixture
 def connection_a(created: CreatedIsiIntegration) -> IsiConnection:
-    return connection_of(created, CONNECTION_A)
+    return created.integration.connections.get(uuid=CONNECTION_A)
 
 
 def _jobs(task: str, pk: int) -> list[ProcrastinateJob]:
@@ -91,7 +90,7 @@ def _cached_token(created: CreatedIsiIntegration) -> str:
 def test_a_delete_carries_the_body_of_2_6_with_the_bearer_token_and_processing_acknowledges(
     api: IsiSimulator, created: CreatedIsiIntegration, connection_a: IsiConnection
 ) -> None:
-    request = isi_deletion_request(connection_a, remote_identifier="C-1")
+    request = DeletionRequestFactory.create(isi_connection=connection_a, remote_identifier="C-1")
 
     assert deletion_requests_deliver(request_ids=[request.pk]) == {"delivered": 1}
 
@@ -132,7 +131,10 @@ def _expired_everywhere(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_the_token_is_fetched_once_for_many_deletes(
     api: IsiSimulator, connection_a: IsiConnection, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    requests = [isi_deletion_request(connection_a, remote_identifier=f"C-{i}") for i in range(5)]
+    requests = [
+        DeletionRequestFactory.create(isi_connection=connection_a, remote_identifier=f"C-{i}")
+        for i in range(5)
+    ]
     _expired_everywhere(monkeypatch)
 
     counts = deletion_requests_deliver(request_ids=[r.pk for r in requests])
@@ -146,7 +148,7 @@ def test_the_callback_path_keeps_the_public_urls_prefix(
     api: IsiSimulator, connection_a: IsiConnection, settings: Any
 ) -> None:
     settings.DROPPORTAL_PUBLIC_URL = "https://portal.example/dropportal"
-    request = isi_deletion_request(connection_a)
+    request = DeletionRequestFactory.create(isi_connection=connection_a)
 
     deletion_requests_deliver(request_ids=[request.pk])
 
@@ -167,7 +169,7 @@ def test_any_2xx_in_time_acknowledges_a_delete(
     api: IsiSimulator, connection_a: IsiConnection, case: str
 ) -> None:
     api.answer_next("delete", ACKNOWLEDGEMENTS[case])
-    request = isi_deletion_request(connection_a)
+    request = DeletionRequestFactory.create(isi_connection=connection_a)
 
     assert deletion_requests_deliver(request_ids=[request.pk]) == {"delivered": 1}
 
@@ -183,7 +185,7 @@ def test_a_delete_answered_otherwise_is_a_failed_attempt_retried(
     api: IsiSimulator, connection_a: IsiConnection, reply: Reply
 ) -> None:
     api.answer_next("delete", reply)
-    request = isi_deletion_request(connection_a)
+    request = DeletionRequestFactory.create(isi_connection=connection_a)
 
     assert deletion_requests_deliver(request_ids=[request.pk]) == {"retry": 1}
 
@@ -201,7 +203,7 @@ def test_a_410_disables_the_integration_as_for_webhooks(
     api: IsiSimulator, created: CreatedIsiIntegration, connection_a: IsiConnection
 ) -> None:
     api.answer_next("delete", Reply.gone())
-    request = isi_deletion_request(connection_a)
+    request = DeletionRequestFactory.create(isi_connection=connection_a)
 
     assert deletion_requests_deliver(request_ids=[request.pk]) == {"gone": 1}
 
@@ -219,7 +221,10 @@ def test_a_stale_token_is_refreshed_once_and_the_renewed_one_kept(
 ) -> None:
     stale = _cached_token(created)
     api.revoke_tokens()
-    first, second = isi_deletion_request(connection_a), isi_deletion_request(connection_a)
+    first, second = (
+        DeletionRequestFactory.create(isi_connection=connection_a),
+        DeletionRequestFactory.create(isi_connection=connection_a),
+    )
 
     assert deletion_requests_deliver(request_ids=[first.pk]) == {"delivered": 1}
 
@@ -242,7 +247,7 @@ def test_a_401_to_the_fresh_token_too_is_a_failed_attempt(
     api: IsiSimulator, connection_a: IsiConnection
 ) -> None:
     api.answer_next("delete", Reply(401), Reply(401))
-    request = isi_deletion_request(connection_a)
+    request = DeletionRequestFactory.create(isi_connection=connection_a)
 
     assert deletion_requests_deliver(request_ids=[request.pk]) == {"retry": 1}
 
@@ -257,7 +262,7 @@ def test_a_token_endpoint_that_is_down_fails_the_attempts_before_any_delete(
 ) -> None:
     _expired_everywhere(monkeypatch)
     api.answer_next("token", Reply(503))
-    requests = [isi_deletion_request(connection_a) for _ in range(3)]
+    requests = [DeletionRequestFactory.create(isi_connection=connection_a) for _ in range(3)]
 
     assert deletion_requests_deliver(request_ids=[r.pk for r in requests]) == {"retry": 3}
 
@@ -278,7 +283,7 @@ def test_a_token_endpoint_that_does_not_answer_at_all_fails_the_attempt(
         closed.bind(("127.0.0.1", 0))
         token_url = f"http://127.0.0.1:{closed.getsockname()[1]}/oauth/token"
     Integration.objects.update(token_url=token_url)
-    request = isi_deletion_request(connection_a)
+    request = DeletionRequestFactory.create(isi_connection=connection_a)
 
     assert deletion_requests_deliver(request_ids=[request.pk]) == {"retry": 1}
 
@@ -293,18 +298,24 @@ def test_a_token_endpoint_that_does_not_answer_at_all_fails_the_attempt(
 def test_identifiers_are_retrieved_synchronously_and_start_the_saas_deletions(
     broker: Any, api: IsiSimulator, connection_a: IsiConnection
 ) -> None:
-    mailer = saas_connection(broker, "https://api.mailer.example/erase", identifier_categories=[])
-    sms = saas_connection(
-        broker, "https://sms.example/erase", name="SMS", identifier_categories=["phone"]
+    mailer = SaasConnectionFactory.create(
+        broker=broker, url="https://api.mailer.example/erase", identifier_categories=[]
     )
-    ads = saas_connection(  # paused: its deletion waits, so its category is asked for too
-        broker, "https://ads.example", name="Ads", identifier_categories=["maid"], enabled=False
+    sms = SaasConnectionFactory.create(
+        broker=broker, url="https://sms.example/erase", name="SMS", identifier_categories=["phone"]
     )
-    saas_connection(  # retired: gone for good
-        broker, "https://old.example", name="Old", identifier_categories=["vin"], enabled=False,
-        retired_at=timezone.now(), retired_reason="contract ended",
+    # Paused: its deletion waits, so its category is asked for too.
+    ads = SaasConnectionFactory.create(
+        broker=broker, url="https://ads.example", name="Ads", identifier_categories=["maid"],
+        enabled=False,
     )  # fmt: skip
-    resolution = isi_resolution_request(connection_a, remote_identifier="C-1")
+    SaasConnectionFactory.create(  # retired: gone for good
+        broker=broker, url="https://old.example", name="Old", identifier_categories=["vin"],
+        enabled=False, retired_at=timezone.now(), retired_reason="contract ended",
+    )  # fmt: skip
+    resolution = ResolutionRequestFactory.create(
+        isi_connection=connection_a, remote_identifier="C-1"
+    )
 
     assert resolution_requests_deliver(request_ids=[resolution.pk]) == {"delivered": 1}
 
@@ -347,8 +358,10 @@ def test_identifiers_are_retrieved_synchronously_and_start_the_saas_deletions(
 def test_without_categories_email_is_asked(
     broker: Any, api: IsiSimulator, connection_a: IsiConnection
 ) -> None:
-    saas_connection(broker, "https://api.mailer.example/erase", identifier_categories=[])
-    resolution = isi_resolution_request(connection_a)
+    SaasConnectionFactory.create(
+        broker=broker, url="https://api.mailer.example/erase", identifier_categories=[]
+    )
+    resolution = ResolutionRequestFactory.create(isi_connection=connection_a)
 
     resolution_requests_deliver(request_ids=[resolution.pk])
 
@@ -358,7 +371,9 @@ def test_without_categories_email_is_asked(
 def test_an_identifiers_answer_keyed_by_identifiers_is_kept_and_ledgered_masked(
     broker: Any, api: IsiSimulator, connection_a: IsiConnection
 ) -> None:
-    saas_connection(broker, "https://sms.example/erase", identifier_categories=["phone"])
+    SaasConnectionFactory.create(
+        broker=broker, url="https://sms.example/erase", identifier_categories=["phone"]
+    )
     answer = {
         "identifiers": {
             "phone": [{"phone": "+14155559317"}],
@@ -367,7 +382,7 @@ def test_an_identifiers_answer_keyed_by_identifiers_is_kept_and_ledgered_masked(
         "carl@example.com": True,
     }
     api.answer_next("identifiers", Reply(200, json.dumps(answer).encode()))
-    resolution = isi_resolution_request(connection_a)
+    resolution = ResolutionRequestFactory.create(isi_connection=connection_a)
 
     assert resolution_requests_deliver(request_ids=[resolution.pk]) == {"delivered": 1}
 
@@ -392,10 +407,10 @@ def test_an_identifiers_answer_keyed_by_identifiers_is_kept_and_ledgered_masked(
 def test_a_wrong_shape_keyed_by_an_identifier_is_named_by_its_length(
     broker: Any, api: IsiSimulator, connection_a: IsiConnection, key: str
 ) -> None:
-    saas_connection(broker, "https://api.mailer.example/erase")
+    SaasConnectionFactory.create(broker=broker, url="https://api.mailer.example/erase")
     answer = json.dumps({"identifiers": {key: [{"email": 5}]}}).encode()
     api.answer_next("identifiers", Reply(200, answer))
-    resolution = isi_resolution_request(connection_a)
+    resolution = ResolutionRequestFactory.create(isi_connection=connection_a)
 
     assert resolution_requests_deliver(request_ids=[resolution.pk]) == {"retry": 1}
 
@@ -437,10 +452,10 @@ WRONG_SHAPES: dict[str, tuple[Reply, str]] = {
 def test_an_identifiers_answer_of_the_wrong_shape_is_a_failed_attempt(
     broker: Any, api: IsiSimulator, connection_a: IsiConnection, case: str
 ) -> None:
-    saas_connection(broker, "https://api.mailer.example/erase")
+    SaasConnectionFactory.create(broker=broker, url="https://api.mailer.example/erase")
     reply, error = WRONG_SHAPES[case]
     api.answer_next("identifiers", reply)
-    resolution = isi_resolution_request(connection_a)
+    resolution = ResolutionRequestFactory.create(isi_connection=connection_a)
 
     assert resolution_requests_deliver(request_ids=[resolution.pk]) == {"retry": 1}
 
@@ -519,7 +534,7 @@ def test_an_isi_token_endpoint_on_a_private_address_is_refused_in_production(
         token_url=f"https://127.0.0.1:{api.port}/oauth/token",
         base_url=f"https://127.0.0.1:{api.port}",
     )
-    request = isi_deletion_request(connection_a)
+    request = DeletionRequestFactory.create(isi_connection=connection_a)
     before = len(api.received)
 
     assert deletion_requests_deliver(request_ids=[request.pk]) == {"retry": 1}
@@ -538,7 +553,7 @@ def test_an_identifiers_error_echoing_what_was_asked_is_kept_masked(
 ) -> None:
     echo = b'{"error": "no such customer", "email": "ann@example.com", "phone": "+14155559317"}'
     api.answer_next("identifiers", Reply(status, echo))
-    resolution = isi_resolution_request(connection_a)
+    resolution = ResolutionRequestFactory.create(isi_connection=connection_a)
 
     assert resolution_requests_deliver(request_ids=[resolution.pk]) == {"retry": 1}
 

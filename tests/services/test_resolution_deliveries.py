@@ -23,10 +23,10 @@ from integrations.models import (
 )
 from integrations.services.deliveries import resolution_requests_deliver, saas_deletions_deliver
 from tests.builders import (
-    resolution_request,
-    saas_connection,
-    saas_deletion,
-    webhook_integration_for,
+    ResolutionRequestFactory,
+    SaasConnectionFactory,
+    SaasDeletionFactory,
+    webhook_integration_created,
 )
 
 pytestmark = pytest.mark.django_db
@@ -58,9 +58,11 @@ def saas_receiver() -> Iterator[BrokerSimulator]:
 def test_a_resolution_notification_carries_body_2_3_signed(
     broker: Broker, receiver: BrokerSimulator
 ) -> None:
-    created = webhook_integration_for(broker, receiver.url)
+    created = webhook_integration_created(broker, receiver.url)
     receiver.secrets = [created.webhook_secret]
-    request = resolution_request(created.integration, remote_identifier="C-7")
+    request = ResolutionRequestFactory.create(
+        integration=created.integration, remote_identifier="C-7"
+    )
 
     assert resolution_requests_deliver(request_ids=[request.pk]) == {"delivered": 1}
 
@@ -89,15 +91,20 @@ def test_a_resolution_notification_carries_body_2_3_signed(
 
 
 def _answered(broker: Broker, **fields: Any) -> ResolutionRequest:
-    integration = webhook_integration_for(broker, "https://crm.acme.example/drop").integration
-    return resolution_request(
-        integration, state=RequestState.COMPLETED, identifiers=json.dumps(RESOLVED), **fields
+    integration = webhook_integration_created(broker, "https://crm.acme.example/drop").integration
+    return ResolutionRequestFactory.create(
+        integration=integration,
+        state=RequestState.COMPLETED,
+        identifiers=json.dumps(RESOLVED),
+        **fields,
     )
 
 
 def _mailer(broker: Broker, url: str, **fields: object) -> SaasConnection:
     fields.setdefault("token", "tok-mailer")
-    return saas_connection(broker, url, name=str(fields.pop("name", "Mailer")), **fields)
+    return SaasConnectionFactory.create(
+        broker=broker, url=url, name=str(fields.pop("name", "Mailer")), **fields
+    )
 
 
 def test_a_saas_deletion_sends_its_categories_with_the_bearer_token_and_purges_when_done(
@@ -105,7 +112,7 @@ def test_a_saas_deletion_sends_its_categories_with_the_bearer_token_and_purges_w
 ) -> None:
     resolution = _answered(broker)
     mailer = _mailer(broker, saas_receiver.url, identifier_categories=["email"])
-    deletion = saas_deletion(resolution, mailer)
+    deletion = SaasDeletionFactory.create(resolution=resolution, saas_connection=mailer)
 
     assert saas_deletions_deliver(deletion_ids=[deletion.pk]) == {"delivered": 1}
 
@@ -132,9 +139,14 @@ def test_identifiers_stay_until_the_last_saas_deletion_is_final(
     broker: Broker, saas_receiver: BrokerSimulator
 ) -> None:
     resolution = _answered(broker)
-    first = saas_deletion(resolution, _mailer(broker, saas_receiver.url))
-    second = saas_deletion(
-        resolution, _mailer(broker, saas_receiver.url, name="Ads", identifier_categories=["phone"])
+    first = SaasDeletionFactory.create(
+        resolution=resolution, saas_connection=_mailer(broker, saas_receiver.url)
+    )
+    second = SaasDeletionFactory.create(
+        resolution=resolution,
+        saas_connection=_mailer(
+            broker, saas_receiver.url, name="Ads", identifier_categories=["phone"]
+        ),
     )
     saas_receiver.script(200, 503)
 
@@ -151,8 +163,10 @@ def test_an_undeliverable_saas_deletion_keeps_the_identifiers_for_staff(
     broker: Broker, saas_receiver: BrokerSimulator
 ) -> None:
     resolution = _answered(broker)
-    deletion = saas_deletion(
-        resolution, _mailer(broker, saas_receiver.url), attempts=MAX_ATTEMPTS - 1
+    deletion = SaasDeletionFactory.create(
+        resolution=resolution,
+        saas_connection=_mailer(broker, saas_receiver.url),
+        attempts=MAX_ATTEMPTS - 1,
     )
     saas_receiver.script(500)
 
@@ -167,8 +181,9 @@ def test_nothing_of_its_categories_cancels_the_saas_deletion_without_a_call(
     broker: Broker, saas_receiver: BrokerSimulator
 ) -> None:
     resolution = _answered(broker)
-    deletion = saas_deletion(
-        resolution, _mailer(broker, saas_receiver.url, identifier_categories=["maid"])
+    deletion = SaasDeletionFactory.create(
+        resolution=resolution,
+        saas_connection=_mailer(broker, saas_receiver.url, identifier_categories=["maid"]),
     )
 
     assert saas_deletions_deliver(deletion_ids=[deletion.pk]) == {"skipped": 1}
@@ -186,7 +201,7 @@ def test_410_from_a_saas_disables_the_connection(
 ) -> None:
     resolution = _answered(broker)
     mailer = _mailer(broker, saas_receiver.url)
-    deletion = saas_deletion(resolution, mailer)
+    deletion = SaasDeletionFactory.create(resolution=resolution, saas_connection=mailer)
     saas_receiver.script(Reply.gone())
 
     assert saas_deletions_deliver(deletion_ids=[deletion.pk]) == {"gone": 1}
@@ -204,9 +219,13 @@ def test_the_hourly_sweep_purges_identifiers_whose_saas_deletions_ended_in_bulk(
     broker: Broker,
 ) -> None:
     resolution = _answered(broker)
-    deletion = saas_deletion(resolution, _mailer(broker, "https://api.mailer.example/erase"))
+    deletion = SaasDeletionFactory.create(
+        resolution=resolution, saas_connection=_mailer(broker, "https://api.mailer.example/erase")
+    )
     waiting = _answered(broker)
-    saas_deletion(waiting, _mailer(broker, "https://ads.example/erase", name="Ads"))
+    SaasDeletionFactory.create(
+        resolution=waiting, saas_connection=_mailer(broker, "https://ads.example/erase", name="Ads")
+    )
     # As the import does when DROP removes the work item: cancelled in SQL, no purge.
     SaasDeletion.objects.filter(pk=deletion.pk).update(state=RequestState.CANCELLED)
 
@@ -225,7 +244,9 @@ def test_the_hourly_sweep_purges_identifiers_whose_saas_deletions_ended_in_bulk(
 def test_a_saas_answer_echoing_identifiers_is_kept_only_masked(
     broker: Broker, saas_receiver: BrokerSimulator, status: int, verdict: str
 ) -> None:
-    deletion = saas_deletion(_answered(broker), _mailer(broker, saas_receiver.url))
+    deletion = SaasDeletionFactory.create(
+        resolution=_answered(broker), saas_connection=_mailer(broker, saas_receiver.url)
+    )
     echoed = json.dumps(
         {
             "deleted": RESOLVED["email"],
@@ -252,7 +273,9 @@ def test_a_saas_answer_echoing_identifiers_is_kept_only_masked(
 def test_a_saas_answer_that_is_not_json_is_not_kept(
     broker: Broker, saas_receiver: BrokerSimulator
 ) -> None:
-    deletion = saas_deletion(_answered(broker), _mailer(broker, saas_receiver.url))
+    deletion = SaasDeletionFactory.create(
+        resolution=_answered(broker), saas_connection=_mailer(broker, saas_receiver.url)
+    )
     saas_receiver.script(Reply(500, b"cannot delete Ann.Smith@Example.com"))
 
     assert saas_deletions_deliver(deletion_ids=[deletion.pk]) == {"retry": 1}

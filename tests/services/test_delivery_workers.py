@@ -34,8 +34,8 @@ from integrations.services.deliveries import deletion_requests_deliver
 from integrations.services.dispatch_slots import broker_slot_take
 from integrations.services.jobs import stalled_jobs_retry
 from tests.builders import (
-    deletion_request,
-    webhook_integration_for,
+    DeletionRequestFactory,
+    webhook_integration_created,
     worker_jobs_emptied,
 )
 from tests.conftest import subprocess_env
@@ -60,9 +60,12 @@ def receiver() -> Iterator[BrokerSimulator]:
 
 
 def _requests(broker: Broker, receiver: BrokerSimulator, n: int) -> list[DeletionRequest]:
-    created = webhook_integration_for(broker, receiver.url)
+    created = webhook_integration_created(broker, receiver.url)
     receiver.secrets = [created.webhook_secret]
-    return [deletion_request(created.integration, remote_identifier=f"C-{i}") for i in range(n)]
+    return [
+        DeletionRequestFactory.create(integration=created.integration, remote_identifier=f"C-{i}")
+        for i in range(n)
+    ]
 
 
 def test_two_workers_on_the_same_requests_deliver_each_once(

@@ -1,0 +1,142 @@
+"""What the lifecycle model (``test_lifecycle_model.py``) runs on: the loopback DROP, the
+tables emptied between examples, Procrastinate's queue taken as a worker would, and what
+outlives one example."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.db import connection
+
+from devtools.broker_simulator import BrokerSimulator
+from devtools.drop_simulator import ALREADY_UPLOADED_MESSAGE, DropSimulator
+from tests.lifecycle.oracle import BROKER_ID
+
+
+class ModelDrop(DropSimulator):
+    """DROP, which can also reject every file or say each was uploaded before; it keeps the
+    status it holds per work item id, and notes an amendment of an id it never accepted."""
+
+    def __init__(self) -> None:
+        super().__init__(api_key="sim-key", broker_id=BROKER_ID, active_download=True)
+        self.reset()
+
+    def reset(self) -> None:
+        with self._lock:
+            self.requests.clear()
+            self.uploaded.clear()
+            self.amended.clear()
+            self._script.clear()
+            self._names_this_download.clear()
+            self._ever_uploaded = False
+        self.mode = "accept"
+        self.held: dict[str, int] = {}
+        self.amended_unheld: list[str] = []
+
+    def answer_as(self, mode: str) -> None:
+        """How DROP answers the next report: accept, reject (every file), reject uploads
+        (amendments are accepted), refuse amendments (409 to each, uploads accepted),
+        already (uploaded before), down (503)."""
+        self.mode = mode
+        if mode == "refuse amendments":
+            self.queue_response(409, body={"message": "Not now."}, times=50, path="/data/amend")
+        if mode == "down":
+            self.queue_response(503, body={"message": "Service unavailable."}, times=50)
+
+    def back_up(self) -> None:
+        with self._lock:
+            self._script.clear()
+        self.mode = "accept"
+
+    def _check_file(self, name: str, content: bytes, *, amend: bool) -> str | None:
+        if self.mode == "reject" or (self.mode == "reject uploads" and not amend):
+            return "Invalid file content."
+        reason = super()._check_file(name, content, amend=amend)
+        if reason is None and self.mode == "already" and not amend:
+            reason = ALREADY_UPLOADED_MESSAGE  # a retried upload that got through before
+            self._ever_uploaded = True
+        if reason is None or reason == ALREADY_UPLOADED_MESSAGE:
+            self._hold(content, amend=amend)
+        return reason
+
+    def _hold(self, content: bytes, *, amend: bool) -> None:
+        for work_item_id, code in report_rows(content):
+            if amend and work_item_id not in self.held:
+                self.amended_unheld.append(work_item_id)
+            self.held[work_item_id] = code
+
+
+def report_rows(content: bytes) -> list[tuple[str, int]]:
+    rows = list(csv.reader(io.StringIO(content.decode())))
+    assert rows[0] == ["Id", "Status"], rows[:1]
+    return [(row[0], int(row[1])) for row in rows[1:] if row]
+
+
+_TABLES: list[str] = []
+
+
+def empty_tables() -> None:
+    """Every table of ours and Procrastinate's emptied, in one round trip.
+
+    TRUNCATE makes new files for some thirty tables, about a second on a busy server, per
+    example; DELETE with triggers off (the ledger's append-only ones, and the foreign key
+    checks: everything goes) takes a few milliseconds on tables this small.
+    """
+    with connection.cursor() as cursor:
+        if not _TABLES:
+            cursor.execute(
+                "SELECT quote_ident(tablename) FROM pg_tables"
+                " WHERE schemaname = current_schema()"
+                "   AND (tablename LIKE 'integrations\\_%%' OR tablename IN"
+                "        ('procrastinate_jobs', 'procrastinate_events',"
+                "         'procrastinate_periodic_defers', 'procrastinate_workers'))"
+            )
+            _TABLES.extend(sorted(name for (name,) in cursor.fetchall()))
+        # The names come from the catalog, quoted by quote_ident.
+        deletes = "".join(f"DELETE FROM {table}; " for table in _TABLES)  # noqa: S608
+        cursor.execute(f"BEGIN; SET LOCAL session_replication_role = replica; {deletes}COMMIT;")
+
+
+def take_due_jobs() -> list[tuple[str, dict[str, Any]]]:
+    """Take the jobs that are due off Procrastinate's queue, as a worker would fetch them."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "DELETE FROM procrastinate_jobs WHERE id IN ("
+            "  SELECT id FROM procrastinate_jobs WHERE status = 'todo'"
+            "     AND (scheduled_at IS NULL OR scheduled_at <= now()))"
+            " RETURNING id, task_name, args"
+        )
+        return [(name, _json(args)) for _, name, args in sorted(cursor.fetchall())]
+
+
+def queued_job_ids() -> set[int]:
+    """Ids of deletion requests some waiting delivery job holds."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT args FROM procrastinate_jobs WHERE status = 'todo' AND task_name = %s",
+            ["integrations.tasks.deliver_deletion_requests"],
+        )
+        return {pk for (args,) in cursor.fetchall() for pk in _json(args)["request_ids"]}
+
+
+def _json(value: Any) -> Any:
+    # Django's cursor hands jsonb over as text (its JSONField decodes it).
+    return json.loads(value) if isinstance(value, str) else value
+
+
+@dataclass
+class World:
+    """What outlives one example: the loopback servers, the tmp folder."""
+
+    broker_side: BrokerSimulator
+    drop: ModelDrop
+    tmp: Path
+    steps: int = 0
+    examples: int = 0
+    seen: Counter[str] = field(default_factory=Counter)  # what the examples went through

@@ -1,0 +1,203 @@
+"""The invariants of the lifecycle model (``test_lifecycle_model.py``): what must hold after
+every step of a random history, as that module's docstring lists them."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+
+from hypothesis import event
+from hypothesis.stateful import invariant
+
+from integrations.models import (
+    Broker,
+    DeletionRequest,
+    ReportFile,
+    ReportFileState,
+    ReportKind,
+    RequestState,
+    WorkItem,
+    WorkItemState,
+)
+from integrations.selectors.stuck import stuck_work_items
+from integrations.services.ledger import ledger_seal, ledger_verify
+from tests.lifecycle.harness import ModelDrop, World, queued_job_ids, report_rows
+from tests.lifecycle.oracle import Oracle
+
+
+def _live(pk: int, state: str, enabled: bool, queued_jobs: set[int]) -> bool:
+    """A path to an outcome that needs no one: a delivery on its way, or the broker's."""
+    if state == RequestState.QUEUED:
+        return enabled and pk in queued_jobs
+    # dispatched: the broker has it, its callback is awaited (doctor lists it after 7 days).
+    # failed (waiting for staff: the automatic policy is off by default), pending,
+    # undeliverable, cancelled or completed: no.
+    return state == RequestState.DISPATCHED
+
+
+def _stuck_reasons(requests: list[tuple[int, str, bool]]) -> set[str]:
+    """The ``drop doctor`` reasons a stuck item's requests give, as the operator docs name
+    them; none: nothing would tell staff about it."""
+    reasons = set()
+    for _, state, enabled in requests:
+        if state == RequestState.PENDING:
+            reasons.add("pending_without_target")
+        elif state in (RequestState.QUEUED, RequestState.FAILED) and not enabled:
+            reasons.add("target_disabled")
+        elif state == RequestState.FAILED:
+            reasons.add("failed_waiting_for_staff")
+        elif state == RequestState.UNDELIVERABLE:
+            reasons.add("undeliverable")
+    return reasons
+
+
+def doctor_counts(broker: Broker) -> dict[str, int]:
+    """Work items ``drop doctor`` lists for ``broker``, by reason."""
+    return {
+        str(group.reason): group.work_items
+        for group in stuck_work_items(broker=broker, now=dt.datetime.now(dt.UTC))
+    }
+
+
+class LifecycleInvariants:
+    """The checks of the lifecycle model, after every step (and the report files after every
+    report run). Mixed into ``LifecycleMachine``, whose state they read."""
+
+    world: World
+    drop: ModelDrop
+    oracle: Oracle
+    broker: Broker
+    step: int
+    seen_files: dict[int, list[tuple[str, int]]]
+
+    def _note_dispatches(self) -> None:
+        raise NotImplementedError  # the machine notes what reached the broker
+
+    def _check_new_files(self) -> None:
+        """Every status written for DROP is the oracle's, and no item twice in one list."""
+        for report_file in ReportFile.objects.exclude(pk__in=self.seen_files).order_by("pk"):
+            rows = report_rows(bytes(report_file.content))
+            self.seen_files[report_file.pk] = rows
+            self.world.seen[f"report file {report_file.kind}"] += 1
+            event(f"report file {report_file.kind} {report_file.state}")
+            if report_file.kind == ReportKind.AMEND:
+                self.world.seen["rows amended"] += len(rows)
+            for work_item_id, code in rows:
+                item = self.oracle.items[work_item_id]
+                assert item.removed_at_step is None, f"{work_item_id} written after its removal"
+                owing = [u for u in sorted(item.targets) if self.oracle.owes(item, u)]
+                assert not owing, (
+                    f"{report_file.file_name} says {work_item_id} is {code} while integration(s)"
+                    f" {owing} owe an answer: {[self.oracle.requests[u] for u in item.requests]}"
+                )
+                expected = self.oracle.expected(item)
+                assert code == expected, (
+                    f"{report_file.file_name} ({report_file.kind}) says {work_item_id} is"
+                    f" {code}; the oracle says {expected}:"
+                    f" {[self.oracle.requests[u] for u in sorted(item.requests)]}"
+                )
+        self._check_no_item_twice()
+
+    def _check_no_item_twice(self) -> None:
+        files = {
+            f.pk: f
+            for f in ReportFile.objects.filter(pk__in=self.seen_files).only(
+                "pk", "kind", "state", "file_name"
+            )
+        }
+        written: dict[str, list[tuple[str, int, str]]] = {}
+        for pk in sorted(files):
+            report_file = files[pk]
+            if report_file.state in (ReportFileState.REJECTED, ReportFileState.DISCARDED):
+                continue  # DROP never had it; its rows were written again or given up
+            for work_item_id, code in self.seen_files[pk]:
+                written.setdefault(work_item_id, []).append(
+                    (report_file.kind, code, report_file.file_name)
+                )
+        for work_item_id, rows in written.items():
+            kind, code, name = rows[0]
+            assert kind == ReportKind.UPLOAD, f"{work_item_id} amended before any upload: {rows}"
+            for later_kind, later_code, later_name in rows[1:]:
+                assert later_kind == ReportKind.AMEND, (
+                    f"{work_item_id} uploaded twice: {name} and {later_name}"
+                )
+                assert later_code != code, f"{work_item_id} amended to the same {code}: {rows}"
+                code, name = later_code, later_name
+
+    # -- the invariants -------------------------------------------------------------------
+
+    @invariant()
+    def count_step(self) -> None:
+        self.step += 1
+        self.world.steps += 1
+
+    @invariant()
+    def nothing_sent_for_removed_items(self) -> None:
+        self._note_dispatches()
+        assert not self.drop.amended_unheld, (
+            f"amended although DROP never accepted a status: {self.drop.amended_unheld}"
+        )
+
+    @invariant()
+    def no_matched_item_silently_stuck(self) -> None:
+        """Every matched, not removed item without a status has a live request, or is
+        listed by ``drop doctor``."""
+        without_status = dict(
+            WorkItem.objects.filter(broker=self.broker, status_code__isnull=True)
+            .exclude(state=WorkItemState.REMOVED)
+            .values_list("pk", "work_item_id")
+        )
+        if not without_status:
+            return
+        requests: dict[int, list[tuple[int, str, bool]]] = {pk: [] for pk in without_status}
+        for item_pk, pk, state, enabled in DeletionRequest.objects.filter(
+            work_item_id__in=without_status
+        ).values_list("work_item_id", "pk", "state", "integration__enabled"):
+            requests[item_pk].append((pk, state, bool(enabled)))
+        queued_jobs = queued_job_ids()
+        stuck = {
+            without_status[item_pk]: item_requests
+            for item_pk, item_requests in requests.items()
+            if not any(_live(*request, queued_jobs) for request in item_requests)
+            and self.oracle.items[without_status[item_pk]].removed_at_step is None
+        }
+        if not stuck:
+            return
+        # Each stuck item must be in a group of the doctor for a reason its requests give:
+        # the doctor counts work items per reason, so per reason it lists at least these.
+        by_reason: Counter[str] = Counter()
+        for work_item_id, item_requests in stuck.items():
+            reasons = _stuck_reasons(item_requests)
+            assert reasons, (
+                f"{work_item_id} has no status, no live request, and no reason drop doctor"
+                f" knows: [(request, state, integration enabled)] = {item_requests}"
+            )
+            by_reason.update(reasons)
+        listed = doctor_counts(self.broker)
+        for reason, n in by_reason.items():
+            assert listed.get(reason, 0) >= n, (
+                f"drop doctor lists {listed.get(reason, 0)} work items as {reason}, {n} are:"
+                f" {stuck}"
+            )
+        self.world.seen["stuck, listed by drop doctor"] += len(stuck)
+
+    @invariant()
+    def reported_status_is_what_drop_holds(self) -> None:
+        """What DROP took stays the item's reported status: a rejected or discarded
+        amendment puts back the one DROP holds; only a file DROP has not answered for good
+        may carry another."""
+        for work_item_id, reported, file_state in WorkItem.objects.filter(
+            broker=self.broker, work_item_id__in=list(self.drop.held)
+        ).values_list("work_item_id", "reported_status_code", "report_file__state"):
+            if file_state in (ReportFileState.WRITTEN, ReportFileState.REFUSED):
+                continue
+            assert reported == self.drop.held[work_item_id], (
+                f"{work_item_id}: reported {reported}, DROP holds"
+                f" {self.drop.held[work_item_id]} ({file_state})"
+            )
+
+    @invariant()
+    def ledger_verifies(self) -> None:
+        ledger_seal()
+        verification = ledger_verify()
+        assert verification.ok, verification

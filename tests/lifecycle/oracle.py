@@ -1,0 +1,138 @@
+"""The lifecycle model's oracle (``test_lifecycle_model.py``): what should be, written in
+plain Python from the rules and not from the services."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from integrations.drop.standardize import email_hash
+
+BROKER_ID = "4821"
+OUTCOMES = ("deleted", "not_found", "opted_out", "exempt", "failed")
+# (rank, DROP code): the strongest outcome wins, opted_out (4) over deleted (3) over
+# exempt (2) over not_found (5); failed is not final.
+STRENGTH = {"opted_out": (4, 4), "deleted": (3, 3), "exempt": (2, 2), "not_found": (1, 5)}
+EMAILS = [f"person{n}@example.com" for n in range(6)]
+EMAIL_OF_HASH = {email_hash(email): email for email in EMAILS}
+POINTERS = [f"C-{n}" for n in range(4)]
+
+
+@dataclass
+class Item:
+    work_item_id: str
+    hash_b64: str
+    session: str
+    matched: bool = False
+    removed_at_step: int | None = None
+    requests: set[str] = field(default_factory=set)  # request uuids the broker received
+    # Integrations (uuids, not retired) that were asked to delete its consumers: each owes
+    # an answer. Empty with ``waiting``: matched while the broker had no target.
+    targets: set[str] = field(default_factory=set)
+    waiting: bool = False
+
+
+@dataclass
+class Request:
+    request_uuid: str
+    work_item_id: str
+    integration_uuid: str
+    outcome: str | None = None  # the final one, or "failed"
+    failure: str | None = None  # the last failed outcome's message
+    email: str = ""
+    cancelled: bool = False  # its integration was retired before it was answered
+
+    def uuid_item_kept(self, oracle: Oracle) -> bool:
+        return oracle.items[self.work_item_id].removed_at_step is None
+
+
+@dataclass
+class Oracle:
+    """What should be: written from the rules, apart from the services."""
+
+    consumers: dict[str, set[str]] = field(default_factory=dict)  # pointer -> email hashes
+    items: dict[str, Item] = field(default_factory=dict)  # by work item id
+    by_hash_and_session: dict[tuple[str, str], str] = field(default_factory=dict)
+    # In the order the broker first saw them (uuids are random: never sort by them, or an
+    # example would pick other requests when Hypothesis runs it again).
+    requests: dict[str, Request] = field(default_factory=dict)
+    secrets: dict[str, list[str]] = field(default_factory=dict)  # integration uuid -> newest first
+    retired: set[str] = field(default_factory=set)  # integration uuids retired
+    sessions: int = 0
+
+    def active(self) -> list[str]:
+        """Integrations that are deletion targets (enabled or disabled, not retired), in the
+        order they were added."""
+        return [uuid for uuid in self.secrets if uuid not in self.retired]
+
+    def match(self, item: Item) -> None:
+        """A consumer matched ``item``: every target is asked (a paused one too)."""
+        item.matched = True
+        active = self.active()
+        item.targets.update(active)
+        item.waiting = not item.targets
+
+    def target_added(self, uuid: str) -> None:
+        """Matches that waited for a target get it."""
+        for item in self.items.values():
+            if item.waiting and item.removed_at_step is None:
+                item.targets.add(uuid)
+                item.waiting = False
+
+    def owes(self, item: Item, uuid: str) -> bool:
+        """Whether integration ``uuid`` still owes an answer for ``item``."""
+        received = [self.requests[r] for r in item.requests]
+        own = [r for r in received if r.integration_uuid == uuid and not r.cancelled]
+        return not own or any(r.outcome in (None, "failed") for r in own)
+
+    def retire(self, uuid: str) -> None:
+        """Its open requests are cancelled; an item it alone still owed an answer for waits
+        for the targets left (or for one, when none is left)."""
+        self.retired.add(uuid)
+        for item in self.items.values():
+            if uuid not in item.targets:
+                continue
+            owed = self.owes(item, uuid)
+            item.targets.discard(uuid)
+            if owed and not item.targets and item.removed_at_step is None:
+                self.match(item)
+        for request in self.requests.values():
+            if request.integration_uuid == uuid and request.outcome in (None, "failed"):
+                request.cancelled = True
+
+    def registered_hashes(self) -> set[str]:
+        return set().union(*self.consumers.values()) if self.consumers else set()
+
+    def register(self, pointer: str, hash_b64: str) -> int:
+        """Returns how many kept work items this matches that matched no one before."""
+        new = hash_b64 not in self.consumers.get(pointer, set())
+        self.consumers.setdefault(pointer, set()).add(hash_b64)
+        late = 0
+        # A consumer registered later matches every kept DROP work item with its hash.
+        for item in self.items.values():
+            if new and item.hash_b64 == hash_b64 and item.removed_at_step is None:
+                late += not item.matched
+                self.match(item)
+        return late
+
+    def expected(self, item: Item) -> int | None:
+        """The code DROP should get for ``item`` now; None while it has no final status."""
+        if not item.matched:
+            return 5
+        outcomes = [
+            self.requests[uuid].outcome
+            for uuid in sorted(item.requests)
+            if not self.requests[uuid].cancelled
+        ]
+        if not outcomes or any(o is None or o == "failed" for o in outcomes):
+            return None
+        return max(STRENGTH[o] for o in outcomes if o)[1]
+
+    def callback_answer(self, request: Request, outcome: str, error: str) -> str:
+        """What recording ``outcome`` should do: "recorded", "unchanged" or "conflict"."""
+        if request.cancelled:
+            return "conflict"
+        if request.outcome in (None, "failed"):
+            if outcome == "failed" and request.outcome == "failed" and request.failure == error:
+                return "unchanged"
+            return "recorded"
+        return "unchanged" if request.outcome == outcome else "conflict"
