@@ -26,10 +26,10 @@ from integrations.admin.drop_notifications import drop_notifications_table
 from integrations.admin.reports import set_work_item_status
 from integrations.admin.story import story_context
 from integrations.drop.calendar import drop_date, drop_timezone, drop_today, drop_year_bounds
+from integrations.drop_statuses import STATUS_CODES, DropStatus
 from integrations.models import (
     DropCycle,
     DropNotification,
-    DropStatus,
     UnreadableWorkItem,
     WorkItem,
 )
@@ -268,7 +268,7 @@ class StatusCodeFilter(admin.SimpleListFilter):
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         value = self.value()
-        if value in {str(code) for code in DropStatus.values}:
+        if value in {str(code) for code in STATUS_CODES}:
             return queryset.filter(status_code=int(value))
         return queryset
 

@@ -39,11 +39,11 @@ from integrations import exports
 from integrations.admin.actors import staff_actor
 from integrations.admin.drop_notifications import drop_notifications_table
 from integrations.drop.calendar import drop_today
+from integrations.drop_statuses import DropStatus
 from integrations.models import (
     DeletionRequest,
     DropCycle,
     DropNotification,
-    DropStatus,
     ReportFile,
     ReportFileState,
     WorkItem,

@@ -12,6 +12,7 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 
+from integrations.drop_statuses import STATUS_CODES
 from integrations.list_types import LABELS
 
 # DROP list types, spelled as ``hash_type`` (docs/contracts.md §10.1), defined in
@@ -62,22 +63,6 @@ class DropCycle(models.Model):
 
     def __str__(self) -> str:
         return f"{self.broker.broker_id} cycle {self.drop_session_id}"
-
-
-class DropStatus(models.IntegerChoices):
-    """The status codes DROP takes for a work item: the one definition of them. Which
-    outcome gives which code, and which code wins, are in ``models.requests``
-    (``DROP_STATUS_CODES``, ``DROP_STATUS_PRECEDENCE``)."""
-
-    EXEMPT = 2, "Exempt"
-    DELETED = 3, "Deleted"
-    OPTED_OUT = 4, "Opted out"
-    NOT_FOUND = 5, "Not found"  # also: no match once the matching process is complete
-
-    @property
-    def short_label(self) -> str:
-        """``"2: exempt"``, as staff pick a code by hand."""
-        return f"{self.value}: {self.label.lower()}"
 
 
 class WorkItemState(models.TextChoices):
@@ -179,7 +164,7 @@ class WorkItem(models.Model):
             models.UniqueConstraint(fields=["cycle", "work_item_id"], name="work_item_unique"),
             models.CheckConstraint(
                 condition=models.Q(status_code__isnull=True)
-                | models.Q(status_code__in=DropStatus.values),
+                | models.Q(status_code__in=STATUS_CODES),
                 name="work_item_status_code_valid",
             ),
         ]

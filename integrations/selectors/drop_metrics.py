@@ -17,12 +17,12 @@ from django.db.models import Exists, OuterRef, Q
 
 from integrations.drop.calendar import drop_year_bounds
 from integrations.drop.files import DATA_TYPE_TO_HASH_TYPE, REMOVED
+from integrations.drop_statuses import DropStatus
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     Broker,
     DeletionRequest,
     DropOutcome,
-    DropStatus,
     ResolutionRequest,
     WorkItemState,
 )

@@ -40,8 +40,9 @@ from django.db import connection
 from psycopg import sql
 
 from integrations.drop.calendar import drop_today
+from integrations.drop_statuses import DropStatus
 from integrations.ledger_kinds import LedgerKind
-from integrations.models import Broker, DropCycle, DropStatus, WorkItemState
+from integrations.models import Broker, DropCycle, WorkItemState
 from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
 from integrations.services.locks import matching_lock
 from integrations.services.requests import (

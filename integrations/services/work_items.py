@@ -23,12 +23,12 @@ from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
+from integrations.drop_statuses import STATUS_CODES, STATUS_CODES_TEXT
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     OUTCOMES_NOT_FINAL,
     DeletionRequest,
     DropCycle,
-    DropStatus,
     RequestState,
     WorkItem,
     WorkItemState,
@@ -36,10 +36,6 @@ from integrations.models import (
 from integrations.models import requests as request_rules
 from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
 
-STATUS_CODES = frozenset(DropStatus.values)
-_STATUS_CODES_TEXT = " or ".join(
-    (", ".join(str(code) for code in DropStatus.values[:-1]), str(DropStatus.values[-1]))
-)
 STATUS_REASON_MAX = 2000
 
 
@@ -136,7 +132,7 @@ def work_item_status_set(
     reason = (reason or "").strip()
     if status_code not in STATUS_CODES:
         raise ValidationError(
-            {"status_code": f"a DROP status is {_STATUS_CODES_TEXT}, not {status_code!r}"}
+            {"status_code": f"a DROP status is {STATUS_CODES_TEXT}, not {status_code!r}"}
         )
     if not reason:
         raise ValidationError({"reason": "write why this status is set by hand"})
