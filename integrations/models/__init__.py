@@ -10,6 +10,7 @@ from integrations.models.drop import (
     UnreadableWorkItem,
     WorkItem,
     WorkItemState,
+    no_status_held,
     owed_status,
 )
 from integrations.models.drop_notifications import DropNotification
@@ -85,5 +86,6 @@ __all__ = [
     "UnreadableWorkItem",
     "WorkItem",
     "WorkItemState",
+    "no_status_held",
     "owed_status",
 ]

@@ -96,7 +96,8 @@ def work_items_settle(*, cycle: DropCycle, actor: str = SYSTEM_ACTOR) -> int:
         | Q(state=RequestState.COMPLETED, drop_outcome__in=OUTCOMES_NOT_FINAL)
     )
     candidates = (
-        WorkItem.objects.filter(cycle=cycle, state=WorkItemState.OPEN)
+        WorkItem.objects.awaiting_outcome()
+        .filter(cycle=cycle)
         .filter(Exists(DeletionRequest.objects.filter(work_item_id=OuterRef("pk"))))
         .exclude(Exists(not_final))
         .values_list("pk", flat=True)
