@@ -118,7 +118,7 @@ UPDATE integrations_workitem w
 SET status_code = %(code)s, status_reason = %(reason)s, updated_at = %(at)s,
     (state, needs_amendment) = (
         SELECT f.state, f.needs_amendment FROM dropportal_work_item_status_fields(
-            p_code => %(code)s, p_reported_at => w.reported_at,
+            p_state => w.state, p_code => %(code)s, p_reported_at => w.reported_at,
             p_reported_code => w.reported_status_code, p_needs_amendment => w.needs_amendment) f
     )
 WHERE w.id = %(id)s
