@@ -15,12 +15,10 @@ they passed it this session: the login sends them to ``/admin/mfa/`` (or to enro
 
 from __future__ import annotations
 
-import zoneinfo
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
-from django.conf import settings
 from django.contrib import messages
 from django.contrib.admin.views.main import PAGE_VAR, SEARCH_VAR
 from django.http import HttpRequest, HttpResponseRedirect
@@ -30,6 +28,8 @@ from django.utils import timezone
 from django.utils.http import urlencode
 from django.views.decorators.debug import sensitive_post_parameters
 from unfold.sites import UnfoldAdminSite
+
+from integrations.drop.calendar import drop_timezone
 
 
 class DropportalAdminSite(UnfoldAdminSite):
@@ -91,7 +91,7 @@ class DropportalAdminSite(UnfoldAdminSite):
         def in_drop_zone(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
             response = guarded(request, *args, **kwargs)
             if isinstance(response, TemplateResponse) and not response.is_rendered:
-                with timezone.override(zoneinfo.ZoneInfo(settings.DROPPORTAL_DROP_TIMEZONE)):
+                with timezone.override(drop_timezone()):
                     response.render()
             return response
 

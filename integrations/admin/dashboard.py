@@ -27,11 +27,11 @@ from integrations.admin import charts
 from integrations.client_address import proxy_setting_missing
 from integrations.dispatch.checks import PRIVATE_TARGETS_OPEN
 from integrations.drop.calendar import drop_date, drop_today
+from integrations.drop_statuses import DropStatus
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     DROP_STATUS_CODES,
     DropOutcome,
-    DropStatus,
     RequestState,
     WorkItemState,
 )

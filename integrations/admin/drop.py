@@ -12,14 +12,11 @@ from __future__ import annotations
 
 import base64
 from typing import Any
-from zoneinfo import ZoneInfo
 
-from django.conf import settings
 from django.contrib import admin
 from django.db.models import Case, Model, QuerySet, Value, When
 from django.http import HttpRequest
 from django.urls import reverse
-from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 from unfold.admin import ModelAdmin
@@ -28,11 +25,11 @@ from integrations.admin.charts import cycle_timeline
 from integrations.admin.drop_notifications import drop_notifications_table
 from integrations.admin.reports import set_work_item_status
 from integrations.admin.story import story_context
-from integrations.drop.calendar import drop_timezone, drop_today, drop_year_bounds
+from integrations.drop.calendar import drop_date, drop_timezone, drop_today, drop_year_bounds
+from integrations.drop_statuses import STATUS_CODES, DropStatus
 from integrations.models import (
     DropCycle,
     DropNotification,
-    DropStatus,
     UnreadableWorkItem,
     WorkItem,
 )
@@ -118,12 +115,9 @@ class DropCycleAdmin(_ReadOnly):
         cycle = self.get_object(request, object_id)
         context: dict[str, Any] = {}
         if cycle is not None:
-            # DROP's calendar is California's: the cycle's days count in its zone.
-            zone = ZoneInfo(settings.DROPPORTAL_DROP_TIMEZONE)
+            # The cycle's days count in DROP's calendar (California's).
             progress = cycle_progress(
-                cycle=cycle,
-                start=timezone.localdate(cycle.downloaded_at, timezone=zone),
-                today=timezone.localdate(timezone=zone),
+                cycle=cycle, start=drop_date(cycle.downloaded_at), today=drop_today()
             )
             context = {
                 "cycle_progress": progress,
@@ -274,7 +268,7 @@ class StatusCodeFilter(admin.SimpleListFilter):
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         value = self.value()
-        if value in {str(code) for code in DropStatus.values}:
+        if value in {str(code) for code in STATUS_CODES}:
             return queryset.filter(status_code=int(value))
         return queryset
 

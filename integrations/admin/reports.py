@@ -39,15 +39,14 @@ from integrations import exports
 from integrations.admin.actors import staff_actor
 from integrations.admin.drop_notifications import drop_notifications_table
 from integrations.drop.calendar import drop_today
+from integrations.drop_statuses import DropStatus
 from integrations.models import (
     DeletionRequest,
     DropCycle,
     DropNotification,
-    DropStatus,
     ReportFile,
     ReportFileState,
     WorkItem,
-    WorkItemState,
 )
 from integrations.selectors.deadlines import drop_cycles_by_urgency
 from integrations.selectors.outcomes import (
@@ -235,7 +234,7 @@ class ReportFileAdmin(ModelAdmin):
     def generate_view(self, request: HttpRequest) -> HttpResponse:
         if not _may_report(request):
             raise PermissionDenied
-        reportable = WorkItem.objects.filter(cycle=OuterRef("pk"), state=WorkItemState.REPORTABLE)
+        reportable = WorkItem.objects.reportable().filter(cycle=OuterRef("pk"))
         cycles = drop_cycles_by_urgency(
             DropCycle.objects.filter(Exists(reportable)).select_related("broker")
         )

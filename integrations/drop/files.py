@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import BinaryIO, NamedTuple
 
 from integrations.drop.work_item_ids import WorkItemIdSet
+from integrations.drop_statuses import STATUS_CODES, STATUS_CODES_TEXT
 from integrations.list_types import DATA_TYPE_OF
 
 __all__ = [
@@ -32,7 +33,6 @@ __all__ = [
     "NAME_SHAPE",
     "REMOVED",
     "REMOVED_HEADER",
-    "REPORTABLE_STATUSES",
     "RESPONSE_HEADER",
     "WORK_ITEM_ID_MAX",
     "WORK_ITEM_ID_RE",
@@ -56,7 +56,6 @@ HASH_TYPE_TO_DATA_TYPE: dict[str, str] = dict(DATA_TYPE_OF)
 DATA_TYPE_TO_HASH_TYPE: dict[str, str] = {v: k for k, v in HASH_TYPE_TO_DATA_TYPE.items()}
 LIST_DATA_TYPES: tuple[str, ...] = tuple(DATA_TYPE_OF.values())
 DATA_TYPES: tuple[str, ...] = (*LIST_DATA_TYPES, REMOVED)
-REPORTABLE_STATUSES: frozenset[int] = frozenset({2, 3, 4, 5})
 
 LIST_HEADER = ["ID", "Hash"]
 REMOVED_HEADER = ["ID", "Hash", "ListType"]
@@ -242,9 +241,9 @@ def write_response_csv(fileobj: BinaryIO, rows: Iterable[tuple[str, int]]) -> Re
                 f"work item id must be 1 to {WORK_ITEM_ID_MAX} letters or digits, found "
                 f"{shown(str(work_item_id))}",
             )
-        if type(status) is not int or status not in REPORTABLE_STATUSES:
+        if type(status) is not int or status not in STATUS_CODES:
             raise DropFileError(
-                label, line, f"status must be 2, 3, 4 or 5, found {shown(repr(status))}"
+                label, line, f"status must be {STATUS_CODES_TEXT}, found {shown(repr(status))}"
             )
         if not seen.add(work_item_id):
             raise DropFileError(

@@ -32,6 +32,7 @@ from integrations.drop.files import (
     response_file_name,
     write_response_csv,
 )
+from integrations.drop_statuses import STATUS_CODES
 
 __all__ = [
     "AMEND_SUFFIX",
@@ -92,7 +93,10 @@ def build_response_file(name: str, rows: Iterable[tuple[str, int]]) -> BuiltResp
     )
 
 
-_ROWS_RE = re.compile(rb"(?:[A-Za-z0-9]{1,64},[2-5]\r\n)*")
+# A response file's rows: an id and one of DROP's codes (each a single digit).
+_ROWS_RE = re.compile(
+    rb"(?:[A-Za-z0-9]{1,64},[" + "".join(map(str, STATUS_CODES)).encode() + rb"]\r\n)*"
+)
 
 
 def responses_from_rows(data: bytes, names: dict[int, str]) -> dict[int, BuiltResponseFile]:

@@ -7,10 +7,10 @@ from integrations.models.drop import (
     HASH_TYPE_CHOICES,
     CycleState,
     DropCycle,
-    DropStatus,
     UnreadableWorkItem,
     WorkItem,
     WorkItemState,
+    no_status_held,
     owed_status,
 )
 from integrations.models.drop_notifications import DropNotification
@@ -68,7 +68,6 @@ __all__ = [
     "DropCycle",
     "DropNotification",
     "DropOutcome",
-    "DropStatus",
     "EncryptionCanary",
     "Integration",
     "IntegrationKind",
@@ -93,5 +92,6 @@ __all__ = [
     "WebhookIntegration",
     "WorkItem",
     "WorkItemState",
+    "no_status_held",
     "owed_status",
 ]

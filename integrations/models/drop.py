@@ -12,6 +12,7 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 
+from integrations.drop_statuses import STATUS_CODES
 from integrations.list_types import LABELS
 
 # DROP list types, spelled as ``hash_type`` (docs/contracts.md §10.1), defined in
@@ -64,22 +65,6 @@ class DropCycle(models.Model):
         return f"{self.broker.broker_id} cycle {self.drop_session_id}"
 
 
-class DropStatus(models.IntegerChoices):
-    """The status codes DROP takes for a work item: the one definition of them. Which
-    outcome gives which code, and which code wins, are in ``models.requests``
-    (``DROP_STATUS_CODES``, ``DROP_STATUS_PRECEDENCE``)."""
-
-    EXEMPT = 2, "Exempt"
-    DELETED = 3, "Deleted"
-    OPTED_OUT = 4, "Opted out"
-    NOT_FOUND = 5, "Not found"  # also: no match once the matching process is complete
-
-    @property
-    def short_label(self) -> str:
-        """``"2: exempt"``, as staff pick a code by hand."""
-        return f"{self.value}: {self.label.lower()}"
-
-
 class WorkItemState(models.TextChoices):
     OPEN = "open", "Open"  # matched, outcomes pending
     REPORTABLE = "reportable", "Reportable"  # status known, DROP does not hold it yet
@@ -87,18 +72,59 @@ class WorkItemState(models.TextChoices):
     REMOVED = "removed", "Removed (consumer cancelled)"
 
 
+# Which work items are in which case with DROP, each defined once: every count, filter and
+# report run reads these (the queryset methods below name the same).
+
+
+def outstanding_status() -> Q:
+    """Work items whose current status DROP does not hold: none known yet (``open``), or one
+    to send or to amend (``reportable``). Neither ``reported`` nor removed."""
+    return Q(state__in=[WorkItemState.OPEN, WorkItemState.REPORTABLE])
+
+
 def owed_status() -> Q:
-    """Work items DROP is owed a status for: not removed, and no status of theirs taken by
+    """Work items DROP is owed a status for: outstanding, and no status of theirs taken by
     DROP yet (``reported_at`` is set only once DROP accepted a file with the item, or staff
-    marked it uploaded by hand; a file written and not yet taken leaves it owed). The one
-    definition every count of "owed" reads."""
-    return Q(state__in=[WorkItemState.OPEN, WorkItemState.REPORTABLE], reported_at__isnull=True)
+    marked it uploaded by hand; a file written and not yet taken leaves it owed). An
+    amendment owed is not a status owed: DROP holds one. The one definition every count of
+    "owed" reads."""
+    return outstanding_status() & Q(reported_at__isnull=True)
+
+
+def no_status_held() -> Q:
+    """Work items DROP holds no known code for: not removed, and no ``reported_status_code``.
+    What the yearly figures and the evidence pack count as "no status yet", beside the code
+    DROP holds. The rows ``owed_status`` names, as long as ``reported_at`` and
+    ``reported_status_code`` are set together (``report_rows_taken``); a row with a time and
+    no code (an amendment DROP rejected, from before migration 0029) counts here and is not
+    owed."""
+    return ~Q(state=WorkItemState.REMOVED) & Q(reported_status_code__isnull=True)
 
 
 class WorkItemQuerySet(models.QuerySet["WorkItem"]):
+    def outstanding(self) -> WorkItemQuerySet:
+        """Work items whose current status DROP does not hold (``outstanding_status``)."""
+        return self.filter(outstanding_status())
+
     def owed(self) -> WorkItemQuerySet:
         """Work items DROP is owed a status for (``owed_status``)."""
         return self.filter(owed_status())
+
+    def no_status_held(self) -> WorkItemQuerySet:
+        """Work items DROP holds no known code for (``no_status_held``)."""
+        return self.filter(no_status_held())
+
+    def awaiting_outcome(self) -> WorkItemQuerySet:
+        """Matched work items whose status waits for their requests' outcomes."""
+        return self.filter(state=WorkItemState.OPEN)
+
+    def reportable(self) -> WorkItemQuerySet:
+        """Work items with a status to write to DROP: a first one, or an amendment."""
+        return self.filter(state=WorkItemState.REPORTABLE)
+
+    def awaiting_amendment(self) -> WorkItemQuerySet:
+        """Reportable work items whose status DROP holds a different code for."""
+        return self.reportable().filter(needs_amendment=True)
 
 
 class WorkItem(models.Model):
@@ -179,7 +205,7 @@ class WorkItem(models.Model):
             models.UniqueConstraint(fields=["cycle", "work_item_id"], name="work_item_unique"),
             models.CheckConstraint(
                 condition=models.Q(status_code__isnull=True)
-                | models.Q(status_code__in=DropStatus.values),
+                | models.Q(status_code__in=STATUS_CODES),
                 name="work_item_status_code_valid",
             ),
         ]

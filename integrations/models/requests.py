@@ -15,7 +15,8 @@ import uuid
 from django.db import models
 from django.db.models.functions import Now
 
-from integrations.models.drop import HASH_TYPE_CHOICES, DropStatus
+from integrations.drop_statuses import DropStatus
+from integrations.models.drop import HASH_TYPE_CHOICES
 from integrations.models.fields import EncryptedTextField
 
 

@@ -14,7 +14,6 @@ from integrations.models import (
     DropCycle,
     UnreadableWorkItem,
     WorkItem,
-    WorkItemState,
 )
 
 
@@ -55,8 +54,7 @@ def drop_cycles_by_urgency(cycles: QuerySet[DropCycle] | None = None) -> QuerySe
     unreadable_owed = Coalesce(_count(unreadable), 0)
     return cycles.annotate(
         owed_items=Coalesce(_count(owed), 0) + unreadable_owed,
-        unreportable_items=Coalesce(_count(owed.filter(state=WorkItemState.OPEN)), 0)
-        + unreadable_owed,
+        unreportable_items=Coalesce(_count(owed.awaiting_outcome()), 0) + unreadable_owed,
     ).order_by(
         Case(When(owed_items__gt=0, then=Value(0)), default=Value(1)),
         "due_date",

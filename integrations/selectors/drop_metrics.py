@@ -17,14 +17,15 @@ from django.db.models import Exists, OuterRef, Q
 
 from integrations.drop.calendar import drop_year_bounds
 from integrations.drop.files import DATA_TYPE_TO_HASH_TYPE, REMOVED
+from integrations.drop_statuses import DropStatus
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     Broker,
     DeletionRequest,
     DropOutcome,
-    DropStatus,
     ResolutionRequest,
     WorkItemState,
+    no_status_held,
 )
 from integrations.selectors._common import LIST_TYPES
 
@@ -58,7 +59,7 @@ METRIC_FILTERS: dict[str, Q] = {
         key: _NOT_REMOVED & Q(reported_status_code__in=statuses)
         for key, statuses in METRIC_STATUSES.items()
     },
-    "open": _NOT_REMOVED & Q(reported_status_code__isnull=True),
+    "open": no_status_held(),
     "removed": Q(state=WorkItemState.REMOVED),
 }
 
@@ -84,6 +85,7 @@ SELECT w.hash_type, count(*),
        count(*) FILTER (WHERE w.state <> %(removed)s AND w.reported_status_code {complied}),
        count(*) FILTER (WHERE w.state <> %(removed)s AND w.reported_status_code {denied}),
        count(*) FILTER (WHERE w.state <> %(removed)s AND w.reported_status_code {not_found}),
+       -- "open": no_status_held (integrations.models), as METRIC_FILTERS reads it
        count(*) FILTER (WHERE w.state <> %(removed)s AND w.reported_status_code IS NULL),
        count(*) FILTER (WHERE w.state = %(removed)s),
        percentile_cont(0.5) WITHIN GROUP (ORDER BY d.days),

@@ -18,10 +18,10 @@ from typing import Any
 
 from django.db.models import Q
 
+from integrations.drop_statuses import DropStatus
 from integrations.models import (
     DeletionRequest,
     DeliveryAttempt,
-    DropStatus,
     LedgerEvent,
     ResolutionRequest,
     SaasDeletion,

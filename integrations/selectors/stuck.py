@@ -305,7 +305,7 @@ def _failed_waiting_for_staff(
 def _drop_key_refused_counts(broker: Broker | None) -> list[tuple[str, int, int, int, dt.date]]:
     """``_stuck_counts`` of the open and reportable work items of brokers whose DROP key was
     refused: no status reaches DROP until staff change it."""
-    items = WorkItem.objects.filter(state__in=[WorkItemState.OPEN, WorkItemState.REPORTABLE])
+    items = WorkItem.objects.outstanding()
     if broker is not None:
         items = items.filter(broker=broker)
     refused = brokers_with_drop_key_refused(

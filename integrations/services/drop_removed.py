@@ -59,8 +59,16 @@ def work_items_close_removed(broker: Broker, *, actor: str, drop_session_id: str
             "CREATE TEMP TABLE drop_closed_items ON COMMIT DROP AS"  # noqa: S608
             " WITH closed AS ("
             "   UPDATE integrations_workitem w"
-            "      SET state = %(removed)s, status_code = NULL, needs_amendment = false,"
-            "          updated_at = now()"
+            "      SET status_code = NULL, updated_at = now(),"
+            # A removed item's state and flag (owing nothing), by the one rule
+            # (work_item_settle.sql).
+            "          (state, needs_amendment) = ("
+            "              SELECT f.state, f.needs_amendment"
+            "                FROM dropportal_work_item_status_fields("
+            "                     p_state => %(removed)s, p_code => NULL,"
+            "                     p_reported_at => w.reported_at,"
+            "                     p_reported_code => w.reported_status_code,"
+            "                     p_needs_amendment => false) f)"
             f"    FROM {STAGED_REMOVED} r"
             "    WHERE w.broker_id = %(broker)s AND w.work_item_id = r.work_item_id"
             "      AND w.state <> %(removed)s"

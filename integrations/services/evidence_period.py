@@ -15,7 +15,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from django.db import connection
-from django.db.models import Q
+from django.db.models import Case, CharField, Count, Q, Value, When
+from django.db.models.functions import Cast
 
 from integrations.drop.calendar import drop_date
 from integrations.models import (
@@ -26,7 +27,9 @@ from integrations.models import (
     ReportFileState,
     ReportKind,
     RequestState,
+    WorkItem,
     WorkItemState,
+    no_status_held,
 )
 from integrations.selectors.drop_metrics import METRIC_STATUSES
 from integrations.selectors.outcomes import deletion_outcomes_csv
@@ -123,12 +126,8 @@ class Period:
     def cycle_summaries(self) -> list[dict[str, Any]]:
         cycles = list(self.cycles().order_by("downloaded_at"))
         counts: dict[int, dict[str, int]] = {cycle.pk: {} for cycle in cycles}
-        with connection.cursor() as cursor:
-            cursor.execute(
-                _CYCLE_COUNTS, [WorkItemState.REMOVED.value, [cycle.pk for cycle in cycles]]
-            )
-            for cycle_id, key, count in cursor.fetchall():
-                counts[cycle_id][key] = count
+        for cycle_id, key, count in _cycle_counts([cycle.pk for cycle in cycles]):
+            counts[cycle_id][key] = count
         summaries = []
         for cycle in cycles:
             with connection.cursor() as cursor:
@@ -160,13 +159,27 @@ _STATUS_LABELS = (
     ("open", "no status yet"),
     ("removed", "removed by DROP"),
 )
-# The cycles' work items by the status DROP holds (the reported one), open or removed.
-_CYCLE_COUNTS = """
-SELECT cycle_id, CASE WHEN state = %s THEN 'removed'
-                      WHEN reported_status_code IS NULL THEN 'open'
-                      ELSE reported_status_code::text END, count(*)
-FROM integrations_workitem WHERE cycle_id = ANY(%s) GROUP BY 1, 2
-"""
+
+
+def _cycle_counts(cycle_pks: list[int]) -> Iterator[tuple[int, str, int]]:
+    """The cycles' work items by the status DROP holds (the reported one, as text), with
+    none held (``no_status_held``: "open") or removed: (cycle pk, key, count)."""
+    held = Case(
+        When(state=WorkItemState.REMOVED, then=Value("removed")),
+        When(no_status_held(), then=Value("open")),
+        default=Cast("reported_status_code", CharField()),
+    )
+    rows = (
+        WorkItem.objects.filter(cycle_id__in=cycle_pks)
+        .annotate(held=held)
+        .values("cycle_id", "held")
+        .annotate(n=Count("pk"))
+        .order_by()
+        .values_list("cycle_id", "held", "n")
+    )
+    yield from rows
+
+
 _CYCLE_REPORTED_AT = """
 SELECT max(created_at) FROM integrations_ledgerevent
 WHERE broker_id = %s AND kind = 'drop_cycle.reported' AND subject = %s

@@ -40,8 +40,9 @@ from django.db import connection
 from psycopg import sql
 
 from integrations.drop.calendar import drop_today
+from integrations.drop_statuses import DropStatus
 from integrations.ledger_kinds import LedgerKind
-from integrations.models import Broker, DropCycle, DropStatus, WorkItemState
+from integrations.models import Broker, DropCycle, WorkItemState
 from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
 from integrations.services.locks import matching_lock
 from integrations.services.requests import (
@@ -121,11 +122,20 @@ def staged_items_match(*, broker: Broker, staged: str) -> int:
         return int(cursor.fetchone()[0])
 
 
+# A new work item's state and amendment flag, for its status code (never reported yet).
+_NEW_ITEM_FIELDS = (
+    "dropportal_work_item_status_fields(p_state => NULL, p_code => {code}::integer,"
+    " p_reported_at => NULL, p_reported_code => NULL, p_needs_amendment => false)"
+)
+
+
 def work_items_insert_staged(*, cycle: DropCycle, staged: str) -> int:
     """Insert the staged rows as the cycle's work items, each with its matching result.
 
-    Matched: state ``open`` (outcomes pending). Not matched: state ``reportable`` with
-    status 5 at once. Returns how many were inserted.
+    Matched: no status yet (state ``open``, outcomes pending). Not matched: status 5 at once
+    (state ``reportable``). The state and amendment flag of each follow from its status by
+    the one rule (``work_item_settle.sql``), worked out once for each of the two cases rather
+    than once a row. Returns how many were inserted.
     """
     with connection.cursor() as cursor:
         cursor.execute(
@@ -134,17 +144,19 @@ def work_items_insert_staged(*, cycle: DropCycle, staged: str) -> int:
             "  state, status_code, status_reason, needs_amendment)"
             " SELECT s.id, %(broker)s, %(cycle)s, s.work_item_id, s.hash_type,"
             "        decode(s.hash, 'base64'), s.file_name,"
-            "        CASE WHEN m.work_item_pk IS NULL THEN %(reportable)s ELSE %(open)s END,"
+            "        CASE WHEN m.work_item_pk IS NULL THEN unmatched.state ELSE matched.state END,"
             "        CASE WHEN m.work_item_pk IS NULL THEN %(not_found)s END,"
-            "        '', false"
+            "        '',"
+            "        CASE WHEN m.work_item_pk IS NULL THEN unmatched.needs_amendment"
+            "             ELSE matched.needs_amendment END"
             f"  FROM {staged} s"
             f"  LEFT JOIN (SELECT DISTINCT work_item_pk FROM {STAGED_MATCHES}) m"
-            "    ON m.work_item_pk = s.id",
+            "    ON m.work_item_pk = s.id"
+            f" CROSS JOIN {_NEW_ITEM_FIELDS.format(code='%(not_found)s')} unmatched"
+            f" CROSS JOIN {_NEW_ITEM_FIELDS.format(code='NULL')} matched",
             {
                 "broker": cycle.broker_id,
                 "cycle": cycle.pk,
-                "reportable": WorkItemState.REPORTABLE,
-                "open": WorkItemState.OPEN,
                 "not_found": DropStatus.NOT_FOUND.value,
             },
         )
@@ -221,17 +233,24 @@ def consumer_hashes_match_late(
             "                     WHERE d.work_item_id = m.work_item_id) AS first_match"
             f"  FROM {MATCHES_TABLE} m"
         )
+        # Back to no status (waiting for the outcomes), with the state and flag that follow
+        # (work_item_settle.sql): open, flagged for amendment if DROP holds a 5.
         cursor.execute(
             "UPDATE integrations_workitem w"
-            "   SET state = %(open)s, status_code = NULL, updated_at = now(),"
-            "       needs_amendment = w.needs_amendment"
-            "                         OR w.reported_status_code IS NOT DISTINCT FROM %(nf)s"
+            "   SET status_code = NULL, updated_at = now(),"
+            "       (state, needs_amendment) = ("
+            "           SELECT f.state, f.needs_amendment"
+            "             FROM dropportal_work_item_status_fields("
+            "                  p_state => w.state, p_code => NULL,"
+            "                  p_reported_at => w.reported_at,"
+            "                  p_reported_code => w.reported_status_code,"
+            "                  p_needs_amendment => w.needs_amendment"
+            "                      OR w.reported_status_code IS NOT DISTINCT FROM %(nf)s) f)"
             "  FROM drop_late_items l"
             " WHERE w.id = l.work_item_id AND w.state IN (%(reportable)s, %(reported)s)"
             "   AND (w.state = %(reportable)s OR w.reported_status_code = %(nf)s)"
             " RETURNING w.reported_status_code IS NOT DISTINCT FROM %(nf)s",
             {
-                "open": WorkItemState.OPEN,
                 "reportable": WorkItemState.REPORTABLE,
                 "reported": WorkItemState.REPORTED,
                 "nf": DropStatus.NOT_FOUND.value,

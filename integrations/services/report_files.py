@@ -93,7 +93,7 @@ def _cycles_with_reportable_items(broker: Broker) -> list[DropCycle]:
     cycles = []
     for each in DropCycle.objects.filter(broker=broker).order_by("downloaded_at", "pk"):
         # One index probe per cycle on (cycle, state): a broker has a handful of cycles.
-        if WorkItem.objects.filter(cycle=each, state=WorkItemState.REPORTABLE).exists():
+        if WorkItem.objects.reportable().filter(cycle=each).exists():
             cycles.append(each)
     return cycles
 
@@ -118,11 +118,14 @@ def _cycle_files_write(
         # Serializes writers of one cycle: the next one sees these rows as reported.
         cycle = DropCycle.objects.select_for_update().get(pk=cycle.pk)
         kept_back = _kept_back(retry_rejected)
-        reportable = WorkItem.objects.filter(
-            cycle=cycle, state=WorkItemState.REPORTABLE, status_code__isnull=False
-        ).exclude(pending_report_file__state__in=kept_back)
-        if amendments_only:
-            reportable = reportable.filter(needs_amendment=True)
+        reportable = (
+            WorkItem.objects.awaiting_amendment()
+            if amendments_only
+            else WorkItem.objects.reportable()
+        )
+        reportable = reportable.filter(cycle=cycle, status_code__isnull=False).exclude(
+            pending_report_file__state__in=kept_back
+        )
         groups = list(
             reportable.values_list("file_name", "needs_amendment")
             .distinct()

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from integrations.enqueue import alerts_evaluate_enqueue
 from integrations.ledger_kinds import LedgerKind
-from integrations.models import Broker, ReportFile, ReportFileState, ReportKind, WorkItemState
+from integrations.models import Broker, ReportFile, ReportFileState, ReportKind
 from integrations.services.ledger import ledger_event_append
 from integrations.services.report_files import (
     AWAITING_DROP,
@@ -31,20 +31,18 @@ DISCARD_REASON_MAX = 2000
 
 # Staff give up an amendment: its rows (those still with it: not written into a later
 # file) keep what DROP holds. A row whose status is still the one the amendment carried owes
-# DROP nothing more (``reported``, no amendment); one whose status changed again since
-# follows the settling rule (one rule, in work_item_settle.sql).
+# DROP nothing more: that code counts as held, so the row is ``reported``, no amendment
+# (its rows were reported before, so reported_at is set). One whose status changed again
+# since follows from what DROP does hold. Both by the settling rule (work_item_settle.sql).
 _AMENDMENT_GIVE_UP = """
 UPDATE integrations_workitem w
 SET pending_report_file_id = NULL, pending_status_code = NULL,
     (state, needs_amendment) = (
-        SELECT CASE WHEN w.state = %(removed)s THEN w.state
-                    WHEN w.status_code = w.pending_status_code THEN %(reported)s
-                    ELSE f.state END,
-               CASE WHEN w.state = %(removed)s OR w.status_code = w.pending_status_code
-                    THEN false ELSE f.needs_amendment END
-        FROM dropportal_work_item_status_fields(
-            p_code => w.status_code, p_reported_at => w.reported_at,
-            p_reported_code => w.reported_status_code,
+        SELECT f.state, f.needs_amendment FROM dropportal_work_item_status_fields(
+            p_state => w.state, p_code => w.status_code, p_reported_at => w.reported_at,
+            p_reported_code => CASE WHEN w.status_code = w.pending_status_code
+                                    THEN w.pending_status_code
+                                    ELSE w.reported_status_code END,
             p_needs_amendment => w.needs_amendment) f
     ),
     updated_at = %(now)s
@@ -97,8 +95,6 @@ def _report_file_discard(*, report_file: ReportFile, reason: str, actor: str) ->
             cursor.execute(
                 _AMENDMENT_GIVE_UP,
                 {
-                    "removed": WorkItemState.REMOVED,
-                    "reported": WorkItemState.REPORTED,
                     "now": timezone.now(),
                     "cycle": locked.cycle_id,
                     "file": locked.pk,

@@ -318,7 +318,7 @@ def _rows_owed_again(report_file: ReportFile) -> int:
 # DROP took the file: its rows now hold the status written into it (pending_status_code,
 # not the one they have now, which may have changed since), and their state and amendment
 # flag follow from that as when settling (one rule, in work_item_settle.sql): a status that
-# changed since is amended. A removed item stays removed. While an item waits for an
+# changed since is amended, a removed item stays removed. While an item waits for an
 # outcome (a late match), the flag marks that DROP holds a status for it. (The right-hand
 # sides read the row as it was.)
 _ROWS_TAKEN = """
@@ -327,10 +327,8 @@ SET reported_status_code = w.pending_status_code, reported_at = %(at)s,
     report_file_id = w.pending_report_file_id,
     pending_report_file_id = NULL, pending_status_code = NULL,
     (state, needs_amendment) = (
-        SELECT CASE WHEN w.state = %(removed)s THEN w.state ELSE f.state END,
-               CASE WHEN w.state = %(removed)s THEN false ELSE f.needs_amendment END
-        FROM dropportal_work_item_status_fields(
-            p_code => w.status_code, p_reported_at => %(at)s,
+        SELECT f.state, f.needs_amendment FROM dropportal_work_item_status_fields(
+            p_state => w.state, p_code => w.status_code, p_reported_at => %(at)s,
             p_reported_code => w.pending_status_code, p_needs_amendment => true) f
     ),
     updated_at = %(at)s
@@ -344,7 +342,6 @@ def report_rows_taken(*, report_file: ReportFile, at: dt.datetime) -> int:
         cursor.execute(
             _ROWS_TAKEN,
             {
-                "removed": WorkItemState.REMOVED,
                 "at": at,
                 "cycle": report_file.cycle_id,
                 "file": report_file.pk,

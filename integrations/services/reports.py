@@ -49,7 +49,6 @@ from integrations.models import (
     DropCycle,
     ReportFile,
     WorkItem,
-    WorkItemState,
 )
 from integrations.services.ledger import SYSTEM_ACTOR
 from integrations.services.report_files import AWAITING_DROP, report_files_write
@@ -127,9 +126,7 @@ def report_auto(
         if cycle.state == CycleState.OPEN:
             work_items_settle(cycle=cycle)
         # Every status owed has come in: none still waits for an outcome.
-        complete = (
-            not WorkItem.objects.owed().filter(cycle=cycle, state=WorkItemState.OPEN).exists()
-        )
+        complete = not WorkItem.objects.owed().awaiting_outcome().filter(cycle=cycle).exists()
         near_due = cycle.due_date - today <= dt.timedelta(days=PARTIAL_REPORT_DAYS_BEFORE_DUE)
         written.extend(
             report_files_write(
@@ -150,9 +147,7 @@ def _cycles_with_work(broker: Broker) -> Sequence[DropCycle]:
     for cycle in DropCycle.objects.filter(broker=broker).order_by("downloaded_at", "pk"):
         if (
             cycle.state == CycleState.OPEN
-            or WorkItem.objects.filter(
-                cycle=cycle, state=WorkItemState.REPORTABLE, needs_amendment=True
-            ).exists()
+            or WorkItem.objects.awaiting_amendment().filter(cycle=cycle).exists()
         ):
             cycles.append(cycle)
     return cycles

@@ -23,12 +23,12 @@ from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
+from integrations.drop_statuses import STATUS_CODES, STATUS_CODES_TEXT
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     OUTCOMES_NOT_FINAL,
     DeletionRequest,
     DropCycle,
-    DropStatus,
     RequestState,
     WorkItem,
     WorkItemState,
@@ -36,10 +36,6 @@ from integrations.models import (
 from integrations.models import requests as request_rules
 from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
 
-STATUS_CODES = frozenset(DropStatus.values)
-_STATUS_CODES_TEXT = " or ".join(
-    (", ".join(str(code) for code in DropStatus.values[:-1]), str(DropStatus.values[-1]))
-)
 STATUS_REASON_MAX = 2000
 
 
@@ -100,7 +96,8 @@ def work_items_settle(*, cycle: DropCycle, actor: str = SYSTEM_ACTOR) -> int:
         | Q(state=RequestState.COMPLETED, drop_outcome__in=OUTCOMES_NOT_FINAL)
     )
     candidates = (
-        WorkItem.objects.filter(cycle=cycle, state=WorkItemState.OPEN)
+        WorkItem.objects.awaiting_outcome()
+        .filter(cycle=cycle)
         .filter(Exists(DeletionRequest.objects.filter(work_item_id=OuterRef("pk"))))
         .exclude(Exists(not_final))
         .values_list("pk", flat=True)
@@ -121,7 +118,7 @@ UPDATE integrations_workitem w
 SET status_code = %(code)s, status_reason = %(reason)s, updated_at = %(at)s,
     (state, needs_amendment) = (
         SELECT f.state, f.needs_amendment FROM dropportal_work_item_status_fields(
-            p_code => %(code)s, p_reported_at => w.reported_at,
+            p_state => w.state, p_code => %(code)s, p_reported_at => w.reported_at,
             p_reported_code => w.reported_status_code, p_needs_amendment => w.needs_amendment) f
     )
 WHERE w.id = %(id)s
@@ -136,7 +133,7 @@ def work_item_status_set(
     reason = (reason or "").strip()
     if status_code not in STATUS_CODES:
         raise ValidationError(
-            {"status_code": f"a DROP status is {_STATUS_CODES_TEXT}, not {status_code!r}"}
+            {"status_code": f"a DROP status is {STATUS_CODES_TEXT}, not {status_code!r}"}
         )
     if not reason:
         raise ValidationError({"reason": "write why this status is set by hand"})

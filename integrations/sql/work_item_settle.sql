@@ -28,21 +28,27 @@
 
 -- The state and amendment flag that follow from a status code: open without one;
 -- reportable until reported; once reported, reportable again (to amend) if DROP holds
--- another code. Staff setting a status by hand goes through this too.
+-- another code. A removed item stays removed, owing nothing. The one home of this rule:
+-- every write of a work item's state or amendment flag goes through it (the settlement
+-- below, staff setting a status by hand, matching, DROP taking a file, staff giving up an
+-- amendment, DROP removing the item). p_state is the item's state before (NULL: a new
+-- row), or 'removed' as DROP removes it.
 CREATE OR REPLACE FUNCTION dropportal_work_item_status_fields(
-    p_code integer, p_reported_at timestamptz, p_reported_code integer,
+    p_state text, p_code integer, p_reported_at timestamptz, p_reported_code integer,
     p_needs_amendment boolean,
     OUT state text, OUT needs_amendment boolean
 )
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT
         CASE
+            WHEN p_state = 'removed' THEN 'removed'
             WHEN p_code IS NULL THEN 'open'
             WHEN p_reported_at IS NULL THEN 'reportable'
             WHEN p_reported_code IS DISTINCT FROM p_code THEN 'reportable'
             ELSE 'reported'
         END,
         CASE
+            WHEN p_state = 'removed' THEN false
             -- Waiting for an outcome: an amendment flag (a late match on a reported 5)
             -- stays until the outcome decides.
             WHEN p_code IS NULL THEN p_needs_amendment
@@ -130,7 +136,7 @@ BEGIN
         RETURN;
     END IF;
     SELECT * INTO v_fields FROM dropportal_work_item_status_fields(
-        v_code, wi.reported_at, wi.reported_status_code, wi.needs_amendment);
+        wi.state, v_code, wi.reported_at, wi.reported_status_code, wi.needs_amendment);
     v_replaces_staff := wi.status_reason <> '' AND v_code IS NOT NULL;
     IF v_code IS NOT DISTINCT FROM wi.status_code::integer AND v_fields.state = wi.state
        AND v_fields.needs_amendment = wi.needs_amendment AND NOT v_replaces_staff THEN

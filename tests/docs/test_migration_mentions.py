@@ -43,6 +43,16 @@ MENTIONS = [
     ),
     ("docs/scaling.md", r"What is built \(migration (\d{4})", "PARTITION BY LIST"),
     (
+        "integrations/models/drop.py",
+        r"an amendment DROP rejected, from before migration (\d{4})",
+        "pending_status_code",
+    ),
+    (
+        "docs/architecture.md",
+        r"\(`0024_\*\.py`, `(\d{4})_\*\.py`\)",
+        "DROP FUNCTION dropportal_work_item_status_fields",
+    ),
+    (
         "docs/benchmarks.md",
         r"What changed \(migration (\d{4}), `consumers/load",
         "PARTITION BY LIST",

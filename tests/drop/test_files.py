@@ -5,12 +5,15 @@ from __future__ import annotations
 import datetime
 import hashlib
 import io
+import subprocess
+import sys
 import tracemalloc
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 
 from devtools.drop_simulator import build_drop_zip, work_items
 from integrations.drop.download_zip import DownloadZipReader, iter_download_zip, zip_summary
@@ -628,3 +631,12 @@ def test_a_single_huge_line_is_set_aside_before_it_costs_memory(tmp_path: Path) 
     assert (row.line, row.reason) == (2, "line longer than 4096 characters")
     assert len(row.text) == 200
     assert peak < 16 << 20, f"reading the line cost {peak / (1 << 20):.0f} MiB"
+
+
+def test_the_protocol_code_takes_the_status_codes_without_django() -> None:
+    # The response files take DROP's codes from their one home, a standard-library leaf.
+    code = (
+        "import sys, integrations.drop.files, integrations.drop.reporting; "
+        "assert not [m for m in sys.modules if m.split('.')[0] == 'django'], 'django imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], cwd=settings.BASE_DIR, check=True)  # noqa: S603
