@@ -19,7 +19,7 @@ from integrations.selectors.cycle_progress import cycle_progress
 from integrations.selectors.deadlines import drop_cycles_by_urgency
 from integrations.selectors.drop_metrics import METRIC_FILTERS, drop_metrics
 from integrations.services.evidence_period import _cycle_counts
-from tests.builders import cycle_make, item_make, report_file_make
+from tests.builders import DropCycleFactory, WorkItemFactory, items_reported
 
 pytestmark = pytest.mark.django_db
 
@@ -29,31 +29,33 @@ NOW = dt.datetime(2026, 3, 20, 12, tzinfo=dt.UTC)
 @pytest.fixture
 def cycle(broker: Broker) -> DropCycle:
     """An open cycle with a work item in each case, named by its work item id."""
-    cycle = cycle_make(broker, downloaded_on=dt.date(2026, 3, 1))
-    item_make(cycle, work_item_id="waiting")  # matched, its outcomes pending
-    item_make(cycle, status_code=5, work_item_id="known")  # not matched: 5, not sent yet
-    written = item_make(cycle, status_code=3, work_item_id="written")
-    report_file_make(cycle, [written], state="written")  # DROP has not taken it yet
-    taken = item_make(cycle, status_code=4, work_item_id="taken")
-    report_file_make(cycle, [taken])  # DROP holds it
-    item_make(  # DROP holds 5, the outcome since says 3: an amendment
-        cycle,
+    cycle = DropCycleFactory(broker=broker, match_date=dt.date(2026, 3, 1))
+    WorkItemFactory(cycle=cycle, work_item_id="waiting")  # matched, its outcomes pending
+    WorkItemFactory(
+        cycle=cycle, status_code=5, work_item_id="known"
+    )  # not matched: 5, not sent yet
+    written = WorkItemFactory(cycle=cycle, status_code=3, work_item_id="written")
+    items_reported(cycle, [written], state="written")  # DROP has not taken it yet
+    taken = WorkItemFactory(cycle=cycle, status_code=4, work_item_id="taken")
+    items_reported(cycle, [taken])  # DROP holds it
+    WorkItemFactory(  # DROP holds 5, the outcome since says 3: an amendment
+        cycle=cycle,
         status_code=3,
         work_item_id="amend",
         reported_status_code=5,
         reported_at=NOW,
         needs_amendment=True,
     )
-    item_make(  # a late match on a reported 5: waiting for its outcome again
-        cycle,
+    WorkItemFactory(  # a late match on a reported 5: waiting for its outcome again
+        cycle=cycle,
         work_item_id="late",
         reported_status_code=5,
         reported_at=NOW,
         needs_amendment=True,
     )
-    item_make(cycle, state=WorkItemState.REMOVED, work_item_id="removed")
-    item_make(
-        cycle,
+    WorkItemFactory(cycle=cycle, state=WorkItemState.REMOVED, work_item_id="removed")
+    WorkItemFactory(
+        cycle=cycle,
         state=WorkItemState.REMOVED,
         work_item_id="removed_after",
         reported_status_code=2,
