@@ -29,16 +29,16 @@ NOW = dt.datetime(2026, 3, 20, 12, tzinfo=dt.UTC)
 @pytest.fixture
 def cycle(broker: Broker) -> DropCycle:
     """An open cycle with a work item in each case, named by its work item id."""
-    cycle = DropCycleFactory(broker=broker, match_date=dt.date(2026, 3, 1))
-    WorkItemFactory(cycle=cycle, work_item_id="waiting")  # matched, its outcomes pending
-    WorkItemFactory(
+    cycle = DropCycleFactory.create(broker=broker, match_date=dt.date(2026, 3, 1))
+    WorkItemFactory.create(cycle=cycle, work_item_id="waiting")  # matched, its outcomes pending
+    WorkItemFactory.create(
         cycle=cycle, status_code=5, work_item_id="known"
     )  # not matched: 5, not sent yet
-    written = WorkItemFactory(cycle=cycle, status_code=3, work_item_id="written")
+    written = WorkItemFactory.create(cycle=cycle, status_code=3, work_item_id="written")
     items_reported(cycle, [written], state="written")  # DROP has not taken it yet
-    taken = WorkItemFactory(cycle=cycle, status_code=4, work_item_id="taken")
+    taken = WorkItemFactory.create(cycle=cycle, status_code=4, work_item_id="taken")
     items_reported(cycle, [taken])  # DROP holds it
-    WorkItemFactory(  # DROP holds 5, the outcome since says 3: an amendment
+    WorkItemFactory.create(  # DROP holds 5, the outcome since says 3: an amendment
         cycle=cycle,
         status_code=3,
         work_item_id="amend",
@@ -46,15 +46,15 @@ def cycle(broker: Broker) -> DropCycle:
         reported_at=NOW,
         needs_amendment=True,
     )
-    WorkItemFactory(  # a late match on a reported 5: waiting for its outcome again
+    WorkItemFactory.create(  # a late match on a reported 5: waiting for its outcome again
         cycle=cycle,
         work_item_id="late",
         reported_status_code=5,
         reported_at=NOW,
         needs_amendment=True,
     )
-    WorkItemFactory(cycle=cycle, state=WorkItemState.REMOVED, work_item_id="removed")
-    WorkItemFactory(
+    WorkItemFactory.create(cycle=cycle, state=WorkItemState.REMOVED, work_item_id="removed")
+    WorkItemFactory.create(
         cycle=cycle,
         state=WorkItemState.REMOVED,
         work_item_id="removed_after",
