@@ -28,7 +28,7 @@ from integrations.models.integrations import (
 )
 from integrations.models.keys import ApiKey, ApiKeyScope
 from integrations.models.ledger import LedgerChainLink, LedgerEvent
-from integrations.models.reports import ReportFile, ReportFileState, ReportKind
+from integrations.models.reports import AWAITING_DROP, ReportFile, ReportFileState, ReportKind
 from integrations.models.requests import (
     DROP_STATUS_ALL_CANCELLED,
     DROP_STATUS_CODES,
@@ -47,6 +47,7 @@ from integrations.models.shown_once import SHOWN_ONCE_TTL, ShownOnceSecret
 from integrations.models.staff_mfa import StaffRecoveryCodes, StaffTotpDevice
 
 __all__ = [
+    "AWAITING_DROP",
     "DROP_CAPABILITIES",
     "DROP_STATUS_ALL_CANCELLED",
     "DROP_STATUS_CODES",

@@ -22,6 +22,10 @@ class ReportFileState(models.TextChoices):
     DISCARDED = "discarded", "Discarded by staff"
 
 
+# The states of a file DROP has not answered for good: sent again until it does.
+AWAITING_DROP = (ReportFileState.WRITTEN, ReportFileState.REFUSED)
+
+
 class ReportFile(models.Model):
     broker = models.ForeignKey("integrations.Broker", on_delete=models.PROTECT, related_name="+")
     cycle = models.ForeignKey(

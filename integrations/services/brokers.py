@@ -5,14 +5,13 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from integrations.drop.client import base_url_for
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, BrokerMode
+from integrations.services.drop import broker_drop_url
 from integrations.services.ledger import ledger_event_append
 from integrations.services.row_updates import Audited, row_locked, row_update
 from integrations.validators import url_credentials_validate
@@ -62,12 +61,6 @@ def broker_create(
             },
         )
     return broker
-
-
-def broker_drop_url(broker: Broker) -> str:
-    """Where the broker's DROP API key is sent: its own base URL, else DROP_API_URL, else
-    DROP's URL for its mode."""
-    return base_url_for(broker.mode, broker.drop_base_url or settings.DROP_API_URL)
 
 
 def broker_update(*, broker: Broker, actor: str, **changes: Any) -> Broker:

@@ -25,11 +25,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from integrations import enqueue
-from integrations.drop.client import DropApiError, DropClient
+from integrations.drop.client import DropApiError, DropClient, base_url_for
 from integrations.drop.transport import DropLimits, OnProgress
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker
-from integrations.services.brokers import broker_drop_url
 from integrations.services.drop_import import DropImportError, ImportResult, drop_zip_import
 from integrations.services.ledger import ledger_event_append
 
@@ -52,6 +51,12 @@ class PullResult:
     message: str = ""
     imported: ImportResult | None = None
     path: Path | None = None
+
+
+def broker_drop_url(broker: Broker) -> str:
+    """Where the broker's DROP API key is sent: its own base URL, else DROP_API_URL, else
+    DROP's URL for its mode."""
+    return base_url_for(broker.mode, broker.drop_base_url or settings.DROP_API_URL)
 
 
 def wait(seconds: float) -> None:

@@ -50,6 +50,7 @@ from integrations.models import (
     DropCycle,
     UnreadableWorkItem,
 )
+from integrations.services.cycle_state import cycle_state_refresh
 from integrations.services.drop_removed import (
     NO_REMOVED,
     STAGED_REMOVED,
@@ -67,7 +68,6 @@ from integrations.services.matching import (
     staged_items_match,
     work_items_insert_staged,
 )
-from integrations.services.report_files import cycle_state_refresh
 from integrations.services.requests import RequestsCreated, requests_create_for_matches
 
 _COPY_BATCH_ROWS = 8192

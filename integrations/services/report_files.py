@@ -10,7 +10,8 @@ when DROP accepts the file (``report_uploads``) or staff mark it uploaded by han
 (``report_manual``)::
 
     written = report_files_write(broker=broker, actor=actor)
-    cycle_state_refresh(cycle=cycle, actor=actor)   # "reported" once DROP has every file
+    cycle_state_refresh(cycle=cycle, actor=actor)   # services.cycle_state: "reported" once
+                                                    # DROP has every file
 
 Sending them is ``services.report_uploads``; the whole run is ``services.reports``.
 """
@@ -27,21 +28,16 @@ from integrations.drop.files import DropFileError
 from integrations.drop.reporting import response_name, responses_from_rows
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
+    AWAITING_DROP,
     Broker,
-    CycleState,
     DropCycle,
     ReportFile,
     ReportFileState,
     ReportKind,
-    UnreadableWorkItem,
     WorkItem,
     WorkItemState,
 )
 from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
-
-# Files DROP has not answered for good: each run sends them, and their rows wait for that
-# answer before they go into another file.
-AWAITING_DROP = (ReportFileState.WRITTEN, ReportFileState.REFUSED)
 
 
 def report_files_write(
@@ -264,32 +260,3 @@ def report_file_facts(report_file: ReportFile) -> dict[str, Any]:
         "rows": report_file.rows,
         "sha256": report_file.sha256,
     }
-
-
-def cycle_state_refresh(*, cycle: DropCycle, actor: str = SYSTEM_ACTOR) -> DropCycle:
-    """An open cycle becomes ``reported`` once DROP holds a status for every work item owed
-    one (``WorkItem.objects.owed()``) and has every file (none still written or refused).
-    Its unreadable rows are owed (answered by staff in DROP's portal) until DROP sends the
-    broker's next package, which it does only once each has a status."""
-    with transaction.atomic():
-        locked = DropCycle.objects.select_for_update(of=("self",)).select_related("broker")
-        current = locked.get(pk=cycle.pk)
-        if current.state != CycleState.OPEN:
-            return current
-        unreported = (
-            WorkItem.objects.owed().filter(cycle=current).exists()
-            or UnreadableWorkItem.objects.owed().filter(cycle=current).exists()
-        )
-        if unreported or current.report_files.filter(state__in=AWAITING_DROP).exists():
-            return current
-        current.state = CycleState.REPORTED
-        current.save(update_fields=["state"])
-        ledger_event_append(
-            kind=LedgerKind.DROP_CYCLE_REPORTED,
-            broker_id=current.broker.broker_id,
-            subject=current.drop_session_id,
-            actor=actor,
-            data={"cycle": current.drop_session_id, "due_date": current.due_date.isoformat()},
-        )
-    cycle.state = current.state
-    return current

@@ -35,6 +35,7 @@ from integrations.drop.client import DropApiError, DropClient, UploadResult
 from integrations.enqueue import alerts_evaluate_enqueue
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
+    AWAITING_DROP,
     Broker,
     DropCycle,
     ReportFile,
@@ -43,11 +44,10 @@ from integrations.models import (
     WorkItem,
     WorkItemState,
 )
+from integrations.services.cycle_state import cycle_state_refresh
 from integrations.services.drop import drop_client_for
 from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
 from integrations.services.report_files import (
-    AWAITING_DROP,
-    cycle_state_refresh,
     report_file_facts,
 )
 

@@ -44,6 +44,7 @@ from collections.abc import Sequence
 from integrations.drop.calendar import drop_today
 from integrations.drop.client import DropClient
 from integrations.models import (
+    AWAITING_DROP,
     Broker,
     CycleState,
     DropCycle,
@@ -51,7 +52,7 @@ from integrations.models import (
     WorkItem,
 )
 from integrations.services.ledger import SYSTEM_ACTOR
-from integrations.services.report_files import AWAITING_DROP, report_files_write
+from integrations.services.report_files import report_files_write
 from integrations.services.report_uploads import (
     ReportRun,
     report_client_for,

@@ -1,0 +1,49 @@
+"""A DROP cycle's own state: ``open`` until DROP holds a status for everything the cycle owes,
+then ``reported``. Reporting (a file taken, an amendment given up, a file marked uploaded) and
+importing (DROP's next package) both ask for it again::
+
+    cycle_state_refresh(cycle=cycle, actor=actor)
+"""
+
+from __future__ import annotations
+
+from django.db import transaction
+
+from integrations.ledger_kinds import LedgerKind
+from integrations.models import (
+    AWAITING_DROP,
+    CycleState,
+    DropCycle,
+    UnreadableWorkItem,
+    WorkItem,
+)
+from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
+
+
+def cycle_state_refresh(*, cycle: DropCycle, actor: str = SYSTEM_ACTOR) -> DropCycle:
+    """An open cycle becomes ``reported`` once DROP holds a status for every work item owed
+    one (``WorkItem.objects.owed()``) and has every file (none still written or refused).
+    Its unreadable rows are owed (answered by staff in DROP's portal) until DROP sends the
+    broker's next package, which it does only once each has a status."""
+    with transaction.atomic():
+        locked = DropCycle.objects.select_for_update(of=("self",)).select_related("broker")
+        current = locked.get(pk=cycle.pk)
+        if current.state != CycleState.OPEN:
+            return current
+        unreported = (
+            WorkItem.objects.owed().filter(cycle=current).exists()
+            or UnreadableWorkItem.objects.owed().filter(cycle=current).exists()
+        )
+        if unreported or current.report_files.filter(state__in=AWAITING_DROP).exists():
+            return current
+        current.state = CycleState.REPORTED
+        current.save(update_fields=["state"])
+        ledger_event_append(
+            kind=LedgerKind.DROP_CYCLE_REPORTED,
+            broker_id=current.broker.broker_id,
+            subject=current.drop_session_id,
+            actor=actor,
+            data={"cycle": current.drop_session_id, "due_date": current.due_date.isoformat()},
+        )
+    cycle.state = current.state
+    return current
