@@ -236,8 +236,8 @@ class CallbackWorld:
 
         from integrations.dispatch import signing
         from integrations.models import DropCycle, Integration, IntegrationKind
-        from integrations.services.brokers import broker_create
-        from integrations.services.keys import api_key_create
+        from integrations.services.staff.brokers import broker_create
+        from integrations.services.staff.keys import api_key_create
 
         self.broker = broker_create(broker_id="4821", name="Bench", actor="bench")
         self.secret = signing.generate_webhook_secret()

@@ -40,7 +40,7 @@ def populate(items_per_cycle: int) -> None:
     from django.utils import timezone
 
     from integrations.models import DropCycle, Integration, IntegrationKind
-    from integrations.services.brokers import broker_create
+    from integrations.services.staff.brokers import broker_create
 
     broker = broker_create(broker_id="4821", name="Bench", actor="bench")
     integrations = [

@@ -119,8 +119,8 @@ def run(args: argparse.Namespace, secret: str, url: str) -> dict[str, Any]:
         RequestState,
         WorkItem,
     )
-    from integrations.services import delivery_loop
-    from integrations.services.brokers import broker_create
+    from integrations.services.dispatch import delivery_loop
+    from integrations.services.staff.brokers import broker_create
 
     call_command("migrate", verbosity=0)
     if args.threads:

@@ -159,7 +159,7 @@ def run_once(zip_path: Path) -> dict[str, float | int]:
     from django.db import connection
 
     from integrations.models import Broker
-    from integrations.services.drop_import import IMPORT_WORK_MEM, drop_zip_import
+    from integrations.services.cycle.drop_import import IMPORT_WORK_MEM, drop_zip_import
 
     broker = Broker.objects.get(broker_id=BROKER_ID)
     with connection.cursor() as cursor:
@@ -241,7 +241,7 @@ def main() -> int:
 
         from devtools.drop_simulator import build_drop_zip
         from integrations.models import Integration, IntegrationKind
-        from integrations.services.brokers import broker_create
+        from integrations.services.staff.brokers import broker_create
 
         call_command("migrate", verbosity=0)
         broker = broker_create(broker_id=BROKER_ID, name="Bench", actor="bench")

@@ -96,7 +96,7 @@ def populate(items: int) -> None:
     from django.db import connection
 
     from integrations.models import DropCycle, Integration, IntegrationKind, ReportFile
-    from integrations.services.brokers import broker_create
+    from integrations.services.staff.brokers import broker_create
 
     broker = broker_create(broker_id="4821", name="Bench", actor="bench")
     integration = Integration.objects.create(

@@ -48,7 +48,7 @@ def callbacks(count: int, *, throttled: bool) -> dict[str, Any]:
     from django.test import Client
 
     from integrations.models import LedgerEvent
-    from integrations.services import callback_rejections
+    from integrations.services.dispatch import callback_rejections
 
     settings.DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT = 5.0 if throttled else 0
     caches[settings.CALLBACK_THROTTLE_CACHE].clear()

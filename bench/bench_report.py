@@ -52,7 +52,7 @@ def populate(items: int) -> None:
     from django.db import connection
 
     from integrations.models import DropCycle
-    from integrations.services.brokers import broker_create
+    from integrations.services.staff.brokers import broker_create
 
     broker = broker_create(broker_id="4821", name="Bench", drop_api_key=KEY, actor="bench")
     downloaded = dt.datetime(2026, 3, 12, 9, tzinfo=dt.UTC)
@@ -94,8 +94,8 @@ def run_once(items: int) -> dict[str, float | int | bool]:
     from devtools.drop_simulator import DropSimulator
     from integrations.drop.client import DropClient, DropLimits
     from integrations.models import Broker, ReportFile, WorkItem, WorkItemState
-    from integrations.services.report_files import report_files_write
-    from integrations.services.report_uploads import report_files_upload
+    from integrations.services.reporting.report_files import report_files_write
+    from integrations.services.reporting.report_uploads import report_files_upload
 
     broker = Broker.objects.get(broker_id="4821")
     with DropSimulator(api_key=KEY, broker_id="4821", active_download=True) as drop:

@@ -310,9 +310,9 @@ def create_role_logins(password: str) -> None:
 
 def register_broker(say: Narrator, drop: Any, broker_system_sim: Any) -> BrokerSystem:
     """Staff register the broker, its webhook integration and its callback key."""
-    from integrations.services.brokers import broker_create
-    from integrations.services.integrations import webhook_integration_create
-    from integrations.services.keys import api_key_create
+    from integrations.services.staff.brokers import broker_create
+    from integrations.services.staff.integrations import webhook_integration_create
+    from integrations.services.staff.keys import api_key_create
 
     say.section("Staff register the broker, its webhook and a callback key")
     broker = broker_create(
@@ -350,7 +350,7 @@ def first_cycle(
     matched and the rows of its Email list."""
     from integrations.drop.calendar import drop_today
     from integrations.models import DeletionRequest, RequestState
-    from integrations.services.redelivery import deletion_request_redispatch
+    from integrations.services.dispatch.redelivery import deletion_request_redispatch
 
     say.section("Cycle 1: a DROP package downloaded by hand 40 days ago")
     first_day = drop_today() - dt.timedelta(days=40)

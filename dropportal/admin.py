@@ -103,7 +103,7 @@ class DropportalAdminSite(UnfoldAdminSite):
     @staticmethod
     def _second_factor_passed(request: HttpRequest) -> bool:
         # Imported when called: models load after this site is built.
-        from integrations.services.staff_mfa import staff_mfa_required
+        from integrations.services.staff.staff_mfa import staff_mfa_required
 
         cached = getattr(request, "_dp_second_factor_passed", None)
         if cached is None:
@@ -133,7 +133,7 @@ class DropportalAdminSite(UnfoldAdminSite):
     ) -> TemplateResponse:
         # Imported when called: see the module docstring.
         from integrations.admin.dashboard import dashboard_context
-        from integrations.services.staff_mfa import staff_mfa_factors_once_in_clear
+        from integrations.services.staff.staff_mfa import staff_mfa_factors_once_in_clear
 
         # Staff with no role in the app see no figures of it, as Django shows them no list.
         shown = dashboard_context(request) if request.user.has_module_perms("integrations") else {}

@@ -17,7 +17,7 @@ from django.conf import settings
 from django.core import checks
 from django.db import DatabaseError, connections
 
-from integrations.services.secrets import encryption_keys_check
+from integrations.services.staff.secrets import encryption_keys_check
 
 logger = logging.getLogger(__name__)
 

@@ -19,22 +19,25 @@ from procrastinate.contrib.django import app
 from integrations import enqueue
 from integrations.dispatch.alerts import alert_send
 from integrations.models import Broker
-from integrations.services.alerts import alerts_evaluate
-from integrations.services.deliveries import (
+from integrations.services.cycle.drop import DropPullError, drop_pull
+from integrations.services.cycle.drop_schedule import (
+    drop_pulls_enqueue_due,
+    drop_reports_enqueue_due,
+)
+from integrations.services.dispatch.deliveries import (
     deletion_requests_deliver,
     resolution_requests_deliver,
     saas_deletions_deliver,
 )
-from integrations.services.doctor import stuck_work_items_check
-from integrations.services.drop import DropPullError, drop_pull
-from integrations.services.drop_schedule import drop_pulls_enqueue_due, drop_reports_enqueue_due
-from integrations.services.jobs import stalled_jobs_retry
+from integrations.services.dispatch.jobs import stalled_jobs_retry
+from integrations.services.dispatch.redelivery import deletion_requests_redispatch_failed
+from integrations.services.dispatch.resolutions import resolutions_purge_final
 from integrations.services.ledger import ledger_seal, ledger_verify_record
-from integrations.services.redelivery import deletion_requests_redispatch_failed
-from integrations.services.report_uploads import ReportBusy
-from integrations.services.reports import report_auto
-from integrations.services.resolutions import resolutions_purge_final
-from integrations.services.shown_once import shown_once_purge_expired
+from integrations.services.reporting.report_uploads import ReportBusy
+from integrations.services.reporting.reports import report_auto
+from integrations.services.staff.alerts import alerts_evaluate
+from integrations.services.staff.doctor import stuck_work_items_check
+from integrations.services.staff.shown_once import shown_once_purge_expired
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +104,7 @@ def purge_resolved_identifiers(timestamp: int | None = None) -> int:
 @app.task(queue="maintenance", queueing_lock="redispatch_failed", pass_context=False)
 def redispatch_failed(timestamp: int | None = None) -> int:
     """Hourly, when ``DROPPORTAL_AUTO_REDISPATCH_HOURS`` is set: send failed outcomes that
-    old again (``services.redelivery.deletion_requests_redispatch_failed``)."""
+    old again (``services.dispatch.redelivery.deletion_requests_redispatch_failed``)."""
 
     hours = settings.DROPPORTAL_AUTO_REDISPATCH_HOURS
     if hours <= 0:
@@ -139,7 +142,7 @@ def report_due(timestamp: int | None = None) -> int:
 
 @app.task(name=enqueue.REPORT_BROKER, queue="drop", pass_context=False)
 def report_broker(broker_pk: int) -> None:
-    """Report for one broker (``services.reports.report_auto``)."""
+    """Report for one broker (``services.reporting.reports.report_auto``)."""
 
     broker = Broker.objects.get(pk=broker_pk)
     try:
@@ -169,7 +172,7 @@ PULL_CRON = "41 * * * *"
 @app.periodic(cron=PULL_CRON, periodic_id="pull_due")
 @app.task(queue="drop", queueing_lock="pull_due", pass_context=False)
 def pull_due(timestamp: int | None = None) -> int:
-    """Defer a pull job per broker that is due (``services.drop_schedule``)."""
+    """Defer a pull job per broker that is due (``services.cycle.drop_schedule``)."""
 
     return drop_pulls_enqueue_due(now=timezone.now())
 
@@ -177,7 +180,7 @@ def pull_due(timestamp: int | None = None) -> int:
 # Queued by pull_due and by DROP's download.ready notification (enqueue.drop_pull_enqueue).
 @app.task(name=enqueue.PULL_BROKER, queue="drop", pass_context=False)
 def pull_broker(broker_pk: int) -> str:
-    """Pull for one broker (``services.drop.drop_pull``); returns the outcome."""
+    """Pull for one broker (``services.cycle.drop.drop_pull``); returns the outcome."""
 
     broker = Broker.objects.get(pk=broker_pk)
     try:
@@ -192,7 +195,7 @@ def pull_broker(broker_pk: int) -> str:
 @app.periodic(cron="53 * * * *", periodic_id="drop_doctor")
 @app.task(queue="maintenance", queueing_lock="drop_doctor", pass_context=False)
 def drop_doctor(timestamp: int | None = None) -> int:
-    """``services.doctor.stuck_work_items_check``; returns how many groups it found."""
+    """``services.staff.doctor.stuck_work_items_check``; returns how many groups it found."""
 
     return len(stuck_work_items_check(actor="system:doctor"))
 
@@ -205,7 +208,7 @@ def purge_shown_once(timestamp: int | None = None) -> int:
     return shown_once_purge_expired()
 
 
-# Alerts to staff (services/alerts.py): conditions are evaluated every 5 minutes; each raise
+# Alerts to staff (services/staff/alerts.py): conditions are evaluated every 5 minutes; each raise
 # and clear defers one send_alert job per channel, retried for about 8 hours.
 ALERT_SEND_RETRY = RetryStrategy(max_attempts=10, exponential_wait=3)
 
@@ -218,7 +221,7 @@ ALERT_SEND_RETRY = RetryStrategy(max_attempts=10, exponential_wait=3)
     pass_context=False,
 )
 def evaluate_alerts(timestamp: int | None = None) -> int:
-    """Raise and clear alerts (``services.alerts.alerts_evaluate``); returns how many."""
+    """Raise and clear alerts (``services.staff.alerts.alerts_evaluate``); returns how many."""
 
     evaluated = alerts_evaluate()
     return len(evaluated.raised) + len(evaluated.cleared)

@@ -73,8 +73,8 @@ from integrations.models import (
     WorkItem,
     WorkItemState,
 )
-from integrations.services.integrations import CreatedIntegration, webhook_integration_create
-from integrations.services.isi import CreatedIsiIntegration, isi_integration_create
+from integrations.services.staff.integrations import CreatedIntegration, webhook_integration_create
+from integrations.services.staff.isi import CreatedIsiIntegration, isi_integration_create
 
 MATCH_DATE = dt.date(2026, 11, 20)  # the webhook and ISI tests' cycle
 DAY = dt.date(2026, 3, 12)  # the reporting tests' cycle

@@ -17,9 +17,9 @@ from rest_framework.test import APIClient
 
 from integrations.dispatch import signing
 from integrations.models import Broker
-from integrations.services import drop
-from integrations.services.brokers import broker_create
-from integrations.services.keys import CreatedApiKey, api_key_create
+from integrations.services.cycle import drop
+from integrations.services.staff.brokers import broker_create
+from integrations.services.staff.keys import CreatedApiKey, api_key_create
 from tests.builders import jobs_truncate
 
 if TYPE_CHECKING:

@@ -15,9 +15,9 @@ from pathlib import Path
 from devtools.drop_simulator import DropSimulator, work_items
 from integrations.drop.client import DropClient
 from integrations.models import Broker, DeletionRequest, DropCycle
-from integrations.services.drop_import import drop_zip_import
-from integrations.services.outcomes import deletion_outcome_record
-from integrations.services.reports import report_run
+from integrations.services.cycle.drop_import import drop_zip_import
+from integrations.services.dispatch.outcomes import deletion_outcome_record
+from integrations.services.reporting.reports import report_run
 from tests.builders import (
     ConsumerFactory,
     WebhookIntegrationFactory,

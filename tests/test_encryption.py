@@ -11,7 +11,7 @@ from django.db import connection
 
 from integrations import encryption
 from integrations.models import Broker
-from integrations.services.brokers import broker_create
+from integrations.services.staff.brokers import broker_create
 
 OLD, NEW = Fernet.generate_key().decode(), Fernet.generate_key().decode()
 

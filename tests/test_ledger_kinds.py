@@ -13,13 +13,13 @@ import pytest
 from django.conf import settings
 
 from integrations.ledger_kinds import LedgerKind, ledger_kind_check, ledger_kind_compose
-from integrations.services.deliveries import (
+from integrations.services.dispatch.deliveries import (
     DELETION_REQUESTS,
     RESOLUTION_REQUESTS,
     SAAS_DELETIONS,
 )
-from integrations.services.delivery_loop import DeliveryKind
-from integrations.services.staff import ROLE_GROUP, STAFF_USER
+from integrations.services.dispatch.delivery_loop import DeliveryKind
+from integrations.services.staff.staff import ROLE_GROUP, STAFF_USER
 
 SQL_DIR = Path(settings.BASE_DIR) / "integrations" / "sql"
 

@@ -17,9 +17,9 @@ from rest_framework.test import APIClient
 from devtools.drop_simulator import DropSimulator, build_drop_zip, work_items
 from integrations import enqueue
 from integrations.models import Broker, DeletionRequest
-from integrations.services import drop as drop_services
-from integrations.services import drop_import
-from integrations.services.brokers import broker_drop_webhook_secret_set, broker_update
+from integrations.services.cycle import drop as drop_services
+from integrations.services.cycle import drop_import
+from integrations.services.staff.brokers import broker_drop_webhook_secret_set, broker_update
 from tests.builders import (
     DROP_WEBHOOK_SECRET,
     ConsumerFactory,

@@ -12,7 +12,7 @@ from procrastinate.contrib.django.models import ProcrastinateJob
 from devtools.drop_simulator import DropSimulator
 from integrations import tasks
 from integrations.models import Broker, ReportFile, ReportFileState
-from integrations.services.brokers import broker_create
+from integrations.services.staff.brokers import broker_create
 from tests.builders import (
     DropCycleFactory,
     WorkItemFactory,

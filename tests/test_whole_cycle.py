@@ -59,10 +59,10 @@ from integrations.models import (
     SaasDeletion,
     WorkItem,
 )
-from integrations.services import drop as drop_services
-from integrations.services.brokers import broker_update
-from integrations.services.keys import api_key_create
+from integrations.services.cycle import drop as drop_services
 from integrations.services.ledger import ledger_seal, ledger_verify
+from integrations.services.staff.brokers import broker_update
+from integrations.services.staff.keys import api_key_create
 from tests.builders import (
     CONNECTION_A,
     CONNECTION_B,

@@ -28,7 +28,7 @@ from integrations.admin.actors import staff_actor
 from integrations.drop.calendar import drop_day_bounds, drop_today
 from integrations.models import Broker, DropCycle
 from integrations.selectors.drop_metrics import METRIC_FIGURES, drop_metrics
-from integrations.services.evidence import evidence_pack_export, evidence_public_key_pem
+from integrations.services.evidence.evidence import evidence_pack_export, evidence_public_key_pem
 
 METRICS_PERMISSIONS = ("integrations.view_workitem", "integrations.view_dropcycle")
 # Held by Auditors (migration 0021): every export of the ledger, the outcome history or an

@@ -14,7 +14,7 @@ from integrations.admin.actors import staff_actor
 from integrations.admin.credentials import Credential, WriteOnlyCredentials
 from integrations.drop.notifications import notifications_url
 from integrations.models import Broker
-from integrations.services.brokers import (
+from integrations.services.staff.brokers import (
     broker_create,
     broker_drop_webhook_secret_set,
     broker_update,

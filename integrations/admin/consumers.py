@@ -20,7 +20,7 @@ from unfold.admin import ModelAdmin, TabularInline
 from integrations.admin.actors import staff_actor
 from integrations.models import Broker, Consumer, ConsumerHash
 from integrations.selectors.story import consumer_work_items
-from integrations.services.consumers import consumer_forget
+from integrations.services.cycle.consumers import consumer_forget
 
 # Per consumer {list type: hash count}, computed for the rows of the page only (the
 # planner evaluates a sub-select in the select list after LIMIT).

@@ -23,7 +23,7 @@ from django.views.decorators.http import require_POST
 
 from integrations.admin.actors import staff_actor
 from integrations.models import DropCycle, ReportFile
-from integrations.services.audit import report_files_export_record
+from integrations.services.evidence.audit import report_files_export_record
 
 MANIFEST_COLUMNS = (
     "file_name",

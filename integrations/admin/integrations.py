@@ -42,13 +42,13 @@ from integrations.admin.display import uuid_short
 from integrations.admin.shown_once import SecretShownOnce, show_once
 from integrations.drop.calendar import drop_time_text
 from integrations.models import Integration, IntegrationKind, RequestState, SaasConnection
-from integrations.services.integrations import (
+from integrations.services.staff.integrations import (
     integration_disable,
     integration_enable,
     integration_retire,
     integration_secret_rotate,
 )
-from integrations.services.saas import (
+from integrations.services.staff.saas import (
     categories_validate,
     saas_connection_create,
     saas_connection_disable,

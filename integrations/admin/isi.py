@@ -1,5 +1,5 @@
 """ISI integrations in the admin (the broker's own REST API): their own pages,
-``/admin/integrations/isiintegration/``. Every change goes through ``services.isi``.
+``/admin/integrations/isiintegration/``. Every change goes through ``services.staff.isi``.
 
 - Add one from the integration list's "Add ISI integration": base URL and a
   static token or OAuth client credentials. Its connections are listed at once, and its
@@ -30,12 +30,12 @@ from integrations.admin.integrations import Created, IntegrationAdmin, ObjectBut
 from integrations.admin.shown_once import SecretShownOnce
 from integrations.dispatch import isi
 from integrations.models import Integration, IsiAuth, IsiConnection, IsiIntegration
-from integrations.services.isi import (
+from integrations.services.cycle.isi_connections import isi_connections_refresh
+from integrations.services.staff.isi import (
     isi_credentials_validate,
     isi_integration_create,
     isi_integration_update,
 )
-from integrations.services.isi_connections import isi_connections_refresh
 from integrations.validators import target_url_validate
 
 _WRITE_ONLY_HELP = "Stored encrypted and never shown again; leave empty to keep the current one."
@@ -85,7 +85,7 @@ class _IsiFields(forms.ModelForm):
         data = super().clean() or {}
         auth = data.get("auth")
         current = self.instance if self.instance.pk else None
-        # A stored secret is kept only while it goes where it went (services.isi's rule).
+        # A stored secret is kept only while it goes where it went (services.staff.isi's rule).
         keep = (
             current is not None
             and current.auth == auth

@@ -20,7 +20,7 @@ from unfold.admin import ModelAdmin
 from integrations.admin.actors import staff_actor
 from integrations.admin.shown_once import SecretShownOnce, show_once
 from integrations.models import ApiKey, ApiKeyScope
-from integrations.services.keys import api_key_create, api_key_revoke
+from integrations.services.staff.keys import api_key_create, api_key_revoke
 
 AUDIT_KEY_PERMISSION = "integrations.add_audit_apikey"
 EVERY_BROKER_HELP = (

@@ -33,7 +33,7 @@ from integrations.admin.audit import AUDIT_EXPORT_PERMISSION
 from integrations.admin.display import uuid_short
 from integrations.models import LedgerEvent
 from integrations.selectors.ledger import LEDGER_COLUMNS, ledger_events
-from integrations.services.audit import ledger_export_record
+from integrations.services.evidence.audit import ledger_export_record
 
 CONTENT_TYPES = {"csv": "text/csv; charset=utf-8", "jsonl": "application/x-ndjson"}
 

@@ -40,7 +40,7 @@ from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_POST
 
 from integrations.admin.actors import staff_actor
-from integrations.services.staff_mfa import (
+from integrations.services.staff.staff_mfa import (
     staff_mfa_enrol,
     staff_mfa_enrolled,
     staff_mfa_pending_device,

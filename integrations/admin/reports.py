@@ -5,8 +5,8 @@ Manual mode, for brokers who upload in DROP's own portal: "Generate response fil
 cycle's files, each row's download link gives the exact bytes, and "Mark uploaded" records
 that staff uploaded them. "Discard amendment" gives up an amendment DROP refuses or
 rejected, with a written reason (its items keep the status DROP holds). Every change goes
-through ``services.report_files``, ``services.report_manual`` and ``services.work_items``
-(ledger events with the staff actor)::
+through ``services.reporting.report_files``, ``services.reporting.report_manual`` and
+``services.cycle.work_items`` (ledger events with the staff actor)::
 
     class WorkItemAdmin(admin.ModelAdmin):
         actions = [set_work_item_status]
@@ -54,15 +54,15 @@ from integrations.selectors.outcomes import (
     deletion_outcomes,
     deletion_outcomes_csv,
 )
-from integrations.services.audit import outcome_export_record
-from integrations.services.report_files import report_files_write
-from integrations.services.report_manual import (
+from integrations.services.cycle.work_items import work_item_status_set
+from integrations.services.evidence.audit import outcome_export_record
+from integrations.services.reporting.report_files import report_files_write
+from integrations.services.reporting.report_manual import (
     DISCARD_REASON_MAX,
     report_file_discard,
     report_file_mark_uploaded,
 )
-from integrations.services.report_uploads import ReportBusy
-from integrations.services.work_items import work_item_status_set
+from integrations.services.reporting.report_uploads import ReportBusy
 
 REPORT_PERMISSION = "integrations.change_workitem"
 

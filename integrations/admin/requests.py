@@ -35,13 +35,13 @@ from integrations.models import (
     ResolutionRequest,
     SaasDeletion,
 )
-from integrations.services.redelivery import (
+from integrations.services.dispatch.redelivery import (
     deletion_request_redeliver,
     deletion_request_redispatch,
     resolution_request_redeliver,
     saas_deletion_redeliver,
 )
-from integrations.services.resolutions import saas_deletion_cancel
+from integrations.services.dispatch.resolutions import saas_deletion_cancel
 
 
 class ReadOnlyAdmin(ModelAdmin):

@@ -1,7 +1,7 @@
 """Secrets shown exactly once: an API key, a Webhook Secret, right after staff created it.
 
 A ModelAdmin that just created a secret answers with ``show_once(...)``: the secret waits,
-encrypted, in a short-lived store bound to this session (``services.shown_once``: 10 minutes
+encrypted, in a short-lived store bound to this session (``services.staff.shown_once``: 10 minutes
 at most, never in the session table), the browser is redirected (so a reload cannot create a
 second one) to a page that shows it with a copy button, says it will never be shown again,
 and links the broker guide's section on where it goes. Rendering the page deletes it::
@@ -24,7 +24,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
 
-from integrations.services.shown_once import shown_once_put, shown_once_take
+from integrations.services.staff.shown_once import shown_once_put, shown_once_take
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Staff accounts and their roles in the admin, each change a ledger event.
 
 Django's own user and group admins, plus one ledger event per addition, change or deletion
-in the same transaction, with the staff user who made it as the actor (``services.staff``
+in the same transaction, with the staff user who made it as the actor (``services.staff.staff``
 records them, and deletes). The event names the changed fields and the account's roles
 afterwards, never a password or its hash::
 
@@ -33,14 +33,14 @@ from unfold.admin import ModelAdmin
 from unfold.forms import AdminPasswordChangeForm, UserChangeForm, UserCreationForm
 
 from integrations.admin.actors import staff_actor
-from integrations.services.staff import (
+from integrations.services.staff.staff import (
     Verb,
     role_group_change_record,
     role_groups_delete,
     staff_user_change_record,
     staff_users_delete,
 )
-from integrations.services.staff_mfa import staff_mfa_reset, staff_password_reset_record
+from integrations.services.staff.staff_mfa import staff_mfa_reset, staff_password_reset_record
 
 
 def _changed_fields(message: Any) -> list[str]:

@@ -1,6 +1,6 @@
 """Webhook integrations in the admin (signed POSTs to a URL of the broker): their own pages,
 ``/admin/integrations/webhookintegration/``. Every change goes through
-``services.integrations``.
+``services.staff.integrations``.
 
 - Add one (the list's "Add webhook integration"): its Webhook Secret is shown once, right
   after, with the callback URLs the broker is given.
@@ -28,7 +28,7 @@ from integrations.admin.integrations import (
 from integrations.admin.shown_once import SecretShownOnce
 from integrations.dispatch import webhook
 from integrations.models import Integration, WebhookIntegration
-from integrations.services.integrations import (
+from integrations.services.staff.integrations import (
     integration_test_send,
     integration_update,
     webhook_integration_create,

@@ -2,7 +2,7 @@
 
 ``ApiKeyAuthentication`` serves every endpoint; the broker callbacks use
 ``CallbackAuthentication``, which finds the deletion request a callback answers in the same
-query as its key (``services.keys.api_key_lookup``) and hands it to the view::
+query as its key (``services.staff.keys.api_key_lookup``) and hands it to the view::
 
     class DeletionCallbackView(SignedCallbackView):     # authentication_classes set there
         integration_kind = IntegrationKind.WEBHOOK
@@ -19,7 +19,7 @@ from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
 from integrations.models import ApiKey, DeletionRequest, IntegrationKind
-from integrations.services.keys import api_key_authenticate, api_key_lookup
+from integrations.services.staff.keys import api_key_authenticate, api_key_lookup
 from integrations.web.permissions import bearer_key
 
 

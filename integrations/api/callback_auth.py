@@ -42,7 +42,7 @@ the size (1) before DRF's own checks, which run ``authentication.CallbackAuthent
 ``throttling.CallbackKeyThrottle`` (4) in that order; the view does the rest.
 
 A rejection of a request with a valid API key is a ledger event (``callback.rejected``,
-``services.callback_rejections``); one without (no key, an unknown or revoked key, a body
+``services.dispatch.callback_rejections``); one without (no key, an unknown or revoked key, a body
 refused before the key was read, an address throttled) writes nothing: anyone can send
 those. They are counted and logged at most once a minute per process, and each costs its
 client address a token of ``DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT`` (per address, or per
@@ -67,11 +67,11 @@ from integrations.api.authentication import CallbackAuthentication
 from integrations.api.json_body import json_body
 from integrations.dispatch import signing
 from integrations.models import ApiKey, ApiKeyScope, DeletionRequest, Integration, IntegrationKind
-from integrations.services.callback_rejections import (
+from integrations.services.dispatch.callback_rejections import (
     callback_rejection_record,
     callback_unauthenticated_count,
 )
-from integrations.services.integrations import integration_callback_secrets
+from integrations.services.staff.integrations import integration_callback_secrets
 from integrations.web.errors import Problem
 from integrations.web.permissions import HasScope
 from integrations.web.throttling import (

@@ -32,12 +32,12 @@ from integrations.api.callback_serializers import (
     opt_out_email,
 )
 from integrations.models import ApiKey, IntegrationKind, ResolutionRequest
-from integrations.services.outcomes import (
+from integrations.services.dispatch.outcomes import (
     OutcomeConflict,
     OutcomeRecorded,
     deletion_outcome_record,
 )
-from integrations.services.resolutions import resolution_outcome_record
+from integrations.services.dispatch.resolutions import resolution_outcome_record
 from integrations.web.errors import Problem
 
 _PROBLEMS = {

@@ -40,7 +40,7 @@ from integrations.api.json_body import (
 from integrations.api.schema import JSON_VALUE_REF
 from integrations.consumers.api_reader import parse_api_consumers
 from integrations.models import ApiKey, Consumer
-from integrations.services.consumers import (
+from integrations.services.cycle.consumers import (
     RegistrationBusy,
     consumer_forget,
     consumers_register,

@@ -7,7 +7,7 @@ token of ``DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT``, accepted or refused; an a
 without one gets 429 before anything is read. Answers, each counted in
 ``dropportal_drop_notifications``:
 
-- 204: recorded (``services.drop_notifications``), even without an event id or type; or a
+- 204: recorded (``services.cycle.drop_notifications``), even without an event id or type; or a
   duplicate, nothing done: an event id already seen, or a signature already used (a captured
   notification sent again, whatever event id and type headers it now carries);
 - 401 ``signature_invalid`` / ``timestamp_out_of_range`` (more than 5 minutes off): not in the
@@ -32,7 +32,7 @@ from integrations.api.callback_serializers import ProblemSerializer
 from integrations.counters import DROP_NOTIFICATIONS
 from integrations.drop import notifications
 from integrations.drop.notifications import NotificationRejected
-from integrations.services.drop_notifications import drop_notification_receive
+from integrations.services.cycle.drop_notifications import drop_notification_receive
 from integrations.web.errors import Problem
 from integrations.web.throttling import AddressThrottled, UnauthenticatedAddressThrottle
 

@@ -31,7 +31,7 @@ from integrations.api.callback_auth import SignedCallbackView
 from integrations.api.callback_serializers import DeletionCallbackSerializer, opt_out_email
 from integrations.api.callbacks import _PROBLEMS, _RECORDED, OutcomeConflictProblem, _recorded
 from integrations.models import IntegrationKind
-from integrations.services.outcomes import (
+from integrations.services.dispatch.outcomes import (
     OutcomeConflict,
     broker_completed_at_refusal,
     deletion_outcome_record,

@@ -37,7 +37,7 @@ from integrations.selectors.outcomes import (
     deletion_outcomes,
     deletion_outcomes_csv,
 )
-from integrations.services.audit import outcome_export_record
+from integrations.services.evidence.audit import outcome_export_record
 from integrations.web.errors import Problem
 from integrations.web.permissions import HasScope
 

@@ -10,5 +10,5 @@
   (the partition a broker's first set fills, indexed and attached at the end).
 
 Nothing here opens a transaction, takes a lock or writes a ledger event: the services of
-``integrations.services.consumers`` do, and call this package inside their transaction.
+``integrations.services.cycle.consumers`` do, and call this package inside their transaction.
 """

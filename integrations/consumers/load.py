@@ -1,6 +1,6 @@
 """One call's consumer rows, staged in rounds and merged into the broker's consumers.
 
-A service of ``integrations.services.consumers`` drives it, inside its transaction and
+A service of ``integrations.services.cycle.consumers`` drives it, inside its transaction and
 under the broker's registration lock::
 
     load = ConsumerLoad(cursor, broker_pk=...)  # the staging table

@@ -19,7 +19,7 @@ hashes name their consumer without reading the consumers back.
 This module's temp tables: ``consumer_registration_pointers`` (each pointer the call
 listed, with its consumer), ``new_consumer_hashes`` (the hashes the call added) and, for a
 replace, ``consumer_registration_forgotten``; ``unlisted_count`` and ``unlisted_forget``
-read the listed pointers for ``services.consumers.consumers_replace``.
+read the listed pointers for ``services.cycle.consumers.consumers_replace``.
 """
 
 from __future__ import annotations

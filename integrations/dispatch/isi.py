@@ -2,7 +2,7 @@
 we send, the answers we accept, and the OAuth 2.0 client credentials exchange.
 
 No database access: the caller passes the rows it loaded and a ``BearerToken`` (how to get
-the access token; ``services.isi_tokens`` caches OAuth tokens in the integration's row)::
+the access token; ``services.cycle.isi_tokens`` caches OAuth tokens in the integration's row)::
 
     url = endpoint(integration.base_url, DELETE_PATH, connection.uuid)
     result = send("POST", url, body=delete_body(request), token=token, allow_private=False)

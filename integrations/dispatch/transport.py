@@ -1,7 +1,7 @@
 """How a delivery reaches one kind of target: the ``Transport`` protocol.
 
-The delivery loop (``services.delivery_loop``) locks the rows that are due, asks its
-deliverable kind (``services.deliveries``) for one ``Message`` per row, hands each target
+The delivery loop (``services.dispatch.delivery_loop``) locks the rows that are due, asks its
+deliverable kind (``services.dispatch.deliveries``) for one ``Message`` per row, hands each target
 kind's messages to that kind's transport (``dispatch.transports.TRANSPORTS``) and gets back
 one ``Verdict`` per message, in order::
 

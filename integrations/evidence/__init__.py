@@ -2,6 +2,6 @@
 
 ``pack`` holds the format and the signing (no Django), ``verify`` checks a pack with the
 standard library and ``cryptography`` only: ``archive`` holds the archive's bytes to account,
-``checks`` the signature, digests, ledger chain and cross-checks. ``services.evidence``
+``checks`` the signature, digests, ledger chain and cross-checks. ``services.evidence.evidence``
 writes packs.
 """

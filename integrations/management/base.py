@@ -23,7 +23,7 @@ from django.db import DatabaseError
 from integrations.drop.calendar import drop_day_bounds, drop_timezone
 from integrations.encryption import DecryptionError
 from integrations.models import Broker, DropCycle
-from integrations.services.secrets import ENCRYPTION_KEYS_WRONG, encryption_keys_check
+from integrations.services.staff.secrets import ENCRYPTION_KEYS_WRONG, encryption_keys_check
 
 
 def validation_message(error: ValidationError) -> str:

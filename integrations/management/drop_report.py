@@ -32,9 +32,9 @@ from integrations.management.base import (
 )
 from integrations.models import Broker, DropCycle, ReportFile, ReportFileState
 from integrations.selectors.deadlines import CycleDeadline, cycle_deadlines
-from integrations.services.report_manual import report_file_discard
-from integrations.services.report_uploads import ReportBusy, ReportRun
-from integrations.services.reports import report_run
+from integrations.services.reporting.report_manual import report_file_discard
+from integrations.services.reporting.report_uploads import ReportBusy, ReportRun
+from integrations.services.reporting.reports import report_run
 
 
 class ReportSubcommand(DropportalCommand):

@@ -1,5 +1,5 @@
 """Alerts to staff: the state of each alert condition, so it alerts once when it starts and
-once when it clears (``services/alerts.py``)."""
+once when it clears (``services/staff/alerts.py``)."""
 
 from __future__ import annotations
 

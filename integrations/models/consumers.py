@@ -9,7 +9,7 @@ produced only at the edges (DROP files, dispatch bodies).
 The three foreign keys here have no database constraint (``db_constraint=False``). A
 constraint is checked by a per-row trigger that also locks the referenced row, a large
 share of a big import on its own (docs/benchmarks.md, consumer import). The only writers,
-the services of ``services.consumers`` (through ``integrations.consumers.load``), take
+the services of ``services.cycle.consumers`` (through ``integrations.consumers.load``), take
 both ids from rows they join in the same statement, under a per-broker lock; deletes go
 through the ORM, whose ``on_delete`` still applies. ``Consumer.broker`` has no index of
 its own either: the unique constraint starts with it.

@@ -132,7 +132,7 @@ class WorkItem(models.Model):
     # Indexed through the composite indexes below (every extra index slows the import).
     # No database check either: a foreign key check is a per-row trigger that every imported
     # row would pay (docs/benchmarks.md, DROP cycle import). The only writer, the
-    # import (services.drop), takes both ids from the cycle it creates in the same
+    # import (services.cycle.drop), takes both ids from the cycle it creates in the same
     # transaction; cycles and brokers are never deleted (PROTECT, and no delete in the admin).
     broker = models.ForeignKey(
         "integrations.Broker",
@@ -167,8 +167,8 @@ class WorkItem(models.Model):
     reported_at = models.DateTimeField(null=True, blank=True)
     # No database check either (nor on pending_report_file): reporting sets it on every row of
     # a cycle at once, and the deferred check ran once per row at commit (docs/benchmarks.md,
-    # reporting). Its only writers (services.report_*) set it to a file of the item's cycle;
-    # report files are never deleted (PROTECT, and no delete in the admin).
+    # reporting). Its only writers (services.reporting.report_*) set it to a file of the
+    # item's cycle; report files are never deleted (PROTECT, and no delete in the admin).
     report_file = models.ForeignKey(
         "integrations.ReportFile",
         null=True,

@@ -2,7 +2,7 @@
 
 A process whose keys cannot read it cannot read the stored secrets either; it says so in
 one line at start and in ``/readyz`` instead of failing request by request
-(``services/secrets.py`` ``encryption_keys_check``). ``secrets reencrypt`` rotates it with
+(``services/staff/secrets.py`` ``encryption_keys_check``). ``secrets reencrypt`` rotates it with
 every other encrypted column.
 """
 

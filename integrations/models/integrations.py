@@ -44,7 +44,7 @@ class Integration(models.Model):
     enabled = models.BooleanField(default=True)
     disabled_reason = models.CharField(max_length=200, blank=True, default="")
     # Disabled is paused: still a deletion target, its requests wait. Retired is gone for good
-    # (services.integrations.integration_retire): no new request, never enabled again.
+    # (services.staff.integrations.integration_retire): no new request, never enabled again.
     retired_at = models.DateTimeField(null=True, blank=True, editable=False)
     retired_reason = models.CharField(max_length=500, blank=True, default="", editable=False)
     webhook_secret = EncryptedTextField()

@@ -45,8 +45,8 @@ class DropOutcome(models.TextChoices):
 
 
 # The rules of outcomes and statuses, each defined here once. The SQL functions that apply
-# them (integrations/sql/) take them as arguments: services/work_items.py (settle_rules()) and
-# services/outcomes.py pass them in.
+# them (integrations/sql/) take them as arguments: services/cycle/work_items.py (settle_rules()) and
+# services/dispatch/outcomes.py pass them in.
 
 # The DROP status each final outcome gives its work item. ``failed`` gives none: it is not
 # final (the broker may answer again), nor is "" (no answer yet). Plain values: they go into
@@ -77,7 +77,7 @@ DROP_STATUS_ALL_CANCELLED = DropStatus.NOT_FOUND
 # in one of these states or already has a final outcome. A deletion's outcome is final unless
 # it is in OUTCOMES_NOT_FINAL (deletion_outcome_record.sql takes both as arguments, and takes
 # a repeat of the same failure as a repeat, not a new outcome); a resolution's answer is
-# final once given (its completed_at, services/resolutions.py).
+# final once given (its completed_at, services/dispatch/resolutions.py).
 OUTCOME_REFUSING_STATES = (RequestState.CANCELLED.value,)
 
 

@@ -8,7 +8,7 @@ factor. These two devices are django-otp ``Device`` models (its middleware, ``lo
 (``secrets reencrypt`` rotates them). The one-time-code check itself stays django-otp's:
 ``StaffTotpDevice`` lends TOTPDevice's ``verify_token`` the key through ``bin_key``.
 
-Call ``verify_token`` on a row locked with ``select_for_update`` (``services/staff_mfa.py``
+Call ``verify_token`` on a row locked with ``select_for_update`` (``services/staff/staff_mfa.py``
 does): the lock is what keeps a code from being spent by two requests at once.
 """
 

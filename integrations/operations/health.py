@@ -30,8 +30,8 @@ from django.views.decorators.cache import never_cache
 from rest_framework.request import Request
 
 from integrations.models import ApiKeyScope
-from integrations.services.keys import api_key_authenticate
-from integrations.services.secrets import encryption_keys_check
+from integrations.services.staff.keys import api_key_authenticate
+from integrations.services.staff.secrets import encryption_keys_check
 from integrations.web.errors import problem_response
 from integrations.web.permissions import bearer_key
 from integrations.web.throttling import UnauthenticatedAddressThrottle

@@ -107,7 +107,7 @@ class BrokerOverview:
     # The last pull from DROP, when it failed and nothing was pulled or imported since
     # (a 401/403 from DROP lands here: staff must act).
     failed_pull: LedgerEvent | None = None
-    # The periodic stuck check's last result that changed (``services.doctor``), if any.
+    # The periodic stuck check's last result that changed (``services.staff.doctor``), if any.
     doctor: LedgerEvent | None = None
 
 

@@ -2,7 +2,7 @@
 -- for a broker's callback, in the same query, the deletion request of that broker the
 -- callback answers, with the secrets of the integration that dispatched it. One round trip
 -- with a cached plan, on the callbacks' hot path (docs/benchmarks.md, callbacks).
--- services/keys.py (api_key_lookup) reads the row.
+-- services/staff/keys.py (api_key_lookup) reads the row.
 --
 -- p_kind names the callback asking, which says how its body names the request, not which
 -- kind of integration dispatched it: 'isi' (the ISI callback) by results_token, of a request

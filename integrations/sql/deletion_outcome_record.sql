@@ -1,5 +1,5 @@
 -- Recording a broker's deletion outcome (docs/contracts.md §2.2, webhook and ISI alike): the
--- callbacks' hot path, one statement (docs/benchmarks.md, callbacks). services/outcomes.py
+-- callbacks' hot path, one statement (docs/benchmarks.md, callbacks). services/dispatch/outcomes.py
 -- (deletion_outcome_record) calls it and acts on its verdict.
 --
 -- The request row is locked, then judged, here only:
@@ -10,7 +10,7 @@
 -- - 'recorded': anything else; a callback can overtake the record of its dispatch's 2xx (or
 --   stand in for a 2xx that was lost): the broker evidently has the dispatch.
 -- Returned with the request's state and outcome as they were (the caller's 409 names them).
--- services/outcomes.py still compares a repeated opted_out's email (encrypted, decrypted
+-- services/dispatch/outcomes.py still compares a repeated opted_out's email (encrypted, decrypted
 -- there).
 --
 -- p_details holds the callback's optional details, one key per column it fills (absent: an
@@ -21,7 +21,7 @@
 -- p_settle_codes and p_settle_all_cancelled (work_item_settle.sql; the request row is locked
 -- first, then its item, as on every path).
 -- The rules are not written here: the caller passes them (integrations/models/requests.py
--- OUTCOMES_NOT_FINAL and OUTCOME_REFUSING_STATES, which services/resolutions.py applies to a
+-- OUTCOMES_NOT_FINAL and OUTCOME_REFUSING_STATES, which services/dispatch/resolutions.py applies to a
 -- resolution's answer too).
 --
 -- The source of truth. A migration installs a frozen copy (integrations/migrations/sql/NNNN/),

@@ -1,7 +1,7 @@
 -- A work item's DROP status, settled from its requests' outcomes (docs/contracts.md §1.6).
 -- Every outcome settles its work item in its own transaction through
 -- dropportal_work_item_settle: the callbacks (deletion_outcome_record.sql), the resolutions
--- and SaaS deletions, and the periodic safety net (services/work_items.py).
+-- and SaaS deletions, and the periodic safety net (services/cycle/work_items.py).
 --
 -- The rules:
 -- - A work item is reportable when every deletion request and resolution request it has,
@@ -19,7 +19,7 @@
 --   open; once every request is final, the outcome wins and the ledger event says it
 --   replaced the staff status.
 -- Which outcomes are final, which code each reports and which code wins are not written
--- here: the caller passes them (services/work_items.py settle_rules(), built from
+-- here: the caller passes them (services/cycle/work_items.py settle_rules(), built from
 -- integrations/models/requests.py), so they have one home.
 --
 -- The source of truth. A migration installs a frozen copy (integrations/migrations/sql/NNNN/),

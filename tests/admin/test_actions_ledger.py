@@ -23,7 +23,7 @@ from integrations.models import (
     ReportFileState,
     ReportKind,
 )
-from integrations.services.keys import CreatedApiKey
+from integrations.services.staff.keys import CreatedApiKey
 from tests.builders import (
     IsiIntegrationFactory,
     ReportFileFactory,

@@ -22,7 +22,7 @@ from integrations.models import (
     SaasDeletion,
 )
 from integrations.services.ledger import ledger_event_append
-from integrations.services.report_files import report_files_write
+from integrations.services.reporting.report_files import report_files_write
 from tests.admin.markup import cells
 from tests.browser.staff import make_staff
 from tests.builders import (

@@ -8,8 +8,8 @@ from django.test import Client
 
 from integrations.consumers.api_reader import parse_api_consumers
 from integrations.models import Broker, Consumer, ConsumerHash, LedgerEvent
-from integrations.services.brokers import broker_create
-from integrations.services.consumers import consumers_register
+from integrations.services.cycle.consumers import consumers_register
+from integrations.services.staff.brokers import broker_create
 from tests.admin.markup import cells
 
 pytestmark = pytest.mark.django_db

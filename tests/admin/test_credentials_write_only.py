@@ -29,10 +29,10 @@ from integrations.models import (
     IsiAuth,
     SaasConnection,
 )
-from integrations.services.brokers import broker_update
-from integrations.services.keys import CreatedApiKey
 from integrations.services.ledger import ledger_event_append
-from integrations.services.staff_mfa import staff_mfa_enrol, staff_mfa_pending_device
+from integrations.services.staff.brokers import broker_update
+from integrations.services.staff.keys import CreatedApiKey
+from integrations.services.staff.staff_mfa import staff_mfa_enrol, staff_mfa_pending_device
 from tests.builders import IsiIntegrationFactory, sample_cycle
 
 pytestmark = pytest.mark.django_db

@@ -16,7 +16,7 @@ from django.test import Client
 from integrations.drop.calendar import drop_today
 from integrations.models import Broker
 from integrations.selectors.dashboard import dashboard_overview, integration_delivery_health
-from integrations.services.brokers import broker_create
+from integrations.services.staff.brokers import broker_create
 from tests.builders import sample_cycle
 
 pytestmark = pytest.mark.django_db

@@ -14,7 +14,7 @@ from django.utils import formats, timezone
 
 from devtools.drop_simulator import work_items
 from integrations.models import Broker, DropCycle, LedgerEvent, WorkItem
-from integrations.services.drop_import import drop_zip_import
+from integrations.services.cycle.drop_import import drop_zip_import
 from tests.admin.markup import cells, link_texts
 from tests.builders import (
     ConsumerFactory,

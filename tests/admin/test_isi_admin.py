@@ -17,7 +17,7 @@ from django.test import Client
 from devtools.broker_simulator import Reply
 from devtools.isi_simulator import IsiSimulator, connection
 from integrations.models import Broker, Integration, IsiConnection, LedgerEvent
-from integrations.services.isi import CreatedIsiIntegration
+from integrations.services.staff.isi import CreatedIsiIntegration
 from tests.builders import (
     CONNECTION_A,
     CONNECTION_B,

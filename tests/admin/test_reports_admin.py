@@ -20,8 +20,8 @@ from integrations.models import (
     WorkItem,
     WorkItemState,
 )
-from integrations.services.brokers import broker_create
-from integrations.services.report_files import report_files_write
+from integrations.services.reporting.report_files import report_files_write
+from integrations.services.staff.brokers import broker_create
 from tests.builders import (
     DeletionRequestFactory,
     DropCycleFactory,

@@ -40,8 +40,8 @@ from django.utils import timezone
 
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, IsiAuth, IsiIntegration
-from integrations.services.keys import CreatedApiKey
 from integrations.services.ledger import ledger_event_append
+from integrations.services.staff.keys import CreatedApiKey
 from tests.builders import sample_cycle
 
 pytestmark = pytest.mark.django_db

@@ -27,8 +27,8 @@ from integrations.models import (
     IsiIntegration,
     LedgerEvent,
 )
-from integrations.services.keys import CreatedApiKey
 from integrations.services.ledger import ledger_event_append
+from integrations.services.staff.keys import CreatedApiKey
 from tests.builders import sample_cycle
 
 pytestmark = pytest.mark.django_db

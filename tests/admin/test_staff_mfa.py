@@ -40,7 +40,7 @@ from django_otp.oath import TOTP
 
 from integrations import encryption
 from integrations.models import LedgerEvent, StaffRecoveryCodes, StaffTotpDevice
-from integrations.services.staff_mfa import (
+from integrations.services.staff.staff_mfa import (
     staff_mfa_enrol,
     staff_mfa_pending_device,
     staff_mfa_verify,

@@ -19,8 +19,8 @@ from integrations.models import (
     LedgerEvent,
     WorkItem,
 )
+from integrations.services.cycle.work_items import work_item_status_set
 from integrations.services.ledger import ledger_event_append
-from integrations.services.work_items import work_item_status_set
 from tests.builders import SampleCycle, sample_cycle
 
 pytestmark = pytest.mark.django_db

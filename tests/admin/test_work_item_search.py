@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from integrations.drop.standardize import email_hash, phone_hash
 from integrations.models import Broker, DeletionRequest, DropCycle
-from integrations.services.drop_import import drop_zip_import
+from integrations.services.cycle.drop_import import drop_zip_import
 from tests.admin.markup import link_texts
 from tests.builders import (
     ConsumerFactory,

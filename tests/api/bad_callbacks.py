@@ -25,9 +25,9 @@ from django.utils import timezone
 
 from integrations.dispatch import signing
 from integrations.models import DeletionRequest, Integration
-from integrations.services.brokers import broker_create
-from integrations.services.integrations import integration_secret_rotate
-from integrations.services.keys import api_key_create, api_key_revoke
+from integrations.services.staff.brokers import broker_create
+from integrations.services.staff.integrations import integration_secret_rotate
+from integrations.services.staff.keys import api_key_create, api_key_revoke
 from tests.builders import (
     DeletionRequestFactory,
     webhook_integration_created,

@@ -31,9 +31,9 @@ from integrations.models import (
     SaasDeletion,
     WorkItem,
 )
-from integrations.services import callback_rejections
-from integrations.services.integrations import integration_secret_rotate
-from integrations.services.keys import api_key_create
+from integrations.services.dispatch import callback_rejections
+from integrations.services.staff.integrations import integration_secret_rotate
+from integrations.services.staff.keys import api_key_create
 from integrations.web.throttling import throttle_address
 from tests.api import bad_callbacks
 from tests.api.bad_callbacks import (
@@ -693,7 +693,9 @@ def test_unauthenticated_callbacks_are_counted_and_logged_not_ledgered(
     events = LedgerEvent.objects.count()
     body = body_for(dispatched)
 
-    with caplog.at_level(logging.WARNING, logger="integrations.services.callback_rejections"):
+    with caplog.at_level(
+        logging.WARNING, logger="integrations.services.dispatch.callback_rejections"
+    ):
         answers = [
             put(DELETION, body, key=None, secret=side.secret),
             put(DELETION, body, key="dpk_not-a-key", secret=side.secret),

@@ -15,8 +15,8 @@ from rest_framework.test import APIClient
 
 from integrations.api import json_body
 from integrations.models import Broker, Consumer, ConsumerHash, LedgerEvent
-from integrations.services.brokers import broker_create
-from integrations.services.keys import CreatedApiKey
+from integrations.services.staff.brokers import broker_create
+from integrations.services.staff.keys import CreatedApiKey
 from tests.conftest import bearer
 
 pytestmark = pytest.mark.django_db

@@ -27,10 +27,10 @@ from integrations.drop.notifications import (
 )
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import AlertState, Broker, DropNotification, LedgerEvent
-from integrations.services.alerts import alerts_evaluate
-from integrations.services.brokers import broker_drop_webhook_secret_set
-from integrations.services.keys import api_key_create
 from integrations.services.ledger import ledger_event_append
+from integrations.services.staff.alerts import alerts_evaluate
+from integrations.services.staff.brokers import broker_drop_webhook_secret_set
+from integrations.services.staff.keys import api_key_create
 from tests.builders import (
     DROP_WEBHOOK_SECRET,
     DropCycleFactory,

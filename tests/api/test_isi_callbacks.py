@@ -29,8 +29,8 @@ from integrations.models import (
     OptOutRecord,
     RequestState,
 )
-from integrations.services.integrations import integration_secret_rotate
-from integrations.services.keys import api_key_create
+from integrations.services.staff.integrations import integration_secret_rotate
+from integrations.services.staff.keys import api_key_create
 from tests.api import bad_callbacks
 from tests.api.bad_callbacks import BAD_CALLBACKS, WITHOUT_A_VALID_KEY, cases_for
 from tests.builders import (

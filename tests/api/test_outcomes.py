@@ -12,8 +12,8 @@ from rest_framework.test import APIClient
 
 from integrations.models import Broker, LedgerEvent
 from integrations.selectors.outcomes import OUTCOME_COLUMNS
-from integrations.services.brokers import broker_create
-from integrations.services.keys import CreatedApiKey
+from integrations.services.staff.brokers import broker_create
+from integrations.services.staff.keys import CreatedApiKey
 from tests.builders import OutcomeHistory, outcome_history
 from tests.conftest import bearer
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from rest_framework.test import APIClient
 
-from integrations.services.keys import api_key_revoke
+from integrations.services.staff.keys import api_key_revoke
 from tests.conftest import bearer
 
 pytestmark = pytest.mark.django_db

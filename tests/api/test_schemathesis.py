@@ -24,8 +24,8 @@ from schemathesis.core.result import Ok
 
 from integrations.api.outcomes import MomentField
 from integrations.models import Broker
-from integrations.services.brokers import broker_create
-from integrations.services.keys import CreatedApiKey
+from integrations.services.staff.brokers import broker_create
+from integrations.services.staff.keys import CreatedApiKey
 from tests.builders import outcome_history
 
 # Examples per operation and mode (valid, invalid): most of the time goes into generating

@@ -11,7 +11,7 @@ from pytest_django.live_server_helper import LiveServer
 
 from devtools.isi_simulator import IsiSimulator
 from integrations.models import ApiKey, Broker, Integration, LedgerEvent
-from integrations.services.brokers import broker_create
+from integrations.services.staff.brokers import broker_create
 from tests.browser.staff import PASSWORD, log_in, screenshot
 from tests.builders import broker_connections
 

@@ -21,7 +21,7 @@ from pytest_django.live_server_helper import LiveServer
 
 from integrations.drop.standardize import email_hash
 from integrations.models import Broker, ConsumerHash, WorkItem
-from integrations.services.brokers import broker_create
+from integrations.services.staff.brokers import broker_create
 from tests.browser.staff import ARTIFACTS, log_in, make_staff
 from tests.builders import sample_cycle
 from tests.served_demo import ServedDemo

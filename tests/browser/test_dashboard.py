@@ -7,7 +7,7 @@ from django.utils import timezone
 from playwright.sync_api import Page, expect
 from pytest_django.live_server_helper import LiveServer
 
-from integrations.services.brokers import broker_create
+from integrations.services.staff.brokers import broker_create
 from tests.browser.staff import log_in, screenshot
 from tests.builders import sample_cycle
 

@@ -14,7 +14,7 @@ from pytest_django.live_server_helper import LiveServer
 
 from devtools.drop_simulator import DropSimulator, build_drop_zip, work_items
 from integrations.models import DeletionRequest, LedgerEvent, RequestState
-from integrations.services.brokers import broker_create
+from integrations.services.staff.brokers import broker_create
 from tests.browser.staff import log_in, make_staff, screenshot
 from tests.builders import sample_cycle
 

@@ -13,7 +13,7 @@ from playwright.sync_api import Page, expect
 from pytest_django.live_server_helper import LiveServer
 
 from integrations.models import Broker, LedgerEvent
-from integrations.services.brokers import broker_create
+from integrations.services.staff.brokers import broker_create
 from tests.browser.staff import log_in, make_staff
 from tests.builders import sample_cycle
 

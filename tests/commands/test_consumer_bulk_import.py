@@ -23,9 +23,9 @@ from devtools.drop_simulator import work_items
 from integrations.consumers import workers
 from integrations.consumers.load import Merged, StagedBatches
 from integrations.models import Broker, Consumer, ConsumerHash, DeletionRequest, LedgerEvent
-from integrations.services import consumers as consumer_services
-from integrations.services.brokers import broker_create
-from integrations.services.drop_import import drop_zip_import
+from integrations.services.cycle import consumers as consumer_services
+from integrations.services.cycle.drop_import import drop_zip_import
+from integrations.services.staff.brokers import broker_create
 from tests.builders import (
     WebhookIntegrationFactory,
     drop_zip,
@@ -128,7 +128,7 @@ django.setup()
 from django.core.management import call_command
 from integrations.consumers import workers
 from integrations.consumers.load import ConsumerLoad
-from integrations.services import consumers
+from integrations.services.cycle import consumers
 
 workers.PARALLEL_BATCH_ROWS = 40
 consumers.CHUNK_ROWS = 50

@@ -15,7 +15,7 @@ from django.core.management.base import CommandError
 from django.db import connection
 
 from integrations.models import Broker, Consumer, ConsumerHash, LedgerEvent
-from integrations.services import consumers as consumer_services
+from integrations.services.cycle import consumers as consumer_services
 
 pytestmark = pytest.mark.django_db
 

@@ -33,10 +33,10 @@ from integrations.models import (
     WorkItemState,
 )
 from integrations.selectors.stuck import StuckReason, stuck_work_items
-from integrations.services.brokers import broker_create
-from integrations.services.integrations import integration_disable
 from integrations.services.ledger import ledger_event_append
-from integrations.services.saas import saas_connection_disable
+from integrations.services.staff.brokers import broker_create
+from integrations.services.staff.integrations import integration_disable
+from integrations.services.staff.saas import saas_connection_disable
 from tests.builders import (
     MATCH_DATE,
     DeletionRequestFactory,

@@ -35,8 +35,8 @@ from integrations.models import (
 )
 from integrations.selectors.deadlines import cycle_deadlines
 from integrations.selectors.stuck import StuckReason, stuck_work_items
-from integrations.services.alerts import alerts_evaluate
-from integrations.services.brokers import broker_create
+from integrations.services.staff.alerts import alerts_evaluate
+from integrations.services.staff.brokers import broker_create
 from tests.builders import (
     PACKAGE_DATE,
     ConsumerFactory,

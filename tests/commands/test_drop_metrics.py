@@ -32,7 +32,7 @@ from django.test import Client
 
 from devtools.drop_simulator import work_items
 from integrations.models import Broker, WorkItemState
-from integrations.services.brokers import broker_create
+from integrations.services.staff.brokers import broker_create
 from tests.builders import (
     DeletionRequestFactory,
     DropCycleFactory,

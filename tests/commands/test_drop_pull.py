@@ -26,8 +26,8 @@ from integrations.drop.calendar import drop_today
 from integrations.drop.client import PRODUCTION_URL, SANDBOX_URL
 from integrations.models import Broker, DeletionRequest, DropCycle, LedgerEvent, WorkItem
 from integrations.selectors.pulls import brokers_due_for_pull
-from integrations.services import drop as drop_services
-from integrations.services.brokers import broker_create, broker_update
+from integrations.services.cycle import drop as drop_services
+from integrations.services.staff.brokers import broker_create, broker_update
 from tests.builders import (
     PACKAGE_DATE,
     ConsumerFactory,

@@ -22,7 +22,7 @@ from integrations.models import (
     RequestState,
     WorkItem,
 )
-from integrations.services.work_items import work_item_status_set
+from integrations.services.cycle.work_items import work_item_status_set
 from tests.builders import (
     DeletionRequestFactory,
     DropCycleFactory,

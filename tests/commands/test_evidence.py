@@ -38,10 +38,10 @@ from integrations.models import (
     ReportFile,
     WorkItem,
 )
-from integrations.services.evidence import evidence_signing_key
-from integrations.services.report_manual import report_file_discard
-from integrations.services.reports import report_run
-from integrations.services.work_items import work_item_status_set
+from integrations.services.cycle.work_items import work_item_status_set
+from integrations.services.evidence.evidence import evidence_signing_key
+from integrations.services.reporting.report_manual import report_file_discard
+from integrations.services.reporting.reports import report_run
 from tests.evidence_world import DROP_KEY, evidence_world
 
 pytestmark = pytest.mark.django_db

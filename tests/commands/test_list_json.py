@@ -10,8 +10,8 @@ import pytest
 from django.core.management import call_command
 
 from integrations.models import Broker
-from integrations.services.integrations import webhook_integration_create
-from integrations.services.keys import api_key_create
+from integrations.services.staff.integrations import webhook_integration_create
+from integrations.services.staff.keys import api_key_create
 from tests.builders import SaasConnectionFactory
 
 pytestmark = pytest.mark.django_db

@@ -13,7 +13,7 @@ from django.core.management import CommandError, call_command
 
 from integrations.models import Broker, DeletionRequest, LedgerEvent
 from integrations.selectors.outcomes import OUTCOME_COLUMNS
-from integrations.services.brokers import broker_create
+from integrations.services.staff.brokers import broker_create
 from tests.builders import OutcomeHistory, outcome_history
 
 pytestmark = pytest.mark.django_db

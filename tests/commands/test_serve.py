@@ -22,7 +22,7 @@ from django.core.management import CommandError, call_command
 
 from integrations.management.commands import serve as serve_command
 from integrations.models import Broker
-from integrations.services.keys import api_key_create
+from integrations.services.staff.keys import api_key_create
 from tests.conftest import subprocess_env
 from tests.ports import free_port
 

@@ -52,10 +52,10 @@ from integrations.models import (
     OfItsKind,
     RequestState,
 )
-from integrations.services.deliveries import DeletionRequests
-from integrations.services.delivery_loop import deliverables_deliver
-from integrations.services.integrations import integration_update
-from integrations.services.keys import api_key_create
+from integrations.services.dispatch.deliveries import DeletionRequests
+from integrations.services.dispatch.delivery_loop import deliverables_deliver
+from integrations.services.staff.integrations import integration_update
+from integrations.services.staff.keys import api_key_create
 from tests.builders import deletion_request, webhook
 
 pytestmark = pytest.mark.django_db

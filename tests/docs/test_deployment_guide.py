@@ -34,7 +34,7 @@ from django.conf import settings
 from django.db import connection
 from rest_framework.test import APIClient
 
-from integrations.services.keys import api_key_create
+from integrations.services.staff.keys import api_key_create
 from tests.conftest import bearer, database_url
 from tests.ports import free_port
 from tests.tls import self_signed_certificate

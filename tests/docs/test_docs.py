@@ -90,7 +90,7 @@ def test_every_contracts_reference_names_a_section_that_exists() -> None:
     assert not missing, "docs/contracts.md has no such section:\n" + "\n".join(missing)
 
 
-# A path in backticks in the architecture page: `services/deliveries.py`, `sql/x.sql`,
+# A path in backticks in the architecture page: `services/dispatch/deliveries.py`, `sql/x.sql`,
 # `tests/sql/test_sql_rules.py`, optionally with `::test_name`.
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 CODE_PATH_RE = re.compile(r"`((?:[\w.-]+/)*[\w.-]+\.(?:py|sql|json|html|css|js))(?:::(\w+))?`")

@@ -30,7 +30,7 @@ MENTIONS = [
     ),
     ("tests/admin/test_roles.py", r"audit keys \(migration (\d{4})\)", "add_audit_apikey"),
     ("docs/benchmarks.md", r"upload's time since migration (\d{4})", "pending_status_code"),
-    ("integrations/services/staff_mfa.py", r"emptied by migration (\d{4})", "otp_totp"),
+    ("integrations/services/staff/staff_mfa.py", r"emptied by migration (\d{4})", "otp_totp"),
     (
         "integrations/consumers/load.py",
         r"broker \(migration (\d{4})\)",

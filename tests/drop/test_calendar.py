@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from devtools.drop_simulator import work_items
 from integrations.models import Broker, DeletionRequest, DropCycle
-from integrations.services.alerts import CONDITIONS
+from integrations.services.staff.alerts import CONDITIONS
 from tests.builders import (
     ConsumerFactory,
     DropCycleFactory,

@@ -13,8 +13,8 @@ import sys
 import pytest
 from cryptography.fernet import Fernet
 
-from integrations.services.brokers import broker_create
-from integrations.services.secrets import ENCRYPTION_KEYS_WRONG
+from integrations.services.staff.brokers import broker_create
+from integrations.services.staff.secrets import ENCRYPTION_KEYS_WRONG
 from tests.conftest import subprocess_env
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -82,25 +82,25 @@ from integrations.models import (
     ReportKind,
     RequestState,
 )
-from integrations.services import delivery_loop
-from integrations.services.brokers import broker_create
-from integrations.services.consumers import consumers_register
-from integrations.services.drop_import import drop_zip_import
-from integrations.services.integrations import (
+from integrations.services.cycle.consumers import consumers_register
+from integrations.services.cycle.drop_import import drop_zip_import
+from integrations.services.dispatch import delivery_loop
+from integrations.services.dispatch.redelivery import (
+    deletion_request_redeliver,
+    deletion_request_redispatch,
+    deletion_requests_redispatch_failed,
+)
+from integrations.services.reporting.report_manual import report_file_discard
+from integrations.services.reporting.reports import report_auto, report_run
+from integrations.services.staff.brokers import broker_create
+from integrations.services.staff.integrations import (
     integration_disable,
     integration_enable,
     integration_retire,
     integration_secret_rotate,
     webhook_integration_create,
 )
-from integrations.services.keys import api_key_create
-from integrations.services.redelivery import (
-    deletion_request_redeliver,
-    deletion_request_redispatch,
-    deletion_requests_redispatch_failed,
-)
-from integrations.services.report_manual import report_file_discard
-from integrations.services.reports import report_auto, report_run
+from integrations.services.staff.keys import api_key_create
 from tests.lifecycle.harness import ModelDrop, World, empty_tables, take_due_jobs
 from tests.lifecycle.invariants import LifecycleInvariants
 from tests.lifecycle.oracle import (

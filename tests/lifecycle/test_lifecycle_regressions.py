@@ -14,8 +14,8 @@ from rest_framework.test import APIClient
 
 from devtools.drop_simulator import work_items
 from integrations.models import Broker, DeletionRequest, RequestState
-from integrations.services.integrations import webhook_integration_create
-from integrations.services.keys import CreatedApiKey
+from integrations.services.staff.integrations import webhook_integration_create
+from integrations.services.staff.keys import CreatedApiKey
 from tests.builders import drop_zip, write_zip
 from tests.conftest import bearer
 

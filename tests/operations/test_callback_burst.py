@@ -28,8 +28,8 @@ import psycopg
 import pytest
 
 from integrations.models import DeletionRequest, RequestState
-from integrations.services.brokers import broker_create
-from integrations.services.keys import api_key_create
+from integrations.services.staff.brokers import broker_create
+from integrations.services.staff.keys import api_key_create
 from tests.builders import (
     DeletionRequestFactory,
     WebhookIntegrationFactory,

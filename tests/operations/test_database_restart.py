@@ -47,8 +47,8 @@ from integrations.dispatch import signing
 from integrations.models import (
     DeletionRequest, DropCycle, Integration, IntegrationKind, RequestState, WorkItem,
 )
-from integrations.services.brokers import broker_create
-from integrations.services.keys import api_key_create
+from integrations.services.staff.brokers import broker_create
+from integrations.services.staff.keys import api_key_create
 
 broker = broker_create(broker_id="4821", name="Acme", actor="test")
 secret = signing.generate_webhook_secret()

@@ -22,8 +22,8 @@ from integrations.models import (
     WorkItemState,
 )
 from integrations.operations import health
-from integrations.services.brokers import broker_create
-from integrations.services.keys import api_key_create
+from integrations.services.staff.brokers import broker_create
+from integrations.services.staff.keys import api_key_create
 from tests.builders import (
     DeletionRequestFactory,
     DropCycleFactory,

@@ -9,7 +9,7 @@ from django.db.models import signals
 
 from integrations.models import Broker
 from integrations.selectors.rows import model_from_row
-from integrations.services.brokers import broker_create
+from integrations.services.staff.brokers import broker_create
 
 pytestmark = pytest.mark.django_db
 

@@ -18,7 +18,7 @@ from integrations.operations.metrics import _work_items_open
 from integrations.selectors.cycle_progress import cycle_progress
 from integrations.selectors.deadlines import drop_cycles_by_urgency
 from integrations.selectors.drop_metrics import METRIC_FILTERS, drop_metrics
-from integrations.services.evidence_period import _cycle_counts
+from integrations.services.evidence.evidence_period import _cycle_counts
 from tests.builders import DropCycleFactory, WorkItemFactory, items_reported
 
 pytestmark = pytest.mark.django_db

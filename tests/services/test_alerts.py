@@ -40,16 +40,16 @@ from integrations.models import (
     ReportFileState,
     RequestState,
 )
-from integrations.services import drop as drop_services
-from integrations.services.alerts import CONDITIONS, alerts_evaluate
-from integrations.services.brokers import broker_create
-from integrations.services.integrations import integration_disable, integration_enable
+from integrations.services.cycle import drop as drop_services
+from integrations.services.cycle.work_items import work_item_status_set
 from integrations.services.ledger import ledger_event_append
-from integrations.services.report_files import report_files_write
-from integrations.services.report_manual import report_file_discard
-from integrations.services.reports import report_run
-from integrations.services.saas import saas_connection_disable, saas_connection_enable
-from integrations.services.work_items import work_item_status_set
+from integrations.services.reporting.report_files import report_files_write
+from integrations.services.reporting.report_manual import report_file_discard
+from integrations.services.reporting.reports import report_run
+from integrations.services.staff.alerts import CONDITIONS, alerts_evaluate
+from integrations.services.staff.brokers import broker_create
+from integrations.services.staff.integrations import integration_disable, integration_enable
+from integrations.services.staff.saas import saas_connection_disable, saas_connection_enable
 from tests.builders import (
     PACKAGE_DATE,
     DeletionRequestFactory,

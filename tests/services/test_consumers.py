@@ -10,7 +10,7 @@ import pytest
 
 from integrations.consumers.sources import ConsumerSource, consumer_sources
 from integrations.models import Broker, Consumer, LedgerEvent
-from integrations.services.consumers import consumers_import, consumers_replace
+from integrations.services.cycle.consumers import consumers_import, consumers_replace
 
 pytestmark = pytest.mark.django_db
 

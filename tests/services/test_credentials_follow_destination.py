@@ -19,9 +19,9 @@ from integrations.models import (
     LedgerEvent,
     SaasConnection,
 )
-from integrations.services.brokers import broker_update
-from integrations.services.isi import isi_integration_update
-from integrations.services.saas import saas_connection_create, saas_connection_update
+from integrations.services.staff.brokers import broker_update
+from integrations.services.staff.isi import isi_integration_update
+from integrations.services.staff.saas import saas_connection_create, saas_connection_update
 from tests.builders import IsiIntegrationFactory
 
 pytestmark = pytest.mark.django_db

@@ -32,9 +32,9 @@ from integrations.models import (
     LedgerEvent,
     RequestState,
 )
-from integrations.services import deliveries
-from integrations.services.deliveries import deletion_requests_deliver
-from integrations.services.integrations import CreatedIntegration, integration_enable
+from integrations.services.dispatch import deliveries
+from integrations.services.dispatch.deliveries import deletion_requests_deliver
+from integrations.services.staff.integrations import CreatedIntegration, integration_enable
 from tests.builders import (
     DeletionRequestFactory,
     webhook_integration_created,

@@ -28,11 +28,11 @@ from procrastinate.exceptions import AlreadyEnqueued
 from devtools.broker_simulator import BrokerSimulator, Reply
 from integrations import enqueue, tasks
 from integrations.models import Broker, DeletionRequest, DeliveryAttempt, LedgerEvent, RequestState
-from integrations.services import delivery_loop
-from integrations.services.brokers import broker_create
-from integrations.services.deliveries import deletion_requests_deliver
-from integrations.services.dispatch_slots import broker_slot_take
-from integrations.services.jobs import stalled_jobs_retry
+from integrations.services.dispatch import delivery_loop
+from integrations.services.dispatch.deliveries import deletion_requests_deliver
+from integrations.services.dispatch.dispatch_slots import broker_slot_take
+from integrations.services.dispatch.jobs import stalled_jobs_retry
+from integrations.services.staff.brokers import broker_create
 from tests.builders import (
     DeletionRequestFactory,
     webhook_integration_created,

@@ -16,9 +16,9 @@ from django.db import connection
 from django.test import Client
 
 from integrations.models import EncryptionCanary
-from integrations.services.brokers import broker_create
-from integrations.services.keys import api_key_create
-from integrations.services.secrets import ENCRYPTION_KEYS_WRONG, encryption_keys_check
+from integrations.services.staff.brokers import broker_create
+from integrations.services.staff.keys import api_key_create
+from integrations.services.staff.secrets import ENCRYPTION_KEYS_WRONG, encryption_keys_check
 from tests.conftest import bearer, subprocess_env
 
 OTHER_KEY = Fernet.generate_key().decode()

@@ -33,9 +33,12 @@ from integrations.models import (
     SaasDeletion,
 )
 from integrations.outbound_http import tls_context
-from integrations.services import isi_tokens
-from integrations.services.deliveries import deletion_requests_deliver, resolution_requests_deliver
-from integrations.services.isi import CreatedIsiIntegration
+from integrations.services.cycle import isi_tokens
+from integrations.services.dispatch.deliveries import (
+    deletion_requests_deliver,
+    resolution_requests_deliver,
+)
+from integrations.services.staff.isi import CreatedIsiIntegration
 from tests.builders import (
     CONNECTION_A,
     DeletionRequestFactory,

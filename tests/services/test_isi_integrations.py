@@ -29,10 +29,10 @@ from integrations.models import (
     LedgerEvent,
     RequestState,
 )
-from integrations.services import isi_tokens
-from integrations.services.isi import isi_integration_create, isi_integration_update
-from integrations.services.isi_connections import isi_connections_refresh
-from integrations.services.isi_tokens import isi_access_token
+from integrations.services.cycle import isi_tokens
+from integrations.services.cycle.isi_connections import isi_connections_refresh
+from integrations.services.cycle.isi_tokens import isi_access_token
+from integrations.services.staff.isi import isi_integration_create, isi_integration_update
 from tests.builders import (
     CONNECTION_A,
     CONNECTION_B,

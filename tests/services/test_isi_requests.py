@@ -25,8 +25,8 @@ from integrations.models import (
     RequestState,
     ResolutionRequest,
 )
-from integrations.services.integrations import integration_disable
-from integrations.services.isi import CreatedIsiIntegration
+from integrations.services.staff.integrations import integration_disable
+from integrations.services.staff.isi import CreatedIsiIntegration
 from tests.builders import (
     CONNECTION_A,
     CONNECTION_B,

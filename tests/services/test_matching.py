@@ -28,11 +28,11 @@ from integrations.models import (
     WorkItem,
     WorkItemState,
 )
-from integrations.services import drop_import, matching
-from integrations.services.brokers import broker_create
-from integrations.services.drop_import import drop_zip_import
-from integrations.services.matching import LateMatches, consumer_hashes_match_late
-from integrations.services.requests import matches_table_create, requests_create_for_matches
+from integrations.services.cycle import drop_import, matching
+from integrations.services.cycle.drop_import import drop_zip_import
+from integrations.services.cycle.matching import LateMatches, consumer_hashes_match_late
+from integrations.services.cycle.requests import matches_table_create, requests_create_for_matches
+from integrations.services.staff.brokers import broker_create
 from tests.builders import (
     ConsumerFactory,
     IsiConnectionFactory,

@@ -14,7 +14,7 @@ import pytest
 from django.db import connection, connections
 
 from integrations.models import Broker, DeletionRequest, RequestState, WorkItemState
-from integrations.services.outcomes import deletion_outcome_record
+from integrations.services.dispatch.outcomes import deletion_outcome_record
 from tests.builders import (
     DeletionRequestFactory,
     WorkItemFactory,

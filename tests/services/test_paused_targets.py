@@ -41,16 +41,19 @@ from integrations.models import (
     WorkItem,
     WorkItemState,
 )
-from integrations.services.alerts import CONDITIONS
-from integrations.services.deliveries import deletion_requests_deliver, saas_deletions_deliver
-from integrations.services.integrations import (
+from integrations.services.dispatch.deliveries import (
+    deletion_requests_deliver,
+    saas_deletions_deliver,
+)
+from integrations.services.dispatch.outcomes import deletion_outcome_record
+from integrations.services.dispatch.resolutions import resolution_outcome_record
+from integrations.services.staff.alerts import CONDITIONS
+from integrations.services.staff.integrations import (
     integration_disable,
     integration_enable,
     webhook_integration_create,
 )
-from integrations.services.outcomes import deletion_outcome_record
-from integrations.services.resolutions import resolution_outcome_record
-from integrations.services.saas import saas_connection_disable, saas_connection_enable
+from integrations.services.staff.saas import saas_connection_disable, saas_connection_enable
 from tests.builders import (
     ConsumerFactory,
     SaasConnectionFactory,

@@ -38,22 +38,22 @@ from integrations.models import (
     WorkItem,
     WorkItemState,
 )
-from integrations.services.consumers import consumers_register
-from integrations.services.deliveries import (
+from integrations.services.cycle.consumers import consumers_register
+from integrations.services.cycle.isi_connections import isi_connections_refresh
+from integrations.services.dispatch.deliveries import (
     deletion_requests_deliver,
     resolution_requests_deliver,
 )
-from integrations.services.integrations import (
+from integrations.services.dispatch.outcomes import deletion_outcome_record
+from integrations.services.dispatch.redelivery import deletion_request_redeliver
+from integrations.services.dispatch.resolutions import resolution_outcome_record
+from integrations.services.ledger import ledger_seal, ledger_verify
+from integrations.services.reporting.reports import report_run
+from integrations.services.staff.integrations import (
     integration_disable,
     integration_enable,
     webhook_integration_create,
 )
-from integrations.services.isi_connections import isi_connections_refresh
-from integrations.services.ledger import ledger_seal, ledger_verify
-from integrations.services.outcomes import deletion_outcome_record
-from integrations.services.redelivery import deletion_request_redeliver
-from integrations.services.reports import report_run
-from integrations.services.resolutions import resolution_outcome_record
 from tests.builders import (
     CONNECTION_A,
     CONNECTION_B,

@@ -11,13 +11,13 @@ from procrastinate.contrib.django.models import ProcrastinateJob
 
 from integrations import tasks
 from integrations.models import Broker, DeletionRequest, Integration, LedgerEvent, RequestState
-from integrations.services.integrations import integration_disable
-from integrations.services.outcomes import deletion_outcome_record
-from integrations.services.redelivery import (
+from integrations.services.dispatch.outcomes import deletion_outcome_record
+from integrations.services.dispatch.redelivery import (
     AUTO_REDISPATCH_ACTOR,
     AUTO_REDISPATCH_MAX,
     deletion_request_redispatch,
 )
+from integrations.services.staff.integrations import integration_disable
 from tests.builders import (
     DeletionRequestFactory,
     webhook_integration_created,

@@ -24,14 +24,14 @@ from integrations.models import (
     WorkItem,
     WorkItemState,
 )
-from integrations.services.integrations import webhook_integration_create
-from integrations.services.redelivery import (
+from integrations.services.dispatch.redelivery import (
     deletion_request_redeliver,
     deletion_request_redispatch,
     deletion_requests_redispatch_failed,
     resolution_request_redeliver,
     saas_deletion_redeliver,
 )
+from integrations.services.staff.integrations import webhook_integration_create
 from tests.builders import (
     ConsumerFactory,
     SaasConnectionFactory,

@@ -38,11 +38,18 @@ from integrations.models import (
 from integrations.selectors.deadlines import cycle_deadlines
 from integrations.selectors.drop_metrics import drop_metrics
 from integrations.selectors.outcomes import deletion_outcomes
-from integrations.services.report_files import report_files_write
-from integrations.services.report_manual import report_file_discard, report_file_mark_uploaded
-from integrations.services.report_uploads import _UPLOAD_LOCK, ReportBusy, report_files_upload
-from integrations.services.reports import report_auto, report_run
-from integrations.services.work_items import work_item_settle
+from integrations.services.cycle.work_items import work_item_settle
+from integrations.services.reporting.report_files import report_files_write
+from integrations.services.reporting.report_manual import (
+    report_file_discard,
+    report_file_mark_uploaded,
+)
+from integrations.services.reporting.report_uploads import (
+    _UPLOAD_LOCK,
+    ReportBusy,
+    report_files_upload,
+)
+from integrations.services.reporting.reports import report_auto, report_run
 from tests.builders import (
     DeletionRequestFactory,
     DropCycleFactory,

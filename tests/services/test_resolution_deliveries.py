@@ -21,7 +21,10 @@ from integrations.models import (
     SaasConnection,
     SaasDeletion,
 )
-from integrations.services.deliveries import resolution_requests_deliver, saas_deletions_deliver
+from integrations.services.dispatch.deliveries import (
+    resolution_requests_deliver,
+    saas_deletions_deliver,
+)
 from tests.builders import (
     ResolutionRequestFactory,
     SaasConnectionFactory,

@@ -20,7 +20,7 @@ from integrations.models import (
     RequestState,
     ResolutionRequest,
 )
-from integrations.services.saas import saas_connection_retire
+from integrations.services.staff.saas import saas_connection_retire
 from tests.builders import (
     ConsumerFactory,
     SaasConnectionFactory,

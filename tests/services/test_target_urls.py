@@ -12,12 +12,12 @@ from django.core.exceptions import ValidationError
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, LedgerEvent
 from integrations.outbound_http import deliver
-from integrations.services.brokers import broker_create, broker_update
-from integrations.services.integrations import webhook_integration_create
-from integrations.services.isi import isi_integration_create
+from integrations.services.dispatch.outcomes import deletion_outcome_record
 from integrations.services.ledger import ledger_event_append
-from integrations.services.outcomes import deletion_outcome_record
-from integrations.services.saas import saas_connection_create
+from integrations.services.staff.brokers import broker_create, broker_update
+from integrations.services.staff.integrations import webhook_integration_create
+from integrations.services.staff.isi import isi_integration_create
+from integrations.services.staff.saas import saas_connection_create
 from tests.builders import DeletionRequestFactory
 
 WITH_CREDENTIALS = "https://drop:hunter2@hooks.acme.example/drop"

@@ -13,12 +13,12 @@ from integrations.models import (
     WorkItem,
     WorkItemState,
 )
-from integrations.services.ledger import ledger_verify
-from integrations.services.work_items import (
+from integrations.services.cycle.work_items import (
     work_item_settle,
     work_item_status_set,
     work_items_settle,
 )
+from integrations.services.ledger import ledger_verify
 from tests.builders import (
     DeletionRequestFactory,
     DropCycleFactory,

@@ -19,8 +19,8 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from integrations.services.keys import key_digest
 from integrations.services.ledger import canonical_data, event_hash
+from integrations.services.staff.keys import key_digest
 from tests.conftest import database_url, subprocess_env
 
 SQL_DIR = Path(settings.BASE_DIR) / "integrations" / "sql"

@@ -28,9 +28,9 @@ from integrations.models import (
     WorkItem,
 )
 from integrations.models import requests as request_rules
-from integrations.services.outcomes import OutcomeConflict, deletion_outcome_record
-from integrations.services.resolutions import resolution_outcome_record
-from integrations.services.work_items import work_item_settle
+from integrations.services.cycle.work_items import work_item_settle
+from integrations.services.dispatch.outcomes import OutcomeConflict, deletion_outcome_record
+from integrations.services.dispatch.resolutions import resolution_outcome_record
 from tests.builders import (
     DeletionRequestFactory,
     DropCycleFactory,
@@ -62,7 +62,7 @@ _PYTHON_SQL_LITERALS_ALLOWED = {
     # procrastinate's job statuses, not ours
     ("operations/metrics.py", "status IN ('todo', 'doing', 'failed')"),
     # a ledger event kind
-    ("services/evidence_period.py", "kind = 'drop_cycle.reported'"),
+    ("services/evidence/evidence_period.py", "kind = 'drop_cycle.reported'"),
 }
 
 

@@ -8,7 +8,7 @@ from django.core.management.base import CommandError
 
 from integrations.management.base import DropportalCommand, broker_or_error
 from integrations.models import ApiKey, ApiKeyScope
-from integrations.services.keys import api_key_create, api_key_revoke
+from integrations.services.staff.keys import api_key_create, api_key_revoke
 
 
 class Command(DropportalCommand):

@@ -17,7 +17,7 @@ from integrations.management.base import (
     secret_value,
 )
 from integrations.models import Broker, BrokerMode
-from integrations.services.brokers import broker_create, broker_drop_webhook_secret_set
+from integrations.services.staff.brokers import broker_create, broker_drop_webhook_secret_set
 
 
 class Command(DropportalCommand):

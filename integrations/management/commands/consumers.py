@@ -34,7 +34,7 @@ from integrations.consumers.readers import RegistrationFileError
 from integrations.consumers.sources import FORMATS, ConsumerSource, SourceError, consumer_sources
 from integrations.consumers.workers import EncodedBatch
 from integrations.management.base import DropportalCommand, broker_or_error
-from integrations.services.consumers import (
+from integrations.services.cycle.consumers import (
     DEFAULT_MAX_FORGET,
     ConsumerRegistration,
     RegistrationRefused,

@@ -30,8 +30,8 @@ from integrations.management.base import broker_or_error, date_bound
 from integrations.management.drop_report import ReportSubcommand
 from integrations.selectors.drop_metrics import METRIC_FIGURES, drop_metrics
 from integrations.selectors.stuck import stuck_work_items
-from integrations.services.drop import DEFAULT_MAX_WAIT_SECONDS, DropPullError, drop_pull
-from integrations.services.drop_import import DropImportError, ImportResult, drop_zip_import
+from integrations.services.cycle.drop import DEFAULT_MAX_WAIT_SECONDS, DropPullError, drop_pull
+from integrations.services.cycle.drop_import import DropImportError, ImportResult, drop_zip_import
 
 
 class Command(ReportSubcommand):

@@ -26,7 +26,7 @@ from integrations.management.base import (
     cycle_or_error,
     date_bound,
 )
-from integrations.services.evidence import evidence_pack_export, evidence_public_key_pem
+from integrations.services.evidence.evidence import evidence_pack_export, evidence_public_key_pem
 
 
 class Command(DropportalCommand):

@@ -25,15 +25,15 @@ from integrations.management.base import (
 )
 from integrations.models import Integration, IntegrationKind, IsiConnection
 from integrations.selectors.targets import broker_targets
-from integrations.services.integrations import (
+from integrations.services.cycle.isi_connections import isi_connections_refresh
+from integrations.services.staff.integrations import (
     integration_disable,
     integration_enable,
     integration_retire,
     integration_secret_rotate,
     webhook_integration_create,
 )
-from integrations.services.isi import isi_integration_create
-from integrations.services.isi_connections import isi_connections_refresh
+from integrations.services.staff.isi import isi_integration_create
 
 ADD_KINDS = {
     "webhook": "a webhook integration: signed POSTs to a URL of the broker",

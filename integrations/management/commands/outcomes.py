@@ -30,7 +30,7 @@ from integrations.selectors.outcomes import (
     deletion_outcomes,
     deletion_outcomes_csv,
 )
-from integrations.services.audit import outcome_export_record
+from integrations.services.evidence.audit import outcome_export_record
 
 
 class Command(DropportalCommand):

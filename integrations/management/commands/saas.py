@@ -18,7 +18,7 @@ from integrations.management.base import (
     secret_value,
 )
 from integrations.models import SaasConnection
-from integrations.services.saas import saas_connection_create, saas_connection_retire
+from integrations.services.staff.saas import saas_connection_create, saas_connection_retire
 
 
 class Command(DropportalCommand):

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from integrations.management.base import DropportalCommand
-from integrations.services.secrets import secrets_reencrypt
+from integrations.services.staff.secrets import secrets_reencrypt
 
 
 class Command(DropportalCommand):

@@ -3,7 +3,8 @@
 One Procrastinate worker per group of queues, each with its own job slots, so work of one kind
 cannot hold the slots of another: deliveries to a slow broker (each call up to its timeout)
 never delay DROP pulls and reports, alerts, nor the ledger's sealing. Within the dispatch queue
-a broker holds at most ``DROPPORTAL_DISPATCH_SLOTS_PER_BROKER`` slots (``services.deliveries``).
+a broker holds at most ``DROPPORTAL_DISPATCH_SLOTS_PER_BROKER`` slots
+(``services.dispatch.deliveries``).
 
 ``--queues dispatch`` runs one group only, in this process (to scale a group on its own
 hosts). Any number of workers may run, on any number of hosts, against the same PostgreSQL.

@@ -1,6 +1,6 @@
 """Creating the requests a DROP match hands to the broker's systems, in bulk, in SQL.
 
-Matching (``integrations.services.matching``) writes its (work item, consumer) pairs into the
+Matching (``integrations.services.cycle.matching``) writes its (work item, consumer) pairs into the
 per-transaction temp table ``drop_matches``; one call turns them into deletion requests and
 defers their delivery jobs in the same transaction::
 

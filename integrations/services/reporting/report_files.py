@@ -10,10 +10,11 @@ when DROP accepts the file (``report_uploads``) or staff mark it uploaded by han
 (``report_manual``)::
 
     written = report_files_write(broker=broker, actor=actor)
-    cycle_state_refresh(cycle=cycle, actor=actor)   # services.cycle_state: "reported" once
+    cycle_state_refresh(cycle=cycle, actor=actor)   # services.cycle.cycle_state: "reported" once
                                                     # DROP has every file
 
-Sending them is ``services.report_uploads``; the whole run is ``services.reports``.
+Sending them is ``services.reporting.report_uploads``; the whole run is
+``services.reporting.reports``.
 """
 
 from __future__ import annotations

@@ -23,9 +23,9 @@ from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, Integration, IntegrationKind, IsiConnection
 from integrations.outbound_http import DeliveryResult
 from integrations.selectors.targets import broker_targets
-from integrations.services.isi_tokens import isi_bearer_token
+from integrations.services.cycle.isi_tokens import isi_bearer_token
+from integrations.services.cycle.requests import pending_requests_target
 from integrations.services.ledger import ledger_event_append
-from integrations.services.requests import pending_requests_target
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The delivery loop: how every deliverable (deletion dispatches, identifier retrieval
 notifications, SaaS deletions) goes to the broker's systems.
 
-``services.deliveries`` holds the kinds; each entry point there runs::
+``services.dispatch.deliveries`` holds the kinds; each entry point there runs::
 
     deliverables_deliver(kind=DELETION_REQUESTS, ids=[1, 2, 3])
 
@@ -73,7 +73,7 @@ from integrations.models import (
     SaasConnection,
     SaasDeletion,
 )
-from integrations.services.dispatch_slots import broker_slot_take
+from integrations.services.dispatch.dispatch_slots import broker_slot_take
 from integrations.services.ledger import ledger_event_append, ledger_events_append
 from integrations.url_extras import without_url_extras
 
@@ -100,7 +100,8 @@ class NothingToDeliver(Exception):
 
 
 class DeliveryKind(Protocol[Item]):
-    """What the loop needs of one kind of deliverable (``services.deliveries`` has the three).
+    """What the loop needs of one kind of deliverable (``services.dispatch.deliveries`` has
+    the three).
 
     ``name`` prefixes its ledger events (``deletion_request.delivered``); ``model`` its rows,
     loaded with ``related`` (what the methods read) and attempts recorded under

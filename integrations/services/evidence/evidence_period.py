@@ -1,5 +1,5 @@
 """What an evidence pack covers: a cycle's, or a period's, deletion requests, response files
-and DROP cycles, read by ``services.evidence`` inside its one snapshot::
+and DROP cycles, read by ``services.evidence.evidence`` inside its one snapshot::
 
     period = Period(broker=broker, cycle=cycle, since=None, until=None)
     period.outcome_chunks()     # the outcome history, CSV bytes from PostgreSQL's COPY

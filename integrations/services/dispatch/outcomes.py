@@ -14,7 +14,7 @@ statement, the SQL function in ``integrations/sql/deletion_outcome_record.sql`` 
 callbacks' hot path): the outcome, its opt-out record, its ledger event and the work item's
 settlement, in one transaction. That function alone judges the answer (recorded, an
 identical repeat, a conflict, or refused: cancelled); ``deletion_repeat_check`` acts on its
-verdict. A resolution's answer is judged in ``services/resolutions.py``.
+verdict. A resolution's answer is judged in ``services/dispatch/resolutions.py``.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from integrations.models import (
     OptOutRecord,
     RequestState,
 )
+from integrations.services.cycle.work_items import settle_rules
 from integrations.services.ledger import canonical_data, ledger_event_append
-from integrations.services.work_items import settle_rules
 
 ERROR_MESSAGE_MAX = 2000
 # integrations/sql/deletion_outcome_record.sql, with the rules it applies as arguments.

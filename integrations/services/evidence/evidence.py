@@ -39,13 +39,13 @@ from integrations.evidence import pack
 from integrations.ledger_hash import canonical_json
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, DropCycle
-from integrations.services.evidence_ledger import LedgerRange
-from integrations.services.evidence_period import (
+from integrations.services.evidence.evidence_ledger import LedgerRange
+from integrations.services.evidence.evidence_period import (
     Period,
     report_file_answer,
     report_file_content,
 )
-from integrations.services.evidence_writer import CsvRecordCounter, LineCounter, PackWriter
+from integrations.services.evidence.evidence_writer import CsvRecordCounter, LineCounter, PackWriter
 from integrations.services.ledger import ledger_event_append, ledger_seal
 
 

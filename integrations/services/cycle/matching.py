@@ -4,7 +4,8 @@ Two moments match, both as set-based SQL (no per-row Python loop), both serializ
 broker by ``matching_lock`` so a consumer registered while a download is imported is
 matched by one side or the other, never by neither:
 
-1. **A download** (``services.drop_import.drop_zip_import``). Inside the import's transaction::
+1. **A download** (``services.cycle.drop_import.drop_zip_import``). Inside the import's
+   transaction::
 
        staged = staged_items_create()            # the ZIP's rows are COPYed in here
        staged_items_analyze(staged)
@@ -20,7 +21,7 @@ matched by one side or the other, never by neither:
    Deciding the status while inserting writes each work item once; updating the 90 %
    unmatched rows afterwards would rewrite most of the table and its four indexes.
 
-2. **A consumer registered later** (``services.consumers``), the ongoing duty of
+2. **A consumer registered later** (``services.cycle.consumers``), the ongoing duty of
    docs/contracts.md §1.8: the new consumer hashes, in the relation the consumer load
    names (``ConsumerLoad.added``: its own list, or a broker's whole new partition), are
    joined against every kept work item hash of the broker::
@@ -43,14 +44,14 @@ from integrations.drop.calendar import drop_today
 from integrations.drop_statuses import DropStatus
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, DropCycle, WorkItemState
-from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
-from integrations.services.locks import matching_lock
-from integrations.services.requests import (
+from integrations.services.cycle.requests import (
     MATCHES_TABLE,
     RequestsCreated,
     matches_table_create,
     requests_create_for_matches,
 )
+from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
+from integrations.services.locks import matching_lock
 
 STAGED_ITEMS = "drop_staged_items"
 STAGED_MATCHES = "drop_staged_matches"

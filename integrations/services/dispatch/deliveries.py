@@ -1,5 +1,5 @@
 """The three kinds of deliverable, written plainly over the delivery loop
-(``services.delivery_loop``): deletion requests and resolution requests (to a webhook
+(``services.dispatch.delivery_loop``): deletion requests and resolution requests (to a webhook
 integration, or to an ISI integration's own REST API) and SaaS deletions.
 
 Jobs call the entry point of their kind with the ids they were given::
@@ -43,10 +43,10 @@ from integrations.models import (
     SaasConnection,
     SaasDeletion,
 )
-from integrations.services.delivery_loop import NothingToDeliver, deliverables_deliver
-from integrations.services.isi_tokens import isi_delivery_token
+from integrations.services.cycle.isi_tokens import isi_delivery_token
+from integrations.services.dispatch.delivery_loop import NothingToDeliver, deliverables_deliver
+from integrations.services.dispatch.resolutions import resolution_outcome_record, resolution_settle
 from integrations.services.ledger import SYSTEM_ACTOR
-from integrations.services.resolutions import resolution_outcome_record, resolution_settle
 
 
 def _signed(integration: Integration, body: bytes, webhook_request_id: Any) -> Message:

@@ -1,6 +1,6 @@
 """Write paths of ISI integrations, where the service calls the broker's own REST API: create
-and edit them (their OAuth access token: ``services.isi_tokens``; their connections:
-``services.isi_connections``).
+and edit them (their OAuth access token: ``services.cycle.isi_tokens``; their connections:
+``services.cycle.isi_connections``).
 
 ::
 
@@ -13,7 +13,7 @@ and edit them (their OAuth access token: ``services.isi_tokens``; their connecti
     isi_integration_update(integration=integration, actor="staff:ann", name="Acme API 2")
 
 The calls themselves are in ``dispatch.isi``; deliveries go through the shared loop
-(``services.deliveries``).
+(``services.dispatch.deliveries``).
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ from integrations.models import (
     IsiAuth,
     IsiConnection,
 )
-from integrations.services.integrations import integration_updated
-from integrations.services.isi_connections import isi_connections_refresh
+from integrations.services.cycle.isi_connections import isi_connections_refresh
 from integrations.services.ledger import ledger_event_append
 from integrations.services.row_updates import row_locked, row_update
+from integrations.services.staff.integrations import integration_updated
 from integrations.validators import integration_name_validate, target_url_validate
 
 CLIENT_ID_MAX = 200

@@ -44,10 +44,10 @@ from integrations.models import (
     WorkItem,
     WorkItemState,
 )
-from integrations.services.cycle_state import cycle_state_refresh
-from integrations.services.drop import drop_client_for
+from integrations.services.cycle.cycle_state import cycle_state_refresh
+from integrations.services.cycle.drop import drop_client_for
 from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
-from integrations.services.report_files import (
+from integrations.services.reporting.report_files import (
     report_file_facts,
 )
 

@@ -1,6 +1,6 @@
 """Importing a DROP download ZIP: a new cycle, matched, with its requests, in one transaction.
 
-``drop import`` and a pull (``services.drop.drop_pull``) call ``drop_zip_import`` with a ZIP
+``drop import`` and a pull (``services.cycle.drop.drop_pull``) call ``drop_zip_import`` with a ZIP
 on disk::
 
     result = drop_zip_import(broker=broker, path=Path("20260312_4821_DROP.zip"), actor=...)
@@ -8,14 +8,14 @@ on disk::
 
 The ZIP is streamed and validated row by row (``integrations.drop.files``) into a staging
 table with COPY, then matched and written as work items, deletion requests and their
-delivery jobs, with the cycle and its ledger event (``integrations.services.matching`` says
+delivery jobs, with the cycle and its ledger event (``integrations.services.cycle.matching`` says
 how, and why so). One odd part never holds back the rest: a member that is not a DROP list
 is skipped (a ``drop.package_members_skipped`` event); a DROP list that cannot be read is
 named in the cycle's ``unread_files``; a malformed row is kept as an ``UnreadableWorkItem``;
 both raise an alert at once and are in ``ImportResult.not_imported``. A package that is not a
 ZIP, holds no DROP list or is another broker's is refused whole; nothing of it is kept but a
 ``drop.import_refused`` event. The same ZIP imported again changes nothing. A Removed file
-closes the work items it names (``services.drop_removed``).
+closes the work items it names (``services.cycle.drop_removed``).
 """
 
 from __future__ import annotations
@@ -50,17 +50,15 @@ from integrations.models import (
     DropCycle,
     UnreadableWorkItem,
 )
-from integrations.services.cycle_state import cycle_state_refresh
-from integrations.services.drop_removed import (
+from integrations.services.cycle.cycle_state import cycle_state_refresh
+from integrations.services.cycle.drop_removed import (
     NO_REMOVED,
     STAGED_REMOVED,
     RemovedResult,
     work_items_close_removed,
 )
-from integrations.services.isi_connections import isi_connections_refresh_for_broker
-from integrations.services.ledger import ledger_event_append
-from integrations.services.locks import matching_lock
-from integrations.services.matching import (
+from integrations.services.cycle.isi_connections import isi_connections_refresh_for_broker
+from integrations.services.cycle.matching import (
     cycle_matches_collect,
     staged_items_analyze,
     staged_items_create,
@@ -68,7 +66,9 @@ from integrations.services.matching import (
     staged_items_match,
     work_items_insert_staged,
 )
-from integrations.services.requests import RequestsCreated, requests_create_for_matches
+from integrations.services.cycle.requests import RequestsCreated, requests_create_for_matches
+from integrations.services.ledger import ledger_event_append
+from integrations.services.locks import matching_lock
 
 _COPY_BATCH_ROWS = 8192
 IMPORT_WORK_MEM = "64MB"

@@ -34,8 +34,12 @@ from integrations.models import (
     WorkItemState,
 )
 from integrations.selectors.requests import automatic_redispatches
-from integrations.services.deliveries import DELETION_REQUESTS, RESOLUTION_REQUESTS, SAAS_DELETIONS
-from integrations.services.delivery_loop import DeliveryKind
+from integrations.services.dispatch.deliveries import (
+    DELETION_REQUESTS,
+    RESOLUTION_REQUESTS,
+    SAAS_DELETIONS,
+)
+from integrations.services.dispatch.delivery_loop import DeliveryKind
 from integrations.services.ledger import ledger_event_append
 
 REDELIVERABLE = (RequestState.QUEUED, RequestState.DISPATCHED, RequestState.UNDELIVERABLE)

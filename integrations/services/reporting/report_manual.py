@@ -18,12 +18,12 @@ from django.utils import timezone
 from integrations.enqueue import alerts_evaluate_enqueue
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import AWAITING_DROP, Broker, ReportFile, ReportFileState, ReportKind
-from integrations.services.cycle_state import cycle_state_refresh
+from integrations.services.cycle.cycle_state import cycle_state_refresh
 from integrations.services.ledger import ledger_event_append
-from integrations.services.report_files import (
+from integrations.services.reporting.report_files import (
     report_file_facts,
 )
-from integrations.services.report_uploads import report_rows_taken, report_upload_lock
+from integrations.services.reporting.report_uploads import report_rows_taken, report_upload_lock
 
 DISCARD_REASON_MAX = 2000
 

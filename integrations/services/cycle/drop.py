@@ -1,7 +1,7 @@
 """Pulling from DROP: download the broker's current package and import it.
 
 ``drop pull`` and the periodic pull call ``drop_pull``; it downloads through
-``drop_client_for`` and imports with ``services.drop_import.drop_zip_import``::
+``drop_client_for`` and imports with ``services.cycle.drop_import.drop_zip_import``::
 
     result = drop_pull(broker=broker, actor="cli:alice")     # download, import, match
     result.outcome, result.imported.cycle.drop_session_id
@@ -29,7 +29,7 @@ from integrations.drop.client import DropApiError, DropClient, base_url_for
 from integrations.drop.transport import DropLimits, OnProgress
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker
-from integrations.services.drop_import import DropImportError, ImportResult, drop_zip_import
+from integrations.services.cycle.drop_import import DropImportError, ImportResult, drop_zip_import
 from integrations.services.ledger import ledger_event_append
 
 log = logging.getLogger(__name__)

@@ -41,14 +41,14 @@ from integrations.models import (
     WorkItem,
     WorkItemState,
 )
-from integrations.services.ledger import ledger_event_append
-from integrations.services.outcomes import (
+from integrations.services.cycle.work_items import work_item_settle
+from integrations.services.dispatch.outcomes import (
     OutcomeConflict,
     OutcomeRecorded,
     cancelled_conflict,
     opt_out_recorded_as,
 )
-from integrations.services.work_items import work_item_settle
+from integrations.services.ledger import ledger_event_append
 
 FINAL_SAAS_STATES = (RequestState.COMPLETED, RequestState.CANCELLED)
 NOT_DELETED_OUTCOMES = (DropOutcome.OPTED_OUT, DropOutcome.EXEMPT)

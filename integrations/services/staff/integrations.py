@@ -39,14 +39,14 @@ from integrations.models import (
     WorkItem,
 )
 from integrations.outbound_http import DeliveryResult, deliver
-from integrations.services.ledger import ledger_event_append
-from integrations.services.locks import matching_lock
-from integrations.services.requests import (
+from integrations.services.cycle.requests import (
     cancelled_requests_wait_for_target,
     pending_requests_target,
 )
+from integrations.services.cycle.work_items import work_item_settle
+from integrations.services.ledger import ledger_event_append
+from integrations.services.locks import matching_lock
 from integrations.services.row_updates import Audited, row_update
-from integrations.services.work_items import work_item_settle
 from integrations.validators import integration_name_validate, target_url_validate
 
 PREVIOUS_SECRET_VALIDITY = dt.timedelta(hours=24)

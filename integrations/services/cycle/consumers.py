@@ -33,7 +33,7 @@ How, and why so:
   An API call gives up after ``lock_timeout`` seconds (``RegistrationBusy``) rather than
   hold a web worker behind a million-row import.
 - The hashes a call added are matched late against the DROP hashes already received, in
-  the same transaction (``services.matching.consumer_hashes_match_late``).
+  the same transaction (``services.cycle.matching.consumer_hashes_match_late``).
 - One ledger event per call, with its counts; rejected rows are counted, not listed.
 """
 
@@ -55,8 +55,8 @@ from integrations.consumers.sources import ConsumerSource
 from integrations.consumers.workers import EncodedBatch, encode_batch
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, Consumer, ConsumerHash
+from integrations.services.cycle.matching import consumer_hashes_match_late
 from integrations.services.ledger import ledger_event_append
-from integrations.services.matching import consumer_hashes_match_late
 
 CHUNK_ROWS = 250_000  # hash rows staged per COPY
 DEFAULT_MAX_FORGET = 0.05  # replace refuses to forget more of the set than this, unforced

@@ -24,8 +24,8 @@ from integrations.dispatch.saas import categories_or_default
 from integrations.drop.calendar import drop_time_text
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, RequestState, SaasConnection, SaasDeletion
+from integrations.services.dispatch.resolutions import FINAL_SAAS_STATES, resolution_settle
 from integrations.services.ledger import ledger_event_append
-from integrations.services.resolutions import FINAL_SAAS_STATES, resolution_settle
 from integrations.services.row_updates import Audited, row_locked, row_update
 from integrations.validators import target_url_validate
 

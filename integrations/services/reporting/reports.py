@@ -51,14 +51,14 @@ from integrations.models import (
     ReportFile,
     WorkItem,
 )
+from integrations.services.cycle.work_items import work_items_settle
 from integrations.services.ledger import SYSTEM_ACTOR
-from integrations.services.report_files import report_files_write
-from integrations.services.report_uploads import (
+from integrations.services.reporting.report_files import report_files_write
+from integrations.services.reporting.report_uploads import (
     ReportRun,
     report_client_for,
     report_files_upload,
 )
-from integrations.services.work_items import work_items_settle
 
 log = logging.getLogger(__name__)
 

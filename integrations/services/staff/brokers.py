@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, BrokerMode
-from integrations.services.drop import broker_drop_url
+from integrations.services.cycle.drop import broker_drop_url
 from integrations.services.ledger import ledger_event_append
 from integrations.services.row_updates import Audited, row_locked, row_update
 from integrations.validators import url_credentials_validate

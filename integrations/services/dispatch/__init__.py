@@ -1,0 +1,1 @@
+"""Handing requests to the broker's systems and taking their answers back."""

@@ -1,0 +1,1 @@
+"""What auditors get: evidence packs, export records."""

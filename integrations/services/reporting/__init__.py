@@ -1,0 +1,1 @@
+"""Reporting statuses to DROP: response files written, uploaded, amended."""

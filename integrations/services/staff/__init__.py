@@ -1,0 +1,1 @@
+"""What staff configure and watch: brokers, targets, keys, roles, MFA, alerts."""
