@@ -54,9 +54,9 @@ _TABLES_DROP: Final = (
 # %(existing)s: the broker may have some), or a new id from the consumers' sequence
 # (coalesce draws it only when there is none). Byte order ("C") in the DISTINCT too: one
 # sort then serves both, and a sort under C.UTF-8 goes through strcoll (24 s instead of 9
-# for 20 M staged rows). OFFSET 0: ids are drawn in this order, after the sort. With kinds:
-# each pointer's kind is the last one its rows name.
-_POINTERS_CREATE_TEMPLATE: Final = """
+# for 20 M staged rows). OFFSET 0: ids are drawn in this order, after the sort. Each
+# pointer's kind is the last one its rows name.
+_POINTERS_CREATE_WITH_KINDS: Final = """
 CREATE TEMP TABLE consumer_registration_pointers ON COMMIT DROP AS
 SELECT remote_identifier, kind,
        coalesce(existing_id, nextval(%(consumer_ids)s::regclass)) AS consumer_id,
@@ -64,20 +64,34 @@ SELECT remote_identifier, kind,
   FROM (SELECT p.remote_identifier, p.kind, c.id AS existing_id,
                c.remote_identifier_kind AS stored_kind
           FROM (SELECT DISTINCT ON (remote_identifier COLLATE "C") remote_identifier,
-                       {kind} AS kind
+                       remote_identifier_kind AS kind
                   FROM consumer_registration_staging
-                 ORDER BY remote_identifier COLLATE "C"{kind_order}) p
+                 ORDER BY remote_identifier COLLATE "C", remote_identifier_kind IS NULL,
+                          line DESC) p
           LEFT JOIN integrations_consumer c
             ON %(existing)s AND c.broker_id = %(broker)s
            AND c.remote_identifier = p.remote_identifier
          ORDER BY p.remote_identifier COLLATE "C"
         OFFSET 0) ordered
 """
-_POINTERS_CREATE_WITH_KINDS: Final = _POINTERS_CREATE_TEMPLATE.format(
-    kind="remote_identifier_kind", kind_order=", remote_identifier_kind IS NULL, line DESC"
-)
-# No row names a kind: no kind to sort for.
-_POINTERS_CREATE: Final = _POINTERS_CREATE_TEMPLATE.format(kind="NULL::text", kind_order="")
+# The same when no row names a kind: no kind to sort for.
+_POINTERS_CREATE: Final = """
+CREATE TEMP TABLE consumer_registration_pointers ON COMMIT DROP AS
+SELECT remote_identifier, kind,
+       coalesce(existing_id, nextval(%(consumer_ids)s::regclass)) AS consumer_id,
+       existing_id IS NULL AS created, stored_kind
+  FROM (SELECT p.remote_identifier, p.kind, c.id AS existing_id,
+               c.remote_identifier_kind AS stored_kind
+          FROM (SELECT DISTINCT ON (remote_identifier COLLATE "C") remote_identifier,
+                       NULL::text AS kind
+                  FROM consumer_registration_staging
+                 ORDER BY remote_identifier COLLATE "C") p
+          LEFT JOIN integrations_consumer c
+            ON %(existing)s AND c.broker_id = %(broker)s
+           AND c.remote_identifier = p.remote_identifier
+         ORDER BY p.remote_identifier COLLATE "C"
+        OFFSET 0) ordered
+"""
 _KINDS_UPDATE: Final = """
 UPDATE integrations_consumer c SET remote_identifier_kind = p.kind
   FROM consumer_registration_pointers p
