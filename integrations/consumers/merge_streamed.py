@@ -16,6 +16,11 @@ fresh partition, each joined with the round's own consumers only, and the stagin
 emptied, so what is left at the end is the index builds. A round found out of order stops
 this: ``load`` hands it and every later round to ``merge_general``, with its own staging.
 
+Why a path of its own (docs/benchmarks.md, the streamed first load against the general
+merge at 10 M): the general merge, forced on the same 10 M first set, took 1.28 and 1.41
+times as long. The database does the same work either way; here it merges while the
+hashing workers read the next round instead of after the last one.
+
 This module's temp tables, made, read and dropped here only: the round's staging rows
 (``consumer_registration_round_staging``) and its consumers
 (``consumer_registration_round_pointers``, with the last one of the round before).
