@@ -116,7 +116,9 @@ def write_baseline_files(
             hashes.write(f"{b}\t{number}\temail\t\\\\x{e}\n{b}\t{number}\tphone\t\\\\x{p}\n")
 
 
-def fresh_start(url: str) -> None:
+def fresh_start(url: str, *, baseline: bool = True) -> None:
+    """Empty consumer tables, no broker partition, a checkpoint; ``baseline``: the
+    baseline's tables emptied too."""
     with psycopg.connect(url, autocommit=True) as conn:
         # CASCADE: the (empty) deletion requests of the scratch database refer to consumers.
         conn.execute("TRUNCATE integrations_consumerhash, integrations_consumer CASCADE")
@@ -127,7 +129,8 @@ def fresh_start(url: str) -> None:
             "   AND inhrelid <> 'integrations_consumerhash_default'::regclass"
         ).fetchall():
             conn.execute(f"DROP TABLE {partition}")
-        conn.execute("TRUNCATE baseline_consumerhash, baseline_consumer")
+        if baseline:
+            conn.execute("TRUNCATE baseline_consumerhash, baseline_consumer")
         conn.execute("VACUUM ANALYZE")
         checkpoint(conn)
 

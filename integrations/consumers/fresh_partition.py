@@ -1,11 +1,12 @@
 """A broker's first set: a plain table filled without indexes, indexed after, then attached.
 
-Both ways of loading a first set fill it (``merge_streamed`` round by round, ``merge_general``
-at the end); ``load.ConsumerLoad`` makes it and finishes it::
+``load.ConsumerLoad`` makes it and finishes it; both ways of loading a first set fill it
+from their own staged rows (``merge_streamed`` round by round, ``merge_general`` at the end),
+naming it by ``partition``::
 
     if partition_possible(cursor, broker_pk=broker_pk):
         partition_make(cursor, broker_pk=broker_pk)
-        partition_fill(cursor, params=..., broker_pk=broker_pk, pointers=...)  # each round
+        ...                                        # the merge paths fill it
         removed = partition_finish(cursor, broker_pk=broker_pk)
 
 Why (docs/benchmarks.md, consumer import): a sort and a bottom-up build of each index cost
@@ -25,7 +26,6 @@ from psycopg import sql
 __all__ = [
     "PARTITION_PREFIX",
     "partition",
-    "partition_fill",
     "partition_finish",
     "partition_make",
     "partition_name",
@@ -48,14 +48,6 @@ CREATE TABLE {partition} (
     broker_id bigint NOT NULL CHECK (broker_id = {broker}),
     consumer_id bigint NOT NULL
 ) WITH (autovacuum_enabled = false)
-""")
-# Every staged row as it is, its consumer from ``pointers`` (the round's own, or the
-# call's): the unique index, built after, finds a repeated row.
-_FILL: Final = sql.SQL("""
-INSERT INTO {partition} (id, hash_type, hash, broker_id, consumer_id)
-SELECT nextval(%(hash_ids)s::regclass), s.hash_type, s.hash, %(broker)s, p.consumer_id
-  FROM consumer_registration_staging s
-  JOIN {pointers} p USING (remote_identifier)
 """)
 # The indexes of the partitioned table, built once over the loaded rows; ATTACH finds
 # them and adopts them as the partition's own (nothing is built twice). The unique one
@@ -99,15 +91,6 @@ def partition_make(cursor: Any, *, broker_pk: int) -> None:
     cursor.execute(
         _CREATE.format(partition=partition(broker_pk), broker=sql.Literal(int(broker_pk)))
     )
-
-
-def partition_fill(
-    cursor: Any, *, params: dict[str, Any], broker_pk: int, pointers: sql.Identifier
-) -> int:
-    """Insert every staged row into the partition, its consumer found in ``pointers`` (a
-    temp table of ``remote_identifier, consumer_id``); return how many."""
-    cursor.execute(_FILL.format(partition=partition(broker_pk), pointers=pointers), params)
-    return int(cursor.rowcount)
 
 
 def partition_finish(cursor: Any, *, broker_pk: int) -> int:

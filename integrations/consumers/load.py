@@ -3,10 +3,10 @@
 A service of ``integrations.services.cycle.consumers`` drives it, inside its transaction and
 under the broker's registration lock::
 
-    load = ConsumerLoad(cursor, broker_pk=...)  # the staging table
+    load = ConsumerLoad(cursor, broker_pk=...)  # the merge paths' temp tables
     batches = StagedBatches()
     for copy_data in rounds:                    # batches.add(batch) for each of its batches
-        load.stage(batches.round(copy_data))    # COPY; a first set in key order: merged
+        load.stage(batches.round(copy_data))    # a first set in key order: merged; else COPY
     merged = load.finish()
     consumer_hashes_match_late(broker=..., added=load.added)  # the hashes this call added
     load.close()                                # the temp tables, dropped
@@ -24,9 +24,9 @@ It picks the merge path; each is its own module:
   attached at the end.
 
 Consumer hashes are partitioned by broker (migration 0026): one broker's index is the size
-of its own set. Memory stays flat for any file size. This module's temp table is the
-staging table (``consumer_registration_staging``), the input the merge paths read;
-each merge module makes and drops its own.
+of its own set. Memory stays flat for any file size. This module names no table of its
+own: each merge module stages the rounds handed to it in its own temp tables, and reads
+and drops only those; the late match reads the relation ``added`` names.
 """
 
 from __future__ import annotations
@@ -116,31 +116,6 @@ class StagedBatches:
         return round_
 
 
-_STAGING_CREATE: Final = """
-CREATE TEMP SEQUENCE consumer_registration_line;
-CREATE TEMP TABLE consumer_registration_staging (
-    -- The row's ordinal in the call (COPY takes rows in order): files restart their line
-    -- numbers, and the last row naming a kind gives the pointer's kind.
-    line bigint NOT NULL DEFAULT nextval('consumer_registration_line'),
-    remote_identifier text NOT NULL,
-    remote_identifier_kind text,
-    hash_type text NOT NULL,
-    hash bytea NOT NULL,
-    -- The pointer's number in its batch of the file, and true on its first row
-    -- (workers.staging_rows): a round's pointers are drawn from them.
-    pointer_in_batch integer NOT NULL,
-    first_row boolean NOT NULL
-) ON COMMIT DROP
-"""
-_STAGING_DROP: Final = (
-    "DROP TABLE IF EXISTS consumer_registration_staging;"
-    " DROP SEQUENCE IF EXISTS consumer_registration_line"
-)
-_STAGE: Final = (
-    "COPY consumer_registration_staging"
-    " (remote_identifier, remote_identifier_kind, hash_type, hash, pointer_in_batch, first_row)"
-    " FROM STDIN"
-)
 _SEQUENCES: Final = (
     "SELECT pg_get_serial_sequence('integrations_consumer', 'id'),"
     " pg_get_serial_sequence('integrations_consumerhash', 'id')"
@@ -153,30 +128,25 @@ _BROKER_HAS_CONSUMERS: Final = (
 )
 
 
-def staging_copy(cursor: Any, copy_data: bytes | bytearray) -> None:
-    """Append one round of staging rows (COPY text) to the staging table."""
-    with cursor.copy(_STAGE) as copy:
-        copy.write(copy_data)
-
-
 class ConsumerLoad:
     """One call's rows, staged round by round and merged into the broker's consumers.
 
-    Made inside the call's transaction, under the broker's registration lock: the staging
-    table, and for a broker's first set (no consumer, no hash anywhere) its partition-to-be.
-    ``stage`` copies each round in; while a first set's pointers ascend, it merges the
-    round there and then (``merge_streamed``), and empties the staging table. ``finish``
-    merges what is left (``merge_general``: everything, for any other call), indexes a
-    fresh partition and attaches it, and names in ``added`` the relation that lists the
-    hashes the call added. ``close`` drops the temp tables (they would go at commit; a
-    caller's enclosing transaction may make another call first).
+    Made inside the call's transaction, under the broker's registration lock: the merge
+    paths' temp tables, and for a broker's first set (no consumer, no hash anywhere) its
+    partition-to-be. ``stage`` hands each round on: while a first set's pointers ascend,
+    to ``merge_streamed``, which merges it there and then; from the first round that has
+    to wait (out of order, or refused under its savepoint), to ``merge_general``'s
+    staging. ``finish`` merges what is left (``merge_general``: everything, for any other
+    call), indexes a fresh partition and attaches it, and names in ``added`` the relation
+    that lists the hashes the call added. ``close`` drops the temp tables (they would go at
+    commit; a caller's enclosing transaction may make another call first).
     """
 
     def __init__(self, cursor: Any, *, broker_pk: int) -> None:
         self.cursor = cursor
         self.broker_pk = broker_pk
         self.close()  # an earlier call's, in the same enclosing transaction
-        cursor.execute(_STAGING_CREATE)
+        merge_general.staging_create(cursor)
         cursor.execute(_SEQUENCES)
         consumer_ids, hash_ids = cursor.fetchone()  # looked up once, not per row
         self.params: dict[str, Any] = {
@@ -192,7 +162,7 @@ class ConsumerLoad:
             cursor, broker_pk=broker_pk
         )
         if self.fresh:
-            merge_streamed.round_pointers_create(cursor)
+            merge_streamed.tables_create(cursor)
         self.partition_made = False
         self.rounds_streamed = self.rounds_at_end = 0
         self.consumers_created = self.hashes_added = 0
@@ -206,14 +176,14 @@ class ConsumerLoad:
         return self.rounds_streamed + self.rounds_at_end
 
     def stage(self, round_: Round) -> None:
-        staging_copy(self.cursor, round_.copy_data)
         # A first set merges as it reads until a round has to wait for the end.
         if self.fresh and not self.rounds_at_end and round_.ascending:
             self._partition_make()
             try:
-                with transaction.atomic():  # a savepoint: the round stays staged if refused
+                with transaction.atomic():  # a savepoint: nothing of the round if refused
                     consumers, hashes = merge_streamed.round_merge(
                         self.cursor,
+                        copy_data=round_.copy_data,
                         params=self.params,
                         broker_pk=self.broker_pk,
                         starts=round_.starts,
@@ -221,7 +191,7 @@ class ConsumerLoad:
                         kinds_named_later=round_.kinds,
                     )
             except IntegrityError:
-                pass  # a pointer met again (the order checks missed it): merged at the end
+                pass  # a pointer met again (the order checks missed it): staged for the end
             else:
                 self.rounds_streamed += 1
                 self.consumers_created += consumers
@@ -229,6 +199,7 @@ class ConsumerLoad:
                 merge_streamed.round_clear(self.cursor)
                 return
         # Out of order, or not a first set: this round and every later one wait for the end.
+        merge_general.stage(self.cursor, round_.copy_data)
         self.rounds_at_end += 1
         self.kinds_given = self.kinds_given or round_.kinds_given
 
@@ -278,9 +249,8 @@ class ConsumerLoad:
         return merge_general.unlisted_forget(self.cursor, broker_pk=self.broker_pk)
 
     def close(self) -> None:
-        merge_streamed.round_pointers_drop(self.cursor)
+        merge_streamed.tables_drop(self.cursor)
         merge_general.tables_drop(self.cursor)
-        self.cursor.execute(_STAGING_DROP)
 
     def _partition_make(self) -> None:
         if not self.partition_made:

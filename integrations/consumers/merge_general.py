@@ -1,8 +1,10 @@
 """Everything staged, merged once all is read: the general merge, in key order.
 
-``load.ConsumerLoad.finish`` calls it for every call whose rounds were not merged as they
-were read (a broker that has consumers, or a first set out of key order)::
+``load.ConsumerLoad`` stages into it every round not merged as it was read (a broker that
+has consumers, or a first set out of key order), and merges them at the end::
 
+    staging_create(cursor)                         # once
+    stage(cursor, copy_data)                       # each round left for the end
     pointers_gather(cursor, params=..., kinds_given=..., existing=...)
     kinds_update(cursor, params=...)               # when the rows name kinds
     consumers_insert(cursor, params=...)
@@ -16,10 +18,11 @@ keys all over indexes larger than memory: a 10 M import grew 14.7 times for 10 t
 rows. Consumer ids are drawn from the sequence while the pointers are gathered, so the
 hashes name their consumer without reading the consumers back.
 
-This module's temp tables: ``consumer_registration_pointers`` (each pointer the call
-listed, with its consumer), ``new_consumer_hashes`` (the hashes the call added) and, for a
-replace, ``consumer_registration_forgotten``; ``unlisted_count`` and ``unlisted_forget``
-read the listed pointers for ``services.cycle.consumers.consumers_replace``.
+This module's temp tables, made, read and dropped here only: its staging table
+(``consumer_registration_staging``: the rounds ``stage`` copies in), the pointers
+(``consumer_registration_pointers``: each pointer the call listed, with its consumer),
+``new_consumer_hashes`` (the hashes the call added, handed on as ``NEW_CONSUMER_HASHES``)
+and, for a replace, ``consumer_registration_forgotten``.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ __all__ = [
     "kinds_update",
     "partition_fill",
     "pointers_gather",
+    "stage",
+    "staging_create",
     "tables_drop",
     "unlisted_count",
     "unlisted_forget",
@@ -44,19 +49,42 @@ __all__ = [
 
 # What a late match reads: the hashes this call added (hashes_insert).
 NEW_CONSUMER_HASHES: Final = sql.Identifier("new_consumer_hashes")
-_POINTERS: Final = sql.Identifier("consumer_registration_pointers")
 
 _TABLES_DROP: Final = (
-    "DROP TABLE IF EXISTS consumer_registration_pointers, new_consumer_hashes,"
-    " consumer_registration_forgotten"
+    "DROP TABLE IF EXISTS consumer_registration_staging, consumer_registration_pointers,"
+    " new_consumer_hashes, consumer_registration_forgotten;"
+    " DROP SEQUENCE IF EXISTS consumer_registration_line"
 )
+_STAGING_CREATE: Final = """
+CREATE TEMP SEQUENCE consumer_registration_line;
+CREATE TEMP TABLE consumer_registration_staging (
+    -- The row's ordinal in the call (COPY takes rows in order): files restart their line
+    -- numbers, and the last row naming a kind gives the pointer's kind.
+    line bigint NOT NULL DEFAULT nextval('consumer_registration_line'),
+    remote_identifier text NOT NULL,
+    remote_identifier_kind text,
+    hash_type text NOT NULL,
+    hash bytea NOT NULL,
+    -- workers.staging_rows writes them for merge_streamed; unread here.
+    pointer_in_batch integer NOT NULL,
+    first_row boolean NOT NULL
+) ON COMMIT DROP
+"""
+_STAGE: Final = (
+    "COPY consumer_registration_staging"
+    " (remote_identifier, remote_identifier_kind, hash_type, hash, pointer_in_batch, first_row)"
+    " FROM STDIN"
+)
+_STAGING_ANALYZE: Final = "ANALYZE consumer_registration_staging"
+_POINTERS_ANALYZE: Final = "ANALYZE consumer_registration_pointers"
+_NEW_HASHES_ANALYZE: Final = "ANALYZE new_consumer_hashes"
 # Each pointer once, in remote_identifier order, with its consumer: the existing one (when
 # %(existing)s: the broker may have some), or a new id from the consumers' sequence
 # (coalesce draws it only when there is none). Byte order ("C") in the DISTINCT too: one
 # sort then serves both, and a sort under C.UTF-8 goes through strcoll (24 s instead of 9
-# for 20 M staged rows). OFFSET 0: ids are drawn in this order, after the sort. With kinds:
-# each pointer's kind is the last one its rows name.
-_POINTERS_CREATE_TEMPLATE: Final = """
+# for 20 M staged rows). OFFSET 0: ids are drawn in this order, after the sort. Each
+# pointer's kind is the last one its rows name.
+_POINTERS_CREATE_WITH_KINDS: Final = """
 CREATE TEMP TABLE consumer_registration_pointers ON COMMIT DROP AS
 SELECT remote_identifier, kind,
        coalesce(existing_id, nextval(%(consumer_ids)s::regclass)) AS consumer_id,
@@ -64,20 +92,34 @@ SELECT remote_identifier, kind,
   FROM (SELECT p.remote_identifier, p.kind, c.id AS existing_id,
                c.remote_identifier_kind AS stored_kind
           FROM (SELECT DISTINCT ON (remote_identifier COLLATE "C") remote_identifier,
-                       {kind} AS kind
+                       remote_identifier_kind AS kind
                   FROM consumer_registration_staging
-                 ORDER BY remote_identifier COLLATE "C"{kind_order}) p
+                 ORDER BY remote_identifier COLLATE "C", remote_identifier_kind IS NULL,
+                          line DESC) p
           LEFT JOIN integrations_consumer c
             ON %(existing)s AND c.broker_id = %(broker)s
            AND c.remote_identifier = p.remote_identifier
          ORDER BY p.remote_identifier COLLATE "C"
         OFFSET 0) ordered
 """
-_POINTERS_CREATE_WITH_KINDS: Final = _POINTERS_CREATE_TEMPLATE.format(
-    kind="remote_identifier_kind", kind_order=", remote_identifier_kind IS NULL, line DESC"
-)
-# No row names a kind: no kind to sort for.
-_POINTERS_CREATE: Final = _POINTERS_CREATE_TEMPLATE.format(kind="NULL::text", kind_order="")
+# The same when no row names a kind: no kind to sort for.
+_POINTERS_CREATE: Final = """
+CREATE TEMP TABLE consumer_registration_pointers ON COMMIT DROP AS
+SELECT remote_identifier, kind,
+       coalesce(existing_id, nextval(%(consumer_ids)s::regclass)) AS consumer_id,
+       existing_id IS NULL AS created, stored_kind
+  FROM (SELECT p.remote_identifier, p.kind, c.id AS existing_id,
+               c.remote_identifier_kind AS stored_kind
+          FROM (SELECT DISTINCT ON (remote_identifier COLLATE "C") remote_identifier,
+                       NULL::text AS kind
+                  FROM consumer_registration_staging
+                 ORDER BY remote_identifier COLLATE "C") p
+          LEFT JOIN integrations_consumer c
+            ON %(existing)s AND c.broker_id = %(broker)s
+           AND c.remote_identifier = p.remote_identifier
+         ORDER BY p.remote_identifier COLLATE "C"
+        OFFSET 0) ordered
+"""
 _KINDS_UPDATE: Final = """
 UPDATE integrations_consumer c SET remote_identifier_kind = p.kind
   FROM consumer_registration_pointers p
@@ -93,6 +135,15 @@ SELECT consumer_id, %(broker)s, remote_identifier, coalesce(kind, %(default_kind
   FROM consumer_registration_pointers
  WHERE created
 """
+# A first set: every staged row into the fresh partition as it is, its consumer from every
+# pointer (the unique index, built after, finds a repeated row). The partition's name is
+# composed (fresh_partition.partition).
+_PARTITION_FILL: Final = sql.SQL("""
+INSERT INTO {partition} (id, hash_type, hash, broker_id, consumer_id)
+SELECT nextval(%(hash_ids)s::regclass), s.hash_type, s.hash, %(broker)s, p.consumer_id
+  FROM consumer_registration_staging s
+  JOIN consumer_registration_pointers p USING (remote_identifier)
+""")
 # Otherwise each (hash, list type, consumer) once (a file may list the same identifier
 # twice): a consumer created by this call has no hash to compare with; those of one that
 # existed are anti-joined with the broker's partition (the planner picks index probes for
@@ -171,15 +222,25 @@ def tables_drop(cursor: Any) -> None:
     cursor.execute(_TABLES_DROP)
 
 
+def staging_create(cursor: Any) -> None:
+    cursor.execute(_STAGING_CREATE)
+
+
+def stage(cursor: Any, copy_data: bytes | bytearray) -> None:
+    """Append one round of staging rows (COPY text, ``workers.staging_rows``)."""
+    with cursor.copy(_STAGE) as copy:
+        copy.write(copy_data)
+
+
 def pointers_gather(
     cursor: Any, *, params: dict[str, Any], kinds_given: bool, existing: bool
 ) -> None:
     """Each staged pointer once, with its consumer id; ``existing``: look for the broker's
     consumers already there (none: every pointer is new)."""
-    cursor.execute("ANALYZE consumer_registration_staging")
+    cursor.execute(_STAGING_ANALYZE)
     statement = _POINTERS_CREATE_WITH_KINDS if kinds_given else _POINTERS_CREATE
     cursor.execute(statement, {**params, "existing": existing})
-    cursor.execute("ANALYZE consumer_registration_pointers")
+    cursor.execute(_POINTERS_ANALYZE)
 
 
 def kinds_update(cursor: Any, *, params: dict[str, Any]) -> int:
@@ -194,11 +255,10 @@ def consumers_insert(cursor: Any, *, params: dict[str, Any]) -> int:
 
 
 def partition_fill(cursor: Any, *, params: dict[str, Any], broker_pk: int) -> int:
-    """A first set: every staged row into the fresh partition, its consumer from every
-    pointer."""
-    return fresh_partition.partition_fill(
-        cursor, params=params, broker_pk=broker_pk, pointers=_POINTERS
-    )
+    """A first set: every staged row into the fresh partition (made by
+    ``fresh_partition.partition_make``); return how many."""
+    cursor.execute(_PARTITION_FILL.format(partition=fresh_partition.partition(broker_pk)), params)
+    return int(cursor.rowcount)
 
 
 def hashes_insert(cursor: Any, *, params: dict[str, Any]) -> int:
@@ -206,7 +266,7 @@ def hashes_insert(cursor: Any, *, params: dict[str, Any]) -> int:
     many."""
     cursor.execute(_HASHES_INSERT, params)
     added = int(cursor.rowcount)
-    cursor.execute("ANALYZE new_consumer_hashes")
+    cursor.execute(_NEW_HASHES_ANALYZE)
     return added
 
 

@@ -44,7 +44,7 @@ import threading
 from collections.abc import Generator, Iterable, Iterator, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from django.db import OperationalError, connection, transaction
 from django.db.models import Count
@@ -64,6 +64,9 @@ REJECTED_KEPT = 10_000  # rejected records kept in the result (an API call has a
 # pg_advisory_xact_lock(int, int): the first key names the lock's purpose ("cons"), the
 # second is the broker's primary key.
 _REGISTRATION_LOCK = 0x636F6E73
+_LOCK: Final = "SELECT pg_advisory_xact_lock(%s, %s)"
+_LOCK_TIMEOUT: Final = "SELECT current_setting('lock_timeout')"
+_LOCK_TIMEOUT_SET: Final = "SELECT set_config('lock_timeout', %s, true)"
 
 
 class RegistrationBusy(Exception):
@@ -314,20 +317,20 @@ def _files_described(files: Sequence[ConsumerSource]) -> list[dict[str, Any]]:
 def registration_lock(cursor: Any, *, broker: Broker, timeout: float | None = None) -> None:
     """Serialize consumer registration for ``broker`` until the transaction ends."""
     if timeout is None:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_REGISTRATION_LOCK, broker.pk])
+        cursor.execute(_LOCK, [_REGISTRATION_LOCK, broker.pk])
         return
-    cursor.execute("SELECT current_setting('lock_timeout')")
+    cursor.execute(_LOCK_TIMEOUT)
     previous = cursor.fetchone()[0]
-    cursor.execute("SELECT set_config('lock_timeout', %s, true)", [f"{int(timeout * 1000)}ms"])
+    cursor.execute(_LOCK_TIMEOUT_SET, [f"{int(timeout * 1000)}ms"])
     try:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_REGISTRATION_LOCK, broker.pk])
+        cursor.execute(_LOCK, [_REGISTRATION_LOCK, broker.pk])
     except OperationalError as exc:
         if getattr(exc.__cause__, "sqlstate", None) == "55P03":  # lock_not_available
             raise RegistrationBusy(
                 f"another consumer registration for broker {broker.broker_id} is running"
             ) from None
         raise
-    cursor.execute("SELECT set_config('lock_timeout', %s, true)", [previous])
+    cursor.execute(_LOCK_TIMEOUT_SET, [previous])
 
 
 def _rounds(batches_in: Iterable[EncodedBatch], result: ConsumerRegistration) -> Iterator[Round]:
