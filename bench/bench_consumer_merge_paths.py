@@ -155,7 +155,7 @@ def main() -> int:
         from django.core.management import call_command
         from django.db import connection
 
-        from integrations.services.brokers import broker_create
+        from integrations.services.staff.brokers import broker_create
 
         call_command("migrate", verbosity=0)
         broker_create(broker_id=BROKER_ID, name="Bench", actor="bench")
