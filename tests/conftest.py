@@ -82,7 +82,8 @@ MIGRATED_TABLES = ("auth_group_permissions", "auth_group", "auth_permission", "d
 
 def migrations_fingerprint() -> str:
     """What the migrations would make of an empty database: every migration package's files
-    (their SQL too), the model code they import, the installed apps and the encryption keys."""
+    (their SQL too), the model code they import and the installed apps. (They write no
+    encrypted row: the keys play no part.)"""
     from django.db.migrations.loader import MigrationLoader
 
     loader = MigrationLoader(None, ignore_no_migrations=True)
@@ -91,9 +92,7 @@ def migrations_fingerprint() -> str:
         for m in loader.disk_migrations.values()
     }
     folders |= {ROOT / "integrations" / "models", ROOT / "integrations" / "sql"}
-    digest = hashlib.sha256(
-        repr([settings.INSTALLED_APPS, settings.DROPPORTAL_ENCRYPTION_KEYS]).encode()
-    )
+    digest = hashlib.sha256(repr(settings.INSTALLED_APPS).encode())
     for folder in sorted(folders):
         for path in sorted(folder.rglob("*")):
             if path.is_file() and "__pycache__" not in path.parts:
