@@ -121,7 +121,7 @@ def django_db_keepdb(
     run after a migration changed migrates as before, and leaves its database as the template
     (``django_db_setup`` below). ``--reuse-db`` keeps its own meaning: then nothing is copied.
     """
-    test_name, template = connection.creation._get_test_db_name(), template_name()
+    test_name, template = connection.creation.test_db_signature()[-1], template_name()
     request.config.stash[TEST_DATABASE] = (test_name, template, False)
     if django_db_keepdb:
         return True
