@@ -96,7 +96,9 @@ def migrations_fingerprint() -> str:
     for folder in sorted(folders):
         for path in sorted(folder.rglob("*")):
             if path.is_file() and "__pycache__" not in path.parts:
-                digest.update(str(path).encode() + b"\0" + path.read_bytes())
+                # Named from its app's folder: two checkouts of the same code share a template.
+                name = path.relative_to(folder.parent.parent).as_posix()
+                digest.update(name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:12]
 
 
