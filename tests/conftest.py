@@ -3,9 +3,13 @@ environment a ``manage.py`` subprocess needs to use the test database."""
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
 import signal
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
@@ -67,13 +71,100 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items[:] = ordered + rest
 
 
+ROOT = Path(__file__).resolve().parents[1]
+# The test database's name, its template's, and whether it was copied from it.
+TEST_DATABASE = pytest.StashKey[tuple[str, str, bool]]()
+
 # What migrations leave in the database (besides django_migrations, which a flush keeps), in
 # an order that deletes referring rows first and inserts them last.
 MIGRATED_TABLES = ("auth_group_permissions", "auth_group", "auth_permission", "django_content_type")
 
 
+def migrations_fingerprint() -> str:
+    """What the migrations would make of an empty database: every migration package's files
+    (their SQL too), the model code they import and the installed apps. (They write no
+    encrypted row: the keys play no part.)"""
+    from django.db.migrations.loader import MigrationLoader
+
+    loader = MigrationLoader(None, ignore_no_migrations=True)
+    folders = {
+        Path(str(sys.modules[m.__module__].__file__)).parent
+        for m in loader.disk_migrations.values()
+    }
+    folders |= {ROOT / "integrations" / "models", ROOT / "integrations" / "sql"}
+    digest = hashlib.sha256(repr(settings.INSTALLED_APPS).encode())
+    for folder in sorted(folders):
+        for path in sorted(folder.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                # Named from its app's folder: two checkouts of the same code share a template.
+                name = path.relative_to(folder.parent.parent).as_posix()
+                digest.update(name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def template_name() -> str:
+    """The migrated database a test database is copied from, one per state of the migrations
+    (named after the database settings name before a test database replaces it)."""
+    return f"test_{settings.DATABASES['default']['NAME']}_migrated_{migrations_fingerprint()}"[-63:]
+
+
 @pytest.fixture(scope="session")
-def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
+def django_db_keepdb(
+    request: pytest.FixtureRequest,
+    django_db_keepdb: bool,
+    django_db_modify_db_settings: None,
+    django_db_blocker: Any,
+) -> bool:
+    """The test database is a copy of a migrated template when there is one: ``CREATE
+    DATABASE ... TEMPLATE`` takes a moment where migrating takes most of a worker's start.
+
+    Django is then told to keep the database it finds (``keepdb``): it runs ``migrate``, which
+    has nothing to apply, and its post-migrate handlers, which have nothing to add. The first
+    run after a migration changed migrates as before, and leaves its database as the template
+    (``django_db_setup`` below). ``--reuse-db`` keeps its own meaning: then nothing is copied.
+    """
+    test_name, template = connection.creation.test_db_signature()[-1], template_name()
+    request.config.stash[TEST_DATABASE] = (test_name, template, False)
+    if django_db_keepdb:
+        return True
+    with django_db_blocker.unblock(), connection._nodb_cursor() as cursor:
+        cursor.execute("SELECT FROM pg_database WHERE datname = %s", [template])
+        if cursor.fetchone() is None:
+            return False
+        cursor.execute(f'DROP DATABASE IF EXISTS "{test_name}" WITH (FORCE)')
+        cursor.execute(f'CREATE DATABASE "{test_name}" TEMPLATE "{template}"')
+    request.config.stash[TEST_DATABASE] = (test_name, template, True)
+    return True
+
+
+def keep_as_template(test_name: str, template: str) -> None:
+    """Copy the freshly migrated test database as the template of later runs, and drop the
+    templates of other states of the migrations. Two workers may race: one copy is enough."""
+    from django.db import DatabaseError, connections
+
+    prefix = template.rpartition("_")[0]
+    connections.close_all()  # a database being copied must have no session
+    with connection._nodb_cursor() as cursor:
+        try:
+            cursor.execute(f'CREATE DATABASE "{template}" TEMPLATE "{test_name}"')
+        except DatabaseError:
+            return
+        cursor.execute(
+            "SELECT datname FROM pg_database WHERE starts_with(datname, %s) AND datname <> %s",
+            [prefix, template],
+        )
+        for (stale,) in cursor.fetchall():
+            with contextlib.suppress(DatabaseError):  # being copied: the next run drops it
+                cursor.execute(f'DROP DATABASE IF EXISTS "{stale}"')
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(
+    request: pytest.FixtureRequest,
+    django_db_setup: None,
+    django_db_keepdb: bool,
+    django_db_blocker: Any,
+) -> Iterator[None]:
     """pytest-django's test database, set up only for a run with a test that needs one; then
     what migrations left in it survives a flush.
 
@@ -116,8 +207,18 @@ def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[N
         ContentType.objects.clear_cache()
 
     post_migrate.connect(restore, weak=False, dispatch_uid="tests.migrated_rows")
+    test_name, template, copied = request.config.stash[TEST_DATABASE]
+    # Migrated here, into the test database (none is set up for a run that needs none).
+    if not django_db_keepdb and connection.settings_dict["NAME"] == test_name:
+        with django_db_blocker.unblock():
+            keep_as_template(test_name, template)
     yield
     post_migrate.disconnect(dispatch_uid="tests.migrated_rows")
+    if copied:  # kept only for Django: a copy goes as a created database does
+        with django_db_blocker.unblock():
+            connections.close_all()
+            with connection._nodb_cursor() as cursor:
+                cursor.execute(f'DROP DATABASE IF EXISTS "{test_name}" WITH (FORCE)')
 
 
 @pytest.fixture
