@@ -64,6 +64,7 @@ from integrations.services.cycle.matching import (
     staged_items_create,
     staged_items_drop,
     staged_items_match,
+    staged_match_rates,
     work_items_insert_staged,
 )
 from integrations.services.cycle.requests import RequestsCreated, requests_create_for_matches
@@ -178,6 +179,7 @@ def _import(
         _package_odd_parts_record(broker, cycle, reader, actor=actor)
         clock.lap("import")
         matched = staged_items_match(broker=broker, staged=staged)
+        cycle.match_rates = staged_match_rates(staged)
         clock.lap("match")
         not_found = work_items_insert_staged(cycle=cycle, staged=staged) - matched
         clock.lap("import")
@@ -351,7 +353,9 @@ def _cycle_counts_save(
     cycle.removed = removed.rows
     owes = cycle.work_items or unreadable
     cycle.state = CycleState.OPEN if owes else CycleState.NOTHING_OWED
-    cycle.save(update_fields=["work_items", "matched", "not_found", "removed", "state"])
+    cycle.save(
+        update_fields=["work_items", "matched", "not_found", "removed", "state", "match_rates"]
+    )
 
 
 def _cycle_imported_data(
@@ -372,6 +376,7 @@ def _cycle_imported_data(
         "work_items": cycle.work_items,
         "matched": cycle.matched,
         "not_found": cycle.not_found,
+        "match_rates": cycle.match_rates,
         "deletion_requests": requests.deletion_requests,
         "queued": requests.queued,
         "pending": requests.pending,
