@@ -421,13 +421,18 @@ class DropOutageFactory(DjangoModelFactory[DropOutage]):
 
 
 class DropAccessObligationFactory(DjangoModelFactory[DropAccessObligation]):
-    """The notice a long outage obliges, awaiting it, due 45 days after the failure."""
+    """The notice a long outage obliges, awaiting it, due 45 days after the failure; the
+    outage is over (DROP answered again)."""
 
     class Meta:
         model = DropAccessObligation
 
     broker = factory.SubFactory(BrokerFactory)
-    outage = factory.SubFactory(DropOutageFactory, broker=factory.SelfAttribute("..broker"))
+    outage = factory.SubFactory(
+        DropOutageFactory,
+        broker=factory.SelfAttribute("..broker"),
+        ended_at=factory.LazyFunction(timezone.now),
+    )
     failure_started_at = factory.SelfAttribute("outage.started_at")
     due_date = factory.LazyAttribute(lambda o: o.failure_started_at.date() + dt.timedelta(days=45))
 
