@@ -264,6 +264,21 @@ def test_uploads_failing_for_more_than_a_day_oblige_a_notice_too(
     assert DropAccessObligation.objects.awaiting_notice().count() == 1
 
 
+def test_timeouts_start_an_outage_too(
+    broker: Broker, drop: DropSimulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    short = dataclasses.replace(
+        drop_services.DROP_LIMITS, connect_timeout=0.3, read_timeout=0.3, total_timeout=0.3
+    )
+    monkeypatch.setattr(drop_services, "DROP_LIMITS", short)
+    drop.queue_response(200, body=b"late", delay=0.6, times=ATTEMPTS)
+    with pytest.raises(CommandError, match="did not answer"):
+        call_command("drop", "pull", "--broker", "4821")
+
+    (outage,) = DropOutage.objects.ongoing()
+    assert "did not answer" in outage.last_error
+
+
 @pytest.mark.parametrize(
     ("error", "not_ours"),
     [
