@@ -29,12 +29,7 @@ from integrations.drop.client import DropApiError, DropClient, base_url_for
 from integrations.drop.transport import DropLimits, OnProgress
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker
-from integrations.services.cycle.drop_access import (
-    drop_access_answered,
-    drop_access_failed,
-    drop_answered,
-    drop_failure_not_ours,
-)
+from integrations.services.cycle.drop_access import drop_access_record
 from integrations.services.cycle.drop_import import DropImportError, ImportResult, drop_zip_import
 from integrations.services.ledger import ledger_event_append
 
@@ -147,12 +142,9 @@ def drop_pull(
             reason = "unreachable"  # no answer, 5xx, cut off, or nothing to write to
         _pull_failed(broker, actor, message, status, reason)
         # DROP access: an outage starts or goes on, or DROP answered and one ends.
-        if drop_failure_not_ours(exc):
-            drop_access_failed(broker=broker, error=exc, actor=actor)
-        elif drop_answered(exc):
-            drop_access_answered(broker=broker, actor=actor)
+        drop_access_record(broker=broker, actor=actor, error=exc)
         raise DropPullError(message) from exc
-    drop_access_answered(broker=broker, actor=actor)
+    drop_access_record(broker=broker, actor=actor)
 
     if download.kind == "nothing_new":
         _pulled(broker, actor, {"outcome": "nothing_new", "message": download.message})

@@ -8,8 +8,8 @@ it started creates an obligation (11 CCR 7612(b)(1)): download by hand and notif
 CalPrivacy in writing, through the DROP account, within 45 days of the failure. It stays
 open, alerted and on the dashboard, until staff record the notice::
 
-    drop_access_failed(broker=broker, error=exc, actor=actor)   # a pull or upload failed
-    drop_access_answered(broker=broker, actor=actor)            # DROP answered a call
+    drop_access_record(broker=broker, actor=actor, error=exc)   # a pull or upload failed
+    drop_access_record(broker=broker, actor=actor)              # DROP answered it
     drop_access_notice_record(broker=broker, sent_on=day, reference="DROP msg 1182",
                               actor="staff:alice")
 """
@@ -53,6 +53,16 @@ def drop_answered(error: BaseException) -> bool:
         and error.status is not None
         and not drop_failure_not_ours(error)
     )
+
+
+def drop_access_record(*, broker: Broker, actor: str, error: BaseException | None = None) -> None:
+    """What one pull or upload says of the connection: DROP answered (no ``error``, or one
+    DROP answered with) and an outage ends; it failed through no doing of the broker's and
+    one starts or goes on; anything else (no key, a full disk) says nothing of DROP."""
+    if error is None or drop_answered(error):
+        drop_access_answered(broker=broker, actor=actor)
+    elif drop_failure_not_ours(error):
+        drop_access_failed(broker=broker, error=error, actor=actor)
 
 
 def drop_access_failed(
