@@ -179,12 +179,13 @@ def _import(
         _package_odd_parts_record(broker, cycle, reader, actor=actor)
         clock.lap("import")
         matched = staged_items_match(broker=broker, staged=staged)
-        cycle.match_rates = staged_match_rates(staged)
         clock.lap("match")
         not_found = work_items_insert_staged(cycle=cycle, staged=staged) - matched
         clock.lap("import")
         cycle_matches_collect()
         clock.lap("match")
+        # Counting per list type is bookkeeping, not matching: the import phase's.
+        cycle.match_rates = staged_match_rates(staged)
         staged_items_drop(staged)
         clock.lap("import")
         requests = requests_create_for_matches(
