@@ -26,6 +26,9 @@ GROUPS: list[tuple[str, list[tuple[str, str]]]] = [
             ("integrations.dropcycle", "calendar_month"),
             ("integrations.workitem", "person_search"),
             ("integrations.reportfile", "upload_file"),
+            # DROP access: a long outage's notice to CalPrivacy, and the outages themselves
+            ("integrations.dropaccessobligation", "gavel"),
+            ("integrations.dropoutage", "cloud_alert"),
         ],
     ),
     (

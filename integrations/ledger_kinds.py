@@ -35,6 +35,11 @@ class LedgerKind(StrEnum):
     DROP_DOCTOR_CHECKED = "drop.doctor_checked"  # a ``drop doctor`` run and what it found
     DROP_CYCLE_REPORTED = "drop_cycle.reported"  # a cycle with every status reported to DROP
     DROP_NOTIFICATION_RECEIVED = "drop.notification_received"  # DROP's webhook: one event
+    # -- DROP access: outages of the automated connection and the notice a long one obliges
+    DROP_OUTAGE_STARTED = "drop.outage_started"  # a DROP call failed, not the broker's doing
+    DROP_OUTAGE_ENDED = "drop.outage_ended"  # DROP answered again (how long it lasted)
+    DROP_ACCESS_OBLIGATION_CREATED = "drop.access_obligation_created"  # out more than a day
+    DROP_ACCESS_NOTICE_RECORDED = "drop.access_notice_recorded"  # notice to CalPrivacy, by staff
 
     # -- work items and consumers
     WORK_ITEM_STATUS_SET = "work_item.status_set"  # a status set by hand or by a service

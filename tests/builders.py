@@ -57,7 +57,9 @@ from integrations.models import (
     ConsumerHash,
     DeletionRequest,
     DeliveryAttempt,
+    DropAccessObligation,
     DropCycle,
+    DropOutage,
     Integration,
     IntegrationKind,
     IsiConnection,
@@ -405,6 +407,34 @@ class ReportFileFactory(DjangoModelFactory[ReportFile]):
     rows = 0
     sha256 = "0" * 64
     content = b"Id,Status\r\n"
+
+
+class DropOutageFactory(DjangoModelFactory[DropOutage]):
+    """An outage of the automated DROP connection under way since now."""
+
+    class Meta:
+        model = DropOutage
+
+    broker = factory.SubFactory(BrokerFactory)
+    started_at = factory.LazyFunction(timezone.now)
+    last_failure_at = factory.SelfAttribute("started_at")
+
+
+class DropAccessObligationFactory(DjangoModelFactory[DropAccessObligation]):
+    """The notice a long outage obliges, awaiting it, due 45 days after the failure; the
+    outage is over (DROP answered again)."""
+
+    class Meta:
+        model = DropAccessObligation
+
+    broker = factory.SubFactory(BrokerFactory)
+    outage = factory.SubFactory(
+        DropOutageFactory,
+        broker=factory.SelfAttribute("..broker"),
+        ended_at=factory.LazyFunction(timezone.now),
+    )
+    failure_started_at = factory.SelfAttribute("outage.started_at")
+    due_date = factory.LazyAttribute(lambda o: o.failure_started_at.date() + dt.timedelta(days=45))
 
 
 # Through the services: a test that signs as the broker holds the secret shown once.

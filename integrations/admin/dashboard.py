@@ -152,6 +152,19 @@ class StuckLine:
 
 
 @dataclass(frozen=True)
+class ObligationLine:
+    failure_started_at: dt.datetime
+    due_date: dt.date
+    days_left: int
+    ongoing: bool  # DROP still fails
+    url: str | None  # its page, where staff record the notice
+
+    @property
+    def days_late(self) -> int:
+        return -self.days_left
+
+
+@dataclass(frozen=True)
 class BrokerPanel:
     broker_id: str
     name: str
@@ -175,6 +188,8 @@ class BrokerPanel:
     # The periodic stuck check (``drop doctor``): what no automatic path will move.
     stuck: list[StuckLine] = field(default_factory=list)
     stuck_since: dt.datetime | None = None
+    # DROP outages of more than a day: the notice to CalPrivacy owed, until recorded.
+    obligations: list[ObligationLine] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -310,6 +325,16 @@ def _broker_panel(
         ),
         stuck=_stuck_lines(overview, links),
         stuck_since=overview.doctor.created_at if overview.doctor else None,
+        obligations=[
+            ObligationLine(
+                failure_started_at=obligation.failure_started_at,
+                due_date=obligation.due_date,
+                days_left=(obligation.due_date - today).days,
+                ongoing=obligation.outage.ended_at is None,
+                url=links.change("dropaccessobligation", obligation.pk),
+            )
+            for obligation in overview.drop_access_obligations
+        ],
         outcomes_chart=charts.stacked_bars(
             [_outcome_bar(c, links) for c in overview.recent_cycles],
             title=f"The broker's outcomes per cycle, broker {broker.broker_id}",

@@ -27,6 +27,7 @@ from integrations.admin.reports import set_work_item_status
 from integrations.admin.story import story_context
 from integrations.drop.calendar import drop_date, drop_timezone, drop_today, drop_year_bounds
 from integrations.drop_statuses import STATUS_CODES, DropStatus
+from integrations.list_types import DATA_TYPE_OF
 from integrations.models import (
     DropCycle,
     DropNotification,
@@ -36,6 +37,7 @@ from integrations.models import (
 from integrations.selectors.cycle_progress import cycle_progress
 from integrations.selectors.deadlines import drop_cycles_by_urgency
 from integrations.selectors.drop_metrics import METRIC_FIGURES, METRIC_FILTERS
+from integrations.selectors.match_rates import match_rate
 from integrations.selectors.work_item_search import search_token, work_items_find
 
 
@@ -97,6 +99,7 @@ class DropCycleAdmin(_ReadOnly):
         "removed",
         "owed",
         "waiting",
+        "match_rates_table",
         "files_table",
         "unread_files_table",
         "drop_notifications",
@@ -184,6 +187,33 @@ class DropCycleAdmin(_ReadOnly):
                 "<tr><td>{}</td><td>{}</td></tr>",
                 sorted(obj.files.items()),
             ),
+        )
+
+    @admin.display(description="match rate by list type (at import)")
+    def match_rates_table(self, obj: DropCycle) -> str:
+        if not obj.match_rates:
+            return "not kept (imported before match rates were)"
+        rows = []
+        for hash_type, entry in sorted(
+            obj.match_rates.items(),
+            key=lambda pair: (
+                pair[0] not in DATA_TYPE_OF,
+                list(DATA_TYPE_OF).index(pair[0]) if pair[0] in DATA_TYPE_OF else 0,
+                pair[0],
+            ),
+        ):
+            rate = match_rate(entry)
+            rows.append(
+                (
+                    DATA_TYPE_OF.get(hash_type, hash_type),
+                    entry.get("matched", 0),
+                    entry.get("items", 0),
+                    f"{float(rate):.1%}" if rate is not None else "-",
+                )
+            )
+        return format_html(
+            "<table><tr><th>list</th><th>matched</th><th>items</th><th>rate</th></tr>{}</table>",
+            format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", rows),
         )
 
     @admin.display(description="DROP lists not read (why)")

@@ -13,6 +13,7 @@ from integrations.models.drop import (
     no_status_held,
     owed_status,
 )
+from integrations.models.drop_access import DropAccessObligation, DropOutage
 from integrations.models.drop_notifications import DropNotification
 from integrations.models.encryption import EncryptionCanary
 from integrations.models.integrations import (
@@ -66,8 +67,10 @@ __all__ = [
     "CycleState",
     "DeletionRequest",
     "DeliveryAttempt",
+    "DropAccessObligation",
     "DropCycle",
     "DropNotification",
+    "DropOutage",
     "DropOutcome",
     "EncryptionCanary",
     "Integration",

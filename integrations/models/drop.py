@@ -49,6 +49,9 @@ class DropCycle(models.Model):
     # Per such list, when its member could be read through: file name -> data rows. DROP
     # sent each as a request: they count as received in the yearly figures.
     unread_rows = models.JSONField(default=dict, blank=True)
+    # Per list type, as matched at import: hash_type -> {"items": n, "matched": m}. Late
+    # matches do not change it (like ``matched``): it is what the download met.
+    match_rates = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(db_default=Now())
 
     class Meta:

@@ -15,6 +15,7 @@ from integrations.models import (
     CycleState,
     DeletionRequest,
     DeliveryAttempt,
+    DropAccessObligation,
     DropCycle,
     Integration,
     LedgerEvent,
@@ -24,6 +25,7 @@ from integrations.models import (
     WorkItemState,
     owed_status,
 )
+from integrations.selectors.drop_access import drop_access_obligations_open
 from integrations.selectors.requests import deletion_requests_needing_attention
 from integrations.selectors.targets import broker_targets
 
@@ -109,6 +111,8 @@ class BrokerOverview:
     failed_pull: LedgerEvent | None = None
     # The periodic stuck check's last result that changed (``services.staff.doctor``), if any.
     doctor: LedgerEvent | None = None
+    # DROP outages of more than a day whose notice to CalPrivacy is not recorded yet.
+    drop_access_obligations: list[DropAccessObligation] = field(default_factory=list)
 
 
 # The events that say how the broker's last download went.
@@ -120,7 +124,7 @@ _PULL_OUTCOME_KINDS = (
 
 
 def dashboard_overview(*, now: dt.datetime) -> list[BrokerOverview]:
-    """Everything the dashboard shows, per broker, in eleven queries whatever the data size."""
+    """Everything the dashboard shows, per broker, in twelve queries whatever the data size."""
     brokers = _brokers_with_last_transfers()
     recent, shown = _recent_and_open_cycles()
     recent_ids = {cycle.pk for cycle in recent}
@@ -133,6 +137,9 @@ def dashboard_overview(*, now: dt.datetime) -> list[BrokerOverview]:
     last_doctor_event = _last_event_by_broker(
         LedgerEvent.objects.filter(kind=LedgerKind.DROP_DOCTOR_CHECKED)
     )
+    obligations_of: dict[int, list[DropAccessObligation]] = {}
+    for obligation in drop_access_obligations_open():
+        obligations_of.setdefault(obligation.broker_id, []).append(obligation)
 
     overviews = []
     for broker in brokers:
@@ -155,6 +162,7 @@ def dashboard_overview(*, now: dt.datetime) -> list[BrokerOverview]:
                 if pull_event and pull_event.kind == LedgerKind.DROP_PULL_FAILED
                 else None,
                 doctor=last_doctor_event.get(broker.broker_id),
+                drop_access_obligations=obligations_of.get(broker.pk, []),
             )
         )
     return overviews

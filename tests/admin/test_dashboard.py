@@ -17,7 +17,7 @@ from integrations.drop.calendar import drop_today
 from integrations.models import Broker
 from integrations.selectors.dashboard import dashboard_overview, integration_delivery_health
 from integrations.services.staff.brokers import broker_create
-from tests.builders import sample_cycle
+from tests.builders import DropAccessObligationFactory, sample_cycle
 
 pytestmark = pytest.mark.django_db
 
@@ -75,13 +75,15 @@ def test_dashboard_queries_do_not_grow_with_brokers_or_cycles(
     broker: Broker, superuser: User, django_assert_max_num_queries
 ) -> None:
     sample_cycle(broker, today=drop_today())
+    DropAccessObligationFactory.create(broker=broker)
     client = staff_client(superuser)
     client.get("/admin/")  # warm the session and content types
-    with django_assert_max_num_queries(20) as one_broker:
+    with django_assert_max_num_queries(21) as one_broker:
         client.get("/admin/")
     for broker_id in ("4822", "4823", "4824"):
         other = broker_create(broker_id=broker_id, name=f"Broker {broker_id}", actor="test")
         sample_cycle(other, today=drop_today())
+        DropAccessObligationFactory.create_batch(2, broker=other)
     with django_assert_max_num_queries(len(one_broker.captured_queries)):
         page = client.get("/admin/").content.decode()
     assert page.count('class="dp-broker"') == 4

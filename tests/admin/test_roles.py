@@ -29,7 +29,7 @@ from integrations.models import (
 )
 from integrations.services.ledger import ledger_event_append
 from integrations.services.staff.keys import CreatedApiKey
-from tests.builders import sample_cycle
+from tests.builders import DropAccessObligationFactory, sample_cycle
 
 pytestmark = pytest.mark.django_db
 
@@ -62,6 +62,7 @@ def every_model(broker: Broker, make_key: Callable[..., CreatedApiKey]) -> None:
     )
     make_key("webhook_callback")
     ledger_event_append(kind=LedgerKind.BROKER_UPDATED, broker_id=broker.broker_id)
+    DropAccessObligationFactory.create(broker=broker)
 
 
 def superuser_request() -> HttpRequest:

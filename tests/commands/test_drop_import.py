@@ -97,6 +97,16 @@ def test_import_creates_the_cycle_with_its_counts_files_and_dates(
     event = LedgerEvent.objects.get(kind="drop.cycle_imported")
     assert event.data["work_items"] == 6
     assert event.data["zip_sha256"] == cycle.zip_sha256
+    # Each list's match rate, as matched at import (the empty MAID list has none).
+    assert (
+        cycle.match_rates
+        == event.data["match_rates"]
+        == {
+            "email": {"items": 3, "matched": 1},
+            "phone": {"items": 2, "matched": 1},
+            "ndz": {"items": 1, "matched": 0},
+        }
+    )
 
 
 def test_unmatched_work_items_get_status_5_at_once(package: Path, capsys) -> None:

@@ -66,4 +66,7 @@ def test_a_consumer_matched_late_while_no_target_exists_is_listed_by_drop_doctor
         broker=broker, name="CRM", url="https://crm.acme.example/drop", actor="staff:ann"
     )
     assert DeletionRequest.objects.get().state == RequestState.QUEUED
-    assert _doctor() == (0, {"stuck": False, "work_items": 0, "groups": []})
+    assert _doctor() == (
+        0,
+        {"stuck": False, "work_items": 0, "groups": [], "drop_access_obligations": []},
+    )

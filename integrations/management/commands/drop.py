@@ -1,10 +1,12 @@
-"""``manage.py drop pull|import|report|doctor``: bring DROP's deletion lists in, matched;
-report; find what is stuck.
+"""``manage.py drop pull|import|report|doctor|notice``: bring DROP's deletion lists in,
+matched; report; find what is stuck; record the notice a DROP outage obliges.
 
     manage.py drop pull --broker 4821            # download (waiting through 202), import, match
     manage.py drop import --broker 4821 20260312_4821_DROP.zip
     manage.py drop report --broker 4821 --upload # response CSVs (``management/drop_report.py``)
     manage.py drop doctor [--broker 4821] [--json]   # exit 1 when a work item is stuck
+                                                     # or a notice to CalPrivacy is owed
+    manage.py drop notice --broker 4821 --sent 2027-03-02 --reference "DROP msg 1182"
     manage.py drop metrics --broker 4821 --year 2027 --format json   # the year's figures
 
 Both print the cycle (``--json``: one JSON object); a refusal is one line on stderr and exit 1.
@@ -25,12 +27,15 @@ from django.conf import settings
 from django.core.management.base import CommandError
 from tqdm import tqdm
 
+from integrations.drop.calendar import drop_time_text
 from integrations.exports import csv_cell
 from integrations.management.base import broker_or_error, date_bound
 from integrations.management.drop_report import ReportSubcommand
+from integrations.selectors.drop_access import drop_access_obligations_open
 from integrations.selectors.drop_metrics import METRIC_FIGURES, drop_metrics
 from integrations.selectors.stuck import stuck_work_items
 from integrations.services.cycle.drop import DEFAULT_MAX_WAIT_SECONDS, DropPullError, drop_pull
+from integrations.services.cycle.drop_access import drop_access_notice_record
 from integrations.services.cycle.drop_import import DropImportError, ImportResult, drop_zip_import
 
 
@@ -75,6 +80,22 @@ class Command(ReportSubcommand):
         )
         doctor.add_argument("--broker", help="only this broker (its 4-digit DROP id)")
         doctor.add_argument("--json", action="store_true", help="print the result as JSON")
+
+        notice = subparsers.add_parser(
+            "notice",
+            help="record the written notice to CalPrivacy that a DROP outage of more than a "
+            "day obliges (closes the broker's obligations awaiting one)",
+        )
+        notice.add_argument("--broker", required=True, help="the broker's 4-digit DROP id")
+        notice.add_argument(
+            "--sent", required=True, help="the day the notice was sent (YYYY-MM-DD)"
+        )
+        notice.add_argument(
+            "--reference",
+            required=True,
+            help="what identifies the notice (DROP's message number, a letter's reference)",
+        )
+        notice.add_argument("--json", action="store_true", help="print the result as JSON")
 
     def handle_pull(self, **options: Any) -> None:
         broker = broker_or_error(options["broker"])
@@ -223,6 +244,7 @@ class Command(ReportSubcommand):
     def handle_doctor(self, **options: Any) -> None:
         broker = broker_or_error(options["broker"]) if options.get("broker") else None
         groups = stuck_work_items(broker=broker)
+        obligations = list(drop_access_obligations_open(broker=broker))
         base = settings.DROPPORTAL_PUBLIC_URL
         if options["json"]:
             self.print_json(
@@ -230,6 +252,15 @@ class Command(ReportSubcommand):
                     "stuck": bool(groups),
                     "work_items": sum(g.work_items for g in groups),
                     "groups": [{**g.as_json(), "admin_url": base + g.admin_path} for g in groups],
+                    "drop_access_obligations": [
+                        {
+                            "broker_id": o.broker.broker_id,
+                            "failure_started_at": o.failure_started_at.isoformat(),
+                            "due_date": o.due_date.isoformat(),
+                            "ongoing": o.outage.ended_at is None,
+                        }
+                        for o in obligations
+                    ],
                 }
             )
         elif not groups:
@@ -240,5 +271,48 @@ class Command(ReportSubcommand):
                 f" [{group.reason}], nearest due {group.nearest_due_date.isoformat()}:"
                 f" {base}{group.admin_path}"
             )
-        if groups:
+        for obligation in [] if options["json"] else obligations:
+            broker_id = obligation.broker.broker_id
+            self.stderr.write(
+                f"broker {broker_id}: DROP unreachable for more than a day from "
+                f"{drop_time_text(obligation.failure_started_at)} [drop_access_obligation]: "
+                "download by hand and notify CalPrivacy in writing through the DROP account "
+                f"by {obligation.due_date.isoformat()}, then record it with `drop notice "
+                f"--broker {broker_id} --sent DATE --reference TEXT`"
+            )
+        if groups or obligations:
             sys.exit(1)
+
+    def handle_notice(self, **options: Any) -> None:
+        broker = broker_or_error(options["broker"])
+        try:
+            sent_on = dt.date.fromisoformat(options["sent"])
+        except ValueError:
+            raise CommandError(f"--sent is not a date: {options['sent']!r} (YYYY-MM-DD)") from None
+        recorded = drop_access_notice_record(
+            broker=broker, sent_on=sent_on, reference=options["reference"], actor=self.actor()
+        )
+        if options["json"]:
+            self.print_json(
+                {
+                    "broker_id": broker.broker_id,
+                    "sent": sent_on.isoformat(),
+                    "reference": options["reference"].strip(),
+                    "obligations": [
+                        {
+                            "failure_started_at": o.failure_started_at.isoformat(),
+                            "due_date": o.due_date.isoformat(),
+                            "late": sent_on > o.due_date,
+                        }
+                        for o in recorded
+                    ],
+                }
+            )
+            return
+        for obligation in recorded:
+            late = " (after its due date)" if sent_on > obligation.due_date else ""
+            self.stdout.write(
+                f"Notice recorded for broker {broker.broker_id}: the DROP outage from "
+                f"{drop_time_text(obligation.failure_started_at)}, due "
+                f"{obligation.due_date.isoformat()}, notified on {sent_on.isoformat()}{late}."
+            )

@@ -29,6 +29,7 @@ from integrations.drop.client import DropApiError, DropClient, base_url_for
 from integrations.drop.transport import DropLimits, OnProgress
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker
+from integrations.services.cycle.drop_access import drop_access_record
 from integrations.services.cycle.drop_import import DropImportError, ImportResult, drop_zip_import
 from integrations.services.ledger import ledger_event_append
 
@@ -119,7 +120,8 @@ def drop_pull(
     following it, for as long as it takes (receiving is not waiting), a stalled or cut body
     being resumed ``DropLimits.max_body_retries`` times. A refusal (401, 403, 409, ...) or a
     refused package is a ``drop.pull_failed`` event and nothing is imported; the next pull
-    starts afresh.
+    starts afresh. DROP failing through no doing of the broker's starts or extends an outage
+    (``services.cycle.drop_access``); any answer of DROP's ends it.
     """
     started = time.monotonic()
     try:
@@ -139,7 +141,10 @@ def drop_pull(
         else:
             reason = "unreachable"  # no answer, 5xx, cut off, or nothing to write to
         _pull_failed(broker, actor, message, status, reason)
+        # DROP access: an outage starts or goes on, or DROP answered and one ends.
+        drop_access_record(broker=broker, actor=actor, error=exc)
         raise DropPullError(message) from exc
+    drop_access_record(broker=broker, actor=actor)
 
     if download.kind == "nothing_new":
         _pulled(broker, actor, {"outcome": "nothing_new", "message": download.message})

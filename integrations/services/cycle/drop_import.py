@@ -64,6 +64,7 @@ from integrations.services.cycle.matching import (
     staged_items_create,
     staged_items_drop,
     staged_items_match,
+    staged_match_rates,
     work_items_insert_staged,
 )
 from integrations.services.cycle.requests import RequestsCreated, requests_create_for_matches
@@ -183,6 +184,8 @@ def _import(
         clock.lap("import")
         cycle_matches_collect()
         clock.lap("match")
+        # Counting per list type is bookkeeping, not matching: the import phase's.
+        cycle.match_rates = staged_match_rates(staged)
         staged_items_drop(staged)
         clock.lap("import")
         requests = requests_create_for_matches(
@@ -351,7 +354,9 @@ def _cycle_counts_save(
     cycle.removed = removed.rows
     owes = cycle.work_items or unreadable
     cycle.state = CycleState.OPEN if owes else CycleState.NOTHING_OWED
-    cycle.save(update_fields=["work_items", "matched", "not_found", "removed", "state"])
+    cycle.save(
+        update_fields=["work_items", "matched", "not_found", "removed", "state", "match_rates"]
+    )
 
 
 def _cycle_imported_data(
@@ -372,6 +377,7 @@ def _cycle_imported_data(
         "work_items": cycle.work_items,
         "matched": cycle.matched,
         "not_found": cycle.not_found,
+        "match_rates": cycle.match_rates,
         "deletion_requests": requests.deletion_requests,
         "queued": requests.queued,
         "pending": requests.pending,

@@ -11,6 +11,7 @@ matched by one side or the other, never by neither:
        staged_items_analyze(staged)
        matching_lock(broker=broker)
        staged_items_match(broker=broker, staged=staged)   # the join with consumer hashes
+       staged_match_rates(staged)                # items and matched per list type
        work_items_insert_staged(cycle=cycle, staged=staged)
                                                  # each row written once, with its status:
                                                  #   no match -> reportable, status 5
@@ -121,6 +122,24 @@ def staged_items_match(*, broker: Broker, staged: str) -> int:
         )
         cursor.execute(f"SELECT count(DISTINCT work_item_pk) FROM {STAGED_MATCHES}")  # noqa: S608
         return int(cursor.fetchone()[0])
+
+
+def staged_match_rates(staged: str) -> dict[str, dict[str, int]]:
+    """Per list type of the staged rows: how many there are and how many matched
+    (``staged_items_match`` first), as ``DropCycle.match_rates`` keeps them. One pass over the
+    staged rows, the matches hashed (they are the few)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT s.hash_type, count(*), count(m.work_item_pk)"  # noqa: S608
+            f"  FROM {staged} s"
+            f"  LEFT JOIN (SELECT DISTINCT work_item_pk FROM {STAGED_MATCHES}) m"
+            "    ON m.work_item_pk = s.id"
+            " GROUP BY s.hash_type ORDER BY s.hash_type"
+        )
+        return {
+            hash_type: {"items": int(items), "matched": int(matched)}
+            for hash_type, items, matched in cursor.fetchall()
+        }
 
 
 # A new work item's state and amendment flag, for its status code (never reported yet).

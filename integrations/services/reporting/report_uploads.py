@@ -46,6 +46,7 @@ from integrations.models import (
 )
 from integrations.services.cycle.cycle_state import cycle_state_refresh
 from integrations.services.cycle.drop import drop_client_for
+from integrations.services.cycle.drop_access import drop_access_record
 from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
 from integrations.services.reporting.report_files import (
     report_file_facts,
@@ -155,14 +156,18 @@ def _file_upload(
         ReportFile.objects.filter(pk=report_file.pk).values_list("content", flat=True).get()
     )
     send = client.amend if report_file.kind == ReportKind.AMEND else client.upload
+    broker = report_file.broker
     try:
         result = send([(report_file.file_name, content)])
     except DropApiError as exc:
+        # DROP access: an outage starts or goes on, or DROP answered and one ends.
+        drop_access_record(broker=broker, actor=actor, error=exc)
         if exc.about_this_request:
             _file_refused(report_file=report_file, error=exc, run=run, actor=actor)
             return None
         _file_upload_failed(report_file=report_file, error=exc, actor=actor)
         return f"{report_file.file_name}: {exc}"
+    drop_access_record(broker=broker, actor=actor)
     return _file_answer_record(report_file=report_file, result=result, run=run, actor=actor)
 
 

@@ -30,10 +30,11 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from integrations.drop.calendar import drop_today
+from integrations.drop.calendar import drop_time_text, drop_today
 from integrations.drop.notifications import RESULTS_IN_PORTAL, UPLOAD_PROCESSED
 from integrations.enqueue import alert_send_enqueue
 from integrations.ledger_kinds import LedgerKind
+from integrations.list_types import DATA_TYPE_OF
 from integrations.models import (
     AlertState,
     DropCycle,
@@ -47,6 +48,8 @@ from integrations.models import (
     WorkItemState,
 )
 from integrations.selectors.deadlines import cycle_deadlines
+from integrations.selectors.drop_access import drop_access_obligations_open
+from integrations.selectors.match_rates import match_rate_falls
 from integrations.selectors.stuck import stuck_work_items
 from integrations.selectors.targets import broker_targets
 from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
@@ -392,4 +395,64 @@ def _stuck_work(now: dt.datetime) -> Iterable[Firing]:
             f"{group.label} (nearest due {group.nearest_due_date.isoformat()}); "
             f"see `manage.py drop doctor` or {settings.DROPPORTAL_PUBLIC_URL}{group.admin_path}",
             details=group.as_json(),
+        )
+
+
+# -- DROP access obligations and the match-rate watch -------------------------------------
+
+
+@alert_condition("drop_access_obligation")
+def _drop_access_obligation(now: dt.datetime) -> Iterable[Firing]:
+    """The automated DROP connection failed for more than a day through no doing of the
+    broker's: it owes a download by hand and a written notice to CalPrivacy, through the
+    DROP account, within 45 days of the failure (11 CCR 7612(b)(1)). Until staff record it."""
+    today = drop_today(now)
+    for obligation in drop_access_obligations_open():
+        broker_id = obligation.broker.broker_id
+        days_left = (obligation.due_date - today).days
+        when = f"was due {-days_left} day(s) ago" if days_left < 0 else f"in {days_left} day(s)"
+        yield Firing(
+            key=f"obligation:{obligation.pk}",
+            broker_id=broker_id,
+            text=f"DROP was unreachable for broker {broker_id} for more than a day from "
+            f"{drop_time_text(obligation.failure_started_at)}: download by hand in DROP's "
+            "portal (then `manage.py drop import`) and notify CalPrivacy in writing through "
+            f"the DROP account by {obligation.due_date.isoformat()} ({when}); then record it: "
+            f"`manage.py drop notice --broker {broker_id} --sent DATE --reference TEXT`, "
+            "or in the admin",
+            details={
+                "obligation": obligation.pk,
+                "failure_started_at": obligation.failure_started_at.isoformat(),
+                "due_date": obligation.due_date.isoformat(),
+                "ongoing": obligation.outage.ended_at is None,
+            },
+        )
+
+
+@alert_condition("match_rate_fell")
+def _match_rate_fell(now: dt.datetime) -> Iterable[Firing]:
+    """A list type of a broker's latest cycle matched at less than half its usual rate (the
+    median of the previous cycles, up to three), with at least 100 items."""
+    for fall in match_rate_falls():
+        cycle = fall.cycle
+        broker_id = cycle.broker.broker_id
+        list_type = DATA_TYPE_OF.get(fall.hash_type, fall.hash_type)
+        yield Firing(
+            key=f"cycle:{cycle.pk}:{fall.hash_type}",
+            broker_id=broker_id,
+            text=f"The match rate of the {list_type} list fell to {float(fall.rate):.1%} "
+            f"({fall.matched} of {fall.items}) in DROP cycle {cycle.drop_session_id} of broker "
+            f"{broker_id}, below half its median of {float(fall.median):.1%} over the "
+            f"previous {fall.previous} cycle(s): usually DROP changed its standardization "
+            "rules or the broker's consumer export changed (a column, a format); check both "
+            "before the cycle's statuses are reported",
+            details={
+                "drop_session_id": cycle.drop_session_id,
+                "hash_type": fall.hash_type,
+                "items": fall.items,
+                "matched": fall.matched,
+                "rate": round(float(fall.rate), 6),
+                "median": round(float(fall.median), 6),
+                "previous_cycles": fall.previous,
+            },
         )
