@@ -23,7 +23,7 @@ class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):
             "type": "http",
             "scheme": "bearer",
             "description": "An API key (dpk_…) with the scope the operation needs: "
-            "webhook_callback, ingest or audit.",
+            "webhook_callback, ingest, audit or suppression.",
         }
 
 
