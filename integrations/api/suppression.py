@@ -74,9 +74,7 @@ class CheckedConsumerFieldExtension(OpenApiSerializerFieldExtension):
 
 
 class SuppressionCheckRequestSerializer(serializers.Serializer):
-    consumers = serializers.ListField(
-        child=CheckedConsumerField(), max_length=MAX_CONSUMERS
-    )
+    consumers = serializers.ListField(child=CheckedConsumerField(), max_length=MAX_CONSUMERS)
 
 
 class SuppressionCheckRequestExtension(OpenApiSerializerExtension):

@@ -100,6 +100,7 @@ def suppressed_hashes_csv(*, broker: Broker, header: bool = True) -> Iterator[by
 class ReappearanceSummary:
     """Reappearances of one source in one month (of DROP's calendar)."""
 
+    broker_id: str
     month: str  # YYYY-MM
     source: str  # the file, or "api key <prefix>"
     source_sha256: str  # the file's SHA-256 when the source is one file
@@ -109,25 +110,29 @@ class ReappearanceSummary:
 
 
 def reappearances_by_source_month(
-    *, broker: Broker, since: dt.datetime | None = None
+    *, broker: Broker | None, since: dt.datetime | None = None
 ) -> list[ReappearanceSummary]:
-    """The broker's reappearances counted by month and source, newest month first, the
-    source with most reappearances first within a month."""
-    rows = Reappearance.objects.filter(broker=broker)
+    """The reappearances of ``broker`` (None: every broker's) counted by month of DROP's
+    calendar and source, newest month first, the source with most reappearances first
+    within a month."""
+    rows = Reappearance.objects.all()
+    if broker is not None:
+        rows = rows.filter(broker=broker)
     if since is not None:
         rows = rows.filter(reappeared_at__gte=since)
     grouped = (
         rows.annotate(month=TruncMonth("reappeared_at", tzinfo=drop_timezone()))
-        .values("month", "source", "source_sha256", "api_key_prefix")
+        .values("broker__broker_id", "month", "source", "source_sha256", "api_key_prefix")
         .annotate(
             reappearances=Count("id"),
             work_items=Count("work_item", distinct=True),
             first_at=Min("reappeared_at"),
         )
-        .order_by("-month", "-reappearances", "source", "api_key_prefix")
+        .order_by("-month", "-reappearances", "broker__broker_id", "source", "api_key_prefix")
     )
     return [
         ReappearanceSummary(
+            broker_id=row["broker__broker_id"],
             month=f"{row['month']:%Y-%m}",
             source=Reappearance.label_of(row["source"], row["api_key_prefix"]),
             source_sha256=row["source_sha256"],

@@ -33,10 +33,12 @@ def suppression(make_key: Callable[..., CreatedApiKey]) -> dict[str, Any]:
 @pytest.fixture
 def suppressed(broker: Broker) -> None:
     """DROP sent Anna's email and the phone; it removed a third hash (no longer suppressed)."""
-    cycle = DropCycleFactory(broker=broker)
-    WorkItemFactory(cycle=cycle, hash=base64.b64decode(ANNA), status_code=5)
-    WorkItemFactory(cycle=cycle, list_type="Phone", hash=base64.b64decode(PHONE), reported=True)
-    WorkItemFactory(cycle=cycle, hash=base64.b64decode(OTHER), state=WorkItemState.REMOVED)
+    cycle = DropCycleFactory.create(broker=broker)
+    WorkItemFactory.create(cycle=cycle, hash=base64.b64decode(ANNA), status_code=5)
+    WorkItemFactory.create(
+        cycle=cycle, list_type="Phone", hash=base64.b64decode(PHONE), reported=True
+    )
+    WorkItemFactory.create(cycle=cycle, hash=base64.b64decode(OTHER), state=WorkItemState.REMOVED)
 
 
 def post(client: APIClient, body: Any, headers: dict[str, Any]) -> Any:

@@ -6,6 +6,8 @@ report; find what is stuck.
     manage.py drop report --broker 4821 --upload # response CSVs (``management/drop_report.py``)
     manage.py drop doctor [--broker 4821] [--json]   # exit 1 when a work item is stuck
     manage.py drop metrics --broker 4821 --year 2027 --format json   # the year's figures
+    manage.py drop suppression export --broker 4821 [--format parquet] [--out F|s3://...]
+    manage.py drop reappearances --broker 4821 [--since 2027-01-01] [--json]
 
 Both print the cycle (``--json``: one JSON object); a refusal is one line on stderr and exit 1.
 When part of the package was not imported (a DROP list or rows that could not be read), the
@@ -28,13 +30,14 @@ from tqdm import tqdm
 from integrations.exports import csv_cell
 from integrations.management.base import broker_or_error, date_bound
 from integrations.management.drop_report import ReportSubcommand
+from integrations.management.drop_suppression import SuppressionSubcommands
 from integrations.selectors.drop_metrics import METRIC_FIGURES, drop_metrics
 from integrations.selectors.stuck import stuck_work_items
 from integrations.services.cycle.drop import DEFAULT_MAX_WAIT_SECONDS, DropPullError, drop_pull
 from integrations.services.cycle.drop_import import DropImportError, ImportResult, drop_zip_import
 
 
-class Command(ReportSubcommand):
+class Command(ReportSubcommand, SuppressionSubcommands):
     help = (
         "Pull DROP's deletion lists for a broker, or import a downloaded ZIP (both match); "
         "report the statuses back."
@@ -75,6 +78,7 @@ class Command(ReportSubcommand):
         )
         doctor.add_argument("--broker", help="only this broker (its 4-digit DROP id)")
         doctor.add_argument("--json", action="store_true", help="print the result as JSON")
+        self.add_suppression_subcommands(subparsers)
 
     def handle_pull(self, **options: Any) -> None:
         broker = broker_or_error(options["broker"])

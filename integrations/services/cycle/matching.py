@@ -203,15 +203,15 @@ class RegistrationSource:
 
 # Each new (work item, consumer) match whose work item had a request before: the item was
 # matched already, by a consumer registered earlier.
-_REAPPEARANCES = f"""
+_REAPPEARANCES = sql.SQL("""
 INSERT INTO integrations_reappearance (broker_id, work_item_id, consumer_id, remote_identifier,
                                        source, source_sha256, api_key_prefix, reappeared_at)
 SELECT %(broker)s, m.work_item_id, m.consumer_id, c.remote_identifier,
        %(source)s, %(sha256)s, %(prefix)s, now()
-  FROM {MATCHES_TABLE} m
+  FROM {matches} m
   JOIN drop_late_items l ON l.work_item_id = m.work_item_id AND NOT l.first_match
   JOIN integrations_consumer c ON c.id = m.consumer_id
-"""
+""")
 
 
 @dataclass(frozen=True)
@@ -291,7 +291,7 @@ def consumer_hashes_match_late(
         reappearances = 0
         if source is not None and newly_matched < work_items:
             cursor.execute(
-                _REAPPEARANCES,
+                _REAPPEARANCES.format(matches=sql.Identifier(MATCHES_TABLE)),
                 {
                     "broker": broker.pk,
                     "source": source.source,

@@ -63,7 +63,10 @@ def suppression_check(
                 answers.append(SuppressionAnswer(entry.position, None, errors=entry.errors))
                 continue
             list_types = tuple(
-                sorted({t for t, digest in entry.hashes if (t, digest) in found}, key=_ORDER.get)
+                sorted(
+                    {t for t, digest in entry.hashes if (t, digest) in found},
+                    key=_ORDER.__getitem__,
+                )
             )
             by_list_type.update(list_types)
             answers.append(SuppressionAnswer(entry.position, bool(list_types), list_types))
