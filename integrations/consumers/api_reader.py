@@ -1,4 +1,6 @@
-"""Consumer records from the API's JSON objects (`POST /api/v1/drop/consumers`).
+"""Consumer records from the API's JSON objects (`POST /api/v1/drop/consumers`), and the
+entries of a suppression check (`POST /api/v1/drop/suppression/check`: the same objects
+without the pointer, `parse_api_identifiers`).
 
 Each element of the body's ``consumers`` array becomes a `ConsumerRecord` or a
 `RejectedRecord`, under the rules `integrations.consumers.readers` applies to CSV rows:
