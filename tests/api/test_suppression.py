@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import json
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from django.core.management import call_command
 from rest_framework.test import APIClient
 
 from integrations.models import Broker, Consumer, ConsumerHash, LedgerEvent, WorkItemState
@@ -186,3 +188,24 @@ def test_the_check_is_in_the_openapi_schema(api_client: APIClient) -> None:
     result = components["SuppressionResult"]["properties"]
     assert result["suppressed"]["type"] == ["boolean", "null"]  # null: the entry had errors
     assert "errors" not in components["SuppressionResult"]["required"]
+
+
+def test_a_key_made_by_the_command_with_the_scope_may_check(
+    api_client: APIClient, suppressed: None
+) -> None:
+    out = io.StringIO()
+    call_command(
+        "apikeys", "create", "--broker", "4821", "--scope", "suppression", "--json", stdout=out
+    )
+    key = json.loads(out.getvalue())["key"]
+
+    response = post(api_client, {"consumers": [{"hashes": {"email": [ANNA]}}]}, bearer(key))
+
+    assert response.json()["results"] == [{"index": 0, "suppressed": True, "list_types": ["email"]}]
+    # And nothing else: the registration answers it 403.
+    assert (
+        api_client.post(
+            "/api/v1/drop/consumers", {"consumers": []}, format="json", **bearer(key)
+        ).status_code
+        == 403
+    )
