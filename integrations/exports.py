@@ -104,7 +104,7 @@ def write_rows(
 
 # Rows per Parquet row group: the rows of one group are held in memory while it is encoded,
 # so a list of any length is written at flat memory (docs/benchmarks.md, suppression export).
-PARQUET_ROW_GROUP_BYTES = 32 << 20
+PARQUET_ROW_GROUP_BYTES = 8 << 20
 
 
 def csv_to_parquet(chunks: Iterable[bytes], sink: Any, *, columns: Sequence[str]) -> int:
@@ -121,7 +121,9 @@ def csv_to_parquet(chunks: Iterable[bytes], sink: Any, *, columns: Sequence[str]
         column_types=dict.fromkeys(columns, pa.string()), strings_can_be_null=False
     )
     rows = 0
-    with pq.ParquetWriter(sink, schema) as writer:
+    # A dictionary only for the first column (a list type): the hashes are all different,
+    # and a dictionary of them would be built, then dropped, for every row group.
+    with pq.ParquetWriter(sink, schema, use_dictionary=[columns[0]]) as writer:
 
         def flush(data: bytes) -> int:
             table = pa_csv.read_csv(
