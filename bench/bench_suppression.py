@@ -11,8 +11,9 @@ read them, but they share the server's memory with the list).
   ``--repeats``.
 - **Export**: ``drop suppression export --out FILE`` (CSV, then Parquet) as the real command
   in a child process, so its time includes starting Django and its peak memory is the
-  child's maximum RSS. Target: under 60 s for 10,000,000 hashes, peak memory flat (under
-  250 MB whatever the size).
+  child's maximum RSS. Target: under 60 s for 10,000,000 hashes (a smaller ``--hashes`` at
+  the same rate, 5 s allowed for the command's start), peak memory flat (under 250 MB
+  whatever the size).
 
 Everything happens in a scratch database created next to ``DATABASE_URL``'s (it needs
 the CREATEDB right) and dropped at the end.
@@ -42,7 +43,10 @@ import psycopg
 from scratch_db import scratch_names, with_database
 
 CHECK_SECONDS_TARGET = 2.0
-EXPORT_SECONDS_TARGET = 60.0  # for 10,000,000 hashes; scaled to the size run
+EXPORT_SECONDS_TARGET = 60.0  # for 10,000,000 hashes
+# A smaller run is held to the same rate, after the command's start (Django, pyarrow), which
+# does not grow with the list: 5 s of the 60 are allowed for it.
+EXPORT_START_SECONDS = 5.0
 PEAK_MB_TARGET = 250.0
 TARGET_HASHES = 10_000_000
 CHECKED = 10_000
@@ -209,7 +213,10 @@ def main() -> int:
 
     check_best = min(float(run["seconds"]) for run in checks)
     checks_ok = all(run["suppressed"] == run["expected"] for run in checks)
-    export_target = EXPORT_SECONDS_TARGET * args.hashes / TARGET_HASHES
+    export_target = (
+        EXPORT_START_SECONDS
+        + (EXPORT_SECONDS_TARGET - EXPORT_START_SECONDS) * args.hashes / TARGET_HASHES
+    )
     figures = {}
     exports_ok = True
     for fmt, runs in exports.items():
