@@ -100,3 +100,50 @@ def write_rows(
         stream.write(line)
         count += 1
     return max(count, 0)
+
+
+# Rows per Parquet row group: the rows of one group are held in memory while it is encoded,
+# so a list of any length is written at flat memory (docs/benchmarks.md, suppression export).
+PARQUET_ROW_GROUP_BYTES = 8 << 20
+
+
+def csv_to_parquet(chunks: Iterable[bytes], sink: Any, *, columns: Sequence[str]) -> int:
+    """Write headerless UTF-8 CSV ``chunks`` (plain cells: no quotes, no line break in a
+    cell, as PostgreSQL writes hashes) to ``sink`` as Parquet, every column a string, one
+    row group per ``PARQUET_ROW_GROUP_BYTES`` of CSV; return the number of rows."""
+    import pyarrow as pa
+    import pyarrow.csv as pa_csv
+    import pyarrow.parquet as pq
+
+    schema = pa.schema([(column, pa.string()) for column in columns])
+    read_options = pa_csv.ReadOptions(column_names=list(columns))
+    convert_options = pa_csv.ConvertOptions(
+        column_types=dict.fromkeys(columns, pa.string()), strings_can_be_null=False
+    )
+    rows = 0
+    # A dictionary only for the first column (a list type): the hashes are all different,
+    # and a dictionary of them would be built, then dropped, for every row group.
+    with pq.ParquetWriter(sink, schema, use_dictionary=[columns[0]]) as writer:
+
+        def flush(data: bytes) -> int:
+            table = pa_csv.read_csv(
+                pa.py_buffer(data), read_options=read_options, convert_options=convert_options
+            )
+            writer.write_table(table, row_group_size=max(table.num_rows, 1))
+            return int(table.num_rows)
+
+        pending = bytearray()
+        for chunk in chunks:
+            pending += chunk
+            while len(pending) >= PARQUET_ROW_GROUP_BYTES:
+                # Whole lines only, up to the group's size (a longer line alone); the rest
+                # waits for the next chunk.
+                cut = pending.rfind(b"\n", 0, PARQUET_ROW_GROUP_BYTES) + 1
+                cut = cut or pending.find(b"\n", PARQUET_ROW_GROUP_BYTES) + 1
+                if not cut:
+                    break
+                rows += flush(bytes(pending[:cut]))
+                del pending[:cut]
+        if pending.strip():
+            rows += flush(bytes(pending))
+    return rows

@@ -49,6 +49,12 @@ class LedgerKind(StrEnum):
     # a full file replaced the broker's set of a kind: how many consumers it forgot (no values)
     CONSUMERS_REPLACED = "consumers.replaced"
 
+    # -- suppression and reappearances (the continuing duty)
+    # a registration brought back consumers whose suppressed hash was already matched
+    CONSUMERS_REAPPEARED = "consumers.reappeared"
+    SUPPRESSION_CHECKED = "suppression.checked"  # a suppression check: counts only, no hash
+    SUPPRESSION_EXPORTED = "suppression.exported"  # the suppressed hashes exported (counts)
+
     # -- deletion requests (the delivery loop composes its events: ledger_kind_compose)
     DELETION_REQUESTS_CREATED = "deletion_requests.created"  # requests created for matches
     PENDING_REQUESTS_TARGETED = "pending_requests.targeted"  # pending requests given targets

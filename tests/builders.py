@@ -64,6 +64,7 @@ from integrations.models import (
     IntegrationKind,
     IsiConnection,
     OptOutRecord,
+    Reappearance,
     ReportFile,
     ReportFileState,
     ReportKind,
@@ -390,6 +391,20 @@ class OptOutRecordFactory(DjangoModelFactory[OptOutRecord]):
         no_declaration=factory.SelfAttribute("resolution_request.broker"),
     )
     email = "Opted.Out@Example.com"
+
+
+class ReappearanceFactory(DjangoModelFactory[Reappearance]):
+    """A consumer registered again, from a file, after an earlier consumer matched the item."""
+
+    class Meta:
+        model = Reappearance
+
+    work_item = factory.SubFactory(WorkItemFactory)
+    broker = factory.SelfAttribute("work_item.broker")
+    consumer = None
+    remote_identifier = "S-9"
+    source = "file:supplier-a.csv"
+    source_sha256 = factory.LazyFunction(lambda: hashlib.sha256(b"supplier-a").hexdigest())
 
 
 class ReportFileFactory(DjangoModelFactory[ReportFile]):
@@ -828,4 +843,6 @@ def sample_cycle(broker: Broker, *, today: dt.date) -> SampleCycle:
         text="680,5",
         reason="hash must be 44 characters of standard Base64 ending in '=', found '5'",
     )
+    # The consumer of the completed request, brought back by a supplier's file.
+    ReappearanceFactory.create(work_item=world.requests["completed"].work_item, consumer=consumer)
     return world

@@ -41,7 +41,7 @@ from integrations.selectors.match_rates import match_rate
 from integrations.selectors.work_item_search import search_token, work_items_find
 
 
-class _ReadOnly(ModelAdmin):
+class ReadOnlyAdmin(ModelAdmin):
     """Viewable, never added, edited or deleted through a form."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -64,7 +64,7 @@ def _work_items_url(**filters: Any) -> str:
 
 
 @admin.register(DropCycle)
-class DropCycleAdmin(_ReadOnly):
+class DropCycleAdmin(ReadOnlyAdmin):
     # Fits 1280 pixels; the package name and the not-found and removed counts are on the
     # cycle's page.
     list_display = [
@@ -230,7 +230,7 @@ class DropCycleAdmin(_ReadOnly):
 
 
 @admin.register(UnreadableWorkItem)
-class UnreadableWorkItemAdmin(_ReadOnly):
+class UnreadableWorkItemAdmin(ReadOnlyAdmin):
     """Rows DROP sent that could not be read as work items: answered in DROP's portal."""
 
     list_display = ["file_name", "line", "text", "reason", "cycle"]
@@ -304,7 +304,7 @@ class StatusCodeFilter(admin.SimpleListFilter):
 
 
 @admin.register(WorkItem)
-class WorkItemAdmin(_ReadOnly):
+class WorkItemAdmin(ReadOnlyAdmin):
     list_display = [
         "work_item_id",
         "hash_type",

@@ -33,7 +33,12 @@ def mintable_scopes(user: Any) -> list[str]:
     """The scopes ``user`` may give a new key."""
     scopes = []
     if user.has_perm("integrations.add_apikey"):
-        scopes += [ApiKeyScope.WEBHOOK_CALLBACK, ApiKeyScope.INGEST, ApiKeyScope.METRICS]
+        scopes += [
+            ApiKeyScope.WEBHOOK_CALLBACK,
+            ApiKeyScope.INGEST,
+            ApiKeyScope.METRICS,
+            ApiKeyScope.SUPPRESSION,
+        ]
     if user.has_perm(AUDIT_KEY_PERMISSION):
         scopes.append(ApiKeyScope.AUDIT)
     return [str(scope) for scope in scopes]

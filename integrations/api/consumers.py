@@ -242,7 +242,7 @@ class ConsumersView(APIView):
     def post(self, request: Request) -> Response:
         # A full call is a few MB: the body is read by JsonBodyParser, against its own cap
         # (json_body.MAX_BODY_BYTES), not Django's 2.5 MB.
-        consumers = _consumers_of(request.data)
+        consumers = consumers_of_body(request.data)
         api_key = request.auth
         assert isinstance(api_key, ApiKey)  # HasScope
         assert api_key.broker is not None  # only a metrics key has none, and only that scope
@@ -253,6 +253,7 @@ class ConsumersView(APIView):
                 actor=f"apikey:{api_key.prefix}",
                 source="api",
                 lock_timeout=LOCK_WAIT_SECONDS,
+                api_key_prefix=api_key.prefix,
             )
         except RegistrationBusy as exc:
             raise _busy(exc) from None
@@ -271,7 +272,7 @@ class ConsumersView(APIView):
         )
 
 
-def _consumers_of(body: Any) -> list[Any]:
+def consumers_of_body(body: Any) -> list[Any]:
     if not isinstance(body, dict):
         raise Problem(
             status=400,

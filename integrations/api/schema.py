@@ -23,7 +23,7 @@ class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):
             "type": "http",
             "scheme": "bearer",
             "description": "An API key (dpk_…) with the scope the operation needs: "
-            "webhook_callback, ingest or audit.",
+            "webhook_callback, ingest, audit or suppression.",
         }
 
 
@@ -75,8 +75,8 @@ def problem_details_hook(result: dict[str, Any], **kwargs: Any) -> dict[str, Any
 
 def nul_free_strings_hook(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
     """drf-spectacular postprocessing: every free string (no pattern, format or enum of its
-    own) and every key of an open object says it holds no NUL, and the ``JsonValue``
-    component is there to refer to."""
+    own), every key of an open object and every value under a key it does not name says it
+    holds no NUL, and the ``JsonValue`` component is there to refer to."""
     schemas = result.setdefault("components", {}).setdefault("schemas", {})
     schemas[JSON_VALUE] = copy.deepcopy(_JSON_VALUE_SCHEMA)
     pending: list[Any] = [result.get("paths", {}), schemas]
@@ -91,5 +91,7 @@ def nul_free_strings_hook(result: dict[str, Any], **kwargs: Any) -> dict[str, An
                 node["pattern"] = NUL_FREE_PATTERN
             if types == "object" and node.get("additionalProperties") is not False:
                 node.setdefault("propertyNames", dict(_NUL_FREE_STRING))
+                # A key an object does not name holds any JSON value without a NUL too.
+                node.setdefault("additionalProperties", dict(JSON_VALUE_REF))
             pending.extend(node.values())
     return result

@@ -9,6 +9,7 @@ from integrations.api import (
     drop_notifications,
     isi_callbacks,
     outcomes,
+    suppression,
     views,
 )
 from integrations.api import schema as _schema  # noqa: F401  (registers the bearer scheme)
@@ -38,6 +39,11 @@ urlpatterns = [
         "drop/consumers/<path:remote_identifier>",
         consumers.ConsumerView.as_view(),
         name="api-consumer",
+    ),
+    path(
+        "drop/suppression/check",
+        suppression.SuppressionCheckView.as_view(),
+        name="api-suppression-check",
     ),
     path("schema", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),

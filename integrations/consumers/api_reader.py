@@ -1,4 +1,6 @@
-"""Consumer records from the API's JSON objects (`POST /api/v1/drop/consumers`).
+"""Consumer records from the API's JSON objects (`POST /api/v1/drop/consumers`), and the
+entries of a suppression check (`POST /api/v1/drop/suppression/check`: the same objects
+without the pointer, `parse_api_identifiers`).
 
 Each element of the body's ``consumers`` array becomes a `ConsumerRecord` or a
 `RejectedRecord`, under the rules `integrations.consumers.readers` applies to CSV rows:
@@ -10,6 +12,7 @@ bad value. Pure Python, no Django.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 from integrations.consumers.readers import (
@@ -29,17 +32,28 @@ from integrations.consumers.readers import (
 )
 from integrations.drop.standardize import LIST_TYPES, InvalidIdentifier
 
-__all__ = ["API_FIELDS", "parse_api_consumers"]
+__all__ = [
+    "API_FIELDS",
+    "IDENTIFIER_FIELDS",
+    "IdentifierEntry",
+    "parse_api_consumers",
+    "parse_api_identifiers",
+]
 
 _API_SIMPLE: Final = ("email", "phone", "maid", "ctvid")
 _API_COMPOSITE: Final = {"ndz": NDZ_PARTS, "name_vin": NAME_VIN_PARTS}
-API_FIELDS: Final = (
-    "remote_identifier",
-    "remote_identifier_kind",
-    *_API_SIMPLE,
-    *_API_COMPOSITE,
-    "hashes",
-)
+IDENTIFIER_FIELDS: Final = (*_API_SIMPLE, *_API_COMPOSITE, "hashes")
+API_FIELDS: Final = ("remote_identifier", "remote_identifier_kind", *IDENTIFIER_FIELDS)
+
+Digest = tuple[str, bytes]  # (list type, 32-byte SHA-256 digest)
+
+
+@dataclass(frozen=True, slots=True)
+class IdentifierEntry:
+    """One accepted entry of a suppression check: its index in the call and its digests."""
+
+    position: int
+    hashes: tuple[Digest, ...]
 
 
 def parse_api_consumers(consumers: Sequence[Any]) -> Iterator[Record]:
@@ -81,7 +95,39 @@ def _api_consumer(index: int, item: Any) -> Record:
         else:
             kind = kind.strip()
 
-    hashes: list[tuple[str, bytes]] = []
+    hashes = _api_identifiers(item, errors)
+    if not errors and not hashes:
+        add_error(errors, "non_field_errors", NO_IDENTIFIER)
+    if errors:
+        return RejectedRecord(index, pointer or None, errors)
+    assert pointer is not None
+    return ConsumerRecord(index, pointer, kind, hashes)
+
+
+def parse_api_identifiers(entries: Sequence[Any]) -> Iterator[IdentifierEntry | RejectedRecord]:
+    """One entry per element of a suppression check's ``consumers`` array, in order: a
+    registration's consumer object without its pointer (``remote_identifier``, its kind),
+    read under the same rules. A rejected entry has no ``remote_identifier``."""
+    for index, item in enumerate(entries):
+        if not isinstance(item, dict):
+            yield RejectedRecord(index, None, {"non_field_errors": ["must be a JSON object"]})
+            continue
+        errors: dict[str, list[str]] = {}
+        for key in item:
+            if key not in IDENTIFIER_FIELDS:
+                add_error(
+                    errors, str(key), f"unknown field; expected {', '.join(IDENTIFIER_FIELDS)}"
+                )
+        hashes = _api_identifiers(item, errors)
+        if not errors and not hashes:
+            add_error(errors, "non_field_errors", NO_IDENTIFIER)
+        yield RejectedRecord(index, None, errors) if errors else IdentifierEntry(index, hashes)
+
+
+def _api_identifiers(item: dict[str, Any], errors: dict[str, list[str]]) -> tuple[Digest, ...]:
+    """The digests of ``item``'s identifier fields (clear ones standardized and hashed,
+    ``hashes`` decoded); each bad value's error goes into ``errors`` under its path."""
+    hashes: list[Digest] = []
     for list_type in _API_SIMPLE:
         for i, value in _api_list(item, list_type, errors):
             if not isinstance(value, str):
@@ -98,12 +144,7 @@ def _api_consumer(index: int, item: Any) -> Record:
                 hashes.append((list_type, digest))
     _api_hashes(item.get("hashes"), hashes, errors)
 
-    if not errors and not hashes:
-        add_error(errors, "non_field_errors", NO_IDENTIFIER)
-    if errors:
-        return RejectedRecord(index, pointer or None, errors)
-    assert pointer is not None
-    return ConsumerRecord(index, pointer, kind, tuple(hashes))
+    return tuple(hashes)
 
 
 def _api_list(item: dict[str, Any], key: str, errors: dict[str, list[str]]) -> list[Any]:
@@ -147,7 +188,7 @@ def _api_composite(
         return None
 
 
-def _api_hashes(value: Any, hashes: list[tuple[str, bytes]], errors: dict[str, list[str]]) -> None:
+def _api_hashes(value: Any, hashes: list[Digest], errors: dict[str, list[str]]) -> None:
     if value is None:
         return
     if not isinstance(value, dict):

@@ -199,13 +199,18 @@ SELECT count(*) FROM integrations_consumer c
         SELECT DISTINCT l.remote_identifier_kind FROM integrations_consumer l
           JOIN consumer_registration_pointers p ON p.consumer_id = l.id)
 """
-# Requests already made keep their copy of the pointer (as consumer_forget does).
+# Requests already made and reappearances keep their copy of the pointer (as
+# consumer_forget does).
 _FORGOTTEN_DELETION_REQUESTS: Final = """
 UPDATE integrations_deletionrequest SET consumer_id = NULL
  WHERE consumer_id IN (SELECT id FROM consumer_registration_forgotten)
 """
 _FORGOTTEN_RESOLUTION_REQUESTS: Final = """
 UPDATE integrations_resolutionrequest SET consumer_id = NULL
+ WHERE consumer_id IN (SELECT id FROM consumer_registration_forgotten)
+"""
+_FORGOTTEN_REAPPEARANCES: Final = """
+UPDATE integrations_reappearance SET consumer_id = NULL
  WHERE consumer_id IN (SELECT id FROM consumer_registration_forgotten)
 """
 _FORGOTTEN_HASHES_DELETE: Final = """
@@ -284,6 +289,7 @@ def unlisted_forget(cursor: Any, *, broker_pk: int) -> tuple[int, list[str]]:
     """Forget what ``unlisted_count`` found; return the hashes removed and the kinds."""
     cursor.execute(_FORGOTTEN_DELETION_REQUESTS)
     cursor.execute(_FORGOTTEN_RESOLUTION_REQUESTS)
+    cursor.execute(_FORGOTTEN_REAPPEARANCES)
     cursor.execute(_FORGOTTEN_HASHES_DELETE, {"broker": broker_pk})
     hashes_removed = int(cursor.rowcount)
     cursor.execute(_FORGOTTEN_CONSUMERS_DELETE)

@@ -29,6 +29,13 @@ footer).
 
 A source that cannot be read raises ``SourceError`` with one line that says why. Pure
 protocol code: no database, no Django settings (the caller passes the endpoint).
+
+The same store takes an export (``drop suppression export --out s3://bucket/key``), under
+the same endpoint rules, streamed as a multipart upload that only completes when the whole
+file was written (``s3_upload``)::
+
+    with s3_upload("s3://warehouse/suppressed.csv", endpoint_url=None) as out:
+        out.write(chunk)                     # any error: the upload is aborted, no object
 """
 
 from __future__ import annotations
@@ -67,6 +74,7 @@ __all__ = [
     "Sources",
     "consumer_sources",
     "format_of",
+    "s3_upload",
 ]
 
 FORMATS: Final = ("csv", "csv.gz", "parquet")
@@ -438,6 +446,86 @@ class _S3Object(io.RawIOBase):
     def close(self) -> None:
         self._drop_body()
         super().close()
+
+
+# ---------------------------------------------------------------------------------------
+# Writing to S3
+# ---------------------------------------------------------------------------------------
+
+# Parts of a multipart upload: S3 takes at least 5 MiB a part (but the last), at most
+# 10,000 parts; 16 MiB parts carry 160 GB, and memory holds one part.
+S3_PART_BYTES: Final = 16 << 20
+
+
+@contextlib.contextmanager
+def s3_upload(spec: str, *, endpoint_url: str | None) -> Iterator[io.RawIOBase]:
+    """A binary stream whose bytes become the object ``spec`` (``s3://bucket/key``) once
+    the block ends without error; on an error the upload is aborted and no object is left.
+    Raises ``SourceError`` (one line) when the store refuses."""
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    _endpoint_check(endpoint_url)
+    bucket, _, key = spec.removeprefix("s3://").partition("/")
+    if not bucket or not key or key.endswith("/"):
+        raise SourceError(f"{spec}: name an object, s3://bucket/key")
+    client = boto3.client("s3", endpoint_url=endpoint_url or None)
+    try:
+        upload_id = client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+    except ClientError as exc:
+        error = exc.response.get("Error", {})
+        raise SourceError(
+            f"{spec}: {error.get('Code') or 'error'}: {error.get('Message') or exc}"
+        ) from None
+    except BotoCoreError as exc:
+        raise SourceError(f"{spec}: {exc}") from None
+    writer = _S3PartWriter(client, bucket, key, upload_id)
+    try:
+        yield writer
+        writer.complete()
+    except BaseException as exc:
+        with contextlib.suppress(BotoCoreError, ClientError):
+            client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)
+        if isinstance(exc, ClientError):
+            error = exc.response.get("Error", {})
+            raise SourceError(
+                f"{spec}: {error.get('Code') or 'error'}: {error.get('Message') or exc}"
+            ) from None
+        if isinstance(exc, BotoCoreError):
+            raise SourceError(f"{spec}: {exc}") from None
+        raise
+
+
+class _S3PartWriter(io.RawIOBase):
+    """Bytes written, sent as the parts of a multipart upload, one part held at a time."""
+
+    def __init__(self, client: Any, bucket: str, key: str, upload_id: str) -> None:
+        self._client = client
+        self._where = {"Bucket": bucket, "Key": key, "UploadId": upload_id}
+        self._part = bytearray()
+        self._parts: list[dict[str, Any]] = []
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        self._part += data
+        if len(self._part) >= S3_PART_BYTES:
+            self._send()
+        return len(data)
+
+    def _send(self) -> None:
+        number = len(self._parts) + 1
+        answer = self._client.upload_part(**self._where, PartNumber=number, Body=bytes(self._part))
+        self._parts.append({"PartNumber": number, "ETag": answer["ETag"]})
+        self._part.clear()
+
+    def complete(self) -> None:
+        if self._part or not self._parts:  # the last part (an empty file: one empty part)
+            self._send()
+        self._client.complete_multipart_upload(
+            **self._where, MultipartUpload={"Parts": self._parts}
+        )
 
 
 # ---------------------------------------------------------------------------------------

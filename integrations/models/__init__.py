@@ -46,6 +46,7 @@ from integrations.models.requests import (
 )
 from integrations.models.shown_once import SHOWN_ONCE_TTL, ShownOnceSecret
 from integrations.models.staff_mfa import StaffRecoveryCodes, StaffTotpDevice
+from integrations.models.suppression import Reappearance
 
 __all__ = [
     "AWAITING_DROP",
@@ -82,6 +83,7 @@ __all__ = [
     "LedgerEvent",
     "OfItsKind",
     "OptOutRecord",
+    "Reappearance",
     "ReportFile",
     "ReportFileState",
     "ReportKind",

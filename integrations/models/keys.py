@@ -11,6 +11,7 @@ class ApiKeyScope(models.TextChoices):
     INGEST = "ingest", "Ingest consumers"
     AUDIT = "audit", "Audit (outcome history)"
     METRICS = "metrics", "Metrics (Prometheus scrape)"
+    SUPPRESSION = "suppression", "Suppression check"
 
 
 class ApiKeyQuerySet(models.QuerySet["ApiKey"]):

@@ -85,7 +85,7 @@ def api_schema(db: None) -> Iterator[schemathesis.schemas.BaseSchema]:
 def every_scope_key(broker: Broker, make_key: Callable[..., CreatedApiKey]) -> str:
     other = broker_create(broker_id="1234", name="Other", mode="test", actor="test")
     outcome_history(broker, other)  # rows for the outcomes' answers to be checked against
-    return make_key("webhook_callback", "ingest", "audit").key
+    return make_key("webhook_callback", "ingest", "audit", "suppression").key
 
 
 @pytest.mark.slow

@@ -8,18 +8,14 @@ import gzip
 import hashlib
 import io
 import json
-import socket
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from moto.server import ThreadedMotoServer
 
 from integrations.consumers import sources
 from integrations.consumers.load import Merged
@@ -144,40 +140,6 @@ def test_a_bad_file_is_one_line_and_nothing_is_written(
 # ---------------------------------------------------------------------------------------
 # S3, against a real S3-compatible server on loopback
 # ---------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def s3_server() -> Iterator[str]:
-    with socket.socket() as probe:  # a free port on loopback
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def bucket(s3_server: str, settings: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """An empty bucket ``exports`` (the server is reset per test), reached the way a
-    deployment reaches it: boto3's credential chain and DROPPORTAL_S3_ENDPOINT_URL."""
-    for name, value in (
-        ("AWS_ACCESS_KEY_ID", "testing"),
-        ("AWS_SECRET_ACCESS_KEY", "testing"),
-        ("AWS_DEFAULT_REGION", "us-east-1"),
-    ):
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    settings.DROPPORTAL_S3_ENDPOINT_URL = s3_server
-    s3 = boto3.client("s3", endpoint_url=s3_server)
-    s3.create_bucket(Bucket="exports")
-    yield s3
-    listed = s3.list_objects_v2(Bucket="exports").get("Contents", [])
-    for item in listed:
-        s3.delete_object(Bucket="exports", Key=item["Key"])
-    s3.delete_bucket(Bucket="exports")
 
 
 def test_one_s3_object_in_each_format(

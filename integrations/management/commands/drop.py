@@ -8,6 +8,8 @@ matched; report; find what is stuck; record the notice a DROP outage obliges.
                                                      # or a notice to CalPrivacy is owed
     manage.py drop notice --broker 4821 --sent 2027-03-02 --reference "DROP msg 1182"
     manage.py drop metrics --broker 4821 --year 2027 --format json   # the year's figures
+    manage.py drop suppression export --broker 4821 [--format parquet] [--out F|s3://...]
+    manage.py drop reappearances --broker 4821 [--since 2027-01-01] [--json]
 
 Both print the cycle (``--json``: one JSON object); a refusal is one line on stderr and exit 1.
 When part of the package was not imported (a DROP list or rows that could not be read), the
@@ -31,6 +33,7 @@ from integrations.drop.calendar import drop_time_text
 from integrations.exports import csv_cell
 from integrations.management.base import broker_or_error, date_bound
 from integrations.management.drop_report import ReportSubcommand
+from integrations.management.drop_suppression import SuppressionSubcommands
 from integrations.selectors.drop_access import drop_access_obligations_open
 from integrations.selectors.drop_metrics import METRIC_FIGURES, drop_metrics
 from integrations.selectors.stuck import stuck_work_items
@@ -39,7 +42,7 @@ from integrations.services.cycle.drop_access import drop_access_notice_record
 from integrations.services.cycle.drop_import import DropImportError, ImportResult, drop_zip_import
 
 
-class Command(ReportSubcommand):
+class Command(ReportSubcommand, SuppressionSubcommands):
     help = (
         "Pull DROP's deletion lists for a broker, or import a downloaded ZIP (both match); "
         "report the statuses back."
@@ -80,6 +83,7 @@ class Command(ReportSubcommand):
         )
         doctor.add_argument("--broker", help="only this broker (its 4-digit DROP id)")
         doctor.add_argument("--json", action="store_true", help="print the result as JSON")
+        self.add_suppression_subcommands(subparsers)
 
         notice = subparsers.add_parser(
             "notice",

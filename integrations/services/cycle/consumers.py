@@ -55,7 +55,7 @@ from integrations.consumers.sources import ConsumerSource
 from integrations.consumers.workers import EncodedBatch, encode_batch
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, Consumer, ConsumerHash
-from integrations.services.cycle.matching import consumer_hashes_match_late
+from integrations.services.cycle.matching import RegistrationSource, consumer_hashes_match_late
 from integrations.services.ledger import ledger_event_append
 
 CHUNK_ROWS = 250_000  # hash rows staged per COPY
@@ -154,6 +154,7 @@ def consumers_register(
     source: str,
     strict: bool = False,
     lock_timeout: float | None = None,
+    api_key_prefix: str = "",
 ) -> ConsumerRegistration:
     """Register ``records`` (an API body's) for ``broker`` in one transaction; return the
     counts.
@@ -161,8 +162,9 @@ def consumers_register(
     Rejected records are counted (and the first ``REJECTED_KEPT`` kept); the accepted ones
     are written unless ``strict``, where one rejected record refuses the whole call
     (``RegistrationRefused``, nothing written). ``source`` names the input in the ledger
-    (``api``). Raises ``RegistrationBusy`` when ``lock_timeout`` seconds pass while another
-    registration for the broker runs.
+    (``api``), and ``api_key_prefix`` the key that sent them, for reappearances. Raises
+    ``RegistrationBusy`` when ``lock_timeout`` seconds pass while another registration for
+    the broker runs.
     """
     batches = (encode_batch((record,)) for record in records)
     return _register(
@@ -172,6 +174,7 @@ def consumers_register(
         source=source,
         strict=strict,
         lock_timeout=lock_timeout,
+        api_key_prefix=api_key_prefix,
     )
 
 
@@ -258,6 +261,7 @@ def _register(
     lock_timeout: float | None = None,
     files: Sequence[ConsumerSource] | None = None,
     replace: _Replace | None = None,
+    api_key_prefix: str = "",
 ) -> ConsumerRegistration:
     result = ConsumerRegistration(source=source, strict=strict)
     with transaction.atomic(), connection.cursor() as cursor:
@@ -281,9 +285,15 @@ def _register(
 
         # Late matching: the hashes added by this call against every DROP hash the broker
         # has received, inside this transaction and under the broker's matching lock.
+        # Every file is read by now, so each one's SHA-256 is known for reappearances.
         if result.hashes_added:
             assert load.added is not None  # set by finish() whenever hashes were added
-            consumer_hashes_match_late(broker=broker, added=load.added, actor=actor)
+            consumer_hashes_match_late(
+                broker=broker,
+                added=load.added,
+                actor=actor,
+                source=_registration_source(source, files, api_key_prefix),
+            )
 
         ledger_event_append(
             kind=LedgerKind.CONSUMERS_REGISTERED,
@@ -299,6 +309,15 @@ def _register(
         )
         load.close()
     return result
+
+
+def _registration_source(
+    source: str, files: Sequence[ConsumerSource] | None, api_key_prefix: str
+) -> RegistrationSource:
+    """The source a reappearance names: the file's SHA-256 when it is one file (an S3
+    prefix of several files names each one's in the ledger event, not here)."""
+    sha256 = files[0].finish_digest() if files is not None and len(files) == 1 else ""
+    return RegistrationSource(source=source, sha256=sha256, api_key_prefix=api_key_prefix)
 
 
 def _files_described(files: Sequence[ConsumerSource]) -> list[dict[str, Any]]:

@@ -30,7 +30,10 @@ matched by one side or the other, never by neither:
        consumer_hashes_match_late(broker=broker, added=load.added, actor=actor)
 
    Matches become deletion requests marked ``late_match``; a work item already reported
-   as 5 is flagged ``needs_amendment``. Removed work items get none.
+   as 5 is flagged ``needs_amendment``. Removed work items get none. A match of a work
+   item an earlier consumer had matched (it has requests already) is a **reappearance**:
+   given ``source`` (``RegistrationSource``: the file and its SHA-256, or the API key),
+   each is recorded as a ``Reappearance`` and ledgered (``consumers.reappeared``).
 """
 
 from __future__ import annotations
@@ -209,6 +212,28 @@ SELECT DISTINCT w.id, n.consumer_id, true
 
 
 @dataclass(frozen=True)
+class RegistrationSource:
+    """Where a registration's consumers came from, as a reappearance records it."""
+
+    source: str  # as the ledger names it: "file:consumers.csv", "s3://bucket/key", "api"
+    sha256: str = ""  # the file's, when the source is one file
+    api_key_prefix: str = ""  # the key's, when the source is the API
+
+
+# Each new (work item, consumer) match whose work item had a request before: the item was
+# matched already, by a consumer registered earlier.
+_REAPPEARANCES = sql.SQL("""
+INSERT INTO integrations_reappearance (broker_id, work_item_id, consumer_id, remote_identifier,
+                                       source, source_sha256, api_key_prefix, reappeared_at)
+SELECT %(broker)s, m.work_item_id, m.consumer_id, c.remote_identifier,
+       %(source)s, %(sha256)s, %(prefix)s, now()
+  FROM {matches} m
+  JOIN drop_late_items l ON l.work_item_id = m.work_item_id AND NOT l.first_match
+  JOIN integrations_consumer c ON c.id = m.consumer_id
+""")
+
+
+@dataclass(frozen=True)
 class LateMatches:
     """What ``consumer_hashes_match_late`` did."""
 
@@ -216,6 +241,7 @@ class LateMatches:
     newly_matched: int  # of which had no match before (status 5; cycle counts stay as imported)
     flagged_for_amendment: int  # of which were already reported to DROP as 5
     requests: RequestsCreated
+    reappearances: int = 0  # (work item, consumer) pairs of items matched before
 
 
 def consumer_hashes_match_late(
@@ -224,6 +250,7 @@ def consumer_hashes_match_late(
     added: sql.Composable,
     actor: str = SYSTEM_ACTOR,
     match_date: dt.date | None = None,
+    source: RegistrationSource | None = None,
 ) -> LateMatches:
     """Match the consumer hashes listed in ``added`` against every kept hash.
 
@@ -233,7 +260,8 @@ def consumer_hashes_match_late(
     and without them the planner takes a nested loop). Each (work item, new consumer) pair
     not matched before gets deletion requests marked ``late_match`` (removed work items
     get none). A matched work item whose status was known goes back to ``open`` until
-    outcomes arrive; one already reported as 5 is flagged ``needs_amendment``.
+    outcomes arrive; one already reported as 5 is flagged ``needs_amendment``. Given
+    ``source``, the matches of work items matched before are recorded as reappearances.
     """
     matching_lock(broker=broker)
     matches_table_create()
@@ -279,6 +307,18 @@ def consumer_hashes_match_late(
         flagged = sum(1 for (was_reported_5,) in cursor.fetchall() if was_reported_5)
         cursor.execute("SELECT count(*), count(*) FILTER (WHERE first_match) FROM drop_late_items")
         work_items, newly_matched = (int(n) for n in cursor.fetchone())
+        reappearances = 0
+        if source is not None and newly_matched < work_items:
+            cursor.execute(
+                _REAPPEARANCES.format(matches=sql.Identifier(MATCHES_TABLE)),
+                {
+                    "broker": broker.pk,
+                    "source": source.source,
+                    "sha256": source.sha256,
+                    "prefix": source.api_key_prefix,
+                },
+            )
+            reappearances = cursor.rowcount
         cursor.execute("DROP TABLE drop_late_items")
     requests = requests_create_for_matches(
         broker=broker, match_date=match_date or drop_today(), actor=actor
@@ -295,4 +335,19 @@ def consumer_hashes_match_late(
             "deletion_requests": requests.deletion_requests,
         },
     )
-    return LateMatches(work_items, newly_matched, flagged, requests)
+    if reappearances:
+        assert source is not None  # counted only with a source
+        ledger_event_append(
+            kind=LedgerKind.CONSUMERS_REAPPEARED,
+            broker_id=broker.broker_id,
+            subject=source.source,
+            actor=actor,
+            data={
+                "source": source.source,
+                "source_sha256": source.sha256,
+                "api_key_prefix": source.api_key_prefix,
+                "reappearances": reappearances,
+                "work_items": work_items - newly_matched,
+            },
+        )
+    return LateMatches(work_items, newly_matched, flagged, requests, reappearances)
