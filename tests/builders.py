@@ -57,6 +57,8 @@ from integrations.models import (
     ConsumerHash,
     DeletionRequest,
     DeliveryAttempt,
+    Directive,
+    DirectiveReason,
     DropCycle,
     Integration,
     IntegrationKind,
@@ -69,6 +71,7 @@ from integrations.models import (
     ResolutionRequest,
     SaasConnection,
     SaasDeletion,
+    ServiceProvider,
     UnreadableWorkItem,
     WorkItem,
     WorkItemState,
@@ -405,6 +408,35 @@ class ReportFileFactory(DjangoModelFactory[ReportFile]):
     rows = 0
     sha256 = "0" * 64
     content = b"Id,Status\r\n"
+
+
+class ServiceProviderFactory(DjangoModelFactory[ServiceProvider]):
+    """A service provider whose directives are downloaded (no S3 prefix)."""
+
+    class Meta:
+        model = ServiceProvider
+
+    broker = factory.SubFactory(BrokerFactory)
+    name = factory.Sequence(lambda n: f"Provider {n}")
+    contact = "ops@provider.example"
+
+
+class DirectiveFactory(DjangoModelFactory[Directive]):
+    """A directive as stored, with one hash and a signature that is not checked (those a
+    test verifies come from ``directives_issue``)."""
+
+    class Meta:
+        model = Directive
+
+    provider = factory.SubFactory(ServiceProviderFactory)
+    broker = factory.SelfAttribute("provider.broker")
+    reason = DirectiveReason.MATCH
+    content = f"hash_type,hash\nemail,{IDENTIFIER_HASH}\n".encode()
+    sha256 = factory.LazyAttribute(lambda o: hashlib.sha256(o.content).hexdigest())
+    signature = "A" * 86 + "=="
+    key_fingerprint = "0" * 64
+    rows = 1
+    rows_by_hash_type = factory.LazyFunction(lambda: {"email": 1})
 
 
 # Through the services: a test that signs as the broker holds the secret shown once.

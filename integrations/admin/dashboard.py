@@ -175,6 +175,8 @@ class BrokerPanel:
     # The periodic stuck check (``drop doctor``): what no automatic path will move.
     stuck: list[StuckLine] = field(default_factory=list)
     stuck_since: dt.datetime | None = None
+    # Directives to service providers awaiting acknowledgement (the overdue: "bad").
+    directives: list[tuple[str, Number]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -310,6 +312,7 @@ def _broker_panel(
         ),
         stuck=_stuck_lines(overview, links),
         stuck_since=overview.doctor.created_at if overview.doctor else None,
+        directives=_directive_numbers(overview, links, now=now),
         outcomes_chart=charts.stacked_bars(
             [_outcome_bar(c, links) for c in overview.recent_cycles],
             title=f"The broker's outcomes per cycle, broker {broker.broker_id}",
@@ -317,6 +320,29 @@ def _broker_panel(
             height=190,
         ),
     )
+
+
+def _directive_numbers(
+    overview: BrokerOverview, links: _Links, *, now: dt.datetime
+) -> list[tuple[str, Number]]:
+    """Directives not acknowledged yet, and those past DROPPORTAL_DIRECTIVE_ACK_DAYS."""
+    if not overview.directives_awaiting:
+        return []
+    unacknowledged = {"broker__id__exact": overview.broker.pk, "acknowledged_at__isempty": "1"}
+    return [
+        (
+            "awaiting acknowledgement",
+            Number(overview.directives_awaiting, links.changelist("directive", **unacknowledged)),
+        ),
+        (
+            f"not acknowledged within {settings.DROPPORTAL_DIRECTIVE_ACK_DAYS} days",
+            Number(
+                overview.directives_overdue,
+                links.changelist("directive", **unacknowledged),
+                tone="bad",
+            ),
+        ),
+    ]
 
 
 def _attention_numbers(

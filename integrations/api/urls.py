@@ -6,6 +6,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from integrations.api import (
     callbacks,
     consumers,
+    directives,
     drop_notifications,
     isi_callbacks,
     outcomes,
@@ -38,6 +39,11 @@ urlpatterns = [
         "drop/consumers/<path:remote_identifier>",
         consumers.ConsumerView.as_view(),
         name="api-consumer",
+    ),
+    path(
+        "drop/directives/<int:directive_id>/acknowledgement",
+        directives.DirectiveAcknowledgementView.as_view(),
+        name="api-directive-acknowledgement",
     ),
     path("schema", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),

@@ -28,6 +28,7 @@ from integrations.models.integrations import (
 )
 from integrations.models.keys import ApiKey, ApiKeyScope
 from integrations.models.ledger import LedgerChainLink, LedgerEvent
+from integrations.models.providers import Directive, DirectiveReason, ServiceProvider
 from integrations.models.reports import AWAITING_DROP, ReportFile, ReportFileState, ReportKind
 from integrations.models.requests import (
     DROP_STATUS_ALL_CANCELLED,
@@ -66,6 +67,8 @@ __all__ = [
     "CycleState",
     "DeletionRequest",
     "DeliveryAttempt",
+    "Directive",
+    "DirectiveReason",
     "DropCycle",
     "DropNotification",
     "DropOutcome",
@@ -86,6 +89,7 @@ __all__ = [
     "ResolutionRequest",
     "SaasConnection",
     "SaasDeletion",
+    "ServiceProvider",
     "ShownOnceSecret",
     "StaffRecoveryCodes",
     "StaffTotpDevice",

@@ -24,6 +24,7 @@ from integrations.models import (
     WorkItemState,
     owed_status,
 )
+from integrations.selectors.directives import directive_ack_days, unacknowledged_directives_count
 from integrations.selectors.requests import deletion_requests_needing_attention
 from integrations.selectors.targets import broker_targets
 
@@ -109,6 +110,9 @@ class BrokerOverview:
     failed_pull: LedgerEvent | None = None
     # The periodic stuck check's last result that changed (``services.staff.doctor``), if any.
     doctor: LedgerEvent | None = None
+    # Directives to service providers not acknowledged yet, and of those the overdue.
+    directives_awaiting: int = 0
+    directives_overdue: int = 0
 
 
 # The events that say how the broker's last download went.
@@ -121,7 +125,7 @@ _PULL_OUTCOME_KINDS = (
 
 def dashboard_overview(*, now: dt.datetime) -> list[BrokerOverview]:
     """Everything the dashboard shows, per broker, in eleven queries whatever the data size."""
-    brokers = _brokers_with_last_transfers()
+    brokers = _brokers_with_last_transfers(now=now)
     recent, shown = _recent_and_open_cycles()
     recent_ids = {cycle.pk for cycle in recent}
     cycles_of = _cycle_work_items_by_broker(recent, shown)
@@ -155,13 +159,16 @@ def dashboard_overview(*, now: dt.datetime) -> list[BrokerOverview]:
                 if pull_event and pull_event.kind == LedgerKind.DROP_PULL_FAILED
                 else None,
                 doctor=last_doctor_event.get(broker.broker_id),
+                directives_awaiting=broker.directives_awaiting,  # type: ignore[attr-defined]
+                directives_overdue=broker.directives_overdue,  # type: ignore[attr-defined]
             )
         )
     return overviews
 
 
-def _brokers_with_last_transfers() -> list[Broker]:
-    """Every broker, annotated with ``last_download_at`` and ``last_upload_at``."""
+def _brokers_with_last_transfers(*, now: dt.datetime) -> list[Broker]:
+    """Every broker, annotated with ``last_download_at``, ``last_upload_at`` and its
+    directives awaiting acknowledgement (``directives_awaiting``, ``directives_overdue``)."""
     return list(
         Broker.objects.annotate(
             last_download_at=Max("cycles__downloaded_at"),
@@ -169,6 +176,10 @@ def _brokers_with_last_transfers() -> list[Broker]:
                 ReportFile.objects.filter(broker=OuterRef("pk"), uploaded_at__isnull=False)
                 .order_by("-uploaded_at")
                 .values("uploaded_at")[:1]
+            ),
+            directives_awaiting=unacknowledged_directives_count(),
+            directives_overdue=unacknowledged_directives_count(
+                issued_before=now - directive_ack_days()
             ),
         ).order_by("broker_id")
     )

@@ -194,7 +194,12 @@ def test_items_waiting_for_a_disabled_target_name_each_target(world: World) -> N
 def test_a_healthy_service_exits_0(broker: Broker) -> None:
     out = io.StringIO()
     call_command("drop", "doctor", "--json", stdout=out)
-    assert json.loads(out.getvalue()) == {"stuck": False, "work_items": 0, "groups": []}
+    assert json.loads(out.getvalue()) == {
+        "stuck": False,
+        "work_items": 0,
+        "groups": [],
+        "directives_not_acknowledged": [],
+    }
 
 
 def test_admin_links_open_the_list_that_holds_them(world: World, admin_client: Client) -> None:

@@ -6,6 +6,8 @@ report; find what is stuck.
     manage.py drop report --broker 4821 --upload # response CSVs (``management/drop_report.py``)
     manage.py drop doctor [--broker 4821] [--json]   # exit 1 when a work item is stuck
     manage.py drop metrics --broker 4821 --year 2027 --format json   # the year's figures
+    manage.py drop directives --broker 4821      # directives to service providers
+                                                 # (``management/drop_directives.py``)
 
 Both print the cycle (``--json``: one JSON object); a refusal is one line on stderr and exit 1.
 When part of the package was not imported (a DROP list or rows that could not be read), the
@@ -23,18 +25,25 @@ from typing import Any
 
 from django.conf import settings
 from django.core.management.base import CommandError
+from django.utils import timezone
 from tqdm import tqdm
 
 from integrations.exports import csv_cell
 from integrations.management.base import broker_or_error, date_bound
+from integrations.management.drop_directives import DirectiveSubcommands
 from integrations.management.drop_report import ReportSubcommand
+from integrations.selectors.directives import (
+    directive_ack_due,
+    directive_as_json,
+    directives_overdue,
+)
 from integrations.selectors.drop_metrics import METRIC_FIGURES, drop_metrics
 from integrations.selectors.stuck import stuck_work_items
 from integrations.services.cycle.drop import DEFAULT_MAX_WAIT_SECONDS, DropPullError, drop_pull
 from integrations.services.cycle.drop_import import DropImportError, ImportResult, drop_zip_import
 
 
-class Command(ReportSubcommand):
+class Command(DirectiveSubcommands, ReportSubcommand):
     help = (
         "Pull DROP's deletion lists for a broker, or import a downloaded ZIP (both match); "
         "report the statuses back."
@@ -75,6 +84,7 @@ class Command(ReportSubcommand):
         )
         doctor.add_argument("--broker", help="only this broker (its 4-digit DROP id)")
         doctor.add_argument("--json", action="store_true", help="print the result as JSON")
+        self.add_directive_subcommands(subparsers)
 
     def handle_pull(self, **options: Any) -> None:
         broker = broker_or_error(options["broker"])
@@ -223,6 +233,8 @@ class Command(ReportSubcommand):
     def handle_doctor(self, **options: Any) -> None:
         broker = broker_or_error(options["broker"]) if options.get("broker") else None
         groups = stuck_work_items(broker=broker)
+        # Not a work item's path to a status, but a duty still owed: listed apart.
+        overdue = list(directives_overdue(now=timezone.now(), broker=broker))
         base = settings.DROPPORTAL_PUBLIC_URL
         if options["json"]:
             self.print_json(
@@ -230,6 +242,7 @@ class Command(ReportSubcommand):
                     "stuck": bool(groups),
                     "work_items": sum(g.work_items for g in groups),
                     "groups": [{**g.as_json(), "admin_url": base + g.admin_path} for g in groups],
+                    "directives_not_acknowledged": [directive_as_json(d) for d in overdue],
                 }
             )
         elif not groups:
@@ -240,5 +253,12 @@ class Command(ReportSubcommand):
                 f" [{group.reason}], nearest due {group.nearest_due_date.isoformat()}:"
                 f" {base}{group.admin_path}"
             )
-        if groups:
+        for directive in [] if options["json"] else overdue:
+            self.stderr.write(
+                f"broker {directive.broker.broker_id}: directive {directive.pk} to "
+                f"{directive.provider.name} ({directive.rows} hashes) not acknowledged, due "
+                f"{directive_ack_due(directive):%Y-%m-%d}: record it with `manage.py providers "
+                f"acknowledge {directive.pk} --reference TEXT`"
+            )
+        if groups or overdue:
             sys.exit(1)

@@ -16,6 +16,7 @@ matched by one side or the other, never by neither:
                                                  #   no match -> reportable, status 5
        cycle_matches_collect()                   # (work item, consumer) -> drop_matches
        requests_create_for_matches(...)          # one request per match per target
+       directives_issue(...)                     # each service provider's directive
        staged_items_drop(staged)
 
    Deciding the status while inserting writes each work item once; updating the 90 %
@@ -30,6 +31,9 @@ matched by one side or the other, never by neither:
 
    Matches become deletion requests marked ``late_match``; a work item already reported
    as 5 is flagged ``needs_amendment``. Removed work items get none.
+
+Each match also directs the broker's service providers and contractors to delete
+(``services.providers.directives.directives_issue``), in the same transaction.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from psycopg import sql
 from integrations.drop.calendar import drop_today
 from integrations.drop_statuses import DropStatus
 from integrations.ledger_kinds import LedgerKind
-from integrations.models import Broker, DropCycle, WorkItemState
+from integrations.models import Broker, DirectiveReason, DropCycle, WorkItemState
 from integrations.services.cycle.requests import (
     MATCHES_TABLE,
     RequestsCreated,
@@ -52,6 +56,7 @@ from integrations.services.cycle.requests import (
 )
 from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
 from integrations.services.locks import matching_lock
+from integrations.services.providers.directives import directives_issue
 
 STAGED_ITEMS = "drop_staged_items"
 STAGED_MATCHES = "drop_staged_matches"
@@ -263,6 +268,12 @@ def consumer_hashes_match_late(
         cursor.execute("DROP TABLE drop_late_items")
     requests = requests_create_for_matches(
         broker=broker, match_date=match_date or drop_today(), actor=actor
+    )
+    directives_issue(
+        broker=broker,
+        work_items=sql.Identifier(MATCHES_TABLE),
+        reason=DirectiveReason.LATE_MATCH,
+        actor=actor,
     )
     ledger_event_append(
         kind=LedgerKind.DROP_LATE_MATCHED,
