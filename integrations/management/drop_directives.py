@@ -37,7 +37,7 @@ class DirectiveSubcommands(DropportalCommand):
         broker = broker_or_error(options["broker"])
         rows = [directive_as_json(d) for d in directives_of(broker)]
         if options["json"]:
-            self.print_json({"broker_id": broker.broker_id, "directives": rows})
+            self.print_json({"items": rows})
             return
         if not rows:
             self.stdout.write(f"No directive for broker {broker.broker_id} yet.")

@@ -49,7 +49,7 @@ def test_add_then_list(broker: Broker) -> None:
         "providers", "add", "--broker", "4821", "--name", "Warehouse", "--s3", "s3://wh/drop/"
     )
     assert "Warehouse" in said and "s3://wh/drop/" in said
-    listed = json.loads(run("providers", "list", "--json"))["providers"]
+    listed = json.loads(run("providers", "list", "--json"))["items"]
     assert [(p["name"], p["broker_id"], p["s3_prefix"]) for p in listed] == [
         ("Warehouse", "4821", "s3://wh/drop/")
     ]
@@ -83,7 +83,7 @@ def test_drop_directives_lists_each_with_its_acknowledgement(directive: Directiv
     assert f"{directive.pk}" in text and "Mailhouse" in text
     assert "2 hashes" in text and "awaiting acknowledgement" in text
     run("providers", "acknowledge", str(directive.pk), "--reference", "ticket 4410")
-    (listed,) = json.loads(run("drop", "directives", "--broker", "4821", "--json"))["directives"]
+    (listed,) = json.loads(run("drop", "directives", "--broker", "4821", "--json"))["items"]
     assert listed["id"] == directive.pk
     assert listed["rows_by_hash_type"] == {"email": 1, "phone": 1}
     assert listed["acknowledgement_reference"] == "ticket 4410"

@@ -88,6 +88,7 @@ class Command(DropportalCommand):
                 "name": k.name,
                 "broker_id": k.broker.broker_id if k.broker else None,  # None: every broker
                 "scopes": k.scopes,
+                "provider_id": k.provider_id,  # a directive_ack key's service provider
                 "created_at": k.created_at.isoformat(),
                 "last_used_at": k.last_used_at.isoformat() if k.last_used_at else None,
                 "revoked_at": k.revoked_at.isoformat() if k.revoked_at else None,

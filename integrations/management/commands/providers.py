@@ -69,7 +69,7 @@ class Command(DropportalCommand):
             providers = providers.filter(broker=broker_or_error(options["broker"]))
         rows = [_as_json(p) for p in providers]
         if options["json"]:
-            self.print_json({"providers": rows})
+            self.print_json({"items": rows})
             return
         if not rows:
             self.stdout.write("No service provider registered.")
