@@ -127,3 +127,15 @@ def test_the_dashboard_counts_directives_awaiting_and_overdue(directive: Directi
         'class="dp-num dp-bad"'
         in page.split("Directives to service providers")[1].split("Requests needing attention")[0]
     )
+
+
+def test_an_edit_is_recorded_with_what_changed(broker: Broker) -> None:
+    provider = service_provider_add(broker=broker, name="Mailhouse", actor="test")
+    role_client("Connections managers").post(
+        reverse("admin:integrations_serviceprovider_change", args=[provider.pk]),
+        {"name": "Mailhouse", "contact": "dpo@mailhouse.example", "s3_prefix": ""},
+    )
+    provider.refresh_from_db()
+    assert provider.contact == "dpo@mailhouse.example"
+    event = LedgerEvent.objects.get(kind=LedgerKind.SERVICE_PROVIDER_UPDATED)
+    assert event.data == {"changes": {"contact": {"from": "", "to": "dpo@mailhouse.example"}}}
