@@ -27,6 +27,9 @@ Each file's SHA-256 is taken as it is read (``finish_digest``); Parquet's reads 
 about, so the bytes its reader skipped are read once more at the end (usually just the
 footer).
 
+``s3_object_put`` writes one object through the same client and endpoint rule (a directive
+to a service provider's prefix).
+
 A source that cannot be read raises ``SourceError`` with one line that says why. Pure
 protocol code: no database, no Django settings (the caller passes the endpoint).
 """
