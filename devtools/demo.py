@@ -49,6 +49,7 @@ ROLE_LOGINS = {
     "connections": "Connections managers",
 }
 LATE_CONSUMER = "CRM-LATE-1"  # registered after cycle 1, matches a hash DROP sent in it
+PROVIDER = "Mailhouse"  # a service provider: directed to delete after each match
 ROOT = Path(__file__).resolve().parents[1]
 
 # Cycle 1 (downloaded by hand 40 days ago, imported from disk): every match answered.
@@ -245,6 +246,7 @@ def narrate(args: argparse.Namespace) -> None:
                 call("consumers", "import", "--broker", BROKER_ID, str(workdir / "consumers.csv"))
             )
             first_matches, first_rows = first_cycle(say, drop, broker_system, workdir, emails)
+            provider_acknowledges(say, public_url)
             late_match(say, drop, broker_system, workdir, first_matches, first_rows)
             second_cycle(say, drop, broker_system, emails)
 
@@ -338,6 +340,19 @@ def register_broker(say: Narrator, drop: Any, broker_system_sim: Any) -> BrokerS
     say.say(f"webhook integration {created.integration.uuid} -> {broker_system_sim.url}")
     say.say(f"API key {key.api_key.prefix}… (scope webhook_callback) for the callbacks")
     # DROP's portal shows the broker a signing secret for its notifications; staff store it.
+    say.command(f"providers add --broker 4821 --name {PROVIDER} --contact ops@mailhouse.example")
+    say.say(
+        call(
+            "providers",
+            "add",
+            "--broker",
+            BROKER_ID,
+            "--name",
+            PROVIDER,
+            "--contact",
+            "ops@mailhouse.example",
+        )
+    )
     say.command("brokers drop-webhook-secret 4821 -   # the secret DROP's portal shows, piped")
     say.say(call_with_stdin(DROP_WEBHOOK_SECRET, "brokers", "drop-webhook-secret", BROKER_ID, "-"))
     return broker_system
@@ -379,6 +394,44 @@ def first_cycle(
 
     report(say, drop, upload=True)
     return first_matches, first_rows
+
+
+def provider_acknowledges(say: Narrator, public_url: str) -> None:
+    """A service provider got a signed directive after cycle 1's match; it acknowledges it
+    with its own key."""
+    import requests
+
+    from integrations.models import Directive, ServiceProvider
+    from integrations.services.staff.keys import api_key_create
+
+    say.section("Service providers: the mailing house is directed to delete the same consumers")
+    say.say(
+        "The law asks the broker to direct its service providers and contractors to delete "
+        "too (Civil Code 1798.99.86(c)(1)(C)): each match sends every registered provider a "
+        "CSV of the DROP hashes to delete, signed with the evidence key."
+    )
+    say.command("drop directives --broker 4821")
+    say.say(call("drop", "directives", "--broker", BROKER_ID))
+    provider = ServiceProvider.objects.get(broker__broker_id=BROKER_ID, name=PROVIDER)
+    key = api_key_create(
+        broker=provider.broker,
+        scopes=["directive_ack"],
+        name="Mailhouse acknowledgements",
+        actor=f"staff:{DEMO_USER}",
+        provider=provider,
+    )
+    directive = Directive.objects.filter(provider=provider).latest("pk")
+    answer = requests.post(
+        f"{public_url}/api/v1/drop/directives/{directive.pk}/acknowledgement",
+        json={"reference": "MH-4410: deleted, suppressed"},
+        headers={"Authorization": f"Bearer {key.key}"},
+        timeout=10,
+    )
+    say.say(
+        f"{PROVIDER} checked the signature, deleted the consumers, and acknowledged with its "
+        f"own key (scope directive_ack): HTTP {answer.status_code}"
+    )
+    say.say(call("drop", "directives", "--broker", BROKER_ID))
 
 
 def late_match(

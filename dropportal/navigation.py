@@ -50,6 +50,13 @@ GROUPS: list[tuple[str, list[tuple[str, str]]]] = [
             ("integrations.apikey", "key"),
         ],
     ),
+    (
+        "Service providers",
+        [
+            ("integrations.serviceprovider", "handshake"),
+            ("integrations.directive", "assignment"),
+        ],
+    ),
     ("Audit", [("integrations.ledgerevent", "receipt_long")]),
     ("Staff", [("auth.user", "badge"), ("auth.group", "shield_person")]),
 ]

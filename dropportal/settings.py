@@ -109,6 +109,9 @@ DROPPORTAL_AUTO_REDISPATCH_HOURS = env.int("DROPPORTAL_AUTO_REDISPATCH_HOURS", d
 # An S3-compatible store (MinIO, Ceph...) for `consumers import s3://...`; empty: AWS S3.
 # Credentials come from boto3's usual chain (AWS_* variables, ~/.aws, an instance role).
 DROPPORTAL_S3_ENDPOINT_URL = env.str("DROPPORTAL_S3_ENDPOINT_URL", default="")
+# Days a service provider or contractor has to acknowledge a directive before staff are
+# alerted (the dashboard and `drop doctor` list it too).
+DROPPORTAL_DIRECTIVE_ACK_DAYS = env.int("DROPPORTAL_DIRECTIVE_ACK_DAYS", default=10)
 
 _public_host = urlsplit(DROPPORTAL_PUBLIC_URL).hostname or "127.0.0.1"
 ALLOWED_HOSTS: list[str] = env.list(

@@ -34,6 +34,7 @@ SEND_ALERT = "integrations.tasks.send_alert"
 EVALUATE_ALERTS = "integrations.tasks.evaluate_alerts"
 PULL_BROKER = "integrations.tasks.pull_broker"
 REPORT_BROKER = "integrations.tasks.report_broker"
+DELIVER_DIRECTIVE = "integrations.tasks.deliver_directive"
 
 # Requests delivered by one job: each job locks, sends and records one batch together.
 DISPATCH_BATCH = 100
@@ -87,6 +88,11 @@ def resolution_requests_enqueue(
 def saas_deletions_enqueue(deletion_ids: Sequence[int], *, at: dt.datetime | None = None) -> None:
     """One job per SaaS deletion: each has its own attempts and retries."""
     _defer_batches(DELIVER_SAAS_DELETIONS, "deletion_ids", deletion_ids, size=1, at=at)
+
+
+def directive_deliver_enqueue(directive_id: int) -> None:
+    """Write one directive to its service provider's S3 prefix."""
+    _deferrer(DELIVER_DIRECTIVE).defer(directive_id=directive_id)
 
 
 def alert_send_enqueue(*, channel: str, text: str, alert: dict[str, Any]) -> None:

@@ -102,6 +102,15 @@ class LedgerKind(StrEnum):
     SAAS_CONNECTION_RETIRED = "saas_connection.retired"  # ended for good, open deletions cancelled
     CALLBACK_REJECTED = "callback.rejected"  # a callback with a valid API key refused
 
+    # -- service providers and contractors, and the directives they get
+    SERVICE_PROVIDER_ADDED = "service_provider.added"  # registered for a broker
+    SERVICE_PROVIDER_UPDATED = "service_provider.updated"  # its contact or S3 prefix changed
+    DIRECTIVE_ISSUED = "directive.issued"  # a signed directive (its digest and counts)
+    DIRECTIVE_DELIVERED = "directive.delivered"  # written to the provider's S3 prefix
+    DIRECTIVE_DELIVERY_FAILED = "directive.delivery_failed"  # writing it there failed
+    DIRECTIVE_DOWNLOADED = "directive.downloaded"  # its CSV and signature taken by staff
+    DIRECTIVE_ACKNOWLEDGED = "directive.acknowledged"  # by staff or by the provider's key
+
     # -- report files sent to DROP
     REPORT_FILE_WRITTEN = "report_file.written"  # a status file written (its digest and rows)
     REPORT_FILE_UPLOAD_FAILED = "report_file.upload_failed"  # an upload that failed

@@ -33,6 +33,7 @@ from integrations.services.dispatch.jobs import stalled_jobs_retry
 from integrations.services.dispatch.redelivery import deletion_requests_redispatch_failed
 from integrations.services.dispatch.resolutions import resolutions_purge_final
 from integrations.services.ledger import ledger_seal, ledger_verify_record
+from integrations.services.providers.directives import directive_deliver
 from integrations.services.reporting.report_uploads import ReportBusy
 from integrations.services.reporting.reports import report_auto
 from integrations.services.staff.alerts import alerts_evaluate
@@ -138,6 +139,23 @@ def report_due(timestamp: int | None = None) -> int:
     """Defer a report job per broker that reports automatically; returns how many."""
 
     return drop_reports_enqueue_due()
+
+
+class DirectiveNotDelivered(Exception):
+    """Raised so the job is retried: why is on the directive and in its ledger event."""
+
+
+@app.task(
+    name=enqueue.DELIVER_DIRECTIVE,
+    queue="dispatch",
+    pass_context=False,
+    retry=DELIVERY_JOB_RETRY,
+)
+def deliver_directive(directive_id: int) -> None:
+    """Write a directive to its service provider's S3 prefix (retried when it fails)."""
+
+    if not directive_deliver(directive_id=directive_id):
+        raise DirectiveNotDelivered(f"directive {directive_id} not written to S3")
 
 
 @app.task(name=enqueue.REPORT_BROKER, queue="drop", pass_context=False)

@@ -57,6 +57,8 @@ from integrations.models import (
     ConsumerHash,
     DeletionRequest,
     DeliveryAttempt,
+    Directive,
+    DirectiveReason,
     DropAccessObligation,
     DropCycle,
     DropOutage,
@@ -72,6 +74,7 @@ from integrations.models import (
     ResolutionRequest,
     SaasConnection,
     SaasDeletion,
+    ServiceProvider,
     UnreadableWorkItem,
     WorkItem,
     WorkItemState,
@@ -450,6 +453,35 @@ class DropAccessObligationFactory(DjangoModelFactory[DropAccessObligation]):
     )
     failure_started_at = factory.SelfAttribute("outage.started_at")
     due_date = factory.LazyAttribute(lambda o: o.failure_started_at.date() + dt.timedelta(days=45))
+
+
+class ServiceProviderFactory(DjangoModelFactory[ServiceProvider]):
+    """A service provider whose directives are downloaded (no S3 prefix)."""
+
+    class Meta:
+        model = ServiceProvider
+
+    broker = factory.SubFactory(BrokerFactory)
+    name = factory.Sequence(lambda n: f"Provider {n}")
+    contact = "ops@provider.example"
+
+
+class DirectiveFactory(DjangoModelFactory[Directive]):
+    """A directive as stored, with one hash and a signature that is not checked (those a
+    test verifies come from ``directives_issue``)."""
+
+    class Meta:
+        model = Directive
+
+    provider = factory.SubFactory(ServiceProviderFactory)
+    broker = factory.SelfAttribute("provider.broker")
+    reason = DirectiveReason.MATCH
+    content = f"hash_type,hash\nemail,{IDENTIFIER_HASH}\n".encode()
+    sha256 = factory.LazyAttribute(lambda o: hashlib.sha256(o.content).hexdigest())
+    signature = "A" * 86 + "=="
+    key_fingerprint = "0" * 64
+    rows = 1
+    rows_by_hash_type = factory.LazyFunction(lambda: {"email": 1})
 
 
 # Through the services: a test that signs as the broker holds the secret shown once.

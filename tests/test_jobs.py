@@ -58,6 +58,7 @@ def test_every_job_the_enqueue_module_names_is_defined_with_its_queue() -> None:
         enqueue.SEND_ALERT: "alerts",
         enqueue.EVALUATE_ALERTS: "alerts",
         enqueue.PULL_BROKER: "drop",
+        enqueue.DELIVER_DIRECTIVE: "dispatch",
     }
     for name, queue in names.items():
         assert app.tasks[name].queue == queue

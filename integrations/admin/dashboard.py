@@ -190,6 +190,8 @@ class BrokerPanel:
     stuck_since: dt.datetime | None = None
     # DROP outages of more than a day: the notice to CalPrivacy owed, until recorded.
     obligations: list[ObligationLine] = field(default_factory=list)
+    # Directives to service providers awaiting acknowledgement (the overdue: "bad").
+    directives: list[tuple[str, Number]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -335,6 +337,7 @@ def _broker_panel(
             )
             for obligation in overview.drop_access_obligations
         ],
+        directives=_directive_numbers(overview, links, now=now),
         outcomes_chart=charts.stacked_bars(
             [_outcome_bar(c, links) for c in overview.recent_cycles],
             title=f"The broker's outcomes per cycle, broker {broker.broker_id}",
@@ -342,6 +345,29 @@ def _broker_panel(
             height=190,
         ),
     )
+
+
+def _directive_numbers(
+    overview: BrokerOverview, links: _Links, *, now: dt.datetime
+) -> list[tuple[str, Number]]:
+    """Directives not acknowledged yet, and those past DROPPORTAL_DIRECTIVE_ACK_DAYS."""
+    if not overview.directives_awaiting:
+        return []
+    unacknowledged = {"broker__id__exact": overview.broker.pk, "acknowledged_at__isempty": "1"}
+    return [
+        (
+            "awaiting acknowledgement",
+            Number(overview.directives_awaiting, links.changelist("directive", **unacknowledged)),
+        ),
+        (
+            f"not acknowledged within {settings.DROPPORTAL_DIRECTIVE_ACK_DAYS} days",
+            Number(
+                overview.directives_overdue,
+                links.changelist("directive", **unacknowledged),
+                tone="bad",
+            ),
+        ),
+    ]
 
 
 def _attention_numbers(

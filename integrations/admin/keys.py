@@ -38,6 +38,7 @@ def mintable_scopes(user: Any) -> list[str]:
             ApiKeyScope.INGEST,
             ApiKeyScope.METRICS,
             ApiKeyScope.SUPPRESSION,
+            ApiKeyScope.DIRECTIVE_ACK,
         ]
     if user.has_perm(AUDIT_KEY_PERMISSION):
         scopes.append(ApiKeyScope.AUDIT)
@@ -54,7 +55,11 @@ class ApiKeyCreateForm(forms.ModelForm):
 
     class Meta:
         model = ApiKey
-        fields = ["broker", "name", "scopes"]
+        fields = ["broker", "name", "scopes", "provider"]
+        help_texts = {
+            "provider": "For a directive_ack key only (that scope alone): the service provider "
+            "whose directives it acknowledges, one of the broker's.",
+        }
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -72,6 +77,18 @@ class ApiKeyCreateForm(forms.ModelForm):
         without_broker = data.get("broker") is None and "broker" not in self.errors
         if without_broker and set(data.get("scopes") or ()) != {ApiKeyScope.METRICS}:
             self.add_error("broker", "A key without a broker may only have the metrics scope.")
+        provider = data.get("provider")
+        acknowledges = ApiKeyScope.DIRECTIVE_ACK in (data.get("scopes") or ())
+        if (provider is not None or acknowledges) and (
+            provider is None
+            or provider.broker_id != getattr(data.get("broker"), "pk", None)
+            or set(data.get("scopes") or ()) != {ApiKeyScope.DIRECTIVE_ACK}
+        ):
+            self.add_error(
+                "provider",
+                "A directive_ack key is a service provider's own: choose one of the broker's "
+                "providers and that scope alone.",
+            )
         return data
 
 
@@ -108,7 +125,16 @@ class ApiKeyAdmin(ModelAdmin):
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         if obj is None:
             return []
-        return ["broker", "name", "scopes", "prefix", "created_at", "last_used_at", "revoked_at"]
+        return [
+            "broker",
+            "provider",
+            "name",
+            "scopes",
+            "prefix",
+            "created_at",
+            "last_used_at",
+            "revoked_at",
+        ]
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # revoke instead: the ledger refers to keys by prefix
@@ -121,6 +147,7 @@ class ApiKeyAdmin(ModelAdmin):
             scopes=form.cleaned_data["scopes"],
             name=form.cleaned_data["name"],
             actor=staff_actor(request),
+            provider=form.cleaned_data.get("provider"),
         )
         obj.pk = created.api_key.pk
         obj.prefix = created.api_key.prefix

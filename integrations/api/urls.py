@@ -6,6 +6,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from integrations.api import (
     callbacks,
     consumers,
+    directives,
     drop_notifications,
     isi_callbacks,
     outcomes,
@@ -44,6 +45,11 @@ urlpatterns = [
         "drop/suppression/check",
         suppression.SuppressionCheckView.as_view(),
         name="api-suppression-check",
+    ),
+    path(
+        "drop/directives/<int:directive_id>/acknowledgement",
+        directives.DirectiveAcknowledgementView.as_view(),
+        name="api-directive-acknowledgement",
     ),
     path("schema", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),

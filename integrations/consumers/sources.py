@@ -27,6 +27,9 @@ Each file's SHA-256 is taken as it is read (``finish_digest``); Parquet's reads 
 about, so the bytes its reader skipped are read once more at the end (usually just the
 footer).
 
+``s3_object_put`` writes one object through the same client and endpoint rule (a directive
+to a service provider's prefix).
+
 A source that cannot be read raises ``SourceError`` with one line that says why. Pure
 protocol code: no database, no Django settings (the caller passes the endpoint).
 
@@ -375,6 +378,29 @@ def _s3_sources(spec: str, *, format: str | None, endpoint_url: str | None) -> S
         for name, size, etag in objects
     ]
     return Sources(files, skipped)
+
+
+def s3_object_put(uri: str, content: bytes, *, endpoint_url: str | None = None) -> None:
+    """Write ``content`` to the object ``s3://bucket/key`` through the same client, endpoint
+    rule and credential chain as the reads (a directive to a provider's prefix). Raises
+    ``SourceError`` with one line."""
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    _endpoint_check(endpoint_url)
+    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    if not uri.startswith("s3://") or not bucket or not key or key.endswith("/"):
+        raise SourceError(f"{uri}: not an object; use s3://bucket/key")
+    client = boto3.client("s3", endpoint_url=endpoint_url or None)
+    try:
+        client.put_object(Bucket=bucket, Key=key, Body=content)
+    except ClientError as exc:
+        error = exc.response.get("Error", {})
+        raise SourceError(
+            f"{uri}: {error.get('Code') or 'error'}: {error.get('Message') or exc}"
+        ) from None
+    except BotoCoreError as exc:
+        raise SourceError(f"{uri}: {exc}") from None
 
 
 class _S3Object(io.RawIOBase):

@@ -29,6 +29,7 @@ from integrations.models.integrations import (
 )
 from integrations.models.keys import ApiKey, ApiKeyScope
 from integrations.models.ledger import LedgerChainLink, LedgerEvent
+from integrations.models.providers import Directive, DirectiveReason, ServiceProvider
 from integrations.models.reports import AWAITING_DROP, ReportFile, ReportFileState, ReportKind
 from integrations.models.requests import (
     DROP_STATUS_ALL_CANCELLED,
@@ -68,6 +69,8 @@ __all__ = [
     "CycleState",
     "DeletionRequest",
     "DeliveryAttempt",
+    "Directive",
+    "DirectiveReason",
     "DropAccessObligation",
     "DropCycle",
     "DropNotification",
@@ -91,6 +94,7 @@ __all__ = [
     "ResolutionRequest",
     "SaasConnection",
     "SaasDeletion",
+    "ServiceProvider",
     "ShownOnceSecret",
     "StaffRecoveryCodes",
     "StaffTotpDevice",

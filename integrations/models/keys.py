@@ -12,6 +12,7 @@ class ApiKeyScope(models.TextChoices):
     AUDIT = "audit", "Audit (outcome history)"
     METRICS = "metrics", "Metrics (Prometheus scrape)"
     SUPPRESSION = "suppression", "Suppression check"
+    DIRECTIVE_ACK = "directive_ack", "Directive acknowledgement (a service provider's own key)"
 
 
 class ApiKeyQuerySet(models.QuerySet["ApiKey"]):
@@ -26,6 +27,15 @@ class ApiKey(models.Model):
         "integrations.Broker",
         on_delete=models.PROTECT,
         related_name="+",
+        null=True,
+        blank=True,
+    )
+    # A directive_ack key is a service provider's own: it acknowledges that provider's
+    # directives and nothing else.
+    provider = models.ForeignKey(
+        "integrations.ServiceProvider",
+        on_delete=models.PROTECT,
+        related_name="api_keys",
         null=True,
         blank=True,
     )
@@ -50,6 +60,14 @@ class ApiKey(models.Model):
             models.CheckConstraint(
                 condition=models.Q(broker__isnull=False) | models.Q(scopes=[ApiKeyScope.METRICS]),
                 name="api_key_without_broker_metrics_only",
+            ),
+            models.CheckConstraint(
+                condition=(
+                    models.Q(provider__isnull=True)
+                    & ~models.Q(scopes__contains=[ApiKeyScope.DIRECTIVE_ACK])
+                )
+                | models.Q(provider__isnull=False, scopes=[ApiKeyScope.DIRECTIVE_ACK]),
+                name="api_key_directive_ack_bound_to_provider",
             ),
         ]
         # An audit key reads every outcome of its broker: minted by Auditors (and

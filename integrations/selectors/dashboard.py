@@ -25,6 +25,7 @@ from integrations.models import (
     WorkItemState,
     owed_status,
 )
+from integrations.selectors.directives import directive_ack_days, unacknowledged_directives_count
 from integrations.selectors.drop_access import drop_access_obligations_open
 from integrations.selectors.requests import deletion_requests_needing_attention
 from integrations.selectors.targets import broker_targets
@@ -113,6 +114,9 @@ class BrokerOverview:
     doctor: LedgerEvent | None = None
     # DROP outages of more than a day whose notice to CalPrivacy is not recorded yet.
     drop_access_obligations: list[DropAccessObligation] = field(default_factory=list)
+    # Directives to service providers not acknowledged yet, and of those the overdue.
+    directives_awaiting: int = 0
+    directives_overdue: int = 0
 
 
 # The events that say how the broker's last download went.
@@ -125,7 +129,7 @@ _PULL_OUTCOME_KINDS = (
 
 def dashboard_overview(*, now: dt.datetime) -> list[BrokerOverview]:
     """Everything the dashboard shows, per broker, in twelve queries whatever the data size."""
-    brokers = _brokers_with_last_transfers()
+    brokers = _brokers_with_last_transfers(now=now)
     recent, shown = _recent_and_open_cycles()
     recent_ids = {cycle.pk for cycle in recent}
     cycles_of = _cycle_work_items_by_broker(recent, shown)
@@ -163,13 +167,16 @@ def dashboard_overview(*, now: dt.datetime) -> list[BrokerOverview]:
                 else None,
                 doctor=last_doctor_event.get(broker.broker_id),
                 drop_access_obligations=obligations_of.get(broker.pk, []),
+                directives_awaiting=broker.directives_awaiting,  # type: ignore[attr-defined]
+                directives_overdue=broker.directives_overdue,  # type: ignore[attr-defined]
             )
         )
     return overviews
 
 
-def _brokers_with_last_transfers() -> list[Broker]:
-    """Every broker, annotated with ``last_download_at`` and ``last_upload_at``."""
+def _brokers_with_last_transfers(*, now: dt.datetime) -> list[Broker]:
+    """Every broker, annotated with ``last_download_at``, ``last_upload_at`` and its
+    directives awaiting acknowledgement (``directives_awaiting``, ``directives_overdue``)."""
     return list(
         Broker.objects.annotate(
             last_download_at=Max("cycles__downloaded_at"),
@@ -177,6 +184,10 @@ def _brokers_with_last_transfers() -> list[Broker]:
                 ReportFile.objects.filter(broker=OuterRef("pk"), uploaded_at__isnull=False)
                 .order_by("-uploaded_at")
                 .values("uploaded_at")[:1]
+            ),
+            directives_awaiting=unacknowledged_directives_count(),
+            directives_overdue=unacknowledged_directives_count(
+                issued_before=now - directive_ack_days()
             ),
         ).order_by("broker_id")
     )

@@ -25,9 +25,11 @@ from integrations.models import (
 )
 from integrations.services.staff.keys import CreatedApiKey
 from tests.builders import (
+    DirectiveFactory,
     IsiIntegrationFactory,
     ReportFileFactory,
     SampleCycle,
+    ServiceProviderFactory,
     sample_cycle,
 )
 
@@ -62,6 +64,7 @@ ACTION_INPUT: dict[str, dict[str, str]] = {
     "webhookintegration.retire_integrations": {"apply": "1", "reason": "CRM decommissioned"},
     "isiintegration.retire_integrations": {"apply": "1", "reason": "API decommissioned"},
     "saasconnection.retire_connections": {"apply": "1", "reason": "contract ended"},
+    "directive.acknowledge_directives": {"apply": "1", "reference": "letter of May 2"},
 }
 
 
@@ -75,6 +78,10 @@ def _refused_amendment(world: SampleCycle) -> None:
     )
 
 
+def _directive(world: SampleCycle) -> None:
+    DirectiveFactory.create(provider=ServiceProviderFactory.create(broker=world.broker))
+
+
 def _isi_integration(world: SampleCycle) -> None:
     IsiIntegrationFactory(broker=world.broker, name="Acme API")
 
@@ -84,6 +91,7 @@ ACTION_SETUP: dict[str, Callable[[SampleCycle], None]] = {
     "reportfile.discard_amendment": _refused_amendment,
     "isiintegration.disable_integrations": _isi_integration,
     "isiintegration.retire_integrations": _isi_integration,
+    "directive.acknowledge_directives": _directive,
 }
 
 

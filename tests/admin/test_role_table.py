@@ -42,7 +42,12 @@ from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, IsiAuth, IsiIntegration
 from integrations.services.ledger import ledger_event_append
 from integrations.services.staff.keys import CreatedApiKey
-from tests.builders import DropAccessObligationFactory, sample_cycle
+from tests.builders import (
+    DirectiveFactory,
+    DropAccessObligationFactory,
+    ServiceProviderFactory,
+    sample_cycle,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -121,6 +126,7 @@ def every_model(broker: Broker, make_key: Callable[..., CreatedApiKey]) -> None:
         webhook_secret="whsec_" + "I" * 43,
     )
     make_key("webhook_callback")
+    DirectiveFactory.create(provider=ServiceProviderFactory.create(broker=broker))
     ledger_event_append(kind=LedgerKind.BROKER_UPDATED, broker_id=broker.broker_id)
     now = timezone.now()
     DropAccessObligationFactory.create(broker=broker)

@@ -199,6 +199,7 @@ def test_a_healthy_service_exits_0(broker: Broker) -> None:
         "work_items": 0,
         "groups": [],
         "drop_access_obligations": [],
+        "directives_not_acknowledged": [],
     }
 
 

@@ -12,7 +12,7 @@ from django.core.management import call_command
 from integrations.models import Broker
 from integrations.services.staff.integrations import webhook_integration_create
 from integrations.services.staff.keys import api_key_create
-from tests.builders import SaasConnectionFactory
+from tests.builders import SaasConnectionFactory, ServiceProviderFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -24,6 +24,7 @@ pytestmark = pytest.mark.django_db
         ("apikeys", "name", None),
         ("integrations", "name", "Acme CRM"),
         ("saas", "name", "Mailer"),
+        ("providers", "name", "Mailhouse"),
     ],
 )
 def test_list_json_is_one_object_with_its_items(
@@ -33,6 +34,7 @@ def test_list_json_is_one_object_with_its_items(
         broker=broker, name="Acme CRM", url="https://crm.acme.example/drop", actor="test"
     )
     SaasConnectionFactory.create(broker=broker, url="https://api.mailer.example/erase")
+    ServiceProviderFactory.create(broker=broker, name="Mailhouse")
     created = api_key_create(broker=broker, scopes=["ingest"], actor="test")
     out = io.StringIO()
 

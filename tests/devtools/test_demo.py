@@ -20,6 +20,9 @@ def test_the_demo_narrates_a_whole_cycle_and_the_ledger_verifies(demo: ServedDem
     assert "/api/v1/drop/notifications/4821: HTTP 204" in story
     assert "the pull it started (job integrations.tasks.pull_broker): imported " in story
     assert "An amendment goes to DROP" in story
+    # A service provider gets a signed directive and acknowledges it with its own key.
+    assert "acknowledged with its own key (scope directive_ack): HTTP 200" in story
+    assert "Mailhouse  match" in story and "acknowledged " in story
     assert "chain verified" in story
     # It ends pointing at one consumer's story page, then serves it.
     last = story.rsplit("Where to look", 1)[1]

@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management.base import CommandError
 
 from integrations.management.base import DropportalCommand, broker_or_error
-from integrations.models import ApiKey, ApiKeyScope
+from integrations.models import ApiKey, ApiKeyScope, ServiceProvider
 from integrations.services.staff.keys import api_key_create, api_key_revoke
 
 
@@ -27,6 +27,12 @@ class Command(DropportalCommand):
             "--scope", action="append", required=True, choices=ApiKeyScope.values, dest="scopes"
         )
         create.add_argument("--name", default="")
+        create.add_argument(
+            "--provider",
+            type=int,
+            default=None,
+            help="a service provider's id (providers list): its own directive_ack key",
+        )
         create.add_argument("--json", action="store_true")
         revoke = subparsers.add_parser("revoke", help="revoke a key by its prefix")
         revoke.add_argument("prefix")
@@ -35,8 +41,17 @@ class Command(DropportalCommand):
 
     def handle_create(self, **options: Any) -> None:
         broker = None if options["all_brokers"] else broker_or_error(options["broker"])
+        provider = None
+        if options["provider"] is not None:
+            provider = ServiceProvider.objects.filter(pk=options["provider"], broker=broker).first()
+            if provider is None:
+                raise CommandError(f"the broker has no service provider {options['provider']}")
         created = api_key_create(
-            broker=broker, scopes=options["scopes"], name=options["name"], actor=self.actor()
+            broker=broker,
+            scopes=options["scopes"],
+            name=options["name"],
+            actor=self.actor(),
+            provider=provider,
         )
         if options["json"]:
             self.print_json(
@@ -46,6 +61,7 @@ class Command(DropportalCommand):
                     "scopes": created.api_key.scopes,
                     "broker_id": broker.broker_id if broker else None,
                     "name": created.api_key.name,
+                    "provider_id": provider.pk if provider else None,
                 }
             )
             return
@@ -72,6 +88,7 @@ class Command(DropportalCommand):
                 "name": k.name,
                 "broker_id": k.broker.broker_id if k.broker else None,  # None: every broker
                 "scopes": k.scopes,
+                "provider_id": k.provider_id,  # a directive_ack key's service provider
                 "created_at": k.created_at.isoformat(),
                 "last_used_at": k.last_used_at.isoformat() if k.last_used_at else None,
                 "revoked_at": k.revoked_at.isoformat() if k.revoked_at else None,

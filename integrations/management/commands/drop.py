@@ -10,6 +10,8 @@ matched; report; find what is stuck; record the notice a DROP outage obliges.
     manage.py drop metrics --broker 4821 --year 2027 --format json   # the year's figures
     manage.py drop suppression export --broker 4821 [--format parquet] [--out F|s3://...]
     manage.py drop reappearances --broker 4821 [--since 2027-01-01] [--json]
+    manage.py drop directives --broker 4821      # directives to service providers
+                                                 # (``management/drop_directives.py``)
 
 Both print the cycle (``--json``: one JSON object); a refusal is one line on stderr and exit 1.
 When part of the package was not imported (a DROP list or rows that could not be read), the
@@ -27,13 +29,20 @@ from typing import Any
 
 from django.conf import settings
 from django.core.management.base import CommandError
+from django.utils import timezone
 from tqdm import tqdm
 
 from integrations.drop.calendar import drop_time_text
 from integrations.exports import csv_cell
 from integrations.management.base import broker_or_error, date_bound
+from integrations.management.drop_directives import DirectiveSubcommands
 from integrations.management.drop_report import ReportSubcommand
 from integrations.management.drop_suppression import SuppressionSubcommands
+from integrations.selectors.directives import (
+    directive_ack_due,
+    directive_as_json,
+    directives_overdue,
+)
 from integrations.selectors.drop_access import drop_access_obligations_open
 from integrations.selectors.drop_metrics import METRIC_FIGURES, drop_metrics
 from integrations.selectors.stuck import stuck_work_items
@@ -42,7 +51,7 @@ from integrations.services.cycle.drop_access import drop_access_notice_record
 from integrations.services.cycle.drop_import import DropImportError, ImportResult, drop_zip_import
 
 
-class Command(ReportSubcommand, SuppressionSubcommands):
+class Command(DirectiveSubcommands, ReportSubcommand, SuppressionSubcommands):
     help = (
         "Pull DROP's deletion lists for a broker, or import a downloaded ZIP (both match); "
         "report the statuses back."
@@ -100,6 +109,7 @@ class Command(ReportSubcommand, SuppressionSubcommands):
             help="what identifies the notice (DROP's message number, a letter's reference)",
         )
         notice.add_argument("--json", action="store_true", help="print the result as JSON")
+        self.add_directive_subcommands(subparsers)
 
     def handle_pull(self, **options: Any) -> None:
         broker = broker_or_error(options["broker"])
@@ -249,6 +259,8 @@ class Command(ReportSubcommand, SuppressionSubcommands):
         broker = broker_or_error(options["broker"]) if options.get("broker") else None
         groups = stuck_work_items(broker=broker)
         obligations = list(drop_access_obligations_open(broker=broker))
+        # Not a work item's path to a status, but a duty still owed: listed apart.
+        overdue = list(directives_overdue(now=timezone.now(), broker=broker))
         base = settings.DROPPORTAL_PUBLIC_URL
         if options["json"]:
             self.print_json(
@@ -265,6 +277,7 @@ class Command(ReportSubcommand, SuppressionSubcommands):
                         }
                         for o in obligations
                     ],
+                    "directives_not_acknowledged": [directive_as_json(d) for d in overdue],
                 }
             )
         elif not groups:
@@ -284,7 +297,14 @@ class Command(ReportSubcommand, SuppressionSubcommands):
                 f"by {obligation.due_date.isoformat()}, then record it with `drop notice "
                 f"--broker {broker_id} --sent DATE --reference TEXT`"
             )
-        if groups or obligations:
+        for directive in [] if options["json"] else overdue:
+            self.stderr.write(
+                f"broker {directive.broker.broker_id}: directive {directive.pk} to "
+                f"{directive.provider.name} ({directive.rows} hashes) not acknowledged, due "
+                f"{directive_ack_due(directive):%Y-%m-%d}: record it with `manage.py providers "
+                f"acknowledge {directive.pk} --reference TEXT`"
+            )
+        if groups or obligations or overdue:
             sys.exit(1)
 
     def handle_notice(self, **options: Any) -> None:

@@ -32,6 +32,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
+from psycopg import sql
 
 from integrations import enqueue
 from integrations.drop.calendar import drop_date, drop_midnight, drop_today
@@ -47,6 +48,7 @@ from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     Broker,
     CycleState,
+    DirectiveReason,
     DropCycle,
     UnreadableWorkItem,
 )
@@ -67,9 +69,14 @@ from integrations.services.cycle.matching import (
     staged_match_rates,
     work_items_insert_staged,
 )
-from integrations.services.cycle.requests import RequestsCreated, requests_create_for_matches
+from integrations.services.cycle.requests import (
+    MATCHES_TABLE,
+    RequestsCreated,
+    requests_create_for_matches,
+)
 from integrations.services.ledger import ledger_event_append
 from integrations.services.locks import matching_lock
+from integrations.services.providers.directives import directives_issue
 
 _COPY_BATCH_ROWS = 8192
 IMPORT_WORK_MEM = "64MB"
@@ -190,6 +197,12 @@ def _import(
         clock.lap("import")
         requests = requests_create_for_matches(
             broker=broker, match_date=cycle.match_date, actor=actor
+        )
+        directives_issue(
+            broker=broker,
+            work_items=sql.Identifier(MATCHES_TABLE),
+            reason=DirectiveReason.MATCH,
+            actor=actor,
         )
         clock.lap("requests")
         removed = work_items_close_removed(

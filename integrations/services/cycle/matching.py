@@ -17,6 +17,7 @@ matched by one side or the other, never by neither:
                                                  #   no match -> reportable, status 5
        cycle_matches_collect()                   # (work item, consumer) -> drop_matches
        requests_create_for_matches(...)          # one request per match per target
+       directives_issue(...)                     # each service provider's directive
        staged_items_drop(staged)
 
    Deciding the status while inserting writes each work item once; updating the 90 %
@@ -34,6 +35,9 @@ matched by one side or the other, never by neither:
    item an earlier consumer had matched (it has requests already) is a **reappearance**:
    given ``source`` (``RegistrationSource``: the file and its SHA-256, or the API key),
    each is recorded as a ``Reappearance`` and ledgered (``consumers.reappeared``).
+
+Each match also directs the broker's service providers and contractors to delete
+(``services.providers.directives.directives_issue``), in the same transaction.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ from psycopg import sql
 from integrations.drop.calendar import drop_today
 from integrations.drop_statuses import DropStatus
 from integrations.ledger_kinds import LedgerKind
-from integrations.models import Broker, DropCycle, WorkItemState
+from integrations.models import Broker, DirectiveReason, DropCycle, WorkItemState
 from integrations.services.cycle.requests import (
     MATCHES_TABLE,
     RequestsCreated,
@@ -56,6 +60,7 @@ from integrations.services.cycle.requests import (
 )
 from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
 from integrations.services.locks import matching_lock
+from integrations.services.providers.directives import directives_issue
 
 STAGED_ITEMS = "drop_staged_items"
 STAGED_MATCHES = "drop_staged_matches"
@@ -322,6 +327,12 @@ def consumer_hashes_match_late(
         cursor.execute("DROP TABLE drop_late_items")
     requests = requests_create_for_matches(
         broker=broker, match_date=match_date or drop_today(), actor=actor
+    )
+    directives_issue(
+        broker=broker,
+        work_items=sql.Identifier(MATCHES_TABLE),
+        reason=DirectiveReason.LATE_MATCH,
+        actor=actor,
     )
     ledger_event_append(
         kind=LedgerKind.DROP_LATE_MATCHED,

@@ -28,14 +28,13 @@ from importlib import metadata
 from typing import IO, Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.template.loader import render_to_string
 from django.utils import timezone
-from django.utils.module_loading import import_string
 
 from integrations.evidence import pack
+from integrations.evidence.signing_key import evidence_signing_key
 from integrations.ledger_hash import canonical_json
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, DropCycle
@@ -47,19 +46,6 @@ from integrations.services.evidence.evidence_period import (
 )
 from integrations.services.evidence.evidence_writer import CsvRecordCounter, LineCounter, PackWriter
 from integrations.services.ledger import ledger_event_append, ledger_seal
-
-
-def evidence_signing_key() -> Ed25519PrivateKey:
-    """``DROPPORTAL_EVIDENCE_KEY``, or the one ``DROPPORTAL_EVIDENCE_KEY_GENERATOR`` makes
-    (into ``var/``) on first use."""
-    pem = (
-        settings.DROPPORTAL_EVIDENCE_KEY
-        or import_string(settings.DROPPORTAL_EVIDENCE_KEY_GENERATOR)()
-    )
-    try:
-        return pack.load_private_key(pem)
-    except ValueError as exc:
-        raise ValidationError(f"DROPPORTAL_EVIDENCE_KEY: {exc}") from None
 
 
 def evidence_public_key_pem() -> str:

@@ -48,6 +48,7 @@ from integrations.models import (
     WorkItemState,
 )
 from integrations.selectors.deadlines import cycle_deadlines
+from integrations.selectors.directives import directive_ack_due, directives_overdue
 from integrations.selectors.drop_access import drop_access_obligations_open
 from integrations.selectors.match_rates import match_rate_falls
 from integrations.selectors.stuck import stuck_work_items
@@ -454,5 +455,28 @@ def _match_rate_fell(now: dt.datetime) -> Iterable[Firing]:
                 "rate": round(float(fall.rate), 6),
                 "median": round(float(fall.median), 6),
                 "previous_cycles": fall.previous,
+            },
+        )
+
+
+# -- service providers and contractors
+@alert_condition("directive_not_acknowledged")
+def _directive_not_acknowledged(now: dt.datetime) -> Iterable[Firing]:
+    """A service provider has not acknowledged a directive within
+    ``DROPPORTAL_DIRECTIVE_ACK_DAYS``: the broker cannot show it directed the deletion."""
+    for directive in directives_overdue(now=now):
+        broker_id = directive.broker.broker_id
+        yield Firing(
+            key=f"directive:{directive.pk}",
+            broker_id=broker_id,
+            text=f"{directive.provider.name} (broker {broker_id}) has not acknowledged "
+            f"directive {directive.pk} ({directive.rows} consumers to delete, due "
+            f"{directive_ack_due(directive):%Y-%m-%d}); ask them, then record it: "
+            f"`manage.py providers acknowledge {directive.pk} --reference TEXT` or the admin",
+            details={
+                "directive": directive.pk,
+                "provider": directive.provider.name,
+                "contact": directive.provider.contact,
+                "sha256": directive.sha256,
             },
         )

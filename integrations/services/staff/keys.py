@@ -20,6 +20,7 @@ from integrations.models import (
     DeletionRequest,
     Integration,
     IntegrationKind,
+    ServiceProvider,
 )
 from integrations.selectors.rows import model_from_row
 from integrations.services.ledger import ledger_event_append
@@ -42,11 +43,17 @@ def key_digest(key: str) -> str:
 
 
 def api_key_create(
-    *, broker: Broker | None, scopes: list[str], name: str = "", actor: str
+    *,
+    broker: Broker | None,
+    scopes: list[str],
+    name: str = "",
+    actor: str,
+    provider: ServiceProvider | None = None,
 ) -> CreatedApiKey:
     """A new key of ``broker`` with ``scopes``. ``broker=None``: a ``metrics`` key (that
     scope alone) that sees every broker's series, for the operator's own Prometheus; who
-    may create one is the caller's check (superusers in the admin)."""
+    may create one is the caller's check (superusers in the admin). A ``directive_ack`` key
+    (that scope alone) is a service provider's own: ``provider``, one of the broker's."""
     unknown = sorted(set(scopes) - set(ApiKeyScope.values))
     if unknown or not scopes:
         raise ValidationError(
@@ -58,10 +65,21 @@ def api_key_create(
         raise ValidationError(
             "a key without a broker may only have the metrics scope; give a broker"
         )
+    if (provider is not None or ApiKeyScope.DIRECTIVE_ACK in scopes) and (
+        provider is None
+        or broker is None
+        or provider.broker_id != broker.pk
+        or set(scopes) != {ApiKeyScope.DIRECTIVE_ACK}
+    ):
+        raise ValidationError(
+            "a directive_ack key is a service provider's own: give the provider (one of "
+            "the broker's) and that scope alone"
+        )
     key = KEY_MARKER + secrets.token_urlsafe(32)  # 256 bits of entropy
     with transaction.atomic():
         api_key = ApiKey.objects.create(
             broker=broker,
+            provider=provider,
             name=name,
             prefix=key[:PREFIX_LENGTH],
             digest=key_digest(key),
@@ -72,7 +90,12 @@ def api_key_create(
             broker_id=broker.broker_id if broker else "",
             subject=api_key.prefix,
             actor=actor,
-            data={"name": name, "scopes": api_key.scopes, "every_broker": broker is None},
+            data={
+                "name": name,
+                "scopes": api_key.scopes,
+                "every_broker": broker is None,
+                **({"provider_id": provider.pk} if provider is not None else {}),
+            },
         )
     return CreatedApiKey(api_key=api_key, key=key)
 

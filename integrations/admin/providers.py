@@ -1,0 +1,240 @@
+"""Service providers and contractors, and the directives they get, in the admin.
+
+Connections managers register providers (name, contact, an S3 prefix or none: download
+here). Operators and Auditors see every directive and download its CSV and ``.sig``
+(each download a ledger event); Operators record a provider's acknowledgement with its
+reference ("Record acknowledgement"). Every change goes through
+``services.providers`` (ledger events with the staff actor).
+"""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils import timezone
+from django.utils.html import format_html
+from unfold.admin import ModelAdmin
+
+from integrations.admin.actors import staff_actor
+from integrations.models import Directive, ServiceProvider
+from integrations.selectors.directives import directive_ack_due
+from integrations.services.providers.directives import (
+    REFERENCE_MAX,
+    directive_acknowledge,
+    directive_download_record,
+)
+from integrations.services.providers.providers import (
+    s3_prefix_validate,
+    service_provider_add,
+    service_provider_update,
+)
+
+ACKNOWLEDGE_PERMISSION = "integrations.acknowledge_directive"
+
+
+class ServiceProviderForm(forms.ModelForm):
+    class Meta:
+        model = ServiceProvider
+        fields = ["broker", "name", "contact", "s3_prefix"]
+        help_texts = {
+            "s3_prefix": "s3://bucket/prefix/: each directive is written there (with boto3's "
+            "credentials). Blank: staff download it here.",
+        }
+
+    def clean_s3_prefix(self) -> str:
+        return s3_prefix_validate(self.cleaned_data.get("s3_prefix") or "")
+
+
+@admin.register(ServiceProvider)
+class ServiceProviderAdmin(ModelAdmin):
+    form = ServiceProviderForm
+    list_display = ["name", "broker", "contact", "s3_prefix", "created_at"]
+    list_filter = ["broker"]
+    search_fields = ["name", "contact"]
+    list_select_related = ["broker"]
+    fields = ["broker", "name", "contact", "s3_prefix"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return ["broker"] if obj is not None else []
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # its directives are evidence
+
+    def save_model(
+        self, request: HttpRequest, obj: ServiceProvider, form: Any, change: bool
+    ) -> None:
+        fields = {f: getattr(obj, f) for f in ("name", "contact", "s3_prefix")}
+        if not change:
+            created = service_provider_add(broker=obj.broker, **fields, actor=staff_actor(request))
+            obj.pk = created.pk
+            return
+        service_provider_update(
+            ServiceProvider.objects.select_related("broker").get(pk=obj.pk),
+            changes=fields,
+            actor=staff_actor(request),
+        )
+
+
+class AcknowledgeForm(forms.Form):
+    reference = forms.CharField(
+        max_length=REFERENCE_MAX,
+        help_text="The provider's reference for the deletion (its ticket, its letter).",
+    )
+
+
+@admin.register(Directive)
+class DirectiveAdmin(ModelAdmin):
+    list_display = [
+        "id",
+        "broker_code",
+        "provider",
+        "reason",
+        "created_at",
+        "rows",
+        "delivery",
+        "acknowledgement",
+        "download",
+    ]
+    list_filter = ["broker", "provider", "reason", ("acknowledged_at", admin.EmptyFieldListFilter)]
+    search_fields = ["sha256", "provider__name", "acknowledgement_reference"]
+    list_select_related = ["broker", "provider"]
+    exclude = ["content"]
+    readonly_fields = [
+        "broker",
+        "provider",
+        "reason",
+        "created_at",
+        "rows",
+        "rows_by_hash_type",
+        "sha256",
+        "signature",
+        "key_fingerprint",
+        "s3_uri",
+        "delivered_at",
+        "delivery_error",
+        "acknowledgement_due",
+        "acknowledged_at",
+        "acknowledged_by",
+        "acknowledgement_reference",
+        "download",
+    ]
+    actions = ["acknowledge_directives"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Directive]:
+        return super().get_queryset(request).defer("content")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # what a provider was told is evidence
+
+    def has_acknowledge_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(ACKNOWLEDGE_PERMISSION)
+
+    @admin.display(description="Broker ID", ordering="broker__broker_id")
+    def broker_code(self, obj: Directive) -> str:
+        return obj.broker.broker_id
+
+    @admin.display(description="delivery")
+    def delivery(self, obj: Directive) -> str:
+        if obj.s3_uri:
+            return obj.s3_uri
+        if obj.delivery_error:
+            return f"not written: {obj.delivery_error}"
+        return "download" if not obj.provider.s3_prefix else "being written"
+
+    @admin.display(description="acknowledgement due")
+    def acknowledgement_due(self, obj: Directive) -> Any:
+        return directive_ack_due(obj)
+
+    @admin.display(description="acknowledged", ordering="acknowledged_at")
+    def acknowledgement(self, obj: Directive) -> str:
+        if obj.acknowledged_at is not None:
+            return f"{obj.acknowledged_at:%Y-%m-%d} {obj.acknowledgement_reference}"
+        if directive_ack_due(obj) < timezone.now():
+            return format_html('<strong class="text-red-600">{}</strong>', "overdue")
+        return "awaiting"
+
+    @admin.display(description="CSV and signature")
+    def download(self, obj: Directive) -> str:
+        url = reverse("admin:integrations_directive_download", args=[obj.pk])
+        return format_html('<a href="{}" download>{}</a>', url, "download")
+
+    @admin.action(
+        description="Record the provider's acknowledgement (with its reference)",
+        permissions=["acknowledge"],
+    )
+    def acknowledge_directives(
+        self, request: HttpRequest, queryset: QuerySet[Directive]
+    ) -> HttpResponse | None:
+        form = AcknowledgeForm(request.POST if "apply" in request.POST else None)
+        if form.is_valid():
+            done = 0
+            for directive in queryset.order_by("pk"):
+                if directive.acknowledged_at is not None:
+                    continue
+                try:
+                    directive_acknowledge(
+                        directive=directive,
+                        reference=form.cleaned_data["reference"],
+                        actor=staff_actor(request),
+                    )
+                except ValidationError as exc:
+                    self.message_user(request, " ".join(exc.messages), messages.ERROR)
+                else:
+                    done += 1
+            self.message_user(request, f"Recorded {done} acknowledgement(s).", messages.SUCCESS)
+            return None
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Record a provider's acknowledgement",
+            "form": form,
+            "directives": queryset.select_related("provider")[:200],
+            "count": queryset.count(),
+            "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
+            "select_across": request.POST.get("select_across", "0"),
+            "action": "acknowledge_directives",
+            "opts": self.model._meta,
+        }
+        return TemplateResponse(request, "admin/integrations/directive/acknowledge.html", context)
+
+    def get_urls(self) -> list[URLPattern]:
+        view = self.admin_site.admin_view
+        return [
+            path(
+                "<int:pk>/download/",
+                view(self.download_view),
+                name="integrations_directive_download",
+            ),
+            *super().get_urls(),
+        ]
+
+    def download_view(self, request: HttpRequest, pk: int) -> HttpResponse:
+        """A ZIP of the CSV and its ``.sig``, exactly as stored (stored, not deflated)."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        directive = get_object_or_404(Directive.objects.select_related("broker"), pk=pk)
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_STORED) as archive:
+            archive.writestr(directive.file_name, bytes(directive.content))
+            archive.writestr(f"{directive.file_name}.sig", f"{directive.signature}\n")
+        directive_download_record(directive=directive, actor=staff_actor(request), via="admin")
+        response = HttpResponse(buffer.getvalue(), content_type="application/zip")
+        name = directive.file_name.removesuffix(".csv")
+        response["Content-Disposition"] = f'attachment; filename="{name}.zip"'
+        return response

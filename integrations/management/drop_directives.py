@@ -1,0 +1,76 @@
+"""``manage.py drop directives|directive``: the directives sent to service providers.
+
+    manage.py drop directives --broker 4821 [--json]    # each, with its acknowledgement
+    manage.py drop directive 17 --out directive-17.csv  # the CSV, and directive-17.csv.sig
+
+The ``drop`` command mixes this in (``class Command(DirectiveSubcommands, ...)``). The
+``.sig`` is the Ed25519 signature (Base64, one line) of the CSV's exact bytes by the
+evidence key (``evidence public-key`` prints the key that verifies it).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import CommandError
+from django.utils import timezone
+
+from integrations.management.base import DropportalCommand, broker_or_error
+from integrations.models import Directive
+from integrations.selectors.directives import directive_as_json, directives_of
+from integrations.services.providers.directives import directive_download_record
+
+
+class DirectiveSubcommands(DropportalCommand):
+    def add_directive_subcommands(self, subparsers: Any) -> None:
+        listing = subparsers.add_parser(
+            "directives", help="the directives sent to service providers, acknowledged or not"
+        )
+        listing.add_argument("--broker", required=True, help="the broker's 4-digit DROP id")
+        listing.add_argument("--json", action="store_true", help="print the result as JSON")
+        one = subparsers.add_parser("directive", help="write a directive's CSV and its .sig")
+        one.add_argument("id", type=int, help="the directive's id (drop directives)")
+        one.add_argument("--out", required=True, help="the CSV's path; FILE.sig beside it")
+
+    def handle_directives(self, **options: Any) -> None:
+        broker = broker_or_error(options["broker"])
+        rows = [directive_as_json(d) for d in directives_of(broker)]
+        if options["json"]:
+            self.print_json({"items": rows})
+            return
+        if not rows:
+            self.stdout.write(f"No directive for broker {broker.broker_id} yet.")
+            return
+        now = timezone.now().isoformat()
+        for row in rows:
+            if row["acknowledged_at"]:
+                state = (
+                    f"acknowledged {row['acknowledged_at'][:10]} by {row['acknowledged_by']}"
+                    f" ({row['acknowledgement_reference']})"
+                )
+            elif row["acknowledgement_due"] < now:
+                state = f"NOT acknowledged, due {row['acknowledgement_due'][:10]}"
+            else:
+                state = f"awaiting acknowledgement, due {row['acknowledgement_due'][:10]}"
+            where = row["s3_uri"] or row["delivery_error"] or "download"
+            self.stdout.write(
+                f"{row['id']:>6}  {row['created_at'][:10]}  {row['provider']}  {row['reason']}"
+                f"  {row['rows']} hashes  {where}  {state}"
+            )
+
+    def handle_directive(self, **options: Any) -> None:
+        directive = Directive.objects.select_related("broker").filter(pk=options["id"]).first()
+        if directive is None:
+            raise CommandError(f"no directive {options['id']}")
+        out = Path(options["out"])
+        signature = Path(f"{out}.sig")
+        try:
+            out.write_bytes(bytes(directive.content))
+            signature.write_bytes(f"{directive.signature}\n".encode("ascii"))
+        except OSError as exc:
+            raise CommandError(f"cannot write {exc.filename}: {exc.strerror}") from None
+        directive_download_record(directive=directive, actor=self.actor(), via="command")
+        self.stdout.write(
+            f"Wrote {out} ({directive.rows} hashes, SHA-256 {directive.sha256}) and {signature}."
+        )

@@ -1,0 +1,80 @@
+"""Reading directives: a broker's, and those no provider acknowledged in time::
+
+directives_of(broker)                   # newest first, without their CSV
+directives_overdue(now=now)             # unacknowledged past DROPPORTAL_DIRECTIVE_ACK_DAYS
+directive_as_json(directive)            # what ``drop directives --json`` prints
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Count, OuterRef, QuerySet, Subquery
+from django.db.models.functions import Coalesce
+
+from integrations.models import Broker, Directive
+
+
+def directive_ack_days() -> dt.timedelta:
+    return dt.timedelta(days=settings.DROPPORTAL_DIRECTIVE_ACK_DAYS)
+
+
+def directive_ack_due(directive: Directive) -> dt.datetime:
+    """When the provider should have acknowledged it by."""
+    return directive.created_at + directive_ack_days()
+
+
+def directives_of(broker: Broker) -> QuerySet[Directive]:
+    return (
+        Directive.objects.filter(broker=broker)
+        .select_related("broker", "provider")
+        .defer("content")
+        .order_by("-created_at", "-id")
+    )
+
+
+def directives_overdue(*, now: dt.datetime, broker: Broker | None = None) -> QuerySet[Directive]:
+    """Directives still unacknowledged ``DROPPORTAL_DIRECTIVE_ACK_DAYS`` after they were
+    issued, oldest first."""
+    rows = Directive.objects.filter(
+        acknowledged_at__isnull=True, created_at__lt=now - directive_ack_days()
+    )
+    if broker is not None:
+        rows = rows.filter(broker=broker)
+    return rows.select_related("broker", "provider").defer("content").order_by("created_at", "id")
+
+
+def unacknowledged_directives_count(*, issued_before: dt.datetime | None = None) -> Coalesce:
+    """An annotation of ``Broker``: its directives not acknowledged yet (issued before
+    ``issued_before``, if given), for the dashboard's one query of brokers."""
+    rows = Directive.objects.filter(broker=OuterRef("pk"), acknowledged_at__isnull=True)
+    if issued_before is not None:
+        rows = rows.filter(created_at__lt=issued_before)
+    counted = rows.order_by().values("broker").annotate(n=Count("pk")).values("n")
+    return Coalesce(Subquery(counted), 0)
+
+
+def directive_as_json(directive: Directive) -> dict[str, Any]:
+    return {
+        "id": directive.pk,
+        "broker_id": directive.broker.broker_id,
+        "provider_id": directive.provider_id,
+        "provider": directive.provider.name,
+        "reason": directive.reason,
+        "created_at": directive.created_at.isoformat(),
+        "rows": directive.rows,
+        "rows_by_hash_type": directive.rows_by_hash_type,
+        "sha256": directive.sha256,
+        "key_fingerprint": directive.key_fingerprint,
+        "s3_uri": directive.s3_uri or None,
+        "delivered_at": directive.delivered_at.isoformat() if directive.delivered_at else None,
+        "delivery_error": directive.delivery_error or None,
+        "acknowledgement_due": directive_ack_due(directive).isoformat(),
+        "acknowledged_at": (
+            directive.acknowledged_at.isoformat() if directive.acknowledged_at else None
+        ),
+        "acknowledged_by": directive.acknowledged_by or None,
+        "acknowledgement_reference": directive.acknowledgement_reference or None,
+    }

@@ -1,0 +1,1 @@
+"""Service providers and contractors, and the signed directives that tell them to delete."""

@@ -1,0 +1,141 @@
+"""Service providers and directives in the admin: a provider added through the service, a
+directive downloaded as its CSV and signature (which verify), an acknowledgement recorded
+with its reference by an Operator, and the dashboard's count of those awaiting one."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import zipfile
+
+import pytest
+from django.contrib.auth.models import Group, User
+from django.test import Client
+from django.urls import reverse
+
+from integrations.evidence import pack
+from integrations.evidence.directives import directive_verify
+from integrations.evidence.signing_key import evidence_signing_key
+from integrations.ledger_kinds import LedgerKind
+from integrations.models import (
+    Broker,
+    Directive,
+    DirectiveReason,
+    LedgerEvent,
+    ServiceProvider,
+)
+from integrations.services.providers.directives import directives_issue
+from integrations.services.providers.providers import service_provider_add
+from tests.builders import DropCycleFactory, WorkItemFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def role_client(role: str) -> Client:
+    user = User.objects.create_user(role.lower(), password="pw-123-role", is_staff=True)
+    user.groups.add(Group.objects.get(name=role))
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def directive(broker: Broker) -> Directive:
+    provider = service_provider_add(broker=broker, name="Mailhouse", actor="test")
+    item = WorkItemFactory.create(cycle=DropCycleFactory.create(broker=broker))
+    (issued,) = directives_issue(broker=broker, work_items=[item.pk], reason=DirectiveReason.MATCH)
+    assert issued.provider == provider
+    return issued
+
+
+def test_a_connections_manager_adds_a_provider_through_the_service(broker: Broker) -> None:
+    client = role_client("Connections managers")
+    answer = client.post(
+        reverse("admin:integrations_serviceprovider_add"),
+        {"broker": broker.pk, "name": "Warehouse", "contact": "", "s3_prefix": "s3://wh"},
+    )
+    assert answer.status_code == 200  # the form again, with the prefix refused
+    assert "ending in a slash" in answer.content.decode()
+    client.post(
+        reverse("admin:integrations_serviceprovider_add"),
+        {"broker": broker.pk, "name": "Warehouse", "contact": "", "s3_prefix": "s3://wh/x/"},
+    )
+    provider = ServiceProvider.objects.get(name="Warehouse")
+    assert provider.s3_prefix == "s3://wh/x/"
+    event = LedgerEvent.objects.get(kind=LedgerKind.SERVICE_PROVIDER_ADDED)
+    assert event.actor == "staff:connections managers"
+
+
+def test_an_auditor_downloads_the_csv_and_its_signature(directive: Directive) -> None:
+    answer = role_client("Auditors").get(
+        reverse("admin:integrations_directive_download", args=[directive.pk])
+    )
+    assert answer.status_code == 200
+    assert answer["Content-Type"] == "application/zip"
+    with zipfile.ZipFile(io.BytesIO(answer.content)) as archive:
+        content = archive.read(directive.file_name)
+        signature = archive.read(f"{directive.file_name}.sig")
+    assert content == bytes(directive.content)
+    public_key = pack.load_public_key(pack.public_key_pem(evidence_signing_key()))
+    directive_verify(public_key, content, signature)
+    event = LedgerEvent.objects.get(kind=LedgerKind.DIRECTIVE_DOWNLOADED)
+    assert (event.actor, event.data["via"]) == ("staff:auditors", "admin")
+
+
+def test_an_operator_records_the_acknowledgement_with_its_reference(
+    directive: Directive,
+) -> None:
+    client = role_client("Operators")
+    changelist = reverse("admin:integrations_directive_changelist")
+    chosen = {"action": "acknowledge_directives", "_selected_action": [directive.pk]}
+    asked = client.post(changelist, chosen)
+    assert asked.status_code == 200
+    assert "reference" in asked.content.decode()
+    directive.refresh_from_db()
+    assert directive.acknowledged_at is None  # nothing before the reference is given
+    client.post(changelist, {**chosen, "apply": "1", "reference": "letter of May 2"})
+    directive.refresh_from_db()
+    assert directive.acknowledgement_reference == "letter of May 2"
+    assert directive.acknowledged_by == "staff:operators"
+
+
+def test_an_auditor_cannot_record_an_acknowledgement(directive: Directive) -> None:
+    client = role_client("Auditors")
+    client.post(
+        reverse("admin:integrations_directive_changelist"),
+        {
+            "action": "acknowledge_directives",
+            "_selected_action": [directive.pk],
+            "apply": "1",
+            "reference": "x",
+        },
+    )
+    directive.refresh_from_db()
+    assert directive.acknowledged_at is None
+
+
+def test_the_dashboard_counts_directives_awaiting_and_overdue(directive: Directive) -> None:
+    client = role_client("Operators")
+    page = client.get("/admin/").content.decode()
+    assert "Directives to service providers" in page
+    assert "awaiting acknowledgement" in page
+    Directive.objects.filter(pk=directive.pk).update(
+        created_at=directive.created_at - dt.timedelta(days=11)
+    )
+    page = client.get("/admin/").content.decode()
+    assert (
+        'class="dp-num dp-bad"'
+        in page.split("Directives to service providers")[1].split("Requests needing attention")[0]
+    )
+
+
+def test_an_edit_is_recorded_with_what_changed(broker: Broker) -> None:
+    provider = service_provider_add(broker=broker, name="Mailhouse", actor="test")
+    role_client("Connections managers").post(
+        reverse("admin:integrations_serviceprovider_change", args=[provider.pk]),
+        {"name": "Mailhouse", "contact": "dpo@mailhouse.example", "s3_prefix": ""},
+    )
+    provider.refresh_from_db()
+    assert provider.contact == "dpo@mailhouse.example"
+    event = LedgerEvent.objects.get(kind=LedgerKind.SERVICE_PROVIDER_UPDATED)
+    assert event.data == {"changes": {"contact": {"from": "", "to": "dpo@mailhouse.example"}}}

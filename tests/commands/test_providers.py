@@ -1,0 +1,129 @@
+"""``providers add|list|acknowledge`` and ``drop directives|directive``: registering service
+providers, listing what they were directed to delete, writing a directive's CSV and its
+signature, and recording an acknowledgement."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import io
+import json
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from integrations.evidence import pack
+from integrations.evidence.directives import directive_verify
+from integrations.ledger_kinds import LedgerKind
+from integrations.models import Broker, Directive, DirectiveReason, LedgerEvent, WorkItem
+from integrations.services.providers.directives import directives_issue
+from tests.builders import DropCycleFactory, WorkItemFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def run(*args: str) -> str:
+    out = io.StringIO()
+    call_command(*args, stdout=out, stderr=io.StringIO())
+    return out.getvalue()
+
+
+@pytest.fixture
+def directive(broker: Broker) -> Directive:
+    """Mailhouse, registered by the command, directed to delete two matched work items."""
+    run("providers", "add", "--broker", "4821", "--name", "Mailhouse", "--contact", "ops@m.example")
+    cycle = DropCycleFactory.create(broker=broker)
+    items = [
+        WorkItemFactory.create(cycle=cycle, list_type=list_type) for list_type in ("Email", "Phone")
+    ]
+    (issued,) = directives_issue(
+        broker=broker, work_items=[w.pk for w in items], reason=DirectiveReason.MATCH
+    )
+    return issued
+
+
+def test_add_then_list(broker: Broker) -> None:
+    said = run(
+        "providers", "add", "--broker", "4821", "--name", "Warehouse", "--s3", "s3://wh/drop/"
+    )
+    assert "Warehouse" in said and "s3://wh/drop/" in said
+    listed = json.loads(run("providers", "list", "--json"))["items"]
+    assert [(p["name"], p["broker_id"], p["s3_prefix"]) for p in listed] == [
+        ("Warehouse", "4821", "s3://wh/drop/")
+    ]
+    assert LedgerEvent.objects.filter(kind=LedgerKind.SERVICE_PROVIDER_ADDED).count() == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--s3", "s3://bucket-without-slash"], "ending in a slash"),
+        (["--s3", "https://bucket/"], "use s3://bucket/prefix/"),
+        (["--contact", "not-an-email"], "not an email address"),
+    ],
+)
+def test_add_refuses_what_it_cannot_use_in_one_line(
+    broker: Broker, args: list[str], message: str
+) -> None:
+    with pytest.raises(CommandError, match=message):
+        run("providers", "add", "--broker", "4821", "--name", "Warehouse", *args)
+    assert not LedgerEvent.objects.filter(kind=LedgerKind.SERVICE_PROVIDER_ADDED).exists()
+
+
+def test_a_second_provider_of_the_same_name_is_refused(broker: Broker) -> None:
+    run("providers", "add", "--broker", "4821", "--name", "Warehouse")
+    with pytest.raises(CommandError, match="already has a provider named 'Warehouse'"):
+        run("providers", "add", "--broker", "4821", "--name", "Warehouse")
+
+
+def test_drop_directives_lists_each_with_its_acknowledgement(directive: Directive) -> None:
+    text = run("drop", "directives", "--broker", "4821")
+    assert f"{directive.pk}" in text and "Mailhouse" in text
+    assert "2 hashes" in text and "awaiting acknowledgement" in text
+    run("providers", "acknowledge", str(directive.pk), "--reference", "ticket 4410")
+    (listed,) = json.loads(run("drop", "directives", "--broker", "4821", "--json"))["items"]
+    assert listed["id"] == directive.pk
+    assert listed["rows_by_hash_type"] == {"email": 1, "phone": 1}
+    assert listed["acknowledgement_reference"] == "ticket 4410"
+    assert listed["acknowledged_by"].startswith("cli")
+    with pytest.raises(CommandError, match="already acknowledged"):
+        run("providers", "acknowledge", str(directive.pk), "--reference", "again")
+
+
+def test_drop_directive_writes_the_csv_and_a_signature_that_verifies(
+    directive: Directive, tmp_path: Path
+) -> None:
+    out = tmp_path / "directive.csv"
+    said = run("drop", "directive", str(directive.pk), "--out", str(out))
+    assert directive.sha256 in said
+    content = out.read_bytes()
+    hashes = sorted(
+        f"{w.hash_type},{base64.b64encode(bytes(w.hash)).decode()}" for w in WorkItem.objects.all()
+    )
+    assert content.decode().splitlines() == ["hash_type,hash", *hashes]
+    public_key = pack.load_public_key(run("evidence", "public-key"))
+    directive_verify(public_key, content, (tmp_path / "directive.csv.sig").read_bytes())
+    assert LedgerEvent.objects.get(kind=LedgerKind.DIRECTIVE_DOWNLOADED).data["via"] == "command"
+
+
+def test_an_unknown_directive_is_one_line(broker: Broker, tmp_path: Path) -> None:
+    with pytest.raises(CommandError, match="no directive 999"):
+        run("drop", "directive", "999", "--out", str(tmp_path / "x.csv"))
+    with pytest.raises(CommandError, match="no directive 999"):
+        run("providers", "acknowledge", "999", "--reference", "x")
+
+
+def test_drop_doctor_lists_a_directive_not_acknowledged_in_time(
+    directive: Directive,
+) -> None:
+    Directive.objects.filter(pk=directive.pk).update(
+        created_at=directive.created_at - dt.timedelta(days=11)
+    )
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.raises(SystemExit) as exited:
+        call_command("drop", "doctor", stdout=out, stderr=err)
+    assert exited.value.code == 1
+    assert f"directive {directive.pk} to Mailhouse" in err.getvalue()
+    assert f"providers acknowledge {directive.pk}" in err.getvalue()

@@ -1,0 +1,261 @@
+"""Directives to service providers and contractors: a match issues one per provider, signed
+with the evidence key; one with an S3 prefix is written there (a real S3-compatible server
+on loopback, moto's); an acknowledgement is recorded once; one overdue alerts."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import hashlib
+import io
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from cryptography.exceptions import InvalidSignature
+from django.core.management import call_command
+from django.db import connection, transaction
+from django.utils import timezone
+from moto.server import ThreadedMotoServer
+from procrastinate.contrib.django.models import ProcrastinateJob
+from psycopg import sql
+
+from devtools.drop_simulator import work_items
+from integrations import enqueue, tasks
+from integrations.evidence import pack
+from integrations.evidence.directives import directive_verify
+from integrations.ledger_kinds import LedgerKind
+from integrations.models import (
+    Broker,
+    Directive,
+    DirectiveReason,
+    LedgerEvent,
+    ServiceProvider,
+    WorkItem,
+    WorkItemState,
+)
+from integrations.services.cycle.drop_import import drop_zip_import
+from integrations.services.cycle.matching import consumer_hashes_match_late
+from integrations.services.providers.directives import directive_acknowledge, directives_issue
+from integrations.services.providers.providers import service_provider_add
+from integrations.services.staff.alerts import alerts_evaluate
+from tests.builders import ConsumerFactory, drop_zip, write_zip
+
+pytestmark = pytest.mark.django_db
+
+ITEMS = list(work_items(6))
+EMAIL, PHONE = ITEMS[:4], ITEMS[4:]
+
+
+def evidence_public_key() -> Any:
+    """The key ``evidence public-key`` prints: what a provider is given to verify with."""
+    out = io.StringIO()
+    call_command("evidence", "public-key", stdout=out)
+    return pack.load_public_key(out.getvalue())
+
+
+def import_package(broker: Broker, directory: Path) -> None:
+    path = write_zip(directory, drop_zip(broker, {"Email": EMAIL, "Phone": PHONE}))
+    drop_zip_import(broker=broker, path=path, actor="test")
+
+
+@pytest.fixture
+def provider(broker: Broker) -> ServiceProvider:
+    return service_provider_add(
+        broker=broker, name="Mailhouse", contact="ops@mailhouse.example", actor="test"
+    )
+
+
+@pytest.fixture
+def matched(broker: Broker, provider: ServiceProvider, tmp_path: Path) -> Directive:
+    """A DROP cycle whose first email and first phone match a consumer each."""
+    ConsumerFactory.create(broker=broker, remote_identifier="C-1", hashes={"email": EMAIL[0][1]})
+    ConsumerFactory.create(broker=broker, remote_identifier="C-2", hashes={"phone": PHONE[0][1]})
+    import_package(broker, tmp_path)
+    return Directive.objects.get(provider=provider)
+
+
+def test_a_match_directs_each_provider_with_a_signed_csv_of_the_matched_hashes(
+    broker: Broker, provider: ServiceProvider, matched: Directive
+) -> None:
+    content = bytes(matched.content)
+    assert content.decode() == (
+        "hash_type,hash\n" + "".join(sorted([f"email,{EMAIL[0][1]}\n", f"phone,{PHONE[0][1]}\n"]))
+    )
+    assert matched.reason == DirectiveReason.MATCH
+    assert (matched.rows, matched.rows_by_hash_type) == (2, {"email": 1, "phone": 1})
+    assert matched.sha256 == hashlib.sha256(content).hexdigest()
+    public_key = evidence_public_key()
+    directive_verify(public_key, content, f"{matched.signature}\n".encode())
+    assert matched.key_fingerprint == pack.key_fingerprint(public_key)
+    # One byte changed and the signature no longer holds.
+    with pytest.raises(InvalidSignature):
+        directive_verify(public_key, content + b"\n", f"{matched.signature}\n".encode())
+    event = LedgerEvent.objects.get(kind=LedgerKind.DIRECTIVE_ISSUED)
+    assert event.subject == str(matched.pk)
+    assert event.data["sha256"] == matched.sha256
+    assert event.data["rows_by_hash_type"] == {"email": 1, "phone": 1}
+    assert event.data["delivery"] == "download"
+    # A download provider needs no job.
+    assert not ProcrastinateJob.objects.filter(task_name=enqueue.DELIVER_DIRECTIVE).exists()
+
+
+def test_no_match_or_no_provider_issues_nothing(
+    broker: Broker, tmp_path: Path, provider: ServiceProvider
+) -> None:
+    import_package(broker, tmp_path)  # no consumer registered: nothing matched
+    assert not Directive.objects.exists()
+    other = Broker.objects.create(broker_id="4822", name="Other", mode="test")
+    assert directives_issue(broker=other, work_items=[1], reason=DirectiveReason.MATCH) == []
+
+
+def test_a_late_match_issues_its_own_directive_of_the_new_matches_only(
+    broker: Broker, provider: ServiceProvider, matched: Directive
+) -> None:
+    with transaction.atomic():
+        late = ConsumerFactory.create(
+            broker=broker, remote_identifier="C-3", hashes={"email": EMAIL[1][1]}
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "CREATE TEMP TABLE added ON COMMIT DROP AS SELECT consumer_id, hash_type, hash"
+                " FROM integrations_consumerhash WHERE consumer_id = %s",
+                [late.pk],
+            )
+        consumer_hashes_match_late(broker=broker, added=sql.Identifier("added"), actor="test")
+    newest = Directive.objects.exclude(pk=matched.pk).get()
+    assert newest.reason == DirectiveReason.LATE_MATCH
+    assert bytes(newest.content).decode() == f"hash_type,hash\nemail,{EMAIL[1][1]}\n"
+
+
+def test_directives_issue_for_a_round_leaves_out_what_drop_removed(
+    broker: Broker, provider: ServiceProvider, matched: Directive
+) -> None:
+    """The call a recurring round makes: work item ids, its reason."""
+    items = list(WorkItem.objects.filter(hash_type="email").order_by("pk")[:2])
+    WorkItem.objects.filter(pk=items[1].pk).update(state=WorkItemState.REMOVED)
+    (directive,) = directives_issue(
+        broker=broker,
+        work_items=[item.pk for item in items],
+        reason=DirectiveReason.RECURRING,
+        actor="system:recurring",
+    )
+    expected = base64.b64encode(bytes(items[0].hash)).decode()
+    assert bytes(directive.content).decode() == f"hash_type,hash\nemail,{expected}\n"
+    assert directive.reason == DirectiveReason.RECURRING
+
+
+def test_an_acknowledgement_is_recorded_once(matched: Directive) -> None:
+    done = directive_acknowledge(directive=matched, reference="ticket 4410", actor="cli:alice")
+    assert (done.acknowledged_by, done.acknowledgement_reference) == ("cli:alice", "ticket 4410")
+    again = directive_acknowledge(directive=matched, reference="another", actor="cli:bob")
+    assert (again.acknowledged_by, again.acknowledgement_reference) == (
+        "cli:alice",
+        "ticket 4410",
+    )
+    assert LedgerEvent.objects.filter(kind=LedgerKind.DIRECTIVE_ACKNOWLEDGED).count() == 1
+
+
+def test_a_directive_not_acknowledged_in_time_alerts_until_it_is(
+    matched: Directive, settings: Any
+) -> None:
+    settings.DROPPORTAL_DIRECTIVE_ACK_DAYS = 10
+    assert not _directive_alerts(alerts_evaluate(now=timezone.now() + dt.timedelta(days=9)))
+    later = timezone.now() + dt.timedelta(days=11)
+    (raised,) = _directive_alerts(alerts_evaluate(now=later))
+    assert raised.key == f"directive_not_acknowledged:directive:{matched.pk}"
+    assert "Mailhouse" in raised.text
+    assert f"providers acknowledge {matched.pk}" in raised.text
+    directive_acknowledge(directive=matched, reference="letter of May 2", actor="staff:alice")
+    (cleared,) = _directive_alerts(alerts_evaluate(now=later), cleared=True)
+    assert cleared.key == raised.key
+
+
+def _directive_alerts(result: Any, *, cleared: bool = False) -> list[Any]:
+    states = result.cleared if cleared else result.raised
+    return [s for s in states if s.condition == "directive_not_acknowledged"]
+
+
+# ---------------------------------------------------------------- S3, on loopback
+
+
+@pytest.fixture(scope="module")
+def s3_server() -> Iterator[str]:
+    with socket.socket() as probe:  # a free port on loopback
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def provider_bucket(s3_server: str, settings: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A bucket ``mailhouse`` reached as a deployment reaches it: boto3's credential chain
+    and DROPPORTAL_S3_ENDPOINT_URL."""
+    for name, value in (
+        ("AWS_ACCESS_KEY_ID", "testing"),
+        ("AWS_SECRET_ACCESS_KEY", "testing"),
+        ("AWS_DEFAULT_REGION", "us-east-1"),
+    ):
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    settings.DROPPORTAL_S3_ENDPOINT_URL = s3_server
+    s3 = boto3.client("s3", endpoint_url=s3_server)
+    s3.create_bucket(Bucket="mailhouse")
+    yield s3
+    for item in s3.list_objects_v2(Bucket="mailhouse").get("Contents", []):
+        s3.delete_object(Bucket="mailhouse", Key=item["Key"])
+    s3.delete_bucket(Bucket="mailhouse")
+
+
+def test_a_provider_with_an_s3_prefix_gets_the_csv_and_its_signature_there(
+    broker: Broker, provider_bucket: Any, tmp_path: Path
+) -> None:
+    s3_provider = service_provider_add(
+        broker=broker, name="Warehouse", s3_prefix="s3://mailhouse/drop/", actor="test"
+    )
+    ConsumerFactory.create(broker=broker, remote_identifier="C-1", hashes={"email": EMAIL[0][1]})
+    import_package(broker, tmp_path)
+    directive = Directive.objects.get(provider=s3_provider)
+    (job,) = ProcrastinateJob.objects.filter(task_name=enqueue.DELIVER_DIRECTIVE)
+    assert job.args == {"directive_id": directive.pk}
+
+    tasks.deliver_directive(directive_id=directive.pk)
+
+    key = f"drop/directive-4821-{directive.pk}.csv"
+    csv_bytes = provider_bucket.get_object(Bucket="mailhouse", Key=key)["Body"].read()
+    signature = provider_bucket.get_object(Bucket="mailhouse", Key=f"{key}.sig")["Body"].read()
+    assert csv_bytes == bytes(directive.content)
+    directive_verify(evidence_public_key(), csv_bytes, signature)
+    directive.refresh_from_db()
+    assert directive.s3_uri == f"s3://mailhouse/{key}"
+    assert directive.delivered_at is not None
+    assert LedgerEvent.objects.get(kind=LedgerKind.DIRECTIVE_DELIVERED).data["s3_uri"] == (
+        f"s3://mailhouse/{key}"
+    )
+
+
+def test_an_s3_write_that_fails_is_recorded_and_the_job_retries(
+    broker: Broker, provider_bucket: Any, tmp_path: Path
+) -> None:
+    s3_provider = service_provider_add(
+        broker=broker, name="Warehouse", s3_prefix="s3://no-such-bucket/drop/", actor="test"
+    )
+    ConsumerFactory.create(broker=broker, remote_identifier="C-1", hashes={"email": EMAIL[0][1]})
+    import_package(broker, tmp_path)
+    directive = Directive.objects.get(provider=s3_provider)
+
+    with pytest.raises(tasks.DirectiveNotDelivered):
+        tasks.deliver_directive(directive_id=directive.pk)
+
+    directive.refresh_from_db()
+    assert directive.delivered_at is None
+    assert "NoSuchBucket" in directive.delivery_error
+    assert LedgerEvent.objects.filter(kind=LedgerKind.DIRECTIVE_DELIVERY_FAILED).count() == 1
