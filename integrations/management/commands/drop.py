@@ -6,6 +6,7 @@ report; find what is stuck.
     manage.py drop report --broker 4821 --upload # response CSVs (``management/drop_report.py``)
     manage.py drop doctor [--broker 4821] [--json]   # exit 1 when a work item is stuck
     manage.py drop metrics --broker 4821 --year 2027 --format json   # the year's figures
+    manage.py drop recurring --broker 4821 [--ahead 5] [--json]   # recurring rounds due now
 
 Both print the cycle (``--json``: one JSON object); a refusal is one line on stderr and exit 1.
 When part of the package was not imported (a DROP list or rows that could not be read), the
@@ -32,6 +33,7 @@ from integrations.selectors.drop_metrics import METRIC_FIGURES, drop_metrics
 from integrations.selectors.stuck import stuck_work_items
 from integrations.services.cycle.drop import DEFAULT_MAX_WAIT_SECONDS, DropPullError, drop_pull
 from integrations.services.cycle.drop_import import DropImportError, ImportResult, drop_zip_import
+from integrations.services.cycle.recurring import recurring_rounds_send
 
 
 class Command(ReportSubcommand):
@@ -75,6 +77,19 @@ class Command(ReportSubcommand):
         )
         doctor.add_argument("--broker", help="only this broker (its 4-digit DROP id)")
         doctor.add_argument("--json", action="store_true", help="print the result as JSON")
+
+        recurring = subparsers.add_parser(
+            "recurring",
+            help="send now every recurring deletion round due today or within --ahead days",
+        )
+        recurring.add_argument("--broker", required=True, help="the broker's 4-digit DROP id")
+        recurring.add_argument(
+            "--ahead",
+            type=int,
+            default=0,
+            help="also the rounds due within this many days (before a holiday, say); default 0",
+        )
+        recurring.add_argument("--json", action="store_true", help="print the result as JSON")
 
     def handle_pull(self, **options: Any) -> None:
         broker = broker_or_error(options["broker"])
@@ -242,3 +257,23 @@ class Command(ReportSubcommand):
             )
         if groups:
             sys.exit(1)
+
+    def handle_recurring(self, **options: Any) -> None:
+        broker = broker_or_error(options["broker"])
+        if options["ahead"] < 0:
+            raise CommandError("--ahead must be 0 or more days")
+        if settings.DROPPORTAL_RECURRING_DAYS <= 0:
+            raise CommandError(
+                "recurring deletion is off (DROPPORTAL_RECURRING_DAYS=0): the broker owes it "
+                "by other means"
+            )
+        sent = recurring_rounds_send(broker=broker, ahead_days=options["ahead"], actor=self.actor())
+        if options["json"]:
+            self.print_json(sent.as_json())
+            return
+        self.stdout.write(
+            f"{sent.work_items} recurring round(s) sent (due by {sent.until.isoformat()}): "
+            f"{sent.deletion_requests} deletion request(s) ({sent.queued} queued, "
+            f"{sent.pending} waiting for a target), "
+            f"{sent.resolution_requests} identifier retrieval(s)."
+        )
