@@ -6,9 +6,11 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
+from django.conf import settings
 from django.db.models import Count, F, Max, OuterRef, Q, QuerySet, Subquery, Window
 from django.db.models.functions import Coalesce, RowNumber
 
+from integrations.drop.calendar import drop_today
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     Broker,
@@ -24,6 +26,7 @@ from integrations.models import (
     WorkItemState,
     owed_status,
 )
+from integrations.selectors.recurring import RecurringOverview, recurring_overviews
 from integrations.selectors.requests import deletion_requests_needing_attention
 from integrations.selectors.targets import broker_targets
 
@@ -109,6 +112,8 @@ class BrokerOverview:
     failed_pull: LedgerEvent | None = None
     # The periodic stuck check's last result that changed (``services.staff.doctor``), if any.
     doctor: LedgerEvent | None = None
+    # Recurring deletion rounds: due, sent, answered, failing (``selectors.recurring``).
+    recurring: RecurringOverview | None = None
 
 
 # The events that say how the broker's last download went.
@@ -120,13 +125,14 @@ _PULL_OUTCOME_KINDS = (
 
 
 def dashboard_overview(*, now: dt.datetime) -> list[BrokerOverview]:
-    """Everything the dashboard shows, per broker, in eleven queries whatever the data size."""
+    """Everything the dashboard shows, per broker, in twelve queries whatever the data size."""
     brokers = _brokers_with_last_transfers()
     recent, shown = _recent_and_open_cycles()
     recent_ids = {cycle.pk for cycle in recent}
     cycles_of = _cycle_work_items_by_broker(recent, shown)
     attention = _attention_by_broker(now=now)
     health_of = _integration_health_by_broker()
+    recurring = recurring_overviews(today=drop_today(now))
     last_pull_event = _last_event_by_broker(
         LedgerEvent.objects.filter(kind__in=_PULL_OUTCOME_KINDS)
     )
@@ -155,6 +161,9 @@ def dashboard_overview(*, now: dt.datetime) -> list[BrokerOverview]:
                 if pull_event and pull_event.kind == LedgerKind.DROP_PULL_FAILED
                 else None,
                 doctor=last_doctor_event.get(broker.broker_id),
+                recurring=recurring.get(
+                    broker.pk, RecurringOverview(settings.DROPPORTAL_RECURRING_DAYS, 0, 0, 0, 0, 0)
+                ),
             )
         )
     return overviews

@@ -9,6 +9,7 @@ over the days as the answers did::
 
     recurring_items_due(broker=broker, until=drop_today())   # [(work item pk, next round)]
     recurring_overview(broker=broker)                         # the dashboard's counts
+    recurring_overviews(today=drop_today())                   # every broker's, one query
     recurring_overdue_counts(broker=None, today=drop_today()) # for ``drop doctor``
 
 Removed items are never scheduled: rounds stop when DROP removes the identifier.
@@ -141,29 +142,42 @@ RECURRING_OVERDUE_DAYS = 7
 
 
 def recurring_overview(*, broker: Broker, today: dt.date | None = None) -> RecurringOverview:
-    """``broker``'s rounds due, sent, answered, failing and overdue (one aggregate query)."""
+    """``broker``'s rounds due, sent, answered, failing and overdue."""
+    overviews = recurring_overviews(broker=broker, today=today)
+    return overviews.get(
+        broker.pk, RecurringOverview(settings.DROPPORTAL_RECURRING_DAYS, 0, 0, 0, 0, 0)
+    )
+
+
+def recurring_overviews(
+    *, broker: Broker | None = None, today: dt.date | None = None
+) -> dict[int, RecurringOverview]:
+    """``recurring_overview`` of every broker with a round to count (of ``broker`` only when
+    given), by broker pk, in one aggregate query whatever the number of brokers."""
     days = settings.DROPPORTAL_RECURRING_DAYS
     if days <= 0:
-        return RecurringOverview(days, 0, 0, 0, 0, 0)
+        return {}
     today = today or drop_today()
     sql, params = rounds_sql(broker=broker)
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT"  # noqa: S608
-            " count(*) FILTER (WHERE final AND due_on <= %(today)s),"
-            " count(*) FILTER (WHERE round > 0 AND NOT final AND NOT failing),"
-            " count(*) FILTER (WHERE round > 0 AND final),"
-            " count(*) FILTER (WHERE round > 0 AND NOT final AND failing),"
-            " count(*) FILTER (WHERE due_on < %(overdue_before)s)"
-            f" FROM ({sql}) s",
+            "SELECT w.broker_id,"  # noqa: S608
+            " count(*) FILTER (WHERE s.final AND s.due_on <= %(today)s),"
+            " count(*) FILTER (WHERE s.round > 0 AND NOT s.final AND NOT s.failing),"
+            " count(*) FILTER (WHERE s.round > 0 AND s.final),"
+            " count(*) FILTER (WHERE s.round > 0 AND NOT s.final AND s.failing),"
+            " count(*) FILTER (WHERE s.due_on < %(overdue_before)s)"
+            f" FROM ({sql}) s JOIN integrations_workitem w ON w.id = s.work_item_id"
+            " GROUP BY w.broker_id",
             {
                 **params,
                 "today": today,
                 "overdue_before": today - dt.timedelta(days=RECURRING_OVERDUE_DAYS),
             },
         )
-        due, sent, answered, failing, overdue = cursor.fetchone()
-    return RecurringOverview(days, due, sent, answered, failing, overdue)
+        return {
+            broker_pk: RecurringOverview(days, *counts) for broker_pk, *counts in cursor.fetchall()
+        }
 
 
 def recurring_overdue_counts(
