@@ -11,6 +11,7 @@ import base64
 import datetime as dt
 import io
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,16 +21,20 @@ from django.core.management.base import CommandError
 from django.test import Client
 from django.utils import timezone
 
+from devtools.drop_simulator import work_items
+from integrations.drop.calendar import drop_date
 from integrations.models import (
     Broker,
     Consumer,
     DeletionRequest,
     DeliveryAttempt,
+    DropCycle,
     Integration,
     LedgerEvent,
     RequestState,
     WorkItem,
 )
+from integrations.selectors.pulls import brokers_due_for_pull
 from integrations.selectors.recurring import recurring_overview
 from integrations.selectors.stuck import StuckReason, stuck_work_items
 from integrations.services.cycle.recurring import recurring_rounds_send
@@ -40,7 +45,13 @@ from integrations.services.staff.integrations import (
     integration_enable,
     webhook_integration_create,
 )
-from tests.builders import ConsumerFactory, DeletionRequestFactory, WorkItemFactory
+from tests.builders import (
+    ConsumerFactory,
+    DeletionRequestFactory,
+    WorkItemFactory,
+    drop_zip,
+    write_zip,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -181,3 +192,34 @@ def test_drop_recurring_says_how_many_and_refuses_when_rounds_are_off(
     page = admin_client.get("/admin/").content.decode()
     assert "dp-recurring-off" in page and "by other means" in page
     assert recurring_rounds_send(broker=broker, actor="t").work_items == 0
+
+
+def test_the_law_moving_to_30_days_is_three_settings_and_the_pull_interval(
+    broker: Broker, settings: Any, tmp_path: Path
+) -> None:
+    """A cycle at a 30-day cadence: due 30 days after its download, pulled again 30 days
+    after the last pull, and a deleted consumer's deletion repeated 30 days after it."""
+    settings.DROPPORTAL_REPORT_DAYS = 30
+    settings.DROPPORTAL_DOWNLOAD_CADENCE_DAYS = 30
+    settings.DROPPORTAL_RECURRING_DAYS = 30
+    Broker.objects.filter(pk=broker.pk).update(auto_pull=True, pull_interval_days=30)
+    _target(broker)
+    (_, email_hash), *_ = work_items(1)
+    ConsumerFactory.create(broker=broker, remote_identifier="C-1", hashes={"email": email_hash})
+    package = write_zip(tmp_path, drop_zip(broker, {"Email": list(work_items(1))}))
+    downloaded = timezone.now()
+    call_command(
+        "drop", "import", "--broker", "4821", str(package),
+        "--downloaded-at", downloaded.isoformat(), stdout=io.StringIO(),
+    )  # fmt: skip
+    cycle = DropCycle.objects.get(broker=broker)
+    assert cycle.due_date == drop_date(downloaded) + 30 * DAY
+    Broker.objects.filter(pk=broker.pk).update(last_pulled_at=downloaded)
+    assert not brokers_due_for_pull(now=downloaded + 29 * DAY).exists()
+    assert brokers_due_for_pull(now=downloaded + 30 * DAY).exists()
+
+    request = DeletionRequest.objects.get()
+    deletion_outcome_record(deletion_request=request, drop_outcome="deleted", actor="t")
+    answered = timezone.now()
+    assert recurring_rounds_send(broker=broker, actor="t", now=answered + 29 * DAY).work_items == 0
+    assert recurring_rounds_send(broker=broker, actor="t", now=answered + 30 * DAY).work_items == 1
