@@ -187,6 +187,23 @@ def recurring_overdue_counts(
     earliest due date) of the items whose round was due more than
     ``RECURRING_OVERDUE_DAYS`` days before ``today`` and is not answered yet (not sent, or
     sent and not answered). Nothing while rounds are off (the dashboard says so instead)."""
+    return _counts_where(
+        broker=broker,
+        condition="s.due_on < %(overdue_before)s",
+        extra={"overdue_before": today - dt.timedelta(days=RECURRING_OVERDUE_DAYS)},
+    )
+
+
+def recurring_failing_counts(*, broker: Broker | None) -> list[tuple[str, int, int, int, dt.date]]:
+    """``recurring_overdue_counts``'s columns for the items whose round has a ``failed``
+    outcome or an undeliverable request: it waits for the broker, or for staff to redeliver
+    or redispatch, as any request does (``drop doctor`` and its alert say so at once)."""
+    return _counts_where(broker=broker, condition="s.round > 0 AND NOT s.final AND s.failing")
+
+
+def _counts_where(
+    *, broker: Broker | None, condition: str, extra: dict[str, Any] | None = None
+) -> list[tuple[str, int, int, int, dt.date]]:
     if settings.DROPPORTAL_RECURRING_DAYS <= 0:
         return []
     sql, params = rounds_sql(broker=broker)
@@ -196,12 +213,13 @@ def recurring_overdue_counts(
             " coalesce(sum((SELECT count(*) FROM integrations_deletionrequest d"
             "  WHERE d.work_item_id = s.work_item_id AND d.round = s.round AND s.round > 0"
             "  AND NOT s.final)), 0)::integer,"
-            " min(s.due_on)"
+            # A round whose previous one was all cancelled has no date: today then.
+            " coalesce(min(s.due_on), %(today)s)"
             f" FROM ({sql}) s"
             " JOIN integrations_workitem w ON w.id = s.work_item_id"
             " JOIN integrations_broker b ON b.id = w.broker_id"
-            " WHERE s.due_on < %(overdue_before)s"
+            f" WHERE {condition}"
             " GROUP BY b.broker_id, b.id ORDER BY b.broker_id",
-            {**params, "overdue_before": today - dt.timedelta(days=RECURRING_OVERDUE_DAYS)},
+            {**params, "today": drop_today(), **(extra or {})},
         )
         return [tuple(row) for row in cursor.fetchall()]  # type: ignore[misc]

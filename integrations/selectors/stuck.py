@@ -28,7 +28,11 @@ from integrations.models import (
     WorkItemState,
 )
 from integrations.selectors.pulls import brokers_with_drop_key_refused
-from integrations.selectors.recurring import RECURRING_OVERDUE_DAYS, recurring_overdue_counts
+from integrations.selectors.recurring import (
+    RECURRING_OVERDUE_DAYS,
+    recurring_failing_counts,
+    recurring_overdue_counts,
+)
 from integrations.selectors.requests import AWAITING_CALLBACK_ATTENTION, automatic_redispatches
 
 
@@ -45,6 +49,7 @@ class StuckReason(enum.StrEnum):
     UNREADABLE_WORK_ITEM = "unreadable_work_item"
     REPORT_FILE_REFUSED = "report_file_refused"
     RECURRING_ROUND_OVERDUE = "recurring_round_overdue"
+    RECURRING_ROUND_FAILING = "recurring_round_failing"
 
     @property
     def label(self) -> str:
@@ -64,6 +69,7 @@ STUCK_REASON_LABELS: dict[StuckReason, str] = {
     StuckReason.RECURRING_ROUND_OVERDUE: (
         f"recurring deletion round more than {RECURRING_OVERDUE_DAYS} days overdue"
     ),
+    StuckReason.RECURRING_ROUND_FAILING: "recurring deletion round failed or undeliverable",
 }
 
 
@@ -165,6 +171,13 @@ def stuck_work_items(
         "deletionrequest",
         {"round__gte": 1},
         recurring_overdue_counts(broker=broker, today=drop_today(now)),
+    )
+    _add_stuck_group(
+        found,
+        StuckReason.RECURRING_ROUND_FAILING,
+        "deletionrequest",
+        {"round__gte": 1, "state__in": f"{RequestState.FAILED},{RequestState.UNDELIVERABLE}"},
+        recurring_failing_counts(broker=broker),
     )
     order = list(StuckReason)
     return sorted(

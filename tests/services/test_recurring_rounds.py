@@ -36,6 +36,7 @@ from integrations.models import (
 )
 from integrations.selectors.pulls import brokers_due_for_pull
 from integrations.selectors.recurring import recurring_overview
+from integrations.selectors.story import work_item_story
 from integrations.selectors.stuck import StuckReason, stuck_work_items
 from integrations.services.cycle.recurring import recurring_rounds_send
 from integrations.services.dispatch.deliveries import deletion_requests_deliver
@@ -155,6 +156,11 @@ def test_a_failing_round_follows_the_delivery_policy_and_never_moves_the_status(
     )
     overview = recurring_overview(broker=broker)
     assert (overview.failing, overview.sent, overview.answered) == (1, 0, 0)
+    # Staff hear of it at once, as of any failed request: drop doctor, and its alert.
+    failing = [g for g in stuck_work_items(broker=broker) if g.requests]
+    assert [(g.reason, g.work_items) for g in failing] == [(StuckReason.RECURRING_ROUND_FAILING, 1)]
+    story = [step.title for step in work_item_story(work_item=item)]
+    assert "Recurring deletion, round 1: consumer C-" in " ".join(story)
     item.refresh_from_db()
     assert item.status_code == 3
     # No next round while this one has no final answer.
