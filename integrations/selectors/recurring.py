@@ -7,7 +7,7 @@ Its next round is due ``DROPPORTAL_RECURRING_DAYS`` days, in DROP's calendar, af
 its latest round reached its final outcome; each item has its own date, so rounds spread
 over the days as the answers did::
 
-    recurring_items_due(broker=broker, until=drop_today())   # [(work item pk, next round)]
+    rounds_sql(broker=broker)                                 # the schedule, as SQL to select from
     recurring_overview(broker=broker)                         # the dashboard's counts
     recurring_overviews(today=drop_today())                   # every broker's, one query
     recurring_overdue_counts(broker=None, today=drop_today()) # for ``drop doctor``
@@ -104,21 +104,6 @@ def rounds_sql(*, broker: Broker | None) -> tuple[str, dict[str, Any]]:
     }
     broker_filter = "AND w.broker_id = %(broker)s" if broker is not None else ""
     return _ROUNDS_SQL.format(broker_filter=broker_filter), params
-
-
-def recurring_items_due(*, broker: Broker, until: dt.date) -> list[tuple[int, int]]:
-    """(work item pk, its next round's number) of every item of ``broker`` whose latest round
-    is final and whose next one is due on ``until`` or before. None while rounds are off."""
-    if settings.DROPPORTAL_RECURRING_DAYS <= 0:
-        return []
-    sql, params = rounds_sql(broker=broker)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT work_item_id, round + 1 FROM ({sql}) s"  # noqa: S608
-            " WHERE s.final AND s.due_on <= %(until)s ORDER BY work_item_id",
-            {**params, "until": until},
-        )
-        return [(item, number) for item, number in cursor.fetchall()]
 
 
 @dataclass(frozen=True)

@@ -23,12 +23,13 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.db import connection, transaction
 
 from integrations.drop.calendar import drop_today
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, RequestState
-from integrations.selectors.recurring import recurring_items_due
+from integrations.selectors.recurring import rounds_sql
 from integrations.services.cycle.requests import (
     MATCHES_TABLE,
     matches_table_create,
@@ -60,17 +61,19 @@ class RecurringRoundsSent:
         }
 
 
-# The round's pairs: each consumer the match gave the item (round 0, a request not
-# cancelled), with the match's own match_date and late_match, marked with the new round.
-_ROUND_PAIRS_SQL = f"""
-    INSERT INTO {MATCHES_TABLE} (work_item_id, consumer_id, late_match, round, match_date)
-    SELECT d.work_item_id, d.consumer_id, bool_or(d.late_match), due.round, min(d.match_date)
-      FROM unnest(%(items)s::bigint[], %(rounds)s::smallint[]) AS due(work_item_id, round)
-      JOIN integrations_deletionrequest d
-        ON d.work_item_id = due.work_item_id AND d.round = 0
-     WHERE d.consumer_id IS NOT NULL AND d.state <> %(cancelled)s
-     GROUP BY d.work_item_id, d.consumer_id, due.round
-"""  # noqa: S608
+# The round's pairs: each consumer the match gave a due item (round 0, a request not
+# cancelled), with the match's own match_date and late_match, marked with the new round. One
+# statement from the schedule (selectors.recurring), so a million due items never leave
+# PostgreSQL.
+_ROUND_PAIRS_SQL = """
+    INSERT INTO {matches} (work_item_id, consumer_id, late_match, round, match_date)
+    SELECT d.work_item_id, d.consumer_id, bool_or(d.late_match), s.round + 1, min(d.match_date)
+      FROM ({schedule}) s
+      JOIN integrations_deletionrequest d ON d.work_item_id = s.work_item_id AND d.round = 0
+     WHERE s.final AND s.due_on <= %(until)s
+       AND d.consumer_id IS NOT NULL AND d.state <> %(cancelled)s
+     GROUP BY d.work_item_id, d.consumer_id, s.round
+"""
 
 
 def recurring_rounds_send(
@@ -88,21 +91,19 @@ def recurring_rounds_send(
     until = drop_today(now) + dt.timedelta(days=ahead_days)
     with transaction.atomic():
         matching_lock(broker=broker)
-        due = recurring_items_due(broker=broker, until=until)
-        if not due:
+        if settings.DROPPORTAL_RECURRING_DAYS <= 0:
             return RecurringRoundsSent(until, 0, 0, 0, 0, 0)
         matches_table_create()
+        schedule, params = rounds_sql(broker=broker)
         with connection.cursor() as cursor:
             cursor.execute(
-                _ROUND_PAIRS_SQL,
-                {
-                    "items": [item for item, _ in due],
-                    "rounds": [number for _, number in due],
-                    "cancelled": RequestState.CANCELLED,
-                },
+                _ROUND_PAIRS_SQL.format(matches=MATCHES_TABLE, schedule=schedule),
+                {**params, "until": until, "cancelled": RequestState.CANCELLED},
             )
             cursor.execute(f"SELECT count(DISTINCT work_item_id) FROM {MATCHES_TABLE}")  # noqa: S608
             work_items = int(cursor.fetchone()[0])
+        if not work_items:
+            return RecurringRoundsSent(until, 0, 0, 0, 0, 0)
         # match_date is each pair's own (the original match's); this one is never used.
         created = requests_insert_for_matches(broker=broker, match_date=until)
         result = RecurringRoundsSent(
@@ -113,14 +114,13 @@ def recurring_rounds_send(
             pending=created.pending,
             resolution_requests=created.resolution_requests,
         )
-        if work_items:
-            ledger_event_append(
-                kind=LedgerKind.RECURRING_ROUNDS_SENT,
-                broker_id=broker.broker_id,
-                subject=broker.broker_id,
-                actor=actor,
-                data={**result.as_json(), "ahead_days": ahead_days},
-            )
+        ledger_event_append(
+            kind=LedgerKind.RECURRING_ROUNDS_SENT,
+            broker_id=broker.broker_id,
+            subject=broker.broker_id,
+            actor=actor,
+            data={**result.as_json(), "ahead_days": ahead_days},
+        )
     return result
 
 
