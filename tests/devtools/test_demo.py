@@ -20,6 +20,8 @@ def test_the_demo_narrates_a_whole_cycle_and_the_ledger_verifies(demo: ServedDem
     assert "/api/v1/drop/notifications/4821: HTTP 204" in story
     assert "the pull it started (job integrations.tasks.pull_broker): imported " in story
     assert "An amendment goes to DROP" in story
+    assert "26 round(s): 26 deletion request(s)" in story
+    assert "ledgered as recurring; the statuses DROP holds did not change" in story
     assert "chain verified" in story
     # It ends pointing at one consumer's story page, then serves it.
     last = story.rsplit("Where to look", 1)[1]
