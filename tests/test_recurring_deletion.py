@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 from django.core.management import call_command
 from django.utils import timezone
 
@@ -193,6 +194,20 @@ def test_a_deleted_consumer_gets_a_round_every_45_days_that_never_changes_its_st
     deleted.refresh_from_db()
     assert (deleted.status_code, deleted.state) == (3, WorkItemState.REPORTABLE)
     assert recurring_overview(broker=broker).answered == 1
+    # The outcome history (and so the evidence pack) tells the rounds apart.
+    audit = api_key_create(broker=broker, scopes=["audit"], actor="test").key
+    history = requests.get(
+        f"{live_server.url}/api/v1/drop/outcomes",
+        headers={"Authorization": f"Bearer {audit}"},
+        timeout=10,
+    ).json()["results"]
+    assert sorted(
+        (row["remote_identifier"], row["round"], row["drop_outcome"])
+        for row in history
+        if row["remote_identifier"] == "C-deleted"
+    ) == [("C-deleted", 0, "deleted")] * side.targets + [("C-deleted", 1, "not_found")] * (
+        side.targets
+    )
 
     # Before a holiday, staff send the next round now, 44 days early.
     out = io.StringIO()

@@ -133,8 +133,8 @@ def api_key_lookup(
     that a callback answers, whatever kind of integration dispatched it: the ``kind`` of
     callback says how ``correlation`` names it: by ``results_token`` (ISI, a request sent
     to an ISI connection) or by ``request_uuid`` (webhook; a valid UUID, any other). It comes
-    with its state, outcome and round and its integration's secrets (clear); its other fields load
-    when first read. None: no such active key; ``(key, None)``: no such request."""
+    with its state, outcome and round and its integration's secrets (clear); its other
+    fields load when first read. None: no such active key; ``(key, None)``: no such request."""
     digest = key_digest(key)
     with connection.cursor() as cursor:
         cursor.execute(
