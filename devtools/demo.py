@@ -249,6 +249,7 @@ def narrate(args: argparse.Namespace) -> None:
             provider_acknowledges(say, public_url)
             late_match(say, drop, broker_system, workdir, first_matches, first_rows)
             second_cycle(say, drop, broker_system, emails)
+            recurring_round(say, broker_system)
 
         ledger_summary(say)
 
@@ -484,6 +485,32 @@ def second_cycle(say: Narrator, drop: Any, broker_system: BrokerSystem, emails: 
     deliver_and_answer(say, broker_system, SECOND_OUTCOMES, leave_silent=SECOND_SILENT)
 
 
+def recurring_round(say: Narrator, broker_system: BrokerSystem) -> None:
+    """The continuing duty: the deleted and opted-out consumers' deletion asked again."""
+    import json
+
+    from integrations.models import WorkItem
+
+    say.section("The continuing duty: a recurring deletion round")
+    say.say("The law asks the broker to delete a deleted consumer's data again at least every 45")
+    say.say("days (Civil Code 1798.99.86(d)): each deleted or opted-out consumer gets a new round")
+    say.say("45 days after its last answer; the worker sends them on their day. Before a holiday,")
+    say.say("staff send now the rounds due within 45 days:")
+    held = dict(WorkItem.objects.values_list("work_item_id", "status_code"))
+    say.command("drop recurring --broker 4821 --ahead 45 --json")
+    sent = json.loads(call("drop", "recurring", "--broker", BROKER_ID, "--ahead", "45", "--json"))
+    say.say(
+        f"{sent['work_items']} round(s): {sent['deletion_requests']} deletion request(s), the "
+        "same bodies with new request_uuid and webhook_request_id"
+    )
+    deliver_and_answer(say, broker_system, ["deleted"] * int(sent["deletion_requests"]))
+    unchanged = held == dict(WorkItem.objects.values_list("work_item_id", "status_code"))
+    say.say(
+        "the answers are recorded and ledgered as recurring; the statuses DROP holds "
+        + ("did not change" if unchanged else "CHANGED")
+    )
+
+
 def ledger_summary(say: Narrator) -> None:
     from integrations.models import LedgerEvent
     from integrations.services.ledger import ledger_seal, ledger_verify
@@ -549,7 +576,7 @@ def story_url(url: str) -> str:
     answer to the amendment."""
     from integrations.models import DeletionRequest
 
-    request = DeletionRequest.objects.get(remote_identifier=LATE_CONSUMER)
+    request = DeletionRequest.objects.get(remote_identifier=LATE_CONSUMER, round=0)
     return f"{url}/admin/integrations/workitem/{request.work_item_id}/change/"
 
 
@@ -565,7 +592,7 @@ def where_to_look(say: Narrator, url: str, password: str, story: str) -> None:
         ("Ledger", f"{admin}/integrations/ledgerevent/"),
         ("Broker guide", f"{admin}/guide/"),
         # Last, so the demo ends on it: one consumer's whole story on one page.
-        ("Story", f"{story}  ({LATE_CONSUMER}: matched late, amended)"),
+        ("Story", f"{story}  ({LATE_CONSUMER}: matched late, amended, deleted again)"),
     ]
     for name, where in lines:
         say.say(f"{name:<15} {where}")

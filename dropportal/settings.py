@@ -80,6 +80,11 @@ DROP_API_URL: str | None = env.str("DROP_API_URL", default="") or None
 # Days a broker has to report after a download, and between downloads (docs/contracts.md §11).
 DROPPORTAL_REPORT_DAYS = env.int("DROPPORTAL_REPORT_DAYS", default=45)
 DROPPORTAL_DOWNLOAD_CADENCE_DAYS = env.int("DROPPORTAL_DOWNLOAD_CADENCE_DAYS", default=45)
+# Recurring deletion (docs/recurring-deletion.md): days between the rounds a deleted or
+# opted-out consumer's deletion is repeated in (Civil Code 1798.99.86(d)); 0 turns them off.
+DROPPORTAL_RECURRING_DAYS = env.int("DROPPORTAL_RECURRING_DAYS", default=45)
+if DROPPORTAL_RECURRING_DAYS < 0:
+    sys.exit("error: DROPPORTAL_RECURRING_DAYS must be 0 (off) or a number of days")
 # DROP's calendar is California's: the zone of DROP dates (match_date, due dates, days left,
 # the yearly figures' year) and of times shown to staff. Stored timestamps stay UTC.
 DROPPORTAL_DROP_TIMEZONE = env.str("DROPPORTAL_DROP_TIMEZONE", default="America/Los_Angeles")

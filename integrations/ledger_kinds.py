@@ -67,6 +67,10 @@ class LedgerKind(StrEnum):
     DELETION_REQUEST_REDELIVERY_REQUESTED = "deletion_request.redelivery_requested"  # by staff
     DELETION_REQUEST_REDISPATCHED = "deletion_request.redispatched"  # sent again, no outcome yet
 
+    # -- recurring deletion (Civil Code 1798.99.86(d))
+    # the rounds due of deleted and opted-out consumers sent: counts, the days ahead asked
+    RECURRING_ROUNDS_SENT = "recurring.rounds_sent"
+
     # -- resolution requests (ISI) and the SaaS deletions they lead to
     RESOLUTION_REQUEST_DELIVERED = "resolution_request.delivered"  # acknowledged by the ISI
     RESOLUTION_REQUEST_DELIVERY_FAILED = "resolution_request.delivery_failed"  # attempt failed

@@ -24,6 +24,7 @@ from integrations.services.cycle.drop_schedule import (
     drop_pulls_enqueue_due,
     drop_reports_enqueue_due,
 )
+from integrations.services.cycle.recurring import recurring_rounds_send_all
 from integrations.services.dispatch.deliveries import (
     deletion_requests_deliver,
     resolution_requests_deliver,
@@ -206,6 +207,17 @@ def pull_broker(broker_pk: int) -> str:
     except DropPullError:
         # Already in the ledger (drop.pull_failed) and logged; the next hour tries again.
         return "failed"
+
+
+# Recurring deletion: hourly, each broker's rounds due today (DROP's calendar) are sent;
+# a round sent is not due again until it is answered, so the hours after send nothing.
+@app.periodic(cron="29 * * * *", periodic_id="recurring_due")
+@app.task(queue="drop", queueing_lock="recurring_due", pass_context=False)
+def recurring_due(timestamp: int | None = None) -> int:
+    """``services.cycle.recurring.recurring_rounds_send_all``; returns how many work items
+    got a round."""
+
+    return recurring_rounds_send_all(actor="system:recurring")
 
 
 # Stuck work items (``drop doctor``): hourly, so the dashboard's broker card says within the

@@ -41,6 +41,7 @@ from integrations.selectors.dashboard import (
     CycleWorkItems,
     dashboard_overview,
 )
+from integrations.selectors.recurring import RECURRING_OVERDUE_DAYS
 from integrations.selectors.requests import AWAITING_CALLBACK_ATTENTION
 
 # Shown while this very page came through a proxy on this machine with the setting off.
@@ -192,6 +193,11 @@ class BrokerPanel:
     obligations: list[ObligationLine] = field(default_factory=list)
     # Directives to service providers awaiting acknowledgement (the overdue: "bad").
     directives: list[tuple[str, Number]] = field(default_factory=list)
+    # Recurring deletion: the rounds' numbers; ``recurring_off`` says in red that the broker
+    # owes it by other means.
+    recurring: list[tuple[str, Number]] = field(default_factory=list)
+    recurring_days: int = 0
+    recurring_off: str = ""
 
 
 @dataclass(frozen=True)
@@ -338,6 +344,9 @@ def _broker_panel(
             for obligation in overview.drop_access_obligations
         ],
         directives=_directive_numbers(overview, links, now=now),
+        recurring=_recurring_numbers(overview, links),
+        recurring_days=settings.DROPPORTAL_RECURRING_DAYS,
+        recurring_off=RECURRING_OFF if settings.DROPPORTAL_RECURRING_DAYS <= 0 else "",
         outcomes_chart=charts.stacked_bars(
             [_outcome_bar(c, links) for c in overview.recent_cycles],
             title=f"The broker's outcomes per cycle, broker {broker.broker_id}",
@@ -366,6 +375,54 @@ def _directive_numbers(
                 links.changelist("directive", **unacknowledged),
                 tone="bad",
             ),
+        ),
+    ]
+
+
+# Shown in red while DROPPORTAL_RECURRING_DAYS is 0.
+RECURRING_OFF = (
+    "Recurring deletion is off (DROPPORTAL_RECURRING_DAYS=0): the broker owes every deleted "
+    "or opted-out consumer's deletion again at least every 45 days by other means "
+    "(Civil Code 1798.99.86(d))."
+)
+
+
+def _recurring_numbers(overview: BrokerOverview, links: _Links) -> list[tuple[str, Number]]:
+    """The broker's recurring deletion rounds (counts of work items), linked to the
+    requests of the rounds where there are some."""
+    rounds = overview.recurring
+    if rounds is None or rounds.off:
+        return []
+    by_broker = {"broker__id__exact": overview.broker.pk, "round__gte": 1}
+    return [
+        ("due, not sent yet", Number(rounds.due)),
+        (
+            "sent, awaiting the answer",
+            Number(
+                rounds.sent,
+                links.changelist(
+                    "deletionrequest", **by_broker, state__in="queued,dispatched,pending"
+                ),
+            ),
+        ),
+        (
+            "answered",
+            Number(
+                rounds.answered,
+                links.changelist("deletionrequest", **by_broker, state__exact="completed"),
+            ),
+        ),
+        (
+            "failing",
+            Number(
+                rounds.failing,
+                links.changelist("deletionrequest", **by_broker, state__in="failed,undeliverable"),
+                "bad",
+            ),
+        ),
+        (
+            f"overdue by more than {RECURRING_OVERDUE_DAYS} days",
+            Number(rounds.overdue, None, "bad"),
         ),
     ]
 

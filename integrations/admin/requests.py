@@ -189,6 +189,7 @@ class DeletionRequestAdmin(ReadOnlyAdmin):
         "broker",
         "dispatched_at",
         "late_match",
+        "round",  # 0: the match's own; 1, 2...: recurring deletion rounds
     ]
     search_fields = ["=request_uuid", "remote_identifier", "=work_item__work_item_id"]
     list_select_related = ["broker", "integration"]
@@ -262,6 +263,7 @@ class ResolutionRequestAdmin(ReadOnlyAdmin):
         ("integration", admin.RelatedOnlyFieldListFilter),
         CycleFilter,
         "broker",
+        "round",
     ]
     search_fields = ["=request_uuid", "=results_token", "remote_identifier"]
     list_select_related = ["broker", "integration"]

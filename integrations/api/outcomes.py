@@ -185,6 +185,10 @@ class OutcomeSerializer(serializers.Serializer):
     report_file = serializers.CharField(allow_null=True)
     amended = serializers.BooleanField()
     late_match = serializers.BooleanField()
+    round = serializers.IntegerField(
+        help_text="0: the match's own request; 1, 2...: a recurring deletion round, whose "
+        "outcome never changes the work item's DROP status."
+    )
 
 
 class OutcomePageSerializer(serializers.Serializer):

@@ -132,6 +132,9 @@ class DeletionRequest(DeliveryFields):
     remote_identifier = models.CharField(max_length=255, blank=True, default="")
     remote_identifier_kind = models.CharField(max_length=64, blank=True, default="")
     late_match = models.BooleanField(default=False)
+    # 0: the match's own request, whose outcome settles the work item's DROP status. 1, 2...:
+    # a recurring deletion round (services/cycle/recurring.py), which never does.
+    round = models.PositiveSmallIntegerField(default=0, db_default=0)
     matched_at = models.DateTimeField(db_default=Now())
     drop_outcome = models.CharField(
         "DROP outcome", max_length=12, choices=DropOutcome.choices, blank=True, default=""
@@ -174,6 +177,7 @@ class ResolutionRequest(DeliveryFields):
     match_date = models.DateField()
     remote_identifier = models.CharField(max_length=255, blank=True, default="")
     remote_identifier_kind = models.CharField(max_length=64, blank=True, default="")
+    round = models.PositiveSmallIntegerField(default=0, db_default=0)  # as DeletionRequest's
     # opted_out / exempt
     drop_outcome = models.CharField("DROP outcome", max_length=12, blank=True, default="")
     exemption_basis = models.CharField(max_length=100, blank=True, default="")

@@ -6,9 +6,11 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
+from django.conf import settings
 from django.db.models import Count, F, Max, OuterRef, Q, QuerySet, Subquery, Window
 from django.db.models.functions import Coalesce, RowNumber
 
+from integrations.drop.calendar import drop_today
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     Broker,
@@ -27,6 +29,7 @@ from integrations.models import (
 )
 from integrations.selectors.directives import directive_ack_days, unacknowledged_directives_count
 from integrations.selectors.drop_access import drop_access_obligations_open
+from integrations.selectors.recurring import RecurringOverview, recurring_overviews
 from integrations.selectors.requests import deletion_requests_needing_attention
 from integrations.selectors.targets import broker_targets
 
@@ -117,6 +120,8 @@ class BrokerOverview:
     # Directives to service providers not acknowledged yet, and of those the overdue.
     directives_awaiting: int = 0
     directives_overdue: int = 0
+    # Recurring deletion rounds: due, sent, answered, failing (``selectors.recurring``).
+    recurring: RecurringOverview | None = None
 
 
 # The events that say how the broker's last download went.
@@ -135,6 +140,7 @@ def dashboard_overview(*, now: dt.datetime) -> list[BrokerOverview]:
     cycles_of = _cycle_work_items_by_broker(recent, shown)
     attention = _attention_by_broker(now=now)
     health_of = _integration_health_by_broker()
+    recurring = recurring_overviews(today=drop_today(now))
     last_pull_event = _last_event_by_broker(
         LedgerEvent.objects.filter(kind__in=_PULL_OUTCOME_KINDS)
     )
@@ -169,6 +175,9 @@ def dashboard_overview(*, now: dt.datetime) -> list[BrokerOverview]:
                 drop_access_obligations=obligations_of.get(broker.pk, []),
                 directives_awaiting=broker.directives_awaiting,  # type: ignore[attr-defined]
                 directives_overdue=broker.directives_overdue,  # type: ignore[attr-defined]
+                recurring=recurring.get(
+                    broker.pk, RecurringOverview(settings.DROPPORTAL_RECURRING_DAYS, 0, 0, 0, 0, 0)
+                ),
             )
         )
     return overviews

@@ -56,6 +56,7 @@ OUTCOME_COLUMNS = (
     "report_file",
     "amended",
     "late_match",
+    "round",  # 0: the match's own request; 1, 2...: a recurring deletion round's
 )
 
 # ISO 8601 in UTC, e.g. 2026-03-12T09:00:00.25+00:00. PostgreSQL's own text form of a

@@ -130,11 +130,14 @@ def _attempt_step(attempt: DeliveryAttempt, target: str, kind: str, subject: str
 def _deletion_steps(request: DeletionRequest) -> list[StoryStep]:
     uuid = str(request.request_uuid)
     target = str(request.integration or "the broker")
-    matched = "Matched consumer " + (request.remote_identifier or "(since forgotten)")
+    consumer = request.remote_identifier or "(since forgotten)"
+    title = "Matched consumer " + consumer + (", a late match" if request.late_match else "")
+    if request.round:
+        title = f"Recurring deletion, round {request.round}: consumer {consumer} asked again"
     steps = [
         StoryStep(
             at=request.matched_at,
-            title=matched + (", a late match" if request.late_match else ""),
+            title=title,
             detail=f"deletion request {uuid[:8]} to {target}",
             record=request.consumer or request,
         )
@@ -147,7 +150,12 @@ def _deletion_steps(request: DeletionRequest) -> list[StoryStep]:
         steps.append(
             StoryStep(
                 at=request.completed_at,
-                title=f"The broker answered {request.get_drop_outcome_display()}",
+                title=f"The broker answered {request.get_drop_outcome_display()}"
+                + (
+                    f" (recurring round {request.round}: DROP's status unchanged)"
+                    if request.round
+                    else ""
+                ),
                 detail=request.error_message,
                 record=request,
                 tone="bad" if request.drop_outcome == "failed" else "good",
@@ -163,7 +171,8 @@ def _resolution_steps(resolution: ResolutionRequest) -> list[StoryStep]:
     steps = [
         StoryStep(
             at=resolution.created_at,
-            title="The broker's identifiers asked (resolution request)",
+            title="The broker's identifiers asked (resolution request)"
+            + (f", recurring round {resolution.round}" if resolution.round else ""),
             detail=f"resolution request {uuid[:8]} to {target}",
             record=resolution,
         )

@@ -13,6 +13,7 @@ from django.db.models import Count, F, Min, Q, QuerySet
 from django.utils import timezone
 
 from integrations.dispatch.policy import AUTO_REDISPATCH_MAX
+from integrations.drop.calendar import drop_today
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     Broker,
@@ -27,6 +28,11 @@ from integrations.models import (
     WorkItemState,
 )
 from integrations.selectors.pulls import brokers_with_drop_key_refused
+from integrations.selectors.recurring import (
+    RECURRING_OVERDUE_DAYS,
+    recurring_failing_counts,
+    recurring_overdue_counts,
+)
 from integrations.selectors.requests import AWAITING_CALLBACK_ATTENTION, automatic_redispatches
 
 
@@ -42,6 +48,8 @@ class StuckReason(enum.StrEnum):
     DROP_KEY_REFUSED = "drop_key_refused"
     UNREADABLE_WORK_ITEM = "unreadable_work_item"
     REPORT_FILE_REFUSED = "report_file_refused"
+    RECURRING_ROUND_OVERDUE = "recurring_round_overdue"
+    RECURRING_ROUND_FAILING = "recurring_round_failing"
 
     @property
     def label(self) -> str:
@@ -58,6 +66,10 @@ STUCK_REASON_LABELS: dict[StuckReason, str] = {
     StuckReason.DROP_KEY_REFUSED: "DROP refused the broker's key",
     StuckReason.UNREADABLE_WORK_ITEM: "sent by DROP but unreadable: answer them in DROP's portal",
     StuckReason.REPORT_FILE_REFUSED: "in a response file DROP refused or rejected",
+    StuckReason.RECURRING_ROUND_OVERDUE: (
+        f"recurring deletion round more than {RECURRING_OVERDUE_DAYS} days overdue"
+    ),
+    StuckReason.RECURRING_ROUND_FAILING: "recurring deletion round failed or undeliverable",
 }
 
 
@@ -150,6 +162,22 @@ def stuck_work_items(
         "reportfile",
         {"state__in": f"{ReportFileState.REFUSED},{ReportFileState.REJECTED}"},
         _report_file_refused_counts(broker),
+    )
+    # Not open items: DROP holds their status, but the broker owes their deletion again
+    # (its nearest due date is the round's).
+    _add_stuck_group(
+        found,
+        StuckReason.RECURRING_ROUND_OVERDUE,
+        "deletionrequest",
+        {"round__gte": 1},
+        recurring_overdue_counts(broker=broker, today=drop_today(now)),
+    )
+    _add_stuck_group(
+        found,
+        StuckReason.RECURRING_ROUND_FAILING,
+        "deletionrequest",
+        {"round__gte": 1, "state__in": f"{RequestState.FAILED},{RequestState.UNDELIVERABLE}"},
+        recurring_failing_counts(broker=broker),
     )
     order = list(StuckReason)
     return sorted(

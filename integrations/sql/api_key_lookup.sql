@@ -25,6 +25,7 @@ RETURNS TABLE (
     broker_pk bigint, broker_id text, broker_name text, broker_mode text,
     request_id bigint, request_uuid uuid, request_broker_id_code text,
     request_work_item_id bigint, request_state text, request_drop_outcome text,
+    request_round integer,
     integration_id bigint, webhook_secret text, previous_webhook_secret text,
     previous_secret_expires_at timestamptz
 )
@@ -38,14 +39,14 @@ BEGIN
         RETURN QUERY
         WITH answered AS MATERIALIZED (
             SELECT d.id, d.request_uuid, d.broker_id, d.broker_id_code, d.work_item_id,
-                   d.state, d.drop_outcome, d.integration_id
+                   d.state, d.drop_outcome, d.round, d.integration_id
             FROM integrations_deletionrequest d
             WHERE d.request_uuid = p_correlation::uuid AND d.isi_connection_id IS NULL
         )
         SELECT k.id, k.name::text, k.prefix::text, k.scopes::text[], k.created_at,
                k.last_used_at, b.id, b.broker_id::text, b.name::text, b.mode::text,
                a.id, a.request_uuid, a.broker_id_code::text, a.work_item_id,
-               a.state::text, a.drop_outcome::text, i.id, i.webhook_secret,
+               a.state::text, a.drop_outcome::text, a.round::integer, i.id, i.webhook_secret,
                i.previous_webhook_secret, i.previous_secret_expires_at
         FROM integrations_apikey k
         LEFT JOIN integrations_broker b ON b.id = k.broker_id
@@ -57,14 +58,14 @@ BEGIN
         RETURN QUERY
         WITH answered AS MATERIALIZED (
             SELECT d.id, d.request_uuid, d.broker_id, d.broker_id_code, d.work_item_id,
-                   d.state, d.drop_outcome, d.integration_id
+                   d.state, d.drop_outcome, d.round, d.integration_id
             FROM integrations_deletionrequest d
             WHERE d.results_token = p_correlation AND d.isi_connection_id IS NOT NULL
         )
         SELECT k.id, k.name::text, k.prefix::text, k.scopes::text[], k.created_at,
                k.last_used_at, b.id, b.broker_id::text, b.name::text, b.mode::text,
                a.id, a.request_uuid, a.broker_id_code::text, a.work_item_id,
-               a.state::text, a.drop_outcome::text, i.id, i.webhook_secret,
+               a.state::text, a.drop_outcome::text, a.round::integer, i.id, i.webhook_secret,
                i.previous_webhook_secret, i.previous_secret_expires_at
         FROM integrations_apikey k
         LEFT JOIN integrations_broker b ON b.id = k.broker_id

@@ -15,6 +15,9 @@
 --   all: not matched yet, nothing to settle (matching gives unmatched items their 5).
 -- - A status DROP already has that differs from the new one must be amended
 --   (needs_amendment); the reporting service sends it to /data/amend.
+-- - Only the match's own requests (round 0) count: a recurring deletion round (round 1, 2...,
+--   services/cycle/recurring.py) repeats a deletion DROP already has the status of, and never
+--   changes it.
 -- - A status staff set by hand (with a written reason) stands while any request is still
 --   open; once every request is final, the outcome wins and the ledger event says it
 --   replaced the staff status.
@@ -112,15 +115,15 @@ BEGIN
     INTO v_rows, v_counted, v_open, v_code
     FROM (
         SELECT 'deletion' AS kind, d.state, d.drop_outcome AS outcome
-        FROM integrations_deletionrequest d WHERE d.work_item_id = p_item
+        FROM integrations_deletionrequest d WHERE d.work_item_id = p_item AND d.round = 0
         UNION ALL
         SELECT 'resolution', r.state, r.drop_outcome
-        FROM integrations_resolutionrequest r WHERE r.work_item_id = p_item
+        FROM integrations_resolutionrequest r WHERE r.work_item_id = p_item AND r.round = 0
         UNION ALL
         SELECT 'saas', s.state, ''
         FROM integrations_saasdeletion s
         JOIN integrations_resolutionrequest r ON r.id = s.resolution_id
-        WHERE r.work_item_id = p_item
+        WHERE r.work_item_id = p_item AND r.round = 0
     ) r;
     IF v_rows = 0 OR v_open THEN
         v_code := NULL;

@@ -23,6 +23,8 @@ def test_the_demo_narrates_a_whole_cycle_and_the_ledger_verifies(demo: ServedDem
     # A service provider gets a signed directive and acknowledges it with its own key.
     assert "acknowledged with its own key (scope directive_ack): HTTP 200" in story
     assert "Mailhouse  match" in story and "acknowledged " in story
+    assert "26 round(s): 26 deletion request(s)" in story
+    assert "ledgered as recurring; the statuses DROP holds did not change" in story
     assert "chain verified" in story
     # It ends pointing at one consumer's story page, then serves it.
     last = story.rsplit("Where to look", 1)[1]

@@ -197,6 +197,24 @@ class LifecycleInvariants:
             )
 
     @invariant()
+    def a_round_never_changes_the_status(self) -> None:
+        """An item that had a recurring round keeps the status its match's outcomes give,
+        whatever the broker answered the round."""
+        rounds = {wid: item for wid, item in self.oracle.items.items() if item.rounds}
+        if not rounds:
+            return
+        for work_item_id, code, state in WorkItem.objects.filter(
+            broker=self.broker, work_item_id__in=list(rounds)
+        ).values_list("work_item_id", "status_code", "state"):
+            if state == WorkItemState.REMOVED:
+                continue
+            expected = self.oracle.expected(rounds[work_item_id])
+            assert code == expected, (
+                f"{work_item_id} has status {code} after {rounds[work_item_id].rounds} recurring"
+                f" round(s); its match's outcomes give {expected}"
+            )
+
+    @invariant()
     def ledger_verifies(self) -> None:
         ledger_seal()
         verification = ledger_verify()

@@ -29,6 +29,10 @@ class Item:
     # an answer. Empty with ``waiting``: matched while the broker had no target.
     targets: set[str] = field(default_factory=set)
     waiting: bool = False
+    # Recurring deletion: the rounds sent for it, and the request uuids of those rounds the
+    # broker received (apart from ``requests``: a round never settles the item).
+    rounds: int = 0
+    round_requests: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -126,6 +130,19 @@ class Oracle:
         if not outcomes or any(o is None or o == "failed" for o in outcomes):
             return None
         return max(STRENGTH[o] for o in outcomes if o)[1]
+
+    def round_may_be_sent(self, item: Item) -> bool:
+        """Whether a recurring round may go out for ``item`` now that its interval passed:
+        DROP's status is deleted or opted_out, DROP has not removed it, and every round
+        request of it the broker received has a final answer (or was cancelled)."""
+        if not item.matched or item.removed_at_step is not None:
+            return False
+        if self.expected(item) not in (3, 4):
+            return False
+        return all(
+            self.requests[uuid].cancelled or self.requests[uuid].outcome not in (None, "failed")
+            for uuid in item.round_requests
+        )
 
     def callback_answer(self, request: Request, outcome: str, error: str) -> str:
         """What recording ``outcome`` should do: "recorded", "unchanged" or "conflict"."""

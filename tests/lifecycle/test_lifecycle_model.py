@@ -21,7 +21,11 @@ it received, and so what DROP should be told. After every step:
 - no work item is written for DROP while a target owes an answer for it: every integration
   that was a target when it matched (a disabled one too: paused, not gone) and is not
   retired has answered; a retired one's open requests are cancelled and no longer count;
-- nothing is sent to the broker for a removed item after its removal was imported;
+- nothing is sent to the broker for a removed item after its removal was imported (a
+  recurring deletion round included);
+- a recurring round goes only to an item DROP holds deleted or opted out, not removed, whose
+  last round was answered, and to every target not retired (a paused one's round waits, it is
+  not skipped); the status of an item that had a round stays what its match's outcomes give;
 - an item's reported status is the one DROP holds, unless a file DROP has not answered for
   good carries it; an amendment DROP refuses holds back no upload;
 - the ledger verifies.
@@ -55,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.conf import settings as django_settings
 from django.core.exceptions import ValidationError
 from django.db import connection
 from django.test import Client
@@ -84,6 +89,7 @@ from integrations.models import (
 )
 from integrations.services.cycle.consumers import consumers_register
 from integrations.services.cycle.drop_import import drop_zip_import
+from integrations.services.cycle.recurring import recurring_rounds_send_all
 from integrations.services.dispatch import delivery_loop
 from integrations.services.dispatch.redelivery import (
     deletion_request_redeliver,
@@ -447,8 +453,15 @@ class LifecycleMachine(LifecycleInvariants, RuleBasedStateMachine):
         )
         assert item.matched, f"dispatch for {work_item_id}, which no consumer matches"
         uuid = body["request_uuid"]
-        self.world.seen["dispatch received" if uuid not in item.requests else "dispatch again"] += 1
-        item.requests.add(uuid)
+        known = uuid in item.requests or uuid in item.round_requests
+        self.world.seen["dispatch received" if not known else "dispatch again"] += 1
+        if item.rounds and not known:
+            # Every request of the match is final before a round goes: a new one is a
+            # round's, with the match's body (same session, hash and match date).
+            item.round_requests.add(uuid)
+            self.world.seen["recurring round dispatch received"] += 1
+        elif not known:
+            item.requests.add(uuid)
         self.oracle.requests.setdefault(uuid, Request(uuid, work_item_id, body["integration_id"]))
 
     @precondition(lambda self: self.oracle.requests)
@@ -535,10 +548,56 @@ class LifecycleMachine(LifecycleInvariants, RuleBasedStateMachine):
             assert answer.status_code == 200, (expected, answer.content)
             assert answer.json()["status"] == expected, (expected, answer.content)
         self.world.seen[f"callback {body['drop_outcome']} {answer.status_code}"] += 1
+        if body["request_uuid"] in item.round_requests:
+            self.world.seen[f"recurring round answered {body['drop_outcome']}"] += 1
         event(f"callback {answer.status_code}")
         if answer.json()["status"] == "recorded":
             request.outcome = body["drop_outcome"]
             request.failure = error or None
+
+    # -- recurring deletion ------------------------------------------------------------------
+
+    @rule()
+    @counted
+    def recurring_interval_passes(self) -> None:
+        """``DROPPORTAL_RECURRING_DAYS`` pass: the worker's job sends the rounds due. Only an
+        item DROP holds deleted or opted out, not removed, whose last round was answered
+        gets one, and it goes to every target not retired, a paused one too (it waits)."""
+        later = dt.datetime.now(dt.UTC) + dt.timedelta(
+            days=django_settings.DROPPORTAL_RECURRING_DAYS
+        )
+        before = self._rounds()
+        recurring_rounds_send_all(actor="system:recurring", now=later)
+        after = self._rounds()
+        for work_item_id, number in after.items():
+            if number == before.get(work_item_id, 0):
+                continue
+            item = self.oracle.items[work_item_id]
+            assert self.oracle.round_may_be_sent(item), (
+                f"round {number} sent for {work_item_id}: status {self.oracle.expected(item)},"
+                f" removed at step {item.removed_at_step}, rounds {item.rounds}"
+            )
+            item.rounds = number
+            targets = set(
+                DeletionRequest.objects.filter(
+                    work_item__work_item_id=work_item_id, round=number
+                ).values_list("integration__uuid", flat=True)
+            )
+            active = set(self.oracle.active())
+            assert {str(t) for t in targets if t} == active or (not active and targets == {None}), (
+                f"round {number} of {work_item_id} went to {targets}, the targets are {active}"
+            )
+            self.world.seen["recurring round sent"] += 1
+        self.worker_catches_up()  # the worker delivers them (a paused target's wait)
+
+    def _rounds(self) -> dict[str, int]:
+        """The latest round of each of the broker's work items that had one."""
+        rounds: dict[str, int] = {}
+        for work_item_id, number in DeletionRequest.objects.filter(
+            broker=self.broker, round__gt=0
+        ).values_list("work_item__work_item_id", "round"):
+            rounds[work_item_id] = max(number, rounds.get(work_item_id, 0))
+        return rounds
 
     # -- whole sequences, so that short histories reach the late parts of the cycle ------
 

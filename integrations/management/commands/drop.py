@@ -12,6 +12,7 @@ matched; report; find what is stuck; record the notice a DROP outage obliges.
     manage.py drop reappearances --broker 4821 [--since 2027-01-01] [--json]
     manage.py drop directives --broker 4821      # directives to service providers
                                                  # (``management/drop_directives.py``)
+    manage.py drop recurring --broker 4821 [--ahead 5] [--json]   # recurring rounds due now
 
 Both print the cycle (``--json``: one JSON object); a refusal is one line on stderr and exit 1.
 When part of the package was not imported (a DROP list or rows that could not be read), the
@@ -49,6 +50,7 @@ from integrations.selectors.stuck import stuck_work_items
 from integrations.services.cycle.drop import DEFAULT_MAX_WAIT_SECONDS, DropPullError, drop_pull
 from integrations.services.cycle.drop_access import drop_access_notice_record
 from integrations.services.cycle.drop_import import DropImportError, ImportResult, drop_zip_import
+from integrations.services.cycle.recurring import recurring_rounds_send
 
 
 class Command(DirectiveSubcommands, ReportSubcommand, SuppressionSubcommands):
@@ -110,6 +112,19 @@ class Command(DirectiveSubcommands, ReportSubcommand, SuppressionSubcommands):
         )
         notice.add_argument("--json", action="store_true", help="print the result as JSON")
         self.add_directive_subcommands(subparsers)
+
+        recurring = subparsers.add_parser(
+            "recurring",
+            help="send now every recurring deletion round due today or within --ahead days",
+        )
+        recurring.add_argument("--broker", required=True, help="the broker's 4-digit DROP id")
+        recurring.add_argument(
+            "--ahead",
+            type=int,
+            default=0,
+            help="also the rounds due within this many days (before a holiday, say); default 0",
+        )
+        recurring.add_argument("--json", action="store_true", help="print the result as JSON")
 
     def handle_pull(self, **options: Any) -> None:
         broker = broker_or_error(options["broker"])
@@ -340,3 +355,23 @@ class Command(DirectiveSubcommands, ReportSubcommand, SuppressionSubcommands):
                 f"{drop_time_text(obligation.failure_started_at)}, due "
                 f"{obligation.due_date.isoformat()}, notified on {sent_on.isoformat()}{late}."
             )
+
+    def handle_recurring(self, **options: Any) -> None:
+        broker = broker_or_error(options["broker"])
+        if options["ahead"] < 0:
+            raise CommandError("--ahead must be 0 or more days")
+        if settings.DROPPORTAL_RECURRING_DAYS <= 0:
+            raise CommandError(
+                "recurring deletion is off (DROPPORTAL_RECURRING_DAYS=0): the broker owes it "
+                "by other means"
+            )
+        sent = recurring_rounds_send(broker=broker, ahead_days=options["ahead"], actor=self.actor())
+        if options["json"]:
+            self.print_json(sent.as_json())
+            return
+        self.stdout.write(
+            f"{sent.work_items} recurring round(s) sent (due by {sent.until.isoformat()}): "
+            f"{sent.deletion_requests} deletion request(s) ({sent.queued} queued, "
+            f"{sent.pending} waiting for a target), "
+            f"{sent.resolution_requests} identifier retrieval(s)."
+        )

@@ -58,8 +58,10 @@ class RequestsCreated:
 def matches_table_create() -> None:
     """(Re)create the empty temp table ``drop_matches`` for this transaction.
 
-    Columns: ``work_item_id`` (``integrations_workitem.id``), ``consumer_id``, ``late_match``.
-    It is dropped at commit; dropping first lets one transaction match more than once.
+    Columns: ``work_item_id`` (``integrations_workitem.id``), ``consumer_id``, ``late_match``,
+    and for a recurring round (``services.cycle.recurring``) its ``round`` and the original
+    ``match_date`` (NULL: the call's). It is dropped at commit; dropping first lets one
+    transaction match more than once.
     """
     with connection.cursor() as cursor:
         cursor.execute(f"DROP TABLE IF EXISTS {MATCHES_TABLE}")
@@ -67,7 +69,9 @@ def matches_table_create() -> None:
             f"CREATE TEMP TABLE {MATCHES_TABLE} ("
             " work_item_id bigint NOT NULL,"
             " consumer_id bigint NOT NULL,"
-            " late_match boolean NOT NULL DEFAULT false"
+            " late_match boolean NOT NULL DEFAULT false,"
+            " round smallint NOT NULL DEFAULT 0,"
+            " match_date date"
             ") ON COMMIT DROP"
         )
 
@@ -104,7 +108,7 @@ _INSERT_SQL = f"""
         request_uuid, webhook_request_id, results_token,
         broker_id, work_item_id, consumer_id, integration_id, isi_connection_id,
         identifier_hash, hash_type, drop_session_id, match_date, broker_id_code, mode,
-        remote_identifier, remote_identifier_kind, late_match,
+        remote_identifier, remote_identifier_kind, late_match, round,
         drop_outcome, drop_status_code, error_message
     )
     SELECT
@@ -115,9 +119,9 @@ _INSERT_SQL = f"""
         gen_random_uuid(), gen_random_uuid(),
         CASE WHEN t.isi_connection_id IS NULL THEN NULL ELSE {_RESULTS_TOKEN} END,
         %(broker)s, w.id, co.id, t.integration_id, t.isi_connection_id,
-        encode(w.hash, 'base64'), w.hash_type, cy.drop_session_id, %(match_date)s,
-        %(broker_id_code)s, %(mode)s,
-        co.remote_identifier, co.remote_identifier_kind, m.late_match,
+        encode(w.hash, 'base64'), w.hash_type, cy.drop_session_id,
+        coalesce(m.match_date, %(match_date)s), %(broker_id_code)s, %(mode)s,
+        co.remote_identifier, co.remote_identifier_kind, m.late_match, m.round,
         '', NULL, ''
       FROM {MATCHES_TABLE} m
       JOIN integrations_workitem w ON w.id = m.work_item_id
@@ -140,7 +144,7 @@ _RESOLUTION_INSERT_SQL = f"""
         state, attempts, next_attempt_at, last_error, dispatched_at, completed_at,
         request_uuid, webhook_request_id, results_token,
         broker_id, work_item_id, consumer_id, integration_id, isi_connection_id,
-        drop_session_id, match_date, remote_identifier, remote_identifier_kind,
+        drop_session_id, match_date, remote_identifier, remote_identifier_kind, round,
         drop_outcome, exemption_basis, identifiers, identifiers_purged_at
     )
     SELECT
@@ -148,7 +152,8 @@ _RESOLUTION_INSERT_SQL = f"""
         gen_random_uuid(), gen_random_uuid(),
         {_RESULTS_TOKEN},
         %(broker)s, w.id, co.id, t.integration_id, t.isi_connection_id,
-        cy.drop_session_id, %(match_date)s, co.remote_identifier, co.remote_identifier_kind,
+        cy.drop_session_id, coalesce(m.match_date, %(match_date)s),
+        co.remote_identifier, co.remote_identifier_kind, m.round,
         '', '', '', NULL
       FROM {MATCHES_TABLE} m
       JOIN integrations_workitem w ON w.id = m.work_item_id
@@ -173,6 +178,32 @@ def requests_create_for_matches(
     session id comes from each work item's cycle. Rows of another broker's work items
     are ignored.
     """
+    with transaction.atomic():
+        result = requests_insert_for_matches(broker=broker, match_date=match_date)
+        if not result.matches:
+            return result
+        ledger_event_append(
+            kind=LedgerKind.DELETION_REQUESTS_CREATED,
+            broker_id=broker.broker_id,
+            subject=broker.broker_id,
+            actor=actor,
+            data={
+                "matches": result.matches,
+                "deletion_requests": result.deletion_requests,
+                "queued": result.queued,
+                "pending": result.pending,
+                "targets": result.targets,
+                "late": result.late,
+                "resolution_requests": result.resolution_requests,
+                "match_date": match_date.isoformat(),
+            },
+        )
+    return result
+
+
+def requests_insert_for_matches(*, broker: Broker, match_date: dt.date) -> RequestsCreated:
+    """The requests of ``requests_create_for_matches`` and their delivery jobs, without its
+    ledger event: a caller that is not a match (a recurring round) writes its own."""
     params: dict[str, Any] = {
         "broker": broker.pk,
         "webhook": IntegrationKind.WEBHOOK,
@@ -201,32 +232,15 @@ def requests_create_for_matches(
         resolution_ids = sorted(row[0] for row in cursor.fetchall())
         if resolution_ids:
             resolution_requests_enqueue(resolution_ids)
-        result = RequestsCreated(
-            matches=matches,
-            deletion_requests=len(created),
-            queued=len(queued_ids),
-            pending=len(created) - len(queued_ids),
-            targets=targets,
-            late=late,
-            resolution_requests=len(resolution_ids),
-        )
-        ledger_event_append(
-            kind=LedgerKind.DELETION_REQUESTS_CREATED,
-            broker_id=broker.broker_id,
-            subject=broker.broker_id,
-            actor=actor,
-            data={
-                "matches": result.matches,
-                "deletion_requests": result.deletion_requests,
-                "queued": result.queued,
-                "pending": result.pending,
-                "targets": result.targets,
-                "late": result.late,
-                "resolution_requests": result.resolution_requests,
-                "match_date": match_date.isoformat(),
-            },
-        )
-    return result
+    return RequestsCreated(
+        matches=matches,
+        deletion_requests=len(created),
+        queued=len(queued_ids),
+        pending=len(created) - len(queued_ids),
+        targets=targets,
+        late=late,
+        resolution_requests=len(resolution_ids),
+    )
 
 
 # -- targets that became available ------------------------------------------------------------
@@ -250,7 +264,7 @@ _PENDING_COPY_SQL = f"""
         request_uuid, webhook_request_id, results_token,
         broker_id, work_item_id, consumer_id, integration_id, isi_connection_id,
         identifier_hash, hash_type, drop_session_id, match_date, broker_id_code, mode,
-        remote_identifier, remote_identifier_kind, late_match, matched_at,
+        remote_identifier, remote_identifier_kind, late_match, round, matched_at,
         drop_outcome, drop_status_code, error_message
     )
     SELECT %(queued)s, 0, now(), '', NULL, NULL,
@@ -258,8 +272,8 @@ _PENDING_COPY_SQL = f"""
         CASE WHEN t.isi_connection_id IS NULL THEN NULL ELSE {_RESULTS_TOKEN} END,
         d.broker_id, d.work_item_id, d.consumer_id, t.integration_id, t.isi_connection_id,
         d.identifier_hash, d.hash_type, d.drop_session_id, d.match_date, d.broker_id_code,
-        d.mode, d.remote_identifier, d.remote_identifier_kind, d.late_match, d.matched_at,
-        '', NULL, ''
+        d.mode, d.remote_identifier, d.remote_identifier_kind, d.late_match, d.round,
+        d.matched_at, '', NULL, ''
       FROM integrations_deletionrequest d
      CROSS JOIN unnest(%(other_integrations)s::bigint[], %(other_connections)s::bigint[])
            AS t(integration_id, isi_connection_id)
@@ -285,13 +299,13 @@ _PENDING_RESOLUTIONS_SQL = f"""
         state, attempts, next_attempt_at, last_error, dispatched_at, completed_at,
         request_uuid, webhook_request_id, results_token,
         broker_id, work_item_id, consumer_id, integration_id, isi_connection_id,
-        drop_session_id, match_date, remote_identifier, remote_identifier_kind,
+        drop_session_id, match_date, remote_identifier, remote_identifier_kind, round,
         drop_outcome, exemption_basis, identifiers, identifiers_purged_at
     )
     SELECT %(queued)s, 0, now(), '', NULL, NULL,
         gen_random_uuid(), gen_random_uuid(), {_RESULTS_TOKEN},
         d.broker_id, d.work_item_id, d.consumer_id, d.integration_id, d.isi_connection_id,
-        d.drop_session_id, d.match_date, d.remote_identifier, d.remote_identifier_kind,
+        d.drop_session_id, d.match_date, d.remote_identifier, d.remote_identifier_kind, d.round,
         '', '', '', NULL
       FROM integrations_deletionrequest d
      WHERE d.id = ANY(%(targeted_ids)s)
@@ -301,6 +315,7 @@ _PENDING_RESOLUTIONS_SQL = f"""
            SELECT 1 FROM integrations_resolutionrequest r
             WHERE r.work_item_id = d.work_item_id
               AND r.consumer_id IS NOT DISTINCT FROM d.consumer_id
+              AND r.round = d.round
               AND r.integration_id = d.integration_id
               AND r.isi_connection_id IS NOT DISTINCT FROM d.isi_connection_id)
     RETURNING id
@@ -404,16 +419,16 @@ _WAIT_FOR_TARGET_SQL = """
         request_uuid, webhook_request_id, results_token,
         broker_id, work_item_id, consumer_id, integration_id, isi_connection_id,
         identifier_hash, hash_type, drop_session_id, match_date, broker_id_code, mode,
-        remote_identifier, remote_identifier_kind, late_match, matched_at,
+        remote_identifier, remote_identifier_kind, late_match, round, matched_at,
         drop_outcome, drop_status_code, error_message
     )
-    SELECT DISTINCT ON (d.work_item_id, d.consumer_id)
+    SELECT DISTINCT ON (d.work_item_id, d.consumer_id, d.round)
         %(pending)s, 0, NULL, '', NULL, NULL,
         gen_random_uuid(), gen_random_uuid(), NULL,
         d.broker_id, d.work_item_id, d.consumer_id, NULL, NULL,
         d.identifier_hash, d.hash_type, d.drop_session_id, d.match_date, d.broker_id_code,
-        d.mode, d.remote_identifier, d.remote_identifier_kind, d.late_match, d.matched_at,
-        '', NULL, ''
+        d.mode, d.remote_identifier, d.remote_identifier_kind, d.late_match, d.round,
+        d.matched_at, '', NULL, ''
       FROM integrations_deletionrequest d
       JOIN integrations_workitem w ON w.id = d.work_item_id
      WHERE d.id = ANY(%(cancelled_ids)s) AND w.state <> %(removed)s
@@ -421,8 +436,9 @@ _WAIT_FOR_TARGET_SQL = """
            SELECT 1 FROM integrations_deletionrequest o
             WHERE o.work_item_id = d.work_item_id
               AND o.consumer_id IS NOT DISTINCT FROM d.consumer_id
+              AND o.round = d.round
               AND o.state <> %(cancelled)s)
-     ORDER BY d.work_item_id, d.consumer_id, d.id
+     ORDER BY d.work_item_id, d.consumer_id, d.round, d.id
     RETURNING id
 """
 

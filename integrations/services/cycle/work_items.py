@@ -91,7 +91,8 @@ def work_items_settle(*, cycle: DropCycle, actor: str = SYSTEM_ACTOR) -> int:
     A safety net (the periodic report job runs it): outcomes normally settle their work
     item at once. Returns how many items changed.
     """
-    not_final = DeletionRequest.objects.filter(work_item_id=OuterRef("pk")).filter(
+    # Round 0 only: a recurring round never settles (sql/work_item_settle.sql).
+    not_final = DeletionRequest.objects.filter(work_item_id=OuterRef("pk"), round=0).filter(
         ~Q(state__in=[RequestState.COMPLETED, RequestState.CANCELLED])
         | Q(state=RequestState.COMPLETED, drop_outcome__in=OUTCOMES_NOT_FINAL)
     )

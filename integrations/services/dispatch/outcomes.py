@@ -142,6 +142,10 @@ def deletion_outcome_record(
     }
     if error_message:
         data["error_message"] = error_message
+    if deletion_request.round:
+        # A recurring deletion round's: recorded, never settling DROP's status.
+        data["recurring"] = True
+        data["round"] = deletion_request.round
     if broker_completed_at is not None:
         data["broker_completed_at"] = broker_completed_at.isoformat()
     if opted_out:

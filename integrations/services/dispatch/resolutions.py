@@ -153,6 +153,8 @@ def resolution_outcome_record(
                 # DROP removed the identifier: nothing more is sent for it.
                 **({"work_item_removed": True} if removed else {}),
                 "opt_out_record": drop_outcome == DropOutcome.OPTED_OUT,
+                # A recurring deletion round's: recorded, never settling DROP's status.
+                **({"recurring": True, "round": request.round} if request.round else {}),
             },
         )
         work_item_settle(work_item=WorkItem(pk=request.work_item_id))

@@ -131,7 +131,15 @@ _KEY_COLUMNS = ("id", "name", "prefix", "scopes", "created_at", "last_used_at")
 # them) load when first read.
 _BROKER_COLUMNS = ("id", "broker_id", "name", "mode")
 # What a callback reads of the request it answers; the rest loads when first read.
-_REQUEST_COLUMNS = ("id", "request_uuid", "broker_id_code", "work_item_id", "state", "drop_outcome")
+_REQUEST_COLUMNS = (
+    "id",
+    "request_uuid",
+    "broker_id_code",
+    "work_item_id",
+    "state",
+    "drop_outcome",
+    "round",
+)
 
 
 def api_key_authenticate(key: str) -> ApiKey | None:
@@ -148,8 +156,8 @@ def api_key_lookup(
     that a callback answers, whatever kind of integration dispatched it: the ``kind`` of
     callback says how ``correlation`` names it: by ``results_token`` (ISI, a request sent
     to an ISI connection) or by ``request_uuid`` (webhook; a valid UUID, any other). It comes
-    with its state and outcome and its integration's secrets (clear); its other fields load
-    when first read. None: no such active key; ``(key, None)``: no such request."""
+    with its state, outcome and round and its integration's secrets (clear); its other
+    fields load when first read. None: no such active key; ``(key, None)``: no such request."""
     digest = key_digest(key)
     with connection.cursor() as cursor:
         cursor.execute(

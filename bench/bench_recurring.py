@@ -1,0 +1,210 @@
+"""Benchmark: queue a day's recurring deletion rounds for 1,000,000 deleted consumers.
+
+One cycle of 1,000,000 work items, each matched by one consumer, deleted (status 3) 45 days
+ago: every one is due for its first recurring round today. ``recurring_rounds_send`` - what
+the worker's hourly job and ``drop recurring`` run - reads the schedule, creates a round of
+requests through the match's bulk path (one per consumer and webhook target) and defers
+their delivery jobs, in one transaction.
+
+Target: 60 seconds or less. Best of ``--repeats`` runs, each on a fresh copy of the same
+database. Checked each run: one round-1 request per item, queued, with the match's session
+and match date, every one held by a delivery job, no work item's status changed. Sending
+them then goes at the delivery loop's usual rate (``bench_dispatch.py``): a round's request
+is a request like any other.
+
+Everything happens in scratch databases created next to ``DATABASE_URL``'s (it needs the
+CREATEDB right) and dropped at the end.
+
+    DATABASE_URL=postgres://... python bench/bench_recurring.py [--items 1000000] [--repeats 3]
+
+Prints one line of JSON last; exits 1 when the target is missed.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import argparse
+import json
+import os
+import time
+from urllib.parse import urlsplit
+
+from scratch_db import admin_execute, scratch_names, with_database
+
+SECONDS_TARGET = 60.0
+
+
+def switch_database(url: str) -> None:
+    from django.db import connection
+
+    connection.close()
+    connection.settings_dict["NAME"] = urlsplit(url).path.lstrip("/")
+
+
+def populate(items: int) -> None:
+    import datetime as dt
+
+    from django.db import connection
+
+    from integrations.models import DropCycle
+    from integrations.services.staff.brokers import broker_create
+    from integrations.services.staff.integrations import webhook_integration_create
+
+    broker = broker_create(broker_id="4821", name="Bench", actor="bench")
+    integration = webhook_integration_create(
+        broker=broker, name="CRM", url="https://crm.example/drop", actor="bench"
+    ).integration
+    downloaded = dt.datetime.now(dt.UTC) - dt.timedelta(days=50)
+    answered = dt.datetime.now(dt.UTC) - dt.timedelta(days=46)
+    cycle = DropCycle.objects.create(
+        broker=broker,
+        drop_session_id="1",
+        zip_name="bench_4821_DROP.zip",
+        zip_sha256="0" * 64,
+        downloaded_at=downloaded,
+        match_date=downloaded.date(),
+        due_date=downloaded.date() + dt.timedelta(days=45),
+        work_items=items,
+    )
+    params = {
+        "broker": broker.pk,
+        "cycle": cycle.pk,
+        "integration": integration.pk,
+        "items": items,
+        "at": downloaded,
+        "answered": answered,
+        "match_date": downloaded.date(),
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO integrations_workitem (id, broker_id, cycle_id, work_item_id, hash_type,"
+            " hash, file_name, state, status_code, status_reason, needs_amendment,"
+            " created_at, updated_at)"
+            " SELECT g, %(broker)s, %(cycle)s, lpad(to_hex(g), 12, '0'), 'email',"
+            "  sha256(g::text::bytea), 'bench_4821_Email.csv', 'reportable', 3, '', false,"
+            "  %(at)s, %(at)s"
+            " FROM generate_series(1, %(items)s) g",
+            params,
+        )
+        cursor.execute(
+            "INSERT INTO integrations_consumer (id, broker_id, remote_identifier,"
+            " remote_identifier_kind, created_at)"
+            " SELECT g, %(broker)s, 'C-' || g, 'external_id', %(at)s"
+            " FROM generate_series(1, %(items)s) g",
+            params,
+        )
+        cursor.execute(
+            "INSERT INTO integrations_deletionrequest (state, attempts, last_error,"
+            " created_at, dispatched_at, completed_at, request_uuid, webhook_request_id,"
+            " broker_id, work_item_id, consumer_id, integration_id, identifier_hash,"
+            " hash_type, drop_session_id, match_date, broker_id_code, mode, remote_identifier,"
+            " remote_identifier_kind, late_match, round, matched_at, drop_outcome,"
+            " drop_status_code, error_message)"
+            " SELECT 'completed', 1, '', %(at)s, %(at)s, %(answered)s, gen_random_uuid(),"
+            "  gen_random_uuid(), %(broker)s, g, g, %(integration)s,"
+            "  encode(sha256(g::text::bytea), 'base64'), 'email', '1', %(match_date)s, '4821',"
+            "  'test', 'C-' || g, 'external_id', false, 0, %(at)s, 'deleted', 3, ''"
+            " FROM generate_series(1, %(items)s) g",
+            params,
+        )
+        for table in ("integrations_workitem", "integrations_consumer"):
+            cursor.execute(
+                f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), %(items)s)",
+                params,
+            )
+        cursor.execute("ANALYZE")
+
+
+def run_once(items: int) -> dict[str, float | int | bool]:
+    from django.db import connection
+
+    from integrations.models import Broker, DeletionRequest, WorkItem
+    from integrations.services.cycle.recurring import recurring_rounds_send
+
+    broker = Broker.objects.get(broker_id="4821")
+    started = time.perf_counter()
+    sent = recurring_rounds_send(broker=broker, actor="bench")
+    done = time.perf_counter()
+    round_one = DeletionRequest.objects.filter(round=1)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT coalesce(sum(jsonb_array_length(args -> 'request_ids')), 0)"
+            " FROM procrastinate_jobs WHERE task_name = %s",
+            ["integrations.tasks.deliver_deletion_requests"],
+        )
+        held = int(cursor.fetchone()[0])
+    correct = (
+        sent.work_items == items
+        and sent.queued == items
+        and round_one.filter(state="queued", drop_session_id="1").count() == items
+        and held == items
+        and WorkItem.objects.filter(status_code=3).count() == items
+        and DeletionRequest.objects.filter(round=0).exclude(state="completed").count() == 0
+    )
+    return {"seconds": done - started, "requests": sent.deletion_requests, "correct": correct}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--items", type=int, default=1_000_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+
+    base_url = os.environ.get("DATABASE_URL", "")
+    if not base_url:
+        print("set DATABASE_URL (the bench creates scratch databases next to it)")
+        return 2
+    admin_url, template = scratch_names(base_url, "bench_recurring")
+    os.environ["DATABASE_URL"] = with_database(base_url, template)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dropportal.settings")
+    admin_execute(admin_url, f'CREATE DATABASE "{template}"')
+    clones: list[str] = []
+    runs: list[dict[str, float | int | bool]] = []
+    try:
+        import django
+
+        django.setup()
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0)
+        populate(args.items)
+        switch_database(with_database(base_url, "postgres"))  # off the template to clone it
+        for repeat in range(args.repeats):
+            clone = f"{template}_{repeat}"
+            admin_execute(admin_url, f'CREATE DATABASE "{clone}" TEMPLATE "{template}"')
+            clones.append(clone)
+            switch_database(with_database(base_url, clone))
+            runs.append(run_once(args.items))
+            print(json.dumps({"run": repeat + 1, **runs[-1]}), flush=True)
+            switch_database(with_database(base_url, "postgres"))
+            admin_execute(admin_url, f'DROP DATABASE "{clone}"')
+            clones.remove(clone)
+    finally:
+        from django.db import connections
+
+        connections.close_all()
+        for name in [*clones, template]:
+            admin_execute(admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    best = min(runs, key=lambda run: float(run["seconds"]))
+    correct = all(bool(run["correct"]) for run in runs)
+    result = {
+        "name": "recurring",
+        "work_items": args.items,
+        "mode": "a day's recurring rounds queued, one webhook target",
+        "seconds": round(float(best["seconds"]), 2),
+        "requests": best["requests"],
+        "seconds_target": SECONDS_TARGET,
+        "correct": correct,
+        "target_met": correct and float(best["seconds"]) <= SECONDS_TARGET,
+    }
+    print(json.dumps(result))
+    return 0 if result["target_met"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,210 @@
+"""Where each deleted or opted-out consumer stands in its recurring deletion rounds.
+
+After DROP's status for a work item is ``deleted`` (3) or ``opted_out`` (4), the broker owes
+that deletion again at least every ``DROPPORTAL_RECURRING_DAYS`` days (Civil Code
+1798.99.86(d)). A round is the item's requests of one ``round`` number (0: the match's own).
+Its next round is due ``DROPPORTAL_RECURRING_DAYS`` days, in DROP's calendar, after the day
+its latest round reached its final outcome; each item has its own date, so rounds spread
+over the days as the answers did::
+
+    rounds_sql(broker=broker)                                 # the schedule, as SQL to select from
+    recurring_overview(broker=broker)                         # the dashboard's counts
+    recurring_overviews(today=drop_today())                   # every broker's, one query
+    recurring_overdue_counts(broker=None, today=drop_today()) # for ``drop doctor``
+
+Removed items are never scheduled: rounds stop when DROP removes the identifier.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+
+from integrations.drop.calendar import drop_today
+from integrations.drop_statuses import DropStatus
+from integrations.models import (
+    DROP_STATUS_CODES,
+    Broker,
+    DropOutcome,
+    RequestState,
+    WorkItemState,
+)
+
+# A round stays open until every request of it is final, as the settlement counts final
+# (sql/work_item_settle.sql): cancelled, or completed with a final outcome (a SaaS deletion:
+# completed). ``failed`` and undeliverable keep it open: the delivery policy goes on.
+# Per item, its latest round: whether it is final, when it was (its last outcome), and
+# when the round before it was (what its due date counts from).
+_ROUNDS_SQL = """
+WITH parts AS (
+    SELECT d.work_item_id, d.round,
+           d.state = %(cancelled)s
+             OR (d.state = %(completed)s AND d.drop_outcome = ANY(%(final_outcomes)s)) AS final,
+           d.state = %(undeliverable)s OR d.drop_outcome = %(failed)s AS failing,
+           CASE WHEN d.state <> %(cancelled)s THEN d.completed_at END AS at
+      FROM integrations_deletionrequest d
+      JOIN integrations_workitem w ON w.id = d.work_item_id
+     WHERE w.status_code = ANY(%(codes)s) AND w.state <> %(removed)s {broker_filter}
+    UNION ALL
+    SELECT r.work_item_id, r.round,
+           r.state = %(cancelled)s
+             OR (r.state = %(completed)s AND r.drop_outcome <> %(failed)s),
+           r.state = %(undeliverable)s,
+           CASE WHEN r.state <> %(cancelled)s THEN r.completed_at END
+      FROM integrations_resolutionrequest r
+      JOIN integrations_workitem w ON w.id = r.work_item_id
+     WHERE w.status_code = ANY(%(codes)s) AND w.state <> %(removed)s {broker_filter}
+    UNION ALL
+    SELECT r.work_item_id, r.round,
+           s.state IN (%(cancelled)s, %(completed)s),
+           s.state = %(undeliverable)s,
+           CASE WHEN s.state <> %(cancelled)s THEN s.completed_at END
+      FROM integrations_saasdeletion s
+      JOIN integrations_resolutionrequest r ON r.id = s.resolution_id
+      JOIN integrations_workitem w ON w.id = r.work_item_id
+     WHERE w.status_code = ANY(%(codes)s) AND w.state <> %(removed)s {broker_filter}
+), rounds AS (
+    SELECT work_item_id, round, bool_and(final) AS final, bool_or(failing) AS failing,
+           max(at) AS final_at
+      FROM parts
+     GROUP BY work_item_id, round
+), latest AS (
+    SELECT DISTINCT ON (work_item_id) work_item_id, round, final, failing, final_at,
+           lag(final_at) OVER (PARTITION BY work_item_id ORDER BY round) AS previous_final_at
+      FROM rounds
+     ORDER BY work_item_id, round DESC
+)
+SELECT l.work_item_id, l.round, l.final, l.failing,
+       -- final: when the next round is due; open: when this one was
+       (CASE WHEN l.final THEN l.final_at ELSE l.previous_final_at END
+          AT TIME ZONE %(timezone)s)::date + %(days)s AS due_on
+  FROM latest l
+"""
+
+
+def rounds_sql(*, broker: Broker | None) -> tuple[str, dict[str, Any]]:
+    """The per-item schedule (columns ``work_item_id, round, final, failing, due_on``) as
+    SQL text and its parameters, for a caller to select from. ``due_on`` is NULL for an item
+    whose round 0 is still open (a status set by staff: no round is owed on it yet)."""
+    params: dict[str, Any] = {
+        "cancelled": RequestState.CANCELLED,
+        "completed": RequestState.COMPLETED,
+        "undeliverable": RequestState.UNDELIVERABLE,
+        "failed": DropOutcome.FAILED,
+        "final_outcomes": list(DROP_STATUS_CODES),
+        "codes": [DropStatus.DELETED.value, DropStatus.OPTED_OUT.value],
+        "removed": WorkItemState.REMOVED,
+        "timezone": settings.DROPPORTAL_DROP_TIMEZONE,
+        "days": settings.DROPPORTAL_RECURRING_DAYS,
+        "broker": broker.pk if broker is not None else None,
+    }
+    broker_filter = "AND w.broker_id = %(broker)s" if broker is not None else ""
+    return _ROUNDS_SQL.format(broker_filter=broker_filter), params
+
+
+@dataclass(frozen=True)
+class RecurringOverview:
+    """A broker's recurring deletion, as the dashboard shows it (counts of work items)."""
+
+    days: int  # DROPPORTAL_RECURRING_DAYS; 0: off, the broker owes it by other means
+    due: int  # latest round final, the next one due today or before, not sent yet
+    sent: int  # a round (1 or later) sent, no final outcome yet, none failing
+    answered: int  # latest round (1 or later) answered: final
+    failing: int  # a round (1 or later) with a failed outcome or undeliverable request
+    overdue: int  # a round due more than RECURRING_OVERDUE_DAYS ago and not answered
+
+    @property
+    def off(self) -> bool:
+        return self.days <= 0
+
+
+# A round not answered this long after its due date is listed by ``drop doctor``.
+RECURRING_OVERDUE_DAYS = 7
+
+
+def recurring_overview(*, broker: Broker, today: dt.date | None = None) -> RecurringOverview:
+    """``broker``'s rounds due, sent, answered, failing and overdue."""
+    overviews = recurring_overviews(broker=broker, today=today)
+    return overviews.get(
+        broker.pk, RecurringOverview(settings.DROPPORTAL_RECURRING_DAYS, 0, 0, 0, 0, 0)
+    )
+
+
+def recurring_overviews(
+    *, broker: Broker | None = None, today: dt.date | None = None
+) -> dict[int, RecurringOverview]:
+    """``recurring_overview`` of every broker with a round to count (of ``broker`` only when
+    given), by broker pk, in one aggregate query whatever the number of brokers."""
+    days = settings.DROPPORTAL_RECURRING_DAYS
+    if days <= 0:
+        return {}
+    today = today or drop_today()
+    sql, params = rounds_sql(broker=broker)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT w.broker_id,"  # noqa: S608
+            " count(*) FILTER (WHERE s.final AND s.due_on <= %(today)s),"
+            " count(*) FILTER (WHERE s.round > 0 AND NOT s.final AND NOT s.failing),"
+            " count(*) FILTER (WHERE s.round > 0 AND s.final),"
+            " count(*) FILTER (WHERE s.round > 0 AND NOT s.final AND s.failing),"
+            " count(*) FILTER (WHERE s.due_on < %(overdue_before)s)"
+            f" FROM ({sql}) s JOIN integrations_workitem w ON w.id = s.work_item_id"
+            " GROUP BY w.broker_id",
+            {
+                **params,
+                "today": today,
+                "overdue_before": today - dt.timedelta(days=RECURRING_OVERDUE_DAYS),
+            },
+        )
+        return {
+            broker_pk: RecurringOverview(days, *counts) for broker_pk, *counts in cursor.fetchall()
+        }
+
+
+def recurring_overdue_counts(
+    *, broker: Broker | None, today: dt.date
+) -> list[tuple[str, int, int, int, dt.date]]:
+    """Per broker: (DROP broker id, broker pk, work items, requests of their open rounds,
+    earliest due date) of the items whose round was due more than
+    ``RECURRING_OVERDUE_DAYS`` days before ``today`` and is not answered yet (not sent, or
+    sent and not answered). Nothing while rounds are off (the dashboard says so instead)."""
+    return _counts_where(
+        broker=broker,
+        condition="s.due_on < %(overdue_before)s",
+        extra={"overdue_before": today - dt.timedelta(days=RECURRING_OVERDUE_DAYS)},
+    )
+
+
+def recurring_failing_counts(*, broker: Broker | None) -> list[tuple[str, int, int, int, dt.date]]:
+    """``recurring_overdue_counts``'s columns for the items whose round has a ``failed``
+    outcome or an undeliverable request: it waits for the broker, or for staff to redeliver
+    or redispatch, as any request does (``drop doctor`` and its alert say so at once)."""
+    return _counts_where(broker=broker, condition="s.round > 0 AND NOT s.final AND s.failing")
+
+
+def _counts_where(
+    *, broker: Broker | None, condition: str, extra: dict[str, Any] | None = None
+) -> list[tuple[str, int, int, int, dt.date]]:
+    if settings.DROPPORTAL_RECURRING_DAYS <= 0:
+        return []
+    sql, params = rounds_sql(broker=broker)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT b.broker_id, b.id, count(*),"  # noqa: S608
+            " coalesce(sum((SELECT count(*) FROM integrations_deletionrequest d"
+            "  WHERE d.work_item_id = s.work_item_id AND d.round = s.round AND s.round > 0"
+            "  AND NOT s.final)), 0)::integer,"
+            # A round whose previous one was all cancelled has no date: today then.
+            " coalesce(min(s.due_on), %(today)s)"
+            f" FROM ({sql}) s"
+            " JOIN integrations_workitem w ON w.id = s.work_item_id"
+            " JOIN integrations_broker b ON b.id = w.broker_id"
+            f" WHERE {condition}"
+            " GROUP BY b.broker_id, b.id ORDER BY b.broker_id",
+            {**params, "today": drop_today(), **(extra or {})},
+        )
+        return [tuple(row) for row in cursor.fetchall()]  # type: ignore[misc]

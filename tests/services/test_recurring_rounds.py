@@ -1,0 +1,250 @@
+"""The rules of recurring deletion rounds (``services.cycle.recurring``): which items get a
+round and when, a paused target's round waiting, a failing round holding the next one, the
+dashboard's counts and ``drop doctor``'s overdue rounds, rounds turned off.
+
+Matching and outcomes run through their services; time moves by the services' ``now``.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.test import Client
+from django.utils import timezone
+
+from devtools.drop_simulator import work_items
+from integrations.drop.calendar import drop_date
+from integrations.models import (
+    Broker,
+    Consumer,
+    DeletionRequest,
+    DeliveryAttempt,
+    Directive,
+    DirectiveReason,
+    DropCycle,
+    Integration,
+    LedgerEvent,
+    RequestState,
+    WorkItem,
+)
+from integrations.selectors.pulls import brokers_due_for_pull
+from integrations.selectors.recurring import recurring_overview
+from integrations.selectors.story import work_item_story
+from integrations.selectors.stuck import StuckReason, stuck_work_items
+from integrations.services.cycle.recurring import recurring_rounds_send
+from integrations.services.dispatch.deliveries import deletion_requests_deliver
+from integrations.services.dispatch.outcomes import deletion_outcome_record
+from integrations.services.staff.integrations import (
+    integration_disable,
+    integration_enable,
+    webhook_integration_create,
+)
+from tests.builders import (
+    ConsumerFactory,
+    DeletionRequestFactory,
+    ServiceProviderFactory,
+    WorkItemFactory,
+    drop_zip,
+    write_zip,
+)
+
+pytestmark = pytest.mark.django_db
+
+DAY = dt.timedelta(days=1)
+
+
+@pytest.fixture(autouse=True)
+def private_targets(settings: Any) -> None:
+    settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = True
+
+
+def _target(broker: Broker, name: str = "CRM") -> Integration:
+    # Port 9 (discard): a delivery that were attempted would fail and be recorded.
+    return webhook_integration_create(
+        broker=broker, name=name, url=f"http://127.0.0.1:9/{name}", actor="test"
+    ).integration
+
+
+def _answered(
+    broker: Broker, target: Integration, *, code: int, outcome: str, at: dt.datetime
+) -> WorkItem:
+    """A work item the match answered ``outcome`` for at ``at``, settled to ``code``."""
+    item = WorkItemFactory.create(cycle__broker=broker, status_code=code)
+    consumer: Consumer = ConsumerFactory.create(broker=broker)
+    DeletionRequestFactory.create(
+        integration=target,
+        work_item=item,
+        consumer=consumer,
+        remote_identifier=consumer.remote_identifier,
+        drop_outcome=outcome,
+        completed_at=at,
+    )
+    return item
+
+
+def test_only_deleted_and_opted_out_items_get_a_round_once_it_is_due(broker: Broker) -> None:
+    target = _target(broker)
+    now = timezone.now()
+    deleted = _answered(broker, target, code=3, outcome="deleted", at=now)
+    opted_out = _answered(broker, target, code=4, outcome="opted_out", at=now - 2 * DAY)
+    _answered(broker, target, code=5, outcome="not_found", at=now)
+    _answered(broker, target, code=2, outcome="exempt", at=now)
+
+    assert recurring_rounds_send(broker=broker, actor="t", now=now + 42 * DAY).work_items == 0
+    sent = recurring_rounds_send(broker=broker, actor="t", now=now + 43 * DAY)
+    assert sent.work_items == 1  # its own date: 45 days after its own answer
+    assert DeletionRequest.objects.get(round=1).work_item_id == opted_out.pk
+    sent = recurring_rounds_send(broker=broker, actor="t", now=now + 45 * DAY)
+    assert (sent.work_items, sent.queued) == (1, 1)
+    round_one = DeletionRequest.objects.get(round=1, work_item=deleted)
+    original = DeletionRequest.objects.get(round=0, work_item=deleted)
+    assert (round_one.drop_session_id, round_one.match_date) == (
+        original.drop_session_id,
+        original.match_date,
+    )
+    assert round_one.identifier_hash == base64.b64encode(bytes(deleted.hash)).decode()
+    assert round_one.request_uuid != original.request_uuid
+    assert round_one.webhook_request_id != original.webhook_request_id
+    # Sent is not due again: the round waits for its answer.
+    assert recurring_rounds_send(broker=broker, actor="t", now=now + 90 * DAY).work_items == 0
+    event = LedgerEvent.objects.filter(kind="recurring.rounds_sent").latest("id")
+    assert event.data["work_items"] == 1
+
+
+def test_each_round_directs_the_service_providers_again(broker: Broker) -> None:
+    target = _target(broker)
+    provider = ServiceProviderFactory.create(broker=broker, name="Mailhouse")
+    now = timezone.now()
+    deleted = _answered(broker, target, code=3, outcome="deleted", at=now)
+    _answered(broker, target, code=5, outcome="not_found", at=now)
+
+    recurring_rounds_send(broker=broker, actor="t", now=now + 45 * DAY)
+
+    directive = Directive.objects.get(provider=provider)
+    assert directive.reason == DirectiveReason.RECURRING
+    assert directive.rows == 1  # the deleted consumer's hash, not the one never found
+    hash_text = base64.b64encode(bytes(deleted.hash)).decode()
+    assert directive.content.decode().splitlines()[1:] == [f"email,{hash_text}"]
+
+
+def test_a_paused_targets_round_waits_and_goes_once_it_is_enabled(broker: Broker) -> None:
+    target = _target(broker)
+    now = timezone.now()
+    item = _answered(broker, target, code=3, outcome="deleted", at=now - 46 * DAY)
+    integration_disable(integration=target, reason="CRM migration", actor="staff:ann")
+
+    assert recurring_rounds_send(broker=broker, actor="t").work_items == 1
+    waiting = DeletionRequest.objects.get(round=1)
+    assert waiting.state == RequestState.QUEUED
+    deletion_requests_deliver(request_ids=[waiting.pk])
+    assert not DeliveryAttempt.objects.filter(deletion_request=waiting).exists()  # held
+    assert recurring_overview(broker=broker).sent == 1
+
+    # Not skipped: a week later it is overdue, and drop doctor says so.
+    stuck = stuck_work_items(broker=broker, now=now + 8 * DAY)
+    assert [g.reason for g in stuck] == [StuckReason.RECURRING_ROUND_OVERDUE]
+    assert stuck[0].work_items == 1
+
+    integration_enable(integration=target, actor="staff:ann")
+    deletion_requests_deliver(request_ids=[waiting.pk])
+    assert DeliveryAttempt.objects.filter(deletion_request=waiting).exists()
+    item.refresh_from_db()
+    assert item.status_code == 3
+
+
+def test_a_failing_round_follows_the_delivery_policy_and_never_moves_the_status(
+    broker: Broker,
+) -> None:
+    target = _target(broker)
+    now = timezone.now()
+    item = _answered(broker, target, code=3, outcome="deleted", at=now - 45 * DAY)
+    recurring_rounds_send(broker=broker, actor="t")
+    request = DeletionRequest.objects.get(round=1)
+
+    deletion_outcome_record(
+        deletion_request=request, drop_outcome="failed", error_message="CRM down", actor="t"
+    )
+    overview = recurring_overview(broker=broker)
+    assert (overview.failing, overview.sent, overview.answered) == (1, 0, 0)
+    # Staff hear of it at once, as of any failed request: drop doctor, and its alert.
+    failing = [g for g in stuck_work_items(broker=broker) if g.requests]
+    assert [(g.reason, g.work_items) for g in failing] == [(StuckReason.RECURRING_ROUND_FAILING, 1)]
+    story = [step.title for step in work_item_story(work_item=item)]
+    assert "Recurring deletion, round 1: consumer C-" in " ".join(story)
+    item.refresh_from_db()
+    assert item.status_code == 3
+    # No next round while this one has no final answer.
+    assert recurring_rounds_send(broker=broker, actor="t", now=now + 60 * DAY).work_items == 0
+
+    request.refresh_from_db()
+    deletion_outcome_record(deletion_request=request, drop_outcome="opted_out", actor="t")
+    item.refresh_from_db()
+    assert item.status_code == 3  # the round's opted_out is not DROP's status
+    assert recurring_overview(broker=broker).answered == 1
+    assert not LedgerEvent.objects.filter(
+        kind="work_item.status_settled", subject=item.work_item_id
+    ).exists()
+
+
+def test_drop_recurring_says_how_many_and_refuses_when_rounds_are_off(
+    broker: Broker, settings: Any
+) -> None:
+    admin_client = Client()
+    admin_client.force_login(User.objects.create_superuser("ann", "ann@example.com", "pw-ann-123"))
+    target = _target(broker)
+    _answered(broker, target, code=3, outcome="deleted", at=timezone.now() - 40 * DAY)
+    out = io.StringIO()
+    call_command("drop", "recurring", "--broker", "4821", stdout=out)
+    assert out.getvalue().startswith("0 recurring round(s) sent")
+    out = io.StringIO()
+    call_command("drop", "recurring", "--broker", "4821", "--ahead", "5", "--json", stdout=out)
+    assert json.loads(out.getvalue())["work_items"] == 1
+    page = admin_client.get("/admin/").content.decode()
+    assert "Recurring deletion" in page and "sent, awaiting the answer" in page
+
+    settings.DROPPORTAL_RECURRING_DAYS = 0
+    with pytest.raises(CommandError, match="recurring deletion is off"):
+        call_command("drop", "recurring", "--broker", "4821")
+    page = admin_client.get("/admin/").content.decode()
+    assert "dp-recurring-off" in page and "by other means" in page
+    assert recurring_rounds_send(broker=broker, actor="t").work_items == 0
+
+
+def test_the_law_moving_to_30_days_is_three_settings_and_the_pull_interval(
+    broker: Broker, settings: Any, tmp_path: Path
+) -> None:
+    """A cycle at a 30-day cadence: due 30 days after its download, pulled again 30 days
+    after the last pull, and a deleted consumer's deletion repeated 30 days after it."""
+    settings.DROPPORTAL_REPORT_DAYS = 30
+    settings.DROPPORTAL_DOWNLOAD_CADENCE_DAYS = 30
+    settings.DROPPORTAL_RECURRING_DAYS = 30
+    Broker.objects.filter(pk=broker.pk).update(auto_pull=True, pull_interval_days=30)
+    _target(broker)
+    (_, email_hash), *_ = work_items(1)
+    ConsumerFactory.create(broker=broker, remote_identifier="C-1", hashes={"email": email_hash})
+    package = write_zip(tmp_path, drop_zip(broker, {"Email": list(work_items(1))}))
+    downloaded = timezone.now()
+    call_command(
+        "drop", "import", "--broker", "4821", str(package),
+        "--downloaded-at", downloaded.isoformat(), stdout=io.StringIO(),
+    )  # fmt: skip
+    cycle = DropCycle.objects.get(broker=broker)
+    assert cycle.due_date == drop_date(downloaded) + 30 * DAY
+    Broker.objects.filter(pk=broker.pk).update(last_pulled_at=downloaded)
+    assert not brokers_due_for_pull(now=downloaded + 29 * DAY).exists()
+    assert brokers_due_for_pull(now=downloaded + 30 * DAY).exists()
+
+    request = DeletionRequest.objects.get()
+    deletion_outcome_record(deletion_request=request, drop_outcome="deleted", actor="t")
+    answered = timezone.now()
+    assert recurring_rounds_send(broker=broker, actor="t", now=answered + 29 * DAY).work_items == 0
+    assert recurring_rounds_send(broker=broker, actor="t", now=answered + 30 * DAY).work_items == 1
