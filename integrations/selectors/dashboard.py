@@ -133,7 +133,7 @@ _PULL_OUTCOME_KINDS = (
 
 
 def dashboard_overview(*, now: dt.datetime) -> list[BrokerOverview]:
-    """Everything the dashboard shows, per broker, in twelve queries whatever the data size."""
+    """Everything the dashboard shows, per broker, in thirteen queries whatever the data size."""
     brokers = _brokers_with_last_transfers(now=now)
     recent, shown = _recent_and_open_cycles()
     recent_ids = {cycle.pk for cycle in recent}

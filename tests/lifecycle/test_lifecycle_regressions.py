@@ -68,5 +68,11 @@ def test_a_consumer_matched_late_while_no_target_exists_is_listed_by_drop_doctor
     assert DeletionRequest.objects.get().state == RequestState.QUEUED
     assert _doctor() == (
         0,
-        {"stuck": False, "work_items": 0, "groups": [], "drop_access_obligations": []},
+        {
+            "stuck": False,
+            "work_items": 0,
+            "groups": [],
+            "drop_access_obligations": [],
+            "directives_not_acknowledged": [],
+        },
     )
