@@ -49,6 +49,8 @@ ROLE_LOGINS = {
     "connections": "Connections managers",
 }
 LATE_CONSUMER = "CRM-LATE-1"  # registered after cycle 1, matches a hash DROP sent in it
+RESOLD_CONSUMER = "CRM-RESOLD-1"  # a deleted consumer, bought again from a data supplier
+SUPPLIER_FILE = "supplier-batch.csv"
 PROVIDER = "Mailhouse"  # a service provider: directed to delete after each match
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -250,6 +252,7 @@ def narrate(args: argparse.Namespace) -> None:
             late_match(say, drop, broker_system, workdir, first_matches, first_rows)
             second_cycle(say, drop, broker_system, emails)
             recurring_round(say, broker_system)
+            reappearance(say, broker_system, workdir, emails)
 
         ledger_summary(say)
 
@@ -509,6 +512,47 @@ def recurring_round(say: Narrator, broker_system: BrokerSystem) -> None:
         "the answers are recorded and ledgered as recurring; the statuses DROP holds "
         + ("did not change" if unchanged else "CHANGED")
     )
+
+
+def reappearance(
+    say: Narrator, broker_system: BrokerSystem, workdir: Path, emails: list[str]
+) -> None:
+    """A supplier's file brings back a consumer cycle 1 deleted: a reappearance, with its
+    source, so the broker knows which supplier sells deleted people again."""
+    from integrations.models import DeletionRequest, Reappearance
+
+    say.section("Suppression: a deleted consumer comes back in a supplier's file")
+    # A consumer cycle 1 matched and the broker deleted (CRM-nnnnn is emails[nnnnn]).
+    deleted = (
+        DeletionRequest.objects.filter(
+            broker__broker_id=BROKER_ID, round=0, late_match=False, drop_outcome="deleted"
+        )
+        .order_by("remote_identifier")
+        .values_list("remote_identifier", flat=True)
+        .first()
+    )
+    if deleted is None:
+        raise SystemExit("no consumer of cycle 1 was deleted")
+    with (workdir / SUPPLIER_FILE).open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["remote_identifier", "email"])
+        writer.writerow([RESOLD_CONSUMER, emails[int(deleted.removeprefix("CRM-"))]])
+    say.say(f"The broker buys a data supplier's file: it holds {deleted}'s email again, as a")
+    say.say(f"new record {RESOLD_CONSUMER}. DROP sent that hash in cycle 1 and it was deleted; it")
+    say.say("matches again and is deleted again, and the match is recorded as a reappearance")
+    say.say("with its source (the file and its SHA-256, or the API key that sent it): the broker")
+    say.say("finds the supplier that sells deleted people again, and filters its files with")
+    say.say("the suppression list (drop suppression export) or stops buying from it.")
+    say.command(f"consumers import --broker 4821 {SUPPLIER_FILE}")
+    say.say(call("consumers", "import", "--broker", BROKER_ID, str(workdir / SUPPLIER_FILE)))
+    deliver_and_answer(say, broker_system, ["deleted"])
+    seen = Reappearance.objects.get(broker__broker_id=BROKER_ID, remote_identifier=RESOLD_CONSUMER)
+    say.say(
+        f"reappearance recorded: {seen.remote_identifier} from {seen.source_label}"
+        f" (SHA-256 {seen.source_sha256[:12]}…)"
+    )
+    say.command("drop reappearances --broker 4821")
+    say.say(call("drop", "reappearances", "--broker", BROKER_ID))
 
 
 def ledger_summary(say: Narrator) -> None:

@@ -25,6 +25,13 @@ def test_the_demo_narrates_a_whole_cycle_and_the_ledger_verifies(demo: ServedDem
     assert "Mailhouse  match" in story and "acknowledged " in story
     assert "26 round(s): 26 deletion request(s)" in story
     assert "ledgered as recurring; the statuses DROP holds did not change" in story
+    # A deleted consumer registered again from a supplier's file: a reappearance, with its
+    # source, so the broker finds the supplier that sells deleted people again.
+    assert "Suppression: a deleted consumer comes back in a supplier's file" in story
+    assert "finds the supplier that sells deleted people again" in story
+    source = r"file:supplier-batch\.csv \(SHA-256 [0-9a-f]{12}…\)"
+    assert re.search(rf"reappearance recorded: CRM-RESOLD-1 from {source}", story)
+    assert re.search(r"\d{4}-\d\d +1 +1  file:supplier-batch\.csv \(SHA-256 [0-9a-f]{64}\)", story)
     assert "chain verified" in story
     # It ends pointing at one consumer's story page, then serves it.
     last = story.rsplit("Where to look", 1)[1]

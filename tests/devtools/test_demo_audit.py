@@ -103,7 +103,8 @@ def test_the_demo_broker_gets_a_verifiable_pack_and_its_figures(
     assert verified.returncode == 0, verified.stderr
     report = json.loads(verified.stdout)
     assert report["ok"] and report["key_trusted"]
-    # 39 requests of the cycles and the late match, 26 of the recurring round.
-    assert any(check.startswith("outcomes: 65 rows") for check in report["checks"]), report[
+    # 39 requests of the cycles and the late match, 26 of the recurring round, 1 of the
+    # reappearance.
+    assert any(check.startswith("outcomes: 66 rows") for check in report["checks"]), report[
         "checks"
     ]
