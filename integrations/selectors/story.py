@@ -1,5 +1,6 @@
 """A work item's story, oldest first: what DROP sent, the match, each request and attempt,
-the broker's answers, the status settled, the report file and DROP's answer to it.
+the broker's answers, the status settled, the report file and DROP's answer to it, and
+each time a matched consumer was registered again (a reappearance, with its source).
 
 Read from the rows and from the ledger events that name the item, its requests, its cycle
 or its report file (events since the cycle's download only). An event that records a step
@@ -23,6 +24,7 @@ from integrations.models import (
     DeletionRequest,
     DeliveryAttempt,
     LedgerEvent,
+    Reappearance,
     ResolutionRequest,
     SaasDeletion,
     WorkItem,
@@ -87,6 +89,7 @@ def work_item_story(*, work_item: WorkItem) -> list[StoryStep]:
         steps += _deletion_steps(request)
     for resolution in resolutions:
         steps += _resolution_steps(resolution)
+    steps += [_reappearance_step(seen) for seen in Reappearance.objects.filter(work_item=work_item)]
     steps += _report_steps(work_item)
     if work_item.state == WorkItemState.REMOVED:
         steps.append(
@@ -163,6 +166,24 @@ def _deletion_steps(request: DeletionRequest) -> list[StoryStep]:
             )
         )
     return steps
+
+
+def _reappearance_step(seen: Reappearance) -> StoryStep:
+    # The source, with the file's digest or the key's prefix, is how staff find the supplier
+    # that sells deleted people again.
+    if seen.api_key_prefix:
+        detail = f"through the API, key {seen.api_key_prefix}"
+    else:
+        detail = f"from {seen.source}" + (
+            f", SHA-256 {seen.source_sha256}" if seen.source_sha256 else ""
+        )
+    return StoryStep(
+        at=seen.reappeared_at,
+        title=f"Registered again: consumer {seen.remote_identifier}, a reappearance",
+        detail=detail,
+        record=seen,
+        tone="bad",
+    )
 
 
 def _resolution_steps(resolution: ResolutionRequest) -> list[StoryStep]:

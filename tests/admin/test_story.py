@@ -21,7 +21,7 @@ from integrations.models import (
 )
 from integrations.services.cycle.work_items import work_item_status_set
 from integrations.services.ledger import ledger_event_append
-from tests.builders import SampleCycle, sample_cycle
+from tests.builders import ReappearanceFactory, SampleCycle, sample_cycle
 
 pytestmark = pytest.mark.django_db
 
@@ -129,3 +129,33 @@ def test_a_removed_item_says_drop_removed_it(staff: Client, world: SampleCycle) 
     kept = WorkItem.objects.filter(cycle=world.cycle, state="reportable").first()
     assert kept is not None
     assert "DROP removed it from its list" not in step_titles(story_of(staff, kept))
+
+
+def test_a_reappearance_says_when_and_from_which_source(staff: Client, world: SampleCycle) -> None:
+    """Each registration again of a matched consumer is a step, with its source: the file and
+    its SHA-256, or the API key's prefix."""
+    item = world.requests["completed"].work_item
+    later = timezone.now() + dt.timedelta(days=30)
+    from_file = ReappearanceFactory.create(
+        work_item=item, remote_identifier="S-9", reappeared_at=later
+    )
+    ReappearanceFactory.create(
+        work_item=item,
+        remote_identifier="S-10",
+        source="api",
+        source_sha256="",
+        api_key_prefix="dp_ab12",
+        reappeared_at=later + dt.timedelta(days=1),
+    )
+    story = story_of(staff, item)
+    titles = step_titles(story)
+    assert titles[-2:] == [
+        "Registered again: consumer S-9, a reappearance",
+        "Registered again: consumer S-10, a reappearance",
+    ]
+    assert f"from file:supplier-a.csv, SHA-256 {from_file.source_sha256}" in story
+    assert "through the API, key dp_ab12" in story
+    assert f"/admin/integrations/reappearance/{from_file.pk}/change/" in story
+    # Only this item's reappearances.
+    other = world.requests["failed"].work_item
+    assert "a reappearance" not in " ".join(step_titles(story_of(staff, other)))
