@@ -285,3 +285,48 @@ def test_a_saas_answer_that_is_not_json_is_not_kept(
 
     attempt = deletion.delivery_attempts.get()
     assert attempt.response_body == "[not kept: 35 bytes, not JSON]"
+
+
+def test_a_recurring_rounds_saas_deletion_events_say_recurring_and_the_round(
+    broker: Broker, saas_receiver: BrokerSimulator
+) -> None:
+    """Like its resolution's outcome: every ledger event of a recurring round's SaaS deletion
+    (delivered, undeliverable, redelivery asked, cancelled) says ``recurring`` and the round; the
+    match's (round 0) say neither."""
+    from integrations.services.dispatch.redelivery import saas_deletion_redeliver
+    from integrations.services.dispatch.resolutions import saas_deletion_cancel
+
+    match = SaasDeletionFactory.create(
+        resolution=_answered(broker), saas_connection=_mailer(broker, saas_receiver.url)
+    )
+    resolution = _answered(broker, round=2)
+    done = SaasDeletionFactory.create(
+        resolution=resolution, saas_connection=_mailer(broker, saas_receiver.url, name="Ads")
+    )
+    failing = SaasDeletionFactory.create(
+        resolution=resolution,
+        saas_connection=_mailer(broker, saas_receiver.url, name="Crm"),
+        attempts=MAX_ATTEMPTS - 1,
+    )
+    saas_receiver.script(200, 200, 500)
+
+    saas_deletions_deliver(deletion_ids=[match.pk, done.pk, failing.pk], threads=1)
+    failing.refresh_from_db()
+    assert failing.state == RequestState.UNDELIVERABLE
+    saas_deletion_redeliver(saas_deletion=failing, actor="staff:ann")
+    saas_deletion_cancel(saas_deletion=failing, reason="the CRM is gone", actor="staff:ann")
+
+    def marks(event: LedgerEvent) -> tuple[Any, Any]:
+        return event.data.get("recurring"), event.data.get("round")
+
+    events = LedgerEvent.objects.filter(kind__startswith="saas_deletion.")
+    of_round = [e for e in events if e.subject == str(resolution.request_uuid)]
+    assert sorted(e.kind for e in of_round) == [
+        "saas_deletion.cancelled",
+        "saas_deletion.delivered",
+        "saas_deletion.redelivery_requested",
+        "saas_deletion.undeliverable",
+    ]
+    assert {marks(e) for e in of_round} == {(True, 2)}
+    (of_match,) = [e for e in events if e.subject == str(match.resolution.request_uuid)]
+    assert of_match.kind == "saas_deletion.delivered" and marks(of_match) == (None, None)

@@ -45,7 +45,11 @@ from integrations.models import (
 )
 from integrations.services.cycle.isi_tokens import isi_delivery_token
 from integrations.services.dispatch.delivery_loop import NothingToDeliver, deliverables_deliver
-from integrations.services.dispatch.resolutions import resolution_outcome_record, resolution_settle
+from integrations.services.dispatch.resolutions import (
+    recurring_marks,
+    resolution_outcome_record,
+    resolution_settle,
+)
 from integrations.services.ledger import SYSTEM_ACTOR
 
 
@@ -299,7 +303,12 @@ class SaasDeletions:
         return item.resolution.broker.broker_id
 
     def ledger_data(self, item: SaasDeletion) -> dict[str, Any]:
-        return {"saas_deletion": item.pk, "saas_connection": item.saas_connection.name}
+        return {
+            "saas_deletion": item.pk,
+            "saas_connection": item.saas_connection.name,
+            # Its resolution's recurring round, as the resolution's own outcome is marked.
+            **recurring_marks(item.resolution.round),
+        }
 
     def outbound(self, item: SaasDeletion) -> Message:
         return saas_deletion_outbound(item)

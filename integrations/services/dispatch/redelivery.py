@@ -40,6 +40,7 @@ from integrations.services.dispatch.deliveries import (
     SAAS_DELETIONS,
 )
 from integrations.services.dispatch.delivery_loop import DeliveryKind
+from integrations.services.dispatch.resolutions import recurring_marks
 from integrations.services.ledger import ledger_event_append
 
 REDELIVERABLE = (RequestState.QUEUED, RequestState.DISPATCHED, RequestState.UNDELIVERABLE)
@@ -51,10 +52,11 @@ Refusal = Callable[[Row], str | None]
 
 def _requeue(
     kind: DeliveryKind[Row], pk: int, *, refusal: Refusal[Row], reset: Mapping[str, Any],
-    event: LedgerKind, actor: str,
+    event: LedgerKind, actor: str, marks: Callable[[Row], Mapping[str, Any]] | None = None,
 ) -> Row:  # fmt: skip
     """Queue row ``pk`` of ``kind`` again from attempt zero, with ``reset`` set on it, unless
-    ``refusal`` (or its removed work item, or its target) says why not."""
+    ``refusal`` (or its removed work item, or its target) says why not; ``marks`` adds to its
+    ledger event what the row says of itself."""
     with transaction.atomic():
         row = (
             kind.model.objects.select_for_update(of=("self",))
@@ -96,7 +98,11 @@ def _requeue(
             ]
         )
         kind.enqueue([row.pk])
-        data = {"previous": before, **{k: str(v) for k, v in reset.items() if v}}
+        data = {
+            "previous": before,
+            **{k: str(v) for k, v in reset.items() if v},
+            **(marks(row) if marks else {}),
+        }
         ledger_event_append(
             kind=event,
             broker_id=kind.broker_id(row),
@@ -230,4 +236,5 @@ def saas_deletion_redeliver(*, saas_deletion: SaasDeletion, actor: str) -> SaasD
         reset={},
         event=LedgerKind.SAAS_DELETION_REDELIVERY_REQUESTED,
         actor=actor,
+        marks=lambda row: recurring_marks(row.resolution.round),
     )

@@ -154,11 +154,17 @@ def resolution_outcome_record(
                 **({"work_item_removed": True} if removed else {}),
                 "opt_out_record": drop_outcome == DropOutcome.OPTED_OUT,
                 # A recurring deletion round's: recorded, never settling DROP's status.
-                **({"recurring": True, "round": request.round} if request.round else {}),
+                **recurring_marks(request.round),
             },
         )
         work_item_settle(work_item=WorkItem(pk=request.work_item_id))
     return OutcomeRecorded(uuid_text, drop_outcome, RequestState.COMPLETED, changed=True)
+
+
+def recurring_marks(round_: int) -> dict[str, Any]:
+    """What a recurring deletion round's ledger events add (round 0, the match's, nothing):
+    ``"recurring": true`` and the round, so they are told apart from DROP's own answers."""
+    return {"recurring": True, "round": round_} if round_ else {}
 
 
 def _saas_connections_locked(*, broker_id: int) -> list[SaasConnection]:
@@ -321,6 +327,7 @@ def saas_deletion_cancel(*, saas_deletion: SaasDeletion, reason: str, actor: str
                 "saas_deletion": locked.pk,
                 "saas_connection": locked.saas_connection.name,
                 "reason": reason,
+                **recurring_marks(locked.resolution.round),
             },
         )
         resolution_settle(resolution_id=locked.resolution_id, actor=actor)
