@@ -4,7 +4,8 @@ One cycle of 1,000,000 work items, each matched by one consumer, deleted (status
 ago: every one is due for its first recurring round today. ``recurring_rounds_send`` - what
 the worker's hourly job and ``drop recurring`` run - reads the schedule, creates a round of
 requests through the match's bulk path (one per consumer and webhook target) and defers
-their delivery jobs, in one transaction.
+their delivery jobs, in batches of ``ROUND_BATCH_ITEMS`` work items, each its own transaction
+(``--batch-items -1``: all in one, as before batches).
 
 Target: 60 seconds or less. Best of ``--repeats`` runs, each on a fresh copy of the same
 database. Checked each run: one round-1 request per item, queued, with the match's session
@@ -119,7 +120,7 @@ def populate(items: int) -> None:
         cursor.execute("ANALYZE")
 
 
-def run_once(items: int) -> dict[str, float | int | bool]:
+def run_once(items: int, batch_items: int) -> dict[str, float | int | bool]:
     from django.db import connection
 
     from integrations.models import Broker, DeletionRequest, WorkItem
@@ -127,7 +128,7 @@ def run_once(items: int) -> dict[str, float | int | bool]:
 
     broker = Broker.objects.get(broker_id="4821")
     started = time.perf_counter()
-    sent = recurring_rounds_send(broker=broker, actor="bench")
+    sent = recurring_rounds_send(broker=broker, actor="bench", batch_items=batch_items)
     done = time.perf_counter()
     round_one = DeletionRequest.objects.filter(round=1)
     with connection.cursor() as cursor:
@@ -152,6 +153,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--items", type=int, default=1_000_000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--batch-items",
+        type=int,
+        default=0,
+        help="work items per transaction; 0: the service's own (ROUND_BATCH_ITEMS), -1: all in one",
+    )
     args = parser.parse_args()
 
     base_url = os.environ.get("DATABASE_URL", "")
@@ -159,6 +166,7 @@ def main() -> int:
         print("set DATABASE_URL (the bench creates scratch databases next to it)")
         return 2
     admin_url, template = scratch_names(base_url, "bench_recurring")
+    batch_items = args.batch_items
     os.environ["DATABASE_URL"] = with_database(base_url, template)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dropportal.settings")
     admin_execute(admin_url, f'CREATE DATABASE "{template}"')
@@ -168,6 +176,12 @@ def main() -> int:
         import django
 
         django.setup()
+        from integrations.services.cycle.recurring import ROUND_BATCH_ITEMS
+
+        if batch_items == 0:
+            batch_items = ROUND_BATCH_ITEMS
+        elif batch_items < 0:
+            batch_items = max(args.items, 1)
         from django.core.management import call_command
 
         call_command("migrate", verbosity=0)
@@ -178,7 +192,7 @@ def main() -> int:
             admin_execute(admin_url, f'CREATE DATABASE "{clone}" TEMPLATE "{template}"')
             clones.append(clone)
             switch_database(with_database(base_url, clone))
-            runs.append(run_once(args.items))
+            runs.append(run_once(args.items, batch_items))
             print(json.dumps({"run": repeat + 1, **runs[-1]}), flush=True)
             switch_database(with_database(base_url, "postgres"))
             admin_execute(admin_url, f'DROP DATABASE "{clone}"')
@@ -196,6 +210,7 @@ def main() -> int:
         "name": "recurring",
         "work_items": args.items,
         "mode": "a day's recurring rounds queued, one webhook target",
+        "batch_items": batch_items,
         "seconds": round(float(best["seconds"]), 2),
         "requests": best["requests"],
         "seconds_target": SECONDS_TARGET,

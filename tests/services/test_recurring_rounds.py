@@ -120,6 +120,61 @@ def test_only_deleted_and_opted_out_items_get_a_round_once_it_is_due(broker: Bro
     assert event.data["work_items"] == 1
 
 
+def test_a_days_rounds_go_in_batches_each_its_own_ledger_event(broker: Broker) -> None:
+    target = _target(broker)
+    provider = ServiceProviderFactory.create(broker=broker, name="Mailhouse")
+    now = timezone.now()
+    items = [_answered(broker, target, code=3, outcome="deleted", at=now) for _ in range(3)]
+
+    sent = recurring_rounds_send(broker=broker, actor="t", now=now + 45 * DAY, batch_items=2)
+
+    assert (sent.work_items, sent.deletion_requests, sent.queued) == (3, 3, 3)
+    assert sorted(
+        DeletionRequest.objects.filter(round=1).values_list("work_item_id", flat=True)
+    ) == sorted(item.pk for item in items)
+    events = LedgerEvent.objects.filter(kind="recurring.rounds_sent").order_by("id")
+    assert [(e.data["batch"], e.data["batches"], e.data["work_items"]) for e in events] == [
+        (1, 2, 2),
+        (2, 2, 1),
+    ]
+    # Each batch directs the providers for its own items.
+    assert sorted(d.rows for d in Directive.objects.filter(provider=provider)) == [1, 2]
+    # Sent is not due again, whatever the batch size.
+    assert recurring_rounds_send(broker=broker, actor="t", now=now + 46 * DAY).work_items == 0
+
+
+def test_a_round_another_run_sent_after_the_schedule_was_read_is_not_sent_again(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from integrations.services.cycle import recurring
+
+    target = _target(broker)
+    now = timezone.now()
+    first, second = (_answered(broker, target, code=3, outcome="deleted", at=now) for _ in "ab")
+    locks = []
+    real_lock = recurring.matching_lock
+
+    def lock_then_race(*, broker: Broker) -> None:
+        real_lock(broker=broker)
+        locks.append(broker)
+        if len(locks) == 2:  # the schedule is read, the first batch starts: another run won
+            original = DeletionRequest.objects.get(work_item=second)
+            DeletionRequestFactory.create(
+                integration=target,
+                work_item=second,
+                consumer=original.consumer,
+                round=1,
+                state=RequestState.QUEUED,
+            )
+
+    monkeypatch.setattr(recurring, "matching_lock", lock_then_race)
+    sent = recurring_rounds_send(broker=broker, actor="t", now=now + 45 * DAY)
+
+    assert sent.work_items == 1
+    assert DeletionRequest.objects.filter(round=1, work_item=first).count() == 1
+    assert DeletionRequest.objects.filter(round=1, work_item=second).count() == 1
+
+
 def test_each_round_directs_the_service_providers_again(broker: Broker) -> None:
     target = _target(broker)
     provider = ServiceProviderFactory.create(broker=broker, name="Mailhouse")

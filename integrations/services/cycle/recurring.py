@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -30,7 +31,7 @@ from psycopg import sql
 
 from integrations.drop.calendar import drop_today
 from integrations.ledger_kinds import LedgerKind
-from integrations.models import Broker, DirectiveReason, RequestState
+from integrations.models import Broker, DirectiveReason, RequestState, WorkItemState
 from integrations.selectors.recurring import rounds_sql
 from integrations.services.cycle.requests import (
     MATCHES_TABLE,
@@ -64,44 +65,119 @@ class RecurringRoundsSent:
         }
 
 
-# The round's pairs: each consumer the match gave a due item (round 0, a request not
-# cancelled), with the match's own match_date and late_match, marked with the new round. One
-# statement from the schedule (selectors.recurring), so a million due items never leave
-# PostgreSQL.
-_ROUND_PAIRS_SQL = """
+# A day's rounds go in batches of this many work items, each its own transaction (under the
+# matching lock) with its delivery jobs, directives and ledger event: a million due items
+# would otherwise be one transaction holding millions of deferred foreign key checks, its
+# WAL and the matching lock until the last one, with nothing to show until then.
+ROUND_BATCH_ITEMS = 50_000
+
+# The rounds due, read once: each consumer the match gave a due item (round 0, a request
+# not cancelled), with the match's own match_date and late_match, marked with the new round
+# and its batch. One statement from the schedule (selectors.recurring), so a million due
+# items never leave PostgreSQL. A session temp table: it outlives the batches' commits.
+_DUE_TABLE = "drop_rounds_due"
+_DUE_SQL = """
+    CREATE TEMP TABLE {due} AS
+    SELECT p.*, (dense_rank() OVER (ORDER BY p.work_item_id) - 1) / %(batch_items)s AS batch
+      FROM (SELECT d.work_item_id, d.consumer_id, bool_or(d.late_match) AS late_match,
+                   (s.round + 1)::smallint AS round, min(d.match_date) AS match_date
+              FROM ({schedule}) s
+              JOIN integrations_deletionrequest d
+                ON d.work_item_id = s.work_item_id AND d.round = 0
+             WHERE s.final AND s.due_on <= %(until)s
+               AND d.consumer_id IS NOT NULL AND d.state <> %(cancelled)s
+             GROUP BY d.work_item_id, d.consumer_id, s.round) p
+"""
+
+# One batch's pairs into the match's drop_matches. Read before this batch's transaction
+# took the lock, so each item is checked again: still deleted or opted out, not removed,
+# and its round not sent meanwhile (by another run: a round's requests always include a
+# deletion request).
+_BATCH_PAIRS_SQL = """
     INSERT INTO {matches} (work_item_id, consumer_id, late_match, round, match_date)
-    SELECT d.work_item_id, d.consumer_id, bool_or(d.late_match), s.round + 1, min(d.match_date)
-      FROM ({schedule}) s
-      JOIN integrations_deletionrequest d ON d.work_item_id = s.work_item_id AND d.round = 0
-     WHERE s.final AND s.due_on <= %(until)s
-       AND d.consumer_id IS NOT NULL AND d.state <> %(cancelled)s
-     GROUP BY d.work_item_id, d.consumer_id, s.round
+    SELECT p.work_item_id, p.consumer_id, p.late_match, p.round, p.match_date
+      FROM {due} p
+      JOIN integrations_workitem w ON w.id = p.work_item_id
+     WHERE p.batch = %(batch)s
+       AND w.status_code = ANY(%(codes)s) AND w.state <> %(removed)s
+       AND NOT EXISTS (SELECT 1 FROM integrations_deletionrequest d
+                        WHERE d.work_item_id = p.work_item_id AND d.round >= p.round)
 """
 
 
 def recurring_rounds_send(
-    *, broker: Broker, actor: str, ahead_days: int = 0, now: dt.datetime | None = None
+    *,
+    broker: Broker,
+    actor: str,
+    ahead_days: int = 0,
+    now: dt.datetime | None = None,
+    batch_items: int = ROUND_BATCH_ITEMS,
 ) -> RecurringRoundsSent:
     """Send now every round of ``broker`` due today or within ``ahead_days`` days (DROP's
-    calendar), in one transaction with their delivery jobs and one ledger event.
+    calendar); returns the totals.
 
-    Serialized with matching for the broker, so two runs at once (the worker's and a
-    command's) cannot both send the same round: the second sees the first's requests.
-    Nothing while ``DROPPORTAL_RECURRING_DAYS`` is 0.
+    The schedule is read once; the rounds then go in batches of ``batch_items`` work items,
+    each in one transaction with its delivery jobs, its directives and one ledger event
+    (``batch`` of ``batches``). Each batch is serialized with matching for the broker and
+    checks its items again, so two runs at once (the worker's and a command's) cannot both
+    send the same round: the second skips what the first sent. Should a run stop midway,
+    the batches committed stay sent and the next run sends the rest. Nothing while
+    ``DROPPORTAL_RECURRING_DAYS`` is 0.
     """
     if ahead_days < 0:
         raise ValueError("ahead_days must be 0 or more")
+    if batch_items < 1:
+        raise ValueError("batch_items must be 1 or more")
     until = drop_today(now) + dt.timedelta(days=ahead_days)
+    totals = RecurringRoundsSent(until, 0, 0, 0, 0, 0)
+    if settings.DROPPORTAL_RECURRING_DAYS <= 0:
+        return totals
+    schedule, params = rounds_sql(broker=broker)
+    params.update(until=until, batch_items=batch_items, removed=WorkItemState.REMOVED)
+    with transaction.atomic(), connection.cursor() as cursor:
+        matching_lock(broker=broker)
+        cursor.execute(f"DROP TABLE IF EXISTS {_DUE_TABLE}")
+        cursor.execute(_DUE_SQL.format(due=_DUE_TABLE, schedule=schedule), params)
+        cursor.execute(f"SELECT max(batch) FROM {_DUE_TABLE}")  # noqa: S608
+        last = cursor.fetchone()[0]
+    batches = 0 if last is None else int(last) + 1
+    for batch in range(batches):
+        sent = _batch_send(
+            broker=broker,
+            actor=actor,
+            until=until,
+            params={**params, "batch": batch},
+            ledger={"ahead_days": ahead_days, "batch": batch + 1, "batches": batches},
+        )
+        totals = RecurringRoundsSent(
+            until=until,
+            work_items=totals.work_items + sent.work_items,
+            deletion_requests=totals.deletion_requests + sent.deletion_requests,
+            queued=totals.queued + sent.queued,
+            pending=totals.pending + sent.pending,
+            resolution_requests=totals.resolution_requests + sent.resolution_requests,
+        )
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP TABLE IF EXISTS {_DUE_TABLE}")
+    return totals
+
+
+def _batch_send(
+    *,
+    broker: Broker,
+    actor: str,
+    until: dt.date,
+    params: dict[str, Any],
+    ledger: dict[str, int],
+) -> RecurringRoundsSent:
+    """One batch of ``drop_rounds_due``: its requests, jobs, directives and ledger event."""
     with transaction.atomic():
         matching_lock(broker=broker)
-        if settings.DROPPORTAL_RECURRING_DAYS <= 0:
-            return RecurringRoundsSent(until, 0, 0, 0, 0, 0)
         matches_table_create()
-        schedule, params = rounds_sql(broker=broker)
         with connection.cursor() as cursor:
             cursor.execute(
-                _ROUND_PAIRS_SQL.format(matches=MATCHES_TABLE, schedule=schedule),
-                {**params, "until": until, "cancelled": RequestState.CANCELLED},
+                _BATCH_PAIRS_SQL.format(matches=MATCHES_TABLE, due=_DUE_TABLE),
+                {**params, "cancelled": RequestState.CANCELLED},
             )
             cursor.execute(f"SELECT count(DISTINCT work_item_id) FROM {MATCHES_TABLE}")  # noqa: S608
             work_items = int(cursor.fetchone()[0])
@@ -129,7 +205,7 @@ def recurring_rounds_send(
             broker_id=broker.broker_id,
             subject=broker.broker_id,
             actor=actor,
-            data={**result.as_json(), "ahead_days": ahead_days},
+            data={**result.as_json(), **ledger},
         )
     return result
 
