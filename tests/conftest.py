@@ -52,6 +52,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     a transaction from following a flush on the same process; work stealing breaks that
     promise anyway: ``django_db_setup`` (below) keeps what it was for.
     """
+    # The demo names its database after the test database: a run of demo tests alone must
+    # still set one up (pytest-django sets up only what a collected test asks for).
+    for item in items:
+        if "demo" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("django_db"):
+            item.add_marker(pytest.mark.django_db)
     workers = getattr(config, "workerinput", {}).get("workercount", 1)
     slow: list[pytest.Item] = []
     rest: list[pytest.Item] = []
