@@ -324,6 +324,26 @@ def _endpoint_check(endpoint_url: str | None) -> None:
         )
 
 
+def _store_refusal(where: str, exc: Exception) -> SourceError:
+    """The one line an S3 error becomes: the store's code and message, or the client's."""
+    from botocore.exceptions import ClientError
+
+    if isinstance(exc, ClientError):
+        error = exc.response.get("Error", {})
+        return SourceError(
+            f"{where}: {error.get('Code') or 'error'}: {error.get('Message') or exc}"
+        )
+    return SourceError(f"{where}: {exc}")
+
+
+def _object_of(uri: str) -> tuple[str, str]:
+    """``s3://bucket/key`` as (bucket, key); a prefix or a bucket alone is refused."""
+    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    if not uri.startswith("s3://") or not bucket or not key or key.endswith("/"):
+        raise SourceError(f"{uri}: name an object, s3://bucket/key")
+    return bucket, key
+
+
 def _is_marker(key: str, size: int) -> bool:
     """Whether an object under a prefix is a marker, not a consumer file: empty, or named
     ``_...`` or ``.…`` (Spark's and Glue's ``_SUCCESS``, ``_committed_…``, ``.crc``)."""
@@ -361,13 +381,8 @@ def _s3_sources(spec: str, *, format: str | None, endpoint_url: str | None) -> S
             if not objects:
                 also = f" (skipped {len(skipped)} marker objects)" if skipped else ""
                 raise SourceError(f"{spec}: no objects under this prefix{also}")
-    except ClientError as exc:
-        error = exc.response.get("Error", {})
-        raise SourceError(
-            f"{spec}: {error.get('Code') or 'error'}: {error.get('Message') or exc}"
-        ) from None
-    except BotoCoreError as exc:
-        raise SourceError(f"{spec}: {exc}") from None
+    except (BotoCoreError, ClientError) as exc:
+        raise _store_refusal(spec, exc) from None
     files = [
         ConsumerSource(
             name=f"s3://{bucket}/{name}",
@@ -388,19 +403,12 @@ def s3_object_put(uri: str, content: bytes, *, endpoint_url: str | None = None) 
     from botocore.exceptions import BotoCoreError, ClientError
 
     _endpoint_check(endpoint_url)
-    bucket, _, key = uri.removeprefix("s3://").partition("/")
-    if not uri.startswith("s3://") or not bucket or not key or key.endswith("/"):
-        raise SourceError(f"{uri}: not an object; use s3://bucket/key")
+    bucket, key = _object_of(uri)
     client = boto3.client("s3", endpoint_url=endpoint_url or None)
     try:
         client.put_object(Bucket=bucket, Key=key, Body=content)
-    except ClientError as exc:
-        error = exc.response.get("Error", {})
-        raise SourceError(
-            f"{uri}: {error.get('Code') or 'error'}: {error.get('Message') or exc}"
-        ) from None
-    except BotoCoreError as exc:
-        raise SourceError(f"{uri}: {exc}") from None
+    except (BotoCoreError, ClientError) as exc:
+        raise _store_refusal(uri, exc) from None
 
 
 class _S3Object(io.RawIOBase):
@@ -492,19 +500,12 @@ def s3_upload(spec: str, *, endpoint_url: str | None) -> Iterator[io.RawIOBase]:
     from botocore.exceptions import BotoCoreError, ClientError
 
     _endpoint_check(endpoint_url)
-    bucket, _, key = spec.removeprefix("s3://").partition("/")
-    if not bucket or not key or key.endswith("/"):
-        raise SourceError(f"{spec}: name an object, s3://bucket/key")
+    bucket, key = _object_of(spec)
     client = boto3.client("s3", endpoint_url=endpoint_url or None)
     try:
         upload_id = client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
-    except ClientError as exc:
-        error = exc.response.get("Error", {})
-        raise SourceError(
-            f"{spec}: {error.get('Code') or 'error'}: {error.get('Message') or exc}"
-        ) from None
-    except BotoCoreError as exc:
-        raise SourceError(f"{spec}: {exc}") from None
+    except (BotoCoreError, ClientError) as exc:
+        raise _store_refusal(spec, exc) from None
     writer = _S3PartWriter(client, bucket, key, upload_id)
     try:
         yield writer
@@ -512,13 +513,8 @@ def s3_upload(spec: str, *, endpoint_url: str | None) -> Iterator[io.RawIOBase]:
     except BaseException as exc:
         with contextlib.suppress(BotoCoreError, ClientError):
             client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)
-        if isinstance(exc, ClientError):
-            error = exc.response.get("Error", {})
-            raise SourceError(
-                f"{spec}: {error.get('Code') or 'error'}: {error.get('Message') or exc}"
-            ) from None
-        if isinstance(exc, BotoCoreError):
-            raise SourceError(f"{spec}: {exc}") from None
+        if isinstance(exc, (BotoCoreError, ClientError)):
+            raise _store_refusal(spec, exc) from None
         raise
 
 
