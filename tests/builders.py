@@ -47,6 +47,7 @@ from procrastinate.contrib.django import app
 from devtools.drop_simulator import build_drop_zip
 from devtools.isi_simulator import IsiSimulator
 from devtools.isi_simulator import connection as listed_connection
+from integrations.drop.calendar import drop_timezone, drop_today
 from integrations.drop.notifications import notification_signature, notification_timestamp
 from integrations.drop.reporting import build_response_file, response_name
 from integrations.models import (
@@ -660,6 +661,14 @@ def drop_notification_post(
         HTTP_X_WEBHOOK_VERSION="1.0",
         HTTP_X_WEBHOOK_SIGNATURE=notification_signature(secret, timestamp, body),
     )
+
+
+def drop_noon(days: int = 0) -> dt.datetime:
+    """Noon of the DROP day ``days`` from today: a round or a due date falls on a DROP day,
+    and a moment near midnight would land on another one once a daylight-saving change lies
+    between it and a date weeks away."""
+    day = drop_today() + dt.timedelta(days=days)
+    return dt.datetime.combine(day, dt.time(12), tzinfo=drop_timezone())
 
 
 def at(text: str) -> dt.datetime:

@@ -29,7 +29,7 @@ from django.utils import timezone
 from devtools.broker_simulator import BrokerSimulator, ReceivedRequest
 from devtools.drop_simulator import work_items
 from devtools.isi_simulator import IsiSimulator
-from integrations.drop.calendar import drop_date, drop_timezone, drop_today
+from integrations.drop.calendar import drop_date
 from integrations.models import (
     Broker,
     DeletionRequest,
@@ -47,6 +47,7 @@ from integrations.services.staff.keys import api_key_create
 from tests.builders import (
     ConsumerFactory,
     broker_connections,
+    drop_noon,
     drop_zip,
     run_worker,
     worker_jobs_emptied,
@@ -153,11 +154,7 @@ def test_a_deleted_consumer_gets_a_round_every_45_days_that_never_changes_its_st
 
     # Not due before 45 days.
     assert recurring_rounds_send_all(actor="system:recurring") == 0
-    # Noon, 45 DROP days on: a round is due on a DROP day (a moment near midnight could
-    # land on another day across a daylight-saving change).
-    later = dt.datetime.combine(
-        drop_today() + dt.timedelta(days=45), dt.time(12), tzinfo=drop_timezone()
-    )
+    later = drop_noon(45)
     assert recurring_overview(broker=broker, today=drop_date(later)).due == 1
 
     # The clock moves 45 days: the worker's job sends the deleted consumer's round only.

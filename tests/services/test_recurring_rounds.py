@@ -21,7 +21,7 @@ from django.core.management.base import CommandError
 from django.test import Client
 
 from devtools.drop_simulator import work_items
-from integrations.drop.calendar import drop_date, drop_timezone, drop_today
+from integrations.drop.calendar import drop_date
 from integrations.models import (
     Broker,
     Consumer,
@@ -52,6 +52,7 @@ from tests.builders import (
     DeletionRequestFactory,
     ServiceProviderFactory,
     WorkItemFactory,
+    drop_noon,
     drop_zip,
     write_zip,
 )
@@ -59,13 +60,6 @@ from tests.builders import (
 pytestmark = pytest.mark.django_db
 
 DAY = dt.timedelta(days=1)
-
-
-def _drop_noon() -> dt.datetime:
-    """Noon of today in DROP's calendar: a round is due on a DROP day, and a moment near
-    midnight would land on another day once a daylight-saving change lies between it and
-    its date 40-odd days away."""
-    return dt.datetime.combine(drop_today(), dt.time(12), tzinfo=drop_timezone())
 
 
 @pytest.fixture(autouse=True)
@@ -99,7 +93,7 @@ def _answered(
 
 def test_only_deleted_and_opted_out_items_get_a_round_once_it_is_due(broker: Broker) -> None:
     target = _target(broker)
-    now = _drop_noon()
+    now = drop_noon()
     deleted = _answered(broker, target, code=3, outcome="deleted", at=now)
     opted_out = _answered(broker, target, code=4, outcome="opted_out", at=now - 2 * DAY)
     _answered(broker, target, code=5, outcome="not_found", at=now)
@@ -129,7 +123,7 @@ def test_only_deleted_and_opted_out_items_get_a_round_once_it_is_due(broker: Bro
 def test_a_days_rounds_go_in_batches_each_its_own_ledger_event(broker: Broker) -> None:
     target = _target(broker)
     provider = ServiceProviderFactory.create(broker=broker, name="Mailhouse")
-    now = _drop_noon()
+    now = drop_noon()
     items = [_answered(broker, target, code=3, outcome="deleted", at=now) for _ in range(3)]
 
     sent = recurring_rounds_send(broker=broker, actor="t", now=now + 45 * DAY, batch_items=2)
@@ -155,7 +149,7 @@ def test_a_round_another_run_sent_after_the_schedule_was_read_is_not_sent_again(
     from integrations.services.cycle import recurring
 
     target = _target(broker)
-    now = _drop_noon()
+    now = drop_noon()
     first, second = (_answered(broker, target, code=3, outcome="deleted", at=now) for _ in "ab")
     locks = []
     real_lock = recurring.matching_lock
@@ -184,7 +178,7 @@ def test_a_round_another_run_sent_after_the_schedule_was_read_is_not_sent_again(
 def test_each_round_directs_the_service_providers_again(broker: Broker) -> None:
     target = _target(broker)
     provider = ServiceProviderFactory.create(broker=broker, name="Mailhouse")
-    now = _drop_noon()
+    now = drop_noon()
     deleted = _answered(broker, target, code=3, outcome="deleted", at=now)
     _answered(broker, target, code=5, outcome="not_found", at=now)
 
@@ -199,7 +193,7 @@ def test_each_round_directs_the_service_providers_again(broker: Broker) -> None:
 
 def test_a_paused_targets_round_waits_and_goes_once_it_is_enabled(broker: Broker) -> None:
     target = _target(broker)
-    now = _drop_noon()
+    now = drop_noon()
     item = _answered(broker, target, code=3, outcome="deleted", at=now - 46 * DAY)
     integration_disable(integration=target, reason="CRM migration", actor="staff:ann")
 
@@ -226,7 +220,7 @@ def test_a_failing_round_follows_the_delivery_policy_and_never_moves_the_status(
     broker: Broker,
 ) -> None:
     target = _target(broker)
-    now = _drop_noon()
+    now = drop_noon()
     item = _answered(broker, target, code=3, outcome="deleted", at=now - 45 * DAY)
     recurring_rounds_send(broker=broker, actor="t")
     request = DeletionRequest.objects.get(round=1)
@@ -262,7 +256,7 @@ def test_drop_recurring_says_how_many_and_refuses_when_rounds_are_off(
     admin_client = Client()
     admin_client.force_login(User.objects.create_superuser("ann", "ann@example.com", "pw-ann-123"))
     target = _target(broker)
-    _answered(broker, target, code=3, outcome="deleted", at=_drop_noon() - 40 * DAY)
+    _answered(broker, target, code=3, outcome="deleted", at=drop_noon() - 40 * DAY)
     out = io.StringIO()
     call_command("drop", "recurring", "--broker", "4821", stdout=out)
     assert out.getvalue().startswith("0 recurring round(s) sent")
@@ -293,7 +287,7 @@ def test_the_law_moving_to_30_days_is_three_settings_and_the_pull_interval(
     (_, email_hash), *_ = work_items(1)
     ConsumerFactory.create(broker=broker, remote_identifier="C-1", hashes={"email": email_hash})
     package = write_zip(tmp_path, drop_zip(broker, {"Email": list(work_items(1))}))
-    downloaded = _drop_noon()
+    downloaded = drop_noon()
     call_command(
         "drop", "import", "--broker", "4821", str(package),
         "--downloaded-at", downloaded.isoformat(), stdout=io.StringIO(),
@@ -306,6 +300,6 @@ def test_the_law_moving_to_30_days_is_three_settings_and_the_pull_interval(
 
     request = DeletionRequest.objects.get()
     deletion_outcome_record(deletion_request=request, drop_outcome="deleted", actor="t")
-    answered = _drop_noon()
+    answered = drop_noon()
     assert recurring_rounds_send(broker=broker, actor="t", now=answered + 29 * DAY).work_items == 0
     assert recurring_rounds_send(broker=broker, actor="t", now=answered + 30 * DAY).work_items == 1
