@@ -1,0 +1,70 @@
+"""The audit's components, as an evidence pack lays them out in ``components.json``.
+
+An auditor tests the deletion system part by part; a pack holds, per part, the records it
+rests on, the tests run on them at export and their result. No Django and no database, like
+``pack``: the offline verifier reads the same keys::
+
+    {"format": "dropportal-components/1",
+     "components": {"list_selection": {"title": ..., "result": "pass" | "fail",
+                                       "records": {...}, "files": [...],
+                                       "tests": [{"name": ..., "result": ..., "detail": ...}],
+                                       "proves": ..., "cannot_prove": ...}, ...}}
+
+    problems = component_problems(document, pack_members)   # [] when it holds together
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+FORMAT = "dropportal-components/1"
+FILE = "components.json"
+PASS, FAIL = "pass", "fail"
+
+# In the audit's order.
+TITLES = {
+    "list_selection": "List selection",
+    "drop_access": "DROP access",
+    "standardization": "Standardization",
+    "hashing": "Hashing",
+    "matching": "Matching",
+    "actioning": "Actioning",
+    "status_reporting": "Status reporting",
+    "suppression_list": "Suppression list",
+    "service_providers": "Service providers and contractors",
+}
+KEYS = tuple(TITLES)
+
+
+def component_problems(document: Any, members: set[str]) -> list[str]:
+    """What does not hold in a ``components.json``: every component present, each result
+    the one its tests give, every file it names in the pack."""
+    if not isinstance(document, dict) or document.get("format") != FORMAT:
+        return [f"{FILE} is not a {FORMAT} document"]
+    components = document.get("components")
+    if not isinstance(components, dict):
+        return [f"{FILE} has no components"]
+    problems = [f"{FILE}: component {key} is missing" for key in KEYS if key not in components]
+    problems += [f"{FILE}: {key} is not a component" for key in components if key not in TITLES]
+    for key, component in components.items():
+        if not isinstance(component, dict):
+            problems.append(f"{FILE}: {key} is not an object")
+            continue
+        tests = component.get("tests")
+        if not isinstance(tests, list) or not tests:
+            problems.append(f"{FILE}: {key} holds no tests")
+            continue
+        results = [test.get("result") if isinstance(test, dict) else None for test in tests]
+        if any(result not in (PASS, FAIL) for result in results):
+            problems.append(f"{FILE}: {key} has a test without a pass or fail result")
+        expected = PASS if all(result == PASS for result in results) else FAIL
+        if component.get("result") != expected:
+            problems.append(
+                f"{FILE}: {key} says {component.get('result')!r} but its tests give {expected!r}"
+            )
+        problems += [
+            f"{FILE}: {key} names {name}, which is not in the pack"
+            for name in component.get("files") or ()
+            if name not in members
+        ]
+    return problems
