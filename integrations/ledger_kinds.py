@@ -71,6 +71,12 @@ class LedgerKind(StrEnum):
     # the rounds due of deleted and opted-out consumers sent: counts, the days ahead asked
     RECURRING_ROUNDS_SENT = "recurring.rounds_sent"
 
+    # -- canaries: consumers the broker keeps for testing its deletion system
+    CANARY_ADDED = "canary.added"  # a registered consumer named a canary by staff
+    CANARY_REMOVED = "canary.removed"  # no longer a canary (the consumer stays registered)
+    # a canary round: each canary's deletion request to every target (drop_session_id "0")
+    CANARY_ROUND_SENT = "canary.round_sent"
+
     # -- resolution requests (ISI) and the SaaS deletions they lead to
     RESOLUTION_REQUEST_DELIVERED = "resolution_request.delivered"  # acknowledged by the ISI
     RESOLUTION_REQUEST_DELIVERY_FAILED = "resolution_request.delivery_failed"  # attempt failed

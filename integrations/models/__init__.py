@@ -2,6 +2,7 @@
 
 from integrations.models.alerts import AlertState
 from integrations.models.brokers import Broker, BrokerMode
+from integrations.models.canaries import CANARY_SESSION_ID, Canary, CanaryRound
 from integrations.models.consumers import Consumer, ConsumerHash
 from integrations.models.drop import (
     HASH_TYPE_CHOICES,
@@ -51,6 +52,7 @@ from integrations.models.suppression import Reappearance
 
 __all__ = [
     "AWAITING_DROP",
+    "CANARY_SESSION_ID",
     "DROP_CAPABILITIES",
     "DROP_STATUS_ALL_CANCELLED",
     "DROP_STATUS_CODES",
@@ -64,6 +66,8 @@ __all__ = [
     "ApiKeyScope",
     "Broker",
     "BrokerMode",
+    "Canary",
+    "CanaryRound",
     "Consumer",
     "ConsumerHash",
     "CycleState",

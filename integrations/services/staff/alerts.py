@@ -47,6 +47,7 @@ from integrations.models import (
     WorkItem,
     WorkItemState,
 )
+from integrations.selectors.canaries import canary_rounds_failing
 from integrations.selectors.deadlines import cycle_deadlines
 from integrations.selectors.directives import directive_ack_due, directives_overdue
 from integrations.selectors.drop_access import drop_access_obligations_open
@@ -478,5 +479,30 @@ def _directive_not_acknowledged(now: dt.datetime) -> Iterable[Firing]:
                 "provider": directive.provider.name,
                 "contact": directive.provider.contact,
                 "sha256": directive.sha256,
+            },
+        )
+
+
+# -- canaries: the deletion system tested every cycle
+@alert_condition("canary_failed")
+def _canary_failed(now: dt.datetime) -> Iterable[Firing]:
+    """A canary round failed: a canary's request was answered otherwise than ``deleted``, or
+    not within ``DROPPORTAL_CANARY_HOURS``, or could not be sent. It lasts until a later
+    round of the broker passes."""
+    for result in canary_rounds_failing(now=now):
+        canary_round = result.canary_round
+        broker_id = canary_round.broker.broker_id
+        yield Firing(
+            key=f"canary_round:{canary_round.pk}",
+            broker_id=broker_id,
+            text=f"Canary round {canary_round.pk} of broker {broker_id} (started "
+            f"{drop_time_text(canary_round.started_at)}) failed: "
+            f"{'; '.join(result.problems)}; the deletion system did not delete its test "
+            "consumer: check the target with the broker, then `manage.py drop canary --broker "
+            f"{broker_id}` tests it again",
+            details={
+                "canary_round": canary_round.pk,
+                "answer_by": canary_round.answer_by.isoformat(),
+                "problems": result.problems,
             },
         )
