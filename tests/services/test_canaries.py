@@ -81,9 +81,12 @@ def drop_canary(*args: str) -> dict[str, Any]:
     return result
 
 
-def answer(request: DeletionRequest, outcome: str, **details: str) -> None:
+def answer(request: DeletionRequest, outcome: str, error_message: str = "") -> None:
     deletion_outcome_record(
-        deletion_request=request, drop_outcome=outcome, actor="apikey:dpk_test", **details
+        deletion_request=request,
+        drop_outcome=outcome,
+        error_message=error_message,
+        actor="apikey:dpk_test",
     )
 
 
