@@ -8,12 +8,15 @@ from __future__ import annotations
 import datetime as dt
 import io
 import json
+from html import unescape
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.test import Client
 from django.utils import timezone
 
 from devtools.drop_simulator import work_items
@@ -318,3 +321,22 @@ def test_each_cycle_runs_a_round_that_never_reaches_drop_nor_its_figures(
     assert (total.figures["received"], total.figures["matched"]) == (3, 1)
     (result,) = canary_round_results(rounds=CanaryRound.objects.all(), now=timezone.now())
     assert result.result == "passed"
+
+
+def test_the_dashboard_shows_each_round_per_target(
+    broker: Broker, targets: tuple[Integration, Integration], canary: str
+) -> None:
+    sent = drop_canary()
+    requests = DeletionRequest.objects.filter(canary_round_id=sent["canary_round"])
+    answer(requests.get(isi_connection__isnull=True), "failed", error_message="CRM timeout")
+    client = Client()
+    client.force_login(User.objects.create_superuser("alice", "a@example.com", "pw-alice-123"))
+
+    page = unescape(client.get("/admin/").content.decode())
+
+    assert "Canary rounds" in page
+    assert f"{CANARY}: failed (answered failed (CRM timeout))" in page
+    assert f"{CANARY}: queued" in page  # the ISI connection's, not answered yet
+    assert f'href="/admin/integrations/canaryround/{sent["canary_round"]}/change/"' in page
+    detail = client.get(f"/admin/integrations/canaryround/{sent['canary_round']}/change/")
+    assert "answered failed (CRM timeout)" in unescape(detail.content.decode())

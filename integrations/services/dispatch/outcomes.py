@@ -146,9 +146,6 @@ def deletion_outcome_record(
         # A recurring deletion round's: recorded, never settling DROP's status.
         data["recurring"] = True
         data["round"] = deletion_request.round
-    if deletion_request.canary_round_id is not None:
-        # A canary's: a test of the deletion system, never reported to DROP.
-        data["canary_round"] = deletion_request.canary_round_id
     if broker_completed_at is not None:
         data["broker_completed_at"] = broker_completed_at.isoformat()
     if opted_out:
