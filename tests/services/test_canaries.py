@@ -321,6 +321,14 @@ def test_each_cycle_runs_a_round_that_never_reaches_drop_nor_its_figures(
     assert (total.figures["received"], total.figures["matched"]) == (3, 1)
     (result,) = canary_round_results(rounds=CanaryRound.objects.all(), now=timezone.now())
     assert result.result == "passed"
+    # The cycle's evidence pack holds the round its import ran.
+    period = Period(broker=broker, cycle=cycle, since=None, until=None)
+    writer = PackWriter(io.BytesIO())
+    now = timezone.now()
+    component = build(PackContext(broker=broker, period=period, writer=writer, exported_at=now))
+    assert [r["cycle"] for r in component.records["canary_rounds"]] == ["1"]
+    assert component.passed, component.tests
+    assert component.records["deletion_requests_by_target"] == {"Acme CRM": {"deleted": 1}}
 
 
 def test_the_dashboard_shows_each_round_per_target(

@@ -190,11 +190,14 @@ class Command(DropportalCommand):
         if name is None:
             if options["remove"]:
                 raise CommandError("--remove needs the REMOTE_IDENTIFIER of the canary")
-            for canary in Canary.objects.filter(broker=broker):
+            canaries = Canary.objects.filter(broker=broker)
+            for canary in canaries:
                 self.stdout.write(
                     f"{canary.remote_identifier}  (added by {canary.added_by}, "
                     f"{canary.created_at:%Y-%m-%d})"
                 )
+            if not canaries:
+                self.stdout.write(f"Broker {broker.broker_id} has no canary.")
             return
         if options["remove"]:
             canary_remove(broker=broker, remote_identifier=name, actor=self.actor())
