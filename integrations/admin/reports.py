@@ -349,7 +349,12 @@ class ReportFileAdmin(ModelAdmin):
             )
             if written:
                 names = ", ".join(f"{f.file_name} ({f.rows} rows)" for f in written)
-                self.message_user(request, f"Wrote {names}.", messages.SUCCESS)
+                waiting = (
+                    " They wait for approval by another Operator (the broker approves uploads)."
+                    if any(f.state == ReportFileState.AWAITING_APPROVAL for f in written)
+                    else ""
+                )
+                self.message_user(request, f"Wrote {names}.{waiting}", messages.SUCCESS)
             else:
                 self.message_user(request, "Nothing new to report for that cycle.")
             changelist = reverse("admin:integrations_reportfile_changelist")

@@ -197,12 +197,17 @@ class ReportSubcommand(DropportalCommand):
 
     @staticmethod
     def _save(run: ReportRun, out: Path) -> list[str]:
-        """Save this run's files and every one still waiting for DROP (manual upload)."""
+        """Save this run's files and every one still waiting for DROP (manual upload); not
+        one waiting for approval: it is uploaded by hand only once approved."""
         files = {
             f.pk: f
             for f in (*run.written, *run.pending, *run.accepted, *run.rejected, *run.refused)
         }
-        contents = ReportFile.objects.filter(pk__in=files).values_list("file_name", "content")
+        contents = (
+            ReportFile.objects.filter(pk__in=files)
+            .exclude(state=ReportFileState.AWAITING_APPROVAL)
+            .values_list("file_name", "content")
+        )
         try:
             return [
                 str(save_response_file(out, name, bytes(content))) for name, content in contents

@@ -66,6 +66,19 @@ def test_the_broker_form_sets_approve_uploads(client: Client, broker: Broker) ->
     assert event.data["changes"]["approve_uploads"] == {"from": False, "to": True}
 
 
+def test_generated_files_wait_and_say_so(client: Client, broker: Broker) -> None:
+    broker_update(broker=broker, approve_uploads=True, actor="staff:carol")
+    cycle: DropCycle = DropCycleFactory.create(broker=broker)
+    WorkItemFactory.create(cycle=cycle, status_code=3, work_item_id="EmailDeleted")
+    alice = member("alice", "Operators", client)
+
+    done = alice.post(CHANGELIST + "generate/", {"cycle": cycle.pk}, follow=True)
+
+    assert b"They wait for approval by another Operator" in done.content
+    email = ReportFile.objects.get(file_name=EMAIL)
+    assert (email.state, email.written_by) == (ReportFileState.AWAITING_APPROVAL, "staff:alice")
+
+
 def test_an_operator_reviews_the_counts_and_approves(client: Client, waiting: ReportFile) -> None:
     bob = member("bob", "Operators", client)
 

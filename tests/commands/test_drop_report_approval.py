@@ -7,6 +7,7 @@ import getpass
 import io
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from procrastinate.contrib.django.models import ProcrastinateJob
 
 from devtools.drop_simulator import DropSimulator
 from integrations.models import Broker, DropCycle, LedgerEvent, ReportFile, ReportFileState
+from integrations.services.reporting.report_approval import report_file_approve
 from integrations.services.reporting.report_files import report_files_write
 from integrations.services.staff.brokers import broker_update
 from tests.builders import DropCycleFactory, WorkItemFactory
@@ -68,6 +70,19 @@ def test_the_report_writes_files_that_wait_and_says_who_approves(
         (PHONE, 0),
     ]
     assert listed["awaiting_approval"][0]["written_by"] == f"cli:{getpass.getuser()}"
+
+
+def test_a_waiting_file_is_not_saved_for_an_upload_by_hand(
+    cycle: DropCycle, tmp_path: Path
+) -> None:
+    output = run("--out", str(tmp_path))  # writes them, waiting
+    assert f"Wrote {EMAIL}" in output
+    assert list(tmp_path.iterdir()) == []
+
+    report_file_approve(report_file=ReportFile.objects.get(file_name=EMAIL), actor="staff:bob")
+    run("--out", str(tmp_path))
+
+    assert [p.name for p in tmp_path.iterdir()] == [EMAIL]
 
 
 def test_who_wrote_it_cannot_approve_it_on_the_command_line(cycle: DropCycle) -> None:
