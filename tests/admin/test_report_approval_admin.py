@@ -9,6 +9,7 @@ from django.contrib.auth.models import Group, User
 from django.core.exceptions import PermissionDenied
 from django.test import Client, RequestFactory
 
+from integrations.admin.reports import ReportFileAdmin
 from integrations.models import Broker, DropCycle, LedgerEvent, ReportFile, ReportFileState
 from integrations.services.reporting.report_files import report_files_write
 from integrations.services.staff.brokers import broker_update
@@ -144,6 +145,7 @@ def test_the_review_step_itself_checks_the_permission(waiting: ReportFile) -> No
     request = RequestFactory().post(CHANGELIST, {"apply": "1", "reason": "x"})
     request.user = auditor
     model_admin = admin.site._registry[ReportFile]
+    assert isinstance(model_admin, ReportFileAdmin)
 
     for action in (model_admin.approve_files, model_admin.reject_files):
         with pytest.raises(PermissionDenied):

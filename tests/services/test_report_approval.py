@@ -293,10 +293,9 @@ def test_a_rejected_file_is_never_sent_and_its_statuses_go_into_a_new_file(
         PHONE: ReportFileState.AWAITING_APPROVAL,
         "20260312_4821_Email_part02.csv": ReportFileState.AWAITING_APPROVAL,
     }
-    assert (
-        WorkItem.objects.get(work_item_id="EmailDeleted").pending_report_file.file_name
-        == "20260312_4821_Email_part02.csv"
-    )
+    item = WorkItem.objects.select_related("pending_report_file").get(work_item_id="EmailDeleted")
+    assert item.pending_report_file is not None
+    assert item.pending_report_file.file_name == "20260312_4821_Email_part02.csv"
 
 
 def test_an_amendment_waits_too(cycle: DropCycle, drop: DropSimulator, client: DropClient) -> None:
