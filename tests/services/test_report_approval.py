@@ -30,6 +30,7 @@ from integrations.models import (
     WorkItem,
     WorkItemState,
 )
+from integrations.selectors.cycle_progress import cycle_progress
 from integrations.selectors.dashboard import work_item_counts
 from integrations.selectors.deadlines import cycle_deadlines
 from integrations.selectors.report_reviews import report_file_review
@@ -127,6 +128,8 @@ def test_a_file_waits_for_approval_and_nothing_reaches_drop(
     (deadline,) = cycle_deadlines(today=dt.date(2026, 3, 20))
     assert deadline.owed == 3
     assert work_item_counts([cycle.pk])[1] == {cycle.pk: 3}
+    progress = cycle_progress(cycle=cycle, start=cycle.match_date, today=dt.date(2026, 3, 20))
+    assert (progress.owed, progress.reported) == (3, 0)
     cycle.refresh_from_db()
     assert cycle.state == CycleState.OPEN
     waiting = LedgerEvent.objects.get(kind="report_file.awaiting_approval", subject=EMAIL)
