@@ -31,7 +31,13 @@ from integrations.models.integrations import (
 from integrations.models.keys import ApiKey, ApiKeyScope
 from integrations.models.ledger import LedgerChainLink, LedgerEvent
 from integrations.models.providers import Directive, DirectiveReason, ServiceProvider
-from integrations.models.reports import AWAITING_DROP, ReportFile, ReportFileState, ReportKind
+from integrations.models.reports import (
+    AWAITING_DROP,
+    NOT_YET_TAKEN,
+    ReportFile,
+    ReportFileState,
+    ReportKind,
+)
 from integrations.models.requests import (
     DROP_STATUS_ALL_CANCELLED,
     DROP_STATUS_CODES,
@@ -58,6 +64,7 @@ __all__ = [
     "DROP_STATUS_CODES",
     "DROP_STATUS_PRECEDENCE",
     "HASH_TYPE_CHOICES",
+    "NOT_YET_TAKEN",
     "OUTCOMES_NOT_FINAL",
     "OUTCOME_REFUSING_STATES",
     "SHOWN_ONCE_TTL",
