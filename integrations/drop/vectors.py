@@ -127,18 +127,26 @@ class VectorResult:
         }
 
 
-def _computed(run: Callable[[], str]) -> str:
+def _computed(run: Callable[..., str], *args: Any) -> str:
     try:
-        return run()
+        return run(*args)
     except standardize.InvalidIdentifier as exc:
         return f"refused: {exc}"
 
 
-def _standardizer(field: str) -> Callable[[str], str]:
+def _standardized(field: str, given: str) -> str:
     function = getattr(standardize, _STANDARDIZERS[field])
-    if function is standardize.standardize_name:
-        return lambda value: function(value, field)  # type: ignore[no-any-return]
-    return function  # type: ignore[no-any-return]
+    if _STANDARDIZERS[field] == "standardize_name":
+        return str(function(given, field))
+    return str(function(given))
+
+
+def _hashed(standardized: str) -> str:
+    return standardize.hash_value(standardized)
+
+
+def _list_hashed(list_type: str, given: str | dict[str, str]) -> str:
+    return standardize.list_type_hash(list_type, given)
 
 
 def standardization_results() -> list[VectorResult]:
@@ -147,11 +155,7 @@ def standardization_results() -> list[VectorResult]:
     cases += [("first_name", given, standardized) for given, standardized in NAME_EXAMPLES]
     return [
         VectorResult(
-            "standardize",
-            field,
-            given,
-            standardized,
-            _computed(lambda field=field, given=given: _standardizer(field)(given)),
+            "standardize", field, given, standardized, _computed(_standardized, field, given)
         )
         for field, given, standardized in cases
     ]
@@ -161,27 +165,11 @@ def hashing_results() -> list[VectorResult]:
     """DROP's standardized values hashed by the deployed code, then each list's example from
     the record to its hash (composites included), against DROP's hashes."""
     results = [
-        VectorResult(
-            "hash",
-            field,
-            standardized,
-            expected,
-            _computed(lambda standardized=standardized: standardize.hash_value(standardized)),
-        )
+        VectorResult("hash", field, standardized, expected, _computed(_hashed, standardized))
         for field, _, standardized, expected in FIELD_VECTORS
     ]
     results += [
-        VectorResult(
-            "hash",
-            list_type,
-            given,
-            expected,
-            _computed(
-                lambda list_type=list_type, given=given: standardize.list_type_hash(
-                    list_type, given
-                )
-            ),
-        )
+        VectorResult("hash", list_type, given, expected, _computed(_list_hashed, list_type, given))
         for list_type, given, expected in LIST_VECTORS
     ]
     return results

@@ -76,7 +76,7 @@ class Sample:
 def sample_draw(*, period: Period, size: int, seed: str) -> Sample:
     """``size`` work items of ``period`` (all of them when it has fewer), by ``seed``."""
     cycles = list(period.cycles().values_list("pk", flat=True))
-    params = {"cycles": cycles, "seed": seed, "size": size}
+    params: dict[str, Any] = {"cycles": cycles, "seed": seed, "size": size}
     with connection.cursor() as cursor:
         cursor.execute(_POPULATION, params)
         population = int(cursor.fetchone()[0])

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterator
+from typing import Any
 
 from django.conf import settings
 from django.db import connection
@@ -96,7 +97,7 @@ def build(context: PackContext) -> Component:
             "(its reference is what to ask CalPrivacy about)."
         ),
     )
-    params = {
+    params: dict[str, Any] = {
         "broker_id": context.broker.broker_id,
         "broker": context.broker.pk,
         "pulled": LedgerKind.DROP_PULLED.value,

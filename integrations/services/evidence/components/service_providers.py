@@ -5,6 +5,7 @@ their delivery and acknowledgement; tested for acknowledgements in time
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 from django.conf import settings
 from django.db import connection
@@ -46,7 +47,7 @@ def build(context: PackContext) -> Component:
             "record of it), and providers the broker did not register here are not seen."
         ),
     )
-    params = {
+    params: dict[str, Any] = {
         "broker": context.broker.pk,
         "start": start,
         "end": end,

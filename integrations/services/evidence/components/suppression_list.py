@@ -3,6 +3,8 @@ by source, and the checks made against it; tested against the ledger and the req
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import connection
 
 from integrations.ledger_kinds import LedgerKind
@@ -59,7 +61,7 @@ def build(context: PackContext) -> Component:
             "never registered here is not seen."
         ),
     )
-    params = {
+    params: dict[str, Any] = {
         "broker": context.broker.pk,
         "broker_id": context.broker.broker_id,
         "removed": WorkItemState.REMOVED.value,
