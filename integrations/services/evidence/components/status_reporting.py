@@ -9,13 +9,17 @@ from django.db import connection
 
 from integrations.drop.calendar import drop_date
 from integrations.evidence import pack
+from integrations.ledger_kinds import LedgerKind
 from integrations.services.evidence.components.base import Component, PackContext
 
 # Counted by their plain names: the upload approval's kinds may not be in every version.
 APPROVAL_KINDS = ("report_file.awaiting_approval", "report_file.approved", "report_file.rejected")
+_KINDS = sorted(
+    {k.value for k in LedgerKind if k.value.startswith("report_file.")} | {*APPROVAL_KINDS}
+)
 _EVENT_COUNTS = """
 SELECT kind, count(*) FROM integrations_ledgerevent
-WHERE broker_id = %(broker_id)s AND kind LIKE 'report\\_file.%%'
+WHERE broker_id = %(broker_id)s AND kind = ANY(%(kinds)s)
   AND created_at >= %(start)s AND created_at < %(end)s
 GROUP BY kind ORDER BY kind
 """
@@ -65,7 +69,8 @@ def build(context: PackContext) -> Component:
     by_state = dict(sorted(Counter(f.state for f in context.period.report_files()).items()))
     with connection.cursor() as cursor:
         cursor.execute(
-            _EVENT_COUNTS, {"broker_id": context.broker.broker_id, "start": start, "end": end}
+            _EVENT_COUNTS,
+            {"broker_id": context.broker.broker_id, "kinds": _KINDS, "start": start, "end": end},
         )
         events = {kind: 0 for kind in APPROVAL_KINDS} | dict(cursor.fetchall())
     component.records = {
