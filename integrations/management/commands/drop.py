@@ -8,6 +8,7 @@ matched; report; find what is stuck; record the notice a DROP outage obliges.
                                                      # or a notice to CalPrivacy is owed
     manage.py drop notice --broker 4821 --sent 2027-03-02 --reference "DROP msg 1182"
     manage.py drop metrics --broker 4821 --year 2027 --format json   # the year's figures
+    manage.py drop metrics --broker 4821 --year 2027 --registry      # the registry's columns
     manage.py drop suppression export --broker 4821 [--format parquet] [--out F|s3://...]
     manage.py drop reappearances --broker 4821 [--since 2027-01-01] [--json]
     manage.py drop directives --broker 4821      # directives to service providers
@@ -47,7 +48,12 @@ from integrations.selectors.directives import (
     directives_overdue,
 )
 from integrations.selectors.drop_access import drop_access_obligations_open
-from integrations.selectors.drop_metrics import METRIC_FIGURES, drop_metrics
+from integrations.selectors.drop_metrics import (
+    METRIC_FIGURES,
+    REGISTRY_COLUMNS,
+    drop_metrics,
+    drop_registry_figures,
+)
 from integrations.selectors.stuck import stuck_work_items
 from integrations.services.cycle.canaries import canary_round_send
 from integrations.services.cycle.drop import DEFAULT_MAX_WAIT_SECONDS, DropPullError, drop_pull
@@ -89,6 +95,12 @@ class Command(DirectiveSubcommands, ReportSubcommand, SuppressionSubcommands):
         metrics.add_argument("--broker", required=True, help="the broker's 4-digit DROP id")
         metrics.add_argument("--year", required=True, type=int, help="the year (YYYY)")
         metrics.add_argument("--format", choices=("csv", "json"), default="csv")
+        metrics.add_argument(
+            "--registry",
+            action="store_true",
+            help="the Delete Act registration's columns for deletion requests from DROP: "
+            "received, complied with in whole, in part, denied, mean and median days",
+        )
 
         doctor = subparsers.add_parser(
             "doctor",
@@ -192,8 +204,18 @@ class Command(DirectiveSubcommands, ReportSubcommand, SuppressionSubcommands):
         broker = broker_or_error(options["broker"])
         if not 2000 <= options["year"] <= 9998:
             raise CommandError(f"--year must be a year like 2027, not {options['year']}")
+        as_json = options["format"] == "json"
+        if options["registry"]:
+            figures = drop_registry_figures(broker=broker, year=options["year"])
+            if as_json:
+                self.print_json(figures)
+                return
+            writer = csv.writer(self.stdout, lineterminator="\n")
+            writer.writerow(["year", *(key for key, _ in REGISTRY_COLUMNS)])
+            writer.writerow([figures["year"], *(figures[key] for key, _ in REGISTRY_COLUMNS)])
+            return
         metrics = drop_metrics(broker=broker, year=options["year"])
-        if options["format"] == "json":
+        if as_json:
             self.print_json(metrics.as_json())
             return
         writer = csv.writer(self.stdout, lineterminator="\n")

@@ -28,25 +28,11 @@ from integrations.ledger_kinds import LedgerKind
 from integrations.models import ReportFile, ReportFileState, WorkItem
 from integrations.selectors.pulls import brokers_due_for_report
 from integrations.selectors.report_reviews import report_file_review
-from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
+from integrations.services.ledger import actor_person, ledger_event_append
 from integrations.services.reporting.report_files import report_file_facts
 
 REVIEW_REASON_MAX = 2000
 APPROVE_PERMISSION = "integrations.approve_reportfile"
-
-# How the interfaces name a person in the ledger: "staff:<username>" (the admin) and
-# "cli:<OS user>" (the commands). The same name under either is taken for the same person.
-_PERSON_PREFIXES = ("staff", "cli")
-
-
-def actor_person(actor: str) -> str | None:
-    """The person behind a ledger actor, or None for the service itself (``system``, a job)."""
-    if actor == SYSTEM_ACTOR or actor.startswith(f"{SYSTEM_ACTOR}:"):
-        return None
-    prefix, colon, name = actor.partition(":")
-    if colon and prefix in _PERSON_PREFIXES:
-        return name
-    return actor
 
 
 def report_file_approve(*, report_file: ReportFile, actor: str, reason: str = "") -> ReportFile:
