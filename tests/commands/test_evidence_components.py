@@ -25,9 +25,11 @@ from integrations.drop import standardize
 from integrations.evidence import pack
 from integrations.evidence.components import FILE, KEYS, TITLES, component_problems
 from integrations.evidence.verify import verify_pack
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, DropCycle, LedgerEvent, WorkItem
 from integrations.services.evidence import components as builders
 from integrations.services.evidence.evidence import evidence_signing_key
+from integrations.services.ledger import ledger_event_append
 from tests.builders import DropAccessObligationFactory, DropCycleFactory
 from tests.commands.test_evidence import failure, members, rewrite
 from tests.evidence_world import DROP_KEY, evidence_world
@@ -334,3 +336,25 @@ def test_a_sample_needs_its_seed(cycle: DropCycle, tmp_path: Path) -> None:
     with pytest.raises(CommandError, match="--sample must be 1 or more work items"):
         export(tmp_path, "--cycle", "1", "--sample", "0", "--seed", "s")
     assert list(tmp_path.glob("pack.zip*")) == []
+
+
+def test_a_file_approved_by_its_own_writer_fails_status_reporting(
+    cycle: DropCycle, tmp_path: Path
+) -> None:
+    def decisions() -> dict[str, Any]:
+        status = components_of(export(tmp_path, name=f"{LedgerEvent.objects.count()}.zip"))
+        return dict(status["status_reporting"]["tests"][1])
+
+    assert decisions()["result"] == "pass"
+    # The service refuses this (services/reporting/report_approval.py); written behind its
+    # back, the pack names it: the same person under the admin's and the shell's names.
+    ledger_event_append(
+        kind=LedgerKind.REPORT_FILE_APPROVED,
+        broker_id="4821",
+        subject="4821_1_email.csv",
+        actor="cli:alice",
+        data={"written_by": "staff:alice"},
+    )
+    failed = decisions()
+    assert failed["result"] == "fail"
+    assert failed["detail"] == "decided by their own writer: 4821_1_email.csv"
