@@ -34,45 +34,17 @@ from integrations.services.staff.staff_sign_in import (
     REFUSED_SUPERUSER,
     idp_did_mfa,
 )
+from tests.staff_idp import CLIENT_ID, CLIENT_SECRET, ROLE_MAP, sign_in, staff_idp
 
 pytestmark = pytest.mark.django_db
 
-CLIENT_ID = "dropportal-staff"
-CLIENT_SECRET = "idp-client-secret-9f2c"
-ROLE_MAP = {"privacy-ops": "Operators", "privacy-auditors": "Auditors"}
 INDEX = "/admin/"
 
 
 @pytest.fixture
 def idp(settings: Any) -> Iterator[OidcProvider]:
-    public = settings.DROPPORTAL_PUBLIC_URL
-    with OidcProvider(
-        client_id=CLIENT_ID,
-        client_secret=CLIENT_SECRET,
-        redirect_uri=f"{public}/admin/oidc/callback/",
-        post_logout_redirect_uri=f"{public}/admin/login/",
-    ) as provider:
-        settings.DROPPORTAL_OIDC_ISSUER = provider.issuer
-        settings.DROPPORTAL_OIDC_CLIENT_ID = CLIENT_ID
-        settings.DROPPORTAL_OIDC_CLIENT_SECRET = CLIENT_SECRET
-        settings.DROPPORTAL_OIDC_PROVIDER_NAME = "Loopback IdP"
-        settings.DROPPORTAL_OIDC_ROLE_MAP = ROLE_MAP
-        provider.add_person("ada", groups=["privacy-ops", "everyone"], amr=["pwd", "mfa"])
-        provider.add_person("bob", groups=["everyone"])
+    with staff_idp(settings) as provider:
         yield provider
-
-
-def sign_in(client: Client, idp: OidcProvider, who: str, next_url: str = INDEX) -> Any:
-    """The browser's walk: our sign-in, the provider's authorization, back to our callback."""
-    idp.signed_in = who
-    start = client.get(reverse("admin:oidc_sign_in"), {"next": next_url})
-    assert start.status_code == 302, start.content.decode()[:2000]
-    assert start["Location"].startswith(f"{idp.issuer}/authorize?")
-    at_provider = requests.get(start["Location"], allow_redirects=False, timeout=10)
-    assert at_provider.status_code == 302, at_provider.text
-    back = urlsplit(at_provider.headers["Location"])
-    assert f"{back.scheme}://{back.netloc}" == settings.DROPPORTAL_PUBLIC_URL
-    return client.get(f"{back.path}?{back.query}")
 
 
 def events(kind: str) -> list[LedgerEvent]:
