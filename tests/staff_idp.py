@@ -19,7 +19,7 @@ from django.urls import reverse
 from devtools.oidc_provider import OidcProvider
 
 CLIENT_ID = "dropportal-staff"
-CLIENT_SECRET = "idp-client-secret-9f2c"  # noqa: S105 (the loopback provider's)
+CLIENT_SECRET = "idp-client-secret-9f2c"
 ROLE_MAP = {"privacy-ops": "Operators", "privacy-auditors": "Auditors"}
 
 
