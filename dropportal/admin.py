@@ -146,7 +146,8 @@ class DropportalAdminSite(UnfoldAdminSite):
             staff_sign_in_refuse(
                 method=PASSWORD, reason="password sign-in is off (OIDC only)", username=username
             )
-            page = super().login(_as_get(request), {**oidc, **(extra_context or {})})
+            refused = {**oidc, "password_refused": True, **(extra_context or {})}
+            page = super().login(_as_get(request), refused)
             page.status_code = 403
             return page
         was_anonymous = not request.user.is_authenticated

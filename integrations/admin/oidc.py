@@ -52,6 +52,7 @@ UNVERIFIED = (
     "again; if it happens again, tell your dropportal administrator."
 )
 UNREACHABLE = "The identity provider did not answer. Try again in a moment."
+NOT_SIGNED_IN_THERE = "The identity provider did not sign you in"
 
 
 def oidc_enabled() -> bool:
@@ -130,6 +131,15 @@ def oidc_sign_in_view(request: HttpRequest) -> HttpResponse:
 def oidc_callback_view(request: HttpRequest) -> HttpResponse:
     if not oidc_enabled():
         raise Http404("sign-in through an identity provider is not set up")
+    if "error" in request.GET:  # the person cancelled, or the provider would not sign them in
+        error = str(request.GET["error"])[:100]
+        staff_sign_in_refuse(
+            method=OIDC,
+            reason="the identity provider answered with an error",
+            username="",
+            error=error,
+        )
+        return _refused_page(request, f"{NOT_SIGNED_IN_THERE} ({error})")
     try:
         _metadata()
         token = identity_provider().authorize_access_token(

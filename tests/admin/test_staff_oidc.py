@@ -190,6 +190,17 @@ def test_a_replayed_callback_is_refused(idp: OidcProvider, client: Client) -> No
     ]
 
 
+def test_a_sign_in_cancelled_at_the_provider_is_a_page_and_an_event(
+    idp: OidcProvider, client: Client
+) -> None:
+    client.get(reverse("admin:oidc_sign_in"))
+    refused = client.get(reverse("admin:oidc_callback"), {"error": "access_denied", "state": "x"})
+    assert refused.status_code == 403
+    assert "The identity provider did not sign you in (access_denied)" in refused.content.decode()
+    (event,) = events("staff_user.sign_in_refused")
+    assert event.data["error"] == "access_denied"
+
+
 def test_the_login_page_offers_the_provider_beside_the_password(
     idp: OidcProvider, client: Client
 ) -> None:
@@ -210,6 +221,7 @@ def test_oidc_only_refuses_passwords_on_the_server_too(
         reverse("admin:login"), {"username": "root", "password": "pw-root-123-long"}
     )
     assert tried.status_code == 403
+    assert "Password sign-in is off here: sign in with Loopback IdP." in tried.content.decode()
     assert client.get(INDEX).status_code == 302, "not signed in"
     (event,) = events("staff_user.sign_in_refused")
     assert (event.subject, event.data["method"]) == ("root", "password")
