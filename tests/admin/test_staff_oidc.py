@@ -315,6 +315,26 @@ def test_a_deactivated_person_is_refused_at_the_provider_sign_in(
     assert "deactivated" in refused.content.decode()
 
 
+def test_an_account_whose_staff_status_was_taken_away_stays_out(
+    idp: OidcProvider, client: Client
+) -> None:
+    sign_in(Client(), idp, "ada")
+    User.objects.filter(username="ada").update(is_staff=False)
+    refused = sign_in(client, idp, "ada")
+    assert refused.status_code == 403
+    assert "no staff status" in refused.content.decode()
+    assert User.objects.get(username="ada").is_staff is False
+
+
+def test_a_plain_http_issuer_off_loopback_stops_start_up(settings: Any) -> None:
+    settings.DROPPORTAL_OIDC_ROLE_MAP = ROLE_MAP
+    settings.DROPPORTAL_OIDC_ISSUER = "http://idp.example.com"
+    (error,) = oidc_role_map_names_our_roles()
+    assert error.id == "dropportal.E004"
+    settings.DROPPORTAL_OIDC_ISSUER = "https://idp.example.com"
+    assert oidc_role_map_names_our_roles() == []
+
+
 def test_the_role_map_is_checked_against_our_roles(settings: Any) -> None:
     settings.DROPPORTAL_OIDC_ROLE_MAP = {"privacy-ops": "Operators", "x": "Auditorz"}
     (error,) = oidc_role_map_names_our_roles()
@@ -322,3 +342,7 @@ def test_the_role_map_is_checked_against_our_roles(settings: Any) -> None:
     assert "'Auditorz'" in error.msg
     settings.DROPPORTAL_OIDC_ROLE_MAP = ROLE_MAP
     assert oidc_role_map_names_our_roles() == []
+    settings.DROPPORTAL_OIDC_ISSUER = "https://idp.example.com"
+    settings.DROPPORTAL_OIDC_ROLE_MAP = {}
+    (error,) = oidc_role_map_names_our_roles()
+    assert error.id == "dropportal.E003"

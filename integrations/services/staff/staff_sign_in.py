@@ -49,6 +49,7 @@ REFUSED_NO_ROLE = (
     "administrator to add you to one of the groups dropportal's staff roles are mapped to."
 )
 REFUSED_INACTIVE = "This account is deactivated here. Ask a dropportal superuser."
+REFUSED_NOT_STAFF = "This account has no staff status here. Ask a dropportal superuser."
 REFUSED_SUPERUSER = (
     "This is a superuser account: superusers sign in with their password and two-factor "
     "authentication, not through the identity provider."
@@ -117,12 +118,15 @@ def staff_oidc_sign_in(*, issuer: str, claims: Mapping[str, Any]) -> OidcSignIn:
             return _refused(
                 REFUSED_INACTIVE, username=user.username, subject=subject, claims=claims
             )
+        if not user.is_staff:  # a superuser took the staff status away: that stands
+            return _refused(
+                REFUSED_NOT_STAFF, username=user.username, subject=subject, claims=claims
+            )
         _roles_set(user, roles)
         if not roles:
             return _refused(REFUSED_NO_ROLE, username=user.username, subject=subject, claims=claims)
-        user.is_staff = True
         user.last_login = identity.last_signed_in_at = timezone.now()
-        user.save(update_fields=["is_staff", "last_login"])
+        user.save(update_fields=["last_login"])
         identity.save(update_fields=["last_signed_in_at"])
         ledger_event_append(
             kind=LedgerKind.STAFF_USER_SIGNED_IN,
