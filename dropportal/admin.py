@@ -11,6 +11,12 @@ term's hash, and a ``q`` in a URL that is a clear email or phone is refused, not
 
 A staff member who must use a second factor (``staff_mfa_required``) has no access until
 they passed it this session: the login sends them to ``/admin/mfa/`` (or to enrolment).
+
+With the company's identity provider set (``DROPPORTAL_OIDC_ISSUER``,
+``integrations/admin/oidc.py``) the login page offers it beside the password, or instead of
+it with ``DROPPORTAL_OIDC_ONLY`` (a password posted anyway is refused here, unchecked); the
+provider's MFA, when its ID token says so, stands for ours; the logout of a session opened
+there goes on to the provider's end-session endpoint.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ import requests
 from authlib.common.errors import AuthlibBaseError
 from authlib.integrations.django_client import DjangoOAuth2App, OAuth
 from django.conf import settings
+from django.contrib import admin
 from django.contrib.auth import login
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
@@ -172,8 +173,6 @@ def oidc_callback_view(request: HttpRequest) -> HttpResponse:
     request.session.set_expiry(
         timezone.now() + dt.timedelta(hours=settings.DROPPORTAL_SESSION_HOURS)
     )
-    from django.contrib import admin  # the site, built once apps are ready
-
     if not admin.site.has_permission(request):  # our own second factor is still to pass
         return HttpResponseRedirect(f"{reverse('admin:mfa_verify')}?{urlencode({'next': wanted})}")
     return HttpResponseRedirect(wanted)
@@ -209,8 +208,6 @@ def oidc_logout_url(id_token: str) -> str | None:
 
 
 def _refused_page(request: HttpRequest, reason: str, *, status: int = 403) -> TemplateResponse:
-    from django.contrib import admin
-
     return TemplateResponse(
         request,
         "admin/oidc/refused.html",

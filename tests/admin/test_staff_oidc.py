@@ -154,6 +154,7 @@ def test_nobody_becomes_a_superuser_and_a_superuser_is_refused(
     ("tweak", "error"),
     [
         pytest.param(IdTokenTweak(foreign_key=True), "bad_signature", id="bad-signature"),
+        # For another client, with an azp naming us: Authlib alone would let that through.
         pytest.param(IdTokenTweak(audience="another-app"), "invalid_claim", id="wrong-audience"),
         pytest.param(IdTokenTweak(expired_seconds_ago=600), "expired_token", id="expired"),
         pytest.param(IdTokenTweak(replay_previous=True), "invalid_claim", id="replayed-nonce"),
