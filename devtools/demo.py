@@ -15,6 +15,7 @@ until Ctrl-C::
     python -m devtools.demo                  # what make demo runs
     python -m devtools.demo --no-serve       # narrate and stop
     python -m devtools.demo --no-serve --screenshots docs   # also the README's pictures
+    python -m devtools.demo --sso            # staff sign in through a loopback identity provider
 
 A developer tool, not product code: nothing in ``integrations/`` imports it. It chooses its
 database before Django starts, so it imports the app inside functions, after ``django.setup()``.
@@ -237,7 +238,8 @@ def narrate(args: argparse.Namespace) -> None:
 
     drop = DropSimulator(api_key="demo-drop-key", broker_id=BROKER_ID, active_download=True)
     broker_system_sim = BrokerSimulator(path="/drop/webhook")
-    with drop, broker_system_sim:
+    sso = identity_provider(say, public_url) if args.sso else contextlib.nullcontext()
+    with drop, broker_system_sim, sso:
         broker_system = register_broker(say, drop, broker_system_sim)
 
         with tempfile.TemporaryDirectory(prefix="dropportal-demo-") as tmp:
@@ -302,6 +304,33 @@ def start_service(say: Narrator, *, port: int) -> tuple[str, str]:
     say.say(f"database {demo_db}, migrated; staff login {DEMO_USER} / {password}")
     say.say(f"role logins {', '.join(ROLE_LOGINS)}, same password")
     return public_url, password
+
+
+def identity_provider(say: Narrator, public_url: str) -> Any:
+    """``--sso``: the company's identity provider on loopback (devtools/oidc_provider.py), set
+    up as the admin's OIDC provider; its sign-in page lets you pick who you are."""
+    from django.conf import settings
+
+    from devtools.oidc_provider import OidcProvider
+
+    secret = secrets.token_urlsafe(24)
+    idp = OidcProvider(
+        client_id="dropportal-demo",
+        client_secret=secret,
+        redirect_uri=f"{public_url}/admin/oidc/callback/",
+        post_logout_redirect_uri=f"{public_url}/admin/login/",
+    )
+    idp.add_person("grace", groups=["privacy-ops"], amr=["pwd", "mfa"])
+    idp.add_person("alan", groups=["privacy-auditors", "privacy-ops"], amr=["pwd", "otp"])
+    idp.add_person("eve", groups=["marketing"])
+    settings.DROPPORTAL_OIDC_ISSUER = idp.issuer
+    settings.DROPPORTAL_OIDC_CLIENT_ID = "dropportal-demo"
+    settings.DROPPORTAL_OIDC_CLIENT_SECRET = secret
+    settings.DROPPORTAL_OIDC_PROVIDER_NAME = "the loopback IdP"
+    settings.DROPPORTAL_OIDC_ROLE_MAP = {"privacy-ops": "Operators", "privacy-auditors": "Auditors"}
+    say.say(f"identity provider on {idp.issuer}: sign in as grace (Operators), alan (Auditors and")
+    say.say("Operators) or eve (no mapped group: refused) with 'Sign in with the loopback IdP'")
+    return idp
 
 
 def create_role_logins(password: str) -> None:
@@ -743,6 +772,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-serve", action="store_true", help="stop after the narration")
     parser.add_argument(
         "--screenshots", help="save the README's pictures in this folder (needs chromium)"
+    )
+    parser.add_argument(
+        "--sso", action="store_true", help="staff sign in through a loopback identity provider"
     )
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))

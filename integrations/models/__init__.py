@@ -54,6 +54,7 @@ from integrations.models.requests import (
 )
 from integrations.models.shown_once import SHOWN_ONCE_TTL, ShownOnceSecret
 from integrations.models.staff_mfa import StaffRecoveryCodes, StaffTotpDevice
+from integrations.models.staff_oidc import StaffOidcIdentity
 from integrations.models.suppression import Reappearance
 
 __all__ = [
@@ -107,6 +108,7 @@ __all__ = [
     "SaasDeletion",
     "ServiceProvider",
     "ShownOnceSecret",
+    "StaffOidcIdentity",
     "StaffRecoveryCodes",
     "StaffTotpDevice",
     "UnreadableWorkItem",
