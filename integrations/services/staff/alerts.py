@@ -384,6 +384,27 @@ def _ledger_verify_failed(now: dt.datetime) -> Iterable[Firing]:
         )
 
 
+@alert_condition("ledger_anchor_failed")
+def _ledger_anchor_failed(now: dt.datetime) -> Iterable[Firing]:
+    """The last anchoring of the chain failed (``ledger.anchor_failed`` after the last
+    ``ledger.anchored``); the next success clears it."""
+    last = (
+        LedgerEvent.objects.filter(
+            kind__in=[LedgerKind.LEDGER_ANCHORED, LedgerKind.LEDGER_ANCHOR_FAILED]
+        )
+        .order_by("-id")
+        .first()
+    )
+    if last is not None and last.kind == LedgerKind.LEDGER_ANCHOR_FAILED:
+        yield Firing(
+            key="ledger",
+            text=f"the time-stamping authority did not anchor the ledger: "
+            f"{last.data.get('error', 'no token')}; the worker tries again, "
+            "`manage.py ledger anchor` does it at once",
+            details={"event": last.id},
+        )
+
+
 @alert_condition("stuck_work")
 def _stuck_work(now: dt.datetime) -> Iterable[Firing]:
     """``drop doctor`` finds open work items no automatic path brings to a status: one alert
