@@ -6,6 +6,13 @@ an answer, shared by the service that anchors the chain (``services.ledger_ancho
     problem = token_problem(tsr_der, chain_hash, nonce=request.nonce)   # None: it covers it
     problem = token_chain_problem(tsr_der, chain_hash, load_certificates(ca_pem))
 
+An evidence pack carries the tokens of its ledger range (``anchors/<position>.tsr`` and
+``anchors.json``); ``PackAnchors`` checks them as the pack verifier recomputes the chain::
+
+    anchors = PackAnchors.read(read_member, names)     # before the ledger pass
+    anchors.chain_hash_seen(position, chain_hash)      # for every link the pass recomputes
+    line = anchors.check(authorities)                  # after it; raises PackInvalid
+
 The message an authority timestamps is the chain hash as the ledger writes it: its 64 hex
 characters, in ASCII. The token's message imprint is their SHA-256, so anyone can check a
 token with OpenSSL alone (``printf %s HASH > head; openssl ts -verify -data head -in
@@ -16,7 +23,10 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 import re
+from collections.abc import Callable
+from typing import Any
 
 from cryptography import x509
 from rfc3161_client import (
@@ -30,9 +40,16 @@ from rfc3161_client import (
     decode_timestamp_response,
 )
 
+from integrations.evidence.archive import PackInvalid
+
 CONTENT_TYPE_QUERY = "application/timestamp-query"
 CONTENT_TYPE_REPLY = "application/timestamp-reply"
 SHA256_OID = x509.ObjectIdentifier("2.16.840.1.101.3.4.2.1")
+# In an evidence pack.
+PACK_DIR = "anchors/"
+PACK_LIST = "anchors.json"
+PACK_FORMAT = "dropportal-anchors/1"
+_TOKEN_MAX = 1 << 20
 
 
 def anchored_message(chain_hash: str) -> bytes:
@@ -120,3 +137,83 @@ def load_certificates(pem: bytes) -> list[x509.Certificate]:
     except ValueError as exc:
         raise ValueError(f"not a certificate: {exc}") from None
     return certificates
+
+
+class PackAnchors:
+    """The tokens an evidence pack lists, held to the chain hashes the verifier recomputes
+    from ``ledger.jsonl`` at their positions (so a token over any other head fails, named)."""
+
+    def __init__(self, listed: list[dict[str, Any]], read_member: Callable[[str, int], bytes]):
+        self.listed = listed
+        self.read_member = read_member
+        self.wanted = {entry["position"] for entry in listed}
+        self.seen: dict[int, str] = {}
+
+    @classmethod
+    def read(cls, read_member: Callable[[str, int], bytes], names: set[str]) -> PackAnchors:
+        """The pack's ``anchors.json`` (none: a pack without tokens, or from before them);
+        ``names`` are the pack's members, each ``anchors/`` one must be listed."""
+        listed: list[dict[str, Any]] = []
+        if PACK_LIST in names:
+            try:
+                document = json.loads(read_member(PACK_LIST, _TOKEN_MAX))
+                if document.get("format") != PACK_FORMAT:
+                    raise ValueError(f"not a {PACK_FORMAT} list")
+                for entry in document["anchors"]:
+                    entry["position"] = int(entry["position"])
+                    if not (
+                        isinstance(entry["chain_hash"], str) and isinstance(entry["token"], str)
+                    ):
+                        raise ValueError(f"the entry of position {entry['position']} is incomplete")
+                    listed.append(entry)
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                raise PackInvalid(f"{PACK_LIST}: {exc}") from None
+        tokens = {entry["token"] for entry in listed}
+        for name in sorted(names):
+            if name.startswith(PACK_DIR) and name not in tokens:
+                raise PackInvalid(f"{name} is a token {PACK_LIST} does not list")
+        for name in sorted(tokens - names):
+            raise PackInvalid(f"{PACK_LIST} lists {name}, which is not in the pack")
+        return cls(listed, read_member)
+
+    def chain_hash_seen(self, position: int, chain_hash: str) -> None:
+        if position in self.wanted:
+            self.seen[position] = chain_hash
+
+    def check(self, authorities: list[x509.Certificate] | None) -> str:
+        """Every token against the recomputed chain (and with ``authorities``, its
+        signature); the verifier's line for them. ``PackInvalid`` names the first failure."""
+        if not self.listed:
+            return (
+                "timestamps: no time-stamp token in the ledger range (its chain is anchored "
+                "nowhere outside the service in this pack)"
+            )
+        for entry in self.listed:
+            position, name = entry["position"], entry["token"]
+            recomputed = self.seen.get(position)
+            if recomputed is None:
+                raise PackInvalid(f"{name}: position {position} is not in the ledger range")
+            if recomputed != entry["chain_hash"]:
+                raise PackInvalid(
+                    f"{PACK_LIST}: position {position}'s chain hash is not the chain's "
+                    f"({recomputed})"
+                )
+            token = self.read_member(name, _TOKEN_MAX)
+            problem = (
+                token_problem(token, recomputed)
+                if authorities is None
+                else token_chain_problem(token, recomputed, authorities)
+            )
+            if problem is not None:
+                raise PackInvalid(f"{name} (position {position}): {problem}")
+        positions = sorted(self.wanted)
+        covered = (
+            f"{len(self.listed)} tokens cover the chain hashes at positions "
+            f"{', '.join(str(p) for p in positions[:5])}{', …' if len(positions) > 5 else ''}"
+        )
+        if authorities is None:
+            return (
+                f"timestamps: {covered}; present but not checked against an authority "
+                "(pass --tsa-cert FILE)"
+            )
+        return f"timestamps: {covered}; each signature chains to the given certificate"
