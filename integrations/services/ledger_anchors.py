@@ -32,6 +32,7 @@ from integrations.ledger_kinds import LedgerKind
 from integrations.models import LedgerAnchor, LedgerChainLink
 from integrations.outbound_http import deliver
 from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append, ledger_seal
+from integrations.url_extras import without_url_extras
 
 # A token with the signer's certificate is a few KiB; an authority adding its chain, more.
 TOKEN_READ_LIMIT = 64 << 10
@@ -83,7 +84,7 @@ def ledger_anchor(*, actor: str = SYSTEM_ACTOR) -> LedgerAnchor:
             chain_hash=head.chain_hash,
             token=token,
             token_sha256=hashlib.sha256(token).hexdigest(),
-            tsa_url=url,
+            tsa_url=without_url_extras(url),  # a token in its query stays out of packs
             gen_time=token_gen_time(token),
             created_at=timezone.now(),
         )
@@ -97,7 +98,7 @@ def ledger_anchor(*, actor: str = SYSTEM_ACTOR) -> LedgerAnchor:
                 "chain_hash": anchor.chain_hash,
                 "token_sha256": anchor.token_sha256,
                 "gen_time": anchor.gen_time.isoformat(),
-                "tsa_url": url,
+                "tsa_url": anchor.tsa_url,
             },
         )
     return anchor
