@@ -6,6 +6,8 @@ from __future__ import annotations
 import io
 import json
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,8 +21,10 @@ from devtools.tsa_simulator import TsaSimulator
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import LedgerAnchor, LedgerChainLink
 from integrations.services.ledger import ledger_event_append, ledger_seal
+from tests.conftest import subprocess_env
 
 pytestmark = pytest.mark.django_db
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -62,6 +66,23 @@ def test_ledger_anchor_without_an_authority_is_one_clear_line(settings: Any) -> 
     assert str(refused.value) == (
         "DROPPORTAL_TSA_URL is not set: no time-stamping authority to anchor the ledger with"
     )
+
+
+def test_ledger_anchor_without_an_authority_exits_1_with_that_line() -> None:
+    """As an operator runs it: the one line on stderr, nothing else, exit 1."""
+    ran = subprocess.run(
+        [sys.executable, "manage.py", "ledger", "anchor"],
+        cwd=ROOT,
+        env=subprocess_env(DROPPORTAL_TSA_URL=""),
+        capture_output=True,
+        text=True,
+    )
+    assert ran.returncode == 1
+    assert ran.stderr == (
+        "CommandError: DROPPORTAL_TSA_URL is not set: no time-stamping authority to anchor the "
+        "ledger with\n"
+    )
+    assert ran.stdout == ""
 
 
 def test_ledger_anchor_names_the_authoritys_failure(tsa: TsaSimulator) -> None:
