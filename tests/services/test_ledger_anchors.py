@@ -12,6 +12,7 @@ import pytest
 from django.db import connection, transaction
 from django.db.utils import DatabaseError
 from django.utils import timezone
+from procrastinate.contrib.django import app
 
 from devtools.tsa_simulator import TsaSimulator
 from integrations import tasks
@@ -179,6 +180,10 @@ def test_anchors_are_append_only(tsa: TsaSimulator) -> None:
 
 
 def test_the_daily_job_anchors_when_an_authority_is_set(tsa: TsaSimulator, settings: Any) -> None:
+    periodic = app.periodic_registry.periodic_tasks[
+        ("integrations.tasks.anchor_ledger", "anchor_ledger")
+    ]
+    assert periodic.cron == "7 4 * * *"  # once a day
     some_events()
     position = tasks.anchor_ledger()
     assert position == LedgerAnchor.objects.get().position
