@@ -275,7 +275,7 @@ def verify_ledger(timestamp: int | None = None) -> bool:
 
 # The chain anchored outside: daily, an RFC 3161 authority (DROPPORTAL_TSA_URL) timestamps
 # the head. A failure is a ledger event and an alert, and the job is tried again (AnchorFailed
-# raises): within about 6 hours, then the next day.
+# raises): 6 more tries over about 5 hours, then the next day.
 ANCHOR_RETRY = RetryStrategy(max_attempts=6, exponential_wait=5)
 
 
