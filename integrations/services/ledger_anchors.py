@@ -2,7 +2,8 @@
 (``DROPPORTAL_TSA_URL``) signs the chain hash at the head, and its token is kept::
 
     anchor = ledger_anchor(actor="cli:alice")   # seal, ask the authority, keep its token
-    problems = ledger_anchors_verify(authorities=load_certificates(ca_pem))   # [] when all hold
+    checked, problems = ledger_anchors_verify(authorities=load_certificates(ca_pem))
+    ledger_anchors_verify_record()   # the nightly check, kept as an event (alerts on a problem)
 
 A token is the authority's word that the chain had reached that hash by its time: a chain
 rewritten later (even by someone holding the database and the evidence key) no longer leads
@@ -155,3 +156,24 @@ def ledger_anchors_verify(
         if reason:
             problems.append(AnchorProblem(anchor.id, anchor.position, reason))
     return checked, problems
+
+
+def ledger_anchors_verify_record(*, actor: str = SYSTEM_ACTOR) -> bool:
+    """``ledger_anchors_verify`` (without an authority's certificate: the service holds none),
+    kept as a ``ledger.anchors_verified`` event; a problem raises the ``ledger_anchor_broken``
+    alert. The nightly job's work, after ``ledger verify``: a chain rewritten whole, its
+    hashes recomputed, passes that one but not this."""
+    checked, problems = ledger_anchors_verify()
+    with transaction.atomic():
+        ledger_event_append(
+            kind=LedgerKind.LEDGER_ANCHORS_VERIFIED,
+            actor=actor,
+            subject="ledger",
+            data={
+                "ok": not problems,
+                "anchors_checked": checked,
+                "problems": [str(problem) for problem in problems[:10]],
+                "problems_count": len(problems),
+            },
+        )
+    return not problems

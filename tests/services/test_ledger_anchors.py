@@ -17,6 +17,7 @@ from procrastinate.contrib.django import app
 from devtools.tsa_simulator import TsaSimulator
 from integrations import tasks
 from integrations.evidence.timestamps import load_certificates, token_gen_time
+from integrations.ledger_hash import chain_hash, event_hash
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import LedgerAnchor, LedgerChainLink, LedgerEvent
 from integrations.services.ledger import ledger_event_append, ledger_seal
@@ -198,3 +199,59 @@ def test_the_daily_job_fails_so_it_is_tried_again(tsa: TsaSimulator) -> None:
     with pytest.raises(AnchorFailed):
         tasks.anchor_ledger()
     assert tasks.anchor_ledger() == LedgerAnchor.objects.get().position
+
+
+def test_the_nightly_verify_alerts_when_a_token_no_longer_covers_the_chain(
+    tsa: TsaSimulator,
+) -> None:
+    some_events()
+    anchor = ledger_anchor()
+    assert tasks.verify_ledger() is True
+    checked = LedgerEvent.objects.get(kind=LedgerKind.LEDGER_ANCHORS_VERIFIED)
+    assert checked.data == {"ok": True, "anchors_checked": 1, "problems": [], "problems_count": 0}
+    assert alerts_evaluate().raised == []
+    # The chain rewritten whole by someone with the owner's rights: every event and link
+    # recomputed (so the chain still verifies), and the anchor's stored hash to match; only
+    # the authority's token still names the old head.
+    with connection.cursor() as cursor:
+        for table in ("ledgerevent", "ledgerchainlink", "ledgeranchor"):
+            cursor.execute(f"ALTER TABLE integrations_{table} DISABLE TRIGGER USER")
+        first = LedgerEvent.objects.order_by("id").first()
+        assert first is not None
+        rewritten = event_hash(
+            created_at=first.created_at,
+            broker_id=first.broker_id,
+            kind=first.kind,
+            subject="rewritten",
+            actor=first.actor,
+            data=first.data,
+        )
+        cursor.execute(
+            "UPDATE integrations_ledgerevent SET subject = 'rewritten', event_hash = %s "
+            "WHERE id = %s",
+            [rewritten, first.id],
+        )
+        previous = "0" * 64
+        cursor.execute(
+            "SELECT l.position, e.id, e.event_hash FROM integrations_ledgerchainlink l "
+            "JOIN integrations_ledgerevent e ON e.id = l.event_id ORDER BY l.position"
+        )
+        for position, event_id, content in cursor.fetchall():
+            previous = chain_hash(previous, event_id, content)
+            cursor.execute(
+                "UPDATE integrations_ledgerchainlink SET chain_hash = %s WHERE position = %s",
+                [previous, position],
+            )
+            if position == anchor.position:
+                cursor.execute(
+                    "UPDATE integrations_ledgeranchor SET chain_hash = %s WHERE id = %s",
+                    [previous, anchor.id],
+                )
+        for table in ("ledgerevent", "ledgerchainlink", "ledgeranchor"):
+            cursor.execute(f"ALTER TABLE integrations_{table} ENABLE TRIGGER USER")
+    assert tasks.verify_ledger() is False
+    assert LedgerEvent.objects.filter(kind=LedgerKind.LEDGER_VERIFIED).latest("id").data["ok"]
+    raised = alerts_evaluate().raised
+    assert [alert.condition for alert in raised] == ["ledger_anchor_broken"]
+    assert f"the token of position {anchor.position}" in raised[0].text
+    assert "it covers another chain head" in raised[0].text

@@ -405,6 +405,23 @@ def _ledger_anchor_failed(now: dt.datetime) -> Iterable[Firing]:
         )
 
 
+@alert_condition("ledger_anchor_broken")
+def _ledger_anchor_broken(now: dt.datetime) -> Iterable[Firing]:
+    """The last nightly check of the kept time-stamp tokens found one that no longer covers
+    the chain (``ledger.anchors_verified`` events): the chain was rewritten after it."""
+    last = (
+        LedgerEvent.objects.filter(kind=LedgerKind.LEDGER_ANCHORS_VERIFIED).order_by("-id").first()
+    )
+    if last is not None and not last.data.get("ok", True):
+        problems = last.data.get("problems") or ["a token"]
+        yield Firing(
+            key="ledger",
+            text=f"a time-stamp token no longer holds: {problems[0]}; run `manage.py ledger "
+            "verify --tsa-cert FILE` and compare with the evidence packs' tokens",
+            details={"event": last.id, "problems": last.data.get("problems_count", 1)},
+        )
+
+
 @alert_condition("stuck_work")
 def _stuck_work(now: dt.datetime) -> Iterable[Firing]:
     """``drop doctor`` finds open work items no automatic path brings to a status: one alert
