@@ -26,21 +26,16 @@ import hashlib
 import json
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cryptography import x509
-from rfc3161_client import (
-    HashAlgorithm,
-    PKIStatus,
-    TimeStampRequest,
-    TimestampRequestBuilder,
-    TimeStampResponse,
-    VerificationError,
-    VerifierBuilder,
-    decode_timestamp_response,
-)
 
 from integrations.evidence.archive import PackInvalid
+
+# rfc3161-client is imported where a token is handled, so that a pack without tokens (an
+# older one among them) still verifies with ``cryptography`` alone, as auditors install it.
+if TYPE_CHECKING:
+    from rfc3161_client import TimeStampRequest, TimeStampResponse
 
 CONTENT_TYPE_QUERY = "application/timestamp-query"
 CONTENT_TYPE_REPLY = "application/timestamp-reply"
@@ -60,6 +55,8 @@ def anchored_message(chain_hash: str) -> bytes:
 def timestamp_request(chain_hash: str) -> TimeStampRequest:
     """A SHA-256 request over ``chain_hash``, with a nonce, asking for the signer's
     certificate in the answer (so a verifier needs only the authority's CA)."""
+    from rfc3161_client import HashAlgorithm, TimestampRequestBuilder
+
     return (
         TimestampRequestBuilder()
         .data(anchored_message(chain_hash))
@@ -72,6 +69,8 @@ def timestamp_request(chain_hash: str) -> TimeStampRequest:
 
 def token_read(tsr_der: bytes) -> TimeStampResponse:
     """The authority's answer, parsed; ``ValueError`` naming why it is not one."""
+    from rfc3161_client import decode_timestamp_response
+
     try:
         return decode_timestamp_response(tsr_der)
     except ValueError as exc:
@@ -88,6 +87,8 @@ def token_problem(tsr_der: bytes, chain_hash: str, *, nonce: int | None = None) 
     """Why ``tsr_der`` is not a granted token over ``chain_hash`` (None when it is): it
     parses, the authority granted it, its imprint is SHA-256 of the chain hash, and with
     ``nonce`` it answers that request. The signature is ``token_chain_problem``'s."""
+    from rfc3161_client import PKIStatus
+
     try:
         response = token_read(tsr_der)
     except ValueError as exc:
@@ -111,6 +112,8 @@ def token_chain_problem(
     """``token_problem``, then the signature: made by a certificate for time-stamping
     (extendedKeyUsage critical timeStamping) that chains to one of ``authorities``, valid
     at the token's time. None when all of it holds."""
+    from rfc3161_client import VerificationError, VerifierBuilder
+
     problem = token_problem(tsr_der, chain_hash)
     if problem is not None:
         return problem

@@ -1,4 +1,5 @@
-"""Verify an evidence pack offline: no database, no Django, only ``cryptography``.
+"""Verify an evidence pack offline: no database, no Django, only ``cryptography`` (and
+``rfc3161-client`` for the time-stamp tokens).
 
 An auditor runs it from a plain checkout (or through ``manage.py evidence verify``)::
 

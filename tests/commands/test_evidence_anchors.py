@@ -202,3 +202,31 @@ def test_evidence_verify_checks_tokens_offline_with_the_tsa_certificate(
     )
     assert refused.returncode == 1
     assert refused.stderr.startswith(f"{not_a_cert}: not a certificate")
+
+
+_WITHOUT_RFC3161_CLIENT = """
+import importlib.abc, runpy, sys
+class Blocked(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in {'rfc3161_client', 'django', 'psycopg'}:
+            raise ImportError('blocked for this test: ' + name)
+sys.meta_path.insert(0, Blocked())
+sys.argv = ['verify'] + sys.argv[1:]
+runpy.run_module('integrations.evidence.verify', run_name='__main__')
+"""
+
+
+def test_a_pack_without_tokens_verifies_with_cryptography_alone(
+    cycle: DropCycle, tmp_path: Path, public_key: Path
+) -> None:
+    """An auditor who installed only ``cryptography`` (older packs, packs of a service with
+    no authority) is not stopped by the time-stamp code."""
+    exported = export(cycle, tmp_path)
+    ran = subprocess.run(  # noqa: S603
+        [sys.executable, "-c", _WITHOUT_RFC3161_CLIENT, str(exported), "--public-key",
+         str(public_key)],
+        cwd=ROOT, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    assert "no time-stamp token in the ledger range" in ran.stdout
