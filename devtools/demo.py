@@ -235,11 +235,13 @@ def narrate(args: argparse.Namespace) -> None:
     public_url, password = start_service(say, port=free_port(args.port))
     from devtools.broker_simulator import BrokerSimulator
     from devtools.drop_simulator import DropSimulator
+    from devtools.tsa_simulator import TsaSimulator
 
     drop = DropSimulator(api_key="demo-drop-key", broker_id=BROKER_ID, active_download=True)
     broker_system_sim = BrokerSimulator(path="/drop/webhook")
     sso = identity_provider(say, public_url) if args.sso else contextlib.nullcontext()
-    with drop, broker_system_sim, sso:
+    tsa = TsaSimulator(name="dropportal demo TSA")
+    with drop, broker_system_sim, sso, tsa:
         broker_system = register_broker(say, drop, broker_system_sim)
 
         with tempfile.TemporaryDirectory(prefix="dropportal-demo-") as tmp:
@@ -254,11 +256,13 @@ def narrate(args: argparse.Namespace) -> None:
             provider_acknowledges(say, public_url)
             late_match(say, drop, broker_system, workdir, first_matches, first_rows)
             second_cycle(say, drop, broker_system, emails)
+            chain_anchored(say, tsa)
             recurring_round(say, broker_system)
             reappearance(say, broker_system, workdir, emails)
             canary_round(say, broker_system, workdir)
 
         ledger_summary(say)
+        auditor_checks_the_pack(say, tsa)
 
         story = story_url(public_url)
         if args.no_serve:
@@ -638,6 +642,63 @@ def ledger_summary(say: Narrator) -> None:
         f"{sum(kinds.values())} events, chain {'verified' if verification.ok else 'BROKEN'};"
         f" most frequent: " + ", ".join(f"{kind} {n}" for kind, n in kinds.most_common(4))
     )
+
+
+def chain_anchored(say: Narrator, tsa: Any) -> None:
+    """The worker's daily anchoring: an RFC 3161 authority (the loopback one) timestamps
+    the ledger's chain head."""
+    from django.conf import settings
+
+    from integrations.tasks import anchor_ledger
+
+    say.section("The ledger's chain, anchored outside (RFC 3161)")
+    settings.DROPPORTAL_TSA_URL = tsa.url
+    say.say(f"DROPPORTAL_TSA_URL={tsa.url} (a loopback time-stamping authority, OpenSSL's own")
+    say.say("`ts -reply` under a CA made for the demo). Daily, the worker has it sign the chain")
+    say.say("hash at the head; the token is kept with its position, a ledger.anchored event.")
+    position = anchor_ledger()
+    say.say(f"the daily job (integrations.tasks.anchor_ledger): chain position {position} anchored")
+
+
+def auditor_checks_the_pack(say: Narrator, tsa: Any) -> None:
+    """The broker's evidence pack of the year, verified as an auditor does: offline, with
+    the service's public key and the authority's certificate."""
+    import subprocess
+
+    from django.utils import timezone
+
+    say.section("The auditor: an evidence pack, checked offline")
+    say.command("ledger anchor")
+    say.say(call("ledger", "anchor"))
+    year = timezone.now().year
+    with tempfile.TemporaryDirectory(prefix="dropportal-audit-") as tmp:
+        audit = Path(tmp)
+        pack, key, ca = audit / "evidence.zip", audit / "evidence.pem", audit / "tsa-ca.pem"
+        say.command(
+            f"evidence export --broker 4821 --since {year}-01-01 --until {year}-12-31 "
+            "--out evidence.zip"
+        )
+        period = ["--since", f"{year}-01-01", "--until", f"{year}-12-31"]
+        say.say(call("evidence", "export", "--broker", BROKER_ID, *period, "--out", str(pack)))
+        say.command("evidence public-key > evidence.pem")
+        key.write_text(call("evidence", "public-key") + "\n")
+        ca.write_bytes(tsa.ca_pem)
+        say.say("The auditor takes the public key from the broker, the authority's CA")
+        say.say("certificate (tsa-ca.pem) from the authority, and checks on a machine of their")
+        say.say("own, with no database:")
+        say.command("evidence verify evidence.zip --public-key evidence.pem --tsa-cert tsa-ca.pem")
+        offline = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+        verified = subprocess.run(  # noqa: S603 (our own verifier, on our own files)
+            [sys.executable, "-m", "integrations.evidence.verify", str(pack),
+             "--public-key", str(key), "--tsa-cert", str(ca)],
+            cwd=ROOT, env=offline, capture_output=True, text=True,
+        )  # fmt: skip
+        say.say((verified.stdout + verified.stderr).strip())
+    say.say("The signature says the service made the pack; the chain, that no event in its")
+    say.say("range was edited, dropped or slipped in; each time-stamp token, that the chain had")
+    say.say("reached that hash by the authority's time, so it was not rewritten since, even by")
+    say.say("someone holding the database and the evidence key. No token proves the events")
+    say.say("were true when written, nor anything after the last anchored position.")
 
 
 def _hashes(emails: list[str]) -> set[str]:

@@ -122,6 +122,9 @@ DROPPORTAL_S3_ENDPOINT_URL = env.str("DROPPORTAL_S3_ENDPOINT_URL", default="")
 # Days a service provider or contractor has to acknowledge a directive before staff are
 # alerted (the dashboard and `drop doctor` list it too).
 DROPPORTAL_DIRECTIVE_ACK_DAYS = env.int("DROPPORTAL_DIRECTIVE_ACK_DAYS", default=10)
+# An RFC 3161 time-stamping authority: the worker has it timestamp the ledger's chain head
+# daily (`ledger anchor` at once). Empty: the chain is anchored nowhere outside the service.
+DROPPORTAL_TSA_URL = env.str("DROPPORTAL_TSA_URL", default="")
 
 _public_host = urlsplit(DROPPORTAL_PUBLIC_URL).hostname or "127.0.0.1"
 ALLOWED_HOSTS: list[str] = env.list(

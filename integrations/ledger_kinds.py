@@ -157,6 +157,11 @@ class LedgerKind(StrEnum):
     REPORT_FILES_EXPORTED = "report_files.exported"  # a cycle's report files downloaded
     EVIDENCE_EXPORTED = "evidence.exported"  # an evidence pack exported (its manifest's digest)
     LEDGER_VERIFIED = "ledger.verified"  # a ``ledger verify`` run and its result
+    # the chain head timestamped by an RFC 3161 authority: position, chain hash, token digest
+    LEDGER_ANCHORED = "ledger.anchored"
+    LEDGER_ANCHOR_FAILED = "ledger.anchor_failed"  # the authority could not be asked or refused
+    # the nightly check of every kept token against the chain, and what did not hold
+    LEDGER_ANCHORS_VERIFIED = "ledger.anchors_verified"
     ALERT_RAISED = "alert.raised"  # an alert condition began
     ALERT_CLEARED = "alert.cleared"  # an alert condition ended
     JOB_STALLED_RETRIED = "job.stalled_retried"  # a job of a lost worker retried

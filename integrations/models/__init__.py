@@ -29,7 +29,7 @@ from integrations.models.integrations import (
     WebhookIntegration,
 )
 from integrations.models.keys import ApiKey, ApiKeyScope
-from integrations.models.ledger import LedgerChainLink, LedgerEvent
+from integrations.models.ledger import LedgerAnchor, LedgerChainLink, LedgerEvent
 from integrations.models.providers import Directive, DirectiveReason, ServiceProvider
 from integrations.models.reports import (
     AWAITING_DROP,
@@ -94,6 +94,7 @@ __all__ = [
     "IsiAuth",
     "IsiConnection",
     "IsiIntegration",
+    "LedgerAnchor",
     "LedgerChainLink",
     "LedgerEvent",
     "OfItsKind",
