@@ -88,6 +88,8 @@ def test_the_pack_carries_its_ranges_tokens_and_they_verify(
     with zipfile.ZipFile(exported) as archive:
         listed = json.loads(archive.read(timestamps.PACK_LIST))
         assert archive.read(f"anchors/{anchor.position}.tsr") == bytes(anchor.token)
+        summary = archive.read("summary.html").decode()
+    assert "1 RFC 3161 time-stamp token of an outside\nauthority covers positions" in summary
     assert listed == {
         "format": timestamps.PACK_FORMAT,
         "anchors": [
@@ -121,9 +123,13 @@ def test_the_pack_carries_its_ranges_tokens_and_they_verify(
 def test_a_pack_without_tokens_says_its_chain_is_anchored_nowhere(
     cycle: DropCycle, tmp_path: Path, public_key: Path
 ) -> None:
-    result = verify_pack(export(cycle, tmp_path), public_key_pem=public_key.read_bytes())
+    exported = export(cycle, tmp_path)
+    result = verify_pack(exported, public_key_pem=public_key.read_bytes())
     assert result.ok, result.failure
     assert any("no time-stamp token in the ledger range" in line for line in result.checks)
+    with zipfile.ZipFile(exported) as archive:
+        summary = archive.read("summary.html").decode()
+    assert "No time-stamp token of an outside authority covers this range" in summary
 
 
 def test_a_token_under_another_authority_fails_with_the_given_certificate(

@@ -97,7 +97,7 @@ def evidence_pack_export(
         writer.write(pack.OUTCOMES, period.outcome_chunks(), rows=CsvRecordCounter())
         span = LedgerRange(broker=broker, since=period.ledger_since())
         writer.write(pack.LEDGER, span.lines(), rows=LineCounter())
-        write_anchors(writer, span)
+        anchors = write_anchors(writer, span)
         _write_report_files(writer, period)
         context = PackContext(broker=broker, period=period, writer=writer, exported_at=exported_at)
         components = _components_build(context)
@@ -123,6 +123,7 @@ def evidence_pack_export(
                     "requests_open": period.requests_open(),
                     "components": [_component_section(c) for c in components.values()],
                     "sample": drawn,
+                    "anchors": anchors,
                 },
             )
         writer.write(pack.SUMMARY, [summary.encode()], rows=None)
