@@ -1,7 +1,7 @@
 """dropportal's models, one module per domain."""
 
 from integrations.models.alerts import AlertState
-from integrations.models.brokers import Broker, BrokerMode
+from integrations.models.brokers import Broker, BrokerMode, ListSelection
 from integrations.models.consumers import Consumer, ConsumerHash
 from integrations.models.drop import (
     HASH_TYPE_CHOICES,
@@ -84,6 +84,7 @@ __all__ = [
     "IsiIntegration",
     "LedgerChainLink",
     "LedgerEvent",
+    "ListSelection",
     "OfItsKind",
     "OptOutRecord",
     "Reappearance",
