@@ -13,11 +13,12 @@ A builder may add files to the pack (``context.writer.write``) and names them in
 
 from __future__ import annotations
 
-from integrations.services.evidence.components import list_selection
+from integrations.services.evidence.components import list_selection, matching
 from integrations.services.evidence.components.base import Builder
 
 # One line per component module, in the audit's order (``integrations.evidence.components.KEYS``);
 # the export refuses to run unless all nine are here.
 BUILDERS: dict[str, Builder] = {
     "list_selection": list_selection.build,
+    "matching": matching.build,
 }
