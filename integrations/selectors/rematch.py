@@ -267,7 +267,7 @@ class CycleRematch:
     def differences(self) -> Iterator[RematchDifference]:
         """Every difference, unexplained ones first; ``summary`` is complete once they are
         all read. Call inside a transaction (a server-side cursor lives in one)."""
-        params = {
+        params: dict[str, Any] = {
             "broker": self.broker.pk,
             "code": self.broker.broker_id,
             "cycle": self.cycle.pk,

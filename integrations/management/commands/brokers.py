@@ -128,7 +128,7 @@ class Command(DropportalCommand):
             effective_from=date_bound(options["since"]) if options["since"] else None,
         )
         if options["json"]:
-            self.print_json({"broker_id": broker.broker_id, **_selection_json(selection)})
+            self.print_json({"broker_id": broker.broker_id, **_selection_fields(selection)})
             return
         self.stdout.write(
             f"Recorded the lists broker {broker.broker_id} selected in DROP's portal: "
@@ -138,8 +138,10 @@ class Command(DropportalCommand):
 
 
 def _selection_json(selection: ListSelection | None) -> dict[str, Any] | None:
-    if selection is None:
-        return None
+    return None if selection is None else _selection_fields(selection)
+
+
+def _selection_fields(selection: ListSelection) -> dict[str, Any]:
     return {
         "lists": selection.lists,
         "reason": selection.reason,
