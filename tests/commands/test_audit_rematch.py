@@ -86,7 +86,7 @@ def test_a_cycle_as_recorded_passes(cycle: DropCycle) -> None:
     code, out = rematch("--cycle", cycle.drop_session_id)
 
     assert code == 0
-    assert "Matched at the import: 2 work items (2 with its deletion requests)" in out
+    assert "Matched at the import: 2 work items (2 with deletion requests)" in out
     assert "matching now: 2 (2 consumer matches, 2 recorded)" in out
     assert out.strip().endswith("PASS: the same matches as recorded, no difference.")
 
@@ -225,3 +225,23 @@ def test_a_work_item_removed_before_its_consumer_came_is_explained(
     event = LedgerEvent.objects.get(kind="drop.work_items_removed")
     assert f"explained work_item_removed: work item {ITEMS[3][0]} (email), consumer L-1" in out
     assert f"[drop.work_items_removed #{event.pk}, " in out
+
+
+def test_consumers_forgotten_by_a_full_replacement_are_explained_by_it(
+    cycle: DropCycle, tmp_path: Path
+) -> None:
+    path = tmp_path / "full-set.csv"
+    path.write_text(f"remote_identifier,hash_type,hash\nN-1,phone,{ITEMS[5][1]}\n")
+    call_command(
+        "consumers", "import", "--broker", "4821", "--hashed", "--replace", "--force", str(path),
+        stdout=io.StringIO(),
+    )  # fmt: skip
+    event = LedgerEvent.objects.get(kind="consumers.replaced")
+
+    code, report = rematch_json(cycle)
+
+    assert code == 0
+    assert report["summary"]["explained"] == {"consumers_replaced": 2, "late_match": 1}
+    forgotten = [d for d in report["differences"] if d["reason"] == "consumers_replaced"]
+    assert [d["remote_identifier"] for d in forgotten] == ["C-0", "C-1"]
+    assert {d["event"]["id"] for d in forgotten} == {event.pk}

@@ -73,8 +73,8 @@ def _summary_lines(summary: RematchSummary) -> list[str]:
     unexplained = sum(summary.unexplained.values())
     lines = [
         f"Matched at the import: {summary.matched_at_import} work items "
-        f"({summary.matched_recorded_at_import} with its deletion requests); recorded since, "
-        f"late matches included: {summary.matched_recorded}; matching now: "
+        f"({summary.matched_recorded_at_import} with deletion requests); with late matches: "
+        f"{summary.matched_recorded}; matching now: "
         f"{summary.matched_now} ({summary.pairs_now} consumer matches, "
         f"{summary.pairs_recorded} recorded).",
     ]
