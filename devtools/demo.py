@@ -51,6 +51,7 @@ ROLE_LOGINS = {
 LATE_CONSUMER = "CRM-LATE-1"  # registered after cycle 1, matches a hash DROP sent in it
 RESOLD_CONSUMER = "CRM-RESOLD-1"  # a deleted consumer, bought again from a data supplier
 SUPPLIER_FILE = "supplier-batch.csv"
+CANARY = "CRM-CANARY-1"  # a test consumer the broker keeps only to test its deletion system
 PROVIDER = "Mailhouse"  # a service provider: directed to delete after each match
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -253,6 +254,7 @@ def narrate(args: argparse.Namespace) -> None:
             second_cycle(say, drop, broker_system, emails)
             recurring_round(say, broker_system)
             reappearance(say, broker_system, workdir, emails)
+            canary_round(say, broker_system, workdir)
 
         ledger_summary(say)
 
@@ -565,6 +567,45 @@ def reappearance(
     )
     say.command("drop reappearances --broker 4821")
     say.say(call("drop", "reappearances", "--broker", BROKER_ID))
+
+
+def canary_round(say: Narrator, broker_system: BrokerSystem, workdir: Path) -> None:
+    """The deletion system tested, observed: a canary's deletion to every target."""
+    import json
+
+    from django.utils import timezone
+
+    from integrations.models import CanaryRound
+    from integrations.selectors.canaries import canary_round_results
+
+    say.section("Actioning tested: a canary round")
+    say.say("The broker keeps a test consumer in its systems only for this; staff name it a")
+    say.say("canary. Every cycle (and `drop canary` at once) sends it a deletion at every target")
+    say.say('with drop_session_id "0": never reported to DROP, never in its figures.')
+    canary_file = workdir / "canary.csv"
+    canary_file.write_text(f"remote_identifier,email\n{CANARY},Canary.Test@Example.com\n")
+    say.command(
+        f"consumers import --broker 4821 canary.csv; consumers canary --broker 4821 {CANARY}"
+    )
+    call("consumers", "import", "--broker", BROKER_ID, str(canary_file))
+    say.say(call("consumers", "canary", "--broker", BROKER_ID, CANARY))
+    say.command("drop canary --broker 4821 --json")
+    sent = json.loads(call("drop", "canary", "--broker", BROKER_ID, "--json"))
+    # The broker's tooling deletes the test record, answers deleted, then creates it again.
+    deliver_and_answer(say, broker_system, ["deleted"] * int(sent["deletion_requests"]))
+    (result,) = canary_round_results(
+        rounds=CanaryRound.objects.filter(pk=sent["canary_round"]), now=timezone.now()
+    )
+    for target, answers in result.by_target().items():
+        say.say(
+            f"canary round {sent['canary_round']} at {target}: "
+            + ", ".join(f"{a.remote_identifier} {a.drop_outcome}" for a in answers)
+        )
+    say.say(f"the round {result.result}.")
+    say.say("An auditor opens the evidence pack's actioning component: every round of the")
+    say.say("period, per target, with the broker's signed answers; a round that failed or went")
+    say.say("unanswered fails it. To test it live, they ask staff for `drop canary` and watch")
+    say.say("the answer arrive on the dashboard (Canary rounds) and in the ledger.")
 
 
 def ledger_summary(say: Narrator) -> None:

@@ -85,6 +85,11 @@ DROPPORTAL_DOWNLOAD_CADENCE_DAYS = env.int("DROPPORTAL_DOWNLOAD_CADENCE_DAYS", d
 DROPPORTAL_RECURRING_DAYS = env.int("DROPPORTAL_RECURRING_DAYS", default=45)
 if DROPPORTAL_RECURRING_DAYS < 0:
     sys.exit("error: DROPPORTAL_RECURRING_DAYS must be 0 (off) or a number of days")
+# Canary rounds (docs/operations.md, "Canaries"): hours each canary's deletion request has to
+# be answered `deleted` before the round fails and staff are alerted.
+DROPPORTAL_CANARY_HOURS = env.int("DROPPORTAL_CANARY_HOURS", default=72)
+if DROPPORTAL_CANARY_HOURS < 1:
+    sys.exit("error: DROPPORTAL_CANARY_HOURS must be a number of hours, 1 or more")
 # DROP's calendar is California's: the zone of DROP dates (match_date, due dates, days left,
 # the yearly figures' year) and of times shown to staff. Stored timestamps stay UTC.
 DROPPORTAL_DROP_TIMEZONE = env.str("DROPPORTAL_DROP_TIMEZONE", default="America/Los_Angeles")

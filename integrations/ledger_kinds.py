@@ -73,6 +73,12 @@ class LedgerKind(StrEnum):
     # the rounds due of deleted and opted-out consumers sent: counts, the days ahead asked
     RECURRING_ROUNDS_SENT = "recurring.rounds_sent"
 
+    # -- canaries: consumers the broker keeps for testing its deletion system
+    CANARY_ADDED = "canary.added"  # a registered consumer named a canary by staff
+    CANARY_REMOVED = "canary.removed"  # no longer a canary (the consumer stays registered)
+    # a canary round: each canary's deletion request to every target (drop_session_id "0")
+    CANARY_ROUND_SENT = "canary.round_sent"
+
     # -- resolution requests (ISI) and the SaaS deletions they lead to
     RESOLUTION_REQUEST_DELIVERED = "resolution_request.delivered"  # acknowledged by the ISI
     RESOLUTION_REQUEST_DELIVERY_FAILED = "resolution_request.delivery_failed"  # attempt failed
@@ -125,6 +131,11 @@ class LedgerKind(StrEnum):
     REPORT_FILE_MARKED_UPLOADED = "report_file.marked_uploaded"  # staff uploaded it by hand
     REPORT_FILE_REFUSED = "report_file.refused"  # DROP refused it alone (409): sent again
     REPORT_FILE_DISCARDED = "report_file.discarded"  # staff gave up an amendment, with a reason
+    # "approve uploads": a file waits for a second person, who approves or rejects it
+    REPORT_FILE_AWAITING_APPROVAL = "report_file.awaiting_approval"  # written, not sent yet
+    REPORT_FILE_APPROVED = "report_file.approved"  # approved by another person: to be uploaded
+    # Not "report_file.rejected", which is DROP's rejection: this one never reached DROP.
+    REPORT_FILE_APPROVAL_REJECTED = "report_file.approval_rejected"  # not approved, with a reason
 
     # -- staff (the admin composes its events: ledger_kind_compose)
     STAFF_USER_ADDED = "staff_user.added"  # a staff account added in the admin

@@ -887,3 +887,9 @@ def sample_cycle(broker: Broker, *, today: dt.date) -> SampleCycle:
     # The consumer of the completed request, brought back by a supplier's file.
     ReappearanceFactory.create(work_item=world.requests["completed"].work_item, consumer=consumer)
     return world
+
+
+def work_item_of(request: DeletionRequest) -> WorkItem:
+    """A DROP request's work item (a canary round's request has none)."""
+    assert request.work_item is not None, f"{request} is a canary round's request"
+    return request.work_item

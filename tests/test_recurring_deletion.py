@@ -50,6 +50,7 @@ from tests.builders import (
     drop_noon,
     drop_zip,
     run_worker,
+    work_item_of,
     worker_jobs_emptied,
     write_zip,
 )
@@ -148,7 +149,7 @@ def test_a_deleted_consumer_gets_a_round_every_45_days_that_never_changes_its_st
     _answer(side, first["C-deleted"], "deleted")
     _answer(side, first["C-not_found"], "not_found")
     run_worker(["dispatch"])
-    deleted = DeletionRequest.objects.filter(remote_identifier="C-deleted")[0].work_item
+    deleted = work_item_of(DeletionRequest.objects.filter(remote_identifier="C-deleted")[0])
     assert {w.status_code for w in WorkItem.objects.all()} == {3, 5}
     assert deleted.status_code == 3
 

@@ -358,7 +358,7 @@ def test_the_whole_cycle(
     run_worker(["dispatch"])  # the work items' settlements, deferred with the outcomes
     failed = DeletionRequest.objects.filter(remote_identifier="C-failed")
     assert {(r.state, r.error_message) for r in failed} == {("failed", "CRM locked the record")}
-    assert WorkItem.objects.get(pk=failed[0].work_item_id).status_code is None  # not final
+    assert WorkItem.objects.get(deletion_requests=failed[0]).status_code is None  # not final
 
     # A retry on the broker's side then succeeds; a replay changes nothing; a contradiction
     # is refused.
@@ -376,7 +376,7 @@ def test_the_whole_cycle(
         assert len(requests_) == side.targets, outcome
         assert {r.state for r in requests_} == {RequestState.COMPLETED}, outcome
         assert {r.drop_status_code for r in requests_} == {code}, outcome
-        assert WorkItem.objects.get(pk=requests_[0].work_item_id).status_code == code, outcome
+        assert WorkItem.objects.get(deletion_requests=requests_[0]).status_code == code, outcome
     if isinstance(side, WebhookSide):
         assert OptOutRecord.objects.get(deletion_request__isnull=False).email == OPTED_OUT_EMAIL
         assert OptOutRecord.objects.get(resolution_request__isnull=False).email == (

@@ -98,9 +98,17 @@ class EvidenceForm(forms.Form):
     cycle = forms.CharField(required=False, help_text="a cycle's drop_session_id, or a period:")
     since = forms.DateField(required=False, help_text="YYYY-MM-DD, inclusive (a DROP day)")
     until = forms.DateField(required=False, help_text="YYYY-MM-DD, inclusive (a DROP day)")
+    sample = forms.IntegerField(
+        required=False, min_value=1, help_text="add this many work items' stories, drawn by:"
+    )
+    seed = forms.CharField(
+        required=False, max_length=200, help_text="any text; the same seed draws the same items"
+    )
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
+        if (data.get("sample") is None) != (not data.get("seed")):
+            raise ValidationError("give a sample size and a seed together")
         broker, cycle = data.get("broker"), data.get("cycle")
         if cycle and (data.get("since") or data.get("until")):
             raise ValidationError("give a cycle or a period, not both")
@@ -137,6 +145,8 @@ def evidence_view(request: HttpRequest) -> HttpResponseBase:
                 cycle=data["cycle"] or None,
                 since=_day(data["since"]),
                 until=_day(data["until"], end=True),
+                sample=data["sample"],
+                seed=data["seed"] or None,
                 out=pack_file,  # type: ignore[arg-type]
                 actor=staff_actor(request),
                 via="admin",

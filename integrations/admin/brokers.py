@@ -82,6 +82,7 @@ class BrokerForm(forms.ModelForm):
             "drop_webhook_secret",
             "auto_pull",
             "pull_interval_days",
+            "approve_uploads",
             "lists_selected",
             "lists_selected_reason",
         ]
@@ -136,10 +137,11 @@ class BrokerAdmin(WriteOnlyCredentials, ModelAdmin):
         "has_drop_api_key",
         "auto_pull",
         "pull_interval_days",
+        "approve_uploads",
         "last_pulled_at",
         "created_at",
     ]
-    list_filter = ["mode", "auto_pull"]
+    list_filter = ["mode", "auto_pull", "approve_uploads"]
     search_fields = ["broker_id", "name"]
 
     @admin.display(boolean=True, description="DROP API key")
@@ -200,6 +202,7 @@ class BrokerAdmin(WriteOnlyCredentials, ModelAdmin):
                 drop_base_url=obj.drop_base_url,
                 auto_pull=obj.auto_pull,
                 pull_interval_days=obj.pull_interval_days,
+                approve_uploads=obj.approve_uploads,
                 actor=actor,
             )
             obj.pk = created.pk
@@ -212,7 +215,14 @@ class BrokerAdmin(WriteOnlyCredentials, ModelAdmin):
         current = Broker.objects.get(pk=obj.pk)
         changes: dict[str, Any] = {
             f: getattr(obj, f)
-            for f in ("name", "mode", "drop_base_url", "auto_pull", "pull_interval_days")
+            for f in (
+                "name",
+                "mode",
+                "drop_base_url",
+                "auto_pull",
+                "pull_interval_days",
+                "approve_uploads",
+            )
         }
         if new_key:
             changes["drop_api_key"] = new_key

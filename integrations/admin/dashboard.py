@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
+from django.db.models import F, Window
+from django.db.models.functions import RowNumber
 from django.http import HttpRequest
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
@@ -26,15 +28,17 @@ from django.utils.safestring import SafeString
 from integrations.admin import charts
 from integrations.client_address import proxy_setting_missing
 from integrations.dispatch.checks import PRIVATE_TARGETS_OPEN
-from integrations.drop.calendar import drop_date, drop_today
+from integrations.drop.calendar import drop_date, drop_time_text, drop_today
 from integrations.drop_statuses import DropStatus
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     DROP_STATUS_CODES,
+    CanaryRound,
     DropOutcome,
     RequestState,
     WorkItemState,
 )
+from integrations.selectors.canaries import FAILED, OPEN, PASSED, canary_round_results
 from integrations.selectors.dashboard import (
     HEALTH_ATTEMPTS,
     BrokerOverview,
@@ -166,6 +170,18 @@ class ObligationLine:
 
 
 @dataclass(frozen=True)
+class CanaryLine:
+    """One target of a canary round: how its canaries answered."""
+
+    round_label: str  # on the round's first line only
+    result: str  # passed, failed, open: the round's
+    tone: str  # calm, late, soon
+    url: str | None
+    target: str
+    answers: str  # "TEST-1: deleted", or what went wrong
+
+
+@dataclass(frozen=True)
 class BrokerPanel:
     broker_id: str
     name: str
@@ -198,6 +214,9 @@ class BrokerPanel:
     recurring: list[tuple[str, Number]] = field(default_factory=list)
     recurring_days: int = 0
     recurring_off: str = ""
+    # The latest canary rounds, per target (none: the broker has no canary round yet).
+    canaries: list[CanaryLine] = field(default_factory=list)
+    canaries_url: str | None = None
 
 
 @dataclass(frozen=True)
@@ -260,8 +279,9 @@ def dashboard_context(request: HttpRequest) -> dict[str, Any]:
     now = timezone.now()
     today = drop_today(now)
     links = _Links(request)
+    canaries = _canary_lines(links, now=now)
     panels = [
-        _broker_panel(overview, links, now=now, today=today)
+        _broker_panel(overview, links, now=now, today=today, canaries=canaries)
         for overview in dashboard_overview(now=now)
     ]
     open_panels = [
@@ -294,7 +314,12 @@ def dashboard_context(request: HttpRequest) -> dict[str, Any]:
 
 
 def _broker_panel(
-    overview: BrokerOverview, links: _Links, *, now: dt.datetime, today: dt.date
+    overview: BrokerOverview,
+    links: _Links,
+    *,
+    now: dt.datetime,
+    today: dt.date,
+    canaries: dict[int, list[CanaryLine]],
 ) -> BrokerPanel:
     broker = overview.broker
     by_broker = {"broker__id__exact": broker.pk}
@@ -347,6 +372,8 @@ def _broker_panel(
         recurring=_recurring_numbers(overview, links),
         recurring_days=settings.DROPPORTAL_RECURRING_DAYS,
         recurring_off=RECURRING_OFF if settings.DROPPORTAL_RECURRING_DAYS <= 0 else "",
+        canaries=canaries.get(broker.pk, []),
+        canaries_url=links.changelist("canaryround", broker__id__exact=broker.pk),
         outcomes_chart=charts.stacked_bars(
             [_outcome_bar(c, links) for c in overview.recent_cycles],
             title=f"The broker's outcomes per cycle, broker {broker.broker_id}",
@@ -354,6 +381,46 @@ def _broker_panel(
             height=190,
         ),
     )
+
+
+# How many of a broker's latest canary rounds the dashboard shows.
+DASHBOARD_CANARY_ROUNDS = 3
+_CANARY_TONES = {PASSED: "calm", FAILED: "late", OPEN: "soon"}
+
+
+def _canary_lines(links: _Links, *, now: dt.datetime) -> dict[int, list[CanaryLine]]:
+    """Every broker's latest canary rounds, newest first, one line per target, by broker pk
+    (two queries, whatever the number of brokers)."""
+    latest = CanaryRound.objects.annotate(
+        newest=Window(RowNumber(), partition_by=F("broker_id"), order_by=F("started_at").desc())
+    ).filter(newest__lte=DASHBOARD_CANARY_ROUNDS)
+    rounds = latest.select_related("cycle").order_by("broker_id", "-started_at", "-pk")
+    lines: dict[int, list[CanaryLine]] = {}
+    for result in canary_round_results(rounds=rounds, now=now):
+        canary_round = result.canary_round
+        label = f"{drop_time_text(canary_round.started_at)}" + (
+            f" (cycle {canary_round.cycle.drop_session_id})" if canary_round.cycle else ""
+        )
+        by_target = {
+            target: ", ".join(
+                f"{a.remote_identifier}: {a.drop_outcome or a.state}"
+                + (f" ({a.why})" if a.why else "")
+                for a in answers
+            )
+            for target, answers in result.by_target().items()
+        } or {"no target": "; ".join(result.problems)}
+        for n, (target, answers) in enumerate(by_target.items()):
+            lines.setdefault(canary_round.broker_id, []).append(
+                CanaryLine(
+                    round_label=label if n == 0 else "",
+                    result=result.result,
+                    tone=_CANARY_TONES[result.result],
+                    url=links.change("canaryround", canary_round.pk) if n == 0 else None,
+                    target=target,
+                    answers=answers,
+                )
+            )
+    return lines
 
 
 def _directive_numbers(

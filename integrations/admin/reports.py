@@ -13,9 +13,15 @@ through ``services.reporting.report_files``, ``services.reporting.report_manual`
     class DeletionRequestAdmin(admin.ModelAdmin):
         actions = [export_outcomes_csv]
 
+"Approve" and "Reject" decide on a file waiting for approval (a broker's "approve uploads"):
+their page shows each file's counts per status and list, and a second person (never whoever
+wrote it: ``services.reporting.report_approval``) approves it, the report job then uploads
+it, or rejects it with a reason.
+
 Permissions: reading files needs "view report file"; generating files, marking them
 uploaded, discarding an amendment and setting a status change work items, so they need
-"change work item" (the Operators role has it).
+"change work item" (the Operators role has it); approving or rejecting needs "approve report
+file" (Operators, not Auditors).
 """
 
 from __future__ import annotations
@@ -54,8 +60,15 @@ from integrations.selectors.outcomes import (
     deletion_outcomes,
     deletion_outcomes_csv,
 )
+from integrations.selectors.report_reviews import report_file_review
 from integrations.services.cycle.work_items import work_item_status_set
 from integrations.services.evidence.audit import outcome_export_record
+from integrations.services.reporting.report_approval import (
+    APPROVE_PERMISSION,
+    REVIEW_REASON_MAX,
+    report_file_approve,
+    report_file_reject,
+)
 from integrations.services.reporting.report_files import report_files_write
 from integrations.services.reporting.report_manual import (
     DISCARD_REASON_MAX,
@@ -102,10 +115,15 @@ class ReportFileAdmin(ModelAdmin):
         "discard_reason",
         "discarded_by",
         "discarded_at",
+        "written_by",
+        "review_counts",
+        "reviewed_by",
+        "reviewed_at",
+        "review_reason",
         "download",
         "drop_notifications",
     ]
-    actions = ["mark_uploaded", "discard_amendment"]
+    actions = ["mark_uploaded", "discard_amendment", "approve_files", "reject_files"]
     change_list_template = "admin/integrations/reportfile/change_list.html"
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ReportFile]:
@@ -122,6 +140,14 @@ class ReportFileAdmin(ModelAdmin):
 
     def has_report_permission(self, request: HttpRequest) -> bool:
         return _may_report(request)
+
+    def has_approve_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(APPROVE_PERMISSION)
+
+    @admin.display(description="rows per status")
+    def review_counts(self, obj: ReportFile) -> str:
+        """What an approver reviews: the file's list and its rows per DROP status."""
+        return report_file_review(obj).text
 
     @admin.display(description="Broker ID", ordering="broker__broker_id")
     def broker_code(self, obj: ReportFile) -> str:
@@ -211,6 +237,83 @@ class ReportFileAdmin(ModelAdmin):
         }
         return TemplateResponse(request, "admin/integrations/reportfile/discard.html", context)
 
+    @admin.action(
+        description="Approve for upload (files waiting for approval)", permissions=["approve"]
+    )
+    def approve_files(
+        self, request: HttpRequest, queryset: QuerySet[ReportFile]
+    ) -> HttpResponse | None:
+        """The review page shows each file's counts; approving asks for an optional note."""
+        return self._review(request, queryset, approve=True)
+
+    @admin.action(
+        description="Reject, not uploaded (files waiting for approval; with a reason)",
+        permissions=["approve"],
+    )
+    def reject_files(
+        self, request: HttpRequest, queryset: QuerySet[ReportFile]
+    ) -> HttpResponse | None:
+        return self._review(request, queryset, approve=False)
+
+    def _review(
+        self, request: HttpRequest, queryset: QuerySet[ReportFile], *, approve: bool
+    ) -> HttpResponse | None:
+        # Checked here too: the action's permission guards the list, not a crafted POST.
+        if not self.has_approve_permission(request):
+            raise PermissionDenied
+        form_class = ApproveForm if approve else RejectForm
+        form = form_class(request.POST if "apply" in request.POST else None)
+        if form.is_valid():
+            done = 0
+            for report_file in queryset.order_by("pk"):
+                try:
+                    if approve:
+                        report_file_approve(
+                            report_file=report_file,
+                            reason=form.cleaned_data["reason"],
+                            actor=staff_actor(request),
+                        )
+                    else:
+                        report_file_reject(
+                            report_file=report_file,
+                            reason=form.cleaned_data["reason"],
+                            actor=staff_actor(request),
+                        )
+                except ValidationError as exc:
+                    self.message_user(
+                        request, f"{report_file}: {' '.join(exc.messages)}", messages.ERROR
+                    )
+                else:
+                    done += 1
+            if done and approve:
+                self.message_user(
+                    request,
+                    f"Approved {done} file(s): they are uploaded with the broker's next report.",
+                    messages.SUCCESS,
+                )
+            elif done:
+                self.message_user(
+                    request,
+                    f"Rejected {done} file(s): never uploaded; their statuses go into a new "
+                    "file at the next report run.",
+                    messages.SUCCESS,
+                )
+            return None
+        files = list(queryset.select_related("broker", "cycle").defer("content")[:200])
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Approve for upload" if approve else "Reject: not uploaded",
+            "form": form,
+            "reviews": [(f, report_file_review(f)) for f in files],
+            "count": queryset.count(),
+            "approve": approve,
+            "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
+            "select_across": request.POST.get("select_across", "0"),
+            "action": "approve_files" if approve else "reject_files",
+            "opts": self.model._meta,
+        }
+        return TemplateResponse(request, "admin/integrations/reportfile/review.html", context)
+
     def get_urls(self) -> list[URLPattern]:
         view = self.admin_site.admin_view
         return [
@@ -246,7 +349,12 @@ class ReportFileAdmin(ModelAdmin):
             )
             if written:
                 names = ", ".join(f"{f.file_name} ({f.rows} rows)" for f in written)
-                self.message_user(request, f"Wrote {names}.", messages.SUCCESS)
+                waiting = (
+                    " They wait for approval by another Operator (the broker approves uploads)."
+                    if any(f.state == ReportFileState.AWAITING_APPROVAL for f in written)
+                    else ""
+                )
+                self.message_user(request, f"Wrote {names}.{waiting}", messages.SUCCESS)
             else:
                 self.message_user(request, "Nothing new to report for that cycle.")
             changelist = reverse("admin:integrations_reportfile_changelist")
@@ -281,6 +389,25 @@ class DiscardForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 3}),
         max_length=DISCARD_REASON_MAX,
         help_text="Why DROP will not get this amendment; kept on the file and in the ledger.",
+    )
+
+
+class ApproveForm(forms.Form):
+    reason = forms.CharField(
+        label="Note",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        max_length=REVIEW_REASON_MAX,
+        help_text="Optional: what you checked; kept on the file and in the ledger.",
+    )
+
+
+class RejectForm(forms.Form):
+    reason = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3}),
+        max_length=REVIEW_REASON_MAX,
+        help_text="Why DROP must not get this file; kept on the file and in the ledger. Its "
+        "statuses are still owed and go into a new file at the next report run.",
     )
 
 

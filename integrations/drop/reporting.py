@@ -41,6 +41,7 @@ __all__ = [
     "build_response_file",
     "response_name",
     "response_rows",
+    "response_status_counts",
     "responses_from_rows",
     "save_response_file",
 ]
@@ -152,6 +153,13 @@ def response_rows(content: bytes) -> list[tuple[str, int]]:
             raise DropFileError(None, number, "a row is not a work item id and a status")
         rows.append((work_item_id.decode("ascii"), int(status)))
     return rows
+
+
+def response_status_counts(content: bytes) -> dict[int, int]:
+    """How many rows of a response file built here carry each status code (every code, 0
+    when none): what an approver reviews. A row is ``<alphanumeric id>,<code>`` CRLF, so
+    the only comma of a line ends its id and counting ``,<code>`` CRLF counts the rows."""
+    return {code: content.count(b",%d\r\n" % code) for code in STATUS_CODES}
 
 
 def save_response_file(directory: str | os.PathLike[str], name: str, content: bytes) -> Path:

@@ -1,6 +1,8 @@
 """An evidence pack's checks after its archive's bytes: the manifest's signature, every
-file's digest and row count, the ledger chain over the range, and that every outcome row
-and every status in the DROP files has its ledger events::
+file's digest and row count, the ledger chain over the range, that every outcome row
+and every status in the DROP files has its ledger events, and that ``components.json``
+holds together (each audit component present, its result the one its tests give, every file
+it names in the pack; a pack from before the components has none, and the checks say so)::
 
     result = Verification(ok=False)
     PackChecker(raw, archive, public_key_pem, result).run()   # raises PackInvalid
@@ -26,6 +28,7 @@ from typing import IO, Any
 
 from cryptography.exceptions import InvalidSignature
 
+from integrations.evidence import components as layout
 from integrations.evidence import pack
 from integrations.evidence.archive import PackInvalid, check_structure
 from integrations.ledger_hash import chain_hash, event_hash
@@ -45,6 +48,18 @@ class Verification:
     manifest: dict[str, Any] = field(default_factory=dict)
     key_fingerprint: str = ""
     key_trusted: bool = False
+    # The audit's components and their results (None: a pack from before them).
+    components: dict[str, dict[str, Any]] | None = None
+
+    @property
+    def components_failed(self) -> list[str]:
+        """The components whose tests failed at export: the pack is authentic, the system
+        it records failed those tests."""
+        return [
+            key
+            for key, component in (self.components or {}).items()
+            if component["result"] != layout.PASS
+        ]
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -59,6 +74,9 @@ class Verification:
             # Said plainly for automation: without a key of the auditor's own, a valid
             # signature proves the pack is whole, not that the service signed it.
             "signer_checked": self.key_trusted,
+            "components": self.components,
+            "components_failed": self.components_failed,
+            "sample": self.manifest.get("sample"),
         }
 
 
@@ -98,6 +116,8 @@ class PackChecker:
         self.check_ledger(manifest)
         self.check_outcomes()
         self.check_drop_files()
+        self.check_components(manifest)
+        self.check_sample(manifest)
 
     def read_member(self, name: str, limit: int) -> bytes:
         try:
@@ -411,6 +431,73 @@ class PackChecker:
             raise PackInvalid(f"{name}: DROP's answer has no state a sent file has ({state!r})")
         if _digest(expected) not in self.file_events:
             raise PackInvalid(f"{name}: DROP's answer ({state}) has no matching ledger event")
+
+    # -- the audit's components and the sample
+
+    def check_components(self, manifest: dict[str, Any]) -> None:
+        declared = manifest.get("components")
+        if layout.FILE not in self.files:
+            if declared is not None:
+                raise PackInvalid(f"{layout.FILE} is missing, the manifest declares it")
+            self.check(
+                f"components: none ({layout.FILE} is not in this pack: it was exported before "
+                "packs were laid out by the audit's components)"
+            )
+            return
+        try:
+            document = json.loads(self.read_member(layout.FILE, _MANIFEST_MAX))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise PackInvalid(f"{layout.FILE} is not JSON: {exc}") from None
+        problems = layout.component_problems(document, set(self.files))
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise PackInvalid(problems[0] + more)
+        components: dict[str, dict[str, Any]] = document["components"]
+        results = {key: component["result"] for key, component in components.items()}
+        if isinstance(declared, dict) and declared.get("results") != results:
+            raise PackInvalid(f"{layout.FILE}: its results are not the manifest's")
+        self.result.components = {
+            key: {
+                "title": component.get("title", key),
+                "result": component["result"],
+                "failed_tests": [
+                    {"name": test.get("name"), "detail": test.get("detail")}
+                    for test in component["tests"]
+                    if test.get("result") != layout.PASS
+                ],
+            }
+            for key, component in components.items()
+        }
+        failed = self.result.components_failed
+        self.check(
+            f"components: all {len(components)} present, each result the one its tests give"
+            + (f"; failed their tests: {', '.join(failed)}" if failed else "; all passed")
+        )
+        for key, component in self.result.components.items():
+            if component["result"] == layout.PASS:
+                self.check(f"component {key}: pass")
+                continue
+            self.check(
+                f"component {key}: FAIL ("
+                + "; ".join(f"{t['name']}: {t['detail']}" for t in component["failed_tests"])
+                + ")"
+            )
+
+    def check_sample(self, manifest: dict[str, Any]) -> None:
+        sample = manifest.get("sample")
+        if sample is None:
+            return
+        items = sample.get("work_items") if isinstance(sample, dict) else None
+        if not isinstance(items, list):
+            raise PackInvalid(f"{pack.MANIFEST}: the sample lists no work items")
+        for item in items:
+            name = str(item.get("file")) if isinstance(item, dict) else ""
+            if name not in self.files:
+                raise PackInvalid(f"sample: {name or 'an item'} is not in the pack")
+        self.check(
+            f"sample: {len(items)} stories drawn with seed {sample.get('seed')!r}, each page "
+            "as exported"
+        )
 
 
 class _ChunkReader(io.RawIOBase):

@@ -8,8 +8,12 @@ An auditor runs it from a plain checkout (or through ``manage.py evidence verify
 It checks, in order, and stops at the first thing that does not hold (exit 1, naming it):
 the archive's every byte (fixed member metadata, no byte outside a member, the manifest or
 the directory), the manifest's Ed25519 signature, every file's SHA-256 and row count, every
-ledger event's hash and the chain over the range, and that every outcome row and every
-status in the DROP files has its ledger events. Exit 0 when all hold. Without
+ledger event's hash and the chain over the range, that every outcome row and every
+status in the DROP files has its ledger events, and that ``components.json`` holds together
+(a pack without it, from before the audit's components, verifies and says so). Exit 0 when
+all hold. A component that failed its tests at export does not make the pack fail: the
+pack is authentic, and it records that the system failed that test; each component's result
+is printed (``--json``: ``components`` and ``components_failed``). Without
 ``--public-key`` the signature is checked against the key the pack carries, which proves the
 pack whole but not who signed it: stderr says so, and ``--json`` has ``"signer_checked":
 false``.
@@ -82,10 +86,19 @@ def run(pack_path: str, *, public_key: str | None, as_json: bool) -> int:
         sys.stdout.write(json.dumps(result.as_json(), indent=2) + "\n")
     else:
         for line in result.checks:
-            sys.stdout.write(f"ok  {line}\n")
+            # A component's own line says its result; every other line is a check that held.
+            failed_line = line.startswith("component ") and ": FAIL" in line
+            sys.stdout.write(f"{'--' if failed_line else 'ok'}  {line}\n")
     if not result.ok:
         sys.stderr.write(f"Evidence pack does not verify: {result.failure}\n")
         return 1
+    failed = result.components_failed
+    if failed:
+        # Authentic, and what it records is a failure: said on stderr too, for automation.
+        sys.stderr.write(
+            f"note: the pack verifies, and {len(failed)} component(s) failed their tests at "
+            f"export: {', '.join(failed)}\n"
+        )
     if not as_json:
         sys.stdout.write("Evidence pack verified.\n")
     return 0

@@ -5,6 +5,9 @@
     manage.py drop report --broker 4821 --upload           # write, then upload and amend
     manage.py drop report --broker 4821 --discard 20260312_4821_Email_amend01.csv \
         --reason "DROP no longer amends that download"      # give up a refused amendment
+    manage.py drop report --broker 4821 --approve 20260312_4821_Email.csv   # "approve uploads":
+    manage.py drop report --broker 4821 --reject 20260312_4821_Email.csv \
+        --reason "the Phone list's statuses are missing"    # a second person decides
 
 Each run ends with the broker's open cycles: due date, days left, statuses still owed.
 
@@ -32,6 +35,14 @@ from integrations.management.base import (
 )
 from integrations.models import Broker, DropCycle, ReportFile, ReportFileState
 from integrations.selectors.deadlines import CycleDeadline, cycle_deadlines
+from integrations.selectors.report_reviews import (
+    report_file_review,
+    report_files_awaiting_approval,
+)
+from integrations.services.reporting.report_approval import (
+    report_file_approve,
+    report_file_reject,
+)
 from integrations.services.reporting.report_manual import report_file_discard
 from integrations.services.reporting.report_uploads import ReportBusy, ReportRun
 from integrations.services.reporting.reports import report_run
@@ -54,7 +65,23 @@ class ReportSubcommand(DropportalCommand):
             help="give up this amendment DROP refuses or rejected (its file name); its work "
             "items keep the status DROP holds. Needs --reason",
         )
-        report.add_argument("--reason", help="why the amendment is given up (with --discard)")
+        report.add_argument(
+            "--approve",
+            metavar="FILE",
+            help="approve this response file waiting for approval (its file name; not one you "
+            "wrote): the report job uploads it",
+        )
+        report.add_argument(
+            "--reject",
+            metavar="FILE",
+            help="reject this response file waiting for approval: it is never uploaded, its "
+            "statuses go into a new file at the next report run. Needs --reason",
+        )
+        report.add_argument(
+            "--reason",
+            help="why the amendment is given up (--discard), the file rejected (--reject), or "
+            "approved (--approve, optional)",
+        )
         report.add_argument("--json", action="store_true", help="print the result as JSON")
 
     def handle_report(self, **options: Any) -> None:
@@ -62,6 +89,9 @@ class ReportSubcommand(DropportalCommand):
         cycle = None
         if options["cycle"]:
             cycle = cycle_or_error(broker, options["cycle"])
+        if options["approve"] or options["reject"]:
+            self._review(broker, cycle, options)
+            return
         if options["discard"] or options["reason"] is not None:
             self._discard(broker, cycle, options)
             return
@@ -77,9 +107,13 @@ class ReportSubcommand(DropportalCommand):
         saved = self._save(run, out) if out is not None else []
         deadlines = cycle_deadlines(broker_id=broker.broker_id, today=drop_today())
         if options["json"]:
-            self.print_json(_as_json(run, saved, deadlines))
+            awaiting = [
+                {**_file_json(f), **report_file_review(f).as_json(), "written_by": f.written_by}
+                for f in report_files_awaiting_approval(broker=broker)
+            ]
+            self.print_json({**_as_json(run, saved, deadlines), "awaiting_approval": awaiting})
         else:
-            self._print(run, saved, uploading=options["upload"])
+            self._print(broker, run, saved, uploading=options["upload"])
             for deadline in deadlines:
                 self.stdout.write(_deadline_line(deadline))
         problems = [
@@ -98,19 +132,10 @@ class ReportSubcommand(DropportalCommand):
             raise CommandError("--discard FILE and --reason TEXT go together")
         if options["upload"] or options["out"]:
             raise CommandError("--discard gives up one amendment: run it without --upload/--out")
-        files = ReportFile.objects.filter(broker=broker, file_name=options["discard"])
-        if cycle is not None:
-            files = files.filter(cycle=cycle)
-        found = list(files.select_related("cycle").defer("content")[:2])
-        if not found:
-            raise CommandError(
-                f"broker {broker.broker_id} has no response file {options['discard']!r}"
-            )
-        if len(found) > 1:
-            raise CommandError(f"{options['discard']} names files of several cycles: add --cycle")
+        found = _file_or_error(broker, cycle, options["discard"])
         try:
             discarded = report_file_discard(
-                report_file=found[0], reason=options["reason"], actor=self.actor()
+                report_file=found, reason=options["reason"], actor=self.actor()
             )
         except ValidationError as exc:
             raise CommandError(validation_message(exc)) from None
@@ -124,14 +149,65 @@ class ReportSubcommand(DropportalCommand):
             "work items keep the status DROP holds."
         )
 
+    def _review(self, broker: Broker, cycle: DropCycle | None, options: dict[str, Any]) -> None:
+        """A second person approves or rejects a file waiting for approval."""
+        if options["approve"] and options["reject"]:
+            raise CommandError("--approve and --reject: one or the other")
+        if options["discard"] or options["upload"] or options["out"]:
+            raise CommandError(
+                "--approve/--reject decide on one file: run it without --discard/--upload/--out"
+            )
+        if options["reject"] and not (options["reason"] or "").strip():
+            raise CommandError("--reject FILE and --reason TEXT go together")
+        found = _file_or_error(broker, cycle, options["approve"] or options["reject"])
+        review = report_file_review(found)
+        try:
+            if options["approve"]:
+                decided = report_file_approve(
+                    report_file=found, reason=options["reason"] or "", actor=self.actor()
+                )
+            else:
+                decided = report_file_reject(
+                    report_file=found, reason=options["reason"], actor=self.actor()
+                )
+        except ValidationError as exc:
+            raise CommandError(validation_message(exc)) from None
+        if options["json"]:
+            self.print_json(
+                {
+                    "approved" if options["approve"] else "rejected": {
+                        **_file_json(decided),
+                        **review.as_json(),
+                        "reviewed_by": decided.reviewed_by,
+                        "review_reason": decided.review_reason,
+                    }
+                }
+            )
+            return
+        if options["approve"]:
+            self.stdout.write(
+                f"Approved {decided.file_name} ({review.text}): it is uploaded with the "
+                "broker's next report (queued now when the broker has a DROP API key)."
+            )
+        else:
+            self.stdout.write(
+                f"Rejected {decided.file_name} ({review.text}): never uploaded; its statuses "
+                "are still owed and go into a new file at the next report run."
+            )
+
     @staticmethod
     def _save(run: ReportRun, out: Path) -> list[str]:
-        """Save this run's files and every one still waiting for DROP (manual upload)."""
+        """Save this run's files and every one still waiting for DROP (manual upload); not
+        one waiting for approval: it is uploaded by hand only once approved."""
         files = {
             f.pk: f
             for f in (*run.written, *run.pending, *run.accepted, *run.rejected, *run.refused)
         }
-        contents = ReportFile.objects.filter(pk__in=files).values_list("file_name", "content")
+        contents = (
+            ReportFile.objects.filter(pk__in=files)
+            .exclude(state=ReportFileState.AWAITING_APPROVAL)
+            .values_list("file_name", "content")
+        )
         try:
             return [
                 str(save_response_file(out, name, bytes(content))) for name, content in contents
@@ -139,14 +215,24 @@ class ReportSubcommand(DropportalCommand):
         except OSError as exc:
             raise CommandError(f"cannot write to {out}: {exc.strerror}") from None
 
-    def _print(self, run: ReportRun, saved: list[str], *, uploading: bool) -> None:
-        if not (run.written or run.pending or run.accepted or run.rejected or run.refused):
+    def _print(self, broker: Broker, run: ReportRun, saved: list[str], *, uploading: bool) -> None:
+        if not (run.written or run.pending or run.accepted or run.rejected or run.refused) and (
+            not report_files_awaiting_approval(broker=broker).exists()
+        ):
             self.stdout.write("Nothing to report: no new statuses and no files waiting for DROP.")
             return
         for report_file in run.written:
             self.stdout.write(
                 f"Wrote {report_file.file_name}: {report_file.rows} rows "
                 f"({report_file.get_kind_display().lower()}), sha256 {report_file.sha256}"
+            )
+        awaiting = report_files_awaiting_approval(broker=broker)
+        for report_file in awaiting:
+            self.stdout.write(
+                f"Waiting for approval: {report_file.file_name} "
+                f"({report_file_review(report_file).text}), written by "
+                f"{report_file.written_by or 'unknown'}: another Operator approves it with "
+                f"`drop report --broker {broker.broker_id} --approve {report_file.file_name}`"
             )
         for report_file in run.accepted:
             again = (
@@ -167,6 +253,19 @@ class ReportSubcommand(DropportalCommand):
             )
         for path in saved:
             self.stdout.write(f"Saved {path}")
+
+
+def _file_or_error(broker: Broker, cycle: DropCycle | None, file_name: str) -> ReportFile:
+    """The broker's response file of that name (in ``cycle``), or one line saying why not."""
+    files = ReportFile.objects.filter(broker=broker, file_name=file_name)
+    if cycle is not None:
+        files = files.filter(cycle=cycle)
+    found = list(files.select_related("broker", "cycle").defer("content")[:2])
+    if not found:
+        raise CommandError(f"broker {broker.broker_id} has no response file {file_name!r}")
+    if len(found) > 1:
+        raise CommandError(f"{file_name} names files of several cycles: add --cycle")
+    return found[0]
 
 
 def _file_json(report_file: ReportFile) -> dict[str, Any]:

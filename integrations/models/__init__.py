@@ -2,6 +2,7 @@
 
 from integrations.models.alerts import AlertState
 from integrations.models.brokers import Broker, BrokerMode, ListSelection
+from integrations.models.canaries import CANARY_SESSION_ID, Canary, CanaryRound
 from integrations.models.consumers import Consumer, ConsumerHash
 from integrations.models.drop import (
     HASH_TYPE_CHOICES,
@@ -30,7 +31,13 @@ from integrations.models.integrations import (
 from integrations.models.keys import ApiKey, ApiKeyScope
 from integrations.models.ledger import LedgerChainLink, LedgerEvent
 from integrations.models.providers import Directive, DirectiveReason, ServiceProvider
-from integrations.models.reports import AWAITING_DROP, ReportFile, ReportFileState, ReportKind
+from integrations.models.reports import (
+    AWAITING_DROP,
+    NOT_YET_TAKEN,
+    ReportFile,
+    ReportFileState,
+    ReportKind,
+)
 from integrations.models.requests import (
     DROP_STATUS_ALL_CANCELLED,
     DROP_STATUS_CODES,
@@ -51,11 +58,13 @@ from integrations.models.suppression import Reappearance
 
 __all__ = [
     "AWAITING_DROP",
+    "CANARY_SESSION_ID",
     "DROP_CAPABILITIES",
     "DROP_STATUS_ALL_CANCELLED",
     "DROP_STATUS_CODES",
     "DROP_STATUS_PRECEDENCE",
     "HASH_TYPE_CHOICES",
+    "NOT_YET_TAKEN",
     "OUTCOMES_NOT_FINAL",
     "OUTCOME_REFUSING_STATES",
     "SHOWN_ONCE_TTL",
@@ -64,6 +73,8 @@ __all__ = [
     "ApiKeyScope",
     "Broker",
     "BrokerMode",
+    "Canary",
+    "CanaryRound",
     "Consumer",
     "ConsumerHash",
     "CycleState",

@@ -71,6 +71,15 @@ class Broker(models.Model):
         validators=[MinValueValidator(1), within_download_cadence],
         help_text="DROP requires a download at least every 45 days.",
     )
+    # Each response file waits for a second person before DROP gets it (services.reporting.
+    # report_approval).
+    approve_uploads = models.BooleanField(
+        "approve uploads",
+        default=False,
+        db_default=False,
+        help_text="Every response file (upload or amendment) waits until an Operator other "
+        "than whoever wrote it approves it; only then is it uploaded to DROP.",
+    )
     last_pulled_at = models.DateTimeField(
         "last pulled", null=True, blank=True, editable=False
     )  # the last pull DROP answered with a package or "nothing new"

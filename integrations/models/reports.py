@@ -12,6 +12,8 @@ class ReportKind(models.TextChoices):
 
 
 class ReportFileState(models.TextChoices):
+    # The broker's "approve uploads" is on: a second person approves it before it is sent.
+    AWAITING_APPROVAL = "awaiting_approval", "Waiting for approval"
     WRITTEN = "written", "Written, not uploaded"
     ACCEPTED = "accepted", "Accepted by DROP"
     REJECTED = "rejected", "Rejected by DROP"
@@ -20,10 +22,15 @@ class ReportFileState(models.TextChoices):
     # sent again by every run until DROP takes it, or staff discard it (an amendment).
     REFUSED = "refused", "Refused by DROP, sent again each run"
     DISCARDED = "discarded", "Discarded by staff"
+    # The approver said no: never sent; its rows went back to owed, for a new file.
+    NOT_APPROVED = "not_approved", "Not approved, not uploaded"
 
 
 # The states of a file DROP has not answered for good: sent again until it does.
 AWAITING_DROP = (ReportFileState.WRITTEN, ReportFileState.REFUSED)
+# The states of a file whose rows are taken by it and not yet held by DROP: waiting for
+# approval, or for DROP's answer.
+NOT_YET_TAKEN = (ReportFileState.AWAITING_APPROVAL, *AWAITING_DROP)
 
 
 class ReportFile(models.Model):
@@ -37,8 +44,10 @@ class ReportFile(models.Model):
     sha256 = models.CharField("SHA-256", max_length=64)  # digest of the exact bytes
     content = models.BinaryField()
     state = models.CharField(
-        max_length=10, choices=ReportFileState.choices, default=ReportFileState.WRITTEN
+        max_length=20, choices=ReportFileState.choices, default=ReportFileState.WRITTEN
     )
+    # Who wrote it (the ledger's actor): its approver must be someone else.
+    written_by = models.CharField(max_length=150, blank=True, default="")
     drop_response = models.JSONField("DROP's answer", default=dict, blank=True)
     created_at = models.DateTimeField(db_default=Now())
     uploaded_at = models.DateTimeField(null=True, blank=True)
@@ -46,9 +55,16 @@ class ReportFile(models.Model):
     discard_reason = models.TextField(blank=True, default="")
     discarded_by = models.CharField(max_length=150, blank=True, default="")
     discarded_at = models.DateTimeField(null=True, blank=True)
+    # The second person's decision (``report_file_approve``/``report_file_reject``).
+    reviewed_by = models.CharField(max_length=150, blank=True, default="")
+    reviewed_at = models.DateTimeField(null=True, blank=True)
+    review_reason = models.TextField(blank=True, default="")
 
     class Meta:
         ordering = ["-created_at"]
+        permissions = [
+            ("approve_reportfile", "Can approve or reject a response file before its upload")
+        ]
         constraints = [
             models.UniqueConstraint(fields=["cycle", "file_name"], name="report_file_name_unique")
         ]

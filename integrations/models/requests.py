@@ -101,8 +101,20 @@ class DeletionRequest(DeliveryFields):
     webhook_request_id = models.UUIDField("webhook request ID", default=uuid.uuid4, editable=False)
     results_token = models.CharField(max_length=64, unique=True, null=True, blank=True)  # ISI
     broker = models.ForeignKey("integrations.Broker", on_delete=models.PROTECT, related_name="+")
+    # A DROP work item's request, or a canary round's (``models.canaries``): one of the two.
     work_item = models.ForeignKey(
-        "integrations.WorkItem", on_delete=models.PROTECT, related_name="deletion_requests"
+        "integrations.WorkItem",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="deletion_requests",
+    )
+    canary_round = models.ForeignKey(
+        "integrations.CanaryRound",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="deletion_requests",
     )
     consumer = models.ForeignKey(
         "integrations.Consumer", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -145,6 +157,13 @@ class DeletionRequest(DeliveryFields):
     class Meta:
         indexes = [
             models.Index(fields=["state", "next_attempt_at"], name="deletion_request_due"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(work_item__isnull=False, canary_round__isnull=True)
+                | models.Q(work_item__isnull=True, canary_round__isnull=False),
+                name="deletion_request_of_work_item_or_canary",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -153,6 +153,37 @@ GROUP BY 1 ORDER BY 2 DESC, 1
 """.format(denied=_codes_in("denied"))  # noqa: S608  (constants only)
 
 
+# Complied with in part: a work item DROP holds as complied with (3 or 4) of which one of the
+# requests made for it (not a recurring round) was answered exempt: some of the consumer's
+# data was kept under an exemption, the rest deleted or opted out.
+_IN_PART_SQL = (
+    "WITH cycles AS ("  # noqa: S608  (constants only)
+    + _YEAR_CYCLES
+    + """), exempted AS (
+    SELECT d.work_item_id FROM integrations_deletionrequest d
+    JOIN cycles c ON c.drop_session_id = d.drop_session_id
+    WHERE d.broker_id = %(broker)s AND d.drop_outcome = %(exempt)s AND d.round = 0
+    UNION
+    SELECT r.work_item_id FROM integrations_resolutionrequest r
+    JOIN cycles c ON c.drop_session_id = r.drop_session_id
+    WHERE r.broker_id = %(broker)s AND r.drop_outcome = %(exempt)s AND r.round = 0
+)
+SELECT count(*) FROM exempted e JOIN integrations_workitem w ON w.id = e.work_item_id
+WHERE w.state <> %(removed)s AND w.reported_status_code {complied}
+"""
+).format(complied=_codes_in("complied"))
+
+# The Delete Act registration's columns for deletion requests received through DROP.
+REGISTRY_COLUMNS = (
+    ("received", "Deletion requests received from DROP"),
+    ("complied_in_whole", "Complied with in whole"),
+    ("complied_in_part", "Complied with in part"),
+    ("denied", "Denied"),
+    ("mean_days", "Mean days to respond"),
+    ("median_days", "Median days to respond"),
+)
+
+
 @dataclass(frozen=True)
 class MetricRow:
     list_type: str  # "Email", ..., or "Total"
@@ -234,6 +265,36 @@ def drop_metrics(*, broker: Broker, year: int) -> DropMetrics:
     total = by_type.pop(None, None) or _metric_row_empty(None)
     rows = [by_type[hash_type] for hash_type, _ in LIST_TYPES if hash_type in by_type]
     return DropMetrics(broker.broker_id, year, [*rows, total], bases)
+
+
+def drop_registry_figures(*, broker: Broker, year: int) -> dict[str, Any]:
+    """The registration's columns for ``year`` (``REGISTRY_COLUMNS``), from the yearly figures'
+    totals and one count of the compliances in part (``docs/audit.md`` says how each counts)."""
+    metrics = drop_metrics(broker=broker, year=year)
+    start, end = drop_year_bounds(year)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _IN_PART_SQL,
+            {
+                "broker": broker.pk,
+                "start": start,
+                "end": end,
+                "exempt": DropOutcome.EXEMPT.value,
+                "removed": WorkItemState.REMOVED.value,
+            },
+        )
+        in_part = int(cursor.fetchone()[0])
+    total = metrics.total
+    return {
+        "broker_id": broker.broker_id,
+        "year": year,
+        "received": total.figures["received"],
+        "complied_in_whole": total.figures["complied"] - in_part,
+        "complied_in_part": in_part,
+        "denied": total.figures["denied"],
+        "mean_days": total.mean_days,
+        "median_days": total.median_days,
+    }
 
 
 def _list_type_name(hash_type: str | None) -> str:

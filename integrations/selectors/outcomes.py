@@ -135,6 +135,9 @@ def _outcome_rows(
 ) -> QuerySet[DeletionRequest, tuple[Any, ...]]:
     """``(id, *OUTCOME_COLUMNS)`` tuples of the filtered requests, not yet ordered."""
     rows = requests if requests is not None else DeletionRequest.objects.all()
+    # DROP's requests only: a canary round's test requests are the evidence pack's own
+    # records (selectors.canaries), never a DROP outcome.
+    rows = rows.filter(canary_round__isnull=True)
     if broker_id:
         rows = rows.filter(broker_id_code=broker_id)
     if since:

@@ -50,6 +50,9 @@ TITLES = {
     "report_file.upload_failed": "Upload to DROP failed",
     "report_file.rejected": "DROP rejected the report file",
     "report_file.marked_uploaded": "Report file marked uploaded (by hand in DROP's portal)",
+    "report_file.awaiting_approval": "Report file waiting for approval by a second person",
+    "report_file.approved": "Report file approved for upload",
+    "report_file.approval_rejected": "Report file not approved: not uploaded",
 }
 # The fields of an event's data worth a line on the timeline, in this order.
 DETAIL_FIELDS = ("drop_outcome", "status_code", "state", "reason", "rows", "outcome", "status")

@@ -48,6 +48,7 @@ class StuckReason(enum.StrEnum):
     DROP_KEY_REFUSED = "drop_key_refused"
     UNREADABLE_WORK_ITEM = "unreadable_work_item"
     REPORT_FILE_REFUSED = "report_file_refused"
+    REPORT_FILE_AWAITING_APPROVAL = "report_file_awaiting_approval"
     RECURRING_ROUND_OVERDUE = "recurring_round_overdue"
     RECURRING_ROUND_FAILING = "recurring_round_failing"
 
@@ -66,6 +67,9 @@ STUCK_REASON_LABELS: dict[StuckReason, str] = {
     StuckReason.DROP_KEY_REFUSED: "DROP refused the broker's key",
     StuckReason.UNREADABLE_WORK_ITEM: "sent by DROP but unreadable: answer them in DROP's portal",
     StuckReason.REPORT_FILE_REFUSED: "in a response file DROP refused or rejected",
+    StuckReason.REPORT_FILE_AWAITING_APPROVAL: (
+        "in a response file waiting for approval by a second person"
+    ),
     StuckReason.RECURRING_ROUND_OVERDUE: (
         f"recurring deletion round more than {RECURRING_OVERDUE_DAYS} days overdue"
     ),
@@ -162,6 +166,13 @@ def stuck_work_items(
         "reportfile",
         {"state__in": f"{ReportFileState.REFUSED},{ReportFileState.REJECTED}"},
         _report_file_refused_counts(broker),
+    )
+    _add_stuck_group(
+        found,
+        StuckReason.REPORT_FILE_AWAITING_APPROVAL,
+        "reportfile",
+        {"state__exact": ReportFileState.AWAITING_APPROVAL},
+        _report_file_held_counts(broker, [ReportFileState.AWAITING_APPROVAL]),
     )
     # Not open items: DROP holds their status, but the broker owes their deletion again
     # (its nearest due date is the round's).
@@ -370,12 +381,17 @@ def _report_file_refused_counts(
     response file: those in a file DROP refused (sent again each run, in vain until DROP's
     state changes or staff discard the amendment), and those of a file DROP rejected (the
     periodic job leaves them to staff)."""
+    return _report_file_held_counts(broker, [ReportFileState.REFUSED, ReportFileState.REJECTED])
+
+
+def _report_file_held_counts(
+    broker: Broker | None, states: list[ReportFileState]
+) -> list[tuple[str, int, int, int, dt.date]]:
+    """``_stuck_counts`` of the work items still with a response file in one of ``states``
+    (``pending_report_file``): those a refused or rejected file holds, or one waiting for
+    approval (the broker's "approve uploads": nothing sends it until a second person does)."""
     files = ReportFile.objects.all() if broker is None else ReportFile.objects.filter(broker=broker)
-    held = list(
-        files.filter(state__in=[ReportFileState.REFUSED, ReportFileState.REJECTED]).values_list(
-            "pk", "cycle_id"
-        )
-    )
+    held = list(files.filter(state__in=states).values_list("pk", "cycle_id"))
     if not held:
         return []
     # A rejected file stays rejected once its rows went out again: naming the files' cycles

@@ -30,6 +30,22 @@ from integrations.models import LedgerChainLink, LedgerEvent
 from integrations.url_extras import data_without_url_extras
 
 SYSTEM_ACTOR = "system"
+
+# How the interfaces name a person in the ledger: "staff:<username>" (the admin) and
+# "cli:<OS user>" (the commands). The same name under either is taken for the same person.
+_PERSON_PREFIXES = ("staff", "cli")
+
+
+def actor_person(actor: str) -> str | None:
+    """The person behind a ledger actor, or None for the service itself (``system``, a job)."""
+    if actor == SYSTEM_ACTOR or actor.startswith(f"{SYSTEM_ACTOR}:"):
+        return None
+    prefix, colon, name = actor.partition(":")
+    if colon and prefix in _PERSON_PREFIXES:
+        return name
+    return actor
+
+
 _SEAL_LOCK_KEY = 0x64726F70  # "drop": serializes sealers only, never writers
 
 

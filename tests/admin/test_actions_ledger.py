@@ -60,6 +60,8 @@ ACTION_INPUT: dict[str, dict[str, str]] = {
         "reason": "deleted by hand after a call",
     },
     "reportfile.discard_amendment": {"apply": "1", "reason": "DROP closed the cycle"},
+    "reportfile.approve_files": {"apply": "1", "reason": ""},
+    "reportfile.reject_files": {"apply": "1", "reason": "the counts are off"},
     "integration.retire_integrations": {"apply": "1", "reason": "CRM decommissioned"},
     "webhookintegration.retire_integrations": {"apply": "1", "reason": "CRM decommissioned"},
     "isiintegration.retire_integrations": {"apply": "1", "reason": "API decommissioned"},
@@ -78,6 +80,16 @@ def _refused_amendment(world: SampleCycle) -> None:
     )
 
 
+def _awaiting_approval(world: SampleCycle) -> None:
+    """A file another person wrote, waiting for approval (the broker's "approve uploads")."""
+    ReportFileFactory.create(
+        cycle=world.previous,
+        file_name=f"{world.previous.match_date:%Y%m%d}_{world.broker.broker_id}_Email_part09.csv",
+        state=ReportFileState.AWAITING_APPROVAL,
+        written_by="staff:bob",
+    )
+
+
 def _directive(world: SampleCycle) -> None:
     DirectiveFactory.create(provider=ServiceProviderFactory.create(broker=world.broker))
 
@@ -89,6 +101,8 @@ def _isi_integration(world: SampleCycle) -> None:
 # Actions that need a row in a state the sample cycle does not have.
 ACTION_SETUP: dict[str, Callable[[SampleCycle], None]] = {
     "reportfile.discard_amendment": _refused_amendment,
+    "reportfile.approve_files": _awaiting_approval,
+    "reportfile.reject_files": _awaiting_approval,
     "isiintegration.disable_integrations": _isi_integration,
     "isiintegration.retire_integrations": _isi_integration,
     "directive.acknowledge_directives": _directive,

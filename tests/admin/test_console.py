@@ -31,6 +31,7 @@ from tests.builders import (
     WorkItemFactory,
     items_reported,
     sample_cycle,
+    work_item_of,
 )
 
 pytestmark = pytest.mark.django_db
@@ -48,7 +49,7 @@ def staff(client: Client) -> Client:
 
 
 def record_pages(world: SampleCycle) -> dict[str, str]:
-    work_item = world.requests["failed"].work_item
+    work_item = work_item_of(world.requests["failed"])
     return {
         "work item": f"/admin/integrations/workitem/{work_item.pk}/change/",
         "deletion request": (

@@ -81,3 +81,17 @@ def test_a_period_is_of_drop_days_as_the_command_reads_it(cycle: DropCycle, clie
         "since": "2026-07-01T07:00:00+00:00",
         "until": "2026-07-02T07:00:00+00:00",
     }
+
+
+def test_the_form_takes_a_sample_and_its_seed(cycle: DropCycle, client: Client) -> None:
+    login(client, "Auditors")
+    response = client.post(
+        "/admin/evidence/", {"broker": "4821", "cycle": "1", "sample": "2", "seed": "audit"}
+    )
+    assert response["Content-Type"] == "application/zip"
+    event = LedgerEvent.objects.get(kind="evidence.exported")
+    assert event.data["sample"] == {"seed": "audit", "size": 2, "drawn": 2}
+
+    response = client.post("/admin/evidence/", {"broker": "4821", "cycle": "1", "sample": "2"})
+    assert "give a sample size and a seed together" in response.content.decode()
+    assert LedgerEvent.objects.filter(kind="evidence.exported").count() == 1

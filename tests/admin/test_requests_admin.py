@@ -29,6 +29,7 @@ from tests.builders import (
     SaasDeletionFactory,
     WorkItemFactory,
     webhook_integration_created,
+    work_item_of,
 )
 
 pytestmark = pytest.mark.django_db
@@ -76,7 +77,7 @@ def test_lists_filter_by_state_outcome_integration_and_cycle(
     by_state = staff.get(LIST, {"state__exact": "undeliverable"}).content.decode()
     by_outcome = staff.get(LIST, {"drop_outcome__exact": "deleted"}).content.decode()
     by_integration = staff.get(LIST, {"integration__id__exact": other.pk}).content.decode()
-    by_cycle = staff.get(LIST, {"cycle": elsewhere.work_item.cycle_id}).content.decode()
+    by_cycle = staff.get(LIST, {"cycle": work_item_of(elsewhere).cycle_id}).content.decode()
 
     assert _listed(by_state, undeliverable) and not _listed(by_state, deleted)
     assert _listed(by_outcome, deleted) and not _listed(by_outcome, undeliverable)

@@ -39,7 +39,8 @@ from django.urls import URLPattern, URLResolver, reverse
 from django.utils import timezone
 
 from integrations.ledger_kinds import LedgerKind
-from integrations.models import Broker, IsiAuth, IsiIntegration
+from integrations.models import Broker, Canary, IsiAuth, IsiIntegration
+from integrations.services.cycle.canaries import canary_round_send
 from integrations.services.ledger import ledger_event_append
 from integrations.services.staff.keys import CreatedApiKey
 from tests.builders import (
@@ -130,6 +131,8 @@ def every_model(broker: Broker, make_key: Callable[..., CreatedApiKey]) -> None:
     ledger_event_append(kind=LedgerKind.BROKER_UPDATED, broker_id=broker.broker_id)
     now = timezone.now()
     DropAccessObligationFactory.create(broker=broker)
+    Canary.objects.create(broker=broker, remote_identifier="TEST-1", added_by="test")
+    canary_round_send(broker=broker, actor="test")
     AccessAttempt.objects.create(username="x", ip_address="203.0.113.9", failures_since_start=1)
     AccessLog.objects.create(username="x", ip_address="203.0.113.9", attempt_time=now)
     AccessFailureLog.objects.create(username="x", ip_address="203.0.113.9", attempt_time=now)

@@ -21,7 +21,7 @@ from integrations.models import (
 )
 from integrations.services.cycle.work_items import work_item_status_set
 from integrations.services.ledger import ledger_event_append
-from tests.builders import ReappearanceFactory, SampleCycle, sample_cycle
+from tests.builders import ReappearanceFactory, SampleCycle, sample_cycle, work_item_of
 
 pytestmark = pytest.mark.django_db
 
@@ -72,7 +72,7 @@ def test_the_story_runs_from_drops_download_to_the_brokers_answer(
     staff: Client, world: SampleCycle
 ) -> None:
     request = world.requests["completed"]
-    story = story_of(staff, request.work_item)
+    story = story_of(staff, work_item_of(request))
     titles = step_titles(story)
     assert titles[0] == f"DROP sent it in cycle {world.cycle.drop_session_id}"
     assert titles.index("Matched consumer C-1") < titles.index(
@@ -92,7 +92,7 @@ def test_the_story_runs_from_drops_download_to_the_brokers_answer(
 
 
 def test_a_status_set_by_hand_says_by_whom(staff: Client, world: SampleCycle) -> None:
-    item = world.requests["failed"].work_item
+    item = work_item_of(world.requests["failed"])
     work_item_status_set(
         work_item=item, status_code=5, reason="consumer unknown to the CRM", actor="staff:bob"
     )
@@ -134,7 +134,7 @@ def test_a_removed_item_says_drop_removed_it(staff: Client, world: SampleCycle) 
 def test_a_reappearance_says_when_and_from_which_source(staff: Client, world: SampleCycle) -> None:
     """Each registration again of a matched consumer is a step, with its source: the file and
     its SHA-256, or the API key's prefix."""
-    item = world.requests["completed"].work_item
+    item = work_item_of(world.requests["completed"])
     later = timezone.now() + dt.timedelta(days=30)
     from_file = ReappearanceFactory.create(
         work_item=item, remote_identifier="S-9", reappeared_at=later
@@ -157,5 +157,5 @@ def test_a_reappearance_says_when_and_from_which_source(staff: Client, world: Sa
     assert "through the API, key dp_ab12" in story
     assert f"/admin/integrations/reappearance/{from_file.pk}/change/" in story
     # Only this item's reappearances.
-    other = world.requests["failed"].work_item
+    other = work_item_of(world.requests["failed"])
     assert "a reappearance" not in " ".join(step_titles(story_of(staff, other)))

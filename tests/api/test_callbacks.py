@@ -154,7 +154,7 @@ def test_the_work_item_is_settled_with_the_outcome(
 ) -> None:
     assert put(DELETION, body_for(dispatched), key=side.key, secret=side.secret).status_code == 200
 
-    item = WorkItem.objects.get(pk=dispatched.work_item_id)
+    item = WorkItem.objects.get(deletion_requests=dispatched)
     assert (item.status_code, item.state) == (3, "reportable")
 
 
@@ -179,7 +179,7 @@ def test_a_recorded_callback_is_two_statements(
     assert "dropportal_api_key_lookup" in captured.captured_queries[0]["sql"]
     assert "dropportal_deletion_outcome_record" in captured.captured_queries[1]["sql"]
     assert OptOutRecord.objects.get(deletion_request=dispatched).email == "a@b.example"
-    item = WorkItem.objects.get(pk=dispatched.work_item_id)
+    item = WorkItem.objects.get(deletion_requests=dispatched)
     assert (item.status_code, item.state) == (4, "reportable")
 
 

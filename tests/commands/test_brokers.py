@@ -34,6 +34,17 @@ def test_add_registers_the_broker_and_writes_an_event(capsys) -> None:
     assert "Registered broker 4821" in capsys.readouterr().out
 
 
+def test_add_can_turn_approve_uploads_on(capsys) -> None:
+    add("4821", "--approve-uploads", "--json")
+    add("1234")
+
+    assert Broker.objects.get(broker_id="4821").approve_uploads is True
+    assert Broker.objects.get(broker_id="1234").approve_uploads is False
+    assert '"approve_uploads": true' in capsys.readouterr().out
+    created = LedgerEvent.objects.get(kind="broker.created", broker_id="4821")
+    assert created.data["approve_uploads"] is True
+
+
 def test_drop_api_key_is_encrypted_at_rest() -> None:
     add("4821", "--drop-api-key", "drop-secret-key")
     with connection.cursor() as cursor:

@@ -29,6 +29,7 @@ from integrations.services.staff.brokers import broker_create
 from tests.builders import (
     WebhookIntegrationFactory,
     drop_zip,
+    work_item_of,
     write_zip,
 )
 from tests.conftest import subprocess_env
@@ -91,7 +92,7 @@ def test_a_bulk_import_finds_its_late_matches_in_one_join_at_the_end(
 
     assert summary["hashes_added"] == 302
     late = DeletionRequest.objects.order_by("remote_identifier")
-    assert [(r.remote_identifier, r.work_item.work_item_id, r.late_match) for r in late] == [
+    assert [(r.remote_identifier, work_item_of(r).work_item_id, r.late_match) for r in late] == [
         ("LATE-1", ITEMS[1][0], True),
         ("LATE-3", ITEMS[3][0], True),
     ]
@@ -350,7 +351,7 @@ def test_a_first_set_merged_as_read_finds_its_late_matches_and_may_replace(
     assert (summary["hashes_added"], summary["consumers_forgotten"]) == (302, 0)
     assert streamed(merges[0])
     late = DeletionRequest.objects.order_by("remote_identifier")
-    assert [(r.remote_identifier, r.work_item.work_item_id) for r in late] == [
+    assert [(r.remote_identifier, work_item_of(r).work_item_id) for r in late] == [
         ("N-0119a", ITEMS[1][0]),
         ("N-0249a", ITEMS[3][0]),
     ]

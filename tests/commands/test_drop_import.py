@@ -44,6 +44,7 @@ from tests.builders import (
     WebhookIntegrationFactory,
     days_after,
     drop_zip,
+    work_item_of,
     write_zip,
 )
 
@@ -155,7 +156,7 @@ def test_requests_carry_every_field_of_the_dispatch_body(
     assert request.mode == "test"
     assert request.remote_identifier_kind == "external_id"
     assert request.late_match is False
-    assert request.work_item.work_item_id == PHONE[1][0]
+    assert work_item_of(request).work_item_id == PHONE[1][0]
     assert request.request_uuid and request.webhook_request_id
     assert request.results_token is None  # ISI only
 

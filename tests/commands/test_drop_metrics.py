@@ -31,7 +31,7 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 
 from devtools.drop_simulator import work_items
-from integrations.models import Broker, WorkItemState
+from integrations.models import Broker, WorkItem, WorkItemState
 from integrations.services.staff.brokers import broker_create
 from tests.builders import (
     DeletionRequestFactory,
@@ -244,3 +244,33 @@ def test_received_counts_the_rows_of_lists_not_read_at_all(broker: Broker, tmp_p
     by_type = {row["list_type"]: row["received"] for row in figures["by_list_type"]}
     assert by_type == {"Email": 1, "Phone": 3}
     assert figures["total"]["received"] == 7  # 1 + 3 Fax + 3 Phone
+
+
+def test_the_registry_columns(year: None, broker: Broker) -> None:
+    # e1 (3, deleted) also had exempt data at another target: complied with in part. A
+    # recurring round answered exempt (e2's) does not make DROP's request one in part.
+    e1, e2 = (
+        WorkItem.objects.get(
+            cycle__broker=broker, cycle__drop_session_id="7", reported_status_code=code
+        )
+        for code in (3, 4)
+    )
+    DeletionRequestFactory.create(work_item=e1, drop_outcome="exempt")
+    DeletionRequestFactory.create(work_item=e2, drop_outcome="exempt", round=1)
+    figures = json.loads(metrics("--year", "2027", "--registry", "--format", "json"))
+    assert figures == {
+        "broker_id": "4821",
+        "year": 2027,
+        "received": 8,
+        "complied_in_whole": 1,
+        "complied_in_part": 1,
+        "denied": 1,
+        "mean_days": 3.8,
+        "median_days": 2.0,
+    }
+    rows = list(csv.reader(io.StringIO(metrics("--year", "2027", "--registry"))))
+    assert rows == [
+        ["year", "received", "complied_in_whole", "complied_in_part", "denied", "mean_days",
+         "median_days"],
+        ["2027", "8", "1", "1", "1", "3.8", "2.0"],
+    ]  # fmt: skip

@@ -32,6 +32,10 @@ def test_the_demo_narrates_a_whole_cycle_and_the_ledger_verifies(demo: ServedDem
     source = r"file:supplier-batch\.csv \(SHA-256 [0-9a-f]{12}…\)"
     assert re.search(rf"reappearance recorded: CRM-RESOLD-1 from {source}", story)
     assert re.search(r"\d{4}-\d\d +1 +1  file:supplier-batch\.csv \(SHA-256 [0-9a-f]{64}\)", story)
+    # A canary round: the test consumer deleted at every target, observed, not attested.
+    assert re.search(r"canary round \d+ at .+: CRM-CANARY-1 deleted", story)
+    assert "the round passed." in story
+    assert "An auditor opens the evidence pack's actioning component" in story
     assert "chain verified" in story
     # It ends pointing at one consumer's story page, then serves it.
     last = story.rsplit("Where to look", 1)[1]

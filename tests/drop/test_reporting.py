@@ -11,6 +11,7 @@ from integrations.drop.files import DropFileError
 from integrations.drop.reporting import (
     build_response_file,
     response_name,
+    response_status_counts,
     responses_from_rows,
     save_response_file,
 )
@@ -48,6 +49,16 @@ def test_a_file_holds_the_header_and_one_crlf_row_per_item_with_its_digest() -> 
     assert built.content == b"Id,Status\r\nA1b2C3d4E5f6,3\r\nZ9y8X7w6V5u4,5\r\n"
     assert built.rows == 2
     assert built.sha256 == hashlib.sha256(built.content).hexdigest()
+
+
+def test_the_rows_per_status_are_counted_from_the_bytes() -> None:
+    built = build_response_file(
+        "20260312_4821_Email.csv", [("A5", 3), ("B35", 5), ("C3", 3), ("D2", 4)]
+    )
+
+    # An id ending in a status digit is not a status: only the code after the comma counts.
+    assert response_status_counts(built.content) == {2: 0, 3: 2, 4: 1, 5: 1}
+    assert response_status_counts(b"Id,Status\r\n") == {2: 0, 3: 0, 4: 0, 5: 0}
 
 
 def test_a_bad_row_names_the_file_and_line() -> None:

@@ -109,10 +109,10 @@ def test_no_selection_in_force_at_the_download_fails(broker: Broker, cycle: Drop
 def test_matching_carries_each_cycles_rematch(broker: Broker, cycle: DropCycle) -> None:
     component, members = built("matching", broker, cycle)
 
-    assert component.passed and component.files == ["matching/1.json"]
+    assert component.passed and component.files == ["components/matching/1.json"]
     (record,) = component.records["cycles"]
     assert (record["matched_at_import"], record["matched_now"], record["unexplained"]) == (1, 1, {})
-    document = json.loads(members["matching/1.json"])
+    document = json.loads(members["components/matching/1.json"])
     assert (document["result"], document["examples"]) == ("pass", {})
 
 
@@ -136,7 +136,7 @@ def test_a_consumer_hash_registered_behind_the_services_back_fails_matching(
     assert not component.passed
     (test,) = component.tests
     assert test.detail == f"1 match_not_recorded (e.g. work item {ITEMS[1][0]})"
-    document = json.loads(members["matching/1.json"])
+    document = json.loads(members["components/matching/1.json"])
     assert document["unexplained"] == {"match_not_recorded": 1}
     (example,) = document["examples"]["match_not_recorded"]
     assert example["work_item_id"] == ITEMS[1][0]

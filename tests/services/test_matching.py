@@ -38,6 +38,7 @@ from tests.builders import (
     IsiConnectionFactory,
     WebhookIntegrationFactory,
     drop_zip,
+    work_item_of,
     write_zip,
 )
 from tests.conftest import bearer
@@ -199,7 +200,7 @@ def test_a_consumer_registered_later_gets_a_late_request_at_once(
     request = DeletionRequest.objects.get(remote_identifier="C-9")
     assert request.late_match is True
     assert request.state == RequestState.QUEUED
-    assert request.work_item.work_item_id == EMAIL[1][0]
+    assert work_item_of(request).work_item_id == EMAIL[1][0]
     assert request.drop_session_id == cycle.drop_session_id
     assert request.identifier_hash == EMAIL[1][1]
     assert ProcrastinateJob.objects.filter(
@@ -350,7 +351,7 @@ def test_a_consumer_registered_during_an_import_is_matched_by_one_side(
     assert not failures
     assert late.work_items == 1
     request = DeletionRequest.objects.get(remote_identifier="C-9")
-    assert request.work_item.work_item_id == EMAIL[2][0]
+    assert work_item_of(request).work_item_id == EMAIL[2][0]
 
 
 # ---------------------------------------------------------------- through registration
@@ -369,7 +370,7 @@ def test_consumers_imported_later_are_matched_late(
     )
     call_command("consumers", "import", "--broker", "4821", "--hashed", str(csv))
     request = DeletionRequest.objects.get(late_match=True)
-    assert (request.remote_identifier, request.work_item.work_item_id) == ("C-7", EMAIL[3][0])
+    assert (request.remote_identifier, work_item_of(request).work_item_id) == ("C-7", EMAIL[3][0])
     assert request.state == RequestState.QUEUED
     assert item(EMAIL[3][0]).state == WorkItemState.OPEN
     assert item(EMAIL[2][0]).status_code == 5
@@ -387,5 +388,5 @@ def test_consumers_registered_through_the_api_are_matched_late(
     response = api_client.post("/api/v1/drop/consumers", body, format="json", **bearer(key))
     assert response.status_code == 200, response.content
     request = DeletionRequest.objects.get(late_match=True)
-    assert (request.remote_identifier, request.work_item.work_item_id) == ("C-7", EMAIL[3][0])
+    assert (request.remote_identifier, work_item_of(request).work_item_id) == ("C-7", EMAIL[3][0])
     assert request.state == RequestState.PENDING  # no target configured yet: it waits

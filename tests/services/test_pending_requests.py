@@ -198,7 +198,7 @@ def test_pending_requests_of_a_removed_work_item_are_not_targeted(
 ) -> None:
     _matched(broker, tmp_path)
     removed = DeletionRequest.objects.get(remote_identifier="C-1")
-    WorkItem.objects.filter(pk=removed.work_item_id).update(state=WorkItemState.REMOVED)
+    WorkItem.objects.filter(deletion_requests=removed).update(state=WorkItemState.REMOVED)
 
     webhook_integration_create(broker=broker, name="CRM", url="http://127.0.0.1:9/d", actor="t")
 
@@ -335,7 +335,7 @@ def test_a_webhook_integration_disabled_then_enabled_gets_every_match_and_they_r
     (uploaded,) = drop.uploaded.values()
     rows = dict(line.split(",") for line in uploaded.decode().split("\r\n")[1:-1])
     by_remote = {
-        remote: WorkItem.objects.get(pk=request.work_item_id).work_item_id
+        remote: WorkItem.objects.get(deletion_requests=request).work_item_id
         for remote, request in requests.items()
     }
     # The retrieval's answer counts: opted out (4) over deleted (3) over exempt (2) over

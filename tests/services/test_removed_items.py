@@ -81,7 +81,7 @@ def test_a_removed_identifier_gets_nothing_more_sent_for_it(broker: Broker, tmp_
         resolution=resolution, saas_connection=mailer, state=RequestState.UNDELIVERABLE
     )
     by_id = {
-        r.remote_identifier: WorkItem.objects.get(pk=r.work_item_id) for r in requests.values()
+        r.remote_identifier: WorkItem.objects.get(deletion_requests=r) for r in requests.values()
     }
 
     removed = [(by_id[f"C-{n}"].work_item_id, ITEMS[n][1], "Email") for n in range(4)]

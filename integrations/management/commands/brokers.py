@@ -39,6 +39,11 @@ class Command(DropportalCommand):
         add.add_argument("--mode", required=True, choices=BrokerMode.values)
         add_secret_argument(add, "drop-api-key", "DROP API key (stored encrypted)")
         add.add_argument("--drop-base-url", default="", help="override of DROP's base URL")
+        add.add_argument(
+            "--approve-uploads",
+            action="store_true",
+            help="every response file waits for a second person's approval before its upload",
+        )
         add.add_argument("--json", action="store_true", help="print the broker as JSON")
         listing = subparsers.add_parser("list", help="list brokers")
         listing.add_argument("--json", action="store_true")
@@ -83,6 +88,7 @@ class Command(DropportalCommand):
             mode=options["mode"],
             drop_api_key=secret_value(options, "drop-api-key"),
             drop_base_url=options["drop_base_url"],
+            approve_uploads=options["approve_uploads"],
             actor=self.actor(),
         )
         if options["json"]:
@@ -158,5 +164,6 @@ def _broker_json(broker: Broker) -> dict[str, Any]:
         "drop_api_key_set": bool(broker.drop_api_key),
         "drop_webhook_secret_set": bool(broker.drop_webhook_secret),
         "drop_base_url": broker.drop_base_url,
+        "approve_uploads": broker.approve_uploads,
         "lists_selected": _selection_json(lists_selected_at(broker)),
     }

@@ -2,6 +2,8 @@
 
     manage.py consumers import --broker 4821 consumers.csv [--hashed] [--strict] [--json]
     manage.py consumers import --broker 4821 s3://exports/consumers/ [--format parquet]
+    manage.py consumers canary --broker 4821 TEST-0001 [--remove]   # name (or remove) a canary
+    manage.py consumers canary --broker 4821                        # list the broker's canaries
 
 SOURCE is a path, ``-`` (standard input), ``s3://bucket/key`` or ``s3://bucket/prefix/``
 (every object under it, in name order, as one import; marker objects, empty or named
@@ -34,6 +36,8 @@ from integrations.consumers.readers import RegistrationFileError
 from integrations.consumers.sources import FORMATS, ConsumerSource, SourceError, consumer_sources
 from integrations.consumers.workers import EncodedBatch
 from integrations.management.base import DropportalCommand, broker_or_error
+from integrations.models import Canary
+from integrations.services.cycle.canaries import canary_add, canary_remove
 from integrations.services.cycle.consumers import (
     DEFAULT_MAX_FORGET,
     ConsumerRegistration,
@@ -163,6 +167,48 @@ class Command(DropportalCommand):
             "--force", action="store_true", help="--replace: forget past --max-forget"
         )
         imports.add_argument("--json", action="store_true")
+
+        canary = subparsers.add_parser(
+            "canary",
+            help="name a registered consumer a canary: a consumer the broker keeps only for "
+            "testing, sent a deletion every cycle (drop_session_id 0); without one, list them",
+        )
+        canary.add_argument("--broker", required=True, help="broker id, 4 digits")
+        canary.add_argument(
+            "remote_identifier",
+            nargs="?",
+            metavar="REMOTE_IDENTIFIER",
+            help="the consumer's remote_identifier, as the broker registered it",
+        )
+        canary.add_argument(
+            "--remove", action="store_true", help="it is no longer a canary (stays registered)"
+        )
+
+    def handle_canary(self, **options: Any) -> None:
+        broker = broker_or_error(options["broker"])
+        name = options["remote_identifier"]
+        if name is None:
+            if options["remove"]:
+                raise CommandError("--remove needs the REMOTE_IDENTIFIER of the canary")
+            canaries = Canary.objects.filter(broker=broker)
+            for canary in canaries:
+                self.stdout.write(
+                    f"{canary.remote_identifier}  (added by {canary.added_by}, "
+                    f"{canary.created_at:%Y-%m-%d})"
+                )
+            if not canaries:
+                self.stdout.write(f"Broker {broker.broker_id} has no canary.")
+            return
+        if options["remove"]:
+            canary_remove(broker=broker, remote_identifier=name, actor=self.actor())
+            self.stdout.write(f"{name} is no longer a canary of broker {broker.broker_id}.")
+            return
+        canary_add(broker=broker, remote_identifier=name, actor=self.actor())
+        self.stdout.write(
+            f"{name} is a canary of broker {broker.broker_id}: every cycle (and `drop canary`) "
+            "sends it a deletion to every target, with drop_session_id 0; only `deleted` "
+            f"within {settings.DROPPORTAL_CANARY_HOURS} hours passes."
+        )
 
     def handle_import(self, **options: Any) -> None:
         broker = broker_or_error(options["broker"])

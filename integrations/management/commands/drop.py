@@ -8,11 +8,13 @@ matched; report; find what is stuck; record the notice a DROP outage obliges.
                                                      # or a notice to CalPrivacy is owed
     manage.py drop notice --broker 4821 --sent 2027-03-02 --reference "DROP msg 1182"
     manage.py drop metrics --broker 4821 --year 2027 --format json   # the year's figures
+    manage.py drop metrics --broker 4821 --year 2027 --registry      # the registry's columns
     manage.py drop suppression export --broker 4821 [--format parquet] [--out F|s3://...]
     manage.py drop reappearances --broker 4821 [--since 2027-01-01] [--json]
     manage.py drop directives --broker 4821      # directives to service providers
                                                  # (``management/drop_directives.py``)
     manage.py drop recurring --broker 4821 [--ahead 5] [--json]   # recurring rounds due now
+    manage.py drop canary --broker 4821 [--json]  # a canary round now (drop_session_id "0")
 
 Both print the cycle (``--json``: one JSON object); a refusal is one line on stderr and exit 1.
 When part of the package was not imported (a DROP list or rows that could not be read), the
@@ -39,14 +41,21 @@ from integrations.management.base import broker_or_error, date_bound
 from integrations.management.drop_directives import DirectiveSubcommands
 from integrations.management.drop_report import ReportSubcommand
 from integrations.management.drop_suppression import SuppressionSubcommands
+from integrations.models import CANARY_SESSION_ID
 from integrations.selectors.directives import (
     directive_ack_due,
     directive_as_json,
     directives_overdue,
 )
 from integrations.selectors.drop_access import drop_access_obligations_open
-from integrations.selectors.drop_metrics import METRIC_FIGURES, drop_metrics
+from integrations.selectors.drop_metrics import (
+    METRIC_FIGURES,
+    REGISTRY_COLUMNS,
+    drop_metrics,
+    drop_registry_figures,
+)
 from integrations.selectors.stuck import stuck_work_items
+from integrations.services.cycle.canaries import canary_round_send
 from integrations.services.cycle.drop import DEFAULT_MAX_WAIT_SECONDS, DropPullError, drop_pull
 from integrations.services.cycle.drop_access import drop_access_notice_record
 from integrations.services.cycle.drop_import import DropImportError, ImportResult, drop_zip_import
@@ -86,6 +95,12 @@ class Command(DirectiveSubcommands, ReportSubcommand, SuppressionSubcommands):
         metrics.add_argument("--broker", required=True, help="the broker's 4-digit DROP id")
         metrics.add_argument("--year", required=True, type=int, help="the year (YYYY)")
         metrics.add_argument("--format", choices=("csv", "json"), default="csv")
+        metrics.add_argument(
+            "--registry",
+            action="store_true",
+            help="the Delete Act registration's columns for deletion requests from DROP: "
+            "received, complied with in whole, in part, denied, mean and median days",
+        )
 
         doctor = subparsers.add_parser(
             "doctor",
@@ -125,6 +140,14 @@ class Command(DirectiveSubcommands, ReportSubcommand, SuppressionSubcommands):
             help="also the rounds due within this many days (before a holiday, say); default 0",
         )
         recurring.add_argument("--json", action="store_true", help="print the result as JSON")
+
+        canary = subparsers.add_parser(
+            "canary",
+            help="send a canary round now: each canary a deletion to every target, with "
+            "drop_session_id 0, never reported to DROP",
+        )
+        canary.add_argument("--broker", required=True, help="the broker's 4-digit DROP id")
+        canary.add_argument("--json", action="store_true", help="print the result as JSON")
 
     def handle_pull(self, **options: Any) -> None:
         broker = broker_or_error(options["broker"])
@@ -181,8 +204,18 @@ class Command(DirectiveSubcommands, ReportSubcommand, SuppressionSubcommands):
         broker = broker_or_error(options["broker"])
         if not 2000 <= options["year"] <= 9998:
             raise CommandError(f"--year must be a year like 2027, not {options['year']}")
+        as_json = options["format"] == "json"
+        if options["registry"]:
+            figures = drop_registry_figures(broker=broker, year=options["year"])
+            if as_json:
+                self.print_json(figures)
+                return
+            writer = csv.writer(self.stdout, lineterminator="\n")
+            writer.writerow(["year", *(key for key, _ in REGISTRY_COLUMNS)])
+            writer.writerow([figures["year"], *(figures[key] for key, _ in REGISTRY_COLUMNS)])
+            return
         metrics = drop_metrics(broker=broker, year=options["year"])
-        if options["format"] == "json":
+        if as_json:
             self.print_json(metrics.as_json())
             return
         writer = csv.writer(self.stdout, lineterminator="\n")
@@ -375,3 +408,37 @@ class Command(DirectiveSubcommands, ReportSubcommand, SuppressionSubcommands):
             f"{sent.pending} waiting for a target), "
             f"{sent.resolution_requests} identifier retrieval(s)."
         )
+
+    def handle_canary(self, **options: Any) -> None:
+        broker = broker_or_error(options["broker"])
+        canary_round = canary_round_send(broker=broker, actor=self.actor())
+        if canary_round is None:
+            raise CommandError(
+                f"broker {broker.broker_id} has no canary: name one with `manage.py consumers "
+                f"canary --broker {broker.broker_id} REMOTE_IDENTIFIER`"
+            )
+        sent = canary_round.deletion_requests.count()
+        if options["json"]:
+            self.print_json(
+                {
+                    "canary_round": canary_round.pk,
+                    "drop_session_id": CANARY_SESSION_ID,
+                    "canaries": canary_round.canaries,
+                    "missing": canary_round.missing,
+                    "targets": canary_round.targets,
+                    "deletion_requests": sent,
+                    "answer_by": canary_round.answer_by.isoformat(),
+                }
+            )
+        else:
+            self.stdout.write(
+                f"Canary round {canary_round.pk} sent: {len(canary_round.canaries)} canary(ies) "
+                f"to {canary_round.targets} target(s), {sent} deletion request(s) with "
+                f"drop_session_id {CANARY_SESSION_ID}; each must be answered deleted by "
+                f"{drop_time_text(canary_round.answer_by)}."
+            )
+        problems = [f"{name} is not registered as a consumer" for name in canary_round.missing]
+        if not canary_round.targets:
+            problems.append(f"broker {broker.broker_id} has no deletion target")
+        if problems:
+            raise CommandError(f"the round fails: {'; '.join(problems)}")

@@ -2,6 +2,7 @@
 
     manage.py evidence export --broker 4821 --cycle 12 --out pack.zip
     manage.py evidence export --broker 4821 --since 2027-01-01 --until 2027-12-31 --out pack.zip
+    manage.py evidence export --broker 4821 --cycle 12 --sample 20 --seed audit-2028 --out pack.zip
     manage.py evidence verify pack.zip --public-key dropportal-evidence.pem
     manage.py evidence public-key > dropportal-evidence.pem
 
@@ -38,6 +39,15 @@ class Command(DropportalCommand):
         export.add_argument("--cycle", help="one cycle (its drop_session_id)")
         add_period_arguments(export)
         export.add_argument("--out", required=True, help="the ZIP to write")
+        export.add_argument(
+            "--sample",
+            type=int,
+            help="add this many work items of the period, each with its story as a page",
+        )
+        export.add_argument(
+            "--seed",
+            help="the text the sample is drawn by (recorded; the same seed draws the same items)",
+        )
         export.add_argument("--json", action="store_true", help="print the manifest as JSON")
         check = subparsers.add_parser("verify", help="check a pack (no database needed)")
         check.add_argument("pack", help="the evidence pack (ZIP)")
@@ -54,6 +64,8 @@ class Command(DropportalCommand):
             cycle = cycle_or_error(broker, options["cycle"])
         elif not (options["since"] and options["until"]):
             raise CommandError("give --cycle, or both --since and --until")
+        if (options["sample"] is None) != (options["seed"] is None):
+            raise CommandError("give --sample and --seed together")
         since = date_bound(options["since"]) if options["since"] else None
         until = date_bound(options["until"], end=True) if options["until"] else None
         out = Path(options["out"])
@@ -67,6 +79,8 @@ class Command(DropportalCommand):
                     cycle=cycle,
                     since=since,
                     until=until,
+                    sample=options["sample"],
+                    seed=options["seed"],
                     out=stream,
                     actor=self.actor(),
                     via="command",
@@ -86,6 +100,18 @@ class Command(DropportalCommand):
             f"Wrote {out}: {result.files} files, ledger events {span['first_event_id']} to "
             f"{span['last_event_id']}, manifest SHA-256 {result.manifest_sha256}."
         )
+        results = result.manifest["components"]["results"]
+        failed = [key for key, outcome in results.items() if outcome != "pass"]
+        self.stdout.write(
+            f"Components: {len(results) - len(failed)} of {len(results)} passed their tests"
+            + (f"; failed: {', '.join(failed)}." if failed else ".")
+        )
+        if "sample" in result.manifest:
+            sample = result.manifest["sample"]
+            self.stdout.write(
+                f"Sample: {sample['drawn']} of {sample['population']} work items, "
+                f"seed {sample['seed']!r}."
+            )
 
     def handle_verify(self, **options: Any) -> None:
         code = verify.run(

@@ -11,7 +11,7 @@ from django.db import transaction
 
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
-    AWAITING_DROP,
+    NOT_YET_TAKEN,
     CycleState,
     DropCycle,
     UnreadableWorkItem,
@@ -22,9 +22,9 @@ from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
 
 def cycle_state_refresh(*, cycle: DropCycle, actor: str = SYSTEM_ACTOR) -> DropCycle:
     """An open cycle becomes ``reported`` once DROP holds a status for every work item owed
-    one (``WorkItem.objects.owed()``) and has every file (none still written or refused).
-    Its unreadable rows are owed (answered by staff in DROP's portal) until DROP sends the
-    broker's next package, which it does only once each has a status."""
+    one (``WorkItem.objects.owed()``) and has every file (none waiting for approval, written
+    or refused). Its unreadable rows are owed (answered by staff in DROP's portal) until DROP
+    sends the broker's next package, which it does only once each has a status."""
     with transaction.atomic():
         locked = DropCycle.objects.select_for_update(of=("self",)).select_related("broker")
         current = locked.get(pk=cycle.pk)
@@ -34,7 +34,7 @@ def cycle_state_refresh(*, cycle: DropCycle, actor: str = SYSTEM_ACTOR) -> DropC
             WorkItem.objects.owed().filter(cycle=current).exists()
             or UnreadableWorkItem.objects.owed().filter(cycle=current).exists()
         )
-        if unreported or current.report_files.filter(state__in=AWAITING_DROP).exists():
+        if unreported or current.report_files.filter(state__in=NOT_YET_TAKEN).exists():
             return current
         current.state = CycleState.REPORTED
         current.save(update_fields=["state"])

@@ -52,6 +52,7 @@ from integrations.models import (
     DropCycle,
     UnreadableWorkItem,
 )
+from integrations.services.cycle.canaries import canary_round_send
 from integrations.services.cycle.cycle_state import cycle_state_refresh
 from integrations.services.cycle.drop_removed import (
     NO_REMOVED,
@@ -204,6 +205,8 @@ def _import(
             reason=DirectiveReason.MATCH,
             actor=actor,
         )
+        # Every cycle tests the deletion system again with the broker's canaries.
+        canary_round_send(broker=broker, actor=actor, cycle=cycle)
         clock.lap("requests")
         removed = work_items_close_removed(
             broker, actor=actor, drop_session_id=cycle.drop_session_id

@@ -461,3 +461,95 @@ def cancelled_requests_wait_for_target(*, cancelled_ids: list[int]) -> int:
             },
         )
         return cursor.rowcount
+
+
+# -- canary rounds ------------------------------------------------------------------------------
+
+# Each canary registered now, with the identifier hash its requests carry: one per consumer,
+# the same each round (the first by list type, then by hash). A canary whose consumer is not
+# registered, or has no hash, is not here.
+_CANARIES_SQL = """
+    SELECT DISTINCT ON (co.id) co.id AS consumer_id, co.remote_identifier,
+           co.remote_identifier_kind, ch.hash, ch.hash_type
+      FROM integrations_consumer co
+      JOIN integrations_consumerhash ch ON ch.consumer_id = co.id AND ch.broker_id = co.broker_id
+     WHERE co.broker_id = %(broker)s AND co.remote_identifier = ANY(%(remote_identifiers)s)
+     ORDER BY co.id, ch.hash_type, ch.hash
+"""
+
+# One request per canary and target, with the dispatch body of a match (docs/contracts.md
+# §2.1), its drop_session_id the canary session's; it belongs to the round, not to a work
+# item. No identifier retrieval: a canary tests the broker's own deletion, and SaaS
+# deletions of a test record would reach third parties.
+_CANARY_INSERT_SQL = f"""
+    WITH targets AS ({_TARGETS_SQL}), canaries AS ({_CANARIES_SQL})
+    INSERT INTO integrations_deletionrequest (
+        state, attempts, next_attempt_at, last_error, dispatched_at, completed_at,
+        request_uuid, webhook_request_id, results_token,
+        broker_id, work_item_id, canary_round_id, consumer_id, integration_id,
+        isi_connection_id, identifier_hash, hash_type, drop_session_id, match_date,
+        broker_id_code, mode, remote_identifier, remote_identifier_kind, late_match, round,
+        drop_outcome, drop_status_code, error_message
+    )
+    SELECT %(queued)s, 0, now(), '', NULL, NULL,
+        gen_random_uuid(), gen_random_uuid(),
+        CASE WHEN t.isi_connection_id IS NULL THEN NULL ELSE {_RESULTS_TOKEN} END,
+        %(broker)s, NULL, %(canary_round)s, c.consumer_id, t.integration_id,
+        t.isi_connection_id, encode(c.hash, 'base64'), c.hash_type, %(session)s, %(match_date)s,
+        %(broker_id_code)s, %(mode)s, c.remote_identifier, c.remote_identifier_kind, false, 0,
+        '', NULL, ''
+      FROM canaries c CROSS JOIN targets t
+     ORDER BY c.remote_identifier, t.integration_id, t.isi_connection_id
+    RETURNING id
+"""  # noqa: S608
+
+
+@dataclass(frozen=True)
+class CanaryRequestsCreated:
+    """What ``canary_requests_create`` did."""
+
+    canaries: list[str]  # the remote identifiers sent, each to every target
+    missing: list[str]  # named, but not registered with a hash: nothing sent
+    targets: int
+    deletion_requests: int
+
+
+def canary_requests_create(
+    *,
+    broker: Broker,
+    canary_round_id: int,
+    remote_identifiers: list[str],
+    session_id: str,
+    match_date: dt.date,
+) -> CanaryRequestsCreated:
+    """The requests of a canary round (``services.cycle.canaries``): one per canary and
+    deletion target, queued with their delivery jobs in the caller's transaction. A paused
+    target's wait in the delivery loop like any other; with no target, none is made."""
+    params: dict[str, Any] = {
+        "broker": broker.pk,
+        "webhook": IntegrationKind.WEBHOOK,
+        "isi": IntegrationKind.ISI,
+        "capabilities": list(DROP_CAPABILITIES),
+        "queued": RequestState.QUEUED,
+        "remote_identifiers": remote_identifiers,
+        "canary_round": canary_round_id,
+        "session": session_id,
+        "match_date": match_date,
+        "broker_id_code": broker.broker_id,
+        "mode": broker.mode,
+    }
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(f"SELECT remote_identifier FROM ({_CANARIES_SQL}) c", params)  # noqa: S608
+        registered = sorted(row[0] for row in cursor.fetchall())
+        cursor.execute(f"SELECT count(*) FROM ({_TARGETS_SQL}) t", params)  # noqa: S608
+        targets = int(cursor.fetchone()[0])
+        cursor.execute(_CANARY_INSERT_SQL, params)
+        created = sorted(row[0] for row in cursor.fetchall())
+        if created:
+            deletion_requests_enqueue(created)
+    return CanaryRequestsCreated(
+        canaries=registered,
+        missing=sorted(set(remote_identifiers) - set(registered)),
+        targets=targets,
+        deletion_requests=len(created),
+    )

@@ -121,7 +121,8 @@ REMOVED_REFUSAL = (
 def _removed_refusal(row: DeletionRequest | ResolutionRequest | SaasDeletion) -> str | None:
     """Once DROP removed the identifier, nothing more goes to the broker for it."""
     item = row.resolution.work_item if isinstance(row, SaasDeletion) else row.work_item
-    if item.state == WorkItemState.REMOVED:
+    # None: a canary round's request, which DROP never sent.
+    if item is not None and item.state == WorkItemState.REMOVED:
         return f"it is {row.state}: {REMOVED_REFUSAL}"
     if row.state == RequestState.CANCELLED:
         return f"it is cancelled ({row.last_error or 'by staff'}): nothing more is sent for it"

@@ -3,6 +3,11 @@
     result = evidence_pack_export(broker=broker, cycle=cycle, out=binary_file,
                                   actor="cli:alice", via="command")
     result = evidence_pack_export(broker=broker, since=start, until=end, out=..., ...)
+    result = evidence_pack_export(..., sample=20, seed="auditor-2028")   # and 20 stories
+
+The pack is laid out by the audit's components (``integrations.evidence.components``): inside
+the snapshot every builder of ``components.BUILDERS`` runs in the audit's order and its
+tests go into ``components.json`` and one section each of ``summary.html``.
 
 Everything streams: the outcome history comes from PostgreSQL's ``COPY``, the ledger range
 line by line, each response file in chunks; the ZIP is written member by member to ``out``
@@ -33,17 +38,21 @@ from django.db import connection, transaction
 from django.template.loader import render_to_string
 from django.utils import timezone
 
+from integrations.evidence import components as layout
 from integrations.evidence import pack
 from integrations.evidence.signing_key import evidence_signing_key
 from integrations.ledger_hash import canonical_json
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, DropCycle
+from integrations.services.evidence.components import BUILDERS
+from integrations.services.evidence.components.base import Component, PackContext
 from integrations.services.evidence.evidence_ledger import LedgerRange
 from integrations.services.evidence.evidence_period import (
     Period,
     report_file_answer,
     report_file_content,
 )
+from integrations.services.evidence.evidence_sample import Sample, sample_draw, sample_pages_write
 from integrations.services.evidence.evidence_writer import CsvRecordCounter, LineCounter, PackWriter
 from integrations.services.ledger import ledger_event_append, ledger_seal
 
@@ -71,9 +80,13 @@ def evidence_pack_export(
     cycle: DropCycle | None = None,
     since: dt.datetime | None = None,
     until: dt.datetime | None = None,
+    sample: int | None = None,
+    seed: str | None = None,
 ) -> EvidenceExport:
-    """Write the pack of ``cycle``, or of ``since``..``until`` (until exclusive), to ``out``."""
+    """Write the pack of ``cycle``, or of ``since``..``until`` (until exclusive), to ``out``;
+    with ``sample`` and ``seed``, that many work items' stories drawn by the seed."""
     _check_pack_period(broker=broker, cycle=cycle, since=since, until=until)
+    _check_sample(sample, seed)
     key = evidence_signing_key()
     ledger_seal()
     exported_at = timezone.now()
@@ -84,6 +97,17 @@ def evidence_pack_export(
         span = LedgerRange(broker=broker, since=period.ledger_since())
         writer.write(pack.LEDGER, span.lines(), rows=LineCounter())
         _write_report_files(writer, period)
+        context = PackContext(broker=broker, period=period, writer=writer, exported_at=exported_at)
+        components = _components_build(context)
+        writer.write(
+            layout.FILE,
+            [json.dumps(_components_document(components), indent=2).encode() + b"\n"],
+            rows=None,
+        )
+        drawn = None
+        if sample is not None and seed is not None:
+            drawn = sample_draw(period=period, size=sample, seed=seed)
+            sample_pages_write(writer, drawn, exported_at=exported_at)
         with timezone.override(dt.UTC):  # an export says UTC, whatever zone staff read in
             summary = render_to_string(
                 "evidence/summary.html",
@@ -91,10 +115,12 @@ def evidence_pack_export(
                     "broker": broker,
                     "period": period.describe(),
                     "exported_at": exported_at,
-                    "cycles": period.cycle_summaries(),
+                    "cycles": context.cycle_summaries,
                     "span": span.describe(),
                     "files": writer.entries,
                     "requests_open": period.requests_open(),
+                    "components": [_component_section(c) for c in components.values()],
+                    "sample": drawn,
                 },
             )
         writer.write(pack.SUMMARY, [summary.encode()], rows=None)
@@ -106,6 +132,8 @@ def evidence_pack_export(
         actor=actor,
         key=key,
         files=writer.entries,
+        components=components,
+        sample=drawn,
     )
     manifest_bytes = json.dumps(manifest, indent=2, ensure_ascii=False).encode() + b"\n"
     writer.write_raw(pack.MANIFEST, manifest_bytes)
@@ -127,6 +155,12 @@ def evidence_pack_export(
                     k: manifest["ledger_range"][k] for k in ("first_event_id", "last_event_id")
                 },
                 "signing_key_sha256": manifest["signing_key"]["sha256"],
+                "components": manifest["components"]["results"],
+                **(
+                    {"sample": {k: manifest["sample"][k] for k in ("seed", "size", "drawn")}}
+                    if drawn is not None
+                    else {}
+                ),
             },
         )
     return EvidenceExport(manifest=manifest, manifest_sha256=manifest_sha256)
@@ -145,6 +179,56 @@ def _check_pack_period(
         raise ValidationError(f"cycle {cycle.drop_session_id} is not broker {broker}'s")
     if since is not None and until is not None and until <= since:
         raise ValidationError("--until must be after --since")
+
+
+def _check_sample(sample: int | None, seed: str | None) -> None:
+    if (sample is None) != (seed is None):
+        raise ValidationError("give --sample and --seed together")
+    if sample is not None and sample < 1:
+        raise ValidationError("--sample must be 1 or more work items")
+    if seed is not None and not seed.strip():
+        raise ValidationError("--seed must not be empty")
+
+
+def _components_build(context: PackContext) -> dict[str, Component]:
+    """Every component in the audit's order; one this version has no builder for is there
+    too, failed, so a pack never leaves one out without saying so."""
+    built: dict[str, Component] = {}
+    for key in layout.KEYS:
+        builder = BUILDERS.get(key)
+        if builder is not None:
+            built[key] = builder(context)
+            continue
+        missing = Component(
+            key=key,
+            proves="Nothing: this version of the service does not build this component.",
+            cannot_prove="Anything about this component; test it by other means.",
+        )
+        missing.test("a builder for this component", passed=False, detail=_NO_BUILDER)
+        built[key] = missing
+    return built
+
+
+_NO_BUILDER = "no builder registered in this version"
+
+
+def _component_section(component: Component) -> dict[str, Any]:
+    """A component as ``summary.html`` shows it: its records as readable pairs."""
+    return {
+        **component.as_json(),
+        "key": component.key,
+        "records": [
+            (name, value if isinstance(value, str | int | float) else json.dumps(value))
+            for name, value in component.records.items()
+        ],
+    }
+
+
+def _components_document(components: dict[str, Component]) -> dict[str, Any]:
+    return {
+        "format": layout.FORMAT,
+        "components": {key: component.as_json() for key, component in components.items()},
+    }
 
 
 def _write_report_files(writer: PackWriter, period: Period) -> None:
@@ -174,6 +258,8 @@ def _manifest(
     actor: str,
     key: Ed25519PrivateKey,
     files: list[dict[str, Any]],
+    components: dict[str, Component],
+    sample: Sample | None,
 ) -> dict[str, Any]:
     """What the pack holds and who made it, signed with ``key``."""
     return {
@@ -190,6 +276,12 @@ def _manifest(
             "public_key": pack.public_key_pem(key),
         },
         "files": files,
+        # The verifier holds components.json to these, and requires it when they are here.
+        "components": {
+            "file": layout.FILE,
+            "results": {key: c.as_json()["result"] for key, c in components.items()},
+        },
+        **({"sample": sample.as_json()} if sample is not None else {}),
     }
 
 

@@ -70,7 +70,7 @@ class LedgerRange:
         with connection.cursor() as cursor:
             for sql in (_CHAIN_LINES, _UNSEALED_LINES):
                 with cursor.copy(sql, params) as copy:
-                    yield from _rechunk(copy)
+                    yield from rechunk(copy)
 
 
 # The broker's first and last chained event since ``since``: the range's two ends.
@@ -120,7 +120,7 @@ _UNSEALED_LINES = _COPY_LINES.format(
 )
 
 
-def _rechunk(blocks: Iterable[Any], size: int = 1 << 16) -> Iterator[bytes]:
+def rechunk(blocks: Iterable[Any], size: int = 1 << 16) -> Iterator[bytes]:
     chunk = bytearray()
     for block in blocks:
         chunk += block

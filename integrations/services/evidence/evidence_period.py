@@ -74,7 +74,8 @@ class Period:
         return {"since": self.since.isoformat(), "until": self.until.isoformat()}
 
     def requests(self) -> Any:
-        requests = DeletionRequest.objects.filter(broker=self.broker)
+        # DROP's requests: a canary round's are tests, in the actioning component's records.
+        requests = DeletionRequest.objects.filter(broker=self.broker, canary_round__isnull=True)
         if self.cycle is not None:
             return requests.filter(drop_session_id=self.cycle.drop_session_id)
         return requests.filter(matched_at__gte=self.since, matched_at__lt=self.until)

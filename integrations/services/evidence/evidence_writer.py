@@ -15,7 +15,7 @@ import zipfile
 from collections.abc import Iterable
 from typing import IO, Any
 
-from integrations.evidence import pack
+from integrations.evidence import components, pack
 
 _READ_BACK_CHUNK = 8 << 20
 
@@ -23,6 +23,8 @@ DESCRIPTIONS = {
     pack.OUTCOMES: "outcome history of the period's deletion requests, one row each (CSV)",
     pack.LEDGER: "the ledger range: the broker's events in full, other events as hashes",
     pack.SUMMARY: "a readable summary (HTML)",
+    components.FILE: "the audit's components: per component its records, the tests run at "
+    "export and their result",
 }
 
 

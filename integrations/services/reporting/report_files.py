@@ -25,11 +25,15 @@ from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.utils import timezone
 
-from integrations.drop.files import DropFileError
-from integrations.drop.reporting import response_name, responses_from_rows
+from integrations.drop.files import DropFileError, parse_file_name
+from integrations.drop.reporting import (
+    response_name,
+    response_status_counts,
+    responses_from_rows,
+)
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
-    AWAITING_DROP,
+    NOT_YET_TAKEN,
     Broker,
     DropCycle,
     ReportFile,
@@ -75,15 +79,16 @@ def report_files_write(
 def _kept_back(retry_rejected: bool) -> list[ReportFileState]:
     """The states of an item's ``pending_report_file`` that keep it out of a new file.
 
-    An item in a file DROP has not answered for good (``AWAITING_DROP``) waits for that
-    answer, whatever its status does meanwhile: accepted, DROP holds the file's status and a
-    different one goes out as an amendment; rejected, the item goes out again in a new file
+    An item in a file DROP has not answered for good (``AWAITING_DROP``), or that waits
+    for approval (``NOT_YET_TAKEN``), waits for that answer, whatever its status does
+    meanwhile: accepted, DROP holds the file's status and a different one goes out as an
+    amendment; not approved, the item is free again; rejected, the item goes out again in a new file
     (an upload while DROP holds nothing for it, an amendment otherwise). So an item is never
     in two files DROP may both take, and an amendment always replaces what DROP holds.
     Without ``retry_rejected`` (the periodic job), the rows of a file DROP rejected are left
     to staff rather than written into a new file every run; ``drop report`` writes them.
     """
-    return [*AWAITING_DROP, *([] if retry_rejected else [ReportFileState.REJECTED])]
+    return [*NOT_YET_TAKEN, *([] if retry_rejected else [ReportFileState.REJECTED])]
 
 
 def _cycles_with_reportable_items(broker: Broker) -> list[DropCycle]:
@@ -131,6 +136,9 @@ def _cycle_files_write(
         if not groups:
             return []
         taken = set(ReportFile.objects.filter(cycle=cycle).values_list("file_name", flat=True))
+        # Read under the cycle's lock: a setting turned on now holds back this run's files.
+        approve = Broker.objects.filter(pk=broker.pk).values_list("approve_uploads", flat=True)
+        state = ReportFileState.AWAITING_APPROVAL if approve.get() else ReportFileState.WRITTEN
         placeholders: dict[tuple[str, bool], ReportFile] = {}
         for list_name, amend in groups:
             kind = ReportKind.AMEND if amend else ReportKind.UPLOAD
@@ -144,6 +152,8 @@ def _cycle_files_write(
                 rows=0,
                 sha256="",
                 content=b"",
+                state=state,
+                written_by=actor,
             )
         return _files_fill(
             broker=broker, cycle=cycle, placeholders=placeholders, kept_back=kept_back, actor=actor
@@ -248,8 +258,30 @@ def _files_fill(
                 "sha256": built.sha256,
             },
         )
+        if report_file.state == ReportFileState.AWAITING_APPROVAL:
+            _awaiting_approval_record(report_file=report_file, broker=broker, actor=actor)
         written.append(report_file)
     return written
+
+
+def _awaiting_approval_record(*, report_file: ReportFile, broker: Broker, actor: str) -> None:
+    """The broker approves its uploads: the file waits for a second person
+    (``report_approval``), and the ledger says what they will review."""
+    ledger_event_append(
+        kind=LedgerKind.REPORT_FILE_AWAITING_APPROVAL,
+        broker_id=broker.broker_id,
+        subject=report_file.file_name,
+        actor=actor,
+        data={
+            **report_file_facts(report_file),
+            "list": parse_file_name(report_file.file_name).data_type,
+            "statuses": {
+                str(code): n
+                for code, n in response_status_counts(bytes(report_file.content)).items()
+            },
+            "written_by": actor,
+        },
+    )
 
 
 def report_file_facts(report_file: ReportFile) -> dict[str, Any]:

@@ -24,6 +24,9 @@ Two steps, so that a crash between them can neither lose a status nor send one t
    ``refused``: it is sent again by every run, and holds back nothing else. Only an answer
    about DROP as a whole (401/403, DROP down or throttling past the client's bounded
    retries, the network) stops the run; the files left stay as they are for the next one.
+   With the broker's ``approve_uploads`` on, a file is written ``awaiting_approval`` and
+   only a second person's approval makes it ``written`` (``report_approval``); one they
+   reject is never sent, and its rows are owed again.
 3. **Discard.** Staff give up an amendment DROP refuses or rejected, with a written reason
    (``report_file_discard``): its items keep the status DROP holds.
 
@@ -32,7 +35,8 @@ The periodic job calls ``report_auto``: it reports a cycle once every work item 
 status (or when its due date is close), sends amendments, and retries written files.
 
 The steps live in their own modules: ``report_files`` (write), ``report_uploads`` (upload
-and DROP's answers), ``report_manual`` (discard, mark uploaded); this one runs them.
+and DROP's answers), ``report_manual`` (discard, mark uploaded), ``report_approval`` (approve
+or reject before the upload); this one runs them.
 """
 
 from __future__ import annotations

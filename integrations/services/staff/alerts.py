@@ -37,6 +37,7 @@ from integrations.ledger_kinds import LedgerKind
 from integrations.list_types import DATA_TYPE_OF
 from integrations.models import (
     AlertState,
+    CycleState,
     DropCycle,
     DropNotification,
     LedgerEvent,
@@ -47,10 +48,12 @@ from integrations.models import (
     WorkItem,
     WorkItemState,
 )
+from integrations.selectors.canaries import canary_rounds_failing
 from integrations.selectors.deadlines import cycle_deadlines
 from integrations.selectors.directives import directive_ack_due, directives_overdue
 from integrations.selectors.drop_access import drop_access_obligations_open
 from integrations.selectors.match_rates import match_rate_falls
+from integrations.selectors.report_reviews import report_files_awaiting_approval
 from integrations.selectors.stuck import stuck_work_items
 from integrations.selectors.targets import broker_targets
 from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
@@ -367,8 +370,51 @@ def _cycles_due_within(days: int) -> Condition:
     return check
 
 
-alert_condition("cycle_due_7_days")(_cycles_due_within(7))
-alert_condition("cycle_due_2_days")(_cycles_due_within(2))
+# Days before a cycle's due date that its alerts start (the cycle's, and its files' waiting
+# for approval).
+DUE_ALERT_DAYS = (7, 2)
+for _days in DUE_ALERT_DAYS:
+    alert_condition(f"cycle_due_{_days}_days")(_cycles_due_within(_days))
+
+
+def _approvals_due_within(days: int) -> Condition:
+    """A file waits for approval (the broker's "approve uploads") while its cycle, still
+    owing statuses, is due within ``days``: nothing sends it until a second person decides."""
+
+    def check(now: dt.datetime) -> Iterable[Firing]:
+        today = drop_today(now)
+        for report_file in report_files_awaiting_approval().filter(cycle__state=CycleState.OPEN):
+            cycle = report_file.cycle
+            days_left = (cycle.due_date - today).days
+            if days_left > days:
+                continue
+            broker_id = report_file.broker.broker_id
+            when = (
+                f"was due {-days_left} day(s) ago"
+                if days_left < 0
+                else f"is due in {days_left} day(s)"
+            )
+            yield Firing(
+                key=f"file:{report_file.pk}",
+                broker_id=broker_id,
+                text=f"{report_file.file_name} (broker {broker_id}) waits for approval and its "
+                f"cycle {cycle.drop_session_id} {when} ({cycle.due_date}): an Operator other "
+                f"than {report_file.written_by or 'whoever wrote it'} approves it (`manage.py "
+                f"drop report --broker {broker_id} --approve {report_file.file_name}`, or the "
+                "admin)",
+                details={
+                    "report_file": report_file.pk,
+                    "file_name": report_file.file_name,
+                    "due_date": cycle.due_date.isoformat(),
+                    "written_by": report_file.written_by,
+                },
+            )
+
+    return check
+
+
+for _days in DUE_ALERT_DAYS:
+    alert_condition(f"approval_due_{_days}_days")(_approvals_due_within(_days))
 
 
 @alert_condition("ledger_verify_failed")
@@ -478,5 +524,30 @@ def _directive_not_acknowledged(now: dt.datetime) -> Iterable[Firing]:
                 "provider": directive.provider.name,
                 "contact": directive.provider.contact,
                 "sha256": directive.sha256,
+            },
+        )
+
+
+# -- canaries: the deletion system tested every cycle
+@alert_condition("canary_failed")
+def _canary_failed(now: dt.datetime) -> Iterable[Firing]:
+    """A canary round failed: a canary's request was answered otherwise than ``deleted``, or
+    not within ``DROPPORTAL_CANARY_HOURS``, or could not be sent. It lasts until a later
+    round of the broker passes."""
+    for result in canary_rounds_failing(now=now):
+        canary_round = result.canary_round
+        broker_id = canary_round.broker.broker_id
+        yield Firing(
+            key=f"canary_round:{canary_round.pk}",
+            broker_id=broker_id,
+            text=f"Canary round {canary_round.pk} of broker {broker_id} (started "
+            f"{drop_time_text(canary_round.started_at)}) failed: "
+            f"{'; '.join(result.problems)}; the deletion system did not delete its test "
+            "consumer: check the target with the broker, then `manage.py drop canary --broker "
+            f"{broker_id}` tests it again",
+            details={
+                "canary_round": canary_round.pk,
+                "answer_by": canary_round.answer_by.isoformat(),
+                "problems": result.problems,
             },
         )

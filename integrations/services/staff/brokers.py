@@ -19,7 +19,14 @@ from integrations.services.ledger import ledger_event_append
 from integrations.services.row_updates import Audited, row_locked, row_update
 from integrations.validators import url_credentials_validate
 
-_AUDITED_FIELDS = ("name", "mode", "drop_base_url", "auto_pull", "pull_interval_days")
+_AUDITED_FIELDS = (
+    "name",
+    "mode",
+    "drop_base_url",
+    "auto_pull",
+    "pull_interval_days",
+    "approve_uploads",
+)
 
 
 def _drop_base_url_check(url: str) -> None:
@@ -36,6 +43,7 @@ def broker_create(
     drop_base_url: str = "",
     auto_pull: bool = False,
     pull_interval_days: int = 30,
+    approve_uploads: bool = False,
     actor: str,
 ) -> Broker:
     """Register a broker. Raises ValidationError (nothing written) on bad or duplicate input."""
@@ -47,6 +55,7 @@ def broker_create(
         drop_base_url=drop_base_url,
         auto_pull=auto_pull,
         pull_interval_days=pull_interval_days,
+        approve_uploads=approve_uploads,
         drop_api_key_changed_at=timezone.now() if drop_api_key else None,
     )
     _drop_base_url_check(drop_base_url)

@@ -13,12 +13,29 @@ A builder may add files to the pack (``context.writer.write``) and names them in
 
 from __future__ import annotations
 
-from integrations.services.evidence.components import list_selection, matching
+from integrations.services.evidence.components import (
+    actioning,
+    drop_access,
+    hashing,
+    list_selection,
+    matching,
+    service_providers,
+    standardization,
+    status_reporting,
+    suppression_list,
+)
 from integrations.services.evidence.components.base import Builder
 
 # One line per component module, in the audit's order (``integrations.evidence.components.KEYS``);
-# the export refuses to run unless all nine are here.
+# a key with none here is in the pack as a failed component ("no builder registered").
 BUILDERS: dict[str, Builder] = {
     "list_selection": list_selection.build,
+    "drop_access": drop_access.build,
+    "standardization": standardization.build,
+    "hashing": hashing.build,
     "matching": matching.build,
+    "actioning": actioning.build,
+    "status_reporting": status_reporting.build,
+    "suppression_list": suppression_list.build,
+    "service_providers": service_providers.build,
 }

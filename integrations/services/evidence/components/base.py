@@ -5,10 +5,11 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from integrations.evidence import components as layout
-from integrations.models import Broker
+from integrations.models import Broker, DropCycle
 from integrations.services.evidence.evidence_period import Period
 from integrations.services.evidence.evidence_writer import PackWriter
 
@@ -22,6 +23,29 @@ class PackContext:
     period: Period
     writer: PackWriter
     exported_at: dt.datetime
+
+    @cached_property
+    def cycle_summaries(self) -> list[dict[str, Any]]:
+        """``Period.cycle_summaries`` read once for the summary and every builder."""
+        return self.period.cycle_summaries()
+
+    @cached_property
+    def window(self) -> tuple[dt.datetime, dt.datetime]:
+        """The time the pack covers, for what happens in time rather than to a cycle's
+        records (pulls, checks, directives): a period's ``since``..``until``, or a cycle's
+        download up to the next cycle's; never past the export."""
+        cycle = self.period.cycle
+        if cycle is None:
+            assert self.period.since is not None and self.period.until is not None
+            return self.period.since, min(self.period.until, self.exported_at)
+        following = (
+            DropCycle.objects.filter(broker=self.broker, downloaded_at__gt=cycle.downloaded_at)
+            .order_by("downloaded_at")
+            .values_list("downloaded_at", flat=True)
+            .first()
+        )
+        end = min(following, self.exported_at) if following else self.exported_at
+        return cycle.downloaded_at, end
 
 
 @dataclass

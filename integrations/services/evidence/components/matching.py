@@ -1,7 +1,8 @@
 """The matching component: each cycle of the pack matched again at export against the
 consumers registered then (``audit rematch``), every difference with what the service
-recorded explained by its ledger event; ``matching/<cycle>.json`` holds each cycle's counts
-and a few examples per reason, by work item id (no consumer pointer, no hash)::
+recorded explained by its ledger event; ``components/matching/<cycle>.json`` holds each
+cycle's counts and a few examples per reason, by work item id (no consumer pointer, no
+hash)::
 
     component = build(context)
     component.records["cycles"]  # per cycle: matched recorded, now, differences by reason
@@ -43,7 +44,7 @@ def build(context: PackContext) -> Component:
     for cycle in context.period.cycles().order_by("downloaded_at"):
         result = cycle_rematch_result(broker=context.broker, cycle=cycle, examples=EXAMPLES)
         summary = result.summary
-        name = f"matching/{cycle.drop_session_id}.json"
+        name = f"components/matching/{cycle.drop_session_id}.json"
         document = {"format": "dropportal-rematch/1", "examples_per_reason": EXAMPLES}
         document |= result.as_json()
         differences = sum(summary.explained.values()) + sum(summary.unexplained.values())

@@ -1,0 +1,213 @@
+"""DROP access: every pull and notification of the pack's time, the longest gap between two
+downloads against the cadence the law sets (``DROPPORTAL_DOWNLOAD_CADENCE_DAYS``, 45 days),
+the failures, the outages and the written notices to CalPrivacy a long one obliges.
+
+A download is a successful pull (``drop.pulled``, whether DROP had something new or not: the
+broker reached its list) or a cycle's download (a package fetched by hand and imported
+counts from the time it was downloaded). The gaps run from the last download before the
+pack's time, through every download in it, to its end (a gap still open counts too).
+Everything is counted in SQL; each access event is one row of ``components/drop_access.csv``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+
+from integrations.drop.calendar import drop_date
+from integrations.ledger_kinds import LedgerKind
+from integrations.models import DropAccessObligation, DropOutage
+from integrations.services.evidence.components.base import Component, PackContext
+from integrations.services.evidence.evidence_ledger import rechunk
+from integrations.services.evidence.evidence_writer import CsvRecordCounter
+
+FILE = "components/drop_access.csv"
+ACCESS_KINDS = (
+    LedgerKind.DROP_PULLED,
+    LedgerKind.DROP_PULL_FAILED,
+    LedgerKind.DROP_NOTIFICATION_RECEIVED,
+    LedgerKind.DROP_API_CALL,
+    LedgerKind.DROP_OUTAGE_STARTED,
+    LedgerKind.DROP_OUTAGE_ENDED,
+    LedgerKind.DROP_ACCESS_OBLIGATION_CREATED,
+    LedgerKind.DROP_ACCESS_NOTICE_RECORDED,
+)
+# One row per access event but the API calls (several a pull; counted, and in the ledger).
+_ROW_KINDS = [kind.value for kind in ACCESS_KINDS if kind != LedgerKind.DROP_API_CALL]
+
+_DOWNLOADS = """
+WITH downloads AS (
+    SELECT created_at AS at FROM integrations_ledgerevent
+     WHERE broker_id = %(broker_id)s AND kind = %(pulled)s
+    UNION
+    SELECT downloaded_at FROM integrations_dropcycle WHERE broker_id = %(broker)s
+), kept AS (
+    SELECT at FROM downloads WHERE at >= %(start)s AND at < %(end)s
+    UNION
+    SELECT max(at) FROM downloads WHERE at < %(start)s
+), gaps AS (
+    SELECT lag(at) OVER (ORDER BY at) AS previous, at FROM kept WHERE at IS NOT NULL
+)
+SELECT (SELECT count(*) FROM kept WHERE at >= %(start)s),
+       (SELECT max(at) FROM kept),
+       g.previous, g.at
+FROM (SELECT 1) one
+LEFT JOIN LATERAL (SELECT previous, at FROM gaps WHERE previous IS NOT NULL
+                   ORDER BY at - previous DESC, at LIMIT 1) g ON true
+"""
+_COUNTS = """
+SELECT kind, coalesce(data ->> 'outcome', data ->> 'reason', data ->> 'event_type', ''), count(*)
+FROM integrations_ledgerevent
+WHERE broker_id = %(broker_id)s AND kind = ANY(%(kinds)s)
+  AND created_at >= %(start)s AND created_at < %(end)s
+GROUP BY 1, 2 ORDER BY 1, 2
+"""
+_ROWS = """
+COPY (SELECT to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') || '+00:00',
+             id, kind,
+             coalesce(data ->> 'outcome', data ->> 'reason', data ->> 'event_type', ''),
+             coalesce(data ->> 'drop_session_id', ''), coalesce(data ->> 'status', '')
+        FROM integrations_ledgerevent
+       WHERE broker_id = %(broker_id)s AND kind = ANY(%(row_kinds)s)
+         AND created_at >= %(start)s AND created_at < %(end)s
+       ORDER BY created_at, id)
+TO STDOUT WITH (FORMAT csv)
+"""
+_HEADER = b"at,ledger_event_id,kind,outcome,drop_session_id,status\n"
+
+
+def build(context: PackContext) -> Component:
+    start, end = context.window
+    cadence = dt.timedelta(days=settings.DROPPORTAL_DOWNLOAD_CADENCE_DAYS)
+    component = Component(
+        key="drop_access",
+        proves=(
+            "When the service reached DROP in the pack's time: every pull, its outcome and "
+            "every failure, DROP's notifications, the outages of the automated connection, "
+            "and the notices to CalPrivacy staff recorded for those that lasted more than a "
+            "day; all of them ledger events, in the pack's ledger range."
+        ),
+        cannot_prove=(
+            "That DROP made a list available when a pull found nothing new (DROP's own "
+            "records are the counterpart), or that a notice staff recorded reached CalPrivacy "
+            "(its reference is what to ask CalPrivacy about)."
+        ),
+    )
+    params: dict[str, Any] = {
+        "broker_id": context.broker.broker_id,
+        "broker": context.broker.pk,
+        "pulled": LedgerKind.DROP_PULLED.value,
+        "start": start,
+        "end": end,
+        "kinds": [kind.value for kind in ACCESS_KINDS],
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(_DOWNLOADS, params)
+        downloads, last, gap_from, gap_to = cursor.fetchone()
+        cursor.execute(_COUNTS, params)
+        counts = cursor.fetchall()
+    events: dict[str, dict[str, int]] = {}
+    for kind, outcome, count in counts:
+        events.setdefault(kind, {})[outcome or "(none)"] = count
+    longest = (gap_to - gap_from) if gap_from is not None else dt.timedelta(0)
+    longest_ends = (gap_from, gap_to)
+    if last is not None and end - last > longest:
+        longest, longest_ends = end - last, (last, None)  # still open at the pack's end
+    outages = list(
+        DropOutage.objects.filter(broker=context.broker, started_at__lt=end)
+        .exclude(ended_at__lt=start)
+        .order_by("started_at")
+    )
+    obligations = list(
+        DropAccessObligation.objects.filter(outage__in=outages).order_by("due_date", "pk")
+    )
+    component.records = {
+        "from": start.isoformat(),
+        "to": end.isoformat(),
+        "downloads": downloads,
+        "events": events,
+        "longest_gap_days": round(longest.total_seconds() / 86400, 2),
+        "longest_gap": {
+            "from": longest_ends[0].isoformat() if longest_ends[0] else None,
+            "to": longest_ends[1].isoformat() if longest_ends[1] else "open at the end",
+        },
+        "cadence_days": settings.DROPPORTAL_DOWNLOAD_CADENCE_DAYS,
+        "outages": [_outage(outage) for outage in outages],
+        "notices": [_obligation(obligation) for obligation in obligations],
+    }
+    if last is None:
+        component.test(
+            f"a download at least every {cadence.days} days",
+            passed=True,
+            detail="no download yet: the broker has not reached DROP (nothing to measure)",
+        )
+    else:
+        component.test(
+            f"a download at least every {cadence.days} days",
+            passed=longest <= cadence,
+            detail=f"longest gap {longest.total_seconds() / 86400:.2f} days "
+            f"({component.records['longest_gap']['from']} to "
+            f"{component.records['longest_gap']['to']})",
+        )
+    today = drop_date(context.exported_at)
+    late = [
+        obligation
+        for obligation in obligations
+        if (obligation.notice_sent_on or today) > obligation.due_date
+    ]
+    component.test(
+        "a written notice to CalPrivacy for each outage of more than a day, by its due date",
+        passed=not late,
+        detail=(
+            f"{len(obligations)} outage(s) obliged a notice, all sent or not yet due"
+            if not late
+            else "; ".join(
+                f"the outage from {o.failure_started_at:%Y-%m-%d} needed one by {o.due_date}: "
+                + (f"sent {o.notice_sent_on}" if o.notice_sent_on else "none recorded")
+                for o in late
+            )
+        ),
+    )
+    context.writer.write(
+        FILE,
+        _rows(params),
+        rows=CsvRecordCounter(),
+        description="DROP access: every pull, failure, notification, outage and notice of the "
+        "pack's time, one row each (its ledger event's id)",
+    )
+    component.files.append(FILE)
+    return component
+
+
+def _rows(params: dict[str, object]) -> Iterator[bytes]:
+    yield _HEADER
+    with (
+        connection.cursor() as cursor,
+        cursor.copy(_ROWS, {**params, "row_kinds": _ROW_KINDS}) as copy,
+    ):
+        yield from rechunk(copy)
+
+
+def _outage(outage: DropOutage) -> dict[str, object]:
+    return {
+        "started_at": outage.started_at.isoformat(),
+        "ended_at": outage.ended_at.isoformat() if outage.ended_at else None,
+        "failures": outage.failures,
+        "last_error": outage.last_error,
+    }
+
+
+def _obligation(obligation: DropAccessObligation) -> dict[str, object]:
+    return {
+        "failure_started_at": obligation.failure_started_at.isoformat(),
+        "due_date": obligation.due_date.isoformat(),
+        "notice_sent_on": obligation.notice_sent_on.isoformat()
+        if obligation.notice_sent_on
+        else None,
+        "notice_reference": obligation.notice_reference or None,
+        "recorded_by": obligation.notice_recorded_by or None,
+    }

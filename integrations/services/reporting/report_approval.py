@@ -1,0 +1,136 @@
+"""A second pair of eyes before DROP hears anything (a broker's "approve uploads").
+
+With the broker's ``approve_uploads`` on, every response file is written ``awaiting_approval``
+(``report_files``) instead of ``written``: nothing sends it. A person other than whoever
+wrote it (the periodic job writes as ``system``: then anyone may) reviews its counts per
+status and list (``selectors.report_reviews``) and decides::
+
+    report_file_approve(report_file=f, actor="staff:bob")            # written: uploaded next
+    report_file_reject(report_file=f, reason="counts look wrong", actor="cli:bob")
+
+Approved, the file becomes ``written`` and the broker's report job is queued (the periodic
+job's: it uploads every written file); a broker without a DROP API key uploads by hand, as
+any written file. Rejected, the file becomes ``not_approved`` and is never sent; its rows
+leave it, still owed, and go into a new file at the next report run (the periodic job's, or
+``drop report``), which waits for approval in turn. The role check (Operators and
+superusers: ``integrations.approve_reportfile``) is the interface's; the rule that the
+approver is not the writer is here, for every interface.
+"""
+
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from integrations.enqueue import drop_report_enqueue
+from integrations.ledger_kinds import LedgerKind
+from integrations.models import ReportFile, ReportFileState, WorkItem
+from integrations.selectors.pulls import brokers_due_for_report
+from integrations.selectors.report_reviews import report_file_review
+from integrations.services.ledger import actor_person, ledger_event_append
+from integrations.services.reporting.report_files import report_file_facts
+
+REVIEW_REASON_MAX = 2000
+APPROVE_PERMISSION = "integrations.approve_reportfile"
+
+
+def report_file_approve(*, report_file: ReportFile, actor: str, reason: str = "") -> ReportFile:
+    """Approve a file waiting for approval: it becomes ``written`` and is uploaded by the
+    broker's report job, queued now. Raises ``ValidationError`` (nothing changed) when it
+    does not wait for approval or ``actor`` wrote it."""
+    reason = _reason_checked(reason, required=False)
+    with transaction.atomic():
+        locked = _awaiting_locked(report_file, actor=actor, verb="approve")
+        review = report_file_review(locked)
+        locked.state = ReportFileState.WRITTEN
+        _reviewed(locked, actor=actor, reason=reason)
+        ledger_event_append(
+            kind=LedgerKind.REPORT_FILE_APPROVED,
+            broker_id=locked.broker.broker_id,
+            subject=locked.file_name,
+            actor=actor,
+            data={
+                **report_file_facts(locked),
+                "list": review.list_type,
+                "statuses": review.as_json()["statuses"],
+                "written_by": locked.written_by,
+                "reason": reason,
+            },
+        )
+        # As the periodic job would: a broker it serves gets its report job now.
+        if any(b.pk == locked.broker_id for b in brokers_due_for_report()):
+            drop_report_enqueue(broker_pk=locked.broker_id, broker_id=locked.broker.broker_id)
+    return locked
+
+
+def report_file_reject(*, report_file: ReportFile, reason: str, actor: str) -> ReportFile:
+    """Reject a file waiting for approval, with a written reason: it becomes ``not_approved``
+    and is never sent; its rows leave it, still owed, for a new file at the next report run.
+    Raises ``ValidationError`` (nothing changed) without a reason, when it does not wait for
+    approval or ``actor`` wrote it."""
+    reason = _reason_checked(reason, required=True)
+    with transaction.atomic():
+        locked = _awaiting_locked(report_file, actor=actor, verb="reject")
+        review = report_file_review(locked)
+        # Back to what they were before the file was written: reportable, DROP holding
+        # what it held. The next write puts them in a new file.
+        released = WorkItem.objects.filter(
+            cycle_id=locked.cycle_id, pending_report_file=locked
+        ).update(pending_report_file=None, pending_status_code=None, updated_at=timezone.now())
+        locked.state = ReportFileState.NOT_APPROVED
+        _reviewed(locked, actor=actor, reason=reason)
+        ledger_event_append(
+            kind=LedgerKind.REPORT_FILE_APPROVAL_REJECTED,
+            broker_id=locked.broker.broker_id,
+            subject=locked.file_name,
+            actor=actor,
+            data={
+                **report_file_facts(locked),
+                "list": review.list_type,
+                "statuses": review.as_json()["statuses"],
+                "written_by": locked.written_by,
+                "reason": reason,
+                "work_items_owed_again": released,
+            },
+        )
+    return locked
+
+
+def _reason_checked(reason: str, *, required: bool) -> str:
+    reason = (reason or "").strip()
+    if required and not reason:
+        raise ValidationError({"reason": "write why this file is not approved"})
+    if len(reason) > REVIEW_REASON_MAX:
+        raise ValidationError({"reason": f"at most {REVIEW_REASON_MAX} characters"})
+    return reason
+
+
+def _awaiting_locked(report_file: ReportFile, *, actor: str, verb: str) -> ReportFile:
+    """The file, locked, once it waits for approval and ``actor`` may decide on it."""
+    locked = (
+        ReportFile.objects.select_for_update(of=("self",))
+        .select_related("broker", "cycle")
+        .defer("content")
+        .get(pk=report_file.pk)
+    )
+    if locked.state != ReportFileState.AWAITING_APPROVAL:
+        raise ValidationError(
+            f"{locked.file_name} is {locked.get_state_display().lower()}: only a file "
+            f"waiting for approval can be {verb.rstrip('e')}ed"
+        )
+    person = actor_person(actor)
+    if not person:
+        raise ValidationError(f"only a named person can {verb} {locked.file_name}")
+    if person == actor_person(locked.written_by):
+        raise ValidationError(
+            f"{locked.file_name} was written by {locked.written_by}: a second person must {verb} it"
+        )
+    return locked
+
+
+def _reviewed(report_file: ReportFile, *, actor: str, reason: str) -> None:
+    report_file.reviewed_by = actor
+    report_file.reviewed_at = timezone.now()
+    report_file.review_reason = reason
+    report_file.save(update_fields=["state", "reviewed_by", "reviewed_at", "review_reason"])

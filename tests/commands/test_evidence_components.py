@@ -1,0 +1,360 @@
+"""The evidence pack laid out by the audit's nine components, and its sample.
+
+The pack is exported from the cycle of ``tests/evidence_world.py``; each component's test is
+broken on purpose (a wrong hash function, a long gap between downloads, a notice never
+sent) and the pack names it, while still verifying: it is authentic, and it records the
+failure. Editing ``components.json`` or a sampled story fails the verification.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.utils import timezone
+
+from devtools.drop_simulator import DropSimulator
+from integrations.drop import standardize
+from integrations.evidence import pack
+from integrations.evidence.components import FILE, KEYS, TITLES, component_problems
+from integrations.evidence.verify import verify_pack
+from integrations.ledger_kinds import LedgerKind
+from integrations.models import Broker, DropCycle, LedgerEvent, WorkItem
+from integrations.services.evidence import components as builders
+from integrations.services.evidence.evidence import evidence_signing_key
+from integrations.services.ledger import ledger_event_append
+from tests.builders import DropAccessObligationFactory, DropCycleFactory
+from tests.commands.test_evidence import failure, members, rewrite
+from tests.evidence_world import DROP_KEY, evidence_world
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def cycle(broker: Broker, tmp_path: Path) -> Iterator[DropCycle]:
+    with DropSimulator(api_key=DROP_KEY, broker_id="4821", active_download=True) as drop:
+        yield evidence_world(broker, drop, tmp_path)
+
+
+@pytest.fixture
+def public_key(tmp_path: Path) -> Path:
+    out = io.StringIO()
+    call_command("evidence", "public-key", stdout=out)
+    path = tmp_path / "evidence.pem"
+    path.write_text(out.getvalue())
+    return path
+
+
+def export(tmp_path: Path, *args: str, name: str = "pack.zip") -> Path:
+    out = tmp_path / name
+    call_command(
+        "evidence", "export", "--broker", "4821", *(args or ("--cycle", "1")),
+        "--out", str(out), stdout=io.StringIO(),
+    )  # fmt: skip
+    return out
+
+
+def components_of(path: Path) -> dict[str, Any]:
+    document = json.loads(members(path)[FILE])
+    return dict(document["components"])
+
+
+def test_the_pack_holds_every_component_with_a_summary_section_each(
+    cycle: DropCycle, tmp_path: Path, public_key: Path
+) -> None:
+    out = export(tmp_path)
+    files = members(out)
+    document = json.loads(files[FILE])
+    assert document["format"] == "dropportal-components/1"
+    assert tuple(document["components"]) == KEYS
+    assert component_problems(document, set(files)) == []
+    components = document["components"]
+    for key in ("standardization", "hashing", "suppression_list", "service_providers"):
+        assert components[key]["result"] == "pass", components[key]
+    for component in components.values():
+        assert component["proves"] and component["cannot_prove"] and component["tests"]
+    reporting = components["status_reporting"]
+    assert reporting["records"]["cycles"][0]["cycle"] == "1"
+    assert reporting["records"]["files_by_state"] == {"accepted": 2}
+    assert reporting["records"]["report_file_events"]["report_file.approved"] == 0
+    assert "drop/1/20261120_4821_Email.csv" in reporting["files"]
+    # Like every file, components.json is in the manifest, with the results it holds.
+    manifest = json.loads(files[pack.MANIFEST])
+    assert FILE in {entry["name"] for entry in manifest["files"]}
+    assert manifest["components"]["results"] == {k: c["result"] for k, c in components.items()}
+    summary = files[pack.SUMMARY].decode()
+    for key, title in TITLES.items():
+        assert f'<section class="component" id="{key}">' in summary
+        assert f"<h3>{title}: " in summary
+    assert "This pack proves:" in summary and "It cannot prove:" in summary
+
+    result = verify_pack(out, public_key_pem=public_key.read_bytes())
+    assert result.ok, result.failure
+    assert result.components is not None and tuple(result.components) == KEYS
+    assert result.components["hashing"] == {
+        "title": "Hashing",
+        "result": "pass",
+        "failed_tests": [],
+    }
+    assert "component hashing: pass" in result.checks
+    event = LedgerEvent.objects.get(kind="evidence.exported")
+    assert event.data["components"] == manifest["components"]["results"]
+
+
+def test_a_wrong_hash_function_fails_hashing_and_the_pack_still_verifies(
+    cycle: DropCycle,
+    tmp_path: Path,
+    public_key: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    def sha1_hash(standardized: str) -> str:  # a plausible mistake: the wrong digest
+        return hashlib.sha1(standardized.encode()).hexdigest()  # noqa: S324
+
+    monkeypatch.setattr(standardize, "hash_value", sha1_hash)
+    out = export(tmp_path)
+    components = components_of(out)
+    assert components["hashing"]["result"] == "fail"
+    assert components["standardization"]["result"] == "pass"
+    (test,) = components["hashing"]["tests"]
+    assert test["result"] == "fail"
+    assert "expected 91hIbrbzNeqHs3o81O5yNrXUj7wDd2shvZ6THKi9qz8=, computed " in test["detail"]
+    vectors = json.loads(members(out)["components/hashing_vectors.json"])["vectors"]
+    juan = next(v for v in vectors if v["input"] == "juanpablo")
+    assert juan == {
+        "step": "hash",
+        "field": "first_name",
+        "input": "juanpablo",
+        "expected": "91hIbrbzNeqHs3o81O5yNrXUj7wDd2shvZ6THKi9qz8=",
+        "computed": sha1_hash("juanpablo"),
+        "result": "differs",
+    }
+    # Email hashes through its own fast path, which the replaced function does not touch.
+    email = next(v for v in vectors if v["input"] == "Anna.Smith@Domain.com")
+    assert email["result"] == "equal"
+
+    # Authentic, and it records a failed test: verify exits 0 and names the component.
+    monkeypatch.undo()
+    capsys.readouterr()
+    call_command("evidence", "verify", str(out), "--public-key", str(public_key), "--json")
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert report["ok"] and "hashing" in report["components_failed"]
+    assert report["components"]["hashing"]["failed_tests"][0]["name"] == (
+        "DROP's official hashes computed by the deployed code"
+    )
+    assert "component(s) failed their tests at export" in captured.err
+    assert "hashing" in captured.err
+    call_command("evidence", "verify", str(out), "--public-key", str(public_key))
+    text = capsys.readouterr().out
+    assert "--  component hashing: FAIL (DROP's official hashes computed" in text
+    assert "ok  component standardization: pass" in text
+    assert text.endswith("Evidence pack verified.\n")
+
+
+def test_a_component_without_a_builder_is_there_failed(
+    cycle: DropCycle, tmp_path: Path, public_key: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delitem(builders.BUILDERS, "suppression_list")
+    out = export(tmp_path)
+    component = components_of(out)["suppression_list"]
+    assert component["result"] == "fail"
+    assert component["tests"] == [
+        {
+            "name": "a builder for this component",
+            "result": "fail",
+            "detail": "no builder registered in this version",
+        }
+    ]
+    result = verify_pack(out, public_key_pem=public_key.read_bytes())
+    assert result.ok and "suppression_list" in result.components_failed
+
+
+def test_an_edited_components_file_fails(
+    cycle: DropCycle, tmp_path: Path, public_key: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(standardize, "hash_value", lambda standardized: "wrong")
+    out = export(tmp_path)
+
+    def passed(files: dict[str, bytes]) -> None:
+        files[FILE] = files[FILE].replace(b'"result": "fail"', b'"result": "pass"')
+
+    assert failure(rewrite(out, passed), public_key) == (
+        "components.json: its SHA-256 does not match the manifest"
+    )
+    # Even signed again by someone holding the key: a result is its tests', and the
+    # manifest's results are the file's.
+    resigned = rewrite(out, passed, key=evidence_signing_key())
+    assert failure(resigned, public_key) == "components.json: its results are not the manifest's"
+
+    def hashing_passed(files: dict[str, bytes]) -> None:
+        files[FILE] = files[FILE].replace(
+            b'"title": "Hashing",\n      "result": "fail"',
+            b'"title": "Hashing",\n      "result": "pass"',
+        )
+
+    resigned = rewrite(out, hashing_passed, key=evidence_signing_key())
+    assert failure(resigned, public_key) == (
+        "components.json: hashing says 'pass' but its tests give 'fail'"
+    )
+
+    def without_components(files: dict[str, bytes]) -> None:
+        del files[FILE]
+        manifest = json.loads(files[pack.MANIFEST])
+        manifest["files"] = [e for e in manifest["files"] if e["name"] != FILE]
+        files[pack.MANIFEST] = json.dumps(manifest).encode()
+
+    resigned = rewrite(out, without_components, key=evidence_signing_key())
+    assert failure(resigned, public_key) == "components.json is missing, the manifest declares it"
+
+
+def test_a_pack_from_before_the_components_still_verifies(
+    cycle: DropCycle, tmp_path: Path, public_key: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = export(tmp_path)
+    added = (FILE, "components/")
+
+    def old_format(files: dict[str, bytes]) -> None:
+        for name in [name for name in files if name.startswith(added)]:
+            del files[name]
+        manifest = json.loads(files[pack.MANIFEST])
+        manifest["files"] = [e for e in manifest["files"] if not e["name"].startswith(added)]
+        del manifest["components"]
+        files[pack.MANIFEST] = json.dumps(manifest).encode()
+
+    old = rewrite(out, old_format, key=evidence_signing_key())
+    result = verify_pack(old, public_key_pem=public_key.read_bytes())
+    assert result.ok, result.failure
+    assert result.components is None and result.components_failed == []
+    assert any(
+        line.startswith("components: none (components.json is not in this pack")
+        for line in result.checks
+    )
+    call_command("evidence", "verify", str(old), "--public-key", str(public_key), "--json")
+    assert json.loads(capsys.readouterr().out)["components"] is None
+
+
+def test_a_gap_of_more_than_45_days_between_downloads_fails_drop_access(
+    cycle: DropCycle, tmp_path: Path
+) -> None:
+    now = timezone.now()
+    DropCycle.objects.filter(pk=cycle.pk).update(downloaded_at=now - dt.timedelta(days=60))
+    DropCycleFactory.create(
+        broker=cycle.broker, drop_session_id="2", match_date=(now - dt.timedelta(days=14)).date()
+    )
+    drop_access = components_of(export(tmp_path))["drop_access"]
+    assert drop_access["result"] == "fail"
+    gap = drop_access["tests"][0]
+    assert gap["name"] == "a download at least every 45 days" and gap["result"] == "fail"
+    assert 45 < drop_access["records"]["longest_gap_days"] < 47
+
+    # Within the cadence, it passes.
+    DropCycle.objects.filter(drop_session_id="2").update(downloaded_at=now - dt.timedelta(days=20))
+    drop_access = components_of(export(tmp_path, name="again.zip"))["drop_access"]
+    assert drop_access["tests"][0]["result"] == "pass"
+    assert drop_access["records"]["longest_gap_days"] == 40.0
+
+
+def test_an_outage_without_its_notice_fails_drop_access(cycle: DropCycle, tmp_path: Path) -> None:
+    start = cycle.downloaded_at + dt.timedelta(hours=1)
+    obligation = DropAccessObligationFactory.create(
+        broker=cycle.broker,
+        outage__started_at=start,
+        outage__ended_at=start + dt.timedelta(days=2),
+        due_date=timezone.localdate() - dt.timedelta(days=1),
+    )
+    notice = components_of(export(tmp_path))["drop_access"]["tests"][1]
+    assert notice["result"] == "fail"
+    assert notice["detail"] == (
+        f"the outage from {start:%Y-%m-%d} needed one by {obligation.due_date}: none recorded"
+    )
+
+
+def _drawn(seed: str, size: int) -> list[str]:
+    """The sample as the documented method draws it, computed here on its own."""
+    ids = WorkItem.objects.filter(cycle__drop_session_id="1").values_list("work_item_id", flat=True)
+    keyed = sorted(ids, key=lambda i: hashlib.sha256(f"{seed}:1:{i}".encode()).hexdigest())
+    return keyed[:size]
+
+
+def test_the_sample_is_drawn_by_its_seed_each_story_a_page(
+    cycle: DropCycle, tmp_path: Path, public_key: Path
+) -> None:
+    first = export(tmp_path, "--cycle", "1", "--sample", "3", "--seed", "audit-2028")
+    again = export(tmp_path, "--cycle", "1", "--sample", "3", "--seed", "audit-2028", name="b.zip")
+    other = export(tmp_path, "--cycle", "1", "--sample", "3", "--seed", "another", name="c.zip")
+
+    def sample(path: Path) -> dict[str, Any]:
+        return dict(json.loads(members(path)[pack.MANIFEST])["sample"])
+
+    drawn = sample(first)
+    assert (drawn["seed"], drawn["size"], drawn["drawn"], drawn["population"]) == (
+        "audit-2028", 3, 3, 8,
+    )  # fmt: skip
+    items = drawn["work_items"]
+    assert [item["work_item_id"] for item in items] == _drawn("audit-2028", 3)
+    assert sample(again)["work_items"] == items
+    assert [item["work_item_id"] for item in sample(other)["work_items"]] == _drawn("another", 3)
+    assert _drawn("another", 3) != _drawn("audit-2028", 3)
+
+    files = members(first)
+    for item in items:
+        page = files[f"sample/{item['work_item_id']}.html"].decode()
+        assert f"Work item {item['work_item_id']}, cycle 1" in page
+        assert "DROP sent it in cycle 1" in page and "ledger event " in page
+        assert "household@example.com" not in page  # no clear identifier
+    summary = files[pack.SUMMARY].decode()
+    assert "<h2>Sample</h2>" in summary and "audit-2028" in summary
+    result = verify_pack(first, public_key_pem=public_key.read_bytes())
+    assert result.ok, result.failure
+    assert "sample: 3 stories drawn with seed 'audit-2028', each page as exported" in result.checks
+    event = LedgerEvent.objects.filter(kind="evidence.exported").order_by("id").first()
+    assert event is not None
+    assert event.data["sample"] == {"seed": "audit-2028", "size": 3, "drawn": 3}
+
+    # An edited story fails, however small the change.
+    name = f"sample/{items[0]['work_item_id']}.html"
+
+    def edit(files: dict[str, bytes]) -> None:
+        files[name] = files[name].replace(b"DROP sent it", b"DROP sent It", 1)
+
+    assert failure(rewrite(first, edit), public_key) == (
+        f"{name}: its SHA-256 does not match the manifest"
+    )
+
+
+def test_a_sample_needs_its_seed(cycle: DropCycle, tmp_path: Path) -> None:
+    with pytest.raises(CommandError, match="give --sample and --seed together"):
+        export(tmp_path, "--cycle", "1", "--sample", "3")
+    with pytest.raises(CommandError, match="--sample must be 1 or more work items"):
+        export(tmp_path, "--cycle", "1", "--sample", "0", "--seed", "s")
+    assert list(tmp_path.glob("pack.zip*")) == []
+
+
+def test_a_file_approved_by_its_own_writer_fails_status_reporting(
+    cycle: DropCycle, tmp_path: Path
+) -> None:
+    def decisions() -> dict[str, Any]:
+        status = components_of(export(tmp_path, name=f"{LedgerEvent.objects.count()}.zip"))
+        return dict(status["status_reporting"]["tests"][1])
+
+    assert decisions()["result"] == "pass"
+    # The service refuses this (services/reporting/report_approval.py); written behind its
+    # back, the pack names it: the same person under the admin's and the shell's names.
+    ledger_event_append(
+        kind=LedgerKind.REPORT_FILE_APPROVED,
+        broker_id="4821",
+        subject="4821_1_email.csv",
+        actor="cli:alice",
+        data={"written_by": "staff:alice"},
+    )
+    failed = decisions()
+    assert failed["result"] == "fail"
+    assert failed["detail"] == "decided by their own writer: 4821_1_email.csv"
