@@ -11,17 +11,25 @@ term's hash, and a ``q`` in a URL that is a clear email or phone is refused, not
 
 A staff member who must use a second factor (``staff_mfa_required``) has no access until
 they passed it this session: the login sends them to ``/admin/mfa/`` (or to enrolment).
+
+With the company's identity provider set (``DROPPORTAL_OIDC_ISSUER``,
+``integrations/admin/oidc.py``) the login page offers it beside the password, or instead of
+it with ``DROPPORTAL_OIDC_ONLY`` (a password posted anyway is refused here, unchecked); the
+provider's MFA, when its ID token says so, stands for ours; the logout of a session opened
+there goes on to the provider's end-session endpoint.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.admin.views.main import PAGE_VAR, SEARCH_VAR
-from django.http import HttpRequest, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponseRedirect, QueryDict
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, URLResolver, path, reverse
 from django.utils import timezone
@@ -48,9 +56,13 @@ class DropportalAdminSite(UnfoldAdminSite):
             mfa_recovery_codes_view,
             mfa_verify_view,
         )
+        from integrations.admin.oidc import oidc_callback_view, oidc_sign_in_view
         from integrations.admin.shown_once import shown_once_view
 
         return [
+            # Not behind admin_view either: the sign-in through the identity provider.
+            path("oidc/sign-in/", oidc_sign_in_view, name="oidc_sign_in"),
+            path("oidc/callback/", oidc_callback_view, name="oidc_callback"),
             # Not behind admin_view: they are how a staff member gets its permission.
             path("mfa/", mfa_verify_view, name="mfa_verify"),
             path("mfa/enrol/", mfa_enrol_view, name="mfa_enrol"),
@@ -103,19 +115,52 @@ class DropportalAdminSite(UnfoldAdminSite):
     @staticmethod
     def _second_factor_passed(request: HttpRequest) -> bool:
         # Imported when called: models load after this site is built.
+        from integrations.admin.oidc import oidc_mfa_passed
         from integrations.services.staff.staff_mfa import staff_mfa_required
 
         cached = getattr(request, "_dp_second_factor_passed", None)
         if cached is None:
             user: Any = request.user
             verified = getattr(user, "is_verified", None)  # set by django-otp's middleware
-            cached = bool(verified and verified()) or not staff_mfa_required(user)
+            # The identity provider's own MFA (its ID token's amr) stands for ours.
+            cached = (
+                bool(verified and verified())
+                or oidc_mfa_passed(request)
+                or not staff_mfa_required(user)
+            )
             request._dp_second_factor_passed = cached  # type: ignore[attr-defined]
         return cached
 
     def login(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
-        response = super().login(request, extra_context)
+        from integrations.admin.oidc import oidc_enabled
+        from integrations.services.staff.staff_sign_in import (
+            PASSWORD,
+            staff_password_sign_in_record,
+            staff_sign_in_refuse,
+        )
+
+        oidc = {
+            "oidc_enabled": oidc_enabled(),
+            "oidc_only": settings.DROPPORTAL_OIDC_ONLY,
+            "oidc_provider_name": settings.DROPPORTAL_OIDC_PROVIDER_NAME,
+            "oidc_sign_in_url": f"{reverse('admin:oidc_sign_in')}?"
+            + urlencode({"next": request.GET.get("next") or reverse("admin:index")}),
+        }
+        if request.method == "POST" and settings.DROPPORTAL_OIDC_ONLY:
+            # Refused here, not only hidden from the page: no password is even checked.
+            username = str(request.POST.get("username") or "")[:150]
+            staff_sign_in_refuse(
+                method=PASSWORD, reason="password sign-in is off (OIDC only)", username=username
+            )
+            refused = {**oidc, "password_refused": True, **(extra_context or {})}
+            page = super().login(_as_get(request), refused)
+            page.status_code = 403
+            return page
+        was_anonymous = not request.user.is_authenticated
+        response = super().login(request, {**oidc, **(extra_context or {})})
         user = request.user
+        if request.method == "POST" and was_anonymous and user.is_authenticated:
+            staff_password_sign_in_record(user=user)  # type: ignore[arg-type]
         if (
             user.is_authenticated
             and user.is_active
@@ -126,6 +171,19 @@ class DropportalAdminSite(UnfoldAdminSite):
             return HttpResponseRedirect(
                 f"{reverse('admin:mfa_verify')}?{urlencode({'next': wanted})}"
             )
+        return response
+
+    def logout(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
+        """An OIDC session's sign-out goes on to the provider's end-session endpoint, so the
+        person is signed out there too (RP-initiated logout)."""
+        from integrations.admin.oidc import oidc_logout_url, oidc_session
+
+        signed_in = oidc_session(request) if request.method == "POST" else None
+        response = super().logout(request, extra_context)
+        if signed_in and signed_in.get("id_token"):
+            at_provider = oidc_logout_url(signed_in["id_token"])
+            if at_provider:
+                return HttpResponseRedirect(at_provider)
         return response
 
     def index(
@@ -141,6 +199,14 @@ class DropportalAdminSite(UnfoldAdminSite):
         member: Any = request.user  # a staff member: the index is behind admin_view
         shown["factors_once_in_clear"] = staff_mfa_factors_once_in_clear(member)
         return super().index(request, {**shown, **(extra_context or {})})
+
+
+def _as_get(request: HttpRequest) -> HttpRequest:
+    """The same request as a GET: the login page shown again, nothing it posted read."""
+    shown = copy.copy(request)
+    shown.method = "GET"
+    shown.POST = QueryDict()  # type: ignore[assignment]
+    return shown
 
 
 def _search_kept_out_of_urls(view: Callable[..., Any]) -> Callable[..., Any]:

@@ -53,3 +53,47 @@ def public_url_uses_https(app_configs: Any = None, **kwargs: Any) -> list[checks
             id="dropportal.E001",
         )
     ]
+
+
+@checks.register(checks.Tags.security)
+def oidc_role_map_names_our_roles(
+    app_configs: Any = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """Every role DROPPORTAL_OIDC_ROLE_MAP grants is one of ours (a typo would otherwise
+    refuse everyone of that group at sign-in, or silently grant nothing), the issuer is
+    https (but on loopback), and an issuer comes with a map."""
+    from integrations.services.staff.staff import STAFF_ROLES
+
+    unknown = sorted(
+        {role for role in settings.DROPPORTAL_OIDC_ROLE_MAP.values() if role not in STAFF_ROLES}
+    )
+    errors: list[checks.CheckMessage] = []
+    if unknown:
+        errors.append(
+            checks.Error(
+                f"DROPPORTAL_OIDC_ROLE_MAP grants {', '.join(repr(r) for r in unknown)}, which "
+                f"is not a role here (the roles: {', '.join(STAFF_ROLES)}).",
+                hint="Write it as idp-group=Role,idp-group=Role with the roles' exact names.",
+                id="dropportal.E002",
+            )
+        )
+    issuer = urlsplit(settings.DROPPORTAL_OIDC_ISSUER)
+    if issuer.scheme and issuer.scheme != "https" and not is_loopback_host(issuer.hostname or ""):
+        errors.append(
+            checks.Error(
+                f"DROPPORTAL_OIDC_ISSUER {settings.DROPPORTAL_OIDC_ISSUER} is not https: the "
+                "provider's keys and tokens would cross the network in clear.",
+                hint="Use the provider's https issuer URL (its discovery document's issuer).",
+                id="dropportal.E004",
+            )
+        )
+    if settings.DROPPORTAL_OIDC_ISSUER and not settings.DROPPORTAL_OIDC_ROLE_MAP:
+        errors.append(
+            checks.Error(
+                "DROPPORTAL_OIDC_ISSUER is set but DROPPORTAL_OIDC_ROLE_MAP is empty: every "
+                "sign-in through the identity provider would be refused.",
+                hint="Map the provider's groups to roles: privacy-ops=Operators,...",
+                id="dropportal.E003",
+            )
+        )
+    return errors

@@ -122,6 +122,9 @@ DROPPORTAL_S3_ENDPOINT_URL = env.str("DROPPORTAL_S3_ENDPOINT_URL", default="")
 # Days a service provider or contractor has to acknowledge a directive before staff are
 # alerted (the dashboard and `drop doctor` list it too).
 DROPPORTAL_DIRECTIVE_ACK_DAYS = env.int("DROPPORTAL_DIRECTIVE_ACK_DAYS", default=10)
+# An RFC 3161 time-stamping authority: the worker has it timestamp the ledger's chain head
+# daily (`ledger anchor` at once). Empty: the chain is anchored nowhere outside the service.
+DROPPORTAL_TSA_URL = env.str("DROPPORTAL_TSA_URL", default="")
 
 _public_host = urlsplit(DROPPORTAL_PUBLIC_URL).hostname or "127.0.0.1"
 ALLOWED_HOSTS: list[str] = env.list(
@@ -313,8 +316,13 @@ DROPPORTAL_BEHIND_TLS_PROXY = env.bool("DROPPORTAL_BEHIND_TLS_PROXY", default=Fa
 if DROPPORTAL_BEHIND_TLS_PROXY:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
-# Staff sessions end after 8 hours without a request.
-SESSION_COOKIE_AGE = 8 * 60 * 60
+# Staff sessions end after DROPPORTAL_SESSION_HOURS without a request; one opened through the
+# identity provider also ends that long after its sign-in, active or not, so the roles it read
+# there are read again at least that often.
+DROPPORTAL_SESSION_HOURS = env.int("DROPPORTAL_SESSION_HOURS", default=8)
+if DROPPORTAL_SESSION_HOURS < 1:
+    sys.exit("error: DROPPORTAL_SESSION_HOURS must be a number of hours, 1 or more")
+SESSION_COOKIE_AGE = DROPPORTAL_SESSION_HOURS * 60 * 60
 SESSION_SAVE_EVERY_REQUEST = True
 
 # Staff MFA (TOTP, single-use recovery codes): required for every staff account in a real
@@ -350,6 +358,28 @@ AXES_RESET_ON_SUCCESS = True
 AXES_CLIENT_IP_CALLABLE = "integrations.admin.lockout.lockout_address"
 AXES_SENSITIVE_PARAMETERS = ["password", "otp_token"]
 LOGGING["loggers"]["axes"] = {"level": "WARNING"}  # type: ignore[index]
+
+# Staff sign-in through the company's identity provider (OpenID Connect, Authlib's client:
+# discovery from the issuer, the authorization code flow with PKCE). Unset issuer: passwords
+# only. Roles come from the ID token's DROPPORTAL_OIDC_ROLES_CLAIM, each value mapped to one
+# of our roles by DROPPORTAL_OIDC_ROLE_MAP (idp-group=Role,...; checked against the roles at
+# start-up: dropportal.security). The client secret is a credential: never shown or logged.
+DROPPORTAL_OIDC_ISSUER = env.str("DROPPORTAL_OIDC_ISSUER", default="").rstrip("/")
+DROPPORTAL_OIDC_CLIENT_ID = env.str("DROPPORTAL_OIDC_CLIENT_ID", default="")
+DROPPORTAL_OIDC_CLIENT_SECRET = env.str("DROPPORTAL_OIDC_CLIENT_SECRET", default="")
+DROPPORTAL_OIDC_PROVIDER_NAME = env.str("DROPPORTAL_OIDC_PROVIDER_NAME", default="single sign-on")
+DROPPORTAL_OIDC_SCOPES = env.str("DROPPORTAL_OIDC_SCOPES", default="openid email profile")
+DROPPORTAL_OIDC_ROLES_CLAIM = env.str("DROPPORTAL_OIDC_ROLES_CLAIM", default="groups")
+DROPPORTAL_OIDC_ROLE_MAP: dict[str, str] = env.dict("DROPPORTAL_OIDC_ROLE_MAP", default={})
+# On: the login page offers the identity provider only, and a password sign-in is refused.
+DROPPORTAL_OIDC_ONLY = env.bool("DROPPORTAL_OIDC_ONLY", default=False)
+if DROPPORTAL_OIDC_ISSUER and not (DROPPORTAL_OIDC_CLIENT_ID and DROPPORTAL_OIDC_CLIENT_SECRET):
+    sys.exit(
+        "error: DROPPORTAL_OIDC_ISSUER is set, so DROPPORTAL_OIDC_CLIENT_ID and "
+        "DROPPORTAL_OIDC_CLIENT_SECRET must be set too"
+    )
+if DROPPORTAL_OIDC_ONLY and not DROPPORTAL_OIDC_ISSUER:
+    sys.exit("error: DROPPORTAL_OIDC_ONLY is on but DROPPORTAL_OIDC_ISSUER is not set")
 
 # --- operations: alerts, health and metrics, outages ---------------------------
 # Alerts go by email (Django's mail, EMAIL_URL in django-environ's format) and/or to a JSON

@@ -145,6 +145,10 @@ class LedgerKind(StrEnum):
     STAFF_USER_MFA_RECOVERY_CODES_RENEWED = "staff_user.mfa_recovery_codes_renewed"  # new codes
     STAFF_USER_MFA_RESET = "staff_user.mfa_reset"  # two-factor authentication reset
     STAFF_USER_PASSWORD_RESET = "staff_user.password_reset"  # noqa: S105  (set by a superuser)
+    STAFF_USER_SIGNED_IN = "staff_user.signed_in"  # by password or the identity provider
+    STAFF_USER_SIGN_IN_REFUSED = "staff_user.sign_in_refused"  # with the reason, never a token
+    STAFF_USER_ROLES_CHANGED = "staff_user.roles_changed"  # the identity provider's claim
+    STAFF_USER_DEACTIVATED = "staff_user.deactivated"  # `staff deactivate`: sessions ended
     GROUP_ADDED = "group.added"  # a role group added in the admin
     GROUP_CHANGED = "group.changed"  # a role group's permissions or members changed
     GROUP_DELETED = "group.deleted"  # a role group deleted in the admin
@@ -155,6 +159,11 @@ class LedgerKind(StrEnum):
     REPORT_FILES_EXPORTED = "report_files.exported"  # a cycle's report files downloaded
     EVIDENCE_EXPORTED = "evidence.exported"  # an evidence pack exported (its manifest's digest)
     LEDGER_VERIFIED = "ledger.verified"  # a ``ledger verify`` run and its result
+    # the chain head timestamped by an RFC 3161 authority: position, chain hash, token digest
+    LEDGER_ANCHORED = "ledger.anchored"
+    LEDGER_ANCHOR_FAILED = "ledger.anchor_failed"  # the authority could not be asked or refused
+    # the nightly check of every kept token against the chain, and what did not hold
+    LEDGER_ANCHORS_VERIFIED = "ledger.anchors_verified"
     ALERT_RAISED = "alert.raised"  # an alert condition began
     ALERT_CLEARED = "alert.cleared"  # an alert condition ended
     JOB_STALLED_RETRIED = "job.stalled_retried"  # a job of a lost worker retried

@@ -34,6 +34,7 @@ from integrations.services.dispatch.jobs import stalled_jobs_retry
 from integrations.services.dispatch.redelivery import deletion_requests_redispatch_failed
 from integrations.services.dispatch.resolutions import resolutions_purge_final
 from integrations.services.ledger import ledger_seal, ledger_verify_record
+from integrations.services.ledger_anchors import ledger_anchor, ledger_anchors_verify_record
 from integrations.services.providers.directives import directive_deliver
 from integrations.services.reporting.report_uploads import ReportBusy
 from integrations.services.reporting.reports import report_auto
@@ -267,6 +268,24 @@ def send_alert(channel: str, text: str, alert: dict[str, Any]) -> None:
 @app.periodic(cron="23 3 * * *", periodic_id="verify_ledger")
 @app.task(queue="ledger", queueing_lock="verify_ledger", pass_context=False)
 def verify_ledger(timestamp: int | None = None) -> bool:
-    """Nightly: ``ledger verify``, kept as a ledger event; a break raises an alert."""
+    """Nightly: ``ledger verify``, then the kept time-stamp tokens against the chain, each
+    kept as a ledger event; a break, or a token that no longer holds, raises an alert."""
 
-    return ledger_verify_record().ok
+    chain_ok = ledger_verify_record().ok
+    return ledger_anchors_verify_record() and chain_ok
+
+
+# The chain anchored outside: daily, an RFC 3161 authority (DROPPORTAL_TSA_URL) timestamps
+# the head. A failure is a ledger event and an alert, and the job is tried again (AnchorFailed
+# raises): 6 more tries over about 5 hours, then the next day.
+ANCHOR_RETRY = RetryStrategy(max_attempts=6, exponential_wait=5)
+
+
+@app.periodic(cron="7 4 * * *", periodic_id="anchor_ledger")
+@app.task(queue="ledger", queueing_lock="anchor_ledger", pass_context=False, retry=ANCHOR_RETRY)
+def anchor_ledger(timestamp: int | None = None) -> int | None:
+    """Daily, when ``DROPPORTAL_TSA_URL`` is set: ``ledger anchor``; returns the position."""
+
+    if not settings.DROPPORTAL_TSA_URL:
+        return None
+    return ledger_anchor(actor="system:anchor").position

@@ -45,6 +45,7 @@ from integrations.selectors.dashboard import (
     CycleWorkItems,
     dashboard_overview,
 )
+from integrations.selectors.ledger_anchors import ledger_anchor_status
 from integrations.selectors.recurring import RECURRING_OVERDUE_DAYS
 from integrations.selectors.requests import AWAITING_CALLBACK_ATTENTION
 
@@ -309,7 +310,8 @@ def dashboard_context(request: HttpRequest) -> dict[str, Any]:
                 PRIVATE_TARGETS_OPEN if settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS else ""
             ),
             proxy_setting_missing=PROXY_SETTING_MISSING if proxy_setting_missing(request) else "",
-        )
+        ),
+        "ledger_anchor": ledger_anchor_status(),
     }
 
 

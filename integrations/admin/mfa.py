@@ -40,6 +40,7 @@ from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_POST
 
 from integrations.admin.actors import staff_actor
+from integrations.admin.oidc import oidc_session
 from integrations.services.staff.staff_mfa import (
     staff_mfa_enrol,
     staff_mfa_enrolled,
@@ -134,6 +135,9 @@ def mfa_enrol_view(request: HttpRequest) -> HttpResponse:
         return HttpResponseRedirect(f"{reverse('admin:mfa_verify')}?next={_next_url(request)}")
     session_key = _session_key(request)
     device = staff_mfa_pending_device(user=_member(request), session_key=session_key)
+    # An account of the identity provider has no password to ask again: this session just
+    # signed in there.
+    at_provider = oidc_session(request) is not None and not _member(request).has_usable_password()
     error = ""
     if request.method == "POST":
         try:
@@ -143,7 +147,7 @@ def mfa_enrol_view(request: HttpRequest) -> HttpResponse:
                     user=_member(request),
                     session_key=session_key,
                     token=request.POST.get("otp_token") or "",
-                    password=request.POST.get("password") or "",
+                    password=None if at_provider else request.POST.get("password") or "",
                     actor=staff_actor(request),
                 ),
             )
@@ -168,6 +172,7 @@ def mfa_enrol_view(request: HttpRequest) -> HttpResponse:
         uri=uri,
         qr_svg=segno.make(uri, error="m").svg_inline(scale=5, dark="#1f2937"),
         error=error,
+        signed_in_at_provider=at_provider,
     )
 
 

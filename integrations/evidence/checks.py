@@ -26,11 +26,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 
 from integrations.evidence import components as layout
 from integrations.evidence import pack
 from integrations.evidence.archive import PackInvalid, check_structure
+from integrations.evidence.timestamps import PackAnchors
 from integrations.ledger_hash import chain_hash, event_hash
 from integrations.ledger_kinds import LedgerKind
 
@@ -91,9 +93,12 @@ class PackChecker:
         archive: zipfile.ZipFile,
         public_key_pem: bytes | None,
         result: Verification,
+        tsa_certificates: list[x509.Certificate] | None = None,
     ) -> None:
         self.raw, self.archive, self.result = raw, archive, result
         self.public_key_pem = public_key_pem
+        self.tsa_certificates = tsa_certificates
+        self.anchors = PackAnchors([], self.read_member)
         self.files: dict[str, dict[str, Any]] = {}
         self.stored_data: dict[str, tuple[int, int]] = {}
         # What the ledger holds, for the cross-checks (digests keep memory small).
@@ -113,7 +118,9 @@ class PackChecker:
         self.check("archive structure: every byte accounted for")
         manifest = self.signed_manifest()
         self.check_digests(manifest)
+        self.anchors = PackAnchors.read(self.read_member, set(self.files))
         self.check_ledger(manifest)
+        self.check(self.anchors.check(self.tsa_certificates))
         self.check_outcomes()
         self.check_drop_files()
         self.check_components(manifest)
@@ -259,6 +266,7 @@ class PackChecker:
             previous = chain_hash(str(previous), event_id, stored_hash)
             if previous != event["chain_hash"]:
                 raise PackInvalid(f"{where}: event {event_id}'s chain hash does not match")
+            self.anchors.chain_hash_seen(position, previous)
         self.rows_match(pack.LEDGER, count)
         if (first_id, last_id) != (span.get("first_event_id"), span.get("last_event_id")):
             raise PackInvalid(

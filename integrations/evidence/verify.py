@@ -1,19 +1,24 @@
-"""Verify an evidence pack offline: no database, no Django, only ``cryptography``.
+"""Verify an evidence pack offline: no database, no Django, only ``cryptography`` (and
+``rfc3161-client`` for the time-stamp tokens).
 
 An auditor runs it from a plain checkout (or through ``manage.py evidence verify``)::
 
     python -m integrations.evidence.verify PACK.zip --public-key dropportal-evidence.pem
     python -m integrations.evidence.verify PACK.zip --json
+    python -m integrations.evidence.verify PACK.zip --public-key KEY.pem --tsa-cert TSA-CA.pem
 
 It checks, in order, and stops at the first thing that does not hold (exit 1, naming it):
 the archive's every byte (fixed member metadata, no byte outside a member, the manifest or
 the directory), the manifest's Ed25519 signature, every file's SHA-256 and row count, every
-ledger event's hash and the chain over the range, that every outcome row and every
-status in the DROP files has its ledger events, and that ``components.json`` holds together
-(a pack without it, from before the audit's components, verifies and says so). Exit 0 when
-all hold. A component that failed its tests at export does not make the pack fail: the
-pack is authentic, and it records that the system failed that test; each component's result
-is printed (``--json``: ``components`` and ``components_failed``). Without
+ledger event's hash and the chain over the range, the RFC 3161 time-stamp tokens over it
+(each one's message imprint is the chain hash recomputed at its position; with ``--tsa-cert
+FILE``, its signature chains to that certificate, else they are present but not checked
+against an authority), that every outcome row and every status in the DROP files has its
+ledger events, and that ``components.json`` holds together (a pack without it, from before
+the audit's components, verifies and says so). Exit 0 when all hold. A component that failed
+its tests at export does not make the pack fail: the pack is authentic, and it records that
+the system failed that test; each component's result is printed (``--json``: ``components``
+and ``components_failed``). Without
 ``--public-key`` the signature is checked against the key the pack carries, which proves the
 pack whole but not who signed it: stderr says so, and ``--json`` has ``"signer_checked":
 false``.
@@ -27,13 +32,21 @@ import sys
 import zipfile
 from pathlib import Path
 
+from cryptography import x509
+
 from integrations.evidence.archive import PackInvalid
 from integrations.evidence.checks import PackChecker, Verification
+from integrations.evidence.timestamps import load_certificates
 
 __all__ = ["PackInvalid", "Verification", "main", "run", "verify_pack"]
 
 
-def verify_pack(path: str | Path, *, public_key_pem: bytes | None = None) -> Verification:
+def verify_pack(
+    path: str | Path,
+    *,
+    public_key_pem: bytes | None = None,
+    tsa_certificates: list[x509.Certificate] | None = None,
+) -> Verification:
     """Check the pack at ``path``; the result names the first failure, if any."""
     result = Verification(ok=False)
     try:
@@ -43,7 +56,7 @@ def verify_pack(path: str | Path, *, public_key_pem: bytes | None = None) -> Ver
             except (zipfile.BadZipFile, OSError, ValueError) as exc:
                 raise PackInvalid(f"not a readable ZIP archive: {exc}") from None
             with archive:
-                PackChecker(raw, archive, public_key_pem, result).run()
+                PackChecker(raw, archive, public_key_pem, result, tsa_certificates).run()
     except PackInvalid as exc:
         result.failure = str(exc)
         return result
@@ -61,11 +74,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("pack", help="the evidence pack (ZIP)")
     parser.add_argument("--public-key", help="the PEM public key the pack must be signed with")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_tsa_cert_argument(parser)
     args = parser.parse_args(argv)
-    return run(args.pack, public_key=args.public_key, as_json=args.json)
+    return run(args.pack, public_key=args.public_key, as_json=args.json, tsa_cert=args.tsa_cert)
 
 
-def run(pack_path: str, *, public_key: str | None, as_json: bool) -> int:
+def add_tsa_cert_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--tsa-cert",
+        metavar="FILE",
+        help="the time-stamping authority's CA certificate (PEM): every token's signature "
+        "must chain to it",
+    )
+
+
+def run(
+    pack_path: str, *, public_key: str | None, as_json: bool, tsa_cert: str | None = None
+) -> int:
     """Verify, print the outcome (stdout; the failure on stderr too) and return the exit code."""
     key_pem = None
     if public_key:
@@ -74,7 +99,17 @@ def run(pack_path: str, *, public_key: str | None, as_json: bool) -> int:
         except OSError as exc:
             sys.stderr.write(f"cannot read {public_key}: {exc.strerror}\n")
             return 1
-    result = verify_pack(pack_path, public_key_pem=key_pem)
+    authorities = None
+    if tsa_cert:
+        try:
+            authorities = load_certificates(Path(tsa_cert).read_bytes())
+        except OSError as exc:
+            sys.stderr.write(f"cannot read {tsa_cert}: {exc.strerror}\n")
+            return 1
+        except ValueError as exc:
+            sys.stderr.write(f"{tsa_cert}: {exc}\n")
+            return 1
+    result = verify_pack(pack_path, public_key_pem=key_pem, tsa_certificates=authorities)
     if key_pem is None and result.key_fingerprint:
         # Anyone can re-sign an edited pack with a key of their own and enclose it.
         sys.stderr.write(

@@ -29,7 +29,7 @@ from integrations.models.integrations import (
     WebhookIntegration,
 )
 from integrations.models.keys import ApiKey, ApiKeyScope
-from integrations.models.ledger import LedgerChainLink, LedgerEvent
+from integrations.models.ledger import LedgerAnchor, LedgerChainLink, LedgerEvent
 from integrations.models.providers import Directive, DirectiveReason, ServiceProvider
 from integrations.models.reports import (
     AWAITING_DROP,
@@ -54,6 +54,7 @@ from integrations.models.requests import (
 )
 from integrations.models.shown_once import SHOWN_ONCE_TTL, ShownOnceSecret
 from integrations.models.staff_mfa import StaffRecoveryCodes, StaffTotpDevice
+from integrations.models.staff_oidc import StaffOidcIdentity
 from integrations.models.suppression import Reappearance
 
 __all__ = [
@@ -93,6 +94,7 @@ __all__ = [
     "IsiAuth",
     "IsiConnection",
     "IsiIntegration",
+    "LedgerAnchor",
     "LedgerChainLink",
     "LedgerEvent",
     "ListSelection",
@@ -108,6 +110,7 @@ __all__ = [
     "SaasDeletion",
     "ServiceProvider",
     "ShownOnceSecret",
+    "StaffOidcIdentity",
     "StaffRecoveryCodes",
     "StaffTotpDevice",
     "UnreadableWorkItem",

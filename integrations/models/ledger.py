@@ -71,3 +71,27 @@ class LedgerChainLink(models.Model):
 
     def __str__(self) -> str:
         return f"link {self.position} (event {self.event_id})"
+
+
+class LedgerAnchor(models.Model):
+    """An RFC 3161 time-stamp token over the chain hash at one position: an outside
+    authority's signed word that the chain had reached that hash by ``gen_time``, so the
+    chain up to there cannot have been rewritten since. Append-only like the ledger
+    (PostgreSQL refuses UPDATE and DELETE: migration 0040)."""
+
+    id = models.BigAutoField(primary_key=True)
+    position = models.BigIntegerField(db_index=True)
+    event_id = models.BigIntegerField()  # the event at ``position``
+    chain_hash = models.CharField(max_length=64)
+    # The authority's TimeStampResp (DER) exactly as it came: ``openssl ts -verify`` reads it.
+    token = models.BinaryField()
+    token_sha256 = models.CharField(max_length=64)
+    tsa_url = models.CharField("TSA URL", max_length=500)
+    gen_time = models.DateTimeField()  # the time the authority put in the token
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["position", "id"]
+
+    def __str__(self) -> str:
+        return f"anchor of position {self.position}"

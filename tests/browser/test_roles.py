@@ -23,10 +23,10 @@ def test_an_auditor_reads_everything_and_changes_nothing(
 ) -> None:
     broker = broker_create(broker_id="4821", name="Acme Data", actor="test")
     make_staff("ada", "Auditors")
-    events = LedgerEvent.objects.count()
     log_in(page, live_server, "ada")
 
     expect(page.locator("#broker-4821")).to_be_visible()
+    events = LedgerEvent.objects.count()  # the sign-in's own event (staff_user.signed_in) in
     # The one thing an auditor adds: an audit API key (the console's lists link no "Add").
     expect(page.locator(".dp-lists").get_by_role("link", name="Add")).to_have_count(0)
     response = page.goto(f"{live_server.url}/admin/integrations/apikey/add/")

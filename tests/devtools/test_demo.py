@@ -37,6 +37,13 @@ def test_the_demo_narrates_a_whole_cycle_and_the_ledger_verifies(demo: ServedDem
     assert "the round passed." in story
     assert "An auditor opens the evidence pack's actioning component" in story
     assert "chain verified" in story
+    # The chain anchored outside, and the pack an auditor checks offline against the public
+    # key and the time-stamping authority's certificate.
+    assert re.search(r"integrations\.tasks\.anchor_ledger\): chain position \d+ anchored", story)
+    auditor = story.split("The auditor: an evidence pack, checked offline", 1)[1]
+    assert re.search(r"timestamps: \d+ tokens cover the chain hashes at positions", auditor)
+    assert "each signature chains to the given certificate" in auditor
+    assert "Evidence pack verified." in auditor
     # It ends pointing at one consumer's story page, then serves it.
     last = story.rsplit("Where to look", 1)[1]
     assert f"Log in          {demo.url}/admin/  user demo, password {demo.password}" in last

@@ -53,6 +53,7 @@ class Command(DropportalCommand):
         check.add_argument("pack", help="the evidence pack (ZIP)")
         check.add_argument("--public-key", help="the PEM public key it must be signed with")
         check.add_argument("--json", action="store_true")
+        verify.add_tsa_cert_argument(check)
         subparsers.add_parser("public-key", help="print the public key (PEM) that verifies packs")
 
     def handle_export(self, **options: Any) -> None:
@@ -115,7 +116,10 @@ class Command(DropportalCommand):
 
     def handle_verify(self, **options: Any) -> None:
         code = verify.run(
-            options["pack"], public_key=options["public_key"], as_json=options["json"]
+            options["pack"],
+            public_key=options["public_key"],
+            as_json=options["json"],
+            tsa_cert=options["tsa_cert"],
         )
         if code:
             sys.exit(code)

@@ -1,11 +1,17 @@
-"""``manage.py ledger export|verify|seal``: read and check the tamper-evident ledger."""
+"""``manage.py ledger export|verify|seal|anchor``: read, check and anchor the tamper-evident
+ledger (``anchor``: an RFC 3161 authority timestamps the chain head, ``DROPPORTAL_TSA_URL``)."""
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
+from cryptography import x509
+from django.core.management.base import CommandError
+
 from integrations import exports
+from integrations.evidence.timestamps import load_certificates
 from integrations.management.base import (
     DropportalCommand,
     add_period_arguments,
@@ -14,6 +20,12 @@ from integrations.management.base import (
 )
 from integrations.selectors.ledger import LEDGER_COLUMNS, ledger_events
 from integrations.services.ledger import ledger_seal, ledger_verify
+from integrations.services.ledger_anchors import (
+    AnchorFailed,
+    AnchorNotConfigured,
+    ledger_anchor,
+    ledger_anchors_verify,
+)
 
 
 class Command(DropportalCommand):
@@ -27,7 +39,16 @@ class Command(DropportalCommand):
         export.add_argument("--out", help="write to this file instead of stdout")
         verify = subparsers.add_parser("verify", help="check every hash and the chain")
         verify.add_argument("--json", action="store_true")
+        verify.add_argument(
+            "--tsa-cert",
+            metavar="FILE",
+            help="the time-stamping authority's CA certificate (PEM): every token's signature "
+            "must chain to it",
+        )
         subparsers.add_parser("seal", help="chain the events written since the last seal")
+        subparsers.add_parser(
+            "anchor", help="have the time-stamping authority (DROPPORTAL_TSA_URL) sign the head"
+        )
 
     def handle_export(self, **options: Any) -> None:
         rows = ledger_events(
@@ -43,14 +64,19 @@ class Command(DropportalCommand):
             self.stderr.write(f"Wrote {count} events to {options['out']}.")
 
     def handle_verify(self, **options: Any) -> None:
+        authorities = _authorities(options["tsa_cert"])
         ledger_seal()
         result = ledger_verify()
+        anchors, anchor_problems = ledger_anchors_verify(authorities=authorities)
         if options["json"]:
             self.print_json(
                 {
-                    "ok": result.ok,
+                    "ok": result.ok and not anchor_problems,
                     "events_checked": result.events_checked,
                     "chain_length": result.chain_length,
+                    "anchors_checked": anchors,
+                    "anchors_signature_checked": authorities is not None,
+                    "anchor_problems": [str(problem) for problem in anchor_problems],
                     "first_break": (
                         {
                             "event_id": result.first_break.event_id,
@@ -64,11 +90,47 @@ class Command(DropportalCommand):
         if result.first_break:
             self.stderr.write(f"Ledger broken at {result.first_break}.")
             sys.exit(1)
+        if anchor_problems:
+            for problem in anchor_problems:
+                self.stderr.write(f"Ledger anchor does not hold: {problem}.")
+            sys.exit(1)
         if not options["json"]:
             self.stdout.write(
                 f"Ledger intact: {result.events_checked} events checked, "
                 f"{result.chain_length} in the chain."
             )
+            if anchors:
+                signed = (
+                    "signatures chain to the given certificate"
+                    if authorities is not None
+                    else "signatures not checked against an authority (pass --tsa-cert FILE)"
+                )
+                self.stdout.write(
+                    f"Anchors: {anchors} time-stamp tokens cover the chain hashes at their "
+                    f"positions; {signed}."
+                )
 
     def handle_seal(self, **options: Any) -> None:
         self.stdout.write(f"Sealed {ledger_seal()} events.")
+
+    def handle_anchor(self, **options: Any) -> None:
+        try:
+            anchor = ledger_anchor(actor=self.actor())
+        except (AnchorNotConfigured, AnchorFailed) as exc:
+            raise CommandError(str(exc)) from None
+        self.stdout.write(
+            f"Anchored position {anchor.position} (chain hash {anchor.chain_hash}) with "
+            f"{anchor.tsa_url}: token SHA-256 {anchor.token_sha256}, timestamped "
+            f"{anchor.gen_time.isoformat()}."
+        )
+
+
+def _authorities(path: str | None) -> list[x509.Certificate] | None:
+    if not path:
+        return None
+    try:
+        return load_certificates(Path(path).read_bytes())
+    except OSError as exc:
+        raise CommandError(f"cannot read {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise CommandError(f"{path}: {exc}") from None

@@ -44,6 +44,7 @@ from integrations.evidence.signing_key import evidence_signing_key
 from integrations.ledger_hash import canonical_json
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, DropCycle
+from integrations.services.evidence.anchors import write_anchors
 from integrations.services.evidence.components import BUILDERS
 from integrations.services.evidence.components.base import Component, PackContext
 from integrations.services.evidence.evidence_ledger import LedgerRange
@@ -96,6 +97,7 @@ def evidence_pack_export(
         writer.write(pack.OUTCOMES, period.outcome_chunks(), rows=CsvRecordCounter())
         span = LedgerRange(broker=broker, since=period.ledger_since())
         writer.write(pack.LEDGER, span.lines(), rows=LineCounter())
+        write_anchors(writer, span)
         _write_report_files(writer, period)
         context = PackContext(broker=broker, period=period, writer=writer, exported_at=exported_at)
         components = _components_build(context)

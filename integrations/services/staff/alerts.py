@@ -430,6 +430,44 @@ def _ledger_verify_failed(now: dt.datetime) -> Iterable[Firing]:
         )
 
 
+@alert_condition("ledger_anchor_failed")
+def _ledger_anchor_failed(now: dt.datetime) -> Iterable[Firing]:
+    """The last anchoring of the chain failed (``ledger.anchor_failed`` after the last
+    ``ledger.anchored``); the next success clears it."""
+    last = (
+        LedgerEvent.objects.filter(
+            kind__in=[LedgerKind.LEDGER_ANCHORED, LedgerKind.LEDGER_ANCHOR_FAILED]
+        )
+        .order_by("-id")
+        .first()
+    )
+    if last is not None and last.kind == LedgerKind.LEDGER_ANCHOR_FAILED:
+        yield Firing(
+            key="ledger",
+            text=f"the time-stamping authority did not anchor the ledger: "
+            f"{last.data.get('error', 'no token')}; the worker tries again, "
+            "`manage.py ledger anchor` does it at once",
+            details={"event": last.id},
+        )
+
+
+@alert_condition("ledger_anchor_broken")
+def _ledger_anchor_broken(now: dt.datetime) -> Iterable[Firing]:
+    """The last nightly check of the kept time-stamp tokens found one that no longer covers
+    the chain (``ledger.anchors_verified`` events): the chain was rewritten after it."""
+    last = (
+        LedgerEvent.objects.filter(kind=LedgerKind.LEDGER_ANCHORS_VERIFIED).order_by("-id").first()
+    )
+    if last is not None and not last.data.get("ok", True):
+        problems = last.data.get("problems") or ["a token"]
+        yield Firing(
+            key="ledger",
+            text=f"a time-stamp token no longer holds: {problems[0]}; run `manage.py ledger "
+            "verify --tsa-cert FILE` and compare with the evidence packs' tokens",
+            details={"event": last.id, "problems": last.data.get("problems_count", 1)},
+        )
+
+
 @alert_condition("stuck_work")
 def _stuck_work(now: dt.datetime) -> Iterable[Firing]:
     """``drop doctor`` finds open work items no automatic path brings to a status: one alert

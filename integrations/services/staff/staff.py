@@ -22,6 +22,10 @@ from django.db import transaction
 from integrations.ledger_kinds import ledger_kind_compose
 from integrations.services.ledger import ledger_event_append
 
+# The roles, as migration 0005 made them (what each may do changes only by a migration):
+# the groups the identity provider's claim may grant (DROPPORTAL_OIDC_ROLE_MAP).
+STAFF_ROLES = ("Connections managers", "Operators", "Auditors")
+
 # The first part of the ledger kinds: staff_user.added, group.changed, ...
 STAFF_USER = "staff_user"
 ROLE_GROUP = "group"

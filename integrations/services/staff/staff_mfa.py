@@ -82,14 +82,18 @@ def staff_mfa_pending_device(*, user: AbstractBaseUser, session_key: str) -> Sta
 
 
 def staff_mfa_enrol(
-    *, user: AbstractBaseUser, session_key: str, token: str, password: str, actor: str
+    *, user: AbstractBaseUser, session_key: str, token: str, password: str | None, actor: str
 ) -> list[str]:
     """Confirm this session's pending device with a code it shows and the account's password
-    again; returns new recovery codes (show them once)."""
+    again; returns new recovery codes (show them once). ``password=None`` only for an account
+    that has none (it signs in through the identity provider, which this session just did)."""
     with transaction.atomic():
         # One enrolment at a time per account: the second one finds the first confirmed.
         get_user_model().objects.select_for_update().filter(pk=user.pk).first()
-        if not user.check_password(password or ""):
+        if password is None:
+            if user.has_usable_password():
+                raise ValidationError({"password": "that is not the account's password"})
+        elif not user.check_password(password or ""):
             raise ValidationError({"password": "that is not the account's password"})
         if staff_mfa_enrolled(user):
             raise ValidationError({"token": "two-factor authentication is already set up"})
@@ -206,7 +210,7 @@ def staff_mfa_reset(
     with transaction.atomic():
         removed, _ = StaffTotpDevice.objects.filter(user=user).delete()
         removed_codes, _ = StaffRecoveryCodes.objects.filter(user=user).delete()
-        ended = _sessions_end(user, keep_session_key=keep_session_key)
+        ended = staff_sessions_end(user, keep_session_key=keep_session_key)
         ledger_event_append(
             kind=LedgerKind.STAFF_USER_MFA_RESET,
             subject=user.get_username(),
@@ -224,7 +228,7 @@ def staff_password_reset_record(
     it. Call it in the transaction that saved the password. Returns the sessions ended."""
     with transaction.atomic():
         user = get_user_model().objects.get(pk=user_id)
-        ended = _sessions_end(user, keep_session_key=keep_session_key)
+        ended = staff_sessions_end(user, keep_session_key=keep_session_key)
         ledger_event_append(
             kind=LedgerKind.STAFF_USER_PASSWORD_RESET,
             subject=user.get_username(),
@@ -234,7 +238,9 @@ def staff_password_reset_record(
     return ended
 
 
-def _sessions_end(user: AbstractBaseUser, *, keep_session_key: str | None) -> int:
+def staff_sessions_end(user: AbstractBaseUser, *, keep_session_key: str | None = None) -> int:
+    """End every session of ``user`` (but ``keep_session_key``); returns how many. Call it in
+    the transaction of the change that ends them."""
     # Sessions are stored signed, not indexed by user: staff sessions are few, read them all.
     theirs = [
         session.session_key

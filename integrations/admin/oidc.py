@@ -1,0 +1,225 @@
+"""Staff sign-in through the company's identity provider (OpenID Connect, Authlib's client).
+
+Authlib does the protocol: discovery from ``DROPPORTAL_OIDC_ISSUER``'s
+``/.well-known/openid-configuration``, the authorization code flow with PKCE (S256), a state
+and a nonce kept in this session and spent once, and the ID token's checks (its RS256
+signature against the provider's JWKS, issuer, audience, expiry, nonce). These views only
+start it, hand the verified claims to ``staff_oidc_sign_in`` and render::
+
+    /admin/oidc/sign-in/   -> the provider's authorization endpoint
+    /admin/oidc/callback/  <- the provider sends the person back here (the redirect URI)
+
+A refused sign-in (no mapped role, a deactivated or superuser account, an answer that fails
+verification) is a page saying why, and a ledger event; nothing of the tokens is recorded or
+logged. Signing out of an OIDC session goes on to the provider's end-session endpoint
+(RP-initiated logout, with the ID token as ``id_token_hint``): ``oidc_logout_response``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+from typing import Any
+
+import requests
+from authlib.common.errors import AuthlibBaseError
+from authlib.integrations.django_client import DjangoOAuth2App, OAuth
+from django.conf import settings
+from django.contrib import admin
+from django.contrib.auth import login
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme, urlencode
+from django.views.decorators.cache import never_cache
+from joserfc.errors import JoseError
+
+from integrations.services.staff.staff_sign_in import (
+    OIDC,
+    staff_oidc_sign_in,
+    staff_sign_in_refuse,
+)
+
+# This session's sign-in at the provider: whose it is, whether the provider did MFA, and the
+# ID token (the id_token_hint of the logout; nothing else reads it).
+SESSION_KEY = "dropportal_oidc"
+_NEXT_KEY = "dropportal_oidc_next"
+_TIMEOUT_SECONDS = 10  # every call to the provider (discovery, JWKS, token)
+_BACKEND = "django.contrib.auth.backends.ModelBackend"
+
+UNVERIFIED = (
+    "The identity provider's answer could not be verified, so you are not signed in. Try "
+    "again; if it happens again, tell your dropportal administrator."
+)
+UNREACHABLE = "The identity provider did not answer. Try again in a moment."
+NOT_SIGNED_IN_THERE = "The identity provider did not sign you in"
+
+
+def oidc_enabled() -> bool:
+    return bool(settings.DROPPORTAL_OIDC_ISSUER)
+
+
+@functools.cache
+def _client(issuer: str, client_id: str, client_secret: str, scopes: str) -> DjangoOAuth2App:
+    # One per configuration: it keeps the provider's metadata and JWKS once fetched (a key
+    # it does not know sends it to fetch the JWKS again).
+    registry = OAuth()
+    registry.register(
+        name="staff_idp",
+        client_id=client_id,
+        client_secret=client_secret,
+        server_metadata_url=f"{issuer}/.well-known/openid-configuration",
+        client_kwargs={
+            "scope": scopes,
+            "code_challenge_method": "S256",
+            "default_timeout": _TIMEOUT_SECONDS,
+        },
+    )
+    client: DjangoOAuth2App = registry.create_client("staff_idp")
+    return client
+
+
+def identity_provider() -> DjangoOAuth2App:
+    return _client(
+        settings.DROPPORTAL_OIDC_ISSUER,
+        settings.DROPPORTAL_OIDC_CLIENT_ID,
+        settings.DROPPORTAL_OIDC_CLIENT_SECRET,
+        settings.DROPPORTAL_OIDC_SCOPES,
+    )
+
+
+def callback_url() -> str:
+    """The redirect URI registered at the provider."""
+    return f"{settings.DROPPORTAL_PUBLIC_URL}{reverse('admin:oidc_callback')}"
+
+
+def post_logout_url() -> str:
+    """The post-logout redirect URI registered at the provider."""
+    return f"{settings.DROPPORTAL_PUBLIC_URL}{reverse('admin:login')}"
+
+
+def _metadata() -> dict[str, Any]:
+    metadata: dict[str, Any] = identity_provider().load_server_metadata()
+    # OpenID Connect Discovery §4.3: the document must name the issuer it was fetched from.
+    if metadata.get("issuer", "").rstrip("/") != settings.DROPPORTAL_OIDC_ISSUER:
+        raise AuthlibBaseError(description="the discovery document names another issuer")
+    return metadata
+
+
+def _wanted(request: HttpRequest, wanted: str) -> str:
+    if url_has_allowed_host_and_scheme(
+        wanted, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return wanted
+    return reverse("admin:index")
+
+
+@never_cache
+def oidc_sign_in_view(request: HttpRequest) -> HttpResponse:
+    if not oidc_enabled():
+        raise Http404("sign-in through an identity provider is not set up")
+    request.session[_NEXT_KEY] = _wanted(request, request.GET.get("next") or "")
+    try:
+        _metadata()
+        response: HttpResponse = identity_provider().authorize_redirect(request, callback_url())
+    except (AuthlibBaseError, requests.RequestException, ValueError):
+        return _refused_page(request, UNREACHABLE, status=502)
+    return response
+
+
+@never_cache
+def oidc_callback_view(request: HttpRequest) -> HttpResponse:
+    if not oidc_enabled():
+        raise Http404("sign-in through an identity provider is not set up")
+    if "error" in request.GET:  # the person cancelled, or the provider would not sign them in
+        error = str(request.GET["error"])[:100]
+        staff_sign_in_refuse(
+            method=OIDC,
+            reason="the identity provider answered with an error",
+            username="",
+            error=error,
+        )
+        return _refused_page(request, f"{NOT_SIGNED_IN_THERE} ({error})")
+    try:
+        _metadata()
+        token = identity_provider().authorize_access_token(
+            request,
+            # The audience is checked here, not left to Authlib: alone it accepts an ID token
+            # for another client when its azp names ours (OIDC Core 3.1.3.7 wants aud to).
+            claims_options={
+                "iss": {"essential": True, "values": [settings.DROPPORTAL_OIDC_ISSUER]},
+                "aud": {"essential": True, "values": [settings.DROPPORTAL_OIDC_CLIENT_ID]},
+            },
+        )
+        claims = dict(token["userinfo"])
+    except (AuthlibBaseError, JoseError, requests.RequestException, ValueError, KeyError) as exc:
+        # The error's kind names the check that failed; its text may quote the answer.
+        staff_sign_in_refuse(
+            method=OIDC, reason="the answer failed verification", username="", error=_kind(exc)
+        )
+        return _refused_page(request, UNVERIFIED)
+    outcome = staff_oidc_sign_in(issuer=settings.DROPPORTAL_OIDC_ISSUER, claims=claims)
+    if outcome.user is None:
+        return _refused_page(request, outcome.refusal)
+    wanted = request.session.pop(_NEXT_KEY, None) or reverse("admin:index")
+    login(request, outcome.user, backend=_BACKEND)
+    request.session[SESSION_KEY] = {
+        "user": outcome.user.pk,
+        "mfa": outcome.mfa_by_idp,
+        "id_token": token.get("id_token", ""),
+    }
+    # Ends this long after the sign-in whatever the activity: the roles are read again then.
+    request.session.set_expiry(
+        timezone.now() + dt.timedelta(hours=settings.DROPPORTAL_SESSION_HOURS)
+    )
+    if not admin.site.has_permission(request):  # our own second factor is still to pass
+        return HttpResponseRedirect(f"{reverse('admin:mfa_verify')}?{urlencode({'next': wanted})}")
+    return HttpResponseRedirect(wanted)
+
+
+def oidc_session(request: HttpRequest) -> dict[str, Any] | None:
+    """This session's sign-in at the provider, if it is the signed-in person's."""
+    found = request.session.get(SESSION_KEY)
+    if isinstance(found, dict) and found.get("user") == request.user.pk:
+        return found
+    return None
+
+
+def oidc_mfa_passed(request: HttpRequest) -> bool:
+    """The provider did multi-factor authentication for this session's sign-in."""
+    found = oidc_session(request)
+    return bool(found and found.get("mfa"))
+
+
+def oidc_logout_url(id_token: str) -> str | None:
+    """Where to send a person signing out of an OIDC session: the provider's end-session
+    endpoint (None when it has none: the session here ends all the same)."""
+    try:
+        metadata = _metadata()
+    except (AuthlibBaseError, requests.RequestException, ValueError):
+        return None
+    if not metadata.get("end_session_endpoint"):
+        return None
+    created = identity_provider().create_logout_url(
+        post_logout_redirect_uri=post_logout_url(), id_token_hint=id_token
+    )
+    return str(created["url"])
+
+
+def _refused_page(request: HttpRequest, reason: str, *, status: int = 403) -> TemplateResponse:
+    return TemplateResponse(
+        request,
+        "admin/oidc/refused.html",
+        {
+            **admin.site.each_context(request),
+            "title": "Not signed in",
+            "reason": reason,
+            "provider_name": settings.DROPPORTAL_OIDC_PROVIDER_NAME,
+        },
+        status=status,
+    )
+
+
+def _kind(exc: Exception) -> str:
+    return str(getattr(exc, "error", "") or type(exc).__name__)

@@ -1,0 +1,222 @@
+"""RFC 3161 time-stamp tokens over the ledger's chain hashes: the request, and the checks of
+an answer, shared by the service that anchors the chain (``services.ledger_anchors``), its
+``ledger verify`` and the offline pack verifier (no Django, no database)::
+
+    request = timestamp_request(chain_hash)          # TimeStampReq, DER: request.as_bytes()
+    problem = token_problem(tsr_der, chain_hash, nonce=request.nonce)   # None: it covers it
+    problem = token_chain_problem(tsr_der, chain_hash, load_certificates(ca_pem))
+
+An evidence pack carries the tokens of its ledger range (``anchors/<position>.tsr`` and
+``anchors.json``); ``PackAnchors`` checks them as the pack verifier recomputes the chain::
+
+    anchors = PackAnchors.read(read_member, names)     # before the ledger pass
+    anchors.chain_hash_seen(position, chain_hash)      # for every link the pass recomputes
+    line = anchors.check(authorities)                  # after it; raises PackInvalid
+
+The message an authority timestamps is the chain hash as the ledger writes it: its 64 hex
+characters, in ASCII. The token's message imprint is their SHA-256, so anyone can check a
+token with OpenSSL alone (``printf %s HASH > head; openssl ts -verify -data head -in
+TOKEN.tsr -CAfile ca.pem``). The protocol itself is ``rfc3161-client``'s.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from cryptography import x509
+
+from integrations.evidence.archive import PackInvalid
+
+# rfc3161-client is imported where a token is handled, so that a pack without tokens (an
+# older one among them) still verifies with ``cryptography`` alone, as auditors install it.
+if TYPE_CHECKING:
+    from rfc3161_client import TimeStampRequest, TimeStampResponse
+
+CONTENT_TYPE_QUERY = "application/timestamp-query"
+CONTENT_TYPE_REPLY = "application/timestamp-reply"
+SHA256_OID = x509.ObjectIdentifier("2.16.840.1.101.3.4.2.1")
+# In an evidence pack.
+PACK_DIR = "anchors/"
+PACK_LIST = "anchors.json"
+PACK_FORMAT = "dropportal-anchors/1"
+_TOKEN_MAX = 1 << 20
+
+
+def anchored_message(chain_hash: str) -> bytes:
+    """What a token timestamps: the chain hash's hex text."""
+    return chain_hash.encode("ascii")
+
+
+def timestamp_request(chain_hash: str) -> TimeStampRequest:
+    """A SHA-256 request over ``chain_hash``, with a nonce, asking for the signer's
+    certificate in the answer (so a verifier needs only the authority's CA)."""
+    from rfc3161_client import HashAlgorithm, TimestampRequestBuilder
+
+    return (
+        TimestampRequestBuilder()
+        .data(anchored_message(chain_hash))
+        .hash_algorithm(HashAlgorithm.SHA256)
+        .nonce(nonce=True)
+        .cert_request(cert_request=True)
+        .build()
+    )
+
+
+def token_read(tsr_der: bytes) -> TimeStampResponse:
+    """The authority's answer, parsed; ``ValueError`` naming why it is not one."""
+    from rfc3161_client import decode_timestamp_response
+
+    try:
+        return decode_timestamp_response(tsr_der)
+    except ValueError as exc:
+        raise ValueError(f"not an RFC 3161 time-stamp response: {exc}") from None
+
+
+def token_gen_time(tsr_der: bytes) -> dt.datetime:
+    """When the authority says it timestamped (UTC)."""
+    gen_time = token_read(tsr_der).tst_info.gen_time
+    return gen_time if gen_time.tzinfo else gen_time.replace(tzinfo=dt.UTC)
+
+
+def token_problem(tsr_der: bytes, chain_hash: str, *, nonce: int | None = None) -> str | None:
+    """Why ``tsr_der`` is not a granted token over ``chain_hash`` (None when it is): it
+    parses, the authority granted it, its imprint is SHA-256 of the chain hash, and with
+    ``nonce`` it answers that request. The signature is ``token_chain_problem``'s."""
+    from rfc3161_client import PKIStatus
+
+    try:
+        response = token_read(tsr_der)
+    except ValueError as exc:
+        return str(exc)
+    if response.status != PKIStatus.GRANTED:
+        detail = "; ".join(response.status_string) or f"status {response.status}"
+        return f"the authority refused to timestamp: {detail}"
+    imprint = response.tst_info.message_imprint
+    if imprint.hash_algorithm != SHA256_OID:
+        return f"its message imprint is not SHA-256 ({imprint.hash_algorithm.dotted_string})"
+    if imprint.message != hashlib.sha256(anchored_message(chain_hash)).digest():
+        return f"it covers another chain head, not {chain_hash}"
+    if nonce is not None and response.tst_info.nonce != nonce:
+        return "its nonce is not the request's"
+    return None
+
+
+def token_chain_problem(
+    tsr_der: bytes, chain_hash: str, authorities: list[x509.Certificate]
+) -> str | None:
+    """``token_problem``, then the signature: made by a certificate for time-stamping
+    (extendedKeyUsage critical timeStamping) that chains to one of ``authorities``, valid
+    at the token's time. None when all of it holds."""
+    from rfc3161_client import VerificationError, VerifierBuilder
+
+    problem = token_problem(tsr_der, chain_hash)
+    if problem is not None:
+        return problem
+    builder = VerifierBuilder()
+    for certificate in authorities:
+        builder = builder.add_root_certificate(certificate)
+    try:
+        builder.build().verify_message(token_read(tsr_der), anchored_message(chain_hash))
+    except (VerificationError, ValueError) as exc:
+        # OpenSSL's error stack is long; its verify error is the part a person can act on.
+        found = re.search(r'Verify error: ([^"]+)', str(exc))
+        reason = found.group(1) if found else str(exc)[:200]
+        return f"its signature does not chain to the given certificate ({reason})"
+    return None
+
+
+def load_certificates(pem: bytes) -> list[x509.Certificate]:
+    """Every certificate in a PEM file (or one DER certificate); ``ValueError`` if none."""
+    try:
+        if b"-----BEGIN" in pem:
+            certificates = x509.load_pem_x509_certificates(pem)
+        else:
+            certificates = [x509.load_der_x509_certificate(pem)]
+    except ValueError as exc:
+        raise ValueError(f"not a certificate: {exc}") from None
+    return certificates
+
+
+class PackAnchors:
+    """The tokens an evidence pack lists, held to the chain hashes the verifier recomputes
+    from ``ledger.jsonl`` at their positions (so a token over any other head fails, named)."""
+
+    def __init__(self, listed: list[dict[str, Any]], read_member: Callable[[str, int], bytes]):
+        self.listed = listed
+        self.read_member = read_member
+        self.wanted = {entry["position"] for entry in listed}
+        self.seen: dict[int, str] = {}
+
+    @classmethod
+    def read(cls, read_member: Callable[[str, int], bytes], names: set[str]) -> PackAnchors:
+        """The pack's ``anchors.json`` (none: a pack without tokens, or from before them);
+        ``names`` are the pack's members, each ``anchors/`` one must be listed."""
+        listed: list[dict[str, Any]] = []
+        if PACK_LIST in names:
+            try:
+                document = json.loads(read_member(PACK_LIST, _TOKEN_MAX))
+                if document.get("format") != PACK_FORMAT:
+                    raise ValueError(f"not a {PACK_FORMAT} list")
+                for entry in document["anchors"]:
+                    entry["position"] = int(entry["position"])
+                    if not (
+                        isinstance(entry["chain_hash"], str) and isinstance(entry["token"], str)
+                    ):
+                        raise ValueError(f"the entry of position {entry['position']} is incomplete")
+                    listed.append(entry)
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                raise PackInvalid(f"{PACK_LIST}: {exc}") from None
+        tokens = {entry["token"] for entry in listed}
+        for name in sorted(names):
+            if name.startswith(PACK_DIR) and name not in tokens:
+                raise PackInvalid(f"{name} is a token {PACK_LIST} does not list")
+        for name in sorted(tokens - names):
+            raise PackInvalid(f"{PACK_LIST} lists {name}, which is not in the pack")
+        return cls(listed, read_member)
+
+    def chain_hash_seen(self, position: int, chain_hash: str) -> None:
+        if position in self.wanted:
+            self.seen[position] = chain_hash
+
+    def check(self, authorities: list[x509.Certificate] | None) -> str:
+        """Every token against the recomputed chain (and with ``authorities``, its
+        signature); the verifier's line for them. ``PackInvalid`` names the first failure."""
+        if not self.listed:
+            return (
+                "timestamps: no time-stamp token in the ledger range (its chain is anchored "
+                "nowhere outside the service in this pack)"
+            )
+        for entry in self.listed:
+            position, name = entry["position"], entry["token"]
+            recomputed = self.seen.get(position)
+            if recomputed is None:
+                raise PackInvalid(f"{name}: position {position} is not in the ledger range")
+            if recomputed != entry["chain_hash"]:
+                raise PackInvalid(
+                    f"{PACK_LIST}: position {position}'s chain hash is not the chain's "
+                    f"({recomputed})"
+                )
+            token = self.read_member(name, _TOKEN_MAX)
+            problem = (
+                token_problem(token, recomputed)
+                if authorities is None
+                else token_chain_problem(token, recomputed, authorities)
+            )
+            if problem is not None:
+                raise PackInvalid(f"{name} (position {position}): {problem}")
+        positions = sorted(self.wanted)
+        covered = (
+            f"{len(self.listed)} tokens cover the chain hashes at positions "
+            f"{', '.join(str(p) for p in positions[:5])}{', …' if len(positions) > 5 else ''}"
+        )
+        if authorities is None:
+            return (
+                f"timestamps: {covered}; present but not checked against an authority "
+                "(pass --tsa-cert FILE)"
+            )
+        return f"timestamps: {covered}; each signature chains to the given certificate"

@@ -1,0 +1,216 @@
+"""Staff sign-ins: through the company's identity provider (OpenID Connect) or by password,
+each a ledger event, as is each refusal, each change of roles and each deactivation.
+
+The admin verifies the provider's ID token (Authlib: signature, issuer, audience, expiry,
+nonce) and hands its claims here::
+
+    outcome = staff_oidc_sign_in(issuer=issuer, claims=id_token_claims)
+    outcome.user          # None: refused, outcome.refusal says why (for the person's page)
+    outcome.mfa_by_idp    # the provider did multi-factor authentication (its ``amr``)
+    staff_sign_in_refuse(method="oidc", reason="...", username="")  # failed verification
+    staff_password_sign_in_record(user=user)
+    staff_user_deactivate(user=user, actor="cli:ann")   # at once: every session ends
+
+A person is their provider's ``sub`` for its issuer, never their email alone. Their roles are
+set from the claim at every sign-in, so a group removed at the provider is a role lost at the
+next sign-in; no one becomes a superuser this way, and a superuser's account is refused here
+(superusers sign in with their password and our second factor). No token is ever recorded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import Group, User
+from django.db import transaction
+from django.utils import timezone
+
+from integrations.ledger_kinds import LedgerKind
+from integrations.models import StaffOidcIdentity
+from integrations.services.ledger import ledger_event_append
+from integrations.services.staff.staff_mfa import staff_sessions_end
+
+OIDC = "oidc"
+PASSWORD = "password"  # noqa: S105  (the name of a way to sign in)
+
+# RFC 8176's authentication method references, by the factor each one is. "mfa" says the
+# provider used several factors; otherwise two different factors must be listed (a password
+# and a one-time code, a hardware key and a fingerprint...). One factor alone is not enough.
+_KNOWLEDGE = {"pwd", "pin", "kba"}
+_POSSESSION = {"otp", "hwk", "swk", "sc", "sms", "tel", "pop", "mca"}
+_INHERENCE = {"fpt", "face", "iris", "retina", "vbm"}
+
+REFUSED_NO_ROLE = (
+    "Your account at the identity provider is in no group that gives a role here. Ask your "
+    "administrator to add you to one of the groups dropportal's staff roles are mapped to."
+)
+REFUSED_INACTIVE = "This account is deactivated here. Ask a dropportal superuser."
+REFUSED_NOT_STAFF = "This account has no staff status here. Ask a dropportal superuser."
+REFUSED_SUPERUSER = (
+    "This is a superuser account: superusers sign in with their password and two-factor "
+    "authentication, not through the identity provider."
+)
+REFUSED_NO_SUBJECT = "The identity provider's answer names nobody (no sub claim)."
+
+
+@dataclass(frozen=True)
+class OidcSignIn:
+    user: User | None
+    refusal: str = ""
+    mfa_by_idp: bool = False
+
+
+def idp_did_mfa(amr: Iterable[str]) -> bool:
+    """Whether an ID token's ``amr`` says the provider did multi-factor authentication."""
+    methods = {str(m) for m in amr}
+    if "mfa" in methods:
+        return True
+    factors = sum(bool(methods & kind) for kind in (_KNOWLEDGE, _POSSESSION, _INHERENCE))
+    return factors >= 2
+
+
+def mapped_roles(claims: Mapping[str, Any]) -> list[str]:
+    """Our roles for the provider's groups in ``DROPPORTAL_OIDC_ROLES_CLAIM``."""
+    claimed = claims.get(settings.DROPPORTAL_OIDC_ROLES_CLAIM) or []
+    if isinstance(claimed, str):
+        claimed = claimed.split()
+    role_map: Mapping[str, str] = settings.DROPPORTAL_OIDC_ROLE_MAP
+    return sorted({role_map[str(g)] for g in claimed if str(g) in role_map})
+
+
+def staff_oidc_sign_in(*, issuer: str, claims: Mapping[str, Any]) -> OidcSignIn:
+    """Sign in (or refuse) the person the verified ID token ``claims`` name, creating their
+    account at their first sign-in, and set their roles from the claim."""
+    subject = str(claims.get("sub") or "")
+    amr = [str(m) for m in claims.get("amr") or []]
+    mfa = idp_did_mfa(amr)
+    if not subject:
+        staff_sign_in_refuse(method=OIDC, reason=REFUSED_NO_SUBJECT, username="")
+        return OidcSignIn(user=None, refusal=REFUSED_NO_SUBJECT)
+    roles = mapped_roles(claims)
+    with transaction.atomic():
+        identity = (
+            StaffOidcIdentity.objects.select_for_update()
+            .select_related("user")
+            .filter(issuer=issuer, subject=subject)
+            .first()
+        )
+        if identity is None:
+            user = User(username=_new_username(claims, subject), is_staff=True)
+            user.email = str(claims.get("email") or "")[:254]
+            user.set_unusable_password()
+            if not roles:  # no account for someone who may not sign in anyway
+                return _refused(
+                    REFUSED_NO_ROLE, username=user.username, subject=subject, claims=claims
+                )
+            user.save()
+            identity = StaffOidcIdentity.objects.create(user=user, issuer=issuer, subject=subject)
+        user = identity.user
+        if user.is_superuser:
+            return _refused(
+                REFUSED_SUPERUSER, username=user.username, subject=subject, claims=claims
+            )
+        if not user.is_active:
+            return _refused(
+                REFUSED_INACTIVE, username=user.username, subject=subject, claims=claims
+            )
+        if not user.is_staff:  # a superuser took the staff status away: that stands
+            return _refused(
+                REFUSED_NOT_STAFF, username=user.username, subject=subject, claims=claims
+            )
+        _roles_set(user, roles)
+        if not roles:
+            return _refused(REFUSED_NO_ROLE, username=user.username, subject=subject, claims=claims)
+        user.last_login = identity.last_signed_in_at = timezone.now()
+        user.save(update_fields=["last_login"])
+        identity.save(update_fields=["last_signed_in_at"])
+        ledger_event_append(
+            kind=LedgerKind.STAFF_USER_SIGNED_IN,
+            subject=user.get_username(),
+            actor=f"oidc:{user.get_username()}",
+            data={
+                "method": OIDC,
+                "issuer": issuer,
+                "oidc_subject": subject,
+                "roles": roles,
+                "amr": amr,
+                "mfa_by_identity_provider": mfa,
+            },
+        )
+    return OidcSignIn(user=user, mfa_by_idp=mfa)
+
+
+def staff_sign_in_refuse(*, method: str, reason: str, username: str, **data: Any) -> None:
+    """Record a refused sign-in (``reason``: one line, never a token or a secret)."""
+    ledger_event_append(
+        kind=LedgerKind.STAFF_USER_SIGN_IN_REFUSED,
+        subject=username or "unknown",
+        actor=f"{method}:{username or 'unknown'}",
+        data={"method": method, "reason": reason, **data},
+    )
+
+
+def staff_password_sign_in_record(*, user: User) -> None:
+    """Record a sign-in by password (the admin's login form accepted it)."""
+    ledger_event_append(
+        kind=LedgerKind.STAFF_USER_SIGNED_IN,
+        subject=user.get_username(),
+        actor=f"staff:{user.get_username()}",
+        data={"method": PASSWORD},
+    )
+
+
+def staff_user_deactivate(*, user: User, actor: str) -> int:
+    """Deactivate ``user`` at once: no new sign-in, by password or the identity provider, and
+    every session of theirs ends now. Returns the sessions ended."""
+    with transaction.atomic():
+        User.objects.filter(pk=user.pk).update(is_active=False)
+        user.is_active = False
+        ended = staff_sessions_end(user)
+        ledger_event_append(
+            kind=LedgerKind.STAFF_USER_DEACTIVATED,
+            subject=user.get_username(),
+            actor=actor,
+            data={"sessions_ended": ended},
+        )
+    return ended
+
+
+def _refused(reason: str, *, username: str, subject: str, claims: Mapping[str, Any]) -> OidcSignIn:
+    # The groups the provider sent are recorded: they say why no role was found.
+    claimed = claims.get(settings.DROPPORTAL_OIDC_ROLES_CLAIM) or []
+    staff_sign_in_refuse(
+        method=OIDC,
+        reason=reason,
+        username=username,
+        oidc_subject=subject,
+        claimed_groups=sorted(
+            str(g) for g in (claimed.split() if isinstance(claimed, str) else claimed)
+        ),
+    )
+    return OidcSignIn(user=None, refusal=reason)
+
+
+def _roles_set(user: User, roles: list[str]) -> None:
+    before = sorted(user.groups.values_list("name", flat=True))
+    if before == roles:
+        return
+    user.groups.set(Group.objects.filter(name__in=roles))
+    ledger_event_append(
+        kind=LedgerKind.STAFF_USER_ROLES_CHANGED,
+        subject=user.get_username(),
+        actor="oidc:identity-provider",
+        data={"before": before, "after": roles},
+    )
+
+
+def _new_username(claims: Mapping[str, Any], subject: str) -> str:
+    wanted = str(claims.get("preferred_username") or claims.get("email") or subject)[:120]
+    if not User.objects.filter(username=wanted).exists():
+        return wanted
+    # Someone else (a password account, or another issuer's person) has it: never theirs.
+    return f"{wanted}+{hashlib.sha256(subject.encode()).hexdigest()[:8]}"

@@ -1,0 +1,349 @@
+"""Staff sign in through the company's identity provider: a real OpenID Connect provider on
+loopback (devtools/oidc_provider.py, Authlib's server parts) signs RS256 ID tokens, and the
+admin takes a person through it as a browser would (the provider's answers over real HTTP).
+
+Roles come from the provider's groups at every sign-in; a refused sign-in is a page saying
+why and a ledger event; an answer that fails any check (signature, audience, expiry, state,
+nonce) signs nobody in; the provider's MFA (amr) stands for ours; signing out goes on to the
+provider's end-session endpoint.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+import requests
+from django.conf import settings
+from django.contrib.auth.models import Group, User
+from django.core import checks
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.html import escape
+
+from devtools.oidc_provider import IdTokenTweak, OidcProvider
+from dropportal.security import oidc_role_map_names_our_roles
+from integrations.admin.oidc import UNVERIFIED
+from integrations.models import LedgerEvent, StaffOidcIdentity
+from integrations.services.staff.staff_sign_in import (
+    REFUSED_NO_ROLE,
+    REFUSED_SUPERUSER,
+    idp_did_mfa,
+)
+from tests.staff_idp import CLIENT_ID, CLIENT_SECRET, ROLE_MAP, sign_in, staff_idp
+
+pytestmark = pytest.mark.django_db
+
+INDEX = "/admin/"
+
+
+@pytest.fixture
+def idp(settings: Any) -> Iterator[OidcProvider]:
+    with staff_idp(settings) as provider:
+        yield provider
+
+
+def events(kind: str) -> list[LedgerEvent]:
+    return list(LedgerEvent.objects.filter(kind=kind).order_by("id"))
+
+
+def test_the_authorization_request_uses_pkce_a_state_and_a_nonce(
+    idp: OidcProvider, client: Client
+) -> None:
+    start = client.get(reverse("admin:oidc_sign_in"))
+    asked = parse_qs(urlsplit(start["Location"]).query)
+    assert asked["response_type"] == ["code"]
+    assert asked["client_id"] == [CLIENT_ID]
+    assert asked["code_challenge_method"] == ["S256"] and asked["code_challenge"][0]
+    assert asked["state"][0] and asked["nonce"][0]
+    assert asked["redirect_uri"] == [f"{settings.DROPPORTAL_PUBLIC_URL}/admin/oidc/callback/"]
+    assert "openid" in asked["scope"][0].split()
+
+
+def test_a_first_sign_in_opens_an_account_with_the_mapped_roles_only(
+    idp: OidcProvider, client: Client
+) -> None:
+    done = sign_in(client, idp, "ada")
+    assert done.status_code == 302 and done["Location"] == INDEX
+    assert client.get(INDEX).status_code == 200
+    ada = User.objects.get(oidc_identity__subject=idp.person("ada").subject)
+    assert ada.username == "ada" and ada.email == "ada@example.com"
+    assert ada.is_staff and not ada.is_superuser and not ada.has_usable_password()
+    assert sorted(ada.groups.values_list("name", flat=True)) == ["Operators"]
+    assert ada.oidc_identity.issuer == idp.issuer
+
+    (changed,) = events("staff_user.roles_changed")
+    assert (changed.subject, changed.data) == ("ada", {"before": [], "after": ["Operators"]})
+    (signed_in,) = events("staff_user.signed_in")
+    assert signed_in.subject == "ada"
+    assert signed_in.data["method"] == "oidc"
+    assert signed_in.data["roles"] == ["Operators"]
+    assert signed_in.data["mfa_by_identity_provider"] is True
+    every_event = " ".join(str(e.data) for e in LedgerEvent.objects.all())
+    assert CLIENT_SECRET not in every_event
+    assert client.session["dropportal_oidc"]["id_token"] not in every_event
+
+
+def test_a_group_removed_at_the_provider_is_a_role_lost_at_the_next_sign_in(
+    idp: OidcProvider, client: Client
+) -> None:
+    idp.person("ada").groups = ["privacy-ops", "privacy-auditors"]
+    sign_in(client, idp, "ada")
+    ada = User.objects.get(username="ada")
+    assert sorted(ada.groups.values_list("name", flat=True)) == ["Auditors", "Operators"]
+
+    idp.person("ada").groups = ["privacy-auditors"]
+    again = sign_in(Client(), idp, "ada")
+    assert again.status_code == 302
+    assert list(ada.groups.values_list("name", flat=True)) == ["Auditors"]
+    last = events("staff_user.roles_changed")[-1]
+    assert last.data == {"before": ["Auditors", "Operators"], "after": ["Auditors"]}
+
+    idp.person("ada").groups = ["everyone"]
+    refused = sign_in(Client(), idp, "ada")
+    assert refused.status_code == 403
+    assert not ada.groups.exists(), "every role gone with the last group"
+    assert events("staff_user.roles_changed")[-1].data["after"] == []
+
+
+def test_someone_without_a_mapped_group_is_refused_with_a_page_saying_why(
+    idp: OidcProvider, client: Client
+) -> None:
+    refused = sign_in(client, idp, "bob")
+    assert refused.status_code == 403
+    assert escape(REFUSED_NO_ROLE) in refused.content.decode()
+    assert not User.objects.filter(username="bob").exists(), "no account for nobody"
+    assert client.get(INDEX).status_code == 302
+    (event,) = events("staff_user.sign_in_refused")
+    assert event.subject == "bob"
+    assert event.data["reason"] == REFUSED_NO_ROLE
+    assert event.data["claimed_groups"] == ["everyone"]
+
+
+def test_people_are_matched_by_their_subject_not_their_email_or_name(
+    idp: OidcProvider, client: Client
+) -> None:
+    # A password account that happens to carry the same name and email stays someone else's.
+    own = User.objects.create_user("ada", "ada@example.com", "pw-ada-own-123", is_staff=True)
+    own.groups.add(Group.objects.get(name="Auditors"))
+    sign_in(client, idp, "ada")
+    signed_in = User.objects.get(oidc_identity__subject=idp.person("ada").subject)
+    assert signed_in.pk != own.pk and signed_in.username.startswith("ada+")
+    assert list(own.groups.values_list("name", flat=True)) == ["Auditors"]
+    assert not StaffOidcIdentity.objects.filter(user=own).exists()
+
+
+def test_nobody_becomes_a_superuser_and_a_superuser_is_refused(
+    idp: OidcProvider, client: Client
+) -> None:
+    sign_in(client, idp, "ada")
+    ada = User.objects.get(username="ada")
+    ada.is_superuser = True  # made a superuser in the admin afterwards
+    ada.save()
+    refused = sign_in(Client(), idp, "ada")
+    assert refused.status_code == 403
+    assert escape(REFUSED_SUPERUSER) in refused.content.decode()
+    assert events("staff_user.sign_in_refused")[-1].data["reason"] == REFUSED_SUPERUSER
+
+
+@pytest.mark.parametrize(
+    ("tweak", "error"),
+    [
+        pytest.param(IdTokenTweak(foreign_key=True), "bad_signature", id="bad-signature"),
+        # For another client, with an azp naming us: Authlib alone would let that through.
+        pytest.param(IdTokenTweak(audience="another-app"), "invalid_claim", id="wrong-audience"),
+        pytest.param(IdTokenTweak(expired_seconds_ago=600), "expired_token", id="expired"),
+        pytest.param(IdTokenTweak(replay_previous=True), "invalid_claim", id="replayed-nonce"),
+    ],
+)
+def test_an_id_token_that_fails_a_check_signs_nobody_in(
+    idp: OidcProvider, client: Client, tweak: IdTokenTweak, error: str
+) -> None:
+    # The same person signs in once as the control; the next answer goes wrong.
+    assert sign_in(Client(), idp, "ada").status_code == 302
+    idp.next_id_token = tweak
+    refused = sign_in(client, idp, "ada")
+    assert refused.status_code == 403
+    assert escape(UNVERIFIED) in refused.content.decode()
+    assert client.get(INDEX).status_code == 302
+    (event,) = events("staff_user.sign_in_refused")
+    assert event.data["reason"] == "the answer failed verification"
+    assert event.data["error"] == error
+
+
+def test_a_replayed_callback_is_refused(idp: OidcProvider, client: Client) -> None:
+    idp.signed_in = "ada"
+    start = client.get(reverse("admin:oidc_sign_in"))
+    at_provider = requests.get(start["Location"], allow_redirects=False, timeout=10)
+    back = urlsplit(at_provider.headers["Location"])
+    callback = f"{back.path}?{back.query}"
+    assert client.get(callback).status_code == 302  # signed in; the state is spent
+    client.logout()
+    assert client.get(callback).status_code == 403, "the same state again"
+    assert Client().get(callback).status_code == 403, "a state this session never made"
+    assert [e.data["error"] for e in events("staff_user.sign_in_refused")] == [
+        "mismatching_state",
+        "mismatching_state",
+    ]
+
+
+def test_a_sign_in_cancelled_at_the_provider_is_a_page_and_an_event(
+    idp: OidcProvider, client: Client
+) -> None:
+    client.get(reverse("admin:oidc_sign_in"))
+    refused = client.get(reverse("admin:oidc_callback"), {"error": "access_denied", "state": "x"})
+    assert refused.status_code == 403
+    assert "The identity provider did not sign you in (access_denied)" in refused.content.decode()
+    (event,) = events("staff_user.sign_in_refused")
+    assert event.data["error"] == "access_denied"
+
+
+def test_the_login_page_offers_the_provider_beside_the_password(
+    idp: OidcProvider, client: Client
+) -> None:
+    page = client.get(reverse("admin:login"), {"next": "/admin/integrations/"}).content.decode()
+    assert "Sign in with Loopback IdP" in page
+    assert 'name="password"' in page
+    assert "/admin/oidc/sign-in/?next=%2Fadmin%2Fintegrations%2F" in page
+
+
+def test_oidc_only_refuses_passwords_on_the_server_too(
+    idp: OidcProvider, client: Client, settings: Any
+) -> None:
+    settings.DROPPORTAL_OIDC_ONLY = True
+    User.objects.create_superuser("root", "root@example.com", "pw-root-123-long")
+    page = client.get(reverse("admin:login")).content.decode()
+    assert "Sign in with Loopback IdP" in page and 'name="password"' not in page
+    tried = client.post(
+        reverse("admin:login"), {"username": "root", "password": "pw-root-123-long"}
+    )
+    assert tried.status_code == 403
+    assert "Password sign-in is off here: sign in with Loopback IdP." in tried.content.decode()
+    assert client.get(INDEX).status_code == 302, "not signed in"
+    (event,) = events("staff_user.sign_in_refused")
+    assert (event.subject, event.data["method"]) == ("root", "password")
+    assert "pw-root-123-long" not in str(event.data)
+
+
+def test_a_password_sign_in_is_in_the_ledger(client: Client) -> None:
+    User.objects.create_superuser("root", "root@example.com", "pw-root-123-long")
+    client.post(reverse("admin:login"), {"username": "root", "password": "pw-root-123-long"})
+    (event,) = events("staff_user.signed_in")
+    assert (event.subject, event.data) == ("root", {"method": "password"})
+
+
+@pytest.mark.staff_mfa
+def test_the_providers_mfa_stands_for_ours(idp: OidcProvider, client: Client) -> None:
+    assert settings.DROPPORTAL_STAFF_MFA_REQUIRED
+    done = sign_in(client, idp, "ada")  # amr: pwd, mfa
+    assert done["Location"] == INDEX
+    assert client.get(INDEX).status_code == 200
+
+
+@pytest.mark.staff_mfa
+def test_without_the_providers_mfa_ours_is_asked(idp: OidcProvider, client: Client) -> None:
+    idp.person("ada").amr = ["pwd"]
+    done = sign_in(client, idp, "ada")
+    assert urlsplit(done["Location"]).path == reverse("admin:mfa_verify")
+    assert client.get(INDEX).status_code == 302
+    enrol = client.get(done["Location"])
+    assert urlsplit(enrol["Location"]).path == reverse("admin:mfa_enrol")
+    page = client.get(enrol["Location"]).content.decode()
+    assert 'name="otp_token"' in page
+    assert 'name="password"' not in page, "an account of the provider has no password to ask"
+
+
+@pytest.mark.parametrize(
+    ("amr", "did"),
+    [
+        (["mfa"], True),
+        (["pwd", "mfa"], True),
+        (["pwd", "otp"], True),
+        (["hwk", "fpt"], True),
+        (["pwd"], False),
+        (["otp"], False),
+        (["pwd", "kba"], False),
+        ([], False),
+    ],
+)
+def test_what_amr_counts_as_mfa(amr: list[str], did: bool) -> None:
+    assert idp_did_mfa(amr) is did
+
+
+def test_signing_out_ends_the_session_at_the_provider_too(
+    idp: OidcProvider, client: Client
+) -> None:
+    sign_in(client, idp, "ada")
+    id_token = client.session["dropportal_oidc"]["id_token"]
+    out = client.post(reverse("admin:logout"))
+    assert out.status_code == 302
+    assert out["Location"].startswith(f"{idp.issuer}/end_session?")
+    asked = parse_qs(urlsplit(out["Location"]).query)
+    assert asked["id_token_hint"] == [id_token]
+    post_logout = f"{settings.DROPPORTAL_PUBLIC_URL}/admin/login/"
+    assert asked["post_logout_redirect_uri"] == [post_logout]
+    assert client.get(INDEX).status_code == 302, "signed out here"
+    at_provider = requests.get(out["Location"], allow_redirects=False, timeout=10)
+    assert at_provider.status_code == 302
+    back = urlsplit(at_provider.headers["Location"])
+    assert f"{back.scheme}://{back.netloc}{back.path}" == post_logout
+    assert [s["sub"] for s in idp.ended_sessions] == [idp.person("ada").subject]
+
+
+def test_an_oidc_session_ends_session_hours_after_its_sign_in(
+    idp: OidcProvider, client: Client, settings: Any
+) -> None:
+    settings.DROPPORTAL_SESSION_HOURS = 3
+    sign_in(client, idp, "ada")
+    ends = client.session.get_expiry_date()
+    expected = timezone.now() + dt.timedelta(hours=3)
+    assert abs((ends - expected).total_seconds()) < 60
+    client.get(INDEX)  # activity does not push it back
+    assert client.session.get_expiry_date() == ends
+
+
+def test_a_deactivated_person_is_refused_at_the_provider_sign_in(
+    idp: OidcProvider, client: Client
+) -> None:
+    sign_in(Client(), idp, "ada")
+    User.objects.filter(username="ada").update(is_active=False)
+    refused = sign_in(client, idp, "ada")
+    assert refused.status_code == 403
+    assert "deactivated" in refused.content.decode()
+
+
+def test_an_account_whose_staff_status_was_taken_away_stays_out(
+    idp: OidcProvider, client: Client
+) -> None:
+    sign_in(Client(), idp, "ada")
+    User.objects.filter(username="ada").update(is_staff=False)
+    refused = sign_in(client, idp, "ada")
+    assert refused.status_code == 403
+    assert "no staff status" in refused.content.decode()
+    assert User.objects.get(username="ada").is_staff is False
+
+
+def test_a_plain_http_issuer_off_loopback_stops_start_up(settings: Any) -> None:
+    settings.DROPPORTAL_OIDC_ROLE_MAP = ROLE_MAP
+    settings.DROPPORTAL_OIDC_ISSUER = "http://idp.example.com"
+    (error,) = oidc_role_map_names_our_roles()
+    assert error.id == "dropportal.E004"
+    settings.DROPPORTAL_OIDC_ISSUER = "https://idp.example.com"
+    assert oidc_role_map_names_our_roles() == []
+
+
+def test_the_role_map_is_checked_against_our_roles(settings: Any) -> None:
+    settings.DROPPORTAL_OIDC_ROLE_MAP = {"privacy-ops": "Operators", "x": "Auditorz"}
+    (error,) = oidc_role_map_names_our_roles()
+    assert isinstance(error, checks.Error) and error.id == "dropportal.E002"
+    assert "'Auditorz'" in error.msg
+    settings.DROPPORTAL_OIDC_ROLE_MAP = ROLE_MAP
+    assert oidc_role_map_names_our_roles() == []
+    settings.DROPPORTAL_OIDC_ISSUER = "https://idp.example.com"
+    settings.DROPPORTAL_OIDC_ROLE_MAP = {}
+    (error,) = oidc_role_map_names_our_roles()
+    assert error.id == "dropportal.E003"

@@ -1,0 +1,232 @@
+"""An evidence pack carries the RFC 3161 tokens of its ledger range, and ``evidence verify
+--tsa-cert FILE`` checks them offline: each token's imprint is the chain hash the verifier
+recomputes at its position, and its signature chains to the authority's certificate."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography import x509
+from django.core.management import call_command
+from django.db import transaction
+from django.utils import timezone
+
+from devtools.drop_simulator import DropSimulator
+from devtools.tsa_simulator import TsaSimulator
+from integrations.evidence import timestamps
+from integrations.evidence.timestamps import load_certificates
+from integrations.evidence.verify import verify_pack
+from integrations.ledger_kinds import LedgerKind
+from integrations.models import Broker, DropCycle, LedgerAnchor, LedgerChainLink
+from integrations.services.ledger import ledger_event_append, ledger_seal
+from integrations.services.ledger_anchors import ledger_anchor
+from tests.evidence_world import DROP_KEY, evidence_world
+
+pytestmark = pytest.mark.django_db
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def tsa(settings: Any) -> Iterator[TsaSimulator]:
+    with TsaSimulator() as running:
+        settings.DROPPORTAL_TSA_URL = running.url
+        settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = True  # the authority is on loopback
+        yield running
+
+
+@pytest.fixture
+def cycle(broker: Broker, tmp_path: Path) -> Iterator[DropCycle]:
+    with DropSimulator(api_key=DROP_KEY, broker_id="4821", active_download=True) as drop:
+        yield evidence_world(broker, drop, tmp_path)
+
+
+@pytest.fixture
+def public_key(tmp_path: Path) -> Path:
+    out = io.StringIO()
+    call_command("evidence", "public-key", stdout=out)
+    path = tmp_path / "evidence.pem"
+    path.write_text(out.getvalue())
+    return path
+
+
+def broker_event() -> None:
+    """One more event of the broker, so the range runs past the anchored head."""
+    with transaction.atomic():
+        ledger_event_append(
+            kind=LedgerKind.BROKER_UPDATED, broker_id="4821", subject="4821", data={"n": 1}
+        )
+
+
+def export(cycle: DropCycle, tmp_path: Path) -> Path:
+    out = tmp_path / "pack.zip"
+    call_command(
+        "evidence", "export", "--broker", "4821", "--cycle", cycle.drop_session_id,
+        "--out", str(out), stdout=io.StringIO(),
+    )  # fmt: skip
+    return out
+
+
+def authority(tsa: TsaSimulator) -> list[x509.Certificate]:
+    return load_certificates(tsa.ca_pem)
+
+
+def test_the_pack_carries_its_ranges_tokens_and_they_verify(
+    cycle: DropCycle, tsa: TsaSimulator, tmp_path: Path, public_key: Path
+) -> None:
+    anchor = ledger_anchor()
+    broker_event()
+    exported = export(cycle, tmp_path)
+    with zipfile.ZipFile(exported) as archive:
+        listed = json.loads(archive.read(timestamps.PACK_LIST))
+        assert archive.read(f"anchors/{anchor.position}.tsr") == bytes(anchor.token)
+    assert listed == {
+        "format": timestamps.PACK_FORMAT,
+        "anchors": [
+            {
+                "position": anchor.position,
+                "event_id": anchor.event_id,
+                "chain_hash": anchor.chain_hash,
+                "token": f"anchors/{anchor.position}.tsr",
+                "token_sha256": anchor.token_sha256,
+                "gen_time": anchor.gen_time.isoformat(),
+                "tsa_url": tsa.url,
+            }
+        ],
+    }
+    result = verify_pack(
+        exported, public_key_pem=public_key.read_bytes(), tsa_certificates=authority(tsa)
+    )
+    assert result.ok, result.failure
+    assert (
+        f"timestamps: 1 tokens cover the chain hashes at positions {anchor.position}; each "
+        "signature chains to the given certificate"
+    ) in result.checks
+    unchecked = verify_pack(exported, public_key_pem=public_key.read_bytes())
+    assert unchecked.ok, unchecked.failure
+    assert any(
+        "present but not checked against an authority (pass --tsa-cert FILE)" in line
+        for line in unchecked.checks
+    )
+
+
+def test_a_pack_without_tokens_says_its_chain_is_anchored_nowhere(
+    cycle: DropCycle, tmp_path: Path, public_key: Path
+) -> None:
+    result = verify_pack(export(cycle, tmp_path), public_key_pem=public_key.read_bytes())
+    assert result.ok, result.failure
+    assert any("no time-stamp token in the ledger range" in line for line in result.checks)
+
+
+def test_a_token_under_another_authority_fails_with_the_given_certificate(
+    cycle: DropCycle, tsa: TsaSimulator, tmp_path: Path, public_key: Path
+) -> None:
+    anchor = ledger_anchor()
+    broker_event()
+    exported = export(cycle, tmp_path)
+    with TsaSimulator(name="another TSA") as other:
+        wrong = authority(other)
+    result = verify_pack(exported, public_key_pem=public_key.read_bytes(), tsa_certificates=wrong)
+    assert not result.ok
+    assert str(result.failure).startswith(
+        f"anchors/{anchor.position}.tsr (position {anchor.position}): its signature does not "
+        "chain to the given certificate"
+    )
+
+
+def test_a_token_of_another_chain_head_fails_and_is_named(
+    cycle: DropCycle, tsa: TsaSimulator, tmp_path: Path, public_key: Path
+) -> None:
+    honest = ledger_anchor()
+    broker_event()
+    ledger_seal()
+    head = LedgerChainLink.objects.order_by("-position").first()
+    assert head is not None
+    # Kept for the head, signed over another hash: a token moved to a chain it never saw.
+    LedgerAnchor.objects.create(
+        position=head.position,
+        event_id=head.event_id,
+        chain_hash=head.chain_hash,
+        token=honest.token,
+        token_sha256=honest.token_sha256,
+        tsa_url=tsa.url,
+        gen_time=honest.gen_time,
+        created_at=timezone.now(),
+    )
+    exported = export(cycle, tmp_path)
+    result = verify_pack(
+        exported, public_key_pem=public_key.read_bytes(), tsa_certificates=authority(tsa)
+    )
+    assert result.failure == (
+        f"anchors/{head.position}.tsr (position {head.position}): it covers another chain "
+        f"head, not {head.chain_hash}"
+    )
+
+
+def test_evidence_verify_checks_tokens_offline_with_the_tsa_certificate(
+    cycle: DropCycle, tsa: TsaSimulator, tmp_path: Path, public_key: Path
+) -> None:
+    ledger_anchor()
+    broker_event()
+    exported = export(cycle, tmp_path)
+    ca = tmp_path / "tsa-ca.pem"
+    ca.write_bytes(tsa.ca_pem)
+    offline = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    verify = [sys.executable, "manage.py", "evidence", "verify", str(exported)]
+    verified = subprocess.run(  # noqa: S603
+        [*verify, "--public-key", str(public_key), "--tsa-cert", str(ca)],
+        cwd=ROOT,
+        env=offline,
+        capture_output=True,
+        text=True,
+    )
+    assert verified.returncode == 0, verified.stderr
+    assert "each signature chains to the given certificate" in verified.stdout
+
+    not_a_cert = tmp_path / "not-a-cert.pem"
+    not_a_cert.write_text("hello")
+    refused = subprocess.run(  # noqa: S603
+        [*verify, "--tsa-cert", str(not_a_cert)],
+        cwd=ROOT,
+        env=offline,
+        capture_output=True,
+        text=True,
+    )
+    assert refused.returncode == 1
+    assert refused.stderr.startswith(f"{not_a_cert}: not a certificate")
+
+
+_WITHOUT_RFC3161_CLIENT = """
+import importlib.abc, runpy, sys
+class Blocked(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in {'rfc3161_client', 'django', 'psycopg'}:
+            raise ImportError('blocked for this test: ' + name)
+sys.meta_path.insert(0, Blocked())
+sys.argv = ['verify'] + sys.argv[1:]
+runpy.run_module('integrations.evidence.verify', run_name='__main__')
+"""
+
+
+def test_a_pack_without_tokens_verifies_with_cryptography_alone(
+    cycle: DropCycle, tmp_path: Path, public_key: Path
+) -> None:
+    """An auditor who installed only ``cryptography`` (older packs, packs of a service with
+    no authority) is not stopped by the time-stamp code."""
+    exported = export(cycle, tmp_path)
+    ran = subprocess.run(  # noqa: S603
+        [sys.executable, "-c", _WITHOUT_RFC3161_CLIENT, str(exported), "--public-key",
+         str(public_key)],
+        cwd=ROOT, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    assert "no time-stamp token in the ledger range" in ran.stdout
