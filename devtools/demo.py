@@ -351,6 +351,7 @@ def create_role_logins(password: str) -> None:
 
 def register_broker(say: Narrator, drop: Any, broker_system_sim: Any) -> BrokerSystem:
     """Staff register the broker, its webhook integration and its callback key."""
+    from integrations.drop.calendar import drop_today
     from integrations.services.staff.brokers import broker_create
     from integrations.services.staff.integrations import webhook_integration_create
     from integrations.services.staff.keys import api_key_create
@@ -394,6 +395,17 @@ def register_broker(say: Narrator, drop: Any, broker_system_sim: Any) -> BrokerS
     )
     say.command("brokers drop-webhook-secret 4821 -   # the secret DROP's portal shows, piped")
     say.say(call_with_stdin(DROP_WEBHOOK_SECRET, "brokers", "drop-webhook-secret", BROKER_ID, "-"))
+    # The lists selected in DROP's portal, since before the first cycle's download: the
+    # evidence pack holds every cycle's lists to it.
+    since = f"{drop_today() - dt.timedelta(days=60)}"
+    reason = "we hold consumers' emails and phone numbers"
+    say.command(
+        f'brokers lists-selected 4821 --lists email,phone --reason "{reason}" --since {since}'
+    )
+    say.say(
+        call("brokers", "lists-selected", BROKER_ID, "--lists", "email,phone", "--reason", reason,
+             "--since", since)
+    )  # fmt: skip
     return broker_system
 
 

@@ -21,6 +21,8 @@ class LedgerKind(StrEnum):
     API_KEY_CREATED = "api_key.created"  # an API key issued (its prefix and scopes)
     API_KEY_REVOKED = "api_key.revoked"  # an API key revoked
     SECRETS_REENCRYPTED = "secrets.reencrypted"  # stored secrets re-encrypted under the new key
+    # the lists staff say the broker selected in DROP's portal, from when, and why
+    BROKER_LISTS_SELECTED = "broker.lists_selected"
 
     # -- DROP: pulling, importing and matching a cycle
     DROP_API_CALL = "drop.api_call"  # one call to DROP's API and its outcome

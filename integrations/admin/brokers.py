@@ -1,4 +1,5 @@
-"""Brokers in the admin: creating and editing go through the broker services (ledger events)."""
+"""Brokers in the admin: creating and editing go through the broker services (ledger events),
+and so does recording which lists the broker selected in DROP's portal."""
 
 from __future__ import annotations
 
@@ -7,16 +8,19 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.http import HttpRequest
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from unfold.admin import ModelAdmin
 
 from integrations.admin.actors import staff_actor
 from integrations.admin.credentials import Credential, WriteOnlyCredentials
 from integrations.drop.notifications import notifications_url
+from integrations.list_types import DATA_TYPE_OF, LABELS
 from integrations.models import Broker
+from integrations.selectors.list_selection import list_selections, lists_selected_at
 from integrations.services.staff.brokers import (
     broker_create,
     broker_drop_webhook_secret_set,
+    broker_lists_select,
     broker_update,
     drop_webhook_secret_check,
 )
@@ -51,6 +55,22 @@ class BrokerForm(forms.ModelForm):
         help_text="Leave empty for 30. DROP requires a download at least every 45 days.",
     )
 
+    lists_selected = forms.MultipleChoiceField(
+        label="Lists selected in DROP's portal",
+        required=False,
+        choices=list(LABELS.items()),
+        widget=forms.CheckboxSelectMultiple,
+        help_text="The lists the broker selected in DROP's portal; the evidence pack compares "
+        "every cycle's lists with the selection in force at its download.",
+    )
+    lists_selected_reason = forms.CharField(
+        label="Why these lists",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="Required when the selection changes: why the broker selected these lists "
+        "(the identifiers it holds). Each change is recorded in the ledger.",
+    )
+
     class Meta:
         model = Broker
         fields = [
@@ -63,13 +83,37 @@ class BrokerForm(forms.ModelForm):
             "auto_pull",
             "pull_interval_days",
             "approve_uploads",
+            "lists_selected",
+            "lists_selected_reason",
         ]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        current = lists_selected_at(self.instance) if self.instance.pk else None
+        self.lists_in_force = list(current.lists) if current else []
+        self.fields["lists_selected"].initial = self.lists_in_force
 
     def clean_drop_webhook_secret(self) -> str:
         secret = self.cleaned_data.get("drop_webhook_secret") or ""
         if secret:
             drop_webhook_secret_check(secret)  # its ValidationError shows on the field
         return secret
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        lists = list(cleaned.get("lists_selected") or [])
+        reason = (cleaned.get("lists_selected_reason") or "").strip()
+        # A new selection to record: other lists than those in force, or a reason given
+        # (the same lists again, with why).
+        cleaned["lists_to_record"] = None
+        if set(lists) != set(self.lists_in_force) or reason:
+            if not lists:
+                self.add_error("lists_selected", "Select at least one list.")
+            elif not reason:
+                self.add_error("lists_selected_reason", "Say why the broker selected these lists.")
+            else:
+                cleaned["lists_to_record"] = lists
+        return cleaned
 
     def clean_pull_interval_days(self) -> int:
         # Empty keeps the current interval (30 for a new broker); the model checks the cadence.
@@ -112,8 +156,34 @@ class BrokerAdmin(WriteOnlyCredentials, ModelAdmin):
             notifications_url(obj.broker_id),
         )
 
+    @admin.display(description="Lists selected, as recorded")
+    def lists_selection_history(self, obj: Broker) -> str:
+        selections = list(list_selections(obj))
+        if not selections:
+            return "None recorded yet."
+        return format_html(
+            "<ul>{}</ul>",
+            format_html_join(
+                "",
+                "<li>from {}: {} &mdash; {} <span class='help'>({})</span></li>",
+                (
+                    (
+                        s.effective_from.isoformat(timespec="minutes"),
+                        ", ".join(DATA_TYPE_OF[t] for t in s.lists),
+                        s.reason,
+                        s.actor,
+                    )
+                    for s in selections
+                ),
+            ),
+        )
+
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        own = ["broker_id", "last_pulled_at", "drop_notifications_url"] if obj else []
+        own = (
+            ["broker_id", "last_pulled_at", "drop_notifications_url", "lists_selection_history"]
+            if obj
+            else []
+        )
         return [*own, *super().get_readonly_fields(request, obj)]
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -140,6 +210,7 @@ class BrokerAdmin(WriteOnlyCredentials, ModelAdmin):
                 broker_drop_webhook_secret_set(
                     broker=created, secret=new_webhook_secret, actor=actor
                 )
+            self._lists_record(created, form, actor)
             return
         current = Broker.objects.get(pk=obj.pk)
         changes: dict[str, Any] = {
@@ -159,9 +230,21 @@ class BrokerAdmin(WriteOnlyCredentials, ModelAdmin):
         updated = broker_update(broker=current, actor=actor, **changes)
         if new_webhook_secret:
             broker_drop_webhook_secret_set(broker=updated, secret=new_webhook_secret, actor=actor)
+        self._lists_record(updated, form, actor)
         if had_key and not updated.drop_api_key:
             messages.warning(
                 request,
                 "The DROP API key was cleared: it is never sent to a DROP URL it was not entered "
                 "for. Enter it again.",
+            )
+
+    @staticmethod
+    def _lists_record(broker: Broker, form: Any, actor: str) -> None:
+        lists = form.cleaned_data.get("lists_to_record")
+        if lists:
+            broker_lists_select(
+                broker=broker,
+                lists=lists,
+                reason=form.cleaned_data["lists_selected_reason"],
+                actor=actor,
             )

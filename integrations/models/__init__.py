@@ -1,7 +1,7 @@
 """dropportal's models, one module per domain."""
 
 from integrations.models.alerts import AlertState
-from integrations.models.brokers import Broker, BrokerMode
+from integrations.models.brokers import Broker, BrokerMode, ListSelection
 from integrations.models.canaries import CANARY_SESSION_ID, Canary, CanaryRound
 from integrations.models.consumers import Consumer, ConsumerHash
 from integrations.models.drop import (
@@ -97,6 +97,7 @@ __all__ = [
     "LedgerAnchor",
     "LedgerChainLink",
     "LedgerEvent",
+    "ListSelection",
     "OfItsKind",
     "OptOutRecord",
     "Reappearance",

@@ -1,12 +1,16 @@
-"""Registered data brokers: the 4-digit DROP registration number and how to reach DROP."""
+"""Registered data brokers: the 4-digit DROP registration number, how to reach DROP, and
+the lists staff recorded the broker selected in DROP's portal."""
 
 from __future__ import annotations
 
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
+from django.db.models.functions import Now
 
+from integrations.list_types import DATA_TYPE_OF, LABELS
 from integrations.models.fields import EncryptedTextField
 
 broker_id_validator = RegexValidator(
@@ -98,3 +102,35 @@ class Broker(models.Model):
 
     def __str__(self) -> str:
         return f"{self.broker_id} {self.name}"
+
+
+class ListSelection(models.Model):
+    """Which DROP lists staff say the broker selected in DROP's portal, from when, and why.
+
+    A row per selection, never changed: the one in force at a time is the latest
+    ``effective_from`` at or before it (``selectors.list_selection``). DROP's portal keeps
+    the selection; dropportal cannot read it, so this is what staff recorded, each with its
+    ledger event (``broker.lists_selected``).
+    """
+
+    broker = models.ForeignKey(Broker, on_delete=models.PROTECT, related_name="list_selections")
+    # hash_types (integrations/list_types.py), in its order.
+    lists = ArrayField(models.CharField(max_length=8, choices=list(LABELS.items())))
+    reason = models.TextField()
+    actor = models.CharField(max_length=200)
+    effective_from = models.DateTimeField()
+    recorded_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ["broker", "-effective_from", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(lists__len__gte=1), name="list_selection_not_empty"
+            ),
+            models.CheckConstraint(
+                condition=~models.Q(reason=""), name="list_selection_reason_given"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.broker.broker_id}: {', '.join(DATA_TYPE_OF[t] for t in self.lists)}"

@@ -135,6 +135,7 @@ def test_the_pack_holds_the_cycle_and_verifies(exported: Path, public_key: Path)
         "components.json",
         "components/drop_access.csv",
         "components/hashing_vectors.json",
+        "components/matching/1.json",
         "components/standardization_vectors.json",
         "drop/1/20261120_4821_Email.csv",
         "drop/1/20261120_4821_Email.csv.answer.json",

@@ -1,8 +1,10 @@
-"""``manage.py brokers add|list|drop-webhook-secret``: register and list data brokers; store
-the signing secret of DROP's notification webhook::
+"""``manage.py brokers add|list|drop-webhook-secret|lists-selected``: register and list data
+brokers; store the signing secret of DROP's notification webhook; record which lists the
+broker selected in DROP's portal, and why::
 
     manage.py brokers drop-webhook-secret 4821 --secret-file /run/secrets/drop-webhook
     pass show drop/webhook | manage.py brokers drop-webhook-secret 4821 -
+    manage.py brokers lists-selected 4821 --lists email,phone,ndz --reason "what we hold"
 """
 
 from __future__ import annotations
@@ -10,14 +12,21 @@ from __future__ import annotations
 from typing import Any
 
 from integrations.drop.notifications import notifications_url
+from integrations.list_types import DATA_TYPE_OF, HASH_TYPES
 from integrations.management.base import (
     DropportalCommand,
     add_secret_argument,
     broker_or_error,
+    date_bound,
     secret_value,
 )
-from integrations.models import Broker, BrokerMode
-from integrations.services.staff.brokers import broker_create, broker_drop_webhook_secret_set
+from integrations.models import Broker, BrokerMode, ListSelection
+from integrations.selectors.list_selection import lists_selected_at
+from integrations.services.staff.brokers import (
+    broker_create,
+    broker_drop_webhook_secret_set,
+    broker_lists_select,
+)
 
 
 class Command(DropportalCommand):
@@ -53,6 +62,24 @@ class Command(DropportalCommand):
             "from_stdin", nargs="?", choices=["-"], help="'-': read the secret from standard input"
         )
         webhook.add_argument("--json", action="store_true")
+        selected = subparsers.add_parser(
+            "lists-selected",
+            help="record which lists the broker selected in DROP's portal, and why (the "
+            "evidence pack compares each cycle's lists with it)",
+        )
+        selected.add_argument("broker", help="the broker's DROP id, 4 digits")
+        selected.add_argument(
+            "--lists",
+            required=True,
+            help=f"the lists selected, comma-separated: {','.join(HASH_TYPES)}",
+        )
+        selected.add_argument("--reason", required=True, help="why these lists")
+        selected.add_argument(
+            "--since",
+            help="in force from this date or ISO time, when it was selected in DROP's portal "
+            "before it is recorded here (default: now); dates are DROP's calendar",
+        )
+        selected.add_argument("--json", action="store_true")
 
     def handle_add(self, **options: Any) -> None:
         broker = broker_create(
@@ -97,6 +124,37 @@ class Command(DropportalCommand):
             f"(Notification settings), enter this webhook URL:\n{url}"
         )
 
+    def handle_lists_selected(self, **options: Any) -> None:
+        broker = broker_or_error(options["broker"])
+        selection = broker_lists_select(
+            broker=broker,
+            lists=options["lists"].split(","),
+            reason=options["reason"],
+            actor=self.actor(),
+            effective_from=date_bound(options["since"]) if options["since"] else None,
+        )
+        if options["json"]:
+            self.print_json({"broker_id": broker.broker_id, **_selection_fields(selection)})
+            return
+        self.stdout.write(
+            f"Recorded the lists broker {broker.broker_id} selected in DROP's portal: "
+            f"{', '.join(DATA_TYPE_OF[t] for t in selection.lists)}, in force from "
+            f"{selection.effective_from.isoformat()}."
+        )
+
+
+def _selection_json(selection: ListSelection | None) -> dict[str, Any] | None:
+    return None if selection is None else _selection_fields(selection)
+
+
+def _selection_fields(selection: ListSelection) -> dict[str, Any]:
+    return {
+        "lists": selection.lists,
+        "reason": selection.reason,
+        "actor": selection.actor,
+        "effective_from": selection.effective_from.isoformat(),
+    }
+
 
 def _broker_json(broker: Broker) -> dict[str, Any]:
     return {
@@ -107,4 +165,5 @@ def _broker_json(broker: Broker) -> dict[str, Any]:
         "drop_webhook_secret_set": bool(broker.drop_webhook_secret),
         "drop_base_url": broker.drop_base_url,
         "approve_uploads": broker.approve_uploads,
+        "lists_selected": _selection_json(lists_selected_at(broker)),
     }

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import datetime as dt
+from collections.abc import Iterable
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -10,7 +12,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from integrations.ledger_kinds import LedgerKind
-from integrations.models import Broker, BrokerMode
+from integrations.list_types import DATA_TYPE_OF, HASH_TYPES
+from integrations.models import Broker, BrokerMode, ListSelection
 from integrations.services.cycle.drop import broker_drop_url
 from integrations.services.ledger import ledger_event_append
 from integrations.services.row_updates import Audited, row_locked, row_update
@@ -171,3 +174,73 @@ def broker_drop_webhook_secret_set(*, broker: Broker, secret: str, actor: str) -
     broker.drop_webhook_secret = locked.drop_webhook_secret
     broker.drop_webhook_secret_changed_at = locked.drop_webhook_secret_changed_at
     return broker
+
+
+# A list named as dropportal spells it (``name_vin``) or as DROP does (``NameVIN``), in any case.
+_LIST_NAMES = {
+    **{hash_type: hash_type for hash_type in HASH_TYPES},
+    **{data_type.lower(): hash_type for hash_type, data_type in DATA_TYPE_OF.items()},
+}
+
+
+def list_names_parse(names: Iterable[str]) -> list[str]:
+    """The hash_types ``names`` name, in the order of ``list_types``; ValidationError on an
+    unknown name or none at all."""
+    wanted = [name.strip() for name in names if name.strip()]
+    unknown = [name for name in wanted if name.lower() not in _LIST_NAMES]
+    if unknown:
+        raise ValidationError(
+            f"not a DROP list: {', '.join(repr(name) for name in unknown)} (the lists are "
+            f"{', '.join(HASH_TYPES)})"
+        )
+    chosen = {_LIST_NAMES[name.lower()] for name in wanted}
+    if not chosen:
+        raise ValidationError(f"name at least one DROP list ({', '.join(HASH_TYPES)})")
+    return [hash_type for hash_type in HASH_TYPES if hash_type in chosen]
+
+
+def broker_lists_select(
+    *,
+    broker: Broker,
+    lists: Iterable[str],
+    reason: str,
+    actor: str,
+    effective_from: dt.datetime | None = None,
+) -> ListSelection:
+    """Record the lists the broker selected in DROP's portal and why, in force from
+    ``effective_from`` (now when not given; an earlier time records a selection made
+    before it was entered here, and the ledger shows both times). Raises ValidationError,
+    nothing written, on an unknown list, none, or no reason."""
+    chosen = list_names_parse(lists)
+    reason = reason.strip()
+    if not reason:
+        raise ValidationError("give the reason for this selection")
+    now = timezone.now()
+    with transaction.atomic():
+        previous = (
+            ListSelection.objects.filter(broker=broker, effective_from__lte=effective_from or now)
+            .order_by("-effective_from", "-id")
+            .first()
+        )
+        selection = ListSelection.objects.create(
+            broker=broker,
+            lists=chosen,
+            reason=reason,
+            actor=actor[:200],
+            effective_from=effective_from or now,
+        )
+        ledger_event_append(
+            kind=LedgerKind.BROKER_LISTS_SELECTED,
+            broker_id=broker.broker_id,
+            subject=broker.broker_id,
+            actor=actor,
+            data={
+                "lists": [DATA_TYPE_OF[hash_type] for hash_type in chosen],
+                "reason": reason,
+                "effective_from": selection.effective_from.isoformat(),
+                "previous_lists": (
+                    [DATA_TYPE_OF[hash_type] for hash_type in previous.lists] if previous else None
+                ),
+            },
+        )
+    return selection

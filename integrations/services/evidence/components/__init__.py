@@ -17,6 +17,8 @@ from integrations.services.evidence.components import (
     actioning,
     drop_access,
     hashing,
+    list_selection,
+    matching,
     service_providers,
     standardization,
     status_reporting,
@@ -27,9 +29,11 @@ from integrations.services.evidence.components.base import Builder
 # One line per component module, in the audit's order (``integrations.evidence.components.KEYS``);
 # a key with none here is in the pack as a failed component ("no builder registered").
 BUILDERS: dict[str, Builder] = {
+    "list_selection": list_selection.build,
     "drop_access": drop_access.build,
     "standardization": standardization.build,
     "hashing": hashing.build,
+    "matching": matching.build,
     "actioning": actioning.build,
     "status_reporting": status_reporting.build,
     "suppression_list": suppression_list.build,
