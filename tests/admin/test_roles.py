@@ -22,11 +22,13 @@ from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     ApiKey,
     Broker,
+    Canary,
     DeletionRequest,
     IsiAuth,
     IsiIntegration,
     LedgerEvent,
 )
+from integrations.services.cycle.canaries import canary_round_send
 from integrations.services.ledger import ledger_event_append
 from integrations.services.staff.keys import CreatedApiKey
 from tests.builders import (
@@ -69,6 +71,8 @@ def every_model(broker: Broker, make_key: Callable[..., CreatedApiKey]) -> None:
     DirectiveFactory.create(provider=ServiceProviderFactory.create(broker=broker))
     ledger_event_append(kind=LedgerKind.BROKER_UPDATED, broker_id=broker.broker_id)
     DropAccessObligationFactory.create(broker=broker)
+    Canary.objects.create(broker=broker, remote_identifier="TEST-1", added_by="test")
+    canary_round_send(broker=broker, actor="test")
 
 
 def superuser_request() -> HttpRequest:
@@ -92,7 +96,10 @@ def permissions_of(group: str) -> set[str]:
 def test_the_three_roles_hold_the_permissions_the_operations_guide_gives_them() -> None:
     managers = permissions_of("Connections managers")
     assert {"add_broker", "change_integration", "add_apikey", "view_saasconnection"} <= managers
-    assert not any(p.endswith("deletionrequest") or p.startswith("delete_") for p in managers)
+    # Removing a canary is theirs: its own ledger event (canary.removed), not a record's loss.
+    deletes = {p for p in managers if p.startswith("delete_")}
+    assert not any(p.endswith("deletionrequest") for p in managers)
+    assert deletes == {"delete_canary"}
 
     operators = permissions_of("Operators")
     assert {"change_deletionrequest", "change_workitem", "view_ledgerevent"} <= operators
