@@ -33,6 +33,7 @@ from integrations.services.providers.directives import (
     REFERENCE_MAX,
     directive_acknowledge,
     directive_download_record,
+    directives_write_again,
 )
 from integrations.services.providers.providers import (
     s3_prefix_validate,
@@ -129,7 +130,7 @@ class DirectiveAdmin(ModelAdmin):
         "acknowledgement_reference",
         "download",
     ]
-    actions = ["acknowledge_directives"]
+    actions = ["acknowledge_directives", "write_directives_again"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Directive]:
         return super().get_queryset(request).defer("content")
@@ -212,6 +213,21 @@ class DirectiveAdmin(ModelAdmin):
             "opts": self.model._meta,
         }
         return TemplateResponse(request, "admin/integrations/directive/acknowledge.html", context)
+
+    # The Operators', who follow directives up (the same permission as acknowledging).
+    @admin.action(
+        description="Write to the provider's S3 prefix again (those not written)",
+        permissions=["acknowledge"],
+    )
+    def write_directives_again(self, request: HttpRequest, queryset: QuerySet[Directive]) -> None:
+        queued = directives_write_again(queryset)
+        self.message_user(
+            request,
+            f"Queued {queued} directive(s) to be written again; each write is a ledger event."
+            if queued
+            else "None of these waits to be written (downloaded by hand, or written already).",
+            messages.SUCCESS if queued else messages.WARNING,
+        )
 
     def get_urls(self) -> list[URLPattern]:
         view = self.admin_site.admin_view

@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from integrations.evidence.components import TITLES
 from tests.served_demo import ServedDemo
 
 
@@ -44,6 +45,10 @@ def test_the_demo_narrates_a_whole_cycle_and_the_ledger_verifies(demo: ServedDem
     assert re.search(r"timestamps: \d+ tokens cover the chain hashes at positions", auditor)
     assert "each signature chains to the given certificate" in auditor
     assert "Evidence pack verified." in auditor
+    # All nine components pass, each with what the auditor does with it, and one story.
+    for title in TITLES.values():
+        assert f"  {title}: pass. " in auditor, title
+    assert re.search(r"The sampled story \(sample/\d+\.html\)", auditor)
     # It ends pointing at one consumer's story page, then serves it.
     last = story.rsplit("Where to look", 1)[1]
     assert f"Log in          {demo.url}/admin/  user demo, password {demo.password}" in last

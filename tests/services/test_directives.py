@@ -16,8 +16,11 @@ from typing import Any
 import boto3
 import pytest
 from cryptography.exceptions import InvalidSignature
+from django.contrib.auth.models import Group, User
 from django.core.management import call_command
 from django.db import connection, transaction
+from django.test import Client
+from django.urls import reverse
 from django.utils import timezone
 from moto.server import ThreadedMotoServer
 from procrastinate.contrib.django.models import ProcrastinateJob
@@ -242,7 +245,7 @@ def test_a_provider_with_an_s3_prefix_gets_the_csv_and_its_signature_there(
     )
 
 
-def test_an_s3_write_that_fails_is_recorded_and_the_job_retries(
+def test_an_s3_write_that_fails_is_recorded_retried_and_written_again_by_an_operator(
     broker: Broker, provider_bucket: Any, tmp_path: Path
 ) -> None:
     s3_provider = service_provider_add(
@@ -259,3 +262,36 @@ def test_an_s3_write_that_fails_is_recorded_and_the_job_retries(
     assert directive.delivered_at is None
     assert "NoSuchBucket" in directive.delivery_error
     assert LedgerEvent.objects.filter(kind=LedgerKind.DIRECTIVE_DELIVERY_FAILED).count() == 1
+
+    # The store fixed after the job's retries are spent, an Operator writes it again.
+    provider_bucket.create_bucket(Bucket="no-such-bucket")
+    ProcrastinateJob.objects.all().delete()
+    operator = User.objects.create_user("ops", password="pw-123-role", is_staff=True)
+    operator.groups.add(Group.objects.get(name="Operators"))
+    client = Client()
+    client.force_login(operator)
+    client.post(
+        reverse("admin:integrations_directive_changelist"),
+        {"action": "write_directives_again", "_selected_action": [directive.pk]},
+    )
+    (job,) = ProcrastinateJob.objects.filter(task_name=enqueue.DELIVER_DIRECTIVE)
+    assert job.args == {"directive_id": directive.pk}
+    tasks.deliver_directive(directive_id=directive.pk)
+    directive.refresh_from_db()
+    assert directive.s3_uri == f"s3://no-such-bucket/drop/directive-4821-{directive.pk}.csv"
+    assert LedgerEvent.objects.filter(kind=LedgerKind.DIRECTIVE_DELIVERED).count() == 1
+    provider_bucket.delete_object(
+        Bucket="no-such-bucket", Key=f"drop/directive-4821-{directive.pk}.csv"
+    )
+    provider_bucket.delete_object(
+        Bucket="no-such-bucket", Key=f"drop/directive-4821-{directive.pk}.csv.sig"
+    )
+    provider_bucket.delete_bucket(Bucket="no-such-bucket")
+
+    # Written, it is not queued again.
+    ProcrastinateJob.objects.all().delete()
+    client.post(
+        reverse("admin:integrations_directive_changelist"),
+        {"action": "write_directives_again", "_selected_action": [directive.pk]},
+    )
+    assert not ProcrastinateJob.objects.filter(task_name=enqueue.DELIVER_DIRECTIVE).exists()

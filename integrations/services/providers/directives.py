@@ -133,6 +133,17 @@ def directive_s3_uri(directive: Directive) -> str:
     return f"{directive.provider.s3_prefix}{directive.file_name}"
 
 
+def directives_write_again(directives: Any) -> int:
+    """Queue the S3 write again for those of ``directives`` whose provider has a prefix and
+    that are not written yet (the job's own retries spent, or the store fixed since); the
+    write's outcome is its ledger event, as the first time. Returns how many were queued."""
+    pending = directives.filter(s3_uri="").exclude(provider__s3_prefix="").order_by("pk")
+    ids = list(pending.values_list("pk", flat=True))
+    for directive_id in ids:
+        enqueue.directive_deliver_enqueue(directive_id)
+    return len(ids)
+
+
 def directive_deliver(*, directive_id: int, actor: str = SYSTEM_ACTOR) -> bool:
     """Write the directive's CSV and its ``.sig`` under its provider's S3 prefix (the
     CSV first: a provider that sees the ``.sig`` finds both). True once written (again: a
