@@ -120,6 +120,7 @@ class LedgerKind(StrEnum):
     DIRECTIVE_ISSUED = "directive.issued"  # a signed directive (its digest and counts)
     DIRECTIVE_DELIVERED = "directive.delivered"  # written to the provider's S3 prefix
     DIRECTIVE_DELIVERY_FAILED = "directive.delivery_failed"  # writing it there failed
+    DIRECTIVE_WRITE_QUEUED = "directive.write_queued"  # staff queued its S3 write again
     DIRECTIVE_DOWNLOADED = "directive.downloaded"  # its CSV and signature taken by staff
     DIRECTIVE_ACKNOWLEDGED = "directive.acknowledged"  # by staff or by the provider's key
 

@@ -220,7 +220,7 @@ class DirectiveAdmin(ModelAdmin):
         permissions=["acknowledge"],
     )
     def write_directives_again(self, request: HttpRequest, queryset: QuerySet[Directive]) -> None:
-        queued = directives_write_again(queryset)
+        queued = directives_write_again(directives=queryset, actor=staff_actor(request))
         self.message_user(
             request,
             f"Queued {queued} directive(s) to be written again; each write is a ledger event."

@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from integrations.models import (
     Broker,
+    Canary,
     LedgerEvent,
     ReportFileState,
     ReportKind,
@@ -94,6 +95,15 @@ def _directive(world: SampleCycle) -> None:
     DirectiveFactory.create(provider=ServiceProviderFactory.create(broker=world.broker))
 
 
+def _directive_not_written(world: SampleCycle) -> None:
+    provider = ServiceProviderFactory.create(broker=world.broker, s3_prefix="s3://mailhouse/drop/")
+    DirectiveFactory.create(provider=provider, delivery_error="NoSuchBucket")
+
+
+def _canary(world: SampleCycle) -> None:
+    Canary.objects.create(broker=world.broker, remote_identifier="TEST-1", added_by="test")
+
+
 def _isi_integration(world: SampleCycle) -> None:
     IsiIntegrationFactory(broker=world.broker, name="Acme API")
 
@@ -106,6 +116,8 @@ ACTION_SETUP: dict[str, Callable[[SampleCycle], None]] = {
     "isiintegration.disable_integrations": _isi_integration,
     "isiintegration.retire_integrations": _isi_integration,
     "directive.acknowledge_directives": _directive,
+    "directive.write_directives_again": _directive_not_written,
+    "canary.delete_selected": _canary,
 }
 
 

@@ -133,15 +133,25 @@ def directive_s3_uri(directive: Directive) -> str:
     return f"{directive.provider.s3_prefix}{directive.file_name}"
 
 
-def directives_write_again(directives: Any) -> int:
+def directives_write_again(*, directives: Any, actor: str) -> int:
     """Queue the S3 write again for those of ``directives`` whose provider has a prefix and
-    that are not written yet (the job's own retries spent, or the store fixed since); the
-    write's outcome is its ledger event, as the first time. Returns how many were queued."""
-    pending = directives.filter(s3_uri="").exclude(provider__s3_prefix="").order_by("pk")
-    ids = list(pending.values_list("pk", flat=True))
-    for directive_id in ids:
-        enqueue.directive_deliver_enqueue(directive_id)
-    return len(ids)
+    that are not written yet (the job's own retries spent, or the store fixed since): a
+    ``directive.write_queued`` event each, by ``actor``; the write's outcome is its own event,
+    as the first time. Returns how many were queued."""
+    pending = directives.filter(s3_uri="").exclude(provider__s3_prefix="")
+    queued = 0
+    for directive in pending.select_related("broker").order_by("pk"):
+        with transaction.atomic():
+            ledger_event_append(
+                kind=LedgerKind.DIRECTIVE_WRITE_QUEUED,
+                broker_id=directive.broker.broker_id,
+                subject=str(directive.pk),
+                actor=actor,
+                data={"s3_uri": directive_s3_uri(directive), "error": directive.delivery_error},
+            )
+            enqueue.directive_deliver_enqueue(directive.pk)
+        queued += 1
+    return queued
 
 
 def directive_deliver(*, directive_id: int, actor: str = SYSTEM_ACTOR) -> bool:

@@ -22,7 +22,7 @@ _KINDS = sorted(k.value for k in LedgerKind if k.value.startswith("report_file."
 _DECISIONS = """
 SELECT subject, actor, data->>'written_by' FROM integrations_ledgerevent
 WHERE broker_id = %(broker_id)s
-  AND kind IN ('report_file.approved', 'report_file.approval_rejected')
+  AND kind = ANY(%(kinds)s)
   AND created_at >= %(start)s AND created_at < %(end)s
 ORDER BY id
 """
@@ -83,7 +83,16 @@ def build(context: PackContext) -> Component:
         )
         events = {kind: 0 for kind in APPROVAL_KINDS} | dict(cursor.fetchall())
         cursor.execute(
-            _DECISIONS, {"broker_id": context.broker.broker_id, "start": start, "end": end}
+            _DECISIONS,
+            {
+                "broker_id": context.broker.broker_id,
+                "kinds": [
+                    LedgerKind.REPORT_FILE_APPROVED.value,
+                    LedgerKind.REPORT_FILE_APPROVAL_REJECTED.value,
+                ],
+                "start": start,
+                "end": end,
+            },
         )
         self_approved = [
             file_name
