@@ -38,7 +38,7 @@ def test_add_a_broker_from_the_dashboard(
     log_in(page, live_server, "alice")
     page.get_by_role("link", name="Add a broker").click()
     page.get_by_label("DROP broker id").fill("4821")
-    page.get_by_label("Name").fill("Acme Data")
+    page.get_by_role("textbox", name="Name").fill("Acme Data")
     page.get_by_label("Mode").select_option("test")
     page.get_by_label("DROP API key").fill("drop-key-from-the-portal")
     page.get_by_role("button", name="Save", exact=True).click()
