@@ -48,7 +48,7 @@ def test_the_demo_narrates_a_whole_cycle_and_the_ledger_verifies(demo: ServedDem
     # All nine components pass, each with what the auditor does with it, and one story.
     for title in TITLES.values():
         assert f"  {title}: pass. " in auditor, title
-    assert re.search(r"The sampled story \(sample/\d+\.html\)", auditor)
+    assert re.search(r"The sampled story \(sample/[\w-]+\.html\)", auditor)
     # It ends pointing at one consumer's story page, then serves it.
     last = story.rsplit("Where to look", 1)[1]
     assert f"Log in          {demo.url}/admin/  user demo, password {demo.password}" in last
