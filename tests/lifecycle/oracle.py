@@ -33,6 +33,11 @@ class Item:
     # broker received (apart from ``requests``: a round never settles the item).
     rounds: int = 0
     round_requests: set[str] = field(default_factory=set)
+    # Reappearances: the pointers of consumers registered after it was matched (each a new
+    # match of it: a round-0 request counted like the match's own), and the status it had
+    # the last time one came, which its row keeps until an outcome settles it again.
+    reappeared_by: list[str] = field(default_factory=list)
+    status_at_reappearance: int | None = None
 
 
 @dataclass
@@ -62,6 +67,7 @@ class Oracle:
     secrets: dict[str, list[str]] = field(default_factory=dict)  # integration uuid -> newest first
     retired: set[str] = field(default_factory=set)  # integration uuids retired
     sessions: int = 0
+    reappearances: int = 0  # (work item, consumer) pairs of items matched before
 
     def active(self) -> list[str]:
         """Integrations that are deletion targets (enabled or disabled, not retired), in the
@@ -106,17 +112,29 @@ class Oracle:
     def registered_hashes(self) -> set[str]:
         return set().union(*self.consumers.values()) if self.consumers else set()
 
-    def register(self, pointer: str, hash_b64: str) -> int:
-        """Returns how many kept work items this matches that matched no one before."""
+    def register(self, pointer: str, hash_b64: str) -> tuple[int, list[Item]]:
+        """Returns how many kept work items this matches that matched no one before, and
+        the kept items matched before that it matches again: its reappearances (none when
+        ``pointer`` holds the hash already: the same consumer again is nothing new)."""
         new = hash_b64 not in self.consumers.get(pointer, set())
         self.consumers.setdefault(pointer, set()).add(hash_b64)
         late = 0
+        reappeared = []
         # A consumer registered later matches every kept DROP work item with its hash.
         for item in self.items.values():
             if new and item.hash_b64 == hash_b64 and item.removed_at_step is None:
+                if item.matched:
+                    # Its row keeps this status until an outcome of the new request settles
+                    # it (or the last one's, while an earlier reappearance is still open).
+                    status = self.expected(item)
+                    if status is not None:
+                        item.status_at_reappearance = status
+                    item.reappeared_by.append(pointer)
+                    reappeared.append(item)
                 late += not item.matched
                 self.match(item)
-        return late
+        self.reappearances += len(reappeared)
+        return late, reappeared
 
     def expected(self, item: Item) -> int | None:
         """The code DROP should get for ``item`` now; None while it has no final status."""
@@ -131,13 +149,27 @@ class Oracle:
             return None
         return max(STRENGTH[o] for o in outcomes if o)[1]
 
+    def stored_statuses(self, item: Item, *, unreceived: bool = False) -> set[int | None]:
+        """The statuses the item's row may have: the one its outcomes give; while a
+        reappearance's request is open, also the one it had then (a new request does not
+        settle the item, only an outcome does), or none once an outcome of another request
+        settled it. ``unreceived``: a request of its match the broker has not received yet
+        (a paused target's) is open too."""
+        expected = self.expected(item)
+        if item.reappeared_by and (expected is None or unreceived):
+            return {None, expected, item.status_at_reappearance}
+        return {expected}
+
     def round_may_be_sent(self, item: Item) -> bool:
         """Whether a recurring round may go out for ``item`` now that its interval passed:
         DROP's status is deleted or opted_out, DROP has not removed it, and every round
-        request of it the broker received has a final answer (or was cancelled)."""
+        request of it the broker received has a final answer (or was cancelled). After a
+        first round, a reappearance's open request (round 0) holds back no later round: the
+        latest round is what is due, and the status stays the one DROP holds."""
         if not item.matched or item.removed_at_step is not None:
             return False
-        if self.expected(item) not in (3, 4):
+        statuses = self.stored_statuses(item) if item.rounds else {self.expected(item)}
+        if not statuses & {3, 4}:
             return False
         return all(
             self.requests[uuid].cancelled or self.requests[uuid].outcome not in (None, "failed")

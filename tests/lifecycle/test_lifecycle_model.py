@@ -4,10 +4,12 @@ A Hypothesis ``RuleBasedStateMachine`` drives the services, the API and the deli
 PostgreSQL, with a loopback broker and a loopback DROP, through whatever order of events
 months of operation can bring: consumers registered (file and API, clear and hashed) and
 forgotten, DROP packages imported with Removed files, webhook integrations added, disabled
-(by a 410 and by staff), enabled, retired and their secrets rotated, outcomes of every kind arriving
-in any order and twice, redeliveries and redispatches (staff and automatic), late matches,
-reports that DROP accepts, rejects, refuses (a 409 to amendments) or says it already has,
-amendments, and staff discarding an amendment DROP refuses or rejected.
+(by a 410 and by staff), enabled, retired and their secrets rotated, outcomes of every kind
+arriving in any order and twice, redeliveries and redispatches (staff and automatic), late
+matches, reappearances (someone DROP holds deleted registered again: the consumer forgotten
+and back, or under a supplier's pointer), recurring deletion rounds, reports that DROP
+accepts, rejects, refuses (a 409 to amendments) or says it already has, amendments, and
+staff discarding an amendment DROP refuses or rejected.
 
 ``Oracle`` is plain Python, written from the rules and not from the services: who is
 registered, which DROP work items should match, what the broker answered for each request
@@ -25,7 +27,13 @@ it received, and so what DROP should be told. After every step:
   recurring deletion round included);
 - a recurring round goes only to an item DROP holds deleted or opted out, not removed, whose
   last round was answered, and to every target not retired (a paused one's round waits, it is
-  not skipped); the status of an item that had a round stays what its match's outcomes give;
+  not skipped); the status of an item that had a round stays what its match's outcomes give
+  (or, while a reappearance's request is open, the one it had when it reappeared);
+- every registration that matches an item matched before records one reappearance per item
+  and new consumer, with its source (the file and its SHA-256, or the API key), counted on
+  the ledger; the same consumer registered again records none; a reappearance asks every
+  target again at once as a late match and changes no status DROP holds, nor does the next
+  report; its answers count like the match's own;
 - an item's reported status is the one DROP holds, unless a file DROP has not answered for
   good carries it; an amendment DROP refuses holds back no upload;
 - the ledger verifies.
@@ -49,7 +57,6 @@ import base64
 import datetime as dt
 import functools
 import hashlib
-import io
 import itertools
 import json
 import os
@@ -76,18 +83,23 @@ from hypothesis.stateful import (
 from devtools.broker_simulator import BrokerSimulator, ReceivedRequest, sign_callback
 from devtools.drop_simulator import build_drop_zip
 from integrations import tasks
-from integrations.consumers.readers import ConsumerCsvReader
+from integrations.consumers.sources import consumer_sources
 from integrations.drop.client import DropClient, DropLimits
 from integrations.drop.standardize import email_hash
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     DeletionRequest,
     Integration,
+    LedgerEvent,
+    Reappearance,
     ReportFile,
     ReportFileState,
     ReportKind,
     RequestState,
+    WorkItem,
+    WorkItemState,
 )
-from integrations.services.cycle.consumers import consumers_register
+from integrations.services.cycle.consumers import consumers_import
 from integrations.services.cycle.drop_import import drop_zip_import
 from integrations.services.cycle.recurring import recurring_rounds_send_all
 from integrations.services.dispatch import delivery_loop
@@ -124,6 +136,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 EXAMPLES = int(os.environ.get("DROPPORTAL_MODEL_EXAMPLES", "20"))
 STEPS = int(os.environ.get("DROPPORTAL_MODEL_STEPS", "18"))
+# What a long run must have gone through at least once, so that none of these parts of the
+# model can stop running unnoticed (a precondition never met): a few examples may miss one.
+MUST_SEE = ("work items removed", "recurring round sent", "reappearance")
+MUST_SEE_FROM_EXAMPLES = 100
 # "0" reports the first failing history as found: shrinking one on the database takes minutes,
 # too long when checking that a deliberately broken rule is caught.
 SHRINK = os.environ.get("DROPPORTAL_MODEL_SHRINK", "1") != "0"
@@ -139,6 +155,10 @@ DELIVER_TASKS: dict[str, Callable[..., None]] = {
 
 def sha256_b64(text: str) -> str:
     return base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()
+
+
+def sha256_hex(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def counted(step: Callable[..., None]) -> Callable[..., None]:
@@ -172,7 +192,13 @@ class LifecycleMachine(LifecycleInvariants, RuleBasedStateMachine):
         self.broker = broker_create(
             broker_id=BROKER_ID, name="Acme Data", mode="test", actor="test"
         )
-        self.ingest_key = api_key_create(broker=self.broker, scopes=["ingest"], actor="test").key
+        ingest = api_key_create(broker=self.broker, scopes=["ingest"], actor="test")
+        self.ingest_key, self.ingest_prefix = ingest.key, ingest.api_key.prefix
+        # The latest registration: its (source, SHA-256, API key prefix), as a reappearance
+        # records it, and the items it matched again (its reappearances, by the oracle).
+        self.registered_from = ("", "", "")
+        self.reappeared: list[Item] = []
+        self.suppliers = itertools.count(1)  # pointers a supplier gives the same people
         self.callback_key = api_key_create(
             broker=self.broker, scopes=["webhook_callback"], actor="test"
         ).key
@@ -238,24 +264,36 @@ class LifecycleMachine(LifecycleInvariants, RuleBasedStateMachine):
                 headers={"Authorization": f"Bearer {self.ingest_key}"},
             )
             assert answer.status_code in (200, 201), answer.content
+            self.registered_from = ("api", "", self.ingest_prefix)
         else:
             text = (
                 f"remote_identifier,hash_type,hash\r\n{pointer},email,{hashed}\r\n"
                 if how == "file hashed"
                 else f"remote_identifier,email\r\n{pointer},{email}\r\n"
             )
-            reader = ConsumerCsvReader(io.StringIO(text, newline=""), hashed=how == "file hashed")
-            result = consumers_register(
-                broker=self.broker, records=reader, actor="test", source="file:consumers.csv"
+            # A file as ``consumers import`` reads it: its SHA-256 names it in a reappearance.
+            path = self.world.tmp / "consumers.csv"
+            path.write_bytes(text.encode())
+            result = consumers_import(
+                broker=self.broker,
+                files=consumer_sources(str(path)).files,
+                hashed=how == "file hashed",
+                actor="test",
+                source="file:consumers.csv",
             )
             assert result.rows_rejected == 0, result.rejected
-        self.world.seen["late matches"] += self.oracle.register(pointer, hashed)
+            self.registered_from = ("file:consumers.csv", sha256_hex(text), "")
+        late, self.reappeared = self.oracle.register(pointer, hashed)
+        self.world.seen["late matches"] += late
+        self.world.seen["reappearances, any registration"] += len(self.reappeared)
 
     @precondition(lambda self: self.oracle.consumers)
     @rule(data=st.data())
     @counted
     def forget(self, data: st.DataObject) -> None:
-        pointer = data.draw(st.sampled_from(sorted(self.oracle.consumers)))
+        self._forget(data.draw(st.sampled_from(sorted(self.oracle.consumers))))
+
+    def _forget(self, pointer: str) -> None:
         answer = self.client.delete(
             f"/api/v1/drop/consumers/{pointer}",
             headers={"Authorization": f"Bearer {self.ingest_key}"},
@@ -456,10 +494,19 @@ class LifecycleMachine(LifecycleInvariants, RuleBasedStateMachine):
         known = uuid in item.requests or uuid in item.round_requests
         self.world.seen["dispatch received" if not known else "dispatch again"] += 1
         if item.rounds and not known:
-            # Every request of the match is final before a round goes: a new one is a
-            # round's, with the match's body (same session, hash and match date).
-            item.round_requests.add(uuid)
-            self.world.seen["recurring round dispatch received"] += 1
+            # A round's request has the match's body (same session, hash and match date):
+            # which round it is only the row says. Round 0 after a round: a reappearance.
+            round_ = DeletionRequest.objects.get(request_uuid=uuid).round
+            if round_:
+                item.round_requests.add(uuid)
+                self.world.seen["recurring round dispatch received"] += 1
+            else:
+                assert body.get("remote_identifier") in item.reappeared_by, (
+                    f"a new match's request {uuid} for {work_item_id}, which had"
+                    f" {item.rounds} round(s), under {body.get('remote_identifier')}; it"
+                    f" reappeared under {item.reappeared_by}"
+                )
+                item.requests.add(uuid)
         elif not known:
             item.requests.add(uuid)
         self.oracle.requests.setdefault(uuid, Request(uuid, work_item_id, body["integration_id"]))
@@ -654,6 +701,149 @@ class LifecycleMachine(LifecycleInvariants, RuleBasedStateMachine):
         self.world.seen[f"late consumer: {late}"] += 1
         event(f"late consumer: {late}")
 
+    def _held_deleted(self) -> list[Item]:
+        """Kept items a consumer matched that DROP holds deleted or opted out, as their
+        outcomes give."""
+        return [
+            item
+            for item in self.oracle.items.values()
+            if item.matched
+            and item.removed_at_step is None
+            and item.hash_b64 in EMAIL_OF_HASH
+            and self.drop.held.get(item.work_item_id) in (3, 4)
+            and self.oracle.expected(item) == self.drop.held[item.work_item_id]
+        ]
+
+    def _stored_status(self, work_item_id: str) -> tuple[Any, ...]:
+        return tuple(
+            WorkItem.objects.filter(broker=self.broker, work_item_id=work_item_id)
+            .values_list("status_code", "state", "reported_status_code", "needs_amendment")
+            .get()
+        )
+
+    @precondition(lambda self: self._held_deleted())
+    @rule(
+        data=st.data(),
+        how=st.sampled_from(["api clear", "api hashed", "file hashed"]),
+        forgotten=st.booleans(),
+    )
+    @counted
+    def a_deleted_consumer_reappears(self, data: st.DataObject, how: str, forgotten: bool) -> None:
+        """Someone DROP holds deleted or opted out comes back: the broker forgot the consumer
+        and registers it again, or a supplier sells the same person under its own pointer.
+        The registration records one reappearance per item matched before (with its source:
+        the file and its SHA-256, or the API key) and a ``consumers.reappeared`` event, and
+        asks every target again at once as a late match (a paused one's request waits; with
+        no target it waits for one). What DROP holds does not change, nor at the next report;
+        the new request's answers count like the match's own."""
+        item = data.draw(st.sampled_from(self._held_deleted()), label="item")
+        work_item_id = item.work_item_id
+        held = self.drop.held[work_item_id]
+        holders = sorted(
+            p for p, hashes in self.oracle.consumers.items() if item.hash_b64 in hashes
+        )
+        if forgotten and holders:
+            pointer = data.draw(st.sampled_from(holders), label="forgotten")
+            self._forget(pointer)  # it comes back under the same pointer: a new consumer
+        else:
+            pointer = f"S-{next(self.suppliers)}"
+        stored = self._stored_status(work_item_id)
+        requests_before = set(DeletionRequest.objects.values_list("pk", flat=True))
+        reappearances_before = set(Reappearance.objects.values_list("pk", flat=True))
+        events_before = set(
+            LedgerEvent.objects.filter(kind=LedgerKind.CONSUMERS_REAPPEARED).values_list(
+                "pk", flat=True
+            )
+        )
+
+        self.register(pointer, EMAIL_OF_HASH[item.hash_b64], how)
+
+        source, sha256, prefix = self.registered_from
+        assert item in self.reappeared, (work_item_id, self.reappeared)
+        recorded = sorted(
+            Reappearance.objects.exclude(pk__in=reappearances_before).values_list(
+                "work_item__work_item_id",
+                "remote_identifier",
+                "source",
+                "source_sha256",
+                "api_key_prefix",
+            )
+        )
+        assert recorded == sorted(
+            (again.work_item_id, pointer, source, sha256, prefix) for again in self.reappeared
+        ), recorded
+        events = list(
+            LedgerEvent.objects.filter(kind=LedgerKind.CONSUMERS_REAPPEARED)
+            .exclude(pk__in=events_before)
+            .values_list("data", flat=True)
+        )
+        n = len(self.reappeared)
+        assert events == [
+            {
+                "source": source,
+                "source_sha256": sha256,
+                "api_key_prefix": prefix,
+                "reappearances": n,
+                "work_items": n,
+            }
+        ], events
+        # Asked again at once: one late match request per target, none skipped for a paused
+        # one; with no target, one that waits for a target.
+        asked = list(
+            DeletionRequest.objects.filter(work_item__work_item_id=work_item_id)
+            .exclude(pk__in=requests_before)
+            .values_list("integration__uuid", "state", "late_match", "round", "remote_identifier")
+        )
+        active = self.oracle.active()
+        expected_asked = (
+            sorted((uuid, RequestState.QUEUED, True, 0, pointer) for uuid in active)
+            if active
+            else [(None, RequestState.PENDING, True, 0, pointer)]
+        )
+        assert (
+            sorted((str(uuid) if uuid else None, *rest) for uuid, *rest in asked) == expected_asked
+        ), (asked, active)
+        # The registration changes no status: not the one DROP holds, nor the row's.
+        assert self._stored_status(work_item_id) == stored, (
+            self._stored_status(work_item_id),
+            stored,
+        )
+        settled = stored == (held, WorkItemState.REPORTED, held, False)
+
+        # Delivered, unanswered: the next report tells DROP nothing of it.
+        files_before = set(self.seen_files)
+        self.worker_catches_up()
+        self.report("accept", data.draw(st.booleans(), label="periodic"))
+        written = [
+            code
+            for pk, rows in self.seen_files.items()
+            if pk not in files_before
+            for written_id, code in rows
+            if written_id == work_item_id
+        ]
+        if settled:
+            assert not written, f"{work_item_id} written as {written} after it reappeared"
+            assert self.drop.held[work_item_id] == held, (self.drop.held[work_item_id], held)
+
+        # Answered like any request of the match: DROP's status changes only if the answer
+        # outranks what it holds (opted out over deleted), as for a late match.
+        self.a_quiet_week(data)
+        now = self.oracle.expected(item)
+        if settled and now in (None, held):
+            assert self.drop.held[work_item_id] == held, (self.drop.held[work_item_id], held)
+        outcome = (
+            "not settled before"
+            if not settled
+            else "unanswered"
+            if now is None
+            else "same status"
+            if now == held
+            else f"{held} now {now}, DROP holds {self.drop.held[work_item_id]}"
+        )
+        self.world.seen["reappearance"] += 1
+        self.world.seen[f"reappearance: {outcome}"] += 1
+        event(f"reappearance: {'forgotten' if forgotten and holders else 'supplier'}, {outcome}")
+
     # -- staff and the automatic policy ---------------------------------------------------
 
     def _a_request(self, data: st.DataObject) -> DeletionRequest | None:
@@ -814,6 +1004,9 @@ def test_random_histories_keep_every_matched_consumer_on_a_path_to_drop(
             f"\nlifecycle model: {world.examples} examples, {world.steps} steps,"
             f" {time.monotonic() - started:.1f} s; {dict(sorted(world.seen.items()))}"
         )
+    if EXAMPLES >= MUST_SEE_FROM_EXAMPLES:
+        missed = [name for name in MUST_SEE if not world.seen[name]]
+        assert not missed, f"{world.examples} examples never went through {missed}"
 
 
 def settings_for_run() -> settings:
