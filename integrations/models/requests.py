@@ -99,7 +99,9 @@ class DeliveryFields(models.Model):
 class DeletionRequest(DeliveryFields):
     request_uuid = models.UUIDField("request UUID", default=uuid.uuid4, unique=True, editable=False)
     webhook_request_id = models.UUIDField("webhook request ID", default=uuid.uuid4, editable=False)
-    results_token = models.CharField(max_length=64, unique=True, null=True, blank=True)  # ISI
+    # ISI only: unique where set (a partial index: most requests are a webhook's, with none;
+    # NULL rather than "", which the unique index would count).
+    results_token = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
     broker = models.ForeignKey("integrations.Broker", on_delete=models.PROTECT, related_name="+")
     # A DROP work item's request, or a canary round's (``models.canaries``): one of the two.
     work_item = models.ForeignKey(
@@ -163,6 +165,12 @@ class DeletionRequest(DeliveryFields):
                 condition=models.Q(work_item__isnull=False, canary_round__isnull=True)
                 | models.Q(work_item__isnull=True, canary_round__isnull=False),
                 name="deletion_request_of_work_item_or_canary",
+            ),
+            # Looked up by equality only (an ISI callback's correlation), never by prefix.
+            models.UniqueConstraint(
+                fields=["results_token"],
+                condition=models.Q(results_token__isnull=False),
+                name="deletion_request_results_token",
             ),
         ]
 
