@@ -1,4 +1,4 @@
-"""Model fields shared by several models."""
+"""Model fields of our own."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 from django.db import models
 
 from integrations import encryption
+from integrations.ledger_kinds import LedgerKind
 
 
 class EncryptedTextField(models.TextField):
@@ -25,3 +26,18 @@ class EncryptedTextField(models.TextField):
         if value is None or value == "":
             return value
         return encryption.encrypt(value)
+
+
+class LedgerKindField(models.CharField):
+    """A ledger event's kind: the registry's members (``LedgerKind``) as choices, so a form or
+    the admin offers only a known kind (``services.ledger`` refuses any other), kept out of
+    migrations: the choices are the registry's, so a new kind needs no migration."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["choices"] = [(kind.value, kind.value) for kind in LedgerKind]
+        super().__init__(*args, **kwargs)
+
+    def deconstruct(self) -> Any:
+        name, path, args, kwargs = super().deconstruct()
+        kwargs.pop("choices", None)
+        return name, path, args, kwargs

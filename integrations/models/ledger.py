@@ -19,18 +19,14 @@ from __future__ import annotations
 from django.db import models
 from django.db.models.functions import Cast
 
-from integrations.ledger_kinds import LedgerKind
+from integrations.models.fields import LedgerKindField
 
 
 class LedgerEvent(models.Model):
     id = models.BigAutoField(primary_key=True)
     created_at = models.DateTimeField(db_index=True)
     broker_id = models.CharField("Broker ID", max_length=4, blank=True, default="", db_index=True)
-    # The registry as choices: a form or the admin offers only a known kind (services.ledger
-    # refuses any other); a new kind is a new (label-only) migration.
-    kind = models.CharField(
-        max_length=64, db_index=True, choices=[(kind.value, kind.value) for kind in LedgerKind]
-    )
+    kind = LedgerKindField(max_length=64, db_index=True)
     subject = models.CharField(max_length=200, blank=True, default="")
     actor = models.CharField(max_length=200)
     data = models.JSONField(default=dict)
