@@ -18,6 +18,7 @@ from integrations.list_types import DATA_TYPE_OF, LABELS
 from integrations.models import Broker
 from integrations.selectors.list_selection import list_selections, lists_selected_at
 from integrations.services.staff.brokers import (
+    BROKER_SETTINGS,
     broker_create,
     broker_drop_webhook_secret_set,
     broker_lists_select,
@@ -213,17 +214,7 @@ class BrokerAdmin(WriteOnlyCredentials, ModelAdmin):
             self._lists_record(created, form, actor)
             return
         current = Broker.objects.get(pk=obj.pk)
-        changes: dict[str, Any] = {
-            f: getattr(obj, f)
-            for f in (
-                "name",
-                "mode",
-                "drop_base_url",
-                "auto_pull",
-                "pull_interval_days",
-                "approve_uploads",
-            )
-        }
+        changes: dict[str, Any] = {f: getattr(obj, f) for f in BROKER_SETTINGS}
         if new_key:
             changes["drop_api_key"] = new_key
         had_key = bool(current.drop_api_key)

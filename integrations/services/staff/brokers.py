@@ -19,7 +19,8 @@ from integrations.services.ledger import ledger_event_append
 from integrations.services.row_updates import Audited, row_locked, row_update
 from integrations.validators import url_credentials_validate
 
-_AUDITED_FIELDS = (
+# The broker settings staff change (``broker_update``), each recorded in its ledger event.
+BROKER_SETTINGS = (
     "name",
     "mode",
     "drop_base_url",
@@ -68,7 +69,7 @@ def broker_create(
             subject=broker.broker_id,
             actor=actor,
             data={
-                **{field: getattr(broker, field) for field in _AUDITED_FIELDS},
+                **{field: getattr(broker, field) for field in BROKER_SETTINGS},
                 "drop_api_key_set": bool(drop_api_key),
             },
         )
@@ -82,7 +83,7 @@ def broker_update(*, broker: Broker, actor: str, **changes: Any) -> Broker:
     (base URL or mode) and no new key comes with the change, the stored key is cleared, so
     it is never sent to an address it was not entered for.
     """
-    unknown = set(changes) - {*_AUDITED_FIELDS, "drop_api_key"}
+    unknown = set(changes) - {*BROKER_SETTINGS, "drop_api_key"}
     if unknown:
         raise ValidationError(f"cannot change {', '.join(sorted(unknown))}")
     if "drop_base_url" in changes:
@@ -104,7 +105,7 @@ def broker_update(*, broker: Broker, actor: str, **changes: Any) -> Broker:
             record_unchanged=True,
         )
     # Callers keep using the object they passed: it shows what was saved.
-    for field in [*_AUDITED_FIELDS, "drop_api_key", "drop_api_key_changed_at", "updated_at"]:
+    for field in [*BROKER_SETTINGS, "drop_api_key", "drop_api_key_changed_at", "updated_at"]:
         setattr(broker, field, getattr(updated, field))
     return broker
 
