@@ -19,6 +19,8 @@ approver is not the writer is here, for every interface.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
@@ -42,21 +44,12 @@ def report_file_approve(*, report_file: ReportFile, actor: str, reason: str = ""
     reason = _reason_checked(reason, required=False)
     with transaction.atomic():
         locked = _awaiting_locked(report_file, actor=actor, verb="approve")
-        review = report_file_review(locked)
-        locked.state = ReportFileState.WRITTEN
-        _reviewed(locked, actor=actor, reason=reason)
-        ledger_event_append(
+        _decided(
+            locked,
+            state=ReportFileState.WRITTEN,
             kind=LedgerKind.REPORT_FILE_APPROVED,
-            broker_id=locked.broker.broker_id,
-            subject=locked.file_name,
             actor=actor,
-            data={
-                **report_file_facts(locked),
-                "list": review.list_type,
-                "statuses": review.as_json()["statuses"],
-                "written_by": locked.written_by,
-                "reason": reason,
-            },
+            reason=reason,
         )
         # As the periodic job would: a broker it serves gets its report job now.
         if any(b.pk == locked.broker_id for b in brokers_due_for_report()):
@@ -72,29 +65,53 @@ def report_file_reject(*, report_file: ReportFile, reason: str, actor: str) -> R
     reason = _reason_checked(reason, required=True)
     with transaction.atomic():
         locked = _awaiting_locked(report_file, actor=actor, verb="reject")
-        review = report_file_review(locked)
         # Back to what they were before the file was written: reportable, DROP holding
         # what it held. The next write puts them in a new file.
         released = WorkItem.objects.filter(
             cycle_id=locked.cycle_id, pending_report_file=locked
         ).update(pending_report_file=None, pending_status_code=None, updated_at=timezone.now())
-        locked.state = ReportFileState.NOT_APPROVED
-        _reviewed(locked, actor=actor, reason=reason)
-        ledger_event_append(
+        _decided(
+            locked,
+            state=ReportFileState.NOT_APPROVED,
             kind=LedgerKind.REPORT_FILE_APPROVAL_REJECTED,
-            broker_id=locked.broker.broker_id,
-            subject=locked.file_name,
             actor=actor,
-            data={
-                **report_file_facts(locked),
-                "list": review.list_type,
-                "statuses": review.as_json()["statuses"],
-                "written_by": locked.written_by,
-                "reason": reason,
-                "work_items_owed_again": released,
-            },
+            reason=reason,
+            work_items_owed_again=released,
         )
     return locked
+
+
+def _decided(
+    locked: ReportFile,
+    *,
+    state: ReportFileState,
+    kind: LedgerKind,
+    actor: str,
+    reason: str,
+    **data: Any,
+) -> None:
+    """Record a decision on a locked file waiting for approval: its new state, who decided
+    and why, and the ledger event with the counts the person reviewed (the file's bytes)."""
+    review = report_file_review(locked)
+    locked.state = state
+    locked.reviewed_by = actor
+    locked.reviewed_at = timezone.now()
+    locked.review_reason = reason
+    locked.save(update_fields=["state", "reviewed_by", "reviewed_at", "review_reason"])
+    ledger_event_append(
+        kind=kind,
+        broker_id=locked.broker.broker_id,
+        subject=locked.file_name,
+        actor=actor,
+        data={
+            **report_file_facts(locked),
+            "list": review.list_type,
+            "statuses": review.as_json()["statuses"],
+            "written_by": locked.written_by,
+            "reason": reason,
+            **data,
+        },
+    )
 
 
 def _reason_checked(reason: str, *, required: bool) -> str:
@@ -127,10 +144,3 @@ def _awaiting_locked(report_file: ReportFile, *, actor: str, verb: str) -> Repor
             f"{locked.file_name} was written by {locked.written_by}: a second person must {verb} it"
         )
     return locked
-
-
-def _reviewed(report_file: ReportFile, *, actor: str, reason: str) -> None:
-    report_file.reviewed_by = actor
-    report_file.reviewed_at = timezone.now()
-    report_file.review_reason = reason
-    report_file.save(update_fields=["state", "reviewed_by", "reviewed_at", "review_reason"])
