@@ -24,7 +24,6 @@ from integrations.models import Broker
 from integrations.services.cycle import drop
 from integrations.services.staff.brokers import broker_create
 from integrations.services.staff.keys import CreatedApiKey, api_key_create
-from tests.builders import jobs_truncate
 
 if TYPE_CHECKING:
     from tests.served_demo import ServedDemo
@@ -163,46 +162,58 @@ def keep_as_template(test_name: str, template: str) -> None:
                 cursor.execute(f'DROP DATABASE IF EXISTS "{stale}"')
 
 
-@pytest.fixture(scope="session")
-def django_db_setup(
-    request: pytest.FixtureRequest,
-    django_db_setup: None,
-    django_db_keepdb: bool,
-    django_db_blocker: Any,
-) -> Iterator[None]:
-    """pytest-django's test database, set up only for a run with a test that needs one; then
-    what migrations left in it survives a flush.
+# One row: a digest of each of those tables, to tell cheaply whether a test changed one.
+MIGRATED_DIGESTS = "SELECT " + ", ".join(  # noqa: S608 (our constants)
+    f"(SELECT md5(coalesce(string_agg(t::text, ',' ORDER BY id), '')) FROM {table} t)"  # noqa: S608
+    for table in MIGRATED_TABLES
+)
+# What migrations fill and a test's end keeps (Django's flush keeps django_migrations too).
+KEPT_TABLES = {"django_migrations", *MIGRATED_TABLES}
 
-    A transactional test ends with a flush, which empties every table; Django then makes
-    content types and permissions again, under new ids, and the staff roles (groups made by
-    migrations) not at all. ``make test`` lets an idle worker take tests queued for another
-    (``--dist worksteal``), so a test may follow a flush on the same process and expect what
-    migrations left: the roles, and the ids cached in ``ContentType.objects``. At the end of
-    every flush (its post_migrate), those tables get back their rows as migrations left them.
-    """
-    from django.apps import apps
-    from django.contrib.contenttypes.models import ContentType
-    from django.db import connections
-    from django.db.models.signals import post_migrate
 
-    snapshot: dict[str, tuple[list[str], list[tuple[Any, ...]]]] = {}
-    with django_db_blocker.unblock(), connection.cursor() as cursor:
-        for table in MIGRATED_TABLES:
-            cursor.execute(f"SELECT * FROM {table}")  # noqa: S608 (our constant)
-            snapshot[table] = ([c.name for c in cursor.description], cursor.fetchall())
-    last_app = list(apps.get_app_configs())[-1]  # its post_migrate comes last
+class MigratedRows:
+    """The rows migrations left (``MIGRATED_TABLES``) as the test database was set up, and
+    the way back to them."""
 
-    def restore(sender: Any, using: str, **kwargs: Any) -> None:
-        if sender is not last_app or using != "default":
-            return
-        with connections[using].cursor() as cursor:
-            cursor.execute("SELECT EXISTS (SELECT FROM auth_group)")
-            if cursor.fetchone()[0]:
-                return  # not a flush (a test's own migrate): nothing was emptied
+    def __init__(self) -> None:
+        self.rows: dict[str, tuple[list[str], list[tuple[Any, ...]]]] = {}
+        with connection.cursor() as cursor:
+            for table in MIGRATED_TABLES:
+                cursor.execute(f"SELECT * FROM {table}")  # noqa: S608 (our constant)
+                self.rows[table] = ([c.name for c in cursor.description], cursor.fetchall())
+            cursor.execute(MIGRATED_DIGESTS)
+            self.digests = cursor.fetchone()
+
+    def empty_the_rest(self) -> None:
+        """Empty every table but those, and put their rows back if a test changed them (added
+        a group, say), under their ids. Django's flush would empty them all, make content
+        types and permissions again under new ids, and not the staff roles."""
+        from django.contrib.contenttypes.models import ContentType
+
+        with connection.cursor() as cursor:
+            tables = [
+                connection.ops.quote_name(table)
+                for table in connection.introspection.table_names(cursor)
+                if table not in KEPT_TABLES
+            ]
+            # Only the tables with a row: each TRUNCATE'd table costs new files and an fsync.
+            cursor.execute(
+                " UNION ALL ".join(
+                    f"SELECT '{table}' WHERE EXISTS (SELECT FROM {table})"  # noqa: S608
+                    for table in tables
+                )
+            )
+            filled = [table for (table,) in cursor.fetchall()]
+            if filled:
+                # CASCADE: the empty tables that refer to these (no kept table does).
+                cursor.execute(f"TRUNCATE {', '.join(filled)} CASCADE")
+            cursor.execute(MIGRATED_DIGESTS)
+            if cursor.fetchone() == self.digests:
+                return
             for table in MIGRATED_TABLES:
                 cursor.execute(f"DELETE FROM {table}")  # noqa: S608
             for table in reversed(MIGRATED_TABLES):
-                columns, rows = snapshot[table]
+                columns, rows = self.rows[table]
                 if rows:
                     cursor.executemany(
                         f"INSERT INTO {table} ({', '.join(columns)}) "  # noqa: S608
@@ -211,14 +222,41 @@ def django_db_setup(
                     )
         ContentType.objects.clear_cache()
 
-    post_migrate.connect(restore, weak=False, dispatch_uid="tests.migrated_rows")
+
+@pytest.fixture(scope="session")
+def django_db_setup(
+    request: pytest.FixtureRequest,
+    django_db_setup: None,
+    django_db_keepdb: bool,
+    django_db_blocker: Any,
+) -> Iterator[None]:
+    """pytest-django's test database, set up only for a run with a test that needs one; a
+    transactional test then ends with ``MigratedRows.empty_the_rest`` instead of a flush.
+
+    ``make test`` lets an idle worker take tests queued for another (``--dist worksteal``),
+    so a test may follow a transactional one on the same process and expect what migrations
+    left: the staff roles, and the ids cached in ``ContentType.objects``. Django's flush
+    loses both, and runs every app's post_migrate to make half of it again: most of what a
+    transactional test cost.
+    """
+    from django.db import connections
+    from django.test import TransactionTestCase
+
+    with django_db_blocker.unblock():
+        migrated = MigratedRows()
+
+    def fixture_teardown(self: TransactionTestCase) -> None:
+        migrated.empty_the_rest()
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(TransactionTestCase, "_fixture_teardown", fixture_teardown)
     test_name, template, copied = request.config.stash[TEST_DATABASE]
     # Migrated here, into the test database (none is set up for a run that needs none).
     if not django_db_keepdb and connection.settings_dict["NAME"] == test_name:
         with django_db_blocker.unblock():
             keep_as_template(test_name, template)
     yield
-    post_migrate.disconnect(dispatch_uid="tests.migrated_rows")
+    patch.undo()
     if copied:  # kept only for Django: a copy goes as a created database does
         with django_db_blocker.unblock():
             connections.close_all()
@@ -259,24 +297,6 @@ def fast_password_hashing(settings: Any) -> None:
     """Staff accounts are made and logged into in hundreds of tests: PBKDF2's deliberate
     slowness (a million rounds) would be most of their run time. No test is about the hash."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
-@pytest.fixture(autouse=True)
-def no_jobs_outlive_a_transactional_test(
-    request: pytest.FixtureRequest, django_db_blocker: Any
-) -> Iterator[None]:
-    """Django flushes its own tables after a transactional test (a live server's, a
-    subprocess's), not Procrastinate's: a job such a test committed (an alert evaluation
-    queued by a login refused in the browser, a callback's) would be found by a later test
-    on the same database."""
-    yield
-    marker = request.node.get_closest_marker("django_db")
-    transactional = (marker is not None and marker.kwargs.get("transaction", False)) or any(
-        name in request.fixturenames for name in ("transactional_db", "live_server")
-    )
-    if transactional:
-        with django_db_blocker.unblock():
-            jobs_truncate()
 
 
 @pytest.fixture
