@@ -35,7 +35,7 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from integrations.services.staff.keys import api_key_create
-from tests.conftest import bearer, database_url
+from tests.conftest import TEST_DATABASE, bearer, database_url
 from tests.ports import free_port
 from tests.tls import self_signed_certificate
 
@@ -67,13 +67,19 @@ def test_every_block_is_of_a_kind_this_test_checks() -> None:
 
 
 @pytest.fixture
-def guide_database(db: None) -> Iterator[str]:
-    """An empty database of its own on the test server, as a deployment starts with."""
+def guide_database(db: None, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A database of its own on the test server, a copy of the suite's migrated template when
+    there is one (the guide's ``migrate`` then has nothing to apply, as on an upgrade that
+    changes no model; migrating from empty is the suite's own start and
+    tests/sql/test_sql_functions.py's), else empty."""
     name = f"{connection.settings_dict['NAME']}_guide"
+    template = request.config.stash[TEST_DATABASE][1]
     admin_url = database_url()
     with psycopg.connect(admin_url, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
+        found = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [template])
+        copied = f' TEMPLATE "{template}"' if found.fetchone() else ""
+        conn.execute(f'CREATE DATABASE "{name}"{copied}')
     yield admin_url.replace(f"/{connection.settings_dict['NAME']}?", f"/{name}?", 1)
     with psycopg.connect(admin_url, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
