@@ -37,7 +37,8 @@ def test_a_transactional_tests_end_keeps_what_migrations_made_and_empties_the_re
     alerts_evaluate_enqueue()  # a row in Procrastinate's tables, which Django's flush skips
     assert _jobs() == 1
 
-    TransactionTestCase()._fixture_teardown()  # as a transactional test ends
+    # As a transactional test ends (a method the stubs do not declare).
+    TransactionTestCase()._fixture_teardown()  # type: ignore[attr-defined]
 
     assert _rows() == before
     assert not Broker.objects.exists()
