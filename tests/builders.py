@@ -516,6 +516,34 @@ def isi_integration_created(
     )
 
 
+# What migrations leave in the database besides django_migrations, in an order that deletes
+# referring rows first and inserts them last.
+MIGRATED_TABLES = ("auth_group_permissions", "auth_group", "auth_permission", "django_content_type")
+# Those, and the migrations' own record: what ``tables_empty`` keeps.
+KEPT_TABLES = ("django_migrations", *MIGRATED_TABLES)
+_EMPTIED: list[str] = []  # the other tables, read from the catalog once per process
+
+
+def tables_empty() -> None:
+    """Every table emptied but those migrations fill (Procrastinate's too), in one round trip.
+
+    TRUNCATE makes new files for each table, up to a second on a busy server; DELETE with
+    triggers off (the ledger's append-only ones, and the foreign key checks: everything goes)
+    takes a few milliseconds on tables this small.
+    """
+    with connection.cursor() as cursor:
+        if not _EMPTIED:
+            cursor.execute(
+                "SELECT quote_ident(tablename) FROM pg_tables"
+                " WHERE schemaname = current_schema() AND NOT tablename = ANY(%s)",
+                [list(KEPT_TABLES)],
+            )
+            _EMPTIED.extend(sorted(name for (name,) in cursor.fetchall()))
+        # The names come from the catalog, quoted by quote_ident.
+        deletes = "".join(f"DELETE FROM {table}; " for table in _EMPTIED)  # noqa: S608
+        cursor.execute(f"BEGIN; SET LOCAL session_replication_role = replica; {deletes}COMMIT;")
+
+
 def jobs_truncate() -> None:
     """Empty Procrastinate's tables, which Django does not flush after a transactional test."""
     with connection.cursor() as cursor:

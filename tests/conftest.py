@@ -24,6 +24,7 @@ from integrations.models import Broker
 from integrations.services.cycle import drop
 from integrations.services.staff.brokers import broker_create
 from integrations.services.staff.keys import CreatedApiKey, api_key_create
+from tests.builders import MIGRATED_TABLES, tables_empty
 
 if TYPE_CHECKING:
     from tests.served_demo import ServedDemo
@@ -78,10 +79,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 ROOT = Path(__file__).resolve().parents[1]
 # The test database's name, its template's, and whether it was copied from it.
 TEST_DATABASE = pytest.StashKey[tuple[str, str, bool]]()
-
-# What migrations leave in the database (besides django_migrations, which a flush keeps), in
-# an order that deletes referring rows first and inserts them last.
-MIGRATED_TABLES = ("auth_group_permissions", "auth_group", "auth_permission", "django_content_type")
 
 
 def migrations_fingerprint() -> str:
@@ -167,8 +164,6 @@ MIGRATED_DIGESTS = "SELECT " + ", ".join(  # noqa: S608 (our constants)
     f"(SELECT md5(coalesce(string_agg(t::text, ',' ORDER BY id), '')) FROM {table} t)"  # noqa: S608
     for table in MIGRATED_TABLES
 )
-# What migrations fill and a test's end keeps (Django's flush keeps django_migrations too).
-KEPT_TABLES = {"django_migrations", *MIGRATED_TABLES}
 
 
 class MigratedRows:
@@ -185,28 +180,14 @@ class MigratedRows:
             self.digests = cursor.fetchone()
 
     def empty_the_rest(self) -> None:
-        """Empty every table but those, and put their rows back if a test changed them (added
-        a group, say), under their ids. Django's flush would empty them all, make content
-        types and permissions again under new ids, and not the staff roles."""
+        """Empty every other table (``tables_empty``), and put those rows back if a test
+        changed them (added a group, say), under their ids. Django's flush would empty them
+        all, make content types and permissions again under new ids, and not the staff
+        roles."""
         from django.contrib.contenttypes.models import ContentType
 
+        tables_empty()
         with connection.cursor() as cursor:
-            tables = [
-                connection.ops.quote_name(table)
-                for table in connection.introspection.table_names(cursor)
-                if table not in KEPT_TABLES
-            ]
-            # Only the tables with a row: each TRUNCATE'd table costs new files and an fsync.
-            cursor.execute(
-                " UNION ALL ".join(
-                    f"SELECT '{table}' WHERE EXISTS (SELECT FROM {table})"  # noqa: S608
-                    for table in tables
-                )
-            )
-            filled = [table for (table,) in cursor.fetchall()]
-            if filled:
-                # CASCADE: the empty tables that refer to these (no kept table does).
-                cursor.execute(f"TRUNCATE {', '.join(filled)} CASCADE")
             cursor.execute(MIGRATED_DIGESTS)
             if cursor.fetchone() == self.digests:
                 return

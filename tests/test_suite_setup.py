@@ -13,7 +13,7 @@ from django.test import TransactionTestCase
 from integrations.enqueue import alerts_evaluate_enqueue
 from integrations.models import Broker
 from integrations.services.staff.brokers import broker_create
-from tests.conftest import MIGRATED_TABLES
+from tests.builders import MIGRATED_TABLES
 
 
 def _rows() -> dict[str, list[tuple[Any, ...]]]:

@@ -78,31 +78,6 @@ def report_rows(content: bytes) -> list[tuple[str, int]]:
     return [(row[0], int(row[1])) for row in rows[1:] if row]
 
 
-_TABLES: list[str] = []
-
-
-def empty_tables() -> None:
-    """Every table of ours and Procrastinate's emptied, in one round trip.
-
-    TRUNCATE makes new files for some thirty tables, about a second on a busy server, per
-    example; DELETE with triggers off (the ledger's append-only ones, and the foreign key
-    checks: everything goes) takes a few milliseconds on tables this small.
-    """
-    with connection.cursor() as cursor:
-        if not _TABLES:
-            cursor.execute(
-                "SELECT quote_ident(tablename) FROM pg_tables"
-                " WHERE schemaname = current_schema()"
-                "   AND (tablename LIKE 'integrations\\_%%' OR tablename IN"
-                "        ('procrastinate_jobs', 'procrastinate_events',"
-                "         'procrastinate_periodic_defers', 'procrastinate_workers'))"
-            )
-            _TABLES.extend(sorted(name for (name,) in cursor.fetchall()))
-        # The names come from the catalog, quoted by quote_ident.
-        deletes = "".join(f"DELETE FROM {table}; " for table in _TABLES)  # noqa: S608
-        cursor.execute(f"BEGIN; SET LOCAL session_replication_role = replica; {deletes}COMMIT;")
-
-
 def take_due_jobs() -> list[tuple[str, dict[str, Any]]]:
     """Take the jobs that are due off Procrastinate's queue, as a worker would fetch them."""
     with connection.cursor() as cursor:

@@ -119,7 +119,8 @@ from integrations.services.staff.integrations import (
     webhook_integration_create,
 )
 from integrations.services.staff.keys import api_key_create
-from tests.lifecycle.harness import ModelDrop, World, empty_tables, take_due_jobs
+from tests.builders import tables_empty
+from tests.lifecycle.harness import ModelDrop, World, take_due_jobs
 from tests.lifecycle.invariants import LifecycleInvariants
 from tests.lifecycle.oracle import (
     BROKER_ID,
@@ -177,7 +178,7 @@ class LifecycleMachine(LifecycleInvariants, RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        empty_tables()
+        tables_empty()
         self.world.examples += 1
         self.broker_side = self.world.broker_side
         self.broker_side.reset()
@@ -999,7 +1000,7 @@ def test_random_histories_keep_every_matched_consumer_on_a_path_to_drop(
             settings=settings_for_run(),
         )
     finally:
-        empty_tables()
+        tables_empty()
         print(
             f"\nlifecycle model: {world.examples} examples, {world.steps} steps,"
             f" {time.monotonic() - started:.1f} s; {dict(sorted(world.seen.items()))}"
