@@ -22,10 +22,11 @@ import time
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from types import TracebackType
 from typing import Any
 
+from devtools.loopback import LoopbackServer, serve_in_thread
 from integrations.dispatch import signing
 
 _TRICKLE_CHUNK = 64
@@ -86,13 +87,8 @@ def sign_callback(
     return payload, headers
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
+class _Server(LoopbackServer):
     simulator: BrokerSimulator
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # A client that gave up (timeout tests) is expected here, not worth a traceback.
-        pass
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -181,10 +177,7 @@ class BrokerSimulator:
         server = _Server(("127.0.0.1", 0), _Handler)
         server.simulator = self
         self._server = server
-        self._thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self._thread.start()
+        self._thread = serve_in_thread(server, name="broker-simulator")
         return self
 
     def stop(self) -> None:

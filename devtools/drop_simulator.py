@@ -47,9 +47,11 @@ import uuid
 import zipfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from types import TracebackType
 from typing import Any
+
+from devtools.loopback import LoopbackServer, serve_in_thread
 
 __all__ = [
     "ALREADY_UPLOADED_MESSAGE",
@@ -133,7 +135,7 @@ class DropSimulator:
         self._names_this_download: set[str] = set()
         self._ever_uploaded = False
         handler = type("DropSimulatorHandler", (_Handler,), {"simulator": self})
-        self._server = _QuietServer((host, port), handler)
+        self._server = LoopbackServer((host, port), handler)
         self.port: int = self._server.server_address[1]
         self._thread: threading.Thread | None = None
 
@@ -150,13 +152,7 @@ class DropSimulator:
 
     def start(self) -> DropSimulator:
         if self._thread is None:
-            self._thread = threading.Thread(
-                target=self._server.serve_forever,
-                kwargs={"poll_interval": 0.01},
-                name="drop-simulator",
-                daemon=True,
-            )
-            self._thread.start()
+            self._thread = serve_in_thread(self._server, name="drop-simulator", poll_interval=0.01)
         return self
 
     def stop(self) -> None:
@@ -382,14 +378,6 @@ class DropSimulator:
         if not amend and name in self._names_this_download:
             return ALREADY_UPLOADED_MESSAGE
         return None
-
-
-class _QuietServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # A client that gave up (timeout tests) leaves a broken pipe behind: not news.
-        pass
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from types import TracebackType
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
@@ -42,6 +42,8 @@ from authlib.oauth2.rfc7636 import CodeChallenge
 from authlib.oidc.core.grants import OpenIDCode
 from authlib.oidc.rpinitiated import EndSessionEndpoint
 from joserfc.jwk import KeySet, RSAKey
+
+from devtools.loopback import LoopbackServer, serve_in_thread
 
 SCOPES = "openid email profile groups"
 
@@ -283,12 +285,8 @@ class _EndSession(EndSessionEndpoint):
         self.server.provider.ended_sessions.append(dict(end_session_request.id_token_claims or {}))
 
 
-class _HttpServer(ThreadingHTTPServer):
-    daemon_threads = True
+class _HttpServer(LoopbackServer):
     provider: OidcProvider
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        pass  # a client that went away mid-answer is not worth a traceback here
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -415,8 +413,7 @@ class OidcProvider:
     # -- serving ------------------------------------------------------------------------
 
     def __enter__(self) -> OidcProvider:
-        self._thread = threading.Thread(target=self._http.serve_forever, daemon=True)
-        self._thread.start()
+        self._thread = serve_in_thread(self._http, name="oidc-provider")
         return self
 
     def __exit__(

@@ -21,7 +21,7 @@ import subprocess
 import tempfile
 import threading
 from collections import deque
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from devtools.loopback import LoopbackServer, serve_in_thread
 from integrations.evidence.timestamps import CONTENT_TYPE_REPLY, timestamp_request
 
 _CONFIG = """\
@@ -113,8 +114,7 @@ def make_authority(directory: Path, *, name: str = "dropportal test TSA") -> Pat
     return directory / "ca.pem"
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
+class _Server(LoopbackServer):
     simulator: TsaSimulator
 
 
@@ -186,10 +186,7 @@ class TsaSimulator:
         server = _Server(("127.0.0.1", 0), _Handler)
         server.simulator = self
         self._server = server
-        self._thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self._thread.start()
+        self._thread = serve_in_thread(server, name="tsa-simulator")
         return self
 
     def stop(self) -> None:
