@@ -26,6 +26,7 @@ file" (Operators, not Auditors).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django import forms
@@ -201,22 +202,9 @@ class ReportFileAdmin(ModelAdmin):
         """An intermediate page asks for the reason, then each file is discarded on its own."""
         form = DiscardForm(request.POST if "apply" in request.POST else None)
         if form.is_valid():
-            done = 0
-            for report_file in queryset.order_by("pk"):
-                try:
-                    report_file_discard(
-                        report_file=report_file,
-                        reason=form.cleaned_data["reason"],
-                        actor=staff_actor(request),
-                    )
-                except ValidationError as exc:
-                    self.message_user(
-                        request, f"{report_file}: {' '.join(exc.messages)}", messages.ERROR
-                    )
-                except ReportBusy as exc:
-                    self.message_user(request, f"{report_file}: {exc}", messages.ERROR)
-                else:
-                    done += 1
+            done = self._each_file(
+                request, queryset, report_file_discard, reason=form.cleaned_data["reason"]
+            )
             if done:
                 self.message_user(
                     request,
@@ -264,27 +252,8 @@ class ReportFileAdmin(ModelAdmin):
         form_class = ApproveForm if approve else RejectForm
         form = form_class(request.POST if "apply" in request.POST else None)
         if form.is_valid():
-            done = 0
-            for report_file in queryset.order_by("pk"):
-                try:
-                    if approve:
-                        report_file_approve(
-                            report_file=report_file,
-                            reason=form.cleaned_data["reason"],
-                            actor=staff_actor(request),
-                        )
-                    else:
-                        report_file_reject(
-                            report_file=report_file,
-                            reason=form.cleaned_data["reason"],
-                            actor=staff_actor(request),
-                        )
-                except ValidationError as exc:
-                    self.message_user(
-                        request, f"{report_file}: {' '.join(exc.messages)}", messages.ERROR
-                    )
-                else:
-                    done += 1
+            decide = report_file_approve if approve else report_file_reject
+            done = self._each_file(request, queryset, decide, reason=form.cleaned_data["reason"])
             if done and approve:
                 self.message_user(
                     request,
@@ -313,6 +282,30 @@ class ReportFileAdmin(ModelAdmin):
             "opts": self.model._meta,
         }
         return TemplateResponse(request, "admin/integrations/reportfile/review.html", context)
+
+    def _each_file(
+        self,
+        request: HttpRequest,
+        queryset: QuerySet[ReportFile],
+        act: Callable[..., object],
+        *,
+        reason: str,
+    ) -> int:
+        """``act`` on each selected file in turn, as this member of staff and for ``reason``;
+        a file it refuses is named in an error message. Returns how many it took."""
+        done = 0
+        for report_file in queryset.order_by("pk"):
+            try:
+                act(report_file=report_file, reason=reason, actor=staff_actor(request))
+            except ValidationError as exc:
+                self.message_user(
+                    request, f"{report_file}: {' '.join(exc.messages)}", messages.ERROR
+                )
+            except ReportBusy as exc:
+                self.message_user(request, f"{report_file}: {exc}", messages.ERROR)
+            else:
+                done += 1
+        return done
 
     def get_urls(self) -> list[URLPattern]:
         view = self.admin_site.admin_view
