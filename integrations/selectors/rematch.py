@@ -86,28 +86,20 @@ WITH now_pairs AS MATERIALIZED (
       FROM pairs p
       JOIN integrations_workitem w ON w.id = p.work_item_pk
      WHERE NOT (p.matches_now AND p.recorded AND NOT p.late)
-), late_events AS (
-    SELECT t.at, e.id, e.created_at
-      FROM (SELECT DISTINCT matched_at AS at FROM differences WHERE found = 'late_match') t
+), first_events AS (
+    -- The first ledger event, at or after a difference's time, of the kind that explains it:
+    -- a late match, a work item's removal, a replacement of the consumers.
+    SELECT t.found, t.at, t.kind, e.id, e.created_at
+      FROM (SELECT DISTINCT found,
+                   CASE found WHEN 'work_item_removed' THEN updated_at ELSE matched_at END AS at,
+                   CASE found WHEN 'late_match' THEN %(late_kind)s
+                              WHEN 'work_item_removed' THEN %(removed_kind)s
+                              ELSE %(replaced_kind)s END AS kind
+              FROM differences
+             WHERE found IN ('late_match', 'work_item_removed', 'consumer_forgotten')) t
       CROSS JOIN LATERAL (
         SELECT id, created_at FROM integrations_ledgerevent
-         WHERE broker_id = %(code)s AND kind = %(late_kind)s AND created_at >= t.at
-         ORDER BY created_at, id LIMIT 1) e
-), removal_events AS (
-    SELECT t.at, e.id, e.created_at
-      FROM (SELECT DISTINCT updated_at AS at FROM differences
-             WHERE found = 'work_item_removed') t
-      CROSS JOIN LATERAL (
-        SELECT id, created_at FROM integrations_ledgerevent
-         WHERE broker_id = %(code)s AND kind = %(removed_kind)s AND created_at >= t.at
-         ORDER BY created_at, id LIMIT 1) e
-), replace_events AS (
-    SELECT t.at, e.id, e.created_at
-      FROM (SELECT DISTINCT matched_at AS at FROM differences
-             WHERE found = 'consumer_forgotten') t
-      CROSS JOIN LATERAL (
-        SELECT id, created_at FROM integrations_ledgerevent
-         WHERE broker_id = %(code)s AND kind = %(replaced_kind)s AND created_at >= t.at
+         WHERE broker_id = %(code)s AND kind = t.kind AND created_at >= t.at
          ORDER BY created_at, id LIMIT 1) e
 ), forget_events AS (
     SELECT DISTINCT ON (subject) subject, id, created_at
@@ -121,30 +113,26 @@ WITH now_pairs AS MATERIALIZED (
            coalesce(d.remote_identifier, c.remote_identifier, '') AS remote_identifier,
            d.matched_at, d.dispatched,
            CASE d.found
-                WHEN 'late_match' THEN CASE WHEN le.id IS NULL
+                WHEN 'late_match' THEN CASE WHEN ev.id IS NULL
                      THEN 'late_match_without_event' ELSE 'late_match' END
-                WHEN 'work_item_removed' THEN CASE WHEN re.id IS NULL
+                WHEN 'work_item_removed' THEN CASE WHEN ev.id IS NULL
                      THEN 'removed_without_event' ELSE 'work_item_removed' END
                 WHEN 'consumer_forgotten' THEN CASE
                      WHEN fe.id IS NOT NULL THEN 'consumer_forgotten'
-                     WHEN pe.id IS NOT NULL THEN 'consumers_replaced'
+                     WHEN ev.id IS NOT NULL THEN 'consumers_replaced'
                      ELSE 'consumer_missing' END
                 ELSE d.found END AS reason,
-           CASE WHEN le.id IS NOT NULL THEN %(late_kind)s
-                WHEN re.id IS NOT NULL THEN %(removed_kind)s
-                WHEN fe.id IS NOT NULL THEN %(forgotten_kind)s
-                WHEN pe.id IS NOT NULL THEN %(replaced_kind)s END AS event_kind,
-           coalesce(le.id, re.id, fe.id, pe.id) AS event_id,
-           coalesce(le.created_at, re.created_at, fe.created_at, pe.created_at) AS event_at
+           CASE WHEN fe.id IS NOT NULL THEN %(forgotten_kind)s ELSE ev.kind END AS event_kind,
+           coalesce(fe.id, ev.id) AS event_id,
+           coalesce(fe.created_at, ev.created_at) AS event_at
       FROM differences d
       LEFT JOIN integrations_consumer c ON c.id = d.consumer_id
-      LEFT JOIN late_events le ON d.found = 'late_match' AND le.at = d.matched_at
-      LEFT JOIN removal_events re ON d.found = 'work_item_removed' AND re.at = d.updated_at
       LEFT JOIN forget_events fe
         ON d.found = 'consumer_forgotten' AND fe.subject = left(d.remote_identifier, 200)
        AND fe.created_at >= d.matched_at
-      LEFT JOIN replace_events pe
-        ON d.found = 'consumer_forgotten' AND fe.id IS NULL AND pe.at = d.matched_at
+      LEFT JOIN first_events ev
+        ON ev.found = d.found AND fe.id IS NULL
+       AND ev.at = CASE d.found WHEN 'work_item_removed' THEN d.updated_at ELSE d.matched_at END
 )
 SELECT 0 AS part, e.reason, e.event_id IS NOT NULL AS explained, e.work_item_id,
        e.hash_type, e.consumer_id, e.remote_identifier, e.matched_at, e.dispatched,
