@@ -44,7 +44,7 @@ from django.utils import timezone
 from factory.django import DjangoModelFactory
 from procrastinate.contrib.django import app
 
-from devtools.drop_simulator import build_drop_zip
+from devtools.drop_simulator import DropSimulator, build_drop_zip
 from devtools.isi_simulator import IsiSimulator
 from devtools.isi_simulator import connection as listed_connection
 from integrations.drop.calendar import drop_timezone, drop_today
@@ -514,6 +514,14 @@ def isi_integration_created(
     return isi_integration_create(
         broker=broker, name=name, base_url=api.base_url, actor="test", **credentials
     )
+
+
+def broker_reports_to(broker: Broker, drop: DropSimulator) -> Broker:
+    """``broker`` with ``drop``'s key and address, as staff set them: its statuses go there."""
+    broker.drop_api_key = drop.api_key
+    broker.drop_base_url = drop.url
+    broker.save()
+    return broker
 
 
 # What migrations leave in the database besides django_migrations, in an order that deletes

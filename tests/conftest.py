@@ -19,9 +19,10 @@ from django.core.cache import caches
 from django.db import connection
 from rest_framework.test import APIClient
 
+from devtools.drop_simulator import DropSimulator
 from integrations.dispatch import signing
 from integrations.models import Broker
-from integrations.services.cycle import drop
+from integrations.services.cycle import drop as drop_service
 from integrations.services.staff.brokers import broker_create
 from integrations.services.staff.keys import CreatedApiKey, api_key_create
 from tests.builders import MIGRATED_TABLES, tables_empty
@@ -292,7 +293,19 @@ def bearer(key: str) -> dict[str, Any]:
 @pytest.fixture(autouse=True)
 def drop_packages_in_tmp(tmp_path_factory: pytest.TempPathFactory, monkeypatch: Any) -> None:
     """Packages downloaded by a test's `drop pull` go to a temporary folder, not var/."""
-    monkeypatch.setattr(drop, "PACKAGES_DIR", tmp_path_factory.mktemp("drop-packages"))
+    monkeypatch.setattr(drop_service, "PACKAGES_DIR", tmp_path_factory.mktemp("drop-packages"))
+
+
+@pytest.fixture
+def drop(settings: Any) -> Iterator[DropSimulator]:
+    """DROP on loopback, its download open for status files (its key: ``drop.api_key``).
+    Tests that need another DROP (notifications, refusals) define their own ``drop``."""
+    # The simulator is on loopback: the one explicit opening of the outbound filter.
+    settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = True
+    with DropSimulator(
+        api_key="dk_test_7Qz9reportKEY42", broker_id="4821", active_download=True
+    ) as simulator:
+        yield simulator
 
 
 @pytest.fixture(autouse=True)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from django.test import override_settings
@@ -22,20 +21,10 @@ from tests.builders import (
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-KEY = "dk_test_jobKEY_0042"
-
 
 @pytest.fixture(autouse=True)
 def empty_job_tables() -> Iterator[None]:
     yield from truncate_jobs()
-
-
-@pytest.fixture
-def drop(settings: Any) -> Iterator[DropSimulator]:
-    # The simulator is on loopback: the one explicit opening of the outbound filter.
-    settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = True
-    with DropSimulator(api_key=KEY, broker_id="4821", active_download=True) as simulator:
-        yield simulator
 
 
 def test_a_complete_cycle_is_uploaded_by_the_job(drop: DropSimulator) -> None:
@@ -43,7 +32,7 @@ def test_a_complete_cycle_is_uploaded_by_the_job(drop: DropSimulator) -> None:
         broker_id="4821",
         name="Acme",
         mode="test",
-        drop_api_key=KEY,
+        drop_api_key=drop.api_key,
         drop_base_url=drop.url,
         actor="test",
     )
@@ -71,7 +60,9 @@ def test_a_complete_cycle_is_uploaded_by_the_job(drop: DropSimulator) -> None:
 
 @override_settings(DROPPORTAL_AUTO_REPORT=False)
 def test_the_job_can_be_turned_off(drop: DropSimulator) -> None:
-    broker_create(broker_id="4821", name="Acme", mode="test", drop_api_key=KEY, actor="test")
+    broker_create(
+        broker_id="4821", name="Acme", mode="test", drop_api_key=drop.api_key, actor="test"
+    )
     assert tasks.report_due() == 0
 
 

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -27,28 +25,18 @@ from tests.builders import (
     DeletionRequestFactory,
     DropCycleFactory,
     WorkItemFactory,
+    broker_reports_to,
 )
 
 pytestmark = pytest.mark.django_db
 
-KEY = "dk_test_commandKEY_7"
 EMAIL = "20260312_4821_Email.csv"
 PHONE = "20260312_4821_Phone.csv"
 
 
 @pytest.fixture
-def drop(settings: Any) -> Iterator[DropSimulator]:
-    # The simulator is on loopback: the one explicit opening of the outbound filter.
-    settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = True
-    with DropSimulator(api_key=KEY, broker_id="4821", active_download=True) as simulator:
-        yield simulator
-
-
-@pytest.fixture
 def cycle(broker: Broker, drop: DropSimulator) -> DropCycle:
-    broker.drop_api_key = KEY
-    broker.drop_base_url = drop.url
-    broker.save()
+    broker_reports_to(broker, drop)
     cycle = DropCycleFactory.create(broker=broker)
     WorkItemFactory.create(cycle=cycle, status_code=3, work_item_id="EmailDeleted")
     WorkItemFactory.create(

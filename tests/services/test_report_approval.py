@@ -9,8 +9,6 @@ what DROP received, the file states, the work items still owed, the ledger, the 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from django.core.exceptions import ValidationError
@@ -48,29 +46,20 @@ from integrations.services.reporting.report_uploads import report_files_upload
 from integrations.services.reporting.reports import report_auto, report_run
 from integrations.services.staff.alerts import alerts_evaluate
 from integrations.services.staff.brokers import broker_update
-from tests.builders import DropCycleFactory, WorkItemFactory
+from tests.builders import DropCycleFactory, WorkItemFactory, broker_reports_to
 
 pytestmark = pytest.mark.django_db
 
-KEY = "dk_test_approveKEY_42"
 EMAIL = "20260312_4821_Email.csv"
 PHONE = "20260312_4821_Phone.csv"
 REPORT_JOBS = "integrations.tasks.report_broker"
 
 
 @pytest.fixture
-def drop(settings: Any) -> Iterator[DropSimulator]:
-    # The simulator is on loopback: the one explicit opening of the outbound filter.
-    settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = True
-    with DropSimulator(api_key=KEY, broker_id="4821", active_download=True) as simulator:
-        yield simulator
-
-
-@pytest.fixture
 def client(drop: DropSimulator) -> DropClient:
     return DropClient(
         drop.url,
-        KEY,
+        drop.api_key,
         sleep=lambda _: None,
         limits=DropLimits(max_retries=1, connect_timeout=1, read_timeout=2),
         allow_private=True,
@@ -80,9 +69,7 @@ def client(drop: DropSimulator) -> DropClient:
 @pytest.fixture
 def approving(broker: Broker, drop: DropSimulator) -> Broker:
     """A broker with a DROP key whose uploads wait for approval (set as staff set it)."""
-    broker.drop_api_key = KEY
-    broker.drop_base_url = drop.url
-    broker.save()
+    broker_reports_to(broker, drop)
     return broker_update(broker=broker, approve_uploads=True, actor="staff:carol")
 
 

@@ -11,7 +11,7 @@ import base64
 import datetime as dt
 import hashlib
 import io
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,13 +54,13 @@ from tests.builders import (
     DeletionRequestFactory,
     DropCycleFactory,
     WorkItemFactory,
+    broker_reports_to,
     drop_zip,
     write_zip,
 )
 
 pytestmark = pytest.mark.django_db
 
-KEY = "dk_test_7Qz9reportKEY42"
 EMAIL = "20260312_4821_Email.csv"
 PHONE = "20260312_4821_Phone.csv"
 
@@ -72,19 +72,8 @@ def csv_rows(content: bytes) -> dict[str, int]:
 
 
 @pytest.fixture
-def drop(settings: Any) -> Iterator[DropSimulator]:
-    # The simulator is on loopback: the one explicit opening of the outbound filter.
-    settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = True
-    with DropSimulator(api_key=KEY, broker_id="4821", active_download=True) as simulator:
-        yield simulator
-
-
-@pytest.fixture
 def keyed_broker(broker: Broker, drop: DropSimulator) -> Broker:
-    broker.drop_api_key = KEY
-    broker.drop_base_url = drop.url
-    broker.save()
-    return broker
+    return broker_reports_to(broker, drop)
 
 
 @pytest.fixture
@@ -96,7 +85,7 @@ def sleeps() -> list[float]:
 def client(drop: DropSimulator, sleeps: list[float]) -> DropClient:
     return DropClient(
         drop.url,
-        KEY,
+        drop.api_key,
         sleep=sleeps.append,
         limits=DropLimits(max_retries=2, connect_timeout=1, read_timeout=2),
         allow_private=True,
@@ -367,7 +356,7 @@ def test_drop_unreachable_is_the_same(cycle: DropCycle, drop: DropSimulator) -> 
     drop.stop()
     unreachable = DropClient(
         drop.url,
-        KEY,
+        drop.api_key,
         sleep=lambda s: None,
         limits=DropLimits(max_retries=1, connect_timeout=1, read_timeout=1),
         allow_private=True,
@@ -419,7 +408,7 @@ class _DiesAfterDropAnswers(DropClient):
 def test_an_upload_accepted_then_retried_counts_as_accepted_once(
     cycle: DropCycle, drop: DropSimulator, client: DropClient
 ) -> None:
-    dying = _DiesAfterDropAnswers(drop.url, KEY, sleep=lambda s: None, allow_private=True)
+    dying = _DiesAfterDropAnswers(drop.url, drop.api_key, sleep=lambda s: None, allow_private=True)
     with pytest.raises(KeyboardInterrupt):
         report_run(broker=cycle.broker, upload=True, client=dying)
     assert ReportFile.objects.get(file_name=EMAIL).state == ReportFileState.WRITTEN
