@@ -66,6 +66,8 @@ from integrations.models import (
     Integration,
     IntegrationKind,
     IsiConnection,
+    LedgerAnchor,
+    LedgerChainLink,
     OptOutRecord,
     Reappearance,
     ReportFile,
@@ -80,6 +82,7 @@ from integrations.models import (
     WorkItem,
     WorkItemState,
 )
+from integrations.services.ledger import ledger_seal
 from integrations.services.staff.integrations import CreatedIntegration, webhook_integration_create
 from integrations.services.staff.isi import CreatedIsiIntegration, isi_integration_create
 
@@ -513,6 +516,24 @@ def isi_integration_created(
     )
     return isi_integration_create(
         broker=broker, name=name, base_url=api.base_url, actor="test", **credentials
+    )
+
+
+def anchor_moved_to_head(anchor: LedgerAnchor) -> LedgerAnchor:
+    """A forgery the checks must name: the sealed chain head's anchor holding ``anchor``'s
+    token, signed over another hash (a token moved to a chain head it never saw)."""
+    ledger_seal()
+    head = LedgerChainLink.objects.order_by("-position").first()
+    assert head is not None and head.position > anchor.position
+    return LedgerAnchor.objects.create(
+        position=head.position,
+        event_id=head.event_id,
+        chain_hash=head.chain_hash,
+        token=anchor.token,
+        token_sha256=anchor.token_sha256,
+        tsa_url=anchor.tsa_url,
+        gen_time=anchor.gen_time,
+        created_at=timezone.now(),
     )
 
 

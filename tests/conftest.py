@@ -20,6 +20,7 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from devtools.drop_simulator import DropSimulator
+from devtools.tsa_simulator import TsaSimulator
 from integrations.dispatch import signing
 from integrations.models import Broker
 from integrations.services.cycle import drop as drop_service
@@ -306,6 +307,15 @@ def drop(settings: Any) -> Iterator[DropSimulator]:
         api_key="dk_test_7Qz9reportKEY42", broker_id="4821", active_download=True
     ) as simulator:
         yield simulator
+
+
+@pytest.fixture
+def tsa(settings: Any) -> Iterator[TsaSimulator]:
+    """A time-stamping authority on loopback, as the service's ``DROPPORTAL_TSA_URL``."""
+    with TsaSimulator() as running:
+        settings.DROPPORTAL_TSA_URL = running.url
+        settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = True  # the authority is on loopback
+        yield running
 
 
 @pytest.fixture(autouse=True)

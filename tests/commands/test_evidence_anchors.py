@@ -12,13 +12,11 @@ import sys
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from cryptography import x509
 from django.core.management import call_command
 from django.db import transaction
-from django.utils import timezone
 
 from devtools.drop_simulator import DropSimulator
 from devtools.tsa_simulator import TsaSimulator
@@ -26,21 +24,14 @@ from integrations.evidence import timestamps
 from integrations.evidence.timestamps import load_certificates
 from integrations.evidence.verify import verify_pack
 from integrations.ledger_kinds import LedgerKind
-from integrations.models import Broker, DropCycle, LedgerAnchor, LedgerChainLink
-from integrations.services.ledger import ledger_event_append, ledger_seal
+from integrations.models import Broker, DropCycle
+from integrations.services.ledger import ledger_event_append
 from integrations.services.ledger_anchors import ledger_anchor
+from tests.builders import anchor_moved_to_head
 from tests.evidence_world import DROP_KEY, evidence_world
 
 pytestmark = pytest.mark.django_db
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def tsa(settings: Any) -> Iterator[TsaSimulator]:
-    with TsaSimulator() as running:
-        settings.DROPPORTAL_TSA_URL = running.url
-        settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = True  # the authority is on loopback
-        yield running
 
 
 @pytest.fixture
@@ -153,27 +144,14 @@ def test_a_token_of_another_chain_head_fails_and_is_named(
 ) -> None:
     honest = ledger_anchor()
     broker_event()
-    ledger_seal()
-    head = LedgerChainLink.objects.order_by("-position").first()
-    assert head is not None
-    # Kept for the head, signed over another hash: a token moved to a chain it never saw.
-    LedgerAnchor.objects.create(
-        position=head.position,
-        event_id=head.event_id,
-        chain_hash=head.chain_hash,
-        token=honest.token,
-        token_sha256=honest.token_sha256,
-        tsa_url=tsa.url,
-        gen_time=honest.gen_time,
-        created_at=timezone.now(),
-    )
+    forged = anchor_moved_to_head(honest)
     exported = export(cycle, tmp_path)
     result = verify_pack(
         exported, public_key_pem=public_key.read_bytes(), tsa_certificates=authority(tsa)
     )
     assert result.failure == (
-        f"anchors/{head.position}.tsr (position {head.position}): it covers another chain "
-        f"head, not {head.chain_hash}"
+        f"anchors/{forged.position}.tsr (position {forged.position}): it covers another "
+        f"chain head, not {forged.chain_hash}"
     )
 
 

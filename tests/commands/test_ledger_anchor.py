@@ -8,31 +8,22 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
 from django.db import transaction
-from django.utils import timezone
 
 from devtools.tsa_simulator import TsaSimulator
 from integrations.ledger_kinds import LedgerKind
-from integrations.models import LedgerAnchor, LedgerChainLink
-from integrations.services.ledger import ledger_event_append, ledger_seal
+from integrations.models import LedgerAnchor
+from integrations.services.ledger import ledger_event_append
+from tests.builders import anchor_moved_to_head
 from tests.conftest import subprocess_env
 
 pytestmark = pytest.mark.django_db
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def tsa(settings: Any) -> Iterator[TsaSimulator]:
-    with TsaSimulator() as running:
-        settings.DROPPORTAL_TSA_URL = running.url
-        settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = True  # the authority is on loopback
-        yield running
 
 
 @pytest.fixture(autouse=True)
@@ -113,19 +104,7 @@ def test_ledger_verify_names_a_token_of_another_chain_head(
 ) -> None:
     run("anchor")
     honest = LedgerAnchor.objects.get()
-    ledger_seal()
-    head = LedgerChainLink.objects.order_by("-position").first()
-    assert head is not None and head.position > honest.position
-    forged = LedgerAnchor.objects.create(
-        position=head.position,
-        event_id=head.event_id,
-        chain_hash=head.chain_hash,
-        token=honest.token,
-        token_sha256=honest.token_sha256,
-        tsa_url=tsa.url,
-        gen_time=honest.gen_time,
-        created_at=timezone.now(),
-    )
+    forged = anchor_moved_to_head(honest)
     ca = tmp_path / "tsa-ca.pem"
     ca.write_bytes(tsa.ca_pem)
     err = io.StringIO()
@@ -133,8 +112,8 @@ def test_ledger_verify_names_a_token_of_another_chain_head(
         call_command("ledger", "verify", "--tsa-cert", str(ca), stdout=io.StringIO(), stderr=err)
     assert exited.value.code == 1
     assert err.getvalue() == (
-        f"Ledger anchor does not hold: the token of position {head.position} (anchor "
-        f"{forged.id}): it covers another chain head, not {head.chain_hash}.\n"
+        f"Ledger anchor does not hold: the token of position {forged.position} (anchor "
+        f"{forged.id}): it covers another chain head, not {forged.chain_hash}.\n"
     )
 
 

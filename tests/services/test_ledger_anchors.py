@@ -5,7 +5,6 @@ when the authority fails."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,7 +19,7 @@ from integrations.evidence.timestamps import load_certificates, token_gen_time
 from integrations.ledger_hash import chain_hash, event_hash
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import LedgerAnchor, LedgerChainLink, LedgerEvent
-from integrations.services.ledger import ledger_event_append, ledger_seal
+from integrations.services.ledger import ledger_event_append
 from integrations.services.ledger_anchors import (
     AnchorFailed,
     AnchorNotConfigured,
@@ -28,16 +27,9 @@ from integrations.services.ledger_anchors import (
     ledger_anchors_verify,
 )
 from integrations.services.staff.alerts import alerts_evaluate
+from tests.builders import anchor_moved_to_head
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def tsa(settings: Any) -> Iterator[TsaSimulator]:
-    with TsaSimulator() as running:
-        settings.DROPPORTAL_TSA_URL = running.url
-        settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = True  # the authority is on loopback
-        yield running
 
 
 def some_events(n: int = 3) -> None:
@@ -132,25 +124,12 @@ def test_a_kept_token_of_another_chain_head_fails_and_is_named(tsa: TsaSimulator
     some_events()
     good = ledger_anchor()
     some_events()
-    ledger_seal()
-    head = LedgerChainLink.objects.order_by("-position").first()
-    assert head is not None
-    # Kept under the head's position, but signed over another hash (the first anchor's).
-    forged = LedgerAnchor.objects.create(
-        position=head.position,
-        event_id=head.event_id,
-        chain_hash=head.chain_hash,
-        token=good.token,
-        token_sha256=good.token_sha256,
-        tsa_url=tsa.url,
-        gen_time=good.gen_time,
-        created_at=timezone.now(),
-    )
+    forged = anchor_moved_to_head(good)
     checked, problems = ledger_anchors_verify(authorities=load_certificates(tsa.ca_pem))
     assert checked == 2
     assert [str(problem) for problem in problems] == [
-        f"the token of position {head.position} (anchor {forged.id}): it covers another "
-        f"chain head, not {head.chain_hash}"
+        f"the token of position {forged.position} (anchor {forged.id}): it covers another "
+        f"chain head, not {forged.chain_hash}"
     ]
 
 
