@@ -17,8 +17,9 @@ until Ctrl-C::
     python -m devtools.demo --no-serve --screenshots docs   # also the README's pictures
     python -m devtools.demo --sso            # staff sign in through a loopback identity provider
 
-A developer tool, not product code: nothing in ``integrations/`` imports it. It chooses its
-database before Django starts, so it imports the app inside functions, after ``django.setup()``.
+A developer tool, not product code: nothing in ``integrations/`` imports it. It sets its
+environment before Django starts, so it imports the app inside functions, after
+``django.setup()``.
 """
 
 from __future__ import annotations
@@ -102,17 +103,19 @@ def free_port(preferred: int) -> int:
             return int(probe.getsockname()[1])
 
 
-def use_demo_database() -> str:
-    """Point Django at a fresh ``<name>_demo`` database on the project's PostgreSQL."""
+def use_demo_database(template: str | None) -> str:
+    """Point Django at a fresh ``<name>_demo`` database on the project's PostgreSQL: empty, or
+    a copy of ``template`` (a database those migrations already made) to skip migrating."""
     from django.conf import settings
     from django.db import connection
 
     database = settings.DATABASES["default"]
     demo_name = f"{database['NAME']}_demo"
+    copy = f' TEMPLATE "{template}"' if template else ""
     # Django's connection is in autocommit here, which CREATE DATABASE needs.
     with connection.cursor() as cursor:
         cursor.execute(f'DROP DATABASE IF EXISTS "{demo_name}" WITH (FORCE)')
-        cursor.execute(f'CREATE DATABASE "{demo_name}"')
+        cursor.execute(f'CREATE DATABASE "{demo_name}"{copy}')
     connection.close()  # the next query opens one on the demo's database
     database["NAME"] = demo_name
     return demo_name
@@ -234,7 +237,7 @@ class BrokerSystem:
 
 def narrate(args: argparse.Namespace) -> None:
     say = Narrator()
-    public_url, password = start_service(say, port=free_port(args.port))
+    public_url, password = start_service(say, port=free_port(args.port), template=args.template)
     from devtools.broker_simulator import BrokerSimulator
     from devtools.drop_simulator import DropSimulator
     from devtools.tsa_simulator import TsaSimulator
@@ -281,7 +284,7 @@ def narrate(args: argparse.Namespace) -> None:
             serve_until_interrupted(public_url)
 
 
-def start_service(say: Narrator, *, port: int) -> tuple[str, str]:
+def start_service(say: Narrator, *, port: int, template: str | None) -> tuple[str, str]:
     """A fresh, migrated demo database, a staff login, and the service on ``port``; the
     service's URL and the login's password."""
     public_url = f"http://127.0.0.1:{port}"
@@ -291,10 +294,10 @@ def start_service(say: Narrator, *, port: int) -> tuple[str, str]:
     os.environ.setdefault("DROPPORTAL_LOG_LEVEL", "WARNING")
 
     say.section("A fresh database and the service on " + public_url)
-    demo_db = use_demo_database()
     import django
 
     django.setup()
+    demo_db = use_demo_database(template)
     from django.conf import settings
 
     # A throwaway database served on 127.0.0.1 only: its one staff login goes without a
@@ -882,6 +885,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--sso", action="store_true", help="staff sign in through a loopback identity provider"
+    )
+    parser.add_argument(
+        "--template",
+        help="copy this migrated database of the same server instead of migrating (the tests')",
     )
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))

@@ -373,10 +373,17 @@ def signature_clock(monkeypatch: pytest.MonkeyPatch) -> float:
 
 
 @pytest.fixture(scope="session")
-def demo(django_db_setup: None) -> Iterator[ServedDemo]:
+def demo(
+    request: pytest.FixtureRequest, django_db_setup: None, django_db_blocker: Any
+) -> Iterator[ServedDemo]:
     """``make demo`` run once in this test process and left serving (tests/served_demo.py):
-    its story, its URL and its logins' password."""
+    its story, its URL and its logins' password. Its database is a copy of the migrated
+    template when there is one (not with ``--reuse-db``), as the test database is."""
     from tests.served_demo import served_demo
 
-    with served_demo() as running:
+    template = request.config.stash[TEST_DATABASE][1]
+    with django_db_blocker.unblock(), connection._nodb_cursor() as cursor:
+        cursor.execute("SELECT FROM pg_database WHERE datname = %s", [template])
+        found = cursor.fetchone() is not None
+    with served_demo(template if found else None) as running:
         yield running

@@ -39,12 +39,14 @@ def demo_env() -> dict[str, str]:
 
 
 @contextmanager
-def served_demo() -> Iterator[ServedDemo]:
-    """Run ``python -m devtools.demo`` as ``make demo`` does, until it serves; Ctrl-C after."""
+def served_demo(template: str | None = None) -> Iterator[ServedDemo]:
+    """Run ``python -m devtools.demo`` as ``make demo`` does, until it serves; Ctrl-C after.
+    With ``template`` its database is a copy of that migrated one (``--template``)."""
     port = free_port()
+    copy = ["--template", template] if template else []
     started = dt.datetime.now(dt.UTC)
     process = subprocess.Popen(  # noqa: S603
-        [sys.executable, "-m", "devtools.demo", "--port", str(port)],
+        [sys.executable, "-m", "devtools.demo", "--port", str(port), *copy],
         cwd=ROOT,
         env=demo_env(),
         stdout=subprocess.PIPE,
