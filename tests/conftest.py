@@ -381,9 +381,15 @@ def demo(
     template when there is one (not with ``--reuse-db``), as the test database is."""
     from tests.served_demo import served_demo
 
-    template = request.config.stash[TEST_DATABASE][1]
-    with django_db_blocker.unblock(), connection._nodb_cursor() as cursor:
-        cursor.execute("SELECT FROM pg_database WHERE datname = %s", [template])
-        found = cursor.fetchone() is not None
-    with served_demo(template if found else None) as running:
+    with django_db_blocker.unblock():
+        template = migrated_template(request.config)
+    with served_demo(template) as running:
         yield running
+
+
+def migrated_template(config: pytest.Config) -> str | None:
+    """The name of the migrated database test databases are copied from, if there is one."""
+    template = config.stash[TEST_DATABASE][1]
+    with connection._nodb_cursor() as cursor:
+        cursor.execute("SELECT FROM pg_database WHERE datname = %s", [template])
+        return template if cursor.fetchone() is not None else None
