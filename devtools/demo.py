@@ -16,6 +16,7 @@ until Ctrl-C::
     python -m devtools.demo --no-serve       # narrate and stop
     python -m devtools.demo --no-serve --screenshots docs   # also the README's pictures
     python -m devtools.demo --sso            # staff sign in through a loopback identity provider
+    python -m devtools.demo --template NAME  # copy that migrated database (the tests' template)
 
 A developer tool, not product code: nothing in ``integrations/`` imports it. It sets its
 environment before Django starts, so it imports the app inside functions, after
