@@ -573,26 +573,11 @@ def tables_empty() -> None:
         cursor.execute(f"BEGIN; SET LOCAL session_replication_role = replica; {deletes}COMMIT;")
 
 
-def jobs_truncate() -> None:
-    """Empty Procrastinate's tables, which Django does not flush after a transactional test."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "TRUNCATE procrastinate_jobs, procrastinate_periodic_defers, "
-            "procrastinate_workers CASCADE"
-        )
-
-
-def truncate_jobs() -> Iterator[None]:
-    """For transactional tests: no job of an earlier test, and none left for a later one."""
-    jobs_truncate()
+def worker_connections_ended() -> Iterator[None]:
+    """After the test, end the connections an in-process worker's job threads keep
+    (CONN_MAX_AGE), so the test database can be dropped at the end of the run. The jobs
+    themselves go with every other row at a transactional test's end (``tables_empty``)."""
     yield
-    jobs_truncate()
-
-
-def worker_jobs_emptied() -> Iterator[None]:
-    """``truncate_jobs``, then close the connections an in-process worker's job threads keep
-    (CONN_MAX_AGE), so the test database can be dropped at the end of the run."""
-    yield from truncate_jobs()
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"

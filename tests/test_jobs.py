@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
 
 import pytest
 from django.db import transaction
@@ -16,16 +15,11 @@ from integrations import enqueue, tasks
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import LedgerChainLink, LedgerEvent
 from integrations.services.ledger import ledger_event_append
-from tests.builders import run_worker, truncate_jobs
+from tests.builders import run_worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 SEAL_TASK = "integrations.tasks.seal_ledger"
-
-
-@pytest.fixture(autouse=True)
-def empty_job_tables() -> Iterator[None]:
-    yield from truncate_jobs()
 
 
 def test_job_enqueued_in_a_rolled_back_transaction_never_runs() -> None:

@@ -26,7 +26,7 @@ from tests.builders import (
     WebhookIntegrationFactory,
     drop_notification_post,
     run_worker,
-    worker_jobs_emptied,
+    worker_connections_ended,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -36,8 +36,8 @@ DROP_KEY = "dk_test_notifiedPull_7"
 
 
 @pytest.fixture(autouse=True)
-def empty_job_tables() -> Iterator[None]:
-    yield from worker_jobs_emptied()
+def worker_connections_end() -> Iterator[None]:
+    yield from worker_connections_ended()
 
 
 @pytest.fixture

@@ -51,7 +51,7 @@ from tests.builders import (
     drop_zip,
     run_worker,
     work_item_of,
-    worker_jobs_emptied,
+    worker_connections_ended,
     write_zip,
 )
 from tests.test_whole_cycle import RESOLVED, IsiSide, WebhookSide
@@ -64,8 +64,8 @@ NEW_PER_ROUND = {"request_uuid", "webhook_request_id", "results_token"}
 
 
 @pytest.fixture(autouse=True)
-def empty_job_tables() -> Iterator[None]:
-    yield from worker_jobs_emptied()
+def worker_connections_end() -> Iterator[None]:
+    yield from worker_connections_ended()
 
 
 @pytest.fixture

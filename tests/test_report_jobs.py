@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from django.test import override_settings
 from procrastinate.contrib.django.models import ProcrastinateJob
@@ -16,15 +14,9 @@ from tests.builders import (
     DropCycleFactory,
     WorkItemFactory,
     run_worker,
-    truncate_jobs,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def empty_job_tables() -> Iterator[None]:
-    yield from truncate_jobs()
 
 
 def test_a_complete_cycle_is_uploaded_by_the_job(drop: DropSimulator) -> None:

@@ -70,7 +70,7 @@ from tests.builders import (
     broker_connections,
     drop_zip,
     run_worker,
-    worker_jobs_emptied,
+    worker_connections_ended,
     write_zip,
 )
 from tests.conftest import bearer
@@ -217,8 +217,8 @@ def saas_system() -> Iterator[BrokerSimulator]:
 
 
 @pytest.fixture(autouse=True)
-def empty_job_tables() -> Iterator[None]:
-    yield from worker_jobs_emptied()
+def worker_connections_end() -> Iterator[None]:
+    yield from worker_connections_ended()
 
 
 def _by_consumer(requests: list[ReceivedRequest]) -> dict[str, list[ReceivedRequest]]:

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from django.conf import settings
@@ -21,18 +21,12 @@ from integrations import tasks
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import LedgerChainLink
 from integrations.services.ledger import ledger_event_append
-from tests.builders import truncate_jobs
 from tests.conftest import database_server, database_url, subprocess_env
 from tests.db_proxy import DatabaseProxy
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 PATIENCE_SECONDS = 120  # a bound for a stuck worker, not a timing under test
-
-
-@pytest.fixture(autouse=True)
-def empty_job_tables() -> Iterator[None]:
-    yield from truncate_jobs()
 
 
 def _eventually(check: Callable[[], bool], what: str) -> None:

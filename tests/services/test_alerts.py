@@ -58,7 +58,6 @@ from tests.builders import (
     WorkItemFactory,
     drop_zip,
     items_reported,
-    truncate_jobs,
     webhook_integration_created,
 )
 from tests.conftest import subprocess_env
@@ -133,11 +132,6 @@ def channels(
     settings.DROPPORTAL_ALERT_WEBHOOK_URL = webhook[0]
     settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = True  # the webhook listens on loopback
     return inbox, webhook[1]
-
-
-@pytest.fixture(autouse=True)
-def empty_job_tables() -> Iterator[None]:
-    yield from truncate_jobs()
 
 
 @pytest.fixture

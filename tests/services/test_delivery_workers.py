@@ -36,7 +36,7 @@ from integrations.services.staff.brokers import broker_create
 from tests.builders import (
     DeletionRequestFactory,
     webhook_integration_created,
-    worker_jobs_emptied,
+    worker_connections_ended,
 )
 from tests.conftest import subprocess_env
 
@@ -44,8 +44,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture(autouse=True)
-def empty_job_tables() -> Iterator[None]:
-    yield from worker_jobs_emptied()
+def worker_connections_end() -> Iterator[None]:
+    yield from worker_connections_ended()
 
 
 @pytest.fixture(autouse=True)
