@@ -111,6 +111,14 @@ def template_name() -> str:
     return f"test_{settings.DATABASES['default']['NAME']}_migrated_{migrations_fingerprint()}"[-63:]
 
 
+def migrated_template(config: pytest.Config) -> str | None:
+    """The name of the migrated database test databases are copied from, if there is one."""
+    template = config.stash[TEST_DATABASE][1]
+    with connection._nodb_cursor() as cursor:
+        cursor.execute("SELECT FROM pg_database WHERE datname = %s", [template])
+        return template if cursor.fetchone() is not None else None
+
+
 @pytest.fixture(scope="session")
 def django_db_keepdb(
     request: pytest.FixtureRequest,
@@ -130,12 +138,12 @@ def django_db_keepdb(
     request.config.stash[TEST_DATABASE] = (test_name, template, False)
     if django_db_keepdb:
         return True
-    with django_db_blocker.unblock(), connection._nodb_cursor() as cursor:
-        cursor.execute("SELECT FROM pg_database WHERE datname = %s", [template])
-        if cursor.fetchone() is None:
+    with django_db_blocker.unblock():
+        if migrated_template(request.config) is None:
             return False
-        cursor.execute(f'DROP DATABASE IF EXISTS "{test_name}" WITH (FORCE)')
-        cursor.execute(f'CREATE DATABASE "{test_name}" TEMPLATE "{template}"')
+        with connection._nodb_cursor() as cursor:
+            cursor.execute(f'DROP DATABASE IF EXISTS "{test_name}" WITH (FORCE)')
+            cursor.execute(f'CREATE DATABASE "{test_name}" TEMPLATE "{template}"')
     request.config.stash[TEST_DATABASE] = (test_name, template, True)
     return True
 
@@ -335,6 +343,23 @@ def database_url() -> str:
     return f"postgres:///{given['dbname']}?{query}"
 
 
+@contextlib.contextmanager
+def database_of_its_own(suffix: str, *, template: str | None = None) -> Iterator[str]:
+    """``<test database>_<suffix>`` on the test server, empty or a copy of ``template``: its
+    URL (a DATABASE_URL); dropped afterwards."""
+    test_name = connection.settings_dict["NAME"]
+    name = f"{test_name}_{suffix}"
+    copy = f' TEMPLATE "{template}"' if template else ""
+    with connection._nodb_cursor() as cursor:
+        cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        cursor.execute(f'CREATE DATABASE "{name}"{copy}')
+    try:
+        yield database_url().replace(f"/{test_name}?", f"/{name}?", 1)
+    finally:
+        with connection._nodb_cursor() as cursor:
+            cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 def database_server() -> tuple[str, int] | str:
     """Where the test database's server listens: (host, port), or a Unix socket's path."""
     given = connection.get_connection_params()
@@ -385,11 +410,3 @@ def demo(
         template = migrated_template(request.config)
     with served_demo(template) as running:
         yield running
-
-
-def migrated_template(config: pytest.Config) -> str | None:
-    """The name of the migrated database test databases are copied from, if there is one."""
-    template = config.stash[TEST_DATABASE][1]
-    with connection._nodb_cursor() as cursor:
-        cursor.execute("SELECT FROM pg_database WHERE datname = %s", [template])
-        return template if cursor.fetchone() is not None else None

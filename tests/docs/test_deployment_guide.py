@@ -24,7 +24,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 import yaml
 from cryptography.fernet import Fernet
@@ -35,7 +34,7 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from integrations.services.staff.keys import api_key_create
-from tests.conftest import TEST_DATABASE, bearer, database_url
+from tests.conftest import bearer, database_of_its_own, migrated_template
 from tests.ports import free_port
 from tests.tls import self_signed_certificate
 
@@ -72,17 +71,8 @@ def guide_database(db: None, request: pytest.FixtureRequest) -> Iterator[str]:
     there is one (the guide's ``migrate`` then has nothing to apply, as on an upgrade that
     changes no model; migrating from empty is the suite's own start and
     tests/sql/test_sql_functions.py's), else empty."""
-    name = f"{connection.settings_dict['NAME']}_guide"
-    template = request.config.stash[TEST_DATABASE][1]
-    admin_url = database_url()
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        found = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [template])
-        copied = f' TEMPLATE "{template}"' if found.fetchone() else ""
-        conn.execute(f'CREATE DATABASE "{name}"{copied}')
-    yield admin_url.replace(f"/{connection.settings_dict['NAME']}?", f"/{name}?", 1)
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with database_of_its_own("guide", template=migrated_template(request.config)) as url:
+        yield url
 
 
 def _deployment_env(url: str, tmp_path: Path) -> dict[str, str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from django.db import connection
 
 from integrations.services.ledger import canonical_data, event_hash
 from integrations.services.staff.keys import key_digest
-from tests.conftest import database_url, subprocess_env
+from tests.conftest import database_of_its_own, subprocess_env
 
 SQL_DIR = Path(settings.BASE_DIR) / "integrations" / "sql"
 
@@ -80,17 +81,10 @@ def _migrate(url: str, *target: str) -> None:
 
 
 @pytest.fixture
-def scratch_database(db: None) -> Any:
-    """A database of its own on the test server, dropped afterwards."""
-    name = f"{connection.settings_dict['NAME']}_upgrade"
-    admin_url = database_url()
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    url = admin_url.replace(f"/{connection.settings_dict['NAME']}?", f"/{name}?", 1)
-    yield url
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+def scratch_database(db: None) -> Iterator[str]:
+    """An empty database of its own on the test server, dropped afterwards."""
+    with database_of_its_own("upgrade") as url:
+        yield url
 
 
 @pytest.mark.slow
