@@ -77,21 +77,24 @@ WITH now_pairs AS MATERIALIZED (
       FROM now_pairs n
       FULL JOIN recorded r ON r.work_item_pk = n.work_item_pk AND r.consumer_id = n.consumer_id
 ), differences AS MATERIALIZED (
-    SELECT p.*, w.work_item_id, w.hash_type, w.updated_at,
-           CASE WHEN p.matches_now AND p.recorded THEN 'late_match'
-                WHEN p.matches_now AND w.state = %(removed)s THEN 'work_item_removed'
-                WHEN p.matches_now THEN 'match_not_recorded'
-                WHEN p.consumer_id IS NULL THEN 'consumer_forgotten'
-                ELSE 'hash_missing' END AS found
-      FROM pairs p
-      JOIN integrations_workitem w ON w.id = p.work_item_pk
-     WHERE NOT (p.matches_now AND p.recorded AND NOT p.late)
+    -- since: when what explains the difference can have happened (a removal: the work
+    -- item's last change; anything else: the recorded match).
+    SELECT f.*, CASE f.found WHEN 'work_item_removed' THEN f.updated_at
+                             ELSE f.matched_at END AS since
+      FROM (SELECT p.*, w.work_item_id, w.hash_type, w.updated_at,
+                   CASE WHEN p.matches_now AND p.recorded THEN 'late_match'
+                        WHEN p.matches_now AND w.state = %(removed)s THEN 'work_item_removed'
+                        WHEN p.matches_now THEN 'match_not_recorded'
+                        WHEN p.consumer_id IS NULL THEN 'consumer_forgotten'
+                        ELSE 'hash_missing' END AS found
+              FROM pairs p
+              JOIN integrations_workitem w ON w.id = p.work_item_pk
+             WHERE NOT (p.matches_now AND p.recorded AND NOT p.late)) f
 ), first_events AS (
-    -- The first ledger event, at or after a difference's time, of the kind that explains it:
-    -- a late match, a work item's removal, a replacement of the consumers.
-    SELECT t.found, t.at, t.kind, e.id, e.created_at
-      FROM (SELECT DISTINCT found,
-                   CASE found WHEN 'work_item_removed' THEN updated_at ELSE matched_at END AS at,
+    -- The first ledger event since a difference of the kind that explains it: a late
+    -- match, a work item's removal, a replacement of the consumers.
+    SELECT t.found, t.since, t.kind, e.id, e.created_at
+      FROM (SELECT DISTINCT found, since,
                    CASE found WHEN 'late_match' THEN %(late_kind)s
                               WHEN 'work_item_removed' THEN %(removed_kind)s
                               ELSE %(replaced_kind)s END AS kind
@@ -99,7 +102,7 @@ WITH now_pairs AS MATERIALIZED (
              WHERE found IN ('late_match', 'work_item_removed', 'consumer_forgotten')) t
       CROSS JOIN LATERAL (
         SELECT id, created_at FROM integrations_ledgerevent
-         WHERE broker_id = %(code)s AND kind = t.kind AND created_at >= t.at
+         WHERE broker_id = %(code)s AND kind = t.kind AND created_at >= t.since
          ORDER BY created_at, id LIMIT 1) e
 ), forget_events AS (
     SELECT DISTINCT ON (subject) subject, id, created_at
@@ -131,8 +134,7 @@ WITH now_pairs AS MATERIALIZED (
         ON d.found = 'consumer_forgotten' AND fe.subject = left(d.remote_identifier, 200)
        AND fe.created_at >= d.matched_at
       LEFT JOIN first_events ev
-        ON ev.found = d.found AND fe.id IS NULL
-       AND ev.at = CASE d.found WHEN 'work_item_removed' THEN d.updated_at ELSE d.matched_at END
+        ON ev.found = d.found AND ev.since = d.since AND fe.id IS NULL
 )
 SELECT 0 AS part, e.reason, e.event_id IS NOT NULL AS explained, e.work_item_id,
        e.hash_type, e.consumer_id, e.remote_identifier, e.matched_at, e.dispatched,
