@@ -23,7 +23,6 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
 from django.utils import timezone
-from procrastinate.contrib.django import app
 from procrastinate.contrib.django.models import ProcrastinateJob
 
 from devtools.drop_simulator import DropSimulator, work_items
@@ -58,6 +57,7 @@ from tests.builders import (
     WorkItemFactory,
     drop_zip,
     items_reported,
+    run_worker,
     webhook_integration_created,
 )
 from tests.conftest import subprocess_env
@@ -155,15 +155,9 @@ def broker(drop: DropSimulator) -> Broker:
     )
 
 
-def run_jobs() -> None:
-    """A real worker (its own connection, as ``manage.py worker``) until the queue is empty."""
-    with app.replace_connector(app.connector.get_worker_connector()):  # type: ignore[attr-defined]
-        app.run_worker(wait=False, install_signal_handlers=False, listen_notify=False)
-
-
 def evaluate_and_send() -> None:
     alerts_evaluate()
-    run_jobs()
+    run_worker()
 
 
 def pull() -> None:
@@ -239,7 +233,7 @@ def test_a_refused_drop_key_or_package_alerts_at_once_not_at_the_next_evaluation
 
     # The pull queued an evaluation: the worker alone sends the alert, no periodic run.
     assert _evaluations_waiting() == 1
-    run_jobs()
+    run_worker()
 
     assert len(inbox.messages) == 1
     assert inbox.messages[0]["Subject"].startswith("[dropportal] ALERT: DROP pull for broker")
@@ -499,7 +493,7 @@ def test_a_refused_file_alerts_at_once_until_staff_discard_it(
 
     queued = ProcrastinateJob.objects.filter(task_name="integrations.tasks.evaluate_alerts")
     assert queued.count() == 1  # queued with the refusal, not left to the 5-minute run
-    run_jobs()
+    run_worker()
     (alert,) = AlertState.objects.filter(condition="report_file_refused", active=True)
     assert alert.text.startswith(
         "DROP refused 20260312_4821_Email_amend01.csv (broker 4821, cycle 3): DROP: an "
@@ -516,7 +510,7 @@ def test_a_refused_file_alerts_at_once_until_staff_discard_it(
         reason="DROP closed the cycle",
         actor="test",
     )
-    run_jobs()
+    run_worker()
     alert.refresh_from_db()
     assert alert.active is False
     assert [
