@@ -93,7 +93,6 @@ class _Server(LoopbackServer):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as real receivers do
-    disable_nagle_algorithm = True
     server: _Server
 
     def setup(self) -> None:

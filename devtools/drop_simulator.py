@@ -383,9 +383,7 @@ class DropSimulator:
 class _Handler(BaseHTTPRequestHandler):
     simulator: DropSimulator
     protocol_version = "HTTP/1.1"
-    # Headers and body leave in one segment: no 40 ms delayed-ACK stall on keep-alive.
-    disable_nagle_algorithm = True
-    wbufsize = 1 << 16
+    wbufsize = 1 << 16  # headers and body leave in one write
 
     def log_message(self, format: str, *args: Any) -> None:
         pass

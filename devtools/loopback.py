@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 from http.server import ThreadingHTTPServer
 from typing import Any
@@ -12,6 +13,13 @@ class LoopbackServer(ThreadingHTTPServer):
     (the timeout tests leave one behind on purpose)."""
 
     daemon_threads = True
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        # An answer's headers and body are two writes: with Nagle's algorithm the second
+        # waits for the client's delayed ACK of the first, 40 ms on every answer.
+        connection, address = super().get_request()
+        connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return connection, address
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         pass

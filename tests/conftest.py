@@ -17,6 +17,7 @@ import pytest
 from django.conf import settings
 from django.core.cache import caches
 from django.db import connection
+from django.test.testcases import QuietWSGIRequestHandler
 from rest_framework.test import APIClient
 
 from devtools.drop_simulator import DropSimulator
@@ -39,6 +40,9 @@ def pytest_configure(config: pytest.Config) -> None:
     SIGINT at its default."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    # The live server writes an answer's headers and its body apart: with Nagle's algorithm
+    # the body waits for the client's delayed ACK of the headers, 40 ms on every request.
+    QuietWSGIRequestHandler.disable_nagle_algorithm = True
 
 
 @pytest.hookimpl(trylast=True)
