@@ -63,8 +63,9 @@ def doctor_counts(broker: Broker) -> dict[str, int]:
 
 
 class LifecycleInvariants:
-    """The checks of the lifecycle model, after every step (and the report files after every
-    report run). Mixed into ``LifecycleMachine``, whose state they read."""
+    """The checks of the lifecycle model, after every step (the report files after every
+    report run, the ledger after the last step). Mixed into ``LifecycleMachine``, whose state
+    they read."""
 
     world: World
     drop: ModelDrop
@@ -258,7 +259,12 @@ class LifecycleInvariants:
         assert on_ledger == len(recorded), f"{on_ledger} on the ledger, {len(recorded)} recorded"
 
     @invariant()
+    def ledger_sealed(self) -> None:
+        ledger_seal()  # after every step: the chain grows in as many batches as a history has
+
     def ledger_verifies(self) -> None:
+        """At the end of a history (``teardown``): the ledger is append-only, so a break made
+        by any step is still there then; verifying after every step cost a third of the run."""
         ledger_seal()
         verification = ledger_verify()
         assert verification.ok, verification

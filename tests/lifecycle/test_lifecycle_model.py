@@ -36,7 +36,7 @@ it received, and so what DROP should be told. After every step:
   report; its answers count like the match's own;
 - an item's reported status is the one DROP holds, unless a file DROP has not answered for
   good carries it; an amendment DROP refuses holds back no upload;
-- the ledger verifies.
+- the ledger verifies (at the end of each history: it is append-only, so a break stays).
 
 The broker here has webhook integrations only: ISI connections and SaaS resolutions are not
 part of these histories (their own tests cover them).
@@ -952,6 +952,7 @@ class LifecycleMachine(LifecycleInvariants, RuleBasedStateMachine):
 
     def teardown(self) -> None:
         self.broker_side.clear_script()
+        self.ledger_verifies()
 
 
 # ------------------------------------------------------------------ the test
