@@ -222,7 +222,8 @@ STATIC_ROOT = local_state.VAR_DIR / "static"
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise expects it before collectstatic
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+    # whitenoise's compressed files, compressed again only when changed (dropportal/staticfiles.py)
+    "staticfiles": {"BACKEND": "dropportal.staticfiles.CompressedOnceStaticFilesStorage"},
 }
 
 # The callback throttles (integrations.web.throttling) count in this process's memory: no

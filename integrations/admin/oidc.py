@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import requests
-from authlib.common.errors import AuthlibBaseError
-from authlib.integrations.django_client import DjangoOAuth2App, OAuth
 from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import login
@@ -33,13 +31,17 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.cache import never_cache
-from joserfc.errors import JoseError
 
 from integrations.services.staff.staff_sign_in import (
     OIDC,
     staff_oidc_sign_in,
     staff_sign_in_refuse,
 )
+
+# Authlib (with joserfc) is imported where a sign-in needs it: loading it is a few hundredths
+# of a second of every process's start, and most deployments sign staff in with passwords.
+if TYPE_CHECKING:
+    from authlib.integrations.django_client import DjangoOAuth2App
 
 # This session's sign-in at the provider: whose it is, whether the provider did MFA, and the
 # ID token (the id_token_hint of the logout; nothing else reads it).
@@ -64,6 +66,8 @@ def oidc_enabled() -> bool:
 def _client(issuer: str, client_id: str, client_secret: str, scopes: str) -> DjangoOAuth2App:
     # One per configuration: it keeps the provider's metadata and JWKS once fetched (a key
     # it does not know sends it to fetch the JWKS again).
+    from authlib.integrations.django_client import OAuth
+
     registry = OAuth()
     registry.register(
         name="staff_idp",
@@ -100,6 +104,8 @@ def post_logout_url() -> str:
 
 
 def _metadata() -> dict[str, Any]:
+    from authlib.common.errors import AuthlibBaseError
+
     metadata: dict[str, Any] = identity_provider().load_server_metadata()
     # OpenID Connect Discovery §4.3: the document must name the issuer it was fetched from.
     if metadata.get("issuer", "").rstrip("/") != settings.DROPPORTAL_OIDC_ISSUER:
@@ -119,6 +125,8 @@ def _wanted(request: HttpRequest, wanted: str) -> str:
 def oidc_sign_in_view(request: HttpRequest) -> HttpResponse:
     if not oidc_enabled():
         raise Http404("sign-in through an identity provider is not set up")
+    from authlib.common.errors import AuthlibBaseError
+
     request.session[_NEXT_KEY] = _wanted(request, request.GET.get("next") or "")
     try:
         _metadata()
@@ -141,6 +149,9 @@ def oidc_callback_view(request: HttpRequest) -> HttpResponse:
             error=error,
         )
         return _refused_page(request, f"{NOT_SIGNED_IN_THERE} ({error})")
+    from authlib.common.errors import AuthlibBaseError
+    from joserfc.errors import JoseError
+
     try:
         _metadata()
         token = identity_provider().authorize_access_token(
@@ -195,6 +206,8 @@ def oidc_mfa_passed(request: HttpRequest) -> bool:
 def oidc_logout_url(id_token: str) -> str | None:
     """Where to send a person signing out of an OIDC session: the provider's end-session
     endpoint (None when it has none: the session here ends all the same)."""
+    from authlib.common.errors import AuthlibBaseError
+
     try:
         metadata = _metadata()
     except (AuthlibBaseError, requests.RequestException, ValueError):

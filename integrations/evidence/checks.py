@@ -24,9 +24,8 @@ import zlib
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 
 from integrations.evidence import components as layout
@@ -35,6 +34,9 @@ from integrations.evidence.archive import PackInvalid, check_structure
 from integrations.evidence.timestamps import PackAnchors
 from integrations.ledger_hash import chain_hash, event_hash
 from integrations.ledger_kinds import LedgerKind
+
+if TYPE_CHECKING:
+    from cryptography import x509
 
 _READ_CHUNK = 1 << 20
 _MANIFEST_MAX = 64 << 20

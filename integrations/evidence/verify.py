@@ -31,12 +31,14 @@ import json
 import sys
 import zipfile
 from pathlib import Path
-
-from cryptography import x509
+from typing import TYPE_CHECKING
 
 from integrations.evidence.archive import PackInvalid
 from integrations.evidence.checks import PackChecker, Verification
 from integrations.evidence.timestamps import load_certificates
+
+if TYPE_CHECKING:
+    from cryptography import x509
 
 __all__ = ["PackInvalid", "Verification", "main", "run", "verify_pack"]
 

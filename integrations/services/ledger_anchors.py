@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from cryptography import x509
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
@@ -34,6 +34,9 @@ from integrations.models import LedgerAnchor, LedgerChainLink
 from integrations.outbound_http import deliver
 from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append, ledger_seal
 from integrations.url_extras import without_url_extras
+
+if TYPE_CHECKING:
+    from cryptography import x509
 
 # A token with the signer's certificate is a few KiB; an authority adding its chain, more.
 TOKEN_READ_LIMIT = 64 << 10

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import io
+import logging
 import subprocess
 import sys
 
 import pytest
-from django.core.management import call_command
+from django.core.management import ManagementUtility, call_command
 from django.core.management.base import CommandError
 from django.db import connection
 
@@ -77,25 +78,44 @@ def test_database_refuses_a_bad_id_too() -> None:
         Broker.objects.create(broker_id="12a4", name="x", mode="test")
 
 
-@pytest.mark.parametrize(
-    "argv",
-    [
-        ["brokers", "add", "--broker-id", "4821", "--name", "A", "--mode", "test", "--bogus"],
-        ["brokers", "add", "--broker-id", "4821", "--name", "A", "--mode", "staging"],
-        ["brokers", "add", "--broker-id", "482", "--name", "A", "--mode", "test"],
-        ["brokers"],
-    ],
-)
-# Transactional: the child's start writes the encryption canary to the test database in its
-# own connection, which only a flush takes away again.
+ONE_LINE_ERRORS = [
+    ["brokers", "add", "--broker-id", "4821", "--name", "A", "--mode", "test", "--bogus"],
+    ["brokers", "add", "--broker-id", "4821", "--name", "A", "--mode", "staging"],
+    ["brokers", "add", "--broker-id", "482", "--name", "A", "--mode", "test"],
+    ["brokers"],
+]
+
+
+@pytest.mark.parametrize("argv", ONE_LINE_ERRORS)
+# Transactional: the command line's end closes the connections, and its start writes the
+# encryption canary, which only a flush takes away again.
 @pytest.mark.django_db(transaction=True)
-def test_errors_are_one_line_on_stderr_with_non_zero_exit(argv: list[str], settings) -> None:
-    env = subprocess_env()
+def test_errors_are_one_line_on_stderr_with_non_zero_exit(
+    argv: list[str], capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    # What manage.py runs once Django is set up (as it is here): the command from its argv.
+    caplog.set_level(logging.INFO)
+    with pytest.raises(SystemExit) as exited:
+        ManagementUtility(["manage.py", *argv]).fetch_command(argv[0]).run_from_argv(
+            ["manage.py", *argv]
+        )
+    captured = capsys.readouterr()
+    assert exited.value.code != 0
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, captured.err
+    assert captured.out == ""
+    # Nothing logged either: a process's log lines go to the same stderr.
+    assert not caplog.records, caplog.text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_error_is_one_line_on_the_stderr_of_a_real_process(settings) -> None:
+    # Nothing else of a process's start (its settings, checks, warnings) writes there.
     result = subprocess.run(  # noqa: S603
-        [sys.executable, "manage.py", *argv],
+        [sys.executable, "manage.py", *ONE_LINE_ERRORS[2]],
         capture_output=True,
         text=True,
-        env=env,
+        env=subprocess_env(),
         cwd=settings.BASE_DIR,
         check=False,
     )

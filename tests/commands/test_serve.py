@@ -184,7 +184,7 @@ def test_serve_answers_on_its_port_with_a_worker_and_ctrl_c_stops_both(
         # Ready once the worker has beaten (it started with the web server).
         deadline = time.monotonic() + 120
         while _get(f"{base}/readyz")[0] != 200 and time.monotonic() < deadline:
-            time.sleep(0.5)
+            time.sleep(0.1)
         assert json.loads(_get(f"{base}/readyz")[1])["ready"] is True
         # Callbacks answered by both web processes add up in one scrape (multi-process).
         for _ in range(6):

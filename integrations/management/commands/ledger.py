@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cryptography import x509
 from django.core.management.base import CommandError
 
 from integrations import exports
@@ -26,6 +25,9 @@ from integrations.services.ledger_anchors import (
     ledger_anchor,
     ledger_anchors_verify,
 )
+
+if TYPE_CHECKING:
+    from cryptography import x509
 
 
 class Command(DropportalCommand):
