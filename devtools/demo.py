@@ -312,8 +312,14 @@ def start_service(say: Narrator, *, port: int, template: str | None) -> tuple[st
 
     call("migrate", "--verbosity", "0")
     password = secrets.token_urlsafe(9)
-    get_user_model().objects.create_superuser(DEMO_USER, "demo@example.com", password)
-    create_role_logins(password)
+    from django.contrib.auth.hashers import make_password
+
+    # One derivation for the five logins, which share the password: each is most of a second.
+    encoded = make_password(password)
+    demo = get_user_model().objects.create_superuser(DEMO_USER, "demo@example.com")
+    demo.password = encoded
+    demo.save(update_fields=["password"])
+    create_role_logins(encoded)
     serve_in_background(port)
     say.say(f"database {demo_db}, migrated; staff login {DEMO_USER} / {password}")
     say.say(f"role logins {', '.join(ROLE_LOGINS)}, same password")
@@ -347,15 +353,18 @@ def identity_provider(say: Narrator, public_url: str) -> Any:
     return idp
 
 
-def create_role_logins(password: str) -> None:
-    """One login per staff role (the groups of migration 0005), to see the admin as each."""
+def create_role_logins(encoded_password: str) -> None:
+    """One login per staff role (the groups of migration 0005), to see the admin as each,
+    with the password the demo's login has (``encoded_password``: as ``make_password`` made it)."""
     from django.contrib.auth import get_user_model
     from django.contrib.auth.models import Group
 
     for username, role in ROLE_LOGINS.items():
         user = get_user_model().objects.create_user(
-            username, f"{username}@example.com", password, is_staff=True
+            username, f"{username}@example.com", is_staff=True
         )
+        user.password = encoded_password
+        user.save(update_fields=["password"])
         user.groups.add(Group.objects.get(name=role))
 
 
