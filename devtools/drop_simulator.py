@@ -152,7 +152,7 @@ class DropSimulator:
 
     def start(self) -> DropSimulator:
         if self._thread is None:
-            self._thread = serve_in_thread(self._server, name="drop-simulator", poll_interval=0.01)
+            self._thread = serve_in_thread(self._server, name="drop-simulator")
         return self
 
     def stop(self) -> None:

@@ -26,9 +26,10 @@ class LoopbackServer(ThreadingHTTPServer):
 
 
 def serve_in_thread(
-    server: ThreadingHTTPServer, *, name: str, poll_interval: float = 0.05
+    server: ThreadingHTTPServer, *, name: str, poll_interval: float = 0.01
 ) -> threading.Thread:
-    """``server.serve_forever`` on a started daemon thread (``server.shutdown`` ends it)."""
+    """``server.serve_forever`` on a started daemon thread (``server.shutdown`` ends it within
+    ``poll_interval``: short, as each test using a stand-in waits that long to stop it)."""
     thread = threading.Thread(
         target=server.serve_forever,
         kwargs={"poll_interval": poll_interval},

@@ -31,7 +31,8 @@ class TrickleServer:
         self.connections = 0
         self._stop = threading.Event()
         self._listener = socket.create_server(("127.0.0.1", 0))
-        self._listener.settimeout(0.2)
+        # How often the accepting thread looks at ``_stop``: at most this long to leave.
+        self._listener.settimeout(0.02)
         self.port = int(self._listener.getsockname()[1])
         self.url = f"http://127.0.0.1:{self.port}/"
         self._thread = threading.Thread(target=self._serve, name="trickle-server", daemon=True)

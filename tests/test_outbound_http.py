@@ -299,12 +299,12 @@ def test_sessions_use_the_tls_context(allow_private: bool) -> None:
 
 
 def test_trickling_headers_are_cut_at_the_total_timeout() -> None:
-    # One header byte a second: every read is well within its timeout, and the whole
-    # response (a 200) would take 40 s; only a wall-clock bound ends the call.
-    with TrickleServer(interval=1.0, header_bytes=40) as server:
-        result = _post(server.url, timeout_total=2.0)
+    # One header byte every 0.1 s: every read is well within its timeout, and the whole
+    # response (a 200) would take 4 s; only a wall-clock bound ends the call.
+    with TrickleServer(interval=0.1, header_bytes=40) as server:
+        result = _post(server.url, timeout_total=0.5)
 
-        assert (result.status, result.error) == (None, "timed out after 2 s")
+        assert (result.status, result.error) == (None, "timed out after 0.5 s")
         assert server.cut_off.wait(10), "the client kept the connection open"
         assert not server.finished.is_set()
         assert server.bytes_sent < 40
@@ -336,7 +336,7 @@ def stalled_dns(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
 def test_slow_name_resolution_is_cut_at_the_total_timeout(
     stalled_dns: list[str], url: str, allow_private: bool
 ) -> None:
-    result = _post(url, allow_private=allow_private, timeout_total=1.0)
+    result = _post(url, allow_private=allow_private, timeout_total=0.3)
 
     assert stalled_dns == ["broker.stalled.test"]
-    assert (result.status, result.error) == (None, "timed out after 1 s")
+    assert (result.status, result.error) == (None, "timed out after 0.3 s")

@@ -246,8 +246,12 @@ def test_drop_down_for_good_stops_and_imports_nothing(
     assert len(api_calls()) == 5
 
 
-def test_a_timeout_is_retried(broker: Broker, drop: DropSimulator, package: bytes, capsys) -> None:
-    drop.queue_response(200, body=package, delay=1.5, path="/data/download")  # past 1 s
+def test_a_timeout_is_retried(
+    broker: Broker, drop: DropSimulator, package: bytes, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    quick = dataclasses.replace(drop_services.DROP_LIMITS, read_timeout=0.25)
+    monkeypatch.setattr(drop_services, "DROP_LIMITS", quick)
+    drop.queue_response(200, body=package, delay=1.0, path="/data/download")  # past 0.25 s
     drop.queue_package(package, PACKAGE_NAME)
     assert pull_json(capsys)["outcome"] == "imported"
     assert [outcome for _, outcome in api_calls()] == ["timeout", "package"]
@@ -477,17 +481,18 @@ def test_a_manual_pull_that_succeeds_after_a_refusal_resumes_the_automatic_pull(
 
 @pytest.fixture
 def slow_line(settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Bounds small enough for a test: 0.5 s for DROP's answer to begin, 1 s of silence."""
-    settings.DROPPORTAL_DROP_STALL_SECONDS = 1.0
-    short = dataclasses.replace(drop_services.DROP_LIMITS, total_timeout=0.5)
+    """Bounds small enough for a test: 0.2 s for DROP's answer to begin, 0.3 s of silence
+    (the slow lines below send a piece every 0.03 s)."""
+    settings.DROPPORTAL_DROP_STALL_SECONDS = 0.3
+    short = dataclasses.replace(drop_services.DROP_LIMITS, total_timeout=0.2)
     monkeypatch.setattr(drop_services, "DROP_LIMITS", short)
 
 
 def test_a_package_longer_in_coming_than_every_bound_is_imported(
     broker: Broker, drop: DropSimulator, package: bytes, slow_line: None, capsys
 ) -> None:
-    # About 1.1 s in all, never silent for 1 s: a large package on a slow line.
-    drop.queue_package(package, PACKAGE_NAME, pace=0.1, chunk=-(-len(package) // 12))
+    # About 0.4 s in all, never silent for 0.3 s: a large package on a slow line.
+    drop.queue_package(package, PACKAGE_NAME, pace=0.03, chunk=-(-len(package) // 14))
 
     assert pull_json(capsys)["outcome"] == "imported"
 
@@ -521,17 +526,17 @@ def test_a_package_stalled_past_max_wait_is_resumed_and_arrives_whole(
     tmp_path: Path,
     ranges: bool,
 ) -> None:
-    # Each attempt trickles its bytes 0.1 s apart, never silent for the 1 s stall bound but
-    # longer in all than --max-wait 1: the first stalls half way (silent for 3 s), after
-    # more than a second of receiving; the transfer, not DROP's preparing, took that time.
+    # Each attempt trickles its bytes 0.03 s apart, never silent for the 0.3 s stall bound
+    # but longer in all than --max-wait 0.4: the first stalls half way (silent for 3 s),
+    # after more than 0.4 s of receiving; the transfer, not DROP's preparing, took that time.
     half = len(package) // 2
     piece = -(-len(package) // 20)
     drop.queue_package(
-        package, PACKAGE_NAME, pace=0.1, chunk=piece, stall_after=half, stall_for=3.0
+        package, PACKAGE_NAME, pace=0.03, chunk=piece, stall_after=half, stall_for=3.0
     )
-    drop.queue_package(package, PACKAGE_NAME, pace=0.1, chunk=piece, ranges=ranges)
+    drop.queue_package(package, PACKAGE_NAME, pace=0.03, chunk=piece, ranges=ranges)
 
-    assert pull_json(capsys, "--max-wait", "1")["work_items"] == 5
+    assert pull_json(capsys, "--max-wait", "0.4")["work_items"] == 5
 
     first, second = drop.calls("/data/download")
     assert "Range" not in first.headers

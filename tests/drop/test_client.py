@@ -46,6 +46,9 @@ EMAIL_CSV = f"Id,Status\r\n{ITEMS[0][0]},3\r\n{ITEMS[1][0]},5\r\n".encode()
 PHONE_CSV = f"Id,Status\r\n{ITEMS[2][0]},4\r\n".encode()
 
 Call = tuple[str, str, int | None, int, str]
+# The stall bound of the stalling packages below: they stop sending for 3 s, and their bytes
+# before the stall leave at once, so a short bound is waited out and never tripped early.
+STALL = 0.2
 
 
 @pytest.fixture
@@ -139,17 +142,20 @@ def test_non_public_drop_addresses_are_refused_before_connecting(
 def test_a_drop_trickling_its_headers_is_cut_at_the_total_timeout(
     tmp_path: Path, calls: list[Call], sleeps: list[float]
 ) -> None:
-    with TrickleServer(interval=1.0, header_bytes=40) as server:
+    # A header byte every 0.1 s, each read well within its 0.5 s; the whole would take 4 s.
+    with TrickleServer(interval=0.1, header_bytes=40) as server:
         client = DropClient(
             server.url.rstrip("/"),
             KEY,
             allow_private=True,
-            limits=DropLimits(connect_timeout=1, read_timeout=2, total_timeout=2, max_retries=0),
+            limits=DropLimits(
+                connect_timeout=1, read_timeout=0.5, total_timeout=0.5, max_retries=0
+            ),
             sleep=sleeps.append,
             on_call=lambda *args: calls.append(args),
         )
 
-        with pytest.raises(DropUnavailable, match="did not answer within 2 s"):
+        with pytest.raises(DropUnavailable, match=r"did not answer within 0\.5 s"):
             client.download(tmp_path)
 
         assert outcomes(calls) == [(None, "timeout")]
@@ -666,12 +672,12 @@ def test_the_api_key_never_appears_in_errors_logs_or_reprs(
 def test_a_package_slower_than_every_bound_in_all_but_never_silent_arrives_whole(
     drop: DropSimulator, make_client: Callable[..., DropClient], tmp_path: Path, calls: list[Call]
 ) -> None:
-    # 12 pieces 0.1 s apart: about 1.1 s in all, past both the 0.5 s bound on the answer
-    # and the 1 s stall bound, yet never silent for 1 s.
-    drop.queue_package(PACKAGE, PACKAGE_NAME, pace=0.1, chunk=-(-len(PACKAGE) // 12))
+    # 12 pieces 0.04 s apart: about 0.44 s in all, past both the 0.2 s bound on the answer
+    # and the 0.4 s stall bound, yet never silent for 0.4 s.
+    drop.queue_package(PACKAGE, PACKAGE_NAME, pace=0.04, chunk=-(-len(PACKAGE) // 12))
     progress: list[tuple[int, int | None]] = []
 
-    result = make_client(total_timeout=0.5, stall_timeout=1.0).download(
+    result = make_client(total_timeout=0.2, stall_timeout=0.4).download(
         tmp_path, on_progress=lambda received, announced: progress.append((received, announced))
     )
 
@@ -688,7 +694,7 @@ def test_a_package_that_stalls_is_cut_and_tried_again(
     drop.queue_package(PACKAGE, PACKAGE_NAME, stall_after=len(PACKAGE) // 2, stall_for=3.0)
     drop.queue_package(PACKAGE, PACKAGE_NAME)
 
-    result = make_client(stall_timeout=0.5).download(tmp_path)
+    result = make_client(stall_timeout=STALL).download(tmp_path)
 
     assert (result.kind, result.attempts) == ("package", 2)
     assert outcomes(calls) == [(200, "stalled"), (200, "package")]
@@ -702,8 +708,8 @@ def test_a_package_that_always_stalls_gives_up_naming_the_stall(
     for _ in range(2):
         drop.queue_package(PACKAGE, PACKAGE_NAME, stall_after=100, stall_for=3.0)
 
-    with pytest.raises(DropUnavailable, match=r"download stalled: no byte for 0\.5 s"):
-        make_client(stall_timeout=0.5, max_body_retries=1).download(tmp_path)
+    with pytest.raises(DropUnavailable, match=r"download stalled: no byte for 0\.2 s"):
+        make_client(stall_timeout=STALL, max_body_retries=1).download(tmp_path)
 
     assert outcomes(calls) == [(200, "stalled"), (200, "stalled")]
     assert files_in(tmp_path) == []
@@ -717,7 +723,7 @@ def test_a_stalled_package_resumes_where_it_stopped_when_drop_honours_range(
     drop.queue_package(PACKAGE, PACKAGE_NAME, ranges=True)
     progress: list[tuple[int, int | None]] = []
 
-    result = make_client(stall_timeout=0.5).download(
+    result = make_client(stall_timeout=STALL).download(
         tmp_path, on_progress=lambda received, announced: progress.append((received, announced))
     )
 
@@ -761,7 +767,7 @@ def test_a_resume_drop_does_not_continue_starts_the_package_over(
     )
     drop.queue_package(PACKAGE, PACKAGE_NAME)
 
-    result = make_client(stall_timeout=0.5).download(tmp_path)
+    result = make_client(stall_timeout=STALL).download(tmp_path)
 
     assert outcomes(calls) == [(200, "stalled"), (status, "resume_refused"), (200, "package")]
     assert [r.headers.get("Range") for r in drop.calls("/data/download")] == [

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -108,6 +110,7 @@ def web(world: object, tmp_path: Path) -> Iterator[tuple[int, Path]]:
             env=subprocess_env(DROPPORTAL_CALLBACK_RATE_LIMIT="0"),
             stdout=log_file,
             stderr=subprocess.STDOUT,
+            start_new_session=True,  # its workers are killed with it
         )
         try:
             deadline = time.monotonic() + 120
@@ -116,11 +119,13 @@ def web(world: object, tmp_path: Path) -> Iterator[tuple[int, Path]]:
                     socket.create_connection(("127.0.0.1", port), timeout=1).close()
                     break
                 except OSError:
-                    time.sleep(0.2)
+                    time.sleep(0.05)
             assert gunicorn.poll() is None, log.read_text()
             yield port, log
         finally:
-            gunicorn.terminate()
+            # Killed: nothing its processes would do on their way out is under test, and
+            # each Django process's exit takes a second or more of garbage collection.
+            os.killpg(gunicorn.pid, signal.SIGKILL)
             gunicorn.wait(timeout=30)
 
 

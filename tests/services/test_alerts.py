@@ -10,7 +10,6 @@ import email.policy
 import json
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -26,6 +25,7 @@ from django.utils import timezone
 from procrastinate.contrib.django.models import ProcrastinateJob
 
 from devtools.drop_simulator import DropSimulator, work_items
+from devtools.loopback import serve_in_thread
 from integrations import tasks
 from integrations.dispatch.alerts import AlertNotSent, alert_send
 from integrations.drop.calendar import drop_today
@@ -114,8 +114,7 @@ def webhook() -> Iterator[tuple[str, list[dict[str, Any]]]]:
     received: list[dict[str, Any]] = []
     handler = type("Handler", (Hook,), {"received": received})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    serve_in_thread(server, name="alert-webhook")  # its short poll: a quick shutdown
     yield f"http://127.0.0.1:{server.server_address[1]}/hooks/alerts", received
     server.shutdown()
     server.server_close()

@@ -180,7 +180,7 @@ def test_a_broker_whose_dispatch_slots_are_taken_waits_and_the_others_are_delive
     broker: Broker, receiver: BrokerSimulator, settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings.DROPPORTAL_DISPATCH_SLOTS_PER_BROKER = 1
-    monkeypatch.setattr(delivery_loop, "SLOT_WAIT_SECONDS", 0.2)
+    monkeypatch.setattr(delivery_loop, "SLOT_WAIT_SECONDS", 0.05)
     other = broker_create(broker_id="5930", name="Other", actor="test")
     with BrokerSimulator() as other_receiver:
         slow = _requests(broker, receiver, 2)
@@ -266,5 +266,5 @@ def _wait_for_jobs(task_names: list[str], *, timeout: float) -> bool:
         done = ProcrastinateJob.objects.filter(task_name__in=task_names, status="succeeded")
         if set(done.values_list("task_name", flat=True)) == set(task_names):
             return True
-        time.sleep(0.2)
+        time.sleep(0.05)
     return False
