@@ -173,19 +173,27 @@ class Walker:
     def __init__(self, user: User) -> None:
         self.user = user
         self.client = Client()
+        self.signed_in = False
 
     def logged_in(self) -> Client:
         # Again when a page (MFA logout) ended the session: a login is several writes and
-        # signals, a look at the session one read.
-        if "_auth_user_id" not in self.client.session:
+        # signals.
+        if not self.signed_in:
             self.client.force_login(self.user)
+            self.signed_in = True
         return self.client
 
+    def answered(self, response: Any) -> Any:
+        # The session as the page left it, in memory: reading the stored one before every
+        # request was a query and a decode each time.
+        self.signed_in = "_auth_user_id" in response.wsgi_request.session
+        return response
+
     def get(self, url: str) -> Any:
-        return self.logged_in().get(url)
+        return self.answered(self.logged_in().get(url))
 
     def post(self, url: str, data: dict[str, Any]) -> Any:
-        return self.logged_in().post(url, data)
+        return self.answered(self.logged_in().post(url, data))
 
     def model_operations(self, model: type[models.Model], model_admin: admin.ModelAdmin) -> str:
         info = f"admin:{model._meta.app_label}_{model._meta.model_name}"
