@@ -16,11 +16,13 @@ signs real RS256 ID tokens::
 
 Without ``signed_in`` the authorization endpoint shows a small sign-in form listing the
 people (the browser test and ``make demo --sso`` use it). Standard library, Authlib and
-joserfc only; nothing is kept once the provider stops.
+joserfc only; nothing is kept once the provider stops but its signing keys, made once a
+process.
 """
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 import secrets
@@ -323,6 +325,15 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(payload)
 
 
+@functools.cache
+def _signing_keys() -> tuple[RSAKey, RSAKey]:
+    """The providers' signing key, and another with the same key id (a token it signs names
+    our key but fails its check). Made once a process: two 2048-bit RSA keys were most of a
+    provider's start, and nothing needs them new (each provider is an issuer of its own)."""
+    key = RSAKey.generate_key(2048, parameters={"use": "sig"}, auto_kid=True)
+    return key, RSAKey.generate_key(2048, parameters={"kid": key.kid or ""})
+
+
 class OidcProvider:
     """A running provider for one client (see the module docstring)."""
 
@@ -341,9 +352,7 @@ class OidcProvider:
             redirect_uris=[redirect_uri],
             client_metadata={"post_logout_redirect_uris": [post_logout_redirect_uri]},
         )
-        self._key = RSAKey.generate_key(2048, parameters={"use": "sig"}, auto_kid=True)
-        # Another key with the same key id: a token it signs names our key but fails its check.
-        self._foreign_key = RSAKey.generate_key(2048, parameters={"kid": self._key.kid or ""})
+        self._key, self._foreign_key = _signing_keys()
         self._people: dict[str, Person] = {}
         self._codes: dict[str, _AuthorizationCode] = {}
         self._tweak = IdTokenTweak()
