@@ -26,7 +26,7 @@ from pytest_django.live_server_helper import LiveServer
 from integrations.drop.standardize import email_hash
 from integrations.models import Broker, ConsumerHash, WorkItem
 from integrations.services.staff.brokers import broker_create
-from tests.browser.staff import ARTIFACTS, log_in, make_staff
+from tests.browser.staff import ARTIFACTS, make_staff, sign_in
 from tests.builders import sample_cycle
 from tests.served_demo import ServedDemo
 
@@ -169,8 +169,7 @@ def test_a_consumers_story_is_reached_by_keyboard_alone(
     ConsumerHash.objects.filter(consumer__remote_identifier="C-1").update(hash=hashed)
     WorkItem.objects.filter(pk=item.pk).update(hash=hashed)
     page.set_viewport_size({"width": WIDTH, "height": 900})
-    log_in(page, live_server, "olga")
-    page.goto(f"{live_server.url}/admin/integrations/workitem/")
+    sign_in(page, live_server, "olga", "/admin/integrations/workitem/")
     page.keyboard.press("/")  # the search box's shortcut
     page.keyboard.type("  CONSUMER.0113@example.COM ")
     page.keyboard.press("Enter")
