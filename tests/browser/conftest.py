@@ -4,7 +4,7 @@ One chromium for all of them (they are run together); each test gets a fresh con
 cookies) and a page::
 
     def test_something(page: Page, live_server: LiveServer, staff_user: User) -> None:
-        log_in(page, live_server, "alice")
+        sign_in(page, live_server, "alice")  # log_in(...) goes through the login form
         page.get_by_role("link", name="Brokers").click()
 
 We never download a browser: ``CHROMIUM`` (default ``/usr/bin/chromium``, the Debian

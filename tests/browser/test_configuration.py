@@ -12,7 +12,7 @@ from pytest_django.live_server_helper import LiveServer
 from devtools.isi_simulator import IsiSimulator
 from integrations.models import ApiKey, Broker, Integration, LedgerEvent
 from integrations.services.staff.brokers import broker_create
-from tests.browser.staff import PASSWORD, log_in, screenshot
+from tests.browser.staff import PASSWORD, log_in, screenshot, sign_in
 from tests.builders import broker_connections
 
 
@@ -35,7 +35,7 @@ def test_log_in_lands_on_the_dashboard(
 def test_add_a_broker_from_the_dashboard(
     page: Page, live_server: LiveServer, staff_user: User
 ) -> None:
-    log_in(page, live_server, "alice")
+    sign_in(page, live_server, "alice")
     page.get_by_role("link", name="Add a broker").click()
     page.get_by_label("DROP broker id").fill("4821")
     page.get_by_role("textbox", name="Name").fill("Acme Data")
@@ -55,8 +55,7 @@ def test_an_api_key_is_shown_once_with_a_copy_button(
     page: Page, live_server: LiveServer, staff_user: User
 ) -> None:
     broker_create(broker_id="4821", name="Acme Data", actor="test")
-    log_in(page, live_server, "alice")
-    page.goto(f"{live_server.url}/admin/integrations/apikey/add/")
+    sign_in(page, live_server, "alice", "/admin/integrations/apikey/add/")
     page.get_by_label("Broker").select_option(label="4821 Acme Data")
     page.get_by_label("Name").fill("callbacks")
     page.get_by_label("Webhook callback").check()
@@ -82,8 +81,7 @@ def test_a_webhook_integration_shows_its_secret_once_next_to_the_guide(
     page: Page, live_server: LiveServer, staff_user: User
 ) -> None:
     broker_create(broker_id="4821", name="Acme Data", actor="test")
-    log_in(page, live_server, "alice")
-    page.goto(f"{live_server.url}/admin/integrations/integration/add/")
+    sign_in(page, live_server, "alice", "/admin/integrations/integration/add/")
     page.get_by_label("Broker").select_option(label="4821 Acme Data")
     page.get_by_label("Name").fill("Acme deletions")
     page.get_by_label("URL").fill("https://hooks.acme.example/drop")
@@ -108,8 +106,7 @@ def test_an_isi_integration_is_guided_from_the_list_to_its_secret_and_connection
     settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = True  # the broker's API is on loopback here
     broker_create(broker_id="4821", name="Acme Data", actor="test")
     with IsiSimulator(connections=broker_connections(), token="static-t0ken") as api:
-        log_in(page, live_server, "alice")
-        page.goto(f"{live_server.url}/admin/integrations/integration/")
+        sign_in(page, live_server, "alice", "/admin/integrations/integration/")
         page.get_by_role("link", name="Add ISI integration").click()
         page.get_by_label("Broker").select_option(label="4821 Acme Data")
         page.get_by_label("Name").fill("Acme API")

@@ -8,7 +8,7 @@ from playwright.sync_api import Page, expect
 from pytest_django.live_server_helper import LiveServer
 
 from integrations.services.staff.brokers import broker_create
-from tests.browser.staff import log_in, screenshot
+from tests.browser.staff import screenshot, sign_in
 from tests.builders import sample_cycle
 
 
@@ -17,7 +17,7 @@ def test_dashboard_shows_the_cycle_and_is_saved_as_a_screenshot(
 ) -> None:
     broker = broker_create(broker_id="4821", name="Acme Data", actor="test")
     sample_cycle(broker, today=timezone.localdate())
-    log_in(page, live_server, "alice")
+    sign_in(page, live_server, "alice")
 
     card = page.locator("#broker-4821")
     expect(card.get_by_role("heading", name="Cycle 2")).to_be_visible()

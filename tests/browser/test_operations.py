@@ -15,7 +15,7 @@ from pytest_django.live_server_helper import LiveServer
 from devtools.drop_simulator import DropSimulator, build_drop_zip, work_items
 from integrations.models import DeletionRequest, LedgerEvent, RequestState
 from integrations.services.staff.brokers import broker_create
-from tests.browser.staff import log_in, make_staff, screenshot
+from tests.browser.staff import make_staff, screenshot, sign_in
 from tests.builders import sample_cycle
 
 
@@ -36,7 +36,7 @@ def test_a_simulated_pull_shows_its_cycle_on_the_dashboard(
         drop.queue_package(build_drop_zip("4821", today, {"Email": list(work_items(12))}))
         call_command("drop", "pull", "--broker", "4821", stdout=io.StringIO())
 
-    log_in(page, live_server, "olga")
+    sign_in(page, live_server, "olga")
     card = page.locator("#broker-4821")
     expect(card.get_by_role("heading", name="Cycle 1")).to_be_visible()
     expect(card.locator(".dp-badge").first).to_have_text("45 days left")
@@ -56,7 +56,7 @@ def test_an_operator_redelivers_an_undeliverable_request_from_the_dashboard(
     make_staff("olga", "Operators")
     stuck = world.requests["undeliverable"]
 
-    log_in(page, live_server, "olga")
+    sign_in(page, live_server, "olga")
     attention = page.locator("#broker-4821 .dp-attention li", has_text="undeliverable")
     attention.get_by_role("link", name="1").click()
     expect(page.locator("#result_list tbody tr")).to_have_count(1)
@@ -93,8 +93,7 @@ def test_an_imported_consumer_file_is_found_in_the_admin_by_its_identifier(
     call_command("consumers", "import", "--broker", "4821", str(consumers), stdout=out)
     assert "2 imported, 0 rejected" in out.getvalue()
 
-    log_in(page, live_server, "olga")
-    page.goto(f"{live_server.url}/admin/integrations/consumer/")
+    sign_in(page, live_server, "olga", "/admin/integrations/consumer/")
     page.get_by_role("textbox", name="Search").fill("CRM-1")
     page.get_by_role("button", name="Search").click()
     rows = page.locator("#result_list tbody tr")

@@ -14,7 +14,7 @@ from pytest_django.live_server_helper import LiveServer
 
 from integrations.models import Broker, LedgerEvent
 from integrations.services.staff.brokers import broker_create
-from tests.browser.staff import log_in, make_staff
+from tests.browser.staff import make_staff, sign_in
 from tests.builders import sample_cycle
 
 
@@ -23,10 +23,10 @@ def test_an_auditor_reads_everything_and_changes_nothing(
 ) -> None:
     broker = broker_create(broker_id="4821", name="Acme Data", actor="test")
     make_staff("ada", "Auditors")
-    log_in(page, live_server, "ada")
+    sign_in(page, live_server, "ada")
 
     expect(page.locator("#broker-4821")).to_be_visible()
-    events = LedgerEvent.objects.count()  # the sign-in's own event (staff_user.signed_in) in
+    events = LedgerEvent.objects.count()
     # The one thing an auditor adds: an audit API key (the console's lists link no "Add").
     expect(page.locator(".dp-lists").get_by_role("link", name="Add")).to_have_count(0)
     response = page.goto(f"{live_server.url}/admin/integrations/apikey/add/")
@@ -52,9 +52,7 @@ def test_an_auditor_exports_the_outcome_history_and_the_ledger(
     broker = broker_create(broker_id="4821", name="Acme Data", actor="test")
     world = sample_cycle(broker, today=timezone.localdate())
     make_staff("ada", "Auditors")
-    log_in(page, live_server, "ada")
-
-    page.goto(f"{live_server.url}/admin/integrations/deletionrequest/")
+    sign_in(page, live_server, "ada", "/admin/integrations/deletionrequest/")
     page.locator("#action-toggle").check()
     page.locator("select[name=action]").select_option("export_outcomes_csv")
     with page.expect_download() as download:
