@@ -110,13 +110,13 @@ def use_demo_database(template: str | None) -> str:
     from django.conf import settings
     from django.db import connection
 
+    from devtools.databases import database_recreate
+
     database = settings.DATABASES["default"]
     demo_name = f"{database['NAME']}_demo"
-    copy = f' TEMPLATE "{template}"' if template else ""
     # Django's connection is in autocommit here, which CREATE DATABASE needs.
     with connection.cursor() as cursor:
-        cursor.execute(f'DROP DATABASE IF EXISTS "{demo_name}" WITH (FORCE)')
-        cursor.execute(f'CREATE DATABASE "{demo_name}"{copy}')
+        database_recreate(cursor, demo_name, template=template)
     connection.close()  # the next query opens one on the demo's database
     database["NAME"] = demo_name
     return demo_name

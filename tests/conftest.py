@@ -20,6 +20,7 @@ from django.db import connection
 from django.test.testcases import QuietWSGIRequestHandler
 from rest_framework.test import APIClient
 
+from devtools.databases import database_recreate
 from devtools.drop_simulator import DropSimulator
 from devtools.tsa_simulator import TsaSimulator
 from integrations.dispatch import signing
@@ -146,8 +147,7 @@ def django_db_keepdb(
         if migrated_template(request.config) is None:
             return False
         with connection._nodb_cursor() as cursor:
-            cursor.execute(f'DROP DATABASE IF EXISTS "{test_name}" WITH (FORCE)')
-            cursor.execute(f'CREATE DATABASE "{test_name}" TEMPLATE "{template}"')
+            database_recreate(cursor, test_name, template=template)
     request.config.stash[TEST_DATABASE] = (test_name, template, True)
     return True
 
@@ -353,10 +353,8 @@ def database_of_its_own(suffix: str, *, template: str | None = None) -> Iterator
     URL (a DATABASE_URL); dropped afterwards."""
     test_name = connection.settings_dict["NAME"]
     name = f"{test_name}_{suffix}"
-    copy = f' TEMPLATE "{template}"' if template else ""
     with connection._nodb_cursor() as cursor:
-        cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        cursor.execute(f'CREATE DATABASE "{name}"{copy}')
+        database_recreate(cursor, name, template=template)
     try:
         yield database_url().replace(f"/{test_name}?", f"/{name}?", 1)
     finally:
