@@ -9,6 +9,12 @@ INSTALLED := $(VENV)/.installed
 # that `make run` and `make test` start without DATABASE_URL. A deployment, with a server of
 # its own, installs none: `make install EXTRAS=`.
 EXTRAS ?= dev,local
+# Compiled bytecode is kept, beside the interpreter in .venv/pycache rather than in the tree,
+# even where the environment says not to write it (PYTHONDONTWRITEBYTECODE, as container
+# images often set): otherwise every process, each test worker and each server or command a
+# test starts, compiles the project again, and pytest rewrites every test module again.
+export PYTHONDONTWRITEBYTECODE :=
+export PYTHONPYCACHEPREFIX ?= $(CURDIR)/$(VENV)/pycache
 
 .PHONY: install run test lint format bench demo stop-db clean
 
