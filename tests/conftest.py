@@ -54,10 +54,10 @@ _static_files: dict[tuple[Any, ...], dict[str, Any]] = {}
 
 def _static_files_read_once(self: WhiteNoiseMiddleware, root: str, prefix: str) -> None:
     """Django's test client loads the middleware anew for every ``Client``, and WhiteNoise's
-    reads the size, time and compressed copies of every collected static file as it loads:
-    9 ms a client, where an admin page renders in about 30. The directory is read once per
-    process and per settings WhiteNoise is made from (a test that changes one of those gets
-    a reading of its own); no test here serves a static file through the test client."""
+    stats every collected static file and its compressed copies as it loads: a cost that
+    production pays once per process and the tests paid in nearly every test. The directory
+    is read once per process and per settings WhiteNoise is made from (a test that changes
+    one of those gets a reading of its own); no test serves a static file through the client."""
     key = (
         root,
         prefix,

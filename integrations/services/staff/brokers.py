@@ -31,10 +31,9 @@ BROKER_SETTINGS = (
 
 
 def _broker_validate(broker: Broker) -> None:
-    """Django's checks of ``broker``, a broker id already registered among them. Its table's
-    check constraints are left to the database: each repeats a field's validator, which these
-    checks run, and Django would try each again in a query and a savepoint of its own (nine
-    of the fourteen queries that registered a broker)."""
+    """Django's checks of ``broker``, including that its broker id is not registered yet.
+    The table's check constraints are left to the database: each repeats a field validator
+    these checks run, and Django would run each again as a query of its own."""
     broker.full_clean(validate_constraints=False)
 
 
