@@ -314,12 +314,12 @@ def start_service(say: Narrator, *, port: int, template: str | None) -> tuple[st
     password = secrets.token_urlsafe(9)
     from django.contrib.auth.hashers import make_password
 
-    # One derivation for the five logins, which share the password: each is most of a second.
-    encoded = make_password(password)
-    demo = get_user_model().objects.create_superuser(DEMO_USER, "demo@example.com")
-    demo.password = encoded
-    demo.save(update_fields=["password"])
-    create_role_logins(encoded)
+    get_user_model().objects.create_superuser(DEMO_USER, "demo@example.com")
+    create_role_logins()
+    # The logins share the password: derived once (each derivation is most of a second).
+    get_user_model().objects.filter(username__in=[DEMO_USER, *ROLE_LOGINS]).update(
+        password=make_password(password)
+    )
     serve_in_background(port)
     say.say(f"database {demo_db}, migrated; staff login {DEMO_USER} / {password}")
     say.say(f"role logins {', '.join(ROLE_LOGINS)}, same password")
@@ -353,9 +353,9 @@ def identity_provider(say: Narrator, public_url: str) -> Any:
     return idp
 
 
-def create_role_logins(encoded_password: str) -> None:
-    """One login per staff role (the groups of migration 0005), to see the admin as each,
-    with the password the demo's login has (``encoded_password``: as ``make_password`` made it)."""
+def create_role_logins() -> None:
+    """One login per staff role (the groups of migration 0005), to see the admin as each;
+    their password is set with the demo login's."""
     from django.contrib.auth import get_user_model
     from django.contrib.auth.models import Group
 
@@ -363,8 +363,6 @@ def create_role_logins(encoded_password: str) -> None:
         user = get_user_model().objects.create_user(
             username, f"{username}@example.com", is_staff=True
         )
-        user.password = encoded_password
-        user.save(update_fields=["password"])
         user.groups.add(Group.objects.get(name=role))
 
 
