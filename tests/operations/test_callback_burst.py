@@ -15,12 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,8 +32,8 @@ from tests.builders import (
     WorkItemFactory,
 )
 from tests.conftest import database_url, subprocess_env
-from tests.ports import free_port
 from tests.raw_callbacks import Answer, signed_deletion_callback
+from tests.served_gunicorn import served_gunicorn
 
 CALLBACKS = 300
 # Far above what an answer takes here (the refusals come at once, the rest when the rows
@@ -97,36 +91,11 @@ def world(transactional_db: None) -> tuple[str, str, list[DeletionRequest]]:
 
 @pytest.fixture
 def web(world: object, tmp_path: Path) -> Iterator[tuple[int, Path]]:
-    port, log = free_port(), tmp_path / "gunicorn.log"
-    with log.open("w") as log_file:
-        gunicorn = subprocess.Popen(  # noqa: S603
-            [
-                *(sys.executable, "-m", "gunicorn", "dropportal.wsgi"),
-                *("--config", "python:dropportal.gunicorn_conf"),
-                *("--bind", f"127.0.0.1:{port}", "--workers", "2"),
-            ],
-            # One key sends the whole burst: its rate limit would refuse part of it (429),
-            # which is not what is tested here.
-            env=subprocess_env(DROPPORTAL_CALLBACK_RATE_LIMIT="0"),
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its workers are killed with it
-        )
-        try:
-            deadline = time.monotonic() + 120
-            while gunicorn.poll() is None and time.monotonic() < deadline:
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                    break
-                except OSError:
-                    time.sleep(0.05)
-            assert gunicorn.poll() is None, log.read_text()
-            yield port, log
-        finally:
-            # Killed: nothing its processes would do on their way out is under test, and
-            # each Django process's exit takes a second or more of garbage collection.
-            os.killpg(gunicorn.pid, signal.SIGKILL)
-            gunicorn.wait(timeout=30)
+    log = tmp_path / "gunicorn.log"
+    # One key sends the whole burst: its rate limit would refuse part of it (429), which is
+    # not what is tested here.
+    with served_gunicorn(subprocess_env(DROPPORTAL_CALLBACK_RATE_LIMIT="0"), log) as port:
+        yield port, log
 
 
 @pytest.mark.slow

@@ -15,9 +15,7 @@ to libpq's least, 2 s (a parameter in ``DATABASE_URL``'s query, as an operator s
 from __future__ import annotations
 
 import json
-import os
 import queue
-import signal
 import socket
 import subprocess
 import sys
@@ -33,8 +31,8 @@ import pytest
 
 from tests.conftest import subprocess_env
 from tests.db_proxy import DatabaseProxy
-from tests.ports import free_port
 from tests.raw_callbacks import Answer, signed_deletion_callback
+from tests.served_gunicorn import served_gunicorn
 from tests.throwaway_postgres import ThrowawayPostgres
 
 CALLBACKS = 240
@@ -133,39 +131,15 @@ def web(
     database: tuple[ThrowawayPostgres, str, dict[str, Any]], tmp_path: Path
 ) -> Iterator[tuple[int, DatabaseProxy, Path]]:
     server, url, _ = database
-    port, log = free_port(), tmp_path / "gunicorn.log"
-    with DatabaseProxy(("127.0.0.1", server.port)) as proxy, log.open("w") as log_file:
-        gunicorn = subprocess.Popen(  # noqa: S603
-            [
-                *(sys.executable, "-m", "gunicorn", "dropportal.wsgi"),
-                *("--config", "python:dropportal.gunicorn_conf"),
-                *("--bind", f"127.0.0.1:{port}", "--workers", "2"),
-                *("--timeout", str(WEB_TIMEOUT)),
-            ],
-            env=subprocess_env(
-                DATABASE_URL=url.replace(str(server.port), str(proxy.port))
-                + f"?connect_timeout={CONNECT_TIMEOUT}",
-                DROPPORTAL_CALLBACK_RATE_LIMIT="0",
-            ),
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its workers are killed with it
+    log = tmp_path / "gunicorn.log"
+    with DatabaseProxy(("127.0.0.1", server.port)) as proxy:
+        env = subprocess_env(
+            DATABASE_URL=url.replace(str(server.port), str(proxy.port))
+            + f"?connect_timeout={CONNECT_TIMEOUT}",
+            DROPPORTAL_CALLBACK_RATE_LIMIT="0",
         )
-        try:
-            deadline = time.monotonic() + 120
-            while gunicorn.poll() is None and time.monotonic() < deadline:
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                    break
-                except OSError:
-                    time.sleep(0.05)
-            assert gunicorn.poll() is None, log.read_text()
+        with served_gunicorn(env, log, "--timeout", str(WEB_TIMEOUT)) as port:
             yield port, proxy, log
-        finally:
-            # Killed: nothing its processes would do on their way out is under test, and
-            # each Django process's exit takes a second or more of garbage collection.
-            os.killpg(gunicorn.pid, signal.SIGKILL)
-            gunicorn.wait(timeout=30)
 
 
 @pytest.mark.slow
