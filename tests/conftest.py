@@ -109,9 +109,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     size, extra = divmod(len(items), workers)
     ordered: list[pytest.Item] = []
     for index, block in enumerate(blocks):
-        wanted = size + (index < extra) - len(block)
+        # A block of slow tests larger than its share takes nothing more (a negative
+        # slice would repeat the rest's tests in the next block: run twice).
+        wanted = max(size + (index < extra) - len(block), 0)
         ordered += block + rest[:wanted]
-        rest = rest[max(wanted, 0) :]
+        rest = rest[wanted:]
     items[:] = ordered + rest
 
 

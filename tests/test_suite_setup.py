@@ -51,3 +51,44 @@ def _jobs() -> int:
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM procrastinate_jobs")
         return int(cursor.fetchone()[0])
+
+
+class _Item:
+    """Just what the ordering reads of a collected test."""
+
+    def __init__(self, name: str, *, slow: bool = False, demo: bool = False) -> None:
+        self.name, self.slow = name, slow
+        self.fixturenames = ["demo"] if demo else []
+
+    def get_closest_marker(self, name: str) -> object:
+        # Marked slow if so; every test here "uses the database" (the demo's rule is moot).
+        if name == "slow":
+            return self.slow or None
+        return name == "django_db" or None
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+class _Config:
+    def __init__(self, workers: int) -> None:
+        self.workerinput = {"workercount": workers}
+
+
+@pytest.mark.parametrize(
+    ("slow", "on_the_demo", "plain"), [(0, 5, 3), (2, 4, 2), (6, 0, 1), (3, 2, 40)]
+)
+def test_the_slow_tests_lead_and_every_test_is_queued_once(
+    slow: int, on_the_demo: int, plain: int
+) -> None:
+    from tests.conftest import pytest_collection_modifyitems
+
+    items: list[Any] = [
+        *(_Item(f"demo{n}", slow=True, demo=True) for n in range(on_the_demo)),
+        *(_Item(f"plain{n}") for n in range(plain)),
+        *(_Item(f"slow{n}", slow=True) for n in range(slow)),
+    ]
+    collected = list(items)
+    pytest_collection_modifyitems(_Config(workers=2), items)  # type: ignore[arg-type]
+    assert sorted(items, key=repr) == sorted(collected, key=repr)
+    assert items[0].slow
