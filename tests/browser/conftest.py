@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connections
 from playwright.sync_api import Browser, BrowserContext, Page, Playwright, sync_playwright
 
 from tests.browser.staff import ARTIFACTS, make_staff
@@ -60,6 +61,11 @@ def playwright() -> Iterator[Playwright]:
         patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
         with sync_playwright() as driver:
             yield driver
+            # While that loop runs, Django keeps this thread's connections apart from the
+            # ones it has without it (its connections are task-local in a running loop):
+            # those the browser tests opened are closed here, or they would stay open
+            # after the tests and hold the test database against its drop.
+            connections.close_all()
 
 
 @pytest.fixture(scope="package")
