@@ -209,3 +209,16 @@ def test_a_cycle_page_shows_its_days_today_and_the_statuses_known_reported_and_o
     text = reported.content.decode()
     assert '<dd id="dp-reported">16</dd>' in text and '<dd id="dp-owed">0</dd>' in text
     assert "overdue by 15 days" in text
+
+
+def test_the_javascript_catalog_is_cached_by_the_staff_browser_and_kept_from_others(
+    client: Client,
+) -> None:
+    anonymous = client.get("/admin/jsi18n/")
+    assert anonymous.status_code == 302
+    assert "max-age" not in anonymous.get("Cache-Control", "")
+    client.force_login(make_staff("olga", "Operators"))
+    catalog = client.get("/admin/jsi18n/")
+    assert catalog.status_code == 200
+    assert catalog["Content-Type"].startswith("text/javascript")
+    assert set(catalog["Cache-Control"].split(", ")) == {"private", "max-age=3600"}
