@@ -8,6 +8,7 @@ import hashlib
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -290,7 +291,23 @@ def django_db_setup(
         with django_db_blocker.unblock():
             connections.close_all()
             with connection._nodb_cursor() as cursor:
+                left = sessions_left(cursor, test_name)
                 cursor.execute(f'DROP DATABASE IF EXISTS "{test_name}" WITH (FORCE)')
+        # FORCE would end them unseen: a connection a test (or a process it started) left
+        # open is a leak, found here rather than by the next run that cannot drop it.
+        assert not left, f"{left} session(s) still on {test_name} once the tests ended"
+
+
+def sessions_left(cursor: Any, database: str, *, grace: float = 5.0) -> int:
+    """The sessions on ``database`` still there after ``grace`` seconds (a process that
+    just ended takes a moment to leave)."""
+    deadline = time.monotonic() + grace
+    while True:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s", [database])
+        (count,) = cursor.fetchone()
+        if not count or time.monotonic() > deadline:
+            return int(count)
+        time.sleep(0.1)
 
 
 @pytest.fixture
