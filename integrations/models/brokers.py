@@ -3,11 +3,14 @@ the lists staff recorded the broker selected in DROP's portal."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
+from django.db.models.constraints import BaseConstraint
 from django.db.models.functions import Now
 
 from integrations.list_types import DATA_TYPE_OF, LABELS
@@ -102,6 +105,24 @@ class Broker(models.Model):
 
     def __str__(self) -> str:
         return f"{self.broker_id} {self.name}"
+
+    def get_constraints(self) -> list[tuple[type[models.Model], Sequence[BaseConstraint]]]:
+        """The constraints Django tests before a save (``full_clean``, the admin's form):
+        not those that repeat a field validator it runs anyway, which Django would test
+        again with a query each. The database still enforces them."""
+        return [
+            (model, [c for c in constraints if c.name not in _REPEATING_FIELD_VALIDATORS])
+            for model, constraints in super().get_constraints()
+        ]
+
+
+# Broker's check constraints each repeat a field validator: broker_id_validator, the mode's
+# choices, the pull interval's minimum.
+_REPEATING_FIELD_VALIDATORS = {
+    "broker_id_four_digits",
+    "broker_mode_valid",
+    "broker_pull_interval_positive",
+}
 
 
 class ListSelection(models.Model):

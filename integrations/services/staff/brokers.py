@@ -30,13 +30,6 @@ BROKER_SETTINGS = (
 )
 
 
-def _broker_validate(broker: Broker) -> None:
-    """Django's checks of ``broker``, including that its broker id is not registered yet.
-    The table's check constraints are left to the database: each repeats a field validator
-    these checks run, and Django would run each again as a query of its own."""
-    broker.full_clean(validate_constraints=False)
-
-
 def _drop_base_url_check(url: str) -> None:
     # The DROP API key goes in a header; a user:password part would go along as Basic auth.
     url_credentials_validate(url, field="drop_base_url")
@@ -67,7 +60,7 @@ def broker_create(
         drop_api_key_changed_at=timezone.now() if drop_api_key else None,
     )
     _drop_base_url_check(drop_base_url)
-    _broker_validate(broker)
+    broker.full_clean()  # also reports a broker id that is already registered
     with transaction.atomic():
         broker.save()
         ledger_event_append(
@@ -126,7 +119,7 @@ def _key_follows_destination(
     after = copy.copy(current)
     for name, value in changes.items():
         setattr(after, name, value)
-    _broker_validate(after)
+    after.full_clean()
     now = timezone.now()
     quiet: dict[str, Any] = {"updated_at": now}
     if "drop_api_key" in changes:
