@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from devtools.drop_simulator import DropSimulator
 from integrations.drop import standardize
+from integrations.drop.calendar import drop_today
 from integrations.evidence import pack
 from integrations.evidence.components import FILE, KEYS, TITLES, component_problems
 from integrations.evidence.verify import verify_pack
@@ -268,7 +269,9 @@ def test_an_outage_without_its_notice_fails_drop_access(cycle: DropCycle, tmp_pa
         broker=cycle.broker,
         outage__started_at=start,
         outage__ended_at=start + dt.timedelta(days=2),
-        due_date=timezone.localdate() - dt.timedelta(days=1),
+        # DROP's yesterday, not the server's: between midnight UTC and midnight in California
+        # the two differ, and the component judges by DROP's calendar.
+        due_date=drop_today() - dt.timedelta(days=1),
     )
     notice = components_of(export(tmp_path))["drop_access"]["tests"][1]
     assert notice["result"] == "fail"
