@@ -5,9 +5,9 @@ story is reached by keyboard alone. Screenshots of each page go to test-artifact
 ``make demo`` runs once per test process (the ``demo`` fixture: its own database, served on a
 free port) and each role logs in once (``devtools.demo`` creates a login per role); the pages
 are visited in a loop: the sidebar names every list the role may open, and each list's first
-row is its record page. Content another role's walk in this process already passed, and
-sidebar entries an earlier page passed, are not checked again (``AXE_SHAPE``); what fails is
-checked on every page.
+row is its record page. Content another role's walk in this process already passed, and the
+page around it (header, sidebar) and sidebar entries an earlier page passed, are not checked
+again (``AXE_SHAPE``); what fails is checked on every page.
 """
 
 from __future__ import annotations
@@ -63,12 +63,16 @@ def world(transactional_db: None) -> Broker:
 # none) is left out of the check, which costs in proportion to the page's elements; a row
 # with another status badge, an empty cell or a link more keeps its own check. The same goes
 # for a page's content (``#content``, rows left out) across the roles' walks (most pages show
-# every role the same content), and for the sidebar's entries across pages: an entry with the
-# shape of one that passed is left out (the current page's entry has classes of its own, so
-# it is checked as such), the sidebar and header around them are checked on every page.
+# every role the same content), for the sidebar's entries across pages (an entry with the
+# shape of one that passed is left out; the current page's entry has classes of its own, so
+# it is checked as such), and for the page around the content once its entries are left out
+# (the document's header and sidebar, which every page of a role repeats). Most of axe's time
+# goes to colour contrast, which hit-tests every text it checks: a page whose every part has
+# passed is not run at all.
 AXE_SHAPE = """passedEntries => {
-    const shapeOf = element => [element, ...element.querySelectorAll('*')]
-        .filter(e => !e.closest('[data-axe-repeat]'))
+    const shapeOf = (element, leftOut = '[data-axe-repeat]') => [
+        element, ...element.querySelectorAll('*'),
+    ].filter(e => !e.closest(leftOut))
         .map(e => [
             e.tagName, e.getAttribute('class'), e.getAttribute('style'),
             e.getAttributeNames().sort().join(','),
@@ -83,23 +87,35 @@ AXE_SHAPE = """passedEntries => {
     const entries = new Set(passedEntries);
     leaveOutRepeats(document.querySelectorAll('#nav-sidebar-apps li'), entries);
     const content = document.querySelector('#content');
+    const aroundLeftOut = '[data-axe-repeat], #content, script';
     return {
         content: content ? shapeOf(content) : '',
+        around: [...document.body.children].filter(e => !e.matches(aroundLeftOut))
+            .map(e => shapeOf(e, aroundLeftOut)).join(' '),
         entries: [...entries].filter(shape => !passedEntries.includes(shape)),
     };
 }"""
-AXE_RUN = """skipContent => axe.run(
-    {include: [['html']], exclude: [['[data-axe-repeat]'], ...(skipContent ? [['#content']] : [])]},
+AXE_RUN = """([skipContent, skipAround]) => axe.run(
+    skipAround && document.querySelector('#content')
+        ? {include: [['#content']], exclude: [['[data-axe-repeat]']]}
+        : {
+            include: [['html']],
+            exclude: [['[data-axe-repeat]'], ...(skipContent ? [['#content']] : [])],
+        },
     {resultTypes: ['violations']},
 ).then(results => results.violations)"""
 
 
+PARTS = ("content", "around")
+
+
 @dataclass
 class Passed:
-    """What passed axe in this module's walks: page contents (their shapes' digests) and
-    sidebar entries (their shapes)."""
+    """What passed axe in this module's walks: page contents and what is around them (their
+    shapes' digests), and sidebar entries (their shapes)."""
 
     content: set[str] = field(default_factory=set)
+    around: set[str] = field(default_factory=set)
     entries: set[str] = field(default_factory=set)
 
 
@@ -110,8 +126,11 @@ def passed() -> Passed:
 
 def _violations(page: Page, passed: Passed) -> list[str]:
     shapes: dict[str, Any] = page.evaluate(AXE_SHAPE, sorted(passed.entries))
-    content = hashlib.sha256(shapes["content"].encode()).hexdigest()
-    found: list[dict[str, Any]] = page.evaluate(AXE_RUN, content in passed.content)
+    content, around = (hashlib.sha256(shapes[part].encode()).hexdigest() for part in PARTS)
+    skip = [content in passed.content, around in passed.around]
+    if all(skip):
+        return []
+    found: list[dict[str, Any]] = page.evaluate(AXE_RUN, skip)
     problems = [
         f"{v['id']} ({v['impact']}): {v['help']} at {[n['target'] for n in v['nodes'][:3]]}"
         for v in found
@@ -119,6 +138,7 @@ def _violations(page: Page, passed: Passed) -> list[str]:
     ]
     if not problems:
         passed.content.add(content)
+        passed.around.add(around)
         passed.entries.update(shapes["entries"])
     return problems
 
