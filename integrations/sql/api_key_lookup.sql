@@ -32,16 +32,19 @@ RETURNS TABLE (
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
     -- One query per kind, so each keeps its own cached plan. The request is found by its
-    -- unique key alone, then checked against the key's broker: the CTE is materialized so
-    -- that no plan, not even one cached while the table was nearly empty, scans all of the
-    -- broker's requests for it. No correlation: no request matches, the key comes alone.
+    -- unique key alone, then checked against the key's broker and against the kind of
+    -- target it was sent to: the CTE is materialized and holds the key's condition only, so
+    -- that no plan, not even one cached while the table was nearly empty, finds it through
+    -- another index (the broker's, or isi_connection_id's, which holds every webhook
+    -- request as NULL) and reads more of the table the more it holds. No correlation: no
+    -- request matches, the key comes alone.
     IF p_kind IS DISTINCT FROM 'isi' THEN
         RETURN QUERY
         WITH answered AS MATERIALIZED (
             SELECT d.id, d.request_uuid, d.broker_id, d.broker_id_code, d.work_item_id,
-                   d.state, d.drop_outcome, d.round, d.integration_id
+                   d.state, d.drop_outcome, d.round, d.integration_id, d.isi_connection_id
             FROM integrations_deletionrequest d
-            WHERE d.request_uuid = p_correlation::uuid AND d.isi_connection_id IS NULL
+            WHERE d.request_uuid = p_correlation::uuid
         )
         SELECT k.id, k.name::text, k.prefix::text, k.scopes::text[], k.created_at,
                k.last_used_at, b.id, b.broker_id::text, b.name::text, b.mode::text,
@@ -52,15 +55,15 @@ BEGIN
         LEFT JOIN integrations_broker b ON b.id = k.broker_id
         LEFT JOIN (answered a
                    JOIN integrations_integration i ON i.id = a.integration_id)
-            ON a.broker_id = k.broker_id
+            ON a.broker_id = k.broker_id AND a.isi_connection_id IS NULL
         WHERE k.digest = p_digest AND k.revoked_at IS NULL;
     ELSE
         RETURN QUERY
         WITH answered AS MATERIALIZED (
             SELECT d.id, d.request_uuid, d.broker_id, d.broker_id_code, d.work_item_id,
-                   d.state, d.drop_outcome, d.round, d.integration_id
+                   d.state, d.drop_outcome, d.round, d.integration_id, d.isi_connection_id
             FROM integrations_deletionrequest d
-            WHERE d.results_token = p_correlation AND d.isi_connection_id IS NOT NULL
+            WHERE d.results_token = p_correlation
         )
         SELECT k.id, k.name::text, k.prefix::text, k.scopes::text[], k.created_at,
                k.last_used_at, b.id, b.broker_id::text, b.name::text, b.mode::text,
@@ -71,7 +74,7 @@ BEGIN
         LEFT JOIN integrations_broker b ON b.id = k.broker_id
         LEFT JOIN (answered a
                    JOIN integrations_integration i ON i.id = a.integration_id)
-            ON a.broker_id = k.broker_id
+            ON a.broker_id = k.broker_id AND a.isi_connection_id IS NOT NULL
         WHERE k.digest = p_digest AND k.revoked_at IS NULL;
     END IF;
 END;
