@@ -215,7 +215,7 @@ def generic_plans(sql: str, params: list[Any]) -> list[str]:
 
 
 @pytest.mark.parametrize("kind", ["webhook", "isi"])
-def test_the_cached_lookup_plan_never_reads_the_brokers_requests(
+def test_the_cached_lookup_plan_finds_the_request_by_its_key_alone(
     side: Broker_, dispatched: DeletionRequest, kind: str
 ) -> None:
     plans = generic_plans(
