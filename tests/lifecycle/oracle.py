@@ -96,14 +96,25 @@ class Oracle:
 
     def retire(self, uuid: str) -> None:
         """Its open requests are cancelled; an item it alone still owed an answer for waits
-        for the targets left (or for one, when none is left)."""
+        for the targets left, or for one when none is left and no request of the item is
+        left but cancelled ones (an answer a target gave before it was retired counts).
+
+        The services decide that per match (consumer), this per item: an item with another
+        consumer's answer may wait there and not here, which holds back a report the checks
+        allow and never writes one they refuse."""
         self.retired.add(uuid)
         for item in self.items.values():
             if uuid not in item.targets:
                 continue
             owed = self.owes(item, uuid)
             item.targets.discard(uuid)
-            if owed and not item.targets and item.removed_at_step is None:
+            kept = [
+                request
+                for request in (self.requests[r] for r in item.requests)
+                if not request.cancelled
+                and (request.integration_uuid != uuid or request.outcome not in (None, "failed"))
+            ]
+            if owed and not item.targets and not kept and item.removed_at_step is None:
                 self.match(item)
         for request in self.requests.values():
             if request.integration_uuid == uuid and request.outcome in (None, "failed"):

@@ -166,6 +166,34 @@ def test_retiring_a_target_cancels_its_requests_and_the_item_settles_on_the_othe
     assert not list(CONDITIONS["integration_disabled"](timezone.now()))
 
 
+def test_an_answer_given_before_its_target_was_retired_still_settles_the_item(
+    broker: Broker, two_targets: tuple[Integration, Integration], tmp_path: Path
+) -> None:
+    # Shrunk by the lifecycle model: both targets retired, the first after it answered.
+    crm, warehouse = two_targets
+    _import(broker, tmp_path)
+    deletion_outcome_record(deletion_request=_request(crm), drop_outcome="deleted", actor="t")
+    deletion_outcome_record(
+        deletion_request=_request(warehouse), drop_outcome="failed", actor="t",
+        error_message="CRM locked",
+    )  # fmt: skip
+    for target in (crm, warehouse):
+        call_command(
+            "integrations", "retire", str(target.uuid), "--reason", "moved", stdout=io.StringIO()
+        )
+
+    # The deletion happened: DROP is told so, and no request waits for a new target.
+    assert _request(warehouse).state == RequestState.CANCELLED
+    assert not DeletionRequest.objects.filter(state=RequestState.PENDING).exists()
+    assert (
+        LedgerEvent.objects.filter(kind="integration.retired")
+        .latest("pk")
+        .data["waiting_for_a_target"]
+        == 0
+    )
+    assert (_item().state, _item().status_code) == (WorkItemState.REPORTABLE, 3)
+
+
 def test_retire_needs_a_reason(broker: Broker) -> None:
     crm = _target(broker, "crm")
     with pytest.raises(CommandError, match="--reason"):
