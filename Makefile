@@ -42,9 +42,10 @@ run: install
 
 # The database: DATABASE_URL if set, else the server on 127.0.0.1:5432 if it answers,
 # else the embedded PostgreSQL under var/ (started here, and passed as DATABASE_URL). The
-# suite runs on every core (pytest-xdist, one test database per worker: test_<name>_gw0,
-# _gw1, ...; an idle worker takes tests queued for another); a test that makes a database
-# of its own names it after its worker's (the demo's: <test database>_demo).
+# suite runs on every core (pytest-xdist, one test database per worker and checkout:
+# test_<name>_<checkout>_gw0, _gw1, ..., so two checkouts' suites can share a server; an
+# idle worker takes tests queued for another); a test that makes a database of its own
+# names it after its worker's (the demo's: <test database>_demo).
 # PYTEST_WORKERS=0 runs it in one process.
 PYTEST_WORKERS ?= auto
 test: install

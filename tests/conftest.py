@@ -159,6 +159,22 @@ def migrated_template(config: pytest.Config) -> str | None:
         return template if cursor.fetchone() is not None else None
 
 
+def checkout_tag() -> str:
+    """Six hex digits naming this checkout (its path): two checkouts' suites on one server
+    (a helper's worktree beside the main one) would otherwise share the workers' database
+    names and drop each other's databases."""
+    return hashlib.sha256(str(ROOT).encode()).hexdigest()[:6]
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(request: pytest.FixtureRequest) -> None:
+    """The test database is ``test_<name>_<checkout tag>``, with pytest-django's worker
+    suffix after it (``_gw0``, ...); its template stays shared by every checkout."""
+    database = settings.DATABASES["default"]
+    database.setdefault("TEST", {})["NAME"] = f"test_{database['NAME']}_{checkout_tag()}"
+    request.getfixturevalue("django_db_modify_db_settings_parallel_suffix")
+
+
 @pytest.fixture(scope="session")
 def django_db_keepdb(
     request: pytest.FixtureRequest,
@@ -463,3 +479,7 @@ def demo(
         template = migrated_template(request.config)
     with served_demo(template) as running:
         yield running
+    # `make demo` leaves its database to be shown again; a test run's goes with the run.
+    with django_db_blocker.unblock(), connection._nodb_cursor() as cursor:
+        name = f"{connection.settings_dict['NAME']}_demo"
+        cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

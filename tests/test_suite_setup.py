@@ -92,3 +92,14 @@ def test_the_slow_tests_lead_and_every_test_is_queued_once(
     pytest_collection_modifyitems(_Config(workers=2), items)  # type: ignore[arg-type]
     assert sorted(items, key=repr) == sorted(collected, key=repr)
     assert items[0].slow
+
+
+@pytest.mark.django_db
+def test_the_test_database_is_named_after_this_checkout() -> None:
+    # Two checkouts' suites on one server (a helper's worktree beside the main one) must not
+    # share a worker's database: each drops and copies its own at the start.
+    from tests.conftest import checkout_tag
+
+    name = connection.settings_dict["NAME"]
+    assert f"_{checkout_tag()}" in name, name
+    assert name.startswith("test_"), name
