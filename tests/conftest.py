@@ -171,7 +171,9 @@ def django_db_modify_db_settings(request: pytest.FixtureRequest) -> None:
     """The test database is ``test_<name>_<checkout tag>``, with pytest-django's worker
     suffix after it (``_gw0``, ...); its template stays shared by every checkout."""
     database = settings.DATABASES["default"]
-    database.setdefault("TEST", {})["NAME"] = f"test_{database['NAME']}_{checkout_tag()}"
+    # PostgreSQL cuts names at 63 bytes: leave room for the tag and the worker's suffix.
+    name = f"test_{database['NAME']}"[:50]
+    database.setdefault("TEST", {})["NAME"] = f"{name}_{checkout_tag()}"
     request.getfixturevalue("django_db_modify_db_settings_parallel_suffix")
 
 

@@ -14,6 +14,7 @@ from integrations.enqueue import alerts_evaluate_enqueue
 from integrations.models import Broker
 from integrations.services.staff.brokers import broker_create
 from tests.builders import MIGRATED_TABLES
+from tests.conftest import checkout_tag
 
 
 def _rows() -> dict[str, list[tuple[Any, ...]]]:
@@ -98,8 +99,6 @@ def test_the_slow_tests_lead_and_every_test_is_queued_once(
 def test_the_test_database_is_named_after_this_checkout() -> None:
     # Two checkouts' suites on one server (a helper's worktree beside the main one) must not
     # share a worker's database: each drops and copies its own at the start.
-    from tests.conftest import checkout_tag
-
     name = connection.settings_dict["NAME"]
     assert f"_{checkout_tag()}" in name, name
     assert name.startswith("test_"), name
