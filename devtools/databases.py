@@ -6,8 +6,19 @@ from __future__ import annotations
 from typing import Any
 
 
+def demo_database_name(name: str) -> str:
+    """The demo's database beside the database ``name``."""
+    return f"{name}_demo"
+
+
+def database_drop(cursor: Any, name: str) -> None:
+    """Drop ``name`` if it is there, ending its sessions. ``cursor``: one in autocommit, on
+    another database of the same server."""
+    cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 def database_recreate(cursor: Any, name: str, *, template: str | None = None) -> None:
     """Drop ``name`` (ending its sessions) and create it again: empty, or a copy of
     ``template``. ``cursor``: one in autocommit, on another database of the same server."""
-    cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    database_drop(cursor, name)
     cursor.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))

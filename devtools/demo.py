@@ -110,10 +110,10 @@ def use_demo_database(template: str | None) -> str:
     from django.conf import settings
     from django.db import connection
 
-    from devtools.databases import database_recreate
+    from devtools.databases import database_recreate, demo_database_name
 
     database = settings.DATABASES["default"]
-    demo_name = f"{database['NAME']}_demo"
+    demo_name = demo_database_name(database["NAME"])
     # Django's connection is in autocommit here, which CREATE DATABASE needs.
     with connection.cursor() as cursor:
         database_recreate(cursor, demo_name, template=template)

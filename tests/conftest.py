@@ -22,7 +22,7 @@ from django.test.testcases import QuietWSGIRequestHandler
 from rest_framework.test import APIClient
 from whitenoise.middleware import WhiteNoiseMiddleware
 
-from devtools.databases import database_recreate
+from devtools.databases import database_drop, database_recreate, demo_database_name
 from devtools.drop_simulator import DropSimulator
 from devtools.tsa_simulator import TsaSimulator
 from integrations.dispatch import signing
@@ -310,7 +310,7 @@ def django_db_setup(
             connections.close_all()
             with connection._nodb_cursor() as cursor:
                 left = sessions_left(cursor, test_name)
-                cursor.execute(f'DROP DATABASE IF EXISTS "{test_name}" WITH (FORCE)')
+                database_drop(cursor, test_name)
         # FORCE would end them unseen: a connection a test (or a process it started) left
         # open is a leak, found here rather than by the next run that cannot drop it.
         assert not left, f"{left} session(s) still on {test_name} once the tests ended"
@@ -428,7 +428,7 @@ def database_of_its_own(suffix: str, *, template: str | None = None) -> Iterator
         yield database_url().replace(f"/{test_name}?", f"/{name}?", 1)
     finally:
         with connection._nodb_cursor() as cursor:
-            cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            database_drop(cursor, name)
 
 
 def database_server() -> tuple[str, int] | str:
@@ -483,5 +483,4 @@ def demo(
         yield running
     # `make demo` leaves its database to be shown again; a test run's goes with the run.
     with django_db_blocker.unblock(), connection._nodb_cursor() as cursor:
-        name = f"{connection.settings_dict['NAME']}_demo"
-        cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        database_drop(cursor, demo_database_name(connection.settings_dict["NAME"]))

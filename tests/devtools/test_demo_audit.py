@@ -29,6 +29,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
+from devtools.databases import demo_database_name
 from integrations.drop.calendar import drop_timezone
 from tests.conftest import database_url
 from tests.served_demo import ROOT, ServedDemo, demo_env
@@ -42,8 +43,8 @@ def _demo_database_url() -> str:
     url = os.environ.get("DATABASE_URL", "")
     if not url:
         pytest.skip("SKIPPED LOUDLY: needs DATABASE_URL (the demo's database sits next to it)")
-    parts = urlsplit(database_url())  # the demo works in <test database>_demo (demo_env)
-    return urlunsplit(parts._replace(path=parts.path + "_demo"))
+    parts = urlsplit(database_url())  # the demo works beside the test database (demo_env)
+    return urlunsplit(parts._replace(path=demo_database_name(parts.path)))
 
 
 def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -50,6 +50,11 @@ class Request:
     email: str = ""
     cancelled: bool = False  # its integration was retired before it was answered
 
+    @property
+    def final(self) -> bool:
+        """Whether it has a final outcome (failed is not one)."""
+        return self.outcome not in (None, "failed")
+
     def uuid_item_kept(self, oracle: Oracle) -> bool:
         return oracle.items[self.work_item_id].removed_at_step is None
 
@@ -92,7 +97,7 @@ class Oracle:
         """Whether integration ``uuid`` still owes an answer for ``item``."""
         received = [self.requests[r] for r in item.requests]
         own = [r for r in received if r.integration_uuid == uuid and not r.cancelled]
-        return not own or any(r.outcome in (None, "failed") for r in own)
+        return not own or any(not r.final for r in own)
 
     def retire(self, uuid: str) -> None:
         """Its open requests are cancelled; an item it alone still owed an answer for waits
@@ -108,16 +113,14 @@ class Oracle:
                 continue
             owed = self.owes(item, uuid)
             item.targets.discard(uuid)
-            kept = [
-                request
+            kept = any(
+                not request.cancelled and (request.integration_uuid != uuid or request.final)
                 for request in (self.requests[r] for r in item.requests)
-                if not request.cancelled
-                and (request.integration_uuid != uuid or request.outcome not in (None, "failed"))
-            ]
+            )
             if owed and not item.targets and not kept and item.removed_at_step is None:
                 self.match(item)
         for request in self.requests.values():
-            if request.integration_uuid == uuid and request.outcome in (None, "failed"):
+            if request.integration_uuid == uuid and not request.final:
                 request.cancelled = True
 
     def registered_hashes(self) -> set[str]:
@@ -183,7 +186,7 @@ class Oracle:
         if not statuses & {3, 4}:
             return False
         return all(
-            self.requests[uuid].cancelled or self.requests[uuid].outcome not in (None, "failed")
+            self.requests[uuid].cancelled or self.requests[uuid].final
             for uuid in item.round_requests
         )
 
@@ -191,7 +194,7 @@ class Oracle:
         """What recording ``outcome`` should do: "recorded", "unchanged" or "conflict"."""
         if request.cancelled:
             return "conflict"
-        if request.outcome in (None, "failed"):
+        if not request.final:
             if outcome == "failed" and request.outcome == "failed" and request.failure == error:
                 return "unchanged"
             return "recorded"

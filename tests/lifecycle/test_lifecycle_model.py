@@ -531,7 +531,7 @@ class LifecycleMachine(LifecycleInvariants, RuleBasedStateMachine):
         """Every request the broker holds without a final outcome gets one."""
         for uuid in list(self.oracle.requests):
             request = self.oracle.requests[uuid]
-            if request.outcome in (None, "failed") and request.uuid_item_kept(self.oracle):
+            if not request.final and request.uuid_item_kept(self.oracle):
                 self._outcome(
                     data,
                     data.draw(st.sampled_from(OUTCOMES), label="outcome"),
@@ -660,7 +660,7 @@ class LifecycleMachine(LifecycleInvariants, RuleBasedStateMachine):
         self.worker_catches_up()
         for uuid in list(self.oracle.requests):
             request = self.oracle.requests[uuid]
-            if request.outcome in (None, "failed") and request.uuid_item_kept(self.oracle):
+            if not request.final and request.uuid_item_kept(self.oracle):
                 outcome = data.draw(self._mostly_final_outcomes(), label="outcome")
                 self._outcome(data, outcome, previous_secret=False, uuid=uuid)
         self.report("accept", data.draw(st.booleans(), label="periodic"))
