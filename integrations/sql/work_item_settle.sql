@@ -21,6 +21,8 @@
 -- - A status staff set by hand (with a written reason) stands while any request is still
 --   open; once every request is final, the outcome wins and the ledger event says it
 --   replaced the staff status.
+-- - Settling to the status the item already has changes nothing: an amendment staff gave
+--   up stays given up.
 -- Which outcomes are final, which code each reports and which code wins are not written
 -- here: the caller passes them (services/cycle/work_items.py settle_rules(), built from
 -- integrations/models/requests.py), so they have one home.
@@ -138,16 +140,18 @@ BEGIN
             wi.reported_at;
         RETURN;
     END IF;
-    SELECT * INTO v_fields FROM dropportal_work_item_status_fields(
-        wi.state, v_code, wi.reported_at, wi.reported_status_code, wi.needs_amendment);
     v_replaces_staff := wi.status_reason <> '' AND v_code IS NOT NULL;
-    IF v_code IS NOT DISTINCT FROM wi.status_code::integer AND v_fields.state = wi.state
-       AND v_fields.needs_amendment = wi.needs_amendment AND NOT v_replaces_staff THEN
+    -- The state and flag follow from a status as it changes. With the status unchanged they
+    -- stand as stored: staff may have given up an amendment of it (report_manual.py), and
+    -- settling again, as a recurring round's outcome does, must not bring it back.
+    IF v_code IS NOT DISTINCT FROM wi.status_code::integer AND NOT v_replaces_staff THEN
         RETURN QUERY SELECT wi.status_code::integer, wi.state::text,
             wi.needs_amendment, wi.status_reason, wi.reported_status_code::integer,
             wi.reported_at;
         RETURN;
     END IF;
+    SELECT * INTO v_fields FROM dropportal_work_item_status_fields(
+        wi.state, v_code, wi.reported_at, wi.reported_status_code, wi.needs_amendment);
 
     UPDATE integrations_workitem w
     SET status_code = v_code, state = v_fields.state, needs_amendment = v_fields.needs_amendment,

@@ -802,6 +802,31 @@ def test_staff_discard_a_refused_amendment_and_the_item_keeps_what_drop_holds(
     assert len(drop.calls("/data/amend")) == 1
 
 
+def test_a_discarded_amendment_stays_given_up_when_the_item_is_settled_again(
+    refused_amendment: WorkItem, drop: DropSimulator, client: DropClient
+) -> None:
+    """Every outcome settles its item again, a recurring round's too (45 days later): with
+    the status unchanged, what staff gave up must not come back as a new amendment."""
+    report_run(broker=refused_amendment.broker, upload=True, client=client)
+    report_file_discard(
+        report_file=ReportFile.objects.get(file_name=AMEND), reason="closed", actor="cli:al"
+    )
+    settled_events = LedgerEvent.objects.filter(kind="work_item.status_settled").count()
+
+    work_item_settle(work_item=refused_amendment)
+
+    item = WorkItem.objects.get(pk=refused_amendment.pk)
+    assert (item.state, item.status_code, item.needs_amendment) == (
+        WorkItemState.REPORTED,
+        3,
+        False,
+    )
+    assert LedgerEvent.objects.filter(kind="work_item.status_settled").count() == settled_events
+    drop.closed_downloads.clear()
+    again = report_run(broker=refused_amendment.broker, upload=True, client=client)
+    assert again.written == [] and len(drop.calls("/data/amend")) == 1
+
+
 def test_only_a_refused_or_rejected_amendment_can_be_discarded_and_with_a_reason(
     refused_amendment: WorkItem, client: DropClient
 ) -> None:
