@@ -131,6 +131,23 @@ def test_database_refuses_update_and_delete(statement: str, table: str) -> None:
         cursor.execute(sql)
 
 
+@pytest.mark.parametrize(
+    "table",
+    ["integrations_ledgerevent", "integrations_ledgerchainlink", "integrations_ledgeranchor"],
+)
+def test_database_refuses_truncate(table: str) -> None:
+    """``manage.py flush`` or a cleanup script pointed at the wrong database stops here."""
+    append(1)
+    ledger_seal()
+    with (
+        pytest.raises(DatabaseError, match="append-only: TRUNCATE"),
+        transaction.atomic(),
+        connection.cursor() as cursor,
+    ):
+        cursor.execute(f"TRUNCATE {table} CASCADE")
+    assert LedgerEvent.objects.exists()
+
+
 def _without_triggers(sql: str, params: list | None = None) -> None:
     """Tamper the way an attacker with the owner's rights would: drop the guard first."""
     with connection.cursor() as cursor:
