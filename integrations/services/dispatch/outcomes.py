@@ -85,17 +85,19 @@ def broker_completed_at_refusal(
     *, deletion_request: DeletionRequest, completed_at: dt.datetime, now: dt.datetime | None = None
 ) -> str | None:
     """Why a broker's ``completed_at`` cannot be right, or None: more than
-    ``BROKER_CLOCK_TOLERANCE`` before the request was dispatched (its acknowledgement, else
-    its last delivery attempt, else its creation) or after now."""
+    ``BROKER_CLOCK_TOLERANCE`` before the request was first sent (its first delivery attempt,
+    else its acknowledgement, else its creation) or after now. The first send, not the
+    acknowledgement: when a 2xx was lost and a retry acknowledged later, the broker may well
+    have finished the first one, and that true time must not be refused for ever."""
     now = now or timezone.now()
     row = DeletionRequest.objects.values("dispatched_at", "created_at").get(pk=deletion_request.pk)
-    last_attempt = (
+    first_attempt = (
         DeliveryAttempt.objects.filter(deletion_request_id=deletion_request.pk)
-        .order_by("-started_at")
+        .order_by("started_at")
         .values_list("started_at", flat=True)
         .first()
     )
-    dispatched = row["dispatched_at"] or last_attempt or row["created_at"]
+    dispatched = first_attempt or row["dispatched_at"] or row["created_at"]
     tolerance = int(BROKER_CLOCK_TOLERANCE.total_seconds() // 60)
     if completed_at < dispatched - BROKER_CLOCK_TOLERANCE:
         return (
