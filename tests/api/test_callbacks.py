@@ -652,6 +652,16 @@ RESOLUTION_BAD_INPUTS: dict[str, tuple[Callable[[ResolutionRequest], dict[str, A
         400,
         "validation_failed",
     ),
+    "an email object without its email key": (
+        lambda r: resolution_body(r, identifiers={"email": [{"address": "a@x.com"}]}),
+        400,
+        "validation_failed",
+    ),
+    "a phone object without its phone key": (
+        lambda r: resolution_body(r, identifiers={"phone": [{"number": "+14155559317"}]}),
+        400,
+        "validation_failed",
+    ),
 }
 
 
@@ -672,6 +682,54 @@ def test_bad_resolution_input_is_refused_and_changes_nothing(
     assert (notified.state, notified.identifiers, notified.completed_at) == ("dispatched", "", None)
     assert not SaasDeletion.objects.exists()
     assert LedgerEvent.objects.get(kind="callback.rejected").data["callback"] == "resolution"
+
+
+def test_an_object_without_its_category_key_is_named_by_its_path(
+    side: Broker_, notified: ResolutionRequest
+) -> None:
+    identifiers = {
+        "email": [{"email": "Ann.Smith@Example.com"}],
+        "phone": [{"phone": "+14155559317"}, {"number": "+14155559318"}],
+    }
+
+    response = put(
+        RESOLUTION,
+        resolution_body(notified, identifiers=identifiers),
+        key=side.key,
+        secret=side.secret,
+    )
+
+    assert response.status_code == 400, response.content
+    assert response.json()["errors"] == {
+        "identifiers": {"phone": {"1": {"phone": ["This field is required."]}}}
+    }
+    rejected = LedgerEvent.objects.get(kind="callback.rejected")
+    assert rejected.data["fields"] == ["identifiers"]
+    assert "14155559318" not in json.dumps(rejected.data)
+
+
+@pytest.mark.parametrize(
+    "identifiers",
+    [
+        {},
+        {"email": []},
+        {"email": [{"email": "Ann.Smith@Example.com", "type": "work"}]},
+    ],
+    ids=["no category", "an empty category", "a key besides the category's"],
+)
+def test_nothing_resolved_or_a_key_besides_the_categorys_is_accepted(
+    side: Broker_, notified: ResolutionRequest, identifiers: dict[str, Any]
+) -> None:
+    response = put(
+        RESOLUTION,
+        resolution_body(notified, identifiers=identifiers),
+        key=side.key,
+        secret=side.secret,
+    )
+
+    assert response.status_code == 200, response.content
+    notified.refresh_from_db()
+    assert notified.state == RequestState.COMPLETED
 
 
 def test_another_brokers_results_token_is_not_found(
