@@ -150,6 +150,25 @@ def test_an_outcome_is_recorded_with_its_drop_code(
     assert event.data["drop_status_code"] == code
 
 
+@pytest.mark.parametrize("accept", ["text/plain", "text/html", "application/xml"])
+def test_a_signed_callback_asking_for_another_media_type_is_recorded_and_answered_in_json(
+    side: Broker_, dispatched: DeletionRequest, accept: str
+) -> None:
+    response = put(
+        DELETION,
+        body_for(dispatched),
+        key=side.key,
+        secret=side.secret,
+        headers={"HTTP_ACCEPT": accept},
+    )
+
+    assert response.status_code == 200, response.content
+    assert response["Content-Type"] == "application/json"
+    assert response.json()["status"] == "recorded"
+    dispatched.refresh_from_db()
+    assert dispatched.drop_outcome == "deleted"
+
+
 def test_the_work_item_is_settled_with_the_outcome(
     side: Broker_, dispatched: DeletionRequest
 ) -> None:
