@@ -244,6 +244,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["integrations.web.permissions.HasActiveApiKey"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["integrations.api.json_body.JsonBodyParser"],
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "integrations.web.negotiation.FallbackContentNegotiation",
     "EXCEPTION_HANDLER": "integrations.web.errors.problem_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,

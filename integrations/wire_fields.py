@@ -35,7 +35,8 @@ class StrictChoiceField(serializers.ChoiceField):
 
 class ResolvedIdentifiersField(serializers.DictField):
     """``{"email": [{"email": "..."}], "phone": [{"phone": "+1..."}]}``: categories of
-    arrays of objects of strings, kept verbatim."""
+    arrays of objects of strings, kept verbatim. Each object holds its category's key (other
+    keys are tolerated); an empty category, or none, is accepted: nothing was resolved."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(
@@ -46,3 +47,21 @@ class ResolvedIdentifiersField(serializers.DictField):
             ),
             **kwargs,
         )
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        identifiers: dict[str, Any] = super().to_internal_value(data)
+        # Read by the category's key downstream: an object without it would be a crash, or
+        # a SaaS deletion cancelled as having nothing to delete.
+        missing = {
+            category: {
+                index: {category: [self.error_messages["required"]]}
+                for index, entry in enumerate(entries)
+                if category not in entry
+            }
+            for category, entries in identifiers.items()
+        }
+        # Indexes as ints, as DRF's ListField keys its errors (read as ``[0]``, not ``.0``).
+        errors: dict[str, Any] = {category: found for category, found in missing.items() if found}
+        if errors:
+            raise serializers.ValidationError(errors, code="required")
+        return identifiers

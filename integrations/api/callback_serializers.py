@@ -106,7 +106,11 @@ class ResolutionCallbackSerializer(serializers.Serializer):
     exemption_basis = StrictCharField(
         required=False, allow_null=True, allow_blank=True, max_length=100
     )
-    identifiers = ResolvedIdentifiersField(required=False)
+    identifiers = ResolvedIdentifiersField(
+        required=False,
+        help_text="Categories, each an array of objects keyed by the category name: "
+        '{"email": [{"email": "..."}], "phone": [{"phone": "+1..."}]}.',
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         outcome = attrs.get("drop_outcome") or ""

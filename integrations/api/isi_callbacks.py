@@ -49,7 +49,10 @@ class UtcTimestampField(serializers.Field):
     }
 
     def to_internal_value(self, data: Any) -> dt.datetime:
-        moment = parse_datetime(data) if isinstance(data, str) else None
+        try:
+            moment = parse_datetime(data) if isinstance(data, str) else None
+        except ValueError:  # well formed, but no such time: 30 February, 25 o'clock
+            moment = None
         if moment is None or moment.utcoffset() != dt.timedelta(0):
             self.fail("invalid")
         return moment

@@ -1,2 +1,2 @@
 """HTTP plumbing shared by the API and the operations endpoints: problem details (RFC 9457),
-API-key permissions and the throttles."""
+API-key permissions, the throttles and content negotiation."""

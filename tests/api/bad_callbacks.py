@@ -245,6 +245,18 @@ BAD_CALLBACKS: dict[str, BadCallback] = {
         "validation_failed",
         _only(ISI),
     ),
+    "completed_at on a day that does not exist": BadCallback(
+        lambda s, r, b: {"payload": b(r, completed_at="2026-02-30T10:00:00Z")},
+        400,
+        "validation_failed",
+        _only(ISI),
+    ),
+    "completed_at at an hour that does not exist": BadCallback(
+        lambda s, r, b: {"payload": b(r, completed_at="2026-11-21T25:00:00Z")},
+        400,
+        "validation_failed",
+        _only(ISI),
+    ),
 }
 
 # Anyone can send these: counted and logged, never a ledger row.

@@ -150,6 +150,25 @@ def test_an_outcome_is_recorded_with_its_drop_code(
     assert event.data["drop_status_code"] == code
 
 
+@pytest.mark.parametrize("accept", ["text/plain", "text/html", "application/xml"])
+def test_a_signed_callback_asking_for_another_media_type_is_recorded_and_answered_in_json(
+    side: Broker_, dispatched: DeletionRequest, accept: str
+) -> None:
+    response = put(
+        DELETION,
+        body_for(dispatched),
+        key=side.key,
+        secret=side.secret,
+        headers={"HTTP_ACCEPT": accept},
+    )
+
+    assert response.status_code == 200, response.content
+    assert response["Content-Type"] == "application/json"
+    assert response.json()["status"] == "recorded"
+    dispatched.refresh_from_db()
+    assert dispatched.drop_outcome == "deleted"
+
+
 def test_the_work_item_is_settled_with_the_outcome(
     side: Broker_, dispatched: DeletionRequest
 ) -> None:
@@ -652,6 +671,16 @@ RESOLUTION_BAD_INPUTS: dict[str, tuple[Callable[[ResolutionRequest], dict[str, A
         400,
         "validation_failed",
     ),
+    "an email object without its email key": (
+        lambda r: resolution_body(r, identifiers={"email": [{"address": "a@x.com"}]}),
+        400,
+        "validation_failed",
+    ),
+    "a phone object without its phone key": (
+        lambda r: resolution_body(r, identifiers={"phone": [{"number": "+14155559317"}]}),
+        400,
+        "validation_failed",
+    ),
 }
 
 
@@ -672,6 +701,54 @@ def test_bad_resolution_input_is_refused_and_changes_nothing(
     assert (notified.state, notified.identifiers, notified.completed_at) == ("dispatched", "", None)
     assert not SaasDeletion.objects.exists()
     assert LedgerEvent.objects.get(kind="callback.rejected").data["callback"] == "resolution"
+
+
+def test_an_object_without_its_category_key_is_named_by_its_path(
+    side: Broker_, notified: ResolutionRequest
+) -> None:
+    identifiers = {
+        "email": [{"email": "Ann.Smith@Example.com"}],
+        "phone": [{"phone": "+14155559317"}, {"number": "+14155559318"}],
+    }
+
+    response = put(
+        RESOLUTION,
+        resolution_body(notified, identifiers=identifiers),
+        key=side.key,
+        secret=side.secret,
+    )
+
+    assert response.status_code == 400, response.content
+    assert response.json()["errors"] == {
+        "identifiers": {"phone": {"1": {"phone": ["This field is required."]}}}
+    }
+    rejected = LedgerEvent.objects.get(kind="callback.rejected")
+    assert rejected.data["fields"] == ["identifiers"]
+    assert "14155559318" not in json.dumps(rejected.data)
+
+
+@pytest.mark.parametrize(
+    "identifiers",
+    [
+        {},
+        {"email": []},
+        {"email": [{"email": "Ann.Smith@Example.com", "type": "work"}]},
+    ],
+    ids=["no category", "an empty category", "a key besides the category's"],
+)
+def test_nothing_resolved_or_a_key_besides_the_categorys_is_accepted(
+    side: Broker_, notified: ResolutionRequest, identifiers: dict[str, Any]
+) -> None:
+    response = put(
+        RESOLUTION,
+        resolution_body(notified, identifiers=identifiers),
+        key=side.key,
+        secret=side.secret,
+    )
+
+    assert response.status_code == 200, response.content
+    notified.refresh_from_db()
+    assert notified.state == RequestState.COMPLETED
 
 
 def test_another_brokers_results_token_is_not_found(

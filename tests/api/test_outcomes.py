@@ -141,10 +141,19 @@ def test_the_audit_scope_is_required(
     assert api_client.get(URL, HTTP_ACCEPT="text/csv").status_code == 401
 
 
-def test_an_unsupported_media_type_is_406(history: OutcomeHistory, auditor: APIClient) -> None:
+def test_an_unsupported_media_type_gets_json(history: OutcomeHistory, auditor: APIClient) -> None:
     response = auditor.get(URL, HTTP_ACCEPT="application/xml")
-    assert response.status_code == 406
-    assert response.json()["code"] == "not_acceptable"
+    assert response.status_code == 200
+    assert response["Content-Type"] == "application/json"
+    assert len(response.json()["results"]) == len(auditor.get(URL).json()["results"])
+
+
+def test_the_format_parameter_wins_over_the_accept_header(
+    history: OutcomeHistory, auditor: APIClient
+) -> None:
+    response = auditor.get(URL, {"format": "csv"}, HTTP_ACCEPT="application/json")
+    assert response.status_code == 200
+    assert response["Content-Type"] == "text/csv; charset=utf-8"
 
 
 def test_the_endpoint_is_in_the_schema(api_client: APIClient) -> None:

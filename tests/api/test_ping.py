@@ -31,6 +31,20 @@ def test_active_key_gets_200_and_an_empty_body(api_client: APIClient, make_key) 
     assert response.content == b""
 
 
+@pytest.mark.parametrize("accept", ["text/plain", "text/html", "application/xml"])
+def test_any_accept_header_is_answered_not_refused(
+    api_client: APIClient, make_key, accept: str
+) -> None:
+    created = make_key("webhook_callback")
+    response = api_client.get("/api/v1/ping", HTTP_ACCEPT=accept, **bearer(created.key))
+    assert response.status_code == 200, response.content
+    created.api_key.refresh_from_db()
+    assert created.api_key.last_used_at is not None
+    # Errors too: problem details, not a 406.
+    refused = api_client.get("/api/v1/ping", HTTP_ACCEPT=accept)
+    assert_problem(refused, 401, "authentication_failed")
+
+
 def test_ping_records_last_use(api_client: APIClient, make_key) -> None:
     created = make_key("audit")
     api_client.get("/api/v1/ping", **bearer(created.key))
@@ -89,3 +103,27 @@ def test_openapi_schema_and_docs_are_served_without_a_key(api_client: APIClient)
     assert docs.status_code == 200
     assert b"swagger" in docs.content.lower()
     assert b"cdn" not in docs.content.lower()
+
+
+@pytest.mark.parametrize(
+    ("accept", "query", "content_type"),
+    [
+        ("application/vnd.oai.openapi+json", {}, "application/vnd.oai.openapi+json"),
+        ("application/json", {}, "application/json"),
+        ("application/yaml", {}, "application/yaml"),
+        ("text/html", {"format": "json"}, "application/vnd.oai.openapi+json"),
+        ("text/html", {}, "application/vnd.oai.openapi"),
+    ],
+)
+def test_the_schema_is_negotiated_by_accept_or_format(
+    api_client: APIClient, accept: str, query: dict[str, str], content_type: str
+) -> None:
+    response = api_client.get("/api/v1/schema", query, HTTP_ACCEPT=accept)
+    assert response.status_code == 200
+    assert response["Content-Type"].split(";")[0] == content_type
+    assert response.content.lstrip().startswith(b"{") == content_type.endswith("json")
+
+
+def test_an_unknown_schema_format_is_not_found(api_client: APIClient) -> None:
+    response = api_client.get("/api/v1/schema", {"format": "xml"}, HTTP_ACCEPT="text/html")
+    assert response.status_code == 404

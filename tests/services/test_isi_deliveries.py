@@ -380,7 +380,7 @@ def test_an_identifiers_answer_keyed_by_identifiers_is_kept_and_ledgered_masked(
     answer = {
         "identifiers": {
             "phone": [{"phone": "+14155559317"}],
-            "ann@example.com": [{"ann@example.com": "x"}, {"bob@example.com": "y"}],
+            "ann@example.com": [{"ann@example.com": "x"}, {"ann@example.com": "y"}],
         },
         "carl@example.com": True,
     }
@@ -437,6 +437,10 @@ WRONG_SHAPES: dict[str, tuple[Reply, str]] = {
     "a number where a string is": (
         Reply(200, b'{"identifiers": {"email": [{"email": 5}]}}'),
         "identifiers have the wrong shape: email[0].email: Not a valid string.",
+    ),
+    "an object without its category's key": (
+        Reply(200, b'{"identifiers": {"email": [{"address": "ann@example.com"}]}}'),
+        "identifiers have the wrong shape: email[0].email: This field is required.",
     ),
     "no identifiers": (
         Reply(200, b'{"ids": {"email": []}}'),
