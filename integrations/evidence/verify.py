@@ -31,7 +31,7 @@ import json
 import sys
 import zipfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from integrations.evidence.archive import PackInvalid
 from integrations.evidence.checks import PackChecker, Verification
@@ -69,8 +69,16 @@ def verify_pack(
     return result
 
 
+class _OneLineErrors(argparse.ArgumentParser):
+    """A bad argument is one line and exit 2, as ``manage.py``'s other commands say it (they
+    need Django for theirs; this check runs without it), not argparse's usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = _OneLineErrors(
         prog="evidence verify", description="Check a dropportal evidence pack offline."
     )
     parser.add_argument("pack", help="the evidence pack (ZIP)")

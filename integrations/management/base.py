@@ -153,13 +153,19 @@ class _OneLineErrors(CommandParser):
         raise CommandError(f"{self.prog}: {message}")
 
 
+def one_line_errors(parser: CommandParser) -> None:
+    """Have ``parser`` (a command's, from ``add_arguments``) refuse a bad argument in one
+    line, without argparse's usage block; its subparsers, which take ``type(parser)``, too."""
+    parser.__class__ = _OneLineErrors
+
+
 class DropportalCommand(BaseCommand):
     """A command whose first argument picks a subcommand, dispatched to ``handle_<name>``."""
 
     stealth_options = ("stdin",)  # call_command(..., stdin=...) for secrets read from "-"
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.__class__ = _OneLineErrors  # and so its subparsers, which take type(parser)
+        one_line_errors(parser)
         subparsers = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
         self.add_subcommands(subparsers)
 

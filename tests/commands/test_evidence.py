@@ -28,7 +28,7 @@ from django.utils import timezone
 from devtools.drop_simulator import DropSimulator
 from dropportal import local_state
 from integrations.drop.client import DropClient
-from integrations.evidence import pack
+from integrations.evidence import pack, verify
 from integrations.evidence.verify import verify_pack
 from integrations.models import (
     Broker,
@@ -299,6 +299,25 @@ def test_verify_runs_without_django_or_a_database(
     assert result.stderr == (
         "Evidence pack does not verify: ledger.jsonl: its SHA-256 does not match the manifest\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([], "the following arguments are required: pack"),
+        (["pack.zip", "--bogus"], "unrecognized arguments: --bogus"),
+    ],
+)
+def test_a_bad_argument_to_verify_is_one_line_on_stderr(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # What manage.py hands `evidence verify ...` to, before Django starts.
+    with pytest.raises(SystemExit) as exited:
+        verify.main(argv)
+    assert exited.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"evidence verify: error: {message}\n"
+    assert captured.out == ""
 
 
 def test_without_a_public_key_verify_says_the_signer_was_not_checked(

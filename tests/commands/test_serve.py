@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from django.conf import settings
-from django.core.management import CommandError, call_command
+from django.core.management import CommandError, ManagementUtility, call_command
 
 from integrations.management.commands import serve as serve_command
 from integrations.models import Broker
@@ -52,6 +52,16 @@ def _session_commands(session: int) -> list[str]:
 def test_a_port_in_use_is_refused_in_one_line_before_anything_starts(held_port: int) -> None:
     with pytest.raises(CommandError, match=rf"cannot serve on 127.0.0.1:{held_port}: .*--bind"):
         call_command("serve", bind=f"127.0.0.1:{held_port}")
+
+
+def test_a_bad_argument_is_one_line_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["manage.py", "serve", "--web-workers", "two"]
+    with pytest.raises(SystemExit) as exited:
+        ManagementUtility(argv).fetch_command("serve").run_from_argv(argv)
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == (
+        "manage.py serve: error: argument --web-workers: invalid int value: 'two'\n"
+    )
 
 
 def test_off_loopback_the_embedded_database_is_refused_in_one_line(settings) -> None:

@@ -34,7 +34,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from integrations.client_address import is_loopback_host
-from integrations.management.base import refuse_unreadable_secrets
+from integrations.management.base import one_line_errors, refuse_unreadable_secrets
 
 _CLEAN = (0, -signal.SIGTERM, -signal.SIGINT)
 STOP_SECONDS = 20.0  # for the web server and the worker together, after SIGTERM
@@ -125,6 +125,7 @@ class Command(BaseCommand):
     help = "Set up and serve dropportal (web + one worker) until Ctrl-C."
 
     def add_arguments(self, parser: CommandParser) -> None:
+        one_line_errors(parser)
         parser.add_argument("--bind", default="127.0.0.1:8000")
         parser.add_argument("--web-workers", type=int, default=2)
 

@@ -28,7 +28,7 @@ from procrastinate.contrib.django import app
 from procrastinate.contrib.django.settings import settings as procrastinate_settings
 from procrastinate.contrib.django.utils import connector_params
 
-from integrations.management.base import refuse_unreadable_secrets
+from integrations.management.base import one_line_errors, refuse_unreadable_secrets
 
 log = logging.getLogger("integrations.worker")
 
@@ -102,6 +102,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
+        one_line_errors(parser)
         parser.add_argument(
             "--concurrency", type=int, default=4, help="delivery jobs run at once (dispatch)"
         )
