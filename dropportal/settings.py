@@ -19,6 +19,21 @@ BASE_DIR = local_state.BASE_DIR
 env = environ.Env()
 environ.Env.read_env(BASE_DIR / ".env")
 
+
+def _whole_number(name: str, default: int, *, least: int, what: str) -> int:
+    """``name``'s value as an int; one line naming it and a non-zero exit when it is not a
+    whole number of ``least`` or more (``what`` says so to the operator), rather than
+    env.int's traceback or a count that means nothing."""
+    text = env.str(name, default=str(default))
+    try:
+        value = int(text)
+    except ValueError:
+        value = least - 1
+    if value < least:
+        sys.exit(f"error: {name}={text!r} must be {what}")
+    return value
+
+
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
 
 # --- operations: secrets shared by every host --------------------------------
@@ -67,29 +82,52 @@ DROPPORTAL_ALLOW_PLAIN_HTTP_PUBLIC_URL = env.bool(
     "DROPPORTAL_ALLOW_PLAIN_HTTP_PUBLIC_URL", default=False
 )
 # Broker callbacks a second per API key and web process (bursts of twice that); 0: no limit.
-DROPPORTAL_CALLBACK_RATE_LIMIT = env.int("DROPPORTAL_CALLBACK_RATE_LIMIT", default=200)
+DROPPORTAL_CALLBACK_RATE_LIMIT = _whole_number(
+    "DROPPORTAL_CALLBACK_RATE_LIMIT",
+    200,
+    least=0,
+    what="a whole number of callbacks a second, 0 (no limit) or more",
+)
 # Rejected callbacks without a valid API key, a second per client address (bursts of twice
 # that); past it the address gets 429 before its key is looked up. 0 turns it off.
-DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT = env.float(
-    "DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT", default=5.0
-)
+try:
+    DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT = env.float(
+        "DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT", default=5.0
+    )
+except ValueError:
+    DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT = float("nan")
+if not DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT >= 0:
+    sys.exit(
+        "error: DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT="
+        f"{env.str('DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT')!r} must be a number of "
+        "callbacks a second, 0 (off) or more"
+    )
 # Delivery batches in flight at once per broker, across all workers: one slow broker holds
 # at most this many of the dispatch queue's worker slots. 0: no limit.
-DROPPORTAL_DISPATCH_SLOTS_PER_BROKER = env.int("DROPPORTAL_DISPATCH_SLOTS_PER_BROKER", default=2)
+DROPPORTAL_DISPATCH_SLOTS_PER_BROKER = _whole_number(
+    "DROPPORTAL_DISPATCH_SLOTS_PER_BROKER",
+    2,
+    least=0,
+    what="a whole number of delivery batches, 0 (no limit) or more",
+)
 DROP_API_URL: str | None = env.str("DROP_API_URL", default="") or None
 # Days a broker has to report after a download, and between downloads (docs/contracts.md §11).
-DROPPORTAL_REPORT_DAYS = env.int("DROPPORTAL_REPORT_DAYS", default=45)
-DROPPORTAL_DOWNLOAD_CADENCE_DAYS = env.int("DROPPORTAL_DOWNLOAD_CADENCE_DAYS", default=45)
+DROPPORTAL_REPORT_DAYS = _whole_number(
+    "DROPPORTAL_REPORT_DAYS", 45, least=1, what="a whole number of days, 1 or more"
+)
+DROPPORTAL_DOWNLOAD_CADENCE_DAYS = _whole_number(
+    "DROPPORTAL_DOWNLOAD_CADENCE_DAYS", 45, least=1, what="a whole number of days, 1 or more"
+)
 # Recurring deletion (docs/recurring-deletion.md): days between the rounds a deleted or
 # opted-out consumer's deletion is repeated in (Civil Code 1798.99.86(d)); 0 turns them off.
-DROPPORTAL_RECURRING_DAYS = env.int("DROPPORTAL_RECURRING_DAYS", default=45)
-if DROPPORTAL_RECURRING_DAYS < 0:
-    sys.exit("error: DROPPORTAL_RECURRING_DAYS must be 0 (off) or a number of days")
+DROPPORTAL_RECURRING_DAYS = _whole_number(
+    "DROPPORTAL_RECURRING_DAYS", 45, least=0, what="a whole number of days, 0 (off) or more"
+)
 # Canary rounds (docs/operations.md, "Canaries"): hours each canary's deletion request has to
 # be answered `deleted` before the round fails and staff are alerted.
-DROPPORTAL_CANARY_HOURS = env.int("DROPPORTAL_CANARY_HOURS", default=72)
-if DROPPORTAL_CANARY_HOURS < 1:
-    sys.exit("error: DROPPORTAL_CANARY_HOURS must be a number of hours, 1 or more")
+DROPPORTAL_CANARY_HOURS = _whole_number(
+    "DROPPORTAL_CANARY_HOURS", 72, least=1, what="a whole number of hours, 1 or more"
+)
 # DROP's calendar is California's: the zone of DROP dates (match_date, due dates, days left,
 # the yearly figures' year) and of times shown to staff. Stored timestamps stay UTC.
 DROPPORTAL_DROP_TIMEZONE = env.str("DROPPORTAL_DROP_TIMEZONE", default="America/Los_Angeles")
@@ -115,13 +153,17 @@ if not DROPPORTAL_DROP_STALL_SECONDS > 0:
 DROPPORTAL_AUTO_REPORT = env.bool("DROPPORTAL_AUTO_REPORT", default=True)
 # A failed outcome is redispatched automatically this many hours after it was recorded (at
 # most 3 times a request); 0: only staff redispatch (docs/contracts.md §5.3: off by default).
-DROPPORTAL_AUTO_REDISPATCH_HOURS = env.int("DROPPORTAL_AUTO_REDISPATCH_HOURS", default=0)
+DROPPORTAL_AUTO_REDISPATCH_HOURS = _whole_number(
+    "DROPPORTAL_AUTO_REDISPATCH_HOURS", 0, least=0, what="a whole number of hours, 0 (off) or more"
+)
 # An S3-compatible store (MinIO, Ceph...) for `consumers import s3://...`; empty: AWS S3.
 # Credentials come from boto3's usual chain (AWS_* variables, ~/.aws, an instance role).
 DROPPORTAL_S3_ENDPOINT_URL = env.str("DROPPORTAL_S3_ENDPOINT_URL", default="")
 # Days a service provider or contractor has to acknowledge a directive before staff are
 # alerted (the dashboard and `drop doctor` list it too).
-DROPPORTAL_DIRECTIVE_ACK_DAYS = env.int("DROPPORTAL_DIRECTIVE_ACK_DAYS", default=10)
+DROPPORTAL_DIRECTIVE_ACK_DAYS = _whole_number(
+    "DROPPORTAL_DIRECTIVE_ACK_DAYS", 10, least=1, what="a whole number of days, 1 or more"
+)
 # An RFC 3161 time-stamping authority: the worker has it timestamp the ledger's chain head
 # daily (`ledger anchor` at once). Empty: the chain is anchored nowhere outside the service.
 DROPPORTAL_TSA_URL = env.str("DROPPORTAL_TSA_URL", default="")
@@ -321,9 +363,9 @@ if DROPPORTAL_BEHIND_TLS_PROXY:
 # Staff sessions end after DROPPORTAL_SESSION_HOURS without a request; one opened through the
 # identity provider also ends that long after its sign-in, active or not, so the roles it read
 # there are read again at least that often.
-DROPPORTAL_SESSION_HOURS = env.int("DROPPORTAL_SESSION_HOURS", default=8)
-if DROPPORTAL_SESSION_HOURS < 1:
-    sys.exit("error: DROPPORTAL_SESSION_HOURS must be a number of hours, 1 or more")
+DROPPORTAL_SESSION_HOURS = _whole_number(
+    "DROPPORTAL_SESSION_HOURS", 8, least=1, what="a whole number of hours, 1 or more"
+)
 SESSION_COOKIE_AGE = DROPPORTAL_SESSION_HOURS * 60 * 60
 SESSION_SAVE_EVERY_REQUEST = True
 

@@ -142,3 +142,48 @@ def test_a_drop_stall_bound_that_is_not_a_positive_number_is_one_line(value: str
 
 def test_a_drop_download_is_cut_after_two_minutes_of_silence_unless_told_otherwise() -> None:
     assert settings.DROPPORTAL_DROP_STALL_SECONDS == 120
+
+
+WHOLE_NUMBER_SETTINGS = [
+    # (name, least, what it must be); a count under its least means nothing.
+    ("DROPPORTAL_CALLBACK_RATE_LIMIT", 0, "callbacks a second, 0 (no limit) or more"),
+    ("DROPPORTAL_DISPATCH_SLOTS_PER_BROKER", 0, "delivery batches, 0 (no limit) or more"),
+    ("DROPPORTAL_REPORT_DAYS", 1, "days, 1 or more"),
+    ("DROPPORTAL_DOWNLOAD_CADENCE_DAYS", 1, "days, 1 or more"),
+    ("DROPPORTAL_RECURRING_DAYS", 0, "days, 0 (off) or more"),
+    ("DROPPORTAL_CANARY_HOURS", 1, "hours, 1 or more"),
+    ("DROPPORTAL_AUTO_REDISPATCH_HOURS", 0, "hours, 0 (off) or more"),
+    ("DROPPORTAL_DIRECTIVE_ACK_DAYS", 1, "days, 1 or more"),
+    ("DROPPORTAL_SESSION_HOURS", 1, "hours, 1 or more"),
+]
+
+
+@pytest.mark.parametrize(("name", "least", "what"), WHOLE_NUMBER_SETTINGS)
+def test_a_count_setting_that_is_not_a_whole_number_in_range_is_one_line(
+    name: str, least: int, what: str
+) -> None:
+    for value in ("ten", "2.5", "", str(least - 1), "-3"):
+        assert _refusal(**{name: value}) == (
+            f"error: {name}={value!r} must be a whole number of {what}"
+        )
+    # The same start with the least value in range reads it as a number.
+    assert settings_started_with(subprocess_env(**{name: str(least)}))[name] == least
+
+
+@pytest.mark.parametrize("value", ["soon", "-1", "nan"])
+def test_an_anonymous_callback_rate_that_is_not_a_number_of_0_or_more_is_one_line(
+    value: str,
+) -> None:
+    assert _refusal(DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT=value) == (
+        f"error: DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT={value!r} must be a number of "
+        "callbacks a second, 0 (off) or more"
+    )
+
+
+def test_a_bad_number_setting_stops_a_command_in_one_line() -> None:
+    # As an operator meets it: the whole stderr of a real start.
+    started = _manage("check", env=subprocess_env(DROPPORTAL_DIRECTIVE_ACK_DAYS="-3"))
+    assert started.returncode != 0
+    assert started.stderr == (
+        "error: DROPPORTAL_DIRECTIVE_ACK_DAYS='-3' must be a whole number of days, 1 or more\n"
+    )
