@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import io
 import json
@@ -43,6 +44,17 @@ def test_create_prints_the_key_once_and_stores_only_its_digest(broker: Broker) -
     call_command("apikeys", "list", "--json", stdout=out)
     assert key not in out.getvalue()
     assert json.loads(out.getvalue())["items"][0]["prefix"] == printed["prefix"]
+
+
+def test_list_shows_each_key_with_its_creation_in_drops_calendar(broker: Broker) -> None:
+    printed = create("--broker", "4821", "--scope", "audit", "--name", "auditors")
+    # 03:00 UTC on July 2 is still July 1 in California, where staff read the date.
+    ApiKey.objects.update(created_at=dt.datetime(2026, 7, 2, 3, 0, tzinfo=dt.UTC))
+    out = io.StringIO()
+    call_command("apikeys", "list", stdout=out)
+    (line,) = out.getvalue().splitlines()
+    assert line.startswith(f"{printed['prefix']}  4821  audit")
+    assert "created 2026-07-01 20:00 PDT  active  last used never  auditors" in line
 
 
 def test_keys_are_unique(broker: Broker) -> None:

@@ -6,6 +6,7 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
+from integrations.drop.calendar import drop_time_text
 from integrations.management.base import DropportalCommand, broker_or_error
 from integrations.models import ApiKey, ApiKeyScope, ServiceProvider
 from integrations.services.staff.keys import api_key_create, api_key_revoke
@@ -82,25 +83,28 @@ class Command(DropportalCommand):
         )
 
     def handle_list(self, **options: Any) -> None:
-        rows: list[dict[str, Any]] = [
-            {
-                "prefix": k.prefix,
-                "name": k.name,
-                "broker_id": k.broker.broker_id if k.broker else None,  # None: every broker
-                "scopes": k.scopes,
-                "provider_id": k.provider_id,  # a directive_ack key's service provider
-                "created_at": k.created_at.isoformat(),
-                "last_used_at": k.last_used_at.isoformat() if k.last_used_at else None,
-                "revoked_at": k.revoked_at.isoformat() if k.revoked_at else None,
-            }
-            for k in ApiKey.objects.select_related("broker")
-        ]
+        keys = list(ApiKey.objects.select_related("broker"))
         if options["json"]:
+            rows = [
+                {
+                    "prefix": k.prefix,
+                    "name": k.name,
+                    "broker_id": k.broker.broker_id if k.broker else None,  # None: every broker
+                    "scopes": k.scopes,
+                    "provider_id": k.provider_id,  # a directive_ack key's service provider
+                    "created_at": k.created_at.isoformat(),
+                    "last_used_at": k.last_used_at.isoformat() if k.last_used_at else None,
+                    "revoked_at": k.revoked_at.isoformat() if k.revoked_at else None,
+                }
+                for k in keys
+            ]
             self.print_json({"items": rows})
             return
-        for r in rows:
-            state = f"revoked {r['revoked_at']}" if r["revoked_at"] else "active"
+        for k in keys:
+            state = f"revoked {drop_time_text(k.revoked_at)}" if k.revoked_at else "active"
+            last_used = drop_time_text(k.last_used_at) if k.last_used_at else "never"
             self.stdout.write(
-                f"{r['prefix']}  {r['broker_id'] or 'all '}  {','.join(r['scopes']):<30} {state}"
-                f"  last used {r['last_used_at'] or 'never'}  {r['name']}"
+                f"{k.prefix}  {k.broker.broker_id if k.broker else 'all '}  "
+                f"{','.join(k.scopes):<30} created {drop_time_text(k.created_at)}  {state}"
+                f"  last used {last_used}  {k.name}"
             )
