@@ -66,6 +66,16 @@ def add_period_arguments(parser: Any, *, what: str = "") -> None:
     )
 
 
+def period_bounds(options: dict[str, Any]) -> tuple[dt.datetime | None, dt.datetime | None]:
+    """The ``--since`` and ``--until`` of ``add_period_arguments`` in UTC (None when not
+    given); an ``--until`` not after ``--since`` is refused, not an empty result."""
+    since = date_bound(options["since"]) if options["since"] else None
+    until = date_bound(options["until"], end=True) if options["until"] else None
+    if since and until and until <= since:
+        raise CommandError("--until must be after --since")
+    return since, until
+
+
 def open_output(path: str | None, stdout: Any) -> Any:
     """The ``--out`` file (UTF-8, written whole or not at all is the caller's job) or stdout."""
     if not path:

@@ -11,16 +11,20 @@ from types import SimpleNamespace
 
 import pytest
 from django.core.management import call_command
+from django.core.management.base import CommandError
 
 from integrations.ledger_kinds import LedgerKind
 from integrations.services import ledger as ledger_services
 from integrations.services.ledger import ledger_event_append, ledger_seal
+from tests.builders import BrokerFactory
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def events() -> None:
+    BrokerFactory.create(broker_id="4821")
+    BrokerFactory.create(broker_id="1234")
     ledger_event_append(
         kind=LedgerKind.BROKER_CREATED, broker_id="4821", subject="x", data={"n": 1}
     )
@@ -82,8 +86,21 @@ def test_out_file(events: None, tmp_path: Path) -> None:
     assert target.read_text().startswith("id,created_at,broker_id")
 
 
-def test_bad_date_is_one_clear_error(events: None) -> None:
-    from django.core.management.base import CommandError
-
-    with pytest.raises(CommandError, match="not a date"):
-        run("--since", "yesterday")
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        # A typo is an error, not an empty export.
+        (["--broker", "9999"], "no broker with id '9999'"),
+        (["--since", "yesterday"], "not a date: 'yesterday'"),
+        (["--since", "2026-03-13", "--until", "2026-03-12"], "--until must be after --since"),
+    ],
+)
+def test_bad_arguments_are_one_clear_error(
+    events: None, tmp_path: Path, args: list[str], message: str
+) -> None:
+    target = tmp_path / "ledger.csv"
+    assert run("--format", "jsonl", "--broker", "4821")  # the same export, well asked, has rows
+    with pytest.raises(CommandError, match=message) as refused:
+        run(*args, "--out", str(target))
+    assert "\n" not in str(refused.value)
+    assert not target.exists()

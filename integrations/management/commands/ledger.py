@@ -14,8 +14,9 @@ from integrations.evidence.timestamps import load_certificates
 from integrations.management.base import (
     DropportalCommand,
     add_period_arguments,
-    date_bound,
+    broker_or_error,
     open_output,
+    period_bounds,
 )
 from integrations.selectors.ledger import LEDGER_COLUMNS, ledger_events
 from integrations.services.ledger import ledger_seal, ledger_verify
@@ -53,11 +54,10 @@ class Command(DropportalCommand):
         )
 
     def handle_export(self, **options: Any) -> None:
-        rows = ledger_events(
-            broker_id=options["broker"],
-            since=date_bound(options["since"]) if options["since"] else None,
-            until=date_bound(options["until"], end=True) if options["until"] else None,
-        )
+        if options["broker"]:
+            broker_or_error(options["broker"])  # a typo is an error, not an empty export
+        since, until = period_bounds(options)
+        rows = ledger_events(broker_id=options["broker"], since=since, until=until)
         with open_output(options["out"], self.stdout._out) as stream:
             count = exports.write_rows(
                 stream, fmt=options["format"], columns=LEDGER_COLUMNS, rows=rows

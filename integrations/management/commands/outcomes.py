@@ -22,8 +22,8 @@ from integrations.management.base import (
     DropportalCommand,
     add_period_arguments,
     broker_or_error,
-    date_bound,
     open_output,
+    period_bounds,
 )
 from integrations.selectors.outcomes import (
     OUTCOME_COLUMNS,
@@ -49,10 +49,7 @@ class Command(DropportalCommand):
         broker_id = options["broker"]
         if broker_id:
             broker_or_error(broker_id)  # a typo is an error, not an empty export
-        since = date_bound(options["since"]) if options["since"] else None
-        until = date_bound(options["until"], end=True) if options["until"] else None
-        if since and until and until <= since:
-            raise CommandError("--until must be after --since")
+        since, until = period_bounds(options)
         filters = {"broker_id": broker_id, "since": since, "until": until}
         outcome_export_record(
             actor=self.actor(),
