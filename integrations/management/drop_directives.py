@@ -16,9 +16,10 @@ from typing import Any
 from django.core.management.base import CommandError
 from django.utils import timezone
 
+from integrations.drop.calendar import drop_date
 from integrations.management.base import DropportalCommand, broker_or_error
 from integrations.models import Directive
-from integrations.selectors.directives import directive_as_json, directives_of
+from integrations.selectors.directives import directive_ack_due, directive_as_json, directives_of
 from integrations.services.providers.directives import directive_download_record
 
 
@@ -35,28 +36,31 @@ class DirectiveSubcommands(DropportalCommand):
 
     def handle_directives(self, **options: Any) -> None:
         broker = broker_or_error(options["broker"])
-        rows = [directive_as_json(d) for d in directives_of(broker)]
+        directives = list(directives_of(broker))
         if options["json"]:
-            self.print_json({"items": rows})
+            self.print_json({"items": [directive_as_json(d) for d in directives]})
             return
-        if not rows:
+        if not directives:
             self.stdout.write(f"No directive for broker {broker.broker_id} yet.")
             return
-        now = timezone.now().isoformat()
-        for row in rows:
-            if row["acknowledged_at"]:
+        now = timezone.now()
+        for directive in directives:
+            # Days of DROP's calendar, as staff count them everywhere else.
+            due = directive_ack_due(directive)
+            if directive.acknowledged_at:
                 state = (
-                    f"acknowledged {row['acknowledged_at'][:10]} by {row['acknowledged_by']}"
-                    f" ({row['acknowledgement_reference']})"
+                    f"acknowledged {drop_date(directive.acknowledged_at)} by "
+                    f"{directive.acknowledged_by} ({directive.acknowledgement_reference})"
                 )
-            elif row["acknowledgement_due"] < now:
-                state = f"NOT acknowledged, due {row['acknowledgement_due'][:10]}"
+            elif due < now:
+                state = f"NOT acknowledged, due {drop_date(due)}"
             else:
-                state = f"awaiting acknowledgement, due {row['acknowledgement_due'][:10]}"
-            where = row["s3_uri"] or row["delivery_error"] or "download"
+                state = f"awaiting acknowledgement, due {drop_date(due)}"
+            where = directive.s3_uri or directive.delivery_error or "download"
             self.stdout.write(
-                f"{row['id']:>6}  {row['created_at'][:10]}  {row['provider']}  {row['reason']}"
-                f"  {row['rows']} hashes  {where}  {state}"
+                f"{directive.pk:>6}  {drop_date(directive.created_at)}  "
+                f"{directive.provider.name}  {directive.reason}  {directive.rows} hashes  "
+                f"{where}  {state}"
             )
 
     def handle_directive(self, **options: Any) -> None:

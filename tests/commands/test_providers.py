@@ -92,6 +92,29 @@ def test_drop_directives_lists_each_with_its_acknowledgement(directive: Directiv
         run("providers", "acknowledge", str(directive.pk), "--reference", "again")
 
 
+# 03:00 UTC on July 2 is still July 1 in California, the calendar staff count days in.
+LATE_EVENING = dt.datetime(2026, 7, 2, 3, 0, tzinfo=dt.UTC)
+
+
+def test_directive_dates_are_days_of_drops_calendar(directive: Directive) -> None:
+    Directive.objects.filter(pk=directive.pk).update(created_at=LATE_EVENING)
+    listed = run("drop", "directives", "--broker", "4821")
+    assert f"{directive.pk:>6}  2026-07-01  Mailhouse  " in listed
+    assert listed.rstrip().endswith("NOT acknowledged, due 2026-07-11")  # ten days on
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.raises(SystemExit):
+        call_command("drop", "doctor", stdout=out, stderr=err)
+    assert "not acknowledged, due 2026-07-11: record it" in err.getvalue()
+
+    run("providers", "acknowledge", str(directive.pk), "--reference", "ticket 4410")
+    Directive.objects.filter(pk=directive.pk).update(
+        acknowledged_at=LATE_EVENING + dt.timedelta(days=3)
+    )
+    assert "acknowledged 2026-07-04 by cli" in run("drop", "directives", "--broker", "4821")
+    with pytest.raises(CommandError, match="already acknowledged on 2026-07-04 by cli"):
+        run("providers", "acknowledge", str(directive.pk), "--reference", "again")
+
+
 def test_drop_directive_writes_the_csv_and_a_signature_that_verifies(
     directive: Directive, tmp_path: Path
 ) -> None:

@@ -3,6 +3,7 @@ roles and last sign-in; a deactivation stops the account and ends its sessions a
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import json
 from collections.abc import Iterator
@@ -64,6 +65,19 @@ def test_list_says_who_signed_in_how(signed_in: tuple[Client, Client], idp: Oidc
     text = run("staff", "list")
     assert "ada  oidc  active  Operators  last signed in" in text and "by oidc" in text
     assert "carl  password  active  no role  never signed in" in text
+
+
+def test_list_shows_the_last_sign_in_in_drops_calendar() -> None:
+    User.objects.create_user(
+        "carl",
+        password="pw-carl-123-long",
+        is_staff=True,
+        # 03:00 UTC on July 2 is 20:00 on July 1 in California, where staff read times.
+        last_login=dt.datetime(2026, 7, 2, 3, 0, tzinfo=dt.UTC),
+    )
+    assert "carl  password  active  no role  last signed in 2026-07-01 20:00 PDT" in run(
+        "staff", "list"
+    )
 
 
 def test_deactivate_ends_the_sessions_at_once_and_refuses_the_next_sign_in(

@@ -114,9 +114,12 @@ def test_staff_name_and_remove_a_canary_each_a_ledger_event(broker: Broker) -> N
     assert list(Canary.objects.values_list("broker__broker_id", "remote_identifier")) == [
         ("4821", CANARY)
     ]
+    # 03:00 UTC on July 2 is still July 1 in California, the calendar staff read dates in.
+    Canary.objects.update(created_at=dt.datetime(2026, 7, 2, 3, 0, tzinfo=dt.UTC))
     listed = io.StringIO()
     call_command("consumers", "canary", "--broker", "4821", stdout=listed)
     assert listed.getvalue().startswith(CANARY)
+    assert listed.getvalue().rstrip().endswith(", 2026-07-01)")
 
     call_command("consumers", "canary", "--broker", "4821", CANARY, "--remove", stdout=out)
 

@@ -35,6 +35,7 @@ from tqdm import tqdm
 from integrations.consumers.readers import RegistrationFileError
 from integrations.consumers.sources import FORMATS, ConsumerSource, SourceError, consumer_sources
 from integrations.consumers.workers import EncodedBatch
+from integrations.drop.calendar import drop_date
 from integrations.management.base import DropportalCommand, broker_or_error
 from integrations.models import Canary
 from integrations.services.cycle.canaries import canary_add, canary_remove
@@ -194,7 +195,7 @@ class Command(DropportalCommand):
             for canary in canaries:
                 self.stdout.write(
                     f"{canary.remote_identifier}  (added by {canary.added_by}, "
-                    f"{canary.created_at:%Y-%m-%d})"
+                    f"{drop_date(canary.created_at)})"
                 )
             if not canaries:
                 self.stdout.write(f"Broker {broker.broker_id} has no canary.")

@@ -35,7 +35,7 @@ from django.core.management.base import CommandError
 from django.utils import timezone
 from tqdm import tqdm
 
-from integrations.drop.calendar import drop_time_text
+from integrations.drop.calendar import drop_date, drop_time_text
 from integrations.exports import csv_cell
 from integrations.management.base import broker_or_error, date_bound
 from integrations.management.drop_directives import DirectiveSubcommands
@@ -349,7 +349,7 @@ class Command(DirectiveSubcommands, ReportSubcommand, SuppressionSubcommands):
             self.stderr.write(
                 f"broker {directive.broker.broker_id}: directive {directive.pk} to "
                 f"{directive.provider.name} ({directive.rows} hashes) not acknowledged, due "
-                f"{directive_ack_due(directive):%Y-%m-%d}: record it with `manage.py providers "
+                f"{drop_date(directive_ack_due(directive))}: record it with `manage.py providers "
                 f"acknowledge {directive.pk} --reference TEXT`"
             )
         if groups or obligations or overdue:

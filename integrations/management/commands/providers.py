@@ -15,6 +15,7 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
+from integrations.drop.calendar import drop_date
 from integrations.management.base import DropportalCommand, broker_or_error
 from integrations.models import Directive, ServiceProvider
 from integrations.services.providers.directives import directive_acknowledge
@@ -86,7 +87,7 @@ class Command(DropportalCommand):
         if directive.acknowledged_at is not None:
             raise CommandError(
                 f"directive {directive.pk} was already acknowledged on "
-                f"{directive.acknowledged_at:%Y-%m-%d} by {directive.acknowledged_by} "
+                f"{drop_date(directive.acknowledged_at)} by {directive.acknowledged_by} "
                 f"({directive.acknowledgement_reference})"
             )
         done = directive_acknowledge(

@@ -15,6 +15,7 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.core.management.base import CommandError
 
+from integrations.drop.calendar import drop_time_text
 from integrations.management.base import DropportalCommand
 from integrations.selectors.staff_sign_ins import StaffSignIn, staff_sign_ins
 from integrations.services.staff.staff_sign_in import staff_user_deactivate
@@ -42,7 +43,7 @@ class Command(DropportalCommand):
             state = "active" if row.is_active else "deactivated"
             roles = ", ".join(row.roles) or ("superuser" if row.is_superuser else "no role")
             last = (
-                f"last signed in {row.last_signed_in_at:%Y-%m-%d %H:%M} UTC"
+                f"last signed in {drop_time_text(row.last_signed_in_at)}"
                 f"{f' by {row.last_method}' if row.last_method else ''}"
                 if row.last_signed_in_at
                 else "never signed in"
