@@ -10,17 +10,19 @@ import io
 import json
 import logging
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.core.management import call_command
 from django.db import connection
 
 from devtools.drop_simulator import work_items
-from integrations.consumers import workers
+from integrations.consumers import sources, workers
 from integrations.consumers.load import Merged, StagedBatches
 from integrations.models import Broker, Consumer, ConsumerHash, DeletionRequest, LedgerEvent
 from integrations.services.cycle import consumers as consumer_services
@@ -127,7 +129,7 @@ import os, signal, sys
 import django
 django.setup()
 from django.core.management import call_command
-from integrations.consumers import workers
+from integrations.consumers import sources, workers
 from integrations.consumers.load import ConsumerLoad
 from integrations.services.cycle import consumers
 
@@ -182,18 +184,28 @@ def test_an_import_killed_midway_keeps_nothing(
     assert run(path, "--hashed")["hashes_added"] == 302
 
 
+def progress_lines(caplog: pytest.LogCaptureFixture) -> list[tuple[str, int, int]]:
+    """The tenths logged: (file, percent read, rows hashed by then)."""
+    found = []
+    for record in caplog.records:
+        if matched := re.fullmatch(
+            r"(.+): (\d+) % read, ([\d,]+) rows hashed, [\d,]+ rows/s", record.getMessage()
+        ):
+            name, percent, rows = matched.groups()
+            found.append((name, int(percent), int(rows.replace(",", ""))))
+    return found
+
+
 @pytest.mark.django_db
-def test_progress_is_logged_per_tenth_and_the_ledger_names_the_file_and_its_digest(
+def test_progress_is_logged_with_the_rows_hashed_and_the_ledger_names_the_file_and_its_digest(
     broker: Broker, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = hashed_file(tmp_path)
     caplog.set_level(logging.INFO, logger="integrations.management.commands.consumers")
     run(str(path), "--hashed")  # stderr is not a terminal: no bar, log lines instead
-    tenths = [r.getMessage() for r in caplog.records if " % read, " in r.getMessage()]
-    assert [line.split(": ")[1].split(" %")[0] for line in tenths] == [
-        str(10 * n) for n in range(1, 11)
-    ]
-    assert all(line.startswith("nightly.csv.gz: ") for line in tenths)
+    # A small file is read in one block: one line, once its rows are hashed (it said
+    # "10 % read, 0 rows" to "100 % read, 0 rows", ten lines before any row was counted).
+    assert progress_lines(caplog) == [("nightly.csv.gz", 100, 302)]
     event = LedgerEvent.objects.get(kind="consumers.registered")
     assert event.data["files"] == [
         {
@@ -202,6 +214,56 @@ def test_progress_is_logged_per_tenth_and_the_ledger_names_the_file_and_its_dige
             "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
         }
     ]
+
+
+@pytest.mark.django_db
+def test_a_long_import_logs_each_tenth_once_its_rows_are_hashed(
+    broker: Broker,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    many_rounds: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(sources, "_READ_BLOCK", 1024)  # the 20 kB file read as a long one
+    lines = [f"N-{i},email,{digest}\n" for i, (_, digest) in enumerate(OTHERS)]
+    path = write_hashed(tmp_path / "nightly.csv", lines)
+    caplog.set_level(logging.INFO, logger="integrations.management.commands.consumers")
+    run(str(path), "--hashed")
+    logged = progress_lines(caplog)
+    percents = [percent for _, percent, _ in logged]
+    rows = [hashed for _, _, hashed in logged]
+    assert len(logged) > 2 and percents == sorted(set(percents)) and percents[-1] == 100
+    assert rows[0] > 0 and rows == sorted(rows) and rows[-1] <= len(OTHERS)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_refused_import_ends_its_stderr_with_the_one_error_line(
+    broker: Broker, tmp_path: Path
+) -> None:
+    # As an operator's job runs it: stderr is not a terminal, so progress is log lines.
+    lines = [f"N-{i},email,{digest}\n" for i, (_, digest) in enumerate(OTHERS)]
+    lines.insert(5, "N-bad,email,not-a-hash\n")
+    path = write_hashed(tmp_path / "nightly.csv", lines)
+    refused = subprocess.run(  # noqa: S603
+        [
+            sys.executable, "manage.py", "consumers", "import", "--broker", "4821", str(path),
+            "--hashed", "--strict",
+        ],
+        cwd=settings.BASE_DIR,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )  # fmt: skip
+    assert refused.returncode != 0
+    *before, last = refused.stderr.strip().splitlines()
+    assert last == (
+        "CommandError: nightly.csv: 1 of 301 rows rejected; --strict: nothing was imported"
+    )
+    assert any(" % read, 301 rows hashed" in line for line in before), refused.stderr
+    assert "line 7: hash: " in refused.stderr
+    assert not Consumer.objects.exists()
 
 
 @pytest.mark.django_db

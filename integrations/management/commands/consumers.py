@@ -65,8 +65,8 @@ _LOG_EVERY_ROWS = 1_000_000  # without a size (standard input): a log line per t
 
 class _Progress:
     """How far the import has read: a bar on a terminal (bytes, with rows per second),
-    otherwise one log line per 10 % of the bytes (per million rows when the size is
-    unknown)."""
+    otherwise a log line each time the bytes read pass a further 10 % of the size (per
+    million rows when the size is unknown)."""
 
     def __init__(self, bar: tqdm, name: str, total: int | None, err: IO[str], files: int) -> None:
         self.bar = bar
@@ -99,24 +99,33 @@ class _Progress:
     def bytes_read(self, count: int) -> None:
         self.bar.update(count)
         self.bytes += count
-        if not self.bar.disable or not self.total:
-            return
-        while self._next_tenth <= 10 and self.bytes * 10 >= self._next_tenth * self.total:
-            log.info(
-                "%s: %d %% read, %s rows, %s rows/s",
-                self.name,
-                self._next_tenth * 10,
-                f"{self.rows:,}",
-                f"{self.rate():,.0f}",
-            )
-            self._next_tenth += 1
 
     def rows_read(self, count: int) -> None:
         before, self.rows = self.rows, self.rows + count
         if not self.bar.disable:
             self.bar.set_postfix_str(f"{self.rate():,.0f} rows/s", refresh=False)
-        elif not self.total and before // _LOG_EVERY_ROWS != self.rows // _LOG_EVERY_ROWS:
-            log.info("%s: %s rows, %s rows/s", self.name, f"{self.rows:,}", f"{self.rate():,.0f}")
+        elif self.total:
+            self._log_tenth(self.total)
+        elif before // _LOG_EVERY_ROWS != self.rows // _LOG_EVERY_ROWS:
+            log.info(
+                "%s: %s rows hashed, %s rows/s", self.name, f"{self.rows:,}", f"{self.rate():,.0f}"
+            )
+
+    def _log_tenth(self, total: int) -> None:
+        # Written as rows are counted, not as bytes arrive: the bytes run ahead of the rows
+        # (read in blocks, hashed in other processes), and a line said "100 % read, 0 rows".
+        # Tenths passed at once (a small file is one block) make one line.
+        tenth = min(10, self.bytes * 10 // total)
+        if tenth < self._next_tenth:
+            return
+        log.info(
+            "%s: %d %% read, %s rows hashed, %s rows/s",
+            self.name,
+            tenth * 10,
+            f"{self.rows:,}",
+            f"{self.rate():,.0f}",
+        )
+        self._next_tenth = tenth + 1
 
 
 def _reading(progress: _Progress) -> str:
