@@ -205,8 +205,9 @@ def pull_broker(broker_pk: int) -> str:
     broker = Broker.objects.get(pk=broker_pk)
     try:
         return drop_pull(broker=broker, actor="system:auto-pull").outcome
-    except DropPullError:
-        # Already in the ledger (drop.pull_failed) and logged; the next hour tries again.
+    except DropPullError as exc:
+        # Already in the ledger (drop.pull_failed); the next hour tries again.
+        log.warning("DROP pull for broker %s failed: %s", broker.broker_id, exc)
         return "failed"
 
 

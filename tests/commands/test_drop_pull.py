@@ -8,6 +8,7 @@ import datetime as dt
 import hashlib
 import io
 import json
+import logging
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -215,6 +216,24 @@ def test_a_refusal_stops_with_one_line_and_a_ledger_event(
 
     drop.queue_package(package, PACKAGE_NAME)  # once staff fixed it, the next pull works
     assert pull_json(capsys)["drop_session_id"] == "1"
+
+
+def test_a_failed_pull_is_the_commands_one_error_line_and_the_jobs_warning(
+    broker: Broker, drop: DropSimulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    drop.queue_response(409, body={"message": "Report first"})
+    with pytest.raises(CommandError, match="Report first"):
+        pull()
+    # A log line would reach the command's stderr before its error line.
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+
+    # The periodic job has no error line to show: its log says it.
+    drop.queue_response(409, body={"message": "Report first"})
+    assert tasks.pull_broker(broker_pk=broker.pk) == "failed"
+    (warned,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warned.getMessage().startswith("DROP pull for broker 4821 failed: ")
+    assert "Report first" in warned.getMessage()
 
 
 def test_a_wrong_key_is_refused_without_showing_it(broker: Broker, drop: DropSimulator) -> None:

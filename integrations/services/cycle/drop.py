@@ -14,7 +14,6 @@ the cause and import that file with ``drop import`` (DROP may not send it again)
 from __future__ import annotations
 
 import dataclasses
-import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,8 +31,6 @@ from integrations.models import Broker
 from integrations.services.cycle.drop_access import drop_access_record
 from integrations.services.cycle.drop_import import DropImportError, ImportResult, drop_zip_import
 from integrations.services.ledger import ledger_event_append
-
-log = logging.getLogger(__name__)
 
 PACKAGES_DIR = settings.DROPPORTAL_VAR_DIR / "drop-packages"
 # The DROP client's time bounds and retries (a module attribute, so tests can shorten them);
@@ -200,8 +197,8 @@ def _pulled(broker: Broker, actor: str, data: dict[str, object]) -> None:
 
 def _pull_failed(broker: Broker, actor: str, message: str, status: int | None, reason: str) -> None:
     """``reason`` (for alerts): credentials (401/403), refused (another 4xx), package (the
-    download was refused on import) or unreachable."""
-    log.warning("DROP pull for broker %s failed: %s", broker.broker_id, message)
+    download was refused on import) or unreachable. Not logged here: the periodic job logs
+    it, the command says it as its one error line."""
     with transaction.atomic():
         ledger_event_append(
             kind=LedgerKind.DROP_PULL_FAILED,
