@@ -13,8 +13,11 @@ import contextlib
 import datetime as dt
 import getpass
 import json
+import os
 import sys
-from typing import Any, NoReturn
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any, NoReturn
 
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -76,14 +79,31 @@ def period_bounds(options: dict[str, Any]) -> tuple[dt.datetime | None, dt.datet
     return since, until
 
 
-def open_output(path: str | None, stdout: Any) -> Any:
-    """The ``--out`` file (UTF-8, written whole or not at all is the caller's job) or stdout."""
-    if not path:
-        return contextlib.nullcontext(stdout)
+@contextlib.contextmanager
+def file_written_whole(path: str | Path, mode: str = "wb") -> Iterator[IO[Any]]:
+    """A file written under ``<path>.partial`` and renamed to ``path`` when the block ends
+    without error, removed otherwise: a failed export never leaves a file that looks
+    finished. Text modes write UTF-8, newlines as given."""
+    partial = Path(f"{path}.partial")
+    encoding, newline = (None, None) if "b" in mode else ("utf-8", "")
     try:
-        return open(path, "w", encoding="utf-8", newline="")
+        file = open(partial, mode, encoding=encoding, newline=newline)  # noqa: SIM115 (closed below)
     except OSError as exc:
         raise CommandError(f"cannot write {path}: {exc.strerror}") from None
+    try:
+        with file:
+            yield file
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    os.replace(partial, path)
+
+
+def open_output(path: str | None, stdout: Any) -> Any:
+    """The ``--out`` file (UTF-8, written whole or not at all) or stdout."""
+    if not path:
+        return contextlib.nullcontext(stdout)
+    return file_written_whole(path, "w")
 
 
 def broker_or_error(broker_id: str) -> Broker:

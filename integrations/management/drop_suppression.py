@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import IO, Any
 
 from django.conf import settings
@@ -28,7 +26,12 @@ from django.core.management.base import CommandError
 
 from integrations import exports
 from integrations.consumers.sources import SourceError, s3_upload
-from integrations.management.base import DropportalCommand, broker_or_error, date_bound
+from integrations.management.base import (
+    DropportalCommand,
+    broker_or_error,
+    date_bound,
+    file_written_whole,
+)
 from integrations.selectors.suppression import (
     SUPPRESSION_COLUMNS,
     reappearances_by_source_month,
@@ -137,7 +140,7 @@ class SuppressionSubcommands(DropportalCommand):
         if out and out.startswith("s3://"):
             return s3_upload(out, endpoint_url=settings.DROPPORTAL_S3_ENDPOINT_URL)
         if out:
-            return _file_written_whole(out)
+            return file_written_whole(out)
         return _stdout_bytes(self.stdout._out)
 
     def handle_reappearances(self, **options: Any) -> None:
@@ -172,24 +175,6 @@ class SuppressionSubcommands(DropportalCommand):
             self.stdout.write(
                 f"{row.month:<8} {row.reappearances:>13,} {row.work_items:>10,}  {row.source}{sha}"
             )
-
-
-@contextlib.contextmanager
-def _file_written_whole(path: str) -> Iterator[IO[bytes]]:
-    """A file written under ``<path>.partial`` and renamed when the block ends without
-    error, removed otherwise."""
-    partial = f"{path}.partial"
-    try:
-        file = open(partial, "wb")  # noqa: SIM115 (closed below)
-    except OSError as exc:
-        raise CommandError(f"cannot write {path}: {exc.strerror}") from None
-    try:
-        with file:
-            yield file
-    except BaseException:
-        Path(partial).unlink(missing_ok=True)
-        raise
-    os.replace(partial, path)
 
 
 @contextlib.contextmanager

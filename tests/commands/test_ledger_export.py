@@ -6,8 +6,10 @@ import csv
 import datetime as dt
 import io
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from django.core.management import call_command
@@ -104,3 +106,25 @@ def test_bad_arguments_are_one_clear_error(
         run(*args, "--out", str(target))
     assert "\n" not in str(refused.value)
     assert not target.exists()
+
+
+def test_an_export_that_fails_part_way_leaves_no_file(
+    events: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Written under a temporary name and renamed when complete: a file that is there is
+    whole, which an auditor handed it must be able to rely on."""
+    from integrations.management.commands import ledger as command
+
+    events_of = command.ledger_events
+
+    def rows_then_failure(**filters: Any) -> Iterator[Any]:
+        yield from list(events_of(**filters))[:1]
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(command, "ledger_events", rows_then_failure)
+    out = tmp_path / "ledger.csv"
+
+    with pytest.raises(OSError, match="No space left"):
+        call_command("ledger", "export", "--out", str(out), stdout=io.StringIO())
+
+    assert list(tmp_path.iterdir()) == []

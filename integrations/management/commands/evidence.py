@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from integrations.management.base import (
     broker_or_error,
     cycle_or_error,
     date_bound,
+    file_written_whole,
 )
 from integrations.services.evidence.evidence import evidence_pack_export, evidence_public_key_pem
 
@@ -70,11 +70,8 @@ class Command(DropportalCommand):
         since = date_bound(options["since"]) if options["since"] else None
         until = date_bound(options["until"], end=True) if options["until"] else None
         out = Path(options["out"])
-        # Written under a temporary name and renamed when complete: a failed export never
-        # leaves a pack that looks finished.
-        partial = out.with_name(out.name + ".partial")
         try:
-            with open(partial, "w+b") as stream:
+            with file_written_whole(out, "w+b") as stream:
                 result = evidence_pack_export(
                     broker=broker,
                     cycle=cycle,
@@ -86,13 +83,8 @@ class Command(DropportalCommand):
                     actor=self.actor(),
                     via="command",
                 )
-        except OSError as exc:
-            partial.unlink(missing_ok=True)
+        except OSError as exc:  # the disk filled up, say: the partial file is gone already
             raise CommandError(f"cannot write {out}: {exc.strerror}") from None
-        except BaseException:
-            partial.unlink(missing_ok=True)
-            raise
-        os.replace(partial, out)
         if options["json"]:
             self.print_json({**result.manifest, "manifest_sha256": result.manifest_sha256})
             return

@@ -10,18 +10,16 @@ JSONL keeps every value exact. Columns: ``selectors.outcomes.OUTCOME_COLUMNS``.
 from __future__ import annotations
 
 import codecs
-import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, BinaryIO, TextIO
-
-from django.core.management.base import CommandError
+from typing import Any, TextIO
 
 from integrations import exports
 from integrations.management.base import (
     DropportalCommand,
     add_period_arguments,
     broker_or_error,
+    file_written_whole,
     open_output,
     period_bounds,
 )
@@ -59,37 +57,21 @@ class Command(DropportalCommand):
             filters={"since": options["since"], "until": options["until"], "out": options["out"]},
         )
         out = options["out"]
-        # A file is written under a temporary name and renamed when complete, so a failed
-        # export never leaves a truncated file that looks finished.
-        partial = f"{out}.partial" if out else None
-        try:
-            if options["format"] == "csv" and partial:
-                # PostgreSQL's UTF-8 bytes go to the file as they come.
-                with _open_binary(partial) as binary:
-                    for chunk in deletion_outcomes_csv(**filters):
-                        binary.write(chunk)
-            else:
-                with open_output(partial, self.stdout._out) as stream:
-                    if options["format"] == "csv":
-                        _write_text(stream, deletion_outcomes_csv(**filters))
-                    else:
-                        rows = deletion_outcomes(**filters)
-                        exports.write_rows(stream, fmt="jsonl", columns=OUTCOME_COLUMNS, rows=rows)
-        except BaseException:
-            if partial:
-                Path(partial).unlink(missing_ok=True)
-            raise
-        if out and partial:
-            os.replace(partial, out)
+        if options["format"] == "csv" and out:
+            # PostgreSQL's UTF-8 bytes go to the file as they come.
+            with file_written_whole(out, "wb") as binary:
+                for chunk in deletion_outcomes_csv(**filters):
+                    binary.write(chunk)
+        else:
+            with open_output(out, self.stdout._out) as stream:
+                if options["format"] == "csv":
+                    _write_text(stream, deletion_outcomes_csv(**filters))
+                else:
+                    rows = deletion_outcomes(**filters)
+                    exports.write_rows(stream, fmt="jsonl", columns=OUTCOME_COLUMNS, rows=rows)
+        if out:
             size = Path(out).stat().st_size
             self.stderr.write(f"Wrote the outcome history to {out} ({size:,} bytes).")
-
-
-def _open_binary(path: str) -> BinaryIO:
-    try:
-        return open(path, "wb")  # the caller's with-block closes it
-    except OSError as exc:
-        raise CommandError(f"cannot write {path}: {exc.strerror}") from None
 
 
 def _write_text(stream: TextIO, chunks: Iterable[bytes]) -> None:
