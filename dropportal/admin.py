@@ -29,7 +29,13 @@ from typing import Any
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.admin.views.main import PAGE_VAR, SEARCH_VAR
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
+from django.http import (
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBadRequest,
+    HttpResponseRedirect,
+    QueryDict,
+)
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, URLResolver, path, reverse
 from django.utils import timezone
@@ -219,6 +225,9 @@ def _as_get(request: HttpRequest) -> HttpRequest:
     return shown
 
 
+AUTOCOMPLETE_VAR = "term"  # django.contrib.admin.views.autocomplete's search parameter
+
+
 def _search_kept_out_of_urls(view: Callable[..., Any]) -> Callable[..., Any]:
     """A list's search: posted terms come back in the URL as they may travel, or not at all.
 
@@ -244,6 +253,14 @@ def _search_kept_out_of_urls(view: Callable[..., Any]) -> Callable[..., Any]:
         typed = request.GET.get(SEARCH_VAR)
         if typed is not None and for_url(typed) != typed.strip():
             return _search_redirect(request, None)  # never searched, never echoed back
+        # Django's autocomplete, behind the same admin_view, reads its search as ``term``
+        # and answers a widget in JSON: a clear email or phone there is refused plainly.
+        asked = request.GET.get(AUTOCOMPLETE_VAR)
+        if asked is not None and default_for_url(asked) != asked.strip():
+            return HttpResponseBadRequest(
+                "Not searched: an email address or phone number never travels in an address.",
+                content_type="text/plain",
+            )
         return view(request, *args, **kwargs)
 
     return searched

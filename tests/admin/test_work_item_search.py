@@ -156,6 +156,22 @@ def test_a_clear_identifier_in_the_address_is_refused_not_searched(
     assert link_texts(page, r'[^"]*workitem/\d+/change/[^"]*')  # the whole list, unsearched
 
 
+@pytest.mark.parametrize("typed", [EMAIL, "415-555-0113"])
+def test_the_autocomplete_endpoint_refuses_a_clear_identifier_too(
+    staff: Client, cycle: DropCycle, typed: str
+) -> None:
+    """Django's autocomplete reads its search as ``term`` and searches the work items by the
+    same rule (a clear email hashed and found): no page asks it, but a typed or followed
+    address would, with the identifier in the access log."""
+    asked = {"app_label": "integrations", "model_name": "deletionrequest"}
+    asked["field_name"] = "work_item"
+    answer = staff.get("/admin/autocomplete/", {**asked, "term": typed})
+    assert answer.status_code == 400
+    assert "0113" not in answer.content.decode()
+    by_id = staff.get("/admin/autocomplete/", {**asked, "term": "W"})
+    assert by_id.status_code == 200  # an id still searches
+
+
 def test_every_list_keeps_a_clear_email_out_of_its_address(staff: Client, cycle: DropCycle) -> None:
     consumers = "/admin/integrations/consumer/?remote_identifier_kind=external_id"
     posted = staff.post(consumers, {"q": EMAIL, "_search": "1"})
