@@ -12,7 +12,7 @@ TABLES = ("integrations_ledgerevent", "integrations_ledgerchainlink", "integrati
 
 
 class Migration(migrations.Migration):
-    dependencies = [("integrations", "0049_a_given_up_amendment_stays_given_up")]
+    dependencies = [("integrations", "0049_settled_statuses_stand")]
 
     operations = [
         migrations.RunSQL(

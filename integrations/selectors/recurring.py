@@ -45,7 +45,8 @@ WITH parts AS (
            d.state = %(cancelled)s
              OR (d.state = %(completed)s AND d.drop_outcome = ANY(%(final_outcomes)s)) AS final,
            d.state = %(undeliverable)s OR d.drop_outcome = %(failed)s AS failing,
-           CASE WHEN d.state <> %(cancelled)s THEN d.completed_at END AS at
+           CASE WHEN d.state <> %(cancelled)s THEN d.completed_at END AS at,
+           d.round = 0 AND d.consumer_id IS NOT NULL AND d.state <> %(cancelled)s AS live
       FROM integrations_deletionrequest d
       JOIN integrations_workitem w ON w.id = d.work_item_id
      WHERE w.status_code = ANY(%(codes)s) AND w.state <> %(removed)s {broker_filter}
@@ -54,7 +55,7 @@ WITH parts AS (
            r.state = %(cancelled)s
              OR (r.state = %(completed)s AND r.drop_outcome <> %(failed)s),
            r.state = %(undeliverable)s,
-           CASE WHEN r.state <> %(cancelled)s THEN r.completed_at END
+           CASE WHEN r.state <> %(cancelled)s THEN r.completed_at END, false
       FROM integrations_resolutionrequest r
       JOIN integrations_workitem w ON w.id = r.work_item_id
      WHERE w.status_code = ANY(%(codes)s) AND w.state <> %(removed)s {broker_filter}
@@ -62,25 +63,29 @@ WITH parts AS (
     SELECT r.work_item_id, r.round,
            s.state IN (%(cancelled)s, %(completed)s),
            s.state = %(undeliverable)s,
-           CASE WHEN s.state <> %(cancelled)s THEN s.completed_at END
+           CASE WHEN s.state <> %(cancelled)s THEN s.completed_at END, false
       FROM integrations_saasdeletion s
       JOIN integrations_resolutionrequest r ON r.id = s.resolution_id
       JOIN integrations_workitem w ON w.id = r.work_item_id
      WHERE w.status_code = ANY(%(codes)s) AND w.state <> %(removed)s {broker_filter}
 ), rounds AS (
     SELECT work_item_id, round, bool_and(final) AS final, bool_or(failing) AS failing,
-           max(at) AS final_at
+           max(at) AS final_at, bool_or(live) AS live
       FROM parts
      GROUP BY work_item_id, round
 ), latest AS (
     SELECT DISTINCT ON (work_item_id) work_item_id, round, final, failing, final_at,
-           lag(final_at) OVER (PARTITION BY work_item_id ORDER BY round) AS previous_final_at
+           lag(final_at) OVER (PARTITION BY work_item_id ORDER BY round) AS previous_final_at,
+           bool_or(live) OVER (PARTITION BY work_item_id) AS live
       FROM rounds
      ORDER BY work_item_id, round DESC
 )
 SELECT l.work_item_id, l.round, l.final, l.failing,
-       -- final: when the next round is due; open: when this one was
-       (CASE WHEN l.final THEN l.final_at ELSE l.previous_final_at END
+       -- final: when the next round is due, if a consumer of the match is left to send it
+       -- to (the sender's rule: one the broker has forgotten since gets none); open: when
+       -- this one was
+       (CASE WHEN l.final AND l.live THEN l.final_at
+             WHEN NOT l.final THEN l.previous_final_at END
           AT TIME ZONE %(timezone)s)::date + %(days)s AS due_on
   FROM latest l
 """
@@ -89,7 +94,8 @@ SELECT l.work_item_id, l.round, l.final, l.failing,
 def rounds_sql(*, broker: Broker | None) -> tuple[str, dict[str, Any]]:
     """The per-item schedule (columns ``work_item_id, round, final, failing, due_on``) as
     SQL text and its parameters, for a caller to select from. ``due_on`` is NULL for an item
-    whose round 0 is still open (a status set by staff: no round is owed on it yet)."""
+    whose round 0 is still open (a status set by staff: no round is owed on it yet), and for
+    one whose consumers the broker has all forgotten since (no one to send a round to)."""
     params: dict[str, Any] = {
         "cancelled": RequestState.CANCELLED,
         "completed": RequestState.COMPLETED,

@@ -21,6 +21,7 @@ from django.core.management.base import CommandError
 from django.test import Client
 
 from devtools.drop_simulator import work_items
+from integrations.consumers.api_reader import parse_api_consumers
 from integrations.drop.calendar import drop_date
 from integrations.models import (
     Broker,
@@ -34,11 +35,13 @@ from integrations.models import (
     LedgerEvent,
     RequestState,
     WorkItem,
+    WorkItemState,
 )
 from integrations.selectors.pulls import brokers_due_for_pull
 from integrations.selectors.recurring import recurring_overview
 from integrations.selectors.story import work_item_story
 from integrations.selectors.stuck import StuckReason, stuck_work_items
+from integrations.services.cycle.consumers import consumer_forget, consumers_register
 from integrations.services.cycle.recurring import recurring_rounds_send
 from integrations.services.dispatch.deliveries import deletion_requests_deliver
 from integrations.services.dispatch.outcomes import deletion_outcome_record
@@ -303,3 +306,75 @@ def test_the_law_moving_to_30_days_is_three_settings_and_the_pull_interval(
     answered = drop_noon()
     assert recurring_rounds_send(broker=broker, actor="t", now=answered + 29 * DAY).work_items == 0
     assert recurring_rounds_send(broker=broker, actor="t", now=answered + 30 * DAY).work_items == 1
+
+
+# ---------------------------------------------------------------- consumers that come and go
+
+ANNA = "KA18MT/ph6IHYjzT9zwETySDQyvSh87YuoSBpOQtkhE="  # Anna.Smith@Domain.com, as DROP hashes it
+
+
+def _deleted_and_reported(broker: Broker, target: Integration, at: dt.datetime) -> WorkItem:
+    item = WorkItemFactory.create(
+        cycle__broker=broker, hash=base64.b64decode(ANNA), reported=True, status_code=3
+    )
+    consumer = ConsumerFactory.create(
+        broker=broker, remote_identifier="C-1", hashes={"email": ANNA}
+    )
+    DeletionRequestFactory.create(
+        integration=target,
+        work_item=item,
+        consumer=consumer,
+        remote_identifier="C-1",
+        drop_outcome="deleted",
+        completed_at=at,
+    )
+    return item
+
+
+def test_a_reappearance_keeps_the_status_drop_holds_and_the_rounds_going(broker: Broker) -> None:
+    """Anna comes back from a supplier (S-9) while her first consumer's round 1 is out: S-9
+    is asked at once, and the round's answer settles the item again. DROP holds 3 and the
+    new request is open: the item stays reported 3, so its rounds stay on the schedule."""
+    target = _target(broker)
+    now = drop_noon()
+    item = _deleted_and_reported(broker, target, now)
+    assert recurring_rounds_send(broker=broker, actor="t", now=now + 45 * DAY).work_items == 1
+    round_one = DeletionRequest.objects.get(round=1)
+    consumers_register(
+        broker=broker,
+        records=parse_api_consumers(
+            [{"remote_identifier": "S-9", "email": ["Anna.Smith@Domain.com"]}]
+        ),
+        actor="t",
+        source="api",
+    )
+    late = DeletionRequest.objects.get(remote_identifier="S-9")
+    assert (late.round, late.late_match, late.state) == (0, True, RequestState.QUEUED)
+
+    deletion_outcome_record(deletion_request=round_one, drop_outcome="deleted", actor="t")
+
+    item.refresh_from_db()
+    assert (item.state, item.status_code, item.reported_status_code) == (
+        WorkItemState.REPORTED,
+        3,
+        3,
+    )
+    sent = recurring_rounds_send(broker=broker, actor="t", now=now + 95 * DAY)
+    assert sent.work_items == 1  # round 2, to C-1 and S-9 alike
+    assert set(
+        DeletionRequest.objects.filter(round=2).values_list("remote_identifier", flat=True)
+    ) == {"C-1", "S-9"}
+
+
+def test_a_consumer_forgotten_since_is_owed_no_round_and_none_is_overdue(broker: Broker) -> None:
+    """A round goes to the consumers the match found; once the broker has forgotten them
+    there is no one to send it to, so it is neither due nor overdue for ever."""
+    target = _target(broker)
+    now = drop_noon(-60)
+    _deleted_and_reported(broker, target, now)
+    consumer_forget(broker=broker, remote_identifier="C-1", actor="t")
+
+    assert recurring_rounds_send(broker=broker, actor="t").work_items == 0
+    overview = recurring_overview(broker=broker)
+    assert (overview.due, overview.overdue) == (0, 0)
+    assert stuck_work_items(broker=broker) == []

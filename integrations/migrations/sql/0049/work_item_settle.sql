@@ -22,7 +22,9 @@
 --   open; once every request is final, the outcome wins and the ledger event says it
 --   replaced the staff status.
 -- - Settling to the status the item already has changes nothing: an amendment staff gave
---   up stays given up.
+--   up stays given up. Nor does a request still open change a status DROP holds (a late
+--   match or a reappearance on a reported 3 or 4): the item stays reported, its recurring
+--   rounds go on, and the new answer decides once it is final.
 -- Which outcomes are final, which code each reports and which code wins are not written
 -- here: the caller passes them (services/cycle/work_items.py settle_rules(), built from
 -- integrations/models/requests.py), so they have one home.
@@ -133,8 +135,10 @@ BEGIN
         v_code := p_all_cancelled;
     END IF;  -- else the strongest outcome, or NULL: no deletion outcome yet
 
-    IF v_code IS NULL AND (wi.status_reason <> '' OR wi.status_code IS NULL) THEN
-        -- still open; a status set by staff stands meanwhile
+    IF v_code IS NULL AND (wi.status_reason <> '' OR wi.status_code IS NULL
+                           OR wi.state = 'reported') THEN
+        -- still open; a status set by staff stands meanwhile, and so does one DROP holds
+        -- (a consumer matched later or come back is asked; its answer decides)
         RETURN QUERY SELECT wi.status_code::integer, wi.state::text,
             wi.needs_amendment, wi.status_reason, wi.reported_status_code::integer,
             wi.reported_at;
