@@ -316,11 +316,18 @@ def _open_item_rows(
     broker: Broker | None,
 ) -> tuple[QuerySet[DeletionRequest], QuerySet[ResolutionRequest], QuerySet[SaasDeletion]]:
     """The deletion requests, resolution requests and SaaS deletions of open work items (of
-    ``broker`` if given)."""
-    open_item = {"work_item__state": WorkItemState.OPEN}
-    deletions = DeletionRequest.objects.filter(**open_item)
-    resolutions = ResolutionRequest.objects.filter(**open_item)
-    saas = SaasDeletion.objects.filter(resolution__work_item__state=WorkItemState.OPEN)
+    ``broker`` if given), and the match's own (round 0) of reported ones: a consumer matched
+    later or come back is asked while the item keeps the status DROP holds, and its request
+    can wait for staff all the same."""
+    open_item = Q(work_item__state=WorkItemState.OPEN) | Q(
+        work_item__state=WorkItemState.REPORTED, round=0
+    )
+    deletions = DeletionRequest.objects.filter(open_item)
+    resolutions = ResolutionRequest.objects.filter(open_item)
+    saas = SaasDeletion.objects.filter(
+        Q(resolution__work_item__state=WorkItemState.OPEN)
+        | Q(resolution__work_item__state=WorkItemState.REPORTED, resolution__round=0)
+    )
     if broker is not None:
         deletions = deletions.filter(broker=broker)
         resolutions = resolutions.filter(broker=broker)

@@ -378,3 +378,26 @@ def test_a_consumer_forgotten_since_is_owed_no_round_and_none_is_overdue(broker:
     overview = recurring_overview(broker=broker)
     assert (overview.due, overview.overdue) == (0, 0)
     assert stuck_work_items(broker=broker) == []
+
+
+def test_a_failed_answer_for_a_consumer_come_back_is_listed_for_staff(broker: Broker) -> None:
+    """The item stays reported while the new consumer's request is out; a failure of that
+    request still waits for staff, and ``drop doctor`` must say so."""
+    target = _target(broker)
+    now = drop_noon()
+    _deleted_and_reported(broker, target, now)
+    consumers_register(
+        broker=broker,
+        records=parse_api_consumers(
+            [{"remote_identifier": "S-9", "email": ["Anna.Smith@Domain.com"]}]
+        ),
+        actor="t",
+        source="api",
+    )
+    late = DeletionRequest.objects.get(remote_identifier="S-9")
+    deletion_outcome_record(
+        deletion_request=late, drop_outcome="failed", error_message="CRM timeout", actor="t"
+    )
+
+    groups = {(g.reason, g.work_items) for g in stuck_work_items(broker=broker)}
+    assert (StuckReason.FAILED_WAITING_FOR_STAFF, 1) in groups
