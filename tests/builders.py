@@ -32,7 +32,7 @@ import hashlib
 import json
 import secrets
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -573,11 +573,19 @@ def tables_empty() -> None:
         cursor.execute(f"BEGIN; SET LOCAL session_replication_role = replica; {deletes}COMMIT;")
 
 
-def worker_connections_ended() -> Iterator[None]:
-    """After the test, end the connections an in-process worker's job threads keep
+# Set by run_worker, read by worker_sessions_end (tests/conftest.py, after every test).
+_WORKER_RAN: list[bool] = []
+
+
+def worker_sessions_end() -> None:
+    """After a test that ran a worker, end the connections its job threads keep open
     (CONN_MAX_AGE), so the test database can be dropped at the end of the run. The jobs
-    themselves go with every other row at a transactional test's end (``tables_empty``)."""
-    yield
+    themselves go with every other row at a transactional test's end (``tables_empty``).
+    Called for every test: a file that forgot it left sessions only when its test ran last
+    on a worker, so the guard at the end of the run tripped now and then."""
+    if not _WORKER_RAN:
+        return
+    _WORKER_RAN.clear()
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
@@ -588,6 +596,7 @@ def worker_connections_ended() -> Iterator[None]:
 def run_worker(queues: list[str] | None = None) -> None:
     """Run a real worker (its own connection, as ``manage.py worker``) until the queues are
     empty (all queues by default)."""
+    _WORKER_RAN.append(True)
     with app.replace_connector(app.connector.get_worker_connector()):  # type: ignore[attr-defined]
         app.run_worker(
             queues=queues, wait=False, install_signal_handlers=False, listen_notify=False

@@ -30,7 +30,7 @@ from integrations.models import Broker
 from integrations.services.cycle import drop as drop_service
 from integrations.services.staff.brokers import broker_create
 from integrations.services.staff.keys import CreatedApiKey, api_key_create
-from tests.builders import MIGRATED_TABLES, tables_empty
+from tests.builders import MIGRATED_TABLES, tables_empty, worker_sessions_end
 
 if TYPE_CHECKING:
     from tests.served_demo import ServedDemo
@@ -397,6 +397,14 @@ def tsa(settings: Any) -> Iterator[TsaSimulator]:
         settings.DROPPORTAL_TSA_URL = running.url
         settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = True  # the authority is on loopback
         yield running
+
+
+@pytest.fixture(autouse=True)
+def worker_sessions_ended(django_db_blocker: Any) -> Iterator[None]:
+    """A worker a test ran (``run_worker``) leaves no session behind it."""
+    yield
+    with django_db_blocker.unblock():
+        worker_sessions_end()
 
 
 @pytest.fixture(autouse=True)

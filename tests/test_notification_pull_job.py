@@ -26,18 +26,12 @@ from tests.builders import (
     WebhookIntegrationFactory,
     drop_notification_post,
     run_worker,
-    worker_connections_ended,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 DROP_KEY = "dk_test_notifiedPull_7"
 (ITEM,) = work_items(1)
-
-
-@pytest.fixture(autouse=True)
-def worker_connections_end() -> Iterator[None]:
-    yield from worker_connections_ended()
 
 
 @pytest.fixture

@@ -51,7 +51,6 @@ from tests.builders import (
     drop_zip,
     run_worker,
     work_item_of,
-    worker_connections_ended,
     write_zip,
 )
 from tests.test_whole_cycle import RESOLVED, IsiSide, WebhookSide
@@ -61,11 +60,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 CONSUMERS = ["C-deleted", "C-not_found"]
 # What identifies a dispatch, not its body: a round's are new.
 NEW_PER_ROUND = {"request_uuid", "webhook_request_id", "results_token"}
-
-
-@pytest.fixture(autouse=True)
-def worker_connections_end() -> Iterator[None]:
-    yield from worker_connections_ended()
 
 
 @pytest.fixture

@@ -70,7 +70,6 @@ from tests.builders import (
     broker_connections,
     drop_zip,
     run_worker,
-    worker_connections_ended,
     write_zip,
 )
 from tests.conftest import bearer
@@ -214,11 +213,6 @@ def side(request: pytest.FixtureRequest) -> WebhookSide | IsiSide:
 def saas_system() -> Iterator[BrokerSimulator]:
     with BrokerSimulator(path="/v1/erase") as running:
         yield running
-
-
-@pytest.fixture(autouse=True)
-def worker_connections_end() -> Iterator[None]:
-    yield from worker_connections_ended()
 
 
 def _by_consumer(requests: list[ReceivedRequest]) -> dict[str, list[ReceivedRequest]]:

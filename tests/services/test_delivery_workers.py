@@ -21,7 +21,6 @@ import pytest
 from django.conf import settings as django_settings
 from django.db import connections, transaction
 from django.utils import timezone
-from procrastinate.contrib.django import app
 from procrastinate.contrib.django.models import ProcrastinateJob
 from procrastinate.exceptions import AlreadyEnqueued
 
@@ -35,17 +34,12 @@ from integrations.services.dispatch.jobs import stalled_jobs_retry
 from integrations.services.staff.brokers import broker_create
 from tests.builders import (
     DeletionRequestFactory,
+    run_worker,
     webhook_integration_created,
-    worker_connections_ended,
 )
 from tests.conftest import subprocess_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def worker_connections_end() -> Iterator[None]:
-    yield from worker_connections_ended()
 
 
 @pytest.fixture(autouse=True)
@@ -152,7 +146,7 @@ def test_a_worker_killed_mid_delivery_loses_nothing_and_acknowledges_once(
     assert asyncio.run(stalled_jobs_retry(seconds_since_heartbeat=0)) == 1
     job.refresh_from_db()
     assert job.status == "todo"
-    _run_worker()
+    run_worker(["dispatch"])
 
     request.refresh_from_db()
     assert request.state == RequestState.DISPATCHED
@@ -165,15 +159,8 @@ def test_a_worker_killed_mid_delivery_loses_nothing_and_acknowledges_once(
     # Once acknowledged, a further run (another stale copy of the job) sends nothing.
     with transaction.atomic():
         enqueue.deletion_requests_enqueue([request.pk])
-    _run_worker()
+    run_worker(["dispatch"])
     assert len(receiver.received) == 2
-
-
-def _run_worker() -> None:
-    with app.replace_connector(app.connector.get_worker_connector()):  # type: ignore[attr-defined]
-        app.run_worker(
-            queues=["dispatch"], wait=False, install_signal_handlers=False, listen_notify=False
-        )
 
 
 def test_a_broker_whose_dispatch_slots_are_taken_waits_and_the_others_are_delivered(
