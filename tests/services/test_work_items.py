@@ -114,8 +114,13 @@ def test_a_change_is_one_ledger_event_and_a_repeat_writes_none(broker: Broker) -
 
 
 def test_a_status_that_changes_after_reporting_needs_an_amendment(broker: Broker) -> None:
+    """A late match on a reported 5, as matching leaves it: no status while its request is
+    out, flagged for amendment (services.cycle.matching); the answer decides."""
     item = WorkItemFactory.create(
-        cycle=DropCycleFactory.create(broker=broker), status_code=5, state=WorkItemState.REPORTED
+        cycle=DropCycleFactory.create(broker=broker),
+        status_code=None,
+        state=WorkItemState.OPEN,
+        needs_amendment=True,
     )
     WorkItem.objects.filter(pk=item.pk).update(
         reported_status_code=5, reported_at="2026-03-13T10:00:00Z"
@@ -133,6 +138,36 @@ def test_a_status_that_changes_after_reporting_needs_an_amendment(broker: Broker
     assert (amended.state, amended.status_code, amended.needs_amendment) == (
         WorkItemState.REPORTABLE,
         3,
+        True,
+    )
+
+
+def test_a_request_still_out_leaves_a_status_drop_holds_as_it_is(broker: Broker) -> None:
+    """A consumer matched later to an item DROP holds as 3 (matching leaves a 3 or a 4 as it
+    is): while its request is out, settling keeps the 3; a stronger answer is amended."""
+    item = WorkItemFactory.create(
+        cycle=DropCycleFactory.create(broker=broker), status_code=3, state=WorkItemState.REPORTED
+    )
+    WorkItem.objects.filter(pk=item.pk).update(
+        reported_status_code=3, reported_at="2026-03-13T10:00:00Z"
+    )
+    DeletionRequestFactory.create(work_item=item, drop_outcome="deleted")
+    late = DeletionRequestFactory.create(
+        work_item=item, state=RequestState.DISPATCHED, late_match=True
+    )
+
+    waiting = work_item_settle(work_item=item)
+    assert (waiting.state, waiting.status_code, waiting.needs_amendment) == (
+        WorkItemState.REPORTED,
+        3,
+        False,
+    )
+
+    DeletionRequest.objects.filter(pk=late.pk).update(state=C, drop_outcome="opted_out")
+    amended = work_item_settle(work_item=item)
+    assert (amended.state, amended.status_code, amended.needs_amendment) == (
+        WorkItemState.REPORTABLE,
+        4,
         True,
     )
 
