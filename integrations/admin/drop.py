@@ -332,6 +332,8 @@ class WorkItemAdmin(ReadOnlyAdmin):
     list_select_related = ["cycle", "broker"]
     actions = [set_work_item_status]  # with a written reason; an Operators' action
     show_full_result_count = False  # a cycle holds up to millions of rows
+    # Newest first, as the list shows them without it; Django's autocomplete pages by it too.
+    ordering = ["-id"]
     fields = _ITEM_FIELDS = (
         "work_item_id",
         "broker",
