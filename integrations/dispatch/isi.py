@@ -42,6 +42,7 @@ from integrations.outbound_http import (
     DeliveryResult,
     deliver,
 )
+from integrations.url_extras import without_url_extras
 from integrations.wire_fields import ResolvedIdentifiersField
 
 CONNECTIONS_PATH = "/api/v1/connections/list"
@@ -336,7 +337,8 @@ def oauth_token_fetch(
         allow_private=allow_private,
         read_limit=ANSWER_LIMIT,
     )
-    where = f"OAuth token endpoint {token_url}"
+    # The error reaches the request, the ledger and staff: no URL's query goes there.
+    where = f"OAuth token endpoint {without_url_extras(token_url, value=True)}"
     if result.status is None or result.error:
         got = result.error if result.status is None else f"HTTP {result.status}: {result.error}"
         raise IsiError(f"{where}: {got}")

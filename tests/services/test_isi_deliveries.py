@@ -295,6 +295,24 @@ def test_a_token_endpoint_that_does_not_answer_at_all_fails_the_attempt(
     assert api.on("delete") == []
 
 
+def test_a_token_endpoints_query_is_kept_out_of_the_error(
+    api: IsiSimulator, connection_a: IsiConnection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The error is kept on the request and shown to staff: the endpoint's query (a tenant
+    key, say) is not, as no URL's query is anywhere else."""
+    _expired_everywhere(monkeypatch)
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        where = f"http://127.0.0.1:{closed.getsockname()[1]}/oauth/token"
+    Integration.objects.update(token_url=f"{where}?tenant=acme&key=s3cr3t")
+    request = DeletionRequestFactory.create(isi_connection=connection_a)
+
+    deletion_requests_deliver(request_ids=[request.pk])
+
+    request.refresh_from_db()
+    assert request.last_error == f"OAuth token endpoint {where}: connection refused"
+
+
 # -- identifier retrieval -------------------------------------------------------------------
 
 
