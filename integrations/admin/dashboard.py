@@ -341,12 +341,7 @@ def _broker_panel(
         integrations_url=links.changelist("integration", **by_broker),
         last_download_at=overview.last_download_at,
         last_download_url=links.change("dropcycle", last_cycle.pk) if last_cycle else None,
-        next_download_due=(
-            drop_date(overview.last_download_at)
-            + dt.timedelta(days=settings.DROPPORTAL_DOWNLOAD_CADENCE_DAYS)
-            if overview.last_download_at
-            else None
-        ),
+        next_download_due=_next_download_due(overview),
         last_upload_at=overview.last_upload_at,
         last_upload_url=links.changelist("reportfile", **by_broker),
         failed_pull_at=overview.failed_pull.created_at if overview.failed_pull else None,
@@ -494,6 +489,15 @@ def _recurring_numbers(overview: BrokerOverview, links: _Links) -> list[tuple[st
             Number(rounds.overdue, None, "bad"),
         ),
     ]
+
+
+def _next_download_due(overview: BrokerOverview) -> dt.date | None:
+    """The law's cadence from the last download: a package imported (pulled or uploaded by
+    hand), or a pull DROP answered "nothing new", as the evidence pack counts them."""
+    downloads = [at for at in (overview.last_download_at, overview.last_pulled_at) if at]
+    if not downloads:
+        return None
+    return drop_date(max(downloads)) + dt.timedelta(days=settings.DROPPORTAL_DOWNLOAD_CADENCE_DAYS)
 
 
 def _attention_numbers(

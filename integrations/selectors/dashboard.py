@@ -109,6 +109,9 @@ class BrokerOverview:
     attention: RequestsNeedingAttention
     integrations: list[IntegrationHealth]
     last_download_at: dt.datetime | None
+    # The last pull DROP answered (a package, or "nothing new": the broker downloaded as the
+    # law asks all the same).
+    last_pulled_at: dt.datetime | None
     last_upload_at: dt.datetime | None
     # The last pull from DROP, when it failed and nothing was pulled or imported since
     # (a 401/403 from DROP lands here: staff must act).
@@ -141,7 +144,7 @@ def dashboard_overview(*, now: dt.datetime) -> list[BrokerOverview]:
     attention = _attention_by_broker(now=now)
     health_of = _integration_health_by_broker()
     recurring = recurring_overviews(today=drop_today(now))
-    last_pull_event = _last_event_by_broker(
+    pull_events = _last_events_by_broker_and_kind(
         LedgerEvent.objects.filter(kind__in=_PULL_OUTCOME_KINDS)
     )
     last_doctor_event = _last_event_by_broker(
@@ -153,7 +156,9 @@ def dashboard_overview(*, now: dt.datetime) -> list[BrokerOverview]:
 
     overviews = []
     for broker in brokers:
-        pull_event = last_pull_event.get(broker.broker_id)
+        pulls = pull_events.get(broker.broker_id, {})
+        pull_event = max(pulls.values(), key=lambda event: event.pk, default=None)
+        pulled = pulls.get(LedgerKind.DROP_PULLED)
         cycles = sorted(
             cycles_of.get(broker.pk, []), key=lambda c: c.cycle.downloaded_at, reverse=True
         )
@@ -167,6 +172,7 @@ def dashboard_overview(*, now: dt.datetime) -> list[BrokerOverview]:
                 attention=attention.get(broker.pk, RequestsNeedingAttention()),
                 integrations=health_of.get(broker.pk, []),
                 last_download_at=broker.last_download_at,  # type: ignore[attr-defined]
+                last_pulled_at=pulled.created_at if pulled else None,
                 last_upload_at=broker.last_upload_at,  # type: ignore[attr-defined]
                 failed_pull=pull_event
                 if pull_event and pull_event.kind == LedgerKind.DROP_PULL_FAILED
@@ -313,6 +319,16 @@ def _integration_health_by_broker() -> dict[int, list[IntegrationHealth]]:
             )
         )
     return health_of
+
+
+def _last_events_by_broker_and_kind(
+    events: QuerySet[LedgerEvent],
+) -> dict[str, dict[str, LedgerEvent]]:
+    """Each broker's latest of ``events`` of each kind, by the broker's DROP id and kind."""
+    found: dict[str, dict[str, LedgerEvent]] = {}
+    for event in events.order_by("broker_id", "kind", "-id").distinct("broker_id", "kind"):
+        found.setdefault(event.broker_id, {})[event.kind] = event
+    return found
 
 
 def _last_event_by_broker(events: QuerySet[LedgerEvent]) -> dict[str, LedgerEvent]:

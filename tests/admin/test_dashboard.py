@@ -14,8 +14,10 @@ from django.core.management import call_command
 from django.test import Client
 
 from integrations.drop.calendar import drop_today
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker
 from integrations.selectors.dashboard import dashboard_overview, integration_delivery_health
+from integrations.services.ledger import ledger_event_append
 from integrations.services.staff.brokers import broker_create
 from tests.builders import DropAccessObligationFactory, sample_cycle
 
@@ -162,6 +164,26 @@ def test_a_late_cycle_and_a_late_download_are_flagged(broker: Broker, superuser:
     page = staff_client(superuser).get("/admin/").content.decode()
     assert "overdue by 15 days" in page  # downloaded 60 days ago, due 45 days after
     assert "(late)" in page  # no download for more than 45 days
+
+
+def test_a_pull_that_found_nothing_new_counts_as_a_download(
+    broker: Broker, superuser: User
+) -> None:
+    """DROP answering "nothing new" is the broker downloading as the law asks; the evidence
+    pack counts it so, and the dashboard must not call the download late. A failed pull
+    after it changes nothing."""
+    sample_cycle(broker, today=drop_today() - dt.timedelta(days=50))
+    ledger_event_append(
+        kind=LedgerKind.DROP_PULLED,
+        broker_id=broker.broker_id,
+        data={"outcome": "nothing_new", "message": "No new data"},
+    )
+    ledger_event_append(
+        kind=LedgerKind.DROP_PULL_FAILED, broker_id=broker.broker_id, data={"error": "503"}
+    )
+    page = staff_client(superuser).get("/admin/").content.decode()
+    assert "overdue by 15 days" in page  # the cycle's statuses are still late
+    assert "(late)" not in page
 
 
 def test_the_dashboard_and_check_warn_while_private_targets_are_allowed(
