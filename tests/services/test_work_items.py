@@ -217,6 +217,20 @@ def test_staff_set_a_status_with_a_reason(broker: Broker) -> None:
     assert event.data["reason"] == "Broker confirmed by phone"
 
 
+def test_the_same_status_and_reason_again_changes_nothing(broker: Broker) -> None:
+    """A double submit, or two staff setting the same: one change, one ledger event."""
+    item = WorkItemFactory.create(cycle=DropCycleFactory.create(broker=broker))
+    DeletionRequestFactory.create(work_item=item, failed=True)
+    first = work_item_status_set(work_item=item, status_code=3, reason="seen", actor="staff:al")
+
+    again = work_item_status_set(work_item=item, status_code=3, reason="seen", actor="staff:bo")
+
+    assert again.updated_at == first.updated_at
+    assert LedgerEvent.objects.filter(kind="work_item.status_set").count() == 1
+    work_item_status_set(work_item=item, status_code=3, reason="seen twice", actor="staff:bo")
+    assert LedgerEvent.objects.filter(kind="work_item.status_set").count() == 2  # a new reason
+
+
 @pytest.mark.parametrize(
     ("status_code", "reason", "message"),
     [(5, "   ", "reason"), (1, "because", "status_code"), (None, "because", "status_code")],

@@ -150,6 +150,8 @@ def work_item_status_set(
             raise ValidationError(
                 f"work item {item.work_item_id} was removed by DROP: no status is owed"
             )
+        if (item.status_code, item.status_reason) == (status_code, reason):
+            return item  # a double submit, or set already: nothing changes, nothing to ledger
         previous = item.status_code
         item.status_code, item.status_reason, item.updated_at = status_code, reason, timezone.now()
         with connection.cursor() as cursor:
