@@ -75,6 +75,16 @@ class TargetUrlMixin:
             raise forms.ValidationError(exc.message_dict["url"]) from None
 
 
+def enabled_as_shown(form_class: Any) -> Any:
+    """``form_class`` whose "enabled" box posts the value the page showed beside the one
+    submitted (a hidden initial), so ``changed_data`` tells a box the person changed from one
+    left as shown while a disable was made meanwhile (a 410 from the broker, other staff)."""
+    field = form_class.base_fields.get("enabled")
+    if field is not None:
+        field.show_hidden_initial = True
+    return form_class
+
+
 class RetireForm(forms.Form):
     reason = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 3}),
@@ -196,7 +206,7 @@ class IntegrationAdmin(WriteOnlyCredentials, ModelAdmin):
 
     def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any):
         kwargs["form"] = self.form if obj is not None else self.add_form
-        return super().get_form(request, obj, change=change, **kwargs)
+        return enabled_as_shown(super().get_form(request, obj, change=change, **kwargs))
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         if obj is None:
@@ -237,10 +247,13 @@ class IntegrationAdmin(WriteOnlyCredentials, ModelAdmin):
                 return
             current = self.model._default_manager.get(pk=obj.pk)
             self.update(current, data, actor)
-            if data["enabled"] and not current.enabled:
+            # Only a box the person changed (enabled_as_shown): one left as the page showed it
+            # must not undo a disable made meanwhile.
+            toggled = "enabled" in form.changed_data
+            if toggled and data["enabled"] and not current.enabled:
                 queued = integration_enable(integration=current, actor=actor)
                 messages.info(request, f"Enabled; {queued} waiting request(s) queued.")
-            elif not data["enabled"] and current.enabled:
+            elif toggled and not data["enabled"] and current.enabled:
                 integration_disable(integration=current, reason="disabled by staff", actor=actor)
         except ValidationError as exc:
             # Form validation ran already; this is a rule of the service (https only, ...).
@@ -486,6 +499,9 @@ class SaasConnectionAdmin(WriteOnlyCredentials, ModelAdmin):
         own = ["broker", "disabled_reason", "retired_at", "retired_reason"] if obj else []
         return [*own, *super().get_readonly_fields(request, obj)]
 
+    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any):
+        return enabled_as_shown(super().get_form(request, obj, change=change, **kwargs))
+
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         fields = ["broker", "name", "url", "token", "categories", "enabled"]
         return [*fields, "disabled_reason", "retired_at", "retired_reason"] if obj else fields
@@ -530,9 +546,10 @@ class SaasConnectionAdmin(WriteOnlyCredentials, ModelAdmin):
                     "The token was cleared: it is never sent to a URL it was not entered for. "
                     "Enter it again.",
                 )
-            if data["enabled"] and not current.enabled:
+            toggled = "enabled" in form.changed_data  # as for integrations, above
+            if toggled and data["enabled"] and not current.enabled:
                 saas_connection_enable(connection=current, actor=actor)
-            elif not data["enabled"] and current.enabled:
+            elif toggled and not data["enabled"] and current.enabled:
                 saas_connection_disable(connection=current, reason="disabled by staff", actor=actor)
         except ValidationError as exc:
             messages.error(request, _validation_text(exc))

@@ -21,8 +21,11 @@ from integrations.models import (
     RequestState,
     SaasConnection,
 )
+from integrations.services.staff.integrations import integration_disable
+from integrations.services.staff.saas import saas_connection_disable
 from tests.builders import (
     DeletionRequestFactory,
+    SaasConnectionFactory,
     webhook_integration_created,
 )
 
@@ -79,7 +82,11 @@ def test_editing_and_disabling_go_through_the_services(staff: Client, broker: Br
     integration = webhook_integration_created(broker, "https://crm.acme.example/drop").integration
     url = f"/admin/integrations/integration/{integration.pk}/change/"
 
-    staff.post(url, {"name": "Acme CRM 2", "url": "https://crm2.acme.example/drop"})
+    # As a browser posts the page: the box as it showed it beside the one submitted.
+    staff.post(
+        url,
+        {"name": "Acme CRM 2", "url": "https://crm2.acme.example/drop", "initial-enabled": "True"},
+    )
     integration.refresh_from_db()
     assert (integration.name, integration.url, integration.enabled) == (
         "Acme CRM 2",
@@ -93,11 +100,50 @@ def test_editing_and_disabling_go_through_the_services(staff: Client, broker: Br
     assert LedgerEvent.objects.get(kind="integration.disabled").actor == "staff:alice"
 
     waiting = DeletionRequestFactory.create(integration=integration, state=RequestState.QUEUED)
-    staff.post(url, {"name": "Acme CRM 2", "url": integration.url, "enabled": "on"})
+    staff.post(
+        url,
+        {"name": "Acme CRM 2", "url": integration.url, "enabled": "on", "initial-enabled": "False"},
+    )
     integration.refresh_from_db()
     assert integration.enabled
     job = ProcrastinateJob.objects.get(task_name="integrations.tasks.deliver_deletion_requests")
     assert job.args == {"request_ids": [waiting.pk]}
+
+
+def test_a_page_opened_before_a_disable_does_not_enable_again_on_save(
+    staff: Client, broker: Broker
+) -> None:
+    """Staff open the page while the integration is enabled; meanwhile the broker answers
+    410 and it is disabled. Saving a rename from that page leaves it disabled: the box was
+    not changed by the person, only shown as it was."""
+    integration = webhook_integration_created(broker, "https://crm.acme.example/drop").integration
+    page = staff.get(f"/admin/integrations/integration/{integration.pk}/change/")
+    assert 'name="initial-enabled" value="True"' in page.content.decode()
+    integration_disable(integration=integration, reason="410 gone from broker", actor="system")
+
+    staff.post(
+        f"/admin/integrations/integration/{integration.pk}/change/",
+        {"name": "Renamed", "url": integration.url, "enabled": "on", "initial-enabled": "True"},
+    )
+
+    integration.refresh_from_db()
+    assert (integration.name, integration.enabled) == ("Renamed", False)
+    assert not LedgerEvent.objects.filter(kind="integration.enabled").exists()
+    connection_ = SaasConnectionFactory.create(broker=broker)
+    saas_disable = f"/admin/integrations/saasconnection/{connection_.pk}/change/"
+    saas_connection_disable(connection=connection_, reason="vendor outage", actor="system")
+    staff.post(
+        saas_disable,
+        {
+            "name": "Renamed",
+            "url": connection_.url,
+            "categories": "email",
+            "enabled": "on",
+            "initial-enabled": "True",
+        },
+    )
+    connection_.refresh_from_db()
+    assert (connection_.name, connection_.enabled) == ("Renamed", False)
 
 
 def test_regenerating_shows_the_new_secret_once_and_keeps_the_old_one_for_24_hours(
