@@ -56,7 +56,7 @@ def seal_ledger(timestamp: int | None = None) -> int:
 # again later. Re-running is safe: what was acknowledged is no longer due.
 DELIVERY_JOB_RETRY = RetryStrategy(
     max_attempts=8, exponential_wait=4
-)  # waits 4 s, 16 s, ... about 18 h
+)  # waits 4 s, 16 s, ... 18 h: eight tries over about a day
 
 
 @app.task(

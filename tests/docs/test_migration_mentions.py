@@ -23,6 +23,9 @@ MENTIONS = [
     ("docs/operations.md", r"created by migration\s+(\d{4}) from permissions", "create_roles"),
     ("docs/operations.md", r"\((\d{4}) gave Auditors", "export_audit_records"),
     ("docs/operations.md", r"triggers from migration (\d{4})", "CREATE TRIGGER"),
+    ("SECURITY.md", r"never by whoever wrote it, migration (\d{4})", "approve_reportfile"),
+    ("SECURITY.md", r"`approve_reportfile`, migration (\d{4})", "approve_reportfile"),
+    ("docs/operations.md", r"never one they wrote \(migration (\d{4})\)", "approve_reportfile"),
     (
         "integrations/admin/audit.py",
         r"Held by Auditors \(migration (\d{4})\)",
