@@ -96,7 +96,11 @@ def file_written_whole(path: str | Path, mode: str = "wb") -> Iterator[IO[Any]]:
     except BaseException:
         partial.unlink(missing_ok=True)
         raise
-    os.replace(partial, path)
+    try:
+        os.replace(partial, path)
+    except OSError as exc:  # a directory of that name, say: the written file goes too
+        partial.unlink(missing_ok=True)
+        raise CommandError(f"cannot write {path}: {exc.strerror}") from None
 
 
 def open_output(path: str | None, stdout: Any) -> Any:

@@ -128,3 +128,15 @@ def test_an_export_that_fails_part_way_leaves_no_file(
         call_command("ledger", "export", "--out", str(out), stdout=io.StringIO())
 
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_out_that_is_a_directory_is_one_error_and_leaves_nothing(
+    events: None, tmp_path: Path
+) -> None:
+    taken = tmp_path / "ledger.csv"
+    taken.mkdir()
+
+    with pytest.raises(CommandError, match=r"cannot write .*ledger\.csv"):
+        call_command("ledger", "export", "--out", str(taken), stdout=io.StringIO())
+
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ledger.csv"]  # no .partial
