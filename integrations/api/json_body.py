@@ -5,11 +5,11 @@ from their raw bytes) is read here::
 
     payload = json_body(raw)      # raises Problem: 400 validation_failed, 413
 
-A body is accepted when it is UTF-8 JSON (RFC 8259; no ``NaN`` or ``Infinity``), nested no
-deeper than Python's parser can follow, and every string in it can be stored: no NUL
-character (PostgreSQL's text cannot hold one) and no unpaired surrogate (a lone ``\\ud800``
-escape decodes to a string that cannot be written back as UTF-8). Anything else is a 400
-naming the reason, never a 500 further down.
+A body is accepted when it is UTF-8 JSON (RFC 8259; no ``NaN`` or ``Infinity``, no object
+naming a key twice), nested no deeper than Python's parser can follow, and every string in
+it can be stored: no NUL character (PostgreSQL's text cannot hold one) and no unpaired
+surrogate (a lone ``\\ud800`` escape decodes to a string that cannot be written back as
+UTF-8). Anything else is a 400 naming the reason, never a 500 further down.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ MAX_BODY_BYTES = 32 * 1024 * 1024
 def json_body(raw: bytes) -> Any:
     """``raw`` parsed, or ``Problem`` 400 ``validation_failed`` saying why not."""
     try:
-        payload = json.loads(raw, parse_constant=_refuse_constant)
+        payload = json.loads(raw, parse_constant=_refuse_constant, object_pairs_hook=_keys_once)
     except RecursionError:
         raise _invalid("The body is nested too deeply.") from None
     except ValueError as exc:  # UnicodeDecodeError included
@@ -41,6 +41,19 @@ def json_body(raw: bytes) -> Any:
     if reason:
         raise _invalid(f"The body cannot be stored: {reason}.")
     return payload
+
+
+# RFC 8259 leaves an object naming a key twice to the parser; Python keeps the last, so
+# {"consumers": [...], "consumers": [...]} lost the first list without a word. The key is
+# not named back: a broker may key resolved identifiers by the identifier itself.
+_TWICE = "an object names the same key twice, so which value is meant cannot be told"
+
+
+def _keys_once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        raise ValueError(_TWICE)
+    return found
 
 
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
@@ -67,7 +80,7 @@ def json_object_body(raw: bytes, *, list_limits: Mapping[str, int]) -> Any:
     start = _WHITESPACE.match(text, 0).end()  # type: ignore[union-attr]
     if text[start : start + 1] != "{":
         return json_body(raw)
-    decoder = json.JSONDecoder(parse_constant=_refuse_constant)
+    decoder = json.JSONDecoder(parse_constant=_refuse_constant, object_pairs_hook=_keys_once)
 
     def skip(at: int) -> int:
         return _WHITESPACE.match(text, at).end()  # type: ignore[union-attr]
@@ -87,6 +100,8 @@ def json_object_body(raw: bytes, *, list_limits: Mapping[str, int]) -> Any:
                 if text[at : at + 1] != '"':
                     raise json.JSONDecodeError("Expecting property name", text, at)
                 key, at = decoder.raw_decode(text, at)
+                if key in payload:
+                    raise ValueError(_TWICE)
                 at = skip(expect(skip(at), ":"))
                 limit = list_limits.get(key)
                 if limit is not None and text[at : at + 1] == "[":

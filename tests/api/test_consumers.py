@@ -372,6 +372,10 @@ UNSTORABLE_BODIES = {
     "a NUL in remote_identifier": '{"consumers": [{"remote_identifier": "C\\u00001"}]}',
     "an unpaired surrogate": '{"consumers": [{"remote_identifier": "C-\\ud800"}]}',
     "not UTF-8": b'{"consumers": [{"remote_identifier": "C-\xff"}]}',
+    # Python keeps the last of a key named twice: the first list would go without a word.
+    "a key twice at the top": '{"consumers": [{"remote_identifier": "C-1"}], "consumers": []}',
+    "a key twice in a consumer": '{"consumers": [{"remote_identifier": "C-1", '
+    '"email": ["a@x.example"], "email": ["b@x.example"]}]}',
 }
 
 
@@ -387,6 +391,18 @@ def test_a_body_that_cannot_be_stored_is_a_400_problem_and_changes_nothing(
     assert response["Content-Type"] == "application/problem+json"
     assert response.json()["code"] == "validation_failed"
     assert not Consumer.objects.exists()
+
+
+def test_a_key_named_twice_is_refused_without_naming_it(
+    api_client: APIClient, ingest: dict[str, Any]
+) -> None:
+    body = '{"consumers": [{"remote_identifier": "C-1", "ann@x.example": 1, "ann@x.example": 2}]}'
+
+    response = api_client.post(URL, body, content_type="application/json", **ingest)
+
+    assert response.status_code == 400
+    assert "names the same key twice" in response.json()["detail"]
+    assert "ann@" not in response.content.decode()
 
 
 def test_deleting_a_pointer_no_consumer_can_have_is_404(
