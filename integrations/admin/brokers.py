@@ -7,6 +7,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
 from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 from unfold.admin import ModelAdmin
@@ -23,6 +24,7 @@ from integrations.services.staff.brokers import (
     broker_drop_webhook_secret_set,
     broker_lists_select,
     broker_update,
+    drop_base_url_check,
     drop_webhook_secret_check,
 )
 
@@ -102,6 +104,10 @@ class BrokerForm(forms.ModelForm):
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
+        try:
+            drop_base_url_check(cleaned.get("drop_base_url") or "")
+        except ValidationError as exc:  # keyed by the field, so it shows there
+            self.add_error(None, exc)
         lists = list(cleaned.get("lists_selected") or [])
         reason = (cleaned.get("lists_selected_reason") or "").strip()
         # A new selection to record: other lists than those in force, or a reason given

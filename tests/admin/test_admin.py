@@ -61,6 +61,29 @@ def test_edit_broker_records_the_change(staff: Client, broker: Broker) -> None:
     assert "drop_api_key" not in event.data["changes"]
 
 
+@pytest.mark.parametrize("page", ["add", "change"])
+def test_a_drop_base_url_with_a_password_is_refused_in_the_form(
+    staff: Client, broker: Broker, page: str
+) -> None:
+    url = (
+        "/admin/integrations/broker/add/"
+        if page == "add"
+        else f"/admin/integrations/broker/{broker.pk}/change/"
+    )
+    form = {"broker_id": "4822", "name": "Acme", "mode": "test", "pull_interval_days": "30"}
+    events = LedgerEvent.objects.count()
+    response = staff.post(url, {**form, "drop_base_url": "https://u:p@drop.example.com/"})
+    assert response.status_code == 200  # the form again, the error on the field
+    assert "must not carry a user name or password" in response.content.decode()
+    assert LedgerEvent.objects.count() == events
+    assert not Broker.objects.filter(broker_id="4822").exists()
+    broker.refresh_from_db()
+    assert (broker.name, broker.drop_base_url) == ("Acme Data", "")
+    # The same form without the password is saved.
+    saved = staff.post(url, {**form, "drop_base_url": "https://drop.example.com/"})
+    assert saved.status_code == 302
+
+
 def test_key_is_shown_once_on_creation_and_revocable(staff: Client, broker: Broker) -> None:
     response = staff.post(
         "/admin/integrations/apikey/add/",
