@@ -95,6 +95,11 @@ class BrokerForm(forms.ModelForm):
         current = lists_selected_at(self.instance) if self.instance.pk else None
         self.lists_in_force = list(current.lists) if current else []
         self.fields["lists_selected"].initial = self.lists_in_force
+        # The page carries the values it showed, so changed_data says what this person
+        # changed even when someone else saved the broker after the page was opened.
+        for name in BROKER_SETTINGS:
+            if name in self.fields:
+                self.fields[name].show_hidden_initial = True
 
     def clean_drop_webhook_secret(self) -> str:
         secret = self.cleaned_data.get("drop_webhook_secret") or ""
@@ -220,7 +225,11 @@ class BrokerAdmin(WriteOnlyCredentials, ModelAdmin):
             self._lists_record(created, form, actor)
             return
         current = Broker.objects.get(pk=obj.pk)
-        changes: dict[str, Any] = {f: getattr(obj, f) for f in BROKER_SETTINGS}
+        # Only what was changed on the page: a setting left as shown keeps the stored value,
+        # which another manager may have changed since the page was opened.
+        changes: dict[str, Any] = {
+            f: getattr(obj, f) for f in BROKER_SETTINGS if f in form.changed_data
+        }
         if new_key:
             changes["drop_api_key"] = new_key
         had_key = bool(current.drop_api_key)

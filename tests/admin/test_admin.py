@@ -12,6 +12,7 @@ from django.test import Client
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import ApiKey, Broker, LedgerEvent
 from integrations.services.ledger import ledger_event_append
+from integrations.services.staff.brokers import broker_update
 
 pytestmark = pytest.mark.django_db
 
@@ -59,6 +60,40 @@ def test_edit_broker_records_the_change(staff: Client, broker: Broker) -> None:
     event = LedgerEvent.objects.get(kind="broker.updated")
     assert event.data["changes"]["name"] == {"from": "Acme Data", "to": "Acme Renamed"}
     assert "drop_api_key" not in event.data["changes"]
+
+
+def test_a_rename_from_a_page_opened_before_another_change_keeps_that_change(
+    staff: Client, broker: Broker
+) -> None:
+    url = f"/admin/integrations/broker/{broker.pk}/change/"
+    page = staff.get(url).content.decode()
+    # What the page showed, as it sends it back beside the fields (Django's initial-*).
+    shown = dict(re.findall(r'name="initial-(\w+)"(?: value="([^"]*)")?', page))
+    assert shown["mode"] == "test"
+    # Meanwhile another manager switches the broker to production and enters its key.
+    broker_update(broker=broker, actor="staff:bob", mode="production", drop_api_key="PRODKEY")
+
+    response = staff.post(
+        url,
+        {
+            **{f"initial-{name}": value for name, value in shown.items()},
+            "name": "Acme Renamed",
+            "mode": shown["mode"],
+            "drop_base_url": shown["drop_base_url"],
+            "drop_api_key": "",
+            "pull_interval_days": shown["pull_interval_days"],
+        },
+    )
+
+    assert response.status_code == 302
+    broker.refresh_from_db()
+    assert (broker.name, broker.mode, broker.drop_api_key) == (
+        "Acme Renamed",
+        "production",
+        "PRODKEY",
+    )
+    event = LedgerEvent.objects.filter(kind="broker.updated").latest("id")
+    assert set(event.data["changes"]) == {"name"}
 
 
 @pytest.mark.parametrize("page", ["add", "change"])
