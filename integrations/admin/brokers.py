@@ -7,6 +7,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
 from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 from unfold.admin import ModelAdmin
@@ -23,6 +24,7 @@ from integrations.services.staff.brokers import (
     broker_drop_webhook_secret_set,
     broker_lists_select,
     broker_update,
+    drop_base_url_check,
     drop_webhook_secret_check,
 )
 
@@ -93,6 +95,11 @@ class BrokerForm(forms.ModelForm):
         current = lists_selected_at(self.instance) if self.instance.pk else None
         self.lists_in_force = list(current.lists) if current else []
         self.fields["lists_selected"].initial = self.lists_in_force
+        # The page carries the values it showed, so changed_data says what this person
+        # changed even when someone else saved the broker after the page was opened.
+        for name in BROKER_SETTINGS:
+            if name in self.fields:
+                self.fields[name].show_hidden_initial = True
 
     def clean_drop_webhook_secret(self) -> str:
         secret = self.cleaned_data.get("drop_webhook_secret") or ""
@@ -102,6 +109,10 @@ class BrokerForm(forms.ModelForm):
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
+        try:
+            drop_base_url_check(cleaned.get("drop_base_url") or "")
+        except ValidationError as exc:  # keyed by the field, so it shows there
+            self.add_error(None, exc)
         lists = list(cleaned.get("lists_selected") or [])
         reason = (cleaned.get("lists_selected_reason") or "").strip()
         # A new selection to record: other lists than those in force, or a reason given
@@ -214,7 +225,11 @@ class BrokerAdmin(WriteOnlyCredentials, ModelAdmin):
             self._lists_record(created, form, actor)
             return
         current = Broker.objects.get(pk=obj.pk)
-        changes: dict[str, Any] = {f: getattr(obj, f) for f in BROKER_SETTINGS}
+        # Only what was changed on the page: a setting left as shown keeps the stored value,
+        # which another manager may have changed since the page was opened.
+        changes: dict[str, Any] = {
+            f: getattr(obj, f) for f in BROKER_SETTINGS if f in form.changed_data
+        }
         if new_key:
             changes["drop_api_key"] = new_key
         had_key = bool(current.drop_api_key)

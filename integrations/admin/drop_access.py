@@ -61,6 +61,15 @@ class NoticeForm(forms.ModelForm):
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
+        recorded = self.instance.notice_sent_on
+        if recorded is not None:
+            # A second submit, or ``drop notice`` recorded it since the page was opened: the
+            # notice fields are read-only now, so the message goes above them.
+            raise ValidationError(
+                f"the notice is already recorded (sent on {recorded}, reference "
+                f"{self.instance.notice_reference!r}, by {self.instance.notice_recorded_by}); "
+                "nothing was changed"
+            )
         sent_on: dt.date | None = cleaned.get("notice_sent_on")
         reference = (cleaned.get("notice_reference") or "").strip()
         if sent_on is None:

@@ -56,6 +56,17 @@ class ServiceProviderForm(forms.ModelForm):
     def clean_s3_prefix(self) -> str:
         return s3_prefix_validate(self.cleaned_data.get("s3_prefix") or "")
 
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        # On the change page the broker is read-only, so Django skips its (broker, name)
+        # check; the service would refuse the name after the form was accepted.
+        name = (cleaned.get("name") or "").strip()
+        if self.instance.pk and name:
+            taken = ServiceProvider.objects.filter(broker_id=self.instance.broker_id, name=name)
+            if taken.exclude(pk=self.instance.pk).exists():
+                self.add_error("name", f"this broker already has a provider named {name!r}")
+        return cleaned
+
 
 @admin.register(ServiceProvider)
 class ServiceProviderAdmin(ModelAdmin):

@@ -12,6 +12,7 @@ from django.test import Client
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import ApiKey, Broker, LedgerEvent
 from integrations.services.ledger import ledger_event_append
+from integrations.services.staff.brokers import broker_update
 
 pytestmark = pytest.mark.django_db
 
@@ -59,6 +60,63 @@ def test_edit_broker_records_the_change(staff: Client, broker: Broker) -> None:
     event = LedgerEvent.objects.get(kind="broker.updated")
     assert event.data["changes"]["name"] == {"from": "Acme Data", "to": "Acme Renamed"}
     assert "drop_api_key" not in event.data["changes"]
+
+
+def test_a_rename_from_a_page_opened_before_another_change_keeps_that_change(
+    staff: Client, broker: Broker
+) -> None:
+    url = f"/admin/integrations/broker/{broker.pk}/change/"
+    page = staff.get(url).content.decode()
+    # What the page showed, as it sends it back beside the fields (Django's initial-*).
+    shown = dict(re.findall(r'name="initial-(\w+)"(?: value="([^"]*)")?', page))
+    assert shown["mode"] == "test"
+    # Meanwhile another manager switches the broker to production and enters its key.
+    broker_update(broker=broker, actor="staff:bob", mode="production", drop_api_key="PRODKEY")
+
+    response = staff.post(
+        url,
+        {
+            **{f"initial-{name}": value for name, value in shown.items()},
+            "name": "Acme Renamed",
+            "mode": shown["mode"],
+            "drop_base_url": shown["drop_base_url"],
+            "drop_api_key": "",
+            "pull_interval_days": shown["pull_interval_days"],
+        },
+    )
+
+    assert response.status_code == 302
+    broker.refresh_from_db()
+    assert (broker.name, broker.mode, broker.drop_api_key) == (
+        "Acme Renamed",
+        "production",
+        "PRODKEY",
+    )
+    event = LedgerEvent.objects.filter(kind="broker.updated").latest("id")
+    assert set(event.data["changes"]) == {"name"}
+
+
+@pytest.mark.parametrize("page", ["add", "change"])
+def test_a_drop_base_url_with_a_password_is_refused_in_the_form(
+    staff: Client, broker: Broker, page: str
+) -> None:
+    url = (
+        "/admin/integrations/broker/add/"
+        if page == "add"
+        else f"/admin/integrations/broker/{broker.pk}/change/"
+    )
+    form = {"broker_id": "4822", "name": "Acme", "mode": "test", "pull_interval_days": "30"}
+    events = LedgerEvent.objects.count()
+    response = staff.post(url, {**form, "drop_base_url": "https://u:p@drop.example.com/"})
+    assert response.status_code == 200  # the form again, the error on the field
+    assert "must not carry a user name or password" in response.content.decode()
+    assert LedgerEvent.objects.count() == events
+    assert not Broker.objects.filter(broker_id="4822").exists()
+    broker.refresh_from_db()
+    assert (broker.name, broker.drop_base_url) == ("Acme Data", "")
+    # The same form without the password is saved.
+    saved = staff.post(url, {**form, "drop_base_url": "https://drop.example.com/"})
+    assert saved.status_code == 302
 
 
 def test_key_is_shown_once_on_creation_and_revocable(staff: Client, broker: Broker) -> None:

@@ -13,11 +13,15 @@ from django.test import Client
 from django.utils import formats, timezone
 
 from devtools.drop_simulator import work_items
-from integrations.models import Broker, DropCycle, LedgerEvent, WorkItem
+from integrations.drop.calendar import drop_today
+from integrations.ledger_kinds import LedgerKind
+from integrations.models import Broker, DropAccessObligation, DropCycle, LedgerEvent, WorkItem
+from integrations.services.cycle.drop_access import drop_access_notice_record
 from integrations.services.cycle.drop_import import drop_zip_import
 from tests.admin.markup import cells, link_texts
 from tests.builders import (
     ConsumerFactory,
+    DropAccessObligationFactory,
     drop_zip,
     write_zip,
 )
@@ -210,3 +214,30 @@ def test_last_pulled_is_shown_and_not_editable(staff: Client, broker: Broker) ->
     staff.post(url, broker_form(last_pulled_at="2020-01-01 00:00"))
     broker.refresh_from_db()
     assert broker.last_pulled_at == pulled
+
+
+# ---------------------------------------------------------------- DROP access notice
+
+
+@pytest.mark.parametrize("first", ["this page", "drop notice"])
+def test_a_notice_already_recorded_is_said_so_and_not_recorded_again(
+    staff: Client, broker: Broker, first: str
+) -> None:
+    obligation = DropAccessObligationFactory.create(broker=broker)
+    url = f"/admin/integrations/dropaccessobligation/{obligation.pk}/change/"
+    notice = {"notice_sent_on": drop_today().isoformat(), "notice_reference": "Letter R-7"}
+    if first == "this page":  # a double click
+        assert staff.post(url, notice).status_code == 302
+    else:  # the page was left open while the command recorded it
+        drop_access_notice_record(
+            broker=broker, sent_on=drop_today(), reference="Letter R-7", actor="cli:bob"
+        )
+
+    again = staff.post(url, {**notice, "notice_reference": "Letter R-8"})
+
+    assert again.status_code == 200  # the page again, with why
+    assert "the notice is already recorded" in again.content.decode()
+    obligation = DropAccessObligation.objects.get(pk=obligation.pk)
+    assert obligation.notice_reference == "Letter R-7"
+    recorded = LedgerEvent.objects.filter(kind=LedgerKind.DROP_ACCESS_NOTICE_RECORDED)
+    assert recorded.count() == 1

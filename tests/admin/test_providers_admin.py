@@ -139,3 +139,24 @@ def test_an_edit_is_recorded_with_what_changed(broker: Broker) -> None:
     assert provider.contact == "dpo@mailhouse.example"
     event = LedgerEvent.objects.get(kind=LedgerKind.SERVICE_PROVIDER_UPDATED)
     assert event.data == {"changes": {"contact": {"from": "", "to": "dpo@mailhouse.example"}}}
+
+
+def test_a_rename_to_a_name_the_broker_already_uses_is_refused_on_the_name(
+    broker: Broker,
+) -> None:
+    service_provider_add(broker=broker, name="Mailhouse", actor="test")
+    provider = service_provider_add(broker=broker, name="Warehouse", actor="test")
+    client = role_client("Connections managers")
+    url = reverse("admin:integrations_serviceprovider_change", args=[provider.pk])
+    events = LedgerEvent.objects.count()
+
+    answer = client.post(url, {"name": "Mailhouse", "contact": "", "s3_prefix": ""})
+
+    assert answer.status_code == 200  # the form again, with the name refused
+    assert "already has a provider named &#x27;Mailhouse&#x27;" in answer.content.decode()
+    provider.refresh_from_db()
+    assert provider.name == "Warehouse"
+    assert LedgerEvent.objects.count() == events
+    # A name the broker does not use yet is saved.
+    moved = client.post(url, {"name": "Warehouse Two", "contact": "", "s3_prefix": ""})
+    assert moved.status_code == 302

@@ -30,7 +30,8 @@ BROKER_SETTINGS = (
 )
 
 
-def _drop_base_url_check(url: str) -> None:
+def drop_base_url_check(url: str) -> None:
+    """ValidationError keyed ``drop_base_url`` if ``url`` carries a user name or password."""
     # The DROP API key goes in a header; a user:password part would go along as Basic auth.
     url_credentials_validate(url, field="drop_base_url")
 
@@ -59,7 +60,7 @@ def broker_create(
         approve_uploads=approve_uploads,
         drop_api_key_changed_at=timezone.now() if drop_api_key else None,
     )
-    _drop_base_url_check(drop_base_url)
+    drop_base_url_check(drop_base_url)
     broker.full_clean()  # also reports a broker id that is already registered
     with transaction.atomic():
         broker.save()
@@ -87,7 +88,7 @@ def broker_update(*, broker: Broker, actor: str, **changes: Any) -> Broker:
     if unknown:
         raise ValidationError(f"cannot change {', '.join(sorted(unknown))}")
     if "drop_base_url" in changes:
-        _drop_base_url_check(changes["drop_base_url"])
+        drop_base_url_check(changes["drop_base_url"])
     shown = {name: value for name, value in changes.items() if name != "drop_api_key"}
     with transaction.atomic():
         quiet, entries = _key_follows_destination(row_locked(broker), changes)
