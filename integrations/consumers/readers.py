@@ -139,16 +139,23 @@ Record = ConsumerRecord | RejectedRecord
 # ---------------------------------------------------------------------------------------
 
 
-def _utf8(standardized: str, list_type: str) -> bytes:
+def not_utf8(value: str) -> bool:
+    """Whether ``value`` holds bytes that were not UTF-8 (read with surrogateescape).
+
+    A file's clear cells are checked here before they are standardized: standardizing
+    drops what is not a letter or digit, so "Jos\\xe9" would be hashed as "jos".
+    """
+    if value.isascii():
+        return False
     try:
-        return standardized.encode()
+        value.encode()
     except UnicodeEncodeError:
-        # Only text read with surrogateescape (bytes that are not UTF-8) gets here.
-        raise InvalidIdentifier(list_type, f"{list_type} {NOT_UTF8}") from None
+        return True
+    return False
 
 
 def _email_digest(value: str) -> bytes:
-    return _sha256(_utf8(standardize_email(value), "email")).digest()
+    return _sha256(standardize_email(value).encode()).digest()
 
 
 def _phone_digest(value: str) -> bytes:
@@ -172,13 +179,10 @@ SIMPLE_DIGESTS: Final[dict[str, Callable[[str], bytes]]] = {
 
 
 def composite_digest(list_type: str, parts: Mapping[str, str]) -> bytes:
-    try:
-        if list_type == "ndz":
-            text = ndz_hash(parts["first_name"], parts["last_name"], parts["dob"], parts["zip"])
-        else:
-            text = name_vin_hash(parts["first_name"], parts["last_name"], parts["vin"])
-    except UnicodeEncodeError:
-        raise InvalidIdentifier(list_type, f"{list_type} {NOT_UTF8}") from None
+    if list_type == "ndz":
+        text = ndz_hash(parts["first_name"], parts["last_name"], parts["dob"], parts["zip"])
+    else:
+        text = name_vin_hash(parts["first_name"], parts["last_name"], parts["vin"])
     return _a2b(text)
 
 
@@ -196,11 +200,7 @@ def hash_digest(text: str) -> bytes | None:
 
 def _text_problem(value: str) -> str | None:
     """Why a pointer or kind cannot be stored as text, or None."""
-    if value.isascii():
-        return "must not contain NUL characters" if "\x00" in value else None
-    try:
-        value.encode()
-    except UnicodeEncodeError:
+    if not_utf8(value):
         return NOT_UTF8
     return "must not contain NUL characters" if "\x00" in value else None
 
@@ -400,11 +400,19 @@ class ConsumerCsvReader:
             for p in ("first_name", "last_name", "dob", "zip", "vin")
             if p in self._index
         ]
+        identifiers = [
+            (name, self._index[name]) for name in CLEAR_COLUMNS[2:] if name in self._index
+        ]
 
         def parse(line: int, cells: list[str]) -> Record:
             errors: dict[str, list[str]] = {}
             rid = self._pointer(cells, errors)
             kind = self._kind(cells, errors)
+            undecodable = [name for name, i in identifiers if not_utf8(cells[i])]
+            if undecodable:
+                for name in undecodable:
+                    add_error(errors, name, f"{name} {NOT_UTF8}")
+                return RejectedRecord(line, rid or None, errors)
             hashes: list[tuple[str, bytes]] = []
             for list_type, position, digest in simple:
                 value = cells[position]

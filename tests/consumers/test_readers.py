@@ -26,6 +26,7 @@ NDZ = "PQOfn1RffEKmqMmNAzDKKaoZCwxWbQZkQzPWmQo9REA="  # Danielle / Johnson / 198
 NAME_VIN = "rtnDuXIe63jXYQQXW5r07GJ7lSsrib8+46QuKFwkOmk="  # Eve / Genesis / 1HGCM82633A004352
 MAID = "250KY6lOgzYUB3EHrkbDCE2kMEZQE69SF38muhoDudI="
 CTVID = "d9fxuTIrKksBXYDlaWsvQbcyUUfCbUx7v78gd+KP+tc="
+NDZ_HEADER = "remote_identifier,first_name,last_name,dob,zip"
 FULL_HEADER = (
     "remote_identifier,remote_identifier_kind,email,phone,first_name,last_name,dob,zip,vin,"
     "maid,ctvid"
@@ -237,6 +238,35 @@ def test_bytes_that_are_not_utf8_reject_only_their_row() -> None:
     assert isinstance(first, RejectedRecord)
     assert first.errors == {"email": ["email is not valid UTF-8"]}
     assert b64(second) == [("email", ANNA)]
+
+
+@pytest.mark.parametrize(
+    ("header", "row", "field"),
+    [
+        ("remote_identifier,phone", b"C-1,+1 415 555 9317\xa0", "phone"),
+        ("remote_identifier,maid", b"C-1,a3f1c2d4-5678-90ab-cdef-1234567890ab\xff", "maid"),
+        ("remote_identifier,ctvid", b"C-1,SmartTV_9F8E7D6C\xff", "ctvid"),
+        (NDZ_HEADER, b"C-1,Jos\xe9,Johnson,1985-07-04,91790", "first_name"),
+        (NDZ_HEADER, b"C-1,Danielle,Garc\xeda,1985-07-04,91790", "last_name"),
+        (NDZ_HEADER, b"C-1,Danielle,Johnson,1985-07-04\xff,91790", "dob"),
+        (NDZ_HEADER, b"C-1,Danielle,Johnson,1985-07-04,91790\xa0", "zip"),
+        (
+            "remote_identifier,first_name,last_name,vin",
+            b"C-1,Eve,Genesis,1HGCM82633A004352\xff",
+            "vin",
+        ),
+    ],
+)
+def test_bytes_that_are_not_utf8_in_any_clear_field_reject_the_row(
+    header: str, row: bytes, field: str
+) -> None:
+    # Standardizing drops what is not a letter or digit: "Jos\xe9" must not be hashed as "Jos".
+    raw = header.encode() + b"\n" + row + b"\n"
+    text = io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8", errors="surrogateescape", newline="")
+    (rejected,) = ConsumerCsvReader(text)
+    assert isinstance(rejected, RejectedRecord), rejected
+    assert rejected.remote_identifier == "C-1"
+    assert rejected.errors == {field: [f"{field} is not valid UTF-8"]}
 
 
 def test_a_good_row_after_bad_rows_is_still_read() -> None:
