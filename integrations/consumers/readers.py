@@ -20,8 +20,10 @@ index, and the reason per field; never the clear value)::
 
 A row is accepted whole or rejected whole: one bad identifier rejects its row, so the broker
 fixes and re-sends it (registration is idempotent). A file whose header is wrong raises
-`RegistrationFileError` before any row is read. Clear identifiers live only in memory here;
-standardization and hashing are `integrations.drop.standardize`'s.
+`RegistrationFileError` before any row is read; one that stops being CSV part way (a line
+too long, a field over the CSV module's limit, a stray quote) raises it at that line.
+Clear identifiers live only in memory here; standardization and hashing are
+`integrations.drop.standardize`'s.
 
 API bodies are read by `integrations.consumers.api_reader` under the same rules; files
 are hashed on every core and encoded as staging rows by
@@ -99,7 +101,8 @@ _b2a = binascii.b2a_base64
 
 
 class RegistrationFileError(ValueError):
-    """The file as a whole cannot be read (its header); nothing of it may be written."""
+    """The file as a whole cannot be read (its header, or a line that is not CSV); nothing of
+    it may be written."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,7 +255,8 @@ class ConsumerCsvReader:
     lets a row with bytes that are not UTF-8 be rejected alone instead of the whole file).
     Iterating yields one `ConsumerRecord` or `RejectedRecord` per data row, in file order,
     holding one row at a time. Blank lines are skipped. A physical line longer than
-    ``CSV_LINE_MAX`` refuses the file (``RegistrationFileError``).
+    ``CSV_LINE_MAX``, or a row the CSV module cannot parse (a field over its limit, a stray
+    or unclosed quote), refuses the file (``RegistrationFileError``).
     """
 
     def __init__(self, text: TextIO, *, hashed: bool = False) -> None:
@@ -352,9 +356,9 @@ class ConsumerCsvReader:
             except StopIteration:
                 return
             except csv.Error as exc:
-                line = reader.line_num
-                yield RejectedRecord(start, None, {"row": [f"is not valid CSV: {exc}"]})
-                continue
+                # Where the reader stopped (inside a quoted field, perhaps) is not where the
+                # next row starts: reading on would make rows of a field's inner lines.
+                raise RegistrationFileError(f"line {start} is not valid CSV: {exc}") from None
             line = reader.line_num
             if len(cells) != width:
                 if not cells or (len(cells) == 1 and not cells[0].strip()):

@@ -338,14 +338,33 @@ def test_a_csv_line_longer_than_the_cap_refuses_the_file_naming_the_line(
             "have (is this a CSV file?); nothing was imported"
         )
     assert not Consumer.objects.exists()
-    # A line of exactly the cap, its line end included, is read (as a row that the CSV
-    # module's own limit on a field rejects alone).
+    # A line of exactly the cap, its line end included, is read (and refused by the CSV
+    # module's own limit on a field, naming its line).
     fits = "C-1,Anna.Smith@Domain.com"
     fits += " " * (sources.CSV_LINE_MAX - len(fits) - 1) + "\n"
     (tmp_path / "fits.csv").write_text(f"remote_identifier,email\n{fits}C-2,{ANNA_CLEAR}\n")
-    summary, err = run(str(tmp_path / "fits.csv"))
-    assert (summary["rows_read"], summary["rows_rejected"]) == (2, 1)
-    assert err.startswith("line 2: row: is not valid CSV: field larger than field limit")
+    with pytest.raises(CommandError) as raised:
+        run(str(tmp_path / "fits.csv"))
+    assert str(raised.value) == (
+        "fits.csv: line 2 is not valid CSV: field larger than field limit (131072); "
+        "nothing was imported"
+    )
+    assert not Consumer.objects.exists()
+
+
+def test_an_oversized_quoted_field_refuses_the_file_not_making_rows_of_its_lines(
+    broker: Broker, tmp_path: Path
+) -> None:
+    note = "x" * 140_000 + f"\nPHANTOM-1,{ANNA_CLEAR}\nmore"
+    path = tmp_path / "note.csv"
+    path.write_text(f'remote_identifier,email\nC-1,{ANNA_CLEAR}\nR-1,"{note}"\n')
+    with pytest.raises(CommandError) as raised:
+        run(str(path))
+    assert str(raised.value) == (
+        "note.csv: line 3 is not valid CSV: field larger than field limit (131072); "
+        "nothing was imported"
+    )
+    assert not Consumer.objects.exists()
 
 
 def wide_parquet(path: Path, widths: list[int]) -> None:

@@ -269,6 +269,25 @@ def test_bytes_that_are_not_utf8_in_any_clear_field_reject_the_row(
     assert rejected.errors == {field: [f"{field} is not valid UTF-8"]}
 
 
+@pytest.mark.parametrize(
+    ("row", "reason"),
+    [
+        # The reader stops inside the quoted field: read on, its inner lines became rows.
+        (f'C-2,"{"x" * 140_000}\nPHANTOM-1,{SECRET}\nmore"', "field larger than field limit"),
+        (f'C-2,"{SECRET}"x', "',' expected after '\"'"),
+        (f'C-2,"{SECRET}\nPHANTOM-1,x@y.com\n', "unexpected end of data"),
+    ],
+)
+def test_a_row_that_is_not_valid_csv_refuses_the_file_naming_its_line(
+    row: str, reason: str
+) -> None:
+    reader = ConsumerCsvReader(io.StringIO(f"remote_identifier,email\nC-1,x@y.com\n{row}\n"))
+    with pytest.raises(RegistrationFileError) as raised:
+        list(reader)
+    assert str(raised.value).startswith(f"line 3 is not valid CSV: {reason}")
+    assert SECRET not in str(raised.value) and "PHANTOM" not in str(raised.value)
+
+
 def test_a_good_row_after_bad_rows_is_still_read() -> None:
     records = read("remote_identifier,email\nC-1,\nC-2,Anna.Smith@Domain.com\n,x@y\n")
     assert [type(r).__name__ for r in records] == [
