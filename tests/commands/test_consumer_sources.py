@@ -320,6 +320,40 @@ def test_a_timestamp_date_of_birth_hashes_like_the_date(
     assert stored(broker) == {"C-2": [("ndz", NDZ)]}
 
 
+@pytest.mark.parametrize(
+    ("column", "values", "type_name"),
+    [
+        # As text, 14155551234.0 is "1.4155551234e+10": a wrong hash, stored.
+        ("phone", pa.array([14155551234.0]), "double"),
+        ("remote_identifier", pa.array([12345678901.0]), "double"),
+        ("zip", pa.array([91790.0], pa.float32()), "float"),
+        ("phone", pa.array([14155551234], pa.decimal128(11, 0)), "decimal128(11, 0)"),
+    ],
+)
+def test_a_float_or_decimal_parquet_column_refuses_the_file_naming_it(
+    broker: Broker, tmp_path: Path, column: str, values: Any, type_name: str
+) -> None:
+    table = {
+        "remote_identifier": ["E-1"],
+        "phone": ["+1(415)555-9317"],
+        "first_name": ["Danielle"],
+        "last_name": ["Johnson"],
+        "dob": ["1985-07-04"],
+        "zip": ["91790"],
+        column: values,
+    }
+    path = tmp_path / "f.parquet"
+    pq.write_table(pa.table(table), path)
+    with pytest.raises(CommandError) as raised:
+        run(str(path))
+    assert str(raised.value) == (
+        f"f.parquet: column {column!r} is of type {type_name}, which does not read back as "
+        "the digits written; write it as text or integer (pandas writes an integer column "
+        "with empty cells as float64: make it Int64 or text); nothing was imported"
+    )
+    assert not Consumer.objects.exists()
+
+
 def test_a_csv_line_longer_than_the_cap_refuses_the_file_naming_the_line(
     broker: Broker, tmp_path: Path
 ) -> None:
