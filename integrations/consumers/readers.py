@@ -73,6 +73,9 @@ DEFAULT_KIND: Final = "external_id"
 CSV_LINE_MAX: Final = 1 << 20
 REMOTE_IDENTIFIER_MAX: Final = 255  # Consumer.remote_identifier's length
 KIND_RE: Final = re.compile(r"[A-Za-z0-9_.:-]{1,64}\Z")
+# An unknown column is named in the error only when it looks like a column name (a typo such
+# as "emial"): a file with no header line has a consumer's email or phone there instead.
+_SHOWN_COLUMN_RE: Final = re.compile(r"[A-Za-z0-9_]{1,32}\Z")
 CLEAR_COLUMNS: Final = (
     "remote_identifier",
     "remote_identifier_kind",
@@ -271,6 +274,10 @@ class ConsumerCsvReader:
     def _set_columns(self, header: Sequence[str] | None) -> None:
         if not header or not any(cell.strip() for cell in header):
             raise RegistrationFileError("the file is empty: no header line")
+        if any(not_utf8(cell) or "\x00" in cell for cell in header):
+            raise RegistrationFileError(
+                "the header is not UTF-8 text (a UTF-16 file? save it as UTF-8)"
+            )
         self.columns = [cell.strip().lstrip("\ufeff").lower() for cell in header]
         if self.hashed:
             self._check_hashed_header()
@@ -283,6 +290,11 @@ class ConsumerCsvReader:
     def _check_common(self, allowed: Sequence[str]) -> None:
         for i, name in enumerate(self.columns):
             if name not in allowed:
+                if not _SHOWN_COLUMN_RE.match(name):
+                    raise RegistrationFileError(
+                        f"unknown column name in column {i + 1} (not shown: it looks like "
+                        "data; is the header line missing?); expected " + ", ".join(allowed)
+                    )
                 hint = " (a hashed file? use --hashed)" if name in ("hash", "hash_type") else ""
                 raise RegistrationFileError(
                     f"unknown column {name!r} in column {i + 1}{hint}; "

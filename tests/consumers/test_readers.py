@@ -150,6 +150,34 @@ SECRET = "Secret.Person@Example.com"
 
 
 @pytest.mark.parametrize(
+    "first",
+    [
+        SECRET,  # no header line: the first row's cells read as column names
+        "+1 (415) 555-9317",
+        "Danielle Johnson",
+        "a3f1c2d4-5678-90ab-cdef-1234567890ab",
+        "x" * 33,
+        "smith.anna",
+    ],
+)
+def test_an_unknown_column_that_looks_like_data_is_not_echoed(first: str) -> None:
+    with pytest.raises(RegistrationFileError) as raised:
+        ConsumerCsvReader(io.StringIO(f"{first},C-1\n"))
+    message = str(raised.value)
+    assert first.lower() not in message.lower()
+    assert message.startswith("unknown column name in column 1 (not shown: it looks like data")
+    assert message.endswith("; expected " + FULL_HEADER.replace(",", ", "))
+
+
+def test_a_utf16_file_is_refused_as_not_utf8() -> None:
+    raw = f"remote_identifier,email\nC-1,{SECRET}\n".encode("utf-16")
+    text = io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8-sig", errors="surrogateescape")
+    with pytest.raises(RegistrationFileError) as raised:
+        ConsumerCsvReader(text)
+    assert str(raised.value) == "the header is not UTF-8 text (a UTF-16 file? save it as UTF-8)"
+
+
+@pytest.mark.parametrize(
     ("header", "row", "field", "reason"),
     [
         ("remote_identifier,email", ",x@y", "remote_identifier", "remote_identifier is required"),
