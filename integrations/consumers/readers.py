@@ -20,8 +20,10 @@ index, and the reason per field; never the clear value)::
 
 A row is accepted whole or rejected whole: one bad identifier rejects its row, so the broker
 fixes and re-sends it (registration is idempotent). A file whose header is wrong raises
-`RegistrationFileError` before any row is read. Clear identifiers live only in memory here;
-standardization and hashing are `integrations.drop.standardize`'s.
+`RegistrationFileError` before any row is read; one that stops being CSV part way (a line
+too long, a field over the CSV module's limit, a stray quote) raises it at that line.
+Clear identifiers live only in memory here; standardization and hashing are
+`integrations.drop.standardize`'s.
 
 API bodies are read by `integrations.consumers.api_reader` under the same rules; files
 are hashed on every core and encoded as staging rows by
@@ -71,6 +73,9 @@ DEFAULT_KIND: Final = "external_id"
 CSV_LINE_MAX: Final = 1 << 20
 REMOTE_IDENTIFIER_MAX: Final = 255  # Consumer.remote_identifier's length
 KIND_RE: Final = re.compile(r"[A-Za-z0-9_.:-]{1,64}\Z")
+# An unknown column is named in the error only when it looks like a column name (a typo such
+# as "emial"): a file with no header line has a consumer's email or phone there instead.
+_SHOWN_COLUMN_RE: Final = re.compile(r"[A-Za-z0-9_]{1,32}\Z")
 CLEAR_COLUMNS: Final = (
     "remote_identifier",
     "remote_identifier_kind",
@@ -99,7 +104,8 @@ _b2a = binascii.b2a_base64
 
 
 class RegistrationFileError(ValueError):
-    """The file as a whole cannot be read (its header); nothing of it may be written."""
+    """The file as a whole cannot be read (its header, or a line that is not CSV); nothing of
+    it may be written."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,16 +145,23 @@ Record = ConsumerRecord | RejectedRecord
 # ---------------------------------------------------------------------------------------
 
 
-def _utf8(standardized: str, list_type: str) -> bytes:
+def not_utf8(value: str) -> bool:
+    """Whether ``value`` holds bytes that were not UTF-8 (read with surrogateescape).
+
+    A file's clear cells are checked here before they are standardized: standardizing
+    drops what is not a letter or digit, so "Jos\\xe9" would be hashed as "jos".
+    """
+    if value.isascii():
+        return False
     try:
-        return standardized.encode()
+        value.encode()
     except UnicodeEncodeError:
-        # Only text read with surrogateescape (bytes that are not UTF-8) gets here.
-        raise InvalidIdentifier(list_type, f"{list_type} {NOT_UTF8}") from None
+        return True
+    return False
 
 
 def _email_digest(value: str) -> bytes:
-    return _sha256(_utf8(standardize_email(value), "email")).digest()
+    return _sha256(standardize_email(value).encode()).digest()
 
 
 def _phone_digest(value: str) -> bytes:
@@ -172,13 +185,10 @@ SIMPLE_DIGESTS: Final[dict[str, Callable[[str], bytes]]] = {
 
 
 def composite_digest(list_type: str, parts: Mapping[str, str]) -> bytes:
-    try:
-        if list_type == "ndz":
-            text = ndz_hash(parts["first_name"], parts["last_name"], parts["dob"], parts["zip"])
-        else:
-            text = name_vin_hash(parts["first_name"], parts["last_name"], parts["vin"])
-    except UnicodeEncodeError:
-        raise InvalidIdentifier(list_type, f"{list_type} {NOT_UTF8}") from None
+    if list_type == "ndz":
+        text = ndz_hash(parts["first_name"], parts["last_name"], parts["dob"], parts["zip"])
+    else:
+        text = name_vin_hash(parts["first_name"], parts["last_name"], parts["vin"])
     return _a2b(text)
 
 
@@ -196,11 +206,7 @@ def hash_digest(text: str) -> bytes | None:
 
 def _text_problem(value: str) -> str | None:
     """Why a pointer or kind cannot be stored as text, or None."""
-    if value.isascii():
-        return "must not contain NUL characters" if "\x00" in value else None
-    try:
-        value.encode()
-    except UnicodeEncodeError:
+    if not_utf8(value):
         return NOT_UTF8
     return "must not contain NUL characters" if "\x00" in value else None
 
@@ -252,7 +258,8 @@ class ConsumerCsvReader:
     lets a row with bytes that are not UTF-8 be rejected alone instead of the whole file).
     Iterating yields one `ConsumerRecord` or `RejectedRecord` per data row, in file order,
     holding one row at a time. Blank lines are skipped. A physical line longer than
-    ``CSV_LINE_MAX`` refuses the file (``RegistrationFileError``).
+    ``CSV_LINE_MAX``, or a row the CSV module cannot parse (a field over its limit, a stray
+    or unclosed quote), refuses the file (``RegistrationFileError``).
     """
 
     def __init__(self, text: TextIO, *, hashed: bool = False) -> None:
@@ -267,6 +274,10 @@ class ConsumerCsvReader:
     def _set_columns(self, header: Sequence[str] | None) -> None:
         if not header or not any(cell.strip() for cell in header):
             raise RegistrationFileError("the file is empty: no header line")
+        if any(not_utf8(cell) or "\x00" in cell for cell in header):
+            raise RegistrationFileError(
+                "the header is not UTF-8 text (a UTF-16 file? save it as UTF-8)"
+            )
         self.columns = [cell.strip().lstrip("\ufeff").lower() for cell in header]
         if self.hashed:
             self._check_hashed_header()
@@ -279,6 +290,11 @@ class ConsumerCsvReader:
     def _check_common(self, allowed: Sequence[str]) -> None:
         for i, name in enumerate(self.columns):
             if name not in allowed:
+                if not _SHOWN_COLUMN_RE.match(name):
+                    raise RegistrationFileError(
+                        f"unknown column name in column {i + 1} (not shown: it looks like "
+                        "data; is the header line missing?); expected " + ", ".join(allowed)
+                    )
                 hint = " (a hashed file? use --hashed)" if name in ("hash", "hash_type") else ""
                 raise RegistrationFileError(
                     f"unknown column {name!r} in column {i + 1}{hint}; "
@@ -352,9 +368,9 @@ class ConsumerCsvReader:
             except StopIteration:
                 return
             except csv.Error as exc:
-                line = reader.line_num
-                yield RejectedRecord(start, None, {"row": [f"is not valid CSV: {exc}"]})
-                continue
+                # Where the reader stopped (inside a quoted field, perhaps) is not where the
+                # next row starts: reading on would make rows of a field's inner lines.
+                raise RegistrationFileError(f"line {start} is not valid CSV: {exc}") from None
             line = reader.line_num
             if len(cells) != width:
                 if not cells or (len(cells) == 1 and not cells[0].strip()):
@@ -400,11 +416,19 @@ class ConsumerCsvReader:
             for p in ("first_name", "last_name", "dob", "zip", "vin")
             if p in self._index
         ]
+        identifiers = [
+            (name, self._index[name]) for name in CLEAR_COLUMNS[2:] if name in self._index
+        ]
 
         def parse(line: int, cells: list[str]) -> Record:
             errors: dict[str, list[str]] = {}
             rid = self._pointer(cells, errors)
             kind = self._kind(cells, errors)
+            undecodable = [name for name, i in identifiers if not_utf8(cells[i])]
+            if undecodable:
+                for name in undecodable:
+                    add_error(errors, name, f"{name} {NOT_UTF8}")
+                return RejectedRecord(line, rid or None, errors)
             hashes: list[tuple[str, bytes]] = []
             for list_type, position, digest in simple:
                 value = cells[position]

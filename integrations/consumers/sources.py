@@ -577,7 +577,7 @@ def _parquet_reader(
     def text(column: Any, is_dob: bool) -> list[str]:
         if is_dob and pa.types.is_timestamp(column.type):
             column = pc.cast(column, pa.date32())
-        # Every column as text: dates as YYYY-MM-DD, numbers as digits, nulls empty.
+        # Every column as text: dates as YYYY-MM-DD, integers as digits, nulls empty.
         return pc.fill_null(pc.cast(column, pa.string()), "").to_pylist()
 
     def rows() -> Iterator[tuple[str, ...]]:
@@ -596,7 +596,17 @@ def _parquet_reader(
         except (pa.ArrowException, OSError) as exc:
             raise SourceError(f"read failed: {exc}") from None
 
-    return ConsumerTableReader(columns, rows(), hashed=hashed)
+    reader = ConsumerTableReader(columns, rows(), hashed=hashed)  # the header checked first
+    for column in parquet.schema_arrow:
+        kind = column.type
+        if pa.types.is_floating(kind) or pa.types.is_decimal(kind):
+            # As text a float is "1.4155551234e+10" or "91790.0": a wrong hash, stored.
+            raise RegistrationFileError(
+                f"column {column.name!r} is of type {kind}, which does not read back as the "
+                "digits written; write it as text or integer (pandas writes an integer "
+                "column with empty cells as float64: make it Int64 or text)"
+            )
+    return reader
 
 
 def _parquet_batch_rows(metadata: Any) -> int:

@@ -185,8 +185,8 @@ def test_a_bad_object_under_a_prefix_keeps_nothing_of_the_others(
     broker: Broker, bucket: Any
 ) -> None:
     bucket.put_object(Bucket="exports", Key="n/a.csv", Body=CLEAR.encode())
-    bucket.put_object(Bucket="exports", Key="n/b.csv", Body=b"remote_identifier,e-mail\nx,y\n")
-    with pytest.raises(CommandError, match=r"^s3://exports/n/b.csv: unknown column 'e-mail'"):
+    bucket.put_object(Bucket="exports", Key="n/b.csv", Body=b"remote_identifier,emial\nx,y\n")
+    with pytest.raises(CommandError, match=r"^s3://exports/n/b.csv: unknown column 'emial'"):
         run("s3://exports/n/")
     assert not Consumer.objects.exists()
 
@@ -320,6 +320,40 @@ def test_a_timestamp_date_of_birth_hashes_like_the_date(
     assert stored(broker) == {"C-2": [("ndz", NDZ)]}
 
 
+@pytest.mark.parametrize(
+    ("column", "values", "type_name"),
+    [
+        # As text, 14155551234.0 is "1.4155551234e+10": a wrong hash, stored.
+        ("phone", pa.array([14155551234.0]), "double"),
+        ("remote_identifier", pa.array([12345678901.0]), "double"),
+        ("zip", pa.array([91790.0], pa.float32()), "float"),
+        ("phone", pa.array([14155551234], pa.decimal128(11, 0)), "decimal128(11, 0)"),
+    ],
+)
+def test_a_float_or_decimal_parquet_column_refuses_the_file_naming_it(
+    broker: Broker, tmp_path: Path, column: str, values: Any, type_name: str
+) -> None:
+    table = {
+        "remote_identifier": ["E-1"],
+        "phone": ["+1(415)555-9317"],
+        "first_name": ["Danielle"],
+        "last_name": ["Johnson"],
+        "dob": ["1985-07-04"],
+        "zip": ["91790"],
+        column: values,
+    }
+    path = tmp_path / "f.parquet"
+    pq.write_table(pa.table(table), path)
+    with pytest.raises(CommandError) as raised:
+        run(str(path))
+    assert str(raised.value) == (
+        f"f.parquet: column {column!r} is of type {type_name}, which does not read back as "
+        "the digits written; write it as text or integer (pandas writes an integer column "
+        "with empty cells as float64: make it Int64 or text); nothing was imported"
+    )
+    assert not Consumer.objects.exists()
+
+
 def test_a_csv_line_longer_than_the_cap_refuses_the_file_naming_the_line(
     broker: Broker, tmp_path: Path
 ) -> None:
@@ -338,14 +372,33 @@ def test_a_csv_line_longer_than_the_cap_refuses_the_file_naming_the_line(
             "have (is this a CSV file?); nothing was imported"
         )
     assert not Consumer.objects.exists()
-    # A line of exactly the cap, its line end included, is read (as a row that the CSV
-    # module's own limit on a field rejects alone).
+    # A line of exactly the cap, its line end included, is read (and refused by the CSV
+    # module's own limit on a field, naming its line).
     fits = "C-1,Anna.Smith@Domain.com"
     fits += " " * (sources.CSV_LINE_MAX - len(fits) - 1) + "\n"
     (tmp_path / "fits.csv").write_text(f"remote_identifier,email\n{fits}C-2,{ANNA_CLEAR}\n")
-    summary, err = run(str(tmp_path / "fits.csv"))
-    assert (summary["rows_read"], summary["rows_rejected"]) == (2, 1)
-    assert err.startswith("line 2: row: is not valid CSV: field larger than field limit")
+    with pytest.raises(CommandError) as raised:
+        run(str(tmp_path / "fits.csv"))
+    assert str(raised.value) == (
+        "fits.csv: line 2 is not valid CSV: field larger than field limit (131072); "
+        "nothing was imported"
+    )
+    assert not Consumer.objects.exists()
+
+
+def test_an_oversized_quoted_field_refuses_the_file_not_making_rows_of_its_lines(
+    broker: Broker, tmp_path: Path
+) -> None:
+    note = "x" * 140_000 + f"\nPHANTOM-1,{ANNA_CLEAR}\nmore"
+    path = tmp_path / "note.csv"
+    path.write_text(f'remote_identifier,email\nC-1,{ANNA_CLEAR}\nR-1,"{note}"\n')
+    with pytest.raises(CommandError) as raised:
+        run(str(path))
+    assert str(raised.value) == (
+        "note.csv: line 3 is not valid CSV: field larger than field limit (131072); "
+        "nothing was imported"
+    )
+    assert not Consumer.objects.exists()
 
 
 def wide_parquet(path: Path, widths: list[int]) -> None:

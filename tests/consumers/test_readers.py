@@ -26,6 +26,7 @@ NDZ = "PQOfn1RffEKmqMmNAzDKKaoZCwxWbQZkQzPWmQo9REA="  # Danielle / Johnson / 198
 NAME_VIN = "rtnDuXIe63jXYQQXW5r07GJ7lSsrib8+46QuKFwkOmk="  # Eve / Genesis / 1HGCM82633A004352
 MAID = "250KY6lOgzYUB3EHrkbDCE2kMEZQE69SF38muhoDudI="
 CTVID = "d9fxuTIrKksBXYDlaWsvQbcyUUfCbUx7v78gd+KP+tc="
+NDZ_HEADER = "remote_identifier,first_name,last_name,dob,zip"
 FULL_HEADER = (
     "remote_identifier,remote_identifier_kind,email,phone,first_name,last_name,dob,zip,vin,"
     "maid,ctvid"
@@ -149,6 +150,34 @@ SECRET = "Secret.Person@Example.com"
 
 
 @pytest.mark.parametrize(
+    "first",
+    [
+        SECRET,  # no header line: the first row's cells read as column names
+        "+1 (415) 555-9317",
+        "Danielle Johnson",
+        "a3f1c2d4-5678-90ab-cdef-1234567890ab",
+        "x" * 33,
+        "smith.anna",
+    ],
+)
+def test_an_unknown_column_that_looks_like_data_is_not_echoed(first: str) -> None:
+    with pytest.raises(RegistrationFileError) as raised:
+        ConsumerCsvReader(io.StringIO(f"{first},C-1\n"))
+    message = str(raised.value)
+    assert first.lower() not in message.lower()
+    assert message.startswith("unknown column name in column 1 (not shown: it looks like data")
+    assert message.endswith("; expected " + FULL_HEADER.replace(",", ", "))
+
+
+def test_a_utf16_file_is_refused_as_not_utf8() -> None:
+    raw = f"remote_identifier,email\nC-1,{SECRET}\n".encode("utf-16")
+    text = io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8-sig", errors="surrogateescape")
+    with pytest.raises(RegistrationFileError) as raised:
+        ConsumerCsvReader(text)
+    assert str(raised.value) == "the header is not UTF-8 text (a UTF-16 file? save it as UTF-8)"
+
+
+@pytest.mark.parametrize(
     ("header", "row", "field", "reason"),
     [
         ("remote_identifier,email", ",x@y", "remote_identifier", "remote_identifier is required"),
@@ -237,6 +266,54 @@ def test_bytes_that_are_not_utf8_reject_only_their_row() -> None:
     assert isinstance(first, RejectedRecord)
     assert first.errors == {"email": ["email is not valid UTF-8"]}
     assert b64(second) == [("email", ANNA)]
+
+
+@pytest.mark.parametrize(
+    ("header", "row", "field"),
+    [
+        ("remote_identifier,phone", b"C-1,+1 415 555 9317\xa0", "phone"),
+        ("remote_identifier,maid", b"C-1,a3f1c2d4-5678-90ab-cdef-1234567890ab\xff", "maid"),
+        ("remote_identifier,ctvid", b"C-1,SmartTV_9F8E7D6C\xff", "ctvid"),
+        (NDZ_HEADER, b"C-1,Jos\xe9,Johnson,1985-07-04,91790", "first_name"),
+        (NDZ_HEADER, b"C-1,Danielle,Garc\xeda,1985-07-04,91790", "last_name"),
+        (NDZ_HEADER, b"C-1,Danielle,Johnson,1985-07-04\xff,91790", "dob"),
+        (NDZ_HEADER, b"C-1,Danielle,Johnson,1985-07-04,91790\xa0", "zip"),
+        (
+            "remote_identifier,first_name,last_name,vin",
+            b"C-1,Eve,Genesis,1HGCM82633A004352\xff",
+            "vin",
+        ),
+    ],
+)
+def test_bytes_that_are_not_utf8_in_any_clear_field_reject_the_row(
+    header: str, row: bytes, field: str
+) -> None:
+    # Standardizing drops what is not a letter or digit: "Jos\xe9" must not be hashed as "Jos".
+    raw = header.encode() + b"\n" + row + b"\n"
+    text = io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8", errors="surrogateescape", newline="")
+    (rejected,) = ConsumerCsvReader(text)
+    assert isinstance(rejected, RejectedRecord), rejected
+    assert rejected.remote_identifier == "C-1"
+    assert rejected.errors == {field: [f"{field} is not valid UTF-8"]}
+
+
+@pytest.mark.parametrize(
+    ("row", "reason"),
+    [
+        # The reader stops inside the quoted field: read on, its inner lines became rows.
+        (f'C-2,"{"x" * 140_000}\nPHANTOM-1,{SECRET}\nmore"', "field larger than field limit"),
+        (f'C-2,"{SECRET}"x', "',' expected after '\"'"),
+        (f'C-2,"{SECRET}\nPHANTOM-1,x@y.com\n', "unexpected end of data"),
+    ],
+)
+def test_a_row_that_is_not_valid_csv_refuses_the_file_naming_its_line(
+    row: str, reason: str
+) -> None:
+    reader = ConsumerCsvReader(io.StringIO(f"remote_identifier,email\nC-1,x@y.com\n{row}\n"))
+    with pytest.raises(RegistrationFileError) as raised:
+        list(reader)
+    assert str(raised.value).startswith(f"line 3 is not valid CSV: {reason}")
+    assert SECRET not in str(raised.value) and "PHANTOM" not in str(raised.value)
 
 
 def test_a_good_row_after_bad_rows_is_still_read() -> None:
