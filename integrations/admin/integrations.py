@@ -34,6 +34,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
+from django.utils.http import urlencode
 from unfold.admin import ModelAdmin
 
 from integrations.admin.actors import staff_actor
@@ -47,6 +48,7 @@ from integrations.services.staff.integrations import (
     integration_enable,
     integration_retire,
     integration_secret_rotate,
+    secret_version,
 )
 from integrations.services.staff.saas import (
     categories_validate,
@@ -338,7 +340,10 @@ class IntegrationAdmin(WriteOnlyCredentials, ModelAdmin):
         return [
             ObjectButton(
                 "Regenerate secret",
-                self.admin_url("rotate_secret", obj.pk),
+                # The page says which secret it showed: pressed twice, the broker's stays valid.
+                self.admin_url("rotate_secret", obj.pk)
+                + "?"
+                + urlencode({"shown": secret_version(obj)}),
                 confirm="Regenerate the Webhook Secret? The current one keeps verifying "
                 "callbacks for 24 hours; dispatches are signed with the new one at once.",
             )
@@ -369,7 +374,11 @@ class IntegrationAdmin(WriteOnlyCredentials, ModelAdmin):
 
     def rotate_secret_view(self, request: HttpRequest, pk: int) -> HttpResponse:
         integration = self.posted_integration(request, pk)
-        secret = integration_secret_rotate(integration=integration, actor=staff_actor(request))
+        secret = integration_secret_rotate(
+            integration=integration,
+            actor=staff_actor(request),
+            shown_version=request.GET.get("shown"),
+        )
         shown = self.secret_shown_once(integration, secret, "Webhook Secret regenerated")
         expires_at = integration.previous_secret_expires_at
         assert expires_at is not None  # the rotation just set it

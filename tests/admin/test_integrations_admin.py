@@ -21,7 +21,10 @@ from integrations.models import (
     RequestState,
     SaasConnection,
 )
-from integrations.services.staff.integrations import integration_disable
+from integrations.services.staff.integrations import (
+    integration_callback_secrets,
+    integration_disable,
+)
 from integrations.services.staff.saas import saas_connection_disable
 from tests.builders import (
     DeletionRequestFactory,
@@ -171,6 +174,34 @@ def test_regenerating_shows_the_new_secret_once_and_keeps_the_old_one_for_24_hou
         ).status_code
         == 403
     )
+
+
+def test_regenerate_pressed_twice_keeps_the_brokers_secret_for_its_24_hours(
+    staff: Client, broker: Broker
+) -> None:
+    """A double click posts the button twice from one page: the first new secret is shown to
+    no one, and the broker's must not stop verifying at once."""
+    created = webhook_integration_created(broker, "https://crm.acme.example/drop")
+    integration = created.integration
+    page = staff.get(f"/admin/integrations/webhookintegration/{integration.pk}/change/")
+    (button,) = re.findall(r'"(/admin/[^"]*rotate-secret/\?shown=[^"]*)"', page.content.decode())
+
+    staff.post(button.replace("&amp;", "&"))
+    shown = staff.post(button.replace("&amp;", "&"), follow=True).content.decode()
+
+    integration.refresh_from_db()
+    (second,) = set(SECRET_RE.findall(shown))
+    assert integration_callback_secrets(integration) == [second, created.webhook_secret]
+    events = LedgerEvent.objects.filter(kind="integration.secret_rotated").order_by("id")
+    assert [e.data["replaced_unused_secret"] for e in events] == [False, True]
+
+    # Pressed again later from a fresh page: the secret the broker was given since is the
+    # one that stays valid, as for any rotation.
+    fresh = staff.get(f"/admin/integrations/webhookintegration/{integration.pk}/change/")
+    (button,) = re.findall(r'"(/admin/[^"]*rotate-secret/\?shown=[^"]*)"', fresh.content.decode())
+    staff.post(button.replace("&amp;", "&"))
+    integration.refresh_from_db()
+    assert integration.previous_webhook_secret == second
 
 
 def test_a_test_notification_shows_the_brokers_answer(

@@ -112,15 +112,39 @@ def integration_update(
     return row_update(integration, changes=changes, audit=integration_updated(integration, actor))
 
 
+def secret_version(integration: Integration) -> str:
+    """What a page that offers to regenerate the secret says it showed: when the previous
+    secret expires ("" if none), which every rotation changes. Not derived from a secret."""
+    expires = integration.previous_secret_expires_at
+    return expires.isoformat() if expires else ""
+
+
 def integration_secret_rotate(
-    *, integration: Integration, actor: str, now: dt.datetime | None = None
+    *,
+    integration: Integration,
+    actor: str,
+    now: dt.datetime | None = None,
+    shown_version: str | None = None,
 ) -> str:
-    """A new Webhook Secret; the current one stays valid for callbacks for 24 hours."""
+    """A new Webhook Secret; the current one stays valid for callbacks for 24 hours.
+
+    ``shown_version`` (``secret_version`` as the page showed it): when the secret was
+    regenerated since (the same button pressed twice, say), the secret the broker holds is
+    the previous one, not the one that rotation showed nobody: that one is replaced and the
+    previous one keeps its 24 hours, rather than ending at once."""
     now = now or timezone.now()
     secret = signing.generate_webhook_secret()
     with transaction.atomic():
         locked = _locked(integration)
-        locked.previous_webhook_secret = locked.webhook_secret
+        regenerated_since = (
+            shown_version is not None
+            and secret_version(locked) != shown_version
+            and bool(locked.previous_webhook_secret)
+            and locked.previous_secret_expires_at is not None
+            and now < locked.previous_secret_expires_at
+        )
+        if not regenerated_since:
+            locked.previous_webhook_secret = locked.webhook_secret
         locked.previous_secret_expires_at = now + PREVIOUS_SECRET_VALIDITY
         locked.webhook_secret = secret
         locked.save(
@@ -135,7 +159,12 @@ def integration_secret_rotate(
             broker_id=locked.broker.broker_id,
             subject=str(locked.uuid),
             actor=actor,
-            data={"previous_secret_valid_until": locked.previous_secret_expires_at.isoformat()},
+            data={
+                "previous_secret_valid_until": locked.previous_secret_expires_at.isoformat(),
+                # The secret of the rotation before, shown to no one (or to another member of
+                # staff), is the one replaced: the broker's stays previous.
+                "replaced_unused_secret": regenerated_since,
+            },
         )
     integration.webhook_secret = secret
     integration.previous_webhook_secret = locked.previous_webhook_secret
