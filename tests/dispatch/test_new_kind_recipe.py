@@ -359,7 +359,7 @@ def test_its_admin_pages_are_its_modeladmin_alone(
     assert 'name="url"' in adding.content.decode()
     page = client.get(f"{pigeons}{loft.pk}/change/").content.decode()
     assert "Regenerate secret" in page
-    assert f'action="{pigeons}{loft.pk}/rotate-secret/"' in page
+    assert f'action="{pigeons}{loft.pk}/rotate-secret/?shown=' in page
 
     every = client.get("/pigeons/integrations/integration/").content.decode()
     assert f'href="{pigeons}add/"' in every
