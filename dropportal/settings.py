@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 import zoneinfo
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 import environ
@@ -20,16 +21,23 @@ env = environ.Env()
 environ.Env.read_env(BASE_DIR / ".env")
 
 
-def _whole_number(name: str, default: int, *, least: int, what: str) -> int:
-    """``name``'s value as an int; one line naming it and a non-zero exit when it is not a
-    whole number of ``least`` or more (``what`` says so to the operator), rather than
-    env.int's traceback or a count that means nothing."""
+_Number = TypeVar("_Number", int, float)
+
+
+def _number(
+    name: str, default: _Number, *, least: float, what: str, above: bool = False
+) -> _Number:
+    """``name``'s value, read as ``default`` is (int or float); one line naming it and a
+    non-zero exit when it is not such a number of ``least`` or more (more than ``least``
+    with ``above``), ``what`` saying what it must be, rather than env.int's traceback or a
+    count that means nothing."""
     text = env.str(name, default=str(default))
     try:
-        value = int(text)
+        value = type(default)(text)
     except ValueError:
-        value = least - 1
-    if value < least:
+        value = None
+    # NaN passes neither comparison.
+    if value is None or not (value > least if above else value >= least):
         sys.exit(f"error: {name}={text!r} must be {what}")
     return value
 
@@ -82,7 +90,7 @@ DROPPORTAL_ALLOW_PLAIN_HTTP_PUBLIC_URL = env.bool(
     "DROPPORTAL_ALLOW_PLAIN_HTTP_PUBLIC_URL", default=False
 )
 # Broker callbacks a second per API key and web process (bursts of twice that); 0: no limit.
-DROPPORTAL_CALLBACK_RATE_LIMIT = _whole_number(
+DROPPORTAL_CALLBACK_RATE_LIMIT = _number(
     "DROPPORTAL_CALLBACK_RATE_LIMIT",
     200,
     least=0,
@@ -90,21 +98,15 @@ DROPPORTAL_CALLBACK_RATE_LIMIT = _whole_number(
 )
 # Rejected callbacks without a valid API key, a second per client address (bursts of twice
 # that); past it the address gets 429 before its key is looked up. 0 turns it off.
-try:
-    DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT = env.float(
-        "DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT", default=5.0
-    )
-except ValueError:
-    DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT = float("nan")
-if not DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT >= 0:
-    sys.exit(
-        "error: DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT="
-        f"{env.str('DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT')!r} must be a number of "
-        "callbacks a second, 0 (off) or more"
-    )
+DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT = _number(
+    "DROPPORTAL_CALLBACK_ANONYMOUS_RATE_LIMIT",
+    5.0,
+    least=0,
+    what="a number of callbacks a second, 0 (off) or more",
+)
 # Delivery batches in flight at once per broker, across all workers: one slow broker holds
 # at most this many of the dispatch queue's worker slots. 0: no limit.
-DROPPORTAL_DISPATCH_SLOTS_PER_BROKER = _whole_number(
+DROPPORTAL_DISPATCH_SLOTS_PER_BROKER = _number(
     "DROPPORTAL_DISPATCH_SLOTS_PER_BROKER",
     2,
     least=0,
@@ -112,20 +114,20 @@ DROPPORTAL_DISPATCH_SLOTS_PER_BROKER = _whole_number(
 )
 DROP_API_URL: str | None = env.str("DROP_API_URL", default="") or None
 # Days a broker has to report after a download, and between downloads (docs/contracts.md §11).
-DROPPORTAL_REPORT_DAYS = _whole_number(
+DROPPORTAL_REPORT_DAYS = _number(
     "DROPPORTAL_REPORT_DAYS", 45, least=1, what="a whole number of days, 1 or more"
 )
-DROPPORTAL_DOWNLOAD_CADENCE_DAYS = _whole_number(
+DROPPORTAL_DOWNLOAD_CADENCE_DAYS = _number(
     "DROPPORTAL_DOWNLOAD_CADENCE_DAYS", 45, least=1, what="a whole number of days, 1 or more"
 )
 # Recurring deletion (docs/recurring-deletion.md): days between the rounds a deleted or
 # opted-out consumer's deletion is repeated in (Civil Code 1798.99.86(d)); 0 turns them off.
-DROPPORTAL_RECURRING_DAYS = _whole_number(
+DROPPORTAL_RECURRING_DAYS = _number(
     "DROPPORTAL_RECURRING_DAYS", 45, least=0, what="a whole number of days, 0 (off) or more"
 )
 # Canary rounds (docs/operations.md, "Canaries"): hours each canary's deletion request has to
 # be answered `deleted` before the round fails and staff are alerted.
-DROPPORTAL_CANARY_HOURS = _whole_number(
+DROPPORTAL_CANARY_HOURS = _number(
     "DROPPORTAL_CANARY_HOURS", 72, least=1, what="a whole number of hours, 1 or more"
 )
 # DROP's calendar is California's: the zone of DROP dates (match_date, due dates, days left,
@@ -140,20 +142,18 @@ except (zoneinfo.ZoneInfoNotFoundError, ValueError):
     )
 # A DROP package download is cut (and tried again) when no byte arrives for this long; the
 # whole download may take as long as it needs, so a large package on a slow line arrives.
-try:
-    DROPPORTAL_DROP_STALL_SECONDS = env.float("DROPPORTAL_DROP_STALL_SECONDS", default=120.0)
-except ValueError:
-    DROPPORTAL_DROP_STALL_SECONDS = float("nan")
-if not DROPPORTAL_DROP_STALL_SECONDS > 0:
-    sys.exit(
-        f"error: DROPPORTAL_DROP_STALL_SECONDS={env.str('DROPPORTAL_DROP_STALL_SECONDS')!r} "
-        "must be a number of seconds more than 0"
-    )
+DROPPORTAL_DROP_STALL_SECONDS = _number(
+    "DROPPORTAL_DROP_STALL_SECONDS",
+    120.0,
+    least=0,
+    above=True,
+    what="a number of seconds more than 0",
+)
 # The periodic job uploads response files for brokers with a DROP API key; off: by hand only.
 DROPPORTAL_AUTO_REPORT = env.bool("DROPPORTAL_AUTO_REPORT", default=True)
 # A failed outcome is redispatched automatically this many hours after it was recorded (at
 # most 3 times a request); 0: only staff redispatch (docs/contracts.md §5.3: off by default).
-DROPPORTAL_AUTO_REDISPATCH_HOURS = _whole_number(
+DROPPORTAL_AUTO_REDISPATCH_HOURS = _number(
     "DROPPORTAL_AUTO_REDISPATCH_HOURS", 0, least=0, what="a whole number of hours, 0 (off) or more"
 )
 # An S3-compatible store (MinIO, Ceph...) for `consumers import s3://...`; empty: AWS S3.
@@ -161,7 +161,7 @@ DROPPORTAL_AUTO_REDISPATCH_HOURS = _whole_number(
 DROPPORTAL_S3_ENDPOINT_URL = env.str("DROPPORTAL_S3_ENDPOINT_URL", default="")
 # Days a service provider or contractor has to acknowledge a directive before staff are
 # alerted (the dashboard and `drop doctor` list it too).
-DROPPORTAL_DIRECTIVE_ACK_DAYS = _whole_number(
+DROPPORTAL_DIRECTIVE_ACK_DAYS = _number(
     "DROPPORTAL_DIRECTIVE_ACK_DAYS", 10, least=1, what="a whole number of days, 1 or more"
 )
 # An RFC 3161 time-stamping authority: the worker has it timestamp the ledger's chain head
@@ -363,7 +363,7 @@ if DROPPORTAL_BEHIND_TLS_PROXY:
 # Staff sessions end after DROPPORTAL_SESSION_HOURS without a request; one opened through the
 # identity provider also ends that long after its sign-in, active or not, so the roles it read
 # there are read again at least that often.
-DROPPORTAL_SESSION_HOURS = _whole_number(
+DROPPORTAL_SESSION_HOURS = _number(
     "DROPPORTAL_SESSION_HOURS", 8, least=1, what="a whole number of hours, 1 or more"
 )
 SESSION_COOKIE_AGE = DROPPORTAL_SESSION_HOURS * 60 * 60
