@@ -139,9 +139,7 @@ def integration_secret_rotate(
         regenerated_since = (
             shown_version is not None
             and secret_version(locked) != shown_version
-            and bool(locked.previous_webhook_secret)
-            and locked.previous_secret_expires_at is not None
-            and now < locked.previous_secret_expires_at
+            and _previous_secret_valid(locked, now)
         )
         if not regenerated_since:
             locked.previous_webhook_secret = locked.webhook_secret
@@ -178,10 +176,14 @@ def integration_callback_secrets(
     """The secrets a callback may be signed with: the current one, and the previous one
     until ``previous_secret_expires_at``."""
     secrets = [integration.webhook_secret]
-    expires = integration.previous_secret_expires_at
-    if integration.previous_webhook_secret and expires and (now or timezone.now()) < expires:
+    if _previous_secret_valid(integration, now or timezone.now()):
         secrets.append(integration.previous_webhook_secret)
     return secrets
+
+
+def _previous_secret_valid(integration: Integration, now: dt.datetime) -> bool:
+    expires = integration.previous_secret_expires_at
+    return bool(integration.previous_webhook_secret) and expires is not None and now < expires
 
 
 def integration_disable(*, integration: Integration, reason: str, actor: str) -> Integration:
