@@ -13,6 +13,7 @@ from django.utils.html import format_html, format_html_join
 from unfold.admin import ModelAdmin
 
 from integrations.admin.actors import staff_actor
+from integrations.admin.as_shown import fields_as_shown
 from integrations.admin.credentials import Credential, WriteOnlyCredentials
 from integrations.drop.notifications import notifications_url
 from integrations.list_types import DATA_TYPE_OF, LABELS
@@ -95,11 +96,7 @@ class BrokerForm(forms.ModelForm):
         current = lists_selected_at(self.instance) if self.instance.pk else None
         self.lists_in_force = list(current.lists) if current else []
         self.fields["lists_selected"].initial = self.lists_in_force
-        # The page carries the values it showed, so changed_data says what this person
-        # changed even when someone else saved the broker after the page was opened.
-        for name in BROKER_SETTINGS:
-            if name in self.fields:
-                self.fields[name].show_hidden_initial = True
+        fields_as_shown(self.fields, BROKER_SETTINGS)  # read by save_model's changed_data
 
     def clean_drop_webhook_secret(self) -> str:
         secret = self.cleaned_data.get("drop_webhook_secret") or ""

@@ -38,6 +38,7 @@ from django.utils.http import urlencode
 from unfold.admin import ModelAdmin
 
 from integrations.admin.actors import staff_actor
+from integrations.admin.as_shown import fields_as_shown
 from integrations.admin.credentials import Credential, WriteOnlyCredentials
 from integrations.admin.display import uuid_short
 from integrations.admin.shown_once import SecretShownOnce, show_once
@@ -75,16 +76,6 @@ class TargetUrlMixin:
             return target_url_validate(url)
         except ValidationError as exc:
             raise forms.ValidationError(exc.message_dict["url"]) from None
-
-
-def enabled_as_shown(form_class: Any) -> Any:
-    """``form_class`` whose "enabled" box posts the value the page showed beside the one
-    submitted (a hidden initial), so ``changed_data`` tells a box the person changed from one
-    left as shown while a disable was made meanwhile (a 410 from the broker, other staff)."""
-    field = form_class.base_fields.get("enabled")
-    if field is not None:
-        field.show_hidden_initial = True
-    return form_class
 
 
 class RetireForm(forms.Form):
@@ -208,7 +199,9 @@ class IntegrationAdmin(WriteOnlyCredentials, ModelAdmin):
 
     def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any):
         kwargs["form"] = self.form if obj is not None else self.add_form
-        return enabled_as_shown(super().get_form(request, obj, change=change, **kwargs))
+        form = super().get_form(request, obj, change=change, **kwargs)
+        fields_as_shown(form.base_fields, ["enabled"])  # read by save_model's changed_data
+        return form
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         if obj is None:
@@ -249,7 +242,7 @@ class IntegrationAdmin(WriteOnlyCredentials, ModelAdmin):
                 return
             current = self.model._default_manager.get(pk=obj.pk)
             self.update(current, data, actor)
-            # Only a box the person changed (enabled_as_shown): one left as the page showed it
+            # Only a box the person changed (admin.as_shown): one left as the page showed it
             # must not undo a disable made meanwhile.
             toggled = "enabled" in form.changed_data
             if toggled and data["enabled"] and not current.enabled:
@@ -509,7 +502,9 @@ class SaasConnectionAdmin(WriteOnlyCredentials, ModelAdmin):
         return [*own, *super().get_readonly_fields(request, obj)]
 
     def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any):
-        return enabled_as_shown(super().get_form(request, obj, change=change, **kwargs))
+        form = super().get_form(request, obj, change=change, **kwargs)
+        fields_as_shown(form.base_fields, ["enabled"])  # read by save_model's changed_data
+        return form
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         fields = ["broker", "name", "url", "token", "categories", "enabled"]
