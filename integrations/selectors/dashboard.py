@@ -7,7 +7,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.db.models import Count, F, Max, OuterRef, Q, QuerySet, Subquery, Window
+from django.db.models import Count, F, Max, OuterRef, Q, Subquery, Window
 from django.db.models.functions import Coalesce, RowNumber
 
 from integrations.drop.calendar import drop_today
@@ -136,7 +136,8 @@ _PULL_OUTCOME_KINDS = (
 
 
 def dashboard_overview(*, now: dt.datetime) -> list[BrokerOverview]:
-    """Everything the dashboard shows, per broker, in thirteen queries whatever the data size."""
+    """Everything the dashboard shows, per broker, in a fixed number of queries whatever the
+    data size."""
     brokers = _brokers_with_last_transfers(now=now)
     recent, shown = _recent_and_open_cycles()
     recent_ids = {cycle.pk for cycle in recent}
@@ -144,21 +145,20 @@ def dashboard_overview(*, now: dt.datetime) -> list[BrokerOverview]:
     attention = _attention_by_broker(now=now)
     health_of = _integration_health_by_broker()
     recurring = recurring_overviews(today=drop_today(now))
-    pull_events = _last_events_by_broker_and_kind(
-        LedgerEvent.objects.filter(kind__in=_PULL_OUTCOME_KINDS)
-    )
-    last_doctor_event = _last_event_by_broker(
-        LedgerEvent.objects.filter(kind=LedgerKind.DROP_DOCTOR_CHECKED)
-    )
+    latest = _latest_events_by_broker([*_PULL_OUTCOME_KINDS, LedgerKind.DROP_DOCTOR_CHECKED])
     obligations_of: dict[int, list[DropAccessObligation]] = {}
     for obligation in drop_access_obligations_open():
         obligations_of.setdefault(obligation.broker_id, []).append(obligation)
 
     overviews = []
     for broker in brokers:
-        pulls = pull_events.get(broker.broker_id, {})
-        pull_event = max(pulls.values(), key=lambda event: event.pk, default=None)
-        pulled = pulls.get(LedgerKind.DROP_PULLED)
+        events = latest.get(broker.broker_id, {})
+        pull_event = max(
+            (events[kind] for kind in _PULL_OUTCOME_KINDS if kind in events),
+            key=lambda event: event.pk,
+            default=None,
+        )
+        pulled = events.get(LedgerKind.DROP_PULLED)
         cycles = sorted(
             cycles_of.get(broker.pk, []), key=lambda c: c.cycle.downloaded_at, reverse=True
         )
@@ -177,7 +177,7 @@ def dashboard_overview(*, now: dt.datetime) -> list[BrokerOverview]:
                 failed_pull=pull_event
                 if pull_event and pull_event.kind == LedgerKind.DROP_PULL_FAILED
                 else None,
-                doctor=last_doctor_event.get(broker.broker_id),
+                doctor=events.get(LedgerKind.DROP_DOCTOR_CHECKED),
                 drop_access_obligations=obligations_of.get(broker.pk, []),
                 directives_awaiting=broker.directives_awaiting,  # type: ignore[attr-defined]
                 directives_overdue=broker.directives_overdue,  # type: ignore[attr-defined]
@@ -321,22 +321,14 @@ def _integration_health_by_broker() -> dict[int, list[IntegrationHealth]]:
     return health_of
 
 
-def _last_events_by_broker_and_kind(
-    events: QuerySet[LedgerEvent],
-) -> dict[str, dict[str, LedgerEvent]]:
-    """Each broker's latest of ``events`` of each kind, by the broker's DROP id and kind."""
+def _latest_events_by_broker(kinds: list[LedgerKind]) -> dict[str, dict[str, LedgerEvent]]:
+    """Each broker's latest ledger event of each of ``kinds``, by DROP broker id and kind,
+    in one query."""
     found: dict[str, dict[str, LedgerEvent]] = {}
+    events = LedgerEvent.objects.filter(kind__in=kinds)
     for event in events.order_by("broker_id", "kind", "-id").distinct("broker_id", "kind"):
         found.setdefault(event.broker_id, {})[event.kind] = event
     return found
-
-
-def _last_event_by_broker(events: QuerySet[LedgerEvent]) -> dict[str, LedgerEvent]:
-    """Each broker's latest of ``events``, by the broker's DROP id."""
-    return {
-        event.broker_id: event
-        for event in events.order_by("broker_id", "-id").distinct("broker_id")
-    }
 
 
 def _succeeded() -> Q:
