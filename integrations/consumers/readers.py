@@ -47,6 +47,7 @@ from integrations.drop.standardize import (
     InvalidIdentifier,
     name_vin_hash,
     ndz_hash,
+    not_utf8,
     standardize_ctvid,
     standardize_email,
     standardize_maid,
@@ -143,21 +144,6 @@ Record = ConsumerRecord | RejectedRecord
 # ---------------------------------------------------------------------------------------
 # Digests: standardize.py's rules, ending in the raw digest instead of its Base64 text
 # ---------------------------------------------------------------------------------------
-
-
-def not_utf8(value: str) -> bool:
-    """Whether ``value`` holds bytes that were not UTF-8 (read with surrogateescape).
-
-    A file's clear cells are checked here before they are standardized: standardizing
-    drops what is not a letter or digit, so "Jos\\xe9" would be hashed as "jos".
-    """
-    if value.isascii():
-        return False
-    try:
-        value.encode()
-    except UnicodeEncodeError:
-        return True
-    return False
 
 
 def _email_digest(value: str) -> bytes:

@@ -52,6 +52,7 @@ from integrations.drop.files import (
     parse_file_name,
     shown,
 )
+from integrations.drop.standardize import not_utf8
 from integrations.drop.work_item_ids import WorkItemIdSet
 
 __all__ = [
@@ -144,10 +145,6 @@ def _escaped_char(char: str) -> str:
     if "\udc80" <= char <= "\udcff":  # a byte that was not UTF-8 (surrogateescape)
         return f"\\x{ord(char) - 0xDC00:02x}"
     return f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}"
-
-
-def _not_utf8(text: str) -> bool:
-    return any("\udc80" <= char <= "\udcff" for char in text)
 
 
 class DownloadZipReader(Iterator["WorkItemRow | RemovedRow"]):
@@ -409,14 +406,14 @@ def _row_values(fields: list[str], removed: bool, seen: WorkItemIdSet) -> tuple[
     not)."""
     work_item_id, hash_value = fields[0], fields[1]
     if not WORK_ITEM_ID_RE.fullmatch(work_item_id):
-        if _not_utf8(work_item_id):
+        if not_utf8(work_item_id):
             return "", "not valid UTF-8 text"
         return "", (
             f"work item id must be 1 to {WORK_ITEM_ID_MAX} letters or digits, found "
             f"{shown(_escaped(work_item_id))}"
         )
     if not _HASH_RE.fullmatch(hash_value):
-        if _not_utf8(hash_value):
+        if not_utf8(hash_value):
             return "", "not valid UTF-8 text"
         return "", (
             "hash must be 44 characters of standard Base64 ending in '=', "

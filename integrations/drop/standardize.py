@@ -47,6 +47,7 @@ __all__ = [
     "maid_hash",
     "name_vin_hash",
     "ndz_hash",
+    "not_utf8",
     "phone_hash",
     "standardize_ctvid",
     "standardize_dob",
@@ -111,6 +112,19 @@ def hash_value(standardized: str) -> str:
 def is_valid_hash(s: object) -> bool:
     """Tell whether `s` has the shape of a DROP hash (44 characters of standard Base64)."""
     return isinstance(s, str) and HASH_RE.fullmatch(s) is not None
+
+
+def not_utf8(text: str) -> bool:
+    """Whether ``text``, read from a file with ``errors="surrogateescape"``, holds bytes that
+    were not UTF-8. Such text has no UTF-8 form to hash, and standardizing would drop those
+    bytes as not letters or digits ("Jos\\xe9" hashed as "jos"): refuse it before."""
+    if text.isascii():
+        return False
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 # ---------------------------------------------------------------------------------------
