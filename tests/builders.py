@@ -31,6 +31,7 @@ import datetime as dt
 import hashlib
 import json
 import secrets
+import threading
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -574,7 +575,7 @@ def tables_empty() -> None:
 
 
 # Set by run_worker, read by worker_sessions_end (tests/conftest.py, after every test).
-_WORKER_RAN: list[bool] = []
+_WORKER_RAN = threading.Event()
 
 
 def worker_sessions_end() -> None:
@@ -583,7 +584,7 @@ def worker_sessions_end() -> None:
     themselves go with every other row at a transactional test's end (``tables_empty``).
     Called for every test: a file that forgot it left sessions only when its test ran last
     on a worker, so the guard at the end of the run tripped now and then."""
-    if not _WORKER_RAN:
+    if not _WORKER_RAN.is_set():
         return
     _WORKER_RAN.clear()
     with connection.cursor() as cursor:
@@ -596,7 +597,7 @@ def worker_sessions_end() -> None:
 def run_worker(queues: list[str] | None = None) -> None:
     """Run a real worker (its own connection, as ``manage.py worker``) until the queues are
     empty (all queues by default)."""
-    _WORKER_RAN.append(True)
+    _WORKER_RAN.set()
     with app.replace_connector(app.connector.get_worker_connector()):  # type: ignore[attr-defined]
         app.run_worker(
             queues=queues, wait=False, install_signal_handlers=False, listen_notify=False
