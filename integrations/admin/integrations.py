@@ -49,7 +49,7 @@ from integrations.services.staff.integrations import (
     integration_enable,
     integration_retire,
     integration_secret_rotate,
-    secret_version,
+    secret_rotation_state,
 )
 from integrations.services.staff.saas import (
     categories_validate,
@@ -336,7 +336,7 @@ class IntegrationAdmin(WriteOnlyCredentials, ModelAdmin):
                 # The page says which secret it showed: pressed twice, the broker's stays valid.
                 self.admin_url("rotate_secret", obj.pk)
                 + "?"
-                + urlencode({"shown": secret_version(obj)}),
+                + urlencode({"shown": secret_rotation_state(obj)}),
                 confirm="Regenerate the Webhook Secret? The current one keeps verifying "
                 "callbacks for 24 hours; dispatches are signed with the new one at once.",
             )
@@ -370,7 +370,7 @@ class IntegrationAdmin(WriteOnlyCredentials, ModelAdmin):
         secret = integration_secret_rotate(
             integration=integration,
             actor=staff_actor(request),
-            shown_version=request.GET.get("shown"),
+            shown_rotation_state=request.GET.get("shown"),
         )
         shown = self.secret_shown_once(integration, secret, "Webhook Secret regenerated")
         expires_at = integration.previous_secret_expires_at

@@ -112,9 +112,10 @@ def integration_update(
     return row_update(integration, changes=changes, audit=integration_updated(integration, actor))
 
 
-def secret_version(integration: Integration) -> str:
-    """What a page that offers to regenerate the secret says it showed: when the previous
-    secret expires ("" if none), which every rotation changes. Not derived from a secret."""
+def secret_rotation_state(integration: Integration) -> str:
+    """Which secret rotation a page that offers to regenerate the Webhook Secret showed:
+    when the previous secret expires ("" if none), which every rotation changes. Not
+    derived from a secret."""
     expires = integration.previous_secret_expires_at
     return expires.isoformat() if expires else ""
 
@@ -124,21 +125,21 @@ def integration_secret_rotate(
     integration: Integration,
     actor: str,
     now: dt.datetime | None = None,
-    shown_version: str | None = None,
+    shown_rotation_state: str | None = None,
 ) -> str:
     """A new Webhook Secret; the current one stays valid for callbacks for 24 hours.
 
-    ``shown_version`` (``secret_version`` as the page showed it): when the secret was
-    regenerated since (the same button pressed twice, say), the secret the broker holds is
-    the previous one, not the one that rotation showed nobody: that one is replaced and the
-    previous one keeps its 24 hours, rather than ending at once."""
+    ``shown_rotation_state`` (``secret_rotation_state`` as the page showed it): when the
+    secret was regenerated since (the same button pressed twice, say), the secret the broker
+    holds is the previous one, not the one that rotation showed nobody: that one is replaced
+    and the previous one keeps its 24 hours, rather than ending at once."""
     now = now or timezone.now()
     secret = signing.generate_webhook_secret()
     with transaction.atomic():
         locked = _locked(integration)
         regenerated_since = (
-            shown_version is not None
-            and secret_version(locked) != shown_version
+            shown_rotation_state is not None
+            and secret_rotation_state(locked) != shown_rotation_state
             and _previous_secret_valid(locked, now)
         )
         if not regenerated_since:
