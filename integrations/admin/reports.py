@@ -410,7 +410,8 @@ class GenerateForm(forms.Form):
         self.fields["cycle"] = _CycleChoice(
             queryset=cycles,
             help_text="Writes one file per list with the statuses DROP has not got yet, and "
-            "amendment files for statuses that changed. Its work items count as reported.",
+            "amendment files for statuses that changed. Its work items stay owed until DROP "
+            "takes the file (uploaded, or marked uploaded by hand).",
         )
 
 

@@ -62,6 +62,8 @@ def cycle(broker: Broker) -> DropCycle:
 def test_generate_then_download_then_mark_uploaded(staff: Client, cycle: DropCycle) -> None:
     page = staff.get(CHANGELIST + "generate/")
     assert b"4821 cycle 1, due 2026-04-26" in page.content
+    # A written file leaves its statuses owed: only DROP taking it makes them reported.
+    assert b"stay owed until DROP takes the file" in page.content
 
     response = staff.post(CHANGELIST + "generate/", {"cycle": cycle.pk}, follow=True)
 
