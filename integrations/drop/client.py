@@ -77,6 +77,7 @@ from integrations.drop.transport import (
 )
 from integrations.outbound_http import build_session
 from integrations.target_urls import TargetUrlProblem, target_url_problem
+from integrations.url_extras import without_url_extras
 
 __all__ = [
     "PRODUCTION_URL",
@@ -130,7 +131,8 @@ def drop_base_url_problem(base_url: str, *, allow_private: bool) -> str | None:
     home of the rule: where staff store a base URL, it is checked with this too."""
     problem = target_url_problem(base_url, allow_private=allow_private)
     if problem in (TargetUrlProblem.UNREADABLE, TargetUrlProblem.NOT_ABSOLUTE):
-        return f"DROP base URL must be an http(s) URL, got {base_url!r}"
+        # Printed and logged: a token in its query or a password stays out.
+        return f"DROP base URL must be an http(s) URL, got {without_url_extras(base_url)!r}"
     if problem is TargetUrlProblem.PLAIN_HTTP:
         return (
             "DROP base URL must use https (plain http only with DROPPORTAL_ALLOW_PRIVATE_TARGETS)"
