@@ -80,6 +80,10 @@ def test_dates_are_days_of_drops_calendar(monkeypatch: pytest.MonkeyPatch) -> No
     assert subjects("--since", "2026-07-02") == []
     assert subjects("--until", "2026-06-30") == []
     assert subjects("--since", "2026-07-01T19:59", "--until", "2026-07-01T20:01") == ["late"]
+    # A date in ISO's basic form is the same day, the whole of it: not the midnight that
+    # starts it (an exclusive bound that would leave the day out).
+    assert subjects("--since", "20260701", "--until", "20260701") == ["late"]
+    assert subjects("--since", "20260702") == []
 
 
 def test_out_file(events: None, tmp_path: Path) -> None:
