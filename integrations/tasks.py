@@ -12,6 +12,7 @@ import logging
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.utils import timezone
 from procrastinate import RetryStrategy
 from procrastinate.contrib.django import app
@@ -169,6 +170,11 @@ def report_broker(broker_pk: int) -> None:
         run = report_auto(broker=broker)
     except ReportBusy as exc:
         log.info("report for %s skipped: %s", broker.broker_id, exc)
+        return
+    except ValidationError as exc:
+        # A stored key or base URL the DROP client refuses: retrying cannot help, and the
+        # drop_settings_refused alert tells staff until they enter it again.
+        log.warning("report for %s not run: %s", broker.broker_id, " ".join(exc.messages))
         return
     if run.error or run.rejected or run.refused:
         log.warning(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from django.test import override_settings
 from procrastinate.contrib.django.models import ProcrastinateJob
@@ -60,3 +62,31 @@ def test_the_job_can_be_turned_off(drop: DropSimulator) -> None:
 
 def keyed_files(broker: Broker) -> list[ReportFile]:
     return list(ReportFile.objects.filter(broker=broker))
+
+
+def test_a_stored_drop_key_the_client_refuses_is_one_warning_not_a_failing_job(
+    drop: DropSimulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    broker = broker_create(
+        broker_id="4821",
+        name="Acme",
+        mode="test",
+        drop_api_key=drop.api_key,
+        drop_base_url=drop.url,
+        actor="test",
+    )
+    # Stored before keys were checked on entry: pasted with a trailing space.
+    Broker.objects.filter(pk=broker.pk).update(drop_api_key=drop.api_key + " ")
+    WorkItemFactory.create(cycle=DropCycleFactory.create(broker=broker), status_code=3)
+    caplog.set_level(logging.WARNING)
+
+    tasks.report_broker(broker.pk)  # no exception: retrying every 15 minutes cannot help
+
+    (record,) = caplog.records
+    assert record.getMessage() == (
+        "report for 4821 not run: broker 4821 cannot reach DROP: DROP API key must be "
+        "non-empty printable ASCII without spaces; enter it again in the admin"
+    )
+    assert record.exc_info is None
+    assert drop.calls("/data/upload") == []
+    assert not keyed_files(broker)

@@ -25,6 +25,7 @@ from integrations.services.staff.brokers import (
     broker_drop_webhook_secret_set,
     broker_lists_select,
     broker_update,
+    drop_api_key_check,
     drop_base_url_check,
     drop_webhook_secret_check,
 )
@@ -106,10 +107,14 @@ class BrokerForm(forms.ModelForm):
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
-        try:
-            drop_base_url_check(cleaned.get("drop_base_url") or "")
-        except ValidationError as exc:  # keyed by the field, so it shows there
-            self.add_error(None, exc)
+        for check, field in (
+            (drop_base_url_check, "drop_base_url"),
+            (drop_api_key_check, "drop_api_key"),
+        ):
+            try:
+                check(cleaned.get(field) or "")
+            except ValidationError as exc:  # keyed by the field, so it shows there
+                self.add_error(None, exc)
         lists = list(cleaned.get("lists_selected") or [])
         reason = (cleaned.get("lists_selected_reason") or "").strip()
         # A new selection to record: other lists than those in force, or a reason given

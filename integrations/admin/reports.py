@@ -187,6 +187,8 @@ class ReportFileAdmin(ModelAdmin):
                 report_file_mark_uploaded(report_file=report_file, actor=staff_actor(request))
             except ValidationError as exc:
                 self.message_user(request, " ".join(exc.messages), messages.ERROR)
+            except ReportBusy as exc:
+                self.message_user(request, f"{report_file}: {exc}", messages.ERROR)
             else:
                 done += 1
         if done:

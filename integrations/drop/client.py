@@ -77,6 +77,7 @@ from integrations.drop.transport import (
 )
 from integrations.outbound_http import build_session
 from integrations.target_urls import TargetUrlProblem, target_url_problem
+from integrations.url_extras import without_url_extras
 
 __all__ = [
     "PRODUCTION_URL",
@@ -94,6 +95,8 @@ __all__ = [
     "DropUnavailable",
     "UploadResult",
     "base_url_for",
+    "drop_api_key_problem",
+    "drop_base_url_problem",
 ]
 
 PRODUCTION_URL = "https://api.drop.privacy.ca.gov"
@@ -121,6 +124,36 @@ def base_url_for(mode: str, override: str | None = None) -> str:
     if mode == "test":
         return SANDBOX_URL
     raise ValueError(f"unknown broker mode {mode!r}: expected 'production' or 'test'")
+
+
+def drop_base_url_problem(base_url: str, *, allow_private: bool) -> str | None:
+    """Why ``DropClient`` refuses ``base_url``, in one line; None when it takes it. The one
+    home of the rule: where staff store a base URL, it is checked with this too."""
+    problem = target_url_problem(base_url, allow_private=allow_private)
+    if problem in (TargetUrlProblem.UNREADABLE, TargetUrlProblem.NOT_ABSOLUTE):
+        # Printed and logged: a token in its query or a password stays out.
+        return f"DROP base URL must be an http(s) URL, got {without_url_extras(base_url)!r}"
+    if problem is TargetUrlProblem.PLAIN_HTTP:
+        return (
+            "DROP base URL must use https (plain http only with DROPPORTAL_ALLOW_PRIVATE_TARGETS)"
+        )
+    parts = urlsplit(base_url)
+    if problem is TargetUrlProblem.CREDENTIALS or parts.query or parts.fragment:
+        return "DROP base URL must not carry a query, fragment or credentials"
+    return None
+
+
+def drop_api_key_problem(api_key: object) -> str | None:
+    """Why ``DropClient`` refuses ``api_key`` (it goes in a header as it is), in one line
+    that never echoes it; None when it takes it. Checked where staff store a key too."""
+    if (
+        not isinstance(api_key, str)
+        or not api_key
+        or not all(33 <= ord(char) <= 126 for char in api_key)
+    ):
+        # The value is deliberately not echoed: it may be a real key with a typo.
+        return "DROP API key must be non-empty printable ASCII without spaces"
+    return None
 
 
 def _user_agent() -> str:
@@ -164,24 +197,10 @@ class DropClient:
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        problem = target_url_problem(base_url, allow_private=allow_private)
-        if problem in (TargetUrlProblem.UNREADABLE, TargetUrlProblem.NOT_ABSOLUTE):
-            raise ValueError(f"DROP base URL must be an http(s) URL, got {base_url!r}")
-        if problem is TargetUrlProblem.PLAIN_HTTP:
-            raise ValueError(
-                "DROP base URL must use https (plain http only with "
-                "DROPPORTAL_ALLOW_PRIVATE_TARGETS)"
-            )
-        parts = urlsplit(base_url)
-        if problem is TargetUrlProblem.CREDENTIALS or parts.query or parts.fragment:
-            raise ValueError("DROP base URL must not carry a query, fragment or credentials")
-        if (
-            not isinstance(api_key, str)
-            or not api_key
-            or not all(33 <= ord(char) <= 126 for char in api_key)
-        ):
-            # The value is deliberately not echoed: it may be a real key with a typo.
-            raise ValueError("DROP API key must be non-empty printable ASCII without spaces")
+        problem = drop_base_url_problem(base_url, allow_private=allow_private)
+        problem = problem or drop_api_key_problem(api_key)
+        if problem:
+            raise ValueError(problem)
         self.base_url = base_url.rstrip("/")
         self._api_key = _Secret(api_key)
         self.session = build_session(allow_private)

@@ -41,15 +41,18 @@ def validation_message(error: ValidationError) -> str:
 def date_bound(text: str, *, end: bool = False) -> dt.datetime:
     """``--since``/``--until`` values, in UTC: a date is a day of DROP's calendar (from its
     midnight there; ``--until`` includes the whole day), an ISO time without an offset is
-    read there too."""
+    read there too. A text with no time part is a date, in any ISO form (``20261231`` too,
+    which ``datetime.fromisoformat`` would read as that day's midnight)."""
     try:
-        if len(text) == 10:
-            start, next_day = drop_day_bounds(dt.date.fromisoformat(text))
-            moment = next_day if end else start
-        else:
+        try:
+            day = dt.date.fromisoformat(text)
+        except ValueError:
             moment = dt.datetime.fromisoformat(text)
-            if moment.tzinfo is None:
-                moment = moment.replace(tzinfo=drop_timezone())
+        else:
+            start, next_day = drop_day_bounds(day)
+            moment = next_day if end else start
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=drop_timezone())
         return moment.astimezone(dt.UTC)
     except (ValueError, OverflowError):
         raise CommandError(f"not a date: {text!r} (use YYYY-MM-DD or an ISO 8601 time)") from None

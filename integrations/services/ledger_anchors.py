@@ -79,7 +79,8 @@ def ledger_anchor(*, actor: str = SYSTEM_ACTOR) -> LedgerAnchor:
         problem = token_problem(result.content, head.chain_hash, nonce=request.nonce)
     if problem is not None:
         _record_failure(head=head, url=url, problem=problem, actor=actor)
-        raise AnchorFailed(f"the time-stamping authority at {url}: {problem}")
+        # Printed by the command and logged by the job's retries: no token of its query.
+        raise AnchorFailed(f"the time-stamping authority at {without_url_extras(url)}: {problem}")
     token = result.content
     with transaction.atomic():
         anchor = LedgerAnchor.objects.create(
@@ -117,7 +118,7 @@ def _record_failure(*, head: LedgerChainLink, url: str, problem: str, actor: str
             data={
                 "position": head.position,
                 "chain_hash": head.chain_hash,
-                "tsa_url": url,
+                "tsa_url": without_url_extras(url),
                 "error": problem,
             },
         )

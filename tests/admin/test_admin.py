@@ -119,6 +119,33 @@ def test_a_drop_base_url_with_a_password_is_refused_in_the_form(
     assert saved.status_code == 302
 
 
+@pytest.mark.parametrize("page", ["add", "change"])
+@pytest.mark.parametrize(
+    ("entered", "message"),
+    [
+        ({"drop_api_key": "dk live 4821"}, "DROP API key must be non-empty printable ASCII"),
+        ({"drop_base_url": "http://drop.example.com/"}, "DROP base URL must use https"),
+    ],
+)
+def test_a_drop_key_or_base_url_the_drop_client_refuses_is_refused_in_the_form(
+    staff: Client, broker: Broker, page: str, entered: dict[str, str], message: str
+) -> None:
+    url = (
+        "/admin/integrations/broker/add/"
+        if page == "add"
+        else f"/admin/integrations/broker/{broker.pk}/change/"
+    )
+    form = {"broker_id": "4822", "name": "Acme", "mode": "test", "pull_interval_days": "30"}
+    events = LedgerEvent.objects.count()
+    response = staff.post(url, {**form, **entered})
+    assert response.status_code == 200  # the form again, the error on the field
+    assert message in response.content.decode()
+    assert LedgerEvent.objects.count() == events
+    assert not Broker.objects.filter(broker_id="4822").exists()
+    broker.refresh_from_db()
+    assert (broker.name, broker.drop_base_url, broker.drop_api_key) == ("Acme Data", "", "")
+
+
 def test_key_is_shown_once_on_creation_and_revocable(staff: Client, broker: Broker) -> None:
     response = staff.post(
         "/admin/integrations/apikey/add/",

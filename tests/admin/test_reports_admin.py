@@ -8,6 +8,7 @@ import io
 
 import pytest
 from django.contrib.auth.models import Group, User
+from django.db import connections
 from django.test import Client
 
 from integrations.models import (
@@ -21,6 +22,7 @@ from integrations.models import (
     WorkItemState,
 )
 from integrations.services.reporting.report_files import report_files_write
+from integrations.services.reporting.report_uploads import _UPLOAD_LOCK
 from integrations.services.staff.brokers import broker_create
 from tests.builders import (
     DeletionRequestFactory,
@@ -103,6 +105,30 @@ def test_a_file_is_marked_uploaded_once(staff: Client, cycle: DropCycle) -> None
 
     assert b"only a written or refused file can be marked uploaded" in response.content
     assert LedgerEvent.objects.filter(kind="report_file.marked_uploaded").count() == 1
+
+
+def test_a_file_is_not_marked_uploaded_while_the_uploader_sends_it(
+    staff: Client, cycle: DropCycle
+) -> None:
+    (email, _phone) = sorted(report_files_write(broker=cycle.broker), key=lambda f: f.file_name)
+    uploader = connections.create_connection("default")  # the report job's session
+    try:
+        with uploader.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_lock(%s, %s)", [_UPLOAD_LOCK, cycle.broker.pk])
+        response = staff.post(
+            CHANGELIST, {"action": "mark_uploaded", "_selected_action": [email.pk]}, follow=True
+        )
+        with uploader.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [_UPLOAD_LOCK, cycle.broker.pk])
+    finally:
+        uploader.close()
+
+    assert response.status_code == 200
+    assert "another process is uploading broker 4821&#x27;s response files" in (
+        response.content.decode()
+    )
+    assert ReportFile.objects.get(pk=email.pk).state == ReportFileState.WRITTEN
+    assert not LedgerEvent.objects.filter(kind="report_file.marked_uploaded").exists()
 
 
 def test_auditors_download_but_do_not_generate_or_mark(auditor: Client, cycle: DropCycle) -> None:

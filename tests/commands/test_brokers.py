@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import logging
+import re
 import subprocess
 import sys
 
@@ -76,6 +77,25 @@ def test_database_refuses_a_bad_id_too() -> None:
 
     with pytest.raises(IntegrityError), transaction.atomic():
         Broker.objects.create(broker_id="12a4", name="x", mode="test")
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        # Pasted with its trailing space: DROP's client would refuse it at every call.
+        (["--drop-api-key", "dk_live_4821 "], "drop_api_key: DROP API key must be non-empty"),
+        (["--drop-base-url", "http://drop.acme.test"], "drop_base_url: DROP base URL must use"),
+        (["--drop-base-url", "https://drop.acme.test/?v=2"], "must not carry a query"),
+    ],
+)
+def test_a_drop_key_or_base_url_the_drop_client_refuses_is_refused_when_added(
+    given: list[str], message: str
+) -> None:
+    with pytest.raises(CommandError, match=re.escape(message)) as refused:
+        add("4821", *given)
+    assert "dk_live_4821" not in str(refused.value)  # the key is never echoed
+    assert not Broker.objects.exists()
+    assert not LedgerEvent.objects.exists()
 
 
 ONE_LINE_ERRORS = [

@@ -4,6 +4,7 @@ is set aside and named, the rest is imported."""
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import io
 import json
 import zipfile
@@ -230,6 +231,20 @@ def test_another_brokers_consumers_never_match(package: Path, capsys) -> None:
 def test_downloaded_at_sets_the_due_date(package: Path, capsys) -> None:
     shown = drop_import(package, "--downloaded-at", "2026-11-21", capsys=capsys)
     assert shown["due_date"] == "2027-01-05"
+
+
+@pytest.mark.parametrize("ahead", [dt.timedelta(minutes=5), dt.timedelta(days=366)])
+def test_a_download_time_in_the_future_is_refused_in_one_line(
+    package: Path, ahead: dt.timedelta
+) -> None:
+    # A typo of a year or a day ahead would push the due date past DROP's, and the cycle's
+    # evidence pack would start its ledger after the cycle's own import.
+    when = (timezone.now() + ahead).isoformat()
+    with pytest.raises(CommandError, match=r"download time .* is in the future") as refused:
+        call_command("drop", "import", "--broker", "4821", str(package), "--downloaded-at", when)
+    assert "\n" not in str(refused.value)
+    assert not DropCycle.objects.exists()
+    assert not LedgerEvent.objects.filter(kind="drop.cycle_imported").exists()
 
 
 # ---------------------------------------------------------------- refused ZIPs

@@ -365,6 +365,19 @@ def test_base_url_is_the_brokers_then_drop_api_url_then_by_mode(
         assert drop_services.drop_client_for(broker, actor="t").base_url == PRODUCTION_URL
 
 
+def test_a_drop_url_the_client_refuses_is_named_without_its_token(
+    broker: Broker, drop: DropSimulator, settings: Any
+) -> None:
+    Broker.objects.filter(pk=broker.pk).update(drop_base_url="")
+    settings.DROP_API_URL = "ftp://drop.example/sandbox?token=S3CR3T"
+    with pytest.raises(CommandError) as refused:
+        pull()
+    assert str(refused.value) == (
+        "DROP base URL must be an http(s) URL, got 'ftp://drop.example/sandbox'"
+    )
+    assert drop.requests == []
+
+
 # ---------------------------------------------------------------- the periodic pull
 
 

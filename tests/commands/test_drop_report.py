@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -198,6 +199,33 @@ def test_bad_requests_write_nothing(broker: Broker, args: list[str], message: st
     WorkItemFactory.create(cycle=DropCycleFactory.create(broker=broker), status_code=3)
     with pytest.raises(CommandError, match=message):
         run(*args)
+    assert not ReportFile.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("stored", "message"),
+    [
+        # Rows stored before the key and base URL were checked on entry.
+        ({"drop_api_key": "dk_test_7Qz9reportKEY42 "}, "DROP API key must be non-empty"),
+        ({"drop_base_url": "ftp://drop.acme.test"}, "DROP base URL must be an http"),
+    ],
+)
+def test_a_stored_drop_key_or_base_url_the_client_refuses_is_one_line(
+    cycle: DropCycle, drop: DropSimulator, stored: dict[str, str], message: str
+) -> None:
+    Broker.objects.filter(pk=cycle.broker.pk).update(**stored)  # the service would refuse it
+    with pytest.raises(CommandError, match=f"broker 4821 cannot reach DROP: {message}") as error:
+        run("--upload")
+    assert "\n" not in str(error.value)
+    assert "7Qz9" not in str(error.value)  # never the key
+    assert not ReportFile.objects.exists()  # refused before anything is written
+    assert drop.calls("/data/upload") == []
+
+
+def test_plain_http_stored_as_drop_base_url_is_one_line(cycle: DropCycle, settings: Any) -> None:
+    settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = False  # as in production: https only
+    with pytest.raises(CommandError, match="broker 4821 cannot reach DROP: DROP base URL must use"):
+        run("--upload")
     assert not ReportFile.objects.exists()
 
 

@@ -17,7 +17,7 @@ from django.db import transaction
 
 from devtools.tsa_simulator import TsaSimulator
 from integrations.ledger_kinds import LedgerKind
-from integrations.models import LedgerAnchor
+from integrations.models import LedgerAnchor, LedgerEvent
 from integrations.services.ledger import ledger_event_append
 from tests.builders import anchor_moved_to_head
 from tests.conftest import subprocess_env
@@ -84,6 +84,29 @@ def test_ledger_anchor_names_the_authoritys_failure(tsa: TsaSimulator) -> None:
     tsa.refuse_next(502)
     with pytest.raises(CommandError, match=r"^the time-stamping authority at .+: HTTP 502$"):
         run("anchor")
+
+
+@pytest.mark.parametrize(
+    ("secret_at", "problem"),
+    [
+        ("?apikey=S3CR3T", "HTTP 502"),  # an authority that takes an API key in its query
+        ("@", "invalid URL: a user name or password in the URL is not allowed"),
+    ],
+)
+def test_a_failed_anchor_keeps_the_authoritys_credentials_out_of_its_line(
+    tsa: TsaSimulator, settings: Any, secret_at: str, problem: str
+) -> None:
+    if secret_at == "@":
+        settings.DROPPORTAL_TSA_URL = tsa.url.replace("://", "://ops:S3CR3T@")
+    else:
+        settings.DROPPORTAL_TSA_URL = tsa.url + secret_at
+    tsa.refuse_next(502)
+    with pytest.raises(CommandError) as refused:
+        run("anchor")
+    # The command's one line, and the job's logged retries (the same exception).
+    assert str(refused.value) == f"the time-stamping authority at {tsa.url}: {problem}"
+    failed = LedgerEvent.objects.get(kind="ledger.anchor_failed")
+    assert failed.data["tsa_url"] == tsa.url
 
 
 def test_ledger_verify_checks_every_token_against_the_certificate(

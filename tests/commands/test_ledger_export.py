@@ -15,6 +15,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
+from integrations.ledger_hash import event_hash
 from integrations.ledger_kinds import LedgerKind
 from integrations.services import ledger as ledger_services
 from integrations.services.ledger import ledger_event_append, ledger_seal
@@ -54,6 +55,27 @@ def test_csv_defuses_formulas(events: None) -> None:
     assert rows[1]["subject"] == "'=HYPERLINK(1)"
 
 
+def test_every_event_hash_recomputes_from_the_jsonl_export(events: None) -> None:
+    # A subject the CSV defuses ("@ops", a staff account Django accepts) is exact here.
+    ledger_event_append(kind=LedgerKind.STAFF_USER_ADDED, subject="@ops", actor="staff:root")
+    ledger_seal()
+    rows = [json.loads(line) for line in run("--format", "jsonl").splitlines()]
+    assert len(rows) == 4
+    for row in rows:
+        recomputed = event_hash(
+            created_at=dt.datetime.fromisoformat(row["created_at"]),
+            broker_id=row["broker_id"],
+            kind=row["kind"],
+            subject=row["subject"],
+            actor=row["actor"],
+            data=row["data"],
+        )
+        assert recomputed == row["event_hash"], row["subject"]
+    # The CSV is for spreadsheets: the same cells are defused there (the docs say so).
+    csv_subjects = [r["subject"] for r in csv.DictReader(io.StringIO(run()))]
+    assert csv_subjects[1:] == ["'=HYPERLINK(1)", "", "'@ops"]
+
+
 def test_jsonl_filtered_by_broker(events: None) -> None:
     lines = [json.loads(line) for line in run("--format", "jsonl", "--broker", "4821").splitlines()]
     assert [e["kind"] for e in lines] == ["broker.created", "api_key.created"]
@@ -80,6 +102,10 @@ def test_dates_are_days_of_drops_calendar(monkeypatch: pytest.MonkeyPatch) -> No
     assert subjects("--since", "2026-07-02") == []
     assert subjects("--until", "2026-06-30") == []
     assert subjects("--since", "2026-07-01T19:59", "--until", "2026-07-01T20:01") == ["late"]
+    # A date in ISO's basic form is the same day, the whole of it: not the midnight that
+    # starts it (an exclusive bound that would leave the day out).
+    assert subjects("--since", "20260701", "--until", "20260701") == ["late"]
+    assert subjects("--since", "20260702") == []
 
 
 def test_out_file(events: None, tmp_path: Path) -> None:

@@ -145,6 +145,10 @@ def test_dates_are_days_of_drops_calendar(history: OutcomeHistory) -> None:
         str(history.deleted.request_uuid)
     ]
     assert matched("--since", "2026-07-02") == []
+    # A date in ISO's basic form is the same day, the whole of it.
+    assert matched("--since", "20260701", "--until", "20260701") == [
+        str(history.deleted.request_uuid)
+    ]
 
 
 def test_out_file_is_written_whole(history: OutcomeHistory, tmp_path: Path) -> None:

@@ -46,7 +46,7 @@ from integrations.services.reporting.report_files import report_files_write
 from integrations.services.reporting.report_manual import report_file_discard
 from integrations.services.reporting.reports import report_run
 from integrations.services.staff.alerts import CONDITIONS, alerts_evaluate
-from integrations.services.staff.brokers import broker_create
+from integrations.services.staff.brokers import broker_create, broker_update
 from integrations.services.staff.integrations import integration_disable, integration_enable
 from integrations.services.staff.saas import saas_connection_disable, saas_connection_enable
 from tests.builders import (
@@ -352,6 +352,26 @@ def test_cycles_due_alert_at_7_days_and_again_at_2_while_statuses_are_owed(
     assert sorted(a.condition for a in cleared) == ["cycle_due_2_days", "cycle_due_7_days"]
 
 
+def test_a_stored_drop_key_the_client_refuses_alerts_until_it_is_entered_again(
+    broker: Broker,
+) -> None:
+    # Stored before keys were checked on entry: pasted with a trailing space. Every pull
+    # and upload fails on it, whether or not the broker pulls automatically.
+    Broker.objects.filter(pk=broker.pk).update(drop_api_key=KEY + " ")
+
+    raised = alerts_evaluate().raised
+
+    assert [a.key for a in raised] == ["drop_settings_refused:4821"]
+    assert raised[0].text == (
+        "Broker 4821 cannot reach DROP: DROP API key must be non-empty printable ASCII "
+        "without spaces; its pulls and uploads fail until it is entered again in the admin"
+    )
+    assert KEY not in str(LedgerEvent.objects.filter(kind="alert.raised").values("data"))
+    broker.refresh_from_db()
+    broker_update(broker=broker, actor="test", drop_api_key=KEY)
+    assert [a.key for a in alerts_evaluate().cleared] == ["drop_settings_refused:4821"]
+
+
 def test_an_unreachable_drop_alerts_only_after_a_day(broker: Broker) -> None:
     ledger_event_append(
         kind=LedgerKind.DROP_PULL_FAILED,
@@ -417,6 +437,7 @@ def test_conditions_are_a_registry() -> None:
         "drop_lists_not_read",
         "drop_results_in_portal",
         "report_file_refused",
+        "drop_settings_refused",
     }
     assert AlertState.objects.count() == 0
 

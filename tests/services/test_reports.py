@@ -11,6 +11,7 @@ import base64
 import datetime as dt
 import hashlib
 import io
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -573,6 +574,70 @@ def test_mark_uploaded_by_hand(cycle: DropCycle) -> None:
     assert cycle.state == CycleState.REPORTED
     with pytest.raises(ValidationError, match="only a written or refused file"):
         report_file_mark_uploaded(report_file=files[0], actor="staff:alice")
+
+
+def test_no_mark_uploaded_while_the_files_are_being_uploaded(cycle: DropCycle) -> None:
+    (email, _phone) = sorted(report_files_write(broker=cycle.broker), key=lambda f: f.file_name)
+    other = connections.create_connection("default")  # an uploading process's session
+    try:
+        with other.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_lock(%s, %s)", [_UPLOAD_LOCK, cycle.broker.pk])
+        # DROP could reject the file while staff mark it: wait for the upload to finish.
+        with pytest.raises(ReportBusy, match="another process is uploading"):
+            report_file_mark_uploaded(report_file=email, actor="staff:alice")
+        with other.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [_UPLOAD_LOCK, cycle.broker.pk])
+    finally:
+        other.close()
+    assert ReportFile.objects.get(pk=email.pk).state == ReportFileState.WRITTEN
+    assert not LedgerEvent.objects.filter(kind="report_file.marked_uploaded").exists()
+    report_file_mark_uploaded(report_file=email, actor="staff:alice")
+    assert ReportFile.objects.get(pk=email.pk).state == ReportFileState.MANUAL
+
+
+@pytest.mark.django_db(transaction=True)
+def test_drops_rejection_of_a_file_staff_try_to_mark_meanwhile_is_recorded(
+    cycle: DropCycle, drop: DropSimulator, client: DropClient
+) -> None:
+    (email, _phone) = sorted(report_files_write(broker=cycle.broker), key=lambda f: f.file_name)
+    drop.queue_response(
+        400,
+        body={
+            "message": "0 accepted",
+            "acceptedCount": 0,
+            "rejectedCount": 1,
+            "accepted": [],
+            "rejected": [{"fileName": EMAIL, "message": "Invalid status in row 2."}],
+        },
+        path="/data/upload",
+    )
+    refused_to_staff: list[ReportBusy] = []
+    upload = client.upload
+
+    def upload_while_staff_mark_it(files: Any) -> Any:
+        # Another process (the admin's "Mark uploaded") while the uploader sends the file.
+        def staff_mark_it() -> None:
+            try:
+                report_file_mark_uploaded(report_file=email, actor="staff:alice")
+            except ReportBusy as busy:
+                refused_to_staff.append(busy)
+            finally:
+                connections.close_all()
+
+        if [name for name, _content in files] == [EMAIL]:
+            staff = threading.Thread(target=staff_mark_it)
+            staff.start()
+            staff.join()
+        return upload(files)
+
+    client.upload = upload_while_staff_mark_it  # type: ignore[method-assign]
+    run = report_files_upload(broker=cycle.broker, client=client)
+
+    assert len(refused_to_staff) == 1
+    assert [f.file_name for f in run.rejected] == [EMAIL]
+    assert ReportFile.objects.get(pk=email.pk).state == ReportFileState.REJECTED
+    assert LedgerEvent.objects.filter(kind="report_file.rejected", subject=EMAIL).exists()
+    assert not LedgerEvent.objects.filter(kind="report_file.marked_uploaded").exists()
 
 
 # ---------------------------------------------------------------- the periodic job

@@ -86,8 +86,8 @@ class Command(DirectiveSubcommands, ReportSubcommand, SuppressionSubcommands):
         imp.add_argument(
             "--downloaded-at",
             help="when it was downloaded from DROP (YYYY-MM-DD, a day of DROP's calendar, or "
-            "ISO time); the due date counts from it. Default: the package's date, or now if "
-            "that is later",
+            "ISO time; not after now); the due date counts from it. Default: the package's "
+            "date, or now if that is later",
         )
         imp.add_argument("--json", action="store_true", help="print the result as JSON")
         self.add_report_subcommand(subparsers)

@@ -36,7 +36,13 @@ class Command(DropportalCommand):
 
     def add_subcommands(self, subparsers: Any) -> None:
         export = subparsers.add_parser("export", help="stream ledger events as CSV or JSONL")
-        export.add_argument("--format", choices=exports.FORMATS, default="csv")
+        export.add_argument(
+            "--format",
+            choices=exports.FORMATS,
+            default="csv",
+            help="csv (default; a cell a spreadsheet would run as a formula gets a leading "
+            "') or jsonl (every value as stored: recompute the event hashes from this one)",
+        )
         export.add_argument("--broker", help="only this broker's events")
         add_period_arguments(export)
         export.add_argument("--out", help="write to this file instead of stdout")

@@ -24,7 +24,13 @@ from django.db import transaction
 from django.utils import timezone
 
 from integrations import enqueue
-from integrations.drop.client import DropApiError, DropClient, base_url_for
+from integrations.drop.client import (
+    DropApiError,
+    DropClient,
+    base_url_for,
+    drop_api_key_problem,
+    drop_base_url_problem,
+)
 from integrations.drop.transport import DropLimits, OnProgress
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker
@@ -55,6 +61,18 @@ def broker_drop_url(broker: Broker) -> str:
     """Where the broker's DROP API key is sent: its own base URL, else DROP_API_URL, else
     DROP's URL for its mode."""
     return base_url_for(broker.mode, broker.drop_base_url or settings.DROP_API_URL)
+
+
+def broker_drop_settings_problem(broker: Broker) -> str | None:
+    """Why the DROP client refuses ``broker``'s stored key or the URL it is sent to (a
+    value stored before they were checked on entry), in one line; None when it takes them,
+    or when there is no key to send."""
+    if not broker.drop_api_key:
+        return None
+    allow_private = settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS
+    return drop_base_url_problem(
+        broker_drop_url(broker), allow_private=allow_private
+    ) or drop_api_key_problem(broker.drop_api_key)
 
 
 def wait(seconds: float) -> None:

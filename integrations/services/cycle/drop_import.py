@@ -122,9 +122,16 @@ def drop_zip_import(
 
     ``downloaded_at`` defaults to the package's date (from its file names) when that is
     earlier than now: DROP's 45 days run from the download, so a ZIP fetched by hand is
-    never given a later due date than it has. Raises ``DropImportError``.
+    never given a later due date than it has; a ``downloaded_at`` after now is refused (a
+    due date later than DROP's, and a cycle that seems downloaded after its own import).
+    Raises ``DropImportError``.
     """
     zip_name = zip_name or path.name
+    if downloaded_at is not None and downloaded_at > timezone.now():
+        raise DropImportError(
+            f"{zip_name} not imported: its download time {downloaded_at.isoformat()} is in "
+            "the future; give the time it was downloaded from DROP"
+        )
     try:
         with path.open("rb") as package:
             sha256 = hashlib.file_digest(package, "sha256").hexdigest()

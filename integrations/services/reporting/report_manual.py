@@ -124,7 +124,19 @@ def _report_file_discard(*, report_file: ReportFile, reason: str, actor: str) ->
 
 
 def report_file_mark_uploaded(*, report_file: ReportFile, actor: str) -> ReportFile:
-    """Staff uploaded the file by hand in DROP's portal (manual mode)."""
+    """Staff uploaded the file by hand in DROP's portal (manual mode).
+
+    Raises ``ReportBusy`` while the broker's files are being uploaded: DROP could reject
+    this very file meanwhile, and its answer would find the file marked and go unrecorded.
+    """
+    broker = Broker.objects.get(pk=report_file.broker_id)
+    with report_upload_lock(broker):
+        marked = _report_file_mark_uploaded(report_file=report_file, actor=actor)
+    cycle_state_refresh(cycle=marked.cycle, actor=actor)
+    return marked
+
+
+def _report_file_mark_uploaded(*, report_file: ReportFile, actor: str) -> ReportFile:
     with transaction.atomic():
         locked = (
             ReportFile.objects.select_for_update(of=("self",))
@@ -151,5 +163,4 @@ def report_file_mark_uploaded(*, report_file: ReportFile, actor: str) -> ReportF
                 **report_file_facts(locked),
             },
         )
-    cycle_state_refresh(cycle=locked.cycle, actor=actor)
     return locked

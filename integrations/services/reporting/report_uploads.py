@@ -45,7 +45,7 @@ from integrations.models import (
     WorkItemState,
 )
 from integrations.services.cycle.cycle_state import cycle_state_refresh
-from integrations.services.cycle.drop import drop_client_for
+from integrations.services.cycle.drop import broker_drop_settings_problem, drop_client_for
 from integrations.services.cycle.drop_access import drop_access_record
 from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
 from integrations.services.reporting.report_files import (
@@ -78,11 +78,17 @@ class ReportRun:
 
 
 def report_client_for(broker: Broker, *, actor: str) -> DropClient:
-    """The DROP client for uploads: the pull's client (calls in the ledger), or why not."""
+    """The DROP client for uploads: the pull's client (calls in the ledger), or why not
+    (``ValidationError``: no key, or a key or base URL the client refuses)."""
     if not broker.drop_api_key:
         raise ValidationError(
             f"broker {broker.broker_id} has no DROP API key: add it, or upload the files "
             "by hand in DROP's portal and mark them uploaded in the admin"
+        )
+    problem = broker_drop_settings_problem(broker)
+    if problem:
+        raise ValidationError(
+            f"broker {broker.broker_id} cannot reach DROP: {problem}; enter it again in the admin"
         )
     return drop_client_for(broker, actor=actor)
 
@@ -99,7 +105,7 @@ def report_files_upload(
     as a whole stops the run (``ReportRun.error``).
 
     Raises ``ReportBusy`` when another process is uploading for the broker, and
-    ``ValidationError`` when the broker has no DROP API key.
+    ``ValidationError`` when the broker has no DROP API key, or one DROP's client refuses.
     """
     client = client or report_client_for(broker, actor=actor)
     run = ReportRun()

@@ -37,6 +37,7 @@ from integrations.ledger_kinds import LedgerKind
 from integrations.list_types import DATA_TYPE_OF
 from integrations.models import (
     AlertState,
+    Broker,
     CycleState,
     DropCycle,
     DropNotification,
@@ -56,6 +57,7 @@ from integrations.selectors.match_rates import match_rate_falls
 from integrations.selectors.report_reviews import report_files_awaiting_approval
 from integrations.selectors.stuck import stuck_work_items
 from integrations.selectors.targets import broker_targets
+from integrations.services.cycle.drop import broker_drop_settings_problem
 from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
 from integrations.url_extras import data_without_url_extras, without_url_extras
 
@@ -218,6 +220,23 @@ def _drop_pull_failed(now: dt.datetime) -> Iterable[Firing]:
             text=f"DROP pull for broker {event.broker_id} failed: {event.data.get('error', '')}",
             details={"reason": reason, "status": event.data.get("status"), "event": event.id},
         )
+
+
+@alert_condition("drop_settings_refused")
+def _drop_settings_refused(now: dt.datetime) -> Iterable[Firing]:
+    """The broker's stored DROP API key, or the URL it is sent to, is one DROP's client
+    refuses (stored before it was checked on entry): every pull and upload fails until staff
+    enter it again. It clears when they do."""
+    # The key is encrypted, so it is read in Python; brokers are few.
+    for broker in Broker.objects.order_by("broker_id"):
+        problem = broker_drop_settings_problem(broker)
+        if problem:
+            yield Firing(
+                key=broker.broker_id,
+                broker_id=broker.broker_id,
+                text=f"Broker {broker.broker_id} cannot reach DROP: {problem}; its pulls "
+                "and uploads fail until it is entered again in the admin",
+            )
 
 
 @alert_condition("drop_lists_not_read")

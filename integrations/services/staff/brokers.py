@@ -7,10 +7,12 @@ import datetime as dt
 from collections.abc import Iterable
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from integrations.drop.client import drop_api_key_problem, drop_base_url_problem
 from integrations.ledger_kinds import LedgerKind
 from integrations.list_types import DATA_TYPE_OF, HASH_TYPES
 from integrations.models import Broker, BrokerMode, ListSelection
@@ -31,9 +33,24 @@ BROKER_SETTINGS = (
 
 
 def drop_base_url_check(url: str) -> None:
-    """ValidationError keyed ``drop_base_url`` if ``url`` carries a user name or password."""
+    """ValidationError keyed ``drop_base_url`` if ``url`` carries a user name or password,
+    or is one the DROP client refuses (plain http, a query): refused when stored, not at
+    every pull and upload."""
     # The DROP API key goes in a header; a user:password part would go along as Basic auth.
     url_credentials_validate(url, field="drop_base_url")
+    problem = url and drop_base_url_problem(
+        url, allow_private=settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS
+    )
+    if problem:
+        raise ValidationError({"drop_base_url": problem})
+
+
+def drop_api_key_check(key: str) -> None:
+    """ValidationError keyed ``drop_api_key`` if ``key`` is one the DROP client refuses
+    (a space pasted with it, say); an empty key is none."""
+    problem = key and drop_api_key_problem(key)
+    if problem:
+        raise ValidationError({"drop_api_key": problem})
 
 
 def broker_create(
@@ -61,6 +78,7 @@ def broker_create(
         drop_api_key_changed_at=timezone.now() if drop_api_key else None,
     )
     drop_base_url_check(drop_base_url)
+    drop_api_key_check(drop_api_key)
     broker.full_clean()  # also reports a broker id that is already registered
     with transaction.atomic():
         broker.save()
@@ -89,6 +107,8 @@ def broker_update(*, broker: Broker, actor: str, **changes: Any) -> Broker:
         raise ValidationError(f"cannot change {', '.join(sorted(unknown))}")
     if "drop_base_url" in changes:
         drop_base_url_check(changes["drop_base_url"])
+    if "drop_api_key" in changes:
+        drop_api_key_check(changes["drop_api_key"])
     shown = {name: value for name, value in changes.items() if name != "drop_api_key"}
     with transaction.atomic():
         quiet, entries = _key_follows_destination(row_locked(broker), changes)
