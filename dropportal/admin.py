@@ -14,7 +14,8 @@ they passed it this session: the login sends them to ``/admin/mfa/`` (or to enro
 
 With the company's identity provider set (``DROPPORTAL_OIDC_ISSUER``,
 ``integrations/admin/oidc.py``) the login page offers it beside the password, or instead of
-it with ``DROPPORTAL_OIDC_ONLY`` (a password posted anyway is refused here, unchecked); the
+it with ``DROPPORTAL_OIDC_ONLY`` (a password posted anyway is refused here, unchecked and
+unrecorded); the
 provider's MFA, when its ID token says so, stands for ours; the logout of a session opened
 there goes on to the provider's end-session endpoint.
 """
@@ -149,11 +150,7 @@ class DropportalAdminSite(UnfoldAdminSite):
 
     def login(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
         from integrations.admin.oidc import oidc_enabled
-        from integrations.services.staff.staff_sign_in import (
-            PASSWORD,
-            staff_password_sign_in_record,
-            staff_sign_in_refuse,
-        )
+        from integrations.services.staff.staff_sign_in import staff_password_sign_in_record
 
         oidc = {
             "oidc_enabled": oidc_enabled(),
@@ -163,11 +160,8 @@ class DropportalAdminSite(UnfoldAdminSite):
             + urlencode({"next": request.GET.get("next") or reverse("admin:index")}),
         }
         if request.method == "POST" and settings.DROPPORTAL_OIDC_ONLY:
-            # Refused here, not only hidden from the page: no password is even checked.
-            username = str(request.POST.get("username") or "")[:150]
-            staff_sign_in_refuse(
-                method=PASSWORD, reason="password sign-in is off (OIDC only)", username=username
-            )
+            # Refused here, not only hidden from the page: no password is even checked. Nor
+            # recorded: anyone can post here, and unauthenticated traffic never grows the ledger.
             refused = {**oidc, "password_refused": True, **(extra_context or {})}
             page = super().login(_as_get(request), refused)
             page.status_code = 403

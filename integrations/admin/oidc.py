@@ -11,8 +11,10 @@ start it, hand the verified claims to ``staff_oidc_sign_in`` and render::
 
 A refused sign-in (no mapped role, a deactivated or superuser account, an answer that fails
 verification) is a page saying why, and a ledger event; nothing of the tokens is recorded or
-logged. Signing out of an OIDC session goes on to the provider's end-session endpoint
-(RP-initiated logout, with the ID token as ``id_token_hint``): ``oidc_logout_response``.
+logged. A callback that answers no sign-in this session started (no pending state of its
+own: made up, or replayed) is the same page and no event: anyone can send one. Signing out
+of an OIDC session goes on to the provider's end-session endpoint (RP-initiated logout, with
+the ID token as ``id_token_hint``): ``oidc_logout_response``.
 """
 
 from __future__ import annotations
@@ -140,15 +142,22 @@ def oidc_sign_in_view(request: HttpRequest) -> HttpResponse:
 def oidc_callback_view(request: HttpRequest) -> HttpResponse:
     if not oidc_enabled():
         raise Http404("sign-in through an identity provider is not set up")
+    # Anyone may send this address anything: only the answer to a sign-in this session
+    # started is recorded, so unauthenticated traffic cannot grow the ledger.
+    state = _started_here(request)
     if "error" in request.GET:  # the person cancelled, or the provider would not sign them in
         error = str(request.GET["error"])[:100]
-        staff_sign_in_refuse(
-            method=OIDC,
-            reason="the identity provider answered with an error",
-            username="",
-            error=error,
-        )
+        if state is not None:
+            identity_provider().framework.clear_state_data(request.session, state)  # spent
+            staff_sign_in_refuse(
+                method=OIDC,
+                reason="the identity provider answered with an error",
+                username="",
+                error=error,
+            )
         return _refused_page(request, f"{NOT_SIGNED_IN_THERE} ({error})")
+    if state is None:  # a state this session never made, or one already spent: a replay
+        return _refused_page(request, UNVERIFIED)
     from authlib.common.errors import AuthlibBaseError
     from joserfc.errors import JoseError
 
@@ -187,6 +196,15 @@ def oidc_callback_view(request: HttpRequest) -> HttpResponse:
     if not admin.site.has_permission(request):  # our own second factor is still to pass
         return HttpResponseRedirect(f"{reverse('admin:mfa_verify')}?{urlencode({'next': wanted})}")
     return HttpResponseRedirect(wanted)
+
+
+def _started_here(request: HttpRequest) -> str | None:
+    """The callback's ``state`` when it is a sign-in this session started and has not yet
+    spent (Authlib keeps it in the session until the callback uses it), else None."""
+    state = str(request.GET.get("state") or "")
+    if state and identity_provider().framework.get_state_data(request.session, state):
+        return state
+    return None
 
 
 def oidc_session(request: HttpRequest) -> dict[str, Any] | None:
