@@ -149,15 +149,14 @@ class DropportalAdminSite(UnfoldAdminSite):
         return cached
 
     def login(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
-        from integrations.admin.oidc import oidc_enabled
+        from integrations.admin.oidc import oidc_enabled, oidc_sign_in_url
         from integrations.services.staff.staff_sign_in import staff_password_sign_in_record
 
         oidc = {
             "oidc_enabled": oidc_enabled(),
             "oidc_only": settings.DROPPORTAL_OIDC_ONLY,
             "oidc_provider_name": settings.DROPPORTAL_OIDC_PROVIDER_NAME,
-            "oidc_sign_in_url": f"{reverse('admin:oidc_sign_in')}?"
-            + urlencode({"next": request.GET.get("next") or reverse("admin:index")}),
+            "oidc_sign_in_url": oidc_sign_in_url(request.GET.get("next") or reverse("admin:index")),
         }
         if request.method == "POST" and settings.DROPPORTAL_OIDC_ONLY:
             # Refused here, not only hidden from the page: no password is even checked. Nor

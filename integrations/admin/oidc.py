@@ -45,9 +45,13 @@ from integrations.services.staff.staff_sign_in import (
 if TYPE_CHECKING:
     from authlib.integrations.django_client import DjangoOAuth2App
 
-# This session's sign-in at the provider: whose it is, whether the provider did MFA, and the
-# ID token (the id_token_hint of the logout; nothing else reads it).
+# This session's sign-in at the provider: whose it is, when, whether the provider did MFA,
+# and the ID token (the id_token_hint of the logout; nothing else reads it).
 SESSION_KEY = "dropportal_oidc"
+# How long a sign-in at the provider stands for the password asked again of an account that
+# has none (to enrol our second factor, or to make new recovery codes): a stolen session
+# cookie cannot sign in at the provider again.
+RECENT_SIGN_IN = dt.timedelta(minutes=15)
 _NEXT_KEY = "dropportal_oidc_next"
 _TIMEOUT_SECONDS = 10  # every call to the provider (discovery, JWKS, token)
 _BACKEND = "django.contrib.auth.backends.ModelBackend"
@@ -187,6 +191,7 @@ def oidc_callback_view(request: HttpRequest) -> HttpResponse:
     request.session[SESSION_KEY] = {
         "user": outcome.user.pk,
         "mfa": outcome.mfa_by_idp,
+        "signed_in_at": timezone.now().timestamp(),
         "id_token": token.get("id_token", ""),
     }
     # Ends this long after the sign-in whatever the activity: the roles are read again then.
@@ -219,6 +224,20 @@ def oidc_mfa_passed(request: HttpRequest) -> bool:
     """The provider did multi-factor authentication for this session's sign-in."""
     found = oidc_session(request)
     return bool(found and found.get("mfa"))
+
+
+def oidc_signed_in_recently(request: HttpRequest) -> bool:
+    """This session's person signed in at the provider less than ``RECENT_SIGN_IN`` ago."""
+    found = oidc_session(request)
+    at = found.get("signed_in_at") if found else None
+    if not isinstance(at, int | float):  # a session from before it was recorded: not recent
+        return False
+    return timezone.now().timestamp() - at < RECENT_SIGN_IN.total_seconds()
+
+
+def oidc_sign_in_url(next_url: str) -> str:
+    """The sign-in through the provider, back to ``next_url``."""
+    return f"{reverse('admin:oidc_sign_in')}?{urlencode({'next': next_url})}"
 
 
 def oidc_logout_url(id_token: str) -> str | None:

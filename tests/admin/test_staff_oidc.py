@@ -11,12 +11,15 @@ provider's end-session endpoint.
 from __future__ import annotations
 
 import datetime as dt
+import re
+from base64 import b32decode
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import requests
+from axes.models import AccessAttempt
 from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.core import checks
@@ -24,10 +27,12 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import escape
+from django.utils.http import urlencode
+from django_otp.oath import TOTP
 
 from devtools.oidc_provider import IdTokenTweak, OidcProvider
 from dropportal.security import oidc_role_map_names_our_roles
-from integrations.admin.oidc import UNVERIFIED
+from integrations.admin.oidc import RECENT_SIGN_IN, UNVERIFIED
 from integrations.models import LedgerEvent, StaffOidcIdentity
 from integrations.services.staff.staff_sign_in import (
     REFUSED_NO_ROLE,
@@ -278,6 +283,79 @@ def test_without_the_providers_mfa_ours_is_asked(idp: OidcProvider, client: Clie
     page = client.get(enrol["Location"]).content.decode()
     assert 'name="otp_token"' in page
     assert 'name="password"' not in page, "an account of the provider has no password to ask"
+
+
+def _enrolled_at_provider(client: Client, idp: OidcProvider) -> None:
+    """ada signs in at the provider, which does no MFA, and enrols ours without a password."""
+    idp.person("ada").amr = ["pwd"]
+    sign_in(client, idp, "ada")
+    page = client.get(reverse("admin:mfa_enrol"))
+    code = f"{TOTP(b32decode(page.context['secret'])).token():06d}"
+    assert client.post(reverse("admin:mfa_enrol"), {"otp_token": code}).status_code == 200
+    assert client.get(INDEX).status_code == 200
+
+
+def _sign_in_older_than_recent(client: Client) -> None:
+    session = client.session
+    signed_in = session["dropportal_oidc"]
+    signed_in["signed_in_at"] -= RECENT_SIGN_IN.total_seconds() + 60
+    session["dropportal_oidc"] = signed_in
+    session.save()
+
+
+@pytest.mark.staff_mfa
+def test_an_account_of_the_provider_makes_new_recovery_codes_without_a_password(
+    idp: OidcProvider, client: Client
+) -> None:
+    _enrolled_at_provider(client, idp)
+    url = reverse("admin:mfa_recovery_codes")
+    page = client.get(url).content.decode()
+    assert 'name="password"' not in page, "an account of the provider has no password to ask"
+    renewed = client.post(url, {})
+    codes = re.findall(r"<li><code>([a-z2-7]+)</code></li>", renewed.content.decode())
+    assert len(codes) == 10
+    (event,) = events("staff_user.mfa_recovery_codes_renewed")
+    assert (event.subject, event.actor) == ("ada", "staff:ada")
+    assert not AccessAttempt.objects.exists(), "no failed login counted"
+
+
+@pytest.mark.staff_mfa
+def test_an_older_sign_in_at_the_provider_is_sent_there_again_for_new_codes(
+    idp: OidcProvider, client: Client
+) -> None:
+    # A stolen session cookie cannot sign in at the provider again: only a recent sign-in
+    # stands for the password the account does not have.
+    _enrolled_at_provider(client, idp)
+    _sign_in_older_than_recent(client)
+    url = reverse("admin:mfa_recovery_codes")
+    refused = client.post(url, {"password": "anything"}).content.decode()
+    assert "Sign in again at Loopback IdP first" in refused
+    again = f"{reverse('admin:oidc_sign_in')}?{urlencode({'next': url})}"
+    assert escape(again) in refused
+    assert events("staff_user.mfa_recovery_codes_renewed") == []
+    assert not AccessAttempt.objects.exists(), "not a wrong password: nothing counted"
+
+    back = sign_in(client, idp, "ada", next_url=url)
+    assert client.get(back["Location"])["Location"] == url, "no second code asked"
+    assert len(re.findall(r"<li><code>", client.post(url, {}).content.decode())) == 10
+    assert len(events("staff_user.mfa_recovery_codes_renewed")) == 1
+
+
+@pytest.mark.staff_mfa
+def test_an_older_sign_in_at_the_provider_enrols_only_after_signing_in_there_again(
+    idp: OidcProvider, client: Client
+) -> None:
+    idp.person("ada").amr = ["pwd"]
+    sign_in(client, idp, "ada")
+    _sign_in_older_than_recent(client)
+    url = reverse("admin:mfa_enrol")
+    page = client.get(url)
+    assert escape(reverse("admin:oidc_sign_in")) in page.content.decode()
+    code = f"{TOTP(b32decode(page.context['secret'])).token():06d}"
+    refused = client.post(url, {"otp_token": code}).content.decode()
+    assert "Sign in again at Loopback IdP first" in refused
+    assert events("staff_user.mfa_enrolled") == []
+    assert not AccessAttempt.objects.exists()
 
 
 @pytest.mark.parametrize(

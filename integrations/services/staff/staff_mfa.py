@@ -7,6 +7,7 @@ Each change is one transaction with its ledger event (never a code or a seed)::
     device = staff_mfa_pending_device(user=user, session_key=key)  # this session's own seed
     codes = staff_mfa_enrol(user=user, session_key=key, token="123456", password=pw,
                             actor="staff:ann")
+    codes = staff_mfa_recovery_codes_renew(user=user, password=pw, actor="staff:ann")
     device = staff_mfa_verify(user=user, token="123456")  # or a recovery code; None: refused
     staff_mfa_reset(user=user, actor="staff:root")        # lost phone: enrol again
     staff_password_reset_record(user_id=user.pk, actor="staff:root")  # after the admin set it
@@ -90,11 +91,7 @@ def staff_mfa_enrol(
     with transaction.atomic():
         # One enrolment at a time per account: the second one finds the first confirmed.
         get_user_model().objects.select_for_update().filter(pk=user.pk).first()
-        if password is None:
-            if user.has_usable_password():
-                raise ValidationError({"password": "that is not the account's password"})
-        elif not user.check_password(password or ""):
-            raise ValidationError({"password": "that is not the account's password"})
+        _password_again_check(user, password)
         if staff_mfa_enrolled(user):
             raise ValidationError({"token": "two-factor authentication is already set up"})
         device = (
@@ -184,12 +181,13 @@ def staff_mfa_recovery_codes_left(user: AbstractBaseUser) -> int:
 
 
 def staff_mfa_recovery_codes_renew(
-    *, user: AbstractBaseUser, password: str, actor: str
+    *, user: AbstractBaseUser, password: str | None, actor: str
 ) -> list[str]:
-    """New recovery codes, with the account's password again; the old ones stop working."""
+    """New recovery codes, with the account's password again; the old ones stop working.
+    ``password=None`` only for an account that has none (it signs in through the identity
+    provider, which this session did lately)."""
     with transaction.atomic():
-        if not user.check_password(password or ""):
-            raise ValidationError({"password": "that is not the account's password"})
+        _password_again_check(user, password)
         if not staff_mfa_enrolled(user):
             raise ValidationError({"password": "set up two-factor authentication first"})
         codes = _recovery_codes_replace(user)
@@ -250,6 +248,16 @@ def staff_sessions_end(user: AbstractBaseUser, *, keep_session_key: str | None =
     ]
     Session.objects.filter(session_key__in=theirs).delete()
     return len(theirs)
+
+
+def _password_again_check(user: AbstractBaseUser, password: str | None) -> None:
+    """The account's password asked again; ``None`` stands for it only on an account that
+    has no usable password (the caller vouches for a sign-in at the identity provider)."""
+    if password is None:
+        if user.has_usable_password():
+            raise ValidationError({"password": "that is not the account's password"})
+    elif not user.check_password(password or ""):
+        raise ValidationError({"password": "that is not the account's password"})
 
 
 def _recovery_codes_replace(user: AbstractBaseUser) -> list[str]:
