@@ -24,16 +24,14 @@ from __future__ import annotations
 from base64 import b32encode
 from collections.abc import Callable
 from functools import wraps
-from typing import Any, TypeVar
+from typing import Any
 
 import django_otp
 import segno
-from axes.handlers.proxy import AxesProxyHandler
 from django import forms
 from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import logout
-from django.contrib.auth.signals import user_login_failed
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import resolve_url
@@ -45,6 +43,7 @@ from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_POST
 
 from integrations.admin.actors import staff_actor
+from integrations.admin.lockout import password_asked_again
 from integrations.admin.oidc import RECENT_SIGN_IN, oidc_sign_in_url, oidc_signed_in_recently
 from integrations.services.staff.staff_mfa import (
     staff_mfa_enrol,
@@ -91,24 +90,6 @@ def _session_key(request: HttpRequest) -> str:
 
 def _error(exc: ValidationError) -> str:
     return " ".join(m for messages in exc.message_dict.values() for m in messages)
-
-
-_T = TypeVar("_T")
-_LOCKED_OUT = "Too many wrong passwords for this account: try again in 15 minutes."
-
-
-def _password_again(request: HttpRequest, call: Callable[[], _T]) -> _T:
-    """``call``, a service that checks the password asked again, under the login's lockout:
-    refused while locked out, and a wrong password counts as a failed login."""
-    credentials = {"username": _member(request).get_username()}
-    if not AxesProxyHandler.is_allowed(request, credentials):
-        raise ValidationError({"password": _LOCKED_OUT})
-    try:
-        return call()
-    except ValidationError as exc:
-        if "password" in exc.message_dict:
-            user_login_failed.send(sender=__name__, credentials=credentials, request=request)
-        raise
 
 
 def _at_provider(request: HttpRequest) -> bool:
@@ -169,7 +150,7 @@ def mfa_enrol_view(request: HttpRequest) -> HttpResponse:
     error = ""
     if request.method == "POST":
         try:
-            codes = _password_again(
+            codes = password_asked_again(
                 request,
                 lambda: staff_mfa_enrol(
                     user=_member(request),
@@ -231,7 +212,7 @@ def mfa_recovery_codes_view(request: HttpRequest) -> HttpResponse:
     form.fields["password"].required = not _at_provider(request)
     if request.method == "POST" and form.is_valid():
         try:
-            codes = _password_again(
+            codes = password_asked_again(
                 request,
                 lambda: staff_mfa_recovery_codes_renew(
                     user=_member(request),
