@@ -34,6 +34,7 @@ from django.http import (
     HttpRequest,
     HttpResponse,
     HttpResponseBadRequest,
+    HttpResponseBase,
     HttpResponseRedirect,
     QueryDict,
 )
@@ -194,6 +195,21 @@ class DropportalAdminSite(UnfoldAdminSite):
             if at_provider:
                 return HttpResponseRedirect(at_provider)
         return response
+
+    def password_change(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponseBase:
+        """A member's own password: the old one checked under the login's lockout
+        (``integrations/admin/own_password.py``)."""
+        from integrations.admin.own_password import own_password_change_view
+
+        request.current_app = self.name
+        return own_password_change_view(
+            request,
+            success_url=reverse(f"{self.name}:password_change_done", current_app=self.name),
+            template_name=self.password_change_template,
+            context={**self.each_context(request), **(extra_context or {})},
+        )
 
     def index(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None

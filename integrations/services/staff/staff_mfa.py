@@ -1,6 +1,6 @@
 """Staff multi-factor authentication: a TOTP app and single-use recovery codes (django-otp
-devices of ``models/staff_mfa.py``, their secrets encrypted), and the resets of a lost factor
-or password.
+devices of ``models/staff_mfa.py``, their secrets encrypted), the resets of a lost factor or
+password, and a member's change of their own password.
 
 Each change is one transaction with its ledger event (never a code or a seed)::
 
@@ -11,6 +11,8 @@ Each change is one transaction with its ledger event (never a code or a seed)::
     device = staff_mfa_verify(user=user, token="123456")  # or a recovery code; None: refused
     staff_mfa_reset(user=user, actor="staff:root")        # lost phone: enrol again
     staff_password_reset_record(user_id=user.pk, actor="staff:root")  # after the admin set it
+    staff_password_change(user=user, old_password=pw, new_password=new, actor="staff:ann",
+                          keep_session_key=key)  # their own, the old one again
 
 An enrolment belongs to the session that started it, and asks for the password again: a
 session opened with a leaked or since-reset password cannot take over an account that has no
@@ -233,6 +235,36 @@ def staff_password_reset_record(
             actor=actor,
             data={"sessions_ended": ended},
         )
+    return ended
+
+
+def staff_password_change(
+    *,
+    user: AbstractBaseUser,
+    old_password: str,
+    new_password: str,
+    actor: str,
+    keep_session_key: str | None = None,
+) -> int:
+    """A member sets their own password (``new_password``, validated by the caller's form),
+    giving the current one again: their other sessions end (but ``keep_session_key``, the
+    one they did it from). Returns the sessions ended."""
+    with transaction.atomic():
+        locked = get_user_model().objects.select_for_update().get(pk=user.pk)
+        if not locked.has_usable_password():
+            # Not a wrong password (nothing to guess): refused, not counted.
+            raise ValidationError(
+                {
+                    "old_password": "this account has no password here: it signs in through "
+                    "the identity provider"
+                }
+            )
+        if not locked.check_password(old_password):
+            raise ValidationError({"password": "that is not the account's password"})
+        locked.set_password(new_password)
+        locked.save(update_fields=["password"])
+        user.password = locked.password
+        ended = staff_sessions_end(locked, keep_session_key=keep_session_key)
     return ended
 
 
