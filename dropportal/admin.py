@@ -199,8 +199,8 @@ class DropportalAdminSite(UnfoldAdminSite):
     def password_change(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponseBase:
-        """A member's own password: the old one checked under the login's lockout
-        (``integrations/admin/own_password.py``)."""
+        """A member's own password: the old one checked under the login's lockout, the
+        change a ledger event (``integrations/admin/own_password.py``)."""
         from integrations.admin.own_password import own_password_change_view
 
         request.current_app = self.name

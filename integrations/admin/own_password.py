@@ -4,7 +4,8 @@
 Django's page and form, but the old password is checked by ``staff_password_change`` under
 the login's lockout (``password_asked_again``), not by the form: a wrong one counts as a
 failed login and the page refuses every try while the account is locked out, so a session
-left open or stolen is no way to guess the password. The member's other sessions end::
+left open or stolen is no way to guess the password. The change is a ledger event, and the
+member's other sessions end::
 
     DropportalAdminSite.password_change -> own_password_change_view(request, extra_context)
 """

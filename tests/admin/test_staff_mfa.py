@@ -595,7 +595,31 @@ def test_changing_ones_own_password_counts_wrong_old_passwords_toward_the_lockou
     assert b"Too many wrong passwords" in locked.content
     alice.refresh_from_db()
     assert alice.check_password(PASSWORD), "not changed while locked out"
+    assert not LedgerEvent.objects.filter(kind="staff_user.password_changed").exists()
     assert _password_step(Client()).status_code == 429, "the login counts them too"
+
+
+def test_ones_own_password_change_needs_the_old_one_and_ends_the_other_sessions(
+    alice: User, recovery_codes: list[str]
+) -> None:
+    member = _fully_logged_in(recovery_codes[0])
+    other = _fully_logged_in(recovery_codes[1])
+    assert _own_password_change(member, "wrong").status_code == 200  # the form again
+    alice.refresh_from_db()
+    assert alice.check_password(PASSWORD)
+
+    changed = _own_password_change(member, PASSWORD)
+    assert changed["Location"] == reverse("admin:password_change_done")
+    alice.refresh_from_db()
+    assert alice.check_password(NEW_PASSWORD)
+    assert member.get(INDEX).status_code == 200, "the session it was changed from stays"
+    assert other.get(INDEX).status_code == 302, "every other session ended"
+    (event,) = LedgerEvent.objects.filter(kind="staff_user.password_changed")
+    assert (event.subject, event.actor, event.data) == (
+        "alice",
+        "staff:alice",
+        {"sessions_ended": 1},
+    )
 
 
 def test_factors_enrolled_before_they_were_encrypted_are_named_on_the_dashboard(

@@ -265,6 +265,12 @@ def staff_password_change(
         locked.save(update_fields=["password"])
         user.password = locked.password
         ended = staff_sessions_end(locked, keep_session_key=keep_session_key)
+        ledger_event_append(
+            kind=LedgerKind.STAFF_USER_PASSWORD_CHANGED,
+            subject=locked.get_username(),
+            actor=actor,
+            data={"sessions_ended": ended},
+        )
     return ended
 
 
