@@ -358,6 +358,21 @@ def test_an_older_sign_in_at_the_provider_enrols_only_after_signing_in_there_aga
     assert not AccessAttempt.objects.exists()
 
 
+def test_an_account_of_the_provider_has_no_password_to_change(
+    idp: OidcProvider, client: Client
+) -> None:
+    sign_in(client, idp, "ada")
+    new = "a-new-pw-for-ada-77"
+    refused = client.post(
+        reverse("admin:password_change"),
+        {"old_password": "a-guess", "new_password1": new, "new_password2": new},
+    )
+    assert "no password here" in refused.content.decode()
+    assert not User.objects.get(username="ada").has_usable_password()
+    assert not AccessAttempt.objects.exists(), "nothing to guess: not counted"
+    assert events("staff_user.password_changed") == []
+
+
 @pytest.mark.parametrize(
     ("amr", "did"),
     [
