@@ -15,9 +15,8 @@ they passed it this session: the login sends them to ``/admin/mfa/`` (or to enro
 With the company's identity provider set (``DROPPORTAL_OIDC_ISSUER``,
 ``integrations/admin/oidc.py``) the login page offers it beside the password, or instead of
 it with ``DROPPORTAL_OIDC_ONLY`` (a password posted anyway is refused here, unchecked and
-unrecorded); the
-provider's MFA, when its ID token says so, stands for ours; the logout of a session opened
-there goes on to the provider's end-session endpoint.
+unrecorded); the provider's MFA, when its ID token says so, stands for ours; the logout of a
+session opened there goes on to the provider's end-session endpoint.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ failed login and the page refuses every try while the account is locked out, so 
 left open or stolen is no way to guess the password. The change is a ledger event, and the
 member's other sessions end::
 
-    DropportalAdminSite.password_change -> own_password_change_view(request, extra_context)
+    own_password_change_view(request, success_url=done, template_name=None, context=page)
 """
 
 from __future__ import annotations

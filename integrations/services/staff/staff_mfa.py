@@ -263,7 +263,7 @@ def staff_password_change(
             raise ValidationError({"password": "that is not the account's password"})
         locked.set_password(new_password)
         locked.save(update_fields=["password"])
-        user.password = locked.password
+        user.password = locked.password  # the caller's copy keeps its session (its hash)
         ended = staff_sessions_end(locked, keep_session_key=keep_session_key)
         ledger_event_append(
             kind=LedgerKind.STAFF_USER_PASSWORD_CHANGED,
