@@ -14,9 +14,9 @@ they passed it this session: the login sends them to ``/admin/mfa/`` (or to enro
 
 With the company's identity provider set (``DROPPORTAL_OIDC_ISSUER``,
 ``integrations/admin/oidc.py``) the login page offers it beside the password, or instead of
-it with ``DROPPORTAL_OIDC_ONLY`` (a password posted anyway is refused here, unchecked); the
-provider's MFA, when its ID token says so, stands for ours; the logout of a session opened
-there goes on to the provider's end-session endpoint.
+it with ``DROPPORTAL_OIDC_ONLY`` (a password posted anyway is refused here, unchecked and
+unrecorded); the provider's MFA, when its ID token says so, stands for ours; the logout of a
+session opened there goes on to the provider's end-session endpoint.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from django.http import (
     HttpRequest,
     HttpResponse,
     HttpResponseBadRequest,
+    HttpResponseBase,
     HttpResponseRedirect,
     QueryDict,
 )
@@ -148,26 +149,18 @@ class DropportalAdminSite(UnfoldAdminSite):
         return cached
 
     def login(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
-        from integrations.admin.oidc import oidc_enabled
-        from integrations.services.staff.staff_sign_in import (
-            PASSWORD,
-            staff_password_sign_in_record,
-            staff_sign_in_refuse,
-        )
+        from integrations.admin.oidc import oidc_enabled, oidc_sign_in_url
+        from integrations.services.staff.staff_sign_in import staff_password_sign_in_record
 
         oidc = {
             "oidc_enabled": oidc_enabled(),
             "oidc_only": settings.DROPPORTAL_OIDC_ONLY,
             "oidc_provider_name": settings.DROPPORTAL_OIDC_PROVIDER_NAME,
-            "oidc_sign_in_url": f"{reverse('admin:oidc_sign_in')}?"
-            + urlencode({"next": request.GET.get("next") or reverse("admin:index")}),
+            "oidc_sign_in_url": oidc_sign_in_url(request.GET.get("next") or reverse("admin:index")),
         }
         if request.method == "POST" and settings.DROPPORTAL_OIDC_ONLY:
-            # Refused here, not only hidden from the page: no password is even checked.
-            username = str(request.POST.get("username") or "")[:150]
-            staff_sign_in_refuse(
-                method=PASSWORD, reason="password sign-in is off (OIDC only)", username=username
-            )
+            # Refused here, not only hidden from the page: no password is even checked. Nor
+            # recorded: anyone can post here, and unauthenticated traffic never grows the ledger.
             refused = {**oidc, "password_refused": True, **(extra_context or {})}
             page = super().login(_as_get(request), refused)
             page.status_code = 403
@@ -201,6 +194,21 @@ class DropportalAdminSite(UnfoldAdminSite):
             if at_provider:
                 return HttpResponseRedirect(at_provider)
         return response
+
+    def password_change(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponseBase:
+        """A member's own password: the old one checked under the login's lockout, the
+        change a ledger event (``integrations/admin/own_password.py``)."""
+        from integrations.admin.own_password import own_password_change_view
+
+        request.current_app = self.name
+        return own_password_change_view(
+            request,
+            success_url=reverse(f"{self.name}:password_change_done", current_app=self.name),
+            template_name=self.password_change_template,
+            context={**self.each_context(request), **(extra_context or {})},
+        )
 
     def index(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None

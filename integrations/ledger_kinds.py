@@ -146,6 +146,8 @@ class LedgerKind(StrEnum):
     STAFF_USER_MFA_RECOVERY_CODES_RENEWED = "staff_user.mfa_recovery_codes_renewed"  # new codes
     STAFF_USER_MFA_RESET = "staff_user.mfa_reset"  # two-factor authentication reset
     STAFF_USER_PASSWORD_RESET = "staff_user.password_reset"  # noqa: S105  (set by a superuser)
+    # changed by the member themselves, the old one given again (never a password or its hash)
+    STAFF_USER_PASSWORD_CHANGED = "staff_user.password_changed"  # noqa: S105  (a kind)
     STAFF_USER_SIGNED_IN = "staff_user.signed_in"  # by password or the identity provider
     STAFF_USER_SIGN_IN_REFUSED = "staff_user.sign_in_refused"  # with the reason, never a token
     STAFF_USER_ROLES_CHANGED = "staff_user.roles_changed"  # the identity provider's claim

@@ -4,6 +4,8 @@ Who mints which key: whoever may add keys (Connections managers) mints ``webhook
 ``ingest`` and ``metrics`` keys of a broker; only Auditors (``add_audit_apikey``) mint
 ``audit`` keys, which read every outcome of the broker; only a superuser mints a ``metrics``
 key without a broker, which sees every broker's series (the operator's own Prometheus).
+Whoever may revoke keys revokes only those they could mint (``revocable``): a Connections
+manager leaves Auditors' ``audit`` keys and the operator's broker-less key alone.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
@@ -20,7 +22,7 @@ from unfold.admin import ModelAdmin
 from integrations.admin.actors import staff_actor
 from integrations.admin.shown_once import SecretShownOnce, show_once
 from integrations.models import ApiKey, ApiKeyScope
-from integrations.services.staff.keys import api_key_create, api_key_revoke
+from integrations.services.staff.keys import api_key_create, api_keys_revoke
 
 AUDIT_KEY_PERMISSION = "integrations.add_audit_apikey"
 EVERY_BROKER_HELP = (
@@ -43,6 +45,12 @@ def mintable_scopes(user: Any) -> list[str]:
     if user.has_perm(AUDIT_KEY_PERMISSION):
         scopes.append(ApiKeyScope.AUDIT)
     return [str(scope) for scope in scopes]
+
+
+def revocable(user: Any, api_key: ApiKey) -> bool:
+    """Whether ``user`` may revoke ``api_key``: only a key they could mint themselves."""
+    mintable = set(mintable_scopes(user))
+    return set(api_key.scopes) <= mintable and (api_key.broker_id is not None or user.is_superuser)
 
 
 class ApiKeyCreateForm(forms.ModelForm):
@@ -185,8 +193,16 @@ class ApiKeyAdmin(ModelAdmin):
 
     @admin.action(description="Revoke selected keys", permissions=["change"])
     def revoke_keys(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:
-        revoked = 0
-        for api_key in queryset.filter(revoked_at__isnull=True):
-            api_key_revoke(api_key=api_key, actor=staff_actor(request))
-            revoked += 1
+        active = list(queryset.filter(revoked_at__isnull=True).order_by("prefix"))
+        theirs = [api_key for api_key in active if revocable(request.user, api_key)]
+        skipped = [api_key.prefix for api_key in active if api_key not in theirs]
+        revoked = api_keys_revoke(api_keys=theirs, actor=staff_actor(request))
         self.message_user(request, f"Revoked {revoked} key(s).")
+        if skipped:
+            self.message_user(
+                request,
+                f"Not revoked: {', '.join(skipped)}. You revoke only keys you could create "
+                "(an audit key needs the audit-key permission, a key without a broker a "
+                "superuser).",
+                messages.WARNING,
+            )

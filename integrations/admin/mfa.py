@@ -10,6 +10,10 @@ passed it this session is sent here by the admin site (``DropportalAdminSite``):
 - ``/admin/mfa/recovery-codes/``: once logged in, new recovery codes (the password again),
   shown once; the old ones stop working.
 
+An account of the identity provider has no password: a sign-in there within
+``RECENT_SIGN_IN`` stands for it on both pages (a stolen session cookie cannot sign in there
+again); past that, the page sends the person to sign in there again.
+
 A wrong code slows down only the factor it was shaped for (``staff_mfa_verify``); django-axes
 locks out repeated wrong passwords before this step, and counts a wrong password asked again
 here as a failed login (a session left open is no way to guess the password).
@@ -20,15 +24,14 @@ from __future__ import annotations
 from base64 import b32encode
 from collections.abc import Callable
 from functools import wraps
-from typing import Any, TypeVar
+from typing import Any
 
 import django_otp
 import segno
-from axes.handlers.proxy import AxesProxyHandler
 from django import forms
+from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import logout
-from django.contrib.auth.signals import user_login_failed
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import resolve_url
@@ -40,7 +43,8 @@ from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_POST
 
 from integrations.admin.actors import staff_actor
-from integrations.admin.oidc import oidc_session
+from integrations.admin.lockout import password_asked_again
+from integrations.admin.oidc import RECENT_SIGN_IN, oidc_sign_in_url, oidc_signed_in_recently
 from integrations.services.staff.staff_mfa import (
     staff_mfa_enrol,
     staff_mfa_enrolled,
@@ -88,22 +92,26 @@ def _error(exc: ValidationError) -> str:
     return " ".join(m for messages in exc.message_dict.values() for m in messages)
 
 
-_T = TypeVar("_T")
-_LOCKED_OUT = "Too many wrong passwords for this account: try again in 15 minutes."
+def _at_provider(request: HttpRequest) -> bool:
+    """An account of the identity provider: it has no password to ask again."""
+    return not _member(request).has_usable_password()
 
 
-def _password_again(request: HttpRequest, call: Callable[[], _T]) -> _T:
-    """``call``, a service that checks the password asked again, under the login's lockout:
-    refused while locked out, and a wrong password counts as a failed login."""
-    credentials = {"username": _member(request).get_username()}
-    if not AxesProxyHandler.is_allowed(request, credentials):
-        raise ValidationError({"password": _LOCKED_OUT})
-    try:
-        return call()
-    except ValidationError as exc:
-        if "password" in exc.message_dict:
-            user_login_failed.send(sender=__name__, credentials=credentials, request=request)
-        raise
+def _password_or_provider(request: HttpRequest, password: str) -> str | None:
+    """What a service checks as the password asked again: the one typed, or None for an
+    account of the identity provider whose session signed in there lately, which stands for
+    it. An older sign-in is sent there again (not a wrong password: nothing is counted)."""
+    if not _at_provider(request):
+        return password
+    if oidc_signed_in_recently(request):
+        return None
+    minutes = int(RECENT_SIGN_IN.total_seconds() // 60)
+    raise ValidationError(
+        {
+            "sign_in": f"Sign in again at {settings.DROPPORTAL_OIDC_PROVIDER_NAME} first: it "
+            f"stands for your password for {minutes} minutes after you signed in there."
+        }
+    )
 
 
 def _render(request: HttpRequest, template: str, **context: Any) -> TemplateResponse:
@@ -116,6 +124,10 @@ def _render(request: HttpRequest, template: str, **context: Any) -> TemplateResp
 
 @_staff_with_password
 def mfa_verify_view(request: HttpRequest) -> HttpResponse:
+    if admin.site.has_permission(request):
+        # Passed already (a member signing in at the provider again, from a session that
+        # passed its second factor): on to the page they were going to.
+        return HttpResponseRedirect(_next_url(request))
     if not staff_mfa_enrolled(_member(request)):
         return HttpResponseRedirect(f"{reverse('admin:mfa_enrol')}?next={_next_url(request)}")
     error = ""
@@ -135,19 +147,16 @@ def mfa_enrol_view(request: HttpRequest) -> HttpResponse:
         return HttpResponseRedirect(f"{reverse('admin:mfa_verify')}?next={_next_url(request)}")
     session_key = _session_key(request)
     device = staff_mfa_pending_device(user=_member(request), session_key=session_key)
-    # An account of the identity provider has no password to ask again: this session just
-    # signed in there.
-    at_provider = oidc_session(request) is not None and not _member(request).has_usable_password()
     error = ""
     if request.method == "POST":
         try:
-            codes = _password_again(
+            codes = password_asked_again(
                 request,
                 lambda: staff_mfa_enrol(
                     user=_member(request),
                     session_key=session_key,
                     token=request.POST.get("otp_token") or "",
-                    password=None if at_provider else request.POST.get("password") or "",
+                    password=_password_or_provider(request, request.POST.get("password") or ""),
                     actor=staff_actor(request),
                 ),
             )
@@ -172,8 +181,20 @@ def mfa_enrol_view(request: HttpRequest) -> HttpResponse:
         uri=uri,
         qr_svg=segno.make(uri, error="m").svg_inline(scale=5, dark="#1f2937"),
         error=error,
-        signed_in_at_provider=at_provider,
+        **_provider_context(request),
     )
+
+
+def _provider_context(request: HttpRequest) -> dict[str, Any]:
+    """What a page asking for the password again shows an account of the identity provider:
+    no password field, and the way back there once its sign-in is no longer recent."""
+    at_provider = _at_provider(request)
+    stale = at_provider and not oidc_signed_in_recently(request)
+    return {
+        "signed_in_at_provider": at_provider,
+        "provider_name": settings.DROPPORTAL_OIDC_PROVIDER_NAME,
+        "sign_in_again_url": oidc_sign_in_url(request.get_full_path()) if stale else "",
+    }
 
 
 class _PasswordAgainForm(forms.Form):
@@ -185,15 +206,17 @@ class _PasswordAgainForm(forms.Form):
 @sensitive_post_parameters("password")
 def mfa_recovery_codes_view(request: HttpRequest) -> HttpResponse:
     """New recovery codes for a fully logged-in staff member (behind ``admin_view``); the
-    password again, so that a session left open does not yield lasting second factors."""
-    form = _PasswordAgainForm(request.POST or None)
+    password again, so that a session left open does not yield lasting second factors (for
+    an account of the identity provider, a recent sign-in there instead)."""
+    form = _PasswordAgainForm(request.POST if request.method == "POST" else None)
+    form.fields["password"].required = not _at_provider(request)
     if request.method == "POST" and form.is_valid():
         try:
-            codes = _password_again(
+            codes = password_asked_again(
                 request,
                 lambda: staff_mfa_recovery_codes_renew(
                     user=_member(request),
-                    password=form.cleaned_data["password"],
+                    password=_password_or_provider(request, form.cleaned_data["password"]),
                     actor=staff_actor(request),
                 ),
             )
@@ -213,6 +236,7 @@ def mfa_recovery_codes_view(request: HttpRequest) -> HttpResponse:
         title="New recovery codes",
         form=form,
         remaining=staff_mfa_recovery_codes_left(_member(request)),
+        **_provider_context(request),
     )
 
 

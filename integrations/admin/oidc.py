@@ -11,8 +11,10 @@ start it, hand the verified claims to ``staff_oidc_sign_in`` and render::
 
 A refused sign-in (no mapped role, a deactivated or superuser account, an answer that fails
 verification) is a page saying why, and a ledger event; nothing of the tokens is recorded or
-logged. Signing out of an OIDC session goes on to the provider's end-session endpoint
-(RP-initiated logout, with the ID token as ``id_token_hint``): ``oidc_logout_response``.
+logged. A callback that answers no sign-in this session started (no pending state of its
+own: made up, or replayed) is the same page and no event: anyone can send one. Signing out
+of an OIDC session goes on to the provider's end-session endpoint (RP-initiated logout, with
+the ID token as ``id_token_hint``): ``oidc_logout_response``.
 """
 
 from __future__ import annotations
@@ -43,9 +45,13 @@ from integrations.services.staff.staff_sign_in import (
 if TYPE_CHECKING:
     from authlib.integrations.django_client import DjangoOAuth2App
 
-# This session's sign-in at the provider: whose it is, whether the provider did MFA, and the
-# ID token (the id_token_hint of the logout; nothing else reads it).
+# This session's sign-in at the provider: whose it is, when, whether the provider did MFA,
+# and the ID token (the id_token_hint of the logout; nothing else reads it).
 SESSION_KEY = "dropportal_oidc"
+# How long a sign-in at the provider stands for the password asked again of an account that
+# has none (to enrol our second factor, or to make new recovery codes): a stolen session
+# cookie cannot sign in at the provider again.
+RECENT_SIGN_IN = dt.timedelta(minutes=15)
 _NEXT_KEY = "dropportal_oidc_next"
 _TIMEOUT_SECONDS = 10  # every call to the provider (discovery, JWKS, token)
 _BACKEND = "django.contrib.auth.backends.ModelBackend"
@@ -140,15 +146,22 @@ def oidc_sign_in_view(request: HttpRequest) -> HttpResponse:
 def oidc_callback_view(request: HttpRequest) -> HttpResponse:
     if not oidc_enabled():
         raise Http404("sign-in through an identity provider is not set up")
+    # Anyone may send this address anything: only the answer to a sign-in this session
+    # started is recorded, so unauthenticated traffic cannot grow the ledger.
+    state = _started_here(request)
     if "error" in request.GET:  # the person cancelled, or the provider would not sign them in
         error = str(request.GET["error"])[:100]
-        staff_sign_in_refuse(
-            method=OIDC,
-            reason="the identity provider answered with an error",
-            username="",
-            error=error,
-        )
+        if state is not None:
+            identity_provider().framework.clear_state_data(request.session, state)  # spent
+            staff_sign_in_refuse(
+                method=OIDC,
+                reason="the identity provider answered with an error",
+                username="",
+                error=error,
+            )
         return _refused_page(request, f"{NOT_SIGNED_IN_THERE} ({error})")
+    if state is None:  # a state this session never made, or one already spent: a replay
+        return _refused_page(request, UNVERIFIED)
     from authlib.common.errors import AuthlibBaseError
     from joserfc.errors import JoseError
 
@@ -178,6 +191,7 @@ def oidc_callback_view(request: HttpRequest) -> HttpResponse:
     request.session[SESSION_KEY] = {
         "user": outcome.user.pk,
         "mfa": outcome.mfa_by_idp,
+        "signed_in_at": timezone.now().timestamp(),
         "id_token": token.get("id_token", ""),
     }
     # Ends this long after the sign-in whatever the activity: the roles are read again then.
@@ -187,6 +201,15 @@ def oidc_callback_view(request: HttpRequest) -> HttpResponse:
     if not admin.site.has_permission(request):  # our own second factor is still to pass
         return HttpResponseRedirect(f"{reverse('admin:mfa_verify')}?{urlencode({'next': wanted})}")
     return HttpResponseRedirect(wanted)
+
+
+def _started_here(request: HttpRequest) -> str | None:
+    """The callback's ``state`` when it is a sign-in this session started and has not yet
+    spent (Authlib keeps it in the session until the callback uses it), else None."""
+    state = str(request.GET.get("state") or "")
+    if state and identity_provider().framework.get_state_data(request.session, state):
+        return state
+    return None
 
 
 def oidc_session(request: HttpRequest) -> dict[str, Any] | None:
@@ -201,6 +224,20 @@ def oidc_mfa_passed(request: HttpRequest) -> bool:
     """The provider did multi-factor authentication for this session's sign-in."""
     found = oidc_session(request)
     return bool(found and found.get("mfa"))
+
+
+def oidc_signed_in_recently(request: HttpRequest) -> bool:
+    """This session's person signed in at the provider less than ``RECENT_SIGN_IN`` ago."""
+    found = oidc_session(request)
+    at = found.get("signed_in_at") if found else None
+    if not isinstance(at, int | float):  # a session from before it was recorded: not recent
+        return False
+    return timezone.now().timestamp() - at < RECENT_SIGN_IN.total_seconds()
+
+
+def oidc_sign_in_url(next_url: str) -> str:
+    """The sign-in through the provider, back to ``next_url``."""
+    return f"{reverse('admin:oidc_sign_in')}?{urlencode({'next': next_url})}"
 
 
 def oidc_logout_url(id_token: str) -> str | None:

@@ -30,7 +30,7 @@ from integrations.models import (
 )
 from integrations.services.cycle.canaries import canary_round_send
 from integrations.services.ledger import ledger_event_append
-from integrations.services.staff.keys import CreatedApiKey
+from integrations.services.staff.keys import CreatedApiKey, api_key_create
 from tests.builders import (
     DirectiveFactory,
     DropAccessObligationFactory,
@@ -217,6 +217,46 @@ def test_an_auditor_cannot_revoke_a_key(
     )
     key.refresh_from_db()
     assert key.revoked_at is None
+
+
+def test_a_connections_manager_revokes_only_the_keys_they_could_add(
+    client: Client, broker: Broker, make_key: Callable[..., CreatedApiKey]
+) -> None:
+    theirs = make_key("webhook_callback").api_key
+    audit = make_key("audit").api_key  # an Auditor's
+    every_broker = api_key_create(broker=None, scopes=["metrics"], actor="staff:root").api_key
+    manager = member_of("Connections managers", client)
+    answer = manager.post(
+        admin_url(ApiKey, "changelist"),
+        {"action": "revoke_keys", "_selected_action": [theirs.pk, audit.pk, every_broker.pk]},
+        follow=True,
+    )
+    revoked = set(ApiKey.objects.filter(revoked_at__isnull=False).values_list("pk", flat=True))
+    assert revoked == {theirs.pk}
+    shown = [str(m) for m in answer.context["messages"]]
+    assert "Revoked 1 key(s)." in shown
+    (skipped,) = [m for m in shown if m.startswith("Not revoked")]
+    assert audit.prefix in skipped and every_broker.prefix in skipped
+    assert [e.subject for e in LedgerEvent.objects.filter(kind="api_key.revoked")] == [
+        theirs.prefix
+    ]
+
+
+def test_a_superuser_revokes_every_key(
+    client: Client, make_key: Callable[..., CreatedApiKey]
+) -> None:
+    keys = [
+        make_key("webhook_callback").api_key,
+        make_key("audit").api_key,
+        api_key_create(broker=None, scopes=["metrics"], actor="staff:root").api_key,
+    ]
+    client.force_login(User.objects.create_superuser("root", "root@example.com", "pw-root-123"))
+    client.post(
+        admin_url(ApiKey, "changelist"),
+        {"action": "revoke_keys", "_selected_action": [key.pk for key in keys]},
+    )
+    assert not ApiKey.objects.filter(revoked_at__isnull=True).exists()
+    assert LedgerEvent.objects.filter(kind="api_key.revoked").count() == 3
 
 
 def test_a_connections_manager_adds_a_broker_but_not_a_user(client: Client) -> None:

@@ -571,6 +571,57 @@ def test_the_password_asked_again_counts_toward_the_lockout(
     assert _password_step(Client()).status_code == 429, "the login counts them too"
 
 
+NEW_PASSWORD = "a-new-pw-for-alice-9"
+
+
+def _own_password_change(member: Client, old: str):  # type: ignore[no-untyped-def]
+    return member.post(
+        reverse("admin:password_change"),
+        {"old_password": old, "new_password1": NEW_PASSWORD, "new_password2": NEW_PASSWORD},
+    )
+
+
+def test_changing_ones_own_password_counts_wrong_old_passwords_toward_the_lockout(
+    alice: User, recovery_codes: list[str]
+) -> None:
+    # Django's own page checked the old password with no lockout: a stolen session could
+    # guess it at leisure.
+    member = _fully_logged_in(recovery_codes[0])
+    refused = _own_password_change(member, "a-guess")
+    assert b"not the account&#x27;s password" in refused.content
+    for _ in range(settings.AXES_FAILURE_LIMIT - 1):
+        _own_password_change(member, "a-guess")
+    locked = _own_password_change(member, PASSWORD)
+    assert b"Too many wrong passwords" in locked.content
+    alice.refresh_from_db()
+    assert alice.check_password(PASSWORD), "not changed while locked out"
+    assert not LedgerEvent.objects.filter(kind="staff_user.password_changed").exists()
+    assert _password_step(Client()).status_code == 429, "the login counts them too"
+
+
+def test_ones_own_password_change_needs_the_old_one_and_ends_the_other_sessions(
+    alice: User, recovery_codes: list[str]
+) -> None:
+    member = _fully_logged_in(recovery_codes[0])
+    other = _fully_logged_in(recovery_codes[1])
+    assert _own_password_change(member, "wrong").status_code == 200  # the form again
+    alice.refresh_from_db()
+    assert alice.check_password(PASSWORD)
+
+    changed = _own_password_change(member, PASSWORD)
+    assert changed["Location"] == reverse("admin:password_change_done")
+    alice.refresh_from_db()
+    assert alice.check_password(NEW_PASSWORD)
+    assert member.get(INDEX).status_code == 200, "the session it was changed from stays"
+    assert other.get(INDEX).status_code == 302, "every other session ended"
+    (event,) = LedgerEvent.objects.filter(kind="staff_user.password_changed")
+    assert (event.subject, event.actor, event.data) == (
+        "alice",
+        "staff:alice",
+        {"sessions_ended": 1},
+    )
+
+
 def test_factors_enrolled_before_they_were_encrypted_are_named_on_the_dashboard(
     alice: User, recovery_codes: list[str]
 ) -> None:

@@ -1,4 +1,10 @@
-"""API keys: create (the clear key is returned once and never stored), revoke, authenticate."""
+"""API keys: create (the clear key is returned once and never stored), revoke, authenticate.
+
+::
+
+    created = api_key_create(broker=broker, scopes=["ingest"], actor="staff:ann")
+    api_keys_revoke(api_keys=[key, other], actor="staff:ann")  # all of them, or none
+"""
 
 from __future__ import annotations
 
@@ -118,6 +124,20 @@ def api_key_revoke(*, api_key: ApiKey, actor: str) -> ApiKey:
             actor=actor,
         )
     return locked
+
+
+def api_keys_revoke(*, api_keys: list[ApiKey], actor: str) -> int:
+    """Revoke every key of ``api_keys`` in one transaction (each its ledger event): a
+    failure revokes none. Returns how many were still active."""
+    with transaction.atomic():
+        active = list(
+            ApiKey.objects.select_for_update()
+            .filter(pk__in=[api_key.pk for api_key in api_keys], revoked_at__isnull=True)
+            .order_by("pk")
+        )
+        for api_key in active:
+            api_key_revoke(api_key=api_key, actor=actor)
+    return len(active)
 
 
 # Every API call starts here (the callbacks' hot path among them): one SQL function, which

@@ -1,15 +1,18 @@
 """Staff multi-factor authentication: a TOTP app and single-use recovery codes (django-otp
-devices of ``models/staff_mfa.py``, their secrets encrypted), and the resets of a lost factor
-or password.
+devices of ``models/staff_mfa.py``, their secrets encrypted), the resets of a lost factor or
+password, and a member's change of their own password.
 
 Each change is one transaction with its ledger event (never a code or a seed)::
 
     device = staff_mfa_pending_device(user=user, session_key=key)  # this session's own seed
     codes = staff_mfa_enrol(user=user, session_key=key, token="123456", password=pw,
                             actor="staff:ann")
+    codes = staff_mfa_recovery_codes_renew(user=user, password=pw, actor="staff:ann")
     device = staff_mfa_verify(user=user, token="123456")  # or a recovery code; None: refused
     staff_mfa_reset(user=user, actor="staff:root")        # lost phone: enrol again
     staff_password_reset_record(user_id=user.pk, actor="staff:root")  # after the admin set it
+    staff_password_change(user=user, old_password=pw, new_password=new, actor="staff:ann",
+                          keep_session_key=key)  # their own, the old one again
 
 An enrolment belongs to the session that started it, and asks for the password again: a
 session opened with a leaked or since-reset password cannot take over an account that has no
@@ -90,11 +93,7 @@ def staff_mfa_enrol(
     with transaction.atomic():
         # One enrolment at a time per account: the second one finds the first confirmed.
         get_user_model().objects.select_for_update().filter(pk=user.pk).first()
-        if password is None:
-            if user.has_usable_password():
-                raise ValidationError({"password": "that is not the account's password"})
-        elif not user.check_password(password or ""):
-            raise ValidationError({"password": "that is not the account's password"})
+        _password_again_check(user, password)
         if staff_mfa_enrolled(user):
             raise ValidationError({"token": "two-factor authentication is already set up"})
         device = (
@@ -184,12 +183,13 @@ def staff_mfa_recovery_codes_left(user: AbstractBaseUser) -> int:
 
 
 def staff_mfa_recovery_codes_renew(
-    *, user: AbstractBaseUser, password: str, actor: str
+    *, user: AbstractBaseUser, password: str | None, actor: str
 ) -> list[str]:
-    """New recovery codes, with the account's password again; the old ones stop working."""
+    """New recovery codes, with the account's password again; the old ones stop working.
+    ``password=None`` only for an account that has none (it signs in through the identity
+    provider, which this session did lately)."""
     with transaction.atomic():
-        if not user.check_password(password or ""):
-            raise ValidationError({"password": "that is not the account's password"})
+        _password_again_check(user, password)
         if not staff_mfa_enrolled(user):
             raise ValidationError({"password": "set up two-factor authentication first"})
         codes = _recovery_codes_replace(user)
@@ -238,6 +238,42 @@ def staff_password_reset_record(
     return ended
 
 
+def staff_password_change(
+    *,
+    user: AbstractBaseUser,
+    old_password: str,
+    new_password: str,
+    actor: str,
+    keep_session_key: str | None = None,
+) -> int:
+    """A member sets their own password (``new_password``, validated by the caller's form),
+    giving the current one again: their other sessions end (but ``keep_session_key``, the
+    one they did it from). Returns the sessions ended."""
+    with transaction.atomic():
+        locked = get_user_model().objects.select_for_update().get(pk=user.pk)
+        if not locked.has_usable_password():
+            # Not a wrong password (nothing to guess): refused, not counted.
+            raise ValidationError(
+                {
+                    "old_password": "this account has no password here: it signs in through "
+                    "the identity provider"
+                }
+            )
+        if not locked.check_password(old_password):
+            raise ValidationError({"password": "that is not the account's password"})
+        locked.set_password(new_password)
+        locked.save(update_fields=["password"])
+        user.password = locked.password  # the caller's copy keeps its session (its hash)
+        ended = staff_sessions_end(locked, keep_session_key=keep_session_key)
+        ledger_event_append(
+            kind=LedgerKind.STAFF_USER_PASSWORD_CHANGED,
+            subject=locked.get_username(),
+            actor=actor,
+            data={"sessions_ended": ended},
+        )
+    return ended
+
+
 def staff_sessions_end(user: AbstractBaseUser, *, keep_session_key: str | None = None) -> int:
     """End every session of ``user`` (but ``keep_session_key``); returns how many. Call it in
     the transaction of the change that ends them."""
@@ -250,6 +286,16 @@ def staff_sessions_end(user: AbstractBaseUser, *, keep_session_key: str | None =
     ]
     Session.objects.filter(session_key__in=theirs).delete()
     return len(theirs)
+
+
+def _password_again_check(user: AbstractBaseUser, password: str | None) -> None:
+    """The account's password asked again; ``None`` stands for it only on an account that
+    has no usable password (the caller vouches for a sign-in at the identity provider)."""
+    if password is None:
+        if user.has_usable_password():
+            raise ValidationError({"password": "that is not the account's password"})
+    elif not user.check_password(password or ""):
+        raise ValidationError({"password": "that is not the account's password"})
 
 
 def _recovery_codes_replace(user: AbstractBaseUser) -> list[str]:
