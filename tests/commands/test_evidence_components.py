@@ -216,6 +216,16 @@ def test_an_edited_components_file_fails(
     resigned = rewrite(out, without_components, key=evidence_signing_key())
     assert failure(resigned, public_key) == "components.json is missing, the manifest declares it"
 
+    def files_a_number(files: dict[str, bytes]) -> None:
+        document = json.loads(files[FILE])
+        document["components"]["hashing"]["files"] = 3
+        files[FILE] = json.dumps(document).encode()
+
+    resigned = rewrite(out, files_a_number, key=evidence_signing_key())
+    assert failure(resigned, public_key) == (
+        "components.json: hashing's files are not a list of names"
+    )
+
 
 def test_a_pack_from_before_the_components_still_verifies(
     cycle: DropCycle, tmp_path: Path, public_key: Path, capsys: pytest.CaptureFixture[str]
