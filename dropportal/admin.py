@@ -103,14 +103,22 @@ class DropportalAdminSite(UnfoldAdminSite):
     def admin_view(self, view: Callable[..., Any], cacheable: bool = False) -> Callable[..., Any]:
         """Admin pages show their times in DROP's zone, each with its abbreviation (PST).
 
-        Only the rendering is in that zone: the view's own logic keeps the current zone,
-        and what a page streams (an export) is written after it and stays UTC.
+        Only the rendering is in that zone, but for the views of a ``ModelAdmin`` with a
+        ``date_hierarchy``: its drill-down filters by the days its links name, so the whole
+        view (and what is built from its list, as the ledger's export) reads days in DROP's
+        calendar. What a page streams (an export) is written after it and stays UTC.
         """
         guarded = super().admin_view(_search_kept_out_of_urls(view), cacheable)
+        model_admin = getattr(view, "__self__", None)  # a ModelAdmin's views are its methods
+        days_in_drop_zone = bool(getattr(model_admin, "date_hierarchy", None))
 
         @wraps(guarded)
         def in_drop_zone(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-            response = guarded(request, *args, **kwargs)
+            if days_in_drop_zone:
+                with timezone.override(drop_timezone()):
+                    response = guarded(request, *args, **kwargs)
+            else:
+                response = guarded(request, *args, **kwargs)
             if isinstance(response, TemplateResponse) and not response.is_rendered:
                 with timezone.override(drop_timezone()):
                     response.render()

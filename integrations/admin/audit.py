@@ -25,7 +25,7 @@ from django.utils import timezone
 from django.utils.http import urlencode
 
 from integrations.admin.actors import staff_actor
-from integrations.drop.calendar import drop_day_bounds, drop_today
+from integrations.drop.calendar import DROP_YEARS, drop_day_bounds, drop_today
 from integrations.models import Broker, DropCycle
 from integrations.selectors.drop_metrics import METRIC_FIGURES, drop_metrics
 from integrations.services.evidence.evidence import evidence_pack_export, evidence_public_key_pem
@@ -47,7 +47,7 @@ class MetricsForm(forms.Form):
     broker = forms.ModelChoiceField(
         Broker.objects.order_by("broker_id"), to_field_name="broker_id", empty_label=None
     )
-    year = forms.IntegerField(min_value=2000, max_value=9998)
+    year = forms.IntegerField(min_value=DROP_YEARS[0], max_value=DROP_YEARS[-1])
 
 
 def drop_metrics_view(request: HttpRequest) -> HttpResponse:
@@ -91,13 +91,27 @@ def drop_metrics_view(request: HttpRequest) -> HttpResponse:
     return TemplateResponse(request, "admin/drop_metrics.html", context)
 
 
+def _in_drop_years(day: dt.date) -> None:
+    # A date past DROP_YEARS has no end in UTC to export up to (9999-12-31's next day).
+    if day.year not in DROP_YEARS:
+        raise ValidationError(f"give a date in the years {DROP_YEARS[0]} to {DROP_YEARS[-1]}")
+
+
 class EvidenceForm(forms.Form):
     broker = forms.ModelChoiceField(
         Broker.objects.order_by("broker_id"), to_field_name="broker_id", empty_label=None
     )
     cycle = forms.CharField(required=False, help_text="a cycle's drop_session_id, or a period:")
-    since = forms.DateField(required=False, help_text="YYYY-MM-DD, inclusive (a DROP day)")
-    until = forms.DateField(required=False, help_text="YYYY-MM-DD, inclusive (a DROP day)")
+    since = forms.DateField(
+        required=False,
+        validators=[_in_drop_years],
+        help_text="YYYY-MM-DD, inclusive (a DROP day)",
+    )
+    until = forms.DateField(
+        required=False,
+        validators=[_in_drop_years],
+        help_text="YYYY-MM-DD, inclusive (a DROP day)",
+    )
     sample = forms.IntegerField(
         required=False, min_value=1, help_text="add this many work items' stories, drawn by:"
     )

@@ -25,7 +25,13 @@ from integrations.admin.charts import cycle_timeline
 from integrations.admin.drop_notifications import drop_notifications_table
 from integrations.admin.reports import set_work_item_status
 from integrations.admin.story import story_context
-from integrations.drop.calendar import drop_date, drop_timezone, drop_today, drop_year_bounds
+from integrations.drop.calendar import (
+    DROP_YEARS,
+    drop_date,
+    drop_timezone,
+    drop_today,
+    drop_year_bounds,
+)
 from integrations.drop_statuses import STATUS_CODES, DropStatus
 from integrations.list_types import DATA_TYPE_OF
 from integrations.models import (
@@ -264,7 +270,7 @@ class DropYearFilter(admin.SimpleListFilter):
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         value = self.value()
-        if value and value.isdigit() and 2000 <= int(value) <= 9998:
+        if value and value.isdigit() and int(value) in DROP_YEARS:
             start, end = drop_year_bounds(int(value))
             cycles = DropCycle.objects.filter(downloaded_at__gte=start, downloaded_at__lt=end)
             return queryset.filter(cycle__in=cycles.values("pk"))

@@ -2,7 +2,7 @@
 
 Connections managers register providers (name, contact, an S3 prefix or none: download
 here). Operators and Auditors see every directive and download its CSV and ``.sig``
-(each download a ledger event); Operators record a provider's acknowledgement with its
+(each download a ledger event, so a POST); Operators record a provider's acknowledgement with its
 reference ("Record acknowledgement"). Every change goes through
 ``services.providers`` (ledger events with the staff actor).
 """
@@ -18,7 +18,7 @@ from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -42,6 +42,9 @@ from integrations.services.providers.providers import (
 )
 
 ACKNOWLEDGE_PERMISSION = "integrations.acknowledge_directive"
+# The form each "download" button submits, with the page's CSRF token.
+DOWNLOAD_FORM = "admin/integrations/directive/download_form.html"
+DOWNLOAD_FORM_ID = "dp-directive-download"
 
 
 class ServiceProviderForm(forms.ModelForm):
@@ -142,6 +145,8 @@ class DirectiveAdmin(ModelAdmin):
         "download",
     ]
     actions = ["acknowledge_directives", "write_directives_again"]
+    list_after_template = DOWNLOAD_FORM
+    change_form_outer_after_template = DOWNLOAD_FORM
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Directive]:
         return super().get_queryset(request).defer("content")
@@ -184,8 +189,15 @@ class DirectiveAdmin(ModelAdmin):
 
     @admin.display(description="CSV and signature")
     def download(self, obj: Directive) -> str:
+        # A download is a ledger event, so it is a POST: the button submits the page's one
+        # download form (DOWNLOAD_FORM, outside the list's and the record's own forms).
         url = reverse("admin:integrations_directive_download", args=[obj.pk])
-        return format_html('<a href="{}" download>{}</a>', url, "download")
+        return format_html(
+            '<button type="submit" form="{}" formaction="{}" class="dp-post-button">{}</button>',
+            DOWNLOAD_FORM_ID,
+            url,
+            "download",
+        )
 
     @admin.action(
         description="Record the provider's acknowledgement (with its reference)",
@@ -253,6 +265,8 @@ class DirectiveAdmin(ModelAdmin):
 
     def download_view(self, request: HttpRequest, pk: int) -> HttpResponse:
         """A ZIP of the CSV and its ``.sig``, exactly as stored (stored, not deflated)."""
+        if request.method != "POST":  # it writes a ledger event: no link or prefetch may trigger it
+            return HttpResponseNotAllowed(["POST"])
         if not self.has_view_permission(request):
             raise PermissionDenied
         directive = get_object_or_404(Directive.objects.select_related("broker"), pk=pk)

@@ -10,6 +10,7 @@ matched on November 25::
     drop_year_bounds(2026)             # the year's first and last moments, as aware datetimes
     drop_day_bounds(date(2026, 7, 1))  # the day's, likewise (07:00 UTC to 07:00 UTC in July)
     drop_time_text(integration.retired_at)  # "2026-11-25 22:30 PST", for a message to staff
+    day.year in DROP_YEARS             # a date staff gave is one we can compute with
 """
 
 from __future__ import annotations
@@ -19,6 +20,11 @@ import zoneinfo
 
 from django.conf import settings
 from django.utils import timezone
+
+# The years staff may name as DROP dates (a form, a list filter, a command's --year): DROP
+# began long after 2000, and 9998 keeps the end of a day or a year, moved to UTC, within the
+# dates Python holds (the day after 9999-12-31 does not exist).
+DROP_YEARS = range(2000, 9999)
 
 
 def drop_timezone() -> zoneinfo.ZoneInfo:

@@ -150,11 +150,16 @@ class PackChecker:
         if not isinstance(manifest, dict) or manifest.get("format") != pack.FORMAT:
             raise PackInvalid(f"{pack.MANIFEST} is not a {pack.FORMAT} manifest")
         trusted = self.public_key_pem is not None
+        enclosed = manifest.get("signing_key")
+        if not trusted and not (
+            isinstance(enclosed, dict) and isinstance(enclosed.get("public_key"), str)
+        ):
+            raise PackInvalid(f"{pack.MANIFEST}: signing_key has no public_key string")
         try:
             key = pack.load_public_key(
                 self.public_key_pem
                 if self.public_key_pem is not None
-                else str(manifest.get("signing_key", {}).get("public_key", ""))
+                else manifest["signing_key"]["public_key"]
             )
         except ValueError as exc:
             raise PackInvalid(f"the public key: {exc}") from None
@@ -166,6 +171,11 @@ class PackChecker:
                 f"{pack.MANIFEST}'s signature does not verify with the "
                 f"{'given' if trusted else 'enclosed'} public key (SHA-256 {fingerprint[:16]}…)"
             ) from None
+        # Anyone can sign a manifest with a key of their own and enclose it: what the checks
+        # read of it is held to its shape, so a malformed one is a failure, not a crash.
+        problem = _manifest_shape_problem(manifest)
+        if problem:
+            raise PackInvalid(f"{pack.MANIFEST}: {problem}")
         self.result.manifest = manifest
         self.result.key_fingerprint = fingerprint
         self.result.key_trusted = trusted
@@ -176,11 +186,10 @@ class PackChecker:
         return manifest
 
     def check_digests(self, manifest: dict[str, Any]) -> None:
-        listed = manifest.get("files")
-        if not isinstance(listed, list):
-            raise PackInvalid(f"{pack.MANIFEST} lists no files")
-        for entry in listed:
-            self.files[str(entry.get("name"))] = entry
+        for entry in manifest["files"]:
+            if entry["name"] in self.files:
+                raise PackInvalid(f"{pack.MANIFEST} lists {entry['name']} twice")
+            self.files[entry["name"]] = entry
         present = set(self.archive.namelist()) - {pack.MANIFEST, pack.SIGNATURE}
         for name in sorted(present - set(self.files)):
             raise PackInvalid(f"{name} is in the pack but not in the manifest")
@@ -236,8 +245,8 @@ class PackChecker:
     # -- the ledger
 
     def check_ledger(self, manifest: dict[str, Any]) -> None:
-        broker_id = str((manifest.get("broker") or {}).get("broker_id", ""))
-        span = manifest.get("ledger_range") or {}
+        broker_id = manifest["broker"]["broker_id"]
+        span = manifest["ledger_range"]
         previous = span.get("chain_hash_before")
         last_position = 0
         first_id: int | None = None
@@ -307,10 +316,13 @@ class PackChecker:
         if event["broker_id"] != broker_id:
             raise PackInvalid(f"{where}: event {event['id']} of another broker given in full")
         kind, data, subject = event["kind"], event["data"], event["subject"]
-        if not isinstance(data, dict):
-            return
+        if not isinstance(kind, str) or not isinstance(data, dict):
+            return  # not an event the cross-checks read: they then find its record missing
         if kind == LedgerKind.DROP_CYCLE_IMPORTED:
-            self.cycles_imported[str(data.get("drop_session_id"))] = int(data.get("not_found") or 0)
+            not_found = data.get("not_found") or 0
+            if not isinstance(not_found, int):
+                raise PackInvalid(f"{where}: event {event['id']}'s not_found is not a number")
+            self.cycles_imported[str(data.get("drop_session_id"))] = not_found
         elif kind == LedgerKind.DELETION_REQUEST_OUTCOME_RECORDED:
             self.outcomes_recorded.add(_digest(f"{subject}|{data.get('drop_outcome')}"))
         elif kind in (LedgerKind.WORK_ITEM_STATUS_SETTLED, LedgerKind.WORK_ITEM_STATUS_SET):
@@ -464,7 +476,7 @@ class PackChecker:
             raise PackInvalid(problems[0] + more)
         components: dict[str, dict[str, Any]] = document["components"]
         results = {key: component["result"] for key, component in components.items()}
-        if isinstance(declared, dict) and declared.get("results") != results:
+        if declared is not None and declared.get("results") != results:
             raise PackInvalid(f"{layout.FILE}: its results are not the manifest's")
         self.result.components = {
             key: {
@@ -508,6 +520,26 @@ class PackChecker:
             f"sample: {len(items)} stories drawn with seed {sample.get('seed')!r}, each page "
             "as exported"
         )
+
+
+def _manifest_shape_problem(manifest: dict[str, Any]) -> str | None:
+    """What is not the shape the checks read in a manifest (None when all is): the broker
+    and the ledger range objects, the broker's id, the files a list of objects each named,
+    the components an object when there."""
+    for key in ("broker", "ledger_range"):
+        if not isinstance(manifest.get(key), dict):
+            return f"{key} is not an object"
+    if not isinstance(manifest["broker"].get("broker_id"), str):
+        return "broker has no broker_id string"
+    files = manifest.get("files")
+    if not isinstance(files, list):
+        return "files is not a list"
+    for number, entry in enumerate(files, start=1):
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            return f"files entry {number} is not an object with a name string"
+    if manifest.get("components") is not None and not isinstance(manifest["components"], dict):
+        return "components is not an object"
+    return None
 
 
 class _ChunkReader(io.RawIOBase):

@@ -62,9 +62,13 @@ def component_problems(document: Any, members: set[str]) -> list[str]:
             problems.append(
                 f"{FILE}: {key} says {component.get('result')!r} but its tests give {expected!r}"
             )
+        files = component.get("files") or []
+        if not isinstance(files, list) or not all(isinstance(name, str) for name in files):
+            problems.append(f"{FILE}: {key}'s files are not a list of names")
+            continue
         problems += [
             f"{FILE}: {key} names {name}, which is not in the pack"
-            for name in component.get("files") or ()
+            for name in files
             if name not in members
         ]
     return problems

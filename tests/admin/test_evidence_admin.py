@@ -83,6 +83,20 @@ def test_a_period_is_of_drop_days_as_the_command_reads_it(cycle: DropCycle, clie
     }
 
 
+@pytest.mark.parametrize(
+    ("since", "until"), [("2026-01-01", "9999-12-31"), ("9999-12-30", "9999-12-31")]
+)
+def test_a_period_past_the_last_day_it_can_end_is_a_form_error(
+    cycle: DropCycle, client: Client, since: str, until: str
+) -> None:
+    # The day after 9999-12-31, where that period would end, is past the dates Python holds.
+    login(client, "Auditors")
+    response = client.post("/admin/evidence/", {"broker": "4821", "since": since, "until": until})
+    assert response.status_code == 200  # the form again, saying why
+    assert "give a date in the years 2000 to 9998" in response.content.decode()
+    assert not LedgerEvent.objects.filter(kind="evidence.exported").exists()
+
+
 def test_the_form_takes_a_sample_and_its_seed(cycle: DropCycle, client: Client) -> None:
     login(client, "Auditors")
     response = client.post(

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import io
 import json
 
 import pytest
 from django.contrib.auth.models import Group, User
+from django.core.management import call_command
 from django.test import Client
 
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import LedgerEvent
+from integrations.services import ledger as ledger_service
 from integrations.services.ledger import ledger_event_append, ledger_seal
 
 pytestmark = pytest.mark.django_db
@@ -89,3 +92,35 @@ def test_an_export_is_a_post_a_link_cannot_trigger(auditor: Client) -> None:
 
     assert response.status_code == 405
     assert not LedgerEvent.objects.filter(kind="ledger.exported").exists()
+
+
+# 03:00 UTC on January 1, 2027 is 19:00 on December 31, 2026 in California.
+LATE_EVENING = dt.datetime(2027, 1, 1, 3, 0, tzinfo=dt.UTC)
+DEC_31 = "created_at__day=31&created_at__month=12&created_at__year=2026"  # as the list links it
+
+
+def test_the_date_drill_down_and_its_export_count_drop_days_as_the_command_does(
+    auditor: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ledger_service.timezone, "now", lambda: LATE_EVENING)
+    late = ledger_event_append(
+        kind=LedgerKind.BROKER_CREATED, broker_id="4823", subject="4823", actor="cli:ops"
+    )
+    monkeypatch.undo()
+    ledger_seal()
+    from_command = io.StringIO()
+    call_command(
+        "ledger", "export", "--since", "2026-12-31", "--until", "2026-12-31", stdout=from_command
+    )
+
+    # The list, showing its times in DROP's zone, offers the event's day as December 31 ...
+    month = auditor.get(
+        "/admin/integrations/ledgerevent/?created_at__year=2026&created_at__month=12"
+    )
+    assert f"?{DEC_31}" in month.content.decode().replace("&amp;", "&")
+    # ... that day's list holds it, and so does that day's export, as the command's.
+    day = auditor.get(f"/admin/integrations/ledgerevent/?{DEC_31}")
+    assert list(day.context["cl"].result_list) == [late]
+    exported = body(auditor.post(f"/admin/integrations/ledgerevent/export.csv?{DEC_31}"))
+    assert [r["id"] for r in csv.DictReader(io.StringIO(exported))] == [str(late.pk)]
+    assert exported == from_command.getvalue()

@@ -67,7 +67,7 @@ def test_a_connections_manager_adds_a_provider_through_the_service(broker: Broke
 
 
 def test_an_auditor_downloads_the_csv_and_its_signature(directive: Directive) -> None:
-    answer = role_client("Auditors").get(
+    answer = role_client("Auditors").post(
         reverse("admin:integrations_directive_download", args=[directive.pk])
     )
     assert answer.status_code == 200
@@ -80,6 +80,40 @@ def test_an_auditor_downloads_the_csv_and_its_signature(directive: Directive) ->
     directive_verify(public_key, content, signature)
     event = LedgerEvent.objects.get(kind=LedgerKind.DIRECTIVE_DOWNLOADED)
     assert (event.actor, event.data["via"]) == ("staff:auditors", "admin")
+
+
+def test_a_get_of_a_directive_download_is_refused_and_writes_nothing(
+    directive: Directive,
+) -> None:
+    # A download is a ledger event in the staff member's name: a prefetch, a link or another
+    # site's <img> must not write one.
+    answer = role_client("Auditors").get(
+        reverse("admin:integrations_directive_download", args=[directive.pk])
+    )
+    assert answer.status_code == 405
+    assert not LedgerEvent.objects.filter(kind=LedgerKind.DIRECTIVE_DOWNLOADED).exists()
+
+
+@pytest.mark.parametrize("page", ["list", "record"])
+def test_the_download_button_posts_the_pages_csrf_form(directive: Directive, page: str) -> None:
+    user = User.objects.create_user("ada", password="pw-123-role", is_staff=True)
+    user.groups.add(Group.objects.get(name="Auditors"))
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(user)
+    url = reverse("admin:integrations_directive_download", args=[directive.pk])
+    where = {
+        "list": reverse("admin:integrations_directive_changelist"),
+        "record": reverse("admin:integrations_directive_change", args=[directive.pk]),
+    }[page]
+    html = client.get(where).content.decode()
+    assert f'href="{url}"' not in html  # no link a prefetch could follow
+    assert f'form="dp-directive-download" formaction="{url}"' in html
+    form = html.split('<form id="dp-directive-download" method="post"')[1].split("</form>")[0]
+    token = form.split('name="csrfmiddlewaretoken" value="')[1].split('"')[0]
+    answer = client.post(url, {"csrfmiddlewaretoken": token})
+    assert answer.status_code == 200
+    assert answer["Content-Type"] == "application/zip"
+    assert LedgerEvent.objects.filter(kind=LedgerKind.DIRECTIVE_DOWNLOADED).count() == 1
 
 
 def test_an_operator_records_the_acknowledgement_with_its_reference(

@@ -30,6 +30,7 @@ from dropportal import local_state
 from integrations.drop.client import DropClient
 from integrations.evidence import pack, verify
 from integrations.evidence.verify import verify_pack
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     Broker,
     DeletionRequest,
@@ -40,6 +41,7 @@ from integrations.models import (
 )
 from integrations.services.cycle.work_items import work_item_status_set
 from integrations.services.evidence.evidence import evidence_signing_key
+from integrations.services.ledger import ledger_event_append
 from integrations.services.reporting.report_manual import report_file_discard
 from integrations.services.reporting.reports import report_run
 from tests.evidence_world import DROP_KEY, evidence_world
@@ -230,6 +232,82 @@ def test_an_edited_event_fails_even_when_signed_again(exported: Path, public_key
 
     resigned = rewrite(exported, edit, key=evidence_signing_key())
     assert "'s content does not match its hash" in failure(resigned, public_key)
+
+
+def _signed_manifest(path: Path, change: Callable[[dict[str, Any]], None]) -> Path:
+    """The pack with its manifest changed by ``change`` and signed by a key of its own,
+    enclosed: anyone can make one."""
+    key = Ed25519PrivateKey.generate()
+    files = members(path)
+    manifest = json.loads(files[pack.MANIFEST])
+    manifest["signing_key"]["public_key"] = pack.public_key_pem(key)
+    change(manifest)
+    files[pack.MANIFEST] = json.dumps(manifest, indent=2).encode()
+    files[pack.SIGNATURE] = pack.sign_manifest(key, files[pack.MANIFEST])
+    crafted = path.with_name("crafted.zip")
+    _write(crafted, files)
+    return crafted
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (lambda m: m.update(broker="4821"), ": broker is not an object"),
+        (lambda m: m["broker"].update(broker_id=4821), ": broker has no broker_id string"),
+        (lambda m: m.update(ledger_range=[]), ": ledger_range is not an object"),
+        (lambda m: m.update(files={}), ": files is not a list"),
+        (
+            lambda m: m["files"].insert(0, "outcomes.csv"),
+            ": files entry 1 is not an object with a name string",
+        ),
+        (lambda m: m["files"].append(m["files"][0]), " lists outcomes.csv twice"),
+        (lambda m: m.update(components="all passed"), ": components is not an object"),
+        (lambda m: m.update(signing_key="ed25519"), ": signing_key has no public_key string"),
+    ],
+    ids=[
+        "broker-a-string",
+        "broker-id-a-number",
+        "ledger-range-a-list",
+        "files-an-object",
+        "a-file-entry-a-string",
+        "a-file-listed-twice",
+        "components-a-string",
+        "signing-key-a-string",
+    ],
+)
+def test_a_malformed_signed_manifest_is_one_clear_failure(
+    exported: Path,
+    change: Callable[[dict[str, Any]], None],
+    reason: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Verified without --public-key, as an auditor checks a pack from anyone: the enclosed
+    # key signs whatever it was given, so the manifest's shape is all that stands.
+    assert verify.run(str(exported), public_key=None, as_json=False) == 0
+    capsys.readouterr()
+    assert verify.run(str(_signed_manifest(exported, change)), public_key=None, as_json=False) == 1
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"Evidence pack does not verify: manifest.json{reason}"
+    )
+
+
+def test_a_ledger_event_of_an_unexpected_shape_is_one_clear_failure(
+    cycle: DropCycle, tmp_path: Path, public_key: Path
+) -> None:
+    # Hashed and chained like any other: only its data is not what the checks read.
+    ledger_event_append(
+        kind=LedgerKind.DROP_CYCLE_IMPORTED,
+        broker_id="4821",
+        subject="1",
+        actor="cli:mallory",
+        data={"drop_session_id": "1", "not_found": "many"},
+    )
+    out = tmp_path / "odd.zip"
+    call_command(
+        "evidence", "export", "--broker", "4821", "--cycle", "1", "--out", str(out),
+        stdout=io.StringIO(),
+    )  # fmt: skip
+    assert failure(out, public_key).endswith("'s not_found is not a number")
 
 
 def test_an_outcome_without_its_event_fails(exported: Path, public_key: Path) -> None:

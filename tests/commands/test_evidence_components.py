@@ -27,11 +27,12 @@ from integrations.evidence import pack
 from integrations.evidence.components import FILE, KEYS, TITLES, component_problems
 from integrations.evidence.verify import verify_pack
 from integrations.ledger_kinds import LedgerKind
-from integrations.models import Broker, DropCycle, LedgerEvent, WorkItem
+from integrations.models import Broker, CycleState, DropCycle, LedgerEvent, WorkItem
+from integrations.services.cycle.drop_import import drop_zip_import
 from integrations.services.evidence import components as builders
 from integrations.services.evidence.evidence import evidence_signing_key
 from integrations.services.ledger import ledger_event_append
-from tests.builders import DropAccessObligationFactory, DropCycleFactory
+from tests.builders import DropAccessObligationFactory, DropCycleFactory, drop_zip, write_zip
 from tests.commands.test_evidence import failure, members, rewrite
 from tests.evidence_world import DROP_KEY, evidence_world
 
@@ -215,6 +216,16 @@ def test_an_edited_components_file_fails(
     resigned = rewrite(out, without_components, key=evidence_signing_key())
     assert failure(resigned, public_key) == "components.json is missing, the manifest declares it"
 
+    def files_a_number(files: dict[str, bytes]) -> None:
+        document = json.loads(files[FILE])
+        document["components"]["hashing"]["files"] = 3
+        files[FILE] = json.dumps(document).encode()
+
+    resigned = rewrite(out, files_a_number, key=evidence_signing_key())
+    assert failure(resigned, public_key) == (
+        "components.json: hashing's files are not a list of names"
+    )
+
 
 def test_a_pack_from_before_the_components_still_verifies(
     cycle: DropCycle, tmp_path: Path, public_key: Path, capsys: pytest.CaptureFixture[str]
@@ -361,3 +372,40 @@ def test_a_file_approved_by_its_own_writer_fails_status_reporting(
     failed = decisions()
     assert failed["result"] == "fail"
     assert failed["detail"] == "decided by their own writer: 4821_1_email.csv"
+
+
+@pytest.mark.parametrize(
+    ("rows", "state", "verdict", "result"),
+    [
+        ([], CycleState.NOTHING_OWED, "nothing owed", "pass"),
+        ([("1", "a" * 64)], CycleState.OPEN, "overdue", "fail"),
+    ],
+    ids=["empty-package", "one-row-unreported"],
+)
+def test_a_cycle_that_owed_nothing_is_not_overdue(
+    broker: Broker,
+    tmp_path: Path,
+    public_key: Path,
+    rows: list[tuple[str, str]],
+    state: str,
+    verdict: str,
+    result: str,
+) -> None:
+    # Downloaded on August 1 (the package's date): due September 15, long past. DROP owes no
+    # status for an empty file, so a package of empty lists is never reported.
+    package = drop_zip(broker, {"Email": rows, "Phone": []}, date="20260801")
+    imported = drop_zip_import(
+        broker=broker,
+        path=write_zip(tmp_path, package, name="20260801_4821_DROP.zip"),
+        actor="test",
+    )
+    cycle = imported.cycle
+    assert (cycle.state, cycle.due_date < drop_today()) == (state, True)
+
+    out = export(tmp_path, "--cycle", cycle.drop_session_id)
+    reporting = components_of(out)["status_reporting"]
+    assert reporting["records"]["cycles"][0]["deadline"] == verdict
+    deadline = reporting["tests"][0]
+    assert deadline["result"] == result, deadline["detail"]
+    assert f"<td>{verdict}</td>" in members(out)[pack.SUMMARY].decode()
+    assert verify_pack(out, public_key_pem=public_key.read_bytes()).ok

@@ -35,7 +35,7 @@ from django.core.management.base import CommandError
 from django.utils import timezone
 from tqdm import tqdm
 
-from integrations.drop.calendar import drop_date, drop_time_text
+from integrations.drop.calendar import DROP_YEARS, drop_date, drop_time_text
 from integrations.exports import csv_cell
 from integrations.management.base import broker_or_error, date_bound
 from integrations.management.drop_directives import DirectiveSubcommands
@@ -202,7 +202,7 @@ class Command(DirectiveSubcommands, ReportSubcommand, SuppressionSubcommands):
 
     def handle_metrics(self, **options: Any) -> None:
         broker = broker_or_error(options["broker"])
-        if not 2000 <= options["year"] <= 9998:
+        if options["year"] not in DROP_YEARS:
             raise CommandError(f"--year must be a year like 2027, not {options['year']}")
         as_json = options["format"] == "json"
         if options["registry"]:

@@ -6,6 +6,7 @@ and DROP cycles, read by ``services.evidence.evidence`` inside its one snapshot:
     period.report_files()       # the response files DROP got, without their content
     report_file_content(pk)     # one file's bytes, in chunks
     period.ledger_since()       # where the pack's ledger range starts
+    period.cycle_summaries(today=drop_date(exported_at))  # per cycle, its deadline's verdict
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from django.db.models.functions import Cast
 from integrations.drop.calendar import drop_date
 from integrations.models import (
     Broker,
+    CycleState,
     DeletionRequest,
     DropCycle,
     ReportFile,
@@ -124,7 +126,9 @@ class Period:
         )
         return min(earliest, self.since) if self.since else earliest
 
-    def cycle_summaries(self) -> list[dict[str, Any]]:
+    def cycle_summaries(self, *, today: dt.date) -> list[dict[str, Any]]:
+        """Per cycle: its work items by the status DROP holds, its amendments, when every
+        status was reported, and its deadline's verdict (``cycle_deadline``) on ``today``."""
         cycles = list(self.cycles().order_by("downloaded_at"))
         counts: dict[int, dict[str, int]] = {cycle.pk: {} for cycle in cycles}
         for cycle_id, key, count in _cycle_counts([cycle.pk for cycle in cycles]):
@@ -144,10 +148,26 @@ class Period:
                     "open": counts[cycle.pk].get("open", 0),
                     "amendments": amendments,
                     "reported_at": reported_at,
-                    "met": reported_at is not None and drop_date(reported_at) <= cycle.due_date,
+                    "deadline": cycle_deadline(cycle, reported_at=reported_at, today=today),
                 }
             )
         return summaries
+
+
+# The verdicts of ``cycle_deadline`` that fail the status reporting component's test.
+DEADLINE_FAILED = ("missed", "overdue")
+
+
+def cycle_deadline(cycle: DropCycle, *, reported_at: dt.datetime | None, today: dt.date) -> str:
+    """Whether every status of ``cycle`` reached DROP by its due date (days of DROP's
+    calendar): "met", "missed" (reported after it), "open" (not yet, and not yet due),
+    "overdue" (not yet, and past it), or "nothing owed": DROP's package held no work item,
+    and no status is owed for an empty file, so none is ever reported."""
+    if cycle.state == CycleState.NOTHING_OWED:
+        return "nothing owed"
+    if reported_at is None:
+        return "open" if today <= cycle.due_date else "overdue"
+    return "met" if drop_date(reported_at) <= cycle.due_date else "missed"
 
 
 # In the order of DROP's figures: complied with, denied, not found.

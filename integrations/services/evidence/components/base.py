@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from integrations.drop.calendar import drop_date
 from integrations.evidence import components as layout
 from integrations.models import Broker, DropCycle
 from integrations.services.evidence.evidence_period import Period
@@ -26,8 +27,9 @@ class PackContext:
 
     @cached_property
     def cycle_summaries(self) -> list[dict[str, Any]]:
-        """``Period.cycle_summaries`` read once for the summary and every builder."""
-        return self.period.cycle_summaries()
+        """``Period.cycle_summaries`` read once for the summary and every builder, judged
+        on the export's day."""
+        return self.period.cycle_summaries(today=drop_date(self.exported_at))
 
     @cached_property
     def window(self) -> tuple[dt.datetime, dt.datetime]:

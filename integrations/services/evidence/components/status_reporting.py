@@ -7,10 +7,10 @@ from collections import Counter
 
 from django.db import connection
 
-from integrations.drop.calendar import drop_date
 from integrations.evidence import pack
 from integrations.ledger_kinds import LedgerKind
 from integrations.services.evidence.components.base import Component, PackContext
+from integrations.services.evidence.evidence_period import DEADLINE_FAILED
 from integrations.services.ledger import actor_person
 
 APPROVAL_KINDS = (
@@ -50,19 +50,13 @@ def build(context: PackContext) -> Component:
             "portal is as staff recorded it."
         ),
     )
-    today = drop_date(context.exported_at)
     cycles = []
     late = []
     for summary in context.cycle_summaries:
         cycle = summary["cycle"]
         reported_at = summary["reported_at"]
-        if summary["met"]:
-            verdict = "met"
-        elif reported_at is not None:
-            verdict = "missed"
-        else:
-            verdict = "open" if today <= cycle.due_date else "overdue"
-        if verdict in ("missed", "overdue"):
+        verdict = summary["deadline"]
+        if verdict in DEADLINE_FAILED:
             late.append(f"cycle {cycle.drop_session_id} due {cycle.due_date}: {verdict}")
         cycles.append(
             {
