@@ -334,7 +334,9 @@ class ReportFileAdmin(ModelAdmin):
             raise PermissionDenied
         reportable = WorkItem.objects.reportable().filter(cycle=OuterRef("pk"))
         cycles = drop_cycles_by_urgency(
-            DropCycle.objects.filter(Exists(reportable)).select_related("broker")
+            DropCycle.objects.may_have_outstanding()
+            .filter(Exists(reportable))
+            .select_related("broker")
         )
         form = GenerateForm(request.POST or None, cycles=cycles)
         if request.method == "POST" and form.is_valid():

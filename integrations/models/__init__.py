@@ -8,9 +8,11 @@ from integrations.models.drop import (
     HASH_TYPE_CHOICES,
     CycleState,
     DropCycle,
+    OutstandingCycle,
     UnreadableWorkItem,
     WorkItem,
     WorkItemState,
+    cycle_may_have_outstanding,
     no_status_held,
     owed_status,
 )
@@ -100,6 +102,7 @@ __all__ = [
     "ListSelection",
     "OfItsKind",
     "OptOutRecord",
+    "OutstandingCycle",
     "Reappearance",
     "ReportFile",
     "ReportFileState",
@@ -117,6 +120,7 @@ __all__ = [
     "WebhookIntegration",
     "WorkItem",
     "WorkItemState",
+    "cycle_may_have_outstanding",
     "no_status_held",
     "owed_status",
 ]

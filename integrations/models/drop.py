@@ -26,6 +26,21 @@ class CycleState(models.TextChoices):
     NOTHING_OWED = "nothing_owed", "Nothing owed"
 
 
+def cycle_may_have_outstanding() -> models.Exists:
+    """On a query of cycles: those that may have work items in an outstanding state
+    (``outstanding_status``), i.e. with an ``OutstandingCycle`` row. Every cycle that has
+    such an item is among them; one left out has none, and costs no look at its work
+    items. A probe for work items in a state (owed, reportable, awaiting an outcome...)
+    over many cycles asks its exact question of these cycles only."""
+    return models.Exists(OutstandingCycle.objects.filter(cycle=models.OuterRef("pk")))
+
+
+class DropCycleQuerySet(models.QuerySet["DropCycle"]):
+    def may_have_outstanding(self) -> DropCycleQuerySet:
+        """Cycles that may have outstanding work items (``cycle_may_have_outstanding``)."""
+        return self.filter(cycle_may_have_outstanding())
+
+
 class DropCycle(models.Model):
     broker = models.ForeignKey(
         "integrations.Broker", on_delete=models.PROTECT, related_name="cycles"
@@ -54,6 +69,8 @@ class DropCycle(models.Model):
     match_rates = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(db_default=Now())
 
+    objects = DropCycleQuerySet.as_manager()
+
     class Meta:
         verbose_name = "DROP cycle"
         ordering = ["-downloaded_at"]
@@ -81,7 +98,11 @@ class WorkItemState(models.TextChoices):
 
 def outstanding_status() -> Q:
     """Work items whose current status DROP does not hold: none known yet (``open``), or one
-    to send or to amend (``reportable``). Neither ``reported`` nor removed."""
+    to send or to amend (``reportable``). Neither ``reported`` nor removed.
+
+    Every cycle with such an item has its ``OutstandingCycle`` row (kept by the database,
+    ``sql/outstanding_cycles.sql``): a probe for items in these states over many cycles
+    first keeps the cycles ``DropCycleQuerySet.may_have_outstanding`` names."""
     return Q(state__in=[WorkItemState.OPEN, WorkItemState.REPORTABLE])
 
 
@@ -220,11 +241,40 @@ class WorkItem(models.Model):
             # (docs/benchmarks.md, DROP cycle import). The broker is checked on the row.
             HashIndex(fields=["hash"], name="work_item_hash"),
             models.Index(fields=["broker", "work_item_id"], name="work_item_broker_id"),
-            models.Index(fields=["cycle", "state"], name="work_item_cycle_state"),
+            # No index holds ``state``: marking a cycle's items reported, or settling them,
+            # is then a HOT update that touches no index (with the fill factor of 50 that
+            # migration 0051 sets, docs/benchmarks.md, reporting). Which cycles have items
+            # in a state is asked of OutstandingCycle first.
         ]
 
     def __str__(self) -> str:
         return self.work_item_id
+
+
+class OutstandingCycle(models.Model):
+    """A cycle that may have outstanding work items (``outstanding_status``): every cycle
+    with one has its row; a row whose cycle has none is allowed, and only costs its
+    readers the exact query on that cycle.
+
+    Kept by the database, not by the services: triggers on the work items mark a cycle as
+    rows come in or go back to ``open`` or ``reportable``, whoever writes them
+    (``sql/outstanding_cycles.sql``); the periodic report job clears the rows of cycles
+    with nothing outstanding (``services.cycle.outstanding.outstanding_cycles_clear``)."""
+
+    # No database check on the cycle: it would take a KEY SHARE lock on the cycle's row,
+    # which the report's and the cycle state's SELECT ... FOR UPDATE of the cycle wait on
+    # while holding work items a settlement may be marking from: a deadlock. Cycles are
+    # never deleted (PROTECT, and no delete in the admin).
+    cycle = models.OneToOneField(
+        DropCycle,
+        on_delete=models.CASCADE,
+        primary_key=True,
+        related_name="+",
+        db_constraint=False,
+    )
+
+    def __str__(self) -> str:
+        return f"cycle {self.cycle_id} may have outstanding work items"
 
 
 class UnreadableWorkItemQuerySet(models.QuerySet["UnreadableWorkItem"]):

@@ -36,7 +36,7 @@ from rest_framework.views import APIView
 
 from integrations.counters import CALLBACKS
 from integrations.drop.calendar import drop_today
-from integrations.models import ApiKey, ApiKeyScope, Broker, CycleState, WorkItem
+from integrations.models import ApiKey, ApiKeyScope, Broker, CycleState, DropCycle, WorkItem
 from integrations.selectors.deadlines import cycle_deadlines
 from integrations.selectors.stuck import stuck_work_items
 from integrations.web.permissions import HasScope
@@ -67,7 +67,8 @@ def _work_items_open(broker: Broker | None) -> Metric:
         "Work items of open cycles that DROP has no status for yet.",
         labels=["broker"],
     )
-    items = WorkItem.objects.owed().filter(cycle__state=CycleState.OPEN)
+    open_cycles = DropCycle.objects.filter(state=CycleState.OPEN).may_have_outstanding()
+    items = WorkItem.objects.owed().filter(cycle__in=open_cycles)
     if broker is not None:
         items = items.filter(cycle__broker=broker)
     rows = (

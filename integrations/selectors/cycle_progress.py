@@ -1,6 +1,6 @@
 """A DROP cycle's progress for its own page: its days, today, and the statuses it owes.
 
-One GROUP BY over the cycle's work items (the (cycle, state) index)::
+One GROUP BY over the cycle's work items (the (cycle, work item id) index)::
 
     progress = cycle_progress(cycle=cycle, today=drop_today)
     progress.known, progress.reported, progress.owed, progress.day, progress.span

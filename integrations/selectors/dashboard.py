@@ -251,8 +251,8 @@ def work_item_counts(
     cycle_pks: list[int],
 ) -> tuple[dict[int, dict[tuple[str, int | None], int]], dict[int, int]]:
     """Per cycle pk: how many work items are in each (state, status_code), and how many DROP
-    is still owed a status for (``WorkItem.objects.owed()``). One GROUP BY (the (cycle,
-    state) index); for ``CycleWorkItems``."""
+    is still owed a status for (``WorkItem.objects.owed()``). One GROUP BY over the
+    cycles' rows (the (cycle, work item id) index); for ``CycleWorkItems``."""
     counts: dict[int, dict[tuple[str, int | None], int]] = {pk: {} for pk in cycle_pks}
     still_owed = dict.fromkeys(cycle_pks, 0)
     for row in (

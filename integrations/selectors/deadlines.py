@@ -14,6 +14,7 @@ from integrations.models import (
     DropCycle,
     UnreadableWorkItem,
     WorkItem,
+    cycle_may_have_outstanding,
 )
 
 
@@ -52,9 +53,16 @@ def drop_cycles_by_urgency(cycles: QuerySet[DropCycle] | None = None) -> QuerySe
     # next package (UnreadableWorkItem.objects.owed()).
     unreadable = UnreadableWorkItem.objects.owed().filter(cycle=OuterRef("pk"))
     unreadable_owed = Coalesce(_count(unreadable), 0)
+    # Counted only for a cycle that may have outstanding items: the others owe none, and a
+    # reported cycle's rows are not read at all.
+    marked = cycle_may_have_outstanding()
     return cycles.annotate(
-        owed_items=Coalesce(_count(owed), 0) + unreadable_owed,
-        unreportable_items=Coalesce(_count(owed.awaiting_outcome()), 0) + unreadable_owed,
+        owed_items=Case(When(marked, then=Coalesce(_count(owed), 0)), default=Value(0))
+        + unreadable_owed,
+        unreportable_items=Case(
+            When(marked, then=Coalesce(_count(owed.awaiting_outcome()), 0)), default=Value(0)
+        )
+        + unreadable_owed,
     ).order_by(
         Case(When(owed_items__gt=0, then=Value(0)), default=Value(1)),
         "due_date",

@@ -18,6 +18,7 @@ from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     Broker,
     DeletionRequest,
+    DropCycle,
     ReportFile,
     ReportFileState,
     RequestState,
@@ -351,7 +352,9 @@ def _failed_waiting_for_staff(
 def _drop_key_refused_counts(broker: Broker | None) -> list[tuple[str, int, int, int, dt.date]]:
     """``_stuck_counts`` of the open and reportable work items of brokers whose DROP key was
     refused: no status reaches DROP until staff change it."""
-    items = WorkItem.objects.outstanding()
+    items = WorkItem.objects.outstanding().filter(
+        cycle__in=DropCycle.objects.may_have_outstanding()
+    )
     if broker is not None:
         items = items.filter(broker=broker)
     refused = brokers_with_drop_key_refused(
@@ -402,7 +405,7 @@ def _report_file_held_counts(
     if not held:
         return []
     # A rejected file stays rejected once its rows went out again: naming the files' cycles
-    # reads those cycles' rows (the (cycle, state) index), not every work item.
+    # reads those cycles' rows (the (cycle, work item id) index), not every work item.
     items = WorkItem.objects.filter(
         cycle_id__in={cycle for _, cycle in held},
         pending_report_file_id__in=[pk for pk, _ in held],

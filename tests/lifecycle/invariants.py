@@ -14,6 +14,7 @@ from integrations.models import (
     Broker,
     DeletionRequest,
     LedgerEvent,
+    OutstandingCycle,
     Reappearance,
     ReportFile,
     ReportFileState,
@@ -257,6 +258,22 @@ class LifecycleInvariants:
             ).values_list("data", flat=True)
         )
         assert on_ledger == len(recorded), f"{on_ledger} on the ledger, {len(recorded)} recorded"
+
+    @invariant()
+    def every_outstanding_item_has_its_cycle_marked(self) -> None:
+        """Every open or reportable item's cycle has its ``OutstandingCycle`` row, whatever
+        wrote the item (the readers pass an unmarked cycle by); the report job forgets the
+        others."""
+        marked = OutstandingCycle.objects.filter(cycle__broker=self.broker)
+        unmarked = list(
+            WorkItem.objects.outstanding()
+            .filter(broker=self.broker)
+            .exclude(cycle_id__in=marked.values("cycle_id"))
+            .values_list("work_item_id", "state")
+        )
+        assert not unmarked, f"outstanding in a cycle not marked: {unmarked}"
+        if WorkItem.objects.filter(broker=self.broker).exists() and not marked.exists():
+            self.world.seen["every cycle forgotten, nothing outstanding"] += 1
 
     @invariant()
     def ledger_sealed(self) -> None:

@@ -36,6 +36,8 @@ it received, and so what DROP should be told. After every step:
   report; its answers count like the match's own;
 - an item's reported status is the one DROP holds, unless a file DROP has not answered for
   good carries it; an amendment DROP refuses holds back no upload;
+- every open or reportable item's cycle is marked as one that may have outstanding items
+  (``OutstandingCycle``), whichever path wrote the item and whenever the report job cleared;
 - the ledger verifies (at the end of each history: it is append-only, so a break stays).
 
 The broker here has webhook integrations only: ISI connections and SaaS resolutions are not

@@ -30,10 +30,11 @@ def cycle_state_refresh(*, cycle: DropCycle, actor: str = SYSTEM_ACTOR) -> DropC
         current = locked.get(pk=cycle.pk)
         if current.state != CycleState.OPEN:
             return current
+        # A cycle with no outstanding work item owes none: its rows are not read.
         unreported = (
-            WorkItem.objects.owed().filter(cycle=current).exists()
-            or UnreadableWorkItem.objects.owed().filter(cycle=current).exists()
-        )
+            DropCycle.objects.filter(pk=current.pk).may_have_outstanding().exists()
+            and WorkItem.objects.owed().filter(cycle=current).exists()
+        ) or UnreadableWorkItem.objects.owed().filter(cycle=current).exists()
         if unreported or current.report_files.filter(state__in=NOT_YET_TAKEN).exists():
             return current
         current.state = CycleState.REPORTED

@@ -93,8 +93,8 @@ def _kept_back(retry_rejected: bool) -> list[ReportFileState]:
 
 def _cycles_with_reportable_items(broker: Broker) -> list[DropCycle]:
     cycles = []
-    for each in DropCycle.objects.filter(broker=broker).order_by("downloaded_at", "pk"):
-        # One index probe per cycle on (cycle, state): a broker has a handful of cycles.
+    marked = DropCycle.objects.filter(broker=broker).may_have_outstanding()
+    for each in marked.order_by("downloaded_at", "pk"):
         if WorkItem.objects.reportable().filter(cycle=each).exists():
             cycles.append(each)
     return cycles

@@ -55,6 +55,7 @@ from integrations.models import (
     ReportFile,
     WorkItem,
 )
+from integrations.services.cycle.outstanding import outstanding_cycles_clear
 from integrations.services.cycle.work_items import work_items_settle
 from integrations.services.ledger import SYSTEM_ACTOR
 from integrations.services.reporting.report_files import report_files_write
@@ -123,6 +124,8 @@ def report_auto(
       The rows of a file DROP rejected wait for staff (no new file of them every run); the
       cycle's other statuses go out all the same.
     - Upload every written file.
+    - Forget the cycles left with no outstanding work item (``outstanding_cycles_clear``):
+      later runs, and every other probe of work items by state, pass them by.
     """
     today = today or drop_today()
     client = client or report_client_for(broker, actor=SYSTEM_ACTOR)
@@ -143,13 +146,16 @@ def report_auto(
         )
     run = report_files_upload(broker=broker, client=client)
     run.written = _refreshed(written)
+    outstanding_cycles_clear(broker=broker)
     return run
 
 
 def _cycles_with_work(broker: Broker) -> Sequence[DropCycle]:
-    """Open cycles, and reported ones with a status to amend."""
+    """Open cycles, and reported ones with a status to amend, of those that may have
+    outstanding work items: an open cycle without any has nothing to settle or write."""
     cycles = []
-    for cycle in DropCycle.objects.filter(broker=broker).order_by("downloaded_at", "pk"):
+    marked = DropCycle.objects.filter(broker=broker).may_have_outstanding()
+    for cycle in marked.order_by("downloaded_at", "pk"):
         if (
             cycle.state == CycleState.OPEN
             or WorkItem.objects.awaiting_amendment().filter(cycle=cycle).exists()
