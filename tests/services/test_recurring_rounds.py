@@ -290,7 +290,7 @@ def test_the_law_moving_to_30_days_is_three_settings_and_the_pull_interval(
     (_, email_hash), *_ = work_items(1)
     ConsumerFactory.create(broker=broker, remote_identifier="C-1", hashes={"email": email_hash})
     package = write_zip(tmp_path, drop_zip(broker, {"Email": list(work_items(1))}))
-    downloaded = drop_noon()
+    downloaded = drop_noon(-1)  # a download time is never in the future
     call_command(
         "drop", "import", "--broker", "4821", str(package),
         "--downloaded-at", downloaded.isoformat(), stdout=io.StringIO(),
