@@ -53,6 +53,7 @@ import shutil
 import sys
 import tempfile
 import urllib.parse
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any, Final
@@ -154,7 +155,7 @@ class ConsumerSource:
                     raise SourceError(f"read failed: {exc}") from None
                 return
             if self.format == "csv.gz":
-                raw = stack.enter_context(gzip.GzipFile(fileobj=raw, mode="rb"))
+                raw = stack.enter_context(_Gunzipped(raw))
             text = io.TextIOWrapper(
                 io.BufferedReader(raw, buffer_size=_READ_BLOCK),
                 encoding="utf-8-sig",
@@ -171,8 +172,32 @@ class ConsumerSource:
 def _read_records(reader: ConsumerCsvReader, processes: int | None) -> Iterator[EncodedBatch]:
     try:
         yield from encoded_batches(reader, processes=processes)
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+    except OSError as exc:
         raise SourceError(f"read failed: {exc}") from None
+
+
+class _Gunzipped(io.RawIOBase):
+    """A gzip file's decompressed bytes. Damaged or cut gzip data raises ``SourceError``
+    wherever it is met (the header's read or a row's): zlib raises its own error for a
+    damaged deflate stream and gzip an ``EOFError`` for a cut one, neither an ``OSError``."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self._gzip = gzip.GzipFile(fileobj=raw, mode="rb")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        try:
+            return self._gzip.readinto(buffer)
+        except (zlib.error, EOFError, gzip.BadGzipFile) as exc:
+            raise SourceError(
+                f"read failed: the gzip data is damaged or cut short: {exc}"
+            ) from None
+
+    def close(self) -> None:
+        self._gzip.close()
+        super().close()
 
 
 class _DigestingReader(io.RawIOBase):

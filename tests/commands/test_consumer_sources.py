@@ -8,6 +8,7 @@ import gzip
 import hashlib
 import io
 import json
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -116,11 +117,28 @@ def test_standard_input_in_each_format(
     assert summary["file"] == "stdin"
 
 
+def damaged_gzip(text: str) -> bytes:
+    """A gzip file whose header is intact and whose deflate stream holds ``text``, then a
+    block of the type no deflate writer makes (3): zlib's own error, not an OSError."""
+    deflate = zlib.compressobj(wbits=31)  # 31: with the gzip header and trailer
+    return deflate.compress(text.encode()) + deflate.flush(zlib.Z_FULL_FLUSH) + b"\x07" + bytes(8)
+
+
+MANY_ROWS = "".join(f"C-{i},a{i}@example.com\n" for i in range(100_000))  # 2.7 MB
+
+
 @pytest.mark.parametrize(
     ("name", "content", "message"),
     [
         ("bad.csv.gz", b"not gzip at all", "bad.csv.gz: read failed: .*gzip"),
         ("cut.csv.gz", gzip.compress(CLEAR.encode())[:-12], "cut.csv.gz: read failed"),
+        # Damaged before the header is read, and after rows were read (more than a read block).
+        ("head.csv.gz", damaged_gzip(""), "head.csv.gz: read failed: .*damaged.*invalid block"),
+        (
+            "rows.csv.gz",
+            damaged_gzip(f"remote_identifier,email\n{MANY_ROWS}"),
+            "rows.csv.gz: read failed: .*damaged.*invalid block",
+        ),
         ("bad.parquet", b"PAR1 not really", "bad.parquet: not a Parquet file"),
         ("bad.csv", b"email,remote_identifier\nx,y\n", "first column must be remote_identifier"),
     ],
