@@ -469,12 +469,12 @@ class _S3Object(io.RawIOBase):
         return self._position
 
     def readinto(self, buffer: Any) -> int:
+        from botocore.exceptions import BotoCoreError, ClientError
+
         if self._position >= self._size:
             return 0
+        name = f"s3://{self._bucket}/{self._key}"
         if self._body is None:
-            from botocore.exceptions import BotoCoreError, ClientError
-
-            name = f"s3://{self._bucket}/{self._key}"
             try:
                 self._body = self._client.get_object(
                     Bucket=self._bucket,
@@ -492,7 +492,13 @@ class _S3Object(io.RawIOBase):
                 raise OSError(f"{name}: {exc}") from None
             except BotoCoreError as exc:
                 raise OSError(f"{name}: {exc}") from None
-        chunk = self._body.read(len(buffer))
+        try:
+            chunk = self._body.read(len(buffer))
+        except BotoCoreError as exc:
+            # The connection lost mid-object (IncompleteReadError, ResponseStreamingError):
+            # not an OSError, so a reader would end in a traceback.
+            self._drop_body()
+            raise OSError(f"{name}: {exc}") from None
         buffer[: len(chunk)] = chunk
         self._position += len(chunk)
         return len(chunk)

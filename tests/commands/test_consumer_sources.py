@@ -6,9 +6,12 @@ from __future__ import annotations
 import base64
 import gzip
 import hashlib
+import http.server
 import io
 import json
+import threading
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -572,4 +575,62 @@ def test_an_s3_object_replaced_between_two_ranged_reads_fails_the_import(
         message
     )
     assert message.endswith("import it again; nothing was imported")
+    assert not Consumer.objects.exists()
+
+
+class CutObject(http.server.BaseHTTPRequestHandler):
+    """An S3 store whose one object, ``CLEAR`` as CSV, is cut short: HEAD gives its whole
+    size, GET sends its first 40 bytes and hangs up (a connection lost mid-object; moto's
+    server always sends the whole body)."""
+
+    protocol_version = "HTTP/1.1"
+    body = CLEAR.encode()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _headers(self, status: int) -> None:
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(self.body)))
+        self.send_header("ETag", '"0123456789abcdef"')
+        self.send_header("Content-Type", "text/csv")
+
+    def do_HEAD(self) -> None:
+        self._headers(200)
+        self.end_headers()
+
+    def do_GET(self) -> None:
+        self._headers(206)
+        self.send_header("Content-Range", f"bytes 0-{len(self.body) - 1}/{len(self.body)}")
+        self.end_headers()
+        self.wfile.write(self.body[:40])
+        self.close_connection = True
+
+
+@pytest.fixture
+def cut_object(settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), CutObject)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    for name, value in (
+        ("AWS_ACCESS_KEY_ID", "testing"),
+        ("AWS_SECRET_ACCESS_KEY", "testing"),
+        ("AWS_DEFAULT_REGION", "us-east-1"),
+    ):
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    settings.DROPPORTAL_S3_ENDPOINT_URL = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        yield
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_an_s3_object_cut_short_mid_read_is_one_line(broker: Broker, cut_object: None) -> None:
+    with pytest.raises(CommandError) as raised:
+        run("s3://exports/c.csv")
+    message = str(raised.value)
+    assert "\n" not in message
+    assert message.startswith("s3://exports/c.csv: read failed: s3://exports/c.csv: ")
+    assert message.endswith("nothing was imported")
     assert not Consumer.objects.exists()
