@@ -609,7 +609,17 @@ def _parquet_reader(
         if is_dob and pa.types.is_timestamp(column.type):
             column = pc.cast(column, pa.date32())
         # Every column as text: dates as YYYY-MM-DD, integers as digits, nulls empty.
-        return pc.fill_null(pc.cast(column, pa.string()), "").to_pylist()
+        column = pc.fill_null(pc.cast(column, pa.string()), "")
+        try:
+            return column.to_pylist()
+        except UnicodeDecodeError:
+            # A writer that does not check UTF-8 left bytes that are not: this column is
+            # decoded cell by cell as a CSV file is (surrogateescape), so the readers reject
+            # just the rows holding them (not_utf8). Valid columns never come here.
+            return [
+                cell.decode("utf-8", "surrogateescape")
+                for cell in pc.cast(column, pa.large_binary()).to_pylist()
+            ]
 
     def rows() -> Iterator[tuple[str, ...]]:
         first = 1

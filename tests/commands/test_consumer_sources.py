@@ -341,6 +341,40 @@ def test_a_timestamp_date_of_birth_hashes_like_the_date(
     assert stored(broker) == {"C-2": [("ndz", NDZ)]}
 
 
+# Declared UTF-8, holding Latin-1 (a writer that does not check): "José" and "Müller".
+NOT_UTF8_ROWS = [
+    (b"C-1", b"Jos\xe9@example.com"),
+    (b"C-2", b"Anna.Smith@Domain.com"),
+    (b"M\xfcller-3", b"m@example.com"),
+]
+
+
+def not_utf8_file(path: Path) -> None:
+    if path.suffix == ".csv":
+        lines = [b"remote_identifier,email", *(b",".join(row) for row in NOT_UTF8_ROWS)]
+        path.write_bytes(b"\n".join(lines) + b"\n")
+        return
+    pointers, emails = (
+        pa.array([row[i] for row in NOT_UTF8_ROWS], pa.binary()).view(pa.string()) for i in (0, 1)
+    )
+    pq.write_table(pa.table({"remote_identifier": pointers, "email": emails}), path)
+
+
+@pytest.mark.parametrize(("name", "first"), [("c.csv", "line 2"), ("c.parquet", "row 1")])
+def test_a_cell_not_utf8_rejects_its_row_alone_in_csv_and_parquet_alike(
+    broker: Broker, tmp_path: Path, name: str, first: str
+) -> None:
+    not_utf8_file(tmp_path / name)
+    summary, err = run(str(tmp_path / name))
+    where, number = first.split()
+    assert err.splitlines() == [
+        f"{where} {int(number)}: email: email is not valid UTF-8",
+        f"{where} {int(number) + 2}: remote_identifier: remote_identifier is not valid UTF-8",
+    ]
+    assert (summary["rows_read"], summary["rows_rejected"]) == (3, 2)
+    assert stored(broker) == {"C-2": [("email", ANNA)]}
+
+
 @pytest.mark.parametrize(
     ("column", "values", "type_name"),
     [
