@@ -50,7 +50,8 @@ from integrations.web.permissions import HasScope
 
 MAX_CONSUMERS = 10_000
 # An API call waits this long for a registration of the same broker (a file import can
-# hold it for a while), then answers 503 with Retry-After.
+# hold it for a while), and as long again for the broker's matching (a DROP import holds
+# it through its own), then answers 503 with Retry-After.
 LOCK_WAIT_SECONDS = 10.0
 RETRY_AFTER_SECONDS = 30
 
