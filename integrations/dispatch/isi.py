@@ -42,6 +42,7 @@ from integrations.outbound_http import (
     DeliveryResult,
     deliver,
 )
+from integrations.storable_text import storable
 from integrations.url_extras import without_url_extras
 from integrations.wire_fields import ResolvedIdentifiersField
 
@@ -347,7 +348,8 @@ def oauth_token_fetch(
             reason = json.loads(result.content).get("error")
         except (ValueError, AttributeError):
             reason = None
-        reason = f" ({reason})" if isinstance(reason, str) and reason else ""
+        # The broker's own text, kept with every attempt of the batch it fails: storable.
+        reason = f" ({storable(reason)})" if isinstance(reason, str) and reason else ""
         raise IsiError(f"{where}: HTTP {result.status}{reason}")
     try:
         answer = _json_answer(result.content, "its answer")

@@ -591,3 +591,26 @@ def test_an_identifiers_error_echoing_what_was_asked_is_kept_masked(
         "email": "<15 characters>",
         "phone": "<12 characters>",
     }
+
+
+def test_a_token_endpoints_error_is_kept_storable_with_the_attempts_it_fails(
+    api: IsiSimulator, connection_a: IsiConnection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The error the token endpoint names (RFC 6749 section 5.2) is the broker's text, kept
+    with every attempt of the batch: one PostgreSQL cannot store undid them all."""
+    _expired_everywhere(monkeypatch)
+    api.answer_next("token", Reply(400, b'{"error": "invalid_client\\u0000\\ud800"}'))
+    requests = [
+        DeletionRequestFactory.create(isi_connection=connection_a, remote_identifier=f"C-{i}")
+        for i in range(2)
+    ]
+
+    assert deletion_requests_deliver(request_ids=[r.pk for r in requests]) == {"retry": 2}
+
+    for request in DeletionRequest.objects.all():
+        expected = f"OAuth token endpoint {api.token_url}: HTTP 400 (invalid_client\ufffd\ufffd)"
+        assert request.last_error == expected
+        (attempt,) = request.delivery_attempts.all()
+        assert attempt.error == expected
+    events = LedgerEvent.objects.filter(kind="deletion_request.delivery_failed")
+    assert events.count() == 2
