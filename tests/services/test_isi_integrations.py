@@ -194,6 +194,15 @@ BAD_LISTS: dict[str, tuple[Reply, str]] = {
         Reply(200, json.dumps({"results": [listed(CONNECTION_A), listed(CONNECTION_A)]}).encode()),
         f"results[1]: connection {CONNECTION_A} is listed twice",
     ),
+    "a capability PostgreSQL cannot store": (
+        Reply(
+            200,
+            json.dumps(
+                {"results": [listed(CONNECTION_A), listed(CONNECTION_B, ["drop\x00"])]}
+            ).encode(),
+        ),
+        "the connection list cannot be stored: a string holds a NUL character (\\u0000)",
+    ),
     "server error": (Reply(500, b"oops"), "HTTP 500"),
     "a redirect": (Reply.redirect(), "HTTP 301 (redirect not followed (301))"),
 }
