@@ -35,7 +35,6 @@ from integrations.api.json_body import (
     TooManyItems,
     json_object_body,
     read_capped,
-    unstorable_reason,
 )
 from integrations.api.schema import JSON_VALUE_REF
 from integrations.consumers.api_reader import parse_api_consumers
@@ -45,6 +44,7 @@ from integrations.services.cycle.consumers import (
     consumer_forget,
     consumers_register,
 )
+from integrations.storable_text import unstorable_reason
 from integrations.web.errors import Problem
 from integrations.web.permissions import HasScope
 
