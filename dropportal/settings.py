@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import sys
 import zoneinfo
-from typing import TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
 from django.templatetags.static import static
 
 from dropportal import local_state
@@ -42,6 +44,36 @@ def _number(
     return value
 
 
+_Parsed = TypeVar("_Parsed")
+
+
+def _parsed(name: str, text: str, parse: Callable[[str], _Parsed], *, what: str) -> _Parsed:
+    """``parse(text)``, ``name``'s value; one line naming it and a non-zero exit when it
+    refuses the value (``ValueError``, ``ImproperlyConfigured``), ``what`` saying what it must
+    be, rather than a traceback at start or a failure at first use. The value is never
+    echoed: a URL may carry a password, and a key is a secret."""
+    try:
+        return parse(text)
+    except (ValueError, ImproperlyConfigured):
+        sys.exit(f"error: {name} must be {what}")
+
+
+def _http_url(text: str) -> str:
+    """``text`` if it is an http or https URL with a host (and a port, if any, that is one)."""
+    parts = urlsplit(text)  # ValueError: a bracketed host left open
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.port == 0:
+        raise ValueError(text)
+    return text
+
+
+def _postgres_url(text: str) -> dict[str, Any]:
+    """``text``'s DATABASES entry if it is a PostgreSQL URL: dropportal runs on PostgreSQL
+    only, and without a scheme django-environ only warns, and every query then fails."""
+    if urlsplit(text).scheme not in ("postgres", "postgresql"):
+        raise ValueError(text)
+    return dict(environ.Env.db_url_config(text))  # ValueError: a port that is not one
+
+
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
 
 # --- operations: secrets shared by every host --------------------------------
@@ -69,9 +101,12 @@ SECRET_KEY = env.str("SECRET_KEY", default="") or local_state.generated_secret(
     "secret_key", local_state.new_django_secret
 )
 
-DROPPORTAL_PUBLIC_URL = env.str("DROPPORTAL_PUBLIC_URL", default="http://127.0.0.1:8000").rstrip(
-    "/"
-)
+DROPPORTAL_PUBLIC_URL = _parsed(
+    "DROPPORTAL_PUBLIC_URL",
+    env.str("DROPPORTAL_PUBLIC_URL", default="http://127.0.0.1:8000"),
+    _http_url,
+    what="the service's http or https address, for example https://dp.example.com",
+).rstrip("/")
 DROPPORTAL_ENCRYPTION_KEYS: list[str] = env.list("DROPPORTAL_ENCRYPTION_KEYS", default=[]) or [
     local_state.generated_secret("encryption_key", local_state.new_fernet_key)
 ]
@@ -220,7 +255,14 @@ TEMPLATES = [
 ]
 
 if env.str("DATABASE_URL", default=""):
-    DATABASES = {"default": env.db_url("DATABASE_URL")}
+    DATABASES = {
+        "default": _parsed(
+            "DATABASE_URL",
+            env.str("DATABASE_URL"),
+            _postgres_url,
+            what="a PostgreSQL URL, postgres://USER:PASSWORD@HOST:PORT/NAME",
+        )
+    }
 else:
     try:
         DATABASES = {"default": local_state.embedded_database()}
@@ -429,7 +471,15 @@ if DROPPORTAL_OIDC_ONLY and not DROPPORTAL_OIDC_ISSUER:
 # Alerts go by email (Django's mail, EMAIL_URL in django-environ's format) and/or to a JSON
 # webhook; neither set: alerts are ledger events only.
 if env.str("EMAIL_URL", default=""):
-    globals().update(env.email_url("EMAIL_URL"))
+    globals().update(
+        _parsed(
+            "EMAIL_URL",
+            env.str("EMAIL_URL"),
+            environ.Env.email_url_config,
+            what="a mail server URL, smtp://USER:PASSWORD@HOST:PORT/?tls=True (or smtps://, "
+            "smtp+tls://, smtp+ssl://, consolemail://...)",
+        )
+    )
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default=f"dropportal@{_public_host}")
 DROPPORTAL_ALERT_EMAILS: list[str] = env.list("DROPPORTAL_ALERT_EMAILS", default=[])
 DROPPORTAL_ALERT_WEBHOOK_URL = env.str("DROPPORTAL_ALERT_WEBHOOK_URL", default="")
