@@ -16,6 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.templatetags.static import static
 
 from dropportal import local_state
+from integrations.evidence.pack import load_private_key
 
 BASE_DIR = local_state.BASE_DIR
 
@@ -74,6 +75,13 @@ def _postgres_url(text: str) -> dict[str, Any]:
     return dict(environ.Env.db_url_config(text))  # ValueError: a port that is not one
 
 
+def _evidence_key(pem: str) -> str:
+    """``pem`` if it loads as the evidence key does (``integrations.evidence.pack``), so a
+    bad key stops the start rather than the first directive signed."""
+    load_private_key(pem)
+    return pem
+
+
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
 
 # --- operations: secrets shared by every host --------------------------------
@@ -113,8 +121,16 @@ DROPPORTAL_ENCRYPTION_KEYS: list[str] = env.list("DROPPORTAL_ENCRYPTION_KEYS", d
 # Ed25519 private key (PEM; "\n" may stand for line breaks in an environment variable) that
 # signs evidence packs; unset (the embedded database only: with DATABASE_URL it is required
 # above), the generator makes one into var/ when first needed (not at start, so a host whose
-# var/ is read-only still starts).
+# var/ is read-only still starts). A key set here is loaded at start, as signing loads it.
 DROPPORTAL_EVIDENCE_KEY = env.str("DROPPORTAL_EVIDENCE_KEY", default="").replace("\\n", "\n")
+if DROPPORTAL_EVIDENCE_KEY:
+    _parsed(
+        "DROPPORTAL_EVIDENCE_KEY",
+        DROPPORTAL_EVIDENCE_KEY,
+        _evidence_key,
+        what="an Ed25519 private key in PEM, without a password (\\n may stand for its line "
+        "breaks)",
+    )
 DROPPORTAL_EVIDENCE_KEY_GENERATOR = "dropportal.local_state.evidence_key_pem"
 # Where the service keeps files of its own: downloaded DROP packages, process counters.
 DROPPORTAL_VAR_DIR = local_state.VAR_DIR

@@ -229,3 +229,27 @@ def test_url_settings_in_every_form_they_take_are_read() -> None:
     )
     assert read["EMAIL_BACKEND"] == "django.core.mail.backends.console.EmailBackend"
     assert read["DROPPORTAL_PUBLIC_URL"] == "https://portal.example/dropportal"
+
+
+def _ed25519_public_key_pem() -> str:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    return (
+        Ed25519PrivateKey.generate()
+        .public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        .decode()
+    )
+
+
+@pytest.mark.parametrize("value", ["not a PEM key", _ed25519_public_key_pem()])
+def test_an_evidence_key_that_does_not_load_stops_the_start_not_the_first_directive(
+    value: str,
+) -> None:
+    assert _refusal(DROPPORTAL_EVIDENCE_KEY=value) == (
+        "error: DROPPORTAL_EVIDENCE_KEY must be an Ed25519 private key in PEM, without a "
+        "password (\\n may stand for its line breaks)"
+    )
+    # The same start with the test process's key reads it.
+    assert settings_started_with(subprocess_env())["DROPPORTAL_EVIDENCE_KEY"]
