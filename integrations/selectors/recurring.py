@@ -47,13 +47,17 @@ from integrations.models import (
 # later round like any consumer of the match (the sender reads round 0's consumers).
 # Requests made together (one match, one late match, one round) share their making time
 # (a deletion request's ``matched_at``, a retrieval's ``created_at``, copies keep it): a
-# batch. A batch of round 0 made after every earlier one was final and answered comes after
-# the settlement, and so does every batch after it.
+# batch. A batch of round 0 other than the first comes after the settlement when it was
+# made after every earlier one was final and answered, or after DROP was given the item's
+# 3 or 4 (``reported_at``; either says the item had settled, and the first stays when an
+# amendment moves ``reported_at`` later); so does every batch after it.
 # Per item, its latest round: whether it is final, when it was (its last outcome), and
 # when the round before it was (what its due date counts from).
 _ROUNDS_SQL = """
 WITH parts AS (
     SELECT d.work_item_id, d.round, d.matched_at AS made_at,
+           w.reported_status_code = ANY(%(codes)s) AND d.matched_at > w.reported_at
+             AS after_report,
            d.state = %(cancelled)s
              OR (d.state = %(completed)s AND d.drop_outcome = ANY(%(final_outcomes)s)) AS final,
            d.state = %(undeliverable)s OR d.drop_outcome = %(failed)s AS failing,
@@ -64,6 +68,7 @@ WITH parts AS (
      WHERE w.status_code = ANY(%(codes)s) AND w.state <> %(removed)s {broker_filter}
     UNION ALL
     SELECT r.work_item_id, r.round, r.created_at,
+           w.reported_status_code = ANY(%(codes)s) AND r.created_at > w.reported_at,
            r.state = %(cancelled)s
              OR (r.state = %(completed)s AND r.drop_outcome <> %(failed)s),
            r.state = %(undeliverable)s,
@@ -73,6 +78,7 @@ WITH parts AS (
      WHERE w.status_code = ANY(%(codes)s) AND w.state <> %(removed)s {broker_filter}
     UNION ALL
     SELECT r.work_item_id, r.round, r.created_at,
+           w.reported_status_code = ANY(%(codes)s) AND r.created_at > w.reported_at,
            s.state IN (%(cancelled)s, %(completed)s),
            s.state = %(undeliverable)s,
            CASE WHEN s.state <> %(cancelled)s THEN s.completed_at END, false
@@ -81,14 +87,17 @@ WITH parts AS (
       JOIN integrations_workitem w ON w.id = r.work_item_id
      WHERE w.status_code = ANY(%(codes)s) AND w.state <> %(removed)s {broker_filter}
 ), batches AS (
-    SELECT work_item_id, round, made_at, bool_and(final) AS final, bool_or(failing) AS failing,
-           max(at) AS final_at, bool_or(live) AS live
+    SELECT work_item_id, round, made_at, bool_or(after_report) AS after_report,
+           bool_and(final) AS final, bool_or(failing) AS failing, max(at) AS final_at,
+           bool_or(live) AS live
       FROM parts
      GROUP BY work_item_id, round, made_at
 ), settled AS (
     SELECT b.*,
-           b.round = 0 AND bool_and(b.final) OVER earlier
-             AND max(b.final_at) OVER earlier < b.made_at AS settled_before
+           b.round = 0 AND count(*) OVER earlier > 0
+             AND (b.after_report OR (bool_and(b.final) OVER earlier
+                                     AND max(b.final_at) OVER earlier < b.made_at))
+             AS settled_before
       FROM batches b
     WINDOW earlier AS (PARTITION BY b.work_item_id, b.round ORDER BY b.made_at
                        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
