@@ -13,13 +13,15 @@ import pytest
 from django.db import connection, connections
 from rest_framework.test import APIClient
 
+from dropportal import local_state
 from integrations.api import consumers as api_consumers
 from integrations.api import json_body
-from integrations.models import Broker, Consumer, ConsumerHash, LedgerEvent
+from integrations.models import Broker, Consumer, ConsumerHash, Directive, LedgerEvent
 from integrations.services.cycle.consumers import _REGISTRATION_LOCK
 from integrations.services.locks import _MATCHING_LOCK
 from integrations.services.staff.brokers import broker_create
 from integrations.services.staff.keys import CreatedApiKey
+from tests.builders import ServiceProviderFactory, WorkItemFactory
 from tests.conftest import bearer
 
 pytestmark = pytest.mark.django_db
@@ -497,3 +499,40 @@ def test_a_call_gives_up_with_503_while_a_file_import_or_a_drop_import_holds_the
         other.close()
     assert post(api_client, GOOD, ingest).status_code == 200  # the import ended: retried
     assert set(stored(broker)) == {"C-1", "C-2"}
+
+
+@pytest.mark.parametrize("key_file", ["generated", "unreadable", "damaged"])
+def test_a_late_match_whose_directive_cannot_be_signed_is_a_503_problem_writing_nothing(
+    api_client: APIClient,
+    ingest: dict[str, Any],
+    broker: Broker,
+    settings: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Any,
+    key_file: str,
+) -> None:
+    """A set DROPPORTAL_EVIDENCE_KEY is checked at start; the one generated into var/ is read
+    when a directive is first signed, and may have become unreadable by then. Anna matches
+    a DROP work item, and the broker has a service provider to direct."""
+    settings.DROPPORTAL_EVIDENCE_KEY = ""
+    monkeypatch.setattr(local_state, "VAR_DIR", tmp_path)
+    pem = tmp_path / "evidence_key.pem"
+    if key_file == "unreadable":
+        pem.mkdir()  # read as a file: an OSError, as a file without read permission
+    elif key_file == "damaged":
+        pem.write_text("not a PEM key\n")
+    ServiceProviderFactory.create(broker=broker, name="Mailhouse")
+    WorkItemFactory.create(cycle__broker=broker, hash=base64.b64decode(ANNA), status_code=5)
+
+    response = post(api_client, GOOD, ingest)
+
+    if key_file == "generated":
+        assert response.status_code == 200, response.content
+        assert Directive.objects.count() == 1
+        return
+    assert response.status_code == 503, response.content
+    assert response["Content-Type"] == "application/problem+json"
+    assert response.json()["code"] == "evidence_key_refused"
+    assert "DROPPORTAL_EVIDENCE_KEY" in response.json()["detail"]
+    assert stored(broker) == {}
+    assert not Directive.objects.exists()
