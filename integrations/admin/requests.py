@@ -19,6 +19,7 @@ from typing import Any
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.db.models import Model, QuerySet
+from django.db.models.functions import Coalesce
 from django.http import HttpRequest
 from django.urls import reverse
 from unfold.admin import ModelAdmin, TabularInline
@@ -346,3 +347,12 @@ class OptOutRecordAdmin(ReadOnlyAdmin):
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    # The record's request is its deletion's or its resolution's (one of the two, by its
+    # check constraint): ``request_uuid`` is a property here, so the column sorts by both.
+    @admin.display(
+        description="request",
+        ordering=Coalesce("deletion_request__request_uuid", "resolution_request__request_uuid"),
+    )
+    def request_link(self, obj: OptOutRecord) -> str:
+        return super().request_link(obj)
