@@ -2,8 +2,8 @@
 
 They are the service's machinery, not DROP records: a role granting their permissions by
 mistake still shows them to nobody else. Their own admins are kept, on unfold's base, with
-every permission narrowed to superusers; the sidebar lists them apart
-(``dropportal.navigation``).
+every permission narrowed to superusers and their lists' date drill-down bounded as ours are
+(``date_drill_down``); the sidebar lists them apart (``dropportal.navigation``).
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 from unfold.admin import ModelAdmin
+
+from integrations.admin.date_drill_down import DateDrillDownBounded
 
 APPS = ("axes", "procrastinate")
 
@@ -49,7 +51,7 @@ def narrow_to_superusers(site: admin.AdminSite) -> None:
             continue
         narrowed = type(
             type(model_admin).__name__,
-            (SuperuserOnly, type(model_admin), ModelAdmin),
+            (SuperuserOnly, DateDrillDownBounded, type(model_admin), ModelAdmin),
             {"__module__": __name__},
         )
         site.unregister(model)

@@ -8,13 +8,14 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
 
+from integrations.admin.date_drill_down import DateDrillDownBounded
 from integrations.admin.drop import ReadOnlyAdmin
 from integrations.models import Broker, Reappearance
 from integrations.selectors.suppression import reappearances_by_source_month
 
 
 @admin.register(Reappearance)
-class ReappearanceAdmin(ReadOnlyAdmin):
+class ReappearanceAdmin(DateDrillDownBounded, ReadOnlyAdmin):
     """Consumers registered again after DROP sent them and the broker had matched them: by
     file (name and SHA-256) or API key, so staff find the supplier that sells them again."""
 

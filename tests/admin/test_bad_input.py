@@ -8,7 +8,8 @@ import re
 import pytest
 from django.test import Client
 
-from integrations.models import Broker
+from integrations.ledger_kinds import LedgerKind
+from integrations.models import Broker, LedgerEvent
 from tests.admin.test_role_table import role_user
 from tests.builders import DeletionRequestFactory, OptOutRecordFactory, ResolutionRequestFactory
 
@@ -46,3 +47,52 @@ def test_opt_out_records_sort_by_their_request_column(
         page.content.decode(),
     )
     assert listed == [(str(record.pk), str(record.request_uuid)) for record in expected]
+
+
+# -- the date drill-down in the last year a date can have -------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/admin/integrations/ledgerevent/?created_at__year=9999",
+        "/admin/integrations/ledgerevent/?created_at__year=9999&created_at__month=12",
+        "/admin/integrations/ledgerevent/?created_at__year=9999&created_at__month=12&created_at__day=31",
+        "/admin/integrations/ledgerevent/?created_at__year=99999999999999999999",
+        "/admin/integrations/reappearance/?reappeared_at__year=9999",
+        "/admin/axes/accessattempt/?attempt_time__year=9999",
+        "/admin/axes/accesslog/?attempt_time__year=9999",
+        "/admin/axes/accessfailurelog/?attempt_time__year=9999",
+    ],
+)
+def test_a_drill_down_past_the_last_year_is_refused_as_an_invalid_filter(
+    broker: Broker, superuser_client: Client, url: str
+) -> None:
+    answer = superuser_client.get(url)
+
+    # Django's answer to any filter a list cannot apply: the list, without it, flagged.
+    assert answer.status_code == 302
+    assert answer["Location"] == url.split("?")[0] + "?e=1"
+
+
+def test_the_last_day_a_drill_down_can_reach_is_listed(
+    broker: Broker, superuser_client: Client
+) -> None:
+    answer = superuser_client.get(
+        "/admin/integrations/ledgerevent/?created_at__year=9998&created_at__month=12"
+        "&created_at__day=31"
+    )
+
+    assert answer.status_code == 200
+
+
+def test_a_ledger_export_past_the_last_year_is_a_400(
+    broker: Broker, superuser_client: Client
+) -> None:
+    answer = superuser_client.post(
+        "/admin/integrations/ledgerevent/export.csv?created_at__year=9999"
+    )
+
+    assert answer.status_code == 400
+    assert answer.content == b"these filters do not apply to the ledger"
+    assert not LedgerEvent.objects.filter(kind=LedgerKind.LEDGER_EXPORTED).exists()
