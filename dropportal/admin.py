@@ -47,6 +47,7 @@ from django.views.decorators.debug import sensitive_post_parameters
 from unfold.sites import UnfoldAdminSite
 
 from integrations.drop.calendar import drop_timezone
+from integrations.storable_text import unstorable_reason
 
 
 class DropportalAdminSite(UnfoldAdminSite):
@@ -108,7 +109,9 @@ class DropportalAdminSite(UnfoldAdminSite):
         view (and what is built from its list, as the ledger's export) reads days in DROP's
         calendar. What a page streams (an export) is written after it and stays UTC.
         """
-        guarded = super().admin_view(_search_kept_out_of_urls(view), cacheable)
+        guarded = super().admin_view(
+            _unstorable_input_refused(_search_kept_out_of_urls(view)), cacheable
+        )
         model_admin = getattr(view, "__self__", None)  # a ModelAdmin's views are its methods
         days_in_drop_zone = bool(getattr(model_admin, "date_hierarchy", None))
 
@@ -239,6 +242,31 @@ def _as_get(request: HttpRequest) -> HttpRequest:
     shown.method = "GET"
     shown.POST = QueryDict()  # type: ignore[assignment]
     return shown
+
+
+def _unstorable_input_refused(view: Callable[..., Any]) -> Callable[..., Any]:
+    """A page sent a character PostgreSQL cannot store (a NUL, ``%00``): a plain 400.
+
+    No page of the admin needs one, and every page filters, searches or saves what it is sent:
+    a NUL in a list filter, an autocomplete term or an export's filters would otherwise fail in
+    the database (a ``DataError``). Checked here once, for every page behind ``admin_view``,
+    Django's and the third-party admins' alike: the query string's names and values, and what
+    is posted.
+    """
+
+    @wraps(view)
+    def checked(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        sent = [dict(request.GET.lists())]
+        if request.method == "POST":
+            sent.append(dict(request.POST.lists()))
+        problem = unstorable_reason(sent)
+        if problem is not None:
+            return HttpResponseBadRequest(
+                f"Not read: {problem}, which no page takes.", content_type="text/plain"
+            )
+        return view(request, *args, **kwargs)
+
+    return checked
 
 
 AUTOCOMPLETE_VAR = "term"  # django.contrib.admin.views.autocomplete's search parameter

@@ -7,11 +7,18 @@ import re
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, LedgerEvent
+from integrations.services.ledger import ledger_event_append
 from tests.admin.test_role_table import role_user
-from tests.builders import DeletionRequestFactory, OptOutRecordFactory, ResolutionRequestFactory
+from tests.builders import (
+    DeletionRequestFactory,
+    OptOutRecordFactory,
+    ResolutionRequestFactory,
+    sample_cycle,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -96,3 +103,69 @@ def test_a_ledger_export_past_the_last_year_is_a_400(
     assert answer.status_code == 400
     assert answer.content == b"these filters do not apply to the ledger"
     assert not LedgerEvent.objects.filter(kind=LedgerKind.LEDGER_EXPORTED).exists()
+
+
+# -- a character PostgreSQL cannot store ------------------------------------------------------
+
+NUL_REFUSED = b"Not read: a string holds a NUL character (\\u0000), which no page takes."
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/admin/integrations/workitem/?state__exact=%00",
+        "/admin/integrations/deletionrequest/?state__exact=%00",
+        "/admin/integrations/ledgerevent/?kind__exact=%00",
+        "/admin/integrations/reportfile/?state__exact=%00",
+        "/admin/integrations/dropcycle/?state__exact=1%00",
+        "/admin/integrations/integration/?kind__exact=1%00",
+        "/admin/integrations/broker/?q=a%00b",
+        "/admin/integrations/broker/?%00=1",  # a name, not only a value
+        "/admin/auth/user/?is_staff__exact=%00",
+        "/admin/autocomplete/?app_label=integrations&model_name=consumer&field_name=broker"
+        "&term=%00",
+    ],
+)
+def test_a_nul_sent_to_any_admin_page_is_a_400(
+    broker: Broker, superuser_client: Client, url: str
+) -> None:
+    sample_cycle(broker, today=timezone.localdate())
+
+    answer = superuser_client.get(url)
+
+    assert answer.status_code == 400
+    assert answer["Content-Type"] == "text/plain"
+    assert answer.content == NUL_REFUSED
+
+
+def test_a_ledger_export_with_a_nul_filter_is_a_400_and_no_export(
+    broker: Broker, superuser_client: Client
+) -> None:
+    ledger_event_append(kind=LedgerKind.BROKER_UPDATED, broker_id=broker.broker_id)
+
+    answer = superuser_client.post("/admin/integrations/ledgerevent/export.csv?kind__exact=%00")
+
+    assert answer.status_code == 400
+    assert answer.content == NUL_REFUSED
+    assert not LedgerEvent.objects.filter(kind=LedgerKind.LEDGER_EXPORTED).exists()
+
+
+def test_a_nul_posted_in_a_form_is_a_400_and_nothing_saved(
+    broker: Broker, superuser_client: Client
+) -> None:
+    answer = superuser_client.post(
+        f"/admin/integrations/broker/{broker.pk}/change/", {"name": "Acme\x00Data"}
+    )
+
+    assert answer.status_code == 400
+    assert answer.content == NUL_REFUSED
+    broker.refresh_from_db()
+    assert broker.name == "Acme Data"
+
+
+def test_a_nul_sent_before_signing_in_gets_the_login_page(broker: Broker) -> None:
+    # As any other admin address does: nothing is said of what was sent.
+    answer = Client().get("/admin/integrations/workitem/?state__exact=%00")
+
+    assert answer.status_code == 302
+    assert answer["Location"].startswith("/admin/login/")
