@@ -2,8 +2,9 @@
 
 They are the service's machinery, not DROP records: a role granting their permissions by
 mistake still shows them to nobody else. Their own admins are kept, on unfold's base, with
-every permission narrowed to superusers and their lists' date drill-down bounded as ours are
-(``date_drill_down``); the sidebar lists them apart (``dropportal.navigation``).
+every permission narrowed to superusers, their lists' date drill-down bounded as ours are
+(``date_drill_down``) and a choice filter held to its choices (``KnownChoicesFilter``); the
+sidebar lists them apart (``dropportal.navigation``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.admin.options import IncorrectLookupParameters
+from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 from unfold.admin import ModelAdmin
 
@@ -44,6 +47,27 @@ class SuperuserOnly:
         )
 
 
+class KnownChoicesFilter(admin.ChoicesFieldListFilter):
+    """A choices field's filter that applies only the choices it offers: the job table's
+    status is a PostgreSQL enum, which takes no other value (a ``DataError``). Any other is
+    refused as a filter the list cannot apply."""
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any] | None:
+        offered = {str(value) for value, _ in self.field.flatchoices}
+        if any(value not in offered for value in self.lookup_val or ()):
+            raise IncorrectLookupParameters(f"{self.field_path} is one of {sorted(offered)}")
+        return super().queryset(request, queryset)
+
+
+def _choices_held(model: type[Model], entry: Any) -> Any:
+    """A list filter named by a field with choices, as a ``KnownChoicesFilter``."""
+    if isinstance(entry, str) and "__" not in entry:
+        field = model._meta.get_field(entry)
+        if getattr(field, "choices", None):
+            return (entry, KnownChoicesFilter)
+    return entry
+
+
 def narrow_to_superusers(site: admin.AdminSite) -> None:
     """Called once every app registered its admins (``dropportal.apps``)."""
     for model, model_admin in list(site._registry.items()):
@@ -52,7 +76,10 @@ def narrow_to_superusers(site: admin.AdminSite) -> None:
         narrowed = type(
             type(model_admin).__name__,
             (SuperuserOnly, DateDrillDownBounded, type(model_admin), ModelAdmin),
-            {"__module__": __name__},
+            {
+                "__module__": __name__,
+                "list_filter": [_choices_held(model, entry) for entry in model_admin.list_filter],
+            },
         )
         site.unregister(model)
         site.register(model, narrowed)

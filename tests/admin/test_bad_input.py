@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
@@ -169,3 +170,39 @@ def test_a_nul_sent_before_signing_in_gets_the_login_page(broker: Broker) -> Non
 
     assert answer.status_code == 302
     assert answer["Location"].startswith("/admin/login/")
+
+
+# -- the job table's status (a PostgreSQL enum) -----------------------------------------------
+
+
+def _job(status: str) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO procrastinate_jobs (queue_name, task_name, status, args) "
+            "VALUES ('alerts', 'integrations.tasks.evaluate_alerts', %s, '{}') RETURNING id",
+            [status],
+        )
+        return int(cursor.fetchone()[0])
+
+
+@pytest.mark.parametrize("status", ["zzz", "Todo", "todo%20"])
+def test_an_unknown_job_status_is_refused_as_an_invalid_filter(
+    broker: Broker, superuser_client: Client, status: str
+) -> None:
+    _job("todo")
+
+    answer = superuser_client.get(f"/admin/procrastinate/procrastinatejob/?status__exact={status}")
+
+    assert answer.status_code == 302
+    assert answer["Location"] == "/admin/procrastinate/procrastinatejob/?e=1"
+
+
+def test_a_known_job_status_filters_the_jobs(broker: Broker, superuser_client: Client) -> None:
+    waiting = _job("todo")
+    _job("succeeded")
+
+    answer = superuser_client.get("/admin/procrastinate/procrastinatejob/?status__exact=todo")
+
+    assert answer.status_code == 200
+    assert answer.context_data is not None
+    assert [job.pk for job in answer.context_data["cl"].result_list] == [waiting]
