@@ -55,6 +55,7 @@ from requests_hardened.ip_filter import InvalidIPAddress
 from requests_hardened.ip_filter_adapter import IPFilterAdapter
 from urllib3.util.ssl_match_hostname import CertificateError as HostnameMismatch
 
+from integrations.ascii_integers import ascii_integer
 from integrations.outbound_deadline import DeadlineAdapter, bounded
 from integrations.storable_text import storable
 from integrations.target_urls import TargetUrlProblem, target_url_problem
@@ -232,8 +233,9 @@ def retry_after_seconds(value: str | None, *, now: float | None = None) -> float
     if value is None:
         return None
     value = value.strip()
-    if value.isascii() and value.isdigit():
-        return float(int(value))
+    seconds = ascii_integer(value)
+    if seconds is not None:
+        return float(seconds)
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError, IndexError):

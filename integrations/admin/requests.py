@@ -28,6 +28,7 @@ from integrations.admin.actors import staff_actor
 from integrations.admin.audit import AUDIT_EXPORT_PERMISSION
 from integrations.admin.display import uuid_link, uuid_short
 from integrations.admin.reports import export_outcomes_csv, export_outcomes_jsonl
+from integrations.ascii_integers import ascii_integer
 from integrations.models import (
     DeletionRequest,
     DeliveryAttempt,
@@ -129,9 +130,10 @@ class CycleFilter(admin.SimpleListFilter):
         value = self.value()
         if not value:
             return queryset
-        if not value.isdigit():
+        cycle = ascii_integer(value)
+        if cycle is None:
             return queryset.none()
-        return queryset.filter(work_item__cycle_id=int(value))
+        return queryset.filter(work_item__cycle_id=cycle)
 
 
 class AttemptInline(TabularInline):

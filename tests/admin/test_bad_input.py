@@ -11,7 +11,7 @@ from django.test import Client
 from django.utils import timezone
 
 from integrations.ledger_kinds import LedgerKind
-from integrations.models import Broker, LedgerEvent
+from integrations.models import Broker, LedgerEvent, WorkItem
 from integrations.services.ledger import ledger_event_append
 from tests.admin.test_role_table import role_user
 from tests.builders import (
@@ -206,3 +206,43 @@ def test_a_known_job_status_filters_the_jobs(broker: Broker, superuser_client: C
     assert answer.status_code == 200
     assert answer.context_data is not None
     assert [job.pk for job in answer.context_data["cl"].result_list] == [waiting]
+
+
+# -- a "digit" that is not an ASCII digit -----------------------------------------------------
+
+
+@pytest.mark.parametrize("model", ["deletionrequest", "resolutionrequest"])
+@pytest.mark.parametrize("cycle", ["%C2%B2", "%D9%A3"])  # "²" (isdigit, not int), "٣" (both)
+def test_a_cycle_filter_that_is_no_ascii_number_lists_nothing(
+    broker: Broker, superuser_client: Client, model: str, cycle: str
+) -> None:
+    sample_cycle(broker, today=timezone.localdate())
+
+    answer = superuser_client.get(f"/admin/integrations/{model}/?cycle={cycle}")
+
+    assert answer.status_code == 200
+    assert answer.context_data is not None
+    assert list(answer.context_data["cl"].result_list) == []
+
+
+def test_a_drop_year_filter_that_is_no_ascii_number_is_not_applied(
+    broker: Broker, superuser_client: Client
+) -> None:
+    sample_cycle(broker, today=timezone.localdate())
+
+    answer = superuser_client.get("/admin/integrations/workitem/?drop_year=%C2%B2")
+
+    assert answer.status_code == 200
+    assert answer.context_data is not None
+    assert len(answer.context_data["cl"].result_list) == WorkItem.objects.count() > 0
+
+
+def test_a_reappearance_broker_that_is_no_ascii_number_counts_every_broker(
+    broker: Broker, superuser_client: Client
+) -> None:
+    answer = superuser_client.get("/admin/integrations/reappearance/?broker__id__exact=%C2%B2")
+
+    # The summary above the list reads the broker itself: no broker, so every one's counts.
+    assert answer.status_code == 200
+    assert answer.context_data is not None
+    assert answer.context_data["reappearance_filtered"] is False
