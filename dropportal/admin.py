@@ -28,7 +28,10 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
+from django.contrib.admin import ModelAdmin
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.views.main import PAGE_VAR, SEARCH_VAR
+from django.core.exceptions import ValidationError
 from django.http import (
     HttpRequest,
     HttpResponse,
@@ -109,10 +112,11 @@ class DropportalAdminSite(UnfoldAdminSite):
         view (and what is built from its list, as the ledger's export) reads days in DROP's
         calendar. What a page streams (an export) is written after it and stays UTC.
         """
-        guarded = super().admin_view(
-            _unstorable_input_refused(_search_kept_out_of_urls(view)), cacheable
-        )
         model_admin = getattr(view, "__self__", None)  # a ModelAdmin's views are its methods
+        screened = _search_kept_out_of_urls(view)
+        if isinstance(model_admin, ModelAdmin) and view.__name__ == "changelist_view":
+            screened = _selection_of_ids_only(screened, model_admin)
+        guarded = super().admin_view(_unstorable_input_refused(screened), cacheable)
         days_in_drop_zone = bool(getattr(model_admin, "date_hierarchy", None))
 
         @wraps(guarded)
@@ -264,6 +268,34 @@ def _unstorable_input_refused(view: Callable[..., Any]) -> Callable[..., Any]:
             return HttpResponseBadRequest(
                 f"Not read: {problem}, which no page takes.", content_type="text/plain"
             )
+        return view(request, *args, **kwargs)
+
+    return checked
+
+
+def _selection_of_ids_only(view: Callable[..., Any], model_admin: ModelAdmin) -> Callable[..., Any]:
+    """An action on a list's selection: each selected row must be an id of the list's model.
+
+    Django filters the rows by what was posted and fails (a ``ValueError``, a 500) on one that
+    is not an id, such as ``abc``; no checkbox of a list sends one. Checked here once for every
+    list with actions, Django's, axes' and Procrastinate's included, and the delete
+    confirmation (which posts to the list too): a plain 400, nothing done.
+    """
+    pk = model_admin.model._meta.pk
+    assert pk is not None  # every model has one once its app is ready
+    plural = model_admin.model._meta.verbose_name_plural
+
+    @wraps(view)
+    def checked(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        if request.method == "POST":
+            for selected in request.POST.getlist(ACTION_CHECKBOX_NAME):
+                try:
+                    pk.to_python(selected)
+                except ValidationError:
+                    return HttpResponseBadRequest(
+                        f"Not done: the selection holds a value that is no id of the {plural}.",
+                        content_type="text/plain",
+                    )
         return view(request, *args, **kwargs)
 
     return checked

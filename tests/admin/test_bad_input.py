@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from django.contrib.auth.models import Group
 from django.db import connection
 from django.test import Client
 from django.utils import timezone
@@ -246,3 +247,63 @@ def test_a_reappearance_broker_that_is_no_ascii_number_counts_every_broker(
     assert answer.status_code == 200
     assert answer.context_data is not None
     assert answer.context_data["reappearance_filtered"] is False
+
+
+# -- an action on a selection that is not a row's id ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "action"),
+    [
+        ("/admin/integrations/workitem/", "set_work_item_status"),
+        ("/admin/integrations/reportfile/", "approve_files"),
+        ("/admin/integrations/integration/", "disable_integrations"),
+        ("/admin/integrations/apikey/", "revoke_keys"),
+        ("/admin/auth/user/", "reset_mfa"),
+        ("/admin/auth/group/", "delete_selected"),
+        ("/admin/axes/accesslog/", "delete_selected"),
+        ("/admin/procrastinate/procrastinatejob/", "cancel"),
+    ],
+)
+@pytest.mark.parametrize("selected", ["abc", "%C2%B2"])
+def test_an_action_on_a_selection_that_is_no_id_is_a_400(
+    broker: Broker, superuser_client: Client, url: str, action: str, selected: str
+) -> None:
+    sample_cycle(broker, today=timezone.localdate())
+
+    answer = superuser_client.post(
+        url,
+        f"action={action}&index=0&_selected_action={selected}",
+        content_type="application/x-www-form-urlencoded",
+    )
+
+    assert answer.status_code == 400
+    assert answer["Content-Type"] == "text/plain"
+    assert answer.content.startswith(b"Not done: the selection holds a value that is no id")
+
+
+def test_a_delete_confirmed_with_one_selection_no_id_deletes_nothing(
+    broker: Broker, superuser_client: Client
+) -> None:
+    group = Group.objects.create(name="Readers")
+
+    # The confirmation page's form, its rows as it lists them, one changed on the way.
+    answer = superuser_client.post(
+        "/admin/auth/group/",
+        {"action": "delete_selected", "post": "yes", "_selected_action": [group.pk, "abc"]},
+    )
+
+    assert answer.status_code == 400
+    assert Group.objects.filter(pk=group.pk).exists()
+
+
+def test_an_action_on_ids_still_runs(broker: Broker, superuser_client: Client) -> None:
+    group = Group.objects.create(name="Readers")
+
+    answer = superuser_client.post(
+        "/admin/auth/group/",
+        {"action": "delete_selected", "post": "yes", "_selected_action": [group.pk]},
+    )
+
+    assert answer.status_code == 302
+    assert not Group.objects.filter(pk=group.pk).exists()
