@@ -3,8 +3,9 @@
 They are the service's machinery, not DROP records: a role granting their permissions by
 mistake still shows them to nobody else. Their own admins are kept, on unfold's base, with
 every permission narrowed to superusers, their lists' date drill-down bounded as ours are
-(``date_drill_down``) and a choice filter held to its choices (``KnownChoicesFilter``); the
-sidebar lists them apart (``dropportal.navigation``).
+(``date_drill_down``), a choice filter held to its choices (``KnownChoicesFilter``) and the
+lockouts' own action mended (``ExpiredAttemptsCleanedNow``); the sidebar lists them apart
+(``dropportal.navigation``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from django.contrib import admin
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest
+from django.utils import timezone
 from unfold.admin import ModelAdmin
 
 from integrations.admin.date_drill_down import DateDrillDownBounded
@@ -59,6 +61,20 @@ class KnownChoicesFilter(admin.ChoicesFieldListFilter):
         return super().queryset(request, queryset)
 
 
+class ExpiredAttemptsCleanedNow:
+    """django-axes 8.3.1's "Clean up expired attempts" reads the time of the sign-in being
+    handled, which axes sets only on a sign-in's request: from the list it always failed
+    (``AttributeError``, its issue #1424, fixed after 8.3.1). Kept, with the action's own time:
+    it is how a superuser clears every expired lockout at once. Once axes sets the time
+    itself, this sets nothing."""
+
+    @admin.action(description="Clean up expired attempts")
+    def cleanup_expired_attempts(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        if not hasattr(request, "axes_attempt_time"):
+            request.axes_attempt_time = timezone.now()  # type: ignore[attr-defined]
+        super().cleanup_expired_attempts(request, queryset)  # type: ignore[misc]
+
+
 def _choices_held(model: type[Model], entry: Any) -> Any:
     """A list filter named by a field with choices, as a ``KnownChoicesFilter``."""
     if isinstance(entry, str) and "__" not in entry:
@@ -73,9 +89,10 @@ def narrow_to_superusers(site: admin.AdminSite) -> None:
     for model, model_admin in list(site._registry.items()):
         if model._meta.app_label not in APPS or isinstance(model_admin, SuperuserOnly):
             continue
+        mended = (ExpiredAttemptsCleanedNow,) if model._meta.label == "axes.AccessAttempt" else ()
         narrowed = type(
             type(model_admin).__name__,
-            (SuperuserOnly, DateDrillDownBounded, type(model_admin), ModelAdmin),
+            (SuperuserOnly, DateDrillDownBounded, *mended, type(model_admin), ModelAdmin),
             {
                 "__module__": __name__,
                 "list_filter": [_choices_held(model, entry) for entry in model_admin.list_filter],

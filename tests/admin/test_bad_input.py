@@ -3,9 +3,11 @@ without the bad filter), never a 500: each case a page or a link can send."""
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 
 import pytest
+from axes.models import AccessAttempt
 from django.contrib.auth.models import Group
 from django.db import connection
 from django.test import Client
@@ -307,3 +309,31 @@ def test_an_action_on_ids_still_runs(broker: Broker, superuser_client: Client) -
 
     assert answer.status_code == 302
     assert not Group.objects.filter(pk=group.pk).exists()
+
+
+# -- the login lockouts' own action (superusers only) -----------------------------------------
+
+
+def test_cleaning_up_expired_login_attempts_deletes_the_expired_ones(
+    broker: Broker, superuser_client: Client
+) -> None:
+    expired, recent = (
+        AccessAttempt.objects.create(
+            username=name, ip_address="203.0.113.9", failures_since_start=1
+        )
+        for name in ("expired", "recent")
+    )
+    # Older than the lockout's cool-off (AXES_COOLOFF_TIME, 15 minutes).
+    AccessAttempt.objects.filter(pk=expired.pk).update(
+        attempt_time=timezone.now() - dt.timedelta(hours=1)
+    )
+
+    answer = superuser_client.post(
+        "/admin/axes/accessattempt/",
+        {"action": "cleanup_expired_attempts", "index": 0, "_selected_action": [recent.pk]},
+        follow=True,
+    )
+
+    assert answer.status_code == 200
+    assert "Cleaned up 1 expired access attempts." in answer.content.decode()
+    assert list(AccessAttempt.objects.values_list("username", flat=True)) == ["recent"]
