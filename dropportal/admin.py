@@ -28,7 +28,10 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
+from django.contrib.admin import ModelAdmin
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.views.main import PAGE_VAR, SEARCH_VAR
+from django.core.exceptions import ValidationError
 from django.http import (
     HttpRequest,
     HttpResponse,
@@ -47,6 +50,7 @@ from django.views.decorators.debug import sensitive_post_parameters
 from unfold.sites import UnfoldAdminSite
 
 from integrations.drop.calendar import drop_timezone
+from integrations.storable_text import unstorable_reason
 
 
 class DropportalAdminSite(UnfoldAdminSite):
@@ -108,8 +112,11 @@ class DropportalAdminSite(UnfoldAdminSite):
         view (and what is built from its list, as the ledger's export) reads days in DROP's
         calendar. What a page streams (an export) is written after it and stays UTC.
         """
-        guarded = super().admin_view(_search_kept_out_of_urls(view), cacheable)
         model_admin = getattr(view, "__self__", None)  # a ModelAdmin's views are its methods
+        screened = _search_kept_out_of_urls(view)
+        if isinstance(model_admin, ModelAdmin) and view.__name__ == "changelist_view":
+            screened = _selection_of_ids_only(screened, model_admin)
+        guarded = super().admin_view(_unstorable_input_refused(screened), cacheable)
         days_in_drop_zone = bool(getattr(model_admin, "date_hierarchy", None))
 
         @wraps(guarded)
@@ -239,6 +246,59 @@ def _as_get(request: HttpRequest) -> HttpRequest:
     shown.method = "GET"
     shown.POST = QueryDict()  # type: ignore[assignment]
     return shown
+
+
+def _unstorable_input_refused(view: Callable[..., Any]) -> Callable[..., Any]:
+    """A page sent a character PostgreSQL cannot store (a NUL, ``%00``): a plain 400.
+
+    No page of the admin needs one, and every page filters, searches or saves what it is sent:
+    a NUL in a list filter, an autocomplete term or an export's filters would otherwise fail in
+    the database (a ``DataError``). Checked here once, for every page behind ``admin_view``,
+    Django's and the third-party admins' alike: the query string's names and values, and what
+    is posted.
+    """
+
+    @wraps(view)
+    def checked(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        sent = [dict(request.GET.lists())]
+        if request.method == "POST":
+            sent.append(dict(request.POST.lists()))
+        problem = unstorable_reason(sent)
+        if problem is not None:
+            return HttpResponseBadRequest(
+                f"Not read: {problem}, which no page takes.", content_type="text/plain"
+            )
+        return view(request, *args, **kwargs)
+
+    return checked
+
+
+def _selection_of_ids_only(view: Callable[..., Any], model_admin: ModelAdmin) -> Callable[..., Any]:
+    """An action on a list's selection: each selected row must be an id of the list's model.
+
+    Django filters the rows by what was posted and fails (a ``ValueError``, a 500) on one that
+    is not an id, such as ``abc``; no checkbox of a list sends one. Checked here once for every
+    list with actions, Django's, axes' and Procrastinate's included, and the delete
+    confirmation (which posts to the list too): a plain 400, nothing done.
+    """
+    pk = model_admin.model._meta.pk
+    assert pk is not None  # every model has one once its app is ready
+    plural = model_admin.model._meta.verbose_name_plural
+
+    @wraps(view)
+    def checked(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        if request.method == "POST":
+            for selected in request.POST.getlist(ACTION_CHECKBOX_NAME):
+                try:
+                    pk.to_python(selected)
+                except ValidationError:
+                    return HttpResponseBadRequest(
+                        f"Not done: the selection holds a value that is no id of the {plural}.",
+                        content_type="text/plain",
+                    )
+        return view(request, *args, **kwargs)
+
+    return checked
 
 
 AUTOCOMPLETE_VAR = "term"  # django.contrib.admin.views.autocomplete's search parameter

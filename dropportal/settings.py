@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import sys
 import zoneinfo
-from typing import TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
 from django.templatetags.static import static
 
 from dropportal import local_state
+from integrations.evidence.pack import load_private_key
 
 BASE_DIR = local_state.BASE_DIR
 
@@ -40,6 +43,43 @@ def _number(
     if value is None or not (value > least if above else value >= least):
         sys.exit(f"error: {name}={text!r} must be {what}")
     return value
+
+
+_Parsed = TypeVar("_Parsed")
+
+
+def _parsed(name: str, text: str, parse: Callable[[str], _Parsed], *, what: str) -> _Parsed:
+    """``parse(text)``, ``name``'s value; one line naming it and a non-zero exit when it
+    refuses the value (``ValueError``, ``ImproperlyConfigured``), ``what`` saying what it must
+    be, rather than a traceback at start or a failure at first use. The value is never
+    echoed: a URL may carry a password, and a key is a secret."""
+    try:
+        return parse(text)
+    except (ValueError, ImproperlyConfigured):
+        sys.exit(f"error: {name} must be {what}")
+
+
+def _http_url(text: str) -> str:
+    """``text`` if it is an http or https URL with a host (and a port, if any, that is one)."""
+    parts = urlsplit(text)  # ValueError: a bracketed host left open
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.port == 0:
+        raise ValueError(text)
+    return text
+
+
+def _postgres_url(text: str) -> dict[str, Any]:
+    """``text``'s DATABASES entry if it is a PostgreSQL URL: dropportal runs on PostgreSQL
+    only, and without a scheme django-environ only warns, and every query then fails."""
+    if urlsplit(text).scheme not in ("postgres", "postgresql"):
+        raise ValueError(text)
+    return dict(environ.Env.db_url_config(text))  # ValueError: a port that is not one
+
+
+def _evidence_key(pem: str) -> str:
+    """``pem`` if it loads as the evidence key does (``integrations.evidence.pack``), so a
+    bad key stops the start rather than the first directive signed."""
+    load_private_key(pem)
+    return pem
 
 
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
@@ -69,17 +109,28 @@ SECRET_KEY = env.str("SECRET_KEY", default="") or local_state.generated_secret(
     "secret_key", local_state.new_django_secret
 )
 
-DROPPORTAL_PUBLIC_URL = env.str("DROPPORTAL_PUBLIC_URL", default="http://127.0.0.1:8000").rstrip(
-    "/"
-)
+DROPPORTAL_PUBLIC_URL = _parsed(
+    "DROPPORTAL_PUBLIC_URL",
+    env.str("DROPPORTAL_PUBLIC_URL", default="http://127.0.0.1:8000"),
+    _http_url,
+    what="the service's http or https address, for example https://dp.example.com",
+).rstrip("/")
 DROPPORTAL_ENCRYPTION_KEYS: list[str] = env.list("DROPPORTAL_ENCRYPTION_KEYS", default=[]) or [
     local_state.generated_secret("encryption_key", local_state.new_fernet_key)
 ]
 # Ed25519 private key (PEM; "\n" may stand for line breaks in an environment variable) that
 # signs evidence packs; unset (the embedded database only: with DATABASE_URL it is required
 # above), the generator makes one into var/ when first needed (not at start, so a host whose
-# var/ is read-only still starts).
+# var/ is read-only still starts). A key set here is loaded at start, as signing loads it.
 DROPPORTAL_EVIDENCE_KEY = env.str("DROPPORTAL_EVIDENCE_KEY", default="").replace("\\n", "\n")
+if DROPPORTAL_EVIDENCE_KEY:
+    _parsed(
+        "DROPPORTAL_EVIDENCE_KEY",
+        DROPPORTAL_EVIDENCE_KEY,
+        _evidence_key,
+        what="an Ed25519 private key in PEM, without a password (\\n may stand for its line "
+        "breaks)",
+    )
 DROPPORTAL_EVIDENCE_KEY_GENERATOR = "dropportal.local_state.evidence_key_pem"
 # Where the service keeps files of its own: downloaded DROP packages, process counters.
 DROPPORTAL_VAR_DIR = local_state.VAR_DIR
@@ -220,7 +271,14 @@ TEMPLATES = [
 ]
 
 if env.str("DATABASE_URL", default=""):
-    DATABASES = {"default": env.db_url("DATABASE_URL")}
+    DATABASES = {
+        "default": _parsed(
+            "DATABASE_URL",
+            env.str("DATABASE_URL"),
+            _postgres_url,
+            what="a PostgreSQL URL, postgres://USER:PASSWORD@HOST:PORT/NAME",
+        )
+    }
 else:
     try:
         DATABASES = {"default": local_state.embedded_database()}
@@ -429,7 +487,15 @@ if DROPPORTAL_OIDC_ONLY and not DROPPORTAL_OIDC_ISSUER:
 # Alerts go by email (Django's mail, EMAIL_URL in django-environ's format) and/or to a JSON
 # webhook; neither set: alerts are ledger events only.
 if env.str("EMAIL_URL", default=""):
-    globals().update(env.email_url("EMAIL_URL"))
+    globals().update(
+        _parsed(
+            "EMAIL_URL",
+            env.str("EMAIL_URL"),
+            environ.Env.email_url_config,
+            what="a mail server URL, smtp://USER:PASSWORD@HOST:PORT/?tls=True (or smtps://, "
+            "smtp+tls://, smtp+ssl://, consolemail://...)",
+        )
+    )
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default=f"dropportal@{_public_host}")
 DROPPORTAL_ALERT_EMAILS: list[str] = env.list("DROPPORTAL_ALERT_EMAILS", default=[])
 DROPPORTAL_ALERT_WEBHOOK_URL = env.str("DROPPORTAL_ALERT_WEBHOOK_URL", default="")

@@ -21,8 +21,9 @@ What it guarantees (docs/contracts.md §6):
 - ``CONNECT_TIMEOUT`` (5 s) to connect, ``TOTAL_TIMEOUT`` (15 s) in all by the wall clock,
   whatever the peer does: name resolution, connecting, the TLS handshake, the response
   headers and the body all fit in the total (``outbound_deadline``). The body is read as a
-  stream and only its first 4 KiB are kept (``read_limit`` reads more into ``content`` for a
-  caller that needs the whole answer, such as ISI's synchronous identifiers).
+  stream and only its first 4 KiB are kept, as text PostgreSQL can store (``storable_text``:
+  a NUL byte becomes U+FFFD, as undecodable bytes do); ``read_limit`` reads more into
+  ``content`` for a caller that needs the whole answer, such as ISI's synchronous identifiers.
 - TLS 1.2 or later, certificates verified against one CA store (requests' bundle).
 - Network failures come back as ``DeliveryResult.error``, a short message for staff
   (``describe_failure``); ``retry_after_seconds`` reads a peer's ``Retry-After``.
@@ -54,7 +55,9 @@ from requests_hardened.ip_filter import InvalidIPAddress
 from requests_hardened.ip_filter_adapter import IPFilterAdapter
 from urllib3.util.ssl_match_hostname import CertificateError as HostnameMismatch
 
+from integrations.ascii_integers import ascii_integer
 from integrations.outbound_deadline import DeadlineAdapter, bounded
+from integrations.storable_text import storable
 from integrations.target_urls import TargetUrlProblem, target_url_problem
 
 if TYPE_CHECKING:
@@ -230,8 +233,9 @@ def retry_after_seconds(value: str | None, *, now: float | None = None) -> float
     if value is None:
         return None
     value = value.strip()
-    if value.isascii() and value.isdigit():
-        return float(int(value))
+    seconds = ascii_integer(value)
+    if seconds is not None:
+        return float(seconds)
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError, IndexError):
@@ -383,8 +387,9 @@ def deliver(
                 stream=True,
             )
         except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
-            message = describe_failure(
-                exc, timeout_connect=timeout_connect, timeout_total=timeout_total
+            # Storable: a certificate's names (a mismatched host) are the peer's text.
+            message = storable(
+                describe_failure(exc, timeout_connect=timeout_connect, timeout_total=timeout_total)
             )
             if bound.expired and not message.startswith("target address not allowed"):
                 message = timed_out
@@ -414,7 +419,8 @@ def deliver(
         url=url,
         status=status,
         duration_ms=elapsed_ms(),
-        response_body=received[:RESPONSE_BODY_LIMIT].decode("utf-8", errors="replace"),
+        # Kept with the attempt: an answer holding a NUL byte is no reason to lose the batch.
+        response_body=storable(received[:RESPONSE_BODY_LIMIT].decode("utf-8", errors="replace")),
         response_headers=dict(response.headers),
         error=error,
         content=received,

@@ -2,7 +2,8 @@
 ``user:password@`` part; plain ``http://`` only where private targets are allowed
 (``DROPPORTAL_ALLOW_PRIVATE_TARGETS``: development and tests). The one home of that rule,
 applied where staff set a URL (``validators``), where a call is made (``outbound_http``)
-and where a DROP client is built; each words the refusal for its own reader::
+and where a DROP client is built; each words the refusal for its own reader. A base URL
+(an ISI integration's, DROP's) also ends at its path (``url_has_extras``)::
 
     problem = target_url_problem(url, allow_private=settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS)
     if problem is TargetUrlProblem.PLAIN_HTTP:
@@ -41,6 +42,13 @@ def url_has_credentials(url: str) -> bool:
     head = url.partition("://")[2].split("/", 1)[0]
     authority = re.split(r"[?#;]", head, maxsplit=1)[0]
     return "@" in head and ":" in authority.rpartition("]")[2]
+
+
+def url_has_extras(url: str) -> bool:
+    """Whether ``url`` carries a query, a fragment or ``;`` parameters, even an empty one
+    (``https://api.example/isi?``). A base URL, to which paths are appended, must not: the
+    paths would land inside them (``/isi?tenant=7/api/v1/...``)."""
+    return any(mark in url for mark in "?#;")
 
 
 def target_url_problem(url: str, *, allow_private: bool) -> TargetUrlProblem | None:

@@ -15,6 +15,7 @@ from integrations.target_urls import (
     target_url_problem,
     target_url_schemes,
     url_has_credentials,
+    url_has_extras,
 )
 
 NAME_MAX = 200
@@ -37,6 +38,18 @@ def target_url_validate(url: str, *, field: str = "url") -> str:
     if len(url) > 500:
         raise ValidationError({field: "at most 500 characters"})
     return url_credentials_validate(url, field=field)
+
+
+def base_url_validate(url: str, *, field: str) -> str:
+    """A target URL (``target_url_validate``) the API's paths are appended to, so one that
+    ends at its path: a query, fragment or ``;`` parameters would hold the paths, and every
+    call would go to the base URL itself."""
+    url = target_url_validate(url, field=field)
+    if url_has_extras(url):
+        raise ValidationError(
+            {field: "a base URL must end at its path: no query (?), fragment (#) or ; parameters"}
+        )
+    return url
 
 
 def url_credentials_validate(url: str, *, field: str) -> str:

@@ -342,3 +342,12 @@ def test_slow_name_resolution_is_cut_at_the_total_timeout(
 
     assert stalled_dns == ["broker.stalled.test"]
     assert (result.status, result.error) == (None, "timed out after 0.3 s")
+
+
+def test_the_kept_answer_holds_no_character_postgresql_refuses(simulator: BrokerSimulator) -> None:
+    simulator.script(Reply(body=b"\x00\x01 binary"))
+
+    result = _post(simulator.url)
+
+    assert result.response_body == "\ufffd\x01 binary"
+    assert result.content == b"\x00\x01 binary"  # the whole answer, as read, for its reader

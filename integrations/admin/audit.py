@@ -29,6 +29,7 @@ from integrations.drop.calendar import DROP_YEARS, drop_day_bounds, drop_today
 from integrations.models import Broker, DropCycle
 from integrations.selectors.drop_metrics import METRIC_FIGURES, drop_metrics
 from integrations.services.evidence.evidence import evidence_pack_export, evidence_public_key_pem
+from integrations.services.evidence.evidence_sample import SAMPLE_MAX
 
 METRICS_PERMISSIONS = ("integrations.view_workitem", "integrations.view_dropcycle")
 # Held by Auditors (migration 0021): every export of the ledger, the outcome history or an
@@ -113,7 +114,10 @@ class EvidenceForm(forms.Form):
         help_text="YYYY-MM-DD, inclusive (a DROP day)",
     )
     sample = forms.IntegerField(
-        required=False, min_value=1, help_text="add this many work items' stories, drawn by:"
+        required=False,
+        min_value=1,
+        max_value=SAMPLE_MAX,
+        help_text="add this many work items' stories, drawn by:",
     )
     seed = forms.CharField(
         required=False, max_length=200, help_text="any text; the same seed draws the same items"

@@ -25,6 +25,7 @@ from integrations.admin.charts import cycle_timeline
 from integrations.admin.drop_notifications import drop_notifications_table
 from integrations.admin.reports import set_work_item_status
 from integrations.admin.story import story_context
+from integrations.ascii_integers import ascii_integer
 from integrations.drop.calendar import (
     DROP_YEARS,
     drop_date,
@@ -269,9 +270,9 @@ class DropYearFilter(admin.SimpleListFilter):
         return [(str(day.year), str(day.year)) for day in years]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        value = self.value()
-        if value and value.isdigit() and int(value) in DROP_YEARS:
-            start, end = drop_year_bounds(int(value))
+        year = ascii_integer(self.value() or "")
+        if year is not None and year in DROP_YEARS:
+            start, end = drop_year_bounds(year)
             cycles = DropCycle.objects.filter(downloaded_at__gte=start, downloaded_at__lt=end)
             return queryset.filter(cycle__in=cycles.values("pk"))
         return queryset

@@ -36,7 +36,7 @@ from integrations.services.staff.isi import (
     isi_integration_create,
     isi_integration_update,
 )
-from integrations.validators import target_url_validate
+from integrations.validators import base_url_validate
 
 _WRITE_ONLY_HELP = "Stored encrypted and never shown again; leave empty to keep the current one."
 
@@ -55,7 +55,10 @@ class _IsiFields(forms.ModelForm):
         label="Base URL",
         assume_scheme="https",
         max_length=500,
-        help_text="The broker's API, e.g. https://api.broker.example (https, TLS 1.2 or later).",
+        help_text=(
+            "The broker's API, e.g. https://api.broker.example or https://broker.example/isi"
+            " (https, TLS 1.2 or later; no query or fragment)."
+        ),
     )
     auth = forms.ChoiceField(
         label="Authentication", choices=IsiAuth.choices, widget=forms.RadioSelect
@@ -77,7 +80,7 @@ class _IsiFields(forms.ModelForm):
 
     def clean_base_url(self) -> str:
         try:
-            return target_url_validate(self.cleaned_data["base_url"], field="base_url")
+            return base_url_validate(self.cleaned_data["base_url"], field="base_url")
         except ValidationError as exc:
             raise forms.ValidationError(exc.message_dict["base_url"]) from None
 

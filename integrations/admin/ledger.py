@@ -30,6 +30,7 @@ from unfold.admin import ModelAdmin
 from integrations import exports
 from integrations.admin.actors import staff_actor
 from integrations.admin.audit import AUDIT_EXPORT_PERMISSION
+from integrations.admin.date_drill_down import DateDrillDownBounded
 from integrations.admin.display import uuid_short
 from integrations.models import LedgerEvent
 from integrations.selectors.ledger import LEDGER_COLUMNS, ledger_events
@@ -39,7 +40,7 @@ CONTENT_TYPES = {"csv": "text/csv; charset=utf-8", "jsonl": "application/x-ndjso
 
 
 @admin.register(LedgerEvent)
-class LedgerEventAdmin(ModelAdmin):
+class LedgerEventAdmin(DateDrillDownBounded, ModelAdmin):
     list_display = ["id", "created_at", "broker_id", "kind", "subject_shown", "actor"]
     list_filter = ["kind", "broker_id"]
     search_fields = ["subject", "actor", "kind"]

@@ -19,6 +19,7 @@ from typing import Any
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.db.models import Model, QuerySet
+from django.db.models.functions import Coalesce
 from django.http import HttpRequest
 from django.urls import reverse
 from unfold.admin import ModelAdmin, TabularInline
@@ -27,6 +28,7 @@ from integrations.admin.actors import staff_actor
 from integrations.admin.audit import AUDIT_EXPORT_PERMISSION
 from integrations.admin.display import uuid_link, uuid_short
 from integrations.admin.reports import export_outcomes_csv, export_outcomes_jsonl
+from integrations.ascii_integers import ascii_integer
 from integrations.models import (
     DeletionRequest,
     DeliveryAttempt,
@@ -128,9 +130,10 @@ class CycleFilter(admin.SimpleListFilter):
         value = self.value()
         if not value:
             return queryset
-        if not value.isdigit():
+        cycle = ascii_integer(value)
+        if cycle is None:
             return queryset.none()
-        return queryset.filter(work_item__cycle_id=int(value))
+        return queryset.filter(work_item__cycle_id=cycle)
 
 
 class AttemptInline(TabularInline):
@@ -346,3 +349,12 @@ class OptOutRecordAdmin(ReadOnlyAdmin):
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    # The record's request is its deletion's or its resolution's (one of the two, by its
+    # check constraint): ``request_uuid`` is a property here, so the column sorts by both.
+    @admin.display(
+        description="request",
+        ordering=Coalesce("deletion_request__request_uuid", "resolution_request__request_uuid"),
+    )
+    def request_link(self, obj: OptOutRecord) -> str:
+        return super().request_link(obj)

@@ -2,7 +2,9 @@
 
 They are the service's machinery, not DROP records: a role granting their permissions by
 mistake still shows them to nobody else. Their own admins are kept, on unfold's base, with
-every permission narrowed to superusers; the sidebar lists them apart
+every permission narrowed to superusers, their lists' date drill-down bounded as ours are
+(``date_drill_down``), a choice filter held to its choices (``KnownChoicesFilter``) and the
+lockouts' own action mended (``ExpiredAttemptsCleanedNow``); the sidebar lists them apart
 (``dropportal.navigation``).
 """
 
@@ -11,8 +13,13 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.admin.options import IncorrectLookupParameters
+from django.db.models import Model, QuerySet
 from django.http import HttpRequest
+from django.utils import timezone
 from unfold.admin import ModelAdmin
+
+from integrations.admin.date_drill_down import DateDrillDownBounded
 
 APPS = ("axes", "procrastinate")
 
@@ -42,15 +49,54 @@ class SuperuserOnly:
         )
 
 
+class KnownChoicesFilter(admin.ChoicesFieldListFilter):
+    """A choices field's filter that applies only the choices it offers: the job table's
+    status is a PostgreSQL enum, which takes no other value (a ``DataError``). Any other is
+    refused as a filter the list cannot apply."""
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any] | None:
+        offered = {str(value) for value, _ in self.field.flatchoices}
+        if any(value not in offered for value in self.lookup_val or ()):
+            raise IncorrectLookupParameters(f"{self.field_path} is one of {sorted(offered)}")
+        return super().queryset(request, queryset)
+
+
+class ExpiredAttemptsCleanedNow:
+    """django-axes 8.3.1's "Clean up expired attempts" reads the time of the sign-in being
+    handled, which axes sets only on a sign-in's request: from the list it always failed
+    (``AttributeError``, its issue #1424, fixed after 8.3.1). Kept, with the action's own time:
+    it is how a superuser clears every expired lockout at once. Once axes sets the time
+    itself, this sets nothing."""
+
+    @admin.action(description="Clean up expired attempts")
+    def cleanup_expired_attempts(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        if not hasattr(request, "axes_attempt_time"):
+            request.axes_attempt_time = timezone.now()  # type: ignore[attr-defined]
+        super().cleanup_expired_attempts(request, queryset)  # type: ignore[misc]
+
+
+def _choices_held(model: type[Model], entry: Any) -> Any:
+    """A list filter named by a field with choices, as a ``KnownChoicesFilter``."""
+    if isinstance(entry, str) and "__" not in entry:
+        field = model._meta.get_field(entry)
+        if getattr(field, "choices", None):
+            return (entry, KnownChoicesFilter)
+    return entry
+
+
 def narrow_to_superusers(site: admin.AdminSite) -> None:
     """Called once every app registered its admins (``dropportal.apps``)."""
     for model, model_admin in list(site._registry.items()):
         if model._meta.app_label not in APPS or isinstance(model_admin, SuperuserOnly):
             continue
+        mended = (ExpiredAttemptsCleanedNow,) if model._meta.label == "axes.AccessAttempt" else ()
         narrowed = type(
             type(model_admin).__name__,
-            (SuperuserOnly, type(model_admin), ModelAdmin),
-            {"__module__": __name__},
+            (SuperuserOnly, DateDrillDownBounded, *mended, type(model_admin), ModelAdmin),
+            {
+                "__module__": __name__,
+                "list_filter": [_choices_held(model, entry) for entry in model_admin.list_filter],
+            },
         )
         site.unregister(model)
         site.register(model, narrowed)

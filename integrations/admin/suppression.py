@@ -8,13 +8,15 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
 
+from integrations.admin.date_drill_down import DateDrillDownBounded
 from integrations.admin.drop import ReadOnlyAdmin
+from integrations.ascii_integers import ascii_integer
 from integrations.models import Broker, Reappearance
 from integrations.selectors.suppression import reappearances_by_source_month
 
 
 @admin.register(Reappearance)
-class ReappearanceAdmin(ReadOnlyAdmin):
+class ReappearanceAdmin(DateDrillDownBounded, ReadOnlyAdmin):
     """Consumers registered again after DROP sent them and the broker had matched them: by
     file (name and SHA-256) or API key, so staff find the supplier that sells them again."""
 
@@ -48,8 +50,8 @@ class ReappearanceAdmin(ReadOnlyAdmin):
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        broker_pk = request.GET.get("broker__id__exact", "")
-        broker = Broker.objects.filter(pk=broker_pk).first() if broker_pk.isdigit() else None
+        broker_pk = ascii_integer(request.GET.get("broker__id__exact", ""))
+        broker = Broker.objects.filter(pk=broker_pk).first() if broker_pk is not None else None
         summary = reappearances_by_source_month(broker=broker)
         extra_context = {
             **(extra_context or {}),

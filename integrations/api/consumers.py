@@ -9,7 +9,9 @@
 Up to 10,000 consumers a call, with clear or Base64-hashed identifiers. A bad consumer is
 answered in ``rejected`` (its index, pointer and errors by field) and the others are
 registered; a malformed body, or more than 10,000 consumers, is a 400 ``validation_failed``
-and nothing is written. Calls are idempotent. The key's broker is the broker.
+and nothing is written. Calls are idempotent. The key's broker is the broker. A 503 writes
+nothing either: ``registration_busy`` (retry), or ``evidence_key_refused`` (a match owes the
+service providers a directive that cannot be signed: staff must fix the evidence key).
 
 The body is read by ``integrations.consumers.api_reader`` (the row rules of
 ``consumers.readers``, one pass, no per-field serializer objects for 10,000 consumers); the
@@ -18,6 +20,7 @@ serializers below describe it in the schema.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import IO, Any
 
@@ -35,24 +38,28 @@ from integrations.api.json_body import (
     TooManyItems,
     json_object_body,
     read_capped,
-    unstorable_reason,
 )
 from integrations.api.schema import JSON_VALUE_REF
 from integrations.consumers.api_reader import parse_api_consumers
+from integrations.evidence.signing_key import EvidenceKeyRefused
 from integrations.models import ApiKey, Consumer
 from integrations.services.cycle.consumers import (
     RegistrationBusy,
     consumer_forget,
     consumers_register,
 )
+from integrations.storable_text import unstorable_reason
 from integrations.web.errors import Problem
 from integrations.web.permissions import HasScope
 
 MAX_CONSUMERS = 10_000
 # An API call waits this long for a registration of the same broker (a file import can
-# hold it for a while), then answers 503 with Retry-After.
+# hold it for a while), and as long again for the broker's matching (a DROP import holds
+# it through its own), then answers 503 with Retry-After.
 LOCK_WAIT_SECONDS = 10.0
 RETRY_AFTER_SECONDS = 30
+
+logger = logging.getLogger(__name__)
 
 
 # --- Schema ----------------------------------------------------------------------------
@@ -158,6 +165,21 @@ def _busy(exc: RegistrationBusy) -> Problem:
     )
 
 
+def _unsigned(exc: EvidenceKeyRefused) -> Problem:
+    # A consumer matched a DROP work item, and the directive the match owes the service
+    # providers cannot be signed: the whole registration is rolled back, for staff to fix.
+    logger.error("consumer registration refused: %s", exc.message)
+    return Problem(
+        status=503,
+        code="evidence_key_refused",
+        detail=(
+            "Nothing was registered: a consumer matched a DROP work item, and the directive "
+            f"the match owes the service providers cannot be signed ({exc.message}). Retry "
+            "once the evidence key is fixed."
+        ),
+    )
+
+
 def _no_consumer() -> Problem:
     # Also for another broker's consumer: no existence leak.
     return Problem(status=404, code="not_found", detail="No consumer with this remote_identifier.")
@@ -210,7 +232,9 @@ class ConsumersView(APIView):
             401: OpenApiResponse(ProblemSerializer, description="authentication_failed"),
             403: OpenApiResponse(ProblemSerializer, description="scope_missing"),
             413: OpenApiResponse(ProblemSerializer, description="payload_too_large"),
-            503: OpenApiResponse(ProblemSerializer, description="registration_busy"),
+            503: OpenApiResponse(
+                ProblemSerializer, description="registration_busy, evidence_key_refused"
+            ),
         },
         examples=[
             OpenApiExample(
@@ -257,6 +281,8 @@ class ConsumersView(APIView):
             )
         except RegistrationBusy as exc:
             raise _busy(exc) from None
+        except EvidenceKeyRefused as exc:
+            raise _unsigned(exc) from None
         return Response(
             {
                 "accepted": result.rows_accepted,

@@ -7,9 +7,9 @@ from their raw bytes) is read here::
 
 A body is accepted when it is UTF-8 JSON (RFC 8259; no ``NaN`` or ``Infinity``, no object
 naming a key twice), nested no deeper than Python's parser can follow, and every string in
-it can be stored: no NUL character (PostgreSQL's text cannot hold one) and no unpaired
-surrogate (a lone ``\\ud800`` escape decodes to a string that cannot be written back as
-UTF-8). Anything else is a 400 naming the reason, never a 500 further down.
+it can be stored (``storable_text``): no NUL character (PostgreSQL's text cannot hold one)
+and no unpaired surrogate (a lone ``\\ud800`` escape decodes to a string that cannot be
+written back as UTF-8). Anything else is a 400 naming the reason, never a 500 further down.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import IO, Any
 
 from rest_framework.parsers import BaseParser
 
+from integrations.storable_text import unstorable_reason
 from integrations.web.errors import Problem
 
 # The largest body the API reads (the consumer registration's 10,000 consumers with several
@@ -138,32 +139,6 @@ def json_object_body(raw: bytes, *, list_limits: Mapping[str, int]) -> Any:
     if reason:
         raise _invalid(f"The body cannot be stored: {reason}.")
     return payload
-
-
-def unstorable_reason(value: Any) -> str | None:
-    """Why a string in ``value`` (a parsed JSON value, or a path parameter) cannot be
-    stored, or None."""
-    pending = [value]
-    while pending:
-        item = pending.pop()
-        if isinstance(item, str):
-            strings: Any = (item,)
-        elif isinstance(item, dict):
-            strings = item.keys()
-            pending.extend(item.values())
-        elif isinstance(item, list):
-            pending.extend(item)
-            continue
-        else:
-            continue
-        for text in strings:
-            if "\x00" in text:
-                return "a string holds a NUL character (\\u0000)"
-            try:
-                text.encode("utf-8")
-            except UnicodeEncodeError:
-                return "a string holds an unpaired surrogate (\\ud800 to \\udfff)"
-    return None
 
 
 class JsonBodyParser(BaseParser):

@@ -345,6 +345,7 @@ class ConsumerCsvReader:
     def rows(self) -> Iterator[tuple[int, list[str]] | RejectedRecord]:
         """Each data row as (line, cells) with the header's width, or why it is not one."""
         width = len(self.columns)
+        pointer = self._index["remote_identifier"]  # first in a clear file, anywhere if hashed
         reader = self._reader
         line = reader.line_num  # the header's last physical line
         while True:
@@ -363,7 +364,8 @@ class ConsumerCsvReader:
                     continue  # a blank line
                 fields = f"{len(cells)} field{'' if len(cells) == 1 else 's'}"
                 message = f"has {fields}; the header has {width}"
-                yield RejectedRecord(start, cells[0].strip() or None, {"row": [message]})
+                rid = cells[pointer].strip() if pointer < len(cells) else ""
+                yield RejectedRecord(start, rid or None, {"row": [message]})
                 continue
             yield start, cells
 

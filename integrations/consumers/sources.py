@@ -53,6 +53,7 @@ import shutil
 import sys
 import tempfile
 import urllib.parse
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any, Final
@@ -154,7 +155,7 @@ class ConsumerSource:
                     raise SourceError(f"read failed: {exc}") from None
                 return
             if self.format == "csv.gz":
-                raw = stack.enter_context(gzip.GzipFile(fileobj=raw, mode="rb"))
+                raw = stack.enter_context(_Gunzipped(raw))
             text = io.TextIOWrapper(
                 io.BufferedReader(raw, buffer_size=_READ_BLOCK),
                 encoding="utf-8-sig",
@@ -171,8 +172,32 @@ class ConsumerSource:
 def _read_records(reader: ConsumerCsvReader, processes: int | None) -> Iterator[EncodedBatch]:
     try:
         yield from encoded_batches(reader, processes=processes)
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+    except OSError as exc:
         raise SourceError(f"read failed: {exc}") from None
+
+
+class _Gunzipped(io.RawIOBase):
+    """A gzip file's decompressed bytes. Damaged or cut gzip data raises ``SourceError``
+    wherever it is met (the header's read or a row's): zlib raises its own error for a
+    damaged deflate stream and gzip an ``EOFError`` for a cut one, neither an ``OSError``."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self._gzip = gzip.GzipFile(fileobj=raw, mode="rb")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        try:
+            return self._gzip.readinto(buffer)
+        except (zlib.error, EOFError, gzip.BadGzipFile) as exc:
+            raise SourceError(
+                f"read failed: the gzip data is damaged or cut short: {exc}"
+            ) from None
+
+    def close(self) -> None:
+        self._gzip.close()
+        super().close()
 
 
 class _DigestingReader(io.RawIOBase):
@@ -444,12 +469,12 @@ class _S3Object(io.RawIOBase):
         return self._position
 
     def readinto(self, buffer: Any) -> int:
+        from botocore.exceptions import BotoCoreError, ClientError
+
         if self._position >= self._size:
             return 0
+        name = f"s3://{self._bucket}/{self._key}"
         if self._body is None:
-            from botocore.exceptions import BotoCoreError, ClientError
-
-            name = f"s3://{self._bucket}/{self._key}"
             try:
                 self._body = self._client.get_object(
                     Bucket=self._bucket,
@@ -467,7 +492,13 @@ class _S3Object(io.RawIOBase):
                 raise OSError(f"{name}: {exc}") from None
             except BotoCoreError as exc:
                 raise OSError(f"{name}: {exc}") from None
-        chunk = self._body.read(len(buffer))
+        try:
+            chunk = self._body.read(len(buffer))
+        except BotoCoreError as exc:
+            # The connection lost mid-object (IncompleteReadError, ResponseStreamingError):
+            # not an OSError, so a reader would end in a traceback.
+            self._drop_body()
+            raise OSError(f"{name}: {exc}") from None
         buffer[: len(chunk)] = chunk
         self._position += len(chunk)
         return len(chunk)
@@ -578,7 +609,17 @@ def _parquet_reader(
         if is_dob and pa.types.is_timestamp(column.type):
             column = pc.cast(column, pa.date32())
         # Every column as text: dates as YYYY-MM-DD, integers as digits, nulls empty.
-        return pc.fill_null(pc.cast(column, pa.string()), "").to_pylist()
+        column = pc.fill_null(pc.cast(column, pa.string()), "")
+        try:
+            return column.to_pylist()
+        except UnicodeDecodeError:
+            # A writer that does not check UTF-8 left bytes that are not: this column is
+            # decoded cell by cell as a CSV file is (surrogateescape), so the readers reject
+            # just the rows holding them (not_utf8). Valid columns never come here.
+            return [
+                cell.decode("utf-8", "surrogateescape")
+                for cell in pc.cast(column, pa.large_binary()).to_pylist()
+            ]
 
     def rows() -> Iterator[tuple[str, ...]]:
         first = 1

@@ -42,6 +42,7 @@ from integrations.outbound_http import (
     DeliveryResult,
     deliver,
 )
+from integrations.storable_text import storable, unstorable_reason
 from integrations.url_extras import without_url_extras
 from integrations.wire_fields import ResolvedIdentifiersField
 
@@ -158,9 +159,16 @@ def _json_answer(content: bytes, what: str) -> Any:
     if len(content) > ANSWER_LIMIT:
         raise IsiError(f"{what} is over {ANSWER_LIMIT // 1024} KiB")
     try:
-        return json.loads(content)
+        answer = json.loads(content)
     except ValueError:
         raise IsiError(f"{what} is not JSON") from None
+    # What is read here is stored (identifiers, capabilities, a token), so a string that
+    # cannot be (a NUL, a lone "\ud800" escape, in a key too) is refused as any wrong shape
+    # is, before it can fail the transaction that stores it.
+    reason = unstorable_reason(answer)
+    if reason:
+        raise IsiError(f"{what} cannot be stored: {reason}")
+    return answer
 
 
 def identifiers_answer(result: DeliveryResult) -> dict[str, Any]:
@@ -347,7 +355,8 @@ def oauth_token_fetch(
             reason = json.loads(result.content).get("error")
         except (ValueError, AttributeError):
             reason = None
-        reason = f" ({reason})" if isinstance(reason, str) and reason else ""
+        # The broker's own text, kept with every attempt of the batch it fails: storable.
+        reason = f" ({storable(reason)})" if isinstance(reason, str) and reason else ""
         raise IsiError(f"{where}: HTTP {result.status}{reason}")
     try:
         answer = _json_answer(result.content, "its answer")

@@ -37,7 +37,6 @@ from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import requests
 
@@ -76,7 +75,7 @@ from integrations.drop.transport import (
     Wait,
 )
 from integrations.outbound_http import build_session
-from integrations.target_urls import TargetUrlProblem, target_url_problem
+from integrations.target_urls import TargetUrlProblem, target_url_problem, url_has_extras
 from integrations.url_extras import without_url_extras
 
 __all__ = [
@@ -137,9 +136,8 @@ def drop_base_url_problem(base_url: str, *, allow_private: bool) -> str | None:
         return (
             "DROP base URL must use https (plain http only with DROPPORTAL_ALLOW_PRIVATE_TARGETS)"
         )
-    parts = urlsplit(base_url)
-    if problem is TargetUrlProblem.CREDENTIALS or parts.query or parts.fragment:
-        return "DROP base URL must not carry a query, fragment or credentials"
+    if problem is TargetUrlProblem.CREDENTIALS or url_has_extras(base_url):
+        return "DROP base URL must not carry a query, fragment, ; parameters or credentials"
     return None
 
 

@@ -2,7 +2,8 @@
 
 After DROP's status for a work item is ``deleted`` (3) or ``opted_out`` (4), the broker owes
 that deletion again at least every ``DROPPORTAL_RECURRING_DAYS`` days (Civil Code
-1798.99.86(d)). A round is the item's requests of one ``round`` number (0: the match's own).
+1798.99.86(d)). A round is the item's requests of one ``round`` number (0: the match's own,
+and those of a consumer matched after the item settled, which hold no round back).
 Its next round is due ``DROPPORTAL_RECURRING_DAYS`` days, in DROP's calendar, after the day
 its latest round reached its final outcome; each item has its own date, so rounds spread
 over the days as the answers did::
@@ -37,11 +38,26 @@ from integrations.models import (
 # A round stays open until every request of it is final, as the settlement counts final
 # (sql/work_item_settle.sql): cancelled, or completed with a final outcome (a SaaS deletion:
 # completed). ``failed`` and undeliverable keep it open: the delivery policy goes on.
+#
+# Round 0 is the match's own requests. A consumer matched to the item once those were all
+# final (a late match, or one come back from a supplier, after the item settled) is asked
+# at once, in round 0 too, but holds nothing back: the item's rounds go on as though it had
+# not come (docs/recurring-deletion.md), and its answer does not move round 0's date, so a
+# consumer of the match is never left longer than the interval. It takes part in every
+# later round like any consumer of the match (the sender reads round 0's consumers).
+# Requests made together (one match, one late match, one round) share their making time
+# (a deletion request's ``matched_at``, a retrieval's ``created_at``, copies keep it): a
+# batch. A batch of round 0 other than the first comes after the settlement when it was
+# made after every earlier one was final and answered, or after DROP was given the item's
+# 3 or 4 (``reported_at``; either says the item had settled, and the first stays when an
+# amendment moves ``reported_at`` later); so does every batch after it.
 # Per item, its latest round: whether it is final, when it was (its last outcome), and
 # when the round before it was (what its due date counts from).
 _ROUNDS_SQL = """
 WITH parts AS (
-    SELECT d.work_item_id, d.round,
+    SELECT d.work_item_id, d.round, d.matched_at AS made_at,
+           w.reported_status_code = ANY(%(codes)s) AND d.matched_at > w.reported_at
+             AS after_report,
            d.state = %(cancelled)s
              OR (d.state = %(completed)s AND d.drop_outcome = ANY(%(final_outcomes)s)) AS final,
            d.state = %(undeliverable)s OR d.drop_outcome = %(failed)s AS failing,
@@ -51,7 +67,8 @@ WITH parts AS (
       JOIN integrations_workitem w ON w.id = d.work_item_id
      WHERE w.status_code = ANY(%(codes)s) AND w.state <> %(removed)s {broker_filter}
     UNION ALL
-    SELECT r.work_item_id, r.round,
+    SELECT r.work_item_id, r.round, r.created_at,
+           w.reported_status_code = ANY(%(codes)s) AND r.created_at > w.reported_at,
            r.state = %(cancelled)s
              OR (r.state = %(completed)s AND r.drop_outcome <> %(failed)s),
            r.state = %(undeliverable)s,
@@ -60,7 +77,8 @@ WITH parts AS (
       JOIN integrations_workitem w ON w.id = r.work_item_id
      WHERE w.status_code = ANY(%(codes)s) AND w.state <> %(removed)s {broker_filter}
     UNION ALL
-    SELECT r.work_item_id, r.round,
+    SELECT r.work_item_id, r.round, r.created_at,
+           w.reported_status_code = ANY(%(codes)s) AND r.created_at > w.reported_at,
            s.state IN (%(cancelled)s, %(completed)s),
            s.state = %(undeliverable)s,
            CASE WHEN s.state <> %(cancelled)s THEN s.completed_at END, false
@@ -68,10 +86,32 @@ WITH parts AS (
       JOIN integrations_resolutionrequest r ON r.id = s.resolution_id
       JOIN integrations_workitem w ON w.id = r.work_item_id
      WHERE w.status_code = ANY(%(codes)s) AND w.state <> %(removed)s {broker_filter}
-), rounds AS (
-    SELECT work_item_id, round, bool_and(final) AS final, bool_or(failing) AS failing,
-           max(at) AS final_at, bool_or(live) AS live
+), batches AS (
+    SELECT work_item_id, round, made_at, bool_or(after_report) AS after_report,
+           bool_and(final) AS final, bool_or(failing) AS failing, max(at) AS final_at,
+           bool_or(live) AS live
       FROM parts
+     GROUP BY work_item_id, round, made_at
+), settled AS (
+    SELECT b.*,
+           b.round = 0 AND count(*) OVER earlier > 0
+             AND (b.after_report OR (bool_and(b.final) OVER earlier
+                                     AND max(b.final_at) OVER earlier < b.made_at))
+             AS settled_before
+      FROM batches b
+    WINDOW earlier AS (PARTITION BY b.work_item_id, b.round ORDER BY b.made_at
+                       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+), marked AS (
+    SELECT s.*,
+           coalesce(bool_or(s.settled_before) OVER (PARTITION BY s.work_item_id, s.round
+                                                    ORDER BY s.made_at), false) AS come_back
+      FROM settled s
+), rounds AS (
+    SELECT work_item_id, round,
+           bool_and(final) FILTER (WHERE NOT come_back) AS final,
+           bool_or(failing) AS failing,
+           max(final_at) FILTER (WHERE NOT come_back) AS final_at, bool_or(live) AS live
+      FROM marked
      GROUP BY work_item_id, round
 ), latest AS (
     SELECT DISTINCT ON (work_item_id) work_item_id, round, final, failing, final_at,
@@ -94,8 +134,9 @@ SELECT l.work_item_id, l.round, l.final, l.failing,
 def rounds_sql(*, broker: Broker | None) -> tuple[str, dict[str, Any]]:
     """The per-item schedule (columns ``work_item_id, round, final, failing, due_on``) as
     SQL text and its parameters, for a caller to select from. ``due_on`` is NULL for an item
-    whose round 0 is still open (a status set by staff: no round is owed on it yet), and for
-    one whose consumers the broker has all forgotten since (no one to send a round to)."""
+    whose match's own requests are still open (a status set by staff: no round is owed on it
+    yet), and for one whose consumers the broker has all forgotten since (no one to send a
+    round to). A consumer matched after the item settled holds back no round: see above."""
     params: dict[str, Any] = {
         "cancelled": RequestState.CANCELLED,
         "completed": RequestState.COMPLETED,

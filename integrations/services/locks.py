@@ -2,25 +2,60 @@
 
 ``pg_advisory_xact_lock(int, int)``: the first key names the lock's purpose, the second is
 the row it guards; held until the end of the caller's transaction. Two-key locks never
-collide with the ledger sealer's one-key lock.
+collide with the ledger sealer's one-key lock. A caller that must not wait long (an API
+call, holding a web worker) passes a timeout and gets ``LockBusy`` when it runs out::
+
+    advisory_xact_lock(cursor, purpose=_MATCHING_LOCK, key=broker.pk, timeout=10.0)
 """
 
 from __future__ import annotations
 
-from django.db import connection
+from typing import Any, Final
+
+from django.db import OperationalError, connection
 
 from integrations.models import Broker
 
 _MATCHING_LOCK = 0x6D617463  # "matc"
+_LOCK: Final = "SELECT pg_advisory_xact_lock(%s, %s)"
+_LOCK_TIMEOUT: Final = "SELECT current_setting('lock_timeout')"
+_LOCK_TIMEOUT_SET: Final = "SELECT set_config('lock_timeout', %s, true)"
 
 
-def matching_lock(*, broker: Broker) -> None:
+class LockBusy(Exception):
+    """Another transaction held the lock for longer than the caller would wait; the
+    caller's transaction is aborted and must end."""
+
+
+def advisory_xact_lock(
+    cursor: Any, *, purpose: int, key: int, timeout: float | None = None
+) -> None:
+    """Take the lock ``(purpose, key)`` until the transaction ends, waiting as long as it
+    takes, or at most ``timeout`` seconds (``LockBusy``)."""
+    if timeout is None:
+        cursor.execute(_LOCK, [purpose, key])
+        return
+    cursor.execute(_LOCK_TIMEOUT)
+    previous = cursor.fetchone()[0]
+    cursor.execute(_LOCK_TIMEOUT_SET, [f"{max(1, int(timeout * 1000))}ms"])
+    try:
+        cursor.execute(_LOCK, [purpose, key])
+    except OperationalError as exc:
+        if getattr(exc.__cause__, "sqlstate", None) == "55P03":  # lock_not_available
+            raise LockBusy from None
+        raise
+    # Only this wait is bounded: the rest of the transaction's locks wait as before.
+    cursor.execute(_LOCK_TIMEOUT_SET, [previous])
+
+
+def matching_lock(*, broker: Broker, timeout: float | None = None) -> None:
     """Serialize matching for ``broker`` until the end of the current transaction.
 
     Matching a download, matching a late consumer and giving pending requests their
     targets all take it before they read: each one's snapshot then sees every consumer hash,
     work item and target committed by the others, and whatever another has not committed
-    yet is matched by that one once it gets the lock.
+    yet is matched by that one once it gets the lock. With ``timeout`` (seconds), gives up
+    after that long (``LockBusy``).
     """
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_MATCHING_LOCK, broker.pk])
+        advisory_xact_lock(cursor, purpose=_MATCHING_LOCK, key=broker.pk, timeout=timeout)

@@ -17,7 +17,11 @@
 -- empty value): error_message, and opt_out_email (already encrypted; absent for none). When
 -- recorded, in the same transaction: the opt-out record, the
 -- deletion_request.outcome_recorded ledger event (p_event_data, canonical JSON, see
--- ledger_append.sql), and the work item's settlement with the rules p_settle_outcomes,
+-- ledger_append.sql, with "previous_outcome":null,"previous_state":null in it: filled here
+-- from the locked row, since what the caller read before the lock may be stale, a second
+-- callback or the dispatch's own record having come in meanwhile; JSON escapes the quotes
+-- of any string value, so only those two keys can read so), and the work item's settlement
+-- with the rules p_settle_outcomes,
 -- p_settle_codes and p_settle_all_cancelled (work_item_settle.sql; the request row is locked
 -- first, then its item, as on every path).
 -- The rules are not written here: the caller passes them (integrations/models/requests.py
@@ -75,7 +79,9 @@ BEGIN
     END IF;
     PERFORM dropportal_ledger_append(
         p_at, v_broker_id, 'deletion_request.outcome_recorded', v_uuid::text, p_actor,
-        p_event_data);
+        replace(p_event_data, '"previous_outcome":null,"previous_state":null',
+                '"previous_outcome":' || to_json(o_outcome)::text
+                || ',"previous_state":' || to_json(o_state)::text));
     PERFORM dropportal_work_item_settle(
         v_item, 'system', p_settle_outcomes, p_settle_codes, p_settle_all_cancelled);
 END;

@@ -109,3 +109,23 @@ def test_the_form_takes_a_sample_and_its_seed(cycle: DropCycle, client: Client) 
     response = client.post("/admin/evidence/", {"broker": "4821", "cycle": "1", "sample": "2"})
     assert "give a sample size and a seed together" in response.content.decode()
     assert LedgerEvent.objects.filter(kind="evidence.exported").count() == 1
+
+
+@pytest.mark.parametrize("size", ["10001", "99999999999999999999"])  # the last past a bigint
+def test_a_sample_size_past_the_most_is_a_form_error(
+    cycle: DropCycle, client: Client, size: str
+) -> None:
+    login(client, "Auditors")
+    response = client.post(
+        "/admin/evidence/", {"broker": "4821", "cycle": "1", "sample": size, "seed": "audit"}
+    )
+    assert response.status_code == 200  # the form again, saying why
+    assert "Ensure this value is less than or equal to 10000." in response.content.decode()
+    assert not LedgerEvent.objects.filter(kind="evidence.exported").exists()
+
+    response = client.post(
+        "/admin/evidence/", {"broker": "4821", "cycle": "1", "sample": "10000", "seed": "audit"}
+    )
+    assert response["Content-Type"] == "application/zip"
+    event = LedgerEvent.objects.get(kind="evidence.exported")
+    assert event.data["sample"] == {"seed": "audit", "size": 10000, "drawn": 8}

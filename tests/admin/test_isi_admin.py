@@ -131,6 +131,14 @@ def test_adding_an_isi_integration_lists_its_connections_and_shows_its_secret_on
         ({"client_secret": ""}, "required for OAuth client credentials"),
         ({"auth": "token", "token": ""}, "a static token, or OAuth client credentials"),
         ({"base_url": "ftp://api.acme.example"}, "not an absolute https or http URL"),
+        (
+            {"base_url": "https://api.acme.example/isi?tenant=7"},
+            "a base URL must end at its path: no query (?), fragment (#) or ; parameters",
+        ),
+        (
+            {"base_url": "https://api.acme.example/isi#v1"},
+            "a base URL must end at its path: no query (?), fragment (#) or ; parameters",
+        ),
     ],
 )
 def test_bad_settings_are_refused_on_the_form(
@@ -234,3 +242,19 @@ def test_editing_keeps_a_secret_left_empty_and_switching_to_a_token_drops_oauth(
     assert updated is not None
     assert updated.data["changes"]["token"] == {"changed": True}
     assert "static-t0ken" not in str(updated.data)
+
+
+def test_editing_refuses_a_base_url_the_api_paths_would_land_in(
+    staff: Client, broker: Broker, created: CreatedIsiIntegration, api: IsiSimulator
+) -> None:
+    integration = created.integration
+    page = staff.get(_change_url(integration)).content.decode()
+    form = {**_hidden_inputs(page), **_oauth_form(broker, api, base_url=f"{api.base_url}/isi;v=1")}
+    form.update(enabled="on")
+
+    page = staff.post(_change_url(integration), form).content.decode()
+
+    assert "a base URL must end at its path" in html.unescape(page)
+    integration.refresh_from_db()
+    assert integration.base_url == api.base_url
+    assert not LedgerEvent.objects.filter(kind="integration.updated").exists()

@@ -10,13 +10,18 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, connections
 from rest_framework.test import APIClient
 
+from dropportal import local_state
+from integrations.api import consumers as api_consumers
 from integrations.api import json_body
-from integrations.models import Broker, Consumer, ConsumerHash, LedgerEvent
+from integrations.models import Broker, Consumer, ConsumerHash, Directive, LedgerEvent
+from integrations.services.cycle.consumers import _REGISTRATION_LOCK
+from integrations.services.locks import _MATCHING_LOCK
 from integrations.services.staff.brokers import broker_create
 from integrations.services.staff.keys import CreatedApiKey
+from tests.builders import ServiceProviderFactory, WorkItemFactory
 from tests.conftest import bearer
 
 pytestmark = pytest.mark.django_db
@@ -454,3 +459,80 @@ def test_malformed_registration_bodies_are_invalid_json(
 
     assert response.status_code == 400
     assert response.json()["detail"].startswith("The body is not valid JSON")
+
+
+@pytest.mark.parametrize(
+    ("lock", "detail"),
+    [
+        (_REGISTRATION_LOCK, "another consumer registration for broker 4821 is running"),
+        (_MATCHING_LOCK, "broker 4821's consumers are being matched"),
+    ],
+    ids=["file_import", "drop_import"],
+)
+def test_a_call_gives_up_with_503_while_a_file_import_or_a_drop_import_holds_the_broker(
+    api_client: APIClient,
+    ingest: dict[str, Any],
+    broker: Broker,
+    monkeypatch: pytest.MonkeyPatch,
+    lock: int,
+    detail: str,
+) -> None:
+    monkeypatch.setattr(api_consumers, "LOCK_WAIT_SECONDS", 0.05)
+    with connection.cursor() as cursor:  # a wait with no bound fails the test, not hangs it
+        cursor.execute("SET LOCAL statement_timeout = '20s'")
+    other = connections.create_connection("default")  # the import's session
+    try:
+        with other.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_lock(%s, %s)", [lock, broker.pk])
+        response = post(api_client, GOOD, ingest)
+        assert response.status_code == 503
+        assert response["Content-Type"] == "application/problem+json"
+        assert response["Retry-After"] == str(api_consumers.RETRY_AFTER_SECONDS)
+        problem = response.json()
+        assert (problem["status"], problem["code"]) == (503, "registration_busy")
+        assert problem["detail"].startswith(detail) and problem["detail"].endswith("retry later.")
+        assert not Consumer.objects.exists()
+        assert not LedgerEvent.objects.filter(kind="consumers.registered").exists()
+        with other.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [lock, broker.pk])
+    finally:
+        other.close()
+    assert post(api_client, GOOD, ingest).status_code == 200  # the import ended: retried
+    assert set(stored(broker)) == {"C-1", "C-2"}
+
+
+@pytest.mark.parametrize("key_file", ["generated", "unreadable", "damaged"])
+def test_a_late_match_whose_directive_cannot_be_signed_is_a_503_problem_writing_nothing(
+    api_client: APIClient,
+    ingest: dict[str, Any],
+    broker: Broker,
+    settings: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Any,
+    key_file: str,
+) -> None:
+    """A set DROPPORTAL_EVIDENCE_KEY is checked at start; the one generated into var/ is read
+    when a directive is first signed, and may have become unreadable by then. Anna matches
+    a DROP work item, and the broker has a service provider to direct."""
+    settings.DROPPORTAL_EVIDENCE_KEY = ""
+    monkeypatch.setattr(local_state, "VAR_DIR", tmp_path)
+    pem = tmp_path / "evidence_key.pem"
+    if key_file == "unreadable":
+        pem.mkdir()  # read as a file: an OSError, as a file without read permission
+    elif key_file == "damaged":
+        pem.write_text("not a PEM key\n")
+    ServiceProviderFactory.create(broker=broker, name="Mailhouse")
+    WorkItemFactory.create(cycle__broker=broker, hash=base64.b64decode(ANNA), status_code=5)
+
+    response = post(api_client, GOOD, ingest)
+
+    if key_file == "generated":
+        assert response.status_code == 200, response.content
+        assert Directive.objects.count() == 1
+        return
+    assert response.status_code == 503, response.content
+    assert response["Content-Type"] == "application/problem+json"
+    assert response.json()["code"] == "evidence_key_refused"
+    assert "DROPPORTAL_EVIDENCE_KEY" in response.json()["detail"]
+    assert stored(broker) == {}
+    assert not Directive.objects.exists()

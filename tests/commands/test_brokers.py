@@ -86,6 +86,9 @@ def test_database_refuses_a_bad_id_too() -> None:
         (["--drop-api-key", "dk_live_4821 "], "drop_api_key: DROP API key must be non-empty"),
         (["--drop-base-url", "http://drop.acme.test"], "drop_base_url: DROP base URL must use"),
         (["--drop-base-url", "https://drop.acme.test/?v=2"], "must not carry a query"),
+        # Its paths are appended: after an empty "?" they would be the query itself.
+        (["--drop-base-url", "https://drop.acme.test/drop?"], "must not carry a query"),
+        (["--drop-base-url", "https://drop.acme.test/drop;v=2"], "; parameters"),
     ],
 )
 def test_a_drop_key_or_base_url_the_drop_client_refuses_is_refused_when_added(

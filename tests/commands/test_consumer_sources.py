@@ -6,8 +6,12 @@ from __future__ import annotations
 import base64
 import gzip
 import hashlib
+import http.server
 import io
 import json
+import threading
+import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -116,11 +120,28 @@ def test_standard_input_in_each_format(
     assert summary["file"] == "stdin"
 
 
+def damaged_gzip(text: str) -> bytes:
+    """A gzip file whose header is intact and whose deflate stream holds ``text``, then a
+    block of the type no deflate writer makes (3): zlib's own error, not an OSError."""
+    deflate = zlib.compressobj(wbits=31)  # 31: with the gzip header and trailer
+    return deflate.compress(text.encode()) + deflate.flush(zlib.Z_FULL_FLUSH) + b"\x07" + bytes(8)
+
+
+MANY_ROWS = "".join(f"C-{i},a{i}@example.com\n" for i in range(100_000))  # 2.7 MB
+
+
 @pytest.mark.parametrize(
     ("name", "content", "message"),
     [
         ("bad.csv.gz", b"not gzip at all", "bad.csv.gz: read failed: .*gzip"),
         ("cut.csv.gz", gzip.compress(CLEAR.encode())[:-12], "cut.csv.gz: read failed"),
+        # Damaged before the header is read, and after rows were read (more than a read block).
+        ("head.csv.gz", damaged_gzip(""), "head.csv.gz: read failed: .*damaged.*invalid block"),
+        (
+            "rows.csv.gz",
+            damaged_gzip(f"remote_identifier,email\n{MANY_ROWS}"),
+            "rows.csv.gz: read failed: .*damaged.*invalid block",
+        ),
         ("bad.parquet", b"PAR1 not really", "bad.parquet: not a Parquet file"),
         ("bad.csv", b"email,remote_identifier\nx,y\n", "first column must be remote_identifier"),
     ],
@@ -318,6 +339,40 @@ def test_a_timestamp_date_of_birth_hashes_like_the_date(
     summary, err = run(str(path))
     assert (summary["rows_rejected"], err) == (0, "")
     assert stored(broker) == {"C-2": [("ndz", NDZ)]}
+
+
+# Declared UTF-8, holding Latin-1 (a writer that does not check): "José" and "Müller".
+NOT_UTF8_ROWS = [
+    (b"C-1", b"Jos\xe9@example.com"),
+    (b"C-2", b"Anna.Smith@Domain.com"),
+    (b"M\xfcller-3", b"m@example.com"),
+]
+
+
+def not_utf8_file(path: Path) -> None:
+    if path.suffix == ".csv":
+        lines = [b"remote_identifier,email", *(b",".join(row) for row in NOT_UTF8_ROWS)]
+        path.write_bytes(b"\n".join(lines) + b"\n")
+        return
+    pointers, emails = (
+        pa.array([row[i] for row in NOT_UTF8_ROWS], pa.binary()).view(pa.string()) for i in (0, 1)
+    )
+    pq.write_table(pa.table({"remote_identifier": pointers, "email": emails}), path)
+
+
+@pytest.mark.parametrize(("name", "first"), [("c.csv", "line 2"), ("c.parquet", "row 1")])
+def test_a_cell_not_utf8_rejects_its_row_alone_in_csv_and_parquet_alike(
+    broker: Broker, tmp_path: Path, name: str, first: str
+) -> None:
+    not_utf8_file(tmp_path / name)
+    summary, err = run(str(tmp_path / name))
+    where, number = first.split()
+    assert err.splitlines() == [
+        f"{where} {int(number)}: email: email is not valid UTF-8",
+        f"{where} {int(number) + 2}: remote_identifier: remote_identifier is not valid UTF-8",
+    ]
+    assert (summary["rows_read"], summary["rows_rejected"]) == (3, 2)
+    assert stored(broker) == {"C-2": [("email", ANNA)]}
 
 
 @pytest.mark.parametrize(
@@ -554,4 +609,62 @@ def test_an_s3_object_replaced_between_two_ranged_reads_fails_the_import(
         message
     )
     assert message.endswith("import it again; nothing was imported")
+    assert not Consumer.objects.exists()
+
+
+class CutObject(http.server.BaseHTTPRequestHandler):
+    """An S3 store whose one object, ``CLEAR`` as CSV, is cut short: HEAD gives its whole
+    size, GET sends its first 40 bytes and hangs up (a connection lost mid-object; moto's
+    server always sends the whole body)."""
+
+    protocol_version = "HTTP/1.1"
+    body = CLEAR.encode()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _headers(self, status: int) -> None:
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(self.body)))
+        self.send_header("ETag", '"0123456789abcdef"')
+        self.send_header("Content-Type", "text/csv")
+
+    def do_HEAD(self) -> None:
+        self._headers(200)
+        self.end_headers()
+
+    def do_GET(self) -> None:
+        self._headers(206)
+        self.send_header("Content-Range", f"bytes 0-{len(self.body) - 1}/{len(self.body)}")
+        self.end_headers()
+        self.wfile.write(self.body[:40])
+        self.close_connection = True
+
+
+@pytest.fixture
+def cut_object(settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), CutObject)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    for name, value in (
+        ("AWS_ACCESS_KEY_ID", "testing"),
+        ("AWS_SECRET_ACCESS_KEY", "testing"),
+        ("AWS_DEFAULT_REGION", "us-east-1"),
+    ):
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    settings.DROPPORTAL_S3_ENDPOINT_URL = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        yield
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_an_s3_object_cut_short_mid_read_is_one_line(broker: Broker, cut_object: None) -> None:
+    with pytest.raises(CommandError) as raised:
+        run("s3://exports/c.csv")
+    message = str(raised.value)
+    assert "\n" not in message
+    assert message.startswith("s3://exports/c.csv: read failed: s3://exports/c.csv: ")
+    assert message.endswith("nothing was imported")
     assert not Consumer.objects.exists()

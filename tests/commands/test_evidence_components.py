@@ -347,9 +347,17 @@ def test_the_sample_is_drawn_by_its_seed_each_story_a_page(
 def test_a_sample_needs_its_seed(cycle: DropCycle, tmp_path: Path) -> None:
     with pytest.raises(CommandError, match="give --sample and --seed together"):
         export(tmp_path, "--cycle", "1", "--sample", "3")
-    with pytest.raises(CommandError, match="--sample must be 1 or more work items"):
-        export(tmp_path, "--cycle", "1", "--sample", "0", "--seed", "s")
     assert list(tmp_path.glob("pack.zip*")) == []
+
+
+@pytest.mark.parametrize("size", ["0", "10001", "99999999999999999999"])  # the last past a bigint
+def test_a_sample_size_out_of_bounds_is_refused(
+    cycle: DropCycle, tmp_path: Path, size: str
+) -> None:
+    with pytest.raises(CommandError, match="--sample must be 1 to 10,000 work items"):
+        export(tmp_path, "--cycle", "1", "--sample", size, "--seed", "s")
+    assert list(tmp_path.glob("pack.zip*")) == []
+    assert not LedgerEvent.objects.filter(kind="evidence.exported").exists()
 
 
 def test_a_file_approved_by_its_own_writer_fails_status_reporting(

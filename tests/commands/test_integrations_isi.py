@@ -134,6 +134,17 @@ def test_add_isi_refuses_plain_http_in_production(broker: Broker, settings: Any)
     assert not Integration.objects.exists()
 
 
+def test_add_isi_refuses_a_base_url_with_a_query(broker: Broker, api: IsiSimulator) -> None:
+    with pytest.raises(CommandError, match=re.escape("base_url: a base URL must end at its path")):
+        run(
+            "integrations", "add", "isi", "--broker", "4821", "--name", "Acme API",
+            "--base-url", f"{api.base_url}/isi?tenant=7", "--token", "t",
+        )  # fmt: skip
+
+    assert not Integration.objects.exists()
+    assert api.received == []
+
+
 def test_check_connection_lists_again_and_says_what_changed(
     broker: Broker, api: IsiSimulator
 ) -> None:

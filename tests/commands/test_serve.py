@@ -54,6 +54,23 @@ def test_a_port_in_use_is_refused_in_one_line_before_anything_starts(held_port: 
         call_command("serve", bind=f"127.0.0.1:{held_port}")
 
 
+@pytest.mark.parametrize("port", ["99999", "65536", "0", "-1"])
+def test_a_port_out_of_range_is_refused_in_one_line_before_anything_starts(port: str) -> None:
+    with pytest.raises(CommandError, match=rf"^--bind: the port must be 1 to 65535, not {port}$"):
+        call_command("serve", bind=f"127.0.0.1:{port}")
+
+
+def test_an_ipv6_address_is_probed_as_ipv6() -> None:
+    """``[::1]:PORT`` is the address gunicorn binds: a port held there is refused as in use,
+    not as an address an IPv4 socket cannot resolve."""
+    with socket.socket(socket.AF_INET6) as holder:
+        holder.bind(("::1", 0))
+        holder.listen()
+        port = int(holder.getsockname()[1])
+        with pytest.raises(CommandError, match=rf"cannot serve on \[::1\]:{port}: .*in use"):
+            call_command("serve", bind=f"[::1]:{port}")
+
+
 def test_a_bad_argument_is_one_line_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["manage.py", "serve", "--web-workers", "two"]
     with pytest.raises(SystemExit) as exited:

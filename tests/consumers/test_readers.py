@@ -358,6 +358,27 @@ def test_a_bad_hashed_row_is_rejected(row: str, field: str, reason: str) -> None
 
 
 @pytest.mark.parametrize(
+    ("row", "pointer", "fields"),
+    [
+        (f"email,{ANNA}", None, "has 2 fields"),  # the pointer's cell is missing
+        (f"email,{ANNA},C-1,crm", "C-1", "has 4 fields"),
+        (f"email,{ANNA},C-1", "C-1", None),
+    ],
+)
+def test_a_hashed_row_of_the_wrong_width_names_its_pointer_not_its_first_cell(
+    row: str, pointer: str | None, fields: str | None
+) -> None:
+    # A hashed file may put its columns in any order: here the pointer is the third.
+    (record,) = read(f"hash_type,hash,remote_identifier\n{row}\n", hashed=True)
+    assert record.remote_identifier == pointer
+    if fields is None:
+        assert b64(record) == [("email", ANNA)]
+    else:
+        assert isinstance(record, RejectedRecord)
+        assert record.errors == {"row": [f"{fields}; the header has 3"]}
+
+
+@pytest.mark.parametrize(
     ("header", "message"),
     [
         ("remote_identifier,hash", "missing hash_type"),

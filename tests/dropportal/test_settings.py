@@ -187,3 +187,69 @@ def test_a_bad_number_setting_stops_a_command_in_one_line() -> None:
     assert started.stderr == (
         "error: DROPPORTAL_DIRECTIVE_ACK_DAYS='-3' must be a whole number of days, 1 or more\n"
     )
+
+
+PASSWORD = "s3cret-pw"
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "what"),
+    [
+        ("DROPPORTAL_PUBLIC_URL", f"https://admin:{PASSWORD}@[dp.example.com", "the service's"),
+        ("DROPPORTAL_PUBLIC_URL", "portal.acme.test", "the service's"),
+        ("DROPPORTAL_PUBLIC_URL", "https://dp.example.com:44 3", "the service's"),
+        ("EMAIL_URL", "smtp.example.com:587", "a mail server URL"),
+        ("EMAIL_URL", f"smtp://alerts:{PASSWORD}@smtp.example.com:58 7/", "a mail server URL"),
+        ("EMAIL_URL", f"smtp://alerts:{PASSWORD}@smtp.example.com:99999/", "a mail server URL"),
+        ("DATABASE_URL", f"postgres://root:{PASSWORD}@127.0.0.1:54 32/dp", "a PostgreSQL URL"),
+        # Without a scheme django-environ only warns, and every query would fail.
+        ("DATABASE_URL", "127.0.0.1:5432/dp", "a PostgreSQL URL"),
+        ("DATABASE_URL", f"mysql://root:{PASSWORD}@127.0.0.1/dp", "a PostgreSQL URL"),
+    ],
+)
+def test_a_url_setting_that_cannot_be_read_is_one_line_without_its_value(
+    name: str, value: str, what: str
+) -> None:
+    refusal = _refusal(**{name: value})
+    assert refusal.startswith(f"error: {name} must be {what}"), refusal
+    assert PASSWORD not in refusal and value not in refusal
+
+
+def test_url_settings_in_every_form_they_take_are_read() -> None:
+    read = settings_started_with(
+        subprocess_env(
+            DATABASE_URL="postgresql://dp@db1:5432,db2:5433/dropportal",
+            EMAIL_URL="consolemail://",
+            DROPPORTAL_PUBLIC_URL="https://portal.example/dropportal/",
+        )
+    )
+    assert (read["DATABASES"]["default"]["HOST"], read["DATABASES"]["default"]["PORT"]) == (
+        "db1,db2",
+        "5432,5433",
+    )
+    assert read["EMAIL_BACKEND"] == "django.core.mail.backends.console.EmailBackend"
+    assert read["DROPPORTAL_PUBLIC_URL"] == "https://portal.example/dropportal"
+
+
+def _ed25519_public_key_pem() -> str:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    return (
+        Ed25519PrivateKey.generate()
+        .public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        .decode()
+    )
+
+
+@pytest.mark.parametrize("value", ["not a PEM key", _ed25519_public_key_pem()])
+def test_an_evidence_key_that_does_not_load_stops_the_start_not_the_first_directive(
+    value: str,
+) -> None:
+    assert _refusal(DROPPORTAL_EVIDENCE_KEY=value) == (
+        "error: DROPPORTAL_EVIDENCE_KEY must be an Ed25519 private key in PEM, without a "
+        "password (\\n may stand for its line breaks)"
+    )
+    # The same start with the test process's key reads it.
+    assert settings_started_with(subprocess_env())["DROPPORTAL_EVIDENCE_KEY"]

@@ -177,12 +177,12 @@ class Oracle:
     def round_may_be_sent(self, item: Item) -> bool:
         """Whether a recurring round may go out for ``item`` now that its interval passed:
         DROP's status is deleted or opted_out, DROP has not removed it, and every round
-        request of it the broker received has a final answer (or was cancelled). After a
-        first round, a reappearance's open request (round 0) holds back no later round: the
-        latest round is what is due, and the status stays the one DROP holds."""
+        request of it the broker received has a final answer (or was cancelled). A
+        reappearance's open request (round 0) holds back no round, the first included: the
+        status stays the one DROP holds, and the rounds go on."""
         if not item.matched or item.removed_at_step is not None:
             return False
-        statuses = self.stored_statuses(item) if item.rounds else {self.expected(item)}
+        statuses = self.stored_statuses(item)
         if not statuses & {3, 4}:
             return False
         return all(

@@ -34,6 +34,7 @@ from integrations.models import (
     AlertState,
     Broker,
     DeletionRequest,
+    Directive,
     LedgerEvent,
     ReportFile,
     ReportFileState,
@@ -52,6 +53,7 @@ from integrations.services.staff.saas import saas_connection_disable, saas_conne
 from tests.builders import (
     PACKAGE_DATE,
     DeletionRequestFactory,
+    DirectiveFactory,
     DropCycleFactory,
     SaasConnectionFactory,
     WorkItemFactory,
@@ -544,3 +546,16 @@ def test_a_refused_file_alerts_at_once_until_staff_discard_it(
 def truncate_jobs_now() -> None:
     with connection.cursor() as cursor:
         cursor.execute("TRUNCATE procrastinate_jobs, procrastinate_periodic_defers CASCADE")
+
+
+def test_a_directives_due_date_in_its_alert_is_a_day_of_drops_calendar(settings: Any) -> None:
+    """Issued at 18:00 Pacific on 4 January (02:00 UTC on the 5th), due ten days later: the
+    14th in DROP's calendar, as ``drop doctor`` says, not UTC's 15th."""
+    settings.DROPPORTAL_DIRECTIVE_ACK_DAYS = 10
+    directive = DirectiveFactory.create(provider__name="Mailhouse")
+    issued = dt.datetime(2027, 1, 5, 2, 0, tzinfo=dt.UTC)
+    Directive.objects.filter(pk=directive.pk).update(created_at=issued)
+
+    (firing,) = CONDITIONS["directive_not_acknowledged"](issued + dt.timedelta(days=11))
+
+    assert "due 2027-01-14)" in firing.text, firing.text

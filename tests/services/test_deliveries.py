@@ -476,3 +476,24 @@ def test_attempt_records_keep_only_the_first_4_kib_of_the_answer(
     assert json.loads(json.dumps(attempt.request_headers))["X-Webhook-Id"] == str(
         request.webhook_request_id
     )
+
+
+def test_a_binary_answer_is_kept_storable_and_the_batch_with_it(
+    integration: Integration, receiver: BrokerSimulator
+) -> None:
+    """PostgreSQL's text holds no NUL: an answer with one was a database error that undid
+    the whole batch, every request of which the job's retry then sent again."""
+    first = DeletionRequestFactory.create(integration=integration, remote_identifier="C-1")
+    second = DeletionRequestFactory.create(integration=integration, remote_identifier="C-2")
+    receiver.script(Reply(200, b"ok"), Reply(200, b"\x00\x01\x02 binary"))
+
+    counts = deletion_requests_deliver(request_ids=[first.pk, second.pk], threads=1)
+
+    assert counts == {"delivered": 2}
+    assert len(receiver.received) == 2
+    assert set(DeletionRequest.objects.values_list("state", flat=True)) == {RequestState.DISPATCHED}
+    assert sorted(DeliveryAttempt.objects.values_list("response_body", flat=True)) == [
+        "ok",
+        "\ufffd\x01\x02 binary",
+    ]
+    assert len(_events("deletion_request.delivered")) == 2

@@ -470,6 +470,15 @@ WRONG_SHAPES: dict[str, tuple[Reply, str]] = {
     ),
     "not JSON": (Reply(200, b"<html>"), "the identifiers answer is not JSON"),
     "202": (Reply(202, b'{"identifiers": {}}'), "expected 200 with {identifiers}, got HTTP 202"),
+    "a key PostgreSQL cannot store": (
+        Reply(200, b'{"identifiers": {"email": [{"email": "ann@example.com", "\\ud800": "x"}]}}'),
+        "the identifiers answer cannot be stored: "
+        "a string holds an unpaired surrogate (\\ud800 to \\udfff)",
+    ),
+    "a value PostgreSQL cannot store": (
+        Reply(200, b'{"identifiers": {"email": [{"email": "ann@example.com\\u0000"}]}}'),
+        "the identifiers answer cannot be stored: a string holds a NUL character (\\u0000)",
+    ),
 }
 
 
@@ -591,3 +600,53 @@ def test_an_identifiers_error_echoing_what_was_asked_is_kept_masked(
         "email": "<15 characters>",
         "phone": "<12 characters>",
     }
+
+
+def test_a_token_endpoints_error_is_kept_storable_with_the_attempts_it_fails(
+    api: IsiSimulator, connection_a: IsiConnection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The error the token endpoint names (RFC 6749 section 5.2) is the broker's text, kept
+    with every attempt of the batch: one PostgreSQL cannot store undid them all."""
+    _expired_everywhere(monkeypatch)
+    api.answer_next("token", Reply(400, b'{"error": "invalid_client\\u0000\\ud800"}'))
+    requests = [
+        DeletionRequestFactory.create(isi_connection=connection_a, remote_identifier=f"C-{i}")
+        for i in range(2)
+    ]
+
+    assert deletion_requests_deliver(request_ids=[r.pk for r in requests]) == {"retry": 2}
+
+    for request in DeletionRequest.objects.all():
+        expected = f"OAuth token endpoint {api.token_url}: HTTP 400 (invalid_client\ufffd\ufffd)"
+        assert request.last_error == expected
+        (attempt,) = request.delivery_attempts.all()
+        assert attempt.error == expected
+    events = LedgerEvent.objects.filter(kind="deletion_request.delivery_failed")
+    assert events.count() == 2
+
+
+def test_an_unstorable_isi_answer_fails_its_own_attempt_not_the_batch(
+    broker: Any, api: IsiSimulator, connection_a: IsiConnection
+) -> None:
+    """Recording an answer runs in the batch's transaction: one that could not be stored
+    undid every request of the batch, each called again by the job's retry."""
+    SaasConnectionFactory.create(broker=broker, url="https://api.mailer.example/erase")
+    good = ResolutionRequestFactory.create(isi_connection=connection_a, remote_identifier="C-1")
+    bad = ResolutionRequestFactory.create(isi_connection=connection_a, remote_identifier="C-2")
+    api.answer_next(
+        "identifiers",
+        Reply(200, b'{"identifiers": {"email": [{"email": "ann@example.com"}]}}'),
+        Reply(200, b'{"identifiers": {"email": [{"email": "bob@example.com", "\\ud800": "x"}]}}'),
+    )
+
+    counts = resolution_requests_deliver(request_ids=[good.pk, bad.pk], threads=1)
+
+    assert counts == {"delivered": 1, "retry": 1}
+    assert len(api.on("identifiers")) == 2
+    good.refresh_from_db()
+    bad.refresh_from_db()
+    assert good.state == RequestState.COMPLETED
+    assert (bad.state, bad.attempts, bad.identifiers) == (RequestState.QUEUED, 1, "")
+    assert DeliveryAttempt.objects.count() == 2
+    assert SaasDeletion.objects.get().resolution_id == good.pk
+    assert _jobs("integrations.tasks.deliver_resolution_requests", bad.pk)

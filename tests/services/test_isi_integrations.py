@@ -194,6 +194,15 @@ BAD_LISTS: dict[str, tuple[Reply, str]] = {
         Reply(200, json.dumps({"results": [listed(CONNECTION_A), listed(CONNECTION_A)]}).encode()),
         f"results[1]: connection {CONNECTION_A} is listed twice",
     ),
+    "a capability PostgreSQL cannot store": (
+        Reply(
+            200,
+            json.dumps(
+                {"results": [listed(CONNECTION_A), listed(CONNECTION_B, ["drop\x00"])]}
+            ).encode(),
+        ),
+        "the connection list cannot be stored: a string holds a NUL character (\\u0000)",
+    ),
     "server error": (Reply(500, b"oops"), "HTTP 500"),
     "a redirect": (Reply.redirect(), "HTTP 301 (redirect not followed (301))"),
 }
@@ -366,6 +375,37 @@ def test_bad_settings_are_refused_and_nothing_is_written(
     assert error in refused.value.message_dict
     assert not Integration.objects.exists()
     assert not LedgerEvent.objects.filter(kind="integration.created").exists()
+
+
+BASE_URL_REFUSAL = "a base URL must end at its path: no query (?), fragment (#) or ; parameters"
+
+
+@pytest.mark.parametrize(
+    "extra", ["?tenant=7", "#v1", ";v=1", "?"], ids=["query", "fragment", "parameters", "empty"]
+)
+def test_a_base_url_the_api_paths_would_land_in_is_refused(
+    broker, api: IsiSimulator, extra: str
+) -> None:
+    """The DROP endpoints are appended to the base URL: after a query or a fragment they
+    would be part of it, and every call would go to the base URL itself."""
+    created = isi_integration_created(broker, api)
+    base_url = f"{api.base_url}/isi{extra}"
+
+    with pytest.raises(ValidationError) as refused:
+        isi_integration_create(
+            broker=broker, name="Acme API 2", base_url=base_url, token="t", actor="test"
+        )
+    assert refused.value.message_dict == {"base_url": [BASE_URL_REFUSAL]}
+
+    with pytest.raises(ValidationError) as refused:
+        isi_integration_update(
+            integration=created.integration, actor="test", base_url=base_url, auth="token",
+            token="t",
+        )  # fmt: skip
+    assert refused.value.message_dict == {"base_url": [BASE_URL_REFUSAL]}
+
+    assert list(Integration.objects.values_list("base_url", flat=True)) == [api.base_url]
+    assert not LedgerEvent.objects.filter(kind="integration.updated").exists()
 
 
 def test_changing_credentials_drops_the_cached_token_and_the_ledger_keeps_no_secret(

@@ -376,5 +376,6 @@ def test_saas_retire_takes_the_id_saas_list_shows(broker: Broker) -> None:
     (shown_id, *_) = listed.getvalue().split()
     call_command("saas", "retire", shown_id, "--reason", "ended", stdout=io.StringIO())
     assert SaasConnection.objects.get(pk=mailer.pk).retired_reason == "ended"
-    with pytest.raises(CommandError, match=r"see: manage\.py saas list"):
-        call_command("saas", "retire", "6a1f0b4e-0000-4000-8000-000000000000", "--reason", "x")
+    for not_an_id in ("6a1f0b4e-0000-4000-8000-000000000000", "²"):  # "²": isdigit(), not int()
+        with pytest.raises(CommandError, match=r"see: manage\.py saas list"):
+            call_command("saas", "retire", not_an_id, "--reason", "x")

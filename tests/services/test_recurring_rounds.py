@@ -290,7 +290,7 @@ def test_the_law_moving_to_30_days_is_three_settings_and_the_pull_interval(
     (_, email_hash), *_ = work_items(1)
     ConsumerFactory.create(broker=broker, remote_identifier="C-1", hashes={"email": email_hash})
     package = write_zip(tmp_path, drop_zip(broker, {"Email": list(work_items(1))}))
-    downloaded = drop_noon()
+    downloaded = drop_noon(-1)  # a download time is never in the future
     call_command(
         "drop", "import", "--broker", "4821", str(package),
         "--downloaded-at", downloaded.isoformat(), stdout=io.StringIO(),
@@ -364,6 +364,84 @@ def test_a_reappearance_keeps_the_status_drop_holds_and_the_rounds_going(broker:
     assert set(
         DeletionRequest.objects.filter(round=2).values_list("remote_identifier", flat=True)
     ) == {"C-1", "S-9"}
+
+
+def test_a_consumer_come_back_before_round_one_holds_back_neither_the_round_nor_its_date(
+    broker: Broker,
+) -> None:
+    """Anna comes back from a supplier (S-9) ten days after her deletion was reported, before
+    round 1: S-9 is asked at once and does not answer. Round 1 is still due 45 days after
+    C-1's answer, goes to C-1 and S-9 alike, and a week later unsent it would be overdue."""
+    target = _target(broker)
+    now = drop_noon(-10)  # C-1's answer; S-9 comes today
+    _deleted_and_reported(broker, target, now)
+    consumers_register(
+        broker=broker,
+        records=parse_api_consumers(
+            [{"remote_identifier": "S-9", "email": ["Anna.Smith@Domain.com"]}]
+        ),
+        actor="t",
+        source="api",
+    )
+    late = DeletionRequest.objects.get(remote_identifier="S-9")
+    assert (late.round, late.late_match, late.state) == (0, True, RequestState.QUEUED)
+
+    overdue = recurring_overview(broker=broker, today=drop_date(now + 53 * DAY))
+    assert (overdue.due, overdue.overdue) == (1, 1)
+    assert recurring_rounds_send(broker=broker, actor="t", now=now + 44 * DAY).work_items == 0
+    sent = recurring_rounds_send(broker=broker, actor="t", now=now + 45 * DAY)
+
+    assert sent.work_items == 1
+    assert set(
+        DeletionRequest.objects.filter(round=1).values_list("remote_identifier", flat=True)
+    ) == {"C-1", "S-9"}
+
+
+def test_a_late_answer_of_a_consumer_come_back_does_not_move_the_next_rounds_date(
+    broker: Broker,
+) -> None:
+    """The clock counts from the match's own answers: S-9, come back after C-1 was deleted,
+    answers 30 days after C-1 did; round 1 is due 45 days after C-1's answer all the same, so
+    C-1 is never left more than 45 days. So it stays once DROP takes a report of the item
+    again (an amendment) after S-9 came."""
+    target = _target(broker)
+    now = drop_noon(-10)  # C-1's answer; S-9 comes today
+    item = _deleted_and_reported(broker, target, now)
+    consumers_register(
+        broker=broker,
+        records=parse_api_consumers(
+            [{"remote_identifier": "S-9", "email": ["Anna.Smith@Domain.com"]}]
+        ),
+        actor="t",
+        source="api",
+    )
+    late = DeletionRequest.objects.get(remote_identifier="S-9")
+    deletion_outcome_record(deletion_request=late, drop_outcome="deleted", actor="t")
+    DeletionRequest.objects.filter(pk=late.pk).update(completed_at=now + 30 * DAY)
+    WorkItem.objects.filter(pk=item.pk).update(reported_at=now + 31 * DAY)
+
+    assert recurring_rounds_send(broker=broker, actor="t", now=now + 45 * DAY).work_items == 1
+
+
+def test_a_consumer_come_back_once_drop_holds_the_status_holds_back_no_round(
+    broker: Broker,
+) -> None:
+    """DROP held Anna's 3 before S-9 came: the item had settled, whatever time C-1's answer
+    carries (here noon tomorrow, later than S-9's match: the clock of the host that recorded
+    it, say, runs ahead). Round 1 is due 45 days after C-1's answer."""
+    target = _target(broker)
+    now = drop_noon(1)
+    _deleted_and_reported(broker, target, now)
+    consumers_register(
+        broker=broker,
+        records=parse_api_consumers(
+            [{"remote_identifier": "S-9", "email": ["Anna.Smith@Domain.com"]}]
+        ),
+        actor="t",
+        source="api",
+    )
+
+    assert recurring_rounds_send(broker=broker, actor="t", now=now + 45 * DAY).work_items == 1
 
 
 def test_a_consumer_forgotten_since_is_owed_no_round_and_none_is_overdue(broker: Broker) -> None:

@@ -278,7 +278,7 @@ class Command(DropportalCommand):
                     f"{_reading(progress)}: a hashing worker process stopped ({exc}); "
                     "nothing was imported"
                 ) from None
-            except (OSError, EOFError) as exc:  # a truncated gzip stream ends in EOFError
+            except OSError as exc:  # a read the source itself did not turn into one line
                 raise CommandError(
                     f"{_reading(progress)}: read failed: {exc}; nothing was imported"
                 ) from None

@@ -137,7 +137,8 @@ class Command(DirectiveSubcommands, ReportSubcommand, SuppressionSubcommands):
             "--ahead",
             type=int,
             default=0,
-            help="also the rounds due within this many days (before a holiday, say); default 0",
+            help="also the rounds due within this many days (before a holiday, say), at most "
+            "DROPPORTAL_RECURRING_DAYS; default 0",
         )
         recurring.add_argument("--json", action="store_true", help="print the result as JSON")
 
@@ -391,12 +392,21 @@ class Command(DirectiveSubcommands, ReportSubcommand, SuppressionSubcommands):
 
     def handle_recurring(self, **options: Any) -> None:
         broker = broker_or_error(options["broker"])
+        days = settings.DROPPORTAL_RECURRING_DAYS
         if options["ahead"] < 0:
             raise CommandError("--ahead must be 0 or more days")
-        if settings.DROPPORTAL_RECURRING_DAYS <= 0:
+        if days <= 0:
             raise CommandError(
                 "recurring deletion is off (DROPPORTAL_RECURRING_DAYS=0): the broker owes it "
                 "by other means"
+            )
+        # A round's clock starts at an answer already given, so none is due further ahead
+        # than the interval: a larger value sends nothing more (and a huge one overflows the
+        # date).
+        if options["ahead"] > days:
+            raise CommandError(
+                f"--ahead must be at most {days} days (DROPPORTAL_RECURRING_DAYS): no round "
+                "is due further ahead"
             )
         sent = recurring_rounds_send(broker=broker, ahead_days=options["ahead"], actor=self.actor())
         if options["json"]:

@@ -42,7 +42,8 @@ class Command(DropportalCommand):
         export.add_argument(
             "--sample",
             type=int,
-            help="add this many work items of the period, each with its story as a page",
+            help="add this many work items of the period (1 to 10,000), each with its story "
+            "as a page",
         )
         export.add_argument(
             "--seed",

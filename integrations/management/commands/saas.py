@@ -11,6 +11,7 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
+from integrations.ascii_integers import ascii_integer
 from integrations.management.base import (
     DropportalCommand,
     add_secret_argument,
@@ -71,9 +72,10 @@ class Command(DropportalCommand):
 
     def handle_retire(self, **options: Any) -> None:
         value = options["id"]
+        pk = ascii_integer(value)
         connection = (
-            SaasConnection.objects.select_related("broker").filter(pk=int(value)).first()
-            if value.isdigit()
+            SaasConnection.objects.select_related("broker").filter(pk=pk).first()
+            if pk is not None
             else None
         )
         if connection is None:

@@ -45,11 +45,17 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def _host_port(bind: str) -> tuple[str, int]:
+    """``--bind``'s host, as the socket takes it (an IPv6 address without its brackets), and
+    port. A port outside 1-65535 is refused here: ``socket.bind`` would raise
+    ``OverflowError``, a traceback, and port 0 would serve on a port no one is told."""
     host, _, port = bind.rpartition(":")
     try:
-        return host or "127.0.0.1", int(port)
+        number = int(port)
     except ValueError:
         raise CommandError(f"--bind takes host:port, not {bind!r}") from None
+    if not 1 <= number <= 65535:
+        raise CommandError(f"--bind: the port must be 1 to 65535, not {number}")
+    return host.strip("[]") or "127.0.0.1", number
 
 
 def _only_loopback(host: str, port: int) -> bool:
@@ -83,10 +89,13 @@ def _refuse_if_open_without_mfa_and_https(bind: str) -> None:
 
 
 def _refuse_if_taken(bind: str) -> None:
-    with socket.socket() as probe:
+    host, port = _host_port(bind)
+    # An IPv6 address ([::1]:8000) as gunicorn binds it: an IPv4 socket cannot take it.
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gunicorn binds
         try:
-            probe.bind(_host_port(bind))
+            probe.bind((host, port))
         except OSError as exc:
             raise CommandError(
                 f"cannot serve on {bind}: {exc.strerror}; stop what holds it or pass --bind"

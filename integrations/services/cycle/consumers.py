@@ -31,7 +31,8 @@ How, and why so:
   concurrent writer of the same keys (the unique constraints stay as the last guard).
 - One registration (or forget) per broker at a time: a transaction-level advisory lock.
   An API call gives up after ``lock_timeout`` seconds (``RegistrationBusy``) rather than
-  hold a web worker behind a million-row import.
+  hold a web worker behind a million-row import; so it does for the matching lock below,
+  which a DROP import holds through its matching. A file import waits for both.
 - The hashes a call added are matched late against the DROP hashes already received, in
   the same transaction (``services.cycle.matching.consumer_hashes_match_late``).
 - One ledger event per call, with its counts; rejected rows are counted, not listed.
@@ -44,9 +45,9 @@ import threading
 from collections.abc import Generator, Iterable, Iterator, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, Protocol
 
-from django.db import OperationalError, connection, transaction
+from django.db import connection, transaction
 from django.db.models import Count
 
 from integrations.consumers.load import ConsumerLoad, Merged, Round, StagedBatches
@@ -57,6 +58,7 @@ from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, Consumer, ConsumerHash
 from integrations.services.cycle.matching import RegistrationSource, consumer_hashes_match_late
 from integrations.services.ledger import ledger_event_append
+from integrations.services.locks import LockBusy, advisory_xact_lock
 
 CHUNK_ROWS = 250_000  # hash rows staged per COPY
 DEFAULT_MAX_FORGET = 0.05  # replace refuses to forget more of the set than this, unforced
@@ -64,9 +66,6 @@ REJECTED_KEPT = 10_000  # rejected records kept in the result (an API call has a
 # pg_advisory_xact_lock(int, int): the first key names the lock's purpose ("cons"), the
 # second is the broker's primary key.
 _REGISTRATION_LOCK = 0x636F6E73
-_LOCK: Final = "SELECT pg_advisory_xact_lock(%s, %s)"
-_LOCK_TIMEOUT: Final = "SELECT current_setting('lock_timeout')"
-_LOCK_TIMEOUT_SET: Final = "SELECT set_config('lock_timeout', %s, true)"
 
 
 class RegistrationBusy(Exception):
@@ -164,7 +163,8 @@ def consumers_register(
     (``RegistrationRefused``, nothing written). ``source`` names the input in the ledger
     (``api``), and ``api_key_prefix`` the key that sent them, for reappearances. Raises
     ``RegistrationBusy`` when ``lock_timeout`` seconds pass while another registration for
-    the broker runs.
+    the broker runs, or, for the late match, while the broker's matching lock is held (a
+    DROP download being imported).
     """
     batches = (encode_batch((record,)) for record in records)
     return _register(
@@ -286,14 +286,23 @@ def _register(
         # Late matching: the hashes added by this call against every DROP hash the broker
         # has received, inside this transaction and under the broker's matching lock.
         # Every file is read by now, so each one's SHA-256 is known for reappearances.
+        # An API call waits for the matching lock no longer than for the registration lock:
+        # a DROP import holds it through its whole matching.
         if result.hashes_added:
             assert load.added is not None  # set by finish() whenever hashes were added
-            consumer_hashes_match_late(
-                broker=broker,
-                added=load.added,
-                actor=actor,
-                source=_registration_source(source, files, api_key_prefix),
-            )
+            try:
+                consumer_hashes_match_late(
+                    broker=broker,
+                    added=load.added,
+                    actor=actor,
+                    source=_registration_source(source, files, api_key_prefix),
+                    lock_timeout=lock_timeout,
+                )
+            except LockBusy:
+                raise RegistrationBusy(
+                    f"broker {broker.broker_id}'s consumers are being matched "
+                    "(a DROP download being imported)"
+                ) from None
 
         ledger_event_append(
             kind=LedgerKind.CONSUMERS_REGISTERED,
@@ -335,21 +344,12 @@ def _files_described(files: Sequence[ConsumerSource]) -> list[dict[str, Any]]:
 
 def registration_lock(cursor: Any, *, broker: Broker, timeout: float | None = None) -> None:
     """Serialize consumer registration for ``broker`` until the transaction ends."""
-    if timeout is None:
-        cursor.execute(_LOCK, [_REGISTRATION_LOCK, broker.pk])
-        return
-    cursor.execute(_LOCK_TIMEOUT)
-    previous = cursor.fetchone()[0]
-    cursor.execute(_LOCK_TIMEOUT_SET, [f"{int(timeout * 1000)}ms"])
     try:
-        cursor.execute(_LOCK, [_REGISTRATION_LOCK, broker.pk])
-    except OperationalError as exc:
-        if getattr(exc.__cause__, "sqlstate", None) == "55P03":  # lock_not_available
-            raise RegistrationBusy(
-                f"another consumer registration for broker {broker.broker_id} is running"
-            ) from None
-        raise
-    cursor.execute(_LOCK_TIMEOUT_SET, [previous])
+        advisory_xact_lock(cursor, purpose=_REGISTRATION_LOCK, key=broker.pk, timeout=timeout)
+    except LockBusy:
+        raise RegistrationBusy(
+            f"another consumer registration for broker {broker.broker_id} is running"
+        ) from None
 
 
 def _rounds(batches_in: Iterable[EncodedBatch], result: ConsumerRegistration) -> Iterator[Round]:

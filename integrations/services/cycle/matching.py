@@ -256,6 +256,7 @@ def consumer_hashes_match_late(
     actor: str = SYSTEM_ACTOR,
     match_date: dt.date | None = None,
     source: RegistrationSource | None = None,
+    lock_timeout: float | None = None,
 ) -> LateMatches:
     """Match the consumer hashes listed in ``added`` against every kept hash.
 
@@ -267,8 +268,9 @@ def consumer_hashes_match_late(
     get none). A matched work item whose status was known goes back to ``open`` until
     outcomes arrive; one already reported as 5 is flagged ``needs_amendment``. Given
     ``source``, the matches of work items matched before are recorded as reappearances.
+    With ``lock_timeout`` (seconds), waits no longer for the matching lock (``LockBusy``).
     """
-    matching_lock(broker=broker)
+    matching_lock(broker=broker, timeout=lock_timeout)
     matches_table_create()
     with connection.cursor() as cursor:
         cursor.execute(

@@ -139,8 +139,10 @@ def deletion_outcome_record(
     data: dict[str, object] = {
         "drop_outcome": drop_outcome,
         "drop_status_code": DROP_STATUS_CODES.get(drop_outcome),
-        "previous_state": deletion_request.state,
-        "previous_outcome": deletion_request.drop_outcome,
+        # Filled by the SQL function from the row it locks (deletion_outcome_record.sql):
+        # this copy was read before the lock.
+        "previous_state": None,
+        "previous_outcome": None,
     }
     if error_message:
         data["error_message"] = error_message

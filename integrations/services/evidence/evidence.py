@@ -53,7 +53,12 @@ from integrations.services.evidence.evidence_period import (
     report_file_answer,
     report_file_content,
 )
-from integrations.services.evidence.evidence_sample import Sample, sample_draw, sample_pages_write
+from integrations.services.evidence.evidence_sample import (
+    SAMPLE_MAX,
+    Sample,
+    sample_draw,
+    sample_pages_write,
+)
 from integrations.services.evidence.evidence_writer import CsvRecordCounter, LineCounter, PackWriter
 from integrations.services.ledger import ledger_event_append, ledger_seal
 
@@ -187,8 +192,8 @@ def _check_pack_period(
 def _check_sample(sample: int | None, seed: str | None) -> None:
     if (sample is None) != (seed is None):
         raise ValidationError("give --sample and --seed together")
-    if sample is not None and sample < 1:
-        raise ValidationError("--sample must be 1 or more work items")
+    if sample is not None and not 1 <= sample <= SAMPLE_MAX:
+        raise ValidationError(f"--sample must be 1 to {SAMPLE_MAX:,} work items")
     if seed is not None and not seed.strip():
         raise ValidationError("--seed must not be empty")
 

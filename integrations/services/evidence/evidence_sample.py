@@ -41,6 +41,13 @@ ORDER BY encode(sha256(convert_to(%(seed)s || ':' || c.drop_session_id || ':' ||
 LIMIT %(size)s
 """
 _POPULATION = "SELECT count(*) FROM integrations_workitem WHERE cycle_id = ANY(%(cycles)s)"
+# The most work items a sample draws. An auditor reads a sample page by page, and a
+# statistical sample of any population is hundreds of items at most; the whole population is
+# already in the pack (outcomes.csv). Each drawn item is a page with its story read and
+# rendered, so a size without bound would also hold an export (the admin's, within one web
+# request) for as long as the period has work items, and one past a bigint fails in
+# PostgreSQL's LIMIT.
+SAMPLE_MAX = 10_000
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
 

@@ -30,7 +30,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from integrations.drop.calendar import drop_time_text, drop_today
+from integrations.drop.calendar import drop_date, drop_time_text, drop_today
 from integrations.drop.notifications import RESULTS_IN_PORTAL, UPLOAD_PROCESSED
 from integrations.enqueue import alert_send_enqueue
 from integrations.ledger_kinds import LedgerKind
@@ -574,7 +574,7 @@ def _directive_not_acknowledged(now: dt.datetime) -> Iterable[Firing]:
             broker_id=broker_id,
             text=f"{directive.provider.name} (broker {broker_id}) has not acknowledged "
             f"directive {directive.pk} ({directive.rows} consumers to delete, due "
-            f"{directive_ack_due(directive):%Y-%m-%d}); ask them, then record it: "
+            f"{drop_date(directive_ack_due(directive))}); ask them, then record it: "
             f"`manage.py providers acknowledge {directive.pk} --reference TEXT` or the admin",
             details={
                 "directive": directive.pk,

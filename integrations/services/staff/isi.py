@@ -38,7 +38,11 @@ from integrations.services.cycle.isi_connections import isi_connections_refresh
 from integrations.services.ledger import ledger_event_append
 from integrations.services.row_updates import row_locked, row_update
 from integrations.services.staff.integrations import integration_updated
-from integrations.validators import integration_name_validate, target_url_validate
+from integrations.validators import (
+    base_url_validate,
+    integration_name_validate,
+    target_url_validate,
+)
 
 CLIENT_ID_MAX = 200
 
@@ -124,7 +128,7 @@ def isi_integration_create(
     (the secret must be shown): it comes back as ``connections_error``.
     """
     name = integration_name_validate(name)
-    base_url = target_url_validate(base_url, field="base_url").rstrip("/")
+    base_url = base_url_validate(base_url, field="base_url").rstrip("/")
     credentials = isi_credentials_validate(
         token=token, token_url=token_url, client_id=client_id, client_secret=client_secret
     )
@@ -182,7 +186,7 @@ def isi_integration_update(
     if name is not None:
         changes["name"] = integration_name_validate(name)
     if base_url is not None:
-        changes["base_url"] = target_url_validate(base_url, field="base_url").rstrip("/")
+        changes["base_url"] = base_url_validate(base_url, field="base_url").rstrip("/")
 
     with transaction.atomic():
         current = row_locked(integration)
