@@ -25,6 +25,7 @@ from integrations.services.cycle.drop_schedule import (
     drop_pulls_enqueue_due,
     drop_reports_enqueue_due,
 )
+from integrations.services.cycle.outstanding import outstanding_cycles_clear
 from integrations.services.cycle.recurring import recurring_rounds_send_all
 from integrations.services.dispatch.deliveries import (
     deletion_requests_deliver,
@@ -142,6 +143,17 @@ def report_due(timestamp: int | None = None) -> int:
     """Defer a report job per broker that reports automatically; returns how many."""
 
     return drop_reports_enqueue_due()
+
+
+@app.periodic(cron=REPORT_CRON, periodic_id="forget_settled_cycles")
+@app.task(queue="maintenance", queueing_lock="forget_settled_cycles", pass_context=False)
+def forget_settled_cycles(timestamp: int | None = None) -> int:
+    """Every 15 minutes: unmark the cycles of every broker left with no outstanding work
+    item (``services.cycle.outstanding.outstanding_cycles_clear``), so that the probes of
+    work items by state pass them by; returns how many. Every broker's: one whose files
+    staff upload by hand runs no report job."""
+
+    return outstanding_cycles_clear()
 
 
 class DirectiveNotDelivered(Exception):

@@ -243,7 +243,7 @@ class WorkItem(models.Model):
             models.Index(fields=["broker", "work_item_id"], name="work_item_broker_id"),
             # No index holds ``state``: marking a cycle's items reported, or settling them,
             # is then a HOT update that touches no index (with the fill factor of 50 that
-            # migration 0051 sets, docs/benchmarks.md, reporting). Which cycles have items
+            # migration 0052 sets, docs/benchmarks.md, reporting). Which cycles have items
             # in a state is asked of OutstandingCycle first.
         ]
 

@@ -15,6 +15,7 @@ import psycopg
 import pytest
 from django.db import connection, connections, transaction
 
+from integrations import tasks
 from integrations.models import (
     Broker,
     CycleState,
@@ -97,6 +98,25 @@ def test_clearing_forgets_a_cycle_with_nothing_outstanding_and_keeps_the_others(
     assert outstanding_cycles_clear(broker=broker) == 1
 
     assert _marked() == {waiting.pk, other_broker.cycle_id}  # another broker's is its own
+
+
+def test_the_periodic_job_forgets_every_brokers_settled_cycles(broker: Broker) -> None:
+    # A broker whose files staff upload by hand runs no report job: its cycles are
+    # forgotten all the same.
+    by_hand = BrokerFactory.create()
+    settled = [
+        WorkItemFactory.create(cycle__broker=each, status_code=3) for each in (broker, by_hand)
+    ]
+    waiting = WorkItemFactory.create(
+        cycle=DropCycleFactory.create(broker=by_hand, drop_session_id="2")
+    )
+    WorkItem.objects.filter(pk__in=[item.pk for item in settled]).update(
+        state=WorkItemState.REPORTED
+    )
+
+    assert tasks.forget_settled_cycles() == 2
+
+    assert _marked() == {waiting.cycle_id}
 
 
 def test_clearing_inside_a_transaction_clears_nothing(broker: Broker) -> None:

@@ -3,9 +3,12 @@
 The database marks a cycle as its work items come in or go back to ``open`` or
 ``reportable`` (``sql/outstanding_cycles.sql``); only this unmarks one, so that the probes
 that read the mark (``DropCycle.objects.may_have_outstanding()``) leave a fully reported
-cycle alone. The periodic report job runs it for its broker::
+cycle alone. A periodic job runs it for every broker, whether or not it uploads by itself
+(a broker whose files staff upload by hand gets its cycles reported too), and the report
+job for its broker once its files are sent::
 
-    cleared = outstanding_cycles_clear(broker=broker)
+    cleared = outstanding_cycles_clear()               # every broker's cycles
+    cleared = outstanding_cycles_clear(broker=broker)  # one broker's
 """
 
 from __future__ import annotations
@@ -15,9 +18,9 @@ from django.db import connection, transaction
 from integrations.models import Broker, DropCycle, OutstandingCycle, WorkItem
 
 
-def outstanding_cycles_clear(*, broker: Broker) -> int:
-    """Delete the mark of each of ``broker``'s cycles with no outstanding work item; return
-    how many were cleared.
+def outstanding_cycles_clear(*, broker: Broker | None = None) -> int:
+    """Delete the mark of each cycle (of ``broker``, or of every broker) with no outstanding
+    work item; return how many were cleared.
 
     Per cycle, a transaction of its own: delete the row, then, in a new statement, ask
     whether the cycle has an outstanding item, and roll back if it has. The delete waits
@@ -35,7 +38,9 @@ def outstanding_cycles_clear(*, broker: Broker) -> int:
     if connection.in_atomic_block:
         return 0
     cleared = 0
-    marked = DropCycle.objects.filter(broker=broker).may_have_outstanding().order_by("pk")
+    marked = DropCycle.objects.may_have_outstanding().order_by("pk")
+    if broker is not None:
+        marked = marked.filter(broker=broker)
     for cycle_pk in list(marked.values_list("pk", flat=True)):
         # Asked unlocked first: a cycle with an outstanding item keeps its mark without
         # making a settlement of it wait on the delete.

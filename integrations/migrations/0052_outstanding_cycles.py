@@ -1,11 +1,11 @@
 """Which cycles may have outstanding work items, kept by the database, so that no index of
 the work items needs their state (frozen copy of ``sql/outstanding_cycles.sql`` in
-``migrations/sql/0051/``).
+``migrations/sql/0052/``).
 
 ``work_item_cycle_state`` (cycle, state) answered "has this cycle a work item in state X",
 but it made every change of state a new entry in each of the table's indexes: marking a
 reported cycle's million rows rewrote all five. ``OutstandingCycle`` now answers which
-cycles to ask at all (triggers on the work items mark a cycle, the report job clears it),
+cycles to ask at all (triggers on the work items mark a cycle, a periodic job clears it),
 the index goes, and the work items leave half of each page free so that a change of state
 writes the row's new version on its own page: a HOT update, no index touched
 (docs/benchmarks.md, "Reporting a cycle"). The fill factor applies to pages written from
@@ -18,7 +18,7 @@ import django.db.models.deletion
 from django.db import migrations, models
 
 HERE = Path(__file__).resolve().parent
-SQL = HERE / "sql" / "0051" / "outstanding_cycles.sql"
+SQL = HERE / "sql" / "0052" / "outstanding_cycles.sql"
 
 DROP_SQL = """
 DROP TRIGGER IF EXISTS integrations_workitem_outstanding_inserted ON integrations_workitem;
@@ -37,7 +37,7 @@ SELECT DISTINCT cycle_id FROM integrations_workitem WHERE state IN ('open', 'rep
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("integrations", "0050_ledger_refuses_truncate"),
+        ("integrations", "0051_outcome_event_names_the_locked_row"),
     ]
 
     operations = [
