@@ -15,6 +15,7 @@ not a readable ZIP, holds no DROP list, or is another broker's raises ``DropFile
     reader.skipped, reader.unread           # [SetAside(name, reason), ...]
     reader.unread_rows                      # {name of a list set aside whole: its rows}
     reader.unreadable                       # [UnreadableRow(file, line, id, text, reason)]
+    escaped(row.text, 255)                  # a row's text as it can be stored and shown
 
 Pure Python, no Django: the formats are those of docs/contracts.md §10.
 """
@@ -59,6 +60,7 @@ __all__ = [
     "MAX_LINE_CHARS",
     "MAX_UNREADABLE_KEPT",
     "DownloadZipReader",
+    "escaped",
     "iter_download_zip",
     "zip_summary",
 ]
@@ -97,7 +99,12 @@ MAX_LINE_CHARS = 4096
 # Unreadable rows kept one by one per list; past this they are only counted, so a list gone
 # wholly wrong costs a bounded amount of memory and rows.
 MAX_UNREADABLE_KEPT = 1000
-_UNREADABLE_TEXT_CHARS = 200
+# Of a row set aside, this much of its first field and of its line is held: a bound on
+# memory, not a stored length (what is stored is escaped to its column's length, and
+# escaping only lengthens a text).
+_UNREADABLE_HELD_CHARS = 1024
+# Of a value quoted in a reason: enough for ``shown`` to cut.
+_SHOWN_CHARS = 200
 _LINE_ENDS = ("\n", "\r")
 
 
@@ -133,10 +140,20 @@ def _fields(line: str) -> list[str]:
     return next(csv.reader((line,), strict=True), [])
 
 
-def _escaped(text: str) -> str:
-    """``text`` cut short, with bytes that were not UTF-8 and control characters escaped, so
-    it can be stored and shown as found."""
-    return "".join(map(_escaped_char, text[:_UNREADABLE_TEXT_CHARS]))
+def escaped(text: str, limit: int) -> str:
+    """``text`` with bytes that were not UTF-8 and control characters escaped (``\\xff``,
+    ``\\x00``, ``\\u2028``), so it can be stored and shown as found, in at most ``limit``
+    characters. Escaped first, then cut, and only between two characters of ``text``: an
+    escape is never cut in half, and a text of bad bytes never outgrows its column."""
+    pieces = []
+    size = 0
+    for char in text:
+        piece = _escaped_char(char)
+        size += len(piece)
+        if size > limit:
+            break
+        pieces.append(piece)
+    return "".join(pieces)
 
 
 def _escaped_char(char: str) -> str:
@@ -144,7 +161,9 @@ def _escaped_char(char: str) -> str:
         return char
     if "\udc80" <= char <= "\udcff":  # a byte that was not UTF-8 (surrogateescape)
         return f"\\x{ord(char) - 0xDC00:02x}"
-    return f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}"
+    if ord(char) < 0x100:
+        return f"\\x{ord(char):02x}"
+    return f"\\u{ord(char):04x}" if ord(char) < 0x10000 else f"\\U{ord(char):08x}"
 
 
 class DownloadZipReader(Iterator["WorkItemRow | RemovedRow"]):
@@ -346,8 +365,10 @@ class DownloadZipReader(Iterator["WorkItemRow | RemovedRow"]):
         self.unreadable_counts[name] = count
         if count > MAX_UNREADABLE_KEPT:
             return
-        first = _escaped(fields[0][:WORK_ITEM_ID_MAX]) if fields else ""
-        self.unreadable.append(UnreadableRow(name, line, first, _escaped(content), reason))
+        # Held as found, bad bytes and all: escaped when stored, to its column's length.
+        first = fields[0][:_UNREADABLE_HELD_CHARS] if fields else ""
+        text = content[:_UNREADABLE_HELD_CHARS]
+        self.unreadable.append(UnreadableRow(name, line, first, text, reason))
 
 
 def _data_rows(lines: Iterator[tuple[str, bool]]) -> int | None:
@@ -369,6 +390,11 @@ def _member_data_rows(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> int | 
         return None
 
 
+def _quoted(value: str) -> str:
+    """A value for ``shown`` in a reason: escaped, as much as it shows."""
+    return escaped(value, _SHOWN_CHARS)
+
+
 def _header_problem(first: tuple[str, bool] | None, expected: list[str]) -> str | None:
     """Why a member's first line is not ``expected`` (any case), or None."""
     shape = ",".join(expected)
@@ -380,7 +406,7 @@ def _header_problem(first: tuple[str, bool] | None, expected: list[str]) -> str 
     except csv.Error:
         header = []
     if [field.lower() for field in header] != [field.lower() for field in expected]:
-        return f"header must be {shape} (any case), found {shown(_escaped(content))}"
+        return f"header must be {shape} (any case), found {shown(_quoted(content))}"
     return None
 
 
@@ -410,21 +436,21 @@ def _row_values(fields: list[str], removed: bool, seen: WorkItemIdSet) -> tuple[
             return "", "not valid UTF-8 text"
         return "", (
             f"work item id must be 1 to {WORK_ITEM_ID_MAX} letters or digits, found "
-            f"{shown(_escaped(work_item_id))}"
+            f"{shown(_quoted(work_item_id))}"
         )
     if not _HASH_RE.fullmatch(hash_value):
         if not_utf8(hash_value):
             return "", "not valid UTF-8 text"
         return "", (
             "hash must be 44 characters of standard Base64 ending in '=', "
-            f"found {shown(_escaped(hash_value))}"
+            f"found {shown(_quoted(hash_value))}"
         )
     hash_type = ""
     if removed:
         found = _LIST_TYPE_TO_HASH_TYPE.get(fields[2].lower())
         if found is None:
             return "", (
-                f"list type {shown(_escaped(fields[2]))} is not a DROP list: expected one "
+                f"list type {shown(_quoted(fields[2]))} is not a DROP list: expected one "
                 f"of {', '.join(LIST_DATA_TYPES)}"
             )
         hash_type = found

@@ -138,8 +138,10 @@ class UnreadableRow(NamedTuple):
 
     file_name: str
     line: int
-    work_item_id: str  # the first field as found, cut to 64 characters ("" when none)
-    text: str  # the line as found, cut short, with control characters escaped
+    # As found, bytes that were not UTF-8 included (as surrogates), cut to a bound on memory;
+    # ``download_zip.escaped`` makes them text to store and show.
+    work_item_id: str  # the first field ("" when none)
+    text: str  # the line
     reason: str
 
 

@@ -250,13 +250,15 @@ def test_a_download_time_in_the_future_is_refused_in_one_line(
 # ---------------------------------------------------------------- refused ZIPs
 
 
-def rewrite_member(content: bytes, name: str, text: str) -> bytes:
-    """The same package with one member's text replaced."""
+def rewrite_member(content: bytes, name: str, text: str | bytes) -> bytes:
+    """The same package with one member's text (or bytes) replaced."""
     source = zipfile.ZipFile(io.BytesIO(content))
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as target:
         for info in source.infolist():
-            data = text.encode() if info.filename == name else source.read(info)
+            data = source.read(info)
+            if info.filename == name:
+                data = text if isinstance(text, bytes) else text.encode()
             target.writestr(info.filename, data)
     return buffer.getvalue()
 
@@ -388,6 +390,31 @@ def test_one_odd_member_or_row_never_refuses_the_rest_of_the_package(
     assert imported.data["unread_rows"] == cycle.unread_rows
     # Staff hear of it at once: an alert evaluation waits in the same commit.
     assert ProcrastinateJob.objects.filter(task_name=EVALUATE_ALERTS).exists()
+
+
+@pytest.mark.parametrize(
+    "bad_row",
+    [
+        pytest.param(b"\x00" * 512, id="a list padded with NUL bytes"),
+        pytest.param(b"\xff" * 300 + b"," + b"\x80" * 300, id="bytes that are not UTF-8"),
+    ],
+)
+def test_a_row_of_bad_bytes_is_kept_escaped_and_the_rest_of_its_list_imports(
+    broker: Broker, tmp_path: Path, bad_row: bytes
+) -> None:
+    content = rewrite_member(
+        drop_zip(broker, {"Email": []}), EMAIL_CSV, b"ID,Hash\r\n" + GOOD_ROWS.encode() + bad_row
+    )
+    with pytest.raises(CommandError) as incomplete:
+        call_command("drop", "import", "--broker", "4821", str(write_zip(tmp_path, content)))
+
+    assert f"{EMAIL_CSV}: 1 unreadable row(s) kept for staff" in str(incomplete.value)
+    assert WorkItem.objects.count() == len(EMAIL)
+    # Kept as found, escaped, as much as its columns hold: each escape whole.
+    row = UnreadableWorkItem.objects.get()
+    escape = "\\x00" if bad_row[0] == 0 else "\\xff"
+    assert row.work_item_id == escape * 16
+    assert row.text == escape * 63  # 252 characters: a 64th escape would pass 255
 
 
 def test_a_package_imported_before_still_says_what_was_not_imported(

@@ -16,7 +16,12 @@ import pytest
 from django.conf import settings
 
 from devtools.drop_simulator import build_drop_zip, work_items
-from integrations.drop.download_zip import DownloadZipReader, iter_download_zip, zip_summary
+from integrations.drop.download_zip import (
+    DownloadZipReader,
+    escaped,
+    iter_download_zip,
+    zip_summary,
+)
 from integrations.drop.files import (
     DATA_TYPE_TO_HASH_TYPE,
     HASH_TYPE_TO_DATA_TYPE,
@@ -424,7 +429,7 @@ def test_a_bad_work_item_id_is_an_unreadable_row_with_its_line(bad_id: str) -> N
     row = unreadable_of(raw_zip({f"{DAY}_{BROKER}_Email.csv": email_csv(*lines)}))
 
     assert (row.file_name, row.line) == (f"{DAY}_{BROKER}_Email.csv", 7)
-    assert row.work_item_id == bad_id[:64]
+    assert row.work_item_id == bad_id
     assert row.reason.startswith("work item id must be 1 to 64 letters or digits, found ")
 
 
@@ -458,7 +463,16 @@ def test_invalid_utf8_is_an_unreadable_row_shown_escaped() -> None:
 
     assert [r.work_item_id for r in rows] == [ITEMS[0][0]]
     [row] = reader.unreadable
-    assert (row.line, row.reason, row.text) == (3, "not valid UTF-8 text", "\\xff\\xfe,\\x80")
+    assert (row.line, row.reason) == (3, "not valid UTF-8 text")
+    assert escaped(row.text, 255) == "\\xff\\xfe,\\x80"
+
+
+def test_escaping_comes_before_the_cut_which_never_splits_an_escape() -> None:
+    assert escaped("\x00" * 512, 64) == "\\x00" * 16
+    assert escaped("ab\udcff", 5) == "ab"  # "\\xff" would not fit whole
+    assert escaped("ab\udcffc", 6) == "ab\\xff"
+    assert escaped("\u2028\U000e0001é", 20) == "\\u2028\\U000e0001é"
+    assert escaped("plain text", 255) == "plain text"
 
 
 def test_a_duplicate_id_within_a_list_is_an_unreadable_row() -> None:
@@ -629,7 +643,7 @@ def test_a_single_huge_line_is_set_aside_before_it_costs_memory(tmp_path: Path) 
     assert [(r.work_item_id, r.line) for r in rows] == [(ITEMS[0][0], 3)]
     [row] = reader.unreadable
     assert (row.line, row.reason) == (2, "line longer than 4096 characters")
-    assert len(row.text) == 200
+    assert len(escaped(row.text, 255)) == 255
     assert peak < 16 << 20, f"reading the line cost {peak / (1 << 20):.0f} MiB"
 
 

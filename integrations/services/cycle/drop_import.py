@@ -31,12 +31,13 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import CharField
 from django.utils import timezone
 from psycopg import sql
 
 from integrations import enqueue
 from integrations.drop.calendar import drop_date, drop_midnight, drop_today
-from integrations.drop.download_zip import DownloadZipReader, iter_download_zip
+from integrations.drop.download_zip import DownloadZipReader, escaped, iter_download_zip
 from integrations.drop.files import (
     DropFileError,
     RemovedRow,
@@ -319,14 +320,23 @@ def _package_odd_parts_record(
             cycle=cycle,
             file_name=row.file_name,
             line=row.line,
-            work_item_id=row.work_item_id,
-            text=row.text,
-            reason=row.reason[:255],
+            # Escaped first, then cut to the column: a row of bad bytes escapes to several
+            # times its length.
+            work_item_id=escaped(row.work_item_id, _column_chars("work_item_id")),
+            text=escaped(row.text, _column_chars("text")),
+            reason=row.reason[: _column_chars("reason")],
         )
         for row in reader.unreadable
     )
     if not reader.complete:
         enqueue.alerts_evaluate_enqueue()
+
+
+def _column_chars(name: str) -> int:
+    """The length of an ``UnreadableWorkItem`` text column: the model is its one home."""
+    field = UnreadableWorkItem._meta.get_field(name)
+    assert isinstance(field, CharField) and field.max_length is not None
+    return field.max_length
 
 
 def _cycle_create(
