@@ -92,7 +92,19 @@ def _source_label(source: str | os.PathLike[str] | IO[bytes]) -> str:
     return os.path.basename(name) if isinstance(name, str) and name else "download ZIP"
 
 
-_ZIP_READ_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError)
+# What zipfile raises for a damaged archive, beyond BadZipFile: a version or method it does
+# not know (NotImplementedError), an encrypted member (RuntimeError), a name flagged UTF-8
+# that is not (UnicodeDecodeError, a ValueError), a wrong offset seeking before the start
+# (ValueError in memory, OSError EINVAL on disk), a cut stream (EOFError, zlib.error).
+_ZIP_READ_ERRORS = (
+    zipfile.BadZipFile,
+    zlib.error,
+    EOFError,
+    NotImplementedError,
+    RuntimeError,
+    ValueError,
+    OSError,
+)
 # A DROP line is under 100 characters; a longer one is set aside as soon as this much of it
 # is read, so a small ZIP inflating to one huge line never costs its size in memory.
 MAX_LINE_CHARS = 4096
@@ -106,6 +118,10 @@ _UNREADABLE_HELD_CHARS = 1024
 # Of a value quoted in a reason: enough for ``shown`` to cut.
 _SHOWN_CHARS = 200
 _LINE_ENDS = ("\n", "\r")
+
+
+def _not_a_zip(exc: Exception) -> str:
+    return f"not a readable ZIP file (truncated or not a ZIP): {exc or type(exc).__name__}"
 
 
 def _member_lines(text: IO[str]) -> Iterator[tuple[str, bool]]:
@@ -222,10 +238,8 @@ class DownloadZipReader(Iterator["WorkItemRow | RemovedRow"]):
     def _open(self) -> zipfile.ZipFile:
         try:
             return zipfile.ZipFile(self._source)
-        except (zipfile.BadZipFile, EOFError) as exc:
-            raise DropFileError(
-                self.label, None, f"not a readable ZIP file (truncated or not a ZIP): {exc}"
-            ) from None
+        except _ZIP_READ_ERRORS as exc:
+            raise DropFileError(self.label, None, _not_a_zip(exc)) from None
 
     def _sort_members(self, archive: zipfile.ZipFile) -> list[tuple[zipfile.ZipInfo, str, str]]:
         """Sort every member before any row is read (fail fast, before COPY starts): the
@@ -496,13 +510,15 @@ def zip_summary(path_or_fileobj: str | os.PathLike[str] | IO[bytes]) -> list[Zip
                             last = chunk[-1:]
                 except _ZIP_READ_ERRORS as exc:
                     raise DropFileError(
-                        info.filename, None, f"ZIP member is corrupt or truncated: {exc}"
+                        info.filename,
+                        None,
+                        f"ZIP member is corrupt or truncated: {exc or type(exc).__name__}",
                     ) from None
                 if last != b"\n":
                     lines += 1
                 summary.append(ZipMember(info.filename, info.file_size, max(lines - 1, 0)))
             return summary
-    except (zipfile.BadZipFile, EOFError) as exc:
-        raise DropFileError(
-            label, None, f"not a readable ZIP file (truncated or not a ZIP): {exc}"
-        ) from None
+    except DropFileError:
+        raise  # a damaged member, named above (it is a ValueError too)
+    except _ZIP_READ_ERRORS as exc:
+        raise DropFileError(label, None, _not_a_zip(exc)) from None

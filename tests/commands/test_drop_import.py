@@ -282,12 +282,19 @@ def staging_tables() -> int:
         return int(cursor.fetchone()[0])
 
 
+def newer_zip_version(content: bytes) -> bytes:
+    """The package as a later zip tool may write it: a "version needed" zipfile refuses."""
+    at = content.index(b"PK\x01\x02") + 6
+    return content[:at] + bytes([78]) + content[at + 1 :]
+
+
 @pytest.mark.parametrize(
     ("spoil", "message"),
     [
         pytest.param(good, None, id="the good package imports"),
         pytest.param(lambda c: c[: len(c) // 2], "not a readable ZIP", id="truncated"),
         pytest.param(lambda c: b"<html>502 Bad Gateway</html>", "not a readable ZIP", id="not-zip"),
+        pytest.param(newer_zip_version, "zip file version 7.8", id="newer-zip-version"),
         pytest.param(
             lambda c: raw_zip({"README.txt": b"hello", "lists/": b""}),
             "the ZIP holds no DROP list",
