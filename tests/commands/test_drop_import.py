@@ -36,6 +36,7 @@ from integrations.models import (
 )
 from integrations.selectors.deadlines import cycle_deadlines
 from integrations.selectors.stuck import StuckReason, stuck_work_items
+from integrations.services.cycle.cycle_state import cycle_state_refresh
 from integrations.services.staff.alerts import alerts_evaluate
 from integrations.services.staff.brokers import broker_create
 from tests.builders import (
@@ -45,6 +46,7 @@ from tests.builders import (
     WebhookIntegrationFactory,
     days_after,
     drop_zip,
+    items_reported,
     work_item_of,
     write_zip,
 )
@@ -609,6 +611,48 @@ def test_a_package_whose_only_rows_are_unreadable_owes_drop_until_the_next_one(
     cycle.refresh_from_db()
     assert cycle.state == CycleState.REPORTED
     assert cycle_deadlines(broker_id="4821", today=drop_today()) == []
+
+
+def test_an_unreadable_row_of_the_removed_file_is_kept_and_owes_drop_nothing(
+    broker: Broker, tmp_path: Path
+) -> None:
+    # "Fax" is no DROP list: the row cannot be read, and no status is owed for a removed id.
+    wid, hash_value = EMAIL[0]
+    package = drop_zip(broker, {"Email": []}, removed=[(wid, hash_value, "Fax")])
+    with pytest.raises(CommandError) as incomplete:
+        call_command("drop", "import", "--broker", "4821", str(write_zip(tmp_path, package)))
+
+    assert f"{PACKAGE_DATE}_4821_Removed.csv: 1 unreadable row(s)" in str(incomplete.value)
+    cycle = DropCycle.objects.get()
+    assert cycle.state == CycleState.NOTHING_OWED
+    assert cycle_deadlines(broker_id="4821", today=drop_today()) == []
+    # Still kept, and listed for staff: it may name a withdrawn consumer still acted on.
+    assert UnreadableWorkItem.objects.get().work_item_id == wid
+    [group] = stuck_work_items()
+    assert group.reason == StuckReason.UNREADABLE_WORK_ITEM
+
+
+@pytest.mark.parametrize(
+    ("repeated_hash", "state"),
+    [
+        pytest.param(EMAIL[0][1], CycleState.REPORTED, id="word for word: nothing more owed"),
+        pytest.param(EMAIL[1][1], CycleState.OPEN, id="another hash: owed, staff answer it"),
+    ],
+)
+def test_a_row_repeated_in_its_list_owes_nothing_beyond_its_ids_status(
+    broker: Broker, tmp_path: Path, repeated_hash: str, state: CycleState
+) -> None:
+    wid = EMAIL[0][0]
+    package = drop_zip(broker, {"Email": [(wid, EMAIL[0][1]), (wid, repeated_hash)]})
+    with pytest.raises(CommandError):
+        call_command("drop", "import", "--broker", "4821", str(write_zip(tmp_path, package)))
+    cycle = DropCycle.objects.get()
+    assert (cycle.work_items, UnreadableWorkItem.objects.count()) == (1, 1)
+
+    # DROP accepts the status of the one id it sent (twice).
+    items_reported(cycle, list(WorkItem.objects.all()))
+
+    assert cycle_state_refresh(cycle=cycle).state == state
 
 
 def next_package_import(broker: Broker, tmp_path: Path) -> None:

@@ -219,13 +219,7 @@ def _import(
         removed = work_items_close_removed(
             broker, actor=actor, drop_session_id=cycle.drop_session_id
         )
-        _cycle_counts_save(
-            cycle,
-            matched=matched,
-            not_found=not_found,
-            removed=removed,
-            unreadable=sum(reader.unreadable_counts.values()),
-        )
+        _cycle_counts_save(cycle, matched=matched, not_found=not_found, removed=removed)
         ledger_event_append(
             kind=LedgerKind.DROP_CYCLE_IMPORTED,
             broker_id=broker.broker_id,
@@ -371,21 +365,16 @@ def _cycle_create(
 
 
 def _cycle_counts_save(
-    cycle: DropCycle,
-    *,
-    matched: int,
-    not_found: int,
-    removed: RemovedResult,
-    unreadable: int,
+    cycle: DropCycle, *, matched: int, not_found: int, removed: RemovedResult
 ) -> None:
-    """Record what the import found; a cycle with no work item, and no row that could not be
-    read as one, owes DROP nothing (an unreadable row is owed a status too: staff answer it
-    in DROP's portal)."""
+    """Record what the import found; a cycle with no work item, and no unreadable row owed a
+    status (``UnreadableWorkItem.objects.owed()``: staff answer it in DROP's portal), owes
+    DROP nothing."""
     cycle.work_items = matched + not_found
     cycle.matched = matched
     cycle.not_found = not_found
     cycle.removed = removed.rows
-    owes = cycle.work_items or unreadable
+    owes = cycle.work_items or UnreadableWorkItem.objects.owed().filter(cycle=cycle).exists()
     cycle.state = CycleState.OPEN if owes else CycleState.NOTHING_OWED
     cycle.save(
         update_fields=["work_items", "matched", "not_found", "removed", "state", "match_rates"]
