@@ -35,6 +35,7 @@ from integrations.models import (
     WorkItemState,
 )
 from integrations.selectors.deadlines import cycle_deadlines
+from integrations.selectors.drop_metrics import drop_metrics
 from integrations.selectors.stuck import StuckReason, stuck_work_items
 from integrations.services.cycle.cycle_state import cycle_state_refresh
 from integrations.services.staff.alerts import alerts_evaluate
@@ -210,6 +211,65 @@ def test_the_same_zip_twice_changes_nothing(package: Path, capsys) -> None:
         LedgerEvent.objects.count(),
     )
     assert after == before
+
+
+def test_the_same_package_in_other_zip_bytes_is_refused_naming_its_cycle(
+    package: Path, tmp_path: Path, capsys
+) -> None:
+    drop_import(package, capsys=capsys)
+    before = (WorkItem.objects.count(), DeletionRequest.objects.count())
+    # The same lists zipped anew (stored, not deflated), as a download fetched again by hand.
+    again = write_zip(tmp_path, with_members(package.read_bytes(), {}), "again.zip")
+    assert again.read_bytes() != package.read_bytes()
+
+    with pytest.raises(CommandError) as refused:
+        call_command("drop", "import", "--broker", "4821", str(again))
+
+    assert str(refused.value) == (
+        f"again.zip refused, nothing imported: every work item id in it was received before, "
+        f"in cycle 1 ({package.name}): the same download again, with nothing new"
+    )
+    assert DropCycle.objects.count() == 1
+    assert (WorkItem.objects.count(), DeletionRequest.objects.count()) == before
+    event = LedgerEvent.objects.get(kind="drop.import_refused")
+    assert event.data["zip_name"] == "again.zip"
+
+
+def test_ids_received_before_are_set_aside_and_the_new_ones_imported(
+    broker: Broker, package: Path, tmp_path: Path, capsys
+) -> None:
+    drop_import(package, capsys=capsys)
+    requests_before = DeletionRequest.objects.count()
+    new = ITEMS[6]
+    lists = {"Email": [*EMAIL, new], "Phone": PHONE}
+    later = write_zip(tmp_path, drop_zip(broker, lists, date="20261201"), "b.zip")
+
+    with pytest.raises(CommandError) as incomplete:
+        call_command("drop", "import", "--broker", "4821", str(later), "--json")
+
+    shown = json.loads(capsys.readouterr().out)
+    assert (shown["drop_session_id"], shown["work_items"]) == ("2", 1)
+    # One work item per id for good: no second one, no second request for a match.
+    assert WorkItem.objects.filter(work_item_id=EMAIL[0][0]).count() == 1
+    assert WorkItem.objects.filter(cycle__drop_session_id="2").get().work_item_id == new[0]
+    assert DeletionRequest.objects.count() == requests_before
+    # Each repeated row kept for staff, naming the earlier cycle.
+    email = "20261201_4821_Email.csv"
+    set_aside = UnreadableWorkItem.objects.filter(cycle__drop_session_id="2")
+    assert set_aside.count() == len(EMAIL) + len(PHONE)
+    first = set_aside.get(file_name=email, line=2)
+    assert (first.work_item_id, first.text) == (EMAIL[0][0], f"{EMAIL[0][0]},{EMAIL[0][1]}")
+    assert first.reason == (
+        f"work item id {EMAIL[0][0]} was received before, in cycle 1 ({package.name}): one "
+        "work item already, not imported again"
+    )
+    assert f"{email}: {len(EMAIL)} unreadable row(s) kept for staff" in str(incomplete.value)
+    # Received once: not counted again in the yearly figures.
+    event = LedgerEvent.objects.get(kind="drop.cycle_imported", subject="2")
+    assert event.data["received_before"] == {email: len(EMAIL), "20261201_4821_Phone.csv": 2}
+    assert event.data["unreadable_rows"] == {}
+    total = drop_metrics(broker=broker, year=2026).rows[-1]
+    assert total.figures["received"] == len(ITEMS[:6]) + 1
 
 
 def test_each_new_download_gets_the_next_session_id(
