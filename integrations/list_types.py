@@ -21,5 +21,7 @@ DATA_TYPE_OF: Final[dict[str, str]] = {
     "ctvid": "CTVID",
 }
 HASH_TYPES: Final[tuple[str, ...]] = tuple(DATA_TYPE_OF)
+# The data type of the file naming identifiers DROP withdrew: no list, and no status owed.
+REMOVED: Final[str] = "Removed"
 # What staff read where a list type is chosen or shown: DROP's name, NDZ spelled out.
 LABELS: Final[dict[str, str]] = {**DATA_TYPE_OF, "ndz": "NDZ (name, date of birth, ZIP)"}

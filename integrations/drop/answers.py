@@ -2,7 +2,7 @@
 package's file name, DROP's error text, a Retry-After. The client (``drop.client``) decides
 what each status means; this module reads the bodies and headers::
 
-    name = attachment_name(response.headers.get("Content-Disposition"))
+    name = attachment_name(response.headers.get("Content-Disposition"), redact)
     result = upload_result(202, json_body(response), sent_names, redact)
 """
 
@@ -115,9 +115,10 @@ def upload_result(
     )
 
 
-def error_text(response: requests.Response) -> str:
-    """DROP's error text, not yet redacted: JSON ``{"message"}`` or plain text (401s come
-    both ways), on one line and cut at 500 characters."""
+def error_text(response: requests.Response, redact: Callable[[str], str]) -> str:
+    """DROP's error text: JSON ``{"message"}`` or plain text (401s come both ways), on one
+    line, passed through ``redact`` and then cut at 500 characters (cut first, a key echoed
+    across the cut would survive in part)."""
     raw = b""
     try:
         for chunk in response.iter_content(_CHUNK):
@@ -135,7 +136,7 @@ def error_text(response: requests.Response) -> str:
             body = None
         if isinstance(body, dict) and body.get("message"):
             message = str(body["message"])
-    message = " ".join(message.split())
+    message = redact(" ".join(message.split()))
     if len(message) > _MESSAGE_LIMIT:
         message = message[:_MESSAGE_LIMIT] + "..."
     return message or response.reason or f"HTTP {response.status_code}"
@@ -169,8 +170,9 @@ def package_result(file_name: str, received: Received) -> DownloadResult:
     )
 
 
-def attachment_name(header: str | None) -> str:
-    """The package's file name from Content-Disposition, refusing anything path-like."""
+def attachment_name(header: str | None, redact: Callable[[str], str]) -> str:
+    """The package's file name from Content-Disposition, refusing anything path-like (a
+    refused name is shown passed through ``redact``, before it is cut)."""
     if not header:
         return time.strftime("%Y%m%d_DROP_download_%H%M%S.zip", time.gmtime())
     name: str | None = None
@@ -186,6 +188,7 @@ def attachment_name(header: str | None) -> str:
         raise DropProtocolError("Content-Disposition names no file")
     if not _SAFE_FILE_NAME_RE.fullmatch(name) or ".." in name or not name.endswith(".zip"):
         raise DropProtocolError(
-            f"refusing package file name {name[:80]!r}: expected a plain name ending in .zip"
+            f"refusing package file name {redact(name)[:80]!r}: expected a plain name ending "
+            "in .zip"
         )
     return name

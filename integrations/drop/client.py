@@ -209,6 +209,7 @@ class DropClient:
             on_call=on_call,
             sleep=sleep,
             clock=clock,
+            redact=self._redact,
         )
 
     def __repr__(self) -> str:
@@ -294,7 +295,7 @@ class DropClient:
                 if status == 206 and not disposition and partial.file_name:
                     file_name = partial.file_name
                 else:
-                    file_name = attachment_name(disposition)
+                    file_name = attachment_name(disposition, self._redact)
             except DropProtocolError as exc:
                 exc.status = status
                 return Fail(exc, "unexpected")
@@ -399,7 +400,7 @@ class DropClient:
         return text.replace(self._api_key.value, "[redacted]")
 
     def _error_message(self, response: requests.Response) -> str:
-        return self._redact(error_text(response))
+        return error_text(response, self._redact)
 
     def _handle_common(self, response: requests.Response, *, conflict: str) -> Decision:
         """The statuses every endpoint shares: 401/403, 409, 429, 5xx, anything else."""

@@ -15,6 +15,7 @@ not a readable ZIP, holds no DROP list, or is another broker's raises ``DropFile
     reader.skipped, reader.unread           # [SetAside(name, reason), ...]
     reader.unread_rows                      # {name of a list set aside whole: its rows}
     reader.unreadable                       # [UnreadableRow(file, line, id, text, reason)]
+    escaped(row.text, 255)                  # a row's text as it can be stored and shown
 
 Pure Python, no Django: the formats are those of docs/contracts.md §10.
 """
@@ -59,6 +60,7 @@ __all__ = [
     "MAX_LINE_CHARS",
     "MAX_UNREADABLE_KEPT",
     "DownloadZipReader",
+    "escaped",
     "iter_download_zip",
     "zip_summary",
 ]
@@ -90,15 +92,36 @@ def _source_label(source: str | os.PathLike[str] | IO[bytes]) -> str:
     return os.path.basename(name) if isinstance(name, str) and name else "download ZIP"
 
 
-_ZIP_READ_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError)
+# What zipfile raises for a damaged archive, beyond BadZipFile: a version or method it does
+# not know (NotImplementedError), an encrypted member (RuntimeError), a name flagged UTF-8
+# that is not (UnicodeDecodeError, a ValueError), a wrong offset seeking before the start
+# (ValueError in memory, OSError EINVAL on disk), a cut stream (EOFError, zlib.error).
+_ZIP_READ_ERRORS = (
+    zipfile.BadZipFile,
+    zlib.error,
+    EOFError,
+    NotImplementedError,
+    RuntimeError,
+    ValueError,
+    OSError,
+)
 # A DROP line is under 100 characters; a longer one is set aside as soon as this much of it
 # is read, so a small ZIP inflating to one huge line never costs its size in memory.
 MAX_LINE_CHARS = 4096
 # Unreadable rows kept one by one per list; past this they are only counted, so a list gone
 # wholly wrong costs a bounded amount of memory and rows.
 MAX_UNREADABLE_KEPT = 1000
-_UNREADABLE_TEXT_CHARS = 200
+# Of a row set aside, this much of its first field and of its line is held: a bound on
+# memory, not a stored length (what is stored is escaped to its column's length, and
+# escaping only lengthens a text).
+_UNREADABLE_HELD_CHARS = 1024
+# Of a value quoted in a reason: enough for ``shown`` to cut.
+_SHOWN_CHARS = 200
 _LINE_ENDS = ("\n", "\r")
+
+
+def _not_a_zip(exc: Exception) -> str:
+    return f"not a readable ZIP file (truncated or not a ZIP): {exc or type(exc).__name__}"
 
 
 def _member_lines(text: IO[str]) -> Iterator[tuple[str, bool]]:
@@ -133,10 +156,20 @@ def _fields(line: str) -> list[str]:
     return next(csv.reader((line,), strict=True), [])
 
 
-def _escaped(text: str) -> str:
-    """``text`` cut short, with bytes that were not UTF-8 and control characters escaped, so
-    it can be stored and shown as found."""
-    return "".join(map(_escaped_char, text[:_UNREADABLE_TEXT_CHARS]))
+def escaped(text: str, limit: int) -> str:
+    """``text`` with bytes that were not UTF-8 and control characters escaped (``\\xff``,
+    ``\\x00``, ``\\u2028``), so it can be stored and shown as found, in at most ``limit``
+    characters. Escaped first, then cut, and only between two characters of ``text``: an
+    escape is never cut in half, and a text of bad bytes never outgrows its column."""
+    pieces = []
+    size = 0
+    for char in text:
+        piece = _escaped_char(char)
+        size += len(piece)
+        if size > limit:
+            break
+        pieces.append(piece)
+    return "".join(pieces)
 
 
 def _escaped_char(char: str) -> str:
@@ -144,7 +177,9 @@ def _escaped_char(char: str) -> str:
         return char
     if "\udc80" <= char <= "\udcff":  # a byte that was not UTF-8 (surrogateescape)
         return f"\\x{ord(char) - 0xDC00:02x}"
-    return f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}"
+    if ord(char) < 0x100:
+        return f"\\x{ord(char):02x}"
+    return f"\\u{ord(char):04x}" if ord(char) < 0x10000 else f"\\U{ord(char):08x}"
 
 
 class DownloadZipReader(Iterator["WorkItemRow | RemovedRow"]):
@@ -203,10 +238,8 @@ class DownloadZipReader(Iterator["WorkItemRow | RemovedRow"]):
     def _open(self) -> zipfile.ZipFile:
         try:
             return zipfile.ZipFile(self._source)
-        except (zipfile.BadZipFile, EOFError) as exc:
-            raise DropFileError(
-                self.label, None, f"not a readable ZIP file (truncated or not a ZIP): {exc}"
-            ) from None
+        except _ZIP_READ_ERRORS as exc:
+            raise DropFileError(self.label, None, _not_a_zip(exc)) from None
 
     def _sort_members(self, archive: zipfile.ZipFile) -> list[tuple[zipfile.ZipInfo, str, str]]:
         """Sort every member before any row is read (fail fast, before COPY starts): the
@@ -346,8 +379,10 @@ class DownloadZipReader(Iterator["WorkItemRow | RemovedRow"]):
         self.unreadable_counts[name] = count
         if count > MAX_UNREADABLE_KEPT:
             return
-        first = _escaped(fields[0][:WORK_ITEM_ID_MAX]) if fields else ""
-        self.unreadable.append(UnreadableRow(name, line, first, _escaped(content), reason))
+        # Held as found, bad bytes and all: escaped when stored, to its column's length.
+        first = fields[0][:_UNREADABLE_HELD_CHARS] if fields else ""
+        text = content[:_UNREADABLE_HELD_CHARS]
+        self.unreadable.append(UnreadableRow(name, line, first, text, reason))
 
 
 def _data_rows(lines: Iterator[tuple[str, bool]]) -> int | None:
@@ -369,6 +404,11 @@ def _member_data_rows(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> int | 
         return None
 
 
+def _quoted(value: str) -> str:
+    """A value for ``shown`` in a reason: escaped, as much as it shows."""
+    return escaped(value, _SHOWN_CHARS)
+
+
 def _header_problem(first: tuple[str, bool] | None, expected: list[str]) -> str | None:
     """Why a member's first line is not ``expected`` (any case), or None."""
     shape = ",".join(expected)
@@ -380,7 +420,7 @@ def _header_problem(first: tuple[str, bool] | None, expected: list[str]) -> str 
     except csv.Error:
         header = []
     if [field.lower() for field in header] != [field.lower() for field in expected]:
-        return f"header must be {shape} (any case), found {shown(_escaped(content))}"
+        return f"header must be {shape} (any case), found {shown(_quoted(content))}"
     return None
 
 
@@ -410,21 +450,21 @@ def _row_values(fields: list[str], removed: bool, seen: WorkItemIdSet) -> tuple[
             return "", "not valid UTF-8 text"
         return "", (
             f"work item id must be 1 to {WORK_ITEM_ID_MAX} letters or digits, found "
-            f"{shown(_escaped(work_item_id))}"
+            f"{shown(_quoted(work_item_id))}"
         )
     if not _HASH_RE.fullmatch(hash_value):
         if not_utf8(hash_value):
             return "", "not valid UTF-8 text"
         return "", (
             "hash must be 44 characters of standard Base64 ending in '=', "
-            f"found {shown(_escaped(hash_value))}"
+            f"found {shown(_quoted(hash_value))}"
         )
     hash_type = ""
     if removed:
         found = _LIST_TYPE_TO_HASH_TYPE.get(fields[2].lower())
         if found is None:
             return "", (
-                f"list type {shown(_escaped(fields[2]))} is not a DROP list: expected one "
+                f"list type {shown(_quoted(fields[2]))} is not a DROP list: expected one "
                 f"of {', '.join(LIST_DATA_TYPES)}"
             )
         hash_type = found
@@ -470,13 +510,15 @@ def zip_summary(path_or_fileobj: str | os.PathLike[str] | IO[bytes]) -> list[Zip
                             last = chunk[-1:]
                 except _ZIP_READ_ERRORS as exc:
                     raise DropFileError(
-                        info.filename, None, f"ZIP member is corrupt or truncated: {exc}"
+                        info.filename,
+                        None,
+                        f"ZIP member is corrupt or truncated: {exc or type(exc).__name__}",
                     ) from None
                 if last != b"\n":
                     lines += 1
                 summary.append(ZipMember(info.filename, info.file_size, max(lines - 1, 0)))
             return summary
-    except (zipfile.BadZipFile, EOFError) as exc:
-        raise DropFileError(
-            label, None, f"not a readable ZIP file (truncated or not a ZIP): {exc}"
-        ) from None
+    except DropFileError:
+        raise  # a damaged member, named above (it is a ValueError too)
+    except _ZIP_READ_ERRORS as exc:
+        raise DropFileError(label, None, _not_a_zip(exc)) from None

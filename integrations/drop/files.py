@@ -22,7 +22,7 @@ from typing import BinaryIO, NamedTuple
 
 from integrations.drop.work_item_ids import WorkItemIdSet
 from integrations.drop_statuses import STATUS_CODES, STATUS_CODES_TEXT
-from integrations.list_types import DATA_TYPE_OF
+from integrations.list_types import DATA_TYPE_OF, REMOVED
 
 __all__ = [
     "DATA_TYPES",
@@ -50,7 +50,6 @@ __all__ = [
     "write_response_csv",
 ]
 
-REMOVED = "Removed"
 # integrations/list_types.py
 HASH_TYPE_TO_DATA_TYPE: dict[str, str] = dict(DATA_TYPE_OF)
 DATA_TYPE_TO_HASH_TYPE: dict[str, str] = {v: k for k, v in HASH_TYPE_TO_DATA_TYPE.items()}
@@ -138,8 +137,10 @@ class UnreadableRow(NamedTuple):
 
     file_name: str
     line: int
-    work_item_id: str  # the first field as found, cut to 64 characters ("" when none)
-    text: str  # the line as found, cut short, with control characters escaped
+    # As found, bytes that were not UTF-8 included (as surrogates), cut to a bound on memory;
+    # ``download_zip.escaped`` makes them text to store and show.
+    work_item_id: str  # the first field ("" when none)
+    text: str  # the line
     reason: str
 
 

@@ -204,6 +204,8 @@ class Transport:
     on_call: OnCall | None
     sleep: Callable[[float], None]
     clock: Callable[[], float]
+    # What of DROP's own text a message quotes goes through it, before it is cut.
+    redact: Callable[[str], str] = field(repr=False)
     _current: _Attempt | None = field(default=None, init=False, repr=False)  # in flight
     # Seconds spent receiving package bodies in the call in flight: not waiting for DROP.
     _receiving: float = field(default=0.0, init=False, repr=False)
@@ -365,7 +367,7 @@ class Transport:
         expected = _content_length(response)
         identity = _encoding(response) == "identity"
         if response.status_code == 206:
-            whole, refused = _continues(response, kept, file_name, expected)
+            whole, refused = _continues(response, kept, file_name, expected, self.redact)
             if refused is not None:
                 return kept.refused(refused, 206)
             assert kept.path is not None
@@ -453,10 +455,14 @@ _CONTENT_RANGE_RE = re.compile(r"bytes\s+([0-9]+)-([0-9]+)/([0-9]+|\*)", re.IGNO
 
 
 def _continues(
-    response: requests.Response, kept: PartialBody, file_name: str, length: int | None
+    response: requests.Response,
+    kept: PartialBody,
+    file_name: str,
+    length: int | None,
+    redact: Callable[[str], str],
 ) -> tuple[int | None, str | None]:
     """Whether a 206 is the rest of the kept bytes: the whole body's length (when known),
-    and why not (None: it is)."""
+    and why not (None: it is; DROP's header quoted through ``redact``)."""
     if not kept.size:
         return None, "DROP sent part of a package that was not asked for"
     if _encoding(response) != "identity":
@@ -466,7 +472,7 @@ def _continues(
     header = response.headers.get("Content-Range", "")
     match = _CONTENT_RANGE_RE.fullmatch(header.strip())
     if match is None:
-        return None, f"unreadable Content-Range {header[:80]!r}"
+        return None, f"unreadable Content-Range {redact(header)[:80]!r}"
     first, last = int(match[1]), int(match[2])
     whole = None if match[3] == "*" else int(match[3])
     if (

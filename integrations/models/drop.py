@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from django.contrib.postgres.indexes import HashIndex
 from django.db import models
-from django.db.models import Q
-from django.db.models.functions import Now
+from django.db.models import F, Func, Q, TextField, Value
+from django.db.models.functions import Concat, Now
 
 from integrations.drop_statuses import STATUS_CODES
-from integrations.list_types import LABELS
+from integrations.list_types import LABELS, REMOVED
 
 # DROP list types, spelled as ``hash_type`` (docs/contracts.md §10.1), defined in
 # integrations/list_types.py.
@@ -258,8 +258,8 @@ class OutstandingCycle(models.Model):
 
     Kept by the database, not by the services: triggers on the work items mark a cycle as
     rows come in or go back to ``open`` or ``reportable``, whoever writes them
-    (``sql/outstanding_cycles.sql``); the periodic report job clears the rows of cycles
-    with nothing outstanding (``services.cycle.outstanding.outstanding_cycles_clear``)."""
+    (``sql/outstanding_cycles.sql``); a periodic job, and the report job, clear the rows of
+    cycles with nothing outstanding (``services.cycle.outstanding.outstanding_cycles_clear``)."""
 
     # No database check on the cycle: it would take a KEY SHARE lock on the cycle's row,
     # which the report's and the cycle state's SELECT ... FOR UPDATE of the cycle wait on
@@ -277,16 +277,44 @@ class OutstandingCycle(models.Model):
         return f"cycle {self.cycle_id} may have outstanding work items"
 
 
+# The name of a Removed file (docs/contracts.md §10.1), as the import keeps it.
+_REMOVED_FILE_NAME = rf"^[0-9]{{8}}_[0-9]{{4}}_{REMOVED}(_[A-Za-z0-9]+)?\.csv$"
+
+
 class UnreadableWorkItemQuerySet(models.QuerySet["UnreadableWorkItem"]):
-    def owed(self) -> UnreadableWorkItemQuerySet:
-        """Unreadable rows still owed a status (staff answer them in DROP's portal): those
-        of the broker's latest package. DROP sends the next package only once every work
-        item of the last one has a status, so the next one settles them."""
+    def latest_package(self) -> UnreadableWorkItemQuerySet:
+        """Unreadable rows of the broker's latest package: staff's to look at (``drop
+        doctor``). DROP sends the next package only once every work item of the last one has
+        a status, so the next one settles them."""
         # Imported later (a greater pk): the next package DROP sent.
         later = DropCycle.objects.filter(
             broker=models.OuterRef("broker"), pk__gt=models.OuterRef("cycle_id")
         )
         return self.exclude(models.Exists(later))
+
+    def owed(self) -> UnreadableWorkItemQuerySet:
+        """Unreadable rows still owed a status (staff answer them in DROP's portal): those
+        of the broker's latest package, but for two kinds that owe nothing of their own: a
+        row of the Removed file (no status is owed for a removed identifier), and a row
+        repeating word for word one read as a work item of the same list (the status of that
+        id, which its work item owes, answers both)."""
+        line_read = WorkItem.objects.filter(
+            cycle=models.OuterRef("cycle_id"),
+            work_item_id=models.OuterRef("work_item_id"),
+            file_name=models.OuterRef("file_name"),
+        ).annotate(
+            line=Concat(
+                "work_item_id",
+                Value(","),
+                Func(F("hash"), Value("base64"), function="encode", output_field=TextField()),
+                output_field=TextField(),
+            )
+        )
+        return (
+            self.latest_package()
+            .exclude(file_name__regex=_REMOVED_FILE_NAME)
+            .exclude(models.Exists(line_read.filter(line=models.OuterRef("text"))))
+        )
 
 
 class UnreadableWorkItem(models.Model):

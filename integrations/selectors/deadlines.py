@@ -41,7 +41,7 @@ class CycleDeadline:
 
 def drop_cycles_by_urgency(cycles: QuerySet[DropCycle] | None = None) -> QuerySet[DropCycle]:
     """Cycles annotated with ``owed_items`` (no status DROP holds yet:
-    ``WorkItem.objects.owed()``, and the unreadable rows of the broker's latest package)
+    ``WorkItem.objects.owed()``, and ``UnreadableWorkItem.objects.owed()``)
     and ``unreportable_items`` (of which still waiting for an outcome or for staff), most
     urgent first: cycles owing statuses by due date, then the rest, newest first.
 

@@ -372,7 +372,9 @@ def _unreadable_counts(broker: Broker | None) -> list[tuple[str, int, int, int, 
     """``_stuck_counts`` of the unreadable rows of each broker's latest cycle. Nothing of ours
     can give them a status; once DROP sends a later package it holds the earlier one
     answered (it sends none while a work item of it has no status), so older ones are done."""
-    rows = UnreadableWorkItem.objects.owed()
+    # Every row of the latest package, those that owe no status of their own included (one
+    # of the Removed file may name a withdrawn identifier still being acted on).
+    rows = UnreadableWorkItem.objects.latest_package()
     if broker is not None:
         rows = rows.filter(broker=broker)
     # No request holds them: nothing was sent for them.

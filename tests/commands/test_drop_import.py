@@ -35,7 +35,9 @@ from integrations.models import (
     WorkItemState,
 )
 from integrations.selectors.deadlines import cycle_deadlines
+from integrations.selectors.drop_metrics import drop_metrics
 from integrations.selectors.stuck import StuckReason, stuck_work_items
+from integrations.services.cycle.cycle_state import cycle_state_refresh
 from integrations.services.staff.alerts import alerts_evaluate
 from integrations.services.staff.brokers import broker_create
 from tests.builders import (
@@ -45,6 +47,7 @@ from tests.builders import (
     WebhookIntegrationFactory,
     days_after,
     drop_zip,
+    items_reported,
     work_item_of,
     write_zip,
 )
@@ -210,6 +213,65 @@ def test_the_same_zip_twice_changes_nothing(package: Path, capsys) -> None:
     assert after == before
 
 
+def test_the_same_package_in_other_zip_bytes_is_refused_naming_its_cycle(
+    package: Path, tmp_path: Path, capsys
+) -> None:
+    drop_import(package, capsys=capsys)
+    before = (WorkItem.objects.count(), DeletionRequest.objects.count())
+    # The same lists zipped anew (stored, not deflated), as a download fetched again by hand.
+    again = write_zip(tmp_path, with_members(package.read_bytes(), {}), "again.zip")
+    assert again.read_bytes() != package.read_bytes()
+
+    with pytest.raises(CommandError) as refused:
+        call_command("drop", "import", "--broker", "4821", str(again))
+
+    assert str(refused.value) == (
+        f"again.zip refused, nothing imported: every work item id in it was received before, "
+        f"in cycle 1 ({package.name}): the same download again, with nothing new"
+    )
+    assert DropCycle.objects.count() == 1
+    assert (WorkItem.objects.count(), DeletionRequest.objects.count()) == before
+    event = LedgerEvent.objects.get(kind="drop.import_refused")
+    assert event.data["zip_name"] == "again.zip"
+
+
+def test_ids_received_before_are_set_aside_and_the_new_ones_imported(
+    broker: Broker, package: Path, tmp_path: Path, capsys
+) -> None:
+    drop_import(package, capsys=capsys)
+    requests_before = DeletionRequest.objects.count()
+    new = ITEMS[6]
+    lists = {"Email": [*EMAIL, new], "Phone": PHONE}
+    later = write_zip(tmp_path, drop_zip(broker, lists, date="20261201"), "b.zip")
+
+    with pytest.raises(CommandError) as incomplete:
+        call_command("drop", "import", "--broker", "4821", str(later), "--json")
+
+    shown = json.loads(capsys.readouterr().out)
+    assert (shown["drop_session_id"], shown["work_items"]) == ("2", 1)
+    # One work item per id for good: no second one, no second request for a match.
+    assert WorkItem.objects.filter(work_item_id=EMAIL[0][0]).count() == 1
+    assert WorkItem.objects.filter(cycle__drop_session_id="2").get().work_item_id == new[0]
+    assert DeletionRequest.objects.count() == requests_before
+    # Each repeated row kept for staff, naming the earlier cycle.
+    email = "20261201_4821_Email.csv"
+    set_aside = UnreadableWorkItem.objects.filter(cycle__drop_session_id="2")
+    assert set_aside.count() == len(EMAIL) + len(PHONE)
+    first = set_aside.get(file_name=email, line=2)
+    assert (first.work_item_id, first.text) == (EMAIL[0][0], f"{EMAIL[0][0]},{EMAIL[0][1]}")
+    assert first.reason == (
+        f"work item id {EMAIL[0][0]} was received before, in cycle 1 ({package.name}): one "
+        "work item already, not imported again"
+    )
+    assert f"{email}: {len(EMAIL)} unreadable row(s) kept for staff" in str(incomplete.value)
+    # Received once: not counted again in the yearly figures.
+    event = LedgerEvent.objects.get(kind="drop.cycle_imported", subject="2")
+    assert event.data["received_before"] == {email: len(EMAIL), "20261201_4821_Phone.csv": 2}
+    assert event.data["unreadable_rows"] == {}
+    total = drop_metrics(broker=broker, year=2026).rows[-1]
+    assert total.figures["received"] == len(ITEMS[:6]) + 1
+
+
 def test_each_new_download_gets_the_next_session_id(
     broker: Broker, package: Path, tmp_path: Path, capsys
 ) -> None:
@@ -250,13 +312,15 @@ def test_a_download_time_in_the_future_is_refused_in_one_line(
 # ---------------------------------------------------------------- refused ZIPs
 
 
-def rewrite_member(content: bytes, name: str, text: str) -> bytes:
-    """The same package with one member's text replaced."""
+def rewrite_member(content: bytes, name: str, text: str | bytes) -> bytes:
+    """The same package with one member's text (or bytes) replaced."""
     source = zipfile.ZipFile(io.BytesIO(content))
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as target:
         for info in source.infolist():
-            data = text.encode() if info.filename == name else source.read(info)
+            data = source.read(info)
+            if info.filename == name:
+                data = text if isinstance(text, bytes) else text.encode()
             target.writestr(info.filename, data)
     return buffer.getvalue()
 
@@ -280,12 +344,19 @@ def staging_tables() -> int:
         return int(cursor.fetchone()[0])
 
 
+def newer_zip_version(content: bytes) -> bytes:
+    """The package as a later zip tool may write it: a "version needed" zipfile refuses."""
+    at = content.index(b"PK\x01\x02") + 6
+    return content[:at] + bytes([78]) + content[at + 1 :]
+
+
 @pytest.mark.parametrize(
     ("spoil", "message"),
     [
         pytest.param(good, None, id="the good package imports"),
         pytest.param(lambda c: c[: len(c) // 2], "not a readable ZIP", id="truncated"),
         pytest.param(lambda c: b"<html>502 Bad Gateway</html>", "not a readable ZIP", id="not-zip"),
+        pytest.param(newer_zip_version, "zip file version 7.8", id="newer-zip-version"),
         pytest.param(
             lambda c: raw_zip({"README.txt": b"hello", "lists/": b""}),
             "the ZIP holds no DROP list",
@@ -388,6 +459,31 @@ def test_one_odd_member_or_row_never_refuses_the_rest_of_the_package(
     assert imported.data["unread_rows"] == cycle.unread_rows
     # Staff hear of it at once: an alert evaluation waits in the same commit.
     assert ProcrastinateJob.objects.filter(task_name=EVALUATE_ALERTS).exists()
+
+
+@pytest.mark.parametrize(
+    "bad_row",
+    [
+        pytest.param(b"\x00" * 512, id="a list padded with NUL bytes"),
+        pytest.param(b"\xff" * 300 + b"," + b"\x80" * 300, id="bytes that are not UTF-8"),
+    ],
+)
+def test_a_row_of_bad_bytes_is_kept_escaped_and_the_rest_of_its_list_imports(
+    broker: Broker, tmp_path: Path, bad_row: bytes
+) -> None:
+    content = rewrite_member(
+        drop_zip(broker, {"Email": []}), EMAIL_CSV, b"ID,Hash\r\n" + GOOD_ROWS.encode() + bad_row
+    )
+    with pytest.raises(CommandError) as incomplete:
+        call_command("drop", "import", "--broker", "4821", str(write_zip(tmp_path, content)))
+
+    assert f"{EMAIL_CSV}: 1 unreadable row(s) kept for staff" in str(incomplete.value)
+    assert WorkItem.objects.count() == len(EMAIL)
+    # Kept as found, escaped, as much as its columns hold: each escape whole.
+    row = UnreadableWorkItem.objects.get()
+    escape = "\\x00" if bad_row[0] == 0 else "\\xff"
+    assert row.work_item_id == escape * 16
+    assert row.text == escape * 63  # 252 characters: a 64th escape would pass 255
 
 
 def test_a_package_imported_before_still_says_what_was_not_imported(
@@ -575,6 +671,48 @@ def test_a_package_whose_only_rows_are_unreadable_owes_drop_until_the_next_one(
     cycle.refresh_from_db()
     assert cycle.state == CycleState.REPORTED
     assert cycle_deadlines(broker_id="4821", today=drop_today()) == []
+
+
+def test_an_unreadable_row_of_the_removed_file_is_kept_and_owes_drop_nothing(
+    broker: Broker, tmp_path: Path
+) -> None:
+    # "Fax" is no DROP list: the row cannot be read, and no status is owed for a removed id.
+    wid, hash_value = EMAIL[0]
+    package = drop_zip(broker, {"Email": []}, removed=[(wid, hash_value, "Fax")])
+    with pytest.raises(CommandError) as incomplete:
+        call_command("drop", "import", "--broker", "4821", str(write_zip(tmp_path, package)))
+
+    assert f"{PACKAGE_DATE}_4821_Removed.csv: 1 unreadable row(s)" in str(incomplete.value)
+    cycle = DropCycle.objects.get()
+    assert cycle.state == CycleState.NOTHING_OWED
+    assert cycle_deadlines(broker_id="4821", today=drop_today()) == []
+    # Still kept, and listed for staff: it may name a withdrawn consumer still acted on.
+    assert UnreadableWorkItem.objects.get().work_item_id == wid
+    [group] = stuck_work_items()
+    assert group.reason == StuckReason.UNREADABLE_WORK_ITEM
+
+
+@pytest.mark.parametrize(
+    ("repeated_hash", "state"),
+    [
+        pytest.param(EMAIL[0][1], CycleState.REPORTED, id="word for word: nothing more owed"),
+        pytest.param(EMAIL[1][1], CycleState.OPEN, id="another hash: owed, staff answer it"),
+    ],
+)
+def test_a_row_repeated_in_its_list_owes_nothing_beyond_its_ids_status(
+    broker: Broker, tmp_path: Path, repeated_hash: str, state: CycleState
+) -> None:
+    wid = EMAIL[0][0]
+    package = drop_zip(broker, {"Email": [(wid, EMAIL[0][1]), (wid, repeated_hash)]})
+    with pytest.raises(CommandError):
+        call_command("drop", "import", "--broker", "4821", str(write_zip(tmp_path, package)))
+    cycle = DropCycle.objects.get()
+    assert (cycle.work_items, UnreadableWorkItem.objects.count()) == (1, 1)
+
+    # DROP accepts the status of the one id it sent (twice).
+    items_reported(cycle, list(WorkItem.objects.all()))
+
+    assert cycle_state_refresh(cycle=cycle).state == state
 
 
 def next_package_import(broker: Broker, tmp_path: Path) -> None:

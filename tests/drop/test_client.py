@@ -666,6 +666,38 @@ def test_the_api_key_never_appears_in_errors_logs_or_reprs(
     assert len(caplog.records) > 0
 
 
+def test_a_key_echoed_where_drops_text_is_cut_short_shows_no_part_of_it(
+    drop: DropSimulator, make_client: Callable[..., DropClient], tmp_path: Path
+) -> None:
+    # DROP's texts are cut short for a message (500 characters of an error, 80 of a file name
+    # or a Content-Range): the key echoed across the cut is redacted all the same.
+    drop.queue_response(403, body={"message": "x" * 490 + f" {KEY} has no list selected"})
+    drop.queue_package(PACKAGE, content_disposition=f'attachment; filename="{"x" * 70}{KEY}"')
+    drop.queue_package(PACKAGE, PACKAGE_NAME, cut_after=len(PACKAGE) // 2)
+    drop.queue_response(
+        206,
+        body=PACKAGE[len(PACKAGE) // 2 :],
+        headers={
+            "Content-Type": "application/zip",
+            "Content-Disposition": f'attachment; filename="{PACKAGE_NAME}"',
+            "Content-Range": f"bytes {'9' * 70}{KEY}",
+        },
+    )
+    client = make_client(max_body_retries=1)
+
+    errors = []
+    for _ in range(3):
+        with pytest.raises(DropApiError) as caught:
+            client.download(tmp_path)
+        errors.append(caught.value)
+
+    assert [type(e) for e in errors] == [DropAuthError, DropProtocolError, DropUnavailable]
+    assert "unreadable Content-Range" in str(errors[2])
+    for error in errors:
+        assert "[red" in str(error)  # the cut may fall inside the mark, never in the key
+        assert KEY[:6] not in str(error)
+
+
 # ------------------------------------------------------------------ slow packages
 
 

@@ -23,8 +23,9 @@ from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
 def cycle_state_refresh(*, cycle: DropCycle, actor: str = SYSTEM_ACTOR) -> DropCycle:
     """An open cycle becomes ``reported`` once DROP holds a status for every work item owed
     one (``WorkItem.objects.owed()``) and has every file (none waiting for approval, written
-    or refused). Its unreadable rows are owed (answered by staff in DROP's portal) until DROP
-    sends the broker's next package, which it does only once each has a status."""
+    or refused). Its unreadable rows owed a status (``UnreadableWorkItem.objects.owed()``,
+    answered by staff in DROP's portal) hold it open until DROP sends the broker's next
+    package, which it does only once each has a status."""
     with transaction.atomic():
         locked = DropCycle.objects.select_for_update(of=("self",)).select_related("broker")
         current = locked.get(pk=cycle.pk)

@@ -14,8 +14,10 @@ is skipped (a ``drop.package_members_skipped`` event); a DROP list that cannot b
 named in the cycle's ``unread_files``; a malformed row is kept as an ``UnreadableWorkItem``;
 both raise an alert at once and are in ``ImportResult.not_imported``. A package that is not a
 ZIP, holds no DROP list or is another broker's is refused whole; nothing of it is kept but a
-``drop.import_refused`` event. The same ZIP imported again changes nothing. A Removed file
-closes the work items it names (``services.cycle.drop_removed``).
+``drop.import_refused`` event. The same ZIP imported again changes nothing. An id the
+broker received in an earlier cycle is never a second work item: its row is set aside as
+unreadable, and a package with no new id is refused whole. A Removed file closes the work
+items it names (``services.cycle.drop_removed``).
 """
 
 from __future__ import annotations
@@ -31,12 +33,18 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import CharField
 from django.utils import timezone
 from psycopg import sql
 
 from integrations import enqueue
 from integrations.drop.calendar import drop_date, drop_midnight, drop_today
-from integrations.drop.download_zip import DownloadZipReader, iter_download_zip
+from integrations.drop.download_zip import (
+    MAX_UNREADABLE_KEPT,
+    DownloadZipReader,
+    escaped,
+    iter_download_zip,
+)
 from integrations.drop.files import (
     DropFileError,
     RemovedRow,
@@ -62,11 +70,13 @@ from integrations.services.cycle.drop_removed import (
 )
 from integrations.services.cycle.isi_connections import isi_connections_refresh_for_broker
 from integrations.services.cycle.matching import (
+    ReceivedBefore,
     cycle_matches_collect,
     staged_items_analyze,
     staged_items_create,
     staged_items_drop,
     staged_items_match,
+    staged_items_set_aside_received,
     staged_match_rates,
     work_items_insert_staged,
 )
@@ -116,9 +126,10 @@ def drop_zip_import(
 ) -> ImportResult:
     """Import a DROP download ZIP for ``broker`` as a new cycle, matched, in one transaction.
 
-    What of the package cannot be read is set aside, kept and named in
-    ``ImportResult.not_imported``; the rest is imported. A package that is not a readable
-    ZIP, holds no DROP list or is another broker's is refused whole (``DropImportError``).
+    What of the package cannot be read, and the rows of ids received in an earlier cycle, are
+    set aside, kept and named in ``ImportResult.not_imported``; the rest is imported. A
+    package that is not a readable ZIP, holds no DROP list, is another broker's or holds no
+    id not received before is refused whole (``DropImportError``).
 
     ``downloaded_at`` defaults to the package's date (from its file names) when that is
     earlier than now: DROP's 45 days run from the download, so a ZIP fetched by hand is
@@ -182,6 +193,12 @@ def _import(
         if existing is not None:  # imported by someone else while this one was staging
             staged_items_drop(staged)
             return _already_imported(existing)
+        received = staged_items_set_aside_received(
+            broker=broker, staged=staged, kept_per_file=MAX_UNREADABLE_KEPT
+        )
+        if not received.rows_left:
+            # The same download again (zipped anew, or fetched again by hand): refused whole.
+            raise DropFileError(None, None, _all_received_before(received))
         cycle = _cycle_create(
             broker,
             zip_name=zip_name,
@@ -191,7 +208,7 @@ def _import(
             unread_files={part.name: part.reason for part in reader.unread},
             unread_rows=reader.unread_rows,
         )
-        _package_odd_parts_record(broker, cycle, reader, actor=actor)
+        _package_odd_parts_record(broker, cycle, reader, received, actor=actor)
         clock.lap("import")
         matched = staged_items_match(broker=broker, staged=staged)
         clock.lap("match")
@@ -218,19 +235,15 @@ def _import(
         removed = work_items_close_removed(
             broker, actor=actor, drop_session_id=cycle.drop_session_id
         )
-        _cycle_counts_save(
-            cycle,
-            matched=matched,
-            not_found=not_found,
-            removed=removed,
-            unreadable=sum(reader.unreadable_counts.values()),
-        )
+        _cycle_counts_save(cycle, matched=matched, not_found=not_found, removed=removed)
         ledger_event_append(
             kind=LedgerKind.DROP_CYCLE_IMPORTED,
             broker_id=broker.broker_id,
             subject=cycle.drop_session_id,
             actor=actor,
-            data=_cycle_imported_data(cycle, requests=requests, removed=removed, reader=reader),
+            data=_cycle_imported_data(
+                cycle, requests=requests, removed=removed, reader=reader, received=received
+            ),
         )
         # DROP sent this package, so it holds a status for every row of the last one: an
         # earlier cycle left open only by its unreadable rows owes nothing more.
@@ -249,7 +262,7 @@ def _import(
         match_seconds=clock.seconds["match"],
         requests_seconds=clock.seconds["requests"],
         commit_seconds=clock.seconds["commit"],
-        not_imported=_not_imported(cycle.unread_files, _unreadable_by_file(reader)),
+        not_imported=_not_imported(cycle.unread_files, _unreadable_by_file(reader, received)),
     )
 
 
@@ -270,12 +283,42 @@ def _already_imported(cycle: DropCycle) -> ImportResult:
     )
 
 
-def _unreadable_by_file(reader: DownloadZipReader) -> dict[str, tuple[int, int, str]]:
-    """Per list with unreadable rows: their count, and the first one's line and reason."""
-    first = {}
-    for row in reversed(reader.unreadable):
-        first[row.file_name] = (row.line, row.reason)
-    return {name: (n, *first[name]) for name, n in reader.unreadable_counts.items()}
+def _unreadable_by_file(
+    reader: DownloadZipReader, received: ReceivedBefore
+) -> dict[str, tuple[int, int, str]]:
+    """Per list with rows set aside (unreadable, or ids received before): their count, and
+    the first one's line and reason."""
+    first: dict[str, tuple[int, str]] = {}
+    rows = [(row.file_name, row.line, row.reason) for row in reader.unreadable]
+    rows += [
+        (name, line, _received_before_reason(work_item_id, session, zip_name))
+        for name, line, work_item_id, _, session, zip_name in received.rows
+    ]
+    for name, line, reason in rows:
+        if name not in first or line < first[name][0]:
+            first[name] = (line, reason)
+    counts = dict(reader.unreadable_counts)
+    for name, count in received.counts.items():
+        counts[name] = counts.get(name, 0) + count
+    return {name: (n, *first[name]) for name, n in counts.items()}
+
+
+def _received_before_reason(work_item_id: str, drop_session_id: str, zip_name: str) -> str:
+    return (
+        f"work item id {work_item_id} was received before, in cycle {drop_session_id} "
+        f"({zip_name}): one work item already, not imported again"
+    )
+
+
+def _all_received_before(received: ReceivedBefore) -> str:
+    """Why a package whose every list row's id came before is refused, naming the cycles."""
+    cycles = sorted({(int(row[4]), row[5]) for row in received.rows})
+    named = ", ".join(f"cycle {session} ({zip_name})" for session, zip_name in cycles[:3])
+    more = f" and {len(cycles) - 3} more" if len(cycles) > 3 else ""
+    return (
+        f"every work item id in it was received before, in {named}{more}: the same download "
+        "again, with nothing new"
+    )
 
 
 def _not_imported(
@@ -295,11 +338,16 @@ def _not_imported(
 
 
 def _package_odd_parts_record(
-    broker: Broker, cycle: DropCycle, reader: DownloadZipReader, *, actor: str
+    broker: Broker,
+    cycle: DropCycle,
+    reader: DownloadZipReader,
+    received: ReceivedBefore,
+    *,
+    actor: str,
 ) -> None:
     """Keep what of the package was not imported, and tell staff: members skipped (a
-    ledger event), unreadable rows (kept, listed by ``drop doctor``), and an alert
-    evaluation at once when a DROP list or row could not be read."""
+    ledger event), unreadable rows and rows of ids received before (kept, listed by ``drop
+    doctor``), and an alert evaluation at once when a DROP list or row was set aside."""
     if reader.skipped:
         ledger_event_append(
             kind=LedgerKind.DROP_PACKAGE_MEMBERS_SKIPPED,
@@ -319,14 +367,37 @@ def _package_odd_parts_record(
             cycle=cycle,
             file_name=row.file_name,
             line=row.line,
-            work_item_id=row.work_item_id,
-            text=row.text,
-            reason=row.reason[:255],
+            # Escaped first, then cut to the column: a row of bad bytes escapes to several
+            # times its length.
+            work_item_id=escaped(row.work_item_id, _column_chars("work_item_id")),
+            text=escaped(row.text, _column_chars("text")),
+            reason=row.reason[: _column_chars("reason")],
         )
         for row in reader.unreadable
     )
-    if not reader.complete:
+    UnreadableWorkItem.objects.bulk_create(
+        UnreadableWorkItem(
+            broker=broker,
+            cycle=cycle,
+            file_name=name,
+            line=line,
+            work_item_id=work_item_id,
+            text=f"{work_item_id},{hash_text}",  # the row as read: an id and a hash
+            reason=_received_before_reason(work_item_id, session, zip_name)[
+                : _column_chars("reason")
+            ],
+        )
+        for name, line, work_item_id, hash_text, session, zip_name in received.rows
+    )
+    if not reader.complete or received.counts:
         enqueue.alerts_evaluate_enqueue()
+
+
+def _column_chars(name: str) -> int:
+    """The length of an ``UnreadableWorkItem`` text column: the model is its one home."""
+    field = UnreadableWorkItem._meta.get_field(name)
+    assert isinstance(field, CharField) and field.max_length is not None
+    return field.max_length
 
 
 def _cycle_create(
@@ -361,21 +432,16 @@ def _cycle_create(
 
 
 def _cycle_counts_save(
-    cycle: DropCycle,
-    *,
-    matched: int,
-    not_found: int,
-    removed: RemovedResult,
-    unreadable: int,
+    cycle: DropCycle, *, matched: int, not_found: int, removed: RemovedResult
 ) -> None:
-    """Record what the import found; a cycle with no work item, and no row that could not be
-    read as one, owes DROP nothing (an unreadable row is owed a status too: staff answer it
-    in DROP's portal)."""
+    """Record what the import found; a cycle with no work item, and no unreadable row owed a
+    status (``UnreadableWorkItem.objects.owed()``: staff answer it in DROP's portal), owes
+    DROP nothing."""
     cycle.work_items = matched + not_found
     cycle.matched = matched
     cycle.not_found = not_found
     cycle.removed = removed.rows
-    owes = cycle.work_items or unreadable
+    owes = cycle.work_items or UnreadableWorkItem.objects.owed().filter(cycle=cycle).exists()
     cycle.state = CycleState.OPEN if owes else CycleState.NOTHING_OWED
     cycle.save(
         update_fields=["work_items", "matched", "not_found", "removed", "state", "match_rates"]
@@ -388,6 +454,7 @@ def _cycle_imported_data(
     requests: RequestsCreated,
     removed: RemovedResult,
     reader: DownloadZipReader,
+    received: ReceivedBefore,
 ) -> dict[str, Any]:
     """The ``drop.cycle_imported`` ledger event's data."""
     return {
@@ -413,6 +480,9 @@ def _cycle_imported_data(
         "unread_files": cycle.unread_files,
         "unread_rows": cycle.unread_rows,
         "unreadable_rows": reader.unreadable_counts,
+        # Per list, the rows of ids received in an earlier cycle: set aside, and not
+        # received again in the yearly figures (which count ``unreadable_rows``).
+        "received_before": received.counts,
     }
 
 
@@ -447,7 +517,7 @@ def _stage(reader: DownloadZipReader) -> str:
         # so none needs escaping in COPY's text format.
         for row_type, rows in itertools.groupby(reader, key=type):
             if row_type is WorkItemRow:
-                table = f"{staged} (work_item_id, hash_type, hash, file_name)"
+                table = f"{staged} (work_item_id, hash_type, hash, file_name, line)"
                 lines = _item_lines(rows)  # type: ignore[arg-type]
             else:
                 table = f"{STAGED_REMOVED} (work_item_id)"
@@ -460,7 +530,7 @@ def _stage(reader: DownloadZipReader) -> str:
 
 def _item_lines(rows: Iterable[WorkItemRow]) -> Iterator[str]:
     for row in rows:
-        yield f"{row.work_item_id}\t{row.hash_type}\t{row.hash}\t{row.file_name}\n"
+        yield f"{row.work_item_id}\t{row.hash_type}\t{row.hash}\t{row.file_name}\t{row.line}\n"
 
 
 def _removed_lines(rows: Iterable[RemovedRow]) -> Iterator[str]:

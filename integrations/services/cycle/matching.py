@@ -10,6 +10,7 @@ matched by one side or the other, never by neither:
        staged = staged_items_create()            # the ZIP's rows are COPYed in here
        staged_items_analyze(staged)
        matching_lock(broker=broker)
+       staged_items_set_aside_received(...)      # ids received before: not again
        staged_items_match(broker=broker, staged=staged)   # the join with consumer hashes
        staged_match_rates(staged)                # items and matched per list type
        work_items_insert_staged(cycle=cycle, staged=staged)
@@ -91,7 +92,8 @@ def staged_items_create() -> str:
             "  work_item_id text NOT NULL,"
             "  hash_type text NOT NULL,"
             "  hash text NOT NULL,"
-            "  file_name text NOT NULL"
+            "  file_name text NOT NULL,"
+            "  line integer NOT NULL"
             ") WITH (autovacuum_enabled = false)",
             [sequence],
         )
@@ -107,6 +109,68 @@ def staged_items_analyze(staged: str) -> None:
 def staged_items_drop(staged: str) -> None:
     with connection.cursor() as cursor:
         cursor.execute(f"DROP TABLE IF EXISTS {staged}, {STAGED_MATCHES}")
+
+
+@dataclass(frozen=True)
+class ReceivedBefore:
+    """The staged rows whose work item id the broker had received in an earlier cycle."""
+
+    counts: dict[str, int]  # per list file, how many
+    # The first ``kept_per_file`` of each file by line: (file, line, id, hash as in the file,
+    # the earlier cycle's drop_session_id, its zip_name).
+    rows: list[tuple[str, int, str, str, str, str]]
+    rows_left: bool  # whether any staged row is new
+
+
+# The earlier work item of each staged id the broker received before (the first cycle that
+# had it), through the (broker, work_item_id) index.
+_RECEIVED_BEFORE = """
+CREATE TEMP TABLE drop_staged_received_before ON COMMIT DROP AS
+SELECT DISTINCT ON (s.id) s.id, s.file_name, s.line, s.work_item_id, s.hash,
+       c.drop_session_id, c.zip_name
+  FROM {staged} s
+  JOIN integrations_workitem w ON w.broker_id = %(broker)s AND w.work_item_id = s.work_item_id
+  JOIN integrations_dropcycle c ON c.id = w.cycle_id
+ ORDER BY s.id, w.cycle_id
+"""
+
+
+def staged_items_set_aside_received(
+    *, broker: Broker, staged: str, kept_per_file: int
+) -> ReceivedBefore:
+    """Take out of the staged rows those whose work item id the broker received in an
+    earlier cycle: an id is DROP's for good, and each is one work item, matched and
+    answered once (the same package zipped again, or downloaded again by hand, would
+    otherwise be a second work item and a second request for every id). Call it under the
+    broker's ``matching_lock``, before matching."""
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TABLE IF EXISTS drop_staged_received_before")
+        cursor.execute(_RECEIVED_BEFORE.format(staged=staged), {"broker": broker.pk})
+        if not cursor.rowcount:
+            return ReceivedBefore({}, [], rows_left=True)
+        cursor.execute(
+            f"DELETE FROM {staged} s USING drop_staged_received_before r"  # noqa: S608
+            " WHERE s.id = r.id"
+        )
+        cursor.execute(f"SELECT EXISTS (SELECT 1 FROM {staged})")  # noqa: S608
+        rows_left = bool(cursor.fetchone()[0])
+        cursor.execute(
+            "SELECT file_name, count(*) FROM drop_staged_received_before GROUP BY file_name"
+        )
+        counts = {name: int(count) for name, count in cursor.fetchall()}
+        cursor.execute(
+            "SELECT file_name, line, work_item_id, hash, drop_session_id, zip_name"
+            "  FROM (SELECT r.*, row_number() OVER (PARTITION BY file_name ORDER BY line) AS n"
+            "          FROM drop_staged_received_before r) r"
+            " WHERE n <= %s ORDER BY file_name, line",
+            [kept_per_file],
+        )
+        rows = [
+            (name, int(line), work_item_id, hash_text, session, zip_name)
+            for name, line, work_item_id, hash_text, session, zip_name in cursor.fetchall()
+        ]
+        cursor.execute("DROP TABLE drop_staged_received_before")
+    return ReceivedBefore(counts, rows, rows_left)
 
 
 def staged_items_match(*, broker: Broker, staged: str) -> int:
