@@ -39,6 +39,7 @@ from integrations.services.staff.staff_sign_in import (
     staff_oidc_sign_in,
     staff_sign_in_refuse,
 )
+from integrations.storable_text import storable
 
 # Authlib (with joserfc) is imported where a sign-in needs it: loading it is a few hundredths
 # of a second of every process's start, and most deployments sign staff in with passwords.
@@ -147,18 +148,20 @@ def oidc_callback_view(request: HttpRequest) -> HttpResponse:
     if not oidc_enabled():
         raise Http404("sign-in through an identity provider is not set up")
     # Anyone may send this address anything: only the answer to a sign-in this session
-    # started is recorded, so unauthenticated traffic cannot grow the ledger.
+    # started is recorded (one per sign-in started, each start a new state), and a link's
+    # own text is neither shown nor kept.
     state = _started_here(request)
     if "error" in request.GET:  # the person cancelled, or the provider would not sign them in
-        error = str(request.GET["error"])[:100]
-        if state is not None:
-            identity_provider().framework.clear_state_data(request.session, state)  # spent
-            staff_sign_in_refuse(
-                method=OIDC,
-                reason="the identity provider answered with an error",
-                username="",
-                error=error,
-            )
+        if state is None:  # anyone's link: nothing it carries is shown or kept
+            return _refused_page(request, NOT_SIGNED_IN_THERE)
+        error = storable(str(request.GET["error"]))[:100]  # kept in jsonb: no NUL
+        identity_provider().framework.clear_state_data(request.session, state)  # spent
+        staff_sign_in_refuse(
+            method=OIDC,
+            reason="the identity provider answered with an error",
+            username="",
+            error=error,
+        )
         return _refused_page(request, f"{NOT_SIGNED_IN_THERE} ({error})")
     if state is None:  # a state this session never made, or one already spent: a replay
         return _refused_page(request, UNVERIFIED)

@@ -58,11 +58,11 @@ TABLE_HEADING = "### What each role may do"
 ROLES = ("Connections managers", "Operators", "Auditors", "Staff without a role", "Superusers")
 NONE = "—"
 MODEL_OPERATIONS = ("view", "add", "change", "delete")
-# Django's own pages of the site, the same for every staff member: not walked.
+# Django's own pages of the site, the same for every staff member: not walked (the own
+# password change is dropportal's, and in the table).
 SITE_VIEWS = {
     "login",
     "logout",
-    "password_change",
     "password_change_done",
     "jsi18n",
     "autocomplete",

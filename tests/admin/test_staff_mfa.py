@@ -31,6 +31,7 @@ from cryptography.fernet import Fernet
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.contrib.sessions.models import Session
+from django.core.exceptions import ValidationError
 from django.core.management import call_command
 from django.db import connection, connections
 from django.db.migrations.recorder import MigrationRecorder
@@ -43,6 +44,7 @@ from integrations.models import LedgerEvent, StaffRecoveryCodes, StaffTotpDevice
 from integrations.services.staff.staff_mfa import (
     staff_mfa_enrol,
     staff_mfa_pending_device,
+    staff_mfa_recovery_codes_renew,
     staff_mfa_verify,
 )
 from tests.conftest import database_url, subprocess_env
@@ -443,6 +445,19 @@ def test_staff_renew_their_recovery_codes_with_their_password(
     _password_step(new)
     new.post(reverse("admin:mfa_verify"), {"otp_token": codes[0]})
     assert new.get(INDEX).status_code == 200
+
+
+def test_new_codes_before_enrolling_are_refused_without_counting_a_right_password(
+    alice: User,
+) -> None:
+    # The lockout counts an error keyed "password" as a wrong password
+    # (password_asked_again): a right one with nothing enrolled must not be one.
+    with pytest.raises(ValidationError) as refused:
+        staff_mfa_recovery_codes_renew(user=alice, password=PASSWORD, actor="staff:alice")
+    assert "password" not in refused.value.message_dict
+    with pytest.raises(ValidationError) as wrong:
+        staff_mfa_recovery_codes_renew(user=alice, password="wrong", actor="staff:alice")
+    assert "password" in wrong.value.message_dict
 
 
 def test_a_page_that_needs_the_second_factor_keeps_renewal_behind_it(

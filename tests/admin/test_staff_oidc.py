@@ -229,6 +229,19 @@ def test_an_error_answering_no_sign_in_of_this_session_is_not_recorded(
         assert "The identity provider did not sign you in" in refused.content.decode()
     assert Client().get(callback, {"error": "access_denied"}).status_code == 403
     assert LedgerEvent.objects.count() == 0
+    # Nor is a link's own text shown on our page.
+    told = client.get(callback, {"error": "Your account is locked: call 555-0100"})
+    assert "555-0100" not in told.content.decode()
+
+
+def test_an_error_holding_a_nul_is_kept_as_text_the_ledger_can_store(
+    idp: OidcProvider, client: Client
+) -> None:
+    state = _state_of(client.get(reverse("admin:oidc_sign_in")))
+    refused = client.get(reverse("admin:oidc_callback"), {"error": "denied\x00", "state": state})
+    assert refused.status_code == 403
+    (event,) = events("staff_user.sign_in_refused")
+    assert event.data["error"] == "denied\ufffd"
 
 
 def test_the_login_page_offers_the_provider_beside_the_password(

@@ -191,7 +191,9 @@ def staff_mfa_recovery_codes_renew(
     with transaction.atomic():
         _password_again_check(user, password)
         if not staff_mfa_enrolled(user):
-            raise ValidationError({"password": "set up two-factor authentication first"})
+            # Not keyed "password": the password was right, and a wrong one counts as a
+            # failed login (admin/lockout.py password_asked_again).
+            raise ValidationError({"mfa": "set up two-factor authentication first"})
         codes = _recovery_codes_replace(user)
         ledger_event_append(
             kind=LedgerKind.STAFF_USER_MFA_RECOVERY_CODES_RENEWED,
@@ -259,8 +261,7 @@ def staff_password_change(
                     "the identity provider"
                 }
             )
-        if not locked.check_password(old_password):
-            raise ValidationError({"password": "that is not the account's password"})
+        _password_again_check(locked, old_password)
         locked.set_password(new_password)
         locked.save(update_fields=["password"])
         user.password = locked.password  # the caller's copy keeps its session (its hash)
