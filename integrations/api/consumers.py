@@ -168,14 +168,15 @@ def _busy(exc: RegistrationBusy) -> Problem:
 def _unsigned(exc: EvidenceKeyRefused) -> Problem:
     # A consumer matched a DROP work item, and the directive the match owes the service
     # providers cannot be signed: the whole registration is rolled back, for staff to fix.
+    # The reason (a setting's name, a file's path) is the operator's: logged, not answered.
     logger.error("consumer registration refused: %s", exc.message)
     return Problem(
         status=503,
         code="evidence_key_refused",
         detail=(
             "Nothing was registered: a consumer matched a DROP work item, and the directive "
-            f"the match owes the service providers cannot be signed ({exc.message}). Retry "
-            "once the evidence key is fixed."
+            "the match owes the service providers cannot be signed right now (the operator "
+            "has the reason in the service's log). Retry later."
         ),
     )
 
