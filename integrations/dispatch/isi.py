@@ -31,6 +31,7 @@ from django.conf import settings
 from django.utils import timezone
 from rest_framework import serializers
 
+from integrations.ascii_integers import ascii_integer
 from integrations.dispatch import masking
 from integrations.dispatch.saas import categories_or_default
 from integrations.dispatch.transport import Message, Verdict, answer_kept, each, http_verdict
@@ -369,8 +370,8 @@ def oauth_token_fetch(
     if not isinstance(token_type, str) or token_type.lower() != "bearer":
         raise IsiError(f"{where} issued a {token_type!r} token; a Bearer token is needed")
     expires_in = answer.get("expires_in")
-    if isinstance(expires_in, str) and expires_in.isdigit():  # some servers send a string
-        expires_in = int(expires_in)
+    if isinstance(expires_in, str):  # some servers send a string ("²" is none: not a number)
+        expires_in = ascii_integer(expires_in)
     if not isinstance(expires_in, int) or isinstance(expires_in, bool) or expires_in <= 0:
         expires_in = None
     return AccessToken(value=value, expires_in=expires_in)

@@ -42,6 +42,7 @@ import requests
 import urllib3
 from requests_hardened.ip_filter import InvalidIPAddress
 
+from integrations.ascii_integers import ascii_integer
 from integrations.drop.errors import DropApiError, DropProtocolError, DropUnavailable
 from integrations.outbound_deadline import Bound, bounded
 from integrations.outbound_http import describe_failure
@@ -500,9 +501,7 @@ def _content_length(response: requests.Response) -> int | None:
     if _encoding(response) != "identity":
         return None  # the length is of the encoded body; urllib3 checks that one
     raw = response.headers.get("Content-Length")
-    if raw is None or not raw.strip().isdigit():
-        return None
-    return int(raw)
+    return None if raw is None else ascii_integer(raw.strip())
 
 
 def place_atomically(temp_path: Path, dest_dir: Path, file_name: str, sha256: str) -> Path:

@@ -21,7 +21,7 @@ from procrastinate.contrib.django.models import ProcrastinateJob
 from devtools.broker_simulator import Reply
 from devtools.isi_simulator import IsiSimulator
 from devtools.isi_simulator import connection as listed
-from integrations.dispatch.isi import IsiError
+from integrations.dispatch.isi import IsiError, oauth_token_fetch
 from integrations.models import (
     DeletionRequest,
     Integration,
@@ -325,6 +325,21 @@ def test_a_token_endpoint_that_fails_stops_the_call_before_the_api(
     )
     assert api.on("connections") == []  # nothing reached the broker's API
     assert IsiConnection.objects.count() == 0
+
+
+@pytest.mark.parametrize(("sent", "kept"), [("3600", 3600), ("²", None), (" 60", None)])
+def test_a_token_lifetime_sent_as_text_is_read_from_ascii_digits_only(
+    api: IsiSimulator, settings: Any, sent: str, kept: int | None
+) -> None:
+    # "²".isdigit() holds, yet int("²") raises: that was a traceback in every pull.
+    answer = json.dumps({"access_token": "t", "token_type": "Bearer", "expires_in": sent})
+    api.answer_next("token", Reply(200, answer.encode()))
+
+    token = oauth_token_fetch(
+        token_url=api.token_url, client_id="id", client_secret="s", allow_private=True
+    )
+
+    assert token.expires_in == kept
 
 
 def test_a_token_endpoint_that_is_down_is_asked_again_only_after_a_while(

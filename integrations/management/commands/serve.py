@@ -33,6 +33,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from integrations.ascii_integers import ascii_integer
 from integrations.client_address import is_loopback_host
 from integrations.management.base import one_line_errors, refuse_unreadable_secrets
 
@@ -49,10 +50,9 @@ def _host_port(bind: str) -> tuple[str, int]:
     port. A port outside 1-65535 is refused here: ``socket.bind`` would raise
     ``OverflowError``, a traceback, and port 0 would serve on a port no one is told."""
     host, _, port = bind.rpartition(":")
-    try:
-        number = int(port)
-    except ValueError:
-        raise CommandError(f"--bind takes host:port, not {bind!r}") from None
+    number = ascii_integer(port)  # not "+80", "8_000" or another script's digits
+    if number is None:
+        raise CommandError(f"--bind takes host:port, not {bind!r}")
     if not 1 <= number <= 65535:
         raise CommandError(f"--bind: the port must be 1 to 65535, not {number}")
     return host.strip("[]") or "127.0.0.1", number
