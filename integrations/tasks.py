@@ -35,10 +35,10 @@ from integrations.services.dispatch.deliveries import (
 from integrations.services.dispatch.jobs import stalled_jobs_retry
 from integrations.services.dispatch.redelivery import deletion_requests_redispatch_failed
 from integrations.services.dispatch.resolutions import resolutions_purge_final
-from integrations.services.ledger import ledger_seal, ledger_verify_record
+from integrations.services.ledger import SYSTEM_ACTOR, ledger_seal, ledger_verify_record
 from integrations.services.ledger_anchors import ledger_anchor, ledger_anchors_verify_record
 from integrations.services.providers.directives import directive_deliver
-from integrations.services.reporting.report_uploads import ReportBusy
+from integrations.services.reporting.report_uploads import ReportBusy, report_client_for
 from integrations.services.reporting.reports import report_auto
 from integrations.services.staff.alerts import alerts_evaluate
 from integrations.services.staff.doctor import stuck_work_items_check
@@ -179,14 +179,17 @@ def report_broker(broker_pk: int) -> None:
 
     broker = Broker.objects.get(pk=broker_pk)
     try:
-        run = report_auto(broker=broker)
-    except ReportBusy as exc:
-        log.info("report for %s skipped: %s", broker.broker_id, exc)
-        return
+        client = report_client_for(broker, actor=SYSTEM_ACTOR)
     except ValidationError as exc:
         # A stored key or base URL the DROP client refuses: retrying cannot help, and the
-        # drop_settings_refused alert tells staff until they enter it again.
+        # drop_settings_refused alert tells staff until they enter it again. (Any other
+        # refusal of the run, a file that cannot be written, fails the job as before.)
         log.warning("report for %s not run: %s", broker.broker_id, " ".join(exc.messages))
+        return
+    try:
+        run = report_auto(broker=broker, client=client)
+    except ReportBusy as exc:
+        log.info("report for %s skipped: %s", broker.broker_id, exc)
         return
     if run.error or run.rejected or run.refused:
         log.warning(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.test import override_settings
 from procrastinate.contrib.django.models import ProcrastinateJob
 
@@ -90,3 +91,25 @@ def test_a_stored_drop_key_the_client_refuses_is_one_warning_not_a_failing_job(
     assert record.exc_info is None
     assert drop.calls("/data/upload") == []
     assert not keyed_files(broker)
+
+
+def test_a_run_refused_for_another_reason_still_fails_the_job(
+    drop: DropSimulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broker = broker_create(
+        broker_id="4821",
+        name="Acme",
+        mode="test",
+        drop_api_key=drop.api_key,
+        drop_base_url=drop.url,
+        actor="test",
+    )
+
+    def refused(**_: object) -> None:
+        raise ValidationError("cannot write a response file: the disk is full")
+
+    # Only a stored key or URL the client refuses is a warning: a file that cannot be
+    # written fails the job, where staff see it among the failed jobs.
+    monkeypatch.setattr(tasks, "report_auto", refused)
+    with pytest.raises(ValidationError, match="disk is full"):
+        tasks.report_broker(broker.pk)
