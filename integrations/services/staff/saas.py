@@ -26,6 +26,7 @@ from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, RequestState, SaasConnection, SaasDeletion
 from integrations.services.dispatch.resolutions import FINAL_SAAS_STATES, resolution_settle
 from integrations.services.ledger import ledger_event_append
+from integrations.services.locks import matching_lock
 from integrations.services.row_updates import Audited, row_locked, row_update
 from integrations.validators import target_url_validate
 
@@ -237,6 +238,10 @@ def saas_connection_retire(
                 f"SaaS connection {locked.pk} ({locked.name}) was already retired on "
                 f"{drop_time_text(locked.retired_at)}: {locked.retired_reason}"
             )
+        # Settling items of several cycles at once: under the broker's matching lock, as
+        # every such writer is (sql/outstanding_cycles.sql: two could wait on each other's
+        # new marks of a cleared cycle).
+        matching_lock(broker=locked.broker)
         now = timezone.now()
         was_enabled = locked.enabled
         locked.enabled = False

@@ -20,8 +20,13 @@
 --   clearing to end, then inserts the row again (or, if the clearing rolled back, finds
 --   it); if the DELETE commits between the INSERT and the lock, the lock finds nothing
 --   and the loop inserts again.
--- KEY SHARE locks never conflict with one another: settlements of one cycle do not wait on
--- each other here. The clearing locks no work item, so it cannot deadlock with them.
+-- KEY SHARE locks never conflict with one another: while a cycle's row exists, its
+-- settlements do not wait on each other here. Once it was cleared, the first marker inserts
+-- it and every other marker of the cycle waits in its INSERT until that one ends; so a
+-- transaction moving items of several cycles into outstanding holds the broker's matching
+-- lock (the late match, integration_retire, saas_connection_retire), or two could wait on
+-- each other's new rows. The clearing locks no work item, so it cannot deadlock with them
+-- (and it waits a second at most: a mark left is always safe).
 --
 -- The source of truth. A migration installs a frozen copy (integrations/migrations/sql/NNNN/),
 -- so a change here ships as a new migration with a copy of this file;
