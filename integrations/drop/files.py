@@ -22,7 +22,7 @@ from typing import BinaryIO, NamedTuple
 
 from integrations.drop.work_item_ids import WorkItemIdSet
 from integrations.drop_statuses import STATUS_CODES, STATUS_CODES_TEXT
-from integrations.list_types import DATA_TYPE_OF, REMOVED
+from integrations.list_types import DATA_TYPE_OF, REMOVED, file_name_pattern
 
 __all__ = [
     "DATA_TYPES",
@@ -60,10 +60,7 @@ LIST_HEADER = ["ID", "Hash"]
 REMOVED_HEADER = ["ID", "Hash", "ListType"]
 RESPONSE_HEADER = b"Id,Status\r\n"
 
-_NAME_RE = re.compile(
-    r"(?P<date>[0-9]{8})_(?P<broker>[0-9]{4})_(?P<type>[A-Za-z]+)(?:_(?P<suffix>[A-Za-z0-9]+))?"
-    r"\.csv"
-)
+_NAME_RE = re.compile(file_name_pattern())  # groups: date, broker, data type, suffix
 NAME_SHAPE = "<YYYYMMDD>_<DataBrokerId>_<DataType>[_<Suffix>].csv"
 # DROP documents 12 characters; a longer or shorter id of letters and digits is still
 # DROP's id, kept and echoed back exactly as sent.
@@ -182,24 +179,24 @@ def parse_file_name(name: str) -> DropFileName:
     match = _NAME_RE.fullmatch(name)
     if match is None:
         raise DropFileError(name, None, f"file name must look like {NAME_SHAPE}")
-    raw_date = match["date"]
+    raw_date = match[1]
     try:
         date = datetime.date(int(raw_date[:4]), int(raw_date[4:6]), int(raw_date[6:]))
     except ValueError:
         raise DropFileError(
             name, None, f"date {raw_date} in the file name is not a valid date"
         ) from None
-    data_type = match["type"]
+    data_type = match[3]
     if data_type not in DATA_TYPES:
         raise DropFileError(
             name,
             None,
             f"unknown data type {shown(data_type)}: expected one of {', '.join(DATA_TYPES)}",
         )
-    suffix = match["suffix"]
+    suffix = match[4]
     if suffix is not None and len(suffix) > 10:
         raise DropFileError(name, None, "suffix must be 1 to 10 letters or digits")
-    return DropFileName(date=date, broker_id=match["broker"], data_type=data_type, suffix=suffix)
+    return DropFileName(date=date, broker_id=match[2], data_type=data_type, suffix=suffix)
 
 
 def response_file_name(download_file_name: str, suffix: str | None = None) -> str:

@@ -13,7 +13,7 @@ from django.db.models import F, Func, Q, TextField, Value
 from django.db.models.functions import Concat, Now
 
 from integrations.drop_statuses import STATUS_CODES
-from integrations.list_types import LABELS, REMOVED
+from integrations.list_types import LABELS, REMOVED, file_name_pattern
 
 # DROP list types, spelled as ``hash_type`` (docs/contracts.md §10.1), defined in
 # integrations/list_types.py.
@@ -278,7 +278,7 @@ class OutstandingCycle(models.Model):
 
 
 # The name of a Removed file (docs/contracts.md §10.1), as the import keeps it.
-_REMOVED_FILE_NAME = rf"^[0-9]{{8}}_[0-9]{{4}}_{REMOVED}(_[A-Za-z0-9]+)?\.csv$"
+_REMOVED_FILE_NAME = f"^{file_name_pattern(REMOVED)}$"
 
 
 class UnreadableWorkItemQuerySet(models.QuerySet["UnreadableWorkItem"]):
