@@ -13,7 +13,7 @@
 -- The broker's columns are NULL for a metrics key that sees every broker (it has no broker).
 --
 -- The source of truth. A migration installs a frozen copy (integrations/migrations/sql/NNNN/),
--- so a change here ships as a new migration with a copy of this file; tests/test_sql_functions.py
+-- so a change here ships as a new migration with a copy of this file; tests/sql/test_sql_functions.py
 -- fails until it does.
 
 CREATE OR REPLACE FUNCTION dropportal_api_key_lookup(

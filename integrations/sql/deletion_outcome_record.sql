@@ -29,7 +29,7 @@
 -- resolution's answer too).
 --
 -- The source of truth. A migration installs a frozen copy (integrations/migrations/sql/NNNN/),
--- so a change here ships as a new migration with a copy of this file; tests/test_sql_functions.py
+-- so a change here ships as a new migration with a copy of this file; tests/sql/test_sql_functions.py
 -- fails until it does.
 
 CREATE OR REPLACE FUNCTION dropportal_deletion_outcome_record(

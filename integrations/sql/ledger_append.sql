@@ -11,7 +11,7 @@
 -- ensure_ascii=False)); PostgreSQL's to_json escapes a string exactly as json.dumps does.
 --
 -- The source of truth. A migration installs a frozen copy (integrations/migrations/sql/NNNN/),
--- so a change here ships as a new migration with a copy of this file; tests/test_sql_functions.py
+-- so a change here ships as a new migration with a copy of this file; tests/sql/test_sql_functions.py
 -- fails until it does.
 
 CREATE OR REPLACE FUNCTION dropportal_ledger_event_hash(

@@ -30,7 +30,7 @@
 -- integrations/models/requests.py), so they have one home.
 --
 -- The source of truth. A migration installs a frozen copy (integrations/migrations/sql/NNNN/),
--- so a change here ships as a new migration with a copy of this file; tests/test_sql_functions.py
+-- so a change here ships as a new migration with a copy of this file; tests/sql/test_sql_functions.py
 -- fails until it does.
 
 -- The state and amendment flag that follow from a status code: open without one;

@@ -28,6 +28,7 @@ from integrations.management.base import (
     file_written_whole,
 )
 from integrations.services.evidence.evidence import evidence_pack_export, evidence_public_key_pem
+from integrations.services.evidence.evidence_sample import SAMPLE_MAX
 
 
 class Command(DropportalCommand):
@@ -42,8 +43,8 @@ class Command(DropportalCommand):
         export.add_argument(
             "--sample",
             type=int,
-            help="add this many work items of the period (1 to 10,000), each with its story "
-            "as a page",
+            help=f"add this many work items of the period (1 to {SAMPLE_MAX:,}), each with its "
+            "story as a page",
         )
         export.add_argument(
             "--seed",

@@ -162,7 +162,8 @@ def cycle_deadline(cycle: DropCycle, *, reported_at: dt.datetime | None, today: 
     """Whether every status of ``cycle`` reached DROP by its due date (days of DROP's
     calendar): "met", "missed" (reported after it), "open" (not yet, and not yet due),
     "overdue" (not yet, and past it), or "nothing owed": DROP's package held no work item,
-    and no status is owed for an empty file, so none is ever reported."""
+    or only rows that owe nothing (``UnreadableWorkItem.objects.owed()``), and no status is
+    owed for an empty file, so none is ever reported."""
     if cycle.state == CycleState.NOTHING_OWED:
         return "nothing owed"
     if reported_at is None:
