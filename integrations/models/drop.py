@@ -242,7 +242,7 @@ class WorkItem(models.Model):
             HashIndex(fields=["hash"], name="work_item_hash"),
             models.Index(fields=["broker", "work_item_id"], name="work_item_broker_id"),
             # No index holds ``state``: marking a cycle's items reported, or settling them,
-            # is then a HOT update that touches no index (with the fill factor of 50 that
+            # is then a HOT update that touches no index (with the fill factor of 60 that
             # migration 0052 sets, docs/benchmarks.md, reporting). Which cycles have items
             # in a state is asked of OutstandingCycle first.
         ]
