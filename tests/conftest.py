@@ -7,6 +7,7 @@ import contextlib
 import hashlib
 import os
 import signal
+import socket
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -19,6 +20,7 @@ from django.conf import settings
 from django.core.cache import caches
 from django.db import connection
 from django.test.testcases import QuietWSGIRequestHandler
+from moto.server import ThreadedMotoServer
 from rest_framework.test import APIClient
 from whitenoise.middleware import WhiteNoiseMiddleware
 
@@ -459,6 +461,36 @@ def subprocess_env(**extra: str) -> dict[str, str]:
         "DROPPORTAL_EVIDENCE_KEY": settings.DROPPORTAL_EVIDENCE_KEY,
         **extra,
     }
+
+
+# ---------------------------------------------------------------- S3, on loopback
+
+
+@pytest.fixture(scope="module")
+def s3_server() -> Iterator[str]:
+    """moto's S3 server on a free loopback port, for a module's tests: its address."""
+    with socket.socket() as probe:  # a free port on loopback
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
+def s3_reached_at(url: str, *, settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """S3 at ``url``, reached the way a deployment reaches it: boto3's credential chain (test
+    credentials, no profile) and DROPPORTAL_S3_ENDPOINT_URL."""
+    for name, value in (
+        ("AWS_ACCESS_KEY_ID", "testing"),
+        ("AWS_SECRET_ACCESS_KEY", "testing"),
+        ("AWS_DEFAULT_REGION", "us-east-1"),
+    ):
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    settings.DROPPORTAL_S3_ENDPOINT_URL = url
 
 
 # A fixed time for the callbacks' signature clock, on a whole second.

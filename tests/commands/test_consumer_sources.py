@@ -24,6 +24,7 @@ from django.core.management.base import CommandError
 from integrations.consumers import sources
 from integrations.consumers.load import Merged
 from integrations.models import Broker, Consumer, ConsumerHash, LedgerEvent
+from tests.conftest import s3_reached_at
 
 pytestmark = pytest.mark.django_db
 
@@ -645,14 +646,9 @@ class CutObject(http.server.BaseHTTPRequestHandler):
 def cut_object(settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), CutObject)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    for name, value in (
-        ("AWS_ACCESS_KEY_ID", "testing"),
-        ("AWS_SECRET_ACCESS_KEY", "testing"),
-        ("AWS_DEFAULT_REGION", "us-east-1"),
-    ):
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    settings.DROPPORTAL_S3_ENDPOINT_URL = f"http://127.0.0.1:{server.server_address[1]}"
+    s3_reached_at(
+        f"http://127.0.0.1:{server.server_address[1]}", settings=settings, monkeypatch=monkeypatch
+    )
     try:
         yield
     finally:

@@ -8,8 +8,6 @@ import base64
 import datetime as dt
 import hashlib
 import io
-import socket
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +20,6 @@ from django.db import connection, transaction
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
-from moto.server import ThreadedMotoServer
 from procrastinate.contrib.django.models import ProcrastinateJob
 from psycopg import sql
 
@@ -46,6 +43,7 @@ from integrations.services.providers.directives import directive_acknowledge, di
 from integrations.services.providers.providers import service_provider_add
 from integrations.services.staff.alerts import alerts_evaluate
 from tests.builders import ConsumerFactory, drop_zip, write_zip
+from tests.conftest import s3_reached_at
 
 pytestmark = pytest.mark.django_db
 
@@ -185,31 +183,11 @@ def _directive_alerts(result: Any, *, cleared: bool = False) -> list[Any]:
 # ---------------------------------------------------------------- S3, on loopback
 
 
-@pytest.fixture(scope="module")
-def s3_server() -> Iterator[str]:
-    with socket.socket() as probe:  # a free port on loopback
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.stop()
-
-
 @pytest.fixture
 def provider_bucket(s3_server: str, settings: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     """A bucket ``mailhouse`` reached as a deployment reaches it: boto3's credential chain
     and DROPPORTAL_S3_ENDPOINT_URL."""
-    for name, value in (
-        ("AWS_ACCESS_KEY_ID", "testing"),
-        ("AWS_SECRET_ACCESS_KEY", "testing"),
-        ("AWS_DEFAULT_REGION", "us-east-1"),
-    ):
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    settings.DROPPORTAL_S3_ENDPOINT_URL = s3_server
+    s3_reached_at(s3_server, settings=settings, monkeypatch=monkeypatch)
     s3 = boto3.client("s3", endpoint_url=s3_server)
     s3.create_bucket(Bucket="mailhouse")
     yield s3
