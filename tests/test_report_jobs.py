@@ -22,8 +22,9 @@ from tests.builders import (
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_a_complete_cycle_is_uploaded_by_the_job(drop: DropSimulator) -> None:
-    keyed = broker_create(
+def _reporting_to(drop: DropSimulator) -> Broker:
+    """Broker 4821, reporting to ``drop`` with its key."""
+    return broker_create(
         broker_id="4821",
         name="Acme",
         mode="test",
@@ -31,6 +32,10 @@ def test_a_complete_cycle_is_uploaded_by_the_job(drop: DropSimulator) -> None:
         drop_base_url=drop.url,
         actor="test",
     )
+
+
+def test_a_complete_cycle_is_uploaded_by_the_job(drop: DropSimulator) -> None:
+    keyed = _reporting_to(drop)
     manual = broker_create(broker_id="1234", name="By hand", mode="test", actor="test")
     for broker in (keyed, manual):
         WorkItemFactory.create(
@@ -68,14 +73,7 @@ def keyed_files(broker: Broker) -> list[ReportFile]:
 def test_a_stored_drop_key_the_client_refuses_is_one_warning_not_a_failing_job(
     drop: DropSimulator, caplog: pytest.LogCaptureFixture
 ) -> None:
-    broker = broker_create(
-        broker_id="4821",
-        name="Acme",
-        mode="test",
-        drop_api_key=drop.api_key,
-        drop_base_url=drop.url,
-        actor="test",
-    )
+    broker = _reporting_to(drop)
     # Stored before keys were checked on entry: pasted with a trailing space.
     Broker.objects.filter(pk=broker.pk).update(drop_api_key=drop.api_key + " ")
     WorkItemFactory.create(cycle=DropCycleFactory.create(broker=broker), status_code=3)
@@ -96,14 +94,7 @@ def test_a_stored_drop_key_the_client_refuses_is_one_warning_not_a_failing_job(
 def test_a_run_refused_for_another_reason_still_fails_the_job(
     drop: DropSimulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    broker = broker_create(
-        broker_id="4821",
-        name="Acme",
-        mode="test",
-        drop_api_key=drop.api_key,
-        drop_base_url=drop.url,
-        actor="test",
-    )
+    broker = _reporting_to(drop)
 
     def refused(**_: object) -> None:
         raise ValidationError("cannot write a response file: the disk is full")

@@ -97,32 +97,13 @@ def test_a_rename_from_a_page_opened_before_another_change_keeps_that_change(
 
 
 @pytest.mark.parametrize("page", ["add", "change"])
-def test_a_drop_base_url_with_a_password_is_refused_in_the_form(
-    staff: Client, broker: Broker, page: str
-) -> None:
-    url = (
-        "/admin/integrations/broker/add/"
-        if page == "add"
-        else f"/admin/integrations/broker/{broker.pk}/change/"
-    )
-    form = {"broker_id": "4822", "name": "Acme", "mode": "test", "pull_interval_days": "30"}
-    events = LedgerEvent.objects.count()
-    response = staff.post(url, {**form, "drop_base_url": "https://u:p@drop.example.com/"})
-    assert response.status_code == 200  # the form again, the error on the field
-    assert "must not carry a user name or password" in response.content.decode()
-    assert LedgerEvent.objects.count() == events
-    assert not Broker.objects.filter(broker_id="4822").exists()
-    broker.refresh_from_db()
-    assert (broker.name, broker.drop_base_url) == ("Acme Data", "")
-    # The same form without the password is saved.
-    saved = staff.post(url, {**form, "drop_base_url": "https://drop.example.com/"})
-    assert saved.status_code == 302
-
-
-@pytest.mark.parametrize("page", ["add", "change"])
 @pytest.mark.parametrize(
     ("entered", "message"),
     [
+        (
+            {"drop_base_url": "https://u:p@drop.example.com/"},
+            "must not carry a user name or password",
+        ),
         ({"drop_api_key": "dk live 4821"}, "DROP API key must be non-empty printable ASCII"),
         ({"drop_base_url": "http://drop.example.com/"}, "DROP base URL must use https"),
     ],
@@ -144,6 +125,9 @@ def test_a_drop_key_or_base_url_the_drop_client_refuses_is_refused_in_the_form(
     assert not Broker.objects.filter(broker_id="4822").exists()
     broker.refresh_from_db()
     assert (broker.name, broker.drop_base_url, broker.drop_api_key) == ("Acme Data", "", "")
+    # The same form without the refused value is saved.
+    saved = staff.post(url, {**form, "drop_base_url": "https://drop.example.com/"})
+    assert saved.status_code == 302
 
 
 def test_key_is_shown_once_on_creation_and_revocable(staff: Client, broker: Broker) -> None:

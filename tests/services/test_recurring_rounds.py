@@ -331,6 +331,18 @@ def _deleted_and_reported(broker: Broker, target: Integration, at: dt.datetime) 
     return item
 
 
+def _sold_back_as_s9(broker: Broker) -> None:
+    """A supplier sells Anna back: registered as S-9, matched to her kept DROP work item."""
+    consumers_register(
+        broker=broker,
+        records=parse_api_consumers(
+            [{"remote_identifier": "S-9", "email": ["Anna.Smith@Domain.com"]}]
+        ),
+        actor="t",
+        source="api",
+    )
+
+
 def test_a_reappearance_keeps_the_status_drop_holds_and_the_rounds_going(broker: Broker) -> None:
     """Anna comes back from a supplier (S-9) while her first consumer's round 1 is out: S-9
     is asked at once, and the round's answer settles the item again. DROP holds 3 and the
@@ -340,14 +352,7 @@ def test_a_reappearance_keeps_the_status_drop_holds_and_the_rounds_going(broker:
     item = _deleted_and_reported(broker, target, now)
     assert recurring_rounds_send(broker=broker, actor="t", now=now + 45 * DAY).work_items == 1
     round_one = DeletionRequest.objects.get(round=1)
-    consumers_register(
-        broker=broker,
-        records=parse_api_consumers(
-            [{"remote_identifier": "S-9", "email": ["Anna.Smith@Domain.com"]}]
-        ),
-        actor="t",
-        source="api",
-    )
+    _sold_back_as_s9(broker)
     late = DeletionRequest.objects.get(remote_identifier="S-9")
     assert (late.round, late.late_match, late.state) == (0, True, RequestState.QUEUED)
 
@@ -375,14 +380,7 @@ def test_a_consumer_come_back_before_round_one_holds_back_neither_the_round_nor_
     target = _target(broker)
     now = drop_noon(-10)  # C-1's answer; S-9 comes today
     _deleted_and_reported(broker, target, now)
-    consumers_register(
-        broker=broker,
-        records=parse_api_consumers(
-            [{"remote_identifier": "S-9", "email": ["Anna.Smith@Domain.com"]}]
-        ),
-        actor="t",
-        source="api",
-    )
+    _sold_back_as_s9(broker)
     late = DeletionRequest.objects.get(remote_identifier="S-9")
     assert (late.round, late.late_match, late.state) == (0, True, RequestState.QUEUED)
 
@@ -407,14 +405,7 @@ def test_a_late_answer_of_a_consumer_come_back_does_not_move_the_next_rounds_dat
     target = _target(broker)
     now = drop_noon(-10)  # C-1's answer; S-9 comes today
     item = _deleted_and_reported(broker, target, now)
-    consumers_register(
-        broker=broker,
-        records=parse_api_consumers(
-            [{"remote_identifier": "S-9", "email": ["Anna.Smith@Domain.com"]}]
-        ),
-        actor="t",
-        source="api",
-    )
+    _sold_back_as_s9(broker)
     late = DeletionRequest.objects.get(remote_identifier="S-9")
     deletion_outcome_record(deletion_request=late, drop_outcome="deleted", actor="t")
     DeletionRequest.objects.filter(pk=late.pk).update(completed_at=now + 30 * DAY)
@@ -432,14 +423,7 @@ def test_a_consumer_come_back_once_drop_holds_the_status_holds_back_no_round(
     target = _target(broker)
     now = drop_noon(1)
     _deleted_and_reported(broker, target, now)
-    consumers_register(
-        broker=broker,
-        records=parse_api_consumers(
-            [{"remote_identifier": "S-9", "email": ["Anna.Smith@Domain.com"]}]
-        ),
-        actor="t",
-        source="api",
-    )
+    _sold_back_as_s9(broker)
 
     assert recurring_rounds_send(broker=broker, actor="t", now=now + 45 * DAY).work_items == 1
 
@@ -464,14 +448,7 @@ def test_a_failed_answer_for_a_consumer_come_back_is_listed_for_staff(broker: Br
     target = _target(broker)
     now = drop_noon()
     _deleted_and_reported(broker, target, now)
-    consumers_register(
-        broker=broker,
-        records=parse_api_consumers(
-            [{"remote_identifier": "S-9", "email": ["Anna.Smith@Domain.com"]}]
-        ),
-        actor="t",
-        source="api",
-    )
+    _sold_back_as_s9(broker)
     late = DeletionRequest.objects.get(remote_identifier="S-9")
     deletion_outcome_record(
         deletion_request=late, drop_outcome="failed", error_message="CRM timeout", actor="t"
