@@ -3,13 +3,18 @@
 ``pg_advisory_xact_lock(int, int)``: the first key names the lock's purpose, the second is
 the row it guards; held until the end of the caller's transaction. Two-key locks never
 collide with the ledger sealer's one-key lock. A caller that must not wait long (an API
-call, holding a web worker) passes a timeout and gets ``LockBusy`` when it runs out::
+call, holding a web worker) passes a timeout and gets ``LockBusy`` when it runs out; any
+other lock is bounded the same way, by ``lock_wait_bounded``::
 
     advisory_xact_lock(cursor, purpose=_MATCHING_LOCK, key=broker.pk, timeout=10.0)
+    with lock_wait_bounded(cursor, 1.0):
+        ...  # each lock taken here waits a second at most (LockBusy after)
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Final
 
 from django.db import OperationalError, connection
@@ -27,6 +32,23 @@ class LockBusy(Exception):
     caller's transaction is aborted and must end."""
 
 
+@contextmanager
+def lock_wait_bounded(cursor: Any, seconds: float) -> Iterator[None]:
+    """Each lock taken inside waits at most ``seconds`` (``LockBusy`` after, the transaction
+    or savepoint then aborted); the transaction's later locks wait as before."""
+    cursor.execute(_LOCK_TIMEOUT)
+    previous = cursor.fetchone()[0]
+    # PostgreSQL reads 0 as no limit at all: a bound rounds up to a millisecond.
+    cursor.execute(_LOCK_TIMEOUT_SET, [f"{max(1, round(seconds * 1000))}ms"])
+    try:
+        yield
+    except OperationalError as exc:
+        if getattr(exc.__cause__, "sqlstate", None) == "55P03":  # lock_not_available
+            raise LockBusy from None
+        raise
+    cursor.execute(_LOCK_TIMEOUT_SET, [previous])
+
+
 def advisory_xact_lock(
     cursor: Any, *, purpose: int, key: int, timeout: float | None = None
 ) -> None:
@@ -35,17 +57,8 @@ def advisory_xact_lock(
     if timeout is None:
         cursor.execute(_LOCK, [purpose, key])
         return
-    cursor.execute(_LOCK_TIMEOUT)
-    previous = cursor.fetchone()[0]
-    cursor.execute(_LOCK_TIMEOUT_SET, [f"{max(1, int(timeout * 1000))}ms"])
-    try:
+    with lock_wait_bounded(cursor, timeout):
         cursor.execute(_LOCK, [purpose, key])
-    except OperationalError as exc:
-        if getattr(exc.__cause__, "sqlstate", None) == "55P03":  # lock_not_available
-            raise LockBusy from None
-        raise
-    # Only this wait is bounded: the rest of the transaction's locks wait as before.
-    cursor.execute(_LOCK_TIMEOUT_SET, [previous])
 
 
 def matching_lock(*, broker: Broker, timeout: float | None = None) -> None:

@@ -13,12 +13,13 @@ job for its broker once its files are sent::
 
 from __future__ import annotations
 
-from django.db import OperationalError, connection, transaction
+from django.db import connection, transaction
 
 from integrations.models import Broker, DropCycle, OutstandingCycle, WorkItem
+from integrations.services.locks import LockBusy, lock_wait_bounded
 
 # How long a clearing waits for a transaction that marked the cycle and has not ended.
-_LOCK_WAIT = "SELECT set_config('lock_timeout', '1s', true)"
+MARKER_WAIT_SECONDS = 1.0
 
 
 def outstanding_cycles_clear(*, broker: Broker | None = None) -> int:
@@ -50,21 +51,19 @@ def outstanding_cycles_clear(*, broker: Broker | None = None) -> int:
         if _has_outstanding(cycle_pk):
             continue
         try:
-            with transaction.atomic():
+            with transaction.atomic(), connection.cursor() as cursor:
                 # A marker still running (a file import's late match, say) keeps the mark:
                 # always safe, and neither job waits on it for long.
-                with connection.cursor() as cursor:
-                    cursor.execute(_LOCK_WAIT)
-                deleted, _ = OutstandingCycle.objects.filter(cycle_id=cycle_pk).delete()
+                with lock_wait_bounded(cursor, MARKER_WAIT_SECONDS):
+                    deleted, _ = OutstandingCycle.objects.filter(cycle_id=cycle_pk).delete()
                 if not deleted:
                     continue  # another clearing got there first
                 if _has_outstanding(cycle_pk):  # a new statement: what markers committed
                     transaction.set_rollback(True)
                 else:
                     cleared += 1
-        except OperationalError as exc:
-            if getattr(exc.__cause__, "sqlstate", None) != "55P03":  # lock_not_available
-                raise
+        except LockBusy:
+            pass
     return cleared
 
 

@@ -13,7 +13,9 @@ from __future__ import annotations
 import random
 
 from django.conf import settings
-from django.db import OperationalError, connection, transaction
+from django.db import connection, transaction
+
+from integrations.services.locks import LockBusy, lock_wait_bounded
 
 # The first key of the advisory locks that are dispatch slots (the second: broker and slot).
 SLOT_LOCK_SPACE = 0x44505344  # "DPSD"
@@ -36,19 +38,13 @@ def broker_slot_take(broker_id: str, *, wait: float = 0) -> bool:
             return True
         if wait <= 0:
             return False
-        cursor.execute("SHOW lock_timeout")
-        (previous,) = cursor.fetchone()
         try:
-            with transaction.atomic():  # a savepoint: a lock timeout must not end the batch
-                cursor.execute(
-                    "SELECT set_config('lock_timeout', %s, true)", [f"{round(wait * 1000)}ms"]
-                )
+            # A savepoint: a lock timeout must not end the batch.
+            with transaction.atomic(), lock_wait_bounded(cursor, wait):
                 cursor.execute(
                     "SELECT pg_advisory_xact_lock(%s, hashtext(%s || ':' || %s))",
                     [SLOT_LOCK_SPACE, broker_id, random.randrange(slots)],  # noqa: S311
                 )
-        except OperationalError:  # lock_timeout: every slot stayed taken
+        except LockBusy:  # every slot stayed taken
             return False
-        finally:
-            cursor.execute("SELECT set_config('lock_timeout', %s, true)", [previous])
         return True
