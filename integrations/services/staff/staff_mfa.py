@@ -230,14 +230,12 @@ def staff_password_reset_record(
     it. Call it in the transaction that saved the password. Returns the sessions ended."""
     with transaction.atomic():
         user = get_user_model().objects.get(pk=user_id)
-        ended = staff_sessions_end(user, keep_session_key=keep_session_key)
-        ledger_event_append(
+        return staff_sessions_end_recorded(
+            user,
             kind=LedgerKind.STAFF_USER_PASSWORD_RESET,
-            subject=user.get_username(),
             actor=actor,
-            data={"sessions_ended": ended},
+            keep_session_key=keep_session_key,
         )
-    return ended
 
 
 def staff_password_change(
@@ -265,14 +263,12 @@ def staff_password_change(
         locked.set_password(new_password)
         locked.save(update_fields=["password"])
         user.password = locked.password  # the caller's copy keeps its session (its hash)
-        ended = staff_sessions_end(locked, keep_session_key=keep_session_key)
-        ledger_event_append(
+        return staff_sessions_end_recorded(
+            locked,
             kind=LedgerKind.STAFF_USER_PASSWORD_CHANGED,
-            subject=locked.get_username(),
             actor=actor,
-            data={"sessions_ended": ended},
+            keep_session_key=keep_session_key,
         )
-    return ended
 
 
 def staff_sessions_end(user: AbstractBaseUser, *, keep_session_key: str | None = None) -> int:
@@ -287,6 +283,18 @@ def staff_sessions_end(user: AbstractBaseUser, *, keep_session_key: str | None =
     ]
     Session.objects.filter(session_key__in=theirs).delete()
     return len(theirs)
+
+
+def staff_sessions_end_recorded(
+    user: AbstractBaseUser, *, kind: LedgerKind, actor: str, keep_session_key: str | None = None
+) -> int:
+    """``staff_sessions_end``, and the change that ends them as one ledger event ``kind`` on
+    ``user`` with the count; returns it. Call it in the transaction of that change."""
+    ended = staff_sessions_end(user, keep_session_key=keep_session_key)
+    ledger_event_append(
+        kind=kind, subject=user.get_username(), actor=actor, data={"sessions_ended": ended}
+    )
+    return ended
 
 
 def _password_again_check(user: AbstractBaseUser, password: str | None) -> None:

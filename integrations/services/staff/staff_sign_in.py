@@ -32,7 +32,7 @@ from django.utils import timezone
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import StaffOidcIdentity
 from integrations.services.ledger import ledger_event_append
-from integrations.services.staff.staff_mfa import staff_sessions_end
+from integrations.services.staff.staff_mfa import staff_sessions_end_recorded
 
 OIDC = "oidc"
 PASSWORD = "password"  # noqa: S105  (the name of a way to sign in)
@@ -170,14 +170,9 @@ def staff_user_deactivate(*, user: User, actor: str) -> int:
     with transaction.atomic():
         User.objects.filter(pk=user.pk).update(is_active=False)
         user.is_active = False
-        ended = staff_sessions_end(user)
-        ledger_event_append(
-            kind=LedgerKind.STAFF_USER_DEACTIVATED,
-            subject=user.get_username(),
-            actor=actor,
-            data={"sessions_ended": ended},
+        return staff_sessions_end_recorded(
+            user, kind=LedgerKind.STAFF_USER_DEACTIVATED, actor=actor
         )
-    return ended
 
 
 def _refused(reason: str, *, username: str, subject: str, claims: Mapping[str, Any]) -> OidcSignIn:
