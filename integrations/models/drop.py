@@ -258,7 +258,7 @@ class OutstandingCycle(models.Model):
 
     Kept by the database, not by the services: triggers on the work items mark a cycle as
     rows come in or go back to ``open`` or ``reportable``, whoever writes them
-    (``sql/outstanding_cycles.sql``); a periodic job, and the report job, clear the rows of
+    (``sql/outstanding_cycles.sql``); a periodic job clears the rows of
     cycles with nothing outstanding (``services.cycle.outstanding.outstanding_cycles_clear``)."""
 
     # No database check on the cycle: it would take a KEY SHARE lock on the cycle's row,

@@ -941,6 +941,13 @@ class LifecycleMachine(LifecycleInvariants, RuleBasedStateMachine):
 
     @rule()
     @counted
+    def settled_cycles_forgotten(self) -> None:
+        """The periodic job unmarks the cycles left with nothing outstanding (the invariants
+        then check no outstanding item's cycle lost its mark)."""
+        self.world.seen["settled cycles forgotten"] += tasks.forget_settled_cycles()
+
+    @rule()
+    @counted
     def staff_discard_amendments(self) -> None:
         """Staff give up every amendment DROP refuses or rejected."""
         given_up = ReportFile.objects.filter(

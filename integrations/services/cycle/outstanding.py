@@ -3,9 +3,9 @@
 The database marks a cycle as its work items come in or go back to ``open`` or
 ``reportable`` (``sql/outstanding_cycles.sql``); only this unmarks one, so that the probes
 that read the mark (``DropCycle.objects.may_have_outstanding()``) leave a fully reported
-cycle alone. A periodic job runs it for every broker, whether or not it uploads by itself
-(a broker whose files staff upload by hand gets its cycles reported too), and the report
-job for its broker once its files are sent::
+cycle alone. A periodic job (``tasks.forget_settled_cycles``, every 15 minutes) runs it for
+every broker, whether or not it uploads by itself (a broker whose files staff upload by hand
+gets its cycles reported too)::
 
     cleared = outstanding_cycles_clear()               # every broker's cycles
     cleared = outstanding_cycles_clear(broker=broker)  # one broker's

@@ -55,7 +55,6 @@ from integrations.models import (
     ReportFile,
     WorkItem,
 )
-from integrations.services.cycle.outstanding import outstanding_cycles_clear
 from integrations.services.cycle.work_items import work_items_settle
 from integrations.services.ledger import SYSTEM_ACTOR
 from integrations.services.reporting.report_files import report_files_write
@@ -124,8 +123,6 @@ def report_auto(
       The rows of a file DROP rejected wait for staff (no new file of them every run); the
       cycle's other statuses go out all the same.
     - Upload every written file.
-    - Forget the cycles left with no outstanding work item (``outstanding_cycles_clear``):
-      later runs, and every other probe of work items by state, pass them by.
     """
     today = today or drop_today()
     client = client or report_client_for(broker, actor=SYSTEM_ACTOR)
@@ -146,7 +143,6 @@ def report_auto(
         )
     run = report_files_upload(broker=broker, client=client)
     run.written = _refreshed(written)
-    outstanding_cycles_clear(broker=broker)
     return run
 
 
