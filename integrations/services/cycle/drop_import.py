@@ -71,6 +71,7 @@ from integrations.services.cycle.drop_removed import (
 from integrations.services.cycle.isi_connections import isi_connections_refresh_for_broker
 from integrations.services.cycle.matching import (
     ReceivedBefore,
+    ReceivedRow,
     cycle_matches_collect,
     staged_items_analyze,
     staged_items_create,
@@ -290,10 +291,7 @@ def _unreadable_by_file(
     the first one's line and reason."""
     first: dict[str, tuple[int, str]] = {}
     rows = [(row.file_name, row.line, row.reason) for row in reader.unreadable]
-    rows += [
-        (name, line, _received_before_reason(work_item_id, session, zip_name))
-        for name, line, work_item_id, _, session, zip_name in received.rows
-    ]
+    rows += [(row.file_name, row.line, _received_before_reason(row)) for row in received.rows]
     for name, line, reason in rows:
         if name not in first or line < first[name][0]:
             first[name] = (line, reason)
@@ -303,16 +301,16 @@ def _unreadable_by_file(
     return {name: (n, *first[name]) for name, n in counts.items()}
 
 
-def _received_before_reason(work_item_id: str, drop_session_id: str, zip_name: str) -> str:
+def _received_before_reason(row: ReceivedRow) -> str:
     return (
-        f"work item id {work_item_id} was received before, in cycle {drop_session_id} "
-        f"({zip_name}): one work item already, not imported again"
+        f"work item id {row.work_item_id} was received before, in cycle {row.drop_session_id} "
+        f"({row.zip_name}): one work item already, not imported again"
     )
 
 
 def _all_received_before(received: ReceivedBefore) -> str:
     """Why a package whose every list row's id came before is refused, naming the cycles."""
-    cycles = sorted({(int(row[4]), row[5]) for row in received.rows})
+    cycles = sorted({(int(row.drop_session_id), row.zip_name) for row in received.rows})
     named = ", ".join(f"cycle {session} ({zip_name})" for session, zip_name in cycles[:3])
     more = f" and {len(cycles) - 3} more" if len(cycles) > 3 else ""
     return (
@@ -361,7 +359,8 @@ def _package_odd_parts_record(
                 "skipped": [{"name": m.name, "reason": m.reason} for m in reader.skipped],
             },
         )
-    UnreadableWorkItem.objects.bulk_create(
+    reason_chars = _column_chars("reason")
+    unreadable = [
         UnreadableWorkItem(
             broker=broker,
             cycle=cycle,
@@ -371,24 +370,23 @@ def _package_odd_parts_record(
             # times its length.
             work_item_id=escaped(row.work_item_id, _column_chars("work_item_id")),
             text=escaped(row.text, _column_chars("text")),
-            reason=row.reason[: _column_chars("reason")],
+            reason=row.reason[:reason_chars],
         )
         for row in reader.unreadable
-    )
-    UnreadableWorkItem.objects.bulk_create(
+    ]
+    unreadable += [
         UnreadableWorkItem(
             broker=broker,
             cycle=cycle,
-            file_name=name,
-            line=line,
-            work_item_id=work_item_id,
-            text=f"{work_item_id},{hash_text}",  # the row as read: an id and a hash
-            reason=_received_before_reason(work_item_id, session, zip_name)[
-                : _column_chars("reason")
-            ],
+            file_name=row.file_name,
+            line=row.line,
+            work_item_id=row.work_item_id,
+            text=f"{row.work_item_id},{row.hash}",  # the row as read: an id and a hash
+            reason=_received_before_reason(row)[:reason_chars],
         )
-        for name, line, work_item_id, hash_text, session, zip_name in received.rows
-    )
+        for row in received.rows
+    ]
+    UnreadableWorkItem.objects.bulk_create(unreadable)  # one INSERT for both kinds
     if not reader.complete or received.counts:
         enqueue.alerts_evaluate_enqueue()
 

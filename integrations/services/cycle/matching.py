@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from django.db import connection
 from psycopg import sql
@@ -111,14 +112,23 @@ def staged_items_drop(staged: str) -> None:
         cursor.execute(f"DROP TABLE IF EXISTS {staged}, {STAGED_MATCHES}")
 
 
+class ReceivedRow(NamedTuple):
+    """A staged row whose work item id the broker received in an earlier cycle."""
+
+    file_name: str
+    line: int
+    work_item_id: str
+    hash: str  # as in the file
+    drop_session_id: str  # of the earlier cycle
+    zip_name: str  # the earlier cycle's
+
+
 @dataclass(frozen=True)
 class ReceivedBefore:
     """The staged rows whose work item id the broker had received in an earlier cycle."""
 
     counts: dict[str, int]  # per list file, how many
-    # The first ``kept_per_file`` of each file by line: (file, line, id, hash as in the file,
-    # the earlier cycle's drop_session_id, its zip_name).
-    rows: list[tuple[str, int, str, str, str, str]]
+    rows: list[ReceivedRow]  # the first ``kept_per_file`` of each file, by line
     rows_left: bool  # whether any staged row is new
 
 
@@ -165,10 +175,7 @@ def staged_items_set_aside_received(
             " WHERE n <= %s ORDER BY file_name, line",
             [kept_per_file],
         )
-        rows = [
-            (name, int(line), work_item_id, hash_text, session, zip_name)
-            for name, line, work_item_id, hash_text, session, zip_name in cursor.fetchall()
-        ]
+        rows = [ReceivedRow(*row) for row in cursor.fetchall()]
         cursor.execute("DROP TABLE drop_staged_received_before")
     return ReceivedBefore(counts, rows, rows_left)
 
