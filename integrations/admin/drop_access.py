@@ -8,13 +8,14 @@ import datetime as dt
 from typing import Any
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.db.models import Model
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from unfold.admin import ModelAdmin
 
 from integrations.admin.actors import staff_actor
+from integrations.admin.integrations import Refused
 from integrations.drop.calendar import drop_date, drop_today
 from integrations.models import DropAccessObligation, DropOutage
 from integrations.services.cycle.drop_access import drop_access_notice_record
@@ -46,6 +47,14 @@ class DropOutageAdmin(ModelAdmin):
         return False
 
 
+def _already_recorded(obligation: DropAccessObligation) -> str:
+    return (
+        f"the notice is already recorded (sent on {obligation.notice_sent_on}, reference "
+        f"{obligation.notice_reference!r}, by {obligation.notice_recorded_by}); "
+        "nothing was changed"
+    )
+
+
 class NoticeForm(forms.ModelForm):
     class Meta:
         model = DropAccessObligation
@@ -61,15 +70,10 @@ class NoticeForm(forms.ModelForm):
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
-        recorded = self.instance.notice_sent_on
-        if recorded is not None:
+        if self.instance.notice_sent_on is not None:
             # A second submit, or ``drop notice`` recorded it since the page was opened: the
             # notice fields are read-only now, so the message goes above them.
-            raise ValidationError(
-                f"the notice is already recorded (sent on {recorded}, reference "
-                f"{self.instance.notice_reference!r}, by {self.instance.notice_recorded_by}); "
-                "nothing was changed"
-            )
+            raise ValidationError(_already_recorded(self.instance))
         sent_on: dt.date | None = cleaned.get("notice_sent_on")
         reference = (cleaned.get("notice_reference") or "").strip()
         if sent_on is None:
@@ -135,10 +139,27 @@ class DropAccessObligationAdmin(ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: Model, form: Any, change: bool) -> None:
         assert isinstance(obj, DropAccessObligation)
-        drop_access_notice_record(
-            broker=obj.broker,
-            sent_on=form.cleaned_data["notice_sent_on"],
-            reference=form.cleaned_data["notice_reference"],
-            actor=staff_actor(request),
-            obligations=[obj.pk],
-        )
+        try:
+            drop_access_notice_record(
+                broker=obj.broker,
+                sent_on=form.cleaned_data["notice_sent_on"],
+                reference=form.cleaned_data["notice_reference"],
+                actor=staff_actor(request),
+                obligations=[obj.pk],
+            )
+        except ValidationError as exc:
+            # The form's checks passed, then another submit (a double click, a colleague,
+            # ``drop notice``) recorded the notice before this one took the row: the service
+            # refused, and the page says why instead of failing.
+            current = DropAccessObligation.objects.get(pk=obj.pk)
+            recorded = current.notice_sent_on is not None
+            messages.error(
+                request, _already_recorded(current) if recorded else " ".join(exc.messages)
+            )
+            raise Refused from exc
+
+    def change_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        try:
+            return super().change_view(request, *args, **kwargs)
+        except Refused:  # the page again, with the message
+            return HttpResponseRedirect(request.get_full_path())

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import datetime as dt
+import threading
+import time
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
+import psycopg
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.db import connection, connections
 from django.test import Client
 from django.utils import formats, timezone
 
@@ -25,6 +29,7 @@ from tests.builders import (
     drop_zip,
     write_zip,
 )
+from tests.conftest import database_url
 
 pytestmark = pytest.mark.django_db
 
@@ -239,5 +244,67 @@ def test_a_notice_already_recorded_is_said_so_and_not_recorded_again(
     assert "the notice is already recorded" in again.content.decode()
     obligation = DropAccessObligation.objects.get(pk=obligation.pk)
     assert obligation.notice_reference == "Letter R-7"
+    recorded = LedgerEvent.objects.filter(kind=LedgerKind.DROP_ACCESS_NOTICE_RECORDED)
+    assert recorded.count() == 1
+
+
+def _waiting_for_locks() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        return int(cursor.fetchone()[0])
+
+
+@pytest.mark.django_db(transaction=True)  # two threads and a second connection see the rows
+def test_two_notices_submitted_at_once_are_recorded_once_and_the_other_told_why(
+    broker: Broker,
+) -> None:
+    user = User.objects.create_superuser("alice", "alice@example.com", "pw-alice-123")
+    obligation = DropAccessObligationFactory.create(broker=broker)
+    url = f"/admin/integrations/dropaccessobligation/{obligation.pk}/change/"
+    members = {reference: Client(raise_request_exception=False) for reference in ("R-7", "R-8")}
+    for member in members.values():
+        member.force_login(user)
+    answers: dict[str, tuple[int, str]] = {}  # by reference: the status, where it leads
+
+    def submit(reference: str) -> None:
+        try:
+            notice = {"notice_sent_on": drop_today().isoformat(), "notice_reference": reference}
+            answer = members[reference].post(url, notice)
+            answers[reference] = (answer.status_code, answer.get("Location", ""))
+        finally:
+            connections.close_all()
+
+    # Another transaction holds the obligation: both submits pass the page's checks, reach
+    # the row together and wait for it.
+    holder = psycopg.connect(database_url())
+    try:
+        holder.execute(
+            "SELECT 1 FROM integrations_dropaccessobligation WHERE id = %s FOR UPDATE",
+            [obligation.pk],
+        )
+        threads = [threading.Thread(target=submit, args=(r,)) for r in members]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 30
+        while _waiting_for_locks() + sum(not t.is_alive() for t in threads) < 2:
+            assert time.monotonic() < deadline, "the two submits neither waited nor ended"
+            time.sleep(0.05)
+        holder.commit()
+    finally:
+        holder.close()
+    for thread in threads:
+        thread.join(timeout=30)
+
+    assert sorted(status for status, _ in answers.values()) == [302, 302]  # no 500
+    (accepted,) = (r for r, (_, location) in answers.items() if location != url)
+    (refused,) = (r for r, (_, location) in answers.items() if location == url)
+    page = members[refused].get(url).content.decode()
+    assert "the notice is already recorded" in page
+    assert "nothing was changed" in page
+    obligation = DropAccessObligation.objects.get(pk=obligation.pk)
+    assert obligation.notice_reference == accepted
     recorded = LedgerEvent.objects.filter(kind=LedgerKind.DROP_ACCESS_NOTICE_RECORDED)
     assert recorded.count() == 1
