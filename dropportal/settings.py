@@ -475,6 +475,15 @@ DROPPORTAL_OIDC_ROLES_CLAIM = env.str("DROPPORTAL_OIDC_ROLES_CLAIM", default="gr
 DROPPORTAL_OIDC_ROLE_MAP: dict[str, str] = env.dict("DROPPORTAL_OIDC_ROLE_MAP", default={})
 # On: the login page offers the identity provider only, and a password sign-in is refused.
 DROPPORTAL_OIDC_ONLY = env.bool("DROPPORTAL_OIDC_ONLY", default=False)
+# Sign-ins through the provider started a minute per client address and web process (bursts
+# of as many; over it: 429). Starting one needs no account, and each can end in a refusal
+# the ledger keeps. 0: no limit.
+DROPPORTAL_OIDC_SIGN_IN_RATE_LIMIT = _number(
+    "DROPPORTAL_OIDC_SIGN_IN_RATE_LIMIT",
+    20,
+    least=0,
+    what="a whole number of sign-ins a minute, 0 (no limit) or more",
+)
 if DROPPORTAL_OIDC_ISSUER and not (DROPPORTAL_OIDC_CLIENT_ID and DROPPORTAL_OIDC_CLIENT_SECRET):
     sys.exit(
         "error: DROPPORTAL_OIDC_ISSUER is set, so DROPPORTAL_OIDC_CLIENT_ID and "

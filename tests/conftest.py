@@ -411,7 +411,8 @@ def worker_sessions_ended(django_db_blocker: Any) -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def fresh_callback_throttles() -> None:
-    """Each test starts with no callback counted by the throttles (they are per process)."""
+    """Each test starts with nothing counted by the throttles (callbacks, sign-ins through
+    the identity provider): they are per process."""
     caches[settings.CALLBACK_THROTTLE_CACHE].clear()
 
 

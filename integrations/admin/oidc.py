@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import math
 from typing import TYPE_CHECKING, Any
 
 import requests
@@ -40,6 +41,7 @@ from integrations.services.staff.staff_sign_in import (
     staff_sign_in_refuse,
 )
 from integrations.storable_text import storable
+from integrations.web.throttling import OidcSignInThrottle
 
 # Authlib (with joserfc) is imported where a sign-in needs it: loading it is a few hundredths
 # of a second of every process's start, and most deployments sign staff in with passwords.
@@ -63,6 +65,9 @@ UNVERIFIED = (
 )
 UNREACHABLE = "The identity provider did not answer. Try again in a moment."
 NOT_SIGNED_IN_THERE = "The identity provider did not sign you in"
+TOO_MANY_STARTS = (
+    "Too many sign-ins were started from your address: try again in {seconds} seconds."
+)
 
 
 def oidc_enabled() -> bool:
@@ -132,6 +137,14 @@ def _wanted(request: HttpRequest, wanted: str) -> str:
 def oidc_sign_in_view(request: HttpRequest) -> HttpResponse:
     if not oidc_enabled():
         raise Http404("sign-in through an identity provider is not set up")
+    # Anyone may start one, and each start can end in a refusal the ledger keeps: refused
+    # before a session, a state or a call to the provider is made.
+    throttle = OidcSignInThrottle()
+    if not throttle.allow_start(request):
+        seconds = max(1, math.ceil(throttle.wait()))
+        refused = _refused_page(request, TOO_MANY_STARTS.format(seconds=seconds), status=429)
+        refused["Retry-After"] = str(seconds)
+        return refused
     from authlib.common.errors import AuthlibBaseError
 
     request.session[_NEXT_KEY] = _wanted(request, request.GET.get("next") or "")

@@ -1,6 +1,7 @@
-"""The throttles of the signed endpoints: DRF rate throttles counted in this process's memory.
+"""The throttles of the signed endpoints and of the staff's sign-in through the identity
+provider: DRF rate throttles counted in this process's memory.
 
-Both count in the ``CALLBACK_THROTTLE_CACHE`` cache, a local-memory cache: no query and no
+All count in the ``CALLBACK_THROTTLE_CACHE`` cache, a local-memory cache: no query and no
 shared store on the hot path. With N web processes a client gets at most N times the rate,
 which is what the limits are for: stopping a runaway client or a flood, not metering. A rate
 ``r`` a second allows bursts of ``2r`` (a token bucket).
@@ -18,6 +19,14 @@ which is what the limits are for: stopping a runaway client or a flood, not mete
         raise AddressThrottled(wait=throttle.wait(), detail="...")  # 429, Retry-After
     ...
     UnauthenticatedAddressThrottle().take(request, view)    # after refusing it
+
+- ``OidcSignInThrottle``: ``DROPPORTAL_OIDC_SIGN_IN_RATE_LIMIT`` sign-ins started a minute
+  per client address, bursts of as many; each start spends a token (it needs no account,
+  and can end in a recorded refusal)::
+
+    throttle = OidcSignInThrottle()
+    if not throttle.allow_start(request):
+        ...  # 429, Retry-After: throttle.wait()
 
 A rate of 0 turns a throttle off.
 """
@@ -47,7 +56,8 @@ def throttle_address(request: HttpRequest | Request) -> str:
 
 class _PerSecondThrottle(SimpleRateThrottle):
     """A ``SimpleRateThrottle`` (its cache keys, its cache) counted as a token bucket: a
-    rate ``r`` a second from ``rate_setting`` sustained, bursts of ``2r``.
+    rate ``r`` a second from ``rate_setting`` sustained, bursts of ``burst_seconds * r``
+    (``2r``).
 
     A key's bucket is one ``(tokens, at)`` pair whatever the rate: the timestamps
     ``SimpleRateThrottle`` keeps would be ``2r`` of them a key, read and written on every
@@ -55,6 +65,7 @@ class _PerSecondThrottle(SimpleRateThrottle):
     """
 
     rate_setting = ""
+    burst_seconds = 2  # a full bucket holds this many seconds of the rate
     timer = staticmethod(time.monotonic)  # per process: a clock that never jumps
     num_requests: int | None  # set by SimpleRateThrottle from parse_rate
     duration: int | None
@@ -70,19 +81,22 @@ class _PerSecondThrottle(SimpleRateThrottle):
         return str(rate) if rate > 0 else None
 
     def parse_rate(self, rate: str | None) -> tuple[int | None, int | None]:
-        """The burst, and the seconds an empty bucket takes to fill (2)."""
+        """The burst, and the seconds an empty bucket takes to fill (``burst_seconds``)."""
         if rate is None:
             return None, None
-        return max(1, math.floor(2 * float(rate))), 2
+        return max(1, math.floor(self.burst_seconds * float(rate))), self.burst_seconds
 
     def allow_request(self, request: Request, view: Any) -> bool:
         if self.rate is None:
             return True
-        self.key = self.get_cache_key(request, view)
-        if self.key is None:
+        return self._bucket_allow(self.get_cache_key(request, view))
+
+    def _bucket_allow(self, key: str | None) -> bool:
+        if key is None:
             return True
+        self.key = key
         self.now = self.timer()
-        capacity = 2 * self.per_second
+        capacity = self.burst_seconds * self.per_second
         tokens, at = self.cache.get(self.key, (capacity, self.now))
         self.tokens = min(capacity, tokens + (self.now - at) * self.per_second)
         return self.throttle_success() if self.tokens >= 1 else self.throttle_failure()
@@ -135,6 +149,32 @@ class UnauthenticatedAddressThrottle(_PerSecondThrottle):
             return
         self.allow_request(request, view)  # the address's tokens now
         self._tokens_keep(max(0.0, self.tokens - 1))
+
+
+class OidcSignInThrottle(_PerSecondThrottle):
+    """Staff sign-ins through the identity provider started a minute per client address
+    (``DROPPORTAL_OIDC_SIGN_IN_RATE_LIMIT``), bursts of as many. A plain Django view asks it,
+    not DRF: ``allow_start`` spends a token when the address has one."""
+
+    scope = "oidc-sign-in-address"
+    rate_setting = "DROPPORTAL_OIDC_SIGN_IN_RATE_LIMIT"
+    burst_seconds = 60  # a minute's worth: a few people behind one address start together
+
+    def get_rate(self) -> str | None:
+        a_minute = super().get_rate()
+        return str(float(a_minute) / 60) if a_minute is not None else None
+
+    def get_cache_key(self, request: Request, view: Any) -> str | None:
+        return self._address_key(request)
+
+    def allow_start(self, request: HttpRequest) -> bool:
+        """Whether ``request``'s address may start one more sign-in (spending a token)."""
+        if self.rate is None:
+            return True
+        return self._bucket_allow(self._address_key(request))
+
+    def _address_key(self, request: HttpRequest | Request) -> str:
+        return self.cache_format % {"scope": self.scope, "ident": throttle_address(request)}
 
 
 class AddressThrottled(Problem):

@@ -244,6 +244,29 @@ def test_an_error_holding_a_nul_is_kept_as_text_the_ledger_can_store(
     assert event.data["error"] == "denied\ufffd"
 
 
+def test_sign_ins_started_too_often_from_one_address_get_429_and_record_nothing(
+    idp: OidcProvider, settings: Any
+) -> None:
+    # Starting a sign-in needs no account, and each start can end in a recorded refusal.
+    settings.DROPPORTAL_OIDC_SIGN_IN_RATE_LIMIT = 2  # a minute, bursts of 2
+    flood = Client(REMOTE_ADDR="203.0.113.7")
+    start, callback = reverse("admin:oidc_sign_in"), reverse("admin:oidc_callback")
+    state = _state_of(flood.get(start))
+    assert flood.get(callback, {"error": "access_denied", "state": state}).status_code == 403
+    assert sign_in(flood, idp, "ada")["Location"] == INDEX  # under the limit: it works
+
+    over = flood.get(start)
+
+    assert over.status_code == 429
+    assert "Location" not in over, "not sent to the provider: no sign-in to answer"
+    assert int(over["Retry-After"]) >= 1
+    assert "Too many sign-ins were started from your address" in over.content.decode()
+    assert len(events("staff_user.sign_in_refused")) == 1
+    assert sign_in(Client(REMOTE_ADDR="198.51.100.9"), idp, "ada").status_code == 302, (
+        "another address is not held back"
+    )
+
+
 def test_the_login_page_offers_the_provider_beside_the_password(
     idp: OidcProvider, client: Client
 ) -> None:
