@@ -35,6 +35,15 @@ from integrations.models import (
     WorkItemState,
 )
 
+# Who is owed rounds (``w``, a work item): its status is deleted or opted out, not removed.
+# While it has no status (a consumer matched later or come back is asked, and its answer
+# decides: an amendment owed to DROP waits for it), the code DROP holds counts, so a
+# consumer DROP holds deleted is not left off the schedule meanwhile. The sender checks
+# each item again by the same rule (``services.cycle.recurring``).
+ROUNDS_OWED = (
+    "coalesce(w.status_code, w.reported_status_code) = ANY(%(codes)s) AND w.state <> %(removed)s"
+)
+
 # A round stays open until every request of it is final, as the settlement counts final
 # (sql/work_item_settle.sql): cancelled, or completed with a final outcome (a SaaS deletion:
 # completed). ``failed`` and undeliverable keep it open: the delivery policy goes on.
@@ -65,7 +74,7 @@ WITH parts AS (
            d.round = 0 AND d.consumer_id IS NOT NULL AND d.state <> %(cancelled)s AS live
       FROM integrations_deletionrequest d
       JOIN integrations_workitem w ON w.id = d.work_item_id
-     WHERE w.status_code = ANY(%(codes)s) AND w.state <> %(removed)s {broker_filter}
+     WHERE {owed} {broker_filter}
     UNION ALL
     SELECT r.work_item_id, r.round, r.created_at,
            w.reported_status_code = ANY(%(codes)s) AND r.created_at > w.reported_at,
@@ -75,7 +84,7 @@ WITH parts AS (
            CASE WHEN r.state <> %(cancelled)s THEN r.completed_at END, false
       FROM integrations_resolutionrequest r
       JOIN integrations_workitem w ON w.id = r.work_item_id
-     WHERE w.status_code = ANY(%(codes)s) AND w.state <> %(removed)s {broker_filter}
+     WHERE {owed} {broker_filter}
     UNION ALL
     SELECT r.work_item_id, r.round, r.created_at,
            w.reported_status_code = ANY(%(codes)s) AND r.created_at > w.reported_at,
@@ -85,7 +94,7 @@ WITH parts AS (
       FROM integrations_saasdeletion s
       JOIN integrations_resolutionrequest r ON r.id = s.resolution_id
       JOIN integrations_workitem w ON w.id = r.work_item_id
-     WHERE w.status_code = ANY(%(codes)s) AND w.state <> %(removed)s {broker_filter}
+     WHERE {owed} {broker_filter}
 ), batches AS (
     SELECT work_item_id, round, made_at, bool_or(after_report) AS after_report,
            bool_and(final) AS final, bool_or(failing) AS failing, max(at) AS final_at,
@@ -150,7 +159,7 @@ def rounds_sql(*, broker: Broker | None) -> tuple[str, dict[str, Any]]:
         "broker": broker.pk if broker is not None else None,
     }
     broker_filter = "AND w.broker_id = %(broker)s" if broker is not None else ""
-    return _ROUNDS_SQL.format(broker_filter=broker_filter), params
+    return _ROUNDS_SQL.format(owed=ROUNDS_OWED, broker_filter=broker_filter), params
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,8 @@ it received, and so what DROP should be told. After every step:
   and new consumer, with its source (the file and its SHA-256, or the API key), counted on
   the ledger; the same consumer registered again records none; a reappearance asks every
   target again at once as a late match and changes no status DROP holds, nor does the next
-  report; its answers count like the match's own;
+  report (an amendment owed waits for its answer), and the item stays on the recurring
+  schedule; its answers count like the match's own;
 - an item's reported status is the one DROP holds, unless a file DROP has not answered for
   good carries it; an amendment DROP refuses holds back no upload;
 - every open or reportable item's cycle is marked as one that may have outstanding items
@@ -101,6 +102,7 @@ from integrations.models import (
     WorkItem,
     WorkItemState,
 )
+from integrations.selectors.recurring import rounds_sql
 from integrations.services.cycle.consumers import consumers_import
 from integrations.services.cycle.drop_import import drop_zip_import
 from integrations.services.cycle.recurring import recurring_rounds_send_all
@@ -705,8 +707,9 @@ class LifecycleMachine(LifecycleInvariants, RuleBasedStateMachine):
         event(f"late consumer: {late}")
 
     def _held_deleted(self) -> list[Item]:
-        """Kept items a consumer matched that DROP holds deleted or opted out, as their
-        outcomes give."""
+        """Kept items a consumer matched that DROP holds deleted or opted out, and their
+        outcomes give deleted or opted out: the code DROP holds, or another one owed to it as
+        an amendment (a consumer come back before answered opted_out over a deleted)."""
         return [
             item
             for item in self.oracle.items.values()
@@ -714,8 +717,20 @@ class LifecycleMachine(LifecycleInvariants, RuleBasedStateMachine):
             and item.removed_at_step is None
             and item.hash_b64 in EMAIL_OF_HASH
             and self.drop.held.get(item.work_item_id) in (3, 4)
-            and self.oracle.expected(item) == self.drop.held[item.work_item_id]
+            and self.oracle.expected(item) in (3, 4)
         ]
+
+    def _on_schedule(self, work_item_id: str) -> bool:
+        """Whether the item is on the recurring deletion schedule (due or not)."""
+        schedule, params = rounds_sql(broker=self.broker)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT 1 FROM ({schedule}) s"  # noqa: S608
+                " JOIN integrations_workitem w ON w.id = s.work_item_id"
+                " WHERE w.broker_id = %(broker)s AND w.work_item_id = %(work_item_id)s",
+                {**params, "work_item_id": work_item_id},
+            )
+            return cursor.fetchone() is not None
 
     def _stored_status(self, work_item_id: str) -> tuple[Any, ...]:
         return tuple(
@@ -737,8 +752,10 @@ class LifecycleMachine(LifecycleInvariants, RuleBasedStateMachine):
         The registration records one reappearance per item matched before (with its source:
         the file and its SHA-256, or the API key) and a ``consumers.reappeared`` event, and
         asks every target again at once as a late match (a paused one's request waits; with
-        no target it waits for one). What DROP holds does not change, nor at the next report;
-        the new request's answers count like the match's own."""
+        no target it waits for one). What DROP holds does not change, nor at the next report
+        (an amendment owed, opted out over a deleted, waits for the new answer), and the item
+        stays on the recurring schedule; the new request's answers count like the match's
+        own."""
         item = data.draw(st.sampled_from(self._held_deleted()), label="item")
         work_item_id = item.work_item_id
         held = self.drop.held[work_item_id]
@@ -751,6 +768,7 @@ class LifecycleMachine(LifecycleInvariants, RuleBasedStateMachine):
         else:
             pointer = f"S-{next(self.suppliers)}"
         stored = self._stored_status(work_item_id)
+        amendment_owed = self.oracle.expected(item) != held
         requests_before = set(DeletionRequest.objects.values_list("pk", flat=True))
         reappearances_before = set(Reappearance.objects.values_list("pk", flat=True))
         events_before = set(
@@ -806,11 +824,17 @@ class LifecycleMachine(LifecycleInvariants, RuleBasedStateMachine):
         assert (
             sorted((str(uuid) if uuid else None, *rest) for uuid, *rest in asked) == expected_asked
         ), (asked, active)
-        # The registration changes no status: not the one DROP holds, nor the row's.
-        assert self._stored_status(work_item_id) == stored, (
-            self._stored_status(work_item_id),
-            stored,
-        )
+        # The registration changes no status DROP holds, nor a reported row; an amendment
+        # owed (not given up) waits for the new request's answer, the item open meanwhile.
+        _, state, reported, flagged = stored
+        after = self._stored_status(work_item_id)
+        if state == WorkItemState.REPORTED:
+            assert after == stored, (after, stored)
+        else:
+            assert after == (None, WorkItemState.OPEN, reported, flagged), (after, stored)
+        if reported in (3, 4):
+            # Its rounds go on meanwhile, by the status DROP holds.
+            assert self._on_schedule(work_item_id), f"{work_item_id} {after} left the schedule"
         settled = stored == (held, WorkItemState.REPORTED, held, False)
 
         # Delivered, unanswered: the next report tells DROP nothing of it.
@@ -835,7 +859,9 @@ class LifecycleMachine(LifecycleInvariants, RuleBasedStateMachine):
         if settled and now in (None, held):
             assert self.drop.held[work_item_id] == held, (self.drop.held[work_item_id], held)
         outcome = (
-            "not settled before"
+            "amendment owed"
+            if amendment_owed
+            else "not settled before"
             if not settled
             else "unanswered"
             if now is None

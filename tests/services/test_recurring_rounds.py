@@ -428,6 +428,64 @@ def test_a_consumer_come_back_once_drop_holds_the_status_holds_back_no_round(
     assert recurring_rounds_send(broker=broker, actor="t", now=now + 45 * DAY).work_items == 1
 
 
+def test_a_consumer_come_back_while_an_amendment_is_owed_holds_back_no_round(
+    broker: Broker,
+) -> None:
+    """DROP holds Anna's 3; S-9, come back, answered opted_out, so a 4 is owed to DROP as an
+    amendment. Then S-10 comes back too. While S-10's request is open the amendment waits
+    for its answer, DROP still holds 3, and the rounds go on: round 1 is due 45 days after
+    C-1's answer and goes to every consumer. S-10's answer then leaves the 4 owed."""
+    target = _target(broker)
+    now = drop_noon(-10)  # C-1's answer
+    item = _deleted_and_reported(broker, target, now)
+    _sold_back_as_s9(broker)
+    deletion_outcome_record(
+        deletion_request=DeletionRequest.objects.get(remote_identifier="S-9"),
+        drop_outcome="opted_out",
+        actor="t",
+    )
+    item.refresh_from_db()
+    assert (item.status_code, item.state, item.reported_status_code, item.needs_amendment) == (
+        4,
+        WorkItemState.REPORTABLE,
+        3,
+        True,
+    )
+
+    consumers_register(
+        broker=broker,
+        records=parse_api_consumers(
+            [{"remote_identifier": "S-10", "email": ["Anna.Smith@Domain.com"]}]
+        ),
+        actor="t",
+        source="api",
+    )
+    late = DeletionRequest.objects.get(remote_identifier="S-10")
+    assert (late.round, late.late_match, late.state) == (0, True, RequestState.QUEUED)
+
+    # No amendment goes out while a target owes S-10's answer; DROP still holds 3.
+    item.refresh_from_db()
+    assert item.reported_status_code == 3
+    assert not WorkItem.objects.reportable().filter(pk=item.pk).exists()
+    overdue = recurring_overview(broker=broker, today=drop_date(now + 53 * DAY))
+    assert (overdue.due, overdue.overdue) == (1, 1)
+    assert recurring_rounds_send(broker=broker, actor="t", now=now + 44 * DAY).work_items == 0
+    assert recurring_rounds_send(broker=broker, actor="t", now=now + 45 * DAY).work_items == 1
+    assert set(
+        DeletionRequest.objects.filter(round=1).values_list("remote_identifier", flat=True)
+    ) == {"C-1", "S-9", "S-10"}
+
+    deletion_outcome_record(deletion_request=late, drop_outcome="deleted", actor="t")
+    item.refresh_from_db()
+    assert (item.status_code, item.state, item.reported_status_code, item.needs_amendment) == (
+        4,
+        WorkItemState.REPORTABLE,
+        3,
+        True,
+    )
+    assert WorkItem.objects.awaiting_amendment().filter(pk=item.pk).exists()
+
+
 def test_a_consumer_forgotten_since_is_owed_no_round_and_none_is_overdue(broker: Broker) -> None:
     """A round goes to the consumers the match found; once the broker has forgotten them
     there is no one to send it to, so it is neither due nor overdue for ever."""

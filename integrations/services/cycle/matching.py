@@ -360,7 +360,9 @@ def consumer_hashes_match_late(
             f"  FROM {MATCHES_TABLE} m"
         )
         # Back to no status (waiting for the outcomes), with the state and flag that follow
-        # (work_item_settle.sql): open, flagged for amendment if DROP holds a 5.
+        # (work_item_settle.sql): open, flagged for amendment if DROP holds a 5. One DROP
+        # holds a 3 or 4 for (an amendment owed) keeps its recurring rounds meanwhile
+        # (selectors.recurring ROUNDS_OWED).
         cursor.execute(
             "UPDATE integrations_workitem w"
             "   SET status_code = NULL, updated_at = now(),"

@@ -32,7 +32,7 @@ from psycopg import sql
 from integrations.drop.calendar import drop_today
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, DirectiveReason, RequestState, WorkItemState
-from integrations.selectors.recurring import rounds_sql
+from integrations.selectors.recurring import ROUNDS_OWED, rounds_sql
 from integrations.services.cycle.requests import (
     MATCHES_TABLE,
     matches_table_create,
@@ -90,16 +90,16 @@ _DUE_SQL = """
 """
 
 # One batch's pairs into the match's drop_matches. Read before this batch's transaction
-# took the lock, so each item is checked again: still deleted or opted out, not removed,
-# and its round not sent meanwhile (by another run: a round's requests always include a
-# deletion request).
+# took the lock, so each item is checked again: still owed rounds (the schedule's rule:
+# deleted or opted out, not removed), and its round not sent meanwhile (by another run: a
+# round's requests always include a deletion request).
 _BATCH_PAIRS_SQL = """
     INSERT INTO {matches} (work_item_id, consumer_id, late_match, round, match_date)
     SELECT p.work_item_id, p.consumer_id, p.late_match, p.round, p.match_date
       FROM {due} p
       JOIN integrations_workitem w ON w.id = p.work_item_id
      WHERE p.batch = %(batch)s
-       AND w.status_code = ANY(%(codes)s) AND w.state <> %(removed)s
+       AND {owed}
        AND NOT EXISTS (SELECT 1 FROM integrations_deletionrequest d
                         WHERE d.work_item_id = p.work_item_id AND d.round >= p.round)
 """
@@ -176,7 +176,7 @@ def _batch_send(
         matches_table_create()
         with connection.cursor() as cursor:
             cursor.execute(
-                _BATCH_PAIRS_SQL.format(matches=MATCHES_TABLE, due=_DUE_TABLE),
+                _BATCH_PAIRS_SQL.format(matches=MATCHES_TABLE, due=_DUE_TABLE, owed=ROUNDS_OWED),
                 {**params, "cancelled": RequestState.CANCELLED},
             )
             cursor.execute(f"SELECT count(DISTINCT work_item_id) FROM {MATCHES_TABLE}")  # noqa: S608
