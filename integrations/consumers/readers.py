@@ -42,9 +42,9 @@ from dataclasses import dataclass, field
 from typing import Final, TextIO
 
 from integrations.drop.standardize import (
-    HASH_RE,
     LIST_TYPES,
     InvalidIdentifier,
+    is_valid_hash,
     name_vin_hash,
     ndz_hash,
     not_utf8,
@@ -101,7 +101,6 @@ NAME_VIN_PARTS: Final = ("first_name", "last_name", "vin")
 _NAME_PARTS: Final = ("first_name", "last_name")
 _sha256 = hashlib.sha256
 _a2b = binascii.a2b_base64
-_b2a = binascii.b2a_base64
 
 
 class RegistrationFileError(ValueError):
@@ -180,14 +179,11 @@ def composite_digest(list_type: str, parts: Mapping[str, str]) -> bytes:
 
 def hash_digest(text: str) -> bytes | None:
     """The 32 bytes of a DROP hash in canonical Base64, or None if it is not one."""
-    if not HASH_RE.fullmatch(text):
-        return None
-    digest = _a2b(text)
     # Non-canonical Base64 (stray bits in the last character) decodes too, but is not
     # what DROP sends or what a dispatch would echo back.
-    if _b2a(digest, newline=False).decode() != text:
+    if not is_valid_hash(text):
         return None
-    return digest
+    return _a2b(text)
 
 
 def _text_problem(value: str) -> str | None:

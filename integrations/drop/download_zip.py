@@ -53,7 +53,7 @@ from integrations.drop.files import (
     parse_file_name,
     shown,
 )
-from integrations.drop.standardize import not_utf8
+from integrations.drop.standardize import hash_is_canonical, not_utf8
 from integrations.drop.work_item_ids import WorkItemIdSet
 
 __all__ = [
@@ -458,6 +458,11 @@ def _row_values(fields: list[str], removed: bool, seen: WorkItemIdSet) -> tuple[
         return "", (
             "hash must be 44 characters of standard Base64 ending in '=', "
             f"found {shown(_quoted(hash_value))}"
+        )
+    if not hash_is_canonical(hash_value):
+        return "", (
+            "hash is not canonical Base64: its last character sets bits beyond the 32 bytes "
+            f"of a SHA-256, found {shown(_quoted(hash_value))}"
         )
     hash_type = ""
     if removed:

@@ -41,6 +41,7 @@ __all__ = [
     "InvalidIdentifier",
     "ctvid_hash",
     "email_hash",
+    "hash_is_canonical",
     "hash_value",
     "is_valid_hash",
     "list_type_hash",
@@ -64,6 +65,10 @@ LIST_TYPES: Final = HASH_TYPES  # integrations/list_types.py
 # DROP's hash shape `^[A-Za-z0-9+/]{43}=$`, ended with \Z so that a trailing newline does not pass
 # when a caller uses .match() instead of .fullmatch().
 HASH_RE: Final = re.compile(r"^[A-Za-z0-9+/]{43}=\Z")
+# 43 Base64 characters carry 258 bits, 2 more than a SHA-256: canonical Base64 (what every
+# encoder writes, DROP's too) leaves them 0, so the last character is one of these. Another
+# one decodes to the same digest as its canonical twin: not a hash anyone sent.
+_CANONICAL_LAST: Final = frozenset("AEIMQUYcgkosw048")
 
 PHONE_DIGITS: Final = 10
 ZIP_LENGTH: Final = 5
@@ -110,8 +115,14 @@ def hash_value(standardized: str) -> str:
 
 
 def is_valid_hash(s: object) -> bool:
-    """Tell whether `s` has the shape of a DROP hash (44 characters of standard Base64)."""
-    return isinstance(s, str) and HASH_RE.fullmatch(s) is not None
+    """Tell whether `s` is a DROP hash: 44 characters of standard Base64, canonical."""
+    return isinstance(s, str) and HASH_RE.fullmatch(s) is not None and s[42] in _CANONICAL_LAST
+
+
+def hash_is_canonical(s: str) -> bool:
+    """Whether `s`, of a DROP hash's shape (`HASH_RE`), is canonical Base64: no bit set
+    past the digest's 256 in its last character."""
+    return s[42] in _CANONICAL_LAST
 
 
 def not_utf8(text: str) -> bool:

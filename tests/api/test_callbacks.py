@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.db import DatabaseError, connection
 from django.utils import timezone
 from procrastinate.contrib.django.models import ProcrastinateJob
@@ -33,6 +34,7 @@ from integrations.models import (
     WorkItem,
 )
 from integrations.services.dispatch import callback_rejections
+from integrations.services.dispatch.redelivery import resolution_request_redeliver
 from integrations.services.staff.integrations import integration_secret_rotate
 from integrations.services.staff.keys import api_key_create
 from integrations.web.throttling import throttle_address
@@ -682,6 +684,38 @@ RESOLUTION_BAD_INPUTS: dict[str, tuple[Callable[[ResolutionRequest], dict[str, A
         "validation_failed",
     ),
 }
+
+
+def test_a_redelivered_notification_keeps_its_token_and_either_answer_is_the_requests_one(
+    side: Broker_, notified: ResolutionRequest
+) -> None:
+    """A redelivery sends the same request again (same ``results_token``, a new
+    ``webhook_request_id``), and only while it has no answer: the broker's answer to the
+    first notification answers it; one differing answer to the second is a 409; and once
+    answered, nothing is sent again under that token."""
+    SaasConnectionFactory.create(  # the identifiers are kept, and compared, for its deletion
+        broker=side.integration.broker, url="https://api.mailer.example/erase", name="Mailer"
+    )
+    first_id = notified.webhook_request_id
+    redelivered = resolution_request_redeliver(resolution_request=notified, actor="staff:ann")
+    assert redelivered.results_token == notified.results_token
+    assert redelivered.webhook_request_id != first_id
+
+    answer_to_first = put(RESOLUTION, resolution_body(notified), key=side.key, secret=side.secret)
+    other = resolution_body(notified, identifiers={"email": [{"email": "bob@example.com"}]})
+    answer_to_second = put(RESOLUTION, other, key=side.key, secret=side.secret)
+
+    assert (answer_to_first.status_code, answer_to_first.json()["status"]) == (200, "recorded")
+    assert answer_to_second.status_code == 409
+    assert answer_to_second.json()["code"] == "outcome_conflict"
+    notified.refresh_from_db()
+    assert json.loads(notified.identifiers or "{}") in (
+        {},
+        resolution_body(notified)["identifiers"],
+    )
+    assert notified.state == RequestState.COMPLETED
+    with pytest.raises(ValidationError, match="the broker has answered it"):
+        resolution_request_redeliver(resolution_request=notified, actor="staff:ann")
 
 
 @pytest.mark.parametrize("case", RESOLUTION_BAD_INPUTS, ids=list(RESOLUTION_BAD_INPUTS))

@@ -593,6 +593,36 @@ def test_upload_429_and_503_are_retried(
     assert outcomes(calls) == [(429, "throttled"), (503, "server_error"), (202, "accepted")]
 
 
+@pytest.mark.parametrize("call", ["download", "upload", "amend"])
+def test_a_204_where_an_answer_is_due_is_a_protocol_error_naming_it(
+    drop: DropSimulator,
+    make_client: Callable[..., DropClient],
+    tmp_path: Path,
+    sleeps: list[float],
+    calls: list[Call],
+    call: str,
+) -> None:
+    """No Content where DROP owes a package, a message or the per-file answers: one clear
+    error, not retried, and no file left behind."""
+    drop.active_download = True
+    drop.queue_response(204)
+    client = make_client()
+    files = [("20260312_4821_Email.csv", EMAIL_CSV)]
+
+    with pytest.raises(DropProtocolError) as caught:
+        if call == "download":
+            client.download(tmp_path)
+        else:
+            getattr(client, call)(files)
+
+    assert caught.value.status == 204
+    assert str(caught.value) == "unexpected answer from DROP: No Content (HTTP 204)"
+    assert outcomes(calls) == [(204, "unexpected")]
+    assert sleeps == []
+    assert files_in(tmp_path) == []
+    assert drop.uploaded == {}
+
+
 def test_upload_refuses_bad_names_before_sending(
     drop: DropSimulator, make_client: Callable[..., DropClient]
 ) -> None:

@@ -203,6 +203,31 @@ def test_a_malformed_row_is_set_aside_and_the_rest_of_its_list_is_read() -> None
     assert not reader.complete
 
 
+@pytest.mark.parametrize("removed", [False, True], ids=["list", "Removed"])
+def test_a_hash_with_stray_bits_in_its_last_character_is_set_aside(removed: bool) -> None:
+    """Base64 of 32 bytes leaves the last character's 2 low bits 0; with them set, the text
+    decodes to the same digest as another (DROP never writes it), so it is not read as the
+    hash it would be kept, matched and sent on as, altered."""
+    (w0, h0), (w1, h1) = ITEMS[:2]
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+    stray = h1[:42] + alphabet[alphabet.index(h1[42]) + 1] + "="
+    name = f"{DAY}_{BROKER}_{'Removed' if removed else 'Email'}.csv"
+    header, tail = ("ID,Hash,ListType", ",Email") if removed else ("ID,Hash", "")
+    lines = [header, f"{w0},{h0}{tail}", f"{w1},{stray}{tail}"]
+    # A list besides the Removed file: a package holding no list is refused whole.
+    package = raw_zip({name: "\r\n".join(lines) + "\r\n", f"{DAY}_{BROKER}_Phone.csv": "ID,Hash"})
+
+    rows, reader = read(package)
+
+    assert [(r.work_item_id, r.hash) for r in rows] == [(w0, h0)]
+    (unreadable,) = reader.unreadable
+    assert (unreadable.line, unreadable.work_item_id) == (3, w1)
+    assert unreadable.reason == (
+        "hash is not canonical Base64: its last character sets bits beyond the 32 bytes of"
+        f" a SHA-256, found '{stray}'"
+    )
+
+
 @pytest.mark.parametrize("ending", ["\r\n", "\n"])
 def test_bom_line_endings_blank_lines_and_quoted_fields_are_read_as_drop_meant(
     ending: str,

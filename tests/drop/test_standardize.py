@@ -173,6 +173,7 @@ def test_composites_standardize_their_parts() -> None:
         (NDZ_HASH[:-1] + "A", False),  # no padding
         (NDZ_HASH + "\n", False),
         ("-" * 43 + "=", False),  # URL-safe alphabet is not DROP's
+        (NDZ_HASH[:42] + "B=", False),  # stray bits: decodes to NDZ_HASH's digest ("...A=")
         (None, False),
         (NDZ_HASH.encode(), False),
     ],

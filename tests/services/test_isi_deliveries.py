@@ -23,6 +23,7 @@ from procrastinate.contrib.django.models import ProcrastinateJob
 
 from devtools.broker_simulator import Reply
 from devtools.isi_simulator import IsiSimulator
+from integrations import outbound_http
 from integrations.models import (
     DeletionRequest,
     DeliveryAttempt,
@@ -293,6 +294,53 @@ def test_a_token_endpoint_that_does_not_answer_at_all_fails_the_attempt(
     request.refresh_from_db()
     assert request.last_error == f"OAuth token endpoint {token_url}: connection refused"
     assert api.on("delete") == []
+
+
+def test_a_token_endpoint_slower_than_the_calls_bound_fails_the_batch_cleanly_and_retries(
+    api: IsiSimulator, connection_a: IsiConnection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A token endpoint that answers after the outbound bound (15 s; shortened here) is
+    asked once for the batch, every delete fails its attempt with the timeout and is retried
+    on the schedule, and nothing reaches the delete endpoint; its retry, the endpoint back,
+    is delivered."""
+    monkeypatch.setattr(outbound_http, "TOTAL_TIMEOUT", 0.5)
+    _expired_everywhere(monkeypatch)
+    api.answer_next("token", Reply.slow(30))
+    requests = [DeletionRequestFactory.create(isi_connection=connection_a) for _ in range(3)]
+
+    assert deletion_requests_deliver(request_ids=[r.pk for r in requests]) == {"retry": 3}
+
+    assert api.on("delete") == []
+    assert len(api.on("token")) == 2  # at creation, then once for the batch
+    for request in DeletionRequest.objects.all():
+        assert (request.state, request.attempts) == (RequestState.QUEUED, 1)
+        assert request.last_error == f"OAuth token endpoint {api.token_url}: timed out after 0.5 s"
+        assert request.next_attempt_at is not None
+        assert _jobs("integrations.tasks.deliver_deletion_requests", request.pk)
+
+    # The retry, in another process (nothing held), once the endpoint answers in time.
+    monkeypatch.setattr(isi_tokens, "_held", {})
+    DeletionRequest.objects.update(next_attempt_at=timezone.now())
+    assert deletion_requests_deliver(request_ids=[r.pk for r in requests]) == {"delivered": 3}
+    assert len(api.on("delete")) == 3
+
+
+def test_a_token_renewal_slower_than_the_calls_bound_fails_the_attempt_and_retries(
+    api: IsiSimulator, connection_a: IsiConnection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The renewal after a 401, made on a sender thread, is bounded the same way."""
+    monkeypatch.setattr(outbound_http, "TOTAL_TIMEOUT", 0.5)
+    api.revoke_tokens()
+    api.answer_next("token", Reply.slow(30))
+    request = DeletionRequestFactory.create(isi_connection=connection_a)
+
+    assert deletion_requests_deliver(request_ids=[request.pk]) == {"retry": 1}
+
+    request.refresh_from_db()
+    assert (request.state, request.attempts) == (RequestState.QUEUED, 1)
+    assert request.last_error == f"OAuth token endpoint {api.token_url}: timed out after 0.5 s"
+    assert len(api.on("delete")) == 1  # the stale token's call, refused; no second call
+    assert _jobs("integrations.tasks.deliver_deletion_requests", request.pk)
 
 
 def test_a_token_endpoints_query_is_kept_out_of_the_error(

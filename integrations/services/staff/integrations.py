@@ -218,6 +218,12 @@ def integration_enable(*, integration: Integration, actor: str) -> int:
     scheduled later keep their own job.
     """
     with transaction.atomic():
+        now = timezone.now()
+        waiting = models.Q(integration=integration.pk, state=RequestState.QUEUED) & (
+            models.Q(next_attempt_at__isnull=True) | models.Q(next_attempt_at__lte=now)
+        )
+        # The requests before the integration, as retiring takes them (``_requests_locked``).
+        deletion_ids, resolution_ids = _requests_locked(waiting)
         locked = _locked(integration)
         if locked.enabled:
             return 0
@@ -230,16 +236,6 @@ def integration_enable(*, integration: Integration, actor: str) -> int:
         locked.enabled = True
         reason, locked.disabled_reason = locked.disabled_reason, ""
         locked.save(update_fields=["enabled", "disabled_reason"])
-        now = timezone.now()
-        waiting = models.Q(integration=locked, state=RequestState.QUEUED) & (
-            models.Q(next_attempt_at__isnull=True) | models.Q(next_attempt_at__lte=now)
-        )
-        deletion_ids = list(
-            DeletionRequest.objects.filter(waiting).order_by("pk").values_list("pk", flat=True)
-        )
-        resolution_ids = list(
-            ResolutionRequest.objects.filter(waiting).order_by("pk").values_list("pk", flat=True)
-        )
         DeletionRequest.objects.filter(pk__in=deletion_ids).update(next_attempt_at=now)
         ResolutionRequest.objects.filter(pk__in=resolution_ids).update(next_attempt_at=now)
         if deletion_ids:
@@ -304,6 +300,8 @@ def integration_retire(*, integration: Integration, reason: str, actor: str) -> 
         raise ValidationError({"reason": "say why the integration is retired (--reason)"})
     reason = reason[:500]
     with transaction.atomic():
+        # Its open requests before it: a delivery batch answered 410 takes them in that order.
+        _requests_locked(models.Q(integration=integration.pk, state__in=_OPEN_REQUEST_STATES))
         locked = _locked(integration)
         if locked.retired_at is not None:
             raise ValidationError(
@@ -417,6 +415,29 @@ def integration_test_send(*, integration: Integration, actor: str) -> DeliveryRe
         },
     )
     return result
+
+
+def _requests_locked(which: models.Q) -> tuple[list[int], list[int]]:
+    """The ids of the deletion and of the resolution requests ``which`` selects, locked.
+
+    Taken before their integration's row, in the order a delivery batch takes them: it holds
+    its requests and then, answered 410 Gone, disables their integration. A service holding
+    the integration while it waited for a batch's requests would deadlock with it.
+    """
+    return (
+        list(
+            DeletionRequest.objects.select_for_update()
+            .filter(which)
+            .order_by("pk")
+            .values_list("pk", flat=True)
+        ),
+        list(
+            ResolutionRequest.objects.select_for_update()
+            .filter(which)
+            .order_by("pk")
+            .values_list("pk", flat=True)
+        ),
+    )
 
 
 def _locked(integration: Integration) -> Integration:

@@ -169,6 +169,12 @@ def saas_connection_disable(
 def saas_connection_enable(*, connection: SaasConnection, actor: str) -> int:
     """Enable it and queue the deletions that waited; returns how many were queued."""
     with transaction.atomic():
+        now = timezone.now()
+        # The deletions before the connection, as retiring takes them (``_deletions_locked``).
+        waiting = _deletions_locked(
+            models.Q(saas_connection=connection.pk, state=RequestState.QUEUED)
+            & (models.Q(next_attempt_at__isnull=True) | models.Q(next_attempt_at__lte=now))
+        )
         locked = (
             SaasConnection.objects.select_for_update()
             .select_related("broker")
@@ -185,13 +191,6 @@ def saas_connection_enable(*, connection: SaasConnection, actor: str) -> int:
         reason = locked.disabled_reason
         locked.enabled, locked.disabled_reason = True, ""
         locked.save(update_fields=["enabled", "disabled_reason"])
-        now = timezone.now()
-        waiting = list(
-            SaasDeletion.objects.filter(saas_connection=locked, state=RequestState.QUEUED)
-            .filter(models.Q(next_attempt_at__isnull=True) | models.Q(next_attempt_at__lte=now))
-            .order_by("pk")
-            .values_list("pk", flat=True)
-        )
         SaasDeletion.objects.filter(pk__in=waiting).update(next_attempt_at=now)
         if waiting:
             enqueue.saas_deletions_enqueue(waiting)
@@ -228,6 +227,10 @@ def saas_connection_retire(
         raise ValidationError({"reason": "say why the SaaS connection is retired (--reason)"})
     reason = reason[:500]
     with transaction.atomic():
+        # Its open deletions before it: a delivery batch answered 410 takes them in that order.
+        _deletions_locked(
+            models.Q(saas_connection=connection.pk) & ~models.Q(state__in=FINAL_SAAS_STATES)
+        )
         locked = (
             SaasConnection.objects.select_for_update()
             .select_related("broker")
@@ -275,3 +278,18 @@ def saas_connection_retire(
         for resolution_id in resolution_ids:
             resolution_settle(resolution_id=resolution_id, actor=actor)
     return SaasConnectionRetired(locked, cancelled, work_items)
+
+
+def _deletions_locked(which: models.Q) -> list[int]:
+    """The ids of the SaaS deletions ``which`` selects, locked.
+
+    Taken before their connection's row, in the order a delivery batch takes them: it holds
+    its deletions and then, answered 410 Gone, disables their connection. A service holding
+    the connection while it waited for a batch's deletions would deadlock with it.
+    """
+    return list(
+        SaasDeletion.objects.select_for_update()
+        .filter(which)
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
