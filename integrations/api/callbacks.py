@@ -51,6 +51,10 @@ _PROBLEMS = {
     409: OpenApiResponse(ProblemSerializer, description="outcome_conflict"),
     413: OpenApiResponse(ProblemSerializer, description="payload_too_large (over 64 KiB)"),
     429: OpenApiResponse(ProblemSerializer, description="rate_limited; see Retry-After"),
+    503: OpenApiResponse(
+        ProblemSerializer,
+        description="database_unavailable or overloaded; retry after Retry-After",
+    ),
 }
 _RECORDED = OpenApiResponse(
     CallbackRecordedSerializer,

@@ -78,13 +78,19 @@ def statement_cut_short(exc: BaseException) -> bool:
     return isinstance(exc, OperationalError) and isinstance(exc.__cause__, QueryCanceled)
 
 
-def outage_response(request: HttpRequest) -> HttpResponse:
+_UNREACHABLE = "The database is unreachable; retry after the time in Retry-After."
+# A statement past the web's timeout (a lock held by a long batch, say): the database
+# answers, so saying it is unreachable would send operators looking for the wrong fault.
+_NOT_IN_TIME = "The database did not answer in time; retry after the time in Retry-After."
+
+
+def outage_response(request: HttpRequest, *, cut_short: bool = False) -> HttpResponse:
     response: HttpResponse
     if request.path.startswith(("/api/", "/metrics")):
         response = problem_response(
             status=503,
             code="database_unavailable",
-            detail="The database is unreachable; retry after the time in Retry-After.",
+            detail=_NOT_IN_TIME if cut_short else _UNREACHABLE,
         )
     else:
         response = HttpResponse(_PAGE, status=503)
@@ -108,7 +114,7 @@ class DatabaseOutageMiddleware:
                 request.method,
                 request.path,
             )
-            return outage_response(request)
+            return outage_response(request, cut_short=True)
         if not database_unreachable(exception):
             return None
         outage.started(exception)

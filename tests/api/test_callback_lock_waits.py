@@ -94,7 +94,9 @@ def test_a_callback_waiting_on_a_held_row_answers_503_then_its_retry_is_recorded
     assert waited["Content-Type"] == "application/problem+json"
     assert int(waited["Retry-After"]) > 0
     problem = waited.json()
-    assert problem["status"] == 503 and problem["code"] and problem["detail"]
+    assert problem["status"] == 503 and problem["code"] == "database_unavailable"
+    # The database answered, late: not "unreachable", which would mislead whoever reads it.
+    assert problem["detail"].startswith("The database did not answer in time"), problem
     request.refresh_from_db()
     assert (request.state, request.drop_outcome) == (RequestState.DISPATCHED, "")
     assert not LedgerEvent.objects.filter(kind="deletion_request.outcome_recorded").exists()
