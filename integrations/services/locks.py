@@ -69,6 +69,15 @@ def matching_lock(*, broker: Broker, timeout: float | None = None) -> None:
     work item and target committed by the others, and whatever another has not committed
     yet is matched by that one once it gets the lock. With ``timeout`` (seconds), gives up
     after that long (``LockBusy``).
+
+    Lock order: this lock first, then requests (deletion, resolution, SaaS deletion), then
+    their target's row (integration, SaaS connection). Its holder inserts requests naming a
+    target (their foreign key check, at its commit, waits for any ``FOR UPDATE`` of the
+    target's row) and cancels the requests of work items DROP removed: a transaction that
+    held a target or a request while it waited for this lock would deadlock with it.
+    Requests before their target, because a delivery batch holds its requests and, answered
+    410 Gone, updates their target. A transaction holding neither may take it later (after
+    inserting its own new rows, say).
     """
     with connection.cursor() as cursor:
         advisory_xact_lock(cursor, purpose=_MATCHING_LOCK, key=broker.pk, timeout=timeout)

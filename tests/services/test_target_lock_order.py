@@ -3,6 +3,12 @@ is in flight and is answered 410 Gone: the delivery batch holds its rows and the
 their target, so a staff action that held the target and then waited for those rows would
 deadlock with it. Both must end, neither refused by a deadlock.
 
+The same for those staff actions (and an ISI integration's connection refresh) while a DROP
+import holds the broker's matching lock: the import inserts requests naming the target
+(their foreign key check locks its row) and cancels the requests of removed work items, so an
+action that held the target or those requests and then waited for the matching lock would
+deadlock with it.
+
 This test commits (threads and a second connection must see the rows).
 """
 
@@ -12,20 +18,28 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from django.db import connection, connections
 
 from devtools.broker_simulator import BrokerSimulator, Reply
+from devtools.drop_simulator import work_items
+from devtools.isi_simulator import IsiSimulator
 from integrations.models import (
     Broker,
     DeletionRequest,
     Integration,
     RequestState,
+    ResolutionRequest,
     SaasConnection,
     SaasDeletion,
+    WorkItem,
 )
+from integrations.services.cycle import drop_import
+from integrations.services.cycle.drop_import import drop_zip_import
+from integrations.services.cycle.isi_connections import isi_connections_refresh
 from integrations.services.dispatch.deliveries import (
     deletion_requests_deliver,
     saas_deletions_deliver,
@@ -41,11 +55,16 @@ from integrations.services.staff.saas import (
     saas_connection_retire,
 )
 from tests.builders import (
+    ConsumerFactory,
     DeletionRequestFactory,
     ResolutionRequestFactory,
     SaasConnectionFactory,
     SaasDeletionFactory,
+    broker_connections,
+    drop_zip,
+    isi_integration_created,
     webhook_integration_created,
+    write_zip,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -56,11 +75,14 @@ def private_targets(settings: Any) -> None:
     settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = True
 
 
-def _waiting_for_locks() -> int:
+def _waiting_for_locks(event: str | None = None) -> int:
+    """How many sessions wait for a lock (of the kind ``event``, ``advisory`` say)."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM pg_stat_activity"
             " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            "   AND wait_event = coalesce(%s, wait_event)",
+            [event],
         )
         return int(cursor.fetchone()[0])
 
@@ -230,3 +252,183 @@ def test_a_410_answered_while_its_saas_connection_is_enabled_again_ends_both(
     deletion = SaasDeletion.objects.get(pk=deletion.pk)
     assert deletion.state == RequestState.QUEUED
     assert deletion.delivery_attempts.get().status == 410
+
+
+# -- while a DROP import holds the matching lock ----------------------------------------------
+
+ITEMS = list(work_items(2))
+
+
+def _package(broker: Broker, directory: Path, name: str, **lists: Any) -> Path:
+    removed = lists.pop("removed", None)
+    return write_zip(directory, drop_zip(broker, lists, removed), name=name)
+
+
+def _during_import(
+    monkeypatch: pytest.MonkeyPatch,
+    broker: Broker,
+    package: Path,
+    staff_action: Callable[[], object],
+) -> list[BaseException]:
+    """Import ``package``; once it holds the broker's matching lock (joined, its requests not
+    written yet), run ``staff_action`` until it waits for that lock; then let the import go
+    on. The errors of either."""
+    joined, release = threading.Event(), threading.Event()
+    join = drop_import.staged_items_match
+
+    def join_then_hold(**kwargs: Any) -> int:
+        matched = join(**kwargs)
+        joined.set()
+        release.wait(30)
+        return matched
+
+    monkeypatch.setattr(drop_import, "staged_items_match", join_then_hold)
+    errors: list[BaseException] = []
+    try:
+        importing = _in_thread(
+            lambda: drop_zip_import(broker=broker, path=package, actor="test"), errors
+        )
+        assert joined.wait(30), "the import did not reach its matching"
+        acting = _in_thread(staff_action, errors)
+        _until(
+            lambda: _waiting_for_locks("advisory") >= 1,
+            "the staff action did not wait for the matching lock",
+        )
+    finally:
+        release.set()
+    importing.join(60)
+    acting.join(60)
+    assert not importing.is_alive() and not acting.is_alive()
+    return errors
+
+
+def test_an_integration_retired_while_an_import_matches_for_it_ends_both(
+    broker: Broker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The import's new request names the integration: its foreign key check must not wait
+    for a retirement that waits for the import."""
+    integration = webhook_integration_created(broker, "http://127.0.0.1:9/d").integration
+    ConsumerFactory.create(broker=broker, remote_identifier="C-1", hashes={"email": ITEMS[0][1]})
+    package = _package(broker, tmp_path, "20261120_4821_DROP.zip", Email=ITEMS)
+
+    errors = _during_import(
+        monkeypatch,
+        broker,
+        package,
+        lambda: integration_retire(integration=integration, reason="replaced", actor="test"),
+    )
+
+    assert errors == []
+    assert Integration.objects.get(pk=integration.pk).retired_at is not None
+    # The import's request was cancelled by the retirement, and the match waits for a target.
+    states = set(DeletionRequest.objects.values_list("state", "integration"))
+    assert states == {(RequestState.CANCELLED, integration.pk), (RequestState.PENDING, None)}
+
+
+def test_an_integration_retired_while_an_import_removes_one_of_its_items_ends_both(
+    broker: Broker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The import cancels the queued request of an item DROP removed: the retirement must not
+    hold that request while it waits for the import."""
+    integration = webhook_integration_created(broker, "http://127.0.0.1:9/d").integration
+    ConsumerFactory.create(broker=broker, remote_identifier="C-1", hashes={"email": ITEMS[0][1]})
+    drop_zip_import(
+        broker=broker,
+        path=_package(broker, tmp_path, "20261120_4821_DROP.zip", Email=ITEMS),
+        actor="test",
+    )
+    request = DeletionRequest.objects.get()
+    assert request.state == RequestState.QUEUED
+    removed = [(WorkItem.objects.get(deletion_requests=request).work_item_id, ITEMS[0][1], "Email")]
+    package = _package(broker, tmp_path, "20261121_4821_DROP.zip", Email=[], removed=removed)
+
+    errors = _during_import(
+        monkeypatch,
+        broker,
+        package,
+        lambda: integration_retire(integration=integration, reason="replaced", actor="test"),
+    )
+
+    assert errors == []
+    assert Integration.objects.get(pk=integration.pk).retired_at is not None
+    request = DeletionRequest.objects.get()
+    assert request.state == RequestState.CANCELLED
+    assert "removed by DROP" in request.last_error
+
+
+def test_an_integration_enabled_while_an_import_matches_for_it_ends_both(
+    broker: Broker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    integration = webhook_integration_created(broker, "http://127.0.0.1:9/d").integration
+    integration_disable(integration=integration, reason="paused", actor="test")
+    ConsumerFactory.create(broker=broker, remote_identifier="C-1", hashes={"email": ITEMS[0][1]})
+    package = _package(broker, tmp_path, "20261120_4821_DROP.zip", Email=ITEMS)
+
+    errors = _during_import(
+        monkeypatch,
+        broker,
+        package,
+        lambda: integration_enable(integration=integration, actor="test"),
+    )
+
+    assert errors == []
+    assert Integration.objects.get(pk=integration.pk).enabled
+    assert DeletionRequest.objects.get().state == RequestState.QUEUED
+
+
+def test_isi_connections_refreshed_while_an_import_matches_for_them_end_both(
+    broker: Broker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with IsiSimulator(connections=broker_connections(), token="static-t0ken") as api:
+        integration = isi_integration_created(broker, api, oauth=False).integration
+        ConsumerFactory.create(
+            broker=broker, remote_identifier="C-1", hashes={"email": ITEMS[0][1]}
+        )
+        package = _package(broker, tmp_path, "20261120_4821_DROP.zip", Email=ITEMS)
+
+        errors = _during_import(
+            monkeypatch,
+            broker,
+            package,
+            lambda: isi_connections_refresh(integration=integration, actor="test"),
+        )
+
+    assert errors == []
+    # One request for each of its two connections taking part in DROP.
+    assert DeletionRequest.objects.filter(integration=integration).count() == 2
+
+
+def test_a_saas_connection_retired_while_an_import_removes_one_of_its_items_ends_both(
+    broker: Broker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The import cancels the queued SaaS deletion of an item DROP removed: the retirement
+    must not hold that deletion while it waits for the import."""
+    mailer = SaasConnectionFactory.create(broker=broker, url="http://127.0.0.1:9/erase")
+    webhook_integration_created(broker, "http://127.0.0.1:9/d")
+    ConsumerFactory.create(broker=broker, remote_identifier="C-1", hashes={"email": ITEMS[0][1]})
+    drop_zip_import(
+        broker=broker,
+        path=_package(broker, tmp_path, "20261120_4821_DROP.zip", Email=ITEMS),
+        actor="test",
+    )
+    resolution = ResolutionRequest.objects.get()
+    deletion = SaasDeletionFactory.create(
+        resolution=resolution, saas_connection=mailer, state=RequestState.QUEUED
+    )
+    removed = [
+        (WorkItem.objects.get(pk=resolution.work_item_id).work_item_id, ITEMS[0][1], "Email")
+    ]
+    package = _package(broker, tmp_path, "20261121_4821_DROP.zip", Email=[], removed=removed)
+
+    errors = _during_import(
+        monkeypatch,
+        broker,
+        package,
+        lambda: saas_connection_retire(connection=mailer, reason="replaced", actor="test"),
+    )
+
+    assert errors == []
+    assert SaasConnection.objects.get(pk=mailer.pk).retired_at is not None
+    deletion = SaasDeletion.objects.get(pk=deletion.pk)
+    assert deletion.state == RequestState.CANCELLED
+    assert "removed by DROP" in deletion.last_error

@@ -26,6 +26,7 @@ from integrations.selectors.targets import broker_targets
 from integrations.services.cycle.isi_tokens import isi_bearer_token
 from integrations.services.cycle.requests import pending_requests_target
 from integrations.services.ledger import ledger_event_append
+from integrations.services.locks import matching_lock
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,8 @@ def isi_connections_refresh(
 
     now = now or timezone.now()
     with transaction.atomic():
+        # pending_requests_target below takes it: first, before any row (``matching_lock``).
+        matching_lock(broker=integration.broker)
         # Serializes refreshes of one integration, so the listed/unlisted marks agree.
         locked = (
             Integration.objects.select_for_update(of=("self",))

@@ -218,6 +218,8 @@ def integration_enable(*, integration: Integration, actor: str) -> int:
     scheduled later keep their own job.
     """
     with transaction.atomic():
+        # pending_requests_target below takes it: first, before any row (``matching_lock``).
+        matching_lock(broker=integration.broker)
         now = timezone.now()
         waiting = models.Q(integration=integration.pk, state=RequestState.QUEUED) & (
             models.Q(next_attempt_at__isnull=True) | models.Q(next_attempt_at__lte=now)
@@ -300,7 +302,8 @@ def integration_retire(*, integration: Integration, reason: str, actor: str) -> 
         raise ValidationError({"reason": "say why the integration is retired (--reason)"})
     reason = reason[:500]
     with transaction.atomic():
-        # Its open requests before it: a delivery batch answered 410 takes them in that order.
+        # The matching lock, then its open requests, then it (``matching_lock``).
+        matching_lock(broker=integration.broker)
         _requests_locked(models.Q(integration=integration.pk, state__in=_OPEN_REQUEST_STATES))
         locked = _locked(integration)
         if locked.retired_at is not None:
@@ -308,7 +311,6 @@ def integration_retire(*, integration: Integration, reason: str, actor: str) -> 
                 f"integration {locked.uuid} ({locked.name}) was already retired on "
                 f"{drop_time_text(locked.retired_at)}: {locked.retired_reason}"
             )
-        matching_lock(broker=locked.broker)
         now = timezone.now()
         was_enabled = locked.enabled
         locked.enabled = False

@@ -227,7 +227,11 @@ def saas_connection_retire(
         raise ValidationError({"reason": "say why the SaaS connection is retired (--reason)"})
     reason = reason[:500]
     with transaction.atomic():
-        # Its open deletions before it: a delivery batch answered 410 takes them in that order.
+        # Settling items of several cycles at once: under the broker's matching lock, as
+        # every such writer is (sql/outstanding_cycles.sql: two could wait on each other's
+        # new marks of a cleared cycle). Taken first, then its open deletions, then it
+        # (``matching_lock``).
+        matching_lock(broker=connection.broker)
         _deletions_locked(
             models.Q(saas_connection=connection.pk) & ~models.Q(state__in=FINAL_SAAS_STATES)
         )
@@ -241,10 +245,6 @@ def saas_connection_retire(
                 f"SaaS connection {locked.pk} ({locked.name}) was already retired on "
                 f"{drop_time_text(locked.retired_at)}: {locked.retired_reason}"
             )
-        # Settling items of several cycles at once: under the broker's matching lock, as
-        # every such writer is (sql/outstanding_cycles.sql: two could wait on each other's
-        # new marks of a cleared cycle).
-        matching_lock(broker=locked.broker)
         now = timezone.now()
         was_enabled = locked.enabled
         locked.enabled = False
