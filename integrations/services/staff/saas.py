@@ -147,7 +147,7 @@ def saas_connection_disable(
     reason = (reason or "").strip()[:200] or "disabled by staff"
     with transaction.atomic():
         locked = (
-            SaasConnection.objects.select_for_update()
+            SaasConnection.objects.select_for_update(of=("self",))
             .select_related("broker")
             .get(pk=connection.pk)
         )
@@ -176,7 +176,7 @@ def saas_connection_enable(*, connection: SaasConnection, actor: str) -> int:
             & (models.Q(next_attempt_at__isnull=True) | models.Q(next_attempt_at__lte=now))
         )
         locked = (
-            SaasConnection.objects.select_for_update()
+            SaasConnection.objects.select_for_update(of=("self",))
             .select_related("broker")
             .get(pk=connection.pk)
         )
@@ -236,7 +236,7 @@ def saas_connection_retire(
             models.Q(saas_connection=connection.pk) & ~models.Q(state__in=FINAL_SAAS_STATES)
         )
         locked = (
-            SaasConnection.objects.select_for_update()
+            SaasConnection.objects.select_for_update(of=("self",))
             .select_related("broker")
             .get(pk=connection.pk)
         )
