@@ -52,6 +52,20 @@ def test_every_kind_the_sql_functions_write_is_registered() -> None:
             )
 
 
+def test_every_kind_the_sql_functions_read_is_registered() -> None:
+    # A kind misspelt where the ledger is read matches no event, silently. (A dotted name: a
+    # plain word compared with a "kind" is some other column's.)
+    pattern = re.compile(r"\bkind\s*=\s*'([a-z_]+\.[a-z_]+)'")
+    read = {
+        (path.name, literal)
+        for path in sorted(SQL_DIR.glob("*.sql"))
+        for literal in pattern.findall(path.read_text(encoding="utf-8"))
+    }
+    assert ("deletion_outcome_record.sql", "deletion_request.redispatched") in read
+    for name, literal in read:
+        assert literal in set(LedgerKind), f"{name} reads {literal!r}, which LedgerKind lacks"
+
+
 @pytest.mark.parametrize("deliverable", [DELETION_REQUESTS, RESOLUTION_REQUESTS, SAAS_DELETIONS])
 @pytest.mark.parametrize("outcome", ["delivered", "delivery_failed", "undeliverable", "cancelled"])
 def test_every_event_of_the_delivery_loop_is_registered(

@@ -5,11 +5,22 @@
 -- The request row is locked, then judged, here only:
 -- - 'refused': the request is in one of p_refusing_states;
 -- - 'repeated': it has this outcome already, and, for an outcome that is not final (one of
---   p_open_outcomes: a failure), the same error message too (a repeat of one failure);
+--   p_open_outcomes: a failure), the same error message too (a repeat of one failure); or it
+--   is a failure while a redispatch waits to be sent (see below);
 -- - 'conflict': it has another outcome that is not one of p_open_outcomes;
 -- - 'recorded': anything else; a callback can overtake the record of its dispatch's 2xx (or
 --   stand in for a 2xx that was lost): the broker evidently has the dispatch.
 -- Returned with the request's state and outcome as they were (the caller's 409 names them).
+--
+-- A redispatch (services/dispatch/redelivery.py) sends a failed request again under the same
+-- request_uuid, its outcome cleared, and a callback names no dispatch. Until the redispatch
+-- is sent no callback can answer it: a failure then answers the dispatch before, whose
+-- failure is on record, and recording it would leave the redispatch unsent. "Not sent yet":
+-- no attempt since the request was last queued again (attempts 0), and that was a
+-- redispatch, not a redelivery (whose resend may have reached the broker): the ledger's
+-- latest of the two for the request. Once sent, a stale failure cannot be told from a fresh
+-- one and is recorded. The ledger is read on this rare path only (a failure for a request
+-- with no outcome and no attempt), through its kind index.
 -- services/dispatch/outcomes.py still compares a repeated opted_out's email (encrypted, decrypted
 -- there).
 --
@@ -47,10 +58,11 @@ DECLARE
     v_broker bigint;
     v_broker_id text;
     v_uuid uuid;
+    v_attempts integer;
 BEGIN
     SELECT d.state, d.drop_outcome, d.error_message, d.work_item_id, d.broker_id,
-           d.broker_id_code, d.request_uuid
-    INTO o_state, o_outcome, v_error_now, v_item, v_broker, v_broker_id, v_uuid
+           d.broker_id_code, d.request_uuid, d.attempts
+    INTO o_state, o_outcome, v_error_now, v_item, v_broker, v_broker_id, v_uuid, v_attempts
     FROM integrations_deletionrequest d WHERE d.id = p_request
     FOR NO KEY UPDATE;
     IF NOT FOUND THEN
@@ -61,6 +73,17 @@ BEGIN
     ELSIF o_outcome <> ALL (p_open_outcomes) THEN
         o_verdict := CASE WHEN o_outcome = p_outcome THEN 'repeated' ELSE 'conflict' END;
     ELSIF o_outcome = p_outcome AND v_error_now = v_error THEN
+        o_verdict := 'repeated';
+    ELSIF o_outcome = '' AND p_outcome <> '' AND p_outcome = ANY (p_open_outcomes)
+          -- a failure while a redispatch waits to be sent (above)
+          AND v_attempts = 0
+          AND EXISTS (
+              SELECT 1 FROM integrations_ledgerevent r
+              WHERE r.kind = 'deletion_request.redispatched' AND r.subject = v_uuid::text
+                AND NOT EXISTS (
+                    SELECT 1 FROM integrations_ledgerevent l
+                    WHERE l.kind = 'deletion_request.redelivery_requested'
+                      AND l.subject = v_uuid::text AND l.id > r.id)) THEN
         o_verdict := 'repeated';
     ELSE
         o_verdict := 'recorded';

@@ -6,10 +6,11 @@ Each bad-input case starts from the same signed, accepted callback and breaks on
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,8 @@ from django.utils import timezone
 from procrastinate.contrib.django.models import ProcrastinateJob
 from rest_framework.test import APIClient, APIRequestFactory
 
+from devtools.broker_simulator import BrokerSimulator
+from integrations import enqueue, tasks
 from integrations.dispatch import signing
 from integrations.models import (
     ApiKey,
@@ -34,7 +37,12 @@ from integrations.models import (
     WorkItem,
 )
 from integrations.services.dispatch import callback_rejections
-from integrations.services.dispatch.redelivery import resolution_request_redeliver
+from integrations.services.dispatch.deliveries import deletion_requests_deliver
+from integrations.services.dispatch.redelivery import (
+    deletion_request_redeliver,
+    deletion_request_redispatch,
+    resolution_request_redeliver,
+)
 from integrations.services.staff.integrations import integration_secret_rotate
 from integrations.services.staff.keys import api_key_create
 from integrations.web.throttling import throttle_address
@@ -457,6 +465,150 @@ def test_a_cancelled_request_takes_no_outcome(side: Broker_) -> None:
     assert response.status_code == 409
     assert response.json()["code"] == "outcome_conflict"
     assert snapshot(cancelled) == before
+
+
+# -- a failure redispatched ------------------------------------------------------------------
+# A redispatch sends the same request_uuid again, and a callback carries no dispatch id: while
+# the redispatch waits to be sent no callback can answer it, so a failed then answers the
+# dispatch before it, whose failure is on record.
+
+
+@pytest.fixture
+def receiver(settings: Any) -> Iterator[BrokerSimulator]:
+    settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = True
+    with BrokerSimulator() as running:
+        yield running
+
+
+@pytest.fixture
+def looped(broker: Broker, receiver: BrokerSimulator) -> Broker_:
+    """A broker whose integration is the loopback simulator: dispatches really go out."""
+    created = webhook_integration_created(broker, receiver.url)
+    receiver.secrets = [created.webhook_secret]
+    key = api_key_create(broker=broker, scopes=["webhook_callback"], actor="test")
+    return Broker_(key.key, created.webhook_secret, created.integration, key.api_key)
+
+
+def failed_and_redispatched(side: Broker_, receiver: BrokerSimulator) -> DeletionRequest:
+    """Dispatched (the broker has it), answered failed, then redispatched by staff."""
+    request = DeletionRequestFactory.create(integration=side.integration)
+    assert deletion_requests_deliver(request_ids=[request.pk]) == {"delivered": 1}
+    failed = body_for(request, "failed", error_message="CRM timeout")
+    assert put(DELETION, failed, key=side.key, secret=side.secret).json()["status"] == "recorded"
+    deletion_request_redispatch(deletion_request=request, actor="staff:ann")
+    assert len(receiver.received) == 1  # queued, not sent yet
+    return request
+
+
+def delivery_job_run(request: DeletionRequest) -> Any:
+    """Run the delivery job the redispatch queued, as the worker does."""
+    # Due by the database's clock, which stands still at the test transaction's start.
+    DeletionRequest.objects.filter(pk=request.pk, next_attempt_at__isnull=False).update(
+        next_attempt_at=timezone.now() - dt.timedelta(hours=1)
+    )
+    (job,) = ProcrastinateJob.objects.filter(
+        task_name=enqueue.DELIVER_DELETION_REQUESTS, args__request_ids=[request.pk]
+    )
+    return tasks.deliver_deletion_requests(**job.args)
+
+
+def test_a_stale_failure_before_the_redispatch_is_sent_changes_nothing_and_it_goes_out(
+    looped: Broker_, receiver: BrokerSimulator
+) -> None:
+    request = failed_and_redispatched(looped, receiver)
+    queued = snapshot(request)
+    failed = body_for(request, "failed", error_message="CRM timeout")
+
+    response = put(DELETION, failed, key=looped.key, secret=looped.secret)
+
+    assert response.status_code == 200, response.content
+    assert response.json() == {
+        "status": "unchanged",
+        "request_uuid": str(request.request_uuid),
+        "drop_outcome": "failed",
+    }
+    assert snapshot(request) == queued
+    assert queued[:2] == (RequestState.QUEUED, "")  # still awaiting the redispatch's outcome
+    # What an identical repeat records: the attempt, and no outcome.
+    recorded = LedgerEvent.objects.filter(kind="deletion_request.outcome_recorded")
+    assert recorded.count() == 1
+    repeated = LedgerEvent.objects.get(kind="deletion_request.outcome_repeated")
+    assert (repeated.subject, repeated.actor, repeated.data) == (
+        str(request.request_uuid),
+        recorded.get().actor,
+        {"drop_outcome": "failed"},
+    )
+
+    delivery_job_run(request)
+
+    first, again = receiver.received
+    assert again.json["request_uuid"] == first.json["request_uuid"] == str(request.request_uuid)
+    assert again.json["webhook_request_id"] != first.json["webhook_request_id"]
+    request.refresh_from_db()
+    assert (request.state, request.drop_outcome) == (RequestState.DISPATCHED, "")
+
+
+def test_a_stale_failure_with_another_message_before_the_redispatch_is_sent_is_unchanged(
+    looped: Broker_, receiver: BrokerSimulator
+) -> None:
+    # Its error cannot be compared (the redispatch cleared it), and the request is about to be
+    # sent again anyway, which is all a failure asks for.
+    request = failed_and_redispatched(looped, receiver)
+    failed = body_for(request, "failed", error_message="CRM down for maintenance")
+
+    response = put(DELETION, failed, key=looped.key, secret=looped.secret)
+
+    assert (response.status_code, response.json()["status"]) == (200, "unchanged")
+    request.refresh_from_db()
+    assert request.state == RequestState.QUEUED
+
+
+def test_a_final_outcome_before_the_redispatch_is_sent_is_recorded_and_nothing_goes_out(
+    looped: Broker_, receiver: BrokerSimulator
+) -> None:
+    request = failed_and_redispatched(looped, receiver)
+
+    response = put(DELETION, body_for(request, "deleted"), key=looped.key, secret=looped.secret)
+
+    assert (response.status_code, response.json()["status"]) == (200, "recorded")
+    delivery_job_run(request)
+
+    assert len(receiver.received) == 1  # the broker answered: the redispatch is not sent
+    request.refresh_from_db()
+    assert (request.state, request.drop_outcome) == (RequestState.COMPLETED, "deleted")
+
+
+def test_a_failure_once_the_redispatch_is_sent_is_recorded(
+    looped: Broker_, receiver: BrokerSimulator
+) -> None:
+    # Sent, it may be the redispatch's own answer: a callback names no dispatch, so a stale
+    # one cannot be told from it (docs/contracts.md §5.3).
+    request = failed_and_redispatched(looped, receiver)
+    delivery_job_run(request)
+    failed = body_for(request, "failed", error_message="CRM timeout")
+
+    response = put(DELETION, failed, key=looped.key, secret=looped.secret)
+
+    assert (response.status_code, response.json()["status"]) == (200, "recorded")
+    request.refresh_from_db()
+    assert (request.state, request.drop_outcome) == (RequestState.FAILED, "failed")
+
+
+def test_a_failure_before_a_redelivery_is_sent_is_recorded(
+    looped: Broker_, receiver: BrokerSimulator
+) -> None:
+    # A redelivery resends what got no answer: the broker may well have had it, and its first
+    # failure is a new outcome, even after an earlier redispatch (the one redelivered).
+    request = failed_and_redispatched(looped, receiver)
+    delivery_job_run(request)
+    deletion_request_redeliver(deletion_request=request, actor="staff:ann")
+    failed = body_for(request, "failed", error_message="CRM timeout")
+
+    response = put(DELETION, failed, key=looped.key, secret=looped.secret)
+
+    assert (response.status_code, response.json()["status"]) == (200, "recorded")
+    request.refresh_from_db()
+    assert request.state == RequestState.FAILED
 
 
 def test_more_callbacks_than_the_keys_rate_get_429_with_retry_after(

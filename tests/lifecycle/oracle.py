@@ -49,6 +49,9 @@ class Request:
     failure: str | None = None  # the last failed outcome's message
     email: str = ""
     cancelled: bool = False  # its integration was retired before it was answered
+    # Redispatched, and the broker has not had it again since (nor was it redelivered): a
+    # failure now answers the dispatch that failed before.
+    redispatch_unsent: bool = False
 
     @property
     def final(self) -> bool:
@@ -197,5 +200,7 @@ class Oracle:
         if not request.final:
             if outcome == "failed" and request.outcome == "failed" and request.failure == error:
                 return "unchanged"
+            if outcome == "failed" and request.redispatch_unsent:
+                return "unchanged"  # whatever its message: the failure on record is answered
             return "recorded"
         return "unchanged" if request.outcome == outcome else "conflict"

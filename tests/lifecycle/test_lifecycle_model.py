@@ -514,7 +514,10 @@ class LifecycleMachine(LifecycleInvariants, RuleBasedStateMachine):
                 item.requests.add(uuid)
         elif not known:
             item.requests.add(uuid)
-        self.oracle.requests.setdefault(uuid, Request(uuid, work_item_id, body["integration_id"]))
+        request = self.oracle.requests.setdefault(
+            uuid, Request(uuid, work_item_id, body["integration_id"])
+        )
+        request.redispatch_unsent = False  # sent: a failure may answer it now
 
     @precondition(lambda self: self.oracle.requests)
     @rule(data=st.data(), callbacks=st.integers(1, 3))
@@ -606,6 +609,9 @@ class LifecycleMachine(LifecycleInvariants, RuleBasedStateMachine):
         if answer.json()["status"] == "recorded":
             request.outcome = body["drop_outcome"]
             request.failure = error or None
+            request.redispatch_unsent = False  # answered: the redispatch is not sent
+        elif request.redispatch_unsent:
+            self.world.seen["stale failure before the redispatch is sent"] += 1
 
     # -- recurring deletion ------------------------------------------------------------------
 
@@ -893,6 +899,9 @@ class LifecycleMachine(LifecycleInvariants, RuleBasedStateMachine):
             self.world.seen["redelivery refused"] += 1
             return
         self.world.seen["redelivered"] += 1
+        known = self.oracle.requests.get(str(request.request_uuid))
+        if known is not None:  # what it resends may have reached the broker before
+            known.redispatch_unsent = False
 
     @rule(data=st.data())
     @counted
@@ -930,8 +939,9 @@ class LifecycleMachine(LifecycleInvariants, RuleBasedStateMachine):
 
     def _redispatched(self, uuid: str) -> None:
         request = self.oracle.requests.get(uuid)
-        if request is not None:  # the failure is forgotten: the same one again is new
+        if request is not None:  # the failure is forgotten: the same one again is new, once sent
             request.outcome, request.failure = None, None
+            request.redispatch_unsent = True
 
     # -- reporting to DROP ----------------------------------------------------------------
 

@@ -44,6 +44,11 @@ def failed(integration: Integration, hours_ago: float, name: str) -> DeletionReq
 
 def redispatched_and_failed_again(request: DeletionRequest, *, by: str) -> None:
     deletion_request_redispatch(deletion_request=request, actor=by)
+    # Sent, its 2xx recorded: only then can a failure answer the redispatch (one before it
+    # answers the dispatch that already failed, and changes nothing).
+    DeletionRequest.objects.filter(pk=request.pk).update(
+        state=RequestState.DISPATCHED, attempts=1, dispatched_at=timezone.now()
+    )
     deletion_outcome_record(
         deletion_request=DeletionRequest.objects.get(pk=request.pk),
         drop_outcome="failed",
@@ -120,3 +125,27 @@ def test_a_disabled_integration_keeps_its_failures_and_the_others_go_on(
     stuck.refresh_from_db()
     sent.refresh_from_db()
     assert (stuck.state, sent.state) == (RequestState.FAILED, RequestState.QUEUED)
+
+
+def test_a_stale_failure_before_the_redispatch_is_sent_leaves_it_queued_and_uses_no_try(
+    integration: Integration, settings
+) -> None:
+    # The broker sends its old failed callback again while the redispatch waits to be sent:
+    # recorded, it would fail the request once more, skip the send, and cost a try.
+    settings.DROPPORTAL_AUTO_REDISPATCH_HOURS = 6
+    request = failed(integration, hours_ago=7, name="C-stale")
+    assert tasks.redispatch_failed() == 1
+
+    repeated = deletion_outcome_record(
+        deletion_request=DeletionRequest.objects.get(pk=request.pk),
+        drop_outcome="failed",
+        error_message="CRM timeout",
+        actor="apikey:dpk_test",
+    )
+
+    assert (repeated.changed, repeated.state) == (False, RequestState.QUEUED)
+    request.refresh_from_db()
+    assert (request.state, request.drop_outcome) == (RequestState.QUEUED, "")
+    assert jobs_for(request) == 1
+    assert tasks.redispatch_failed() == 0
+    assert LedgerEvent.objects.filter(kind="deletion_request.redispatched").count() == 1

@@ -9,7 +9,8 @@ and checked the signature; this is the write::
     # raises OutcomeConflict: a different final outcome (409, ledger records the attempt)
 
 Idempotency (docs/contracts.md §5.3): the same outcome twice changes nothing; a different
-final outcome is refused; after ``failed`` a new outcome is accepted. Recording is one
+final outcome is refused; after ``failed`` a new outcome is accepted, but a failure while a
+redispatch waits to be sent is a repeat (it answers the dispatch before). Recording is one
 statement, the SQL function in ``integrations/sql/deletion_outcome_record.sql`` (the
 callbacks' hot path): the outcome, its opt-out record, its ledger event and the work item's
 settlement, in one transaction. That function alone judges the answer (recorded, an
