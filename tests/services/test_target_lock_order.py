@@ -9,6 +9,10 @@ import holds the broker's matching lock: the import inserts requests naming the 
 action that held the target or those requests and then waited for the matching lock would
 deadlock with it.
 
+And the work items several transactions settle in one: a delivery batch that settles those
+of what it delivered (a SaaS deletion's, an ISI answer's) and a retirement that settles those
+of what it cancelled take them in id order.
+
 This test commits (threads and a second connection must see the rows).
 """
 
@@ -40,8 +44,10 @@ from integrations.models import (
 from integrations.services.cycle import drop_import
 from integrations.services.cycle.drop_import import drop_zip_import
 from integrations.services.cycle.isi_connections import isi_connections_refresh
+from integrations.services.dispatch import deliveries
 from integrations.services.dispatch.deliveries import (
     deletion_requests_deliver,
+    resolution_requests_deliver,
     saas_deletions_deliver,
 )
 from integrations.services.staff.integrations import (
@@ -55,11 +61,13 @@ from integrations.services.staff.saas import (
     saas_connection_retire,
 )
 from tests.builders import (
+    CONNECTION_A,
     ConsumerFactory,
     DeletionRequestFactory,
     ResolutionRequestFactory,
     SaasConnectionFactory,
     SaasDeletionFactory,
+    WorkItemFactory,
     broker_connections,
     drop_zip,
     isi_integration_created,
@@ -432,3 +440,155 @@ def test_a_saas_connection_retired_while_an_import_removes_one_of_its_items_ends
     deletion = SaasDeletion.objects.get(pk=deletion.pk)
     assert deletion.state == RequestState.CANCELLED
     assert "removed by DROP" in deletion.last_error
+
+
+# -- work items: one order for every transaction that settles several -------------------------
+
+
+def _resolved(integration: Integration, item: WorkItem) -> ResolutionRequest:
+    """``item``'s identifier retrieval, answered with an email to delete."""
+    return ResolutionRequestFactory.create(
+        integration=integration,
+        work_item=item,
+        state=RequestState.COMPLETED,
+        identifiers=json.dumps({"email": [{"email": f"{item.work_item_id}@example.com"}]}),
+    )
+
+
+def _while_a_batch_settles(
+    monkeypatch: pytest.MonkeyPatch,
+    deliver: Callable[[], object],
+    staff_action: Callable[[], object],
+    settlement: str = "resolution_settle",
+) -> list[BaseException]:
+    """``deliver`` a batch; once it ran its first ``settlement`` (of the deliveries module:
+    a SaaS deletion's, or an ISI answer's record), its work item locked, run ``staff_action``
+    until it waits for a row; then let the batch settle the others. The errors of either."""
+    settled, release = threading.Event(), threading.Event()
+    settle = getattr(deliveries, settlement)
+
+    def settle_then_hold(**kwargs: Any) -> Any:
+        result = settle(**kwargs)
+        if not settled.is_set():
+            settled.set()
+            release.wait(30)
+        return result
+
+    monkeypatch.setattr(deliveries, settlement, settle_then_hold)
+    errors: list[BaseException] = []
+    try:
+        delivering = _in_thread(deliver, errors)
+        assert settled.wait(30), "the batch settled nothing"
+        acting = _in_thread(staff_action, errors)
+        _until(lambda: _waiting_for_locks() >= 1, "the staff action did not wait for a row")
+    finally:
+        release.set()
+    delivering.join(60)
+    acting.join(60)
+    assert not delivering.is_alive() and not acting.is_alive()
+    return errors
+
+
+def test_a_saas_batch_settling_items_while_their_integration_is_retired_ends_both(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batch settles the work item of each deletion it completed, the retirement those of
+    the integration's requests: two items both settle, each must take them in one order."""
+    with BrokerSimulator() as mailer_api:
+        crm = webhook_integration_created(broker, "http://127.0.0.1:9/d").integration
+        first, second = WorkItemFactory.create_batch(2, cycle__broker=broker)
+        for item in (first, second):
+            DeletionRequestFactory.create(integration=crm, work_item=item, dispatched=True)
+        resolutions = [_resolved(crm, first), _resolved(crm, second)]
+        mailer = SaasConnectionFactory.create(broker=broker, url=mailer_api.url)
+        # The second item's identifiers were answered first: its deletion comes first.
+        deletions = [
+            SaasDeletionFactory.create(resolution=resolution, saas_connection=mailer)
+            for resolution in reversed(resolutions)
+        ]
+
+        errors = _while_a_batch_settles(
+            monkeypatch,
+            lambda: saas_deletions_deliver(deletion_ids=[d.pk for d in deletions]),
+            lambda: integration_retire(integration=crm, reason="replaced", actor="test"),
+        )
+
+    assert errors == []
+    assert set(SaasDeletion.objects.values_list("state", flat=True)) == {RequestState.COMPLETED}
+    assert Integration.objects.get(pk=crm.pk).retired_at is not None
+    states = DeletionRequest.objects.filter(integration=crm).values_list("state", flat=True)
+    assert set(states) == {RequestState.CANCELLED}
+
+
+def test_an_isi_batch_recording_answers_while_another_integration_is_retired_ends_both(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ISI integration answers identifier retrievals at once: the batch records each answer,
+    which settles its work item, while the retirement settles the items of the requests of the
+    integration it retires."""
+    answer = {"email": [{"email": "ann@example.com"}]}
+    with IsiSimulator(
+        connections=broker_connections(), token="static-t0ken", identifiers={"C-1": answer}
+    ) as api:
+        isi = isi_integration_created(broker, api, oauth=False).integration
+        crm = webhook_integration_created(broker, "http://127.0.0.1:9/d").integration
+        SaasConnectionFactory.create(broker=broker, url="http://127.0.0.1:9/erase")
+        first, second = WorkItemFactory.create_batch(2, cycle__broker=broker)
+        for item in (first, second):
+            DeletionRequestFactory.create(integration=crm, work_item=item, dispatched=True)
+        # The second item's retrieval was made first (the first item matched later).
+        connection_a = isi.connections.get(uuid=CONNECTION_A)
+        retrievals = [
+            ResolutionRequestFactory.create(
+                isi_connection=connection_a, work_item=item, remote_identifier="C-1"
+            )
+            for item in (second, first)
+        ]
+
+        errors = _while_a_batch_settles(
+            monkeypatch,
+            lambda: resolution_requests_deliver(request_ids=[r.pk for r in retrievals]),
+            lambda: integration_retire(integration=crm, reason="replaced", actor="test"),
+            settlement="resolution_outcome_record",
+        )
+
+    assert errors == []
+    answered = ResolutionRequest.objects.filter(pk__in=[r.pk for r in retrievals])
+    assert set(answered.values_list("state", flat=True)) == {RequestState.COMPLETED}
+    assert Integration.objects.get(pk=crm.pk).retired_at is not None
+
+
+def test_a_saas_batch_settling_items_while_another_saas_connection_is_retired_ends_both(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both settle the resolutions of their deletions, each with its work item: the batch those
+    of the deletions it completed, the retirement those of the deletions it cancelled."""
+    with BrokerSimulator() as mailer_api:
+        crm = webhook_integration_created(broker, "http://127.0.0.1:9/d").integration
+        first, second = WorkItemFactory.create_batch(2, cycle__broker=broker)
+        # The second item's retrieval was made first (the first item matched later), and
+        # answered last.
+        of_second, of_first = _resolved(crm, second), _resolved(crm, first)
+        mailer = SaasConnectionFactory.create(broker=broker, url=mailer_api.url)
+        newsletter = SaasConnectionFactory.create(
+            broker=broker, name="Newsletter", url="http://127.0.0.1:9/erase"
+        )
+        mailed = []
+        for resolution in (of_first, of_second):
+            mailed.append(SaasDeletionFactory.create(resolution=resolution, saas_connection=mailer))
+            SaasDeletionFactory.create(resolution=resolution, saas_connection=newsletter)
+
+        errors = _while_a_batch_settles(
+            monkeypatch,
+            lambda: saas_deletions_deliver(deletion_ids=[d.pk for d in mailed]),
+            lambda: saas_connection_retire(connection=newsletter, reason="replaced", actor="test"),
+        )
+
+    assert errors == []
+    assert set(
+        SaasDeletion.objects.filter(saas_connection=mailer).values_list("state", flat=True)
+    ) == {RequestState.COMPLETED}
+    assert set(
+        SaasDeletion.objects.filter(saas_connection=newsletter).values_list("state", flat=True)
+    ) == {RequestState.CANCELLED}
+    assert SaasConnection.objects.get(pk=newsletter.pk).retired_at is not None
