@@ -79,9 +79,11 @@ def matching_lock(*, broker: Broker, timeout: float | None = None) -> None:
     requests and, answered 410 Gone, updates their target. A transaction holding none of
     these may take it later (after inserting its own new rows, say).
 
-    Work items by id, because a delivery batch and a retirement each settle several in one
-    transaction; settling a SaaS deletion takes its resolution's row just before its item's,
-    so those go by (work item, resolution) (``DeliveryKind.settles``).
+    Requests before their work items: a delivery batch or a callback holds its request while
+    it settles the request's item, and an import cancels the requests of the items it
+    removes. Work items by id, because a delivery batch and a retirement each settle several
+    in one transaction; settling a SaaS deletion takes its resolution's row just before its
+    item's, so those go by (work item, resolution) (``DeliveryKind.settles``).
     """
     with connection.cursor() as cursor:
         advisory_xact_lock(cursor, purpose=_MATCHING_LOCK, key=broker.pk, timeout=timeout)

@@ -9,9 +9,10 @@ import holds the broker's matching lock: the import inserts requests naming the 
 action that held the target or those requests and then waited for the matching lock would
 deadlock with it.
 
-And the work items several transactions settle in one: a delivery batch that settles those
+And the rows several transactions lock in one: a delivery batch that settles the work items
 of what it delivered (a SaaS deletion's, an ISI answer's) and a retirement that settles those
-of what it cancelled take them in id order.
+of what it cancelled take them in id order; an import that removes items takes their
+requests (which a batch in flight holds) before them.
 
 This test commits (threads and a second connection must see the rows).
 """
@@ -22,6 +23,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,7 @@ from integrations.models import (
     SaasConnection,
     SaasDeletion,
     WorkItem,
+    WorkItemState,
 )
 from integrations.services.cycle import drop_import
 from integrations.services.cycle.drop_import import drop_zip_import
@@ -102,22 +105,35 @@ def _until(condition: Callable[[], bool], what: str) -> None:
         time.sleep(0.02)
 
 
+@contextmanager
+def _answers_held(
+    simulator: BrokerSimulator,
+) -> Iterator[tuple[threading.Event, threading.Event]]:
+    """Each answer of ``simulator`` held until ``release``; ``arrived`` once a call came in."""
+    arrived, release = threading.Event(), threading.Event()
+    record = simulator._record
+
+    def held(*args: Any, **kwargs: Any) -> Reply:
+        reply = record(*args, **kwargs)
+        arrived.set()
+        release.wait(30)
+        return reply
+
+    simulator._record = held  # type: ignore[method-assign]
+    try:
+        yield arrived, release
+    finally:
+        release.set()
+
+
 @pytest.fixture
 def held_410() -> Iterator[tuple[BrokerSimulator, threading.Event, threading.Event]]:
     """A broker whose receiver answers 410 Gone, each answer held until ``release``."""
-    arrived, release = threading.Event(), threading.Event()
-    with BrokerSimulator(default_reply=Reply.gone()) as simulator:
-        record = simulator._record
-
-        def held(*args: Any, **kwargs: Any) -> Reply:
-            reply = record(*args, **kwargs)
-            arrived.set()
-            release.wait(30)
-            return reply
-
-        simulator._record = held  # type: ignore[method-assign]
+    with (
+        BrokerSimulator(default_reply=Reply.gone()) as simulator,
+        _answers_held(simulator) as (arrived, release),
+    ):
         yield simulator, arrived, release
-        release.set()
 
 
 def _in_thread(work: Callable[[], object], errors: list[BaseException]) -> threading.Thread:
@@ -592,3 +608,47 @@ def test_a_saas_batch_settling_items_while_another_saas_connection_is_retired_en
         SaasDeletion.objects.filter(saas_connection=newsletter).values_list("state", flat=True)
     ) == {RequestState.CANCELLED}
     assert SaasConnection.objects.get(pk=newsletter.pk).retired_at is not None
+
+
+def test_a_saas_deletion_answered_while_an_import_removes_its_item_ends_both(
+    broker: Broker, tmp_path: Path
+) -> None:
+    """The batch holds its deletion while it is sent and, answered, settles its work item; the
+    import removes that item and cancels its deletions not sent."""
+    with BrokerSimulator() as mailer_api, _answers_held(mailer_api) as (arrived, release):
+        mailer = SaasConnectionFactory.create(broker=broker, url=mailer_api.url)
+        webhook_integration_created(broker, "http://127.0.0.1:9/d")
+        ConsumerFactory.create(
+            broker=broker, remote_identifier="C-1", hashes={"email": ITEMS[0][1]}
+        )
+        drop_zip_import(
+            broker=broker,
+            path=_package(broker, tmp_path, "20261120_4821_DROP.zip", Email=ITEMS),
+            actor="test",
+        )
+        resolution = ResolutionRequest.objects.get()
+        item = WorkItem.objects.get(pk=resolution.work_item_id)
+        ResolutionRequest.objects.filter(pk=resolution.pk).update(
+            state=RequestState.COMPLETED,
+            identifiers=json.dumps({"email": [{"email": "ann@example.com"}]}),
+        )
+        deletion = SaasDeletionFactory.create(resolution=resolution, saas_connection=mailer)
+        removed = [(item.work_item_id, ITEMS[0][1], "Email")]
+        package = _package(broker, tmp_path, "20261121_4821_DROP.zip", Email=[], removed=removed)
+
+        errors: list[BaseException] = []
+        delivering = _in_thread(lambda: saas_deletions_deliver(deletion_ids=[deletion.pk]), errors)
+        assert arrived.wait(30), "the deletion did not reach the SaaS"
+        importing = _in_thread(
+            lambda: drop_zip_import(broker=broker, path=package, actor="test"), errors
+        )
+        _until(lambda: _waiting_for_locks() >= 1, "the import did not wait for the deletion")
+        release.set()
+        delivering.join(60)
+        importing.join(60)
+        assert not delivering.is_alive() and not importing.is_alive()
+
+    assert errors == []
+    # Sent before DROP removed the item: the SaaS took it.
+    assert SaasDeletion.objects.get(pk=deletion.pk).state == RequestState.COMPLETED
+    assert WorkItem.objects.get(pk=item.pk).state == WorkItemState.REMOVED
