@@ -12,7 +12,8 @@ deadlock with it.
 And the rows several transactions lock in one: a delivery batch that settles the work items
 of what it delivered (a SaaS deletion's, an ISI answer's) and a retirement that settles those
 of what it cancelled take them in id order; an import that removes items takes their
-requests (which a batch in flight holds) before them.
+requests (which a batch in flight holds) before them, and their earlier cycles (which a
+report holds while it marks their items) before them too.
 
 This test commits (threads and a second connection must see the rows).
 """
@@ -36,7 +37,9 @@ from devtools.isi_simulator import IsiSimulator
 from integrations.models import (
     Broker,
     DeletionRequest,
+    DropCycle,
     Integration,
+    ReportFile,
     RequestState,
     ResolutionRequest,
     SaasConnection,
@@ -53,6 +56,7 @@ from integrations.services.dispatch.deliveries import (
     resolution_requests_deliver,
     saas_deletions_deliver,
 )
+from integrations.services.reporting.report_files import report_files_write
 from integrations.services.staff.integrations import (
     integration_disable,
     integration_enable,
@@ -652,3 +656,49 @@ def test_a_saas_deletion_answered_while_an_import_removes_its_item_ends_both(
     # Sent before DROP removed the item: the SaaS took it.
     assert SaasDeletion.objects.get(pk=deletion.pk).state == RequestState.COMPLETED
     assert WorkItem.objects.get(pk=item.pk).state == WorkItemState.REMOVED
+
+
+def test_a_report_written_while_an_import_removes_one_of_its_items_ends_both(
+    broker: Broker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The report holds its cycle while it marks the cycle's rows; the import removes one of
+    those rows and then asks whether that earlier cycle is reported."""
+    drop_zip_import(
+        broker=broker,
+        path=_package(broker, tmp_path, "20261120_4821_DROP.zip", Email=ITEMS),
+        actor="test",
+    )
+    cycle = DropCycle.objects.get()
+    gone, kept = WorkItem.objects.order_by("pk")  # no consumer: both reportable as 5
+    removed = [(gone.work_item_id, ITEMS[0][1], "Email")]
+    package = _package(broker, tmp_path, "20261121_4821_DROP.zip", Email=[], removed=removed)
+    removing, release = threading.Event(), threading.Event()
+    refresh = drop_import.cycle_state_refresh
+
+    def removed_then_hold(**kwargs: Any) -> DropCycle:
+        removing.set()
+        release.wait(30)
+        return refresh(**kwargs)
+
+    monkeypatch.setattr(drop_import, "cycle_state_refresh", removed_then_hold)
+    errors: list[BaseException] = []
+    try:
+        importing = _in_thread(
+            lambda: drop_zip_import(broker=broker, path=package, actor="test"), errors
+        )
+        assert removing.wait(30), "the import did not remove the item"
+        reporting = _in_thread(
+            lambda: report_files_write(broker=broker, cycle=cycle, actor="test"), errors
+        )
+        _until(lambda: _waiting_for_locks() >= 1, "the report did not wait for a row")
+    finally:
+        release.set()
+    importing.join(60)
+    reporting.join(60)
+    assert not importing.is_alive() and not reporting.is_alive()
+
+    assert errors == []
+    assert WorkItem.objects.get(pk=gone.pk).state == WorkItemState.REMOVED
+    # The removed item owes nothing: the file holds the other one.
+    assert ReportFile.objects.get(cycle=cycle).rows == 1
+    assert WorkItem.objects.get(pk=kept.pk).pending_report_file is not None
