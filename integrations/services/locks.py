@@ -70,14 +70,22 @@ def matching_lock(*, broker: Broker, timeout: float | None = None) -> None:
     yet is matched by that one once it gets the lock. With ``timeout`` (seconds), gives up
     after that long (``LockBusy``).
 
-    Lock order: this lock first, then requests (deletion, resolution, SaaS deletion), then
-    their target's row (integration, SaaS connection). Its holder inserts requests naming a
-    target (their foreign key check, at its commit, waits for any ``FOR UPDATE`` of the
-    target's row) and cancels the requests of work items DROP removed: a transaction that
-    held a target or a request while it waited for this lock would deadlock with it.
-    Requests before their target, because a delivery batch holds its requests and, answered
-    410 Gone, updates their target. A transaction holding neither may take it later (after
-    inserting its own new rows, say).
+    Lock order: this lock first, then a cycle's row, then requests (deletion, resolution,
+    SaaS deletion), then their target's row (integration, SaaS connection), then work items
+    in id order. Its holder inserts requests naming a target (their foreign key check, at its
+    commit, waits for any ``FOR UPDATE`` of the target's row) and cancels the requests of
+    work items DROP removed: a transaction that held a target or a request while it waited
+    for this lock would deadlock with it. Requests before their target, because a delivery
+    batch holds its requests and, answered 410 Gone, updates their target. A transaction
+    holding none of these may take it later (after inserting its own new rows, say).
+
+    A cycle before its work items: the report holds its cycle while it marks the cycle's
+    items, and an import closing the items DROP removed then refreshes earlier cycles.
+    Requests before their work items: a delivery batch or a callback holds its request while
+    it settles the request's item, and an import cancels the requests of the items it
+    removes. Work items by id, because a delivery batch and a retirement each settle several
+    in one transaction; settling a SaaS deletion takes its resolution's row just before its
+    item's, so those go by (work item, resolution) (``DeliveryKind.settles``).
     """
     with connection.cursor() as cursor:
         advisory_xact_lock(cursor, purpose=_MATCHING_LOCK, key=broker.pk, timeout=timeout)

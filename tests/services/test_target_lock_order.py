@@ -9,6 +9,12 @@ import holds the broker's matching lock: the import inserts requests naming the 
 action that held the target or those requests and then waited for the matching lock would
 deadlock with it.
 
+And the rows several transactions lock in one: a delivery batch that settles the work items
+of what it delivered (a SaaS deletion's, an ISI answer's) and a retirement that settles those
+of what it cancelled take them in id order; an import that removes items takes their
+requests (which a batch in flight holds) before them, and their earlier cycles (which a
+report holds while it marks their items) before them too.
+
 This test commits (threads and a second connection must see the rows).
 """
 
@@ -18,6 +24,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,20 +37,26 @@ from devtools.isi_simulator import IsiSimulator
 from integrations.models import (
     Broker,
     DeletionRequest,
+    DropCycle,
     Integration,
+    ReportFile,
     RequestState,
     ResolutionRequest,
     SaasConnection,
     SaasDeletion,
     WorkItem,
+    WorkItemState,
 )
 from integrations.services.cycle import drop_import
 from integrations.services.cycle.drop_import import drop_zip_import
 from integrations.services.cycle.isi_connections import isi_connections_refresh
+from integrations.services.dispatch import deliveries
 from integrations.services.dispatch.deliveries import (
     deletion_requests_deliver,
+    resolution_requests_deliver,
     saas_deletions_deliver,
 )
+from integrations.services.reporting.report_files import report_files_write
 from integrations.services.staff.integrations import (
     integration_disable,
     integration_enable,
@@ -55,11 +68,13 @@ from integrations.services.staff.saas import (
     saas_connection_retire,
 )
 from tests.builders import (
+    CONNECTION_A,
     ConsumerFactory,
     DeletionRequestFactory,
     ResolutionRequestFactory,
     SaasConnectionFactory,
     SaasDeletionFactory,
+    WorkItemFactory,
     broker_connections,
     drop_zip,
     isi_integration_created,
@@ -94,22 +109,35 @@ def _until(condition: Callable[[], bool], what: str) -> None:
         time.sleep(0.02)
 
 
+@contextmanager
+def _answers_held(
+    simulator: BrokerSimulator,
+) -> Iterator[tuple[threading.Event, threading.Event]]:
+    """Each answer of ``simulator`` held until ``release``; ``arrived`` once a call came in."""
+    arrived, release = threading.Event(), threading.Event()
+    record = simulator._record
+
+    def held(*args: Any, **kwargs: Any) -> Reply:
+        reply = record(*args, **kwargs)
+        arrived.set()
+        release.wait(30)
+        return reply
+
+    simulator._record = held  # type: ignore[method-assign]
+    try:
+        yield arrived, release
+    finally:
+        release.set()
+
+
 @pytest.fixture
 def held_410() -> Iterator[tuple[BrokerSimulator, threading.Event, threading.Event]]:
     """A broker whose receiver answers 410 Gone, each answer held until ``release``."""
-    arrived, release = threading.Event(), threading.Event()
-    with BrokerSimulator(default_reply=Reply.gone()) as simulator:
-        record = simulator._record
-
-        def held(*args: Any, **kwargs: Any) -> Reply:
-            reply = record(*args, **kwargs)
-            arrived.set()
-            release.wait(30)
-            return reply
-
-        simulator._record = held  # type: ignore[method-assign]
+    with (
+        BrokerSimulator(default_reply=Reply.gone()) as simulator,
+        _answers_held(simulator) as (arrived, release),
+    ):
         yield simulator, arrived, release
-        release.set()
 
 
 def _in_thread(work: Callable[[], object], errors: list[BaseException]) -> threading.Thread:
@@ -432,3 +460,245 @@ def test_a_saas_connection_retired_while_an_import_removes_one_of_its_items_ends
     deletion = SaasDeletion.objects.get(pk=deletion.pk)
     assert deletion.state == RequestState.CANCELLED
     assert "removed by DROP" in deletion.last_error
+
+
+# -- work items: one order for every transaction that settles several -------------------------
+
+
+def _resolved(integration: Integration, item: WorkItem) -> ResolutionRequest:
+    """``item``'s identifier retrieval, answered with an email to delete."""
+    return ResolutionRequestFactory.create(
+        integration=integration,
+        work_item=item,
+        state=RequestState.COMPLETED,
+        identifiers=json.dumps({"email": [{"email": f"{item.work_item_id}@example.com"}]}),
+    )
+
+
+def _while_a_batch_settles(
+    monkeypatch: pytest.MonkeyPatch,
+    deliver: Callable[[], object],
+    staff_action: Callable[[], object],
+    settlement: str = "resolution_settle",
+) -> list[BaseException]:
+    """``deliver`` a batch; once it ran its first ``settlement`` (of the deliveries module:
+    a SaaS deletion's, or an ISI answer's record), its work item locked, run ``staff_action``
+    until it waits for a row; then let the batch settle the others. The errors of either."""
+    settled, release = threading.Event(), threading.Event()
+    settle = getattr(deliveries, settlement)
+
+    def settle_then_hold(**kwargs: Any) -> Any:
+        result = settle(**kwargs)
+        if not settled.is_set():
+            settled.set()
+            release.wait(30)
+        return result
+
+    monkeypatch.setattr(deliveries, settlement, settle_then_hold)
+    errors: list[BaseException] = []
+    try:
+        delivering = _in_thread(deliver, errors)
+        assert settled.wait(30), "the batch settled nothing"
+        acting = _in_thread(staff_action, errors)
+        _until(lambda: _waiting_for_locks() >= 1, "the staff action did not wait for a row")
+    finally:
+        release.set()
+    delivering.join(60)
+    acting.join(60)
+    assert not delivering.is_alive() and not acting.is_alive()
+    return errors
+
+
+def test_a_saas_batch_settling_items_while_their_integration_is_retired_ends_both(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batch settles the work item of each deletion it completed, the retirement those of
+    the integration's requests: two items both settle, each must take them in one order."""
+    with BrokerSimulator() as mailer_api:
+        crm = webhook_integration_created(broker, "http://127.0.0.1:9/d").integration
+        first, second = WorkItemFactory.create_batch(2, cycle__broker=broker)
+        for item in (first, second):
+            DeletionRequestFactory.create(integration=crm, work_item=item, dispatched=True)
+        resolutions = [_resolved(crm, first), _resolved(crm, second)]
+        mailer = SaasConnectionFactory.create(broker=broker, url=mailer_api.url)
+        # The second item's identifiers were answered first: its deletion comes first.
+        deletions = [
+            SaasDeletionFactory.create(resolution=resolution, saas_connection=mailer)
+            for resolution in reversed(resolutions)
+        ]
+
+        errors = _while_a_batch_settles(
+            monkeypatch,
+            lambda: saas_deletions_deliver(deletion_ids=[d.pk for d in deletions]),
+            lambda: integration_retire(integration=crm, reason="replaced", actor="test"),
+        )
+
+    assert errors == []
+    assert set(SaasDeletion.objects.values_list("state", flat=True)) == {RequestState.COMPLETED}
+    assert Integration.objects.get(pk=crm.pk).retired_at is not None
+    states = DeletionRequest.objects.filter(integration=crm).values_list("state", flat=True)
+    assert set(states) == {RequestState.CANCELLED}
+
+
+def test_an_isi_batch_recording_answers_while_another_integration_is_retired_ends_both(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ISI integration answers identifier retrievals at once: the batch records each answer,
+    which settles its work item, while the retirement settles the items of the requests of the
+    integration it retires."""
+    answer = {"email": [{"email": "ann@example.com"}]}
+    with IsiSimulator(
+        connections=broker_connections(), token="static-t0ken", identifiers={"C-1": answer}
+    ) as api:
+        isi = isi_integration_created(broker, api, oauth=False).integration
+        crm = webhook_integration_created(broker, "http://127.0.0.1:9/d").integration
+        SaasConnectionFactory.create(broker=broker, url="http://127.0.0.1:9/erase")
+        first, second = WorkItemFactory.create_batch(2, cycle__broker=broker)
+        for item in (first, second):
+            DeletionRequestFactory.create(integration=crm, work_item=item, dispatched=True)
+        # The second item's retrieval was made first (the first item matched later).
+        connection_a = isi.connections.get(uuid=CONNECTION_A)
+        retrievals = [
+            ResolutionRequestFactory.create(
+                isi_connection=connection_a, work_item=item, remote_identifier="C-1"
+            )
+            for item in (second, first)
+        ]
+
+        errors = _while_a_batch_settles(
+            monkeypatch,
+            lambda: resolution_requests_deliver(request_ids=[r.pk for r in retrievals]),
+            lambda: integration_retire(integration=crm, reason="replaced", actor="test"),
+            settlement="resolution_outcome_record",
+        )
+
+    assert errors == []
+    answered = ResolutionRequest.objects.filter(pk__in=[r.pk for r in retrievals])
+    assert set(answered.values_list("state", flat=True)) == {RequestState.COMPLETED}
+    assert Integration.objects.get(pk=crm.pk).retired_at is not None
+
+
+def test_a_saas_batch_settling_items_while_another_saas_connection_is_retired_ends_both(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both settle the resolutions of their deletions, each with its work item: the batch those
+    of the deletions it completed, the retirement those of the deletions it cancelled."""
+    with BrokerSimulator() as mailer_api:
+        crm = webhook_integration_created(broker, "http://127.0.0.1:9/d").integration
+        first, second = WorkItemFactory.create_batch(2, cycle__broker=broker)
+        # The second item's retrieval was made first (the first item matched later), and
+        # answered last.
+        of_second, of_first = _resolved(crm, second), _resolved(crm, first)
+        mailer = SaasConnectionFactory.create(broker=broker, url=mailer_api.url)
+        newsletter = SaasConnectionFactory.create(
+            broker=broker, name="Newsletter", url="http://127.0.0.1:9/erase"
+        )
+        mailed = []
+        for resolution in (of_first, of_second):
+            mailed.append(SaasDeletionFactory.create(resolution=resolution, saas_connection=mailer))
+            SaasDeletionFactory.create(resolution=resolution, saas_connection=newsletter)
+
+        errors = _while_a_batch_settles(
+            monkeypatch,
+            lambda: saas_deletions_deliver(deletion_ids=[d.pk for d in mailed]),
+            lambda: saas_connection_retire(connection=newsletter, reason="replaced", actor="test"),
+        )
+
+    assert errors == []
+    assert set(
+        SaasDeletion.objects.filter(saas_connection=mailer).values_list("state", flat=True)
+    ) == {RequestState.COMPLETED}
+    assert set(
+        SaasDeletion.objects.filter(saas_connection=newsletter).values_list("state", flat=True)
+    ) == {RequestState.CANCELLED}
+    assert SaasConnection.objects.get(pk=newsletter.pk).retired_at is not None
+
+
+def test_a_saas_deletion_answered_while_an_import_removes_its_item_ends_both(
+    broker: Broker, tmp_path: Path
+) -> None:
+    """The batch holds its deletion while it is sent and, answered, settles its work item; the
+    import removes that item and cancels its deletions not sent."""
+    with BrokerSimulator() as mailer_api, _answers_held(mailer_api) as (arrived, release):
+        mailer = SaasConnectionFactory.create(broker=broker, url=mailer_api.url)
+        webhook_integration_created(broker, "http://127.0.0.1:9/d")
+        ConsumerFactory.create(
+            broker=broker, remote_identifier="C-1", hashes={"email": ITEMS[0][1]}
+        )
+        drop_zip_import(
+            broker=broker,
+            path=_package(broker, tmp_path, "20261120_4821_DROP.zip", Email=ITEMS),
+            actor="test",
+        )
+        resolution = ResolutionRequest.objects.get()
+        item = WorkItem.objects.get(pk=resolution.work_item_id)
+        ResolutionRequest.objects.filter(pk=resolution.pk).update(
+            state=RequestState.COMPLETED,
+            identifiers=json.dumps({"email": [{"email": "ann@example.com"}]}),
+        )
+        deletion = SaasDeletionFactory.create(resolution=resolution, saas_connection=mailer)
+        removed = [(item.work_item_id, ITEMS[0][1], "Email")]
+        package = _package(broker, tmp_path, "20261121_4821_DROP.zip", Email=[], removed=removed)
+
+        errors: list[BaseException] = []
+        delivering = _in_thread(lambda: saas_deletions_deliver(deletion_ids=[deletion.pk]), errors)
+        assert arrived.wait(30), "the deletion did not reach the SaaS"
+        importing = _in_thread(
+            lambda: drop_zip_import(broker=broker, path=package, actor="test"), errors
+        )
+        _until(lambda: _waiting_for_locks() >= 1, "the import did not wait for the deletion")
+        release.set()
+        delivering.join(60)
+        importing.join(60)
+        assert not delivering.is_alive() and not importing.is_alive()
+
+    assert errors == []
+    # Sent before DROP removed the item: the SaaS took it.
+    assert SaasDeletion.objects.get(pk=deletion.pk).state == RequestState.COMPLETED
+    assert WorkItem.objects.get(pk=item.pk).state == WorkItemState.REMOVED
+
+
+def test_a_report_written_while_an_import_removes_one_of_its_items_ends_both(
+    broker: Broker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The report holds its cycle while it marks the cycle's rows; the import removes one of
+    those rows and then asks whether that earlier cycle is reported."""
+    drop_zip_import(
+        broker=broker,
+        path=_package(broker, tmp_path, "20261120_4821_DROP.zip", Email=ITEMS),
+        actor="test",
+    )
+    cycle = DropCycle.objects.get()
+    gone, kept = WorkItem.objects.order_by("pk")  # no consumer: both reportable as 5
+    removed = [(gone.work_item_id, ITEMS[0][1], "Email")]
+    package = _package(broker, tmp_path, "20261121_4821_DROP.zip", Email=[], removed=removed)
+    removing, release = threading.Event(), threading.Event()
+    refresh = drop_import.cycle_state_refresh
+
+    def removed_then_hold(**kwargs: Any) -> DropCycle:
+        removing.set()
+        release.wait(30)
+        return refresh(**kwargs)
+
+    monkeypatch.setattr(drop_import, "cycle_state_refresh", removed_then_hold)
+    errors: list[BaseException] = []
+    try:
+        importing = _in_thread(
+            lambda: drop_zip_import(broker=broker, path=package, actor="test"), errors
+        )
+        assert removing.wait(30), "the import did not remove the item"
+        reporting = _in_thread(
+            lambda: report_files_write(broker=broker, cycle=cycle, actor="test"), errors
+        )
+        _until(lambda: _waiting_for_locks() >= 1, "the report did not wait for a row")
+    finally:
+        release.set()
+    importing.join(60)
+    reporting.join(60)
+    assert not importing.is_alive() and not reporting.is_alive()
+
+    assert errors == []
+    assert WorkItem.objects.get(pk=gone.pk).state == WorkItemState.REMOVED
+    # The removed item owes nothing: the file holds the other one.
+    assert ReportFile.objects.get(cycle=cycle).rows == 1
+    assert WorkItem.objects.get(pk=kept.pk).pending_report_file is not None

@@ -233,6 +233,16 @@ def _import(
         # Every cycle tests the deletion system again with the broker's canaries.
         canary_round_send(broker=broker, actor=actor, cycle=cycle)
         clock.lap("requests")
+        # DROP sent this package, so it holds a status for every row of the last one: an
+        # earlier cycle left open only by its unreadable rows owes nothing more. Their rows
+        # before the items the Removed file closes, as a report holds its cycle while it
+        # marks the cycle's items (``matching_lock``).
+        earlier = list(
+            DropCycle.objects.select_for_update()
+            .filter(broker=broker, state=CycleState.OPEN)
+            .exclude(pk=cycle.pk)
+            .order_by("pk")
+        )
         removed = work_items_close_removed(
             broker, actor=actor, drop_session_id=cycle.drop_session_id
         )
@@ -246,12 +256,8 @@ def _import(
                 cycle, requests=requests, removed=removed, reader=reader, received=received
             ),
         )
-        # DROP sent this package, so it holds a status for every row of the last one: an
-        # earlier cycle left open only by its unreadable rows owes nothing more.
-        for earlier in DropCycle.objects.filter(broker=broker, state=CycleState.OPEN).exclude(
-            pk=cycle.pk
-        ):
-            cycle_state_refresh(cycle=earlier, actor=actor)
+        for each in earlier:
+            cycle_state_refresh(cycle=each, actor=actor)
         clock.lap("import")
     clock.lap("commit")
     return ImportResult(

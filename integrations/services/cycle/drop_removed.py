@@ -30,6 +30,25 @@ _CANCELLED_ON_REMOVAL = (
 )
 
 
+# Each kind of request that a removal cancels, locked in id order (what its UPDATE below
+# would lock, FOR NO KEY UPDATE, taken before the work items).
+_REQUESTS_TO_CANCEL_LOCKED = (
+    "SELECT 1 FROM integrations_deletionrequest d"
+    "  JOIN drop_closed_items c ON d.work_item_id = c.id"
+    " WHERE d.state = ANY(%(not_dispatched)s)"
+    " ORDER BY d.id FOR NO KEY UPDATE OF d",
+    "SELECT 1 FROM integrations_resolutionrequest rr"
+    "  JOIN drop_closed_items c ON rr.work_item_id = c.id"
+    " WHERE rr.state = ANY(%(not_dispatched)s)"
+    " ORDER BY rr.id FOR NO KEY UPDATE OF rr",
+    "SELECT 1 FROM integrations_saasdeletion sd"
+    "  JOIN integrations_resolutionrequest rr ON rr.id = sd.resolution_id"
+    "  JOIN drop_closed_items c ON rr.work_item_id = c.id"
+    " WHERE sd.state = ANY(%(not_dispatched)s)"
+    " ORDER BY sd.id FOR NO KEY UPDATE OF sd",
+)
+
+
 @dataclass(frozen=True)
 class RemovedResult:
     rows: int  # rows of the Removed file
@@ -57,31 +76,39 @@ def work_items_close_removed(broker: Broker, *, actor: str, drop_session_id: str
         cursor.execute("DROP TABLE IF EXISTS drop_closed_items")
         cursor.execute(
             "CREATE TEMP TABLE drop_closed_items ON COMMIT DROP AS"  # noqa: S608
-            " WITH closed AS ("
-            "   UPDATE integrations_workitem w"
-            "      SET status_code = NULL, updated_at = now(),"
-            # A removed item's state and flag (owing nothing), by the one rule
-            # (work_item_settle.sql).
-            "          (state, needs_amendment) = ("
-            "              SELECT f.state, f.needs_amendment"
-            "                FROM dropportal_work_item_status_fields("
-            "                     p_state => %(removed)s, p_code => NULL,"
-            "                     p_reported_at => w.reported_at,"
-            "                     p_reported_code => w.reported_status_code,"
-            "                     p_needs_amendment => false) f)"
-            f"    FROM {STAGED_REMOVED} r"
-            "    WHERE w.broker_id = %(broker)s AND w.work_item_id = r.work_item_id"
-            "      AND w.state <> %(removed)s"
-            "   RETURNING w.id)"
-            " SELECT id FROM closed",
+            " SELECT w.id FROM integrations_workitem w"
+            f"  JOIN {STAGED_REMOVED} r ON w.work_item_id = r.work_item_id"
+            " WHERE w.broker_id = %(broker)s AND w.state <> %(removed)s",
             {"removed": WorkItemState.REMOVED, "broker": broker.pk},
         )
-        closed = cursor.rowcount
         cancel: dict[str, Any] = {
             "cancelled": RequestState.CANCELLED,
             "not_dispatched": list(_CANCELLED_ON_REMOVAL),
             "reason": "work item removed by DROP (consumer cancelled)",
         }
+        # The requests to cancel before their work items, as a delivery batch or a callback
+        # holds its request while it settles the item (``matching_lock``).
+        for locking in _REQUESTS_TO_CANCEL_LOCKED:
+            cursor.execute(locking, cancel)
+        # Only this broker's imports remove items, one at a time (the matching lock): each
+        # item listed is closed here.
+        cursor.execute(
+            "UPDATE integrations_workitem w"
+            "   SET status_code = NULL, updated_at = now(),"
+            # A removed item's state and flag (owing nothing), by the one rule
+            # (work_item_settle.sql).
+            "       (state, needs_amendment) = ("
+            "           SELECT f.state, f.needs_amendment"
+            "             FROM dropportal_work_item_status_fields("
+            "                  p_state => %(removed)s, p_code => NULL,"
+            "                  p_reported_at => w.reported_at,"
+            "                  p_reported_code => w.reported_status_code,"
+            "                  p_needs_amendment => false) f)"
+            "  FROM drop_closed_items c"
+            " WHERE w.id = c.id",
+            {"removed": WorkItemState.REMOVED},
+        )
+        closed = cursor.rowcount
         cursor.execute(
             "UPDATE integrations_deletionrequest d"
             "   SET state = %(cancelled)s, next_attempt_at = NULL, completed_at = now(),"

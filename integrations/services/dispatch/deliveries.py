@@ -161,6 +161,9 @@ class DeletionRequests:
     def after_final(self, item: DeletionRequest) -> None:
         """Nothing: its outcome, recorded by the callback, settles its work item."""
 
+    def settles(self, item: DeletionRequest) -> tuple[int, int]:
+        return (item.work_item_id or 0, item.pk)  # a canary's has no work item
+
 
 DELETION_REQUESTS = DeletionRequests()
 
@@ -245,6 +248,9 @@ class ResolutionRequests:
     def after_final(self, item: ResolutionRequest) -> None:
         """Nothing: recording its answer settles its work item."""
 
+    def settles(self, item: ResolutionRequest) -> tuple[int, int]:
+        return (item.work_item_id, item.pk)
+
 
 RESOLUTION_REQUESTS = ResolutionRequests()
 
@@ -318,6 +324,9 @@ class SaasDeletions:
 
     def after_final(self, item: SaasDeletion) -> None:
         resolution_settle(resolution_id=item.resolution_id)
+
+    def settles(self, item: SaasDeletion) -> tuple[int, int]:
+        return (item.resolution.work_item_id, item.resolution_id)
 
 
 SAAS_DELETIONS = SaasDeletions()

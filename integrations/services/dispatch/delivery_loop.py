@@ -50,6 +50,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal, Protocol, TypeVar
 
 from django.db import models, transaction
@@ -135,6 +136,11 @@ class DeliveryKind(Protocol[Item]):
 
     def after_final(self, item: Item) -> None:
         """Inside the batch's transaction, once it is completed or cancelled."""
+
+    def settles(self, item: Item) -> tuple[int, int]:
+        """Whose status its answer or its end settles, as (work item id, request id): the
+        request whose row that locks with its work item's (a SaaS deletion's resolution),
+        else itself. The batch settles its rows in this order (``_settle_in_order``)."""
 
 
 def target_kind(target: Target) -> str:
@@ -237,6 +243,8 @@ def _deliver_batch(
             counts["deferred"] += len(later)
             items = [item for item in items if kind.broker_id(item) not in busy]
         calls: list[Call] = []
+        # What each row's end or answer settles, run once every row is written.
+        settlements: list[tuple[Item, Callable[[], None]]] = []
         for item in items:
             target = kind.target(item)
             if target is None or not target.enabled:
@@ -248,6 +256,7 @@ def _deliver_batch(
                 message = kind.outbound(item) if transport is not None else None
             except NothingToDeliver as reason:
                 _cancel(kind, item, str(reason), now())
+                settlements.append((item, partial(kind.after_final, item)))
                 counts["skipped"] += 1
                 continue
             except Exception as exc:
@@ -262,7 +271,7 @@ def _deliver_batch(
             calls.append(Call(item, target, transport, message))
         verdicts = _send(calls, pool)
         finished = now()
-        attempts, events, answered = [], [], []
+        attempts, events = [], []
         for call, verdict in zip(calls, verdicts, strict=True):
             attempt, event, ending = _apply(kind, call, verdict, finished)
             attempts.append(attempt)
@@ -270,17 +279,29 @@ def _deliver_batch(
             counts[ending] += 1
             DELIVERIES.labels(kind=kind.name, result=ending).inc()
             if ending == "delivered" and call.message.on_delivered is not None:
-                answered.append((call.message.on_delivered, verdict))
+                settlements.append((call.item, partial(call.message.on_delivered, verdict)))
+            if call.item.state == RequestState.COMPLETED:
+                settlements.append((call.item, partial(kind.after_final, call.item)))
         if calls:
             DeliveryAttempt.objects.bulk_create(attempts)
             _save_states(kind, [call.item for call in calls])
             ledger_events_append(events)
-            for on_delivered, verdict in answered:
-                on_delivered(verdict)
-            for call in calls:
-                if call.item.state == RequestState.COMPLETED:
-                    kind.after_final(call.item)
+        _settle_in_order(kind, settlements)
     return counts, failure
+
+
+def _settle_in_order(
+    kind: DeliveryKind[Item], settlements: list[tuple[Item, Callable[[], None]]]
+) -> None:
+    """Run the batch's settlements in their work items' order (``DeliveryKind.settles``).
+
+    Each locks a work item (a SaaS deletion's, its resolution just before), and so does
+    every other transaction that settles several, in that same order (``matching_lock``):
+    taken in the order of the batch's rows, two settlements could each hold an item the
+    other waits for. The sort is stable: a row's answer is recorded before its end settles.
+    """
+    for _, settle in sorted(settlements, key=lambda pair: kind.settles(pair[0])):
+        settle()
 
 
 def _save_states(kind: DeliveryKind[Item], items: list[Item]) -> None:
@@ -428,4 +449,3 @@ def _cancel(kind: DeliveryKind[Item], item: Item, reason: str, when: dt.datetime
         subject=kind.subject(item),
         data={**kind.ledger_data(item), "reason": reason},
     )
-    kind.after_final(item)

@@ -325,7 +325,7 @@ def integration_retire(*, integration: Integration, reason: str, actor: str) -> 
         )
         waiting = cancelled_requests_wait_for_target(cancelled_ids=cancelled_ids)
         targeted = pending_requests_target(broker=locked.broker, actor=actor) if waiting else None
-        items = sorted(deletion_items | resolution_items)
+        items = sorted(deletion_items | resolution_items)  # by id (``matching_lock``)
         for item in items:
             work_item_settle(work_item=WorkItem(pk=item), actor=actor)
         result = IntegrationRetired(

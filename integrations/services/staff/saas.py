@@ -254,8 +254,11 @@ def saas_connection_retire(
         open_deletions = SaasDeletion.objects.filter(saas_connection=locked).exclude(
             state__in=FINAL_SAAS_STATES
         )
-        resolution_ids = sorted(set(open_deletions.values_list("resolution_id", flat=True)))
-        work_items = len(set(open_deletions.values_list("resolution__work_item_id", flat=True)))
+        # Settled in their work items' order, as every path settling several (``matching_lock``).
+        settled = sorted(
+            set(open_deletions.values_list("resolution__work_item_id", "resolution_id"))
+        )
+        work_items = len({item for item, _ in settled})
         cancelled = open_deletions.update(
             state=RequestState.CANCELLED,
             next_attempt_at=None,
@@ -275,7 +278,7 @@ def saas_connection_retire(
                 "work_items": work_items,
             },
         )
-        for resolution_id in resolution_ids:
+        for _, resolution_id in settled:
             resolution_settle(resolution_id=resolution_id, actor=actor)
     return SaasConnectionRetired(locked, cancelled, work_items)
 
