@@ -3,6 +3,7 @@ periodic pull. No request leaves 127.0.0.1; waits are recorded, not slept."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import hashlib
@@ -28,6 +29,7 @@ from integrations.drop.client import PRODUCTION_URL, SANDBOX_URL
 from integrations.models import Broker, DeletionRequest, DropCycle, LedgerEvent, WorkItem
 from integrations.selectors.pulls import brokers_due_for_pull
 from integrations.services.cycle import drop as drop_services
+from integrations.services.cycle import drop_import as drop_import_services
 from integrations.services.staff.brokers import broker_create, broker_update
 from tests.builders import (
     PACKAGE_DATE,
@@ -102,6 +104,12 @@ def assert_nothing_imported() -> None:
     assert not DropCycle.objects.exists()
     assert not WorkItem.objects.exists()
     assert not DeletionRequest.objects.exists()
+
+
+def kept_files(tmp_path: Path) -> list[str]:
+    """Every file under the broker's package directory, by its path there."""
+    directory = tmp_path / "packages" / "4821"
+    return sorted(str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file())
 
 
 def assert_key_never_recorded() -> None:
@@ -283,8 +291,7 @@ def test_a_body_cut_short_is_retried_and_never_imported_in_part(
     drop.queue_package(package, PACKAGE_NAME)
     assert pull_json(capsys)["work_items"] == 5
     assert [outcome for _, outcome in api_calls()] == ["truncated", "package"]
-    kept = sorted(p.name for p in (tmp_path / "packages" / "4821").iterdir())
-    assert kept == [PACKAGE_NAME]  # no partial file left behind
+    assert kept_files(tmp_path) == [PACKAGE_NAME]  # no partial file left behind
 
 
 def test_a_body_cut_short_every_time_imports_nothing(
@@ -295,7 +302,7 @@ def test_a_body_cut_short_every_time_imports_nothing(
     with pytest.raises(CommandError, match="download cut short"):
         pull()
     assert_nothing_imported()
-    assert list((tmp_path / "packages" / "4821").iterdir()) == []
+    assert kept_files(tmp_path) == []
 
 
 def test_a_bad_package_is_refused_whole_and_kept_for_staff(
@@ -544,8 +551,7 @@ def test_a_stalled_package_is_pulled_again(
 
     assert [outcome for _, outcome in api_calls()] == ["stalled", "package"]
     assert LedgerEvent.objects.get(kind="drop.pulled").data["attempts"] == 2
-    kept = sorted(p.name for p in (tmp_path / "packages" / "4821").iterdir())
-    assert kept == [PACKAGE_NAME]
+    assert kept_files(tmp_path) == [PACKAGE_NAME]
 
 
 @pytest.mark.parametrize("ranges", [True, False], ids=["range-honoured", "range-ignored"])
@@ -577,8 +583,7 @@ def test_a_package_stalled_past_max_wait_is_resumed_and_arrives_whole(
     pulled = LedgerEvent.objects.get(kind="drop.pulled").data
     assert pulled["zip_sha256"] == hashlib.sha256(package).hexdigest()
     assert (pulled["size_bytes"], pulled["attempts"]) == (len(package), 2)
-    kept = sorted(p.name for p in (tmp_path / "packages" / "4821").iterdir())
-    assert kept == [PACKAGE_NAME]  # the part kept for the resume is gone
+    assert kept_files(tmp_path) == [PACKAGE_NAME]  # the part kept for the resume is gone
     assert (tmp_path / "packages" / "4821" / PACKAGE_NAME).read_bytes() == package
 
 
@@ -595,7 +600,7 @@ def test_a_package_that_keeps_stalling_is_given_up_after_max_body_retries(
 
     assert [outcome for _, outcome in api_calls()] == ["stalled"] * 3
     assert_nothing_imported()
-    assert list((tmp_path / "packages" / "4821").iterdir()) == []
+    assert kept_files(tmp_path) == []
 
 
 def test_an_odd_package_is_pulled_imported_in_part_and_the_exit_names_the_rest(
@@ -637,3 +642,86 @@ def test_a_progress_bar_follows_the_download_on_a_terminal_only(
         assert f"100%|##########| {len(package)}/{len(package)}" in drawn
     else:
         assert drawn == ""
+
+
+# ---------------------------------------------------------------- a pull that stopped midway
+
+
+def _killed(*args: Any, **kwargs: Any) -> None:
+    raise KeyboardInterrupt("killed")
+
+
+# What DROP may answer a download asked again before the package it sent has its statuses:
+# its 409 (that download still has work items without a status), or "nothing new" (it was
+# a completed download). Neither sends the package again.
+DROP_WONT_SEND_IT_AGAIN = {
+    "conflict": lambda drop: drop.queue_response(
+        409, body={"message": "Report first"}, path="/data/download"
+    ),
+    "nothing_new": lambda drop: drop.queue_nothing_new(),
+}
+
+
+@pytest.mark.parametrize("answer", DROP_WONT_SEND_IT_AGAIN)
+def test_a_pull_killed_before_its_import_committed_imports_the_kept_package_next_time(
+    broker: Broker,
+    drop: DropSimulator,
+    package: bytes,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys,
+    tmp_path: Path,
+    answer: str,
+) -> None:
+    drop.queue_package(package, PACKAGE_NAME)
+    with monkeypatch.context() as kill:
+        # Killed in the import's transaction, its work items written: it all rolls back.
+        kill.setattr(drop_import_services, "canary_round_send", _killed)
+        with pytest.raises(KeyboardInterrupt):
+            pull()
+    assert_nothing_imported()
+    downloaded = LedgerEvent.objects.get(kind="drop.api_call").created_at
+    DROP_WONT_SEND_IT_AGAIN[answer](drop)
+
+    shown = pull_json(capsys)
+
+    assert (shown["outcome"], shown["work_items"], shown["matched"]) == ("imported", 5, 1)
+    assert DeletionRequest.objects.get().remote_identifier == "C-1"
+    cycle = DropCycle.objects.get()
+    assert cycle.downloaded_at <= downloaded  # DROP's 45 days run from the download
+    assert len(drop.calls("/data/download")) == 1  # DROP is asked again at the next pull
+    pulled = LedgerEvent.objects.get(kind="drop.pulled").data
+    assert (pulled["outcome"], pulled["zip_sha256"], pulled["resumed"]) == (
+        "imported",
+        hashlib.sha256(package).hexdigest(),
+        True,
+    )
+    broker.refresh_from_db()
+    assert broker.last_pulled_at is not None
+    assert kept_files(tmp_path) == [PACKAGE_NAME]
+
+    # The next pull asks DROP again, as any pull does (what it answers is its own).
+    with contextlib.suppress(CommandError):
+        pull()
+    assert len(drop.calls("/data/download")) == 2
+    assert DropCycle.objects.count() == 1
+
+
+def test_a_pull_killed_once_its_import_committed_is_done_at_the_next_pull(
+    broker: Broker, drop: DropSimulator, package: bytes, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    drop.queue_package(package, PACKAGE_NAME)
+    with monkeypatch.context() as kill:
+        kill.setattr(drop_services, "_pulled", _killed)  # the import committed
+        with pytest.raises(KeyboardInterrupt):
+            pull()
+    assert DropCycle.objects.count() == 1
+    drop.queue_response(409, body={"message": "Report first"}, path="/data/download")
+
+    assert pull_json(capsys)["outcome"] == "already_imported"
+
+    assert len(drop.calls("/data/download")) == 1  # no 409 for a pull that had succeeded
+    assert not LedgerEvent.objects.filter(kind="drop.pull_failed").exists()
+    assert LedgerEvent.objects.get(kind="drop.pulled").data["outcome"] == "already_imported"
+    broker.refresh_from_db()
+    assert broker.last_pulled_at is not None
+    assert DropCycle.objects.count() == 1

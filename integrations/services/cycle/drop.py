@@ -8,12 +8,16 @@
 
 Every call to DROP is a ``drop.api_call`` ledger event (never with the key). A downloaded
 package is kept under ``var/drop-packages/<broker id>/``: when its import fails, staff fix
-the cause and import that file with ``drop import`` (DROP may not send it again).
+the cause and import that file with ``drop import`` (DROP may not send it again). It waits
+in ``incoming/`` there until its import has an outcome, so a pull stopped before that (the
+process killed, the database gone) is finished by the next pull from the package kept.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
+import hashlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +35,7 @@ from integrations.drop.client import (
     drop_api_key_problem,
     drop_base_url_problem,
 )
-from integrations.drop.transport import DropLimits, OnProgress
+from integrations.drop.transport import DropLimits, OnProgress, place_atomically
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker
 from integrations.services.cycle.drop_access import drop_access_record
@@ -39,6 +43,8 @@ from integrations.services.cycle.drop_import import DropImportError, ImportResul
 from integrations.services.ledger import ledger_event_append
 
 PACKAGES_DIR = settings.DROPPORTAL_VAR_DIR / "drop-packages"
+# Under a broker's directory: packages downloaded whose import has no outcome yet.
+INCOMING = "incoming"
 # The DROP client's time bounds and retries (a module attribute, so tests can shorten them);
 # the stall is DROPPORTAL_DROP_STALL_SECONDS, read at each pull.
 DROP_LIMITS = DropLimits()
@@ -136,14 +142,34 @@ def drop_pull(
     being resumed ``DropLimits.max_body_retries`` times. A refusal (401, 403, 409, ...) or a
     refused package is a ``drop.pull_failed`` event and nothing is imported; the next pull
     starts afresh. DROP failing through no doing of the broker's starts or extends an outage
-    (``services.cycle.drop_access``); any answer of DROP's ends it.
+    (``services.cycle.drop_access``); any answer of DROP's ends it. A package an earlier pull
+    downloaded and stopped before importing is imported first, and DROP is not called: a
+    ``drop.pulled`` event with ``resumed`` true.
     """
+    directory = PACKAGES_DIR / broker.broker_id
+    incoming = directory / INCOMING
+    left = sorted(incoming.glob("*.zip"), key=lambda path: path.stat().st_mtime)
+    if left:
+        # A pull stopped after DROP sent this package and before its import had an outcome.
+        # DROP will not send it again (a 409 or "nothing new" until its statuses are in), so
+        # it is imported from here; DROP is asked again at the next pull.
+        for path in left:
+            result = _package_import(
+                broker,
+                actor,
+                path,
+                zip_name=path.name,
+                downloaded_at=min(
+                    dt.datetime.fromtimestamp(path.stat().st_mtime, tz=dt.UTC), timezone.now()
+                ),
+                facts={"size_bytes": path.stat().st_size, "resumed": True},
+            )
+        return result
     started = time.monotonic()
     try:
         client = drop_client_for(broker, actor=actor, max_wait_seconds=max_wait_seconds)
-        directory = PACKAGES_DIR / broker.broker_id
-        directory.mkdir(parents=True, exist_ok=True)
-        download = client.download(directory, on_progress=on_progress)
+        incoming.mkdir(parents=True, exist_ok=True)
+        download = client.download(incoming, on_progress=on_progress)
         download_ms = int((time.monotonic() - started) * 1000)
     except (DropApiError, DropPullError, ValueError, OSError) as exc:
         message = str(exc)
@@ -166,18 +192,47 @@ def drop_pull(
         return PullResult("nothing_new", message=download.message or "")
 
     assert download.path is not None
+    return _package_import(
+        broker,
+        actor,
+        download.path,
+        zip_name=download.file_name,
+        downloaded_at=timezone.now(),
+        # The download (from the first call to the package on disk, waits included).
+        facts={
+            "size_bytes": download.size_bytes,
+            "duration_ms": download_ms,
+            "attempts": download.attempts,
+        },
+    )
+
+
+def _package_import(
+    broker: Broker,
+    actor: str,
+    path: Path,
+    *,
+    zip_name: str | None,
+    downloaded_at: dt.datetime,
+    facts: dict[str, object],
+) -> PullResult:
+    """Import the package at ``path`` (in ``incoming/``), record the pull, then keep the
+    package beside the others: only once the pull is recorded does it leave ``incoming/``,
+    so a pull stopped before that is finished by the next one (the import of a package
+    imported before changes nothing)."""
     try:
         imported = drop_zip_import(
             broker=broker,
-            path=download.path,
-            zip_name=download.file_name,
-            downloaded_at=timezone.now(),
+            path=path,
+            zip_name=zip_name,
+            downloaded_at=downloaded_at,
             actor=actor,
         )
     except DropImportError as exc:
+        kept = _package_keep(path)
         message = (
-            f"{exc}. The package is kept at {download.path}; once the cause is fixed, "
-            f"import it with: manage.py drop import --broker {broker.broker_id} {download.path}"
+            f"{exc}. The package is kept at {kept}; once the cause is fixed, "
+            f"import it with: manage.py drop import --broker {broker.broker_id} {kept}"
         )
         _pull_failed(broker, actor, message, None, "package")
         raise DropPullError(message) from exc
@@ -189,16 +244,25 @@ def drop_pull(
         actor,
         {
             "outcome": outcome,
-            "zip_name": download.file_name,
-            "zip_sha256": download.sha256,
+            "zip_name": zip_name,
+            "zip_sha256": imported.cycle.zip_sha256,
             "drop_session_id": imported.cycle.drop_session_id,
-            # The download (from the first call to the package on disk, waits included).
-            "size_bytes": download.size_bytes,
-            "duration_ms": download_ms,
-            "attempts": download.attempts,
+            **facts,
         },
     )
-    return PullResult(outcome, imported=imported, path=download.path)
+    return PullResult(outcome, imported=imported, path=_package_keep(path))
+
+
+def _package_keep(path: Path) -> Path:
+    """Move a package out of ``incoming/`` into the broker's directory, as the download
+    placed it: the same bytes kept there already are not kept twice, a different package of
+    that name gets ``-1``, ``-2``... appended."""
+    try:
+        with path.open("rb") as package:
+            sha256 = hashlib.file_digest(package, "sha256").hexdigest()
+    except FileNotFoundError:  # a pull run at the same time kept it
+        return path.parent.parent / path.name
+    return place_atomically(path, path.parent.parent, path.name, sha256)
 
 
 def _pulled(broker: Broker, actor: str, data: dict[str, object]) -> None:
