@@ -39,7 +39,9 @@ from integrations.models import (
 from integrations.selectors.deadlines import cycle_deadlines
 from integrations.selectors.drop_metrics import drop_metrics
 from integrations.selectors.outcomes import deletion_outcomes
+from integrations.services.cycle.outstanding import outstanding_cycles_clear
 from integrations.services.cycle.work_items import work_item_settle
+from integrations.services.reporting import report_uploads
 from integrations.services.reporting.report_files import report_files_write
 from integrations.services.reporting.report_manual import (
     report_file_discard,
@@ -696,6 +698,63 @@ def test_the_job_sends_amendments_for_reported_cycles(
 
     (amendment,) = run.accepted
     assert csv_rows(drop.amended[amendment.file_name]) == {"EmailNotFnd1": 3}
+
+
+def test_a_job_killed_once_drop_took_the_last_file_reports_the_cycle_next_run(
+    cycle: DropCycle, drop: DropSimulator, auto: Callable[..., Any], monkeypatch
+) -> None:
+    pending = WorkItem.objects.get(work_item_id="EmailPending")
+    pending.deletion_requests.update(state=RequestState.COMPLETED, drop_outcome="not_found")
+    work_item_settle(work_item=pending)
+
+    def killed(**kwargs: Any) -> None:
+        raise KeyboardInterrupt("killed")
+
+    with monkeypatch.context() as kill:
+        # Every answer recorded; killed before the cycle's own state followed.
+        kill.setattr(report_uploads, "cycle_state_refresh", killed)
+        with pytest.raises(KeyboardInterrupt):
+            auto(cycle.broker)
+    assert not WorkItem.objects.owed().exists()  # DROP holds every status
+    outstanding_cycles_clear()  # the periodic job that runs beside the report's
+
+    auto(cycle.broker)
+
+    cycle.refresh_from_db()
+    assert cycle.state == CycleState.REPORTED
+    assert LedgerEvent.objects.filter(kind="drop_cycle.reported", subject="1").count() == 1
+    assert len(drop.calls("/data/upload")) == 2  # nothing sent again
+
+
+def test_an_amendment_drop_took_before_the_process_was_killed_is_accepted_once(
+    cycle: DropCycle, drop: DropSimulator, client: DropClient, auto: Callable[..., Any]
+) -> None:
+    report_run(broker=cycle.broker, upload=True, client=client)
+    late_match_deleted()
+
+    class DiesAfterDropAnswers(DropClient):
+        def amend(self, files: Any) -> Any:
+            super().amend(files)
+            raise KeyboardInterrupt("killed")
+
+    dying = DiesAfterDropAnswers(drop.url, drop.api_key, sleep=lambda s: None, allow_private=True)
+    with pytest.raises(KeyboardInterrupt):
+        report_auto(broker=cycle.broker, client=dying, today=dt.date(2026, 3, 20))
+    amend = "20260312_4821_Email_amend01.csv"
+    assert ReportFile.objects.get(file_name=amend).state == ReportFileState.WRITTEN
+    assert csv_rows(drop.amended[amend]) == {"EmailNotFnd1": 3}
+
+    run = auto(cycle.broker)
+
+    assert [f.file_name for f in run.accepted] == [amend]  # the same file, not a second one
+    assert ReportFile.objects.filter(kind="amend").count() == 1
+    sent = [r.files for r in drop.calls("/data/amend")]
+    assert sent == [{amend: drop.amended[amend]}] * 2  # the same bytes both times
+    late = WorkItem.objects.get(work_item_id="EmailNotFnd1")
+    assert (late.reported_status_code, late.needs_amendment) == (3, False)
+    assert LedgerEvent.objects.filter(kind="report_file.accepted", subject=amend).count() == 1
+    assert auto(cycle.broker).written == []  # nothing owed: nothing more goes to DROP
+    assert len(drop.calls("/data/amend")) == 2
 
 
 def test_the_job_leaves_a_rejected_files_rows_to_staff_and_sends_the_rest(

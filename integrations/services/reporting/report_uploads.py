@@ -37,6 +37,7 @@ from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     AWAITING_DROP,
     Broker,
+    CycleState,
     DropCycle,
     ReportFile,
     ReportFileState,
@@ -132,7 +133,13 @@ def report_files_upload(
                 run.error = error
                 run.pending.extend(queue[position:])
                 break
-    for each in touched.values():
+    # The open cycles too, not only those whose files went out: a run stopped after DROP's
+    # last answer was recorded (killed, the database gone) left its cycle open, and no file
+    # of it is left to send.
+    still_open = DropCycle.objects.filter(broker=broker, state=CycleState.OPEN)
+    if cycle is not None:
+        still_open = still_open.filter(pk=cycle.pk)
+    for each in [*touched.values(), *still_open.exclude(pk__in=touched).order_by("pk")]:
         cycle_state_refresh(cycle=each, actor=actor)
     return run
 
