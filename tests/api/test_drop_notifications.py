@@ -150,6 +150,33 @@ def test_an_event_delivered_again_does_nothing(
     assert _pull_jobs() == []  # the first pull has run; the repeat starts none
 
 
+def test_a_notification_killed_before_it_was_recorded_is_taken_when_drop_sends_it_again(
+    api_client: APIClient, webhook_broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from integrations.services.cycle import drop_notifications
+
+    def killed(**kwargs: Any) -> None:
+        raise KeyboardInterrupt("killed")
+
+    event_id = str(uuid.uuid4())
+    with monkeypatch.context() as kill:
+        # Its row and its pull job written, the transaction not committed: DROP got no answer.
+        kill.setattr(drop_notifications, "ledger_event_append", killed)
+        with pytest.raises(KeyboardInterrupt):
+            drop_notification_post(api_client, "download.ready", event_id=event_id)
+    assert not DropNotification.objects.exists()
+    assert _pull_jobs() == []
+
+    # DROP delivers the event again, as it does any delivery not answered 2xx.
+    again = drop_notification_post(api_client, "download.ready", event_id=event_id)
+
+    assert again.status_code == 204
+    assert DropNotification.objects.get().event_id == event_id
+    assert len(_pull_jobs()) == 1
+    (event,) = _notification_events()
+    assert event.data["pull_queued"] is True
+
+
 def _metric(api_client: APIClient, metrics_key: str, result: str) -> float:
     text = api_client.get("/metrics", **bearer(metrics_key)).content.decode()
     match = re.search(

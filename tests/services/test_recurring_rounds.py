@@ -19,8 +19,10 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import Client
+from procrastinate.contrib.django.models import ProcrastinateJob
 
 from devtools.drop_simulator import work_items
+from integrations import enqueue
 from integrations.consumers.api_reader import parse_api_consumers
 from integrations.drop.calendar import drop_date
 from integrations.models import (
@@ -176,6 +178,46 @@ def test_a_round_another_run_sent_after_the_schedule_was_read_is_not_sent_again(
     assert sent.work_items == 1
     assert DeletionRequest.objects.filter(round=1, work_item=first).count() == 1
     assert DeletionRequest.objects.filter(round=1, work_item=second).count() == 1
+
+
+def test_a_run_killed_between_batches_keeps_what_it_sent_and_the_next_run_sends_the_rest(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from integrations.services.cycle import recurring
+
+    target = _target(broker)
+    provider = ServiceProviderFactory.create(broker=broker, name="Mailhouse")
+    now = drop_noon()
+    items = [_answered(broker, target, code=3, outcome="deleted", at=now) for _ in range(3)]
+    real_append = recurring.ledger_event_append
+    appended = []
+
+    def killed_in_the_second_batch(**kwargs: Any) -> None:
+        appended.append(kwargs)
+        if len(appended) == 2:  # its requests, jobs and directives written, not committed
+            raise KeyboardInterrupt("killed")
+        real_append(**kwargs)
+
+    with monkeypatch.context() as kill:
+        kill.setattr(recurring, "ledger_event_append", killed_in_the_second_batch)
+        with pytest.raises(KeyboardInterrupt):
+            recurring_rounds_send(broker=broker, actor="t", now=now + 45 * DAY, batch_items=2)
+    assert DeletionRequest.objects.filter(round=1).count() == 2  # the first batch stays sent
+
+    sent = recurring_rounds_send(broker=broker, actor="t", now=now + 45 * DAY, batch_items=2)
+
+    assert sent.work_items == 1
+    rounds = DeletionRequest.objects.filter(round=1)
+    assert sorted(rounds.values_list("work_item_id", flat=True)) == sorted(i.pk for i in items)
+    jobs = ProcrastinateJob.objects.filter(task_name=enqueue.DELIVER_DELETION_REQUESTS)
+    queued = [pk for job in jobs for pk in job.args["request_ids"]]
+    assert sorted(queued) == sorted(rounds.values_list("pk", flat=True))  # each once
+    events = LedgerEvent.objects.filter(kind="recurring.rounds_sent").order_by("id")
+    assert [(e.data["batch"], e.data["batches"], e.data["work_items"]) for e in events] == [
+        (1, 2, 2),
+        (1, 1, 1),
+    ]
+    assert sorted(d.rows for d in Directive.objects.filter(provider=provider)) == [1, 2]
 
 
 def test_each_round_directs_the_service_providers_again(broker: Broker) -> None:

@@ -23,7 +23,7 @@ from django.db import connections
 from procrastinate.contrib.django.models import ProcrastinateJob
 
 from devtools.drop_simulator import DropSimulator
-from integrations.drop.client import DropClient, DropLimits
+from integrations.drop.client import DropClient, DropLimits, DropUnavailable
 from integrations.models import (
     Broker,
     CycleState,
@@ -428,6 +428,43 @@ def test_an_upload_accepted_then_retried_counts_as_accepted_once(
     assert ReportFile.objects.count() == 2  # no status was written into a second file
     sent = [r.files for r in drop.calls("/data/upload")]
     assert sent.count({EMAIL: drop.uploaded[EMAIL]}) == 2  # the same bytes both times
+
+
+class _AnswerLostAfterDropTookIt(DropClient):
+    """DROP took the upload; its answer never came back (timeouts past every retry)."""
+
+    def upload(self, files: Any) -> Any:
+        super().upload(files)
+        raise DropUnavailable("DROP POST /data/upload failed 3 times; last: timeout")
+
+
+def test_an_upload_whose_answer_timed_out_counts_as_accepted_once_when_sent_again(
+    cycle: DropCycle, drop: DropSimulator, client: DropClient
+) -> None:
+    lost = _AnswerLostAfterDropTookIt(
+        drop.url, drop.api_key, sleep=lambda s: None, allow_private=True
+    )
+    first = report_run(broker=cycle.broker, upload=True, client=lost)
+
+    assert first.error is not None and "timeout" in first.error  # the run stops there
+    email = ReportFile.objects.get(file_name=EMAIL)
+    assert email.state == ReportFileState.WRITTEN
+    assert email.drop_response["failures"] == 1
+    assert WorkItem.objects.get(work_item_id="EmailDeleted").reported_at is None  # still owed
+    assert EMAIL in drop.uploaded
+
+    run = report_run(broker=cycle.broker, upload=True, client=client)
+
+    assert {f.file_name for f in run.accepted} == {EMAIL, PHONE}
+    email.refresh_from_db()
+    assert (email.state, email.drop_response["already_uploaded"]) == (
+        ReportFileState.ACCEPTED,
+        True,
+    )
+    assert WorkItem.objects.get(work_item_id="EmailDeleted").reported_status_code == 3
+    assert ReportFile.objects.count() == 2
+    assert LedgerEvent.objects.filter(kind="report_file.accepted", subject=EMAIL).count() == 1
+    assert LedgerEvent.objects.filter(kind="drop.outage_ended").count() == 1
 
 
 def test_a_rejected_file_leaves_its_rows_owed_for_a_fresh_file(
