@@ -14,6 +14,7 @@ import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -28,6 +29,7 @@ from integrations.evidence.components import FILE, KEYS, TITLES, component_probl
 from integrations.evidence.verify import verify_pack
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, CycleState, DropCycle, LedgerEvent, WorkItem
+from integrations.services import ledger as ledger_services
 from integrations.services.cycle.drop_import import drop_zip_import
 from integrations.services.evidence import components as builders
 from integrations.services.evidence.evidence import evidence_signing_key
@@ -271,6 +273,27 @@ def test_a_gap_of_more_than_45_days_between_downloads_fails_drop_access(
     DropCycle.objects.filter(drop_session_id="2").update(downloaded_at=now - dt.timedelta(days=20))
     drop_access = components_of(export(tmp_path, name="again.zip"))["drop_access"]
     assert drop_access["tests"][0]["result"] == "pass"
+    assert drop_access["records"]["longest_gap_days"] == 40.0
+
+
+def test_a_pull_that_resumed_a_package_downloaded_before_is_no_download_of_its_own(
+    cycle: DropCycle, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = timezone.now()
+    DropCycle.objects.filter(pk=cycle.pk).update(downloaded_at=now - dt.timedelta(days=60))
+    for days, resumed in ((30, True), (20, False)):
+        at = now - dt.timedelta(days=days)
+        with monkeypatch.context() as clock:
+            clock.setattr(ledger_services, "timezone", SimpleNamespace(now=lambda at=at: at))
+            ledger_event_append(
+                kind=LedgerKind.DROP_PULLED,
+                broker_id=cycle.broker.broker_id,
+                data={"outcome": "already_imported", **({"resumed": True} if resumed else {})},
+            )
+
+    drop_access = components_of(export(tmp_path))["drop_access"]
+
+    # 60 days ago to 20 days ago: the resumed pull, 30 days ago, reached no DROP.
     assert drop_access["records"]["longest_gap_days"] == 40.0
 
 

@@ -3,9 +3,10 @@ downloads against the cadence the law sets (``DROPPORTAL_DOWNLOAD_CADENCE_DAYS``
 the failures, the outages and the written notices to CalPrivacy a long one obliges.
 
 A download is a successful pull (``drop.pulled``, whether DROP had something new or not: the
-broker reached its list) or a cycle's download (a package fetched by hand and imported
-counts from the time it was downloaded). The gaps run from the last download before the
-pack's time, through every download in it, to its end (a gap still open counts too).
+broker reached its list; not one that resumed a package downloaded before) or a cycle's
+download (a package fetched by hand and imported counts from the time it was downloaded). The
+gaps run from the last download before the pack's time, through every download in it, to its
+end (a gap still open counts too).
 Everything is counted in SQL; each access event is one row of ``components/drop_access.csv``.
 """
 
@@ -41,8 +42,11 @@ _ROW_KINDS = [kind.value for kind in ACCESS_KINDS if kind != LedgerKind.DROP_API
 
 _DOWNLOADS = """
 WITH downloads AS (
+    -- A resumed pull imported a package an earlier pull downloaded: it did not reach DROP
+    -- (its cycle's downloaded_at is that download).
     SELECT created_at AS at FROM integrations_ledgerevent
      WHERE broker_id = %(broker_id)s AND kind = %(pulled)s
+       AND (data ->> 'resumed') IS DISTINCT FROM 'true'
     UNION
     SELECT downloaded_at FROM integrations_dropcycle WHERE broker_id = %(broker)s
 ), kept AS (
