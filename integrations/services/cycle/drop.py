@@ -9,8 +9,8 @@
 Every call to DROP is a ``drop.api_call`` ledger event (never with the key). A downloaded
 package is kept under ``var/drop-packages/<broker id>/``: when its import fails, staff fix
 the cause and import that file with ``drop import`` (DROP may not send it again). It waits
-in ``incoming/`` there until its import has an outcome, so a pull stopped before that (the
-process killed, the database gone) is finished by the next pull from the package kept.
+in ``incoming/`` there until the pull is recorded (or its import refused), so a pull stopped
+before that (the process killed, the database gone) is finished by the next pull.
 """
 
 from __future__ import annotations
