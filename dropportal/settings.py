@@ -326,16 +326,24 @@ STORAGES = {
     "staticfiles": {"BACKEND": "dropportal.staticfiles.CompressedOnceStaticFilesStorage"},
 }
 
-# The callback throttles (integrations.web.throttling) count in this process's memory: no
-# query and no shared store on the hot path, so with N web processes a key gets at most N
-# times its rate. Bounded: a flood from many addresses makes it drop its least recent entries.
+# The throttles (integrations.web.throttling) count in this process's memory: no query and
+# no shared store on the hot path, so with N web processes a key gets at most N times its
+# rate. Bounded: a flood from many addresses makes a cache drop its least recent entries, so
+# the staff's sign-ins count in a cache of their own, which a flood of them cannot empty of
+# the callbacks' buckets.
 CALLBACK_THROTTLE_CACHE = "callback-throttle"
+SIGN_IN_THROTTLE_CACHE = "sign-in-throttle"
 CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
     CALLBACK_THROTTLE_CACHE: {
         "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
         "LOCATION": CALLBACK_THROTTLE_CACHE,
         "OPTIONS": {"MAX_ENTRIES": 100_000},
+    },
+    SIGN_IN_THROTTLE_CACHE: {
+        "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+        "LOCATION": SIGN_IN_THROTTLE_CACHE,
+        "OPTIONS": {"MAX_ENTRIES": 10_000},
     },
 }
 
@@ -475,14 +483,14 @@ DROPPORTAL_OIDC_ROLES_CLAIM = env.str("DROPPORTAL_OIDC_ROLES_CLAIM", default="gr
 DROPPORTAL_OIDC_ROLE_MAP: dict[str, str] = env.dict("DROPPORTAL_OIDC_ROLE_MAP", default={})
 # On: the login page offers the identity provider only, and a password sign-in is refused.
 DROPPORTAL_OIDC_ONLY = env.bool("DROPPORTAL_OIDC_ONLY", default=False)
-# Sign-ins through the provider started a minute per client address and web process (bursts
-# of as many; over it: 429). Starting one needs no account, and each can end in a refusal
-# the ledger keeps. 0: no limit.
+# Refused sign-ins through the provider a minute per client address and web process (bursts
+# of as many; an address past it starts none: 429). Starting one needs no account, and each
+# can end in a refusal the ledger keeps. 0: no limit.
 DROPPORTAL_OIDC_SIGN_IN_RATE_LIMIT = _number(
     "DROPPORTAL_OIDC_SIGN_IN_RATE_LIMIT",
     20,
     least=0,
-    what="a whole number of sign-ins a minute, 0 (no limit) or more",
+    what="a whole number of refused sign-ins a minute, 0 (no limit) or more",
 )
 if DROPPORTAL_OIDC_ISSUER and not (DROPPORTAL_OIDC_CLIENT_ID and DROPPORTAL_OIDC_CLIENT_SECRET):
     sys.exit(

@@ -414,6 +414,7 @@ def fresh_callback_throttles() -> None:
     """Each test starts with nothing counted by the throttles (callbacks, sign-ins through
     the identity provider): they are per process."""
     caches[settings.CALLBACK_THROTTLE_CACHE].clear()
+    caches[settings.SIGN_IN_THROTTLE_CACHE].clear()
 
 
 def database_url() -> str:

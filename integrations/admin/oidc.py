@@ -34,6 +34,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.cache import never_cache
+from rest_framework.request import Request
 
 from integrations.services.staff.staff_sign_in import (
     OIDC,
@@ -65,8 +66,8 @@ UNVERIFIED = (
 )
 UNREACHABLE = "The identity provider did not answer. Try again in a moment."
 NOT_SIGNED_IN_THERE = "The identity provider did not sign you in"
-TOO_MANY_STARTS = (
-    "Too many sign-ins were started from your address: try again in {seconds} seconds."
+TOO_MANY_REFUSED = (
+    "Too many sign-ins from your address were refused: try again in {seconds} seconds."
 )
 
 
@@ -137,13 +138,17 @@ def _wanted(request: HttpRequest, wanted: str) -> str:
 def oidc_sign_in_view(request: HttpRequest) -> HttpResponse:
     if not oidc_enabled():
         raise Http404("sign-in through an identity provider is not set up")
-    # Anyone may start one, and each start can end in a refusal the ledger keeps: refused
-    # before a session, a state or a call to the provider is made.
+    # Anyone may start one, and each can end in a refusal the ledger keeps: an address whose
+    # refusals spent its tokens (``_refusal_counted``) starts none, answered before a
+    # session, a state or a call to the provider is made. Starting spends nothing, so a page
+    # that makes browsers start sign-ins cannot shut staff out.
     throttle = OidcSignInThrottle()
-    if not throttle.allow_start(request):
+    if not throttle.allow_request(Request(request), None):
         seconds = max(1, math.ceil(throttle.wait()))
-        refused = _refused_page(request, TOO_MANY_STARTS.format(seconds=seconds), status=429)
+        refused = _refused_page(request, TOO_MANY_REFUSED.format(seconds=seconds), status=429)
         refused["Retry-After"] = str(seconds)
+        # Anyone can flood this: no line per answer in the log (as the callbacks' refusals).
+        refused._has_been_logged = True  # type: ignore[attr-defined]
         return refused
     from authlib.common.errors import AuthlibBaseError
 
@@ -175,6 +180,7 @@ def oidc_callback_view(request: HttpRequest) -> HttpResponse:
             username="",
             error=error,
         )
+        _refusal_counted(request)
         return _refused_page(request, f"{NOT_SIGNED_IN_THERE} ({error})")
     if state is None:  # a state this session never made, or one already spent: a replay
         return _refused_page(request, UNVERIFIED)
@@ -198,9 +204,11 @@ def oidc_callback_view(request: HttpRequest) -> HttpResponse:
         staff_sign_in_refuse(
             method=OIDC, reason="the answer failed verification", username="", error=_kind(exc)
         )
+        _refusal_counted(request)
         return _refused_page(request, UNVERIFIED)
     outcome = staff_oidc_sign_in(issuer=settings.DROPPORTAL_OIDC_ISSUER, claims=claims)
-    if outcome.user is None:
+    if outcome.user is None:  # refused, and recorded
+        _refusal_counted(request)
         return _refused_page(request, outcome.refusal)
     wanted = request.session.pop(_NEXT_KEY, None) or reverse("admin:index")
     login(request, outcome.user, backend=_BACKEND)
@@ -217,6 +225,11 @@ def oidc_callback_view(request: HttpRequest) -> HttpResponse:
     if not admin.site.has_permission(request):  # our own second factor is still to pass
         return HttpResponseRedirect(f"{reverse('admin:mfa_verify')}?{urlencode({'next': wanted})}")
     return HttpResponseRedirect(wanted)
+
+
+def _refusal_counted(request: HttpRequest) -> None:
+    """A refusal the ledger recorded spends a token of the client's address."""
+    OidcSignInThrottle().take(Request(request), None)  # DRF's view of this request
 
 
 def _started_here(request: HttpRequest) -> str | None:

@@ -27,7 +27,7 @@ RETRY_AFTER_SECONDS = 30
 _PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>dropportal: temporarily unavailable</title>
 </head><body><h1>Temporarily unavailable</h1>
-<p>dropportal cannot reach its database. Nothing you sent was lost; try again in a minute.</p>
+<p>dropportal {why}. Nothing you sent was lost; try again in a minute.</p>
 </body></html>
 """
 
@@ -93,7 +93,12 @@ def outage_response(request: HttpRequest, *, cut_short: bool = False) -> HttpRes
             detail=_NOT_IN_TIME if cut_short else _UNREACHABLE,
         )
     else:
-        response = HttpResponse(_PAGE, status=503)
+        why = (
+            "did not get its database's answer in time"
+            if cut_short
+            else ("cannot reach its database")
+        )
+        response = HttpResponse(_PAGE.format(why=why), status=503)
     response["Retry-After"] = str(RETRY_AFTER_SECONDS)
     # The outage is logged once (above), not once per request by django.request.
     response._has_been_logged = True  # type: ignore[attr-defined]

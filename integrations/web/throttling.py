@@ -1,10 +1,11 @@
 """The throttles of the signed endpoints and of the staff's sign-in through the identity
 provider: DRF rate throttles counted in this process's memory.
 
-All count in the ``CALLBACK_THROTTLE_CACHE`` cache, a local-memory cache: no query and no
-shared store on the hot path. With N web processes a client gets at most N times the rate,
-which is what the limits are for: stopping a runaway client or a flood, not metering. A rate
-``r`` a second allows bursts of ``2r`` (a token bucket).
+They count in local-memory caches (``CALLBACK_THROTTLE_CACHE``; the sign-ins' in
+``SIGN_IN_THROTTLE_CACHE``): no query and no shared store on the hot path. With N web
+processes a client gets at most N times the rate, which is what the limits are for: stopping
+a runaway client or a flood, not metering. A full bucket holds ``burst_seconds`` of the rate
+(a token bucket: bursts of ``2r`` for a rate ``r`` a second).
 
 - ``CallbackKeyThrottle``: ``DROPPORTAL_CALLBACK_RATE_LIMIT`` callbacks a second per API key
   (DRF runs it after authentication and permissions: 429 ``rate_limited``).
@@ -20,13 +21,11 @@ which is what the limits are for: stopping a runaway client or a flood, not mete
     ...
     UnauthenticatedAddressThrottle().take(request, view)    # after refusing it
 
-- ``OidcSignInThrottle``: ``DROPPORTAL_OIDC_SIGN_IN_RATE_LIMIT`` sign-ins started a minute
-  per client address, bursts of as many; each start spends a token (it needs no account,
-  and can end in a recorded refusal)::
-
-    throttle = OidcSignInThrottle()
-    if not throttle.allow_start(request):
-        ...  # 429, Retry-After: throttle.wait()
+- ``OidcSignInThrottle``: ``DROPPORTAL_OIDC_SIGN_IN_RATE_LIMIT`` refused sign-ins through
+  the identity provider a minute per client address, bursts of as many. The same rule: a
+  refusal the ledger records spends a token (``take``), and an address without one may not
+  start a sign-in (429). Starting one spends nothing, so a page that makes browsers start
+  sign-ins (a plain GET) cannot shut staff out.
 
 A rate of 0 turns a throttle off.
 """
@@ -56,8 +55,7 @@ def throttle_address(request: HttpRequest | Request) -> str:
 
 class _PerSecondThrottle(SimpleRateThrottle):
     """A ``SimpleRateThrottle`` (its cache keys, its cache) counted as a token bucket: a
-    rate ``r`` a second from ``rate_setting`` sustained, bursts of ``burst_seconds * r``
-    (``2r``).
+    rate ``r`` a second from ``rate_setting`` sustained, bursts of ``burst_seconds * r``.
 
     A key's bucket is one ``(tokens, at)`` pair whatever the rate: the timestamps
     ``SimpleRateThrottle`` keeps would be ``2r`` of them a key, read and written on every
@@ -66,13 +64,14 @@ class _PerSecondThrottle(SimpleRateThrottle):
 
     rate_setting = ""
     burst_seconds = 2  # a full bucket holds this many seconds of the rate
+    cache_setting = "CALLBACK_THROTTLE_CACHE"  # the name of the setting naming its cache
     timer = staticmethod(time.monotonic)  # per process: a clock that never jumps
     num_requests: int | None  # set by SimpleRateThrottle from parse_rate
     duration: int | None
 
     def __init__(self) -> None:
         super().__init__()
-        self.cache = caches[settings.CALLBACK_THROTTLE_CACHE]
+        self.cache = caches[getattr(settings, self.cache_setting)]
         self.per_second = float(self.rate) if self.rate is not None else 0.0
         self.tokens = 0.0
 
@@ -89,14 +88,12 @@ class _PerSecondThrottle(SimpleRateThrottle):
     def allow_request(self, request: Request, view: Any) -> bool:
         if self.rate is None:
             return True
-        return self._bucket_allow(self.get_cache_key(request, view))
-
-    def _bucket_allow(self, key: str | None) -> bool:
-        if key is None:
+        self.key = self.get_cache_key(request, view)
+        if self.key is None:
             return True
-        self.key = key
         self.now = self.timer()
-        capacity = self.burst_seconds * self.per_second
+        # Rounded: 60 s of 123 a minute is 123 tokens, not 122.99999999999999.
+        capacity = round(self.burst_seconds * self.per_second, 9)
         tokens, at = self.cache.get(self.key, (capacity, self.now))
         self.tokens = min(capacity, tokens + (self.now - at) * self.per_second)
         return self.throttle_success() if self.tokens >= 1 else self.throttle_failure()
@@ -151,30 +148,19 @@ class UnauthenticatedAddressThrottle(_PerSecondThrottle):
         self._tokens_keep(max(0.0, self.tokens - 1))
 
 
-class OidcSignInThrottle(_PerSecondThrottle):
-    """Staff sign-ins through the identity provider started a minute per client address
-    (``DROPPORTAL_OIDC_SIGN_IN_RATE_LIMIT``), bursts of as many. A plain Django view asks it,
-    not DRF: ``allow_start`` spends a token when the address has one."""
+class OidcSignInThrottle(UnauthenticatedAddressThrottle):
+    """Refused staff sign-ins through the identity provider a minute per client address
+    (``DROPPORTAL_OIDC_SIGN_IN_RATE_LIMIT``), bursts of as many: asked before a sign-in
+    starts, spent (``take``) by each refusal the ledger records."""
 
     scope = "oidc-sign-in-address"
     rate_setting = "DROPPORTAL_OIDC_SIGN_IN_RATE_LIMIT"
-    burst_seconds = 60  # a minute's worth: a few people behind one address start together
+    burst_seconds = 60  # a minute's worth
+    cache_setting = "SIGN_IN_THROTTLE_CACHE"
 
     def get_rate(self) -> str | None:
         a_minute = super().get_rate()
         return str(float(a_minute) / 60) if a_minute is not None else None
-
-    def get_cache_key(self, request: Request, view: Any) -> str | None:
-        return self._address_key(request)
-
-    def allow_start(self, request: HttpRequest) -> bool:
-        """Whether ``request``'s address may start one more sign-in (spending a token)."""
-        if self.rate is None:
-            return True
-        return self._bucket_allow(self._address_key(request))
-
-    def _address_key(self, request: HttpRequest | Request) -> str:
-        return self.cache_format % {"scope": self.scope, "ident": throttle_address(request)}
 
 
 class AddressThrottled(Problem):

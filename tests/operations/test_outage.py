@@ -16,10 +16,11 @@ import psycopg
 import pytest
 from django.contrib.auth.models import User
 from django.db import connection
-from django.test import Client
+from django.test import Client, RequestFactory
 from rest_framework.test import APIClient
 
 from dropportal.startup import bound_web_statements
+from integrations.operations.outage import outage_response
 from tests.conftest import bearer, database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -129,3 +130,23 @@ def test_a_web_statement_past_its_bound_answers_503_instead_of_waiting(
         options.clear()
         options.update(unbounded)
         connection.close()
+
+
+@pytest.mark.parametrize(
+    ("path", "cut_short", "said"),
+    [
+        ("/api/v1/ping", False, "The database is unreachable"),
+        ("/api/v1/ping", True, "The database did not answer in time"),
+        ("/admin/", False, "cannot reach its database"),
+        ("/admin/", True, "did not get its database's answer in time"),
+    ],
+)
+def test_a_statement_cut_short_is_not_called_an_unreachable_database(
+    path: str, cut_short: bool, said: str
+) -> None:
+    # The database answered, late: saying it is unreachable sends operators after the
+    # wrong fault. Same status and Retry-After either way.
+    response = outage_response(RequestFactory().get(path), cut_short=cut_short)
+
+    assert response.status_code == 503 and int(response["Retry-After"]) > 0
+    assert said in response.content.decode()
