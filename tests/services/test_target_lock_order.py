@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connection, connections
+from django.db import connection, connections, transaction
 
 from devtools.broker_simulator import BrokerSimulator, Reply
 from devtools.drop_simulator import work_items
@@ -702,3 +702,120 @@ def test_a_report_written_while_an_import_removes_one_of_its_items_ends_both(
     # The removed item owes nothing: the file holds the other one.
     assert ReportFile.objects.get(cycle=cycle).rows == 1
     assert WorkItem.objects.get(pk=kept.pk).pending_report_file is not None
+
+
+# -- enabling a target that is enabled (or is enabled meanwhile) --------------------------------
+
+
+@pytest.fixture
+def job_tables_emptied() -> Iterator[None]:
+    def empty() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("TRUNCATE procrastinate_jobs, procrastinate_periodic_defers CASCADE")
+
+    empty()
+    yield
+    empty()
+
+
+def _jobs_naming(task: str, argument: str, pk: int) -> int:
+    """How many jobs of ``task`` still to run name ``pk``."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM procrastinate_jobs WHERE task_name = %s AND status = 'todo'"
+            " AND args -> %s @> to_jsonb(%s::int)",
+            [task, argument, pk],
+        )
+        return int(cursor.fetchone()[0])
+
+
+@contextmanager
+def _row_held(
+    model: type[Integration] | type[SaasConnection], pk: int, *, enable: bool = False
+) -> Iterator[None]:
+    """``model``'s row ``pk`` held by another transaction (which enables it, with ``enable``)
+    until the block ends; then that transaction commits."""
+    held, release = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def hold() -> None:
+        with transaction.atomic():
+            row = model.objects.select_for_update(of=("self",)).get(pk=pk)
+            if enable:
+                row.enabled, row.disabled_reason = True, ""
+                row.save(update_fields=["enabled", "disabled_reason"])
+            held.set()
+            release.wait(30)
+
+    holding = _in_thread(hold, errors)
+    assert held.wait(30), "the row was not taken"
+    try:
+        yield
+    finally:
+        release.set()
+        holding.join(60)
+    assert errors == [] and not holding.is_alive()
+
+
+def _enable_while_its_batch_runs(
+    enable: Callable[[], object], deliver: Callable[[], object], target_held: Any
+) -> None:
+    """``enable`` while another transaction holds the target's row (until it waits for it or
+    ends); the request's delivery job runs meanwhile; then the row is let go."""
+    errors: list[BaseException] = []
+    with target_held:
+        enabling = _in_thread(enable, errors)
+        _until(
+            lambda: not enabling.is_alive() or _waiting_for_locks() >= 1,
+            "the enable neither ended nor waited",
+        )
+        deliver()
+    enabling.join(60)
+    assert errors == [] and not enabling.is_alive()
+
+
+@pytest.mark.parametrize("enabled_meanwhile", [False, True])
+def test_an_integration_enabled_while_its_delivery_job_runs_leaves_no_request_without_a_job(
+    broker: Broker, job_tables_emptied: None, enabled_meanwhile: bool
+) -> None:
+    """Enabling an enabled integration (``integrations enable`` again), or one another member
+    of staff enables at the same time: its delivery job, running meanwhile, must not skip a
+    request the enable holds and leave it queued with no job."""
+    with BrokerSimulator() as simulator:
+        integration = webhook_integration_created(broker, simulator.url).integration
+        if enabled_meanwhile:
+            integration_disable(integration=integration, reason="paused", actor="test")
+        request = DeletionRequestFactory.create(integration=integration, state=RequestState.QUEUED)
+
+        _enable_while_its_batch_runs(
+            lambda: integration_enable(integration=integration, actor="test"),
+            lambda: deletion_requests_deliver(request_ids=[request.pk]),
+            _row_held(Integration, integration.pk, enable=enabled_meanwhile),
+        )
+
+    request = DeletionRequest.objects.get(pk=request.pk)
+    assert request.state != RequestState.QUEUED or _jobs_naming(
+        "integrations.tasks.deliver_deletion_requests", "request_ids", request.pk
+    )
+
+
+@pytest.mark.parametrize("enabled_meanwhile", [False, True])
+def test_a_saas_connection_enabled_while_its_delivery_job_runs_leaves_no_deletion_without_a_job(
+    broker: Broker, job_tables_emptied: None, enabled_meanwhile: bool
+) -> None:
+    with BrokerSimulator() as simulator:
+        deletion = _saas_deletion(broker, simulator.url)
+        mailer = deletion.saas_connection
+        if enabled_meanwhile:
+            saas_connection_disable(connection=mailer, reason="paused", actor="test")
+
+        _enable_while_its_batch_runs(
+            lambda: saas_connection_enable(connection=mailer, actor="test"),
+            lambda: saas_deletions_deliver(deletion_ids=[deletion.pk]),
+            _row_held(SaasConnection, mailer.pk, enable=enabled_meanwhile),
+        )
+
+    deletion = SaasDeletion.objects.get(pk=deletion.pk)
+    assert deletion.state != RequestState.QUEUED or _jobs_naming(
+        "integrations.tasks.deliver_saas_deletions", "deletion_ids", deletion.pk
+    )

@@ -217,6 +217,10 @@ def integration_enable(*, integration: Integration, actor: str) -> int:
     Returns how many deletion and resolution requests were queued. Requests whose retry is
     scheduled later keep their own job.
     """
+    # Already enabled: nothing waits for it, so no lock (a delivery batch meanwhile skips the
+    # requests this would hold, and nothing would queue them again).
+    if Integration.objects.filter(pk=integration.pk, enabled=True).exists():
+        return 0
     with transaction.atomic():
         # pending_requests_target below takes it: first, before any row (``matching_lock``).
         matching_lock(broker=integration.broker)
@@ -228,6 +232,10 @@ def integration_enable(*, integration: Integration, actor: str) -> int:
         deletion_ids, resolution_ids = _requests_locked(waiting)
         locked = _locked(integration)
         if locked.enabled:
+            # Enabled meanwhile (staff at once): its job may have run while these rows were
+            # held here and skipped them. Queue them again; a second job finds them delivered
+            # or not due, the delivery loop's row locks and states send each once.
+            _requeue(deletion_ids, resolution_ids)
             return 0
         if locked.retired_at is not None:
             raise ValidationError(
@@ -240,10 +248,7 @@ def integration_enable(*, integration: Integration, actor: str) -> int:
         locked.save(update_fields=["enabled", "disabled_reason"])
         DeletionRequest.objects.filter(pk__in=deletion_ids).update(next_attempt_at=now)
         ResolutionRequest.objects.filter(pk__in=resolution_ids).update(next_attempt_at=now)
-        if deletion_ids:
-            enqueue.deletion_requests_enqueue(deletion_ids)
-        if resolution_ids:
-            enqueue.resolution_requests_enqueue(resolution_ids)
+        _requeue(deletion_ids, resolution_ids)
         targeted = pending_requests_target(broker=locked.broker, actor=actor)
         ledger_event_append(
             kind=LedgerKind.INTEGRATION_ENABLED,
@@ -440,6 +445,13 @@ def _requests_locked(which: models.Q) -> tuple[list[int], list[int]]:
             .values_list("pk", flat=True)
         ),
     )
+
+
+def _requeue(deletion_ids: list[int], resolution_ids: list[int]) -> None:
+    if deletion_ids:
+        enqueue.deletion_requests_enqueue(deletion_ids)
+    if resolution_ids:
+        enqueue.resolution_requests_enqueue(resolution_ids)
 
 
 def _locked(integration: Integration) -> Integration:

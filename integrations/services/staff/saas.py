@@ -168,6 +168,9 @@ def saas_connection_disable(
 
 def saas_connection_enable(*, connection: SaasConnection, actor: str) -> int:
     """Enable it and queue the deletions that waited; returns how many were queued."""
+    # Already enabled: no lock (see ``integration_enable``).
+    if SaasConnection.objects.filter(pk=connection.pk, enabled=True).exists():
+        return 0
     with transaction.atomic():
         now = timezone.now()
         # The deletions before the connection, as retiring takes them (``_deletions_locked``).
@@ -181,6 +184,10 @@ def saas_connection_enable(*, connection: SaasConnection, actor: str) -> int:
             .get(pk=connection.pk)
         )
         if locked.enabled:
+            # Enabled meanwhile: its job may have skipped the rows held here (see
+            # ``integration_enable``); queue them again.
+            if waiting:
+                enqueue.saas_deletions_enqueue(waiting)
             return 0
         if locked.retired_at is not None:
             raise ValidationError(
