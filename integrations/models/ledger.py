@@ -19,6 +19,7 @@ from __future__ import annotations
 from django.db import models
 from django.db.models.functions import Cast
 
+from integrations.ledger_kinds import LedgerKind
 from integrations.models.fields import LedgerKindField
 
 
@@ -42,6 +43,21 @@ class LedgerEvent(models.Model):
 
     class Meta:
         ordering = ["id"]
+        indexes = [
+            # A request's redispatches and redeliveries, which a callback's stale-failure
+            # check (deletion_outcome_record.sql) and the automatic policy's count read while
+            # redispatches pile up for good: by subject, not by scanning their kind.
+            models.Index(
+                fields=["subject", "id"],
+                condition=models.Q(
+                    kind__in=[
+                        LedgerKind.DELETION_REQUEST_REDISPATCHED,
+                        LedgerKind.DELETION_REQUEST_REDELIVERY_REQUESTED,
+                    ]
+                ),
+                name="ledger_redispatch_subject",
+            )
+        ]
         # Held by Auditors (and superusers): each export is an audit record of its own.
         permissions = [
             ("export_audit_records", "Can export the ledger, outcome history and evidence packs")

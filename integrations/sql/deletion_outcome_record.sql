@@ -20,7 +20,8 @@
 -- redispatch, not a redelivery (whose resend may have reached the broker): the ledger's
 -- latest of the two for the request. Once sent, a stale failure cannot be told from a fresh
 -- one and is recorded. The ledger is read on this rare path only (a failure for a request
--- with no outcome and no attempt), through its kind index.
+-- with no outcome and no attempt), through the partial index on those two kinds by subject
+-- (ledger_redispatch_subject, migration 0054).
 -- services/dispatch/outcomes.py still compares a repeated opted_out's email (encrypted, decrypted
 -- there).
 --
