@@ -30,25 +30,6 @@ _CANCELLED_ON_REMOVAL = (
 )
 
 
-# Each kind of request that a removal cancels, locked in id order (what its UPDATE below
-# would lock, FOR NO KEY UPDATE, taken before the work items).
-_REQUESTS_TO_CANCEL_LOCKED = (
-    "SELECT 1 FROM integrations_deletionrequest d"
-    "  JOIN drop_closed_items c ON d.work_item_id = c.id"
-    " WHERE d.state = ANY(%(not_dispatched)s)"
-    " ORDER BY d.id FOR NO KEY UPDATE OF d",
-    "SELECT 1 FROM integrations_resolutionrequest rr"
-    "  JOIN drop_closed_items c ON rr.work_item_id = c.id"
-    " WHERE rr.state = ANY(%(not_dispatched)s)"
-    " ORDER BY rr.id FOR NO KEY UPDATE OF rr",
-    "SELECT 1 FROM integrations_saasdeletion sd"
-    "  JOIN integrations_resolutionrequest rr ON rr.id = sd.resolution_id"
-    "  JOIN drop_closed_items c ON rr.work_item_id = c.id"
-    " WHERE sd.state = ANY(%(not_dispatched)s)"
-    " ORDER BY sd.id FOR NO KEY UPDATE OF sd",
-)
-
-
 @dataclass(frozen=True)
 class RemovedResult:
     rows: int  # rows of the Removed file
@@ -87,9 +68,46 @@ def work_items_close_removed(broker: Broker, *, actor: str, drop_session_id: str
             "reason": "work item removed by DROP (consumer cancelled)",
         }
         # The requests to cancel before their work items, as a delivery batch or a callback
-        # holds its request while it settles the item (``matching_lock``).
-        for locking in _REQUESTS_TO_CANCEL_LOCKED:
-            cursor.execute(locking, cancel)
+        # holds its request while it settles the item (``matching_lock``); each kind locked
+        # in id order, as staff enabling a SaaS connection locks its deletions without this
+        # import's lock.
+        cursor.execute(
+            "UPDATE integrations_deletionrequest d"
+            "   SET state = %(cancelled)s, next_attempt_at = NULL, completed_at = now(),"
+            "       last_error = %(reason)s"
+            "  FROM (SELECT d.id FROM integrations_deletionrequest d"
+            "          JOIN drop_closed_items c ON d.work_item_id = c.id"
+            "         WHERE d.state = ANY(%(not_dispatched)s)"
+            "         ORDER BY d.id FOR NO KEY UPDATE OF d) locked"
+            " WHERE d.id = locked.id",
+            cancel,
+        )
+        cancelled = cursor.rowcount
+        cursor.execute(
+            "UPDATE integrations_resolutionrequest rr"
+            "   SET state = %(cancelled)s, next_attempt_at = NULL, completed_at = now(),"
+            "       last_error = %(reason)s"
+            "  FROM (SELECT rr.id FROM integrations_resolutionrequest rr"
+            "          JOIN drop_closed_items c ON rr.work_item_id = c.id"
+            "         WHERE rr.state = ANY(%(not_dispatched)s)"
+            "         ORDER BY rr.id FOR NO KEY UPDATE OF rr) locked"
+            " WHERE rr.id = locked.id",
+            cancel,
+        )
+        cancelled += cursor.rowcount
+        cursor.execute(
+            "UPDATE integrations_saasdeletion sd"
+            "   SET state = %(cancelled)s, next_attempt_at = NULL, completed_at = now(),"
+            "       last_error = %(reason)s"
+            "  FROM (SELECT sd.id FROM integrations_saasdeletion sd"
+            "          JOIN integrations_resolutionrequest rr ON rr.id = sd.resolution_id"
+            "          JOIN drop_closed_items c ON rr.work_item_id = c.id"
+            "         WHERE sd.state = ANY(%(not_dispatched)s)"
+            "         ORDER BY sd.id FOR NO KEY UPDATE OF sd) locked"
+            " WHERE sd.id = locked.id",
+            cancel,
+        )
+        cancelled += cursor.rowcount
         # Only this broker's imports remove items, one at a time (the matching lock): each
         # item listed is closed here.
         cursor.execute(
@@ -109,34 +127,6 @@ def work_items_close_removed(broker: Broker, *, actor: str, drop_session_id: str
             {"removed": WorkItemState.REMOVED},
         )
         closed = cursor.rowcount
-        cursor.execute(
-            "UPDATE integrations_deletionrequest d"
-            "   SET state = %(cancelled)s, next_attempt_at = NULL, completed_at = now(),"
-            "       last_error = %(reason)s"
-            "  FROM drop_closed_items c"
-            " WHERE d.work_item_id = c.id AND d.state = ANY(%(not_dispatched)s)",
-            cancel,
-        )
-        cancelled = cursor.rowcount
-        cursor.execute(
-            "UPDATE integrations_resolutionrequest rr"
-            "   SET state = %(cancelled)s, next_attempt_at = NULL, completed_at = now(),"
-            "       last_error = %(reason)s"
-            "  FROM drop_closed_items c"
-            " WHERE rr.work_item_id = c.id AND rr.state = ANY(%(not_dispatched)s)",
-            cancel,
-        )
-        cancelled += cursor.rowcount
-        cursor.execute(
-            "UPDATE integrations_saasdeletion sd"
-            "   SET state = %(cancelled)s, next_attempt_at = NULL, completed_at = now(),"
-            "       last_error = %(reason)s"
-            "  FROM integrations_resolutionrequest rr, drop_closed_items c"
-            " WHERE sd.resolution_id = rr.id AND rr.work_item_id = c.id"
-            "   AND sd.state = ANY(%(not_dispatched)s)",
-            cancel,
-        )
-        cancelled += cursor.rowcount
         cursor.execute("DROP TABLE drop_closed_items")
     result = RemovedResult(
         rows=rows, closed=closed, unknown=rows - closed, requests_cancelled=cancelled
