@@ -53,7 +53,7 @@ from integrations.drop.files import (
     parse_file_name,
     shown,
 )
-from integrations.drop.standardize import hash_is_canonical, not_utf8
+from integrations.drop.standardize import HASH_RE, hash_is_canonical, not_utf8
 from integrations.drop.work_item_ids import WorkItemIdSet
 
 __all__ = [
@@ -65,7 +65,6 @@ __all__ = [
     "zip_summary",
 ]
 
-_HASH_RE = re.compile(r"[A-Za-z0-9+/]{43}=")
 _BROKER_ID_RE = re.compile(r"[0-9]{4}")
 # A member named like a DROP list (any letters as its type, any case of ".csv"): such a
 # member is DROP's, read or set aside with a reason; any other member is not a DROP list.
@@ -452,7 +451,7 @@ def _row_values(fields: list[str], removed: bool, seen: WorkItemIdSet) -> tuple[
             f"work item id must be 1 to {WORK_ITEM_ID_MAX} letters or digits, found "
             f"{shown(_quoted(work_item_id))}"
         )
-    if not _HASH_RE.fullmatch(hash_value):
+    if not HASH_RE.fullmatch(hash_value):
         if not_utf8(hash_value):
             return "", "not valid UTF-8 text"
         return "", (

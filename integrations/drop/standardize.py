@@ -116,7 +116,7 @@ def hash_value(standardized: str) -> str:
 
 def is_valid_hash(s: object) -> bool:
     """Tell whether `s` is a DROP hash: 44 characters of standard Base64, canonical."""
-    return isinstance(s, str) and HASH_RE.fullmatch(s) is not None and s[42] in _CANONICAL_LAST
+    return isinstance(s, str) and HASH_RE.fullmatch(s) is not None and hash_is_canonical(s)
 
 
 def hash_is_canonical(s: str) -> bool:
