@@ -49,6 +49,7 @@ from integrations.services.cycle.cycle_state import cycle_state_refresh
 from integrations.services.cycle.drop import broker_drop_settings_problem, drop_client_for
 from integrations.services.cycle.drop_access import drop_access_record
 from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
+from integrations.services.locks import advisory_session_lock
 from integrations.services.reporting.report_files import (
     report_file_facts,
 )
@@ -147,18 +148,15 @@ def report_files_upload(
 @contextlib.contextmanager
 def report_upload_lock(broker: Broker) -> Iterator[None]:
     """One uploader per broker (session lock: a dead process's connection releases it)."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [_UPLOAD_LOCK, broker.pk])
-        if not cursor.fetchone()[0]:
-            raise ReportBusy(
-                f"another process is uploading broker {broker.broker_id}'s response files; "
-                "try again when it is done"
-            )
-    try:
+    with advisory_session_lock(
+        purpose=_UPLOAD_LOCK,
+        key=broker.pk,
+        busy=lambda: ReportBusy(
+            f"another process is uploading broker {broker.broker_id}'s response files; "
+            "try again when it is done"
+        ),
+    ):
         yield
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [_UPLOAD_LOCK, broker.pk])
 
 
 def _file_upload(
