@@ -28,7 +28,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
-from django.db.models import Case, IntegerField, Value, When
+from django.db.models import Case, Exists, IntegerField, OuterRef, Value, When
 from django.utils import timezone
 
 from integrations.drop.client import DropApiError, DropClient, UploadResult
@@ -134,10 +134,15 @@ def report_files_upload(
                 run.error = error
                 run.pending.extend(queue[position:])
                 break
-    # The open cycles too, not only those whose files went out: a run stopped after DROP's
-    # last answer was recorded (killed, the database gone) left its cycle open, and no file
-    # of it is left to send.
-    still_open = DropCycle.objects.filter(broker=broker, state=CycleState.OPEN)
+    # The open cycles a stopped run can leave behind too, not only those whose files went
+    # out: a run stopped after DROP's last answer was recorded (killed, the database gone)
+    # left its cycle open with files, none of them still waiting for DROP, so nothing of it
+    # is sent again. Only those: a refresh locks the cycle and may read all its work items.
+    still_open = (
+        DropCycle.objects.filter(broker=broker, state=CycleState.OPEN)
+        .filter(Exists(ReportFile.objects.filter(cycle=OuterRef("pk"))))
+        .exclude(Exists(ReportFile.objects.filter(cycle=OuterRef("pk"), state__in=AWAITING_DROP)))
+    )
     if cycle is not None:
         still_open = still_open.filter(pk=cycle.pk)
     for each in [*touched.values(), *still_open.exclude(pk__in=touched).order_by("pk")]:
