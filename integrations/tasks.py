@@ -20,7 +20,7 @@ from procrastinate.contrib.django import app
 from integrations import enqueue
 from integrations.dispatch.alerts import alert_send
 from integrations.models import Broker
-from integrations.services.cycle.drop import DropPullError, drop_pull
+from integrations.services.cycle.drop import DropPullBusy, DropPullError, drop_pull
 from integrations.services.cycle.drop_schedule import (
     drop_pulls_enqueue_due,
     drop_reports_enqueue_due,
@@ -226,6 +226,10 @@ def pull_broker(broker_pk: int) -> str:
     broker = Broker.objects.get(pk=broker_pk)
     try:
         return drop_pull(broker=broker, actor="system:auto-pull").outcome
+    except DropPullBusy as exc:
+        # Staff are pulling it by hand right now: that pull is this one.
+        log.info("DROP pull for broker %s skipped: %s", broker.broker_id, exc)
+        return "busy"
     except DropPullError as exc:
         # Already in the ledger (drop.pull_failed); the next hour tries again.
         log.warning("DROP pull for broker %s failed: %s", broker.broker_id, exc)

@@ -29,6 +29,7 @@ from integrations.models import (
 )
 from integrations.selectors.directives import directive_ack_days, unacknowledged_directives_count
 from integrations.selectors.drop_access import drop_access_obligations_open
+from integrations.selectors.pulls import drop_pulls_reached
 from integrations.selectors.recurring import RecurringOverview, recurring_overviews
 from integrations.selectors.requests import deletion_requests_needing_attention
 from integrations.selectors.targets import broker_targets
@@ -158,7 +159,6 @@ def dashboard_overview(*, now: dt.datetime) -> list[BrokerOverview]:
             key=lambda event: event.pk,
             default=None,
         )
-        pulled = events.get(LedgerKind.DROP_PULLED)
         cycles = sorted(
             cycles_of.get(broker.pk, []), key=lambda c: c.cycle.downloaded_at, reverse=True
         )
@@ -172,7 +172,7 @@ def dashboard_overview(*, now: dt.datetime) -> list[BrokerOverview]:
                 attention=attention.get(broker.pk, RequestsNeedingAttention()),
                 integrations=health_of.get(broker.pk, []),
                 last_download_at=broker.last_download_at,  # type: ignore[attr-defined]
-                last_pulled_at=pulled.created_at if pulled else None,
+                last_pulled_at=broker.last_pull_reached_at,  # type: ignore[attr-defined]
                 last_upload_at=broker.last_upload_at,  # type: ignore[attr-defined]
                 failed_pull=pull_event
                 if pull_event and pull_event.kind == LedgerKind.DROP_PULL_FAILED
@@ -190,11 +190,18 @@ def dashboard_overview(*, now: dt.datetime) -> list[BrokerOverview]:
 
 
 def _brokers_with_last_transfers(*, now: dt.datetime) -> list[Broker]:
-    """Every broker, annotated with ``last_download_at``, ``last_upload_at`` and its
+    """Every broker, annotated with ``last_download_at``, ``last_pull_reached_at`` (the last
+    pull that reached DROP, ``drop_pulls_reached``), ``last_upload_at`` and its
     directives awaiting acknowledgement (``directives_awaiting``, ``directives_overdue``)."""
     return list(
         Broker.objects.annotate(
             last_download_at=Max("cycles__downloaded_at"),
+            last_pull_reached_at=Subquery(
+                drop_pulls_reached()
+                .filter(broker_id=OuterRef("broker_id"))
+                .order_by("-id")
+                .values("created_at")[:1]
+            ),
             last_upload_at=Subquery(
                 ReportFile.objects.filter(broker=OuterRef("pk"), uploaded_at__isnull=False)
                 .order_by("-uploaded_at")

@@ -31,6 +31,15 @@ DROP_KEY_REFUSED_STATUS = 401
 _DROP_ACCESS_FIELDS = ["drop_api_key", "drop_base_url", "mode"]
 
 
+def drop_pulls_reached(events: QuerySet[LedgerEvent] | None = None) -> QuerySet[LedgerEvent]:
+    """The ``drop.pulled`` events of pulls that reached DROP, whether it had something new or
+    not: not those that resumed a package an earlier pull downloaded (``resumed``), which
+    never asked DROP anything (that package's cycle keeps its download time). The one rule
+    of the schedule's refused key, the dashboard's next download and the evidence pack."""
+    events = events if events is not None else LedgerEvent.objects.all()
+    return events.filter(kind=LedgerKind.DROP_PULLED).exclude(data__contains={"resumed": True})
+
+
 def _last_event_id(**filters: Any) -> Subquery:
     events = LedgerEvent.objects.filter(broker_id=OuterRef("broker_id"), **filters)
     return Subquery(events.order_by("-id").values("id")[:1])
@@ -40,12 +49,17 @@ def brokers_with_drop_key_refused(
     brokers: QuerySet[Broker] | None = None,
 ) -> QuerySet[Broker]:
     """Brokers whose last word from DROP on a pull is a refused key (401), with no change of
-    their DROP key, base URL or mode, no successful pull and no 403 since (a 403 means DROP
-    took the key); annotated with ``drop_key_refused_event`` (the ``drop.pull_failed`` ledger
-    event's id)."""
+    their DROP key, base URL or mode, no successful pull that reached DROP
+    (``drop_pulls_reached``) and no 403 since (a 403 means DROP took the key); annotated
+    with ``drop_key_refused_event`` (the ``drop.pull_failed`` ledger event's id)."""
     brokers = brokers if brokers is not None else Broker.objects.all()
     refused = _last_event_id(kind=LedgerKind.DROP_PULL_FAILED, data__status=DROP_KEY_REFUSED_STATUS)
-    pulled = _last_event_id(kind=LedgerKind.DROP_PULLED)
+    pulled = Subquery(
+        drop_pulls_reached()
+        .filter(broker_id=OuterRef("broker_id"))
+        .order_by("-id")
+        .values("id")[:1]
+    )
     forbidden = _last_event_id(kind=LedgerKind.DROP_PULL_FAILED, data__status=403)
     changed = _last_event_id(
         kind=LedgerKind.BROKER_UPDATED, data__changes__has_any_keys=_DROP_ACCESS_FIELDS

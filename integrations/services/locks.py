@@ -13,7 +13,7 @@ other lock is bounded the same way, by ``lock_wait_bounded``::
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Final
 
@@ -23,6 +23,8 @@ from integrations.models import Broker
 
 _MATCHING_LOCK = 0x6D617463  # "matc"
 _LOCK: Final = "SELECT pg_advisory_xact_lock(%s, %s)"
+_SESSION_LOCK_TRY: Final = "SELECT pg_try_advisory_lock(%s, %s)"
+_SESSION_UNLOCK: Final = "SELECT pg_advisory_unlock(%s, %s)"
 _LOCK_TIMEOUT: Final = "SELECT current_setting('lock_timeout')"
 _LOCK_TIMEOUT_SET: Final = "SELECT set_config('lock_timeout', %s, true)"
 
@@ -59,6 +61,24 @@ def advisory_xact_lock(
         return
     with lock_wait_bounded(cursor, timeout):
         cursor.execute(_LOCK, [purpose, key])
+
+
+@contextmanager
+def advisory_session_lock(
+    *, purpose: int, key: int, busy: Callable[[], Exception]
+) -> Iterator[None]:
+    """Hold the lock ``(purpose, key)`` while the block runs, or raise ``busy()`` at once when
+    another session holds it. A session lock, not a transaction's: the block may commit as
+    often as it likes, and a dead process's connection releases it."""
+    with connection.cursor() as cursor:
+        cursor.execute(_SESSION_LOCK_TRY, [purpose, key])
+        if not cursor.fetchone()[0]:
+            raise busy()
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(_SESSION_UNLOCK, [purpose, key])
 
 
 def matching_lock(*, broker: Broker, timeout: float | None = None) -> None:

@@ -10,11 +10,13 @@ import hashlib
 import io
 import json
 import logging
+import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
@@ -26,16 +28,24 @@ from devtools.drop_simulator import DropSimulator, build_drop_zip, work_items
 from integrations import tasks
 from integrations.drop.calendar import drop_today
 from integrations.drop.client import PRODUCTION_URL, SANDBOX_URL
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, DeletionRequest, DropCycle, LedgerEvent, WorkItem
-from integrations.selectors.pulls import brokers_due_for_pull
+from integrations.selectors.dashboard import dashboard_overview
+from integrations.selectors.pulls import (
+    brokers_due_for_pull,
+    brokers_with_drop_key_refused,
+    drop_pulls_reached,
+)
 from integrations.services.cycle import drop as drop_services
 from integrations.services.cycle import drop_import as drop_import_services
+from integrations.services.ledger import ledger_event_append
 from integrations.services.staff.brokers import broker_create, broker_update
 from tests.builders import (
     PACKAGE_DATE,
     ConsumerFactory,
     drop_zip,
 )
+from tests.conftest import database_url
 
 pytestmark = pytest.mark.django_db
 
@@ -725,3 +735,143 @@ def test_a_pull_killed_once_its_import_committed_is_done_at_the_next_pull(
     broker.refresh_from_db()
     assert broker.last_pulled_at is not None
     assert DropCycle.objects.count() == 1
+
+
+# ---------------------------------------------------------------- pulls side by side
+
+
+def _left_in_incoming(tmp_path: Path, package: bytes, *, age: dt.timedelta) -> Path:
+    """The package as a stopped pull left it in incoming/, downloaded ``age`` ago."""
+    incoming = tmp_path / "packages" / "4821" / drop_services.INCOMING
+    incoming.mkdir(parents=True, exist_ok=True)
+    path = incoming / PACKAGE_NAME
+    path.write_bytes(package)
+    at = (timezone.now() - age).timestamp()
+    os.utime(path, (at, at))
+    return path
+
+
+def test_a_pull_while_another_pull_of_the_broker_runs_is_refused_recording_nothing(
+    broker: Broker, drop: DropSimulator, package: bytes
+) -> None:
+    drop.queue_package(package, PACKAGE_NAME)
+    # The worker's pull, say, on another connection (``drop pull`` runs beside the job lock).
+    holder = psycopg.connect(database_url(), autocommit=True)
+    try:
+        holder.execute("SELECT pg_advisory_lock(%s, %s)", [drop_services._PULL_LOCK, broker.pk])
+        with pytest.raises(CommandError, match="another pull of broker 4821 is running"):
+            pull()
+    finally:
+        holder.close()
+
+    assert not drop.calls("/data/download")
+    assert not LedgerEvent.objects.filter(kind__startswith="drop.pull").exists()
+    assert_nothing_imported()
+    pull()  # once it is done, the next pull goes ahead
+    assert DropCycle.objects.count() == 1
+
+
+def test_a_package_gone_from_incoming_while_resumed_is_skipped_not_refused(
+    broker: Broker,
+    drop: DropSimulator,
+    package: bytes,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    left = _left_in_incoming(tmp_path, package, age=dt.timedelta(hours=1))
+    real_import = drop_services.drop_zip_import
+
+    def taken_first(**kwargs: Any) -> Any:
+        left.unlink()  # another hand kept it between the listing and the import
+        return real_import(**kwargs)
+
+    monkeypatch.setattr(drop_services, "drop_zip_import", taken_first)
+    drop.queue_nothing_new()
+
+    pull()
+
+    assert not LedgerEvent.objects.filter(kind="drop.pull_failed").exists()
+    assert len(drop.calls("/data/download")) == 1  # skipped: the pull asked DROP as usual
+
+
+def test_a_resumed_pull_counts_from_the_package_download_not_now(
+    broker: Broker, drop: DropSimulator, package: bytes, tmp_path: Path
+) -> None:
+    left = _left_in_incoming(tmp_path, package, age=dt.timedelta(days=2))
+
+    pull()
+
+    broker.refresh_from_db()
+    downloaded = dt.datetime.fromtimestamp(
+        left.parent.parent.joinpath(PACKAGE_NAME).stat().st_mtime, tz=dt.UTC
+    )
+    assert broker.last_pulled_at == DropCycle.objects.get().downloaded_at
+    assert abs(broker.last_pulled_at - downloaded) < dt.timedelta(seconds=1)
+    assert not drop.calls("/data/download")  # two days ago is not due again yet
+    assert kept_files(tmp_path) == [PACKAGE_NAME]
+
+
+@pytest.mark.parametrize("pulled_since", [False, True], ids=["never-recorded", "recorded-since"])
+def test_a_stale_package_imported_before_does_not_use_up_a_due_pull(
+    broker: Broker,
+    drop: DropSimulator,
+    package: bytes,
+    tmp_path: Path,
+    pulled_since: bool,
+) -> None:
+    left = _left_in_incoming(tmp_path, package, age=dt.timedelta(days=40))
+    downloaded_at = timezone.now() - dt.timedelta(days=40)
+    drop_import_services.drop_zip_import(
+        broker=broker, path=left, downloaded_at=downloaded_at, actor="test"
+    )
+    if pulled_since:
+        Broker.objects.filter(pk=broker.pk).update(
+            last_pulled_at=timezone.now() - dt.timedelta(days=35)
+        )
+    drop.queue_nothing_new()
+
+    assert pull_json_or_none() == "nothing_new"
+
+    assert len(drop.calls("/data/download")) == 1  # DROP asked: the broker was due
+    broker.refresh_from_db()
+    assert broker.last_pulled_at is not None
+    assert timezone.now() - broker.last_pulled_at < dt.timedelta(minutes=5)
+    assert kept_files(tmp_path) == [PACKAGE_NAME]  # out of incoming/: no pull resumes it
+
+
+def pull_json_or_none() -> str:
+    out = io.StringIO()
+    call_command("drop", "pull", "--broker", "4821", "--json", stdout=out)
+    return json.loads(out.getvalue())["outcome"]
+
+
+def test_drop_import_of_a_package_in_incoming_takes_it_out(
+    broker: Broker, drop: DropSimulator, package: bytes, tmp_path: Path
+) -> None:
+    left = _left_in_incoming(tmp_path, package, age=dt.timedelta(hours=1))
+
+    call_command("drop", "import", "--broker", "4821", str(left), stdout=io.StringIO())
+
+    assert DropCycle.objects.count() == 1
+    assert kept_files(tmp_path) == [PACKAGE_NAME]
+    drop.queue_nothing_new()
+    pull()
+    assert len(drop.calls("/data/download")) == 1  # nothing to resume: DROP is asked
+
+
+def test_a_resumed_pull_is_not_a_pull_that_reached_drop(broker: Broker) -> None:
+    def event(kind: LedgerKind, **data: Any) -> None:
+        ledger_event_append(kind=kind, broker_id="4821", subject="4821", actor="test", data=data)
+
+    event(LedgerKind.DROP_PULL_FAILED, status=401, reason="credentials", error="refused")
+    event(LedgerKind.DROP_PULLED, outcome="imported", resumed=True)
+
+    assert list(brokers_with_drop_key_refused()) == [broker]  # DROP never saw the key again
+    assert list(drop_pulls_reached()) == []
+    (overview,) = dashboard_overview(now=timezone.now())
+    assert overview.last_pulled_at is None
+
+    event(LedgerKind.DROP_PULLED, outcome="nothing_new")
+    assert list(brokers_with_drop_key_refused()) == []
+    (overview,) = dashboard_overview(now=timezone.now())
+    assert overview.last_pulled_at == LedgerEvent.objects.latest("id").created_at

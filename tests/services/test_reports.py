@@ -1119,3 +1119,26 @@ def test_no_discard_while_the_files_are_being_uploaded(
     assert ReportFile.objects.get(pk=refused.pk).state == ReportFileState.REFUSED
     report_file_discard(report_file=refused, reason="closed", actor="cli:al")
     assert ReportFile.objects.get(pk=refused.pk).state == ReportFileState.DISCARDED
+
+
+def test_a_run_refreshes_only_the_open_cycles_a_stopped_run_can_leave_behind(
+    cycle: DropCycle, drop: DropSimulator, auto: Callable[..., Any], monkeypatch
+) -> None:
+    # A cycle with no file yet (EmailPending still open), and one whose file waits for DROP
+    # (the run sends it: refreshed as one it sent); neither was left behind by a stopped run.
+    waiting = DropCycleFactory.create(
+        broker=cycle.broker, drop_session_id="2", match_date=dt.date(2026, 3, 15)
+    )
+    WorkItemFactory.create(cycle=waiting, status_code=3, work_item_id="NextDeleted1")
+    refreshed: list[str] = []
+    real_refresh = report_uploads.cycle_state_refresh
+
+    def recorded(*, cycle: DropCycle, actor: str) -> Any:
+        refreshed.append(cycle.drop_session_id)
+        return real_refresh(cycle=cycle, actor=actor)
+
+    monkeypatch.setattr(report_uploads, "cycle_state_refresh", recorded)
+
+    auto(cycle.broker)
+
+    assert refreshed == ["2"]  # cycle 1 has no file: nothing a stopped run could leave

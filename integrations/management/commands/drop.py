@@ -56,7 +56,12 @@ from integrations.selectors.drop_metrics import (
 )
 from integrations.selectors.stuck import stuck_work_items
 from integrations.services.cycle.canaries import canary_round_send
-from integrations.services.cycle.drop import DEFAULT_MAX_WAIT_SECONDS, DropPullError, drop_pull
+from integrations.services.cycle.drop import (
+    DEFAULT_MAX_WAIT_SECONDS,
+    DropPullError,
+    drop_package_imported,
+    drop_pull,
+)
 from integrations.services.cycle.drop_access import drop_access_notice_record
 from integrations.services.cycle.drop_import import DropImportError, ImportResult, drop_zip_import
 from integrations.services.cycle.recurring import recurring_rounds_send
@@ -197,6 +202,7 @@ class Command(DirectiveSubcommands, ReportSubcommand, SuppressionSubcommands):
             )
         except DropImportError as exc:
             raise CommandError(str(exc)) from None
+        drop_package_imported(broker=broker, path=path)
         self._report(
             result, as_json=options["json"], outcome="imported" if result.created else "unchanged"
         )

@@ -25,6 +25,8 @@ from typing import Literal
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F, Value
+from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
 from integrations import enqueue
@@ -41,6 +43,7 @@ from integrations.models import Broker
 from integrations.services.cycle.drop_access import drop_access_record
 from integrations.services.cycle.drop_import import DropImportError, ImportResult, drop_zip_import
 from integrations.services.ledger import ledger_event_append
+from integrations.services.locks import advisory_session_lock
 
 PACKAGES_DIR = settings.DROPPORTAL_VAR_DIR / "drop-packages"
 # Under a broker's directory: packages downloaded whose import has no outcome yet.
@@ -48,11 +51,17 @@ INCOMING = "incoming"
 # The DROP client's time bounds and retries (a module attribute, so tests can shorten them);
 # the stall is DROPPORTAL_DROP_STALL_SECONDS, read at each pull.
 DROP_LIMITS = DropLimits()
+# pg_try_advisory_lock(int, int): purpose and broker pk. One pull per broker at a time.
+_PULL_LOCK = 0x70756C6C  # "pull"
 DEFAULT_MAX_WAIT_SECONDS = DROP_LIMITS.max_wait_seconds
 
 
 class DropPullError(Exception):
     """A pull stopped (DROP's answer, a refused package); the message says what to do."""
+
+
+class DropPullBusy(DropPullError):
+    """Another pull of the broker is running; nothing was asked or recorded."""
 
 
 @dataclass(frozen=True)
@@ -143,28 +152,72 @@ def drop_pull(
     refused package is a ``drop.pull_failed`` event and nothing is imported; the next pull
     starts afresh. DROP failing through no doing of the broker's starts or extends an outage
     (``services.cycle.drop_access``); any answer of DROP's ends it. A package an earlier pull
-    downloaded and stopped before importing is imported first, and DROP is not called: a
-    ``drop.pulled`` event with ``resumed`` true.
+    downloaded and stopped before recording is imported first (a ``drop.pulled`` event with
+    ``resumed`` true, as of its download), and DROP is called only if the broker is still
+    due for a pull after it. Raises ``DropPullBusy`` (recording nothing) while another pull
+    of the broker runs.
     """
-    directory = PACKAGES_DIR / broker.broker_id
-    incoming = directory / INCOMING
-    left = sorted(incoming.glob("*.zip"), key=lambda path: path.stat().st_mtime)
-    if left:
-        # A pull stopped after DROP sent this package and before its import had an outcome.
-        # DROP will not send it again (a 409 or "nothing new" until its statuses are in), so
-        # it is imported from here; DROP is asked again at the next pull.
-        for path in left:
-            result = _package_import(
-                broker,
-                actor,
-                path,
-                zip_name=path.name,
-                downloaded_at=min(
-                    dt.datetime.fromtimestamp(path.stat().st_mtime, tz=dt.UTC), timezone.now()
-                ),
-                facts={"size_bytes": path.stat().st_size, "resumed": True},
-            )
-        return result
+    # One pull per broker at a time, whoever runs it (the worker's job lock stops only a
+    # second job, not ``drop pull`` beside it): a second pull would import the package the
+    # first is importing, and record a refusal when the first moves it out of incoming/.
+    with advisory_session_lock(
+        purpose=_PULL_LOCK,
+        key=broker.pk,
+        busy=lambda: DropPullBusy(
+            f"another pull of broker {broker.broker_id} is running; try again when it is done"
+        ),
+    ):
+        resumed = _packages_resume(broker, actor)
+        if resumed is not None and not _pull_due(broker):
+            return resumed
+        return _pull(broker, actor, max_wait_seconds=max_wait_seconds, on_progress=on_progress)
+
+
+def _packages_resume(broker: Broker, actor: str) -> PullResult | None:
+    """Import the packages an earlier pull downloaded and stopped before recording, found in
+    ``incoming/``; the last one's result, or None when there was none to finish.
+
+    DROP will not send such a package again (a 409 or "nothing new" until its statuses are
+    in), so it is imported from here, the pull recorded as of its download (the file's
+    time). One imported before whose pull was recorded since (staff ran ``drop import`` on
+    it, say) only leaves ``incoming/``: it finishes no pull."""
+    incoming = PACKAGES_DIR / broker.broker_id / INCOMING
+    result = None
+    for path in sorted(incoming.glob("*.zip")):
+        try:
+            stat = path.stat()
+        except FileNotFoundError:  # gone since the listing: kept by another hand
+            continue
+        downloaded_at = min(dt.datetime.fromtimestamp(stat.st_mtime, tz=dt.UTC), timezone.now())
+        resumed = _package_import(
+            broker,
+            actor,
+            path,
+            zip_name=path.name,
+            downloaded_at=downloaded_at,
+            facts={"size_bytes": stat.st_size, "resumed": True},
+        )
+        result = resumed or result
+    return result
+
+
+def _pull_due(broker: Broker) -> bool:
+    """Whether ``broker``'s last recorded pull is ``pull_interval_days`` old (or missing)."""
+    broker.refresh_from_db(fields=["last_pulled_at"])
+    if broker.last_pulled_at is None:
+        return True
+    return broker.last_pulled_at + dt.timedelta(days=broker.pull_interval_days) <= timezone.now()
+
+
+def _pull(
+    broker: Broker,
+    actor: str,
+    *,
+    max_wait_seconds: float,
+    on_progress: OnProgress | None,
+) -> PullResult:
+    """Ask DROP for the broker's package, download it into ``incoming/`` and import it."""
+    incoming = PACKAGES_DIR / broker.broker_id / INCOMING
     started = time.monotonic()
     try:
         client = drop_client_for(broker, actor=actor, max_wait_seconds=max_wait_seconds)
@@ -192,7 +245,7 @@ def drop_pull(
         return PullResult("nothing_new", message=download.message or "")
 
     assert download.path is not None
-    return _package_import(
+    result = _package_import(
         broker,
         actor,
         download.path,
@@ -205,6 +258,9 @@ def drop_pull(
             "attempts": download.attempts,
         },
     )
+    if result is None:  # only by a hand outside the pull lock
+        raise DropPullError(f"{download.path} was taken from incoming/ while it was imported")
+    return result
 
 
 def _package_import(
@@ -215,11 +271,14 @@ def _package_import(
     zip_name: str | None,
     downloaded_at: dt.datetime,
     facts: dict[str, object],
-) -> PullResult:
+) -> PullResult | None:
     """Import the package at ``path`` (in ``incoming/``), record the pull, then keep the
     package beside the others: only once the pull is recorded does it leave ``incoming/``,
     so a pull stopped before that is finished by the next one (the import of a package
-    imported before changes nothing)."""
+    imported before changes nothing). None when the package was gone from ``incoming/``
+    (kept by another hand), or when it is a resumed package imported before whose pull was
+    recorded since (then it only leaves ``incoming/``)."""
+    resumed = bool(facts.get("resumed"))
     try:
         imported = drop_zip_import(
             broker=broker,
@@ -229,6 +288,8 @@ def _package_import(
             actor=actor,
         )
     except DropImportError as exc:
+        if not path.exists():
+            return None  # no refusal of DROP's package: it was taken while we read it
         kept = _package_keep(path)
         message = (
             f"{exc}. The package is kept at {kept}; once the cause is fixed, "
@@ -239,6 +300,11 @@ def _package_import(
     outcome: Literal["imported", "already_imported"] = (
         "imported" if imported.created else "already_imported"
     )
+    if resumed and not imported.created:
+        broker.refresh_from_db(fields=["last_pulled_at"])
+        if broker.last_pulled_at is not None and broker.last_pulled_at >= downloaded_at:
+            _package_keep(path)
+            return None
     _pulled(
         broker,
         actor,
@@ -249,8 +315,21 @@ def _package_import(
             "drop_session_id": imported.cycle.drop_session_id,
             **facts,
         },
+        # A resumed pull happened when its package was downloaded, not now: the broker is
+        # due again from then (and never earlier than a pull recorded since).
+        pulled_at=downloaded_at if resumed else None,
     )
     return PullResult(outcome, imported=imported, path=_package_keep(path))
+
+
+def drop_package_imported(*, broker: Broker, path: Path) -> Path:
+    """Where the package ``drop import`` imported from ``path`` is kept: one in the broker's
+    ``incoming/`` leaves it, its import having an outcome (else every later pull would
+    resume it instead of asking DROP); any other stays where it is."""
+    incoming = (PACKAGES_DIR / broker.broker_id / INCOMING).resolve()
+    if path.resolve().parent != incoming:
+        return path
+    return _package_keep(path.resolve())
 
 
 def _package_keep(path: Path) -> Path:
@@ -265,9 +344,14 @@ def _package_keep(path: Path) -> Path:
     return place_atomically(path, path.parent.parent, path.name, sha256)
 
 
-def _pulled(broker: Broker, actor: str, data: dict[str, object]) -> None:
+def _pulled(
+    broker: Broker, actor: str, data: dict[str, object], *, pulled_at: dt.datetime | None = None
+) -> None:
     with transaction.atomic():
-        Broker.objects.filter(pk=broker.pk).update(last_pulled_at=timezone.now())
+        at = timezone.now() if pulled_at is None else pulled_at
+        Broker.objects.filter(pk=broker.pk).update(
+            last_pulled_at=Greatest(Coalesce(F("last_pulled_at"), Value(at)), Value(at))
+        )
         ledger_event_append(
             kind=LedgerKind.DROP_PULLED,
             broker_id=broker.broker_id,

@@ -28,7 +28,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
-from django.db.models import Case, IntegerField, Value, When
+from django.db.models import Case, Exists, IntegerField, OuterRef, Value, When
 from django.utils import timezone
 
 from integrations.drop.client import DropApiError, DropClient, UploadResult
@@ -49,6 +49,7 @@ from integrations.services.cycle.cycle_state import cycle_state_refresh
 from integrations.services.cycle.drop import broker_drop_settings_problem, drop_client_for
 from integrations.services.cycle.drop_access import drop_access_record
 from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
+from integrations.services.locks import advisory_session_lock
 from integrations.services.reporting.report_files import (
     report_file_facts,
 )
@@ -133,10 +134,15 @@ def report_files_upload(
                 run.error = error
                 run.pending.extend(queue[position:])
                 break
-    # The open cycles too, not only those whose files went out: a run stopped after DROP's
-    # last answer was recorded (killed, the database gone) left its cycle open, and no file
-    # of it is left to send.
-    still_open = DropCycle.objects.filter(broker=broker, state=CycleState.OPEN)
+    # The open cycles a stopped run can leave behind too, not only those whose files went
+    # out: a run stopped after DROP's last answer was recorded (killed, the database gone)
+    # left its cycle open with files, none of them still waiting for DROP, so nothing of it
+    # is sent again. Only those: a refresh locks the cycle and may read all its work items.
+    still_open = (
+        DropCycle.objects.filter(broker=broker, state=CycleState.OPEN)
+        .filter(Exists(ReportFile.objects.filter(cycle=OuterRef("pk"))))
+        .exclude(Exists(ReportFile.objects.filter(cycle=OuterRef("pk"), state__in=AWAITING_DROP)))
+    )
     if cycle is not None:
         still_open = still_open.filter(pk=cycle.pk)
     for each in [*touched.values(), *still_open.exclude(pk__in=touched).order_by("pk")]:
@@ -147,18 +153,15 @@ def report_files_upload(
 @contextlib.contextmanager
 def report_upload_lock(broker: Broker) -> Iterator[None]:
     """One uploader per broker (session lock: a dead process's connection releases it)."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [_UPLOAD_LOCK, broker.pk])
-        if not cursor.fetchone()[0]:
-            raise ReportBusy(
-                f"another process is uploading broker {broker.broker_id}'s response files; "
-                "try again when it is done"
-            )
-    try:
+    with advisory_session_lock(
+        purpose=_UPLOAD_LOCK,
+        key=broker.pk,
+        busy=lambda: ReportBusy(
+            f"another process is uploading broker {broker.broker_id}'s response files; "
+            "try again when it is done"
+        ),
+    ):
         yield
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [_UPLOAD_LOCK, broker.pk])
 
 
 def _file_upload(

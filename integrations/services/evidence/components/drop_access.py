@@ -21,7 +21,8 @@ from django.db import connection
 
 from integrations.drop.calendar import drop_date
 from integrations.ledger_kinds import LedgerKind
-from integrations.models import DropAccessObligation, DropOutage
+from integrations.models import DropAccessObligation, DropOutage, LedgerEvent
+from integrations.selectors.pulls import drop_pulls_reached
 from integrations.services.evidence.components.base import Component, PackContext
 from integrations.services.evidence.evidence_ledger import rechunk
 from integrations.services.evidence.evidence_writer import CsvRecordCounter
@@ -42,11 +43,9 @@ _ROW_KINDS = [kind.value for kind in ACCESS_KINDS if kind != LedgerKind.DROP_API
 
 _DOWNLOADS = """
 WITH downloads AS (
-    -- A resumed pull imported a package an earlier pull downloaded: it did not reach DROP
-    -- (its cycle's downloaded_at is that download).
-    SELECT created_at AS at FROM integrations_ledgerevent
-     WHERE broker_id = %(broker_id)s AND kind = %(pulled)s
-       AND (data ->> 'resumed') IS DISTINCT FROM 'true'
+    -- The pulls that reached DROP (selectors.pulls.drop_pulls_reached): a resumed pull's
+    -- package counts by its cycle's downloaded_at.
+    SELECT created_at AS at FROM ({pulls}) pulls
     UNION
     SELECT downloaded_at FROM integrations_dropcycle WHERE broker_id = %(broker)s
 ), kept AS (
@@ -104,13 +103,18 @@ def build(context: PackContext) -> Component:
     params: dict[str, Any] = {
         "broker_id": context.broker.broker_id,
         "broker": context.broker.pk,
-        "pulled": LedgerKind.DROP_PULLED.value,
         "start": start,
         "end": end,
         "kinds": [kind.value for kind in ACCESS_KINDS],
     }
+    pulls = drop_pulls_reached(LedgerEvent.objects.filter(broker_id=context.broker.broker_id))
+    # compose_sql: PostgreSQL's operations only (the stubs know the base class).
+    query = pulls.values("created_at").query.sql_with_params()
+    pulls_sql = connection.ops.compose_sql(*query)  # type: ignore[attr-defined]
+    # Its values are bound already: a % left in them must not read as a parameter.
+    downloads_sql = _DOWNLOADS.format(pulls=pulls_sql.replace("%", "%%"))
     with connection.cursor() as cursor:
-        cursor.execute(_DOWNLOADS, params)
+        cursor.execute(downloads_sql, params)
         downloads, last, gap_from, gap_to = cursor.fetchone()
         cursor.execute(_COUNTS, params)
         counts = cursor.fetchall()
