@@ -148,7 +148,7 @@ WHOLE_NUMBER_SETTINGS = [
     # (name, least, what it must be); a count under its least means nothing.
     ("DROPPORTAL_CALLBACK_RATE_LIMIT", 0, "callbacks a second, 0 (no limit) or more"),
     ("DROPPORTAL_DISPATCH_SLOTS_PER_BROKER", 0, "delivery batches, 0 (no limit) or more"),
-    ("DROPPORTAL_OIDC_SIGN_IN_RATE_LIMIT", 0, "sign-ins a minute, 0 (no limit) or more"),
+    ("DROPPORTAL_OIDC_SIGN_IN_RATE_LIMIT", 0, "refused sign-ins a minute, 0 (no limit) or more"),
     ("DROPPORTAL_REPORT_DAYS", 1, "days, 1 or more"),
     ("DROPPORTAL_DOWNLOAD_CADENCE_DAYS", 1, "days, 1 or more"),
     ("DROPPORTAL_RECURRING_DAYS", 0, "days, 0 (off) or more"),
