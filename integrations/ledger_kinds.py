@@ -37,6 +37,8 @@ class LedgerKind(StrEnum):
     DROP_DOCTOR_CHECKED = "drop.doctor_checked"  # a ``drop doctor`` run and what it found
     DROP_CYCLE_REPORTED = "drop_cycle.reported"  # a cycle with every status reported to DROP
     DROP_NOTIFICATION_RECEIVED = "drop.notification_received"  # DROP's webhook: one event
+    # one that came while a file of its kind was being sent, attached once DROP's answer was in
+    DROP_NOTIFICATION_ATTACHED = "drop.notification_attached"
     # -- DROP access: outages of the automated connection and the notice a long one obliges
     DROP_OUTAGE_STARTED = "drop.outage_started"  # a DROP call failed, not the broker's doing
     DROP_OUTAGE_ENDED = "drop.outage_ended"  # DROP answered again (how long it lasted)

@@ -61,7 +61,9 @@ class DropNotificationView(APIView):
         description="DROP's webhook (API 1.2.0). Signed with the broker's DROP webhook "
         "secret; deduplicated on X-Webhook-Event-Id and on the signature (a notification "
         "taken once is not taken again). download.ready queues the broker's "
-        "pull at once; upload.* and amendment.* are recorded on the file they are about.",
+        "pull at once; upload.* and amendment.* are recorded on the file they are about "
+        "(one that comes while a file of that kind is being sent: once DROP's answer to it "
+        "is recorded).",
         auth=[],
         parameters=[
             OpenApiParameter(

@@ -22,7 +22,8 @@ class DropNotification(models.Model):
     received_at = models.DateTimeField(db_default=Now())
     message = models.TextField(blank=True, default="")
     # What the event is about, when the service can tell: DROP's body names nothing, so an
-    # upload or amendment event goes to the broker's latest file of that kind sent to DROP.
+    # upload or amendment event goes to the broker's latest file of that kind DROP accepted,
+    # once no file of that kind is being sent (``awaiting_report_file`` until then).
     cycle = models.ForeignKey(
         "integrations.DropCycle",
         on_delete=models.PROTECT,
@@ -40,6 +41,10 @@ class DropNotification(models.Model):
     # The file was the latest of several of its kind one run uploaded: DROP's notification
     # names none, so which of them it is about is a guess.
     report_file_guessed = models.BooleanField(default=False)
+    # It came while a file of its kind was being sent (``ReportFile.sending_since``): it may
+    # be about that file, whose answer is not recorded yet, so it is attached (report_file,
+    # cycle) in the transaction that records the last such answer.
+    awaiting_report_file = models.BooleanField(default=False, db_default=False)
 
     class Meta:
         ordering = ["-received_at", "-pk"]

@@ -51,6 +51,11 @@ class ReportFile(models.Model):
     drop_response = models.JSONField("DROP's answer", default=dict, blank=True)
     created_at = models.DateTimeField(db_default=Now())
     uploaded_at = models.DateTimeField(null=True, blank=True)
+    # Handed to DROP (committed before the call) and DROP's answer not recorded yet: DROP may
+    # already be notifying about it, so its notifications wait (``DropNotification
+    # .awaiting_report_file``). Cleared with the answer; kept when the call failed, since
+    # DROP may hold the file all the same.
+    sending_since = models.DateTimeField("being sent since", null=True, blank=True)
     # Staff gave up an amendment DROP refuses or rejected (``report_file_discard``).
     discard_reason = models.TextField(blank=True, default="")
     discarded_by = models.CharField(max_length=150, blank=True, default="")

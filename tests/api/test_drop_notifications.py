@@ -7,11 +7,15 @@ import datetime as dt
 import io
 import json
 import re
+import threading
+import time
 import uuid
+from collections.abc import Callable, Sequence
 from typing import Any
 
+import psycopg
 import pytest
-from django.db import connection
+from django.db import connection, connections
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
@@ -19,15 +23,27 @@ from django.utils import timezone
 from procrastinate.contrib.django.models import ProcrastinateJob
 from rest_framework.test import APIClient
 
+from devtools.drop_simulator import DropSimulator
 from integrations import enqueue, tasks
+from integrations.drop.client import DropClient, DropUnavailable, UploadResult
 from integrations.drop.notifications import (
     notification_signature,
     notification_timestamp,
     notification_verify,
 )
 from integrations.ledger_kinds import LedgerKind
-from integrations.models import AlertState, Broker, DropNotification, LedgerEvent
+from integrations.models import (
+    AlertState,
+    Broker,
+    DropNotification,
+    LedgerEvent,
+    ReportFile,
+    ReportFileState,
+)
 from integrations.services.ledger import ledger_event_append
+from integrations.services.reporting import report_uploads
+from integrations.services.reporting.report_files import report_files_write
+from integrations.services.reporting.report_uploads import report_files_upload
 from integrations.services.staff.alerts import alerts_evaluate
 from integrations.services.staff.brokers import broker_drop_webhook_secret_set
 from integrations.services.staff.keys import api_key_create
@@ -35,10 +51,11 @@ from tests.builders import (
     DROP_WEBHOOK_SECRET,
     DropCycleFactory,
     WorkItemFactory,
+    broker_reports_to,
     drop_notification_post,
     items_reported,
 )
-from tests.conftest import bearer
+from tests.conftest import bearer, database_url
 
 pytestmark = pytest.mark.django_db
 
@@ -404,6 +421,198 @@ def test_a_notification_about_one_of_several_files_uploaded_together_says_it_is_
         reverse("admin:integrations_reportfile_change", args=[latest.pk])
     ).content.decode()
     assert "attached by guess: one run uploaded several files" in html
+
+
+# ------------------------------------------------------- a notification before its upload's
+# answer is recorded. DROP may notify about a file between its 202 and the uploader's record of
+# it: the notification must not go to the broker's earlier file. These tests commit (DROP's
+# notification is taken by another process, its own connection, while the upload is out).
+
+Files = Sequence[tuple[str, Any]]
+
+
+@pytest.fixture
+def uploads(webhook_broker: Broker, drop: DropSimulator) -> tuple[ReportFile, ReportFile]:
+    """The broker's upload DROP took an hour ago (an earlier run), and a file written now and
+    not sent yet."""
+    broker_reports_to(webhook_broker, drop)
+    cycle = DropCycleFactory.create(broker=webhook_broker)
+    earlier = items_reported(cycle, [WorkItemFactory.create(cycle=cycle, status_code=5)])
+    ReportFile.objects.filter(pk=earlier.pk).update(
+        uploaded_at=timezone.now() - dt.timedelta(hours=1)
+    )
+    WorkItemFactory.create(cycle=cycle, list_type="Phone", status_code=4)
+    (written,) = report_files_write(broker=webhook_broker)
+    return earlier, written
+
+
+class _NotifyingDrop(DropClient):
+    """DROP's client whose upload runs ``during`` around the call, as DROP's side sees it."""
+
+    def __init__(self, drop: DropSimulator, during: Callable[[Callable[[], UploadResult]], Any]):
+        super().__init__(drop.url, drop.api_key, sleep=lambda s: None, allow_private=True)
+        self.during = during
+
+    def upload(self, files: Files) -> UploadResult:
+        send = super().upload
+        return self.during(lambda: send(files))
+
+
+def _drop_notifies(answers: list[int], message: str) -> threading.Thread:
+    """DROP's ``upload.received``, taken by another process (a thread: its own connection)."""
+
+    def post() -> None:
+        try:
+            answers.append(
+                drop_notification_post(APIClient(), "upload.received", message=message).status_code
+            )
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=post)
+    thread.start()
+    return thread
+
+
+def _attached_events() -> list[LedgerEvent]:
+    return list(LedgerEvent.objects.filter(kind="drop.notification_attached").order_by("id"))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_notification_between_drops_202_and_its_record_goes_to_that_upload(
+    uploads: tuple[ReportFile, ReportFile], drop: DropSimulator, admin_client: Client
+) -> None:
+    earlier, sent = uploads
+    answers: list[int] = []
+
+    def notified_before_the_answer_is_recorded(send: Callable[[], UploadResult]) -> UploadResult:
+        result = send()  # DROP's 202: the file is DROP's, our record of it not written yet
+        _drop_notifies(answers, "file received").join()
+        return result
+
+    run = report_files_upload(
+        broker=sent.broker, client=_NotifyingDrop(drop, notified_before_the_answer_is_recorded)
+    )
+
+    assert answers == [204]
+    assert [f.file_name for f in run.accepted] == [sent.file_name]
+    (notification,) = DropNotification.objects.all()
+    assert notification.report_file_id == sent.pk, "attached to the earlier upload"
+    assert (notification.report_file_guessed, notification.awaiting_report_file) == (False, False)
+    assert notification.cycle_id == sent.cycle_id
+    # Recorded once on arrival, about no file yet; attached once, with the file's answer.
+    (received,) = _notification_events()
+    assert received.data["report_file"] is None
+    assert received.data["awaiting_report_file"] is True
+    (attached,) = _attached_events()
+    assert attached.subject == sent.file_name
+    assert attached.data["event_id"] == notification.event_id
+    assert attached.data["report_file_guessed"] is False
+    accepted = LedgerEvent.objects.get(kind="report_file.accepted", subject=sent.file_name)
+    assert accepted.id < attached.id  # in the transaction that records DROP's answer
+    assert ReportFile.objects.get(pk=sent.pk).sending_since is None
+    html = admin_client.get(
+        reverse("admin:integrations_reportfile_change", args=[earlier.pk])
+    ).content.decode()
+    assert "file received" not in html
+
+
+def _waits_for_a_lock(watcher: psycopg.Connection[Any]) -> bool:
+    (waiting,) = watcher.execute(
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+    ).fetchone() or (0,)
+    return bool(waiting)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_notification_while_the_upload_is_being_recorded_waits_for_that_record(
+    uploads: tuple[ReportFile, ReportFile], drop: DropSimulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _earlier, sent = uploads
+    answers: list[int] = []
+    notifying: list[threading.Thread] = []
+    taken = report_uploads.report_rows_taken
+
+    def notified_while_recording(**kwargs: Any) -> int:
+        rows = taken(**kwargs)  # in the transaction that records DROP's 202, not committed
+        notifying.append(_drop_notifies(answers, "file received"))
+        # A second connection: this one's transaction would keep seeing one snapshot.
+        with psycopg.connect(database_url(), autocommit=True) as watcher:
+            while notifying[0].is_alive() and not _waits_for_a_lock(watcher):
+                time.sleep(0.01)
+        return rows
+
+    monkeypatch.setattr(report_uploads, "report_rows_taken", notified_while_recording)
+    run = report_files_upload(broker=sent.broker, client=_NotifyingDrop(drop, lambda s: s()))
+    notifying[0].join()
+
+    assert answers == [204]
+    assert [f.file_name for f in run.accepted] == [sent.file_name]
+    (notification,) = DropNotification.objects.all()
+    assert notification.report_file_id == sent.pk, "attached to the earlier upload"
+    assert notification.awaiting_report_file is False
+    (received,) = _notification_events()
+    assert received.subject == received.data["report_file"] == sent.file_name
+    assert _attached_events() == []  # it waited for the record, and then read it
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_notification_during_an_upload_whose_answer_was_lost_waits_for_the_next_run(
+    uploads: tuple[ReportFile, ReportFile], drop: DropSimulator
+) -> None:
+    earlier, sent = uploads
+    answers: list[int] = []
+
+    def notified_then_the_answer_lost(send: Callable[[], UploadResult]) -> UploadResult:
+        send()
+        _drop_notifies(answers, "file received").join()
+        raise DropUnavailable("DROP POST /data/upload failed 3 times; last: timeout")
+
+    first = report_files_upload(
+        broker=sent.broker, client=_NotifyingDrop(drop, notified_then_the_answer_lost)
+    )
+
+    assert first.error is not None and answers == [204]
+    # DROP may hold the file: the notification is not put on the earlier one meanwhile.
+    (notification,) = DropNotification.objects.all()
+    assert notification.report_file_id is None, "attached to the earlier upload"
+    assert notification.awaiting_report_file is True
+    assert ReportFile.objects.get(pk=sent.pk).sending_since is not None
+
+    again = report_files_upload(broker=sent.broker, client=_NotifyingDrop(drop, lambda s: s()))
+
+    assert [f.file_name for f in again.accepted] == [sent.file_name]
+    assert again.accepted[0].drop_response["already_uploaded"] is True
+    notification.refresh_from_db()
+    assert (notification.report_file_id, notification.awaiting_report_file) == (sent.pk, False)
+    assert [e.subject for e in _attached_events()] == [sent.file_name]
+    assert earlier.drop_notifications.count() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_notification_during_an_upload_drop_refuses_goes_where_it_would_have(
+    uploads: tuple[ReportFile, ReportFile], drop: DropSimulator
+) -> None:
+    earlier, sent = uploads
+    drop.active_download = False  # 409: DROP takes nothing
+    answers: list[int] = []
+
+    def notified_before_the_answer(send: Callable[[], UploadResult]) -> UploadResult:
+        _drop_notifies(answers, "file received").join()
+        return send()
+
+    run = report_files_upload(
+        broker=sent.broker, client=_NotifyingDrop(drop, notified_before_the_answer)
+    )
+
+    assert [f.file_name for f in run.refused] == [sent.file_name]
+    assert ReportFile.objects.get(pk=sent.pk).state == ReportFileState.REFUSED
+    # Not about the refused file: the broker's latest upload DROP took, once that is known.
+    (notification,) = DropNotification.objects.all()
+    assert (notification.report_file_id, notification.awaiting_report_file) == (earlier.pk, False)
+    (attached,) = _attached_events()
+    assert attached.subject == earlier.file_name
 
 
 def test_an_unknown_event_type_is_recorded(api_client: APIClient, webhook_broker: Broker) -> None:

@@ -12,6 +12,15 @@ other type is recorded as it came. The view passes the headers and raw body as r
     )   # raises NotificationRejected (401: not ledgered, anyone can send those)
     # A signed one is recorded even without an event id or type (DROP signs neither header).
     received.duplicate, received.pull_queued
+
+Which file an ``upload.*`` or ``amendment.*`` event is about: DROP names none, so it is the
+broker's latest file of that kind DROP accepted (a guess when one run uploaded several). DROP
+may notify about a file between its 202 and our recording of it; so while a file of that
+kind is being sent (``ReportFile.sending_since``: set before the call, cleared with DROP's
+answer) the notification is not attached to an earlier one: it is kept, awaiting, and the
+uploader attaches it by the same rule when it records the last such answer::
+
+    drop_notifications_attach_awaiting(broker=broker, kind=ReportKind.UPLOAD, actor=actor)
 """
 
 from __future__ import annotations
@@ -26,7 +35,7 @@ from django.utils import timezone
 from integrations import enqueue
 from integrations.drop import notifications
 from integrations.ledger_kinds import LedgerKind
-from integrations.models import Broker, DropNotification, ReportFile, ReportKind
+from integrations.models import AWAITING_DROP, Broker, DropNotification, ReportFile, ReportKind
 from integrations.selectors.pulls import brokers_with_drop_key_refused
 from integrations.services.ledger import ledger_event_append
 
@@ -77,8 +86,14 @@ def drop_notification_receive(
     signature_key = notifications.notification_signature_key(signature)
     event_id = event_id.strip()[: notifications.HEADER_VALUE_MAX]
     event_type = event_type.strip()[: notifications.HEADER_VALUE_MAX]
-    report_file, guessed = _report_file_about(broker_pk, event_type)
     with transaction.atomic():
+        # The files of its kind being sent, locked: one whose answer is being recorded is
+        # waited for and then read as answered; the answer to one still out waits for this
+        # commit, and attaches this notification.
+        awaiting = _sending_locked(broker_pk, event_type)
+        report_file, guessed = (
+            (None, False) if awaiting else _report_file_about(broker_pk, event_type)
+        )
         try:
             with transaction.atomic():  # a savepoint: the duplicate's error stays in it
                 notification = DropNotification.objects.create(
@@ -91,6 +106,7 @@ def drop_notification_receive(
                     message=notifications.notification_message(body),
                     report_file=report_file,
                     report_file_guessed=guessed,
+                    awaiting_report_file=awaiting,
                     cycle_id=report_file.cycle_id if report_file is not None else None,
                 )
         except IntegrityError:
@@ -123,6 +139,9 @@ def drop_notification_receive(
                 "message": notification.message,
                 "report_file": report_file.file_name if report_file is not None else None,
                 "report_file_guessed": guessed,
+                # A file of its kind was being sent: attached once DROP's answer is recorded
+                # (a drop.notification_attached event).
+                "awaiting_report_file": awaiting,
                 "drop_session_id": (
                     report_file.cycle.drop_session_id if report_file is not None else None
                 ),
@@ -141,6 +160,64 @@ def _seen(broker_pk: int, event_id: str, signature_key: str) -> bool:
     if event_id:
         taken |= Q(event_id=event_id)
     return DropNotification.objects.filter(taken, broker_id=broker_pk).exists()
+
+
+def drop_notifications_attach_awaiting(*, broker: Broker, kind: str, actor: str) -> int:
+    """Attach the broker's notifications about files of ``kind`` that came while one was
+    being sent, once none is, by the rule one meets on arrival; a
+    ``drop.notification_attached`` ledger event each. Called in the transaction that records
+    DROP's answer to such a file (or staff's word for it), after clearing its
+    ``sending_since`` under the file's lock: a notification that locked the file first has
+    committed, one that waits for the lock then reads the answer. How many were attached."""
+    if ReportFile.objects.filter(
+        broker=broker, kind=kind, state__in=AWAITING_DROP, sending_since__isnull=False
+    ).exists():
+        return 0  # another file of that kind is still being sent: its answer attaches them
+    event_types = [event for event, about in _ABOUT_REPORT_FILES.items() if about == kind]
+    awaiting = DropNotification.objects.select_for_update().filter(
+        broker=broker, event_type__in=event_types, awaiting_report_file=True
+    )
+    attached = 0
+    for notification in awaiting.order_by("received_at", "pk"):
+        report_file, guessed = _report_file_about(broker.pk, notification.event_type)
+        notification.report_file = report_file
+        notification.report_file_guessed = guessed
+        notification.cycle_id = report_file.cycle_id if report_file is not None else None
+        notification.awaiting_report_file = False
+        notification.save(
+            update_fields=["report_file", "report_file_guessed", "cycle", "awaiting_report_file"]
+        )
+        ledger_event_append(
+            kind=LedgerKind.DROP_NOTIFICATION_ATTACHED,
+            broker_id=broker.broker_id,
+            subject=report_file.file_name if report_file is not None else notification.event_type,
+            actor=actor,
+            data={
+                "event_id": notification.event_id,
+                "event_type": notification.event_type,
+                "received_at": notification.received_at.isoformat(),
+                "report_file": report_file.file_name if report_file is not None else None,
+                "report_file_guessed": guessed,
+                "drop_session_id": (
+                    report_file.cycle.drop_session_id if report_file is not None else None
+                ),
+            },
+        )
+        attached += 1
+    return attached
+
+
+def _sending_locked(broker_pk: int, event_type: str) -> bool:
+    """Whether a file of the kind the event is about is being sent (DROP may be notifying
+    about it before its answer is recorded), locking those files: a file whose answer is
+    being recorded is waited for, then seen answered."""
+    kind = _ABOUT_REPORT_FILES.get(event_type)
+    if kind is None:
+        return False
+    sending = ReportFile.objects.select_for_update().filter(
+        broker_id=broker_pk, kind=kind, state__in=AWAITING_DROP, sending_since__isnull=False
+    )
+    return bool(list(sending.values_list("pk", flat=True)))
 
 
 def _report_file_about(broker_pk: int, event_type: str) -> tuple[ReportFile | None, bool]:

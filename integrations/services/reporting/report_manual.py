@@ -19,6 +19,7 @@ from integrations.enqueue import alerts_evaluate_enqueue
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import AWAITING_DROP, Broker, ReportFile, ReportFileState, ReportKind
 from integrations.services.cycle.cycle_state import cycle_state_refresh
+from integrations.services.cycle.drop_notifications import drop_notifications_attach_awaiting
 from integrations.services.ledger import ledger_event_append
 from integrations.services.reporting.report_files import (
     report_file_facts,
@@ -101,10 +102,19 @@ def _report_file_discard(*, report_file: ReportFile, reason: str, actor: str) ->
             )
             kept = cursor.rowcount
         locked.state = ReportFileState.DISCARDED
+        locked.sending_since = None  # a failed send may have left it marked
         locked.discard_reason = reason
         locked.discarded_by = actor
         locked.discarded_at = timezone.now()
-        locked.save(update_fields=["state", "discard_reason", "discarded_by", "discarded_at"])
+        locked.save(
+            update_fields=[
+                "state",
+                "sending_since",
+                "discard_reason",
+                "discarded_by",
+                "discarded_at",
+            ]
+        )
         ledger_event_append(
             kind=LedgerKind.REPORT_FILE_DISCARDED,
             broker_id=locked.broker.broker_id,
@@ -120,6 +130,8 @@ def _report_file_discard(*, report_file: ReportFile, reason: str, actor: str) ->
             },
         )
         alerts_evaluate_enqueue()  # its alert clears now rather than at the next run
+        # Notifications that came while a failed send left it marked: attached elsewhere now.
+        drop_notifications_attach_awaiting(broker=locked.broker, kind=locked.kind, actor=actor)
     return locked
 
 
@@ -150,8 +162,9 @@ def _report_file_mark_uploaded(*, report_file: ReportFile, actor: str) -> Report
                 "or refused file can be marked uploaded"
             )
         locked.state = ReportFileState.MANUAL
+        locked.sending_since = None  # a failed send may have left it marked
         locked.uploaded_at = timezone.now()
-        locked.save(update_fields=["state", "uploaded_at"])
+        locked.save(update_fields=["state", "sending_since", "uploaded_at"])
         # Staff's word that DROP took it: its rows hold the file's statuses from now.
         report_rows_taken(report_file=locked, at=locked.uploaded_at)
         ledger_event_append(
@@ -163,4 +176,6 @@ def _report_file_mark_uploaded(*, report_file: ReportFile, actor: str) -> Report
                 **report_file_facts(locked),
             },
         )
+        # Notifications that came while a failed send left it marked: this file is DROP's now.
+        drop_notifications_attach_awaiting(broker=locked.broker, kind=locked.kind, actor=actor)
     return locked

@@ -11,7 +11,12 @@ with the cycle's other statuses). An answer about this file alone (a 409, a 400 
 per-file answer, an answer that does not mention it) makes it ``refused``: it is sent again
 by every run, and holds back nothing else. Only an answer about DROP as a whole (401/403,
 DROP down or throttling past the client's bounded retries, the network) stops the run; the
-files left stay as they are::
+files left stay as they are.
+
+A file is marked being sent (``sending_since``, committed) before the call and unmarked
+with DROP's answer: DROP may notify about it before that answer is recorded, and such a
+notification waits for it rather than going to an earlier file
+(``services.cycle.drop_notifications``)::
 
     run = report_files_upload(broker=broker, actor=actor)   # every WRITTEN file, in order
     run.accepted, run.rejected, run.refused, run.error
@@ -48,6 +53,7 @@ from integrations.models import (
 from integrations.services.cycle.cycle_state import cycle_state_refresh
 from integrations.services.cycle.drop import broker_drop_settings_problem, drop_client_for
 from integrations.services.cycle.drop_access import drop_access_record
+from integrations.services.cycle.drop_notifications import drop_notifications_attach_awaiting
 from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
 from integrations.services.locks import advisory_session_lock
 from integrations.services.reporting.report_files import (
@@ -173,6 +179,11 @@ def _file_upload(
     )
     send = client.amend if report_file.kind == ReportKind.AMEND else client.upload
     broker = report_file.broker
+    # Committed before DROP can answer, so a notification about this file that comes before
+    # its answer is recorded waits for it. Left set if the call fails: DROP may hold the file.
+    ReportFile.objects.filter(pk=report_file.pk, state__in=AWAITING_DROP).update(
+        sending_since=timezone.now()
+    )
     try:
         result = send([(report_file.file_name, content)])
     except DropApiError as exc:
@@ -240,6 +251,7 @@ def _file_refused(
         )
         previous = locked.drop_response if locked.state == ReportFileState.REFUSED else {}
         locked.state = ReportFileState.REFUSED
+        locked.sending_since = None
         locked.drop_response = {
             "endpoint": f"/data/{report_file.kind}",
             "status": error.status,
@@ -248,7 +260,7 @@ def _file_refused(
             "last_attempt_at": now,
             "refusals": int(previous.get("refusals", 0)) + 1,
         }
-        locked.save(update_fields=["state", "drop_response"])
+        locked.save(update_fields=["state", "sending_since", "drop_response"])
         if news:
             ledger_event_append(
                 kind=LedgerKind.REPORT_FILE_REFUSED,
@@ -262,6 +274,9 @@ def _file_refused(
                 },
             )
             alerts_evaluate_enqueue()
+        drop_notifications_attach_awaiting(
+            broker=report_file.broker, kind=report_file.kind, actor=actor
+        )
     log.warning("DROP refused %s %s: %s", report_file.kind, report_file.file_name, message)
     run.refused.append(locked)
 
@@ -301,8 +316,9 @@ def _file_answer_record(
         else:
             answer["rows_owed_again"] = _rows_owed_again(locked)
         locked.state = state
+        locked.sending_since = None
         locked.drop_response = answer
-        locked.save(update_fields=["state", "drop_response", "uploaded_at"])
+        locked.save(update_fields=["state", "sending_since", "drop_response", "uploaded_at"])
         ledger_event_append(
             kind=(
                 LedgerKind.REPORT_FILE_ACCEPTED
@@ -319,6 +335,9 @@ def _file_answer_record(
         )
         if state == ReportFileState.REJECTED:
             alerts_evaluate_enqueue()  # its rows wait for staff: tell them now
+        drop_notifications_attach_awaiting(
+            broker=report_file.broker, kind=report_file.kind, actor=actor
+        )
     (run.accepted if state == ReportFileState.ACCEPTED else run.rejected).append(locked)
     return None
 
