@@ -222,6 +222,8 @@ def generic_plans(sql: str, params: list[Any]) -> list[str]:
             cursor.execute("LOAD 'auto_explain'")
         except DatabaseError:
             pytest.skip("auto_explain is not available on this server")
+        # Plans an earlier test cached in this connection would be reused as they are.
+        cursor.execute("DISCARD PLANS")
         for setting in (
             "plan_cache_mode = force_generic_plan",
             # The test's tables hold a few rows, where a server that has analyzed them (the
