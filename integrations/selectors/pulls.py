@@ -83,16 +83,25 @@ def brokers_due_for_pull(*, now: dt.datetime) -> QuerySet[Broker]:
     was refused, a 401 (``brokers_with_drop_key_refused``), is not: asking again every hour
     with the same key cannot help, and the dashboard shows why. After a 403 it is: the broker
     may have become eligible or selected a list in DROP's portal since."""
+    refused = brokers_with_drop_key_refused().values("pk")
+    return _pull_due(
+        Broker.objects.filter(auto_pull=True).exclude(pk__in=refused), now=now
+    ).order_by("broker_id")
+
+
+def broker_pull_due(broker: Broker, *, now: dt.datetime) -> bool:
+    """Whether ``broker``'s last recorded pull is ``pull_interval_days`` old (or missing),
+    whatever its auto-pull: a pull that finished a package left by an earlier one asks DROP
+    too only then."""
+    return _pull_due(Broker.objects.filter(pk=broker.pk), now=now).exists()
+
+
+def _pull_due(brokers: QuerySet[Broker], *, now: dt.datetime) -> QuerySet[Broker]:
     interval = ExpressionWrapper(
         F("pull_interval_days") * dt.timedelta(days=1), output_field=DurationField()
     )
-    refused = brokers_with_drop_key_refused().values("pk")
-    return (
-        Broker.objects.filter(auto_pull=True)
-        .exclude(pk__in=refused)
-        .annotate(pull_due_at=F("last_pulled_at") + interval)
-        .filter(Q(last_pulled_at__isnull=True) | Q(pull_due_at__lte=now))
-        .order_by("broker_id")
+    return brokers.annotate(pull_due_at=F("last_pulled_at") + interval).filter(
+        Q(last_pulled_at__isnull=True) | Q(pull_due_at__lte=now)
     )
 
 

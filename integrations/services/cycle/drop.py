@@ -40,6 +40,7 @@ from integrations.drop.client import (
 from integrations.drop.transport import DropLimits, OnProgress, place_atomically
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker
+from integrations.selectors.pulls import broker_pull_due
 from integrations.services.cycle.drop_access import drop_access_record
 from integrations.services.cycle.drop_import import DropImportError, ImportResult, drop_zip_import
 from integrations.services.ledger import ledger_event_append
@@ -168,7 +169,7 @@ def drop_pull(
         ),
     ):
         resumed = _packages_resume(broker, actor)
-        if resumed is not None and not _pull_due(broker):
+        if resumed is not None and not broker_pull_due(broker, now=timezone.now()):
             return resumed
         return _pull(broker, actor, max_wait_seconds=max_wait_seconds, on_progress=on_progress)
 
@@ -199,14 +200,6 @@ def _packages_resume(broker: Broker, actor: str) -> PullResult | None:
         )
         result = resumed or result
     return result
-
-
-def _pull_due(broker: Broker) -> bool:
-    """Whether ``broker``'s last recorded pull is ``pull_interval_days`` old (or missing)."""
-    broker.refresh_from_db(fields=["last_pulled_at"])
-    if broker.last_pulled_at is None:
-        return True
-    return broker.last_pulled_at + dt.timedelta(days=broker.pull_interval_days) <= timezone.now()
 
 
 def _pull(
@@ -303,7 +296,7 @@ def _package_import(
     if resumed and not imported.created:
         broker.refresh_from_db(fields=["last_pulled_at"])
         if broker.last_pulled_at is not None and broker.last_pulled_at >= downloaded_at:
-            _package_keep(path)
+            _package_keep(path, sha256=imported.cycle.zip_sha256)
             return None
     _pulled(
         broker,
@@ -319,7 +312,8 @@ def _package_import(
         # due again from then (and never earlier than a pull recorded since).
         pulled_at=downloaded_at if resumed else None,
     )
-    return PullResult(outcome, imported=imported, path=_package_keep(path))
+    kept = _package_keep(path, sha256=imported.cycle.zip_sha256)
+    return PullResult(outcome, imported=imported, path=kept)
 
 
 def drop_package_imported(*, broker: Broker, path: Path) -> Path:
@@ -332,16 +326,20 @@ def drop_package_imported(*, broker: Broker, path: Path) -> Path:
     return _package_keep(path.resolve())
 
 
-def _package_keep(path: Path) -> Path:
+def _package_keep(path: Path, *, sha256: str | None = None) -> Path:
     """Move a package out of ``incoming/`` into the broker's directory, as the download
     placed it: the same bytes kept there already are not kept twice, a different package of
-    that name gets ``-1``, ``-2``... appended."""
+    that name gets ``-1``, ``-2``... appended. ``sha256``: the package's, when its import
+    has read it already (its cycle's), so it is not read again."""
     try:
-        with path.open("rb") as package:
-            sha256 = hashlib.file_digest(package, "sha256").hexdigest()
-    except FileNotFoundError:  # a pull run at the same time kept it
-        return path.parent.parent / path.name
-    return place_atomically(path, path.parent.parent, path.name, sha256)
+        if sha256 is None:
+            with path.open("rb") as package:
+                sha256 = hashlib.file_digest(package, "sha256").hexdigest()
+        return place_atomically(path, path.parent.parent, path.name, sha256)
+    except FileNotFoundError:
+        if path.exists():
+            raise
+        return path.parent.parent / path.name  # another hand kept it meanwhile
 
 
 def _pulled(
