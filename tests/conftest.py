@@ -417,6 +417,27 @@ def fresh_callback_throttles() -> None:
     caches[settings.SIGN_IN_THROTTLE_CACHE].clear()
 
 
+def sessions_waiting_for_locks(event: str | None = None) -> int:
+    """How many sessions of the test database wait for a lock (of the kind ``event``,
+    ``advisory`` say): a race test lets its other side go once it is seen waiting."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            "   AND wait_event = coalesce(%s, wait_event)",
+            [event],
+        )
+        return int(cursor.fetchone()[0])
+
+
+def wait_until(condition: Callable[[], bool], what: str) -> None:
+    """Wait for ``condition``, failing with ``what`` after 30 s."""
+    deadline = time.monotonic() + 30
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
 def database_url() -> str:
     """The test database as a libpq URL (also a DATABASE_URL), over TCP or a socket."""
     # Django's own connection parameters: HOST and PORT, or the server given in OPTIONS (a

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import connection, connections
+from django.db import connections
 from django.test import Client
 from django.utils import formats, timezone
 
@@ -29,7 +29,7 @@ from tests.builders import (
     drop_zip,
     write_zip,
 )
-from tests.conftest import database_url
+from tests.conftest import database_url, sessions_waiting_for_locks
 
 pytestmark = pytest.mark.django_db
 
@@ -248,15 +248,6 @@ def test_a_notice_already_recorded_is_said_so_and_not_recorded_again(
     assert recorded.count() == 1
 
 
-def _waiting_for_locks() -> int:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND wait_event_type = 'Lock'"
-        )
-        return int(cursor.fetchone()[0])
-
-
 @pytest.mark.django_db(transaction=True)  # two threads and a second connection see the rows
 def test_two_notices_submitted_at_once_are_recorded_once_and_the_other_told_why(
     broker: Broker,
@@ -289,7 +280,7 @@ def test_two_notices_submitted_at_once_are_recorded_once_and_the_other_told_why(
         for thread in threads:
             thread.start()
         deadline = time.monotonic() + 30
-        while _waiting_for_locks() + sum(not t.is_alive() for t in threads) < 2:
+        while sessions_waiting_for_locks() + sum(not t.is_alive() for t in threads) < 2:
             assert time.monotonic() < deadline, "the two submits neither waited nor ended"
             time.sleep(0.05)
         holder.commit()

@@ -47,7 +47,7 @@ from integrations.services.staff.staff_mfa import (
     staff_mfa_recovery_codes_renew,
     staff_mfa_verify,
 )
-from tests.conftest import database_url, subprocess_env
+from tests.conftest import database_url, sessions_waiting_for_locks, subprocess_env
 
 pytestmark = [pytest.mark.django_db, pytest.mark.staff_mfa]
 
@@ -502,15 +502,6 @@ def test_seeds_and_recovery_codes_are_encrypted_and_reencrypted(alice: User, set
     assert staff_mfa_verify(user=alice, token=codes[0]) is not None
 
 
-def _waiting_for_locks() -> int:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND wait_event_type = 'Lock'"
-        )
-        return int(cursor.fetchone()[0])
-
-
 @pytest.mark.django_db(transaction=True)  # two threads and a second connection see the rows
 def test_one_recovery_code_sent_twice_at_once_is_accepted_once(
     alice: User, recovery_codes: list[str]
@@ -532,7 +523,7 @@ def test_one_recovery_code_sent_twice_at_once_is_accepted_once(
         for thread in threads:
             thread.start()
         deadline = time.monotonic() + 30
-        while _waiting_for_locks() + sum(not t.is_alive() for t in threads) < 2:
+        while sessions_waiting_for_locks() + sum(not t.is_alive() for t in threads) < 2:
             assert time.monotonic() < deadline, "the two requests neither waited nor ended"
             time.sleep(0.05)
         holder.commit()

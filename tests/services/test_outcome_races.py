@@ -11,7 +11,7 @@ import time
 
 import psycopg
 import pytest
-from django.db import connection, connections
+from django.db import connections
 
 from integrations.models import Broker, DeletionRequest, RequestState, WorkItemState
 from integrations.services.dispatch.outcomes import deletion_outcome_record
@@ -20,18 +20,9 @@ from tests.builders import (
     WorkItemFactory,
     webhook_integration_created,
 )
-from tests.conftest import database_url
+from tests.conftest import database_url, sessions_waiting_for_locks
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def _waiting_for_locks() -> int:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND wait_event_type = 'Lock'"
-        )
-        return int(cursor.fetchone()[0])
 
 
 def test_two_outcomes_of_one_work_item_at_once_settle_it(broker: Broker) -> None:
@@ -69,7 +60,7 @@ def test_two_outcomes_of_one_work_item_at_once_settle_it(broker: Broker) -> None
         for thread in threads:
             thread.start()
         deadline = time.monotonic() + 30
-        while _waiting_for_locks() < 2:
+        while sessions_waiting_for_locks() < 2:
             assert time.monotonic() < deadline, "the callbacks did not both wait for the lock"
             time.sleep(0.05)
         holder.commit()

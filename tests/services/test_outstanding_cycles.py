@@ -8,7 +8,6 @@ must see the rows).
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 
 import psycopg
@@ -32,29 +31,13 @@ from integrations.services.cycle.outstanding import outstanding_cycles_clear
 from integrations.services.cycle.work_items import work_item_status_set
 from integrations.services.reporting.report_files import report_files_write
 from tests.builders import BrokerFactory, DropCycleFactory, WorkItemFactory
-from tests.conftest import database_url
+from tests.conftest import database_url, sessions_waiting_for_locks, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _marked() -> set[int]:
     return set(OutstandingCycle.objects.values_list("cycle_id", flat=True))
-
-
-def _until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + 30
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.02)
-
-
-def _waiting_for_a_lock() -> bool:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND wait_event_type = 'Lock'"
-        )
-        return int(cursor.fetchone()[0]) > 0
 
 
 class _Thread(threading.Thread):
@@ -154,7 +137,10 @@ def test_a_clearing_waits_for_a_transaction_that_marked_the_cycle_and_keeps_it(
     )
     clearing = _Thread(lambda: outstanding_cycles_clear(broker=broker))
     clearing.start()
-    _until(_waiting_for_a_lock, "the clearing did not wait for the marking transaction")
+    wait_until(
+        lambda: sessions_waiting_for_locks() > 0,
+        "the clearing did not wait for the marking transaction",
+    )
     second_connection.commit()
 
     assert clearing.outcome() == 0
@@ -184,7 +170,9 @@ def test_a_transaction_marking_after_a_clearing_deleted_the_row_marks_it_again(
         )
     )
     setting.start()
-    _until(_waiting_for_a_lock, "the status setting did not wait for the clearing")
+    wait_until(
+        lambda: sessions_waiting_for_locks() > 0, "the status setting did not wait for the clearing"
+    )
     go_on.set()
 
     assert clearing.outcome() == 1  # it saw nothing outstanding, and committed

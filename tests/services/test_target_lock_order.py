@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -81,6 +80,7 @@ from tests.builders import (
     webhook_integration_created,
     write_zip,
 )
+from tests.conftest import sessions_waiting_for_locks, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -88,25 +88,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture(autouse=True)
 def private_targets(settings: Any) -> None:
     settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = True
-
-
-def _waiting_for_locks(event: str | None = None) -> int:
-    """How many sessions wait for a lock (of the kind ``event``, ``advisory`` say)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND wait_event_type = 'Lock'"
-            "   AND wait_event = coalesce(%s, wait_event)",
-            [event],
-        )
-        return int(cursor.fetchone()[0])
-
-
-def _until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + 30
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.02)
 
 
 @contextmanager
@@ -166,7 +147,9 @@ def _race(
     delivering = _in_thread(deliver, errors)
     assert arrived.wait(30), "the delivery did not reach the broker"
     acting = _in_thread(staff_action, errors)
-    _until(lambda: _waiting_for_locks() >= 1, "the staff action did not wait for the request")
+    wait_until(
+        lambda: sessions_waiting_for_locks() >= 1, "the staff action did not wait for the request"
+    )
     release.set()  # the 410 comes back: the batch disables the integration
     delivering.join(60)
     acting.join(60)
@@ -318,8 +301,8 @@ def _during_import(
         )
         assert joined.wait(30), "the import did not reach its matching"
         acting = _in_thread(staff_action, errors)
-        _until(
-            lambda: _waiting_for_locks("advisory") >= 1,
+        wait_until(
+            lambda: sessions_waiting_for_locks("advisory") >= 1,
             "the staff action did not wait for the matching lock",
         )
     finally:
@@ -500,7 +483,9 @@ def _while_a_batch_settles(
         delivering = _in_thread(deliver, errors)
         assert settled.wait(30), "the batch settled nothing"
         acting = _in_thread(staff_action, errors)
-        _until(lambda: _waiting_for_locks() >= 1, "the staff action did not wait for a row")
+        wait_until(
+            lambda: sessions_waiting_for_locks() >= 1, "the staff action did not wait for a row"
+        )
     finally:
         release.set()
     delivering.join(60)
@@ -646,7 +631,9 @@ def test_a_saas_deletion_answered_while_an_import_removes_its_item_ends_both(
         importing = _in_thread(
             lambda: drop_zip_import(broker=broker, path=package, actor="test"), errors
         )
-        _until(lambda: _waiting_for_locks() >= 1, "the import did not wait for the deletion")
+        wait_until(
+            lambda: sessions_waiting_for_locks() >= 1, "the import did not wait for the deletion"
+        )
         release.set()
         delivering.join(60)
         importing.join(60)
@@ -690,7 +677,7 @@ def test_a_report_written_while_an_import_removes_one_of_its_items_ends_both(
         reporting = _in_thread(
             lambda: report_files_write(broker=broker, cycle=cycle, actor="test"), errors
         )
-        _until(lambda: _waiting_for_locks() >= 1, "the report did not wait for a row")
+        wait_until(lambda: sessions_waiting_for_locks() >= 1, "the report did not wait for a row")
     finally:
         release.set()
     importing.join(60)
@@ -765,8 +752,8 @@ def _enable_while_its_batch_runs(
     errors: list[BaseException] = []
     with target_held:
         enabling = _in_thread(enable, errors)
-        _until(
-            lambda: not enabling.is_alive() or _waiting_for_locks() >= 1,
+        wait_until(
+            lambda: not enabling.is_alive() or sessions_waiting_for_locks() >= 1,
             "the enable neither ended nor waited",
         )
         deliver()
