@@ -875,3 +875,39 @@ def test_a_resumed_pull_is_not_a_pull_that_reached_drop(broker: Broker) -> None:
     assert list(brokers_with_drop_key_refused()) == []
     (overview,) = dashboard_overview(now=timezone.now())
     assert overview.last_pulled_at == LedgerEvent.objects.latest("id").created_at
+
+
+def test_drop_import_of_a_package_in_incoming_waits_for_no_running_pull(
+    broker: Broker, drop: DropSimulator, package: bytes, tmp_path: Path
+) -> None:
+    left = _left_in_incoming(tmp_path, package, age=dt.timedelta(hours=1))
+    # A pull running on another connection resumes this very file: a hand import beside it
+    # would race it for the file (importing it as it leaves incoming/).
+    holder = psycopg.connect(database_url(), autocommit=True)
+    try:
+        holder.execute("SELECT pg_advisory_lock(%s, %s)", [drop_services._PULL_LOCK, broker.pk])
+        with pytest.raises(CommandError, match="a pull of broker 4821 is running"):
+            call_command("drop", "import", "--broker", "4821", str(left), stdout=io.StringIO())
+    finally:
+        holder.close()
+
+    assert_nothing_imported()
+    assert left.exists()  # still the next pull's to resume
+    call_command("drop", "import", "--broker", "4821", str(left), stdout=io.StringIO())
+    assert DropCycle.objects.count() == 1
+    assert kept_files(tmp_path) == [PACKAGE_NAME]
+
+
+def test_drop_import_of_a_package_outside_incoming_takes_no_pull_lock(
+    broker: Broker, drop: DropSimulator, package: bytes, tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / PACKAGE_NAME
+    elsewhere.write_bytes(package)
+    holder = psycopg.connect(database_url(), autocommit=True)
+    try:
+        holder.execute("SELECT pg_advisory_lock(%s, %s)", [drop_services._PULL_LOCK, broker.pk])
+        call_command("drop", "import", "--broker", "4821", str(elsewhere), stdout=io.StringIO())
+    finally:
+        holder.close()
+    assert DropCycle.objects.count() == 1
+    assert elsewhere.exists()  # kept where staff put it

@@ -59,11 +59,11 @@ from integrations.services.cycle.canaries import canary_round_send
 from integrations.services.cycle.drop import (
     DEFAULT_MAX_WAIT_SECONDS,
     DropPullError,
-    drop_package_imported,
+    drop_package_import,
     drop_pull,
 )
 from integrations.services.cycle.drop_access import drop_access_notice_record
-from integrations.services.cycle.drop_import import DropImportError, ImportResult, drop_zip_import
+from integrations.services.cycle.drop_import import DropImportError, ImportResult
 from integrations.services.cycle.recurring import recurring_rounds_send
 
 
@@ -197,12 +197,11 @@ class Command(DirectiveSubcommands, ReportSubcommand, SuppressionSubcommands):
             # A date is a day of DROP's calendar, like the date in the package's file names.
             downloaded_at = date_bound(options["downloaded_at"])
         try:
-            result = drop_zip_import(
+            result = drop_package_import(
                 broker=broker, path=path, downloaded_at=downloaded_at, actor=self.actor()
             )
-        except DropImportError as exc:
+        except (DropImportError, DropPullError) as exc:
             raise CommandError(str(exc)) from None
-        drop_package_imported(broker=broker, path=path)
         self._report(
             result, as_json=options["json"], outcome="imported" if result.created else "unchanged"
         )

@@ -316,14 +316,36 @@ def _package_import(
     return PullResult(outcome, imported=imported, path=kept)
 
 
-def drop_package_imported(*, broker: Broker, path: Path) -> Path:
-    """Where the package ``drop import`` imported from ``path`` is kept: one in the broker's
-    ``incoming/`` leaves it, its import having an outcome (else every later pull would
-    resume it instead of asking DROP); any other stays where it is."""
+def drop_package_import(
+    *, broker: Broker, path: Path, downloaded_at: dt.datetime | None, actor: str
+) -> ImportResult:
+    """``drop import``: import the package at ``path`` by hand (``drop_zip_import``).
+
+    One in the broker's ``incoming/`` (a pull's download that stopped before its record) is
+    what the next pull would resume: it is imported under the pull's lock, so never beside a
+    pull importing or keeping the same file (``DropPullBusy`` at once while one runs), and
+    then leaves ``incoming/``, its import having an outcome. One refused stays there: the
+    next pull resumes it and records the refusal as that pull's. Any other path is imported
+    where it is, without the lock (a pull never touches it)."""
     incoming = (PACKAGES_DIR / broker.broker_id / INCOMING).resolve()
     if path.resolve().parent != incoming:
-        return path
-    return _package_keep(path.resolve())
+        return drop_zip_import(broker=broker, path=path, downloaded_at=downloaded_at, actor=actor)
+    with advisory_session_lock(
+        purpose=_PULL_LOCK,
+        key=broker.pk,
+        busy=lambda: DropPullBusy(
+            f"a pull of broker {broker.broker_id} is running, and it imports {path.name} from "
+            f"incoming/ itself; try again when it is done"
+        ),
+    ):
+        if not path.is_file():  # a pull that ended just before took it
+            raise DropImportError(
+                f"{path} is no longer in incoming/: a pull imported it meanwhile "
+                f"(its drop.pulled event in the ledger)"
+            )
+        result = drop_zip_import(broker=broker, path=path, downloaded_at=downloaded_at, actor=actor)
+        _package_keep(path.resolve(), sha256=result.cycle.zip_sha256)
+        return result
 
 
 def _package_keep(path: Path, *, sha256: str | None = None) -> Path:
