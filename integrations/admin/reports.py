@@ -56,6 +56,7 @@ from integrations.models import (
     WorkItem,
 )
 from integrations.selectors.deadlines import drop_cycles_by_urgency
+from integrations.selectors.drop_notifications import drop_notifications_awaiting
 from integrations.selectors.outcomes import (
     OUTCOME_COLUMNS,
     deletion_outcomes,
@@ -160,7 +161,17 @@ class ReportFileAdmin(ModelAdmin):
 
     @admin.display(description="DROP's notifications")
     def drop_notifications(self, obj: ReportFile) -> str:
-        return drop_notifications_table(DropNotification.objects.filter(report_file=obj))
+        attached = DropNotification.objects.filter(report_file=obj)
+        awaiting = drop_notifications_awaiting(obj)
+        if not awaiting.exists():
+            return drop_notifications_table(attached)
+        # Kept waiting while this file was being sent: its send failed or is under way, so
+        # they are attached once DROP's answer is recorded (a run, or "Mark uploaded").
+        return format_html(
+            "{}<p>Waiting for DROP's answer to a file of this kind to be recorded:</p>{}",
+            drop_notifications_table(attached) if attached.exists() else "",
+            drop_notifications_table(awaiting),
+        )
 
     @admin.display(description="DROP's message")
     def drop_message(self, obj: ReportFile) -> str:

@@ -559,7 +559,7 @@ def test_a_notification_while_the_upload_is_being_recorded_waits_for_that_record
 
 @pytest.mark.django_db(transaction=True)
 def test_a_notification_during_an_upload_whose_answer_was_lost_waits_for_the_next_run(
-    uploads: tuple[ReportFile, ReportFile], drop: DropSimulator
+    uploads: tuple[ReportFile, ReportFile], drop: DropSimulator, admin_client: Client
 ) -> None:
     earlier, sent = uploads
     answers: list[int] = []
@@ -580,6 +580,15 @@ def test_a_notification_during_an_upload_whose_answer_was_lost_waits_for_the_nex
     assert notification.awaiting_report_file is True
     assert ReportFile.objects.get(pk=sent.pk).sending_since is not None
 
+    # Staff see it waiting on the file's page, not in the ledger alone.
+    def file_page(report_file: ReportFile) -> str:
+        url = reverse("admin:integrations_reportfile_change", args=[report_file.pk])
+        return admin_client.get(url).content.decode()
+
+    assert "Waiting for DROP's answer" in file_page(sent)
+    assert "file received" in file_page(sent)
+    assert "file received" not in file_page(earlier)
+
     again = report_files_upload(broker=sent.broker, client=_NotifyingDrop(drop, lambda s: s()))
 
     assert [f.file_name for f in again.accepted] == [sent.file_name]
@@ -588,6 +597,8 @@ def test_a_notification_during_an_upload_whose_answer_was_lost_waits_for_the_nex
     assert (notification.report_file_id, notification.awaiting_report_file) == (sent.pk, False)
     assert [e.subject for e in _attached_events()] == [sent.file_name]
     assert earlier.drop_notifications.count() == 0
+    assert "Waiting for DROP" not in file_page(sent)
+    assert "file received" in file_page(sent)  # attached now
 
 
 @pytest.mark.django_db(transaction=True)

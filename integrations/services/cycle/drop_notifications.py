@@ -35,17 +35,12 @@ from django.utils import timezone
 from integrations import enqueue
 from integrations.drop import notifications
 from integrations.ledger_kinds import LedgerKind
-from integrations.models import AWAITING_DROP, Broker, DropNotification, ReportFile, ReportKind
+from integrations.models import AWAITING_DROP, Broker, DropNotification, ReportFile
+from integrations.selectors.drop_notifications import REPORT_FILE_KIND, event_types_about
 from integrations.selectors.pulls import brokers_with_drop_key_refused
 from integrations.services.ledger import ledger_event_append
 
 ACTOR = "drop:notification"
-_ABOUT_REPORT_FILES = {
-    notifications.UPLOAD_RECEIVED: ReportKind.UPLOAD,
-    notifications.UPLOAD_PROCESSED: ReportKind.UPLOAD,
-    notifications.AMENDMENT_RECEIVED: ReportKind.AMEND,
-    notifications.AMENDMENT_PROCESSED: ReportKind.AMEND,
-}
 
 
 # One report run uploads its files within this of each other: a notification about one of
@@ -173,7 +168,7 @@ def drop_notifications_attach_awaiting(*, broker: Broker, kind: str, actor: str)
         broker=broker, kind=kind, state__in=AWAITING_DROP, sending_since__isnull=False
     ).exists():
         return 0  # another file of that kind is still being sent: its answer attaches them
-    event_types = [event for event, about in _ABOUT_REPORT_FILES.items() if about == kind]
+    event_types = event_types_about(kind)
     awaiting = DropNotification.objects.select_for_update().filter(
         broker=broker, event_type__in=event_types, awaiting_report_file=True
     )
@@ -211,7 +206,7 @@ def _sending_locked(broker_pk: int, event_type: str) -> bool:
     """Whether a file of the kind the event is about is being sent (DROP may be notifying
     about it before its answer is recorded), locking those files: a file whose answer is
     being recorded is waited for, then seen answered."""
-    kind = _ABOUT_REPORT_FILES.get(event_type)
+    kind = REPORT_FILE_KIND.get(event_type)
     if kind is None:
         return False
     sending = ReportFile.objects.select_for_update().filter(
@@ -223,7 +218,7 @@ def _sending_locked(broker_pk: int, event_type: str) -> bool:
 def _report_file_about(broker_pk: int, event_type: str) -> tuple[ReportFile | None, bool]:
     """The broker's latest file of the kind the event is about that went to DROP, and
     whether that is a guess: the same run uploaded others of that kind."""
-    kind = _ABOUT_REPORT_FILES.get(event_type)
+    kind = REPORT_FILE_KIND.get(event_type)
     if kind is None:
         return None, False
     uploaded = ReportFile.objects.filter(broker_id=broker_pk, kind=kind, uploaded_at__isnull=False)
