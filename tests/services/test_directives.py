@@ -132,6 +132,24 @@ def test_a_late_match_issues_its_own_directive_of_the_new_matches_only(
     assert bytes(newest.content).decode() == f"hash_type,hash\nemail,{EMAIL[1][1]}\n"
 
 
+def test_a_match_leaves_out_what_the_same_packages_removed_file_names(
+    broker: Broker, provider: ServiceProvider, tmp_path: Path
+) -> None:
+    """DROP's Removed file may name an identifier of the same download: the import closes
+    its work item and cancels its requests, so its directive must not name it either."""
+    for n, (_, email_hash) in enumerate(EMAIL[:2]):
+        ConsumerFactory.create(
+            broker=broker, remote_identifier=f"C-{n}", hashes={"email": email_hash}
+        )
+    removed = [(EMAIL[0][0], EMAIL[0][1], "Email")]
+    path = write_zip(tmp_path, drop_zip(broker, {"Email": EMAIL, "Phone": PHONE}, removed))
+    drop_zip_import(broker=broker, path=path, actor="test")
+    assert WorkItem.objects.get(work_item_id=EMAIL[0][0]).state == WorkItemState.REMOVED
+    directive = Directive.objects.get(provider=provider)
+    assert bytes(directive.content).decode() == f"hash_type,hash\nemail,{EMAIL[1][1]}\n"
+    assert (directive.rows, directive.rows_by_hash_type) == (1, {"email": 1})
+
+
 def test_directives_issue_for_a_round_leaves_out_what_drop_removed(
     broker: Broker, provider: ServiceProvider, matched: Directive
 ) -> None:
