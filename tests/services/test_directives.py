@@ -25,6 +25,7 @@ from psycopg import sql
 
 from devtools.drop_simulator import work_items
 from integrations import enqueue, tasks
+from integrations.consumers.sources import SourceError
 from integrations.evidence import pack
 from integrations.evidence.directives import directive_verify
 from integrations.ledger_kinds import LedgerKind
@@ -39,6 +40,7 @@ from integrations.models import (
 )
 from integrations.services.cycle.drop_import import drop_zip_import
 from integrations.services.cycle.matching import consumer_hashes_match_late
+from integrations.services.providers import directives as directives_service
 from integrations.services.providers.directives import directive_acknowledge, directives_issue
 from integrations.services.providers.providers import service_provider_add
 from integrations.services.staff.alerts import alerts_evaluate
@@ -291,3 +293,61 @@ def test_an_s3_write_that_fails_is_recorded_retried_and_written_again_by_an_oper
         {"action": "write_directives_again", "_selected_action": [directive.pk]},
     )
     assert not ProcrastinateJob.objects.filter(task_name=enqueue.DELIVER_DIRECTIVE).exists()
+
+
+def test_a_retry_after_another_job_wrote_the_directive_writes_and_records_nothing(
+    broker: Broker, provider_bucket: Any, tmp_path: Path
+) -> None:
+    """The first job failed and waits for its retry; an Operator queued a second one, which
+    wrote it; the provider took the files. The first job's retry must not write them again
+    (the provider would act on them twice) nor record a second delivery."""
+    s3_provider = service_provider_add(
+        broker=broker, name="Warehouse", s3_prefix="s3://mailhouse/drop/", actor="test"
+    )
+    ConsumerFactory.create(broker=broker, remote_identifier="C-1", hashes={"email": EMAIL[0][1]})
+    import_package(broker, tmp_path)
+    directive = Directive.objects.get(provider=s3_provider)
+    tasks.deliver_directive(directive_id=directive.pk)  # the second job
+    directive.refresh_from_db()
+    written_at = directive.delivered_at
+    key = f"drop/directive-4821-{directive.pk}.csv"
+    for name in (key, f"{key}.sig"):  # the provider takes them
+        provider_bucket.delete_object(Bucket="mailhouse", Key=name)
+
+    tasks.deliver_directive(directive_id=directive.pk)  # the first job's retry
+
+    assert "Contents" not in provider_bucket.list_objects_v2(Bucket="mailhouse")
+    directive.refresh_from_db()
+    assert directive.delivered_at == written_at
+    assert LedgerEvent.objects.filter(kind=LedgerKind.DIRECTIVE_DELIVERED).count() == 1
+
+
+def test_a_write_that_fails_while_another_run_writes_it_records_no_failure(
+    broker: Broker, provider_bucket: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two runs at once (a retry and an Operator's): one writes the directive while the
+    other's write fails. The directive stays written, with no error, and the failing run
+    ends as done rather than retrying (and writing it again) for a day."""
+    s3_provider = service_provider_add(
+        broker=broker, name="Warehouse", s3_prefix="s3://mailhouse/drop/", actor="test"
+    )
+    ConsumerFactory.create(broker=broker, remote_identifier="C-1", hashes={"email": EMAIL[0][1]})
+    import_package(broker, tmp_path)
+    directive = Directive.objects.get(provider=s3_provider)
+    put = directives_service.s3_object_put
+
+    def the_other_run_writes_it_then_this_put_fails(uri: str, content: bytes, **kw: Any) -> None:
+        monkeypatch.setattr(directives_service, "s3_object_put", put)
+        assert directives_service.directive_deliver(directive_id=directive.pk)
+        raise SourceError(f"{uri}: RequestTimeout: the store did not answer in time")
+
+    monkeypatch.setattr(
+        directives_service, "s3_object_put", the_other_run_writes_it_then_this_put_fails
+    )
+    tasks.deliver_directive(directive_id=directive.pk)  # ends without DirectiveNotDelivered
+
+    directive.refresh_from_db()
+    assert directive.s3_uri == f"s3://mailhouse/drop/directive-4821-{directive.pk}.csv"
+    assert directive.delivery_error == ""
+    assert not LedgerEvent.objects.filter(kind=LedgerKind.DIRECTIVE_DELIVERY_FAILED).exists()
+    assert LedgerEvent.objects.filter(kind=LedgerKind.DIRECTIVE_DELIVERED).count() == 1
