@@ -8,6 +8,7 @@ import base64
 import datetime as dt
 import hashlib
 import io
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -351,3 +352,58 @@ def test_a_write_that_fails_while_another_run_writes_it_records_no_failure(
     assert directive.delivery_error == ""
     assert not LedgerEvent.objects.filter(kind=LedgerKind.DIRECTIVE_DELIVERY_FAILED).exists()
     assert LedgerEvent.objects.filter(kind=LedgerKind.DIRECTIVE_DELIVERED).count() == 1
+
+
+def test_a_store_no_client_can_be_made_for_is_a_failed_write_recorded(
+    broker: Broker, tmp_path: Path, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """boto3 refuses to make the client (AWS_PROFILE names no profile): the directive says
+    why and the ledger has the failure, as for any other refusal of the store."""
+    s3_reached_at("http://127.0.0.1:9", settings=settings, monkeypatch=monkeypatch)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_PROFILE", "drop-directives")
+    s3_provider = service_provider_add(
+        broker=broker, name="Warehouse", s3_prefix="s3://mailhouse/drop/", actor="test"
+    )
+    ConsumerFactory.create(broker=broker, remote_identifier="C-1", hashes={"email": EMAIL[0][1]})
+    import_package(broker, tmp_path)
+    directive = Directive.objects.get(provider=s3_provider)
+
+    with pytest.raises(tasks.DirectiveNotDelivered):
+        tasks.deliver_directive(directive_id=directive.pk)
+
+    directive.refresh_from_db()
+    assert "drop-directives" in directive.delivery_error
+    failed = LedgerEvent.objects.get(kind=LedgerKind.DIRECTIVE_DELIVERY_FAILED)
+    assert "could not be found" in failed.data["error"]
+
+
+def test_an_endpoints_password_is_kept_nowhere_when_a_write_fails(
+    broker: Broker, tmp_path: Path, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An endpoint URL that carries ``user:password@`` and cannot be reached: boto3's error
+    names the URL whole; what the directive keeps and shows has no password."""
+    with socket.socket() as probe:  # a loopback port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    s3_reached_at(
+        f"http://minio:hunter2@127.0.0.1:{port}", settings=settings, monkeypatch=monkeypatch
+    )
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    s3_provider = service_provider_add(
+        broker=broker, name="Warehouse", s3_prefix="s3://mailhouse/drop/", actor="test"
+    )
+    ConsumerFactory.create(broker=broker, remote_identifier="C-1", hashes={"email": EMAIL[0][1]})
+    import_package(broker, tmp_path)
+    directive = Directive.objects.get(provider=s3_provider)
+
+    with pytest.raises(tasks.DirectiveNotDelivered):
+        tasks.deliver_directive(directive_id=directive.pk)
+
+    directive.refresh_from_db()
+    assert f"127.0.0.1:{port}" in directive.delivery_error
+    assert "hunter2" not in directive.delivery_error
+    assert "hunter2" not in str(LedgerEvent.objects.values_list("data", flat=True)[::1])
+    out = io.StringIO()
+    call_command("drop", "directives", "--broker", "4821", "--json", stdout=out)
+    assert "hunter2" not in out.getvalue()
