@@ -8,7 +8,9 @@ import base64
 import datetime as dt
 import hashlib
 import io
+import json
 import socket
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +29,8 @@ from psycopg import sql
 from devtools.drop_simulator import work_items
 from integrations import enqueue, tasks
 from integrations.consumers.sources import SourceError
-from integrations.evidence import pack
+from integrations.drop.calendar import drop_today
+from integrations.evidence import components, pack
 from integrations.evidence.directives import directive_verify
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
@@ -407,3 +410,40 @@ def test_an_endpoints_password_is_kept_nowhere_when_a_write_fails(
     out = io.StringIO()
     call_command("drop", "directives", "--broker", "4821", "--json", stdout=out)
     assert "hunter2" not in out.getvalue()
+
+
+def test_the_evidence_pack_finds_a_directive_altered_with_its_digest(
+    matched: Directive, tmp_path: Path
+) -> None:
+    """A directive's CSV rewritten in the database (a hash left out) with its SHA-256 made to
+    match: its signature no longer holds, and the audit's test must say so."""
+    today = drop_today().isoformat()
+
+    def service_providers() -> dict[str, Any]:
+        out = tmp_path / "pack.zip"
+        call_command(
+            "evidence", "export", "--broker", "4821", "--since", today, "--until", today,
+            "--out", str(out), stdout=io.StringIO(),
+        )  # fmt: skip
+        with zipfile.ZipFile(out) as archive:
+            document = json.loads(archive.read(components.FILE))
+        return dict(document["components"]["service_providers"])
+
+    def signed_test(component: dict[str, Any]) -> dict[str, Any]:
+        (test,) = [t for t in component["tests"] if "still the one signed" in t["name"]]
+        return dict(test)
+
+    before = service_providers()
+    assert before["records"]["directives"] == 1
+    assert signed_test(before)["result"] == "pass"
+    altered = bytes(matched.content).decode().splitlines(keepends=True)[:-1]
+    content = "".join(altered).encode()
+    Directive.objects.filter(pk=matched.pk).update(
+        content=content, sha256=hashlib.sha256(content).hexdigest(), rows=len(altered) - 1
+    )
+    with pytest.raises(InvalidSignature):
+        directive_verify(evidence_public_key(), content, f"{matched.signature}\n".encode())
+
+    component = service_providers()
+    assert signed_test(component)["result"] == "fail"
+    assert component["records"]["providers"][0]["not_as_signed"] == 1
