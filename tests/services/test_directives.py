@@ -11,21 +11,24 @@ import io
 import json
 import socket
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import boto3
+import psycopg
 import pytest
 from cryptography.exceptions import InvalidSignature
 from django.contrib.auth.models import Group, User
 from django.core.management import call_command
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 from procrastinate.contrib.django.models import ProcrastinateJob
 from psycopg import sql
 
+from devtools.databases import database_drop
 from devtools.drop_simulator import work_items
 from integrations import enqueue, tasks
 from integrations.consumers.sources import SourceError
@@ -447,3 +450,56 @@ def test_the_evidence_pack_finds_a_directive_altered_with_its_digest(
     component = service_providers()
     assert signed_test(component)["result"] == "fail"
     assert component["records"]["providers"][0]["not_as_signed"] == 1
+
+
+@pytest.fixture
+def icu_database() -> Iterator[psycopg.Connection[Any]]:
+    """A scratch database on the same server whose default collation is ICU's en-US, as a
+    server initialized in an American locale gives every database (C and C.UTF-8 sort
+    bytes; en-US sorts letters without case first)."""
+    name = f"{connection.settings_dict['NAME']}_icu"
+    with connection._nodb_cursor() as cursor:
+        database_drop(cursor, name)
+        try:
+            cursor.execute(
+                f'CREATE DATABASE "{name}" TEMPLATE template0 LOCALE_PROVIDER icu'
+                " ICU_LOCALE 'en-US' LOCALE 'C.UTF-8'"
+            )
+        except DatabaseError:
+            pytest.skip("this PostgreSQL server has no ICU")
+    params = {**connection.get_connection_params(), "dbname": name}
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    try:
+        with psycopg.connect(**params, autocommit=True) as scratch:
+            yield scratch
+    finally:
+        with connection._nodb_cursor() as cursor:
+            database_drop(cursor, name)
+
+
+def test_a_directives_rows_are_in_byte_order_whatever_the_databases_collation(
+    icu_database: psycopg.Connection[Any],
+) -> None:
+    """The contract sorts by list type, then hash: one order of the bytes, so one set of
+    hashes is one CSV (and one digest) on every deployment. Under en-US, "a..." sorts before
+    "B..." and "+" is no letter: the query must not follow the database's collation."""
+    hashes = [bytes([0x68]) + bytes(31), bytes([0x04]) + bytes(31), bytes([0xF8]) + bytes(31)]
+    with icu_database.cursor() as cursor:
+        cursor.execute(
+            "CREATE TABLE integrations_workitem"
+            " (id bigint, broker_id bigint, state text, hash_type text, hash bytea)"
+        )
+        for n, digest in enumerate(hashes):
+            for hash_type in ("name_vin", "email", "ndz"):
+                cursor.execute(
+                    "INSERT INTO integrations_workitem VALUES (%s, 1, 'open', %s, %s)",
+                    [n * 3 + len(hash_type), hash_type, digest],
+                )
+        cursor.execute(
+            directives_service._HASHES.format(named=sql.SQL("true")),
+            {"broker": 1, "removed": WorkItemState.REMOVED},
+        )
+        rows = [(str(h), str(v)) for h, v in cursor.fetchall()]
+    assert len(rows) == 9
+    assert rows == sorted(rows, key=lambda row: (row[0].encode(), row[1].encode()))

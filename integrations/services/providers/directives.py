@@ -48,9 +48,11 @@ REFERENCE_MAX = 500
 
 # The DROP hashes of the work items named, once each, in a fixed order (the CSV is signed).
 # PostgreSQL's Base64 breaks lines every 76 characters; DROP's hashes are shorter, but a
-# break would split a row.
+# break would split a row. Sorted by their bytes ("C"), not by the database's collation (an
+# en-US one puts "a" before "B"): the same hashes make the same CSV on every deployment.
 _HASHES = sql.SQL("""
-SELECT DISTINCT w.hash_type, translate(encode(w.hash, 'base64'), E'\\n', '')
+SELECT DISTINCT w.hash_type COLLATE "C",
+       translate(encode(w.hash, 'base64'), E'\\n', '') COLLATE "C"
   FROM integrations_workitem w
  WHERE w.broker_id = %(broker)s AND w.state <> %(removed)s AND {named}
  ORDER BY 1, 2
