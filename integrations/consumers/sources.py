@@ -66,6 +66,7 @@ from integrations.consumers.readers import (
     RegistrationFileError,
 )
 from integrations.consumers.workers import EncodedBatch, encoded_batches
+from integrations.url_extras import without_url_extras
 
 __all__ = [
     "CSV_LINE_MAX",
@@ -350,15 +351,29 @@ def _endpoint_check(endpoint_url: str | None) -> None:
 
 
 def _store_refusal(where: str, exc: Exception) -> SourceError:
-    """The one line an S3 error becomes: the store's code and message, or the client's."""
+    """The one line an S3 error becomes: the store's code and message, or the client's. The
+    client's names the endpoint URL whole, ``user:password@`` included: cut to its place,
+    since the line is kept and shown (a directive's delivery error)."""
     from botocore.exceptions import ClientError
 
     if isinstance(exc, ClientError):
         error = exc.response.get("Error", {})
-        return SourceError(
-            f"{where}: {error.get('Code') or 'error'}: {error.get('Message') or exc}"
-        )
-    return SourceError(f"{where}: {exc}")
+        said = f"{error.get('Code') or 'error'}: {error.get('Message') or exc}"
+    else:
+        said = str(exc)
+    return SourceError(f"{where}: {without_url_extras(said)}")
+
+
+def _s3_client(where: str, endpoint_url: str | None) -> Any:
+    """boto3's S3 client, or ``SourceError``: making it reads the credential chain's files
+    and may refuse (``AWS_PROFILE`` naming no profile)."""
+    import boto3
+    from botocore.exceptions import BotoCoreError
+
+    try:
+        return boto3.client("s3", endpoint_url=endpoint_url or None)
+    except BotoCoreError as exc:
+        raise _store_refusal(where, exc) from None
 
 
 def _object_of(uri: str) -> tuple[str, str]:
@@ -376,14 +391,13 @@ def _is_marker(key: str, size: int) -> bool:
 
 
 def _s3_sources(spec: str, *, format: str | None, endpoint_url: str | None) -> Sources:
-    import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 
     _endpoint_check(endpoint_url)
     bucket, _, key = spec.removeprefix("s3://").partition("/")
     if not bucket:
         raise SourceError(f"{spec}: no bucket; use s3://bucket/key or s3://bucket/prefix/")
-    client = boto3.client("s3", endpoint_url=endpoint_url or None)
+    client = _s3_client(spec, endpoint_url)
     skipped: list[str] = []
     try:
         if key and not key.endswith("/"):
@@ -424,12 +438,11 @@ def s3_object_put(uri: str, content: bytes, *, endpoint_url: str | None = None) 
     """Write ``content`` to the object ``s3://bucket/key`` through the same client, endpoint
     rule and credential chain as the reads (a directive to a provider's prefix). Raises
     ``SourceError`` with one line."""
-    import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 
     _endpoint_check(endpoint_url)
     bucket, key = _object_of(uri)
-    client = boto3.client("s3", endpoint_url=endpoint_url or None)
+    client = _s3_client(uri, endpoint_url)
     try:
         client.put_object(Bucket=bucket, Key=key, Body=content)
     except (BotoCoreError, ClientError) as exc:
@@ -527,12 +540,11 @@ def s3_upload(spec: str, *, endpoint_url: str | None) -> Iterator[io.RawIOBase]:
     """A binary stream whose bytes become the object ``spec`` (``s3://bucket/key``) once
     the block ends without error; on an error the upload is aborted and no object is left.
     Raises ``SourceError`` (one line) when the store refuses."""
-    import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 
     _endpoint_check(endpoint_url)
     bucket, key = _object_of(spec)
-    client = boto3.client("s3", endpoint_url=endpoint_url or None)
+    client = _s3_client(spec, endpoint_url)
     try:
         upload_id = client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
     except (BotoCoreError, ClientError) as exc:

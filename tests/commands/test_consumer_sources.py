@@ -230,6 +230,19 @@ def test_a_missing_s3_source_is_one_line(
     assert not Consumer.objects.exists()
 
 
+def test_a_credential_chain_boto3_refuses_is_one_line(
+    broker: Broker, bucket: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """boto3 refuses to make the client itself (``AWS_PROFILE`` names no profile)."""
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_PROFILE", "warehouse")
+    with pytest.raises(CommandError) as raised:
+        run("s3://exports/c.csv")
+    message = str(raised.value)
+    assert "\n" not in message and message.endswith("nothing was imported")
+    assert "s3://exports/c.csv" in message and "(warehouse) could not be found" in message
+
+
 def test_objects_in_key_order_are_merged_as_one_file_a_key_running_on_across_two(
     broker: Broker, bucket: Any, merges: list[Merged]
 ) -> None:

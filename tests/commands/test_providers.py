@@ -62,6 +62,9 @@ def test_add_then_list(broker: Broker) -> None:
         (["--s3", "s3://bucket-without-slash"], "ending in a slash"),
         (["--s3", "https://bucket/"], "use s3://bucket/prefix/"),
         (["--contact", "not-an-email"], "not an email address"),
+        # Longer than their columns hold (an email address may be longer than 254).
+        (["--s3", f"s3://bucket/{'p' * 500}/"], "at most 500 characters"),
+        (["--contact", f"ops@{'mail.' * 60}example"], "at most 254 characters"),
     ],
 )
 def test_add_refuses_what_it_cannot_use_in_one_line(

@@ -8,24 +8,32 @@ import base64
 import datetime as dt
 import hashlib
 import io
+import json
+import socket
+import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import boto3
+import psycopg
 import pytest
 from cryptography.exceptions import InvalidSignature
 from django.contrib.auth.models import Group, User
 from django.core.management import call_command
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 from procrastinate.contrib.django.models import ProcrastinateJob
 from psycopg import sql
 
+from devtools.databases import database_drop
 from devtools.drop_simulator import work_items
 from integrations import enqueue, tasks
-from integrations.evidence import pack
+from integrations.consumers.sources import SourceError
+from integrations.drop.calendar import drop_today
+from integrations.evidence import components, pack
 from integrations.evidence.directives import directive_verify
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
@@ -39,6 +47,7 @@ from integrations.models import (
 )
 from integrations.services.cycle.drop_import import drop_zip_import
 from integrations.services.cycle.matching import consumer_hashes_match_late
+from integrations.services.providers import directives as directives_service
 from integrations.services.providers.directives import directive_acknowledge, directives_issue
 from integrations.services.providers.providers import service_provider_add
 from integrations.services.staff.alerts import alerts_evaluate
@@ -130,6 +139,24 @@ def test_a_late_match_issues_its_own_directive_of_the_new_matches_only(
     newest = Directive.objects.exclude(pk=matched.pk).get()
     assert newest.reason == DirectiveReason.LATE_MATCH
     assert bytes(newest.content).decode() == f"hash_type,hash\nemail,{EMAIL[1][1]}\n"
+
+
+def test_a_match_leaves_out_what_the_same_packages_removed_file_names(
+    broker: Broker, provider: ServiceProvider, tmp_path: Path
+) -> None:
+    """DROP's Removed file may name an identifier of the same download: the import closes
+    its work item and cancels its requests, so its directive must not name it either."""
+    for n, (_, email_hash) in enumerate(EMAIL[:2]):
+        ConsumerFactory.create(
+            broker=broker, remote_identifier=f"C-{n}", hashes={"email": email_hash}
+        )
+    removed = [(EMAIL[0][0], EMAIL[0][1], "Email")]
+    path = write_zip(tmp_path, drop_zip(broker, {"Email": EMAIL, "Phone": PHONE}, removed))
+    drop_zip_import(broker=broker, path=path, actor="test")
+    assert WorkItem.objects.get(work_item_id=EMAIL[0][0]).state == WorkItemState.REMOVED
+    directive = Directive.objects.get(provider=provider)
+    assert bytes(directive.content).decode() == f"hash_type,hash\nemail,{EMAIL[1][1]}\n"
+    assert (directive.rows, directive.rows_by_hash_type) == (1, {"email": 1})
 
 
 def test_directives_issue_for_a_round_leaves_out_what_drop_removed(
@@ -273,3 +300,206 @@ def test_an_s3_write_that_fails_is_recorded_retried_and_written_again_by_an_oper
         {"action": "write_directives_again", "_selected_action": [directive.pk]},
     )
     assert not ProcrastinateJob.objects.filter(task_name=enqueue.DELIVER_DIRECTIVE).exists()
+
+
+def test_a_retry_after_another_job_wrote_the_directive_writes_and_records_nothing(
+    broker: Broker, provider_bucket: Any, tmp_path: Path
+) -> None:
+    """The first job failed and waits for its retry; an Operator queued a second one, which
+    wrote it; the provider took the files. The first job's retry must not write them again
+    (the provider would act on them twice) nor record a second delivery."""
+    s3_provider = service_provider_add(
+        broker=broker, name="Warehouse", s3_prefix="s3://mailhouse/drop/", actor="test"
+    )
+    ConsumerFactory.create(broker=broker, remote_identifier="C-1", hashes={"email": EMAIL[0][1]})
+    import_package(broker, tmp_path)
+    directive = Directive.objects.get(provider=s3_provider)
+    tasks.deliver_directive(directive_id=directive.pk)  # the second job
+    directive.refresh_from_db()
+    written_at = directive.delivered_at
+    key = f"drop/directive-4821-{directive.pk}.csv"
+    for name in (key, f"{key}.sig"):  # the provider takes them
+        provider_bucket.delete_object(Bucket="mailhouse", Key=name)
+
+    tasks.deliver_directive(directive_id=directive.pk)  # the first job's retry
+
+    assert "Contents" not in provider_bucket.list_objects_v2(Bucket="mailhouse")
+    directive.refresh_from_db()
+    assert directive.delivered_at == written_at
+    assert LedgerEvent.objects.filter(kind=LedgerKind.DIRECTIVE_DELIVERED).count() == 1
+
+
+def test_a_write_that_fails_while_another_run_writes_it_records_no_failure(
+    broker: Broker, provider_bucket: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two runs at once (a retry and an Operator's): one writes the directive while the
+    other's write fails. The directive stays written, with no error, and the failing run
+    ends as done rather than retrying (and writing it again) for a day."""
+    s3_provider = service_provider_add(
+        broker=broker, name="Warehouse", s3_prefix="s3://mailhouse/drop/", actor="test"
+    )
+    ConsumerFactory.create(broker=broker, remote_identifier="C-1", hashes={"email": EMAIL[0][1]})
+    import_package(broker, tmp_path)
+    directive = Directive.objects.get(provider=s3_provider)
+    put = directives_service.s3_object_put
+
+    def the_other_run_writes_it_then_this_put_fails(uri: str, content: bytes, **kw: Any) -> None:
+        monkeypatch.setattr(directives_service, "s3_object_put", put)
+        assert directives_service.directive_deliver(directive_id=directive.pk)
+        raise SourceError(f"{uri}: RequestTimeout: the store did not answer in time")
+
+    monkeypatch.setattr(
+        directives_service, "s3_object_put", the_other_run_writes_it_then_this_put_fails
+    )
+    tasks.deliver_directive(directive_id=directive.pk)  # ends without DirectiveNotDelivered
+
+    directive.refresh_from_db()
+    assert directive.s3_uri == f"s3://mailhouse/drop/directive-4821-{directive.pk}.csv"
+    assert directive.delivery_error == ""
+    assert not LedgerEvent.objects.filter(kind=LedgerKind.DIRECTIVE_DELIVERY_FAILED).exists()
+    assert LedgerEvent.objects.filter(kind=LedgerKind.DIRECTIVE_DELIVERED).count() == 1
+
+
+def test_a_store_no_client_can_be_made_for_is_a_failed_write_recorded(
+    broker: Broker, tmp_path: Path, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """boto3 refuses to make the client (AWS_PROFILE names no profile): the directive says
+    why and the ledger has the failure, as for any other refusal of the store."""
+    s3_reached_at("http://127.0.0.1:9", settings=settings, monkeypatch=monkeypatch)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_PROFILE", "drop-directives")
+    s3_provider = service_provider_add(
+        broker=broker, name="Warehouse", s3_prefix="s3://mailhouse/drop/", actor="test"
+    )
+    ConsumerFactory.create(broker=broker, remote_identifier="C-1", hashes={"email": EMAIL[0][1]})
+    import_package(broker, tmp_path)
+    directive = Directive.objects.get(provider=s3_provider)
+
+    with pytest.raises(tasks.DirectiveNotDelivered):
+        tasks.deliver_directive(directive_id=directive.pk)
+
+    directive.refresh_from_db()
+    assert "drop-directives" in directive.delivery_error
+    failed = LedgerEvent.objects.get(kind=LedgerKind.DIRECTIVE_DELIVERY_FAILED)
+    assert "could not be found" in failed.data["error"]
+
+
+def test_an_endpoints_password_is_kept_nowhere_when_a_write_fails(
+    broker: Broker, tmp_path: Path, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An endpoint URL that carries ``user:password@`` and cannot be reached: boto3's error
+    names the URL whole; what the directive keeps and shows has no password."""
+    with socket.socket() as probe:  # a loopback port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    s3_reached_at(
+        f"http://minio:hunter2@127.0.0.1:{port}", settings=settings, monkeypatch=monkeypatch
+    )
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    s3_provider = service_provider_add(
+        broker=broker, name="Warehouse", s3_prefix="s3://mailhouse/drop/", actor="test"
+    )
+    ConsumerFactory.create(broker=broker, remote_identifier="C-1", hashes={"email": EMAIL[0][1]})
+    import_package(broker, tmp_path)
+    directive = Directive.objects.get(provider=s3_provider)
+
+    with pytest.raises(tasks.DirectiveNotDelivered):
+        tasks.deliver_directive(directive_id=directive.pk)
+
+    directive.refresh_from_db()
+    assert f"127.0.0.1:{port}" in directive.delivery_error
+    assert "hunter2" not in directive.delivery_error
+    assert "hunter2" not in str(LedgerEvent.objects.values_list("data", flat=True)[::1])
+    out = io.StringIO()
+    call_command("drop", "directives", "--broker", "4821", "--json", stdout=out)
+    assert "hunter2" not in out.getvalue()
+
+
+def test_the_evidence_pack_finds_a_directive_altered_with_its_digest(
+    matched: Directive, tmp_path: Path
+) -> None:
+    """A directive's CSV rewritten in the database (a hash left out) with its SHA-256 made to
+    match: its signature no longer holds, and the audit's test must say so."""
+    today = drop_today().isoformat()
+
+    def service_providers() -> dict[str, Any]:
+        out = tmp_path / "pack.zip"
+        call_command(
+            "evidence", "export", "--broker", "4821", "--since", today, "--until", today,
+            "--out", str(out), stdout=io.StringIO(),
+        )  # fmt: skip
+        with zipfile.ZipFile(out) as archive:
+            document = json.loads(archive.read(components.FILE))
+        return dict(document["components"]["service_providers"])
+
+    def signed_test(component: dict[str, Any]) -> dict[str, Any]:
+        (test,) = [t for t in component["tests"] if "still the one signed" in t["name"]]
+        return dict(test)
+
+    before = service_providers()
+    assert before["records"]["directives"] == 1
+    assert signed_test(before)["result"] == "pass"
+    altered = bytes(matched.content).decode().splitlines(keepends=True)[:-1]
+    content = "".join(altered).encode()
+    Directive.objects.filter(pk=matched.pk).update(
+        content=content, sha256=hashlib.sha256(content).hexdigest(), rows=len(altered) - 1
+    )
+    with pytest.raises(InvalidSignature):
+        directive_verify(evidence_public_key(), content, f"{matched.signature}\n".encode())
+
+    component = service_providers()
+    assert signed_test(component)["result"] == "fail"
+    assert component["records"]["providers"][0]["not_as_signed"] == 1
+
+
+@pytest.fixture
+def icu_database() -> Iterator[psycopg.Connection[Any]]:
+    """A scratch database on the same server whose default collation is ICU's en-US, as a
+    server initialized in an American locale gives every database (C and C.UTF-8 sort
+    bytes; en-US sorts letters without case first)."""
+    name = f"{connection.settings_dict['NAME']}_icu"
+    with connection._nodb_cursor() as cursor:
+        database_drop(cursor, name)
+        try:
+            cursor.execute(
+                f'CREATE DATABASE "{name}" TEMPLATE template0 LOCALE_PROVIDER icu'
+                " ICU_LOCALE 'en-US' LOCALE 'C.UTF-8'"
+            )
+        except DatabaseError:
+            pytest.skip("this PostgreSQL server has no ICU")
+    params = {**connection.get_connection_params(), "dbname": name}
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    try:
+        with psycopg.connect(**params, autocommit=True) as scratch:
+            yield scratch
+    finally:
+        with connection._nodb_cursor() as cursor:
+            database_drop(cursor, name)
+
+
+def test_a_directives_rows_are_in_byte_order_whatever_the_databases_collation(
+    icu_database: psycopg.Connection[Any],
+) -> None:
+    """The contract sorts by list type, then hash: one order of the bytes, so one set of
+    hashes is one CSV (and one digest) on every deployment. Under en-US, "a..." sorts before
+    "B..." and "+" is no letter: the query must not follow the database's collation."""
+    hashes = [bytes([0x68]) + bytes(31), bytes([0x04]) + bytes(31), bytes([0xF8]) + bytes(31)]
+    with icu_database.cursor() as cursor:
+        cursor.execute(
+            "CREATE TABLE integrations_workitem"
+            " (id bigint, broker_id bigint, state text, hash_type text, hash bytea)"
+        )
+        for n, digest in enumerate(hashes):
+            for hash_type in ("name_vin", "email", "ndz"):
+                cursor.execute(
+                    "INSERT INTO integrations_workitem VALUES (%s, 1, 'open', %s, %s)",
+                    [n * 3 + len(hash_type), hash_type, digest],
+                )
+        cursor.execute(
+            directives_service._HASHES.format(named=sql.SQL("true")),
+            {"broker": 1, "removed": WorkItemState.REMOVED},
+        )
+        rows = [(str(h), str(v)) for h, v in cursor.fetchall()]
+    assert len(rows) == 9
+    assert rows == sorted(rows, key=lambda row: (row[0].encode(), row[1].encode()))

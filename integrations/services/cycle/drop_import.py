@@ -224,12 +224,6 @@ def _import(
         requests = requests_create_for_matches(
             broker=broker, match_date=cycle.match_date, actor=actor
         )
-        directives_issue(
-            broker=broker,
-            work_items=sql.Identifier(MATCHES_TABLE),
-            reason=DirectiveReason.MATCH,
-            actor=actor,
-        )
         # Every cycle tests the deletion system again with the broker's canaries.
         canary_round_send(broker=broker, actor=actor, cycle=cycle)
         clock.lap("requests")
@@ -246,6 +240,16 @@ def _import(
         removed = work_items_close_removed(
             broker, actor=actor, drop_session_id=cycle.drop_session_id
         )
+        clock.lap("import")
+        # After the Removed file is applied: it may name items of this very download, and a
+        # directive leaves out what DROP removed, as their requests were just cancelled.
+        directives_issue(
+            broker=broker,
+            work_items=sql.Identifier(MATCHES_TABLE),
+            reason=DirectiveReason.MATCH,
+            actor=actor,
+        )
+        clock.lap("requests")
         _cycle_counts_save(cycle, matched=matched, not_found=not_found, removed=removed)
         ledger_event_append(
             kind=LedgerKind.DROP_CYCLE_IMPORTED,

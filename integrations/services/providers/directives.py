@@ -48,9 +48,11 @@ REFERENCE_MAX = 500
 
 # The DROP hashes of the work items named, once each, in a fixed order (the CSV is signed).
 # PostgreSQL's Base64 breaks lines every 76 characters; DROP's hashes are shorter, but a
-# break would split a row.
+# break would split a row. Sorted by their bytes ("C"), not by the database's collation (an
+# en-US one puts "a" before "B"): the same hashes make the same CSV on every deployment.
 _HASHES = sql.SQL("""
-SELECT DISTINCT w.hash_type, translate(encode(w.hash, 'base64'), E'\\n', '')
+SELECT DISTINCT w.hash_type COLLATE "C",
+       translate(encode(w.hash, 'base64'), E'\\n', '') COLLATE "C"
   FROM integrations_workitem w
  WHERE w.broker_id = %(broker)s AND w.state <> %(removed)s AND {named}
  ORDER BY 1, 2
@@ -156,11 +158,17 @@ def directives_write_again(*, directives: Any, actor: str) -> int:
 
 def directive_deliver(*, directive_id: int, actor: str = SYSTEM_ACTOR) -> bool:
     """Write the directive's CSV and its ``.sig`` under its provider's S3 prefix (the
-    CSV first: a provider that sees the ``.sig`` finds both). True once written (again: a
-    re-run writes the same bytes); False when it failed, with why on the directive and in a
-    ``directive.delivery_failed`` event (the job retries it)."""
+    CSV first: a provider that sees the ``.sig`` finds both). True once written; False when
+    it failed, with why on the directive and in a ``directive.delivery_failed`` event (the job
+    retries it).
+
+    Written once: a run that finds it written already (a job's retry after an Operator's
+    job wrote it, two at once) writes nothing and records nothing, since the provider may
+    have taken the files and would act on them again. A crash between the write and its
+    record leaves it unwritten for the record, and the retry writes the same bytes again.
+    """
     directive = Directive.objects.select_related("broker", "provider").get(pk=directive_id)
-    if not directive.provider.s3_prefix:
+    if not directive.provider.s3_prefix or directive.s3_uri:
         return True
     uri = directive_s3_uri(directive)
     content = bytes(directive.content)
@@ -173,6 +181,8 @@ def directive_deliver(*, directive_id: int, actor: str = SYSTEM_ACTOR) -> bool:
         )
     except SourceError as exc:
         with transaction.atomic():
+            if _written_meanwhile(directive):
+                return True  # by another run: this one's failure changes nothing
             Directive.objects.filter(pk=directive.pk).update(delivery_error=str(exc)[:500])
             ledger_event_append(
                 kind=LedgerKind.DIRECTIVE_DELIVERY_FAILED,
@@ -183,6 +193,8 @@ def directive_deliver(*, directive_id: int, actor: str = SYSTEM_ACTOR) -> bool:
             )
         return False
     with transaction.atomic():
+        if _written_meanwhile(directive):
+            return True  # and recorded by the other run
         Directive.objects.filter(pk=directive.pk).update(
             s3_uri=uri, delivered_at=timezone.now(), delivery_error=""
         )
@@ -194,6 +206,13 @@ def directive_deliver(*, directive_id: int, actor: str = SYSTEM_ACTOR) -> bool:
             data={"s3_uri": uri, "sha256": directive.sha256},
         )
     return True
+
+
+def _written_meanwhile(directive: Directive) -> bool:
+    """Whether another run recorded ``directive`` written while this one wrote it; its row
+    locked until the caller's transaction ends, so two runs record one outcome."""
+    locked = Directive.objects.select_for_update().only("s3_uri").get(pk=directive.pk)
+    return bool(locked.s3_uri)
 
 
 def directive_download_record(*, directive: Directive, actor: str, via: str) -> None:

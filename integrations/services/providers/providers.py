@@ -20,6 +20,9 @@ from integrations.services.ledger import ledger_event_append
 from integrations.services.row_updates import Audited, row_update
 
 NAME_MAX = 200
+# What their columns hold: refused here in one line rather than by the database.
+CONTACT_MAX = ServiceProvider._meta.get_field("contact").max_length or 254
+S3_PREFIX_MAX = ServiceProvider._meta.get_field("s3_prefix").max_length or 500
 
 
 def s3_prefix_validate(s3_prefix: str) -> str:
@@ -30,6 +33,8 @@ def s3_prefix_validate(s3_prefix: str) -> str:
     bucket, _, _ = s3_prefix.removeprefix("s3://").partition("/")
     if not s3_prefix.startswith("s3://") or not bucket or not s3_prefix.endswith("/"):
         raise ValidationError(f"{s3_prefix!r}: use s3://bucket/prefix/ (ending in a slash)")
+    if len(s3_prefix) > S3_PREFIX_MAX:
+        raise ValidationError(f"an S3 prefix of at most {S3_PREFIX_MAX} characters")
     return s3_prefix
 
 
@@ -37,6 +42,8 @@ def _validated(name: str, contact: str, s3_prefix: str) -> dict[str, Any]:
     name = name.strip()
     if not name or len(name) > NAME_MAX:
         raise ValidationError({"name": f"a name of 1 to {NAME_MAX} characters"})
+    if len(contact) > CONTACT_MAX:
+        raise ValidationError({"contact": f"an email address of at most {CONTACT_MAX} characters"})
     if contact:
         try:
             validate_email(contact)
