@@ -8,29 +8,42 @@ These tests commit (threads and a second connection must see the rows).
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from django.db import connections
 
+from integrations.consumers.sources import consumer_sources
 from integrations.models import (
     Broker,
+    Consumer,
     DeletionRequest,
     Integration,
     RequestState,
+    WorkItem,
 )
-from integrations.services.cycle import canaries
+from integrations.services.cycle import canaries, recurring
 from integrations.services.cycle.canaries import canary_add, canary_round_send
+from integrations.services.cycle.consumers import (
+    consumer_forget,
+    consumers_import,
+    consumers_replace,
+)
+from integrations.services.cycle.recurring import recurring_rounds_send
 from integrations.services.staff.integrations import (
     integration_retire,
     webhook_integration_create,
 )
-from tests.builders import ConsumerFactory
+from tests.builders import ConsumerFactory, DeletionRequestFactory, WorkItemFactory, drop_noon
 from tests.conftest import sessions_waiting_for_locks, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+DAY = dt.timedelta(days=1)
 
 
 @pytest.fixture(autouse=True)
@@ -43,6 +56,20 @@ def _target(broker: Broker, name: str = "CRM") -> Integration:
     return webhook_integration_create(
         broker=broker, name=name, url=f"http://127.0.0.1:9/{name}", actor="test"
     ).integration
+
+
+def _deleted(broker: Broker, target: Integration, at: dt.datetime) -> tuple[WorkItem, Consumer]:
+    item = WorkItemFactory.create(cycle__broker=broker, status_code=3)
+    consumer: Consumer = ConsumerFactory.create(broker=broker, hashes={"email": "AAAA"})
+    DeletionRequestFactory.create(
+        integration=target,
+        work_item=item,
+        consumer=consumer,
+        remote_identifier=consumer.remote_identifier,
+        drop_outcome="deleted",
+        completed_at=at,
+    )
+    return item, consumer
 
 
 def _in_thread(work: Callable[[], object], errors: list[BaseException]) -> threading.Thread:
@@ -82,6 +109,94 @@ def _side_ends_or_waits(thread: threading.Thread) -> None:
         lambda: not thread.is_alive() or sessions_waiting_for_locks() >= 1,
         "the other side neither ended nor waited for a lock",
     )
+
+
+def test_a_consumer_forgotten_while_its_round_is_being_sent_ends_both(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The round's batch has inserted the consumer's requests and not committed when staff
+    forget the consumer: neither may fail on the other's rows (a foreign key checked at
+    commit), and no request is left pointing at a consumer that is gone."""
+    target = _target(broker)
+    now = drop_noon()
+    item, consumer = _deleted(broker, target, now - 45 * DAY)
+    reached, release = _held_after(monkeypatch, recurring, "directives_issue")
+    errors: list[BaseException] = []
+
+    sending = _in_thread(lambda: recurring_rounds_send(broker=broker, actor="t", now=now), errors)
+    assert reached.wait(30), "the round's batch did not insert its requests"
+    forgetting = _in_thread(
+        lambda: consumer_forget(
+            broker=broker, remote_identifier=consumer.remote_identifier, actor="test"
+        ),
+        errors,
+    )
+    _side_ends_or_waits(forgetting)
+    release.set()
+    sending.join(60)
+    forgetting.join(60)
+
+    assert not sending.is_alive() and not forgetting.is_alive()
+    assert errors == []
+    assert not Consumer.objects.filter(pk=consumer.pk).exists()
+    round_one = DeletionRequest.objects.filter(work_item=item, round=1)
+    assert round_one.count() == 1
+    assert round_one.get().consumer_id is None  # it keeps its copy of the pointer
+
+
+def test_a_consumer_a_replace_forgets_while_its_round_is_being_sent_ends_both(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The same with a replace (``consumers --replace``) whose files no longer list the
+    consumer."""
+    target = _target(broker)
+    now = drop_noon()
+    listed = tmp_path / "before.csv"
+    listed.write_text("remote_identifier,email\nC-1,anna@example.com\nC-2,bob@example.com\n")
+    consumers_import(
+        broker=broker,
+        files=consumer_sources(str(listed)).files,
+        hashed=False,
+        actor="test",
+        source="file:before",
+    )
+    consumer = Consumer.objects.get(remote_identifier="C-2")
+    item = WorkItemFactory.create(cycle__broker=broker, status_code=3)
+    DeletionRequestFactory.create(
+        integration=target,
+        work_item=item,
+        consumer=consumer,
+        remote_identifier=consumer.remote_identifier,
+        drop_outcome="deleted",
+        completed_at=now - 45 * DAY,
+    )
+    again = tmp_path / "again.csv"
+    again.write_text("remote_identifier,email\nC-1,anna@example.com\n")
+    reached, release = _held_after(monkeypatch, recurring, "directives_issue")
+    errors: list[BaseException] = []
+
+    sending = _in_thread(lambda: recurring_rounds_send(broker=broker, actor="t", now=now), errors)
+    assert reached.wait(30), "the round's batch did not insert its requests"
+    replacing = _in_thread(
+        lambda: consumers_replace(
+            broker=broker,
+            files=consumer_sources(str(again)).files,
+            hashed=False,
+            actor="test",
+            source="file:again",
+            force=True,
+        ),
+        errors,
+    )
+    _side_ends_or_waits(replacing)
+    release.set()
+    sending.join(60)
+    replacing.join(60)
+
+    assert not sending.is_alive() and not replacing.is_alive()
+    assert errors == []
+    assert not Consumer.objects.filter(pk=consumer.pk).exists()
+    assert DeletionRequest.objects.get(work_item=item, round=1).consumer_id is None
 
 
 def test_a_target_retired_while_a_canary_round_is_sent_gets_no_request_left_waiting(
