@@ -22,6 +22,7 @@ service providers and contractors again (``services.providers.directives``).
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +42,8 @@ from integrations.services.cycle.requests import (
 from integrations.services.ledger import ledger_event_append
 from integrations.services.locks import matching_lock
 from integrations.services.providers.directives import directives_issue
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -212,8 +215,21 @@ def _batch_send(
 
 def recurring_rounds_send_all(*, actor: str, now: dt.datetime | None = None) -> int:
     """The worker's daily duty: every broker's rounds due today. Returns how many work items
-    got a round."""
-    return sum(
-        recurring_rounds_send(broker=broker, actor=actor, now=now).work_items
-        for broker in Broker.objects.order_by("pk")
-    )
+    got a round.
+
+    Each broker owes its own consumers their rounds: one whose rounds cannot be sent (its
+    directives cannot be signed, say) is logged and the next brokers' are sent all the
+    same; the first such error is raised once every broker was tried, so the job fails and
+    says why (the next hour tries that broker again).
+    """
+    sent = 0
+    failure: Exception | None = None
+    for broker in Broker.objects.order_by("pk"):
+        try:
+            sent += recurring_rounds_send(broker=broker, actor=actor, now=now).work_items
+        except Exception as exc:
+            logger.exception("broker %s: its recurring rounds were not sent", broker.broker_id)
+            failure = failure or exc
+    if failure is not None:
+        raise failure
+    return sent
