@@ -183,6 +183,39 @@ def test_a_round_another_run_sent_after_the_schedule_was_read_is_not_sent_again(
     assert DeletionRequest.objects.filter(round=1, work_item=second).count() == 1
 
 
+def test_a_consumer_forgotten_after_the_schedule_was_read_is_sent_no_round_nor_counted(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read before the batch took the lock, the schedule names a consumer the broker forgets
+    meanwhile: its item gets no round (no request), so the batch neither counts it nor
+    directs the service providers to delete its hash."""
+    from integrations.services.cycle import recurring
+
+    target = _target(broker)
+    provider = ServiceProviderFactory.create(broker=broker, name="Mailhouse")
+    now = drop_noon()
+    first, second = (_answered(broker, target, code=3, outcome="deleted", at=now) for _ in "ab")
+    forgotten = DeletionRequest.objects.get(work_item=second).remote_identifier
+    locks = []
+    real_lock = recurring.matching_lock
+
+    def lock_then_forget(*, broker: Broker) -> None:
+        real_lock(broker=broker)
+        locks.append(broker)
+        if len(locks) == 2:  # the schedule is read, the first batch starts
+            consumer_forget(broker=broker, remote_identifier=forgotten, actor="test")
+
+    monkeypatch.setattr(recurring, "matching_lock", lock_then_forget)
+    sent = recurring_rounds_send(broker=broker, actor="t", now=now + 45 * DAY)
+
+    assert (sent.work_items, sent.deletion_requests) == (1, 1)
+    assert DeletionRequest.objects.filter(round=1, work_item=first).count() == 1
+    assert not DeletionRequest.objects.filter(round=1, work_item=second).exists()
+    event = LedgerEvent.objects.filter(kind="recurring.rounds_sent").latest("id")
+    assert event.data["work_items"] == 1
+    assert Directive.objects.get(provider=provider).rows == 1
+
+
 def test_a_broker_whose_rounds_cannot_be_sent_holds_back_no_other_brokers_rounds(
     broker: Broker, settings: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -94,13 +94,15 @@ _DUE_SQL = """
 
 # One batch's pairs into the match's drop_matches. Read before this batch's transaction
 # took the lock, so each item is checked again: still owed rounds (the schedule's rule:
-# deleted or opted out, not removed), and its round not sent meanwhile (by another run: a
-# round's requests always include a deletion request).
+# deleted or opted out, not removed), its consumer still registered (one forgotten since
+# gets no round: it is not counted, nor named in the directives), and its round not sent
+# meanwhile (by another run: a round's requests always include a deletion request).
 _BATCH_PAIRS_SQL = """
     INSERT INTO {matches} (work_item_id, consumer_id, late_match, round, match_date)
     SELECT p.work_item_id, p.consumer_id, p.late_match, p.round, p.match_date
       FROM {due} p
       JOIN integrations_workitem w ON w.id = p.work_item_id
+      JOIN integrations_consumer c ON c.id = p.consumer_id
      WHERE p.batch = %(batch)s
        AND {owed}
        AND NOT EXISTS (SELECT 1 FROM integrations_deletionrequest d
