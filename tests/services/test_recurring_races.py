@@ -111,6 +111,38 @@ def _side_ends_or_waits(thread: threading.Thread) -> None:
     )
 
 
+def test_two_runs_at_once_send_each_round_once(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker's run and a command's, on two connections: the second reads the schedule
+    while the first's batch holds the lock, and sends nothing the first sent."""
+    target = _target(broker)
+    now = drop_noon()
+    items = [_deleted(broker, target, now - 45 * DAY)[0] for _ in range(3)]
+    reached, release = _held_after(monkeypatch, recurring, "directives_issue")
+    errors: list[BaseException] = []
+    totals: list[int] = []
+
+    def run() -> None:
+        totals.append(recurring_rounds_send(broker=broker, actor="t", now=now).work_items)
+
+    first = _in_thread(run, errors)
+    assert reached.wait(30), "the first run's batch did not insert its requests"
+    reached.clear()
+    second = _in_thread(run, errors)
+    wait_until(lambda: sessions_waiting_for_locks("advisory") >= 1, "the second did not wait")
+    release.set()
+    first.join(60)
+    second.join(60)
+
+    assert not first.is_alive() and not second.is_alive()
+    assert errors == []
+    assert sorted(totals) == [0, 3]
+    for item in items:
+        assert DeletionRequest.objects.filter(work_item=item, round=1).count() == 1
+    assert not DeletionRequest.objects.filter(round__gt=1).exists()
+
+
 def test_a_consumer_forgotten_while_its_round_is_being_sent_ends_both(
     broker: Broker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
