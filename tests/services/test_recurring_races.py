@@ -8,6 +8,7 @@ These tests commit (threads and a second connection must see the rows).
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import threading
 from collections.abc import Callable
@@ -17,28 +18,38 @@ from typing import Any
 import pytest
 from django.db import connections
 
+from devtools.drop_simulator import work_items
 from integrations.consumers.sources import consumer_sources
 from integrations.models import (
     Broker,
     Consumer,
     DeletionRequest,
+    DropCycle,
     Integration,
     RequestState,
     WorkItem,
 )
-from integrations.services.cycle import canaries, recurring
+from integrations.services.cycle import canaries, drop_import, recurring
 from integrations.services.cycle.canaries import canary_add, canary_round_send
 from integrations.services.cycle.consumers import (
     consumer_forget,
     consumers_import,
     consumers_replace,
 )
+from integrations.services.cycle.drop_import import drop_zip_import
 from integrations.services.cycle.recurring import recurring_rounds_send
 from integrations.services.staff.integrations import (
     integration_retire,
     webhook_integration_create,
 )
-from tests.builders import ConsumerFactory, DeletionRequestFactory, WorkItemFactory, drop_noon
+from tests.builders import (
+    ConsumerFactory,
+    DeletionRequestFactory,
+    WorkItemFactory,
+    drop_noon,
+    drop_zip,
+    write_zip,
+)
 from tests.conftest import sessions_waiting_for_locks, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -229,6 +240,42 @@ def test_a_consumer_a_replace_forgets_while_its_round_is_being_sent_ends_both(
     assert errors == []
     assert not Consumer.objects.filter(pk=consumer.pk).exists()
     assert DeletionRequest.objects.get(work_item=item, round=1).consumer_id is None
+
+
+def test_a_consumer_forgotten_while_a_drop_import_matches_it_ends_both(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The same with the match of a DROP download, held once it joined the consumer hashes:
+    forgetting the consumer meanwhile must neither roll the whole import back at its commit
+    nor leave the item it matched with no request (open, owing DROP a status no answer
+    will ever settle)."""
+    _target(broker)
+    items = list(work_items(2))
+    consumer = ConsumerFactory.create(
+        broker=broker, remote_identifier="C-1", hashes={"email": items[0][1]}
+    )
+    package = write_zip(tmp_path, drop_zip(broker, {"Email": items}), name="20261120_4821_DROP.zip")
+    reached, release = _held_after(monkeypatch, drop_import, "staged_items_match")
+    errors: list[BaseException] = []
+
+    importing = _in_thread(
+        lambda: drop_zip_import(broker=broker, path=package, actor="test"), errors
+    )
+    assert reached.wait(30), "the import did not reach its matching"
+    forgetting = _in_thread(
+        lambda: consumer_forget(broker=broker, remote_identifier="C-1", actor="test"), errors
+    )
+    _side_ends_or_waits(forgetting)
+    release.set()
+    importing.join(60)
+    forgetting.join(60)
+
+    assert not importing.is_alive() and not forgetting.is_alive()
+    assert errors == []
+    assert DropCycle.objects.filter(broker=broker).count() == 1
+    assert not Consumer.objects.filter(pk=consumer.pk).exists()
+    assert list(DeletionRequest.objects.values_list("consumer_id", flat=True)) == [None]
+    assert WorkItem.objects.get(hash=base64.b64decode(items[0][1])).deletion_requests.count() == 1
 
 
 def test_a_target_retired_while_a_canary_round_is_sent_gets_no_request_left_waiting(
