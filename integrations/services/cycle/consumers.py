@@ -37,8 +37,9 @@ How, and why so:
   the same transaction (``services.cycle.matching.consumer_hashes_match_late``).
 - Forgetting a consumer (``consumer_forget``, a replace's unlisted ones) also takes the
   matching lock, after the registration lock and before any row: a DROP import, a late
-  match and a recurring round insert requests naming consumers under it (their foreign key
-  checked at commit), so a consumer deleted beside them would fail one of the two at commit.
+  match and a recurring round read consumers and insert requests naming them under it
+  (their foreign key checked at commit): a consumer deleted beside them would fail one of
+  the two at commit, or leave a match it had read with no request.
 - One ledger event per call, with its counts; rejected rows are counted, not listed.
 """
 
@@ -357,11 +358,12 @@ def registration_lock(cursor: Any, *, broker: Broker, timeout: float | None = No
 
 
 def _forget_lock(*, broker: Broker, timeout: float | None) -> None:
-    """The matching lock, before a consumer is deleted: whoever inserts requests naming a
-    consumer (a DROP import's match, a late match, a recurring round) holds it until its
-    commit, when the foreign key is checked; a consumer deleted meanwhile would fail that
-    commit, or this one. Under it, the deletion waits for their requests and clears their
-    pointer as it does every other's, or comes first and they do not name it."""
+    """The matching lock, before a consumer is deleted: whoever reads consumers and inserts
+    requests naming them (a DROP import's match, a late match, a recurring round) holds it
+    until its commit, when the foreign key is checked; a consumer deleted meanwhile would
+    fail that commit or this one, or leave a match read before with no request. Under it,
+    the deletion waits for their requests and clears their pointer as it does every
+    other's, or comes first and they never read it."""
     try:
         matching_lock(broker=broker, timeout=timeout)
     except LockBusy:
