@@ -87,15 +87,17 @@ def matching_lock(*, broker: Broker, timeout: float | None = None) -> None:
     Matching a download, matching a late consumer and giving pending requests their
     targets all take it before they read: each one's snapshot then sees every consumer hash,
     work item and target committed by the others, and whatever another has not committed
-    yet is matched by that one once it gets the lock. With ``timeout`` (seconds), gives up
-    after that long (``LockBusy``).
+    yet is matched by that one once it gets the lock. So do the others that insert requests
+    (a recurring round, a canary round) and forgetting a consumer, which deletes what those
+    requests name. With ``timeout`` (seconds), gives up after that long (``LockBusy``).
 
-    Lock order: this lock first, then a cycle's row, then requests (deletion, resolution,
-    SaaS deletion), then their target's row (integration, SaaS connection), then work items
-    in id order. Its holder inserts requests naming a target (their foreign key check, at its
-    commit, waits for any ``FOR UPDATE`` of the target's row) and cancels the requests of
-    work items DROP removed: a transaction that held a target or a request while it waited
-    for this lock would deadlock with it. Requests before their target, because a delivery
+    Lock order: this lock first (a consumer registration's lock, where one is taken, before
+    it), then a cycle's row, then requests (deletion, resolution, SaaS deletion), then their
+    target's row (integration, SaaS connection), then work items in id order. Its holder
+    inserts requests naming a target (their foreign key check, at its commit, waits for any
+    ``FOR UPDATE`` of the target's row) and cancels the requests of work items DROP
+    removed: a transaction that held a target or a request while it waited for this lock
+    would deadlock with it. Requests before their target, because a delivery
     batch holds its requests and, answered 410 Gone, updates their target. A transaction
     holding none of these may take it later (after inserting its own new rows, say).
 

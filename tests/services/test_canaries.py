@@ -47,6 +47,7 @@ from integrations.services.evidence.evidence_period import Period
 from integrations.services.evidence.evidence_writer import PackWriter
 from integrations.services.reporting.report_files import report_files_write
 from integrations.services.staff.alerts import alerts_evaluate
+from integrations.services.staff.integrations import integration_retire
 from tests.builders import (
     BrokerFactory,
     ConsumerFactory,
@@ -198,6 +199,24 @@ def test_a_canary_forgotten_by_the_broker_fails_the_round(
     with pytest.raises(CommandError, match=f"the round fails: {CANARY} is not registered"):
         call_command("drop", "canary", "--broker", "4821", stdout=io.StringIO())
 
+    (result,) = canary_round_results(rounds=CanaryRound.objects.all(), now=timezone.now())
+    assert result.result == "failed"
+
+
+def test_a_target_retired_while_its_canary_request_is_open_is_retired(
+    broker: Broker, targets: tuple[Integration, Integration], canary: str
+) -> None:
+    """A canary's request belongs to no work item: the retirement cancels it (the round
+    fails, honestly) and has no work item of it to settle."""
+    webhook, _ = targets
+    sent = drop_canary()
+
+    retired = integration_retire(integration=webhook, reason="replaced", actor="test")
+
+    assert retired.deletion_requests_cancelled == 1
+    assert retired.work_items == 0
+    request = DeletionRequest.objects.get(canary_round_id=sent["canary_round"], integration=webhook)
+    assert request.state == RequestState.CANCELLED
     (result,) = canary_round_results(rounds=CanaryRound.objects.all(), now=timezone.now())
     assert result.result == "failed"
 

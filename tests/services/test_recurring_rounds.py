@@ -22,9 +22,11 @@ from django.test import Client
 from procrastinate.contrib.django.models import ProcrastinateJob
 
 from devtools.drop_simulator import work_items
+from dropportal import local_state
 from integrations import enqueue
 from integrations.consumers.api_reader import parse_api_consumers
 from integrations.drop.calendar import drop_date
+from integrations.evidence.signing_key import EvidenceKeyRefused
 from integrations.models import (
     Broker,
     Consumer,
@@ -44,7 +46,7 @@ from integrations.selectors.recurring import recurring_overview
 from integrations.selectors.story import work_item_story
 from integrations.selectors.stuck import StuckReason, stuck_work_items
 from integrations.services.cycle.consumers import consumer_forget, consumers_register
-from integrations.services.cycle.recurring import recurring_rounds_send
+from integrations.services.cycle.recurring import recurring_rounds_send, recurring_rounds_send_all
 from integrations.services.dispatch.deliveries import deletion_requests_deliver
 from integrations.services.dispatch.outcomes import deletion_outcome_record
 from integrations.services.staff.integrations import (
@@ -53,6 +55,7 @@ from integrations.services.staff.integrations import (
     webhook_integration_create,
 )
 from tests.builders import (
+    BrokerFactory,
     ConsumerFactory,
     DeletionRequestFactory,
     ServiceProviderFactory,
@@ -178,6 +181,63 @@ def test_a_round_another_run_sent_after_the_schedule_was_read_is_not_sent_again(
     assert sent.work_items == 1
     assert DeletionRequest.objects.filter(round=1, work_item=first).count() == 1
     assert DeletionRequest.objects.filter(round=1, work_item=second).count() == 1
+
+
+def test_a_consumer_forgotten_after_the_schedule_was_read_is_sent_no_round_nor_counted(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read before the batch took the lock, the schedule names a consumer the broker forgets
+    meanwhile: its item gets no round (no request), so the batch neither counts it nor
+    directs the service providers to delete its hash."""
+    from integrations.services.cycle import recurring
+
+    target = _target(broker)
+    provider = ServiceProviderFactory.create(broker=broker, name="Mailhouse")
+    now = drop_noon()
+    first, second = (_answered(broker, target, code=3, outcome="deleted", at=now) for _ in "ab")
+    forgotten = DeletionRequest.objects.get(work_item=second).remote_identifier
+    locks = []
+    real_lock = recurring.matching_lock
+
+    def lock_then_forget(*, broker: Broker) -> None:
+        real_lock(broker=broker)
+        locks.append(broker)
+        if len(locks) == 2:  # the schedule is read, the first batch starts
+            consumer_forget(broker=broker, remote_identifier=forgotten, actor="test")
+
+    monkeypatch.setattr(recurring, "matching_lock", lock_then_forget)
+    sent = recurring_rounds_send(broker=broker, actor="t", now=now + 45 * DAY)
+
+    assert (sent.work_items, sent.deletion_requests) == (1, 1)
+    assert DeletionRequest.objects.filter(round=1, work_item=first).count() == 1
+    assert not DeletionRequest.objects.filter(round=1, work_item=second).exists()
+    event = LedgerEvent.objects.filter(kind="recurring.rounds_sent").latest("id")
+    assert event.data["work_items"] == 1
+    assert Directive.objects.get(provider=provider).rows == 1
+
+
+def test_a_broker_whose_rounds_cannot_be_sent_holds_back_no_other_brokers_rounds(
+    broker: Broker, settings: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The hourly job sends every broker's rounds. The first broker's fail (it has a
+    service provider to direct, and the evidence key generated into var/ was damaged since):
+    the next broker owes its consumers their deletion all the same, and gets its rounds; the
+    job still fails, saying why."""
+    settings.DROPPORTAL_EVIDENCE_KEY = ""
+    monkeypatch.setattr(local_state, "VAR_DIR", tmp_path)
+    (tmp_path / "evidence_key.pem").write_text("not a PEM key\n")
+    other = BrokerFactory.create()
+    assert broker.pk < other.pk  # the failing one comes first
+    ServiceProviderFactory.create(broker=broker, name="Mailhouse")
+    now = drop_noon()
+    _answered(broker, _target(broker), code=3, outcome="deleted", at=now - 45 * DAY)
+    owed = _answered(other, _target(other), code=3, outcome="deleted", at=now - 45 * DAY)
+
+    with pytest.raises(EvidenceKeyRefused):
+        recurring_rounds_send_all(actor="system:recurring", now=now)
+
+    assert DeletionRequest.objects.filter(work_item=owed, round=1).count() == 1
+    assert not DeletionRequest.objects.filter(broker=broker, round=1).exists()
 
 
 def test_a_run_killed_between_batches_keeps_what_it_sent_and_the_next_run_sends_the_rest(

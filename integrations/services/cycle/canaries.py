@@ -29,6 +29,7 @@ from integrations.ledger_kinds import LedgerKind
 from integrations.models import CANARY_SESSION_ID, Broker, Canary, CanaryRound, Consumer, DropCycle
 from integrations.services.cycle.requests import canary_requests_create
 from integrations.services.ledger import ledger_event_append
+from integrations.services.locks import matching_lock
 
 
 def canary_add(*, broker: Broker, remote_identifier: str, actor: str) -> Canary:
@@ -93,6 +94,10 @@ def canary_round_send(
         return None
     now = now or timezone.now()
     with transaction.atomic():
+        # Its requests name targets: taken as matching does, first (``matching_lock``), so a
+        # target retired meanwhile is either seen retired or has this round's request
+        # cancelled by its retirement. An import's round holds it already.
+        matching_lock(broker=broker)
         canary_round = CanaryRound.objects.create(
             broker=broker,
             cycle=cycle,

@@ -35,6 +35,11 @@ How, and why so:
   which a DROP import holds through its matching. A file import waits for both.
 - The hashes a call added are matched late against the DROP hashes already received, in
   the same transaction (``services.cycle.matching.consumer_hashes_match_late``).
+- Forgetting a consumer (``consumer_forget``, a replace's unlisted ones) also takes the
+  matching lock, after the registration lock and before any row: a DROP import, a late
+  match and a recurring round read consumers and insert requests naming them under it
+  (their foreign key checked at commit): a consumer deleted beside them would fail one of
+  the two at commit, or leave a match it had read with no request.
 - One ledger event per call, with its counts; rejected rows are counted, not listed.
 """
 
@@ -58,7 +63,7 @@ from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, Consumer, ConsumerHash
 from integrations.services.cycle.matching import RegistrationSource, consumer_hashes_match_late
 from integrations.services.ledger import ledger_event_append
-from integrations.services.locks import LockBusy, advisory_xact_lock
+from integrations.services.locks import LockBusy, advisory_xact_lock, matching_lock
 
 CHUNK_ROWS = 250_000  # hash rows staged per COPY
 DEFAULT_MAX_FORGET = 0.05  # replace refuses to forget more of the set than this, unforced
@@ -352,6 +357,22 @@ def registration_lock(cursor: Any, *, broker: Broker, timeout: float | None = No
         ) from None
 
 
+def _forget_lock(*, broker: Broker, timeout: float | None) -> None:
+    """The matching lock, before a consumer is deleted: whoever reads consumers and inserts
+    requests naming them (a DROP import's match, a late match, a recurring round) holds it
+    until its commit, when the foreign key is checked; a consumer deleted meanwhile would
+    fail that commit or this one, or leave a match read before with no request. Under it,
+    the deletion waits for their requests and clears their pointer as it does every
+    other's, or comes first and they never read it."""
+    try:
+        matching_lock(broker=broker, timeout=timeout)
+    except LockBusy:
+        raise RegistrationBusy(
+            f"broker {broker.broker_id}'s consumers are being matched "
+            "(a DROP download being imported, or a recurring round sent)"
+        ) from None
+
+
 def _rounds(batches_in: Iterable[EncodedBatch], result: ConsumerRegistration) -> Iterator[Round]:
     """Yield the batches' staging rows in rounds of about ``CHUNK_ROWS`` rows.
 
@@ -447,6 +468,7 @@ def _forget_unlisted(
         raise ReplaceRefused(forgotten=forgotten, before=before, max_forget=max_forget)
     if not forgotten:
         return
+    _forget_lock(broker=broker, timeout=None)  # a replace is a file import: it waits
     hashes_removed, kinds = load.unlisted_forget()
     result.consumers_forgotten = forgotten
     ledger_event_append(
@@ -483,6 +505,7 @@ def consumer_forget(
     with transaction.atomic():
         with connection.cursor() as cursor:
             registration_lock(cursor, broker=broker, timeout=lock_timeout)
+        _forget_lock(broker=broker, timeout=lock_timeout)
         consumer = Consumer.objects.filter(
             broker=broker, remote_identifier=remote_identifier
         ).first()

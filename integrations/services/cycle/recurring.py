@@ -22,6 +22,7 @@ service providers and contractors again (``services.providers.directives``).
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +42,8 @@ from integrations.services.cycle.requests import (
 from integrations.services.ledger import ledger_event_append
 from integrations.services.locks import matching_lock
 from integrations.services.providers.directives import directives_issue
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -91,13 +94,15 @@ _DUE_SQL = """
 
 # One batch's pairs into the match's drop_matches. Read before this batch's transaction
 # took the lock, so each item is checked again: still owed rounds (the schedule's rule:
-# deleted or opted out, not removed), and its round not sent meanwhile (by another run: a
-# round's requests always include a deletion request).
+# deleted or opted out, not removed), its consumer still registered (one forgotten since
+# gets no round: it is not counted, nor named in the directives), and its round not sent
+# meanwhile (by another run: a round's requests always include a deletion request).
 _BATCH_PAIRS_SQL = """
     INSERT INTO {matches} (work_item_id, consumer_id, late_match, round, match_date)
     SELECT p.work_item_id, p.consumer_id, p.late_match, p.round, p.match_date
       FROM {due} p
       JOIN integrations_workitem w ON w.id = p.work_item_id
+      JOIN integrations_consumer c ON c.id = p.consumer_id
      WHERE p.batch = %(batch)s
        AND {owed}
        AND NOT EXISTS (SELECT 1 FROM integrations_deletionrequest d
@@ -212,8 +217,21 @@ def _batch_send(
 
 def recurring_rounds_send_all(*, actor: str, now: dt.datetime | None = None) -> int:
     """The worker's daily duty: every broker's rounds due today. Returns how many work items
-    got a round."""
-    return sum(
-        recurring_rounds_send(broker=broker, actor=actor, now=now).work_items
-        for broker in Broker.objects.order_by("pk")
-    )
+    got a round.
+
+    Each broker owes its own consumers their rounds: one whose rounds cannot be sent (its
+    directives cannot be signed, say) is logged and the next brokers' are sent all the
+    same; the first such error is raised once every broker was tried, so the job fails and
+    says why (the next hour tries that broker again).
+    """
+    sent = 0
+    failure: Exception | None = None
+    for broker in Broker.objects.order_by("pk"):
+        try:
+            sent += recurring_rounds_send(broker=broker, actor=actor, now=now).work_items
+        except Exception as exc:
+            logger.exception("broker %s: its recurring rounds were not sent", broker.broker_id)
+            failure = failure or exc
+    if failure is not None:
+        raise failure
+    return sent

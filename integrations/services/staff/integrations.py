@@ -380,7 +380,9 @@ def _requests_cancel(
             },
         )
         rows = cursor.fetchall()
-    return sorted(request_id for request_id, _ in rows), {item for _, item in rows}
+    # A canary round's request belongs to no work item: nothing of it to settle.
+    items = {item for _, item in rows if item is not None}
+    return sorted(request_id for request_id, _ in rows), items
 
 
 def integration_test_send(*, integration: Integration, actor: str) -> DeliveryResult:
