@@ -68,13 +68,19 @@ def generated_secret(name: str, make: Callable[[], str]) -> str:
         return path.read_text().strip()
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     value = make()
-    # O_EXCL: two processes starting at once must not write two different secrets.
+    # Written whole under a name of its own, then linked into place: a process starting at
+    # the same moment (the web server beside the worker) finds no file or the whole one,
+    # never an empty one, and of two secrets made at once the first linked wins.
+    draft = VAR_DIR / f".{name}.{os.getpid()}.{secrets.token_hex(4)}"
+    fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(value + "\n")
+        os.link(draft, path)
     except FileExistsError:
         return path.read_text().strip()
-    with os.fdopen(fd, "w") as handle:
-        handle.write(value + "\n")
+    finally:
+        draft.unlink()
     return value
 
 
