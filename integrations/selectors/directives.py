@@ -2,6 +2,7 @@
 
 directives_of(broker)                   # newest first, without their CSV
 directives_overdue(now=now)             # unacknowledged past DROPPORTAL_DIRECTIVE_ACK_DAYS
+directives_not_written(now=now)         # an S3 write failing for an hour since issued
 directive_as_json(directive)            # what ``drop directives --json`` prints
 """
 
@@ -44,6 +45,25 @@ def directives_overdue(*, now: dt.datetime, broker: Broker | None = None) -> Que
     if broker is not None:
         rows = rows.filter(broker=broker)
     return rows.select_related("broker", "provider").defer("content").order_by("created_at", "id")
+
+
+# A write still failing this long after the directive was issued is not one the job's next
+# try is likely to mend (its tries wait 4 s, 16 s, 64 s... over about a day): staff look at
+# the store or the prefix.
+DIRECTIVE_WRITE_ALERT_AFTER = dt.timedelta(hours=1)
+
+
+def directives_not_written(*, now: dt.datetime) -> QuerySet[Directive]:
+    """Directives for a provider with an S3 prefix, not written there, whose last write
+    failed, issued ``DIRECTIVE_WRITE_ALERT_AFTER`` ago or more; oldest first."""
+    return (
+        Directive.objects.filter(s3_uri="", created_at__lt=now - DIRECTIVE_WRITE_ALERT_AFTER)
+        .exclude(delivery_error="")
+        .exclude(provider__s3_prefix="")
+        .select_related("broker", "provider")
+        .defer("content")
+        .order_by("created_at", "id")
+    )
 
 
 def unacknowledged_directives_count(*, issued_before: dt.datetime | None = None) -> Coalesce:

@@ -51,7 +51,7 @@ from integrations.services.providers import directives as directives_service
 from integrations.services.providers.directives import directive_acknowledge, directives_issue
 from integrations.services.providers.providers import service_provider_add
 from integrations.services.staff.alerts import alerts_evaluate
-from tests.builders import ConsumerFactory, drop_zip, write_zip
+from tests.builders import ConsumerFactory, DirectiveFactory, drop_zip, write_zip
 from tests.conftest import s3_reached_at
 
 pytestmark = pytest.mark.django_db
@@ -506,3 +506,30 @@ def test_a_directives_rows_are_in_byte_order_whatever_the_databases_collation(
         rows = [(str(h), str(v)) for h, v in cursor.fetchall()]
     assert len(rows) == 9
     assert rows == sorted(rows, key=lambda row: (row[0].encode(), row[1].encode()))
+
+
+def test_a_directive_whose_write_keeps_failing_alerts_until_it_is_written(broker: Broker) -> None:
+    provider = service_provider_add(
+        broker=broker, name="Warehouse", s3_prefix="s3://no-such-bucket/drop/", actor="test"
+    )
+    failing = DirectiveFactory.create(provider=provider, delivery_error="NoSuchBucket")
+    DirectiveFactory.create(provider=provider)  # not tried yet: its job is queued
+    issued = failing.created_at
+
+    def not_written(result: Any, *, cleared: bool = False) -> list[Any]:
+        states = result.cleared if cleared else result.raised
+        return [s for s in states if s.condition == "directive_not_written"]
+
+    # The job's first tries come within the hour: a passing failure alerts no one.
+    assert not not_written(alerts_evaluate(now=issued + dt.timedelta(minutes=30)))
+    later = issued + dt.timedelta(hours=2)
+    (raised,) = not_written(alerts_evaluate(now=later))
+    assert raised.key == f"directive_not_written:directive:{failing.pk}"
+    assert "NoSuchBucket" in raised.text
+    assert f"drop directive {failing.pk} --out" in raised.text
+
+    Directive.objects.filter(pk=failing.pk).update(
+        s3_uri=f"s3://no-such-bucket/drop/directive-4821-{failing.pk}.csv", delivery_error=""
+    )
+    (cleared,) = not_written(alerts_evaluate(now=later), cleared=True)
+    assert cleared.key == raised.key

@@ -51,7 +51,11 @@ from integrations.models import (
 )
 from integrations.selectors.canaries import canary_rounds_failing
 from integrations.selectors.deadlines import cycle_deadlines
-from integrations.selectors.directives import directive_ack_due, directives_overdue
+from integrations.selectors.directives import (
+    directive_ack_due,
+    directives_not_written,
+    directives_overdue,
+)
 from integrations.selectors.drop_access import drop_access_obligations_open
 from integrations.selectors.match_rates import match_rate_falls
 from integrations.selectors.report_reviews import report_files_awaiting_approval
@@ -581,6 +585,28 @@ def _directive_not_acknowledged(now: dt.datetime) -> Iterable[Firing]:
                 "provider": directive.provider.name,
                 "contact": directive.provider.contact,
                 "sha256": directive.sha256,
+            },
+        )
+
+
+@alert_condition("directive_not_written")
+def _directive_not_written(now: dt.datetime) -> Iterable[Firing]:
+    """A directive's write to its provider's S3 prefix has failed for an hour or more: the
+    provider finds nothing there, and the job's tries end after about a day."""
+    for directive in directives_not_written(now=now):
+        broker_id = directive.broker.broker_id
+        yield Firing(
+            key=f"directive:{directive.pk}",
+            broker_id=broker_id,
+            text=f"Directive {directive.pk} to {directive.provider.name} (broker {broker_id}) "
+            f"is not written to {directive.provider.s3_prefix}: {directive.delivery_error}; "
+            "fix the store or the provider's S3 prefix, then *Write to the provider's S3 "
+            "prefix again* on the admin's directives, or hand it over: "
+            f"`manage.py drop directive {directive.pk} --out FILE`",
+            details={
+                "directive": directive.pk,
+                "provider": directive.provider.name,
+                "error": directive.delivery_error,
             },
         )
 
