@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import io
 from collections.abc import Callable
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from integrations.models import Broker, LedgerEvent
+from integrations.models import Broker, DeletionRequest, LedgerEvent
 from integrations.selectors.outcomes import OUTCOME_COLUMNS
 from integrations.services.staff.brokers import broker_create
 from integrations.services.staff.keys import CreatedApiKey
@@ -59,6 +60,24 @@ def test_pages_hold_the_keys_broker_only_in_request_order(
 def test_date_filters(history: OutcomeHistory, auditor: APIClient) -> None:
     body = auditor.get(URL, {"since": "2026-03-13", "until": "2026-03-31"}).json()
     assert [r["request_uuid"] for r in body["results"]] == [str(history.failed.request_uuid)]
+
+
+def test_dates_are_days_of_drops_calendar(history: OutcomeHistory, auditor: APIClient) -> None:
+    # 03:00 UTC on July 2 is still July 1 in California, the day DROP counts it in, and the
+    # day `outcomes export --since 2026-07-01 --until 2026-07-01` and the evidence packs put
+    # it in: the same dates give the same rows here.
+    late = dt.datetime(2026, 7, 2, 3, 0, tzinfo=dt.UTC)
+    DeletionRequest.objects.filter(pk=history.deleted.pk).update(matched_at=late)
+
+    def matched(**dates: str) -> list[str]:
+        return [r["request_uuid"] for r in auditor.get(URL, dates).json()["results"]]
+
+    assert matched(since="2026-07-01", until="2026-07-01") == [str(history.deleted.request_uuid)]
+    assert matched(since="2026-07-02") == []
+    # A time with its offset is that moment, whatever the zone.
+    assert matched(since="2026-07-02T03:00:00Z", until="2026-07-02T03:00:01Z") == [
+        str(history.deleted.request_uuid)
+    ]
 
 
 def test_csv_streams_the_whole_filtered_history(
