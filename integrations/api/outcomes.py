@@ -63,7 +63,7 @@ class CsvRenderer(BaseRenderer):
 # or an RFC 3339 date-time (``T`` and ``Z`` in capitals, at most microseconds, with its
 # offset). Years 1000 to 9998 keep every bound, moved to UTC and past a whole day, within
 # the dates Python and PostgreSQL both hold.
-_YEAR = r"(?:1[0-9]{3}|[2-8][0-9]{3}|9[0-8][0-9]{2}|99[0-8][0-9])"
+_YEAR = r"(?:1[0-9]{3}|[2-8][0-9]{3}|9[0-8][0-9]{2}|99[0-8][0-9]|999[0-8])"
 _DATE = _YEAR + r"-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])"
 DATE_PATTERN = rf"^{_DATE}$"
 DATE_TIME_PATTERN = (

@@ -144,6 +144,16 @@ def test_a_time_with_any_offset_python_takes_is_accepted(
     assert response.status_code == 200, response.content
 
 
+@pytest.mark.parametrize("day", ["1000-01-01", "9989-12-31", "9990-01-01", "9998-12-31"])
+def test_every_year_the_schema_names_is_taken(
+    history: OutcomeHistory, auditor: APIClient, day: str
+) -> None:
+    # Years 1000 to 9998, as the field's error and the schema say, for either bound.
+    for bound in ("since", "until"):
+        response = auditor.get(URL, {bound: day})
+        assert response.status_code == 200, (bound, response.content)
+
+
 def test_an_unknown_format_is_a_problem(history: OutcomeHistory, auditor: APIClient) -> None:
     response = auditor.get(URL, {"format": "xml"})
     assert response.status_code == 404
