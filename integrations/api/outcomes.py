@@ -31,6 +31,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from integrations.api.callback_serializers import ProblemSerializer
+from integrations.drop.calendar import drop_day_bounds
 from integrations.models import ApiKey
 from integrations.selectors.outcomes import (
     OUTCOME_COLUMNS,
@@ -62,7 +63,7 @@ class CsvRenderer(BaseRenderer):
 # or an RFC 3339 date-time (``T`` and ``Z`` in capitals, at most microseconds, with its
 # offset). Years 1000 to 9998 keep every bound, moved to UTC and past a whole day, within
 # the dates Python and PostgreSQL both hold.
-_YEAR = r"(?:1[0-9]{3}|[2-8][0-9]{3}|9[0-8][0-9]{2}|99[0-8][0-9])"
+_YEAR = r"(?:1[0-9]{3}|[2-8][0-9]{3}|9[0-8][0-9]{2}|99[0-8][0-9]|999[0-8])"
 _DATE = _YEAR + r"-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])"
 DATE_PATTERN = rf"^{_DATE}$"
 DATE_TIME_PATTERN = (
@@ -82,7 +83,8 @@ DATE_TIME_PATTERN = (
 )
 class MomentField(serializers.Field):
     """A date (as a bound it takes in the whole day: ``until`` runs to its end) or a
-    date-time, as a UTC datetime."""
+    date-time, as a UTC datetime. A date is a day of DROP's calendar, as ``outcomes export``
+    and the evidence packs read it, so the same dates give the same rows."""
 
     default_error_messages = {
         "invalid": "Use a date (YYYY-MM-DD) or an RFC 3339 time (2026-03-01T09:30:00Z), "
@@ -97,9 +99,8 @@ class MomentField(serializers.Field):
         text = data if isinstance(data, str) else ""
         try:
             if re.fullmatch(DATE_PATTERN[1:-1], text):
-                day = dt.date.fromisoformat(text)
-                start = dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
-                return start + dt.timedelta(days=1) if self.end else start
+                start, next_day = drop_day_bounds(dt.date.fromisoformat(text))
+                return (next_day if self.end else start).astimezone(dt.UTC)
             if re.fullmatch(DATE_TIME_PATTERN[1:-1], text):
                 # In UTC: PostgreSQL takes offsets up to 15:59 only, Python's up to 23:59.
                 return dt.datetime.fromisoformat(text).astimezone(dt.UTC)
@@ -128,12 +129,14 @@ class OutcomeQuerySerializer(serializers.Serializer):
     since = MomentField(
         end=False,
         required=False,
-        help_text="Matched at or after this date (YYYY-MM-DD) or RFC 3339 time.",
+        help_text="Matched at or after this date (YYYY-MM-DD, a day of DROP's calendar: "
+        "California's) or RFC 3339 time.",
     )
     until = MomentField(
         end=True,
         required=False,
-        help_text="Matched up to this date (inclusive) or before this RFC 3339 time.",
+        help_text="Matched up to this date (inclusive; a day of DROP's calendar) or before this "
+        "RFC 3339 time.",
     )
     cursor = serializers.RegexField(
         CURSOR_PATTERN[:-1] + r"\Z",

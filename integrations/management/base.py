@@ -14,6 +14,7 @@ import datetime as dt
 import getpass
 import json
 import os
+import secrets
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -84,13 +85,15 @@ def period_bounds(options: dict[str, Any]) -> tuple[dt.datetime | None, dt.datet
 
 @contextlib.contextmanager
 def file_written_whole(path: str | Path, mode: str = "wb") -> Iterator[IO[Any]]:
-    """A file written under ``<path>.partial`` and renamed to ``path`` when the block ends
-    without error, removed otherwise: a failed export never leaves a file that looks
-    finished. Text modes write UTF-8, newlines as given."""
-    partial = Path(f"{path}.partial")
+    """A file written under ``<path>.<random>.partial`` and renamed to ``path`` when the
+    block ends without error, removed otherwise: a failed export never leaves a file that
+    looks finished. The name is its own (created exclusively): two exports to one path at
+    once each write their own file, and one that fails cannot write into the file the other
+    finished. Text modes write UTF-8, newlines as given (``mode`` begins with ``w``)."""
+    partial = Path(f"{path}.{secrets.token_hex(4)}.partial")
     encoding, newline = (None, None) if "b" in mode else ("utf-8", "")
     try:
-        file = open(partial, mode, encoding=encoding, newline=newline)  # noqa: SIM115 (closed below)
+        file = open(partial, "x" + mode[1:], encoding=encoding, newline=newline)  # noqa: SIM115 (closed below)
     except OSError as exc:
         raise CommandError(f"cannot write {path}: {exc.strerror}") from None
     try:

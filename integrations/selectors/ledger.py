@@ -6,6 +6,7 @@ import datetime as dt
 from collections.abc import Iterator
 from typing import Any
 
+from django.db import transaction
 from django.db.models import QuerySet
 
 from integrations.models import LedgerEvent
@@ -43,16 +44,20 @@ def ledger_events(
         events = events.filter(created_at__gte=since)
     if until:
         events = events.filter(created_at__lt=until)
-    for event in events.iterator(chunk_size=chunk_size):
-        link = getattr(event, "chain_link", None)
-        yield {
-            "id": event.id,
-            "created_at": event.created_at,
-            "broker_id": event.broker_id,
-            "kind": event.kind,
-            "subject": event.subject,
-            "actor": event.actor,
-            "data": event.data,
-            "event_hash": event.event_hash,
-            "chain_hash": link.chain_hash if link else "",
-        }
+    # Inside a transaction the server-side cursor streams; outside one (autocommit) it is
+    # WITH HOLD and PostgreSQL copies the whole result (the whole ledger, unfiltered) before
+    # the first row.
+    with transaction.atomic():
+        for event in events.iterator(chunk_size=chunk_size):
+            link = getattr(event, "chain_link", None)
+            yield {
+                "id": event.id,
+                "created_at": event.created_at,
+                "broker_id": event.broker_id,
+                "kind": event.kind,
+                "subject": event.subject,
+                "actor": event.actor,
+                "data": event.data,
+                "event_hash": event.event_hash,
+                "chain_hash": link.chain_hash if link else "",
+            }

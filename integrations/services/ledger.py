@@ -17,8 +17,10 @@ events; ``ledger_verify`` recomputes every hash and names the first event that b
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from django.db import connection, transaction
@@ -68,7 +70,29 @@ def canonical_data(data: dict[str, Any] | None) -> str:
     Every URL in it keeps its scheme, host and path only: its query and fragment (where
     tokens and identifiers travel) and any user:password part are cut, on every path that
     writes an event (the SQL ones take their data from here too)."""
-    return canonical_json(data_without_url_extras(data or {}))
+    return canonical_json(_as_jsonb_gives_back(data_without_url_extras(data or {})))
+
+
+def _as_jsonb_gives_back(value: Any) -> Any:
+    """``value`` with its floats as PostgreSQL's jsonb gives them back, which is what
+    ``ledger_verify`` and the pack verifier hash: a float of 1e16 or more (written
+    ``1e+16``) comes back as its digits, an integer, and -0.0 as 0.0. Hashed as written,
+    such an event would break the chain's verification for good."""
+    if isinstance(value, float):
+        if value == 0:
+            return 0.0
+        if math.isfinite(value) and abs(value) >= _FLOAT_DIGITS_FROM:
+            return int(Decimal(repr(value)))
+        return value
+    if isinstance(value, dict):
+        return {key: _as_jsonb_gives_back(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_as_jsonb_gives_back(item) for item in value]
+    return value
+
+
+# Where Python's repr of a float turns to exponent notation (PostgreSQL's numeric never does).
+_FLOAT_DIGITS_FROM = 1e16
 
 
 def ledger_event_append(

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
 from integrations.evidence.timestamps import (
@@ -143,15 +144,19 @@ def ledger_anchors_verify(
     failed."""
     problems: list[AnchorProblem] = []
     checked = 0
-    chain = dict(
-        LedgerChainLink.objects.filter(
-            position__in=LedgerAnchor.objects.values("position")
-        ).values_list("position", "chain_hash")
+    # Each token with the chain's hash at its position, in one statement: read apart, a token
+    # kept between the two reads (an anchoring at that moment) met no hash of the chain
+    # and was reported as a chain rewritten.
+    at_position = LedgerChainLink.objects.filter(position=OuterRef("position")).values(
+        "chain_hash"
+    )[:1]
+    anchors = LedgerAnchor.objects.annotate(chain_at=Subquery(at_position)).order_by(
+        "position", "id"
     )
-    for anchor in LedgerAnchor.objects.order_by("position", "id").iterator():
+    for anchor in anchors.iterator():
         checked += 1
         token = bytes(anchor.token)
-        if chain.get(anchor.position) != anchor.chain_hash:
+        if anchor.chain_at != anchor.chain_hash:
             reason = "its chain hash is not the chain's at that position"
         elif authorities is None:
             reason = token_problem(token, anchor.chain_hash) or ""

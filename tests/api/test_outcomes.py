@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import io
 from collections.abc import Callable
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from integrations.models import Broker, LedgerEvent
+from integrations.models import Broker, DeletionRequest, LedgerEvent
 from integrations.selectors.outcomes import OUTCOME_COLUMNS
 from integrations.services.staff.brokers import broker_create
 from integrations.services.staff.keys import CreatedApiKey
@@ -59,6 +60,24 @@ def test_pages_hold_the_keys_broker_only_in_request_order(
 def test_date_filters(history: OutcomeHistory, auditor: APIClient) -> None:
     body = auditor.get(URL, {"since": "2026-03-13", "until": "2026-03-31"}).json()
     assert [r["request_uuid"] for r in body["results"]] == [str(history.failed.request_uuid)]
+
+
+def test_dates_are_days_of_drops_calendar(history: OutcomeHistory, auditor: APIClient) -> None:
+    # 03:00 UTC on July 2 is still July 1 in California, the day DROP counts it in, and the
+    # day `outcomes export --since 2026-07-01 --until 2026-07-01` and the evidence packs put
+    # it in: the same dates give the same rows here.
+    late = dt.datetime(2026, 7, 2, 3, 0, tzinfo=dt.UTC)
+    DeletionRequest.objects.filter(pk=history.deleted.pk).update(matched_at=late)
+
+    def matched(**dates: str) -> list[str]:
+        return [r["request_uuid"] for r in auditor.get(URL, dates).json()["results"]]
+
+    assert matched(since="2026-07-01", until="2026-07-01") == [str(history.deleted.request_uuid)]
+    assert matched(since="2026-07-02") == []
+    # A time with its offset is that moment, whatever the zone.
+    assert matched(since="2026-07-02T03:00:00Z", until="2026-07-02T03:00:01Z") == [
+        str(history.deleted.request_uuid)
+    ]
 
 
 def test_csv_streams_the_whole_filtered_history(
@@ -123,6 +142,16 @@ def test_a_time_with_any_offset_python_takes_is_accepted(
     # PostgreSQL refuses offsets past 15:59 itself: the view hands it UTC.
     response = auditor.get(URL, {"since": "2026-01-01T00:00:00-23:59"})
     assert response.status_code == 200, response.content
+
+
+@pytest.mark.parametrize("day", ["1000-01-01", "9989-12-31", "9990-01-01", "9998-12-31"])
+def test_every_year_the_schema_names_is_taken(
+    history: OutcomeHistory, auditor: APIClient, day: str
+) -> None:
+    # Years 1000 to 9998, as the field's error and the schema say, for either bound.
+    for bound in ("since", "until"):
+        response = auditor.get(URL, {bound: day})
+        assert response.status_code == 200, (bound, response.content)
 
 
 def test_an_unknown_format_is_a_problem(history: OutcomeHistory, auditor: APIClient) -> None:

@@ -156,6 +156,40 @@ def test_an_export_that_fails_part_way_leaves_no_file(
     assert list(tmp_path.iterdir()) == []
 
 
+def test_an_export_failing_after_another_to_the_same_file_leaves_that_one_whole(
+    events: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two exports to one file at once (two operators, two scheduled jobs): each writes under
+    a name of its own, so the one that fails part way never leaves its rows in the file the
+    other one finished."""
+    from integrations.management.commands import ledger as command
+
+    events_of = command.ledger_events
+    out = tmp_path / "ledger.csv"
+    whole = run("--format", "csv")
+    calls = {"n": 0}
+
+    def second_export_then_failure(**filters: Any) -> Iterator[Any]:
+        calls["n"] += 1
+        if calls["n"] > 1:  # the other export: as it is
+            yield from events_of(**filters)
+            return
+        yield from list(events_of(**filters))[:1]
+        call_command("ledger", "export", "--out", str(out), stdout=io.StringIO())
+        assert out.read_bytes().decode() == whole
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(command, "ledger_events", second_export_then_failure)
+
+    with pytest.raises(OSError, match="No space left"):
+        call_command(
+            "ledger", "export", "--format", "jsonl", "--out", str(out), stdout=io.StringIO()
+        )
+
+    assert out.read_bytes().decode() == whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ledger.csv"]
+
+
 def test_an_out_that_is_a_directory_is_one_error_and_leaves_nothing(
     events: None, tmp_path: Path
 ) -> None:

@@ -23,6 +23,7 @@ from django.db import connections
 from procrastinate.contrib.django.models import ProcrastinateJob
 
 from devtools.drop_simulator import DropSimulator
+from integrations.drop import client as drop_client
 from integrations.drop.client import DropClient, DropLimits, DropUnavailable
 from integrations.models import (
     Broker,
@@ -195,6 +196,39 @@ def test_upload_records_drops_answer_and_closes_the_cycle(
     )
     assert kinds == ["report_file.written"] * 2 + ["report_file.accepted"] * 2
     assert LedgerEvent.objects.filter(kind="drop_cycle.reported", subject="1").exists()
+
+
+@pytest.mark.parametrize(
+    ("message", "kept"),
+    [("Accepted\x00", "Accepted\ufffd"), ("Accepted \ud800", "Accepted \ufffd")],
+)
+def test_an_answer_with_text_postgresql_cannot_store_is_recorded(
+    cycle: DropCycle,
+    drop: DropSimulator,
+    client: DropClient,
+    monkeypatch: pytest.MonkeyPatch,
+    message: str,
+    kept: str,
+) -> None:
+    # "\u0000" and a lone "\ud800" are valid JSON escapes DROP may send in its message.
+    answer = drop_client.upload_result
+    monkeypatch.setattr(
+        drop_client,
+        "upload_result",
+        lambda status, body, names, redact: answer(
+            status, {**body, "message": message}, names, redact
+        ),
+    )
+
+    run = report_run(broker=cycle.broker, upload=True, client=client, actor="cli:alice")
+
+    assert run.error is None
+    assert sorted(f.file_name for f in run.accepted) == [EMAIL, PHONE]
+    email = ReportFile.objects.get(file_name=EMAIL)
+    assert email.state == ReportFileState.ACCEPTED
+    assert email.drop_response["message"] == kept
+    event = LedgerEvent.objects.get(kind="report_file.accepted", subject=EMAIL)
+    assert event.data["drop_response"] == email.drop_response
 
 
 def test_a_cycle_with_open_items_stays_open_after_upload(
