@@ -44,9 +44,11 @@ class LedgerEvent(models.Model):
     class Meta:
         ordering = ["id"]
         indexes = [
-            # A request's redispatches and redeliveries, which a callback's stale-failure
-            # check (deletion_outcome_record.sql) and the automatic policy's count read while
-            # redispatches pile up for good: by subject, not by scanning their kind.
+            # A request's redispatches and redeliveries, by subject, not by scanning their
+            # kind while redispatches pile up for good: the automatic policy's count
+            # (selectors/requests.py automatic_redispatches, for each failed request) reads
+            # them, and migration 0056 did once. The callbacks' stale-failure check reads the
+            # request's own redispatched_at since 0056.
             models.Index(
                 fields=["subject", "id"],
                 condition=models.Q(

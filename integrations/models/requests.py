@@ -155,6 +155,14 @@ class DeletionRequest(DeliveryFields):
     )
     drop_status_code = models.PositiveSmallIntegerField("DROP status code", null=True, blank=True)
     error_message = models.TextField(blank=True, default="")
+    # When a redispatch last queued it again, if that was its last requeue: a redelivery
+    # empties it. With no attempt since (attempts 0), a failed callback answers the dispatch
+    # before the redispatch (deletion_outcome_record.sql, docs/contracts.md §5.3).
+    redispatched_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When it was last redispatched; empty when never, or redelivered since.",
+    )
 
     class Meta:
         indexes = [

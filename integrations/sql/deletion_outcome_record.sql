@@ -17,11 +17,10 @@
 -- is sent no callback can answer it: a failure then answers the dispatch before, whose
 -- failure is on record, and recording it would leave the redispatch unsent. "Not sent yet":
 -- no attempt since the request was last queued again (attempts 0), and that was a
--- redispatch, not a redelivery (whose resend may have reached the broker): the ledger's
--- latest of the two for the request. Once sent, a stale failure cannot be told from a fresh
--- one and is recorded. The ledger is read on this rare path only (a failure for a request
--- with no outcome and no attempt), through the partial index on those two kinds by subject
--- (ledger_redispatch_subject, migration 0054).
+-- redispatch, not a redelivery (whose resend may have reached the broker): the row's
+-- redispatched_at (set by a redispatch, emptied by a redelivery; migration 0056), read
+-- with the row locked here: no other table. Once sent, a stale failure cannot be told from a
+-- fresh one and is recorded.
 -- services/dispatch/outcomes.py still compares a repeated opted_out's email (encrypted, decrypted
 -- there).
 --
@@ -60,10 +59,12 @@ DECLARE
     v_broker_id text;
     v_uuid uuid;
     v_attempts integer;
+    v_redispatched_at timestamptz;
 BEGIN
     SELECT d.state, d.drop_outcome, d.error_message, d.work_item_id, d.broker_id,
-           d.broker_id_code, d.request_uuid, d.attempts
-    INTO o_state, o_outcome, v_error_now, v_item, v_broker, v_broker_id, v_uuid, v_attempts
+           d.broker_id_code, d.request_uuid, d.attempts, d.redispatched_at
+    INTO o_state, o_outcome, v_error_now, v_item, v_broker, v_broker_id, v_uuid, v_attempts,
+         v_redispatched_at
     FROM integrations_deletionrequest d WHERE d.id = p_request
     FOR NO KEY UPDATE;
     IF NOT FOUND THEN
@@ -77,14 +78,7 @@ BEGIN
         o_verdict := 'repeated';
     ELSIF o_outcome = '' AND p_outcome <> '' AND p_outcome = ANY (p_open_outcomes)
           -- a failure while a redispatch waits to be sent (above)
-          AND v_attempts = 0
-          AND EXISTS (
-              SELECT 1 FROM integrations_ledgerevent r
-              WHERE r.kind = 'deletion_request.redispatched' AND r.subject = v_uuid::text
-                AND NOT EXISTS (
-                    SELECT 1 FROM integrations_ledgerevent l
-                    WHERE l.kind = 'deletion_request.redelivery_requested'
-                      AND l.subject = v_uuid::text AND l.id > r.id)) THEN
+          AND v_attempts = 0 AND v_redispatched_at IS NOT NULL THEN
         o_verdict := 'repeated';
     ELSE
         o_verdict := 'recorded';

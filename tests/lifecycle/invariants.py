@@ -276,6 +276,39 @@ class LifecycleInvariants:
             self.world.seen["every cycle forgotten, nothing outstanding"] += 1
 
     @invariant()
+    def redispatch_marked_as_the_ledger_says(self) -> None:
+        """A request's ``redispatched_at`` (the callbacks' stale-failure rule reads it) is set
+        exactly when its latest redispatch or redelivery on the ledger is a redispatch: what
+        migration 0056 filled the older rows from."""
+        latest = dict(  # by request uuid, the later event overwriting the earlier
+            LedgerEvent.objects.filter(
+                kind__in=[
+                    LedgerKind.DELETION_REQUEST_REDISPATCHED,
+                    LedgerKind.DELETION_REQUEST_REDELIVERY_REQUESTED,
+                ]
+            )
+            .order_by("id")
+            .values_list("subject", "kind")
+        )
+        redispatched = {
+            uuid
+            for uuid, kind in latest.items()
+            if kind == LedgerKind.DELETION_REQUEST_REDISPATCHED
+        }
+        marked = {
+            str(uuid)
+            for uuid in DeletionRequest.objects.filter(redispatched_at__isnull=False).values_list(
+                "request_uuid", flat=True
+            )
+        }
+        assert marked == redispatched, (
+            f"marked, not so on the ledger: {marked - redispatched};"
+            f" the other way: {redispatched - marked}"
+        )
+        if marked:
+            self.world.seen["a request marked redispatched"] += 1
+
+    @invariant()
     def ledger_sealed(self) -> None:
         ledger_seal()  # after every step: the chain grows in as many batches as a history has
 

@@ -39,6 +39,8 @@ it received, and so what DROP should be told. After every step:
   good carries it; an amendment DROP refuses holds back no upload;
 - every open or reportable item's cycle is marked as one that may have outstanding items
   (``OutstandingCycle``), whichever path wrote the item and whenever the report job cleared;
+- a request is marked redispatched (``redispatched_at``, which the callbacks' stale-failure
+  rule reads) exactly when its latest redispatch or redelivery on the ledger is a redispatch;
 - the ledger verifies (at the end of each history: it is append-only, so a break stays).
 
 The broker here has webhook integrations only: ISI connections and SaaS resolutions are not

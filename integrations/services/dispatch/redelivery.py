@@ -53,10 +53,13 @@ Refusal = Callable[[Row], str | None]
 def _requeue(
     kind: DeliveryKind[Row], pk: int, *, refusal: Refusal[Row], reset: Mapping[str, Any],
     event: LedgerKind, actor: str, marks: Callable[[Row], Mapping[str, Any]] | None = None,
+    requeued_by: Mapping[str, Any] | None = None,
 ) -> Row:  # fmt: skip
     """Queue row ``pk`` of ``kind`` again from attempt zero, with ``reset`` set on it, unless
     ``refusal`` (or its removed work item, or its target) says why not; ``marks`` adds to its
-    ledger event what the row says of itself."""
+    ledger event what the row says of itself. ``requeued_by`` is set on the row too, not in
+    the event: which requeue this was, which the event's kind says already."""
+    mark: Mapping[str, Any] = requeued_by or {}
     with transaction.atomic():
         row = (
             kind.model.objects.select_for_update(of=("self",))
@@ -80,7 +83,7 @@ def _requeue(
                 " enable it first"
             )
         before = {"state": row.state, "attempts": row.attempts}
-        for name, value in reset.items():
+        for name, value in {**reset, **mark}.items():
             setattr(row, name, value)
         row.state = RequestState.QUEUED
         row.attempts = 0
@@ -90,6 +93,7 @@ def _requeue(
         row.save(
             update_fields=[
                 *reset,
+                *mark,
                 "state",
                 "attempts",
                 "last_error",
@@ -150,6 +154,8 @@ def deletion_request_redeliver(*, deletion_request: DeletionRequest, actor: str)
         reset={"webhook_request_id": uuid.uuid4()},
         event=LedgerKind.DELETION_REQUEST_REDELIVERY_REQUESTED,
         actor=actor,
+        # What it resends may have reached the broker: a failure may answer it at once.
+        requeued_by={"redispatched_at": None},
     )
 
 
@@ -177,6 +183,9 @@ def deletion_request_redispatch(
         },
         event=LedgerKind.DELETION_REQUEST_REDISPATCHED,
         actor=actor,
+        # Until its first attempt, a failure answers the dispatch before (the callbacks'
+        # stale-failure rule, deletion_outcome_record.sql).
+        requeued_by={"redispatched_at": timezone.now()},
     )
 
 
