@@ -42,9 +42,25 @@ def run(*args: str) -> str:
     return out.getvalue()
 
 
+def without_exports(text: str) -> str:
+    """An export's lines but the ``ledger.exported`` events each export writes first."""
+    return "".join(line for line in text.splitlines(True) if "ledger.exported" not in line)
+
+
 def test_csv_has_every_event_with_its_chain_hash(events: None) -> None:
     rows = list(csv.DictReader(io.StringIO(run())))
-    assert [r["kind"] for r in rows] == ["broker.created", "broker.updated", "api_key.created"]
+    assert [r["kind"] for r in rows] == [
+        "broker.created",
+        "broker.updated",
+        "api_key.created",
+        "ledger.exported",  # its own, written first: who took the ledger, and how
+    ]
+    assert (rows[3]["subject"], rows[3]["actor"]) == ("command", "cli:root")
+    assert json.loads(rows[3]["data"]) == {
+        "filters": {"broker": None, "out": None, "since": None, "until": None},
+        "format": "csv",
+        "via": "command",
+    }
     assert len(rows[0]["chain_hash"]) == 64
     assert rows[2]["chain_hash"] == ""  # written after the seal
     assert json.loads(rows[0]["data"]) == {"n": 1}
@@ -60,7 +76,7 @@ def test_every_event_hash_recomputes_from_the_jsonl_export(events: None) -> None
     ledger_event_append(kind=LedgerKind.STAFF_USER_ADDED, subject="@ops", actor="staff:root")
     ledger_seal()
     rows = [json.loads(line) for line in run("--format", "jsonl").splitlines()]
-    assert len(rows) == 4
+    assert len(rows) == 5  # and the export's own event
     for row in rows:
         recomputed = event_hash(
             created_at=dt.datetime.fromisoformat(row["created_at"]),
@@ -73,7 +89,7 @@ def test_every_event_hash_recomputes_from_the_jsonl_export(events: None) -> None
         assert recomputed == row["event_hash"], row["subject"]
     # The CSV is for spreadsheets: the same cells are defused there (the docs say so).
     csv_subjects = [r["subject"] for r in csv.DictReader(io.StringIO(run()))]
-    assert csv_subjects[1:] == ["'=HYPERLINK(1)", "", "'@ops"]
+    assert csv_subjects[1:4] == ["'=HYPERLINK(1)", "", "'@ops"]
 
 
 def test_jsonl_filtered_by_broker(events: None) -> None:
@@ -84,7 +100,7 @@ def test_jsonl_filtered_by_broker(events: None) -> None:
 
 def test_date_filters(events: None) -> None:
     assert run("--format", "jsonl", "--until", "2000-01-01") == ""
-    assert len(run("--format", "jsonl", "--since", "2000-01-01").splitlines()) == 3
+    assert len(without_exports(run("--format", "jsonl", "--since", "2000-01-01")).splitlines()) == 3
 
 
 def test_dates_are_days_of_drops_calendar(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -94,9 +110,8 @@ def test_dates_are_days_of_drops_calendar(monkeypatch: pytest.MonkeyPatch) -> No
     ledger_event_append(kind=LedgerKind.BROKER_CREATED, broker_id="4821", subject="late")
 
     def subjects(*dates: str) -> list[str]:
-        return [
-            json.loads(line)["subject"] for line in run("--format", "jsonl", *dates).splitlines()
-        ]
+        exported = without_exports(run("--format", "jsonl", *dates))
+        return [json.loads(line)["subject"] for line in exported.splitlines()]
 
     assert subjects("--since", "2026-07-01", "--until", "2026-07-01") == ["late"]
     assert subjects("--since", "2026-07-02") == []
@@ -166,7 +181,7 @@ def test_an_export_failing_after_another_to_the_same_file_leaves_that_one_whole(
 
     events_of = command.ledger_events
     out = tmp_path / "ledger.csv"
-    whole = run("--format", "csv")
+    whole = without_exports(run("--format", "csv"))
     calls = {"n": 0}
 
     def second_export_then_failure(**filters: Any) -> Iterator[Any]:
@@ -176,7 +191,7 @@ def test_an_export_failing_after_another_to_the_same_file_leaves_that_one_whole(
             return
         yield from list(events_of(**filters))[:1]
         call_command("ledger", "export", "--out", str(out), stdout=io.StringIO())
-        assert out.read_bytes().decode() == whole
+        assert without_exports(out.read_bytes().decode()) == whole
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(command, "ledger_events", second_export_then_failure)
@@ -186,7 +201,7 @@ def test_an_export_failing_after_another_to_the_same_file_leaves_that_one_whole(
             "ledger", "export", "--format", "jsonl", "--out", str(out), stdout=io.StringIO()
         )
 
-    assert out.read_bytes().decode() == whole
+    assert without_exports(out.read_bytes().decode()) == whole
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ledger.csv"]
 
 

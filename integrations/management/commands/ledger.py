@@ -19,6 +19,7 @@ from integrations.management.base import (
     period_bounds,
 )
 from integrations.selectors.ledger import LEDGER_COLUMNS, ledger_events
+from integrations.services.evidence.audit import ledger_export_record
 from integrations.services.ledger import ledger_seal, ledger_verify
 from integrations.services.ledger_anchors import (
     AnchorFailed,
@@ -63,6 +64,19 @@ class Command(DropportalCommand):
         if options["broker"]:
             broker_or_error(options["broker"])  # a typo is an error, not an empty export
         since, until = period_bounds(options)
+        # Who took the ledger, as the admin's export and ``outcomes export`` record it;
+        # written first, so the export holds its own event.
+        ledger_export_record(
+            actor=self.actor(),
+            via="command",
+            fmt=options["format"],
+            filters={
+                "broker": options["broker"],
+                "since": options["since"],
+                "until": options["until"],
+                "out": options["out"],
+            },
+        )
         rows = ledger_events(broker_id=options["broker"], since=since, until=until)
         with open_output(options["out"], self.stdout._out) as stream:
             count = exports.write_rows(
