@@ -230,6 +230,7 @@ def recurring_overdue_counts(
     sent and not answered). Nothing while rounds are off (the dashboard says so instead)."""
     return _counts_where(
         broker=broker,
+        today=today,
         condition="s.due_on < %(overdue_before)s",
         extra={"overdue_before": today - dt.timedelta(days=RECURRING_OVERDUE_DAYS)},
     )
@@ -239,11 +240,13 @@ def recurring_failing_counts(*, broker: Broker | None) -> list[tuple[str, int, i
     """``recurring_overdue_counts``'s columns for the items whose round has a ``failed``
     outcome or an undeliverable request: it waits for the broker, or for staff to redeliver
     or redispatch, as any request does (``drop doctor`` and its alert say so at once)."""
-    return _counts_where(broker=broker, condition="s.round > 0 AND NOT s.final AND s.failing")
+    return _counts_where(
+        broker=broker, today=drop_today(), condition="s.round > 0 AND NOT s.final AND s.failing"
+    )
 
 
 def _counts_where(
-    *, broker: Broker | None, condition: str, extra: dict[str, Any] | None = None
+    *, broker: Broker | None, today: dt.date, condition: str, extra: dict[str, Any] | None = None
 ) -> list[tuple[str, int, int, int, dt.date]]:
     if settings.DROPPORTAL_RECURRING_DAYS <= 0:
         return []
@@ -261,6 +264,6 @@ def _counts_where(
             " JOIN integrations_broker b ON b.id = w.broker_id"
             f" WHERE {condition}"
             " GROUP BY b.broker_id, b.id ORDER BY b.broker_id",
-            {**params, "today": drop_today(), **(extra or {})},
+            {**params, "today": today, **(extra or {})},
         )
         return [tuple(row) for row in cursor.fetchall()]  # type: ignore[misc]
