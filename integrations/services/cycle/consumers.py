@@ -279,7 +279,9 @@ def _register(
         if strict and result.rows_rejected:
             raise RegistrationRefused(result)  # rolls the transaction back
         if load.rounds_staged:
-            merged = load.finish()
+            merged = load.finish(
+                before_attach=lambda: _matching_lock(broker=broker, timeout=lock_timeout)
+            )
             result.consumers_created = merged.consumers_created
             result.kinds_changed = merged.kinds_changed
             result.hashes_added = merged.hashes_added
@@ -295,19 +297,13 @@ def _register(
         # a DROP import holds it through its whole matching.
         if result.hashes_added:
             assert load.added is not None  # set by finish() whenever hashes were added
-            try:
-                consumer_hashes_match_late(
-                    broker=broker,
-                    added=load.added,
-                    actor=actor,
-                    source=_registration_source(source, files, api_key_prefix),
-                    lock_timeout=lock_timeout,
-                )
-            except LockBusy:
-                raise RegistrationBusy(
-                    f"broker {broker.broker_id}'s consumers are being matched "
-                    "(a DROP download being imported)"
-                ) from None
+            _matching_lock(broker=broker, timeout=lock_timeout)
+            consumer_hashes_match_late(
+                broker=broker,
+                added=load.added,
+                actor=actor,
+                source=_registration_source(source, files, api_key_prefix),
+            )
 
         ledger_event_append(
             kind=LedgerKind.CONSUMERS_REGISTERED,
@@ -323,6 +319,19 @@ def _register(
         )
         load.close()
     return result
+
+
+def _matching_lock(*, broker: Broker, timeout: float | None) -> None:
+    """The broker's matching lock, for the late match and, before it, for a first set's
+    partition: attaching it locks the default partition, which a DROP import holding the
+    matching lock may be about to read (the lock order: matching lock first)."""
+    try:
+        matching_lock(broker=broker, timeout=timeout)
+    except LockBusy:
+        raise RegistrationBusy(
+            f"broker {broker.broker_id}'s consumers are being matched "
+            "(a DROP download being imported)"
+        ) from None
 
 
 def _registration_source(
