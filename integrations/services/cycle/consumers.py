@@ -45,6 +45,7 @@ How, and why so:
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
 from collections.abc import Generator, Iterable, Iterator, Sequence
@@ -473,7 +474,11 @@ def _forget_unlisted(
     # The set as it was: what is there now, less what this import created.
     before = now - result.consumers_created
     max_forget = replace.max_forget
-    if forgotten and not replace.force and forgotten > max_forget * before:
+    # More than the share allowed, not as much: 29 % of 100 is 28.999999999999996 in
+    # floating point, and forgetting exactly 29 was refused.
+    limit = max_forget * before
+    past_guard = forgotten > limit and not math.isclose(forgotten, limit)
+    if past_guard and not replace.force:
         raise ReplaceRefused(forgotten=forgotten, before=before, max_forget=max_forget)
     if not forgotten:
         return
@@ -492,7 +497,7 @@ def _forget_unlisted(
             "consumers_forgotten": forgotten,
             "hashes_removed": hashes_removed,
             "max_forget": max_forget,
-            "forced": replace.force and forgotten > max_forget * before,
+            "forced": replace.force and past_guard,
         },
     )
 
