@@ -32,7 +32,9 @@ How, and why so:
 - One registration (or forget) per broker at a time: a transaction-level advisory lock.
   An API call gives up after ``lock_timeout`` seconds (``RegistrationBusy``) rather than
   hold a web worker behind a million-row import; so it does for the matching lock below,
-  which a DROP import holds through its matching. A file import waits for both.
+  which a DROP import holds through its matching, and for each lock the merge waits for
+  (a first set's attach waits for every reader of the default partition). A file import
+  waits for all of them.
 - The hashes a call added are matched late against the DROP hashes already received, in
   the same transaction (``services.cycle.matching.consumer_hashes_match_late``).
 - Forgetting a consumer (``consumer_forget``, a replace's unlisted ones) also takes the
@@ -49,7 +51,7 @@ import math
 import queue
 import threading
 from collections.abc import Generator, Iterable, Iterator, Sequence
-from contextlib import closing
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -64,7 +66,12 @@ from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, Consumer, ConsumerHash
 from integrations.services.cycle.matching import RegistrationSource, consumer_hashes_match_late
 from integrations.services.ledger import ledger_event_append
-from integrations.services.locks import LockBusy, advisory_xact_lock, matching_lock
+from integrations.services.locks import (
+    LockBusy,
+    advisory_xact_lock,
+    lock_wait_bounded,
+    matching_lock,
+)
 
 CHUNK_ROWS = 250_000  # hash rows staged per COPY
 DEFAULT_MAX_FORGET = 0.05  # replace refuses to forget more of the set than this, unforced
@@ -280,9 +287,10 @@ def _register(
         if strict and result.rows_rejected:
             raise RegistrationRefused(result)  # rolls the transaction back
         if load.rounds_staged:
-            merged = load.finish(
-                before_attach=lambda: _matching_lock(broker=broker, timeout=lock_timeout)
-            )
+            with _locks_bounded(cursor, broker=broker, timeout=lock_timeout):
+                merged = load.finish(
+                    before_attach=lambda: _matching_lock(broker=broker, timeout=lock_timeout)
+                )
             result.consumers_created = merged.consumers_created
             result.kinds_changed = merged.kinds_changed
             result.hashes_added = merged.hashes_added
@@ -332,6 +340,23 @@ def _matching_lock(*, broker: Broker, timeout: float | None) -> None:
         raise RegistrationBusy(
             f"broker {broker.broker_id}'s consumers are being matched "
             "(a DROP download being imported)"
+        ) from None
+
+
+@contextmanager
+def _locks_bounded(cursor: Any, *, broker: Broker, timeout: float | None) -> Iterator[None]:
+    """Each lock the merge waits for, at most ``timeout`` seconds (none: as long as it
+    takes). A first set's attach locks the consumer hashes' default partition, which a DROP
+    import of a broker with no consumers yet reads through its whole import."""
+    if timeout is None:
+        yield
+        return
+    try:
+        with lock_wait_bounded(cursor, timeout):
+            yield
+    except LockBusy:
+        raise RegistrationBusy(
+            f"broker {broker.broker_id}'s first consumers wait for another import to end"
         ) from None
 
 
