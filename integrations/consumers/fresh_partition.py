@@ -7,17 +7,21 @@ naming it by ``partition``::
     if partition_possible(cursor, broker_pk=broker_pk):
         partition_make(cursor, broker_pk=broker_pk)
         ...                                        # the merge paths fill it
-        removed = partition_finish(cursor, broker_pk=broker_pk)
+        removed = partition_finish(cursor, broker_pk=broker_pk, before_attach=lock)
 
 Why (docs/benchmarks.md, consumer import): a sort and a bottom-up build of each index cost
 far less than an insert per key. Attaching takes no lock that stops readers or writers of
-the other partitions (two brokers' first loads attach one after the other), and it is part
-of the transaction: an import that fails leaves no partition behind. The partition's name
+the other partitions but the default one (two brokers' first loads attach one after the
+other), and it is part of the transaction: an import that fails leaves no partition behind.
+The default partition stays locked until the import commits, and the match of a broker
+with no partition of its own reads it under the broker's matching lock: the caller takes
+that lock first (``before_attach``), or the two would deadlock. The partition's name
 is made from the broker's integer primary key, never from input.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
 from django.db import IntegrityError, transaction
@@ -57,6 +61,10 @@ _INDEXES: Final = (
     sql.SQL("ALTER TABLE {partition} ADD PRIMARY KEY (id, broker_id)"),
     sql.SQL("CREATE INDEX ON {partition} (consumer_id)"),
     sql.SQL("ALTER TABLE {partition} SET (autovacuum_enabled = true)"),
+)
+# ATTACH locks the default partition (ACCESS EXCLUSIVE) until the transaction ends: a
+# match of a broker with no partition of its own reads that one.
+_ATTACH: Final = (
     sql.SQL(
         "ALTER TABLE integrations_consumerhash ATTACH PARTITION {partition}"
         " FOR VALUES IN ({broker})"
@@ -93,21 +101,28 @@ def partition_make(cursor: Any, *, broker_pk: int) -> None:
     )
 
 
-def partition_finish(cursor: Any, *, broker_pk: int) -> int:
+def partition_finish(
+    cursor: Any, *, broker_pk: int, before_attach: Callable[[], None] | None = None
+) -> int:
     """Index the filled partition and attach it; return the repeated rows removed (the
-    unique index refuses them: rolled back, removed, built again)."""
+    unique index refuses them: rolled back, removed, built again). ``before_attach`` runs
+    once the indexes are built, just before the attach: the caller takes there the lock
+    that must come before the default partition's (the broker's matching lock)."""
     try:
         with transaction.atomic():  # a savepoint
-            _indexes_build(cursor, broker_pk)
-            return 0
+            _run(cursor, broker_pk, _INDEXES)
+            removed = 0
     except IntegrityError:
         cursor.execute(_DUPLICATES_DELETE.format(partition=partition(broker_pk)))
         removed = int(cursor.rowcount)
-        _indexes_build(cursor, broker_pk)
-        return removed
+        _run(cursor, broker_pk, _INDEXES)
+    if before_attach is not None:
+        before_attach()
+    _run(cursor, broker_pk, _ATTACH)
+    return removed
 
 
-def _indexes_build(cursor: Any, broker_pk: int) -> None:
+def _run(cursor: Any, broker_pk: int, statements: tuple[sql.SQL, ...]) -> None:
     names = {"partition": partition(broker_pk), "broker": sql.Literal(int(broker_pk))}
-    for statement in _INDEXES:
+    for statement in statements:
         cursor.execute(statement.format(**names))

@@ -7,7 +7,7 @@ under the broker's registration lock::
     batches = StagedBatches()
     for copy_data in rounds:                    # batches.add(batch) for each of its batches
         load.stage(batches.round(copy_data))    # a first set in key order: merged; else COPY
-    merged = load.finish()
+    merged = load.finish(before_attach=lock)   # lock: the broker's matching lock
     consumer_hashes_match_late(broker=..., added=load.added)  # the hashes this call added
     load.close()                                # the temp tables, dropped
 
@@ -31,6 +31,7 @@ and drops only those; the late match reads the relation ``added`` names.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -203,8 +204,11 @@ class ConsumerLoad:
         self.rounds_at_end += 1
         self.kinds_given = self.kinds_given or round_.kinds_given
 
-    def finish(self) -> Merged:
-        """Merge what is staged; index and attach a fresh partition; return the counts."""
+    def finish(self, *, before_attach: Callable[[], None]) -> Merged:
+        """Merge what is staged; index and attach a fresh partition; return the counts.
+
+        ``before_attach`` is called just before a fresh partition is attached (not at all
+        otherwise): the caller takes there the lock the attach must come after."""
         cursor, params = self.cursor, self.params
         kinds_changed = 0
         if self.rounds_at_end:
@@ -227,7 +231,9 @@ class ConsumerLoad:
                 self.hashes_added += merge_general.hashes_insert(cursor, params=params)
                 self.added = merge_general.NEW_CONSUMER_HASHES
         if self.fresh:
-            self.hashes_added -= fresh_partition.partition_finish(cursor, broker_pk=self.broker_pk)
+            self.hashes_added -= fresh_partition.partition_finish(
+                cursor, broker_pk=self.broker_pk, before_attach=before_attach
+            )
             # The late match reads what this call added: here, the whole new partition.
             self.added = fresh_partition.partition(self.broker_pk)
         return Merged(

@@ -617,21 +617,28 @@ def _parquet_reader(
     # which is not a date, and the NDZ hash would be lost.
     dob = [column.strip().lower() == "dob" for column in columns]
 
+    def cells(column: Any) -> list[str]:
+        # Decoded cell by cell as a CSV file is (surrogateescape), so the readers reject
+        # just the rows holding bytes that are not UTF-8 (not_utf8).
+        binary = pc.fill_null(pc.cast(column, pa.large_binary()), b"")
+        return [cell.decode("utf-8", "surrogateescape") for cell in binary.to_pylist()]
+
     def text(column: Any, is_dob: bool) -> list[str]:
         if is_dob and pa.types.is_timestamp(column.type):
             column = pc.cast(column, pa.date32())
+        kind = column.type
+        if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
+            # Strings written as bytes with no UTF-8 annotation (Impala, older Hive): a cast
+            # to text checks every cell and refuses the whole column for one bad cell.
+            return cells(column)
         # Every column as text: dates as YYYY-MM-DD, integers as digits, nulls empty.
         column = pc.fill_null(pc.cast(column, pa.string()), "")
         try:
             return column.to_pylist()
         except UnicodeDecodeError:
-            # A writer that does not check UTF-8 left bytes that are not: this column is
-            # decoded cell by cell as a CSV file is (surrogateescape), so the readers reject
-            # just the rows holding them (not_utf8). Valid columns never come here.
-            return [
-                cell.decode("utf-8", "surrogateescape")
-                for cell in pc.cast(column, pa.large_binary()).to_pylist()
-            ]
+            # A writer that does not check UTF-8 left bytes that are not in a text column.
+            # Valid columns never come here.
+            return cells(column)
 
     def rows() -> Iterator[tuple[str, ...]]:
         first = 1

@@ -10,8 +10,10 @@ from __future__ import annotations
 import collections
 import itertools
 import multiprocessing
+import multiprocessing.connection
 import os
 import re
+import threading
 from array import array
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -255,6 +257,23 @@ def _encode_rows(parse: Callable[[int, list[str]], Record], batch: _Rows) -> Enc
 def _worker_start(columns: list[str], hashed: bool) -> None:
     global _worker_parse
     _worker_parse = ConsumerTableReader(columns, (), hashed=hashed).row_parser()
+    _end_with_parent()
+
+
+def _end_with_parent() -> None:
+    """End this worker when the importing process ends, however it ended. Killed (the OOM
+    killer, kill -9), it cannot shut its pool down, and the worker would wait for its next
+    batch forever, an orphan holding its memory: its fellow workers keep the batch queue
+    open, so the wait never sees the end of it. The parent's sentinel does."""
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+
+    def watch() -> None:
+        multiprocessing.connection.wait([parent.sentinel])
+        os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 def _worker_encode(batch: _Rows) -> EncodedBatch:

@@ -99,7 +99,10 @@ def matching_lock(*, broker: Broker, timeout: float | None = None) -> None:
     removed: a transaction that held a target or a request while it waited for this lock
     would deadlock with it. Requests before their target, because a delivery
     batch holds its requests and, answered 410 Gone, updates their target. A transaction
-    holding none of these may take it later (after inserting its own new rows, say).
+    holding none of these may take it later (after inserting its own new rows, say). A
+    broker's first consumer set takes it before attaching its partition of the consumer
+    hashes: the attach locks the default partition, which the holder of this lock reads
+    when matching a broker that has no partition of its own.
 
     A cycle before its work items: the report holds its cycle while it marks the cycle's
     items, and an import closing the items DROP removed then refreshes earlier cycles.

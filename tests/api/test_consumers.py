@@ -501,6 +501,36 @@ def test_a_call_gives_up_with_503_while_a_file_import_or_a_drop_import_holds_the
     assert set(stored(broker)) == {"C-1", "C-2"}
 
 
+def test_a_first_call_gives_up_with_503_while_its_partition_cannot_be_attached(
+    api_client: APIClient,
+    ingest: dict[str, Any],
+    broker: Broker,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A broker's first consumers go into a partition of their own, attached at the end:
+    the attach waits for whoever reads the default partition (a DROP import of another
+    broker with no consumers yet, through its whole import). The call waits for it no
+    longer than for the broker's own locks."""
+    monkeypatch.setattr(api_consumers, "LOCK_WAIT_SECONDS", 0.05)
+    with connection.cursor() as cursor:  # a wait with no bound fails the test, not hangs it
+        cursor.execute("SET LOCAL statement_timeout = '20s'")
+    other = connections.create_connection("default")  # the other import's session
+    try:
+        other.set_autocommit(False)
+        with other.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM integrations_consumerhash_default")
+        response = post(api_client, GOOD, ingest)
+        assert response.status_code == 503
+        problem = response.json()
+        assert (problem["status"], problem["code"]) == (503, "registration_busy")
+        assert not Consumer.objects.exists()
+        other.rollback()
+    finally:
+        other.close()
+    assert post(api_client, GOOD, ingest).status_code == 200  # the import ended: retried
+    assert set(stored(broker)) == {"C-1", "C-2"}
+
+
 @pytest.mark.parametrize("key_file", ["generated", "unreadable", "damaged"])
 def test_a_late_match_whose_directive_cannot_be_signed_is_a_503_problem_writing_nothing(
     api_client: APIClient,

@@ -389,6 +389,27 @@ def test_a_cell_not_utf8_rejects_its_row_alone_in_csv_and_parquet_alike(
     assert stored(broker) == {"C-2": [("email", ANNA)]}
 
 
+def test_a_binary_parquet_column_not_utf8_rejects_its_row_alone(
+    broker: Broker, tmp_path: Path
+) -> None:
+    """Strings written as plain binary, with no UTF-8 annotation (as Impala and older Hive
+    write them), are read as text cell by cell too: a cell that is not UTF-8 rejects its
+    row, not the file."""
+    path = tmp_path / "c.parquet"
+    columns = {
+        name: pa.array([row[i] for row in NOT_UTF8_ROWS], pa.binary())
+        for i, name in enumerate(("remote_identifier", "email"))
+    }
+    pq.write_table(pa.table(columns), path)
+    summary, err = run(str(path))
+    assert err.splitlines() == [
+        "row 1: email: email is not valid UTF-8",
+        "row 3: remote_identifier: remote_identifier is not valid UTF-8",
+    ]
+    assert (summary["rows_read"], summary["rows_rejected"]) == (3, 2)
+    assert stored(broker) == {"C-2": [("email", ANNA)]}
+
+
 @pytest.mark.parametrize(
     ("column", "values", "type_name"),
     [

@@ -88,6 +88,20 @@ def test_replace_past_max_forget_is_refused_and_writes_nothing(
     assert run(path, "--replace", "--max-forget", "10")["consumers_forgotten"] == 3
 
 
+@pytest.mark.parametrize("percent", ["29", "57", "58"])
+def test_replace_may_forget_exactly_max_forget(
+    broker: Broker, tmp_path: Path, percent: str
+) -> None:
+    """The guard refuses more than --max-forget, not as much: exactly 29 of 100 at 29 %
+    passes (29 / 100 * 100 is 28.999999999999996 in floating point)."""
+    run(full_file(tmp_path, range(100), "first.csv"))
+    summary = run(
+        full_file(tmp_path, range(int(percent), 100)), "--replace", "--max-forget", percent
+    )
+    assert summary["consumers_forgotten"] == int(percent)
+    assert LedgerEvent.objects.get(kind="consumers.replaced").data["forced"] is False
+
+
 def test_force_forgets_past_the_guard_and_says_so(
     broker: Broker, tmp_path: Path, forty: None
 ) -> None:

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import io
 import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,6 +16,7 @@ import pytest
 from integrations.consumers import workers
 from integrations.consumers.readers import ConsumerCsvReader, ConsumerRecord, RejectedRecord
 from integrations.consumers.workers import EncodedBatch, encode_batch, encoded_batches
+from tests.conftest import wait_until
 
 
 def csv_text() -> str:
@@ -152,3 +157,53 @@ def test_a_row_of_another_width_than_the_header_is_refused_before_it_is_batched(
     rows = iter([(2, ["A", "a@example.com"]), (3, ["B", "b@example.com", "extra"])])
     with pytest.raises(ValueError, match="line 3 has 3 cells, not 2"):
         list(workers._batches(rows, 10, 2))
+
+
+# The importing process, reduced to its pool: it starts the hashing workers, prints their
+# process ids, and waits to be killed.
+_IMPORTER = """
+import sys
+from integrations.consumers import workers
+
+pool = workers._pool(2, ["remote_identifier", "email"], False)
+for future in [pool.submit(workers._worker_encode, workers._Rows(2)) for _ in range(4)]:
+    future.result()
+print(" ".join(str(pid) for pid in pool._processes), flush=True)
+sys.stdin.read()  # until killed
+"""
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (an exited one the test's init never reaped is a
+    zombie: not running)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
+def test_the_hashing_workers_end_when_the_importing_process_is_killed() -> None:
+    """An import killed halfway (the OOM killer, kill -9) cannot shut its pool down: its
+    workers must not wait for a batch forever, each an orphan holding its memory."""
+    importer = subprocess.Popen(  # noqa: S603 (this interpreter, the script above)
+        [sys.executable, "-c", _IMPORTER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,  # the resource tracker's warning about the kill
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    try:
+        assert importer.stdout is not None
+        pids = [int(pid) for pid in importer.stdout.readline().split()]
+        assert len(pids) == 2 and all(map(_running, pids))
+    finally:
+        importer.kill()
+        importer.wait()
+    try:
+        wait_until(lambda: not any(map(_running, pids)), "the workers end with their importer")
+    finally:
+        for pid in filter(_running, pids):  # a failed test leaves no orphan behind
+            os.kill(pid, signal.SIGKILL)

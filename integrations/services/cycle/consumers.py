@@ -32,7 +32,9 @@ How, and why so:
 - One registration (or forget) per broker at a time: a transaction-level advisory lock.
   An API call gives up after ``lock_timeout`` seconds (``RegistrationBusy``) rather than
   hold a web worker behind a million-row import; so it does for the matching lock below,
-  which a DROP import holds through its matching. A file import waits for both.
+  which a DROP import holds through its matching, and for each lock the merge waits for
+  (a first set's attach waits for every reader of the default partition). A file import
+  waits for all of them.
 - The hashes a call added are matched late against the DROP hashes already received, in
   the same transaction (``services.cycle.matching.consumer_hashes_match_late``).
 - Forgetting a consumer (``consumer_forget``, a replace's unlisted ones) also takes the
@@ -45,10 +47,11 @@ How, and why so:
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
 from collections.abc import Generator, Iterable, Iterator, Sequence
-from contextlib import closing
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -63,7 +66,12 @@ from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, Consumer, ConsumerHash
 from integrations.services.cycle.matching import RegistrationSource, consumer_hashes_match_late
 from integrations.services.ledger import ledger_event_append
-from integrations.services.locks import LockBusy, advisory_xact_lock, matching_lock
+from integrations.services.locks import (
+    LockBusy,
+    advisory_xact_lock,
+    lock_wait_bounded,
+    matching_lock,
+)
 
 CHUNK_ROWS = 250_000  # hash rows staged per COPY
 DEFAULT_MAX_FORGET = 0.05  # replace refuses to forget more of the set than this, unforced
@@ -279,7 +287,10 @@ def _register(
         if strict and result.rows_rejected:
             raise RegistrationRefused(result)  # rolls the transaction back
         if load.rounds_staged:
-            merged = load.finish()
+            with _locks_bounded(cursor, broker=broker, timeout=lock_timeout):
+                merged = load.finish(
+                    before_attach=lambda: _matching_lock(broker=broker, timeout=lock_timeout)
+                )
             result.consumers_created = merged.consumers_created
             result.kinds_changed = merged.kinds_changed
             result.hashes_added = merged.hashes_added
@@ -295,19 +306,13 @@ def _register(
         # a DROP import holds it through its whole matching.
         if result.hashes_added:
             assert load.added is not None  # set by finish() whenever hashes were added
-            try:
-                consumer_hashes_match_late(
-                    broker=broker,
-                    added=load.added,
-                    actor=actor,
-                    source=_registration_source(source, files, api_key_prefix),
-                    lock_timeout=lock_timeout,
-                )
-            except LockBusy:
-                raise RegistrationBusy(
-                    f"broker {broker.broker_id}'s consumers are being matched "
-                    "(a DROP download being imported)"
-                ) from None
+            _matching_lock(broker=broker, timeout=lock_timeout)
+            consumer_hashes_match_late(
+                broker=broker,
+                added=load.added,
+                actor=actor,
+                source=_registration_source(source, files, api_key_prefix),
+            )
 
         ledger_event_append(
             kind=LedgerKind.CONSUMERS_REGISTERED,
@@ -323,6 +328,36 @@ def _register(
         )
         load.close()
     return result
+
+
+def _matching_lock(*, broker: Broker, timeout: float | None) -> None:
+    """The broker's matching lock, for the late match and, before it, for a first set's
+    partition: attaching it locks the default partition, which a DROP import holding the
+    matching lock may be about to read (the lock order: matching lock first)."""
+    try:
+        matching_lock(broker=broker, timeout=timeout)
+    except LockBusy:
+        raise RegistrationBusy(
+            f"broker {broker.broker_id}'s consumers are being matched "
+            "(a DROP download being imported)"
+        ) from None
+
+
+@contextmanager
+def _locks_bounded(cursor: Any, *, broker: Broker, timeout: float | None) -> Iterator[None]:
+    """Each lock the merge waits for, at most ``timeout`` seconds (none: as long as it
+    takes). A first set's attach locks the consumer hashes' default partition, which a DROP
+    import of a broker with no consumers yet reads through its whole import."""
+    if timeout is None:
+        yield
+        return
+    try:
+        with lock_wait_bounded(cursor, timeout):
+            yield
+    except LockBusy:
+        raise RegistrationBusy(
+            f"broker {broker.broker_id}'s first consumers wait for another import to end"
+        ) from None
 
 
 def _registration_source(
@@ -464,7 +499,11 @@ def _forget_unlisted(
     # The set as it was: what is there now, less what this import created.
     before = now - result.consumers_created
     max_forget = replace.max_forget
-    if forgotten and not replace.force and forgotten > max_forget * before:
+    # More than the share allowed, not as much: 29 % of 100 is 28.999999999999996 in
+    # floating point, and forgetting exactly 29 was refused.
+    limit = max_forget * before
+    past_guard = forgotten > limit and not math.isclose(forgotten, limit)
+    if past_guard and not replace.force:
         raise ReplaceRefused(forgotten=forgotten, before=before, max_forget=max_forget)
     if not forgotten:
         return
@@ -483,7 +522,7 @@ def _forget_unlisted(
             "consumers_forgotten": forgotten,
             "hashes_removed": hashes_removed,
             "max_forget": max_forget,
-            "forced": replace.force and forgotten > max_forget * before,
+            "forced": replace.force and past_guard,
         },
     )
 
