@@ -90,8 +90,8 @@ def child(csv_path: str, path: str) -> None:
     merged: list[load.Merged] = []
     finish = load.ConsumerLoad.finish
 
-    def finish_kept(self: load.ConsumerLoad, **kwargs: Any) -> load.Merged:
-        merged.append(finish(self, **kwargs))
+    def finish_kept(self: load.ConsumerLoad) -> load.Merged:
+        merged.append(finish(self))
         return merged[-1]
 
     load.ConsumerLoad.finish = finish_kept  # type: ignore[method-assign]

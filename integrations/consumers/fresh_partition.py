@@ -7,7 +7,9 @@ naming it by ``partition``::
     if partition_possible(cursor, broker_pk=broker_pk):
         partition_make(cursor, broker_pk=broker_pk)
         ...                                        # the merge paths fill it
-        removed = partition_finish(cursor, broker_pk=broker_pk, before_attach=lock)
+        removed = partition_index(cursor, broker_pk=broker_pk)
+        ...                                        # the broker's matching lock (below)
+        partition_attach(cursor, broker_pk=broker_pk)
 
 Why (docs/benchmarks.md, consumer import): a sort and a bottom-up build of each index cost
 far less than an insert per key. Attaching takes no lock that stops readers or writers of
@@ -15,13 +17,12 @@ the other partitions but the default one (two brokers' first loads attach one af
 other), and it is part of the transaction: an import that fails leaves no partition behind.
 The default partition stays locked until the import commits, and the match of a broker
 with no partition of its own reads it under the broker's matching lock: the caller takes
-that lock first (``before_attach``), or the two would deadlock. The partition's name
+that lock between the two steps, or the two would deadlock. The partition's name
 is made from the broker's integer primary key, never from input.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, Final
 
 from django.db import IntegrityError, transaction
@@ -30,7 +31,8 @@ from psycopg import sql
 __all__ = [
     "PARTITION_PREFIX",
     "partition",
-    "partition_finish",
+    "partition_attach",
+    "partition_index",
     "partition_make",
     "partition_name",
     "partition_possible",
@@ -101,13 +103,9 @@ def partition_make(cursor: Any, *, broker_pk: int) -> None:
     )
 
 
-def partition_finish(
-    cursor: Any, *, broker_pk: int, before_attach: Callable[[], None] | None = None
-) -> int:
-    """Index the filled partition and attach it; return the repeated rows removed (the
-    unique index refuses them: rolled back, removed, built again). ``before_attach`` runs
-    once the indexes are built, just before the attach: the caller takes there the lock
-    that must come before the default partition's (the broker's matching lock)."""
+def partition_index(cursor: Any, *, broker_pk: int) -> int:
+    """Index the filled partition; return the repeated rows removed (the unique index
+    refuses them: rolled back, removed, built again)."""
     try:
         with transaction.atomic():  # a savepoint
             _run(cursor, broker_pk, _INDEXES)
@@ -116,10 +114,14 @@ def partition_finish(
         cursor.execute(_DUPLICATES_DELETE.format(partition=partition(broker_pk)))
         removed = int(cursor.rowcount)
         _run(cursor, broker_pk, _INDEXES)
-    if before_attach is not None:
-        before_attach()
-    _run(cursor, broker_pk, _ATTACH)
     return removed
+
+
+def partition_attach(cursor: Any, *, broker_pk: int) -> None:
+    """Attach the indexed partition: its rows are the broker's consumer hashes from here on.
+    Locks the default partition until the transaction ends: take the broker's matching lock
+    first."""
+    _run(cursor, broker_pk, _ATTACH)
 
 
 def _run(cursor: Any, broker_pk: int, statements: tuple[sql.SQL, ...]) -> None:

@@ -7,7 +7,9 @@ under the broker's registration lock::
     batches = StagedBatches()
     for copy_data in rounds:                    # batches.add(batch) for each of its batches
         load.stage(batches.round(copy_data))    # a first set in key order: merged; else COPY
-    merged = load.finish(before_attach=lock)   # lock: the broker's matching lock
+    merged = load.finish()                      # merged; a fresh partition indexed
+    if merged.fresh_partition:                  # the broker's matching lock, then
+        load.attach()                           # the partition is the broker's hashes
     consumer_hashes_match_late(broker=..., added=load.added)  # the hashes this call added
     load.close()                                # the temp tables, dropped
 
@@ -31,7 +33,6 @@ and drops only those; the late match reads the relation ``added`` names.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -138,14 +139,16 @@ class ConsumerLoad:
     to ``merge_streamed``, which merges it there and then; from the first round that has
     to wait (out of order, or refused under its savepoint), to ``merge_general``'s
     staging. ``finish`` merges what is left (``merge_general``: everything, for any other
-    call), indexes a fresh partition and attaches it, and names in ``added`` the relation
-    that lists the hashes the call added. ``close`` drops the temp tables (they would go at
+    call), indexes a fresh partition, and names in ``added`` the relation that lists the
+    hashes the call added; ``attach`` then attaches the partition, under the broker's
+    matching lock. ``close`` drops the temp tables (they would go at
     commit; a caller's enclosing transaction may make another call first).
     """
 
     def __init__(self, cursor: Any, *, broker_pk: int) -> None:
         self.cursor = cursor
         self.broker_pk = broker_pk
+        self.indexed = self.attached = False  # a fresh partition's last two steps
         self.close()  # an earlier call's, in the same enclosing transaction
         merge_general.staging_create(cursor)
         cursor.execute(_SEQUENCES)
@@ -204,11 +207,10 @@ class ConsumerLoad:
         self.rounds_at_end += 1
         self.kinds_given = self.kinds_given or round_.kinds_given
 
-    def finish(self, *, before_attach: Callable[[], None]) -> Merged:
-        """Merge what is staged; index and attach a fresh partition; return the counts.
-
-        ``before_attach`` is called just before a fresh partition is attached (not at all
-        otherwise): the caller takes there the lock the attach must come after."""
+    def finish(self) -> Merged:
+        """Merge what is staged and index a fresh partition; return the counts. A fresh
+        partition is the broker's hashes once ``attach`` ran: the caller takes the broker's
+        matching lock between the two (``fresh_partition``)."""
         cursor, params = self.cursor, self.params
         kinds_changed = 0
         if self.rounds_at_end:
@@ -231,9 +233,8 @@ class ConsumerLoad:
                 self.hashes_added += merge_general.hashes_insert(cursor, params=params)
                 self.added = merge_general.NEW_CONSUMER_HASHES
         if self.fresh:
-            self.hashes_added -= fresh_partition.partition_finish(
-                cursor, broker_pk=self.broker_pk, before_attach=before_attach
-            )
+            self.hashes_added -= fresh_partition.partition_index(cursor, broker_pk=self.broker_pk)
+            self.indexed = True
             # The late match reads what this call added: here, the whole new partition.
             self.added = fresh_partition.partition(self.broker_pk)
         return Merged(
@@ -254,7 +255,15 @@ class ConsumerLoad:
         """Forget what ``unlisted_count`` found: the hashes removed, and the kinds."""
         return merge_general.unlisted_forget(self.cursor, broker_pk=self.broker_pk)
 
+    def attach(self) -> None:
+        """Attach the fresh partition ``finish`` indexed."""
+        assert self.indexed and not self.attached
+        fresh_partition.partition_attach(self.cursor, broker_pk=self.broker_pk)
+        self.attached = True
+
     def close(self) -> None:
+        # A fresh partition left out would leave the call's hashes in no broker's set.
+        assert self.attached or not self.indexed, "a fresh partition was not attached"
         merge_streamed.tables_drop(self.cursor)
         merge_general.tables_drop(self.cursor)
 

@@ -18,8 +18,8 @@ def merges(monkeypatch: pytest.MonkeyPatch) -> list[Merged]:
     seen: list[Merged] = []
     finish = ConsumerLoad.finish
 
-    def watched(load: ConsumerLoad, **kwargs: Any) -> Merged:
-        merged = finish(load, **kwargs)
+    def watched(load: ConsumerLoad) -> Merged:
+        merged = finish(load)
         seen.append(merged)
         return merged
 

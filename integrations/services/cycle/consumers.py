@@ -288,9 +288,13 @@ def _register(
             raise RegistrationRefused(result)  # rolls the transaction back
         if load.rounds_staged:
             with _locks_bounded(cursor, broker=broker, timeout=lock_timeout):
-                merged = load.finish(
-                    before_attach=lambda: _matching_lock(broker=broker, timeout=lock_timeout)
-                )
+                merged = load.finish()
+                if merged.fresh_partition:
+                    # Attaching locks the default partition until this commits, and a DROP
+                    # import matching a broker with no partition of its own reads it under
+                    # that broker's matching lock: that lock first (``matching_lock``).
+                    _matching_lock(broker=broker, timeout=lock_timeout)
+                    load.attach()
             result.consumers_created = merged.consumers_created
             result.kinds_changed = merged.kinds_changed
             result.hashes_added = merged.hashes_added
