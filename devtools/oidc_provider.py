@@ -13,6 +13,11 @@ signs real RS256 ID tokens::
         ... DROPPORTAL_OIDC_ISSUER=idp.issuer ...
         idp.next_id_token = IdTokenTweak(audience="someone-else")  # one misbehaving answer
         idp.ended_sessions          # the ID token claims of each end-session request
+        idp.person("ada").authenticated_at = time.time() - 7200  # its own session, 2 h old
+
+A person whose ``authenticated_at`` is set is signed in at the provider already (single
+sign-on): an authorization request is granted without asking anything, its ``auth_time``
+that older time, unless it asks for credentials again (``prompt=login`` or ``max_age=0``).
 
 Without ``signed_in`` the authorization endpoint shows a small sign-in form listing the
 people (the browser test and ``make demo --sso`` use it). Standard library, Authlib and
@@ -59,6 +64,9 @@ class Person:
     email: str
     groups: list[str]
     amr: list[str]
+    # When the provider last asked for their credentials, if it keeps a session of theirs
+    # (None: it asks at every authorization request).
+    authenticated_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -214,6 +222,7 @@ class _CodeGrant(AuthorizationCodeGrant):
             nonce=data.get("nonce"),
             code_challenge=data.get("code_challenge"),
             code_challenge_method=data.get("code_challenge_method"),
+            auth_time=_auth_time(request.user, data),
         )
 
     def query_authorization_code(self, code: str, client: _Client) -> _AuthorizationCode | None:
@@ -225,6 +234,18 @@ class _CodeGrant(AuthorizationCodeGrant):
 
     def authenticate_user(self, authorization_code: _AuthorizationCode) -> Person:
         return authorization_code.person
+
+
+def _auth_time(person: Person, asked: Mapping[str, Any]) -> int:
+    """The code's ``auth_time``: the person's session at the provider stands, unless the
+    request asks for their credentials again (OIDC Core 3.1.2.1), which renews it."""
+    again = "login" in str(asked.get("prompt") or "").split() or asked.get("max_age") == "0"
+    if person.authenticated_at is None or again:
+        now = time.time()
+        if person.authenticated_at is not None:
+            person.authenticated_at = now
+        return int(now)
+    return int(person.authenticated_at)
 
 
 class _OpenIdCode(OpenIDCode):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import time
 from base64 import b32decode
 from collections.abc import Iterator
 from typing import Any
@@ -372,13 +373,41 @@ def test_an_older_sign_in_at_the_provider_is_sent_there_again_for_new_codes(
     url = reverse("admin:mfa_recovery_codes")
     refused = client.post(url, {"password": "anything"}).content.decode()
     assert "Sign in again at Loopback IdP first" in refused
-    again = f"{reverse('admin:oidc_sign_in')}?{urlencode({'next': url})}"
+    again = f"{reverse('admin:oidc_sign_in')}?{urlencode({'next': url, 'reauthenticate': '1'})}"
     assert escape(again) in refused
     assert events("staff_user.mfa_recovery_codes_renewed") == []
     assert not AccessAttempt.objects.exists(), "not a wrong password: nothing counted"
 
     back = sign_in(client, idp, "ada", next_url=url)
     assert client.get(back["Location"])["Location"] == url, "no second code asked"
+    assert len(re.findall(r"<li><code>", client.post(url, {}).content.decode())) == 10
+    assert len(events("staff_user.mfa_recovery_codes_renewed")) == 1
+
+
+@pytest.mark.staff_mfa
+def test_a_sign_in_the_provider_grants_from_its_own_older_session_stands_for_no_password(
+    idp: OidcProvider, client: Client
+) -> None:
+    # A browser left open: the provider signs the person in from its own session, asking
+    # nothing, so the sign-in here is new yet nobody gave a credential. Its ID token's
+    # auth_time says so, and a password asked again wants the credentials given again.
+    _enrolled_at_provider(client, idp)
+    idp.person("ada").authenticated_at = time.time() - 2 * 3600
+    sign_in(client, idp, "ada")
+    url = reverse("admin:mfa_recovery_codes")
+    refused = client.post(url, {}).content.decode()
+    assert "Sign in again at Loopback IdP first" in refused
+    assert events("staff_user.mfa_recovery_codes_renewed") == []
+
+    again = f"{reverse('admin:oidc_sign_in')}?{urlencode({'next': url, 'reauthenticate': '1'})}"
+    assert escape(again) in refused
+    start = client.get(again)
+    asked = parse_qs(urlsplit(start["Location"]).query)
+    assert (asked["prompt"], asked["max_age"]) == (["login"], ["0"])
+    at_provider = requests.get(start["Location"], allow_redirects=False, timeout=10)
+    back = urlsplit(at_provider.headers["Location"])
+    done = client.get(f"{back.path}?{back.query}")
+    assert client.get(done["Location"])["Location"] == url, "no second code asked"
     assert len(re.findall(r"<li><code>", client.post(url, {}).content.decode())) == 10
     assert len(events("staff_user.mfa_recovery_codes_renewed")) == 1
 
