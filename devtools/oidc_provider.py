@@ -267,7 +267,7 @@ class _OpenIdCode(OpenIDCode):
         tweak = self.provider._tweak
         now = int(time.time())
         claims: dict[str, Any] = {
-            "iss": self.provider.issuer,
+            "iss": self.provider.issued_as or self.provider.issuer,
             "aud": tweak.audience or client.get_client_id(),
         }
         if tweak.audience:  # for another client, yet saying it was issued to this one
@@ -387,6 +387,9 @@ class OidcProvider:
         self._http = _HttpServer(("127.0.0.1", port), _Handler)
         self._http.provider = self
         self.issuer = f"http://127.0.0.1:{self._http.server_address[1]}"
+        # How it names itself in discovery and ID tokens when not ``issuer`` exactly (some
+        # providers' issuers end with "/"); its endpoints stay under ``issuer``.
+        self.issued_as: str | None = None
         self._thread: threading.Thread | None = None
 
     # -- set-up -------------------------------------------------------------------------
@@ -426,7 +429,7 @@ class OidcProvider:
 
     def metadata(self) -> dict[str, Any]:
         return {
-            "issuer": self.issuer,
+            "issuer": self.issued_as or self.issuer,
             "authorization_endpoint": f"{self.issuer}/authorize",
             "token_endpoint": f"{self.issuer}/token",
             "jwks_uri": f"{self.issuer}/jwks",

@@ -199,13 +199,16 @@ def oidc_callback_view(request: HttpRequest) -> HttpResponse:
     from joserfc.errors import JoseError
 
     try:
-        _metadata()
+        # The issuer exactly as the provider spells it (OIDC Core 3.1.3.7: iss equals the
+        # discovery document's issuer), which _metadata checked is ours: the setting loses a
+        # trailing "/" that some providers' issuers end with (Auth0's).
+        issuer = _metadata()["issuer"]
         token = identity_provider().authorize_access_token(
             request,
             # The audience is checked here, not left to Authlib: alone it accepts an ID token
             # for another client when its azp names ours (OIDC Core 3.1.3.7 wants aud to).
             claims_options={
-                "iss": {"essential": True, "values": [settings.DROPPORTAL_OIDC_ISSUER]},
+                "iss": {"essential": True, "values": [issuer]},
                 "aud": {"essential": True, "values": [settings.DROPPORTAL_OIDC_CLIENT_ID]},
             },
         )

@@ -181,6 +181,19 @@ def test_an_id_token_that_fails_a_check_signs_nobody_in(
     assert event.data["error"] == error
 
 
+def test_an_issuer_ending_with_a_slash_signs_people_in(idp: OidcProvider, client: Client) -> None:
+    # Auth0's issuers end with "/": the setting keeps none (its value is read without it),
+    # the ID token's iss has it, as the discovery document's issuer does.
+    idp.issued_as = f"{idp.issuer}/"
+    assert idp.issuer == settings.DROPPORTAL_OIDC_ISSUER
+    done = sign_in(client, idp, "ada")
+    assert done.status_code == 302, "refused: the answer failed verification"
+    assert done["Location"] == INDEX
+    assert client.get(INDEX).status_code == 200
+    assert User.objects.get(username="ada").oidc_identity.issuer == idp.issuer
+    assert events("staff_user.sign_in_refused") == []
+
+
 def test_a_replayed_callback_is_refused(idp: OidcProvider, client: Client) -> None:
     idp.signed_in = "ada"
     start = client.get(reverse("admin:oidc_sign_in"))
