@@ -18,6 +18,8 @@ signs real RS256 ID tokens::
 A person whose ``authenticated_at`` is set is signed in at the provider already (single
 sign-on): an authorization request is granted without asking anything, its ``auth_time``
 that older time, unless it asks for credentials again (``prompt=login`` or ``max_age=0``).
+``idp.omits_auth_time = True``: its ID tokens never carry ``auth_time`` (OpenID Connect makes
+it optional unless ``max_age`` is asked; a provider may leave it out all the same).
 
 Without ``signed_in`` the authorization endpoint shows a small sign-in form listing the
 people (the browser test and ``make demo --sso`` use it). Standard library, Authlib and
@@ -123,7 +125,7 @@ class _AuthorizationCode:
     nonce: str | None
     code_challenge: str | None
     code_challenge_method: str | None
-    auth_time: int = field(default_factory=lambda: int(time.time()))
+    auth_time: int | None = field(default_factory=lambda: int(time.time()))
 
     def get_redirect_uri(self) -> str:
         return self.redirect_uri
@@ -134,7 +136,7 @@ class _AuthorizationCode:
     def get_nonce(self) -> str | None:
         return self.nonce
 
-    def get_auth_time(self) -> int:
+    def get_auth_time(self) -> int | None:
         return self.auth_time
 
     def get_acr(self) -> None:
@@ -222,7 +224,7 @@ class _CodeGrant(AuthorizationCodeGrant):
             nonce=data.get("nonce"),
             code_challenge=data.get("code_challenge"),
             code_challenge_method=data.get("code_challenge_method"),
-            auth_time=_auth_time(request.user, data),
+            auth_time=_auth_time(provider, request.user, data),
         )
 
     def query_authorization_code(self, code: str, client: _Client) -> _AuthorizationCode | None:
@@ -236,16 +238,19 @@ class _CodeGrant(AuthorizationCodeGrant):
         return authorization_code.person
 
 
-def _auth_time(person: Person, asked: Mapping[str, Any]) -> int:
+def _auth_time(provider: OidcProvider, person: Person, asked: Mapping[str, Any]) -> int | None:
     """The code's ``auth_time``: the person's session at the provider stands, unless the
-    request asks for their credentials again (OIDC Core 3.1.2.1), which renews it."""
+    request asks for their credentials again (OIDC Core 3.1.2.1), which renews it. None: its
+    ID token says nothing of it (``omits_auth_time``)."""
     again = "login" in str(asked.get("prompt") or "").split() or asked.get("max_age") == "0"
-    if person.authenticated_at is None or again:
-        now = time.time()
+    at = person.authenticated_at
+    if at is None or again:
+        at = time.time()
         if person.authenticated_at is not None:
-            person.authenticated_at = now
-        return int(now)
-    return int(person.authenticated_at)
+            person.authenticated_at = at
+    if provider.omits_auth_time:
+        return None
+    return int(at)
 
 
 class _OpenIdCode(OpenIDCode):
@@ -262,6 +267,13 @@ class _OpenIdCode(OpenIDCode):
 
     def get_encode_header(self, client: _Client) -> dict[str, str]:
         return {"alg": "RS256", "kid": self.provider._key.kid or ""}
+
+    def get_compatible_claims(self, request: OAuth2Request) -> dict[str, Any]:
+        claims: dict[str, Any] = super().get_compatible_claims(request)
+        code = request.authorization_code
+        if code is not None and code.get_auth_time() is None:  # Authlib would put "now"
+            claims.pop("auth_time", None)
+        return claims
 
     def get_client_claims(self, client: _Client) -> dict[str, Any]:
         tweak = self.provider._tweak
@@ -390,6 +402,7 @@ class OidcProvider:
         # How it names itself in discovery and ID tokens when not ``issuer`` exactly (some
         # providers' issuers end with "/"); its endpoints stay under ``issuer``.
         self.issued_as: str | None = None
+        self.omits_auth_time = False
         self._thread: threading.Thread | None = None
 
     # -- set-up -------------------------------------------------------------------------

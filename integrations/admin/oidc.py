@@ -50,9 +50,9 @@ if TYPE_CHECKING:
     from authlib.integrations.django_client import DjangoOAuth2App
 
 # This session's sign-in at the provider: whose it is, when the provider last asked for
-# their credentials (``signed_in_at``: the ID token's ``auth_time``, absent when it does not
-# say), whether the provider did MFA, and the ID token (the id_token_hint of the logout;
-# nothing else reads it).
+# their credentials (``signed_in_at``: ``_authenticated_at``, None when unknown), whether
+# the provider did MFA, and the ID token (the id_token_hint of the logout; nothing else
+# reads it).
 SESSION_KEY = "dropportal_oidc"
 # How long a sign-in at the provider stands for the password asked again of an account that
 # has none (to enrol our second factor, or to make new recovery codes): a stolen session
@@ -64,6 +64,7 @@ RECENT_SIGN_IN = dt.timedelta(minutes=15)
 # (``prompt=login``, ``max_age=0``: OpenID Connect Core 3.1.2.1), as a password asked again.
 REAUTHENTICATE = "reauthenticate"
 _NEXT_KEY = "dropportal_oidc_next"
+_REAUTHENTICATE_KEY = "dropportal_oidc_reauthenticate"  # the pending sign-in asked for it
 _TIMEOUT_SECONDS = 10  # every call to the provider (discovery, JWKS, token)
 _BACKEND = "django.contrib.auth.backends.ModelBackend"
 
@@ -162,6 +163,7 @@ def oidc_sign_in_view(request: HttpRequest) -> HttpResponse:
     request.session[_NEXT_KEY] = _wanted(request, request.GET.get("next") or "")
     # max_age also obliges the provider to say in the ID token when it authenticated them.
     again = {"prompt": "login", "max_age": 0} if request.GET.get(REAUTHENTICATE) else {}
+    request.session[_REAUTHENTICATE_KEY] = bool(again)
     try:
         _metadata()
         response: HttpResponse = identity_provider().authorize_redirect(
@@ -225,11 +227,14 @@ def oidc_callback_view(request: HttpRequest) -> HttpResponse:
         _refusal_counted(request)
         return _refused_page(request, outcome.refusal)
     wanted = request.session.pop(_NEXT_KEY, None) or reverse("admin:index")
+    authenticated_at = _authenticated_at(
+        claims, asked_again=request.session.pop(_REAUTHENTICATE_KEY, False)
+    )
     login(request, outcome.user, backend=_BACKEND)
     request.session[SESSION_KEY] = {
         "user": outcome.user.pk,
         "mfa": outcome.mfa_by_idp,
-        "signed_in_at": _authenticated_at(claims),
+        "signed_in_at": authenticated_at,
         "id_token": token.get("id_token", ""),
     }
     # Ends this long after the sign-in whatever the activity: the roles are read again then.
@@ -241,13 +246,15 @@ def oidc_callback_view(request: HttpRequest) -> HttpResponse:
     return HttpResponseRedirect(wanted)
 
 
-def _authenticated_at(claims: dict[str, Any]) -> float | None:
-    """When the provider last asked the person for their credentials (the ID token's
-    ``auth_time``, never later than now), or None when the token does not say."""
+def _authenticated_at(claims: dict[str, Any], *, asked_again: bool) -> float | None:
+    """When the provider last asked the person for their credentials: the ID token's
+    ``auth_time`` (never later than now); without one, now when this sign-in asked it to ask
+    them (``prompt=login``), else None (unknown: a sign-in from its own session, maybe)."""
     at = claims.get("auth_time")
+    now = timezone.now().timestamp()
     if isinstance(at, bool) or not isinstance(at, int | float) or not math.isfinite(at):
-        return None
-    return min(float(at), timezone.now().timestamp())
+        return now if asked_again else None
+    return min(float(at), now)
 
 
 def _refusal_counted(request: HttpRequest) -> None:

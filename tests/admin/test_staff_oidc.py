@@ -426,6 +426,35 @@ def test_a_sign_in_the_provider_grants_from_its_own_older_session_stands_for_no_
 
 
 @pytest.mark.staff_mfa
+def test_without_auth_time_only_a_sign_in_that_asked_for_the_credentials_stands_for_them(
+    idp: OidcProvider, client: Client
+) -> None:
+    # A provider whose ID tokens do not say when it authenticated the person: a sign-in is
+    # not known to be recent, unless it asked the provider to ask for the credentials.
+    idp.omits_auth_time = True
+    idp.person("ada").amr = ["pwd"]
+    idp.person("ada").authenticated_at = time.time() - 2 * 3600
+    sign_in(client, idp, "ada")
+    url = reverse("admin:mfa_enrol")
+    page = client.get(url)
+    again = f"{reverse('admin:oidc_sign_in')}?{urlencode({'next': url, 'reauthenticate': '1'})}"
+    assert escape(again) in page.content.decode()
+    code = f"{TOTP(b32decode(page.context['secret'])).token():06d}"
+    assert "Sign in again at" in client.post(url, {"otp_token": code}).content.decode()
+    assert events("staff_user.mfa_enrolled") == []
+
+    start = client.get(again)
+    at_provider = requests.get(start["Location"], allow_redirects=False, timeout=10)
+    back = urlsplit(at_provider.headers["Location"])
+    client.get(f"{back.path}?{back.query}")
+    page = client.get(url)
+    code = f"{TOTP(b32decode(page.context['secret'])).token():06d}"
+    assert client.post(url, {"otp_token": code}).status_code == 200
+    assert len(events("staff_user.mfa_enrolled")) == 1
+    assert client.get(INDEX).status_code == 200
+
+
+@pytest.mark.staff_mfa
 def test_an_older_sign_in_at_the_provider_enrols_only_after_signing_in_there_again(
     idp: OidcProvider, client: Client
 ) -> None:
