@@ -13,6 +13,13 @@ signs real RS256 ID tokens::
         ... DROPPORTAL_OIDC_ISSUER=idp.issuer ...
         idp.next_id_token = IdTokenTweak(audience="someone-else")  # one misbehaving answer
         idp.ended_sessions          # the ID token claims of each end-session request
+        idp.person("ada").authenticated_at = time.time() - 7200  # its own session, 2 h old
+
+A person whose ``authenticated_at`` is set is signed in at the provider already (single
+sign-on): an authorization request is granted without asking anything, its ``auth_time``
+that older time, unless it asks for credentials again (``prompt=login`` or ``max_age=0``).
+``idp.omits_auth_time = True``: its ID tokens never carry ``auth_time`` (OpenID Connect makes
+it optional unless ``max_age`` is asked; a provider may leave it out all the same).
 
 Without ``signed_in`` the authorization endpoint shows a small sign-in form listing the
 people (the browser test and ``make demo --sso`` use it). Standard library, Authlib and
@@ -59,6 +66,9 @@ class Person:
     email: str
     groups: list[str]
     amr: list[str]
+    # When the provider last asked for their credentials, if it keeps a session of theirs
+    # (None: it asks at every authorization request).
+    authenticated_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -115,7 +125,7 @@ class _AuthorizationCode:
     nonce: str | None
     code_challenge: str | None
     code_challenge_method: str | None
-    auth_time: int = field(default_factory=lambda: int(time.time()))
+    auth_time: int | None = field(default_factory=lambda: int(time.time()))
 
     def get_redirect_uri(self) -> str:
         return self.redirect_uri
@@ -126,7 +136,7 @@ class _AuthorizationCode:
     def get_nonce(self) -> str | None:
         return self.nonce
 
-    def get_auth_time(self) -> int:
+    def get_auth_time(self) -> int | None:
         return self.auth_time
 
     def get_acr(self) -> None:
@@ -214,6 +224,7 @@ class _CodeGrant(AuthorizationCodeGrant):
             nonce=data.get("nonce"),
             code_challenge=data.get("code_challenge"),
             code_challenge_method=data.get("code_challenge_method"),
+            auth_time=_auth_time(provider, request.user, data),
         )
 
     def query_authorization_code(self, code: str, client: _Client) -> _AuthorizationCode | None:
@@ -225,6 +236,21 @@ class _CodeGrant(AuthorizationCodeGrant):
 
     def authenticate_user(self, authorization_code: _AuthorizationCode) -> Person:
         return authorization_code.person
+
+
+def _auth_time(provider: OidcProvider, person: Person, asked: Mapping[str, Any]) -> int | None:
+    """The code's ``auth_time``: the person's session at the provider stands, unless the
+    request asks for their credentials again (OIDC Core 3.1.2.1), which renews it. None: its
+    ID token says nothing of it (``omits_auth_time``)."""
+    again = "login" in str(asked.get("prompt") or "").split() or asked.get("max_age") == "0"
+    at = person.authenticated_at
+    if at is None or again:
+        at = time.time()
+        if person.authenticated_at is not None:
+            person.authenticated_at = at
+    if provider.omits_auth_time:
+        return None
+    return int(at)
 
 
 class _OpenIdCode(OpenIDCode):
@@ -242,11 +268,18 @@ class _OpenIdCode(OpenIDCode):
     def get_encode_header(self, client: _Client) -> dict[str, str]:
         return {"alg": "RS256", "kid": self.provider._key.kid or ""}
 
+    def get_compatible_claims(self, request: OAuth2Request) -> dict[str, Any]:
+        claims: dict[str, Any] = super().get_compatible_claims(request)
+        code = request.authorization_code
+        if code is not None and code.get_auth_time() is None:  # Authlib would put "now"
+            claims.pop("auth_time", None)
+        return claims
+
     def get_client_claims(self, client: _Client) -> dict[str, Any]:
         tweak = self.provider._tweak
         now = int(time.time())
         claims: dict[str, Any] = {
-            "iss": self.provider.issuer,
+            "iss": self.provider.issued_as or self.provider.issuer,
             "aud": tweak.audience or client.get_client_id(),
         }
         if tweak.audience:  # for another client, yet saying it was issued to this one
@@ -366,6 +399,10 @@ class OidcProvider:
         self._http = _HttpServer(("127.0.0.1", port), _Handler)
         self._http.provider = self
         self.issuer = f"http://127.0.0.1:{self._http.server_address[1]}"
+        # How it names itself in discovery and ID tokens when not ``issuer`` exactly (some
+        # providers' issuers end with "/"); its endpoints stay under ``issuer``.
+        self.issued_as: str | None = None
+        self.omits_auth_time = False
         self._thread: threading.Thread | None = None
 
     # -- set-up -------------------------------------------------------------------------
@@ -405,7 +442,7 @@ class OidcProvider:
 
     def metadata(self) -> dict[str, Any]:
         return {
-            "issuer": self.issuer,
+            "issuer": self.issued_as or self.issuer,
             "authorization_endpoint": f"{self.issuer}/authorize",
             "token_endpoint": f"{self.issuer}/token",
             "jwks_uri": f"{self.issuer}/jwks",

@@ -10,9 +10,11 @@ passed it this session is sent here by the admin site (``DropportalAdminSite``):
 - ``/admin/mfa/recovery-codes/``: once logged in, new recovery codes (the password again),
   shown once; the old ones stop working.
 
-An account of the identity provider has no password: a sign-in there within
-``RECENT_SIGN_IN`` stands for it on both pages (a stolen session cookie cannot sign in there
-again); past that, the page sends the person to sign in there again.
+An account of the identity provider has no password: the provider asking for its
+credentials within ``RECENT_SIGN_IN`` (its ID token's ``auth_time``) stands for it on both
+pages (a stolen session cookie cannot sign in there again); past that, the page sends the
+person to sign in there again, the provider asked to ask for the credentials even when it
+still has a session of theirs (a browser left open signs in there without them).
 
 A wrong code slows down only the factor it was shaped for (``staff_mfa_verify``); django-axes
 locks out repeated wrong passwords before this step, and counts a wrong password asked again
@@ -99,8 +101,8 @@ def _at_provider(request: HttpRequest) -> bool:
 
 def _password_or_provider(request: HttpRequest, password: str) -> str | None:
     """What a service checks as the password asked again: the one typed, or None for an
-    account of the identity provider whose session signed in there lately, which stands for
-    it. An older sign-in is sent there again (not a wrong password: nothing is counted)."""
+    account of the identity provider that gave its credentials there lately, which stands
+    for it. Otherwise it is sent there again (not a wrong password: nothing is counted)."""
     if not _at_provider(request):
         return password
     if oidc_signed_in_recently(request):
@@ -109,7 +111,7 @@ def _password_or_provider(request: HttpRequest, password: str) -> str | None:
     raise ValidationError(
         {
             "sign_in": f"Sign in again at {settings.DROPPORTAL_OIDC_PROVIDER_NAME} first: it "
-            f"stands for your password for {minutes} minutes after you signed in there."
+            f"stands for your password for {minutes} minutes after you gave it your credentials."
         }
     )
 
@@ -193,7 +195,9 @@ def _provider_context(request: HttpRequest) -> dict[str, Any]:
     return {
         "signed_in_at_provider": at_provider,
         "provider_name": settings.DROPPORTAL_OIDC_PROVIDER_NAME,
-        "sign_in_again_url": oidc_sign_in_url(request.get_full_path()) if stale else "",
+        "sign_in_again_url": (
+            oidc_sign_in_url(request.get_full_path(), reauthenticate=True) if stale else ""
+        ),
     }
 
 

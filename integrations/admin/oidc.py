@@ -49,14 +49,22 @@ from integrations.web.throttling import OidcSignInThrottle
 if TYPE_CHECKING:
     from authlib.integrations.django_client import DjangoOAuth2App
 
-# This session's sign-in at the provider: whose it is, when, whether the provider did MFA,
-# and the ID token (the id_token_hint of the logout; nothing else reads it).
+# This session's sign-in at the provider: whose it is, when the provider last asked for
+# their credentials (``signed_in_at``: ``_authenticated_at``, None when unknown), whether
+# the provider did MFA, and the ID token (the id_token_hint of the logout; nothing else
+# reads it).
 SESSION_KEY = "dropportal_oidc"
 # How long a sign-in at the provider stands for the password asked again of an account that
 # has none (to enrol our second factor, or to make new recovery codes): a stolen session
-# cookie cannot sign in at the provider again.
+# cookie cannot sign in at the provider again. Counted from when the provider authenticated
+# the person, not from our callback: a provider that signs someone in from its own session
+# (single sign-on) asks nothing, so a browser left open would otherwise pass at any time.
 RECENT_SIGN_IN = dt.timedelta(minutes=15)
+# The sign-in's query flag that asks the provider for the person's credentials again
+# (``prompt=login``, ``max_age=0``: OpenID Connect Core 3.1.2.1), as a password asked again.
+REAUTHENTICATE = "reauthenticate"
 _NEXT_KEY = "dropportal_oidc_next"
+_REAUTHENTICATE_KEY = "dropportal_oidc_reauthenticate"  # the pending sign-in asked for it
 _TIMEOUT_SECONDS = 10  # every call to the provider (discovery, JWKS, token)
 _BACKEND = "django.contrib.auth.backends.ModelBackend"
 
@@ -153,9 +161,14 @@ def oidc_sign_in_view(request: HttpRequest) -> HttpResponse:
     from authlib.common.errors import AuthlibBaseError
 
     request.session[_NEXT_KEY] = _wanted(request, request.GET.get("next") or "")
+    # max_age also obliges the provider to say in the ID token when it authenticated them.
+    again = {"prompt": "login", "max_age": 0} if request.GET.get(REAUTHENTICATE) else {}
+    request.session[_REAUTHENTICATE_KEY] = bool(again)
     try:
         _metadata()
-        response: HttpResponse = identity_provider().authorize_redirect(request, callback_url())
+        response: HttpResponse = identity_provider().authorize_redirect(
+            request, callback_url(), **again
+        )
     except (AuthlibBaseError, requests.RequestException, ValueError):
         return _refused_page(request, UNREACHABLE, status=502)
     return response
@@ -188,13 +201,16 @@ def oidc_callback_view(request: HttpRequest) -> HttpResponse:
     from joserfc.errors import JoseError
 
     try:
-        _metadata()
+        # The issuer exactly as the provider spells it (OIDC Core 3.1.3.7: iss equals the
+        # discovery document's issuer), which _metadata checked is ours: the setting loses a
+        # trailing "/" that some providers' issuers end with (Auth0's).
+        issuer = _metadata()["issuer"]
         token = identity_provider().authorize_access_token(
             request,
             # The audience is checked here, not left to Authlib: alone it accepts an ID token
             # for another client when its azp names ours (OIDC Core 3.1.3.7 wants aud to).
             claims_options={
-                "iss": {"essential": True, "values": [settings.DROPPORTAL_OIDC_ISSUER]},
+                "iss": {"essential": True, "values": [issuer]},
                 "aud": {"essential": True, "values": [settings.DROPPORTAL_OIDC_CLIENT_ID]},
             },
         )
@@ -211,11 +227,14 @@ def oidc_callback_view(request: HttpRequest) -> HttpResponse:
         _refusal_counted(request)
         return _refused_page(request, outcome.refusal)
     wanted = request.session.pop(_NEXT_KEY, None) or reverse("admin:index")
+    authenticated_at = _authenticated_at(
+        claims, asked_again=request.session.pop(_REAUTHENTICATE_KEY, False)
+    )
     login(request, outcome.user, backend=_BACKEND)
     request.session[SESSION_KEY] = {
         "user": outcome.user.pk,
         "mfa": outcome.mfa_by_idp,
-        "signed_in_at": timezone.now().timestamp(),
+        "signed_in_at": authenticated_at,
         "id_token": token.get("id_token", ""),
     }
     # Ends this long after the sign-in whatever the activity: the roles are read again then.
@@ -225,6 +244,17 @@ def oidc_callback_view(request: HttpRequest) -> HttpResponse:
     if not admin.site.has_permission(request):  # our own second factor is still to pass
         return HttpResponseRedirect(f"{reverse('admin:mfa_verify')}?{urlencode({'next': wanted})}")
     return HttpResponseRedirect(wanted)
+
+
+def _authenticated_at(claims: dict[str, Any], *, asked_again: bool) -> float | None:
+    """When the provider last asked the person for their credentials: the ID token's
+    ``auth_time`` (never later than now); without one, now when this sign-in asked it to ask
+    them (``prompt=login``), else None (unknown: a sign-in from its own session, maybe)."""
+    at = claims.get("auth_time")
+    now = timezone.now().timestamp()
+    if isinstance(at, bool) or not isinstance(at, int | float) or not math.isfinite(at):
+        return now if asked_again else None
+    return min(float(at), now)
 
 
 def _refusal_counted(request: HttpRequest) -> None:
@@ -256,17 +286,21 @@ def oidc_mfa_passed(request: HttpRequest) -> bool:
 
 
 def oidc_signed_in_recently(request: HttpRequest) -> bool:
-    """This session's person signed in at the provider less than ``RECENT_SIGN_IN`` ago."""
+    """The provider authenticated this session's person less than ``RECENT_SIGN_IN`` ago."""
     found = oidc_session(request)
     at = found.get("signed_in_at") if found else None
-    if not isinstance(at, int | float):  # a session from before it was recorded: not recent
+    # Not said by the provider's ID token, or a session from before it was recorded: not
+    # recent (a sign-in that asks for the credentials again gets it said).
+    if not isinstance(at, int | float):
         return False
     return timezone.now().timestamp() - at < RECENT_SIGN_IN.total_seconds()
 
 
-def oidc_sign_in_url(next_url: str) -> str:
-    """The sign-in through the provider, back to ``next_url``."""
-    return f"{reverse('admin:oidc_sign_in')}?{urlencode({'next': next_url})}"
+def oidc_sign_in_url(next_url: str, *, reauthenticate: bool = False) -> str:
+    """The sign-in through the provider, back to ``next_url``; ``reauthenticate``: the
+    provider asks for the person's credentials even when it has a session of theirs."""
+    query = {"next": next_url, **({REAUTHENTICATE: "1"} if reauthenticate else {})}
+    return f"{reverse('admin:oidc_sign_in')}?{urlencode(query)}"
 
 
 def oidc_logout_url(id_token: str) -> str | None:

@@ -2,7 +2,8 @@
 other admins borrow (set a work item's status by hand, export the outcome history).
 
 Manual mode, for brokers who upload in DROP's own portal: "Generate response files" writes a
-cycle's files, each row's download link gives the exact bytes, and "Mark uploaded" records
+cycle's files, each row's download button gives the exact bytes (a POST: the download is a
+``report_files.exported`` ledger event, as the cycle's ZIP is), and "Mark uploaded" records
 that staff uploaded them. "Discard amendment" gives up an amendment DROP refuses or
 rejected, with a written reason (its items keep the status DROP holds). Every change goes
 through ``services.reporting.report_files``, ``services.reporting.report_manual`` and
@@ -34,7 +35,13 @@ from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Exists, OuterRef, QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, StreamingHttpResponse
+from django.http import (
+    HttpRequest,
+    HttpResponse,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+    StreamingHttpResponse,
+)
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -64,7 +71,7 @@ from integrations.selectors.outcomes import (
 )
 from integrations.selectors.report_reviews import report_file_review
 from integrations.services.cycle.work_items import work_item_status_set
-from integrations.services.evidence.audit import outcome_export_record
+from integrations.services.evidence.audit import outcome_export_record, report_files_export_record
 from integrations.services.reporting.report_approval import (
     APPROVE_PERMISSION,
     REVIEW_REASON_MAX,
@@ -80,6 +87,9 @@ from integrations.services.reporting.report_manual import (
 from integrations.services.reporting.report_uploads import ReportBusy
 
 REPORT_PERMISSION = "integrations.change_workitem"
+# The form each row's "download" button submits, with the page's CSRF token.
+DOWNLOAD_FORM = "admin/integrations/reportfile/download_form.html"
+DOWNLOAD_FORM_ID = "dp-reportfile-download"
 
 
 def _may_report(request: HttpRequest) -> bool:
@@ -127,6 +137,8 @@ class ReportFileAdmin(ModelAdmin):
     ]
     actions = ["mark_uploaded", "discard_amendment", "approve_files", "reject_files"]
     change_list_template = "admin/integrations/reportfile/change_list.html"
+    list_after_template = DOWNLOAD_FORM
+    change_form_outer_after_template = DOWNLOAD_FORM
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ReportFile]:
         return super().get_queryset(request).defer("content")
@@ -185,8 +197,16 @@ class ReportFileAdmin(ModelAdmin):
 
     @admin.display(description="CSV")
     def download(self, obj: ReportFile) -> str:
+        # A download is a ledger event, as the cycle's ZIP of the same files is, so it is a
+        # POST: the button submits the page's one download form (DOWNLOAD_FORM, outside the
+        # list's and the record's own forms).
         url = reverse("admin:integrations_reportfile_download", args=[obj.pk])
-        return format_html('<a href="{}" download>{}</a>', url, "download")
+        return format_html(
+            '<button type="submit" form="{}" formaction="{}" class="dp-post-button">{}</button>',
+            DOWNLOAD_FORM_ID,
+            url,
+            "download",
+        )
 
     @admin.action(
         description="Mark uploaded (uploaded by hand in DROP's portal)", permissions=["report"]
@@ -333,9 +353,18 @@ class ReportFileAdmin(ModelAdmin):
         ]
 
     def download_view(self, request: HttpRequest, pk: int) -> HttpResponse:
+        if request.method != "POST":  # it writes a ledger event: no link or prefetch may trigger it
+            return HttpResponseNotAllowed(["POST"])
         if not self.has_view_permission(request):
             raise PermissionDenied
-        report_file = get_object_or_404(ReportFile, pk=pk)
+        report_file = get_object_or_404(ReportFile.objects.select_related("broker", "cycle"), pk=pk)
+        report_files_export_record(
+            actor=staff_actor(request),
+            broker_id=report_file.broker.broker_id,
+            cycle=report_file.cycle.drop_session_id,
+            files=1,
+            file_name=report_file.file_name,
+        )
         response = HttpResponse(bytes(report_file.content), content_type="text/csv")
         response["Content-Disposition"] = f'attachment; filename="{report_file.file_name}"'
         return response

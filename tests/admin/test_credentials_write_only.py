@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import pytest
 from django.contrib import admin
+from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import Group, User
 from django.test import Client
 from django.urls import reverse
@@ -155,3 +156,23 @@ def test_a_manager_enters_a_new_value_into_an_empty_input(broker: Broker, client
     page = staff.get(reverse("admin:integrations_broker_change", args=[broker.pk])).content
     assert b'type="password" name="drop_api_key"' in page
     assert DROP_KEY.encode() not in page
+
+
+def test_saving_a_page_without_a_new_credential_records_no_change_of_it(
+    broker: Broker, client: Client
+) -> None:
+    # Django's history of the row (every role that may view it reads it) said "Changed DROP
+    # API key" at every save: the form's initial value was the stored key, the input empty.
+    broker_update(broker=broker, actor="test", drop_api_key=DROP_KEY)
+    staff = _login(client, "Connections managers")
+    url = reverse("admin:integrations_broker_change", args=[broker.pk])
+    page = staff.get(url)
+    assert DROP_KEY not in page.context["adminform"].form.initial.values()
+    saved = staff.post(url, {"name": "Acme Data 2", "mode": broker.mode, "pull_interval_days": 30})
+    assert saved.status_code == 302
+    (entry,) = LogEntry.objects.filter(object_id=str(broker.pk))
+    assert "DROP API key" not in entry.change_message
+    assert "Name" in entry.change_message
+    assert Broker.objects.get().drop_api_key == DROP_KEY
+    history = staff.get(reverse("admin:integrations_broker_history", args=[broker.pk]))
+    assert "DROP API key" not in history.content.decode()

@@ -77,9 +77,15 @@ def test_generate_then_download_then_mark_uploaded(staff: Client, cycle: DropCyc
     listing = staff.get(CHANGELIST).content.decode()
     assert f"{CHANGELIST}{email.pk}/download/" in listing
 
-    download = staff.get(f"{CHANGELIST}{email.pk}/download/")
+    download = staff.post(f"{CHANGELIST}{email.pk}/download/")
     assert download.content == b"Id,Status\r\nEmailDeleted,3\r\n"
     assert download["Content-Disposition"] == 'attachment; filename="20260312_4821_Email.csv"'
+    taken = LedgerEvent.objects.get(kind="report_files.exported")
+    assert (taken.actor, taken.data["file_name"], taken.data["files"]) == (
+        "staff:alice",
+        email.file_name,
+        1,
+    )
 
     staff.post(
         CHANGELIST,
@@ -134,7 +140,7 @@ def test_a_file_is_not_marked_uploaded_while_the_uploader_sends_it(
 def test_auditors_download_but_do_not_generate_or_mark(auditor: Client, cycle: DropCycle) -> None:
     (report_file, _) = report_files_write(broker=cycle.broker)
 
-    assert auditor.get(f"{CHANGELIST}{report_file.pk}/download/").status_code == 200
+    assert auditor.post(f"{CHANGELIST}{report_file.pk}/download/").status_code == 200
     assert auditor.get(CHANGELIST + "generate/").status_code == 403
     assert b"Generate response files" not in auditor.get(CHANGELIST).content
     auditor.post(CHANGELIST, {"action": "mark_uploaded", "_selected_action": [report_file.pk]})
@@ -279,3 +285,37 @@ def test_auditors_cannot_discard(auditor: Client, refused: ReportFile) -> None:
     )  # fmt: skip
     assert ReportFile.objects.get(pk=refused.pk).state == ReportFileState.REFUSED
     assert not LedgerEvent.objects.filter(kind="report_file.discarded").exists()
+
+
+@pytest.mark.parametrize("page", ["list", "record"])
+def test_a_response_file_download_is_a_post_of_the_pages_form_and_a_ledger_event(
+    cycle: DropCycle, page: str
+) -> None:
+    # The cycle's ZIP of the same files is an export in the ledger: a file taken from its row
+    # was not, and a GET (a link, a prefetch, another site's <img>) took it.
+    (report_file, _) = report_files_write(broker=cycle.broker)
+    user = User.objects.create_user("ada", password="pw-123-role", is_staff=True)
+    user.groups.add(Group.objects.get(name="Auditors"))
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(user)
+    url = f"{CHANGELIST}{report_file.pk}/download/"
+    assert client.get(url).status_code == 405
+    assert not LedgerEvent.objects.filter(kind="report_files.exported").exists()
+
+    where = CHANGELIST if page == "list" else f"{CHANGELIST}{report_file.pk}/change/"
+    html = client.get(where).content.decode()
+    assert f'href="{url}"' not in html  # no link a prefetch could follow
+    assert f'form="dp-reportfile-download" formaction="{url}"' in html
+    form = html.split('<form id="dp-reportfile-download" method="post"')[1].split("</form>")[0]
+    token = form.split('name="csrfmiddlewaretoken" value="')[1].split('"')[0]
+    answer = client.post(url, {"csrfmiddlewaretoken": token})
+    assert answer.status_code == 200
+    assert answer.content == bytes(report_file.content)
+    (event,) = LedgerEvent.objects.filter(kind="report_files.exported")
+    assert event.actor == "staff:ada"
+    assert event.data == {
+        "via": "admin",
+        "cycle": cycle.drop_session_id,
+        "files": 1,
+        "file_name": report_file.file_name,
+    }

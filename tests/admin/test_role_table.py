@@ -39,6 +39,7 @@ from django.test import Client, RequestFactory
 from django.urls import URLPattern, URLResolver, reverse
 from django.utils import timezone
 
+from dropportal.navigation import sidebar
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, Canary, IsiAuth, IsiIntegration
 from integrations.services.cycle.canaries import canary_round_send
@@ -338,3 +339,20 @@ def test_what_each_role_may_do_is_what_security_md_says(
         f"rows for what no longer exists {stale}, rows that differ {differ}. "
         f"As observed for {role}:\n{as_observed}"
     )
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_the_sidebar_links_only_pages_the_role_may_open(
+    every_model: None, role: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The Evidence packs page needs the export permission, which Operators lack: the sidebar
+    # offered it to everyone who may view the ledger, and the link answered 403.
+    caplog.set_level(logging.ERROR, logger="django.request")
+    user = role_user(role)
+    walker = Walker(user)
+    request = RequestFactory().get("/admin/")
+    request.user = user
+    links = [item["link"] for group in sidebar(request) for item in group["items"]]
+    assert links, "the sidebar lists the dashboard and the guide at least"
+    refused = [link for link in links if walker.get(link).status_code != 200]
+    assert not refused, f"{role}: the sidebar links pages that refuse them: {refused}"

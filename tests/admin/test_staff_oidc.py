@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import time
 from base64 import b32decode
 from collections.abc import Iterator
 from typing import Any
@@ -178,6 +179,19 @@ def test_an_id_token_that_fails_a_check_signs_nobody_in(
     (event,) = events("staff_user.sign_in_refused")
     assert event.data["reason"] == "the answer failed verification"
     assert event.data["error"] == error
+
+
+def test_an_issuer_ending_with_a_slash_signs_people_in(idp: OidcProvider, client: Client) -> None:
+    # Auth0's issuers end with "/": the setting keeps none (its value is read without it),
+    # the ID token's iss has it, as the discovery document's issuer does.
+    idp.issued_as = f"{idp.issuer}/"
+    assert idp.issuer == settings.DROPPORTAL_OIDC_ISSUER
+    done = sign_in(client, idp, "ada")
+    assert done.status_code == 302, "refused: the answer failed verification"
+    assert done["Location"] == INDEX
+    assert client.get(INDEX).status_code == 200
+    assert User.objects.get(username="ada").oidc_identity.issuer == idp.issuer
+    assert events("staff_user.sign_in_refused") == []
 
 
 def test_a_replayed_callback_is_refused(idp: OidcProvider, client: Client) -> None:
@@ -372,7 +386,7 @@ def test_an_older_sign_in_at_the_provider_is_sent_there_again_for_new_codes(
     url = reverse("admin:mfa_recovery_codes")
     refused = client.post(url, {"password": "anything"}).content.decode()
     assert "Sign in again at Loopback IdP first" in refused
-    again = f"{reverse('admin:oidc_sign_in')}?{urlencode({'next': url})}"
+    again = f"{reverse('admin:oidc_sign_in')}?{urlencode({'next': url, 'reauthenticate': '1'})}"
     assert escape(again) in refused
     assert events("staff_user.mfa_recovery_codes_renewed") == []
     assert not AccessAttempt.objects.exists(), "not a wrong password: nothing counted"
@@ -381,6 +395,63 @@ def test_an_older_sign_in_at_the_provider_is_sent_there_again_for_new_codes(
     assert client.get(back["Location"])["Location"] == url, "no second code asked"
     assert len(re.findall(r"<li><code>", client.post(url, {}).content.decode())) == 10
     assert len(events("staff_user.mfa_recovery_codes_renewed")) == 1
+
+
+@pytest.mark.staff_mfa
+def test_a_sign_in_the_provider_grants_from_its_own_older_session_stands_for_no_password(
+    idp: OidcProvider, client: Client
+) -> None:
+    # A browser left open: the provider signs the person in from its own session, asking
+    # nothing, so the sign-in here is new yet nobody gave a credential. Its ID token's
+    # auth_time says so, and a password asked again wants the credentials given again.
+    _enrolled_at_provider(client, idp)
+    idp.person("ada").authenticated_at = time.time() - 2 * 3600
+    sign_in(client, idp, "ada")
+    url = reverse("admin:mfa_recovery_codes")
+    refused = client.post(url, {}).content.decode()
+    assert "Sign in again at Loopback IdP first" in refused
+    assert events("staff_user.mfa_recovery_codes_renewed") == []
+
+    again = f"{reverse('admin:oidc_sign_in')}?{urlencode({'next': url, 'reauthenticate': '1'})}"
+    assert escape(again) in refused
+    start = client.get(again)
+    asked = parse_qs(urlsplit(start["Location"]).query)
+    assert (asked["prompt"], asked["max_age"]) == (["login"], ["0"])
+    at_provider = requests.get(start["Location"], allow_redirects=False, timeout=10)
+    back = urlsplit(at_provider.headers["Location"])
+    done = client.get(f"{back.path}?{back.query}")
+    assert client.get(done["Location"])["Location"] == url, "no second code asked"
+    assert len(re.findall(r"<li><code>", client.post(url, {}).content.decode())) == 10
+    assert len(events("staff_user.mfa_recovery_codes_renewed")) == 1
+
+
+@pytest.mark.staff_mfa
+def test_without_auth_time_only_a_sign_in_that_asked_for_the_credentials_stands_for_them(
+    idp: OidcProvider, client: Client
+) -> None:
+    # A provider whose ID tokens do not say when it authenticated the person: a sign-in is
+    # not known to be recent, unless it asked the provider to ask for the credentials.
+    idp.omits_auth_time = True
+    idp.person("ada").amr = ["pwd"]
+    idp.person("ada").authenticated_at = time.time() - 2 * 3600
+    sign_in(client, idp, "ada")
+    url = reverse("admin:mfa_enrol")
+    page = client.get(url)
+    again = f"{reverse('admin:oidc_sign_in')}?{urlencode({'next': url, 'reauthenticate': '1'})}"
+    assert escape(again) in page.content.decode()
+    code = f"{TOTP(b32decode(page.context['secret'])).token():06d}"
+    assert "Sign in again at" in client.post(url, {"otp_token": code}).content.decode()
+    assert events("staff_user.mfa_enrolled") == []
+
+    start = client.get(again)
+    at_provider = requests.get(start["Location"], allow_redirects=False, timeout=10)
+    back = urlsplit(at_provider.headers["Location"])
+    client.get(f"{back.path}?{back.query}")
+    page = client.get(url)
+    code = f"{TOTP(b32decode(page.context['secret'])).token():06d}"
+    assert client.post(url, {"otp_token": code}).status_code == 200
+    assert len(events("staff_user.mfa_enrolled")) == 1
+    assert client.get(INDEX).status_code == 200
 
 
 @pytest.mark.staff_mfa

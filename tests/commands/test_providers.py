@@ -17,7 +17,14 @@ from django.core.management.base import CommandError
 from integrations.evidence import pack
 from integrations.evidence.directives import directive_verify
 from integrations.ledger_kinds import LedgerKind
-from integrations.models import Broker, Directive, DirectiveReason, LedgerEvent, WorkItem
+from integrations.models import (
+    Broker,
+    Directive,
+    DirectiveReason,
+    LedgerEvent,
+    ServiceProvider,
+    WorkItem,
+)
 from integrations.services.providers.directives import directives_issue
 from tests.builders import DropCycleFactory, WorkItemFactory
 
@@ -72,6 +79,20 @@ def test_add_refuses_what_it_cannot_use_in_one_line(
 ) -> None:
     with pytest.raises(CommandError, match=message):
         run("providers", "add", "--broker", "4821", "--name", "Warehouse", *args)
+    assert not LedgerEvent.objects.filter(kind=LedgerKind.SERVICE_PROVIDER_ADDED).exists()
+
+
+@pytest.mark.parametrize(
+    "s3", ["s3://AKIAEXAMPLE7Q:wJalrXUtnSECRET9@wh/drop/", "s3://AKIAEXAMPLE7Q@wh/drop/"]
+)
+def test_an_s3_prefix_holding_credentials_is_refused_and_not_echoed(
+    broker: Broker, s3: str
+) -> None:
+    # The prefix is kept in clear, listed, and shown to every role that sees providers.
+    with pytest.raises(CommandError, match="not a bucket name") as refused:
+        run("providers", "add", "--broker", "4821", "--name", "Warehouse", "--s3", s3)
+    assert "AKIAEXAMPLE7Q" not in str(refused.value)
+    assert not ServiceProvider.objects.exists()
     assert not LedgerEvent.objects.filter(kind=LedgerKind.SERVICE_PROVIDER_ADDED).exists()
 
 

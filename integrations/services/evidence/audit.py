@@ -40,13 +40,17 @@ def ledger_export_record(*, actor: str, via: str, filters: dict[str, Any], fmt: 
         )
 
 
-def report_files_export_record(*, actor: str, broker_id: str, cycle: str, files: int) -> None:
-    """One ``report_files.exported`` event: who took a cycle's response files as a ZIP."""
+def report_files_export_record(
+    *, actor: str, broker_id: str, cycle: str, files: int, file_name: str | None = None
+) -> None:
+    """One ``report_files.exported`` event: who took a cycle's response files as a ZIP, or
+    one of them (``file_name``) from its row."""
+    one = {} if file_name is None else {"file_name": file_name}
     with transaction.atomic():
         ledger_event_append(
             kind=LedgerKind.REPORT_FILES_EXPORTED,
             broker_id=broker_id,
             subject=f"cycle {cycle}",
             actor=actor,
-            data={"via": "admin", "cycle": cycle, "files": files},
+            data={"via": "admin", "cycle": cycle, "files": files, **one},
         )

@@ -8,6 +8,7 @@ it deletes by itself)::
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -23,6 +24,8 @@ NAME_MAX = 200
 # What their columns hold: refused here in one line rather than by the database.
 CONTACT_MAX = ServiceProvider._meta.get_field("contact").max_length or 254
 S3_PREFIX_MAX = ServiceProvider._meta.get_field("s3_prefix").max_length or 500
+# An S3 bucket name, the older rules too (capitals, "_"): no "user:password@", no space.
+_BUCKET = re.compile(r"[A-Za-z0-9._-]{1,255}")
 
 
 def s3_prefix_validate(s3_prefix: str) -> str:
@@ -31,6 +34,13 @@ def s3_prefix_validate(s3_prefix: str) -> str:
     if not s3_prefix:
         return ""
     bucket, _, _ = s3_prefix.removeprefix("s3://").partition("/")
+    if s3_prefix.startswith("s3://") and bucket and not _BUCKET.fullmatch(bucket):
+        # Kept, listed and shown to every role that sees providers: an access key written
+        # into it (s3://KEY:SECRET@bucket/) would be too. Not echoed: it may be one.
+        raise ValidationError(
+            "not a bucket name before the first slash (letters, digits, '.', '-', '_'): "
+            "credentials come from boto3's usual chain, never the URL"
+        )
     if not s3_prefix.startswith("s3://") or not bucket or not s3_prefix.endswith("/"):
         raise ValidationError(f"{s3_prefix!r}: use s3://bucket/prefix/ (ending in a slash)")
     if len(s3_prefix) > S3_PREFIX_MAX:
