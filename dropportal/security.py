@@ -5,7 +5,8 @@ than loopback while debug is off: staff passwords, MFA codes and session cookies
 the network in clear. Only ``DROPPORTAL_ALLOW_PLAIN_HTTP_PUBLIC_URL`` (a closed lab) lets it
 through, and every check and start says so in a warning (``dropportal.W002``) while it is on;
 ``DROPPORTAL_ALLOW_PRIVATE_TARGETS`` opens outbound calls, not this. ``make run`` on
-http://127.0.0.1:8000 is loopback and never refused::
+http://127.0.0.1:8000 is loopback and never refused. Debug mode off loopback is refused
+whatever the scheme (``dropportal.E005``)::
 
     DROPPORTAL_PUBLIC_URL=http://dp.example.com manage.py check   # dropportal.E001
 """
@@ -51,6 +52,26 @@ def public_url_uses_https(app_configs: Any = None, **kwargs: Any) -> list[checks
             "DROPPORTAL_BEHIND_TLS_PROXY=true), or set "
             "DROPPORTAL_ALLOW_PLAIN_HTTP_PUBLIC_URL=true for a closed test set-up.",
             id="dropportal.E001",
+        )
+    ]
+
+
+@checks.register(checks.Tags.security)
+def no_debug_off_loopback(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """Debug mode serves a public URL off loopback: refused. Its error pages show whoever
+    causes an error the settings (an alert webhook's URL is its own secret), the request's
+    body (a password, a credential being set) and the environment, and it turns the https
+    check above off."""
+    public = urlsplit(settings.DROPPORTAL_PUBLIC_URL)
+    if not settings.DEBUG or is_loopback_host(public.hostname or ""):
+        return []
+    return [
+        checks.Error(
+            f"DJANGO_DEBUG is on while DROPPORTAL_PUBLIC_URL {settings.DROPPORTAL_PUBLIC_URL} "
+            "is off loopback: Django's debug pages would show settings, request bodies and "
+            "the environment to whoever causes an error.",
+            hint="Unset DJANGO_DEBUG (debug mode is for a set-up on 127.0.0.1).",
+            id="dropportal.E005",
         )
     ]
 

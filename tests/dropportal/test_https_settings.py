@@ -114,6 +114,22 @@ def test_a_setting_that_opens_a_door_is_logged_at_every_start(
     assert "dropportal.W002" in line.getMessage()
 
 
+@pytest.mark.parametrize("url", ["https://dp.example.com", "http://dp.example.com"])
+def test_debug_mode_off_loopback_is_refused_at_start_up(settings: Any, url: str) -> None:
+    # Its error pages show settings and request bodies to whoever causes an error.
+    status, stderr = _check(settings, DROPPORTAL_PUBLIC_URL=url, DJANGO_DEBUG="true")
+    assert status != 0
+    assert "dropportal.E005" in stderr
+    assert "dropportal.E001" not in stderr  # one reason, the one that stands
+
+
+def test_debug_mode_on_loopback_starts(settings: Any) -> None:
+    status, stderr = _check(
+        settings, DROPPORTAL_PUBLIC_URL="http://127.0.0.1:8000", DJANGO_DEBUG="true"
+    )
+    assert status == 0, stderr
+
+
 def test_make_run_on_loopback_keeps_working(settings: Any) -> None:
     status, stderr = _check(settings, DROPPORTAL_PUBLIC_URL="http://127.0.0.1:8000")
     assert status == 0, stderr
