@@ -342,6 +342,16 @@ def _read_capped(
     return bytes(received)
 
 
+def _unsendable_header(headers: Mapping[str, str]) -> str | None:
+    """The name of a header whose value http.client cannot encode (it sends Latin-1)."""
+    for name, value in headers.items():
+        try:
+            value.encode("latin-1")
+        except UnicodeEncodeError:
+            return name
+    return None
+
+
 def deliver(
     method: str,
     url: str,
@@ -367,6 +377,13 @@ def deliver(
     problem = target_url_problem(url, allow_private=allow_private)
     if problem is not None:
         refusal = _URL_REFUSALS[problem]
+        return DeliveryResult(url=url, status=None, duration_ms=elapsed_ms(), error=refusal)
+
+    unsendable = _unsendable_header(headers)
+    if unsendable is not None:
+        # http.client raises on it (UnicodeEncodeError), out of every caller's batch. The
+        # value is not named: it is often a credential.
+        refusal = f"the {unsendable} header holds a character HTTP cannot carry"
         return DeliveryResult(url=url, status=None, duration_ms=elapsed_ms(), error=refusal)
 
     session = session or build_session(allow_private)

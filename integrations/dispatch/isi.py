@@ -45,6 +45,7 @@ from integrations.outbound_http import (
 )
 from integrations.storable_text import storable, unstorable_reason
 from integrations.url_extras import without_url_extras
+from integrations.validators import bearer_token_sendable
 from integrations.wire_fields import ResolvedIdentifiersField
 
 CONNECTIONS_PATH = "/api/v1/connections/list"
@@ -366,6 +367,12 @@ def oauth_token_fetch(
     value = answer.get("access_token") if isinstance(answer, dict) else None
     if not isinstance(value, str) or not value:
         raise IsiError(f"{where} answered without an access_token")
+    if not bearer_token_sendable(value):
+        # It goes into every call's Authorization header: a character HTTP cannot carry
+        # would fail each call (the whole batch, before the sending caught it), forever.
+        raise IsiError(
+            f"{where} issued an access_token that is not visible ASCII (RFC 6749 appendix A.12)"
+        )
     token_type = answer.get("token_type", "Bearer")
     if not isinstance(token_type, str) or token_type.lower() != "bearer":
         raise IsiError(f"{where} issued a {token_type!r} token; a Bearer token is needed")

@@ -698,3 +698,29 @@ def test_an_unstorable_isi_answer_fails_its_own_attempt_not_the_batch(
     assert DeliveryAttempt.objects.count() == 2
     assert SaasDeletion.objects.get().resolution_id == good.pk
     assert _jobs("integrations.tasks.deliver_resolution_requests", bad.pk)
+
+
+def test_an_access_token_that_cannot_be_a_header_fails_the_attempts_not_the_batch(
+    api: IsiSimulator, connection_a: IsiConnection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An access token is visible ASCII (RFC 6749 appendix A.12): one with a character HTTP
+    cannot carry ("€") raised out of the sending threads, which undid the whole batch (its
+    calls to other targets already answered) and failed the job, whose retry called them all
+    again, for ever."""
+    _expired_everywhere(monkeypatch)
+    api.answer_next("token", Reply(200, b'{"access_token": "tok-\\u20ac", "token_type": "Bearer"}'))
+    requests = [
+        DeletionRequestFactory.create(isi_connection=connection_a, remote_identifier=f"C-{i}")
+        for i in range(2)
+    ]
+
+    assert deletion_requests_deliver(request_ids=[r.pk for r in requests]) == {"retry": 2}
+
+    assert api.on("delete") == []
+    for request in DeletionRequest.objects.all():
+        assert request.last_error == (
+            f"OAuth token endpoint {api.token_url} issued an access_token that is not "
+            "visible ASCII (RFC 6749 appendix A.12)"
+        )
+        assert request.delivery_attempts.count() == 1
+    assert "\u20ac" not in (Integration.objects.get().access_token or "")
