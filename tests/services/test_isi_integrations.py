@@ -476,3 +476,21 @@ def test_requests_matched_before_any_target_go_to_every_connection_taking_part(
     assert job.args == {"request_ids": [r.pk for r in requests]}
     event = LedgerEvent.objects.get(kind="isi.connections_refreshed")
     assert event.data["pending_requests_queued"] == 2
+
+
+@pytest.mark.parametrize("token", ["tok\u2019en", "tok\u2026", "tok\nen"])
+def test_a_static_token_a_header_cannot_carry_is_refused_before_anything_is_written(
+    broker, api: IsiSimulator, token: str
+) -> None:
+    """A pasted typographic character ("’", "…") passed, and every call to the API then
+    raised out of http.client: the connection list (the staff action), and every delivery
+    batch of the broker (undone after its calls were answered, its job failing for ever)."""
+    with pytest.raises(ValidationError) as refused:
+        isi_integration_create(
+            broker=broker, name="Acme API", base_url=api.base_url, token=token, actor="test"
+        )
+
+    assert list(refused.value.message_dict) == ["token"]
+    assert token.strip() not in str(refused.value)  # a credential is never echoed
+    assert api.paths == []
+    assert not Integration.objects.exists()
