@@ -221,7 +221,10 @@ def test_a_410_disables_the_integration_as_for_webhooks(
 
 
 def test_a_stale_token_is_refreshed_once_and_the_renewed_one_kept(
-    api: IsiSimulator, created: CreatedIsiIntegration, connection_a: IsiConnection
+    api: IsiSimulator,
+    created: CreatedIsiIntegration,
+    connection_a: IsiConnection,
+    django_capture_on_commit_callbacks: Any,
 ) -> None:
     stale = _cached_token(created)
     api.revoke_tokens()
@@ -240,8 +243,9 @@ def test_a_stale_token_is_refreshed_once_and_the_renewed_one_kept(
     (attempt,) = DeliveryAttempt.objects.all()
     assert attempt.status == 200
 
-    # Renewed on the sending thread, stored by the next delivery's thread.
-    assert deletion_requests_deliver(request_ids=[second.pk]) == {"delivered": 1}
+    # Renewed on the sending thread, stored by the next delivery's batch once it commits.
+    with django_capture_on_commit_callbacks(execute=True):
+        assert deletion_requests_deliver(request_ids=[second.pk]) == {"delivered": 1}
     assert api.on("delete")[-1].headers["Authorization"] == f"Bearer {renewed}"
     assert _cached_token(created) == renewed
     assert api.tokens_issued == 2
