@@ -494,3 +494,18 @@ def test_a_static_token_a_header_cannot_carry_is_refused_before_anything_is_writ
     assert token.strip() not in str(refused.value)  # a credential is never echoed
     assert api.paths == []
     assert not Integration.objects.exists()
+
+
+@pytest.mark.parametrize("expires_in", [10**12, 10**30, "1000000000000"])
+def test_a_token_lifetime_beyond_the_calendar_is_a_long_one_not_a_crash(
+    broker, expires_in: Any
+) -> None:
+    """``expires_in`` is the token endpoint's to choose: one past year 9999 overflowed the
+    expiry, out of the staff action (the new integration's Webhook Secret, shown once, lost
+    with it) and out of every delivery batch's message building."""
+    with IsiSimulator(connections=broker_connections(), expires_in=expires_in) as oauth_api:
+        created = isi_integration_created(broker, oauth_api)
+        assert created.connections_error == ""
+        stored = Integration.objects.get(pk=created.integration.pk)
+        assert stored.access_token_expires_at is not None
+        assert stored.access_token_expires_at < timezone.now() + dt.timedelta(days=366)

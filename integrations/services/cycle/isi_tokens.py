@@ -28,6 +28,9 @@ from integrations.models import Integration, IsiAuth
 # that expires on its way. A token endpoint that states no lifetime gets this many seconds.
 TOKEN_EXPIRY_MARGIN = 60
 TOKEN_LIFETIME_UNSTATED = 300
+# A longer lifetime is taken as this one: the token endpoint's number may be any size (one
+# past year 9999 overflowed the expiry), and a day-old token is asked for again anyway.
+TOKEN_LIFETIME_MAX = 24 * 3600
 # A token endpoint that failed is not asked again by this process for this many seconds.
 TOKEN_FAILURE_HOLD = 30
 
@@ -169,7 +172,7 @@ def _access_token_fetch(integration: Integration, now: dt.datetime) -> _HeldToke
         until = now + dt.timedelta(seconds=TOKEN_FAILURE_HOLD)
         _hold(integration.pk, _TokenFailure(exc, credentials, until))
         raise
-    lifetime = fetched.expires_in or TOKEN_LIFETIME_UNSTATED
+    lifetime = min(fetched.expires_in or TOKEN_LIFETIME_UNSTATED, TOKEN_LIFETIME_MAX)
     expires_at = now + dt.timedelta(seconds=max(lifetime - TOKEN_EXPIRY_MARGIN, lifetime / 2))
     held = _HeldToken(fetched.value, expires_at, credentials, stored=False)
     _hold(integration.pk, held)
