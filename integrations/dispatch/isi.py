@@ -164,6 +164,8 @@ def _json_answer(content: bytes, what: str) -> Any:
         answer = json.loads(content)
     except ValueError:
         raise IsiError(f"{what} is not JSON") from None
+    except RecursionError:  # deeper than Python's parser follows: out of the batch otherwise
+        raise IsiError(f"{what} is nested too deeply") from None
     # What is read here is stored (identifiers, capabilities, a token), so a string that
     # cannot be (a NUL, a lone "\ud800" escape, in a key too) is refused as any wrong shape
     # is, before it can fail the transaction that stores it.
@@ -355,7 +357,7 @@ def oauth_token_fetch(
     if not 200 <= result.status < 300:
         try:  # RFC 6749 section 5.2: {"error": "invalid_client", ...}
             reason = json.loads(result.content).get("error")
-        except (ValueError, AttributeError):
+        except (ValueError, AttributeError, RecursionError):
             reason = None
         # The broker's own text, kept with every attempt of the batch it fails: storable.
         reason = f" ({storable(reason)})" if isinstance(reason, str) and reason else ""

@@ -728,3 +728,29 @@ def test_an_access_token_that_cannot_be_a_header_fails_the_attempts_not_the_batc
         )
         assert request.delivery_attempts.count() == 1
     assert "\u20ac" not in (Integration.objects.get().access_token or "")
+
+
+def test_an_identifiers_answer_nested_too_deeply_fails_its_own_attempt_not_the_batch(
+    broker: Any, api: IsiSimulator, connection_a: IsiConnection
+) -> None:
+    """JSON nested past Python's recursion limit raised RecursionError out of the answer's
+    check on the sending thread, undoing the whole batch, and its job's retry for ever."""
+    SaasConnectionFactory.create(broker=broker, url="https://api.mailer.example/erase")
+    good = ResolutionRequestFactory.create(isi_connection=connection_a, remote_identifier="C-1")
+    deep = ResolutionRequestFactory.create(isi_connection=connection_a, remote_identifier="C-2")
+    nested = b'{"identifiers": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+    api.answer_next(
+        "identifiers",
+        Reply(200, b'{"identifiers": {"email": [{"email": "ann@example.com"}]}}'),
+        Reply(200, nested),
+    )
+
+    counts = resolution_requests_deliver(request_ids=[good.pk, deep.pk], threads=1)
+
+    assert counts == {"delivered": 1, "retry": 1}
+    deep.refresh_from_db()
+    assert deep.last_error == "200: the identifiers answer is nested too deeply"
+    (attempt,) = deep.delivery_attempts.all()
+    assert attempt.response_body == f"[not kept: {len(nested)} bytes, nested too deeply]"
+    good.refresh_from_db()
+    assert good.state == RequestState.COMPLETED

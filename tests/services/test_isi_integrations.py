@@ -509,3 +509,27 @@ def test_a_token_lifetime_beyond_the_calendar_is_a_long_one_not_a_crash(
         stored = Integration.objects.get(pk=created.integration.pk)
         assert stored.access_token_expires_at is not None
         assert stored.access_token_expires_at < timezone.now() + dt.timedelta(days=366)
+
+
+def test_a_connection_list_nested_too_deeply_is_a_listing_error_and_the_secret_is_shown(
+    broker, api: IsiSimulator
+) -> None:
+    """RecursionError out of the listing made the staff action fail after the integration was
+    created: its Webhook Secret, shown once, was lost with the traceback."""
+    api.answer_next("connections", Reply(200, b'{"results": ' + b"[" * 5000 + b"]" * 5000 + b"}"))
+
+    created = isi_integration_created(broker, api, oauth=False)
+
+    assert created.webhook_secret
+    assert created.connections_error.endswith("the connection list is nested too deeply")
+
+
+def test_a_token_endpoints_error_nested_too_deeply_is_a_token_error(api: IsiSimulator) -> None:
+    api.answer_next("token", Reply(400, b"[" * 5000 + b"]" * 5000))
+
+    with pytest.raises(IsiError) as failed:
+        oauth_token_fetch(
+            token_url=api.token_url, client_id="id", client_secret="s", allow_private=True
+        )
+
+    assert str(failed.value) == f"OAuth token endpoint {api.token_url}: HTTP 400"
