@@ -68,6 +68,8 @@ if TYPE_CHECKING:
 CONNECT_TIMEOUT = 5.0
 TOTAL_TIMEOUT = 15.0
 RESPONSE_BODY_LIMIT = 4096
+# The longest wait a Retry-After is read as (a year); callers bound it further.
+RETRY_AFTER_LONGEST = 365 * 24 * 3600
 USER_AGENT = "dropportal"
 # Kept-alive connections per host. requests' default (10) is below the calls a worker has in
 # flight to one broker (jobs x dispatch threads): beyond it every call opened a new connection.
@@ -235,7 +237,10 @@ def retry_after_seconds(value: str | None, *, now: float | None = None) -> float
     value = value.strip()
     seconds = ascii_integer(value)
     if seconds is not None:
-        return float(seconds)
+        # Read on the sending threads: float() of 400 digits raises (OverflowError).
+        return float(min(seconds, RETRY_AFTER_LONGEST))
+    if value.isascii() and value.isdigit():  # more digits than int() reads
+        return float(RETRY_AFTER_LONGEST)
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError, IndexError):

@@ -754,3 +754,20 @@ def test_an_identifiers_answer_nested_too_deeply_fails_its_own_attempt_not_the_b
     assert attempt.response_body == f"[not kept: {len(nested)} bytes, nested too deeply]"
     good.refresh_from_db()
     assert good.state == RequestState.COMPLETED
+
+
+@pytest.mark.parametrize("asked", ["9" * 400, "1" * 5000])
+def test_a_retry_after_beyond_any_float_is_a_long_wait_not_a_crash(
+    api: IsiSimulator, connection_a: IsiConnection, asked: str
+) -> None:
+    """``Retry-After`` is read on the sending thread: 400 digits overflowed float() and
+    5,000 passed int()'s limit, raising out of the batch (undone, its job retried for ever)."""
+    api.answer_next("delete", Reply(429, b"", headers={"Retry-After": asked}))
+    request = DeletionRequestFactory.create(isi_connection=connection_a)
+
+    assert deletion_requests_deliver(request_ids=[request.pk]) == {"retry": 1}
+
+    request.refresh_from_db()
+    assert request.state == RequestState.QUEUED
+    assert request.next_attempt_at is not None
+    assert request.last_error == "HTTP 429"
