@@ -157,11 +157,30 @@ def identifiers_body(request: ResolutionRequest, categories: Iterable[str]) -> b
 # -- the answers ----------------------------------------------------------------------------
 
 
+# JSON leaves a key named twice to the parser and Python keeps the last: a broker's first
+# identifiers (or connections) would be dropped without a word. The key is not named back:
+# a broker may key identifiers by the identifier itself.
+_KEY_TWICE = "names the same key twice, so which value is meant cannot be told"
+
+
+class _KeyTwice(ValueError):
+    pass
+
+
+def _keys_once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        raise _KeyTwice
+    return found
+
+
 def _json_answer(content: bytes, what: str) -> Any:
     if len(content) > ANSWER_LIMIT:
         raise IsiError(f"{what} is over {ANSWER_LIMIT // 1024} KiB")
     try:
-        answer = json.loads(content)
+        answer = json.loads(content, object_pairs_hook=_keys_once)
+    except _KeyTwice:
+        raise IsiError(f"{what} {_KEY_TWICE}") from None
     except ValueError:
         raise IsiError(f"{what} is not JSON") from None
     except RecursionError:  # deeper than Python's parser follows: out of the batch otherwise

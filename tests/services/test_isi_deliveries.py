@@ -771,3 +771,30 @@ def test_a_retry_after_beyond_any_float_is_a_long_wait_not_a_crash(
     assert request.state == RequestState.QUEUED
     assert request.next_attempt_at is not None
     assert request.last_error == "HTTP 429"
+
+
+def test_an_identifiers_answer_naming_a_key_twice_is_a_failed_attempt(
+    broker: Any, api: IsiSimulator, connection_a: IsiConnection
+) -> None:
+    """JSON leaves a key named twice to the parser, and Python keeps the last: the first
+    category's identifiers were dropped without a word, and no SaaS deletion asked for
+    them. The API refuses such a body from a broker; so is this answer."""
+    SaasConnectionFactory.create(broker=broker, url="https://api.mailer.example/erase")
+    request = ResolutionRequestFactory.create(isi_connection=connection_a, remote_identifier="C-1")
+    api.answer_next(
+        "identifiers",
+        Reply(
+            200,
+            b'{"identifiers": {"email": [{"email": "ann@example.com"}],'
+            b' "email": [{"email": "bob@example.com"}]}}',
+        ),
+    )
+
+    assert resolution_requests_deliver(request_ids=[request.pk]) == {"retry": 1}
+
+    request.refresh_from_db()
+    assert request.last_error == (
+        "200: the identifiers answer names the same key twice, so which value is meant "
+        "cannot be told"
+    )
+    assert not SaasDeletion.objects.exists()
