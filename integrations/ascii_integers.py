@@ -15,5 +15,8 @@ from __future__ import annotations
 def ascii_integer(text: str) -> int | None:
     """The number ``text`` spells in ASCII digits (at least one, nothing else), or None."""
     if text.isascii() and text.isdigit():
-        return int(text)
+        try:
+            return int(text)
+        except ValueError:  # more digits than int() reads (4,300): no number of ours
+            return None
     return None

@@ -68,6 +68,8 @@ if TYPE_CHECKING:
 CONNECT_TIMEOUT = 5.0
 TOTAL_TIMEOUT = 15.0
 RESPONSE_BODY_LIMIT = 4096
+# The longest wait a Retry-After is read as (a year); callers bound it further.
+RETRY_AFTER_LONGEST = 365 * 24 * 3600
 USER_AGENT = "dropportal"
 # Kept-alive connections per host. requests' default (10) is below the calls a worker has in
 # flight to one broker (jobs x dispatch threads): beyond it every call opened a new connection.
@@ -235,7 +237,10 @@ def retry_after_seconds(value: str | None, *, now: float | None = None) -> float
     value = value.strip()
     seconds = ascii_integer(value)
     if seconds is not None:
-        return float(seconds)
+        # Read on the sending threads: float() of 400 digits raises (OverflowError).
+        return float(min(seconds, RETRY_AFTER_LONGEST))
+    if value.isascii() and value.isdigit():  # more digits than int() reads
+        return float(RETRY_AFTER_LONGEST)
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError, IndexError):
@@ -342,6 +347,16 @@ def _read_capped(
     return bytes(received)
 
 
+def _unsendable_header(headers: Mapping[str, str]) -> str | None:
+    """The name of a header whose value http.client cannot encode (it sends Latin-1)."""
+    for name, value in headers.items():
+        try:
+            value.encode("latin-1")
+        except UnicodeEncodeError:
+            return name
+    return None
+
+
 def deliver(
     method: str,
     url: str,
@@ -367,6 +382,13 @@ def deliver(
     problem = target_url_problem(url, allow_private=allow_private)
     if problem is not None:
         refusal = _URL_REFUSALS[problem]
+        return DeliveryResult(url=url, status=None, duration_ms=elapsed_ms(), error=refusal)
+
+    unsendable = _unsendable_header(headers)
+    if unsendable is not None:
+        # http.client raises on it (UnicodeEncodeError), out of every caller's batch. The
+        # value is not named: it is often a credential.
+        refusal = f"the {unsendable} header holds a character HTTP cannot carry"
         return DeliveryResult(url=url, status=None, duration_ms=elapsed_ms(), error=refusal)
 
     session = session or build_session(allow_private)

@@ -70,3 +70,17 @@ def integration_name_validate(name: str) -> str:
     if len(name) > NAME_MAX:
         raise ValidationError({"name": f"at most {NAME_MAX} characters"})
     return name
+
+
+def bearer_token_sendable(value: str) -> bool:
+    """Whether ``value`` can follow ``Bearer `` in a header: visible ASCII with no space at
+    its ends (RFC 6749 appendix A.12; RFC 6750's b64token is a subset of it)."""
+    return bool(value) and value == value.strip(" ") and all(" " <= c <= "~" for c in value)
+
+
+def bearer_token_validate(token: str, *, field: str = "token") -> str:
+    """A static bearer token staff enter: one a header can carry. A pasted "’" or "…" passed
+    before and failed every call to the target (the value is never echoed: a credential)."""
+    if token and not bearer_token_sendable(token):
+        raise ValidationError({field: "a bearer token holds printable ASCII characters only"})
+    return token

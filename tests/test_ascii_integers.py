@@ -29,3 +29,8 @@ def test_ascii_digits_read_as_their_number(text: str, number: int) -> None:
 )
 def test_anything_else_is_no_number(text: str) -> None:
     assert ascii_integer(text) is None
+
+
+def test_more_digits_than_int_reads_is_no_number() -> None:
+    # int() refuses over 4,300 digits (ValueError): a header or query string may hold them.
+    assert ascii_integer("1" * 5000) is None

@@ -351,3 +351,23 @@ def test_the_kept_answer_holds_no_character_postgresql_refuses(simulator: Broker
 
     assert result.response_body == "\ufffd\x01 binary"
     assert result.content == b"\x00\x01 binary"  # the whole answer, as read, for its reader
+
+
+def test_a_header_http_cannot_carry_is_a_result_not_an_exception(
+    simulator: BrokerSimulator,
+) -> None:
+    """A bearer token with a character outside Latin-1 (a pasted "’") made http.client raise
+    out of ``deliver``, and out of the delivery batch that relied on it never raising."""
+    result = deliver(
+        "POST",
+        simulator.url,
+        body=b"{}",
+        headers={"Authorization": "Bearer tok\u2019en"},
+        allow_private=True,
+    )
+
+    assert (result.status, result.error) == (
+        None,
+        "the Authorization header holds a character HTTP cannot carry",
+    )
+    assert simulator.received == []

@@ -45,6 +45,7 @@ from integrations.outbound_http import (
 )
 from integrations.storable_text import storable, unstorable_reason
 from integrations.url_extras import without_url_extras
+from integrations.validators import bearer_token_sendable
 from integrations.wire_fields import ResolvedIdentifiersField
 
 CONNECTIONS_PATH = "/api/v1/connections/list"
@@ -156,13 +157,34 @@ def identifiers_body(request: ResolutionRequest, categories: Iterable[str]) -> b
 # -- the answers ----------------------------------------------------------------------------
 
 
+# JSON leaves a key named twice to the parser and Python keeps the last: a broker's first
+# identifiers (or connections) would be dropped without a word. The key is not named back:
+# a broker may key identifiers by the identifier itself.
+_KEY_TWICE = "names the same key twice, so which value is meant cannot be told"
+
+
+class _KeyTwice(ValueError):
+    pass
+
+
+def _keys_once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        raise _KeyTwice
+    return found
+
+
 def _json_answer(content: bytes, what: str) -> Any:
     if len(content) > ANSWER_LIMIT:
         raise IsiError(f"{what} is over {ANSWER_LIMIT // 1024} KiB")
     try:
-        answer = json.loads(content)
+        answer = json.loads(content, object_pairs_hook=_keys_once)
+    except _KeyTwice:
+        raise IsiError(f"{what} {_KEY_TWICE}") from None
     except ValueError:
         raise IsiError(f"{what} is not JSON") from None
+    except RecursionError:  # deeper than Python's parser follows: out of the batch otherwise
+        raise IsiError(f"{what} is nested too deeply") from None
     # What is read here is stored (identifiers, capabilities, a token), so a string that
     # cannot be (a NUL, a lone "\ud800" escape, in a key too) is refused as any wrong shape
     # is, before it can fail the transaction that stores it.
@@ -354,7 +376,7 @@ def oauth_token_fetch(
     if not 200 <= result.status < 300:
         try:  # RFC 6749 section 5.2: {"error": "invalid_client", ...}
             reason = json.loads(result.content).get("error")
-        except (ValueError, AttributeError):
+        except (ValueError, AttributeError, RecursionError):
             reason = None
         # The broker's own text, kept with every attempt of the batch it fails: storable.
         reason = f" ({storable(reason)})" if isinstance(reason, str) and reason else ""
@@ -366,6 +388,12 @@ def oauth_token_fetch(
     value = answer.get("access_token") if isinstance(answer, dict) else None
     if not isinstance(value, str) or not value:
         raise IsiError(f"{where} answered without an access_token")
+    if not bearer_token_sendable(value):
+        # It goes into every call's Authorization header: a character HTTP cannot carry
+        # would fail each call (the whole batch, before the sending caught it), forever.
+        raise IsiError(
+            f"{where} issued an access_token that is not visible ASCII (RFC 6749 appendix A.12)"
+        )
     token_type = answer.get("token_type", "Bearer")
     if not isinstance(token_type, str) or token_type.lower() != "bearer":
         raise IsiError(f"{where} issued a {token_type!r} token; a Bearer token is needed")

@@ -80,6 +80,8 @@ def masked(content: bytes, *, categories: Iterable[str] = ()) -> str:
         shape = json.dumps(_mask(json.loads(content), _names(categories)), ensure_ascii=False)
     except ValueError:
         return f"[not kept: {len(content)} bytes, not JSON]"
+    except RecursionError:  # on a sending thread: it would undo the whole batch
+        return f"[not kept: {len(content)} bytes, nested too deeply]"
     return shape[:RESPONSE_BODY_LIMIT]
 
 

@@ -223,3 +223,24 @@ def test_the_isi_form_asks_for_the_token_with_a_new_base_url(
         refused.content.decode()
     )
     assert Integration.objects.get().base_url == "https://api.acme.example"
+
+
+def test_a_saas_token_a_header_cannot_carry_is_refused_on_create_and_on_update(
+    broker: Broker,
+) -> None:
+    """A pasted "’" passed, and each deletion to the connection then raised out of
+    http.client, undoing the delivery batch it was in (its other calls already answered)."""
+    with pytest.raises(ValidationError) as refused:
+        saas_connection_create(
+            broker=broker, name="Mailer", url="https://api.mailer.example/erase",
+            token="tok\u2019", actor="t",
+        )  # fmt: skip
+    assert list(refused.value.message_dict) == ["token"]
+    assert not SaasConnection.objects.exists()
+
+    connection = saas_connection_create(
+        broker=broker, name="Mailer", url="https://api.mailer.example/erase", token="tok", actor="t"
+    )
+    with pytest.raises(ValidationError):
+        saas_connection_update(connection=connection, actor="t", token="tok\u2026")
+    assert SaasConnection.objects.get().token == "tok"

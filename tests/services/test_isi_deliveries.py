@@ -221,7 +221,10 @@ def test_a_410_disables_the_integration_as_for_webhooks(
 
 
 def test_a_stale_token_is_refreshed_once_and_the_renewed_one_kept(
-    api: IsiSimulator, created: CreatedIsiIntegration, connection_a: IsiConnection
+    api: IsiSimulator,
+    created: CreatedIsiIntegration,
+    connection_a: IsiConnection,
+    django_capture_on_commit_callbacks: Any,
 ) -> None:
     stale = _cached_token(created)
     api.revoke_tokens()
@@ -240,8 +243,9 @@ def test_a_stale_token_is_refreshed_once_and_the_renewed_one_kept(
     (attempt,) = DeliveryAttempt.objects.all()
     assert attempt.status == 200
 
-    # Renewed on the sending thread, stored by the next delivery's thread.
-    assert deletion_requests_deliver(request_ids=[second.pk]) == {"delivered": 1}
+    # Renewed on the sending thread, stored by the next delivery's batch once it commits.
+    with django_capture_on_commit_callbacks(execute=True):
+        assert deletion_requests_deliver(request_ids=[second.pk]) == {"delivered": 1}
     assert api.on("delete")[-1].headers["Authorization"] == f"Bearer {renewed}"
     assert _cached_token(created) == renewed
     assert api.tokens_issued == 2
@@ -698,3 +702,99 @@ def test_an_unstorable_isi_answer_fails_its_own_attempt_not_the_batch(
     assert DeliveryAttempt.objects.count() == 2
     assert SaasDeletion.objects.get().resolution_id == good.pk
     assert _jobs("integrations.tasks.deliver_resolution_requests", bad.pk)
+
+
+def test_an_access_token_that_cannot_be_a_header_fails_the_attempts_not_the_batch(
+    api: IsiSimulator, connection_a: IsiConnection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An access token is visible ASCII (RFC 6749 appendix A.12): one with a character HTTP
+    cannot carry ("€") raised out of the sending threads, which undid the whole batch (its
+    calls to other targets already answered) and failed the job, whose retry called them all
+    again, for ever."""
+    _expired_everywhere(monkeypatch)
+    api.answer_next("token", Reply(200, b'{"access_token": "tok-\\u20ac", "token_type": "Bearer"}'))
+    requests = [
+        DeletionRequestFactory.create(isi_connection=connection_a, remote_identifier=f"C-{i}")
+        for i in range(2)
+    ]
+
+    assert deletion_requests_deliver(request_ids=[r.pk for r in requests]) == {"retry": 2}
+
+    assert api.on("delete") == []
+    for request in DeletionRequest.objects.all():
+        assert request.last_error == (
+            f"OAuth token endpoint {api.token_url} issued an access_token that is not "
+            "visible ASCII (RFC 6749 appendix A.12)"
+        )
+        assert request.delivery_attempts.count() == 1
+    assert "\u20ac" not in (Integration.objects.get().access_token or "")
+
+
+def test_an_identifiers_answer_nested_too_deeply_fails_its_own_attempt_not_the_batch(
+    broker: Any, api: IsiSimulator, connection_a: IsiConnection
+) -> None:
+    """JSON nested past Python's recursion limit raised RecursionError out of the answer's
+    check on the sending thread, undoing the whole batch, and its job's retry for ever."""
+    SaasConnectionFactory.create(broker=broker, url="https://api.mailer.example/erase")
+    good = ResolutionRequestFactory.create(isi_connection=connection_a, remote_identifier="C-1")
+    deep = ResolutionRequestFactory.create(isi_connection=connection_a, remote_identifier="C-2")
+    nested = b'{"identifiers": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+    api.answer_next(
+        "identifiers",
+        Reply(200, b'{"identifiers": {"email": [{"email": "ann@example.com"}]}}'),
+        Reply(200, nested),
+    )
+
+    counts = resolution_requests_deliver(request_ids=[good.pk, deep.pk], threads=1)
+
+    assert counts == {"delivered": 1, "retry": 1}
+    deep.refresh_from_db()
+    assert deep.last_error == "200: the identifiers answer is nested too deeply"
+    (attempt,) = deep.delivery_attempts.all()
+    assert attempt.response_body == f"[not kept: {len(nested)} bytes, nested too deeply]"
+    good.refresh_from_db()
+    assert good.state == RequestState.COMPLETED
+
+
+@pytest.mark.parametrize("asked", ["9" * 400, "1" * 5000])
+def test_a_retry_after_beyond_any_float_is_a_long_wait_not_a_crash(
+    api: IsiSimulator, connection_a: IsiConnection, asked: str
+) -> None:
+    """``Retry-After`` is read on the sending thread: 400 digits overflowed float() and
+    5,000 passed int()'s limit, raising out of the batch (undone, its job retried for ever)."""
+    api.answer_next("delete", Reply(429, b"", headers={"Retry-After": asked}))
+    request = DeletionRequestFactory.create(isi_connection=connection_a)
+
+    assert deletion_requests_deliver(request_ids=[request.pk]) == {"retry": 1}
+
+    request.refresh_from_db()
+    assert request.state == RequestState.QUEUED
+    assert request.next_attempt_at is not None
+    assert request.last_error == "HTTP 429"
+
+
+def test_an_identifiers_answer_naming_a_key_twice_is_a_failed_attempt(
+    broker: Any, api: IsiSimulator, connection_a: IsiConnection
+) -> None:
+    """JSON leaves a key named twice to the parser, and Python keeps the last: the first
+    category's identifiers were dropped without a word, and no SaaS deletion asked for
+    them. The API refuses such a body from a broker; so is this answer."""
+    SaasConnectionFactory.create(broker=broker, url="https://api.mailer.example/erase")
+    request = ResolutionRequestFactory.create(isi_connection=connection_a, remote_identifier="C-1")
+    api.answer_next(
+        "identifiers",
+        Reply(
+            200,
+            b'{"identifiers": {"email": [{"email": "ann@example.com"}],'
+            b' "email": [{"email": "bob@example.com"}]}}',
+        ),
+    )
+
+    assert resolution_requests_deliver(request_ids=[request.pk]) == {"retry": 1}
+
+    request.refresh_from_db()
+    assert request.last_error == (
+        "200: the identifiers answer names the same key twice, so which value is meant "
+        "cannot be told"
+    )
+    assert not SaasDeletion.objects.exists()

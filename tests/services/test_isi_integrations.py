@@ -476,3 +476,60 @@ def test_requests_matched_before_any_target_go_to_every_connection_taking_part(
     assert job.args == {"request_ids": [r.pk for r in requests]}
     event = LedgerEvent.objects.get(kind="isi.connections_refreshed")
     assert event.data["pending_requests_queued"] == 2
+
+
+@pytest.mark.parametrize("token", ["tok\u2019en", "tok\u2026", "tok\nen"])
+def test_a_static_token_a_header_cannot_carry_is_refused_before_anything_is_written(
+    broker, api: IsiSimulator, token: str
+) -> None:
+    """A pasted typographic character ("’", "…") passed, and every call to the API then
+    raised out of http.client: the connection list (the staff action), and every delivery
+    batch of the broker (undone after its calls were answered, its job failing for ever)."""
+    with pytest.raises(ValidationError) as refused:
+        isi_integration_create(
+            broker=broker, name="Acme API", base_url=api.base_url, token=token, actor="test"
+        )
+
+    assert list(refused.value.message_dict) == ["token"]
+    assert token.strip() not in str(refused.value)  # a credential is never echoed
+    assert api.paths == []
+    assert not Integration.objects.exists()
+
+
+@pytest.mark.parametrize("expires_in", [10**12, 10**30, "1000000000000"])
+def test_a_token_lifetime_beyond_the_calendar_is_a_long_one_not_a_crash(
+    broker, expires_in: Any
+) -> None:
+    """``expires_in`` is the token endpoint's to choose: one past year 9999 overflowed the
+    expiry, out of the staff action (the new integration's Webhook Secret, shown once, lost
+    with it) and out of every delivery batch's message building."""
+    with IsiSimulator(connections=broker_connections(), expires_in=expires_in) as oauth_api:
+        created = isi_integration_created(broker, oauth_api)
+        assert created.connections_error == ""
+        stored = Integration.objects.get(pk=created.integration.pk)
+        assert stored.access_token_expires_at is not None
+        assert stored.access_token_expires_at < timezone.now() + dt.timedelta(days=366)
+
+
+def test_a_connection_list_nested_too_deeply_is_a_listing_error_and_the_secret_is_shown(
+    broker, api: IsiSimulator
+) -> None:
+    """RecursionError out of the listing made the staff action fail after the integration was
+    created: its Webhook Secret, shown once, was lost with the traceback."""
+    api.answer_next("connections", Reply(200, b'{"results": ' + b"[" * 5000 + b"]" * 5000 + b"}"))
+
+    created = isi_integration_created(broker, api, oauth=False)
+
+    assert created.webhook_secret
+    assert created.connections_error.endswith("the connection list is nested too deeply")
+
+
+def test_a_token_endpoints_error_nested_too_deeply_is_a_token_error(api: IsiSimulator) -> None:
+    api.answer_next("token", Reply(400, b"[" * 5000 + b"]" * 5000))
+
+    with pytest.raises(IsiError) as failed:
+        oauth_token_fetch(
+            token_url=api.token_url, client_id="id", client_secret="s", allow_private=True
+        )
+
+    assert str(failed.value) == f"OAuth token endpoint {api.token_url}: HTTP 400"

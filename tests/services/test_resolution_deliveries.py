@@ -330,3 +330,26 @@ def test_a_recurring_rounds_saas_deletion_events_say_recurring_and_the_round(
     assert {marks(e) for e in of_round} == {(True, 2)}
     (of_match,) = [e for e in events if e.subject == str(match.resolution.request_uuid)]
     assert of_match.kind == "saas_deletion.delivered" and marks(of_match) == (None, None)
+
+
+def test_a_saas_answer_nested_too_deeply_is_not_kept_and_the_batch_goes_on(
+    broker: Broker, saas_receiver: BrokerSimulator
+) -> None:
+    """The answer is masked on the sending thread: JSON nested past Python's recursion limit
+    (2,000 brackets fit in the 4 KiB read) raised RecursionError out of it, which undid the
+    batch (its other deletions already done) and failed the job, whose retry sent them all
+    again, for ever."""
+    mailer = _mailer(broker, saas_receiver.url)
+    deletions = [
+        SaasDeletionFactory.create(resolution=_answered(broker), saas_connection=mailer)
+        for _ in range(2)
+    ]
+    nested = b"[" * 2000 + b"]" * 2000
+    saas_receiver.script(Reply(200, nested), Reply(200, b"{}"))
+
+    counts = saas_deletions_deliver(deletion_ids=[d.pk for d in deletions], threads=1)
+
+    assert counts == {"delivered": 2}  # any 2xx is the deletion done
+    first = deletions[0].delivery_attempts.get()
+    assert first.response_body == "[not kept: 4000 bytes, nested too deeply]"
+    assert set(SaasDeletion.objects.values_list("state", flat=True)) == {RequestState.COMPLETED}

@@ -28,6 +28,9 @@ from integrations.models import Integration, IsiAuth
 # that expires on its way. A token endpoint that states no lifetime gets this many seconds.
 TOKEN_EXPIRY_MARGIN = 60
 TOKEN_LIFETIME_UNSTATED = 300
+# A longer lifetime is taken as this one: the token endpoint's number may be any size (one
+# past year 9999 overflowed the expiry), and a day-old token is asked for again anyway.
+TOKEN_LIFETIME_MAX = 24 * 3600
 # A token endpoint that failed is not asked again by this process for this many seconds.
 TOKEN_FAILURE_HOLD = 30
 
@@ -73,11 +76,12 @@ def isi_delivery_token(integration: Integration) -> isi.BearerToken:
     """The same for a delivery: the token is had now, on the thread that holds the batch's
     transaction; the call is made on a sender thread, where a 401 renews it without touching
     the database (the next delivery stores the renewed token). A token that cannot be had
-    makes the call fail with that error, so the attempt records why."""
+    makes the call fail with that error, so the attempt records why. A token fetched is
+    stored once the batch commits: the row is not held while its calls are in flight."""
     if integration.auth == IsiAuth.TOKEN:
         return isi_bearer_token(integration)
     try:
-        value = isi_access_token(integration=integration)
+        value = isi_access_token(integration=integration, after_commit=True)
     except isi.IsiError as exc:
         failure = exc
 
@@ -98,11 +102,13 @@ def isi_access_token(
     integration: Integration,
     refresh: bool = False,
     retry_failed: bool = False,
+    after_commit: bool = False,
     now: dt.datetime | None = None,
 ) -> str:
     """The OAuth access token: the cached one until shortly before it expires, else (or with
-    ``refresh``, after a 401) a new one, cached encrypted in the row. Raises ``IsiError``,
-    also for ``TOKEN_FAILURE_HOLD`` seconds after the token endpoint failed, unless
+    ``refresh``, after a 401) a new one, cached encrypted in the row (once the caller's
+    transaction commits, with ``after_commit``). Raises ``IsiError``, also for
+    ``TOKEN_FAILURE_HOLD`` seconds after the token endpoint failed, unless
     ``retry_failed``."""
     now = now or timezone.now()
     credentials = _credentials_fingerprint(integration)
@@ -114,14 +120,14 @@ def isi_access_token(
                 raise held.error
             if isinstance(held, _HeldToken) and now < held.expires_at:
                 if not held.stored:  # renewed on a sender thread
-                    _access_token_store(integration, held)
+                    _access_token_store(integration, held, after_commit=after_commit)
                 return held.value
         cached, expires_at = integration.access_token, integration.access_token_expires_at
         if cached and expires_at and now < expires_at:
             _hold(integration.pk, _HeldToken(cached, expires_at, credentials, stored=True))
             return cached
     held_token = _access_token_fetch(integration, now)
-    _access_token_store(integration, held_token)
+    _access_token_store(integration, held_token, after_commit=after_commit)
     return held_token.value
 
 
@@ -166,24 +172,56 @@ def _access_token_fetch(integration: Integration, now: dt.datetime) -> _HeldToke
         until = now + dt.timedelta(seconds=TOKEN_FAILURE_HOLD)
         _hold(integration.pk, _TokenFailure(exc, credentials, until))
         raise
-    lifetime = fetched.expires_in or TOKEN_LIFETIME_UNSTATED
+    lifetime = min(fetched.expires_in or TOKEN_LIFETIME_UNSTATED, TOKEN_LIFETIME_MAX)
     expires_at = now + dt.timedelta(seconds=max(lifetime - TOKEN_EXPIRY_MARGIN, lifetime / 2))
     held = _HeldToken(fetched.value, expires_at, credentials, stored=False)
     _hold(integration.pk, held)
     return held
 
 
-def _access_token_store(integration: Integration, held: _HeldToken) -> None:
-    # A cache, not a change of state: no ledger event. Often called inside a delivery
-    # batch's transaction, where the row's lock would be held until every call of the batch
-    # is answered: a row another transaction holds is skipped (it is storing a token too).
+def _access_token_store(
+    integration: Integration, held: _HeldToken, *, after_commit: bool = False
+) -> None:
+    """Cache ``held`` in the row: a cache, not a change of state, so no ledger event.
+
+    ``after_commit`` (a delivery batch): written once the caller's transaction commits. Its
+    lock on the row would be held until every call of the batch is answered, minutes for a
+    slow broker, and staff (an edit, a connection refresh) and the cycle's refresh before
+    matching (holding the broker's matching lock) lock that row.
+    """
     integration.access_token, integration.access_token_expires_at = held.value, held.expires_at
+    _hold_stored(integration.pk, held)  # one write per token, however many rows ask
+    pk = integration.pk
+
+    def write() -> None:  # named: a robust hook that fails is logged by its __qualname__
+        _access_token_write(pk, held)
+
+    if after_commit:
+        transaction.on_commit(write, robust=True)
+    else:
+        write()
+
+
+def _access_token_write(pk: int, held: _HeldToken) -> None:
+    # A row another transaction holds is skipped (storing a token too, or staff editing it);
+    # a row whose credentials changed since the token was fetched (staff dropped the cached
+    # token with them) is left alone: that token is not for its credentials.
     with transaction.atomic():
-        free = Integration.objects.select_for_update(skip_locked=True, of=("self",)).filter(
-            pk=integration.pk
+        row = (
+            Integration.objects.select_for_update(skip_locked=True, of=("self",))
+            .only("token_url", "client_id", "client_secret")
+            .filter(pk=pk)
+            .first()
         )
-        if list(free.values_list("pk", flat=True)):
-            Integration.objects.filter(pk=integration.pk).update(
+        if row is not None and _credentials_fingerprint(row) == held.credentials:
+            Integration.objects.filter(pk=pk).update(
                 access_token=held.value, access_token_expires_at=held.expires_at
             )
-    _hold(integration.pk, dataclasses.replace(held, stored=True))
+
+
+def _hold_stored(pk: int, held: _HeldToken) -> None:
+    """Mark ``held`` stored, unless a newer token took its place meanwhile."""
+    with _held_lock:
+        current = _held.get(pk)
+        if current is None or (isinstance(current, _HeldToken) and current.value == held.value):
+            _held[pk] = dataclasses.replace(held, stored=True)

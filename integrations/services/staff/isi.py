@@ -40,6 +40,7 @@ from integrations.services.row_updates import row_locked, row_update
 from integrations.services.staff.integrations import integration_updated
 from integrations.validators import (
     base_url_validate,
+    bearer_token_validate,
     integration_name_validate,
     target_url_validate,
 )
@@ -77,6 +78,7 @@ def isi_credentials_validate(
             {"auth": "give either a static token or OAuth client credentials, not both"}
         )
     if token:
+        token = bearer_token_validate(token)
         return {"auth": IsiAuth.TOKEN, "token": token, **dict.fromkeys(_OAUTH_FIELDS, "")}
     if not oauth_given:
         raise ValidationError(

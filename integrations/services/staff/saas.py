@@ -28,7 +28,7 @@ from integrations.services.dispatch.resolutions import FINAL_SAAS_STATES, resolu
 from integrations.services.ledger import ledger_event_append
 from integrations.services.locks import matching_lock
 from integrations.services.row_updates import Audited, row_locked, row_update
-from integrations.validators import target_url_validate
+from integrations.validators import bearer_token_validate, target_url_validate
 
 _CATEGORY_RE = re.compile(r"[a-z][a-z0-9_]{0,31}")
 
@@ -61,7 +61,7 @@ def saas_connection_create(
         broker=broker,
         name=name,
         url=url,
-        token=(token or "").strip(),
+        token=bearer_token_validate((token or "").strip()),
         identifier_categories=categories_validate(categories),
     )
     connection.token_changed_at = timezone.now() if connection.token else None
@@ -106,6 +106,8 @@ def saas_connection_update(
         changes["url"] = target_url_validate(url)
     if categories is not None:
         changes["identifier_categories"] = categories_validate(categories)
+    if token is not None:
+        token = bearer_token_validate(token.strip())
 
     with transaction.atomic():
         quiet, entries = _token_follows_url(row_locked(connection), changes, token)
