@@ -132,7 +132,7 @@ def error_text(response: requests.Response, redact: Callable[[str], str]) -> str
     if text.startswith("{"):
         try:
             body = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # nested deeper than Python's parser follows
             body = None
         if isinstance(body, dict) and body.get("message"):
             message = str(body["message"])
@@ -150,7 +150,7 @@ def media_type(response: requests.Response) -> str:
 def json_body(response: requests.Response) -> Any:
     try:
         return json.loads(response.content)
-    except (ValueError, requests.RequestException):
+    except (ValueError, RecursionError, requests.RequestException):
         return None
 
 

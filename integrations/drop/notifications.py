@@ -136,7 +136,7 @@ def notification_message(body: bytes) -> str:
     recorded for its event type, whatever its body says."""
     try:
         payload = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return ""
     message = payload.get("message") if isinstance(payload, dict) else None
     # PostgreSQL text cannot hold a NUL.
