@@ -21,10 +21,12 @@ from integrations.models import ApiKey, ApiKeyScope, Directive
 from integrations.services.providers.directives import REFERENCE_MAX, directive_acknowledge
 from integrations.web.errors import Problem
 from integrations.web.permissions import HasScope
+from integrations.wire_fields import StrictCharField
 
 
 class AcknowledgementRequestSerializer(serializers.Serializer):
-    reference = serializers.CharField(
+    reference = StrictCharField(  # a JSON string: a number is not taken as its digits
+        trim_whitespace=True,
         max_length=REFERENCE_MAX,
         help_text="The provider's own reference for the deletion (a ticket, a job id).",
     )

@@ -117,7 +117,10 @@ def test_a_key_without_the_scope_is_refused_403(
     assert answer.json()["code"] == "scope_missing"
 
 
-@pytest.mark.parametrize("body", [{}, {"reference": ""}, {"reference": "x" * 501}])
+@pytest.mark.parametrize(
+    "body",
+    [{}, {"reference": ""}, {"reference": "x" * 501}, {"reference": 12}, {"reference": True}],
+)
 def test_a_missing_or_bad_reference_is_400(
     api_client: APIClient, directive: Directive, mailhouse: ServiceProvider, body: Any
 ) -> None:
