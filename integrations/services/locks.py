@@ -109,7 +109,9 @@ def matching_lock(*, broker: Broker, timeout: float | None = None) -> None:
     Requests before their work items: a delivery batch or a callback holds its request while
     it settles the request's item, and an import cancels the requests of the items it
     removes. Work items by id, because a delivery batch and a retirement each settle several
-    in one transaction; settling a SaaS deletion takes its resolution's row just before its
+    in one transaction (a late match takes all it matched first, by id: its update would
+    take them as its plan reads them, its requests' foreign key checks as they were
+    written); settling a SaaS deletion takes its resolution's row just before its
     item's, so those go by (work item, resolution) (``DeliveryKind.settles``).
     """
     with connection.cursor() as cursor:

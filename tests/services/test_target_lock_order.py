@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import threading
+from base64 import b64encode
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,6 +34,7 @@ from django.db import connection, connections, transaction
 from devtools.broker_simulator import BrokerSimulator, Reply
 from devtools.drop_simulator import work_items
 from devtools.isi_simulator import IsiSimulator
+from integrations.consumers.api_reader import parse_api_consumers
 from integrations.models import (
     Broker,
     DeletionRequest,
@@ -47,8 +49,10 @@ from integrations.models import (
     WorkItemState,
 )
 from integrations.services.cycle import drop_import
+from integrations.services.cycle.consumers import consumers_register
 from integrations.services.cycle.drop_import import drop_zip_import
 from integrations.services.cycle.isi_connections import isi_connections_refresh
+from integrations.services.cycle.work_items import work_item_status_set
 from integrations.services.dispatch import deliveries
 from integrations.services.dispatch.deliveries import (
     deletion_requests_deliver,
@@ -597,6 +601,49 @@ def test_a_saas_batch_settling_items_while_another_saas_connection_is_retired_en
         SaasDeletion.objects.filter(saas_connection=newsletter).values_list("state", flat=True)
     ) == {RequestState.CANCELLED}
     assert SaasConnection.objects.get(pk=newsletter.pk).retired_at is not None
+
+
+def _registered_late(broker: Broker, *items: WorkItem) -> Callable[[], object]:
+    """A registration (the API's) of one new consumer per item, each with its item's hash:
+    the same people come back, from a supplier say, and are matched late."""
+    records = [
+        {"remote_identifier": f"R-{item.pk}", "hashes": {"email": [b64encode(item.hash).decode()]}}
+        for item in items
+    ]
+    return lambda: consumers_register(
+        broker=broker, records=parse_api_consumers(records), actor="test", source="api"
+    )
+
+
+def test_a_saas_batch_settling_items_while_a_late_match_takes_them_ends_both(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batch settles its two items by id; the late match of both updates the second (a
+    status staff set while its deletions were out goes back to open) and checks the first,
+    at its commit, for the foreign key of its new request. Each must take them in one
+    order."""
+    with BrokerSimulator() as mailer_api:
+        crm = webhook_integration_created(broker, "http://127.0.0.1:9/d").integration
+        mailer = SaasConnectionFactory.create(broker=broker, url=mailer_api.url)
+        first, second = WorkItemFactory.create_batch(2, cycle__broker=broker)
+        deletions = []
+        for item in (first, second):
+            DeletionRequestFactory.create(integration=crm, work_item=item, dispatched=True)
+            resolution = _resolved(crm, item)
+            deletions.append(
+                SaasDeletionFactory.create(resolution=resolution, saas_connection=mailer)
+            )
+        work_item_status_set(work_item=second, status_code=3, reason="CRM down", actor="test")
+
+        errors = _while_a_batch_settles(
+            monkeypatch,
+            lambda: saas_deletions_deliver(deletion_ids=[d.pk for d in deletions]),
+            _registered_late(broker, first, second),
+        )
+
+    assert errors == []
+    assert set(SaasDeletion.objects.values_list("state", flat=True)) == {RequestState.COMPLETED}
+    assert DeletionRequest.objects.filter(late_match=True).count() == 2
 
 
 def test_a_saas_deletion_answered_while_an_import_removes_its_item_ends_both(
