@@ -32,15 +32,17 @@ import pytest
 from django.db import connection, connections, transaction
 
 from devtools.broker_simulator import BrokerSimulator, Reply
-from devtools.drop_simulator import work_items
+from devtools.drop_simulator import DropSimulator, work_items
 from devtools.isi_simulator import IsiSimulator
 from integrations.consumers.api_reader import parse_api_consumers
+from integrations.drop.client import DropClient
 from integrations.models import (
     Broker,
     DeletionRequest,
     DropCycle,
     Integration,
     ReportFile,
+    ReportFileState,
     RequestState,
     ResolutionRequest,
     SaasConnection,
@@ -60,6 +62,7 @@ from integrations.services.dispatch.deliveries import (
     saas_deletions_deliver,
 )
 from integrations.services.reporting.report_files import report_files_write
+from integrations.services.reporting.report_uploads import report_files_upload
 from integrations.services.staff.integrations import (
     integration_disable,
     integration_enable,
@@ -79,6 +82,7 @@ from tests.builders import (
     SaasDeletionFactory,
     WorkItemFactory,
     broker_connections,
+    broker_reports_to,
     drop_zip,
     isi_integration_created,
     webhook_integration_created,
@@ -644,6 +648,69 @@ def test_a_saas_batch_settling_items_while_a_late_match_takes_them_ends_both(
     assert errors == []
     assert set(SaasDeletion.objects.values_list("state", flat=True)) == {RequestState.COMPLETED}
     assert DeletionRequest.objects.filter(late_match=True).count() == 2
+
+
+def _statuses_set_while_mailed(
+    broker: Broker, mailer_url: str
+) -> tuple[WorkItem, WorkItem, list[SaasDeletion]]:
+    """Two items of one cycle, each with its SaaS deletion queued, and a status staff set by
+    hand meanwhile (reportable, their requests still open). The first by our id is the
+    second by DROP's work item id (which need not follow ours), and its status was set
+    last: its row now lies after the second's."""
+    crm = webhook_integration_created(broker, "http://127.0.0.1:9/d").integration
+    mailer = SaasConnectionFactory.create(broker=broker, url=mailer_url)
+    first = WorkItemFactory.create(cycle__broker=broker, work_item_id="zzzzzzzzzzzz")
+    second = WorkItemFactory.create(cycle=first.cycle, work_item_id="AAAAAAAAAAAA")
+    deletions = []
+    for item in (first, second):
+        DeletionRequestFactory.create(integration=crm, work_item=item, dispatched=True)
+        resolution = _resolved(crm, item)
+        deletions.append(SaasDeletionFactory.create(resolution=resolution, saas_connection=mailer))
+    for item in (second, first):
+        work_item_status_set(work_item=item, status_code=3, reason="CRM down", actor="test")
+    return first, second, deletions
+
+
+def test_a_saas_batch_settling_items_while_a_report_marks_them_ends_both(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batch settles the two items by id; the report marks the cycle's rows in the order
+    its plan reads them (by DROP's id through the cycle's index, or as they lie)."""
+    with BrokerSimulator() as mailer_api:
+        first, _, deletions = _statuses_set_while_mailed(broker, mailer_api.url)
+
+        errors = _while_a_batch_settles(
+            monkeypatch,
+            lambda: saas_deletions_deliver(deletion_ids=[d.pk for d in deletions]),
+            lambda: report_files_write(broker=broker, cycle=first.cycle, actor="test"),
+        )
+
+    assert errors == []
+    assert set(SaasDeletion.objects.values_list("state", flat=True)) == {RequestState.COMPLETED}
+    assert ReportFile.objects.get(cycle=first.cycle).rows == 2
+
+
+def test_a_saas_batch_settling_items_while_drop_takes_their_file_ends_both(
+    broker: Broker, drop: DropSimulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As DROP accepts the file, its rows are marked reported in the order the plan reads
+    them; the batch settles the same two items by id."""
+    broker_reports_to(broker, drop)
+    with BrokerSimulator() as mailer_api:
+        first, _, deletions = _statuses_set_while_mailed(broker, mailer_api.url)
+        (written,) = report_files_write(broker=broker, cycle=first.cycle, actor="test")
+        client = DropClient(drop.url, drop.api_key, allow_private=True)
+
+        errors = _while_a_batch_settles(
+            monkeypatch,
+            lambda: saas_deletions_deliver(deletion_ids=[d.pk for d in deletions]),
+            lambda: report_files_upload(broker=broker, client=client, actor="test"),
+        )
+
+    assert errors == []
+    assert set(SaasDeletion.objects.values_list("state", flat=True)) == {RequestState.COMPLETED}
+    assert ReportFile.objects.get(pk=written.pk).state == ReportFileState.ACCEPTED
+    assert set(WorkItem.objects.values_list("report_file", flat=True)) == {written.pk}
 
 
 def test_a_saas_deletion_answered_while_an_import_removes_its_item_ends_both(
