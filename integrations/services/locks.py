@@ -109,10 +109,13 @@ def matching_lock(*, broker: Broker, timeout: float | None = None) -> None:
     Requests before their work items: a delivery batch or a callback holds its request while
     it settles the request's item, and an import cancels the requests of the items it
     removes. Work items by id, because a delivery batch and a retirement each settle several
-    in one transaction (a late match takes all it matched first, by id: its update would
-    take them as its plan reads them, its requests' foreign key checks as they were
-    written); settling a SaaS deletion takes its resolution's row just before its
-    item's, so those go by (work item, resolution) (``DeliveryKind.settles``).
+    in one transaction; settling a SaaS deletion takes its resolution's row just before its
+    item's, so those go by (work item, resolution) (``DeliveryKind.settles``). One statement
+    updating many work items takes them as its plan reads them, so each that may meet a
+    settler locks its rows by id first: the late match (whose new requests' foreign key
+    checks would take the rest at commit, as they were written), the report's markings and
+    a file's rows released or given up. Closing the items DROP removed need not: it cancels
+    their requests first, and waits there for any settler holding one.
     """
     with connection.cursor() as cursor:
         advisory_xact_lock(cursor, purpose=_MATCHING_LOCK, key=broker.pk, timeout=timeout)

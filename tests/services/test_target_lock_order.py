@@ -43,6 +43,7 @@ from integrations.models import (
     Integration,
     ReportFile,
     ReportFileState,
+    ReportKind,
     RequestState,
     ResolutionRequest,
     SaasConnection,
@@ -61,8 +62,11 @@ from integrations.services.dispatch.deliveries import (
     resolution_requests_deliver,
     saas_deletions_deliver,
 )
+from integrations.services.reporting.report_approval import report_file_reject
 from integrations.services.reporting.report_files import report_files_write
+from integrations.services.reporting.report_manual import report_file_discard
 from integrations.services.reporting.report_uploads import report_files_upload
+from integrations.services.staff.brokers import broker_update
 from integrations.services.staff.integrations import (
     integration_disable,
     integration_enable,
@@ -651,16 +655,17 @@ def test_a_saas_batch_settling_items_while_a_late_match_takes_them_ends_both(
 
 
 def _statuses_set_while_mailed(
-    broker: Broker, mailer_url: str
+    broker: Broker, mailer_url: str, **reported: Any
 ) -> tuple[WorkItem, WorkItem, list[SaasDeletion]]:
     """Two items of one cycle, each with its SaaS deletion queued, and a status staff set by
     hand meanwhile (reportable, their requests still open). The first by our id is the
     second by DROP's work item id (which need not follow ours), and its status was set
-    last: its row now lies after the second's."""
+    last: its row now lies after the second's. ``reported``: what DROP held before (the
+    status set then owes an amendment)."""
     crm = webhook_integration_created(broker, "http://127.0.0.1:9/d").integration
     mailer = SaasConnectionFactory.create(broker=broker, url=mailer_url)
-    first = WorkItemFactory.create(cycle__broker=broker, work_item_id="zzzzzzzzzzzz")
-    second = WorkItemFactory.create(cycle=first.cycle, work_item_id="AAAAAAAAAAAA")
+    first = WorkItemFactory.create(cycle__broker=broker, work_item_id="zzzzzzzzzzzz", **reported)
+    second = WorkItemFactory.create(cycle=first.cycle, work_item_id="AAAAAAAAAAAA", **reported)
     deletions = []
     for item in (first, second):
         DeletionRequestFactory.create(integration=crm, work_item=item, dispatched=True)
@@ -711,6 +716,52 @@ def test_a_saas_batch_settling_items_while_drop_takes_their_file_ends_both(
     assert set(SaasDeletion.objects.values_list("state", flat=True)) == {RequestState.COMPLETED}
     assert ReportFile.objects.get(pk=written.pk).state == ReportFileState.ACCEPTED
     assert set(WorkItem.objects.values_list("report_file", flat=True)) == {written.pk}
+
+
+def test_a_saas_batch_settling_items_while_their_file_is_not_approved_ends_both(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Staff who review the broker's uploads reject the file: its rows leave it, in the
+    order the plan reads them; the batch settles the same two items by id."""
+    broker_update(broker=broker, approve_uploads=True, actor="staff:carol")
+    with BrokerSimulator() as mailer_api:
+        first, _, deletions = _statuses_set_while_mailed(broker, mailer_api.url)
+        (written,) = report_files_write(broker=broker, cycle=first.cycle, actor="staff:alice")
+
+        errors = _while_a_batch_settles(
+            monkeypatch,
+            lambda: saas_deletions_deliver(deletion_ids=[d.pk for d in deletions]),
+            lambda: report_file_reject(report_file=written, reason="redo", actor="staff:bob"),
+        )
+
+    assert errors == []
+    assert set(SaasDeletion.objects.values_list("state", flat=True)) == {RequestState.COMPLETED}
+    assert ReportFile.objects.get(pk=written.pk).state == ReportFileState.NOT_APPROVED
+    assert set(WorkItem.objects.values_list("pending_report_file", flat=True)) == {None}
+
+
+def test_a_saas_batch_settling_items_while_their_amendment_is_given_up_ends_both(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DROP rejected the amendment of two items it held as 4; staff give it up, which moves
+    its rows back in the order the plan reads them; the batch settles them by id."""
+    with BrokerSimulator() as mailer_api:
+        first, _, deletions = _statuses_set_while_mailed(
+            broker, mailer_api.url, reported=True, status_code=4
+        )
+        (amendment,) = report_files_write(broker=broker, cycle=first.cycle, actor="test")
+        assert amendment.kind == ReportKind.AMEND
+        ReportFile.objects.filter(pk=amendment.pk).update(state=ReportFileState.REJECTED)
+
+        errors = _while_a_batch_settles(
+            monkeypatch,
+            lambda: saas_deletions_deliver(deletion_ids=[d.pk for d in deletions]),
+            lambda: report_file_discard(report_file=amendment, reason="DROP", actor="test"),
+        )
+
+    assert errors == []
+    assert set(SaasDeletion.objects.values_list("state", flat=True)) == {RequestState.COMPLETED}
+    assert ReportFile.objects.get(pk=amendment.pk).state == ReportFileState.DISCARDED
 
 
 def test_a_saas_deletion_answered_while_an_import_removes_its_item_ends_both(
