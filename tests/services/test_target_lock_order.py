@@ -13,7 +13,10 @@ And the rows several transactions lock in one: a delivery batch that settles the
 of what it delivered (a SaaS deletion's, an ISI answer's) and a retirement that settles those
 of what it cancelled take them in id order; an import that removes items takes their
 requests (which a batch in flight holds) before them, and their earlier cycles (which a
-report holds while it marks their items) before them too.
+report holds while it marks their items) before them too. A statement that updates many
+work items (a late match, the report's markings, a file's rows released or given up, the
+items DROP removed closed) locks them by id first: the test makes its plan read them in
+another order (DROP's work item ids, or rows rewritten since) than the one a batch settles.
 
 This test commits (threads and a second connection must see the rows).
 """
@@ -762,6 +765,60 @@ def test_a_saas_batch_settling_items_while_their_amendment_is_given_up_ends_both
     assert errors == []
     assert set(SaasDeletion.objects.values_list("state", flat=True)) == {RequestState.COMPLETED}
     assert ReportFile.objects.get(pk=amendment.pk).state == ReportFileState.DISCARDED
+
+
+def test_an_import_removing_items_while_drop_takes_their_file_ends_both(
+    broker: Broker, drop: DropSimulator, tmp_path: Path
+) -> None:
+    """DROP takes a file whose rows a new download's Removed list closes, two of them, while
+    a callback holds a third (between them by id)."""
+    broker_reports_to(broker, drop)
+    three = list(work_items(3, start=10))
+    drop_zip_import(
+        broker=broker,
+        path=_package(broker, tmp_path, "20261120_4821_DROP.zip", Email=three),
+        actor="test",
+    )
+    low, middle, high = WorkItem.objects.order_by("pk")
+    (written,) = report_files_write(broker=broker, cycle=low.cycle, actor="test")
+    hashes = dict(three)
+    removed = [(item.work_item_id, hashes[item.work_item_id], "Email") for item in (high, low)]
+    package = _package(broker, tmp_path, "20261121_4821_DROP.zip", Email=[], removed=removed)
+    client = DropClient(drop.url, drop.api_key, allow_private=True)
+    held, release = threading.Event(), threading.Event()
+
+    def callback() -> None:
+        with transaction.atomic():
+            WorkItem.objects.select_for_update().get(pk=middle.pk)
+            held.set()
+            release.wait(30)
+
+    errors: list[BaseException] = []
+    try:
+        holding = _in_thread(callback, errors)
+        assert held.wait(30)
+        uploading = _in_thread(
+            lambda: report_files_upload(broker=broker, client=client, actor="test"), errors
+        )
+        wait_until(lambda: sessions_waiting_for_locks() >= 1, "the upload did not wait")
+        importing = _in_thread(
+            lambda: drop_zip_import(broker=broker, path=package, actor="test"), errors
+        )
+        wait_until(lambda: sessions_waiting_for_locks() >= 2, "the import did not wait")
+    finally:
+        release.set()
+    for thread in (holding, uploading, importing):
+        thread.join(60)
+        assert not thread.is_alive()
+
+    assert errors == []
+    assert ReportFile.objects.get(pk=written.pk).state == ReportFileState.ACCEPTED
+    states = dict(WorkItem.objects.values_list("pk", "state"))
+    assert states == {
+        low.pk: WorkItemState.REMOVED,
+        middle.pk: WorkItemState.REPORTED,
+        high.pk: WorkItemState.REMOVED,
+    }
 
 
 def test_a_saas_deletion_answered_while_an_import_removes_its_item_ends_both(
