@@ -110,7 +110,13 @@ def matching_lock(*, broker: Broker, timeout: float | None = None) -> None:
     it settles the request's item, and an import cancels the requests of the items it
     removes. Work items by id, because a delivery batch and a retirement each settle several
     in one transaction; settling a SaaS deletion takes its resolution's row just before its
-    item's, so those go by (work item, resolution) (``DeliveryKind.settles``).
+    item's, so those go by (work item, resolution) (``DeliveryKind.settles``). One statement
+    updating many work items takes them as its plan reads them, so each that may meet a
+    settler locks its rows by id first: the late match (whose new requests' foreign key
+    checks would take the rest at commit, as they were written), the report's markings, a
+    file's rows released or given up, and closing the items DROP removed (its requests
+    cancelled first: a batch holding one is waited for there; but DROP may be taking a file
+    of those items at the same time).
     """
     with connection.cursor() as cursor:
         advisory_xact_lock(cursor, purpose=_MATCHING_LOCK, key=broker.pk, timeout=timeout)

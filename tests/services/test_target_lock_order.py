@@ -13,7 +13,10 @@ And the rows several transactions lock in one: a delivery batch that settles the
 of what it delivered (a SaaS deletion's, an ISI answer's) and a retirement that settles those
 of what it cancelled take them in id order; an import that removes items takes their
 requests (which a batch in flight holds) before them, and their earlier cycles (which a
-report holds while it marks their items) before them too.
+report holds while it marks their items) before them too. A statement that updates many
+work items (a late match, the report's markings, a file's rows released or given up, the
+items DROP removed closed) locks them by id first: the test makes its plan read them in
+another order (DROP's work item ids, or rows rewritten since) than the one a batch settles.
 
 This test commits (threads and a second connection must see the rows).
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import json
 import threading
+from base64 import b64encode
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,14 +35,18 @@ import pytest
 from django.db import connection, connections, transaction
 
 from devtools.broker_simulator import BrokerSimulator, Reply
-from devtools.drop_simulator import work_items
+from devtools.drop_simulator import DropSimulator, work_items
 from devtools.isi_simulator import IsiSimulator
+from integrations.consumers.api_reader import parse_api_consumers
+from integrations.drop.client import DropClient
 from integrations.models import (
     Broker,
     DeletionRequest,
     DropCycle,
     Integration,
     ReportFile,
+    ReportFileState,
+    ReportKind,
     RequestState,
     ResolutionRequest,
     SaasConnection,
@@ -47,15 +55,21 @@ from integrations.models import (
     WorkItemState,
 )
 from integrations.services.cycle import drop_import
+from integrations.services.cycle.consumers import consumers_register
 from integrations.services.cycle.drop_import import drop_zip_import
 from integrations.services.cycle.isi_connections import isi_connections_refresh
+from integrations.services.cycle.work_items import work_item_status_set
 from integrations.services.dispatch import deliveries
 from integrations.services.dispatch.deliveries import (
     deletion_requests_deliver,
     resolution_requests_deliver,
     saas_deletions_deliver,
 )
+from integrations.services.reporting.report_approval import report_file_reject
 from integrations.services.reporting.report_files import report_files_write
+from integrations.services.reporting.report_manual import report_file_discard
+from integrations.services.reporting.report_uploads import report_files_upload
+from integrations.services.staff.brokers import broker_update
 from integrations.services.staff.integrations import (
     integration_disable,
     integration_enable,
@@ -75,6 +89,7 @@ from tests.builders import (
     SaasDeletionFactory,
     WorkItemFactory,
     broker_connections,
+    broker_reports_to,
     drop_zip,
     isi_integration_created,
     webhook_integration_created,
@@ -597,6 +612,213 @@ def test_a_saas_batch_settling_items_while_another_saas_connection_is_retired_en
         SaasDeletion.objects.filter(saas_connection=newsletter).values_list("state", flat=True)
     ) == {RequestState.CANCELLED}
     assert SaasConnection.objects.get(pk=newsletter.pk).retired_at is not None
+
+
+def _registered_late(broker: Broker, *items: WorkItem) -> Callable[[], object]:
+    """A registration (the API's) of one new consumer per item, each with its item's hash:
+    the same people come back, from a supplier say, and are matched late."""
+    records = [
+        {"remote_identifier": f"R-{item.pk}", "hashes": {"email": [b64encode(item.hash).decode()]}}
+        for item in items
+    ]
+    return lambda: consumers_register(
+        broker=broker, records=parse_api_consumers(records), actor="test", source="api"
+    )
+
+
+def test_a_saas_batch_settling_items_while_a_late_match_takes_them_ends_both(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batch settles its two items by id; the late match of both updates the second (a
+    status staff set while its deletions were out goes back to open) and checks the first,
+    at its commit, for the foreign key of its new request. Each must take them in one
+    order."""
+    with BrokerSimulator() as mailer_api:
+        crm = webhook_integration_created(broker, "http://127.0.0.1:9/d").integration
+        mailer = SaasConnectionFactory.create(broker=broker, url=mailer_api.url)
+        first, second = WorkItemFactory.create_batch(2, cycle__broker=broker)
+        deletions = []
+        for item in (first, second):
+            DeletionRequestFactory.create(integration=crm, work_item=item, dispatched=True)
+            resolution = _resolved(crm, item)
+            deletions.append(
+                SaasDeletionFactory.create(resolution=resolution, saas_connection=mailer)
+            )
+        work_item_status_set(work_item=second, status_code=3, reason="CRM down", actor="test")
+
+        errors = _while_a_batch_settles(
+            monkeypatch,
+            lambda: saas_deletions_deliver(deletion_ids=[d.pk for d in deletions]),
+            _registered_late(broker, first, second),
+        )
+
+    assert errors == []
+    assert set(SaasDeletion.objects.values_list("state", flat=True)) == {RequestState.COMPLETED}
+    assert DeletionRequest.objects.filter(late_match=True).count() == 2
+
+
+def _statuses_set_while_mailed(
+    broker: Broker, mailer_url: str, **reported: Any
+) -> tuple[WorkItem, WorkItem, list[SaasDeletion]]:
+    """Two items of one cycle, each with its SaaS deletion queued, and a status staff set by
+    hand meanwhile (reportable, their requests still open). The first by our id is the
+    second by DROP's work item id (which need not follow ours), and its status was set
+    last: its row now lies after the second's. ``reported``: what DROP held before (the
+    status set then owes an amendment)."""
+    crm = webhook_integration_created(broker, "http://127.0.0.1:9/d").integration
+    mailer = SaasConnectionFactory.create(broker=broker, url=mailer_url)
+    first = WorkItemFactory.create(cycle__broker=broker, work_item_id="zzzzzzzzzzzz", **reported)
+    second = WorkItemFactory.create(cycle=first.cycle, work_item_id="AAAAAAAAAAAA", **reported)
+    deletions = []
+    for item in (first, second):
+        DeletionRequestFactory.create(integration=crm, work_item=item, dispatched=True)
+        resolution = _resolved(crm, item)
+        deletions.append(SaasDeletionFactory.create(resolution=resolution, saas_connection=mailer))
+    for item in (second, first):
+        work_item_status_set(work_item=item, status_code=3, reason="CRM down", actor="test")
+    return first, second, deletions
+
+
+def test_a_saas_batch_settling_items_while_a_report_marks_them_ends_both(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batch settles the two items by id; the report marks the cycle's rows in the order
+    its plan reads them (by DROP's id through the cycle's index, or as they lie)."""
+    with BrokerSimulator() as mailer_api:
+        first, _, deletions = _statuses_set_while_mailed(broker, mailer_api.url)
+
+        errors = _while_a_batch_settles(
+            monkeypatch,
+            lambda: saas_deletions_deliver(deletion_ids=[d.pk for d in deletions]),
+            lambda: report_files_write(broker=broker, cycle=first.cycle, actor="test"),
+        )
+
+    assert errors == []
+    assert set(SaasDeletion.objects.values_list("state", flat=True)) == {RequestState.COMPLETED}
+    assert ReportFile.objects.get(cycle=first.cycle).rows == 2
+
+
+def test_a_saas_batch_settling_items_while_drop_takes_their_file_ends_both(
+    broker: Broker, drop: DropSimulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As DROP accepts the file, its rows are marked reported in the order the plan reads
+    them; the batch settles the same two items by id."""
+    broker_reports_to(broker, drop)
+    with BrokerSimulator() as mailer_api:
+        first, _, deletions = _statuses_set_while_mailed(broker, mailer_api.url)
+        (written,) = report_files_write(broker=broker, cycle=first.cycle, actor="test")
+        client = DropClient(drop.url, drop.api_key, allow_private=True)
+
+        errors = _while_a_batch_settles(
+            monkeypatch,
+            lambda: saas_deletions_deliver(deletion_ids=[d.pk for d in deletions]),
+            lambda: report_files_upload(broker=broker, client=client, actor="test"),
+        )
+
+    assert errors == []
+    assert set(SaasDeletion.objects.values_list("state", flat=True)) == {RequestState.COMPLETED}
+    assert ReportFile.objects.get(pk=written.pk).state == ReportFileState.ACCEPTED
+    assert set(WorkItem.objects.values_list("report_file", flat=True)) == {written.pk}
+
+
+def test_a_saas_batch_settling_items_while_their_file_is_not_approved_ends_both(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Staff who review the broker's uploads reject the file: its rows leave it, in the
+    order the plan reads them; the batch settles the same two items by id."""
+    broker_update(broker=broker, approve_uploads=True, actor="staff:carol")
+    with BrokerSimulator() as mailer_api:
+        first, _, deletions = _statuses_set_while_mailed(broker, mailer_api.url)
+        (written,) = report_files_write(broker=broker, cycle=first.cycle, actor="staff:alice")
+
+        errors = _while_a_batch_settles(
+            monkeypatch,
+            lambda: saas_deletions_deliver(deletion_ids=[d.pk for d in deletions]),
+            lambda: report_file_reject(report_file=written, reason="redo", actor="staff:bob"),
+        )
+
+    assert errors == []
+    assert set(SaasDeletion.objects.values_list("state", flat=True)) == {RequestState.COMPLETED}
+    assert ReportFile.objects.get(pk=written.pk).state == ReportFileState.NOT_APPROVED
+    assert set(WorkItem.objects.values_list("pending_report_file", flat=True)) == {None}
+
+
+def test_a_saas_batch_settling_items_while_their_amendment_is_given_up_ends_both(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DROP rejected the amendment of two items it held as 4; staff give it up, which moves
+    its rows back in the order the plan reads them; the batch settles them by id."""
+    with BrokerSimulator() as mailer_api:
+        first, _, deletions = _statuses_set_while_mailed(
+            broker, mailer_api.url, reported=True, status_code=4
+        )
+        (amendment,) = report_files_write(broker=broker, cycle=first.cycle, actor="test")
+        assert amendment.kind == ReportKind.AMEND
+        ReportFile.objects.filter(pk=amendment.pk).update(state=ReportFileState.REJECTED)
+
+        errors = _while_a_batch_settles(
+            monkeypatch,
+            lambda: saas_deletions_deliver(deletion_ids=[d.pk for d in deletions]),
+            lambda: report_file_discard(report_file=amendment, reason="DROP", actor="test"),
+        )
+
+    assert errors == []
+    assert set(SaasDeletion.objects.values_list("state", flat=True)) == {RequestState.COMPLETED}
+    assert ReportFile.objects.get(pk=amendment.pk).state == ReportFileState.DISCARDED
+
+
+def test_an_import_removing_items_while_drop_takes_their_file_ends_both(
+    broker: Broker, drop: DropSimulator, tmp_path: Path
+) -> None:
+    """DROP takes a file whose rows a new download's Removed list closes, two of them, while
+    a callback holds a third (between them by id)."""
+    broker_reports_to(broker, drop)
+    three = list(work_items(3, start=10))
+    drop_zip_import(
+        broker=broker,
+        path=_package(broker, tmp_path, "20261120_4821_DROP.zip", Email=three),
+        actor="test",
+    )
+    low, middle, high = WorkItem.objects.order_by("pk")
+    (written,) = report_files_write(broker=broker, cycle=low.cycle, actor="test")
+    hashes = dict(three)
+    removed = [(item.work_item_id, hashes[item.work_item_id], "Email") for item in (high, low)]
+    package = _package(broker, tmp_path, "20261121_4821_DROP.zip", Email=[], removed=removed)
+    client = DropClient(drop.url, drop.api_key, allow_private=True)
+    held, release = threading.Event(), threading.Event()
+
+    def callback() -> None:
+        with transaction.atomic():
+            WorkItem.objects.select_for_update().get(pk=middle.pk)
+            held.set()
+            release.wait(30)
+
+    errors: list[BaseException] = []
+    try:
+        holding = _in_thread(callback, errors)
+        assert held.wait(30)
+        uploading = _in_thread(
+            lambda: report_files_upload(broker=broker, client=client, actor="test"), errors
+        )
+        wait_until(lambda: sessions_waiting_for_locks() >= 1, "the upload did not wait")
+        importing = _in_thread(
+            lambda: drop_zip_import(broker=broker, path=package, actor="test"), errors
+        )
+        wait_until(lambda: sessions_waiting_for_locks() >= 2, "the import did not wait")
+    finally:
+        release.set()
+    for thread in (holding, uploading, importing):
+        thread.join(60)
+        assert not thread.is_alive()
+
+    assert errors == []
+    assert ReportFile.objects.get(pk=written.pk).state == ReportFileState.ACCEPTED
+    states = dict(WorkItem.objects.values_list("pk", "state"))
+    assert states == {
+        low.pk: WorkItemState.REMOVED,
+        middle.pk: WorkItemState.REPORTED,
+        high.pk: WorkItemState.REMOVED,
+    }
 
 
 def test_a_saas_deletion_answered_while_an_import_removes_its_item_ends_both(

@@ -109,7 +109,14 @@ def work_items_close_removed(broker: Broker, *, actor: str, drop_session_id: str
         )
         cancelled += cursor.rowcount
         # Only this broker's imports remove items, one at a time (the matching lock): each
-        # item listed is closed here.
+        # item listed is closed here. Locked by id first (``matching_lock``): the update
+        # alone takes them in the order its plan reads them, while DROP taking a file (or
+        # staff releasing one) takes its rows by id.
+        cursor.execute(
+            "SELECT 1 FROM integrations_workitem w"
+            " WHERE w.id IN (SELECT id FROM drop_closed_items)"
+            " ORDER BY w.id FOR NO KEY UPDATE OF w"
+        )
         cursor.execute(
             "UPDATE integrations_workitem w"
             "   SET status_code = NULL, updated_at = now(),"

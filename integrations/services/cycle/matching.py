@@ -359,6 +359,15 @@ def consumer_hashes_match_late(
             "                     WHERE d.work_item_id = m.work_item_id) AS first_match"
             f"  FROM {MATCHES_TABLE} m"
         )
+        # Every matched item locked now, in id order (``matching_lock``): left to them, the
+        # update below takes its rows in whatever order its plan reads them, and the foreign
+        # key checks of the new requests, at commit, the rest in the order they were written,
+        # while a delivery batch settling several of these items goes by id.
+        cursor.execute(
+            "SELECT 1 FROM integrations_workitem w"
+            " WHERE w.id IN (SELECT work_item_id FROM drop_late_items)"
+            " ORDER BY w.id FOR NO KEY UPDATE OF w"
+        )
         # Back to no status (waiting for the outcomes), with the state and flag that follow
         # (work_item_settle.sql): open, flagged for amendment if DROP holds a 5. One DROP
         # holds a 3 or 4 for (an amendment owed) keeps its recurring rounds meanwhile

@@ -67,9 +67,13 @@ def report_file_reject(*, report_file: ReportFile, reason: str, actor: str) -> R
         locked = _awaiting_locked(report_file, actor=actor, verb="reject")
         # Back to what they were before the file was written: reportable, DROP holding
         # what it held. The next write puts them in a new file.
-        released = WorkItem.objects.filter(
-            cycle_id=locked.cycle_id, pending_report_file=locked
-        ).update(pending_report_file=None, pending_status_code=None, updated_at=timezone.now())
+        rows = WorkItem.objects.filter(cycle_id=locked.cycle_id, pending_report_file=locked)
+        # Locked by id first (``matching_lock``): the update alone takes them in the order
+        # its plan reads them, while a delivery batch settles several by id.
+        list(rows.order_by("pk").select_for_update(no_key=True).values_list("pk", flat=True))
+        released = rows.update(
+            pending_report_file=None, pending_status_code=None, updated_at=timezone.now()
+        )
         _decided(
             locked,
             state=ReportFileState.NOT_APPROVED,

@@ -34,6 +34,7 @@ DISCARD_REASON_MAX = 2000
 # DROP nothing more: that code counts as held, so the row is ``reported``, no amendment
 # (its rows were reported before, so reported_at is set). One whose status changed again
 # since follows from what DROP does hold. Both by the settling rule (work_item_settle.sql).
+# Locked by id first (``matching_lock``), as when DROP takes a file (``report_uploads``).
 _AMENDMENT_GIVE_UP = """
 UPDATE integrations_workitem w
 SET pending_report_file_id = NULL, pending_status_code = NULL,
@@ -46,7 +47,10 @@ SET pending_report_file_id = NULL, pending_status_code = NULL,
             p_needs_amendment => w.needs_amendment) f
     ),
     updated_at = %(now)s
-WHERE w.cycle_id = %(cycle)s AND w.pending_report_file_id = %(file)s
+FROM (SELECT id FROM integrations_workitem
+       WHERE cycle_id = %(cycle)s AND pending_report_file_id = %(file)s
+       ORDER BY id FOR NO KEY UPDATE) locked
+WHERE w.id = locked.id
 """
 
 
