@@ -27,6 +27,7 @@ from django.utils.html import format_html
 from unfold.admin import ModelAdmin
 
 from integrations.admin.actors import staff_actor
+from integrations.admin.as_shown import fields_as_shown
 from integrations.models import Directive, ServiceProvider
 from integrations.selectors.directives import directive_ack_due
 from integrations.services.providers.directives import (
@@ -47,6 +48,10 @@ DOWNLOAD_FORM = "admin/integrations/directive/download_form.html"
 DOWNLOAD_FORM_ID = "dp-directive-download"
 
 
+# What its page edits.
+PROVIDER_SETTINGS = ("name", "contact", "s3_prefix")
+
+
 class ServiceProviderForm(forms.ModelForm):
     class Meta:
         model = ServiceProvider
@@ -55,6 +60,10 @@ class ServiceProviderForm(forms.ModelForm):
             "s3_prefix": "s3://bucket/prefix/: each directive is written there (with boto3's "
             "credentials). Blank: staff download it here.",
         }
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        fields_as_shown(self.fields, PROVIDER_SETTINGS)  # read by save_model's changed_data
 
     def clean_s3_prefix(self) -> str:
         return s3_prefix_validate(self.cleaned_data.get("s3_prefix") or "")
@@ -89,14 +98,17 @@ class ServiceProviderAdmin(ModelAdmin):
     def save_model(
         self, request: HttpRequest, obj: ServiceProvider, form: Any, change: bool
     ) -> None:
-        fields = {f: getattr(obj, f) for f in ("name", "contact", "s3_prefix")}
         if not change:
+            fields = {f: getattr(obj, f) for f in PROVIDER_SETTINGS}
             created = service_provider_add(broker=obj.broker, **fields, actor=staff_actor(request))
             obj.pk = created.pk
             return
+        # Only what was changed on the page: a field left as shown keeps the stored value,
+        # which a colleague may have changed since the page was opened.
+        changes = {f: getattr(obj, f) for f in PROVIDER_SETTINGS if f in form.changed_data}
         service_provider_update(
             ServiceProvider.objects.select_related("broker").get(pk=obj.pk),
-            changes=fields,
+            changes=changes,
             actor=staff_actor(request),
         )
 
