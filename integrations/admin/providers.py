@@ -18,7 +18,7 @@ from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -28,6 +28,7 @@ from unfold.admin import ModelAdmin
 
 from integrations.admin.actors import staff_actor
 from integrations.admin.as_shown import fields_as_shown
+from integrations.admin.integrations import Refused
 from integrations.models import Directive, ServiceProvider
 from integrations.selectors.directives import directive_ack_due
 from integrations.services.providers.directives import (
@@ -98,6 +99,27 @@ class ServiceProviderAdmin(ModelAdmin):
     def save_model(
         self, request: HttpRequest, obj: ServiceProvider, form: Any, change: bool
     ) -> None:
+        try:
+            self._save(request, obj, form, change)
+        except ValidationError as exc:
+            # The form's checks passed, then the service refused: the name was taken
+            # meanwhile (a second submit, a colleague). Nothing is saved; the page says why.
+            messages.error(request, " ".join(exc.messages))
+            raise Refused from exc
+
+    def add_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        try:
+            return super().add_view(request, *args, **kwargs)
+        except Refused:  # the page again, with the message
+            return HttpResponseRedirect(request.get_full_path())
+
+    def change_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        try:
+            return super().change_view(request, *args, **kwargs)
+        except Refused:
+            return HttpResponseRedirect(request.get_full_path())
+
+    def _save(self, request: HttpRequest, obj: ServiceProvider, form: Any, change: bool) -> None:
         if not change:
             fields = {f: getattr(obj, f) for f in PROVIDER_SETTINGS}
             created = service_provider_add(broker=obj.broker, **fields, actor=staff_actor(request))

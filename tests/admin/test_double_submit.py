@@ -1,0 +1,100 @@
+"""An add page submitted twice at once (a double click, two members of staff): both pass the
+form's checks before either commits, one is saved and the other gets its page again saying
+why, never a 500; the ledger holds one event."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import psycopg
+import pytest
+from django.contrib.auth.models import User
+from django.db import connections
+from django.test import Client
+from django.urls import reverse
+
+from integrations.ledger_kinds import LedgerKind
+from integrations.models import Broker, LedgerEvent, ServiceProvider
+from tests.conftest import database_url, sessions_waiting_for_locks
+
+# Two threads and a second connection see the rows.
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _submitted_together(url: str, form: dict[str, Any]) -> list[tuple[int, str, str]]:
+    """POST ``form`` to ``url`` from two sessions at once; each answer's status, where it
+    leads and the messages of the page it leads to."""
+    user = User.objects.create_superuser("alice", "alice@example.com", "pw-alice-123")
+    members = [Client(raise_request_exception=False) for _ in range(2)]
+    for member in members:
+        member.force_login(user)
+    answers: list[tuple[Client, int, str]] = []
+
+    def submit(member: Client) -> None:
+        try:
+            answer = member.post(url, form)
+            answers.append((member, answer.status_code, answer.get("Location", "")))
+        finally:
+            connections.close_all()
+
+    # Another transaction holds the ledger: each submit passed the form's checks and wrote
+    # its row when it waits there, or waits for the other's row (the same name).
+    holder = psycopg.connect(database_url())
+    try:
+        holder.execute("LOCK TABLE integrations_ledgerevent IN SHARE ROW EXCLUSIVE MODE")
+        threads = [threading.Thread(target=submit, args=(member,)) for member in members]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 30
+        while sessions_waiting_for_locks() + sum(not t.is_alive() for t in threads) < 2:
+            assert time.monotonic() < deadline, "the two submits neither waited nor ended"
+            time.sleep(0.05)
+        holder.commit()
+    finally:
+        holder.close()
+    for thread in threads:
+        thread.join(timeout=30)
+    # The page each was led to, with the messages left for that session.
+    return [
+        (status, location, member.get(location).content.decode() if location else "")
+        for member, status, location in answers
+    ]
+
+
+def test_a_provider_added_twice_at_once_is_added_once(broker: Broker) -> None:
+    url = reverse("admin:integrations_serviceprovider_add")
+
+    answers = _submitted_together(
+        url, {"broker": broker.pk, "name": "Mailhouse", "contact": "", "s3_prefix": ""}
+    )
+
+    assert sorted(status for status, _, _ in answers) == [302, 302]  # no 500
+    (again,) = (page for _, location, page in answers if location == url)
+    assert "already has a provider named &#x27;Mailhouse&#x27;" in again
+    assert ServiceProvider.objects.count() == 1
+    assert LedgerEvent.objects.filter(kind=LedgerKind.SERVICE_PROVIDER_ADDED).count() == 1
+
+
+def test_a_broker_added_twice_at_once_is_added_once(db: None) -> None:
+    url = reverse("admin:integrations_broker_add")
+    form = {
+        "broker_id": "4821",
+        "name": "Acme Data",
+        "mode": "test",
+        "drop_base_url": "",
+        "pull_interval_days": "30",
+        "lists_selected": ["email"],
+        "lists_selected_reason": "The broker holds email addresses only.",
+    }
+
+    answers = _submitted_together(url, form)
+
+    assert sorted(status for status, _, _ in answers) == [302, 302]  # no 500
+    (again,) = (page for _, location, page in answers if location == url)
+    assert "broker 4821 is already registered" in again
+    assert Broker.objects.count() == 1
+    assert LedgerEvent.objects.filter(kind=LedgerKind.BROKER_CREATED).count() == 1
+    # The other's list selection went with it: one, the saved broker's.
+    assert LedgerEvent.objects.filter(kind=LedgerKind.BROKER_LISTS_SELECTED).count() == 1
