@@ -29,6 +29,7 @@ from unfold.admin import ModelAdmin
 from integrations.admin.actors import staff_actor
 from integrations.admin.as_shown import fields_as_shown
 from integrations.admin.integrations import Refused
+from integrations.drop.calendar import drop_date
 from integrations.models import Directive, ServiceProvider
 from integrations.selectors.directives import directive_ack_due
 from integrations.services.providers.directives import (
@@ -142,6 +143,15 @@ class AcknowledgeForm(forms.Form):
     )
 
 
+def _acknowledged_before(directive: Directive) -> str:
+    assert directive.acknowledged_at is not None
+    return (
+        f"directive {directive.pk} was already acknowledged on "
+        f"{drop_date(directive.acknowledged_at)} by {directive.acknowledged_by} "
+        f"({directive.acknowledgement_reference!r})"
+    )
+
+
 @admin.register(Directive)
 class DirectiveAdmin(ModelAdmin):
     list_display = [
@@ -242,21 +252,36 @@ class DirectiveAdmin(ModelAdmin):
     ) -> HttpResponse | None:
         form = AcknowledgeForm(request.POST if "apply" in request.POST else None)
         if form.is_valid():
-            done = 0
+            actor, reference = staff_actor(request), form.cleaned_data["reference"].strip()
+            done, already = 0, []
             for directive in queryset.order_by("pk"):
-                if directive.acknowledged_at is not None:
-                    continue
-                try:
-                    directive_acknowledge(
-                        directive=directive,
-                        reference=form.cleaned_data["reference"],
-                        actor=staff_actor(request),
-                    )
-                except ValidationError as exc:
-                    self.message_user(request, " ".join(exc.messages), messages.ERROR)
-                else:
+                if directive.acknowledged_at is None:
+                    try:
+                        directive = directive_acknowledge(
+                            directive=directive, reference=reference, actor=actor
+                        )
+                    except ValidationError as exc:
+                        self.message_user(request, " ".join(exc.messages), messages.ERROR)
+                        continue
+                # The service keeps the first acknowledgement: one recorded meanwhile (the
+                # provider's key, a colleague's submit at the same moment) is not this one.
+                if (directive.acknowledged_by, directive.acknowledgement_reference) == (
+                    actor,
+                    reference,
+                ):
                     done += 1
-            self.message_user(request, f"Recorded {done} acknowledgement(s).", messages.SUCCESS)
+                else:
+                    already.append(directive)
+            if already:
+                self.message_user(
+                    request,
+                    "Not recorded, already acknowledged: "
+                    + "; ".join(_acknowledged_before(d) for d in already[:10])
+                    + (f"; and {len(already) - 10} more" if len(already) > 10 else ""),
+                    messages.WARNING,
+                )
+            if done or not already:
+                self.message_user(request, f"Recorded {done} acknowledgement(s).", messages.SUCCESS)
             return None
         context = {
             **self.admin_site.each_context(request),

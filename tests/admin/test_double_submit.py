@@ -1,6 +1,6 @@
-"""An add page submitted twice at once (a double click, two members of staff): both pass the
-form's checks before either commits, one is saved and the other gets its page again saying
-why, never a 500; the ledger holds one event."""
+"""A page submitted twice at once (a double click, two members of staff): both pass the
+form's checks before either commits, one is saved and the other is told why, never a 500
+nor a success it did not have; the ledger holds one event."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from django.urls import reverse
 
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, LedgerEvent, ServiceProvider
+from tests.builders import DirectiveFactory
 from tests.conftest import database_url, sessions_waiting_for_locks
 
 # Two threads and a second connection see the rows.
@@ -98,3 +99,61 @@ def test_a_broker_added_twice_at_once_is_added_once(db: None) -> None:
     assert LedgerEvent.objects.filter(kind=LedgerKind.BROKER_CREATED).count() == 1
     # The other's list selection went with it: one, the saved broker's.
     assert LedgerEvent.objects.filter(kind=LedgerKind.BROKER_LISTS_SELECTED).count() == 1
+
+
+def test_an_acknowledgement_submitted_twice_at_once_is_recorded_once_and_said_so() -> None:
+    directive = DirectiveFactory.create()
+    user = User.objects.create_superuser("alice", "alice@example.com", "pw-alice-123")
+    changelist = reverse("admin:integrations_directive_changelist")
+    references = ("ticket 4410", "letter of May 2")
+    members = {reference: Client(raise_request_exception=False) for reference in references}
+    for member in members.values():
+        member.force_login(user)
+    answers: dict[str, list[str]] = {}
+
+    def submit(reference: str) -> None:
+        try:
+            answer = members[reference].post(
+                changelist,
+                {
+                    "action": "acknowledge_directives",
+                    "_selected_action": [directive.pk],
+                    "apply": "1",
+                    "reference": reference,
+                },
+            )
+            answers[reference] = [str(answer.status_code)]
+        finally:
+            connections.close_all()
+
+    # Another transaction holds the directive: both submits see it unacknowledged, then wait.
+    holder = psycopg.connect(database_url())
+    try:
+        holder.execute(
+            "SELECT 1 FROM integrations_directive WHERE id = %s FOR UPDATE", [directive.pk]
+        )
+        threads = [threading.Thread(target=submit, args=(r,)) for r in references]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 30
+        while sessions_waiting_for_locks() + sum(not t.is_alive() for t in threads) < 2:
+            assert time.monotonic() < deadline, "the two submits neither waited nor ended"
+            time.sleep(0.05)
+        holder.commit()
+    finally:
+        holder.close()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert answers == {reference: ["302"] for reference in references}
+    # The list each was led back to, with the messages left for that session.
+    for reference, member in members.items():
+        answers[reference] = [str(m) for m in member.get(changelist).context["messages"]]
+
+    directive.refresh_from_db()
+    kept = directive.acknowledgement_reference
+    (other,) = (reference for reference in references if reference != kept)
+    assert answers[kept] == ["Recorded 1 acknowledgement(s)."]
+    (told,) = answers[other]
+    assert f"directive {directive.pk} was already acknowledged" in told
+    assert f"({kept!r})" in told
+    assert LedgerEvent.objects.filter(kind=LedgerKind.DIRECTIVE_ACKNOWLEDGED).count() == 1
