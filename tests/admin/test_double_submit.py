@@ -10,7 +10,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Group, User
 from django.db import connections
 from django.test import Client
 from django.urls import reverse
@@ -157,3 +157,27 @@ def test_an_acknowledgement_submitted_twice_at_once_is_recorded_once_and_said_so
     assert f"directive {directive.pk} was already acknowledged" in told
     assert f"({kept!r})" in told
     assert LedgerEvent.objects.filter(kind=LedgerKind.DIRECTIVE_ACKNOWLEDGED).count() == 1
+
+
+def test_a_role_group_added_twice_at_once_is_added_once(db: None) -> None:
+    url = reverse("admin:auth_group_add")
+
+    answers = _submitted_together(url, {"name": "Readers"})
+
+    assert sorted(status for status, _, _ in answers) == [302, 302]  # no 500
+    (again,) = (page for _, location, page in answers if location == url)
+    assert "Readers" in again and "already" in again
+    assert Group.objects.filter(name="Readers").count() == 1
+    assert LedgerEvent.objects.filter(kind=LedgerKind.GROUP_ADDED).count() == 1
+
+
+def test_a_staff_account_added_twice_at_once_is_added_once(db: None) -> None:
+    url = reverse("admin:auth_user_add")
+    form = {"username": "bob", "password1": "pw-b0b-long-1", "password2": "pw-b0b-long-1"}
+
+    answers = _submitted_together(url, form)
+
+    assert sorted(status for status, _, _ in answers) == [302, 302]  # no 500
+    (again,) = (page for _, location, page in answers if location == url)
+    assert "bob" in again and "already" in again
+    assert User.objects.filter(username="bob").count() == 1
