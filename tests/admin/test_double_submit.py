@@ -16,8 +16,9 @@ from django.test import Client
 from django.urls import reverse
 
 from integrations.ledger_kinds import LedgerKind
-from integrations.models import Broker, LedgerEvent, ServiceProvider
-from tests.builders import DirectiveFactory
+from integrations.models import Broker, Canary, LedgerEvent, ServiceProvider
+from integrations.services.cycle.canaries import canary_add
+from tests.builders import ConsumerFactory, DirectiveFactory
 from tests.conftest import database_url, sessions_waiting_for_locks
 
 # Two threads and a second connection see the rows.
@@ -181,3 +182,66 @@ def test_a_staff_account_added_twice_at_once_is_added_once(db: None) -> None:
     (again,) = (page for _, location, page in answers if location == url)
     assert "bob" in again and "already" in again
     assert User.objects.filter(username="bob").count() == 1
+
+
+def test_a_canary_named_twice_at_once_is_named_once(broker: Broker) -> None:
+    ConsumerFactory.create(broker=broker, remote_identifier="C-CANARY")
+    url = reverse("admin:integrations_canary_add")
+
+    answers = _submitted_together(url, {"broker": broker.pk, "remote_identifier": "C-CANARY"})
+
+    assert sorted(status for status, _, _ in answers) == [302, 302]  # no 500
+    (again,) = (page for _, location, page in answers if location == url)
+    assert "is a canary of broker 4821 already" in again
+    assert Canary.objects.count() == 1
+    assert LedgerEvent.objects.filter(kind=LedgerKind.CANARY_ADDED).count() == 1
+
+
+@pytest.mark.parametrize("page", ["delete", "delete_selected"])
+def test_a_canary_removed_twice_at_once_is_removed_once(broker: Broker, page: str) -> None:
+    ConsumerFactory.create(broker=broker, remote_identifier="C-CANARY")
+    canary = canary_add(broker=broker, remote_identifier="C-CANARY", actor="test")
+    user = User.objects.create_superuser("alice", "alice@example.com", "pw-alice-123")
+    members = [Client(raise_request_exception=False) for _ in range(2)]
+    for member in members:
+        member.force_login(user)
+    form: dict[str, Any]
+    if page == "delete":  # the record's own delete page, confirmed
+        url, form = reverse("admin:integrations_canary_delete", args=[canary.pk]), {"post": "yes"}
+    else:  # the list's action, confirmed
+        url = reverse("admin:integrations_canary_changelist")
+        form = {"action": "delete_selected", "post": "yes", "_selected_action": [canary.pk]}
+    statuses: list[int] = []
+
+    def submit(member: Client) -> None:
+        try:
+            statuses.append(member.post(url, form).status_code)
+        finally:
+            connections.close_all()
+
+    # Another transaction holds the canary: both submits found it, then wait for its row.
+    holder = psycopg.connect(database_url())
+    try:
+        holder.execute("SELECT 1 FROM integrations_canary WHERE id = %s FOR UPDATE", [canary.pk])
+        threads = [threading.Thread(target=submit, args=(member,)) for member in members]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 30
+        while sessions_waiting_for_locks() + sum(not t.is_alive() for t in threads) < 2:
+            assert time.monotonic() < deadline, "the two submits neither waited nor ended"
+            time.sleep(0.05)
+        holder.commit()
+    finally:
+        holder.close()
+    for thread in threads:
+        thread.join(timeout=30)
+
+    assert statuses == [302, 302]  # no 500
+    assert not Canary.objects.exists()
+    assert LedgerEvent.objects.filter(kind=LedgerKind.CANARY_REMOVED).count() == 1
+    # Each was led back to the list: the messages left for its session.
+    changelist = reverse("admin:integrations_canary_changelist")
+    told = " ".join(
+        str(m) for member in members for m in member.get(changelist).context["messages"]
+    )
+    assert "is not a canary of broker 4821" in told
