@@ -245,3 +245,47 @@ def test_a_canary_removed_twice_at_once_is_removed_once(broker: Broker, page: st
         str(m) for member in members for m in member.get(changelist).context["messages"]
     )
     assert "is not a canary of broker 4821" in told
+
+
+@pytest.mark.parametrize("page", ["delete", "delete_selected"])
+def test_a_role_group_deleted_twice_at_once_is_one_deletion_in_the_ledger(page: str) -> None:
+    group = Group.objects.create(name="Readers")
+    user = User.objects.create_superuser("alice", "alice@example.com", "pw-alice-123")
+    members = [Client(raise_request_exception=False) for _ in range(2)]
+    for member in members:
+        member.force_login(user)
+    form: dict[str, Any]
+    if page == "delete":  # the group's own delete page, confirmed
+        url, form = reverse("admin:auth_group_delete", args=[group.pk]), {"post": "yes"}
+    else:  # the list's action, confirmed
+        url = reverse("admin:auth_group_changelist")
+        form = {"action": "delete_selected", "post": "yes", "_selected_action": [group.pk]}
+    statuses: list[int] = []
+
+    def submit(member: Client) -> None:
+        try:
+            statuses.append(member.post(url, form).status_code)
+        finally:
+            connections.close_all()
+
+    # Another transaction holds the group: both submits found it, then wait for its row.
+    holder = psycopg.connect(database_url())
+    try:
+        holder.execute("SELECT 1 FROM auth_group WHERE id = %s FOR UPDATE", [group.pk])
+        threads = [threading.Thread(target=submit, args=(member,)) for member in members]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 30
+        while sessions_waiting_for_locks() + sum(not t.is_alive() for t in threads) < 2:
+            assert time.monotonic() < deadline, "the two submits neither waited nor ended"
+            time.sleep(0.05)
+        holder.commit()
+    finally:
+        holder.close()
+    for thread in threads:
+        thread.join(timeout=30)
+
+    assert statuses == [302, 302]
+    assert not Group.objects.filter(name="Readers").exists()
+    # One deletion, one event: the other submit found it gone and recorded nothing.
+    assert LedgerEvent.objects.filter(kind=LedgerKind.GROUP_DELETED).count() == 1
