@@ -16,7 +16,7 @@ from django.test import Client
 from django.urls import reverse
 
 from integrations.ledger_kinds import LedgerKind
-from integrations.models import Broker, Canary, LedgerEvent, ServiceProvider
+from integrations.models import Broker, Canary, Consumer, LedgerEvent, ServiceProvider
 from integrations.services.cycle.canaries import canary_add
 from tests.builders import ConsumerFactory, DirectiveFactory
 from tests.conftest import database_url, sessions_waiting_for_locks
@@ -289,3 +289,64 @@ def test_a_role_group_deleted_twice_at_once_is_one_deletion_in_the_ledger(page: 
     assert not Group.objects.filter(name="Readers").exists()
     # One deletion, one event: the other submit found it gone and recorded nothing.
     assert LedgerEvent.objects.filter(kind=LedgerKind.GROUP_DELETED).count() == 1
+
+
+def _held_while_posted(
+    url: str, form: dict[str, Any], held: str, params: list[Any]
+) -> tuple[list[int], list[Client]]:
+    """POST ``form`` to ``url`` from two sessions of one superuser while another transaction
+    runs ``held`` (a row lock both submits reach after their page found the row), then let
+    them go: the statuses and the two sessions."""
+    user = User.objects.create_superuser("alice", "alice@example.com", "pw-alice-123")
+    members = [Client(raise_request_exception=False) for _ in range(2)]
+    for member in members:
+        member.force_login(user)
+    statuses: list[int] = []
+
+    def submit(member: Client) -> None:
+        try:
+            statuses.append(member.post(url, form).status_code)
+        finally:
+            connections.close_all()
+
+    holder = psycopg.connect(database_url())
+    try:
+        holder.execute(held, params)
+        threads = [threading.Thread(target=submit, args=(member,)) for member in members]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 30
+        while sessions_waiting_for_locks() + sum(not t.is_alive() for t in threads) < 2:
+            assert time.monotonic() < deadline, "the two submits neither waited nor ended"
+            time.sleep(0.05)
+        holder.commit()
+    finally:
+        holder.close()
+    for thread in threads:
+        thread.join(timeout=30)
+    return statuses, members
+
+
+@pytest.mark.parametrize("page", ["delete", "delete_selected"])
+def test_a_consumer_forgotten_twice_at_once_is_forgotten_once(broker: Broker, page: str) -> None:
+    consumer = ConsumerFactory.create(broker=broker, remote_identifier="C-1")
+    changelist = reverse("admin:integrations_consumer_changelist")
+    form: dict[str, Any]
+    if page == "delete":
+        url = reverse("admin:integrations_consumer_delete", args=[consumer.pk])
+        form = {"post": "yes"}
+    else:
+        url = changelist
+        form = {"action": "delete_selected", "post": "yes", "_selected_action": [consumer.pk]}
+
+    statuses, members = _held_while_posted(
+        url, form, "SELECT 1 FROM integrations_consumer WHERE id = %s FOR UPDATE", [consumer.pk]
+    )
+
+    assert statuses == [302, 302]  # no 500
+    assert not Consumer.objects.exists()
+    assert LedgerEvent.objects.filter(kind=LedgerKind.CONSUMER_FORGOTTEN).count() == 1
+    told = " ".join(
+        str(m) for member in members for m in member.get(changelist).context["messages"]
+    )
+    assert "broker 4821 has no consumer 'C-1'" in told
