@@ -172,6 +172,9 @@ class LedgerKind(StrEnum):
     ALERT_RAISED = "alert.raised"  # an alert condition began
     ALERT_CLEARED = "alert.cleared"  # an alert condition ended
     JOB_STALLED_RETRIED = "job.stalled_retried"  # a job of a lost worker retried
+    # a superuser's change to the service's machinery in the admin: login lockouts (django-axes)
+    # deleted or cleaned up, jobs (Procrastinate) retried, cancelled or aborted
+    MACHINERY_CHANGED = "machinery.changed"
 
 
 def ledger_kind_check(kind: str) -> LedgerKind:

@@ -8,13 +8,15 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.utils.datastructures import MultiValueDict
 from django.utils.html import format_html, format_html_join
 from unfold.admin import ModelAdmin
 
 from integrations.admin.actors import staff_actor
 from integrations.admin.as_shown import fields_as_shown
 from integrations.admin.credentials import Credential, WriteOnlyCredentials
+from integrations.admin.integrations import Refused
 from integrations.drop.notifications import notifications_url
 from integrations.list_types import DATA_TYPE_OF, LABELS
 from integrations.models import Broker
@@ -97,7 +99,8 @@ class BrokerForm(forms.ModelForm):
         current = lists_selected_at(self.instance) if self.instance.pk else None
         self.lists_in_force = list(current.lists) if current else []
         self.fields["lists_selected"].initial = self.lists_in_force
-        fields_as_shown(self.fields, BROKER_SETTINGS)  # read by save_model's changed_data
+        # Read by save_model's changed_data, and by clean for the lists.
+        fields_as_shown(self.fields, [*BROKER_SETTINGS, "lists_selected"])
 
     def clean_drop_webhook_secret(self) -> str:
         secret = self.cleaned_data.get("drop_webhook_secret") or ""
@@ -117,10 +120,18 @@ class BrokerForm(forms.ModelForm):
                 self.add_error(None, exc)
         lists = list(cleaned.get("lists_selected") or [])
         reason = (cleaned.get("lists_selected_reason") or "").strip()
-        # A new selection to record: other lists than those in force, or a reason given
-        # (the same lists again, with why).
+        # A new selection to record: lists this person changed to other lists than those in
+        # force, or a reason given (the same lists again, with why). Lists left as the page
+        # showed them keep a selection recorded since the page was opened.
         cleaned["lists_to_record"] = None
-        if set(lists) != set(self.lists_in_force) or reason:
+        shown_name, posted = self.add_initial_prefix("lists_selected"), self.data
+        shown = (
+            posted.getlist(shown_name)
+            if isinstance(posted, MultiValueDict) and shown_name in posted
+            else self.lists_in_force  # a post without them: as before, against those in force
+        )
+        changed = set(lists) != set(shown) and set(lists) != set(self.lists_in_force)
+        if changed or reason:
             if not lists:
                 self.add_error("lists_selected", "Select at least one list.")
             elif not reason:
@@ -204,6 +215,27 @@ class BrokerAdmin(WriteOnlyCredentials, ModelAdmin):
         return False  # the ledger and DROP's records refer to brokers forever
 
     def save_model(self, request: HttpRequest, obj: Broker, form: Any, change: bool) -> None:
+        try:
+            self._save(request, obj, form, change)
+        except ValidationError as exc:
+            # The form's checks passed, then a rule of the service refused (a broker id
+            # registered meanwhile by a second submit): nothing is saved, the page says why.
+            messages.error(request, " ".join(exc.messages))
+            raise Refused from exc
+
+    def add_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        try:
+            return super().add_view(request, *args, **kwargs)
+        except Refused:  # the page again, with the message
+            return HttpResponseRedirect(request.get_full_path())
+
+    def change_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        try:
+            return super().change_view(request, *args, **kwargs)
+        except Refused:
+            return HttpResponseRedirect(request.get_full_path())
+
+    def _save(self, request: HttpRequest, obj: Broker, form: Any, change: bool) -> None:
         new_key = form.cleaned_data.get("drop_api_key") or ""
         new_webhook_secret = form.cleaned_data.get("drop_webhook_secret") or ""
         actor = staff_actor(request)

@@ -11,15 +11,17 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html_join
 from unfold.admin import ModelAdmin
 
 from integrations.admin.actors import staff_actor
+from integrations.admin.integrations import Refused
 from integrations.models import Canary, CanaryRound, Consumer
 from integrations.selectors.canaries import canary_round_results
 from integrations.services.cycle.canaries import canary_add, canary_remove
@@ -58,20 +60,54 @@ class CanaryAdmin(ModelAdmin):
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # name another one instead
 
+    # The form's checks passed, then the service refused: another submit (a double click,
+    # a colleague, ``consumers canary``) named or removed it meanwhile. The page says why.
+
     def save_model(self, request: HttpRequest, obj: Canary, form: Any, change: bool) -> None:
-        created = canary_add(
-            broker=obj.broker, remote_identifier=obj.remote_identifier, actor=staff_actor(request)
-        )
+        try:
+            created = canary_add(
+                broker=obj.broker,
+                remote_identifier=obj.remote_identifier,
+                actor=staff_actor(request),
+            )
+        except ValidationError as exc:
+            messages.error(request, " ".join(exc.messages))
+            raise Refused from exc
         obj.pk = created.pk
 
     def delete_model(self, request: HttpRequest, obj: Canary) -> None:
-        canary_remove(
-            broker=obj.broker, remote_identifier=obj.remote_identifier, actor=staff_actor(request)
-        )
+        try:
+            self._remove(request, obj)
+        except ValidationError as exc:
+            messages.error(request, " ".join(exc.messages))
+            raise Refused from exc
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Canary]) -> None:
         for canary in queryset.select_related("broker"):
-            self.delete_model(request, canary)
+            try:
+                self._remove(request, canary)
+            except ValidationError as exc:  # the others are still removed
+                messages.error(request, " ".join(exc.messages))
+
+    @staticmethod
+    def _remove(request: HttpRequest, canary: Canary) -> None:
+        canary_remove(
+            broker=canary.broker,
+            remote_identifier=canary.remote_identifier,
+            actor=staff_actor(request),
+        )
+
+    def add_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        try:
+            return super().add_view(request, *args, **kwargs)
+        except Refused:  # the page again, with the message
+            return HttpResponseRedirect(request.get_full_path())
+
+    def delete_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        try:
+            return super().delete_view(request, *args, **kwargs)
+        except Refused:  # the list, with the message (the canary is gone)
+            return HttpResponseRedirect(reverse("admin:integrations_canary_changelist"))
 
 
 @admin.register(CanaryRound)

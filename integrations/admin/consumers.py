@@ -11,13 +11,15 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.db.models import JSONField, QuerySet
 from django.db.models.expressions import RawSQL
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import reverse
 from unfold.admin import ModelAdmin, TabularInline
 
 from integrations.admin.actors import staff_actor
+from integrations.admin.integrations import Refused
 from integrations.models import Broker, Consumer, ConsumerHash
 from integrations.selectors.story import consumer_work_items
 from integrations.services.cycle.consumers import consumer_forget
@@ -119,11 +121,33 @@ class ConsumerAdmin(ModelAdmin):
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
+    # Forgotten meanwhile (a double click, a colleague, ``consumers forget``, a full file's
+    # import): the service finds no such consumer, and the page says so rather than a 500.
+
     def delete_model(self, request: HttpRequest, obj: Consumer) -> None:
-        consumer_forget(
-            broker=obj.broker, remote_identifier=obj.remote_identifier, actor=staff_actor(request)
-        )
+        try:
+            self._forget(request, obj)
+        except Consumer.DoesNotExist as exc:
+            messages.error(request, f"{exc}: forgotten meanwhile; nothing was changed")
+            raise Refused from exc
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Consumer]) -> None:
         for consumer in queryset.select_related("broker"):
-            self.delete_model(request, consumer)
+            try:
+                self._forget(request, consumer)
+            except Consumer.DoesNotExist as exc:  # the others are still forgotten
+                messages.error(request, f"{exc}: forgotten meanwhile")
+
+    @staticmethod
+    def _forget(request: HttpRequest, consumer: Consumer) -> None:
+        consumer_forget(
+            broker=consumer.broker,
+            remote_identifier=consumer.remote_identifier,
+            actor=staff_actor(request),
+        )
+
+    def delete_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        try:
+            return super().delete_view(request, *args, **kwargs)
+        except Refused:  # the list, with the message (the consumer is gone)
+            return HttpResponseRedirect(reverse("admin:integrations_consumer_changelist"))

@@ -151,6 +151,8 @@ class IntegrationAdmin(WriteOnlyCredentials, ModelAdmin):
     """
 
     kind_label = ""  # "Webhook", "ISI": the shown-once page's title
+    # What its change page edits: ``update`` gets only those the person changed.
+    edited_fields: Sequence[str] = ("name",)
     add_form: type[forms.ModelForm] = forms.ModelForm
     add_fieldsets: Sequence[Any] = ()
     list_display = ["name", "broker", "target", "enabled", "state", "created_at"]
@@ -168,7 +170,8 @@ class IntegrationAdmin(WriteOnlyCredentials, ModelAdmin):
         raise NotImplementedError
 
     def update(self, integration: Integration, data: dict[str, Any], actor: str) -> None:
-        """One edit, one ``integration.updated`` event: the name with the kind's settings."""
+        """One edit, one ``integration.updated`` event: the name with the kind's settings;
+        ``data`` holds those of ``edited_fields`` the person changed only."""
         raise NotImplementedError
 
     def secret_shown_once(
@@ -200,7 +203,8 @@ class IntegrationAdmin(WriteOnlyCredentials, ModelAdmin):
     def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any):
         kwargs["form"] = self.form if obj is not None else self.add_form
         form = super().get_form(request, obj, change=change, **kwargs)
-        fields_as_shown(form.base_fields, ["enabled"])  # read by save_model's changed_data
+        # Read by save_model's changed_data.
+        fields_as_shown(form.base_fields, ["enabled", *self.edited_fields])
         return form
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
@@ -241,9 +245,14 @@ class IntegrationAdmin(WriteOnlyCredentials, ModelAdmin):
                 obj.created_secret = created.webhook_secret  # type: ignore[attr-defined]
                 return
             current = self.model._default_manager.get(pk=obj.pk)
-            self.update(current, data, actor)
-            # Only a box the person changed (admin.as_shown): one left as the page showed it
-            # must not undo a disable made meanwhile.
+            # Only what the person changed (admin.as_shown): a field left as the page showed
+            # it must not undo a change made meanwhile (a new URL, a disable).
+            edits = {
+                name: value
+                for name, value in data.items()
+                if name not in self.edited_fields or name in form.changed_data
+            }
+            self.update(current, edits, actor)
             toggled = "enabled" in form.changed_data
             if toggled and data["enabled"] and not current.enabled:
                 queued = integration_enable(integration=current, actor=actor)
@@ -475,6 +484,10 @@ class SaasConnectionForm(TargetUrlMixin, forms.ModelForm):
             raise forms.ValidationError(exc.message_dict["categories"]) from None
 
 
+# What a SaaS connection's change page edits besides its token and the enabled box.
+SAAS_EDITED = ("name", "url", "categories")
+
+
 @admin.register(SaasConnection)
 class SaasConnectionAdmin(WriteOnlyCredentials, ModelAdmin):
     form = SaasConnectionForm
@@ -503,7 +516,8 @@ class SaasConnectionAdmin(WriteOnlyCredentials, ModelAdmin):
 
     def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any):
         form = super().get_form(request, obj, change=change, **kwargs)
-        fields_as_shown(form.base_fields, ["enabled"])  # read by save_model's changed_data
+        # Read by save_model's changed_data.
+        fields_as_shown(form.base_fields, ["enabled", *SAAS_EDITED])
         return form
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
@@ -536,13 +550,14 @@ class SaasConnectionAdmin(WriteOnlyCredentials, ModelAdmin):
                     )
                 return
             current = SaasConnection.objects.get(pk=obj.pk)
+            # Only what the person changed, as for integrations above: a URL left as the page
+            # showed it must not undo a move made meanwhile (and clear its new token).
+            edited = {name: data[name] for name in SAAS_EDITED if name in form.changed_data}
             updated = saas_connection_update(
                 connection=current,
                 actor=actor,
-                name=data["name"],
-                url=data["url"],
                 token=data.get("token") or None,
-                categories=categories,
+                **edited,
             )
             if current.token and not updated.token:
                 messages.warning(

@@ -178,6 +178,7 @@ def _credentials(data: dict[str, Any]) -> dict[str, str]:
 @admin.register(IsiIntegration)
 class IsiIntegrationAdmin(IntegrationAdmin):
     kind_label = "ISI"
+    edited_fields = ("name", "base_url")
     add_form = IsiIntegrationAddForm
     form = IsiIntegrationChangeForm
     credentials = [
@@ -266,8 +267,8 @@ class IsiIntegrationAdmin(IntegrationAdmin):
         isi_integration_update(
             integration=integration,
             actor=actor,
-            name=data["name"],
-            base_url=data["base_url"],
+            name=data.get("name"),
+            base_url=data.get("base_url"),
             auth=data["auth"],
             **_credentials(data),
         )

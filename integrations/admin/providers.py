@@ -18,7 +18,7 @@ from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -27,6 +27,9 @@ from django.utils.html import format_html
 from unfold.admin import ModelAdmin
 
 from integrations.admin.actors import staff_actor
+from integrations.admin.as_shown import fields_as_shown
+from integrations.admin.integrations import Refused
+from integrations.drop.calendar import drop_date
 from integrations.models import Directive, ServiceProvider
 from integrations.selectors.directives import directive_ack_due
 from integrations.services.providers.directives import (
@@ -47,6 +50,10 @@ DOWNLOAD_FORM = "admin/integrations/directive/download_form.html"
 DOWNLOAD_FORM_ID = "dp-directive-download"
 
 
+# What its page edits.
+PROVIDER_SETTINGS = ("name", "contact", "s3_prefix")
+
+
 class ServiceProviderForm(forms.ModelForm):
     class Meta:
         model = ServiceProvider
@@ -55,6 +62,10 @@ class ServiceProviderForm(forms.ModelForm):
             "s3_prefix": "s3://bucket/prefix/: each directive is written there (with boto3's "
             "credentials). Blank: staff download it here.",
         }
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        fields_as_shown(self.fields, PROVIDER_SETTINGS)  # read by save_model's changed_data
 
     def clean_s3_prefix(self) -> str:
         return s3_prefix_validate(self.cleaned_data.get("s3_prefix") or "")
@@ -89,14 +100,38 @@ class ServiceProviderAdmin(ModelAdmin):
     def save_model(
         self, request: HttpRequest, obj: ServiceProvider, form: Any, change: bool
     ) -> None:
-        fields = {f: getattr(obj, f) for f in ("name", "contact", "s3_prefix")}
+        try:
+            self._save(request, obj, form, change)
+        except ValidationError as exc:
+            # The form's checks passed, then the service refused: the name was taken
+            # meanwhile (a second submit, a colleague). Nothing is saved; the page says why.
+            messages.error(request, " ".join(exc.messages))
+            raise Refused from exc
+
+    def add_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        try:
+            return super().add_view(request, *args, **kwargs)
+        except Refused:  # the page again, with the message
+            return HttpResponseRedirect(request.get_full_path())
+
+    def change_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        try:
+            return super().change_view(request, *args, **kwargs)
+        except Refused:
+            return HttpResponseRedirect(request.get_full_path())
+
+    def _save(self, request: HttpRequest, obj: ServiceProvider, form: Any, change: bool) -> None:
         if not change:
+            fields = {f: getattr(obj, f) for f in PROVIDER_SETTINGS}
             created = service_provider_add(broker=obj.broker, **fields, actor=staff_actor(request))
             obj.pk = created.pk
             return
+        # Only what was changed on the page: a field left as shown keeps the stored value,
+        # which a colleague may have changed since the page was opened.
+        changes = {f: getattr(obj, f) for f in PROVIDER_SETTINGS if f in form.changed_data}
         service_provider_update(
             ServiceProvider.objects.select_related("broker").get(pk=obj.pk),
-            changes=fields,
+            changes=changes,
             actor=staff_actor(request),
         )
 
@@ -105,6 +140,15 @@ class AcknowledgeForm(forms.Form):
     reference = forms.CharField(
         max_length=REFERENCE_MAX,
         help_text="The provider's reference for the deletion (its ticket, its letter).",
+    )
+
+
+def _acknowledged_before(directive: Directive) -> str:
+    assert directive.acknowledged_at is not None
+    return (
+        f"directive {directive.pk} was already acknowledged on "
+        f"{drop_date(directive.acknowledged_at)} by {directive.acknowledged_by} "
+        f"({directive.acknowledgement_reference!r})"
     )
 
 
@@ -208,21 +252,36 @@ class DirectiveAdmin(ModelAdmin):
     ) -> HttpResponse | None:
         form = AcknowledgeForm(request.POST if "apply" in request.POST else None)
         if form.is_valid():
-            done = 0
+            actor, reference = staff_actor(request), form.cleaned_data["reference"].strip()
+            done, already = 0, []
             for directive in queryset.order_by("pk"):
-                if directive.acknowledged_at is not None:
-                    continue
-                try:
-                    directive_acknowledge(
-                        directive=directive,
-                        reference=form.cleaned_data["reference"],
-                        actor=staff_actor(request),
-                    )
-                except ValidationError as exc:
-                    self.message_user(request, " ".join(exc.messages), messages.ERROR)
-                else:
+                if directive.acknowledged_at is None:
+                    try:
+                        directive = directive_acknowledge(
+                            directive=directive, reference=reference, actor=actor
+                        )
+                    except ValidationError as exc:
+                        self.message_user(request, " ".join(exc.messages), messages.ERROR)
+                        continue
+                # The service keeps the first acknowledgement: one recorded meanwhile (the
+                # provider's key, a colleague's submit at the same moment) is not this one.
+                if (directive.acknowledged_by, directive.acknowledgement_reference) == (
+                    actor,
+                    reference,
+                ):
                     done += 1
-            self.message_user(request, f"Recorded {done} acknowledgement(s).", messages.SUCCESS)
+                else:
+                    already.append(directive)
+            if already:
+                self.message_user(
+                    request,
+                    "Not recorded, already acknowledged: "
+                    + "; ".join(_acknowledged_before(d) for d in already[:10])
+                    + (f"; and {len(already) - 10} more" if len(already) > 10 else ""),
+                    messages.WARNING,
+                )
+            if done or not already:
+                self.message_user(request, f"Recorded {done} acknowledgement(s).", messages.SUCCESS)
             return None
         context = {
             **self.admin_site.each_context(request),

@@ -26,13 +26,14 @@ from django.contrib import admin, messages
 from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group, User
 from django.core.exceptions import PermissionDenied
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from unfold.admin import ModelAdmin
 from unfold.forms import AdminPasswordChangeForm, UserChangeForm, UserCreationForm
 
 from integrations.admin.actors import staff_actor
+from integrations.admin.integrations import Refused
 from integrations.services.staff.staff import (
     Verb,
     role_group_change_record,
@@ -68,6 +69,32 @@ class _LedgeredAdmin(admin.ModelAdmin):
 
     def records_delete(self, objs: Iterable[Any], actor: str) -> None:
         raise NotImplementedError
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        try:
+            with transaction.atomic():  # a savepoint: the page's transaction stays usable
+                super().save_model(request, obj, form, change)
+        except IntegrityError as exc:
+            # The form found the name free, then another submit (a double click, a colleague)
+            # saved it first: the page again, saying so, rather than a 500.
+            messages.error(
+                request,
+                f"Not saved: a {obj._meta.verbose_name} named {obj} already exists (saved "
+                "meanwhile, by another submit); nothing was changed.",
+            )
+            raise Refused from exc
+
+    def add_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        try:
+            return super().add_view(request, *args, **kwargs)
+        except Refused:
+            return HttpResponseRedirect(request.get_full_path())
+
+    def change_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        try:
+            return super().change_view(request, *args, **kwargs)
+        except Refused:
+            return HttpResponseRedirect(request.get_full_path())
 
     # changeform_view runs these inside its transaction, right after saving.
     def log_addition(self, request: HttpRequest, obj: Model, message: Any) -> Any:

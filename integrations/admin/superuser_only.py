@@ -14,12 +14,15 @@ from typing import Any
 
 from django.contrib import admin
 from django.contrib.admin.options import IncorrectLookupParameters
+from django.db import transaction
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 from unfold.admin import ModelAdmin
 
+from integrations.admin.actors import staff_actor
 from integrations.admin.date_drill_down import DateDrillDownBounded
+from integrations.services.staff.machinery import machinery_change_record
 
 APPS = ("axes", "procrastinate")
 
@@ -75,6 +78,52 @@ class ExpiredAttemptsCleanedNow:
         super().cleanup_expired_attempts(request, queryset)  # type: ignore[misc]
 
 
+class LedgeredMachinery:
+    """Each change a superuser makes here is a ``machinery.changed`` ledger event naming them,
+    as every change in the admin is: a lockout lifted, a job retried or cancelled. Deletions
+    are recorded where they happen (the confirmed page or action), other actions once run."""
+
+    model: type[Model]
+
+    def _record(self, request: HttpRequest, action: str, ids: list[Any]) -> None:
+        machinery_change_record(
+            model=self.model._meta.label, action=action, ids=ids, actor=staff_actor(request)
+        )
+
+    def delete_model(self, request: HttpRequest, obj: Model) -> None:
+        pk = obj.pk  # before the deletion clears it
+        with transaction.atomic():
+            super().delete_model(request, obj)  # type: ignore[misc]
+            self._record(request, "delete", [pk])
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        with transaction.atomic():
+            ids = list(queryset.values_list("pk", flat=True))
+            super().delete_queryset(request, queryset)  # type: ignore[misc]
+            self._record(request, "delete", ids)
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        actions = super().get_actions(request)  # type: ignore[misc]
+        return {
+            name: (
+                (func if name == "delete_selected" else self._recorded(func, name)),
+                name,
+                description,
+            )
+            for name, (func, _, description) in actions.items()
+        }
+
+    def _recorded(self, func: Any, name: str) -> Any:
+        def run(modeladmin: Any, request: HttpRequest, queryset: QuerySet[Any]) -> Any:
+            ids = list(queryset.values_list("pk", flat=True))
+            answer = func(modeladmin, request, queryset)
+            if answer is None:  # done (a page asking for more would be an answer)
+                self._record(request, name, ids)
+            return answer
+
+        return run
+
+
 def _choices_held(model: type[Model], entry: Any) -> Any:
     """A list filter named by a field with choices, as a ``KnownChoicesFilter``."""
     if isinstance(entry, str) and "__" not in entry:
@@ -92,7 +141,14 @@ def narrow_to_superusers(site: admin.AdminSite) -> None:
         mended = (ExpiredAttemptsCleanedNow,) if model._meta.label == "axes.AccessAttempt" else ()
         narrowed = type(
             type(model_admin).__name__,
-            (SuperuserOnly, DateDrillDownBounded, *mended, type(model_admin), ModelAdmin),
+            (
+                SuperuserOnly,
+                LedgeredMachinery,
+                DateDrillDownBounded,
+                *mended,
+                type(model_admin),
+                ModelAdmin,
+            ),
             {
                 "__module__": __name__,
                 "list_filter": [_choices_held(model, entry) for entry in model_admin.list_filter],

@@ -59,6 +59,7 @@ class WebhookIntegrationChangeForm(TargetUrlMixin, forms.ModelForm):
 @admin.register(WebhookIntegration)
 class WebhookIntegrationAdmin(IntegrationAdmin):
     kind_label = "Webhook"
+    edited_fields = ("name", "url")
     add_form = WebhookIntegrationAddForm
     form = WebhookIntegrationChangeForm
     add_fieldsets = [(None, {"fields": ["broker", "name", "url"]})]
@@ -112,7 +113,9 @@ class WebhookIntegrationAdmin(IntegrationAdmin):
         return Created(created.integration, created.webhook_secret)
 
     def update(self, integration: Integration, data: dict[str, Any], actor: str) -> None:
-        integration_update(integration=integration, actor=actor, name=data["name"], url=data["url"])
+        integration_update(
+            integration=integration, actor=actor, name=data.get("name"), url=data.get("url")
+        )
 
     def secret_shown_once(
         self, integration: Integration, secret: str, title: str

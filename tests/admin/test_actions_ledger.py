@@ -10,13 +10,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from axes.models import AccessAttempt
 from django.contrib import admin
 from django.contrib.auth.models import User
-from django.db import models
+from django.db import connection, models
 from django.test import Client, RequestFactory
 from django.urls import reverse
 from django.utils import timezone
 
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     Broker,
     Canary,
@@ -159,3 +161,78 @@ def test_each_admin_action_writes_a_ledger_event_by_the_staff_user(
     assert LedgerEvent.objects.filter(id__gt=last_event, actor="staff:alice").exists(), (
         f"{model.__name__} action {action!r} wrote no ledger event"
     )
+
+
+# -- the service's machinery (superusers only): lockouts and jobs ---------------------------
+
+
+def _job(status: str) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO procrastinate_jobs (queue_name, task_name, status, args) "
+            "VALUES ('alerts', 'integrations.tasks.evaluate_alerts', %s, '{}') RETURNING id",
+            [status],
+        )
+        return int(cursor.fetchone()[0])
+
+
+def _attempt(username: str) -> AccessAttempt:
+    return AccessAttempt.objects.create(
+        username=username, ip_address="203.0.113.9", failures_since_start=5
+    )
+
+
+@pytest.mark.parametrize(
+    ("url", "action", "rows", "confirmed"),
+    [
+        ("/admin/procrastinate/procrastinatejob/", "cancel", lambda: [_job("todo")], False),
+        ("/admin/procrastinate/procrastinatejob/", "retry", lambda: [_job("failed")], False),
+        ("/admin/procrastinate/procrastinatejob/", "abort", lambda: [_job("todo")], False),
+        ("/admin/axes/accessattempt/", "delete_selected", lambda: [_attempt("bob").pk], True),
+        (
+            "/admin/axes/accessattempt/",
+            "cleanup_expired_attempts",
+            lambda: [_attempt("bob").pk],
+            False,
+        ),
+    ],
+)
+def test_a_superusers_change_to_the_machinery_is_a_ledger_event_naming_them(
+    broker: Broker, url: str, action: str, rows: Callable[[], list[int]], confirmed: bool
+) -> None:
+    client = Client()
+    client.force_login(User.objects.create_superuser("root", password="pw-r00t-123"))
+    ids = rows()
+    form = {"action": action, "index": 0, "_selected_action": ids}
+
+    answer = client.post(url, {**form, **({"post": "yes"} if confirmed else {})})
+
+    assert answer.status_code == 302
+    event = LedgerEvent.objects.filter(kind=LedgerKind.MACHINERY_CHANGED).get()
+    assert (event.actor, event.data["action"], event.data["ids"]) == (
+        "staff:root",
+        "delete" if confirmed else action,
+        ids,
+    )
+
+
+def test_a_lockout_deleted_from_its_page_is_a_ledger_event(broker: Broker) -> None:
+    client = Client()
+    client.force_login(User.objects.create_superuser("root", password="pw-r00t-123"))
+    attempt = _attempt("bob")
+
+    client.post(f"/admin/axes/accessattempt/{attempt.pk}/delete/", {"post": "yes"})
+
+    assert not AccessAttempt.objects.exists()
+    event = LedgerEvent.objects.get(kind=LedgerKind.MACHINERY_CHANGED)
+    assert (event.subject, event.actor, event.data["ids"]) == (
+        "axes.AccessAttempt",
+        "staff:root",
+        [attempt.pk],
+    )
+    # Asked, not confirmed: nothing changed, nothing recorded.
+    other = _attempt("carol")
+    client.post(
+        "/admin/axes/accessattempt/", {"action": "delete_selected", "_selected_action": [other.pk]}
+    )
+    assert LedgerEvent.objects.filter(kind=LedgerKind.MACHINERY_CHANGED).count() == 1

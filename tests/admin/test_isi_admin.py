@@ -17,7 +17,7 @@ from django.test import Client
 from devtools.broker_simulator import Reply
 from devtools.isi_simulator import IsiSimulator, connection
 from integrations.models import Broker, Integration, IsiConnection, LedgerEvent
-from integrations.services.staff.isi import CreatedIsiIntegration
+from integrations.services.staff.isi import CreatedIsiIntegration, isi_integration_update
 from tests.builders import (
     CONNECTION_A,
     CONNECTION_B,
@@ -258,3 +258,22 @@ def test_editing_refuses_a_base_url_the_api_paths_would_land_in(
     integration.refresh_from_db()
     assert integration.base_url == api.base_url
     assert not LedgerEvent.objects.filter(kind="integration.updated").exists()
+
+
+def test_a_page_opened_before_a_rename_keeps_the_new_name_on_save(
+    staff: Client, broker: Broker, created: CreatedIsiIntegration, api: IsiSimulator
+) -> None:
+    integration = created.integration
+    page = staff.get(_change_url(integration)).content.decode()
+    # Meanwhile a colleague renames it.
+    isi_integration_update(integration=integration, actor="staff:bob", name="Acme API EU")
+    # This page, its name as it showed it, saves a new client secret.
+    form = {**_hidden_inputs(page), **_oauth_form(broker, api, client_secret="n3w-secret")}
+    form.update(enabled="on")
+
+    assert staff.post(_change_url(integration), form).status_code == 302
+
+    integration.refresh_from_db()
+    assert (integration.name, integration.client_secret) == ("Acme API EU", "n3w-secret")
+    saved = LedgerEvent.objects.filter(kind="integration.updated").latest("id")
+    assert (saved.actor, set(saved.data["changes"])) == ("staff:alice", {"client_secret"})

@@ -4,6 +4,7 @@ member."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -11,6 +12,8 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from integrations.models import Broker, LedgerEvent, ListSelection
+from integrations.selectors.list_selection import lists_selected_at
+from integrations.services.staff.brokers import broker_lists_select
 
 pytestmark = pytest.mark.django_db
 
@@ -58,3 +61,39 @@ def test_saving_other_fields_records_no_new_selection(staff: Client, broker: Bro
     assert response.status_code == 302
     assert ListSelection.objects.count() == 1
     assert LedgerEvent.objects.filter(kind="broker.lists_selected").count() == 1
+
+
+def test_a_page_opened_before_a_new_selection_keeps_it_on_save(
+    staff: Client, broker: Broker
+) -> None:
+    change(staff, broker, lists_selected=["email"], lists_selected_reason="emails")
+    url = f"/admin/integrations/broker/{broker.pk}/change/"
+    page = staff.get(url).content.decode()
+    # What the page showed, as it sends it back beside the fields (Django's initial-*).
+    shown: dict[str, list[str]] = {}
+    for name, value in re.findall(r'name="(initial-\w+)"(?: value="([^"]*)")?', page):
+        shown.setdefault(name, []).append(value)
+    # Meanwhile a colleague records the broker's new selection.
+    broker_lists_select(
+        broker=broker, lists=["email", "phone"], reason="phones too", actor="staff:bob"
+    )
+
+    response = staff.post(
+        url,
+        {
+            **shown,
+            "name": "Acme Renamed",
+            "mode": broker.mode,
+            "drop_base_url": "",
+            "drop_api_key": "",
+            "pull_interval_days": "30",
+            "lists_selected": ["email"],  # as the page showed them
+        },
+    )
+
+    assert response.status_code == 302
+    broker.refresh_from_db()
+    assert broker.name == "Acme Renamed"
+    in_force = lists_selected_at(broker)
+    assert in_force is not None and in_force.lists == ["email", "phone"]
+    assert LedgerEvent.objects.filter(kind="broker.lists_selected").count() == 2

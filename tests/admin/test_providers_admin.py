@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import io
 import zipfile
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group, User
@@ -24,9 +25,9 @@ from integrations.models import (
     LedgerEvent,
     ServiceProvider,
 )
-from integrations.services.providers.directives import directives_issue
+from integrations.services.providers.directives import directive_acknowledge, directives_issue
 from integrations.services.providers.providers import service_provider_add
-from tests.builders import DropCycleFactory, WorkItemFactory
+from tests.builders import DirectiveFactory, DropCycleFactory, WorkItemFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -194,3 +195,35 @@ def test_a_rename_to_a_name_the_broker_already_uses_is_refused_on_the_name(
     # A name the broker does not use yet is saved.
     moved = client.post(url, {"name": "Warehouse Two", "contact": "", "s3_prefix": ""})
     assert moved.status_code == 302
+
+
+def _messages(answer: Any) -> list[str]:
+    return [str(message) for message in answer.context["messages"]]
+
+
+def test_a_directive_acknowledged_since_the_page_was_opened_is_named_not_counted(
+    broker: Broker, directive: Directive
+) -> None:
+    other = DirectiveFactory.create(provider=directive.provider)
+    client = role_client("Operators")
+    changelist = reverse("admin:integrations_directive_changelist")
+    chosen = {"action": "acknowledge_directives", "_selected_action": [directive.pk, other.pk]}
+    assert client.post(changelist, chosen).status_code == 200  # the page asking the reference
+    # Meanwhile the provider acknowledges the first with its own key.
+    directive_acknowledge(directive=directive, reference="ticket 4410", actor="apikey:dpk_ab12")
+
+    answer = client.post(
+        changelist, {**chosen, "apply": "1", "reference": "letter of May 2"}, follow=True
+    )
+
+    shown = " ".join(_messages(answer))
+    assert "Recorded 1 acknowledgement(s)." in shown
+    assert f"directive {directive.pk} was already acknowledged" in shown
+    assert "by apikey:dpk_ab12 ('ticket 4410')" in shown
+    directive.refresh_from_db()
+    other.refresh_from_db()
+    assert directive.acknowledgement_reference == "ticket 4410"
+    assert (other.acknowledgement_reference, other.acknowledged_by) == (
+        "letter of May 2",
+        "staff:operators",
+    )

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from integrations.drop.client import drop_api_key_problem, drop_base_url_problem
@@ -80,18 +80,22 @@ def broker_create(
     drop_base_url_check(drop_base_url)
     drop_api_key_check(drop_api_key)
     broker.full_clean()  # also reports a broker id that is already registered
-    with transaction.atomic():
-        broker.save()
-        ledger_event_append(
-            kind=LedgerKind.BROKER_CREATED,
-            broker_id=broker.broker_id,
-            subject=broker.broker_id,
-            actor=actor,
-            data={
-                **{field: getattr(broker, field) for field in BROKER_SETTINGS},
-                "drop_api_key_set": bool(drop_api_key),
-            },
-        )
+    try:
+        with transaction.atomic():
+            broker.save()
+            ledger_event_append(
+                kind=LedgerKind.BROKER_CREATED,
+                broker_id=broker.broker_id,
+                subject=broker.broker_id,
+                actor=actor,
+                data={
+                    **{field: getattr(broker, field) for field in BROKER_SETTINGS},
+                    "drop_api_key_set": bool(drop_api_key),
+                },
+            )
+    except IntegrityError:
+        # Registered since full_clean looked (two submits at once): refused as it would be.
+        raise ValidationError({"broker_id": f"broker {broker_id} is already registered"}) from None
     return broker
 
 

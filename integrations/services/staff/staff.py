@@ -14,7 +14,7 @@ how many members), never a password or its hash::
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from django.contrib.auth.models import Group, User
 from django.db import transaction
@@ -49,19 +49,32 @@ def role_group_change_record(
 
 
 def staff_users_delete(*, users: Iterable[User], actor: str) -> None:
-    """Delete staff accounts, each with its ``staff_user.deleted`` event (one transaction)."""
+    """Delete staff accounts, each with its ``staff_user.deleted`` event (one transaction).
+    One deleted meanwhile (a second submit) is not recorded again."""
     with transaction.atomic():
-        for user in users:
+        for user in _still_there(User, users):
             staff_user_change_record(user=user, verb="deleted", actor=actor)
             user.delete()
 
 
 def role_groups_delete(*, groups: Iterable[Group], actor: str) -> None:
-    """Delete roles, each with its ``group.deleted`` event (one transaction)."""
+    """Delete roles, each with its ``group.deleted`` event (one transaction). One deleted
+    meanwhile (a second submit) is not recorded again."""
     with transaction.atomic():
-        for group in groups:
+        for group in _still_there(Group, groups):
             role_group_change_record(group=group, verb="deleted", actor=actor)
             group.delete()
+
+
+Row = TypeVar("Row", User, Group)
+
+
+def _still_there(model: type[Row], rows: Iterable[Row]) -> list[Row]:
+    """``rows`` as they are now, locked until the transaction ends: two deletions at once
+    (a double click, two superusers) record one event, the other finds it gone."""
+    return list(
+        model.objects.select_for_update().filter(pk__in=[row.pk for row in rows]).order_by("pk")
+    )
 
 
 def _record(
