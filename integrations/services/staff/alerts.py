@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
+from django.db import connection as db_connection
 from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
@@ -99,6 +100,11 @@ def alert_condition(name: str) -> Callable[[Condition], Condition]:
     return register
 
 
+# pg_advisory_xact_lock(int, int): this purpose ("alrt"), the condition's name hashed.
+_EVALUATION_LOCK_PURPOSE = 0x616C7274
+_EVALUATION_LOCK = "SELECT pg_advisory_xact_lock(%s, hashtext(%s))"
+
+
 @dataclass
 class AlertsEvaluated:
     raised: list[AlertState] = field(default_factory=list)
@@ -111,8 +117,16 @@ def alerts_evaluate(*, now: dt.datetime | None = None) -> AlertsEvaluated:
     now = now or timezone.now()
     result = AlertsEvaluated()
     for name, check in CONDITIONS.items():
-        firing = {f"{name}:{f.key}": f for f in check(now)}
         with transaction.atomic():
+            # One evaluation of a condition at a time, whatever runs it: the periodic job and
+            # one an event queued (its queueing lock keeps only a second from waiting) may run
+            # together on two workers. Without it the second, not seeing the first's raise
+            # until it commits, raised the same alert again (two messages), and a check read
+            # before the other's commit could raise again what the other had just cleared.
+            # Taken before the check, so the check sees every raise and clear before it.
+            with db_connection.cursor() as cursor:
+                cursor.execute(_EVALUATION_LOCK, [_EVALUATION_LOCK_PURPOSE, name])
+            firing = {f"{name}:{f.key}": f for f in check(now)}
             states = {
                 s.key: s
                 for s in AlertState.objects.select_for_update().filter(condition=name, active=True)
