@@ -518,6 +518,12 @@ DROPPORTAL_ALERT_EMAILS: list[str] = env.list("DROPPORTAL_ALERT_EMAILS", default
 DROPPORTAL_ALERT_WEBHOOK_URL = env.str("DROPPORTAL_ALERT_WEBHOOK_URL", default="")
 # /readyz wants a worker heartbeat at most this old.
 DROPPORTAL_WORKER_HEARTBEAT_SECONDS = 120
+# A worker whose heartbeat is this old is taken for dead: the retry_stalled_jobs job runs its
+# jobs again. A worker that starts forgets such workers (Procrastinate's stalled_worker_timeout)
+# and their jobs then look stalled at once, so both read this one bound: at Procrastinate's
+# own 30 s, a worker late by half a minute had its jobs run twice while it still ran them.
+DROPPORTAL_WORKER_STALLED_SECONDS = 60
+PROCRASTINATE_WORKER_DEFAULTS = {"stalled_worker_timeout": DROPPORTAL_WORKER_STALLED_SECONDS}
 # First: an unreachable database is a 503, whatever middleware or view met it.
 MIDDLEWARE.insert(0, "integrations.operations.outage.DatabaseOutageMiddleware")
 MIDDLEWARE.insert(1, "integrations.operations.metrics.CallbackMetricsMiddleware")

@@ -120,8 +120,9 @@ def redispatch_failed(timestamp: int | None = None) -> int:
 
 
 # A worker that stops sending heartbeats for this long is taken for dead (killed, host
-# lost); the jobs it was running are run again by another worker.
-STALLED_AFTER_SECONDS = 60
+# lost); the jobs it was running are run again by another worker. The same bound has a
+# starting worker forget it (PROCRASTINATE_WORKER_DEFAULTS).
+STALLED_AFTER_SECONDS = settings.DROPPORTAL_WORKER_STALLED_SECONDS
 
 
 @app.periodic(cron="* * * * *", periodic_id="retry_stalled_jobs")

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 from procrastinate.contrib.django import app
 from procrastinate.contrib.django.models import ProcrastinateJob
@@ -14,6 +15,7 @@ from procrastinate.exceptions import TaskNotFound
 from integrations import enqueue, tasks
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import LedgerChainLink, LedgerEvent
+from integrations.services.dispatch.jobs import stalled_jobs_retry
 from integrations.services.ledger import ledger_event_append
 from tests.builders import run_worker
 
@@ -98,3 +100,30 @@ def test_an_alert_evaluation_is_queued_once_and_only_when_its_event_commits() ->
     assert LedgerEvent.objects.filter(pk=event.pk).exists()
     (job,) = ProcrastinateJob.objects.filter(task_name=enqueue.EVALUATE_ALERTS)
     assert (job.status, job.queue_name) == ("todo", "alerts")
+
+
+def _worker_silent_for(seconds: int) -> int:
+    """A worker (its row) whose last heartbeat is ``seconds`` old, running a job: its id."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO procrastinate_workers (last_heartbeat)"
+            " VALUES (now() - make_interval(secs => %s)) RETURNING id",
+            [seconds],
+        )
+        (worker_id,) = cursor.fetchone()
+    job_id = tasks.seal_ledger.defer()
+    ProcrastinateJob.objects.filter(id=job_id).update(status="doing", worker_id=worker_id)
+    return job_id
+
+
+def test_a_worker_that_starts_leaves_the_jobs_of_one_silent_less_than_a_minute_alone() -> None:
+    """A job runs again once its worker's heartbeat is STALLED_AFTER_SECONDS old, not before:
+    a worker starting (a restart, the resume after an outage, another host's) forgets the
+    workers it takes for dead, and their jobs then look stalled whatever their heartbeat."""
+    job_id = _worker_silent_for(tasks.STALLED_AFTER_SECONDS - 15)  # late, but alive
+
+    run_worker(["ledger"])  # another worker starts (and ends: nothing of its queue waits)
+
+    retried = asyncio.run(stalled_jobs_retry(seconds_since_heartbeat=tasks.STALLED_AFTER_SECONDS))
+    assert retried == 0
+    assert ProcrastinateJob.objects.get(id=job_id).status == "doing"
