@@ -524,6 +524,11 @@ DROPPORTAL_WORKER_HEARTBEAT_SECONDS = 120
 # own 30 s, a worker late by half a minute had its jobs run twice while it still ran them.
 DROPPORTAL_WORKER_STALLED_SECONDS = 60
 PROCRASTINATE_WORKER_DEFAULTS = {"stalled_worker_timeout": DROPPORTAL_WORKER_STALLED_SECONDS}
+# A worker that starts defers each periodic job's last run when it was missed, up to a day
+# back: at Procrastinate's 10 minutes a restart or an outage over 04:07 UTC left the ledger
+# unanchored for a day (and the nightly verify, an hourly pull) without a word. A run
+# already deferred is not deferred again: the database keeps one per job and time.
+PROCRASTINATE_PERIODIC_DEFAULTS = {"max_delay": 24 * 60 * 60}
 # First: an unreachable database is a 503, whatever middleware or view met it.
 MIDDLEWARE.insert(0, "integrations.operations.outage.DatabaseOutageMiddleware")
 MIDDLEWARE.insert(1, "integrations.operations.metrics.CallbackMetricsMiddleware")

@@ -11,6 +11,7 @@ from django.utils import timezone
 from procrastinate.contrib.django import app
 from procrastinate.contrib.django.models import ProcrastinateJob
 from procrastinate.exceptions import TaskNotFound
+from procrastinate.periodic import PeriodicDeferrer
 
 from integrations import enqueue, tasks
 from integrations.ledger_kinds import LedgerKind
@@ -127,3 +128,20 @@ def test_a_worker_that_starts_leaves_the_jobs_of_one_silent_less_than_a_minute_a
     retried = asyncio.run(stalled_jobs_retry(seconds_since_heartbeat=tasks.STALLED_AFTER_SECONDS))
     assert retried == 0
     assert ProcrastinateJob.objects.get(id=job_id).status == "doing"
+
+
+def test_a_daily_job_missed_while_no_worker_ran_runs_when_one_starts() -> None:
+    """The nightly verify and the daily anchor, missed by a restart or an outage over their
+    minute, run when a worker starts again, not a day late: Procrastinate's own default
+    forgets a run more than 10 minutes old. (A run already deferred is not deferred again:
+    the database keeps one per time.)"""
+    deferrer = PeriodicDeferrer(registry=app.periodic_registry, **app.periodic_defaults)
+    # No worker from 03:00 to 04:30 UTC: the first one to start looks back from 04:30.
+    back = dt.datetime(2026, 11, 30, 4, 30, tzinfo=dt.UTC)
+
+    due = {(pt.periodic_id, when) for pt, when in deferrer.get_previous_tasks(back.timestamp())}
+
+    verify = dt.datetime(2026, 11, 30, 3, 23, tzinfo=dt.UTC)
+    anchor = dt.datetime(2026, 11, 30, 4, 7, tzinfo=dt.UTC)
+    assert ("verify_ledger", int(verify.timestamp())) in due
+    assert ("anchor_ledger", int(anchor.timestamp())) in due
