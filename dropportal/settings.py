@@ -514,6 +514,11 @@ if env.str("EMAIL_URL", default=""):
         )
     )
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default=f"dropportal@{_public_host}")
+# Seconds each wait on the mail server may last (Django's default: for ever). An alert's send
+# job holds the one slot its worker shares with the ledger's sealing and the stalled jobs'
+# retry: a server that takes the connection and says nothing fails the send, and the job's
+# retries take over, as for the webhook (dispatch/alerts.py, WEBHOOK_TIMEOUT_SECONDS).
+EMAIL_TIMEOUT = 10
 DROPPORTAL_ALERT_EMAILS: list[str] = env.list("DROPPORTAL_ALERT_EMAILS", default=[])
 DROPPORTAL_ALERT_WEBHOOK_URL = env.str("DROPPORTAL_ALERT_WEBHOOK_URL", default="")
 # /readyz wants a worker heartbeat at most this old.

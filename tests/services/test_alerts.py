@@ -4,12 +4,15 @@ worker; every alert is a ledger event."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import email
 import email.policy
 import json
+import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -559,3 +562,43 @@ def test_a_directives_due_date_in_its_alert_is_a_day_of_drops_calendar(settings:
     (firing,) = CONDITIONS["directive_not_acknowledged"](issued + dt.timedelta(days=11))
 
     assert "due 2027-01-14)" in firing.text, firing.text
+
+
+def test_a_mail_server_that_never_answers_fails_the_send_instead_of_holding_it(
+    settings: Any,
+) -> None:
+    """A send_alert job holds the one slot its worker shares with the ledger's sealing, the
+    stalled jobs' retry and the alerts' evaluation: a mail server that takes the connection
+    and says nothing (a half-dead relay, a firewall that swallows the rest) must fail it, so
+    that the job's retries take over, not hold that slot for as long as the process lives."""
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.DROPPORTAL_ALERT_EMAILS = [RECIPIENT]
+    held: list[socket.socket] = []
+    listener = socket.create_server(("127.0.0.1", 0))
+    settings.EMAIL_HOST, settings.EMAIL_PORT = listener.getsockname()
+
+    def accept_and_say_nothing() -> None:
+        with contextlib.suppress(OSError):  # closed at the end of the test
+            while True:
+                held.append(listener.accept()[0])
+
+    threading.Thread(target=accept_and_say_nothing, daemon=True).start()
+    failed: list[BaseException] = []
+
+    def send() -> None:
+        try:
+            alert_send(channel="email", text="[dropportal] ALERT: test", alert={"key": "k"})
+        except Exception as exc:
+            failed.append(exc)
+
+    sender = threading.Thread(target=send, daemon=True)
+    try:
+        sender.start()
+        sender.join(60)
+        assert not sender.is_alive(), "the send still waits for the mail server"
+    finally:
+        listener.close()
+        for held_connection in held:
+            held_connection.close()  # a send still waiting reads the end and gives up
+        sender.join(30)
+    assert failed and isinstance(failed[0], OSError)  # the job fails, and is retried
