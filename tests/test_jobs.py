@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
 from django.db import connection, transaction
 from django.utils import timezone
 from procrastinate.contrib.django import app
@@ -145,3 +147,46 @@ def test_a_daily_job_missed_while_no_worker_ran_runs_when_one_starts() -> None:
     anchor = dt.datetime(2026, 11, 30, 4, 7, tzinfo=dt.UTC)
     assert ("verify_ledger", int(verify.timestamp())) in due
     assert ("anchor_ledger", int(anchor.timestamp())) in due
+
+
+def _its_connection_closed() -> None:
+    connection.close()  # the connection of the thread this runs on
+
+
+def test_a_stalled_job_that_ends_as_it_is_retried_is_left_alone_and_the_others_retried(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker taken for dead may be alive, only late: it can finish a job between the
+    moment the retry finds it stalled and the moment it retries it. That job is done; the
+    others of the same run are still retried, and the run does not fail."""
+    silent = tasks.STALLED_AFTER_SECONDS + 30
+    ends = _worker_silent_for(silent)
+    stays = tasks.deliver_deletion_requests.defer(request_ids=[])
+    ProcrastinateJob.objects.filter(id=stays).update(
+        status="doing", worker_id=ProcrastinateJob.objects.get(id=ends).worker_id
+    )
+    found = app.job_manager.get_stalled_jobs
+
+    async def and_its_worker_finishes_one(**kwargs: Any) -> Any:
+        stalled = sorted(await found(**kwargs), key=lambda job: job.id or 0)
+        assert [job.id for job in stalled] == [ends, stays]
+        await sync_to_async(ProcrastinateJob.objects.filter(id=ends).update)(status="succeeded")
+        return stalled
+
+    monkeypatch.setattr(app.job_manager, "get_stalled_jobs", and_its_worker_finishes_one)
+
+    # The job manager's and the ledger's queries run on asgiref's one thread: its connection
+    # starts afresh (a previous test's may have been ended) and ends with the test.
+    asyncio.run(sync_to_async(_its_connection_closed)())
+    try:
+        retried = asyncio.run(
+            stalled_jobs_retry(seconds_since_heartbeat=tasks.STALLED_AFTER_SECONDS)
+        )
+    finally:
+        asyncio.run(sync_to_async(_its_connection_closed)())
+
+    assert retried == 1
+    assert ProcrastinateJob.objects.get(id=ends).status == "succeeded"
+    assert ProcrastinateJob.objects.get(id=stays).status == "todo"
+    (event,) = LedgerEvent.objects.filter(kind=LedgerKind.JOB_STALLED_RETRIED)
+    assert event.subject == str(stays)
