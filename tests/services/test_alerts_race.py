@@ -58,3 +58,26 @@ def test_two_evaluations_at_once_raise_an_alert_once(monkeypatch: pytest.MonkeyP
             second.join(30)
 
     assert LedgerEvent.objects.filter(kind="alert.raised", subject="race_test:it").count() == 1
+
+
+def test_a_condition_that_fails_holds_back_no_other_condition(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A condition that raises (a stored secret it cannot read, a bug) is one condition not
+    evaluated: those after it in the registry still raise and clear their alerts, its own
+    alerts stay as they were, and the run still fails, naming it, so the failed job shows."""
+
+    def broken(now: dt.datetime) -> Iterable[Firing]:
+        raise RuntimeError("cannot read it")
+
+    def fine(now: dt.datetime) -> Iterable[Firing]:
+        yield Firing(key="it", text="something is wrong")
+
+    monkeypatch.setattr(alerts, "CONDITIONS", {"broken": broken, "fine": fine})
+
+    with pytest.raises(Exception) as failed:  # which one: asserted below
+        alerts_evaluate()
+
+    assert LedgerEvent.objects.filter(kind="alert.raised", subject="fine:it").count() == 1
+    assert str(failed.value) == "alert condition(s) not evaluated: broken"
+    assert "alert condition broken could not be evaluated" in caplog.text
