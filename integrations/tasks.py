@@ -267,7 +267,8 @@ def purge_shown_once(timestamp: int | None = None) -> int:
 
 
 # Alerts to staff (services/staff/alerts.py): conditions are evaluated every 5 minutes; each raise
-# and clear defers one send_alert job per channel, retried for about 8 hours.
+# and clear defers one send_alert job per channel, retried for about a day (3 s, 9 s, ... the
+# last 16 hours after the one before), one alert's messages in order (enqueue's lock).
 ALERT_SEND_RETRY = RetryStrategy(max_attempts=10, exponential_wait=3)
 
 

@@ -602,3 +602,34 @@ def test_a_mail_server_that_never_answers_fails_the_send_instead_of_holding_it(
             held_connection.close()  # a send still waiting reads the end and gives up
         sender.join(30)
     assert failed and isinstance(failed[0], OSError)  # the job fails, and is retried
+
+
+def test_an_alerts_clear_is_not_sent_before_its_raise_that_waits_for_a_retry(
+    settings: Any, webhook: tuple[str, list[dict[str, Any]]], broker: Broker
+) -> None:
+    """The raise's message failed (the webhook was down) and waits for its next try, hours
+    away by then; the condition clears meanwhile. Staff must not read "Cleared" first and
+    then, hours later, an "ALERT" that looks current: a channel sends one key's messages in
+    the order they were queued."""
+    url, hooks = webhook
+    settings.DROPPORTAL_ALERT_EMAILS = []
+    settings.DROPPORTAL_ALERT_WEBHOOK_URL = f"http://127.0.0.1:{free_port()}/closed"
+    settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = True
+    integration = webhook_integration_created(broker, "https://crm.acme.test/drop").integration
+    integration_disable(integration=integration, reason="by hand", actor="test")
+    evaluate_and_send()  # the raise's message fails once
+    raise_job = ProcrastinateJob.objects.get(task_name="integrations.tasks.send_alert")
+    assert raise_job.status == "todo"
+    # Its next try, a few tries later, is hours away.
+    ProcrastinateJob.objects.filter(pk=raise_job.pk).update(
+        scheduled_at=timezone.now() + dt.timedelta(hours=2)
+    )
+
+    settings.DROPPORTAL_ALERT_WEBHOOK_URL = url  # the webhook is back
+    integration.refresh_from_db()
+    integration_enable(integration=integration, actor="test")
+    evaluate_and_send()
+    ProcrastinateJob.objects.filter(pk=raise_job.pk).update(scheduled_at=timezone.now())
+    run_worker(["alerts"])
+
+    assert [h["alert"]["state"] for h in hooks] == ["raised", "cleared"]
