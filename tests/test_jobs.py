@@ -190,3 +190,38 @@ def test_a_stalled_job_that_ends_as_it_is_retried_is_left_alone_and_the_others_r
     assert ProcrastinateJob.objects.get(id=stays).status == "todo"
     (event,) = LedgerEvent.objects.filter(kind=LedgerKind.JOB_STALLED_RETRIED)
     assert event.subject == str(stays)
+
+
+def _job_finished(status: str, *, days_ago: int) -> int:
+    job_id = tasks.deliver_deletion_requests.defer(request_ids=[])
+    ProcrastinateJob.objects.filter(id=job_id).update(status=status)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE procrastinate_events SET at = now() - make_interval(days => %s)"
+            " WHERE job_id = %s",
+            [days_ago, job_id],
+        )
+    return job_id
+
+
+def test_succeeded_jobs_are_forgotten_after_a_week_and_failed_ones_kept() -> None:
+    """Every minute writes jobs (the sealing, the stalled jobs' retry), every delivery batch
+    one: without an end, the jobs and their events grow for as long as the service runs, and
+    each scrape of ``dropportal_jobs`` reads them all."""
+    old = _job_finished("succeeded", days_ago=8)
+    recent = _job_finished("succeeded", days_ago=6)
+    failed = _job_finished("failed", days_ago=60)
+    waiting = tasks.deliver_deletion_requests.defer(request_ids=[1])
+
+    asyncio.run(sync_to_async(_its_connection_closed)())
+    try:
+        asyncio.run(tasks.purge_finished_jobs())
+    finally:
+        asyncio.run(sync_to_async(_its_connection_closed)())
+
+    assert set(ProcrastinateJob.objects.values_list("id", flat=True)) == {
+        recent,
+        failed,
+        waiting,
+    }
+    assert old not in set(ProcrastinateJob.objects.values_list("id", flat=True))
