@@ -514,10 +514,26 @@ if env.str("EMAIL_URL", default=""):
         )
     )
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default=f"dropportal@{_public_host}")
+# Seconds each wait on the mail server may last (Django's default: for ever). An alert's send
+# job holds the one slot its worker shares with the ledger's sealing and the stalled jobs'
+# retry: a server that takes the connection and says nothing fails the send, and the job's
+# retries take over, as for the webhook (dispatch/alerts.py, WEBHOOK_TIMEOUT_SECONDS).
+EMAIL_TIMEOUT = 10
 DROPPORTAL_ALERT_EMAILS: list[str] = env.list("DROPPORTAL_ALERT_EMAILS", default=[])
 DROPPORTAL_ALERT_WEBHOOK_URL = env.str("DROPPORTAL_ALERT_WEBHOOK_URL", default="")
 # /readyz wants a worker heartbeat at most this old.
 DROPPORTAL_WORKER_HEARTBEAT_SECONDS = 120
+# A worker whose heartbeat is this old is taken for dead: the retry_stalled_jobs job runs its
+# jobs again. A worker that starts forgets such workers (Procrastinate's stalled_worker_timeout)
+# and their jobs then look stalled at once, so both read this one bound: at Procrastinate's
+# own 30 s, a worker late by half a minute had its jobs run twice while it still ran them.
+DROPPORTAL_WORKER_STALLED_SECONDS = 60
+PROCRASTINATE_WORKER_DEFAULTS = {"stalled_worker_timeout": DROPPORTAL_WORKER_STALLED_SECONDS}
+# A worker that starts defers each periodic job's last run when it was missed, up to a day
+# back: at Procrastinate's 10 minutes a restart or an outage over 04:07 UTC left the ledger
+# unanchored for a day (and the nightly verify, an hourly pull) without a word. A run
+# already deferred is not deferred again: the database keeps one per job and time.
+PROCRASTINATE_PERIODIC_DEFAULTS = {"max_delay": 24 * 60 * 60}
 # First: an unreachable database is a 503, whatever middleware or view met it.
 MIDDLEWARE.insert(0, "integrations.operations.outage.DatabaseOutageMiddleware")
 MIDDLEWARE.insert(1, "integrations.operations.metrics.CallbackMetricsMiddleware")

@@ -96,8 +96,13 @@ def directive_deliver_enqueue(directive_id: int) -> None:
 
 
 def alert_send_enqueue(*, channel: str, text: str, alert: dict[str, Any]) -> None:
-    """Send one alert by one channel (retried by the job's own strategy)."""
-    _deferrer(SEND_ALERT).defer(channel=channel, text=text, alert=alert)
+    """Send one alert by one channel (retried by the job's own strategy).
+
+    One lock per channel and alert: its messages go in the order they were queued. A clear
+    queued while its raise waits for a retry (hours away after a few failed tries) waits
+    behind it, so staff never read "Cleared" and then an "ALERT" that looks current."""
+    lock = f"alert:{channel}:{alert['key']}"
+    _deferrer(SEND_ALERT, lock=lock).defer(channel=channel, text=text, alert=alert)
 
 
 def alerts_evaluate_enqueue() -> None:

@@ -32,7 +32,7 @@ from integrations.services.dispatch.deliveries import (
     resolution_requests_deliver,
     saas_deletions_deliver,
 )
-from integrations.services.dispatch.jobs import stalled_jobs_retry
+from integrations.services.dispatch.jobs import finished_jobs_purge, stalled_jobs_retry
 from integrations.services.dispatch.redelivery import deletion_requests_redispatch_failed
 from integrations.services.dispatch.resolutions import resolutions_purge_final
 from integrations.services.ledger import SYSTEM_ACTOR, ledger_seal, ledger_verify_record
@@ -120,8 +120,9 @@ def redispatch_failed(timestamp: int | None = None) -> int:
 
 
 # A worker that stops sending heartbeats for this long is taken for dead (killed, host
-# lost); the jobs it was running are run again by another worker.
-STALLED_AFTER_SECONDS = 60
+# lost); the jobs it was running are run again by another worker. The same bound has a
+# starting worker forget it (PROCRASTINATE_WORKER_DEFAULTS).
+STALLED_AFTER_SECONDS = settings.DROPPORTAL_WORKER_STALLED_SECONDS
 
 
 @app.periodic(cron="* * * * *", periodic_id="retry_stalled_jobs")
@@ -129,6 +130,19 @@ STALLED_AFTER_SECONDS = 60
 async def retry_stalled_jobs(timestamp: int | None = None) -> int:
     """Run again the jobs of workers that died mid-job (every minute); returns how many."""
     return await stalled_jobs_retry(seconds_since_heartbeat=STALLED_AFTER_SECONDS)
+
+
+# Succeeded jobs are kept this long (to read what ran, in the job tables), then forgotten:
+# the sealing and the stalled jobs' retry alone write one a minute each, every delivery batch
+# one, and without an end the tables, and each scrape of dropportal_jobs, grew for ever.
+SUCCEEDED_JOBS_KEPT_HOURS = 7 * 24
+
+
+@app.periodic(cron="47 2 * * *", periodic_id="purge_finished_jobs")
+@app.task(queue="maintenance", queueing_lock="purge_finished_jobs", pass_context=False)
+async def purge_finished_jobs(timestamp: int | None = None) -> None:
+    """Nightly: forget the jobs that succeeded a week ago (failed ones stay)."""
+    await finished_jobs_purge(succeeded_hours_ago=SUCCEEDED_JOBS_KEPT_HOURS)
 
 
 # Reporting to DROP: every 15 minutes each broker with a DROP API key gets one report job
@@ -266,7 +280,8 @@ def purge_shown_once(timestamp: int | None = None) -> int:
 
 
 # Alerts to staff (services/staff/alerts.py): conditions are evaluated every 5 minutes; each raise
-# and clear defers one send_alert job per channel, retried for about 8 hours.
+# and clear defers one send_alert job per channel, retried for about a day (3 s, 9 s, ... the
+# last 16 hours after the one before), one alert's messages in order (enqueue's lock).
 ALERT_SEND_RETRY = RetryStrategy(max_attempts=10, exponential_wait=3)
 
 

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
+from typing import Any
 
 import pytest
-from django.db import transaction
+from asgiref.sync import sync_to_async
+from django.db import connection, transaction
 from django.utils import timezone
 from procrastinate.contrib.django import app
 from procrastinate.contrib.django.models import ProcrastinateJob
 from procrastinate.exceptions import TaskNotFound
+from procrastinate.periodic import PeriodicDeferrer
 
 from integrations import enqueue, tasks
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import LedgerChainLink, LedgerEvent
+from integrations.services.dispatch.jobs import stalled_jobs_retry
 from integrations.services.ledger import ledger_event_append
 from tests.builders import run_worker
 
@@ -98,3 +103,125 @@ def test_an_alert_evaluation_is_queued_once_and_only_when_its_event_commits() ->
     assert LedgerEvent.objects.filter(pk=event.pk).exists()
     (job,) = ProcrastinateJob.objects.filter(task_name=enqueue.EVALUATE_ALERTS)
     assert (job.status, job.queue_name) == ("todo", "alerts")
+
+
+def _worker_silent_for(seconds: int) -> int:
+    """A worker (its row) whose last heartbeat is ``seconds`` old, running a job: its id."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO procrastinate_workers (last_heartbeat)"
+            " VALUES (now() - make_interval(secs => %s)) RETURNING id",
+            [seconds],
+        )
+        (worker_id,) = cursor.fetchone()
+    job_id = tasks.seal_ledger.defer()
+    ProcrastinateJob.objects.filter(id=job_id).update(status="doing", worker_id=worker_id)
+    return job_id
+
+
+def test_a_worker_that_starts_leaves_the_jobs_of_one_silent_less_than_a_minute_alone() -> None:
+    """A job runs again once its worker's heartbeat is STALLED_AFTER_SECONDS old, not before:
+    a worker starting (a restart, the resume after an outage, another host's) forgets the
+    workers it takes for dead, and their jobs then look stalled whatever their heartbeat."""
+    job_id = _worker_silent_for(tasks.STALLED_AFTER_SECONDS - 15)  # late, but alive
+
+    run_worker(["ledger"])  # another worker starts (and ends: nothing of its queue waits)
+
+    retried = asyncio.run(stalled_jobs_retry(seconds_since_heartbeat=tasks.STALLED_AFTER_SECONDS))
+    assert retried == 0
+    assert ProcrastinateJob.objects.get(id=job_id).status == "doing"
+
+
+def test_a_daily_job_missed_while_no_worker_ran_runs_when_one_starts() -> None:
+    """The nightly verify and the daily anchor, missed by a restart or an outage over their
+    minute, run when a worker starts again, not a day late: Procrastinate's own default
+    forgets a run more than 10 minutes old. (A run already deferred is not deferred again:
+    the database keeps one per time.)"""
+    deferrer = PeriodicDeferrer(registry=app.periodic_registry, **app.periodic_defaults)
+    # No worker from 03:00 to 04:30 UTC: the first one to start looks back from 04:30.
+    back = dt.datetime(2026, 11, 30, 4, 30, tzinfo=dt.UTC)
+
+    due = {(pt.periodic_id, when) for pt, when in deferrer.get_previous_tasks(back.timestamp())}
+
+    verify = dt.datetime(2026, 11, 30, 3, 23, tzinfo=dt.UTC)
+    anchor = dt.datetime(2026, 11, 30, 4, 7, tzinfo=dt.UTC)
+    assert ("verify_ledger", int(verify.timestamp())) in due
+    assert ("anchor_ledger", int(anchor.timestamp())) in due
+
+
+def _its_connection_closed() -> None:
+    connection.close()  # the connection of the thread this runs on
+
+
+def test_a_stalled_job_that_ends_as_it_is_retried_is_left_alone_and_the_others_retried(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker taken for dead may be alive, only late: it can finish a job between the
+    moment the retry finds it stalled and the moment it retries it. That job is done; the
+    others of the same run are still retried, and the run does not fail."""
+    silent = tasks.STALLED_AFTER_SECONDS + 30
+    ends = _worker_silent_for(silent)
+    stays = tasks.deliver_deletion_requests.defer(request_ids=[])
+    ProcrastinateJob.objects.filter(id=stays).update(
+        status="doing", worker_id=ProcrastinateJob.objects.get(id=ends).worker_id
+    )
+    found = app.job_manager.get_stalled_jobs
+
+    async def and_its_worker_finishes_one(**kwargs: Any) -> Any:
+        stalled = sorted(await found(**kwargs), key=lambda job: job.id or 0)
+        assert [job.id for job in stalled] == [ends, stays]
+        await sync_to_async(ProcrastinateJob.objects.filter(id=ends).update)(status="succeeded")
+        return stalled
+
+    monkeypatch.setattr(app.job_manager, "get_stalled_jobs", and_its_worker_finishes_one)
+
+    # The job manager's and the ledger's queries run on asgiref's one thread: its connection
+    # starts afresh (a previous test's may have been ended) and ends with the test.
+    asyncio.run(sync_to_async(_its_connection_closed)())
+    try:
+        retried = asyncio.run(
+            stalled_jobs_retry(seconds_since_heartbeat=tasks.STALLED_AFTER_SECONDS)
+        )
+    finally:
+        asyncio.run(sync_to_async(_its_connection_closed)())
+
+    assert retried == 1
+    assert ProcrastinateJob.objects.get(id=ends).status == "succeeded"
+    assert ProcrastinateJob.objects.get(id=stays).status == "todo"
+    (event,) = LedgerEvent.objects.filter(kind=LedgerKind.JOB_STALLED_RETRIED)
+    assert event.subject == str(stays)
+
+
+def _job_finished(status: str, *, days_ago: int) -> int:
+    job_id = tasks.deliver_deletion_requests.defer(request_ids=[])
+    ProcrastinateJob.objects.filter(id=job_id).update(status=status)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE procrastinate_events SET at = now() - make_interval(days => %s)"
+            " WHERE job_id = %s",
+            [days_ago, job_id],
+        )
+    return job_id
+
+
+def test_succeeded_jobs_are_forgotten_after_a_week_and_failed_ones_kept() -> None:
+    """Every minute writes jobs (the sealing, the stalled jobs' retry), every delivery batch
+    one: without an end, the jobs and their events grow for as long as the service runs, and
+    each scrape of ``dropportal_jobs`` reads them all."""
+    old = _job_finished("succeeded", days_ago=8)
+    recent = _job_finished("succeeded", days_ago=6)
+    failed = _job_finished("failed", days_ago=60)
+    waiting = tasks.deliver_deletion_requests.defer(request_ids=[1])
+
+    asyncio.run(sync_to_async(_its_connection_closed)())
+    try:
+        asyncio.run(tasks.purge_finished_jobs())
+    finally:
+        asyncio.run(sync_to_async(_its_connection_closed)())
+
+    assert set(ProcrastinateJob.objects.values_list("id", flat=True)) == {
+        recent,
+        failed,
+        waiting,
+    }
+    assert old not in set(ProcrastinateJob.objects.values_list("id", flat=True))

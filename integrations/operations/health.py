@@ -1,7 +1,8 @@
 """Probes for load balancers and orchestrators, JSON both::
 
 GET /healthz   200 while the process answers (touches no database)
-GET /readyz    200 {"ready": true} when the database answers, every migration is applied,
+GET /readyz    200 {"ready": true} when the database answers and takes writes (not a standby in
+               recovery, not read-only), every migration is applied,
                DROPPORTAL_ENCRYPTION_KEYS reads the stored secrets and a worker beat within
                two minutes; otherwise 503 {"ready": false}
 
@@ -39,7 +40,10 @@ from integrations.web.throttling import UnauthenticatedAddressThrottle
 log = logging.getLogger(__name__)
 
 _HEARTBEAT_AGE = "SELECT EXTRACT(EPOCH FROM now() - max(last_heartbeat)) FROM procrastinate_workers"
-_UNKNOWN_WITHOUT_DATABASE = ["encryption_keys", "migrations", "worker"]
+# A standby in recovery, or a database made read-only, answers reads (the migrations, the
+# heartbeats replicated from the primary) while every write fails: not ready.
+_WRITABLE = "SELECT pg_is_in_recovery(), current_setting('transaction_read_only') = 'on'"
+_CHECKS = ["database", "encryption_keys", "migrations", "worker"]
 
 
 @cache
@@ -80,8 +84,15 @@ def _checks() -> dict[str, str]:
     checks: dict[str, str] = {}
     try:
         with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
-        checks["database"] = "ok"
+            cursor.execute(_WRITABLE)
+            in_recovery, read_only = cursor.fetchone()
+        checks["database"] = (
+            "read-only: the server is in recovery (a standby)"
+            if in_recovery
+            else "read-only: its transactions are read-only"
+            if read_only
+            else "ok"
+        )
         applied = set(MigrationRecorder(connection).applied_migrations())
         unapplied = sorted(f"{app}.{name}" for app, name in _known_migrations() - applied)
         checks["migrations"] = (
@@ -148,12 +159,8 @@ def readyz(request: HttpRequest) -> HttpResponse:
     ):
         return _throttled(throttle)
     checks = _checks()
-    missing = sorted(name for name, state in checks.items() if state != "ok")
-    if "database" in missing:
-        missing += _UNKNOWN_WITHOUT_DATABASE
-    elif "migrations" in missing:
-        missing += ["encryption_keys"]
-    missing.sort()
+    # A check not made (no database, migrations missing) is missing too: unknown.
+    missing = sorted(name for name in _CHECKS if checks.get(name, "unknown") != "ok")
     readiness.seen(checks, missing)
     body: dict[str, object] = {"ready": not missing}
     if _for_the_operator(request, throttle):

@@ -109,6 +109,28 @@ def test_readyz_names_migrations_not_applied(client: Client, operator: dict[str,
     assert "integrations.0014_alerts_and_metrics_scope" in body["checks"]["migrations"]
 
 
+def test_readyz_is_not_ready_on_a_database_that_takes_no_writes(
+    client: Client, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A standby (in recovery, as after a failover not yet done) or a database made
+    read-only answers SELECT 1 and reads the migrations and the heartbeats of workers
+    writing to the primary, yet every callback and job would fail on it."""
+    monkeypatch.setattr(health, "readiness", health._Readiness())
+    caplog.set_level(logging.INFO, logger="integrations.operations.health")
+    _worker_beats()
+    assert client.get("/readyz").status_code == 200
+    with connection.cursor() as cursor:
+        # What a standby's sessions see (transaction_read_only is on there).
+        cursor.execute("SET TRANSACTION READ ONLY")
+
+    response = client.get("/readyz")
+
+    assert response.status_code == 503
+    assert response.json() == {"ready": False}
+    line = [r for r in caplog.records if r.name == "integrations.operations.health"][-1]
+    assert line.getMessage().startswith("not ready (database): database: read-only")
+
+
 def test_readyz_tells_only_ready_or_not_without_a_metrics_key(
     client: Client, make_key, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:

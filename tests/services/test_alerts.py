@@ -4,12 +4,15 @@ worker; every alert is a ledger event."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import email
 import email.policy
 import json
+import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -559,3 +562,74 @@ def test_a_directives_due_date_in_its_alert_is_a_day_of_drops_calendar(settings:
     (firing,) = CONDITIONS["directive_not_acknowledged"](issued + dt.timedelta(days=11))
 
     assert "due 2027-01-14)" in firing.text, firing.text
+
+
+def test_a_mail_server_that_never_answers_fails_the_send_instead_of_holding_it(
+    settings: Any,
+) -> None:
+    """A send_alert job holds the one slot its worker shares with the ledger's sealing, the
+    stalled jobs' retry and the alerts' evaluation: a mail server that takes the connection
+    and says nothing (a half-dead relay, a firewall that swallows the rest) must fail it, so
+    that the job's retries take over, not hold that slot for as long as the process lives."""
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.DROPPORTAL_ALERT_EMAILS = [RECIPIENT]
+    held: list[socket.socket] = []
+    listener = socket.create_server(("127.0.0.1", 0))
+    settings.EMAIL_HOST, settings.EMAIL_PORT = listener.getsockname()
+
+    def accept_and_say_nothing() -> None:
+        with contextlib.suppress(OSError):  # closed at the end of the test
+            while True:
+                held.append(listener.accept()[0])
+
+    threading.Thread(target=accept_and_say_nothing, daemon=True).start()
+    failed: list[BaseException] = []
+
+    def send() -> None:
+        try:
+            alert_send(channel="email", text="[dropportal] ALERT: test", alert={"key": "k"})
+        except Exception as exc:
+            failed.append(exc)
+
+    sender = threading.Thread(target=send, daemon=True)
+    try:
+        sender.start()
+        sender.join(60)
+        assert not sender.is_alive(), "the send still waits for the mail server"
+    finally:
+        listener.close()
+        for held_connection in held:
+            held_connection.close()  # a send still waiting reads the end and gives up
+        sender.join(30)
+    assert failed and isinstance(failed[0], OSError)  # the job fails, and is retried
+
+
+def test_an_alerts_clear_is_not_sent_before_its_raise_that_waits_for_a_retry(
+    settings: Any, webhook: tuple[str, list[dict[str, Any]]], broker: Broker
+) -> None:
+    """The raise's message failed (the webhook was down) and waits for its next try, hours
+    away by then; the condition clears meanwhile. Staff must not read "Cleared" first and
+    then, hours later, an "ALERT" that looks current: a channel sends one key's messages in
+    the order they were queued."""
+    url, hooks = webhook
+    settings.DROPPORTAL_ALERT_EMAILS = []
+    settings.DROPPORTAL_ALERT_WEBHOOK_URL = f"http://127.0.0.1:{free_port()}/closed"
+    settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = True
+    integration = webhook_integration_created(broker, "https://crm.acme.test/drop").integration
+    integration_disable(integration=integration, reason="by hand", actor="test")
+    evaluate_and_send()  # the raise's message fails once
+    raise_job = ProcrastinateJob.objects.get(task_name="integrations.tasks.send_alert")
+    assert raise_job.status == "todo"
+    # Its next try, a few tries later, is hours away.
+    ProcrastinateJob.objects.filter(pk=raise_job.pk).update(
+        scheduled_at=timezone.now() + dt.timedelta(hours=2)
+    )
+
+    settings.DROPPORTAL_ALERT_WEBHOOK_URL = url  # the webhook is back
+    integration.refresh_from_db()
+    integration_enable(integration=integration, actor="test")
+    evaluate_and_send()
+    ProcrastinateJob.objects.filter(pk=raise_job.pk).update(scheduled_at=timezone.now())
+    run_worker(["alerts"])
+
+    assert [h["alert"]["state"] for h in hooks] == ["raised", "cleared"]

@@ -1,8 +1,11 @@
-"""Jobs of workers that died: run them again, each one a ledger event.
+"""Jobs of workers that died: run them again, each one a ledger event; and the jobs that
+succeeded long ago, forgotten.
 
-The periodic ``retry_stalled_jobs`` job calls, every minute::
+The periodic ``retry_stalled_jobs`` job calls, every minute, and ``purge_finished_jobs``
+nightly::
 
     retried = await stalled_jobs_retry(seconds_since_heartbeat=60)
+    await finished_jobs_purge(succeeded_hours_ago=7 * 24)
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from procrastinate.contrib.django import app
-from procrastinate.exceptions import UniqueViolation
+from procrastinate.exceptions import ConnectorException, UniqueViolation
 from procrastinate.jobs import Status
 
 from integrations.ledger_kinds import LedgerKind
@@ -23,15 +26,26 @@ async def stalled_jobs_retry(*, seconds_since_heartbeat: float) -> int:
     stalled = list(
         await app.job_manager.get_stalled_jobs(seconds_since_heartbeat=seconds_since_heartbeat)
     )
+    retried = 0
     for job in stalled:
         superseded = False
         try:
-            await app.job_manager.retry_job(job)
-        except UniqueViolation:
-            # Its queueing lock is taken by the same work waiting again (a periodic job's next
-            # run, deferred while this one hung): that one does it, this one ends as failed.
-            await app.job_manager.finish_job(job, status=Status.FAILED, delete_job=False)
-            superseded = True
+            try:
+                await app.job_manager.retry_job(job)
+            except UniqueViolation:
+                # Its queueing lock is taken by the same work waiting again (a periodic job's
+                # next run, deferred while this one hung): that one does it, this one ends as
+                # failed.
+                await app.job_manager.finish_job(job, status=Status.FAILED, delete_job=False)
+                superseded = True
+        except ConnectorException:
+            # Procrastinate refuses a job no longer running: its worker, late rather than
+            # dead, ended it since it was found. It is done; the others are still retried.
+            assert job.id is not None
+            if await app.job_manager.get_job_status_async(job.id) == Status.DOING:
+                raise
+            continue
+        retried += 1
         await sync_to_async(job_stalled_record)(
             job_id=job.id,
             task=job.task_name,
@@ -39,7 +53,7 @@ async def stalled_jobs_retry(*, seconds_since_heartbeat: float) -> int:
             worker=job.worker_id,
             superseded=superseded,
         )
-    return len(stalled)
+    return retried
 
 
 def job_stalled_record(
@@ -56,3 +70,9 @@ def job_stalled_record(
             "superseded_by_waiting_job": superseded,
         },
     )
+
+
+async def finished_jobs_purge(*, succeeded_hours_ago: int) -> None:
+    """Delete the jobs that succeeded more than ``succeeded_hours_ago`` hours ago, and their
+    events. Failed jobs stay: they need a look (``dropportal_jobs{status="failed"}``)."""
+    await app.job_manager.delete_old_jobs(nb_hours=succeeded_hours_ago)

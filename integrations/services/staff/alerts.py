@@ -21,12 +21,14 @@ wrong now, one ``Firing`` per thing (a broker, an integration, a cycle)::
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import InterfaceError, OperationalError, transaction
+from django.db import connection as db_connection
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
@@ -65,6 +67,8 @@ from integrations.services.cycle.drop import broker_drop_settings_problem
 from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
 from integrations.url_extras import data_without_url_extras, without_url_extras
 
+log = logging.getLogger(__name__)
+
 # An unreachable DROP alerts only once it has been so for this long (DROP has outages).
 DROP_UNREACHABLE_FOR = dt.timedelta(days=1)
 # DROP's word that results wait in its portal is a reminder: raised when it comes, cleared
@@ -99,28 +103,67 @@ def alert_condition(name: str) -> Callable[[Condition], Condition]:
     return register
 
 
+# pg_advisory_xact_lock(int, int): this purpose ("alrt"), the condition's name hashed.
+_EVALUATION_LOCK_PURPOSE = 0x616C7274
+_EVALUATION_LOCK = "SELECT pg_advisory_xact_lock(%s, hashtext(%s))"
+
+
 @dataclass
 class AlertsEvaluated:
     raised: list[AlertState] = field(default_factory=list)
     cleared: list[AlertState] = field(default_factory=list)
 
 
+class AlertConditionsFailed(Exception):
+    """Conditions that raised: the others were evaluated, theirs not (the job fails)."""
+
+
 def alerts_evaluate(*, now: dt.datetime | None = None) -> AlertsEvaluated:
     """Evaluate every condition; raise what started, clear what ended (one transaction per
-    condition, so one failing condition does not hold back the others' alerts)."""
+    condition, so one failing condition does not hold back the others' alerts: it is logged,
+    its alerts stay as they were, and ``AlertConditionsFailed`` names it once all have run)."""
     now = now or timezone.now()
     result = AlertsEvaluated()
+    failed: list[str] = []
     for name, check in CONDITIONS.items():
+        try:
+            evaluated = _condition_evaluate(name, check, now)
+        except (OperationalError, InterfaceError):
+            raise  # the database itself: no other condition can be evaluated either
+        except Exception:
+            # A stored secret it cannot read, a bug: the conditions after it in the registry
+            # (the canaries', the deadlines') must still raise and clear theirs.
+            log.exception("alert condition %s could not be evaluated", name)
+            failed.append(name)
+            continue
+        result.raised += evaluated.raised
+        result.cleared += evaluated.cleared
+    if failed:
+        raise AlertConditionsFailed(f"alert condition(s) not evaluated: {', '.join(failed)}")
+    return result
+
+
+def _condition_evaluate(name: str, check: Condition, now: dt.datetime) -> AlertsEvaluated:
+    """One condition, in one transaction: its raises and clears, their messages queued."""
+    result = AlertsEvaluated()
+    with transaction.atomic():
+        # One evaluation of a condition at a time, whatever runs it: the periodic job and
+        # one an event queued (its queueing lock keeps only a second from waiting) may run
+        # together on two workers. Without it the second, not seeing the first's raise
+        # until it commits, raised the same alert again (two messages), and a check read
+        # before the other's commit could raise again what the other had just cleared.
+        # Taken before the check, so the check sees every raise and clear before it.
+        with db_connection.cursor() as cursor:
+            cursor.execute(_EVALUATION_LOCK, [_EVALUATION_LOCK_PURPOSE, name])
         firing = {f"{name}:{f.key}": f for f in check(now)}
-        with transaction.atomic():
-            states = {
-                s.key: s
-                for s in AlertState.objects.select_for_update().filter(condition=name, active=True)
-            }
-            for key in sorted(set(firing) - set(states)):
-                result.raised.append(_raise(name, key, firing[key], now))
-            for key in sorted(set(states) - set(firing)):
-                result.cleared.append(_clear(states[key], now))
+        states = {
+            s.key: s
+            for s in AlertState.objects.select_for_update().filter(condition=name, active=True)
+        }
+        for key in sorted(set(firing) - set(states)):
+            result.raised.append(_raise(name, key, firing[key], now))
+        for key in sorted(set(states) - set(firing)):
+            result.cleared.append(_clear(states[key], now))
     return result
 
 
