@@ -276,6 +276,24 @@ def test_a_gap_of_more_than_45_days_between_downloads_fails_drop_access(
     assert drop_access["records"]["longest_gap_days"] == 40.0
 
 
+@pytest.mark.parametrize(("days", "result"), [(200, "fail"), (30, "pass")])
+def test_a_broker_that_never_reached_drop_has_one_long_gap(
+    broker: Broker, tmp_path: Path, days: int, result: str
+) -> None:
+    """No download at all is no proof of access: the pack's whole time is the gap."""
+    today = drop_today()
+    since, until = str(today - dt.timedelta(days=days)), str(today - dt.timedelta(days=1))
+    drop_access = components_of(export(tmp_path, "--since", since, "--until", until))[
+        "drop_access"
+    ]
+    gap = drop_access["tests"][0]
+    assert gap["result"] == result, gap
+    assert gap["detail"].endswith("no download at all: the broker has not reached DROP")
+    # California's days, both included: a change of clocks between them is an hour more or less.
+    assert abs(drop_access["records"]["longest_gap_days"] - days) <= 0.05
+    assert drop_access["records"]["longest_gap"]["to"] == "open at the end"
+
+
 def test_a_pull_that_resumed_a_package_downloaded_before_is_no_download_of_its_own(
     cycle: DropCycle, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

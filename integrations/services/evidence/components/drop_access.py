@@ -6,7 +6,7 @@ A download is a successful pull (``drop.pulled``, whether DROP had something new
 broker reached its list; not one that resumed a package downloaded before) or a cycle's
 download (a package fetched by hand and imported counts from the time it was downloaded). The
 gaps run from the last download before the pack's time, through every download in it, to its
-end (a gap still open counts too).
+end (a gap still open counts too); with no download at all, the pack's whole time is the gap.
 Everything is counted in SQL; each access event is one row of ``components/drop_access.csv``.
 """
 
@@ -125,6 +125,10 @@ def build(context: PackContext) -> Component:
     longest_ends = (gap_from, gap_to)
     if last is not None and end - last > longest:
         longest, longest_ends = end - last, (last, None)  # still open at the pack's end
+    elif last is None:
+        # No download ever: the pack's whole time is one open gap, not "nothing to measure"
+        # (a broker that never reached DROP in a year must fail, not pass).
+        longest, longest_ends = end - start, (start, None)
     outages = list(
         DropOutage.objects.filter(broker=context.broker, started_at__lt=end)
         .exclude(ended_at__lt=start)
@@ -147,20 +151,14 @@ def build(context: PackContext) -> Component:
         "outages": [_outage(outage) for outage in outages],
         "notices": [_obligation(obligation) for obligation in obligations],
     }
-    if last is None:
-        component.test(
-            f"a download at least every {cadence.days} days",
-            passed=True,
-            detail="no download yet: the broker has not reached DROP (nothing to measure)",
-        )
-    else:
-        component.test(
-            f"a download at least every {cadence.days} days",
-            passed=longest <= cadence,
-            detail=f"longest gap {longest.total_seconds() / 86400:.2f} days "
-            f"({component.records['longest_gap']['from']} to "
-            f"{component.records['longest_gap']['to']})",
-        )
+    component.test(
+        f"a download at least every {cadence.days} days",
+        passed=longest <= cadence,
+        detail=f"longest gap {longest.total_seconds() / 86400:.2f} days "
+        f"({component.records['longest_gap']['from']} to "
+        f"{component.records['longest_gap']['to']})"
+        + ("; no download at all: the broker has not reached DROP" if last is None else ""),
+    )
     today = drop_date(context.exported_at)
     late = [
         obligation
