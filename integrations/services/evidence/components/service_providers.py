@@ -15,7 +15,8 @@ from django.db import connection
 from integrations.evidence import pack
 from integrations.evidence.directives import directive_verify
 from integrations.evidence.signing_key import evidence_signing_key
-from integrations.models import Directive
+from integrations.ledger_kinds import LedgerKind
+from integrations.models import Directive, LedgerEvent
 from integrations.services.evidence.components.base import Component, PackContext
 
 # Per provider of the broker: its directives issued in the pack's time, delivered to its S3
@@ -115,23 +116,42 @@ def _signatures_checked(context: PackContext) -> tuple[dict[int, int], dict[int,
     """Per provider, its directives of the pack's time whose stored CSV no longer verifies
     against the signature issued with it, and those signed by a key other than today's
     evidence key (only their digest can be checked here). The digest alone proves nothing:
-    whoever rewrites a CSV in the database can rewrite its digest beside it."""
+    whoever rewrites a CSV in the database can rewrite its digest beside it; so the digest and
+    the key must also be those of the directive's ``directive.issued`` event (none: altered)."""
     start, end = context.window
     public = evidence_signing_key().public_key()
     fingerprint = pack.key_fingerprint(public)
     altered: dict[int, int] = {}
     other_key: dict[int, int] = {}
-    directives = (
-        Directive.objects.filter(broker=context.broker, created_at__gte=start, created_at__lt=end)
-        .order_by("pk")
-        .values_list("provider_id", "content", "sha256", "signature", "key_fingerprint")
+    directives = Directive.objects.filter(
+        broker=context.broker, created_at__gte=start, created_at__lt=end
+    ).order_by("pk")
+    # What each directive.issued event (in the sealed chain) says was signed: the digest and
+    # key stored beside the CSV can be rewritten with it, and naming another key would turn
+    # "does not verify" into "signed by another key, its digest checked".
+    issued: dict[str, tuple[str | None, str | None]] = {}
+    for subject, issued_sha256, issued_key in (
+        LedgerEvent.objects.filter(
+            broker_id=context.broker.broker_id,
+            kind=LedgerKind.DIRECTIVE_ISSUED,
+            subject__in=[str(pk) for pk in directives.values_list("pk", flat=True)],
+        )
+        .order_by("id")
+        .values_list("subject", "data__sha256", "data__key_fingerprint")
+    ):
+        issued.setdefault(subject, (issued_sha256, issued_key))
+    rows = directives.values_list(
+        "pk", "provider_id", "content", "sha256", "signature", "key_fingerprint"
     )
     # A directive's CSV may hold a million hashes: a few at a time.
-    for provider_id, content, sha256, signature, key_fingerprint in directives.iterator(
+    for pk, provider_id, content, sha256, signature, key_fingerprint in rows.iterator(
         chunk_size=20
     ):
         content = bytes(content)
-        intact = hashlib.sha256(content).hexdigest() == sha256
+        intact = (
+            hashlib.sha256(content).hexdigest() == sha256
+            and issued.get(str(pk)) == (sha256, key_fingerprint)
+        )
         if intact and key_fingerprint != fingerprint:
             other_key[provider_id] = other_key.get(provider_id, 0) + 1
             continue
