@@ -22,6 +22,7 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from devtools.drop_simulator import DropSimulator
+from integrations.consumers import readers
 from integrations.drop import standardize
 from integrations.drop.calendar import drop_today
 from integrations.evidence import pack
@@ -161,6 +162,37 @@ def test_a_wrong_hash_function_fails_hashing_and_the_pack_still_verifies(
     assert "--  component hashing: FAIL (DROP's official hashes computed" in text
     assert "ok  component standardization: pass" in text
     assert text.endswith("Evidence pack verified.\n")
+
+
+@pytest.mark.parametrize(
+    ("list_type", "given"),
+    [("email", "Anna.Smith@Domain.com"), ("phone", "+1(415)555-9317")],
+)
+def test_a_wrong_digest_on_the_registration_path_fails_hashing(
+    cycle: DropCycle,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    list_type: str,
+    given: str,
+) -> None:
+    """Consumers registered in clear are hashed by the readers' own digests, not by
+    ``standardize.hash_value``: a mistake there (the value hashed as given, not standardized)
+    would match nobody, and the hashing component must see it."""
+
+    def unstandardized(value: str) -> bytes:
+        return hashlib.sha256(value.encode()).digest()
+
+    monkeypatch.setitem(readers.SIMPLE_DIGESTS, list_type, unstandardized)
+    hashing = components_of(export(tmp_path))["hashing"]
+
+    assert hashing["result"] == "fail"
+    (test,) = hashing["tests"]
+    assert f"{list_type} {json.dumps(given)}: expected " in test["detail"]
+    vectors = json.loads(members(export(tmp_path, name="again.zip"))[
+        "components/hashing_vectors.json"
+    ])["vectors"]
+    registered = [v for v in vectors if v["step"] == "register" and v["input"] == given]
+    assert [v["result"] for v in registered] == ["differs"]
 
 
 def test_a_component_without_a_builder_is_there_failed(
