@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connection
 from django.utils import timezone
 
 from devtools.drop_simulator import DropSimulator
@@ -29,7 +30,14 @@ from integrations.evidence import pack
 from integrations.evidence.components import FILE, KEYS, TITLES, component_problems
 from integrations.evidence.verify import verify_pack
 from integrations.ledger_kinds import LedgerKind
-from integrations.models import Broker, CycleState, DropCycle, LedgerEvent, WorkItem
+from integrations.models import (
+    Broker,
+    CycleState,
+    DropCycle,
+    LedgerEvent,
+    WorkItem,
+    WorkItemState,
+)
 from integrations.services import ledger as ledger_services
 from integrations.services.cycle.drop_import import drop_zip_import
 from integrations.services.evidence import components as builders
@@ -193,6 +201,38 @@ def test_a_wrong_digest_on_the_registration_path_fails_hashing(
     ])["vectors"]
     registered = [v for v in vectors if v["step"] == "register" and v["input"] == given]
     assert [v["result"] for v in registered] == ["differs"]
+
+
+@pytest.mark.parametrize("how", ["deleted", "marked removed"])
+def test_a_hash_gone_from_the_suppression_list_fails_it(
+    cycle: DropCycle, tmp_path: Path, how: str
+) -> None:
+    """The list is the work items DROP sent and did not remove: one deleted, or marked
+    removed with no Removed file, leaves a deleted person off the list, and the imports' and
+    removals' ledger events say how many should be on it."""
+    suppression = components_of(export(tmp_path))["suppression_list"]
+    assert suppression["result"] == "pass", suppression["tests"]
+    kept = suppression["records"]["work_items_on_list"]
+    assert kept == suppression["records"]["work_items_by_ledger"] == 8
+    item = WorkItem.objects.filter(cycle=cycle, hash_type="phone").order_by("pk").first()
+    assert item is not None
+    with connection.cursor() as cursor:
+        if how == "deleted":
+            cursor.execute("DELETE FROM integrations_workitem WHERE id = %s", [item.pk])
+        else:
+            cursor.execute(
+                "UPDATE integrations_workitem SET state = %s WHERE id = %s",
+                [WorkItemState.REMOVED.value, item.pk],
+            )
+
+    suppression = components_of(export(tmp_path, name="again.zip"))["suppression_list"]
+
+    assert suppression["records"]["work_items_on_list"] == kept - 1
+    assert suppression["result"] == "fail"
+    (test,) = [t for t in suppression["tests"] if t["result"] == "fail"]
+    assert test["detail"] == (
+        f"{kept - 1} work item(s) on the list; the ledger's imports and removals leave {kept}"
+    )
 
 
 def test_a_component_without_a_builder_is_there_failed(

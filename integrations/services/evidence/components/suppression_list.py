@@ -33,6 +33,21 @@ WHERE broker_id = %(broker_id)s AND kind = ANY(%(kinds)s)
   AND created_at >= %(start)s AND created_at < %(end)s
 GROUP BY kind
 """
+# The list is made of the work items DROP sent and did not remove: how many there are, and
+# how many the ledger's imports and Removed files leave (all time, like the list). A work
+# item deleted, or marked removed without a Removed file, takes a deleted person off the list
+# silently: only the sealed events can say what should be on it.
+_KEPT = """
+SELECT count(*) FILTER (WHERE state <> %(removed)s) FROM integrations_workitem
+WHERE broker_id = %(broker)s
+"""
+_KEPT_BY_LEDGER = """
+SELECT coalesce(sum((data ->> 'work_items')::bigint) FILTER (WHERE kind = %(imported)s), 0)
+     - coalesce(sum((data ->> 'work_items_closed')::bigint)
+                FILTER (WHERE kind = %(removed_kind)s), 0)
+FROM integrations_ledgerevent
+WHERE broker_id = %(broker_id)s AND kind IN (%(imported)s, %(removed_kind)s)
+"""
 # A reappeared consumer (not forgotten since) that got no request for its work item.
 _NOT_SENT = """
 SELECT count(*) FROM integrations_reappearance r
@@ -67,6 +82,8 @@ def build(context: PackContext) -> Component:
         "removed": WorkItemState.REMOVED.value,
         "start": start,
         "end": end,
+        "imported": LedgerKind.DROP_CYCLE_IMPORTED.value,
+        "removed_kind": LedgerKind.DROP_WORK_ITEMS_REMOVED.value,
         "kinds": [
             LedgerKind.CONSUMERS_REAPPEARED.value,
             LedgerKind.SUPPRESSION_CHECKED.value,
@@ -83,6 +100,10 @@ def build(context: PackContext) -> Component:
         ledger = {kind: rest for kind, *rest in cursor.fetchall()}
         cursor.execute(_NOT_SENT, params)
         not_sent = int(cursor.fetchone()[0])
+        cursor.execute(_KEPT, params)
+        kept = int(cursor.fetchone()[0])
+        cursor.execute(_KEPT_BY_LEDGER, params)
+        kept_by_ledger = int(cursor.fetchone()[0])
     reappearances = Reappearance.objects.filter(
         broker=context.broker, reappeared_at__gte=start, reappeared_at__lt=end
     ).count()
@@ -91,6 +112,8 @@ def build(context: PackContext) -> Component:
     component.records = {
         "size_at_export_by_list_type": size,
         "size_at_export": sum(size.values()),
+        "work_items_on_list": kept,
+        "work_items_by_ledger": kept_by_ledger,
         "reappearances": reappearances,
         "reappearances_by_source": [
             {"source": source, "sha256": sha256 or None, "reappearances": n, "work_items": items}
@@ -103,6 +126,12 @@ def build(context: PackContext) -> Component:
         },
         "exports": int(ledger.get(LedgerKind.SUPPRESSION_EXPORTED.value, (0,))[0]),
     }
+    component.test(
+        "every hash DROP sent and did not remove is on the list",
+        passed=kept == kept_by_ledger,
+        detail=f"{kept} work item(s) on the list; the ledger's imports and removals leave "
+        f"{kept_by_ledger}",
+    )
     component.test(
         "every reappearance recorded on the ledger",
         passed=on_ledger == reappearances,
