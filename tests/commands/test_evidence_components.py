@@ -235,6 +235,26 @@ def test_a_hash_gone_from_the_suppression_list_fails_it(
     )
 
 
+def test_a_status_drop_holds_that_its_file_does_not_say_fails_status_reporting(
+    cycle: DropCycle, tmp_path: Path
+) -> None:
+    """What DROP holds for a work item (its reported code, which the yearly figures count)
+    must be the row of the file DROP accepted with it: a code changed in the database since
+    makes the figures disagree with the files, and status reporting must say so."""
+    reporting = components_of(export(tmp_path))["status_reporting"]
+    assert reporting["result"] == "pass", reporting["tests"]
+    item = WorkItem.objects.filter(cycle=cycle, reported_status_code=5).order_by("pk").first()
+    assert item is not None and item.report_file_id is not None
+    WorkItem.objects.filter(pk=item.pk).update(reported_status_code=3)
+
+    reporting = components_of(export(tmp_path, name="again.zip"))["status_reporting"]
+
+    assert reporting["result"] == "fail"
+    (test,) = [t for t in reporting["tests"] if t["result"] == "fail"]
+    assert test["name"] == "every status DROP holds is the one in the file DROP accepted"
+    assert f"work item {item.work_item_id}" in test["detail"]
+
+
 def test_a_component_without_a_builder_is_there_failed(
     cycle: DropCycle, tmp_path: Path, public_key: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
