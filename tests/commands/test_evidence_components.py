@@ -321,6 +321,41 @@ def test_an_edited_components_file_fails(
     )
 
 
+def test_the_verifier_rechecks_the_vectors_rather_than_trusting_the_pass(
+    cycle: DropCycle, tmp_path: Path, public_key: Path
+) -> None:
+    """A pack whose hashing says pass while its own vectors file shows a computed hash that
+    is not DROP's (a builder that lost a difference, or a key holder's edit) must not verify:
+    the verifier compares each vector's expected and computed values itself."""
+    out = export(tmp_path)
+    assert verify_pack(out, public_key_pem=public_key.read_bytes()).ok
+
+    def one_vector_differs(files: dict[str, bytes]) -> None:
+        name = "components/hashing_vectors.json"
+        document = json.loads(files[name])
+        document["vectors"][0]["computed"] = "wrong"  # still marked "equal"
+        files[name] = json.dumps(document).encode()
+
+    resigned = rewrite(out, one_vector_differs, key=evidence_signing_key())
+    assert failure(resigned, public_key) == (
+        "components/hashing_vectors.json: vector 1 (hash first_name) is marked 'equal' but "
+        "its computed value is not the expected one (and 1 more)"
+    )
+
+    def marked_differs(files: dict[str, bytes]) -> None:
+        name = "components/hashing_vectors.json"
+        document = json.loads(files[name])
+        document["vectors"][0]["computed"] = "wrong"
+        document["vectors"][0]["result"] = "differs"
+        files[name] = json.dumps(document).encode()
+
+    resigned = rewrite(out, marked_differs, key=evidence_signing_key())
+    assert failure(resigned, public_key) == (
+        "components.json: hashing says 'pass' but components/hashing_vectors.json has 1 "
+        "vector(s) that differ"
+    )
+
+
 def test_a_pack_from_before_the_components_still_verifies(
     cycle: DropCycle, tmp_path: Path, public_key: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
