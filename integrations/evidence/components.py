@@ -90,8 +90,7 @@ def vector_problems(key: str, component: dict[str, Any], name: str, document: An
     differ = 0
     for number, vector in enumerate(vectors, start=1):
         equal = (
-            isinstance(vector.get("expected"), str)
-            and vector.get("computed") == vector["expected"]
+            isinstance(vector.get("expected"), str) and vector.get("computed") == vector["expected"]
         )
         differ += not equal
         if vector.get("result") != (EQUAL if equal else DIFFERS):

@@ -196,9 +196,9 @@ def test_a_wrong_digest_on_the_registration_path_fails_hashing(
     assert hashing["result"] == "fail"
     (test,) = hashing["tests"]
     assert f"{list_type} {json.dumps(given)}: expected " in test["detail"]
-    vectors = json.loads(members(export(tmp_path, name="again.zip"))[
-        "components/hashing_vectors.json"
-    ])["vectors"]
+    vectors = json.loads(
+        members(export(tmp_path, name="again.zip"))["components/hashing_vectors.json"]
+    )["vectors"]
     registered = [v for v in vectors if v["step"] == "register" and v["input"] == given]
     assert [v["result"] for v in registered] == ["differs"]
 
@@ -410,9 +410,7 @@ def test_a_broker_that_never_reached_drop_has_one_long_gap(
     """No download at all is no proof of access: the pack's whole time is the gap."""
     today = drop_today()
     since, until = str(today - dt.timedelta(days=days)), str(today - dt.timedelta(days=1))
-    drop_access = components_of(export(tmp_path, "--since", since, "--until", until))[
-        "drop_access"
-    ]
+    drop_access = components_of(export(tmp_path, "--since", since, "--until", until))["drop_access"]
     gap = drop_access["tests"][0]
     assert gap["result"] == result, gap
     assert gap["detail"].endswith("no download at all: the broker has not reached DROP")

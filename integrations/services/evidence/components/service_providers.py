@@ -148,10 +148,8 @@ def _signatures_checked(context: PackContext) -> tuple[dict[int, int], dict[int,
         chunk_size=20
     ):
         content = bytes(content)
-        intact = (
-            hashlib.sha256(content).hexdigest() == sha256
-            and issued.get(str(pk)) == (sha256, key_fingerprint)
-        )
+        as_issued = issued.get(str(pk)) == (sha256, key_fingerprint)
+        intact = as_issued and hashlib.sha256(content).hexdigest() == sha256
         if intact and key_fingerprint != fingerprint:
             other_key[provider_id] = other_key.get(provider_id, 0) + 1
             continue
