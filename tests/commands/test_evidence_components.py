@@ -8,6 +8,7 @@ failure. Editing ``components.json`` or a sampled story fails the verification.
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import hashlib
 import io
@@ -35,6 +36,7 @@ from integrations.models import (
     CycleState,
     DropCycle,
     LedgerEvent,
+    Reappearance,
     WorkItem,
     WorkItemState,
 )
@@ -253,6 +255,39 @@ def test_a_status_drop_holds_that_its_file_does_not_say_fails_status_reporting(
     (test,) = [t for t in reporting["tests"] if t["result"] == "fail"]
     assert test["name"] == "every status DROP holds is the one in the file DROP accepted"
     assert f"work item {item.work_item_id}" in test["detail"]
+
+
+def test_a_reappearance_whose_event_falls_past_the_period_still_counts_as_ledgered(
+    cycle: DropCycle, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A registration's reappearances are stamped when its transaction began, its
+    consumers.reappeared event when it ends: an import running past the period's end puts
+    them on two sides of it. The rows and the events are compared over all time, so neither
+    pack blames the ledger for that."""
+    matched = WorkItem.objects.filter(cycle=cycle, deletion_requests__isnull=False).first()
+    assert matched is not None
+    path = tmp_path / "supplier.csv"
+    path.write_text(
+        "remote_identifier,hash_type,hash\n"
+        f"R-1,email,{base64.b64encode(bytes(matched.hash)).decode()}\n"
+    )
+    later = timezone.now() + dt.timedelta(days=2)  # the event, after the period's end
+    with monkeypatch.context() as clock:
+        clock.setattr(ledger_services, "timezone", SimpleNamespace(now=lambda: later))
+        call_command(
+            "consumers", "import", "--broker", "4821", "--hashed", str(path),
+            stdout=io.StringIO(),
+        )  # fmt: skip
+    assert Reappearance.objects.count() == 1
+    today = str(drop_today())
+
+    suppression = components_of(export(tmp_path, "--since", today, "--until", today))[
+        "suppression_list"
+    ]
+
+    assert suppression["records"]["reappearances"] == 1
+    ledgered = next(t for t in suppression["tests"] if "on the ledger" in t["name"])
+    assert ledgered["result"] == "pass", ledgered
 
 
 def test_a_component_without_a_builder_is_there_failed(
