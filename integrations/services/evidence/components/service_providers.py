@@ -16,7 +16,7 @@ from integrations.evidence import pack
 from integrations.evidence.directives import directive_verify
 from integrations.evidence.signing_key import evidence_signing_key
 from integrations.ledger_kinds import LedgerKind
-from integrations.models import Directive, LedgerEvent
+from integrations.models import Directive, LedgerEvent, WorkItemState
 from integrations.services.evidence.components.base import Component, PackContext
 
 # Per provider of the broker: its directives issued in the pack's time, delivered to its S3
@@ -32,6 +32,34 @@ LEFT JOIN integrations_directive d
   ON d.provider_id = p.id AND d.created_at >= %(start)s AND d.created_at < %(end)s
 WHERE p.broker_id = %(broker)s
 GROUP BY p.id, p.name, p.s3_prefix ORDER BY p.name
+"""
+# Per provider, the work items matched in the pack's time (a request of DROP's, round 0,
+# matched once the provider was registered; not removed since) whose hash is in none of its
+# directives: each match directs every provider in the transaction that matched.
+_UNDIRECTED = """
+WITH directed AS MATERIALIZED (
+    SELECT d.provider_id, split_part(t.line, ',', 1) AS hash_type,
+           split_part(t.line, ',', 2) AS hash
+      FROM integrations_directive d
+     CROSS JOIN LATERAL string_to_table(convert_from(d.content, 'UTF8'), E'\n')
+           WITH ORDINALITY AS t(line, n)
+     WHERE d.broker_id = %(broker)s AND d.created_at >= %(start)s AND t.n > 1 AND t.line <> ''
+), matched AS MATERIALIZED (
+    SELECT work_item_id, min(matched_at) AS matched_at
+      FROM integrations_deletionrequest
+     WHERE broker_id = %(broker)s AND round = 0 AND canary_round_id IS NULL
+       AND work_item_id IS NOT NULL AND matched_at >= %(start)s AND matched_at < %(end)s
+     GROUP BY work_item_id
+)
+SELECT p.id, count(*)
+  FROM integrations_serviceprovider p
+  JOIN matched m ON m.matched_at >= p.created_at
+  JOIN integrations_workitem w ON w.id = m.work_item_id AND w.state <> %(removed)s
+ WHERE p.broker_id = %(broker)s
+   AND NOT EXISTS (SELECT 1 FROM directed x
+                    WHERE x.provider_id = p.id AND x.hash_type = w.hash_type
+                      AND x.hash = translate(encode(w.hash, 'base64'), E'\n', ''))
+ GROUP BY p.id
 """
 
 
@@ -62,6 +90,8 @@ def build(context: PackContext) -> Component:
     with connection.cursor() as cursor:
         cursor.execute(_PER_PROVIDER, params)
         rows = cursor.fetchall()
+        cursor.execute(_UNDIRECTED, {**params, "removed": WorkItemState.REMOVED.value})
+        undirected = dict(cursor.fetchall())
     altered, other_key = _signatures_checked(context)
     providers = [
         {
@@ -74,6 +104,7 @@ def build(context: PackContext) -> Component:
             "unacknowledged_overdue": overdue,
             "not_as_signed": altered.get(provider_id, 0),
             "signed_by_another_key": other_key.get(provider_id, 0),
+            "matched_not_directed": int(undirected.get(provider_id, 0)),
         }
         for provider_id, name, s3, issued, delivered, acknowledged, late, overdue in rows
     ]
@@ -92,6 +123,17 @@ def build(context: PackContext) -> Component:
             for p in slow
         )
         or f"{component.records['directives']} directive(s) to {len(providers)} provider(s)",
+    )
+    not_directed = [p for p in providers if p["matched_not_directed"]]
+    component.test(
+        "every match of the pack's time directed to every provider",
+        passed=not not_directed,
+        detail="; ".join(
+            f"{p['provider']}: {p['matched_not_directed']} matched work item(s) in no "
+            "directive to it"
+            for p in not_directed
+        )
+        or f"each matched work item is in a directive to each of {len(providers)} provider(s)",
     )
     not_as_signed = sum(p["not_as_signed"] for p in providers)
     unchecked = sum(p["signed_by_another_key"] for p in providers)
