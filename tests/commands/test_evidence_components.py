@@ -45,6 +45,7 @@ from integrations.services.cycle.drop_import import drop_zip_import
 from integrations.services.evidence import components as builders
 from integrations.services.evidence.evidence import evidence_signing_key
 from integrations.services.ledger import ledger_event_append
+from integrations.services.staff.brokers import broker_create
 from tests.builders import DropAccessObligationFactory, DropCycleFactory, drop_zip, write_zip
 from tests.commands.test_evidence import failure, members, rewrite
 from tests.evidence_world import DROP_KEY, evidence_world
@@ -438,11 +439,20 @@ def test_a_gap_of_more_than_45_days_between_downloads_fails_drop_access(
     assert drop_access["records"]["longest_gap_days"] == 40.0
 
 
+def set_up_days_ago(days: int, monkeypatch: pytest.MonkeyPatch) -> Broker:
+    """Broker 4821, set up in the service ``days`` ago (its first ledger event then)."""
+    at = timezone.now() - dt.timedelta(days=days)
+    with monkeypatch.context() as clock:
+        clock.setattr(ledger_services, "timezone", SimpleNamespace(now=lambda: at))
+        return broker_create(broker_id="4821", name="Acme Data", mode="test", actor="test")
+
+
 @pytest.mark.parametrize(("days", "result"), [(200, "fail"), (30, "pass")])
 def test_a_broker_that_never_reached_drop_has_one_long_gap(
-    broker: Broker, tmp_path: Path, days: int, result: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, days: int, result: str
 ) -> None:
     """No download at all is no proof of access: the pack's whole time is the gap."""
+    set_up_days_ago(400, monkeypatch)
     today = drop_today()
     since, until = str(today - dt.timedelta(days=days)), str(today - dt.timedelta(days=1))
     drop_access = components_of(export(tmp_path, "--since", since, "--until", until))["drop_access"]
@@ -452,6 +462,23 @@ def test_a_broker_that_never_reached_drop_has_one_long_gap(
     # California's days, both included: a change of clocks between them is an hour more or less.
     assert abs(drop_access["records"]["longest_gap_days"] - days) <= 0.05
     assert drop_access["records"]["longest_gap"]["to"] == "open at the end"
+
+
+@pytest.mark.parametrize(("set_up", "result", "gap"), [(300, "fail", 170), (40, "pass", 30)])
+def test_the_time_before_a_first_download_late_in_the_pack_is_a_gap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, set_up: int, result: str, gap: int
+) -> None:
+    """A first download near the end of a long pack does not make the months before it
+    vanish; the time before the broker was set up in the service is not counted."""
+    broker = set_up_days_ago(set_up, monkeypatch)
+    DropCycleFactory.create(broker=broker, downloaded_at=timezone.now() - dt.timedelta(days=30))
+    today = drop_today()
+    since, until = str(today - dt.timedelta(days=200)), str(today - dt.timedelta(days=1))
+
+    drop_access = components_of(export(tmp_path, "--since", since, "--until", until))["drop_access"]
+
+    assert drop_access["tests"][0]["result"] == result, drop_access["tests"][0]
+    assert gap - 1 < drop_access["records"]["longest_gap_days"] < gap + 1
 
 
 def test_a_pull_that_resumed_a_package_downloaded_before_is_no_download_of_its_own(
