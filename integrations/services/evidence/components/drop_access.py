@@ -7,7 +7,7 @@ broker reached its list; not one that resumed a package downloaded before) or a 
 download (a package fetched by hand and imported counts from the time it was downloaded). The
 gaps run from the last download before the pack's time, through every download in it, to its
 end (a gap still open counts too); with no download before the pack's time, the gap up to its
-first download (or its end) counts from its start, or from the broker's first event if later.
+first download (or its end) counts from its start, or from the broker's set-up if later.
 Everything is counted in SQL; each access event is one row of ``components/drop_access.csv``.
 """
 
@@ -60,11 +60,11 @@ SELECT (SELECT count(*) FROM kept WHERE at >= %(start)s),
        (SELECT max(at) FROM kept),
        g.previous, g.at,
        -- With no download before the pack's time, the first gap opens at its start, or
-       -- when the broker was set up in the service (its first event) if that is later.
+       -- when the broker was set up in the service (broker.created) if that is later.
        NOT EXISTS (SELECT 1 FROM downloads WHERE at < %(start)s),
        (SELECT min(at) FROM kept WHERE at >= %(start)s),
-       (SELECT created_at FROM integrations_ledgerevent WHERE broker_id = %(broker_id)s
-         ORDER BY id LIMIT 1)
+       (SELECT min(created_at) FROM integrations_ledgerevent
+         WHERE kind = %(created_kind)s AND broker_id = %(broker_id)s)
 FROM (SELECT 1) one
 LEFT JOIN LATERAL (SELECT previous, at FROM gaps WHERE previous IS NOT NULL
                    ORDER BY at - previous DESC, at LIMIT 1) g ON true
@@ -113,6 +113,7 @@ def build(context: PackContext) -> Component:
         "start": start,
         "end": end,
         "kinds": [kind.value for kind in ACCESS_KINDS],
+        "created_kind": LedgerKind.BROKER_CREATED.value,
     }
     pulls = drop_pulls_reached(LedgerEvent.objects.filter(broker_id=context.broker.broker_id))
     # compose_sql: PostgreSQL's operations only (the stubs know the base class).
