@@ -478,6 +478,7 @@ class PackChecker:
         results = {key: component["result"] for key, component in components.items()}
         if declared is not None and declared.get("results") != results:
             raise PackInvalid(f"{layout.FILE}: its results are not the manifest's")
+        self.check_vectors(components)
         self.result.components = {
             key: {
                 "title": component.get("title", key),
@@ -504,6 +505,26 @@ class PackChecker:
                 + "; ".join(f"{t['name']}: {t['detail']}" for t in component["failed_tests"])
                 + ")"
             )
+
+    def check_vectors(self, components: dict[str, dict[str, Any]]) -> None:
+        """Each vectors file's values compared here: a component's pass is re-checked
+        against its own records, not taken from it."""
+        for key, component in components.items():
+            for name in component.get("files") or []:
+                if not name.endswith(layout.VECTORS_SUFFIX):
+                    continue
+                try:
+                    document = json.loads(self.read_member(name, _MANIFEST_MAX))
+                except (ValueError, UnicodeDecodeError) as exc:
+                    raise PackInvalid(f"{name} is not JSON: {exc}") from None
+                problems = layout.vector_problems(key, component, name, document)
+                if problems:
+                    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+                    raise PackInvalid(problems[0] + more)
+                self.check(
+                    f"{name}: {len(document['vectors'])} vectors, each result compared "
+                    "again from its expected and computed values"
+                )
 
     def check_sample(self, manifest: dict[str, Any]) -> None:
         sample = manifest.get("sample")

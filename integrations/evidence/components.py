@@ -11,6 +11,7 @@ rests on, the tests run on them at export and their result. No Django and no dat
                                        "proves": ..., "cannot_prove": ...}, ...}}
 
     problems = component_problems(document, pack_members)   # [] when it holds together
+    problems = vector_problems("hashing", component, name, vectors_document)
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ TITLES = {
     "service_providers": "Service providers and contractors",
 }
 KEYS = tuple(TITLES)
+# A component's file of test vectors (standardization, hashing): each ``input``,
+# ``expected`` and ``computed`` value and whether they are ``equal``.
+VECTORS_SUFFIX = "_vectors.json"
+EQUAL, DIFFERS = "equal", "differs"
 
 
 def component_problems(document: Any, members: set[str]) -> list[str]:
@@ -71,4 +76,32 @@ def component_problems(document: Any, members: set[str]) -> list[str]:
             for name in files
             if name not in members
         ]
+    return problems
+
+
+def vector_problems(key: str, component: dict[str, Any], name: str, document: Any) -> list[str]:
+    """What does not hold in a component's vectors file: each vector's result is what its
+    expected and computed values give (compared here, not taken from the file), and a
+    component that says pass has no vector that differs. A pass is re-checked, not trusted."""
+    vectors = document.get("vectors") if isinstance(document, dict) else None
+    if not isinstance(vectors, list) or not all(isinstance(v, dict) for v in vectors):
+        return [f"{name} holds no list of vectors"]
+    problems = []
+    differ = 0
+    for number, vector in enumerate(vectors, start=1):
+        equal = (
+            isinstance(vector.get("expected"), str) and vector.get("computed") == vector["expected"]
+        )
+        differ += not equal
+        if vector.get("result") != (EQUAL if equal else DIFFERS):
+            problems.append(
+                f"{name}: vector {number} ({vector.get('step')} {vector.get('field')}) is "
+                f"marked {vector.get('result')!r} but its computed value is "
+                + ("the expected one" if equal else "not the expected one")
+            )
+    if component.get("result") == PASS and (differ or not vectors):
+        problems.append(
+            f"{FILE}: {key} says 'pass' but {name} has "
+            + (f"{differ} vector(s) that differ" if vectors else "no vector")
+        )
     return problems

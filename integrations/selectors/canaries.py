@@ -3,8 +3,9 @@
 A round passes when every canary's request to every target was answered ``deleted`` by the
 round's ``answer_by`` (``DROPPORTAL_CANARY_HOURS`` after it started). It fails at once on
 any other answer (``failed``, ``not_found``, ``opted_out``, ``exempt``), an undeliverable or
-cancelled request, a canary no longer registered, or no target at all; and once
-``answer_by`` has passed with a request still unanswered. Until then it is open::
+cancelled request, a canary no longer registered, no target at all, or a request of the
+round no longer recorded; and once ``answer_by`` has passed with a request still unanswered.
+Until then it is open::
 
     results = canary_round_results(rounds=CanaryRound.objects.filter(broker=broker), now=now)
     results[0].result        # "passed" | "failed" | "open"
@@ -67,6 +68,14 @@ class CanaryRoundResult:
         ]
         if not self.canary_round.targets:
             problems.append("the broker had no deletion target: nothing was sent")
+        # One request per canary and target was sent: one that is gone was never answered
+        # deleted, and the others' answers cannot stand for it.
+        sent = len(self.canary_round.canaries) * self.canary_round.targets
+        if len(self.answers) < sent:
+            problems.append(
+                f"{sent - len(self.answers)} of {sent} request(s) of the round no longer "
+                "recorded: no answer to judge"
+            )
         problems += [
             f"{answer.remote_identifier} at {answer.target}: {answer.why}"
             for answer in self.answers

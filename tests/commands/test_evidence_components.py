@@ -8,6 +8,7 @@ failure. Editing ``components.json`` or a sampled story fails the verification.
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import hashlib
 import io
@@ -19,21 +20,32 @@ from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connection
 from django.utils import timezone
 
 from devtools.drop_simulator import DropSimulator
+from integrations.consumers import readers
 from integrations.drop import standardize
 from integrations.drop.calendar import drop_today
 from integrations.evidence import pack
 from integrations.evidence.components import FILE, KEYS, TITLES, component_problems
 from integrations.evidence.verify import verify_pack
 from integrations.ledger_kinds import LedgerKind
-from integrations.models import Broker, CycleState, DropCycle, LedgerEvent, WorkItem
+from integrations.models import (
+    Broker,
+    CycleState,
+    DropCycle,
+    LedgerEvent,
+    Reappearance,
+    WorkItem,
+    WorkItemState,
+)
 from integrations.services import ledger as ledger_services
 from integrations.services.cycle.drop_import import drop_zip_import
 from integrations.services.evidence import components as builders
 from integrations.services.evidence.evidence import evidence_signing_key
 from integrations.services.ledger import ledger_event_append
+from integrations.services.staff.brokers import broker_create
 from tests.builders import DropAccessObligationFactory, DropCycleFactory, drop_zip, write_zip
 from tests.commands.test_evidence import failure, members, rewrite
 from tests.evidence_world import DROP_KEY, evidence_world
@@ -163,6 +175,122 @@ def test_a_wrong_hash_function_fails_hashing_and_the_pack_still_verifies(
     assert text.endswith("Evidence pack verified.\n")
 
 
+@pytest.mark.parametrize(
+    ("list_type", "given"),
+    [("email", "Anna.Smith@Domain.com"), ("phone", "+1(415)555-9317")],
+)
+def test_a_wrong_digest_on_the_registration_path_fails_hashing(
+    cycle: DropCycle,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    list_type: str,
+    given: str,
+) -> None:
+    """Consumers registered in clear are hashed by the readers' own digests, not by
+    ``standardize.hash_value``: a mistake there (the value hashed as given, not standardized)
+    would match nobody, and the hashing component must see it."""
+
+    def unstandardized(value: str) -> bytes:
+        return hashlib.sha256(value.encode()).digest()
+
+    monkeypatch.setitem(readers.SIMPLE_DIGESTS, list_type, unstandardized)
+    hashing = components_of(export(tmp_path))["hashing"]
+
+    assert hashing["result"] == "fail"
+    (test,) = hashing["tests"]
+    assert f"{list_type} {json.dumps(given)}: expected " in test["detail"]
+    vectors = json.loads(
+        members(export(tmp_path, name="again.zip"))["components/hashing_vectors.json"]
+    )["vectors"]
+    registered = [v for v in vectors if v["step"] == "register" and v["input"] == given]
+    assert [v["result"] for v in registered] == ["differs"]
+
+
+@pytest.mark.parametrize("how", ["deleted", "marked removed"])
+def test_a_hash_gone_from_the_suppression_list_fails_it(
+    cycle: DropCycle, tmp_path: Path, how: str
+) -> None:
+    """The list is the work items DROP sent and did not remove: one deleted, or marked
+    removed with no Removed file, leaves a deleted person off the list, and the imports' and
+    removals' ledger events say how many should be on it."""
+    suppression = components_of(export(tmp_path))["suppression_list"]
+    assert suppression["result"] == "pass", suppression["tests"]
+    kept = suppression["records"]["work_items_on_list"]
+    assert kept == suppression["records"]["work_items_by_ledger"] == 8
+    item = WorkItem.objects.filter(cycle=cycle, hash_type="phone").order_by("pk").first()
+    assert item is not None
+    with connection.cursor() as cursor:
+        if how == "deleted":
+            cursor.execute("DELETE FROM integrations_workitem WHERE id = %s", [item.pk])
+        else:
+            cursor.execute(
+                "UPDATE integrations_workitem SET state = %s WHERE id = %s",
+                [WorkItemState.REMOVED.value, item.pk],
+            )
+
+    suppression = components_of(export(tmp_path, name="again.zip"))["suppression_list"]
+
+    assert suppression["records"]["work_items_on_list"] == kept - 1
+    assert suppression["result"] == "fail"
+    (test,) = [t for t in suppression["tests"] if t["result"] == "fail"]
+    assert test["detail"] == (
+        f"{kept - 1} work item(s) on the list; the ledger's imports and removals leave {kept}"
+    )
+
+
+def test_a_status_drop_holds_that_its_file_does_not_say_fails_status_reporting(
+    cycle: DropCycle, tmp_path: Path
+) -> None:
+    """What DROP holds for a work item (its reported code, which the yearly figures count)
+    must be the row of the file DROP accepted with it: a code changed in the database since
+    makes the figures disagree with the files, and status reporting must say so."""
+    reporting = components_of(export(tmp_path))["status_reporting"]
+    assert reporting["result"] == "pass", reporting["tests"]
+    item = WorkItem.objects.filter(cycle=cycle, reported_status_code=5).order_by("pk").first()
+    assert item is not None and item.report_file_id is not None
+    WorkItem.objects.filter(pk=item.pk).update(reported_status_code=3)
+
+    reporting = components_of(export(tmp_path, name="again.zip"))["status_reporting"]
+
+    assert reporting["result"] == "fail"
+    (test,) = [t for t in reporting["tests"] if t["result"] == "fail"]
+    assert test["name"] == "every status DROP holds is the one in the file DROP accepted"
+    assert f"work item {item.work_item_id}" in test["detail"]
+
+
+def test_a_reappearance_whose_event_falls_past_the_period_still_counts_as_ledgered(
+    cycle: DropCycle, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A registration's reappearances are stamped when its transaction began, its
+    consumers.reappeared event when it ends: an import running past the period's end puts
+    them on two sides of it. The rows and the events are compared over all time, so neither
+    pack blames the ledger for that."""
+    matched = WorkItem.objects.filter(cycle=cycle, deletion_requests__isnull=False).first()
+    assert matched is not None
+    path = tmp_path / "supplier.csv"
+    path.write_text(
+        "remote_identifier,hash_type,hash\n"
+        f"R-1,email,{base64.b64encode(bytes(matched.hash)).decode()}\n"
+    )
+    later = timezone.now() + dt.timedelta(days=2)  # the event, after the period's end
+    with monkeypatch.context() as clock:
+        clock.setattr(ledger_services, "timezone", SimpleNamespace(now=lambda: later))
+        call_command(
+            "consumers", "import", "--broker", "4821", "--hashed", str(path),
+            stdout=io.StringIO(),
+        )  # fmt: skip
+    assert Reappearance.objects.count() == 1
+    today = str(drop_today())
+
+    suppression = components_of(export(tmp_path, "--since", today, "--until", today))[
+        "suppression_list"
+    ]
+
+    assert suppression["records"]["reappearances"] == 1
+    ledgered = next(t for t in suppression["tests"] if "on the ledger" in t["name"])
+    assert ledgered["result"] == "pass", ledgered
+
+
 def test_a_component_without_a_builder_is_there_failed(
     cycle: DropCycle, tmp_path: Path, public_key: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -229,6 +357,41 @@ def test_an_edited_components_file_fails(
     )
 
 
+def test_the_verifier_rechecks_the_vectors_rather_than_trusting_the_pass(
+    cycle: DropCycle, tmp_path: Path, public_key: Path
+) -> None:
+    """A pack whose hashing says pass while its own vectors file shows a computed hash that
+    is not DROP's (a builder that lost a difference, or a key holder's edit) must not verify:
+    the verifier compares each vector's expected and computed values itself."""
+    out = export(tmp_path)
+    assert verify_pack(out, public_key_pem=public_key.read_bytes()).ok
+
+    def one_vector_differs(files: dict[str, bytes]) -> None:
+        name = "components/hashing_vectors.json"
+        document = json.loads(files[name])
+        document["vectors"][0]["computed"] = "wrong"  # still marked "equal"
+        files[name] = json.dumps(document).encode()
+
+    resigned = rewrite(out, one_vector_differs, key=evidence_signing_key())
+    assert failure(resigned, public_key) == (
+        "components/hashing_vectors.json: vector 1 (hash first_name) is marked 'equal' but "
+        "its computed value is not the expected one (and 1 more)"
+    )
+
+    def marked_differs(files: dict[str, bytes]) -> None:
+        name = "components/hashing_vectors.json"
+        document = json.loads(files[name])
+        document["vectors"][0]["computed"] = "wrong"
+        document["vectors"][0]["result"] = "differs"
+        files[name] = json.dumps(document).encode()
+
+    resigned = rewrite(out, marked_differs, key=evidence_signing_key())
+    assert failure(resigned, public_key) == (
+        "components.json: hashing says 'pass' but components/hashing_vectors.json has 1 "
+        "vector(s) that differ"
+    )
+
+
 def test_a_pack_from_before_the_components_still_verifies(
     cycle: DropCycle, tmp_path: Path, public_key: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -274,6 +437,48 @@ def test_a_gap_of_more_than_45_days_between_downloads_fails_drop_access(
     drop_access = components_of(export(tmp_path, name="again.zip"))["drop_access"]
     assert drop_access["tests"][0]["result"] == "pass"
     assert drop_access["records"]["longest_gap_days"] == 40.0
+
+
+def set_up_days_ago(days: int, monkeypatch: pytest.MonkeyPatch) -> Broker:
+    """Broker 4821, set up in the service ``days`` ago (its first ledger event then)."""
+    at = timezone.now() - dt.timedelta(days=days)
+    with monkeypatch.context() as clock:
+        clock.setattr(ledger_services, "timezone", SimpleNamespace(now=lambda: at))
+        return broker_create(broker_id="4821", name="Acme Data", mode="test", actor="test")
+
+
+@pytest.mark.parametrize(("days", "result"), [(200, "fail"), (30, "pass")])
+def test_a_broker_that_never_reached_drop_has_one_long_gap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, days: int, result: str
+) -> None:
+    """No download at all is no proof of access: the pack's whole time is the gap."""
+    set_up_days_ago(400, monkeypatch)
+    today = drop_today()
+    since, until = str(today - dt.timedelta(days=days)), str(today - dt.timedelta(days=1))
+    drop_access = components_of(export(tmp_path, "--since", since, "--until", until))["drop_access"]
+    gap = drop_access["tests"][0]
+    assert gap["result"] == result, gap
+    assert gap["detail"].endswith("no download at all: the broker has not reached DROP")
+    # California's days, both included: a change of clocks between them is an hour more or less.
+    assert abs(drop_access["records"]["longest_gap_days"] - days) <= 0.05
+    assert drop_access["records"]["longest_gap"]["to"] == "open at the end"
+
+
+@pytest.mark.parametrize(("set_up", "result", "gap"), [(300, "fail", 170), (40, "pass", 30)])
+def test_the_time_before_a_first_download_late_in_the_pack_is_a_gap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, set_up: int, result: str, gap: int
+) -> None:
+    """A first download near the end of a long pack does not make the months before it
+    vanish; the time before the broker was set up in the service is not counted."""
+    broker = set_up_days_ago(set_up, monkeypatch)
+    DropCycleFactory.create(broker=broker, downloaded_at=timezone.now() - dt.timedelta(days=30))
+    today = drop_today()
+    since, until = str(today - dt.timedelta(days=200)), str(today - dt.timedelta(days=1))
+
+    drop_access = components_of(export(tmp_path, "--since", since, "--until", until))["drop_access"]
+
+    assert drop_access["tests"][0]["result"] == result, drop_access["tests"][0]
+    assert gap - 1 < drop_access["records"]["longest_gap_days"] < gap + 1
 
 
 def test_a_pull_that_resumed_a_package_downloaded_before_is_no_download_of_its_own(

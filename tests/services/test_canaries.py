@@ -370,3 +370,23 @@ def test_the_dashboard_shows_each_round_per_target(
     assert f'href="/admin/integrations/canaryround/{sent["canary_round"]}/change/"' in page
     detail = client.get(f"/admin/integrations/canaryround/{sent['canary_round']}/change/")
     assert "answered failed (CRM timeout)" in unescape(detail.content.decode())
+
+
+def test_a_round_missing_one_of_its_requests_does_not_pass(
+    broker: Broker, targets: tuple[Integration, Integration], canary: str
+) -> None:
+    """A round sent its canary to two targets; a request that is no longer there was never
+    answered deleted, so the round cannot pass on the other target's answer alone."""
+    sent = drop_canary()
+    requests = DeletionRequest.objects.filter(canary_round_id=sent["canary_round"])
+    assert requests.count() == 2
+    requests.filter(isi_connection__isnull=True).delete()  # one target's request, gone
+    for request in requests:
+        answer(request, "deleted")
+    now = timezone.now()
+
+    (result,) = canary_round_results(rounds=CanaryRound.objects.all(), now=now)
+
+    assert result.result == "failed"
+    assert any("1 of 2 request(s)" in problem for problem in result.problems), result.problems
+    assert not actioning(broker, now).passed

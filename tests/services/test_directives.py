@@ -452,6 +452,67 @@ def test_the_evidence_pack_finds_a_directive_altered_with_its_digest(
     assert component["records"]["providers"][0]["not_as_signed"] == 1
 
 
+def test_an_altered_directive_cannot_pass_as_signed_by_another_key(
+    matched: Directive, tmp_path: Path
+) -> None:
+    """Rewriting the CSV with its digest and naming some other key as the signer must not
+    turn "does not verify" into "signed by an earlier key, its digest checked": the digest
+    and the key are checked against the directive's directive.issued event, which is in the
+    sealed chain."""
+    today = drop_today().isoformat()
+    altered = bytes(matched.content).decode().splitlines(keepends=True)[:-1]
+    content = "".join(altered).encode()
+    Directive.objects.filter(pk=matched.pk).update(
+        content=content,
+        sha256=hashlib.sha256(content).hexdigest(),
+        rows=len(altered) - 1,
+        key_fingerprint="0" * 64,
+    )
+    out = tmp_path / "pack.zip"
+    call_command(
+        "evidence", "export", "--broker", "4821", "--since", today, "--until", today,
+        "--out", str(out), stdout=io.StringIO(),
+    )  # fmt: skip
+    with zipfile.ZipFile(out) as archive:
+        component = json.loads(archive.read(components.FILE))["components"]["service_providers"]
+
+    (signed,) = [t for t in component["tests"] if "still the one signed" in t["name"]]
+    assert signed["result"] == "fail", signed
+    assert component["records"]["providers"][0]["not_as_signed"] == 1
+    assert component["records"]["providers"][0]["signed_by_another_key"] == 0
+
+
+def test_a_match_no_directive_names_fails_the_pack(matched: Directive, tmp_path: Path) -> None:
+    """Each match directs every provider registered by then: a directive that is gone (or
+    was never issued) leaves a provider holding deleted people, and fewer directives must
+    not read as a pass."""
+    today = drop_today().isoformat()
+
+    def service_providers(name: str) -> dict[str, Any]:
+        out = tmp_path / name
+        call_command(
+            "evidence", "export", "--broker", "4821", "--since", today, "--until", today,
+            "--out", str(out), stdout=io.StringIO(),
+        )  # fmt: skip
+        with zipfile.ZipFile(out) as archive:
+            document = json.loads(archive.read(components.FILE))
+        return dict(document["components"]["service_providers"])
+
+    def directed_test(component: dict[str, Any]) -> dict[str, Any]:
+        (test,) = [t for t in component["tests"] if "directed" in t["name"]]
+        return dict(test)
+
+    assert directed_test(service_providers("before.zip"))["result"] == "pass"
+    Directive.objects.filter(pk=matched.pk).delete()
+
+    component = service_providers("after.zip")
+
+    test = directed_test(component)
+    assert test["result"] == "fail"
+    assert test["detail"] == "Mailhouse: 2 matched work item(s) in no directive to it"
+    assert component["records"]["providers"][0]["matched_not_directed"] == 2
+
+
 @pytest.fixture
 def icu_database() -> Iterator[psycopg.Connection[Any]]:
     """A scratch database on the same server whose default collation is ICU's en-US, as a

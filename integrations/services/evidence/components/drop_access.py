@@ -6,7 +6,8 @@ A download is a successful pull (``drop.pulled``, whether DROP had something new
 broker reached its list; not one that resumed a package downloaded before) or a cycle's
 download (a package fetched by hand and imported counts from the time it was downloaded). The
 gaps run from the last download before the pack's time, through every download in it, to its
-end (a gap still open counts too).
+end (a gap still open counts too); with no download before the pack's time, the gap up to its
+first download (or its end) counts from its start, or from the broker's set-up if later.
 Everything is counted in SQL; each access event is one row of ``components/drop_access.csv``.
 """
 
@@ -57,7 +58,13 @@ WITH downloads AS (
 )
 SELECT (SELECT count(*) FROM kept WHERE at >= %(start)s),
        (SELECT max(at) FROM kept),
-       g.previous, g.at
+       g.previous, g.at,
+       -- With no download before the pack's time, the first gap opens at its start, or
+       -- when the broker was set up in the service (broker.created) if that is later.
+       NOT EXISTS (SELECT 1 FROM downloads WHERE at < %(start)s),
+       (SELECT min(at) FROM kept WHERE at >= %(start)s),
+       (SELECT min(created_at) FROM integrations_ledgerevent
+         WHERE kind = %(created_kind)s AND broker_id = %(broker_id)s)
 FROM (SELECT 1) one
 LEFT JOIN LATERAL (SELECT previous, at FROM gaps WHERE previous IS NOT NULL
                    ORDER BY at - previous DESC, at LIMIT 1) g ON true
@@ -106,6 +113,7 @@ def build(context: PackContext) -> Component:
         "start": start,
         "end": end,
         "kinds": [kind.value for kind in ACCESS_KINDS],
+        "created_kind": LedgerKind.BROKER_CREATED.value,
     }
     pulls = drop_pulls_reached(LedgerEvent.objects.filter(broker_id=context.broker.broker_id))
     # compose_sql: PostgreSQL's operations only (the stubs know the base class).
@@ -115,7 +123,7 @@ def build(context: PackContext) -> Component:
     downloads_sql = _DOWNLOADS.format(pulls=pulls_sql.replace("%", "%%"))
     with connection.cursor() as cursor:
         cursor.execute(downloads_sql, params)
-        downloads, last, gap_from, gap_to = cursor.fetchone()
+        downloads, last, gap_from, gap_to, none_before, first, set_up = cursor.fetchone()
         cursor.execute(_COUNTS, params)
         counts = cursor.fetchall()
     events: dict[str, dict[str, int]] = {}
@@ -125,6 +133,13 @@ def build(context: PackContext) -> Component:
     longest_ends = (gap_from, gap_to)
     if last is not None and end - last > longest:
         longest, longest_ends = end - last, (last, None)  # still open at the pack's end
+    if none_before:
+        # Nothing before the pack's time: the time up to its first download (or all of it)
+        # is a gap too, not "nothing to measure"; from the broker's set-up if later.
+        opened = max(start, set_up) if set_up is not None else start
+        lead = (first or end) - opened
+        if lead > longest:
+            longest, longest_ends = lead, (opened, first)
     outages = list(
         DropOutage.objects.filter(broker=context.broker, started_at__lt=end)
         .exclude(ended_at__lt=start)
@@ -147,20 +162,14 @@ def build(context: PackContext) -> Component:
         "outages": [_outage(outage) for outage in outages],
         "notices": [_obligation(obligation) for obligation in obligations],
     }
-    if last is None:
-        component.test(
-            f"a download at least every {cadence.days} days",
-            passed=True,
-            detail="no download yet: the broker has not reached DROP (nothing to measure)",
-        )
-    else:
-        component.test(
-            f"a download at least every {cadence.days} days",
-            passed=longest <= cadence,
-            detail=f"longest gap {longest.total_seconds() / 86400:.2f} days "
-            f"({component.records['longest_gap']['from']} to "
-            f"{component.records['longest_gap']['to']})",
-        )
+    component.test(
+        f"a download at least every {cadence.days} days",
+        passed=longest <= cadence,
+        detail=f"longest gap {longest.total_seconds() / 86400:.2f} days "
+        f"({component.records['longest_gap']['from']} to "
+        f"{component.records['longest_gap']['to']})"
+        + ("; no download at all: the broker has not reached DROP" if last is None else ""),
+    )
     today = drop_date(context.exported_at)
     late = [
         obligation

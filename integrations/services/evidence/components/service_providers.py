@@ -15,7 +15,8 @@ from django.db import connection
 from integrations.evidence import pack
 from integrations.evidence.directives import directive_verify
 from integrations.evidence.signing_key import evidence_signing_key
-from integrations.models import Directive
+from integrations.ledger_kinds import LedgerKind
+from integrations.models import Directive, LedgerEvent, WorkItemState
 from integrations.services.evidence.components.base import Component, PackContext
 
 # Per provider of the broker: its directives issued in the pack's time, delivered to its S3
@@ -31,6 +32,34 @@ LEFT JOIN integrations_directive d
   ON d.provider_id = p.id AND d.created_at >= %(start)s AND d.created_at < %(end)s
 WHERE p.broker_id = %(broker)s
 GROUP BY p.id, p.name, p.s3_prefix ORDER BY p.name
+"""
+# Per provider, the work items matched in the pack's time (a request of DROP's, round 0,
+# matched once the provider was registered; not removed since) whose hash is in none of its
+# directives: each match directs every provider in the transaction that matched.
+_UNDIRECTED = """
+WITH directed AS MATERIALIZED (
+    SELECT d.provider_id, split_part(t.line, ',', 1) AS hash_type,
+           split_part(t.line, ',', 2) AS hash
+      FROM integrations_directive d
+     CROSS JOIN LATERAL string_to_table(convert_from(d.content, 'UTF8'), E'\n')
+           WITH ORDINALITY AS t(line, n)
+     WHERE d.broker_id = %(broker)s AND d.created_at >= %(start)s AND t.n > 1 AND t.line <> ''
+), matched AS MATERIALIZED (
+    SELECT work_item_id, min(matched_at) AS matched_at
+      FROM integrations_deletionrequest
+     WHERE broker_id = %(broker)s AND round = 0 AND canary_round_id IS NULL
+       AND work_item_id IS NOT NULL AND matched_at >= %(start)s AND matched_at < %(end)s
+     GROUP BY work_item_id
+)
+SELECT p.id, count(*)
+  FROM integrations_serviceprovider p
+  JOIN matched m ON m.matched_at >= p.created_at
+  JOIN integrations_workitem w ON w.id = m.work_item_id AND w.state <> %(removed)s
+ WHERE p.broker_id = %(broker)s
+   AND NOT EXISTS (SELECT 1 FROM directed x
+                    WHERE x.provider_id = p.id AND x.hash_type = w.hash_type
+                      AND x.hash = translate(encode(w.hash, 'base64'), E'\n', ''))
+ GROUP BY p.id
 """
 
 
@@ -61,6 +90,8 @@ def build(context: PackContext) -> Component:
     with connection.cursor() as cursor:
         cursor.execute(_PER_PROVIDER, params)
         rows = cursor.fetchall()
+        cursor.execute(_UNDIRECTED, {**params, "removed": WorkItemState.REMOVED.value})
+        undirected = dict(cursor.fetchall())
     altered, other_key = _signatures_checked(context)
     providers = [
         {
@@ -73,6 +104,7 @@ def build(context: PackContext) -> Component:
             "unacknowledged_overdue": overdue,
             "not_as_signed": altered.get(provider_id, 0),
             "signed_by_another_key": other_key.get(provider_id, 0),
+            "matched_not_directed": int(undirected.get(provider_id, 0)),
         }
         for provider_id, name, s3, issued, delivered, acknowledged, late, overdue in rows
     ]
@@ -91,6 +123,17 @@ def build(context: PackContext) -> Component:
             for p in slow
         )
         or f"{component.records['directives']} directive(s) to {len(providers)} provider(s)",
+    )
+    not_directed = [p for p in providers if p["matched_not_directed"]]
+    component.test(
+        "every match of the pack's time directed to every provider",
+        passed=not not_directed,
+        detail="; ".join(
+            f"{p['provider']}: {p['matched_not_directed']} matched work item(s) in no "
+            "directive to it"
+            for p in not_directed
+        )
+        or f"each matched work item is in a directive to each of {len(providers)} provider(s)",
     )
     not_as_signed = sum(p["not_as_signed"] for p in providers)
     unchecked = sum(p["signed_by_another_key"] for p in providers)
@@ -115,23 +158,40 @@ def _signatures_checked(context: PackContext) -> tuple[dict[int, int], dict[int,
     """Per provider, its directives of the pack's time whose stored CSV no longer verifies
     against the signature issued with it, and those signed by a key other than today's
     evidence key (only their digest can be checked here). The digest alone proves nothing:
-    whoever rewrites a CSV in the database can rewrite its digest beside it."""
+    whoever rewrites a CSV in the database can rewrite its digest beside it; so the digest and
+    the key must also be those of the directive's ``directive.issued`` event (none: altered)."""
     start, end = context.window
     public = evidence_signing_key().public_key()
     fingerprint = pack.key_fingerprint(public)
     altered: dict[int, int] = {}
     other_key: dict[int, int] = {}
-    directives = (
-        Directive.objects.filter(broker=context.broker, created_at__gte=start, created_at__lt=end)
-        .order_by("pk")
-        .values_list("provider_id", "content", "sha256", "signature", "key_fingerprint")
+    directives = Directive.objects.filter(
+        broker=context.broker, created_at__gte=start, created_at__lt=end
+    ).order_by("pk")
+    # What each directive.issued event (in the sealed chain) says was signed: the digest and
+    # key stored beside the CSV can be rewritten with it, and naming another key would turn
+    # "does not verify" into "signed by another key, its digest checked".
+    issued: dict[str, tuple[str | None, str | None]] = {}
+    for subject, issued_sha256, issued_key in (
+        LedgerEvent.objects.filter(
+            broker_id=context.broker.broker_id,
+            kind=LedgerKind.DIRECTIVE_ISSUED,
+            subject__in=[str(pk) for pk in directives.values_list("pk", flat=True)],
+        )
+        .order_by("id")
+        .values_list("subject", "data__sha256", "data__key_fingerprint")
+    ):
+        issued.setdefault(subject, (issued_sha256, issued_key))
+    rows = directives.values_list(
+        "pk", "provider_id", "content", "sha256", "signature", "key_fingerprint"
     )
     # A directive's CSV may hold a million hashes: a few at a time.
-    for provider_id, content, sha256, signature, key_fingerprint in directives.iterator(
+    for pk, provider_id, content, sha256, signature, key_fingerprint in rows.iterator(
         chunk_size=20
     ):
         content = bytes(content)
-        intact = hashlib.sha256(content).hexdigest() == sha256
+        as_issued = issued.get(str(pk)) == (sha256, key_fingerprint)
+        intact = as_issued and hashlib.sha256(content).hexdigest() == sha256
         if intact and key_fingerprint != fingerprint:
             other_key[provider_id] = other_key.get(provider_id, 0) + 1
             continue

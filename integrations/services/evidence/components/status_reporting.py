@@ -33,6 +33,29 @@ WHERE broker_id = %(broker_id)s AND kind = ANY(%(kinds)s)
 GROUP BY kind ORDER BY kind
 """
 
+# The work items of the pack's cycles whose status DROP holds (reported_status_code, what the
+# yearly figures count) is not the row of the file DROP holds it from (report_file): each
+# file's rows read from its stored bytes (``Id,Status``, CRLF, a header line first).
+_NOT_AS_FILED = """
+WITH filed AS MATERIALIZED (
+    SELECT f.id AS file_id, split_part(t.line, ',', 1) AS work_item_id,
+           split_part(t.line, ',', 2) AS code
+      FROM integrations_reportfile f
+     CROSS JOIN LATERAL string_to_table(convert_from(f.content, 'UTF8'), E'\r\n')
+           WITH ORDINALITY AS t(line, n)
+     WHERE f.id IN (SELECT DISTINCT report_file_id FROM integrations_workitem
+                     WHERE cycle_id = ANY(%(cycles)s) AND report_file_id IS NOT NULL)
+       AND t.n > 1 AND t.line <> ''
+)
+SELECT count(*) OVER (), w.work_item_id, w.reported_status_code, r.code
+  FROM integrations_workitem w
+  LEFT JOIN filed r ON r.file_id = w.report_file_id AND r.work_item_id = w.work_item_id
+ WHERE w.cycle_id = ANY(%(cycles)s) AND w.report_file_id IS NOT NULL
+   AND r.code IS DISTINCT FROM w.reported_status_code::text
+ ORDER BY w.work_item_id
+ LIMIT 5
+"""
+
 
 def build(context: PackContext) -> Component:
     start, end = context.window
@@ -94,6 +117,11 @@ def build(context: PackContext) -> Component:
             if (person := actor_person(actor)) is not None
             and person == actor_person(written_by or "")
         ]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _NOT_AS_FILED, {"cycles": [summary["cycle"].pk for summary in context.cycle_summaries]}
+        )
+        not_as_filed = cursor.fetchall()
     component.records = {
         "cycles": cycles,
         "files_by_state": by_state,
@@ -120,6 +148,20 @@ def build(context: PackContext) -> Component:
             "decided by their own writer: " + ", ".join(self_approved)
             if self_approved
             else f"{decided} decision(s) on files held for approval"
+        ),
+    )
+    component.test(
+        "every status DROP holds is the one in the file DROP accepted",
+        passed=not not_as_filed,
+        detail=(
+            f"{not_as_filed[0][0]} work item(s) whose status DROP holds is not their file's: "
+            + ", ".join(
+                f"work item {item}: {held} held, "
+                + (f"{filed} in its file" if filed is not None else "not in its file")
+                for _, item, held, filed in not_as_filed
+            )
+            if not_as_filed
+            else "each status DROP holds is its work item's row in the file DROP accepted"
         ),
     )
     return component

@@ -33,6 +33,30 @@ WHERE broker_id = %(broker_id)s AND kind = ANY(%(kinds)s)
   AND created_at >= %(start)s AND created_at < %(end)s
 GROUP BY kind
 """
+# The list is made of the work items DROP sent and did not remove: how many there are, and
+# how many the ledger's imports and Removed files leave (all time, like the list). A work
+# item deleted, or marked removed without a Removed file, takes a deleted person off the list
+# silently: only the sealed events can say what should be on it.
+_KEPT = """
+SELECT count(*) FILTER (WHERE state <> %(removed)s) FROM integrations_workitem
+WHERE broker_id = %(broker)s
+"""
+_KEPT_BY_LEDGER = """
+SELECT coalesce(sum((data ->> 'work_items')::bigint) FILTER (WHERE kind = %(imported)s), 0)
+     - coalesce(sum((data ->> 'work_items_closed')::bigint)
+                FILTER (WHERE kind = %(removed_kind)s), 0)
+FROM integrations_ledgerevent
+WHERE broker_id = %(broker_id)s AND kind IN (%(imported)s, %(removed_kind)s)
+"""
+# Every reappearance and every consumers.reappeared event, over all time: the rows are
+# stamped when their registration's transaction began, the event when it ends, so a window's
+# edge may fall between them (a long import across the period's end).
+_REAPPEARED_ALL = """
+SELECT (SELECT count(*) FROM integrations_reappearance WHERE broker_id = %(broker)s),
+       (SELECT coalesce(sum((data ->> 'reappearances')::bigint), 0)
+          FROM integrations_ledgerevent
+         WHERE broker_id = %(broker_id)s AND kind = %(reappeared)s)
+"""
 # A reappeared consumer (not forgotten since) that got no request for its work item.
 _NOT_SENT = """
 SELECT count(*) FROM integrations_reappearance r
@@ -67,6 +91,9 @@ def build(context: PackContext) -> Component:
         "removed": WorkItemState.REMOVED.value,
         "start": start,
         "end": end,
+        "reappeared": LedgerKind.CONSUMERS_REAPPEARED.value,
+        "imported": LedgerKind.DROP_CYCLE_IMPORTED.value,
+        "removed_kind": LedgerKind.DROP_WORK_ITEMS_REMOVED.value,
         "kinds": [
             LedgerKind.CONSUMERS_REAPPEARED.value,
             LedgerKind.SUPPRESSION_CHECKED.value,
@@ -83,6 +110,12 @@ def build(context: PackContext) -> Component:
         ledger = {kind: rest for kind, *rest in cursor.fetchall()}
         cursor.execute(_NOT_SENT, params)
         not_sent = int(cursor.fetchone()[0])
+        cursor.execute(_REAPPEARED_ALL, params)
+        rows_all, ledgered_all = (int(n) for n in cursor.fetchone())
+        cursor.execute(_KEPT, params)
+        kept = int(cursor.fetchone()[0])
+        cursor.execute(_KEPT_BY_LEDGER, params)
+        kept_by_ledger = int(cursor.fetchone()[0])
     reappearances = Reappearance.objects.filter(
         broker=context.broker, reappeared_at__gte=start, reappeared_at__lt=end
     ).count()
@@ -91,6 +124,8 @@ def build(context: PackContext) -> Component:
     component.records = {
         "size_at_export_by_list_type": size,
         "size_at_export": sum(size.values()),
+        "work_items_on_list": kept,
+        "work_items_by_ledger": kept_by_ledger,
         "reappearances": reappearances,
         "reappearances_by_source": [
             {"source": source, "sha256": sha256 or None, "reappearances": n, "work_items": items}
@@ -104,9 +139,16 @@ def build(context: PackContext) -> Component:
         "exports": int(ledger.get(LedgerKind.SUPPRESSION_EXPORTED.value, (0,))[0]),
     }
     component.test(
+        "every hash DROP sent and did not remove is on the list",
+        passed=kept == kept_by_ledger,
+        detail=f"{kept} work item(s) on the list; the ledger's imports and removals leave "
+        f"{kept_by_ledger}",
+    )
+    component.test(
         "every reappearance recorded on the ledger",
-        passed=on_ledger == reappearances,
-        detail=f"{reappearances} reappearance(s), {on_ledger} in consumers.reappeared events",
+        passed=rows_all == ledgered_all,
+        detail=f"{rows_all} reappearance(s), {ledgered_all} in consumers.reappeared events "
+        f"(all time; in the pack's time {reappearances} and {on_ledger})",
     )
     component.test(
         "every reappeared consumer sent a deletion again",
