@@ -180,22 +180,17 @@ def _rows_mark(
     # Only placeholders are put into the text; every value is a parameter.
     sql = (
         "COPY (WITH marked AS ("  # noqa: S608
-        " UPDATE integrations_workitem w"
+        " UPDATE integrations_workitem"
         f"   SET pending_report_file_id = CASE {which_file} END,"
         "        pending_status_code = status_code, updated_at = %s"
-        "   FROM (SELECT id FROM integrations_workitem"
-        "          WHERE cycle_id = %s AND state = %s AND status_code IS NOT NULL"
+        "  WHERE cycle_id = %s AND state = %s AND status_code IS NOT NULL"
         # Only the groups named above: a row that became reportable meanwhile waits for the
         # next run rather than being marked without a file.
-        f"           AND (file_name, needs_amendment) IN ({pairs})"
+        f"    AND (file_name, needs_amendment) IN ({pairs})"
         # Not in a file whose state keeps its rows back (_kept_back).
-        "           AND (pending_report_file_id IS NULL OR pending_report_file_id NOT IN ("
-        "                SELECT id FROM integrations_reportfile WHERE state = ANY(%s)))"
-        # Locked by id first (``matching_lock``): the update alone takes its rows in the
-        # order its plan reads them, while a delivery batch settles several by id.
-        "          ORDER BY id FOR NO KEY UPDATE) locked"
-        "  WHERE w.id = locked.id"
-        " RETURNING w.pending_report_file_id, w.work_item_id, w.status_code)"
+        "    AND (pending_report_file_id IS NULL OR pending_report_file_id NOT IN ("
+        "         SELECT id FROM integrations_reportfile WHERE state = ANY(%s)))"
+        " RETURNING pending_report_file_id, work_item_id, status_code)"
         " SELECT pending_report_file_id, work_item_id, status_code FROM marked"
         " ORDER BY pending_report_file_id"
         ") TO STDOUT WITH (FORMAT csv)"

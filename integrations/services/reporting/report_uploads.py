@@ -360,9 +360,7 @@ def _rows_owed_again(report_file: ReportFile) -> int:
 # flag follow from that as when settling (one rule, in work_item_settle.sql): a status that
 # changed since is amended, a removed item stays removed. While an item waits for an
 # outcome (a late match), the flag marks that DROP holds a status for it. (The right-hand
-# sides read the row as it was.) The rows are locked by id first (``matching_lock``): the
-# update alone takes them in the order its plan reads them, while a delivery batch settles
-# several by id.
+# sides read the row as it was.)
 _ROWS_TAKEN = """
 UPDATE integrations_workitem w
 SET reported_status_code = w.pending_status_code, reported_at = %(at)s,
@@ -374,10 +372,7 @@ SET reported_status_code = w.pending_status_code, reported_at = %(at)s,
             p_reported_code => w.pending_status_code, p_needs_amendment => true) f
     ),
     updated_at = %(at)s
-FROM (SELECT id FROM integrations_workitem
-       WHERE cycle_id = %(cycle)s AND pending_report_file_id = %(file)s
-       ORDER BY id FOR NO KEY UPDATE) locked
-WHERE w.id = locked.id
+WHERE w.cycle_id = %(cycle)s AND w.pending_report_file_id = %(file)s
 """
 
 
