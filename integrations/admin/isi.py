@@ -24,6 +24,7 @@ from django.urls import URLPattern
 from unfold.admin import TabularInline
 
 from integrations.admin.actors import staff_actor
+from integrations.admin.as_shown import fields_as_shown
 from integrations.admin.credentials import Credential
 from integrations.admin.display import uuid_short
 from integrations.admin.integrations import Created, IntegrationAdmin, ObjectButton
@@ -130,10 +131,21 @@ class IsiIntegrationChangeForm(_IsiFields):
         model = IsiIntegration
         fields = ["name", "enabled"]
 
+    # Shown from the row and posted back as shown (admin.as_shown): one left as it was takes
+    # the stored value, so a colleague's change made since the page opened stands.
+    AS_SHOWN = ("base_url", "auth", "token_url", "client_id")
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        for name in ("base_url", "auth", "token_url", "client_id"):
+        for name in self.AS_SHOWN:
             self.fields[name].initial = getattr(self.instance, name)
+        fields_as_shown(self.fields, self.AS_SHOWN)
+
+    def clean(self) -> dict[str, Any]:
+        for name in self.AS_SHOWN:
+            if name in self.cleaned_data and name not in self.changed_data:
+                self.cleaned_data[name] = getattr(self.instance, name)
+        return super().clean()
 
 
 class IsiConnectionInline(TabularInline):

@@ -260,6 +260,64 @@ def test_editing_refuses_a_base_url_the_api_paths_would_land_in(
     assert not LedgerEvent.objects.filter(kind="integration.updated").exists()
 
 
+def test_a_page_opened_before_a_new_oauth_client_keeps_it_on_rename(
+    staff: Client, broker: Broker, created: CreatedIsiIntegration, api: IsiSimulator
+) -> None:
+    integration = created.integration
+    page = staff.get(_change_url(integration)).content.decode()
+    # Meanwhile a colleague enters a new OAuth client (id and secret) at the same token URL.
+    isi_integration_update(
+        integration=integration,
+        actor="staff:bob",
+        auth="oauth",
+        token_url=api.token_url,
+        client_id="new-client",
+        client_secret="new-secret",
+    )
+    # This page, every field as it showed it, renames it.
+    form = {**_hidden_inputs(page), **_oauth_form(broker, api, name="Acme API 2")}
+    form.update(enabled="on", client_secret="")
+
+    assert staff.post(_change_url(integration), form).status_code == 302
+
+    integration.refresh_from_db()
+    assert (integration.name, integration.client_id, integration.client_secret) == (
+        "Acme API 2",
+        "new-client",
+        "new-secret",
+    )
+    saved = LedgerEvent.objects.filter(kind="integration.updated").latest("id")
+    assert (saved.actor, set(saved.data["changes"])) == ("staff:alice", {"name"})
+
+
+def test_a_page_opened_before_a_new_base_url_renames_and_keeps_it(
+    staff: Client, broker: Broker, created: CreatedIsiIntegration, api: IsiSimulator
+) -> None:
+    integration = created.integration
+    page = staff.get(_change_url(integration)).content.decode()
+    isi_integration_update(
+        integration=integration,
+        actor="staff:bob",
+        base_url=api.base_url + "/v2",
+        auth="oauth",
+        token_url=api.token_url,
+        client_id=api.client_id,
+        client_secret="new-secret",
+    )
+    form = {**_hidden_inputs(page), **_oauth_form(broker, api, name="Acme API 2")}
+    form.update(enabled="on", client_secret="")
+
+    # Not "the URL it is sent to changed: enter it again": this page changed no URL.
+    assert staff.post(_change_url(integration), form).status_code == 302
+
+    integration.refresh_from_db()
+    assert (integration.name, integration.base_url, integration.client_secret) == (
+        "Acme API 2",
+        api.base_url + "/v2",
+        "new-secret",
+    )
+
+
 def test_a_page_opened_before_a_rename_keeps_the_new_name_on_save(
     staff: Client, broker: Broker, created: CreatedIsiIntegration, api: IsiSimulator
 ) -> None:
