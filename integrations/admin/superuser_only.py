@@ -114,14 +114,31 @@ class LedgeredMachinery:
         }
 
     def _recorded(self, func: Any, name: str) -> Any:
+        # The rows the action changed or removed, not those selected: a retry leaves a job
+        # that did not fail as it is, and axes' clean-up removes every expired attempt
+        # whatever the selection.
         def run(modeladmin: Any, request: HttpRequest, queryset: QuerySet[Any]) -> Any:
-            ids = list(queryset.values_list("pk", flat=True))
+            manager = self.model._default_manager
+            before = _rows(manager.all() if name in _ACTS_ON_EVERY_ROW else queryset)
             answer = func(modeladmin, request, queryset)
             if answer is None:  # done (a page asking for more would be an answer)
-                self._record(request, name, ids)
+                after = _rows(manager.filter(pk__in=list(before)))
+                changed = [pk for pk, row in before.items() if after.get(pk) != row]
+                if changed:
+                    self._record(request, name, changed)
             return answer
 
         return run
+
+
+# Actions of the machinery's own admins that act on the table, not on the selection.
+_ACTS_ON_EVERY_ROW = frozenset({"cleanup_expired_attempts"})
+
+
+def _rows(queryset: QuerySet[Any]) -> dict[Any, tuple[Any, ...]]:
+    """Each row's stored values, by primary key: compared before and after an action."""
+    names = [field.attname for field in queryset.model._meta.concrete_fields]
+    return {row[0]: row[1:] for row in queryset.values_list("pk", *names)}
 
 
 def _choices_held(model: type[Model], entry: Any) -> Any:

@@ -7,6 +7,7 @@ as a superuser, and expects at least one new ledger event by ``staff:<username>`
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
 
 import pytest
@@ -176,10 +177,15 @@ def _job(status: str) -> int:
         return int(cursor.fetchone()[0])
 
 
-def _attempt(username: str) -> AccessAttempt:
-    return AccessAttempt.objects.create(
+def _attempt(username: str, *, expired: bool = False) -> AccessAttempt:
+    attempt = AccessAttempt.objects.create(
         username=username, ip_address="203.0.113.9", failures_since_start=5
     )
+    if expired:  # past axes' cool-off (AXES_COOLOFF_TIME): its clean-up removes it
+        AccessAttempt.objects.filter(pk=attempt.pk).update(
+            attempt_time=timezone.now() - dt.timedelta(days=30)
+        )
+    return attempt
 
 
 @pytest.mark.parametrize(
@@ -192,7 +198,7 @@ def _attempt(username: str) -> AccessAttempt:
         (
             "/admin/axes/accessattempt/",
             "cleanup_expired_attempts",
-            lambda: [_attempt("bob").pk],
+            lambda: [_attempt("bob", expired=True).pk],
             False,
         ),
     ],
@@ -236,3 +242,33 @@ def test_a_lockout_deleted_from_its_page_is_a_ledger_event(broker: Broker) -> No
         "/admin/axes/accessattempt/", {"action": "delete_selected", "_selected_action": [other.pk]}
     )
     assert LedgerEvent.objects.filter(kind=LedgerKind.MACHINERY_CHANGED).count() == 1
+
+
+def test_a_machinery_action_names_only_the_rows_it_changed(broker: Broker) -> None:
+    client = Client()
+    client.force_login(User.objects.create_superuser("root", password="pw-r00t-123"))
+    succeeded, failed = _job("succeeded"), _job("failed")
+    fresh, expired = _attempt("bob"), _attempt("carol", expired=True)
+
+    # A retry leaves a job that did not fail as it was: nothing of it to record.
+    client.post(
+        "/admin/procrastinate/procrastinatejob/",
+        {"action": "retry", "index": 0, "_selected_action": [succeeded]},
+    )
+    assert not LedgerEvent.objects.filter(kind=LedgerKind.MACHINERY_CHANGED).exists()
+    client.post(
+        "/admin/procrastinate/procrastinatejob/",
+        {"action": "retry", "index": 0, "_selected_action": [succeeded, failed]},
+    )
+    # The clean-up removes every expired attempt, whichever was selected.
+    client.post(
+        "/admin/axes/accessattempt/",
+        {"action": "cleanup_expired_attempts", "index": 0, "_selected_action": [fresh.pk]},
+    )
+
+    assert AccessAttempt.objects.filter(pk=fresh.pk).exists()
+    events = LedgerEvent.objects.filter(kind=LedgerKind.MACHINERY_CHANGED).order_by("id")
+    assert [(e.data["action"], e.data["ids"]) for e in events] == [
+        ("retry", [failed]),
+        ("cleanup_expired_attempts", [expired.pk]),
+    ]
