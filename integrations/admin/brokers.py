@@ -9,7 +9,6 @@ from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.utils.datastructures import MultiValueDict
 from django.utils.html import format_html, format_html_join
 from unfold.admin import ModelAdmin
 
@@ -124,13 +123,7 @@ class BrokerForm(forms.ModelForm):
         # force, or a reason given (the same lists again, with why). Lists left as the page
         # showed them keep a selection recorded since the page was opened.
         cleaned["lists_to_record"] = None
-        shown_name, posted = self.add_initial_prefix("lists_selected"), self.data
-        shown = (
-            posted.getlist(shown_name)
-            if isinstance(posted, MultiValueDict) and shown_name in posted
-            else self.lists_in_force  # a post without them: as before, against those in force
-        )
-        changed = set(lists) != set(shown) and set(lists) != set(self.lists_in_force)
+        changed = "lists_selected" in self.changed_data and set(lists) != set(self.lists_in_force)
         if changed or reason:
             if not lists:
                 self.add_error("lists_selected", "Select at least one list.")

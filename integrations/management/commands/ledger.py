@@ -64,21 +64,22 @@ class Command(DropportalCommand):
         if options["broker"]:
             broker_or_error(options["broker"])  # a typo is an error, not an empty export
         since, until = period_bounds(options)
-        # Who took the ledger, as the admin's export and ``outcomes export`` record it;
-        # written first, so the export holds its own event.
-        ledger_export_record(
-            actor=self.actor(),
-            via="command",
-            fmt=options["format"],
-            filters={
-                "broker": options["broker"],
-                "since": options["since"],
-                "until": options["until"],
-                "out": options["out"],
-            },
-        )
-        rows = ledger_events(broker_id=options["broker"], since=since, until=until)
         with open_output(options["out"], self.stdout._out) as stream:
+            # Who took the ledger, as the admin's export and ``outcomes export`` record it:
+            # once the output could be opened, before the rows are read, so the export
+            # holds its own event.
+            ledger_export_record(
+                actor=self.actor(),
+                via="command",
+                fmt=options["format"],
+                filters={
+                    "broker": options["broker"],
+                    "since": options["since"],
+                    "until": options["until"],
+                    "out": options["out"],
+                },
+            )
+            rows = ledger_events(broker_id=options["broker"], since=since, until=until)
             count = exports.write_rows(
                 stream, fmt=options["format"], columns=LEDGER_COLUMNS, rows=rows
             )
