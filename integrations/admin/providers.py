@@ -255,14 +255,16 @@ class DirectiveAdmin(ModelAdmin):
             actor, reference = staff_actor(request), form.cleaned_data["reference"].strip()
             done, already = 0, []
             for directive in queryset.order_by("pk"):
-                if directive.acknowledged_at is None:
-                    try:
-                        directive = directive_acknowledge(
-                            directive=directive, reference=reference, actor=actor
-                        )
-                    except ValidationError as exc:
-                        self.message_user(request, " ".join(exc.messages), messages.ERROR)
-                        continue
+                if directive.acknowledged_at is not None:  # before this page was sent
+                    already.append(directive)
+                    continue
+                try:
+                    directive = directive_acknowledge(
+                        directive=directive, reference=reference, actor=actor
+                    )
+                except ValidationError as exc:
+                    self.message_user(request, " ".join(exc.messages), messages.ERROR)
+                    continue
                 # The service keeps the first acknowledgement: one recorded meanwhile (the
                 # provider's key, a colleague's submit at the same moment) is not this one.
                 if (directive.acknowledged_by, directive.acknowledgement_reference) == (

@@ -227,3 +227,21 @@ def test_a_directive_acknowledged_since_the_page_was_opened_is_named_not_counted
         "letter of May 2",
         "staff:operators",
     )
+
+
+def test_the_same_acknowledgement_sent_again_is_not_counted_again(directive: Directive) -> None:
+    client = role_client("Operators")
+    changelist = reverse("admin:integrations_directive_changelist")
+    form = {
+        "action": "acknowledge_directives",
+        "_selected_action": [directive.pk],
+        "apply": "1",
+        "reference": "letter of May 2",
+    }
+    first = " ".join(_messages(client.post(changelist, form, follow=True)))
+    again = " ".join(_messages(client.post(changelist, form, follow=True)))  # a replayed submit
+
+    assert "Recorded 1 acknowledgement(s)." in first
+    assert "Recorded" not in again
+    assert f"directive {directive.pk} was already acknowledged" in again
+    assert LedgerEvent.objects.filter(kind=LedgerKind.DIRECTIVE_ACKNOWLEDGED).count() == 1
