@@ -106,7 +106,7 @@ _STANDARDIZERS: Final[dict[str, str]] = {
 
 @dataclass(frozen=True)
 class VectorResult:
-    step: str  # "standardize" or "hash"
+    step: str  # "standardize", "hash", or "register" (the consumer registration's hashing)
     field: str  # the field, or the list type
     given: Any
     expected: str
@@ -123,6 +123,7 @@ class VectorResult:
             "input": self.given,
             "expected": self.expected,
             "computed": self.computed,
+            # The words the offline verifier reads (evidence/components.py EQUAL, DIFFERS).
             "result": "equal" if self.equal else "differs",
         }
 

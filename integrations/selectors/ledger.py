@@ -45,8 +45,8 @@ def ledger_events(
     if until:
         events = events.filter(created_at__lt=until)
     # Inside a transaction the server-side cursor streams; outside one (autocommit) it is
-    # WITH HOLD and PostgreSQL copies the whole result (the whole ledger, unfiltered) before
-    # the first row.
+    # WITH HOLD and PostgreSQL copies the whole result (for an unfiltered export, the whole
+    # ledger) before the first row.
     with transaction.atomic():
         for event in events.iterator(chunk_size=chunk_size):
             link = getattr(event, "chain_link", None)

@@ -91,8 +91,8 @@ def matching_lock(*, broker: Broker, timeout: float | None = None) -> None:
     (a recurring round, a canary round) and forgetting a consumer, which deletes what those
     requests name. With ``timeout`` (seconds), gives up after that long (``LockBusy``).
 
-    Lock order: this lock first (a consumer registration's lock, where one is taken, before
-    it), then a cycle's row, then requests (deletion, resolution, SaaS deletion), then their
+    Lock order: a consumer registration's lock where one is taken, then this lock, then a
+    cycle's row, then requests (deletion, resolution, SaaS deletion), then their
     target's row (integration, SaaS connection), then work items in id order. Its holder
     inserts requests naming a target (their foreign key check, at its commit, waits for any
     ``FOR UPDATE`` of the target's row) and cancels the requests of work items DROP

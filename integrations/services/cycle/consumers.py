@@ -38,7 +38,7 @@ How, and why so:
 - The hashes a call added are matched late against the DROP hashes already received, in
   the same transaction (``services.cycle.matching.consumer_hashes_match_late``).
 - Forgetting a consumer (``consumer_forget``, a replace's unlisted ones) also takes the
-  matching lock, after the registration lock and before any row: a DROP import, a late
+  matching lock, after the registration lock and before it deletes any row: a DROP import, a late
   match and a recurring round read consumers and insert requests naming them under it
   (their foreign key checked at commit): a consumer deleted beside them would fail one of
   the two at commit, or leave a match it had read with no request.
@@ -350,8 +350,8 @@ def _matching_lock(*, broker: Broker, timeout: float | None) -> None:
 @contextmanager
 def _locks_bounded(cursor: Any, *, broker: Broker, timeout: float | None) -> Iterator[None]:
     """Each lock the merge waits for, at most ``timeout`` seconds (none: as long as it
-    takes). A first set's attach locks the consumer hashes' default partition, which a DROP
-    import of a broker with no consumers yet reads through its whole import."""
+    takes). Another first set's attach locks the consumer hashes' default partition, which
+    a broker's hashes there and a DROP import of a broker with no consumers yet read."""
     if timeout is None:
         yield
         return
@@ -360,7 +360,8 @@ def _locks_bounded(cursor: Any, *, broker: Broker, timeout: float | None) -> Ite
             yield
     except LockBusy:
         raise RegistrationBusy(
-            f"broker {broker.broker_id}'s first consumers wait for another import to end"
+            f"broker {broker.broker_id}'s consumers wait for another import to end "
+            "(a broker's first set being attached)"
         ) from None
 
 

@@ -18,7 +18,9 @@ matched by one side or the other, never by neither:
                                                  #   no match -> reportable, status 5
        cycle_matches_collect()                   # (work item, consumer) -> drop_matches
        requests_create_for_matches(...)          # one request per match per target
-       directives_issue(...)                     # each service provider's directive
+       work_items_close_removed(...)             # what DROP's Removed file names
+       directives_issue(...)                     # after it: a directive leaves out what
+                                                 #   DROP removed
        staged_items_drop(staged)
 
    Deciding the status while inserting writes each work item once; updating the 90 %
@@ -327,7 +329,6 @@ def consumer_hashes_match_late(
     actor: str = SYSTEM_ACTOR,
     match_date: dt.date | None = None,
     source: RegistrationSource | None = None,
-    lock_timeout: float | None = None,
 ) -> LateMatches:
     """Match the consumer hashes listed in ``added`` against every kept hash.
 
@@ -339,9 +340,10 @@ def consumer_hashes_match_late(
     get none). A matched work item whose status was known goes back to ``open`` until
     outcomes arrive; one already reported as 5 is flagged ``needs_amendment``. Given
     ``source``, the matches of work items matched before are recorded as reappearances.
-    With ``lock_timeout`` (seconds), waits no longer for the matching lock (``LockBusy``).
+    Takes the broker's matching lock (a caller that must not wait for it long takes it
+    first, with its own bound).
     """
-    matching_lock(broker=broker, timeout=lock_timeout)
+    matching_lock(broker=broker)
     matches_table_create()
     with connection.cursor() as cursor:
         cursor.execute(

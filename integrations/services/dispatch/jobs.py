@@ -39,8 +39,9 @@ async def stalled_jobs_retry(*, seconds_since_heartbeat: float) -> int:
                 await app.job_manager.finish_job(job, status=Status.FAILED, delete_job=False)
                 superseded = True
         except ConnectorException:
-            # Procrastinate refuses a job no longer running: its worker, late rather than
-            # dead, ended it since it was found. It is done; the others are still retried.
+            # Procrastinate refuses a job that succeeded (or was retried) since it was found:
+            # its worker was late rather than dead. It is done; the others are still retried.
+            # (One that worker ended as failed meanwhile is retried, as a failure would be.)
             assert job.id is not None
             if await app.job_manager.get_job_status_async(job.id) == Status.DOING:
                 raise

@@ -53,13 +53,13 @@ Refusal = Callable[[Row], str | None]
 def _requeue(
     kind: DeliveryKind[Row], pk: int, *, refusal: Refusal[Row], reset: Mapping[str, Any],
     event: LedgerKind, actor: str, marks: Callable[[Row], Mapping[str, Any]] | None = None,
-    requeued_by: Mapping[str, Any] | None = None,
+    also_set: Mapping[str, Any] | None = None,
 ) -> Row:  # fmt: skip
     """Queue row ``pk`` of ``kind`` again from attempt zero, with ``reset`` set on it, unless
     ``refusal`` (or its removed work item, or its target) says why not; ``marks`` adds to its
-    ledger event what the row says of itself. ``requeued_by`` is set on the row too, not in
+    ledger event what the row says of itself. ``also_set`` is set on the row too, not in
     the event: which requeue this was, which the event's kind says already."""
-    mark: Mapping[str, Any] = requeued_by or {}
+    set_too: Mapping[str, Any] = also_set or {}
     with transaction.atomic():
         row = (
             kind.model.objects.select_for_update(of=("self",))
@@ -83,7 +83,7 @@ def _requeue(
                 " enable it first"
             )
         before = {"state": row.state, "attempts": row.attempts}
-        for name, value in {**reset, **mark}.items():
+        for name, value in {**reset, **set_too}.items():
             setattr(row, name, value)
         row.state = RequestState.QUEUED
         row.attempts = 0
@@ -93,7 +93,7 @@ def _requeue(
         row.save(
             update_fields=[
                 *reset,
-                *mark,
+                *set_too,
                 "state",
                 "attempts",
                 "last_error",
@@ -155,7 +155,7 @@ def deletion_request_redeliver(*, deletion_request: DeletionRequest, actor: str)
         event=LedgerKind.DELETION_REQUEST_REDELIVERY_REQUESTED,
         actor=actor,
         # What it resends may have reached the broker: a failure may answer it at once.
-        requeued_by={"redispatched_at": None},
+        also_set={"redispatched_at": None},
     )
 
 
@@ -185,7 +185,7 @@ def deletion_request_redispatch(
         actor=actor,
         # Until its first attempt, a failure answers the dispatch before (the callbacks'
         # stale-failure rule, deletion_outcome_record.sql).
-        requeued_by={"redispatched_at": timezone.now()},
+        also_set={"redispatched_at": timezone.now()},
     )
 
 

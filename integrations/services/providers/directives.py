@@ -162,10 +162,12 @@ def directive_deliver(*, directive_id: int, actor: str = SYSTEM_ACTOR) -> bool:
     it failed, with why on the directive and in a ``directive.delivery_failed`` event (the job
     retries it).
 
-    Written once: a run that finds it written already (a job's retry after an Operator's
-    job wrote it, two at once) writes nothing and records nothing, since the provider may
-    have taken the files and would act on them again. A crash between the write and its
-    record leaves it unwritten for the record, and the retry writes the same bytes again.
+    Recorded once, and written once unless two runs overlap: a run that finds it written
+    already (a job's retry after an Operator's job wrote it) writes nothing and records
+    nothing, since the provider may have taken the files and would act on them again. Two
+    runs at once may both write the same bytes; one records it. A crash between the write
+    and its record leaves it unwritten for the record, and the retry writes the same bytes
+    again.
     """
     directive = Directive.objects.select_related("broker", "provider").get(pk=directive_id)
     if not directive.provider.s3_prefix or directive.s3_uri:

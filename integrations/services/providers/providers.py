@@ -42,7 +42,8 @@ def s3_prefix_validate(s3_prefix: str) -> str:
             "credentials come from boto3's usual chain, never the URL"
         )
     if not s3_prefix.startswith("s3://") or not bucket or not s3_prefix.endswith("/"):
-        raise ValidationError(f"{s3_prefix!r}: use s3://bucket/prefix/ (ending in a slash)")
+        # Not echoed either: a URL of another scheme may carry a key too.
+        raise ValidationError("use s3://bucket/prefix/ (ending in a slash)")
     if len(s3_prefix) > S3_PREFIX_MAX:
         raise ValidationError(f"an S3 prefix of at most {S3_PREFIX_MAX} characters")
     return s3_prefix

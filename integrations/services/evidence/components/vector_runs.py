@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 from integrations.drop.vectors import VectorResult
+from integrations.evidence.components import VECTORS_SUFFIX
 from integrations.services.evidence.components.base import Component, PackContext
 
 
@@ -19,7 +20,7 @@ def vectors_component(
     proves: str,
     cannot_prove: str,
 ) -> Component:
-    name = f"components/{key}_vectors.json"
+    name = f"components/{key}{VECTORS_SUFFIX}"  # the name the offline verifier checks
     component = Component(key=key, proves=proves, cannot_prove=cannot_prove)
     differ = [result for result in results if not result.equal]
     component.records = {
