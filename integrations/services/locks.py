@@ -116,12 +116,13 @@ def matching_lock(*, broker: Broker, timeout: float | None = None) -> None:
     checks would take the rest at commit, as they were written), a file's rows released or
     given up, and closing the items DROP removed (its requests cancelled first: a batch
     holding one is waited for there; but DROP may be taking a file of those items at the
-    same time). The exception, measured: the report's two markings of a cycle's million
-    rows (the write's, and DROP taking a file) do not, since the pass costs a quarter of the
-    report's time (docs/benchmarks.md, reporting). They meet a settler only on items whose
-    status staff set while their SaaS deletions were out; PostgreSQL then ends one of the
-    two ("deadlock detected"): a job runs again at its next try, a hand ``drop report`` is
-    run again.
+    same time: DROP taking a file locks the file's cycle first, as the import locks the
+    open cycles before closing items). The exception, measured: the report's two markings
+    of a cycle's million rows (the write's, and DROP taking a file) do not lock by id, since
+    the pass costs a quarter of the report's time (docs/benchmarks.md, reporting). They
+    meet a settler only on items whose status staff set while their SaaS deletions were
+    out; PostgreSQL then ends one of the two ("deadlock detected"): a job runs again at its
+    next try, a hand ``drop report`` is run again.
     """
     with connection.cursor() as cursor:
         advisory_xact_lock(cursor, purpose=_MATCHING_LOCK, key=broker.pk, timeout=timeout)

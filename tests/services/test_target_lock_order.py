@@ -17,7 +17,8 @@ report holds while it marks their items) before them too. A statement that updat
 work items (a late match, a file's rows released or given up, the items DROP removed
 closed) locks them by id first: the test makes its plan read them in another order (DROP's
 work item ids, or rows rewritten since) than the one a batch settles. The report's two
-markings of a cycle's rows are the measured exception (``matching_lock``).
+markings of a cycle's rows are the measured exception (``matching_lock``); DROP taking a file
+locks its cycle first, as an import closing removed items does.
 
 This test commits (threads and a second connection must see the rows).
 """

@@ -376,9 +376,18 @@ WHERE w.cycle_id = %(cycle)s AND w.pending_report_file_id = %(file)s
 """
 
 
+# Its cycle's row first (``matching_lock``: a cycle before its work items): an import
+# closing the items DROP removed locks the open cycles before them, so the two take the
+# rows one after the other. The rows themselves go in the order the update's plan reads
+# them, not by id: a lock pass over a file's rows costs half the marking again
+# (docs/benchmarks.md, reporting).
+_CYCLE_LOCKED = "SELECT 1 FROM integrations_dropcycle WHERE id = %(cycle)s FOR KEY SHARE"
+
+
 def report_rows_taken(*, report_file: ReportFile, at: dt.datetime) -> int:
     """DROP holds ``report_file``'s statuses since ``at`` (accepted, or uploaded by hand)."""
     with connection.cursor() as cursor:
+        cursor.execute(_CYCLE_LOCKED, {"cycle": report_file.cycle_id})
         cursor.execute(
             _ROWS_TAKEN,
             {
