@@ -14,6 +14,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern
 from django.utils.html import format_html
@@ -154,7 +155,11 @@ class WebhookIntegrationAdmin(IntegrationAdmin):
 
     def test_notification(self, request: HttpRequest, pk: int) -> HttpResponse:
         integration = self.posted_integration(request, pk)
-        result = integration_test_send(integration=integration, actor=staff_actor(request))
+        try:
+            result = integration_test_send(integration=integration, actor=staff_actor(request))
+        except ValidationError as exc:
+            messages.error(request, f"No test notification sent: {' '.join(exc.messages)}.")
+            return HttpResponseRedirect(self.admin_url("change", pk))
         answer = result.response_body[:500] or "(empty body)"
         if result.status is not None and 200 <= result.status < 300 and not result.error:
             messages.success(

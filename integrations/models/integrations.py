@@ -94,6 +94,13 @@ class Integration(models.Model):
             self.kind = self.KIND  # a row made through a kind's proxy model is of that kind
         super().save(*args, **kwargs)
 
+    @property
+    def retired_refusal(self) -> str:
+        """Why nothing is sent to it any more, once retired ("" while it is not)."""
+        if self.retired_at is None:
+            return ""
+        return f"'{self.name}' was retired ({self.retired_reason}): nothing more is sent to it"
+
 
 _Kind = TypeVar("_Kind", bound=Integration)
 
@@ -193,3 +200,10 @@ class SaasConnection(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def retired_refusal(self) -> str:
+        """Why nothing is sent to it any more, once retired ("" while it is not)."""
+        if self.retired_at is None:
+            return ""
+        return f"'{self.name}' was retired ({self.retired_reason}): nothing more is sent to it"

@@ -3,6 +3,7 @@ enable, regenerate the secret, send a test notification to a real loopback broke
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Iterator
 
@@ -24,6 +25,7 @@ from integrations.models import (
 from integrations.services.staff.integrations import (
     integration_callback_secrets,
     integration_disable,
+    integration_retire,
 )
 from integrations.services.staff.saas import saas_connection_disable
 from tests.builders import (
@@ -223,6 +225,21 @@ def test_a_test_notification_shows_the_brokers_answer(
     assert first.json["topic"] == "drop.test"
     events = LedgerEvent.objects.filter(kind="integration.test_sent").order_by("id")
     assert [e.data["status"] for e in events] == [200, 410]
+
+
+def test_no_test_notification_goes_to_a_retired_integration(
+    staff: Client, broker: Broker, receiver: BrokerSimulator, settings
+) -> None:
+    settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = True
+    created = webhook_integration_created(broker, receiver.url)
+    integration_retire(integration=created.integration, reason="CRM decommissioned", actor="test")
+    url = f"/admin/integrations/webhookintegration/{created.integration.pk}/test-notification/"
+
+    page = html.unescape(staff.post(url, follow=True).content.decode())
+
+    assert "No test notification sent: 'Acme CRM' was retired (CRM decommissioned)" in page
+    assert receiver.received == []
+    assert not LedgerEvent.objects.filter(kind="integration.test_sent").exists()
 
 
 def test_a_saas_connection_is_added_with_its_token_write_only(

@@ -16,6 +16,7 @@ from django.core.management.base import CommandError
 from devtools.broker_simulator import Reply
 from devtools.isi_simulator import IsiSimulator, connection
 from integrations.models import Broker, Integration, IsiConnection, LedgerEvent
+from integrations.services.staff.integrations import integration_retire
 from tests.builders import CONNECTION_A, CONNECTION_B, CONNECTION_STANDARD, broker_connections
 
 pytestmark = pytest.mark.django_db
@@ -206,3 +207,17 @@ def test_the_client_secret_and_token_can_come_from_a_file_or_standard_input(
     oauth_one, static_one = Integration.objects.order_by("pk")
     assert oauth_one.client_secret == api.client_secret
     assert static_one.token == "static-t0ken"
+
+
+def test_check_connection_of_a_retired_integration_calls_nothing(
+    broker: Broker, api: IsiSimulator
+) -> None:
+    out, _ = run(*add_isi(api, *oauth(api)), "--json")
+    integration = Integration.objects.get(uuid=json.loads(out)["uuid"])
+    integration_retire(integration=integration, reason="API decommissioned", actor="test")
+    calls = len(api.received)
+
+    with pytest.raises(CommandError, match=r"was retired \(API decommissioned\): nothing more"):
+        run("integrations", "check-connection", str(integration.uuid))
+
+    assert len(api.received) == calls  # neither its token URL nor its API is called

@@ -55,8 +55,11 @@ def isi_connections_refresh(
     Listed ones are created or updated; ones no longer listed are kept, marked unlisted (their
     requests refer to them). Requests matched while the broker had no deletion target get this
     integration's connections that take part. Raises ``IsiError`` after a ledger event when
-    the broker's answer is not a connection list: the stored list is then left as it was.
+    the broker's answer is not a connection list: the stored list is then left as it was,
+    and at once, calling nothing, for a retired integration.
     """
+    if integration.retired_refusal:
+        raise isi.IsiError(integration.retired_refusal)
     url = isi.endpoint(integration.base_url, isi.CONNECTIONS_PATH)
     method, result = _connections_request(url, isi_bearer_token(integration))
     try:

@@ -72,11 +72,8 @@ def _requeue(
         destination = kind.target(row)
         if destination is None:
             raise ValidationError("it has no target to deliver to")
-        if destination.retired_at is not None:
-            raise ValidationError(
-                f"'{destination.name}' was retired ({destination.retired_reason}): nothing more "
-                "is sent to it"
-            )
+        if destination.retired_refusal:
+            raise ValidationError(destination.retired_refusal)
         if not destination.enabled:
             raise ValidationError(
                 f"'{destination.name}' is disabled ({destination.disabled_reason or 'by staff'}):"

@@ -388,8 +388,11 @@ def _requests_cancel(
 def integration_test_send(*, integration: Integration, actor: str) -> DeliveryResult:
     """POST a signed test notification (topic ``drop.test``) and report the broker's answer.
 
-    Sent even to a disabled integration: checking it is how staff decide to enable it.
+    Sent even to a disabled integration: checking it is how staff decide to enable it; never
+    to a retired one (``ValidationError``).
     """
+    if integration.retired_refusal:
+        raise ValidationError(integration.retired_refusal)
     payload = {
         "integration_name": integration.name,
         "integration_kind": integration.kind,
