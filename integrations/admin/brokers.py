@@ -8,14 +8,14 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 from unfold.admin import ModelAdmin
 
 from integrations.admin.actors import staff_actor
 from integrations.admin.as_shown import fields_as_shown
 from integrations.admin.credentials import Credential, WriteOnlyCredentials
-from integrations.admin.integrations import Refused
+from integrations.admin.refusals import RefusalsShown, Refused
 from integrations.drop.notifications import notifications_url
 from integrations.list_types import DATA_TYPE_OF, LABELS
 from integrations.models import Broker
@@ -142,7 +142,7 @@ class BrokerForm(forms.ModelForm):
 
 
 @admin.register(Broker)
-class BrokerAdmin(WriteOnlyCredentials, ModelAdmin):
+class BrokerAdmin(RefusalsShown, WriteOnlyCredentials, ModelAdmin):
     form = BrokerForm
     credentials = [
         Credential("drop_api_key", "DROP API key", "drop_api_key_changed_at"),
@@ -215,18 +215,6 @@ class BrokerAdmin(WriteOnlyCredentials, ModelAdmin):
             # registered meanwhile by a second submit): nothing is saved, the page says why.
             messages.error(request, " ".join(exc.messages))
             raise Refused from exc
-
-    def add_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        try:
-            return super().add_view(request, *args, **kwargs)
-        except Refused:  # the page again, with the message
-            return HttpResponseRedirect(request.get_full_path())
-
-    def change_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        try:
-            return super().change_view(request, *args, **kwargs)
-        except Refused:
-            return HttpResponseRedirect(request.get_full_path())
 
     def _save(self, request: HttpRequest, obj: Broker, form: Any, change: bool) -> None:
         new_key = form.cleaned_data.get("drop_api_key") or ""

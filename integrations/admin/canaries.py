@@ -14,14 +14,13 @@ from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.urls import reverse
+from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html_join
 from unfold.admin import ModelAdmin
 
 from integrations.admin.actors import staff_actor
-from integrations.admin.integrations import Refused
+from integrations.admin.refusals import RefusalsShown, Refused
 from integrations.models import Canary, CanaryRound, Consumer
 from integrations.selectors.canaries import canary_round_results
 from integrations.services.cycle.canaries import canary_add, canary_remove
@@ -49,7 +48,7 @@ class CanaryForm(forms.ModelForm):
 
 
 @admin.register(Canary)
-class CanaryAdmin(ModelAdmin):
+class CanaryAdmin(RefusalsShown, ModelAdmin):
     form = CanaryForm
     list_display = ["remote_identifier", "broker", "added_by", "created_at"]
     list_filter = ["broker"]
@@ -96,18 +95,6 @@ class CanaryAdmin(ModelAdmin):
             remote_identifier=canary.remote_identifier,
             actor=staff_actor(request),
         )
-
-    def add_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        try:
-            return super().add_view(request, *args, **kwargs)
-        except Refused:  # the page again, with the message
-            return HttpResponseRedirect(request.get_full_path())
-
-    def delete_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        try:
-            return super().delete_view(request, *args, **kwargs)
-        except Refused:  # the list, with the message (the canary is gone)
-            return HttpResponseRedirect(reverse("admin:integrations_canary_changelist"))
 
 
 @admin.register(CanaryRound)

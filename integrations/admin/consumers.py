@@ -14,12 +14,11 @@ from typing import Any
 from django.contrib import admin, messages
 from django.db.models import JSONField, QuerySet
 from django.db.models.expressions import RawSQL
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.urls import reverse
+from django.http import HttpRequest
 from unfold.admin import ModelAdmin, TabularInline
 
 from integrations.admin.actors import staff_actor
-from integrations.admin.integrations import Refused
+from integrations.admin.refusals import RefusalsShown, Refused
 from integrations.models import Broker, Consumer, ConsumerHash
 from integrations.selectors.story import consumer_work_items
 from integrations.services.cycle.consumers import consumer_forget
@@ -66,7 +65,7 @@ class ConsumerHashInline(TabularInline):
 
 
 @admin.register(Consumer)
-class ConsumerAdmin(ModelAdmin):
+class ConsumerAdmin(RefusalsShown, ModelAdmin):
     list_display = ["remote_identifier", "remote_identifier_kind", "broker", "hashes", "created_at"]
     list_filter = ["broker"]
     list_select_related = ["broker"]
@@ -145,9 +144,3 @@ class ConsumerAdmin(ModelAdmin):
             remote_identifier=consumer.remote_identifier,
             actor=staff_actor(request),
         )
-
-    def delete_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        try:
-            return super().delete_view(request, *args, **kwargs)
-        except Refused:  # the list, with the message (the consumer is gone)
-            return HttpResponseRedirect(reverse("admin:integrations_consumer_changelist"))

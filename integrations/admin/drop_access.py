@@ -11,11 +11,11 @@ from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.db.models import Model
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest
 from unfold.admin import ModelAdmin
 
 from integrations.admin.actors import staff_actor
-from integrations.admin.integrations import Refused
+from integrations.admin.refusals import RefusalsShown, Refused
 from integrations.drop.calendar import drop_date, drop_today
 from integrations.models import DropAccessObligation, DropOutage
 from integrations.services.cycle.drop_access import drop_access_notice_record
@@ -88,7 +88,7 @@ class NoticeForm(forms.ModelForm):
 
 
 @admin.register(DropAccessObligation)
-class DropAccessObligationAdmin(ModelAdmin):
+class DropAccessObligationAdmin(RefusalsShown, ModelAdmin):
     """A DROP outage of more than a day: the download by hand and the written notice owed,
     due 45 days after the failure; staff record the notice on its page."""
 
@@ -157,9 +157,3 @@ class DropAccessObligationAdmin(ModelAdmin):
                 request, _already_recorded(current) if recorded else " ".join(exc.messages)
             )
             raise Refused from exc
-
-    def change_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        try:
-            return super().change_view(request, *args, **kwargs)
-        except Refused:  # the page again, with the message
-            return HttpResponseRedirect(request.get_full_path())

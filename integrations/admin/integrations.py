@@ -30,7 +30,7 @@ from django.contrib.admin import helpers
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import QuerySet
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -41,6 +41,7 @@ from integrations.admin.actors import staff_actor
 from integrations.admin.as_shown import fields_as_shown
 from integrations.admin.credentials import Credential, WriteOnlyCredentials
 from integrations.admin.display import uuid_short
+from integrations.admin.refusals import RefusalsShown, Refused
 from integrations.admin.shown_once import SecretShownOnce, show_once
 from integrations.drop.calendar import drop_time_text
 from integrations.models import Integration, IntegrationKind, RequestState, SaasConnection
@@ -140,7 +141,7 @@ class ObjectButton:
     confirm: str = ""  # asked in the browser before it posts
 
 
-class IntegrationAdmin(WriteOnlyCredentials, ModelAdmin):
+class IntegrationAdmin(RefusalsShown, WriteOnlyCredentials, ModelAdmin):
     """What every kind's pages share: the list, the actions, the change page's state and
     buttons, and the save that goes through the kind's services.
 
@@ -275,18 +276,6 @@ class IntegrationAdmin(WriteOnlyCredentials, ModelAdmin):
             request,
             self.secret_shown_once(created, secret, f"{self.kind_label} integration created"),
         )
-
-    def add_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        try:
-            return super().add_view(request, *args, **kwargs)
-        except Refused:
-            return HttpResponseRedirect(request.get_full_path())
-
-    def change_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        try:
-            return super().change_view(request, *args, **kwargs)
-        except Refused:
-            return HttpResponseRedirect(request.get_full_path())
 
     def render_change_form(
         self,
@@ -451,10 +440,6 @@ class IntegrationListAdmin(IntegrationAdmin):
         return []  # its buttons are its kinds' own
 
 
-class Refused(Exception):
-    """A service refused the form's data; the message is already queued for staff."""
-
-
 class SaasConnectionForm(TargetUrlMixin, forms.ModelForm):
     url = forms.URLField(label="URL", assume_scheme="https", max_length=500)
     token = forms.CharField(
@@ -489,7 +474,7 @@ SAAS_EDITED = ("name", "url", "categories")
 
 
 @admin.register(SaasConnection)
-class SaasConnectionAdmin(WriteOnlyCredentials, ModelAdmin):
+class SaasConnectionAdmin(RefusalsShown, WriteOnlyCredentials, ModelAdmin):
     form = SaasConnectionForm
     credentials = [Credential("token", "Token", "token_changed_at")]
     list_display = [
@@ -573,18 +558,6 @@ class SaasConnectionAdmin(WriteOnlyCredentials, ModelAdmin):
         except ValidationError as exc:
             messages.error(request, _validation_text(exc))
             raise Refused from exc
-
-    def add_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        try:
-            return super().add_view(request, *args, **kwargs)
-        except Refused:
-            return HttpResponseRedirect(request.get_full_path())
-
-    def change_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        try:
-            return super().change_view(request, *args, **kwargs)
-        except Refused:
-            return HttpResponseRedirect(request.get_full_path())
 
     @admin.action(description="Disable selected SaaS connections", permissions=["change"])
     def disable_connections(self, request: HttpRequest, queryset: QuerySet[SaasConnection]) -> None:

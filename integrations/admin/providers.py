@@ -18,7 +18,7 @@ from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -28,7 +28,7 @@ from unfold.admin import ModelAdmin
 
 from integrations.admin.actors import staff_actor
 from integrations.admin.as_shown import fields_as_shown
-from integrations.admin.integrations import Refused
+from integrations.admin.refusals import RefusalsShown, Refused
 from integrations.drop.calendar import drop_date
 from integrations.models import Directive, ServiceProvider
 from integrations.selectors.directives import directive_ack_due
@@ -83,7 +83,7 @@ class ServiceProviderForm(forms.ModelForm):
 
 
 @admin.register(ServiceProvider)
-class ServiceProviderAdmin(ModelAdmin):
+class ServiceProviderAdmin(RefusalsShown, ModelAdmin):
     form = ServiceProviderForm
     list_display = ["name", "broker", "contact", "s3_prefix", "created_at"]
     list_filter = ["broker"]
@@ -107,18 +107,6 @@ class ServiceProviderAdmin(ModelAdmin):
             # meanwhile (a second submit, a colleague). Nothing is saved; the page says why.
             messages.error(request, " ".join(exc.messages))
             raise Refused from exc
-
-    def add_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        try:
-            return super().add_view(request, *args, **kwargs)
-        except Refused:  # the page again, with the message
-            return HttpResponseRedirect(request.get_full_path())
-
-    def change_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        try:
-            return super().change_view(request, *args, **kwargs)
-        except Refused:
-            return HttpResponseRedirect(request.get_full_path())
 
     def _save(self, request: HttpRequest, obj: ServiceProvider, form: Any, change: bool) -> None:
         if not change:

@@ -33,7 +33,7 @@ from unfold.admin import ModelAdmin
 from unfold.forms import AdminPasswordChangeForm, UserChangeForm, UserCreationForm
 
 from integrations.admin.actors import staff_actor
-from integrations.admin.integrations import Refused
+from integrations.admin.refusals import RefusalsShown, Refused
 from integrations.services.staff.staff import (
     Verb,
     role_group_change_record,
@@ -60,7 +60,7 @@ def _changed_fields(message: Any) -> list[str]:
     return sorted(set(fields))
 
 
-class _LedgeredAdmin(admin.ModelAdmin):
+class _LedgeredAdmin(RefusalsShown, admin.ModelAdmin):
     """Records a change wherever Django's admin writes its own log entry, and deletes
     through the service that records each deletion."""
 
@@ -83,18 +83,6 @@ class _LedgeredAdmin(admin.ModelAdmin):
                 "meanwhile, by another submit); nothing was changed.",
             )
             raise Refused from exc
-
-    def add_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        try:
-            return super().add_view(request, *args, **kwargs)
-        except Refused:
-            return HttpResponseRedirect(request.get_full_path())
-
-    def change_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        try:
-            return super().change_view(request, *args, **kwargs)
-        except Refused:
-            return HttpResponseRedirect(request.get_full_path())
 
     # changeform_view runs these inside its transaction, right after saving.
     def log_addition(self, request: HttpRequest, obj: Model, message: Any) -> Any:
