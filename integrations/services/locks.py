@@ -81,6 +81,16 @@ def advisory_session_lock(
             cursor.execute(_SESSION_UNLOCK, [purpose, key])
 
 
+def work_items_lock(cursor: Any, *, ids: str) -> None:
+    """Lock the work items whose ids the subquery ``ids`` selects (a caller's constant, over
+    its own temp table), in id order (``matching_lock``'s order): done before one statement
+    updates many, which would take them in whatever order its plan reads them."""
+    cursor.execute(
+        "SELECT 1 FROM integrations_workitem w"  # noqa: S608 (a caller's constant)
+        f" WHERE w.id IN ({ids}) ORDER BY w.id FOR NO KEY UPDATE OF w"
+    )
+
+
 def matching_lock(*, broker: Broker, timeout: float | None = None) -> None:
     """Serialize matching for ``broker`` until the end of the current transaction.
 

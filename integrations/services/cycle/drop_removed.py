@@ -17,6 +17,7 @@ from django.db import connection
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, RequestState, WorkItemState
 from integrations.services.ledger import ledger_event_append
+from integrations.services.locks import work_items_lock
 
 STAGED_REMOVED = "drop_staged_removed"
 # What a Removed file cancels: everything not final but what the broker is acting on
@@ -112,11 +113,7 @@ def work_items_close_removed(broker: Broker, *, actor: str, drop_session_id: str
         # item listed is closed here. Locked by id first (``matching_lock``): the update
         # alone takes them in the order its plan reads them, while DROP taking a file (or
         # staff releasing one) takes its rows by id.
-        cursor.execute(
-            "SELECT 1 FROM integrations_workitem w"
-            " WHERE w.id IN (SELECT id FROM drop_closed_items)"
-            " ORDER BY w.id FOR NO KEY UPDATE OF w"
-        )
+        work_items_lock(cursor, ids="SELECT id FROM drop_closed_items")
         cursor.execute(
             "UPDATE integrations_workitem w"
             "   SET status_code = NULL, updated_at = now(),"

@@ -63,7 +63,7 @@ from integrations.services.cycle.requests import (
     requests_create_for_matches,
 )
 from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
-from integrations.services.locks import matching_lock
+from integrations.services.locks import matching_lock, work_items_lock
 from integrations.services.providers.directives import directives_issue
 
 STAGED_ITEMS = "drop_staged_items"
@@ -365,11 +365,7 @@ def consumer_hashes_match_late(
         # update below takes its rows in whatever order its plan reads them, and the foreign
         # key checks of the new requests, at commit, the rest in the order they were written,
         # while a delivery batch settling several of these items goes by id.
-        cursor.execute(
-            "SELECT 1 FROM integrations_workitem w"
-            " WHERE w.id IN (SELECT work_item_id FROM drop_late_items)"
-            " ORDER BY w.id FOR NO KEY UPDATE OF w"
-        )
+        work_items_lock(cursor, ids="SELECT work_item_id FROM drop_late_items")
         # Back to no status (waiting for the outcomes), with the state and flag that follow
         # (work_item_settle.sql): open, flagged for amendment if DROP holds a 5. One DROP
         # holds a 3 or 4 for (an amendment owed) keeps its recurring rounds meanwhile
