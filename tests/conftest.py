@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,7 +19,7 @@ from urllib.parse import urlencode
 import pytest
 from django.conf import settings
 from django.core.cache import caches
-from django.db import connection
+from django.db import connection, connections
 from django.test.testcases import QuietWSGIRequestHandler
 from moto.server import ThreadedMotoServer
 from rest_framework.test import APIClient
@@ -428,6 +429,24 @@ def sessions_waiting_for_locks(event: str | None = None) -> int:
             [event],
         )
         return int(cursor.fetchone()[0])
+
+
+def in_thread(work: Callable[[], object], errors: list[BaseException]) -> threading.Thread:
+    """Start ``work`` in a thread of its own (its own database connection, closed at the
+    end): one side of a race test. What it raises lands in ``errors``, for the test to
+    report."""
+
+    def run() -> None:
+        try:
+            work()
+        except BaseException as exc:  # reported by the test, in its own thread
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
 
 
 def wait_until(condition: Callable[[], bool], what: str) -> None:

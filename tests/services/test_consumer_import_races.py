@@ -16,7 +16,7 @@ from integrations.services.cycle import drop_import
 from integrations.services.cycle.consumers import consumer_forget
 from integrations.services.cycle.drop_import import drop_zip_import
 from tests.builders import ConsumerFactory, drop_zip, write_zip
-from tests.conftest import sessions_waiting_for_locks, wait_until
+from tests.conftest import in_thread, sessions_waiting_for_locks, wait_until
 
 ITEMS = list(work_items(4))
 
@@ -109,18 +109,7 @@ def _drop_import_held_after_its_match(
 
 def _in_thread(work: Any) -> tuple[threading.Thread, list[BaseException]]:
     failures: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            work()
-        except BaseException as exc:  # reported by the main thread
-            failures.append(exc)
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread, failures
+    return in_thread(work, failures), failures
 
 
 @pytest.mark.django_db(transaction=True)

@@ -10,11 +10,10 @@ This test commits (threads and a second connection must see the rows).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.db import DatabaseError, connections
+from django.db import DatabaseError
 from django.utils import timezone
 
 from devtools.broker_simulator import Reply
@@ -30,7 +29,7 @@ from tests.builders import (
     broker_connections,
     isi_integration_created,
 )
-from tests.conftest import sessions_waiting_for_locks, wait_until
+from tests.conftest import in_thread, sessions_waiting_for_locks, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -38,20 +37,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture(autouse=True)
 def private_targets(settings: Any) -> None:
     settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = True
-
-
-def _in_thread(work: Callable[[], object], errors: list[BaseException]) -> threading.Thread:
-    def run() -> None:
-        try:
-            work()
-        except BaseException as exc:  # reported by the test, in its own thread
-            errors.append(exc)
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread
 
 
 def _deletes_held(api: IsiSimulator) -> tuple[threading.Event, threading.Event]:
@@ -88,7 +73,7 @@ def test_a_batch_that_fetched_a_token_does_not_hold_its_integration_while_it_sen
         )
         arrived, release = _deletes_held(api)
         errors: list[BaseException] = []
-        delivering = _in_thread(lambda: deletion_requests_deliver(request_ids=[request.pk]), errors)
+        delivering = in_thread(lambda: deletion_requests_deliver(request_ids=[request.pk]), errors)
         acting: threading.Thread | None = None
         try:
             assert arrived.wait(30), "the delete did not reach the broker"
@@ -101,7 +86,7 @@ def test_a_batch_that_fetched_a_token_does_not_hold_its_integration_while_it_sen
                     isi_integration_update(integration=integration, name="Acme", actor="test")
                 done.set()
 
-            acting = _in_thread(act, errors)
+            acting = in_thread(act, errors)
             wait_until(
                 lambda: done.is_set() or sessions_waiting_for_locks() >= 1,
                 "the staff action neither ended nor waited",
@@ -137,7 +122,7 @@ def test_a_token_fetched_before_staff_changed_the_credentials_is_not_stored_afte
         )
         arrived, release = _deletes_held(api)
         errors: list[BaseException] = []
-        delivering = _in_thread(lambda: deletion_requests_deliver(request_ids=[request.pk]), errors)
+        delivering = in_thread(lambda: deletion_requests_deliver(request_ids=[request.pk]), errors)
         try:
             assert arrived.wait(30), "the delete did not reach the broker"
             isi_integration_update(

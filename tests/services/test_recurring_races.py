@@ -11,12 +11,10 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connections
 
 from devtools.drop_simulator import work_items
 from integrations.consumers.sources import consumer_sources
@@ -50,7 +48,7 @@ from tests.builders import (
     drop_zip,
     write_zip,
 )
-from tests.conftest import sessions_waiting_for_locks, wait_until
+from tests.conftest import in_thread, sessions_waiting_for_locks, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -81,20 +79,6 @@ def _deleted(broker: Broker, target: Integration, at: dt.datetime) -> tuple[Work
         completed_at=at,
     )
     return item, consumer
-
-
-def _in_thread(work: Callable[[], object], errors: list[BaseException]) -> threading.Thread:
-    def run() -> None:
-        try:
-            work()
-        except BaseException as exc:  # reported by the test, in its own thread
-            errors.append(exc)
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread
 
 
 def _held_after(
@@ -137,10 +121,10 @@ def test_two_runs_at_once_send_each_round_once(
     def run() -> None:
         totals.append(recurring_rounds_send(broker=broker, actor="t", now=now).work_items)
 
-    first = _in_thread(run, errors)
+    first = in_thread(run, errors)
     assert reached.wait(30), "the first run's batch did not insert its requests"
     reached.clear()
-    second = _in_thread(run, errors)
+    second = in_thread(run, errors)
     wait_until(lambda: sessions_waiting_for_locks("advisory") >= 1, "the second did not wait")
     release.set()
     first.join(60)
@@ -166,9 +150,9 @@ def test_a_consumer_forgotten_while_its_round_is_being_sent_ends_both(
     reached, release = _held_after(monkeypatch, recurring, "directives_issue")
     errors: list[BaseException] = []
 
-    sending = _in_thread(lambda: recurring_rounds_send(broker=broker, actor="t", now=now), errors)
+    sending = in_thread(lambda: recurring_rounds_send(broker=broker, actor="t", now=now), errors)
     assert reached.wait(30), "the round's batch did not insert its requests"
-    forgetting = _in_thread(
+    forgetting = in_thread(
         lambda: consumer_forget(
             broker=broker, remote_identifier=consumer.remote_identifier, actor="test"
         ),
@@ -218,9 +202,9 @@ def test_a_consumer_a_replace_forgets_while_its_round_is_being_sent_ends_both(
     reached, release = _held_after(monkeypatch, recurring, "directives_issue")
     errors: list[BaseException] = []
 
-    sending = _in_thread(lambda: recurring_rounds_send(broker=broker, actor="t", now=now), errors)
+    sending = in_thread(lambda: recurring_rounds_send(broker=broker, actor="t", now=now), errors)
     assert reached.wait(30), "the round's batch did not insert its requests"
-    replacing = _in_thread(
+    replacing = in_thread(
         lambda: consumers_replace(
             broker=broker,
             files=consumer_sources(str(again)).files,
@@ -258,11 +242,11 @@ def test_a_consumer_forgotten_while_a_drop_import_matches_it_ends_both(
     reached, release = _held_after(monkeypatch, drop_import, "staged_items_match")
     errors: list[BaseException] = []
 
-    importing = _in_thread(
+    importing = in_thread(
         lambda: drop_zip_import(broker=broker, path=package, actor="test"), errors
     )
     assert reached.wait(30), "the import did not reach its matching"
-    forgetting = _in_thread(
+    forgetting = in_thread(
         lambda: consumer_forget(broker=broker, remote_identifier="C-1", actor="test"), errors
     )
     _side_ends_or_waits(forgetting)
@@ -291,9 +275,9 @@ def test_a_target_retired_while_a_canary_round_is_sent_gets_no_request_left_wait
     reached, release = _held_after(monkeypatch, canaries, "canary_requests_create")
     errors: list[BaseException] = []
 
-    sending = _in_thread(lambda: canary_round_send(broker=broker, actor="test"), errors)
+    sending = in_thread(lambda: canary_round_send(broker=broker, actor="test"), errors)
     assert reached.wait(30), "the canary round did not insert its requests"
-    retiring = _in_thread(
+    retiring = in_thread(
         lambda: integration_retire(integration=retired, reason="replaced", actor="test"),
         errors,
     )

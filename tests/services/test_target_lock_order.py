@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connection, connections, transaction
+from django.db import connection, transaction
 
 from devtools.broker_simulator import BrokerSimulator, Reply
 from devtools.drop_simulator import DropSimulator, work_items
@@ -97,7 +97,7 @@ from tests.builders import (
     webhook_integration_created,
     write_zip,
 )
-from tests.conftest import sessions_waiting_for_locks, wait_until
+from tests.conftest import in_thread, sessions_waiting_for_locks, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -138,20 +138,6 @@ def held_410() -> Iterator[tuple[BrokerSimulator, threading.Event, threading.Eve
         yield simulator, arrived, release
 
 
-def _in_thread(work: Callable[[], object], errors: list[BaseException]) -> threading.Thread:
-    def run() -> None:
-        try:
-            work()
-        except BaseException as exc:  # reported by the test, in its own thread
-            errors.append(exc)
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread
-
-
 def _race(
     deliver: Callable[[], object],
     arrived: threading.Event,
@@ -161,9 +147,9 @@ def _race(
     """``deliver``; while its 410 is held, run ``staff_action`` until it waits for the row
     the batch holds; then let the 410 come back. The errors of either."""
     errors: list[BaseException] = []
-    delivering = _in_thread(deliver, errors)
+    delivering = in_thread(deliver, errors)
     assert arrived.wait(30), "the delivery did not reach the broker"
-    acting = _in_thread(staff_action, errors)
+    acting = in_thread(staff_action, errors)
     wait_until(
         lambda: sessions_waiting_for_locks() >= 1, "the staff action did not wait for the request"
     )
@@ -313,11 +299,11 @@ def _during_import(
     monkeypatch.setattr(drop_import, "staged_items_match", join_then_hold)
     errors: list[BaseException] = []
     try:
-        importing = _in_thread(
+        importing = in_thread(
             lambda: drop_zip_import(broker=broker, path=package, actor="test"), errors
         )
         assert joined.wait(30), "the import did not reach its matching"
-        acting = _in_thread(staff_action, errors)
+        acting = in_thread(staff_action, errors)
         wait_until(
             lambda: sessions_waiting_for_locks("advisory") >= 1,
             "the staff action did not wait for the matching lock",
@@ -497,9 +483,9 @@ def _while_a_batch_settles(
     monkeypatch.setattr(deliveries, settlement, settle_then_hold)
     errors: list[BaseException] = []
     try:
-        delivering = _in_thread(deliver, errors)
+        delivering = in_thread(deliver, errors)
         assert settled.wait(30), "the batch settled nothing"
-        acting = _in_thread(staff_action, errors)
+        acting = in_thread(staff_action, errors)
         wait_until(
             lambda: sessions_waiting_for_locks() >= 1, "the staff action did not wait for a row"
         )
@@ -755,13 +741,13 @@ def test_an_import_removing_items_while_drop_takes_their_file_ends_both(
 
     errors: list[BaseException] = []
     try:
-        holding = _in_thread(callback, errors)
+        holding = in_thread(callback, errors)
         assert held.wait(30)
-        uploading = _in_thread(
+        uploading = in_thread(
             lambda: report_files_upload(broker=broker, client=client, actor="test"), errors
         )
         wait_until(lambda: sessions_waiting_for_locks() >= 1, "the upload did not wait")
-        importing = _in_thread(
+        importing = in_thread(
             lambda: drop_zip_import(broker=broker, path=package, actor="test"), errors
         )
         wait_until(lambda: sessions_waiting_for_locks() >= 2, "the import did not wait")
@@ -808,9 +794,9 @@ def test_a_saas_deletion_answered_while_an_import_removes_its_item_ends_both(
         package = _package(broker, tmp_path, "20261121_4821_DROP.zip", Email=[], removed=removed)
 
         errors: list[BaseException] = []
-        delivering = _in_thread(lambda: saas_deletions_deliver(deletion_ids=[deletion.pk]), errors)
+        delivering = in_thread(lambda: saas_deletions_deliver(deletion_ids=[deletion.pk]), errors)
         assert arrived.wait(30), "the deletion did not reach the SaaS"
-        importing = _in_thread(
+        importing = in_thread(
             lambda: drop_zip_import(broker=broker, path=package, actor="test"), errors
         )
         wait_until(
@@ -852,11 +838,11 @@ def test_a_report_written_while_an_import_removes_one_of_its_items_ends_both(
     monkeypatch.setattr(drop_import, "cycle_state_refresh", removed_then_hold)
     errors: list[BaseException] = []
     try:
-        importing = _in_thread(
+        importing = in_thread(
             lambda: drop_zip_import(broker=broker, path=package, actor="test"), errors
         )
         assert removing.wait(30), "the import did not remove the item"
-        reporting = _in_thread(
+        reporting = in_thread(
             lambda: report_files_write(broker=broker, cycle=cycle, actor="test"), errors
         )
         wait_until(lambda: sessions_waiting_for_locks() >= 1, "the report did not wait for a row")
@@ -916,7 +902,7 @@ def _row_held(
             held.set()
             release.wait(30)
 
-    holding = _in_thread(hold, errors)
+    holding = in_thread(hold, errors)
     assert held.wait(30), "the row was not taken"
     try:
         yield
@@ -933,7 +919,7 @@ def _enable_while_its_batch_runs(
     ends); the request's delivery job runs meanwhile; then the row is let go."""
     errors: list[BaseException] = []
     with target_held:
-        enabling = _in_thread(enable, errors)
+        enabling = in_thread(enable, errors)
         wait_until(
             lambda: not enabling.is_alive() or sessions_waiting_for_locks() >= 1,
             "the enable neither ended nor waited",
