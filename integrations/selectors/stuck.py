@@ -290,24 +290,21 @@ def _add_disabled_target_groups(
     paused_saas = saas.filter(state__in=_WAITING_FOR_TARGET, saas_connection__enabled=False)
     names: dict[str, set[str]] = {}
     for rows, fields in paused_integrations:
-        _add_stuck_group(
-            found, reason, "integration", {"enabled__exact": 0}, _stuck_counts(rows, **fields)
-        )
+        counts = _stuck_counts(rows, **fields)
+        _add_stuck_group(found, reason, "integration", {"enabled__exact": 0}, counts)
+        if not counts:
+            continue  # no row waits for a paused integration: no name to read
         for broker_id, name, key in rows.values_list(
             "broker__broker_id", "integration__name", "integration__uuid"
         ).distinct():
             names.setdefault(broker_id, set()).add(f"integration {name!r} ({key})")
-    _add_stuck_group(
-        found,
-        reason,
-        "saasconnection",
-        {"enabled__exact": 0},
-        _stuck_counts(paused_saas, **_SAAS_ROWS),
-    )
-    for broker_id, name, key in paused_saas.values_list(
-        "resolution__broker__broker_id", "saas_connection__name", "saas_connection__pk"
-    ).distinct():
-        names.setdefault(broker_id, set()).add(f"SaaS connection {name!r} (id {key})")
+    saas_counts = _stuck_counts(paused_saas, **_SAAS_ROWS)
+    _add_stuck_group(found, reason, "saasconnection", {"enabled__exact": 0}, saas_counts)
+    if saas_counts:
+        for broker_id, name, key in paused_saas.values_list(
+            "resolution__broker__broker_id", "saas_connection__name", "saas_connection__pk"
+        ).distinct():
+            names.setdefault(broker_id, set()).add(f"SaaS connection {name!r} (id {key})")
     for broker_id, targets in names.items():
         group = found[(broker_id, reason)]
         found[(broker_id, reason)] = dataclasses.replace(group, targets=tuple(sorted(targets)))
