@@ -23,10 +23,11 @@ from typing import Any
 import psycopg
 import pytest
 
-from integrations.models import DeletionRequest, RequestState
+from integrations.models import DeletionRequest, RequestState, WorkItem
 from integrations.services.staff.brokers import broker_create
 from integrations.services.staff.keys import api_key_create
 from tests.builders import (
+    CurrentCycleFactory,
     DeletionRequestFactory,
     WebhookIntegrationFactory,
     WorkItemFactory,
@@ -78,14 +79,14 @@ def world(transactional_db: None) -> tuple[str, str, list[DeletionRequest]]:
     broker = broker_create(broker_id="4821", name="Acme", mode="test", actor="test")
     integration = WebhookIntegrationFactory.create(broker=broker)
     key = api_key_create(broker=broker, scopes=["webhook_callback"], actor="test").key
-    rows = [
-        DeletionRequestFactory.create(
-            work_item=WorkItemFactory.create(cycle__broker=broker),
-            integration=integration,
-            dispatched=True,
-        )
-        for _ in range(CALLBACKS)
-    ]
+    # Written in two statements, not three per row (the factories' save of each): the rows
+    # are the same, the callbacks meet the same world.
+    cycle = CurrentCycleFactory.create(broker=broker)
+    items = WorkItem.objects.bulk_create(WorkItemFactory.build_batch(CALLBACKS, cycle=cycle))
+    rows = DeletionRequest.objects.bulk_create(
+        DeletionRequestFactory.build(work_item=item, integration=integration, dispatched=True)
+        for item in items
+    )
     return key, integration.webhook_secret, rows
 
 
