@@ -20,6 +20,7 @@ and the time of day after the download: the median and the mean are both that.
 from __future__ import annotations
 
 import datetime as dt
+import io
 import json
 import os
 import subprocess
@@ -28,6 +29,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
+from django.core.management import call_command
 
 from devtools.databases import demo_database_name
 from integrations.drop.calendar import drop_timezone
@@ -93,8 +95,11 @@ def test_the_demo_broker_gets_a_verifiable_pack_and_its_figures(
         env=env,
     )  # fmt: skip
     assert exported.returncode == 0, exported.stderr
-    public_key = manage("evidence", "public-key", env=env).stdout
-    (tmp_path / "evidence.pem").write_text(public_key)
+    # The key the demo and its commands sign with is this process's (``subprocess_env``):
+    # read here, without starting Django once more.
+    public_key = io.StringIO()
+    call_command("evidence", "public-key", stdout=public_key)
+    (tmp_path / "evidence.pem").write_text(public_key.getvalue())
 
     # The auditor's machine: no DATABASE_URL, nothing to connect to.
     offline = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
