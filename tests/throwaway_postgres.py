@@ -47,8 +47,19 @@ def _binaries() -> Path:
     return Path(found[-1]).parent
 
 
+def build() -> str:
+    """What tells the PostgreSQL build apart: a data directory is only for the build that
+    made it (``ThrowawayPostgres(copy_of=...)``)."""
+    postgres = (_binaries() / "postgres").resolve()
+    found = postgres.stat()
+    return f"{postgres}:{found.st_size}:{found.st_mtime_ns}"
+
+
 class ThrowawayPostgres:
-    def __init__(self) -> None:
+    def __init__(self, *, copy_of: Path | None = None) -> None:
+        """``copy_of``: a stopped cluster's data directory (``saved``) to start from, instead
+        of an empty one from ``initdb``."""
+        self.copy_of = copy_of
         self.bin = _binaries()
         self.port = free_port()
         self.root = Path(tempfile.mkdtemp(prefix="dp_throwaway_pg_"))
@@ -88,13 +99,38 @@ class ThrowawayPostgres:
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "log"), "-w", *args)
 
     def start(self) -> None:
-        self._run(
-            *("initdb", "-D", str(self.data), "-U", "postgres"),
-            *("--auth=trust", "--encoding=UTF8", "--no-sync"),
-        )
+        if self.copy_of is not None:
+            # As the server's user, so the copy is its own (``-a``: modes kept, 0700).
+            self._copy(self.copy_of, self.data)
+        else:
+            self._run(
+                *("initdb", "-D", str(self.data), "-U", "postgres"),
+                *("--auth=trust", "--encoding=UTF8", "--no-sync"),
+            )
         # Loopback TCP only; fsync off: nothing here outlives the test.
         options = f"-p {self.port} -h 127.0.0.1 -k {self.root} -c fsync=off"
         self._ctl("-o", options, "start")
+
+    def _copy(self, source: Path, target: Path) -> None:
+        subprocess.run(  # noqa: S603
+            ["/bin/cp", "-a", str(source), str(target)],
+            check=True,
+            capture_output=True,
+            user=self.user,
+            timeout=120,
+        )
+
+    def saved(self, target: Path) -> None:
+        """Stop the server cleanly (its copies then start without recovery) and copy its data
+        directory to ``target``, a new directory in a folder its user may write to. The copy
+        is made beside ``target`` and renamed: a reader never sees a partial one."""
+        self._ctl("-m", "fast", "stop")
+        partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+        self._copy(self.data, partial)
+        try:
+            partial.rename(target)
+        except OSError:  # another process saved it first: theirs is as good
+            shutil.rmtree(partial, ignore_errors=True)
 
     def restart(self) -> None:
         """What an operator's restart does: sessions ended (fast shutdown), then it starts."""

@@ -14,11 +14,16 @@ to libpq's least, 2 s (a parameter in ``DATABASE_URL``'s query, as an operator s
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
+import os
 import queue
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -29,11 +34,11 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.conftest import subprocess_env
+from tests.conftest import migrations_fingerprint, subprocess_env
 from tests.db_proxy import DatabaseProxy
 from tests.raw_callbacks import Answer, signed_deletion_callback
 from tests.served_gunicorn import served_gunicorn
-from tests.throwaway_postgres import ThrowawayPostgres
+from tests.throwaway_postgres import ThrowawayPostgres, build
 
 CALLBACKS = 240
 CLIENTS = 6
@@ -42,9 +47,8 @@ OUTAGE_SECONDS = 6
 WEB_TIMEOUT = 5
 CONNECT_TIMEOUT = 2
 
-# Migrating and making the world in one process: one Django start-up, not two (and the
-# system checks once, as gunicorn starts, not in migrate too).
-_MIGRATED_WORLD = """
+# The system checks once, as gunicorn starts, not in migrate too.
+_MIGRATED = """
 from django.core.management import call_command
 call_command("migrate", interactive=False, verbosity=0, skip_checks=True)
 """
@@ -117,11 +121,37 @@ def _put(port: int, world: dict[str, Any], request_uuid: str) -> Answer | None:
     return Answer(bytes(received)) if received else None
 
 
+# Stopped clusters with a migrated "dropportal" database, kept in the temporary folder as
+# the test database's template is kept on its server: one per state of the migrations and
+# PostgreSQL build, dropped when unused for this long.
+MIGRATED_CLUSTER_PREFIX = "dp_throwaway_pg_migrated_"
+MIGRATED_CLUSTER_KEPT = 24 * 3600
+
+
+def _migrated_cluster() -> Path:
+    """A stopped cluster whose database "dropportal" is migrated: made by migrating an empty
+    one the first time (most of this test's start-up), copied from then on."""
+    key = hashlib.sha256(f"{migrations_fingerprint()}:{build()}".encode()).hexdigest()[:16]
+    folder = Path(tempfile.gettempdir())
+    cluster = folder / f"{MIGRATED_CLUSTER_PREFIX}{key}"
+    if not (cluster / "PG_VERSION").exists():
+        with ThrowawayPostgres() as server:
+            url = server.create_database("dropportal")
+            _manage("shell", "-c", _MIGRATED, url=url)
+            server.saved(cluster)
+    os.utime(cluster)  # in use: kept
+    for other in folder.glob(f"{MIGRATED_CLUSTER_PREFIX}*"):
+        with contextlib.suppress(OSError):  # another run's, gone meanwhile
+            if other != cluster and time.time() - other.stat().st_mtime > MIGRATED_CLUSTER_KEPT:
+                shutil.rmtree(other, ignore_errors=True)
+    return cluster
+
+
 @pytest.fixture
 def database() -> Iterator[tuple[ThrowawayPostgres, str, dict[str, Any]]]:
-    with ThrowawayPostgres() as server:
-        url = server.create_database("dropportal")
-        code = _MIGRATED_WORLD + _WORLD.replace("COUNT", str(CALLBACKS))
+    with ThrowawayPostgres(copy_of=_migrated_cluster()) as server:
+        url = server.url("dropportal")
+        code = _WORLD.replace("COUNT", str(CALLBACKS))
         world = json.loads(_manage("shell", "-c", code, url=url).splitlines()[-1])
         yield server, url, world
 
