@@ -44,6 +44,7 @@ from django.db.models import F
 from django.utils import timezone
 from factory.django import DjangoModelFactory
 from procrastinate.contrib.django import app
+from procrastinate.periodic import PeriodicRegistry
 
 from devtools.drop_simulator import DropSimulator, build_drop_zip
 from devtools.isi_simulator import IsiSimulator
@@ -596,12 +597,22 @@ def worker_sessions_end() -> None:
 
 def run_worker(queues: list[str] | None = None) -> None:
     """Run a real worker (its own connection, as ``manage.py worker``) until the queues are
-    empty (all queues by default)."""
+    empty (all queues by default): the jobs the test queued, and only those.
+
+    Without its periodic deferrer: a worker that starts defers every periodic job's last
+    run up to a day back (``PROCRASTINATE_PERIODIC_DEFAULTS``), and with the tables emptied
+    after each test, each test's first worker ran them all (a pull, the alerts' evaluation,
+    drop doctor, the ledger's verify...): most of such a test's time, and work no assertion
+    asked for. tests/test_jobs.py tests that deferral on its own."""
     _WORKER_RAN.set()
-    with app.replace_connector(app.connector.get_worker_connector()):  # type: ignore[attr-defined]
-        app.run_worker(
-            queues=queues, wait=False, install_signal_handlers=False, listen_notify=False
-        )
+    registry, app.periodic_registry = app.periodic_registry, PeriodicRegistry()
+    try:
+        with app.replace_connector(app.connector.get_worker_connector()):  # type: ignore[attr-defined]
+            app.run_worker(
+                queues=queues, wait=False, install_signal_handlers=False, listen_notify=False
+            )
+    finally:
+        app.periodic_registry = registry
 
 
 # Kept for tests/dispatch/test_new_kind_recipe.py until it takes the factories.
