@@ -24,7 +24,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from functools import wraps
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.contrib import messages
@@ -44,6 +44,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, URLResolver, path, reverse
 from django.utils import timezone
 from django.utils.decorators import method_decorator
+from django.utils.functional import SimpleLazyObject
 from django.utils.http import urlencode
 from django.views.decorators.cache import cache_control
 from django.views.decorators.debug import sensitive_post_parameters
@@ -140,6 +141,19 @@ class DropportalAdminSite(UnfoldAdminSite):
     @method_decorator(cache_control(private=True, max_age=3600))
     def i18n_javascript(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         return super().i18n_javascript(request, extra_context)
+
+    def get_app_list(self, request: HttpRequest, app_label: str | None = None) -> list[Any]:
+        """Every app and list the member may see, built when a page first reads it.
+
+        Django puts it in every page's context (``available_apps``), asking each ModelAdmin
+        for its permissions and reversing its URLs; yet our pages show it only where the
+        sidebar has no entry (unfold's ``helpers/navigation.html``) and on the index.
+        """
+        if app_label is not None:
+            return super().get_app_list(request, app_label)
+        build = super().get_app_list
+        # A list in all but its type: templates iterate, index, measure and test it.
+        return cast(list[Any], SimpleLazyObject(lambda: build(request)))
 
     def has_permission(self, request: HttpRequest) -> bool:
         return super().has_permission(request) and self._second_factor_passed(request)
