@@ -11,12 +11,23 @@ The login-lockout and job tables are in a group of their own, for superusers onl
 
 from __future__ import annotations
 
+import html
+from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from django.contrib import admin
+from django.db.models import Model
 from django.http import HttpRequest
-from django.urls import NoReverseMatch, reverse
-from django.utils.html import escape
+from django.urls import (
+    NoReverseMatch,
+    URLResolver,
+    get_resolver,
+    get_script_prefix,
+    get_urlconf,
+    reverse,
+)
+from django.utils.translation import get_language
 
 # (group title, [(app_label.model_name, icon)]): icons are Material Symbols names.
 GROUPS: list[tuple[str, list[tuple[str, str]]]] = [
@@ -65,28 +76,44 @@ SUPERUSER_APPS = {"axes", "procrastinate"}
 
 
 def _item(title: str, link: str, icon: str) -> dict[str, Any]:
-    return {"title": escape(title), "link": link, "icon": icon}
+    # Escaped here (unfold's template marks it safe) as Django's escape() does, but into a
+    # plain str: unfold deep-copies the navigation on every page, and Django's SafeString, a
+    # str subclass, is copied the slow way.
+    # Every key unfold's templates read of an item, set: a key missing from a dict costs the
+    # template a failed lookup (an exception and a dir()), dozens of them on every page.
+    return {
+        "title": html.escape(title),
+        "link": link,
+        "icon": icon,
+        "link_callback": None,
+        "badge": None,
+    }
 
 
-def sidebar(request: HttpRequest) -> list[dict[str, Any]]:
-    placed = {label for _, models in GROUPS for label, _ in models}
+@dataclass(frozen=True)
+class _Entry:
+    model: type[Model]
+    title: str
+    link: str
+    group: str
+    icon: str
+
+
+@lru_cache(maxsize=16)
+def _entries(
+    registered: tuple[type[Model], ...], resolver: URLResolver, prefix: str, language: str | None
+) -> tuple[_Entry, ...]:
+    """The sidebar's lists in their order, with their titles, links and groups: the same on
+    every page until the site's registry, its URLs, its script prefix or the language change
+    (each is part of the key), so worked out once, not on every page."""
     icons = {label: icon for _, models in GROUPS for label, icon in models}
-    grouped: dict[str, list[dict[str, Any]]] = {title: [] for title, _ in GROUPS}
-    grouped["Other"] = []
-    grouped[SUPERUSER_GROUP] = []
+    group_of = {label: title for title, models in GROUPS for label, _ in models}
     order = {label: n for n, label in enumerate(icons)}
-    site = admin.site
-    registered = sorted(
-        site._registry.items(),
-        key=lambda pair: (order.get(pair[0]._meta.label_lower, 999), pair[0]._meta.label_lower),
-    )
-    for model, model_admin in registered:
+    entries = []
+    for model in sorted(
+        registered, key=lambda m: (order.get(m._meta.label_lower, 999), m._meta.label_lower)
+    ):
         meta = model._meta
-        if not (
-            model_admin.has_module_permission(request)
-            and model_admin.has_view_or_change_permission(request)
-        ):
-            continue
         try:
             link = reverse(f"admin:{meta.app_label}_{meta.model_name}_changelist")
         except NoReverseMatch:
@@ -94,13 +121,31 @@ def sidebar(request: HttpRequest) -> list[dict[str, Any]]:
         label = meta.label_lower
         title = str(meta.verbose_name_plural)
         title = title[:1].upper() + title[1:]
-        if label in placed:
-            group = next(name for name, models in GROUPS if label in dict(models))
-            grouped[group].append(_item(title, link, icons[label]))
+        if label in group_of:
+            entries.append(_Entry(model, title, link, group_of[label], icons[label]))
         elif meta.app_label in SUPERUSER_APPS:
-            grouped[SUPERUSER_GROUP].append(_item(title, link, "admin_panel_settings"))
+            entries.append(_Entry(model, title, link, SUPERUSER_GROUP, "admin_panel_settings"))
         else:
-            grouped["Other"].append(_item(title, link, "table"))
+            entries.append(_Entry(model, title, link, "Other", "table"))
+    return tuple(entries)
+
+
+def sidebar(request: HttpRequest) -> list[dict[str, Any]]:
+    grouped: dict[str, list[dict[str, Any]]] = {title: [] for title, _ in GROUPS}
+    grouped["Other"] = []
+    grouped[SUPERUSER_GROUP] = []
+    site = admin.site
+    entries = _entries(
+        tuple(site._registry), get_resolver(get_urlconf()), get_script_prefix(), get_language()
+    )
+    for entry in entries:
+        model_admin = site._registry[entry.model]
+        if not (
+            model_admin.has_module_permission(request)
+            and model_admin.has_view_or_change_permission(request)
+        ):
+            continue
+        grouped[entry.group].append(_item(entry.title, entry.link, entry.icon))
     # Imported when called: the admin's modules register their ModelAdmins on import.
     from integrations.admin.audit import EVIDENCE_PERMISSIONS, METRICS_PERMISSIONS
 
@@ -112,6 +157,11 @@ def sidebar(request: HttpRequest) -> list[dict[str, Any]]:
     if user.has_perms(EVIDENCE_PERMISSIONS):
         overview.append(_item("Evidence packs", reverse("admin:evidence"), "verified"))
     overview.append(_item("Broker integration guide", reverse("admin:broker_guide"), "menu_book"))
-    groups = [{"title": "Overview", "items": overview}]
-    groups += [{"title": title, "items": items} for title, items in grouped.items() if items]
+    groups = [_group("Overview", overview)]
+    groups += [_group(title, items) for title, items in grouped.items() if items]
     return groups
+
+
+def _group(title: str, items: list[dict[str, Any]]) -> dict[str, Any]:
+    # The keys unfold's templates read of a group, set (see _item).
+    return {"title": title, "items": items, "collapsible": False, "separator": False, "badge": None}
