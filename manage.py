@@ -11,6 +11,18 @@ if __name__ == "__main__":
 
         sys.exit(main(sys.argv[3:]))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dropportal.settings")
-    from django.core.management import execute_from_command_line
+    from dropportal import setting_up
 
-    execute_from_command_line(sys.argv)
+    setting_up.pause()
+    from django.core.management import ManagementUtility
+    from django.core.management.base import BaseCommand
+
+    class Utility(ManagementUtility):
+        """Django's, with the collector paused until the command is looked up: after
+        ``django.setup()``, before the command's system checks and its work."""
+
+        def fetch_command(self, subcommand: str) -> BaseCommand:
+            setting_up.resume()
+            return super().fetch_command(subcommand)
+
+    Utility(sys.argv).execute()

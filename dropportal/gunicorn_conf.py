@@ -40,12 +40,15 @@ def on_starting(server: Any) -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dropportal.settings")
     import django
 
-    django.setup()  # settings.py exits in one line on a missing secret
-    from django.db import connections
+    from dropportal.setting_up import collector_paused
 
-    from dropportal.startup import start_refusals
+    with collector_paused():
+        django.setup()  # settings.py exits in one line on a missing secret
+        from django.db import connections
 
-    refusals = start_refusals()
+        from dropportal.startup import start_refusals
+
+        refusals = start_refusals()
     connections.close_all()  # the workers open their own after the fork
     if refusals:
         sys.exit("\n".join(f"error: {refusal}" for refusal in refusals))

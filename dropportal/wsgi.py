@@ -10,7 +10,11 @@ failed to load", so gunicorn stops instead of restarting workers that cannot sta
 import os
 import sys
 
-from django.core.wsgi import get_wsgi_application
+from dropportal import setting_up
+
+setting_up.pause()  # until set up and checked, below
+
+from django.core.wsgi import get_wsgi_application  # noqa: E402
 
 # gunicorn's Arbiter.APP_LOAD_ERROR: the arbiter halts rather than respawn the worker.
 APP_LOAD_ERROR = 4
@@ -34,3 +38,4 @@ from dropportal.startup import bound_web_statements, start_refusals  # noqa: E40
 for refusal in start_refusals():
     _refuse(f"error: {refusal}")
 bound_web_statements()
+setting_up.resume()

@@ -29,7 +29,6 @@ from functools import wraps
 from typing import Any
 
 import django_otp
-import segno
 from django import forms
 from django.conf import settings
 from django.contrib import admin
@@ -174,6 +173,10 @@ def mfa_enrol_view(request: HttpRequest) -> HttpResponse:
                 title="Your recovery codes",
                 codes=codes,
             )
+    # Only this page draws a QR code, and every process (each command, each web worker)
+    # loads the admin at start.
+    import segno
+
     uri = device.config_url
     return _render(
         request,

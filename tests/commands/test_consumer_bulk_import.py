@@ -127,7 +127,9 @@ def test_the_same_bulk_import_twice_changes_nothing(
 KILLED_IMPORT = """
 import os, signal, sys
 import django
-django.setup()
+from dropportal import setting_up
+with setting_up.collector_paused():  # as manage.py sets up
+    django.setup()
 from django.core.management import call_command
 from integrations.consumers import sources, workers
 from integrations.consumers.load import ConsumerLoad

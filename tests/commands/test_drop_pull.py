@@ -122,6 +122,21 @@ def kept_files(tmp_path: Path) -> list[str]:
     return sorted(str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file())
 
 
+@contextlib.contextmanager
+def pull_running_elsewhere(broker: Broker) -> Iterator[None]:
+    """The broker's pull lock held on another connection (the worker's pull, say; ``drop
+    pull`` runs beside the job lock), and let go of at the end: unlocked, not left to the
+    close, which the server completes a moment later (the next pull could find it held)."""
+    holder = psycopg.connect(database_url(), autocommit=True)
+    key = [drop_services._PULL_LOCK, broker.pk]
+    try:
+        holder.execute("SELECT pg_advisory_lock(%s, %s)", key)
+        yield
+    finally:
+        holder.execute("SELECT pg_advisory_unlock(%s, %s)", key)
+        holder.close()
+
+
 def assert_key_never_recorded() -> None:
     for event in LedgerEvent.objects.all():
         assert KEY not in json.dumps(event.data) + event.subject + event.actor
@@ -755,14 +770,11 @@ def test_a_pull_while_another_pull_of_the_broker_runs_is_refused_recording_nothi
     broker: Broker, drop: DropSimulator, package: bytes
 ) -> None:
     drop.queue_package(package, PACKAGE_NAME)
-    # The worker's pull, say, on another connection (``drop pull`` runs beside the job lock).
-    holder = psycopg.connect(database_url(), autocommit=True)
-    try:
-        holder.execute("SELECT pg_advisory_lock(%s, %s)", [drop_services._PULL_LOCK, broker.pk])
-        with pytest.raises(CommandError, match="another pull of broker 4821 is running"):
-            pull()
-    finally:
-        holder.close()
+    with (
+        pull_running_elsewhere(broker),
+        pytest.raises(CommandError, match="another pull of broker 4821 is running"),
+    ):
+        pull()
 
     assert not drop.calls("/data/download")
     assert not LedgerEvent.objects.filter(kind__startswith="drop.pull").exists()
@@ -883,13 +895,11 @@ def test_drop_import_of_a_package_in_incoming_waits_for_no_running_pull(
     left = _left_in_incoming(tmp_path, package, age=dt.timedelta(hours=1))
     # A pull running on another connection resumes this very file: a hand import beside it
     # would race it for the file (importing it as it leaves incoming/).
-    holder = psycopg.connect(database_url(), autocommit=True)
-    try:
-        holder.execute("SELECT pg_advisory_lock(%s, %s)", [drop_services._PULL_LOCK, broker.pk])
-        with pytest.raises(CommandError, match="a pull of broker 4821 is running"):
-            call_command("drop", "import", "--broker", "4821", str(left), stdout=io.StringIO())
-    finally:
-        holder.close()
+    with (
+        pull_running_elsewhere(broker),
+        pytest.raises(CommandError, match="a pull of broker 4821 is running"),
+    ):
+        call_command("drop", "import", "--broker", "4821", str(left), stdout=io.StringIO())
 
     assert_nothing_imported()
     assert left.exists()  # still the next pull's to resume
@@ -903,11 +913,7 @@ def test_drop_import_of_a_package_outside_incoming_takes_no_pull_lock(
 ) -> None:
     elsewhere = tmp_path / PACKAGE_NAME
     elsewhere.write_bytes(package)
-    holder = psycopg.connect(database_url(), autocommit=True)
-    try:
-        holder.execute("SELECT pg_advisory_lock(%s, %s)", [drop_services._PULL_LOCK, broker.pk])
+    with pull_running_elsewhere(broker):
         call_command("drop", "import", "--broker", "4821", str(elsewhere), stdout=io.StringIO())
-    finally:
-        holder.close()
     assert DropCycle.objects.count() == 1
     assert elsewhere.exists()  # kept where staff put it

@@ -36,7 +36,9 @@ WORKER = """
 import os
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dropportal.settings")
 import django
-django.setup()
+from dropportal import setting_up
+with setting_up.collector_paused():  # as manage.py sets up
+    django.setup()
 from integrations.management.commands import worker
 worker.POOL_WAIT_SECONDS = min(worker.POOL_WAIT_SECONDS, 1.0)
 worker.RECONNECT_EVERY_SECONDS = min(worker.RECONNECT_EVERY_SECONDS, 0.1)
