@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import os
 import signal
 import socket
@@ -20,6 +21,7 @@ import pytest
 from django.conf import settings
 from django.core.cache import caches
 from django.db import connection, connections
+from django.test import TestCase, override_settings
 from django.test.testcases import QuietWSGIRequestHandler
 from moto.server import ThreadedMotoServer
 from rest_framework.test import APIClient
@@ -301,6 +303,7 @@ def django_db_setup(
 
     patch = pytest.MonkeyPatch()
     patch.setattr(TransactionTestCase, "_fixture_teardown", fixture_teardown)
+    patch.setattr(TestCase, "_fixture_teardown", constraints_checked_and_rolled_back)
     test_name, template, copied = request.config.stash[TEST_DATABASE]
     # Migrated here, into the test database (none is set up for a run that needs none).
     if not django_db_keepdb and connection.settings_dict["NAME"] == test_name:
@@ -317,6 +320,37 @@ def django_db_setup(
         # FORCE would end them unseen: a connection a test (or a process it started) left
         # open is a leak, found here rather than by the next run that cannot drop it.
         assert not left, f"{left} session(s) still on {test_name} once the tests ended"
+
+
+def constraints_checked_and_rolled_back(self: TestCase) -> None:
+    """Django's end of a test in a transaction, in fewer round trips: its deferred
+    constraints checked (``SET CONSTRAINTS ALL IMMEDIATE``, then back to deferred) in one
+    statement, and the transaction rolled back. Django asks the server whether the connection
+    is usable first (``SELECT 1``), a round trip per test: the connection's own state says
+    as much here, and a test that ran no query (no transaction begun) has nothing to check.
+    """
+    from django.db import DatabaseError
+    from psycopg.pq import TransactionStatus
+
+    case: Any = self  # the private helpers below are not in Django's stubs
+    try:
+        for name in reversed(case._databases_names()):
+            db = connections[name]
+            if (
+                not db.features.can_defer_constraint_checks
+                or db.needs_rollback
+                or db.connection is None
+                or db.connection.info.transaction_status != TransactionStatus.INTRANS
+            ):
+                continue  # Django's is_usable() would say no, or nothing was deferred
+            try:
+                with db.cursor() as cursor:
+                    cursor.execute("SET CONSTRAINTS ALL IMMEDIATE; SET CONSTRAINTS ALL DEFERRED")
+            except DatabaseError:
+                if not db.connection.closed:  # the server refused: a violated constraint
+                    raise
+    finally:
+        case._rollback_atomics(case.atomics)
 
 
 def sessions_left(cursor: Any, database: str, *, grace: float = 5.0) -> int:
@@ -346,24 +380,40 @@ def make_key(broker: Broker) -> Callable[..., CreatedApiKey]:
     return make
 
 
-@pytest.fixture(autouse=True)
-def staff_mfa_off_unless_marked(request: pytest.FixtureRequest, settings: Any) -> None:
-    """Staff MFA is off in tests that are not about it.
+# As the settings module made it, for the tests marked ``staff_mfa``.
+_STAFF_MFA_CONFIGURED = pytest.StashKey[bool]()
 
-    ``make test`` sets DATABASE_URL, which makes MFA required for every staff account (a real
-    deployment): an admin or browser test about something else would meet the second step
-    first. Tests marked ``@pytest.mark.staff_mfa`` (tests/admin/test_staff_mfa.py) keep the
-    setting as the settings module made it, and prove it is on and enforced.
+
+@pytest.fixture(scope="session", autouse=True)
+def suite_settings(request: pytest.FixtureRequest) -> Iterator[None]:
+    """What every test runs with, set once for the run: a setting changed per test costs a
+    ``setting_changed`` signal and a settings layer made and unmade, in every test.
+
+    Staff MFA is off in tests that are not about it: ``make test`` sets DATABASE_URL, which
+    makes MFA required for every staff account (a real deployment), and an admin or browser
+    test about something else would meet the second step first (``staff_mfa_as_configured``
+    puts it back for the tests about it).
+
+    Passwords are hashed with MD5: staff accounts are made and logged into in hundreds of
+    tests, and PBKDF2's deliberate slowness (a million rounds) would be most of their run
+    time. No test is about the hash.
     """
-    if request.node.get_closest_marker("staff_mfa") is None:
-        settings.DROPPORTAL_STAFF_MFA_REQUIRED = False
+    request.config.stash[_STAFF_MFA_CONFIGURED] = settings.DROPPORTAL_STAFF_MFA_REQUIRED
+    with override_settings(
+        DROPPORTAL_STAFF_MFA_REQUIRED=False,
+        PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"],
+    ):
+        yield
 
 
 @pytest.fixture(autouse=True)
-def fast_password_hashing(settings: Any) -> None:
-    """Staff accounts are made and logged into in hundreds of tests: PBKDF2's deliberate
-    slowness (a million rounds) would be most of their run time. No test is about the hash."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+def staff_mfa_as_configured(request: pytest.FixtureRequest) -> None:
+    """Tests marked ``@pytest.mark.staff_mfa`` (tests/admin/test_staff_mfa.py) keep the
+    setting as the settings module made it, and prove it is on and enforced."""
+    if request.node.get_closest_marker("staff_mfa") is not None:
+        request.getfixturevalue("settings").DROPPORTAL_STAFF_MFA_REQUIRED = request.config.stash[
+            _STAFF_MFA_CONFIGURED
+        ]
 
 
 @pytest.fixture
@@ -375,10 +425,23 @@ def bearer(key: str) -> dict[str, Any]:
     return {"HTTP_AUTHORIZATION": f"Bearer {key}"}
 
 
+@pytest.fixture(scope="session")
+def drop_packages_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("drop-packages")
+
+
+_drop_packages_dirs = itertools.count()
+
+
 @pytest.fixture(autouse=True)
-def drop_packages_in_tmp(tmp_path_factory: pytest.TempPathFactory, monkeypatch: Any) -> None:
-    """Packages downloaded by a test's `drop pull` go to a temporary folder, not var/."""
-    monkeypatch.setattr(drop_service, "PACKAGES_DIR", tmp_path_factory.mktemp("drop-packages"))
+def drop_packages_in_tmp(drop_packages_root: Path, monkeypatch: Any) -> None:
+    """Packages downloaded by a test's `drop pull` go to a temporary folder of its own, not
+    var/. The folder is named, not made: a pull makes it (as it makes var/'s), and the few
+    tests that pull do not cost every test a directory (``mktemp`` also lists every one made
+    before it)."""
+    monkeypatch.setattr(
+        drop_service, "PACKAGES_DIR", drop_packages_root / str(next(_drop_packages_dirs))
+    )
 
 
 @pytest.fixture
