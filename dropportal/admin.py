@@ -172,7 +172,9 @@ class DropportalAdminSite(UnfoldAdminSite):
         )
         super().register(models, admin_class, **options)
         for model in models:
-            model_admin = self._registry[model]
+            model_admin = self._registry.get(model)  # a swapped model is not registered
+            if model_admin is None:
+                continue
             for name, empty in _UNFOLD_OPTIONAL_ATTRIBUTES.items():
                 if not hasattr(model_admin, name):
                     setattr(model_admin, name, empty())

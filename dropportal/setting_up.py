@@ -1,5 +1,6 @@
-"""The cyclic garbage collector while a process sets up (the settings, every app's models and
-admin, the system checks)::
+"""The cyclic garbage collector while a process sets up: the settings and every app's models
+and admin (``manage.py``, until its command is looked up), and for a web process its start
+checks too (``dropportal/wsgi.py``, gunicorn's ``on_starting``)::
 
     with collector_paused():   # or pause() ... resume()
         django.setup()

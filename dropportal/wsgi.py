@@ -7,14 +7,16 @@ stored secrets each stop it with one line on stderr. The exit code is gunicorn's
 failed to load", so gunicorn stops instead of restarting workers that cannot start.
 """
 
+from __future__ import annotations
+
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from dropportal import setting_up
 
-setting_up.pause()  # until set up and checked, below
-
-from django.core.wsgi import get_wsgi_application  # noqa: E402
+if TYPE_CHECKING:
+    from django.core.handlers.wsgi import WSGIHandler
 
 # gunicorn's Arbiter.APP_LOAD_ERROR: the arbiter halts rather than respawn the worker.
 APP_LOAD_ERROR = 4
@@ -28,14 +30,23 @@ def _refuse(line: str) -> None:
     sys.exit(APP_LOAD_ERROR)
 
 
-try:
-    application = get_wsgi_application()
-except SystemExit as exc:  # settings.py refused, in one line of its own
-    _refuse(str(exc.code) if isinstance(exc.code, str) else "error: the settings refused to load")
+def _checked_application() -> WSGIHandler:
+    from django.core.wsgi import get_wsgi_application
 
-from dropportal.startup import bound_web_statements, start_refusals  # noqa: E402  (needs the app registry)
+    try:
+        application = get_wsgi_application()
+    except SystemExit as exc:  # settings.py refused, in one line of its own
+        _refuse(
+            str(exc.code) if isinstance(exc.code, str) else "error: the settings refused to load"
+        )
+    from dropportal.startup import bound_web_statements, start_refusals  # needs the registry
 
-for refusal in start_refusals():
-    _refuse(f"error: {refusal}")
-bound_web_statements()
-setting_up.resume()
+    for refusal in start_refusals():
+        _refuse(f"error: {refusal}")
+    bound_web_statements()
+    return application
+
+
+# The collector is back on however set-up ends (runserver imports this in a thread of its own).
+with setting_up.collector_paused():
+    application = _checked_application()

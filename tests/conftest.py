@@ -327,12 +327,15 @@ def constraints_checked_and_rolled_back(self: TestCase) -> None:
     constraints checked (``SET CONSTRAINTS ALL IMMEDIATE``, then back to deferred) in one
     statement, and the transaction rolled back. Django asks the server whether the connection
     is usable first (``SELECT 1``), a round trip per test: the connection's own state says
-    as much here, and a test that ran no query (no transaction begun) has nothing to check.
+    as much here.
     """
     from django.db import DatabaseError
+    from django.test import TransactionTestCase
     from psycopg.pq import TransactionStatus
 
     case: Any = self  # the private helpers below are not in Django's stubs
+    if not case._databases_support_transactions():
+        return TransactionTestCase._fixture_teardown(self)  # as Django's own does
     try:
         for name in reversed(case._databases_names()):
             db = connections[name]

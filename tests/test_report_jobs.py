@@ -54,7 +54,6 @@ def test_a_complete_cycle_is_uploaded_by_the_job(drop: DropSimulator) -> None:
     assert not keyed_files(manual)  # no key: manual mode, nothing written for it
     assert len(drop.calls("/data/upload")) == 1
     jobs = ProcrastinateJob.objects.filter(task_name="integrations.tasks.report_broker")
-    # The worker may also run its own periodic report_due: a second job then finds nothing.
     assert set(jobs.values_list("status", flat=True)) == {"succeeded"}
 
 
