@@ -330,12 +330,11 @@ def constraints_checked_and_rolled_back(self: TestCase) -> None:
     as much here.
     """
     from django.db import DatabaseError
-    from django.test import TransactionTestCase
     from psycopg.pq import TransactionStatus
 
     case: Any = self  # the private helpers below are not in Django's stubs
     if not case._databases_support_transactions():
-        return TransactionTestCase._fixture_teardown(self)  # as Django's own does
+        return super(TestCase, case)._fixture_teardown()  # as Django's own does
     try:
         for name in reversed(case._databases_names()):
             db = connections[name]
