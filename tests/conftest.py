@@ -52,22 +52,6 @@ def pytest_configure(config: pytest.Config) -> None:
     # the body waits for the client's delayed ACK of the headers, 40 ms on every request.
     QuietWSGIRequestHandler.disable_nagle_algorithm = True
     WhiteNoiseMiddleware.update_files_dictionary = _static_files_read_once  # type: ignore[method-assign]
-    jit_off_for_every_session()
-
-
-def jit_off_for_every_session() -> None:
-    """PostgreSQL's JIT off in every session the suite opens: its own, its workers' (pytest-
-    xdist starts them after this), and those of the processes tests start (``manage.py``,
-    gunicorn, the demo), through libpq's ``PGOPTIONS``, which they inherit.
-
-    A server built with LLVM (Debian's) compiles a query to machine code once its estimated
-    cost passes ``jit_above_cost``; the planner's estimates on the tests' small tables, which
-    have no statistics, pass it often, and the compiling then costs far more than the few
-    rows it runs over: a quarter of the suite's time on such a server. Answers are the same
-    either way; a deployment keeps its server's setting, and the benches run with it."""
-    options = os.environ.get("PGOPTIONS", "")
-    if "jit=off" not in options:
-        os.environ["PGOPTIONS"] = f"{options} -c jit=off".strip()
 
 
 _read_static_files = WhiteNoiseMiddleware.update_files_dictionary

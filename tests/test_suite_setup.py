@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from typing import Any
 
 import pytest
@@ -16,7 +14,7 @@ from integrations.enqueue import alerts_evaluate_enqueue
 from integrations.models import Broker
 from integrations.services.staff.brokers import broker_create
 from tests.builders import MIGRATED_TABLES
-from tests.conftest import checkout_tag, database_url, subprocess_env
+from tests.conftest import checkout_tag
 
 
 def _rows() -> dict[str, list[tuple[Any, ...]]]:
@@ -104,25 +102,3 @@ def test_the_test_database_is_named_after_this_checkout() -> None:
     name = connection.settings_dict["NAME"]
     assert f"_{checkout_tag()}" in name, name
     assert name.startswith("test_"), name
-
-
-@pytest.mark.django_db
-def test_every_session_of_the_suite_runs_without_jit() -> None:
-    # Ours, and (through the environment they inherit) those of the processes tests start.
-    with connection.cursor() as cursor:
-        cursor.execute("SHOW jit")
-        assert cursor.fetchone() == ("off",)
-    started = subprocess.run(  # noqa: S603
-        [
-            sys.executable,
-            "-c",
-            "import psycopg, sys; c = psycopg.connect(sys.argv[1]);"
-            " print(c.execute('SHOW jit').fetchone()[0])",
-            database_url(),
-        ],
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert started.stdout.strip() == "off"
