@@ -8,18 +8,18 @@ This test commits (the anchoring runs on a connection of its own, in a thread).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.db import connection, connections, transaction
+from django.db import connection, transaction
 
 from devtools.tsa_simulator import TsaSimulator
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import LedgerAnchor
 from integrations.services.ledger import ledger_event_append
 from integrations.services.ledger_anchors import ledger_anchor, ledger_anchors_verify
+from tests.conftest import in_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -33,18 +33,11 @@ def some_events(n: int = 3) -> None:
 def anchored_in_another_session() -> None:
     errors: list[BaseException] = []
 
-    def run() -> None:
-        try:
-            some_events()
-            ledger_anchor()
-        except BaseException as exc:  # reported by the test, in its own thread
-            errors.append(exc)
-        finally:
-            connections.close_all()
+    def events_then_anchor() -> None:
+        some_events()
+        ledger_anchor()
 
-    thread = threading.Thread(target=run)
-    thread.start()
-    thread.join()
+    in_thread(events_then_anchor, errors).join()
     assert errors == []
 
 
