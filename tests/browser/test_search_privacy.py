@@ -16,7 +16,7 @@ from django.test import Client
 from playwright.sync_api import Page, Request
 from pytest_django.live_server_helper import LiveServer
 
-from tests.browser.staff import log_in
+from tests.browser.staff import sign_in
 
 EMAIL = "Consumer.0113@Example.com"
 # Unfold's palette sends what was typed 500 ms after the last key (htmx's keyup delay).
@@ -39,7 +39,7 @@ def test_no_search_box_puts_a_typed_email_in_a_url(
         urls.append(request.url)
 
     page.on("request", record)
-    log_in(page, live_server, "alice")
+    sign_in(page, live_server, "alice")
     for shortcut in ("Control+k", "Meta+k"):
         page.keyboard.press(shortcut)
         page.keyboard.type(EMAIL)
