@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import enum
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,6 +117,10 @@ def _admin_path(model: str, **params: Any) -> str:
     return f"{reverse(f'admin:integrations_{model}_changelist')}?{urlencode(params)}"
 
 
+# (broker_id, broker pk, work items, rows, nearest due date) per broker.
+_Counts = list[tuple[str, int, int, int, dt.date]]
+
+
 def _stuck_counts(
     rows: QuerySet[Any], *, item: str, broker: str, due: str
 ) -> list[tuple[str, int, int, int, dt.date]]:
@@ -129,7 +134,10 @@ def _stuck_counts(
 
 
 def stuck_work_items(
-    *, broker: Broker | None = None, now: dt.datetime | None = None
+    *,
+    broker: Broker | None = None,
+    now: dt.datetime | None = None,
+    reasons: Collection[StuckReason] | None = None,
 ) -> list[StuckGroup]:
     """Every open work item (matched, status still owed) that has no live path to a status,
     grouped by broker and reason, nearest due date first.
@@ -137,60 +145,68 @@ def stuck_work_items(
     An item is stuck when one of its requests (or SaaS deletions) will not move without
     staff: its status needs them all. An item held for two reasons is in both groups.
     Removed items owe nothing and are never listed. Reads a few aggregate queries; no row
-    is loaded.
+    is loaded. ``reasons``: only the groups of these (each reason's are the same either way),
+    and only their queries; every reason by default.
     """
     now = now or timezone.now()
+    wanted = set(StuckReason) if reasons is None else set(reasons)
     found: dict[tuple[str, StuckReason], StuckGroup] = {}
     for reason, model, params, queries in _stuck_sources(
         broker=broker, stale=now - AWAITING_CALLBACK_ATTENTION
     ):
+        if reason not in wanted:
+            continue
         for rows, fields in queries:
             _add_stuck_group(found, reason, model, params, _stuck_counts(rows, **fields))
-    _add_disabled_target_groups(found, broker)
-    _add_stuck_group(
-        found,
-        StuckReason.DROP_KEY_REFUSED,
-        "ledgerevent",
-        {"kind__exact": LedgerKind.DROP_PULL_FAILED},
-        _drop_key_refused_counts(broker),
-    )
-    _add_stuck_group(
-        found,
-        StuckReason.UNREADABLE_WORK_ITEM,
-        "unreadableworkitem",
-        {},
-        _unreadable_counts(broker),
-    )
-    _add_stuck_group(
-        found,
-        StuckReason.REPORT_FILE_REFUSED,
-        "reportfile",
-        {"state__in": f"{ReportFileState.REFUSED},{ReportFileState.REJECTED}"},
-        _report_file_refused_counts(broker),
-    )
-    _add_stuck_group(
-        found,
-        StuckReason.REPORT_FILE_AWAITING_APPROVAL,
-        "reportfile",
-        {"state__exact": ReportFileState.AWAITING_APPROVAL},
-        _report_file_held_counts(broker, [ReportFileState.AWAITING_APPROVAL]),
-    )
-    # Not open items: DROP holds their status, but the broker owes their deletion again
-    # (its nearest due date is the round's).
-    _add_stuck_group(
-        found,
-        StuckReason.RECURRING_ROUND_OVERDUE,
-        "deletionrequest",
-        {"round__gte": 1},
-        recurring_overdue_counts(broker=broker, today=drop_today(now)),
-    )
-    _add_stuck_group(
-        found,
-        StuckReason.RECURRING_ROUND_FAILING,
-        "deletionrequest",
-        {"round__gte": 1, "state__in": f"{RequestState.FAILED},{RequestState.UNDELIVERABLE}"},
-        recurring_failing_counts(broker=broker),
-    )
+    if StuckReason.TARGET_DISABLED in wanted:
+        _add_disabled_target_groups(found, broker)
+    # Each reason's model, admin filters and counts (called only for a wanted reason).
+    others: list[tuple[StuckReason, str, dict[str, Any], Callable[[], _Counts]]] = [
+        (
+            StuckReason.DROP_KEY_REFUSED,
+            "ledgerevent",
+            {"kind__exact": LedgerKind.DROP_PULL_FAILED},
+            lambda: _drop_key_refused_counts(broker),
+        ),
+        (
+            StuckReason.UNREADABLE_WORK_ITEM,
+            "unreadableworkitem",
+            {},
+            lambda: _unreadable_counts(broker),
+        ),
+        (
+            StuckReason.REPORT_FILE_REFUSED,
+            "reportfile",
+            {"state__in": f"{ReportFileState.REFUSED},{ReportFileState.REJECTED}"},
+            lambda: _report_file_refused_counts(broker),
+        ),
+        (
+            StuckReason.REPORT_FILE_AWAITING_APPROVAL,
+            "reportfile",
+            {"state__exact": ReportFileState.AWAITING_APPROVAL},
+            lambda: _report_file_held_counts(broker, [ReportFileState.AWAITING_APPROVAL]),
+        ),
+        # Not open items: DROP holds their status, but the broker owes their deletion again
+        # (its nearest due date is the round's).
+        (
+            StuckReason.RECURRING_ROUND_OVERDUE,
+            "deletionrequest",
+            {"round__gte": 1},
+            lambda: recurring_overdue_counts(broker=broker, today=drop_today(now)),
+        ),
+        (
+            StuckReason.RECURRING_ROUND_FAILING,
+            "deletionrequest",
+            {
+                "round__gte": 1,
+                "state__in": f"{RequestState.FAILED},{RequestState.UNDELIVERABLE}",
+            },
+            lambda: recurring_failing_counts(broker=broker),
+        ),
+    ]
+    for reason, model, params, counts in others:
+        if reason in wanted:
+            _add_stuck_group(found, reason, model, params, counts())
     order = list(StuckReason)
     return sorted(
         found.values(),

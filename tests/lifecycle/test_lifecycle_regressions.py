@@ -14,6 +14,7 @@ from rest_framework.test import APIClient
 
 from devtools.drop_simulator import work_items
 from integrations.models import Broker, DeletionRequest, RequestState
+from integrations.selectors.stuck import StuckReason, stuck_work_items
 from integrations.services.staff.integrations import webhook_integration_create
 from integrations.services.staff.keys import CreatedApiKey
 from tests.builders import drop_zip, write_zip
@@ -60,6 +61,12 @@ def test_a_consumer_matched_late_while_no_target_exists_is_listed_by_drop_doctor
     assert isinstance(groups, list)
     (group,) = groups
     assert (group["reason"], group["work_items"]) == ("pending_without_target", 1)
+    # Asked for some reasons only (as the model's invariant asks), the doctor gives the same
+    # groups of those, and none of the others.
+    every = stuck_work_items(broker=broker)
+    assert stuck_work_items(broker=broker, reasons=[StuckReason.PENDING_WITHOUT_TARGET]) == every
+    others = set(StuckReason) - {StuckReason.PENDING_WITHOUT_TARGET}
+    assert stuck_work_items(broker=broker, reasons=others) == []
 
     # A target arrives: the request is queued and the item has a live path again.
     webhook_integration_create(
