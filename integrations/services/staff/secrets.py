@@ -92,21 +92,20 @@ def _canary() -> str | None:
 
 
 def _stored_secret() -> str | None:
-    """One encrypted value stored anywhere (its token), or None when there is none."""
+    """One encrypted value stored anywhere (its token), or None when there is none: one
+    statement over every encrypted column, which stops at the first value it finds."""
     quote = connection.ops.quote_name
+    found = [
+        f"(SELECT {quote(field.column)} FROM {quote(model._meta.db_table)} "  # noqa: S608
+        f"WHERE {quote(field.column)} <> '' LIMIT 1)"
+        for model in apps.get_app_config("integrations").get_models()
+        if model is not EncryptionCanary
+        for field in model._meta.fields
+        if isinstance(field, EncryptedTextField) and field.column
+    ]
+    if not found:
+        return None
     with connection.cursor() as cursor:
-        for model in apps.get_app_config("integrations").get_models():
-            if model is EncryptionCanary:
-                continue
-            for field in model._meta.fields:
-                if not isinstance(field, EncryptedTextField) or not field.column:
-                    continue
-                column = quote(field.column)
-                cursor.execute(
-                    f"SELECT {column} FROM {quote(model._meta.db_table)} "  # noqa: S608
-                    f"WHERE {column} <> '' LIMIT 1"
-                )
-                row = cursor.fetchone()
-                if row is not None:
-                    return str(row[0])
-    return None
+        cursor.execute(" UNION ALL ".join(found) + " LIMIT 1")
+        row = cursor.fetchone()
+    return None if row is None else str(row[0])
