@@ -112,6 +112,7 @@ def dashboard_links(page: str) -> list[tuple[str, str]]:
     ]
 
 
+@pytest.mark.usefixtures("templates_recorded")  # reads response.context
 def test_every_linked_number_opens_its_filtered_list_with_that_many_rows(
     broker: Broker, superuser: User
 ) -> None:
