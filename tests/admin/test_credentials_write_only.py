@@ -158,6 +158,7 @@ def test_a_manager_enters_a_new_value_into_an_empty_input(broker: Broker, client
     assert DROP_KEY.encode() not in page
 
 
+@pytest.mark.usefixtures("templates_recorded")  # reads response.context
 def test_saving_a_page_without_a_new_credential_records_no_change_of_it(
     broker: Broker, client: Client
 ) -> None:

@@ -127,8 +127,8 @@ def test_every_linked_number_opens_its_filtered_list_with_that_many_rows(
             opened[url] = client.get(url)
         response = opened[url]
         assert response.status_code == 200, url  # a refused filter redirects to ?e=1
-        if "cl" in response.context:  # a list, not a single row's page
-            assert response.context["cl"].result_count == int(number), url
+        if "cl" in response.context_data:  # a list, not a single row's page
+            assert response.context_data["cl"].result_count == int(number), url
     for url in dict.fromkeys(unescape(u) for u in re.findall(r'<a href="(/admin/[^"]+)"', page)):
         if url not in opened:
             assert client.get(url).status_code == 200, url

@@ -102,6 +102,7 @@ def test_a_broker_added_twice_at_once_is_added_once(db: None) -> None:
     assert LedgerEvent.objects.filter(kind=LedgerKind.BROKER_LISTS_SELECTED).count() == 1
 
 
+@pytest.mark.usefixtures("templates_recorded")  # reads response.context
 def test_an_acknowledgement_submitted_twice_at_once_is_recorded_once_and_said_so() -> None:
     directive = DirectiveFactory.create()
     user = User.objects.create_superuser("alice", "alice@example.com", "pw-alice-123")
@@ -197,6 +198,7 @@ def test_a_canary_named_twice_at_once_is_named_once(broker: Broker) -> None:
     assert LedgerEvent.objects.filter(kind=LedgerKind.CANARY_ADDED).count() == 1
 
 
+@pytest.mark.usefixtures("templates_recorded")  # reads response.context
 @pytest.mark.parametrize("page", ["delete", "delete_selected"])
 def test_a_canary_removed_twice_at_once_is_removed_once(broker: Broker, page: str) -> None:
     ConsumerFactory.create(broker=broker, remote_identifier="C-CANARY")
@@ -327,6 +329,7 @@ def _held_while_posted(
     return statuses, members
 
 
+@pytest.mark.usefixtures("templates_recorded")  # reads response.context
 @pytest.mark.parametrize("page", ["delete", "delete_selected"])
 def test_a_consumer_forgotten_twice_at_once_is_forgotten_once(broker: Broker, page: str) -> None:
     consumer = ConsumerFactory.create(broker=broker, remote_identifier="C-1")

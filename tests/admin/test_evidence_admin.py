@@ -30,6 +30,7 @@ def login(client: Client, *groups: str) -> None:
     client.force_login(user)
 
 
+@pytest.mark.usefixtures("templates_recorded")  # reads response.context
 def test_an_auditor_exports_a_pack_that_verifies(
     cycle: DropCycle, client: Client, tmp_path: Path
 ) -> None:

@@ -99,6 +99,7 @@ LATE_EVENING = dt.datetime(2027, 1, 1, 3, 0, tzinfo=dt.UTC)
 DEC_31 = "created_at__day=31&created_at__month=12&created_at__year=2026"  # as the list links it
 
 
+@pytest.mark.usefixtures("templates_recorded")  # reads response.context
 def test_the_date_drill_down_and_its_export_count_drop_days_as_the_command_does(
     auditor: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:

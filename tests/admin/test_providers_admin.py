@@ -201,6 +201,7 @@ def _messages(answer: Any) -> list[str]:
     return [str(message) for message in answer.context["messages"]]
 
 
+@pytest.mark.usefixtures("templates_recorded")  # reads response.context
 def test_a_directive_acknowledged_since_the_page_was_opened_is_named_not_counted(
     broker: Broker, directive: Directive
 ) -> None:
@@ -229,6 +230,7 @@ def test_a_directive_acknowledged_since_the_page_was_opened_is_named_not_counted
     )
 
 
+@pytest.mark.usefixtures("templates_recorded")  # reads response.context
 def test_the_same_acknowledgement_sent_again_is_not_counted_again(directive: Directive) -> None:
     client = role_client("Operators")
     changelist = reverse("admin:integrations_directive_changelist")

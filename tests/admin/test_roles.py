@@ -219,6 +219,7 @@ def test_an_auditor_cannot_revoke_a_key(
     assert key.revoked_at is None
 
 
+@pytest.mark.usefixtures("templates_recorded")  # reads response.context
 def test_a_connections_manager_revokes_only_the_keys_they_could_add(
     client: Client, broker: Broker, make_key: Callable[..., CreatedApiKey]
 ) -> None:

@@ -359,6 +359,7 @@ def _sign_in_older_than_recent(client: Client) -> None:
     session.save()
 
 
+@pytest.mark.usefixtures("templates_recorded")  # reads response.context
 @pytest.mark.staff_mfa
 def test_an_account_of_the_provider_makes_new_recovery_codes_without_a_password(
     idp: OidcProvider, client: Client
@@ -375,6 +376,7 @@ def test_an_account_of_the_provider_makes_new_recovery_codes_without_a_password(
     assert not AccessAttempt.objects.exists(), "no failed login counted"
 
 
+@pytest.mark.usefixtures("templates_recorded")  # reads response.context
 @pytest.mark.staff_mfa
 def test_an_older_sign_in_at_the_provider_is_sent_there_again_for_new_codes(
     idp: OidcProvider, client: Client
@@ -397,6 +399,7 @@ def test_an_older_sign_in_at_the_provider_is_sent_there_again_for_new_codes(
     assert len(events("staff_user.mfa_recovery_codes_renewed")) == 1
 
 
+@pytest.mark.usefixtures("templates_recorded")  # reads response.context
 @pytest.mark.staff_mfa
 def test_a_sign_in_the_provider_grants_from_its_own_older_session_stands_for_no_password(
     idp: OidcProvider, client: Client
@@ -425,6 +428,7 @@ def test_a_sign_in_the_provider_grants_from_its_own_older_session_stands_for_no_
     assert len(events("staff_user.mfa_recovery_codes_renewed")) == 1
 
 
+@pytest.mark.usefixtures("templates_recorded")  # reads response.context
 @pytest.mark.staff_mfa
 def test_without_auth_time_only_a_sign_in_that_asked_for_the_credentials_stands_for_them(
     idp: OidcProvider, client: Client
@@ -454,6 +458,7 @@ def test_without_auth_time_only_a_sign_in_that_asked_for_the_credentials_stands_
     assert client.get(INDEX).status_code == 200
 
 
+@pytest.mark.usefixtures("templates_recorded")  # reads response.context
 @pytest.mark.staff_mfa
 def test_an_older_sign_in_at_the_provider_enrols_only_after_signing_in_there_again(
     idp: OidcProvider, client: Client

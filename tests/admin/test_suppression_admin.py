@@ -17,6 +17,7 @@ LATE_EVENING = dt.datetime(2027, 1, 1, 3, 0, tzinfo=dt.UTC)
 DEC_31 = "reappeared_at__day=31&reappeared_at__month=12&reappeared_at__year=2026"
 
 
+@pytest.mark.usefixtures("templates_recorded")  # reads response.context
 def test_a_late_evening_reappearance_is_under_its_drop_day(
     broker: Broker, admin_client: Client
 ) -> None:
