@@ -21,8 +21,11 @@ import pytest
 from django.conf import settings
 from django.core.cache import caches
 from django.db import connection, connections
+from django.template.base import Template
 from django.test import TestCase, override_settings
+from django.test import utils as test_utils
 from django.test.testcases import QuietWSGIRequestHandler
+from django.test.utils import _TestState
 from moto.server import ThreadedMotoServer
 from rest_framework.test import APIClient
 from whitenoise.middleware import WhiteNoiseMiddleware
@@ -406,6 +409,40 @@ def suite_settings(request: pytest.FixtureRequest) -> Iterator[None]:
         PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"],
     ):
         yield
+
+
+def _rendering(render: Callable[..., Any]) -> Iterator[None]:
+    # Its own patch, not a test's ``monkeypatch``: a test's ``monkeypatch.undo()`` leaves it.
+    before = getattr(Template, "_render")  # noqa: B009 (not in Django's stubs)
+    setattr(Template, "_render", render)  # noqa: B010
+    try:
+        yield
+    finally:
+        setattr(Template, "_render", before)  # noqa: B010
+
+
+@pytest.fixture(scope="session", autouse=True)
+def templates_unrecorded(django_test_environment: None) -> Iterator[None]:
+    """Pages render as a deployment renders them, without Django's test record.
+
+    Django's test set-up has every template render send ``template_rendered``, and the test
+    client keep each template with a copy of its context, for ``response.context`` and
+    ``response.templates``: an admin page renders a hundred and more templates (widgets,
+    rows, includes), and that record was near a quarter of what a page cost. Most tests read
+    the page, not the record; a test that reads ``response.context`` asks for
+    ``templates_recorded`` (without it ``response.context`` is None: such a test fails, it
+    never passes unseen)."""
+    saved = getattr(_TestState, "saved_data", None)
+    # Django's own render, as it was before its test environment's set-up.
+    yield from _rendering(
+        saved.template_render if saved is not None else getattr(Template, "_render")  # noqa: B009
+    )
+
+
+@pytest.fixture
+def templates_recorded() -> Iterator[None]:
+    """Django's record of what a response rendered: ``response.context``."""
+    yield from _rendering(test_utils.instrumented_test_render)  # type: ignore[attr-defined]
 
 
 @pytest.fixture(autouse=True)

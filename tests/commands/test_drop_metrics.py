@@ -183,6 +183,7 @@ def _auditor(client: Client) -> None:
     client.force_login(user)
 
 
+@pytest.mark.usefixtures("templates_recorded")  # reads response.context
 def test_each_figure_opens_the_list_behind_it(year: None, client: Client) -> None:
     _auditor(client)
     assert b'href="/admin/metrics/"' in client.get("/admin/").content
