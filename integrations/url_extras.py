@@ -89,6 +89,9 @@ def without_url_extras(text: str, *, value: bool = False) -> str:
     """``text`` with every URL in it cut to its scheme, host, port and path. ``value``: the
     text is a value of its own (a field of an event), so when it starts with a URL that has
     a query, that query runs to the end of its line, whatever spaces it holds."""
+    if ":" not in text and "%" not in text:
+        # No "://" in any spelling (each has ":" or "%3a"): no URL, as most keys and values.
+        return text
     kept: list[str] = []
     done = 0
     for found in _URL.finditer(text):
