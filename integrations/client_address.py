@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-from functools import cache
+from functools import cache, lru_cache
 
 from django.conf import settings
 from django.http import HttpRequest
@@ -42,8 +42,13 @@ def client_network(request: HttpRequest | Request) -> str | None:
     """``client_address``, an IPv6 address by its /64 (one client holds a whole /64 and may
     rotate through it) and an IPv4-mapped one as IPv4."""
     address = client_address(request)
-    if address is None:
-        return None
+    return None if address is None else _network(address)
+
+
+@lru_cache(maxsize=4096)
+def _network(address: str) -> str:
+    """``address``'s network as ``client_network`` counts it; remembered (bounded), since
+    every callback's throttle asks it and parsing the address was most of that work."""
     try:
         ip = ipaddress.ip_address(address)
     except ValueError:
