@@ -42,13 +42,21 @@ def client_network(request: HttpRequest | Request) -> str | None:
     """``client_address``, an IPv6 address by its /64 (one client holds a whole /64 and may
     rotate through it) and an IPv4-mapped one as IPv4."""
     address = client_address(request)
-    return None if address is None else _network(address)
+    if address is None:
+        return None
+    # Longer than any address's text (an IPv4-mapped IPv6 one is 45): not worth remembering.
+    return _network(address) if len(address) <= 45 else _parsed_network(address)
 
 
 @lru_cache(maxsize=4096)
 def _network(address: str) -> str:
-    """``address``'s network as ``client_network`` counts it; remembered (bounded), since
-    every callback's throttle asks it and parsing the address was most of that work."""
+    """``_parsed_network``, remembered (bounded): every callback's throttle asks it, and
+    parsing an address costs more than looking it up."""
+    return _parsed_network(address)
+
+
+def _parsed_network(address: str) -> str:
+    """``address``'s network as ``client_network`` counts it (itself when it is no address)."""
     try:
         ip = ipaddress.ip_address(address)
     except ValueError:

@@ -426,12 +426,12 @@ def templates_unrecorded(django_test_environment: None) -> Iterator[None]:
     """Pages render as a deployment renders them, without Django's test record.
 
     Django's test set-up has every template render send ``template_rendered``, and the test
-    client keep each template with a copy of its context, for ``response.context`` and
-    ``response.templates``: an admin page renders a hundred and more templates (widgets,
-    rows, includes), and that record was near a quarter of what a page cost. Most tests read
-    the page, not the record; a test that reads ``response.context`` asks for
-    ``templates_recorded`` (without it ``response.context`` is None: such a test fails, it
-    never passes unseen)."""
+    client keep each template with a copy of its context (``response.context`` and
+    ``response.templates``): a page renders many templates (widgets, rows, includes), and
+    copying each one's context is much of what it costs. Most tests read the page, not the
+    record. A test that reads the record asks for ``templates_recorded``: without it
+    ``response.context`` is None (a read fails), but ``response.templates`` is empty, so a
+    check that a template was NOT used (``assertTemplateNotUsed``) would pass unseen."""
     saved = getattr(_TestState, "saved_data", None)
     # Django's own render, as it was before its test environment's set-up.
     yield from _rendering(

@@ -117,13 +117,12 @@ def _admin_path(model: str, **params: Any) -> str:
     return f"{reverse(f'admin:integrations_{model}_changelist')}?{urlencode(params)}"
 
 
-# (broker_id, broker pk, work items, rows, nearest due date) per broker.
+# What each reason's counts give: (broker_id, broker pk, work items, rows, nearest due
+# date) per broker.
 _Counts = list[tuple[str, int, int, int, dt.date]]
 
 
-def _stuck_counts(
-    rows: QuerySet[Any], *, item: str, broker: str, due: str
-) -> list[tuple[str, int, int, int, dt.date]]:
+def _stuck_counts(rows: QuerySet[Any], *, item: str, broker: str, due: str) -> _Counts:
     """(broker_id, broker pk, work items, rows, nearest due date) per broker of ``rows``."""
     return [
         (row["b"], row["bpk"], row["items"], row["n"], row["due"])
@@ -362,7 +361,7 @@ def _failed_waiting_for_staff(
     return failed
 
 
-def _drop_key_refused_counts(broker: Broker | None) -> list[tuple[str, int, int, int, dt.date]]:
+def _drop_key_refused_counts(broker: Broker | None) -> _Counts:
     """``_stuck_counts`` of the open and reportable work items of brokers whose DROP key was
     refused: no status reaches DROP until staff change it."""
     items = WorkItem.objects.outstanding().filter(
@@ -381,7 +380,7 @@ def _drop_key_refused_counts(broker: Broker | None) -> list[tuple[str, int, int,
     )
 
 
-def _unreadable_counts(broker: Broker | None) -> list[tuple[str, int, int, int, dt.date]]:
+def _unreadable_counts(broker: Broker | None) -> _Counts:
     """``_stuck_counts`` of the unreadable rows of each broker's latest cycle. Nothing of ours
     can give them a status; once DROP sends a later package it holds the earlier one
     answered (it sends none while a work item of it has no status), so older ones are done."""
@@ -401,7 +400,7 @@ def _unreadable_counts(broker: Broker | None) -> list[tuple[str, int, int, int, 
 
 def _report_file_refused_counts(
     broker: Broker | None,
-) -> list[tuple[str, int, int, int, dt.date]]:
+) -> _Counts:
     """``_stuck_counts`` of the work items whose status DROP has not taken because of one
     response file: those in a file DROP refused (sent again each run, in vain until DROP's
     state changes or staff discard the amendment), and those of a file DROP rejected (the
@@ -409,9 +408,7 @@ def _report_file_refused_counts(
     return _report_file_held_counts(broker, [ReportFileState.REFUSED, ReportFileState.REJECTED])
 
 
-def _report_file_held_counts(
-    broker: Broker | None, states: list[ReportFileState]
-) -> list[tuple[str, int, int, int, dt.date]]:
+def _report_file_held_counts(broker: Broker | None, states: list[ReportFileState]) -> _Counts:
     """``_stuck_counts`` of the work items still with a response file in one of ``states``
     (``pending_report_file``): those a refused or rejected file holds, or one waiting for
     approval (the broker's "approve uploads": nothing sends it until a second person does)."""
@@ -433,7 +430,7 @@ def _add_stuck_group(
     reason: StuckReason,
     model: str,
     params: dict[str, Any],
-    counts: list[tuple[str, int, int, int, dt.date]],
+    counts: _Counts,
 ) -> None:
     """Add ``counts`` (``_stuck_counts``) to the groups ``found`` for ``reason``."""
     for broker_id, broker_pk, n_items, n_rows, due in counts:

@@ -1051,6 +1051,23 @@ def test_behind_the_tls_proxy_the_throttle_counts_the_forwarded_address(settings
     assert throttle_address(request) == "203.0.113.7"
 
 
+def test_the_throttle_counts_an_ipv6_client_by_its_64_and_remembers_only_addresses(
+    settings: Any,
+) -> None:
+    from integrations.client_address import _network
+
+    settings.DROPPORTAL_BEHIND_TLS_PROXY = True
+    _network.cache_clear()
+    for host in ("2001:db8::1", "2001:db8::ffff"):
+        request = APIRequestFactory().put("/", REMOTE_ADDR="127.0.0.1", HTTP_X_FORWARDED_FOR=host)
+        assert throttle_address(request) == "2001:db8::/64"
+    junk = "x" * 46  # what a proxy passing a client's header through could hand on
+    request = APIRequestFactory().put("/", REMOTE_ADDR="127.0.0.1", HTTP_X_FORWARDED_FOR=junk)
+    assert throttle_address(request) == junk
+    # Two addresses remembered, the longer-than-any-address text not.
+    assert _network.cache_info().currsize == 2
+
+
 def test_a_metrics_key_of_every_broker_is_refused_on_a_callback(
     side: Broker_, dispatched: DeletionRequest
 ) -> None:
