@@ -46,13 +46,16 @@ WITH filed AS MATERIALIZED (
      WHERE f.id IN (SELECT DISTINCT report_file_id FROM integrations_workitem
                      WHERE cycle_id = ANY(%(cycles)s) AND report_file_id IS NOT NULL)
        AND t.n > 1 AND t.line <> ''
+), differing AS MATERIALIZED (
+    SELECT w.work_item_id, w.reported_status_code, r.code
+      FROM integrations_workitem w
+      LEFT JOIN filed r ON r.file_id = w.report_file_id AND r.work_item_id = w.work_item_id
+     WHERE w.cycle_id = ANY(%(cycles)s) AND w.report_file_id IS NOT NULL
+       AND r.code IS DISTINCT FROM w.reported_status_code::text
 )
-SELECT count(*) OVER (), w.work_item_id, w.reported_status_code, r.code
-  FROM integrations_workitem w
-  LEFT JOIN filed r ON r.file_id = w.report_file_id AND r.work_item_id = w.work_item_id
- WHERE w.cycle_id = ANY(%(cycles)s) AND w.report_file_id IS NOT NULL
-   AND r.code IS DISTINCT FROM w.reported_status_code::text
- ORDER BY w.work_item_id
+SELECT count(*) OVER (), work_item_id, reported_status_code, code
+  FROM differing
+ ORDER BY work_item_id
  LIMIT 5
 """
 
