@@ -11,7 +11,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from dropportal import unfold_list
-from integrations.services.staff.brokers import broker_create
+from tests.builders import BrokerFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -19,8 +19,7 @@ pytestmark = pytest.mark.django_db
 def test_a_lists_headers_are_built_once_and_label_every_rows_cells(
     client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for n in range(3):
-        broker_create(broker_id=f"48{n}1", name=f"Broker {n}", mode="test", actor="test")
+    BrokerFactory.create_batch(3)
     client.force_login(User.objects.create_superuser("alice", "a@example.com", "pw-alice-1"))
     lists: list[Any] = []
     build = unfold_list._unfold_result_headers
