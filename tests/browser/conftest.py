@@ -30,13 +30,9 @@ from tests.browser.staff import ARTIFACTS, make_staff
 
 # The headless shell is the same Blink as chromium, without the desktop browser around it
 # (what Playwright runs headless by its own downloads): the same pages drawn for less CPU.
-CHROMIUM = os.environ.get("CHROMIUM") or next(
-    (
-        path
-        for path in ("/usr/bin/chromium-headless-shell", "/usr/bin/chromium")
-        if Path(path).exists()
-    ),
-    "/usr/bin/chromium",
+_HEADLESS_SHELL = Path("/usr/bin/chromium-headless-shell")
+CHROMIUM = os.environ.get("CHROMIUM") or (
+    str(_HEADLESS_SHELL) if _HEADLESS_SHELL.exists() else "/usr/bin/chromium"
 )
 CHROMIUM_ARGS = [
     "--headless",
