@@ -95,7 +95,7 @@ def _stored_secret() -> str | None:
     """One encrypted value stored anywhere (its token), or None when there is none: one
     statement over every encrypted column, which stops at the first value it finds."""
     quote = connection.ops.quote_name
-    found = [
+    selects = [
         f"(SELECT {quote(field.column)} FROM {quote(model._meta.db_table)} "  # noqa: S608
         f"WHERE {quote(field.column)} <> '' LIMIT 1)"
         for model in apps.get_app_config("integrations").get_models()
@@ -103,9 +103,9 @@ def _stored_secret() -> str | None:
         for field in model._meta.fields
         if isinstance(field, EncryptedTextField) and field.column
     ]
-    if not found:
+    if not selects:
         return None
     with connection.cursor() as cursor:
-        cursor.execute(" UNION ALL ".join(found) + " LIMIT 1")
+        cursor.execute(" UNION ALL ".join(selects) + " LIMIT 1")
         row = cursor.fetchone()
     return None if row is None else str(row[0])
