@@ -519,7 +519,11 @@ DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default=f"dropportal@{_public
 # retry: a server that takes the connection and says nothing fails the send, and the job's
 # retries take over, as for the webhook (dispatch/alerts.py, WEBHOOK_TIMEOUT_SECONDS).
 EMAIL_TIMEOUT = 10
-DROPPORTAL_ALERT_EMAILS: list[str] = env.list("DROPPORTAL_ALERT_EMAILS", default=[])
+# Without EMAIL_URL no alert is emailed, whatever DROPPORTAL_ALERT_EMAILS lists: Django's own
+# default (an SMTP server on localhost:25) is not a mail server the operator chose.
+DROPPORTAL_ALERT_EMAILS: list[str] = (
+    env.list("DROPPORTAL_ALERT_EMAILS", default=[]) if env.str("EMAIL_URL", default="") else []
+)
 DROPPORTAL_ALERT_WEBHOOK_URL = env.str("DROPPORTAL_ALERT_WEBHOOK_URL", default="")
 # /readyz wants a worker heartbeat at most this old.
 DROPPORTAL_WORKER_HEARTBEAT_SECONDS = 120

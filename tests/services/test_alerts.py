@@ -467,6 +467,23 @@ def test_email_url_configures_the_mail_that_alerts_use(inbox: Inbox) -> None:
     assert inbox.messages[0]["X-Rcpt"] == RECIPIENT
 
 
+def test_without_email_url_no_alert_is_emailed() -> None:
+    """DROPPORTAL_ALERT_EMAILS alone emails nothing: without EMAIL_URL there is no mail
+    server the operator chose (Django's default, an SMTP server on localhost:25, is not)."""
+    code = "from django.conf import settings\nprint(settings.DROPPORTAL_ALERT_EMAILS)\n"
+    env = subprocess_env(DROPPORTAL_ALERT_EMAILS=RECIPIENT)
+    env.pop("EMAIL_URL", None)
+    shown = subprocess.run(  # noqa: S603
+        [sys.executable, "manage.py", "shell", "-c", code],
+        cwd=django_settings.BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.strip().splitlines()[-1] == "[]"
+
+
 def test_a_disabled_saas_connection_alerts_until_enabled(broker: Broker) -> None:
     connection_ = SaasConnectionFactory.create(broker=broker, url="https://mailer.acme.test/delete")
     saas_connection_disable(connection=connection_, reason="410 Gone", actor="test")
