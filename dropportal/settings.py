@@ -520,10 +520,11 @@ DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default=f"dropportal@{_public
 # retries take over, as for the webhook (dispatch/alerts.py, WEBHOOK_TIMEOUT_SECONDS).
 EMAIL_TIMEOUT = 10
 # Without EMAIL_URL no alert is emailed, whatever DROPPORTAL_ALERT_EMAILS lists: Django's own
-# default (an SMTP server on localhost:25) is not a mail server the operator chose.
-DROPPORTAL_ALERT_EMAILS: list[str] = (
-    env.list("DROPPORTAL_ALERT_EMAILS", default=[]) if env.str("EMAIL_URL", default="") else []
-)
+# default (an SMTP server on localhost:25) is not a mail server the operator chose. The
+# start-up checks warn while recipients are set without it (dispatch/checks.py).
+_alert_emails: list[str] = env.list("DROPPORTAL_ALERT_EMAILS", default=[])
+DROPPORTAL_ALERT_EMAILS = _alert_emails if env.str("EMAIL_URL", default="") else []
+DROPPORTAL_ALERT_EMAILS_WITHOUT_MAIL_SERVER = bool(_alert_emails) and not DROPPORTAL_ALERT_EMAILS
 DROPPORTAL_ALERT_WEBHOOK_URL = env.str("DROPPORTAL_ALERT_WEBHOOK_URL", default="")
 # /readyz wants a worker heartbeat at most this old.
 DROPPORTAL_WORKER_HEARTBEAT_SECONDS = 120

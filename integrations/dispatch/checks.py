@@ -1,4 +1,5 @@
-"""``manage.py check`` (and every start-up) warns while the outbound filter is open."""
+"""``manage.py check`` (and every start-up) warns while the outbound filter is open, and
+while alert recipients are set with no mail server to send through."""
 
 from __future__ import annotations
 
@@ -22,5 +23,19 @@ def private_targets_check(app_configs: Any = None, **kwargs: Any) -> list[checks
             PRIVATE_TARGETS_OPEN,
             hint="For development and tests only: unset it in production.",
             id="dropportal.W001",
+        )
+    ]
+
+
+@checks.register()
+def alert_emails_check(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    if not settings.DROPPORTAL_ALERT_EMAILS_WITHOUT_MAIL_SERVER:
+        return []
+    return [
+        checks.Warning(
+            "DROPPORTAL_ALERT_EMAILS is set but EMAIL_URL is not: no alert is emailed.",
+            hint="Set EMAIL_URL to the mail server alerts go through "
+            "(smtp://USER:PASSWORD@HOST:587/?tls=True).",
+            id="dropportal.W003",
         )
     ]

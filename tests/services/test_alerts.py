@@ -8,6 +8,7 @@ import contextlib
 import datetime as dt
 import email
 import email.policy
+import io
 import json
 import socket
 import subprocess
@@ -467,10 +468,16 @@ def test_email_url_configures_the_mail_that_alerts_use(inbox: Inbox) -> None:
     assert inbox.messages[0]["X-Rcpt"] == RECIPIENT
 
 
-def test_without_email_url_no_alert_is_emailed() -> None:
+def test_without_email_url_no_alert_is_emailed_and_the_checks_say_so() -> None:
     """DROPPORTAL_ALERT_EMAILS alone emails nothing: without EMAIL_URL there is no mail
-    server the operator chose (Django's default, an SMTP server on localhost:25, is not)."""
-    code = "from django.conf import settings\nprint(settings.DROPPORTAL_ALERT_EMAILS)\n"
+    server the operator chose (Django's default, an SMTP server on localhost:25, is not).
+    The start-up checks warn, so the recipients are not dropped unseen."""
+    code = (
+        "from django.conf import settings\n"
+        "from django.core.management import call_command\n"
+        "print(settings.DROPPORTAL_ALERT_EMAILS)\n"
+        "call_command('check')\n"
+    )
     env = subprocess_env(DROPPORTAL_ALERT_EMAILS=RECIPIENT)
     env.pop("EMAIL_URL", None)
     shown = subprocess.run(  # noqa: S603
@@ -481,7 +488,17 @@ def test_without_email_url_no_alert_is_emailed() -> None:
         text=True,
     )
     assert shown.returncode == 0, shown.stderr
-    assert shown.stdout.strip().splitlines()[-1] == "[]"
+    assert "[]" in shown.stdout.splitlines()
+    assert "dropportal.W003" in shown.stderr
+    assert "DROPPORTAL_ALERT_EMAILS is set but EMAIL_URL is not" in shown.stderr
+
+
+def test_recipients_with_email_url_raise_no_warning(settings: Any) -> None:
+    settings.DROPPORTAL_ALERT_EMAILS = [RECIPIENT]
+    settings.DROPPORTAL_ALERT_EMAILS_WITHOUT_MAIL_SERVER = False
+    out = io.StringIO()
+    call_command("check", stdout=out, stderr=out)
+    assert "dropportal.W003" not in out.getvalue()
 
 
 def test_a_disabled_saas_connection_alerts_until_enabled(broker: Broker) -> None:
