@@ -323,9 +323,11 @@ def send(
 class IsiTransport:
     """A POST to the broker's own API with its bearer token (``Message.credential``: a
     ``BearerToken``, renewed once after a 401), the answer checked by ``Message.check``
-    before it is masked (``answer_kept``)."""
+    before it is masked (``answer_kept``). Its requests are worded by
+    ``services.dispatch.deliveries``: they need the stored token and record the answer."""
 
     kind = "isi"
+    resolves = True  # the connections with privacy/drop/identifiers
 
     def send(self, batch: Sequence[Message], pool: Executor | None) -> list[Verdict]:
         return each(pool, self._post, batch)

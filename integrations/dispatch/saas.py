@@ -70,6 +70,7 @@ class SaasTransport:
     masked shape (an answer may echo them)."""
 
     kind = "saas"
+    resolves = False  # it deletes with the identifiers others resolved
 
     def send(self, batch: Sequence[Message], pool: Executor | None) -> list[Verdict]:
         return each(pool, self._post, batch)

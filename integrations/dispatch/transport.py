@@ -9,6 +9,10 @@ one ``Verdict`` per message, in order::
     verdicts[0].outcome        # "delivered" | "retry" | "gone" | "failed"
     verdicts[0].attempt        # what its DeliveryAttempt records
 
+A kind of integration's transport also words its requests (``RequestWording``)::
+
+    message = TRANSPORTS["webhook"].deletion_message(deletion_request)
+
 The loop knows nothing of HTTP: what a status code means is each transport's business (the
 three of today are HTTP, so they share ``http_verdict``, and webhook and SaaS the plain
 ``http_post``). A transport runs on the sending threads: no database access, no ledger.
@@ -21,13 +25,14 @@ import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from django.conf import settings
 from django.utils import timezone
 
 from integrations.dispatch import masking
 from integrations.dispatch.policy import RETRY_AFTER_STATUSES, classify
+from integrations.models import DeletionRequest, ResolutionRequest
 from integrations.outbound_http import DeliveryResult, deliver, retry_after_seconds
 
 Outcome = Literal["delivered", "retry", "gone", "failed"]
@@ -95,12 +100,28 @@ class Transport(Protocol):
 
     ``send`` makes one attempt of each message, on ``pool``'s threads when there is one
     (``each``), and returns their verdicts in the order of ``batch``. It never raises: a
-    message that could not go is a verdict too.
+    message that could not go is a verdict too. ``resolves``: its targets are also asked
+    for a matched consumer's identifiers (an identifier retrieval per match, while the
+    broker has a SaaS connection); a kind that cannot answer one says False, or its
+    retrievals would wait for ever.
     """
 
     kind: str
+    resolves: bool
 
     def send(self, batch: Sequence[Message], pool: Executor | None) -> list[Verdict]: ...
+
+
+@runtime_checkable
+class RequestWording(Protocol):
+    """A transport that also words the requests a match hands an integration of its kind,
+    from their rows alone: every kind of integration but ISI, whose messages need the
+    database (its stored token, its answer recorded: ``services.dispatch.deliveries``).
+    Matching makes an integration a target once its kind's transport words its requests."""
+
+    def deletion_message(self, request: DeletionRequest) -> Message: ...
+
+    def resolution_message(self, request: ResolutionRequest) -> Message: ...
 
 
 def each(

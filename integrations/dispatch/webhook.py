@@ -123,9 +123,21 @@ def webhook_headers(
 class WebhookTransport:
     """A signed POST (``Message.credential``: the integration's Webhook Secret), signed on the
     sending thread right before it leaves, so the timestamp is fresh however long the call
-    waited for a thread."""
+    waited for a thread. It words its own requests: body §2.1 and the notification §2.3."""
 
     kind = "webhook"
+    resolves = True
+
+    def deletion_message(self, request: DeletionRequest) -> Message:
+        integration = request.integration
+        assert integration is not None
+        body = deletion_dispatch_body(request, integration)
+        return _unsigned(integration, body, request.webhook_request_id)
+
+    def resolution_message(self, request: ResolutionRequest) -> Message:
+        integration = request.integration
+        body = resolution_notification_body(request, integration, request.broker)
+        return _unsigned(integration, body, request.webhook_request_id)
 
     def send(self, batch: Sequence[Message], pool: Executor | None) -> list[Verdict]:
         return each(pool, self._post, batch)
@@ -133,3 +145,13 @@ class WebhookTransport:
     def _post(self, message: Message) -> Verdict:
         signed = signing.signed_headers(message.credential, message.body)
         return http_post(message, {**message.headers, **signed})
+
+
+def _unsigned(integration: Integration, body: bytes, webhook_request_id: uuid.UUID) -> Message:
+    # Signed by send as it leaves: a fresh timestamp on each attempt.
+    return Message(
+        address=integration.url,
+        body=body,
+        headers=unsigned_headers(webhook_request_id=webhook_request_id),
+        credential=integration.webhook_secret,
+    )

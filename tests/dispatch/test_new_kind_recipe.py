@@ -1,12 +1,14 @@
 """The "add a kind of target" recipe of docs/architecture.md, walked with a kind defined here.
 
-A carrier-pigeon kind: its ``Transport`` (the recipe's dispatch step), registered in
-``dispatch.transports.TRANSPORTS``, and its message builder with a branch in
-``DeletionRequests.outbound`` (the recipe's services step). The delivery loop then applies
-its verdicts, none of which says anything of HTTP, as it does today's kinds': the attempt
-recorded as the verdict says, the row's state, its retry, its target disabled, its ledger.
-And its broker, calling back as a webhook's does, is answered with no SQL of its own: the
-callback finds the request by the key its body names, whatever kind dispatched it.
+A carrier-pigeon kind: its ``Transport`` (the recipe's dispatch step), which words its own
+requests (``RequestWording``), registered in ``dispatch.transports.TRANSPORTS``. Nothing in
+``services`` names it, yet matching makes its integrations deletion targets (and asks them
+for identifiers when its transport says it resolves), and the delivery loop words its
+messages and applies its verdicts, none of which says anything of HTTP, as it does today's
+kinds': the attempt recorded as the verdict says, the row's state, its retry, its target
+disabled, its ledger. And its broker, calling back as a webhook's does, is answered with no
+SQL of its own: the callback finds the request by the key its body names, whatever kind
+dispatched it.
 
 Its admin step: a proxy model and its ModelAdmin on ``admin.integrations.IntegrationAdmin``,
 both defined here (the model in an app registry of its own, the admin on a site of its own,
@@ -24,11 +26,13 @@ import datetime as dt
 import json
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Executor
+from pathlib import Path
 from typing import Any, ClassVar, Self
 
 import pytest
 from django import forms
 from django.contrib.auth.models import User
+from django.core.management import call_command
 from django.db import connection
 from django.http import HttpRequest
 from django.test import Client
@@ -38,10 +42,11 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 from unfold.sites import UnfoldAdminSite
 
+from devtools.drop_simulator import work_items
 from integrations.admin.integrations import Created, IntegrationAdmin, IntegrationListAdmin
 from integrations.admin.shown_once import SecretShownOnce
 from integrations.dispatch import signing
-from integrations.dispatch.transport import Attempt, Message, Outcome, Verdict
+from integrations.dispatch.transport import Attempt, Message, Outcome, RequestWording, Verdict
 from integrations.dispatch.transports import TRANSPORTS
 from integrations.models import (
     Broker,
@@ -51,12 +56,20 @@ from integrations.models import (
     LedgerEvent,
     OfItsKind,
     RequestState,
+    ResolutionRequest,
 )
-from integrations.services.dispatch.deliveries import DeletionRequests
+from integrations.services.dispatch.deliveries import DELETION_REQUESTS
 from integrations.services.dispatch.delivery_loop import deliverables_deliver
 from integrations.services.staff.integrations import integration_update
 from integrations.services.staff.keys import api_key_create
-from tests.builders import deletion_request, webhook
+from tests.builders import (
+    ConsumerFactory,
+    SaasConnectionFactory,
+    deletion_request,
+    drop_zip,
+    webhook,
+    write_zip,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -68,10 +81,28 @@ class PigeonTransport:
 
     kind = PIGEON
 
-    def __init__(self, *outcomes: Outcome, retry_after: float | None = None) -> None:
+    def __init__(
+        self, *outcomes: Outcome, retry_after: float | None = None, resolves: bool = False
+    ) -> None:
         self.outcomes = list(outcomes)
         self.retry_after = retry_after
+        self.resolves = resolves
         self.sent: list[Message] = []
+
+    def deletion_message(self, request: DeletionRequest) -> Message:
+        integration = request.integration
+        assert integration is not None
+        return Message(
+            address=f"loft://{integration.name}/{request.request_uuid}",
+            body=str(request.request_uuid).encode(),
+            headers={"X-Leg": "left"},
+        )
+
+    def resolution_message(self, request: ResolutionRequest) -> Message:
+        return Message(
+            address=f"loft://{request.integration.name}/who/{request.request_uuid}",
+            body=str(request.request_uuid).encode(),
+        )
 
     def send(self, batch: Sequence[Message], pool: Executor | None) -> list[Verdict]:
         verdicts = []
@@ -98,23 +129,6 @@ class PigeonTransport:
         return verdicts
 
 
-def pigeon_deletion_outbound(request: DeletionRequest) -> Message:
-    integration = request.integration
-    assert integration is not None
-    return Message(
-        address=f"loft://{integration.name}/{request.request_uuid}",
-        body=str(request.request_uuid).encode(),
-        headers={"X-Leg": "left"},
-    )
-
-
-class PigeonDeletionRequests(DeletionRequests):
-    def outbound(self, item: DeletionRequest) -> Message | None:
-        if item.integration is not None and item.integration.kind == PIGEON:
-            return pigeon_deletion_outbound(item)
-        return super().outbound(item)
-
-
 @pytest.fixture
 def loft(broker: Broker) -> Integration:
     """An integration of the pigeon kind (see the module's docstring)."""
@@ -132,7 +146,7 @@ def _deliver(
     transport: PigeonTransport, request: DeletionRequest, monkeypatch: pytest.MonkeyPatch
 ) -> dict[str, int]:
     monkeypatch.setitem(TRANSPORTS, PIGEON, transport)
-    counts = deliverables_deliver(kind=PigeonDeletionRequests(), ids=[request.pk], threads=1)
+    counts = deliverables_deliver(kind=DELETION_REQUESTS, ids=[request.pk], threads=1)
     request.refresh_from_db()
     return dict(counts)
 
@@ -147,6 +161,49 @@ def test_todays_kinds_each_have_their_transport() -> None:
         "isi": "IsiTransport",
         "saas": "SaasTransport",
     }
+    # The webhook words its own requests; ISI's are worded in services (its stored token).
+    assert {kind for kind, t in TRANSPORTS.items() if isinstance(t, RequestWording)} == {"webhook"}
+    assert isinstance(PigeonTransport(), RequestWording)
+
+
+ITEMS = list(work_items(2))
+
+
+@pytest.mark.parametrize("resolves", [False, True])
+def test_matching_makes_its_integrations_targets_once_its_transport_is_registered(
+    broker: Broker,
+    loft: Integration,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    resolves: bool,
+) -> None:
+    for number, (_, hashed) in enumerate(ITEMS):
+        ConsumerFactory.create(
+            broker=broker, remote_identifier=f"C-{number}", hashes={"email": hashed}
+        )
+    SaasConnectionFactory.create(broker=broker, url="https://api.mailer.example/erase")
+    package = write_zip(tmp_path, drop_zip(broker, {"Email": ITEMS}))
+    monkeypatch.setitem(TRANSPORTS, PIGEON, PigeonTransport(resolves=resolves))
+
+    call_command("drop", "import", "--broker", "4821", str(package))
+
+    requests = DeletionRequest.objects.filter(integration=loft)
+    assert sorted(r.remote_identifier for r in requests) == ["C-0", "C-1"]
+    assert {r.state for r in requests} == {RequestState.QUEUED}
+    resolutions = ResolutionRequest.objects.filter(integration=loft)
+    assert resolutions.count() == (2 if resolves else 0)
+
+
+def test_without_its_transport_its_integrations_are_no_targets(
+    broker: Broker, loft: Integration, tmp_path: Path
+) -> None:
+    ConsumerFactory.create(broker=broker, remote_identifier="C-0", hashes={"email": ITEMS[0][1]})
+    package = write_zip(tmp_path, drop_zip(broker, {"Email": ITEMS[:1]}))
+
+    call_command("drop", "import", "--broker", "4821", str(package))
+
+    (waiting,) = DeletionRequest.objects.all()
+    assert (waiting.integration, waiting.state) == (None, RequestState.PENDING)
 
 
 def test_a_delivered_verdict_acknowledges_the_request_and_records_the_attempt(
@@ -231,7 +288,7 @@ def test_a_kind_without_a_transport_is_held(loft: Integration) -> None:
     request = deletion_request(loft)
     assert PIGEON not in TRANSPORTS
 
-    assert deliverables_deliver(kind=PigeonDeletionRequests(), ids=[request.pk]) == {"skipped": 1}
+    assert deliverables_deliver(kind=DELETION_REQUESTS, ids=[request.pk]) == {"skipped": 1}
 
     request.refresh_from_db()
     assert request.state == RequestState.QUEUED

@@ -24,6 +24,7 @@ from integrations import outbound_http
 from integrations.dispatch import signing
 from integrations.dispatch.policy import MAX_ATTEMPTS
 from integrations.dispatch.transport import Message
+from integrations.dispatch.webhook import WebhookTransport
 from integrations.models import (
     Broker,
     DeletionRequest,
@@ -32,7 +33,6 @@ from integrations.models import (
     LedgerEvent,
     RequestState,
 )
-from integrations.services.dispatch import deliveries
 from integrations.services.dispatch.deliveries import deletion_requests_deliver
 from integrations.services.staff.integrations import CreatedIntegration, integration_enable
 from tests.builders import (
@@ -443,14 +443,14 @@ def test_an_unexpected_error_fails_the_job_after_trying_every_request(
 ) -> None:
     broken = DeletionRequestFactory.create(integration=integration, remote_identifier="C-1")
     fine = DeletionRequestFactory.create(integration=integration, remote_identifier="C-2")
-    real = deliveries.webhook_deletion_outbound
+    real = WebhookTransport.deletion_message
 
-    def build(request: DeletionRequest) -> Message:
+    def build(transport: WebhookTransport, request: DeletionRequest) -> Message:
         if request.pk == broken.pk:
             raise RuntimeError("secret unreadable")
-        return real(request)
+        return real(transport, request)
 
-    monkeypatch.setattr(deliveries, "webhook_deletion_outbound", build)
+    monkeypatch.setattr(WebhookTransport, "deletion_message", build)
 
     with pytest.raises(RuntimeError, match="secret unreadable"):
         deletion_requests_deliver(request_ids=[broken.pk, fine.pk])

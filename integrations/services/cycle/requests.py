@@ -9,8 +9,9 @@ defers their delivery jobs in the same transaction::
         cursor.execute("INSERT INTO drop_matches (work_item_id, consumer_id, late_match) ...")
         created = requests_create_for_matches(broker=broker, match_date=today, actor="system")
 
-Deletion targets (docs/contracts.md §1.3): every webhook integration of the broker that is
-not retired, and every ISI connection that takes part in DROP (listed, with both DROP
+Deletion targets (docs/contracts.md §1.3): every integration of the broker that is not
+retired and whose kind's transport words its requests (today each webhook integration), and
+every ISI connection that takes part in DROP (listed, with both DROP
 capabilities, of an ISI integration that is not retired). A disabled target is paused, not
 gone: it gets its requests, which wait (the delivery loop holds them, no attempt is made)
 until it is enabled, and their work items owe their status until they are answered. Each
@@ -27,6 +28,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
+from integrations.dispatch.transports import resolving_kinds, worded_kinds
 from integrations.enqueue import deletion_requests_enqueue, resolution_requests_enqueue
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
@@ -76,20 +78,37 @@ def matches_table_create() -> None:
         )
 
 
-# The targets, as (integration id, ISI connection id) rows. The ISI condition is
-# IsiConnection.takes_part_in_drop, written in SQL. Disabled ones included: only retiring
-# ends a target (a request not made while it was paused would never be made).
+# The targets, as (integration id, ISI connection id) rows, with whether each is asked for
+# identifiers too: every integration of a kind whose transport words its requests
+# (dispatch.transports.worded_kinds: today the webhook), and the connections of ISI
+# integrations that take part (IsiConnection.takes_part_in_drop, written in SQL). A new
+# kind of target is a target here once its transport is registered. Disabled ones
+# included: only retiring ends a target (a request not made while it was paused would
+# never be made).
 _TARGETS_SQL = """
-    SELECT i.id AS integration_id, NULL::bigint AS isi_connection_id
+    SELECT i.id AS integration_id, NULL::bigint AS isi_connection_id,
+           i.kind = ANY(%(resolving_kinds)s) AS resolves
       FROM integrations_integration i
-     WHERE i.broker_id = %(broker)s AND i.kind = %(webhook)s AND i.retired_at IS NULL
+     WHERE i.broker_id = %(broker)s AND i.kind = ANY(%(worded_kinds)s) AND i.retired_at IS NULL
     UNION ALL
-    SELECT i.id, c.id
+    SELECT i.id, c.id, i.kind = ANY(%(resolving_kinds)s)
       FROM integrations_isiconnection c
       JOIN integrations_integration i ON i.id = c.integration_id
      WHERE i.broker_id = %(broker)s AND i.kind = %(isi)s AND i.retired_at IS NULL
        AND c.listed AND c.capabilities @> %(capabilities)s::varchar[]
 """
+
+
+def _targets_params(broker: Broker) -> dict[str, Any]:
+    """What ``_TARGETS_SQL`` reads, from the transports registered now."""
+    return {
+        "broker": broker.pk,
+        "worded_kinds": worded_kinds(),
+        "resolving_kinds": resolving_kinds(),
+        "isi": IntegrationKind.ISI,
+        "capabilities": list(DROP_CAPABILITIES),
+    }
+
 
 # A results_token (ISI only; resolutions always): SHA-256 over three v4 UUIDs from
 # PostgreSQL's strong random source (366 random bits), as 64 lower-case hex characters,
@@ -135,9 +154,9 @@ _INSERT_SQL = f"""
 
 # Resolution (docs/contracts.md §1.4): only when the broker has a SaaS connection that is not
 # retired (a disabled one waits for its deletions, it does not lose them), one identifier
-# retrieval request per match and resolving target: the deletion targets (each webhook
-# integration, each ISI connection taking part, which has the privacy/drop/identifiers
-# capability). Each has its results_token (_RESULTS_TOKEN).
+# retrieval request per match and resolving target: the deletion targets whose kind's
+# transport resolves (each webhook integration, each ISI connection taking part, which has
+# the privacy/drop/identifiers capability). Each has its results_token (_RESULTS_TOKEN).
 _RESOLUTION_INSERT_SQL = f"""
     WITH targets AS ({_TARGETS_SQL})
     INSERT INTO integrations_resolutionrequest (
@@ -159,7 +178,7 @@ _RESOLUTION_INSERT_SQL = f"""
       JOIN integrations_workitem w ON w.id = m.work_item_id
       JOIN integrations_dropcycle cy ON cy.id = w.cycle_id
       JOIN integrations_consumer co ON co.id = m.consumer_id
-      JOIN targets t ON true
+      JOIN targets t ON t.resolves
      WHERE w.broker_id = %(broker)s
        AND EXISTS (SELECT 1 FROM integrations_saasconnection s
                     WHERE s.broker_id = %(broker)s AND s.retired_at IS NULL)
@@ -205,10 +224,7 @@ def requests_insert_for_matches(*, broker: Broker, match_date: dt.date) -> Reque
     """The requests of ``requests_create_for_matches`` and their delivery jobs, without its
     ledger event: a caller that is not a match (a recurring round) writes its own."""
     params: dict[str, Any] = {
-        "broker": broker.pk,
-        "webhook": IntegrationKind.WEBHOOK,
-        "isi": IntegrationKind.ISI,
-        "capabilities": list(DROP_CAPABILITIES),
+        **_targets_params(broker),
         "pending": RequestState.PENDING,
         "queued": RequestState.QUEUED,
         "match_date": match_date,
@@ -308,7 +324,8 @@ _PENDING_RESOLUTIONS_SQL = f"""
         d.drop_session_id, d.match_date, d.remote_identifier, d.remote_identifier_kind, d.round,
         '', '', '', NULL
       FROM integrations_deletionrequest d
-     WHERE d.id = ANY(%(targeted_ids)s)
+      JOIN integrations_integration i ON i.id = d.integration_id
+     WHERE d.id = ANY(%(targeted_ids)s) AND i.kind = ANY(%(resolving_kinds)s)
        AND EXISTS (SELECT 1 FROM integrations_saasconnection s
                     WHERE s.broker_id = %(broker)s AND s.retired_at IS NULL)
        AND NOT EXISTS (
@@ -345,10 +362,7 @@ def pending_requests_target(*, broker: Broker, actor: str) -> PendingRequestsTar
     so a match made meanwhile is either seen here or sees the target itself.
     """
     params: dict[str, Any] = {
-        "broker": broker.pk,
-        "webhook": IntegrationKind.WEBHOOK,
-        "isi": IntegrationKind.ISI,
-        "capabilities": list(DROP_CAPABILITIES),
+        **_targets_params(broker),
         "pending": RequestState.PENDING,
         "queued": RequestState.QUEUED,
         "removed": WorkItemState.REMOVED,
@@ -526,10 +540,7 @@ def canary_requests_create(
     deletion target, queued with their delivery jobs in the caller's transaction. A paused
     target's wait in the delivery loop like any other; with no target, none is made."""
     params: dict[str, Any] = {
-        "broker": broker.pk,
-        "webhook": IntegrationKind.WEBHOOK,
-        "isi": IntegrationKind.ISI,
-        "capabilities": list(DROP_CAPABILITIES),
+        **_targets_params(broker),
         "queued": RequestState.QUEUED,
         "remote_identifiers": remote_identifiers,
         "canary_round": canary_round_id,

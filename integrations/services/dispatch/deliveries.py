@@ -9,17 +9,13 @@ Jobs call the entry point of their kind with the ids they were given::
     saas_deletions_deliver(deletion_ids=[5])             # tasks.deliver_saas_deletions
 
 Each kind has the loop's ``DeliveryKind`` protocol: its rows, and per row its target, ledger
-subject and broker, its ``Message``, and its retry job. How a message travels is its target
-kind's transport (``dispatch.transports``): a webhook's is signed with the Webhook Secret
-(its ``credential``); an ISI integration's carries the bearer token and the answer's check
-(``dispatch.isi``) and, for the synchronous identifier retrieval, an ``on_delivered`` that
-records the answer once its attempt is recorded; a SaaS deletion is a POST with the
-connection's token, completed by its 2xx.
-
-To add a kind of target: write its ``<kind>_deletion_outbound`` (and
-``<kind>_resolution_outbound``) next to the webhook and ISI ones, and branch to it in
-``DeletionRequests.outbound`` (``ResolutionRequests.outbound``); its transport is in
-``dispatch/`` (docs/architecture.md walks it).
+subject and broker, its ``Message``, and its retry job. A request's message is worded by its
+target kind's transport (``dispatch.transports.wording``: a webhook's, signed with the
+Webhook Secret as it leaves), but for ISI's, worded here: they carry the bearer token
+stored for the integration and the answer's check (``dispatch.isi``) and, for the
+synchronous identifier retrieval, an ``on_delivered`` that records the answer once its
+attempt is recorded. A SaaS deletion is a POST with the connection's token, completed by
+its 2xx. A new kind of target changes nothing here (docs/architecture.md walks it).
 """
 
 from __future__ import annotations
@@ -34,6 +30,7 @@ from integrations import enqueue
 from integrations.dispatch import isi, webhook
 from integrations.dispatch.saas import categories_or_default, saas_deletion_payload, saas_headers
 from integrations.dispatch.transport import Message, Verdict
+from integrations.dispatch.transports import wording
 from integrations.models import (
     DeletionRequest,
     Integration,
@@ -51,16 +48,6 @@ from integrations.services.dispatch.resolutions import (
     resolution_settle,
 )
 from integrations.services.ledger import SYSTEM_ACTOR
-
-
-def _signed(integration: Integration, body: bytes, webhook_request_id: Any) -> Message:
-    # Signed by the webhook transport as it leaves: a fresh timestamp on each attempt.
-    return Message(
-        address=integration.url,
-        body=body,
-        headers=webhook.unsigned_headers(webhook_request_id=webhook_request_id),
-        credential=integration.webhook_secret,
-    )
 
 
 def _isi_outbound(
@@ -102,16 +89,6 @@ def saas_identifier_categories(*, broker_id: int) -> list[str]:
 # -- deletion requests ----------------------------------------------------------------------
 
 
-def webhook_deletion_outbound(request: DeletionRequest) -> Message:
-    integration = request.integration
-    assert integration is not None
-    return _signed(
-        integration,
-        webhook.deletion_dispatch_body(request, integration),
-        request.webhook_request_id,
-    )
-
-
 def isi_deletion_outbound(request: DeletionRequest) -> Message:
     """The ISI DROP delete (§2.6) to the request's connection; acknowledged by any 2xx within
     the timeout (the body is not required to say ``{"status": "processing"}``), completed
@@ -148,12 +125,12 @@ class DeletionRequests:
         return {"webhook_request_id": str(item.webhook_request_id)}
 
     def outbound(self, item: DeletionRequest) -> Message | None:
-        kind = item.integration.kind if item.integration else None
-        if kind == IntegrationKind.WEBHOOK:
-            return webhook_deletion_outbound(item)
-        if kind == IntegrationKind.ISI:
+        if item.integration is None:
+            return None
+        if item.integration.kind == IntegrationKind.ISI:
             return isi_deletion_outbound(item)
-        return None
+        transport = wording(item.integration.kind)
+        return None if transport is None else transport.deletion_message(item)
 
     def enqueue(self, ids: Sequence[int], /, *, at: dt.datetime | None = None) -> None:
         enqueue.deletion_requests_enqueue(ids, at=at)
@@ -176,12 +153,6 @@ def deletion_requests_deliver(
 
 
 # -- resolution requests --------------------------------------------------------------------
-
-
-def webhook_resolution_outbound(request: ResolutionRequest) -> Message:
-    integration = request.integration
-    body = webhook.resolution_notification_body(request, integration, request.broker)
-    return _signed(integration, body, request.webhook_request_id)
 
 
 def isi_resolution_outbound(request: ResolutionRequest) -> Message:
@@ -235,12 +206,10 @@ class ResolutionRequests:
         return {"webhook_request_id": str(item.webhook_request_id)}
 
     def outbound(self, item: ResolutionRequest) -> Message | None:
-        kind = item.integration.kind
-        if kind == IntegrationKind.WEBHOOK:
-            return webhook_resolution_outbound(item)
-        if kind == IntegrationKind.ISI:
+        if item.integration.kind == IntegrationKind.ISI:
             return isi_resolution_outbound(item)
-        return None
+        transport = wording(item.integration.kind)
+        return None if transport is None else transport.resolution_message(item)
 
     def enqueue(self, ids: Sequence[int], /, *, at: dt.datetime | None = None) -> None:
         enqueue.resolution_requests_enqueue(ids, at=at)
