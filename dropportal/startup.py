@@ -5,8 +5,9 @@
 The system checks' errors (``dropportal.E001`` among them) and ``DROPPORTAL_ENCRYPTION_KEYS``
 unable to read the stored secrets. An unreachable database stops nothing: the process
 answers 503 until it is back. Our own warnings (``dropportal.W001``: private targets allowed,
-``dropportal.W002``: a plain-http public URL allowed) stop nothing but are logged, one
-WARNING line each at every start: a setting that opens a door is never on quietly.
+``dropportal.W002``: a plain-http public URL allowed, ``dropportal.W003``: alert recipients
+with no mail server) stop nothing but are logged, one WARNING line each at every start: a
+setting that opens a door, or one that does nothing, is never on quietly.
 """
 
 from __future__ import annotations

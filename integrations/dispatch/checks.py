@@ -35,7 +35,7 @@ def alert_emails_check(app_configs: Any = None, **kwargs: Any) -> list[checks.Ch
         checks.Warning(
             "DROPPORTAL_ALERT_EMAILS is set but EMAIL_URL is not: no alert is emailed.",
             hint="Set EMAIL_URL to the mail server alerts go through "
-            "(smtp://USER:PASSWORD@HOST:587/?tls=True).",
+            "(smtp://USER:PASSWORD@HOST:587/?tls=True; smtp://localhost:25 for a local MTA).",
             id="dropportal.W003",
         )
     ]

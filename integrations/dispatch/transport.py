@@ -11,7 +11,7 @@ one ``Verdict`` per message, in order::
 
 A kind of integration's transport also words its requests (``RequestWording``)::
 
-    message = TRANSPORTS["webhook"].deletion_message(deletion_request)
+    message = wording("webhook").deletion_message(deletion_request)  # dispatch.transports
 
 The loop knows nothing of HTTP: what a status code means is each transport's business (the
 three of today are HTTP, so they share ``http_verdict``, and webhook and SaaS the plain

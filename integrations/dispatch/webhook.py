@@ -1,7 +1,8 @@
 """Webhook notifications to the broker: the exact bodies of docs/contracts.md §2.1 and
 §2.3, and their signed headers (§3.1).
 
-Pure: no database access; the caller passes the rows it already loaded::
+Pure: no database access; the caller passes the rows it already loaded (a request's
+integration and broker loaded with it, as the delivery loop does)::
 
     body = deletion_dispatch_body(request, integration)        # body §2.1, bytes
     headers = webhook_headers(integration.webhook_secret, body,

@@ -47,18 +47,23 @@ from integrations.admin.integrations import Created, IntegrationAdmin, Integrati
 from integrations.admin.shown_once import SecretShownOnce
 from integrations.dispatch import signing
 from integrations.dispatch.transport import Attempt, Message, Outcome, RequestWording, Verdict
-from integrations.dispatch.transports import TRANSPORTS
+from integrations.dispatch.transports import TRANSPORTS, worded_kinds
 from integrations.models import (
     Broker,
     DeletionRequest,
     DeliveryAttempt,
     Integration,
+    IntegrationKind,
     LedgerEvent,
     OfItsKind,
     RequestState,
     ResolutionRequest,
 )
-from integrations.services.dispatch.deliveries import DELETION_REQUESTS
+from integrations.services.cycle.requests import pending_requests_target
+from integrations.services.dispatch.deliveries import (
+    DELETION_REQUESTS,
+    resolution_requests_deliver,
+)
 from integrations.services.dispatch.delivery_loop import deliverables_deliver
 from integrations.services.staff.integrations import integration_update
 from integrations.services.staff.keys import api_key_create
@@ -132,6 +137,10 @@ class PigeonTransport:
 @pytest.fixture
 def loft(broker: Broker) -> Integration:
     """An integration of the pigeon kind (see the module's docstring)."""
+    return _loft(broker)
+
+
+def _loft(broker: Broker) -> Integration:
     with connection.cursor() as cursor:
         cursor.execute(
             "ALTER TABLE integrations_integration DROP CONSTRAINT integration_kind_valid"
@@ -164,6 +173,9 @@ def test_todays_kinds_each_have_their_transport() -> None:
     # The webhook words its own requests; ISI's are worded in services (its stored token).
     assert {kind for kind, t in TRANSPORTS.items() if isinstance(t, RequestWording)} == {"webhook"}
     assert isinstance(PigeonTransport(), RequestWording)
+    # A kind half added (its transport does not word its requests) fails here rather than
+    # leave its integrations' matches waiting for a target.
+    assert set(IntegrationKind.values) - {IntegrationKind.ISI} <= set(worded_kinds())
 
 
 ITEMS = list(work_items(2))
@@ -192,6 +204,36 @@ def test_matching_makes_its_integrations_targets_once_its_transport_is_registere
     assert {r.state for r in requests} == {RequestState.QUEUED}
     resolutions = ResolutionRequest.objects.filter(integration=loft)
     assert resolutions.count() == (2 if resolves else 0)
+    if resolves:  # and the loop has the transport word them
+        pigeons = PigeonTransport("delivered", "delivered", resolves=True)
+        monkeypatch.setitem(TRANSPORTS, PIGEON, pigeons)
+        resolution_requests_deliver(request_ids=[r.pk for r in resolutions], threads=1)
+        assert sorted(m.address for m in pigeons.sent) == sorted(
+            f"loft://Loft/who/{r.request_uuid}" for r in resolutions
+        )
+
+
+@pytest.mark.parametrize("resolves", [False, True])
+def test_a_match_waiting_for_a_target_gets_one_of_its_kind_when_it_comes(
+    broker: Broker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, resolves: bool
+) -> None:
+    ConsumerFactory.create(broker=broker, remote_identifier="C-0", hashes={"email": ITEMS[0][1]})
+    SaasConnectionFactory.create(broker=broker, url="https://api.mailer.example/erase")
+    call_command(
+        "drop", "import", "--broker", "4821",
+        str(write_zip(tmp_path, drop_zip(broker, {"Email": ITEMS[:1]}))),
+    )  # fmt: skip
+    (waiting,) = DeletionRequest.objects.all()
+    assert waiting.state == RequestState.PENDING
+    monkeypatch.setitem(TRANSPORTS, PIGEON, PigeonTransport(resolves=resolves))
+    loft = _loft(broker)
+
+    pending_requests_target(broker=broker, actor="test")
+
+    waiting.refresh_from_db()
+    assert (waiting.integration, waiting.state) == (loft, RequestState.QUEUED)
+    resolutions = ResolutionRequest.objects.filter(integration=loft)
+    assert resolutions.count() == (1 if resolves else 0)
 
 
 def test_without_its_transport_its_integrations_are_no_targets(
