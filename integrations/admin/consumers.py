@@ -18,6 +18,7 @@ from django.http import HttpRequest
 from unfold.admin import ModelAdmin, TabularInline
 
 from integrations.admin.actors import staff_actor
+from integrations.admin.page_object import PageObjectReadOnce
 from integrations.admin.refusals import RefusalsShown, Refused
 from integrations.models import Broker, Consumer, ConsumerHash
 from integrations.selectors.story import consumer_work_items
@@ -65,7 +66,7 @@ class ConsumerHashInline(TabularInline):
 
 
 @admin.register(Consumer)
-class ConsumerAdmin(RefusalsShown, ModelAdmin):
+class ConsumerAdmin(PageObjectReadOnce[Consumer], RefusalsShown, ModelAdmin):
     list_display = ["remote_identifier", "remote_identifier_kind", "broker", "hashes", "created_at"]
     list_filter = ["broker"]
     list_select_related = ["broker"]

@@ -23,6 +23,7 @@ from unfold.admin import ModelAdmin
 
 from integrations.admin.charts import cycle_timeline
 from integrations.admin.drop_notifications import drop_notifications_table
+from integrations.admin.page_object import PageObjectReadOnce
 from integrations.admin.reports import set_work_item_status
 from integrations.admin.story import story_context
 from integrations.ascii_integers import ascii_integer
@@ -71,7 +72,7 @@ def _work_items_url(**filters: Any) -> str:
 
 
 @admin.register(DropCycle)
-class DropCycleAdmin(ReadOnlyAdmin):
+class DropCycleAdmin(PageObjectReadOnce[DropCycle], ReadOnlyAdmin):
     # Fits 1280 pixels; the package name and the not-found and removed counts are on the
     # cycle's page.
     list_display = [
@@ -311,7 +312,7 @@ class StatusCodeFilter(admin.SimpleListFilter):
 
 
 @admin.register(WorkItem)
-class WorkItemAdmin(ReadOnlyAdmin):
+class WorkItemAdmin(PageObjectReadOnce[WorkItem], ReadOnlyAdmin):
     list_display = [
         "work_item_id",
         "hash_type",
