@@ -148,7 +148,9 @@ class DropCycleAdmin(PageObjectReadOnce[DropCycle], ReadOnlyAdmin):
         )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[DropCycle]:
-        return drop_cycles_by_urgency(super().get_queryset(request))
+        # Every cycle, as Django's would give them (its ordering is replaced by the
+        # selector's): the selector's query of every cycle, built once.
+        return drop_cycles_by_urgency()
 
     def get_ordering(self, request: HttpRequest) -> list[Any]:
         # The list replaces the queryset's order: keep the selector's, cycles owing first.

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import pytest
+from django.contrib import admin
+from django.contrib.admin import ModelAdmin
 from django.contrib.auth.models import User
 from django.test import Client
 
-from integrations.models import Broker, WorkItem, WorkItemState
+from integrations.models import Broker, DropCycle, WorkItem, WorkItemState
 from integrations.selectors.deadlines import cycle_deadlines, drop_cycles_by_urgency
 from tests.admin.markup import cells
 from tests.builders import (
@@ -77,3 +80,30 @@ def test_the_cycles_admin_shows_what_is_owed_and_waiting(
     # Cycles owing statuses first, by due date: 1 (overdue), 2, then 3 (all reported).
     assert cells(page, "owed") == ["1", "2", "0"]
     assert cells(page, "waiting") == ["0", "1", "0"]
+
+
+def test_every_cycle_by_urgency_is_a_fresh_query_each_time_that_sees_new_rows(
+    broker: Broker,
+) -> None:
+    first = DropCycleFactory.create(broker=broker, drop_session_id="1")
+    shown = drop_cycles_by_urgency()
+    assert [c.pk for c in shown] == [first.pk]
+
+    second = DropCycleFactory.create(broker=broker, drop_session_id="2")
+    WorkItemFactory.create(cycle=second)  # owed: it comes first
+    again = drop_cycles_by_urgency()
+
+    assert again is not shown
+    assert [(c.pk, c.owed_items) for c in again] == [(second.pk, 1), (first.pk, 0)]  # type: ignore[attr-defined]
+    assert str(again.query) == str(drop_cycles_by_urgency(DropCycle.objects.all()).query)
+
+
+def test_the_cycles_admin_lists_what_djangos_queryset_by_urgency_would(rf: Any) -> None:
+    model_admin = admin.site._registry[DropCycle]
+    request = rf.get("/admin/integrations/dropcycle/")
+    request.user = User(is_superuser=True, is_staff=True, is_active=True)
+    djangos = ModelAdmin.get_queryset(model_admin, request)  # the manager's, the list's order
+
+    assert str(model_admin.get_queryset(request).query) == str(
+        drop_cycles_by_urgency(djangos).query
+    )
