@@ -496,7 +496,7 @@ class SaasConnectionAdmin(RefusalsShown, WriteOnlyCredentials, ModelAdmin):
         return ", ".join(obj.identifier_categories)
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        own = ["broker", "disabled_reason", "retired_at", "retired_reason"] if obj else []
+        own = ["uuid", "broker", "disabled_reason", "retired_at", "retired_reason"] if obj else []
         return [*own, *super().get_readonly_fields(request, obj)]
 
     def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any):
@@ -507,7 +507,9 @@ class SaasConnectionAdmin(RefusalsShown, WriteOnlyCredentials, ModelAdmin):
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         fields = ["broker", "name", "url", "token", "categories", "enabled"]
-        return [*fields, "disabled_reason", "retired_at", "retired_reason"] if obj else fields
+        if obj is None:
+            return fields
+        return ["uuid", *fields, "disabled_reason", "retired_at", "retired_reason"]
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False

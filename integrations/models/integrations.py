@@ -173,6 +173,8 @@ class IsiConnection(models.Model):
 class SaasConnection(models.Model):
     """A third-party SaaS deletion connector (generic HTTP), fed resolved clear identifiers."""
 
+    # What staff name it by on the command line (``saas retire UUID``), as an integration's.
+    uuid = models.UUIDField("UUID", default=uuid.uuid4, unique=True, editable=False)
     broker = models.ForeignKey(
         "integrations.Broker", on_delete=models.PROTECT, related_name="saas_connections"
     )

@@ -134,6 +134,7 @@ def test_saas_add_with_token_and_categories(broker: Broker) -> None:
 
     connection_ = SaasConnection.objects.get()
     assert result["id"] == connection_.pk
+    assert result["uuid"] == str(connection_.uuid)
     assert connection_.token == "tok-1"
     assert connection_.identifier_categories == ["email", "phone"]
     assert result["token_set"] is True

@@ -367,15 +367,22 @@ def test_a_retired_targets_messages_say_the_time_in_drops_zone(
     assert f"already retired on {RETIRED_TEXT}" in page
 
 
-def test_saas_retire_takes_the_id_saas_list_shows(broker: Broker) -> None:
+def test_saas_retire_takes_the_uuid_saas_list_shows_or_the_id(broker: Broker) -> None:
     mailer = SaasConnectionFactory.create(
         broker=broker, url="http://127.0.0.1:9/erase", name="Mailer"
     )
+    other = SaasConnectionFactory.create(
+        broker=broker, url="http://127.0.0.1:9/forget", name="Other"
+    )
     listed = io.StringIO()
     call_command("saas", "list", stdout=listed)
-    (shown_id, *_) = listed.getvalue().split()
-    call_command("saas", "retire", shown_id, "--reason", "ended", stdout=io.StringIO())
+    (shown, *_) = listed.getvalue().split()
+    assert shown == str(mailer.uuid)
+    call_command("saas", "retire", shown, "--reason", "ended", stdout=io.StringIO())
     assert SaasConnection.objects.get(pk=mailer.pk).retired_reason == "ended"
+    # The numeric id, as earlier versions listed it, still names one.
+    call_command("saas", "retire", str(other.pk), "--reason", "gone", stdout=io.StringIO())
+    assert SaasConnection.objects.get(pk=other.pk).retired_reason == "gone"
     for not_an_id in ("6a1f0b4e-0000-4000-8000-000000000000", "²"):  # "²": isdigit(), not int()
         with pytest.raises(CommandError, match=r"see: manage\.py saas list"):
             call_command("saas", "retire", not_an_id, "--reason", "x")

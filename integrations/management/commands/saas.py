@@ -1,12 +1,14 @@
 """``manage.py saas add|retire|list``: third-party SaaS deletion connections (generic HTTP).
 
 Each one receives ``POST <url>`` with ``Authorization: Bearer <token>`` and the resolved
-identifiers of its categories (docs/contracts.md §7). ``retire ID --reason TEXT`` ends one for
-good: its deletions not final are cancelled, and it is never enabled again.
+identifiers of its categories (docs/contracts.md §7). ``retire UUID --reason TEXT`` ends one for
+good: its deletions not final are cancelled, and it is never enabled again (its id, as
+earlier versions showed it, is still taken).
 """
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from django.core.management.base import CommandError
@@ -41,7 +43,9 @@ class Command(DropportalCommand):
             "retire",
             help="end a SaaS connection for good: cancel its open deletions, never enable it again",
         )
-        retire.add_argument("id", help="the connection's id, as 'saas list' shows it")
+        retire.add_argument(
+            "uuid", help="the connection's UUID, as 'saas list' shows it (or its numeric id)"
+        )
         retire.add_argument(
             "--reason", required=True, help="why (the cancelled deletions and the ledger keep it)"
         )
@@ -65,21 +69,16 @@ class Command(DropportalCommand):
             self.print_json(row)
             return
         self.stdout.write(
-            f"SaaS connection {connection.pk} ({connection.name}) added for broker "
+            f"SaaS connection {connection.uuid} ({connection.name}) added for broker "
             f"{broker.broker_id}: {connection.url}, categories "
             f"{', '.join(connection.identifier_categories)}"
         )
 
     def handle_retire(self, **options: Any) -> None:
-        value = options["id"]
-        pk = ascii_integer(value)
-        connection = (
-            SaasConnection.objects.select_related("broker").filter(pk=pk).first()
-            if pk is not None
-            else None
-        )
+        value = options["uuid"]
+        connection = _connection(value)
         if connection is None:
-            raise CommandError(f"no SaaS connection with id {value!r} (see: manage.py saas list)")
+            raise CommandError(f"no SaaS connection {value!r} (see: manage.py saas list)")
         retired = saas_connection_retire(
             connection=connection, reason=options["reason"], actor=self.actor()
         )
@@ -93,7 +92,7 @@ class Command(DropportalCommand):
             )
             return
         self.stdout.write(
-            f"SaaS connection {connection.pk} ({connection.name}) retired for good: "
+            f"SaaS connection {connection.uuid} ({connection.name}) retired for good: "
             f"{retired.deletions_cancelled} deletion(s) cancelled; {retired.work_items} work "
             "item(s) settled on their other requests."
         )
@@ -113,13 +112,27 @@ class Command(DropportalCommand):
             if r["retired_at"]:
                 state = f"RETIRED ({r['retired_reason']})"
             self.stdout.write(
-                f"{r['id']}  {r['broker_id']}  {r['name']}  {r['url']}  "
+                f"{r['uuid']}  {r['broker_id']}  {r['name']}  {r['url']}  "
                 f"{','.join(r['categories'])}  {state}"
             )
 
 
+def _connection(value: str) -> SaasConnection | None:
+    """The connection named by its UUID, or by its id (as ``saas list`` showed it before it
+    showed UUIDs)."""
+    connections = SaasConnection.objects.select_related("broker")
+    pk = ascii_integer(value)
+    if pk is not None:
+        return connections.filter(pk=pk).first()
+    try:
+        return connections.filter(uuid=uuid.UUID(value)).first()
+    except ValueError:
+        return None
+
+
 def _row(connection: SaasConnection) -> dict[str, Any]:
     return {
+        "uuid": str(connection.uuid),
         "id": connection.pk,
         "broker_id": connection.broker.broker_id,
         "name": connection.name,
