@@ -1,0 +1,1 @@
+"""Services: cycle, dispatch, reporting, evidence, staff, providers, and the ledger modules."""
