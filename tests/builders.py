@@ -56,6 +56,7 @@ from integrations.models import (
     DROP_CAPABILITIES,
     DROP_STATUS_CODES,
     Broker,
+    Canary,
     Consumer,
     ConsumerHash,
     DeletionRequest,
@@ -249,6 +250,17 @@ class ConsumerFactory(DjangoModelFactory[Consumer]):
                 ConsumerHashFactory.create(
                     consumer=self, hash_type=hash_type, hash=base64.b64decode(value)
                 )
+
+
+class CanaryFactory(DjangoModelFactory[Canary]):
+    """A canary named by staff: a consumer of the broker's, by its ``remote_identifier``."""
+
+    class Meta:
+        model = Canary
+
+    broker = factory.SubFactory(BrokerFactory)
+    remote_identifier = "TEST-1"
+    added_by = "test"
 
 
 class ConsumerHashFactory(DjangoModelFactory[ConsumerHash]):

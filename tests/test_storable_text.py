@@ -6,11 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from django.utils import timezone
 
-from integrations.models import DeliveryAttempt
 from integrations.storable_text import storable, unstorable_reason
-from tests.builders import DeletionRequestFactory
+from tests.builders import DeletionRequestFactory, DeliveryAttemptFactory
 
 LONE_SURROGATE = json.loads('"a\\ud800b"')
 
@@ -38,10 +36,8 @@ def test_what_postgresql_refuses_is_replaced_or_named(text: str, kept: str, reas
 @pytest.mark.django_db
 def test_what_storable_keeps_is_stored_as_text_and_as_jsonb() -> None:
     kept = storable("\x00" + LONE_SURROGATE)
-    attempt = DeliveryAttempt.objects.create(
+    attempt = DeliveryAttemptFactory.create(
         deletion_request=DeletionRequestFactory.create(),
-        number=1,
-        started_at=timezone.now(),
         url="https://crm.example/drop",
         request_headers={"X-Echo": kept},
         duration_ms=1,

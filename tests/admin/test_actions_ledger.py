@@ -22,13 +22,13 @@ from django.utils import timezone
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     Broker,
-    Canary,
     LedgerEvent,
     ReportFileState,
     ReportKind,
 )
 from integrations.services.staff.keys import CreatedApiKey
 from tests.builders import (
+    CanaryFactory,
     DirectiveFactory,
     IsiIntegrationFactory,
     ReportFileFactory,
@@ -104,7 +104,7 @@ def _directive_not_written(world: SampleCycle) -> None:
 
 
 def _canary(world: SampleCycle) -> None:
-    Canary.objects.create(broker=world.broker, remote_identifier="TEST-1", added_by="test")
+    CanaryFactory.create(broker=world.broker)
 
 
 def _isi_integration(world: SampleCycle) -> None:

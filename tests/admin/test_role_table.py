@@ -41,13 +41,15 @@ from django.utils import timezone
 
 from dropportal.navigation import sidebar
 from integrations.ledger_kinds import LedgerKind
-from integrations.models import Broker, Canary, IsiAuth, IsiIntegration
+from integrations.models import Broker
 from integrations.services.cycle.canaries import canary_round_send
 from integrations.services.ledger import ledger_event_append
 from integrations.services.staff.keys import CreatedApiKey
 from tests.builders import (
+    CanaryFactory,
     DirectiveFactory,
     DropAccessObligationFactory,
+    IsiIntegrationFactory,
     ServiceProviderFactory,
     sample_cycle,
 )
@@ -120,20 +122,13 @@ def every_model(broker: Broker, make_key: Callable[..., CreatedApiKey]) -> None:
     """At least one row of every model the admin shows."""
     sample_cycle(broker, today=timezone.localdate())
     # An ISI integration for its kind's pages (a closed port: "Check connection" fails fast).
-    IsiIntegration.objects.create(
-        broker=broker,
-        name="Acme API",
-        base_url="https://127.0.0.1:9",
-        auth=IsiAuth.TOKEN,
-        token="isi-token",
-        webhook_secret="whsec_" + "I" * 43,
-    )
+    IsiIntegrationFactory.create(broker=broker, name="Acme API", base_url="https://127.0.0.1:9")
     make_key("webhook_callback")
     DirectiveFactory.create(provider=ServiceProviderFactory.create(broker=broker))
     ledger_event_append(kind=LedgerKind.BROKER_UPDATED, broker_id=broker.broker_id)
     now = timezone.now()
     DropAccessObligationFactory.create(broker=broker)
-    Canary.objects.create(broker=broker, remote_identifier="TEST-1", added_by="test")
+    CanaryFactory.create(broker=broker)
     canary_round_send(broker=broker, actor="test")
     AccessAttempt.objects.create(username="x", ip_address="203.0.113.9", failures_since_start=1)
     AccessLog.objects.create(username="x", ip_address="203.0.113.9", attempt_time=now)

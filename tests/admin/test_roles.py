@@ -22,18 +22,17 @@ from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     ApiKey,
     Broker,
-    Canary,
     DeletionRequest,
-    IsiAuth,
-    IsiIntegration,
     LedgerEvent,
 )
 from integrations.services.cycle.canaries import canary_round_send
 from integrations.services.ledger import ledger_event_append
 from integrations.services.staff.keys import CreatedApiKey, api_key_create
 from tests.builders import (
+    CanaryFactory,
     DirectiveFactory,
     DropAccessObligationFactory,
+    IsiIntegrationFactory,
     ServiceProviderFactory,
     sample_cycle,
 )
@@ -59,19 +58,12 @@ def every_model(broker: Broker, make_key: Callable[..., CreatedApiKey]) -> None:
     """At least one row of every model of the cycle."""
     sample_cycle(broker, today=timezone.localdate())
     # An ISI integration for its kind's pages (a closed port: "Check connection" fails fast).
-    IsiIntegration.objects.create(
-        broker=broker,
-        name="Acme API",
-        base_url="https://127.0.0.1:9",
-        auth=IsiAuth.TOKEN,
-        token="isi-token",
-        webhook_secret="whsec_" + "I" * 43,
-    )
+    IsiIntegrationFactory.create(broker=broker, name="Acme API", base_url="https://127.0.0.1:9")
     make_key("webhook_callback")
     DirectiveFactory.create(provider=ServiceProviderFactory.create(broker=broker))
     ledger_event_append(kind=LedgerKind.BROKER_UPDATED, broker_id=broker.broker_id)
     DropAccessObligationFactory.create(broker=broker)
-    Canary.objects.create(broker=broker, remote_identifier="TEST-1", added_by="test")
+    CanaryFactory.create(broker=broker)
     canary_round_send(broker=broker, actor="test")
 
 

@@ -299,7 +299,7 @@ def test_a_brokers_metrics_key_sees_its_brokers_series_only(
 def test_a_key_without_a_broker_has_the_metrics_scope_alone(broker) -> None:
     with pytest.raises(ValidationError, match="only have the metrics scope"):
         api_key_create(broker=None, scopes=["metrics", "audit"], actor="test")
-    with pytest.raises(IntegrityError):
+    with pytest.raises(IntegrityError):  # the table's own check, written past the service
         ApiKey.objects.create(prefix="dpk_x", digest="x" * 64, scopes=["audit"])
 
 

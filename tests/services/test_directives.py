@@ -51,7 +51,7 @@ from integrations.services.providers import directives as directives_service
 from integrations.services.providers.directives import directive_acknowledge, directives_issue
 from integrations.services.providers.providers import service_provider_add
 from integrations.services.staff.alerts import alerts_evaluate
-from tests.builders import ConsumerFactory, DirectiveFactory, drop_zip, write_zip
+from tests.builders import BrokerFactory, ConsumerFactory, DirectiveFactory, drop_zip, write_zip
 from tests.conftest import s3_reached_at
 
 pytestmark = pytest.mark.django_db
@@ -118,7 +118,7 @@ def test_no_match_or_no_provider_issues_nothing(
 ) -> None:
     import_package(broker, tmp_path)  # no consumer registered: nothing matched
     assert not Directive.objects.exists()
-    other = Broker.objects.create(broker_id="4822", name="Other", mode="test")
+    other = BrokerFactory.create(broker_id="4822", name="Other")
     assert directives_issue(broker=other, work_items=[1], reason=DirectiveReason.MATCH) == []
 
 
