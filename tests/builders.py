@@ -627,22 +627,6 @@ def run_worker(queues: list[str] | None = None) -> None:
         app.periodic_registry = registry
 
 
-# Kept for tests/dispatch/test_new_kind_recipe.py until it takes the factories.
-
-
-def webhook(broker: Broker, name: str = "Main webhook") -> Integration:
-    return WebhookIntegrationFactory.create(
-        broker=broker,
-        name=name,
-        url="https://broker.example/drop",
-        webhook_secret="whsec_" + "a" * 43,
-    )
-
-
-def deletion_request(integration: Integration) -> DeletionRequest:
-    return DeletionRequestFactory.create(integration=integration)
-
-
 # DROP packages from the loopback DROP stand-in's ``build_drop_zip``.
 
 

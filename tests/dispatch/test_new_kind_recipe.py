@@ -69,10 +69,10 @@ from integrations.services.staff.integrations import integration_update
 from integrations.services.staff.keys import api_key_create
 from tests.builders import (
     ConsumerFactory,
+    DeletionRequestFactory,
     SaasConnectionFactory,
-    deletion_request,
+    WebhookIntegrationFactory,
     drop_zip,
-    webhook,
     write_zip,
 )
 
@@ -145,7 +145,7 @@ def _loft(broker: Broker) -> Integration:
         cursor.execute(
             "ALTER TABLE integrations_integration DROP CONSTRAINT integration_kind_valid"
         )
-    integration = webhook(broker, "Loft")
+    integration = WebhookIntegrationFactory.create(broker=broker, name="Loft")
     Integration.objects.filter(pk=integration.pk).update(kind=PIGEON)
     integration.refresh_from_db()
     return integration
@@ -251,7 +251,7 @@ def test_without_its_transport_its_integrations_are_no_targets(
 def test_a_delivered_verdict_acknowledges_the_request_and_records_the_attempt(
     loft: Integration, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    request = deletion_request(loft)
+    request = DeletionRequestFactory.create(integration=loft)
     pigeons = PigeonTransport("delivered")
 
     assert _deliver(pigeons, request, monkeypatch) == {"delivered": 1}
@@ -279,7 +279,7 @@ def test_a_delivered_verdict_acknowledges_the_request_and_records_the_attempt(
 def test_a_retry_verdict_waits_as_long_as_the_target_asked(
     loft: Integration, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    request = deletion_request(loft)
+    request = DeletionRequestFactory.create(integration=loft)
     before = timezone.now()
 
     assert _deliver(PigeonTransport("retry", retry_after=600), request, monkeypatch) == {"retry": 1}
@@ -299,7 +299,7 @@ def test_a_retry_verdict_waits_as_long_as_the_target_asked(
 def test_a_gone_verdict_disables_the_target_and_the_request_waits(
     loft: Integration, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    request = deletion_request(loft)
+    request = DeletionRequestFactory.create(integration=loft)
 
     assert _deliver(PigeonTransport("gone"), request, monkeypatch) == {"gone": 1}
 
@@ -315,7 +315,7 @@ def test_a_gone_verdict_disables_the_target_and_the_request_waits(
 def test_a_failed_verdict_makes_the_request_undeliverable_at_once(
     loft: Integration, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    request = deletion_request(loft)
+    request = DeletionRequestFactory.create(integration=loft)
 
     assert _deliver(PigeonTransport("failed"), request, monkeypatch) == {"undeliverable": 1}
 
@@ -327,7 +327,7 @@ def test_a_failed_verdict_makes_the_request_undeliverable_at_once(
 
 
 def test_a_kind_without_a_transport_is_held(loft: Integration) -> None:
-    request = deletion_request(loft)
+    request = DeletionRequestFactory.create(integration=loft)
     assert PIGEON not in TRANSPORTS
 
     assert deliverables_deliver(kind=DELETION_REQUESTS, ids=[request.pk]) == {"skipped": 1}
@@ -340,7 +340,7 @@ def test_a_kind_without_a_transport_is_held(loft: Integration) -> None:
 def test_its_broker_calls_back_as_a_webhook_with_no_sql_of_its_own(
     broker: Broker, loft: Integration, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    request = deletion_request(loft)
+    request = DeletionRequestFactory.create(integration=loft)
     assert _deliver(PigeonTransport("delivered"), request, monkeypatch) == {"delivered": 1}
     key = api_key_create(broker=broker, scopes=["webhook_callback"], actor="test").key
     body = json.dumps(
