@@ -365,7 +365,8 @@ class SaasDeletionFactory(DjangoModelFactory[SaasDeletion]):
 
 class ResolutionRequestFactory(DjangoModelFactory[ResolutionRequest]):
     """An identifier retrieval notification for a work item of the integration's broker (of
-    ``isi_connection``'s for ISI), queued; ``completed=True``: answered. ``saas_deletions``:
+    ``isi_connection``'s for ISI), queued; ``completed=True``: answered; ``resolved=True``:
+    answered with an email to delete, ``<work_item_id>@example.com``. ``saas_deletions``:
     the states of SaaS deletions it started, one SaaS connection each."""
 
     class Meta:
@@ -374,6 +375,14 @@ class ResolutionRequestFactory(DjangoModelFactory[ResolutionRequest]):
 
     class Params:
         completed = factory.Trait(state=RequestState.COMPLETED)
+        resolved = factory.Trait(
+            state=RequestState.COMPLETED,
+            identifiers=factory.LazyAttribute(
+                lambda o: json.dumps(
+                    {"email": [{"email": f"{o.work_item.work_item_id}@example.com"}]}
+                )
+            ),
+        )
 
     isi_connection = None
     integration = factory.Maybe(

@@ -29,12 +29,6 @@ def integration(broker: Broker) -> Integration:
     return webhook_integration_created(broker, "https://crm.example/hooks").integration
 
 
-def _failed(integration: Integration, name: str) -> DeletionRequest:
-    return DeletionRequestFactory.create(
-        integration=integration, failed=True, remote_identifier=name
-    )
-
-
 def _redispatch(request: DeletionRequest) -> None:
     deletion_request_redispatch(deletion_request=request, actor="staff:ann")
 
@@ -57,7 +51,9 @@ def _sent_and_failed(request: DeletionRequest) -> None:
 def test_a_redispatch_marks_the_request_and_a_redelivery_empties_the_mark(
     integration: Integration,
 ) -> None:
-    request = _failed(integration, "C-1")
+    request = DeletionRequestFactory.create(
+        integration=integration, failed=True, remote_identifier="C-1"
+    )
     assert request.redispatched_at is None
 
     _redispatch(request)
@@ -111,22 +107,34 @@ def _backfill_sql() -> str:
 def test_the_backfill_marks_what_the_services_mark(integration: Integration) -> None:
     # Histories written by the services themselves, then the marks forgotten as before 0056:
     # the backfill, from the ledger alone, gives back the same ones.
-    never = _failed(integration, "C-never")
-    redispatched = _failed(integration, "C-redispatched")
+    never = DeletionRequestFactory.create(
+        integration=integration, failed=True, remote_identifier="C-never"
+    )
+    redispatched = DeletionRequestFactory.create(
+        integration=integration, failed=True, remote_identifier="C-redispatched"
+    )
     _redispatch(redispatched)
-    then_redelivered = _failed(integration, "C-then-redelivered")
+    then_redelivered = DeletionRequestFactory.create(
+        integration=integration, failed=True, remote_identifier="C-then-redelivered"
+    )
     _redispatch(then_redelivered)
     _redeliver(then_redelivered)
     redelivered = DeletionRequestFactory.create(integration=integration)
     _redeliver(redelivered)
-    again = _failed(integration, "C-again")  # redispatched, redelivered, redispatched
+    # Redispatched, redelivered, redispatched.
+    again = DeletionRequestFactory.create(
+        integration=integration, failed=True, remote_identifier="C-again"
+    )
     _redispatch(again)
     _redeliver(again)
     DeletionRequest.objects.filter(pk=again.pk).update(
         state=RequestState.FAILED, drop_outcome="failed"
     )
     _redispatch(again)
-    sent = _failed(integration, "C-sent")  # its redispatch went out and failed too
+    # Its redispatch went out and failed too.
+    sent = DeletionRequestFactory.create(
+        integration=integration, failed=True, remote_identifier="C-sent"
+    )
     _redispatch(sent)
     _sent_and_failed(sent)
     requests = [never, redispatched, then_redelivered, redelivered, again, sent]

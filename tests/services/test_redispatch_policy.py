@@ -31,17 +31,6 @@ def integration(broker: Broker) -> Integration:
     return webhook_integration_created(broker, "https://crm.example/hooks").integration
 
 
-def failed(integration: Integration, hours_ago: float, name: str) -> DeletionRequest:
-    return DeletionRequestFactory.create(
-        integration=integration,
-        state=RequestState.FAILED,
-        drop_outcome="failed",
-        error_message="CRM timeout",
-        completed_at=timezone.now() - dt.timedelta(hours=hours_ago),
-        remote_identifier=name,
-    )
-
-
 def redispatched_and_failed_again(request: DeletionRequest, *, by: str) -> None:
     deletion_request_redispatch(deletion_request=request, actor=by)
     # Sent, its 2xx recorded: only then can a failure answer the redispatch (one before it
@@ -63,7 +52,12 @@ def jobs_for(request: DeletionRequest) -> int:
 
 
 def test_off_by_default_failed_outcomes_wait_for_staff(integration: Integration) -> None:
-    old = failed(integration, hours_ago=500, name="C-old")
+    old = DeletionRequestFactory.create(
+        integration=integration,
+        failed=True,
+        completed_at=timezone.now() - dt.timedelta(hours=500),
+        remote_identifier="C-old",
+    )
 
     assert tasks.redispatch_failed() == 0
 
@@ -76,8 +70,18 @@ def test_failed_outcomes_older_than_the_setting_are_sent_again(
     integration: Integration, settings
 ) -> None:
     settings.DROPPORTAL_AUTO_REDISPATCH_HOURS = 6
-    due = failed(integration, hours_ago=7, name="C-due")
-    recent = failed(integration, hours_ago=1, name="C-recent")
+    due = DeletionRequestFactory.create(
+        integration=integration,
+        failed=True,
+        completed_at=timezone.now() - dt.timedelta(hours=7),
+        remote_identifier="C-due",
+    )
+    recent = DeletionRequestFactory.create(
+        integration=integration,
+        failed=True,
+        completed_at=timezone.now() - dt.timedelta(hours=1),
+        remote_identifier="C-recent",
+    )
     webhook_request_id = due.webhook_request_id
 
     assert tasks.redispatch_failed() == 1
@@ -96,11 +100,21 @@ def test_a_request_that_keeps_failing_is_left_to_staff_after_three_tries(
     integration: Integration, settings
 ) -> None:
     settings.DROPPORTAL_AUTO_REDISPATCH_HOURS = 6
-    request = failed(integration, hours_ago=7, name="C-stubborn")
+    request = DeletionRequestFactory.create(
+        integration=integration,
+        failed=True,
+        completed_at=timezone.now() - dt.timedelta(hours=7),
+        remote_identifier="C-stubborn",
+    )
     for _ in range(AUTO_REDISPATCH_MAX):
         redispatched_and_failed_again(request, by=AUTO_REDISPATCH_ACTOR)
     # A staff redispatch does not count against the policy's tries.
-    staff_tried = failed(integration, hours_ago=7, name="C-staff")
+    staff_tried = DeletionRequestFactory.create(
+        integration=integration,
+        failed=True,
+        completed_at=timezone.now() - dt.timedelta(hours=7),
+        remote_identifier="C-staff",
+    )
     redispatched_and_failed_again(staff_tried, by="staff:alice")
 
     assert tasks.redispatch_failed() == 1
@@ -116,8 +130,18 @@ def test_a_disabled_integration_keeps_its_failures_and_the_others_go_on(
 ) -> None:
     settings.DROPPORTAL_AUTO_REDISPATCH_HOURS = 6
     other = webhook_integration_created(broker, "https://erp.example/hooks", name="ERP").integration
-    stuck = failed(integration, hours_ago=8, name="C-stuck")
-    sent = failed(other, hours_ago=7, name="C-sent")
+    stuck = DeletionRequestFactory.create(
+        integration=integration,
+        failed=True,
+        completed_at=timezone.now() - dt.timedelta(hours=8),
+        remote_identifier="C-stuck",
+    )
+    sent = DeletionRequestFactory.create(
+        integration=other,
+        failed=True,
+        completed_at=timezone.now() - dt.timedelta(hours=7),
+        remote_identifier="C-sent",
+    )
     integration_disable(integration=integration, reason="410 from the broker", actor="test")
 
     assert tasks.redispatch_failed() == 1
@@ -133,7 +157,12 @@ def test_a_stale_failure_before_the_redispatch_is_sent_leaves_it_queued_and_uses
     # The broker sends its old failed callback again while the redispatch waits to be sent:
     # recorded, it would fail the request once more, skip the send, and cost a try.
     settings.DROPPORTAL_AUTO_REDISPATCH_HOURS = 6
-    request = failed(integration, hours_ago=7, name="C-stale")
+    request = DeletionRequestFactory.create(
+        integration=integration,
+        failed=True,
+        completed_at=timezone.now() - dt.timedelta(hours=7),
+        remote_identifier="C-stale",
+    )
     assert tasks.redispatch_failed() == 1
 
     repeated = deletion_outcome_record(

@@ -451,16 +451,6 @@ def test_a_saas_connection_retired_while_an_import_removes_one_of_its_items_ends
 # -- work items: one order for every transaction that settles several -------------------------
 
 
-def _resolved(integration: Integration, item: WorkItem) -> ResolutionRequest:
-    """``item``'s identifier retrieval, answered with an email to delete."""
-    return ResolutionRequestFactory.create(
-        integration=integration,
-        work_item=item,
-        state=RequestState.COMPLETED,
-        identifiers=json.dumps({"email": [{"email": f"{item.work_item_id}@example.com"}]}),
-    )
-
-
 def _while_a_batch_settles(
     monkeypatch: pytest.MonkeyPatch,
     deliver: Callable[[], object],
@@ -507,7 +497,10 @@ def test_a_saas_batch_settling_items_while_their_integration_is_retired_ends_bot
         first, second = WorkItemFactory.create_batch(2, cycle__broker=broker)
         for item in (first, second):
             DeletionRequestFactory.create(integration=crm, work_item=item, dispatched=True)
-        resolutions = [_resolved(crm, first), _resolved(crm, second)]
+        resolutions = [
+            ResolutionRequestFactory.create(integration=crm, work_item=item, resolved=True)
+            for item in (first, second)
+        ]
         mailer = SaasConnectionFactory.create(broker=broker, url=mailer_api.url)
         # The second item's identifiers were answered first: its deletion comes first.
         deletions = [
@@ -576,7 +569,10 @@ def test_a_saas_batch_settling_items_while_another_saas_connection_is_retired_en
         first, second = WorkItemFactory.create_batch(2, cycle__broker=broker)
         # The second item's retrieval was made first (the first item matched later), and
         # answered last.
-        of_second, of_first = _resolved(crm, second), _resolved(crm, first)
+        of_second, of_first = (
+            ResolutionRequestFactory.create(integration=crm, work_item=item, resolved=True)
+            for item in (second, first)
+        )
         mailer = SaasConnectionFactory.create(broker=broker, url=mailer_api.url)
         newsletter = SaasConnectionFactory.create(
             broker=broker, name="Newsletter", url="http://127.0.0.1:9/erase"
@@ -628,7 +624,9 @@ def test_a_saas_batch_settling_items_while_a_late_match_takes_them_ends_both(
         deletions = []
         for item in (first, second):
             DeletionRequestFactory.create(integration=crm, work_item=item, dispatched=True)
-            resolution = _resolved(crm, item)
+            resolution = ResolutionRequestFactory.create(
+                integration=crm, work_item=item, resolved=True
+            )
             deletions.append(
                 SaasDeletionFactory.create(resolution=resolution, saas_connection=mailer)
             )
@@ -660,7 +658,7 @@ def _statuses_set_while_mailed(
     deletions = []
     for item in (first, second):
         DeletionRequestFactory.create(integration=crm, work_item=item, dispatched=True)
-        resolution = _resolved(crm, item)
+        resolution = ResolutionRequestFactory.create(integration=crm, work_item=item, resolved=True)
         deletions.append(SaasDeletionFactory.create(resolution=resolution, saas_connection=mailer))
     for item in (second, first):
         work_item_status_set(work_item=item, status_code=3, reason="CRM down", actor="test")
