@@ -8,7 +8,7 @@ every text is escaped and every series segment can link to the list behind it::
         title="Outcomes per cycle",
     )
     cycle_timeline(start=date(2026, 3, 12), due=date(2026, 4, 26), today=date.today(),
-                   owed=900, with_status=640, reported=0, title="Cycle 3")
+                   not_removed=900, with_status=640, reported=0, title="Cycle 3")
 """
 
 from __future__ import annotations
@@ -200,20 +200,22 @@ def cycle_timeline(
     start: dt.date,
     due: dt.date,
     today: dt.date,
-    owed: int,
+    not_removed: int,
     with_status: int,
     reported: int,
     title: str,
     width: int = 600,
 ) -> SafeString:
-    """The 45 days (or whatever the span) of a cycle: time used above, work done below."""
+    """The 45 days (or whatever the span) of a cycle: time used above, work done below (of
+    the cycle's ``not_removed`` work items, how many have a status and how many DROP holds
+    one for)."""
     height = 92
     left, right = 8, 8
     parts: list[SafeString] = [format_html("<title>{}</title>", title)]
     parts += _timeline_time(start=start, due=due, today=today, width=width, left=left, right=right)
     parts.append(
         _timeline_work(
-            owed=owed,
+            not_removed=not_removed,
             with_status=with_status,
             reported=reported,
             left=left,
@@ -286,11 +288,11 @@ def _timeline_time(
 
 
 def _timeline_work(
-    *, owed: int, with_status: int, reported: int, left: int, track_w: int
+    *, not_removed: int, with_status: int, reported: int, left: int, track_w: int
 ) -> SafeString:
     """Work: statuses known, and of those reported to DROP."""
-    known_w = track_w * with_status / owed if owed else 0
-    reported_w = track_w * reported / owed if owed else 0
+    known_w = track_w * with_status / not_removed if not_removed else 0
+    reported_w = track_w * reported / not_removed if not_removed else 0
     return format_html(
         '<rect x="{}" y="62" width="{}" height="8" rx="2" fill="{}"/>'
         '<rect x="{}" y="62" width="{}" height="8" rx="2" fill="#93c5fd"/>'
@@ -305,7 +307,7 @@ def _timeline_work(
         _n(reported_w),
         left,
         MUTED,
-        _work_caption(owed, with_status, reported),
+        _work_caption(not_removed, with_status, reported),
     )
 
 
@@ -317,11 +319,11 @@ def _days_caption(elapsed: int, span: int, days_left: int) -> str:
     return f"day {elapsed} of {span} · {days_left} left"
 
 
-def _work_caption(owed: int, with_status: int, reported: int) -> str:
-    if not owed:
-        return "no status owed"
+def _work_caption(not_removed: int, with_status: int, reported: int) -> str:
+    if not not_removed:
+        return "no status owed"  # no work item, or every one removed
     return (
-        f"statuses known {with_status:,} of {owed:,} ({100 * with_status // owed}%)"
+        f"statuses known {with_status:,} of {not_removed:,} ({100 * with_status // not_removed}%)"
         f" · reported {reported:,}"
     )
 

@@ -628,7 +628,7 @@ def _cycle_panel(cycle_items: CycleWorkItems, links: _Links, *, today: dt.date) 
             start=drop_date(cycle.downloaded_at),
             due=cycle.due_date,
             today=today,
-            owed=cycle_items.owed,
+            not_removed=cycle_items.not_removed,
             with_status=cycle_items.with_status,
             reported=cycle_items.reported,
             title=f"Cycle {cycle.drop_session_id}: {cycle.due_date:%Y-%m-%d} deadline",

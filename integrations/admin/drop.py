@@ -136,7 +136,7 @@ class DropCycleAdmin(PageObjectReadOnce[DropCycle], ReadOnlyAdmin):
                     start=progress.start,
                     due=cycle.due_date,
                     today=progress.today,
-                    owed=progress.items.owed,
+                    not_removed=progress.items.not_removed,
                     with_status=progress.known,
                     reported=progress.reported,
                     title=f"Cycle {cycle.drop_session_id}: {cycle.due_date:%Y-%m-%d} deadline",

@@ -7,7 +7,10 @@ match consumers registered later), with its hash as 32 raw bytes like consumer h
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib.postgres.indexes import HashIndex
+from django.core.exceptions import EmptyResultSet, FullResultSet
 from django.db import models
 from django.db.models import F, Func, Q, TextField, Value
 from django.db.models.functions import Concat, Now
@@ -149,6 +152,26 @@ class WorkItemQuerySet(models.QuerySet["WorkItem"]):
     def awaiting_amendment(self) -> WorkItemQuerySet:
         """Reportable work items whose status DROP holds a different code for."""
         return self.reportable().filter(needs_amendment=True)
+
+    def where_sql(self, *, alias: str | None = None) -> tuple[str, list[Any]]:
+        """This queryset's filter as a SQL condition and its parameters (``%s``), for a
+        statement written by hand that must select the same rows (a set-based ``UPDATE``, an
+        aggregate's ``FILTER``) rather than restate a case above: columns qualified by the
+        table's name, or by ``alias``. A filter through another table is refused (a bare
+        condition cannot carry its join)."""
+        query = self.query.clone()
+        table = query.get_initial_alias()
+        if any(query.alias_refcount[other] for other in query.alias_map if other != table):
+            raise ValueError("where_sql: the filter joins another table")
+        if alias is not None:
+            query.change_aliases({table: alias})
+        try:
+            sql, params = query.get_compiler(using=self.db).compile(query.where)
+        except FullResultSet:  # no filter
+            return "TRUE", []
+        except EmptyResultSet:  # a filter no row can meet (``none()``, ``pk__in=[]``)
+            return "FALSE", []
+        return sql, list(params)
 
 
 class WorkItem(models.Model):

@@ -57,7 +57,8 @@ class CycleWorkItems:
         return sum(self.counts.values())
 
     def by_status(self) -> dict[int | None, int]:
-        """Work items owed a status (removed ones are not), by status code (None: unknown)."""
+        """Work items not removed (a removed one has no status, and none is owed for it), by
+        status code (None: unknown)."""
         totals: dict[int | None, int] = {}
         for (state, status_code), n in self.counts.items():
             if state != WorkItemState.REMOVED:
@@ -65,8 +66,10 @@ class CycleWorkItems:
         return totals
 
     @property
-    def owed(self) -> int:
-        """Work items DROP is owed a status for at all: every one not removed."""
+    def not_removed(self) -> int:
+        """Work items not removed: every one DROP has, or will have, a status of ours for.
+        Not what DROP is owed now (``still_owed``, ``WorkItem.objects.owed()``): that leaves
+        out the ones DROP holds a status for."""
         return sum(self.by_status().values())
 
     @property
@@ -77,7 +80,7 @@ class CycleWorkItems:
     def reported(self) -> int:
         """Work items DROP holds a status for (it accepted a file with them, or staff marked
         one uploaded by hand); an amendment may still be owed for some."""
-        return self.owed - self.still_owed
+        return self.not_removed - self.still_owed
 
 
 @dataclass(frozen=True)

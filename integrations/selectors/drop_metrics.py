@@ -24,6 +24,7 @@ from integrations.models import (
     DeletionRequest,
     DropOutcome,
     ResolutionRequest,
+    WorkItem,
     WorkItemState,
     no_status_held,
 )
@@ -85,8 +86,8 @@ SELECT w.hash_type, count(*),
        count(*) FILTER (WHERE w.state <> %(removed)s AND w.reported_status_code {complied}),
        count(*) FILTER (WHERE w.state <> %(removed)s AND w.reported_status_code {denied}),
        count(*) FILTER (WHERE w.state <> %(removed)s AND w.reported_status_code {not_found}),
-       -- "open": no_status_held (integrations.models), as METRIC_FILTERS reads it
-       count(*) FILTER (WHERE w.state <> %(removed)s AND w.reported_status_code IS NULL),
+       -- "open": no_status_held (integrations.models), compiled by _metrics_sql
+       count(*) FILTER (WHERE {{no_status_held}}),
        count(*) FILTER (WHERE w.state = %(removed)s),
        percentile_cont(0.5) WITHIN GROUP (ORDER BY d.days),
        avg(d.days)
@@ -101,6 +102,19 @@ CROSS JOIN LATERAL (
 GROUP BY ROLLUP (w.hash_type)
 """
 ).format(**{key: _codes_in(key) for key in METRIC_STATUSES})
+
+
+def _metrics_sql() -> str:
+    """``_METRICS_SQL`` with its "open" figure's condition compiled from
+    ``WorkItem.objects.no_status_held()`` (over ``w``), not restated: its values bound
+    (as the client binds every parameter anyway), a ``%`` in them doubled for the
+    statement's own parameters."""
+    condition = WorkItem.objects.no_status_held().where_sql(alias="w")
+    # compose_sql: PostgreSQL's operations only (the stubs know the base class).
+    bound = connection.ops.compose_sql(*condition)  # type: ignore[attr-defined]
+    return _METRICS_SQL.format(no_status_held=bound.replace("%", "%%"))
+
+
 # Matched work items, from the requests (a tenth of the work items or less) rather than a
 # join of every work item with them.
 _MATCHED_SQL = (
@@ -243,7 +257,7 @@ def drop_metrics(*, broker: Broker, year: int) -> DropMetrics:
         cursor.execute("SET LOCAL work_mem = '256MB'")
         cursor.execute(_MATCHED_SQL, params)
         matched = dict(cursor.fetchall())
-        cursor.execute(_METRICS_SQL, params)
+        cursor.execute(_metrics_sql(), params)
         for hash_type, received, *counts, median, mean in cursor.fetchall():
             figures = [received, matched.get(hash_type, 0), *counts]
             by_type[hash_type] = MetricRow(

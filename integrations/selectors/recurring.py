@@ -25,7 +25,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 
-from integrations.drop.calendar import drop_today
+from integrations.drop.calendar import drop_timezone, drop_today
 from integrations.drop_statuses import DropStatus
 from integrations.models import (
     DROP_STATUS_CODES,
@@ -154,7 +154,8 @@ def rounds_sql(*, broker: Broker | None) -> tuple[str, dict[str, Any]]:
         "final_outcomes": list(DROP_STATUS_CODES),
         "codes": [DropStatus.DELETED.value, DropStatus.OPTED_OUT.value],
         "removed": WorkItemState.REMOVED,
-        "timezone": settings.DROPPORTAL_DROP_TIMEZONE,
+        # Days count in DROP's calendar, as its one home names the zone.
+        "timezone": drop_timezone().key,
         "days": settings.DROPPORTAL_RECURRING_DAYS,
         "broker": broker.pk if broker is not None else None,
     }

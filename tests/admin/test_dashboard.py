@@ -44,7 +44,7 @@ def test_overview_counts_what_needs_attention(broker: Broker) -> None:
 
     assert overview.current_cycle is not None
     assert overview.current_cycle.cycle == world.cycle
-    assert overview.current_cycle.owed == 14  # 15 work items, one removed
+    assert overview.current_cycle.not_removed == 14  # 15 work items, one removed
     assert overview.current_cycle.with_status == 10
     assert [c.cycle.drop_session_id for c in overview.recent_cycles] == ["1", "2"]
     assert overview.attention.failed == 1

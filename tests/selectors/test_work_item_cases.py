@@ -163,3 +163,42 @@ def test_the_state_that_follows_a_status(
             [state, code, NOW if reported else None, reported_code, flag],
         )
         assert cursor.fetchone() == expected
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "owed",
+        "outstanding",
+        "no_status_held",
+        "awaiting_outcome",
+        "reportable",
+        "awaiting_amendment",
+    ],
+)
+def test_a_cases_compiled_condition_selects_its_work_items(cycle: DropCycle, case: str) -> None:
+    """Raw SQL reads a case through ``where_sql`` (the reporting's marking, the yearly
+    figures): the compiled condition selects exactly the queryset's rows."""
+    items = getattr(WorkItem.objects, case)()
+    condition, params = items.where_sql(alias="w")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT w.work_item_id FROM integrations_workitem w"  # noqa: S608  (compiled)
+            f" WHERE w.cycle_id = %s AND {condition}",
+            [cycle.pk, *params],
+        )
+        selected = {work_item_id for (work_item_id,) in cursor.fetchall()}
+    assert selected == _ids(items.filter(cycle=cycle))
+    assert selected  # the cycle has an item in every case
+
+
+def test_a_compiled_condition_names_its_table_and_carries_no_join(cycle: DropCycle) -> None:
+    condition, params = WorkItem.objects.reportable().filter(cycle=cycle).where_sql()
+    assert condition == (
+        '("integrations_workitem"."state" = %s AND "integrations_workitem"."cycle_id" = %s)'
+    )
+    assert params == [WorkItemState.REPORTABLE, cycle.pk]
+    assert WorkItem.objects.all().where_sql() == ("TRUE", [])
+    assert WorkItem.objects.none().where_sql() == ("FALSE", [])
+    with pytest.raises(ValueError, match="joins another table"):
+        WorkItem.objects.filter(cycle__broker=cycle.broker).where_sql()

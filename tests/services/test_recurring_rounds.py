@@ -25,7 +25,7 @@ from devtools.drop_simulator import work_items
 from dropportal import local_state
 from integrations import enqueue
 from integrations.consumers.api_reader import parse_api_consumers
-from integrations.drop.calendar import drop_date
+from integrations.drop.calendar import drop_date, drop_midnight
 from integrations.evidence.signing_key import EvidenceKeyRefused
 from integrations.models import (
     Broker,
@@ -126,6 +126,20 @@ def test_only_deleted_and_opted_out_items_get_a_round_once_it_is_due(broker: Bro
     assert recurring_rounds_send(broker=broker, actor="t", now=now + 90 * DAY).work_items == 0
     event = LedgerEvent.objects.filter(kind="recurring.rounds_sent").latest("id")
     assert event.data["work_items"] == 1
+
+
+def test_a_rounds_date_counts_in_drops_calendar_not_utcs(broker: Broker, settings: Any) -> None:
+    """An answer late in DROP's evening (the next day in UTC): the next round is due the
+    recurring days after DROP's day of it (``drop.calendar``, the zone's one home)."""
+    target = _target(broker)
+    day = dt.date(2026, 3, 19)
+    answered = drop_midnight(day) + dt.timedelta(hours=23, minutes=30)
+    assert answered.astimezone(dt.UTC).date() == day + DAY  # another day in UTC
+    _answered(broker, target, code=3, outcome="deleted", at=answered)
+    due_on = day + settings.DROPPORTAL_RECURRING_DAYS * DAY
+
+    assert recurring_overview(broker=broker, today=due_on - DAY).due == 0
+    assert recurring_overview(broker=broker, today=due_on).due == 1
 
 
 def test_a_days_rounds_go_in_batches_each_its_own_ledger_event(broker: Broker) -> None:

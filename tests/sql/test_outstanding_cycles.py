@@ -4,7 +4,11 @@ moves one back into one, marks its cycle; leaving those states marks nothing."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
+from django.conf import settings
 
 from integrations.models import Broker, DropCycle, OutstandingCycle, WorkItem, WorkItemState
 from tests.builders import DropCycleFactory, WorkItemFactory
@@ -80,3 +84,49 @@ def test_a_cycle_marked_twice_in_one_transaction_has_one_row(broker: Broker) -> 
     WorkItem.objects.filter(pk=reported.pk).update(state=WorkItemState.REPORTABLE)
 
     assert list(OutstandingCycle.objects.values_list("cycle_id", flat=True)) == [cycle.pk]
+
+
+SOURCE = Path(settings.BASE_DIR) / "integrations" / "sql" / "outstanding_cycles.sql"
+
+
+def _outstanding_states(broker: Broker) -> set[str]:
+    """The states ``outstanding_status`` selects, asked of one work item in each."""
+    cycle = DropCycleFactory.create(broker=broker)
+    items = {
+        state: WorkItemFactory.create(cycle=cycle, state=state, status_code=5, work_item_id=state)
+        for state in WorkItemState
+    }
+    outstanding = set(WorkItem.objects.outstanding().values_list("pk", flat=True))
+    return {state.value for state, item in items.items() if item.pk in outstanding}
+
+
+def test_the_triggers_name_the_states_outstanding_status_selects(broker: Broker) -> None:
+    """The triggers spell outstanding_status's states as literals (a trigger cannot call
+    the ORM): every list of them in the source is exactly what it selects, so a change to
+    the one side fails here until the other (and a migration with its copy) follows."""
+    code = "\n".join(line.split("--")[0] for line in SOURCE.read_text().splitlines())
+    lists = re.findall(r"\bstate\s+(?:NOT\s+)?IN\s*\(([^)]*)\)", code, flags=re.IGNORECASE)
+    assert len(lists) == 3  # the inserted rows', an update's old and new state
+    expected = _outstanding_states(broker)
+    assert expected  # the helper found some
+    for literals in lists:
+        assert set(re.findall(r"'([^']*)'", literals)) == expected, literals
+    # No other test of a state in the triggers, outside these lists.
+    assert len(re.findall(r"\bstate\b\s*(?:=|<>|!=|IN\b|NOT\b)", code, re.IGNORECASE)) == 3
+
+
+@pytest.mark.parametrize("into", list(WorkItemState))
+@pytest.mark.parametrize("out_of", list(WorkItemState))
+def test_an_update_marks_its_cycle_exactly_when_it_moves_into_outstanding(
+    broker: Broker, out_of: WorkItemState, into: WorkItemState
+) -> None:
+    """Every move between two states, held to ``outstanding_status`` as the database
+    installed the trigger (the migrations' copy, held to the source by test_sql_functions)."""
+    item = WorkItemFactory.create(cycle__broker=broker, state=out_of, status_code=5)
+    outstanding = WorkItem.objects.outstanding().filter(pk=item.pk)
+    was = outstanding.exists()
+    OutstandingCycle.objects.all().delete()
+
+    WorkItem.objects.filter(pk=item.pk).update(state=into)
+
+    assert (item.cycle_id in _marked()) is (outstanding.exists() and not was)

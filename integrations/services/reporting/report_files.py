@@ -40,8 +40,8 @@ from integrations.models import (
     ReportFileState,
     ReportKind,
     WorkItem,
-    WorkItemState,
 )
+from integrations.models.drop import WorkItemQuerySet
 from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
 
 
@@ -120,12 +120,7 @@ def _cycle_files_write(
         # Serializes writers of one cycle: the next one sees these rows as reported.
         cycle = DropCycle.objects.select_for_update().get(pk=cycle.pk)
         kept_back = _kept_back(retry_rejected)
-        reportable = (
-            WorkItem.objects.awaiting_amendment()
-            if amendments_only
-            else WorkItem.objects.reportable()
-        )
-        reportable = reportable.filter(cycle=cycle, status_code__isnull=False).exclude(
+        reportable = _to_write(cycle, amendments_only=amendments_only).exclude(
             pending_report_file__state__in=kept_back
         )
         groups = list(
@@ -160,6 +155,16 @@ def _cycle_files_write(
         )
 
 
+def _to_write(cycle: DropCycle, *, amendments_only: bool = False) -> WorkItemQuerySet:
+    """The cycle's work items with a status to write to DROP (``reportable()``, or with
+    ``amendments_only`` ``awaiting_amendment()``), each with its code: the groups counted
+    and the rows marked (``_rows_mark``) are the same rows."""
+    items = (
+        WorkItem.objects.awaiting_amendment() if amendments_only else WorkItem.objects.reportable()
+    )
+    return items.filter(cycle=cycle, status_code__isnull=False)
+
+
 def _rows_mark(
     *,
     cycle: DropCycle,
@@ -177,13 +182,16 @@ def _rows_mark(
         which_params += [list_name, amend, report_file.pk]
     pairs = ", ".join("(%s, %s)" for _ in placeholders)
     pair_params = [value for key in placeholders for value in key]
+    # The rows to write, as ``_to_write`` selects them (its compiled filter, not restated);
+    # an amendment only run is narrowed by its groups (all flagged).
+    to_write, to_write_params = _to_write(cycle).where_sql()
     # Only placeholders are put into the text; every value is a parameter.
     sql = (
         "COPY (WITH marked AS ("  # noqa: S608
         " UPDATE integrations_workitem"
         f"   SET pending_report_file_id = CASE {which_file} END,"
         "        pending_status_code = status_code, updated_at = %s"
-        "  WHERE cycle_id = %s AND state = %s AND status_code IS NOT NULL"
+        f"  WHERE {to_write}"
         # Only the groups named above: a row that became reportable meanwhile waits for the
         # next run rather than being marked without a file.
         f"    AND (file_name, needs_amendment) IN ({pairs})"
@@ -198,8 +206,7 @@ def _rows_mark(
     params = [
         *which_params,
         now,
-        cycle.pk,
-        WorkItemState.REPORTABLE,
+        *to_write_params,
         *pair_params,
         kept_back,
     ]
