@@ -40,8 +40,8 @@ from integrations.models import (
     ReportFileState,
     ReportKind,
     WorkItem,
+    WorkItemQuerySet,
 )
-from integrations.models.drop import WorkItemQuerySet
 from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
 
 
