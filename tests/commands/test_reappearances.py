@@ -17,6 +17,7 @@ from django.core.management.base import CommandError
 from django.test import Client
 from rest_framework.test import APIClient
 
+from integrations.drop.calendar import drop_date
 from integrations.models import (
     Broker,
     DeletionRequest,
@@ -155,7 +156,9 @@ def test_the_command_counts_them_by_source_and_month(
     broker: Broker, deleted: WorkItem, tmp_path: Path
 ) -> None:
     sha256 = import_file(tmp_path, f"remote_identifier,hash_type,hash\nS-9,email,{ANNA}\n")
-    month = f"{Reappearance.objects.get().reappeared_at:%Y-%m}"
+    # The month in DROP's calendar, as the command counts (in UTC it is the next month
+    # for hours around each month's turn).
+    month = f"{drop_date(Reappearance.objects.get().reappeared_at):%Y-%m}"
 
     summary = json.loads(run("--json"))
 
