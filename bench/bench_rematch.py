@@ -56,7 +56,10 @@ def populate(items: int, consumers: int, late: int, forgotten: int) -> None:
 
     from integrations.models import DropCycle, WebhookIntegration
     from integrations.services.cycle.consumers import consumer_forget
-    from integrations.services.cycle.matching import consumer_hashes_match_late
+    from integrations.services.cycle.matching import (
+        consumer_hashes_match_late,
+        late_added_create,
+    )
     from integrations.services.staff.brokers import broker_create
 
     broker = broker_create(broker_id="4821", name="Bench", actor="bench")
@@ -142,24 +145,24 @@ def populate(items: int, consumers: int, late: int, forgotten: int) -> None:
             " SELECT %(broker)s, 'L-' || g, 'external_id' FROM generate_series(1, %(late)s) g",
             {**params, "late": late},
         )
+        # Listed in the late match's own table as a registration's merge lists them.
+        added = late_added_create()
         cursor.execute(
-            "CREATE TEMP TABLE bench_added ON COMMIT DROP AS"
-            " SELECT c.id AS consumer_id, 'email'::text AS hash_type,"
-            "        sha256(('dropitem' || (substr(c.remote_identifier, 3)::int * 10 + 1))::bytea)"
-            "            AS hash"
-            " FROM integrations_consumer c"
-            " WHERE c.broker_id = %(broker)s AND c.remote_identifier LIKE 'L-%%'",
+            sql.SQL(
+                "WITH added AS ("
+                " INSERT INTO integrations_consumerhash (consumer_id, broker_id, hash_type, hash)"
+                " SELECT c.id, %(broker)s, 'email',"
+                "        sha256(('dropitem' || (substr(c.remote_identifier, 3)::int * 10 + 1))"
+                "               ::bytea)"
+                " FROM integrations_consumer c"
+                " WHERE c.broker_id = %(broker)s AND c.remote_identifier LIKE 'L-%%'"
+                " RETURNING consumer_id, hash_type, hash)"
+                " INSERT INTO {added} (consumer_id, hash_type, hash)"
+                " SELECT consumer_id, hash_type, hash FROM added"
+            ).format(added=added),
             params,
         )
-        cursor.execute(
-            "INSERT INTO integrations_consumerhash (consumer_id, broker_id, hash_type, hash)"
-            " SELECT consumer_id, %(broker)s, hash_type, hash FROM bench_added",
-            params,
-        )
-        cursor.execute("ANALYZE bench_added")
-        consumer_hashes_match_late(
-            broker=broker, added=sql.Identifier("bench_added"), actor="bench"
-        )
+        consumer_hashes_match_late(broker=broker, actor="bench")
     for n in range(1, forgotten + 1):
         consumer_forget(broker=broker, remote_identifier=f"C-{n * 10}", actor="bench")
     # One consumer hash behind the service's back: an unmatched item's, no event.

@@ -3,14 +3,15 @@
 A service of ``integrations.services.cycle.consumers`` drives it, inside its transaction and
 under the broker's registration lock::
 
-    load = ConsumerLoad(cursor, broker_pk=...)  # the merge paths' temp tables
+    added = late_added_create()                 # the late match's table of added hashes
+    load = ConsumerLoad(cursor, broker_pk=..., added_into=added)  # the merge paths' tables
     batches = StagedBatches()
     for copy_data in rounds:                    # batches.add(batch) for each of its batches
         load.stage(batches.round(copy_data))    # a first set in key order: merged; else COPY
     merged = load.finish()                      # merged; a fresh partition indexed
     if merged.fresh_partition:                  # the broker's matching lock, then
         load.attach()                           # the partition is the broker's hashes
-    consumer_hashes_match_late(broker=..., added=load.added)  # the hashes this call added
+    consumer_hashes_match_late(broker=..., first_set=merged.fresh_partition)
     load.close()                                # the temp tables, dropped
 
 It picks the merge path; each is its own module:
@@ -28,7 +29,9 @@ It picks the merge path; each is its own module:
 Consumer hashes are partitioned by broker (migration 0026): one broker's index is the size
 of its own set. Memory stays flat for any file size. This module names no table of its
 own: each merge module stages the rounds handed to it in its own temp tables, and reads
-and drops only those; the late match reads the relation ``added`` names.
+and drops only those. The hashes added are the late match's to read: ``merge_general``
+inserts them into the table the caller hands ``ConsumerLoad`` (the late match's own), and
+a first set's are its whole partition.
 """
 
 from __future__ import annotations
@@ -139,15 +142,18 @@ class ConsumerLoad:
     to ``merge_streamed``, which merges it there and then; from the first round that has
     to wait (out of order, or refused under its savepoint), to ``merge_general``'s
     staging. ``finish`` merges what is left (``merge_general``: everything, for any other
-    call), indexes a fresh partition, and names in ``added`` the relation that lists the
-    hashes the call added; ``attach`` then attaches the partition, under the broker's
-    matching lock. ``close`` drops the temp tables (they would go at
-    commit; a caller's enclosing transaction may make another call first).
+    call), indexes a fresh partition, and inserts the hashes the call added into
+    ``added_into``, the caller's relation ``(consumer_id, hash_type, hash)``, written here,
+    never read (unless a first set: its partition is what was added); ``attach`` then
+    attaches the partition, under the broker's matching lock. ``close`` drops the temp
+    tables (they would go at commit; a caller's enclosing transaction may make another
+    call first).
     """
 
-    def __init__(self, cursor: Any, *, broker_pk: int) -> None:
+    def __init__(self, cursor: Any, *, broker_pk: int, added_into: sql.Composable) -> None:
         self.cursor = cursor
         self.broker_pk = broker_pk
+        self.added_into = added_into
         self.indexed = self.attached = False  # a fresh partition's last two steps
         self.close()  # an earlier call's, in the same enclosing transaction
         merge_general.staging_create(cursor)
@@ -171,9 +177,6 @@ class ConsumerLoad:
         self.rounds_streamed = self.rounds_at_end = 0
         self.consumers_created = self.hashes_added = 0
         self.kinds_given = False  # of the rows left for the end
-        # Where the hashes this call added are listed, once finished: the fresh partition
-        # (all of it), or merge_general's list.
-        self.added: sql.Composable | None = None
 
     @property
     def rounds_staged(self) -> int:
@@ -210,7 +213,9 @@ class ConsumerLoad:
     def finish(self) -> Merged:
         """Merge what is staged and index a fresh partition; return the counts. A fresh
         partition is the broker's hashes once ``attach`` ran: the caller takes the broker's
-        matching lock between the two (``fresh_partition``)."""
+        matching lock between the two (``fresh_partition``). Unless a first set (the whole
+        partition is what the call added), each hash added is also inserted into
+        ``added_into``."""
         cursor, params = self.cursor, self.params
         kinds_changed = 0
         if self.rounds_at_end:
@@ -230,13 +235,12 @@ class ConsumerLoad:
                     cursor, params=params, broker_pk=self.broker_pk
                 )
             else:
-                self.hashes_added += merge_general.hashes_insert(cursor, params=params)
-                self.added = merge_general.NEW_CONSUMER_HASHES
+                self.hashes_added += merge_general.hashes_insert(
+                    cursor, params=params, into=self.added_into
+                )
         if self.fresh:
             self.hashes_added -= fresh_partition.partition_index(cursor, broker_pk=self.broker_pk)
             self.indexed = True
-            # The late match reads what this call added: here, the whole new partition.
-            self.added = fresh_partition.partition(self.broker_pk)
         return Merged(
             self.consumers_created,
             kinds_changed,

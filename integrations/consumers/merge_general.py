@@ -9,7 +9,7 @@ has consumers, or a first set out of key order), and merges them at the end::
     kinds_update(cursor, params=...)               # when the rows name kinds
     consumers_insert(cursor, params=...)
     partition_fill(cursor, params=..., broker_pk=...)   # a first set: its fresh partition
-    hashes_insert(cursor, params=...)              # otherwise: NEW_CONSUMER_HASHES lists them
+    hashes_insert(cursor, params=..., into=...)    # otherwise: each also into the caller's
 
 Why this shape (docs/benchmarks.md, consumer import): the consumers go in in
 ``remote_identifier`` order and the hashes in hash order, so each B-tree is walked once
@@ -20,9 +20,10 @@ hashes name their consumer without reading the consumers back.
 
 This module's temp tables, made, read and dropped here only: its staging table
 (``consumer_registration_staging``: the rounds ``stage`` copies in), the pointers
-(``consumer_registration_pointers``: each pointer the call listed, with its consumer),
-``new_consumer_hashes`` (the hashes the call added, handed on as ``NEW_CONSUMER_HASHES``)
-and, for a replace, ``consumer_registration_forgotten``.
+(``consumer_registration_pointers``: each pointer the call listed, with its consumer)
+and, for a replace, ``consumer_registration_forgotten``. The hashes the call added it
+inserts into the relation the caller hands ``hashes_insert`` (``into``), and never reads
+it: its reader (the late match) made it, and reads it itself.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ from psycopg import sql
 from integrations.consumers import fresh_partition
 
 __all__ = [
-    "NEW_CONSUMER_HASHES",
     "consumers_insert",
     "hashes_insert",
     "kinds_update",
@@ -47,12 +47,9 @@ __all__ = [
     "unlisted_forget",
 ]
 
-# What a late match reads: the hashes this call added (hashes_insert).
-NEW_CONSUMER_HASHES: Final = sql.Identifier("new_consumer_hashes")
-
 _TABLES_DROP: Final = (
     "DROP TABLE IF EXISTS consumer_registration_staging, consumer_registration_pointers,"
-    " new_consumer_hashes, consumer_registration_forgotten;"
+    " consumer_registration_forgotten;"
     " DROP SEQUENCE IF EXISTS consumer_registration_line"
 )
 _STAGING_CREATE: Final = """
@@ -77,7 +74,6 @@ _STAGE: Final = (
 )
 _STAGING_ANALYZE: Final = "ANALYZE consumer_registration_staging"
 _POINTERS_ANALYZE: Final = "ANALYZE consumer_registration_pointers"
-_NEW_HASHES_ANALYZE: Final = "ANALYZE new_consumer_hashes"
 # Each pointer once, in remote_identifier order, with its consumer: the existing one (when
 # %(existing)s: the broker may have some), or a new id from the consumers' sequence
 # (coalesce draws it only when there is none). Byte order ("C") in the DISTINCT too: one
@@ -148,9 +144,9 @@ SELECT nextval(%(hash_ids)s::regclass), s.hash_type, s.hash, %(broker)s, p.consu
 # twice): a consumer created by this call has no hash to compare with; those of one that
 # existed are anti-joined with the broker's partition (the planner picks index probes for
 # an API call, one pass over the partition for a file). In hash order, so the index is
-# walked once.
-_HASHES_INSERT: Final = """
-CREATE TEMP TABLE new_consumer_hashes ON COMMIT DROP AS
+# walked once. Each one added also goes into the caller's relation ``into``, in the same
+# statement (the RETURNING rows are not read again).
+_HASHES_INSERT: Final = sql.SQL("""
 WITH added AS (
     INSERT INTO integrations_consumerhash (broker_id, consumer_id, hash_type, hash)
     SELECT %(broker)s::bigint, h.consumer_id, h.hash_type, h.hash
@@ -171,8 +167,9 @@ WITH added AS (
                        AND r.hash_type = o.hash_type AND r.consumer_id = o.consumer_id)) h
      ORDER BY h.hash, h.hash_type, h.consumer_id
     RETURNING consumer_id, hash_type, hash)
+INSERT INTO {into} (consumer_id, hash_type, hash)
 SELECT consumer_id, hash_type, hash FROM added
-"""
+""")
 
 # --- A replace: the set's consumers the source did not list ----------------------------
 # The kinds the source carries: those of the consumers it listed.
@@ -266,13 +263,12 @@ def partition_fill(cursor: Any, *, params: dict[str, Any], broker_pk: int) -> in
     return int(cursor.rowcount)
 
 
-def hashes_insert(cursor: Any, *, params: dict[str, Any]) -> int:
-    """The new hashes, listed in ``NEW_CONSUMER_HASHES`` with their statistics; return how
-    many."""
-    cursor.execute(_HASHES_INSERT, params)
-    added = int(cursor.rowcount)
-    cursor.execute(_NEW_HASHES_ANALYZE)
-    return added
+def hashes_insert(cursor: Any, *, params: dict[str, Any], into: sql.Composable) -> int:
+    """The new hashes, each also inserted into ``into`` (the caller's relation
+    ``(consumer_id, hash_type, hash)``, written here, never read);
+    return how many."""
+    cursor.execute(_HASHES_INSERT.format(into=into), params)
+    return int(cursor.rowcount)
 
 
 def unlisted_count(cursor: Any, *, broker_pk: int) -> tuple[int, int]:

@@ -46,7 +46,7 @@ from integrations.models import (
     WorkItemState,
 )
 from integrations.services.cycle.drop_import import drop_zip_import
-from integrations.services.cycle.matching import consumer_hashes_match_late
+from integrations.services.cycle.matching import consumer_hashes_match_late, late_added_create
 from integrations.services.providers import directives as directives_service
 from integrations.services.providers.directives import directive_acknowledge, directives_issue
 from integrations.services.providers.providers import service_provider_add
@@ -129,13 +129,17 @@ def test_a_late_match_issues_its_own_directive_of_the_new_matches_only(
         late = ConsumerFactory.create(
             broker=broker, remote_identifier="C-3", hashes={"email": EMAIL[1][1]}
         )
+        added = late_added_create()
         with connection.cursor() as cursor:
             cursor.execute(
-                "CREATE TEMP TABLE added ON COMMIT DROP AS SELECT consumer_id, hash_type, hash"
-                " FROM integrations_consumerhash WHERE consumer_id = %s",
+                sql.SQL(
+                    "INSERT INTO {added} (consumer_id, hash_type, hash)"
+                    " SELECT consumer_id, hash_type, hash"
+                    " FROM integrations_consumerhash WHERE consumer_id = %s"
+                ).format(added=added),
                 [late.pk],
             )
-        consumer_hashes_match_late(broker=broker, added=sql.Identifier("added"), actor="test")
+        consumer_hashes_match_late(broker=broker, actor="test")
     newest = Directive.objects.exclude(pk=matched.pk).get()
     assert newest.reason == DirectiveReason.LATE_MATCH
     assert bytes(newest.content).decode() == f"hash_type,hash\nemail,{EMAIL[1][1]}\n"

@@ -30,7 +30,11 @@ from integrations.models import (
 )
 from integrations.services.cycle import drop_import, matching
 from integrations.services.cycle.drop_import import drop_zip_import
-from integrations.services.cycle.matching import LateMatches, consumer_hashes_match_late
+from integrations.services.cycle.matching import (
+    LateMatches,
+    consumer_hashes_match_late,
+    late_added_create,
+)
 from integrations.services.cycle.requests import matches_table_create, requests_create_for_matches
 from integrations.services.staff.brokers import broker_create
 from tests.builders import (
@@ -60,21 +64,20 @@ def register_late(broker: Broker, remote_identifier: str, **hashes: str) -> Late
             broker=broker, remote_identifier=remote_identifier, hashes=hashes
         )
         _list_as_new(broker, registered)
-        return consumer_hashes_match_late(broker=broker, added=NEW_HASHES, actor="test")
-
-
-# The hashes a registration added, as its load lists them: here, one consumer's.
-NEW_HASHES = sql.Identifier("new_consumer_hashes")
+        return consumer_hashes_match_late(broker=broker, actor="test")
 
 
 def _list_as_new(broker: Broker, registered: Consumer) -> None:
-    """``NEW_HASHES`` as a registration leaves its list: here, the consumer's hashes."""
+    """The late match's table of added hashes as a registration's merge fills it (by
+    insert only): here, with the consumer's hashes."""
+    added = late_added_create()
     with connection.cursor() as cursor:
-        cursor.execute("DROP TABLE IF EXISTS new_consumer_hashes")
         cursor.execute(
-            "CREATE TEMP TABLE new_consumer_hashes ON COMMIT DROP AS"
-            " SELECT consumer_id, hash_type, hash FROM integrations_consumerhash"
-            " WHERE broker_id = %s AND consumer_id = %s",
+            sql.SQL(
+                "INSERT INTO {added} (consumer_id, hash_type, hash)"
+                " SELECT consumer_id, hash_type, hash FROM integrations_consumerhash"
+                " WHERE broker_id = %s AND consumer_id = %s"
+            ).format(added=added),
             [broker.pk, registered.pk],
         )
 
@@ -283,7 +286,7 @@ def test_matching_the_same_consumer_again_creates_nothing_new(
     again = Consumer.objects.get(remote_identifier="C-9")
     with transaction.atomic():
         _list_as_new(broker, again)
-        assert consumer_hashes_match_late(broker=broker, added=NEW_HASHES).work_items == 0
+        assert consumer_hashes_match_late(broker=broker).work_items == 0
     assert DeletionRequest.objects.filter(remote_identifier="C-9").count() == 1
 
 

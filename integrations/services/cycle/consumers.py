@@ -64,7 +64,11 @@ from integrations.consumers.sources import ConsumerSource
 from integrations.consumers.workers import EncodedBatch, encode_batch
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, Consumer, ConsumerHash
-from integrations.services.cycle.matching import RegistrationSource, consumer_hashes_match_late
+from integrations.services.cycle.matching import (
+    RegistrationSource,
+    consumer_hashes_match_late,
+    late_added_create,
+)
 from integrations.services.ledger import ledger_event_append
 from integrations.services.locks import (
     LockBusy,
@@ -279,7 +283,8 @@ def _register(
     result = ConsumerRegistration(source=source, strict=strict)
     with transaction.atomic(), connection.cursor() as cursor:
         registration_lock(cursor, broker=broker, timeout=lock_timeout)
-        load = ConsumerLoad(cursor, broker_pk=broker.pk)
+        # The late match's own table of the hashes added: the merge inserts each into it.
+        load = ConsumerLoad(cursor, broker_pk=broker.pk, added_into=late_added_create())
         merged: Merged | None = None
         with closing(_read_ahead(_rounds(batches, result))) as rounds:
             for round_ in rounds:
@@ -309,11 +314,11 @@ def _register(
         # An API call waits for the matching lock no longer than for the registration lock:
         # a DROP import holds it through its whole matching.
         if result.hashes_added:
-            assert load.added is not None  # set by finish() whenever hashes were added
+            assert merged is not None  # hashes were added: rounds were staged and merged
             _matching_lock(broker=broker, timeout=lock_timeout)
             consumer_hashes_match_late(
                 broker=broker,
-                added=load.added,
+                first_set=merged.fresh_partition,  # all the broker's hashes are new
                 actor=actor,
                 source=_registration_source(source, files, api_key_prefix),
             )

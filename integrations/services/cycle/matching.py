@@ -27,11 +27,18 @@ matched by one side or the other, never by neither:
    unmatched rows afterwards would rewrite most of the table and its four indexes.
 
 2. **A consumer registered later** (``services.cycle.consumers``), the ongoing duty of
-   docs/contracts.md §1.8: the new consumer hashes, in the relation the consumer load
-   names (``ConsumerLoad.added``: its own list, or a broker's whole new partition), are
-   joined against every kept work item hash of the broker::
+   docs/contracts.md §1.8: the new consumer hashes are joined against every kept work
+   item hash of the broker. They are listed in this module's own table, which the
+   registration has its merge insert them into (``ConsumerLoad``), or, for a broker's
+   first set, they are all the broker's hashes::
 
-       consumer_hashes_match_late(broker=broker, added=load.added, actor=actor)
+       load = ConsumerLoad(cursor, broker_pk=..., added_into=late_added_create())
+       merged = load.finish()                    # each hash added inserted there
+       consumer_hashes_match_late(broker=broker, first_set=merged.fresh_partition,
+                                  actor=actor)
+
+   Nothing but this module reads that table (a writer only inserts into it), and it
+   makes its statistics itself (``ANALYZE``) before the join.
 
    Matches become deletion requests marked ``late_match``; a work item already reported
    as 5 is flagged ``needs_amendment``. Removed work items get none. A match of a work
@@ -47,7 +54,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from django.db import connection
 from psycopg import sql
@@ -277,7 +284,27 @@ def cycle_matches_collect() -> int:
         return count
 
 
-# Each (kept work item, consumer) pair ``added`` matches that no request joins yet.
+# The consumer hashes a registration added, for its late match: made here, filled by the
+# registration's merge (an insert only: ``late_added_create``), read here only. The column
+# types are those of integrations_consumerhash.
+_LATE_ADDED: Final = sql.Identifier("late_match_added")
+_LATE_ADDED_CREATE: Final = """
+DROP TABLE IF EXISTS late_match_added;
+CREATE TEMP TABLE late_match_added (
+    consumer_id bigint NOT NULL,
+    hash_type varchar(8) NOT NULL,
+    hash bytea NOT NULL
+) ON COMMIT DROP
+"""
+# Its statistics: a file import may list millions of hashes, and without them the planner
+# takes a nested loop.
+_LATE_ADDED_ANALYZE: Final = "ANALYZE late_match_added"
+# A broker's first set: every hash the broker has is new (its fresh partition).
+_FIRST_SET: Final = sql.SQL(
+    "(SELECT consumer_id, hash_type, hash FROM integrations_consumerhash"
+    " WHERE broker_id = %(broker)s)"
+)
+# Each (kept work item, consumer) pair the added hashes match that no request joins yet.
 _LATE_MATCHES = sql.SQL("""
 INSERT INTO {matches} (work_item_id, consumer_id, late_match)
 SELECT DISTINCT w.id, n.consumer_id, true
@@ -311,6 +338,19 @@ SELECT %(broker)s, m.work_item_id, m.consumer_id, c.remote_identifier,
 """)
 
 
+def late_added_create() -> sql.Identifier:
+    """Make (empty) the table ``consumer_hashes_match_late`` reads the added consumer hashes
+    from, ``(consumer_id bigint, hash_type varchar(8), hash bytea)``, and return it.
+
+    The caller has it filled by ``INSERT INTO`` only (the consumer load's merge inserts
+    each hash it adds), in the transaction that then calls ``consumer_hashes_match_late``;
+    nothing but this module reads it. A table left by an earlier call of the same
+    transaction is dropped first."""
+    with connection.cursor() as cursor:
+        cursor.execute(_LATE_ADDED_CREATE)
+    return _LATE_ADDED
+
+
 @dataclass(frozen=True)
 class LateMatches:
     """What ``consumer_hashes_match_late`` did."""
@@ -325,17 +365,17 @@ class LateMatches:
 def consumer_hashes_match_late(
     *,
     broker: Broker,
-    added: sql.Composable,
+    first_set: bool = False,
     actor: str = SYSTEM_ACTOR,
     match_date: dt.date | None = None,
     source: RegistrationSource | None = None,
 ) -> LateMatches:
-    """Match the consumer hashes listed in ``added`` against every kept hash.
+    """Match the consumer hashes just added against every kept hash.
 
-    Call it inside the transaction that inserted the hashes; ``added`` is the relation
-    that lists them, ``(consumer_id bigint, hash_type text, hash bytea)``, made by the
-    caller with its statistics (``ANALYZE``: a file import may list millions of hashes,
-    and without them the planner takes a nested loop). Each (work item, new consumer) pair
+    Call it inside the transaction that inserted the hashes and listed them in the table
+    ``late_added_create`` made (this makes its statistics and reads it; it goes at commit), or,
+    given ``first_set`` (the broker's first set: every hash it has is new), that
+    inserted all the broker's hashes. Each (work item, new consumer) pair
     not matched before gets deletion requests marked ``late_match`` (removed work items
     get none). A matched work item whose status was known goes back to ``open`` until
     outcomes arrive; one already reported as 5 is flagged ``needs_amendment``. Given
@@ -346,6 +386,11 @@ def consumer_hashes_match_late(
     matching_lock(broker=broker)
     matches_table_create()
     with connection.cursor() as cursor:
+        if first_set:
+            added: sql.Composable = _FIRST_SET
+        else:
+            cursor.execute(_LATE_ADDED_ANALYZE)
+            added = _LATE_ADDED
         cursor.execute(
             _LATE_MATCHES.format(matches=sql.Identifier(MATCHES_TABLE), added=added),
             {"broker": broker.pk, "removed": WorkItemState.REMOVED},
