@@ -1,12 +1,13 @@
 """Each SaaS connection gets a UUID, as each integration has, for ``saas retire UUID``.
 
-Added empty, filled with PostgreSQL's random UUIDs for the connections there are, then made
-unique and given its default: a plain ``AddField`` with a Python default would give every
-existing row the same value and break the unique index.
+Its database default is ``gen_random_uuid()``, volatile, so PostgreSQL gives each existing
+row its own as the column is added; and a row inserted by code that predates the column
+(during an upgrade) still gets one.
 """
 
 import uuid
 
+import django.contrib.postgres.functions
 from django.db import migrations, models
 
 
@@ -19,17 +20,12 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="saasconnection",
             name="uuid",
-            field=models.UUIDField(editable=False, null=True, verbose_name="UUID"),
-        ),
-        migrations.RunSQL(
-            sql="UPDATE integrations_saasconnection SET uuid = gen_random_uuid() WHERE uuid IS NULL",
-            reverse_sql=migrations.RunSQL.noop,
-        ),
-        migrations.AlterField(
-            model_name="saasconnection",
-            name="uuid",
             field=models.UUIDField(
-                default=uuid.uuid4, editable=False, unique=True, verbose_name="UUID"
+                db_default=django.contrib.postgres.functions.RandomUUID(),
+                default=uuid.uuid4,
+                editable=False,
+                unique=True,
+                verbose_name="UUID",
             ),
         ),
     ]

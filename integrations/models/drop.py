@@ -158,8 +158,11 @@ class WorkItemQuerySet(models.QuerySet["WorkItem"]):
         statement written by hand that must select the same rows (a set-based ``UPDATE``, an
         aggregate's ``FILTER``) rather than restate a case above: columns qualified by the
         table's name, or by ``alias``. A filter through another table is refused (a bare
-        condition cannot carry its join)."""
+        condition cannot carry its join), and so is a slice, a union or a distinct (a
+        condition cannot say them either: the statement would touch other rows)."""
         query = self.query.clone()
+        if query.is_sliced or query.combinator or query.distinct:
+            raise ValueError("where_sql: a slice, union or distinct is not a condition")
         table = query.get_initial_alias()
         if any(query.alias_refcount[other] for other in query.alias_map if other != table):
             raise ValueError("where_sql: the filter joins another table")

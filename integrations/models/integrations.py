@@ -12,6 +12,7 @@ import uuid
 from typing import Any, ClassVar, Self, TypeVar
 
 from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.functions import RandomUUID
 from django.db import models
 from django.db.models.functions import Now
 
@@ -174,7 +175,11 @@ class SaasConnection(models.Model):
     """A third-party SaaS deletion connector (generic HTTP), fed resolved clear identifiers."""
 
     # What staff name it by on the command line (``saas retire UUID``), as an integration's.
-    uuid = models.UUIDField("UUID", default=uuid.uuid4, unique=True, editable=False)
+    # The database's default too: rows made without the ORM (and by code older than the
+    # column, during an upgrade) get one of their own.
+    uuid = models.UUIDField(
+        "UUID", default=uuid.uuid4, db_default=RandomUUID(), unique=True, editable=False
+    )
     broker = models.ForeignKey(
         "integrations.Broker", on_delete=models.PROTECT, related_name="saas_connections"
     )

@@ -202,3 +202,14 @@ def test_a_compiled_condition_names_its_table_and_carries_no_join(cycle: DropCyc
     assert WorkItem.objects.none().where_sql() == ("FALSE", [])
     with pytest.raises(ValueError, match="joins another table"):
         WorkItem.objects.filter(cycle__broker=cycle.broker).where_sql()
+
+
+def test_what_a_condition_cannot_say_is_refused(cycle: DropCycle) -> None:
+    reportable = WorkItem.objects.reportable()
+    for query in (
+        reportable[:5],
+        reportable.union(WorkItem.objects.all()),
+        reportable.distinct("hash_type"),
+    ):
+        with pytest.raises(ValueError, match="not a condition"):
+            query.where_sql()

@@ -383,6 +383,11 @@ def test_saas_retire_takes_the_uuid_saas_list_shows_or_the_id(broker: Broker) ->
     # The numeric id, as earlier versions listed it, still names one.
     call_command("saas", "retire", str(other.pk), "--reason", "gone", stdout=io.StringIO())
     assert SaasConnection.objects.get(pk=other.pk).retired_reason == "gone"
+    # A UUID written with digits only and no hyphens is a UUID, not an id.
+    digits = SaasConnectionFactory.create(broker=broker, url="http://127.0.0.1:9/d", name="D")
+    SaasConnection.objects.filter(pk=digits.pk).update(uuid="12345678" * 4)
+    call_command("saas", "retire", "12345678" * 4, "--reason", "digits", stdout=io.StringIO())
+    assert SaasConnection.objects.get(pk=digits.pk).retired_reason == "digits"
     for not_an_id in ("6a1f0b4e-0000-4000-8000-000000000000", "²"):  # "²": isdigit(), not int()
         with pytest.raises(CommandError, match=r"see: manage\.py saas list"):
             call_command("saas", "retire", not_an_id, "--reason", "x")

@@ -121,13 +121,11 @@ def _connection(value: str) -> SaasConnection | None:
     """The connection named by its UUID, or by its id (as ``saas list`` showed it before it
     showed UUIDs)."""
     connections = SaasConnection.objects.select_related("broker")
-    pk = ascii_integer(value)
-    if pk is not None:
-        return connections.filter(pk=pk).first()
     try:
         return connections.filter(uuid=uuid.UUID(value)).first()
-    except ValueError:
-        return None
+    except ValueError:  # not a UUID (one of only digits is: 32 of them)
+        pk = ascii_integer(value)
+        return None if pk is None else connections.filter(pk=pk).first()
 
 
 def _row(connection: SaasConnection) -> dict[str, Any]:

@@ -289,7 +289,7 @@ def cycle_matches_collect() -> int:
 # types are those of integrations_consumerhash.
 _LATE_ADDED: Final = sql.Identifier("late_match_added")
 _LATE_ADDED_CREATE: Final = """
-DROP TABLE IF EXISTS late_match_added;
+DROP TABLE IF EXISTS pg_temp.late_match_added;
 CREATE TEMP TABLE late_match_added (
     consumer_id bigint NOT NULL,
     hash_type varchar(8) NOT NULL,
