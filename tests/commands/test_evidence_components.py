@@ -26,7 +26,7 @@ from django.utils import timezone
 from devtools.drop_simulator import DropSimulator
 from integrations.consumers import readers
 from integrations.drop import standardize
-from integrations.drop.calendar import drop_today
+from integrations.drop.calendar import drop_date, drop_midnight, drop_today
 from integrations.evidence import pack
 from integrations.evidence.components import FILE, KEYS, TITLES, component_problems
 from integrations.evidence.verify import verify_pack
@@ -503,7 +503,12 @@ def test_a_pull_that_resumed_a_package_downloaded_before_is_no_download_of_its_o
 
 
 def test_an_outage_without_its_notice_fails_drop_access(cycle: DropCycle, tmp_path: Path) -> None:
-    start = cycle.downloaded_at + dt.timedelta(hours=1)
+    # An hour before midnight in California: UTC's date is already the next day's, and the
+    # outage's day, as its due date, is DROP's.
+    start = drop_midnight(drop_date(cycle.downloaded_at) + dt.timedelta(days=1)) - dt.timedelta(
+        hours=1
+    )
+    assert start.astimezone(dt.UTC).date() != drop_date(start)
     obligation = DropAccessObligationFactory.create(
         broker=cycle.broker,
         outage__started_at=start,
@@ -515,7 +520,7 @@ def test_an_outage_without_its_notice_fails_drop_access(cycle: DropCycle, tmp_pa
     notice = components_of(export(tmp_path))["drop_access"]["tests"][1]
     assert notice["result"] == "fail"
     assert notice["detail"] == (
-        f"the outage from {start:%Y-%m-%d} needed one by {obligation.due_date}: none recorded"
+        f"the outage from {drop_date(start)} needed one by {obligation.due_date}: none recorded"
     )
 
 

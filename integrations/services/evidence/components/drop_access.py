@@ -183,7 +183,7 @@ def build(context: PackContext) -> Component:
             f"{len(obligations)} outage(s) obliged a notice, all sent or not yet due"
             if not late
             else "; ".join(
-                f"the outage from {o.failure_started_at:%Y-%m-%d} needed one by {o.due_date}: "
+                f"the outage from {drop_date(o.failure_started_at)} needed one by {o.due_date}: "
                 + (f"sent {o.notice_sent_on}" if o.notice_sent_on else "none recorded")
                 for o in late
             )
