@@ -214,7 +214,7 @@ class DirectiveAdmin(ModelAdmin):
     @admin.display(description="acknowledged", ordering="acknowledged_at")
     def acknowledgement(self, obj: Directive) -> str:
         if obj.acknowledged_at is not None:
-            return f"{obj.acknowledged_at:%Y-%m-%d} {obj.acknowledgement_reference}"
+            return f"{drop_date(obj.acknowledged_at)} {obj.acknowledgement_reference}"
         if directive_ack_due(obj) < timezone.now():
             return format_html('<strong class="text-red-600">{}</strong>', "overdue")
         return "awaiting"

@@ -14,6 +14,7 @@ from django.contrib.auth.models import Group, User
 from django.test import Client
 from django.urls import reverse
 
+from integrations.drop.calendar import drop_midnight
 from integrations.evidence import pack
 from integrations.evidence.directives import directive_verify
 from integrations.evidence.signing_key import evidence_signing_key
@@ -132,6 +133,17 @@ def test_an_operator_records_the_acknowledgement_with_its_reference(
     directive.refresh_from_db()
     assert directive.acknowledgement_reference == "letter of May 2"
     assert directive.acknowledged_by == "staff:operators"
+
+
+def test_the_list_shows_the_acknowledgement_on_drops_day(directive: Directive) -> None:
+    # An hour before midnight in California: UTC's date is already the next day's. Staff
+    # read DROP's calendar, as the message about an acknowledgement recorded before says.
+    evening = drop_midnight(dt.date(2026, 11, 30)) - dt.timedelta(hours=1)
+    Directive.objects.filter(pk=directive.pk).update(
+        acknowledged_at=evening, acknowledged_by="staff:operators", acknowledgement_reference="R-7"
+    )
+    page = role_client("Operators").get(reverse("admin:integrations_directive_changelist"))
+    assert "2026-11-29 R-7" in page.content.decode()
 
 
 def test_an_auditor_cannot_record_an_acknowledgement(directive: Directive) -> None:
