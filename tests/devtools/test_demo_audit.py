@@ -32,7 +32,7 @@ import pytest
 from django.core.management import call_command
 
 from devtools.databases import demo_database_name
-from integrations.drop.calendar import drop_timezone
+from integrations.drop.calendar import drop_date, drop_timezone
 from tests.conftest import database_url
 from tests.served_demo import ROOT, ServedDemo, demo_env
 
@@ -62,9 +62,12 @@ def test_the_demo_broker_gets_a_verifiable_pack_and_its_figures(
     demo_url = _demo_database_url()
     started, ended = demo.started, demo.served  # its statuses were reported in between
     env = {**demo_env(), "DATABASE_URL": demo_url}
+    # The year the figures and the pack count in is DROP's: for the first hours of a year in
+    # UTC (until midnight in California), UTC's year is the next one and holds no cycle.
+    year = drop_date(started).year
 
     metrics = manage(
-        "drop", "metrics", "--broker", "4821", "--year", str(started.year), "--format", "json",
+        "drop", "metrics", "--broker", "4821", "--year", str(year), "--format", "json",
         env=env,
     )  # fmt: skip
     assert metrics.returncode == 0, metrics.stderr
@@ -90,8 +93,8 @@ def test_the_demo_broker_gets_a_verifiable_pack_and_its_figures(
 
     pack = tmp_path / "demo-evidence.zip"
     exported = manage(
-        "evidence", "export", "--broker", "4821", "--since", f"{started.year}-01-01",
-        "--until", f"{started.year}-12-31", "--sample", "1", "--seed", "demo", "--out", str(pack),
+        "evidence", "export", "--broker", "4821", "--since", f"{year}-01-01",
+        "--until", f"{year}-12-31", "--sample", "1", "--seed", "demo", "--out", str(pack),
         env=env,
     )  # fmt: skip
     assert exported.returncode == 0, exported.stderr
