@@ -49,7 +49,7 @@ from procrastinate.periodic import PeriodicRegistry
 from devtools.drop_simulator import DropSimulator, build_drop_zip
 from devtools.isi_simulator import IsiSimulator
 from devtools.isi_simulator import connection as listed_connection
-from integrations.drop.calendar import drop_timezone, drop_today
+from integrations.drop.calendar import drop_date, drop_timezone, drop_today
 from integrations.drop.notifications import notification_signature, notification_timestamp
 from integrations.drop.reporting import build_response_file, response_name
 from integrations.models import (
@@ -479,7 +479,11 @@ class DropAccessObligationFactory(DjangoModelFactory[DropAccessObligation]):
         ended_at=factory.LazyFunction(timezone.now),
     )
     failure_started_at = factory.SelfAttribute("outage.started_at")
-    due_date = factory.LazyAttribute(lambda o: o.failure_started_at.date() + dt.timedelta(days=45))
+    # Due 45 days after the failure's day in DROP's calendar, as the service records it (in
+    # the evening in California, UTC's date is already the next day's).
+    due_date = factory.LazyAttribute(
+        lambda o: drop_date(o.failure_started_at) + dt.timedelta(days=45)
+    )
 
 
 class ServiceProviderFactory(DjangoModelFactory[ServiceProvider]):
