@@ -317,9 +317,9 @@ def _add_disabled_target_groups(
     _add_stuck_group(found, reason, "saasconnection", {"enabled__exact": 0}, saas_counts)
     if saas_counts:
         for broker_id, name, key in paused_saas.values_list(
-            "resolution__broker__broker_id", "saas_connection__name", "saas_connection__pk"
+            "resolution__broker__broker_id", "saas_connection__name", "saas_connection__uuid"
         ).distinct():
-            names.setdefault(broker_id, set()).add(f"SaaS connection {name!r} (id {key})")
+            names.setdefault(broker_id, set()).add(f"SaaS connection {name!r} ({key})")
     for broker_id, targets in names.items():
         group = found[(broker_id, reason)]
         found[(broker_id, reason)] = dataclasses.replace(group, targets=tuple(sorted(targets)))

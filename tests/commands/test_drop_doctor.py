@@ -179,7 +179,7 @@ def test_items_waiting_for_a_disabled_target_name_each_target(world: World) -> N
     (group,) = [g for g in stuck_work_items() if g.reason == StuckReason.TARGET_DISABLED]
 
     assert group.targets == (
-        f"SaaS connection 'Mailer' (id {mailer.pk})",
+        f"SaaS connection 'Mailer' ({mailer.uuid})",
         f"integration 'Old' ({world.old.uuid})",
     )
     assert group.work_items == 2

@@ -193,7 +193,7 @@ def saas_connection_enable(*, connection: SaasConnection, actor: str) -> int:
             return 0
         if locked.retired_at is not None:
             raise ValidationError(
-                f"SaaS connection {locked.pk} ({locked.name}) was retired on "
+                f"SaaS connection {locked.uuid} ({locked.name}) was retired on "
                 f"{drop_time_text(locked.retired_at)} ({locked.retired_reason}): retired is final; "
                 "add a new connection instead"
             )
@@ -251,7 +251,7 @@ def saas_connection_retire(
         )
         if locked.retired_at is not None:
             raise ValidationError(
-                f"SaaS connection {locked.pk} ({locked.name}) was already retired on "
+                f"SaaS connection {locked.uuid} ({locked.name}) was already retired on "
                 f"{drop_time_text(locked.retired_at)}: {locked.retired_reason}"
             )
         now = timezone.now()
