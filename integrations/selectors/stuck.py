@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import enum
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -159,53 +159,56 @@ def stuck_work_items(
             _add_stuck_group(found, reason, model, params, _stuck_counts(rows, **fields))
     if StuckReason.TARGET_DISABLED in wanted:
         _add_disabled_target_groups(found, broker)
-    # Each reason's model, admin filters and counts (called only for a wanted reason).
-    others: list[tuple[StuckReason, str, dict[str, Any], Callable[[], _Counts]]] = [
-        (
+    if StuckReason.DROP_KEY_REFUSED in wanted:
+        _add_stuck_group(
+            found,
             StuckReason.DROP_KEY_REFUSED,
             "ledgerevent",
             {"kind__exact": LedgerKind.DROP_PULL_FAILED},
-            lambda: _drop_key_refused_counts(broker),
-        ),
-        (
+            _drop_key_refused_counts(broker),
+        )
+    if StuckReason.UNREADABLE_WORK_ITEM in wanted:
+        _add_stuck_group(
+            found,
             StuckReason.UNREADABLE_WORK_ITEM,
             "unreadableworkitem",
             {},
-            lambda: _unreadable_counts(broker),
-        ),
-        (
+            _unreadable_counts(broker),
+        )
+    if StuckReason.REPORT_FILE_REFUSED in wanted:
+        _add_stuck_group(
+            found,
             StuckReason.REPORT_FILE_REFUSED,
             "reportfile",
             {"state__in": f"{ReportFileState.REFUSED},{ReportFileState.REJECTED}"},
-            lambda: _report_file_refused_counts(broker),
-        ),
-        (
+            _report_file_refused_counts(broker),
+        )
+    if StuckReason.REPORT_FILE_AWAITING_APPROVAL in wanted:
+        _add_stuck_group(
+            found,
             StuckReason.REPORT_FILE_AWAITING_APPROVAL,
             "reportfile",
             {"state__exact": ReportFileState.AWAITING_APPROVAL},
-            lambda: _report_file_held_counts(broker, [ReportFileState.AWAITING_APPROVAL]),
-        ),
-        # Not open items: DROP holds their status, but the broker owes their deletion again
-        # (its nearest due date is the round's).
-        (
+            _report_file_held_counts(broker, [ReportFileState.AWAITING_APPROVAL]),
+        )
+    # Not open items: DROP holds their status, but the broker owes their deletion again
+    # (its nearest due date is the round's).
+    if StuckReason.RECURRING_ROUND_OVERDUE in wanted:
+        _add_stuck_group(
+            found,
             StuckReason.RECURRING_ROUND_OVERDUE,
             "deletionrequest",
             {"round__gte": 1},
-            lambda: recurring_overdue_counts(broker=broker, today=drop_today(now)),
-        ),
-        (
+            recurring_overdue_counts(broker=broker, today=drop_today(now)),
+        )
+    if StuckReason.RECURRING_ROUND_FAILING in wanted:
+        _add_stuck_group(
+            found,
             StuckReason.RECURRING_ROUND_FAILING,
             "deletionrequest",
-            {
-                "round__gte": 1,
-                "state__in": f"{RequestState.FAILED},{RequestState.UNDELIVERABLE}",
-            },
-            lambda: recurring_failing_counts(broker=broker),
-        ),
-    ]
-    for reason, model, params, counts in others:
-        if reason in wanted:
-            _add_stuck_group(found, reason, model, params, counts())
+            {"round__gte": 1, "state__in": f"{RequestState.FAILED},{RequestState.UNDELIVERABLE}"},
+            recurring_failing_counts(broker=broker),
+        )
     order = list(StuckReason)
     return sorted(
         found.values(),
