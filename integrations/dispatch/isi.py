@@ -323,7 +323,7 @@ def send(
 class IsiTransport:
     """A POST to the broker's own API with its bearer token (``Message.credential``: a
     ``BearerToken``, renewed once after a 401), the answer checked by ``Message.check``
-    before it is masked (``answer_kept``). Its requests are worded by
+    before it is masked (``answer_kept``). Its requests' messages are built by
     ``services.dispatch.deliveries``: they need the stored token and record the answer."""
 
     kind = "isi"

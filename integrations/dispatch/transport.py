@@ -9,9 +9,9 @@ one ``Verdict`` per message, in order::
     verdicts[0].outcome        # "delivered" | "retry" | "gone" | "failed"
     verdicts[0].attempt        # what its DeliveryAttempt records
 
-A kind of integration's transport also words its requests (``RequestWording``)::
+A kind of integration's transport also builds its requests' messages (``RequestMessages``)::
 
-    message = wording("webhook").deletion_message(deletion_request)  # dispatch.transports
+    message = request_messages("webhook").deletion_message(deletion_request)  # dispatch.transports
 
 The loop knows nothing of HTTP: what a status code means is each transport's business (the
 three of today are HTTP, so they share ``http_verdict``, and webhook and SaaS the plain
@@ -113,11 +113,12 @@ class Transport(Protocol):
 
 
 @runtime_checkable
-class RequestWording(Protocol):
-    """A transport that also words the requests a match hands an integration of its kind,
-    from their rows alone: every kind of integration but ISI, whose messages need the
-    database (its stored token, its answer recorded: ``services.dispatch.deliveries``).
-    Matching makes an integration a target once its kind's transport words its requests."""
+class RequestMessages(Protocol):
+    """A transport that also builds the messages of the requests a match hands an
+    integration of its kind, from their rows alone: every kind of integration but ISI, whose
+    messages need the database (its stored token, its answer recorded:
+    ``services.dispatch.deliveries``). Matching makes an integration a target once its
+    kind's transport builds its requests' messages."""
 
     def deletion_message(self, request: DeletionRequest) -> Message: ...
 

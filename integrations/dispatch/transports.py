@@ -2,15 +2,16 @@
 
 A new kind of target is one class with the ``dispatch.transport.Transport`` protocol, in its
 own module, and one entry here. Its integrations are deletion targets (matching gives each a
-request) once it words their requests too (``RequestWording``); ISI, the one kind worded in
-``services``, has its own branch where targets are chosen (its connections are the targets).
+request) once it builds their requests' messages too (``RequestMessages``); ISI, the one kind
+whose messages are built in ``services``, has its own branch where targets are chosen (its
+connections are the targets).
 """
 
 from __future__ import annotations
 
 from integrations.dispatch.isi import IsiTransport
 from integrations.dispatch.saas import SaasTransport
-from integrations.dispatch.transport import RequestWording, Transport
+from integrations.dispatch.transport import RequestMessages, Transport
 from integrations.dispatch.webhook import WebhookTransport
 
 TRANSPORTS: dict[str, Transport] = {
@@ -18,15 +19,15 @@ TRANSPORTS: dict[str, Transport] = {
 }
 
 
-def wording(kind: str) -> RequestWording | None:
-    """The transport of ``kind`` if it words its integrations' requests itself."""
+def request_messages(kind: str) -> RequestMessages | None:
+    """The transport of ``kind`` if it builds its integrations' request messages itself."""
     transport = TRANSPORTS.get(kind)
-    return transport if isinstance(transport, RequestWording) else None
+    return transport if isinstance(transport, RequestMessages) else None
 
 
-def worded_kinds() -> list[str]:
+def direct_target_kinds() -> list[str]:
     """The kinds of integration that are themselves deletion targets."""
-    return sorted(kind for kind in TRANSPORTS if wording(kind) is not None)
+    return sorted(kind for kind in TRANSPORTS if request_messages(kind) is not None)
 
 
 def resolving_kinds() -> list[str]:

@@ -124,7 +124,8 @@ def webhook_headers(
 class WebhookTransport:
     """A signed POST (``Message.credential``: the integration's Webhook Secret), signed on the
     sending thread right before it leaves, so the timestamp is fresh however long the call
-    waited for a thread. It words its own requests: body §2.1 and the notification §2.3."""
+    waited for a thread. It builds its own requests' messages: body §2.1 and the
+    notification §2.3."""
 
     kind = "webhook"
     resolves = True

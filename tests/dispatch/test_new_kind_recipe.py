@@ -1,10 +1,10 @@
 """The "add a kind of target" recipe of docs/architecture.md, walked with a kind defined here.
 
-A carrier-pigeon kind: its ``Transport`` (the recipe's dispatch step), which words its own
-requests (``RequestWording``), registered in ``dispatch.transports.TRANSPORTS``. Nothing in
-``services`` names it, yet matching makes its integrations deletion targets (and asks them
-for identifiers when its transport says it resolves), and the delivery loop words its
-messages and applies its verdicts, none of which says anything of HTTP, as it does today's
+A carrier-pigeon kind: its ``Transport`` (the recipe's dispatch step), which builds its own
+requests' messages (``RequestMessages``), registered in ``dispatch.transports.TRANSPORTS``.
+Nothing in ``services`` names it, yet matching makes its integrations deletion targets (and
+asks them for identifiers when its transport says it resolves), and the delivery loop has it
+build its messages and applies its verdicts, none of which says anything of HTTP, as it does today's
 kinds': the attempt recorded as the verdict says, the row's state, its retry, its target
 disabled, its ledger. And its broker, calling back as a webhook's does, is answered with no
 SQL of its own: the callback finds the request by the key its body names, whatever kind
@@ -46,8 +46,8 @@ from devtools.drop_simulator import work_items
 from integrations.admin.integrations import Created, IntegrationAdmin, IntegrationListAdmin
 from integrations.admin.shown_once import SecretShownOnce
 from integrations.dispatch import signing
-from integrations.dispatch.transport import Attempt, Message, Outcome, RequestWording, Verdict
-from integrations.dispatch.transports import TRANSPORTS, worded_kinds
+from integrations.dispatch.transport import Attempt, Message, Outcome, RequestMessages, Verdict
+from integrations.dispatch.transports import TRANSPORTS, direct_target_kinds
 from integrations.models import (
     Broker,
     DeletionRequest,
@@ -170,12 +170,12 @@ def test_todays_kinds_each_have_their_transport() -> None:
         "isi": "IsiTransport",
         "saas": "SaasTransport",
     }
-    # The webhook words its own requests; ISI's are worded in services (its stored token).
-    assert {kind for kind, t in TRANSPORTS.items() if isinstance(t, RequestWording)} == {"webhook"}
-    assert isinstance(PigeonTransport(), RequestWording)
-    # A kind half added (its transport does not word its requests) fails here rather than
+    # The webhook builds its own messages; ISI's are built in services (its stored token).
+    assert {kind for kind, t in TRANSPORTS.items() if isinstance(t, RequestMessages)} == {"webhook"}
+    assert isinstance(PigeonTransport(), RequestMessages)
+    # A kind half added (its transport builds no messages of its requests) fails here rather than
     # leave its integrations' matches waiting for a target.
-    assert set(IntegrationKind.values) - {IntegrationKind.ISI} <= set(worded_kinds())
+    assert set(IntegrationKind.values) - {IntegrationKind.ISI} <= set(direct_target_kinds())
 
 
 ITEMS = list(work_items(2))
@@ -204,7 +204,7 @@ def test_matching_makes_its_integrations_targets_once_its_transport_is_registere
     assert {r.state for r in requests} == {RequestState.QUEUED}
     resolutions = ResolutionRequest.objects.filter(integration=loft)
     assert resolutions.count() == (2 if resolves else 0)
-    if resolves:  # and the loop has the transport word them
+    if resolves:  # and the loop has the transport build their messages
         pigeons = PigeonTransport("delivered", "delivered", resolves=True)
         monkeypatch.setitem(TRANSPORTS, PIGEON, pigeons)
         resolution_requests_deliver(request_ids=[r.pk for r in resolutions], threads=1)

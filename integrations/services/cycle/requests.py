@@ -10,8 +10,8 @@ defers their delivery jobs in the same transaction::
         created = requests_create_for_matches(broker=broker, match_date=today, actor="system")
 
 Deletion targets (docs/contracts.md §1.3): every integration of the broker that is not
-retired and whose kind's transport words its requests (today each webhook integration), and
-every ISI connection that takes part in DROP (listed, with both DROP
+retired and whose kind's transport builds its requests' messages (today each webhook
+integration), and every ISI connection that takes part in DROP (listed, with both DROP
 capabilities, of an ISI integration that is not retired). A disabled target is paused, not
 gone: it gets its requests, which wait (the delivery loop holds them, no attempt is made)
 until it is enabled, and their work items owe their status until they are answered. Each
@@ -28,7 +28,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from integrations.dispatch.transports import resolving_kinds, worded_kinds
+from integrations.dispatch.transports import direct_target_kinds, resolving_kinds
 from integrations.enqueue import deletion_requests_enqueue, resolution_requests_enqueue
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
@@ -79,8 +79,8 @@ def matches_table_create() -> None:
 
 
 # The targets, as (integration id, ISI connection id) rows, with whether each is asked for
-# identifiers too: every integration of a kind whose transport words its requests
-# (dispatch.transports.worded_kinds: today the webhook), and the connections of ISI
+# identifiers too: every integration of a kind whose transport builds its requests' messages
+# (dispatch.transports.direct_target_kinds: today the webhook), and the connections of ISI
 # integrations that take part (IsiConnection.takes_part_in_drop, written in SQL). A new
 # kind of target is a target here once its transport is registered. Disabled ones
 # included: only retiring ends a target (a request not made while it was paused would
@@ -89,7 +89,8 @@ _TARGETS_SQL = """
     SELECT i.id AS integration_id, NULL::bigint AS isi_connection_id,
            i.kind = ANY(%(resolving_kinds)s) AS resolves
       FROM integrations_integration i
-     WHERE i.broker_id = %(broker)s AND i.kind = ANY(%(worded_kinds)s) AND i.retired_at IS NULL
+     WHERE i.broker_id = %(broker)s AND i.kind = ANY(%(direct_target_kinds)s)
+       AND i.retired_at IS NULL
     UNION ALL
     SELECT i.id, c.id, i.kind = ANY(%(resolving_kinds)s)
       FROM integrations_isiconnection c
@@ -103,7 +104,7 @@ def _targets_params(broker: Broker) -> dict[str, Any]:
     """What ``_TARGETS_SQL`` reads, from the transports registered now."""
     return {
         "broker": broker.pk,
-        "worded_kinds": worded_kinds(),
+        "direct_target_kinds": direct_target_kinds(),
         "resolving_kinds": resolving_kinds(),
         "isi": IntegrationKind.ISI,
         "capabilities": list(DROP_CAPABILITIES),

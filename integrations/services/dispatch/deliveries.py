@@ -9,9 +9,9 @@ Jobs call the entry point of their kind with the ids they were given::
     saas_deletions_deliver(deletion_ids=[5])             # tasks.deliver_saas_deletions
 
 Each kind has the loop's ``DeliveryKind`` protocol: its rows, and per row its target, ledger
-subject and broker, its ``Message``, and its retry job. A request's message is worded by its
-target kind's transport (``dispatch.transports.wording``: a webhook's, signed with the
-Webhook Secret as it leaves), but for ISI's, worded here: they carry the bearer token
+subject and broker, its ``Message``, and its retry job. A request's message is built by its
+target kind's transport (``dispatch.transports.request_messages``: a webhook's, signed with the
+Webhook Secret as it leaves), but for ISI's, built here: they carry the bearer token
 stored for the integration and the answer's check (``dispatch.isi``) and, for the
 synchronous identifier retrieval, an ``on_delivered`` that records the answer once its
 attempt is recorded. A SaaS deletion is a POST with the connection's token, completed by
@@ -30,7 +30,7 @@ from integrations import enqueue
 from integrations.dispatch import isi, webhook
 from integrations.dispatch.saas import categories_or_default, saas_deletion_payload, saas_headers
 from integrations.dispatch.transport import Message, Verdict
-from integrations.dispatch.transports import wording
+from integrations.dispatch.transports import request_messages
 from integrations.models import (
     DeletionRequest,
     Integration,
@@ -129,7 +129,7 @@ class DeletionRequests:
             return None
         if item.integration.kind == IntegrationKind.ISI:
             return isi_deletion_outbound(item)
-        transport = wording(item.integration.kind)
+        transport = request_messages(item.integration.kind)
         return None if transport is None else transport.deletion_message(item)
 
     def enqueue(self, ids: Sequence[int], /, *, at: dt.datetime | None = None) -> None:
@@ -208,7 +208,7 @@ class ResolutionRequests:
     def outbound(self, item: ResolutionRequest) -> Message | None:
         if item.integration.kind == IntegrationKind.ISI:
             return isi_resolution_outbound(item)
-        transport = wording(item.integration.kind)
+        transport = request_messages(item.integration.kind)
         return None if transport is None else transport.resolution_message(item)
 
     def enqueue(self, ids: Sequence[int], /, *, at: dt.datetime | None = None) -> None:
