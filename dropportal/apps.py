@@ -17,9 +17,13 @@ class DropportalAdminConfig(AdminConfig):
         from django_otp.plugins.otp_totp.models import TOTPDevice
 
         from dropportal import security  # noqa: F401  (registers its system checks)
-        from dropportal.unfold_list import result_headers_once_per_list
+        from dropportal.unfold_list import (
+            full_count_only_when_narrowed,
+            result_headers_once_per_list,
+        )
 
         result_headers_once_per_list()
+        full_count_only_when_narrowed()
 
         # Their pages would show TOTP seeds and recovery codes: staff enrol at /admin/mfa/,
         # and a superuser resets a lost factor from the staff user list.
