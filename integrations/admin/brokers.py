@@ -18,8 +18,8 @@ from integrations.admin.credentials import Credential, WriteOnlyCredentials
 from integrations.admin.refusals import RefusalsShown, Refused
 from integrations.drop.notifications import notifications_url
 from integrations.list_types import DATA_TYPE_OF, LABELS
-from integrations.models import Broker
-from integrations.selectors.list_selection import list_selections, lists_selected_at
+from integrations.models import Broker, ListSelection
+from integrations.selectors.list_selection import list_selections, selection_in_force
 from integrations.services.staff.brokers import (
     BROKER_SETTINGS,
     broker_create,
@@ -30,6 +30,17 @@ from integrations.services.staff.brokers import (
     drop_base_url_check,
     drop_webhook_secret_check,
 )
+
+_SELECTIONS = "_dropportal_list_selections"
+
+
+def recorded_selections(broker: Broker) -> list[ListSelection]:
+    """Every selection recorded for the broker, read once for the page that shows it: its form
+    reads the lists in force from them, its history shows them all."""
+    kept = broker.__dict__.get(_SELECTIONS)
+    if kept is None:
+        kept = broker.__dict__[_SELECTIONS] = list(list_selections(broker))
+    return kept
 
 
 class BrokerForm(forms.ModelForm):
@@ -95,7 +106,9 @@ class BrokerForm(forms.ModelForm):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        current = lists_selected_at(self.instance) if self.instance.pk else None
+        current = (
+            selection_in_force(recorded_selections(self.instance)) if self.instance.pk else None
+        )
         self.lists_in_force = list(current.lists) if current else []
         self.fields["lists_selected"].initial = self.lists_in_force
         # Read by save_model's changed_data, and by clean for the lists.
@@ -176,7 +189,7 @@ class BrokerAdmin(RefusalsShown, WriteOnlyCredentials, ModelAdmin):
 
     @admin.display(description="Lists selected, as recorded")
     def lists_selection_history(self, obj: Broker) -> str:
-        selections = list(list_selections(obj))
+        selections = recorded_selections(obj)
         if not selections:
             return "None recorded yet."
         return format_html(

@@ -22,7 +22,7 @@ from unfold.admin import ModelAdmin
 from integrations.admin.actors import staff_actor
 from integrations.admin.refusals import RefusalsShown, Refused
 from integrations.models import Canary, CanaryRound, Consumer
-from integrations.selectors.canaries import canary_round_results
+from integrations.selectors.canaries import CanaryRoundResult, canary_round_results
 from integrations.services.cycle.canaries import canary_add, canary_remove
 
 
@@ -124,14 +124,19 @@ class CanaryRoundAdmin(ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # evidence
 
+    def get_changelist_instance(self, request: HttpRequest) -> Any:
+        # The page's rounds judged in one query, not one per row's "result".
+        listed = super().get_changelist_instance(request)
+        _results_kept(list(listed.result_list))  # the list's rows, read once, kept by it
+        return listed
+
     @admin.display(description="result")
     def result(self, obj: CanaryRound) -> str:
-        (result,) = canary_round_results(rounds=[obj], now=timezone.now())
-        return result.result
+        return _result_of(obj).result
 
     @admin.display(description="answers per target")
     def answers(self, obj: CanaryRound) -> str:
-        (result,) = canary_round_results(rounds=[obj], now=timezone.now())
+        result = _result_of(obj)
         return format_html_join(
             "",
             "<div>{}: {} — {} {}</div>",
@@ -140,3 +145,20 @@ class CanaryRoundAdmin(ModelAdmin):
                 for a in result.answers
             ),
         )
+
+
+_RESULT = "_dropportal_round_result"
+
+
+def _results_kept(rounds: list[CanaryRound]) -> None:
+    """Each round's result, judged now, kept on the round for the page that shows it."""
+    for canary_round, result in zip(
+        rounds, canary_round_results(rounds=rounds, now=timezone.now()), strict=True
+    ):
+        canary_round.__dict__[_RESULT] = result
+
+
+def _result_of(canary_round: CanaryRound) -> CanaryRoundResult:
+    if _RESULT not in canary_round.__dict__:
+        _results_kept([canary_round])
+    return canary_round.__dict__[_RESULT]

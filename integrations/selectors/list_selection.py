@@ -8,6 +8,7 @@ DROP cycle sent, for the evidence pack's list selection component and ``brokers 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 
 from django.db.models import QuerySet
 from django.utils import timezone
@@ -19,11 +20,22 @@ from integrations.models import Broker, DropCycle, ListSelection
 
 def lists_selected_at(broker: Broker, at: dt.datetime | None = None) -> ListSelection | None:
     """The selection in force at ``at`` (now when not given): the latest in force by then."""
-    return (
-        ListSelection.objects.filter(broker=broker, effective_from__lte=at or timezone.now())
-        .order_by("-effective_from", "-id")
-        .first()
-    )
+    return selection_in_force(list_selections(broker), at)
+
+
+def selection_in_force(
+    selections: Sequence[ListSelection] | QuerySet[ListSelection], at: dt.datetime | None = None
+) -> ListSelection | None:
+    """Of a broker's selections as ``list_selections`` orders them, the one in force at ``at``
+    (now when not given): the latest in force by then. A page that shows them all reads the
+    one in force from the same rows."""
+    moment = at or timezone.now()
+    in_force = None
+    for selection in selections:
+        if selection.effective_from > moment:
+            break
+        in_force = selection
+    return in_force
 
 
 def list_selections(broker: Broker) -> QuerySet[ListSelection]:
