@@ -20,6 +20,15 @@ How each thing is tried, with nothing changed for a role that may do it:
   action at all there, the list, as Django then runs none);
 - another URL (``admin:<name>``): GET and POST; "yes" when one of them is answered with
   neither 403 nor 405, "—" when every answer but a 405 is a 403.
+
+The same walks check two more rules on the pages they open:
+
+- no page a role opens holds a stored credential (``test_credentials_write_only``): the world
+  holds one of each kind, and Auditors, Operators and superusers first open every page that
+  module names (``credential_pages``), before anything is posted;
+- an Auditor changes nothing: every list and object page of the app opens, nothing can be
+  added (but audit keys), changed or deleted, and every action the admin has, posted
+  confirmed on the first row, leaves the row and the ledger as they were.
 """
 
 from __future__ import annotations
@@ -28,7 +37,7 @@ import logging
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from axes.models import AccessAttempt, AccessFailureLog, AccessLog
@@ -41,15 +50,21 @@ from django.utils import timezone
 
 from dropportal.navigation import sidebar
 from integrations.ledger_kinds import LedgerKind
-from integrations.models import Broker
+from integrations.models import ApiKey, Broker, LedgerEvent
 from integrations.services.cycle.canaries import canary_round_send
 from integrations.services.ledger import ledger_event_append
 from integrations.services.staff.keys import CreatedApiKey
+from tests.admin.test_credentials_write_only import (
+    CREDENTIAL_MODELS,
+    credential_pages,
+    credentials_stored,
+)
 from tests.builders import (
     CanaryFactory,
     DirectiveFactory,
     DropAccessObligationFactory,
     IsiIntegrationFactory,
+    SampleCycle,
     ServiceProviderFactory,
     sample_cycle,
 )
@@ -73,6 +88,8 @@ SITE_VIEWS = {
     "app_list",
 }
 MODEL_VIEW_SUFFIXES = ("_changelist", "_add", "_change", "_delete", "_history")
+# The roles that open every page of ``credential_pages`` before their walk.
+CREDENTIAL_ROLES = ("Auditors", "Operators", "Superusers")
 
 
 # -- the table ------------------------------------------------------------------------------
@@ -117,13 +134,18 @@ def cell(operations: list[str]) -> str:
 # -- the world ------------------------------------------------------------------------------
 
 
+class World(NamedTuple):
+    sample: SampleCycle
+    api_key: str  # as minted, in clear
+
+
 @pytest.fixture
-def every_model(broker: Broker, make_key: Callable[..., CreatedApiKey]) -> None:
+def every_model(broker: Broker, make_key: Callable[..., CreatedApiKey]) -> World:
     """At least one row of every model the admin shows."""
-    sample_cycle(broker, today=timezone.localdate())
+    sample = sample_cycle(broker, today=timezone.localdate())
     # An ISI integration for its kind's pages (a closed port: "Check connection" fails fast).
     IsiIntegrationFactory.create(broker=broker, name="Acme API", base_url="https://127.0.0.1:9")
-    make_key("webhook_callback")
+    api_key = make_key("webhook_callback").key
     DirectiveFactory.create(provider=ServiceProviderFactory.create(broker=broker))
     ledger_event_append(kind=LedgerKind.BROKER_UPDATED, broker_id=broker.broker_id)
     now = timezone.now()
@@ -138,6 +160,7 @@ def every_model(broker: Broker, make_key: Callable[..., CreatedApiKey]) -> None:
             "INSERT INTO procrastinate_jobs (queue_name, task_name, status, args) "
             "VALUES ('alerts', 'integrations.tasks.evaluate_alerts', 'todo', '{}')"
         )
+    return World(sample, api_key)
 
 
 def role_user(role: str) -> User:
@@ -167,13 +190,18 @@ def any_row(model: type[models.Model]) -> models.Model:
 
 
 class Walker:
-    def __init__(self, user: User) -> None:
+    def __init__(self, role: str, user: User, credentials: list[str]) -> None:
+        self.role = role
         self.user = user
+        self.credentials = credentials
         self.client = Client()
         self.signed_in = False
         # What each URL answered a GET, for the sidebar's check: its links are pages the walk
         # opens anyway, as the same role in the same world.
         self.got: dict[str, int] = {}
+        # The answers of pages opened before the walk (``credential_pages``), which the walk
+        # reads again rather than asking twice: nothing a role may not do changes them.
+        self.opened: dict[str, Any] = {}
 
     def logged_in(self) -> Client:
         # Again when a page (MFA logout) ended the session: a login is several writes and
@@ -192,7 +220,29 @@ class Walker:
     def get(self, url: str) -> Any:
         response = self.answered(self.logged_in().get(url))
         self.got[url] = response.status_code
+        if response.status_code == 200 and not response.streaming:
+            page = response.content.decode(errors="replace")
+            for secret in self.credentials:
+                assert secret not in page, f"{self.role} reads a stored credential on {url}"
         return response
+
+    def get_opened(self, url: str) -> Any:
+        """The answer to ``url`` opened before the walk, or a GET now."""
+        return self.opened.pop(url, None) or self.get(url)
+
+    def open_credential_pages(self) -> None:
+        """Every page ``credential_pages`` names, as the world was built (each read for every
+        stored credential by ``get``)."""
+        for url in credential_pages():
+            self.opened[url] = self.get(url)
+        shown = {url: r for url, r in self.opened.items() if r.status_code == 200}
+        assert len(shown) > len(CREDENTIAL_MODELS) * 2, f"{self.role} opened only {len(shown)}"
+        # The broker's page says when its credential was set, never what it is.
+        broker = Broker.objects.get()
+        status = shown[reverse("admin:integrations_broker_change", args=[broker.pk])]
+        assert re.search(
+            r"set \(last changed \d{4}-\d\d-\d\d \d\d:\d\d (?:PST|PDT)\)", status.content.decode()
+        ), f"{self.role}: the broker's page does not say when its DROP API key was set"
 
     def got_status(self, url: str) -> int:
         """What ``url`` answered this walk's GET, fetched now if it was not opened yet."""
@@ -206,8 +256,11 @@ class Walker:
         row = any_row(model)
         done: list[str] = []
 
-        changelist = self.get(reverse(f"{info}_changelist"))
-        page = self.get(reverse(f"{info}_change", args=[row.pk]))
+        auditing = self.role == "Auditors" and model._meta.app_label == "integrations"
+        events_before = LedgerEvent.objects.exclude(kind="outcomes.exported").count()
+
+        changelist = self.get_opened(reverse(f"{info}_changelist"))
+        page = self.get_opened(reverse(f"{info}_change", args=[row.pk]))
         assert changelist.status_code in (200, 403), (info, changelist.status_code)
         assert page.status_code == changelist.status_code, f"{info}: list and page disagree"
         viewer = changelist.status_code == 200
@@ -243,7 +296,7 @@ class Walker:
                 continue
             tried = self.post(
                 reverse(f"{info}_changelist"),
-                {"action": action, "_selected_action": [row.pk], "index": 0},
+                {"action": action, "_selected_action": [row.pk], "index": 0, "post": "yes"},
             )
             messages = [str(m) for m in tried.wsgi_request._messages]
             refused = (
@@ -253,10 +306,51 @@ class Walker:
                 or (tried.status_code == 200 and not offered)
             )
             assert refused, f"{info}: action {action} not offered, yet run ({tried.status_code})"
+        if auditing:
+            self.auditor_changes_nothing(model, model_admin, row, done, offered, events_before)
         return cell(done)
 
+    def auditor_changes_nothing(
+        self,
+        model: type[models.Model],
+        model_admin: admin.ModelAdmin,
+        row: models.Model,
+        done: list[str],
+        offered: set[str],
+        events_before: int,
+    ) -> None:
+        """An Auditor sees every list and page of the app and changes nothing, whatever the
+        role table says: the walk above opened the list and the row's page, asked to add
+        (GET and POST) and POSTed the page and every action not offered."""
+        info = f"admin:integrations_{model._meta.model_name}"
+        assert "view" in done, f"{info}: an auditor does not see the list or the page"
+        # An auditor mints audit keys (tests/admin/test_roles.py).
+        assert "add" not in done or model is ApiKey, f"{info}: an auditor may add"
+        assert "change" not in done, f"{info}: an auditor may change"  # its POST was a 403
+        # The row a list shows first, as well as the walk's (the first by id).
+        first = model._default_manager.first()
+        assert first is not None, f"no {model.__name__} to try to change"
+        if first.pk != row.pk:
+            url = reverse(f"{info}_change", args=[first.pk])
+            assert self.get(url).status_code == 200, f"{info}: an auditor cannot see {url}"
+            assert self.post(url, {}).status_code == 403, f"{info}: an auditor changed {url}"
+        for target in {row.pk, first.pk}:
+            deleted = self.post(reverse(f"{info}_delete", args=[target]), {"post": "yes"})
+            assert deleted.status_code == 403, f"{info}: an auditor's delete is not refused"
+            for action in every_action(model_admin):
+                if target == row.pk and action not in offered:
+                    continue  # posted, confirmed, by the walk above
+                self.post(
+                    reverse(f"{info}_changelist"),
+                    {"action": action, "_selected_action": [target], "post": "yes"},
+                )
+            assert model._default_manager.filter(pk=target).exists(), f"{info}: row gone"
+        # An auditor may export the outcome history: that access is recorded, nothing changes.
+        after = LedgerEvent.objects.exclude(kind="outcomes.exported").count()
+        assert after == events_before, f"{info}: an auditor's action changed something"
+
     def page(self, url: str) -> str:
-        answers = {self.get(url).status_code, self.post(url, {}).status_code} - {405}
+        answers = {self.get_opened(url).status_code, self.post(url, {}).status_code} - {405}
         assert answers, f"{url}: neither GET nor POST is allowed"
         assert not any(status >= 500 for status in answers), (url, answers)
         return NONE if answers == {403} else "yes"
@@ -318,7 +412,7 @@ def page_url(key: str, route: str, pattern: URLPattern) -> str:
 # one the walk opened as that role.
 @pytest.mark.parametrize("role", ROLES)
 def test_what_each_role_may_do_is_what_security_md_says(
-    every_model: None, role: str, caplog: pytest.LogCaptureFixture
+    every_model: World, broker: Broker, role: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     # The walk is refused hundreds of times on purpose: Django logs each 403 as a WARNING
     # with its traceback, formatted every time. Errors (a 500) are still logged.
@@ -328,7 +422,10 @@ def test_what_each_role_may_do_is_what_security_md_says(
     pages = admin_pages()
     models_ = sorted(admin.site._registry.items(), key=lambda pair: pair[0]._meta.label_lower)
     user = role_user(role)
-    walker = Walker(user)
+    credentials = credentials_stored(broker, every_model.sample.integration, every_model.api_key)
+    walker = Walker(role, user, credentials)
+    if role in CREDENTIAL_ROLES:
+        walker.open_credential_pages()
     for model, model_admin in models_:
         observed[model._meta.label_lower] = walker.model_operations(model, model_admin)
     for key, (route, pattern) in sorted(pages.items()):
