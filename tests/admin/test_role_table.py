@@ -193,7 +193,8 @@ class Walker:
     def __init__(self, role: str, user: User, credentials: list[str]) -> None:
         self.role = role
         self.user = user
-        self.credentials = credentials
+        # Every page a GET opens is read for each (UTF-8, as the pages are sent).
+        self.credentials = [secret.encode() for secret in credentials]
         self.client = Client()
         self.signed_in = False
         # What each URL answered a GET, for the sidebar's check: its links are pages the walk
@@ -221,14 +222,15 @@ class Walker:
         response = self.answered(self.logged_in().get(url))
         self.got[url] = response.status_code
         if response.status_code == 200 and not response.streaming:
-            page = response.content.decode(errors="replace")
+            page = response.content
             for secret in self.credentials:
                 assert secret not in page, f"{self.role} reads a stored credential on {url}"
         return response
 
     def get_opened(self, url: str) -> Any:
         """The answer to ``url`` opened before the walk, or a GET now."""
-        return self.opened.pop(url, None) or self.get(url)
+        opened = self.opened.pop(url, None)
+        return opened if opened is not None else self.get(url)
 
     def open_credential_pages(self) -> None:
         """Every page ``credential_pages`` names, as the world was built (each read for every
