@@ -414,16 +414,20 @@ def _failed_waiting_for_staff(
 def _drop_key_refused_counts(broker: Broker | None) -> _Counts:
     """``_stuck_counts`` of the open and reportable work items of brokers whose DROP key was
     refused: no status reaches DROP until staff change it."""
+    refused = list(
+        brokers_with_drop_key_refused(
+            Broker.objects.filter(pk=broker.pk) if broker is not None else None
+        ).values_list("pk", flat=True)
+    )
+    if not refused:
+        return []  # the usual case: the items' query is not even built
     items = WorkItem.objects.outstanding().filter(
         cycle__in=DropCycle.objects.may_have_outstanding()
     )
     if broker is not None:
         items = items.filter(broker=broker)
-    refused = brokers_with_drop_key_refused(
-        Broker.objects.filter(pk=broker.pk) if broker is not None else None
-    ).values_list("pk", flat=True)
     return _stuck_counts(
-        items.filter(broker_id__in=list(refused)),
+        items.filter(broker_id__in=refused),
         item="pk",
         broker="broker",
         due="cycle__due_date",
