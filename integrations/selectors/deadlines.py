@@ -48,8 +48,9 @@ def drop_cycles_by_urgency(cycles: QuerySet[DropCycle] | None = None) -> QuerySe
 
     For the cycles admin (``get_queryset``) and ``cycle_deadlines``. Every cycle (no
     ``cycles``) is a fresh copy of a query built once: its subqueries take a few milliseconds
-    to build, on every page of the cycles admin, and depend on nothing but this code (no
-    data, user, setting or time), as a class-based view's ``queryset`` is kept and copied.
+    to build, on every page of the cycles admin and in every alert evaluation, and depend on
+    nothing but this code (no data, user, setting or time), as a class-based view's
+    ``queryset`` is kept and copied.
     """
     if cycles is None:
         return _every_cycle_by_urgency().all()
@@ -87,7 +88,15 @@ def _by_urgency(cycles: QuerySet[DropCycle]) -> QuerySet[DropCycle]:
 
 def cycle_deadlines(*, broker_id: str | None = None, today: dt.date) -> list[CycleDeadline]:
     """Every cycle still owing statuses to DROP, most urgent first."""
-    cycles = DropCycle.objects.filter(state=CycleState.OPEN).select_related("broker")
+    # Filtered from every cycle's query, built once. The cycles kept all owe statuses, so
+    # the urgency's first key (owing or not) orders none of them: left out, the statement
+    # reads no cycle's counts twice.
+    cycles = (
+        drop_cycles_by_urgency()
+        .filter(state=CycleState.OPEN)
+        .select_related("broker")
+        .order_by("due_date", "-downloaded_at")
+    )
     if broker_id:
         cycles = cycles.filter(broker__broker_id=broker_id)
     return [
@@ -97,6 +106,6 @@ def cycle_deadlines(*, broker_id: str | None = None, today: dt.date) -> list[Cyc
             owed=cycle.owed_items,  # type: ignore[attr-defined]
             not_reportable=cycle.unreportable_items,  # type: ignore[attr-defined]
         )
-        for cycle in drop_cycles_by_urgency(cycles)
+        for cycle in cycles
         if cycle.owed_items  # type: ignore[attr-defined]
     ]

@@ -11,7 +11,7 @@ over the days as the answers did::
     rounds_sql(broker=broker)                                 # the schedule, as SQL to select from
     recurring_overview(broker=broker)                         # the dashboard's counts
     recurring_overviews(today=drop_today())                   # every broker's, one query
-    recurring_overdue_counts(broker=None, today=drop_today()) # for ``drop doctor``
+    recurring_stuck_counts(broker=None, today=drop_today())   # for ``drop doctor``
 
 Removed items are never scheduled: rounds stop when DROP removes the identifier.
 """
@@ -222,49 +222,61 @@ def recurring_overviews(
         }
 
 
-def recurring_overdue_counts(
-    *, broker: Broker | None, today: dt.date
-) -> list[tuple[str, int, int, int, dt.date]]:
+_Counts = list[tuple[str, int, int, int, dt.date]]
+
+# Which items ``recurring_stuck_counts`` counts, each over the same schedule (``s``).
+_OVERDUE = "s.due_on < %(overdue_before)s"
+_FAILING = "s.round > 0 AND NOT s.final AND s.failing"
+
+
+def recurring_stuck_counts(*, broker: Broker | None, today: dt.date) -> tuple[_Counts, _Counts]:
     """Per broker: (DROP broker id, broker pk, work items, requests of their open rounds,
-    earliest due date) of the items whose round was due more than
-    ``RECURRING_OVERDUE_DAYS`` days before ``today`` and is not answered yet (not sent, or
-    sent and not answered). Nothing while rounds are off (the dashboard says so instead)."""
-    return _counts_where(
-        broker=broker,
-        today=today,
-        condition="s.due_on < %(overdue_before)s",
-        extra={"overdue_before": today - dt.timedelta(days=RECURRING_OVERDUE_DAYS)},
-    )
+    earliest due date), for ``drop doctor``, of two sets of items, read in one statement
+    (the schedule is built once):
 
+    - overdue: those whose round was due more than ``RECURRING_OVERDUE_DAYS`` days before
+      ``today`` and is not answered yet (not sent, or sent and not answered);
+    - failing: those whose round has a ``failed`` outcome or an undeliverable request: it
+      waits for the broker, or for staff to redeliver or redispatch, as any request does
+      (``drop doctor`` and its alert say so at once).
 
-def recurring_failing_counts(*, broker: Broker | None) -> list[tuple[str, int, int, int, dt.date]]:
-    """``recurring_overdue_counts``'s columns for the items whose round has a ``failed``
-    outcome or an undeliverable request: it waits for the broker, or for staff to redeliver
-    or redispatch, as any request does (``drop doctor`` and its alert say so at once)."""
-    return _counts_where(
-        broker=broker, today=drop_today(), condition="s.round > 0 AND NOT s.final AND s.failing"
-    )
-
-
-def _counts_where(
-    *, broker: Broker | None, today: dt.date, condition: str, extra: dict[str, Any] | None = None
-) -> list[tuple[str, int, int, int, dt.date]]:
+    Nothing while rounds are off (the dashboard says so instead)."""
     if settings.DROPPORTAL_RECURRING_DAYS <= 0:
-        return []
+        return [], []
     sql, params = rounds_sql(broker=broker)
+    requests = (
+        "(SELECT count(*) FROM integrations_deletionrequest d"
+        " WHERE d.work_item_id = s.work_item_id AND d.round = s.round AND s.round > 0"
+        " AND NOT s.final)"
+    )
+    # A round whose previous one was all cancelled has no date: today then (the failing
+    # set's is the calendar's today, whatever ``today`` is).
+    columns = ", ".join(
+        f"count(*) FILTER (WHERE {condition}),"
+        f" coalesce(sum({requests}) FILTER (WHERE {condition}), 0)::integer,"
+        f" coalesce(min(s.due_on) FILTER (WHERE {condition}), %({default})s)"
+        for condition, default in ((_OVERDUE, "today"), (_FAILING, "failing_today"))
+    )
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT b.broker_id, b.id, count(*),"  # noqa: S608
-            " coalesce(sum((SELECT count(*) FROM integrations_deletionrequest d"
-            "  WHERE d.work_item_id = s.work_item_id AND d.round = s.round AND s.round > 0"
-            "  AND NOT s.final)), 0)::integer,"
-            # A round whose previous one was all cancelled has no date: today then.
-            " coalesce(min(s.due_on), %(today)s)"
+            f"SELECT b.broker_id, b.id, {columns}"  # noqa: S608
             f" FROM ({sql}) s"
             " JOIN integrations_workitem w ON w.id = s.work_item_id"
             " JOIN integrations_broker b ON b.id = w.broker_id"
-            f" WHERE {condition}"
+            f" WHERE ({_OVERDUE}) OR ({_FAILING})"
             " GROUP BY b.broker_id, b.id ORDER BY b.broker_id",
-            {**params, "today": today, **(extra or {})},
+            {
+                **params,
+                "today": today,
+                "failing_today": drop_today(),
+                "overdue_before": today - dt.timedelta(days=RECURRING_OVERDUE_DAYS),
+            },
         )
-        return [tuple(row) for row in cursor.fetchall()]  # type: ignore[misc]
+        rows = cursor.fetchall()
+    overdue: _Counts = []
+    failing: _Counts = []
+    for broker_id, broker_pk, *counts in rows:
+        for found, (items, requests_, due) in ((overdue, counts[:3]), (failing, counts[3:])):
+            if items:
+                found.append((broker_id, broker_pk, items, requests_, due))
+    return overdue, failing

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Count, F, Min, Q, QuerySet
+from django.db.models import Count, F, Min, Q, QuerySet, Value
 from django.utils import timezone
 
 from integrations.dispatch.policy import AUTO_REDISPATCH_MAX
@@ -30,11 +30,7 @@ from integrations.models import (
     WorkItemState,
 )
 from integrations.selectors.pulls import brokers_with_drop_key_refused
-from integrations.selectors.recurring import (
-    RECURRING_OVERDUE_DAYS,
-    recurring_failing_counts,
-    recurring_overdue_counts,
-)
+from integrations.selectors.recurring import RECURRING_OVERDUE_DAYS, recurring_stuck_counts
 from integrations.selectors.requests import AWAITING_CALLBACK_ATTENTION, automatic_redispatches
 
 
@@ -126,10 +122,34 @@ def _stuck_counts(rows: QuerySet[Any], *, item: str, broker: str, due: str) -> _
     """(broker_id, broker pk, work items, rows, nearest due date) per broker of ``rows``."""
     return [
         (row["b"], row["bpk"], row["items"], row["n"], row["due"])
-        for row in rows.values(b=F(f"{broker}__broker_id"), bpk=F(broker))
-        .annotate(items=Count(item, distinct=True), n=Count("pk"), due=Min(due))
-        .order_by("b")
+        for row in _counts_query(rows, item=item, broker=broker, due=due).order_by("b")
     ]
+
+
+def _counts_query(rows: QuerySet[Any], *, item: str, broker: str, due: str) -> QuerySet[Any]:
+    return rows.values(b=F(f"{broker}__broker_id"), bpk=F(broker)).annotate(
+        items=Count(item, distinct=True), n=Count("pk"), due=Min(due)
+    )
+
+
+# Rows of open work items, with how ``_stuck_counts`` counts them.
+_Rows = tuple[QuerySet[Any], dict[str, str]]
+
+
+def _stuck_counts_each(parts: list[_Rows]) -> list[_Counts]:
+    """``_stuck_counts`` of each of ``parts``, read in one statement (their UNION ALL, each
+    part the query it would be alone, so its plan is too): the stuck check runs every few
+    minutes (alerts, ``/metrics``), one round trip rather than one per reason and kind."""
+    if not parts:
+        return []
+    queries = [
+        _counts_query(rows, **fields).annotate(part=Value(index)).order_by()
+        for index, (rows, fields) in enumerate(parts)
+    ]
+    counts: list[_Counts] = [[] for _ in parts]
+    for row in queries[0].union(*queries[1:], all=True):
+        counts[row["part"]].append((row["b"], row["bpk"], row["items"], row["n"], row["due"]))
+    return counts
 
 
 def stuck_work_items(
@@ -150,15 +170,25 @@ def stuck_work_items(
     now = now or timezone.now()
     wanted = set(StuckReason) if reasons is None else set(reasons)
     found: dict[tuple[str, StuckReason], StuckGroup] = {}
-    for reason, model, params, queries in _stuck_sources(
-        broker=broker, stale=now - AWAITING_CALLBACK_ATTENTION
-    ):
-        if reason not in wanted:
-            continue
-        for rows, fields in queries:
-            _add_stuck_group(found, reason, model, params, _stuck_counts(rows, **fields))
-    if StuckReason.TARGET_DISABLED in wanted:
-        _add_disabled_target_groups(found, broker)
+    sources = [
+        source
+        for source in _stuck_sources(broker=broker, stale=now - AWAITING_CALLBACK_ATTENTION)
+        if source[0] in wanted
+    ]
+    paused = _paused_target_rows(broker) if StuckReason.TARGET_DISABLED in wanted else []
+    unreadable = _unreadable_rows(broker) if StuckReason.UNREADABLE_WORK_ITEM in wanted else []
+    each = iter(
+        _stuck_counts_each(
+            [part for *_, parts in sources for part in parts]
+            + [part for _, part in paused]
+            + unreadable
+        )
+    )
+    for reason, model, params, parts in sources:
+        for _ in parts:
+            _add_stuck_group(found, reason, model, params, next(each))
+    if paused:
+        _add_disabled_target_groups(found, [(model, part, next(each)) for model, part in paused])
     if StuckReason.DROP_KEY_REFUSED in wanted:
         _add_stuck_group(
             found,
@@ -167,48 +197,52 @@ def stuck_work_items(
             {"kind__exact": LedgerKind.DROP_PULL_FAILED},
             _drop_key_refused_counts(broker),
         )
-    if StuckReason.UNREADABLE_WORK_ITEM in wanted:
+    if unreadable:
+        # No request holds them: nothing was sent for them.
         _add_stuck_group(
             found,
             StuckReason.UNREADABLE_WORK_ITEM,
             "unreadableworkitem",
             {},
-            _unreadable_counts(broker),
+            [(broker_id, pk, items, 0, due) for broker_id, pk, items, _, due in next(each)],
         )
-    if StuckReason.REPORT_FILE_REFUSED in wanted:
-        _add_stuck_group(
-            found,
-            StuckReason.REPORT_FILE_REFUSED,
-            "reportfile",
-            {"state__in": f"{ReportFileState.REFUSED},{ReportFileState.REJECTED}"},
-            _report_file_refused_counts(broker),
+    file_reasons = [r for r in _REPORT_FILE_STATES if r in wanted]
+    if file_reasons:
+        held = _report_files_held(
+            broker, [s for r in file_reasons for s in _REPORT_FILE_STATES[r][0]]
         )
-    if StuckReason.REPORT_FILE_AWAITING_APPROVAL in wanted:
-        _add_stuck_group(
-            found,
-            StuckReason.REPORT_FILE_AWAITING_APPROVAL,
-            "reportfile",
-            {"state__exact": ReportFileState.AWAITING_APPROVAL},
-            _report_file_held_counts(broker, [ReportFileState.AWAITING_APPROVAL]),
-        )
+        for reason, counts in zip(
+            file_reasons,
+            _report_file_held_counts(
+                [[f for f in held if f[0] in _REPORT_FILE_STATES[r][0]] for r in file_reasons]
+            ),
+            strict=True,
+        ):
+            _add_stuck_group(found, reason, "reportfile", _REPORT_FILE_STATES[reason][1], counts)
     # Not open items: DROP holds their status, but the broker owes their deletion again
     # (its nearest due date is the round's).
-    if StuckReason.RECURRING_ROUND_OVERDUE in wanted:
-        _add_stuck_group(
-            found,
-            StuckReason.RECURRING_ROUND_OVERDUE,
-            "deletionrequest",
-            {"round__gte": 1},
-            recurring_overdue_counts(broker=broker, today=drop_today(now)),
-        )
-    if StuckReason.RECURRING_ROUND_FAILING in wanted:
-        _add_stuck_group(
-            found,
-            StuckReason.RECURRING_ROUND_FAILING,
-            "deletionrequest",
-            {"round__gte": 1, "state__in": f"{RequestState.FAILED},{RequestState.UNDELIVERABLE}"},
-            recurring_failing_counts(broker=broker),
-        )
+    recurring = {StuckReason.RECURRING_ROUND_OVERDUE, StuckReason.RECURRING_ROUND_FAILING}
+    if recurring & wanted:
+        overdue, failing = recurring_stuck_counts(broker=broker, today=drop_today(now))
+        if StuckReason.RECURRING_ROUND_OVERDUE in wanted:
+            _add_stuck_group(
+                found,
+                StuckReason.RECURRING_ROUND_OVERDUE,
+                "deletionrequest",
+                {"round__gte": 1},
+                overdue,
+            )
+        if StuckReason.RECURRING_ROUND_FAILING in wanted:
+            _add_stuck_group(
+                found,
+                StuckReason.RECURRING_ROUND_FAILING,
+                "deletionrequest",
+                {
+                    "round__gte": 1,
+                    "state__in": f"{RequestState.FAILED},{RequestState.UNDELIVERABLE}",
+                },
+                failing,
+            )
     order = list(StuckReason)
     return sorted(
         found.values(),
@@ -293,36 +327,49 @@ def _stuck_sources(*, broker: Broker | None, stale: dt.datetime) -> list[_StuckS
 _WAITING_FOR_TARGET = [RequestState.QUEUED, RequestState.FAILED, RequestState.DISPATCHED]
 
 
-def _add_disabled_target_groups(
-    found: dict[tuple[str, StuckReason], StuckGroup], broker: Broker | None
-) -> None:
-    """``target_disabled``: open work items whose requests wait for a disabled integration or
-    SaaS connection (paused by staff or by a 410), each group naming those targets."""
+def _paused_target_rows(broker: Broker | None) -> list[tuple[str, _Rows]]:
+    """``target_disabled``'s rows: open work items' requests that wait for a disabled
+    integration or SaaS connection (paused by staff or by a 410), each with the admin list of
+    its targets."""
     deletions, resolutions, saas = _open_item_rows(broker)
-    reason = StuckReason.TARGET_DISABLED
     paused = {"state__in": _WAITING_FOR_TARGET, "integration__enabled": False}
-    paused_integrations: list[tuple[QuerySet[Any], dict[str, str]]] = [
-        (deletions.filter(**paused), _DELETION_ROWS),
-        (resolutions.filter(**paused), _RESOLUTION_ROWS),
+    return [
+        ("integration", (deletions.filter(**paused), _DELETION_ROWS)),
+        ("integration", (resolutions.filter(**paused), _RESOLUTION_ROWS)),
+        (
+            "saasconnection",
+            (
+                saas.filter(state__in=_WAITING_FOR_TARGET, saas_connection__enabled=False),
+                _SAAS_ROWS,
+            ),
+        ),
     ]
-    paused_saas = saas.filter(state__in=_WAITING_FOR_TARGET, saas_connection__enabled=False)
+
+
+def _add_disabled_target_groups(
+    found: dict[tuple[str, StuckReason], StuckGroup],
+    paused: list[tuple[str, _Rows, _Counts]],
+) -> None:
+    """Add ``target_disabled``'s groups (``_paused_target_rows`` and their counts), each
+    naming the targets its items wait for."""
+    reason = StuckReason.TARGET_DISABLED
     names: dict[str, set[str]] = {}
-    for rows, fields in paused_integrations:
-        counts = _stuck_counts(rows, **fields)
-        _add_stuck_group(found, reason, "integration", {"enabled__exact": 0}, counts)
+    for model, (rows, _), counts in paused:
+        _add_stuck_group(found, reason, model, {"enabled__exact": 0}, counts)
         if not counts:
-            continue  # no row waits for a paused integration: no name to read
-        for broker_id, name, key in rows.values_list(
-            "broker__broker_id", "integration__name", "integration__uuid"
-        ).distinct():
-            names.setdefault(broker_id, set()).add(f"integration {name!r} ({key})")
-    saas_counts = _stuck_counts(paused_saas, **_SAAS_ROWS)
-    _add_stuck_group(found, reason, "saasconnection", {"enabled__exact": 0}, saas_counts)
-    if saas_counts:
-        for broker_id, name, key in paused_saas.values_list(
-            "resolution__broker__broker_id", "saas_connection__name", "saas_connection__uuid"
-        ).distinct():
-            names.setdefault(broker_id, set()).add(f"SaaS connection {name!r} ({key})")
+            continue  # no row waits for a paused target: no name to read
+        if model == "integration":
+            fields = ("broker__broker_id", "integration__name", "integration__uuid")
+            kind = "integration"
+        else:
+            fields = (
+                "resolution__broker__broker_id",
+                "saas_connection__name",
+                "saas_connection__uuid",
+            )
+            kind = "SaaS connection"
+        for broker_id, name, key in rows.values_list(*fields).distinct():
+            names.setdefault(broker_id, set()).add(f"{kind} {name!r} ({key})")
     for broker_id, targets in names.items():
         group = found[(broker_id, reason)]
         found[(broker_id, reason)] = dataclasses.replace(group, targets=tuple(sorted(targets)))
@@ -367,65 +414,77 @@ def _failed_waiting_for_staff(
 def _drop_key_refused_counts(broker: Broker | None) -> _Counts:
     """``_stuck_counts`` of the open and reportable work items of brokers whose DROP key was
     refused: no status reaches DROP until staff change it."""
+    refused = list(
+        brokers_with_drop_key_refused(
+            Broker.objects.filter(pk=broker.pk) if broker is not None else None
+        ).values_list("pk", flat=True)
+    )
+    if not refused:
+        return []  # the usual case: the items' query is not even built
     items = WorkItem.objects.outstanding().filter(
         cycle__in=DropCycle.objects.may_have_outstanding()
     )
     if broker is not None:
         items = items.filter(broker=broker)
-    refused = brokers_with_drop_key_refused(
-        Broker.objects.filter(pk=broker.pk) if broker is not None else None
-    ).values_list("pk", flat=True)
     return _stuck_counts(
-        items.filter(broker_id__in=list(refused)),
+        items.filter(broker_id__in=refused),
         item="pk",
         broker="broker",
         due="cycle__due_date",
     )
 
 
-def _unreadable_counts(broker: Broker | None) -> _Counts:
-    """``_stuck_counts`` of the unreadable rows of each broker's latest cycle. Nothing of ours
-    can give them a status; once DROP sends a later package it holds the earlier one
-    answered (it sends none while a work item of it has no status), so older ones are done."""
+def _unreadable_rows(broker: Broker | None) -> list[_Rows]:
+    """The unreadable rows of each broker's latest cycle. Nothing of ours can give them a
+    status; once DROP sends a later package it holds the earlier one answered (it sends none
+    while a work item of it has no status), so older ones are done."""
     # Every row of the latest package, those that owe no status of their own included (one
     # of the Removed file may name a withdrawn identifier still being acted on).
     rows = UnreadableWorkItem.objects.latest_package()
     if broker is not None:
         rows = rows.filter(broker=broker)
-    # No request holds them: nothing was sent for them.
-    return [
-        (broker_id, broker_pk, items, 0, due)
-        for broker_id, broker_pk, items, _, due in _stuck_counts(
-            rows, item="pk", broker="broker", due="cycle__due_date"
-        )
-    ]
+    return [(rows, {"item": "pk", "broker": "broker", "due": "cycle__due_date"})]
 
 
-def _report_file_refused_counts(
-    broker: Broker | None,
-) -> _Counts:
-    """``_stuck_counts`` of the work items whose status DROP has not taken because of one
-    response file: those in a file DROP refused (sent again each run, in vain until DROP's
-    state changes or staff discard the amendment), and those of a file DROP rejected (the
-    periodic job leaves them to staff)."""
-    return _report_file_held_counts(broker, [ReportFileState.REFUSED, ReportFileState.REJECTED])
+# The response files that hold work items for a reason (``pending_report_file``): a file
+# DROP refused (sent again each run, in vain until DROP's state changes or staff discard the
+# amendment) or rejected (the periodic job leaves its rows to staff), and one waiting for
+# approval (the broker's "approve uploads": nothing sends it until a second person does).
+_REPORT_FILE_STATES: dict[StuckReason, tuple[list[ReportFileState], dict[str, str]]] = {
+    StuckReason.REPORT_FILE_REFUSED: (
+        [ReportFileState.REFUSED, ReportFileState.REJECTED],
+        {"state__in": f"{ReportFileState.REFUSED},{ReportFileState.REJECTED}"},
+    ),
+    StuckReason.REPORT_FILE_AWAITING_APPROVAL: (
+        [ReportFileState.AWAITING_APPROVAL],
+        {"state__exact": ReportFileState.AWAITING_APPROVAL},
+    ),
+}
 
 
-def _report_file_held_counts(broker: Broker | None, states: list[ReportFileState]) -> _Counts:
-    """``_stuck_counts`` of the work items still with a response file in one of ``states``
-    (``pending_report_file``): those a refused or rejected file holds, or one waiting for
-    approval (the broker's "approve uploads": nothing sends it until a second person does)."""
+def _report_files_held(
+    broker: Broker | None, states: list[ReportFileState]
+) -> list[tuple[str, int, int]]:
+    """(state, pk, cycle) of the response files in one of ``states``, in one query."""
     files = ReportFile.objects.all() if broker is None else ReportFile.objects.filter(broker=broker)
-    held = list(files.filter(state__in=states).values_list("pk", "cycle_id"))
-    if not held:
-        return []
-    # A rejected file stays rejected once its rows went out again: naming the files' cycles
-    # reads those cycles' rows (the (cycle, work item id) index), not every work item.
-    items = WorkItem.objects.filter(
-        cycle_id__in={cycle for _, cycle in held},
-        pending_report_file_id__in=[pk for pk, _ in held],
-    ).exclude(state=WorkItemState.REMOVED)
-    return _stuck_counts(items, item="pk", broker="broker", due="cycle__due_date")
+    return list(files.filter(state__in=states).values_list("state", "pk", "cycle_id"))
+
+
+def _report_file_held_counts(held_each: list[list[tuple[str, int, int]]]) -> list[_Counts]:
+    """For each list of ``held`` response files (``_report_files_held``): ``_stuck_counts`` of
+    the work items still with one of them as their ``pending_report_file``."""
+    parts: list[_Rows] = []
+    for held in held_each:
+        # A rejected file stays rejected once its rows went out again: naming the files'
+        # cycles reads those cycles' rows (the (cycle, work item id) index), not every work
+        # item.
+        items = WorkItem.objects.filter(
+            cycle_id__in={cycle for _, _, cycle in held},
+            pending_report_file_id__in=[pk for _, pk, _ in held],
+        ).exclude(state=WorkItemState.REMOVED)
+        parts.append((items, {"item": "pk", "broker": "broker", "due": "cycle__due_date"}))
+    # A list with no file is no query (an empty IN is no row: the UNION leaves it out).
+    return _stuck_counts_each(parts) if any(held_each) else [[] for _ in held_each]
 
 
 def _add_stuck_group(

@@ -1,0 +1,41 @@
+"""The stuck check (``drop doctor``, its alert, ``/metrics``) reads a few statements, however
+many reasons, brokers and kinds of rows it finds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from integrations.drop.calendar import drop_today
+from integrations.models import Broker
+from integrations.selectors.stuck import StuckReason, stuck_work_items
+from integrations.services.staff.brokers import broker_create
+from tests.builders import sample_cycle
+
+pytestmark = pytest.mark.django_db
+
+# The requests' and unreadable rows' counts (one UNION ALL), the brokers whose DROP key was
+# refused, the response files that hold items, and the recurring rounds.
+STATEMENTS = 4
+
+
+def test_the_stuck_check_reads_the_same_few_statements_whatever_it_finds(
+    broker: Broker, django_assert_max_num_queries: Any
+) -> None:
+    with django_assert_max_num_queries(STATEMENTS):
+        assert stuck_work_items() == []
+    sample_cycle(broker, today=drop_today())
+    other = broker_create(broker_id="4822", name="Broker 4822", actor="test")
+    sample_cycle(other, today=drop_today())
+    with django_assert_max_num_queries(STATEMENTS):
+        groups = stuck_work_items()
+    assert {(g.broker_id, g.reason) for g in groups} == {
+        (broker_id, reason)
+        for broker_id in ("4821", "4822")
+        for reason in (
+            StuckReason.FAILED_WAITING_FOR_STAFF,
+            StuckReason.UNDELIVERABLE,
+            StuckReason.NO_CALLBACK,
+        )
+    }
