@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import io
+from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
+from django.core.management import call_command
+from django.db import transaction
 
+from devtools.drop_simulator import DropSimulator
 from integrations.consumers.load import ConsumerLoad, Merged
+from integrations.services.staff.brokers import broker_create
 from tests.conftest import s3_reached_at
+from tests.evidence_world import DROP_KEY, evidence_world
 
 
 @pytest.fixture
@@ -39,3 +46,25 @@ def bucket(s3_server: str, settings: Any, monkeypatch: pytest.MonkeyPatch) -> An
     for item in listed:
         s3.delete_object(Bucket="exports", Key=item["Key"])
     s3.delete_bucket(Bucket="exports")
+
+
+@pytest.fixture(scope="module")
+def evidence_pack(
+    django_db_setup: None, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """The evidence world's pack (``tests/evidence_world.py``, the ``broker`` fixture's
+    broker), exported once for a module's tests that only read the file (a test copies it
+    to change it). The world is made in a transaction rolled back once the pack is
+    written, as a test's own would be: the database is left as it was."""
+    directory = tmp_path_factory.mktemp("evidence")
+    out = directory / "pack.zip"
+    with django_db_blocker.unblock(), transaction.atomic():
+        broker = broker_create(broker_id="4821", name="Acme Data", mode="test", actor="test")
+        with DropSimulator(api_key=DROP_KEY, broker_id="4821", active_download=True) as drop:
+            cycle = evidence_world(broker, drop, directory)
+        call_command(
+            "evidence", "export", "--broker", "4821", "--cycle", cycle.drop_session_id,
+            "--out", str(out), stdout=io.StringIO(),
+        )  # fmt: skip
+        transaction.set_rollback(True)
+    return out

@@ -4,6 +4,7 @@ an S3 bucket (a real S3-compatible server on loopback, moto's, started here)."""
 from __future__ import annotations
 
 import base64
+import functools
 import gzip
 import hashlib
 import http.server
@@ -21,7 +22,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from integrations.consumers import sources
+from integrations.consumers import sources, workers
 from integrations.consumers.load import Merged
 from integrations.models import Broker, Consumer, ConsumerHash, LedgerEvent
 from tests.conftest import s3_reached_at
@@ -128,7 +129,8 @@ def damaged_gzip(text: str) -> bytes:
     return deflate.compress(text.encode()) + deflate.flush(zlib.Z_FULL_FLUSH) + b"\x07" + bytes(8)
 
 
-MANY_ROWS = "".join(f"C-{i},a{i}@example.com\n" for i in range(100_000))  # 2.7 MB
+# 1.2 MB, more than a read block, in few wide rows (each one is hashed before the damage).
+MANY_ROWS = "".join(f"C-{i},a{i}{'x' * 280}@example.com\n" for i in range(4_000))
 
 
 @pytest.mark.parametrize(
@@ -148,8 +150,15 @@ MANY_ROWS = "".join(f"C-{i},a{i}@example.com\n" for i in range(100_000))  # 2.7 
     ],
 )
 def test_a_bad_file_is_one_line_and_nothing_is_written(
-    broker: Broker, tmp_path: Path, name: str, content: bytes, message: str
+    broker: Broker,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+    content: bytes,
+    message: str,
 ) -> None:
+    # Rows past the first thousand go to the worker pool, as a long file's do.
+    monkeypatch.setattr(workers, "PARALLEL_BATCH_ROWS", 1_000)
     path = tmp_path / name
     path.write_bytes(content)
     with pytest.raises(CommandError, match=message) as raised:
@@ -272,18 +281,21 @@ def test_objects_in_key_order_are_merged_as_one_file_a_key_running_on_across_two
 # ---------------------------------------------------------------------------------------
 
 
+@functools.cache
 def big_parquet_bytes() -> bytes:
-    """CLEAR's rows after 20,000 filler rows (about 1.5 MB): the reader seeks to the footer
-    first, past more than the gap it reads through, then back to the row groups."""
+    """CLEAR's rows after 2,000 wide filler rows (about 1.6 MB): the reader seeks to the
+    footer first, past more than the gap it reads through, then back to the row groups.
+    Few rows, each wide: the size is what the reads are about, and every row is hashed
+    and stored."""
     filler = pa.table(
         {
-            "remote_identifier": [f"F-{i}" for i in range(20_000)],
-            "email": [f"{i:08d}-{'x' * 40}@example.com" for i in range(20_000)],
+            "remote_identifier": [f"F-{i}" for i in range(2_000)],
+            "email": [f"{i:08d}-{'x' * 760}@example.com" for i in range(2_000)],
         }
     )
     rows = pa.table({"remote_identifier": ["C-1"], "email": ["Anna.Smith@Domain.com"]})
     sink = io.BytesIO()
-    pq.write_table(pa.concat_tables([filler, rows]), sink, row_group_size=5_000, compression="none")
+    pq.write_table(pa.concat_tables([filler, rows]), sink, row_group_size=500, compression="none")
     return sink.getvalue()
 
 
@@ -303,7 +315,9 @@ def test_a_parquet_files_sha256_reaches_the_ledger_like_a_csvs(
 ) -> None:
     if gap is not None:
         monkeypatch.setattr(sources, "_DIGEST_GAP", gap)
-    monkeypatch.setattr(sources, "PARQUET_BATCH_ROWS", 4_000)  # several reads per row group
+    else:  # as a long file is read: the rows after the first batch hashed by the worker pool
+        monkeypatch.setattr(workers, "PARALLEL_BATCH_ROWS", 1_500)
+    monkeypatch.setattr(sources, "PARQUET_BATCH_ROWS", 400)  # several reads per row group
     content = big_parquet_bytes()
     path = tmp_path / "c.parquet"
     path.write_bytes(content)
@@ -321,7 +335,7 @@ def test_a_parquet_files_sha256_reaches_the_ledger_like_a_csvs(
     else:
         summary, _ = run(str(path))
         name = "c.parquet"
-    assert summary["rows_read"] == 20_001
+    assert summary["rows_read"] == 2_001
     assert ledger_files() == [
         {"name": name, "size": len(content), "sha256": hashlib.sha256(content).hexdigest()}
     ]

@@ -112,9 +112,9 @@ def test_the_pack_carries_its_ranges_tokens_and_they_verify(
 
 
 def test_a_pack_without_tokens_says_its_chain_is_anchored_nowhere(
-    cycle: DropCycle, tmp_path: Path, public_key: Path
+    evidence_pack: Path, public_key: Path
 ) -> None:
-    exported = export(cycle, tmp_path)
+    exported = evidence_pack  # read only
     result = verify_pack(exported, public_key_pem=public_key.read_bytes())
     assert result.ok, result.failure
     assert any("no time-stamp token in the ledger range" in line for line in result.checks)
@@ -201,11 +201,11 @@ runpy.run_module('integrations.evidence.verify', run_name='__main__')
 
 
 def test_a_pack_without_tokens_verifies_with_cryptography_alone(
-    cycle: DropCycle, tmp_path: Path, public_key: Path
+    evidence_pack: Path, public_key: Path
 ) -> None:
     """An auditor who installed only ``cryptography`` (older packs, packs of a service with
     no authority) is not stopped by the time-stamp code."""
-    exported = export(cycle, tmp_path)
+    exported = evidence_pack  # read only
     ran = subprocess.run(  # noqa: S603
         [sys.executable, "-c", _WITHOUT_RFC3161_CLIENT, str(exported), "--public-key",
          str(public_key)],
