@@ -9,7 +9,8 @@ row is its record page. Content another role's walk in this process already pass
 page around it (header, sidebar) and sidebar entries an earlier page passed, are not checked
 again (``AXE_SHAPE``); what fails is checked on every page. A page another role's walk
 opened, which the server renders for this role with the same markup but for the sidebar (the
-role's lists, its login), is not opened again: its findings and its screenshot are that page's.
+role's lists, its login), is not opened again: its findings are that page's, and its screenshot
+is the earlier role's (none is taken for this role: a copy would show another login).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -126,7 +126,7 @@ class Passed:
     around: set[str] = field(default_factory=set)
     entries: set[str] = field(default_factory=set)
     # Pages opened in the browser, by their served markup's digest (``_markup``) and the box
-    # their content was laid out in: what was found there and their screenshot.
+    # their content was laid out in: what was found there.
     pages: dict[tuple[str, str], Checked] = field(default_factory=dict)
     opened: set[str] = field(default_factory=set)  # their addresses
 
@@ -135,7 +135,6 @@ class Passed:
 class Checked:
     problems: list[str]
     facts: dict[str, Any] | None  # LIST's
-    shot: Path
 
 
 @pytest.fixture(scope="module")
@@ -166,20 +165,15 @@ def _digest(shape: str) -> str:
     return hashlib.sha256(shape.encode()).hexdigest()
 
 
-def _shot_path(role: str, url: str) -> Path:
+def _shot(page: Page, role: str, url: str) -> None:
     folder = ARTIFACTS / "console"
     folder.mkdir(parents=True, exist_ok=True)
     name = re.sub(r"[^A-Za-z0-9]+", "-", urlsplit(url).path.strip("/")) or "dashboard"
-    return folder / f"{role.split()[0].lower()}-{name}.jpg"
-
-
-def _shot(page: Page, role: str, url: str) -> Path:
     # JPEG: quicker to take than PNG (a hundred times a run), and as legible. The caret is
     # left as it is: nothing on the walk's pages has the focus, and hiding it is a style added
     # and taken away again, two restylings of the whole page for every picture.
-    path = _shot_path(role, url)
+    path = folder / f"{role.split()[0].lower()}-{name}.jpg"
     page.screenshot(path=str(path), type="jpeg", quality=85, caret="initial")
-    return path
 
 
 SIDEBAR = '<div id="nav-sidebar"'
@@ -255,24 +249,23 @@ def test_every_page_passes_axe_and_every_list_fits_1280_pixels(
         if page.url != address:  # the login lands on the dashboard
             # A page another role's walk opened, served with the same markup but for the
             # sidebar: what was found there holds here (the server's rendering tells, a
-            # fraction of the browser's work), and its screenshot is that page's.
+            # fraction of the browser's work).
             if address in passed.opened:
                 key = (_markup(page.request.get(address).text()), content_box)
                 if (seen := passed.pages.get(key)) is not None:
                     problems[address] = list(seen.problems)
-                    shutil.copyfile(seen.shot, _shot_path(role, address))
                     return seen.facts
             opened = page.goto(address)
             assert opened is not None
             key = (_markup(opened.text()), content_box)
         problems[address] = _violations(page, passed)
-        shot = _shot(page, role, address)
+        _shot(page, role, address)
         facts: dict[str, Any] | None = page.evaluate(LIST)
         if facts is not None and not facts["fits"]:
             problems[address].append(f"the list is wider than {WIDTH} pixels")
         passed.opened.add(address)
         if key is not None:
-            passed.pages[key] = Checked(list(problems[address]), facts, shot)
+            passed.pages[key] = Checked(list(problems[address]), facts)
         return facts
 
     for address in pages:
