@@ -13,7 +13,7 @@ from integrations.list_types import DATA_TYPE_OF
 from integrations.selectors.list_selection import (
     cycle_lists_sent,
     list_selections,
-    lists_selected_at,
+    selection_in_force,
 )
 from integrations.services.evidence.components.base import Component, PackContext
 
@@ -58,7 +58,7 @@ def build(context: PackContext) -> Component:
     cycles: list[dict[str, Any]] = []
     for cycle in context.period.cycles().order_by("downloaded_at"):
         sent = cycle_lists_sent(cycle)
-        selection = lists_selected_at(context.broker, cycle.downloaded_at)
+        selection = selection_in_force(selections, cycle.downloaded_at)
         selected = [DATA_TYPE_OF[t] for t in selection.lists] if selection else []
         cycles.append(
             {
