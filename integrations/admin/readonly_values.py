@@ -21,17 +21,13 @@ _KEPT = "_dropportal_readonly_values"
 
 
 def lookup_field_once(name: Any, obj: Any, model_admin: Any = None) -> Any:
-    kept: dict[tuple[Any, Any], tuple[bool, Any]] = obj.__dict__.setdefault(_KEPT, {})
+    """Django's lookup, its value kept on ``obj``; an exception is not kept, so unfold
+    handles it (or the page fails) as without the cache, each time it is read."""
+    kept: dict[tuple[Any, Any], Any] = obj.__dict__.setdefault(_KEPT, {})
     key = (name, model_admin)
     if key not in kept:
-        try:
-            kept[key] = (True, lookup_field(name, obj, model_admin))
-        except Exception as exc:  # what Django's lookup raises, raised again on each read
-            kept[key] = (False, exc)
-    found, value = kept[key]
-    if not found:
-        raise value
-    return value
+        kept[key] = lookup_field(name, obj, model_admin)
+    return kept[key]
 
 
 def readonly_values_read_once() -> None:
