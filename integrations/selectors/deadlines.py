@@ -57,6 +57,10 @@ def drop_cycles_by_urgency(cycles: QuerySet[DropCycle] | None = None) -> QuerySe
     return _by_urgency(cycles)
 
 
+# Of the cycles owing alike: the earliest due first, then the latest downloaded.
+_MOST_URGENT_FIRST = ("due_date", "-downloaded_at")
+
+
 @cache
 def _every_cycle_by_urgency() -> QuerySet[DropCycle]:
     # Never evaluated itself (``.all()`` above): its rows are never kept.
@@ -79,11 +83,7 @@ def _by_urgency(cycles: QuerySet[DropCycle]) -> QuerySet[DropCycle]:
             When(marked, then=Coalesce(_count(owed.awaiting_outcome()), 0)), default=Value(0)
         )
         + unreadable_owed,
-    ).order_by(
-        Case(When(owed_items__gt=0, then=Value(0)), default=Value(1)),
-        "due_date",
-        "-downloaded_at",
-    )
+    ).order_by(Case(When(owed_items__gt=0, then=Value(0)), default=Value(1)), *_MOST_URGENT_FIRST)
 
 
 def cycle_deadlines(*, broker_id: str | None = None, today: dt.date) -> list[CycleDeadline]:
@@ -95,7 +95,7 @@ def cycle_deadlines(*, broker_id: str | None = None, today: dt.date) -> list[Cyc
         drop_cycles_by_urgency()
         .filter(state=CycleState.OPEN)
         .select_related("broker")
-        .order_by("due_date", "-downloaded_at")
+        .order_by(*_MOST_URGENT_FIRST)
     )
     if broker_id:
         cycles = cycles.filter(broker__broker_id=broker_id)
