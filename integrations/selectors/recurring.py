@@ -222,14 +222,18 @@ def recurring_overviews(
         }
 
 
-_Counts = list[tuple[str, int, int, int, dt.date]]
+# Per broker: (DROP broker id, broker pk, work items, rows holding them, nearest due date),
+# as the stuck check counts each reason.
+StuckCounts = list[tuple[str, int, int, int, dt.date]]
 
 # Which items ``recurring_stuck_counts`` counts, each over the same schedule (``s``).
 _OVERDUE = "s.due_on < %(overdue_before)s"
 _FAILING = "s.round > 0 AND NOT s.final AND s.failing"
 
 
-def recurring_stuck_counts(*, broker: Broker | None, today: dt.date) -> tuple[_Counts, _Counts]:
+def recurring_stuck_counts(
+    *, broker: Broker | None, today: dt.date
+) -> tuple[StuckCounts, StuckCounts]:
     """Per broker: (DROP broker id, broker pk, work items, requests of their open rounds,
     earliest due date), for ``drop doctor``, of two sets of items, read in one statement
     (the schedule is built once):
@@ -244,18 +248,17 @@ def recurring_stuck_counts(*, broker: Broker | None, today: dt.date) -> tuple[_C
     if settings.DROPPORTAL_RECURRING_DAYS <= 0:
         return [], []
     sql, params = rounds_sql(broker=broker)
-    requests = (
+    requests_sql = (
         "(SELECT count(*) FROM integrations_deletionrequest d"
         " WHERE d.work_item_id = s.work_item_id AND d.round = s.round AND s.round > 0"
         " AND NOT s.final)"
     )
-    # A round whose previous one was all cancelled has no date: today then (the failing
-    # set's is the calendar's today, whatever ``today`` is).
+    # A round whose previous one was all cancelled has no date: today then.
     columns = ", ".join(
         f"count(*) FILTER (WHERE {condition}),"
-        f" coalesce(sum({requests}) FILTER (WHERE {condition}), 0)::integer,"
-        f" coalesce(min(s.due_on) FILTER (WHERE {condition}), %({default})s)"
-        for condition, default in ((_OVERDUE, "today"), (_FAILING, "failing_today"))
+        f" coalesce(sum({requests_sql}) FILTER (WHERE {condition}), 0)::integer,"
+        f" coalesce(min(s.due_on) FILTER (WHERE {condition}), %(today)s)"
+        for condition in (_OVERDUE, _FAILING)
     )
     with connection.cursor() as cursor:
         cursor.execute(
@@ -268,15 +271,14 @@ def recurring_stuck_counts(*, broker: Broker | None, today: dt.date) -> tuple[_C
             {
                 **params,
                 "today": today,
-                "failing_today": drop_today(),
                 "overdue_before": today - dt.timedelta(days=RECURRING_OVERDUE_DAYS),
             },
         )
         rows = cursor.fetchall()
-    overdue: _Counts = []
-    failing: _Counts = []
+    overdue: StuckCounts = []
+    failing: StuckCounts = []
     for broker_id, broker_pk, *counts in rows:
-        for found, (items, requests_, due) in ((overdue, counts[:3]), (failing, counts[3:])):
+        for found, (items, requests, due) in ((overdue, counts[:3]), (failing, counts[3:])):
             if items:
-                found.append((broker_id, broker_pk, items, requests_, due))
+                found.append((broker_id, broker_pk, items, requests, due))
     return overdue, failing

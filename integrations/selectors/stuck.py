@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import enum
-from collections.abc import Collection
+from collections.abc import Collection, Hashable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple, TypeVar
 
 from django.conf import settings
 from django.db.models import Count, F, Min, Q, QuerySet, Value
@@ -30,7 +30,11 @@ from integrations.models import (
     WorkItemState,
 )
 from integrations.selectors.pulls import brokers_with_drop_key_refused
-from integrations.selectors.recurring import RECURRING_OVERDUE_DAYS, recurring_stuck_counts
+from integrations.selectors.recurring import (
+    RECURRING_OVERDUE_DAYS,
+    StuckCounts,
+    recurring_stuck_counts,
+)
 from integrations.selectors.requests import AWAITING_CALLBACK_ATTENTION, automatic_redispatches
 
 
@@ -113,12 +117,7 @@ def _admin_path(model: str, **params: Any) -> str:
     return f"{reverse(f'admin:integrations_{model}_changelist')}?{urlencode(params)}"
 
 
-# What each reason's counts give: (broker_id, broker pk, work items, rows, nearest due
-# date) per broker.
-_Counts = list[tuple[str, int, int, int, dt.date]]
-
-
-def _stuck_counts(rows: QuerySet[Any], *, item: str, broker: str, due: str) -> _Counts:
+def _stuck_counts(rows: QuerySet[Any], *, item: str, broker: str, due: str) -> StuckCounts:
     """(broker_id, broker pk, work items, rows, nearest due date) per broker of ``rows``."""
     return [
         (row["b"], row["bpk"], row["items"], row["n"], row["due"])
@@ -132,23 +131,29 @@ def _counts_query(rows: QuerySet[Any], *, item: str, broker: str, due: str) -> Q
     )
 
 
+# What a part of the stuck check's one statement is known by.
+_Key = TypeVar("_Key", bound=Hashable)
+
 # Rows of open work items, with how ``_stuck_counts`` counts them.
 _Rows = tuple[QuerySet[Any], dict[str, str]]
 
 
-def _stuck_counts_each(parts: list[_Rows]) -> list[_Counts]:
-    """``_stuck_counts`` of each of ``parts``, read in one statement (their UNION ALL, each
-    part the query it would be alone, so its plan is too): the stuck check runs every few
-    minutes (alerts, ``/metrics``), one round trip rather than one per reason and kind."""
+def _stuck_counts_each(parts: dict[_Key, _Rows]) -> dict[_Key, StuckCounts]:
+    """``_stuck_counts`` of each of ``parts``, by the same key, read in one statement (their
+    UNION ALL, each part the query it would be alone, so its plan is too): the stuck check
+    runs every few minutes (alerts, ``/metrics``), one round trip rather than one per reason
+    and kind."""
+    counts: dict[_Key, StuckCounts] = {key: [] for key in parts}
     if not parts:
-        return []
+        return counts
+    # Each row names its part by the part's place among the keys, read back from the same.
+    keys = list(parts)
     queries = [
         _counts_query(rows, **fields).annotate(part=Value(index)).order_by()
-        for index, (rows, fields) in enumerate(parts)
+        for index, (rows, fields) in enumerate(parts[key] for key in keys)
     ]
-    counts: list[_Counts] = [[] for _ in parts]
     for row in queries[0].union(*queries[1:], all=True):
-        counts[row["part"]].append((row["b"], row["bpk"], row["items"], row["n"], row["due"]))
+        counts[keys[row["part"]]].append((row["b"], row["bpk"], row["items"], row["n"], row["due"]))
     return counts
 
 
@@ -176,19 +181,30 @@ def stuck_work_items(
         if source[0] in wanted
     ]
     paused = _paused_target_rows(broker) if StuckReason.TARGET_DISABLED in wanted else []
-    unreadable = _unreadable_rows(broker) if StuckReason.UNREADABLE_WORK_ITEM in wanted else []
-    each = iter(
-        _stuck_counts_each(
-            [part for *_, parts in sources for part in parts]
-            + [part for _, part in paused]
-            + unreadable
-        )
+    unreadable = _unreadable_rows(broker) if StuckReason.UNREADABLE_WORK_ITEM in wanted else None
+    # Each part keyed by its reason and its place in that reason's own list.
+    parts: dict[tuple[StuckReason, int], _Rows] = {
+        (reason, index): part
+        for reason, _, _, reason_parts in sources
+        for index, part in enumerate(reason_parts)
+    }
+    parts.update(
+        ((StuckReason.TARGET_DISABLED, index), target.rows) for index, target in enumerate(paused)
     )
-    for reason, model, params, parts in sources:
-        for _ in parts:
-            _add_stuck_group(found, reason, model, params, next(each))
+    if unreadable is not None:
+        parts[(StuckReason.UNREADABLE_WORK_ITEM, 0)] = unreadable
+    counts = _stuck_counts_each(parts)
+    for reason, model, params, reason_parts in sources:
+        for index in range(len(reason_parts)):
+            _add_stuck_group(found, reason, model, params, counts[(reason, index)])
     if paused:
-        _add_disabled_target_groups(found, [(model, part, next(each)) for model, part in paused])
+        _add_disabled_target_groups(
+            found,
+            [
+                (target, counts[(StuckReason.TARGET_DISABLED, index)])
+                for index, target in enumerate(paused)
+            ],
+        )
     if StuckReason.DROP_KEY_REFUSED in wanted:
         _add_stuck_group(
             found,
@@ -197,28 +213,30 @@ def stuck_work_items(
             {"kind__exact": LedgerKind.DROP_PULL_FAILED},
             _drop_key_refused_counts(broker),
         )
-    if unreadable:
+    if unreadable is not None:
         # No request holds them: nothing was sent for them.
         _add_stuck_group(
             found,
             StuckReason.UNREADABLE_WORK_ITEM,
             "unreadableworkitem",
             {},
-            [(broker_id, pk, items, 0, due) for broker_id, pk, items, _, due in next(each)],
+            [
+                (broker_id, pk, items, 0, due)
+                for broker_id, pk, items, _, due in counts[(StuckReason.UNREADABLE_WORK_ITEM, 0)]
+            ],
         )
     file_reasons = [r for r in _REPORT_FILE_STATES if r in wanted]
     if file_reasons:
         held = _report_files_held(
             broker, [s for r in file_reasons for s in _REPORT_FILE_STATES[r][0]]
         )
-        for reason, counts in zip(
-            file_reasons,
-            _report_file_held_counts(
-                [[f for f in held if f[0] in _REPORT_FILE_STATES[r][0]] for r in file_reasons]
-            ),
-            strict=True,
-        ):
-            _add_stuck_group(found, reason, "reportfile", _REPORT_FILE_STATES[reason][1], counts)
+        file_counts = _report_file_held_counts(
+            {r: [f for f in held if f[0] in _REPORT_FILE_STATES[r][0]] for r in file_reasons}
+        )
+        for reason, reason_counts in file_counts.items():
+            _add_stuck_group(
+                found, reason, "reportfile", _REPORT_FILE_STATES[reason][1], reason_counts
+            )
     # Not open items: DROP holds their status, but the broker owes their deletion again
     # (its nearest due date is the round's).
     recurring = {StuckReason.RECURRING_ROUND_OVERDUE, StuckReason.RECURRING_ROUND_FAILING}
@@ -327,48 +345,62 @@ def _stuck_sources(*, broker: Broker | None, stale: dt.datetime) -> list[_StuckS
 _WAITING_FOR_TARGET = [RequestState.QUEUED, RequestState.FAILED, RequestState.DISPATCHED]
 
 
-def _paused_target_rows(broker: Broker | None) -> list[tuple[str, _Rows]]:
+class _PausedTarget(NamedTuple):
+    """Rows waiting for a kind of paused target, and how to list and name their targets."""
+
+    rows: _Rows
+    model: str  # the admin list of the targets
+    kind: str  # the targets' kind, as a group names them
+    names: tuple[str, str, str]  # each row's broker id, target name and target key
+
+
+def _paused_target_rows(broker: Broker | None) -> list[_PausedTarget]:
     """``target_disabled``'s rows: open work items' requests that wait for a disabled
     integration or SaaS connection (paused by staff or by a 410), each with the admin list of
     its targets."""
     deletions, resolutions, saas = _open_item_rows(broker)
     paused = {"state__in": _WAITING_FOR_TARGET, "integration__enabled": False}
+    integration_names = ("broker__broker_id", "integration__name", "integration__uuid")
     return [
-        ("integration", (deletions.filter(**paused), _DELETION_ROWS)),
-        ("integration", (resolutions.filter(**paused), _RESOLUTION_ROWS)),
-        (
-            "saasconnection",
+        _PausedTarget(
+            (deletions.filter(**paused), _DELETION_ROWS),
+            "integration",
+            "integration",
+            integration_names,
+        ),
+        _PausedTarget(
+            (resolutions.filter(**paused), _RESOLUTION_ROWS),
+            "integration",
+            "integration",
+            integration_names,
+        ),
+        _PausedTarget(
             (
                 saas.filter(state__in=_WAITING_FOR_TARGET, saas_connection__enabled=False),
                 _SAAS_ROWS,
             ),
+            "saasconnection",
+            "SaaS connection",
+            ("resolution__broker__broker_id", "saas_connection__name", "saas_connection__uuid"),
         ),
     ]
 
 
 def _add_disabled_target_groups(
     found: dict[tuple[str, StuckReason], StuckGroup],
-    paused: list[tuple[str, _Rows, _Counts]],
+    paused: list[tuple[_PausedTarget, StuckCounts]],
 ) -> None:
     """Add ``target_disabled``'s groups (``_paused_target_rows`` and their counts), each
     naming the targets its items wait for."""
     reason = StuckReason.TARGET_DISABLED
     names: dict[str, set[str]] = {}
-    for model, (rows, _), counts in paused:
-        _add_stuck_group(found, reason, model, {"enabled__exact": 0}, counts)
+    for target, counts in paused:
+        _add_stuck_group(found, reason, target.model, {"enabled__exact": 0}, counts)
         if not counts:
             continue  # no row waits for a paused target: no name to read
-        if model == "integration":
-            fields = ("broker__broker_id", "integration__name", "integration__uuid")
-            kind = "integration"
-        else:
-            fields = (
-                "resolution__broker__broker_id",
-                "saas_connection__name",
-                "saas_connection__uuid",
-            )
-            kind = "SaaS connection"
-        for broker_id, name, key in rows.values_list(*fields).distinct():
+        rows, _ = target.rows
+        kind = target.kind
+        for broker_id, name, key in rows.values_list(*target.names).distinct():
             names.setdefault(broker_id, set()).add(f"{kind} {name!r} ({key})")
     for broker_id, targets in names.items():
         group = found[(broker_id, reason)]
@@ -411,7 +443,7 @@ def _failed_waiting_for_staff(
     return failed
 
 
-def _drop_key_refused_counts(broker: Broker | None) -> _Counts:
+def _drop_key_refused_counts(broker: Broker | None) -> StuckCounts:
     """``_stuck_counts`` of the open and reportable work items of brokers whose DROP key was
     refused: no status reaches DROP until staff change it."""
     refused = list(
@@ -434,7 +466,7 @@ def _drop_key_refused_counts(broker: Broker | None) -> _Counts:
     )
 
 
-def _unreadable_rows(broker: Broker | None) -> list[_Rows]:
+def _unreadable_rows(broker: Broker | None) -> _Rows:
     """The unreadable rows of each broker's latest cycle. Nothing of ours can give them a
     status; once DROP sends a later package it holds the earlier one answered (it sends none
     while a work item of it has no status), so older ones are done."""
@@ -443,7 +475,7 @@ def _unreadable_rows(broker: Broker | None) -> list[_Rows]:
     rows = UnreadableWorkItem.objects.latest_package()
     if broker is not None:
         rows = rows.filter(broker=broker)
-    return [(rows, {"item": "pk", "broker": "broker", "due": "cycle__due_date"})]
+    return (rows, {"item": "pk", "broker": "broker", "due": "cycle__due_date"})
 
 
 # The response files that hold work items for a reason (``pending_report_file``): a file
@@ -470,11 +502,14 @@ def _report_files_held(
     return list(files.filter(state__in=states).values_list("state", "pk", "cycle_id"))
 
 
-def _report_file_held_counts(held_each: list[list[tuple[str, int, int]]]) -> list[_Counts]:
-    """For each list of ``held`` response files (``_report_files_held``): ``_stuck_counts`` of
-    the work items still with one of them as their ``pending_report_file``."""
-    parts: list[_Rows] = []
-    for held in held_each:
+def _report_file_held_counts(
+    held_each: dict[_Key, list[tuple[str, int, int]]],
+) -> dict[_Key, StuckCounts]:
+    """For each list of ``held`` response files (``_report_files_held``), by the same key:
+    ``_stuck_counts`` of the work items still with one of them as their
+    ``pending_report_file``."""
+    parts: dict[_Key, _Rows] = {}
+    for key, held in held_each.items():
         # A rejected file stays rejected once its rows went out again: naming the files'
         # cycles reads those cycles' rows (the (cycle, work item id) index), not every work
         # item.
@@ -482,9 +517,9 @@ def _report_file_held_counts(held_each: list[list[tuple[str, int, int]]]) -> lis
             cycle_id__in={cycle for _, _, cycle in held},
             pending_report_file_id__in=[pk for _, pk, _ in held],
         ).exclude(state=WorkItemState.REMOVED)
-        parts.append((items, {"item": "pk", "broker": "broker", "due": "cycle__due_date"}))
+        parts[key] = (items, {"item": "pk", "broker": "broker", "due": "cycle__due_date"})
     # A list with no file is no query (an empty IN is no row: the UNION leaves it out).
-    return _stuck_counts_each(parts) if any(held_each) else [[] for _ in held_each]
+    return _stuck_counts_each(parts) if any(held_each.values()) else {k: [] for k in held_each}
 
 
 def _add_stuck_group(
@@ -492,7 +527,7 @@ def _add_stuck_group(
     reason: StuckReason,
     model: str,
     params: dict[str, Any],
-    counts: _Counts,
+    counts: StuckCounts,
 ) -> None:
     """Add ``counts`` (``_stuck_counts``) to the groups ``found`` for ``reason``."""
     for broker_id, broker_pk, n_items, n_rows, due in counts:
