@@ -50,8 +50,9 @@ def result_headers_once_per_list() -> None:
 _django_get_results = getattr(ChangeList.get_results, "__wrapped__", ChangeList.get_results)
 
 
-def rows_as_root(listed: QuerySet[Any], root: QuerySet[Any]) -> bool:
-    """Whether ``listed`` (the root, ordered and perhaps filtered) counts the root's rows.
+def _lists_every_row(listed: QuerySet[Any], root: QuerySet[Any]) -> bool:
+    """Whether ``listed`` (the root, ordered and perhaps filtered) selects every row of
+    ``root``: its count is then the root's.
 
     Only what a filter, search or drill-down changes is compared; anything else that differs
     (a join, an annotation, a DISTINCT) counts as narrowed, and the total is counted.
@@ -81,7 +82,12 @@ class _TotalNotCounted:
 
 
 def results_counted_once(cl: ChangeList, request: HttpRequest) -> None:
-    if not (cl.model_admin.show_full_result_count and rows_as_root(cl.queryset, cl.root_queryset)):
+    """Django's ``ChangeList.get_results``, the admin's full count not read again when the
+    list selects every row of the admin's queryset (``_lists_every_row``): that total is the
+    list's own count. Narrowed, or with ``show_full_result_count`` off, it is Django's."""
+    if not (
+        cl.model_admin.show_full_result_count and _lists_every_row(cl.queryset, cl.root_queryset)
+    ):
         _django_get_results(cl, request)
         return
     root = cl.root_queryset
