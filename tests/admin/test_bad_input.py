@@ -135,15 +135,18 @@ NUL_URLS = [
 
 
 # One world for every page (a cycle's rows): each page is refused before it reads any.
-def test_a_nul_sent_to_any_admin_page_is_a_400(broker: Broker, superuser_client: Client) -> None:
+def test_a_nul_sent_to_any_admin_page_is_a_400(
+    broker: Broker, superuser_client: Client, subtests: pytest.Subtests
+) -> None:
     sample_cycle(broker, today=timezone.localdate())
 
     for url in NUL_URLS:
-        answer = superuser_client.get(url)
+        with subtests.test(url=url):
+            answer = superuser_client.get(url)
 
-        assert answer.status_code == 400, url
-        assert answer["Content-Type"] == "text/plain", url
-        assert answer.content == NUL_REFUSED, url
+            assert answer.status_code == 400, url
+            assert answer["Content-Type"] == "text/plain", url
+            assert answer.content == NUL_REFUSED, url
 
 
 def test_a_ledger_export_with_a_nul_filter_is_a_400_and_no_export(
@@ -219,18 +222,19 @@ def test_a_known_job_status_filters_the_jobs(broker: Broker, superuser_client: C
 
 
 def test_a_cycle_filter_that_is_no_ascii_number_lists_nothing(
-    broker: Broker, superuser_client: Client
+    broker: Broker, superuser_client: Client, subtests: pytest.Subtests
 ) -> None:
     sample_cycle(broker, today=timezone.localdate())
 
     for model in ("deletionrequest", "resolutionrequest"):
         for cycle in ("%C2%B2", "%D9%A3"):  # "²" (isdigit, not int), "٣" (both)
             url = f"/admin/integrations/{model}/?cycle={cycle}"
-            answer = superuser_client.get(url)
+            with subtests.test(url=url):
+                answer = superuser_client.get(url)
 
-            assert answer.status_code == 200, url
-            assert answer.context_data is not None, url
-            assert list(answer.context_data["cl"].result_list) == [], url
+                assert answer.status_code == 200, url
+                assert answer.context_data is not None, url
+                assert list(answer.context_data["cl"].result_list) == [], url
 
 
 def test_a_drop_year_filter_that_is_no_ascii_number_is_not_applied(
@@ -272,24 +276,25 @@ NOT_IDS_POSTED = [
 
 
 def test_an_action_on_a_selection_that_is_no_id_is_a_400(
-    broker: Broker, superuser_client: Client
+    broker: Broker, superuser_client: Client, subtests: pytest.Subtests
 ) -> None:
     sample_cycle(broker, today=timezone.localdate())
 
     for url, action in NOT_IDS_POSTED:
         for selected in ("abc", "%C2%B2"):
-            answer = superuser_client.post(
-                url,
-                f"action={action}&index=0&_selected_action={selected}",
-                content_type="application/x-www-form-urlencoded",
-            )
+            with subtests.test(url=url, action=action, selected=selected):
+                answer = superuser_client.post(
+                    url,
+                    f"action={action}&index=0&_selected_action={selected}",
+                    content_type="application/x-www-form-urlencoded",
+                )
 
-            tried = f"{url} {action} {selected}"
-            assert answer.status_code == 400, tried
-            assert answer["Content-Type"] == "text/plain", tried
-            assert answer.content.startswith(
-                b"Not done: the selection holds a value that is no id"
-            ), tried
+                tried = f"{url} {action} {selected}"
+                assert answer.status_code == 400, tried
+                assert answer["Content-Type"] == "text/plain", tried
+                assert answer.content.startswith(
+                    b"Not done: the selection holds a value that is no id"
+                ), tried
 
 
 def test_a_delete_confirmed_with_one_selection_no_id_deletes_nothing(

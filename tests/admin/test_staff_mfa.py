@@ -89,7 +89,7 @@ def test_mfa_is_required_whenever_database_url_is_set() -> None:
             sys.executable,
             "-c",
             # The settings as a new process reads them; loading every app (django.setup)
-            # changes none of them and cost most of the run.
+            # changes none of them, so it is not done.
             "from django.conf import settings; print(settings.DROPPORTAL_STAFF_MFA_REQUIRED)",
         ],
         env={**subprocess_env(), "DJANGO_SETTINGS_MODULE": "dropportal.settings"},

@@ -239,12 +239,12 @@ def test_every_page_passes_axe_and_every_list_fits_1280_pixels(
     assert len(pages) >= 5, f"{role} sees only {pages}"
     content_box: str = page.evaluate(CONTENT_BOX)
     problems: dict[str, list[str]] = {}
-    visited = 0
+    checked = 0
 
     def check(address: str) -> dict[str, Any] | None:
         """The page's problems (in ``problems``), and LIST's facts."""
-        nonlocal visited
-        visited += 1
+        nonlocal checked
+        checked += 1
         key = None
         if page.url != address:  # the login lands on the dashboard
             # A page another role's walk opened, served with the same markup but for the
@@ -275,7 +275,7 @@ def test_every_page_passes_axe_and_every_list_fits_1280_pixels(
     context.close()
     failing = {address: found for address, found in problems.items() if found}
     assert not failing, f"{role}: {failing}"
-    assert visited >= 8, f"{role} opened only {visited} pages"
+    assert checked >= 8, f"{role} checked only {checked} pages"
 
 
 def test_a_consumers_story_is_reached_by_keyboard_alone(

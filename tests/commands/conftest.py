@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,11 +53,15 @@ def bucket(s3_server: str, settings: Any, monkeypatch: pytest.MonkeyPatch) -> An
 @pytest.fixture(scope="module")
 def evidence_pack(
     django_db_setup: None, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
-) -> Path:
+) -> Iterator[Path]:
     """The evidence world's pack (``tests/evidence_world.py``, the ``broker`` fixture's
     broker), exported once for a module's tests that only read the file (a test copies it
     to change it). The world is made in a transaction rolled back once the pack is
-    written, as a test's own would be: the database is left as it was."""
+    written, as a test's own would be: the database is left as it was. Being the module's,
+    it runs outside the per-test autouse fixtures (``drop_packages_in_tmp`` and the others).
+
+    The pack is read-only, and its digest is checked once the module's tests are done: the
+    tests may run as root, whom a file's mode does not stop."""
     directory = tmp_path_factory.mktemp("evidence")
     out = directory / "pack.zip"
     with django_db_blocker.unblock(), transaction.atomic():
@@ -67,4 +73,8 @@ def evidence_pack(
             "--out", str(out), stdout=io.StringIO(),
         )  # fmt: skip
         transaction.set_rollback(True)
-    return out
+    out.chmod(0o444)
+    digest = hashlib.sha256(out.read_bytes()).hexdigest()
+    yield out
+    changed = hashlib.sha256(out.read_bytes()).hexdigest() != digest
+    assert not changed, "a test changed the shared evidence pack: copy it (shutil.copyfile)"

@@ -315,9 +315,9 @@ def test_a_parquet_files_sha256_reaches_the_ledger_like_a_csvs(
 ) -> None:
     if gap is not None:
         monkeypatch.setattr(sources, "_DIGEST_GAP", gap)
-    else:  # as a long file is read: the rows after the first batch hashed by the worker pool
-        monkeypatch.setattr(workers, "PARALLEL_BATCH_ROWS", 1_500)
-    monkeypatch.setattr(sources, "PARQUET_BATCH_ROWS", 400)  # several reads per row group
+    # As a long file is read: the rows after the first batch are hashed by the worker pool.
+    monkeypatch.setattr(workers, "PARALLEL_BATCH_ROWS", 1_500)
+    monkeypatch.setattr(sources, "PARQUET_BATCH_ROWS", 400)  # more than one read per row group
     content = big_parquet_bytes()
     path = tmp_path / "c.parquet"
     path.write_bytes(content)
