@@ -15,6 +15,7 @@ from unfold.admin import ModelAdmin
 from integrations.admin.actors import staff_actor
 from integrations.admin.as_shown import fields_as_shown
 from integrations.admin.credentials import Credential, WriteOnlyCredentials
+from integrations.admin.readonly_values import kept_on
 from integrations.admin.refusals import RefusalsShown, Refused
 from integrations.drop.notifications import notifications_url
 from integrations.list_types import DATA_TYPE_OF, LABELS
@@ -31,16 +32,11 @@ from integrations.services.staff.brokers import (
     drop_webhook_secret_check,
 )
 
-_SELECTIONS = "_dropportal_list_selections"
-
 
 def recorded_selections(broker: Broker) -> list[ListSelection]:
     """Every selection recorded for the broker, read once for the page that shows it: its form
     reads the lists in force from them, its history shows them all."""
-    kept = broker.__dict__.get(_SELECTIONS)
-    if kept is None:
-        kept = broker.__dict__[_SELECTIONS] = list(list_selections(broker))
-    return kept
+    return kept_on(broker, "list_selections", lambda: list(list_selections(broker)))
 
 
 class BrokerForm(forms.ModelForm):

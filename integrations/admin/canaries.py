@@ -20,6 +20,7 @@ from django.utils.html import format_html_join
 from unfold.admin import ModelAdmin
 
 from integrations.admin.actors import staff_actor
+from integrations.admin.readonly_values import keep_on, kept_on
 from integrations.admin.refusals import RefusalsShown, Refused
 from integrations.models import Canary, CanaryRound, Consumer
 from integrations.selectors.canaries import CanaryRoundResult, canary_round_results
@@ -147,7 +148,7 @@ class CanaryRoundAdmin(ModelAdmin):
         )
 
 
-_RESULT = "_dropportal_round_result"
+_RESULT = "canary_round_result"
 
 
 def _results_kept(rounds: list[CanaryRound]) -> None:
@@ -155,10 +156,12 @@ def _results_kept(rounds: list[CanaryRound]) -> None:
     for canary_round, result in zip(
         rounds, canary_round_results(rounds=rounds, now=timezone.now()), strict=True
     ):
-        canary_round.__dict__[_RESULT] = result
+        keep_on(canary_round, _RESULT, result)
 
 
 def _result_of(canary_round: CanaryRound) -> CanaryRoundResult:
-    if _RESULT not in canary_round.__dict__:
-        _results_kept([canary_round])
-    return canary_round.__dict__[_RESULT]
+    return kept_on(
+        canary_round,
+        _RESULT,
+        lambda: canary_round_results(rounds=[canary_round], now=timezone.now())[0],
+    )
