@@ -245,7 +245,8 @@ class UnreadableWorkItemAdmin(ReadOnlyAdmin):
 
     list_display = ["file_name", "line", "text", "reason", "cycle"]
     list_filter = ["broker"]
-    list_select_related = ["cycle", "cycle__broker"]
+    # Its page shows the broker and the cycle, whose name holds the broker's id: one query.
+    list_select_related = ["broker", "cycle__broker"]
     search_fields = ["=work_item_id", "file_name"]
     fields = readonly_fields = (
         "broker",
@@ -257,6 +258,9 @@ class UnreadableWorkItemAdmin(ReadOnlyAdmin):
         "reason",
         "created_at",
     )
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[UnreadableWorkItem]:
+        return super().get_queryset(request).select_related(*self.list_select_related)
 
 
 class DropYearFilter(admin.SimpleListFilter):
@@ -339,7 +343,8 @@ class WorkItemAdmin(PageObjectReadOnce[WorkItem], ReadOnlyAdmin):
         "A work item id, request UUID, remote_identifier, DROP hash, or an email address or "
         "phone number (hashed at once, never kept)"
     )
-    list_select_related = ["cycle", "broker"]
+    # Its page shows the broker and the cycle, whose name holds the broker's id: one query.
+    list_select_related = ["broker", "cycle__broker"]
     actions = [set_work_item_status]  # with a written reason; an Operators' action
     show_full_result_count = False  # a cycle holds up to millions of rows
     # Newest first, as the list shows them without it; Django's autocomplete pages by it too.
@@ -365,6 +370,9 @@ class WorkItemAdmin(PageObjectReadOnce[WorkItem], ReadOnlyAdmin):
     readonly_fields = _ITEM_FIELDS
 
     change_form_before_template = "admin/integrations/workitem/story.html"  # the story first
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[WorkItem]:
+        return super().get_queryset(request).select_related(*self.list_select_related)
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[WorkItem], search_term: str

@@ -111,7 +111,8 @@ class ReportFileAdmin(ModelAdmin):
     ]  # fits 1280 pixels: when it was written is on the file's page
     list_filter = ["state", "kind", "broker"]
     search_fields = ["file_name", "sha256"]
-    list_select_related = ["broker", "cycle"]
+    # Its page shows the broker and the cycle, whose name holds the broker's id: one query.
+    list_select_related = ["broker", "cycle__broker"]
     exclude = ["content"]
     readonly_fields = [
         "broker",
@@ -141,7 +142,9 @@ class ReportFileAdmin(ModelAdmin):
     change_form_outer_after_template = DOWNLOAD_FORM
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ReportFile]:
-        return super().get_queryset(request).defer("content")
+        return (
+            super().get_queryset(request).select_related(*self.list_select_related).defer("content")
+        )
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

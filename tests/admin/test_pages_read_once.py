@@ -14,7 +14,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from integrations.models import Broker, CanaryRound, Integration
+from integrations.models import Broker, CanaryRound, Integration, UnreadableWorkItem, WorkItem
 from integrations.services.cycle.canaries import canary_round_send
 from integrations.services.staff.brokers import broker_lists_select
 from tests.builders import CanaryFactory, sample_cycle
@@ -92,3 +92,28 @@ def test_a_read_only_value_is_looked_up_once_per_page(staff: Client, broker: Bro
     assert reads == 2  # the deliveries waiting: queued, undeliverable
     assert "queued," in page and "undeliverable deletion requests" in page
     assert Integration.objects.filter(pk=integration.pk).exists()
+
+
+@pytest.mark.parametrize("page", ["workitem", "reportfile", "unreadableworkitem"])
+def test_a_rows_page_reads_its_broker_and_cycle_with_the_row(
+    staff: Client, broker: Broker, page: str
+) -> None:
+    """The broker is shown twice on these pages: as itself, and in the cycle's name."""
+    world = sample_cycle(broker, today=timezone.localdate())
+    row = {
+        "workitem": lambda: WorkItem.objects.filter(cycle=world.cycle).first(),
+        "reportfile": lambda: world.report_file,
+        "unreadableworkitem": lambda: UnreadableWorkItem.objects.create(
+            broker=broker, cycle=world.cycle, file_name="f.csv", line=3, text="x", reason="?"
+        ),
+    }[page]()
+    assert row is not None
+
+    with CaptureQueriesContext(connection) as queries:
+        response = staff.get(f"/admin/integrations/{page}/{row.pk}/change/")
+
+    assert response.status_code == 200
+    assert f"{broker.broker_id} cycle {row.cycle.drop_session_id}" in response.content.decode()
+    sql = [q["sql"] for q in queries.captured_queries]
+    assert sum('"integrations_broker"' in s for s in sql) == 1
+    assert sum('"integrations_dropcycle"' in s for s in sql) == 1
