@@ -40,11 +40,15 @@
 -- below, staff setting a status by hand, matching, DROP taking a file, staff giving up an
 -- amendment, DROP removing the item). p_state is the item's state before (NULL: a new
 -- row), or 'removed' as DROP removes it.
+-- A table of one row, not a record: every caller reads it in a FROM clause, where the planner
+-- puts a table function's one SELECT in place of the call. A record-returning SQL function
+-- is planned anew at each call instead, most of a settlement's cost in the database
+-- (docs/benchmarks.md, callbacks) and a per-row call in the bulk updates.
 CREATE OR REPLACE FUNCTION dropportal_work_item_status_fields(
     p_state text, p_code integer, p_reported_at timestamptz, p_reported_code integer,
-    p_needs_amendment boolean,
-    OUT state text, OUT needs_amendment boolean
+    p_needs_amendment boolean
 )
+RETURNS TABLE (state text, needs_amendment boolean)
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT
         CASE

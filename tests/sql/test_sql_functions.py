@@ -86,6 +86,21 @@ def test_no_function_is_left_behind_as_an_overload(db: None) -> None:
     assert sorted(names) == sorted(set(names))
 
 
+def test_the_status_rule_is_inlined_where_it_is_read(db: None) -> None:
+    # A function scan would mean the planner calls it, planning its body anew each time: per
+    # settlement, and per row of the bulk updates that read it.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "EXPLAIN (FORMAT JSON) SELECT f.state, f.needs_amendment"
+            " FROM integrations_workitem w, dropportal_work_item_status_fields("
+            "   w.state, w.status_code, w.reported_at, w.reported_status_code,"
+            "   w.needs_amendment) f"
+        )
+        plan = str(cursor.fetchone()[0])
+    assert "integrations_workitem" in plan
+    assert "Function Scan" not in plan, plan
+
+
 def _migrate(url: str, *target: str) -> None:
     subprocess.run(  # noqa: S603
         # The system checks are not what is tested here (the suite runs them): skipped, as
