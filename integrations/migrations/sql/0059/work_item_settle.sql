@@ -42,7 +42,7 @@
 -- row), or 'removed' as DROP removes it.
 -- A table of one row, not a record: every caller reads it in a FROM clause, where the planner
 -- puts a table function's one SELECT in place of the call. A record-returning SQL function
--- is planned anew at each call instead, most of a settlement's cost in the database
+-- is planned anew at each call instead: a sixth of a settlement's time in the database
 -- (docs/benchmarks.md, callbacks) and a per-row call in the bulk updates.
 CREATE OR REPLACE FUNCTION dropportal_work_item_status_fields(
     p_state text, p_code integer, p_reported_at timestamptz, p_reported_code integer,
