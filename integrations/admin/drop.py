@@ -23,7 +23,7 @@ from unfold.admin import ModelAdmin
 
 from integrations.admin.charts import cycle_timeline
 from integrations.admin.drop_notifications import drop_notifications_table
-from integrations.admin.page_object import PageObjectReadOnce
+from integrations.admin.page_object import PageObjectReadOnce, PageRowsReadTogether
 from integrations.admin.reports import set_work_item_status
 from integrations.admin.story import story_context
 from integrations.ascii_integers import ascii_integer
@@ -240,12 +240,12 @@ class DropCycleAdmin(PageObjectReadOnce[DropCycle], ReadOnlyAdmin):
 
 
 @admin.register(UnreadableWorkItem)
-class UnreadableWorkItemAdmin(ReadOnlyAdmin):
+class UnreadableWorkItemAdmin(PageRowsReadTogether, ReadOnlyAdmin):
     """Rows DROP sent that could not be read as work items: answered in DROP's portal."""
 
     list_display = ["file_name", "line", "text", "reason", "cycle"]
     list_filter = ["broker"]
-    # Its page shows the broker and the cycle, whose name holds the broker's id: one query.
+    # Its page shows the broker and the cycle, whose name holds the broker's id.
     list_select_related = ["broker", "cycle__broker"]
     search_fields = ["=work_item_id", "file_name"]
     fields = readonly_fields = (
@@ -258,9 +258,6 @@ class UnreadableWorkItemAdmin(ReadOnlyAdmin):
         "reason",
         "created_at",
     )
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet[UnreadableWorkItem]:
-        return super().get_queryset(request).select_related(*self.list_select_related)
 
 
 class DropYearFilter(admin.SimpleListFilter):
@@ -318,7 +315,7 @@ class StatusCodeFilter(admin.SimpleListFilter):
 
 
 @admin.register(WorkItem)
-class WorkItemAdmin(PageObjectReadOnce[WorkItem], ReadOnlyAdmin):
+class WorkItemAdmin(PageObjectReadOnce[WorkItem], PageRowsReadTogether, ReadOnlyAdmin):
     list_display = [
         "work_item_id",
         "hash_type",
@@ -343,7 +340,7 @@ class WorkItemAdmin(PageObjectReadOnce[WorkItem], ReadOnlyAdmin):
         "A work item id, request UUID, remote_identifier, DROP hash, or an email address or "
         "phone number (hashed at once, never kept)"
     )
-    # Its page shows the broker and the cycle, whose name holds the broker's id: one query.
+    # Its page shows the broker and the cycle, whose name holds the broker's id.
     list_select_related = ["broker", "cycle__broker"]
     actions = [set_work_item_status]  # with a written reason; an Operators' action
     show_full_result_count = False  # a cycle holds up to millions of rows
@@ -370,9 +367,6 @@ class WorkItemAdmin(PageObjectReadOnce[WorkItem], ReadOnlyAdmin):
     readonly_fields = _ITEM_FIELDS
 
     change_form_before_template = "admin/integrations/workitem/story.html"  # the story first
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet[WorkItem]:
-        return super().get_queryset(request).select_related(*self.list_select_related)
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[WorkItem], search_term: str

@@ -9,6 +9,9 @@ cycle, the urgency selector's aggregates), twice on every page view.
 and that id, and Django's read takes it from there. Only for a GET or HEAD: a page that is
 shown, not one that saves (a POST reads its object inside Django's transaction, as before).
 The request ends and the object with it; nothing is kept across requests.
+
+``PageRowsReadTogether`` reads the object with the rows its list reads with it
+(``list_select_related``), so that its page does not read each of them again.
 """
 
 from __future__ import annotations
@@ -38,3 +41,15 @@ class PageObjectReadOnce(Generic[_ModelT]):
         if key not in kept:
             kept[key] = read(request, object_id, from_field)
         return kept[key]
+
+
+class PageRowsReadTogether:
+    """Before ``ModelAdmin`` in the bases: every row is read with the related rows its list
+    reads (``list_select_related``), on its change page too, where Django's ``get_object``
+    would otherwise read each shown foreign key (and the broker in a cycle's name) on its
+    own."""
+
+    list_select_related: Any
+
+    def get_queryset(self, request: HttpRequest) -> Any:
+        return super().get_queryset(request).select_related(*self.list_select_related)  # type: ignore[misc]

@@ -52,6 +52,7 @@ from unfold.admin import ModelAdmin
 from integrations import exports
 from integrations.admin.actors import staff_actor
 from integrations.admin.drop_notifications import drop_notifications_table
+from integrations.admin.page_object import PageRowsReadTogether
 from integrations.drop.calendar import drop_today
 from integrations.drop_statuses import DropStatus
 from integrations.models import (
@@ -97,7 +98,7 @@ def _may_report(request: HttpRequest) -> bool:
 
 
 @admin.register(ReportFile)
-class ReportFileAdmin(ModelAdmin):
+class ReportFileAdmin(PageRowsReadTogether, ModelAdmin):
     list_display = [
         "file_name",
         "broker_code",
@@ -111,7 +112,7 @@ class ReportFileAdmin(ModelAdmin):
     ]  # fits 1280 pixels: when it was written is on the file's page
     list_filter = ["state", "kind", "broker"]
     search_fields = ["file_name", "sha256"]
-    # Its page shows the broker and the cycle, whose name holds the broker's id: one query.
+    # Its page shows the broker and the cycle, whose name holds the broker's id.
     list_select_related = ["broker", "cycle__broker"]
     exclude = ["content"]
     readonly_fields = [
@@ -142,9 +143,7 @@ class ReportFileAdmin(ModelAdmin):
     change_form_outer_after_template = DOWNLOAD_FORM
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ReportFile]:
-        return (
-            super().get_queryset(request).select_related(*self.list_select_related).defer("content")
-        )
+        return super().get_queryset(request).defer("content")
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
