@@ -472,8 +472,11 @@ def test_the_time_before_a_first_download_late_in_the_pack_is_a_gap(
     """A first download near the end of a long pack does not make the months before it
     vanish; the time before the broker was set up in the service is not counted."""
     broker = set_up_days_ago(set_up, monkeypatch)
-    DropCycleFactory.create(broker=broker, downloaded_at=timezone.now() - dt.timedelta(days=30))
     today = drop_today()
+    # At noon in California: the gap then holds half a day more whatever the hour the test
+    # runs (at 23:00 it held a whole day more, and a change of clocks another hour).
+    noon = drop_midnight(today - dt.timedelta(days=30)) + dt.timedelta(hours=12)
+    DropCycleFactory.create(broker=broker, downloaded_at=noon)
     since, until = str(today - dt.timedelta(days=200)), str(today - dt.timedelta(days=1))
 
     drop_access = components_of(export(tmp_path, "--since", since, "--until", until))["drop_access"]
