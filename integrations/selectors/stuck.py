@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import enum
-from collections.abc import Collection, Hashable
+from collections.abc import Collection, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
@@ -193,6 +193,14 @@ def stuck_work_items(
     )
     if unreadable is not None:
         parts[(StuckReason.UNREADABLE_WORK_ITEM, 0)] = unreadable
+    file_reasons = [r for r in _REPORT_FILE_STATES if r in wanted]
+    if file_reasons:
+        held = _report_files_held(broker, [s for r in file_reasons for s in _REPORT_FILE_STATES[r]])
+        for reason in file_reasons:
+            # A reason with no file is no part (an empty IN is no row: the UNION leaves it out).
+            parts[(reason, 0)] = _report_file_rows(
+                [f for f in held if f[0] in _REPORT_FILE_STATES[reason]]
+            )
     counts = _stuck_counts_each(parts)
     for reason, model, params, reason_parts in sources:
         for index in range(len(reason_parts)):
@@ -225,18 +233,14 @@ def stuck_work_items(
                 for broker_id, pk, items, _, due in counts[(StuckReason.UNREADABLE_WORK_ITEM, 0)]
             ],
         )
-    file_reasons = [r for r in _REPORT_FILE_STATES if r in wanted]
-    if file_reasons:
-        held = _report_files_held(
-            broker, [s for r in file_reasons for s in _REPORT_FILE_STATES[r][0]]
+    for reason in file_reasons:
+        _add_stuck_group(
+            found,
+            reason,
+            "reportfile",
+            _state_filter(_REPORT_FILE_STATES[reason]),
+            counts[(reason, 0)],
         )
-        file_counts = _report_file_held_counts(
-            {r: [f for f in held if f[0] in _REPORT_FILE_STATES[r][0]] for r in file_reasons}
-        )
-        for reason, reason_counts in file_counts.items():
-            _add_stuck_group(
-                found, reason, "reportfile", _REPORT_FILE_STATES[reason][1], reason_counts
-            )
     # Not open items: DROP holds their status, but the broker owes their deletion again
     # (its nearest due date is the round's).
     recurring = {StuckReason.RECURRING_ROUND_OVERDUE, StuckReason.RECURRING_ROUND_FAILING}
@@ -257,7 +261,7 @@ def stuck_work_items(
                 "deletionrequest",
                 {
                     "round__gte": 1,
-                    "state__in": f"{RequestState.FAILED},{RequestState.UNDELIVERABLE}",
+                    **_state_filter([RequestState.FAILED, RequestState.UNDELIVERABLE]),
                 },
                 failing,
             )
@@ -270,6 +274,7 @@ def stuck_work_items(
 
 # Where each kind of row holding work items finds its work item, broker and due date
 # (``_stuck_counts``'s keywords).
+_WORK_ITEM_ROWS = {"item": "pk", "broker": "broker", "due": "cycle__due_date"}
 _DELETION_ROWS = {"item": "work_item", "broker": "broker", "due": "work_item__cycle__due_date"}
 _RESOLUTION_ROWS = _DELETION_ROWS
 _SAAS_ROWS = {
@@ -280,7 +285,7 @@ _SAAS_ROWS = {
 
 # A reason, the admin list of what holds the items (model, filters), and the rows holding
 # them with how to count them.
-_StuckSource = tuple[StuckReason, str, dict[str, Any], list[tuple[QuerySet[Any], dict[str, str]]]]
+_StuckSource = tuple[StuckReason, str, dict[str, Any], list[_Rows]]
 
 
 def _stuck_sources(*, broker: Broker | None, stale: dt.datetime) -> list[_StuckSource]:
@@ -458,12 +463,7 @@ def _drop_key_refused_counts(broker: Broker | None) -> StuckCounts:
     )
     if broker is not None:
         items = items.filter(broker=broker)
-    return _stuck_counts(
-        items.filter(broker_id__in=refused),
-        item="pk",
-        broker="broker",
-        due="cycle__due_date",
-    )
+    return _stuck_counts(items.filter(broker_id__in=refused), **_WORK_ITEM_ROWS)
 
 
 def _unreadable_rows(broker: Broker | None) -> _Rows:
@@ -475,23 +475,24 @@ def _unreadable_rows(broker: Broker | None) -> _Rows:
     rows = UnreadableWorkItem.objects.latest_package()
     if broker is not None:
         rows = rows.filter(broker=broker)
-    return (rows, {"item": "pk", "broker": "broker", "due": "cycle__due_date"})
+    return (rows, _WORK_ITEM_ROWS)
 
 
 # The response files that hold work items for a reason (``pending_report_file``): a file
 # DROP refused (sent again each run, in vain until DROP's state changes or staff discard the
 # amendment) or rejected (the periodic job leaves its rows to staff), and one waiting for
 # approval (the broker's "approve uploads": nothing sends it until a second person does).
-_REPORT_FILE_STATES: dict[StuckReason, tuple[list[ReportFileState], dict[str, str]]] = {
-    StuckReason.REPORT_FILE_REFUSED: (
-        [ReportFileState.REFUSED, ReportFileState.REJECTED],
-        {"state__in": f"{ReportFileState.REFUSED},{ReportFileState.REJECTED}"},
-    ),
-    StuckReason.REPORT_FILE_AWAITING_APPROVAL: (
-        [ReportFileState.AWAITING_APPROVAL],
-        {"state__exact": ReportFileState.AWAITING_APPROVAL},
-    ),
+_REPORT_FILE_STATES: dict[StuckReason, list[ReportFileState]] = {
+    StuckReason.REPORT_FILE_REFUSED: [ReportFileState.REFUSED, ReportFileState.REJECTED],
+    StuckReason.REPORT_FILE_AWAITING_APPROVAL: [ReportFileState.AWAITING_APPROVAL],
 }
+
+
+def _state_filter(states: Sequence[str]) -> dict[str, str]:
+    """The admin list's filter for rows in one of ``states``."""
+    if len(states) == 1:
+        return {"state__exact": states[0]}
+    return {"state__in": ",".join(states)}
 
 
 def _report_files_held(
@@ -502,24 +503,16 @@ def _report_files_held(
     return list(files.filter(state__in=states).values_list("state", "pk", "cycle_id"))
 
 
-def _report_file_held_counts(
-    held_each: dict[_Key, list[tuple[str, int, int]]],
-) -> dict[_Key, StuckCounts]:
-    """For each list of ``held`` response files (``_report_files_held``), by the same key:
-    ``_stuck_counts`` of the work items still with one of them as their
-    ``pending_report_file``."""
-    parts: dict[_Key, _Rows] = {}
-    for key, held in held_each.items():
-        # A rejected file stays rejected once its rows went out again: naming the files'
-        # cycles reads those cycles' rows (the (cycle, work item id) index), not every work
-        # item.
-        items = WorkItem.objects.filter(
-            cycle_id__in={cycle for _, _, cycle in held},
-            pending_report_file_id__in=[pk for _, pk, _ in held],
-        ).exclude(state=WorkItemState.REMOVED)
-        parts[key] = (items, {"item": "pk", "broker": "broker", "due": "cycle__due_date"})
-    # A list with no file is no query (an empty IN is no row: the UNION leaves it out).
-    return _stuck_counts_each(parts) if any(held_each.values()) else {k: [] for k in held_each}
+def _report_file_rows(held: list[tuple[str, int, int]]) -> _Rows:
+    """The work items still with one of the ``held`` response files (``_report_files_held``)
+    as their ``pending_report_file``."""
+    # A rejected file stays rejected once its rows went out again: naming the files' cycles
+    # reads those cycles' rows (the (cycle, work item id) index), not every work item.
+    items = WorkItem.objects.filter(
+        cycle_id__in={cycle for _, _, cycle in held},
+        pending_report_file_id__in=[pk for _, pk, _ in held],
+    ).exclude(state=WorkItemState.REMOVED)
+    return (items, _WORK_ITEM_ROWS)
 
 
 def _add_stuck_group(

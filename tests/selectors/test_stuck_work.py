@@ -8,15 +8,15 @@ from typing import Any
 import pytest
 
 from integrations.drop.calendar import drop_today
-from integrations.models import Broker
+from integrations.models import Broker, ReportFileState
 from integrations.selectors.stuck import StuckReason, stuck_work_items
 from integrations.services.staff.brokers import broker_create
-from tests.builders import sample_cycle
+from tests.builders import DropCycleFactory, WorkItemFactory, items_reported, sample_cycle
 
 pytestmark = pytest.mark.django_db
 
-# The requests' and unreadable rows' counts (one UNION ALL), the brokers whose DROP key was
-# refused, the response files that hold items, and the recurring rounds.
+# The response files that hold items, every count of rows holding items (one UNION ALL), the
+# brokers whose DROP key was refused, and the recurring rounds.
 STATEMENTS = 4
 
 
@@ -28,6 +28,9 @@ def test_the_stuck_check_reads_the_same_few_statements_whatever_it_finds(
     sample_cycle(broker, today=drop_today())
     other = broker_create(broker_id="4822", name="Broker 4822", actor="test")
     sample_cycle(other, today=drop_today())
+    refused = DropCycleFactory.create(broker=other, drop_session_id="7", due_in_days=30)
+    held = WorkItemFactory.create(cycle=refused, status_code=3)
+    items_reported(refused, [held], kind="amend", state=ReportFileState.REFUSED)
     with django_assert_max_num_queries(STATEMENTS):
         groups = stuck_work_items()
     assert {(g.broker_id, g.reason) for g in groups} == {
@@ -38,4 +41,4 @@ def test_the_stuck_check_reads_the_same_few_statements_whatever_it_finds(
             StuckReason.UNDELIVERABLE,
             StuckReason.NO_CALLBACK,
         )
-    }
+    } | {("4822", StuckReason.REPORT_FILE_REFUSED)}
