@@ -19,8 +19,13 @@ from integrations.models import Broker, DropCycle, ListSelection
 
 
 def lists_selected_at(broker: Broker, at: dt.datetime | None = None) -> ListSelection | None:
-    """The selection in force at ``at`` (now when not given): the latest in force by then."""
-    return selection_in_force(list_selections(broker), at)
+    """The selection in force at ``at`` (now when not given): the latest in force by then,
+    read alone (``selection_in_force`` picks the same from rows already read)."""
+    return (
+        ListSelection.objects.filter(broker=broker, effective_from__lte=at or timezone.now())
+        .order_by("-effective_from", "-id")
+        .first()
+    )
 
 
 def selection_in_force(

@@ -16,6 +16,7 @@ from integrations.drop.client import drop_api_key_problem, drop_base_url_problem
 from integrations.ledger_kinds import LedgerKind
 from integrations.list_types import DATA_TYPE_OF, HASH_TYPES
 from integrations.models import Broker, BrokerMode, ListSelection
+from integrations.selectors.list_selection import lists_selected_at
 from integrations.services.cycle.drop import broker_drop_url
 from integrations.services.ledger import ledger_event_append
 from integrations.services.row_updates import Audited, row_locked, row_update
@@ -243,11 +244,7 @@ def broker_lists_select(
         raise ValidationError("give the reason for this selection")
     now = timezone.now()
     with transaction.atomic():
-        previous = (
-            ListSelection.objects.filter(broker=broker, effective_from__lte=effective_from or now)
-            .order_by("-effective_from", "-id")
-            .first()
-        )
+        previous = lists_selected_at(broker, effective_from or now)
         selection = ListSelection.objects.create(
             broker=broker,
             lists=chosen,
