@@ -96,7 +96,8 @@ def results_counted_once(cl: ChangeList, request: HttpRequest) -> None:
         _django_get_results(cl, request)
     finally:
         cl.root_queryset = root
-    # What Django derives from the total, as it would with the total counted.
+    # What Django derives from the total, as it would with the total counted: its
+    # ``ChangeList.get_results`` sets both (show_full_result_count is on here); keep in step.
     cl.full_result_count = cl.result_count
     cl.show_admin_actions = bool(cl.full_result_count)
 

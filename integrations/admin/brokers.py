@@ -15,7 +15,7 @@ from unfold.admin import ModelAdmin
 from integrations.admin.actors import staff_actor
 from integrations.admin.as_shown import fields_as_shown
 from integrations.admin.credentials import Credential, WriteOnlyCredentials
-from integrations.admin.readonly_values import kept_on
+from integrations.admin.readonly_values import page_value
 from integrations.admin.refusals import RefusalsShown, Refused
 from integrations.drop.notifications import notifications_url
 from integrations.list_types import DATA_TYPE_OF, LABELS
@@ -36,7 +36,7 @@ from integrations.services.staff.brokers import (
 def recorded_selections(broker: Broker) -> list[ListSelection]:
     """Every selection recorded for the broker, read once for the page that shows it: its form
     reads the lists in force from them, its history shows them all."""
-    return kept_on(broker, "list_selections", lambda: list(list_selections(broker)))
+    return page_value(broker, "list_selections", lambda: list(list_selections(broker)))
 
 
 class BrokerForm(forms.ModelForm):

@@ -20,7 +20,7 @@ from django.utils.html import format_html_join
 from unfold.admin import ModelAdmin
 
 from integrations.admin.actors import staff_actor
-from integrations.admin.readonly_values import keep_on, kept_on
+from integrations.admin.readonly_values import page_value, page_value_set
 from integrations.admin.refusals import RefusalsShown, Refused
 from integrations.models import Canary, CanaryRound, Consumer
 from integrations.selectors.canaries import CanaryRoundResult, canary_round_results
@@ -156,11 +156,11 @@ def _results_kept(rounds: list[CanaryRound]) -> None:
     for canary_round, result in zip(
         rounds, canary_round_results(rounds=rounds, now=timezone.now()), strict=True
     ):
-        keep_on(canary_round, _RESULT, result)
+        page_value_set(canary_round, _RESULT, result)
 
 
 def _result_of(canary_round: CanaryRound) -> CanaryRoundResult:
-    return kept_on(
+    return page_value(
         canary_round,
         _RESULT,
         lambda: canary_round_results(rounds=[canary_round], now=timezone.now())[0],

@@ -9,9 +9,9 @@ it is looked up, for the page rendered from that object::
 
     readonly_values_read_once()   # DropportalAdminConfig.ready
 
-``kept_on`` is that keeping, for what an admin reads of the object shown in more than one
+``page_value`` is that keeping, for what an admin reads of the object shown in more than one
 place of its page (a broker's selections: its form and its history) or for a whole list's
-rows at once (``keep_on``: a page of canary rounds judged in one query).
+rows at once (``page_value_set``: a page of canary rounds judged in one query).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ _KEPT = "_dropportal_readonly_values"
 _T = TypeVar("_T")
 
 
-def kept_on(obj: Any, name: Any, read: Callable[[], _T]) -> _T:
+def page_value(obj: Any, name: Any, read: Callable[[], _T]) -> _T:
     """What ``read()`` gives, kept on ``obj`` (an object a page shows) under ``name``: read
     once for the page. An exception is not kept: it is raised again on the next read."""
     kept: dict[Any, Any] = obj.__dict__.setdefault(_KEPT, {})
@@ -35,7 +35,7 @@ def kept_on(obj: Any, name: Any, read: Callable[[], _T]) -> _T:
     return kept[name]  # type: ignore[no-any-return]
 
 
-def keep_on(obj: Any, name: Any, value: object) -> None:
+def page_value_set(obj: Any, name: Any, value: object) -> None:
     """``value`` kept on ``obj`` under ``name``, read at once for many objects."""
     obj.__dict__.setdefault(_KEPT, {})[name] = value
 
@@ -43,7 +43,7 @@ def keep_on(obj: Any, name: Any, value: object) -> None:
 def lookup_field_once(name: Any, obj: Any, model_admin: Any = None) -> Any:
     """Django's lookup, its value kept on ``obj``; an exception is not kept, so unfold
     handles it (or the page fails) as without the cache, each time it is read."""
-    return kept_on(obj, (name, model_admin), lambda: lookup_field(name, obj, model_admin))
+    return page_value(obj, (name, model_admin), lambda: lookup_field(name, obj, model_admin))
 
 
 def readonly_values_read_once() -> None:
