@@ -9,6 +9,8 @@ stays open until staff record the notice.
 
 from __future__ import annotations
 
+import datetime as dt
+
 from django.db import models
 from django.db.models.functions import Now
 
@@ -41,7 +43,9 @@ class DropOutage(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.broker.broker_id} DROP outage from {self.started_at:%Y-%m-%d %H:%M}"
+        # Said in UTC, and so: DROP's day is California's.
+        started = self.started_at.astimezone(dt.UTC)
+        return f"{self.broker.broker_id} DROP outage from {started:%Y-%m-%d %H:%M} UTC"
 
 
 class DropAccessObligationQuerySet(models.QuerySet["DropAccessObligation"]):

@@ -137,6 +137,8 @@ def test_drop_down_for_more_than_a_day_obliges_a_notice_until_staff_record_it(
     started = timezone.now()
     (outage,) = DropOutage.objects.all()
     assert outage.ended_at is None
+    # Named where staff see it (the admin, its history) with the time's zone.
+    assert str(outage) == f"4821 DROP outage from {started:%Y-%m-%d %H:%M} UTC"
     assert not DropAccessObligation.objects.exists()
     clock.advance(hours=12)
     pull_fails(drop)
