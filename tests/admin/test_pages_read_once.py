@@ -14,6 +14,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from integrations.admin.readonly_values import page_value
 from integrations.models import Broker, CanaryRound, Integration, UnreadableWorkItem, WorkItem
 from integrations.services.cycle.canaries import canary_round_send
 from integrations.services.staff.brokers import broker_lists_select
@@ -119,3 +120,25 @@ def test_a_rows_page_reads_its_broker_and_cycle_with_the_row(
     assert f"{broker.broker_id} cycle {row.cycle.drop_session_id}" in shown
     assert sum('"integrations_broker"' in s for s in sql) == 1
     assert sum('"integrations_dropcycle"' in s for s in sql) == 1
+
+
+def test_a_value_that_raised_is_read_again_not_kept() -> None:
+    """unfold shows a failing read-only value as its empty value each time it asks; a kept
+    exception would be raised once and then hidden as a value."""
+
+    class Shown:
+        pass
+
+    shown, reads = Shown(), []
+
+    def read() -> str:
+        reads.append(1)
+        if len(reads) == 1:
+            raise LookupError("not yet")
+        return "value"
+
+    with pytest.raises(LookupError):
+        page_value(shown, "field", read)
+    assert page_value(shown, "field", read) == "value"
+    assert page_value(shown, "field", read) == "value"
+    assert len(reads) == 2  # read again after the exception, then kept
