@@ -197,7 +197,7 @@ def stuck_work_items(
     if file_reasons:
         held = _report_files_held(broker, [s for r in file_reasons for s in _REPORT_FILE_STATES[r]])
         for reason in file_reasons:
-            # A reason with no file is no part (an empty IN is no row: the UNION leaves it out).
+            # A reason with no file is an empty part (an empty IN): the UNION leaves it out.
             parts[(reason, 0)] = _report_file_rows(
                 [f for f in held if f[0] in _REPORT_FILE_STATES[reason]]
             )
@@ -300,19 +300,19 @@ def _stuck_sources(*, broker: Broker | None, stale: dt.datetime) -> list[_StuckS
         (
             StuckReason.PENDING_WITHOUT_TARGET,
             "deletionrequest",
-            {"state__exact": RequestState.PENDING},
+            _state_filter([RequestState.PENDING]),
             [(deletions.filter(state=RequestState.PENDING), _DELETION_ROWS)],
         ),
         (
             StuckReason.FAILED_WAITING_FOR_STAFF,
             "deletionrequest",
-            {"state__exact": RequestState.FAILED},
+            _state_filter([RequestState.FAILED]),
             [(failed, _DELETION_ROWS)],
         ),
         (
             StuckReason.UNDELIVERABLE,
             "deletionrequest",
-            {"state__exact": RequestState.UNDELIVERABLE},
+            _state_filter([RequestState.UNDELIVERABLE]),
             [
                 (deletions.filter(state=RequestState.UNDELIVERABLE), _DELETION_ROWS),
                 (resolutions.filter(state=RequestState.UNDELIVERABLE), _RESOLUTION_ROWS),
@@ -322,7 +322,7 @@ def _stuck_sources(*, broker: Broker | None, stale: dt.datetime) -> list[_StuckS
         (
             StuckReason.NO_CALLBACK,
             "deletionrequest",
-            {"state__exact": RequestState.DISPATCHED, "dispatched_at__lt": stale.isoformat()},
+            {**_state_filter([RequestState.DISPATCHED]), "dispatched_at__lt": stale.isoformat()},
             [
                 (
                     deletions.filter(state=RequestState.DISPATCHED, dispatched_at__lt=stale),
