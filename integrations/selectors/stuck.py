@@ -117,14 +117,6 @@ def _admin_path(model: str, **params: Any) -> str:
     return f"{reverse(f'admin:integrations_{model}_changelist')}?{urlencode(params)}"
 
 
-def _stuck_counts(rows: QuerySet[Any], *, item: str, broker: str, due: str) -> StuckCounts:
-    """(broker_id, broker pk, work items, rows, nearest due date) per broker of ``rows``."""
-    return [
-        (row["b"], row["bpk"], row["items"], row["n"], row["due"])
-        for row in _counts_query(rows, item=item, broker=broker, due=due).order_by("b")
-    ]
-
-
 def _counts_query(rows: QuerySet[Any], *, item: str, broker: str, due: str) -> QuerySet[Any]:
     return rows.values(b=F(f"{broker}__broker_id"), bpk=F(broker)).annotate(
         items=Count(item, distinct=True), n=Count("pk"), due=Min(due)
@@ -134,12 +126,13 @@ def _counts_query(rows: QuerySet[Any], *, item: str, broker: str, due: str) -> Q
 # What a part of the stuck check's one statement is known by.
 _Key = TypeVar("_Key", bound=Hashable)
 
-# Rows of open work items, with how ``_stuck_counts`` counts them.
+# Rows of open work items, with how ``_counts_query`` counts them: per broker, (broker_id,
+# broker pk, work items, rows, nearest due date).
 _Rows = tuple[QuerySet[Any], dict[str, str]]
 
 
 def _stuck_counts_each(parts: dict[_Key, _Rows]) -> dict[_Key, StuckCounts]:
-    """``_stuck_counts`` of each of ``parts``, by the same key, read in one statement (their
+    """The counts of each of ``parts``, by the same key, read in one statement (their
     UNION ALL, each part the query it would be alone, so its plan is too): the stuck check
     runs every few minutes (alerts, ``/metrics``), one round trip rather than one per reason
     and kind."""
@@ -193,6 +186,9 @@ def stuck_work_items(
     )
     if unreadable is not None:
         parts[(StuckReason.UNREADABLE_WORK_ITEM, 0)] = unreadable
+    refused = _drop_key_refused_rows(broker) if StuckReason.DROP_KEY_REFUSED in wanted else None
+    if refused is not None:
+        parts[(StuckReason.DROP_KEY_REFUSED, 0)] = refused
     file_reasons = [r for r in _REPORT_FILE_STATES if r in wanted]
     if file_reasons:
         held = _report_files_held(broker, [s for r in file_reasons for s in _REPORT_FILE_STATES[r]])
@@ -213,13 +209,13 @@ def stuck_work_items(
                 for index, target in enumerate(paused)
             ],
         )
-    if StuckReason.DROP_KEY_REFUSED in wanted:
+    if refused is not None:
         _add_stuck_group(
             found,
             StuckReason.DROP_KEY_REFUSED,
             "ledgerevent",
             {"kind__exact": LedgerKind.DROP_PULL_FAILED},
-            _drop_key_refused_counts(broker),
+            counts[(StuckReason.DROP_KEY_REFUSED, 0)],
         )
     if unreadable is not None:
         # No request holds them: nothing was sent for them.
@@ -273,7 +269,7 @@ def stuck_work_items(
 
 
 # Where each kind of row holding work items finds its work item, broker and due date
-# (``_stuck_counts``'s keywords).
+# (``_counts_query``'s keywords).
 _WORK_ITEM_ROWS = {"item": "pk", "broker": "broker", "due": "cycle__due_date"}
 _DELETION_ROWS = {"item": "work_item", "broker": "broker", "due": "work_item__cycle__due_date"}
 _RESOLUTION_ROWS = _DELETION_ROWS
@@ -448,22 +444,22 @@ def _failed_waiting_for_staff(
     return failed
 
 
-def _drop_key_refused_counts(broker: Broker | None) -> StuckCounts:
-    """``_stuck_counts`` of the open and reportable work items of brokers whose DROP key was
-    refused: no status reaches DROP until staff change it."""
+def _drop_key_refused_rows(broker: Broker | None) -> _Rows | None:
+    """The open and reportable work items of brokers whose DROP key was refused (no status
+    reaches DROP until staff change it); None, the usual case, when no key is refused."""
+    # The brokers are read first: their test is per broker (the ledger's last word), and
+    # the items' part then filters on their keys alone.
     refused = list(
         brokers_with_drop_key_refused(
             Broker.objects.filter(pk=broker.pk) if broker is not None else None
         ).values_list("pk", flat=True)
     )
     if not refused:
-        return []  # the usual case: the items' query is not even built
+        return None
     items = WorkItem.objects.outstanding().filter(
-        cycle__in=DropCycle.objects.may_have_outstanding()
+        cycle__in=DropCycle.objects.may_have_outstanding(), broker_id__in=refused
     )
-    if broker is not None:
-        items = items.filter(broker=broker)
-    return _stuck_counts(items.filter(broker_id__in=refused), **_WORK_ITEM_ROWS)
+    return (items, _WORK_ITEM_ROWS)
 
 
 def _unreadable_rows(broker: Broker | None) -> _Rows:
@@ -522,7 +518,8 @@ def _add_stuck_group(
     params: dict[str, Any],
     counts: StuckCounts,
 ) -> None:
-    """Add ``counts`` (``_stuck_counts``) to the groups ``found`` for ``reason``."""
+    """Add ``counts`` (one part's, ``_stuck_counts_each``) to the groups ``found`` for
+    ``reason``."""
     for broker_id, broker_pk, n_items, n_rows, due in counts:
         key = (broker_id, reason)
         previous = found.get(key)
