@@ -31,7 +31,7 @@ class DropportalAdminConfig(AdminConfig):
             if admin.site.is_registered(model):
                 admin.site.unregister(model)
 
-        from integrations.admin.readonly_values import readonly_values_read_once
+        from integrations.admin.page_values import readonly_values_read_once
         from integrations.admin.superuser_only import narrow_to_superusers
 
         readonly_values_read_once()

@@ -15,7 +15,7 @@ from unfold.admin import ModelAdmin
 from integrations.admin.actors import staff_actor
 from integrations.admin.as_shown import fields_as_shown
 from integrations.admin.credentials import Credential, WriteOnlyCredentials
-from integrations.admin.readonly_values import page_value
+from integrations.admin.page_values import page_value
 from integrations.admin.refusals import RefusalsShown, Refused
 from integrations.drop.notifications import notifications_url
 from integrations.list_types import DATA_TYPE_OF, LABELS

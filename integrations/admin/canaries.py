@@ -20,7 +20,7 @@ from django.utils.html import format_html_join
 from unfold.admin import ModelAdmin
 
 from integrations.admin.actors import staff_actor
-from integrations.admin.readonly_values import page_value, page_value_set
+from integrations.admin.page_values import page_value, page_value_set
 from integrations.admin.refusals import RefusalsShown, Refused
 from integrations.models import Canary, CanaryRound, Consumer
 from integrations.selectors.canaries import CanaryRoundResult, canary_round_results

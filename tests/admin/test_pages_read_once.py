@@ -14,7 +14,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from integrations.admin.readonly_values import page_value
+from integrations.admin.page_values import page_value
 from integrations.models import Broker, CanaryRound, Integration, UnreadableWorkItem, WorkItem
 from integrations.services.cycle.canaries import canary_round_send
 from integrations.services.staff.brokers import broker_lists_select

@@ -1,4 +1,5 @@
-"""A change page's read-only values, each read once per object and page.
+"""Values read once for the page that shows them: ``page_value``, and through it a change
+page's read-only values, each read once per object and page.
 
 Unfold's read-only field (``unfold.fields.UnfoldAdminReadonlyField``) looks its value up as
 it is built (``_resolve_field``) and again each time its template reads ``contents``, and its
@@ -22,7 +23,7 @@ from typing import Any, TypeVar
 from django.contrib.admin.utils import lookup_field
 from unfold import fields as unfold_fields
 
-_KEPT = "_dropportal_readonly_values"
+_KEPT = "_dropportal_page_values"
 _T = TypeVar("_T")
 
 
