@@ -630,14 +630,16 @@ def run_worker(queues: list[str] | None = None) -> None:
     drop doctor, the ledger's verify...): most of such a test's time, and work no assertion
     asked for. tests/test_jobs.py tests that deferral on its own."""
     _WORKER_RAN.set()
-    registry, app.periodic_registry = app.periodic_registry, PeriodicRegistry()
-    try:
-        with app.replace_connector(app.connector.get_worker_connector()):  # type: ignore[attr-defined]
-            app.run_worker(
+    # On the app itself, which ``replace_connector`` yields: ``app`` is Procrastinate's proxy
+    # for Django, and an attribute set on it is the proxy's, never seen by the worker.
+    with app.replace_connector(app.connector.get_worker_connector()) as real:  # type: ignore[attr-defined]
+        registry, real.periodic_registry = real.periodic_registry, PeriodicRegistry()
+        try:
+            real.run_worker(
                 queues=queues, wait=False, install_signal_handlers=False, listen_notify=False
             )
-    finally:
-        app.periodic_registry = registry
+        finally:
+            real.periodic_registry = registry
 
 
 # DROP packages from the loopback DROP stand-in's ``build_drop_zip``.
