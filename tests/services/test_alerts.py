@@ -244,6 +244,42 @@ def test_a_refused_drop_key_or_package_alerts_at_once_not_at_the_next_evaluation
     assert hooks[0]["alert"]["details"]["reason"] == reason
 
 
+def test_a_refused_upload_alerts_at_once_until_drop_takes_one(
+    channels: tuple[Inbox, list[dict[str, Any]]], broker: Broker, drop: DropSimulator
+) -> None:
+    inbox, hooks = channels
+    cycle = DropCycleFactory.create(broker=broker, drop_session_id="3", match_date=drop_today())
+    WorkItemFactory.create(cycle=cycle, status_code=3)
+    drop.active_download = True
+    drop.queue_response(401, body="Unauthorized")  # the key was replaced in DROP's portal
+
+    refused = report_run(broker=broker, upload=True)
+
+    assert refused.error is not None and "bad API key" in refused.error
+    assert _evaluations_waiting() == 1  # staff hear of it now, not at the next evaluation
+    run_worker()
+    evaluate_and_send()  # still refused: nothing new
+    assert [hook["text"] for hook in hooks] == [
+        f"[dropportal] ALERT: DROP upload of {refused.pending[0].file_name} for broker 4821 "
+        "failed: DROP refused the call (bad API key): Unauthorized (HTTP 401); check the "
+        "broker's DROP API key and DROP account, then upload again (`drop report --upload`)"
+    ]
+    assert len(inbox.messages) == 1 and hooks[0]["text"].startswith(inbox.subjects()[0])
+    assert hooks[0]["alert"]["condition"] == "drop_upload_refused"
+    assert hooks[0]["alert"]["details"]["status"] == 401
+    assert KEY not in inbox.messages[0].as_string()
+
+    drop.queue_response(503, body="Service Unavailable", times=5)  # every try of the run
+    down = report_run(broker=broker, upload=True)  # DROP down: still not known to take the key
+    assert down.error is not None and "503" in down.error
+    evaluate_and_send()
+    assert len(hooks) == 1
+
+    assert report_run(broker=broker, upload=True).accepted  # the broker fixed it
+    evaluate_and_send()
+    assert [h["alert"]["state"] for h in hooks] == ["raised", "cleared"]
+
+
 def test_an_unreachable_drop_queues_no_evaluation_of_its_own(broker: Broker) -> None:
     broker.drop_base_url = "http://127.0.0.1:9/"  # nothing listens: alerted after a day only
     broker.save()
@@ -443,6 +479,7 @@ def test_conditions_are_a_registry() -> None:
         "drop_results_in_portal",
         "report_file_refused",
         "drop_settings_refused",
+        "drop_upload_refused",
     }
     assert AlertState.objects.count() == 0
 

@@ -36,7 +36,7 @@ from django.db import connection, transaction
 from django.db.models import Case, Exists, IntegerField, OuterRef, Value, When
 from django.utils import timezone
 
-from integrations.drop.client import DropApiError, DropClient, UploadResult
+from integrations.drop.client import DropApiError, DropAuthError, DropClient, UploadResult
 from integrations.enqueue import alerts_evaluate_enqueue
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
@@ -231,6 +231,8 @@ def _file_upload_failed(*, report_file: ReportFile, error: DropApiError, actor: 
                     "error_type": type(error).__name__,
                 },
             )
+            if isinstance(error, DropAuthError):
+                alerts_evaluate_enqueue()  # every upload waits on the broker: tell staff now
     log.warning("DROP %s of %s failed: %s", report_file.kind, report_file.file_name, message)
 
 

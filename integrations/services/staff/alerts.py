@@ -29,10 +29,11 @@ from typing import Any
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, transaction
 from django.db import connection as db_connection
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from integrations.drop.calendar import drop_date, drop_time_text, drop_today
+from integrations.drop.client import DropAuthError
 from integrations.drop.notifications import RESULTS_IN_PORTAL, UPLOAD_PROCESSED
 from integrations.enqueue import alert_send_enqueue
 from integrations.ledger_kinds import LedgerKind
@@ -266,6 +267,42 @@ def _drop_pull_failed(now: dt.datetime) -> Iterable[Firing]:
             broker_id=event.broker_id,
             text=f"DROP pull for broker {event.broker_id} failed: {event.data.get('error', '')}",
             details={"reason": reason, "status": event.data.get("status"), "event": event.id},
+        )
+
+
+# What ends a refusal of the broker's DROP key on an upload: DROP answering one (accepting,
+# rejecting or refusing the file), or staff marking one uploaded by hand.
+_UPLOAD_ANSWERED_KINDS = (
+    LedgerKind.REPORT_FILE_ACCEPTED,
+    LedgerKind.REPORT_FILE_REJECTED,
+    LedgerKind.REPORT_FILE_REFUSED,
+    LedgerKind.REPORT_FILE_MARKED_UPLOADED,
+)
+
+
+@alert_condition("drop_upload_refused")
+def _drop_upload_refused(now: dt.datetime) -> Iterable[Firing]:
+    """DROP refused the broker's key or account (401/403) on its last upload or amendment:
+    every file waits, whatever the pulls do, until the broker fixes it in DROP's portal.
+    Other failures of an upload are outages (``drop_access_obligation``)."""
+    last = (
+        LedgerEvent.objects.filter(
+            Q(kind__in=_UPLOAD_ANSWERED_KINDS)
+            | Q(kind=LedgerKind.REPORT_FILE_UPLOAD_FAILED, data__error_type=DropAuthError.__name__)
+        )
+        .order_by("broker_id", "-id")
+        .distinct("broker_id")
+    )
+    for event in last:
+        if event.kind != LedgerKind.REPORT_FILE_UPLOAD_FAILED:
+            continue
+        yield Firing(
+            key=event.broker_id,
+            broker_id=event.broker_id,
+            text=f"DROP {event.data.get('kind', 'upload')} of {event.subject} for broker "
+            f"{event.broker_id} failed: {event.data.get('error', '')}; check the broker's DROP "
+            "API key and DROP account, then upload again (`drop report --upload`)",
+            details={"status": event.data.get("status"), "event": event.id},
         )
 
 
