@@ -35,14 +35,16 @@ class StrictChoiceField(serializers.ChoiceField):
 
 class ResolvedIdentifiersField(serializers.DictField):
     """``{"email": [{"email": "..."}], "phone": [{"phone": "+1..."}]}``: categories of
-    arrays of objects of strings, kept verbatim. Each object holds its category's key (other
-    keys are tolerated); an empty category, or none, is accepted: nothing was resolved."""
+    arrays of objects, kept verbatim. Each object holds its category's key, a string; other
+    keys beside it are tolerated whatever their JSON type (``"primary": true``), as the
+    deletion callback's identifiers are. An empty category, or none, is accepted: nothing
+    was resolved."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(
             child=serializers.ListField(
                 child=serializers.DictField(
-                    child=StrictCharField(max_length=1000), allow_empty=False
+                    child=serializers.JSONField(allow_null=True), allow_empty=False
                 )
             ),
             **kwargs,
@@ -52,16 +54,17 @@ class ResolvedIdentifiersField(serializers.DictField):
         identifiers: dict[str, Any] = super().to_internal_value(data)
         # Read by the category's key downstream: an object without it would be a crash, or
         # a SaaS deletion cancelled as having nothing to delete.
-        missing = {
-            category: {
-                index: {category: [self.error_messages["required"]]}
-                for index, entry in enumerate(entries)
-                if category not in entry
-            }
-            for category, entries in identifiers.items()
-        }
-        # Indexes as ints, as DRF's ListField keys its errors (read as ``[0]``, not ``.0``).
-        errors: dict[str, Any] = {category: found for category, found in missing.items() if found}
-        if errors:
-            raise serializers.ValidationError(errors, code="required")
+        value = StrictCharField(max_length=1000)
+        found: dict[str, Any] = {}
+        for category, entries in identifiers.items():
+            for index, entry in enumerate(entries):
+                try:
+                    if category not in entry:
+                        raise serializers.ValidationError(self.error_messages["required"])
+                    value.run_validation(entry[category])
+                except serializers.ValidationError as exc:
+                    # Indexes as ints, as DRF's ListField keys its errors (read as ``[0]``).
+                    found.setdefault(category, {})[index] = {category: exc.detail}
+        if found:
+            raise serializers.ValidationError(found)
         return identifiers

@@ -919,14 +919,38 @@ def test_an_object_without_its_category_key_is_named_by_its_path(
     assert "14155559318" not in json.dumps(rejected.data)
 
 
+def test_a_category_key_that_is_not_a_string_is_named_by_its_path(
+    side: Broker_, notified: ResolutionRequest
+) -> None:
+    identifiers = {"email": [{"email": "Ann.Smith@Example.com"}, {"email": 5, "primary": True}]}
+
+    response = put(
+        RESOLUTION,
+        resolution_body(notified, identifiers=identifiers),
+        key=side.key,
+        secret=side.secret,
+    )
+
+    assert response.status_code == 400, response.content
+    assert response.json()["errors"] == {
+        "identifiers": {"email": {"1": {"email": ["Not a valid string."]}}}
+    }
+
+
 @pytest.mark.parametrize(
     "identifiers",
     [
         {},
         {"email": []},
         {"email": [{"email": "Ann.Smith@Example.com", "type": "work"}]},
+        {"email": [{"email": "Ann.Smith@Example.com", "primary": True, "rank": 1, "x": None}]},
     ],
-    ids=["no category", "an empty category", "a key besides the category's"],
+    ids=[
+        "no category",
+        "an empty category",
+        "a key besides the category's",
+        "keys of other JSON types besides it",
+    ],
 )
 def test_nothing_resolved_or_a_key_besides_the_categorys_is_accepted(
     side: Broker_, notified: ResolutionRequest, identifiers: dict[str, Any]

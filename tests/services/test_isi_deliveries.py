@@ -488,10 +488,8 @@ def test_a_wrong_shape_keyed_by_an_identifier_is_named_by_its_length(
     assert resolution_requests_deliver(request_ids=[resolution.pk]) == {"retry": 1}
 
     (attempt,) = resolution.delivery_attempts.all()
-    error = (
-        f"identifiers have the wrong shape: <key of {len(key)} characters>[0].email: "
-        "Not a valid string."
-    )
+    masked = f"<key of {len(key)} characters>"  # the category, and its missing key
+    error = f"identifiers have the wrong shape: {masked}[0].{masked}: This field is required."
     assert attempt.error == error
     resolution.refresh_from_db()
     assert resolution.last_error == f"200: {error}"
@@ -754,6 +752,21 @@ def test_an_identifiers_answer_nested_too_deeply_fails_its_own_attempt_not_the_b
     assert attempt.response_body == f"[not kept: {len(nested)} bytes, nested too deeply]"
     good.refresh_from_db()
     assert good.state == RequestState.COMPLETED
+
+
+def test_an_identifiers_answer_with_other_keys_of_any_type_is_kept_verbatim(
+    broker: Any, api: IsiSimulator, connection_a: IsiConnection
+) -> None:
+    SaasConnectionFactory.create(broker=broker, url="https://api.mailer.example/erase")
+    answered = {"email": [{"email": "ann@example.com", "primary": True, "rank": 1}]}
+    api.answer_next("identifiers", Reply(200, json.dumps({"identifiers": answered}).encode()))
+    resolution = ResolutionRequestFactory.create(isi_connection=connection_a)
+
+    assert resolution_requests_deliver(request_ids=[resolution.pk]) == {"delivered": 1}
+
+    resolution.refresh_from_db()
+    assert resolution.state == RequestState.COMPLETED
+    assert json.loads(resolution.identifiers) == answered
 
 
 @pytest.mark.parametrize("asked", ["9" * 400, "1" * 5000])
