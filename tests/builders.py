@@ -26,6 +26,7 @@ a report file and what DROP's answer does to its items, a ZIP, a worker)::
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import datetime as dt
 import hashlib
@@ -39,7 +40,8 @@ from pathlib import Path
 from typing import Any
 
 import factory
-from django.db import connection
+from asgiref.sync import sync_to_async
+from django.db import connection, connections
 from django.db.models import F
 from django.utils import timezone
 from factory.django import DjangoModelFactory
@@ -613,6 +615,10 @@ def worker_sessions_end() -> None:
     if not _WORKER_RAN.is_set():
         return
     _WORKER_RAN.clear()
+    # Closed first, not terminated under it: the connection of the thread that runs this
+    # process's sync_to_async calls (the Django connector's async queries), which the next
+    # test's ``stalled_jobs_retry`` would find dead.
+    asyncio.run(sync_to_async(connections.close_all)())
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
