@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from rest_framework import serializers
+from rest_framework.fields import empty
 
 
 class StrictCharField(serializers.CharField):
@@ -42,11 +43,9 @@ class ResolvedIdentifiersField(serializers.DictField):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(
-            child=serializers.ListField(
-                child=serializers.DictField(
-                    child=serializers.JSONField(allow_null=True), allow_empty=False
-                )
-            ),
+            # Each object's values unchecked here (DRF's default child): its category's key
+            # alone is read downstream, and checked below.
+            child=serializers.ListField(child=serializers.DictField(allow_empty=False)),
             **kwargs,
         )
 
@@ -54,14 +53,12 @@ class ResolvedIdentifiersField(serializers.DictField):
         identifiers: dict[str, Any] = super().to_internal_value(data)
         # Read by the category's key downstream: an object without it would be a crash, or
         # a SaaS deletion cancelled as having nothing to delete.
-        value = StrictCharField(max_length=1000)
+        value = StrictCharField(max_length=1000)  # required: an absent key is refused
         found: dict[str, Any] = {}
         for category, entries in identifiers.items():
             for index, entry in enumerate(entries):
                 try:
-                    if category not in entry:
-                        raise serializers.ValidationError(self.error_messages["required"])
-                    value.run_validation(entry[category])
+                    value.run_validation(entry.get(category, empty))
                 except serializers.ValidationError as exc:
                     # Indexes as ints, as DRF's ListField keys its errors (read as ``[0]``).
                     found.setdefault(category, {})[index] = {category: exc.detail}
