@@ -1,4 +1,5 @@
-"""The ledger, in order, as export rows (the ledger command and the admin's export)."""
+"""The ledger, in order, as export rows (the ledger command and the admin's export), and
+each broker's latest of a set of events (the alerts, and the stuck check's record)."""
 
 from __future__ import annotations
 
@@ -61,3 +62,8 @@ def ledger_events(
                 "event_hash": event.event_hash,
                 "chain_hash": link.chain_hash if link else "",
             }
+
+
+def ledger_last_by_broker(events: QuerySet[LedgerEvent]) -> QuerySet[LedgerEvent]:
+    """Each broker's latest of ``events``, in one query (``DISTINCT ON``)."""
+    return events.order_by("broker_id", "-id").distinct("broker_id")

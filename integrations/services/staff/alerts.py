@@ -60,6 +60,7 @@ from integrations.selectors.directives import (
     directives_overdue,
 )
 from integrations.selectors.drop_access import drop_access_obligations_open
+from integrations.selectors.ledger import ledger_last_by_broker
 from integrations.selectors.match_rates import match_rate_falls
 from integrations.selectors.report_reviews import report_files_awaiting_approval
 from integrations.selectors.stuck import stuck_work_items
@@ -233,11 +234,7 @@ _PULL_OUTCOME_KINDS = (
 def _drop_pull_failed(now: dt.datetime) -> Iterable[Firing]:
     """The broker's last pull failed: refused credentials (401/403), a refused package or
     another refusal at once; DROP unreachable once every pull has failed for a day."""
-    last = (
-        LedgerEvent.objects.filter(kind__in=_PULL_OUTCOME_KINDS)
-        .order_by("broker_id", "-id")
-        .distinct("broker_id")
-    )
+    last = ledger_last_by_broker(LedgerEvent.objects.filter(kind__in=_PULL_OUTCOME_KINDS))
     for event in last:
         if event.kind != LedgerKind.DROP_PULL_FAILED:
             continue
@@ -285,13 +282,11 @@ def _drop_upload_refused(now: dt.datetime) -> Iterable[Firing]:
     """DROP refused the broker's key or account (401/403) on its last upload or amendment:
     every file waits, whatever the pulls do, until the broker fixes it in DROP's portal.
     Other failures of an upload are outages (``drop_access_obligation``)."""
-    last = (
+    last = ledger_last_by_broker(
         LedgerEvent.objects.filter(
             Q(kind__in=_UPLOAD_ANSWERED_KINDS)
             | Q(kind=LedgerKind.REPORT_FILE_UPLOAD_FAILED, data__error_type=DropAuthError.__name__)
         )
-        .order_by("broker_id", "-id")
-        .distinct("broker_id")
     )
     for event in last:
         if event.kind != LedgerKind.REPORT_FILE_UPLOAD_FAILED:

@@ -18,6 +18,7 @@ from django.db import transaction
 
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, LedgerEvent
+from integrations.selectors.ledger import ledger_last_by_broker
 from integrations.selectors.stuck import StuckGroup, stuck_work_items
 from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
 
@@ -49,9 +50,7 @@ def stuck_work_items_check(
         by_broker.setdefault(group.broker_id, []).append(group)
     last = {
         event.broker_id: event.data.get("groups", [])
-        for event in LedgerEvent.objects.filter(kind=DOCTOR_EVENT)
-        .order_by("broker_id", "-id")
-        .distinct("broker_id")
+        for event in ledger_last_by_broker(LedgerEvent.objects.filter(kind=DOCTOR_EVENT))
     }
     with transaction.atomic():
         for broker_id in Broker.objects.order_by("broker_id").values_list("broker_id", flat=True):
