@@ -1,12 +1,15 @@
 """What is kept of an answer that may carry clear identifiers: its shape, never its text.
 
-Every string becomes its length, and so does every object key that is not a name of ours:
+Every string and every number becomes its length (a phone, a ZIP code or a date of birth may
+come as a number), and so does every object key that is not a name of ours:
 a broker may key an answer by the identifier itself (``{"alice@example.com": true}``). Ours
 are the protocol's field names, DROP's identifier types and the categories staff set on the
 broker's SaaS connections (lower-case words, checked when set)::
 
     masked(b'{"identifiers": {"email": [{"email": "ann@x.com"}]}, "ann@x.com": true}')
     # '{"identifiers": {"email": [{"email": "<9 characters>"}]}, "<key of 9 characters>": true}'
+    masked(b'{"phone": 14155551234, "zip": 94107.0}')
+    # '{"phone": "<number of 11 characters>", "zip": "<number of 7 characters>"}'
     category_counts({"email": [{...}], "ann@x.com": [{...}]}, categories=["email"])
     # {"email": 1, "<key of 9 characters>": 1}
 """
@@ -69,12 +72,15 @@ def _mask(value: Any, names: frozenset[str]) -> Any:
         return shape
     if isinstance(value, list):
         return [_mask(item, names) for item in value]
-    return value
+    if isinstance(value, bool) or value is None:  # a bool is an int to Python
+        return value
+    # A number, by the length JSON writes it in (json.loads gives only int and float here).
+    return f"<number of {len(json.dumps(value))} characters>"
 
 
 def masked(content: bytes, *, categories: Iterable[str] = ()) -> str:
-    """What an attempt keeps of an answer carrying clear identifiers: its shape, every string
-    and every key not of ours replaced by its length (the values themselves are kept only
+    """What an attempt keeps of an answer carrying clear identifiers: its shape, every string,
+    number and key not of ours replaced by its length (the values themselves are kept only
     encrypted, and not for long). ``categories``: the identifier categories asked for."""
     try:
         shape = json.dumps(_mask(json.loads(content), _names(categories)), ensure_ascii=False)

@@ -476,6 +476,35 @@ def test_an_identifiers_answer_keyed_by_identifiers_is_kept_and_ledgered_masked(
     assert "example.com" not in kept
 
 
+def test_identifiers_answered_as_numbers_are_kept_only_by_their_length(
+    broker: Any, api: IsiSimulator, connection_a: IsiConnection
+) -> None:
+    """A phone, ZIP code or date of birth sent as a JSON number is the wrong shape (retried),
+    and each attempt keeps the number's length, never its digits."""
+    SaasConnectionFactory.create(
+        broker=broker, url="https://sms.example/erase", identifier_categories=["phone", "zip"]
+    )
+    answer = {
+        "identifiers": {"phone": [{"phone": 14155559317}], "zip": [{"zip": 94107, "dob": 1.98e7}]}
+    }
+    api.answer_next("identifiers", Reply(200, json.dumps(answer).encode()))
+    resolution = ResolutionRequestFactory.create(isi_connection=connection_a)
+
+    assert resolution_requests_deliver(request_ids=[resolution.pk]) == {"retry": 1}
+
+    (attempt,) = resolution.delivery_attempts.all()
+    assert json.loads(attempt.response_body) == {
+        "identifiers": {
+            "phone": [{"phone": "<number of 11 characters>"}],
+            "zip": [{"zip": "<number of 5 characters>", "dob": "<number of 10 characters>"}],
+        }
+    }
+    kept = attempt.response_body + json.dumps(list(LedgerEvent.objects.values_list("data")))
+    assert "4155559317" not in kept
+    assert "94107" not in kept
+    assert "198" not in kept
+
+
 @pytest.mark.parametrize("key", ["ann@example.com", "4155559317"])
 def test_a_wrong_shape_keyed_by_an_identifier_is_named_by_its_length(
     broker: Any, api: IsiSimulator, connection_a: IsiConnection, key: str

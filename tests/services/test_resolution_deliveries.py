@@ -255,6 +255,7 @@ def test_a_saas_answer_echoing_identifiers_is_kept_only_masked(
             "deleted": RESOLVED["email"],
             "note": "Ann.Smith@Example.com gone",
             "Ann.Smith@Example.com": "gone",  # keyed by the identifier itself
+            "zip": 94107,  # an identifier as a number
         }
     )
     saas_receiver.script(Reply(status, echoed.encode()))
@@ -265,11 +266,13 @@ def test_a_saas_answer_echoing_identifiers_is_kept_only_masked(
     assert attempt.status == status
     assert "Ann.Smith" not in attempt.response_body
     assert "old.example" not in attempt.response_body
+    assert "94107" not in attempt.response_body
     # Keys not of the protocol or the connection's categories are masked like values.
     assert json.loads(attempt.response_body) == {
         "<key of 7 characters>": [{"email": "<22 characters>"}, {"email": "<15 characters>"}],
         "<key of 4 characters>": "<26 characters>",
         "<key of 21 characters>": "<4 characters>",
+        "zip": "<number of 5 characters>",
     }
 
 
