@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import getpass
 import json
 import os
+import pwd
 import secrets
 import sys
 from collections.abc import Iterator
@@ -224,10 +224,14 @@ class DropportalCommand(BaseCommand):
 
     @staticmethod
     def actor() -> str:
+        """``cli:`` and the OS user the process runs as, from the system's user table: never
+        from ``LOGNAME`` or ``USER`` (which ``getpass.getuser`` reads first), which the caller
+        sets at will, and a second person's approval rests on this name."""
+        uid = os.geteuid()
         try:
-            return f"cli:{getpass.getuser()}"
-        except Exception:  # no user name on this system
-            return "cli"
+            return f"cli:{pwd.getpwuid(uid).pw_name}"
+        except KeyError:  # a user id with no name on this system (a container's)
+            return f"cli:uid {uid}"
 
     def print_json(self, value: Any) -> None:
         self.stdout.write(json.dumps(value, indent=2, default=str))

@@ -3,9 +3,10 @@ uploads" decided on the command line, by someone other than whoever wrote the fi
 
 from __future__ import annotations
 
-import getpass
 import io
 import json
+import os
+import pwd
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from django.core.management import CommandError, call_command
 from procrastinate.contrib.django.models import ProcrastinateJob
 
 from devtools.drop_simulator import DropSimulator
+from integrations.management.base import DropportalCommand
 from integrations.models import Broker, DropCycle, LedgerEvent, ReportFile, ReportFileState
 from integrations.services.reporting.report_approval import report_file_approve
 from integrations.services.reporting.report_files import report_files_write
@@ -20,6 +22,8 @@ from integrations.services.staff.brokers import broker_update
 from tests.builders import DropCycleFactory, WorkItemFactory, broker_reports_to
 
 pytestmark = pytest.mark.django_db
+
+ME = f"cli:{pwd.getpwuid(os.geteuid()).pw_name}"  # who runs the tests, by the user table
 
 EMAIL = "20260312_4821_Email.csv"
 PHONE = "20260312_4821_Phone.csv"
@@ -56,7 +60,7 @@ def test_the_report_writes_files_that_wait_and_says_who_approves(
         (EMAIL, 1),
         (PHONE, 0),
     ]
-    assert listed["awaiting_approval"][0]["written_by"] == f"cli:{getpass.getuser()}"
+    assert listed["awaiting_approval"][0]["written_by"] == ME
 
 
 def test_a_waiting_file_is_not_saved_for_an_upload_by_hand(
@@ -81,6 +85,32 @@ def test_who_wrote_it_cannot_approve_it_on_the_command_line(cycle: DropCycle) ->
     assert ReportFile.objects.get(file_name=EMAIL).state == ReportFileState.AWAITING_APPROVAL
 
 
+def test_naming_another_user_in_the_environment_does_not_make_a_second_person(
+    cycle: DropCycle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``getpass.getuser`` reads ``LOGNAME`` and ``USER`` first: a writer who set them could
+    approve their own file under another's name."""
+    run()  # written as cli:<this user>
+    for name in ("LOGNAME", "USER", "LNAME", "USERNAME"):
+        monkeypatch.setenv(name, "someone-else")
+
+    with pytest.raises(CommandError, match="a second person must approve it"):
+        run("--approve", EMAIL)
+
+    assert not LedgerEvent.objects.filter(kind="report_file.approved").exists()
+    assert LedgerEvent.objects.filter(actor=ME).exists()
+    assert not LedgerEvent.objects.filter(actor__contains="someone-else").exists()
+
+
+def test_a_user_id_without_a_name_is_named_by_its_number(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_such_user(uid: int) -> None:
+        raise KeyError(uid)
+
+    monkeypatch.setattr(pwd, "getpwuid", no_such_user)
+
+    assert DropportalCommand.actor() == f"cli:uid {os.geteuid()}"
+
+
 def test_another_person_approves_then_the_report_job_uploads_it(
     cycle: DropCycle, drop: DropSimulator
 ) -> None:
@@ -91,7 +121,7 @@ def test_another_person_approves_then_the_report_job_uploads_it(
     assert output.startswith(f"Approved {EMAIL} (Email upload, 1 rows: 3 deleted 1)")
     event = LedgerEvent.objects.get(kind="report_file.approved")
     assert (event.actor, event.data["reason"]) == (
-        f"cli:{getpass.getuser()}",
+        ME,
         "counts match the CRM",
     )
     assert ProcrastinateJob.objects.filter(task_name="integrations.tasks.report_broker").exists()
