@@ -120,9 +120,12 @@ def alerts_evaluate_enqueue() -> None:
         pass
 
 
-def drop_pull_enqueue(*, broker_pk: int, broker_id: str) -> bool:
-    """Pull for one broker now (the periodic pull's job); False when one already waits."""
-    return _broker_job_defer(PULL_BROKER, lock=f"pull:{broker_id}", broker_pk=broker_pk)
+def drop_pull_enqueue(*, broker_pk: int, broker_id: str, latest_cycle: int) -> bool:
+    """Pull for one broker now (the periodic pull's job); False when one already waits.
+    ``latest_cycle``: the pk of the broker's latest cycle as the caller sees it (0: none)."""
+    return _broker_job_defer(
+        PULL_BROKER, lock=f"pull:{broker_id}", broker_pk=broker_pk, latest_cycle=latest_cycle
+    )
 
 
 def drop_report_enqueue(*, broker_pk: int, broker_id: str) -> bool:
@@ -130,14 +133,14 @@ def drop_report_enqueue(*, broker_pk: int, broker_id: str) -> bool:
     return _broker_job_defer(REPORT_BROKER, lock=f"report:{broker_id}", broker_pk=broker_pk)
 
 
-def _broker_job_defer(task: str, *, lock: str, broker_pk: int) -> bool:
+def _broker_job_defer(task: str, *, lock: str, **task_kwargs: Any) -> bool:
     """One such job at a time per broker: the lock keeps a second from running beside the
     first, the queueing lock keeps a second from waiting behind one that has not started (a
     ``download.ready`` notification and the periodic pull may ask within seconds)."""
     try:
         # A savepoint: the refused duplicate must not abort the caller's transaction.
         with transaction.atomic():
-            _deferrer(task, lock=lock, queueing_lock=lock).defer(broker_pk=broker_pk)
+            _deferrer(task, lock=lock, queueing_lock=lock).defer(**task_kwargs)
     except AlreadyEnqueued:
         return False
     return True

@@ -234,12 +234,18 @@ def pull_due(timestamp: int | None = None) -> int:
 
 # Queued by pull_due and by DROP's download.ready notification (enqueue.drop_pull_enqueue).
 @app.task(name=enqueue.PULL_BROKER, queue="drop", pass_context=False)
-def pull_broker(broker_pk: int) -> str:
-    """Pull for one broker (``services.cycle.drop.drop_pull``); returns the outcome."""
+def pull_broker(broker_pk: int, latest_cycle: int | None = None) -> str:
+    """Pull for one broker (``services.cycle.drop.drop_pull``); returns the outcome.
+    ``latest_cycle``: the broker's latest cycle when the job was asked for (None in a job
+    queued before it was passed): a pull that ran since and imported a later one did its
+    work."""
 
     broker = Broker.objects.get(pk=broker_pk)
     try:
-        return drop_pull(broker=broker, actor="system:auto-pull").outcome
+        result = drop_pull(broker=broker, actor="system:auto-pull", after_cycle=latest_cycle)
+        if result.outcome == "imported_meanwhile":
+            log.info("DROP pull for broker %s skipped: %s", broker.broker_id, result.message)
+        return result.outcome
     except DropPullBusy as exc:
         # Staff are pulling it by hand right now: that pull is this one.
         log.info("DROP pull for broker %s skipped: %s", broker.broker_id, exc)

@@ -12,6 +12,7 @@ from django.db.models import (
     ExpressionWrapper,
     F,
     Func,
+    Max,
     OuterRef,
     Q,
     QuerySet,
@@ -21,7 +22,7 @@ from django.db.models import (
 from django.db.models.functions import Coalesce
 
 from integrations.ledger_kinds import LedgerKind
-from integrations.models import Broker, LedgerEvent
+from integrations.models import Broker, DropCycle, LedgerEvent
 
 # DROP answers a refused key with 401: retrying cannot help until staff change the key or the
 # URL it is sent to. Its 403 (broker not eligible, or no list selected) is not one: the broker
@@ -112,3 +113,9 @@ def brokers_due_for_report() -> list[Broker]:
         return []
     # The key is encrypted, so "has a key" is read in Python; brokers are few.
     return [broker for broker in Broker.objects.order_by("pk") if broker.drop_api_key]
+
+
+def latest_cycle_pk(broker_pk: int) -> int:
+    """The pk of the broker's latest cycle (0 when it has none): what a pull job is asked
+    with, so that it can tell a package imported since by a pull that ran meanwhile."""
+    return DropCycle.objects.filter(broker=broker_pk).aggregate(pk=Max("pk"))["pk"] or 0

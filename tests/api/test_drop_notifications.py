@@ -101,7 +101,7 @@ def test_download_ready_queues_the_pull_once(api_client: APIClient, webhook_brok
     assert answered.status_code == 204
     assert answered.content == b""
     (job,) = _pull_jobs()
-    assert job.args == {"broker_pk": webhook_broker.pk}
+    assert job.args == {"broker_pk": webhook_broker.pk, "latest_cycle": 0}  # it had none
     assert job.queueing_lock == job.lock == "pull:4821"  # the periodic pull's, one at a time
     (event,) = _notification_events()
     assert event.broker_id == "4821"

@@ -436,7 +436,7 @@ def test_the_periodic_job_defers_one_pull_per_due_broker(broker: Broker) -> None
     assert tasks.pull_due() == 1
     assert tasks.pull_due() == 0  # the first is still waiting: not queued twice
     job = ProcrastinateJob.objects.get(task_name="integrations.tasks.pull_broker")
-    assert job.args == {"broker_pk": broker.pk}
+    assert job.args == {"broker_pk": broker.pk, "latest_cycle": 0}  # it had none
     assert job.queueing_lock == "pull:4821"
 
 
@@ -456,6 +456,36 @@ def test_a_pull_job_imports_and_a_failed_one_tries_again_later(
     assert [b.broker_id for b in brokers_due_for_pull(now=timezone.now() + dt.timedelta(30))] == [
         "4821"
     ]
+
+
+def test_a_pull_job_asked_for_while_another_pull_imported_does_not_ask_drop(
+    broker: Broker, drop: DropSimulator, package: bytes
+) -> None:
+    """``download.ready`` arriving while the periodic pull waits through DROP's 202 (or the
+    periodic pull while a notified one imports) queues a second job, which runs once the
+    first is done: asking DROP then gets a 409 (the new cycle's statuses are owed), a
+    ``drop.pull_failed`` and an alert that would stand until the next pull."""
+    Broker.objects.filter(pk=broker.pk).update(auto_pull=True)
+    assert tasks.pull_due() == 1  # asked for with no cycle yet
+    drop.queue_package(package, PACKAGE_NAME)
+    pull()  # the package, by another hand, before that job runs
+    (job,) = ProcrastinateJob.objects.filter(task_name="integrations.tasks.pull_broker")
+    drop.queue_response(409, body={"message": "Report first"})
+    asked = len(drop.requests)
+
+    assert tasks.pull_broker(**job.args) == "imported_meanwhile"
+
+    assert len(drop.requests) == asked  # DROP was not asked
+    assert not LedgerEvent.objects.filter(kind="drop.pull_failed").exists()
+    assert DropCycle.objects.count() == 1
+    # Asked for after that import (its cycle known), the job asks DROP as ever.
+    latest = DropCycle.objects.get().pk
+    assert tasks.pull_broker(broker_pk=broker.pk, latest_cycle=latest) == "failed"
+    assert len(drop.requests) == asked + 1
+    # A job queued before the argument existed asks DROP as before.
+    drop.queue_response(409, body={"message": "Report first"})
+    assert tasks.pull_broker(broker_pk=broker.pk) == "failed"
+    assert len(drop.requests) == asked + 2
 
 
 def test_a_refused_pull_stays_on_the_dashboard_until_a_pull_succeeds(

@@ -39,7 +39,7 @@ from integrations.drop.client import (
 )
 from integrations.drop.transport import DropLimits, OnProgress, place_atomically
 from integrations.ledger_kinds import LedgerKind
-from integrations.models import Broker
+from integrations.models import Broker, DropCycle
 from integrations.selectors.pulls import broker_pull_due
 from integrations.services.cycle.drop_access import drop_access_record
 from integrations.services.cycle.drop_import import DropImportError, ImportResult, drop_zip_import
@@ -67,7 +67,7 @@ class DropPullBusy(DropPullError):
 
 @dataclass(frozen=True)
 class PullResult:
-    outcome: Literal["imported", "already_imported", "nothing_new"]
+    outcome: Literal["imported", "already_imported", "nothing_new", "imported_meanwhile"]
     message: str = ""
     imported: ImportResult | None = None
     path: Path | None = None
@@ -143,6 +143,7 @@ def drop_pull(
     actor: str,
     max_wait_seconds: float = DEFAULT_MAX_WAIT_SECONDS,
     on_progress: OnProgress | None = None,
+    after_cycle: int | None = None,
 ) -> PullResult:
     """Download DROP's current package for ``broker`` and import it; raises DropPullError.
 
@@ -156,7 +157,10 @@ def drop_pull(
     downloaded and stopped before recording is imported first (a ``drop.pulled`` event with
     ``resumed`` true, as of its download), and DROP is called only if the broker is still
     due for a pull after it. Raises ``DropPullBusy`` (recording nothing) while another pull
-    of the broker runs.
+    of the broker runs. ``after_cycle`` (a job's: the pk of the broker's latest cycle when
+    it was asked for, 0 for none): when a later cycle was imported since, by a pull that ran
+    meanwhile, DROP is not asked (it would answer 409 until that cycle's statuses are in)
+    and the outcome is ``imported_meanwhile``, recording nothing.
     """
     # One pull per broker at a time, whoever runs it (the worker's job lock stops only a
     # second job, not ``drop pull`` beside it): a second pull would import the package the
@@ -171,6 +175,14 @@ def drop_pull(
         resumed = _packages_resume(broker, actor)
         if resumed is not None and not broker_pull_due(broker, now=timezone.now()):
             return resumed
+        if after_cycle is not None:
+            later = DropCycle.objects.filter(broker=broker, pk__gt=after_cycle).order_by("-pk")
+            meanwhile = later.values_list("drop_session_id", flat=True).first()
+            if meanwhile is not None:
+                return resumed or PullResult(
+                    "imported_meanwhile",
+                    message=f"cycle {meanwhile} was imported since this pull was asked for",
+                )
         return _pull(broker, actor, max_wait_seconds=max_wait_seconds, on_progress=on_progress)
 
 

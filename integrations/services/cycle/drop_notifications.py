@@ -38,6 +38,7 @@ from integrations.ledger_kinds import LedgerKind
 from integrations.models import AWAITING_DROP, Broker, DropNotification, ReportFile
 from integrations.selectors.drop_notifications import REPORT_FILE_KIND, event_types_about
 from integrations.selectors.pulls import brokers_with_drop_key_refused
+from integrations.services.cycle.drop_schedule import drop_pull_ask
 from integrations.services.ledger import ledger_event_append
 
 ACTOR = "drop:notification"
@@ -115,7 +116,7 @@ def drop_notification_receive(
                 # As the periodic pull: the same refused key cannot help (doctor, dashboard).
                 pull_withheld = "DROP refused the broker's key (401) on the last pull"
             else:
-                pull_queued = enqueue.drop_pull_enqueue(broker_pk=broker_pk, broker_id=broker_id)
+                pull_queued = drop_pull_ask(broker_pk=broker_pk, broker_id=broker_id)
         if event_type in notifications.RESULTS_IN_PORTAL:
             enqueue.alerts_evaluate_enqueue()
         ledger_event_append(

@@ -15,12 +15,26 @@ from collections.abc import Callable, Iterable
 
 from integrations import enqueue
 from integrations.models import Broker
-from integrations.selectors.pulls import brokers_due_for_pull, brokers_due_for_report
+from integrations.selectors.pulls import (
+    brokers_due_for_pull,
+    brokers_due_for_report,
+    latest_cycle_pk,
+)
 
 
 def drop_pulls_enqueue_due(*, now: dt.datetime) -> int:
     """A pull job per broker due for one (``selectors.pulls.brokers_due_for_pull``)."""
-    return _each_broker_enqueue(brokers_due_for_pull(now=now), enqueue.drop_pull_enqueue)
+    return _each_broker_enqueue(brokers_due_for_pull(now=now), drop_pull_ask)
+
+
+def drop_pull_ask(*, broker_pk: int, broker_id: str) -> bool:
+    """A pull job for the broker (False when one already waits), asked with its latest cycle:
+    a pull running now (a ``download.ready`` arriving while the periodic pull waits through
+    DROP's 202, or the reverse) may be importing the very package this one is for, and
+    asking DROP again after it would only get a 409 (statuses owed) and a false alert."""
+    return enqueue.drop_pull_enqueue(
+        broker_pk=broker_pk, broker_id=broker_id, latest_cycle=latest_cycle_pk(broker_pk)
+    )
 
 
 def drop_reports_enqueue_due() -> int:
