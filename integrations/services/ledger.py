@@ -76,8 +76,10 @@ def canonical_data(data: dict[str, Any] | None) -> str:
 def _as_jsonb_gives_back(value: Any) -> Any:
     """``value`` with its floats as PostgreSQL's jsonb gives them back, which is what
     ``ledger_verify`` and the pack verifier hash: a float of 1e16 or more (written
-    ``1e+16``) comes back as its digits, an integer, and -0.0 as 0.0. Hashed as written,
-    such an event would break the chain's verification for good."""
+    ``1e+16``) comes back as its digits, an integer, and -0.0 as 0.0; a key that is not a
+    string (``{10: 1, 9: 2}``) as JSON's text of it, sorted as text (``"10"`` before
+    ``"9"``; Python sorts the numbers). Hashed as written, such an event would break the
+    chain's verification for good."""
     if isinstance(value, float):
         if value == 0:
             return 0.0
@@ -85,7 +87,10 @@ def _as_jsonb_gives_back(value: Any) -> Any:
             return int(Decimal(repr(value)))
         return value
     if isinstance(value, dict):
-        return {key: _as_jsonb_gives_back(item) for key, item in value.items()}
+        return {
+            key if isinstance(key, str) else json.dumps(key): _as_jsonb_gives_back(item)
+            for key, item in value.items()
+        }
     if isinstance(value, list | tuple):
         return [_as_jsonb_gives_back(item) for item in value]
     return value

@@ -82,6 +82,8 @@ AWKWARD = '"q" \\ \b\f\n\r\t \x01\x1f\x7f é ü 中 😀 \u2028\u2029 </script>'
         # Numbers PostgreSQL's jsonb gives back in another form than Python writes them: a
         # float of 1e16 or more as its digits (an integer to json.loads), -0.0 as 0.0.
         {"floats": [1e16, -1.5e300, 1.2345678901234567e20, -0.0, 0.1, 5e-324, 1e-07]},
+        # Keys JSON turns into text, which jsonb then sorts as text ("10" before "9").
+        {"by_code": {10: "a", 9: "b", 1.5: "c", True: "d", None: "e"}, "mixed": {3: 1, "a": 2}},
     ],
 )
 def test_the_database_hashes_events_as_the_verifier_does(data: dict[str, object]) -> None:
