@@ -34,6 +34,19 @@ def _dos_time(date_time: tuple[int, ...]) -> tuple[int, int]:
     return (hour << 11) | (minute << 5) | (second // 2), ((year - 1980) << 9) | (month << 5) | day
 
 
+def _zip64_extra(info: zipfile.ZipInfo) -> bytes:
+    """The one extra field the writer's directory entry has: ZIP64's, for a member past 4 GiB
+    (sizes) or starting past it (offset), as ``zipfile`` writes it; none otherwise. Any other
+    field (a Unicode path that unzip shows in place of the name, bytes of no meaning) is not
+    the writer's."""
+    values = []
+    if max(info.compress_size, info.file_size) > zipfile.ZIP64_LIMIT:
+        values += [info.file_size, info.compress_size]
+    if info.header_offset > zipfile.ZIP64_LIMIT:
+        values.append(info.header_offset)
+    return struct.pack(f"<HH{len(values)}Q", 1, 8 * len(values), *values) if values else b""
+
+
 def _central_entry(info: zipfile.ZipInfo) -> bytes:
     """The directory entry the writer makes for ``info`` (zipfile's own rules)."""
     sizes = (info.compress_size, info.file_size)
@@ -56,7 +69,7 @@ def _central_entry(info: zipfile.ZipInfo) -> bytes:
             info.CRC,
             *sizes,
             len(name),
-            len(info.extra),
+            len(_zip64_extra(info)),
             len(info.comment),
             0,
             info.internal_attr,
@@ -64,7 +77,7 @@ def _central_entry(info: zipfile.ZipInfo) -> bytes:
             offset,
         )
         + name
-        + info.extra
+        + _zip64_extra(info)
         + info.comment
     )
 
@@ -111,6 +124,7 @@ def check_structure(raw: IO[bytes], archive: zipfile.ZipFile) -> dict[str, tuple
             info.reserved == 0,
             info.flag_bits == 0,
             info.comment == b"",
+            info.extra == _zip64_extra(info),
             info.filename.isascii(),
         )
         if not all(expected):

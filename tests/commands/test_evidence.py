@@ -13,9 +13,11 @@ import io
 import json
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import zipfile
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -208,6 +210,52 @@ def test_one_byte_changed_anywhere_fails(exported: Path, public_key: Path) -> No
             file.write(original[position : position + 1])
     assert passed == []
     assert len(positions) > 1000
+
+
+def _with_directory_extra(path: Path, name: str, extra: bytes) -> Path:
+    """The pack with ``extra`` added to ``name``'s directory entry's extra fields, the end
+    record's directory size brought up to date: no member's bytes change."""
+    raw = path.read_bytes()
+    end = len(raw) - 22  # the end record, no comment
+    record = list(struct.unpack("<4s4H2LH", raw[end:]))
+    start, size = record[6], record[5]
+    directory, entries, position = raw[start : start + size], b"", 0
+    while position < len(directory):
+        lengths = struct.unpack("<3H", directory[position + 28 : position + 34])
+        entry = directory[position : position + 46 + sum(lengths)]
+        if entry[46 : 46 + lengths[0]] == name.encode():
+            at = 46 + lengths[0] + lengths[1]
+            grown = struct.pack("<H", lengths[1] + len(extra))
+            entry = entry[:30] + grown + entry[32:at] + extra + entry[at:]
+        entries += entry
+        position += 46 + sum(lengths)
+    record[5] = len(entries)
+    tampered = path.with_name("directory-extra.zip")
+    tampered.write_bytes(raw[:start] + entries + struct.pack("<4s4H2LH", *record))
+    return tampered
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        # Info-ZIP's Unicode path: unzip lists summary.html under this name instead.
+        struct.pack("<HHB", 0x7075, 5 + 16, 1)
+        + struct.pack("<L", zlib.crc32(b"summary.html"))
+        + b"ledger-old.jsonl",
+        struct.pack("<HH", 0xCAFE, 11) + b"hidden data",  # bytes of no meaning
+    ],
+    ids=["unicode-path", "unknown-field"],
+)
+def test_a_field_added_to_a_directory_entry_fails(
+    exported: Path, public_key: Path, extra: bytes
+) -> None:
+    tampered = _with_directory_extra(exported, pack.SUMMARY, extra)
+    with zipfile.ZipFile(tampered) as archive:  # still a ZIP every tool opens
+        assert archive.getinfo(pack.SUMMARY).extra == extra
+
+    assert failure(tampered, public_key) == (
+        "archive member 'summary.html': its directory entry is not as the writer leaves it"
+    )
 
 
 def test_a_changed_byte_names_the_file(exported: Path, public_key: Path) -> None:
