@@ -153,6 +153,7 @@ class PackAnchors:
         self.read_member = read_member
         self.wanted = {entry["position"] for entry in listed}
         self.seen: dict[int, str] = {}
+        self.last_position = 0  # the range's last chained position
 
     @classmethod
     def read(cls, read_member: Callable[[str, int], bytes], names: set[str]) -> PackAnchors:
@@ -182,6 +183,7 @@ class PackAnchors:
         return cls(listed, read_member)
 
     def chain_hash_seen(self, position: int, chain_hash: str) -> None:
+        self.last_position = position
         if position in self.wanted:
             self.seen[position] = chain_hash
 
@@ -216,6 +218,16 @@ class PackAnchors:
             f"{len(self.listed)} tokens cover the chain hashes at positions "
             f"{', '.join(str(p) for p in positions[:5])}{', …' if len(positions) > 5 else ''}"
         )
+        # How far they reach: a pack whose later tokens were left out shows it here (the
+        # service asks for one a day), as the tokens cannot.
+        last = max(self.listed, key=lambda entry: entry["position"])
+        reached = token_gen_time(self.read_member(last["token"], _TOKEN_MAX))
+        covered += f"; the last, position {last['position']}, at {reached.isoformat()}"
+        if last["position"] < self.last_position:
+            covered += (
+                f", leaves positions {last['position'] + 1} to {self.last_position} anchored "
+                "by no token in this pack"
+            )
         if authorities is None:
             return (
                 f"timestamps: {covered}; present but not checked against an authority "

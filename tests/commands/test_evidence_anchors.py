@@ -99,16 +99,36 @@ def test_the_pack_carries_its_ranges_tokens_and_they_verify(
         exported, public_key_pem=public_key.read_bytes(), tsa_certificates=authority(tsa)
     )
     assert result.ok, result.failure
-    assert (
-        f"timestamps: 1 tokens cover the chain hashes at positions {anchor.position}; each "
-        "signature chains to the given certificate"
-    ) in result.checks
+    (said,) = [line for line in result.checks if line.startswith("timestamps:")]
+    # The events chained after it (the anchoring's own, the broker's) are said unanchored.
+    p = anchor.position
+    assert said.startswith(
+        f"timestamps: 1 tokens cover the chain hashes at positions {p}; the last, position "
+        f"{p}, at {anchor.gen_time.isoformat()}, leaves positions {p + 1} to "
+    )
+    assert said.endswith(
+        " anchored by no token in this pack; each signature chains to the given certificate"
+    )
     unchecked = verify_pack(exported, public_key_pem=public_key.read_bytes())
     assert unchecked.ok, unchecked.failure
     assert any(
         "present but not checked against an authority (pass --tsa-cert FILE)" in line
         for line in unchecked.checks
     )
+
+
+def test_a_token_at_the_ranges_end_leaves_nothing_unanchored(
+    cycle: DropCycle, tsa: TsaSimulator, tmp_path: Path, public_key: Path
+) -> None:
+    broker_event()
+    anchor = ledger_anchor()  # the broker's event is the head it covers
+
+    result = verify_pack(export(cycle, tmp_path), public_key_pem=public_key.read_bytes())
+
+    assert result.ok, result.failure
+    (said,) = [line for line in result.checks if line.startswith("timestamps:")]
+    assert f"; the last, position {anchor.position}, at {anchor.gen_time.isoformat()}; " in said
+    assert "anchored by no token" not in said
 
 
 def test_a_pack_without_tokens_says_its_chain_is_anchored_nowhere(
