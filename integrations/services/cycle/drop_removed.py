@@ -42,6 +42,24 @@ class RemovedResult:
 NO_REMOVED = RemovedResult(0, 0, 0, 0)
 
 
+# The SaaS deletions of the items being closed that were not sent, cancelled: each locked,
+# or (``_UNHELD``) those no other transaction holds.
+_SAAS_DELETIONS_LOCKED = (
+    "UPDATE integrations_saasdeletion sd"
+    "   SET state = %(cancelled)s, next_attempt_at = NULL, completed_at = now(),"
+    "       last_error = %(reason)s"
+    "  FROM (SELECT sd.id FROM integrations_saasdeletion sd"
+    "          JOIN integrations_resolutionrequest rr ON rr.id = sd.resolution_id"
+    "          JOIN drop_closed_items c ON rr.work_item_id = c.id"
+    "         WHERE sd.state = ANY(%(not_dispatched)s)"
+    "         ORDER BY sd.id FOR NO KEY UPDATE OF sd"
+)
+_SAAS_DELETIONS_CANCEL = _SAAS_DELETIONS_LOCKED + ") locked WHERE sd.id = locked.id"
+_SAAS_DELETIONS_CANCEL_UNHELD = (
+    _SAAS_DELETIONS_LOCKED + " SKIP LOCKED) locked WHERE sd.id = locked.id"
+)
+
+
 def work_items_close_removed(broker: Broker, *, actor: str, drop_session_id: str) -> RemovedResult:
     """Close the work items named in the staged Removed rows; cancel what was not sent.
 
@@ -96,24 +114,19 @@ def work_items_close_removed(broker: Broker, *, actor: str, drop_session_id: str
             cancel,
         )
         cancelled += cursor.rowcount
-        cursor.execute(
-            "UPDATE integrations_saasdeletion sd"
-            "   SET state = %(cancelled)s, next_attempt_at = NULL, completed_at = now(),"
-            "       last_error = %(reason)s"
-            "  FROM (SELECT sd.id FROM integrations_saasdeletion sd"
-            "          JOIN integrations_resolutionrequest rr ON rr.id = sd.resolution_id"
-            "          JOIN drop_closed_items c ON rr.work_item_id = c.id"
-            "         WHERE sd.state = ANY(%(not_dispatched)s)"
-            "         ORDER BY sd.id FOR NO KEY UPDATE OF sd) locked"
-            " WHERE sd.id = locked.id",
-            cancel,
-        )
+        cursor.execute(_SAAS_DELETIONS_CANCEL, cancel)
         cancelled += cursor.rowcount
         # Only this broker's imports remove items, one at a time (the matching lock): each
         # item listed is closed here. Locked by id first (``matching_lock``): the update
         # alone takes them in the order its plan reads them, while DROP taking a file (or
         # staff releasing one) takes its rows by id.
         work_items_lock(cursor, ids="SELECT id FROM drop_closed_items")
+        # A resolution answer that locked its item before this did started SaaS deletions the
+        # cancel above could not see; the answers after it wait for the item and read it
+        # removed. Those a delivery holds now are on their way (it locks them, then the
+        # item): skipped, not waited for.
+        cursor.execute(_SAAS_DELETIONS_CANCEL_UNHELD, cancel)
+        cancelled += cursor.rowcount
         cursor.execute(
             "UPDATE integrations_workitem w"
             "   SET status_code = NULL, updated_at = now(),"

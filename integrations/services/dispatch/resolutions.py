@@ -75,29 +75,36 @@ def resolution_outcome_record(
     uuid_text = str(request.request_uuid)
     with transaction.atomic():
         # Locked in the order retiring a connection and importing a Removed file take them
-        # (connections, then the work item): a connection retired meanwhile gets no deletion,
-        # nor does an item DROP removed meanwhile.
+        # (connections, then the request, then the work item): a connection retired
+        # meanwhile gets no deletion, nor does an item DROP removed meanwhile.
         connections = (
             _saas_connections_locked(broker_id=request.broker_id)
             if drop_outcome not in NOT_DELETED_OUTCOMES
             else []
         )
-        removed = (
-            WorkItem.objects.select_for_update()
-            .filter(pk=request.work_item_id, state=WorkItemState.REMOVED)
-            .exists()
-        )
-        if removed:
-            connections = []
-        keep = bool(connections)  # identifiers are kept only for a SaaS deletion
         updated = _resolution_complete(
             request,
             drop_outcome=drop_outcome,
             exemption_basis=exemption_basis,
             identifiers=identifiers,
-            keep=keep,
+            keep=bool(connections),  # identifiers are kept only for a SaaS deletion
             now=now,
         )
+        # The item locked whatever its state: an import closing it (it holds the lock until
+        # it commits) is waited for and its removal read, never read past as still open.
+        removed = updated and (
+            WorkItem.objects.select_for_update()
+            .filter(pk=request.work_item_id)
+            .values_list("state", flat=True)
+            .get()
+            == WorkItemState.REMOVED
+        )
+        if removed and connections:
+            connections = []
+            ResolutionRequest.objects.filter(pk=request.pk).update(
+                identifiers="", identifiers_purged_at=now
+            )
+        keep = bool(connections)
         if not updated:
             current = ResolutionRequest.objects.get(pk=request.pk)
             resolution_repeat_check(

@@ -1,0 +1,147 @@
+"""A resolution answer and the import of a Removed file that closes its work item, at once:
+whichever takes the item first, no SaaS deletion is left to be sent for an identifier DROP
+removed.
+
+This test commits (the import runs in a thread, on its own connection).
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+
+from devtools.drop_simulator import work_items
+from integrations.models import (
+    Broker,
+    LedgerEvent,
+    RequestState,
+    ResolutionRequest,
+    SaasDeletion,
+    WorkItem,
+    WorkItemState,
+)
+from integrations.services.cycle import drop_removed
+from integrations.services.dispatch.resolutions import resolution_outcome_record
+from integrations.services.staff.integrations import webhook_integration_create
+from tests.builders import ConsumerFactory, SaasConnectionFactory, drop_zip, write_zip
+from tests.conftest import in_thread, sessions_waiting_for_locks, wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ITEMS = list(work_items(1))
+
+
+@pytest.fixture
+def resolution(broker: Broker, tmp_path: Path, settings: Any) -> ResolutionRequest:
+    """A match's identifier retrieval, out with the broker (the SaaS connection asks for it)."""
+    settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = True
+    ConsumerFactory.create(broker=broker, remote_identifier="C-1", hashes={"email": ITEMS[0][1]})
+    # Port 9 (discard): nothing here is delivered.
+    webhook_integration_create(broker=broker, name="crm", url="http://127.0.0.1:9/crm", actor="t")
+    SaasConnectionFactory.create(broker=broker, url="http://127.0.0.1:9/erase", name="Mailer")
+    _import(broker, tmp_path, {"Email": ITEMS}, [], "20261120")
+    request = ResolutionRequest.objects.get()
+    ResolutionRequest.objects.filter(pk=request.pk).update(state=RequestState.DISPATCHED)
+    return request
+
+
+def _import(broker: Broker, tmp_path: Path, lists: Any, removed: Any, date: str) -> None:
+    name = f"{date}_4821_DROP.zip"
+    package = write_zip(tmp_path, drop_zip(broker, lists, removed, date=date), name=name)
+    call_command("drop", "import", "--broker", "4821", str(package), stdout=io.StringIO())
+
+
+def _answer(resolution: ResolutionRequest) -> None:
+    resolution_outcome_record(
+        resolution_request=resolution,
+        drop_outcome="",
+        exemption_basis="",
+        identifiers={"email": [{"email": "Ann@Example.com"}]},
+        actor="t",
+    )
+
+
+@pytest.fixture
+def paused_import(
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Callable[[bool], tuple[threading.Event, threading.Event]]]:
+    """``pause(after)``: the Removed file's import stops just before (or after) it locks the
+    items it closes, until the test lets it go; (paused, go)."""
+    original = drop_removed.work_items_lock
+    paused, go = threading.Event(), threading.Event()
+
+    def pause(after: bool) -> tuple[threading.Event, threading.Event]:
+        def lock(*args: Any, **kwargs: Any) -> None:
+            if after:
+                original(*args, **kwargs)
+            paused.set()
+            assert go.wait(30), "the test never let the import go"
+            if not after:
+                original(*args, **kwargs)
+
+        monkeypatch.setattr(drop_removed, "work_items_lock", lock)
+        return paused, go
+
+    yield pause
+    go.set()
+
+
+def _removal_imported_beside(
+    broker: Broker, tmp_path: Path, errors: list[BaseException]
+) -> threading.Thread:
+    """DROP's next package removes the item (the consumer cancelled), in a thread."""
+    removed = [(ITEMS[0][0], ITEMS[0][1], "Email")]
+    return in_thread(lambda: _import(broker, tmp_path, {"Email": []}, removed, "20270104"), errors)
+
+
+def _nothing_left_to_send() -> None:
+    assert WorkItem.objects.get().state == WorkItemState.REMOVED
+    assert not SaasDeletion.objects.exclude(state=RequestState.CANCELLED).exists()
+
+
+def test_an_answer_that_took_the_item_first_has_its_saas_deletions_cancelled(
+    broker: Broker, resolution: ResolutionRequest, tmp_path: Path, paused_import: Any
+) -> None:
+    paused, go = paused_import(False)  # its requests cancelled, the items not yet locked
+    errors: list[BaseException] = []
+    importing = _removal_imported_beside(broker, tmp_path, errors)
+    assert paused.wait(30), "the import did not reach the items' lock"
+
+    _answer(resolution)  # the item still open: a deletion is started
+    assert SaasDeletion.objects.get().state == RequestState.QUEUED
+
+    go.set()
+    importing.join(30)
+    assert not errors, errors
+    _nothing_left_to_send()
+    assert SaasDeletion.objects.get().last_error == "work item removed by DROP (consumer cancelled)"
+
+
+def test_an_answer_while_the_import_holds_the_item_waits_and_starts_nothing(
+    broker: Broker, resolution: ResolutionRequest, tmp_path: Path, paused_import: Any
+) -> None:
+    paused, go = paused_import(True)  # the items locked, the removal not yet committed
+    errors: list[BaseException] = []
+    importing = _removal_imported_beside(broker, tmp_path, errors)
+    assert paused.wait(30), "the import did not lock the items"
+
+    answering = in_thread(lambda: _answer(resolution), errors)
+    wait_until(lambda: sessions_waiting_for_locks() >= 1, "the answer did not wait for the item")
+    go.set()
+    importing.join(30)
+    answering.join(30)
+
+    assert not errors, errors
+    _nothing_left_to_send()
+    assert not SaasDeletion.objects.exists()
+    resolution.refresh_from_db()
+    assert (resolution.state, resolution.identifiers) == (RequestState.COMPLETED, "")
+    event = LedgerEvent.objects.get(kind="resolution_request.outcome_recorded")
+    assert event.data["work_item_removed"] is True
+    assert event.data["saas_deletions"] == []
