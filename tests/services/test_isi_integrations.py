@@ -21,6 +21,7 @@ from procrastinate.contrib.django.models import ProcrastinateJob
 from devtools.broker_simulator import Reply
 from devtools.isi_simulator import IsiSimulator
 from devtools.isi_simulator import connection as listed
+from integrations import enqueue
 from integrations.dispatch.isi import IsiError, oauth_token_fetch
 from integrations.models import (
     DeletionRequest,
@@ -226,6 +227,30 @@ def test_a_bad_connection_list_is_refused_and_the_stored_one_kept(
     failed = LedgerEvent.objects.get(kind="isi.connections_refresh_failed")
     assert failed.data["error"] == message
     assert LedgerEvent.objects.filter(kind="isi.connections_refreshed").count() == 1
+
+
+def test_a_connection_list_answered_410_disables_the_integration_and_alerts(
+    broker, api: IsiSimulator
+) -> None:
+    """The delivery policy's 410, on the first call the broker's API gets in a cycle: the
+    integration is gone, not failing for now."""
+    created = isi_integration_created(broker, api)
+    api.answer_next("connections", Reply(410), Reply(410))
+
+    for _ in range(2):  # disabled, and alerted, once
+        with pytest.raises(IsiError, match=r"connections/list: HTTP 410$"):
+            isi_connections_refresh(integration=created.integration, actor="test")
+
+    integration = Integration.objects.get(pk=created.integration.pk)
+    assert not integration.enabled
+    assert integration.disabled_reason.startswith(
+        f"410 Gone from {api.base_url}/api/v1/connections/list at "
+    )
+    (disabled,) = LedgerEvent.objects.filter(kind="integration.disabled")
+    assert disabled.subject == str(integration.uuid)
+    assert disabled.data["alert"] is True and disabled.data["by"] == "its connection list"
+    assert ProcrastinateJob.objects.filter(task_name=enqueue.EVALUATE_ALERTS).exists()
+    assert LedgerEvent.objects.filter(kind="isi.connections_refresh_failed").count() == 2
 
 
 def test_creating_with_an_api_that_does_not_answer_still_creates_it_and_says_why(

@@ -25,6 +25,7 @@ from integrations.outbound_http import DeliveryResult
 from integrations.selectors.targets import broker_targets
 from integrations.services.cycle.isi_tokens import isi_bearer_token
 from integrations.services.cycle.requests import pending_requests_target
+from integrations.services.cycle.targets import target_gone
 from integrations.services.ledger import ledger_event_append
 from integrations.services.locks import matching_lock
 
@@ -55,8 +56,9 @@ def isi_connections_refresh(
     Listed ones are created or updated; ones no longer listed are kept, marked unlisted (their
     requests refer to them). Requests matched while the broker had no deletion target get this
     integration's connections that take part. Raises ``IsiError`` after a ledger event when
-    the broker's answer is not a connection list: the stored list is then left as it was,
-    and at once, calling nothing, for a retired integration.
+    the broker's answer is not a connection list: the stored list is then left as it was (a
+    410 also disables the integration and alerts staff, as a delivery's does), and at once,
+    calling nothing, for a retired integration.
     """
     if integration.retired_refusal:
         raise isi.IsiError(integration.retired_refusal)
@@ -69,13 +71,22 @@ def isi_connections_refresh(
         listed = isi.connections_answer(result)
     except isi.IsiError as exc:
         message = f"{method} {url}: {exc}"
-        ledger_event_append(
-            kind=LedgerKind.ISI_CONNECTIONS_REFRESH_FAILED,
-            broker_id=integration.broker.broker_id,
-            subject=str(integration.uuid),
-            actor=actor,
-            data={"url": url, "method": method, "status": result.status, "error": str(exc)},
-        )
+        with transaction.atomic():
+            ledger_event_append(
+                kind=LedgerKind.ISI_CONNECTIONS_REFRESH_FAILED,
+                broker_id=integration.broker.broker_id,
+                subject=str(integration.uuid),
+                actor=actor,
+                data={"url": url, "method": method, "status": result.status, "error": str(exc)},
+            )
+            if result.status == 410:  # the delivery policy's 410, on any call to the broker
+                target_gone(
+                    target=integration,
+                    broker_id=integration.broker.broker_id,
+                    why=f"410 Gone from {url}",
+                    when=timezone.now(),
+                    by="its connection list",
+                )
         raise isi.IsiError(message, status=result.status, answer=result.response_body) from None
     assert result.status is not None
 

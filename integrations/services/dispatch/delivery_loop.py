@@ -58,13 +58,11 @@ from django.db.models import F
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from integrations import enqueue
 from integrations.counters import DELIVERIES
 from integrations.dispatch.policy import next_delay
 from integrations.dispatch.transport import Message, Transport, Verdict
 from integrations.dispatch.transports import TRANSPORTS
-from integrations.drop.calendar import drop_time_text
-from integrations.ledger_kinds import LedgerKind, ledger_kind_compose
+from integrations.ledger_kinds import ledger_kind_compose
 from integrations.models import (
     DeletionRequest,
     DeliveryAttempt,
@@ -74,6 +72,7 @@ from integrations.models import (
     SaasConnection,
     SaasDeletion,
 )
+from integrations.services.cycle.targets import target_gone
 from integrations.services.dispatch.dispatch_slots import broker_slot_take
 from integrations.services.ledger import ledger_event_append, ledger_events_append
 from integrations.url_extras import without_url_extras
@@ -375,7 +374,13 @@ def _apply(
         item.next_attempt_at = None
         data["error"] = item.last_error
         event = "delivery_failed"
-        _disable_target(kind, item, call.target, verdict.disable_reason, finished)
+        target_gone(
+            target=call.target,
+            broker_id=kind.broker_id(item),
+            why=verdict.disable_reason,
+            when=finished,
+            by=f"{kind.name} {kind.subject(item)}",
+        )
     else:
         data["error"] = item.last_error
         delay = None
@@ -399,42 +404,6 @@ def _apply(
         "data": data,
     }
     return attempt, ledger_entry, ending
-
-
-def _disable_target(
-    kind: DeliveryKind[Item],
-    item: Item,
-    target: Target,
-    why: str,
-    when: dt.datetime,
-) -> None:
-    reason = f"{without_url_extras(why)} at {drop_time_text(when)}"
-    # Conditional: of several deliveries hitting the 410 at once, one disables and alerts.
-    disabled = (
-        type(target)
-        .objects.filter(pk=target.pk, enabled=True)
-        .update(enabled=False, disabled_reason=reason[:200])
-    )
-    if not disabled:
-        return
-    target_name = "integration" if isinstance(target, Integration) else "saas_connection"
-    logger.warning("%s %s disabled: %s", target_name, target.pk, reason)
-    ledger_event_append(
-        kind=(
-            LedgerKind.INTEGRATION_DISABLED
-            if isinstance(target, Integration)
-            else LedgerKind.SAAS_CONNECTION_DISABLED
-        ),
-        broker_id=kind.broker_id(item),
-        subject=str(target.uuid) if isinstance(target, Integration) else str(target.pk),
-        data={
-            "name": target.name,
-            "reason": reason,
-            "alert": True,  # staff must act: nothing is delivered to it until re-enabled
-            "by": f"{kind.name} {kind.subject(item)}",
-        },
-    )
-    enqueue.alerts_evaluate_enqueue()  # in the batch's transaction: alerted once it commits
 
 
 def _cancel(kind: DeliveryKind[Item], item: Item, reason: str, when: dt.datetime) -> None:
