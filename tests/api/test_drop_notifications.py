@@ -208,6 +208,10 @@ def _metric(api_client: APIClient, metrics_key: str, result: str) -> float:
         ({"secret": "whsec_" + "x" * 43}, "signature_invalid"),
         ({"sent_at": timezone.now() - dt.timedelta(minutes=6)}, "timestamp_out_of_range"),
         ({"url": "/api/v1/drop/notifications/9999"}, "signature_invalid"),  # no such broker
+        # Not an id at all, even text PostgreSQL refuses: the same answer, never a 500.
+        ({"url": "/api/v1/drop/notifications/%00"}, "signature_invalid"),
+        ({"url": "/api/v1/drop/notifications/%ED%A0%80"}, "signature_invalid"),
+        ({"url": "/api/v1/drop/notifications/" + "4" * 100}, "signature_invalid"),
     ],
 )
 def test_a_notification_not_from_drop_now_is_401_counted_not_recorded(

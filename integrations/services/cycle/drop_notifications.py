@@ -72,9 +72,11 @@ def drop_notification_receive(
     them apart). A signed notification is recorded whatever its event id and type headers
     say, even none: they are not signed, so only the signature makes it a duplicate of
     one already taken (a capture sent again), or its event id (DROP delivering it again)."""
-    # Only the secret: nothing else of the broker is read before the signature verifies.
+    # Only the secret: nothing else of the broker is read before the signature verifies. An
+    # id that is not four digits names no broker (and may not be text PostgreSQL takes).
     found = Broker.objects.filter(broker_id=broker_id).values_list("pk", "drop_webhook_secret")
-    broker_pk, secret = found.first() or (None, "")
+    is_an_id = len(broker_id) == 4 and broker_id.isascii() and broker_id.isdigit()
+    broker_pk, secret = (found.first() if is_an_id else None) or (None, "")
     sent_at = notifications.notification_verify(
         secret, timestamp, signature, body, now=now or timezone.now()
     )
