@@ -22,7 +22,7 @@ from typing import IO, Any, NoReturn
 
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DatabaseError
+from django.db import DatabaseError, InterfaceError, OperationalError
 
 from integrations.drop.calendar import drop_day_bounds, drop_timezone
 from integrations.encryption import DecryptionError
@@ -214,13 +214,20 @@ class DropportalCommand(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         action = options.pop("action").replace("-", "_")
-        refuse_unreadable_secrets()
         try:
+            refuse_unreadable_secrets()
             getattr(self, f"handle_{action}")(**options)
         except ValidationError as exc:
             raise CommandError(validation_message(exc)) from exc
         except DecryptionError as exc:  # a secret stored under a key dropped since the start
             raise CommandError(ENCRYPTION_KEYS_WRONG) from exc
+        except (OperationalError, InterfaceError) as exc:
+            # The database unreachable, gone mid-run, or a lock or statement timeout: what
+            # the operator acts on is the server's words, not a traceback.
+            raise CommandError(f"database: {' '.join(str(exc).split())}") from exc
+        except KeyboardInterrupt:
+            # Every transaction under way was rolled back on the way out.
+            raise CommandError("interrupted", returncode=130) from None
 
     @staticmethod
     def actor() -> str:

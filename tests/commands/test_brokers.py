@@ -11,8 +11,9 @@ import sys
 import pytest
 from django.core.management import ManagementUtility, call_command
 from django.core.management.base import CommandError
-from django.db import connection
+from django.db import OperationalError, connection
 
+from integrations.management.commands import brokers as brokers_command
 from integrations.models import Broker, LedgerEvent
 from tests.conftest import subprocess_env
 
@@ -146,6 +147,36 @@ def test_an_error_is_one_line_on_the_stderr_of_a_real_process(settings) -> None:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("raised", "said", "code"),
+    [
+        (
+            OperationalError(
+                'connection failed: connection to server at "127.0.0.1", port 5432 failed:'
+                '\n    FATAL:  database "gone" does not exist\n'
+            ),
+            'database: connection failed: connection to server at "127.0.0.1", port 5432 '
+            'failed: FATAL: database "gone" does not exist',
+            1,
+        ),
+        (KeyboardInterrupt(), "interrupted", 130),
+    ],
+    ids=["database", "ctrl-c"],
+)
+def test_a_database_error_or_ctrl_c_is_one_line_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, raised: BaseException, said: str, code: int
+) -> None:
+    def fails(self: object, **options: object) -> None:
+        raise raised
+
+    monkeypatch.setattr(brokers_command.Command, "handle_list", fails)
+
+    with pytest.raises(CommandError) as error:
+        call_command("brokers", "list")
+
+    assert (str(error.value), error.value.returncode) == (said, code)
 
 
 def test_the_drop_api_key_can_come_from_a_file(tmp_path) -> None:
