@@ -309,6 +309,24 @@ def test_a_download_time_in_the_future_is_refused_in_one_line(
     assert not LedgerEvent.objects.filter(kind="drop.cycle_imported").exists()
 
 
+@pytest.mark.parametrize("when", ["0001-01-01", "2026-11-19", "2026-11-20T07:59:59+00:00"])
+def test_a_download_time_before_the_packages_date_is_refused_in_one_line(
+    package: Path, when: str
+) -> None:
+    # The package is of 2026-11-20 (DROP's calendar: it starts 08:00 UTC). A download before
+    # DROP made it would put the due date, and the year's figures, before it existed.
+    with pytest.raises(CommandError, match=r"download time .* is before the package's date"):
+        call_command("drop", "import", "--broker", "4821", str(package), "--downloaded-at", when)
+    assert not DropCycle.objects.exists()
+    assert not LedgerEvent.objects.filter(kind="drop.cycle_imported").exists()
+    # Its first moment is a download time like any later one.
+    call_command(
+        "drop", "import", "--broker", "4821", str(package), "--downloaded-at", "2026-11-20",
+        stdout=io.StringIO(),
+    )  # fmt: skip
+    assert DropCycle.objects.get().due_date == dt.date(2027, 1, 4)
+
+
 # ---------------------------------------------------------------- refused ZIPs
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -91,8 +92,8 @@ class Command(DirectiveSubcommands, ReportSubcommand, SuppressionSubcommands):
         imp.add_argument(
             "--downloaded-at",
             help="when it was downloaded from DROP (YYYY-MM-DD, a day of DROP's calendar, or "
-            "ISO time; not after now); the due date counts from it. Default: the package's "
-            "date, or now if that is later",
+            "ISO time; not after now, nor before the package's date); the due date counts "
+            "from it. Default: the package's date, or now if that is later",
         )
         imp.add_argument("--json", action="store_true", help="print the result as JSON")
         self.add_report_subcommand(subparsers)
@@ -157,7 +158,7 @@ class Command(DirectiveSubcommands, ReportSubcommand, SuppressionSubcommands):
 
     def handle_pull(self, **options: Any) -> None:
         broker = broker_or_error(options["broker"])
-        if options["max_wait"] < 0:
+        if not math.isfinite(options["max_wait"]) or options["max_wait"] < 0:  # nan waits forever
             raise CommandError("--max-wait must be 0 or more seconds")
         err = getattr(self.stderr, "_out", sys.stderr)  # tqdm draws with \r: the bare stream
         # disable=None: no bar unless stderr is a terminal.

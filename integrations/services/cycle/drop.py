@@ -341,7 +341,9 @@ def drop_package_import(
     where it is, without the lock (a pull never touches it)."""
     incoming = (PACKAGES_DIR / broker.broker_id / INCOMING).resolve()
     if path.resolve().parent != incoming:
-        return drop_zip_import(broker=broker, path=path, downloaded_at=downloaded_at, actor=actor)
+        return drop_zip_import(
+            broker=broker, path=path, downloaded_at=downloaded_at, actor=actor, by_hand=True
+        )
     with advisory_session_lock(
         purpose=_PULL_LOCK,
         key=broker.pk,
@@ -355,7 +357,9 @@ def drop_package_import(
                 f"{path} is no longer in incoming/: a pull imported it meanwhile "
                 f"(its drop.pulled event in the ledger)"
             )
-        result = drop_zip_import(broker=broker, path=path, downloaded_at=downloaded_at, actor=actor)
+        result = drop_zip_import(
+            broker=broker, path=path, downloaded_at=downloaded_at, actor=actor, by_hand=True
+        )
         _package_keep(path.resolve(), sha256=result.cycle.zip_sha256)
         return result
 

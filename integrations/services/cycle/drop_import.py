@@ -124,6 +124,7 @@ def drop_zip_import(
     actor: str,
     zip_name: str | None = None,
     downloaded_at: dt.datetime | None = None,
+    by_hand: bool = False,
 ) -> ImportResult:
     """Import a DROP download ZIP for ``broker`` as a new cycle, matched, in one transaction.
 
@@ -135,7 +136,8 @@ def drop_zip_import(
     ``downloaded_at`` defaults to the package's date (from its file names) when that is
     earlier than now: DROP's 45 days run from the download, so a ZIP fetched by hand is
     never given a later due date than it has; a ``downloaded_at`` after now is refused (a
-    due date later than DROP's, and a cycle that seems downloaded after its own import).
+    due date later than DROP's, and a cycle that seems downloaded after its own import), and
+    ``by_hand`` (an operator typed it) one before the package's date.
     Raises ``DropImportError``.
     """
     zip_name = zip_name or path.name
@@ -157,7 +159,7 @@ def drop_zip_import(
     # that does not answer leaves the last known connections.
     isi_connections_refresh_for_broker(broker=broker, actor=actor)
     try:
-        return _import(broker, path, zip_name, sha256, downloaded_at, actor)
+        return _import(broker, path, zip_name, sha256, downloaded_at, actor, by_hand=by_hand)
     except DropFileError as exc:
         ledger_event_append(
             kind=LedgerKind.DROP_IMPORT_REFUSED,
@@ -176,6 +178,8 @@ def _import(
     sha256: str,
     downloaded_at: dt.datetime | None,
     actor: str,
+    *,
+    by_hand: bool,
 ) -> ImportResult:
     clock = _PhaseClock()
     with transaction.atomic():
@@ -208,6 +212,7 @@ def _import(
             files=files,
             unread_files={part.name: part.reason for part in reader.unread},
             unread_rows=reader.unread_rows,
+            by_hand=by_hand,
         )
         _package_odd_parts_record(broker, cycle, reader, received, actor=actor)
         clock.lap("import")
@@ -417,14 +422,22 @@ def _cycle_create(
     files: dict[str, int],
     unread_files: dict[str, str],
     unread_rows: dict[str, int],
+    by_hand: bool,
 ) -> DropCycle:
     """The new cycle, matched today and due ``DROPPORTAL_REPORT_DAYS`` after its download,
     both days of DROP's calendar (when not given: the package's time, or now if that is later)."""
     now = timezone.now()
+    packaged = _package_time([*files, *unread_files], now)
+    if by_hand and downloaded_at is not None and downloaded_at < packaged:
+        # DROP made the package that day: a download before it is a typing error, and would
+        # put the due date (and every figure counted from it) before the package existed.
+        raise DropImportError(
+            f"{zip_name} not imported: its download time {downloaded_at.isoformat()} is "
+            f"before the package's date, {drop_date(packaged).isoformat()}; give the time it "
+            "was downloaded from DROP"
+        )
     # Stored, recorded and exported in UTC, whatever zone it was given in.
-    downloaded_at = (
-        downloaded_at or min(now, _package_time([*files, *unread_files], now))
-    ).astimezone(dt.UTC)
+    downloaded_at = (downloaded_at or min(now, packaged)).astimezone(dt.UTC)
     return DropCycle.objects.create(
         broker=broker,
         drop_session_id=_next_session_id(broker),
