@@ -17,7 +17,7 @@ from django.core.management.base import CommandError
 from django.utils import timezone
 
 from integrations.drop.calendar import drop_date
-from integrations.management.base import DropportalCommand, broker_or_error
+from integrations.management.base import DropportalCommand, broker_or_error, file_written_whole
 from integrations.models import Directive
 from integrations.selectors.directives import directive_ack_due, directive_as_json, directives_of
 from integrations.services.providers.directives import directive_download_record
@@ -70,8 +70,11 @@ class DirectiveSubcommands(DropportalCommand):
         out = Path(options["out"])
         signature = Path(f"{out}.sig")
         try:
-            out.write_bytes(bytes(directive.content))
-            signature.write_bytes(f"{directive.signature}\n".encode("ascii"))
+            # Each written whole or not at all, the signature first: one that cannot be
+            # written leaves the file as it was, never a new file beside an old signature.
+            with file_written_whole(out) as written, file_written_whole(signature) as signed:
+                written.write(bytes(directive.content))
+                signed.write(f"{directive.signature}\n".encode("ascii"))
         except OSError as exc:
             raise CommandError(f"cannot write {exc.filename}: {exc.strerror}") from None
         directive_download_record(directive=directive, actor=self.actor(), via="command")

@@ -155,6 +155,21 @@ def test_drop_directive_writes_the_csv_and_a_signature_that_verifies(
     assert LedgerEvent.objects.get(kind=LedgerKind.DIRECTIVE_DOWNLOADED).data["via"] == "command"
 
 
+def test_a_signature_that_cannot_be_written_leaves_the_directive_file_as_it_was(
+    directive: Directive, tmp_path: Path
+) -> None:
+    out = tmp_path / "directive.csv"
+    out.write_text("an earlier download\n")
+    (tmp_path / "directive.csv.sig").mkdir()  # the signature's path is taken
+
+    with pytest.raises(CommandError, match=r"cannot write .*directive\.csv\.sig: Is a directory"):
+        run("drop", "directive", str(directive.pk), "--out", str(out))
+
+    assert out.read_text() == "an earlier download\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["directive.csv", "directive.csv.sig"]
+    assert not LedgerEvent.objects.filter(kind=LedgerKind.DIRECTIVE_DOWNLOADED).exists()
+
+
 def test_an_unknown_directive_is_one_line(broker: Broker, tmp_path: Path) -> None:
     with pytest.raises(CommandError, match="no directive 999"):
         run("drop", "directive", "999", "--out", str(tmp_path / "x.csv"))
