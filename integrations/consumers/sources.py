@@ -361,7 +361,8 @@ def _store_refusal(where: str, exc: Exception) -> SourceError:
         said = f"{error.get('Code') or 'error'}: {error.get('Message') or exc}"
     else:
         said = str(exc)
-    return SourceError(f"{where}: {without_url_extras(said)}")
+    # One line: botocore's parameter errors run over several ("Invalid bucket name ...").
+    return SourceError(f"{where}: {without_url_extras(' '.join(said.split()))}")
 
 
 def _s3_client(where: str, endpoint_url: str | None) -> Any:
