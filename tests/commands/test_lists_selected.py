@@ -64,6 +64,7 @@ def test_a_change_keeps_the_earlier_selection_and_names_it(broker: Broker) -> No
         (["--lists", ",", "--reason", "r"], "name at least one DROP list"),
         (["--lists", "email", "--reason", "  "], "give the reason for this selection"),
         (["--lists", "email"], "the following arguments are required: --reason"),
+        (["--lists", "email", "--reason", "r", "--since", "2099-01-01"], "is in the future"),
     ],
 )
 def test_bad_lists_or_no_reason_are_refused_and_nothing_is_recorded(

@@ -237,12 +237,19 @@ def broker_lists_select(
     """Record the lists the broker selected in DROP's portal and why, in force from
     ``effective_from`` (now when not given; an earlier time records a selection made
     before it was entered here, and the ledger shows both times). Raises ValidationError,
-    nothing written, on an unknown list, none, or no reason."""
+    nothing written, on an unknown list, none, no reason, or a time in the future."""
     chosen = list_names_parse(lists)
     reason = reason.strip()
     if not reason:
         raise ValidationError("give the reason for this selection")
     now = timezone.now()
+    if effective_from is not None and effective_from > now:
+        # Made in DROP's portal already: a later time is a typing error, and would leave
+        # the cycles until then tested against the selection before it.
+        raise ValidationError(
+            f"in force from {effective_from.isoformat()} is in the future: give when the "
+            "broker made this selection in DROP's portal"
+        )
     with transaction.atomic():
         previous = lists_selected_at(broker, effective_from or now)
         selection = ListSelection.objects.create(
