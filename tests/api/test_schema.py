@@ -50,3 +50,13 @@ def test_the_schema_states_what_the_server_takes(api_client: APIClient) -> None:
     # No string may hold a NUL, as json_body refuses it.
     assert components["Consumer"]["properties"]["remote_identifier"]["pattern"] == ("^[^\\u0000]*$")
     assert components["Consumer"]["propertyNames"]["pattern"] == "^[^\\u0000]*$"
+
+
+@pytest.mark.parametrize("name", ["bogus", "openapi-json"])
+def test_a_format_the_schema_has_not_is_a_json_problem(api_client: APIClient, name: str) -> None:
+    # The view renders YAML by default: its error must not be YAML labelled as JSON.
+    answer = api_client.get("/api/v1/schema", {"format": name})
+
+    assert answer.status_code == 404
+    assert answer["Content-Type"] == "application/problem+json"
+    assert answer.json()["code"] == "not_found"
