@@ -183,7 +183,15 @@ BAD_LISTS: dict[str, tuple[Reply, str]] = {
     ),
     "an entry without a UUID": (
         Reply(200, b'{"results": [{"capabilities": []}]}'),
-        "results[0].uuid is not a UUID",
+        "results[0].uuid is not a UUID (8-4-4-4-12 hexadecimal digits)",
+    ),
+    "a UUID in another spelling": (
+        Reply(200, json.dumps({"results": [listed("{" + CONNECTION_A + "}")]}).encode()),
+        "results[0].uuid is not a UUID (8-4-4-4-12 hexadecimal digits)",
+    ),
+    "a UUID without its dashes": (
+        Reply(200, json.dumps({"results": [listed(CONNECTION_A.replace("-", ""))]}).encode()),
+        "results[0].uuid is not a UUID (8-4-4-4-12 hexadecimal digits)",
     ),
     "capabilities not an array": (
         Reply(
