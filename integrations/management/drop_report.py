@@ -203,14 +203,25 @@ class ReportSubcommand(DropportalCommand):
             f.pk: f
             for f in (*run.written, *run.pending, *run.accepted, *run.rejected, *run.refused)
         }
-        contents = (
+        contents = list(
             ReportFile.objects.filter(pk__in=files)
             .exclude(state=ReportFileState.AWAITING_APPROVAL)
-            .values_list("file_name", "content")
+            .order_by("cycle_id", "file_name")
+            .values_list("file_name", "content", "cycle__drop_session_id")
         )
+        # Two cycles' lists of one date share file names: one would replace the other.
+        cycles: dict[str, list[str]] = {}
+        for name, _, cycle in contents:
+            cycles.setdefault(name, []).append(cycle)
+        for name, named in cycles.items():
+            if len(named) > 1:
+                raise CommandError(
+                    f"two files to save are named {name} (cycles {' and '.join(named)}): "
+                    "save one cycle at a time, --cycle ID --out FOLDER, each to its own folder"
+                )
         try:
             return [
-                str(save_response_file(out, name, bytes(content))) for name, content in contents
+                str(save_response_file(out, name, bytes(content))) for name, content, _ in contents
             ]
         except OSError as exc:
             raise CommandError(f"cannot write to {out}: {exc.strerror}") from None

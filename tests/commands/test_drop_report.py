@@ -67,6 +67,24 @@ def test_write_and_save_for_a_manual_upload(cycle: DropCycle, tmp_path: Path) ->
     assert sorted(p.name for p in (tmp_path / "again").iterdir()) == [EMAIL, PHONE]
 
 
+def test_two_cycles_files_of_one_name_are_not_saved_over_each_other(
+    cycle: DropCycle, tmp_path: Path
+) -> None:
+    later = DropCycleFactory.create(broker=cycle.broker, drop_session_id="2")  # lists of one date
+    WorkItemFactory.create(cycle=later, status_code=3, work_item_id="EmailDeleted2")
+    out = tmp_path / "responses"
+
+    with pytest.raises(CommandError, match=rf"two files to save are named {EMAIL} \(cycles "):
+        run("--out", str(out))
+
+    assert not out.exists() or not any(out.iterdir())
+    for each in (cycle, later):  # one cycle at a time, each to its folder
+        run("--cycle", each.drop_session_id, "--out", str(tmp_path / each.drop_session_id))
+    first = (tmp_path / cycle.drop_session_id / EMAIL).read_bytes()
+    assert first == b"Id,Status\r\nEmailDeleted,3\r\n"
+    assert (tmp_path / later.drop_session_id / EMAIL).read_bytes().endswith(b"EmailDeleted2,3\r\n")
+
+
 def test_upload(cycle: DropCycle, drop: DropSimulator) -> None:
     output = run("--upload")
 
