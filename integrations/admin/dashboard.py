@@ -641,11 +641,12 @@ def _cycle_panel(cycle_items: CycleWorkItems, links: _Links, *, today: dt.date) 
 
 def _outcome_bar(cycle_items: CycleWorkItems, links: _Links) -> charts.Bar:
     """One cycle's deletion requests by the broker's outcome (matches only: most work items
-    of a DROP list match no consumer and would flatten every other outcome)."""
+    of a DROP list match no consumer and would flatten every other outcome; the match's own,
+    round 0, not the recurring rounds')."""
     cycle = cycle_items.cycle
 
     def url(outcome: BrokerOutcome) -> str | None:
-        params: dict[str, Any] = {"drop_outcome__exact": outcome.value}
+        params: dict[str, Any] = {"drop_outcome__exact": outcome.value, "round__exact": 0}
         if not outcome.value:
             params["state__in"] = UNCANCELLED
         # The request admin filters by cycle with its own "cycle" parameter.

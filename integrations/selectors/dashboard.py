@@ -277,12 +277,16 @@ def work_item_counts(
 
 
 def _request_outcomes(recent: list[DropCycle]) -> dict[int, dict[str, int]]:
-    """Per recent cycle pk: how many of its deletion requests ended with each outcome."""
+    """Per recent cycle pk: how many of the match's own deletion requests (round 0) ended
+    with each outcome; a recurring round's carry the cycle's session too, and would add
+    their answers to the match's every 45 days."""
     # A request carries its cycle's drop_session_id: no join back to the work items.
     cycle_of_session = {(c.broker_id, c.drop_session_id): c.pk for c in recent}
     outcomes: dict[int, dict[str, int]] = {c.pk: {} for c in recent}
     for broker_pk, session, drop_outcome, n in (
-        DeletionRequest.objects.filter(drop_session_id__in={c.drop_session_id for c in recent})
+        DeletionRequest.objects.filter(
+            drop_session_id__in={c.drop_session_id for c in recent}, round=0
+        )
         .exclude(state=RequestState.CANCELLED)
         .values("broker_id", "drop_session_id", "drop_outcome")
         .annotate(n=Count("id"))

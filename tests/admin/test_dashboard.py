@@ -12,14 +12,15 @@ import pytest
 from django.contrib.auth.models import Group, User
 from django.core.management import call_command
 from django.test import Client
+from django.utils import timezone
 
 from integrations.drop.calendar import drop_today
 from integrations.ledger_kinds import LedgerKind
-from integrations.models import Broker
+from integrations.models import Broker, DeletionRequest, RequestState
 from integrations.selectors.dashboard import dashboard_overview, integration_delivery_health
 from integrations.services.ledger import ledger_event_append
 from integrations.services.staff.brokers import broker_create
-from tests.builders import DropAccessObligationFactory, sample_cycle
+from tests.builders import DeletionRequestFactory, DropAccessObligationFactory, sample_cycle
 
 pytestmark = pytest.mark.django_db
 
@@ -205,3 +206,38 @@ def test_the_dashboard_and_check_warn_while_private_targets_are_allowed(
     assert 'id="private-targets-open"' in opened
     assert "DROPPORTAL_ALLOW_PRIVATE_TARGETS is on" in opened
     assert "dropportal.W001" in warned.getvalue()
+
+
+def test_a_recurring_rounds_answers_are_not_added_to_its_cycles_outcomes(
+    broker: Broker, superuser: User
+) -> None:
+    """The cycle's bar counts the match's own answers (round 0): a round carries the cycle's
+    session too, and every 45 days would add its answers again."""
+    world = sample_cycle(broker, today=drop_today())
+    answered = world.requests["completed"]
+    DeletionRequest.objects.filter(pk=answered.pk).update(drop_outcome="deleted")
+    now = timezone.now()
+
+    def deleted_in_cycle() -> int:
+        (overview,) = dashboard_overview(now=now)
+        (cycle,) = [c for c in overview.recent_cycles if c.cycle.pk == world.cycle.pk]
+        return cycle.request_outcomes.get("deleted", 0)
+
+    assert deleted_in_cycle() == 1
+    DeletionRequestFactory.create(
+        work_item=answered.work_item,
+        consumer=answered.consumer,
+        integration=answered.integration,
+        drop_session_id=answered.drop_session_id,
+        round=1,
+        state=RequestState.COMPLETED,
+        drop_outcome="deleted",
+    )
+
+    assert deleted_in_cycle() == 1
+    # The bar's link lists those same requests.
+    page = staff_client(superuser).get("/admin/").content.decode()
+    links = re.findall(r'href="(/admin/integrations/deletionrequest/[^"]+)"', page)
+    (url,) = {unescape(u) for u in links if "drop_outcome__exact=deleted" in unescape(u)}
+    listed = staff_client(superuser).get(url).context_data["cl"]
+    assert listed.result_count == 1
