@@ -38,11 +38,20 @@ from integrations.models import (
 # Who is owed rounds (``w``, a work item): its status is deleted or opted out, not removed.
 # While it has no status (a consumer matched later or come back is asked, and its answer
 # decides: an amendment owed to DROP waits for it), the code DROP holds counts, so a
-# consumer DROP holds deleted is not left off the schedule meanwhile. The sender checks
-# each item again by the same rule (``services.cycle.recurring``).
-ROUNDS_OWED = (
-    "coalesce(w.status_code, w.reported_status_code) = ANY(%(codes)s) AND w.state <> %(removed)s"
-)
+# consumer DROP holds deleted is not left off the schedule meanwhile; and before DROP holds
+# any, the match's own answer that made it 3 or 4 (it settled, then a consumer came, and
+# the status waits for that one's answer). The sender checks each item again by the same
+# rule (``services.cycle.recurring``).
+ROUNDS_OWED = """(coalesce(w.status_code, w.reported_status_code) = ANY(%(codes)s)
+    OR (w.status_code IS NULL AND w.reported_status_code IS NULL
+        AND (EXISTS (SELECT 1 FROM integrations_deletionrequest o
+                      WHERE o.work_item_id = w.id AND o.round = 0
+                        AND o.state = %(completed)s AND o.drop_outcome = ANY(%(outcomes)s))
+             OR EXISTS (SELECT 1 FROM integrations_resolutionrequest o
+                         WHERE o.work_item_id = w.id AND o.round = 0
+                           AND o.state = %(completed)s
+                           AND o.drop_outcome = ANY(%(outcomes)s)))))
+    AND w.state <> %(removed)s"""
 
 # A round stays open until every request of it is final, as the settlement counts final
 # (sql/work_item_settle.sql): cancelled, or completed with a final outcome (a SaaS deletion:
@@ -153,6 +162,7 @@ def rounds_sql(*, broker: Broker | None) -> tuple[str, dict[str, Any]]:
         "failed": DropOutcome.FAILED,
         "final_outcomes": list(DROP_STATUS_CODES),
         "codes": [DropStatus.DELETED.value, DropStatus.OPTED_OUT.value],
+        "outcomes": [DropOutcome.DELETED.value, DropOutcome.OPTED_OUT.value],
         "removed": WorkItemState.REMOVED,
         # Days count in DROP's calendar, as its one home names the zone.
         "timezone": drop_timezone().key,

@@ -429,9 +429,11 @@ def test_the_law_moving_to_30_days_is_three_settings_and_the_pull_interval(
 ANNA = "KA18MT/ph6IHYjzT9zwETySDQyvSh87YuoSBpOQtkhE="  # Anna.Smith@Domain.com, as DROP hashes it
 
 
-def _deleted_and_reported(broker: Broker, target: Integration, at: dt.datetime) -> WorkItem:
+def _deleted_and_reported(
+    broker: Broker, target: Integration, at: dt.datetime, *, reported: bool = True
+) -> WorkItem:
     item = WorkItemFactory.create(
-        cycle__broker=broker, hash=base64.b64decode(ANNA), reported=True, status_code=3
+        cycle__broker=broker, hash=base64.b64decode(ANNA), reported=reported, status_code=3
     )
     consumer = ConsumerFactory.create(
         broker=broker, remote_identifier="C-1", hashes={"email": ANNA}
@@ -509,6 +511,36 @@ def test_a_consumer_come_back_before_round_one_holds_back_neither_the_round_nor_
     assert set(
         DeletionRequest.objects.filter(round=1).values_list("remote_identifier", flat=True)
     ) == {"C-1", "S-9"}
+
+
+def test_a_consumer_come_back_before_drop_was_told_holds_back_no_round_either(
+    broker: Broker,
+) -> None:
+    """As above, with the item settled to 3 and not reported yet: S-9's coming opens it again
+    (no status until S-9 answers), and C-1 is owed its round all the same."""
+    target = _target(broker)
+    now = drop_noon(-10)  # C-1's answer; S-9 comes today
+    item = _deleted_and_reported(broker, target, now, reported=False)
+    assert (item.state, item.status_code) == (WorkItemState.REPORTABLE, 3)
+    _sold_back_as_s9(broker)
+    item.refresh_from_db()
+    assert (item.state, item.status_code, item.reported_status_code) == (
+        WorkItemState.OPEN,
+        None,
+        None,
+    )
+
+    overdue = recurring_overview(broker=broker, today=drop_date(now + 53 * DAY))
+    assert (overdue.due, overdue.overdue) == (1, 1)
+    assert recurring_rounds_send(broker=broker, actor="t", now=now + 44 * DAY).work_items == 0
+    sent = recurring_rounds_send(broker=broker, actor="t", now=now + 45 * DAY)
+
+    assert sent.work_items == 1
+    assert set(
+        DeletionRequest.objects.filter(round=1).values_list("remote_identifier", flat=True)
+    ) == {"C-1", "S-9"}
+    item.refresh_from_db()
+    assert (item.state, item.status_code) == (WorkItemState.OPEN, None)  # S-9's answer decides
 
 
 def test_a_late_answer_of_a_consumer_come_back_does_not_move_the_next_rounds_date(
