@@ -239,5 +239,6 @@ def test_a_recurring_rounds_answers_are_not_added_to_its_cycles_outcomes(
     page = staff_client(superuser).get("/admin/").content.decode()
     links = re.findall(r'href="(/admin/integrations/deletionrequest/[^"]+)"', page)
     (url,) = {unescape(u) for u in links if "drop_outcome__exact=deleted" in unescape(u)}
-    listed = staff_client(superuser).get(url).context_data["cl"]
-    assert listed.result_count == 1
+    listed = staff_client(superuser).get(url).context_data
+    assert listed is not None
+    assert listed["cl"].result_count == 1
