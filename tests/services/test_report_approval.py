@@ -368,3 +368,60 @@ def test_drop_doctor_lists_the_work_items_of_a_waiting_file(cycle: DropCycle) ->
         g for g in stuck_work_items() if g.reason == StuckReason.REPORT_FILE_AWAITING_APPROVAL
     ]
     assert group.work_items == 1  # the Phone file still waits
+
+
+def test_turning_approval_on_holds_the_files_not_sent_yet(
+    broker: Broker, drop: DropSimulator, client: DropClient
+) -> None:
+    """Written while approval was off, not sent yet (no key then, or refused by DROP and sent
+    again each run): once approval is on, they too wait for a second person. One being sent
+    right now goes its way (DROP may hold it)."""
+    cycle = DropCycleFactory.create(broker=broker)
+    WorkItemFactory.create(cycle=cycle, status_code=3, work_item_id="EmailDeleted")
+    WorkItemFactory.create(cycle=cycle, list_type="Phone", status_code=4, work_item_id="PhoneOpted")
+    report_files_write(broker=broker, actor="staff:alice")
+    email, phone = ReportFile.objects.order_by("file_name")
+    ReportFile.objects.filter(pk=phone.pk).update(sending_since=dt.datetime.now(dt.UTC))
+
+    broker_reports_to(broker, drop)
+    broker_update(broker=broker, approve_uploads=True, actor="staff:carol")
+
+    email.refresh_from_db()
+    phone.refresh_from_db()
+    assert (email.state, phone.state) == (
+        ReportFileState.AWAITING_APPROVAL,
+        ReportFileState.WRITTEN,
+    )
+    (held,) = LedgerEvent.objects.filter(kind="report_file.awaiting_approval")
+    assert (held.subject, held.actor, held.data["written_by"]) == (
+        EMAIL,
+        "staff:carol",
+        "staff:alice",
+    )
+    # Its writer still cannot approve it; the upload sends only the file already on its way.
+    with pytest.raises(ValidationError, match="a second person must approve it"):
+        report_file_approve(report_file=email, actor="staff:alice")
+    report_files_upload(broker=broker, client=client, actor=SYSTEM_ACTOR)
+    assert set(drop.uploaded) == {PHONE}
+    report_file_approve(report_file=email, actor="staff:bob")
+    report_files_upload(broker=broker, client=client, actor=SYSTEM_ACTOR)
+    assert set(drop.uploaded) == {EMAIL, PHONE}
+
+
+def test_a_file_held_after_the_upload_read_it_is_not_sent(
+    cycle: DropCycle, drop: DropSimulator, client: DropClient
+) -> None:
+    from integrations.services.reporting import report_uploads
+
+    report_files_write(broker=cycle.broker, actor="staff:alice")
+    report_file_approve(report_file=ReportFile.objects.get(file_name=EMAIL), actor="staff:bob")
+    read = ReportFile.objects.get(file_name=EMAIL)  # what the run read: written
+    ReportFile.objects.filter(pk=read.pk).update(state=ReportFileState.AWAITING_APPROVAL)
+
+    stop = report_uploads._file_upload(
+        client=client, report_file=read, run=report_uploads.ReportRun(), actor=SYSTEM_ACTOR
+    )
+
+    assert stop is None
+    assert drop.uploaded == {}
+    assert ReportFile.objects.get(pk=read.pk).sending_since is None

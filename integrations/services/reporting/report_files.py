@@ -33,6 +33,7 @@ from integrations.drop.reporting import (
 )
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
+    AWAITING_DROP,
     NOT_YET_TAKEN,
     Broker,
     DropCycle,
@@ -271,9 +272,33 @@ def _files_fill(
     return written
 
 
-def _awaiting_approval_record(*, report_file: ReportFile, broker: Broker, actor: str) -> None:
+def report_files_hold_for_approval(*, broker: Broker, actor: str) -> list[ReportFile]:
+    """The broker's files not sent yet (written, or refused and sent again each run), held
+    for a second person's approval: its uploads need one from now. Call it in the
+    transaction that turns *Approve uploads* on. A file being sent now (``sending_since``:
+    DROP may hold it) goes its way; one held after the upload read it is skipped by it."""
+    held = list(
+        ReportFile.objects.select_for_update()
+        .filter(broker=broker, state__in=AWAITING_DROP, sending_since__isnull=True)
+        .order_by("pk")
+    )
+    ReportFile.objects.filter(pk__in=[f.pk for f in held]).update(
+        state=ReportFileState.AWAITING_APPROVAL
+    )
+    for report_file in held:
+        report_file.state = ReportFileState.AWAITING_APPROVAL
+        _awaiting_approval_record(
+            report_file=report_file, broker=broker, actor=actor, written_by=report_file.written_by
+        )
+    return held
+
+
+def _awaiting_approval_record(
+    *, report_file: ReportFile, broker: Broker, actor: str, written_by: str | None = None
+) -> None:
     """The broker approves its uploads: the file waits for a second person
-    (``report_approval``), and the ledger says what they will review."""
+    (``report_approval``), and the ledger says what they will review. ``written_by``: its
+    writer, when not ``actor`` (a file written before approval was turned on)."""
     ledger_event_append(
         kind=LedgerKind.REPORT_FILE_AWAITING_APPROVAL,
         broker_id=broker.broker_id,
@@ -286,7 +311,7 @@ def _awaiting_approval_record(*, report_file: ReportFile, broker: Broker, actor:
                 str(code): n
                 for code, n in response_status_counts(bytes(report_file.content)).items()
             },
-            "written_by": actor,
+            "written_by": written_by or actor,
         },
     )
 

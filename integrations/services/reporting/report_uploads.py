@@ -181,9 +181,11 @@ def _file_upload(
     broker = report_file.broker
     # Committed before DROP can answer, so a notification about this file that comes before
     # its answer is recorded waits for it. Left set if the call fails: DROP may hold the file.
-    ReportFile.objects.filter(pk=report_file.pk, state__in=AWAITING_DROP).update(
+    marked = ReportFile.objects.filter(pk=report_file.pk, state__in=AWAITING_DROP).update(
         sending_since=timezone.now()
     )
+    if not marked:
+        return None  # no longer DROP's to take since the run read it: marked uploaded, or held
     try:
         result = send([(report_file.file_name, content)])
     except DropApiError as exc:

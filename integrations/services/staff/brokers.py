@@ -19,6 +19,7 @@ from integrations.models import Broker, BrokerMode, ListSelection
 from integrations.selectors.list_selection import lists_selected_at
 from integrations.services.cycle.drop import broker_drop_url
 from integrations.services.ledger import ledger_event_append
+from integrations.services.reporting.report_files import report_files_hold_for_approval
 from integrations.services.row_updates import Audited, row_locked, row_update
 from integrations.validators import url_credentials_validate
 
@@ -105,7 +106,8 @@ def broker_update(*, broker: Broker, actor: str, **changes: Any) -> Broker:
 
     A credential follows its destination: when the DROP URL the key is sent to changes
     (base URL or mode) and no new key comes with the change, the stored key is cleared, so
-    it is never sent to an address it was not entered for.
+    it is never sent to an address it was not entered for. Turning ``approve_uploads`` on
+    holds the files not sent yet for approval (``report_files_hold_for_approval``).
     """
     unknown = set(changes) - {*BROKER_SETTINGS, "drop_api_key"}
     if unknown:
@@ -116,7 +118,9 @@ def broker_update(*, broker: Broker, actor: str, **changes: Any) -> Broker:
         drop_api_key_check(changes["drop_api_key"])
     shown = {name: value for name, value in changes.items() if name != "drop_api_key"}
     with transaction.atomic():
-        quiet, entries = _key_follows_destination(row_locked(broker), changes)
+        current = row_locked(broker)
+        approval_turned_on = bool(changes.get("approve_uploads")) and not current.approve_uploads
+        quiet, entries = _key_follows_destination(current, changes)
         updated = row_update(
             broker,
             changes=shown,
@@ -130,6 +134,9 @@ def broker_update(*, broker: Broker, actor: str, **changes: Any) -> Broker:
             ),
             record_unchanged=True,
         )
+        if approval_turned_on:
+            # Every file sent from now needs a second person: those written before wait too.
+            report_files_hold_for_approval(broker=updated, actor=actor)
     # Callers keep using the object they passed: it shows what was saved.
     for field in [*BROKER_SETTINGS, "drop_api_key", "drop_api_key_changed_at", "updated_at"]:
         setattr(broker, field, getattr(updated, field))
