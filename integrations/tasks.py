@@ -232,7 +232,7 @@ def pull_due(timestamp: int | None = None) -> int:
     return drop_pulls_enqueue_due(now=timezone.now())
 
 
-# Queued by pull_due and by DROP's download.ready notification (enqueue.drop_pull_enqueue).
+# Queued by pull_due and by DROP's download.ready notification (drop_schedule.drop_pull_ask).
 @app.task(name=enqueue.PULL_BROKER, queue="drop", pass_context=False)
 def pull_broker(broker_pk: int, latest_cycle: int | None = None) -> str:
     """Pull for one broker (``services.cycle.drop.drop_pull``); returns the outcome.
