@@ -405,10 +405,11 @@ def test_body_cut_once_is_retried_and_the_file_is_whole(
 def test_timeout_is_retried(
     drop: DropSimulator, make_client: Callable[..., DropClient], tmp_path: Path, calls: list[Call]
 ) -> None:
-    drop.queue_response(200, body={"message": "late"}, delay=0.5)
+    drop.queue_response(200, body={"message": "late"}, delay=1.0)
     drop.queue_package(PACKAGE, PACKAGE_NAME)
 
-    result = make_client(read_timeout=0.1).download(tmp_path)
+    # The second answer must come within the timeout: 0.4 s, room for a loaded machine.
+    result = make_client(read_timeout=0.4).download(tmp_path)
 
     assert result.kind == "package"
     assert outcomes(calls) == [(None, "timeout"), (200, "package")]
@@ -661,10 +662,11 @@ def test_the_api_key_never_appears_in_errors_logs_or_reprs(
     drop.queue_response(403, body={"message": f"Key {KEY} has no list selected"})
     drop.queue_response(409, body={"message": f"{KEY}: report first"})
     drop.queue_response(500, body=f"crash for {KEY}", times=2)
-    drop.queue_response(200, delay=0.3, times=2)
+    drop.queue_response(200, delay=1.0, times=2)
     drop.queue_response(404, body={"message": f"what is {KEY}"})
     drop.queue_package(PACKAGE, content_disposition=f'attachment; filename="{KEY}/x.zip"')
-    client = make_client(max_retries=1, read_timeout=0.1)
+    # Every other answer must come within the timeout: 0.4 s, room for a loaded machine.
+    client = make_client(max_retries=1, read_timeout=0.4)
 
     errors: list[DropApiError] = []
     for _ in range(7):
