@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+import psycopg
 import pytest
 from django.core.exceptions import ValidationError
 from procrastinate.contrib.django.models import ProcrastinateJob
@@ -35,6 +36,7 @@ from integrations.selectors.report_reviews import report_file_review
 from integrations.selectors.stuck import StuckReason, stuck_work_items
 from integrations.services.cycle.work_items import work_item_status_set
 from integrations.services.ledger import SYSTEM_ACTOR
+from integrations.services.reporting import report_uploads
 from integrations.services.reporting.report_approval import (
     actor_person,
     report_file_approve,
@@ -47,6 +49,7 @@ from integrations.services.reporting.reports import report_auto, report_run
 from integrations.services.staff.alerts import alerts_evaluate
 from integrations.services.staff.brokers import broker_update
 from tests.builders import DropCycleFactory, WorkItemFactory, broker_reports_to
+from tests.conftest import database_url
 
 pytestmark = pytest.mark.django_db
 
@@ -374,17 +377,25 @@ def test_turning_approval_on_holds_the_files_not_sent_yet(
     broker: Broker, drop: DropSimulator, client: DropClient
 ) -> None:
     """Written while approval was off, not sent yet (no key then, or refused by DROP and sent
-    again each run): once approval is on, they too wait for a second person. One being sent
-    right now goes its way (DROP may hold it)."""
+    again each run): once approval is on, they too wait for a second person. One marked
+    being sent goes its way while an upload runs (DROP may be taking it), and is held once
+    none does (a failed call left it marked)."""
     cycle = DropCycleFactory.create(broker=broker)
     WorkItemFactory.create(cycle=cycle, status_code=3, work_item_id="EmailDeleted")
     WorkItemFactory.create(cycle=cycle, list_type="Phone", status_code=4, work_item_id="PhoneOpted")
     report_files_write(broker=broker, actor="staff:alice")
     email, phone = ReportFile.objects.order_by("file_name")
     ReportFile.objects.filter(pk=phone.pk).update(sending_since=dt.datetime.now(dt.UTC))
-
     broker_reports_to(broker, drop)
-    broker_update(broker=broker, approve_uploads=True, actor="staff:carol")
+
+    uploading = psycopg.connect(database_url(), autocommit=True)  # an upload running
+    try:
+        uploading.execute(
+            "SELECT pg_advisory_lock(%s, %s)", [report_uploads._UPLOAD_LOCK, broker.pk]
+        )
+        broker_update(broker=broker, approve_uploads=True, actor="staff:carol")
+    finally:
+        uploading.close()
 
     email.refresh_from_db()
     phone.refresh_from_db()
@@ -408,11 +419,20 @@ def test_turning_approval_on_holds_the_files_not_sent_yet(
     assert set(drop.uploaded) == {EMAIL, PHONE}
 
 
+def test_a_file_a_failed_call_left_marked_is_held_when_no_upload_runs(broker: Broker) -> None:
+    cycle = DropCycleFactory.create(broker=broker)
+    WorkItemFactory.create(cycle=cycle, status_code=3, work_item_id="EmailDeleted")
+    report_files_write(broker=broker, actor="staff:alice")
+    ReportFile.objects.update(sending_since=dt.datetime.now(dt.UTC) - dt.timedelta(days=9))
+
+    broker_update(broker=broker, approve_uploads=True, actor="staff:carol")
+
+    assert ReportFile.objects.get().state == ReportFileState.AWAITING_APPROVAL
+
+
 def test_a_file_held_after_the_upload_read_it_is_not_sent(
     cycle: DropCycle, drop: DropSimulator, client: DropClient
 ) -> None:
-    from integrations.services.reporting import report_uploads
-
     report_files_write(broker=cycle.broker, actor="staff:alice")
     report_file_approve(report_file=ReportFile.objects.get(file_name=EMAIL), actor="staff:bob")
     read = ReportFile.objects.get(file_name=EMAIL)  # what the run read: written

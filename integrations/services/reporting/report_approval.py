@@ -27,14 +27,44 @@ from django.utils import timezone
 
 from integrations.enqueue import drop_report_enqueue
 from integrations.ledger_kinds import LedgerKind
-from integrations.models import ReportFile, ReportFileState, WorkItem
+from integrations.models import AWAITING_DROP, Broker, ReportFile, ReportFileState, WorkItem
 from integrations.selectors.pulls import brokers_due_for_report
 from integrations.selectors.report_reviews import report_file_review
 from integrations.services.ledger import actor_person, ledger_event_append
-from integrations.services.reporting.report_files import report_file_facts
+from integrations.services.reporting.report_files import (
+    report_file_awaiting_approval_record,
+    report_file_facts,
+)
+from integrations.services.reporting.report_uploads import ReportBusy, report_upload_lock
 
 REVIEW_REASON_MAX = 2000
 APPROVE_PERMISSION = "integrations.approve_reportfile"
+
+
+def report_files_hold_for_approval(*, broker: Broker, actor: str) -> list[ReportFile]:
+    """The broker's files not sent yet (written, or refused and sent again each run), held
+    for a second person's approval: its uploads need one from now. Call it in the
+    transaction that turns *Approve uploads* on. With no upload running, a file a failed
+    call left marked (``sending_since``) is held too (sent again after approval, DROP's
+    "already uploaded" counts as accepted); while one runs, a marked file may be on its way
+    and goes it. One held after the upload read it is skipped by it."""
+    files = ReportFile.objects.select_for_update().filter(broker=broker, state__in=AWAITING_DROP)
+    try:
+        # Taken and let go at once: the rows locked below keep an upload from marking them
+        # until this commits.
+        with report_upload_lock(broker):
+            held = list(files.order_by("pk"))
+    except ReportBusy:
+        held = list(files.filter(sending_since__isnull=True).order_by("pk"))
+    ReportFile.objects.filter(pk__in=[f.pk for f in held]).update(
+        state=ReportFileState.AWAITING_APPROVAL
+    )
+    for report_file in held:
+        report_file.state = ReportFileState.AWAITING_APPROVAL
+        report_file_awaiting_approval_record(
+            report_file=report_file, broker=broker, actor=actor, written_by=report_file.written_by
+        )
+    return held
 
 
 def report_file_approve(*, report_file: ReportFile, actor: str, reason: str = "") -> ReportFile:

@@ -33,7 +33,6 @@ from integrations.drop.reporting import (
 )
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
-    AWAITING_DROP,
     NOT_YET_TAKEN,
     Broker,
     DropCycle,
@@ -132,9 +131,16 @@ def _cycle_files_write(
         if not groups:
             return []
         taken = set(ReportFile.objects.filter(cycle=cycle).values_list("file_name", flat=True))
-        # Read under the cycle's lock: a setting turned on now holds back this run's files.
-        approve = Broker.objects.filter(pk=broker.pk).values_list("approve_uploads", flat=True)
-        state = ReportFileState.AWAITING_APPROVAL if approve.get() else ReportFileState.WRITTEN
+        # Read under the cycle's lock, and share-locked until this run commits: turning the
+        # setting on (``broker_update`` locks the row) waits for it, then holds its files.
+        # A key share: the pulls' updates of the row are not held up.
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT approve_uploads FROM integrations_broker WHERE id = %s FOR KEY SHARE",
+                [broker.pk],
+            )
+            approve = bool(cursor.fetchone()[0])
+        state = ReportFileState.AWAITING_APPROVAL if approve else ReportFileState.WRITTEN
         placeholders: dict[tuple[str, bool], ReportFile] = {}
         for list_name, amend in groups:
             kind = ReportKind.AMEND if amend else ReportKind.UPLOAD
@@ -267,33 +273,14 @@ def _files_fill(
             },
         )
         if report_file.state == ReportFileState.AWAITING_APPROVAL:
-            _awaiting_approval_record(report_file=report_file, broker=broker, actor=actor)
+            report_file_awaiting_approval_record(
+                report_file=report_file, broker=broker, actor=actor
+            )
         written.append(report_file)
     return written
 
 
-def report_files_hold_for_approval(*, broker: Broker, actor: str) -> list[ReportFile]:
-    """The broker's files not sent yet (written, or refused and sent again each run), held
-    for a second person's approval: its uploads need one from now. Call it in the
-    transaction that turns *Approve uploads* on. A file being sent now (``sending_since``:
-    DROP may hold it) goes its way; one held after the upload read it is skipped by it."""
-    held = list(
-        ReportFile.objects.select_for_update()
-        .filter(broker=broker, state__in=AWAITING_DROP, sending_since__isnull=True)
-        .order_by("pk")
-    )
-    ReportFile.objects.filter(pk__in=[f.pk for f in held]).update(
-        state=ReportFileState.AWAITING_APPROVAL
-    )
-    for report_file in held:
-        report_file.state = ReportFileState.AWAITING_APPROVAL
-        _awaiting_approval_record(
-            report_file=report_file, broker=broker, actor=actor, written_by=report_file.written_by
-        )
-    return held
-
-
-def _awaiting_approval_record(
+def report_file_awaiting_approval_record(
     *, report_file: ReportFile, broker: Broker, actor: str, written_by: str | None = None
 ) -> None:
     """The broker approves its uploads: the file waits for a second person
@@ -311,7 +298,7 @@ def _awaiting_approval_record(
                 str(code): n
                 for code, n in response_status_counts(bytes(report_file.content)).items()
             },
-            "written_by": written_by or actor,
+            "written_by": actor if written_by is None else written_by,
         },
     )
 

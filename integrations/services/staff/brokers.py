@@ -19,7 +19,7 @@ from integrations.models import Broker, BrokerMode, ListSelection
 from integrations.selectors.list_selection import lists_selected_at
 from integrations.services.cycle.drop import broker_drop_url
 from integrations.services.ledger import ledger_event_append
-from integrations.services.reporting.report_files import report_files_hold_for_approval
+from integrations.services.reporting.report_approval import report_files_hold_for_approval
 from integrations.services.row_updates import Audited, row_locked, row_update
 from integrations.validators import url_credentials_validate
 
