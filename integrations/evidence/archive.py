@@ -35,10 +35,10 @@ def _dos_time(date_time: tuple[int, ...]) -> tuple[int, int]:
 
 
 def _zip64_extra(info: zipfile.ZipInfo) -> bytes:
-    """The one extra field the writer's directory entry has: ZIP64's, for a member past 4 GiB
-    (sizes) or starting past it (offset), as ``zipfile`` writes it; none otherwise. Any other
-    field (a Unicode path that unzip shows in place of the name, bytes of no meaning) is not
-    the writer's."""
+    """The one extra field the writer's directory entry has: ZIP64's, for a member past
+    ``zipfile.ZIP64_LIMIT`` (2 GiB: sizes) or starting past it (offset), as ``zipfile``
+    writes it; none otherwise. Any other field (a Unicode path that unzip shows in place of
+    the name, bytes of no meaning) is not the writer's."""
     values = []
     if max(info.compress_size, info.file_size) > zipfile.ZIP64_LIMIT:
         values += [info.file_size, info.compress_size]

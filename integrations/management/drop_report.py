@@ -216,8 +216,9 @@ class ReportSubcommand(DropportalCommand):
         for name, named in cycles.items():
             if len(named) > 1:
                 raise CommandError(
-                    f"two files to save are named {name} (cycles {' and '.join(named)}): "
-                    "save one cycle at a time, --cycle ID --out FOLDER, each to its own folder"
+                    f"nothing saved: the files of cycles {', '.join(named)} are all named "
+                    f"{name} (the run itself is recorded); save one cycle at a time, "
+                    "--cycle ID --out FOLDER, each to its own folder"
                 )
         try:
             return [

@@ -116,7 +116,7 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
     if request is not None:
         # JSON whatever the view renders otherwise (the schema's YAML, when ``?format=``
         # names no renderer): DRF renders the answer with the request's renderer.
-        from rest_framework.renderers import JSONRenderer
+        from rest_framework.renderers import JSONRenderer  # not at import, as above
 
         request.accepted_renderer = JSONRenderer()
         request.accepted_media_type = PROBLEM_CONTENT_TYPE

@@ -20,6 +20,8 @@ from integrations.models import (
     ResolutionRequest,
     SaasConnection,
     SaasDeletion,
+    WorkItem,
+    WorkItemState,
 )
 from integrations.services.dispatch.deliveries import (
     resolution_requests_deliver,
@@ -239,6 +241,29 @@ def test_the_hourly_sweep_purges_identifiers_whose_saas_deletions_ended_in_bulk(
     waiting.refresh_from_db()
     assert json.loads(waiting.identifiers) == RESOLVED  # its deletion is still queued
     assert tasks.purge_resolved_identifiers() == 0
+
+
+def test_a_saas_deletion_of_an_item_drop_removed_is_cancelled_not_sent(
+    broker: Broker, saas_receiver: BrokerSimulator
+) -> None:
+    """One queued while its item was removed (the import's cancel skips what a batch holds):
+    the batch reads the removal before sending, and cancels it; the identifiers go."""
+    resolution = _answered(broker)
+    WorkItem.objects.filter(pk=resolution.work_item_id).update(state=WorkItemState.REMOVED)
+    deletion = SaasDeletionFactory.create(
+        resolution=resolution, saas_connection=_mailer(broker, saas_receiver.url)
+    )
+
+    assert saas_deletions_deliver(deletion_ids=[deletion.pk]) == {"skipped": 1}
+
+    assert saas_receiver.received == []
+    deletion.refresh_from_db()
+    assert (deletion.state, deletion.last_error) == (
+        RequestState.CANCELLED,
+        "work item removed by DROP (consumer cancelled)",
+    )
+    resolution.refresh_from_db()
+    assert resolution.identifiers == ""
 
 
 @pytest.mark.parametrize(

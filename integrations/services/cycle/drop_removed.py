@@ -123,8 +123,9 @@ def work_items_close_removed(broker: Broker, *, actor: str, drop_session_id: str
         work_items_lock(cursor, ids="SELECT id FROM drop_closed_items")
         # A resolution answer that locked its item before this did started SaaS deletions the
         # cancel above could not see; the answers after it wait for the item and read it
-        # removed. Those a delivery holds now are on their way (it locks them, then the
-        # item): skipped, not waited for.
+        # removed. Those a delivery batch holds now are skipped, not waited for (it locks
+        # them, then the item); it cancels them itself if it reads the item removed before
+        # sending (``saas_deletion_outbound``).
         cursor.execute(_SAAS_DELETIONS_CANCEL_UNHELD, cancel)
         cancelled += cursor.rowcount
         cursor.execute(

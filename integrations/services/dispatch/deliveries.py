@@ -39,6 +39,7 @@ from integrations.models import (
     ResolutionRequest,
     SaasConnection,
     SaasDeletion,
+    WorkItemState,
 )
 from integrations.services.cycle.isi_tokens import isi_delivery_token
 from integrations.services.dispatch.delivery_loop import NothingToDeliver, deliverables_deliver
@@ -236,6 +237,10 @@ def resolution_requests_deliver(
 
 def saas_deletion_outbound(deletion: SaasDeletion) -> Message:
     resolution = deletion.resolution
+    if resolution.work_item.state == WorkItemState.REMOVED:
+        # The import cancels those it can lock; one a batch held then (to skip it, or
+        # waiting for a dispatch slot) is caught here, before anything leaves.
+        raise NothingToDeliver("work item removed by DROP (consumer cancelled)")
     connection_ = deletion.saas_connection
     identifiers = json.loads(resolution.identifiers) if resolution.identifiers else {}
     payload = saas_deletion_payload(
@@ -265,7 +270,12 @@ class SaasDeletions:
     name: str = "saas_deletion"
     model: type[SaasDeletion] = SaasDeletion
     attempt_field: str = "saas_deletion"
-    related: tuple[str, ...] = ("resolution", "resolution__broker", "saas_connection")
+    related: tuple[str, ...] = (
+        "resolution",
+        "resolution__broker",
+        "resolution__work_item",
+        "saas_connection",
+    )
     acknowledged_state: str = RequestState.COMPLETED.value
 
     def target(self, item: SaasDeletion) -> SaasConnection:
