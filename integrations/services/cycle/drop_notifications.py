@@ -28,6 +28,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -36,6 +37,7 @@ from integrations import enqueue
 from integrations.drop import notifications
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import AWAITING_DROP, Broker, DropNotification, ReportFile
+from integrations.models.brokers import broker_id_validator
 from integrations.selectors.drop_notifications import REPORT_FILE_KIND, event_types_about
 from integrations.selectors.pulls import brokers_with_drop_key_refused
 from integrations.services.cycle.drop_schedule import drop_pull_ask
@@ -75,8 +77,11 @@ def drop_notification_receive(
     # Only the secret: nothing else of the broker is read before the signature verifies. An
     # id that is not four digits names no broker (and may not be text PostgreSQL takes).
     found = Broker.objects.filter(broker_id=broker_id).values_list("pk", "drop_webhook_secret")
-    is_an_id = len(broker_id) == 4 and broker_id.isascii() and broker_id.isdigit()
-    broker_pk, secret = (found.first() if is_an_id else None) or (None, "")
+    try:
+        broker_id_validator(broker_id)
+        broker_pk, secret = found.first() or (None, "")
+    except ValidationError:
+        broker_pk, secret = None, ""
     sent_at = notifications.notification_verify(
         secret, timestamp, signature, body, now=now or timezone.now()
     )
