@@ -11,7 +11,7 @@ import io
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from django.core.management import call_command
@@ -67,16 +67,23 @@ def _answer(resolution: ResolutionRequest) -> None:
     )
 
 
+class _PausedImport(NamedTuple):
+    go: threading.Event  # set: the import goes on
+    thread: threading.Thread
+    errors: list[BaseException]  # what either side raised, for the test to report
+
+
 @pytest.fixture
-def paused_import(
-    monkeypatch: pytest.MonkeyPatch,
-) -> Iterator[Callable[[bool], tuple[threading.Event, threading.Event]]]:
-    """``pause(after)``: the Removed file's import stops just before (or after) it locks the
-    items it closes, until the test lets it go; (paused, go)."""
+def removal_paused(
+    broker: Broker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Callable[[bool], _PausedImport]]:
+    """``pause(after)``: DROP's next package removes the item (the consumer cancelled); its
+    import, in a thread, stops just before (or after) it locks the items it closes, and
+    waits there until the test lets it go."""
     original = drop_removed.work_items_lock
     paused, go = threading.Event(), threading.Event()
 
-    def pause(after: bool) -> tuple[threading.Event, threading.Event]:
+    def pause(after: bool) -> _PausedImport:
         def lock(*args: Any, **kwargs: Any) -> None:
             if after:
                 original(*args, **kwargs)
@@ -86,18 +93,16 @@ def paused_import(
                 original(*args, **kwargs)
 
         monkeypatch.setattr(drop_removed, "work_items_lock", lock)
-        return paused, go
+        errors: list[BaseException] = []
+        removed = [(ITEMS[0][0], ITEMS[0][1], "Email")]
+        thread = in_thread(
+            lambda: _import(broker, tmp_path, {"Email": []}, removed, "20270104"), errors
+        )
+        assert paused.wait(30), "the import did not reach the items' lock"
+        return _PausedImport(go, thread, errors)
 
     yield pause
     go.set()
-
-
-def _removal_imported_beside(
-    broker: Broker, tmp_path: Path, errors: list[BaseException]
-) -> threading.Thread:
-    """DROP's next package removes the item (the consumer cancelled), in a thread."""
-    removed = [(ITEMS[0][0], ITEMS[0][1], "Email")]
-    return in_thread(lambda: _import(broker, tmp_path, {"Email": []}, removed, "20270104"), errors)
 
 
 def _nothing_left_to_send() -> None:
@@ -106,38 +111,32 @@ def _nothing_left_to_send() -> None:
 
 
 def test_an_answer_that_took_the_item_first_has_its_saas_deletions_cancelled(
-    broker: Broker, resolution: ResolutionRequest, tmp_path: Path, paused_import: Any
+    resolution: ResolutionRequest, removal_paused: Any
 ) -> None:
-    paused, go = paused_import(False)  # its requests cancelled, the items not yet locked
-    errors: list[BaseException] = []
-    importing = _removal_imported_beside(broker, tmp_path, errors)
-    assert paused.wait(30), "the import did not reach the items' lock"
+    importing = removal_paused(False)  # its requests cancelled, the items not yet locked
 
     _answer(resolution)  # the item still open: a deletion is started
     assert SaasDeletion.objects.get().state == RequestState.QUEUED
 
-    go.set()
-    importing.join(30)
-    assert not errors, errors
+    importing.go.set()
+    importing.thread.join(30)
+    assert not importing.errors, importing.errors
     _nothing_left_to_send()
     assert SaasDeletion.objects.get().last_error == "work item removed by DROP (consumer cancelled)"
 
 
 def test_an_answer_while_the_import_holds_the_item_waits_and_starts_nothing(
-    broker: Broker, resolution: ResolutionRequest, tmp_path: Path, paused_import: Any
+    resolution: ResolutionRequest, removal_paused: Any
 ) -> None:
-    paused, go = paused_import(True)  # the items locked, the removal not yet committed
-    errors: list[BaseException] = []
-    importing = _removal_imported_beside(broker, tmp_path, errors)
-    assert paused.wait(30), "the import did not lock the items"
+    importing = removal_paused(True)  # the items locked, the removal not yet committed
 
-    answering = in_thread(lambda: _answer(resolution), errors)
+    answering = in_thread(lambda: _answer(resolution), importing.errors)
     wait_until(lambda: sessions_waiting_for_locks() >= 1, "the answer did not wait for the item")
-    go.set()
-    importing.join(30)
+    importing.go.set()
+    importing.thread.join(30)
     answering.join(30)
 
-    assert not errors, errors
+    assert not importing.errors, importing.errors
     _nothing_left_to_send()
     assert not SaasDeletion.objects.exists()
     resolution.refresh_from_db()
