@@ -12,10 +12,10 @@ script what DROP answers next, and records every request for assertions::
         drop.requests[-1].files                            # {"20260312_4821_Email.csv": b"..."}
 
 Unscripted calls get DROP's default behaviour: a download answers "nothing new", an upload
-or amend checks each file (name, ``Id,Status`` header, not uploaded before for the current
-download) and answers 202 or 400 in DROP's shape. An amendment before any upload, or of a
-download DROP no longer amends (its date in ``closed_downloads``), gets 409 "not possible in
-the current state". A wrong ``X-API-KEY`` gets a plain-text 401.
+or amend checks each file (name, ``Id,Status`` header, not uploaded or amended before for
+the current download) and answers 202 or 400 in DROP's shape. An amendment before any
+upload, or of a download DROP no longer amends (its date in ``closed_downloads``), gets 409
+"not possible in the current state". A wrong ``X-API-KEY`` gets a plain-text 401.
 
 It also plays DROP's side of the notification webhook (API 1.2.0)::
 
@@ -351,8 +351,8 @@ class DropSimulator:
                     continue
                 accepted.append({"fileName": name, "fileSizeBytes": len(content)})
                 (self.amended if amend else self.uploaded)[name] = content
+                self._names_this_download.add(name)
                 if not amend:
-                    self._names_this_download.add(name)
                     self._ever_uploaded = True
         body = {
             "message": f"{len(accepted)} file(s) accepted, {len(rejected)} rejected."
@@ -375,7 +375,7 @@ class DropSimulator:
             return "The data broker id in the file name does not match your account."
         if content.split(b"\n", 1)[0].rstrip(b"\r") != b"Id,Status":
             return "Invalid file header: expected Id,Status."
-        if not amend and name in self._names_this_download:
+        if name in self._names_this_download:
             return ALREADY_UPLOADED_MESSAGE
         return None
 

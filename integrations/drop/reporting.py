@@ -63,8 +63,8 @@ class BuiltResponseFile:
 def response_name(download_file_name: str, *, kind: str, taken: Collection[str]) -> str:
     """The first free response file name for a downloaded list.
 
-    ``kind`` is ``upload`` or ``amend``; ``taken`` holds every response file name already
-    used for this cycle (whatever DROP answered: a rejected name may still count as used).
+    ``kind`` is ``upload`` or ``amend``; ``taken`` holds every response file name the broker
+    already used (whatever DROP answered: a rejected name may still count as used).
     """
     if kind == "upload":
         bare = response_file_name(download_file_name)

@@ -209,7 +209,7 @@ class ReportSubcommand(DropportalCommand):
             .order_by("cycle_id", "file_name")
             .values_list("file_name", "content", "cycle__drop_session_id")
         )
-        # Two cycles' lists of one date share file names: one would replace the other.
+        # Files an older version wrote may share a name across two cycles of one date.
         cycles: dict[str, list[str]] = {}
         for name, _, cycle in contents:
             cycles.setdefault(name, []).append(cycle)

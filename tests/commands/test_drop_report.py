@@ -67,11 +67,25 @@ def test_write_and_save_for_a_manual_upload(cycle: DropCycle, tmp_path: Path) ->
     assert sorted(p.name for p in (tmp_path / "again").iterdir()) == [EMAIL, PHONE]
 
 
+def test_two_cycles_of_one_date_save_side_by_side(cycle: DropCycle, tmp_path: Path) -> None:
+    later = DropCycleFactory.create(broker=cycle.broker, drop_session_id="2")  # lists of one date
+    WorkItemFactory.create(cycle=later, status_code=3, work_item_id="EmailDeleted2")
+
+    run("--out", str(tmp_path))
+
+    assert (tmp_path / EMAIL).read_bytes() == b"Id,Status\r\nEmailDeleted,3\r\n"
+    later_name = EMAIL.replace(".csv", "_part02.csv")  # a broker never uses a name twice
+    assert (tmp_path / later_name).read_bytes() == b"Id,Status\r\nEmailDeleted2,3\r\n"
+
+
 def test_two_cycles_files_of_one_name_are_not_saved_over_each_other(
     cycle: DropCycle, tmp_path: Path
 ) -> None:
-    later = DropCycleFactory.create(broker=cycle.broker, drop_session_id="2")  # lists of one date
+    """Files an older version wrote may share a name across two cycles of one date."""
+    later = DropCycleFactory.create(broker=cycle.broker, drop_session_id="2")
     WorkItemFactory.create(cycle=later, status_code=3, work_item_id="EmailDeleted2")
+    run()
+    ReportFile.objects.filter(cycle=later).update(file_name=EMAIL)
     out = tmp_path / "responses"
 
     with pytest.raises(

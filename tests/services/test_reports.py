@@ -363,6 +363,38 @@ def test_a_status_changed_after_reporting_goes_out_as_an_amendment(
     )
 
 
+def test_two_cycles_of_one_date_never_send_one_name(
+    cycle: DropCycle, drop: DropSimulator, client: DropClient, tmp_path: Path
+) -> None:
+    """Both cycles' lists are dated March 12 (a second package pulled the same day): an
+    amendment of the first, sent during the second's download, takes no name of the
+    second's, or DROP would answer "already uploaded" and that counts as accepted."""
+    report_run(broker=cycle.broker, upload=True, client=client)
+    drop.queue_package(drop_zip(cycle.broker, {"Email": []}))
+    client.download(tmp_path)  # DROP's second download of the day
+    later = DropCycleFactory.create(broker=cycle.broker, drop_session_id="2")
+    WorkItemFactory.create(cycle=later, status_code=5, work_item_id="LaterNotFnd1")
+    report_run(broker=cycle.broker, upload=True, client=client)
+    late_match_deleted()
+    second = WorkItem.objects.get(work_item_id="LaterNotFnd1")
+    DeletionRequestFactory.create(work_item=second, drop_outcome="deleted", late_match=True)
+    work_item_settle(work_item=second)
+
+    run = report_run(broker=cycle.broker, upload=True, client=client)
+
+    names = sorted(f.file_name for f in run.accepted)
+    assert names == [
+        "20260312_4821_Email_amend01.csv",
+        "20260312_4821_Email_amend02.csv",
+    ], names
+    assert all(not f.drop_response["already_uploaded"] for f in run.accepted)
+    amended = {k: v for name in names for k, v in csv_rows(drop.amended[name]).items()}
+    assert amended == {"EmailNotFnd1": 3, "LaterNotFnd1": 3}
+    assert ReportFile.objects.get(cycle=later, kind="upload").file_name == (
+        "20260312_4821_Email_part02.csv"
+    )
+
+
 # ---------------------------------------------------------------- faults
 
 

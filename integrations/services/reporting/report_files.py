@@ -43,6 +43,9 @@ from integrations.models import (
     WorkItemQuerySet,
 )
 from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
+from integrations.services.locks import advisory_xact_lock
+
+_NAMES_LOCK = 0x6E616D65  # "name": the first key of the lock on a broker's file names
 
 
 def report_files_write(
@@ -130,7 +133,13 @@ def _cycle_files_write(
         )
         if not groups:
             return []
-        taken = set(ReportFile.objects.filter(cycle=cycle).values_list("file_name", flat=True))
+        # Names are the broker's, not the cycle's: two cycles downloaded on one date name
+        # their lists alike, and an amendment of the first sent during the second's download
+        # would take the second's name (DROP refuses a repeat, and a repeat counts as taken).
+        # Writers of the broker's other cycles wait here, so two never pick one name.
+        with connection.cursor() as cursor:
+            advisory_xact_lock(cursor, purpose=_NAMES_LOCK, key=broker.pk)
+        taken = set(ReportFile.objects.filter(broker=broker).values_list("file_name", flat=True))
         # Read under the cycle's lock, and share-locked until this run commits: turning the
         # setting on (``broker_update`` locks the row) waits for it, then holds its files.
         # A key share: the pulls' updates of the row are not held up.
