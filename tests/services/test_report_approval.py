@@ -427,7 +427,15 @@ def test_a_file_a_failed_call_left_marked_is_held_when_no_upload_runs(broker: Br
 
     broker_update(broker=broker, approve_uploads=True, actor="staff:carol")
 
-    assert ReportFile.objects.get().state == ReportFileState.AWAITING_APPROVAL
+    held = ReportFile.objects.get()
+    assert held.state == ReportFileState.AWAITING_APPROVAL
+    # DROP may hold it: its rows must not go into a new file, so it can only be approved.
+    with pytest.raises(ValidationError, match="may already be at DROP"):
+        report_file_reject(report_file=held, reason="counts look wrong", actor="staff:bob")
+    held.refresh_from_db()
+    assert held.state == ReportFileState.AWAITING_APPROVAL
+    assert WorkItem.objects.get().pending_report_file == held
+    report_file_approve(report_file=held, actor="staff:bob")
 
 
 def test_a_file_held_after_the_upload_read_it_is_not_sent(

@@ -91,10 +91,18 @@ def report_file_reject(*, report_file: ReportFile, reason: str, actor: str) -> R
     """Reject a file waiting for approval, with a written reason: it becomes ``not_approved``
     and is never sent; its rows leave it, still owed, for a new file at the next report run.
     Raises ``ValidationError`` (nothing changed) without a reason, when it does not wait for
-    approval or ``actor`` wrote it."""
+    approval, ``actor`` wrote it, or a failed send may have left it at DROP already."""
     reason = _reason_checked(reason, required=True)
     with transaction.atomic():
         locked = _awaiting_locked(report_file, actor=actor, verb="reject")
+        if locked.sending_since is not None:
+            # A call that failed after sending it: DROP may hold it, and its rows written
+            # again would reach DROP twice. Sent again, "already uploaded" settles it.
+            raise ValidationError(
+                f"{locked.file_name} may already be at DROP (a send of it at "
+                f"{locked.sending_since:%Y-%m-%d %H:%M} UTC got no answer): approve it, and "
+                "the next upload learns whether DROP holds it; correct it later by amendment"
+            )
         # Back to what they were before the file was written: reportable, DROP holding
         # what it held. The next write puts them in a new file.
         rows = WorkItem.objects.filter(cycle_id=locked.cycle_id, pending_report_file=locked)
