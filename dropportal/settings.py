@@ -466,7 +466,16 @@ AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_CLIENT_IP_CALLABLE = "integrations.admin.lockout.lockout_address"
-AXES_SENSITIVE_PARAMETERS = ["password", "otp_token"]
+# Masked in the failed-login records' form data: every secret a page that counts toward the
+# lockout posts (a wrong old password is often the right one mistyped).
+AXES_SENSITIVE_PARAMETERS = [
+    "password",
+    "otp_token",
+    "old_password",
+    "new_password1",
+    "new_password2",
+    "csrfmiddlewaretoken",
+]
 LOGGING["loggers"]["axes"] = {"level": "WARNING"}  # type: ignore[index]
 
 # Staff sign-in through the company's identity provider (OpenID Connect, Authlib's client:

@@ -27,6 +27,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import psycopg
 import pytest
+from axes.models import AccessAttempt
 from cryptography.fernet import Fernet
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -604,6 +605,46 @@ def test_changing_ones_own_password_counts_wrong_old_passwords_toward_the_lockou
     assert alice.check_password(PASSWORD), "not changed while locked out"
     assert not LedgerEvent.objects.filter(kind="staff_user.password_changed").exists()
     assert _password_step(Client()).status_code == 429, "the login counts them too"
+
+
+def test_the_failed_login_records_keep_no_password_typed_on_a_staff_page(
+    alice: User, recovery_codes: list[str]
+) -> None:
+    # A wrong old password is often the right one mistyped; the new one is the account's
+    # password once the change goes through. Superusers read these records.
+    member = _fully_logged_in(recovery_codes[0])
+    _own_password_change(member, "a-guess-close-to-it")
+    member.post(reverse("admin:mfa_recovery_codes"), {"password": "another-guess"})
+    _own_password_change(member, PASSWORD)
+
+    (attempt,) = AccessAttempt.objects.filter(username="alice")
+    assert attempt.failures_since_start == 2
+    assert "old_password=" in attempt.post_data  # the fields are named, their values not
+    for typed in ("a-guess-close-to-it", "another-guess", NEW_PASSWORD, PASSWORD):
+        assert typed not in attempt.post_data
+    assert member.cookies["csrftoken"].value not in attempt.post_data
+
+
+def test_the_migration_masks_the_passwords_records_kept_before() -> None:
+    kept = AccessAttempt.objects.create(
+        username="alice",
+        ip_address="127.0.0.1",
+        user_agent="x",
+        get_data="",
+        post_data="csrfmiddlewaretoken=tok\nold_password=mistyped\nnew_password1=Secret-1"
+        "\nnew_password2=Secret-1\n---------\nold_password=again\nnext=/admin/",
+        failures_since_start=2,
+    )
+    (path,) = (Path(settings.BASE_DIR) / "integrations" / "migrations").glob("0060_*.py")
+    with connection.cursor() as cursor:
+        cursor.execute(importlib.import_module(f"integrations.migrations.{path.stem}").MASK_SQL)
+
+    kept.refresh_from_db()
+    mask = "*" * 20
+    assert kept.post_data == (
+        f"csrfmiddlewaretoken={mask}\nold_password={mask}\nnew_password1={mask}"
+        f"\nnew_password2={mask}\n---------\nold_password={mask}\nnext=/admin/"
+    )
 
 
 def test_ones_own_password_change_needs_the_old_one_and_ends_the_other_sessions(
