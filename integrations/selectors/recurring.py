@@ -38,12 +38,12 @@ from integrations.models import (
 # Who is owed rounds (``w``, a work item): its status is deleted or opted out, not removed.
 # While it has no status (a consumer matched later or come back is asked, and its answer
 # decides: an amendment owed to DROP waits for it), the code DROP holds counts, so a
-# consumer DROP holds deleted is not left off the schedule meanwhile; and before DROP holds
-# any, the match's own answer that made it 3 or 4 (it settled, then a consumer came, and
-# the status waits for that one's answer). The sender checks each item again by the same
-# rule (``services.cycle.recurring``).
+# consumer DROP holds deleted is not left off the schedule meanwhile; and whatever DROP
+# holds (nothing yet, or a 5 or 2 an amendment was to correct), a round-0 answer that made
+# it 3 or 4: that consumer's data was deleted, and the status waits for the newcomer's
+# answer. The sender checks each item again by the same rule (``services.cycle.recurring``).
 ROUNDS_OWED = """(coalesce(w.status_code, w.reported_status_code) = ANY(%(codes)s)
-    OR (w.status_code IS NULL AND w.reported_status_code IS NULL
+    OR (w.status_code IS NULL
         AND (EXISTS (SELECT 1 FROM integrations_deletionrequest o
                       WHERE o.work_item_id = w.id AND o.round = 0
                         AND o.state = %(completed)s AND o.drop_outcome = ANY(%(outcomes)s))

@@ -426,7 +426,8 @@ def test_the_law_moving_to_30_days_is_three_settings_and_the_pull_interval(
 
 # ---------------------------------------------------------------- consumers that come and go
 
-ANNA = "KA18MT/ph6IHYjzT9zwETySDQyvSh87YuoSBpOQtkhE="  # Anna.Smith@Domain.com, as DROP hashes it
+ANNA_EMAIL = "Anna.Smith@Domain.com"
+ANNA = "KA18MT/ph6IHYjzT9zwETySDQyvSh87YuoSBpOQtkhE="  # ANNA_EMAIL, as DROP hashes it
 
 
 def _deleted_and_reported(
@@ -453,9 +454,7 @@ def _sold_back_as_s9(broker: Broker) -> None:
     """A supplier sells Anna back: registered as S-9, matched to her kept DROP work item."""
     consumers_register(
         broker=broker,
-        records=parse_api_consumers(
-            [{"remote_identifier": "S-9", "email": ["Anna.Smith@Domain.com"]}]
-        ),
+        records=parse_api_consumers([{"remote_identifier": "S-9", "email": [ANNA_EMAIL]}]),
         actor="t",
         source="api",
     )
@@ -632,6 +631,47 @@ def test_a_consumer_come_back_while_an_amendment_is_owed_holds_back_no_round(
         True,
     )
     assert WorkItem.objects.awaiting_amendment().filter(pk=item.pk).exists()
+
+
+@pytest.mark.parametrize("held", [5, 2])
+def test_a_consumer_come_back_while_drop_holds_another_code_holds_back_no_round(
+    broker: Broker, held: int
+) -> None:
+    """DROP holds 5 (or 2); C-1, registered since, was matched late and answered deleted, so a
+    3 is owed as an amendment. Then Anna comes back (S-9): the item has no status while
+    S-9's request is open, DROP still holds the old code, and C-1 is owed its round all the
+    same."""
+    target = _target(broker)
+    now = drop_noon(-10)  # C-1's answer; S-9 comes today
+    item = WorkItemFactory.create(
+        cycle__broker=broker, hash=base64.b64decode(ANNA), reported=True, status_code=held
+    )
+    consumers_register(
+        broker=broker,
+        records=parse_api_consumers([{"remote_identifier": "C-1", "email": [ANNA_EMAIL]}]),
+        actor="t",
+        source="api",
+    )
+    first = DeletionRequest.objects.get(remote_identifier="C-1", integration=target)
+    deletion_outcome_record(deletion_request=first, drop_outcome="deleted", actor="t")
+    DeletionRequest.objects.filter(pk=first.pk).update(completed_at=now)
+    item.refresh_from_db()
+    assert (item.status_code, item.reported_status_code, item.needs_amendment) == (3, held, True)
+    _sold_back_as_s9(broker)
+    item.refresh_from_db()
+    assert (item.state, item.status_code, item.reported_status_code) == (
+        WorkItemState.OPEN,
+        None,
+        held,
+    )
+
+    overdue = recurring_overview(broker=broker, today=drop_date(now + 53 * DAY))
+    assert (overdue.due, overdue.overdue) == (1, 1)
+    assert recurring_rounds_send(broker=broker, actor="t", now=now + 44 * DAY).work_items == 0
+    assert recurring_rounds_send(broker=broker, actor="t", now=now + 45 * DAY).work_items == 1
+    assert set(
+        DeletionRequest.objects.filter(round=1).values_list("remote_identifier", flat=True)
+    ) == {"C-1", "S-9"}
 
 
 def test_a_consumer_forgotten_since_is_owed_no_round_and_none_is_overdue(broker: Broker) -> None:
