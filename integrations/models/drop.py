@@ -208,6 +208,8 @@ class WorkItem(models.Model):
     )
     status_code = models.PositiveSmallIntegerField("DROP status", null=True, blank=True)
     status_reason = models.TextField(blank=True, default="")  # for a status set by staff
+    # When staff set it: only an outcome recorded after gives way (work_item_settle.sql).
+    status_set_at = models.DateTimeField(null=True, blank=True)
     # What DROP holds (reported_status_code, reported_at, report_file): set when DROP accepts
     # a file with the item (or staff mark one uploaded by hand), to the status written into
     # it (pending_status_code); a file written and not yet taken changes none of them.

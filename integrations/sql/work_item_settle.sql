@@ -19,8 +19,10 @@
 --   services/cycle/recurring.py) repeats a deletion DROP already has the status of, and never
 --   changes it.
 -- - A status staff set by hand (with a written reason) stands while any request is still
---   open; once every request is final, the outcome wins and the ledger event says it
---   replaced the staff status.
+--   open; once every request is final, an outcome recorded after it (a round-0 request
+--   completed since status_set_at) wins, and the ledger event says it replaced the staff
+--   status. Settling again with no such outcome (a recurring round's answer, a retired
+--   target's cancellations) leaves it: staff may have set it after everything was final.
 -- - Settling to the status the item already has changes nothing: an amendment staff gave
 --   up stays given up. Nor does a request still open change a status DROP holds (a late
 --   match or a reappearance on a reported 3 or 4): the item stays reported, its recurring
@@ -87,10 +89,12 @@ DECLARE
     v_counted bigint;
     v_fields record;
     v_replaces_staff boolean;
+    v_last_final timestamptz;
     v_at timestamptz := clock_timestamp();
 BEGIN
-    SELECT w.work_item_id, w.state, w.status_code, w.status_reason, w.needs_amendment,
-           w.reported_at, w.reported_status_code, b.broker_id, c.drop_session_id
+    SELECT w.work_item_id, w.state, w.status_code, w.status_reason, w.status_set_at,
+           w.needs_amendment, w.reported_at, w.reported_status_code, b.broker_id,
+           c.drop_session_id
     INTO wi
     FROM integrations_workitem w
     JOIN integrations_broker b ON b.id = w.broker_id
@@ -119,16 +123,17 @@ BEGIN
            p_codes[min(
                CASE WHEN r.state <> 'cancelled' AND r.kind IN ('deletion', 'resolution')
                     THEN array_position(p_outcomes, r.outcome::text)
-               END)]
-    INTO v_rows, v_counted, v_open, v_code
+               END)],
+           max(r.completed_at) FILTER (WHERE r.state = 'completed')
+    INTO v_rows, v_counted, v_open, v_code, v_last_final
     FROM (
-        SELECT 'deletion' AS kind, d.state, d.drop_outcome AS outcome
+        SELECT 'deletion' AS kind, d.state, d.drop_outcome AS outcome, d.completed_at
         FROM integrations_deletionrequest d WHERE d.work_item_id = p_item AND d.round = 0
         UNION ALL
-        SELECT 'resolution', r.state, r.drop_outcome
+        SELECT 'resolution', r.state, r.drop_outcome, r.completed_at
         FROM integrations_resolutionrequest r WHERE r.work_item_id = p_item AND r.round = 0
         UNION ALL
-        SELECT 'saas', s.state, ''
+        SELECT 'saas', s.state, '', s.completed_at
         FROM integrations_saasdeletion s
         JOIN integrations_resolutionrequest r ON r.id = s.resolution_id
         WHERE r.work_item_id = p_item AND r.round = 0
@@ -148,11 +153,14 @@ BEGIN
             wi.reported_at;
         RETURN;
     END IF;
-    v_replaces_staff := wi.status_reason <> '' AND v_code IS NOT NULL;
-    -- The state and flag follow from a status as it changes. With the status unchanged they
-    -- stand as stored: staff may have given up an amendment of it (report_manual.py), and
-    -- settling again, as a recurring round's outcome does, must not bring it back.
-    IF v_code IS NOT DISTINCT FROM wi.status_code::integer AND NOT v_replaces_staff THEN
+    v_replaces_staff := wi.status_reason <> '' AND v_code IS NOT NULL
+        AND coalesce(v_last_final > coalesce(wi.status_set_at, '-infinity'), false);
+    -- A staff status no outcome came after stands. The state and flag follow from a status
+    -- as it changes. With the status unchanged they stand as stored: staff may have given
+    -- up an amendment of it (report_manual.py), and settling again, as a recurring round's
+    -- outcome does, must not bring it back.
+    IF NOT v_replaces_staff
+       AND (wi.status_reason <> '' OR v_code IS NOT DISTINCT FROM wi.status_code::integer) THEN
         RETURN QUERY SELECT wi.status_code::integer, wi.state::text,
             wi.needs_amendment, wi.status_reason, wi.reported_status_code::integer,
             wi.reported_at;
@@ -164,6 +172,7 @@ BEGIN
     UPDATE integrations_workitem w
     SET status_code = v_code, state = v_fields.state, needs_amendment = v_fields.needs_amendment,
         status_reason = CASE WHEN v_code IS NULL THEN w.status_reason ELSE '' END,
+        status_set_at = CASE WHEN v_code IS NULL THEN w.status_set_at END,
         updated_at = v_at
     WHERE w.id = p_item;
     -- The event's data in canonical form (see ledger_append.sql): keys sorted.

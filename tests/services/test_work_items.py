@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 from django.core.exceptions import ValidationError
+from django.utils import timezone
 
 from integrations.models import (
     Broker,
@@ -18,6 +21,7 @@ from integrations.services.cycle.work_items import (
     work_item_status_set,
     work_items_settle,
 )
+from integrations.services.dispatch.outcomes import deletion_outcome_record
 from integrations.services.ledger import ledger_verify
 from tests.builders import (
     DeletionRequestFactory,
@@ -268,7 +272,9 @@ def test_a_staff_status_stands_until_every_request_is_final(broker: Broker) -> N
 
     assert work_item_settle(work_item=item).status_code == 5  # still failed: staff's 5 stands
 
-    DeletionRequest.objects.filter(pk=failed.pk).update(state=C, drop_outcome="deleted")
+    DeletionRequest.objects.filter(pk=failed.pk).update(
+        state=C, drop_outcome="deleted", completed_at=timezone.now()
+    )
     settled = work_item_settle(work_item=item)
     assert (settled.status_code, settled.status_reason) == (3, "")
     event = LedgerEvent.objects.get(kind="work_item.status_settled")
@@ -281,6 +287,45 @@ def test_a_staff_status_stands_until_every_request_is_final(broker: Broker) -> N
         "replaced_staff_status": {"status_code": 5, "reason": reason},
     }
     assert ledger_verify().ok
+
+
+def test_a_staff_status_set_once_all_was_final_gives_way_only_to_a_later_outcome(
+    broker: Broker,
+) -> None:
+    """Deleted and reported 3, then a legal hold found: staff set 2. A recurring round's
+    answer settles the item again and must leave it; a consumer matched since, answering
+    after, decides as any outcome of the match does."""
+    item = WorkItemFactory.create(cycle=DropCycleFactory.create(broker=broker))
+    DeletionRequestFactory.create(
+        work_item=item,
+        drop_outcome="deleted",
+        completed_at=timezone.now() - dt.timedelta(days=46),
+    )
+    work_item_settle(work_item=item)
+    WorkItem.objects.filter(pk=item.pk).update(
+        state=WorkItemState.REPORTED, reported_status_code=3, reported_at=timezone.now()
+    )
+    work_item_status_set(work_item=item, status_code=2, reason="legal hold", actor="staff:alice")
+    round_one = DeletionRequestFactory.create(
+        work_item=item, round=1, state=RequestState.DISPATCHED
+    )
+
+    deletion_outcome_record(deletion_request=round_one, drop_outcome="deleted", actor="t")
+
+    item.refresh_from_db()
+    assert (item.status_code, item.status_reason, item.needs_amendment) == (2, "legal hold", True)
+    settled = LedgerEvent.objects.filter(kind="work_item.status_settled")
+    assert settled.count() == 1  # the match's, to 3: the round's answer settled nothing
+
+    late = DeletionRequestFactory.create(
+        work_item=item, late_match=True, state=RequestState.DISPATCHED
+    )
+    deletion_outcome_record(deletion_request=late, drop_outcome="opted_out", actor="t")
+
+    item.refresh_from_db()
+    assert (item.status_code, item.status_reason, item.status_set_at) == (4, "", None)
+    event = LedgerEvent.objects.filter(kind="work_item.status_settled").latest("pk")
+    assert event.data["replaced_staff_status"] == {"status_code": 2, "reason": "legal hold"}
 
 
 def test_staff_status_on_a_reported_item_is_an_amendment(broker: Broker) -> None:

@@ -13,7 +13,7 @@ settles in the same statement that records the outcome (docs/benchmarks.md, call
 reportable when every request it has is final; its code is the strongest outcome
 (``DROP_STATUS_PRECEDENCE``; all cancelled: ``DROP_STATUS_ALL_CANCELLED``); a status DROP
 already holds that differs must be amended; a status staff set by hand stands while any
-request is open.
+request is open, and gives way only to an outcome recorded after it.
 """
 
 from __future__ import annotations
@@ -116,7 +116,8 @@ def work_items_settle(*, cycle: DropCycle, actor: str = SYSTEM_ACTOR) -> int:
 # in work_item_settle.sql).
 _SET_STATUS = """
 UPDATE integrations_workitem w
-SET status_code = %(code)s, status_reason = %(reason)s, updated_at = %(at)s,
+SET status_code = %(code)s, status_reason = %(reason)s, status_set_at = %(at)s,
+    updated_at = %(at)s,
     (state, needs_amendment) = (
         SELECT f.state, f.needs_amendment FROM dropportal_work_item_status_fields(
             p_state => w.state, p_code => %(code)s, p_reported_at => w.reported_at,
@@ -153,7 +154,8 @@ def work_item_status_set(
         if (item.status_code, item.status_reason) == (status_code, reason):
             return item  # a double submit, or set already: nothing changes, nothing to ledger
         previous = item.status_code
-        item.status_code, item.status_reason, item.updated_at = status_code, reason, timezone.now()
+        item.status_code, item.status_reason = status_code, reason
+        item.status_set_at = item.updated_at = timezone.now()
         with connection.cursor() as cursor:
             cursor.execute(
                 _SET_STATUS,
