@@ -64,7 +64,9 @@ RECENT_SIGN_IN = dt.timedelta(minutes=15)
 # (``prompt=login``, ``max_age=0``: OpenID Connect Core 3.1.2.1), as a password asked again.
 REAUTHENTICATE = "reauthenticate"
 _NEXT_KEY = "dropportal_oidc_next"
-_REAUTHENTICATE_KEY = "dropportal_oidc_reauthenticate"  # the pending sign-in asked for it
+# In a pending sign-in's own state data (Authlib's, spent by its callback): it asked for it.
+# Not in the session, where a sign-in started later would speak for an earlier one's callback.
+_REAUTHENTICATE_KEY = "dropportal_reauthenticate"
 _TIMEOUT_SECONDS = 10  # every call to the provider (discovery, JWKS, token)
 _BACKEND = "django.contrib.auth.backends.ModelBackend"
 
@@ -163,15 +165,15 @@ def oidc_sign_in_view(request: HttpRequest) -> HttpResponse:
     request.session[_NEXT_KEY] = _wanted(request, request.GET.get("next") or "")
     # max_age also obliges the provider to say in the ID token when it authenticated them.
     again = {"prompt": "login", "max_age": 0} if request.GET.get(REAUTHENTICATE) else {}
-    request.session[_REAUTHENTICATE_KEY] = bool(again)
     try:
         _metadata()
-        response: HttpResponse = identity_provider().authorize_redirect(
-            request, callback_url(), **again
-        )
+        # Authlib's authorize_redirect, with the flag kept beside this sign-in's state.
+        started = identity_provider().create_authorization_url(callback_url(), **again)
+        started[_REAUTHENTICATE_KEY] = bool(again)
+        identity_provider().save_authorize_data(request, redirect_uri=callback_url(), **started)
     except (AuthlibBaseError, requests.RequestException, ValueError):
         return _refused_page(request, UNREACHABLE, status=502)
-    return response
+    return HttpResponseRedirect(started["url"])
 
 
 @never_cache
@@ -200,6 +202,9 @@ def oidc_callback_view(request: HttpRequest) -> HttpResponse:
     from authlib.common.errors import AuthlibBaseError
     from joserfc.errors import JoseError
 
+    # Read before the token request spends the state: this callback's own sign-in's flag.
+    pending = identity_provider().framework.get_state_data(request.session, state)
+    asked_again = bool(pending.get(_REAUTHENTICATE_KEY))
     try:
         # The issuer exactly as the provider spells it (OIDC Core 3.1.3.7: iss equals the
         # discovery document's issuer), which _metadata checked is ours: the setting loses a
@@ -227,9 +232,7 @@ def oidc_callback_view(request: HttpRequest) -> HttpResponse:
         _refusal_counted(request)
         return _refused_page(request, outcome.refusal)
     wanted = request.session.pop(_NEXT_KEY, None) or reverse("admin:index")
-    authenticated_at = _authenticated_at(
-        claims, asked_again=request.session.pop(_REAUTHENTICATE_KEY, False)
-    )
+    authenticated_at = _authenticated_at(claims, asked_again=asked_again)
     login(request, outcome.user, backend=_BACKEND)
     request.session[SESSION_KEY] = {
         "user": outcome.user.pk,

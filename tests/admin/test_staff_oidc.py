@@ -460,6 +460,34 @@ def test_without_auth_time_only_a_sign_in_that_asked_for_the_credentials_stands_
 
 @pytest.mark.usefixtures("templates_recorded")  # reads response.context
 @pytest.mark.staff_mfa
+def test_a_sign_in_that_asked_for_nothing_does_not_take_a_later_ones_asking(
+    idp: OidcProvider, client: Client
+) -> None:
+    # A browser left open: one sign-in (S1) asks nothing and its answer is held back; a
+    # second (S2) asks for the credentials and is abandoned; S1's answer, its state still
+    # pending, comes back. S2's asking must not count for it.
+    idp.omits_auth_time = True
+    idp.person("ada").amr = ["pwd"]
+    idp.person("ada").authenticated_at = time.time() - 2 * 3600
+    idp.signed_in = "ada"
+    url = reverse("admin:mfa_enrol")
+    s1 = client.get(reverse("admin:oidc_sign_in"), {"next": url})
+    at_provider = requests.get(s1["Location"], allow_redirects=False, timeout=10)
+    back = urlsplit(at_provider.headers["Location"])
+    s2 = client.get(reverse("admin:oidc_sign_in"), {"next": url, "reauthenticate": "1"})
+    assert parse_qs(urlsplit(s2["Location"]).query)["prompt"] == ["login"]
+
+    replayed = client.get(f"{back.path}?{back.query}")
+    assert urlsplit(replayed["Location"]).path == reverse("admin:mfa_verify"), "signed in"
+    assert client.session["dropportal_oidc"]["signed_in_at"] is None
+    page = client.get(url)
+    code = f"{TOTP(b32decode(page.context['secret'])).token():06d}"
+    assert "Sign in again at" in client.post(url, {"otp_token": code}).content.decode()
+    assert events("staff_user.mfa_enrolled") == []
+
+
+@pytest.mark.usefixtures("templates_recorded")  # reads response.context
+@pytest.mark.staff_mfa
 def test_an_older_sign_in_at_the_provider_enrols_only_after_signing_in_there_again(
     idp: OidcProvider, client: Client
 ) -> None:
