@@ -231,11 +231,15 @@ class DropportalAdminSite(UnfoldAdminSite):
             page = super().login(_as_get(request), refused)
             page.status_code = 403
             return page
-        was_anonymous = not request.user.is_authenticated
+        before = request.user
         response = super().login(request, {**oidc, **(extra_context or {})})
         user = request.user
-        if request.method == "POST" and was_anonymous and user.is_authenticated:
+        # The form signed someone in (Django's login() puts them on the request), whoever was
+        # signed in here before: every sign-in is recorded, one over another's session too.
+        if request.method == "POST" and user is not before and user.is_authenticated:
             staff_password_sign_in_record(user=user)  # type: ignore[arg-type]
+            # The page's context read the second factor of whoever was signed in before.
+            vars(request).pop("_dp_second_factor_passed", None)
         if (
             user.is_authenticated
             and user.is_active

@@ -334,6 +334,25 @@ def _fully_logged_in(recovery_code: str) -> Client:
     return member
 
 
+def test_signing_in_over_another_members_session_is_a_sign_in_with_its_own_second_step(
+    alice: User, recovery_codes: list[str]
+) -> None:
+    # Alice is fully signed in; from her browser, Bob's username and password are posted.
+    member = _fully_logged_in(recovery_codes[0])
+    User.objects.create_user("bob", "bob@example.com", "pw-bob-123-long", is_staff=True)
+    login = reverse("admin:login")
+    wrong = member.post(login, {"username": "bob", "password": "wrong", "next": INDEX})
+    assert wrong.status_code == 200, "refused: Alice stays signed in, no sign-in recorded"
+
+    bob = member.post(login, {"username": "bob", "password": "pw-bob-123-long", "next": INDEX})
+
+    signed_in = LedgerEvent.objects.filter(kind="staff_user.signed_in").order_by("id")
+    assert [e.subject for e in signed_in] == ["alice", "bob"]
+    assert member.session["_auth_user_id"] == str(User.objects.get(username="bob").pk)
+    assert urlsplit(bob["Location"]).path == reverse("admin:mfa_verify"), "Alice's is not his"
+    assert member.get(INDEX).status_code == 302
+
+
 @pytest.fixture
 def root(db: None, settings: Any) -> Client:
     """A superuser's session (their own second step is not the point of these tests)."""
