@@ -1,6 +1,7 @@
-"""A cycle's response files as one ZIP, for auditors: every file DROP was sent (uploads and
-amendments) exactly as sent, and a ``MANIFEST.csv`` with each file's kind, rows, SHA-256,
-state, upload time and DROP's answer, so the bytes can be checked against the ledger::
+"""A cycle's response files as one ZIP, for auditors: every file written for it (uploads and
+amendments, whether DROP took them or not) exactly as stored, and a ``MANIFEST.csv`` with
+each file's kind, rows, SHA-256, state (which says whether DROP was sent it), upload time
+and DROP's answer, so the bytes can be checked against the ledger::
 
     POST /admin/integrations/dropcycle/<pk>/response-files.zip
 
