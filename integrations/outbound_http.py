@@ -243,7 +243,7 @@ def retry_after_seconds(value: str | None, *, now: float | None = None) -> float
         return float(RETRY_AFTER_LONGEST)
     try:
         when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, OverflowError):  # Overflow: a huge field
         return None
     if when.tzinfo is None:
         when = when.replace(tzinfo=datetime.UTC)

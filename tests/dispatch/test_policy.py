@@ -94,7 +94,21 @@ def test_retry_after_is_ignored_unless_429_or_503(status: int | None) -> None:
     assert next_delay(1, status=status, retry_after="120", rng=_NoJitter()) == 5
 
 
-@pytest.mark.parametrize("value", ["soon", "-5", "1.5", "", None])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "soon",
+        "-5",
+        "1.5",
+        "",
+        None,
+        # Dates whose fields overflow (OverflowError, read on the sending thread: it undid
+        # the whole batch, and its job sent the calls again unrecorded).
+        "Mon, 01 Jan 99999999999999999999 00:00:00 GMT",
+        "Mon, 01 Jan 2026 99999999999:00:00 GMT",
+        "Mon, 99999999999 Jan 2026 00:00:00 GMT",
+    ],
+)
 def test_unreadable_retry_after_falls_back_to_the_schedule(value: str | None) -> None:
     assert next_delay(1, status=429, retry_after=value, rng=_NoJitter()) == 5
 
