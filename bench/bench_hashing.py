@@ -27,7 +27,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 
-from integrations.drop.standardize import email_hash, ndz_hash, phone_hash
+from integrations.drop.standardize import email_hash, name_standardizer, ndz_hash, phone_hash
 
 TARGET_RATIO = 0.5
 REPEATS = 3
@@ -102,8 +102,9 @@ def phone_loop(phones: Sequence[str]) -> None:
 
 
 def ndz_loop(rows: Sequence[tuple[str, str, str, str]]) -> None:
+    names = name_standardizer()  # a file's import caches its names, as here
     for first, last, dob, zip_code in rows:
-        ndz_hash(first, last, dob, zip_code)
+        ndz_hash(first, last, dob, zip_code, names=names)
 
 
 def main() -> int:

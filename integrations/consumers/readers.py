@@ -45,12 +45,14 @@ from integrations.drop.standardize import (
     LIST_TYPES,
     InvalidIdentifier,
     is_valid_hash,
+    name_standardizer,
     name_vin_hash,
     ndz_hash,
     not_utf8,
     standardize_ctvid,
     standardize_email,
     standardize_maid,
+    standardize_name,
     standardize_phone,
 )
 
@@ -169,11 +171,15 @@ SIMPLE_DIGESTS: Final[dict[str, Callable[[str], bytes]]] = {
 }
 
 
-def composite_digest(list_type: str, parts: Mapping[str, str]) -> bytes:
+def composite_digest(
+    list_type: str, parts: Mapping[str, str], names: Callable[[str, str], str] = standardize_name
+) -> bytes:
     if list_type == "ndz":
-        text = ndz_hash(parts["first_name"], parts["last_name"], parts["dob"], parts["zip"])
+        text = ndz_hash(
+            parts["first_name"], parts["last_name"], parts["dob"], parts["zip"], names=names
+        )
     else:
-        text = name_vin_hash(parts["first_name"], parts["last_name"], parts["vin"])
+        text = name_vin_hash(parts["first_name"], parts["last_name"], parts["vin"], names=names)
     return _a2b(text)
 
 
@@ -403,6 +409,8 @@ class ConsumerCsvReader:
         identifiers = [
             (name, self._index[name]) for name in CLEAR_COLUMNS[2:] if name in self._index
         ]
+        # The file's names, cached while its rows are parsed, and dropped with the parser.
+        names = name_standardizer()
 
         def parse(line: int, cells: list[str]) -> Record:
             errors: dict[str, list[str]] = {}
@@ -422,7 +430,7 @@ class ConsumerCsvReader:
                     except InvalidIdentifier as exc:
                         add_error(errors, exc.field, exc.reason)
             if name_positions and any(cells[i].strip() for i in name_positions):
-                self._composites(cells, composites, hashes, errors)
+                self._composites(cells, composites, hashes, errors, names)
             if errors:
                 return RejectedRecord(line, rid or None, errors)
             if not hashes:
@@ -437,6 +445,7 @@ class ConsumerCsvReader:
         composites: list[tuple[str, list[tuple[str, int]]]],
         hashes: list[tuple[str, bytes]],
         errors: dict[str, list[str]],
+        names: Callable[[str, str], str],
     ) -> None:
         """NDZ and NameVIN from one row: each is built when any of its own parts is given."""
         given = {part for _, parts in composites for part, i in parts if cells[i].strip()}
@@ -454,7 +463,7 @@ class ConsumerCsvReader:
                 continue
             try:
                 hashes.append(
-                    (list_type, composite_digest(list_type, {p: cells[i] for p, i in parts}))
+                    (list_type, composite_digest(list_type, {p: cells[i] for p, i in parts}, names))
                 )
             except InvalidIdentifier as exc:
                 add_error(errors, exc.field, exc.reason)

@@ -46,6 +46,7 @@ __all__ = [
     "is_valid_hash",
     "list_type_hash",
     "maid_hash",
+    "name_standardizer",
     "name_vin_hash",
     "ndz_hash",
     "not_utf8",
@@ -342,7 +343,6 @@ def _marks_fold_away(base: str) -> bool:
     )
 
 
-@lru_cache(maxsize=1 << 16)
 def _standardize_name_unicode(v: str) -> str:
     # 1. Compatibility forms (full-width, ligatures) to their plain letters, then lowercase.
     #    lower(), not casefold(): casefold would turn ß into ss before the table sees it.
@@ -379,10 +379,29 @@ def standardize_name(v: str, field: str = "name") -> str:
 
     `field` is the name reported in `InvalidIdentifier` (`first_name`, `last_name`).
     """
+    return _standardize_name(v, field, _standardize_name_unicode)
+
+
+def name_standardizer() -> Callable[[str, str], str]:
+    """`standardize_name` with a cache of its own, for the rows of one bulk import.
+
+    Names repeat from row to row and the Unicode path is slow, so a file's parser keeps
+    one. The cache holds clear names: it goes when the returned function does, and nothing
+    module-level keeps one (a clear identifier is never stored).
+    """
+    cached = lru_cache(maxsize=1 << 16)(_standardize_name_unicode)
+
+    def standardize(v: str, field: str) -> str:
+        return _standardize_name(v, field, cached)
+
+    return standardize
+
+
+def _standardize_name(v: str, field: str, unicode: Callable[[str], str]) -> str:
     if not isinstance(v, str):
         raise InvalidIdentifier(field, f"{field} must be text")
     # Plain ASCII (most names) has nothing to normalize or transliterate.
-    s = _NOT_ASCII_ALNUM.sub("", v.lower()) if v.isascii() else _standardize_name_unicode(v)
+    s = _NOT_ASCII_ALNUM.sub("", v.lower()) if v.isascii() else unicode(v)
     if not s:
         raise InvalidIdentifier(field, f"{field} has no letters or digits")
     return s
@@ -418,24 +437,38 @@ def ctvid_hash(v: str) -> str:
     return hash_value(standardize_ctvid(v))
 
 
-def ndz_hash(first_name: str, last_name: str, dob: str | date, zip: str) -> str:
+def ndz_hash(
+    first_name: str,
+    last_name: str,
+    dob: str | date,
+    zip: str,
+    *,
+    names: Callable[[str, str], str] = standardize_name,
+) -> str:
     """NDZ hash: hash(hash(first) + hash(last) + hash(dob) + hash(zip)).
 
-    `+` joins the 44-character Base64 strings with no separator.
+    `+` joins the 44-character Base64 strings with no separator. `names` standardizes the
+    names (a bulk import's `name_standardizer()`).
     """
     return hash_value(
-        hash_value(standardize_name(first_name, "first_name"))
-        + hash_value(standardize_name(last_name, "last_name"))
+        hash_value(names(first_name, "first_name"))
+        + hash_value(names(last_name, "last_name"))
         + hash_value(standardize_dob(dob))
         + hash_value(standardize_zip(zip))
     )
 
 
-def name_vin_hash(first_name: str, last_name: str, vin: str) -> str:
+def name_vin_hash(
+    first_name: str,
+    last_name: str,
+    vin: str,
+    *,
+    names: Callable[[str, str], str] = standardize_name,
+) -> str:
     """NameVIN hash: hash(hash(first) + hash(last) + hash(vin)), Base64 strings joined."""
     return hash_value(
-        hash_value(standardize_name(first_name, "first_name"))
-        + hash_value(standardize_name(last_name, "last_name"))
+        hash_value(names(first_name, "first_name"))
+        + hash_value(names(last_name, "last_name"))
         + hash_value(standardize_vin(vin))
     )
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import io
+import sys
 from typing import Any
 
 import pytest
@@ -508,3 +509,14 @@ def test_an_api_rejection_keeps_the_pointer_and_never_the_clear_values() -> None
     assert isinstance(rejected, RejectedRecord)
     assert rejected.remote_identifier == "C-9"
     assert SECRET not in repr(rejected) and SECRET.lower() not in repr(rejected)
+
+
+def test_an_api_consumer_s_clear_names_are_not_kept_once_hashed() -> None:
+    # The web process reads API bodies for its whole life: nothing may hold a name after.
+    first = "Jos" + "é" * 1_000_000  # made at run time, so no constant holds it too
+    last = "".join(["Mül", "ler"])
+    ndz = {"first_name": first, "last_name": last, "dob": "1985-07-04", "zip": "91790"}
+    before = sys.getrefcount(first), sys.getrefcount(last)
+    (record,) = api({"remote_identifier": "C-1", "ndz": [ndz], "name_vin": []})
+    assert accepted(record).hashes[0][0] == "ndz"
+    assert (sys.getrefcount(first), sys.getrefcount(last)) == before

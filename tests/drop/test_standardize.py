@@ -7,6 +7,7 @@ settled name examples, the transliteration table and every rejection rule.
 from __future__ import annotations
 
 import pickle
+import sys
 from collections.abc import Callable
 from datetime import date, datetime
 
@@ -22,6 +23,7 @@ from integrations.drop.standardize import (
     is_valid_hash,
     list_type_hash,
     maid_hash,
+    name_standardizer,
     name_vin_hash,
     ndz_hash,
     phone_hash,
@@ -421,6 +423,29 @@ def test_every_table_entry_applies_inside_a_latin_word(letters: str, romanized: 
 def test_name_standardizing_is_idempotent(given: str) -> None:
     once = standardize_name(given)
     assert standardize_name(once) == once
+
+
+def test_a_long_name_is_standardized_whole_by_either_standardizer() -> None:
+    given = "Jos" + "É" * 1_000_000 + "ß"
+    assert (
+        standardize_name(given)
+        == name_standardizer()(given, "name")
+        == "jos" + "e" * 1_000_000 + "ss"
+    )
+
+
+def test_only_a_bulk_import_s_own_standardizer_caches_names() -> None:
+    # A clear name is never stored: a module-level cache would keep every name the web
+    # process standardized for as long as it runs.
+    names = name_standardizer()
+    given = "".join(["Jos", "é"])
+    before = sys.getrefcount(given)
+    assert standardize_name(given) == "jose"
+    assert sys.getrefcount(given) == before
+    assert names(given, "first_name") == "jose"
+    assert sys.getrefcount(given) > before
+    del names
+    assert sys.getrefcount(given) == before
 
 
 # --- Rejections ----------------------------------------------------------------------
