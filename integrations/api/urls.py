@@ -1,6 +1,7 @@
 """URLs of the broker-facing API, mounted at /api/v1/."""
 
-from django.urls import path
+from django.urls import path, register_converter
+from django.urls.converters import PathConverter
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from integrations.api import (
@@ -14,6 +15,16 @@ from integrations.api import (
     views,
 )
 from integrations.api import schema as _schema  # noqa: F401  (registers the bearer scheme)
+
+
+class PointerConverter(PathConverter):
+    """A remote_identifier, stored verbatim: any characters, "/" and newlines included
+    (path's ".+" stops at a newline, so a pointer ending in one could not be forgotten)."""
+
+    regex = r"[\s\S]+"
+
+
+register_converter(PointerConverter, "pointer")
 
 urlpatterns = [
     path("ping", views.PingView.as_view(), name="api-ping"),
@@ -35,9 +46,8 @@ urlpatterns = [
     ),
     path("drop/outcomes", outcomes.OutcomesView.as_view(), name="api-outcomes"),
     path("drop/consumers", consumers.ConsumersView.as_view(), name="api-consumers"),
-    # path: a remote_identifier may hold "/" (sent as %2F).
     path(
-        "drop/consumers/<path:remote_identifier>",
+        "drop/consumers/<pointer:remote_identifier>",
         consumers.ConsumerView.as_view(),
         name="api-consumer",
     ),

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from django.db import connection, connections
+from django.urls import reverse
 from rest_framework.test import APIClient
 
 from dropportal import local_state
@@ -236,6 +237,18 @@ def test_delete_of_a_pointer_with_a_slash_and_spaces(
     assert post(api_client, body, ingest).json()["accepted"] == 1
     assert api_client.delete(f"{URL}/acct%2F42%20b", **ingest).status_code == 204
     assert not Consumer.objects.exists()
+
+
+@pytest.mark.parametrize(("pointer", "in_url"), [("C-1\n", "C-1%0A"), ("C\n1", "C%0A1")])
+def test_delete_of_a_pointer_with_a_newline(
+    api_client: APIClient, ingest: dict[str, Any], broker: Broker, pointer: str, in_url: str
+) -> None:
+    # Registration keeps a pointer verbatim, so its DELETE route must take any character.
+    body = {"consumers": [{"remote_identifier": pointer, "email": ["a@b"]}]}
+    assert post(api_client, body, ingest).json()["accepted"] == 1
+    assert api_client.delete(f"{URL}/{in_url}", **ingest).status_code == 204
+    assert not Consumer.objects.exists()
+    assert reverse("api-consumer", args=[pointer]) == f"{URL}/{in_url}"
 
 
 def test_pointers_with_copy_special_characters_are_kept_exactly(
