@@ -6,6 +6,8 @@ service and a form give the same message for the same input.
 
 from __future__ import annotations
 
+import re
+
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator
@@ -19,6 +21,9 @@ from integrations.target_urls import (
 )
 
 NAME_MAX = 200
+# C0 (tab and newline too), DEL and C1: printed to a terminal each is a command, and ESC
+# starts sequences that retitle it, clear it or rewrite what it shows.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
 def target_url_validate(url: str, *, field: str = "url") -> str:
@@ -70,6 +75,11 @@ def integration_name_validate(name: str) -> str:
     if len(name) > NAME_MAX:
         raise ValidationError({"name": f"at most {NAME_MAX} characters"})
     return name
+
+
+def has_control_characters(text: str) -> bool:
+    """Whether ``text`` holds a control character (C0, DEL or C1)."""
+    return _CONTROL.search(text) is not None
 
 
 def bearer_token_sendable(value: str) -> bool:

@@ -19,6 +19,7 @@ from rest_framework.views import APIView
 from integrations.api.callback_serializers import ProblemSerializer
 from integrations.models import ApiKey, ApiKeyScope, Directive
 from integrations.services.providers.directives import REFERENCE_MAX, directive_acknowledge
+from integrations.validators import has_control_characters
 from integrations.web.errors import Problem
 from integrations.web.permissions import HasScope
 from integrations.wire_fields import StrictCharField
@@ -28,8 +29,15 @@ class AcknowledgementRequestSerializer(serializers.Serializer):
     reference = StrictCharField(  # a JSON string: a number is not taken as its digits
         trim_whitespace=True,
         max_length=REFERENCE_MAX,
-        help_text="The provider's own reference for the deletion (a ticket, a job id).",
+        help_text="The provider's own reference for the deletion (a ticket, a job id); "
+        "no control characters.",
     )
+
+    def validate_reference(self, value: str) -> str:
+        # Staff read it in the admin and in a terminal, where ESC sequences are commands.
+        if has_control_characters(value):
+            raise serializers.ValidationError("Control characters are not allowed.")
+        return value
 
 
 class AcknowledgementSerializer(serializers.Serializer):

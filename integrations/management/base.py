@@ -25,6 +25,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError, InterfaceError, OperationalError
 
 from integrations.drop.calendar import drop_day_bounds, drop_timezone
+from integrations.drop.download_zip import escaped
 from integrations.encryption import DecryptionError
 from integrations.models import Broker, DropCycle
 from integrations.services.staff.secrets import ENCRYPTION_KEYS_WRONG, encryption_keys_check
@@ -37,6 +38,12 @@ def validation_message(error: ValidationError) -> str:
             for field, messages in error.message_dict.items()
         )
     return " ".join(error.messages)
+
+
+def terminal_text(text: str) -> str:
+    """Text another party wrote (a provider's reference), to print: its control characters
+    escaped (``\\x1b``), so the terminal shows them instead of obeying them."""
+    return escaped(text, 10 * len(text))  # 10: the longest escape (\U0010ffff), so none is cut
 
 
 def date_bound(text: str, *, end: bool = False) -> dt.datetime:

@@ -17,7 +17,12 @@ from django.core.management.base import CommandError
 from django.utils import timezone
 
 from integrations.drop.calendar import drop_date
-from integrations.management.base import DropportalCommand, broker_or_error, file_written_whole
+from integrations.management.base import (
+    DropportalCommand,
+    broker_or_error,
+    file_written_whole,
+    terminal_text,
+)
 from integrations.models import Directive
 from integrations.selectors.directives import directive_ack_due, directive_as_json, directives_of
 from integrations.services.providers.directives import directive_download_record
@@ -50,13 +55,14 @@ class DirectiveSubcommands(DropportalCommand):
             if directive.acknowledged_at:
                 state = (
                     f"acknowledged {drop_date(directive.acknowledged_at)} by "
-                    f"{directive.acknowledged_by} ({directive.acknowledgement_reference})"
+                    f"{directive.acknowledged_by} "
+                    f"({terminal_text(directive.acknowledgement_reference)})"
                 )
             elif due < now:
                 state = f"NOT acknowledged, due {drop_date(due)}"
             else:
                 state = f"awaiting acknowledgement, due {drop_date(due)}"
-            where = directive.s3_uri or directive.delivery_error or "download"
+            where = terminal_text(directive.s3_uri or directive.delivery_error or "download")
             self.stdout.write(
                 f"{directive.pk:>6}  {drop_date(directive.created_at)}  "
                 f"{directive.provider.name}  {directive.reason}  {directive.rows} hashes  "

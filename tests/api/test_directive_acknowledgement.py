@@ -130,6 +130,25 @@ def test_a_missing_or_bad_reference_is_400(
     assert "reference" in answer.json()["errors"]
 
 
+@pytest.mark.parametrize(
+    "reference",
+    ["ok\u001b]0;pwned\u0007\u001b[2J", "MH\t4410", "MH-4410\r\nforged line", "MH\u009b4410"],
+)
+def test_a_reference_with_control_characters_is_400(
+    api_client: APIClient, directive: Directive, mailhouse: ServiceProvider, reference: str
+) -> None:
+    # Staff print it in a terminal: ESC and the rest would be commands there.
+    answer = acknowledge(
+        api_client, directive.pk, provider_key(mailhouse), {"reference": reference}
+    )
+    assert answer.status_code == 400
+    assert answer["Content-Type"] == "application/problem+json"
+    assert answer.json()["code"] == "validation_failed"
+    assert answer.json()["errors"] == {"reference": ["Control characters are not allowed."]}
+    directive.refresh_from_db()
+    assert directive.acknowledged_at is None
+
+
 def test_a_directive_ack_key_is_bound_to_one_provider_of_its_broker(
     broker: Broker, mailhouse: ServiceProvider
 ) -> None:

@@ -116,6 +116,30 @@ def test_drop_directives_lists_each_with_its_acknowledgement(directive: Directiv
         run("providers", "acknowledge", str(directive.pk), "--reference", "again")
 
 
+def test_a_reference_is_printed_with_its_control_characters_escaped(
+    directive: Directive,
+) -> None:
+    # One stored before the API refused them: it must not retitle or clear the terminal.
+    Directive.objects.filter(pk=directive.pk).update(
+        acknowledged_at=dt.datetime(2026, 7, 4, tzinfo=dt.UTC),
+        acknowledged_by="apikey:dpk_x",
+        acknowledgement_reference="ok\x1b]0;pwned\x07\x1b[2J\x9b",
+    )
+    listed = run("drop", "directives", "--broker", "4821")
+    assert "(ok\\x1b]0;pwned\\x07\\x1b[2J\\x9b)" in listed
+    with pytest.raises(CommandError) as refused:
+        run("providers", "acknowledge", str(directive.pk), "--reference", "again")
+    for printed in (listed, str(refused.value)):
+        assert not any(c in printed for c in "\x1b\x07\x9b")
+
+
+def test_a_reference_with_control_characters_is_refused(directive: Directive) -> None:
+    with pytest.raises(CommandError, match="reference must not hold control characters"):
+        run("providers", "acknowledge", str(directive.pk), "--reference", "ticket\t4410")
+    directive.refresh_from_db()
+    assert directive.acknowledged_at is None
+
+
 # 03:00 UTC on July 2 is still July 1 in California, the calendar staff count days in.
 LATE_EVENING = dt.datetime(2026, 7, 2, 3, 0, tzinfo=dt.UTC)
 

@@ -16,7 +16,7 @@ from typing import Any
 from django.core.management.base import CommandError
 
 from integrations.drop.calendar import drop_date
-from integrations.management.base import DropportalCommand, broker_or_error
+from integrations.management.base import DropportalCommand, broker_or_error, terminal_text
 from integrations.models import Directive, ServiceProvider
 from integrations.services.providers.directives import directive_acknowledge
 from integrations.services.providers.providers import service_provider_add
@@ -88,14 +88,14 @@ class Command(DropportalCommand):
             raise CommandError(
                 f"directive {directive.pk} was already acknowledged on "
                 f"{drop_date(directive.acknowledged_at)} by {directive.acknowledged_by} "
-                f"({directive.acknowledgement_reference})"
+                f"({terminal_text(directive.acknowledgement_reference)})"
             )
         done = directive_acknowledge(
             directive=directive, reference=options["reference"], actor=self.actor()
         )
         self.stdout.write(
             f"Directive {done.pk} to {done.provider.name} acknowledged: "
-            f"{done.acknowledgement_reference}."
+            f"{terminal_text(done.acknowledgement_reference)}."
         )
 
 

@@ -43,6 +43,7 @@ from integrations.models import (
     WorkItemState,
 )
 from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
+from integrations.validators import has_control_characters
 
 REFERENCE_MAX = 500
 
@@ -235,6 +236,8 @@ def directive_acknowledge(*, directive: Directive, reference: str, actor: str) -
     reference = reference.strip()
     if not reference or len(reference) > REFERENCE_MAX:
         raise ValidationError({"reference": f"a reference of 1 to {REFERENCE_MAX} characters"})
+    if has_control_characters(reference):  # the provider's text, printed to staff's terminals
+        raise ValidationError({"reference": "a reference must not hold control characters"})
     with transaction.atomic():
         locked = (
             Directive.objects.select_for_update(of=("self",))
