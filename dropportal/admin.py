@@ -22,7 +22,7 @@ session opened there goes on to the provider's end-session endpoint.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from functools import wraps
 from typing import Any, TypeVar, cast
 
@@ -30,10 +30,17 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.admin import ModelAdmin
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
-from django.contrib.admin.views.main import PAGE_VAR, SEARCH_VAR
+from django.contrib.admin.options import IncorrectLookupParameters
+from django.contrib.admin.views.main import PAGE_VAR, SEARCH_VAR, ChangeList
+from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.fields.array import (  # type: ignore[attr-defined]  # no stubs
+    IndexTransform,
+    SliceTransform,
+)
 from django.core.exceptions import ValidationError
-from django.db.models import Model
+from django.db.models import Lookup, Model, QuerySet
 from django.db.models.base import ModelBase
+from django.db.models.sql.where import WhereNode
 from django.http import (
     HttpRequest,
     HttpResponse,
@@ -163,7 +170,8 @@ class DropportalAdminSite(UnfoldAdminSite):
         ``list_sections`` for every row of a list), and a ModelAdmin without them (this
         version of unfold defines neither) costs each read a failed lookup: an exception and
         a dir() of the ModelAdmin, near half a millisecond a row. Empty, they mean what
-        missing did: no conditional field, no section.
+        missing did: no conditional field, no section. Its list refuses text for an array
+        column (``_ArrayComparedWithTextRefused``).
         """
         models = (
             [model_or_iterable]
@@ -178,6 +186,7 @@ class DropportalAdminSite(UnfoldAdminSite):
             for name, empty in _UNFOLD_OPTIONAL_ATTRIBUTES.items():
                 if not hasattr(model_admin, name):
                     setattr(model_admin, name, empty())
+            model_admin.get_changelist = _arrays_screened(model_admin.get_changelist)  # type: ignore[method-assign]
 
     def get_app_list(self, request: HttpRequest, app_label: str | None = None) -> list[Any]:
         """Every app and list the member may see, built when a page first reads it.
@@ -309,13 +318,13 @@ def _unstorable_input_refused(view: Callable[..., Any]) -> Callable[..., Any]:
     No page of the admin needs one, and every page filters, searches or saves what it is sent:
     a NUL in a list filter, an autocomplete term or an export's filters would otherwise fail in
     the database (a ``DataError``). Checked here once, for every page behind ``admin_view``,
-    Django's and the third-party admins' alike: the query string's names and values, and what
-    is posted.
+    Django's and the third-party admins' alike: the path (an object's id in it), the query
+    string's names and values, and what is posted.
     """
 
     @wraps(view)
     def checked(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-        sent = [dict(request.GET.lists())]
+        sent = [request.path, dict(request.GET.lists())]
         if request.method == "POST":
             sent.append(dict(request.POST.lists()))
         problem = unstorable_reason(sent)
@@ -326,6 +335,78 @@ def _unstorable_input_refused(view: Callable[..., Any]) -> Callable[..., Any]:
         return view(request, *args, **kwargs)
 
     return checked
+
+
+# What PostgreSQL compares as the column's text (``scopes::text``): text is what they take.
+_LOOKUPS_ON_TEXT = frozenset(
+    ["iexact", "icontains", "startswith", "istartswith", "endswith", "iendswith", "regex", "iregex"]
+)
+
+
+class _ArrayComparedWithTextRefused(ChangeList):
+    """A list filtered by text where an array column wants an array (``?scopes=x``,
+    ``?scopes__contains=x``): PostgreSQL would fail the list ("malformed array literal"),
+    and a query string holds nothing but text. A filter the list cannot apply, so the list
+    without it (Django's ``?e=1``), whichever model and array column."""
+
+    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Any]:
+        listed = super().get_queryset(request, exclude_parameters)
+        if any(_text_for_an_array(lookup) for lookup in _lookups(listed.query.where)):
+            raise IncorrectLookupParameters("an array column is filtered by text")
+        return listed
+
+
+def _text_for_an_array(lookup: Lookup[Any]) -> bool:
+    # A filter of code passes a list, made an ARRAY[...] expression; ``__in`` makes each
+    # item a tuple, ``__isnull`` a truth. Text left as it came is what PostgreSQL would
+    # read as an array literal.
+    if not _array_valued(lookup.lhs) or lookup.lookup_name in _LOOKUPS_ON_TEXT:
+        return False
+    rhs = lookup.rhs
+    return isinstance(rhs, str) or (
+        isinstance(rhs, list | tuple) and any(isinstance(item, str) for item in rhs)
+    )
+
+
+def _array_valued(expression: Any) -> bool:
+    if isinstance(getattr(expression, "output_field", None), ArrayField):
+        return True
+    # PostgreSQL takes an index after a slice as one more slice: scopes[1:2][1] is an array.
+    while isinstance(expression, IndexTransform):
+        expression = expression.lhs
+        if isinstance(expression, SliceTransform):
+            return True
+    return False
+
+
+def _lookups(where: WhereNode) -> Iterator[Lookup[Any]]:
+    for child in where.children:
+        if isinstance(child, WhereNode):
+            yield from _lookups(child)
+        elif isinstance(child, Lookup):
+            yield child
+
+
+_ARRAY_SCREENED: dict[type[ChangeList], type[ChangeList]] = {}  # one class per list class
+
+
+def _array_screened_changelist(changelist: type[ChangeList]) -> type[ChangeList]:
+    if changelist not in _ARRAY_SCREENED:
+        _ARRAY_SCREENED[changelist] = type(
+            changelist.__name__, (_ArrayComparedWithTextRefused, changelist), {}
+        )
+    return _ARRAY_SCREENED[changelist]
+
+
+def _arrays_screened(get_changelist: Callable[..., type[ChangeList]]) -> Callable[..., Any]:
+    """A ModelAdmin's ``get_changelist``, its list class screening array filters: every
+    list, the third-party admins' and those on unfold's or our own list classes alike."""
+
+    @wraps(get_changelist)
+    def screened(request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return _array_screened_changelist(get_changelist(request, **kwargs))
+
+    return screened
 
 
 def _selection_of_ids_only(view: Callable[..., Any], model_admin: ModelAdmin) -> Callable[..., Any]:

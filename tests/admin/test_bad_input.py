@@ -6,13 +6,16 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from axes.models import AccessAttempt
 from django.contrib import admin
 from django.contrib.auth.models import Group
+from django.contrib.contenttypes.models import ContentType
+from django.contrib.postgres.fields import ArrayField
+from django.contrib.sessions.models import Session
 from django.db import connection
 from django.http.response import HttpResponseBase
 from django.test import Client
@@ -22,6 +25,7 @@ from django.utils import timezone
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, LedgerEvent, WorkItem
 from integrations.services.ledger import ledger_event_append
+from integrations.services.staff.keys import CreatedApiKey
 from tests.admin.test_role_table import every_action, every_model, role_user  # noqa: F401  (a fixture)
 from tests.builders import (
     DeletionRequestFactory,
@@ -149,6 +153,18 @@ def test_a_nul_sent_to_any_admin_page_is_a_400(
             assert answer.content == NUL_REFUSED, url
 
 
+def test_a_nul_in_an_admin_address_is_a_400(broker: Broker, superuser_client: Client) -> None:
+    # The "view on site" shortcut looks the object up by what the path holds: sessions are
+    # keyed by text, where a NUL failed in the database.
+    sessions = ContentType.objects.get_for_model(Session)
+
+    for url in (f"/admin/r/{sessions.pk}/%00/", f"/admin/integrations/broker/{broker.pk}%00/"):
+        answer = superuser_client.get(url)
+
+        assert answer.status_code == 400, url
+        assert answer.content == NUL_REFUSED, url
+
+
 def test_a_ledger_export_with_a_nul_filter_is_a_400_and_no_export(
     broker: Broker, superuser_client: Client
 ) -> None:
@@ -216,6 +232,49 @@ def test_a_known_job_status_filters_the_jobs(broker: Broker, superuser_client: C
     assert answer.status_code == 200
     assert answer.context_data is not None
     assert [job.pk for job in answer.context_data["cl"].result_list] == [waiting]
+
+
+# -- an array column filtered by text --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/admin/integrations/apikey/?scopes=x",
+        "/admin/integrations/apikey/?scopes__contains=x",
+        "/admin/integrations/apikey/?scopes__contained_by=x",
+        "/admin/integrations/apikey/?scopes__overlap=x",
+        "/admin/integrations/apikey/?scopes__0_1=x",  # a slice is an array too
+        "/admin/integrations/apikey/?scopes__0_1__0=x",  # and so is its item, to PostgreSQL
+        "/admin/integrations/apikey/?scopes=%7Bingest%7D",  # nor is a literal a filter of ours
+        "/admin/integrations/saasconnection/?identifier_categories=x",
+        "/admin/integrations/apikey/?scopes__range=a,b",
+        "/admin/integrations/apikey/?scopes__gt=x",
+        "/admin/integrations/saasconnection/?identifier_categories__overlap=x",
+    ],
+)
+def test_an_array_column_filtered_by_text_is_refused_as_an_invalid_filter(
+    broker: Broker, superuser_client: Client, url: str
+) -> None:
+    answer = superuser_client.get(url)
+
+    # PostgreSQL reads the text as an array ("malformed array literal"): a filter the list
+    # cannot apply, so the list without it.
+    assert answer.status_code == 302
+    assert answer["Location"] == url.split("?")[0] + "?e=1"
+
+
+@pytest.mark.parametrize("query", ["scopes__0=ingest", "scopes__len=1", "scopes__isnull=False"])
+def test_an_array_column_s_item_or_length_still_filters(
+    superuser_client: Client, make_key: Callable[..., CreatedApiKey], query: str
+) -> None:
+    key = make_key("ingest")
+
+    answer = superuser_client.get(f"/admin/integrations/apikey/?{query}")
+
+    assert answer.status_code == 200
+    assert answer.context_data is not None
+    assert [k.pk for k in answer.context_data["cl"].result_list] == [key.api_key.pk]
 
 
 # -- a "digit" that is not an ASCII digit -----------------------------------------------------
@@ -358,9 +417,10 @@ def test_cleaning_up_expired_login_attempts_deletes_the_expired_ones(
 def _hostile_requests(
     client: Client, model_admin: admin.ModelAdmin[Any]
 ) -> Iterator[tuple[str, HttpResponseBase]]:
-    """A NUL in a filter, a superscript digit in each, the date drill-down past 9999 and each
-    action on a selection that is no id: what once broke lists. A guard for every admin
-    registered later, bounded to run in every ``make test`` (a few seconds)."""
+    """A NUL in a filter, a superscript digit in each, text for each array column, the date
+    drill-down past 9999 and each action on a selection that is no id: what once broke
+    lists. A guard for every admin registered later, bounded to run in every ``make test``
+    (a few seconds)."""
     opts = model_admin.model._meta
     url = reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist")
     page = client.get(url)
@@ -373,6 +433,10 @@ def _hostile_requests(
     # read is each filter's own to handle.
     for query in [f"{url}?{(params or ['q'])[0]}=%00", *(f"{url}?{p}=%C2%B2" for p in params)]:
         yield query, client.get(query)
+    for field in opts.get_fields():
+        if isinstance(field, ArrayField):
+            query = f"{url}?{field.name}=x"
+            yield query, client.get(query)
     if model_admin.date_hierarchy:
         query = f"{url}?{model_admin.date_hierarchy}__year=9999"
         yield query, client.get(query)
