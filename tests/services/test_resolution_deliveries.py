@@ -4,11 +4,13 @@ resolved identifiers purged once every SaaS deletion is final."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.utils import timezone
 
 from devtools.broker_simulator import BrokerSimulator, Reply
 from integrations import tasks
@@ -27,6 +29,8 @@ from integrations.services.dispatch.deliveries import (
     resolution_requests_deliver,
     saas_deletions_deliver,
 )
+from integrations.services.dispatch.redelivery import resolution_request_redeliver
+from integrations.services.dispatch.resolutions import resolution_outcome_record
 from tests.builders import (
     ResolutionRequestFactory,
     SaasConnectionFactory,
@@ -381,3 +385,50 @@ def test_a_saas_answer_nested_too_deeply_is_not_kept_and_the_batch_goes_on(
     first = deletions[0].delivery_attempts.get()
     assert first.response_body == "[not kept: 4000 bytes, nested too deeply]"
     assert set(SaasDeletion.objects.values_list("state", flat=True)) == {RequestState.COMPLETED}
+
+
+# ---------------------------------------------------------------- clocks of several hosts
+
+
+@pytest.fixture
+def web_clock_ahead(monkeypatch: pytest.MonkeyPatch) -> dt.datetime:
+    """The web host's clock a minute ahead of the database's (and the worker's): the
+    delivery loop decides what is due by the database's time."""
+    ahead = timezone.now() + dt.timedelta(minutes=1)
+    monkeypatch.setattr(timezone, "now", lambda: ahead)
+    return ahead
+
+
+def test_a_saas_deletion_an_answer_starts_is_due_whatever_the_web_hosts_clock(
+    broker: Broker, saas_receiver: BrokerSimulator, web_clock_ahead: dt.datetime
+) -> None:
+    integration = webhook_integration_created(broker, "https://crm.acme.example/drop").integration
+    resolution = ResolutionRequestFactory.create(
+        integration=integration, state=RequestState.DISPATCHED
+    )
+    _mailer(broker, saas_receiver.url)
+    resolution_outcome_record(
+        resolution_request=resolution,
+        drop_outcome="",
+        exemption_basis="",
+        identifiers=RESOLVED,
+        actor="t",
+    )
+    (deletion,) = SaasDeletion.objects.all()
+
+    assert saas_deletions_deliver(deletion_ids=[deletion.pk]) == {"delivered": 1}
+
+
+def test_a_redelivery_is_due_whatever_the_web_hosts_clock(
+    broker: Broker, receiver: BrokerSimulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    created = webhook_integration_created(broker, receiver.url)
+    request = ResolutionRequestFactory.create(
+        integration=created.integration, state=RequestState.UNDELIVERABLE
+    )
+    ahead = timezone.now() + dt.timedelta(minutes=1)
+    with monkeypatch.context() as web_host:
+        web_host.setattr(timezone, "now", lambda: ahead)
+        resolution_request_redeliver(resolution_request=request, actor="staff:alice")
+
+    assert resolution_requests_deliver(request_ids=[request.pk]) == {"delivered": 1}

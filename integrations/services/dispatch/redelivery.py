@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from integrations.dispatch.policy import AUTO_REDISPATCH_ACTOR, AUTO_REDISPATCH_MAX
@@ -85,7 +86,9 @@ def _requeue(
         row.state = RequestState.QUEUED
         row.attempts = 0
         row.last_error = ""
-        row.next_attempt_at = timezone.now()
+        # The database's time, as the delivery loop's due check reads it: a web host's
+        # clock a moment ahead would leave the row not due to the job queued just below.
+        row.next_attempt_at = Now()
         row.dispatched_at = None
         row.save(
             update_fields=[

@@ -23,7 +23,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.db.models import Exists, F, OuterRef
-from django.db.models.functions import Coalesce
+from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 
 from integrations import enqueue
@@ -127,7 +127,7 @@ def resolution_outcome_record(
                 resolution_id=request.pk,
                 saas_connection=target,
                 state=RequestState.QUEUED,
-                next_attempt_at=now,
+                next_attempt_at=Now(),  # the database's time (see ``redelivery``)
             )
             for target in connections
         )

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import connection, models, transaction
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from integrations import enqueue
@@ -224,9 +225,8 @@ def integration_enable(*, integration: Integration, actor: str) -> int:
     with transaction.atomic():
         # pending_requests_target below takes it: first, before any row (``matching_lock``).
         matching_lock(broker=integration.broker)
-        now = timezone.now()
         waiting = models.Q(integration=integration.pk, state=RequestState.QUEUED) & (
-            models.Q(next_attempt_at__isnull=True) | models.Q(next_attempt_at__lte=now)
+            models.Q(next_attempt_at__isnull=True) | models.Q(next_attempt_at__lte=Now())
         )
         # The requests before the integration, as retiring takes them (``_requests_locked``).
         deletion_ids, resolution_ids = _requests_locked(waiting)
@@ -246,8 +246,9 @@ def integration_enable(*, integration: Integration, actor: str) -> int:
         locked.enabled = True
         reason, locked.disabled_reason = locked.disabled_reason, ""
         locked.save(update_fields=["enabled", "disabled_reason"])
-        DeletionRequest.objects.filter(pk__in=deletion_ids).update(next_attempt_at=now)
-        ResolutionRequest.objects.filter(pk__in=resolution_ids).update(next_attempt_at=now)
+        # The database's time, as the delivery loop's due check reads it (``redelivery``).
+        DeletionRequest.objects.filter(pk__in=deletion_ids).update(next_attempt_at=Now())
+        ResolutionRequest.objects.filter(pk__in=resolution_ids).update(next_attempt_at=Now())
         _requeue(deletion_ids, resolution_ids)
         targeted = pending_requests_target(broker=locked.broker, actor=actor)
         ledger_event_append(

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from django.core.exceptions import ValidationError
 from django.db import models, transaction
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from integrations import enqueue
@@ -174,11 +175,10 @@ def saas_connection_enable(*, connection: SaasConnection, actor: str) -> int:
     if SaasConnection.objects.filter(pk=connection.pk, enabled=True).exists():
         return 0
     with transaction.atomic():
-        now = timezone.now()
         # The deletions before the connection, as retiring takes them (``_deletions_locked``).
         waiting = _deletions_locked(
             models.Q(saas_connection=connection.pk, state=RequestState.QUEUED)
-            & (models.Q(next_attempt_at__isnull=True) | models.Q(next_attempt_at__lte=now))
+            & (models.Q(next_attempt_at__isnull=True) | models.Q(next_attempt_at__lte=Now()))
         )
         locked = (
             SaasConnection.objects.select_for_update(of=("self",))
@@ -200,7 +200,8 @@ def saas_connection_enable(*, connection: SaasConnection, actor: str) -> int:
         reason = locked.disabled_reason
         locked.enabled, locked.disabled_reason = True, ""
         locked.save(update_fields=["enabled", "disabled_reason"])
-        SaasDeletion.objects.filter(pk__in=waiting).update(next_attempt_at=now)
+        # The database's time, as the delivery loop's due check reads it (``redelivery``).
+        SaasDeletion.objects.filter(pk__in=waiting).update(next_attempt_at=Now())
         if waiting:
             enqueue.saas_deletions_enqueue(waiting)
         ledger_event_append(
