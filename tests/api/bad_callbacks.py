@@ -167,6 +167,12 @@ BAD_CALLBACKS: dict[str, BadCallback] = {
         "validation_failed",
         _only(DELETION),
     ),
+    # What gunicorn hands on for a chunked body: no Content-Length, so Django reads nothing.
+    "body sent in chunks": BadCallback(
+        lambda s, r, b: {"headers": {"HTTP_TRANSFER_ENCODING": "chunked", "CONTENT_LENGTH": ""}},
+        400,
+        "validation_failed",
+    ),
     "body not an object": BadCallback(
         lambda s, r, b: {"payload": json.dumps([b(r)]).encode()}, 400, "validation_failed"
     ),
@@ -260,4 +266,7 @@ BAD_CALLBACKS: dict[str, BadCallback] = {
 }
 
 # Anyone can send these: counted and logged, never a ledger row.
-WITHOUT_A_VALID_KEY = frozenset({"missing key", "invalid key", "revoked key", "body over 64 KiB"})
+# Refused before a key is read, so no ``callback.rejected`` event names one.
+WITHOUT_A_VALID_KEY = frozenset(
+    {"missing key", "invalid key", "revoked key", "body over 64 KiB", "body sent in chunks"}
+)

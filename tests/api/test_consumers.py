@@ -156,6 +156,25 @@ def test_bad_json_is_400_validation_failed(api_client: APIClient, ingest: dict[s
     assert response.json()["code"] == "validation_failed"
 
 
+def test_a_body_sent_in_chunks_is_told_to_send_its_length(
+    api_client: APIClient, ingest: dict[str, Any]
+) -> None:
+    # What gunicorn hands on for a chunked body: no Content-Length, so Django reads nothing.
+    body = json.dumps(_many(2))
+    response = api_client.post(
+        URL,
+        body,
+        content_type="application/json",
+        HTTP_TRANSFER_ENCODING="chunked",
+        CONTENT_LENGTH="",
+        **ingest,
+    )
+    assert response.status_code == 400
+    assert response.json()["code"] == "validation_failed"
+    assert "send it with Content-Length" in response.json()["detail"]
+    assert not Consumer.objects.exists()
+
+
 def _many(count: int) -> dict[str, Any]:
     return {
         "consumers": [
