@@ -22,11 +22,14 @@ broker_id_validator = RegexValidator(
 
 
 def within_download_cadence(days: int) -> None:
-    """A pull interval must keep the broker within DROP's download cadence (45 days)."""
+    """A pull interval must keep the broker within DROP's download cadence (45 days): a
+    pull runs within the hour after it is due and takes its own time, so the cadence itself
+    would be late (``selectors.pulls`` holds a stored one to a day less, too)."""
     cadence = settings.DROPPORTAL_DOWNLOAD_CADENCE_DAYS
-    if days > cadence:
+    if days >= cadence:
         raise ValidationError(
-            f"DROP requires a download at least every {cadence} days; choose {cadence} or fewer."
+            f"DROP requires a download at least every {cadence} days, and a pull comes up to "
+            f"an hour after it is due; choose {cadence - 1} or fewer."
         )
 
 

@@ -12,6 +12,7 @@ from django.db.models import (
     ExpressionWrapper,
     F,
     Func,
+    IntegerField,
     Max,
     OuterRef,
     Q,
@@ -19,7 +20,7 @@ from django.db.models import (
     Subquery,
     Value,
 )
-from django.db.models.functions import Coalesce
+from django.db.models.functions import Coalesce, Least
 
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, DropCycle, LedgerEvent
@@ -98,9 +99,12 @@ def broker_pull_due(broker: Broker, *, now: dt.datetime) -> bool:
 
 
 def _pull_due(brokers: QuerySet[Broker], *, now: dt.datetime) -> QuerySet[Broker]:
-    interval = ExpressionWrapper(
-        F("pull_interval_days") * dt.timedelta(days=1), output_field=DurationField()
-    )
+    # Within the cadence as it is now, with a day to spare (``within_download_cadence``):
+    # an interval stored before the cadence was shortened, or at the cadence itself, would
+    # make the download late.
+    cadence = settings.DROPPORTAL_DOWNLOAD_CADENCE_DAYS
+    days = Least(F("pull_interval_days"), Value(cadence - 1), output_field=IntegerField())
+    interval = ExpressionWrapper(days * dt.timedelta(days=1), output_field=DurationField())
     return brokers.annotate(pull_due_at=F("last_pulled_at") + interval).filter(
         Q(last_pulled_at__isnull=True) | Q(pull_due_at__lte=now)
     )

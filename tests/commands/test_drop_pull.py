@@ -428,8 +428,11 @@ def test_due_brokers_are_those_with_auto_pull_and_an_old_or_no_pull(broker: Brok
     make("1003", auto_pull=True, last_pulled_at=days_ago(30.01))
     make("1004", auto_pull=True, pull_interval_days=7, last_pulled_at=days_ago(8))
     make("1005", auto_pull=False, last_pulled_at=days_ago(90))
+    # Stored before the cadence was 45 days, or at it: held to 44, a day to spare.
+    make("1006", auto_pull=True, pull_interval_days=45, last_pulled_at=days_ago(44.01))
+    make("1007", auto_pull=True, pull_interval_days=60, last_pulled_at=days_ago(43.99))
     due = [b.broker_id for b in brokers_due_for_pull(now=timezone.now())]
-    assert due == ["1001", "1003", "1004"]
+    assert due == ["1001", "1003", "1004", "1006"]
 
 
 def test_the_periodic_job_defers_one_pull_per_due_broker(broker: Broker) -> None:

@@ -396,12 +396,12 @@ def test_drop_recurring_says_how_many_and_refuses_when_rounds_are_off(
 def test_the_law_moving_to_30_days_is_three_settings_and_the_pull_interval(
     broker: Broker, settings: Any, tmp_path: Path
 ) -> None:
-    """A cycle at a 30-day cadence: due 30 days after its download, pulled again 30 days
-    after the last pull, and a deleted consumer's deletion repeated 30 days after it."""
+    """A cycle at a 30-day cadence: due 30 days after its download, pulled again within 30
+    days of the last pull, and a deleted consumer's deletion repeated 30 days after it."""
     settings.DROPPORTAL_REPORT_DAYS = 30
     settings.DROPPORTAL_DOWNLOAD_CADENCE_DAYS = 30
     settings.DROPPORTAL_RECURRING_DAYS = 30
-    Broker.objects.filter(pk=broker.pk).update(auto_pull=True, pull_interval_days=30)
+    Broker.objects.filter(pk=broker.pk).update(auto_pull=True, pull_interval_days=29)
     _target(broker)
     (_, email_hash), *_ = work_items(1)
     ConsumerFactory.create(broker=broker, remote_identifier="C-1", hashes={"email": email_hash})
@@ -414,8 +414,8 @@ def test_the_law_moving_to_30_days_is_three_settings_and_the_pull_interval(
     cycle = DropCycle.objects.get(broker=broker)
     assert cycle.due_date == drop_date(downloaded) + 30 * DAY
     Broker.objects.filter(pk=broker.pk).update(last_pulled_at=downloaded)
-    assert not brokers_due_for_pull(now=downloaded + 29 * DAY).exists()
-    assert brokers_due_for_pull(now=downloaded + 30 * DAY).exists()
+    assert not brokers_due_for_pull(now=downloaded + 28 * DAY).exists()
+    assert brokers_due_for_pull(now=downloaded + 29 * DAY).exists()
 
     request = DeletionRequest.objects.get()
     deletion_outcome_record(deletion_request=request, drop_outcome="deleted", actor="t")
