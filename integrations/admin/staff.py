@@ -110,6 +110,15 @@ class StaffUserAdmin(_LedgeredAdmin, UserAdmin, ModelAdmin):  # UserAdmin's fiel
     add_form = UserCreationForm
     change_password_form = AdminPasswordChangeForm
     actions = ["reset_mfa"]
+    # A member may do what their roles may, and a role changes only by a migration: no
+    # permission is granted to one account beside its roles.
+    fieldsets = tuple(
+        (
+            name,
+            {**options, "fields": tuple(f for f in options["fields"] if f != "user_permissions")},
+        )
+        for name, options in UserAdmin.fieldsets or ()
+    )
 
     @admin.action(description="Reset two-factor authentication (they set it up again)")
     def reset_mfa(self, request: HttpRequest, queryset: QuerySet[User]) -> None:

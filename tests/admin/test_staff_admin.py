@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import Group, Permission, User
 from django.test import Client
 
 from integrations.models import LedgerEvent
@@ -54,6 +54,29 @@ def test_granting_a_role_is_in_the_ledger_without_the_password(alice: Client) ->
     assert changed.data["is_staff"] is True
     every_event = " ".join(str(e.data) for e in LedgerEvent.objects.all())
     assert password not in every_event and ada.password not in every_event
+
+
+def test_no_permission_is_granted_to_one_account_beside_its_roles(alice: Client) -> None:
+    ada = User.objects.create_user("ada", password="pw-ada-123-x", is_staff=True)
+    export = Permission.objects.get(codename="export_audit_records")
+
+    assert b"user_permissions" not in alice.get(f"/admin/auth/user/{ada.pk}/change/").content
+    response = alice.post(
+        f"/admin/auth/user/{ada.pk}/change/",
+        {
+            "username": "ada",
+            "is_active": "on",
+            "is_staff": "on",
+            "user_permissions": [export.pk],  # a crafted form: not a field of the page
+            "date_joined_0": "2026-11-01",
+            "date_joined_1": "10:00:00",
+            "initial-date_joined_0": "2026-11-01",
+            "initial-date_joined_1": "10:00:00",
+        },
+    )
+
+    assert response.status_code == 302, response.content.decode()[:3000]
+    assert not ada.user_permissions.exists()
 
 
 def test_changing_a_password_and_deleting_a_user_are_events(alice: Client) -> None:
