@@ -135,13 +135,14 @@ def problem_response(
     )
 
 
-def _is_api(request: HttpRequest) -> bool:
+def is_api_request(request: HttpRequest) -> bool:
+    """Whether ``request`` is the API's (answered with problem details), not a page's."""
     return request.path.startswith("/api/")
 
 
 def bad_request(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
     """Django's own 400s (a body over DATA_UPLOAD_MAX_MEMORY_SIZE, a disallowed host...)."""
-    if _is_api(request):
+    if is_api_request(request):
         return problem_response(
             status=400, code="bad_request", detail=str(exception or "") or "Bad request."
         )
@@ -151,7 +152,7 @@ def bad_request(request: HttpRequest, exception: Exception | None = None) -> Htt
 
 
 def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
-    if _is_api(request):
+    if is_api_request(request):
         return problem_response(
             status=404, code="not_found", detail=f"No API endpoint at {request.path}."
         )
@@ -161,7 +162,7 @@ def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpR
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
-    if _is_api(request):
+    if is_api_request(request):
         return problem_response(
             status=500, code="internal_error", detail="The server failed; it has been logged."
         )

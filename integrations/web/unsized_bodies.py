@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from django.http import HttpRequest, HttpResponse
 
-from integrations.web.errors import problem_response
+from integrations.web.errors import is_api_request, problem_response
 
 UNSIZED = (
     "The body was sent in chunks (Transfer-Encoding: chunked) without a Content-Length "
@@ -27,7 +27,7 @@ class UnsizedBodyRefusedMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         meta = request.META
         if (
-            request.path.startswith("/api/")
+            is_api_request(request)
             and "chunked" in str(meta.get("HTTP_TRANSFER_ENCODING", "")).lower()
             and not meta.get("CONTENT_LENGTH")
         ):
