@@ -70,6 +70,10 @@ _UNFOLD_OPTIONAL_ATTRIBUTES: dict[str, Callable[[], Any]] = {
 }
 
 
+# Where a request keeps whether its member passed the second factor, read once a request.
+_SECOND_FACTOR_PASSED = "_dp_second_factor_passed"
+
+
 class DropportalAdminSite(UnfoldAdminSite):
     site_header = "dropportal"
     site_title = "dropportal"
@@ -210,7 +214,7 @@ class DropportalAdminSite(UnfoldAdminSite):
         from integrations.admin.oidc import oidc_mfa_passed
         from integrations.services.staff.staff_mfa import staff_mfa_required
 
-        cached = getattr(request, "_dp_second_factor_passed", None)
+        cached = getattr(request, _SECOND_FACTOR_PASSED, None)
         if cached is None:
             user: Any = request.user
             verified = getattr(user, "is_verified", None)  # set by django-otp's middleware
@@ -220,7 +224,7 @@ class DropportalAdminSite(UnfoldAdminSite):
                 or oidc_mfa_passed(request)
                 or not staff_mfa_required(user)
             )
-            request._dp_second_factor_passed = cached  # type: ignore[attr-defined]
+            setattr(request, _SECOND_FACTOR_PASSED, cached)
         return cached
 
     def login(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
@@ -248,7 +252,7 @@ class DropportalAdminSite(UnfoldAdminSite):
         if request.method == "POST" and user is not before and user.is_authenticated:
             staff_password_sign_in_record(user=user)  # type: ignore[arg-type]
             # The page's context read the second factor of whoever was signed in before.
-            vars(request).pop("_dp_second_factor_passed", None)
+            vars(request).pop(_SECOND_FACTOR_PASSED, None)
         if (
             user.is_authenticated
             and user.is_active
