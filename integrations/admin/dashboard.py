@@ -46,6 +46,7 @@ from integrations.selectors.dashboard import (
     dashboard_overview,
 )
 from integrations.selectors.ledger_anchors import ledger_anchor_status
+from integrations.selectors.pulls import download_due_date
 from integrations.selectors.recurring import RECURRING_OVERDUE_DAYS
 from integrations.selectors.requests import AWAITING_CALLBACK_ATTENTION
 
@@ -341,7 +342,7 @@ def _broker_panel(
         integrations_url=links.changelist("integration", **by_broker),
         last_download_at=overview.last_download_at,
         last_download_url=links.change("dropcycle", last_cycle.pk) if last_cycle else None,
-        next_download_due=_next_download_due(overview),
+        next_download_due=download_due_date(overview.last_download_at, overview.last_pulled_at),
         last_upload_at=overview.last_upload_at,
         last_upload_url=links.changelist("reportfile", **by_broker),
         failed_pull_at=overview.failed_pull.created_at if overview.failed_pull else None,
@@ -489,15 +490,6 @@ def _recurring_numbers(overview: BrokerOverview, links: _Links) -> list[tuple[st
             Number(rounds.overdue, None, "bad"),
         ),
     ]
-
-
-def _next_download_due(overview: BrokerOverview) -> dt.date | None:
-    """The law's cadence from the last download: a package imported (pulled or uploaded by
-    hand), or a pull DROP answered "nothing new", as the evidence pack counts them."""
-    downloads = [at for at in (overview.last_download_at, overview.last_pulled_at) if at]
-    if not downloads:
-        return None
-    return drop_date(max(downloads)) + dt.timedelta(days=settings.DROPPORTAL_DOWNLOAD_CADENCE_DAYS)
 
 
 def _attention_numbers(

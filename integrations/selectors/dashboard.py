@@ -29,7 +29,7 @@ from integrations.models import (
 )
 from integrations.selectors.directives import directive_ack_days, unacknowledged_directives_count
 from integrations.selectors.drop_access import drop_access_obligations_open
-from integrations.selectors.pulls import drop_pulls_reached
+from integrations.selectors.pulls import brokers_with_last_downloads
 from integrations.selectors.recurring import RecurringOverview, recurring_overviews
 from integrations.selectors.requests import deletion_requests_needing_attention
 from integrations.selectors.targets import broker_targets
@@ -194,17 +194,11 @@ def dashboard_overview(*, now: dt.datetime) -> list[BrokerOverview]:
 
 def _brokers_with_last_transfers(*, now: dt.datetime) -> list[Broker]:
     """Every broker, annotated with ``last_download_at``, ``last_pull_reached_at`` (the last
-    pull that reached DROP, ``drop_pulls_reached``), ``last_upload_at`` and its
+    pull that reached DROP: ``brokers_with_last_downloads``), ``last_upload_at`` and its
     directives awaiting acknowledgement (``directives_awaiting``, ``directives_overdue``)."""
     return list(
-        Broker.objects.annotate(
-            last_download_at=Max("cycles__downloaded_at"),
-            last_pull_reached_at=Subquery(
-                drop_pulls_reached()
-                .filter(broker_id=OuterRef("broker_id"))
-                .order_by("-id")
-                .values("created_at")[:1]
-            ),
+        brokers_with_last_downloads()
+        .annotate(
             last_upload_at=Subquery(
                 ReportFile.objects.filter(broker=OuterRef("pk"), uploaded_at__isnull=False)
                 .order_by("-uploaded_at")
@@ -214,7 +208,8 @@ def _brokers_with_last_transfers(*, now: dt.datetime) -> list[Broker]:
             directives_overdue=unacknowledged_directives_count(
                 issued_before=now - directive_ack_days()
             ),
-        ).order_by("broker_id")
+        )
+        .order_by("broker_id")
     )
 
 

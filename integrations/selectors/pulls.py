@@ -22,6 +22,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce, Least
 
+from integrations.drop.calendar import drop_date
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, DropCycle, LedgerEvent
 
@@ -40,6 +41,43 @@ def drop_pulls_reached(events: QuerySet[LedgerEvent] | None = None) -> QuerySet[
     of the schedule's refused key, the dashboard's next download and the evidence pack."""
     events = events if events is not None else LedgerEvent.objects.all()
     return events.filter(kind=LedgerKind.DROP_PULLED).exclude(data__contains={"resumed": True})
+
+
+def brokers_with_last_downloads(brokers: QuerySet[Broker] | None = None) -> QuerySet[Broker]:
+    """Brokers annotated with ``last_download_at`` (their latest package imported, pulled or
+    uploaded by hand) and ``last_pull_reached_at`` (their latest pull DROP answered,
+    ``drop_pulls_reached``, "nothing new" included)."""
+    brokers = brokers if brokers is not None else Broker.objects.all()
+    return brokers.annotate(
+        last_download_at=Max("cycles__downloaded_at"),
+        last_pull_reached_at=Subquery(
+            drop_pulls_reached()
+            .filter(broker_id=OuterRef("broker_id"))
+            .order_by("-id")
+            .values("created_at")[:1]
+        ),
+    )
+
+
+def download_due_date(*downloads: dt.datetime | None) -> dt.date | None:
+    """The day DROP's cadence wants the next download by, counted in DROP's calendar from the
+    last of ``downloads`` (as ``brokers_with_last_downloads`` annotates them, and as the
+    evidence pack counts them); None before the first."""
+    done = [at for at in downloads if at is not None]
+    if not done:
+        return None
+    return drop_date(max(done)) + dt.timedelta(days=settings.DROPPORTAL_DOWNLOAD_CADENCE_DAYS)
+
+
+def brokers_download_due(*, today: dt.date, within_days: int) -> list[tuple[Broker, dt.date]]:
+    """Each broker whose next download is due within ``within_days`` of ``today`` (or
+    overdue), with that day, whether it pulls automatically or by hand."""
+    due = []
+    for broker in brokers_with_last_downloads().order_by("broker_id"):
+        day = download_due_date(broker.last_download_at, broker.last_pull_reached_at)  # type: ignore[attr-defined]
+        if day is not None and (day - today).days <= within_days:
+            due.append((broker, day))
+    return due
 
 
 def _last_event_id(**filters: Any) -> Subquery:

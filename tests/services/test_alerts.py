@@ -368,6 +368,24 @@ def test_the_alert_webhook_goes_through_the_outbound_filter(
     assert received == []
 
 
+def test_a_download_due_within_the_week_alerts_until_one_is_made(broker: Broker) -> None:
+    today = drop_today()
+    DropCycleFactory.create(broker=broker, match_date=today - dt.timedelta(days=37))
+    assert alerts_evaluate().raised == []  # due in 8 days
+
+    (raised,) = alerts_evaluate(now=timezone.now() + dt.timedelta(days=1)).raised
+    assert raised.condition == "drop_download_due"
+    due = today + dt.timedelta(days=8)
+    assert f"Broker 4821 must download from DROP by {due}" in raised.text
+    assert "(in 7 day(s))" in raised.text and "drop pull --broker 4821" in raised.text
+    overdue = alerts_evaluate(now=timezone.now() + dt.timedelta(days=10))
+    assert overdue.raised == []  # raised once, while it lasts
+
+    DropCycleFactory.create(broker=broker, drop_session_id="2", match_date=today)
+    (cleared,) = alerts_evaluate(now=timezone.now() + dt.timedelta(days=10)).cleared
+    assert cleared.condition == "drop_download_due"
+
+
 def test_cycles_due_alert_at_7_days_and_again_at_2_while_statuses_are_owed(
     broker: Broker,
 ) -> None:
@@ -380,7 +398,8 @@ def test_cycles_due_alert_at_7_days_and_again_at_2_while_statuses_are_owed(
     assert 2 < days_left <= 7
 
     raised = alerts_evaluate(now=timezone.now()).raised
-    assert [a.condition for a in raised] == ["cycle_due_7_days"]
+    # Downloaded 40 days ago: the next download is due within the week too.
+    assert [a.condition for a in raised] == ["cycle_due_7_days", "drop_download_due"]
     assert alerts_evaluate().raised == []
 
     later = timezone.now() + dt.timedelta(days=days_left - 2)
@@ -480,6 +499,7 @@ def test_conditions_are_a_registry() -> None:
         "report_file_refused",
         "drop_settings_refused",
         "drop_upload_refused",
+        "drop_download_due",
     }
     assert AlertState.objects.count() == 0
 

@@ -62,6 +62,7 @@ from integrations.selectors.directives import (
 from integrations.selectors.drop_access import drop_access_obligations_open
 from integrations.selectors.ledger import ledger_last_by_broker
 from integrations.selectors.match_rates import match_rate_falls
+from integrations.selectors.pulls import brokers_download_due
 from integrations.selectors.report_reviews import report_files_awaiting_approval
 from integrations.selectors.stuck import stuck_work_items
 from integrations.selectors.targets import broker_targets
@@ -578,6 +579,30 @@ def _stuck_work(now: dt.datetime) -> Iterable[Firing]:
             f"{group.label} (nearest due {group.nearest_due_date.isoformat()}); "
             f"see `manage.py drop doctor` or {settings.DROPPORTAL_PUBLIC_URL}{group.admin_path}",
             details=group.as_json(),
+        )
+
+
+# Days before the law's next download is due that its alert starts.
+DOWNLOAD_DUE_ALERT_DAYS = 7
+
+
+@alert_condition("drop_download_due")
+def _drop_download_due(now: dt.datetime) -> Iterable[Firing]:
+    """DROP requires a download at least every ``DROPPORTAL_DOWNLOAD_CADENCE_DAYS`` (45): a
+    broker whose next one is due within a week, or overdue, whether it pulls by hand
+    (automatic pulls off) or its automatic pulls keep failing. It clears with a download,
+    a pull DROP answers "nothing new" included."""
+    today = drop_today(now)
+    for broker, due in brokers_download_due(today=today, within_days=DOWNLOAD_DUE_ALERT_DAYS):
+        days_left = (due - today).days
+        when = f"was due {-days_left} day(s) ago" if days_left < 0 else f"in {days_left} day(s)"
+        yield Firing(
+            key=broker.broker_id,
+            broker_id=broker.broker_id,
+            text=f"Broker {broker.broker_id} must download from DROP by {due.isoformat()} "
+            f"({when}), {settings.DROPPORTAL_DOWNLOAD_CADENCE_DAYS} days after its last "
+            f"download: `manage.py drop pull --broker {broker.broker_id}`",
+            details={"due_date": due.isoformat(), "auto_pull": broker.auto_pull},
         )
 
 
