@@ -11,6 +11,7 @@ import re
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator
+from django.db.models import Model
 
 from integrations.target_urls import (
     TargetUrlProblem,
@@ -75,6 +76,16 @@ def integration_name_validate(name: str) -> str:
     if len(name) > NAME_MAX:
         raise ValidationError({"name": f"at most {NAME_MAX} characters"})
     return name
+
+
+def column_fits(value: str, model: type[Model], field: str, *, key: str = "") -> str:
+    """``value`` unless it is longer than ``model``'s ``field`` column holds (its
+    ``max_length``, read from the model, the width's one home): refused here, keyed ``key``
+    (default: the field), rather than by the database with a ``DataError``."""
+    limit = getattr(model._meta.get_field(field), "max_length", None)
+    if limit is not None and len(value) > limit:
+        raise ValidationError({key or field: f"at most {limit} characters, not {len(value)}"})
+    return value
 
 
 def has_control_characters(text: str) -> bool:

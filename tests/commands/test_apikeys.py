@@ -80,6 +80,13 @@ def test_unknown_prefix_and_broker_and_scope_are_clear_errors(broker: Broker) ->
     assert not ApiKey.objects.exists()
 
 
+def test_a_name_longer_than_its_column_is_refused_in_one_line(broker: Broker) -> None:
+    with pytest.raises(CommandError, match=r"^name: at most 200 characters, not 201$"):
+        create("--broker", "4821", "--scope", "audit", "--name", "n" * 201)
+    assert not ApiKey.objects.exists()
+    assert create("--broker", "4821", "--scope", "audit", "--name", "n" * 200)["name"] == "n" * 200
+
+
 def test_a_metrics_key_of_every_broker_reads_every_brokers_series(
     broker: Broker, api_client: APIClient
 ) -> None:

@@ -316,6 +316,8 @@ def obligation(broker: Broker, drop: DropSimulator, clock: Clock) -> DropAccessO
         ("future", "X-1", "a future day"),
         ("before", "X-1", "before the failure it reports"),
         ("today", "  ", "reference is required"),
+        # Longer than its column: one line, not the database's DataError.
+        ("today", "R" * 256, "reference: at most 255 characters, not 256"),
     ],
 )
 def test_a_notice_that_cannot_be_right_is_refused(

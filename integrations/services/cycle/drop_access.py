@@ -28,6 +28,7 @@ from integrations.enqueue import alerts_evaluate_enqueue
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, DropAccessObligation, DropOutage
 from integrations.services.ledger import ledger_event_append
+from integrations.validators import column_fits
 
 # The regulation's figures: an outage longer than this obliges a notice within NOTICE_DAYS.
 OUTAGE_OBLIGES_AFTER = dt.timedelta(days=1)
@@ -173,6 +174,7 @@ def drop_access_notice_record(
     reference = reference.strip()
     if not reference:
         raise ValidationError("the notice's reference is required (DROP's message number, ...)")
+    column_fits(reference, DropAccessObligation, "notice_reference", key="reference")
     if sent_on > drop_today():
         raise ValidationError(f"the notice cannot have been sent on {sent_on}, a future day")
     now = timezone.now()

@@ -30,6 +30,7 @@ from integrations.models import (
 )
 from integrations.selectors.rows import model_from_row
 from integrations.services.ledger import ledger_event_append
+from integrations.validators import column_fits
 
 KEY_MARKER = "dpk_"
 PREFIX_LENGTH = len(KEY_MARKER) + 8
@@ -81,6 +82,7 @@ def api_key_create(
             "a directive_ack key is a service provider's own: give the provider (one of "
             "the broker's) and that scope alone"
         )
+    column_fits(name, ApiKey, "name")
     key = KEY_MARKER + secrets.token_urlsafe(32)  # 256 bits of entropy
     with transaction.atomic():
         api_key = ApiKey.objects.create(
