@@ -201,6 +201,35 @@ def test_retire_needs_a_reason(broker: Broker) -> None:
     assert not LedgerEvent.objects.filter(kind="integration.retired").exists()
 
 
+def test_a_reason_longer_than_its_column_is_refused_not_cut(broker: Broker) -> None:
+    """A reason kept in part says something else: refused in one line, nothing changed."""
+    crm = _target(broker, "crm")
+    mailer = SaasConnectionFactory.create(broker=broker, name="Mailer")
+    refusals = [
+        (["integrations", "disable", str(crm.uuid), "--reason", "d" * 201], 200, 201),
+        (["integrations", "retire", str(crm.uuid), "--reason", "r" * 501], 500, 501),
+        (["saas", "retire", str(mailer.pk), "--reason", "r" * 501], 500, 501),
+    ]
+    for args, limit, given in refusals:
+        with pytest.raises(
+            CommandError, match=rf"^reason: at most {limit} characters, not {given}$"
+        ):
+            call_command(*args, stdout=io.StringIO())
+    crm.refresh_from_db()
+    mailer.refresh_from_db()
+    assert (crm.enabled, crm.retired_at, mailer.retired_at) == (True, None, None)
+    with pytest.raises(ValidationError, match="at most 200 characters"):
+        saas_connection_disable(connection=mailer, reason="d" * 201, actor="test")
+    assert SaasConnection.objects.get(pk=mailer.pk).enabled
+    assert not LedgerEvent.objects.filter(kind__endswith="retired").exists()
+    # At its column's width, kept whole.
+    call_command(
+        "integrations", "disable", str(crm.uuid), "--reason", "d" * 200, stdout=io.StringIO()
+    )
+    crm.refresh_from_db()
+    assert crm.disabled_reason == "d" * 200
+
+
 def test_retiring_the_only_target_leaves_the_match_waiting_for_a_target(
     broker: Broker, tmp_path: Path
 ) -> None:

@@ -48,7 +48,7 @@ from integrations.services.cycle.work_items import work_item_settle
 from integrations.services.ledger import ledger_event_append
 from integrations.services.locks import matching_lock
 from integrations.services.row_updates import Audited, row_update
-from integrations.validators import integration_name_validate, target_url_validate
+from integrations.validators import column_fits, integration_name_validate, target_url_validate
 
 PREVIOUS_SECRET_VALIDITY = dt.timedelta(hours=24)
 
@@ -193,7 +193,11 @@ def integration_disable(*, integration: Integration, reason: str, actor: str) ->
 
     It stays a deletion target: matches made while it is disabled get their requests, which
     wait too, and their work items owe a status until it answers (or is retired)."""
-    reason = (reason or "").strip()[:200] or "disabled by staff"
+    reason = (reason or "").strip()
+    # Refused rather than cut: a reason kept in part says something else.
+    reason = (
+        column_fits(reason, Integration, "disabled_reason", key="reason") or "disabled by staff"
+    )
     with transaction.atomic():
         locked = _locked(integration)
         if not locked.enabled:
@@ -306,7 +310,7 @@ def integration_retire(*, integration: Integration, reason: str, actor: str) -> 
     reason = (reason or "").strip()
     if not reason:
         raise ValidationError({"reason": "say why the integration is retired (--reason)"})
-    reason = reason[:500]
+    column_fits(reason, Integration, "retired_reason", key="reason")
     with transaction.atomic():
         # The matching lock, then its open requests, then it (``matching_lock``).
         matching_lock(broker=integration.broker)
