@@ -124,10 +124,19 @@ def open_output(path: str | None, stdout: Any) -> Any:
 
 
 def broker_or_error(broker_id: str) -> Broker:
+    if not broker_id:
+        raise CommandError("the broker id is empty: give the broker's 4-digit DROP id")
     try:
         return Broker.objects.get(broker_id=broker_id)
     except Broker.DoesNotExist:
         raise CommandError(f"no broker with id {broker_id!r}") from None
+
+
+def broker_or_every(broker_id: str | None) -> Broker | None:
+    """An optional ``--broker``: None (every broker) only when it is not given at all. Given,
+    even as ``--broker ""``, it must name a broker: an empty value read as "every broker"
+    would widen an export or a list past what was asked."""
+    return None if broker_id is None else broker_or_error(broker_id)
 
 
 def cycle_or_error(broker: Broker, drop_session_id: str) -> DropCycle:

@@ -38,7 +38,7 @@ from tqdm import tqdm
 
 from integrations.drop.calendar import DROP_YEARS, drop_date, drop_time_text
 from integrations.exports import csv_cell
-from integrations.management.base import broker_or_error, date_bound
+from integrations.management.base import broker_or_error, broker_or_every, date_bound
 from integrations.management.drop_directives import DirectiveSubcommands
 from integrations.management.drop_report import ReportSubcommand
 from integrations.management.drop_suppression import SuppressionSubcommands
@@ -311,7 +311,7 @@ class Command(DirectiveSubcommands, ReportSubcommand, SuppressionSubcommands):
             )
 
     def handle_doctor(self, **options: Any) -> None:
-        broker = broker_or_error(options["broker"]) if options.get("broker") else None
+        broker = broker_or_every(options["broker"])
         groups = stuck_work_items(broker=broker)
         obligations = list(drop_access_obligations_open(broker=broker))
         # Not a work item's path to a status, but a duty still owed: listed apart.

@@ -21,6 +21,7 @@ from integrations.management.base import (
     DropportalCommand,
     add_secret_argument,
     broker_or_error,
+    broker_or_every,
     secret_value,
 )
 from integrations.models import Integration, IntegrationKind, IsiConnection
@@ -336,7 +337,7 @@ class Command(DropportalCommand):
     # -- list --------------------------------------------------------------------------------
 
     def handle_list(self, **options: Any) -> None:
-        broker = broker_or_error(options["broker"]) if options.get("broker") else None
+        broker = broker_or_every(options["broker"])
         integrations = broker_targets(broker)
         rows = [
             {

@@ -14,7 +14,7 @@ from integrations.evidence.timestamps import load_certificates
 from integrations.management.base import (
     DropportalCommand,
     add_period_arguments,
-    broker_or_error,
+    broker_or_every,
     open_output,
     period_bounds,
 )
@@ -61,8 +61,7 @@ class Command(DropportalCommand):
         )
 
     def handle_export(self, **options: Any) -> None:
-        if options["broker"]:
-            broker_or_error(options["broker"])  # a typo is an error, not an empty export
+        broker_or_every(options["broker"])  # a typo is an error, not an empty export
         since, until = period_bounds(options)
         with open_output(options["out"], self.stdout._out) as stream:
             # Who took the ledger, as the admin's export and ``outcomes export`` record it:

@@ -18,7 +18,7 @@ from integrations import exports
 from integrations.management.base import (
     DropportalCommand,
     add_period_arguments,
-    broker_or_error,
+    broker_or_every,
     file_written_whole,
     open_output,
     period_bounds,
@@ -45,8 +45,7 @@ class Command(DropportalCommand):
 
     def handle_export(self, **options: Any) -> None:
         broker_id = options["broker"]
-        if broker_id:
-            broker_or_error(broker_id)  # a typo is an error, not an empty export
+        broker_or_every(broker_id)  # a typo is an error, not an empty export
         since, until = period_bounds(options)
         filters = {"broker_id": broker_id, "since": since, "until": until}
         outcome_export_record(

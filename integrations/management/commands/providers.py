@@ -16,7 +16,12 @@ from typing import Any
 from django.core.management.base import CommandError
 
 from integrations.drop.calendar import drop_date
-from integrations.management.base import DropportalCommand, broker_or_error, terminal_text
+from integrations.management.base import (
+    DropportalCommand,
+    broker_or_error,
+    broker_or_every,
+    terminal_text,
+)
 from integrations.models import Directive, ServiceProvider
 from integrations.services.providers.directives import directive_acknowledge
 from integrations.services.providers.providers import service_provider_add
@@ -66,8 +71,9 @@ class Command(DropportalCommand):
 
     def handle_list(self, **options: Any) -> None:
         providers = ServiceProvider.objects.select_related("broker")
-        if options["broker"]:
-            providers = providers.filter(broker=broker_or_error(options["broker"]))
+        broker = broker_or_every(options["broker"])
+        if broker is not None:
+            providers = providers.filter(broker=broker)
         rows = [_as_json(p) for p in providers]
         if options["json"]:
             self.print_json({"items": rows})

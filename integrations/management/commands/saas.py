@@ -18,6 +18,7 @@ from integrations.management.base import (
     DropportalCommand,
     add_secret_argument,
     broker_or_error,
+    broker_or_every,
     secret_value,
 )
 from integrations.models import SaasConnection
@@ -101,8 +102,9 @@ class Command(DropportalCommand):
         connections = SaasConnection.objects.select_related("broker").order_by(
             "broker__broker_id", "name"
         )
-        if options.get("broker"):
-            connections = connections.filter(broker=broker_or_error(options["broker"]))
+        broker = broker_or_every(options["broker"])
+        if broker is not None:
+            connections = connections.filter(broker=broker)
         rows = [_row(c) for c in connections]
         if options["json"]:
             self.print_json({"items": rows})
