@@ -88,10 +88,22 @@ DEBUG = env.bool("DJANGO_DEBUG", default=False)
 # Secrets generated into var/ serve the embedded PostgreSQL only. With DATABASE_URL (a real
 # deployment, perhaps several hosts) each host would generate its own, and two hosts must
 # never encrypt, or sign evidence packs, with different keys: refuse to start, in one line.
+# Comma-separated, newest first. Empty entries and blanks around a key are dropped, so a
+# value of only commas and blanks holds no key: refused here like an unset one, never left
+# to the key generated into var/ (each host's own).
+_encryption_keys = [
+    key.strip()
+    for key in env.str("DROPPORTAL_ENCRYPTION_KEYS", default="").split(",")
+    if key.strip()
+]
 _required_with_database_url = [
     name
-    for name in ("SECRET_KEY", "DROPPORTAL_ENCRYPTION_KEYS", "DROPPORTAL_EVIDENCE_KEY")
-    if not env.str(name, default="").strip()
+    for name, given in (
+        ("SECRET_KEY", env.str("SECRET_KEY", default="").strip()),
+        ("DROPPORTAL_ENCRYPTION_KEYS", _encryption_keys),
+        ("DROPPORTAL_EVIDENCE_KEY", env.str("DROPPORTAL_EVIDENCE_KEY", default="").strip()),
+    )
+    if not given
 ]
 
 
@@ -115,7 +127,7 @@ DROPPORTAL_PUBLIC_URL = _parsed(
     _http_url,
     what="the service's http or https address, for example https://dp.example.com",
 ).rstrip("/")
-DROPPORTAL_ENCRYPTION_KEYS: list[str] = env.list("DROPPORTAL_ENCRYPTION_KEYS", default=[]) or [
+DROPPORTAL_ENCRYPTION_KEYS: list[str] = _encryption_keys or [
     local_state.generated_secret("encryption_key", local_state.new_fernet_key)
 ]
 # Ed25519 private key (PEM; "\n" may stand for line breaks in an environment variable) that

@@ -73,6 +73,23 @@ def test_with_database_url_a_process_without_the_secrets_refuses_to_start(
     assert lines[0].startswith("error: DATABASE_URL is set")
 
 
+@pytest.mark.parametrize("value", [",", " , ", ",,", " "])
+def test_encryption_keys_of_only_commas_and_blanks_are_refused_as_unset(value: str) -> None:
+    """They hold no key: taken, each host would have used a key generated for itself."""
+    assert _refusal(DROPPORTAL_ENCRYPTION_KEYS=value) == (
+        "error: DATABASE_URL is set, so DROPPORTAL_ENCRYPTION_KEYS must be set too (the same "
+        "on every host); generated secrets serve the embedded database only"
+    )
+
+
+def test_encryption_keys_are_read_without_empty_entries_or_blanks() -> None:
+    first, second = "a" * 43 + "=", "b" * 43 + "="
+    started = settings_started_with(
+        subprocess_env(DROPPORTAL_ENCRYPTION_KEYS=f" {first} ,, {second},")
+    )
+    assert started["DROPPORTAL_ENCRYPTION_KEYS"] == [first, second]
+
+
 def test_without_database_url_or_the_embedded_postgresql_a_process_stops_in_one_line(
     tmp_path,
 ) -> None:
