@@ -116,6 +116,60 @@ def file_written_whole(path: str | Path, mode: str = "wb") -> Iterator[IO[Any]]:
         raise CommandError(f"cannot write {path}: {exc.strerror}") from None
 
 
+@contextlib.contextmanager
+def files_written_whole(*paths: Path) -> Iterator[list[IO[bytes]]]:
+    """Binary files that belong together (a file and its signature), each written under a
+    partial name as ``file_written_whole`` writes one, and put in place, in the order given,
+    only once all are written. When one cannot be put in place, those already put in place
+    are taken back (the file each replaced, if any, restored): a failure never leaves one
+    beside another's earlier or missing companion, such as a signature of no file there."""
+    partials: list[Path] = []
+    try:
+        with contextlib.ExitStack() as opened:
+            files: list[IO[bytes]] = []
+            for path in paths:
+                partial = Path(f"{path}.{secrets.token_hex(4)}.partial")
+                try:
+                    files.append(opened.enter_context(open(partial, "xb")))
+                except OSError as exc:
+                    raise CommandError(f"cannot write {path}: {exc.strerror}") from None
+                partials.append(partial)
+            yield files
+        _put_in_place(list(zip(partials, paths, strict=True)))
+    finally:
+        for partial in partials:  # each one not put in place
+            partial.unlink(missing_ok=True)
+
+
+def _put_in_place(moves: list[tuple[Path, Path]]) -> None:
+    placed: list[tuple[Path, Path | None]] = []  # each path put in place, and its earlier file
+    aside: list[Path] = []
+    try:
+        for partial, path in moves:
+            kept = Path(f"{path}.{secrets.token_hex(4)}.earlier")
+            earlier: Path | None = kept
+            try:
+                # The file it replaces (a link as it is), kept aside until all are placed.
+                os.link(path, kept, follow_symlinks=False)
+            except OSError:  # none (or a directory, which the replace below refuses)
+                earlier = None
+            else:
+                aside.append(kept)
+            try:
+                os.replace(partial, path)
+            except OSError as exc:
+                for done, before in reversed(placed):
+                    if before is None:
+                        done.unlink(missing_ok=True)
+                    else:
+                        os.replace(before, done)
+                raise CommandError(f"cannot write {path}: {exc.strerror}") from None
+            placed.append((path, earlier))
+    finally:
+        for kept_aside in aside:
+            kept_aside.unlink(missing_ok=True)
+
+
 def open_output(path: str | None, stdout: Any) -> Any:
     """The ``--out`` file (UTF-8, written whole or not at all) or stdout."""
     if not path:

@@ -20,7 +20,7 @@ from integrations.drop.calendar import drop_date
 from integrations.management.base import (
     DropportalCommand,
     broker_or_error,
-    file_written_whole,
+    files_written_whole,
     terminal_text,
 )
 from integrations.models import Directive
@@ -76,9 +76,9 @@ class DirectiveSubcommands(DropportalCommand):
         out = Path(options["out"])
         signature = Path(f"{out}.sig")
         try:
-            # Each written whole or not at all, the signature first: one that cannot be
-            # written leaves the file as it was, never a new file beside an old signature.
-            with file_written_whole(out) as written, file_written_whole(signature) as signed:
+            # Both or neither: either one that cannot be written leaves both paths as they
+            # were, never a signature beside another file, or beside none.
+            with files_written_whole(out, signature) as (written, signed):
                 written.write(bytes(directive.content))
                 signed.write(f"{directive.signature}\n".encode("ascii"))
         except OSError as exc:

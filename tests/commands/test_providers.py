@@ -194,6 +194,32 @@ def test_a_signature_that_cannot_be_written_leaves_the_directive_file_as_it_was(
     assert not LedgerEvent.objects.filter(kind=LedgerKind.DIRECTIVE_DOWNLOADED).exists()
 
 
+def test_a_directive_file_that_cannot_be_written_leaves_no_signature_behind(
+    directive: Directive, tmp_path: Path
+) -> None:
+    out = tmp_path / "directive.csv"
+    out.mkdir()  # the file's path is taken
+
+    with pytest.raises(CommandError, match=r"cannot write .*directive\.csv: Is a directory"):
+        run("drop", "directive", str(directive.pk), "--out", str(out))
+
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["directive.csv"]  # no lone .sig
+    assert not LedgerEvent.objects.filter(kind=LedgerKind.DIRECTIVE_DOWNLOADED).exists()
+
+
+def test_a_signature_that_cannot_be_written_takes_back_a_new_directive_file(
+    directive: Directive, tmp_path: Path
+) -> None:
+    out = tmp_path / "directive.csv"
+    (tmp_path / "directive.csv.sig").mkdir()  # the CSV is put in place first, then taken back
+
+    with pytest.raises(CommandError, match=r"cannot write .*directive\.csv\.sig: Is a directory"):
+        run("drop", "directive", str(directive.pk), "--out", str(out))
+
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["directive.csv.sig"]
+    assert not out.exists()
+
+
 def test_an_unknown_directive_is_one_line(broker: Broker, tmp_path: Path) -> None:
     with pytest.raises(CommandError, match="no directive 999"):
         run("drop", "directive", "999", "--out", str(tmp_path / "x.csv"))
