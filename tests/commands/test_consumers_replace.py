@@ -122,3 +122,22 @@ def test_replace_refuses_a_file_with_a_bad_row(broker: Broker, tmp_path: Path, f
 def test_max_forget_must_be_a_percentage(broker: Broker, tmp_path: Path) -> None:
     with pytest.raises(CommandError, match="not a percentage"):
         run(full_file(tmp_path, range(2)), "--replace", "--max-forget", "lots")
+
+
+@pytest.mark.parametrize(
+    ("given", "named"),
+    [
+        (["--force"], "--force"),
+        (["--max-forget", "0"], "--max-forget"),
+        (["--max-forget", "50", "--force"], "--force and --max-forget"),
+    ],
+)
+def test_the_guards_options_without_replace_are_refused_not_ignored(
+    broker: Broker, tmp_path: Path, given: list[str], named: str
+) -> None:
+    """Without --replace nothing is forgotten: taken silently, they would have the operator
+    believe a limit held, or was lifted."""
+    with pytest.raises(CommandError, match=rf"^{named} only go with --replace$"):
+        run(full_file(tmp_path, range(2)), *given)
+    assert not Consumer.objects.exists()
+    assert not LedgerEvent.objects.filter(kind__startswith="consumers.").exists()

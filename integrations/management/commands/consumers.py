@@ -168,10 +168,10 @@ class Command(DropportalCommand):
         imports.add_argument(
             "--max-forget",
             type=_percentage,
-            default=DEFAULT_MAX_FORGET * 100,
+            default=None,  # None: not given, which a command without --replace must not be
             metavar="PCT",
             help="--replace refuses to forget more than this share of the set "
-            "(default %(default)g %%)",
+            f"(default {DEFAULT_MAX_FORGET * 100:g} %%)",
         )
         imports.add_argument(
             "--force", action="store_true", help="--replace: forget past --max-forget"
@@ -221,6 +221,17 @@ class Command(DropportalCommand):
         )
 
     def handle_import(self, **options: Any) -> None:
+        # Without --replace nothing is forgotten: ignored, they would let the operator believe
+        # a limit held, or was lifted.
+        replace_only = {
+            "--force": options["force"],
+            "--max-forget": options["max_forget"] is not None,
+        }
+        given = [name for name, on in replace_only.items() if on]
+        if given and not options["replace"]:
+            raise CommandError(f"{' and '.join(given)} only go with --replace")
+        percent = options["max_forget"]
+        max_forget = DEFAULT_MAX_FORGET if percent is None else percent / 100
         broker = broker_or_error(options["broker"])
         spec: str = options["source"]
         try:
@@ -257,7 +268,7 @@ class Command(DropportalCommand):
             try:
                 if options["replace"]:
                     result = consumers_replace(
-                        **common, max_forget=options["max_forget"] / 100, force=options["force"]
+                        **common, max_forget=max_forget, force=options["force"]
                     )
                 else:
                     result = consumers_import(**common, strict=options["strict"])
