@@ -13,6 +13,8 @@ from __future__ import annotations
 from django.db import models
 from django.db.models.functions import Now
 
+from integrations.models.fields import ACTOR_MAX_LENGTH
+
 # What a canary request carries on the wire as its DROP session: a numeric string, as the
 # broker interface requires, that no DROP download ever has (they count from 1).
 CANARY_SESSION_ID = "0"
@@ -25,7 +27,7 @@ class Canary(models.Model):
     # A pointer, not a foreign key: the broker may forget the consumer (a full file without
     # it), and the canary stays named until staff remove it; a round then says it is gone.
     remote_identifier = models.CharField(max_length=255)
-    added_by = models.CharField(max_length=150)
+    added_by = models.CharField(max_length=ACTOR_MAX_LENGTH)
     created_at = models.DateTimeField(db_default=Now())
 
     class Meta:
@@ -53,7 +55,7 @@ class CanaryRound(models.Model):
     started_at = models.DateTimeField()
     # Each request must be answered ``deleted`` by then (DROPPORTAL_CANARY_HOURS at the start).
     answer_by = models.DateTimeField()
-    actor = models.CharField(max_length=150)
+    actor = models.CharField(max_length=ACTOR_MAX_LENGTH)
     # The canaries sent, and those named but not registered as a consumer with a hash when
     # the round ran (nothing could be sent for them: the round fails).
     canaries = models.JSONField(default=list)

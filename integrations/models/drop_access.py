@@ -14,6 +14,8 @@ import datetime as dt
 from django.db import models
 from django.db.models.functions import Now
 
+from integrations.models.fields import ACTOR_MAX_LENGTH
+
 
 class DropOutageQuerySet(models.QuerySet["DropOutage"]):
     def ongoing(self) -> DropOutageQuerySet:
@@ -66,7 +68,7 @@ class DropAccessObligation(models.Model):
     # number, a letter's), who recorded it and when.
     notice_sent_on = models.DateField(null=True, blank=True)
     notice_reference = models.CharField(max_length=255, blank=True, default="")
-    notice_recorded_by = models.CharField(max_length=150, blank=True, default="")
+    notice_recorded_by = models.CharField(max_length=ACTOR_MAX_LENGTH, blank=True, default="")
     notice_recorded_at = models.DateTimeField(null=True, blank=True)
 
     objects = DropAccessObligationQuerySet.as_manager()

@@ -9,6 +9,11 @@ from django.db import models
 from integrations import encryption
 from integrations.ledger_kinds import LedgerKind
 
+# Who did something, as the ledger names them ("staff:<username>", "cli:<OS user>",
+# "apikey:<prefix>"): a username alone may hold 150 characters, so every column naming an
+# actor is as wide as the ledger's own.
+ACTOR_MAX_LENGTH = 200
+
 
 class EncryptedTextField(models.TextField):
     """A text value stored as a Fernet token; Python code only ever sees the clear text.

@@ -20,7 +20,7 @@ from django.db import models
 from django.db.models.functions import Cast
 
 from integrations.ledger_kinds import LedgerKind
-from integrations.models.fields import LedgerKindField
+from integrations.models.fields import ACTOR_MAX_LENGTH, LedgerKindField
 
 
 class LedgerEvent(models.Model):
@@ -29,7 +29,7 @@ class LedgerEvent(models.Model):
     broker_id = models.CharField("Broker ID", max_length=4, blank=True, default="", db_index=True)
     kind = LedgerKindField(max_length=64, db_index=True)
     subject = models.CharField(max_length=200, blank=True, default="")
-    actor = models.CharField(max_length=200)
+    actor = models.CharField(max_length=ACTOR_MAX_LENGTH)
     data = models.JSONField(default=dict)
     event_hash = models.CharField(max_length=64)
     txid = models.BigIntegerField(

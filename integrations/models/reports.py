@@ -5,6 +5,8 @@ from __future__ import annotations
 from django.db import models
 from django.db.models.functions import Now
 
+from integrations.models.fields import ACTOR_MAX_LENGTH
+
 
 class ReportKind(models.TextChoices):
     UPLOAD = "upload", "Upload (new statuses)"
@@ -47,7 +49,7 @@ class ReportFile(models.Model):
         max_length=20, choices=ReportFileState.choices, default=ReportFileState.WRITTEN
     )
     # Who wrote it (the ledger's actor): its approver must be someone else.
-    written_by = models.CharField(max_length=150, blank=True, default="")
+    written_by = models.CharField(max_length=ACTOR_MAX_LENGTH, blank=True, default="")
     drop_response = models.JSONField("DROP's answer", default=dict, blank=True)
     created_at = models.DateTimeField(db_default=Now())
     uploaded_at = models.DateTimeField(null=True, blank=True)
@@ -58,10 +60,10 @@ class ReportFile(models.Model):
     sending_since = models.DateTimeField("being sent since", null=True, blank=True)
     # Staff gave up an amendment DROP refuses or rejected (``report_file_discard``).
     discard_reason = models.TextField(blank=True, default="")
-    discarded_by = models.CharField(max_length=150, blank=True, default="")
+    discarded_by = models.CharField(max_length=ACTOR_MAX_LENGTH, blank=True, default="")
     discarded_at = models.DateTimeField(null=True, blank=True)
     # The second person's decision (``report_file_approve``/``report_file_reject``).
-    reviewed_by = models.CharField(max_length=150, blank=True, default="")
+    reviewed_by = models.CharField(max_length=ACTOR_MAX_LENGTH, blank=True, default="")
     reviewed_at = models.DateTimeField(null=True, blank=True)
     review_reason = models.TextField(blank=True, default="")
 

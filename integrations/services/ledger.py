@@ -29,6 +29,7 @@ from django.utils import timezone
 from integrations.ledger_hash import GENESIS_HASH, canonical_json, chain_hash, event_hash
 from integrations.ledger_kinds import LedgerKind, ledger_kind_check
 from integrations.models import LedgerChainLink, LedgerEvent
+from integrations.models.fields import ACTOR_MAX_LENGTH
 from integrations.url_extras import data_without_url_extras
 
 SYSTEM_ACTOR = "system"
@@ -160,7 +161,7 @@ def _new_event(
         broker_id=broker_id,
         kind=ledger_kind_check(kind).value,  # stored as the plain string it stands for
         subject=subject[:200],
-        actor=actor[:200],
+        actor=actor[:ACTOR_MAX_LENGTH],
         data=json.loads(data_json),  # what the database will give back
     )
     return event, data_json

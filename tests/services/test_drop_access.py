@@ -38,7 +38,10 @@ from integrations.models import (
     ReportFile,
 )
 from integrations.services.cycle import drop as drop_services
-from integrations.services.cycle.drop_access import drop_failure_not_ours
+from integrations.services.cycle.drop_access import (
+    drop_access_notice_record,
+    drop_failure_not_ours,
+)
 from integrations.services.reporting.reports import report_run
 from integrations.services.staff.alerts import alerts_evaluate
 from integrations.services.staff.brokers import broker_create
@@ -347,6 +350,19 @@ def test_a_notice_with_no_obligation_waiting_is_refused(broker: Broker) -> None:
         call_command(
             "drop", "notice", "--broker", "4821", "--sent", "2026-01-05", "--reference", "X"
         )
+
+
+def test_a_staff_member_of_the_longest_username_records_a_notice(
+    obligation: DropAccessObligation, broker: Broker
+) -> None:
+    # Django allows 150 characters of username; the "staff:" before it must fit too.
+    actor = "staff:" + "u" * 150
+
+    drop_access_notice_record(broker=broker, sent_on=drop_today(), reference="R-7", actor=actor)
+
+    obligation.refresh_from_db()
+    assert obligation.notice_recorded_by == actor
+    assert LedgerEvent.objects.get(kind=LedgerKind.DROP_ACCESS_NOTICE_RECORDED).actor == actor
 
 
 def test_staff_record_the_notice_in_the_admin(
