@@ -440,6 +440,39 @@ def test_a_gap_of_more_than_45_days_between_downloads_fails_drop_access(
     assert drop_access["records"]["longest_gap_days"] == 40.0
 
 
+@pytest.mark.parametrize(
+    ("previous", "next_", "result"),
+    [
+        # 45 days and 21 hours, but the 45th day of DROP's calendar: on time.
+        ((60, 1), (15, 22), "pass"),
+        # Hardly 45 days and two hours, but on the 46th day: late.
+        ((61, 23), (15, 1), "fail"),
+    ],
+)
+def test_the_gap_between_downloads_is_counted_in_drop_calendar_days(
+    cycle: DropCycle,
+    tmp_path: Path,
+    previous: tuple[int, int],
+    next_: tuple[int, int],
+    result: str,
+) -> None:
+    """As the download-due alert counts it: a download is on time through the 45th day of
+    DROP's calendar after the one before, whatever its hour."""
+
+    def at(days_ago: int, hour: int) -> dt.datetime:
+        return drop_midnight(drop_today() - dt.timedelta(days=days_ago)) + dt.timedelta(hours=hour)
+
+    DropCycle.objects.filter(pk=cycle.pk).update(downloaded_at=at(*previous))
+    DropCycleFactory.create(broker=cycle.broker, drop_session_id="2", downloaded_at=at(*next_))
+
+    drop_access = components_of(export(tmp_path))["drop_access"]
+
+    assert drop_access["tests"][0]["result"] == result, drop_access["tests"][0]
+    records = drop_access["records"]
+    assert records["longest_gap_drop_days"] == previous[0] - next_[0]
+    assert dt.datetime.fromisoformat(records["longest_gap"]["from"]) == at(*previous)
+
+
 def set_up_days_ago(days: int, monkeypatch: pytest.MonkeyPatch) -> Broker:
     """Broker 4821, set up in the service ``days`` ago (its first ledger event then)."""
     at = timezone.now() - dt.timedelta(days=days)

@@ -66,8 +66,12 @@ SELECT (SELECT count(*) FROM kept WHERE at >= %(start)s),
        (SELECT min(created_at) FROM integrations_ledgerevent
          WHERE kind = %(created_kind)s AND broker_id = %(broker_id)s)
 FROM (SELECT 1) one
+-- The longest in days of DROP's calendar (the cadence's unit), then in time.
 LEFT JOIN LATERAL (SELECT previous, at FROM gaps WHERE previous IS NOT NULL
-                   ORDER BY at - previous DESC, at LIMIT 1) g ON true
+                   ORDER BY (at AT TIME ZONE %(zone)s)::date
+                            - (previous AT TIME ZONE %(zone)s)::date DESC,
+                            at - previous DESC, at
+                   LIMIT 1) g ON true
 """
 _COUNTS = """
 SELECT kind, coalesce(data ->> 'outcome', data ->> 'reason', data ->> 'event_type', ''), count(*)
@@ -114,6 +118,7 @@ def build(context: PackContext) -> Component:
         "end": end,
         "kinds": [kind.value for kind in ACCESS_KINDS],
         "created_kind": LedgerKind.BROKER_CREATED.value,
+        "zone": settings.DROPPORTAL_DROP_TIMEZONE,
     }
     pulls = drop_pulls_reached(LedgerEvent.objects.filter(broker_id=context.broker.broker_id))
     # compose_sql: PostgreSQL's operations only (the stubs know the base class).
@@ -129,17 +134,28 @@ def build(context: PackContext) -> Component:
     events: dict[str, dict[str, int]] = {}
     for kind, outcome, count in counts:
         events.setdefault(kind, {})[outcome or "(none)"] = count
-    longest = (gap_to - gap_from) if gap_from is not None else dt.timedelta(0)
-    longest_ends = (gap_from, gap_to)
-    if last is not None and end - last > longest:
-        longest, longest_ends = end - last, (last, None)  # still open at the pack's end
+    gaps: list[tuple[dt.datetime, dt.datetime | None]] = []  # (from, to or still open)
+    if gap_from is not None:
+        gaps.append((gap_from, gap_to))
+    if last is not None:
+        gaps.append((last, None))  # still open at the pack's end
     if none_before:
         # Nothing before the pack's time: the time up to its first download (or all of it)
         # is a gap too, not "nothing to measure"; from the broker's set-up if later.
-        opened = max(start, set_up) if set_up is not None else start
-        lead = (first or end) - opened
-        if lead > longest:
-            longest, longest_ends = lead, (opened, first)
+        gaps.append((max(start, set_up) if set_up is not None else start, first))
+    # The law counts days, as the download-due alert does: the next download is on time
+    # through the 45th day of DROP's calendar after the one before, whatever its hour. A
+    # gap still open ends on the pack's last day (its end is excluded).
+    last_day = drop_date(end - dt.timedelta(microseconds=1))
+
+    def measured(gap: tuple[dt.datetime, dt.datetime | None]) -> tuple[int, dt.timedelta]:
+        opened, closed = gap
+        days = (drop_date(closed) if closed else last_day) - drop_date(opened)
+        return days.days, (closed or end) - opened
+
+    widest = max(gaps, key=measured) if gaps else None
+    longest_days, longest = measured(widest) if widest else (0, dt.timedelta(0))
+    longest_ends = widest or (None, None)
     outages = list(
         DropOutage.objects.filter(broker=context.broker, started_at__lt=end)
         .exclude(ended_at__lt=start)
@@ -154,6 +170,7 @@ def build(context: PackContext) -> Component:
         "downloads": downloads,
         "events": events,
         "longest_gap_days": round(longest.total_seconds() / 86400, 2),
+        "longest_gap_drop_days": longest_days,
         "longest_gap": {
             "from": longest_ends[0].isoformat() if longest_ends[0] else None,
             "to": longest_ends[1].isoformat() if longest_ends[1] else "open at the end",
@@ -164,9 +181,9 @@ def build(context: PackContext) -> Component:
     }
     component.test(
         f"a download at least every {cadence.days} days",
-        passed=longest <= cadence,
-        detail=f"longest gap {longest.total_seconds() / 86400:.2f} days "
-        f"({component.records['longest_gap']['from']} to "
+        passed=longest_days <= cadence.days,
+        detail=f"longest gap {longest.total_seconds() / 86400:.2f} days, {longest_days} "
+        f"days of DROP's calendar ({component.records['longest_gap']['from']} to "
         f"{component.records['longest_gap']['to']})"
         + ("; no download at all: the broker has not reached DROP" if last is None else ""),
     )
