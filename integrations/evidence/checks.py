@@ -144,8 +144,8 @@ class PackChecker:
         manifest_bytes = self.read_member(pack.MANIFEST, _MANIFEST_MAX)
         signature = self.read_member(pack.SIGNATURE, 4096)
         try:
-            manifest = json.loads(manifest_bytes)
-        except (ValueError, UnicodeDecodeError) as exc:
+            manifest = pack.json_read(manifest_bytes)
+        except ValueError as exc:
             raise PackInvalid(f"{pack.MANIFEST} is not JSON: {exc}") from None
         if not isinstance(manifest, dict) or manifest.get("format") != pack.FORMAT:
             raise PackInvalid(f"{pack.MANIFEST} is not a {pack.FORMAT} manifest")
@@ -237,7 +237,8 @@ class PackChecker:
             raise PackInvalid(f"{name} is not UTF-8: {exc}") from None
 
     def rows_match(self, name: str, rows: int) -> None:
-        if self.files[name].get("rows") != rows:
+        declared = self.files[name].get("rows")
+        if not pack.whole_number(declared) or declared != rows:
             raise PackInvalid(
                 f"{name}: {rows} rows, the manifest says {self.files[name].get('rows')}"
             )
@@ -255,10 +256,11 @@ class PackChecker:
         for count, line in enumerate(self.lines(pack.LEDGER), start=1):
             where = f"{pack.LEDGER} line {count}"
             try:
-                event = json.loads(line)
-                position = event["position"]
-                event_id = int(event["id"])
+                event = pack.json_read(line)
+                position, event_id = event["position"], event["id"]
                 stored_hash = str(event["event_hash"])
+                if not pack.whole_number(event_id):
+                    raise ValueError(f"its id {event_id!r} is not an integer")
             except (ValueError, KeyError, TypeError) as exc:
                 raise PackInvalid(f"{where}: not a ledger line ({exc})") from None
             if "kind" in event:
@@ -269,7 +271,9 @@ class PackChecker:
                 continue
             if unsealed:
                 raise PackInvalid(f"{where}: a chained event after an unsealed one")
-            if not isinstance(position, int) or position <= last_position:
+            if not pack.whole_number(position):
+                raise PackInvalid(f"{where}: its position {position!r} is not an integer")
+            if position <= last_position:
                 raise PackInvalid(f"{where}: chain positions must increase")
             last_position = position
             first_id = event_id if first_id is None else first_id
@@ -309,7 +313,8 @@ class PackChecker:
                 actor=event["actor"],
                 data=event["data"],
             )
-        except (ValueError, KeyError, TypeError) as exc:
+        # OverflowError: a time that is no time in UTC (year 9999 west of it, year 1 east).
+        except (ValueError, KeyError, TypeError, OverflowError) as exc:
             raise PackInvalid(f"{where}: not a ledger event ({exc})") from None
         if recomputed != stored_hash:
             raise PackInvalid(f"{where}: event {event['id']}'s content does not match its hash")
@@ -320,7 +325,7 @@ class PackChecker:
             return  # not an event the cross-checks read: they then find its record missing
         if kind == LedgerKind.DROP_CYCLE_IMPORTED:
             not_found = data.get("not_found") or 0
-            if not isinstance(not_found, int):
+            if not pack.whole_number(not_found):
                 raise PackInvalid(f"{where}: event {event['id']}'s not_found is not a number")
             self.cycles_imported[str(data.get("drop_session_id"))] = not_found
         elif kind == LedgerKind.DELETION_REQUEST_OUTCOME_RECORDED:
@@ -429,7 +434,7 @@ class PackChecker:
         if answer_name not in self.files:
             raise PackInvalid(f"{name}: DROP's answer ({answer_name}) is missing")
         try:
-            answer = json.loads(self.read_member(answer_name, _MANIFEST_MAX))
+            answer = pack.json_read(self.read_member(answer_name, _MANIFEST_MAX))
         except ValueError as exc:
             raise PackInvalid(f"{answer_name} is not JSON: {exc}") from None
         self.rows_match(answer_name, 1)
@@ -467,8 +472,8 @@ class PackChecker:
             )
             return
         try:
-            document = json.loads(self.read_member(layout.FILE, _MANIFEST_MAX))
-        except (ValueError, UnicodeDecodeError) as exc:
+            document = pack.json_read(self.read_member(layout.FILE, _MANIFEST_MAX))
+        except ValueError as exc:
             raise PackInvalid(f"{layout.FILE} is not JSON: {exc}") from None
         problems = layout.component_problems(document, set(self.files))
         if problems:
@@ -514,8 +519,8 @@ class PackChecker:
                 if not name.endswith(layout.VECTORS_SUFFIX):
                     continue
                 try:
-                    document = json.loads(self.read_member(name, _MANIFEST_MAX))
-                except (ValueError, UnicodeDecodeError) as exc:
+                    document = pack.json_read(self.read_member(name, _MANIFEST_MAX))
+                except ValueError as exc:
                     raise PackInvalid(f"{name} is not JSON: {exc}") from None
                 problems = layout.vector_problems(key, component, name, document)
                 if problems:

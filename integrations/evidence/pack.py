@@ -20,7 +20,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
+import math
 import zipfile
+from typing import Any
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -105,3 +108,29 @@ def verify_manifest(key: Ed25519PublicKey, manifest: bytes, signature_file: byte
     if sign_manifest_text(signature) != signature_file:
         raise ValueError("manifest.sig is not one line of canonical Base64")
     key.verify(signature, manifest)
+
+
+def json_read(text: str | bytes) -> Any:
+    """A pack's JSON as the verifier reads it; ``ValueError`` for what no pack's writer makes
+    and the checks after would crash on: NaN, Infinity, a number beyond a float (``1e999``)
+    and nesting deeper than Python's stack."""
+    try:
+        return json.loads(text, parse_constant=_constant_refused, parse_float=_finite_float)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
+def _constant_refused(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is beyond a float's range")
+    return value
+
+
+def whole_number(value: Any) -> bool:
+    """An integer as the writer writes one: Python's bool is an int too, a float is not."""
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import json
 import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from integrations.evidence import pack
 from integrations.evidence.archive import PackInvalid
 
 # rfc3161-client is imported where a token is handled, so that a pack without tokens (an
@@ -162,11 +162,12 @@ class PackAnchors:
         listed: list[dict[str, Any]] = []
         if PACK_LIST in names:
             try:
-                document = json.loads(read_member(PACK_LIST, _TOKEN_MAX))
+                document = pack.json_read(read_member(PACK_LIST, _TOKEN_MAX))
                 if document.get("format") != PACK_FORMAT:
                     raise ValueError(f"not a {PACK_FORMAT} list")
                 for entry in document["anchors"]:
-                    entry["position"] = int(entry["position"])
+                    if not pack.whole_number(entry["position"]):
+                        raise ValueError(f"the position {entry['position']!r} is not an integer")
                     if not (
                         isinstance(entry["chain_hash"], str) and isinstance(entry["token"], str)
                     ):

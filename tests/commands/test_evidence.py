@@ -98,7 +98,8 @@ def rewrite(
     key: Ed25519PrivateKey | None = None,
 ) -> Path:
     """The pack with ``change`` applied to its files; with ``key``, the manifest is brought
-    up to date with them and signed again (an insider holding a key)."""
+    up to date with them (a file added is listed) and signed again (an insider holding a
+    key)."""
     files = members(path)
     change(files)
     tampered = path.with_name("tampered.zip")
@@ -106,6 +107,12 @@ def rewrite(
     if key is not None:
         stored = _stored_digests(tampered)
         manifest = json.loads(files[pack.MANIFEST])
+        listed = {entry["name"] for entry in manifest["files"]}
+        manifest["files"] += [
+            {"name": name, "rows": None}
+            for name in files
+            if name not in listed | {pack.MANIFEST, pack.SIGNATURE}
+        ]
         for entry in manifest["files"]:
             content = files[entry["name"]]
             entry["sha256"] = hashlib.sha256(content).hexdigest()
@@ -299,15 +306,19 @@ def test_an_edited_event_fails_even_when_signed_again(exported: Path, public_key
     assert "'s content does not match its hash" in failure(resigned, public_key)
 
 
-def _signed_manifest(path: Path, change: Callable[[dict[str, Any]], None]) -> Path:
-    """The pack with its manifest changed by ``change`` and signed by a key of its own,
-    enclosed: anyone can make one."""
+def _signed_manifest(
+    path: Path,
+    change: Callable[[dict[str, Any]], None],
+    text: Callable[[str], str] = lambda written: written,
+) -> Path:
+    """The pack with its manifest changed by ``change`` (then its JSON text by ``text``) and
+    signed by a key of its own, enclosed: anyone can make one."""
     key = Ed25519PrivateKey.generate()
     files = members(path)
     manifest = json.loads(files[pack.MANIFEST])
     manifest["signing_key"]["public_key"] = pack.public_key_pem(key)
     change(manifest)
-    files[pack.MANIFEST] = json.dumps(manifest, indent=2).encode()
+    files[pack.MANIFEST] = text(json.dumps(manifest, indent=2)).encode()
     files[pack.SIGNATURE] = pack.sign_manifest(key, files[pack.MANIFEST])
     crafted = path.with_name("crafted.zip")
     _write(crafted, files)
@@ -356,8 +367,127 @@ def test_a_malformed_signed_manifest_is_one_clear_failure(
     )
 
 
+def _entry(manifest: dict[str, Any], name: str) -> dict[str, Any]:
+    (entry,) = [entry for entry in manifest["files"] if entry["name"] == name]
+    return entry
+
+
+def _placed(value: str) -> Callable[[str], str]:
+    """The manifest's text with its "@" value written as ``value``: JSON Python does not
+    write."""
+    return lambda written: written.replace('"@"', value)
+
+
+_ANSWER = "drop/1/20261120_4821_Email.csv.answer.json"
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ("NaN", "NaN is not a JSON number"),
+        ("-Infinity", "-Infinity is not a JSON number"),
+        ("1e999", "1e999 is beyond a float's range"),
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    ],
+    ids=["nan", "infinity", "beyond-a-float", "nested-deep"],
+)
+def test_a_signed_manifest_of_json_python_does_not_write_is_one_clear_failure(
+    exported: Path, value: str, reason: str
+) -> None:
+    crafted = _signed_manifest(exported, lambda m: m.update(note="@"), _placed(value))
+    assert verify_pack(crafted).failure == f"manifest.json is not JSON: {reason}"
+
+
+@pytest.mark.parametrize(
+    ("name", "rows", "counted"),
+    [(pack.OUTCOMES, 3.0, 3), (_ANSWER, True, 1)],
+    ids=["a-float", "a-bool"],
+)
+def test_a_row_count_that_is_no_integer_fails(
+    exported: Path, name: str, rows: float, counted: int
+) -> None:
+    crafted = _signed_manifest(exported, lambda m: _entry(m, name).update(rows=rows))
+    assert verify_pack(crafted).failure == f"{name}: {counted} rows, the manifest says {rows}"
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "reason"),
+    [
+        ("id", "Infinity", "not a ledger line (Infinity is not a JSON number)"),
+        ("id", "NaN", "not a ledger line (NaN is not a JSON number)"),
+        ("id", "1e999", "not a ledger line (1e999 is beyond a float's range)"),
+        ("id", "true", "not a ledger line (its id True is not an integer)"),
+        ("id", "{id}.0", "not a ledger line (its id {id}.0 is not an integer)"),
+        ("position", "true", "its position True is not an integer"),
+        ("position", "1e999", "not a ledger line (1e999 is beyond a float's range)"),
+        # Times that are no time in UTC: the hash covers the time in UTC.
+        (
+            "created_at",
+            '"9999-12-31T23:59:59.000000-05:00"',
+            "not a ledger event (date value out of range)",
+        ),
+        (
+            "created_at",
+            '"0001-01-01T00:00:00.000000+05:00"',
+            "not a ledger event (date value out of range)",
+        ),
+    ],
+)
+def test_a_ledger_line_of_malformed_values_is_one_clear_failure(
+    exported: Path, public_key: Path, field: str, value: str, reason: str
+) -> None:
+    """Signed again by someone holding the key: the values the checks read are held to
+    their types, not converted or left to raise."""
+    first = json.loads(members(exported)[pack.LEDGER].splitlines()[0])
+    assert "kind" in first  # the broker's, in full
+
+    def edit(files: dict[str, bytes]) -> None:
+        lines = files[pack.LEDGER].decode().splitlines(keepends=True)
+        event = json.loads(lines[0])
+        event[field] = "@"
+        lines[0] = json.dumps(event).replace('"@"', value.format(id=first["id"])) + "\n"
+        files[pack.LEDGER] = "".join(lines).encode()
+
+    assert failure(rewrite(exported, edit, key=evidence_signing_key()), public_key) == (
+        f"ledger.jsonl line 1: {reason.format(id=first['id'])}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("position", "reason"),
+    [
+        ("Infinity", "Infinity is not a JSON number"),
+        ("1e999", "1e999 is beyond a float's range"),
+        ("true", "the position True is not an integer"),
+        ("1.0", "the position 1.0 is not an integer"),
+    ],
+)
+def test_an_anchor_list_of_malformed_positions_is_one_clear_failure(
+    exported: Path, public_key: Path, position: str, reason: str
+) -> None:
+    def add(files: dict[str, bytes]) -> None:
+        files["anchors/1.tsr"] = b"not a token"
+        files["anchors.json"] = (
+            json.dumps(
+                {
+                    "format": "dropportal-anchors/1",
+                    "anchors": [
+                        {"position": "@", "chain_hash": "0" * 64, "token": "anchors/1.tsr"}
+                    ],
+                }
+            )
+            .replace('"@"', position)
+            .encode()
+        )
+
+    assert failure(rewrite(exported, add, key=evidence_signing_key()), public_key) == (
+        f"anchors.json: {reason}"
+    )
+
+
+@pytest.mark.parametrize("not_found", ["many", True], ids=["a-string", "a-bool"])
 def test_a_ledger_event_of_an_unexpected_shape_is_one_clear_failure(
-    cycle: DropCycle, tmp_path: Path, public_key: Path
+    cycle: DropCycle, tmp_path: Path, public_key: Path, not_found: str | bool
 ) -> None:
     # Hashed and chained like any other: only its data is not what the checks read.
     ledger_event_append(
@@ -365,7 +495,7 @@ def test_a_ledger_event_of_an_unexpected_shape_is_one_clear_failure(
         broker_id="4821",
         subject="1",
         actor="cli:mallory",
-        data={"drop_session_id": "1", "not_found": "many"},
+        data={"drop_session_id": "1", "not_found": not_found},
     )
     out = tmp_path / "odd.zip"
     call_command(
