@@ -96,7 +96,12 @@ def token_problem(tsr_der: bytes, chain_hash: str, *, nonce: int | None = None) 
     if response.status != PKIStatus.GRANTED:
         detail = "; ".join(response.status_string) or f"status {response.status}"
         return f"the authority refused to timestamp: {detail}"
-    imprint = response.tst_info.message_imprint
+    try:
+        # The token's content is parsed as it is read: a time that is no date fails here.
+        imprint = response.tst_info.message_imprint
+        token_gen_time(tsr_der)
+    except ValueError as exc:
+        return f"not an RFC 3161 time-stamp token: {exc}"
     if imprint.hash_algorithm.dotted_string != SHA256_OID:
         return f"its message imprint is not SHA-256 ({imprint.hash_algorithm.dotted_string})"
     if imprint.message != hashlib.sha256(anchored_message(chain_hash)).digest():

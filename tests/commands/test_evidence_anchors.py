@@ -4,9 +4,11 @@ recomputes at its position, and its signature chains to the authority's certific
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -17,6 +19,7 @@ import pytest
 from cryptography import x509
 from django.core.management import call_command
 from django.db import transaction
+from django.utils import timezone
 
 from devtools.drop_simulator import DropSimulator
 from devtools.tsa_simulator import TsaSimulator
@@ -24,8 +27,8 @@ from integrations.evidence import timestamps
 from integrations.evidence.timestamps import load_certificates
 from integrations.evidence.verify import verify_pack
 from integrations.ledger_kinds import LedgerKind
-from integrations.models import Broker, DropCycle
-from integrations.services.ledger import ledger_event_append
+from integrations.models import Broker, DropCycle, LedgerAnchor, LedgerChainLink
+from integrations.services.ledger import ledger_event_append, ledger_seal
 from integrations.services.ledger_anchors import ledger_anchor
 from tests.builders import anchor_moved_to_head
 from tests.evidence_world import DROP_KEY, evidence_world
@@ -172,6 +175,50 @@ def test_a_token_of_another_chain_head_fails_and_is_named(
     assert result.failure == (
         f"anchors/{forged.position}.tsr (position {forged.position}): it covers another "
         f"chain head, not {forged.chain_hash}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("gen_time", "reason"),
+    [
+        (b"00000101000000", "year 0 is out of range"),
+        (b"20261399000000", "Malformed TimestampToken: ASN.1 parsing error: invalid value"),
+    ],
+    ids=["year-0", "month-13"],
+)
+def test_a_token_whose_time_is_no_date_is_one_clear_failure(
+    cycle: DropCycle,
+    tsa: TsaSimulator,
+    tmp_path: Path,
+    public_key: Path,
+    gen_time: bytes,
+    reason: str,
+) -> None:
+    """Its signature is not checked without --tsa-cert, so anyone can write its time."""
+    ledger_seal()
+    head = LedgerChainLink.objects.order_by("-position").first()
+    assert head is not None
+    token = tsa.timestamp(head.chain_hash)
+    written = re.search(rb"\x18\x0f(\d{14})Z", token)  # its GeneralizedTime
+    assert written is not None
+    token = token[: written.start(1)] + gen_time + token[written.end(1) :]
+    anchor = LedgerAnchor.objects.create(
+        position=head.position,
+        event_id=head.event_id,
+        chain_hash=head.chain_hash,
+        token=token,
+        token_sha256=hashlib.sha256(token).hexdigest(),
+        tsa_url=tsa.url,
+        gen_time=timezone.now(),
+        created_at=timezone.now(),
+    )
+    broker_event()
+
+    result = verify_pack(export(cycle, tmp_path), public_key_pem=public_key.read_bytes())
+
+    assert result.failure == (
+        f"anchors/{anchor.position}.tsr (position {anchor.position}): not an RFC 3161 "
+        f"time-stamp token: {reason}"
     )
 
 
