@@ -34,6 +34,7 @@ from integrations.evidence.archive import PackInvalid, check_structure
 from integrations.evidence.timestamps import PackAnchors
 from integrations.ledger_hash import chain_hash, event_hash
 from integrations.ledger_kinds import LedgerKind
+from integrations.url_extras import data_without_url_extras
 
 if TYPE_CHECKING:
     from cryptography import x509
@@ -446,8 +447,10 @@ class PackChecker:
             expected = f"report_file.marked_uploaded|{cycle}|{file_name}|"
             expected += f"{self.files[name].get('sha256')}|{self.files[name].get('rows')}"
         elif state in ("accepted", "rejected"):
+            # The ledger keeps DROP's answer with every URL cut to its scheme, host and path
+            # (tokens travel in queries); the file keeps it as DROP sent it.
             expected = f"report_file.{state}|{cycle}|{file_name}|" + json.dumps(
-                answer.get("drop_response"), sort_keys=True
+                data_without_url_extras(answer.get("drop_response")), sort_keys=True
             )
         elif state in ("refused", "discarded"):
             # DROP's refusal is retried (its answer on the file changes); the event that

@@ -527,6 +527,46 @@ def test_a_drop_status_without_its_event_fails(exported: Path, public_key: Path)
     assert message.endswith(" has no work_item event")
 
 
+def test_an_answer_of_drop_that_carries_a_url_verifies(
+    broker: Broker, tmp_path: Path, public_key: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ledger keeps DROP's answer with its URLs cut to their scheme, host and path; the
+    pack's answer file keeps it as DROP sent it."""
+    accept = DropSimulator._accept_files
+
+    def with_a_link(drop: DropSimulator, request: Any) -> Any:
+        scripted = accept(drop, request)
+        body = json.loads(scripted.body)
+        body["message"] += " Status: https://drop.example/uploads?ticket=T-1#top"
+        scripted.body = json.dumps(body).encode()
+        return scripted
+
+    monkeypatch.setattr(DropSimulator, "_accept_files", with_a_link)
+    with DropSimulator(api_key=DROP_KEY, broker_id="4821", active_download=True) as drop:
+        cycle = evidence_world(broker, drop, tmp_path)
+    sent = ReportFile.objects.get(file_name="20261120_4821_Email.csv")
+    assert sent.drop_response["message"].endswith("https://drop.example/uploads?ticket=T-1#top")
+    event = LedgerEvent.objects.get(kind="report_file.accepted", subject=sent.file_name)
+    assert event.data["drop_response"]["message"].endswith("https://drop.example/uploads")
+    out = tmp_path / "pack.zip"
+    call_command(
+        "evidence", "export", "--broker", "4821", "--cycle", cycle.drop_session_id,
+        "--out", str(out), stdout=io.StringIO(),
+    )  # fmt: skip
+
+    result = verify_pack(out, public_key_pem=public_key.read_bytes())
+    assert result.ok, result.failure
+
+    # What the ledger keeps of the URL is still held to it.
+    def moved(files: dict[str, bytes]) -> None:
+        name = f"drop/1/{sent.file_name}{pack.ANSWER_SUFFIX}"
+        files[name] = files[name].replace(b"drop.example/uploads", b"drop.example/other")
+
+    assert failure(rewrite(out, moved, key=evidence_signing_key()), public_key) == (
+        f"drop/1/{sent.file_name}: DROP's answer (accepted) has no matching ledger event"
+    )
+
+
 _BLOCKER = """
 import importlib.abc, sys
 class Blocked(importlib.abc.MetaPathFinder):
