@@ -567,6 +567,23 @@ def test_an_answer_of_drop_that_carries_a_url_verifies(
     )
 
 
+def test_an_answer_nested_too_deeply_to_check_is_one_clear_failure(
+    exported: Path, public_key: Path
+) -> None:
+    """Deep enough to parse, too deep for the checks that recurse through it after."""
+    name = f"drop/1/20261120_4821_Email.csv{pack.ANSWER_SUFFIX}"
+
+    def nested(files: dict[str, bytes]) -> None:
+        answer = json.loads(files[name])
+        answer["drop_response"] = "@"
+        depth = sys.getrecursionlimit() * 2 // 3
+        files[name] = json.dumps(answer).replace('"@"', "[" * depth + "]" * depth).encode()
+
+    assert failure(rewrite(exported, nested, key=evidence_signing_key()), public_key) == (
+        "a value in the pack is nested too deeply to check"
+    )
+
+
 _BLOCKER = """
 import importlib.abc, sys
 class Blocked(importlib.abc.MetaPathFinder):
