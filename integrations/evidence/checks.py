@@ -338,8 +338,8 @@ class PackChecker:
         elif kind.startswith("report_file."):
             self.file_events.add(
                 _digest(
-                    f"{kind}|{data.get('cycle')}|{data.get('file_name')}|{data.get('sha256')}|"
-                    f"{data.get('rows')}"
+                    f"{kind}|{data.get('cycle')}|{data.get('file_name')}|{data.get('kind')}|"
+                    f"{data.get('sha256')}|{data.get('rows')}"
                 )
             )
             if "drop_response" in data:
@@ -397,7 +397,9 @@ class PackChecker:
             answers += 1
             if cycle not in self.cycles_imported:
                 raise PackInvalid(f"{name}: cycle {cycle} has no drop.cycle_imported event")
-            rows = 0
+            rows = without_event = 0
+            # Held to its report_file.written event below, with the file's digest and rows.
+            kind = answer.get("kind")
             for line_number, line in enumerate(self.lines(name), start=1):
                 if line_number == 1:
                     continue  # the header
@@ -405,19 +407,32 @@ class PackChecker:
                 rows += 1
                 if _digest(f"{cycle}|{work_item_id}|{status}") in self.item_statuses:
                     continue
-                if status != "5":
+                # A work item the import found no match for has its status 5 without an
+                # event of its own (drop.cycle_imported counts them), and DROP first gets it
+                # in an upload; an amendment's status is always a change an event records.
+                if status != "5" or kind != "upload":
                     raise PackInvalid(
                         f"{name} line {line_number}: status {status} of work item "
                         f"{work_item_id} has no work_item event"
                     )
-                if answer.get("state") in ("accepted", "manual") and answer.get("kind") == "upload":
-                    unmatched[cycle] += 1
+                without_event += 1
             self.rows_match(name, rows)
             sha256 = self.files[name].get("sha256")
-            if _digest(f"report_file.written|{cycle}|{file_name}|{sha256}|{rows}") not in (
+            if _digest(f"report_file.written|{cycle}|{file_name}|{kind}|{sha256}|{rows}") not in (
                 self.file_events
             ):
-                raise PackInvalid(f"{name}: no report_file.written event with its digest and rows")
+                raise PackInvalid(
+                    f"{name}: no report_file.written event with its kind, digest and rows"
+                )
+            # Each upload on its own, whatever DROP answered; the cycle's total counts only
+            # those DROP took (a rejected file's rows are sent again in another).
+            if without_event > self.cycles_imported[cycle]:
+                raise PackInvalid(
+                    f"{name}: {without_event} statuses 5 without a work_item event, the import "
+                    f"found {self.cycles_imported[cycle]} work items without a match"
+                )
+            if answer.get("state") in ("accepted", "manual"):
+                unmatched[cycle] += without_event
             self.check_answer(name, cycle, file_name, answer)
         for cycle, count in sorted(unmatched.items()):
             if count > self.cycles_imported[cycle]:
@@ -443,9 +458,10 @@ class PackChecker:
 
     def check_answer(self, name: str, cycle: str, file_name: str, answer: dict[str, Any]) -> None:
         state = answer.get("state")
+        facts = f"{answer.get('kind')}|{self.files[name].get('sha256')}|"
+        facts += f"{self.files[name].get('rows')}"
         if state == "manual":
-            expected = f"report_file.marked_uploaded|{cycle}|{file_name}|"
-            expected += f"{self.files[name].get('sha256')}|{self.files[name].get('rows')}"
+            expected = f"report_file.marked_uploaded|{cycle}|{file_name}|{facts}"
         elif state in ("accepted", "rejected"):
             # The ledger keeps DROP's answer with every URL cut to its scheme, host and path
             # (tokens travel in queries); the file keeps it as DROP sent it.
@@ -455,8 +471,7 @@ class PackChecker:
         elif state in ("refused", "discarded"):
             # DROP's refusal is retried (its answer on the file changes); the event that
             # made the file refused, or staff's discard, names the file's digest and rows.
-            expected = f"report_file.{state}|{cycle}|{file_name}|"
-            expected += f"{self.files[name].get('sha256')}|{self.files[name].get('rows')}"
+            expected = f"report_file.{state}|{cycle}|{file_name}|{facts}"
         else:
             raise PackInvalid(f"{name}: DROP's answer has no state a sent file has ({state!r})")
         if _digest(expected) not in self.file_events:

@@ -41,6 +41,7 @@ from integrations.models import (
     LedgerEvent,
     ReportFile,
     WorkItem,
+    WorkItemState,
 )
 from integrations.services.cycle.work_items import work_item_status_set
 from integrations.services.evidence.evidence import evidence_signing_key
@@ -525,6 +526,84 @@ def test_a_drop_status_without_its_event_fails(exported: Path, public_key: Path)
     message = failure(rewrite(exported, edit, key=evidence_signing_key()), public_key)
     assert message.startswith(f"{name} line 2: status 3 of work item ")
     assert message.endswith(" has no work_item event")
+
+
+def _export(cycle: DropCycle, out: Path) -> Path:
+    call_command(
+        "evidence", "export", "--broker", "4821", "--cycle", cycle.drop_session_id,
+        "--out", str(out), stdout=io.StringIO(),
+    )  # fmt: skip
+    return out
+
+
+@pytest.mark.parametrize("how", ["by-staff", "in-the-database"])
+def test_an_amended_status_5_needs_its_event(
+    broker: Broker, tmp_path: Path, public_key: Path, how: str
+) -> None:
+    """A status 5 without an event is a work item the import did not match, which DROP
+    first gets in an upload: in an amendment it is a status changed past the ledger."""
+    with DropSimulator(api_key=DROP_KEY, broker_id="4821", active_download=True) as drop:
+        cycle = evidence_world(broker, drop, tmp_path)
+        item = (
+            WorkItem.objects.filter(cycle=cycle).exclude(reported_status_code=5).order_by("pk")[0]
+        )
+        if how == "by-staff":
+            work_item_status_set(work_item=item, status_code=5, reason="no such person", actor="t")
+        else:
+            WorkItem.objects.filter(pk=item.pk).update(
+                status_code=5, state=WorkItemState.REPORTABLE, needs_amendment=True
+            )
+        client = DropClient(drop.url, DROP_KEY, allow_private=True)
+        (amendment,) = report_run(broker=broker, upload=True, client=client, actor="t").accepted
+    assert amendment.kind == "amend"
+    assert bytes(amendment.content) == f"Id,Status\r\n{item.work_item_id},5\r\n".encode()
+
+    exported = _export(cycle, tmp_path / "pack.zip")
+    result = verify_pack(exported, public_key_pem=public_key.read_bytes())
+
+    if how == "by-staff":
+        assert result.ok, result.failure
+
+        # Its answer said to be an upload's, signed again: the ledger says what it is.
+        def relabelled(files: dict[str, bytes]) -> None:
+            name = f"drop/1/{amendment.file_name}{pack.ANSWER_SUFFIX}"
+            files[name] = files[name].replace(b'"kind":"amend"', b'"kind":"upload"')
+
+        assert failure(rewrite(exported, relabelled, key=evidence_signing_key()), public_key) == (
+            f"drop/1/{amendment.file_name}: no report_file.written event with its kind, digest "
+            "and rows"
+        )
+    else:
+        assert result.failure == (
+            f"drop/1/{amendment.file_name} line 2: status 5 of work item {item.work_item_id} "
+            "has no work_item event"
+        )
+
+
+def test_a_rejected_upload_of_more_statuses_5_than_the_import_found_fails(
+    broker: Broker, tmp_path: Path, public_key: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DROP holds nothing of a rejected file, but what was sent is held to the ledger too:
+    one file cannot hold more unmatched work items than the import found."""
+    with DropSimulator(api_key=DROP_KEY, broker_id="4821", active_download=True) as drop:
+        cycle = evidence_world(broker, drop, tmp_path)
+        assert cycle.not_found == 5
+        # Past the ledger: every work item of the Email list sent again with a 5.
+        WorkItem.objects.filter(cycle=cycle, file_name__endswith="Email.csv").update(
+            status_code=5, state=WorkItemState.REPORTABLE, needs_amendment=False
+        )
+        monkeypatch.setattr(drop, "_check_file", lambda *args, **kwargs: "Not this time.")
+        client = DropClient(drop.url, DROP_KEY, allow_private=True)
+        (rejected,) = report_run(broker=broker, upload=True, client=client, actor="t").rejected
+    assert (rejected.kind, rejected.rows) == ("upload", 6)
+
+    exported = _export(cycle, tmp_path / "pack.zip")
+    result = verify_pack(exported, public_key_pem=public_key.read_bytes())
+
+    assert result.failure == (
+        f"drop/1/{rejected.file_name}: 6 statuses 5 without a work_item event, the import "
+        "found 5 work items without a match"
+    )
 
 
 def test_an_answer_of_drop_that_carries_a_url_verifies(
