@@ -32,7 +32,9 @@ TOLERANCE_SECONDS = 300
 
 SignatureErrorCode = Literal["signature_invalid", "timestamp_out_of_range"]
 
-_TIMESTAMP_RE = re.compile(r"[0-9]{1,12}")
+# Any whole number a 64-bit clock gives: one in milliseconds (13 digits) is a timestamp, whose
+# sender, once the signature proves it authentic, learns it is out of range, not malformed.
+_TIMESTAMP_RE = re.compile(r"[0-9]{1,19}")
 _DIGEST_SIZE = hashlib.sha256().digest_size
 
 

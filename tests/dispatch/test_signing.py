@@ -118,5 +118,12 @@ def test_timestamp_301_seconds_away_is_out_of_range(skew: int) -> None:
     assert _code(now=TIMESTAMP + skew) == "timestamp_out_of_range"
 
 
+def test_a_signed_timestamp_in_milliseconds_is_out_of_range_not_malformed() -> None:
+    milliseconds = TIMESTAMP * 1000
+    signature = signing.sign(SECRET, milliseconds, BODY)
+
+    assert _code(timestamp=str(milliseconds), signature=signature) == "timestamp_out_of_range"
+
+
 def test_stale_timestamp_with_bad_signature_reports_the_signature() -> None:
     assert _code(now=TIMESTAMP + 3600, body=b"{}") == "signature_invalid"
