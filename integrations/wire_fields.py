@@ -11,6 +11,12 @@ from typing import Any
 from rest_framework import serializers
 from rest_framework.fields import empty
 
+# The longest identifier value the broker may send back (an opted-out consumer's email, a
+# resolved identifier), as it stores it: the contract sets no length, so the bound is only
+# generous; one rule for every callback, so no outcome is accepted on one path and refused
+# on another.
+IDENTIFIER_MAX_LENGTH = 1000
+
 
 class StrictCharField(serializers.CharField):
     """A JSON string, taken as sent (no trimming); numbers and booleans are refused."""
@@ -53,7 +59,7 @@ class ResolvedIdentifiersField(serializers.DictField):
         identifiers: dict[str, Any] = super().to_internal_value(data)
         # Read by the category's key downstream: an object without it would be a crash, or
         # a SaaS deletion cancelled as having nothing to delete.
-        value = StrictCharField(max_length=1000)  # required: an absent key is refused
+        value = StrictCharField(max_length=IDENTIFIER_MAX_LENGTH)  # an absent key is refused
         found: dict[str, Any] = {}
         for category, entries in identifiers.items():
             for index, entry in enumerate(entries):

@@ -20,11 +20,16 @@ from typing import Any
 from rest_framework import serializers
 
 from integrations.models import DropOutcome
-from integrations.wire_fields import ResolvedIdentifiersField, StrictCharField, StrictChoiceField
+from integrations.wire_fields import (
+    IDENTIFIER_MAX_LENGTH,
+    ResolvedIdentifiersField,
+    StrictCharField,
+    StrictChoiceField,
+)
 
 
 class EmailIdentifierSerializer(serializers.Serializer):
-    email = StrictCharField(max_length=320)
+    email = StrictCharField(max_length=IDENTIFIER_MAX_LENGTH)
 
 
 class DeletionIdentifiersSerializer(serializers.Serializer):

@@ -16,6 +16,7 @@ from integrations.api.callback_serializers import (
     DeletionCallbackSerializer,
     deletion_callback_validated,
 )
+from integrations.wire_fields import IDENTIFIER_MAX_LENGTH, ResolvedIdentifiersField
 
 UUID = uuid.UUID("3f2c8a8e-6a4b-4c1e-9a57-0c5d2f1e9b10")
 SPELLINGS = [str(UUID), str(UUID).upper(), UUID.hex, f"{{{UUID}}}", UUID.urn]
@@ -72,3 +73,19 @@ def shortcut_answer(payload: dict[str, Any]) -> dict[str, Any]:
 )
 def test_the_shortcut_answers_as_the_serializer(payload: dict[str, Any]) -> None:
     assert shortcut_answer(payload) == serializer_answer(payload)
+
+
+@pytest.mark.parametrize(("length", "valid"), [(IDENTIFIER_MAX_LENGTH, True), (1001, False)])
+def test_an_opted_out_email_has_the_resolved_identifiers_bound(length: int, valid: bool) -> None:
+    """An email the broker stores may be long: the deletion callback takes what the
+    resolution callback takes, so an opt-out is never refused on one path alone."""
+    email = "a" * (length - len("@b.example")) + "@b.example"
+    payload = plain(drop_outcome="opted_out", identifiers={"email": [{"email": email}]})
+
+    assert ("valid" in serializer_answer(payload)) is valid
+    resolved = ResolvedIdentifiersField()
+    if valid:
+        resolved.run_validation({"email": [{"email": email}]})
+    else:
+        with pytest.raises(ValidationError):
+            resolved.run_validation({"email": [{"email": email}]})
