@@ -5,6 +5,7 @@ The variables and their defaults are listed in the README (Configuration).
 
 from __future__ import annotations
 
+import math
 import sys
 import zoneinfo
 from collections.abc import Callable
@@ -27,20 +28,32 @@ environ.Env.read_env(BASE_DIR / ".env")
 _Number = TypeVar("_Number", int, float)
 
 
+# The longest a duration setting may name: ten years. Past it no deadline means anything,
+# and far enough past it the date arithmetic overflows, in the job that meets it first.
+_TEN_YEARS_DAYS = 3_650
+_TEN_YEARS_HOURS = _TEN_YEARS_DAYS * 24
+
+
 def _number(
-    name: str, default: _Number, *, least: float, what: str, above: bool = False
+    name: str,
+    default: _Number,
+    *,
+    least: float,
+    what: str,
+    above: bool = False,
+    most: float = math.inf,
 ) -> _Number:
     """``name``'s value, read as ``default`` is (int or float); one line naming it and a
     non-zero exit when it is not such a number of ``least`` or more (more than ``least``
-    with ``above``), ``what`` saying what it must be, rather than env.int's traceback or a
-    count that means nothing."""
+    with ``above``) and ``most`` or less, ``what`` saying what it must be, rather than
+    env.int's traceback or a count that means nothing."""
     text = env.str(name, default=str(default))
     try:
         value = type(default)(text)
     except ValueError:
         value = None
-    # NaN passes neither comparison.
-    if value is None or not (value > least if above else value >= least):
+    # NaN passes no comparison.
+    if value is None or not (value > least if above else value >= least) or not value <= most:
         sys.exit(f"error: {name}={text!r} must be {what}")
     return value
 
@@ -178,20 +191,36 @@ DROPPORTAL_DISPATCH_SLOTS_PER_BROKER = _number(
 DROP_API_URL: str | None = env.str("DROP_API_URL", default="") or None
 # Days a broker has to report after a download, and between downloads (docs/contracts.md §11).
 DROPPORTAL_REPORT_DAYS = _number(
-    "DROPPORTAL_REPORT_DAYS", 45, least=1, what="a whole number of days, 1 or more"
+    "DROPPORTAL_REPORT_DAYS",
+    45,
+    least=1,
+    most=_TEN_YEARS_DAYS,
+    what="a whole number of days, 1 to 3,650",
 )
 DROPPORTAL_DOWNLOAD_CADENCE_DAYS = _number(
-    "DROPPORTAL_DOWNLOAD_CADENCE_DAYS", 45, least=1, what="a whole number of days, 1 or more"
+    "DROPPORTAL_DOWNLOAD_CADENCE_DAYS",
+    45,
+    least=1,
+    most=_TEN_YEARS_DAYS,
+    what="a whole number of days, 1 to 3,650",
 )
 # Recurring deletion (docs/recurring-deletion.md): days between the rounds a deleted or
 # opted-out consumer's deletion is repeated in (Civil Code 1798.99.86(d)); 0 turns them off.
 DROPPORTAL_RECURRING_DAYS = _number(
-    "DROPPORTAL_RECURRING_DAYS", 45, least=0, what="a whole number of days, 0 (off) or more"
+    "DROPPORTAL_RECURRING_DAYS",
+    45,
+    least=0,
+    most=_TEN_YEARS_DAYS,
+    what="a whole number of days, 0 (off) to 3,650",
 )
 # Canary rounds (docs/operations.md, "Canaries"): hours each canary's deletion request has to
 # be answered `deleted` before the round fails and staff are alerted.
 DROPPORTAL_CANARY_HOURS = _number(
-    "DROPPORTAL_CANARY_HOURS", 72, least=1, what="a whole number of hours, 1 or more"
+    "DROPPORTAL_CANARY_HOURS",
+    72,
+    least=1,
+    most=_TEN_YEARS_HOURS,
+    what="a whole number of hours, 1 to 87,600",
 )
 # DROP's calendar is California's: the zone of DROP dates (match_date, due dates, days left,
 # the yearly figures' year) and of times shown to staff. Stored timestamps stay UTC.
@@ -210,14 +239,19 @@ DROPPORTAL_DROP_STALL_SECONDS = _number(
     120.0,
     least=0,
     above=True,
-    what="a number of seconds more than 0",
+    most=24 * 60 * 60,
+    what="a number of seconds more than 0, at most 86,400",
 )
 # The periodic job uploads response files for brokers with a DROP API key; off: by hand only.
 DROPPORTAL_AUTO_REPORT = env.bool("DROPPORTAL_AUTO_REPORT", default=True)
 # A failed outcome is redispatched automatically this many hours after it was recorded (at
 # most 3 times a request); 0: only staff redispatch (docs/contracts.md §5.3: off by default).
 DROPPORTAL_AUTO_REDISPATCH_HOURS = _number(
-    "DROPPORTAL_AUTO_REDISPATCH_HOURS", 0, least=0, what="a whole number of hours, 0 (off) or more"
+    "DROPPORTAL_AUTO_REDISPATCH_HOURS",
+    0,
+    least=0,
+    most=_TEN_YEARS_HOURS,
+    what="a whole number of hours, 0 (off) to 87,600",
 )
 # An S3-compatible store (MinIO, Ceph...) for `consumers import s3://...`; empty: AWS S3.
 # Credentials come from boto3's usual chain (AWS_* variables, ~/.aws, an instance role).
@@ -225,7 +259,11 @@ DROPPORTAL_S3_ENDPOINT_URL = env.str("DROPPORTAL_S3_ENDPOINT_URL", default="")
 # Days a service provider or contractor has to acknowledge a directive before staff are
 # alerted (the dashboard and `drop doctor` list it too).
 DROPPORTAL_DIRECTIVE_ACK_DAYS = _number(
-    "DROPPORTAL_DIRECTIVE_ACK_DAYS", 10, least=1, what="a whole number of days, 1 or more"
+    "DROPPORTAL_DIRECTIVE_ACK_DAYS",
+    10,
+    least=1,
+    most=_TEN_YEARS_DAYS,
+    what="a whole number of days, 1 to 3,650",
 )
 # An RFC 3161 time-stamping authority: the worker has it timestamp the ledger's chain head
 # daily (`ledger anchor` at once). Empty: the chain is anchored nowhere outside the service.
@@ -443,7 +481,11 @@ if DROPPORTAL_BEHIND_TLS_PROXY:
 # identity provider also ends that long after its sign-in, active or not, so the roles it read
 # there are read again at least that often.
 DROPPORTAL_SESSION_HOURS = _number(
-    "DROPPORTAL_SESSION_HOURS", 8, least=1, what="a whole number of hours, 1 or more"
+    "DROPPORTAL_SESSION_HOURS",
+    8,
+    least=1,
+    most=_TEN_YEARS_HOURS,
+    what="a whole number of hours, 1 to 87,600",
 )
 SESSION_COOKIE_AGE = DROPPORTAL_SESSION_HOURS * 60 * 60
 SESSION_SAVE_EVERY_REQUEST = True

@@ -150,10 +150,11 @@ def test_drop_dates_follow_california_unless_told_otherwise() -> None:
     assert settings.DROPPORTAL_DROP_TIMEZONE == "America/Los_Angeles"
 
 
-@pytest.mark.parametrize("value", ["0", "-5", "soon"])
+@pytest.mark.parametrize("value", ["0", "-5", "soon", "86400.5", "1e300", "inf"])
 def test_a_drop_stall_bound_that_is_not_a_positive_number_is_one_line(value: str) -> None:
     assert _refusal(DROPPORTAL_DROP_STALL_SECONDS=value) == (
-        f"error: DROPPORTAL_DROP_STALL_SECONDS={value!r} must be a number of seconds more than 0"
+        f"error: DROPPORTAL_DROP_STALL_SECONDS={value!r} must be a number of seconds more than "
+        "0, at most 86,400"
     )
 
 
@@ -162,30 +163,38 @@ def test_a_drop_download_is_cut_after_two_minutes_of_silence_unless_told_otherwi
 
 
 WHOLE_NUMBER_SETTINGS = [
-    # (name, least, what it must be); a count under its least means nothing.
-    ("DROPPORTAL_CALLBACK_RATE_LIMIT", 0, "callbacks a second, 0 (no limit) or more"),
-    ("DROPPORTAL_DISPATCH_SLOTS_PER_BROKER", 0, "delivery batches, 0 (no limit) or more"),
-    ("DROPPORTAL_OIDC_SIGN_IN_RATE_LIMIT", 0, "refused sign-ins a minute, 0 (no limit) or more"),
-    ("DROPPORTAL_REPORT_DAYS", 1, "days, 1 or more"),
-    ("DROPPORTAL_DOWNLOAD_CADENCE_DAYS", 1, "days, 1 or more"),
-    ("DROPPORTAL_RECURRING_DAYS", 0, "days, 0 (off) or more"),
-    ("DROPPORTAL_CANARY_HOURS", 1, "hours, 1 or more"),
-    ("DROPPORTAL_AUTO_REDISPATCH_HOURS", 0, "hours, 0 (off) or more"),
-    ("DROPPORTAL_DIRECTIVE_ACK_DAYS", 1, "days, 1 or more"),
-    ("DROPPORTAL_SESSION_HOURS", 1, "hours, 1 or more"),
+    # (name, least, most, what it must be); a count under its least means nothing, and a
+    # duration past ten years overflowed the date arithmetic of the job that met it.
+    ("DROPPORTAL_CALLBACK_RATE_LIMIT", 0, None, "callbacks a second, 0 (no limit) or more"),
+    ("DROPPORTAL_DISPATCH_SLOTS_PER_BROKER", 0, None, "delivery batches, 0 (no limit) or more"),
+    (
+        "DROPPORTAL_OIDC_SIGN_IN_RATE_LIMIT",
+        0,
+        None,
+        "refused sign-ins a minute, 0 (no limit) or more",
+    ),
+    ("DROPPORTAL_REPORT_DAYS", 1, 3_650, "days, 1 to 3,650"),
+    ("DROPPORTAL_DOWNLOAD_CADENCE_DAYS", 1, 3_650, "days, 1 to 3,650"),
+    ("DROPPORTAL_RECURRING_DAYS", 0, 3_650, "days, 0 (off) to 3,650"),
+    ("DROPPORTAL_CANARY_HOURS", 1, 87_600, "hours, 1 to 87,600"),
+    ("DROPPORTAL_AUTO_REDISPATCH_HOURS", 0, 87_600, "hours, 0 (off) to 87,600"),
+    ("DROPPORTAL_DIRECTIVE_ACK_DAYS", 1, 3_650, "days, 1 to 3,650"),
+    ("DROPPORTAL_SESSION_HOURS", 1, 87_600, "hours, 1 to 87,600"),
 ]
 
 
-@pytest.mark.parametrize(("name", "least", "what"), WHOLE_NUMBER_SETTINGS)
+@pytest.mark.parametrize(("name", "least", "most", "what"), WHOLE_NUMBER_SETTINGS)
 def test_a_count_setting_that_is_not_a_whole_number_in_range_is_one_line(
-    name: str, least: int, what: str
+    name: str, least: int, most: int | None, what: str
 ) -> None:
-    for value in ("ten", "2.5", "", str(least - 1), "-3"):
+    too_many = () if most is None else (str(most + 1), "9" * 30)
+    for value in ("ten", "2.5", "", str(least - 1), "-3", *too_many):
         assert _refusal(**{name: value}) == (
             f"error: {name}={value!r} must be a whole number of {what}"
         )
-    # The same start with the least value in range reads it as a number.
-    assert settings_started_with(subprocess_env(**{name: str(least)}))[name] == least
+    # The same start with the values at the range's ends reads them as numbers.
+    for value in (least, most) if most is not None else (least,):
+        assert settings_started_with(subprocess_env(**{name: str(value)}))[name] == value
 
 
 @pytest.mark.parametrize("value", ["soon", "-1", "nan"])
@@ -203,7 +212,7 @@ def test_a_bad_number_setting_stops_a_command_in_one_line() -> None:
     started = _manage("check", env=subprocess_env(DROPPORTAL_DIRECTIVE_ACK_DAYS="-3"))
     assert started.returncode != 0
     assert started.stderr == (
-        "error: DROPPORTAL_DIRECTIVE_ACK_DAYS='-3' must be a whole number of days, 1 or more\n"
+        "error: DROPPORTAL_DIRECTIVE_ACK_DAYS='-3' must be a whole number of days, 1 to 3,650\n"
     )
 
 
