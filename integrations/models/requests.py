@@ -163,6 +163,14 @@ class DeletionRequest(DeliveryFields):
         blank=True,
         help_text="When it was last redispatched; empty when never, or redelivered since.",
     )
+    # Sent again by staff or the automatic policy (a redelivery or a redispatch), which starts
+    # its attempts count afresh: its first send is then its first attempt's, never its
+    # latest acknowledgement (the outcome history's dispatched_at).
+    requeued = models.BooleanField(
+        default=False,
+        db_default=False,
+        help_text="Whether it was ever redelivered or redispatched.",
+    )
 
     class Meta:
         indexes = [

@@ -92,11 +92,17 @@ def _outcome_values() -> tuple[dict[str, Any], list[str]]:
         "error_message": NullIf("error_message", Value(""), output_field=CharField()),
         "matched_at": _utc_text(F("matched_at")),
         # A request acknowledged at its first attempt was sent when it was acknowledged
-        # (within the 15 s timeout); only the others look up their first attempt, so the
-        # export does not pay an index probe per row.
+        # (within the 15 s timeout); only the others, and those sent again (whose count
+        # started afresh), look up their first attempt, so the export does not pay an
+        # index probe per row.
         "dispatched_at": _utc_text(
             Case(
-                When(attempts__lte=1, dispatched_at__isnull=False, then=F("dispatched_at")),
+                When(
+                    attempts__lte=1,
+                    requeued=False,
+                    dispatched_at__isnull=False,
+                    then=F("dispatched_at"),
+                ),
                 default=Coalesce(Subquery(first_sent), F("dispatched_at")),
             )
         ),

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import importlib
 import io
 import json
 from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connection
 
 from integrations.models import Broker, DeletionRequest, LedgerEvent
 from integrations.selectors.outcomes import OUTCOME_COLUMNS
+from integrations.services.dispatch.redelivery import deletion_request_redispatch
 from integrations.services.staff.brokers import broker_create
-from tests.builders import OutcomeHistory, outcome_history
+from tests.builders import DeliveryAttemptFactory, OutcomeHistory, at, outcome_history
 
 pytestmark = pytest.mark.django_db
 
@@ -84,6 +87,41 @@ def test_csv_has_every_request_with_the_columns_auditors_need(history: OutcomeHi
     amended = rows[2]
     assert amended["report_file"] == "20260312_4821_Email_amend01.csv"
     assert (amended["amended"], amended["late_match"]) == ("true", "true")
+
+
+def test_a_request_sent_again_was_dispatched_at_its_first_send(history: OutcomeHistory) -> None:
+    """A redispatch starts the attempts count afresh: acknowledged at its new first attempt,
+    the request was still first sent long before."""
+    failed = history.failed
+    DeliveryAttemptFactory.create(
+        deletion_request=failed, number=1, started_at=at("2026-03-13T10:00:01"), status=200
+    )
+    deletion_request_redispatch(deletion_request=failed, actor="staff:ann")
+    DeliveryAttemptFactory.create(
+        deletion_request=failed, number=1, started_at=at("2026-03-20T09:00:00"), status=200
+    )
+    DeletionRequest.objects.filter(pk=failed.pk).update(
+        state="dispatched", attempts=1, dispatched_at=at("2026-03-20T09:00:00")
+    )
+
+    row = list(csv.DictReader(io.StringIO(run())))[1]
+
+    assert row["request_uuid"] == str(failed.request_uuid)
+    assert row["dispatched_at"] == "2026-03-13T10:00:01+00:00"  # not the redispatch's
+    assert row["acknowledged_at"] == "2026-03-20T09:00:00+00:00"
+
+
+def test_the_requests_sent_again_before_the_mark_existed_are_marked_from_the_ledger(
+    history: OutcomeHistory,
+) -> None:
+    deletion_request_redispatch(deletion_request=history.failed, actor="staff:ann")
+    DeletionRequest.objects.update(requeued=False)  # as the column's default left them
+    migration = importlib.import_module("integrations.migrations.0063_deletion_request_requeued")
+
+    with connection.cursor() as cursor:
+        cursor.execute(migration.MARK_REQUEUED)
+
+    assert list(DeletionRequest.objects.filter(requeued=True)) == [history.failed]
 
 
 def test_csv_cells_cannot_run_as_formulas(history: OutcomeHistory) -> None:

@@ -155,7 +155,7 @@ def deletion_request_redeliver(*, deletion_request: DeletionRequest, actor: str)
         event=LedgerKind.DELETION_REQUEST_REDELIVERY_REQUESTED,
         actor=actor,
         # What it resends may have reached the broker: a failure may answer it at once.
-        also_set={"redispatched_at": None},
+        also_set={"redispatched_at": None, "requeued": True},
     )
 
 
@@ -185,7 +185,7 @@ def deletion_request_redispatch(
         actor=actor,
         # Until its first attempt, a failure answers the dispatch before (the callbacks'
         # stale-failure rule, deletion_outcome_record.sql).
-        also_set={"redispatched_at": timezone.now()},
+        also_set={"redispatched_at": timezone.now(), "requeued": True},
     )
 
 
