@@ -197,7 +197,7 @@ class BrokerPanel:
     integrations_url: str | None
     last_download_at: dt.datetime | None
     last_download_url: str | None
-    next_download_due: dt.date | None
+    next_download_due: dt.date
     last_upload_at: dt.datetime | None
     last_upload_url: str | None
     outcomes_chart: SafeString
@@ -342,7 +342,9 @@ def _broker_panel(
         integrations_url=links.changelist("integration", **by_broker),
         last_download_at=overview.last_download_at,
         last_download_url=links.change("dropcycle", last_cycle.pk) if last_cycle else None,
-        next_download_due=download_due_date(overview.last_download_at, overview.last_pulled_at),
+        next_download_due=download_due_date(
+            overview.last_download_at, overview.last_pulled_at, set_up=broker.created_at
+        ),
         last_upload_at=overview.last_upload_at,
         last_upload_url=links.changelist("reportfile", **by_broker),
         failed_pull_at=overview.failed_pull.created_at if overview.failed_pull else None,

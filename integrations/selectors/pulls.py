@@ -59,14 +59,14 @@ def brokers_with_last_downloads(brokers: QuerySet[Broker] | None = None) -> Quer
     )
 
 
-def download_due_date(*downloads: dt.datetime | None) -> dt.date | None:
+def download_due_date(*downloads: dt.datetime | None, set_up: dt.datetime) -> dt.date:
     """The day DROP's cadence wants the next download by, counted in DROP's calendar from the
     last of ``downloads`` (as ``brokers_with_last_downloads`` annotates them, and as the
-    evidence pack counts them); None before the first."""
-    done = [at for at in downloads if at is not None]
-    if not done:
-        return None
-    return drop_date(max(done)) + dt.timedelta(days=settings.DROPPORTAL_DOWNLOAD_CADENCE_DAYS)
+    evidence pack counts them); before the first, from the broker's ``set_up`` in the
+    service, as the pack counts the time before a first download too: a broker that never
+    pulled is not exempt from the law."""
+    last = max((at for at in downloads if at is not None), default=set_up)
+    return drop_date(last) + dt.timedelta(days=settings.DROPPORTAL_DOWNLOAD_CADENCE_DAYS)
 
 
 def brokers_download_due(*, today: dt.date, within_days: int) -> list[tuple[Broker, dt.date]]:
@@ -74,8 +74,12 @@ def brokers_download_due(*, today: dt.date, within_days: int) -> list[tuple[Brok
     overdue), with that day, whether it pulls automatically or by hand."""
     due = []
     for broker in brokers_with_last_downloads().order_by("broker_id"):
-        day = download_due_date(broker.last_download_at, broker.last_pull_reached_at)  # type: ignore[attr-defined]
-        if day is not None and (day - today).days <= within_days:
+        day = download_due_date(
+            broker.last_download_at,  # type: ignore[attr-defined]
+            broker.last_pull_reached_at,  # type: ignore[attr-defined]
+            set_up=broker.created_at,
+        )
+        if (day - today).days <= within_days:
             due.append((broker, day))
     return due
 

@@ -31,7 +31,7 @@ from devtools.drop_simulator import DropSimulator, work_items
 from devtools.loopback import serve_in_thread
 from integrations import tasks
 from integrations.dispatch.alerts import AlertNotSent, alert_send
-from integrations.drop.calendar import drop_today
+from integrations.drop.calendar import drop_date, drop_today
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     AlertState,
@@ -384,6 +384,17 @@ def test_a_download_due_within_the_week_alerts_until_one_is_made(broker: Broker)
     DropCycleFactory.create(broker=broker, drop_session_id="2", match_date=today)
     (cleared,) = alerts_evaluate(now=timezone.now() + dt.timedelta(days=10)).cleared
     assert cleared.condition == "drop_download_due"
+
+
+def test_a_broker_that_never_downloaded_counts_from_its_set_up(broker: Broker) -> None:
+    due = drop_date(broker.created_at) + dt.timedelta(days=45)
+    assert alerts_evaluate(now=timezone.now() + dt.timedelta(days=30)).raised == []
+
+    (raised,) = alerts_evaluate(now=timezone.now() + dt.timedelta(days=39)).raised
+
+    assert raised.condition == "drop_download_due"
+    assert f"Broker 4821 must download from DROP by {due}" in raised.text
+    assert "before a first, after its set-up here" in raised.text
 
 
 def test_cycles_due_alert_at_7_days_and_again_at_2_while_statuses_are_owed(

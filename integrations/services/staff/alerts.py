@@ -591,7 +591,8 @@ def _drop_download_due(now: dt.datetime) -> Iterable[Firing]:
     """DROP requires a download at least every ``DROPPORTAL_DOWNLOAD_CADENCE_DAYS`` (45): a
     broker whose next one is due within a week, or overdue, whether it pulls by hand
     (automatic pulls off) or its automatic pulls keep failing. It clears with a download,
-    a pull DROP answers "nothing new" included."""
+    a pull DROP answers "nothing new" included. A broker that never downloaded counts from
+    its set-up in the service."""
     today = drop_today(now)
     for broker, due in brokers_download_due(today=today, within_days=DOWNLOAD_DUE_ALERT_DAYS):
         days_left = (due - today).days
@@ -601,7 +602,8 @@ def _drop_download_due(now: dt.datetime) -> Iterable[Firing]:
             broker_id=broker.broker_id,
             text=f"Broker {broker.broker_id} must download from DROP by {due.isoformat()} "
             f"({when}), {settings.DROPPORTAL_DOWNLOAD_CADENCE_DAYS} days after its last "
-            f"download: `manage.py drop pull --broker {broker.broker_id}`",
+            "download (before a first, after its set-up here): "
+            f"`manage.py drop pull --broker {broker.broker_id}`",
             details={"due_date": due.isoformat(), "auto_pull": broker.auto_pull},
         )
 
