@@ -9,6 +9,13 @@ otherwise render from the decrypted model value::
     @admin.register(Broker)
     class BrokerAdmin(WriteOnlyCredentials, admin.ModelAdmin):
         credentials = [Credential("drop_api_key", "DROP API key", "drop_api_key_changed_at")]
+
+A target's URL may carry a token in its query (``?key=``): its ``url_fields`` are shown to a
+view-only role without their query, fragment or parameters (``without_url_extras``), as
+the ledger keeps them. And no field of ``secret_lookups`` (a digest, such a URL, a token)
+may be filtered on from the query string (``SecretLookupsRefused``), which Django allows on
+any field of the model itself: ``?digest__startswith=a3`` would read it out a character at
+a time.
 """
 
 from __future__ import annotations
@@ -18,8 +25,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib import admin
+from django.db.models.constants import LOOKUP_SEP
 from django.http import HttpRequest
 from django.utils import timezone
+
+from integrations.url_extras import without_url_extras
 
 
 @dataclass(frozen=True)
@@ -47,10 +57,38 @@ def _status_display(credential: Credential) -> Callable[[Any], str]:
     return admin.display(description=credential.label)(status)
 
 
-class WriteOnlyCredentials:
-    """Mixin for a ModelAdmin: its ``credentials`` are entered, never read back."""
+def _url_display(field: str, label: str) -> Callable[[Any], str]:
+    def url(obj: Any) -> str:
+        return without_url_extras(getattr(obj, field) or "")
+
+    url.__name__ = f"{field}_without_extras"
+    return admin.display(description=label)(url)
+
+
+class SecretLookupsRefused:
+    """Mixin for a ModelAdmin: no filter from the query string on its ``secret_lookups``."""
+
+    secret_lookups: Sequence[str] = ()
+
+    def refused_lookups(self) -> Sequence[str]:
+        return self.secret_lookups
+
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
+        if lookup.split(LOOKUP_SEP, 1)[0] in self.refused_lookups():
+            return False
+        return bool(super().lookup_allowed(lookup, value, request))  # type: ignore[misc]
+
+
+class WriteOnlyCredentials(SecretLookupsRefused):
+    """Mixin for a ModelAdmin: its ``credentials`` are entered, never read back; its
+    ``url_fields`` are read back whole only by staff who may change the row. Neither is filtered
+    on from the query string."""
 
     credentials: Sequence[Credential] = ()
+    url_fields: Sequence[str] = ()
+
+    def refused_lookups(self) -> Sequence[str]:
+        return [*self.secret_lookups, *self.url_fields, *(c.field for c in self.credentials)]
 
     def _statuses(self) -> dict[str, Callable[[Any], str]]:
         cached = self.__dict__.get("_credential_statuses")
@@ -59,13 +97,25 @@ class WriteOnlyCredentials:
             self.__dict__["_credential_statuses"] = cached
         return cached
 
+    def _url_displays(self) -> dict[str, Callable[[Any], str]]:
+        cached = self.__dict__.get("_url_displays_cached")
+        if cached is None:
+            model = self.model  # type: ignore[attr-defined]
+            cached = {
+                name: _url_display(name, str(model._meta.get_field(name).verbose_name))
+                for name in self.url_fields
+            }
+            self.__dict__["_url_displays_cached"] = cached
+        return cached
+
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         fieldsets = super().get_fieldsets(request, obj)  # type: ignore[misc]
         if obj is None:
             return fieldsets  # the add form: inputs only, nothing stored yet
         may_change = self.has_change_permission(request, obj)  # type: ignore[attr-defined]
         statuses = self._statuses()
-        placed = set(statuses.values())
+        urls = {} if may_change else self._url_displays()
+        placed = {*statuses.values(), *urls.values()}
 
         def swap(names: Sequence[Any]) -> list[Any]:
             shown: list[Any] = []
@@ -78,6 +128,8 @@ class WriteOnlyCredentials:
                     shown.append(statuses[name])
                     if may_change:
                         shown.append(name)  # an empty password input: a new value
+                elif isinstance(name, str) and name in urls:
+                    shown.append(urls[name])
                 else:
                     shown.append(name)
             return shown
@@ -107,4 +159,6 @@ class WriteOnlyCredentials:
         readonly = list(super().get_readonly_fields(request, obj))  # type: ignore[misc]
         if obj is None:
             return readonly
-        return [*readonly, *self._statuses().values()]
+        may_change = self.has_change_permission(request, obj)  # type: ignore[attr-defined]
+        urls = [] if may_change else list(self._url_displays().values())
+        return [*readonly, *self._statuses().values(), *urls]

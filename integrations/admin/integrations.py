@@ -60,6 +60,7 @@ from integrations.services.staff.saas import (
     saas_connection_retire,
     saas_connection_update,
 )
+from integrations.url_extras import without_url_extras
 from integrations.validators import target_url_validate
 
 # The list's add page without ``?kind=`` opens this kind's.
@@ -159,7 +160,9 @@ class IntegrationAdmin(RefusalsShown, WriteOnlyCredentials, ModelAdmin):
     list_display = ["name", "broker", "target", "enabled", "state", "created_at"]
     readonly_preprocess_fields = {"uuid": uuid_short}  # 8 characters, a copy button
     list_filter = ["enabled", "broker"]
-    search_fields = ["name", "url", "base_url"]
+    # Not by URL: a search on its query would read a token out of it.
+    search_fields = ["name", "base_url"]
+    url_fields = ["url"]
     list_select_related = ["broker"]
     actions = ["disable_integrations", "retire_integrations"]
     change_form_template = "admin/integrations/integration/change_form.html"
@@ -184,7 +187,7 @@ class IntegrationAdmin(RefusalsShown, WriteOnlyCredentials, ModelAdmin):
 
     @admin.display(description="URL")
     def target(self, obj: Integration) -> str:
-        return obj.url or obj.base_url
+        return without_url_extras(obj.url or obj.base_url)
 
     @admin.display(description="state")
     def state(self, obj: Integration) -> str:
@@ -480,16 +483,21 @@ class SaasConnectionAdmin(RefusalsShown, WriteOnlyCredentials, ModelAdmin):
     list_display = [
         "name",
         "broker",
-        "url",
+        "target",
         "categories",
         "enabled",
         "disabled_reason",
         "retired_at",
     ]
     list_filter = ["enabled", "broker"]
-    search_fields = ["name", "url"]
+    search_fields = ["name"]  # not by URL, as for integrations
+    url_fields = ["url"]
     list_select_related = ["broker"]
     actions = ["disable_connections", "retire_connections"]
+
+    @admin.display(description="URL")
+    def target(self, obj: SaasConnection) -> str:
+        return without_url_extras(obj.url)
 
     @admin.display(description="Categories")
     def categories(self, obj: SaasConnection) -> str:

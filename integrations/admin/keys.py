@@ -20,6 +20,7 @@ from django.urls import reverse
 from unfold.admin import ModelAdmin
 
 from integrations.admin.actors import staff_actor
+from integrations.admin.credentials import SecretLookupsRefused
 from integrations.admin.shown_once import SecretShownOnce, show_once
 from integrations.models import ApiKey, ApiKeyScope
 from integrations.services.staff.keys import api_key_create, api_keys_revoke
@@ -101,7 +102,8 @@ class ApiKeyCreateForm(forms.ModelForm):
 
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(ModelAdmin):
+class ApiKeyAdmin(SecretLookupsRefused, ModelAdmin):
+    secret_lookups = ["digest"]
     list_display = [
         "prefix",
         "name",

@@ -21,6 +21,7 @@ from django.urls import reverse
 from integrations.models import Broker
 from integrations.services.staff.brokers import broker_update
 from tests.admin.conftest import DROP_KEY
+from tests.builders import SaasConnectionFactory, WebhookIntegrationFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -70,3 +71,58 @@ def test_saving_a_page_without_a_new_credential_records_no_change_of_it(
     assert Broker.objects.get().drop_api_key == DROP_KEY
     history = staff.get(reverse("admin:integrations_broker_history", args=[broker.pk]))
     assert "DROP API key" not in history.content.decode()
+
+
+# A target's URL may carry a token in its query; staff who manage the target edit it whole.
+URL_TOKEN = "urlToken7Q"
+
+
+@pytest.mark.parametrize("role", ["Auditors", "Operators"])
+def test_a_view_only_role_reads_a_target_url_without_its_query(
+    broker: Broker, client: Client, role: str
+) -> None:
+    hook = WebhookIntegrationFactory.create(
+        broker=broker, url=f"https://crm.acme.example/drop?key={URL_TOKEN}"
+    )
+    saas = SaasConnectionFactory.create(
+        broker=broker, url=f"https://api.mailer.example/erase?api_key={URL_TOKEN}"
+    )
+    staff = _login(client, role)
+
+    for url in (
+        "/admin/integrations/webhookintegration/",
+        f"/admin/integrations/webhookintegration/{hook.pk}/change/",
+        "/admin/integrations/saasconnection/",
+        f"/admin/integrations/saasconnection/{saas.pk}/change/",
+    ):
+        page = staff.get(url)
+        assert page.status_code == 200, url
+        assert URL_TOKEN.encode() not in page.content, url
+        assert b"https://crm.acme.example/drop" in page.content or b"mailer" in page.content
+
+    # Nor through a search or a filter of the list, a character at a time.
+    searched = staff.get("/admin/integrations/saasconnection/", {"q": f"api_key={URL_TOKEN}"})
+    assert saas.name.encode() not in searched.content.split(b"result_list")[-1]
+    for url in (
+        f"/admin/integrations/webhookintegration/?url__contains={URL_TOKEN}",
+        f"/admin/integrations/saasconnection/?url__contains={URL_TOKEN}",
+    ):
+        assert staff.get(url).status_code == 400, url
+
+
+def test_no_role_filters_api_keys_by_their_digest(client: Client) -> None:
+    staff = _login(client, "Auditors")  # who may list the keys
+    assert staff.get("/admin/integrations/apikey/").status_code == 200
+
+    assert staff.get("/admin/integrations/apikey/?digest__startswith=a").status_code == 400
+
+
+def test_staff_who_manage_a_target_edit_its_url_whole(broker: Broker, client: Client) -> None:
+    saas = SaasConnectionFactory.create(
+        broker=broker, url=f"https://api.mailer.example/erase?api_key={URL_TOKEN}"
+    )
+    staff = _login(client, "Connections managers")
+
+    page = staff.get(f"/admin/integrations/saasconnection/{saas.pk}/change/")
+
+    assert f'value="https://api.mailer.example/erase?api_key={URL_TOKEN}"'.encode() in page.content

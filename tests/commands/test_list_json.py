@@ -44,3 +44,19 @@ def test_list_json_is_one_object_with_its_items(
     assert isinstance(printed, dict) and list(printed) == ["items"]
     (item,) = printed["items"]
     assert item[field] == (value if value is not None else created.api_key.name)
+
+
+@pytest.mark.parametrize("command", ["integrations", "saas"])
+def test_a_list_prints_a_target_url_without_its_query(broker: Broker, command: str) -> None:
+    # A query may carry the target's token: printed, it would land in shells' scrollback.
+    webhook_integration_create(
+        broker=broker, name="Acme CRM", url="https://crm.acme.example/drop?key=s3cr3t", actor="test"
+    )
+    SaasConnectionFactory.create(broker=broker, url="https://api.mailer.example/erase?key=s3cr3t")
+    out = io.StringIO()
+
+    call_command(command, "list", "--json", stdout=out)
+
+    (item,) = json.loads(out.getvalue())["items"]
+    assert item["url"] in ("https://crm.acme.example/drop", "https://api.mailer.example/erase")
+    assert "s3cr3t" not in out.getvalue()

@@ -35,6 +35,7 @@ from integrations.services.staff.integrations import (
     webhook_integration_create,
 )
 from integrations.services.staff.isi import isi_integration_create
+from integrations.url_extras import without_url_extras
 
 ADD_KINDS = {
     "webhook": "a webhook integration: signed POSTs to a URL of the broker",
@@ -345,7 +346,8 @@ class Command(DropportalCommand):
                 "broker_id": i.broker.broker_id,
                 "kind": i.kind,
                 "name": i.name,
-                "url": i.url or i.base_url,
+                # A URL's query may carry a token: never printed.
+                "url": without_url_extras(i.url or i.base_url),
                 "enabled": i.enabled,
                 "disabled_reason": i.disabled_reason,
                 "retired_at": i.retired_at.isoformat() if i.retired_at else None,

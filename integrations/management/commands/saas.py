@@ -23,6 +23,7 @@ from integrations.management.base import (
 )
 from integrations.models import SaasConnection
 from integrations.services.staff.saas import saas_connection_create, saas_connection_retire
+from integrations.url_extras import without_url_extras
 
 
 class Command(DropportalCommand):
@@ -136,7 +137,7 @@ def _row(connection: SaasConnection) -> dict[str, Any]:
         "id": connection.pk,
         "broker_id": connection.broker.broker_id,
         "name": connection.name,
-        "url": connection.url,
+        "url": without_url_extras(connection.url),  # its query may carry a token
         "categories": connection.identifier_categories,
         "token_set": bool(connection.token),
         "enabled": connection.enabled,
