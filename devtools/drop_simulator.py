@@ -11,7 +11,8 @@ script what DROP answers next, and records every request for assertions::
         client.upload([("20260312_4821_Email.csv", b"Id,Status\\r\\n" + ...)])
         drop.requests[-1].files                            # {"20260312_4821_Email.csv": b"..."}
 
-Unscripted calls get DROP's default behaviour: a download answers "nothing new", an upload
+Unscripted calls get DROP's default behaviour: a download answers "nothing new" (409 after a
+package it served, until a response to it is uploaded: DROP's "report first"), an upload
 or amend checks each file (name, ``Id,Status`` header, not uploaded or amended before for
 the current download) and answers 202 or 400 in DROP's shape. An amendment before any
 upload, or of a download DROP no longer amends (its date in ``closed_downloads``), gets 409
@@ -65,6 +66,9 @@ __all__ = [
 ALREADY_UPLOADED_MESSAGE = "A file with this name was already uploaded for the current download."
 AMEND_CONFLICT_MESSAGE = "An amendment is not possible in the current state."
 NOTHING_NEW_MESSAGE = "No new data is available since your last completed download."
+STATUSES_OWED_MESSAGE = (
+    "The previous download still has work items without a status. Report them first."
+)
 _RESPONSE_NAME_RE = re.compile(
     r"(?P<date>[0-9]{8})_(?P<broker>[0-9]{4})_(?:NDZ|Email|Phone|MAID|NameVIN|CTVID)"
     r"(?:_[A-Za-z0-9]{1,10})?\.csv"
@@ -134,6 +138,10 @@ class DropSimulator:
         self._script: list[_Scripted] = []
         self._names_this_download: set[str] = set()
         self._ever_uploaded = False
+        # A package served and no response uploaded for it yet: DROP refuses the next
+        # download (409) until its work items have statuses; the first upload stands in for
+        # "every one has a status".
+        self._statuses_owed = False
         handler = type("DropSimulatorHandler", (_Handler,), {"simulator": self})
         self._server = LoopbackServer((host, port), handler)
         self.port: int = self._server.server_address[1]
@@ -324,9 +332,13 @@ class DropSimulator:
                     del self._script[index]
                     if scripted.starts_download:
                         self.active_download = True
+                        self._statuses_owed = True
                         self._names_this_download.clear()
                     return scripted
+            statuses_owed = self._statuses_owed
         if request.method == "GET" and path == "/data/download":
+            if statuses_owed:
+                return _json(409, {"message": STATUSES_OWED_MESSAGE})
             return _json(200, {"message": NOTHING_NEW_MESSAGE})
         if request.method == "POST" and path in {"/data/upload", "/data/amend"}:
             return self._accept_files(request)
@@ -354,6 +366,7 @@ class DropSimulator:
                 self._names_this_download.add(name)
                 if not amend:
                     self._ever_uploaded = True
+                    self._statuses_owed = False
         body = {
             "message": f"{len(accepted)} file(s) accepted, {len(rejected)} rejected."
             if request.files

@@ -246,6 +246,24 @@ def test_nothing_new(
     assert outcomes(calls) == [(200, "nothing_new")]
 
 
+def test_the_next_download_is_refused_until_the_package_s_statuses_are_reported(
+    drop: DropSimulator, make_client: Callable[..., DropClient], tmp_path: Path
+) -> None:
+    """As DROP answers: a stand-in that answered "nothing new" here gave a pull the
+    download's credit that DROP refuses it."""
+    drop.queue_package(PACKAGE, PACKAGE_NAME)
+    client = make_client()
+    client.download(tmp_path)
+
+    with pytest.raises(DropConflict):
+        client.download(tmp_path)
+
+    client.upload(
+        [("20260312_4821_Email.csv", b"Id,Status\r\n" + ITEMS[0][0].encode() + b",5\r\n")]
+    )
+    assert client.download(tmp_path).kind == "nothing_new"
+
+
 def test_202_waits_retry_after_then_gets_the_package(
     drop: DropSimulator,
     make_client: Callable[..., DropClient],
