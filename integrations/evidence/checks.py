@@ -14,7 +14,6 @@ No Django and no database: ``verify`` runs these from a plain checkout.
 from __future__ import annotations
 
 import csv
-import datetime as dt
 import hashlib
 import io
 import json
@@ -305,7 +304,7 @@ class PackChecker:
         self, event: dict[str, Any], broker_id: str, where: str, stored_hash: str
     ) -> None:
         try:
-            created_at = dt.datetime.fromisoformat(event["created_at"])
+            created_at = pack.aware_time(event["created_at"], "created_at")
             recomputed = event_hash(
                 created_at=created_at,
                 broker_id=event["broker_id"],

@@ -19,6 +19,7 @@ No Django and no database here: the verifier runs from a plain checkout with onl
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import hashlib
 import json
 import math
@@ -129,6 +130,16 @@ def _finite_float(text: str) -> float:
     if not math.isfinite(value):
         raise ValueError(f"{text} is beyond a float's range")
     return value
+
+
+def aware_time(text: str, field: str) -> dt.datetime:
+    """A time the pack states, ISO 8601 with its UTC offset as the writer writes every one;
+    ``ValueError`` for one without: read in the auditor's local time, it would be another
+    moment on each machine."""
+    moment = dt.datetime.fromisoformat(text)
+    if moment.utcoffset() is None:
+        raise ValueError(f"{field} {text!r} has no UTC offset")
+    return moment
 
 
 def whole_number(value: Any) -> bool:

@@ -454,6 +454,23 @@ def test_a_ledger_line_of_malformed_values_is_one_clear_failure(
     )
 
 
+def test_a_ledger_time_without_its_utc_offset_is_refused(exported: Path, public_key: Path) -> None:
+    """Written as this machine's local time, it hashes as the event did here: read in the
+    auditor's local time, the same line would be another moment on another machine."""
+    first = json.loads(members(exported)[pack.LEDGER].splitlines()[0])
+    local = dt.datetime.fromisoformat(first["created_at"]).astimezone().replace(tzinfo=None)
+    naive = local.isoformat(timespec="microseconds")
+
+    def edit(files: dict[str, bytes]) -> None:
+        lines = files[pack.LEDGER].decode().splitlines(keepends=True)
+        lines[0] = json.dumps({**json.loads(lines[0]), "created_at": naive}) + "\n"
+        files[pack.LEDGER] = "".join(lines).encode()
+
+    assert failure(rewrite(exported, edit, key=evidence_signing_key()), public_key) == (
+        f"ledger.jsonl line 1: not a ledger event (created_at {naive!r} has no UTC offset)"
+    )
+
+
 @pytest.mark.parametrize(
     ("position", "reason"),
     [
