@@ -281,7 +281,7 @@ class PackChecker:
             previous = chain_hash(str(previous), event_id, stored_hash)
             if previous != event["chain_hash"]:
                 raise PackInvalid(f"{where}: event {event_id}'s chain hash does not match")
-            self.anchors.chain_hash_seen(position, previous)
+            self.anchors.chain_hash_seen(position, event_id, previous)
         self.rows_match(pack.LEDGER, count)
         if (first_id, last_id) != (span.get("first_event_id"), span.get("last_event_id")):
             raise PackInvalid(

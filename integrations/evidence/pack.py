@@ -132,11 +132,14 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def aware_time(text: str, field: str) -> dt.datetime:
+def aware_time(text: Any, field: str) -> dt.datetime:
     """A time the pack states, ISO 8601 with its UTC offset as the writer writes every one;
-    ``ValueError`` for one without: read in the auditor's local time, it would be another
-    moment on each machine."""
-    moment = dt.datetime.fromisoformat(text)
+    ``ValueError`` naming ``field`` for anything else, a time without an offset too: read in
+    the auditor's local time, it would be another moment on each machine."""
+    try:
+        moment = dt.datetime.fromisoformat(text)
+    except (TypeError, ValueError):
+        raise ValueError(f"{field} {text!r} is not an ISO 8601 time") from None
     if moment.utcoffset() is None:
         raise ValueError(f"{field} {text!r} has no UTC offset")
     return moment

@@ -10,7 +10,7 @@ An evidence pack carries the tokens of its ledger range (``anchors/<position>.ts
 ``anchors.json``); ``PackAnchors`` checks them as the pack verifier recomputes the chain::
 
     anchors = PackAnchors.read(read_member, names)     # before the ledger pass
-    anchors.chain_hash_seen(position, chain_hash)      # for every link the pass recomputes
+    anchors.chain_hash_seen(position, event_id, chain_hash)   # each link the pass recomputes
     line = anchors.check(authorities)                  # after it; raises PackInvalid
 
 The message an authority timestamps is the chain hash as the ledger writes it: its 64 hex
@@ -151,13 +151,15 @@ def load_certificates(pem: bytes) -> list[x509.Certificate]:
 
 class PackAnchors:
     """The tokens an evidence pack lists, held to the chain hashes the verifier recomputes
-    from ``ledger.jsonl`` at their positions (so a token over any other head fails, named)."""
+    from ``ledger.jsonl`` at their positions (so a token over any other head fails, named);
+    what ``anchors.json`` says of each (its event, its file's name and SHA-256, its time) is
+    held to the ledger and the token too."""
 
     def __init__(self, listed: list[dict[str, Any]], read_member: Callable[[str, int], bytes]):
         self.listed = listed
         self.read_member = read_member
         self.wanted = {entry["position"] for entry in listed}
-        self.seen: dict[int, str] = {}
+        self.seen: dict[int, tuple[int, str]] = {}  # position: its event id, chain hash
         self.last_position = 0  # the range's last chained position
 
     @classmethod
@@ -188,10 +190,10 @@ class PackAnchors:
             raise PackInvalid(f"{PACK_LIST} lists {name}, which is not in the pack")
         return cls(listed, read_member)
 
-    def chain_hash_seen(self, position: int, chain_hash: str) -> None:
+    def chain_hash_seen(self, position: int, event_id: int, chain_hash: str) -> None:
         self.last_position = position
         if position in self.wanted:
-            self.seen[position] = chain_hash
+            self.seen[position] = (event_id, chain_hash)
 
     def check(self, authorities: list[x509.Certificate] | None) -> str:
         """Every token against the recomputed chain (and with ``authorities``, its
@@ -203,15 +205,27 @@ class PackAnchors:
             )
         for entry in self.listed:
             position, name = entry["position"], entry["token"]
-            recomputed = self.seen.get(position)
-            if recomputed is None:
+            if position not in self.seen:
                 raise PackInvalid(f"{name}: position {position} is not in the ledger range")
+            event_id, recomputed = self.seen[position]
             if recomputed != entry["chain_hash"]:
                 raise PackInvalid(
                     f"{PACK_LIST}: position {position}'s chain hash is not the chain's "
                     f"({recomputed})"
                 )
+            anchor = f"{PACK_LIST}: the anchor of position {position} ({name})"
+            # The writer names each token for its position; -2, -3 for more at one position.
+            if not re.fullmatch(rf"{re.escape(PACK_DIR)}{position}(-[0-9]+)?\.tsr", name):
+                raise PackInvalid(f"{anchor}: its token is not named for its position")
+            listed_event = entry.get("event_id")
+            if not pack.whole_number(listed_event) or listed_event != event_id:
+                raise PackInvalid(
+                    f"{anchor}: event_id {listed_event!r} is not the ledger's ({event_id})"
+                )
             token = self.read_member(name, _TOKEN_MAX)
+            digest = hashlib.sha256(token).hexdigest()
+            if entry.get("token_sha256") != digest:
+                raise PackInvalid(f"{anchor}: token_sha256 is not the token's ({digest})")
             problem = (
                 token_problem(token, recomputed)
                 if authorities is None
@@ -219,6 +233,7 @@ class PackAnchors:
             )
             if problem is not None:
                 raise PackInvalid(f"{name} (position {position}): {problem}")
+            self.check_gen_time(anchor, entry.get("gen_time"), token)
         positions = sorted(self.wanted)
         covered = (
             f"{len(self.listed)} tokens cover the chain hashes at positions "
@@ -240,3 +255,14 @@ class PackAnchors:
                 "(pass --tsa-cert FILE)"
             )
         return f"timestamps: {covered}; each signature chains to the given certificate"
+
+    @staticmethod
+    def check_gen_time(anchor: str, listed: Any, token: bytes) -> None:
+        """The time listed is the token's, as the writer writes it (UTC, ``+00:00``)."""
+        try:
+            pack.aware_time(listed, "gen_time")
+        except ValueError as exc:
+            raise PackInvalid(f"{anchor}: {exc}") from None
+        written = token_gen_time(token).isoformat()
+        if listed != written:
+            raise PackInvalid(f"{anchor}: gen_time {listed} is not the token's ({written})")

@@ -11,17 +11,17 @@ It checks, in order, and stops at the first thing that does not hold (exit 1, na
 the archive's every byte (fixed member metadata, no byte outside a member, the manifest or
 the directory), the manifest's Ed25519 signature, every file's SHA-256 and row count, every
 ledger event's hash and the chain over the range, the RFC 3161 time-stamp tokens over it
-(each one's message imprint is the chain hash recomputed at its position; with ``--tsa-cert
-FILE``, its signature chains to that certificate, else they are present but not checked
-against an authority), that every outcome row and every status in the DROP files has its
-ledger events, and that ``components.json`` holds together (a pack without it, from before
-the audit's components, verifies and says so). Exit 0 when all hold. A component that failed
-its tests at export does not make the pack fail: the pack is authentic, and it records that
-the system failed that test; each component's result is printed (``--json``: ``components``
-and ``components_failed``). Without
-``--public-key`` the signature is checked against the key the pack carries, which proves the
-pack whole but not who signed it: stderr says so, and ``--json`` has ``"signer_checked":
-false``.
+(each one's message imprint is the chain hash recomputed at its position, and what
+``anchors.json`` says of it, its event id, file name, SHA-256 and time, is the ledger's and
+the token's; with ``--tsa-cert FILE``, its signature chains to that certificate, else they
+are present but not checked against an authority), that every outcome row and every status
+in the DROP files has its ledger events, and that ``components.json`` holds together (a pack
+without it, from before the audit's components, verifies and says so). Exit 0 when all hold.
+A component that failed its tests at export does not make the pack fail: the pack is
+authentic, and it records that the system failed that test; each component's result is
+printed (``--json``: ``components`` and ``components_failed``). Without ``--public-key`` the
+signature is checked against the key the pack carries, which proves the pack whole but not
+who signed it: stderr says so, and ``--json`` has ``"signer_checked": false``.
 """
 
 from __future__ import annotations

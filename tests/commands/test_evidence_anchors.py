@@ -4,6 +4,7 @@ recomputes at its position, and its signature chains to the authority's certific
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import io
 import json
@@ -12,8 +13,9 @@ import re
 import subprocess
 import sys
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cryptography import x509
@@ -28,9 +30,11 @@ from integrations.evidence.timestamps import load_certificates
 from integrations.evidence.verify import verify_pack
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, DropCycle, LedgerAnchor, LedgerChainLink
+from integrations.services.evidence.evidence import evidence_signing_key
 from integrations.services.ledger import ledger_event_append, ledger_seal
 from integrations.services.ledger_anchors import ledger_anchor
 from tests.builders import anchor_moved_to_head
+from tests.commands.test_evidence import failure, rewrite
 from tests.evidence_world import DROP_KEY, evidence_world
 
 pytestmark = pytest.mark.django_db
@@ -176,6 +180,89 @@ def test_a_token_of_another_chain_head_fails_and_is_named(
         f"anchors/{forged.position}.tsr (position {forged.position}): it covers another "
         f"chain head, not {forged.chain_hash}"
     )
+
+
+def _naive(anchor: LedgerAnchor) -> str:
+    return anchor.gen_time.replace(tzinfo=None).isoformat()
+
+
+@pytest.mark.parametrize(
+    "stated",
+    [
+        lambda a: {"event_id": a.event_id - 1},
+        lambda a: {"token_sha256": "0" * 64},
+        lambda a: {"gen_time": (a.gen_time - dt.timedelta(hours=1)).isoformat()},
+        lambda a: {"gen_time": _naive(a)},
+        lambda a: {"token": f"anchors/{a.position + 1}.tsr"},
+    ],
+    ids=["event-id", "token-sha256", "gen-time", "gen-time-naive", "token-name"],
+)
+def test_what_the_list_says_of_a_token_is_held_to_the_ledger_and_the_token(
+    cycle: DropCycle,
+    tsa: TsaSimulator,
+    tmp_path: Path,
+    public_key: Path,
+    stated: Callable[[LedgerAnchor], dict[str, Any]],
+) -> None:
+    """Signed again by someone holding the key: each field of ``anchors.json`` is compared
+    with the ledger line at its position, the token's own time and the token file's digest."""
+    anchor = ledger_anchor()
+    broker_event()
+    change = stated(anchor)
+    name = f"anchors/{anchor.position}.tsr"
+
+    def edit(files: dict[str, bytes]) -> None:
+        listed = json.loads(files[timestamps.PACK_LIST])
+        listed["anchors"][0].update(change)
+        files[timestamps.PACK_LIST] = json.dumps(listed).encode()
+        if "token" in change:  # the file renamed, in the manifest too
+            files[change["token"]] = files.pop(name)
+            manifest = json.loads(files["manifest.json"])
+            for entry in manifest["files"]:
+                entry["name"] = change["token"] if entry["name"] == name else entry["name"]
+            files["manifest.json"] = json.dumps(manifest).encode()
+
+    written = anchor.gen_time.isoformat()
+    reason = {
+        "event_id": f"event_id {anchor.event_id - 1} is not the ledger's ({anchor.event_id})",
+        "token_sha256": f"token_sha256 is not the token's ({anchor.token_sha256})",
+        "gen_time": (
+            f"gen_time {_naive(anchor)!r} has no UTC offset"
+            if change.get("gen_time") == _naive(anchor)
+            else f"gen_time {change.get('gen_time')} is not the token's ({written})"
+        ),
+        "token": "its token is not named for its position",
+    }[next(iter(change))]
+    named = change.get("token", name)
+    tampered = rewrite(export(cycle, tmp_path), edit, key=evidence_signing_key())
+    assert failure(tampered, public_key) == (
+        f"anchors.json: the anchor of position {anchor.position} ({named}): {reason}"
+    )
+
+
+def test_two_tokens_at_one_position_verify(
+    cycle: DropCycle, tsa: TsaSimulator, tmp_path: Path, public_key: Path
+) -> None:
+    """Two anchorings can meet the same head: the second token is named for its position
+    too (``-2``), and both verify."""
+    anchor = ledger_anchor()
+    again = LedgerAnchor.objects.create(
+        **{
+            field: getattr(anchor, field)
+            for field in ("position", "event_id", "chain_hash", "token", "token_sha256")
+        },
+        tsa_url=anchor.tsa_url,
+        gen_time=anchor.gen_time,
+        created_at=timezone.now(),
+    )
+    broker_event()
+    exported = export(cycle, tmp_path)
+    with zipfile.ZipFile(exported) as archive:
+        assert f"anchors/{again.position}-2.tsr" in archive.namelist()
+    result = verify_pack(
+        exported, public_key_pem=public_key.read_bytes(), tsa_certificates=authority(tsa)
+    )
+    assert result.ok, result.failure
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,8 @@ chain position inside the range (``services.ledger_anchors``), as the authority 
                               "chain_hash", "token", "token_sha256", "gen_time", "tsa_url"}]}
 
 The offline verifier (``integrations.evidence.timestamps``) holds each token to the chain
-hash it recomputes at that position. Nothing is written when no token falls in the range.
+hash it recomputes at that position, and every field of its entry but ``tsa_url`` to the
+ledger line there and to the token. Nothing is written when no token falls in the range.
 """
 
 from __future__ import annotations
