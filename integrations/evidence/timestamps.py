@@ -182,7 +182,12 @@ class PackAnchors:
                     listed.append(entry)
             except (ValueError, KeyError, TypeError, AttributeError) as exc:
                 raise PackInvalid(f"{PACK_LIST}: {exc}") from None
-        tokens = {entry["token"] for entry in listed}
+        tokens: set[str] = set()
+        for entry in listed:
+            # The writer writes a file per anchor: one file would stand for two.
+            if entry["token"] in tokens:
+                raise PackInvalid(f"{PACK_LIST} lists {entry['token']} for two anchors")
+            tokens.add(entry["token"])
         for name in sorted(names):
             if name.startswith(PACK_DIR) and name not in tokens:
                 raise PackInvalid(f"{name} is a token {PACK_LIST} does not list")

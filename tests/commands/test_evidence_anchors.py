@@ -240,6 +240,23 @@ def test_what_the_list_says_of_a_token_is_held_to_the_ledger_and_the_token(
     )
 
 
+def test_a_token_listed_for_two_anchors_fails(
+    cycle: DropCycle, tsa: TsaSimulator, tmp_path: Path, public_key: Path
+) -> None:
+    anchor = ledger_anchor()
+    broker_event()
+
+    def edit(files: dict[str, bytes]) -> None:
+        listed = json.loads(files[timestamps.PACK_LIST])
+        listed["anchors"] *= 2
+        files[timestamps.PACK_LIST] = json.dumps(listed).encode()
+
+    tampered = rewrite(export(cycle, tmp_path), edit, key=evidence_signing_key())
+    assert failure(tampered, public_key) == (
+        f"anchors.json lists anchors/{anchor.position}.tsr for two anchors"
+    )
+
+
 def test_two_tokens_at_one_position_verify(
     cycle: DropCycle, tsa: TsaSimulator, tmp_path: Path, public_key: Path
 ) -> None:
