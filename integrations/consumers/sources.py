@@ -385,10 +385,13 @@ def _object_of(uri: str) -> tuple[str, str]:
     return bucket, key
 
 
-def _is_marker(key: str, size: int) -> bool:
-    """Whether an object under a prefix is a marker, not a consumer file: empty, or named
-    ``_...`` or ``.…`` (Spark's and Glue's ``_SUCCESS``, ``_committed_…``, ``.crc``)."""
-    return size == 0 or key.rpartition("/")[2].startswith(("_", "."))
+def _is_marker(key: str, size: int, *, prefix: str) -> bool:
+    """Whether an object under ``prefix`` is a marker, not a consumer file: empty, or named
+    ``_...`` or ``.…`` (Spark's and Glue's ``_SUCCESS``, ``_committed_…``, ``.crc``), or in
+    a folder so named below the prefix (a job's work in progress: Spark's ``_temporary/``,
+    Hive's ``.hive-staging…/``, whose files a replacement must not take for the set)."""
+    below = key[len(prefix) :] if key.startswith(prefix) else key
+    return size == 0 or any(part.startswith(("_", ".")) for part in below.split("/"))
 
 
 def _s3_sources(spec: str, *, format: str | None, endpoint_url: str | None) -> Sources:
@@ -412,7 +415,7 @@ def _s3_sources(spec: str, *, format: str | None, endpoint_url: str | None) -> S
                     name, size = item["Key"], int(item["Size"])
                     if name.endswith("/"):
                         continue  # a folder marker, not a file
-                    if _is_marker(name, size):
+                    if _is_marker(name, size, prefix=key):
                         skipped.append(f"s3://{bucket}/{name}")
                         continue
                     objects.append((name, size, item["ETag"]))

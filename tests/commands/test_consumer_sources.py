@@ -565,6 +565,9 @@ def test_marker_objects_under_a_prefix_are_skipped_and_named(broker: Broker, buc
         "out/_committed_1234": b"{}",
         "out/.part-0.parquet.crc": b"crc bytes",
         "out/empty.csv": b"",
+        # A job's files in progress, in its hidden folders: not the set yet.
+        "out/_temporary/0/part-1.parquet": b"half a file",
+        "out/.hive-staging_1/000000_0": b"staged",
     }
     for key, body in {**markers, "out/part-0.parquet": parquet_bytes()}.items():
         bucket.put_object(Bucket="exports", Key=key, Body=body)
@@ -581,7 +584,10 @@ def test_marker_objects_under_a_prefix_are_skipped_and_named(broker: Broker, buc
     assert (
         out.getvalue()
         .rstrip()
-        .endswith(f"Skipped 4 marker objects (empty, or named _… or .…): {', '.join(skipped)}.")
+        .endswith(
+            "Skipped 6 marker objects (empty, or named _… or .…, or in a folder so named): "
+            f"{', '.join(skipped)}."
+        )
     )
 
 

@@ -341,7 +341,7 @@ class Command(DropportalCommand):
             + f"; {seconds:,.1f} s, {rate:,.0f} rows/s."
             + (
                 f" Skipped {len(skipped)} marker object{'' if len(skipped) == 1 else 's'} "
-                f"(empty, or named _… or .…): {', '.join(skipped)}."
+                f"(empty, or named _… or .…, or in a folder so named): {', '.join(skipped)}."
                 if skipped
                 else ""
             )
