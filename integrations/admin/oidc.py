@@ -152,14 +152,9 @@ def oidc_sign_in_view(request: HttpRequest) -> HttpResponse:
     # refusals spent its tokens (``_refusal_counted``) starts none, answered before a
     # session, a state or a call to the provider is made. Starting spends nothing, so a page
     # that makes browsers start sign-ins cannot shut staff out.
-    throttle = OidcSignInThrottle()
-    if not throttle.allow_request(Request(request), None):
-        seconds = max(1, math.ceil(throttle.wait()))
-        refused = _refused_page(request, TOO_MANY_REFUSED.format(seconds=seconds), status=429)
-        refused["Retry-After"] = str(seconds)
-        # Anyone can flood this: no line per answer in the log (as the callbacks' refusals).
-        refused._has_been_logged = True  # type: ignore[attr-defined]
-        return refused
+    too_many = _too_many_refused(request)
+    if too_many is not None:
+        return too_many
     from authlib.common.errors import AuthlibBaseError
 
     request.session[_NEXT_KEY] = _wanted(request, request.GET.get("next") or "")
@@ -184,6 +179,13 @@ def oidc_callback_view(request: HttpRequest) -> HttpResponse:
     # started is recorded (one per sign-in started, each start a new state), and a link's
     # own text is neither shown nor kept.
     state = _started_here(request)
+    if state is not None:
+        # Asked again here, not only at the start: sign-ins started before the address's
+        # tokens ran out would each still be a ledgered refusal and a call to the provider.
+        too_many = _too_many_refused(request)
+        if too_many is not None:
+            identity_provider().framework.clear_state_data(request.session, state)  # spent
+            return too_many
     if "error" in request.GET:  # the person cancelled, or the provider would not sign them in
         if state is None:  # anyone's link: nothing it carries is shown or kept
             return _refused_page(request, NOT_SIGNED_IN_THERE)
@@ -258,6 +260,19 @@ def _authenticated_at(claims: dict[str, Any], *, asked_again: bool) -> float | N
     if isinstance(at, bool) or not isinstance(at, int | float) or not math.isfinite(at):
         return now if asked_again else None
     return min(float(at), now)
+
+
+def _too_many_refused(request: HttpRequest) -> HttpResponse | None:
+    """The 429 page when the client's address spent its refusals' tokens, else None."""
+    throttle = OidcSignInThrottle()
+    if throttle.allow_request(Request(request), None):
+        return None
+    seconds = max(1, math.ceil(throttle.wait()))
+    refused = _refused_page(request, TOO_MANY_REFUSED.format(seconds=seconds), status=429)
+    refused["Retry-After"] = str(seconds)
+    # Anyone can flood this: no line per answer in the log (as the callbacks' refusals).
+    refused._has_been_logged = True  # type: ignore[attr-defined]
+    return refused
 
 
 def _refusal_counted(request: HttpRequest) -> None:

@@ -287,6 +287,24 @@ def test_an_address_whose_refusals_spent_the_limit_starts_no_sign_in_and_records
     )
 
 
+def test_sign_ins_started_before_the_limit_was_spent_record_no_more_refusals(
+    idp: OidcProvider, settings: Any
+) -> None:
+    # Starting spends nothing: one session may hold many states, and each answered later
+    # was a ledgered refusal and a call to the provider's token endpoint, past the limit.
+    settings.DROPPORTAL_OIDC_SIGN_IN_RATE_LIMIT = 2
+    flood = Client(REMOTE_ADDR="203.0.113.8")
+    states = [_state_of(flood.get(reverse("admin:oidc_sign_in"))) for _ in range(5)]
+    callback = reverse("admin:oidc_callback")
+
+    answers = [flood.get(callback, {"error": "x", "state": state}) for state in states]
+
+    assert [a.status_code for a in answers] == [403, 403, 429, 429, 429]
+    assert len(events("staff_user.sign_in_refused")) == 2
+    # A code is not sent to the provider either, and the state is spent.
+    assert flood.get(callback, {"code": "junk", "state": states[2]}).status_code == 403
+
+
 def test_the_login_page_offers_the_provider_beside_the_password(
     idp: OidcProvider, client: Client
 ) -> None:
