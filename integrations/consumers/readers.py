@@ -12,7 +12,8 @@ index, and the reason per field; never the clear value)::
 - A clear CSV (docs/contracts.md §8): `remote_identifier` first, then any of
   `remote_identifier_kind, email, phone, first_name, last_name, dob, zip, vin, maid, ctvid`.
   One row may carry several list types: names with `dob` and `zip` give an NDZ hash, names
-  with `vin` a NameVIN hash. Empty cells are skipped.
+  with `vin` a NameVIN hash. Empty cells are skipped. Columns of neither (names alone, `dob`
+  or `zip` alone) are ignored and named in the reader's `unused_columns`.
 - A hashed CSV: `remote_identifier, hash_type, hash` (and optionally
   `remote_identifier_kind`), the hash in 44-character standard Base64.
 - API objects (`POST /api/v1/drop/consumers`): `email`, `phone`, `maid`, `ctvid` arrays,
@@ -101,6 +102,7 @@ HASH_FORMAT: Final = "must be a SHA-256 hash in standard Base64 (44 characters, 
 NDZ_PARTS: Final = ("first_name", "last_name", "dob", "zip")
 NAME_VIN_PARTS: Final = ("first_name", "last_name", "vin")
 _NAME_PARTS: Final = ("first_name", "last_name")
+_COMPOSITE_COLUMNS: Final = frozenset(NDZ_PARTS + NAME_VIN_PARTS)
 _sha256 = hashlib.sha256
 _a2b = binascii.a2b_base64
 
@@ -215,6 +217,11 @@ def kind_problem(value: str) -> str | None:
     return "must be 1 to 64 letters, digits or _ . : - (for example external_id)"
 
 
+def _and(words: Sequence[str]) -> str:
+    """``a, b and c``."""
+    return " and ".join(filter(None, (", ".join(words[:-1]), words[-1])))
+
+
 def add_error(errors: dict[str, list[str]], key: str, message: str) -> None:
     errors.setdefault(key, []).append(message)
 
@@ -267,6 +274,9 @@ class ConsumerCsvReader:
                 "the header is not UTF-8 text (a UTF-16 file? save it as UTF-8)"
             )
         self.columns = [cell.strip().lstrip("\ufeff").lower() for cell in header]
+        # Columns of the header that can give no hash (names without dob and zip, or vin),
+        # in one line for the command's summary; "" when every column is used.
+        self.unused_columns = ""
         if self.hashed:
             self._check_hashed_header()
         else:
@@ -304,24 +314,26 @@ class ConsumerCsvReader:
                 + ", ".join(CLEAR_COLUMNS[2:])
                 + (" (a hashed file? use --hashed)" if "hash" in present else "")
             )
-        name_columns = present & {"first_name", "last_name", "dob", "zip", "vin"}
-        if not name_columns:
-            return
-        ndz = {"dob", "zip"} & present
-        if not set(_NAME_PARTS) <= present:
-            missing = " and ".join(p for p in _NAME_PARTS if p not in present)
-            raise RegistrationFileError(
-                f"{', '.join(sorted(name_columns))} need {missing}: NDZ is first_name, "
-                "last_name, dob, zip; NameVIN is first_name, last_name, vin"
+        # Any subset is allowed, but a composite's columns give a hash only when all its
+        # parts are there; the others are ignored, and the command says so.
+        complete = [
+            (list_type, parts)
+            for list_type, parts in (("NDZ", NDZ_PARTS), ("NameVIN", NAME_VIN_PARTS))
+            if set(parts) <= present
+        ]
+        used = {part for _, parts in complete for part in parts}
+        unused = [c for c in self.columns if c in _COMPOSITE_COLUMNS and c not in used]
+        if unused:
+            why = ", ".join(
+                f"no {list_type} without {_and([p for p in parts if p not in present])}"
+                for list_type, parts in (("NDZ", NDZ_PARTS), ("NameVIN", NAME_VIN_PARTS))
+                if set(unused) & set(parts)
             )
-        if len(ndz) == 1:
+            self.unused_columns = f"{', '.join(unused)} not used: {why}"
+        if not present - {"remote_identifier", "remote_identifier_kind", *unused}:
+            # Every row would be rejected: refused whole, like a header with no identifier.
             raise RegistrationFileError(
-                f"{ndz.pop()} without {'zip' if 'dob' in present else 'dob'}: NDZ needs "
-                "first_name, last_name, dob and zip"
-            )
-        if not ndz and "vin" not in present:
-            raise RegistrationFileError(
-                "first_name and last_name need dob and zip (NDZ) or vin (NameVIN)"
+                f"no identifier column that gives a hash: {self.unused_columns}"
             )
 
     def _check_hashed_header(self) -> None:
@@ -401,14 +413,10 @@ class ConsumerCsvReader:
             for list_type, parts in (("ndz", NDZ_PARTS), ("name_vin", NAME_VIN_PARTS))
             if all(part in self._index for part in parts)
         ]
-        name_positions = [
-            self._index[p]
-            for p in ("first_name", "last_name", "dob", "zip", "vin")
-            if p in self._index
-        ]
-        identifiers = [
-            (name, self._index[name]) for name in CLEAR_COLUMNS[2:] if name in self._index
-        ]
+        # A column of no complete composite is ignored (the header check named it).
+        used = {name for name, _, _ in simple} | {p for _, parts in composites for p, _ in parts}
+        name_positions = sorted({i for _, parts in composites for _, i in parts})
+        identifiers = [(name, self._index[name]) for name in CLEAR_COLUMNS[2:] if name in used]
         # The file's names, cached while its rows are parsed, and dropped with the parser.
         names = name_standardizer()
 

@@ -127,6 +127,7 @@ class ConsumerSource:
     _opener: Callable[[], Any]  # a binary file object: a file, a spool, an _S3Object
     sha256: Any = field(default_factory=hashlib.sha256)
     bytes_read: int = 0
+    unused_columns: str = ""  # the reader's note on columns that give no hash, once opened
 
     def open_raw(self, on_read: Callable[[int], None] | None = None) -> _DigestingReader:
         """The file's bytes, counted and hashed in order as they are read."""
@@ -147,6 +148,7 @@ class ConsumerSource:
             raw: Any = digesting
             if self.format == "parquet":
                 reader = _parquet_reader(raw, self.name, hashed=hashed, stack=stack)
+                self.unused_columns = reader.unused_columns
                 yield _read_records(reader, processes)
                 # Read to the end what the Parquet reader skipped or read out of order
                 # (its footer, first): the digest covers the whole file, in order.
@@ -163,7 +165,9 @@ class ConsumerSource:
                 errors="surrogateescape",  # a row with bytes that are not UTF-8 is rejected alone
                 newline="",
             )
-            yield _read_records(ConsumerCsvReader(text, hashed=hashed), processes)
+            csv_reader = ConsumerCsvReader(text, hashed=hashed)
+            self.unused_columns = csv_reader.unused_columns
+            yield _read_records(csv_reader, processes)
 
     def finish_digest(self) -> str:
         """The SHA-256 of the whole file, once its records have all been read."""

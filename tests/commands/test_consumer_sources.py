@@ -101,6 +101,24 @@ def test_each_format_is_found_from_the_name_and_imported_alike(
     assert LedgerEvent.objects.get(kind="consumers.registered").subject == f"file:{name}"
 
 
+@pytest.mark.parametrize("name", ["c.csv", "c.parquet"])
+def test_a_column_that_gives_no_hash_is_named_for_csv_and_parquet_alike(
+    broker: Broker, tmp_path: Path, name: str
+) -> None:
+    path = tmp_path / name
+    if name.endswith(".csv"):
+        path.write_text(f"remote_identifier,email,zip\nC-1,{ANNA_CLEAR},91790\n")
+    else:
+        table = {"remote_identifier": ["C-1"], "email": [ANNA_CLEAR], "zip": pa.array([91790])}
+        pq.write_table(pa.table(table), path)
+    summary, err = run(str(path))
+    assert err == ""
+    assert summary["unused_columns"] == [
+        f"{name}: zip not used: no NDZ without first_name, last_name and dob"
+    ]
+    assert stored(broker) == {"C-1": [("email", ANNA)]}
+
+
 def test_format_option_overrides_the_name(broker: Broker, tmp_path: Path) -> None:
     path = tmp_path / "export.bin"
     path.write_bytes(gzip.compress(CLEAR.encode()))

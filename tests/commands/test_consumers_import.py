@@ -85,6 +85,7 @@ def test_import_registers_every_list_type_of_a_row_and_rows_sharing_a_pointer(
         "seconds": None,
         "rows_per_second": None,
         "skipped": [],  # marker objects skipped under an S3 prefix
+        "unused_columns": [],
     }
     (event,) = LedgerEvent.objects.filter(kind="consumers.registered")
     assert event.subject == "file:consumers.csv"
@@ -165,6 +166,28 @@ def test_the_plain_summary_says_how_many_were_rejected(broker: Broker, tmp_path:
     )
 
 
+def test_columns_that_give_no_hash_are_named_in_the_summary_and_the_file_imported(
+    broker: Broker, tmp_path: Path
+) -> None:
+    path = write(
+        tmp_path,
+        "remote_identifier,email,first_name,last_name\nC-1,Anna.Smith@Domain.com,Anna,Smith\n",
+    )
+    out = io.StringIO()
+    call_command(
+        "consumers", "import", "--broker", "4821", path, stdout=out, stderr=io.StringIO()
+    )  # fmt: skip
+    note, summary = out.getvalue().splitlines()
+    assert note == (
+        "consumers.csv: first_name, last_name not used: no NDZ without dob and zip, "
+        "no NameVIN without vin."
+    )
+    assert summary.startswith("consumers.csv: 1 rows read, 1 imported, 0 rejected")
+    assert stored(broker) == {"C-1": [("email", ANNA)]}
+    as_json, _ = run("--broker", "4821", path)
+    assert as_json["unused_columns"] == [note.removesuffix(".")]
+
+
 def test_strict_refuses_the_whole_file_and_writes_nothing(broker: Broker, tmp_path: Path) -> None:
     err = io.StringIO()
     with pytest.raises(CommandError, match="3 of 5 rows rejected; --strict: nothing was imported"):
@@ -223,7 +246,7 @@ def test_a_file_larger_than_a_round_is_imported_whole(
         # No header line: the first row's email is not echoed as a column name.
         ("a@b.com,C-1\n", "unknown column name in column 1 \\(not shown"),
         ("remote_identifier,e-mail\nC-1,a@b\n", "unknown column name in column 2"),
-        ("remote_identifier,first_name,last_name\nC-1,A,B\n", "need dob and zip"),
+        ("remote_identifier,first_name,last_name\nC-1,A,B\n", "no identifier column"),
     ],
 )
 def test_a_bad_header_is_refused_before_anything_is_written(

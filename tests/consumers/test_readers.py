@@ -133,11 +133,13 @@ def test_remote_identifier_is_kept_verbatim_and_a_blank_one_refused() -> None:
         ("remote_identifier,email,email", "column 'email' appears twice"),
         ("remote_identifier", "no identifier column"),
         ("remote_identifier,remote_identifier_kind", "no identifier column"),
-        ("remote_identifier,first_name,last_name", "need dob and zip (NDZ) or vin (NameVIN)"),
-        ("remote_identifier,first_name,dob,zip", "need last_name"),
-        ("remote_identifier,vin", "need first_name and last_name"),
-        ("remote_identifier,first_name,last_name,dob,vin", "dob without zip"),
-        ("remote_identifier,first_name,last_name,zip", "zip without dob"),
+        # Columns that can give no hash are no identifier column.
+        (
+            "remote_identifier,first_name,last_name",
+            "no identifier column that gives a hash: first_name, last_name not used: "
+            "no NDZ without dob and zip, no NameVIN without vin",
+        ),
+        ("remote_identifier,remote_identifier_kind,dob", "dob not used"),
     ],
 )
 def test_a_bad_header_is_refused_before_any_row_is_read(header: str, message: str) -> None:
@@ -145,6 +147,65 @@ def test_a_bad_header_is_refused_before_any_row_is_read(header: str, message: st
         RegistrationFileError, match=message.replace("(", r"\(").replace(")", r"\)")
     ):
         ConsumerCsvReader(io.StringIO(f"{header}\nC-1,a@b\n" if header else ""))
+
+
+@pytest.mark.parametrize(
+    ("header", "row", "hashes", "unused"),
+    [
+        # The contract's "any subset": columns that give no hash here are named, not refused.
+        (
+            "remote_identifier,email,first_name,last_name",
+            "C-1,Anna.Smith@Domain.com,Anna,Smith",
+            ["email"],
+            "first_name, last_name not used: no NDZ without dob and zip, no NameVIN without vin",
+        ),
+        (
+            "remote_identifier,email,zip",
+            "C-1,Anna.Smith@Domain.com,94107",
+            ["email"],
+            "zip not used: no NDZ without first_name, last_name and dob",
+        ),
+        (
+            "remote_identifier,phone,dob",
+            "C-1,+1(415)555-9317,1990-01-01",
+            ["phone"],
+            "dob not used: no NDZ without first_name, last_name and zip",
+        ),
+        (
+            "remote_identifier,email,first_name,dob,zip,vin",
+            "C-1,Anna.Smith@Domain.com,Anna,1990-01-01,94107,1HGCM826",
+            ["email"],
+            "first_name, dob, zip, vin not used: no NDZ without last_name, "
+            "no NameVIN without last_name",
+        ),
+        (
+            "remote_identifier,first_name,last_name,vin,zip",
+            "C-1,Eve,Genesis,1HGCM82633A004352,not a zip",
+            ["name_vin"],
+            "zip not used: no NDZ without dob",
+        ),
+        (
+            "remote_identifier,first_name,last_name,dob,zip,vin",
+            "C-1,Danielle,Johnson,1985-07-04,91790,",
+            ["ndz"],
+            "",
+        ),
+    ],
+)
+def test_columns_that_give_no_hash_are_named_and_their_cells_ignored(
+    header: str, row: str, hashes: list[str], unused: str
+) -> None:
+    reader = ConsumerCsvReader(io.StringIO(f"{header}\n{row}\n", newline=""))
+    assert reader.unused_columns == unused
+    (record,) = reader
+    assert [t for t, _ in b64(record)] == hashes
+
+
+def test_cells_of_an_unused_column_that_are_not_utf8_are_ignored_too() -> None:
+    raw = b"remote_identifier,email,zip\nC-1,Anna.Smith@Domain.com,9\xff107\n"
+    text = io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8", errors="surrogateescape")
+    (record,) = ConsumerCsvReader(text)
+    assert b64(record) == [("email", ANNA)]
 
 
 SECRET = "Secret.Person@Example.com"

@@ -11,7 +11,9 @@ SOURCE is a path, ``-`` (standard input), ``s3://bucket/key`` or ``s3://bucket/p
 summary). Formats: CSV, gzip CSV, Parquet,
 from each name or ``--format``. Clear files have ``remote_identifier`` first, then any of
 ``remote_identifier_kind, email, phone, first_name, last_name, dob, zip, vin, maid, ctvid``;
-``--hashed`` files have ``remote_identifier, hash_type, hash`` (Base64).
+``--hashed`` files have ``remote_identifier, hash_type, hash`` (Base64). Columns that can
+give no hash (names without ``dob`` and ``zip`` or ``vin``, ``dob`` or ``zip`` alone) are
+ignored and named in a line before the summary.
 
 Each header is checked before its rows are read. Each bad row is reported on stderr with
 its line (Parquet: row) and reason (never its values); the good rows are imported, unless
@@ -316,6 +318,7 @@ class Command(DropportalCommand):
                     "seconds": round(seconds, 3),
                     "rows_per_second": round(rate),
                     "skipped": skipped,
+                    "unused_columns": result.unused_columns,
                     "rejected": [
                         {
                             "line": r.position,
@@ -327,6 +330,8 @@ class Command(DropportalCommand):
                 }
             )
             return
+        for note in result.unused_columns:
+            self.stdout.write(f"{note}.")
         self.stdout.write(
             f"{name}: {result.rows_read:,} rows read, {result.rows_accepted:,} imported, "
             f"{result.rows_rejected:,} rejected; {result.consumers_created:,} new consumers, "

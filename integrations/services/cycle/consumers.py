@@ -123,6 +123,8 @@ class ConsumerRegistration:
     hashes_added: int = 0
     consumers_forgotten: int = 0  # by replace: the set's consumers the source did not list
     rejected: list[RejectedRecord] = field(default_factory=list)  # the first REJECTED_KEPT
+    # Per file read, "name: zip not used: why": header columns that can give no hash.
+    unused_columns: list[str] = field(default_factory=list)
 
     @property
     def rows_accepted(self) -> int:
@@ -289,6 +291,11 @@ def _register(
         with closing(_read_ahead(_rounds(batches, result))) as rounds:
             for round_ in rounds:
                 load.stage(round_)
+        result.unused_columns = [
+            f"{source.name}: {source.unused_columns}"
+            for source in files or ()
+            if source.unused_columns
+        ]
         if strict and result.rows_rejected:
             raise RegistrationRefused(result)  # rolls the transaction back
         if load.rounds_staged:
