@@ -12,8 +12,11 @@ index, and the reason per field; never the clear value)::
 - A clear CSV (docs/contracts.md §8): `remote_identifier` first, then any of
   `remote_identifier_kind, email, phone, first_name, last_name, dob, zip, vin, maid, ctvid`.
   One row may carry several list types: names with `dob` and `zip` give an NDZ hash, names
-  with `vin` a NameVIN hash. Empty cells are skipped. Columns of neither (names alone, `dob`
-  or `zip` alone) are ignored and named in the reader's `unused_columns`.
+  with `vin` a NameVIN hash. Empty cells are skipped: names whose `dob`, `zip` and `vin` are
+  empty give no hash (the row may have others), while a composite partly given (`dob`
+  without `zip`, a `vin` without names) is a bad identifier. Columns of no complete
+  composite (names alone, `dob` or `zip` alone) are ignored and named in the reader's
+  `unused_columns`.
 - A hashed CSV: `remote_identifier, hash_type, hash` (and optionally
   `remote_identifier_kind`), the hash in 44-character standard Base64.
 - API objects (`POST /api/v1/drop/consumers`): `email`, `phone`, `maid`, `ctvid` arrays,
@@ -96,6 +99,10 @@ CLEAR_COLUMNS: Final = (
 HASHED_COLUMNS: Final = ("remote_identifier", "hash_type", "hash", "remote_identifier_kind")
 NO_IDENTIFIER: Final = (
     "no identifier: give at least one of email, phone, ndz, name_vin, maid, ctvid or hashes"
+)
+# A row with names but neither dob and zip nor vin, and no other identifier.
+NAMES_ALONE: Final = (
+    "no identifier: first_name and last_name need dob and zip (NDZ) or vin (NameVIN)"
 )
 NOT_UTF8: Final = "is not valid UTF-8"
 HASH_FORMAT: Final = "must be a SHA-256 hash in standard Base64 (44 characters, ending in '=')"
@@ -416,6 +423,7 @@ class ConsumerCsvReader:
         # A column of no complete composite is ignored (the header check named it).
         used = {name for name, _, _ in simple} | {p for _, parts in composites for p, _ in parts}
         name_positions = sorted({i for _, parts in composites for _, i in parts})
+        name_only = sorted({i for _, parts in composites for p, i in parts if p in _NAME_PARTS})
         identifiers = [(name, self._index[name]) for name in CLEAR_COLUMNS[2:] if name in used]
         # The file's names, cached while its rows are parsed, and dropped with the parser.
         names = name_standardizer()
@@ -442,7 +450,8 @@ class ConsumerCsvReader:
             if errors:
                 return RejectedRecord(line, rid or None, errors)
             if not hashes:
-                return RejectedRecord(line, rid, {"row": [NO_IDENTIFIER]})
+                alone = any(cells[i].strip() for i in name_only)
+                return RejectedRecord(line, rid, {"row": [NAMES_ALONE if alone else NO_IDENTIFIER]})
             return ConsumerRecord(line, rid, kind, tuple(hashes))
 
         return parse
@@ -455,15 +464,14 @@ class ConsumerCsvReader:
         errors: dict[str, list[str]],
         names: Callable[[str, str], str],
     ) -> None:
-        """NDZ and NameVIN from one row: each is built when any of its own parts is given."""
-        given = {part for _, parts in composites for part, i in parts if cells[i].strip()}
-        attempted = False
+        """NDZ and NameVIN from one row: each is built when any of its own parts is given.
+        One whose own parts (dob and zip, or vin) are all empty is absent, not an error:
+        the row may register by its other identifiers."""
         for list_type, parts in composites:
-            own = {part for part, _ in parts} - set(_NAME_PARTS)  # dob+zip, or vin
-            if not own & given:
+            given = [part for part, i in parts if cells[i].strip()]
+            if not set(given) - set(_NAME_PARTS):
                 continue
-            attempted = True
-            missing = [part for part, i in parts if not cells[i].strip()]
+            missing = [part for part, _ in parts if part not in given]
             if missing:
                 add_error(
                     errors, list_type, f"{list_type} needs {' and '.join(missing)} in the row"
@@ -475,10 +483,6 @@ class ConsumerCsvReader:
                 )
             except InvalidIdentifier as exc:
                 add_error(errors, exc.field, exc.reason)
-        if not attempted:  # names alone: neither list can be built
-            add_error(
-                errors, "row", "first_name and last_name need dob and zip (NDZ) or vin (NameVIN)"
-            )
 
     def _hashed_row(self, line: int, cells: list[str]) -> Record:
         errors: dict[str, list[str]] = {}

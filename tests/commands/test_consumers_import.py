@@ -188,6 +188,20 @@ def test_columns_that_give_no_hash_are_named_in_the_summary_and_the_file_importe
     assert as_json["unused_columns"] == [note.removesuffix(".")]
 
 
+def test_a_row_with_names_but_no_dob_zip_or_vin_registers_by_its_email(
+    broker: Broker, tmp_path: Path
+) -> None:
+    text = (
+        "remote_identifier,email,first_name,last_name,dob,zip\n"
+        "C-1,Anna.Smith@Domain.com,Anna,Smith,,\n"
+        "C-2,,Anna,Smith,1985-07-04,\n"  # dob without zip: still a bad row
+    )
+    summary, err = run("--broker", "4821", write(tmp_path, text))
+    assert err.splitlines() == ["line 3: ndz: ndz needs zip in the row"]
+    assert (summary["rows_accepted"], summary["rows_rejected"]) == (1, 1)
+    assert stored(broker) == {"C-1": [("email", ANNA)]}
+
+
 def test_strict_refuses_the_whole_file_and_writes_nothing(broker: Broker, tmp_path: Path) -> None:
     err = io.StringIO()
     with pytest.raises(CommandError, match="3 of 5 rows rejected; --strict: nothing was imported"):

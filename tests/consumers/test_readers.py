@@ -311,6 +311,46 @@ def test_each_bad_row_is_rejected_with_its_line_field_and_reason(
     assert reason in rejected.reason
 
 
+NAMES_HEADER = "remote_identifier,email,first_name,last_name,dob,zip,vin"
+
+
+@pytest.mark.parametrize(
+    ("row", "hashes"),
+    [
+        ("C-1,Anna.Smith@Domain.com,Anna,Smith,,,", ["email"]),  # names, no dob/zip/vin
+        ("C-1,Anna.Smith@Domain.com,Anna,,,,", ["email"]),
+        ("C-1,,Eve,Genesis,,,1HGCM82633A004352", ["name_vin"]),  # no NDZ: dob and zip empty
+    ],
+)
+def test_a_composite_whose_own_parts_are_all_empty_is_absent_not_an_error(
+    row: str, hashes: list[str]
+) -> None:
+    (record,) = read(f"{NAMES_HEADER}\n{row}\n")
+    assert [t for t, _ in b64(record)] == hashes
+
+
+@pytest.mark.parametrize(
+    ("row", "field", "reason"),
+    [
+        ("C-1,Anna.Smith@Domain.com,Anna,Smith,1985-07-04,,", "ndz", "ndz needs zip"),
+        (
+            "C-1,Anna.Smith@Domain.com,,,1985-07-04,91790,",
+            "ndz",
+            "ndz needs first_name and last_name",
+        ),
+        (
+            "C-1,Anna.Smith@Domain.com,,,,,1HGCM82633A004352",
+            "name_vin",
+            "name_vin needs first_name and last_name",
+        ),
+        ("C-1,,Anna,Smith,,,", "row", "no identifier: first_name and last_name need dob and zip"),
+    ],
+)
+def test_a_composite_partly_filled_still_rejects_its_row(row: str, field: str, reason: str) -> None:
+    rejected = only_rejection(f"{NAMES_HEADER}\n{row}\n")
+    assert reason in " ".join(rejected.errors[field])
+
+
 def test_a_rejection_never_repeats_the_clear_values() -> None:
     rejected = only_rejection(
         f"remote_identifier,email,phone,maid\nC-1,{SECRET},+1 (415) 555-0000,{SECRET}\n"
