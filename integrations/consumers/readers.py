@@ -23,7 +23,8 @@ index, and the reason per field; never the clear value)::
   `ndz` and `name_vin` arrays of objects, `hashes` as `{list type: [Base64, ...]}`.
 
 A row is accepted whole or rejected whole: one bad identifier rejects its row, so the broker
-fixes and re-sends it (registration is idempotent). A file whose header is wrong raises
+fixes and re-sends it (registration is idempotent). A row that repeats the header's names
+(two files joined) is rejected as such. A file whose header is wrong raises
 `RegistrationFileError` before any row is read; one that stops being CSV part way (a line
 too long, a field over the CSV module's limit, a stray quote) raises it at that line.
 Clear identifiers live only in memory here; standardization and hashing are
@@ -100,6 +101,8 @@ HASHED_COLUMNS: Final = ("remote_identifier", "hash_type", "hash", "remote_ident
 NO_IDENTIFIER: Final = (
     "no identifier: give at least one of email, phone, ndz, name_vin, maid, ctvid or hashes"
 )
+# Two files joined (`cat a.csv b.csv`): the second one's header is read as a row.
+HEADER_AGAIN: Final = "a header row again: two files joined?"
 # A row with names but neither dob and zip nor vin, and no other identifier.
 NAMES_ALONE: Final = (
     "no identifier: first_name and last_name need dob and zip (NDZ) or vin (NameVIN)"
@@ -224,6 +227,10 @@ def kind_problem(value: str) -> str | None:
     return "must be 1 to 64 letters, digits or _ . : - (for example external_id)"
 
 
+def _column_name(cell: str) -> str:
+    return cell.strip().lstrip("\ufeff").lower()
+
+
 def _and(words: Sequence[str]) -> str:
     """``a, b and c``."""
     return " and ".join(filter(None, (", ".join(words[:-1]), words[-1])))
@@ -280,7 +287,7 @@ class ConsumerCsvReader:
             raise RegistrationFileError(
                 "the header is not UTF-8 text (a UTF-16 file? save it as UTF-8)"
             )
-        self.columns = [cell.strip().lstrip("\ufeff").lower() for cell in header]
+        self.columns = [_column_name(cell) for cell in header]
         # Columns of the header that can give no hash (names without dob and zip, or vin),
         # in one line for the command's summary; "" when every column is used.
         self.unused_columns = ""
@@ -409,6 +416,13 @@ class ConsumerCsvReader:
             add_error(errors, "remote_identifier", f"remote_identifier {problem}")
         return rid
 
+    def _header_again(self, cells: list[str]) -> bool:
+        """The row is the header's names again (a BOM before them included)."""
+        pointer = cells[self._index["remote_identifier"]]
+        if _column_name(pointer) != "remote_identifier":  # the usual case, decided at once
+            return False
+        return [_column_name(cell) for cell in cells] == self.columns
+
     def _clear_row_parser(self) -> Callable[[int, list[str]], Record]:
         simple = [
             (name, self._index[name], digest)
@@ -429,6 +443,8 @@ class ConsumerCsvReader:
         names = name_standardizer()
 
         def parse(line: int, cells: list[str]) -> Record:
+            if self._header_again(cells):
+                return RejectedRecord(line, None, {"row": [HEADER_AGAIN]})
             errors: dict[str, list[str]] = {}
             rid = self._pointer(cells, errors)
             kind = self._kind(cells, errors)
@@ -485,6 +501,8 @@ class ConsumerCsvReader:
                 add_error(errors, exc.field, exc.reason)
 
     def _hashed_row(self, line: int, cells: list[str]) -> Record:
+        if self._header_again(cells):
+            return RejectedRecord(line, None, {"row": [HEADER_AGAIN]})
         errors: dict[str, list[str]] = {}
         rid = self._pointer(cells, errors)
         kind = self._kind(cells, errors)

@@ -202,6 +202,17 @@ def test_a_row_with_names_but_no_dob_zip_or_vin_registers_by_its_email(
     assert stored(broker) == {"C-1": [("email", ANNA)]}
 
 
+def test_two_files_joined_import_both_and_the_second_header_is_a_bad_row(
+    broker: Broker, tmp_path: Path
+) -> None:
+    first = "remote_identifier,email\nC-1,Anna.Smith@Domain.com\n".encode("utf-8-sig")
+    second = "remote_identifier,email\nC-2,someone@example.com\n".encode("utf-8-sig")
+    summary, err = run("--broker", "4821", write(tmp_path, first + second))  # cat a.csv b.csv
+    assert err.splitlines() == ["line 3: row: a header row again: two files joined?"]
+    assert (summary["rows_accepted"], summary["rows_rejected"]) == (2, 1)
+    assert sorted(Consumer.objects.values_list("remote_identifier", flat=True)) == ["C-1", "C-2"]
+
+
 def test_strict_refuses_the_whole_file_and_writes_nothing(broker: Broker, tmp_path: Path) -> None:
     err = io.StringIO()
     with pytest.raises(CommandError, match="3 of 5 rows rejected; --strict: nothing was imported"):

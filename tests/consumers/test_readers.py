@@ -351,6 +351,23 @@ def test_a_composite_partly_filled_still_rejects_its_row(row: str, field: str, r
     assert reason in " ".join(rejected.errors[field])
 
 
+@pytest.mark.parametrize("again", ["remote_identifier,email", "\ufeffRemote_Identifier , EMAIL"])
+def test_a_header_row_again_is_rejected_not_registered(again: str) -> None:
+    # Two files joined with cat: the second file's header (its BOM too) is a row.
+    records = read(f"remote_identifier,email\nC-1,{SECRET}\n{again}\nC-2,Anna.Smith@Domain.com\n")
+    assert [type(r).__name__ for r in records] == [
+        "ConsumerRecord",
+        "RejectedRecord",
+        "ConsumerRecord",
+    ]
+    assert records[1] == RejectedRecord(3, None, {"row": ["a header row again: two files joined?"]})
+
+
+def test_a_pointer_named_remote_identifier_with_real_identifiers_is_still_a_row() -> None:
+    (record,) = read("remote_identifier,email\nremote_identifier,Anna.Smith@Domain.com\n")
+    assert b64(record) == [("email", ANNA)]
+
+
 def test_a_rejection_never_repeats_the_clear_values() -> None:
     rejected = only_rejection(
         f"remote_identifier,email,phone,maid\nC-1,{SECRET},+1 (415) 555-0000,{SECRET}\n"
@@ -457,6 +474,12 @@ def test_hashed_rows_decode_to_the_32_byte_digest() -> None:
 def test_a_bad_hashed_row_is_rejected(row: str, field: str, reason: str) -> None:
     rejected = only_rejection(f"remote_identifier,hash_type,hash\n{row}\n", hashed=True)
     assert reason in " ".join(rejected.errors[field])
+
+
+def test_a_hashed_header_row_again_is_rejected_as_such() -> None:
+    header = "hash_type,remote_identifier,hash"
+    records = read(f"{header}\nemail,C-1,{ANNA}\n\ufeff{header}\n", hashed=True)
+    assert records[1] == RejectedRecord(3, None, {"row": ["a header row again: two files joined?"]})
 
 
 @pytest.mark.parametrize(
