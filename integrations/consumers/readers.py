@@ -81,8 +81,8 @@ DEFAULT_KIND: Final = "external_id"
 CSV_LINE_MAX: Final = 1 << 20
 REMOTE_IDENTIFIER_MAX: Final = 255  # Consumer.remote_identifier's length
 KIND_RE: Final = re.compile(r"[A-Za-z0-9_.:-]{1,64}\Z")
-# An unknown column is named in the error only when it looks like a column name (a typo such
-# as "emial"): a file with no header line has a consumer's email or phone there instead.
+# An unknown column of a header (a first line with remote_identifier; one without is not
+# shown at all) is named only when it looks like a column name, a typo such as "emial".
 _SHOWN_COLUMN_RE: Final = re.compile(r"[A-Za-z0-9_]{1,32}\Z")
 CLEAR_COLUMNS: Final = (
     "remote_identifier",
@@ -288,6 +288,14 @@ class ConsumerCsvReader:
                 "the header is not UTF-8 text (a UTF-16 file? save it as UTF-8)"
             )
         self.columns = [_column_name(cell) for cell in header]
+        if "remote_identifier" not in self.columns:
+            # No header line, most likely: the cells are a consumer's (a phone, an email,
+            # a name), so none is echoed, however much it looks like a column name.
+            expected = "remote_identifier, hash_type, hash" if self.hashed else "remote_identifier"
+            raise RegistrationFileError(
+                "the first line is not a header: it has no remote_identifier column (its "
+                f"cells are not shown; is the header line missing?); expected {expected} first"
+            )
         # Columns of the header that can give no hash (names without dob and zip, or vin),
         # in one line for the command's summary; "" when every column is used.
         self.unused_columns = ""
@@ -305,7 +313,7 @@ class ConsumerCsvReader:
                 if not _SHOWN_COLUMN_RE.match(name):
                     raise RegistrationFileError(
                         f"unknown column name in column {i + 1} (not shown: it looks like "
-                        "data; is the header line missing?); expected " + ", ".join(allowed)
+                        "data, not a column name); expected " + ", ".join(allowed)
                     )
                 hint = " (a hashed file? use --hashed)" if name in ("hash", "hash_type") else ""
                 raise RegistrationFileError(

@@ -268,8 +268,9 @@ def test_a_file_larger_than_a_round_is_imported_whole(
         ("", "the file is empty"),
         ("email,remote_identifier\na@b,C-1\n", "the first column must be remote_identifier"),
         ("remote_identifier,emial\nC-1,a@b\n", "unknown column 'emial' in column 2"),
-        # No header line: the first row's email is not echoed as a column name.
-        ("a@b.com,C-1\n", "unknown column name in column 1 \\(not shown"),
+        # No header line: the first row's cells are not echoed as column names.
+        ("a@b.com,C-1\n", "the first line is not a header"),
+        ("4155559317,C-1\n", "the first line is not a header"),
         ("remote_identifier,e-mail\nC-1,a@b\n", "unknown column name in column 2"),
         ("remote_identifier,first_name,last_name\nC-1,A,B\n", "no identifier column"),
     ],

@@ -216,18 +216,37 @@ SECRET = "Secret.Person@Example.com"
     [
         SECRET,  # no header line: the first row's cells read as column names
         "+1 (415) 555-9317",
+        "4155559317",  # a phone that looks like a column name
         "Danielle Johnson",
+        "danielle",
+        "91790",
         "a3f1c2d4-5678-90ab-cdef-1234567890ab",
         "x" * 33,
         "smith.anna",
     ],
 )
-def test_an_unknown_column_that_looks_like_data_is_not_echoed(first: str) -> None:
+@pytest.mark.parametrize("hashed", [False, True])
+def test_a_first_line_without_remote_identifier_is_not_a_header_and_not_echoed(
+    first: str, hashed: bool
+) -> None:
     with pytest.raises(RegistrationFileError) as raised:
-        ConsumerCsvReader(io.StringIO(f"{first},C-1\n"))
+        ConsumerCsvReader(io.StringIO(f"C-1,{first},anna\n"), hashed=hashed)
     message = str(raised.value)
-    assert first.lower() not in message.lower()
-    assert message.startswith("unknown column name in column 1 (not shown: it looks like data")
+    assert first.lower() not in message.lower() and "anna" not in message
+    expected = "remote_identifier, hash_type, hash" if hashed else "remote_identifier"
+    assert message == (
+        "the first line is not a header: it has no remote_identifier column (its cells are "
+        f"not shown; is the header line missing?); expected {expected} first"
+    )
+
+
+@pytest.mark.parametrize("column", [SECRET, "+1 (415) 555-9317", "x" * 33])
+def test_an_unknown_column_of_a_header_that_looks_like_data_is_not_echoed(column: str) -> None:
+    with pytest.raises(RegistrationFileError) as raised:
+        ConsumerCsvReader(io.StringIO(f"remote_identifier,{column}\n"))
+    message = str(raised.value)
+    assert column.lower() not in message.lower()
+    assert message.startswith("unknown column name in column 2 (not shown: it looks like data")
     assert message.endswith("; expected " + FULL_HEADER.replace(",", ", "))
 
 
