@@ -12,6 +12,8 @@ Who may grant a role is itself something an auditor asks about. A superuser may 
 member's two-factor authentication (a lost phone): they enrol again at their next login. A
 reset of the factor or of the password ends every session of that member and is its own
 ledger event (``staff_user.mfa_reset``, ``staff_user.password_reset``) naming the superuser.
+Never on their own account (``services.staff.staff_mfa``): its password page sends them to
+the one that asks for the old password, and resetting their own factor is refused.
 django-otp's own device admins are not offered (``dropportal.apps``): they would show TOTP seeds
 and recovery codes.
 """
@@ -23,12 +25,14 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
 from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group, User
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import reverse
 from unfold.admin import ModelAdmin
 from unfold.forms import AdminPasswordChangeForm, UserChangeForm, UserCreationForm
 
@@ -41,7 +45,11 @@ from integrations.services.staff.staff import (
     staff_user_change_record,
     staff_users_delete,
 )
-from integrations.services.staff.staff_mfa import staff_mfa_reset, staff_password_reset_record
+from integrations.services.staff.staff_mfa import (
+    REFUSED_OWN_CREDENTIAL_RESET,
+    staff_mfa_reset,
+    staff_password_reset_record,
+)
 
 
 def _changed_fields(message: Any) -> list[str]:
@@ -124,12 +132,18 @@ class StaffUserAdmin(_LedgeredAdmin, UserAdmin, ModelAdmin):  # UserAdmin's fiel
     def reset_mfa(self, request: HttpRequest, queryset: QuerySet[User]) -> None:
         if not request.user.is_superuser:
             raise PermissionDenied
-        for user in queryset:
-            staff_mfa_reset(
-                user=user,
-                actor=staff_actor(request),
-                keep_session_key=request.session.session_key,
-            )
+        try:
+            with transaction.atomic():  # all of them, or none when one is refused
+                for user in queryset:
+                    staff_mfa_reset(
+                        user=user,
+                        actor=staff_actor(request),
+                        by=request.user,
+                        keep_session_key=request.session.session_key,
+                    )
+        except ValidationError as exc:
+            self.message_user(request, f"Nothing reset. {' '.join(exc.messages)}", messages.ERROR)
+            return
         self.message_user(
             request,
             f"Two-factor authentication reset for {queryset.count()} account(s).",
@@ -145,14 +159,20 @@ class StaffUserAdmin(_LedgeredAdmin, UserAdmin, ModelAdmin):  # UserAdmin's fiel
     def user_change_password(
         self, request: HttpRequest, id: str, form_url: str = ""
     ) -> HttpResponse:
+        if not request.user.is_authenticated:  # the admin's login let nobody else here
+            raise PermissionDenied
+        if unquote(id) == str(request.user.pk) and self.has_change_permission(request):
+            # No old password asked here: one's own is changed on the page that asks it.
+            self.message_user(request, REFUSED_OWN_CREDENTIAL_RESET, messages.INFO)
+            return HttpResponseRedirect(reverse(f"{self.admin_site.name}:password_change"))
         with transaction.atomic():  # the new password and its ledger event, together
             response = super().user_change_password(request, id, form_url)
             if request.method == "POST" and isinstance(response, HttpResponseRedirect):
-                # Saved (an invalid form renders the page again): their sessions end, but
-                # the superuser's own when they set their own password.
+                # Saved (an invalid form renders the page again): their sessions end.
                 staff_password_reset_record(
                     user_id=int(id),
                     actor=staff_actor(request),
+                    by=request.user,
                     keep_session_key=request.session.session_key,
                 )
             return response

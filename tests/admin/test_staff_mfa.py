@@ -46,7 +46,9 @@ from integrations.services.staff.staff_mfa import (
     staff_mfa_enrol,
     staff_mfa_pending_device,
     staff_mfa_recovery_codes_renew,
+    staff_mfa_reset,
     staff_mfa_verify,
+    staff_password_reset_record,
 )
 from tests.conftest import database_url, sessions_waiting_for_locks, subprocess_env
 
@@ -717,3 +719,61 @@ def test_factors_enrolled_before_they_were_encrypted_are_named_on_the_dashboard(
     other = Client()
     other.force_login(bob)
     assert b"factors-once-in-clear" not in other.get(INDEX).content
+
+
+# -- one's own account: no reset without the old password, no reset of one's own factor ---
+
+
+def test_a_superuser_cannot_set_their_own_password_without_the_old_one(
+    alice: User, recovery_codes: list[str]
+) -> None:
+    # A stolen superuser session would set a password of its own and end the owner's
+    # sessions: the own account's page is the one that asks for the old password.
+    thief = _fully_logged_in(recovery_codes[0])
+    owner = _fully_logged_in(recovery_codes[1])
+    page = reverse("admin:auth_user_password_change", args=[alice.pk])
+    assert thief.get(page)["Location"] == reverse("admin:password_change")
+
+    sent = thief.post(
+        page, {"password1": NEW_PASSWORD, "password2": NEW_PASSWORD, "usable_password": "true"}
+    )
+
+    assert sent["Location"] == reverse("admin:password_change")
+    alice.refresh_from_db()
+    assert alice.check_password(PASSWORD)
+    assert owner.get(INDEX).status_code == 200, "the owner's session stays"
+    assert not LedgerEvent.objects.filter(kind="staff_user.password_reset").exists()
+
+
+def test_the_password_reset_record_refuses_ones_own_account(alice: User) -> None:
+    with pytest.raises(ValidationError):
+        staff_password_reset_record(user_id=alice.pk, actor="staff:alice", by=alice)
+    assert not LedgerEvent.objects.filter(kind="staff_user.password_reset").exists()
+
+
+def test_a_superuser_cannot_reset_their_own_second_factor(
+    alice: User, recovery_codes: list[str]
+) -> None:
+    # A stolen session would keep itself, end the owner's, and enrol its own device.
+    thief = _fully_logged_in(recovery_codes[0])
+    owner = _fully_logged_in(recovery_codes[1])
+    bob = User.objects.create_user("bob", password="pw-bob-123-long", is_staff=True)
+    device = staff_mfa_pending_device(user=bob, session_key="bob")
+    staff_mfa_enrol(
+        user=bob, session_key="bob", token=_code(device), password="pw-bob-123-long", actor="t"
+    )
+
+    refused = thief.post(
+        reverse("admin:auth_user_changelist"),
+        {"action": "reset_mfa", "_selected_action": [alice.pk, bob.pk]},
+        follow=True,
+    )
+
+    assert b"your own" in refused.content
+    assert StaffTotpDevice.objects.filter(user=alice, confirmed=True).exists()
+    assert StaffTotpDevice.objects.filter(user=bob, confirmed=True).exists(), "none reset"
+    assert owner.get(INDEX).status_code == 200, "the owner's session stays"
+    assert not LedgerEvent.objects.filter(kind="staff_user.mfa_reset").exists()
+    with pytest.raises(ValidationError):
+        staff_mfa_reset(user=alice, actor="staff:alice", by=alice)
+    assert StaffTotpDevice.objects.filter(user=alice, confirmed=True).exists()

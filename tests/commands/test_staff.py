@@ -17,7 +17,7 @@ from django.test import Client
 from django.urls import reverse
 
 from devtools.oidc_provider import OidcProvider
-from integrations.models import LedgerEvent
+from integrations.models import LedgerEvent, StaffTotpDevice
 from tests.staff_idp import sign_in, staff_idp
 
 pytestmark = pytest.mark.django_db
@@ -102,3 +102,21 @@ def test_deactivate_refuses_an_unknown_or_already_deactivated_account(db: None) 
     User.objects.create_user("gone", is_staff=True, is_active=False)
     with pytest.raises(CommandError, match="gone is already deactivated"):
         run("staff", "deactivate", "gone")
+
+
+def test_reset_mfa_on_the_command_line_is_how_a_superuser_gets_their_own_reset(
+    signed_in: tuple[Client, Client],
+) -> None:
+    # The admin refuses a superuser's reset of their own factor: this is the way left.
+    _, root = signed_in
+    owner = User.objects.get(username="root")
+    StaffTotpDevice.objects.create(user=owner, name="app", confirmed=True, seed="00" * 20)
+    said = run("staff", "reset-mfa", "root")
+    assert "root: 1 second factor(s) removed" in said
+    assert not StaffTotpDevice.objects.filter(user=owner).exists()
+    assert root.get("/admin/").status_code == 302, "every session ended, this one too"
+    (event,) = LedgerEvent.objects.filter(kind="staff_user.mfa_reset")
+    assert (event.subject, event.data["sessions_ended"]) == ("root", 1)
+    assert event.actor.startswith("cli")
+    with pytest.raises(CommandError, match="no staff account 'nobody'"):
+        run("staff", "reset-mfa", "nobody")

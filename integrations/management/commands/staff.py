@@ -1,9 +1,13 @@
-"""``manage.py staff list|deactivate``: who may sign in to the admin, and stopping someone now.
+"""``manage.py staff list|deactivate|reset-mfa``: who may sign in to the admin, stopping someone
+now, and a lost second factor.
 
     manage.py staff list [--json]        # each account: password or OIDC, last sign-in, roles
     manage.py staff deactivate ada       # no sign-in any more, every session ended at once
+    manage.py staff reset-mfa ada        # a lost phone: every session ends, they enrol again
 
-A deactivation is a ledger event (``staff_user.deactivated``). Someone who signs in through
+A deactivation is a ledger event (``staff_user.deactivated``), as is a reset
+(``staff_user.mfa_reset``): the admin's reset is refused on one's own account, this one is
+for a superuser who lost their own factor. Someone who signs in through
 the identity provider stays refused here even while the provider still lets them in; remove
 them there too.
 """
@@ -18,6 +22,7 @@ from django.core.management.base import CommandError
 from integrations.drop.calendar import drop_time_text
 from integrations.management.base import DropportalCommand
 from integrations.selectors.staff_sign_ins import StaffSignIn, staff_sign_ins
+from integrations.services.staff.staff_mfa import staff_mfa_reset
 from integrations.services.staff.staff_sign_in import staff_user_deactivate
 
 
@@ -31,6 +36,10 @@ class Command(DropportalCommand):
             "deactivate", help="stop an account signing in and end its sessions now"
         )
         deactivate.add_argument("username")
+        reset = subparsers.add_parser(
+            "reset-mfa", help="remove an account's second factors and end its sessions"
+        )
+        reset.add_argument("username")
 
     def handle_list(self, **options: Any) -> None:
         rows = staff_sign_ins()
@@ -59,6 +68,16 @@ class Command(DropportalCommand):
         ended = staff_user_deactivate(user=user, actor=self.actor())
         self.stdout.write(
             f"{user.username} is deactivated: no sign-in from now on, {ended} session(s) ended."
+        )
+
+    def handle_reset_mfa(self, **options: Any) -> None:
+        user = User.objects.filter(username=options["username"]).first()
+        if user is None:
+            raise CommandError(f"no staff account {options['username']!r}")
+        removed = staff_mfa_reset(user=user, actor=self.actor(), by=None)
+        self.stdout.write(
+            f"{user.username}: {removed} second factor(s) removed, every session ended; they "
+            "enrol again at their next sign-in."
         )
 
 

@@ -9,14 +9,17 @@ Each change is one transaction with its ledger event (never a code or a seed)::
                             actor="staff:ann")
     codes = staff_mfa_recovery_codes_renew(user=user, password=pw, actor="staff:ann")
     device = staff_mfa_verify(user=user, token="123456")  # or a recovery code; None: refused
-    staff_mfa_reset(user=user, actor="staff:root")        # lost phone: enrol again
-    staff_password_reset_record(user_id=user.pk, actor="staff:root")  # after the admin set it
+    staff_mfa_reset(user=user, actor="staff:root", by=root)  # lost phone: enrol again
+    staff_password_reset_record(user_id=user.pk, actor="staff:root", by=root)  # admin set it
     staff_password_change(user=user, old_password=pw, new_password=new, actor="staff:ann",
                           keep_session_key=key)  # their own, the old one again
 
 An enrolment belongs to the session that started it, and asks for the password again: a
 session opened with a leaked or since-reset password cannot take over an account that has no
-second factor yet. A reset (of the factor or of the password) ends every session of the user.
+second factor yet. A reset (of the factor or of the password) ends every session of the user,
+and is never of the resetting superuser's own account (``by``): a stolen session would keep
+itself, end the owner's and set its own factor or password. Another superuser resets it, or
+``manage.py staff reset-mfa``; one's own password changes with the old one again.
 """
 
 from __future__ import annotations
@@ -46,6 +49,14 @@ RECOVERY_CODE_LENGTH = 8  # django-otp's random_token(): 8 base32 letters, never
 TOTP_DEVICE_NAME = "authenticator app"
 RECOVERY_DEVICE_NAME = "recovery codes"
 TOTP_SEED_BYTES = 20  # django-otp's default, what authenticator apps expect
+
+REFUSED_OWN_MFA_RESET = (
+    "Not on your own account: another superuser resets your two-factor authentication, or "
+    "`manage.py staff reset-mfa USERNAME` on the server."
+)
+REFUSED_OWN_CREDENTIAL_RESET = (
+    "On your own account, change your password with the old one again (Change password)."
+)
 
 
 def staff_mfa_required(user: AbstractBaseUser) -> bool:
@@ -205,10 +216,16 @@ def staff_mfa_recovery_codes_renew(
 
 
 def staff_mfa_reset(
-    *, user: AbstractBaseUser, actor: str, keep_session_key: str | None = None
+    *,
+    user: AbstractBaseUser,
+    actor: str,
+    by: AbstractBaseUser | None,
+    keep_session_key: str | None = None,
 ) -> int:
     """Remove every second factor of ``user`` and end their sessions (but the resetting
-    superuser's own, ``keep_session_key``): they log in and enrol again."""
+    superuser's own, ``keep_session_key``): they log in and enrol again. ``by``: that
+    superuser (None: the command line); refused on their own account."""
+    _not_own_account(user.pk, by, REFUSED_OWN_MFA_RESET)
     with transaction.atomic():
         removed, _ = StaffTotpDevice.objects.filter(user=user).delete()
         removed_codes, _ = StaffRecoveryCodes.objects.filter(user=user).delete()
@@ -223,11 +240,13 @@ def staff_mfa_reset(
 
 
 def staff_password_reset_record(
-    *, user_id: int, actor: str, keep_session_key: str | None = None
+    *, user_id: int, actor: str, by: AbstractBaseUser, keep_session_key: str | None = None
 ) -> int:
-    """After a superuser set the password of the user ``user_id``: end their sessions (a
-    session opened with the old password must not enrol or act after it) and record who did
-    it. Call it in the transaction that saved the password. Returns the sessions ended."""
+    """After a superuser (``by``) set the password of the user ``user_id``: end their sessions
+    (a session opened with the old password must not enrol or act after it) and record who
+    did it. Call it in the transaction that saved the password: refused on their own account
+    (no old password was asked), it rolls the password back. Returns the sessions ended."""
+    _not_own_account(user_id, by, REFUSED_OWN_CREDENTIAL_RESET)
     with transaction.atomic():
         user = get_user_model().objects.get(pk=user_id)
         return staff_sessions_end_recorded(
@@ -295,6 +314,11 @@ def staff_sessions_end_recorded(
         kind=kind, subject=user.get_username(), actor=actor, data={"sessions_ended": ended}
     )
     return ended
+
+
+def _not_own_account(user_id: object, by: AbstractBaseUser | None, refusal: str) -> None:
+    if by is not None and by.pk == user_id:
+        raise ValidationError(refusal)
 
 
 def _password_again_check(user: AbstractBaseUser, password: str | None) -> None:
