@@ -153,7 +153,8 @@ class LedgerKind(StrEnum):
     STAFF_USER_SIGNED_IN = "staff_user.signed_in"  # by password or the identity provider
     STAFF_USER_SIGN_IN_REFUSED = "staff_user.sign_in_refused"  # with the reason, never a token
     STAFF_USER_ROLES_CHANGED = "staff_user.roles_changed"  # the identity provider's claim
-    STAFF_USER_DEACTIVATED = "staff_user.deactivated"  # `staff deactivate`: sessions ended
+    # `staff deactivate`, or Active unticked in the admin: sessions ended
+    STAFF_USER_DEACTIVATED = "staff_user.deactivated"
     GROUP_ADDED = "group.added"  # a role group added in the admin
     GROUP_CHANGED = "group.changed"  # a role group's permissions or members changed
     GROUP_DELETED = "group.deleted"  # a role group deleted in the admin

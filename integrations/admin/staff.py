@@ -11,7 +11,8 @@ afterwards, never a password or its hash::
 Who may grant a role is itself something an auditor asks about. A superuser may reset a staff
 member's two-factor authentication (a lost phone): they enrol again at their next login. A
 reset of the factor or of the password ends every session of that member and is its own
-ledger event (``staff_user.mfa_reset``, ``staff_user.password_reset``) naming the superuser.
+ledger event (``staff_user.mfa_reset``, ``staff_user.password_reset``) naming the superuser,
+and so is unticking *Active*, as ``manage.py staff deactivate`` (``staff_user.deactivated``).
 Never on their own account (``services.staff.staff_mfa``): its password page sends them to
 the one that asks for the old password, and resetting their own factor is refused.
 django-otp's own device admins are not offered (``dropportal.apps``): they would show TOTP seeds
@@ -50,6 +51,7 @@ from integrations.services.staff.staff_mfa import (
     staff_mfa_reset,
     staff_password_reset_record,
 )
+from integrations.services.staff.staff_sign_in import staff_user_deactivate
 
 
 def _changed_fields(message: Any) -> list[str]:
@@ -149,6 +151,13 @@ class StaffUserAdmin(_LedgeredAdmin, UserAdmin, ModelAdmin):  # UserAdmin's fiel
             f"Two-factor authentication reset for {queryset.count()} account(s).",
             messages.SUCCESS,
         )
+
+    def save_model(self, request: HttpRequest, obj: User, form: Any, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        if change and "is_active" in form.changed_data and not obj.is_active:
+            # As `manage.py staff deactivate`: every session ends now, or a reactivation
+            # would revive them (a stolen one too), already past the second factor.
+            staff_user_deactivate(user=obj, actor=staff_actor(request))
 
     def change_record(self, obj: User, verb: Verb, actor: str, fields: list[str]) -> None:
         staff_user_change_record(user=obj, verb=verb, actor=actor, fields=fields)

@@ -102,3 +102,40 @@ def test_a_group_change_lists_its_permissions(alice: Client) -> None:
     assert event.subject == "Operators"
     assert event.data["fields"] == ["Permissions"]
     assert event.data["permissions"] == []
+
+
+def _bob_saved(alice: Client, bob: User, *, active: bool) -> None:
+    response = alice.post(
+        f"/admin/auth/user/{bob.pk}/change/",
+        {
+            "username": "bob",
+            **({"is_active": "on"} if active else {}),
+            "is_staff": "on",
+            "date_joined_0": "2026-11-01",
+            "date_joined_1": "10:00:00",
+            "initial-date_joined_0": "2026-11-01",
+            "initial-date_joined_1": "10:00:00",
+        },
+    )
+    assert response.status_code == 302, response.content.decode()[:3000]
+
+
+def test_deactivating_in_the_admin_ends_every_session_as_the_command_does(
+    alice: Client,
+) -> None:
+    # Unticking Active alone left the sessions in place: a reactivation revived them,
+    # a stolen one included, already past the second factor.
+    bob = User.objects.create_user("bob", password="pw-bob-123-long", is_staff=True)
+    bobs = Client()
+    bobs.force_login(bob)
+    assert bobs.get("/admin/").status_code == 200
+
+    _bob_saved(alice, bob, active=False)
+    _bob_saved(alice, bob, active=True)
+
+    assert bobs.get("/admin/").status_code == 302, "the session ended with the deactivation"
+    (event,) = LedgerEvent.objects.filter(kind="staff_user.deactivated")
+    assert (event.subject, event.actor, event.data) == ("bob", "staff:alice", {"sessions_ended": 1})
+    changed = LedgerEvent.objects.filter(kind="staff_user.changed", subject="bob").order_by("id")
+    assert [e.data["is_active"] for e in changed] == [False, True]
+    assert alice.get("/admin/").status_code == 200, "the superuser's own session stays"

@@ -166,7 +166,8 @@ def staff_password_sign_in_record(*, user: User) -> None:
 
 def staff_user_deactivate(*, user: User, actor: str) -> int:
     """Deactivate ``user`` at once: no new sign-in, by password or the identity provider, and
-    every session of theirs ends now. Returns the sessions ended."""
+    every session of theirs ends now (the admin calls it too, after its form saved the
+    account inactive). Returns the sessions ended."""
     with transaction.atomic():
         User.objects.filter(pk=user.pk).update(is_active=False)
         user.is_active = False
