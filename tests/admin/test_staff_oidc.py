@@ -11,6 +11,7 @@ provider's end-session endpoint.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import re
 import time
 from base64 import b32decode
@@ -38,6 +39,8 @@ from integrations.models import LedgerEvent, StaffOidcIdentity
 from integrations.services.staff.staff_sign_in import (
     REFUSED_NO_ROLE,
     REFUSED_SUPERUSER,
+    REFUSED_UNSTORABLE,
+    REFUSED_USERNAME_TAKEN,
     idp_did_mfa,
 )
 from tests.staff_idp import CLIENT_ID, CLIENT_SECRET, ROLE_MAP, sign_in, staff_idp
@@ -141,6 +144,61 @@ def test_people_are_matched_by_their_subject_not_their_email_or_name(
     assert signed_in.pk != own.pk and signed_in.username.startswith("ada+")
     assert list(own.groups.values_list("name", flat=True)) == ["Auditors"]
     assert not StaffOidcIdentity.objects.filter(user=own).exists()
+
+
+@pytest.mark.parametrize(
+    ("claim", "odd"),
+    [("username", "ada\x00"), ("email", "ada\x00@example.com"), ("subject", "s" * 256)],
+)
+def test_a_claim_that_cannot_be_stored_is_a_recorded_refusal_not_an_error(
+    idp: OidcProvider, client: Client, claim: str, odd: str
+) -> None:
+    # PostgreSQL stores no NUL, and the identity's sub no more than 255 characters: a
+    # verified answer holding either was a 500.
+    ada = idp.person("ada")
+    setattr(ada, claim, odd)
+    refused = sign_in(client, idp, "ada")
+    assert refused.status_code == 403
+    assert escape(REFUSED_UNSTORABLE) in refused.content.decode()
+    assert not User.objects.exists()
+    (event,) = events("staff_user.sign_in_refused")
+    assert event.data["reason"] == REFUSED_UNSTORABLE
+    assert event.data["oidc_subject"] == ada.subject
+    assert "\x00" not in str(event.data) + event.subject + event.actor
+
+
+def test_a_group_holding_a_nul_maps_to_no_role_and_its_refusal_is_recorded(
+    idp: OidcProvider, client: Client
+) -> None:
+    # Recording the groups of a refusal was a 500 when one held a NUL.
+    idp.person("bob").groups = ["odd\x00group"]
+    refused = sign_in(client, idp, "bob")
+    assert refused.status_code == 403
+    assert escape(REFUSED_NO_ROLE) in refused.content.decode()
+    (event,) = events("staff_user.sign_in_refused")
+    assert event.data["claimed_groups"] == ["odd\ufffdgroup"]
+
+    idp.person("ada").groups = ["privacy-ops", "odd\x00group"]
+    assert sign_in(Client(), idp, "ada").status_code == 302, "the mapped one still counts"
+
+
+def test_a_username_taken_in_its_variant_too_is_a_recorded_refusal_not_an_error(
+    idp: OidcProvider, client: Client
+) -> None:
+    # Another account holds "ada", and another "ada+<its variant>" (the provider's
+    # preferred_username is whatever its people chose): the account's save was a 500.
+    subject = idp.person("ada").subject
+    User.objects.create_user("ada", password="pw-ada-own-123")
+    User.objects.create_user(f"ada+{hashlib.sha256(subject.encode()).hexdigest()[:8]}")
+
+    refused = sign_in(client, idp, "ada")
+
+    assert refused.status_code == 403
+    assert escape(REFUSED_USERNAME_TAKEN) in refused.content.decode()
+    assert not StaffOidcIdentity.objects.exists()
+    event = events("staff_user.sign_in_refused")[-1]
+    assert (event.subject, event.data["reason"]) == ("ada", REFUSED_USERNAME_TAKEN)
+    assert event.data["oidc_subject"] == subject
 
 
 def test_nobody_becomes_a_superuser_and_a_superuser_is_refused(

@@ -26,13 +26,14 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import Group, User
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import StaffOidcIdentity
 from integrations.services.ledger import ledger_event_append
 from integrations.services.staff.staff_mfa import staff_sessions_end_recorded
+from integrations.storable_text import storable, unstorable_reason
 
 OIDC = "oidc"
 PASSWORD = "password"  # noqa: S105  (the name of a way to sign in)
@@ -55,6 +56,18 @@ REFUSED_SUPERUSER = (
     "authentication, not through the identity provider."
 )
 REFUSED_NO_SUBJECT = "The identity provider's answer names nobody (no sub claim)."
+REFUSED_UNSTORABLE = (
+    "The identity provider's answer cannot be stored here: a NUL or a lone surrogate in the "
+    "name, email, sub or amr, or a sub longer than 255 characters. Ask your administrator."
+)
+REFUSED_USERNAME_TAKEN = (
+    "No account can be opened here for you: the username the identity provider gives, and "
+    "its variant here, are already other accounts'. Ask a dropportal superuser."
+)
+# The claims kept in an account or in the ledger as they are (the groups are not: a
+# refusal records them made storable, and one holding a NUL maps to no role anyway).
+_KEPT_CLAIMS = ("sub", "preferred_username", "email", "amr")
+_SUBJECT_MAX = 255  # OpenID Connect's own limit, and StaffOidcIdentity.subject's
 
 
 @dataclass(frozen=True)
@@ -91,6 +104,11 @@ def staff_oidc_sign_in(*, issuer: str, claims: Mapping[str, Any]) -> OidcSignIn:
     if not subject:
         staff_sign_in_refuse(method=OIDC, reason=REFUSED_NO_SUBJECT, username="")
         return OidcSignIn(user=None, refusal=REFUSED_NO_SUBJECT)
+    if unstorable_reason([claims.get(c) for c in _KEPT_CLAIMS]) or len(subject) > _SUBJECT_MAX:
+        # Refused before any query: PostgreSQL would fail the request on it (a 500).
+        return _refused(
+            REFUSED_UNSTORABLE, username=_wanted(claims, subject), subject=subject, claims=claims
+        )
     roles = mapped_roles(claims)
     with transaction.atomic():
         identity = (
@@ -100,15 +118,31 @@ def staff_oidc_sign_in(*, issuer: str, claims: Mapping[str, Any]) -> OidcSignIn:
             .first()
         )
         if identity is None:
-            user = User(username=_new_username(claims, subject), is_staff=True)
+            username = _new_username(claims, subject)
+            if username is None:
+                return _refused(
+                    REFUSED_USERNAME_TAKEN,
+                    username=_wanted(claims, subject),
+                    subject=subject,
+                    claims=claims,
+                )
+            user = User(username=username, is_staff=True)
             user.email = str(claims.get("email") or "")[:254]
             user.set_unusable_password()
             if not roles:  # no account for someone who may not sign in anyway
                 return _refused(
                     REFUSED_NO_ROLE, username=user.username, subject=subject, claims=claims
                 )
-            user.save()
-            identity = StaffOidcIdentity.objects.create(user=user, issuer=issuer, subject=subject)
+            try:
+                with transaction.atomic():  # a savepoint: the refusal below is still recorded
+                    user.save()
+                    identity = StaffOidcIdentity.objects.create(
+                        user=user, issuer=issuer, subject=subject
+                    )
+            except IntegrityError:  # the name taken meanwhile (another first sign-in)
+                return _refused(
+                    REFUSED_USERNAME_TAKEN, username=user.username, subject=subject, claims=claims
+                )
         user = identity.user
         if user.is_superuser:
             return _refused(
@@ -177,15 +211,16 @@ def staff_user_deactivate(*, user: User, actor: str) -> int:
 
 
 def _refused(reason: str, *, username: str, subject: str, claims: Mapping[str, Any]) -> OidcSignIn:
-    # The groups the provider sent are recorded: they say why no role was found.
+    # The groups the provider sent are recorded: they say why no role was found. Each text
+    # as PostgreSQL can store it: REFUSED_UNSTORABLE is recorded too.
     claimed = claims.get(settings.DROPPORTAL_OIDC_ROLES_CLAIM) or []
     staff_sign_in_refuse(
         method=OIDC,
         reason=reason,
-        username=username,
-        oidc_subject=subject,
+        username=storable(username),
+        oidc_subject=storable(subject),
         claimed_groups=sorted(
-            str(g) for g in (claimed.split() if isinstance(claimed, str) else claimed)
+            storable(str(g)) for g in (claimed.split() if isinstance(claimed, str) else claimed)
         ),
     )
     return OidcSignIn(user=None, refusal=reason)
@@ -204,9 +239,16 @@ def _roles_set(user: User, roles: list[str]) -> None:
     )
 
 
-def _new_username(claims: Mapping[str, Any], subject: str) -> str:
-    wanted = str(claims.get("preferred_username") or claims.get("email") or subject)[:120]
-    if not User.objects.filter(username=wanted).exists():
-        return wanted
+def _wanted(claims: Mapping[str, Any], subject: str) -> str:
+    return str(claims.get("preferred_username") or claims.get("email") or subject)[:120]
+
+
+def _new_username(claims: Mapping[str, Any], subject: str) -> str | None:
+    """The new account's username, or None when it and its variant are both taken."""
+    wanted = _wanted(claims, subject)
     # Someone else (a password account, or another issuer's person) has it: never theirs.
-    return f"{wanted}+{hashlib.sha256(subject.encode()).hexdigest()[:8]}"
+    variant = f"{wanted}+{hashlib.sha256(subject.encode()).hexdigest()[:8]}"
+    taken = set(
+        User.objects.filter(username__in=[wanted, variant]).values_list("username", flat=True)
+    )
+    return next((name for name in (wanted, variant) if name not in taken), None)
