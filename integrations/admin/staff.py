@@ -170,7 +170,12 @@ class StaffUserAdmin(_LedgeredAdmin, UserAdmin, ModelAdmin):  # UserAdmin's fiel
     ) -> HttpResponse:
         if not request.user.is_authenticated:  # the admin's login let nobody else here
             raise PermissionDenied
-        if unquote(id) == str(request.user.pk) and self.has_change_permission(request):
+        target = self.get_object(request, unquote(id))  # as Django finds it: "007" is 7
+        if (
+            target is not None
+            and target.pk == request.user.pk
+            and self.has_change_permission(request, target)
+        ):
             # No old password asked here: one's own is changed on the page that asks it.
             self.message_user(request, REFUSED_OWN_CREDENTIAL_RESET, messages.INFO)
             return HttpResponseRedirect(reverse(f"{self.admin_site.name}:password_change"))
