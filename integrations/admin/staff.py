@@ -50,6 +50,7 @@ from integrations.services.staff.staff_mfa import (
     REFUSED_OWN_CREDENTIAL_RESET,
     staff_mfa_reset,
     staff_password_reset_record,
+    staff_sessions_end,
 )
 from integrations.services.staff.staff_sign_in import staff_user_deactivate
 
@@ -158,6 +159,10 @@ class StaffUserAdmin(_LedgeredAdmin, UserAdmin, ModelAdmin):  # UserAdmin's fiel
             # As `manage.py staff deactivate`: every session ends now, or a reactivation
             # would revive them (a stolen one too), already past the second factor.
             staff_user_deactivate(user=obj, actor=staff_actor(request))
+        elif change and "is_staff" in form.changed_data and not obj.is_staff:
+            # The same for the staff status, given back later; the change is the ledger's
+            # staff_user.changed event.
+            staff_sessions_end(obj)
 
     def change_record(self, obj: User, verb: Verb, actor: str, fields: list[str]) -> None:
         staff_user_change_record(user=obj, verb=verb, actor=actor, fields=fields)

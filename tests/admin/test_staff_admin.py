@@ -104,13 +104,13 @@ def test_a_group_change_lists_its_permissions(alice: Client) -> None:
     assert event.data["permissions"] == []
 
 
-def _bob_saved(alice: Client, bob: User, *, active: bool) -> None:
+def _bob_saved(alice: Client, bob: User, *, active: bool, staff: bool = True) -> None:
     response = alice.post(
         f"/admin/auth/user/{bob.pk}/change/",
         {
             "username": "bob",
             **({"is_active": "on"} if active else {}),
-            "is_staff": "on",
+            **({"is_staff": "on"} if staff else {}),
             "date_joined_0": "2026-11-01",
             "date_joined_1": "10:00:00",
             "initial-date_joined_0": "2026-11-01",
@@ -139,3 +139,18 @@ def test_deactivating_in_the_admin_ends_every_session_as_the_command_does(
     changed = LedgerEvent.objects.filter(kind="staff_user.changed", subject="bob").order_by("id")
     assert [e.data["is_active"] for e in changed] == [False, True]
     assert alice.get("/admin/").status_code == 200, "the superuser's own session stays"
+
+
+def test_taking_the_staff_status_away_ends_every_session_too(alice: Client) -> None:
+    # As with Active: giving it back would otherwise revive them.
+    bob = User.objects.create_user("bob", password="pw-bob-123-long", is_staff=True)
+    bobs = Client()
+    bobs.force_login(bob)
+    assert bobs.get("/admin/").status_code == 200
+
+    _bob_saved(alice, bob, active=True, staff=False)
+    _bob_saved(alice, bob, active=True, staff=True)
+
+    assert bobs.get("/admin/").status_code == 302, "the session ended with the staff status"
+    changed = LedgerEvent.objects.filter(kind="staff_user.changed", subject="bob").order_by("id")
+    assert [e.data["is_staff"] for e in changed] == [False, True]
