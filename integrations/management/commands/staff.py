@@ -27,7 +27,10 @@ from integrations.services.staff.staff_sign_in import staff_user_deactivate
 
 
 class Command(DropportalCommand):
-    help = "List staff accounts and how they sign in; deactivate one at once."
+    help = (
+        "List staff accounts and how they sign in; deactivate one, or reset its second factor, "
+        "at once."
+    )
 
     def add_subcommands(self, subparsers: Any) -> None:
         listing = subparsers.add_parser("list", help="staff accounts, how they sign in, roles")
