@@ -8,7 +8,7 @@ under the broker's registration lock::
     batches = StagedBatches()
     for copy_data in rounds:                    # batches.add(batch) for each of its batches
         load.stage(batches.round(copy_data))    # a first set in key order: merged; else COPY
-    merged = load.finish()                      # merged; a fresh partition indexed
+    merged = load.finish(replace=...)           # merged; a fresh partition indexed
     if merged.fresh_partition:                  # the broker's matching lock, then
         load.attach()                           # the partition is the broker's hashes
     consumer_hashes_match_late(broker=..., first_set=merged.fresh_partition)
@@ -60,6 +60,10 @@ class Merged:
     fresh_partition: bool
     rounds_streamed: int = 0  # merged as they were read: a first set, in key order
     rounds_at_end: int = 0  # staged, then merged once all were read
+    # A replace: the listed consumers' hashes the source no longer gives them, removed,
+    # and how many of the carried list types they held before (counted when some were).
+    hashes_forgotten: int = 0
+    hashes_before: int = 0
 
 
 @dataclass(frozen=True)
@@ -210,14 +214,15 @@ class ConsumerLoad:
         self.rounds_at_end += 1
         self.kinds_given = self.kinds_given or round_.kinds_given
 
-    def finish(self) -> Merged:
+    def finish(self, *, replace: bool = False) -> Merged:
         """Merge what is staged and index a fresh partition; return the counts. A fresh
         partition is the broker's hashes once ``attach`` ran: the caller takes the broker's
         matching lock between the two (``fresh_partition``). Unless a first set (the whole
         partition is what the call added), each hash added is also inserted into
-        ``added_into``."""
+        ``added_into``. ``replace``: the listed consumers that existed lose the hashes of
+        the carried list types the source does not give them (``merge_general.stale_forget``)."""
         cursor, params = self.cursor, self.params
-        kinds_changed = 0
+        kinds_changed = hashes_forgotten = hashes_before = 0
         if self.rounds_at_end:
             # A first set's rounds merged already are consumers now: the join finds them.
             existing = self.existing or bool(self.rounds_streamed)
@@ -235,6 +240,12 @@ class ConsumerLoad:
                     cursor, params=params, broker_pk=self.broker_pk
                 )
             else:
+                # Only merge_general serves a broker that had consumers: a first set's paths
+                # write a broker with none, so no consumer of theirs held a hash before.
+                if replace and self.existing:
+                    hashes_forgotten, hashes_before = merge_general.stale_forget(
+                        cursor, params=params
+                    )
                 self.hashes_added += merge_general.hashes_insert(
                     cursor, params=params, into=self.added_into
                 )
@@ -248,6 +259,8 @@ class ConsumerLoad:
             self.fresh,
             self.rounds_streamed,
             self.rounds_at_end,
+            hashes_forgotten,
+            hashes_before,
         )
 
     def unlisted_count(self) -> tuple[int, int]:
@@ -255,9 +268,13 @@ class ConsumerLoad:
         that it did not list, and how many of those kinds there are now."""
         return merge_general.unlisted_count(self.cursor, broker_pk=self.broker_pk)
 
-    def unlisted_forget(self) -> tuple[int, list[str]]:
-        """Forget what ``unlisted_count`` found: the hashes removed, and the kinds."""
+    def unlisted_forget(self) -> int:
+        """Forget what ``unlisted_count`` found: the hashes removed."""
         return merge_general.unlisted_forget(self.cursor, broker_pk=self.broker_pk)
+
+    def listed_kinds(self) -> list[str]:
+        """A replace, once finished: the kinds of the consumers it listed."""
+        return merge_general.listed_kinds(self.cursor)
 
     def attach(self) -> None:
         """Attach the fresh partition ``finish`` indexed."""

@@ -9,6 +9,7 @@ has consumers, or a first set out of key order), and merges them at the end::
     kinds_update(cursor, params=...)               # when the rows name kinds
     consumers_insert(cursor, params=...)
     partition_fill(cursor, params=..., broker_pk=...)   # a first set: its fresh partition
+    stale_forget(cursor, params=...)               # a replace: before hashes_insert
     hashes_insert(cursor, params=..., into=...)    # otherwise: each also into the caller's
 
 Why this shape (docs/benchmarks.md, consumer import): the consumers go in in
@@ -38,10 +39,12 @@ __all__ = [
     "consumers_insert",
     "hashes_insert",
     "kinds_update",
+    "listed_kinds",
     "partition_fill",
     "pointers_gather",
     "stage",
     "staging_create",
+    "stale_forget",
     "tables_drop",
     "unlisted_count",
     "unlisted_forget",
@@ -171,6 +174,29 @@ INSERT INTO {into} (consumer_id, hash_type, hash)
 SELECT consumer_id, hash_type, hash FROM added
 """)
 
+# --- A replace: the hashes the source no longer gives a consumer it lists ---------------
+# A listed consumer that existed keeps only the hashes the source gives it, of the list
+# types the source carries anywhere (a file without a phone column says nothing of phones):
+# a hash it kept would match someone else's DROP request, a recycled phone number. One pass
+# over the broker's partition (no index leads with the consumer), anti-joined with the
+# staged rows. Run before hashes_insert: what is left of those hashes is then what the
+# consumers held before, less what this removed.
+_STALE_DELETE: Final = """
+DELETE FROM integrations_consumerhash h USING consumer_registration_pointers p
+ WHERE h.broker_id = %(broker)s AND h.consumer_id = p.consumer_id AND NOT p.created
+   AND h.hash_type IN (SELECT DISTINCT hash_type FROM consumer_registration_staging)
+   AND NOT EXISTS (
+        SELECT FROM consumer_registration_staging s
+         WHERE s.remote_identifier = p.remote_identifier AND s.hash = h.hash
+           AND s.hash_type = h.hash_type)
+"""
+_STALE_KEPT: Final = """
+SELECT count(*) FROM integrations_consumerhash h
+  JOIN consumer_registration_pointers p ON p.consumer_id = h.consumer_id AND NOT p.created
+ WHERE h.broker_id = %(broker)s
+   AND h.hash_type IN (SELECT DISTINCT hash_type FROM consumer_registration_staging)
+"""
+
 # --- A replace: the set's consumers the source did not list ----------------------------
 # The kinds the source carries: those of the consumers it listed.
 _LISTED_KINDS: Final = """
@@ -271,6 +297,19 @@ def hashes_insert(cursor: Any, *, params: dict[str, Any], into: sql.Composable) 
     return int(cursor.rowcount)
 
 
+def stale_forget(cursor: Any, *, params: dict[str, Any]) -> tuple[int, int]:
+    """A replace, once the pointers are gathered and before ``hashes_insert``: delete the
+    hashes of the carried list types that the listed consumers which existed hold and the
+    source does not give them; return how many, and how many of those types they held.
+    The second is counted only when the first is not 0 (0 otherwise: no guard to weigh)."""
+    cursor.execute(_STALE_DELETE, params)
+    removed = int(cursor.rowcount)
+    if not removed:
+        return 0, 0
+    cursor.execute(_STALE_KEPT, params)
+    return removed, removed + int(cursor.fetchone()[0])
+
+
 def unlisted_count(cursor: Any, *, broker_pk: int) -> tuple[int, int]:
     """The broker's consumers of the listed kinds that the call did not list (kept aside
     for ``unlisted_forget``), and how many consumers of those kinds there are now."""
@@ -281,13 +320,18 @@ def unlisted_count(cursor: Any, *, broker_pk: int) -> tuple[int, int]:
     return forgotten, int(cursor.fetchone()[0])
 
 
-def unlisted_forget(cursor: Any, *, broker_pk: int) -> tuple[int, list[str]]:
-    """Forget what ``unlisted_count`` found; return the hashes removed and the kinds."""
+def unlisted_forget(cursor: Any, *, broker_pk: int) -> int:
+    """Forget what ``unlisted_count`` found; return the hashes removed."""
     cursor.execute(_FORGOTTEN_DELETION_REQUESTS)
     cursor.execute(_FORGOTTEN_RESOLUTION_REQUESTS)
     cursor.execute(_FORGOTTEN_REAPPEARANCES)
     cursor.execute(_FORGOTTEN_HASHES_DELETE, {"broker": broker_pk})
     hashes_removed = int(cursor.rowcount)
     cursor.execute(_FORGOTTEN_CONSUMERS_DELETE)
+    return hashes_removed
+
+
+def listed_kinds(cursor: Any) -> list[str]:
+    """A replace: the kinds of the consumers the call listed."""
     cursor.execute(_LISTED_KINDS)
-    return hashes_removed, [kind for (kind,) in cursor.fetchall()]
+    return [kind for (kind,) in cursor.fetchall()]

@@ -27,8 +27,8 @@ def merges(monkeypatch: pytest.MonkeyPatch) -> list[Merged]:
     seen: list[Merged] = []
     finish = ConsumerLoad.finish
 
-    def watched(load: ConsumerLoad) -> Merged:
-        merged = finish(load)
+    def watched(load: ConsumerLoad, *, replace: bool = False) -> Merged:
+        merged = finish(load, replace=replace)
         seen.append(merged)
         return merged
 

@@ -81,6 +81,7 @@ def test_import_registers_every_list_type_of_a_row_and_rows_sharing_a_pointer(
         "hashes_added": 4,
         "hashes_unchanged": 1,
         "consumers_forgotten": 0,
+        "hashes_forgotten": 0,
         "rejected": None,
         "seconds": None,
         "rows_per_second": None,

@@ -165,14 +165,16 @@ class Command(DropportalCommand):
             "--replace",
             action="store_true",
             help="the source is the broker's whole set of the kinds it carries: consumers "
-            "of those kinds missing from it are forgotten (implies --strict)",
+            "of those kinds missing from it are forgotten, and so are a listed consumer's "
+            "hashes of the list types it carries that it does not give (implies --strict)",
         )
         imports.add_argument(
             "--max-forget",
             type=_percentage,
             default=None,  # None: not given, which a command without --replace must not be
             metavar="PCT",
-            help="--replace refuses to forget more than this share of the set "
+            help="--replace refuses to forget more than this share of the set, or of "
+            "its listed consumers' hashes "
             f"(default {DEFAULT_MAX_FORGET * 100:g} %%)",
         )
         imports.add_argument(
@@ -341,6 +343,11 @@ class Command(DropportalCommand):
             + (
                 f", {result.consumers_forgotten:,} forgotten (--replace)"
                 if result.consumers_forgotten
+                else ""
+            )
+            + (
+                f", {result.hashes_forgotten:,} hashes forgotten (--replace)"
+                if result.hashes_forgotten
                 else ""
             )
             + f"; {seconds:,.1f} s, {rate:,.0f} rows/s."

@@ -8,12 +8,13 @@ Three ways in, each one transaction, all or nothing, under the broker's registra
                      source="file:consumers.csv", progress=progress)
     consumers_replace(broker=broker, files=found.files, hashed=False, actor="cli:ana",
                       source="file:consumers.csv", max_forget=0.05)
-    result.consumers_created, result.hashes_added, result.rejected
+    result.consumers_created, result.hashes_added, result.rejected, result.hashes_forgotten
 
 ``consumers_register`` takes records (``integrations.consumers.api_reader`` makes them
 from an API body); ``consumers_import`` and ``consumers_replace`` take the files
 (``integrations.consumers.sources``), read and hashed on every core. ``consumers_replace``
-also forgets the set's consumers the files do not list.
+also forgets the set's consumers the files do not list, and the hashes of the list types
+they carry that they no longer give a consumer they list.
 
 How, and why so:
 
@@ -90,11 +91,14 @@ class RegistrationBusy(Exception):
 
 
 class ReplaceRefused(Exception):
-    """``replace`` would forget more than ``max_forget`` of the set, without ``force``."""
+    """``replace`` would forget more than ``max_forget`` of the set, or of its listed
+    consumers' hashes, without ``force``."""
 
-    def __init__(self, *, forgotten: int, before: int, max_forget: float) -> None:
+    def __init__(
+        self, *, forgotten: int, before: int, max_forget: float, what: str = "consumers"
+    ) -> None:
         super().__init__(
-            f"--replace would forget {forgotten:,} of {before:,} consumers "
+            f"--replace would forget {forgotten:,} of {before:,} {what} "
             f"({forgotten / before:.1%}), more than --max-forget {max_forget:.1%}"
         )
         self.forgotten = forgotten
@@ -122,6 +126,9 @@ class ConsumerRegistration:
     hashes_received: int = 0
     hashes_added: int = 0
     consumers_forgotten: int = 0  # by replace: the set's consumers the source did not list
+    # by replace: the hashes of the carried list types the source no longer gives a consumer
+    # it lists
+    hashes_forgotten: int = 0
     rejected: list[RejectedRecord] = field(default_factory=list)  # the first REJECTED_KEPT
     # Per file read, "name: zip not used: why": header columns that can give no hash.
     unused_columns: list[str] = field(default_factory=list)
@@ -146,6 +153,7 @@ class ConsumerRegistration:
             "hashes_added": self.hashes_added,
             "hashes_unchanged": self.hashes_unchanged,
             "consumers_forgotten": self.consumers_forgotten,
+            "hashes_forgotten": self.hashes_forgotten,
         }
 
 
@@ -234,10 +242,12 @@ def consumers_replace(
 ) -> ConsumerRegistration:
     """Import ``files`` as the broker's whole set of the kinds they carry: the broker's
     consumers of those kinds that the files do not list are forgotten (hashes deleted,
-    requests keep their copy of the pointer). A full set must be whole, so one rejected
-    row refuses it (``RegistrationRefused``); and unless ``force``, it is refused
-    (``ReplaceRefused``, nothing written) when it would forget more than ``max_forget`` (a
-    fraction) of the consumers of those kinds that existed before."""
+    requests keep their copy of the pointer), and a listed consumer that existed loses its
+    hashes of the list types the files carry that they do not give it. A full set must be
+    whole, so one rejected row refuses it (``RegistrationRefused``); and unless ``force``,
+    it is refused (``ReplaceRefused``, nothing written) when it would forget more than
+    ``max_forget`` (a fraction) of the consumers of those kinds that existed before, or of
+    the hashes of those list types the listed consumers held."""
     return _register(
         broker=broker,
         batches=_file_batches(files, hashed, progress),
@@ -300,7 +310,7 @@ def _register(
             raise RegistrationRefused(result)  # rolls the transaction back
         if load.rounds_staged:
             with _locks_bounded(cursor, broker=broker, timeout=lock_timeout):
-                merged = load.finish()
+                merged = load.finish(replace=replace is not None)
                 if merged.fresh_partition:
                     # Attaching locks the default partition until this commits, and a DROP
                     # import matching a broker with no partition of its own reads it under
@@ -313,7 +323,9 @@ def _register(
         # A broker's first set forgets nothing: every consumer it has came from the source;
         # nor does a source with no row.
         if replace is not None and merged is not None and not merged.fresh_partition:
-            _forget_unlisted(load, broker=broker, result=result, actor=actor, replace=replace)
+            _forget_unlisted(
+                load, merged, broker=broker, result=result, actor=actor, replace=replace
+            )
 
         # Late matching: the hashes added by this call against every DROP hash the broker
         # has received, inside this transaction and under the broker's matching lock.
@@ -503,29 +515,48 @@ def _read_ahead(rounds: Iterator[Round]) -> Generator[Round, None, None]:
         reader.join()
 
 
+def _past_guard(forgotten: int, before: int, max_forget: float) -> bool:
+    # More than the share allowed, not as much: 29 % of 100 is 28.999999999999996 in
+    # floating point, and forgetting exactly 29 was refused.
+    limit = max_forget * before
+    return forgotten > limit and not math.isclose(forgotten, limit)
+
+
 def _forget_unlisted(
     load: ConsumerLoad,
+    merged: Merged,
     *,
     broker: Broker,
     result: ConsumerRegistration,
     actor: str,
     replace: _Replace,
 ) -> None:
-    """replace: forget the set's consumers the source did not list, within the guard."""
+    """replace: forget the set's consumers the source did not list, within the guard; the
+    listed consumers' hashes it no longer gives them are gone already (``finish``), and
+    weighed here against the same guard (refused, the transaction undoes them)."""
     forgotten, now = load.unlisted_count()
     # The set as it was: what is there now, less what this import created.
     before = now - result.consumers_created
     max_forget = replace.max_forget
-    # More than the share allowed, not as much: 29 % of 100 is 28.999999999999996 in
-    # floating point, and forgetting exactly 29 was refused.
-    limit = max_forget * before
-    past_guard = forgotten > limit and not math.isclose(forgotten, limit)
+    past_guard = _past_guard(forgotten, before, max_forget)
     if past_guard and not replace.force:
         raise ReplaceRefused(forgotten=forgotten, before=before, max_forget=max_forget)
-    if not forgotten:
+    hashes_forgotten = merged.hashes_forgotten
+    hashes_past_guard = _past_guard(hashes_forgotten, merged.hashes_before, max_forget)
+    if hashes_past_guard and not replace.force:
+        raise ReplaceRefused(
+            forgotten=hashes_forgotten,
+            before=merged.hashes_before,
+            max_forget=max_forget,
+            what="hashes of the consumers it lists",
+        )
+    result.hashes_forgotten = hashes_forgotten
+    if not forgotten and not hashes_forgotten:
         return
-    _forget_lock(broker=broker, timeout=None)  # a replace is a file import: it waits
-    hashes_removed, kinds = load.unlisted_forget()
+    hashes_removed = 0
+    if forgotten:
+        _forget_lock(broker=broker, timeout=None)  # a replace is a file import: it waits
+        hashes_removed = load.unlisted_forget()
     result.consumers_forgotten = forgotten
     ledger_event_append(
         kind=LedgerKind.CONSUMERS_REPLACED,
@@ -534,12 +565,13 @@ def _forget_unlisted(
         actor=actor,
         data={
             "source": result.source,
-            "remote_identifier_kinds": kinds,
+            "remote_identifier_kinds": load.listed_kinds(),
             "consumers_before": before,
             "consumers_forgotten": forgotten,
             "hashes_removed": hashes_removed,
+            "hashes_forgotten": hashes_forgotten,
             "max_forget": max_forget,
-            "forced": replace.force and past_guard,
+            "forced": replace.force and (past_guard or hashes_past_guard),
         },
     )
 
