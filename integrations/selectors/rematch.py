@@ -17,9 +17,11 @@ evidence export's read-only snapshot.
 Why each difference can be explained (services.cycle.matching): every registration
 matches its new hashes against every kept work item in its own transaction, under the
 broker's matching lock, and a consumer's hashes are removed only with the consumer
-(``consumer.forgotten``, ``consumers.replaced``). So a consumer hash that matches now with
-no request recording it did not come through a registration; a recorded match whose
-consumer still exists but no longer holds the hash lost it outside the service.
+(``consumer.forgotten``, ``consumers.replaced``) or by a full replacement that lists the
+consumer without them (``consumers.replaced`` counting ``hashes_forgotten``). So a consumer
+hash that matches now with no request recording it did not come through a registration; a
+recorded match whose consumer still exists but no longer holds the hash lost it outside the
+service, unless such a replacement came after the match.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ EXPLAINED: Final = {
     "work_item_removed": "DROP removed the work item before the consumer was registered",
     "consumer_forgotten": "the consumer was forgotten after the match",
     "consumers_replaced": "the consumer was forgotten after the match by a full replacement",
+    "hashes_replaced": "the consumer lost the hash after the match: a full replacement "
+    "listed it without the hash",
 }
 UNEXPLAINED: Final = {
     "match_not_recorded": "matches a consumer now, and no deletion request records the "
@@ -50,7 +54,7 @@ UNEXPLAINED: Final = {
     "consumer_missing": "a match recorded for a consumer that no longer exists, with no "
     "consumer.forgotten or consumers.replaced event after it",
     "hash_missing": "a match recorded for a consumer that still exists but no longer holds "
-    "the hash: the service removes a consumer's hashes only with the consumer",
+    "the hash, with no consumers.replaced event forgetting hashes after it",
 }
 
 _REMATCH: Final = """
@@ -99,10 +103,14 @@ WITH now_pairs AS MATERIALIZED (
                               WHEN 'work_item_removed' THEN %(removed_kind)s
                               ELSE %(replaced_kind)s END AS kind
               FROM differences
-             WHERE found IN ('late_match', 'work_item_removed', 'consumer_forgotten')) t
+             WHERE found IN ('late_match', 'work_item_removed', 'consumer_forgotten',
+                             'hash_missing')) t
       CROSS JOIN LATERAL (
+        -- A lost hash: only a replacement that forgot hashes explains it.
         SELECT id, created_at FROM integrations_ledgerevent
          WHERE broker_id = %(code)s AND kind = t.kind AND created_at >= t.since
+           AND (t.found <> 'hash_missing'
+                OR coalesce((data ->> 'hashes_forgotten')::bigint, 0) > 0)
          ORDER BY created_at, id LIMIT 1) e
 ), forget_events AS (
     SELECT DISTINCT ON (subject) subject, id, created_at
@@ -124,6 +132,8 @@ WITH now_pairs AS MATERIALIZED (
                      WHEN fe.id IS NOT NULL THEN 'consumer_forgotten'
                      WHEN ev.id IS NOT NULL THEN 'consumers_replaced'
                      ELSE 'consumer_missing' END
+                WHEN 'hash_missing' THEN CASE WHEN ev.id IS NULL
+                     THEN 'hash_missing' ELSE 'hashes_replaced' END
                 ELSE d.found END AS reason,
            CASE WHEN fe.id IS NOT NULL THEN %(forgotten_kind)s ELSE ev.kind END AS event_kind,
            coalesce(fe.id, ev.id) AS event_id,

@@ -245,3 +245,49 @@ def test_consumers_forgotten_by_a_full_replacement_are_explained_by_it(
     forgotten = [d for d in report["differences"] if d["reason"] == "consumers_replaced"]
     assert [d["remote_identifier"] for d in forgotten] == ["C-0", "C-1"]
     assert {d["event"]["id"] for d in forgotten} == {event.pk}
+
+
+def test_a_hash_a_full_replacement_took_from_a_listed_consumer_is_explained_by_it(
+    cycle: DropCycle, tmp_path: Path
+) -> None:
+    """C-0 is listed with another email: the match of its old one is explained by the
+    replacement that forgot it, not reported as a hash lost outside the service."""
+    other = base64.b64encode(bytes(32)).decode()
+    path = tmp_path / "full-set.csv"
+    path.write_text(
+        f"remote_identifier,hash_type,hash\nC-0,email,{other}\nC-1,email,{ITEMS[1][1]}\n"
+    )
+    call_command(
+        "consumers", "import", "--broker", "4821", "--hashed", "--replace", "--force", str(path),
+        stdout=io.StringIO(),
+    )  # fmt: skip
+    event = LedgerEvent.objects.get(kind="consumers.replaced")
+    assert event.data["hashes_forgotten"] == 1
+
+    code, report = rematch_json(cycle)
+
+    assert code == 0
+    assert report["summary"]["explained"] == {"hashes_replaced": 1}
+    (difference,) = report["differences"]
+    assert (difference["remote_identifier"], difference["event"]["id"]) == ("C-0", event.pk)
+
+
+def test_a_replacement_that_forgot_no_hash_does_not_explain_a_lost_one(
+    cycle: DropCycle, tmp_path: Path
+) -> None:
+    path = tmp_path / "full-set.csv"
+    path.write_text(f"remote_identifier,hash_type,hash\nC-0,email,{ITEMS[0][1]}\n")
+    call_command(
+        "consumers", "import", "--broker", "4821", "--hashed", "--replace", "--force", str(path),
+        stdout=io.StringIO(),
+    )  # fmt: skip
+    with connection.cursor() as cursor:  # C-0's hash lost behind the service's back
+        cursor.execute(
+            "DELETE FROM integrations_consumerhash h USING integrations_consumer c"
+            " WHERE c.id = h.consumer_id AND c.remote_identifier = 'C-0'"
+        )
+
+    code, report = rematch_json(cycle)
+
+    assert code == 1
+    assert report["summary"]["unexplained"] == {"hash_missing": 1}
