@@ -378,6 +378,7 @@ def test_a_download_due_within_the_week_alerts_until_one_is_made(broker: Broker)
     due = today + dt.timedelta(days=8)
     assert f"Broker 4821 must download from DROP by {due}" in raised.text
     assert "(in 7 day(s))" in raised.text and "drop pull --broker 4821" in raised.text
+    assert "drop report" not in raised.text  # nothing owed: the pull alone
     overdue = alerts_evaluate(now=timezone.now() + dt.timedelta(days=10))
     assert overdue.raised == []  # raised once, while it lasts
 
@@ -409,8 +410,11 @@ def test_cycles_due_alert_at_7_days_and_again_at_2_while_statuses_are_owed(
     assert 2 < days_left <= 7
 
     raised = alerts_evaluate(now=timezone.now()).raised
-    # Downloaded 40 days ago: the next download is due within the week too.
+    # Downloaded 40 days ago: the next download is due within the week too, and DROP
+    # refuses it until the statuses are reported, so the alert says to report first.
     assert [a.condition for a in raised] == ["cycle_due_7_days", "drop_download_due"]
+    assert "drop report --broker 4821 --upload" in raised[1].text
+    assert raised[1].details["statuses_owed"] is True
     assert alerts_evaluate().raised == []
 
     later = timezone.now() + dt.timedelta(days=days_left - 2)

@@ -597,14 +597,26 @@ def _drop_download_due(now: dt.datetime) -> Iterable[Firing]:
     for broker, due in brokers_download_due(today=today, within_days=DOWNLOAD_DUE_ALERT_DAYS):
         days_left = (due - today).days
         when = f"was due {-days_left} day(s) ago" if days_left < 0 else f"in {days_left} day(s)"
+        pull = f"`manage.py drop pull --broker {broker.broker_id}`"
+        # DROP refuses a download (409) while the last one's work items lack a status.
+        owed = WorkItem.objects.filter(cycle__broker=broker).owed().exists()
+        remedy = (
+            f"report the open cycle's statuses first (`manage.py drop report --broker "
+            f"{broker.broker_id} --upload`: DROP refuses a download until then), then {pull}"
+            if owed
+            else f"{pull} (or download it in DROP's portal and `manage.py drop import`)"
+        )
         yield Firing(
             key=broker.broker_id,
             broker_id=broker.broker_id,
             text=f"Broker {broker.broker_id} must download from DROP by {due.isoformat()} "
             f"({when}), {settings.DROPPORTAL_DOWNLOAD_CADENCE_DAYS} days after its last "
-            "download (before a first, after its set-up here): "
-            f"`manage.py drop pull --broker {broker.broker_id}`",
-            details={"due_date": due.isoformat(), "auto_pull": broker.auto_pull},
+            f"download (before a first, after its set-up here): {remedy}",
+            details={
+                "due_date": due.isoformat(),
+                "auto_pull": broker.auto_pull,
+                "statuses_owed": owed,
+            },
         )
 
 
