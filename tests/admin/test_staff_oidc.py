@@ -201,6 +201,20 @@ def test_a_username_taken_in_its_variant_too_is_a_recorded_refusal_not_an_error(
     assert event.data["oidc_subject"] == subject
 
 
+def test_no_mapped_group_is_the_reason_given_even_when_the_name_is_taken(
+    idp: OidcProvider, client: Client
+) -> None:
+    # Staff diagnose refusals by their reason: someone who may not sign in at all is told so.
+    subject = idp.person("ada").subject
+    User.objects.create_user("ada", password="pw-ada-own-123")
+    User.objects.create_user(f"ada+{hashlib.sha256(subject.encode()).hexdigest()[:8]}")
+    idp.person("ada").groups = ["everyone"]
+
+    assert sign_in(client, idp, "ada").status_code == 403
+
+    assert events("staff_user.sign_in_refused")[-1].data["reason"] == REFUSED_NO_ROLE
+
+
 def test_nobody_becomes_a_superuser_and_a_superuser_is_refused(
     idp: OidcProvider, client: Client
 ) -> None:

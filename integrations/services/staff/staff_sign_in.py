@@ -67,7 +67,8 @@ REFUSED_USERNAME_TAKEN = (
 # The claims kept in an account or in the ledger as they are (the groups are not: a
 # refusal records them made storable, and one holding a NUL maps to no role anyway).
 _KEPT_CLAIMS = ("sub", "preferred_username", "email", "amr")
-_SUBJECT_MAX = 255  # OpenID Connect's own limit, and StaffOidcIdentity.subject's
+# OpenID Connect's own limit, and the column's.
+_SUBJECT_MAX: int = StaffOidcIdentity._meta.get_field("subject").max_length  # type: ignore[assignment]
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,13 @@ def staff_oidc_sign_in(*, issuer: str, claims: Mapping[str, Any]) -> OidcSignIn:
             .first()
         )
         if identity is None:
+            if not roles:  # no account for someone who may not sign in anyway
+                return _refused(
+                    REFUSED_NO_ROLE,
+                    username=_wanted(claims, subject),
+                    subject=subject,
+                    claims=claims,
+                )
             username = _new_username(claims, subject)
             if username is None:
                 return _refused(
@@ -129,10 +137,6 @@ def staff_oidc_sign_in(*, issuer: str, claims: Mapping[str, Any]) -> OidcSignIn:
             user = User(username=username, is_staff=True)
             user.email = str(claims.get("email") or "")[:254]
             user.set_unusable_password()
-            if not roles:  # no account for someone who may not sign in anyway
-                return _refused(
-                    REFUSED_NO_ROLE, username=user.username, subject=subject, claims=claims
-                )
             try:
                 with transaction.atomic():  # a savepoint: the refusal below is still recorded
                     user.save()
