@@ -14,7 +14,7 @@ from django.db.models.constraints import BaseConstraint
 from django.db.models.functions import Now
 
 from integrations.list_types import DATA_TYPE_OF, LABELS
-from integrations.models.fields import EncryptedTextField
+from integrations.models.fields import ACTOR_MAX_LENGTH, EncryptedTextField
 
 broker_id_validator = RegexValidator(
     r"^[0-9]{4}\Z", "A DROP data broker id is exactly four digits, such as 4821."
@@ -141,7 +141,7 @@ class ListSelection(models.Model):
     # hash_types (integrations/list_types.py), in its order.
     lists = ArrayField(models.CharField(max_length=8, choices=list(LABELS.items())))
     reason = models.TextField()
-    actor = models.CharField(max_length=200)
+    actor = models.CharField(max_length=ACTOR_MAX_LENGTH)
     effective_from = models.DateTimeField()
     recorded_at = models.DateTimeField(db_default=Now())
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 from django.db import models
 from django.db.models.functions import Now
 
+from integrations.models.fields import ACTOR_MAX_LENGTH
+
 
 class ServiceProvider(models.Model):
     broker = models.ForeignKey(
@@ -61,7 +63,7 @@ class Directive(models.Model):
     delivery_error = models.CharField(max_length=500, blank=True, default="")
     acknowledged_at = models.DateTimeField(null=True, blank=True)
     # A staff user (``admin:alice``, ``cli:alice``) or the provider's API key (``api:dpk_…``).
-    acknowledged_by = models.CharField(max_length=200, blank=True, default="")
+    acknowledged_by = models.CharField(max_length=ACTOR_MAX_LENGTH, blank=True, default="")
     acknowledgement_reference = models.CharField(max_length=500, blank=True, default="")
 
     class Meta:

@@ -32,11 +32,13 @@ def target_gone(
     ledger event naming ``by`` (what got the 410) and an alert once the caller's transaction
     commits; False when it was disabled already."""
     reason = f"{without_url_extras(why)} at {drop_time_text(when)}"
+    # Ours, not staff's: cut to the column rather than refused (column_fits is for input).
+    width = type(target)._meta.get_field("disabled_reason").max_length
     # Conditional: of several calls hitting the 410 at once, one disables and alerts.
     disabled = (
         type(target)
         .objects.filter(pk=target.pk, enabled=True)
-        .update(enabled=False, disabled_reason=reason[:200])
+        .update(enabled=False, disabled_reason=reason[:width])
     )
     if not disabled:
         return False
