@@ -90,6 +90,17 @@ def period_bounds(options: dict[str, Any]) -> tuple[dt.datetime | None, dt.datet
     return since, until
 
 
+def _partial_opened(path: str | Path, mode: str) -> tuple[Path, IO[Any]]:
+    """``path``'s own partial file, ``<path>.<random>.partial``, created exclusively (the
+    caller closes it), and its name."""
+    partial = Path(f"{path}.{secrets.token_hex(4)}.partial")
+    encoding, newline = (None, None) if "b" in mode else ("utf-8", "")
+    try:
+        return partial, open(partial, "x" + mode[1:], encoding=encoding, newline=newline)
+    except OSError as exc:
+        raise CommandError(f"cannot write {path}: {exc.strerror}") from None
+
+
 @contextlib.contextmanager
 def file_written_whole(path: str | Path, mode: str = "wb") -> Iterator[IO[Any]]:
     """A file written under ``<path>.<random>.partial`` and renamed to ``path`` when the
@@ -97,12 +108,7 @@ def file_written_whole(path: str | Path, mode: str = "wb") -> Iterator[IO[Any]]:
     looks finished. The name is its own (created exclusively): two exports to one path at
     once each write their own file, and one that fails cannot write into the file the other
     finished. Text modes write UTF-8, newlines as given (``mode`` begins with ``w``)."""
-    partial = Path(f"{path}.{secrets.token_hex(4)}.partial")
-    encoding, newline = (None, None) if "b" in mode else ("utf-8", "")
-    try:
-        file = open(partial, "x" + mode[1:], encoding=encoding, newline=newline)  # noqa: SIM115 (closed below)
-    except OSError as exc:
-        raise CommandError(f"cannot write {path}: {exc.strerror}") from None
+    partial, file = _partial_opened(path, mode)
     try:
         with file:
             yield file
@@ -128,12 +134,9 @@ def files_written_whole(*paths: Path) -> Iterator[list[IO[bytes]]]:
         with contextlib.ExitStack() as opened:
             files: list[IO[bytes]] = []
             for path in paths:
-                partial = Path(f"{path}.{secrets.token_hex(4)}.partial")
-                try:
-                    files.append(opened.enter_context(open(partial, "xb")))
-                except OSError as exc:
-                    raise CommandError(f"cannot write {path}: {exc.strerror}") from None
+                partial, file = _partial_opened(path, "wb")
                 partials.append(partial)
+                files.append(opened.enter_context(file))
             yield files
         _put_in_place(list(zip(partials, paths, strict=True)))
     finally:
