@@ -12,7 +12,8 @@ Who may grant a role is itself something an auditor asks about. A superuser may 
 member's two-factor authentication (a lost phone): they enrol again at their next login. A
 reset of the factor or of the password ends every session of that member and is its own
 ledger event (``staff_user.mfa_reset``, ``staff_user.password_reset``) naming the superuser,
-and so is unticking *Active*, as ``manage.py staff deactivate`` (``staff_user.deactivated``).
+and so is unticking *Active*, as ``manage.py staff deactivate`` (``staff_user.deactivated``);
+unticking *Staff status* ends the sessions too, its change the ``staff_user.changed`` event.
 Never on their own account (``services.staff.staff_mfa``): its password page sends them to
 the one that asks for the old password, and resetting their own factor is refused.
 django-otp's own device admins are not offered (``dropportal.apps``): they would show TOTP seeds
