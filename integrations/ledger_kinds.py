@@ -141,7 +141,8 @@ class LedgerKind(StrEnum):
     REPORT_FILE_APPROVAL_REJECTED = "report_file.approval_rejected"  # not approved, with a reason
 
     # -- staff (the admin composes its events: ledger_kind_compose)
-    STAFF_USER_ADDED = "staff_user.added"  # a staff account added in the admin
+    # A staff account added in the admin, or at its first sign-in through the provider.
+    STAFF_USER_ADDED = "staff_user.added"
     STAFF_USER_CHANGED = "staff_user.changed"  # a staff account changed in the admin
     STAFF_USER_DELETED = "staff_user.deleted"  # a staff account deleted in the admin
     STAFF_USER_MFA_ENROLLED = "staff_user.mfa_enrolled"  # two-factor authentication set up

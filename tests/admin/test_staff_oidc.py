@@ -85,6 +85,8 @@ def test_a_first_sign_in_opens_an_account_with_the_mapped_roles_only(
     assert sorted(ada.groups.values_list("name", flat=True)) == ["Operators"]
     assert ada.oidc_identity.issuer == idp.issuer
 
+    (added,) = events("staff_user.added")  # the account is the ledger's from its start
+    assert (added.subject, added.actor) == ("ada", "oidc:ada")
     (changed,) = events("staff_user.roles_changed")
     assert (changed.subject, changed.data) == ("ada", {"before": [], "after": ["Operators"]})
     (signed_in,) = events("staff_user.signed_in")

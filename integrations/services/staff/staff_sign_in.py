@@ -32,6 +32,7 @@ from django.utils import timezone
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import StaffOidcIdentity
 from integrations.services.ledger import ledger_event_append
+from integrations.services.staff.staff import staff_user_change_record
 from integrations.services.staff.staff_mfa import staff_sessions_end_recorded
 from integrations.storable_text import storable, unstorable_reason
 
@@ -142,6 +143,10 @@ def staff_oidc_sign_in(*, issuer: str, claims: Mapping[str, Any]) -> OidcSignIn:
                     user.save()
                     identity = StaffOidcIdentity.objects.create(
                         user=user, issuer=issuer, subject=subject
+                    )
+                    # Each account is the ledger's from its start, as one the admin adds.
+                    staff_user_change_record(
+                        user=user, verb="added", actor=f"oidc:{user.get_username()}"
                     )
             except IntegrityError:  # the name taken meanwhile (another first sign-in)
                 return _refused(
