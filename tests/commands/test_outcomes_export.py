@@ -14,7 +14,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 
 from integrations.models import Broker, DeletionRequest, LedgerEvent
-from integrations.selectors.outcomes import OUTCOME_COLUMNS
+from integrations.selectors.outcomes import OUTCOME_COLUMNS, deletion_outcomes_csv
 from integrations.services.dispatch.redelivery import deletion_request_redispatch
 from integrations.services.staff.brokers import broker_create
 from tests.builders import DeliveryAttemptFactory, OutcomeHistory, at, outcome_history
@@ -122,6 +122,23 @@ def test_the_requests_sent_again_before_the_mark_existed_are_marked_from_the_led
         cursor.execute(migration.MARK_REQUEUED)
 
     assert list(DeletionRequest.objects.filter(requeued=True)) == [history.failed]
+
+
+def test_the_csv_streams_whole_past_a_web_request_s_statement_bound(
+    history: OutcomeHistory,
+) -> None:
+    """The web bounds each statement; the export's one COPY streams after the 200 went out,
+    and PostgreSQL cancelling it there left a truncated file."""
+    slow = DeletionRequest.objects.extra(where=["pg_sleep(0.05) IS NOT NULL"])
+    with connection.cursor() as cursor:
+        cursor.execute("SET statement_timeout = '100ms'")  # as a web request's connection
+    try:
+        body = b"".join(deletion_outcomes_csv(requests=slow))
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("RESET statement_timeout")
+
+    assert len(body.decode().splitlines()) == 1 + DeletionRequest.objects.count()
 
 
 def test_csv_cells_cannot_run_as_formulas(history: OutcomeHistory) -> None:
