@@ -154,11 +154,15 @@ def _pull_due(brokers: QuerySet[Broker], *, now: dt.datetime) -> QuerySet[Broker
 
 def brokers_due_for_report() -> list[Broker]:
     """Brokers the periodic report job serves: those with a DROP API key (none when
-    ``DROPPORTAL_AUTO_REPORT`` is off)."""
+    ``DROPPORTAL_AUTO_REPORT`` is off), but not one DROP refused (a 401,
+    ``brokers_with_drop_key_refused``), as the pulls skip it: sending the same key every
+    quarter of an hour cannot help, and the dashboard and an alert say why."""
     if not settings.DROPPORTAL_AUTO_REPORT:
         return []
+    refused = brokers_with_drop_key_refused().values("pk")
     # The key is encrypted, so "has a key" is read in Python; brokers are few.
-    return [broker for broker in Broker.objects.order_by("pk") if broker.drop_api_key]
+    brokers = Broker.objects.exclude(pk__in=refused).order_by("pk")
+    return [broker for broker in brokers if broker.drop_api_key]
 
 
 def latest_cycle_pk(broker_pk: int) -> int:

@@ -33,6 +33,7 @@ from integrations.models import Broker, DeletionRequest, DropCycle, LedgerEvent,
 from integrations.selectors.dashboard import dashboard_overview
 from integrations.selectors.pulls import (
     brokers_due_for_pull,
+    brokers_due_for_report,
     brokers_with_drop_key_refused,
     drop_pulls_reached,
 )
@@ -546,12 +547,14 @@ def test_after_a_refused_key_the_automatic_pull_waits_for_a_new_key_or_url(
 
     assert list(brokers_due_for_pull(now=timezone.now())) == []
     assert tasks.pull_due() == 0  # not asked again every hour with the same key
+    assert brokers_due_for_report() == []  # nor sent with each quarter hour's reports
 
     # A change of anything else does not count; a new key does.
     broker_update(broker=broker, name="Acme Data Inc.", actor="staff:ann")
     assert list(brokers_due_for_pull(now=timezone.now())) == []
     broker_update(broker=broker, drop_api_key=KEY, actor="staff:ann")
     assert [b.broker_id for b in brokers_due_for_pull(now=timezone.now())] == ["4821"]
+    assert [b.broker_id for b in brokers_due_for_report()] == ["4821"]
 
     # Refused again, then the URL changes.
     drop.queue_response(status, body="Unauthorized")
