@@ -91,10 +91,48 @@ def test_two_workers_on_the_same_requests_deliver_each_once(
     arrived = Counter(r.json["request_uuid"] for r in receiver.received)
     assert arrived == Counter({str(r.request_uuid): 1 for r in requests})
     assert sum(c["delivered"] for c in results) == 12
-    assert sum(c["skipped"] for c in results) == 12
+    # The other's: done when it was looked for, or still locked (then queued again for
+    # later, in case the other's transaction rolls back; that job finds it delivered).
+    assert sum(c["skipped"] + c["deferred"] for c in results) == 12
     assert DeliveryAttempt.objects.count() == 12
     assert set(DeletionRequest.objects.values_list("state", flat=True)) == {"dispatched"}
     assert LedgerEvent.objects.filter(kind="deletion_request.delivered").count() == 12
+
+
+def test_a_request_another_transaction_holds_keeps_a_job_of_its_own(
+    broker: Broker, receiver: BrokerSimulator
+) -> None:
+    # A stalled-job retry ran this job while the first worker, still draining, held the
+    # row; that worker killed, its transaction rolled back: the row was queued, due, and
+    # in no job, for ever.
+    (request,) = _requests(broker, receiver, 1)
+    ProcrastinateJob.objects.all().delete()  # the job the creation queued: lost
+    holder = threading.Event()
+    release = threading.Event()
+
+    def hold() -> None:
+        try:
+            with transaction.atomic():
+                DeletionRequest.objects.select_for_update().get(pk=request.pk)
+                holder.set()
+                release.wait(10)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    holder.wait(10)
+    try:
+        counts = deletion_requests_deliver(request_ids=[request.pk])
+    finally:
+        release.set()
+        thread.join()
+
+    assert counts == {"deferred": 1}
+    (job,) = ProcrastinateJob.objects.filter(task_name=enqueue.DELIVER_DELETION_REQUESTS)
+    assert job.args == {"request_ids": [request.pk]}
+    assert job.scheduled_at is not None and job.scheduled_at > timezone.now()
+    assert receiver.received == []  # nothing sent twice meanwhile
 
 
 def test_a_batch_runs_on_several_threads_and_delivers_everything_once(

@@ -223,17 +223,35 @@ def _deliver_batch(
 ) -> tuple[Counter[str], Exception | None]:
     counts: Counter[str] = Counter()
     failure: Exception | None = None
+    due = models.Q(next_attempt_at__isnull=True) | models.Q(next_attempt_at__lte=Now())
     with transaction.atomic():
         items = list(
             kind.model.objects.select_for_update(skip_locked=True, of=("self",))
             .select_related(*kind.related)
             .filter(pk__in=ids, state=RequestState.QUEUED)
-            .filter(models.Q(next_attempt_at__isnull=True) | models.Q(next_attempt_at__lte=Now()))
+            .filter(due)
             .order_by("pk")
         )
-        # Not found: delivered, cancelled, not due yet, or being delivered right now.
+        # Not found: delivered, cancelled, not due yet, or locked by another transaction.
         if len(items) < len(ids):
-            counts["skipped"] += len(ids) - len(items)
+            # Locked, and still queued and due as far as this transaction sees: being
+            # delivered by another job, whose transaction may yet roll back (its worker
+            # killed mid-batch after a stalled-job retry queued this very job). They keep a
+            # job of their own, or nothing would ever send them; delivered meanwhile, that
+            # job finds them done.
+            found = {item.pk for item in items}
+            held = list(
+                kind.model.objects.filter(
+                    pk__in=[pk for pk in ids if pk not in found], state=RequestState.QUEUED
+                )
+                .filter(due)
+                .values_list("pk", flat=True)
+            )
+            if held:
+                kind.enqueue(held, at=now() + dt.timedelta(seconds=BUSY_DELAY_SECONDS))
+                counts["deferred"] += len(held)
+            if skipped := len(ids) - len(items) - len(held):
+                counts["skipped"] += skipped
         brokers = {kind.broker_id(item) for item in items}
         busy = {b for b in brokers if not broker_slot_take(b, wait=SLOT_WAIT_SECONDS)}
         if busy:
