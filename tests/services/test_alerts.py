@@ -29,7 +29,7 @@ from procrastinate.contrib.django.models import ProcrastinateJob
 
 from devtools.drop_simulator import DropSimulator, work_items
 from devtools.loopback import serve_in_thread
-from integrations import tasks
+from integrations import enqueue, tasks
 from integrations.dispatch.alerts import AlertNotSent, alert_send
 from integrations.drop.calendar import drop_date, drop_today
 from integrations.ledger_kinds import LedgerKind
@@ -737,3 +737,20 @@ def test_an_alerts_clear_is_not_sent_before_its_raise_that_waits_for_a_retry(
     run_worker(["alerts"])
 
     assert [h["alert"]["state"] for h in hooks] == ["raised", "cleared"]
+
+
+def test_a_job_that_failed_for_good_alerts_for_a_day(broker: Broker) -> None:
+    enqueue.alerts_evaluate_enqueue()
+    (job,) = ProcrastinateJob.objects.all()
+    with connection.cursor() as cursor:  # as the worker ends it: doing, then failed
+        for status in ("doing", "failed"):
+            cursor.execute(
+                "UPDATE procrastinate_jobs SET status = %s WHERE id = %s", [status, job.pk]
+            )
+
+    (raised,) = alerts_evaluate().raised
+
+    assert (raised.condition, raised.key) == ("jobs_failed", f"jobs_failed:{job.task_name}")
+    assert f"1 `{job.task_name}` job(s) failed for good" in raised.text
+    later = timezone.now() + dt.timedelta(hours=25)
+    assert [a.condition for a in alerts_evaluate(now=later).cleared] == ["jobs_failed"]

@@ -60,6 +60,7 @@ from integrations.selectors.directives import (
     directives_overdue,
 )
 from integrations.selectors.drop_access import drop_access_obligations_open
+from integrations.selectors.jobs import jobs_failed_since
 from integrations.selectors.ledger import ledger_last_by_broker
 from integrations.selectors.match_rates import match_rate_falls
 from integrations.selectors.pulls import brokers_download_due
@@ -564,6 +565,28 @@ def _ledger_anchor_broken(now: dt.datetime) -> Iterable[Firing]:
             text=f"a time-stamp token no longer holds: {problems[0]}; run `manage.py ledger "
             "verify --tsa-cert FILE` and compare with the evidence packs' tokens",
             details={"event": last.id, "problems": last.data.get("problems_count", 1)},
+        )
+
+
+# How long a job that failed for good keeps its alert up: it is not run again by itself, and
+# its row stays for a look (the purge keeps failed jobs).
+JOBS_FAILED_ALERT_HOURS = 24
+
+
+@alert_condition("jobs_failed")
+def _jobs_failed(now: dt.datetime) -> Iterable[Firing]:
+    """Jobs that failed for good in the last ``JOBS_FAILED_ALERT_HOURS``, one alert per
+    task: a delivery batch whose retries ran out leaves its rows queued with no job, and a
+    periodic job failing each run (this evaluation's own, a report, the rounds) stops what
+    it does until someone looks."""
+    since = now - dt.timedelta(hours=JOBS_FAILED_ALERT_HOURS)
+    for failed in jobs_failed_since(since):
+        yield Firing(
+            key=failed.task,
+            text=f"{failed.count} `{failed.task}` job(s) failed for good in the last "
+            f"{JOBS_FAILED_ALERT_HOURS} hours, the last at {drop_time_text(failed.last_at)}: "
+            "the worker's log says why; nothing runs them again by itself",
+            details={"task": failed.task, "count": failed.count},
         )
 
 
