@@ -16,9 +16,11 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 from procrastinate import RetryStrategy
 from procrastinate.contrib.django import app
+from procrastinate.jobs import Job
+from procrastinate.retry import RetryDecision
 
 from integrations import enqueue
-from integrations.dispatch.alerts import alert_send
+from integrations.dispatch.alerts import AlertRefused, alert_send
 from integrations.models import Broker
 from integrations.services.cycle.drop import DropPullBusy, DropPullError, drop_pull
 from integrations.services.cycle.drop_schedule import (
@@ -287,8 +289,16 @@ def purge_shown_once(timestamp: int | None = None) -> int:
 
 # Alerts to staff (services/staff/alerts.py): conditions are evaluated every 5 minutes; each raise
 # and clear defers one send_alert job per channel, retried for about a day (3 s, 9 s, ... the
-# last 16 hours after the one before), one alert's messages in order (enqueue's lock).
-ALERT_SEND_RETRY = RetryStrategy(max_attempts=10, exponential_wait=3)
+# last 16 hours after the one before), one alert's messages in order (enqueue's lock); but
+# not one the webhook refused for good (AlertRefused), which would hold the next ones back.
+class _AlertSendRetry(RetryStrategy):
+    def get_retry_decision(self, *, exception: BaseException, job: Job) -> RetryDecision | None:
+        if isinstance(exception, AlertRefused):
+            return None
+        return super().get_retry_decision(exception=exception, job=job)
+
+
+ALERT_SEND_RETRY = _AlertSendRetry(max_attempts=10, exponential_wait=3)
 
 
 @app.periodic(cron="*/5 * * * *", periodic_id="evaluate_alerts")

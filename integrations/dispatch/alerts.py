@@ -24,6 +24,16 @@ class AlertNotSent(Exception):
     """The alert webhook did not take the alert; the job sending it retries."""
 
 
+class AlertRefused(AlertNotSent):
+    """The alert webhook refused the alert for good (a 4xx but 408 and 429: its URL, or what
+    it accepts, is wrong): sent again it is refused again, and the messages of the same
+    alert wait behind it, so its job is not retried (it fails, for staff to see)."""
+
+
+# 4xx answers that say "later", not "never".
+_TRY_LATER = (408, 429)
+
+
 def alert_send(*, channel: str, text: str, alert: dict[str, Any]) -> None:
     if channel == "email":
         _email(text, alert)
@@ -56,5 +66,10 @@ def _webhook(text: str, alert: dict[str, Any]) -> None:
         allow_private=settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS,
         timeout_total=WEBHOOK_TIMEOUT_SECONDS,
     )
-    if result.error is not None or result.status is None or not 200 <= result.status < 300:
-        raise AlertNotSent(f"alert webhook: {result.error or f'HTTP {result.status}'}")
+    if result.error is None and result.status is not None and 200 <= result.status < 300:
+        return
+    problem = f"alert webhook: {result.error or f'HTTP {result.status}'}"
+    status = result.status
+    if status is not None and 400 <= status < 500 and status not in _TRY_LATER:
+        raise AlertRefused(problem)
+    raise AlertNotSent(problem)

@@ -26,11 +26,12 @@ from django.core.management.base import CommandError
 from django.db import connection
 from django.utils import timezone
 from procrastinate.contrib.django.models import ProcrastinateJob
+from procrastinate.jobs import Job
 
 from devtools.drop_simulator import DropSimulator, work_items
 from devtools.loopback import serve_in_thread
 from integrations import enqueue, tasks
-from integrations.dispatch.alerts import AlertNotSent, alert_send
+from integrations.dispatch.alerts import AlertNotSent, AlertRefused, alert_send
 from integrations.drop.calendar import drop_date, drop_today
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
@@ -98,7 +99,9 @@ class Hook(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["Content-Length"]))
         self.received.append(json.loads(body))
-        self.send_response(200)
+        # A path ending in a status answers with it (".../404": a URL that is wrong).
+        last = self.path.rsplit("/", 1)[-1]
+        self.send_response(int(last) if last.isdigit() else 200)
         self.end_headers()
 
     def log_message(self, *args: Any) -> None:
@@ -754,3 +757,21 @@ def test_a_job_that_failed_for_good_alerts_for_a_day(broker: Broker) -> None:
     assert f"1 `{job.task_name}` job(s) failed for good" in raised.text
     later = timezone.now() + dt.timedelta(hours=25)
     assert [a.condition for a in alerts_evaluate(now=later).cleared] == ["jobs_failed"]
+
+
+@pytest.mark.parametrize(
+    ("status", "retried"), [(404, False), (400, False), (429, True), (503, True)]
+)
+def test_an_alert_the_webhook_refuses_for_good_is_not_sent_again(
+    settings: Any, webhook: tuple[str, list[dict[str, Any]]], status: int, retried: bool
+) -> None:
+    # Retried for a day, a 404 held back the same alert's next message (its clearing) too.
+    settings.DROPPORTAL_ALERT_WEBHOOK_URL = f"{webhook[0]}/{status}"
+    settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = True
+    with pytest.raises(AlertNotSent) as refused:
+        alert_send(channel="webhook", text="[dropportal] ALERT: test", alert={"key": "k"})
+    assert isinstance(refused.value, AlertRefused) is not retried
+
+    job = Job(id=1, queue="alerts", lock=None, queueing_lock=None, task_name="send_alert")
+    decision = tasks.ALERT_SEND_RETRY.get_retry_decision(exception=refused.value, job=job)
+    assert (decision is not None) is retried
