@@ -152,6 +152,14 @@ class OutcomeQuerySerializer(serializers.Serializer):
         return int(value, 16)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        # A misspelt filter (``sinse``) ignored would hand back the whole history as if
+        # filtered. ``format`` is DRF's, choosing CSV.
+        known = [*self.fields, "format"]
+        unknown = sorted(set(self.initial_data) - set(known))
+        if unknown:
+            raise serializers.ValidationError(
+                {name: [f"Unknown parameter; expected {', '.join(known)}."] for name in unknown}
+            )
         since, until = attrs.get("since"), attrs.get("until")
         if since and until and until <= since:
             raise serializers.ValidationError({"until": ["Must be after since."]})
@@ -252,7 +260,13 @@ class OutcomesView(APIView):
     )
     def get(self, request: Request) -> HttpResponseBase:
         # A plain dict: as a QueryDict, DRF would take an empty value for an absent one,
-        # which the schema's parameters do not allow.
+        # which the schema's parameters do not allow. A parameter given twice would keep
+        # its last value without a word.
+        twice = {
+            k: ["Given more than once."] for k, v in request.query_params.lists() if len(v) > 1
+        }
+        if twice:
+            raise serializers.ValidationError(twice)
         query = OutcomeQuerySerializer(data=request.query_params.dict())
         query.is_valid(raise_exception=True)
         params = query.validated_data

@@ -125,6 +125,9 @@ def test_another_brokers_outcomes_are_refused(history: OutcomeHistory, auditor: 
         ({"since": ""}, "since"),  # empty is not absent: the schema does not allow it
         ({"until": "2026-03-13T10:00"}, "until"),  # an RFC 3339 time has seconds and offset
         ({"broker": "48"}, "broker"),
+        # A misspelt filter ignored handed back the whole history as if filtered.
+        ({"sinse": "2026-03-13"}, "sinse"),
+        ({"since": ["2026-03-12", "2026-03-13"]}, "since"),  # twice: which one is meant?
     ],
 )
 def test_bad_parameters_are_validation_problems(
