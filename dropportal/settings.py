@@ -415,6 +415,9 @@ SPECTACULAR_SETTINGS = {
     "consumer registration and outcome history.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Open to all, as documented: the API's own authentication would refuse a request that
+    # carries another scheme (a proxy's Basic) and look up any Bearer key it is handed.
+    "SERVE_AUTHENTICATION": [],
     # Swagger UI's assets come from the installed sidecar package, never a CDN.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

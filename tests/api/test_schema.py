@@ -60,3 +60,11 @@ def test_a_format_the_schema_has_not_is_a_json_problem(api_client: APIClient, na
     assert answer.status_code == 404
     assert answer["Content-Type"] == "application/problem+json"
     assert answer.json()["code"] == "not_found"
+
+
+@pytest.mark.parametrize("path", ["/api/v1/schema", "/api/v1/docs"])
+@pytest.mark.parametrize("authorization", ["Basic dXNlcjpwYXNz", "Bearer dpk_not_a_key"])
+def test_the_schema_and_its_page_need_no_key_whatever_a_proxy_adds(
+    api_client: APIClient, path: str, authorization: str
+) -> None:
+    assert api_client.get(path, HTTP_AUTHORIZATION=authorization).status_code == 200
