@@ -294,6 +294,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "integrations.web.unsized_bodies.UnsizedBodyRefusedMiddleware",
+    "integrations.web.api_no_store.ApiAnswersNotStoredMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

@@ -193,3 +193,16 @@ def test_the_endpoint_is_in_the_schema(api_client: APIClient) -> None:
     get = schema["paths"]["/api/v1/drop/outcomes"]["get"]
     assert set(get["responses"]["200"]["content"]) == {"application/json", "text/csv"}
     assert {p["name"] for p in get["parameters"]} >= {"broker", "since", "until", "cursor", "limit"}
+
+
+@pytest.mark.parametrize("accept", ["application/json", "text/csv"])
+def test_an_outcome_answer_is_stored_by_no_cache(
+    history: OutcomeHistory, auditor: APIClient, accept: str
+) -> None:
+    # Pointers and hashes: a browser's or a client library's cache keeps nothing of them.
+    answer = auditor.get(URL, HTTP_ACCEPT=accept)
+
+    assert answer.status_code == 200
+    assert "no-store" in answer["Cache-Control"]
+    # Refusals too.
+    assert "no-store" in APIClient().get(URL)["Cache-Control"]
