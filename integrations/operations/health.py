@@ -28,6 +28,7 @@ from django.db.migrations.loader import MigrationLoader
 from django.db.migrations.recorder import MigrationRecorder
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_safe
 from rest_framework.request import Request
 
 from integrations.models import ApiKeyScope
@@ -75,6 +76,8 @@ class _Readiness:
 readiness = _Readiness()
 
 
+# Probes read (GET, HEAD); anything else is a 405 naming them, not a CSRF page or an answer.
+@require_safe
 @never_cache
 def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok"})
@@ -149,6 +152,7 @@ def _throttled(throttle: UnauthenticatedAddressThrottle) -> HttpResponse:
     return response
 
 
+@require_safe
 @never_cache
 def readyz(request: HttpRequest) -> HttpResponse:
     throttle = UnauthenticatedAddressThrottle()

@@ -55,6 +55,16 @@ def test_healthz_answers_without_touching_the_database(client: Client) -> None:
     assert response.json() == {"status": "ok"}
 
 
+@pytest.mark.parametrize("path", ["/healthz", "/readyz"])
+@pytest.mark.parametrize("method", ["post", "put", "delete", "options"])
+def test_a_probe_takes_only_get_and_head(client: Client, path: str, method: str) -> None:
+    answer = getattr(client, method)(path)
+
+    assert answer.status_code == 405
+    assert answer["Allow"] == "GET, HEAD"
+    assert client.head(path).status_code in (200, 503)
+
+
 def _refuse(*args: object, **kwargs: object) -> None:
     raise AssertionError("/healthz touched the database")
 
