@@ -16,7 +16,7 @@ import datetime as dt
 import re
 from typing import Any
 
-from django.http import HttpResponseBase, StreamingHttpResponse
+from django.http import HttpResponse, HttpResponseBase, StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -282,6 +282,11 @@ class OutcomesView(APIView):
             )
         since, until = params.get("since"), params.get("until")
         if isinstance(request.accepted_renderer, CsvRenderer):
+            disposition = f'attachment; filename="outcomes-{own}.csv"'
+            if request.method == "HEAD":  # what a GET would answer, neither run nor ledgered
+                head = HttpResponse(content_type="text/csv; charset=utf-8")
+                head["Content-Disposition"] = disposition
+                return head
             outcome_export_record(
                 actor=f"apikey:{api_key.prefix}",
                 via="api",
@@ -293,7 +298,7 @@ class OutcomesView(APIView):
             )
             chunks = deletion_outcomes_csv(broker_id=own, since=since, until=until)
             response = StreamingHttpResponse(chunks, content_type="text/csv; charset=utf-8")
-            response["Content-Disposition"] = f'attachment; filename="outcomes-{own}.csv"'
+            response["Content-Disposition"] = disposition
             return response
         limit = params["limit"]
         page = list(

@@ -206,3 +206,13 @@ def test_an_outcome_answer_is_stored_by_no_cache(
     assert "no-store" in answer["Cache-Control"]
     # Refusals too.
     assert "no-store" in APIClient().get(URL)["Cache-Control"]
+
+
+def test_head_on_the_csv_neither_runs_nor_ledgers_the_export(
+    history: OutcomeHistory, auditor: APIClient
+) -> None:
+    answer = auditor.head(URL, HTTP_ACCEPT="text/csv")
+
+    assert answer.status_code == 200
+    assert answer["Content-Type"].startswith("text/csv")
+    assert not LedgerEvent.objects.filter(kind="outcomes.exported").exists()
