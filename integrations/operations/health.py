@@ -28,6 +28,7 @@ from django.db.migrations.loader import MigrationLoader
 from django.db.migrations.recorder import MigrationRecorder
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
+from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_safe
 from rest_framework.request import Request
 
@@ -76,7 +77,9 @@ class _Readiness:
 readiness = _Readiness()
 
 
-# Probes read (GET, HEAD); anything else is a 405 naming them, not a CSRF page or an answer.
+# Probes read (GET, HEAD); anything else is a 405 naming them, not an answer nor the CSRF
+# check's page (which would come first: a probe has no form to protect).
+@csrf_exempt
 @require_safe
 @never_cache
 def healthz(request: HttpRequest) -> JsonResponse:
@@ -152,6 +155,7 @@ def _throttled(throttle: UnauthenticatedAddressThrottle) -> HttpResponse:
     return response
 
 
+@csrf_exempt
 @require_safe
 @never_cache
 def readyz(request: HttpRequest) -> HttpResponse:
