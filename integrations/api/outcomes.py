@@ -16,7 +16,7 @@ import datetime as dt
 import re
 from typing import Any
 
-from django.http import HttpResponse, HttpResponseBase, StreamingHttpResponse
+from django.http import HttpResponseBase, StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -284,7 +284,8 @@ class OutcomesView(APIView):
         if isinstance(request.accepted_renderer, CsvRenderer):
             disposition = f'attachment; filename="outcomes-{own}.csv"'
             if request.method == "HEAD":  # what a GET would answer, neither run nor ledgered
-                head = HttpResponse(content_type="text/csv; charset=utf-8")
+                # Streamed, as the GET is: no Content-Length (an empty body's 0 would be false).
+                head = StreamingHttpResponse(iter(()), content_type="text/csv; charset=utf-8")
                 head["Content-Disposition"] = disposition
                 return head
             outcome_export_record(

@@ -215,4 +215,5 @@ def test_head_on_the_csv_neither_runs_nor_ledgers_the_export(
 
     assert answer.status_code == 200
     assert answer["Content-Type"].startswith("text/csv")
+    assert "Content-Length" not in answer  # streamed, as the GET is: not "0"
     assert not LedgerEvent.objects.filter(kind="outcomes.exported").exists()
