@@ -147,7 +147,8 @@ async def purge_finished_jobs(timestamp: int | None = None) -> None:
     await finished_jobs_purge(succeeded_hours_ago=SUCCEEDED_JOBS_KEPT_HOURS)
 
 
-# Reporting to DROP: every 15 minutes each broker with a DROP API key gets one report job
+# Reporting to DROP: every 15 minutes each broker with a DROP API key (not one DROP refused:
+# brokers_due_for_report) gets one report job
 # (settle what is final, write the files of complete cycles, amendments, upload whatever is
 # written). The queueing lock keeps one waiting per broker, the lock one running.
 REPORT_CRON = "*/15 * * * *"

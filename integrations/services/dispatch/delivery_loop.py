@@ -10,7 +10,8 @@ up to ``BATCH_SIZE`` ids, each batch in one transaction:
 
 1. Lock the rows that are still due (``SELECT ... FOR UPDATE SKIP LOCKED``: state ``queued``
    and the scheduled time reached) and whose target (integration or SaaS connection) is
-   enabled. A row another worker holds is skipped: that worker owns this attempt.
+   enabled. A row another worker holds is skipped, and queued again for 30 s later: that
+   worker owns this attempt, but its transaction may yet roll back.
 2. Build each row's ``Message`` with its kind's ``outbound`` and hand the messages to the
    transport of their target's kind (``dispatch.transports.TRANSPORTS``: webhook, ISI,
    SaaS), which sends them over ``threads`` threads and returns one ``Verdict`` each. Those
