@@ -63,9 +63,7 @@ class Command(DropportalCommand):
             self.stdout.write(f"{row.username}  {row.signs_in_with}  {state}  {roles}  {last}")
 
     def handle_deactivate(self, **options: Any) -> None:
-        user = User.objects.filter(username=options["username"]).first()
-        if user is None:
-            raise CommandError(f"no staff account {options['username']!r}")
+        user = _account_or_error(options["username"])
         if not user.is_active:
             raise CommandError(f"{user.username} is already deactivated")
         ended = staff_user_deactivate(user=user, actor=self.actor())
@@ -74,14 +72,19 @@ class Command(DropportalCommand):
         )
 
     def handle_reset_mfa(self, **options: Any) -> None:
-        user = User.objects.filter(username=options["username"]).first()
-        if user is None:
-            raise CommandError(f"no staff account {options['username']!r}")
+        user = _account_or_error(options["username"])
         removed = staff_mfa_reset(user=user, actor=self.actor(), by=None)
         self.stdout.write(
             f"{user.username}: {removed} second factor(s) removed, every session ended; they "
             "enrol again at their next sign-in."
         )
+
+
+def _account_or_error(username: str) -> User:
+    user = User.objects.filter(username=username).first()
+    if user is None:
+        raise CommandError(f"no staff account {username!r}")
+    return user
 
 
 def _as_json(row: StaffSignIn) -> dict[str, Any]:
