@@ -57,9 +57,12 @@ REFUSED_SUPERUSER = (
     "authentication, not through the identity provider."
 )
 REFUSED_NO_SUBJECT = "The identity provider's answer names nobody (no sub claim)."
+# OpenID Connect's own limit, and the column's.
+_SUBJECT_MAX: int = StaffOidcIdentity._meta.get_field("subject").max_length  # type: ignore[assignment]
 REFUSED_UNSTORABLE = (
     "The identity provider's answer cannot be stored here: a NUL or a lone surrogate in the "
-    "name, email, sub or amr, or a sub longer than 255 characters. Ask your administrator."
+    f"name, email, sub or amr, or a sub longer than {_SUBJECT_MAX} characters. Ask your "
+    "administrator."
 )
 REFUSED_USERNAME_TAKEN = (
     "No account can be opened here for you: the username the identity provider gives, and "
@@ -68,8 +71,6 @@ REFUSED_USERNAME_TAKEN = (
 # The claims kept in an account or in the ledger as they are (the groups are not: a
 # refusal records them made storable, and one holding a NUL maps to no role anyway).
 _KEPT_CLAIMS = ("sub", "preferred_username", "email", "amr")
-# OpenID Connect's own limit, and the column's.
-_SUBJECT_MAX: int = StaffOidcIdentity._meta.get_field("subject").max_length  # type: ignore[assignment]
 
 
 @dataclass(frozen=True)
@@ -106,11 +107,10 @@ def staff_oidc_sign_in(*, issuer: str, claims: Mapping[str, Any]) -> OidcSignIn:
     if not subject:
         staff_sign_in_refuse(method=OIDC, reason=REFUSED_NO_SUBJECT, username="")
         return OidcSignIn(user=None, refusal=REFUSED_NO_SUBJECT)
+    wanted = str(claims.get("preferred_username") or claims.get("email") or subject)[:120]
     if unstorable_reason([claims.get(c) for c in _KEPT_CLAIMS]) or len(subject) > _SUBJECT_MAX:
         # Refused before any query: PostgreSQL would fail the request on it (a 500).
-        return _refused(
-            REFUSED_UNSTORABLE, username=_wanted(claims, subject), subject=subject, claims=claims
-        )
+        return _refused(REFUSED_UNSTORABLE, username=wanted, subject=subject, claims=claims)
     roles = mapped_roles(claims)
     with transaction.atomic():
         identity = (
@@ -121,19 +121,11 @@ def staff_oidc_sign_in(*, issuer: str, claims: Mapping[str, Any]) -> OidcSignIn:
         )
         if identity is None:
             if not roles:  # no account for someone who may not sign in anyway
-                return _refused(
-                    REFUSED_NO_ROLE,
-                    username=_wanted(claims, subject),
-                    subject=subject,
-                    claims=claims,
-                )
-            username = _new_username(claims, subject)
+                return _refused(REFUSED_NO_ROLE, username=wanted, subject=subject, claims=claims)
+            username = _new_username(wanted, subject)
             if username is None:
                 return _refused(
-                    REFUSED_USERNAME_TAKEN,
-                    username=_wanted(claims, subject),
-                    subject=subject,
-                    claims=claims,
+                    REFUSED_USERNAME_TAKEN, username=wanted, subject=subject, claims=claims
                 )
             user = User(username=username, is_staff=True)
             user.email = str(claims.get("email") or "")[:254]
@@ -248,13 +240,8 @@ def _roles_set(user: User, roles: list[str]) -> None:
     )
 
 
-def _wanted(claims: Mapping[str, Any], subject: str) -> str:
-    return str(claims.get("preferred_username") or claims.get("email") or subject)[:120]
-
-
-def _new_username(claims: Mapping[str, Any], subject: str) -> str | None:
-    """The new account's username, or None when it and its variant are both taken."""
-    wanted = _wanted(claims, subject)
+def _new_username(wanted: str, subject: str) -> str | None:
+    """The new account's username, ``wanted`` or its variant, or None when both are taken."""
     # Someone else (a password account, or another issuer's person) has it: never theirs.
     variant = f"{wanted}+{hashlib.sha256(subject.encode()).hexdigest()[:8]}"
     taken = set(
