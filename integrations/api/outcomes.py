@@ -28,6 +28,7 @@ from rest_framework import serializers
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
 from integrations.api.callback_serializers import ProblemSerializer
@@ -154,7 +155,7 @@ class OutcomeQuerySerializer(serializers.Serializer):
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         # A misspelt filter (``sinse``) ignored would hand back the whole history as if
         # filtered. ``format`` is DRF's, choosing CSV.
-        known = [*self.fields, "format"]
+        known = [*self.fields, api_settings.URL_FORMAT_OVERRIDE]
         unknown = sorted(set(self.initial_data) - set(known))
         if unknown:
             raise serializers.ValidationError(
@@ -235,7 +236,7 @@ class OutcomesView(APIView):
         parameters=[
             OutcomeQuerySerializer,
             OpenApiParameter(
-                "format",
+                api_settings.URL_FORMAT_OVERRIDE,
                 OpenApiTypes.STR,
                 OpenApiParameter.QUERY,
                 enum=["json", "csv", ""],
