@@ -32,6 +32,7 @@ _Number = TypeVar("_Number", int, float)
 # and far enough past it the date arithmetic overflows, in the job that meets it first.
 _TEN_YEARS_DAYS = 3_650
 _TEN_YEARS_HOURS = _TEN_YEARS_DAYS * 24
+_A_DAY_SECONDS = 24 * 60 * 60  # the longest a DROP download may go silent
 
 
 def _number(
@@ -195,14 +196,14 @@ DROPPORTAL_REPORT_DAYS = _number(
     45,
     least=1,
     most=_TEN_YEARS_DAYS,
-    what="a whole number of days, 1 to 3,650",
+    what=f"a whole number of days, 1 to {_TEN_YEARS_DAYS:,}",
 )
 DROPPORTAL_DOWNLOAD_CADENCE_DAYS = _number(
     "DROPPORTAL_DOWNLOAD_CADENCE_DAYS",
     45,
     least=1,
     most=_TEN_YEARS_DAYS,
-    what="a whole number of days, 1 to 3,650",
+    what=f"a whole number of days, 1 to {_TEN_YEARS_DAYS:,}",
 )
 # Recurring deletion (docs/recurring-deletion.md): days between the rounds a deleted or
 # opted-out consumer's deletion is repeated in (Civil Code 1798.99.86(d)); 0 turns them off.
@@ -211,7 +212,7 @@ DROPPORTAL_RECURRING_DAYS = _number(
     45,
     least=0,
     most=_TEN_YEARS_DAYS,
-    what="a whole number of days, 0 (off) to 3,650",
+    what=f"a whole number of days, 0 (off) to {_TEN_YEARS_DAYS:,}",
 )
 # Canary rounds (docs/operations.md, "Canaries"): hours each canary's deletion request has to
 # be answered `deleted` before the round fails and staff are alerted.
@@ -220,7 +221,7 @@ DROPPORTAL_CANARY_HOURS = _number(
     72,
     least=1,
     most=_TEN_YEARS_HOURS,
-    what="a whole number of hours, 1 to 87,600",
+    what=f"a whole number of hours, 1 to {_TEN_YEARS_HOURS:,}",
 )
 # DROP's calendar is California's: the zone of DROP dates (match_date, due dates, days left,
 # the yearly figures' year) and of times shown to staff. Stored timestamps stay UTC.
@@ -239,8 +240,8 @@ DROPPORTAL_DROP_STALL_SECONDS = _number(
     120.0,
     least=0,
     above=True,
-    most=24 * 60 * 60,
-    what="a number of seconds more than 0, at most 86,400",
+    most=_A_DAY_SECONDS,
+    what=f"a number of seconds more than 0, at most {_A_DAY_SECONDS:,}",
 )
 # The periodic job uploads response files for brokers with a DROP API key; off: by hand only.
 DROPPORTAL_AUTO_REPORT = env.bool("DROPPORTAL_AUTO_REPORT", default=True)
@@ -251,7 +252,7 @@ DROPPORTAL_AUTO_REDISPATCH_HOURS = _number(
     0,
     least=0,
     most=_TEN_YEARS_HOURS,
-    what="a whole number of hours, 0 (off) to 87,600",
+    what=f"a whole number of hours, 0 (off) to {_TEN_YEARS_HOURS:,}",
 )
 # An S3-compatible store (MinIO, Ceph...) for `consumers import s3://...`; empty: AWS S3.
 # Credentials come from boto3's usual chain (AWS_* variables, ~/.aws, an instance role).
@@ -263,7 +264,7 @@ DROPPORTAL_DIRECTIVE_ACK_DAYS = _number(
     10,
     least=1,
     most=_TEN_YEARS_DAYS,
-    what="a whole number of days, 1 to 3,650",
+    what=f"a whole number of days, 1 to {_TEN_YEARS_DAYS:,}",
 )
 # An RFC 3161 time-stamping authority: the worker has it timestamp the ledger's chain head
 # daily (`ledger anchor` at once). Empty: the chain is anchored nowhere outside the service.
@@ -489,7 +490,7 @@ DROPPORTAL_SESSION_HOURS = _number(
     8,
     least=1,
     most=_TEN_YEARS_HOURS,
-    what="a whole number of hours, 1 to 87,600",
+    what=f"a whole number of hours, 1 to {_TEN_YEARS_HOURS:,}",
 )
 SESSION_COOKIE_AGE = DROPPORTAL_SESSION_HOURS * 60 * 60
 SESSION_SAVE_EVERY_REQUEST = True
