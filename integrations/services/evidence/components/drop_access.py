@@ -153,9 +153,9 @@ def build(context: PackContext) -> Component:
         days = (drop_date(closed) if closed else last_day) - drop_date(opened)
         return days.days, (closed or end) - opened
 
-    widest = max(gaps, key=measured) if gaps else None
-    longest_days, longest = measured(widest) if widest else (0, dt.timedelta(0))
-    longest_ends = widest or (None, None)
+    # Never empty: without any download, the time before the first is a gap.
+    longest_ends = max(gaps, key=measured)
+    longest_days, longest = measured(longest_ends)
     outages = list(
         DropOutage.objects.filter(broker=context.broker, started_at__lt=end)
         .exclude(ended_at__lt=start)
