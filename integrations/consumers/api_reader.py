@@ -16,9 +16,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from integrations.consumers.readers import (
+    COMPOSITES,
     HASH_FORMAT,
-    NAME_VIN_PARTS,
-    NDZ_PARTS,
     NO_IDENTIFIER,
     SIMPLE_DIGESTS,
     ConsumerRecord,
@@ -41,7 +40,7 @@ __all__ = [
 ]
 
 _API_SIMPLE: Final = ("email", "phone", "maid", "ctvid")
-_API_COMPOSITE: Final = {"ndz": NDZ_PARTS, "name_vin": NAME_VIN_PARTS}
+_API_COMPOSITE: Final = dict(COMPOSITES)
 IDENTIFIER_FIELDS: Final = (*_API_SIMPLE, *_API_COMPOSITE, "hashes")
 API_FIELDS: Final = ("remote_identifier", "remote_identifier_kind", *IDENTIFIER_FIELDS)
 

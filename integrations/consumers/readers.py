@@ -60,6 +60,7 @@ from integrations.drop.standardize import (
     standardize_name,
     standardize_phone,
 )
+from integrations.list_types import DATA_TYPE_OF
 
 __all__ = [
     "CLEAR_COLUMNS",
@@ -112,6 +113,8 @@ HASH_FORMAT: Final = "must be a SHA-256 hash in standard Base64 (44 characters, 
 NDZ_PARTS: Final = ("first_name", "last_name", "dob", "zip")
 NAME_VIN_PARTS: Final = ("first_name", "last_name", "vin")
 _NAME_PARTS: Final = ("first_name", "last_name")
+# The lists a row builds from several columns, by list type (DATA_TYPE_OF names them).
+COMPOSITES: Final = (("ndz", NDZ_PARTS), ("name_vin", NAME_VIN_PARTS))
 _COMPOSITE_COLUMNS: Final = frozenset(NDZ_PARTS + NAME_VIN_PARTS)
 _sha256 = hashlib.sha256
 _a2b = binascii.a2b_base64
@@ -338,17 +341,13 @@ class ConsumerCsvReader:
             )
         # Any subset is allowed, but a composite's columns give a hash only when all its
         # parts are there; the others are ignored, and the command says so.
-        complete = [
-            (list_type, parts)
-            for list_type, parts in (("NDZ", NDZ_PARTS), ("NameVIN", NAME_VIN_PARTS))
-            if set(parts) <= present
-        ]
-        used = {part for _, parts in complete for part in parts}
+        used = {part for _, parts in COMPOSITES if set(parts) <= present for part in parts}
         unused = [c for c in self.columns if c in _COMPOSITE_COLUMNS and c not in used]
         if unused:
             why = ", ".join(
-                f"no {list_type} without {_and([p for p in parts if p not in present])}"
-                for list_type, parts in (("NDZ", NDZ_PARTS), ("NameVIN", NAME_VIN_PARTS))
+                f"no {DATA_TYPE_OF[list_type]} without "
+                f"{_and([p for p in parts if p not in present])}"
+                for list_type, parts in COMPOSITES
                 if set(unused) & set(parts)
             )
             self.unused_columns = f"{', '.join(unused)} not used: {why}"
@@ -439,7 +438,7 @@ class ConsumerCsvReader:
         ]
         composites = [
             (list_type, [(part, self._index[part]) for part in parts])
-            for list_type, parts in (("ndz", NDZ_PARTS), ("name_vin", NAME_VIN_PARTS))
+            for list_type, parts in COMPOSITES
             if all(part in self._index for part in parts)
         ]
         # A column of no complete composite is ignored (the header check named it).
