@@ -60,15 +60,18 @@ def cycle(broker: Broker, tmp_path: Path) -> Iterator[DropCycle]:
         yield evidence_world(broker, drop, tmp_path)
 
 
-@pytest.fixture
-def exported_here(cycle: DropCycle, tmp_path: Path) -> Path:
-    """The pack exported in the test itself, for a test that reads the database too."""
-    out = tmp_path / "pack.zip"
+def _export(cycle: DropCycle, out: Path) -> Path:
     call_command(
         "evidence", "export", "--broker", "4821", "--cycle", cycle.drop_session_id,
         "--out", str(out), stdout=io.StringIO(),
     )  # fmt: skip
     return out
+
+
+@pytest.fixture
+def exported_here(cycle: DropCycle, tmp_path: Path) -> Path:
+    """The pack exported in the test itself, for a test that reads the database too."""
+    return _export(cycle, tmp_path / "pack.zip")
 
 
 @pytest.fixture
@@ -545,14 +548,6 @@ def test_a_drop_status_without_its_event_fails(exported: Path, public_key: Path)
     assert message.endswith(" has no work_item event")
 
 
-def _export(cycle: DropCycle, out: Path) -> Path:
-    call_command(
-        "evidence", "export", "--broker", "4821", "--cycle", cycle.drop_session_id,
-        "--out", str(out), stdout=io.StringIO(),
-    )  # fmt: skip
-    return out
-
-
 @pytest.mark.parametrize("how", ["by-staff", "in-the-database"])
 def test_an_amended_status_5_needs_its_event(
     broker: Broker, tmp_path: Path, public_key: Path, how: str
@@ -644,11 +639,7 @@ def test_an_answer_of_drop_that_carries_a_url_verifies(
     assert sent.drop_response["message"].endswith("https://drop.example/uploads?ticket=T-1#top")
     event = LedgerEvent.objects.get(kind="report_file.accepted", subject=sent.file_name)
     assert event.data["drop_response"]["message"].endswith("https://drop.example/uploads")
-    out = tmp_path / "pack.zip"
-    call_command(
-        "evidence", "export", "--broker", "4821", "--cycle", cycle.drop_session_id,
-        "--out", str(out), stdout=io.StringIO(),
-    )  # fmt: skip
+    out = _export(cycle, tmp_path / "pack.zip")
 
     result = verify_pack(out, public_key_pem=public_key.read_bytes())
     assert result.ok, result.failure
@@ -848,11 +839,7 @@ def test_a_discarded_amendment_is_in_the_pack_with_its_reason(
         client = DropClient(drop.url, DROP_KEY, allow_private=True)
         (refused,) = report_run(broker=broker, upload=True, client=client, actor="t").refused
     report_file_discard(report_file=refused, reason="DROP closed the cycle", actor="cli:al")
-    out = tmp_path / "pack.zip"
-    call_command(
-        "evidence", "export", "--broker", "4821", "--cycle", cycle.drop_session_id,
-        "--out", str(out), stdout=io.StringIO(),
-    )  # fmt: skip
+    out = _export(cycle, tmp_path / "pack.zip")
 
     files = members(out)
     name = f"drop/1/{refused.file_name}"
@@ -873,12 +860,8 @@ def test_the_summary_says_utc_whatever_zone_the_caller_reads_in(
     cycle: DropCycle, tmp_path: Path
 ) -> None:
     # The admin renders its pages in DROP's zone; an export stays UTC.
-    out = tmp_path / "pack.zip"
     with timezone.override(ZoneInfo("America/Los_Angeles")):
-        call_command(
-            "evidence", "export", "--broker", "4821", "--cycle", cycle.drop_session_id,
-            "--out", str(out), stdout=io.StringIO(),
-        )  # fmt: skip
+        out = _export(cycle, tmp_path / "pack.zip")
     summary = members(out)[pack.SUMMARY].decode()
     exported = re.search(r"Exported (\S+)\.", summary)
     assert exported is not None and exported.group(1).endswith("+00:00")
