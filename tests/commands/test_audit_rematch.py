@@ -227,15 +227,20 @@ def test_a_work_item_removed_before_its_consumer_came_is_explained(
     assert f"[drop.work_items_removed #{event.pk}, " in out
 
 
-def test_consumers_forgotten_by_a_full_replacement_are_explained_by_it(
-    cycle: DropCycle, tmp_path: Path
-) -> None:
+def replaced_by(tmp_path: Path, rows: str) -> None:
+    """The broker's whole set replaced by these hashed ``rows``, whatever it forgets."""
     path = tmp_path / "full-set.csv"
-    path.write_text(f"remote_identifier,hash_type,hash\nN-1,phone,{ITEMS[5][1]}\n")
+    path.write_text(f"remote_identifier,hash_type,hash\n{rows}")
     call_command(
         "consumers", "import", "--broker", "4821", "--hashed", "--replace", "--force", str(path),
         stdout=io.StringIO(),
     )  # fmt: skip
+
+
+def test_consumers_forgotten_by_a_full_replacement_are_explained_by_it(
+    cycle: DropCycle, tmp_path: Path
+) -> None:
+    replaced_by(tmp_path, f"N-1,phone,{ITEMS[5][1]}\n")
     event = LedgerEvent.objects.get(kind="consumers.replaced")
 
     code, report = rematch_json(cycle)
@@ -253,14 +258,7 @@ def test_a_hash_a_full_replacement_took_from_a_listed_consumer_is_explained_by_i
     """C-0 is listed with another email: the match of its old one is explained by the
     replacement that forgot it, not reported as a hash lost outside the service."""
     other = base64.b64encode(bytes(32)).decode()
-    path = tmp_path / "full-set.csv"
-    path.write_text(
-        f"remote_identifier,hash_type,hash\nC-0,email,{other}\nC-1,email,{ITEMS[1][1]}\n"
-    )
-    call_command(
-        "consumers", "import", "--broker", "4821", "--hashed", "--replace", "--force", str(path),
-        stdout=io.StringIO(),
-    )  # fmt: skip
+    replaced_by(tmp_path, f"C-0,email,{other}\nC-1,email,{ITEMS[1][1]}\n")
     event = LedgerEvent.objects.get(kind="consumers.replaced")
     assert event.data["hashes_forgotten"] == 1
 
@@ -275,12 +273,7 @@ def test_a_hash_a_full_replacement_took_from_a_listed_consumer_is_explained_by_i
 def test_a_replacement_that_forgot_no_hash_does_not_explain_a_lost_one(
     cycle: DropCycle, tmp_path: Path
 ) -> None:
-    path = tmp_path / "full-set.csv"
-    path.write_text(f"remote_identifier,hash_type,hash\nC-0,email,{ITEMS[0][1]}\n")
-    call_command(
-        "consumers", "import", "--broker", "4821", "--hashed", "--replace", "--force", str(path),
-        stdout=io.StringIO(),
-    )  # fmt: skip
+    replaced_by(tmp_path, f"C-0,email,{ITEMS[0][1]}\n")
     with connection.cursor() as cursor:  # C-0's hash lost behind the service's back
         cursor.execute(
             "DELETE FROM integrations_consumerhash h USING integrations_consumer c"
