@@ -184,14 +184,20 @@ def test_a_group_holding_a_nul_maps_to_no_role_and_its_refusal_is_recorded(
     assert sign_in(Client(), idp, "ada").status_code == 302, "the mapped one still counts"
 
 
+def _both_of_adas_names_taken(idp: OidcProvider) -> str:
+    """Accounts of others named "ada" and "ada+<her variant>"; her subject."""
+    subject = idp.person("ada").subject
+    User.objects.create_user("ada", password="pw-ada-own-123")
+    User.objects.create_user(f"ada+{hashlib.sha256(subject.encode()).hexdigest()[:8]}")
+    return subject
+
+
 def test_a_username_taken_in_its_variant_too_is_a_recorded_refusal_not_an_error(
     idp: OidcProvider, client: Client
 ) -> None:
     # Another account holds "ada", and another "ada+<its variant>" (the provider's
     # preferred_username is whatever its people chose): the account's save was a 500.
-    subject = idp.person("ada").subject
-    User.objects.create_user("ada", password="pw-ada-own-123")
-    User.objects.create_user(f"ada+{hashlib.sha256(subject.encode()).hexdigest()[:8]}")
+    subject = _both_of_adas_names_taken(idp)
 
     refused = sign_in(client, idp, "ada")
 
@@ -207,9 +213,7 @@ def test_no_mapped_group_is_the_reason_given_even_when_the_name_is_taken(
     idp: OidcProvider, client: Client
 ) -> None:
     # Staff diagnose refusals by their reason: someone who may not sign in at all is told so.
-    subject = idp.person("ada").subject
-    User.objects.create_user("ada", password="pw-ada-own-123")
-    User.objects.create_user(f"ada+{hashlib.sha256(subject.encode()).hexdigest()[:8]}")
+    _both_of_adas_names_taken(idp)
     idp.person("ada").groups = ["everyone"]
 
     assert sign_in(client, idp, "ada").status_code == 403

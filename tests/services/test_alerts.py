@@ -742,14 +742,20 @@ def test_an_alerts_clear_is_not_sent_before_its_raise_that_waits_for_a_retry(
     assert [h["alert"]["state"] for h in hooks] == ["raised", "cleared"]
 
 
-def test_a_job_that_failed_for_good_alerts_for_a_day(broker: Broker) -> None:
+def _a_job_failed() -> ProcrastinateJob:
+    """A job the worker ended as failed: doing, then failed (Procrastinate's event)."""
     enqueue.alerts_evaluate_enqueue()
     (job,) = ProcrastinateJob.objects.all()
-    with connection.cursor() as cursor:  # as the worker ends it: doing, then failed
+    with connection.cursor() as cursor:
         for status in ("doing", "failed"):
             cursor.execute(
                 "UPDATE procrastinate_jobs SET status = %s WHERE id = %s", [status, job.pk]
             )
+    return job
+
+
+def test_a_job_that_failed_for_good_alerts_for_a_day(broker: Broker) -> None:
+    job = _a_job_failed()
 
     (raised,) = alerts_evaluate().raised
 
@@ -779,13 +785,7 @@ def test_an_alert_the_webhook_refuses_for_good_is_not_sent_again(
 
 def test_a_stalled_job_its_waiting_next_run_superseded_is_no_failure(broker: Broker) -> None:
     # A worker killed mid-job by a deploy: its job ends as failed, and the next run does it.
-    enqueue.alerts_evaluate_enqueue()
-    (job,) = ProcrastinateJob.objects.all()
-    with connection.cursor() as cursor:
-        for status in ("doing", "failed"):
-            cursor.execute(
-                "UPDATE procrastinate_jobs SET status = %s WHERE id = %s", [status, job.pk]
-            )
+    job = _a_job_failed()
     ledger_event_append(
         kind=LedgerKind.JOB_STALLED_RETRIED,
         subject=str(job.pk),
