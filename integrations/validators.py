@@ -88,6 +88,14 @@ def column_fits(value: str, model: type[Model], field: str, *, key: str = "") ->
     return value
 
 
+def disabled_reason_validate(reason: str, model: type[Model]) -> str:
+    """The reason staff give for pausing a target (an integration, a SaaS connection):
+    refused past its column rather than cut, as a reason kept in part says something else;
+    none given, "disabled by staff"."""
+    reason = (reason or "").strip()
+    return column_fits(reason, model, "disabled_reason", key="reason") or "disabled by staff"
+
+
 def has_control_characters(text: str) -> bool:
     """Whether ``text`` holds a control character (C0, DEL or C1)."""
     return _CONTROL.search(text) is not None

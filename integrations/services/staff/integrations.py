@@ -48,7 +48,12 @@ from integrations.services.cycle.work_items import work_item_settle
 from integrations.services.ledger import ledger_event_append
 from integrations.services.locks import matching_lock
 from integrations.services.row_updates import Audited, row_update
-from integrations.validators import column_fits, integration_name_validate, target_url_validate
+from integrations.validators import (
+    column_fits,
+    disabled_reason_validate,
+    integration_name_validate,
+    target_url_validate,
+)
 
 PREVIOUS_SECRET_VALIDITY = dt.timedelta(hours=24)
 
@@ -193,11 +198,7 @@ def integration_disable(*, integration: Integration, reason: str, actor: str) ->
 
     It stays a deletion target: matches made while it is disabled get their requests, which
     wait too, and their work items owe a status until it answers (or is retired)."""
-    reason = (reason or "").strip()
-    # Refused rather than cut: a reason kept in part says something else.
-    reason = (
-        column_fits(reason, Integration, "disabled_reason", key="reason") or "disabled by staff"
-    )
+    reason = disabled_reason_validate(reason, Integration)
     with transaction.atomic():
         locked = _locked(integration)
         if not locked.enabled:

@@ -29,7 +29,12 @@ from integrations.services.dispatch.resolutions import FINAL_SAAS_STATES, resolu
 from integrations.services.ledger import ledger_event_append
 from integrations.services.locks import matching_lock
 from integrations.services.row_updates import Audited, row_locked, row_update
-from integrations.validators import bearer_token_validate, column_fits, target_url_validate
+from integrations.validators import (
+    bearer_token_validate,
+    column_fits,
+    disabled_reason_validate,
+    target_url_validate,
+)
 
 _CATEGORY_RE = re.compile(r"[a-z][a-z0-9_]{0,31}")
 
@@ -147,11 +152,7 @@ def saas_connection_disable(
 ) -> SaasConnection:
     """Pause it: its deletions (those of answers received meanwhile included) wait until it is
     enabled again, and their work items owe a status until then (or until it is retired)."""
-    reason = (reason or "").strip()
-    # Refused rather than cut: a reason kept in part says something else.
-    reason = (
-        column_fits(reason, SaasConnection, "disabled_reason", key="reason") or "disabled by staff"
-    )
+    reason = disabled_reason_validate(reason, SaasConnection)
     with transaction.atomic():
         locked = (
             SaasConnection.objects.select_for_update(of=("self",))
