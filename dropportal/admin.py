@@ -229,7 +229,8 @@ class DropportalAdminSite(UnfoldAdminSite):
 
     def login(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
         from integrations.admin.oidc import oidc_enabled, oidc_sign_in_url
-        from integrations.services.staff.staff_sign_in import staff_password_sign_in_record
+        from integrations.admin.sign_in import sign_in_record_when_complete
+        from integrations.services.staff.staff_sign_in import PASSWORD
 
         oidc = {
             "oidc_enabled": oidc_enabled(),
@@ -248,11 +249,12 @@ class DropportalAdminSite(UnfoldAdminSite):
         response = super().login(request, {**oidc, **(extra_context or {})})
         user = request.user
         # The form signed someone in (Django's login() puts them on the request), whoever was
-        # signed in here before: every sign-in is recorded, one over another's session too.
+        # signed in here before: every sign-in is recorded, one over another's session too,
+        # once complete (after the second factor when one is asked).
         if request.method == "POST" and user is not before and user.is_authenticated:
-            staff_password_sign_in_record(user=user)  # type: ignore[arg-type]
             # The page's context read the second factor of whoever was signed in before.
             vars(request).pop(_SECOND_FACTOR_PASSED, None)
+            sign_in_record_when_complete(request, method=PASSWORD)
         if (
             user.is_authenticated
             and user.is_active

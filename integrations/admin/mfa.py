@@ -46,9 +46,11 @@ from django.views.decorators.http import require_POST
 from integrations.admin.actors import staff_actor
 from integrations.admin.lockout import password_asked_again
 from integrations.admin.oidc import RECENT_SIGN_IN, oidc_sign_in_url, oidc_signed_in_recently
+from integrations.admin.sign_in import sign_in_complete
 from integrations.services.staff.staff_mfa import (
     staff_mfa_enrol,
     staff_mfa_enrolled,
+    staff_mfa_factor,
     staff_mfa_pending_device,
     staff_mfa_recovery_codes_left,
     staff_mfa_recovery_codes_renew,
@@ -126,8 +128,9 @@ def _render(request: HttpRequest, template: str, **context: Any) -> TemplateResp
 @_staff_with_password
 def mfa_verify_view(request: HttpRequest) -> HttpResponse:
     if admin.site.has_permission(request):
-        # Passed already (a member signing in at the provider again, from a session that
-        # passed its second factor): on to the page they were going to.
+        # Passed already (a member signing in again, from a session that passed its second
+        # factor): that sign-in is complete; on to the page they were going to.
+        sign_in_complete(request, second_factor="")
         return HttpResponseRedirect(_next_url(request))
     if not staff_mfa_enrolled(_member(request)):
         return HttpResponseRedirect(f"{reverse('admin:mfa_enrol')}?next={_next_url(request)}")
@@ -137,6 +140,7 @@ def mfa_verify_view(request: HttpRequest) -> HttpResponse:
         if device is not None:
             django_otp.login(request, device)
             request.session.cycle_key()  # a new session id once fully authenticated
+            sign_in_complete(request, second_factor=staff_mfa_factor(device))
             return HttpResponseRedirect(_next_url(request))
         error = "That code does not match (or too many tries: wait a moment and try again)."
     return _render(request, "admin/mfa/verify.html", title="Two-factor authentication", error=error)
@@ -167,6 +171,7 @@ def mfa_enrol_view(request: HttpRequest) -> HttpResponse:
             device.refresh_from_db()
             django_otp.login(request, device)
             request.session.cycle_key()
+            sign_in_complete(request, second_factor=staff_mfa_factor(device))
             return _render(
                 request,
                 "admin/mfa/recovery_codes.html",

@@ -36,6 +36,7 @@ from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.cache import never_cache
 from rest_framework.request import Request
 
+from integrations.admin.sign_in import sign_in_record_when_complete
 from integrations.services.staff.staff_sign_in import (
     OIDC,
     staff_oidc_sign_in,
@@ -246,6 +247,7 @@ def oidc_callback_view(request: HttpRequest) -> HttpResponse:
     request.session.set_expiry(
         timezone.now() + dt.timedelta(hours=settings.DROPPORTAL_SESSION_HOURS)
     )
+    sign_in_record_when_complete(request, **outcome.sign_in)
     if not admin.site.has_permission(request):  # our own second factor is still to pass
         return HttpResponseRedirect(f"{reverse('admin:mfa_verify')}?{urlencode({'next': wanted})}")
     return HttpResponseRedirect(wanted)

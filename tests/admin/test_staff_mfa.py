@@ -348,11 +348,57 @@ def test_signing_in_over_another_members_session_is_a_sign_in_with_its_own_secon
 
     bob = member.post(login, {"username": "bob", "password": "pw-bob-123-long", "next": INDEX})
 
-    signed_in = LedgerEvent.objects.filter(kind="staff_user.signed_in").order_by("id")
-    assert [e.subject for e in signed_in] == ["alice", "bob"]
     assert member.session["_auth_user_id"] == str(User.objects.get(username="bob").pk)
     assert urlsplit(bob["Location"]).path == reverse("admin:mfa_verify"), "Alice's is not his"
     assert member.get(INDEX).status_code == 302
+    secret = _enrol_page_secret(member)
+    member.post(
+        reverse("admin:mfa_enrol"), {"otp_token": _code_of(secret), "password": "pw-bob-123-long"}
+    )
+    assert member.get(INDEX).status_code == 200
+    signed_in = LedgerEvent.objects.filter(kind="staff_user.signed_in").order_by("id")
+    assert [e.subject for e in signed_in] == ["alice", "bob"]
+
+
+def _signed_in() -> list[dict[str, Any]]:
+    return [e.data for e in LedgerEvent.objects.filter(kind="staff_user.signed_in").order_by("id")]
+
+
+def test_a_password_without_the_second_factor_is_no_sign_in_in_the_ledger(
+    alice: User, recovery_codes: list[str], client: Client
+) -> None:
+    _password_step(client)  # e.g. a stolen password, and no phone
+    client.post(reverse("admin:mfa_verify"), {"otp_token": "000000", "next": INDEX})
+    assert client.get(INDEX).status_code == 302
+    assert _signed_in() == []
+
+    client.post(reverse("admin:mfa_verify"), {"otp_token": recovery_codes[0], "next": INDEX})
+    assert client.get(INDEX).status_code == 200
+    assert _signed_in() == [{"method": "password", "second_factor": "recovery_code"}]
+    (event,) = LedgerEvent.objects.filter(kind="staff_user.signed_in")
+    assert (event.subject, event.actor) == ("alice", "staff:alice")
+
+
+def test_a_first_sign_in_is_recorded_once_its_second_factor_is_enrolled(
+    alice: User, client: Client
+) -> None:
+    _password_step(client)
+    secret = _enrol_page_secret(client)
+    assert _signed_in() == []
+    client.post(reverse("admin:mfa_enrol"), {"otp_token": _code_of(secret), "password": PASSWORD})
+    assert _signed_in() == [{"method": "password", "second_factor": "app"}]
+
+
+def test_signing_in_again_from_a_session_that_passed_the_second_factor_is_recorded(
+    alice: User, recovery_codes: list[str]
+) -> None:
+    member = _fully_logged_in(recovery_codes[0])
+    again = _password_step(member)  # the same member: the session keeps its second factor
+    assert member.get(again["Location"])["Location"] == INDEX
+    assert _signed_in() == [
+        {"method": "password", "second_factor": "recovery_code"},
+        {"method": "password"},
+    ]
 
 
 @pytest.fixture

@@ -435,6 +435,22 @@ def test_without_the_providers_mfa_ours_is_asked(idp: OidcProvider, client: Clie
     page = client.get(enrol["Location"]).content.decode()
     assert 'name="otp_token"' in page
     assert 'name="password"' not in page, "an account of the provider has no password to ask"
+    assert events("staff_user.signed_in") == [], "not signed in before our second factor"
+    code = f"{TOTP(b32decode(_enrol_page_secret(client))).token():06d}"
+    client.post(reverse("admin:mfa_enrol"), {"otp_token": code})
+    assert client.get(INDEX).status_code == 200
+    (signed_in,) = events("staff_user.signed_in")
+    assert (signed_in.subject, signed_in.actor) == ("ada", "oidc:ada")
+    assert signed_in.data["method"] == "oidc" and signed_in.data["amr"] == ["pwd"]
+    assert signed_in.data["mfa_by_identity_provider"] is False
+    assert signed_in.data["second_factor"] == "app"
+
+
+def _enrol_page_secret(client: Client) -> str:
+    page = client.get(reverse("admin:mfa_enrol")).content.decode()
+    secret = re.search(r'id="dp-mfa-secret">([A-Z2-7]+)<', page)
+    assert secret, "the enrolment page shows a secret"
+    return secret.group(1)
 
 
 def _enrolled_at_provider(client: Client, idp: OidcProvider) -> None:
@@ -445,6 +461,20 @@ def _enrolled_at_provider(client: Client, idp: OidcProvider) -> None:
     code = f"{TOTP(b32decode(page.context['secret'])).token():06d}"
     assert client.post(reverse("admin:mfa_enrol"), {"otp_token": code}).status_code == 200
     assert client.get(INDEX).status_code == 200
+
+
+@pytest.mark.usefixtures("templates_recorded")  # reads response.context
+@pytest.mark.staff_mfa
+def test_signing_in_at_the_provider_again_from_a_session_past_our_factor_is_recorded(
+    idp: OidcProvider, client: Client
+) -> None:
+    _enrolled_at_provider(client, idp)
+    again = sign_in(client, idp, "ada")
+    assert urlsplit(again["Location"]).path == reverse("admin:mfa_verify")
+    assert client.get(again["Location"])["Location"] == INDEX, "passed already"
+    first, second = (e.data for e in events("staff_user.signed_in"))
+    assert first["second_factor"] == "app"
+    assert second["method"] == "oidc" and "second_factor" not in second
 
 
 def _sign_in_older_than_recent(client: Client) -> None:

@@ -9,6 +9,7 @@ Each change is one transaction with its ledger event (never a code or a seed)::
                             actor="staff:ann")
     codes = staff_mfa_recovery_codes_renew(user=user, password=pw, actor="staff:ann")
     device = staff_mfa_verify(user=user, token="123456")  # or a recovery code; None: refused
+    staff_mfa_factor(device)  # "app" or "recovery_code", as the ledger names it
     staff_mfa_reset(user=user, actor="staff:root", by=root)  # lost phone: enrol again
     staff_password_reset_record(user_id=user.pk, actor="staff:root", by=root)  # admin set it
     staff_password_change(user=user, old_password=pw, new_password=new, actor="staff:ann",
@@ -49,6 +50,9 @@ RECOVERY_CODE_LENGTH = 8  # django-otp's random_token(): 8 base32 letters, never
 TOTP_DEVICE_NAME = "authenticator app"
 RECOVERY_DEVICE_NAME = "recovery codes"
 TOTP_SEED_BYTES = 20  # django-otp's default, what authenticator apps expect
+# The second factors as the ledger names them (``staff_mfa_factor``).
+FACTOR_APP = "app"
+FACTOR_RECOVERY_CODE = "recovery_code"
 
 REFUSED_OWN_MFA_RESET = (
     "Not on your own account: another superuser resets your two-factor authentication, or "
@@ -150,6 +154,11 @@ def staff_mfa_verify(
         if device is None or not device.verify_token(token):
             return None
     return device
+
+
+def staff_mfa_factor(device: StaffTotpDevice | StaffRecoveryCodes) -> str:
+    """The factor ``device`` is, as the ledger names it."""
+    return FACTOR_RECOVERY_CODE if isinstance(device, StaffRecoveryCodes) else FACTOR_APP
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,13 @@ nonce) and hands its claims here::
     outcome.user          # None: refused, outcome.refusal says why (for the person's page)
     outcome.mfa_by_idp    # the provider did multi-factor authentication (its ``amr``)
     staff_sign_in_refuse(method="oidc", reason="...", username="")  # failed verification
-    staff_password_sign_in_record(user=user)
+    staff_signed_in_record(user=user, **outcome.sign_in)  # once complete (below)
+    staff_signed_in_record(user=user, method="password", second_factor="app")
     staff_user_deactivate(user=user, actor="cli:ann")   # at once: every session ends
+
+A sign-in is recorded once complete: after our second factor when one is asked (the admin
+keeps it waiting in the session until then, ``integrations/admin/sign_in.py``), so a password,
+or a provider's sign-in without its MFA, that never passes it is no sign-in in the ledger.
 
 A person is their provider's ``sub`` for its issuer, never their email alone. Their roles are
 set from the claim at every sign-in, so a group removed at the provider is a role lost at the
@@ -21,11 +26,11 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import AbstractBaseUser, Group, User
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -78,6 +83,8 @@ class OidcSignIn:
     user: User | None
     refusal: str = ""
     mfa_by_idp: bool = False
+    # What its ``staff_user.signed_in`` records (``staff_signed_in_record(**sign_in)``).
+    sign_in: dict[str, Any] = field(default_factory=dict)
 
 
 def idp_did_mfa(amr: Iterable[str]) -> bool:
@@ -163,20 +170,15 @@ def staff_oidc_sign_in(*, issuer: str, claims: Mapping[str, Any]) -> OidcSignIn:
         user.last_login = identity.last_signed_in_at = timezone.now()
         user.save(update_fields=["last_login"])
         identity.save(update_fields=["last_signed_in_at"])
-        ledger_event_append(
-            kind=LedgerKind.STAFF_USER_SIGNED_IN,
-            subject=user.get_username(),
-            actor=f"oidc:{user.get_username()}",
-            data={
-                "method": OIDC,
-                "issuer": issuer,
-                "oidc_subject": subject,
-                "roles": roles,
-                "amr": amr,
-                "mfa_by_identity_provider": mfa,
-            },
-        )
-    return OidcSignIn(user=user, mfa_by_idp=mfa)
+    sign_in = {
+        "method": OIDC,
+        "issuer": issuer,
+        "oidc_subject": subject,
+        "roles": roles,
+        "amr": amr,
+        "mfa_by_identity_provider": mfa,
+    }
+    return OidcSignIn(user=user, mfa_by_idp=mfa, sign_in=sign_in)
 
 
 def staff_sign_in_refuse(*, method: str, reason: str, username: str, **data: Any) -> None:
@@ -189,13 +191,18 @@ def staff_sign_in_refuse(*, method: str, reason: str, username: str, **data: Any
     )
 
 
-def staff_password_sign_in_record(*, user: User) -> None:
-    """Record a sign-in by password (the admin's login form accepted it)."""
+def staff_signed_in_record(
+    *, user: AbstractBaseUser, method: str, second_factor: str = "", **details: Any
+) -> None:
+    """Record a complete sign-in: its ``method`` (``PASSWORD``, or ``OIDC`` with the details
+    of ``OidcSignIn.sign_in``) and, when our second factor completed it, which one passed
+    (``staff_mfa_factor``)."""
+    passed = {"second_factor": second_factor} if second_factor else {}
     ledger_event_append(
         kind=LedgerKind.STAFF_USER_SIGNED_IN,
         subject=user.get_username(),
-        actor=f"staff:{user.get_username()}",
-        data={"method": PASSWORD},
+        actor=f"{'oidc' if method == OIDC else 'staff'}:{user.get_username()}",
+        data={"method": method, **details, **passed},
     )
 
 
