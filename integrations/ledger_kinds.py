@@ -148,6 +148,9 @@ class LedgerKind(StrEnum):
     STAFF_USER_MFA_ENROLLED = "staff_user.mfa_enrolled"  # two-factor authentication set up
     STAFF_USER_MFA_RECOVERY_CODES_RENEWED = "staff_user.mfa_recovery_codes_renewed"  # new codes
     STAFF_USER_MFA_RESET = "staff_user.mfa_reset"  # two-factor authentication reset
+    # a wrong code at the second step (its factor, the failures in a row): throttled tries,
+    # refused before any code is checked, are not events
+    STAFF_USER_MFA_FAILED = "staff_user.mfa_failed"
     STAFF_USER_PASSWORD_RESET = "staff_user.password_reset"  # noqa: S105  (set by a superuser)
     # changed by the member themselves, the old one given again (never a password or its hash)
     STAFF_USER_PASSWORD_CHANGED = "staff_user.password_changed"  # noqa: S105  (a kind)

@@ -16,9 +16,10 @@ pages (a stolen session cookie cannot sign in there again); past that, the page 
 person to sign in there again, the provider asked to ask for the credentials even when it
 still has a session of theirs (a browser left open signs in there without them).
 
-A wrong code slows down only the factor it was shaped for (``staff_mfa_verify``); django-axes
-locks out repeated wrong passwords before this step, and counts a wrong password asked again
-here as a failed login (a session left open is no way to guess the password).
+A wrong code slows down only the factor it was shaped for, and is a ledger event
+(``staff_mfa_verify``); django-axes locks out repeated wrong passwords before this step, and
+counts a wrong password asked again here as a failed login (a session left open is no way to
+guess the password).
 """
 
 from __future__ import annotations
@@ -136,7 +137,11 @@ def mfa_verify_view(request: HttpRequest) -> HttpResponse:
         return HttpResponseRedirect(f"{reverse('admin:mfa_enrol')}?next={_next_url(request)}")
     error = ""
     if request.method == "POST":
-        device = staff_mfa_verify(user=_member(request), token=request.POST.get("otp_token") or "")
+        device = staff_mfa_verify(
+            user=_member(request),
+            token=request.POST.get("otp_token") or "",
+            actor=staff_actor(request),
+        )
         if device is not None:
             django_otp.login(request, device)
             request.session.cycle_key()  # a new session id once fully authenticated

@@ -38,6 +38,7 @@ from django.db import connection, connections
 from django.db.migrations.recorder import MigrationRecorder
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 from django_otp.oath import TOTP
 
 from integrations import encryption
@@ -486,6 +487,38 @@ def test_wrong_recovery_codes_do_not_slow_the_app_down_nor_the_reverse(
     assert other.get(INDEX).status_code == 200
 
 
+def test_each_wrong_code_is_in_the_ledger_and_the_growing_delay_bounds_them(
+    alice: User, recovery_codes: list[str], client: Client
+) -> None:
+    _password_step(client)  # a stolen password: its holder guesses codes
+    device = StaffTotpDevice.objects.get(user=alice)
+    wrong = f"{(int(_code(device)) + 500_000) % 1_000_000:06d}"
+    client.post(reverse("admin:mfa_verify"), {"otp_token": wrong})
+    assert StaffTotpDevice.objects.get().get_throttle_factor() == 1, "django-otp's delay is on"
+    # Within the delay (held a minute, however slow this machine): refused before any code is
+    # checked, the right one too, and not recorded: the delay, doubling at each wrong code,
+    # bounds the events.
+    later = timezone.now() + dt.timedelta(minutes=1)
+    StaffTotpDevice.objects.update(throttling_failure_timestamp=later)
+    for code in (wrong, _code(device)):
+        refused = client.post(reverse("admin:mfa_verify"), {"otp_token": code})
+        assert b"does not match" in refused.content
+    client.post(reverse("admin:mfa_verify"), {"otp_token": "abcdefgh"})  # a recovery code's shape
+
+    failed = LedgerEvent.objects.filter(kind="staff_user.mfa_failed").order_by("id")
+    assert [(e.subject, e.actor, e.data) for e in failed] == [
+        ("alice", "staff:alice", {"factor": "app", "failures": 1}),
+        ("alice", "staff:alice", {"factor": "recovery_code", "failures": 1}),
+    ]
+    assert not LedgerEvent.objects.filter(kind="staff_user.signed_in").exists()
+
+    # Past the delay (1 s after one failure), the next wrong code is checked and recorded.
+    a_while_ago = timezone.now() - dt.timedelta(seconds=2)
+    StaffTotpDevice.objects.update(throttling_failure_timestamp=a_while_ago)
+    client.post(reverse("admin:mfa_verify"), {"otp_token": wrong})
+    assert failed.last().data == {"factor": "app", "failures": 2}  # type: ignore[union-attr]
+
+
 def test_staff_renew_their_recovery_codes_with_their_password(
     alice: User, recovery_codes: list[str]
 ) -> None:
@@ -567,8 +600,11 @@ def test_seeds_and_recovery_codes_are_encrypted_and_reencrypted(alice: User, set
     assert after[0] != before[0] and after[1] != before[1]
     settings.DROPPORTAL_ENCRYPTION_KEYS = [new_key]  # the old key gone: both still read
     StaffTotpDevice.objects.update(last_t=-1)
-    assert staff_mfa_verify(user=alice, token=_code(StaffTotpDevice.objects.get())) is not None
-    assert staff_mfa_verify(user=alice, token=codes[0]) is not None
+    assert (
+        staff_mfa_verify(user=alice, token=_code(StaffTotpDevice.objects.get()), actor="test")
+        is not None
+    )
+    assert staff_mfa_verify(user=alice, token=codes[0], actor="test") is not None
 
 
 @pytest.mark.django_db(transaction=True)  # two threads and a second connection see the rows
@@ -579,7 +615,9 @@ def test_one_recovery_code_sent_twice_at_once_is_accepted_once(
 
     def spend() -> None:
         try:
-            accepted.append(staff_mfa_verify(user=alice, token=recovery_codes[0]) is not None)
+            accepted.append(
+                staff_mfa_verify(user=alice, token=recovery_codes[0], actor="test") is not None
+            )
         finally:
             connections.close_all()
 
@@ -629,8 +667,8 @@ def test_the_migration_moves_enrolled_factors_out_of_django_otps_clear_tables(
     with connection.cursor() as cursor:
         cursor.execute("SELECT seed FROM integrations_stafftotpdevice")
         assert totp.key not in cursor.fetchone()[0]
-    assert staff_mfa_verify(user=alice, token="ijklmnop") is not None
-    assert staff_mfa_verify(user=alice, token=_code(moved)) is not None
+    assert staff_mfa_verify(user=alice, token="ijklmnop", actor="test") is not None
+    assert staff_mfa_verify(user=alice, token=_code(moved), actor="test") is not None
 
 
 def test_the_password_asked_again_counts_toward_the_lockout(

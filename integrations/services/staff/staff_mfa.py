@@ -8,7 +8,7 @@ Each change is one transaction with its ledger event (never a code or a seed)::
     codes = staff_mfa_enrol(user=user, session_key=key, token="123456", password=pw,
                             actor="staff:ann")
     codes = staff_mfa_recovery_codes_renew(user=user, password=pw, actor="staff:ann")
-    device = staff_mfa_verify(user=user, token="123456")  # or a recovery code; None: refused
+    device = staff_mfa_verify(user=user, token="123456", actor="staff:ann")  # None: refused
     staff_mfa_factor(device)  # "app" or "recovery_code", as the ledger names it
     staff_mfa_reset(user=user, actor="staff:root", by=root)  # lost phone: enrol again
     staff_password_reset_record(user_id=user.pk, actor="staff:root", by=root)  # admin set it
@@ -135,13 +135,16 @@ def staff_mfa_enrol(
 
 
 def staff_mfa_verify(
-    *, user: AbstractBaseUser, token: str
+    *, user: AbstractBaseUser, token: str, actor: str
 ) -> StaffTotpDevice | StaffRecoveryCodes | None:
-    """The device ``token`` passes, or None. Only the factor the token is shaped for is tried
-    (a recovery code's length: the recovery codes; otherwise the app's six digits) and so only
-    that one is slowed down by a wrong try: wrong recovery codes never lock the owner's app
-    out, nor the reverse. The device's row is locked while it checks, so one code is never
-    accepted twice."""
+    """The device ``token`` (a code, or a recovery code) passes, or None. Only the factor the
+    token is shaped for is tried (a recovery code's length: the recovery codes; otherwise the
+    app's six digits) and so only that one is slowed down by a wrong try: wrong recovery codes
+    never lock the owner's app out, nor the reverse. The device's row is locked while it
+    checks, so one code is never accepted twice. Each wrong code is a ledger event
+    (``staff_user.mfa_failed``): whoever holds the password and guesses codes leaves a
+    trace; django-otp's growing delay (1 s, 2 s, 4 s... after each one) bounds them, tries
+    within it being refused before any code is checked, and not recorded."""
     token = (token or "").strip().replace(" ", "").lower()
     if not token:
         return None
@@ -150,8 +153,19 @@ def staff_mfa_verify(
     )
     with transaction.atomic():
         device = model.objects.select_for_update().filter(user=user, confirmed=True).first()
-        # A refused try commits its throttle count with this transaction.
-        if device is None or not device.verify_token(token):
+        if device is None or not device.verify_is_allowed()[0]:
+            return None
+        # A refused try commits its throttle count, and its event, with this transaction.
+        if not device.verify_token(token):
+            ledger_event_append(
+                kind=LedgerKind.STAFF_USER_MFA_FAILED,
+                subject=user.get_username(),
+                actor=actor,
+                data={
+                    "factor": staff_mfa_factor(device),
+                    "failures": device.throttling_failure_count,
+                },
+            )
             return None
     return device
 
