@@ -494,6 +494,9 @@ DROPPORTAL_SESSION_HOURS = _number(
 )
 SESSION_COOKIE_AGE = DROPPORTAL_SESSION_HOURS * 60 * 60
 SESSION_SAVE_EVERY_REQUEST = True
+# Django's database sessions, each row naming its user: ending one member's sessions reads
+# theirs alone, however many anonymous ones there are.
+SESSION_ENGINE = "integrations.web.sessions"
 
 # Staff MFA (TOTP, single-use recovery codes): required for every staff account in a real
 # deployment (DATABASE_URL set); optional on the embedded database, where a staff member who

@@ -1,5 +1,6 @@
 """dropportal's models, one module per domain."""
 
+from integrations.models.admin_sessions import AdminSession
 from integrations.models.alerts import AlertState
 from integrations.models.brokers import Broker, BrokerMode, ListSelection
 from integrations.models.canaries import CANARY_SESSION_ID, Canary, CanaryRound
@@ -72,6 +73,7 @@ __all__ = [
     "OUTCOMES_NOT_FINAL",
     "OUTCOME_REFUSING_STATES",
     "SHOWN_ONCE_TTL",
+    "AdminSession",
     "AlertState",
     "ApiKey",
     "ApiKeyScope",

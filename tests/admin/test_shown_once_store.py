@@ -8,12 +8,11 @@ import re
 
 import pytest
 from django.contrib.auth.models import User
-from django.contrib.sessions.models import Session
 from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
-from integrations.models import Broker, ShownOnceSecret
+from integrations.models import AdminSession, Broker, ShownOnceSecret
 from integrations.tasks import purge_shown_once
 
 pytestmark = pytest.mark.django_db
@@ -48,7 +47,7 @@ def test_the_secret_waits_encrypted_outside_the_session(staff: Client, broker: B
     with connection.cursor() as cursor:
         cursor.execute("SELECT payload FROM integrations_shownoncesecret")
         (stored,) = cursor.fetchone()  # type: ignore[misc]
-    sessions = [s.get_decoded() for s in Session.objects.all()]
+    sessions = [s.get_decoded() for s in AdminSession.objects.all()]
 
     key = _key_on(staff.get(url).content.decode())
     assert key not in stored, "kept in clear"

@@ -31,7 +31,6 @@ from axes.models import AccessAttempt
 from cryptography.fernet import Fernet
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.contrib.sessions.models import Session
 from django.core.exceptions import ValidationError
 from django.core.management import call_command
 from django.db import connection, connections
@@ -42,7 +41,7 @@ from django.utils import timezone
 from django_otp.oath import TOTP
 
 from integrations import encryption
-from integrations.models import LedgerEvent, StaffRecoveryCodes, StaffTotpDevice
+from integrations.models import AdminSession, LedgerEvent, StaffRecoveryCodes, StaffTotpDevice
 from integrations.services.staff.staff_mfa import (
     staff_mfa_enrol,
     staff_mfa_pending_device,
@@ -450,7 +449,7 @@ def test_a_password_reset_ends_every_session_and_names_the_superuser(
     settings.DROPPORTAL_STAFF_MFA_REQUIRED = True
 
     assert not any(
-        s.get_decoded().get("_auth_user_id") == str(alice.pk) for s in Session.objects.all()
+        s.get_decoded().get("_auth_user_id") == str(alice.pk) for s in AdminSession.objects.all()
     )
     assert member.get(INDEX).status_code == 302
     assert "_auth_user_id" in root.session

@@ -19,6 +19,7 @@ MENTIONS = [
     ("SECURITY.md", r"groups from migration (\d{4})", "create_roles"),
     ("SECURITY.md", r"Before migration (\d{4}) django-otp kept them in clear", "otp_totp"),
     ("docs/operations.md", r"Factors enrolled before migration (\d{4})", "otp_totp"),
+    ("docs/operations.md", r"which migration (\d{4}) emptied", "sessions_moved_in"),
     ("SECURITY.md", r"changes only by a migration, such\s+as (\d{4})", "permissions"),
     ("docs/operations.md", r"created by migration\s+(\d{4}) from permissions", "create_roles"),
     ("docs/operations.md", r"\((\d{4}) gave Auditors", "export_audit_records"),

@@ -1,0 +1,88 @@
+"""The session engine: each session's row names its signed-in user, so ending one member's
+sessions reads theirs alone, however many anonymous sessions there are."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.contrib.sessions.backends.base import SessionBase
+from django.test import Client
+from django.urls import reverse
+
+from integrations.models import AdminSession
+from integrations.services.staff.staff_mfa import staff_sessions_end
+from integrations.services.staff.staff_sign_in import staff_user_deactivate
+from integrations.web.sessions import SessionStore
+
+pytestmark = pytest.mark.django_db
+
+PASSWORD = "pw-alice-123-long"
+
+
+def test_a_session_row_names_whoever_is_signed_in() -> None:
+    alice = User.objects.create_superuser("alice", "alice@example.com", PASSWORD)
+    client = Client()
+    client.post(reverse("admin:login"), {"username": "alice", "password": PASSWORD})
+    (session,) = AdminSession.objects.all()
+    assert session.user_id == alice.pk
+
+    client.post(reverse("admin:logout"))
+    assert not AdminSession.objects.filter(user_id=alice.pk).exists()
+
+
+def test_ending_a_members_sessions_decodes_no_session(monkeypatch: Any) -> None:
+    alice = User.objects.create_user("alice", is_staff=True)
+    bob = User.objects.create_user("bob", is_staff=True)
+    for signed_in in (alice, alice, bob, None, None):
+        session = SessionStore()
+        if signed_in is not None:
+            session["_auth_user_id"] = str(signed_in.pk)
+        else:
+            session["dropportal_oidc_next"] = "/admin/"  # a sign-in started, anonymous
+        session.create()
+    kept = AdminSession.objects.filter(user_id=alice.pk).first()
+    assert kept is not None
+
+    def never(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a session was decoded: every one would be, one by one")
+
+    monkeypatch.setattr(SessionBase, "decode", never)
+    assert staff_sessions_end(alice, keep_session_key=kept.session_key) == 1
+    assert staff_user_deactivate(user=alice, actor="test") == 1
+    assert list(AdminSession.objects.filter(user_id=alice.pk)) == []
+    assert AdminSession.objects.filter(user_id=bob.pk).count() == 1
+    assert AdminSession.objects.filter(user_id=None).count() == 2
+
+
+def test_the_migration_moves_open_sessions_with_their_user() -> None:
+    import datetime as dt
+    import importlib
+    from pathlib import Path
+
+    from django.apps import apps as django_apps
+    from django.conf import settings
+    from django.contrib.sessions.backends.db import SessionStore as DjangoSessionStore
+    from django.contrib.sessions.models import Session
+    from django.utils import timezone
+
+    alice = User.objects.create_user("alice", is_staff=True)
+    signed_in, anonymous = DjangoSessionStore(), DjangoSessionStore()
+    signed_in["_auth_user_id"] = str(alice.pk)
+    anonymous["dropportal_oidc_next"] = "/admin/"
+    signed_in.create()
+    anonymous.create()
+    Session.objects.create(
+        session_key="x" * 32, session_data="", expire_date=timezone.now() - dt.timedelta(hours=1)
+    )
+    (path,) = (Path(settings.BASE_DIR) / "integrations" / "migrations").glob(
+        "*_admin_sessions_by_user.py"
+    )
+    migration = importlib.import_module(f"integrations.migrations.{path.stem}")
+    migration.sessions_moved_in(django_apps, None)
+
+    assert not Session.objects.exists()
+    moved = dict(AdminSession.objects.values_list("session_key", "user_id"))
+    assert moved == {signed_in.session_key: alice.pk, anonymous.session_key: None}
+    assert SessionStore(signed_in.session_key).load()["_auth_user_id"] == str(alice.pk)
