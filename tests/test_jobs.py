@@ -18,6 +18,8 @@ from procrastinate.periodic import PeriodicDeferrer
 from integrations import enqueue, tasks
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import LedgerChainLink, LedgerEvent
+from integrations.operations.metrics import metrics_text
+from integrations.selectors.jobs import jobs_failed_since
 from integrations.services.dispatch.jobs import stalled_jobs_retry
 from integrations.services.ledger import ledger_event_append
 from tests.builders import run_worker
@@ -190,6 +192,31 @@ def test_a_stalled_job_that_ends_as_it_is_retried_is_left_alone_and_the_others_r
     assert ProcrastinateJob.objects.get(id=stays).status == "todo"
     (event,) = LedgerEvent.objects.filter(kind=LedgerKind.JOB_STALLED_RETRIED)
     assert event.subject == str(stays)
+
+
+def test_a_stalled_job_whose_next_run_already_waits_ends_aborted_not_failed() -> None:
+    """A worker killed mid-job (a deploy's stop timeout) while the same periodic job's next
+    run waits: that run does the work, and the stalled one cannot wait beside it (one
+    queueing lock). Nothing failed: no ``jobs_failed`` alert, no
+    ``dropportal_jobs{status="failed"}`` for someone to look at."""
+    stalled = _worker_silent_for(tasks.STALLED_AFTER_SECONDS + 30)
+    waiting = tasks.seal_ledger.defer()  # its next run, deferred while the worker hung
+
+    asyncio.run(sync_to_async(_its_connection_closed)())
+    try:
+        retried = asyncio.run(
+            stalled_jobs_retry(seconds_since_heartbeat=tasks.STALLED_AFTER_SECONDS)
+        )
+    finally:
+        asyncio.run(sync_to_async(_its_connection_closed)())
+
+    assert retried == 1
+    assert ProcrastinateJob.objects.get(id=stalled).status == "aborted"
+    assert ProcrastinateJob.objects.get(id=waiting).status == "todo"
+    (event,) = LedgerEvent.objects.filter(kind=LedgerKind.JOB_STALLED_RETRIED)
+    assert (event.subject, event.data["superseded_by_waiting_job"]) == (str(stalled), True)
+    assert jobs_failed_since(timezone.now() - dt.timedelta(days=1)) == []
+    assert 'status="failed"' not in metrics_text().decode()
 
 
 def _job_finished(status: str, *, days_ago: int) -> int:

@@ -34,9 +34,10 @@ async def stalled_jobs_retry(*, seconds_since_heartbeat: float) -> int:
                 await app.job_manager.retry_job(job)
             except UniqueViolation:
                 # Its queueing lock is taken by the same work waiting again (a periodic job's
-                # next run, deferred while this one hung): that one does it, this one ends as
-                # failed.
-                await app.job_manager.finish_job(job, status=Status.FAILED, delete_job=False)
+                # next run, deferred while this one hung): that one does it. This one ends as
+                # aborted, not failed: nothing failed, and staff look at failed jobs
+                # (``jobs_failed``, ``dropportal_jobs{status="failed"}``).
+                await app.job_manager.finish_job(job, status=Status.ABORTED, delete_job=False)
                 superseded = True
         except ConnectorException:
             # Procrastinate refuses a job that succeeded (or was retried) since it was found:
