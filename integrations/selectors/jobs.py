@@ -9,9 +9,6 @@ from dataclasses import dataclass
 from django.db.models import Count, Max
 from procrastinate.contrib.django.models import ProcrastinateEvent
 
-from integrations.ledger_kinds import LedgerKind
-from integrations.models import LedgerEvent
-
 
 @dataclass(frozen=True)
 class FailedJobs:
@@ -22,22 +19,10 @@ class FailedJobs:
 
 def jobs_failed_since(since: dt.datetime) -> list[FailedJobs]:
     """Per task, the jobs that failed for good since ``since`` (Procrastinate's ``failed``
-    events: a retry to come is ``deferred_for_retry``), and when the last one did. Not a
-    stalled job ended as failed because its next run was already waiting (a worker killed
-    mid-job, as a deploy does): that run does the work (``job.stalled_retried`` with
-    ``superseded_by_waiting_job``)."""
-    superseded = [
-        int(subject)
-        for subject in LedgerEvent.objects.filter(
-            kind=LedgerKind.JOB_STALLED_RETRIED,
-            created_at__gte=since,
-            data__superseded_by_waiting_job=True,
-        ).values_list("subject", flat=True)
-        if subject.isdigit()
-    ]
+    events: a retry to come is ``deferred_for_retry``; a stalled job its waiting next run
+    supersedes ends ``aborted``), and when the last one did."""
     rows = (
         ProcrastinateEvent.objects.filter(type="failed", at__gte=since)
-        .exclude(job_id__in=superseded)
         .values("job__task_name")
         .annotate(count=Count("id"), last_at=Max("at"))
         .order_by("job__task_name")

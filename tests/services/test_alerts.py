@@ -781,15 +781,3 @@ def test_an_alert_the_webhook_refuses_for_good_is_not_sent_again(
     job = Job(id=1, queue="alerts", lock=None, queueing_lock=None, task_name="send_alert")
     decision = tasks.ALERT_SEND_RETRY.get_retry_decision(exception=refused.value, job=job)
     assert (decision is not None) is retried
-
-
-def test_a_stalled_job_its_waiting_next_run_superseded_is_no_failure(broker: Broker) -> None:
-    # A worker killed mid-job by a deploy: its job ends as failed, and the next run does it.
-    job = _a_job_failed()
-    ledger_event_append(
-        kind=LedgerKind.JOB_STALLED_RETRIED,
-        subject=str(job.pk),
-        data={"task": job.task_name, "superseded_by_waiting_job": True},
-    )
-
-    assert alerts_evaluate().raised == []
