@@ -134,17 +134,18 @@ async def retry_stalled_jobs(timestamp: int | None = None) -> int:
     return await stalled_jobs_retry(seconds_since_heartbeat=STALLED_AFTER_SECONDS)
 
 
-# Succeeded jobs are kept this long (to read what ran, in the job tables), then forgotten:
-# the sealing and the stalled jobs' retry alone write one a minute each, every delivery batch
-# one, and without an end the tables, and each scrape of dropportal_jobs, grew for ever.
-SUCCEEDED_JOBS_KEPT_HOURS = 7 * 24
+# Succeeded and aborted jobs are kept this long (to read what ran, in the job tables), then
+# forgotten: the sealing and the stalled jobs' retry alone write one a minute each, every
+# delivery batch one, and without an end the tables, and each scrape of dropportal_jobs, grew
+# for ever.
+FINISHED_JOBS_KEPT_HOURS = 7 * 24
 
 
 @app.periodic(cron="47 2 * * *", periodic_id="purge_finished_jobs")
 @app.task(queue="maintenance", queueing_lock="purge_finished_jobs", pass_context=False)
 async def purge_finished_jobs(timestamp: int | None = None) -> None:
-    """Nightly: forget the jobs that succeeded a week ago (failed ones stay)."""
-    await finished_jobs_purge(succeeded_hours_ago=SUCCEEDED_JOBS_KEPT_HOURS)
+    """Nightly: forget the jobs that succeeded or were aborted a week ago (failed ones stay)."""
+    await finished_jobs_purge(finished_hours_ago=FINISHED_JOBS_KEPT_HOURS)
 
 
 # Reporting to DROP: every 15 minutes each broker with a DROP API key (not one DROP refused:

@@ -231,11 +231,13 @@ def _job_finished(status: str, *, days_ago: int) -> int:
     return job_id
 
 
-def test_succeeded_jobs_are_forgotten_after_a_week_and_failed_ones_kept() -> None:
+def test_succeeded_and_aborted_jobs_are_forgotten_after_a_week_and_failed_ones_kept() -> None:
     """Every minute writes jobs (the sealing, the stalled jobs' retry), every delivery batch
     one: without an end, the jobs and their events grow for as long as the service runs, and
-    each scrape of ``dropportal_jobs`` reads them all."""
+    each scrape of ``dropportal_jobs`` reads them all. An aborted job (a stalled one its next
+    run superseded) needs no look either."""
     old = _job_finished("succeeded", days_ago=8)
+    aborted = _job_finished("aborted", days_ago=8)
     recent = _job_finished("succeeded", days_ago=6)
     failed = _job_finished("failed", days_ago=60)
     waiting = tasks.deliver_deletion_requests.defer(request_ids=[1])
@@ -251,4 +253,4 @@ def test_succeeded_jobs_are_forgotten_after_a_week_and_failed_ones_kept() -> Non
         failed,
         waiting,
     }
-    assert old not in set(ProcrastinateJob.objects.values_list("id", flat=True))
+    assert not {old, aborted} & set(ProcrastinateJob.objects.values_list("id", flat=True))

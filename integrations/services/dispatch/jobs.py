@@ -1,11 +1,11 @@
 """Jobs of workers that died: run them again, each one a ledger event; and the jobs that
-succeeded long ago, forgotten.
+succeeded (or were aborted) long ago, forgotten.
 
 The periodic ``retry_stalled_jobs`` job calls, every minute, and ``purge_finished_jobs``
 nightly::
 
     retried = await stalled_jobs_retry(seconds_since_heartbeat=60)
-    await finished_jobs_purge(succeeded_hours_ago=7 * 24)
+    await finished_jobs_purge(finished_hours_ago=7 * 24)
 """
 
 from __future__ import annotations
@@ -74,7 +74,8 @@ def job_stalled_record(
     )
 
 
-async def finished_jobs_purge(*, succeeded_hours_ago: int) -> None:
-    """Delete the jobs that succeeded more than ``succeeded_hours_ago`` hours ago, and their
-    events. Failed jobs stay: they need a look (``dropportal_jobs{status="failed"}``)."""
-    await app.job_manager.delete_old_jobs(nb_hours=succeeded_hours_ago)
+async def finished_jobs_purge(*, finished_hours_ago: int) -> None:
+    """Delete the jobs that succeeded, or were aborted (a stalled job superseded, or one a
+    superuser aborted: a ledger event each), more than ``finished_hours_ago`` hours ago, and
+    their events. Failed jobs stay: they need a look (``dropportal_jobs{status="failed"}``)."""
+    await app.job_manager.delete_old_jobs(nb_hours=finished_hours_ago, include_aborted=True)
