@@ -45,6 +45,7 @@ from integrations.services.reporting.reports import report_auto
 from integrations.services.staff.alerts import alerts_evaluate
 from integrations.services.staff.doctor import stuck_work_items_check
 from integrations.services.staff.shown_once import shown_once_purge_expired
+from integrations.services.staff.staff_mfa import staff_sessions_purge_expired
 
 log = logging.getLogger(__name__)
 
@@ -287,6 +288,14 @@ def purge_shown_once(timestamp: int | None = None) -> int:
     """Every 5 minutes: delete secrets shown once that nobody came to see within 10 minutes."""
 
     return shown_once_purge_expired()
+
+
+@app.periodic(cron="13 3 * * *", periodic_id="purge_expired_sessions")
+@app.task(queue="maintenance", queueing_lock="purge_expired_sessions", pass_context=False)
+def purge_expired_sessions(timestamp: int | None = None) -> int:
+    """Nightly: delete the admin's sessions past their expiry (``clearsessions``'s work)."""
+
+    return staff_sessions_purge_expired()
 
 
 # Alerts to staff (services/staff/alerts.py): conditions are evaluated every 5 minutes; each raise

@@ -3,6 +3,7 @@ sessions reads theirs alone, however many anonymous sessions there are."""
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import pytest
@@ -10,10 +11,12 @@ from django.contrib.auth.models import User
 from django.contrib.sessions.backends.base import SessionBase
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from integrations.models import AdminSession
 from integrations.services.staff.staff_mfa import staff_sessions_end
 from integrations.services.staff.staff_sign_in import staff_user_deactivate
+from integrations.tasks import purge_expired_sessions
 from integrations.web.sessions import SessionStore
 
 pytestmark = pytest.mark.django_db
@@ -57,7 +60,6 @@ def test_ending_a_members_sessions_decodes_no_session(monkeypatch: Any) -> None:
 
 
 def test_the_migration_moves_open_sessions_with_their_user() -> None:
-    import datetime as dt
     import importlib
     from pathlib import Path
 
@@ -65,7 +67,6 @@ def test_the_migration_moves_open_sessions_with_their_user() -> None:
     from django.conf import settings
     from django.contrib.sessions.backends.db import SessionStore as DjangoSessionStore
     from django.contrib.sessions.models import Session
-    from django.utils import timezone
 
     alice = User.objects.create_user("alice", is_staff=True)
     signed_in, anonymous = DjangoSessionStore(), DjangoSessionStore()
@@ -86,3 +87,15 @@ def test_the_migration_moves_open_sessions_with_their_user() -> None:
     moved = dict(AdminSession.objects.values_list("session_key", "user_id"))
     assert moved == {signed_in.session_key: alice.pk, anonymous.session_key: None}
     assert SessionStore(signed_in.session_key).load()["_auth_user_id"] == str(alice.pk)
+
+
+def test_the_nightly_purge_deletes_expired_sessions_only() -> None:
+    for _ in range(3):
+        SessionStore().create()
+    expired = AdminSession.objects.all()[:2]
+    AdminSession.objects.filter(pk__in=[s.pk for s in expired]).update(
+        expire_date=timezone.now() - dt.timedelta(seconds=1)
+    )
+    assert purge_expired_sessions() == 2
+    assert AdminSession.objects.count() == 1
+    assert purge_expired_sessions() == 0

@@ -323,6 +323,14 @@ def staff_sessions_end(user: AbstractBaseUser, *, keep_session_key: str | None =
     return ended
 
 
+def staff_sessions_purge_expired() -> int:
+    """Delete the sessions past their expiry; returns how many. Django only deletes one when
+    it is next read, and most never are (a sign-out deletes its own; an abandoned browser or
+    a sign-in started at the identity provider and never finished leaves one behind)."""
+    purged, _ = AdminSession.objects.filter(expire_date__lte=timezone.now()).delete()
+    return purged
+
+
 def staff_sessions_end_recorded(
     user: AbstractBaseUser, *, kind: LedgerKind, actor: str, keep_session_key: str | None = None
 ) -> int:
