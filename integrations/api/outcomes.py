@@ -61,15 +61,15 @@ class CsvRenderer(BaseRenderer):
 
 
 # What ``since`` and ``until`` take, exactly as the schema declares it: an RFC 3339 full-date,
-# or an RFC 3339 date-time (``T`` and ``Z`` in capitals, at most microseconds, with its
-# offset). Years 1000 to 9998 keep every bound, moved to UTC and past a whole day, within
-# the dates Python and PostgreSQL both hold.
+# or an RFC 3339 date-time (at most microseconds, with its offset; ``T`` and ``Z`` in either
+# case, as RFC 3339's section 5.6 allows). Years 1000 to 9998 keep every bound, moved to UTC
+# and past a whole day, within the dates Python and PostgreSQL both hold.
 _YEAR = r"(?:1[0-9]{3}|[2-8][0-9]{3}|9[0-8][0-9]{2}|99[0-8][0-9]|999[0-8])"
 _DATE = _YEAR + r"-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])"
 DATE_PATTERN = rf"^{_DATE}$"
 DATE_TIME_PATTERN = (
-    rf"^{_DATE}T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{{1,6}})?"
-    r"(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])$"
+    rf"^{_DATE}[Tt](?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{{1,6}})?"
+    r"(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])$"
 )
 
 
@@ -103,8 +103,9 @@ class MomentField(serializers.Field):
                 start, next_day = drop_day_bounds(dt.date.fromisoformat(text))
                 return (next_day if self.end else start).astimezone(dt.UTC)
             if re.fullmatch(DATE_TIME_PATTERN[1:-1], text):
-                # In UTC: PostgreSQL takes offsets up to 15:59 only, Python's up to 23:59.
-                return dt.datetime.fromisoformat(text).astimezone(dt.UTC)
+                # Capitals: Python reads no lowercase ``z``. In UTC: PostgreSQL takes offsets
+                # up to 15:59 only, Python's up to 23:59.
+                return dt.datetime.fromisoformat(text.upper()).astimezone(dt.UTC)
         except ValueError:
             pass  # a day the month does not have
         self.fail("invalid")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -76,6 +77,10 @@ def test_dates_are_days_of_drops_calendar(history: OutcomeHistory, auditor: APIC
     assert matched(since="2026-07-02") == []
     # A time with its offset is that moment, whatever the zone.
     assert matched(since="2026-07-02T03:00:00Z", until="2026-07-02T03:00:01Z") == [
+        str(history.deleted.request_uuid)
+    ]
+    # RFC 3339 lets the T and the Z be written in lowercase (its section 5.6).
+    assert matched(since="2026-07-02t03:00:00z", until="2026-07-02t03:00:01z") == [
         str(history.deleted.request_uuid)
     ]
 
@@ -193,6 +198,11 @@ def test_the_endpoint_is_in_the_schema(api_client: APIClient) -> None:
     get = schema["paths"]["/api/v1/drop/outcomes"]["get"]
     assert set(get["responses"]["200"]["content"]) == {"application/json", "text/csv"}
     assert {p["name"] for p in get["parameters"]} >= {"broker", "since", "until", "cursor", "limit"}
+    # The schema's patterns take what the view takes: a client that checks its values against
+    # them is not refused a time the view would answer.
+    since = next(p for p in get["parameters"] if p["name"] == "since")["schema"]
+    date_time = next(s for s in since["anyOf"] if s["format"] == "date-time")
+    assert re.fullmatch(date_time["pattern"][1:-1], "2026-07-02t03:00:00.5z")
 
 
 @pytest.mark.parametrize("accept", ["application/json", "text/csv"])
