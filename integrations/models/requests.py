@@ -175,6 +175,9 @@ class DeletionRequest(DeliveryFields):
     class Meta:
         indexes = [
             models.Index(fields=["state", "next_attempt_at"], name="deletion_request_due"),
+            # The outcome history's pages (selectors.outcomes): one broker's requests by id.
+            # Through the primary key alone a page read past every other broker's requests.
+            models.Index(fields=["broker_id_code", "id"], name="deletion_request_broker_pages"),
         ]
         constraints = [
             models.CheckConstraint(

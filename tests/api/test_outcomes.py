@@ -6,10 +6,12 @@ import csv
 import datetime as dt
 import io
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from integrations.models import Broker, DeletionRequest, LedgerEvent
@@ -83,6 +85,30 @@ def test_dates_are_days_of_drops_calendar(history: OutcomeHistory, auditor: APIC
     assert matched(since="2026-07-02t03:00:00z", until="2026-07-02t03:00:01z") == [
         str(history.deleted.request_uuid)
     ]
+
+
+def test_a_brokers_pages_are_read_through_its_index(
+    history: OutcomeHistory, auditor: APIClient
+) -> None:
+    # Through the primary key a page read past every other broker's requests on the way. With
+    # sorts and sequential scans ruled out, only an index on the broker and id answers the
+    # page in order; the plan PostgreSQL picks with its costs is in migration 0065's commit.
+    with CaptureQueriesContext(connection) as queries:
+        assert auditor.get(URL, {"limit": 1}).status_code == 200
+    (page,) = [q["sql"] for q in queries if 'FROM "integrations_deletionrequest"' in q["sql"]]
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("SET LOCAL enable_sort = off")
+        cursor.execute(f"EXPLAIN (FORMAT JSON) {page}")
+        plan = cursor.fetchone()[0][0]["Plan"]
+
+    def nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        yield node
+        for child in node.get("Plans", []):
+            yield from nodes(child)
+
+    requests = [n for n in nodes(plan) if n.get("Relation Name") == "integrations_deletionrequest"]
+    assert [n.get("Index Name") for n in requests] == ["deletion_request_broker_pages"], plan
 
 
 def test_csv_streams_the_whole_filtered_history(
