@@ -55,7 +55,8 @@ def date_bound(text: str, *, end: bool = False) -> dt.datetime:
         try:
             day = dt.date.fromisoformat(text)
         except ValueError:
-            moment = dt.datetime.fromisoformat(text)
+            # Capitals: RFC 3339 allows a lowercase t and z, which Python refuses.
+            moment = dt.datetime.fromisoformat(text.upper())
         else:
             start, next_day = drop_day_bounds(day)
             moment = next_day if end else start

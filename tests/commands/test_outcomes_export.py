@@ -204,6 +204,10 @@ def test_dates_are_days_of_drops_calendar(history: OutcomeHistory) -> None:
     assert matched("--since", "20260701", "--until", "20260701") == [
         str(history.deleted.request_uuid)
     ]
+    # RFC 3339 allows a lowercase t and z, as the API reads them.
+    assert matched("--since", "2026-07-02t02:59:59z", "--until", "2026-07-02t03:00:01z") == [
+        str(history.deleted.request_uuid)
+    ]
 
 
 def test_out_file_is_written_whole(history: OutcomeHistory, tmp_path: Path) -> None:
