@@ -10,6 +10,7 @@ matched on November 25::
     drop_year_bounds(2026)             # the year's first and last moments, as aware datetimes
     drop_day_bounds(date(2026, 7, 1))  # the day's, likewise (07:00 UTC to 07:00 UTC in July)
     drop_time_text(integration.retired_at)  # "2026-11-25 22:30 PST", for a message to staff
+    drop_moment("2026-11-25 22:30")    # a moment staff typed, read in DROP's zone (UTC out)
     day.year in DROP_YEARS             # a date staff gave is one we can compute with
 """
 
@@ -65,3 +66,26 @@ def drop_time_text(moment: dt.datetime) -> str:
     error, a notice) says the same time the same way.
     """
     return f"{moment.astimezone(drop_timezone()):%Y-%m-%d %H:%M %Z}"
+
+
+def drop_moment(text: str, *, end: bool = False) -> dt.datetime:
+    """A moment staff typed (a command's option, an admin form's field), in UTC: a date is a
+    day of DROP's calendar (from its midnight there; ``end``: the next day's, so a bound
+    takes in the whole day), an ISO time without an offset is read there too. A text with no
+    time part is a date, in any ISO form (``20261231`` too, which
+    ``datetime.fromisoformat`` would read as that day's midnight). Raises ``ValueError``
+    for a text that is neither, or a time Python cannot hold once moved to UTC."""
+    try:
+        try:
+            day = dt.date.fromisoformat(text)
+        except ValueError:
+            # Capitals: RFC 3339 allows a lowercase t and z, which Python refuses.
+            moment = dt.datetime.fromisoformat(text.upper())
+        else:
+            start, next_day = drop_day_bounds(day)
+            moment = next_day if end else start
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=drop_timezone())
+        return moment.astimezone(dt.UTC)
+    except OverflowError as exc:
+        raise ValueError(str(exc)) from None

@@ -24,7 +24,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError, InterfaceError, OperationalError
 
-from integrations.drop.calendar import drop_day_bounds, drop_timezone
+from integrations.drop.calendar import drop_moment
 from integrations.drop.download_zip import escaped
 from integrations.encryption import DecryptionError
 from integrations.models import Broker, DropCycle
@@ -47,23 +47,12 @@ def terminal_text(text: str) -> str:
 
 
 def date_bound(text: str, *, end: bool = False) -> dt.datetime:
-    """``--since``/``--until`` values, in UTC: a date is a day of DROP's calendar (from its
-    midnight there; ``--until`` includes the whole day), an ISO time without an offset is
-    read there too. A text with no time part is a date, in any ISO form (``20261231`` too,
-    which ``datetime.fromisoformat`` would read as that day's midnight)."""
+    """``--since``/``--until`` values (and other moments typed on the command line), in UTC,
+    as ``drop_moment`` reads them: a date is a day of DROP's calendar (``--until`` includes
+    the whole day), an ISO time without an offset is read there too."""
     try:
-        try:
-            day = dt.date.fromisoformat(text)
-        except ValueError:
-            # Capitals: RFC 3339 allows a lowercase t and z, which Python refuses.
-            moment = dt.datetime.fromisoformat(text.upper())
-        else:
-            start, next_day = drop_day_bounds(day)
-            moment = next_day if end else start
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=drop_timezone())
-        return moment.astimezone(dt.UTC)
-    except (ValueError, OverflowError):
+        return drop_moment(text, end=end)
+    except ValueError:
         raise CommandError(f"not a date: {text!r} (use YYYY-MM-DD or an ISO 8601 time)") from None
 
 
