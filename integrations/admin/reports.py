@@ -4,8 +4,9 @@ other admins borrow (set a work item's status by hand, export the outcome histor
 Manual mode, for brokers who upload in DROP's own portal: "Generate response files" writes a
 cycle's files, each row's download button gives the exact bytes (a POST: the download is a
 ``report_files.exported`` ledger event, as the cycle's ZIP is), and "Mark uploaded" records
-that staff uploaded them. "Discard amendment" gives up an amendment DROP refuses or
-rejected, with a written reason (its items keep the status DROP holds). Every change goes
+that staff uploaded them, and when (an optional time in DROP's calendar; empty: now).
+"Discard amendment" gives up an amendment DROP refuses or rejected, with a written reason
+(its items keep the status DROP holds). Every change goes
 through ``services.reporting.report_files``, ``services.reporting.report_manual`` and
 ``services.cycle.work_items`` (ledger events with the staff actor)::
 
@@ -27,10 +28,12 @@ file" (Operators, not Auditors).
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -53,7 +56,7 @@ from integrations import exports
 from integrations.admin.actors import staff_actor
 from integrations.admin.drop_notifications import drop_notifications_table
 from integrations.admin.page_object import PageRowsReadTogether
-from integrations.drop.calendar import drop_today
+from integrations.drop.calendar import drop_moment, drop_today
 from integrations.drop_statuses import DropStatus
 from integrations.models import (
     DeletionRequest,
@@ -213,19 +216,47 @@ class ReportFileAdmin(PageRowsReadTogether, ModelAdmin):
     @admin.action(
         description="Mark uploaded (uploaded by hand in DROP's portal)", permissions=["report"]
     )
-    def mark_uploaded(self, request: HttpRequest, queryset: QuerySet[ReportFile]) -> None:
-        done = 0
-        for report_file in queryset.order_by("pk"):
-            try:
-                report_file_mark_uploaded(report_file=report_file, actor=staff_actor(request))
-            except ValidationError as exc:
-                self.message_user(request, " ".join(exc.messages), messages.ERROR)
-            except ReportBusy as exc:
-                self.message_user(request, f"{report_file}: {exc}", messages.ERROR)
-            else:
-                done += 1
-        if done:
-            self.message_user(request, f"Marked {done} file(s) uploaded.", messages.SUCCESS)
+    def mark_uploaded(
+        self, request: HttpRequest, queryset: QuerySet[ReportFile]
+    ) -> HttpResponse | None:
+        """An intermediate page asks when they were uploaded (empty: now), then each file is
+        marked on its own."""
+        # Checked here too: the action's permission guards the list, not a crafted POST.
+        if not self.has_report_permission(request):
+            raise PermissionDenied
+        form = MarkUploadedForm(request.POST if "apply" in request.POST else None)
+        if form.is_valid():
+            done = 0
+            for report_file in queryset.order_by("pk"):
+                try:
+                    report_file_mark_uploaded(
+                        report_file=report_file,
+                        actor=staff_actor(request),
+                        uploaded_at=form.cleaned_data["uploaded_at"],
+                    )
+                except ValidationError as exc:
+                    self.message_user(request, " ".join(exc.messages), messages.ERROR)
+                except ReportBusy as exc:
+                    self.message_user(request, f"{report_file}: {exc}", messages.ERROR)
+                else:
+                    done += 1
+            if done:
+                self.message_user(request, f"Marked {done} file(s) uploaded.", messages.SUCCESS)
+            return None
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Mark uploaded by hand in DROP's portal",
+            "form": form,
+            "files": queryset[:200],
+            "count": queryset.count(),
+            "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
+            "select_across": request.POST.get("select_across", "0"),
+            "action": "mark_uploaded",
+            "opts": self.model._meta,
+        }
+        return TemplateResponse(
+            request, "admin/integrations/reportfile/mark_uploaded.html", context
+        )
 
     @admin.action(
         description="Discard amendment DROP refuses or rejected (with a reason)",
@@ -421,6 +452,30 @@ class _CycleChoice(forms.ModelChoiceField):
             f" ({obj.owed_items} work items without a status sent, "
             f"{obj.unreportable_items} still waiting for an outcome)"
         )
+
+
+class MarkUploadedForm(forms.Form):
+    uploaded_at = forms.CharField(label="Uploaded at", required=False, max_length=64)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["uploaded_at"].help_text = (
+            "When it was uploaded in DROP's portal: YYYY-MM-DD HH:MM, in DROP's calendar "
+            f"({settings.DROPPORTAL_DROP_TIMEZONE}) unless an offset is given; not in the "
+            "future, nor before the file was written. Empty: now. DROP holds its statuses "
+            "from then (days to respond, the cycle's due date)."
+        )
+
+    def clean_uploaded_at(self) -> dt.datetime | None:
+        text = self.cleaned_data["uploaded_at"].strip()
+        if not text:
+            return None
+        try:
+            return drop_moment(text)
+        except ValueError:
+            raise ValidationError(
+                "not a date and time: use YYYY-MM-DD HH:MM (DROP's calendar) or an ISO 8601 time"
+            ) from None
 
 
 class DiscardForm(forms.Form):

@@ -4,13 +4,16 @@ status-by-hand and outcome-export actions the work item and request admins use."
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import io
 
 import pytest
 from django.contrib.auth.models import Group, User
 from django.db import connections
 from django.test import Client
+from django.utils import timezone
 
+from integrations.drop.calendar import drop_midnight, drop_today
 from integrations.models import (
     Broker,
     DeletionRequest,
@@ -87,13 +90,15 @@ def test_generate_then_download_then_mark_uploaded(staff: Client, cycle: DropCyc
         1,
     )
 
-    staff.post(
-        CHANGELIST,
-        {
-            "action": "mark_uploaded",
-            "_selected_action": list(ReportFile.objects.values_list("pk", flat=True)),
-        },
-    )
+    chosen = {
+        "action": "mark_uploaded",
+        "_selected_action": list(ReportFile.objects.values_list("pk", flat=True)),
+    }
+    asked = staff.post(CHANGELIST, chosen)
+    assert b"Mark uploaded by hand in DROP&#x27;s portal" in asked.content
+    assert b"America/Los_Angeles" in asked.content
+    assert set(ReportFile.objects.values_list("state", flat=True)) == {ReportFileState.WRITTEN}
+    staff.post(CHANGELIST, {**chosen, "apply": "1", "uploaded_at": ""})
     assert set(ReportFile.objects.values_list("state", flat=True)) == {ReportFileState.MANUAL}
     event = LedgerEvent.objects.filter(kind="report_file.marked_uploaded").first()
     assert event is not None and event.actor == "staff:alice"
@@ -101,12 +106,61 @@ def test_generate_then_download_then_mark_uploaded(staff: Client, cycle: DropCyc
     assert cycle.state == "reported"
 
 
+def test_mark_uploaded_takes_the_upload_time_in_drops_calendar(
+    staff: Client, cycle: DropCycle
+) -> None:
+    (email, _phone) = sorted(report_files_write(broker=cycle.broker), key=lambda f: f.file_name)
+    ReportFile.objects.filter(pk=email.pk).update(created_at=timezone.now() - dt.timedelta(days=3))
+    yesterday = drop_today() - dt.timedelta(days=1)
+    chosen = {"action": "mark_uploaded", "_selected_action": [email.pk], "apply": "1"}
+
+    staff.post(CHANGELIST, {**chosen, "uploaded_at": f"{yesterday.isoformat()} 21:30"})
+
+    # 21:30 of DROP's day (Pacific), whatever the server's zone.
+    uploaded = drop_midnight(yesterday) + dt.timedelta(hours=21, minutes=30)
+    email.refresh_from_db()
+    assert (email.state, email.uploaded_at) == (ReportFileState.MANUAL, uploaded)
+    assert set(
+        WorkItem.objects.filter(reported_at__isnull=False).values_list("reported_at", flat=True)
+    ) == {uploaded}
+    event = LedgerEvent.objects.get(kind="report_file.marked_uploaded")
+    assert (event.actor, dt.datetime.fromisoformat(event.data["uploaded_at"])) == (
+        "staff:alice",
+        uploaded,
+    )
+
+
+def test_mark_uploaded_refuses_a_time_that_cannot_be(staff: Client, cycle: DropCycle) -> None:
+    (email, _phone) = sorted(report_files_write(broker=cycle.broker), key=lambda f: f.file_name)
+    chosen = {"action": "mark_uploaded", "_selected_action": [email.pk], "apply": "1"}
+    tomorrow = drop_today() + dt.timedelta(days=1)
+
+    unreadable = staff.post(CHANGELIST, {**chosen, "uploaded_at": "yesterday evening"})
+    assert b"not a date and time" in unreadable.content  # the form again, with the error
+    future = staff.post(
+        CHANGELIST, {**chosen, "uploaded_at": f"{tomorrow.isoformat()} 09:00"}, follow=True
+    )
+    assert b"is in the future; give the time it was uploaded" in future.content
+    two_days_ago = drop_today() - dt.timedelta(days=2)  # the file was written today
+    before = staff.post(
+        CHANGELIST, {**chosen, "uploaded_at": f"{two_days_ago.isoformat()} 09:00"}, follow=True
+    )
+    assert b"is before the file was written" in before.content
+
+    assert ReportFile.objects.get(pk=email.pk).state == ReportFileState.WRITTEN
+    assert not LedgerEvent.objects.filter(kind="report_file.marked_uploaded").exists()
+
+
 def test_a_file_is_marked_uploaded_once(staff: Client, cycle: DropCycle) -> None:
     (email, _phone) = sorted(report_files_write(broker=cycle.broker), key=lambda f: f.file_name)
-    staff.post(CHANGELIST, {"action": "mark_uploaded", "_selected_action": [email.pk]})
+    staff.post(
+        CHANGELIST, {"action": "mark_uploaded", "_selected_action": [email.pk], "apply": "1"}
+    )
 
     response = staff.post(
-        CHANGELIST, {"action": "mark_uploaded", "_selected_action": [email.pk]}, follow=True
+        CHANGELIST,
+        {"action": "mark_uploaded", "_selected_action": [email.pk], "apply": "1"},
+        follow=True,
     )
 
     assert b"only a written or refused file can be marked uploaded" in response.content
@@ -122,7 +176,9 @@ def test_a_file_is_not_marked_uploaded_while_the_uploader_sends_it(
         with uploader.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_lock(%s, %s)", [_UPLOAD_LOCK, cycle.broker.pk])
         response = staff.post(
-            CHANGELIST, {"action": "mark_uploaded", "_selected_action": [email.pk]}, follow=True
+            CHANGELIST,
+            {"action": "mark_uploaded", "_selected_action": [email.pk], "apply": "1"},
+            follow=True,
         )
         with uploader.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [_UPLOAD_LOCK, cycle.broker.pk])
@@ -143,7 +199,10 @@ def test_auditors_download_but_do_not_generate_or_mark(auditor: Client, cycle: D
     assert auditor.post(f"{CHANGELIST}{report_file.pk}/download/").status_code == 200
     assert auditor.get(CHANGELIST + "generate/").status_code == 403
     assert b"Generate response files" not in auditor.get(CHANGELIST).content
-    auditor.post(CHANGELIST, {"action": "mark_uploaded", "_selected_action": [report_file.pk]})
+    auditor.post(
+        CHANGELIST,
+        {"action": "mark_uploaded", "_selected_action": [report_file.pk], "apply": "1"},
+    )
     assert ReportFile.objects.get(pk=report_file.pk).state == ReportFileState.WRITTEN
 
 

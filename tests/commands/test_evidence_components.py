@@ -38,6 +38,7 @@ from integrations.models import (
     DropCycle,
     LedgerEvent,
     Reappearance,
+    ReportFile,
     WorkItem,
     WorkItemState,
 )
@@ -46,6 +47,8 @@ from integrations.services.cycle.drop_import import drop_zip_import
 from integrations.services.evidence import components as builders
 from integrations.services.evidence.evidence import evidence_signing_key
 from integrations.services.ledger import ledger_event_append
+from integrations.services.reporting.report_files import report_files_write
+from integrations.services.reporting.report_manual import report_file_mark_uploaded
 from integrations.services.staff.brokers import broker_create
 from tests.builders import DropAccessObligationFactory, DropCycleFactory, drop_zip, write_zip
 from tests.commands.test_evidence import failure, members, rewrite
@@ -686,4 +689,33 @@ def test_a_cycle_that_owed_nothing_is_not_overdue(
     deadline = reporting["tests"][0]
     assert deadline["result"] == result, deadline["detail"]
     assert f"<td>{verdict}</td>" in members(out)[pack.SUMMARY].decode()
+    assert verify_pack(out, public_key_pem=public_key.read_bytes()).ok
+
+
+def test_a_file_uploaded_by_hand_on_the_due_date_and_marked_next_morning_met_it(
+    broker: Broker, tmp_path: Path, public_key: Path
+) -> None:
+    # Downloaded 46 days ago: due yesterday. Staff uploaded the file in DROP's portal that
+    # evening and marked it uploaded today, giving the upload's time.
+    downloaded = drop_today() - dt.timedelta(days=46)
+    unknown = base64.b64encode(hashlib.sha256(b"nobody@example.com").digest()).decode()
+    package = drop_zip(broker, {"Email": [("1", unknown)]}, date=f"{downloaded:%Y%m%d}")
+    cycle = drop_zip_import(
+        broker=broker,
+        path=write_zip(tmp_path, package, name=f"{downloaded:%Y%m%d}_4821_DROP.zip"),
+        actor="test",
+    ).cycle
+    assert cycle.due_date == drop_today() - dt.timedelta(days=1)
+    (email,) = report_files_write(broker=broker, cycle=cycle)
+    ReportFile.objects.filter(pk=email.pk).update(created_at=drop_midnight(cycle.due_date))
+    uploaded = drop_midnight(cycle.due_date) + dt.timedelta(hours=21, minutes=30)
+
+    report_file_mark_uploaded(report_file=email, actor="staff:alice", uploaded_at=uploaded)
+
+    out = export(tmp_path, "--cycle", cycle.drop_session_id)
+    (record,) = components_of(out)["status_reporting"]["records"]["cycles"]
+    assert (record["deadline"], dt.datetime.fromisoformat(record["all_reported_at"])) == (
+        "met",
+        uploaded,
+    )
     assert verify_pack(out, public_key_pem=public_key.read_bytes()).ok

@@ -3,9 +3,13 @@ then ``reported``. Reporting (a file taken, an amendment given up, a file marked
 importing (DROP's next package) both ask for it again::
 
     cycle_state_refresh(cycle=cycle, actor=actor)
+    cycle_state_refresh(cycle=cycle, actor=actor, reported_at=uploaded_by_hand_at)
 """
 
 from __future__ import annotations
+
+import datetime as dt
+from typing import Any
 
 from django.db import transaction
 
@@ -20,12 +24,18 @@ from integrations.models import (
 from integrations.services.ledger import SYSTEM_ACTOR, ledger_event_append
 
 
-def cycle_state_refresh(*, cycle: DropCycle, actor: str = SYSTEM_ACTOR) -> DropCycle:
+def cycle_state_refresh(
+    *, cycle: DropCycle, actor: str = SYSTEM_ACTOR, reported_at: dt.datetime | None = None
+) -> DropCycle:
     """An open cycle becomes ``reported`` once DROP holds a status for every work item owed
     one (``WorkItem.objects.owed()``) and has every file (none waiting for approval, written
     or refused). Its unreadable rows owed a status (``UnreadableWorkItem.objects.owed()``,
     answered by staff in DROP's portal) hold it open until DROP sends the broker's next
-    package, which it does only once each has a status."""
+    package, which it does only once each has a status.
+
+    ``reported_at``: when DROP got what completes the cycle, when that was before now (a file
+    staff uploaded by hand and mark later); the ``drop_cycle.reported`` event keeps it, and
+    the due date's verdict counts from it rather than from the event's own time."""
     with transaction.atomic():
         locked = DropCycle.objects.select_for_update(of=("self",)).select_related("broker")
         current = locked.get(pk=cycle.pk)
@@ -40,12 +50,18 @@ def cycle_state_refresh(*, cycle: DropCycle, actor: str = SYSTEM_ACTOR) -> DropC
             return current
         current.state = CycleState.REPORTED
         current.save(update_fields=["state"])
+        data: dict[str, Any] = {
+            "cycle": current.drop_session_id,
+            "due_date": current.due_date.isoformat(),
+        }
+        if reported_at is not None:
+            data["reported_at"] = reported_at.astimezone(dt.UTC).isoformat()
         ledger_event_append(
             kind=LedgerKind.DROP_CYCLE_REPORTED,
             broker_id=current.broker.broker_id,
             subject=current.drop_session_id,
             actor=actor,
-            data={"cycle": current.drop_session_id, "due_date": current.due_date.isoformat()},
+            data=data,
         )
     cycle.state = current.state
     return current

@@ -202,8 +202,11 @@ def _cycle_counts(cycle_pks: list[int]) -> Iterator[tuple[int, str, int]]:
     yield from rows
 
 
+# When DROP got the cycle's last status: the event's own time, or the upload by hand staff
+# marked later (its ``reported_at``, ``cycle_state_refresh``).
 _CYCLE_REPORTED_AT = """
-SELECT max(created_at) FROM integrations_ledgerevent
+SELECT max(coalesce((data->>'reported_at')::timestamptz, created_at))
+FROM integrations_ledgerevent
 WHERE broker_id = %s AND kind = 'drop_cycle.reported' AND subject = %s
 """
 

@@ -73,7 +73,7 @@ def build(context: PackContext) -> Component:
         cannot_prove=(
             "That DROP received or kept a file: DROP's answer is as the service recorded it, "
             "and DROP's own records are the counterpart. A file uploaded by hand in DROP's "
-            "portal is as staff recorded it."
+            "portal, and when, is as staff recorded it."
         ),
     )
     cycles = []
