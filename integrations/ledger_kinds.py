@@ -36,6 +36,9 @@ class LedgerKind(StrEnum):
     DROP_LATE_MATCHED = "drop.late_matched"  # open work items matched by consumers added later
     DROP_DOCTOR_CHECKED = "drop.doctor_checked"  # a ``drop doctor`` run and what it found
     DROP_CYCLE_REPORTED = "drop_cycle.reported"  # a cycle with every status reported to DROP
+    # DROP holds a status for everything a cycle owes, and a file of it (an amendment) is not
+    # yet taken: the cycle stays open for that file; its deadline is judged by this moment
+    DROP_CYCLE_STATUSES_HELD = "drop_cycle.statuses_held"
     DROP_NOTIFICATION_RECEIVED = "drop.notification_received"  # DROP's webhook: one event
     # one that came while a file of its kind was being sent, attached once DROP's answer was in
     DROP_NOTIFICATION_ATTACHED = "drop.notification_attached"

@@ -35,6 +35,7 @@ from integrations.models import (
 TITLES = {
     "drop.work_items_removed": "DROP removed it from its list",
     "drop_cycle.reported": "Every status of the cycle reported to DROP",
+    "drop_cycle.statuses_held": "Every status the cycle owed held by DROP (an amendment to send)",
     "work_item.status_set": "Status set",
     "work_item.status_settled": "Status settled from the broker's outcomes",
     "deletion_request.delivery_failed": "A delivery attempt failed",
@@ -262,7 +263,7 @@ def _with_ledger(
     subjects |= {str(resolution.request_uuid) for resolution in resolutions}
     if work_item.report_file is not None:
         subjects.add(work_item.report_file.file_name)
-    cycle_kinds = ["drop.cycle_imported", "drop_cycle.reported"]
+    cycle_kinds = ["drop.cycle_imported", "drop_cycle.statuses_held", "drop_cycle.reported"]
     if work_item.state == WorkItemState.REMOVED:  # the cycle's removals name no item
         cycle_kinds.append("drop.work_items_removed")
     about = Q(subject__in=subjects) | Q(subject=cycle.drop_session_id, kind__in=cycle_kinds)

@@ -13,10 +13,11 @@ import datetime as dt
 import psycopg
 import pytest
 from django.core.exceptions import ValidationError
+from django.utils import timezone
 from procrastinate.contrib.django.models import ProcrastinateJob
 
 from devtools.drop_simulator import DropSimulator
-from integrations.drop.calendar import drop_timezone
+from integrations.drop.calendar import drop_timezone, drop_today
 from integrations.drop.client import DropClient, DropLimits
 from integrations.models import (
     AlertState,
@@ -35,6 +36,7 @@ from integrations.selectors.deadlines import cycle_deadlines
 from integrations.selectors.report_reviews import report_file_review
 from integrations.selectors.stuck import StuckReason, stuck_work_items
 from integrations.services.cycle.work_items import work_item_status_set
+from integrations.services.evidence.evidence_period import Period
 from integrations.services.ledger import SYSTEM_ACTOR
 from integrations.services.reporting import report_uploads
 from integrations.services.reporting.report_approval import (
@@ -310,6 +312,49 @@ def test_an_amendment_waits_too(cycle: DropCycle, drop: DropSimulator, client: D
 
     assert [f.file_name for f in run.accepted] == ["20260312_4821_Email_amend01.csv"]
     assert WorkItem.objects.get(pk=item.pk).reported_status_code == 2
+
+
+def test_an_amendment_held_past_the_due_date_leaves_the_deadline_met(
+    cycle: DropCycle, drop: DropSimulator, client: DropClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The law asks for each status within the cycle's days; an amendment owes none (DROP
+    holds one). The evidence pack judges the cycle by when DROP held every status it owes,
+    as the alerts and the cycles list count what is owed, not by when the amendment went."""
+    (email, phone) = report_files_write(broker=cycle.broker, actor="staff:alice")
+    assert (email.file_name, phone.file_name) == (EMAIL, PHONE)
+    report_file_approve(report_file=email, actor="staff:bob")
+    report_files_upload(broker=cycle.broker, client=client)
+    item = WorkItem.objects.get(work_item_id="EmailNotFnd1")
+    work_item_status_set(work_item=item, status_code=3, reason="late match", actor="t")
+    (amendment,) = report_files_write(
+        broker=cycle.broker, amendments_only=True, actor="staff:alice"
+    )
+    report_file_approve(report_file=phone, actor="staff:bob")
+    report_files_upload(broker=cycle.broker, client=client)  # the last first status
+
+    # Every status owed is DROP's: the cycle stays open for the amendment, and says when.
+    assert DropCycle.objects.get(pk=cycle.pk).state == CycleState.OPEN
+    assert cycle_deadlines(today=drop_today()) == []
+    held = LedgerEvent.objects.filter(kind="drop_cycle.statuses_held", subject="1")
+    assert held.count() == 1
+    DropCycle.objects.filter(pk=cycle.pk).update(due_date=drop_today())
+    cycle.refresh_from_db()
+    period = Period(broker=cycle.broker, cycle=cycle, since=None, until=None)
+
+    # The due date passes before the amendment is approved and sent.
+    real_now = timezone.now
+    monkeypatch.setattr(timezone, "now", lambda: real_now() + dt.timedelta(days=3))
+    later = drop_today()
+    report_files_upload(broker=cycle.broker, client=client)  # refreshes: recorded once
+    assert held.count() == 1
+    assert [s["deadline"] for s in period.cycle_summaries(today=later)] == ["met"]
+    report_file_approve(report_file=amendment, actor="staff:bob")
+    report_files_upload(broker=cycle.broker, client=client)
+
+    assert DropCycle.objects.get(pk=cycle.pk).state == CycleState.REPORTED
+    (summary,) = period.cycle_summaries(today=later)
+    assert summary["deadline"] == "met"
+    assert summary["reported_at"] == held.get().created_at
 
 
 def test_with_approval_off_files_are_written_as_before(broker: Broker) -> None:

@@ -61,8 +61,6 @@ def test_the_response_files_take_the_drop_statuses() -> None:
 _PYTHON_SQL_LITERALS_ALLOWED = {
     # procrastinate's job statuses, not ours
     ("operations/metrics.py", "status IN ('todo', 'doing', 'failed')"),
-    # a ledger event kind
-    ("services/evidence/evidence_period.py", "kind = 'drop_cycle.reported'"),
 }
 
 

@@ -20,6 +20,7 @@ from django.db.models import Case, CharField, Count, Q, Value, When
 from django.db.models.functions import Cast
 
 from integrations.drop.calendar import drop_date
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     Broker,
     CycleState,
@@ -127,8 +128,9 @@ class Period:
         return min(earliest, self.since) if self.since else earliest
 
     def cycle_summaries(self, *, today: dt.date) -> list[dict[str, Any]]:
-        """Per cycle: its work items by the status DROP holds, its amendments, when every
-        status was reported, and its deadline's verdict (``cycle_deadline``) on ``today``."""
+        """Per cycle: its work items by the status DROP holds, its amendments, when DROP held
+        every status it owes (``_CYCLE_REPORTED_AT``), and its deadline's verdict
+        (``cycle_deadline``) on ``today``."""
         cycles = list(self.cycles().order_by("downloaded_at"))
         counts: dict[int, dict[str, int]] = {cycle.pk: {} for cycle in cycles}
         for cycle_id, key, count in _cycle_counts([cycle.pk for cycle in cycles]):
@@ -136,7 +138,10 @@ class Period:
         summaries = []
         for cycle in cycles:
             with connection.cursor() as cursor:
-                cursor.execute(_CYCLE_REPORTED_AT, [self.broker.broker_id, cycle.drop_session_id])
+                cursor.execute(
+                    _CYCLE_REPORTED_AT,
+                    [self.broker.broker_id, _ALL_STATUSES_HELD, cycle.drop_session_id],
+                )
                 reported_at = cursor.fetchone()[0]
             amendments = ReportFile.objects.filter(
                 cycle=cycle, kind=ReportKind.AMEND, state__in=_SENT_STATES
@@ -159,8 +164,9 @@ DEADLINE_FAILED = ("missed", "overdue")
 
 
 def cycle_deadline(cycle: DropCycle, *, reported_at: dt.datetime | None, today: dt.date) -> str:
-    """Whether every status of ``cycle`` reached DROP by its due date (days of DROP's
-    calendar): "met", "missed" (reported after it), "open" (not yet, and not yet due),
+    """Whether every status ``cycle`` owes reached DROP by its due date (days of DROP's
+    calendar), ``reported_at`` the moment DROP first held them all (an amendment after it
+    owes none): "met", "missed" (reported after it), "open" (not yet, and not yet due),
     "overdue" (not yet, and past it), or "nothing owed": DROP's package held no work item,
     or only rows that owe nothing (``UnreadableWorkItem.objects.owed()``), and no status is
     owed for an empty file, so none is ever reported."""
@@ -202,12 +208,17 @@ def _cycle_counts(cycle_pks: list[int]) -> Iterator[tuple[int, str, int]]:
     yield from rows
 
 
-# When DROP got the cycle's last status: the event's own time, or the upload by hand staff
-# marked later (its ``reported_at``, ``cycle_state_refresh``).
+# When DROP first held a status for everything the cycle owes: the cycle reported, or before
+# that still open for an amendment (``cycle_state_refresh``). An amendment sent later changes
+# no deadline: DROP held a status for its items all along (``owed_status``). Either event's
+# own time, or the upload by hand staff marked later (its ``reported_at``).
+_ALL_STATUSES_HELD = [
+    kind.value for kind in (LedgerKind.DROP_CYCLE_STATUSES_HELD, LedgerKind.DROP_CYCLE_REPORTED)
+]
 _CYCLE_REPORTED_AT = """
-SELECT max(coalesce((data->>'reported_at')::timestamptz, created_at))
+SELECT min(coalesce((data->>'reported_at')::timestamptz, created_at))
 FROM integrations_ledgerevent
-WHERE broker_id = %s AND kind = 'drop_cycle.reported' AND subject = %s
+WHERE broker_id = %s AND kind = ANY(%s) AND subject = %s
 """
 
 
