@@ -8,7 +8,7 @@ every text is escaped and every series segment can link to the list behind it::
         title="Outcomes per cycle",
     )
     cycle_timeline(start=date(2026, 3, 12), due=date(2026, 4, 26), today=date.today(),
-                   not_removed=900, with_status=640, reported=0, title="Cycle 3")
+                   not_removed=900, with_status=640, reported=0, owed=900, title="Cycle 3")
 """
 
 from __future__ import annotations
@@ -203,16 +203,20 @@ def cycle_timeline(
     not_removed: int,
     with_status: int,
     reported: int,
+    owed: int,
     title: str,
     width: int = 600,
 ) -> SafeString:
     """The 45 days (or whatever the span) of a cycle: time used above, work done below (of
     the cycle's ``not_removed`` work items, how many have a status and how many DROP holds
-    one for)."""
+    one for). ``owed``: the statuses DROP is still owed (``CycleWorkItems.owed``); with none,
+    the time is late for nothing."""
     height = 92
     left, right = 8, 8
     parts: list[SafeString] = [format_html("<title>{}</title>", title)]
-    parts += _timeline_time(start=start, due=due, today=today, width=width, left=left, right=right)
+    parts += _timeline_time(
+        start=start, due=due, today=today, owed=owed, width=width, left=left, right=right
+    )
     parts.append(
         _timeline_work(
             not_removed=not_removed,
@@ -226,14 +230,15 @@ def cycle_timeline(
 
 
 def _timeline_time(
-    *, start: dt.date, due: dt.date, today: dt.date, width: int, left: int, right: int
+    *, start: dt.date, due: dt.date, today: dt.date, owed: int, width: int, left: int, right: int
 ) -> list[SafeString]:
     """Time: the track, the days used, a tick every 5 days, today; the two dates under it."""
     track_w = width - left - right
     span = max((due - start).days, 1)
     elapsed = (today - start).days
     days_left = (due - today).days
-    color = days_left_color(days_left)
+    color = days_left_color(days_left) if owed else CALM
+    caption = _days_caption(elapsed, span, days_left) if owed else "nothing owed"
 
     def x_at(day: float) -> float:
         return left + track_w * min(max(day, 0), span) / span
@@ -250,7 +255,7 @@ def _timeline_time(
             left,
             _n(x_at(elapsed) - left),
             color,
-            _days_caption(elapsed, span, days_left),
+            caption,
         )
     )
     parts.append(
@@ -269,7 +274,7 @@ def _timeline_time(
             INK,
             _n(today_x),
             "start" if today_x < width * 0.15 else "end" if today_x > width * 0.85 else "middle",
-            _days_caption(elapsed, span, days_left),
+            caption,
         )
     )
     parts.append(

@@ -132,6 +132,7 @@ class CyclePanel:
     downloaded_at: dt.datetime
     due_date: dt.date
     days_left: int
+    owed: int  # statuses DROP is still owed (none: the cycle waits for an amendment only)
     tone: str  # calm / soon / late
     timeline: SafeString
     rows: list[WorkItemRow]
@@ -291,7 +292,11 @@ def dashboard_context(request: HttpRequest) -> dict[str, Any]:
         for panel in panels
         for cycle in ([panel.current] if panel.current else []) + panel.older_open
     ]
-    nearest = min(open_panels, key=lambda pair: pair[1].days_left, default=None)
+    nearest = min(
+        (pair for pair in open_panels if pair[1].owed),
+        key=lambda pair: pair[1].days_left,
+        default=None,
+    )
     return {
         "dashboard": Dashboard(
             today=today,
@@ -617,7 +622,9 @@ def _cycle_panel(cycle_items: CycleWorkItems, links: _Links, *, today: dt.date) 
         downloaded_at=cycle.downloaded_at,
         due_date=cycle.due_date,
         days_left=days_left,
-        tone=charts.days_left_tone(days_left),
+        owed=cycle_items.owed,
+        # Nothing owed, nothing late: an amendment still to send owes no status.
+        tone=charts.days_left_tone(days_left) if cycle_items.owed else "calm",
         timeline=charts.cycle_timeline(
             start=drop_date(cycle.downloaded_at),
             due=cycle.due_date,
@@ -625,6 +632,7 @@ def _cycle_panel(cycle_items: CycleWorkItems, links: _Links, *, today: dt.date) 
             not_removed=cycle_items.not_removed,
             with_status=cycle_items.with_status,
             reported=cycle_items.reported,
+            owed=cycle_items.owed,
             title=f"Cycle {cycle.drop_session_id}: {cycle.due_date:%Y-%m-%d} deadline",
         ),
         rows=rows,

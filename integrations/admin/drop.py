@@ -139,6 +139,7 @@ class DropCycleAdmin(PageObjectReadOnce[DropCycle], ReadOnlyAdmin):
                     not_removed=progress.items.not_removed,
                     with_status=progress.known,
                     reported=progress.reported,
+                    owed=progress.owed,
                     title=f"Cycle {cycle.drop_session_id}: {cycle.due_date:%Y-%m-%d} deadline",
                 ),
                 "cycle_work_items_url": _work_items_url(cycle__id__exact=cycle.pk),

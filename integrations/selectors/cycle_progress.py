@@ -12,7 +12,11 @@ import datetime as dt
 from dataclasses import dataclass
 
 from integrations.models import DropCycle
-from integrations.selectors.dashboard import CycleWorkItems, work_item_counts
+from integrations.selectors.dashboard import (
+    CycleWorkItems,
+    unreadable_owed_counts,
+    work_item_counts,
+)
 
 
 @dataclass(frozen=True)
@@ -45,11 +49,16 @@ class CycleProgress:
 
     @property
     def owed(self) -> int:
-        """Work items DROP is still owed a status for (``WorkItem.objects.owed()``)."""
-        return self.items.still_owed
+        """Statuses DROP is still owed (``CycleWorkItems.owed``)."""
+        return self.items.owed
 
 
 def cycle_progress(*, cycle: DropCycle, start: dt.date, today: dt.date) -> CycleProgress:
     counts, still_owed = work_item_counts([cycle.pk])
-    items = CycleWorkItems(cycle, counts[cycle.pk], still_owed=still_owed[cycle.pk])
+    items = CycleWorkItems(
+        cycle,
+        counts[cycle.pk],
+        still_owed=still_owed[cycle.pk],
+        unreadable_owed=unreadable_owed_counts([cycle.pk]).get(cycle.pk, 0),
+    )
     return CycleProgress(items, start=start, today=today)

@@ -23,6 +23,7 @@ from integrations.models import (
     LedgerEvent,
     ReportFile,
     RequestState,
+    UnreadableWorkItem,
     WorkItem,
     WorkItemState,
     owed_status,
@@ -51,6 +52,14 @@ class CycleWorkItems:
     counts: dict[tuple[str, int | None], int]
     request_outcomes: dict[str, int] = field(default_factory=dict)
     still_owed: int = 0
+    # Its unreadable rows still owed a status (``UnreadableWorkItem.objects.owed()``).
+    unreadable_owed: int = 0
+
+    @property
+    def owed(self) -> int:
+        """The statuses DROP is still owed, as the deadlines count them (``cycle_deadlines``):
+        an open cycle owing none waits only for an amendment, and is late for nothing."""
+        return self.still_owed + self.unreadable_owed
 
     @property
     def total(self) -> int:
@@ -237,7 +246,9 @@ def _cycle_work_items_by_broker(
     # Work items are counted for open cycles only: a closed cycle's are all reported, and a
     # DROP list is mostly unmatched items, so counting every recent cycle's would cost the
     # page most of its time.
-    counts, still_owed = work_item_counts([c.pk for c in shown if c.state == CycleState.OPEN])
+    opened = [c.pk for c in shown if c.state == CycleState.OPEN]
+    counts, still_owed = work_item_counts(opened)
+    unreadable = unreadable_owed_counts(opened)
     outcomes = _request_outcomes(recent)
     cycles_of: dict[int, list[CycleWorkItems]] = {}
     for cycle in shown:
@@ -247,6 +258,7 @@ def _cycle_work_items_by_broker(
                 counts.get(cycle.pk, {}),
                 outcomes.get(cycle.pk, {}),
                 still_owed.get(cycle.pk, 0),
+                unreadable.get(cycle.pk, 0),
             )
         )
     return cycles_of
@@ -269,6 +281,19 @@ def work_item_counts(
         counts[row["cycle_id"]][(row["state"], row["status_code"])] = row["n"]
         still_owed[row["cycle_id"]] += row["owed"]
     return counts, still_owed
+
+
+def unreadable_owed_counts(cycle_pks: list[int]) -> dict[int, int]:
+    """Per cycle pk with any: its unreadable rows still owed a status
+    (``UnreadableWorkItem.objects.owed()``); for ``CycleWorkItems``."""
+    return dict(
+        UnreadableWorkItem.objects.owed()
+        .filter(cycle_id__in=cycle_pks)
+        .values("cycle_id")
+        .annotate(n=Count("pk"))
+        .order_by()
+        .values_list("cycle_id", "n")
+    )
 
 
 def _request_outcomes(recent: list[DropCycle]) -> dict[int, dict[str, int]]:

@@ -105,7 +105,7 @@ def test_days_left_color(days_left: int, color: str) -> None:
 
 def timeline(today: dt.date, **work: int) -> ET.Element:
     start = dt.date(2026, 3, 12)
-    counts = {"not_removed": 200, "with_status": 150, "reported": 50, **work}
+    counts = {"not_removed": 200, "with_status": 150, "reported": 50, "owed": 150, **work}
     return parse(
         cycle_timeline(
             start=start, due=start + dt.timedelta(days=45), today=today, title="Cycle 3", **counts
@@ -137,3 +137,12 @@ def test_timeline_of_a_late_cycle_is_red_and_full() -> None:
 
 def test_timeline_with_nothing_owed() -> None:
     assert "no status owed" in texts(timeline(dt.date(2026, 3, 21), not_removed=0, with_status=0))
+
+
+def test_timeline_of_a_cycle_past_due_owing_nothing_is_not_late() -> None:
+    # Every status with DROP; the cycle waits for an amendment only, which owes none.
+    svg = timeline(dt.date(2026, 4, 29), with_status=200, reported=200, owed=0)
+    _, used, *_ = list(svg.iter(f"{SVG}rect"))
+    assert used.get("fill") == CALM
+    assert "nothing owed" in texts(svg)
+    assert not any("overdue" in text for text in texts(svg))

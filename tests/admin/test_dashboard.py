@@ -16,11 +16,25 @@ from django.utils import timezone
 
 from integrations.drop.calendar import drop_today
 from integrations.ledger_kinds import LedgerKind
-from integrations.models import Broker, DeletionRequest, RequestState
+from integrations.models import (
+    Broker,
+    CycleState,
+    DeletionRequest,
+    ReportFileState,
+    ReportKind,
+    RequestState,
+)
 from integrations.selectors.dashboard import dashboard_overview, integration_delivery_health
 from integrations.services.ledger import ledger_event_append
 from integrations.services.staff.brokers import broker_create
-from tests.builders import DeletionRequestFactory, DropAccessObligationFactory, sample_cycle
+from tests.builders import (
+    DeletionRequestFactory,
+    DropAccessObligationFactory,
+    DropCycleFactory,
+    ReportFileFactory,
+    WorkItemFactory,
+    sample_cycle,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -165,6 +179,27 @@ def test_a_late_cycle_and_a_late_download_are_flagged(broker: Broker, superuser:
     page = staff_client(superuser).get("/admin/").content.decode()
     assert "overdue by 15 days" in page  # downloaded 60 days ago, due 45 days after
     assert "(late)" in page  # no download for more than 45 days
+
+
+def test_an_open_cycle_owing_nothing_is_not_overdue(broker: Broker, superuser: User) -> None:
+    """Every status with DROP, an amendment waiting for approval: the cycle stays open to
+    send it, but owes no status, as the alerts and the cycles list count it."""
+    cycle = DropCycleFactory.create(broker=broker, due_date=drop_today() - dt.timedelta(days=3))
+    WorkItemFactory.create(cycle=cycle, reported=True)
+    ReportFileFactory.create(
+        cycle=cycle, kind=ReportKind.AMEND, state=ReportFileState.AWAITING_APPROVAL
+    )
+    assert cycle.state == CycleState.OPEN
+
+    page = unescape(staff_client(superuser).get("/admin/").content.decode())
+    cycle_page = staff_client(superuser).get(f"/admin/integrations/dropcycle/{cycle.pk}/change/")
+
+    badge = re.search(r'<span class="dp-badge dp-tone-(\w+)">([^<]*)</span>', page)
+    assert badge is not None and badge.groups() == ("calm", "nothing owed")
+    assert "overdue by 3 days" not in page  # the badge's, nor the timeline's
+    assert "no status owed to DROP" in page  # no nearest deadline
+    assert "overdue" not in cycle_page.content.decode()
+    assert ": nothing owed" in cycle_page.content.decode()
 
 
 def test_a_pull_that_found_nothing_new_counts_as_a_download(
