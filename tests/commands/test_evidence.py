@@ -856,6 +856,32 @@ def test_a_discarded_amendment_is_in_the_pack_with_its_reason(
     assert result.ok, result.failure
 
 
+def test_the_summarys_cycle_times_read_in_the_calendar_of_their_due_dates(
+    cycle: DropCycle, tmp_path: Path
+) -> None:
+    """A due date is a California day: a time beside it in unlabelled UTC reads a day late
+    in the evening (a download at 22:30 in California is 06:30 the next day in UTC)."""
+    la = ZoneInfo("America/Los_Angeles")
+    evening = dt.datetime(2026, 11, 19, 22, 30, tzinfo=la)
+    DropCycle.objects.filter(pk=cycle.pk).update(downloaded_at=evening)
+    out = _export(cycle, tmp_path / "pack.zip")
+    summary = members(out)[pack.SUMMARY].decode()
+    row = re.search(r"<tr>\s*<td>1</td>.*?</tr>", summary, re.S)
+    assert row is not None
+    cells = [
+        re.sub(r"<[^>]+>", " ", cell).split()
+        for cell in re.findall(r"<td[^>]*>(.*?)</td>", row.group(0), re.S)
+    ]
+    assert cells[1] == ["2026-11-19", "22:30", "PST", "2026-11-20", "06:30", "UTC"]
+    reported = LedgerEvent.objects.get(kind="drop_cycle.reported", subject="1").created_at
+    there, utc = reported.astimezone(la), reported.astimezone(dt.UTC)
+    assert cells[3] == [
+        *f"{there:%Y-%m-%d %H:%M} {there.tzname()}".split(),
+        *f"{utc:%Y-%m-%d %H:%M} UTC".split(),
+    ]
+    assert "America/Los_Angeles" in summary  # the calendar named once, above the table
+
+
 def test_the_summary_says_utc_whatever_zone_the_caller_reads_in(
     cycle: DropCycle, tmp_path: Path
 ) -> None:

@@ -38,6 +38,7 @@ from django.db import connection, transaction
 from django.template.loader import render_to_string
 from django.utils import timezone
 
+from integrations.drop.calendar import drop_timezone
 from integrations.evidence import components as layout
 from integrations.evidence import pack
 from integrations.evidence.signing_key import evidence_signing_key
@@ -120,6 +121,8 @@ def evidence_pack_export(
                 "evidence/summary.html",
                 {
                     "broker": broker,
+                    # The cycles' times beside their due dates, in the due dates' calendar.
+                    "drop_timezone": drop_timezone(),
                     "period": period.describe(),
                     "exported_at": exported_at,
                     "cycles": context.cycle_summaries,
