@@ -16,6 +16,9 @@ from rest_framework.fields import empty
 # generous; one rule for every callback, so no outcome is accepted on one path and refused
 # on another.
 IDENTIFIER_MAX_LENGTH = 1000
+# Where an opted_out answer carries the consumer's email: the path its errors, and a 409 for
+# a repeat with another email, name.
+OPT_OUT_EMAIL = "identifiers.email[0].email"
 
 
 class StrictCharField(serializers.CharField):

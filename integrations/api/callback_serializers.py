@@ -22,6 +22,7 @@ from rest_framework import serializers
 from integrations.models import DropOutcome
 from integrations.wire_fields import (
     IDENTIFIER_MAX_LENGTH,
+    OPT_OUT_EMAIL,
     ResolvedIdentifiersField,
     StrictCharField,
     StrictChoiceField,
@@ -34,9 +35,6 @@ class EmailIdentifierSerializer(serializers.Serializer):
 
 class DeletionIdentifiersSerializer(serializers.Serializer):
     email = serializers.ListField(child=EmailIdentifierSerializer(), required=False)
-
-
-OPT_OUT_EMAIL = "identifiers.email[0].email"
 
 
 class DeletionCallbackSerializer(serializers.Serializer):

@@ -458,6 +458,15 @@ def test_a_second_opt_out_with_another_email_is_a_conflict(
 
     assert response.status_code == 409
     assert OptOutRecord.objects.get().email == "a@x.com"
+    # It says which detail differs, not that 'opted_out' is refused; and names no email.
+    detail = response.json()["detail"]
+    assert detail == (
+        "The request already has the outcome 'opted_out' with another"
+        " identifiers.email[0].email; it is kept, and this one is refused."
+    )
+    rejected = LedgerEvent.objects.get(kind="callback.rejected")
+    assert rejected.data["detail"] == detail
+    assert "@x.com" not in json.dumps(rejected.data)
 
 
 def test_a_cancelled_request_takes_no_outcome(side: Broker_) -> None:
@@ -789,6 +798,10 @@ def test_the_same_resolution_answer_twice_is_200_and_a_different_one_409(
     assert again.json()["status"] == "unchanged"
     assert other.status_code == 409
     assert other.json()["code"] == "outcome_conflict"
+    assert other.json()["detail"] == (
+        "The request already has an answer with another identifiers; it is kept, and this one"
+        " is refused."
+    )
     assert SaasDeletion.objects.count() == 1
 
 

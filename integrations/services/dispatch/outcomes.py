@@ -40,6 +40,7 @@ from integrations.models import (
 )
 from integrations.services.cycle.work_items import settle_rules
 from integrations.services.ledger import canonical_data, ledger_event_append
+from integrations.wire_fields import OPT_OUT_EMAIL
 
 ERROR_MESSAGE_MAX = 2000
 # integrations/sql/deletion_outcome_record.sql, with the rules it applies as arguments.
@@ -216,8 +217,19 @@ def deletion_repeat_check(
         or opt_out_recorded_as(opt_out_email, deletion_request_id=deletion_request_id)
     ):
         return
+    if verdict == "repeated":
+        # Only an opt-out's email can differ in an outcome the SQL function found repeated.
+        # The field is named, never its value: an email is personal data (and this detail
+        # is kept in the ledger).
+        raise OutcomeConflict(
+            f"The request already has the outcome '{current_outcome}' with another"
+            f" {OPT_OUT_EMAIL}; it is kept, and this one is refused.",
+            current=current_outcome,
+            attempted=drop_outcome,
+        )
     raise OutcomeConflict(
-        f"The request already has the outcome '{current_outcome}'; '{drop_outcome}' is refused.",
+        f"The request already has the outcome '{current_outcome}'; another outcome,"
+        f" '{drop_outcome}', is refused.",
         current=current_outcome or current_state,
         attempted=drop_outcome,
     )

@@ -49,6 +49,7 @@ from integrations.services.dispatch.outcomes import (
     opt_out_recorded_as,
 )
 from integrations.services.ledger import ledger_event_append
+from integrations.wire_fields import OPT_OUT_EMAIL
 
 FINAL_SAAS_STATES = (RequestState.COMPLETED, RequestState.CANCELLED)
 NOT_DELETED_OUTCOMES = (DropOutcome.OPTED_OUT, DropOutcome.EXEMPT)
@@ -235,16 +236,25 @@ def resolution_repeat_check(
     takes nothing."""
     if current.state in OUTCOME_REFUSING_STATES:
         raise cancelled_conflict(state=current.state, attempted=drop_outcome)
-    same = current.drop_outcome == drop_outcome and current.exemption_basis == exemption_basis
+    # The first field found to differ, named (never its value: identifiers are personal data,
+    # and this detail is kept in the ledger); "" for a repeat.
+    differs = ""
+    if current.drop_outcome != drop_outcome:
+        differs = "drop_outcome"
+    elif current.exemption_basis != exemption_basis:
+        differs = "exemption_basis"
     # Once purged, the earlier identifiers cannot be compared; the outcome decides.
-    if same and current.identifiers:
-        same = json.loads(current.identifiers) == identifiers
-    if same and drop_outcome == DropOutcome.OPTED_OUT:
-        same = opt_out_recorded_as(opt_out_email, resolution_request_id=current.pk)
-    if not same:
+    elif current.identifiers and json.loads(current.identifiers) != identifiers:
+        differs = "identifiers"
+    elif drop_outcome == DropOutcome.OPTED_OUT and not opt_out_recorded_as(
+        opt_out_email, resolution_request_id=current.pk
+    ):
+        differs = OPT_OUT_EMAIL
+    if differs:
         # An answer without an outcome is one with identifiers.
         raise OutcomeConflict(
-            "The request already has a different answer; this one is refused.",
+            f"The request already has an answer with another {differs}; it is kept, and this"
+            " one is refused.",
             current=current.drop_outcome or "identifiers",
             attempted=drop_outcome or "identifiers",
         )
