@@ -57,7 +57,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -84,10 +84,34 @@ from integrations.web.throttling import (
 CALLBACK_BODY_LIMIT = 64 * 1024
 
 
+# Both signature headers, required on every signed callback (missing: 401
+# ``signature_invalid``), as ``signing.verify`` reads them.
+_SIGNATURE_HEADERS = [
+    OpenApiParameter(
+        signing.TIMESTAMP_HEADER,
+        str,
+        OpenApiParameter.HEADER,
+        required=True,
+        pattern="^[0-9]{1,19}$",
+        description="Unix seconds when the callback was signed; within "
+        f"{signing.TOLERANCE_SECONDS // 60} minutes of the server's clock.",
+    ),
+    OpenApiParameter(
+        signing.SIGNATURE_HEADER,
+        str,
+        OpenApiParameter.HEADER,
+        required=True,
+        pattern="^[A-Za-z0-9+/]{43}=$",
+        description="Base64 HMAC-SHA256 of '<X-Webhook-Timestamp>:<raw body>', keyed by the "
+        "Webhook Secret of the integration that sent the request.",
+    ),
+]
+
+
 # In the schema the callbacks take the same bearer API key as every other endpoint (one
 # "apiKey" scheme), though they look it up with their request. drf-spectacular puts ``auth``
 # into the operation's security as given (security requirement objects), though typed as str.
-@extend_schema(auth=[{"apiKey": []}])  # type: ignore[list-item]
+@extend_schema(auth=[{"apiKey": []}], parameters=_SIGNATURE_HEADERS)  # type: ignore[list-item]
 class SignedCallbackView(APIView):
     """The shared checks of a broker callback; subclasses set ``callback`` and ``subject``."""
 

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from rest_framework.test import APIClient
+
+from integrations.dispatch import signing
 
 pytestmark = pytest.mark.django_db
 
@@ -50,6 +54,37 @@ def test_the_schema_states_what_the_server_takes(api_client: APIClient) -> None:
     # No string may hold a NUL, as json_body refuses it.
     assert components["Consumer"]["properties"]["remote_identifier"]["pattern"] == ("^[^\\u0000]*$")
     assert components["Consumer"]["propertyNames"]["pattern"] == "^[^\\u0000]*$"
+
+
+def test_the_signed_callbacks_document_their_signature_headers(api_client: APIClient) -> None:
+    schema = api_client.get("/api/v1/schema", {"format": "json"}).json()
+    callbacks = {
+        (path, method): operation
+        for path, operations in schema["paths"].items()
+        if path.startswith("/api/v1/drop/callbacks/")
+        for method, operation in operations.items()
+    }
+
+    assert set(callbacks) == {
+        ("/api/v1/drop/callbacks/deletion", "put"),
+        ("/api/v1/drop/callbacks/resolution", "put"),
+        ("/api/v1/drop/callbacks/isi", "put"),
+        ("/api/v1/drop/callbacks/isi", "post"),
+    }
+    for operation in callbacks.values():
+        headers = {p["name"]: p for p in operation["parameters"] if p["in"] == "header"}
+        # The names the server reads, each required and described.
+        assert {signing.TIMESTAMP_HEADER, signing.SIGNATURE_HEADER} <= set(headers)
+        for name in (signing.TIMESTAMP_HEADER, signing.SIGNATURE_HEADER):
+            assert headers[name]["required"] is True
+            assert headers[name]["description"]
+    # What the schema allows is what signing.verify takes apart from the HMAC itself.
+    timestamp, signature = (
+        headers[signing.TIMESTAMP_HEADER]["schema"]["pattern"],
+        headers[signing.SIGNATURE_HEADER]["schema"]["pattern"],
+    )
+    assert re.fullmatch(timestamp, "1767225600")
+    assert re.fullmatch(signature, signing.sign("whsec_x", 1767225600, b"{}"))
 
 
 @pytest.mark.parametrize("name", ["bogus", "openapi-json"])
