@@ -30,6 +30,7 @@ from rest_framework.response import Response
 from integrations.api.callback_auth import SignedCallbackView
 from integrations.api.callback_serializers import DeletionCallbackSerializer, opt_out_email
 from integrations.api.callbacks import _PROBLEMS, _RECORDED, OutcomeConflictProblem, _recorded
+from integrations.api.outcomes import rfc3339_date_time
 from integrations.models import IntegrationKind
 from integrations.services.dispatch.outcomes import (
     OutcomeConflict,
@@ -42,7 +43,8 @@ from integrations.wire_fields import StrictCharField
 
 @extend_schema_field(OpenApiTypes.DATETIME)
 class UtcTimestampField(serializers.Field):
-    """An ISO 8601 timestamp in UTC (``Z`` or ``+00:00``), as a JSON string."""
+    """An ISO 8601 timestamp in UTC (``Z`` or ``+00:00``), as a JSON string; an RFC 3339
+    one with ``t`` and ``z`` in lower case too, as the outcomes API takes it."""
 
     default_error_messages = {
         "invalid": "An ISO 8601 timestamp in UTC is required, e.g. 2026-11-21T10:04:00Z."
@@ -50,7 +52,9 @@ class UtcTimestampField(serializers.Field):
 
     def to_internal_value(self, data: Any) -> dt.datetime:
         try:
-            moment = parse_datetime(data) if isinstance(data, str) else None
+            moment = (
+                (rfc3339_date_time(data) or parse_datetime(data)) if isinstance(data, str) else None
+            )
         except ValueError:  # well formed, but no such time: 30 February, 25 o'clock
             moment = None
         if moment is None or moment.utcoffset() != dt.timedelta(0):

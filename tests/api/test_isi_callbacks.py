@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -207,6 +207,23 @@ def test_a_completion_time_a_few_minutes_off_is_accepted_and_dated_by_our_clock(
     assert processing.completed_at is not None and processing.completed_at < ahead
     event = LedgerEvent.objects.get(kind="deletion_request.outcome_recorded")
     assert event.created_at < ahead
+
+
+@pytest.mark.parametrize(
+    "spelling", [str.lower, lambda text: text.replace("Z", "z")], ids=["t and z", "z"]
+)
+def test_a_completion_time_in_rfc_3339_lower_case_is_accepted(
+    side: Side, processing: DeletionRequest, spelling: Callable[[str], str]
+) -> None:
+    # RFC 3339 (section 5.6) lets "T" and "Z" be written "t" and "z": as the outcomes API reads.
+    broker_time = timezone.now() - dt.timedelta(minutes=1)
+    body = body_for(processing, completed_at=spelling(utc_text(broker_time)))
+
+    response = send(body, key=side.key, secret=side.secret)
+
+    assert response.status_code == 200, response.content
+    event = LedgerEvent.objects.get(kind="deletion_request.outcome_recorded")
+    assert dt.datetime.fromisoformat(event.data["broker_completed_at"]) == broker_time
 
 
 def test_the_same_completion_twice_is_200_and_a_different_one_409(
