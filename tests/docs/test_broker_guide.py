@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
+
+import pytest
+from django.utils.datastructures import CaseInsensitiveMapping
 
 from integrations.dispatch import signing
 
@@ -52,3 +57,67 @@ def test_the_drop_notification_example_verifies() -> None:
         )
         == fields["signature"].strip()
     )
+
+
+def _guide_verify_dispatch() -> Callable[[list[str], Mapping[str, str], bytes], bool]:
+    """The guide's ``verify_dispatch``, run as a broker would copy it."""
+    (source,) = [
+        block
+        for block in re.findall(r"```python\n(.*?)```", GUIDE, re.DOTALL)
+        if "def verify_dispatch" in block
+    ]
+    namespace: dict[str, Any] = {}
+    exec(source, namespace)  # noqa: S102 (the guide's own sample)
+    return namespace["verify_dispatch"]  # type: ignore[no-any-return]
+
+
+def test_the_guides_verify_dispatch_accepts_a_dispatch_in_any_header_case() -> None:
+    verify_dispatch = _guide_verify_dispatch()
+    secret, previous = _row("Webhook Secret"), signing.generate_webhook_secret()
+    body = b'{"topic":"drop.test"}'
+    signed = signing.signed_headers(secret, body)
+
+    assert verify_dispatch([secret], CaseInsensitiveMapping(signed), body)
+    lower = CaseInsensitiveMapping({name.lower(): value for name, value in signed.items()})
+    assert verify_dispatch([previous, secret], lower, body)  # during a rotation
+    assert not verify_dispatch([previous], lower, body)
+    assert not verify_dispatch([secret], lower, body + b" ")
+
+
+@pytest.mark.parametrize(
+    ("timestamp", "signature"),
+    [
+        ("\u00b2", None),  # "²".isdigit() is True; int() refuses it
+        ("\u0661\u0667\u0666\u0667", None),  # Arabic-Indic digits: isdigit() and int() take them
+        ("1" * 5000, None),  # past the digits int() converts
+        ("", None),
+        (" 1767225600", None),
+        (None, "\u00e9" * 44),  # compare_digest refuses a non-ASCII str
+        (None, ""),
+        (None, "not base64"),
+    ],
+    ids=[
+        "superscript two",
+        "arabic-indic digits",
+        "5000 digits",
+        "empty timestamp",
+        "leading space",
+        "non-ascii signature",
+        "empty signature",
+        "not base64",
+    ],
+)
+def test_the_guides_verify_dispatch_says_false_to_hostile_headers(
+    timestamp: str | None, signature: str | None
+) -> None:
+    verify_dispatch = _guide_verify_dispatch()
+    secret = _row("Webhook Secret")
+    body = b"{}"
+    headers = signing.signed_headers(secret, body)
+    if timestamp is not None:
+        headers[signing.TIMESTAMP_HEADER] = timestamp
+    if signature is not None:
+        headers[signing.SIGNATURE_HEADER] = signature
+
+    assert verify_dispatch([secret], CaseInsensitiveMapping(headers), body) is False
+    assert verify_dispatch([secret], CaseInsensitiveMapping({}), body) is False
