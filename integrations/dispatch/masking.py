@@ -12,11 +12,19 @@ broker's SaaS connections (lower-case words, checked when set)::
     # '{"phone": "<number of 11 characters>", "zip": "<number of 7 characters>"}'
     category_counts({"email": [{...}], "ann@x.com": [{...}]}, categories=["email"])
     # {"email": 1, "<key of 9 characters>": 1}
+
+A broker's free text (an outcome's ``error_message``, a resolution's ``exemption_basis``) is
+kept, so it is read rather than replaced: what looks like an identifier is masked
+(``free_text_masked``), the rest kept as sent::
+
+    free_text_masked("cannot delete Ann.Smith@Example.com: record locked", limit=2000)
+    # 'cannot delete <email>: record locked'
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
@@ -99,3 +107,42 @@ def category_counts(identifiers: Mapping[str, Any], *, categories: Iterable[str]
     for category, entries in identifiers.items():
         counts[masked_key(category, names, counts)] = len(entries)
     return counts
+
+
+# What in a broker's free text looks like a clear identifier, each found only where a word
+# starts (so a search never restarts inside one: linear time on any text). A request UUID is
+# ours, and its digits would read as a phone number: kept. Names, a ZIP code alone and a
+# number shorter than a phone's cannot be told from the rest of a message: those the broker
+# guide asks brokers not to write.
+_FREE_TEXT_IDENTIFIER = re.compile(
+    r"(?P<uuid>(?<![\w-])[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}(?![\w-]))"
+    # An email, its "@" plain or percent-encoded; the domain may lack a dot (user@localhost).
+    r"|(?P<email>(?<![\w.!#$%&*+/=?^{|}~-])[\w.!#$%&*+/=?^{|}~-]+(?:@|%40)[\w-]+(?:\.[\w-]+)*)"
+    # A date, as a date of birth is written: 1985-07-04, 07/04/1985, 4.7.85.
+    r"|(?P<date>(?<![\w/.-])(?:\d{4}[-/.]\d{1,2}[-/.]\d{1,2}|\d{1,2}[-/.]\d{1,2}[-/.]\d{2,4})(?![\w/-]|\.\d))"
+    # A VIN: 17 letters and digits (no I, O or Q), at least one a digit.
+    r"|(?P<vin>(?<![\w-])(?=[a-z]*\d)[a-hj-npr-z0-9]{17}(?![\w-]))"
+    # A phone number, or any long number (an account's, a social security number): digits,
+    # with spaces, dots, dashes or brackets between them, 7 digits or more (counted when found).
+    r"|(?P<number>(?<![\w+])\+?\(?\d(?:[ .()-]{0,2}\d)+(?!\w))",
+    re.IGNORECASE,
+)
+_NUMBER_DIGITS = 7
+# The longest identifier a cut may split (an email is at most 254 characters): text this far
+# past the limit is read, so that one crossing it is masked whole before the text is cut.
+_FREE_TEXT_MARGIN = 254
+
+
+def _identifier_masked(found: re.Match[str]) -> str:
+    kind = found.lastgroup
+    text = found.group()
+    if kind == "uuid" or (kind == "number" and sum(c.isdigit() for c in text) < _NUMBER_DIGITS):
+        return text
+    return f"<{kind}>"
+
+
+def free_text_masked(text: str, *, limit: int) -> str:
+    """A broker's free text as it is kept (on its row and in the ledger, for good): every
+    email, phone or other long number, date and VIN in it replaced by ``<email>``,
+    ``<number>``, ``<date>``, ``<vin>``; then cut to ``limit`` characters."""
+    return _FREE_TEXT_IDENTIFIER.sub(_identifier_masked, text[: limit + _FREE_TEXT_MARGIN])[:limit]

@@ -304,6 +304,32 @@ def test_a_long_error_message_is_recorded_cut_at_2000_characters(
     assert dispatched.error_message == message[:2000]
 
 
+def test_an_identifier_in_an_error_message_is_masked_on_the_row_and_in_the_ledger(
+    side: Broker_, dispatched: DeletionRequest
+) -> None:
+    message = "cannot delete Ann.Smith@Example.com (+1 415 555 9317): record locked"
+
+    response = put(
+        DELETION,
+        body_for(dispatched, "failed", error_message=message),
+        key=side.key,
+        secret=side.secret,
+    )
+
+    assert response.status_code == 200, response.content
+    dispatched.refresh_from_db()
+    assert dispatched.error_message == "cannot delete <email> (<number>): record locked"
+    event = LedgerEvent.objects.get(kind="deletion_request.outcome_recorded")
+    assert event.data["error_message"] == dispatched.error_message
+    again = put(  # a repeat is judged on what was kept
+        DELETION,
+        body_for(dispatched, "failed", error_message=message),
+        key=side.key,
+        secret=side.secret,
+    )
+    assert again.json()["status"] == "unchanged"
+
+
 def test_failed_is_recorded_and_a_later_outcome_replaces_it(
     side: Broker_, dispatched: DeletionRequest
 ) -> None:
@@ -754,6 +780,24 @@ def test_opted_out_or_exempt_starts_no_saas_deletion_and_keeps_nothing(
     event = LedgerEvent.objects.get(kind="resolution_request.outcome_recorded")
     assert event.data["opt_out_record"] is opted_out
     assert "Ann.Smith" not in json.dumps(event.data)
+
+
+def test_an_identifier_in_an_exemption_basis_is_masked_on_the_row_and_in_the_ledger(
+    side: Broker_, notified: ResolutionRequest
+) -> None:
+    answer = resolution_body(
+        notified, drop_outcome="exempt", exemption_basis="legal_hold for ann.smith@example.com"
+    )
+
+    response = put(RESOLUTION, answer, key=side.key, secret=side.secret)
+
+    assert response.status_code == 200, response.content
+    notified.refresh_from_db()
+    assert notified.exemption_basis == "legal_hold for <email>"
+    event = LedgerEvent.objects.get(kind="resolution_request.outcome_recorded")
+    assert event.data["exemption_basis"] == "legal_hold for <email>"
+    again = put(RESOLUTION, answer, key=side.key, secret=side.secret)
+    assert again.json()["status"] == "unchanged"  # a repeat is judged on what was kept
 
 
 def test_a_repeated_opt_out_with_another_email_is_refused(

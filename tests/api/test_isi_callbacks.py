@@ -256,6 +256,18 @@ def test_failed_is_recorded_and_a_later_completion_replaces_it(
     assert snapshot(processing)[:3] == ("completed", "deleted", 3)
 
 
+def test_an_identifier_in_an_error_message_is_masked_on_the_row_and_in_the_ledger(
+    side: Side, processing: DeletionRequest
+) -> None:
+    failed = body_for(processing, "failed", error_message="VIN 1HGCM82633A004352 not deleted")
+
+    assert send(failed, key=side.key, secret=side.secret).status_code == 200
+
+    assert snapshot(processing)[3] == "VIN <vin> not deleted"
+    event = LedgerEvent.objects.get(kind="deletion_request.outcome_recorded")
+    assert event.data["error_message"] == "VIN <vin> not deleted"
+
+
 def test_the_previous_secret_is_accepted_within_24_hours_of_a_rotation(
     side: Side, processing: DeletionRequest
 ) -> None:

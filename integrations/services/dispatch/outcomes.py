@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from django.db import connection
 from django.utils import timezone
 
+from integrations.dispatch import masking
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     DROP_STATUS_CODES,
@@ -128,12 +129,15 @@ def deletion_outcome_record(
     """Record ``drop_outcome`` (already validated) on ``deletion_request``.
 
     ``opt_out_email`` (for ``opted_out``) is kept verbatim, encrypted, as an ``OptOutRecord``;
-    it never reaches the ledger. ``now`` (the service's clock) dates the outcome and its
-    ledger event; a time the broker gives (``broker_completed_at``, ISI) is kept in the
-    event's data only, so a broker cannot date the ledger.
+    it never reaches the ledger. ``error_message`` is kept, on the row and in the ledger,
+    with what looks like an identifier in it masked (``masking.free_text_masked``). ``now``
+    (the service's clock) dates the outcome and its ledger event; a time the broker gives
+    (``broker_completed_at``, ISI) is kept in the event's data only, so a broker cannot date
+    the ledger.
     """
     now = now or timezone.now()
-    error_message = error_message[:ERROR_MESSAGE_MAX]
+    # Masked before anything compares or keeps it: a repeat is judged on what is kept.
+    error_message = masking.free_text_masked(error_message, limit=ERROR_MESSAGE_MAX)
     failed = drop_outcome == DropOutcome.FAILED
     state = RequestState.FAILED if failed else RequestState.COMPLETED
     uuid_text = str(deletion_request.request_uuid)

@@ -51,6 +51,7 @@ from integrations.services.dispatch.outcomes import (
 from integrations.services.ledger import ledger_event_append
 from integrations.wire_fields import OPT_OUT_EMAIL
 
+EXEMPTION_BASIS_MAX = ResolutionRequest._meta.get_field("exemption_basis").max_length or 0
 FINAL_SAAS_STATES = (RequestState.COMPLETED, RequestState.CANCELLED)
 NOT_DELETED_OUTCOMES = (DropOutcome.OPTED_OUT, DropOutcome.EXEMPT)
 
@@ -68,10 +69,14 @@ def resolution_outcome_record(
     """Record the broker's (validated) answer and start the SaaS deletions it calls for.
 
     ``opt_out_email`` (``identifiers.email[0].email`` of an ``opted_out`` answer) is kept
-    verbatim, encrypted, as an ``OptOutRecord``; it never reaches the ledger. The same
-    answer twice changes nothing; a different one is an ``OutcomeConflict``.
+    verbatim, encrypted, as an ``OptOutRecord``; it never reaches the ledger. The
+    ``exemption_basis`` is kept, on the row and in the ledger, with what looks like an
+    identifier in it masked (``masking.free_text_masked``). The same answer twice changes
+    nothing; a different one is an ``OutcomeConflict``.
     """
     now = now or timezone.now()
+    # Masked before anything compares or keeps it: a repeat is judged on what is kept.
+    exemption_basis = masking.free_text_masked(exemption_basis, limit=EXEMPTION_BASIS_MAX)
     request = resolution_request
     uuid_text = str(request.request_uuid)
     with transaction.atomic():

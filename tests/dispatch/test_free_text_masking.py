@@ -1,0 +1,48 @@
+"""A broker's free text as it is kept: what looks like an identifier masked, the rest as sent."""
+
+from __future__ import annotations
+
+import pytest
+
+from integrations.dispatch.masking import free_text_masked
+
+
+@pytest.mark.parametrize(
+    ("sent", "kept"),
+    [
+        (
+            "cannot delete Ann.Smith@Example.com: record locked",
+            "cannot delete <email>: record locked",
+        ),
+        ("no user ann%40x.com or bob@localhost.", "no user <email> or <email>."),
+        ("call (415) 555-1234 or +1 415.555.9317", "call <number> or <number>"),
+        ("SSN 123-45-6789, account 12345678", "SSN <number>, account <number>"),
+        ("Smith,Ann,1985-07-04,91790", "Smith,Ann,<date>,91790"),
+        ("born 07/04/1985 or 4.7.85", "born <date> or <date>"),
+        ("VIN 1HGCM82633A004352 not found", "VIN <vin> not found"),
+        # What is not an identifier stays, a request's UUID included.
+        ("glba", "glba"),
+        (
+            "HTTP 503 after 3 retries in 30000 ms, v1.2.3",
+            "HTTP 503 after 3 retries in 30000 ms, v1.2.3",
+        ),
+        (
+            "request 123e4567-e89b-12d3-a456-426614174000 at 2026-03-12T10:04:00Z",
+            "request 123e4567-e89b-12d3-a456-426614174000 at 2026-03-12T10:04:00Z",
+        ),
+    ],
+)
+def test_identifiers_are_masked_and_the_rest_kept(sent: str, kept: str) -> None:
+    assert free_text_masked(sent, limit=2000) == kept
+
+
+def test_an_email_across_the_limit_is_masked_before_the_text_is_cut() -> None:
+    sent = "x" * 1990 + " ann.smith@example.com"
+
+    assert free_text_masked(sent, limit=2000) == "x" * 1990 + " <email>"[:10]
+
+
+@pytest.mark.parametrize("sent", ["1" * 100_000 + "a", "a." * 50_000, "1-" * 50_000 + "x"])
+def test_a_long_text_is_read_once(sent: str) -> None:
+    # Linear: a text of the API's size is masked at once (a quadratic search would not end).
+    assert len(free_text_masked(sent, limit=200_000)) <= len(sent)
