@@ -139,7 +139,10 @@ class WebhookTransport:
     def resolution_message(self, request: ResolutionRequest) -> Message:
         integration = request.integration
         body = resolution_notification_body(request, integration, request.broker)
-        return _unsigned(integration, body, request.webhook_request_id)
+        # It asks for the consumer's identifiers: a broker may answer with them here rather
+        # than in the callback, so the attempt keeps only the answer's shape (only the 2xx
+        # counts), as for an ISI identifier retrieval.
+        return _unsigned(integration, body, request.webhook_request_id, keep_answer=False)
 
     def send(self, batch: Sequence[Message], pool: Executor | None) -> list[Verdict]:
         return each(pool, self._post, batch)
@@ -149,11 +152,18 @@ class WebhookTransport:
         return http_post(message, {**message.headers, **signed})
 
 
-def _unsigned(integration: Integration, body: bytes, webhook_request_id: uuid.UUID) -> Message:
+def _unsigned(
+    integration: Integration,
+    body: bytes,
+    webhook_request_id: uuid.UUID,
+    *,
+    keep_answer: bool = True,
+) -> Message:
     # Signed by send as it leaves: a fresh timestamp on each attempt.
     return Message(
         address=integration.url,
         body=body,
         headers=unsigned_headers(webhook_request_id=webhook_request_id),
         credential=integration.webhook_secret,
+        keep_answer=keep_answer,
     )

@@ -99,6 +99,28 @@ def test_a_resolution_notification_carries_body_2_3_signed(
     assert LedgerEvent.objects.filter(kind="resolution_request.delivered").count() == 1
 
 
+@pytest.mark.parametrize(("status", "verdict"), [(200, "delivered"), (500, "retry")])
+def test_a_notification_answered_with_identifiers_keeps_only_their_shape(
+    broker: Broker, receiver: BrokerSimulator, status: int, verdict: str
+) -> None:
+    """Only the 2xx counts; a broker answering with the identifiers at once (as an ISI
+    retrieval does) must not have them kept in clear on the attempt."""
+    created = webhook_integration_created(broker, receiver.url)
+    request = ResolutionRequestFactory.create(integration=created.integration)
+    receiver.script(Reply(status, json.dumps({"identifiers": RESOLVED}).encode()))
+
+    assert resolution_requests_deliver(request_ids=[request.pk]) == {verdict: 1}
+
+    attempt = request.delivery_attempts.get()
+    assert attempt.status == status
+    assert json.loads(attempt.response_body) == {
+        "identifiers": {
+            "email": [{"email": "<22 characters>"}, {"email": "<15 characters>"}],
+            "phone": [{"phone": "<12 characters>"}],
+        }
+    }
+
+
 def _answered(broker: Broker, **fields: Any) -> ResolutionRequest:
     integration = webhook_integration_created(broker, "https://crm.acme.example/drop").integration
     return ResolutionRequestFactory.create(
