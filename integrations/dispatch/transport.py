@@ -33,7 +33,12 @@ from django.utils import timezone
 from integrations.dispatch import masking
 from integrations.dispatch.policy import RETRY_AFTER_STATUSES, classify
 from integrations.models import DeletionRequest, ResolutionRequest
-from integrations.outbound_http import DeliveryResult, deliver, retry_after_seconds
+from integrations.outbound_http import (
+    RESPONSE_BODY_LIMIT,
+    DeliveryResult,
+    deliver,
+    retry_after_seconds,
+)
 
 Outcome = Literal["delivered", "retry", "gone", "failed"]
 REDACTED = "[redacted]"
@@ -152,13 +157,17 @@ def http_post(message: Message, headers: Mapping[str, str]) -> Verdict:
 
 
 def answer_kept(message: Message, result: DeliveryResult) -> DeliveryResult:
-    """``result`` as its attempt keeps it. ``keep_answer=False`` (the endpoint handles clear
+    """``result`` as its attempt keeps it: its text with what looks like an identifier
+    masked (``masking.free_text_masked``); or, ``keep_answer=False`` (the endpoint handles clear
     identifiers): ``response_body`` is only the ``masked`` shape of whatever was answered,
     an error included (an error may echo what was asked), keys as well as values but for
     the ``answer_categories`` asked and the protocol's names; ``content`` still holds it all.
     """
     if message.keep_answer:
-        return result
+        # Kept to tell why a call failed; a broker's error may still name the consumer
+        # ("cannot delete ann@x.com"), masked as a callback's free text is.
+        kept = masking.free_text_masked(result.response_body, limit=RESPONSE_BODY_LIMIT)
+        return dataclasses.replace(result, response_body=kept)
     return dataclasses.replace(
         result, response_body=masking.masked(result.content, categories=message.answer_categories)
     )

@@ -478,6 +478,20 @@ def test_attempt_records_keep_only_the_first_4_kib_of_the_answer(
     )
 
 
+def test_an_answer_naming_the_consumer_is_kept_with_the_identifiers_masked(
+    integration: Integration, receiver: BrokerSimulator
+) -> None:
+    """The answer is kept to tell staff why a call failed; a broker's error may name the
+    consumer, as a callback's error_message may."""
+    receiver.script(Reply(status=500, body=b"cannot delete Ann.Smith@Example.com: locked"))
+    request = DeletionRequestFactory.create(integration=integration)
+
+    deletion_requests_deliver(request_ids=[request.pk])
+
+    attempt = request.delivery_attempts.get()
+    assert (attempt.status, attempt.response_body) == (500, "cannot delete <email>: locked")
+
+
 def test_a_binary_answer_is_kept_storable_and_the_batch_with_it(
     integration: Integration, receiver: BrokerSimulator
 ) -> None:
