@@ -444,23 +444,29 @@ def _selection_of_ids_only(view: Callable[..., Any], model_admin: ModelAdmin) ->
 
 
 AUTOCOMPLETE_VAR = "term"  # django.contrib.admin.views.autocomplete's search parameter
+# Third-party lists searched by staff's names, sign-in names and addresses, none a
+# consumer's: their terms travel as typed (a clear email or phone still as its hash).
+_LISTS_OF_STAFF_NAMES = frozenset(
+    {"auth.User", "auth.Group", "axes.AccessAttempt", "axes.AccessLog", "axes.AccessFailureLog"}
+)
 
 
 def _search_kept_out_of_urls(view: Callable[..., Any]) -> Callable[..., Any]:
     """A list's search: posted terms come back in the URL as they may travel, or not at all.
 
     The list's ModelAdmin may say how its terms travel (``search_term_for_url``: the term,
-    its hash, or None to refuse it); by default a clear email or phone travels as its hash.
+    its hash, or None to refuse it); by default only an id of ours travels, and a clear
+    email or phone as its hash (``search_terms.search_token``): a name, a date of birth, a
+    ZIP code or a VIN never reaches the access log.
     """
     # Imported when called: see the module docstring.
-    from integrations.selectors.work_item_search import clear_identifier_hash
-
-    def default_for_url(term: str) -> str:
-        return clear_identifier_hash(term) or term.strip()
+    from integrations.selectors.search_terms import named_search_token, search_token
 
     model_admin = getattr(view, "__self__", None)
+    model = getattr(model_admin, "model", None)
+    named = model is not None and model._meta.label in _LISTS_OF_STAFF_NAMES
     for_url: Callable[[str], str | None] = getattr(
-        model_admin, "search_term_for_url", default_for_url
+        model_admin, "search_term_for_url", named_search_token if named else search_token
     )
 
     @wraps(view)
@@ -474,9 +480,10 @@ def _search_kept_out_of_urls(view: Callable[..., Any]) -> Callable[..., Any]:
         # Django's autocomplete, behind the same admin_view, reads its search as ``term``
         # and answers a widget in JSON: a clear email or phone there is refused plainly.
         asked = request.GET.get(AUTOCOMPLETE_VAR)
-        if asked is not None and default_for_url(asked) != asked.strip():
+        if asked is not None and search_token(asked) != asked.strip():
             return HttpResponseBadRequest(
-                "Not searched: an email address or phone number never travels in an address.",
+                "Not searched: only an id travels in an address, never an email address,"
+                " a phone number, a name or a date.",
                 content_type="text/plain",
             )
         return view(request, *args, **kwargs)
@@ -492,7 +499,8 @@ def _search_redirect(request: HttpRequest, term: str | None) -> HttpResponseRedi
         messages.error(
             request,
             "Not searched: type it in the search box. An email address or phone number is "
-            "hashed before it reaches an address; words that are not an id are not sent.",
+            "hashed before it reaches an address; words that are not an id of this list (a "
+            "name, a date, a ZIP code, a VIN) are not sent.",
         )
     elif term:
         params[SEARCH_VAR] = term

@@ -46,7 +46,8 @@ from integrations.selectors.cycle_progress import cycle_progress
 from integrations.selectors.deadlines import drop_cycles_by_urgency
 from integrations.selectors.drop_metrics import METRIC_FIGURES, METRIC_FILTERS
 from integrations.selectors.match_rates import match_rate
-from integrations.selectors.work_item_search import search_token, work_items_find
+from integrations.selectors.search_terms import named_search_token, search_token
+from integrations.selectors.work_item_search import work_items_find
 
 
 class ReadOnlyAdmin(ModelAdmin):
@@ -90,6 +91,7 @@ class DropCycleAdmin(PageObjectReadOnce[DropCycle], ReadOnlyAdmin):
     list_display_links = ["drop_session_id"]
     list_filter = ["state", "broker"]
     search_fields = ["drop_session_id", "zip_name", "zip_sha256"]
+    search_term_for_url = staticmethod(named_search_token)  # names of ours, no consumer's
     list_select_related = ["broker"]
     fields = _CYCLE_FIELDS = (
         "broker",

@@ -34,6 +34,7 @@ from integrations.admin.date_drill_down import DateDrillDownBounded
 from integrations.admin.display import uuid_short
 from integrations.models import LedgerEvent
 from integrations.selectors.ledger import LEDGER_COLUMNS, ledger_events
+from integrations.selectors.search_terms import ledger_search_token
 from integrations.services.evidence.audit import ledger_export_record
 
 CONTENT_TYPES = {"csv": "text/csv; charset=utf-8", "jsonl": "application/x-ndjson"}
@@ -44,6 +45,7 @@ class LedgerEventAdmin(DateDrillDownBounded, ModelAdmin):
     list_display = ["id", "created_at", "broker_id", "kind", "subject_shown", "actor"]
     list_filter = ["kind", "broker_id"]
     search_fields = ["subject", "actor", "kind"]
+    search_term_for_url = staticmethod(ledger_search_token)  # ids, kinds and actors
     date_hierarchy = "created_at"
     readonly_fields = [
         "id",

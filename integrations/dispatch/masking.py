@@ -141,6 +141,16 @@ def _identifier_masked(found: re.Match[str]) -> str:
     return f"<{kind}>"
 
 
+def identifiers_in(text: str) -> set[str]:
+    """The kinds of identifier ``free_text_masked`` would mask in ``text`` (``email``,
+    ``number``, ``date``, ``vin``)."""
+    return {
+        found.lastgroup or ""
+        for found in _FREE_TEXT_IDENTIFIER.finditer(text)
+        if _identifier_masked(found) != found.group()
+    }
+
+
 def free_text_masked(text: str, *, limit: int) -> str:
     """A broker's free text as it is kept (on its row and in the ledger, for good): every
     email, phone or other long number, date and VIN in it replaced by ``<email>``,

@@ -9,8 +9,8 @@ One term, tried as each thing it can be::
 - a DROP hash (44 characters of Base64);
 - a clear email address or phone number, written any way: standardized and hashed here with
   the registration's rules (``drop.standardize``), in memory only. The clear value is never
-  stored, logged or sent on: ``search_token`` turns it into its hash before the admin puts
-  the search in a URL, and refuses what is neither an id nor a hash (a name, words).
+  stored, logged or sent on: ``search_terms.search_token`` turns it into its hash before the
+  admin puts the search in a URL, and refuses what is neither an id nor a hash (a name, words).
 
 A hash finds the items DROP sent with it, and every item matched to a consumer registered
 with it (their other lists too).
@@ -43,8 +43,6 @@ _TEL = re.compile(r"^(?:tel:)\s*", re.IGNORECASE)
 _MAILTO = re.compile(r"^(?:mailto:)\s*", re.IGNORECASE)
 # The extension is not part of the number DROP hashes: ``ext 12``, ``x12``, ``#12``, ``;ext=12``.
 _EXTENSION = re.compile(r"\s*(?:;\s*ext=|ext\.?|extension|x|#)\s*\d{1,8}\s*$", re.IGNORECASE)
-# An exact id (work item id, remote_identifier): one printable ASCII word.
-_EXACT_ID = re.compile(r"[!-~]{1,255}")
 
 
 def clear_identifier_hash(term: str) -> str | None:
@@ -62,19 +60,6 @@ def clear_identifier_hash(term: str) -> str | None:
     except InvalidIdentifier:
         return None
     return None
-
-
-def search_token(term: str) -> str | None:
-    """``term`` as the work items' search may put it in a URL, or None: it may not.
-
-    Only an exact id, a UUID or a hash travels; a clear email or phone travels as its hash;
-    anything else (a name, words) is refused rather than sent in clear.
-    """
-    term = term.strip()
-    hashed = clear_identifier_hash(term)
-    if hashed is not None:
-        return hashed
-    return term if _EXACT_ID.fullmatch(term) or not term else None
 
 
 def _hash_bytes(term: str) -> bytes | None:
