@@ -18,6 +18,7 @@ from django.http import HttpRequest
 from unfold.admin import ModelAdmin, TabularInline
 
 from integrations.admin.actors import staff_actor
+from integrations.admin.capped_count import CappedCountPaginator
 from integrations.admin.page_object import PageObjectReadOnce
 from integrations.admin.refusals import RefusalsShown, Refused
 from integrations.models import Broker, Consumer, ConsumerHash
@@ -81,6 +82,7 @@ class ConsumerAdmin(PageObjectReadOnce[Consumer], RefusalsShown, ModelAdmin):
         "created_at",
     ]
     inlines = [ConsumerHashInline]
+    paginator = CappedCountPaginator  # hundreds of millions of consumers: counted to a cap
     show_full_result_count = False  # a second COUNT over every consumer on each page
 
     change_form_after_template = "admin/integrations/consumer/stories.html"

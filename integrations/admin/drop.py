@@ -21,6 +21,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 from unfold.admin import ModelAdmin
 
+from integrations.admin.capped_count import CappedCountPaginator
 from integrations.admin.charts import cycle_timeline
 from integrations.admin.drop_notifications import drop_notifications_table
 from integrations.admin.page_object import PageObjectReadOnce, PageRowsReadTogether
@@ -346,6 +347,7 @@ class WorkItemAdmin(PageObjectReadOnce[WorkItem], PageRowsReadTogether, ReadOnly
     # Its page shows the broker and the cycle, whose name holds the broker's id.
     list_select_related = ["broker", "cycle__broker"]
     actions = [set_work_item_status]  # with a written reason; an Operators' action
+    paginator = CappedCountPaginator  # counted to a cap, not every item of every cycle
     show_full_result_count = False  # a cycle holds up to millions of rows
     # Newest first, as the list shows them without it; Django's autocomplete pages by it too.
     ordering = ["-id"]

@@ -30,6 +30,7 @@ from unfold.admin import ModelAdmin
 from integrations import exports
 from integrations.admin.actors import staff_actor
 from integrations.admin.audit import AUDIT_EXPORT_PERMISSION
+from integrations.admin.capped_count import CappedCountPaginator
 from integrations.admin.date_drill_down import DateDrillDownBounded
 from integrations.admin.display import uuid_short
 from integrations.models import LedgerEvent
@@ -58,6 +59,7 @@ class LedgerEventAdmin(DateDrillDownBounded, ModelAdmin):
         "event_hash",
         "txid",
     ]
+    paginator = CappedCountPaginator  # the list's own count too, up to a cap
     show_full_result_count = False  # counting millions of events on every page is slow
     change_list_template = "admin/integrations/ledgerevent/change_list.html"
 

@@ -26,6 +26,7 @@ from unfold.admin import ModelAdmin, TabularInline
 
 from integrations.admin.actors import staff_actor
 from integrations.admin.audit import AUDIT_EXPORT_PERMISSION
+from integrations.admin.capped_count import CappedCountPaginator
 from integrations.admin.display import uuid_link, uuid_short
 from integrations.admin.reports import export_outcomes_csv, export_outcomes_jsonl
 from integrations.ascii_integers import ascii_integer
@@ -59,6 +60,10 @@ class ReadOnlyAdmin(ModelAdmin):
         # The list offers actions (each checks the change permission); a row's page is a
         # "View" page with no Save button.
         return obj is None and super().has_change_permission(request)
+
+    # Requests, SaaS deletions and opt-outs grow with every cycle: counted to a cap.
+    paginator = CappedCountPaginator
+    show_full_result_count = False
 
     hidden_fields: tuple[str, ...] = ()
     # Identifiers as 8 characters with a copy button (integrations/admin/display.py).
@@ -196,7 +201,6 @@ class DeletionRequestAdmin(ReadOnlyAdmin):
     ]
     search_fields = ["=request_uuid", "remote_identifier", "=work_item__work_item_id"]
     list_select_related = ["broker", "integration"]
-    show_full_result_count = False
     inlines = [DeletionAttemptInline]
     actions = ["redeliver", "redispatch", export_outcomes_csv, export_outcomes_jsonl]
 
@@ -270,7 +274,6 @@ class ResolutionRequestAdmin(ReadOnlyAdmin):
     ]
     search_fields = ["=request_uuid", "=results_token", "remote_identifier"]
     list_select_related = ["broker", "integration"]
-    show_full_result_count = False
     # The resolved identifiers are clear personal data: kept encrypted, never displayed.
     hidden_fields = ("identifiers",)
     inlines = [ResolutionAttemptInline, SaasDeletionInline]
