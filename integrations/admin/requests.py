@@ -44,7 +44,10 @@ from integrations.services.dispatch.redelivery import (
     resolution_request_redeliver,
     saas_deletion_redeliver,
 )
-from integrations.services.dispatch.resolutions import saas_deletion_cancel
+from integrations.services.dispatch.resolutions import (
+    NOT_DELETED_OUTCOMES,
+    saas_deletion_cancel,
+)
 
 
 class ReadOnlyAdmin(ModelAdmin):
@@ -141,6 +144,48 @@ class CycleFilter(admin.SimpleListFilter):
         return queryset.filter(work_item__cycle_id=cycle)
 
 
+class RoundFilter(admin.SimpleListFilter):
+    """The match's own request (round 0) or a recurring deletion round's (1, 2...), offered
+    as two fixed choices: Django's filter of a number reads every request's for its own."""
+
+    title = "round"
+    parameter_name = "round"
+    recurring = "recurring"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("0", "0: the match's own"), (self.recurring, "1 or later: recurring")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if not value:
+            return queryset
+        if value == self.recurring:
+            return queryset.filter(round__gte=1)
+        number = ascii_integer(value)  # one round, as ?round=2 chose it before
+        if number is None:
+            return queryset.none()
+        return queryset.filter(round=number)
+
+
+class ResolutionOutcomeFilter(admin.SimpleListFilter):
+    """A resolution's two outcomes, without a DISTINCT over every resolution request (its
+    field has no choices: most answers give identifiers, no outcome)."""
+
+    title = "DROP outcome"
+    parameter_name = "drop_outcome__exact"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(outcome.value, outcome.label) for outcome in NOT_DELETED_OUTCOMES]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if not value:
+            return queryset
+        if value not in {outcome.value for outcome in NOT_DELETED_OUTCOMES}:
+            return queryset.none()
+        return queryset.filter(drop_outcome=value)
+
+
 class AttemptInline(TabularInline):
     model = DeliveryAttempt
     fields = ("number", "started_at", "url", "status", "duration_ms", "error", "answer", "headers")
@@ -192,12 +237,14 @@ class DeletionRequestAdmin(ReadOnlyAdmin):
     list_filter = [
         "state",
         "drop_outcome",
-        ("integration", admin.RelatedOnlyFieldListFilter),
+        # Every integration, read from its own table: "only those with requests" is a
+        # DISTINCT over every request.
+        ("integration", admin.RelatedFieldListFilter),
         CycleFilter,
         "broker",
         "dispatched_at",
         "late_match",
-        "round",  # 0: the match's own; 1, 2...: recurring deletion rounds
+        RoundFilter,
     ]
     search_fields = ["=request_uuid", "remote_identifier", "=work_item__work_item_id"]
     list_select_related = ["broker", "integration"]
@@ -266,11 +313,11 @@ class ResolutionRequestAdmin(ReadOnlyAdmin):
     ]  # fits 1280 pixels: when the identifiers were purged is on the request's page
     list_filter = [
         "state",
-        "drop_outcome",
-        ("integration", admin.RelatedOnlyFieldListFilter),
+        ResolutionOutcomeFilter,
+        ("integration", admin.RelatedFieldListFilter),  # as the deletion requests'
         CycleFilter,
         "broker",
-        "round",
+        RoundFilter,
     ]
     search_fields = ["=request_uuid", "=results_token", "remote_identifier"]
     list_select_related = ["broker", "integration"]

@@ -8,7 +8,9 @@ import json
 
 import pytest
 from django.contrib.auth.models import Permission, User
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from procrastinate.contrib.django.models import ProcrastinateJob
 
@@ -18,6 +20,7 @@ from integrations.models import (
     Integration,
     LedgerEvent,
     RequestState,
+    ResolutionRequest,
     SaasDeletion,
 )
 from tests.builders import (
@@ -49,7 +52,7 @@ def integration(broker: Broker) -> Integration:
     return webhook_integration_created(broker, "https://crm.acme.example/drop").integration
 
 
-def _listed(page: str, request: DeletionRequest) -> bool:
+def _listed(page: str, request: DeletionRequest | ResolutionRequest) -> bool:
     return str(request.request_uuid) in page
 
 
@@ -83,6 +86,59 @@ def test_lists_filter_by_state_outcome_integration_and_cycle(
     assert _listed(by_outcome, deleted) and not _listed(by_outcome, undeliverable)
     assert _listed(by_integration, elsewhere) and not _listed(by_integration, deleted)
     assert _listed(by_cycle, elsewhere) and not _listed(by_cycle, undeliverable)
+
+
+@pytest.mark.parametrize(
+    ("model", "factory"),
+    [("deletionrequest", DeletionRequestFactory), ("resolutionrequest", ResolutionRequestFactory)],
+)
+def test_the_round_and_integration_filters_read_no_request_to_offer_their_choices(
+    staff: Client,
+    broker: Broker,
+    integration: Integration,
+    model: str,
+    factory: type[DeletionRequestFactory] | type[ResolutionRequestFactory],
+) -> None:
+    listed = f"/admin/integrations/{model}/"
+    other = webhook_integration_created(
+        broker, "https://other.example/drop", name="Other"
+    ).integration
+    first = factory.create(integration=integration)  # the match's own, round 0
+    recurring = factory.create(integration=other, round=2)
+
+    with CaptureQueriesContext(connection) as queries:
+        page = staff.get(listed).content.decode()
+    # SELECT DISTINCT round / integration_id read every request of the table on each page.
+    distinct = [
+        q["sql"]
+        for q in queries.captured_queries  # read before the next request empties the log
+        if "DISTINCT" in q["sql"].upper() and f'"integrations_{model}"' in q["sql"]
+    ]
+    by_first = staff.get(listed, {"round": "0"}).content.decode()
+    by_recurring = staff.get(listed, {"round": "recurring"}).content.decode()
+    by_integration = staff.get(listed, {"integration__id__exact": other.pk}).content.decode()
+
+    assert distinct == []
+    assert "1 or later" in page and "Other (webhook)" in page
+    assert _listed(by_first, first) and not _listed(by_first, recurring)
+    assert _listed(by_recurring, recurring) and not _listed(by_recurring, first)
+    assert _listed(by_integration, recurring) and not _listed(by_integration, first)
+
+
+def test_resolution_requests_filter_by_their_outcome(
+    staff: Client, integration: Integration
+) -> None:
+    listed = "/admin/integrations/resolutionrequest/"
+    opted_out = ResolutionRequestFactory.create(
+        integration=integration, completed=True, drop_outcome="opted_out"
+    )
+    resolved = ResolutionRequestFactory.create(integration=integration, resolved=True)
+
+    by_outcome = staff.get(listed, {"drop_outcome__exact": "opted_out"}).content.decode()
+    unknown = staff.get(listed, {"drop_outcome__exact": "deleted"}).content.decode()
+
+    assert _listed(by_outcome, opted_out) and not _listed(by_outcome, resolved)
+    assert not _listed(unknown, opted_out) and not _listed(unknown, resolved)
 
 
 def test_a_request_page_shows_its_attempts_with_what_was_sent(
