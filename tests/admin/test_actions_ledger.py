@@ -66,6 +66,7 @@ ACTION_INPUT: dict[str, dict[str, str]] = {
     "reportfile.discard_amendment": {"apply": "1", "reason": "DROP closed the cycle"},
     "reportfile.approve_files": {"apply": "1", "reason": ""},
     "reportfile.reject_files": {"apply": "1", "reason": "the counts are off"},
+    "reportfile.mark_uploaded": {"apply": "1", "uploaded_at": ""},
     "integration.retire_integrations": {"apply": "1", "reason": "CRM decommissioned"},
     "webhookintegration.retire_integrations": {"apply": "1", "reason": "CRM decommissioned"},
     "isiintegration.retire_integrations": {"apply": "1", "reason": "API decommissioned"},
