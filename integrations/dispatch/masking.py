@@ -29,6 +29,7 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from integrations.outbound_http import RESPONSE_BODY_LIMIT
+from integrations.url_extras import without_url_extras
 
 # Field names of the answers and errors the broker's systems and SaaS APIs send (ISI,
 # OAuth, RFC 9457), and DROP's identifier types: kept as they are.
@@ -117,7 +118,9 @@ def category_counts(identifiers: Mapping[str, Any], *, categories: Iterable[str]
 _FREE_TEXT_IDENTIFIER = re.compile(
     r"(?P<uuid>(?<![\w-])[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}(?![\w-]))"
     # An email, its "@" plain or percent-encoded; the domain may lack a dot (user@localhost).
-    r"|(?P<email>(?<![\w.!#$%&*+/=?^{|}~-])[\w.!#$%&*+/=?^{|}~-]+(?:@|%40)[\w-]+(?:\.[\w-]+)*)"
+    # Its local part is read without "/", which RFC 5322 allows but a URL's path ends with:
+    # an email at the end of a path is masked alone, the path kept.
+    r"|(?P<email>(?<![\w.!#$%&*+=?^{|}~-])[\w.!#$%&*+=?^{|}~-]+(?:@|%40)[\w-]+(?:\.[\w-]+)*)"
     # A date, as a date of birth is written: 1985-07-04, 07/04/1985, 4.7.85.
     r"|(?P<date>(?<![\w/.-])(?:\d{4}[-/.]\d{1,2}[-/.]\d{1,2}|\d{1,2}[-/.]\d{1,2}[-/.]\d{2,4})(?![\w/-]|\.\d))"
     # A VIN: 17 letters and digits (no I, O or Q), at least one a digit.
@@ -155,4 +158,7 @@ def free_text_masked(text: str, *, limit: int) -> str:
     """A broker's free text as it is kept (on its row and in the ledger, for good): every
     email, phone or other long number, date and VIN in it replaced by ``<email>``,
     ``<number>``, ``<date>``, ``<vin>``; then cut to ``limit`` characters."""
-    return _FREE_TEXT_IDENTIFIER.sub(_identifier_masked, text[: limit + _FREE_TEXT_MARGIN])[:limit]
+    # A URL's query and credentials first (what the ledger cuts anyway): read as free text,
+    # "case?email=ann%40x.com" would be one email, the path before it lost.
+    text = without_url_extras(text[: limit + _FREE_TEXT_MARGIN])
+    return _FREE_TEXT_IDENTIFIER.sub(_identifier_masked, text)[:limit]

@@ -20,6 +20,12 @@ from integrations.dispatch.masking import free_text_masked
         ("Smith,Ann,1985-07-04,91790", "Smith,Ann,<date>,91790"),
         ("born 07/04/1985 or 4.7.85", "born <date> or <date>"),
         ("VIN 1HGCM82633A004352 not found", "VIN <vin> not found"),
+        # A URL keeps its path, not its query or credentials; an email ending a path goes.
+        (
+            "see HTTPS://u:pw@crm.example/case?email=ann%40x.com",
+            "see https://crm.example/case",
+        ),
+        ("no https://crm.example/users/ann@x.com", "no https://crm.example/users/<email>"),
         # What is not an identifier stays, a request's UUID included.
         ("glba", "glba"),
         (
