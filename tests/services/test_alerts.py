@@ -8,10 +8,9 @@ import contextlib
 import datetime as dt
 import email
 import email.policy
+import io
 import json
 import socket
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -20,7 +19,6 @@ from typing import Any
 
 import pytest
 from aiosmtpd.controller import Controller
-from django.conf import settings as django_settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
@@ -68,6 +66,7 @@ from tests.builders import (
 )
 from tests.conftest import subprocess_env
 from tests.ports import free_port
+from tests.started_settings import start_with
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -522,52 +521,41 @@ def test_conditions_are_a_registry() -> None:
     assert AlertState.objects.count() == 0
 
 
-def test_email_url_configures_the_mail_that_alerts_use(inbox: Inbox) -> None:
+def _checked(live: Any, env: dict[str, str]) -> str:
+    """What ``manage.py check`` writes on stderr in a process started with ``env``, run here
+    on the settings that start reads (tests/started_settings.py)."""
+    start_with(live, env)
+    stderr = io.StringIO()
+    call_command("check", stdout=io.StringIO(), stderr=stderr)
+    return stderr.getvalue()
+
+
+def test_email_url_configures_the_mail_that_alerts_use(settings: Any, inbox: Inbox) -> None:
     """EMAIL_URL (django-environ's format) is all a process needs to send alerts by mail."""
-    code = (
-        "from django.core.management import call_command\n"
-        "from integrations.dispatch.alerts import alert_send\n"
-        "alert_send(channel='email', text='[dropportal] ALERT: test', alert={'key': 'k'})\n"
-        "call_command('check')\n"
+    env = subprocess_env(
+        EMAIL_URL=f"smtp://127.0.0.1:{inbox.port}", DROPPORTAL_ALERT_EMAILS=RECIPIENT
     )
-    sent = subprocess.run(  # noqa: S603
-        [sys.executable, "manage.py", "shell", "-c", code],
-        cwd=django_settings.BASE_DIR,
-        env=subprocess_env(
-            EMAIL_URL=f"smtp://127.0.0.1:{inbox.port}", DROPPORTAL_ALERT_EMAILS=RECIPIENT
-        ),
-        capture_output=True,
-        text=True,
-    )
-    assert sent.returncode == 0, sent.stderr
+    checked = _checked(settings, env)
+
+    alert_send(channel="email", text="[dropportal] ALERT: test", alert={"key": "k"})
+
     assert inbox.subjects() == ["[dropportal] ALERT: test"]
     assert inbox.messages[0]["X-Rcpt"] == RECIPIENT
-    assert "dropportal.W003" not in sent.stderr  # recipients with a mail server: no warning
+    assert "dropportal.W003" not in checked  # recipients with a mail server: no warning
 
 
-def test_without_email_url_no_alert_is_emailed_and_the_checks_say_so() -> None:
+def test_without_email_url_no_alert_is_emailed_and_the_checks_say_so(settings: Any) -> None:
     """DROPPORTAL_ALERT_EMAILS alone emails nothing: without EMAIL_URL there is no mail
     server the operator chose (Django's default, an SMTP server on localhost:25, is not).
     The start-up checks warn, so the recipients are not dropped unseen."""
-    code = (
-        "from django.conf import settings\n"
-        "from django.core.management import call_command\n"
-        "print(settings.DROPPORTAL_ALERT_EMAILS)\n"
-        "call_command('check')\n"
-    )
     env = subprocess_env(DROPPORTAL_ALERT_EMAILS=RECIPIENT)
     env.pop("EMAIL_URL", None)
-    shown = subprocess.run(  # noqa: S603
-        [sys.executable, "manage.py", "shell", "-c", code],
-        cwd=django_settings.BASE_DIR,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert shown.returncode == 0, shown.stderr
-    assert "[]" in shown.stdout.splitlines()
-    assert "dropportal.W003" in shown.stderr
-    assert "DROPPORTAL_ALERT_EMAILS is set but EMAIL_URL is not" in shown.stderr
+
+    checked = _checked(settings, env)
+
+    assert settings.DROPPORTAL_ALERT_EMAILS == []
+    assert "dropportal.W003" in checked
+    assert "DROPPORTAL_ALERT_EMAILS is set but EMAIL_URL is not" in checked
 
 
 def test_a_disabled_saas_connection_alerts_until_enabled(broker: Broker) -> None:
