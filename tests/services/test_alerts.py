@@ -468,7 +468,8 @@ def test_a_rejected_upload_alerts_until_its_statuses_go_out_in_a_new_file(
     item = WorkItemFactory.create(cycle=cycle, status_code=3)
     rejected = items_reported(cycle, [item], state=ReportFileState.REJECTED)
     ReportFile.objects.filter(pk=rejected.pk).update(drop_response={"reason": "bad header"})
-    raised = alerts_evaluate().raised
+    rejected_only = ["upload_rejected"]  # the condition read: only it is evaluated
+    raised = alerts_evaluate(conditions=rejected_only).raised
     assert [(a.condition, a.text) for a in raised if a.condition == "upload_rejected"] == [
         (
             "upload_rejected",
@@ -478,11 +479,15 @@ def test_a_rejected_upload_alerts_until_its_statuses_go_out_in_a_new_file(
     ]
     # Another file of the cycle does not settle the rejected file's statuses.
     items_reported(cycle, [WorkItemFactory.create(cycle=cycle, status_code=5)])
-    assert "upload_rejected" not in {a.condition for a in alerts_evaluate().cleared}
+    assert "upload_rejected" not in {
+        a.condition for a in alerts_evaluate(conditions=rejected_only).cleared
+    }
 
     report_files_write(broker=broker)  # staff run the report: the statuses go out anew
 
-    assert "upload_rejected" in {a.condition for a in alerts_evaluate().cleared}
+    assert "upload_rejected" in {
+        a.condition for a in alerts_evaluate(conditions=rejected_only).cleared
+    }
 
 
 def test_a_failed_nightly_ledger_verify_alerts(broker: Broker) -> None:
@@ -769,3 +774,17 @@ def test_an_alert_the_webhook_refuses_for_good_is_not_sent_again(
     job = Job(id=1, queue="alerts", lock=None, queueing_lock=None, task_name="send_alert")
     decision = tasks.ALERT_SEND_RETRY.get_retry_decision(exception=refused.value, job=job)
     assert (decision is not None) is retried
+
+
+def test_named_conditions_are_evaluated_alone(broker: Broker) -> None:
+    job = _a_job_failed()
+    Broker.objects.filter(pk=broker.pk).update(drop_api_key=KEY + " ")  # refused: it alerts
+    with pytest.raises(ValueError, match="no alert condition job_failed"):
+        alerts_evaluate(conditions=["jobs_failed", "job_failed"])
+    assert not AlertState.objects.exists()  # a misspelt name evaluates nothing
+
+    assert [a.key for a in alerts_evaluate(conditions=["jobs_failed"]).raised] == [
+        f"jobs_failed:{job.task_name}"
+    ]
+    # The others were left as they were: a whole evaluation raises them now.
+    assert [a.key for a in alerts_evaluate().raised] == ["drop_settings_refused:4821"]

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,14 +122,22 @@ class AlertConditionsFailed(Exception):
     """Conditions that raised: the others were evaluated, theirs not (the job fails)."""
 
 
-def alerts_evaluate(*, now: dt.datetime | None = None) -> AlertsEvaluated:
+def alerts_evaluate(
+    *, now: dt.datetime | None = None, conditions: Collection[str] | None = None
+) -> AlertsEvaluated:
     """Evaluate every condition; raise what started, clear what ended (one transaction per
     condition, so one failing condition does not hold back the others' alerts: it is logged,
-    its alerts stay as they were, and ``AlertConditionsFailed`` names it once all have run)."""
+    its alerts stay as they were, and ``AlertConditionsFailed`` names it once all have run).
+    ``conditions``: only these, by name (each evaluated as in a whole run); every one by
+    default."""
     now = now or timezone.now()
+    if conditions is not None and (unknown := set(conditions) - set(CONDITIONS)):
+        raise ValueError(f"no alert condition {', '.join(sorted(unknown))}")
     result = AlertsEvaluated()
     failed: list[str] = []
     for name, check in CONDITIONS.items():
+        if conditions is not None and name not in conditions:
+            continue
         try:
             evaluated = _condition_evaluate(name, check, now)
         except (OperationalError, InterfaceError):
