@@ -45,7 +45,10 @@ from django.db import connection, connections
 from django.db.models import F
 from django.utils import timezone
 from factory.django import DjangoModelFactory
+from procrastinate import PsycopgConnector
 from procrastinate.contrib.django import app
+from procrastinate.contrib.django.settings import settings as procrastinate_settings
+from procrastinate.contrib.django.utils import connector_params
 from procrastinate.periodic import PeriodicRegistry
 
 from devtools.drop_simulator import DropSimulator, build_drop_zip
@@ -636,9 +639,15 @@ def run_worker(queues: list[str] | None = None) -> None:
     drop doctor, the ledger's verify...): most of such a test's time, and work no assertion
     asked for. tests/test_jobs.py tests that deferral on its own."""
     _WORKER_RAN.set()
+    # The connector ``manage.py worker`` makes, its pool opening one session rather than
+    # four (psycopg_pool's default) and growing to four as the worker asks: each session is
+    # a PostgreSQL backend started, and a test's worker runs for a moment.
+    connector = PsycopgConnector(
+        kwargs=connector_params(procrastinate_settings.DATABASE_ALIAS), min_size=1, max_size=4
+    )
     # On the app itself, which ``replace_connector`` yields: ``app`` is Procrastinate's proxy
     # for Django, and an attribute set on it is the proxy's, never seen by the worker.
-    with app.replace_connector(app.connector.get_worker_connector()) as real:  # type: ignore[attr-defined]
+    with app.replace_connector(connector) as real:
         registry, real.periodic_registry = real.periodic_registry, PeriodicRegistry()
         try:
             real.run_worker(
