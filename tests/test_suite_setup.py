@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import Group
 from django.contrib.contenttypes.models import ContentType
 from django.db import connection
-from django.test import TransactionTestCase
+from django.test import Client, TransactionTestCase
 
 from integrations.enqueue import alerts_evaluate_enqueue
-from integrations.models import Broker
+from integrations.models import AdminSession, Broker
 from integrations.services.staff.brokers import broker_create
 from tests.builders import MIGRATED_TABLES
 from tests.conftest import checkout_tag
@@ -102,3 +103,19 @@ def test_the_test_database_is_named_after_this_checkout() -> None:
     name = connection.settings_dict["NAME"]
     assert f"_{checkout_tag()}" in name, name
     assert name.startswith("test_"), name
+
+
+@pytest.mark.django_db
+def test_a_forced_login_saves_one_session_as_a_login_does(admin_user: Any) -> None:
+    client = Client()
+    client.force_login(admin_user)  # tests/conftest.py: without Django's spare session first
+
+    (session,) = AdminSession.objects.all()
+    assert session.user_id == admin_user.pk
+    assert client.cookies[settings.SESSION_COOKIE_NAME].value == session.session_key
+    assert client.get("/admin/").status_code == 200
+    admin_user.refresh_from_db()
+    assert admin_user.last_login is not None  # login()'s signals ran
+    # Logged in again over its own session, as the same member: login() keeps it.
+    client.force_login(admin_user)
+    assert AdminSession.objects.get().session_key == session.session_key
