@@ -24,6 +24,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from integrations.ledger_hash import GENESIS_HASH, canonical_json, chain_hash, event_hash
@@ -178,26 +179,50 @@ def _recomputed_hash(event: LedgerEvent) -> str:
     )
 
 
-def ledger_seal(*, batch_size: int = 5000) -> int:
+# Events chained per transaction of the sealer (a parameter of ledger_seal, for the tests).
+SEAL_BATCH_SIZE = 5000
+
+
+def ledger_seal(*, batch_size: int = SEAL_BATCH_SIZE) -> int:
     """Chain every committed, unsealed event; return how many were sealed.
 
     Ordering in the chain is the order of sealing, so an event whose transaction commits
     late is sealed in a later batch rather than lost. The candidates are the events
     written by transactions at or after the previous seal's horizon: every older
     transaction had finished then, so its events were already visible and sealed.
+
+    Within one call, the batches after a full one read on past the last event it sealed
+    (``id > after``), not from the horizon again over every event sealed since (quadratic
+    in a backlog). An event they pass over was not yet committed when the batch that
+    passed its id looked, so not when the first batch did either: its transaction is at
+    or after the first batch's horizon, which is the horizon the call records. The next
+    call starts from there and seals it.
     """
     sealed = 0
+    after = 0
+    call_horizon: int | None = None
     while True:
         with transaction.atomic():
             with connection.cursor() as cursor:
                 cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_SEAL_LOCK_KEY])
                 cursor.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
                 horizon = int(cursor.fetchone()[0])
+            # Every event visible to this first snapshot is sealed by the call's end: each
+            # batch takes the lowest unsealed ids above the last one, up to a partial batch.
+            if call_horizon is None:
+                call_horizon = horizon
             last = LedgerChainLink.objects.order_by("-position").first()
             previous_hash = last.chain_hash if last else GENESIS_HASH
             since = last.horizon_txid if last else 0
+            # NOT EXISTS, bounded on both sides: PostgreSQL then merges the two id indexes
+            # from ``after`` on. A LEFT JOIN ... IS NULL (``chain_link__isnull``) hashes the
+            # whole chain for every batch, and an anti-join bounded on the events' side
+            # only walks the chain's index from its start.
+            sealed_links = LedgerChainLink.objects.filter(
+                event_id=OuterRef("id"), event_id__gt=after
+            )
             events = list(
-                LedgerEvent.objects.filter(txid__gte=since, chain_link__isnull=True)
+                LedgerEvent.objects.filter(~Exists(sealed_links), txid__gte=since, id__gt=after)
                 .order_by("id")
                 .only("id", "event_hash")[:batch_size]
             )
@@ -212,14 +237,15 @@ def ledger_seal(*, batch_size: int = 5000) -> int:
                         event_id=event.id,
                         chain_hash=previous_hash,
                         sealed_at=now,
-                        # A partial batch keeps the old horizon so the rest stays a candidate.
-                        horizon_txid=horizon if len(events) < batch_size else since,
+                        # A full batch keeps the old horizon so the rest stays a candidate.
+                        horizon_txid=call_horizon if len(events) < batch_size else since,
                     )
                 )
             LedgerChainLink.objects.bulk_create(links)
             sealed += len(links)
             if len(events) < batch_size:
                 return sealed
+            after = events[-1].id
 
 
 @dataclass(frozen=True)

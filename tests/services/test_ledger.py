@@ -6,6 +6,7 @@ import pytest
 from django.core.management import call_command
 from django.db import connection, transaction
 from django.db.utils import DatabaseError
+from django.test.utils import CaptureQueriesContext
 
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import LedgerChainLink, LedgerEvent
@@ -54,6 +55,23 @@ def test_sealing_in_batches_continues_the_chain() -> None:
     result = ledger_verify()
     assert result.ok
     assert result.chain_length == 9
+
+
+def test_a_backlog_is_sealed_in_id_order_without_rereading_what_is_sealed() -> None:
+    events = append(8)
+    with CaptureQueriesContext(connection) as queries:
+        assert ledger_seal(batch_size=3) == 8
+    links = list(LedgerChainLink.objects.order_by("position"))
+    assert [link.event_id for link in links] == [e.id for e in events]
+    assert ledger_verify().ok
+    # The candidates' reads: each after the first starts past the last event sealed, in the
+    # events and in the chain, not over every event sealed since the horizon again
+    # (quadratic in a backlog).
+    reads = [q["sql"] for q in queries if q["sql"].startswith('SELECT "integrations_ledgerevent"')]
+    assert len(reads) == 3
+    for read, after in zip(reads, [0, events[2].id, events[5].id], strict=True):
+        assert f'"integrations_ledgerevent"."id" > {after}' in read
+        assert f'U0."event_id" > {after}' in read
 
 
 def test_intact_ledger_verifies() -> None:
