@@ -24,6 +24,11 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        # An interrupted concurrent build leaves an invalid index of the name: built again.
+        migrations.RunSQL(
+            "DROP INDEX CONCURRENTLY IF EXISTS deletion_request_broker_pages",
+            migrations.RunSQL.noop,
+        ),
         AddIndexConcurrently(
             model_name="deletionrequest",
             index=models.Index(
