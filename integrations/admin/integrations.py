@@ -26,7 +26,6 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
-from django.contrib.admin import helpers
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import QuerySet
@@ -37,6 +36,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.http import urlencode
 from unfold.admin import ModelAdmin
 
+from integrations.admin.action_pages import action_form_page
 from integrations.admin.actors import staff_actor
 from integrations.admin.as_shown import fields_as_shown
 from integrations.admin.credentials import Credential, WriteOnlyCredentials
@@ -96,19 +96,16 @@ def _retire_reason(
     form = RetireForm(request.POST if "apply" in request.POST else None)
     if form.is_valid():
         return str(form.cleaned_data["reason"])
-    opts = modeladmin.model._meta
-    context = {
-        **modeladmin.admin_site.each_context(request),
-        "title": f"Retire {opts.verbose_name_plural} for good",
-        "form": form,
-        "targets": queryset.order_by("pk")[:200],
-        "count": queryset.count(),
-        "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
-        "select_across": request.POST.get("select_across", "0"),
-        "action": action,
-        "opts": opts,
-    }
-    return TemplateResponse(request, "admin/integrations/retire.html", context)
+    return action_form_page(
+        modeladmin,
+        request,
+        queryset,
+        action=action,
+        title=f"Retire {modeladmin.model._meta.verbose_name_plural} for good",
+        form=form,
+        template="admin/integrations/retire.html",
+        targets=queryset.order_by("pk")[:200],
+    )
 
 
 def _retired(modeladmin: admin.ModelAdmin, request: HttpRequest, done: int) -> None:

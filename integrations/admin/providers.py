@@ -15,17 +15,16 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
-from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import get_object_or_404
-from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 from unfold.admin import ModelAdmin
 
+from integrations.admin.action_pages import action_form_page
 from integrations.admin.actors import staff_actor
 from integrations.admin.as_shown import fields_as_shown
 from integrations.admin.refusals import RefusalsShown, Refused
@@ -276,18 +275,16 @@ class DirectiveAdmin(ModelAdmin):
             if done or not already:
                 self.message_user(request, f"Recorded {done} acknowledgement(s).", messages.SUCCESS)
             return None
-        context = {
-            **self.admin_site.each_context(request),
-            "title": "Record a provider's acknowledgement",
-            "form": form,
-            "directives": queryset.select_related("provider")[:200],
-            "count": queryset.count(),
-            "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
-            "select_across": request.POST.get("select_across", "0"),
-            "action": "acknowledge_directives",
-            "opts": self.model._meta,
-        }
-        return TemplateResponse(request, "admin/integrations/directive/acknowledge.html", context)
+        return action_form_page(
+            self,
+            request,
+            queryset,
+            action="acknowledge_directives",
+            title="Record a provider's acknowledgement",
+            form=form,
+            template="admin/integrations/directive/acknowledge.html",
+            directives=queryset.select_related("provider")[:200],
+        )
 
     # The Operators', who follow directives up (the same permission as acknowledging).
     @admin.action(

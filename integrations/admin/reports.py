@@ -35,7 +35,6 @@ from typing import Any
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
-from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Exists, OuterRef, QuerySet
 from django.http import (
@@ -53,6 +52,7 @@ from django.utils.html import format_html
 from unfold.admin import ModelAdmin
 
 from integrations import exports
+from integrations.admin.action_pages import action_form_page
 from integrations.admin.actors import staff_actor
 from integrations.admin.drop_notifications import drop_notifications_table
 from integrations.admin.page_object import PageRowsReadTogether
@@ -245,19 +245,15 @@ class ReportFileAdmin(PageRowsReadTogether, ModelAdmin):
             if done:
                 self.message_user(request, f"Marked {done} file(s) uploaded.", messages.SUCCESS)
             return None
-        context = {
-            **self.admin_site.each_context(request),
-            "title": "Mark uploaded by hand in DROP's portal",
-            "form": form,
-            "files": queryset[:200],
-            "count": queryset.count(),
-            "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
-            "select_across": request.POST.get("select_across", "0"),
-            "action": "mark_uploaded",
-            "opts": self.model._meta,
-        }
-        return TemplateResponse(
-            request, "admin/integrations/reportfile/mark_uploaded.html", context
+        return action_form_page(
+            self,
+            request,
+            queryset,
+            action="mark_uploaded",
+            title="Mark uploaded by hand in DROP's portal",
+            form=form,
+            template="admin/integrations/reportfile/mark_uploaded.html",
+            files=queryset[:200],
         )
 
     @admin.action(
@@ -280,18 +276,16 @@ class ReportFileAdmin(PageRowsReadTogether, ModelAdmin):
                     messages.SUCCESS,
                 )
             return None
-        context = {
-            **self.admin_site.each_context(request),
-            "title": "Discard amendments DROP refuses",
-            "form": form,
-            "files": queryset[:200],
-            "count": queryset.count(),
-            "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
-            "select_across": request.POST.get("select_across", "0"),
-            "action": "discard_amendment",
-            "opts": self.model._meta,
-        }
-        return TemplateResponse(request, "admin/integrations/reportfile/discard.html", context)
+        return action_form_page(
+            self,
+            request,
+            queryset,
+            action="discard_amendment",
+            title="Discard amendments DROP refuses",
+            form=form,
+            template="admin/integrations/reportfile/discard.html",
+            files=queryset[:200],
+        )
 
     @admin.action(
         description="Approve for upload (files waiting for approval)", permissions=["approve"]
@@ -337,19 +331,17 @@ class ReportFileAdmin(PageRowsReadTogether, ModelAdmin):
                 )
             return None
         files = list(queryset.select_related("broker", "cycle").defer("content")[:200])
-        context = {
-            **self.admin_site.each_context(request),
-            "title": "Approve for upload" if approve else "Reject: not uploaded",
-            "form": form,
-            "reviews": [(f, report_file_review(f)) for f in files],
-            "count": queryset.count(),
-            "approve": approve,
-            "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
-            "select_across": request.POST.get("select_across", "0"),
-            "action": "approve_files" if approve else "reject_files",
-            "opts": self.model._meta,
-        }
-        return TemplateResponse(request, "admin/integrations/reportfile/review.html", context)
+        return action_form_page(
+            self,
+            request,
+            queryset,
+            action="approve_files" if approve else "reject_files",
+            title="Approve for upload" if approve else "Reject: not uploaded",
+            form=form,
+            template="admin/integrations/reportfile/review.html",
+            reviews=[(f, report_file_review(f)) for f in files],
+            approve=approve,
+        )
 
     def _each_file(
         self,
@@ -561,18 +553,16 @@ def set_work_item_status(
         if done:
             modeladmin.message_user(request, f"Set the status of {done} work item(s).")
         return None
-    context = {
-        **modeladmin.admin_site.each_context(request),
-        "title": "Set the DROP status by hand",
-        "form": form,
-        "items": queryset[:200],
-        "count": queryset.count(),
-        "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
-        "select_across": request.POST.get("select_across", "0"),
-        "action": "set_work_item_status",
-        "opts": modeladmin.model._meta,
-    }
-    return TemplateResponse(request, "admin/integrations/workitem/set_status.html", context)
+    return action_form_page(
+        modeladmin,
+        request,
+        queryset,
+        action="set_work_item_status",
+        title="Set the DROP status by hand",
+        form=form,
+        template="admin/integrations/workitem/set_status.html",
+        items=queryset[:200],
+    )
 
 
 @admin.action(
