@@ -444,10 +444,27 @@ def _selection_of_ids_only(view: Callable[..., Any], model_admin: ModelAdmin) ->
 
 
 AUTOCOMPLETE_VAR = "term"  # django.contrib.admin.views.autocomplete's search parameter
-# Third-party lists searched by staff's names, sign-in names and addresses, none a
-# consumer's: their terms travel as typed (a clear email or phone still as its hash).
-_LISTS_OF_STAFF_NAMES = frozenset(
-    {"auth.User", "auth.Group", "axes.AccessAttempt", "axes.AccessLog", "axes.AccessFailureLog"}
+# The lists searched by names of ours (brokers, targets, keys, providers, files, staff's
+# names, sign-in names and addresses), none a consumer's: their terms travel as typed (a
+# clear email or phone still as its hash, ``search_terms.named_search_token``).
+_LISTS_SEARCHED_BY_OUR_NAMES = frozenset(
+    {
+        "integrations.Broker",
+        "integrations.DropCycle",
+        "integrations.ReportFile",
+        "integrations.Integration",
+        "integrations.WebhookIntegration",
+        "integrations.IsiIntegration",
+        "integrations.SaasConnection",
+        "integrations.ApiKey",
+        "integrations.ServiceProvider",
+        "integrations.Directive",
+        "auth.User",
+        "auth.Group",
+        "axes.AccessAttempt",
+        "axes.AccessLog",
+        "axes.AccessFailureLog",
+    }
 )
 
 
@@ -455,7 +472,8 @@ def _search_kept_out_of_urls(view: Callable[..., Any]) -> Callable[..., Any]:
     """A list's search: posted terms come back in the URL as they may travel, or not at all.
 
     The list's ModelAdmin may say how its terms travel (``search_term_for_url``: the term,
-    its hash, or None to refuse it); by default only an id of ours travels, and a clear
+    its hash, or None to refuse it); a list searched by names of ours lets any term travel
+    (``_LISTS_SEARCHED_BY_OUR_NAMES``); by default only an id of ours travels, and a clear
     email or phone as its hash (``search_terms.search_token``): a name, a date of birth, a
     ZIP code or a VIN never reaches the access log.
     """
@@ -464,7 +482,7 @@ def _search_kept_out_of_urls(view: Callable[..., Any]) -> Callable[..., Any]:
 
     model_admin = getattr(view, "__self__", None)
     model = getattr(model_admin, "model", None)
-    named = model is not None and model._meta.label in _LISTS_OF_STAFF_NAMES
+    named = model is not None and model._meta.label in _LISTS_SEARCHED_BY_OUR_NAMES
     for_url: Callable[[str], str | None] = getattr(
         model_admin, "search_term_for_url", named_search_token if named else search_token
     )

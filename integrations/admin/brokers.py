@@ -21,7 +21,6 @@ from integrations.drop.notifications import notifications_url
 from integrations.list_types import DATA_TYPE_OF, LABELS
 from integrations.models import Broker, ListSelection
 from integrations.selectors.list_selection import list_selections, selection_in_force
-from integrations.selectors.search_terms import named_search_token
 from integrations.services.staff.brokers import (
     BROKER_SETTINGS,
     broker_create,
@@ -171,7 +170,6 @@ class BrokerAdmin(RefusalsShown, WriteOnlyCredentials, ModelAdmin):
     ]
     list_filter = ["mode", "auto_pull", "approve_uploads"]
     search_fields = ["broker_id", "name"]
-    search_term_for_url = staticmethod(named_search_token)  # names of ours, no consumer's
 
     @admin.display(boolean=True, description="DROP API key")
     def has_drop_api_key(self, obj: Broker) -> bool:

@@ -47,7 +47,6 @@ from integrations.selectors.cycle_progress import cycle_progress
 from integrations.selectors.deadlines import drop_cycles_by_urgency
 from integrations.selectors.drop_metrics import METRIC_FIGURES, METRIC_FILTERS
 from integrations.selectors.match_rates import match_rate
-from integrations.selectors.search_terms import named_search_token, search_token
 from integrations.selectors.work_item_search import work_items_find
 
 
@@ -92,7 +91,6 @@ class DropCycleAdmin(PageObjectReadOnce[DropCycle], ReadOnlyAdmin):
     list_display_links = ["drop_session_id"]
     list_filter = ["state", "broker"]
     search_fields = ["drop_session_id", "zip_name", "zip_sha256"]
-    search_term_for_url = staticmethod(named_search_token)  # names of ours, no consumer's
     list_select_related = ["broker"]
     fields = _CYCLE_FIELDS = (
         "broker",
@@ -377,10 +375,6 @@ class WorkItemAdmin(PageObjectReadOnce[WorkItem], PageRowsReadTogether, ReadOnly
         self, request: HttpRequest, queryset: QuerySet[WorkItem], search_term: str
     ) -> tuple[QuerySet[WorkItem], bool]:
         return work_items_find(queryset=queryset, term=search_term), False
-
-    # What staff typed reaches a URL as an exact id, a UUID or a hash, or not at all: a clear
-    # email or phone as its hash (dropportal.admin._search_kept_out_of_urls).
-    search_term_for_url = staticmethod(search_token)
 
     def change_view(
         self,

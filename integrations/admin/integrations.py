@@ -45,7 +45,6 @@ from integrations.admin.refusals import RefusalsShown, Refused
 from integrations.admin.shown_once import SecretShownOnce, show_once
 from integrations.drop.calendar import drop_time_text
 from integrations.models import Integration, IntegrationKind, RequestState, SaasConnection
-from integrations.selectors.search_terms import named_search_token
 from integrations.services.staff.integrations import (
     integration_disable,
     integration_enable,
@@ -160,7 +159,6 @@ class IntegrationAdmin(RefusalsShown, WriteOnlyCredentials, ModelAdmin):
     list_filter = ["enabled", "broker"]
     # Not by URL: a search on its query would read a token out of it.
     search_fields = ["name", "base_url"]
-    search_term_for_url = staticmethod(named_search_token)  # names of ours, no consumer's
     url_fields = ["url"]
     list_select_related = ["broker"]
     actions = ["disable_integrations", "retire_integrations"]
@@ -490,7 +488,6 @@ class SaasConnectionAdmin(RefusalsShown, WriteOnlyCredentials, ModelAdmin):
     ]
     list_filter = ["enabled", "broker"]
     search_fields = ["name"]  # not by URL, as for integrations
-    search_term_for_url = staticmethod(named_search_token)  # names of ours, no consumer's
     url_fields = ["url"]
     list_select_related = ["broker"]
     actions = ["disable_connections", "retire_connections"]

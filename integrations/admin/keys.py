@@ -23,7 +23,6 @@ from integrations.admin.actors import staff_actor
 from integrations.admin.credentials import SecretLookupsRefused
 from integrations.admin.shown_once import SecretShownOnce, show_once
 from integrations.models import ApiKey, ApiKeyScope
-from integrations.selectors.search_terms import named_search_token
 from integrations.services.staff.keys import api_key_create, api_keys_revoke
 
 AUDIT_KEY_PERMISSION = "integrations.add_audit_apikey"
@@ -116,7 +115,6 @@ class ApiKeyAdmin(SecretLookupsRefused, ModelAdmin):
     ]
     list_filter = ["broker", "revoked_at"]
     search_fields = ["prefix", "name"]
-    search_term_for_url = staticmethod(named_search_token)  # names of ours, no consumer's
     actions = ["revoke_keys"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:

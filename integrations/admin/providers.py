@@ -31,7 +31,6 @@ from integrations.admin.refusals import RefusalsShown, Refused
 from integrations.drop.calendar import drop_date
 from integrations.models import Directive, ServiceProvider
 from integrations.selectors.directives import directive_ack_due
-from integrations.selectors.search_terms import named_search_token
 from integrations.services.providers.directives import (
     REFERENCE_MAX,
     directive_acknowledge,
@@ -88,7 +87,6 @@ class ServiceProviderAdmin(RefusalsShown, ModelAdmin):
     list_display = ["name", "broker", "contact", "s3_prefix", "created_at"]
     list_filter = ["broker"]
     search_fields = ["name", "contact"]
-    search_term_for_url = staticmethod(named_search_token)  # names of ours, no consumer's
     list_select_related = ["broker"]
     fields = ["broker", "name", "contact", "s3_prefix"]
 
@@ -156,7 +154,6 @@ class DirectiveAdmin(ModelAdmin):
     ]
     list_filter = ["broker", "provider", "reason", ("acknowledged_at", admin.EmptyFieldListFilter)]
     search_fields = ["sha256", "provider__name", "acknowledgement_reference"]
-    search_term_for_url = staticmethod(named_search_token)  # names of ours, no consumer's
     list_select_related = ["broker", "provider"]
     exclude = ["content"]
     readonly_fields = [

@@ -74,7 +74,6 @@ from integrations.selectors.outcomes import (
     deletion_outcomes_csv,
 )
 from integrations.selectors.report_reviews import report_file_review
-from integrations.selectors.search_terms import named_search_token
 from integrations.services.cycle.work_items import work_item_status_set
 from integrations.services.evidence.audit import outcome_export_record, report_files_export_record
 from integrations.services.reporting.report_approval import (
@@ -116,7 +115,6 @@ class ReportFileAdmin(PageRowsReadTogether, ModelAdmin):
     ]  # fits 1280 pixels: when it was written is on the file's page
     list_filter = ["state", "kind", "broker"]
     search_fields = ["file_name", "sha256"]
-    search_term_for_url = staticmethod(named_search_token)  # names of ours, no consumer's
     # Its page shows the broker and the cycle, whose name holds the broker's id.
     list_select_related = ["broker", "cycle__broker"]
     exclude = ["content"]

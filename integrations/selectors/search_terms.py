@@ -15,8 +15,8 @@ The ids every list may be searched by:
   digits and ``- _ . : / #`` holding a digit, neither a number of 5 digits or more (a ZIP
   code; from 7 a phone, hashed) nor holding what reads as a date, a VIN or an email.
 
-A list searched by names of its own (brokers, integrations, providers, files, staff) says so
-with ``search_term_for_url = named_search_token``; the ledger adds its kinds and actors
+A list searched by names of its own (brokers, integrations, providers, files, staff) takes
+``named_search_token`` (the admin site lists them); the ledger adds its kinds and actors
 (``ledger_search_token``). The admin site applies ``search_token`` to every other list.
 """
 
