@@ -131,9 +131,6 @@ _FREE_TEXT_IDENTIFIER = re.compile(
     re.IGNORECASE,
 )
 _NUMBER_DIGITS = 7
-# The longest identifier a cut may split (an email is at most 254 characters): text this far
-# past the limit is read, so that one crossing it is masked whole before the text is cut.
-_FREE_TEXT_MARGIN = 254
 
 
 def _identifier_masked(found: re.Match[str]) -> str:
@@ -157,8 +154,9 @@ def identifiers_in(text: str) -> set[str]:
 def free_text_masked(text: str, *, limit: int) -> str:
     """A broker's free text as it is kept (on its row and in the ledger, for good): every
     email, phone or other long number, date and VIN in it replaced by ``<email>``,
-    ``<number>``, ``<date>``, ``<vin>``; then cut to ``limit`` characters."""
+    ``<number>``, ``<date>``, ``<vin>``; then cut to ``limit`` characters. The whole text is
+    read (a callback's body, an answer kept, both bounded, in linear time): cut first, an
+    identifier across the cut would be kept in part."""
     # A URL's query and credentials first (what the ledger cuts anyway): read as free text,
     # "case?email=ann%40x.com" would be one email, the path before it lost.
-    text = without_url_extras(text[: limit + _FREE_TEXT_MARGIN])
-    return _FREE_TEXT_IDENTIFIER.sub(_identifier_masked, text)[:limit]
+    return _FREE_TEXT_IDENTIFIER.sub(_identifier_masked, without_url_extras(text))[:limit]

@@ -48,6 +48,17 @@ def test_an_email_across_the_limit_is_masked_before_the_text_is_cut() -> None:
     assert free_text_masked(sent, limit=2000) == "x" * 1990 + " <email>"[:10]
 
 
+def test_an_email_is_masked_whole_however_far_past_the_limit_the_text_runs() -> None:
+    # Earlier emails shrink to "<email>": what was past the limit moves inside it.
+    long_emails = " ".join(["x" * 240 + "@example.com"] * 8)
+    sent = long_emails + " " + "y" * 200 + " ann.smith@example.com: record locked"
+
+    kept = free_text_masked(sent, limit=2000)
+
+    assert "ann.smith" not in kept
+    assert kept.endswith(" <email>: record locked")
+
+
 @pytest.mark.parametrize("sent", ["1" * 100_000 + "a", "a." * 50_000, "1-" * 50_000 + "x"])
 def test_a_long_text_is_read_once(sent: str) -> None:
     # Linear: a text of the API's size is masked at once (a quadratic search would not end).
