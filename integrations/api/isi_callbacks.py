@@ -30,7 +30,6 @@ from rest_framework.response import Response
 from integrations.api.callback_auth import SignedCallbackView
 from integrations.api.callback_serializers import DeletionCallbackSerializer, opt_out_email
 from integrations.api.callbacks import _PROBLEMS, _RECORDED, OutcomeConflictProblem, _recorded
-from integrations.api.outcomes import rfc3339_date_time
 from integrations.models import IntegrationKind
 from integrations.services.dispatch.outcomes import (
     OutcomeConflict,
@@ -52,9 +51,8 @@ class UtcTimestampField(serializers.Field):
 
     def to_internal_value(self, data: Any) -> dt.datetime:
         try:
-            moment = (
-                (rfc3339_date_time(data) or parse_datetime(data)) if isinstance(data, str) else None
-            )
+            # Capitals: RFC 3339 allows a lowercase t and z, which Python refuses.
+            moment = parse_datetime(data.upper()) if isinstance(data, str) else None
         except ValueError:  # well formed, but no such time: 30 February, 25 o'clock
             moment = None
         if moment is None or moment.utcoffset() != dt.timedelta(0):

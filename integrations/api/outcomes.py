@@ -73,7 +73,7 @@ DATE_TIME_PATTERN = (
 )
 
 
-def rfc3339_date_time(text: str) -> dt.datetime | None:
+def _rfc3339_date_time(text: str) -> dt.datetime | None:
     """``text`` as a date-time if it is one ``DATE_TIME_PATTERN`` takes, else None; raises
     ``ValueError`` for a day the month does not have."""
     if not re.fullmatch(DATE_TIME_PATTERN[1:-1], text):
@@ -111,7 +111,7 @@ class MomentField(serializers.Field):
             if re.fullmatch(DATE_PATTERN[1:-1], text):
                 start, next_day = drop_day_bounds(dt.date.fromisoformat(text))
                 return (next_day if self.end else start).astimezone(dt.UTC)
-            moment = rfc3339_date_time(text)
+            moment = _rfc3339_date_time(text)
             if moment is not None:
                 # In UTC: PostgreSQL takes offsets up to 15:59 only, Python's up to 23:59.
                 return moment.astimezone(dt.UTC)
