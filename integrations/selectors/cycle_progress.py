@@ -12,11 +12,7 @@ import datetime as dt
 from dataclasses import dataclass
 
 from integrations.models import DropCycle
-from integrations.selectors.dashboard import (
-    CycleWorkItems,
-    unreadable_owed_counts,
-    work_item_counts,
-)
+from integrations.selectors.dashboard import CycleWorkItems, work_item_counts
 
 
 @dataclass(frozen=True)
@@ -54,11 +50,11 @@ class CycleProgress:
 
 
 def cycle_progress(*, cycle: DropCycle, start: dt.date, today: dt.date) -> CycleProgress:
-    counts, still_owed = work_item_counts([cycle.pk])
+    counts, still_owed, unreadable_owed = work_item_counts([cycle.pk])
     items = CycleWorkItems(
         cycle,
         counts[cycle.pk],
         still_owed=still_owed[cycle.pk],
-        unreadable_owed=unreadable_owed_counts([cycle.pk]).get(cycle.pk, 0),
+        unreadable_owed=unreadable_owed[cycle.pk],
     )
     return CycleProgress(items, start=start, today=today)

@@ -247,8 +247,7 @@ def _cycle_work_items_by_broker(
     # DROP list is mostly unmatched items, so counting every recent cycle's would cost the
     # page most of its time.
     opened = [c.pk for c in shown if c.state == CycleState.OPEN]
-    counts, still_owed = work_item_counts(opened)
-    unreadable = unreadable_owed_counts(opened)
+    counts, still_owed, unreadable = work_item_counts(opened)
     outcomes = _request_outcomes(recent)
     cycles_of: dict[int, list[CycleWorkItems]] = {}
     for cycle in shown:
@@ -266,10 +265,12 @@ def _cycle_work_items_by_broker(
 
 def work_item_counts(
     cycle_pks: list[int],
-) -> tuple[dict[int, dict[tuple[str, int | None], int]], dict[int, int]]:
-    """Per cycle pk: how many work items are in each (state, status_code), and how many DROP
-    is still owed a status for (``WorkItem.objects.owed()``). One GROUP BY over the
-    cycles' rows (the (cycle, work item id) index); for ``CycleWorkItems``."""
+) -> tuple[dict[int, dict[tuple[str, int | None], int]], dict[int, int], dict[int, int]]:
+    """Per cycle pk: how many work items are in each (state, status_code), how many DROP is
+    still owed a status for (``WorkItem.objects.owed()``), and how many of its unreadable
+    rows are (``UnreadableWorkItem.objects.owed()``). One GROUP BY over the cycles' rows
+    (the (cycle, work item id) index), and one over their unreadable rows; for
+    ``CycleWorkItems``."""
     counts: dict[int, dict[tuple[str, int | None], int]] = {pk: {} for pk in cycle_pks}
     still_owed = dict.fromkeys(cycle_pks, 0)
     for row in (
@@ -280,13 +281,8 @@ def work_item_counts(
     ):
         counts[row["cycle_id"]][(row["state"], row["status_code"])] = row["n"]
         still_owed[row["cycle_id"]] += row["owed"]
-    return counts, still_owed
-
-
-def unreadable_owed_counts(cycle_pks: list[int]) -> dict[int, int]:
-    """Per cycle pk with any: its unreadable rows still owed a status
-    (``UnreadableWorkItem.objects.owed()``); for ``CycleWorkItems``."""
-    return dict(
+    unreadable_owed = dict.fromkeys(cycle_pks, 0)
+    unreadable_owed.update(
         UnreadableWorkItem.objects.owed()
         .filter(cycle_id__in=cycle_pks)
         .values("cycle_id")
@@ -294,6 +290,7 @@ def unreadable_owed_counts(cycle_pks: list[int]) -> dict[int, int]:
         .order_by()
         .values_list("cycle_id", "n")
     )
+    return counts, still_owed, unreadable_owed
 
 
 def _request_outcomes(recent: list[DropCycle]) -> dict[int, dict[str, int]]:
