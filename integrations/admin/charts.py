@@ -50,8 +50,11 @@ class Bar:
         return sum(segment.value for segment in self.segments)
 
 
-def days_left_tone(days_left: int) -> str:
-    """Calm with more than two weeks to go, soon within two weeks, late within 5 days or past."""
+def days_left_tone(days_left: int, *, owed: int) -> str:
+    """Calm with more than two weeks to go, soon within two weeks, late within 5 days or past;
+    calm whatever the days with no status ``owed``: an amendment still to send owes none."""
+    if not owed:
+        return "calm"
     if days_left <= 5:
         return "late"
     if days_left <= 14:
@@ -59,8 +62,8 @@ def days_left_tone(days_left: int) -> str:
     return "calm"
 
 
-def days_left_color(days_left: int) -> str:
-    return {"calm": CALM, "soon": SOON, "late": LATE}[days_left_tone(days_left)]
+def days_left_color(days_left: int, *, owed: int) -> str:
+    return {"calm": CALM, "soon": SOON, "late": LATE}[days_left_tone(days_left, owed=owed)]
 
 
 def nice_ceiling(value: int) -> int:
@@ -237,7 +240,7 @@ def _timeline_time(
     span = max((due - start).days, 1)
     elapsed = (today - start).days
     days_left = (due - today).days
-    color = days_left_color(days_left) if owed else CALM
+    color = days_left_color(days_left, owed=owed)
     caption = _days_caption(elapsed, span, days_left) if owed else "nothing owed"
 
     def x_at(day: float) -> float:

@@ -623,8 +623,7 @@ def _cycle_panel(cycle_items: CycleWorkItems, links: _Links, *, today: dt.date) 
         due_date=cycle.due_date,
         days_left=days_left,
         owed=cycle_items.owed,
-        # Nothing owed, nothing late: an amendment still to send owes no status.
-        tone=charts.days_left_tone(days_left) if cycle_items.owed else "calm",
+        tone=charts.days_left_tone(days_left, owed=cycle_items.owed),
         timeline=charts.cycle_timeline(
             start=drop_date(cycle.downloaded_at),
             due=cycle.due_date,

@@ -100,7 +100,7 @@ def test_nice_ceiling(value: int, ceiling: int) -> None:
 
 @pytest.mark.parametrize(("days_left", "color"), [(30, CALM), (14, SOON), (5, LATE), (-2, LATE)])
 def test_days_left_color(days_left: int, color: str) -> None:
-    assert days_left_color(days_left) == color
+    assert days_left_color(days_left, owed=1) == color
 
 
 def timeline(today: dt.date, **work: int) -> ET.Element:
