@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from typing import Any
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -23,6 +24,8 @@ from integrations.selectors.jobs import jobs_failed_since
 from integrations.services.dispatch.jobs import stalled_jobs_retry
 from integrations.services.ledger import ledger_event_append
 from tests.builders import run_worker
+
+T = TypeVar("T")
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -155,6 +158,16 @@ def _its_connection_closed() -> None:
     connection.close()  # the connection of the thread this runs on
 
 
+def _run_on_asgiref_thread(work: Coroutine[Any, Any, T]) -> T:
+    """``work`` run: the job manager's and the ledger's queries run on asgiref's one thread,
+    whose connection starts afresh (a previous test's may have been ended) and ends with it."""
+    asyncio.run(sync_to_async(_its_connection_closed)())
+    try:
+        return asyncio.run(work)
+    finally:
+        asyncio.run(sync_to_async(_its_connection_closed)())
+
+
 def test_a_stalled_job_that_ends_as_it_is_retried_is_left_alone_and_the_others_retried(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -177,15 +190,9 @@ def test_a_stalled_job_that_ends_as_it_is_retried_is_left_alone_and_the_others_r
 
     monkeypatch.setattr(app.job_manager, "get_stalled_jobs", and_its_worker_finishes_one)
 
-    # The job manager's and the ledger's queries run on asgiref's one thread: its connection
-    # starts afresh (a previous test's may have been ended) and ends with the test.
-    asyncio.run(sync_to_async(_its_connection_closed)())
-    try:
-        retried = asyncio.run(
-            stalled_jobs_retry(seconds_since_heartbeat=tasks.STALLED_AFTER_SECONDS)
-        )
-    finally:
-        asyncio.run(sync_to_async(_its_connection_closed)())
+    retried = _run_on_asgiref_thread(
+        stalled_jobs_retry(seconds_since_heartbeat=tasks.STALLED_AFTER_SECONDS)
+    )
 
     assert retried == 1
     assert ProcrastinateJob.objects.get(id=ends).status == "succeeded"
@@ -202,13 +209,9 @@ def test_a_stalled_job_whose_next_run_already_waits_ends_aborted_not_failed() ->
     stalled = _worker_silent_for(tasks.STALLED_AFTER_SECONDS + 30)
     waiting = tasks.seal_ledger.defer()  # its next run, deferred while the worker hung
 
-    asyncio.run(sync_to_async(_its_connection_closed)())
-    try:
-        retried = asyncio.run(
-            stalled_jobs_retry(seconds_since_heartbeat=tasks.STALLED_AFTER_SECONDS)
-        )
-    finally:
-        asyncio.run(sync_to_async(_its_connection_closed)())
+    retried = _run_on_asgiref_thread(
+        stalled_jobs_retry(seconds_since_heartbeat=tasks.STALLED_AFTER_SECONDS)
+    )
 
     assert retried == 1
     assert ProcrastinateJob.objects.get(id=stalled).status == "aborted"
@@ -242,11 +245,7 @@ def test_succeeded_and_aborted_jobs_are_forgotten_after_a_week_and_failed_ones_k
     failed = _job_finished("failed", days_ago=60)
     waiting = tasks.deliver_deletion_requests.defer(request_ids=[1])
 
-    asyncio.run(sync_to_async(_its_connection_closed)())
-    try:
-        asyncio.run(tasks.purge_finished_jobs())
-    finally:
-        asyncio.run(sync_to_async(_its_connection_closed)())
+    _run_on_asgiref_thread(tasks.purge_finished_jobs())
 
     assert set(ProcrastinateJob.objects.values_list("id", flat=True)) == {
         recent,

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.contrib import admin
 from django.contrib.auth.models import User
 from django.db import connection
+from django.db.models.options import Options
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -191,15 +194,19 @@ def _search_form(page: str) -> str:
     return found.group(0) if found else ""
 
 
+def _searched_lists() -> Iterator[tuple[Options[Any], str]]:
+    """Each registered list with a search box: its model's options and its address."""
+    for model, model_admin in admin.site._registry.items():
+        if model_admin.search_fields:
+            meta = model._meta
+            yield meta, reverse(f"admin:{meta.app_label}_{meta.model_name}_changelist")
+
+
 def test_every_list_with_a_search_box_posts_what_is_typed(staff: Client, cycle: DropCycle) -> None:
     # Every list renders the one search form (a browser test types into a few of them):
     # it posts, and the answer's address keeps the email out.
     searched = []
-    for model, model_admin in admin.site._registry.items():
-        if not model_admin.search_fields:
-            continue
-        meta = model._meta
-        changelist = reverse(f"admin:{meta.app_label}_{meta.model_name}_changelist")
+    for _meta, changelist in _searched_lists():
         form = _search_form(staff.get(changelist).content.decode())
         assert 'method="post"' in form, f"{changelist}: no search form that posts"
         assert 'name="_search"' in form and 'id="searchbar"' in form, changelist
@@ -239,11 +246,7 @@ def test_every_other_list_keeps_a_name_a_date_a_zip_or_a_vin_out_of_its_address(
 ) -> None:
     """Safe by default: a list that is not one of ``NAMED_LISTS`` sends only its ids."""
     refused = []
-    for model, model_admin in admin.site._registry.items():
-        if not model_admin.search_fields:
-            continue
-        meta = model._meta
-        changelist = reverse(f"admin:{meta.app_label}_{meta.model_name}_changelist")
+    for meta, changelist in _searched_lists():
         posted = staff.post(changelist, {"q": typed, "_search": "1"})
         assert posted.status_code == 302, changelist
         if meta.label in NAMED_LISTS:

@@ -286,17 +286,22 @@ def test_opted_out_keeps_the_email_verbatim_and_out_of_the_ledger(
     assert "Ann.Smith" not in json.dumps(list(LedgerEvent.objects.values_list("data", flat=True)))
 
 
-def test_a_long_error_message_is_recorded_cut_at_2000_characters(
-    side: Broker_, dispatched: DeletionRequest
-) -> None:
-    message = "Stack trace: " + "x" * 5000
-
-    response = put(
+def _failed_with(message: str, side: Broker_, dispatched: DeletionRequest) -> Any:
+    """The broker's signed callback: ``dispatched`` failed, for ``message``."""
+    return put(
         DELETION,
         body_for(dispatched, "failed", error_message=message),
         key=side.key,
         secret=side.secret,
     )
+
+
+def test_a_long_error_message_is_recorded_cut_at_2000_characters(
+    side: Broker_, dispatched: DeletionRequest
+) -> None:
+    message = "Stack trace: " + "x" * 5000
+
+    response = _failed_with(message, side, dispatched)
 
     assert response.status_code == 200, response.content
     dispatched.refresh_from_db()
@@ -309,24 +314,14 @@ def test_an_identifier_in_an_error_message_is_masked_on_the_row_and_in_the_ledge
 ) -> None:
     message = "cannot delete Ann.Smith@Example.com (+1 415 555 9317): record locked"
 
-    response = put(
-        DELETION,
-        body_for(dispatched, "failed", error_message=message),
-        key=side.key,
-        secret=side.secret,
-    )
+    response = _failed_with(message, side, dispatched)
 
     assert response.status_code == 200, response.content
     dispatched.refresh_from_db()
     assert dispatched.error_message == "cannot delete <email> (<number>): record locked"
     event = LedgerEvent.objects.get(kind="deletion_request.outcome_recorded")
     assert event.data["error_message"] == dispatched.error_message
-    again = put(  # a repeat is judged on what was kept
-        DELETION,
-        body_for(dispatched, "failed", error_message=message),
-        key=side.key,
-        secret=side.secret,
-    )
+    again = _failed_with(message, side, dispatched)  # a repeat is judged on what was kept
     assert again.json()["status"] == "unchanged"
 
 
