@@ -82,9 +82,12 @@ _KEPT_CLAIMS = ("sub", "preferred_username", "email", "amr")
 class OidcSignIn:
     user: User | None
     refusal: str = ""
-    mfa_by_idp: bool = False
     # What its ``staff_user.signed_in`` records (``staff_signed_in_record(**sign_in)``).
     sign_in: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def mfa_by_idp(self) -> bool:
+        return bool(self.sign_in.get("mfa_by_identity_provider"))
 
 
 def idp_did_mfa(amr: Iterable[str]) -> bool:
@@ -178,7 +181,7 @@ def staff_oidc_sign_in(*, issuer: str, claims: Mapping[str, Any]) -> OidcSignIn:
         "amr": amr,
         "mfa_by_identity_provider": mfa,
     }
-    return OidcSignIn(user=user, mfa_by_idp=mfa, sign_in=sign_in)
+    return OidcSignIn(user=user, sign_in=sign_in)
 
 
 def staff_sign_in_refuse(*, method: str, reason: str, username: str, **data: Any) -> None:
