@@ -20,7 +20,14 @@ class SessionStore(DatabaseSessionStore):
         return AdminSession
 
     def create_model_instance(self, data: dict[str, Any]) -> AdminSession:
-        session = cast(AdminSession, super().create_model_instance(data))
-        user_id = str(data.get(SESSION_KEY) or "")  # what login() keeps: the pk as text
-        session.user_id = int(user_id) if user_id.isdigit() else None  # None: anonymous
-        return session
+        return _with_its_user(cast(AdminSession, super().create_model_instance(data)), data)
+
+    async def acreate_model_instance(self, data: dict[str, Any]) -> AdminSession:
+        session = cast(AdminSession, await super().acreate_model_instance(data))
+        return _with_its_user(session, data)
+
+
+def _with_its_user(session: AdminSession, data: dict[str, Any]) -> AdminSession:
+    user_id = str(data.get(SESSION_KEY) or "")  # what login() keeps: the pk as text
+    session.user_id = int(user_id) if user_id.isdigit() else None  # None: anonymous
+    return session

@@ -3,12 +3,15 @@ sessions reads theirs alone, however many anonymous sessions there are."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
 from django.contrib.auth.models import User
 from django.contrib.sessions.backends.base import SessionBase
+from django.db import connection
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -33,6 +36,25 @@ def test_a_session_row_names_whoever_is_signed_in() -> None:
 
     client.post(reverse("admin:logout"))
     assert not AdminSession.objects.filter(user_id=alice.pk).exists()
+
+
+@pytest.mark.django_db(transaction=True)  # saved on asgiref's thread, its own connection
+def test_a_session_saved_from_async_code_names_its_user_too() -> None:
+    alice = User.objects.create_user("alice", is_staff=True)
+    session = SessionStore()
+    session["_auth_user_id"] = str(alice.pk)
+
+    asyncio.run(sync_to_async(_its_connection_closed)())
+    try:
+        asyncio.run(session.asave())
+    finally:
+        asyncio.run(sync_to_async(_its_connection_closed)())
+
+    assert AdminSession.objects.get(session_key=session.session_key).user_id == alice.pk
+
+
+def _its_connection_closed() -> None:
+    connection.close()  # the connection of the thread this runs on
 
 
 def test_ending_a_members_sessions_decodes_no_session(monkeypatch: Any) -> None:
