@@ -10,10 +10,13 @@ The ids every list may be searched by:
 
 - a UUID, a DROP hash (44 characters of Base64), a hex digest (a file's SHA-256, a
   ``results_token``), an API key's prefix (``dpk_…``);
-- a work item id (12 ASCII letters and digits) and a broker id (4 digits);
+- a work item id (12 ASCII letters and digits) and a broker id (4 digits); twelve letters
+  alone pass only in mixed case, not as a word is written (``Christiansen``, ``WASHINGTONS``):
+  a random id is written so about once in ten thousand;
 - a pointer (a broker's ``remote_identifier``, a DROP session id): one word of ASCII letters,
   digits and ``- _ . : / #`` holding a digit, neither a number of 5 digits or more (a ZIP
-  code; from 7 a phone, hashed) nor holding what reads as a date, a VIN or an email.
+  code; from 7 a phone, hashed) nor holding what reads as a date (even inside a word:
+  ``born1985-07-04``), a VIN or an email.
 
 A list searched by names of its own (brokers, integrations, providers, files, staff) takes
 ``named_search_token`` (the admin site lists them); the ledger adds its kinds and actors
@@ -33,14 +36,24 @@ _IDS = re.compile(
     r"|[A-Za-z0-9+/]{43}="  # a DROP hash
     r"|[0-9a-f]{32,128}"  # a hex digest, a results_token
     r"|dpk_[A-Za-z0-9_-]{1,32}"  # an API key's prefix
-    r"|[A-Za-z0-9]{12}"  # a work item id
+    r"|(?-i:(?![a-z]{12}|[A-Z]{12}|[A-Z][a-z]{11}))[A-Za-z0-9]{12}"  # a work item id, not a word
     r"|\d{1,4}",  # a broker id, a DROP session id
     re.IGNORECASE,
 )
 _POINTER = re.compile(r"[A-Za-z0-9\-_.:/#]{1,255}")
 _ZIP_OR_LONGER = re.compile(r"\d{5,}")
-# What the ledger names who acted by (services/ledger.py, admin/actors.py, the API's keys).
-_ACTOR = re.compile(r"(?:system|staff:[!-~]{1,150}|apikey:dpk_[A-Za-z0-9_-]{1,32})")
+# A date anywhere in a pointer: the free-text masking reads a date only between words.
+_DATE_INSIDE = re.compile(r"\d{4}[-/.]\d{1,2}[-/.]\d{1,2}|\d{1,2}[-/.]\d{1,2}[-/.]\d{2,4}")
+# What the ledger names who acted by (services/ledger.py, admin/actors.py, the command line,
+# the API's keys, DROP's notifications): a staff member's or an OS user's name is not a
+# consumer's.
+_ACTOR = re.compile(
+    r"system(?::[a-z0-9-]{1,64})?"
+    r"|(?:staff|oidc|cli):[!-~]{1,150}"
+    r"|cli:uid \d{1,10}"
+    r"|apikey:dpk_[A-Za-z0-9_-]{1,32}"
+    r"|drop:notification"
+)
 _LEDGER_KINDS = frozenset(LedgerKind)
 
 
@@ -60,6 +73,7 @@ def _is_pointer(term: str) -> bool:
         bool(_POINTER.fullmatch(term))
         and any(ch.isdigit() for ch in term)
         and not _ZIP_OR_LONGER.fullmatch(term)
+        and not _DATE_INSIDE.search(term)
         and not masking.identifiers_in(term) - {"number"}
     )
 
