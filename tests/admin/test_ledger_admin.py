@@ -6,16 +6,24 @@ import csv
 import datetime as dt
 import io
 import json
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group, User
 from django.core.management import call_command
+from django.db import connection
+from django.db.models import QuerySet
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
+from integrations.admin.date_drill_down import _probed
+from integrations.drop.calendar import drop_timezone
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import LedgerEvent
 from integrations.services import ledger as ledger_service
 from integrations.services.ledger import ledger_event_append, ledger_seal
+from tests.builders import BrokerFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -125,3 +133,60 @@ def test_the_date_drill_down_and_its_export_count_drop_days_as_the_command_does(
     exported = body(auditor.post(f"/admin/integrations/ledgerevent/export.csv?{DEC_31}"))
     assert [r["id"] for r in csv.DictReader(io.StringIO(exported))] == [str(late.pk)]
     assert exported == from_command.getvalue()
+
+
+def test_the_list_reads_no_column_of_every_event_for_its_filters_or_drill_down(
+    auditor: Client,
+) -> None:
+    """A few million events: ``SELECT DISTINCT`` for the brokers' filter or the drill-down's
+    periods read them all, on every page."""
+    BrokerFactory.create(broker_id="4821")
+    with CaptureQueriesContext(connection) as queries:
+        page = auditor.get("/admin/integrations/ledgerevent/")
+    assert page.status_code == 200
+    assert not [q["sql"] for q in queries.captured_queries if "DISTINCT" in q["sql"].upper()]
+    shown = page.content.decode()
+    assert "?broker_id__exact=4821" in shown
+    assert "?broker_id__exact=4822" not in shown  # no such broker: the events' own value
+    filtered = auditor.get("/admin/integrations/ledgerevent/?broker_id__exact=4822")
+    assert "dpk_abc" not in filtered.content.decode()
+    assert "4822" in filtered.content.decode()
+
+
+@pytest.mark.parametrize("kind", ["year", "month", "day"])
+def test_the_drill_down_lists_the_periods_djangos_own_query_lists(kind: Any) -> None:
+    """Probed through the index, in DROP's zone: the same periods as ``DISTINCT``, a day's
+    events near midnight UTC on the day they are in Los Angeles."""
+    utc = dt.UTC
+    moments = [
+        dt.datetime(2025, 12, 31, 7, 59, tzinfo=utc),  # 23:59 on December 30th in LA
+        dt.datetime(2026, 1, 1, 8, 0, tzinfo=utc),  # midnight of the year, in LA
+        dt.datetime(2026, 3, 8, 9, 30, tzinfo=utc),  # the day the clocks go forward
+        dt.datetime(2026, 3, 9, 6, 59, tzinfo=utc),
+        dt.datetime(2026, 11, 1, 8, 30, tzinfo=utc),  # and back
+    ]
+    with connection.cursor() as cursor:
+        for moment in moments:
+            cursor.execute(
+                "INSERT INTO integrations_ledgerevent (created_at, broker_id, kind, subject,"
+                " actor, data, event_hash) VALUES (%s, '', 'drop.api_call', '', 'system',"
+                " '{}', '')",
+                [moment],
+            )
+    zone = drop_timezone()
+    probed = _probed(QuerySet)(model=LedgerEvent)
+    with timezone.override(zone):
+        for narrowed in (
+            {},
+            {"created_at__year": 2026},
+            {"created_at__year": 2026, "created_at__month": 3},
+        ):
+            ours = [
+                (p.year, p.month, p.day)
+                for p in probed.filter(**narrowed).datetimes("created_at", kind)
+            ]
+            djangos = [
+                (p.year, p.month, p.day)
+                for p in LedgerEvent.objects.filter(**narrowed).datetimes("created_at", kind)
+            ]
+            assert ours == djangos, (narrowed, kind)
