@@ -8,6 +8,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
+from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     Broker,
     DeletionRequest,
@@ -16,10 +17,12 @@ from integrations.models import (
     WorkItem,
     WorkItemState,
 )
+from integrations.services.cycle import work_items as work_items_module
 from integrations.services.cycle.work_items import (
     work_item_settle,
     work_item_status_set,
     work_items_settle,
+    work_items_settle_by_id,
 )
 from integrations.services.dispatch.outcomes import deletion_outcome_record
 from integrations.services.ledger import ledger_verify
@@ -357,3 +360,25 @@ def test_settling_a_cycle_catches_items_whose_outcomes_all_arrived(broker: Broke
 
     states = dict(WorkItem.objects.values_list("pk", "status_code"))
     assert states == {done.pk: 4, waiting.pk: None, unmatched.pk: None}
+
+
+def test_settling_many_items_goes_by_batches_and_counts_each_once(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(work_items_module, "_SETTLE_BATCH", 2)
+    cycle = DropCycleFactory.create(broker=broker)
+    done = WorkItemFactory.create_batch(3, cycle=cycle)
+    for item in done:
+        DeletionRequestFactory.create(work_item=item, drop_outcome="deleted")
+    waiting = WorkItemFactory.create(cycle=cycle)
+    DeletionRequestFactory.create(work_item=waiting, state=RequestState.DISPATCHED)
+
+    items = sorted([waiting.pk, *(item.pk for item in done)])
+    assert work_items_settle_by_id(items=items, actor="test") == 3
+
+    states = dict(WorkItem.objects.values_list("pk", "status_code"))
+    assert states == {**{item.pk: 3 for item in done}, waiting.pk: None}
+    settled = LedgerEvent.objects.filter(kind=LedgerKind.WORK_ITEM_STATUS_SETTLED)
+    assert sorted(settled.values_list("subject", flat=True)) == sorted(
+        item.work_item_id for item in done
+    )

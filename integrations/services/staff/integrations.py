@@ -37,14 +37,13 @@ from integrations.models import (
     IntegrationKind,
     RequestState,
     ResolutionRequest,
-    WorkItem,
 )
 from integrations.outbound_http import DeliveryResult, deliver
 from integrations.services.cycle.requests import (
     cancelled_requests_wait_for_target,
     pending_requests_target,
 )
-from integrations.services.cycle.work_items import work_item_settle
+from integrations.services.cycle.work_items import work_items_settle_by_id
 from integrations.services.ledger import ledger_event_append
 from integrations.services.locks import matching_lock
 from integrations.services.row_updates import Audited, row_update
@@ -337,8 +336,7 @@ def integration_retire(*, integration: Integration, reason: str, actor: str) -> 
         waiting = cancelled_requests_wait_for_target(cancelled_ids=cancelled_ids)
         targeted = pending_requests_target(broker=locked.broker, actor=actor) if waiting else None
         items = sorted(deletion_items | resolution_items)  # by id (``matching_lock``)
-        for item in items:
-            work_item_settle(work_item=WorkItem(pk=item), actor=actor)
+        work_items_settle_by_id(items=items, actor=actor)
         result = IntegrationRetired(
             integration=locked,
             deletion_requests_cancelled=len(cancelled_ids),
