@@ -87,7 +87,7 @@ def take_due_jobs() -> list[tuple[str, dict[str, Any]]]:
             "     AND (scheduled_at IS NULL OR scheduled_at <= now()))"
             " RETURNING id, task_name, args"
         )
-        return [(name, _json(args)) for _, name, args in sorted(cursor.fetchall())]
+        return [(name, json_value(args)) for _, name, args in sorted(cursor.fetchall())]
 
 
 def queued_job_ids() -> set[int]:
@@ -97,11 +97,12 @@ def queued_job_ids() -> set[int]:
             "SELECT args FROM procrastinate_jobs WHERE status = 'todo' AND task_name = %s",
             ["integrations.tasks.deliver_deletion_requests"],
         )
-        return {pk for (args,) in cursor.fetchall() for pk in _json(args)["request_ids"]}
+        return {pk for (args,) in cursor.fetchall() for pk in json_value(args)["request_ids"]}
 
 
-def _json(value: Any) -> Any:
-    # Django's cursor hands jsonb over as text (its JSONField decodes it).
+def json_value(value: Any) -> Any:
+    """A jsonb column's value as read by a raw cursor: Django's hands it over as text (its
+    JSONField decodes it)."""
     return json.loads(value) if isinstance(value, str) else value
 
 
