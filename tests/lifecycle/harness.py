@@ -90,14 +90,11 @@ def take_due_jobs() -> list[tuple[str, dict[str, Any]]]:
         return [(name, json_value(args)) for _, name, args in sorted(cursor.fetchall())]
 
 
-def queued_job_ids() -> set[int]:
-    """Ids of deletion requests some waiting delivery job holds."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT args FROM procrastinate_jobs WHERE status = 'todo' AND task_name = %s",
-            ["integrations.tasks.deliver_deletion_requests"],
-        )
-        return {pk for (args,) in cursor.fetchall() for pk in json_value(args)["request_ids"]}
+# The waiting delivery jobs' arguments (each one's ``request_ids``: deletion requests).
+QUEUED_DELIVERIES = (
+    "SELECT args FROM procrastinate_jobs WHERE status = 'todo' AND task_name = %s",
+    ["integrations.tasks.deliver_deletion_requests"],
+)
 
 
 def json_value(value: Any) -> Any:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeAlias
 
 from django.db import connection
 from django.db.models import Exists, QuerySet
@@ -29,8 +29,29 @@ from integrations.models import (
 )
 from integrations.selectors.stuck import StuckReason, stuck_work_items
 from integrations.services.ledger import ledger_seal, ledger_verify
-from tests.lifecycle.harness import ModelDrop, World, json_value, queued_job_ids, report_rows
+from tests.lifecycle.harness import QUEUED_DELIVERIES, ModelDrop, World, json_value, report_rows
 from tests.lifecycle.oracle import Oracle
+
+# What an invariant reads: a queryset, or SQL and its parameters.
+Read: TypeAlias = "QuerySet[Any, Any] | tuple[str, Sequence[Any]]"
+
+
+def _read_together(reads: dict[str, tuple[str, Sequence[Any]]]) -> dict[str, list[tuple[Any, ...]]]:
+    """The rows of each of ``reads`` (SQL and parameters), by name, in one round trip: the
+    statements in one string, their results read in turn."""
+    if not reads:
+        return {}
+    names = list(reads)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "; ".join(reads[name][0] for name in names),
+            [param for name in names for param in reads[name][1]],
+        )
+        found = {names[0]: cursor.fetchall()}
+        for name in names[1:]:
+            cursor.nextset()
+            found[name] = cursor.fetchall()
+    return found
 
 
 def _live(pk: int, state: str, enabled: bool, queued_jobs: set[int]) -> bool:
@@ -84,20 +105,30 @@ class LifecycleInvariants:
     step: int
     seen_files: dict[int, list[tuple[str, int]]]
 
-    def _read(self, name: str, query: Callable[[], QuerySet[Any, Any]]) -> list[tuple[Any, ...]]:
-        """The rows of ``query``, built and compiled once per example (a machine: one broker)
-        and run after every step: the ORM took longer to compile the invariants' queries
-        than PostgreSQL to answer them. Rows come as the driver gives them (jsonb as text:
-        ``json_value``). The cache is set here, not in the machine's ``__init__``: the
-        machine's source seeds its histories."""
-        compiled: dict[str, tuple[str, tuple[Any, ...]]]
-        compiled = vars(self).setdefault("_compiled_reads", {})
-        if name not in compiled:
-            compiled[name] = query().query.sql_with_params()
-        sql, params = compiled[name]
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            return cursor.fetchall()
+    def check_invariants(self, *args: Any, **kwargs: Any) -> None:
+        """Hypothesis checks the invariants after each step: their reads are made anew."""
+        vars(self)["_step_rows"] = None
+        super().check_invariants(*args, **kwargs)  # type: ignore[misc]
+
+    def _read(self, name: str, query: Callable[[], Read]) -> list[tuple[Any, ...]]:
+        """The rows of ``query`` (a queryset, or SQL and its parameters) after this step.
+
+        Each query an invariant asks is built and compiled once per example (a machine: one
+        broker; the ORM took longer to compile them than PostgreSQL to answer them), and at
+        the first read of each step all of them run in one round trip: the invariants write
+        nothing another reads (a seal adds chain links, read before it). Rows come as the
+        driver gives them (jsonb as text: ``json_value``). Kept on the machine but not set in
+        its ``__init__``: the machine's source seeds its histories."""
+        state = vars(self)
+        compiled: dict[str, tuple[str, Sequence[Any]]] = state.setdefault("_compiled_reads", {})
+        rows: dict[str, list[tuple[Any, ...]]] | None = state.get("_step_rows")
+        if rows is None:
+            rows = state["_step_rows"] = _read_together(compiled)
+        if name not in rows:  # first asked in this example
+            read = query()
+            compiled[name] = read if isinstance(read, tuple) else read.query.sql_with_params()
+            rows.update(_read_together({name: compiled[name]}))
+        return rows[name]
 
     def _note_dispatches(self) -> None:
         raise NotImplementedError  # the machine notes what reached the broker
@@ -195,7 +226,11 @@ class LifecycleInvariants:
             item_requests = requests.setdefault(item_pk, [])
             if pk is not None:
                 item_requests.append((pk, state, bool(enabled)))
-        queued_jobs = queued_job_ids()
+        queued_jobs = {
+            pk
+            for (args,) in self._read("queued deliveries", lambda: QUEUED_DELIVERIES)
+            for pk in json_value(args)["request_ids"]
+        }
         stuck = {
             without_status[item_pk]: item_requests
             for item_pk, item_requests in requests.items()
