@@ -101,16 +101,21 @@ def test_the_status_rule_is_inlined_where_it_is_read(db: None) -> None:
     assert "Function Scan" not in plan, plan
 
 
-def _migrate(url: str, *target: str) -> None:
-    subprocess.run(  # noqa: S603
-        # The system checks are not what is tested here (the suite runs them): skipped, as
-        # each of the two migrations would run them again.
-        [sys.executable, "manage.py", "migrate", *target, "--verbosity", "0", "--skip-checks"],
-        cwd=settings.BASE_DIR,
-        env=subprocess_env(DATABASE_URL=url),
-        check=True,
-        capture_output=True,
-    )
+# One process does the upgrade's steps, in order: the first migration, the newest, then the
+# ledger's verification (a process for each would start Django anew, a second of CPU each).
+# Between the migrations it waits for a line on stdin while the test writes the first
+# version's rows. The system checks are not what is tested here (the suite runs them).
+_AT_THE_FIRST_MIGRATION = "at the first migration"
+_UPGRADE = f"""
+import sys
+from django.core.management import call_command
+
+call_command("migrate", "integrations", "0001", verbosity=0, skip_checks=True)
+print({_AT_THE_FIRST_MIGRATION!r}, flush=True)
+sys.stdin.readline()
+call_command("migrate", verbosity=0, skip_checks=True)
+call_command("ledger", "verify")
+"""
 
 
 @pytest.fixture
@@ -122,9 +127,58 @@ def scratch_database(db: None) -> Iterator[str]:
 
 @pytest.mark.slow
 def test_a_database_from_the_first_migration_upgrades_with_its_data(
-    scratch_database: str,
+    scratch_database: str, tmp_path: Path
 ) -> None:
-    _migrate(scratch_database, "integrations", "0001")
+    errors = tmp_path / "stderr"
+    with errors.open("w") as stderr:
+        upgrade = subprocess.Popen(  # noqa: S603
+            [sys.executable, "manage.py", "shell", "--no-imports", "-c", _UPGRADE],
+            cwd=settings.BASE_DIR,
+            env=subprocess_env(DATABASE_URL=scratch_database),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
+    try:
+        assert upgrade.stdin is not None and upgrade.stdout is not None
+        for line in upgrade.stdout:
+            if line.strip() == _AT_THE_FIRST_MIGRATION:
+                break
+        else:
+            upgrade.wait(timeout=60)
+            pytest.fail(f"the first migration failed:\n{errors.read_text()}")
+        _first_version_rows(scratch_database)
+        upgrade.stdin.close()  # on to the newest migration
+        upgrade.stdout.read()
+        upgrade.wait(timeout=60)
+    finally:
+        if upgrade.poll() is None:
+            upgrade.kill()
+            upgrade.wait()
+    # ledger verify over the upgraded database: the old event seals and verifies.
+    assert upgrade.returncode == 0, errors.read_text()
+
+    with psycopg.connect(scratch_database) as conn, conn.cursor() as cursor:
+        cursor.execute("SELECT broker_id, name, mode FROM integrations_broker")
+        assert cursor.fetchall() == [("4821", "Acme Data", "test")]
+        # The old key is found by today's lookup, with its broker.
+        cursor.execute(
+            "SELECT key_prefix, broker_id FROM dropportal_api_key_lookup(%s, NULL, NULL)",
+            [key_digest(_OLD_KEY)],
+        )
+        assert cursor.fetchall() == [("dp_upgr", "4821")]
+        installed, source = _installed_and_source(cursor)
+        conn.rollback()
+    assert installed == source
+
+
+_OLD_KEY = "dp_upgrade_test_key"
+
+
+def _first_version_rows(url: str) -> None:
+    """A broker, its key and a ledger event, as the first version wrote them: the hash
+    computed in Python, no SQL function yet."""
     created = dt.datetime(2026, 1, 5, 9, 30, tzinfo=dt.UTC)
     event: dict[str, Any] = {
         "created_at": created,
@@ -134,9 +188,7 @@ def test_a_database_from_the_first_migration_upgrades_with_its_data(
         "actor": "cli:ops",
         "data": {"name": "Acme Data"},
     }
-    digest = key_digest("dp_upgrade_test_key")
-    with psycopg.connect(scratch_database, autocommit=True) as conn:
-        # As the first version wrote them: the hash computed in Python, no SQL function yet.
+    with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(
             "INSERT INTO integrations_broker (broker_id, name, mode, drop_api_key, "
             "drop_base_url, created_at, updated_at) "
@@ -146,7 +198,7 @@ def test_a_database_from_the_first_migration_upgrades_with_its_data(
             "INSERT INTO integrations_apikey (name, prefix, digest, scopes, created_at, "
             "broker_id) SELECT 'old', 'dp_upgr', %s, ARRAY['ingest'], now(), id "
             "FROM integrations_broker",
-            [digest],
+            [key_digest(_OLD_KEY)],
         )
         conn.execute(
             "INSERT INTO integrations_ledgerevent (created_at, broker_id, kind, subject, "
@@ -161,26 +213,3 @@ def test_a_database_from_the_first_migration_upgrades_with_its_data(
                 event_hash(**event),
             ],
         )
-
-    _migrate(scratch_database)
-
-    with psycopg.connect(scratch_database) as conn, conn.cursor() as cursor:
-        cursor.execute("SELECT broker_id, name, mode FROM integrations_broker")
-        assert cursor.fetchall() == [("4821", "Acme Data", "test")]
-        # The old key is found by today's lookup, with its broker.
-        cursor.execute(
-            "SELECT key_prefix, broker_id FROM dropportal_api_key_lookup(%s, NULL, NULL)", [digest]
-        )
-        assert cursor.fetchall() == [("dp_upgr", "4821")]
-        installed, source = _installed_and_source(cursor)
-        conn.rollback()
-    assert installed == source
-    # ledger verify over the upgraded database: the old event seals and verifies.
-    verify = subprocess.run(
-        [sys.executable, "manage.py", "ledger", "verify"],
-        cwd=settings.BASE_DIR,
-        env=subprocess_env(DATABASE_URL=scratch_database),
-        capture_output=True,
-        text=True,
-    )
-    assert verify.returncode == 0, verify.stderr
