@@ -1,6 +1,7 @@
 """A PostgreSQL server of a test's own, for tests that restart it: ``initdb`` into a temporary
-directory and a free loopback port, stopped and deleted at the end. The shared server (the
-one ``DATABASE_URL`` names) is never stopped or restarted, and none is needed on 5432::
+directory (in memory when there is room: ``_in_memory_folder``) and a free loopback port,
+stopped and deleted at the end. The shared server (the one ``DATABASE_URL`` names) is never
+stopped or restarted, and none is needed on 5432::
 
     with ThrowawayPostgres() as server:
         url = server.url("dropportal")
@@ -55,6 +56,23 @@ def build() -> str:
     return f"{postgres}:{found.st_size}:{found.st_mtime_ns}"
 
 
+# The least room in memory a server's files may take there (a cluster is ~50 MB, and grows
+# little in a test); a container's /dev/shm is often 64 MB.
+_MEMORY_ROOM = 1 << 30
+
+
+def _in_memory_folder() -> str | None:
+    """/dev/shm (a tmpfs) when it has ample room, else None (the temporary folder). A data
+    directory is some 1,700 files, and creating that many on a slow disk took seconds, and
+    as much again to delete; nothing of the server outlives its test (fsync is off too)."""
+    try:
+        if shutil.disk_usage("/dev/shm").free >= _MEMORY_ROOM:
+            return "/dev/shm"
+    except OSError:  # none here
+        pass
+    return None
+
+
 class ThrowawayPostgres:
     def __init__(self, *, copy_of: Path | None = None) -> None:
         """``copy_of``: a stopped cluster's data directory (``saved``) to start from, instead
@@ -62,7 +80,7 @@ class ThrowawayPostgres:
         self.copy_of = copy_of
         self.bin = _binaries()
         self.port = free_port()
-        self.root = Path(tempfile.mkdtemp(prefix="dp_throwaway_pg_"))
+        self.root = Path(tempfile.mkdtemp(prefix="dp_throwaway_pg_", dir=_in_memory_folder()))
         self.data = self.root / "data"
         self.user: str | None = None
         if os.geteuid() == 0:
