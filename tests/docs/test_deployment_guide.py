@@ -20,8 +20,6 @@ import sys
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +33,7 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from integrations.services.staff.keys import api_key_create
-from tests.conftest import bearer, database_of_its_own, migrated_template
+from tests.conftest import bearer, database_url
 from tests.ports import free_port
 from tests.tls import self_signed_certificate
 
@@ -60,21 +58,15 @@ def test_every_block_is_of_a_kind_this_test_checks() -> None:
     assert {"sh", "env", "ini", "caddy", "nginx", "yaml"} <= set(kinds)
 
 
-@dataclass(frozen=True)
-class GuideDatabase:
-    url: str  # its DATABASE_URL
-    migrated: bool  # a copy of the migrated template
-
-
 @pytest.fixture
-def guide_database(db: None, request: pytest.FixtureRequest) -> Iterator[GuideDatabase]:
-    """A database of its own on the test server, a copy of the suite's migrated template when
-    there is one (the guide's ``migrate`` then has nothing to apply, as on an upgrade that
-    changes no model; migrating from empty is the suite's own start and
-    tests/sql/test_sql_functions.py's), else empty."""
-    template = migrated_template(request.config)
-    with database_of_its_own("guide", template=template) as url:
-        yield GuideDatabase(url, migrated=template is not None)
+def guide_database(transactional_db: None) -> str:
+    """The guide's DATABASE_URL: the test database, which the processes its commands start
+    reach (and whose rows go at the test's end, as every transactional test's). Migrated, as
+    every test database is: the guide's ``migrate`` has nothing to apply, as on an upgrade
+    that changes no model; migrating from empty is the suite's own start and
+    tests/sql/test_sql_functions.py's. (A database of its own, a copy of the migrated
+    template made and dropped for each test, was a second or two of the server's work.)"""
+    return database_url()
 
 
 def _deployment_env(url: str, tmp_path: Path) -> dict[str, str]:
@@ -138,8 +130,8 @@ def _run(command: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-def test_the_sh_commands_run_as_written(guide_database: GuideDatabase, tmp_path: Path) -> None:
-    env = _deployment_env(guide_database.url, tmp_path)
+def test_the_sh_commands_run_as_written(guide_database: str, tmp_path: Path) -> None:
+    env = _deployment_env(guide_database, tmp_path)
     ran = []
     for block in _of("sh"):
         for command in block.strip().splitlines():
@@ -231,12 +223,10 @@ def _status(url: str) -> int:
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-def test_the_units_commands_serve_and_work(guide_database: GuideDatabase, tmp_path: Path) -> None:
+def test_the_units_commands_serve_and_work(guide_database: str, tmp_path: Path) -> None:
     """ExecStart of both units, as written, with the environment file: the web answers
     /readyz 200 once the worker beats."""
-    env = _deployment_env(guide_database.url, tmp_path)
-    if not guide_database.migrated:  # a copy of the migrated template has nothing to apply
-        assert _run("python manage.py migrate --no-input", env).returncode == 0
+    env = _deployment_env(guide_database, tmp_path)
     port = free_port()
     logs = [tmp_path / "web.log", tmp_path / "worker.log"]
     processes = [
