@@ -33,6 +33,7 @@ from typing import Final
 
 from integrations.drop.transliteration import TRANSLITERATION, transliterate
 from integrations.list_types import HASH_TYPES
+from integrations.month_names import MONTHS
 
 __all__ = [
     "HASH_RE",
@@ -262,30 +263,6 @@ _DOB_COMPACT: Final = re.compile(r"(\d{4})(\d{2})(\d{2})")
 _DOB_US: Final = re.compile(r"(\d{1,2})/(\d{1,2})/(\d{4})")
 _DOB_WORDS: Final = re.compile(r"([a-z]+)\.? ?(\d{1,2})(?:, ?| )(\d{4})")
 
-# English month names are spelt out here rather than read with strptime("%B"), whose
-# month names follow the process locale.
-_MONTHS: Final = {
-    name: number
-    for number, names in enumerate(
-        (
-            ("january", "jan"),
-            ("february", "feb"),
-            ("march", "mar"),
-            ("april", "apr"),
-            ("may",),
-            ("june", "jun"),
-            ("july", "jul"),
-            ("august", "aug"),
-            ("september", "sep", "sept"),
-            ("october", "oct"),
-            ("november", "nov"),
-            ("december", "dec"),
-        ),
-        start=1,
-    )
-    for name in names
-}
-
 _DOB_FORMATS: Final = "YYYY-MM-DD, YYYYMMDD, MM/DD/YYYY or Month D, YYYY"
 
 
@@ -306,8 +283,8 @@ def standardize_dob(v: str | date) -> str:
             year, month, day = int(m[1]), int(m[2]), int(m[3])
         elif m := _DOB_US.fullmatch(s):
             year, month, day = int(m[3]), int(m[1]), int(m[2])
-        elif (m := _DOB_WORDS.fullmatch(s)) and m[1] in _MONTHS:
-            year, month, day = int(m[3]), _MONTHS[m[1]], int(m[2])
+        elif (m := _DOB_WORDS.fullmatch(s)) and m[1] in MONTHS:
+            year, month, day = int(m[3]), MONTHS[m[1]], int(m[2])
         else:
             raise InvalidIdentifier(
                 "dob", f"date of birth is not in a known format ({_DOB_FORMATS})"
