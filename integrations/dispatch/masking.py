@@ -28,6 +28,7 @@ import re
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
+from integrations.month_names import MONTHS
 from integrations.outbound_http import RESPONSE_BODY_LIMIT
 from integrations.url_extras import without_url_extras
 
@@ -112,19 +113,34 @@ def category_counts(identifiers: Mapping[str, Any], *, categories: Iterable[str]
 
 # What in a broker's free text looks like a clear identifier, each found only where a word
 # starts (so a search never restarts inside one: linear time on any text). A request UUID is
-# ours, and its digits would read as a phone number: kept. Names, a ZIP code alone and a
-# number shorter than a phone's cannot be told from the rest of a message: those the broker
-# guide asks brokers not to write.
+# ours (written in lower case with dashes), and its digits would read as a phone number:
+# kept. Names, a ZIP code alone and a number shorter than a phone's cannot be told from the
+# rest of a message: those the broker guide asks brokers not to write.
+# Longest first: "june" is tried before "jun", not cut to it.
+_MONTH = "|".join(sorted(MONTHS, key=len, reverse=True))
 _FREE_TEXT_IDENTIFIER = re.compile(
-    r"(?P<uuid>(?<![\w-])[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}(?![\w-]))"
+    r"(?P<uuid>(?<![\w-])(?-i:[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12})(?![\w-]))"
     # An email, its "@" plain or percent-encoded; the domain may lack a dot (user@localhost).
     # Its local part is read without "/", which RFC 5322 allows but a URL's path ends with:
     # an email at the end of a path is masked alone, the path kept.
     r"|(?P<email>(?<![\w.!#$%&*+=?^{|}~-])[\w.!#$%&*+=?^{|}~-]+(?:@|%40)[\w-]+(?:\.[\w-]+)*)"
-    # A date, as a date of birth is written: 1985-07-04, 07/04/1985, 4.7.85.
-    r"|(?P<date>(?<![\w/.-])(?:\d{4}[-/.]\d{1,2}[-/.]\d{1,2}|\d{1,2}[-/.]\d{1,2}[-/.]\d{2,4})(?![\w/-]|\.\d))"
+    # A date, as a date of birth is written: 1985-07-04 (a time after a "T" part of it, as an
+    # ISO date-time serializes a date: 1985-07-04T00:00:00.000Z), 07/04/1985, 4.7.85, or
+    # with its month's name, as the standardizer reads it: July 4, 1985, 4 Jul 1985,
+    # 04-Jul-85. Every part of bounded length: no search backtracks far.
+    r"|(?P<date>(?<![\w/.-])(?:"
+    r"\d{4}[-/.]\d{1,2}[-/.]\d{1,2}"
+    r"(?:T\d{1,2}:\d{2}(?::\d{2}(?:[.,]\d{1,9})?)?(?:Z|[+-]\d{2}(?::?\d{2})?)?)?"
+    r"|\d{1,2}[-/.]\d{1,2}[-/.]\d{2,4}"
+    rf"|(?:{_MONTH})\.? ?\d{{1,2}}(?:, ?| )\d{{4}}"
+    rf"|\d{{1,2}} (?:{_MONTH})\.?,? \d{{4}}"
+    rf"|\d{{1,2}}-(?:{_MONTH})-(?:\d{{4}}|\d{{2}})"
+    r")(?![\w/-]|\.\d))"
     # A VIN: 17 letters and digits (no I, O or Q), at least one a digit.
     r"|(?P<vin>(?<![\w-])(?=[a-z]*\d)[a-hj-npr-z0-9]{17}(?![\w-]))"
+    # A mobile advertising ID: 32 hex digits, with a UUID's dashes or none (a MAID written in
+    # lower case with dashes reads as a request UUID, kept above).
+    r"|(?P<maid>(?<![\w-])(?:[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}|[0-9a-f]{32})(?![\w-]))"
     # A phone number, or any long number (an account's, a social security number): digits,
     # with spaces, dots, dashes or brackets between them, 7 digits or more (counted when found).
     r"|(?P<number>(?<![\w+])\+?\(?\d(?:[ .()-]{0,2}\d)+(?!\w))",
@@ -143,7 +159,7 @@ def _identifier_masked(found: re.Match[str]) -> str:
 
 def identifiers_in(text: str) -> set[str]:
     """The kinds of identifier ``free_text_masked`` would mask in ``text`` (``email``,
-    ``number``, ``date``, ``vin``)."""
+    ``number``, ``date``, ``vin``, ``maid``)."""
     return {
         found.lastgroup or ""
         for found in _FREE_TEXT_IDENTIFIER.finditer(text)
@@ -153,10 +169,10 @@ def identifiers_in(text: str) -> set[str]:
 
 def free_text_masked(text: str, *, limit: int) -> str:
     """A broker's free text as it is kept (on its row and in the ledger, for good): every
-    email, phone or other long number, date and VIN in it replaced by ``<email>``,
-    ``<number>``, ``<date>``, ``<vin>``; then cut to ``limit`` characters. The whole text is
-    read (a callback's body, an answer kept, both bounded, in linear time): cut first, an
-    identifier across the cut would be kept in part."""
+    email, phone or other long number, date, VIN and mobile advertising ID in it replaced by
+    ``<email>``, ``<number>``, ``<date>``, ``<vin>``, ``<maid>``; then cut to ``limit``
+    characters. The whole text is read (a callback's body, an answer kept, both bounded, in
+    linear time): cut first, an identifier across the cut would be kept in part."""
     # A URL's query and credentials first (what the ledger cuts anyway): read as free text,
     # "case?email=ann%40x.com" would be one email, the path before it lost.
     return _FREE_TEXT_IDENTIFIER.sub(_identifier_masked, without_url_extras(text))[:limit]

@@ -20,6 +20,16 @@ from integrations.dispatch.masking import free_text_masked
         ("Smith,Ann,1985-07-04,91790", "Smith,Ann,<date>,91790"),
         ("born 07/04/1985 or 4.7.85", "born <date> or <date>"),
         ("VIN 1HGCM82633A004352 not found", "VIN <vin> not found"),
+        # A date of birth with its month's name, as the standardizer reads one.
+        ("Ann Smith (July 4, 1985)", "Ann Smith (<date>)"),
+        ("born July 4 1985, Sept. 9, 1970", "born <date>, <date>"),
+        ("born 4 July 1985 or 04-Jul-1985", "born <date> or <date>"),
+        # An ISO date-time is one date: a date of birth serialized as a timestamp.
+        ("dob 1985-07-04T00:00:00.000Z", "dob <date>"),
+        ("at 2026-03-12T10:04:00+02:00.", "at <date>."),
+        # A mobile advertising ID: without dashes, or in a case we never write a UUID in.
+        ("maid a3f1c2d4567890abcdef1234567890ab", "maid <maid>"),
+        ("maid A3F1C2D4-5678-90AB-CDEF-1234567890AB", "maid <maid>"),
         # A URL keeps its path, not its query or credentials; an email ending a path goes.
         (
             "see HTTPS://u:pw@crm.example/case?email=ann%40x.com",
@@ -33,8 +43,14 @@ from integrations.dispatch.masking import free_text_masked
             "HTTP 503 after 3 retries in 30000 ms, v1.2.3",
         ),
         (
-            "request 123e4567-e89b-12d3-a456-426614174000 at 2026-03-12T10:04:00Z",
-            "request 123e4567-e89b-12d3-a456-426614174000 at 2026-03-12T10:04:00Z",
+            "request 123e4567-e89b-12d3-a456-426614174000 failed",
+            "request 123e4567-e89b-12d3-a456-426614174000 failed",
+        ),
+        # A month's name without a year, a hex digest longer than an ID's.
+        ("may 2 retries; due July 4", "may 2 retries; due July 4"),
+        (
+            "sha1 da39a3ee5e6b4b0d3255bfef95601890afd80709",
+            "sha1 da39a3ee5e6b4b0d3255bfef95601890afd80709",
         ),
     ],
 )
@@ -59,7 +75,18 @@ def test_an_email_is_masked_whole_however_far_past_the_limit_the_text_runs() -> 
     assert kept.endswith(" <email>: record locked")
 
 
-@pytest.mark.parametrize("sent", ["1" * 100_000 + "a", "a." * 50_000, "1-" * 50_000 + "x"])
+@pytest.mark.parametrize(
+    "sent",
+    [
+        "1" * 100_000 + "a",
+        "a." * 50_000,
+        "1-" * 50_000 + "x",
+        "July 4, " * 12_500,
+        "4 Jul " * 16_000,
+        "1985-07-04T00:00:00." + "1" * 100_000 + "a",
+        "a" * 100_000,
+    ],
+)
 def test_a_long_text_is_read_once(sent: str) -> None:
     # Linear: a text of the API's size is masked at once (a quadratic search would not end).
     assert len(free_text_masked(sent, limit=200_000)) <= len(sent)
