@@ -35,11 +35,19 @@ from rest_framework import serializers
 from integrations.ascii_integers import ascii_integer
 from integrations.dispatch import masking
 from integrations.dispatch.saas import categories_or_default
-from integrations.dispatch.transport import Message, Verdict, answer_kept, each, http_verdict
+from integrations.dispatch.transport import (
+    REDACTED,
+    Message,
+    Verdict,
+    answer_kept,
+    each,
+    http_verdict,
+)
 from integrations.models import DeletionRequest, ResolutionRequest
 
 # The shape of resolved identifiers is the webhook resolution callback's: one definition.
 from integrations.outbound_http import (
+    RESPONSE_BODY_LIMIT,
     USER_AGENT,
     DeliveryResult,
     deliver,
@@ -73,10 +81,13 @@ class IsiError(Exception):
 @dataclass(frozen=True)
 class BearerToken:
     """How to authenticate to the broker: ``get(refresh)`` returns the access token (raising
-    ``IsiError`` when none can be had); ``refreshable``: a 401 is worth one new token."""
+    ``IsiError`` when none can be had); ``refreshable``: a 401 is worth one new token;
+    ``secrets``: the integration's other credentials, redacted from its answers as the
+    tokens sent are (``answer_redacted``)."""
 
     get: Callable[[bool], str]
     refreshable: bool
+    secrets: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -277,6 +288,36 @@ def _first_error(detail: Any, path: str = "") -> str:
 # -- calling --------------------------------------------------------------------------------
 
 
+def text_redacted(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with each of ``secrets`` that is set, as written or JSON-escaped, replaced by
+    ``[redacted]``: a broker may echo a credential ("Bearer x is not valid"), and its answers
+    are kept and shown, where a credential never is."""
+    for form in _secret_forms(secrets):
+        text = text.replace(form, REDACTED)
+    return text
+
+
+def answer_redacted(result: DeliveryResult, secrets: Iterable[str]) -> DeliveryResult:
+    """``result`` with ``secrets`` redacted from ``response_body``, the text kept and shown,
+    before it is masked (masking first could leave part of one in clear). It is cut again
+    from the answer redacted whole, so no secret is cut in two and kept in part. ``content``
+    stays as answered: it is parsed, never kept as text, and a short secret taken out of it
+    could break a connection list or identifiers that are right."""
+    redacted = result.content
+    for form in _secret_forms(secrets):
+        redacted = redacted.replace(form.encode(), REDACTED.encode())
+    if redacted == result.content:
+        return result
+    kept = storable(redacted[:RESPONSE_BODY_LIMIT].decode("utf-8", errors="replace"))
+    return dataclasses.replace(result, response_body=kept)
+
+
+def _secret_forms(secrets: Iterable[str]) -> list[str]:
+    # Longest first: one secret inside another is not left half shown.
+    forms = {f for s in secrets if s for f in (s, json.dumps(s, ensure_ascii=False)[1:-1])}
+    return sorted(forms, key=len, reverse=True)
+
+
 def send(
     method: str,
     url: str,
@@ -294,9 +335,11 @@ def send(
     """
     started = time.monotonic()
     headers = request_headers() if body else {"Accept": "application/json"}
+    sent: list[str] = []
 
     def call(access_token: str) -> DeliveryResult:
-        return deliver(
+        sent.append(access_token)
+        result = deliver(
             method,
             url,
             body=body,
@@ -304,6 +347,7 @@ def send(
             allow_private=allow_private,
             read_limit=ANSWER_LIMIT,
         )
+        return answer_redacted(result, [*sent, *token.secrets])
 
     try:
         result = call(token.get(False))
@@ -387,7 +431,11 @@ def oauth_token_fetch(
         except (ValueError, AttributeError, RecursionError):
             reason = None
         # The broker's own text, kept with every attempt of the batch it fails: storable.
-        reason = f" ({storable(reason)})" if isinstance(reason, str) and reason else ""
+        reason = (
+            f" ({storable(text_redacted(reason, [client_secret]))})"
+            if isinstance(reason, str) and reason
+            else ""
+        )
         raise IsiError(f"{where}: HTTP {result.status}{reason}")
     try:
         answer = _json_answer(result.content, "its answer")

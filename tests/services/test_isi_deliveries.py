@@ -218,6 +218,47 @@ def test_a_410_disables_the_integration_as_for_webhooks(
     assert LedgerEvent.objects.get(kind="integration.disabled").data["alert"] is True
 
 
+def test_a_delete_answer_echoing_the_access_token_and_client_secret_is_kept_redacted(
+    api: IsiSimulator, created: CreatedIsiIntegration, connection_a: IsiConnection
+) -> None:
+    token = _cached_token(created)
+    echo = {"message": f"Bearer {token} of client {api.client_secret} is not valid"}
+    api.answer_next("delete", Reply(500, json.dumps(echo).encode()))
+    request = DeletionRequestFactory.create(isi_connection=connection_a)
+
+    assert deletion_requests_deliver(request_ids=[request.pk]) == {"retry": 1}
+
+    (attempt,) = DeliveryAttempt.objects.all()
+    assert json.loads(attempt.response_body) == {
+        "message": "Bearer [redacted] of client [redacted] is not valid"
+    }
+    request.refresh_from_db()
+    kept = (
+        attempt.response_body
+        + request.last_error
+        + json.dumps(list(LedgerEvent.objects.values_list("data")))
+    )
+    assert token not in kept
+    assert api.client_secret not in kept
+
+
+def test_a_delete_answer_echoing_the_static_token_is_kept_redacted(broker: Any) -> None:
+    with IsiSimulator(connections=broker_connections(), token="static-t0ken") as static_api:
+        created = isi_integration_created(broker, static_api, oauth=False)
+        static_api.answer_next(
+            "delete", Reply(401, b'{"message": "Bearer static-t0ken is not valid"}')
+        )
+        request = DeletionRequestFactory.create(
+            isi_connection=created.integration.connections.get(uuid=CONNECTION_A)
+        )
+
+        assert deletion_requests_deliver(request_ids=[request.pk]) == {"retry": 1}
+
+    (attempt,) = DeliveryAttempt.objects.all()
+    assert json.loads(attempt.response_body) == {"message": "Bearer [redacted] is not valid"}
+    assert "static-t0ken" not in json.dumps(list(LedgerEvent.objects.values_list("data")))
+
+
 # -- OAuth while delivering -----------------------------------------------------------------
 
 

@@ -63,12 +63,17 @@ def isi_bearer_token(integration: Integration) -> isi.BearerToken:
     made on this thread: a 401 gets one new token, stored in the row. Asked for on demand,
     so a token endpoint that failed a moment ago is asked again."""
     if integration.auth == IsiAuth.TOKEN:
-        return isi.BearerToken(get=lambda refresh: integration.token, refreshable=False)
+        return isi.BearerToken(
+            get=lambda refresh: integration.token,
+            refreshable=False,
+            secrets=_credentials(integration),
+        )
     return isi.BearerToken(
         get=lambda refresh: isi_access_token(
             integration=integration, refresh=refresh, retry_failed=True
         ),
         refreshable=True,
+        secrets=_credentials(integration),
     )
 
 
@@ -94,7 +99,14 @@ def isi_delivery_token(integration: Integration) -> isi.BearerToken:
             isi_access_token_renew(integration=integration, refused=value) if refresh else value
         ),
         refreshable=True,
+        secrets=_credentials(integration),
     )
+
+
+def _credentials(integration: Integration) -> tuple[str, ...]:
+    """Every credential the row holds, whichever way it authenticates: an answer echoing
+    any of them has it redacted (the tokens actually sent are redacted anyway)."""
+    return (integration.token, integration.access_token, integration.client_secret)
 
 
 def isi_access_token(
