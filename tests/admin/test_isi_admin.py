@@ -207,6 +207,22 @@ def test_check_connection_failure_shows_what_the_broker_said(
     assert IsiConnection.objects.filter(listed=True).count() == 3  # the list stays
 
 
+def test_check_connection_failure_shows_the_answer_without_the_token_it_echoes(
+    staff: Client, broker: Broker, api: IsiSimulator
+) -> None:
+    created = isi_integration_created(broker, api, oauth=False)
+    echo = b'{"message": "Bearer static-t0ken is not valid for ann@example.com"}'
+    api.answer_next("connections", Reply(401, echo))
+    url = f"/admin/integrations/isiintegration/{created.integration.pk}/check-connection/"
+
+    page = staff.post(url, follow=True).content.decode()
+
+    said = _messages(page)
+    assert "Bearer [redacted] is not valid for <email>" in said
+    assert "static-t0ken" not in page
+    assert "ann@example.com" not in page
+
+
 def test_check_connection_needs_a_post(staff: Client, created: CreatedIsiIntegration) -> None:
     url = f"/admin/integrations/isiintegration/{created.integration.pk}/check-connection/"
 

@@ -566,3 +566,58 @@ def test_a_token_endpoints_error_nested_too_deeply_is_a_token_error(api: IsiSimu
         )
 
     assert str(failed.value) == f"OAuth token endpoint {api.token_url}: HTTP 400"
+
+
+# -- credentials an answer echoes -----------------------------------------------------------
+
+
+def test_a_connection_list_answer_echoing_the_static_token_is_kept_redacted_and_masked(
+    broker, api: IsiSimulator
+) -> None:
+    created = isi_integration_created(broker, api, oauth=False)
+    echo = b'{"message": "Bearer static-t0ken is not valid for ann@example.com"}'
+    api.answer_next("connections", Reply(401, echo))
+
+    with pytest.raises(IsiError) as refused:
+        isi_connections_refresh(integration=created.integration, actor="test")
+
+    assert refused.value.answer == '{"message": "Bearer [redacted] is not valid for <email>"}'
+    kept = str(refused.value) + json.dumps(list(LedgerEvent.objects.values_list("data")))
+    assert "static-t0ken" not in kept
+    assert "ann@example.com" not in kept
+
+
+def test_a_connection_list_answer_echoing_the_access_token_and_client_secret_is_redacted(
+    broker, api: IsiSimulator
+) -> None:
+    created = isi_integration_created(broker, api)
+    access_token = Integration.objects.get(pk=created.integration.pk).access_token
+    echo = {"message": f"Bearer {access_token} of client {api.client_secret} is not valid"}
+    api.answer_next("connections", Reply(500, json.dumps(echo).encode()))
+
+    with pytest.raises(IsiError) as refused:
+        isi_connections_refresh(integration=created.integration, actor="test")
+
+    answer = json.loads(refused.value.answer)
+    assert answer == {"message": "Bearer [redacted] of client [redacted] is not valid"}
+    kept = str(refused.value) + json.dumps(list(LedgerEvent.objects.values_list("data")))
+    assert access_token not in kept
+    assert api.client_secret not in kept
+
+
+def test_a_token_endpoints_error_echoing_the_client_secret_is_redacted(
+    api: IsiSimulator,
+) -> None:
+    api.answer_next("token", Reply(401, b'{"error": "s3cret-of-the-client is wrong"}'))
+
+    with pytest.raises(IsiError) as failed:
+        oauth_token_fetch(
+            token_url=api.token_url,
+            client_id="id",
+            client_secret="s3cret-of-the-client",
+            allow_private=True,
+        )
+
+    assert str(failed.value) == (
+        f"OAuth token endpoint {api.token_url}: HTTP 401 ([redacted] is wrong)"
+    )

@@ -18,10 +18,10 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from integrations.dispatch import isi
+from integrations.dispatch import isi, masking
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, Integration, IntegrationKind, IsiConnection
-from integrations.outbound_http import DeliveryResult
+from integrations.outbound_http import RESPONSE_BODY_LIMIT, DeliveryResult
 from integrations.selectors.targets import broker_targets
 from integrations.services.cycle.isi_tokens import isi_bearer_token
 from integrations.services.cycle.requests import pending_requests_target
@@ -40,7 +40,7 @@ class ConnectionsRefreshed:
     connections: list[IsiConnection]  # every connection known, those listed first
     method: str  # "POST", or "GET" when POST was answered 405
     status: int
-    answer: str  # the broker's answer as received (first 4 KiB)
+    answer: str  # the broker's answer as kept (``_answer_kept``): shown to staff
     pending_requests_queued: int = 0
 
     @property
@@ -87,7 +87,7 @@ def isi_connections_refresh(
                     when=timezone.now(),
                     by="its connection list",
                 )
-        raise isi.IsiError(message, status=result.status, answer=result.response_body) from None
+        raise isi.IsiError(message, status=result.status, answer=_answer_kept(result)) from None
     assert result.status is not None
 
     now = now or timezone.now()
@@ -135,9 +135,16 @@ def isi_connections_refresh(
         connections=connections,
         method=method,
         status=result.status,
-        answer=result.response_body,
+        answer=_answer_kept(result),
         pending_requests_queued=queued,
     )
+
+
+def _answer_kept(result: DeliveryResult) -> str:
+    """The answer as staff are shown it (in a message, a signed cookie): its credentials
+    already redacted by ``isi.send``, and what looks like an identifier masked, as a delete's
+    answer is kept (an error may name a consumer)."""
+    return masking.free_text_masked(result.response_body, limit=RESPONSE_BODY_LIMIT)
 
 
 def _connections_request(url: str, token: isi.BearerToken) -> tuple[str, DeliveryResult]:
