@@ -289,12 +289,12 @@ def _first_error(detail: Any, path: str = "") -> str:
 
 
 def text_redacted(text: str, secrets: Iterable[str]) -> str:
-    """``text`` with each of ``secrets`` that is set, as written or JSON-escaped, replaced by
-    ``[redacted]``: a broker may echo a credential ("Bearer x is not valid"), and its answers
-    are kept and shown, where a credential never is."""
-    for form in _secret_forms(secrets):
-        text = text.replace(form, REDACTED)
-    return text
+    """``text`` with each of ``secrets`` that is set, as written or JSON-escaped in any of the
+    ways encoders write it (``\\/``, ``\\u002B``), replaced by ``[redacted]``: a broker may echo
+    a credential ("Bearer x is not valid"), and its answers are kept and shown, where a
+    credential never is."""
+    pattern = _secrets_pattern(secrets)
+    return text if pattern is None else pattern.sub(REDACTED, text)
 
 
 def answer_redacted(result: DeliveryResult, secrets: Iterable[str]) -> DeliveryResult:
@@ -303,19 +303,34 @@ def answer_redacted(result: DeliveryResult, secrets: Iterable[str]) -> DeliveryR
     from the answer redacted whole, so no secret is cut in two and kept in part. ``content``
     stays as answered: it is parsed, never kept as text, and a short secret taken out of it
     could break a connection list or identifiers that are right."""
-    redacted = result.content
-    for form in _secret_forms(secrets):
-        redacted = redacted.replace(form.encode(), REDACTED.encode())
-    if redacted == result.content:
+    pattern = _secrets_pattern(secrets)
+    if pattern is None:
         return result
-    kept = storable(redacted[:RESPONSE_BODY_LIMIT].decode("utf-8", errors="replace"))
+    answered = result.content.decode("utf-8", errors="replace")
+    redacted = pattern.sub(REDACTED, answered)
+    if redacted == answered:
+        return result
+    kept = storable(redacted.encode()[:RESPONSE_BODY_LIMIT].decode("utf-8", errors="ignore"))
     return dataclasses.replace(result, response_body=kept)
 
 
-def _secret_forms(secrets: Iterable[str]) -> list[str]:
-    # Longest first: one secret inside another is not left half shown.
-    forms = {f for s in secrets if s for f in (s, json.dumps(s, ensure_ascii=False)[1:-1])}
-    return sorted(forms, key=len, reverse=True)
+def _secrets_pattern(secrets: Iterable[str]) -> re.Pattern[str] | None:
+    """One pattern for every secret set, longest first (one inside another is not left half
+    shown): each character but a letter or digit as itself, escaped with a backslash, or as
+    a JSON ``\\uXXXX`` escape of any case."""
+    alternatives = [
+        "".join(ch if ch.isalnum() and ch.isascii() else _escaped_forms(ch) for ch in secret)
+        for secret in sorted({s for s in secrets if s}, key=len, reverse=True)
+    ]
+    return re.compile("|".join(alternatives)) if alternatives else None
+
+
+def _escaped_forms(ch: str) -> str:
+    code = ord(ch)
+    forms = [re.escape(ch), re.escape("\\" + ch)]
+    if code <= 0xFFFF:
+        forms.append(f"\\\\u(?i:{code:04x})")
+    return "(?:" + "|".join(forms) + ")"
 
 
 def send(

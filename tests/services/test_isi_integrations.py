@@ -22,7 +22,7 @@ from devtools.broker_simulator import Reply
 from devtools.isi_simulator import IsiSimulator
 from devtools.isi_simulator import connection as listed
 from integrations import enqueue
-from integrations.dispatch.isi import IsiError, oauth_token_fetch
+from integrations.dispatch.isi import IsiError, oauth_token_fetch, text_redacted
 from integrations.models import (
     DeletionRequest,
     Integration,
@@ -603,6 +603,23 @@ def test_a_connection_list_answer_echoing_the_access_token_and_client_secret_is_
     kept = str(refused.value) + json.dumps(list(LedgerEvent.objects.values_list("data")))
     assert access_token not in kept
     assert api.client_secret not in kept
+
+
+@pytest.mark.parametrize(
+    "echoed",
+    [
+        "Ab3/xY9+kL0=",  # as written
+        "Ab3\\/xY9+kL0=",  # PHP's json_encode
+        "Ab3\\u002FxY9\\u002BkL0\\u003D",  # .NET's, any case
+        "Ab3\\u002fxY9\\u002bkL0=",
+    ],
+)
+def test_a_secret_echoed_in_any_json_escaping_is_redacted(echoed: str) -> None:
+    answered = f'{{"error": "token {echoed} is not valid"}}'
+
+    assert text_redacted(answered, ["Ab3/xY9+kL0=", ""]) == (
+        '{"error": "token [redacted] is not valid"}'
+    )
 
 
 def test_a_token_endpoints_error_echoing_the_client_secret_is_redacted(
