@@ -118,24 +118,28 @@ def category_counts(identifiers: Mapping[str, Any], *, categories: Iterable[str]
 # rest of a message: those the broker guide asks brokers not to write.
 # Longest first: "june" is tried before "jun", not cut to it.
 _MONTH = "|".join(sorted(MONTHS, key=len, reverse=True))
+_GAP = (
+    r"\s{1,3}"  # any white space (a tab, a line break, a no-break space): the standardizer folds it
+)
+# A date, as a date of birth is written: 1985-07-04 (a time after a "T" part of it, as an
+# ISO date-time serializes a date: 1985-07-04T00:00:00.000Z, 1985-07-04T0000Z), 07/04/1985,
+# 4.7.85, or with its month's name, as the standardizer reads it: July 4, 1985, 4 Jul 1985,
+# 04-Jul-85. Every part of bounded length: no search backtracks far. Without bounds: the
+# admin search reads it inside a word too (selectors/search_terms.py).
+DATE = (
+    r"(?:\d{4}[-/.]\d{1,2}[-/.]\d{1,2}(?:T[\d:.,]{1,24}(?:Z|[+-][\d:]{1,5})?)?"
+    r"|\d{1,2}[-/.]\d{1,2}[-/.]\d{2,4}"
+    rf"|(?:{_MONTH})\.?(?:{_GAP})?\d{{1,2}}(?:,(?:{_GAP})?|{_GAP})\d{{4}}"
+    rf"|\d{{1,2}}{_GAP}(?:{_MONTH})\.?,?{_GAP}\d{{4}}"
+    rf"|\d{{1,2}}-(?:{_MONTH})-(?:\d{{4}}|\d{{2}}))"
+)
 _FREE_TEXT_IDENTIFIER = re.compile(
     r"(?P<uuid>(?<![\w-])(?-i:[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12})(?![\w-]))"
     # An email, its "@" plain or percent-encoded; the domain may lack a dot (user@localhost).
     # Its local part is read without "/", which RFC 5322 allows but a URL's path ends with:
     # an email at the end of a path is masked alone, the path kept.
     r"|(?P<email>(?<![\w.!#$%&*+=?^{|}~-])[\w.!#$%&*+=?^{|}~-]+(?:@|%40)[\w-]+(?:\.[\w-]+)*)"
-    # A date, as a date of birth is written: 1985-07-04 (a time after a "T" part of it, as an
-    # ISO date-time serializes a date: 1985-07-04T00:00:00.000Z), 07/04/1985, 4.7.85, or
-    # with its month's name, as the standardizer reads it: July 4, 1985, 4 Jul 1985,
-    # 04-Jul-85. Every part of bounded length: no search backtracks far.
-    r"|(?P<date>(?<![\w/.-])(?:"
-    r"\d{4}[-/.]\d{1,2}[-/.]\d{1,2}"
-    r"(?:T\d{1,2}:\d{2}(?::\d{2}(?:[.,]\d{1,9})?)?(?:Z|[+-]\d{2}(?::?\d{2})?)?)?"
-    r"|\d{1,2}[-/.]\d{1,2}[-/.]\d{2,4}"
-    rf"|(?:{_MONTH})\.? ?\d{{1,2}}(?:, ?| )\d{{4}}"
-    rf"|\d{{1,2}} (?:{_MONTH})\.?,? \d{{4}}"
-    rf"|\d{{1,2}}-(?:{_MONTH})-(?:\d{{4}}|\d{{2}})"
-    r")(?![\w/-]|\.\d))"
+    rf"|(?P<date>(?<![\w/.-]){DATE}(?![\w/-]|\.\d))"
     # A VIN: 17 letters and digits (no I, O or Q), at least one a digit.
     r"|(?P<vin>(?<![\w-])(?=[a-z]*\d)[a-hj-npr-z0-9]{17}(?![\w-]))"
     # A mobile advertising ID: 32 hex digits, with a UUID's dashes or none (a MAID written in

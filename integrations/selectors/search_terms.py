@@ -8,8 +8,9 @@ nothing else (a name, a date of birth, a ZIP code, a VIN, words)::
 
 The ids every list may be searched by:
 
-- a UUID, a DROP hash (44 characters of Base64), a hex digest (a file's SHA-256, a
-  ``results_token``), an API key's prefix (``dpk_…``);
+- a UUID in lower case with dashes, a DROP hash (44 characters of Base64), a hex digest (a
+  file's SHA-256, a ``results_token``), an API key's prefix (``dpk_…``); 32 hex digits
+  otherwise (upper case, no dashes) read as a mobile advertising ID and are not sent;
 - a work item id (12 ASCII letters and digits) and a broker id (4 digits); twelve letters
   alone pass only in mixed case, not as a word is written (``Christiansen``, ``WASHINGTONS``):
   a random id is written so about once in ten thousand;
@@ -32,9 +33,11 @@ from integrations.ledger_kinds import LedgerKind
 from integrations.selectors.work_item_search import clear_identifier_hash
 
 _IDS = re.compile(
-    r"[0-9a-f]{8}-?(?:[0-9a-f]{4}-?){3}[0-9a-f]{12}"  # a UUID
+    # A UUID as ours are written (in lower case, with dashes): 32 hex digits otherwise read
+    # as a mobile advertising ID, as the free-text masking reads them.
+    r"(?-i:[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12})"
     r"|[A-Za-z0-9+/]{43}="  # a DROP hash
-    r"|[0-9a-f]{32,128}"  # a hex digest, a results_token
+    r"|[0-9a-f]{64,128}"  # a hex digest (a file's SHA-256), a results_token
     r"|dpk_[A-Za-z0-9_-]{1,32}"  # an API key's prefix
     r"|(?-i:(?![a-z]{12}|[A-Z]{12}|[A-Z][a-z]{11}))[A-Za-z0-9]{12}"  # a work item id, not a word
     r"|\d{1,4}",  # a broker id, a DROP session id
@@ -42,8 +45,9 @@ _IDS = re.compile(
 )
 _POINTER = re.compile(r"[A-Za-z0-9\-_.:/#]{1,255}")
 _ZIP_OR_LONGER = re.compile(r"\d{5,}")
-# A date anywhere in a pointer: the free-text masking reads a date only between words.
-_DATE_INSIDE = re.compile(r"\d{4}[-/.]\d{1,2}[-/.]\d{1,2}|\d{1,2}[-/.]\d{1,2}[-/.]\d{2,4}")
+# A date anywhere in a pointer, as the free-text masking reads one (there, only between
+# words): "ref4-Jul-1985" too.
+_DATE_INSIDE = re.compile(masking.DATE, re.IGNORECASE)
 # What the ledger names who acted by (services/ledger.py, admin/actors.py, the command line,
 # the API's keys, DROP's notifications): a staff member's or an OS user's name is not a
 # consumer's.

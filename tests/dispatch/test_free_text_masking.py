@@ -26,6 +26,11 @@ from integrations.dispatch.masking import free_text_masked
         ("born 4 July 1985 or 04-Jul-1985", "born <date> or <date>"),
         # An ISO date-time is one date: a date of birth serialized as a timestamp.
         ("dob 1985-07-04T00:00:00.000Z", "dob <date>"),
+        ("dob 1985-07-04T0000Z, 1985-07-04T00", "dob <date>, <date>"),
+        (
+            "July  4, 1985; July\t4, 1985; July 4,\n1985; July\xa04, 1985",
+            "<date>; <date>; <date>; <date>",
+        ),
         ("at 2026-03-12T10:04:00+02:00.", "at <date>."),
         # A mobile advertising ID: without dashes, or in a case we never write a UUID in.
         ("maid a3f1c2d4567890abcdef1234567890ab", "maid <maid>"),

@@ -60,6 +60,9 @@ def test_a_clear_email_or_phone_travels_as_its_hash(typed: str, hashed: str | No
         "CHRISTIANSEN",
         "born1985-07-04",  # a date inside a word
         "ann07/04/85x",
+        "ref4-Jul-1985",
+        "0123456789abcdef0123456789abcdef",  # a mobile advertising ID
+        "3F2504E0-4F89-11D3-9A0C-0305E82C3301",
     ],
 )
 def test_a_name_a_date_a_zip_code_or_a_vin_is_refused(typed: str) -> None:
