@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+from asgiref.sync import sync_to_async
 from django.contrib.auth import SESSION_KEY
 from django.contrib.sessions.backends.base import UpdateError
 from django.contrib.sessions.backends.db import SessionStore as DatabaseSessionStore
@@ -49,6 +50,12 @@ class SessionStore(DatabaseSessionStore):
             # As Django's: the row is gone (the member's sessions ended): the session is over.
             raise UpdateError
         return None
+
+    async def asave(self, must_create: bool = False) -> None:
+        """``save``'s one UPDATE from async code too (one rule for both ways)."""
+        if must_create or self.session_key is None:
+            return await super().asave(must_create)
+        return await sync_to_async(self.save)(must_create)
 
     def create_model_instance(self, data: dict[str, Any]) -> AdminSession:
         return _with_its_user(cast(AdminSession, super().create_model_instance(data)), data)

@@ -79,6 +79,34 @@ def test_a_session_saved_again_is_one_update_in_no_transaction_of_its_own() -> N
     assert not AdminSession.objects.exists()
 
 
+@pytest.mark.django_db(transaction=True)  # saved on asgiref's thread, its own connection
+def test_a_session_saved_again_from_async_code_is_the_same_update(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    alice = User.objects.create_user("alice", is_staff=True)
+    created = SessionStore()
+    created["_auth_user_id"] = str(alice.pk)
+    created.create()
+    session = SessionStore(created.session_key)
+    session["seen"] = 1
+    saves: list[bool] = []
+    sync_save = SessionStore.save
+
+    def save(self: SessionStore, must_create: bool = False) -> None:
+        saves.append(must_create)
+        sync_save(self, must_create)
+
+    monkeypatch.setattr(SessionStore, "save", save)
+
+    try:
+        asyncio.run(session.asave())
+    finally:
+        asyncio.run(sync_to_async(_its_connection_closed)())
+
+    assert saves == [False]
+    assert SessionStore(created.session_key).load()["seen"] == 1
+
+
 def _its_connection_closed() -> None:
     connection.close()  # the connection of the thread this runs on
 
