@@ -375,6 +375,8 @@ def test_settling_many_items_goes_by_batches_and_counts_each_once(
 
     items = sorted([waiting.pk, *(item.pk for item in done)])
     assert work_items_settle_by_id(items=items, actor="test") == 3
+    with pytest.raises(WorkItem.DoesNotExist):  # as one by one: not skipped unseen
+        work_items_settle_by_id(items=[0], actor="test")
 
     states = dict(WorkItem.objects.values_list("pk", "status_code"))
     assert states == {**{item.pk: 3 for item in done}, waiting.pk: None}

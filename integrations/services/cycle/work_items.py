@@ -88,8 +88,8 @@ def work_item_settle(*, work_item: WorkItem, actor: str = SYSTEM_ACTOR) -> WorkI
 # Many items in one statement, in the order given (by id: ``matching_lock``'s order); a
 # round trip for each of tens of thousands was most of what retiring a target took.
 _SETTLE_MANY = """
-SELECT count(*) FILTER (WHERE s.state <> %(open)s)
-FROM unnest(%(items)s::bigint[]) WITH ORDINALITY AS i(id, n)
+SELECT count(*), count(*) FILTER (WHERE s.state <> %(open)s)
+FROM unnest(%(items)s::bigint[]) AS i(id)
 CROSS JOIN LATERAL dropportal_work_item_settle(
     p_item => i.id, p_actor => %(actor)s, p_outcomes => %(settle_outcomes)s,
     p_codes => %(settle_codes)s, p_all_cancelled => %(settle_all_cancelled)s
@@ -99,8 +99,8 @@ _SETTLE_BATCH = 2000
 
 
 def work_items_settle_by_id(*, items: list[int], actor: str = SYSTEM_ACTOR) -> int:
-    """``work_item_settle`` for each of ``items`` (ids, sorted), in batches; how many are
-    no longer open."""
+    """``work_item_settle`` for each of ``items`` (ids, sorted), in batches of one statement
+    each (a batch is settled whole or not at all); how many are no longer open."""
     settled = 0
     with connection.cursor() as cursor:
         for start in range(0, len(items), _SETTLE_BATCH):
@@ -109,7 +109,10 @@ def work_items_settle_by_id(*, items: list[int], actor: str = SYSTEM_ACTOR) -> i
                 _SETTLE_MANY,
                 {"items": batch, "actor": actor, "open": WorkItemState.OPEN, **settle_rules()},
             )
-            settled += cursor.fetchone()[0]
+            found, done = cursor.fetchone()
+            if found != len(batch):  # as one by one: an id that is no work item is an error
+                raise WorkItem.DoesNotExist(f"{len(batch) - found} of {batch} are no work items")
+            settled += done
     return settled
 
 
