@@ -12,8 +12,9 @@ The ids every list may be searched by:
   file's SHA-256, a ``results_token``), an API key's prefix (``dpk_…``); 32 hex digits
   otherwise (upper case, no dashes) read as a mobile advertising ID and are not sent;
 - a work item id (12 ASCII letters and digits) and a broker id (4 digits); twelve letters
-  alone pass only in mixed case, not as a word is written (``Christiansen``, ``WASHINGTONS``):
-  a random id is written so about once in ten thousand;
+  alone pass but as a name is typed (``Christiansen``, ``christiansen``): a random id is
+  written so about once in twenty thousand; in capitals they pass (test data's
+  ``AAAAAAAAAAAC``; a name is seldom typed so);
 - a pointer (a broker's ``remote_identifier``, a DROP session id): one word of ASCII letters,
   digits and ``- _ . : / #`` holding a digit, neither a number of 5 digits or more (a ZIP
   code; from 7 a phone, hashed) nor holding what reads as a date (even inside a word:
@@ -39,7 +40,7 @@ _IDS = re.compile(
     r"|[A-Za-z0-9+/]{43}="  # a DROP hash
     r"|[0-9a-f]{64,128}"  # a hex digest (a file's SHA-256), a results_token
     r"|dpk_[A-Za-z0-9_-]{1,32}"  # an API key's prefix
-    r"|(?-i:(?![a-z]{12}|[A-Z]{12}|[A-Z][a-z]{11}))[A-Za-z0-9]{12}"  # a work item id, not a word
+    r"|(?-i:(?![a-z]{12}|[A-Z][a-z]{11}))[A-Za-z0-9]{12}"  # a work item id, not a name
     r"|\d{1,4}",  # a broker id, a DROP session id
     re.IGNORECASE,
 )

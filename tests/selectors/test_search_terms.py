@@ -21,6 +21,7 @@ HASH = email_hash("x@y.z")
         "WIEMAIL00113",  # a work item id
         "wiemail00113",
         "AbCdEfGhIjKl",  # one of letters alone, in mixed case
+        "AAAAAAAAAAAC",  # or in capitals
         "CRM-0113",  # a broker's pointer
         "C-1",
         "CUST_000123456",
@@ -57,7 +58,6 @@ def test_a_clear_email_or_phone_travels_as_its_hash(typed: str, hashed: str | No
         "O'Brien",
         "Christiansen",  # twelve letters, as a word is written
         "christiansen",
-        "CHRISTIANSEN",
         "born1985-07-04",  # a date inside a word
         "ann07/04/85x",
         "ref4-Jul-1985",
