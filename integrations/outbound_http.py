@@ -42,6 +42,7 @@ import http.cookiejar
 import ipaddress
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -191,13 +192,24 @@ class _PublicOnlyAdapter(_Adapter, IPFilterAdapter):
         return host_params, pool_kwargs
 
 
-@functools.cache
+# The first callers of ``build_session`` are often a worker's dispatch threads, started
+# together: without the lock each of them missed the cache and built a session of its own,
+# its TLS contexts loading the CA bundle (tens of milliseconds of CPU each).
+_session_building = threading.Lock()
+
+
 def build_session(allow_private: bool) -> requests.Session:
     """The shared session for ``allow_private``; reused so connections are kept alive.
 
     It keeps no per-call state (no cookies, no auth), so worker threads can share it; the
     connection pools underneath are thread-safe.
     """
+    with _session_building:
+        return _session(allow_private)
+
+
+@functools.cache
+def _session(allow_private: bool) -> requests.Session:
     config = Config(
         ip_filter_enable=not allow_private,  # DROPPORTAL_ALLOW_PRIVATE_TARGETS turns it off
         ip_filter_allow_loopback_ips=False,

@@ -6,6 +6,7 @@ instead of reaching an address outside this machine.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import json
 import socket
@@ -19,6 +20,7 @@ from requests_hardened.ip_filter_adapter import IPFilterAdapter
 
 from devtools.broker_simulator import BrokerSimulator, Reply
 from devtools.trickle_server import TrickleServer
+from integrations import outbound_http
 from integrations.dispatch import signing
 from integrations.dispatch.policy import classify
 from integrations.outbound_http import (
@@ -295,6 +297,29 @@ def test_sessions_use_the_tls_context(allow_private: bool) -> None:
 
     assert context.minimum_version == ssl.TLSVersion.TLSv1_2
     assert build_session(allow_private) is build_session(allow_private)
+
+
+def test_threads_asking_at_once_share_one_session(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker's dispatch threads start together and each asks for the session: one builds
+    it (with its TLS contexts) and the others get that one, its connections kept alive."""
+    # A process that has built no session yet (the cached ones come back after the test).
+    monkeypatch.setattr(
+        outbound_http, "_session", functools.cache(outbound_http._session.__wrapped__)
+    )
+    start = threading.Barrier(8)
+    sessions = []
+
+    def ask() -> None:
+        start.wait(timeout=10)
+        sessions.append(build_session(True))
+
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert len(sessions) == 8
+    assert len({id(session) for session in sessions}) == 1
 
 
 # -- the wall-clock bound -------------------------------------------------------------------
