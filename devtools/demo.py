@@ -146,12 +146,13 @@ def serve_in_background(port: int) -> None:
     threading.Thread(target=server.serve_forever, daemon=True, name="web").start()
 
 
-def run_jobs() -> None:
-    """Run every queued job (deliveries) with a real worker until the queue is empty."""
+def run_jobs(*, wait: bool = False) -> None:
+    """Run every queued job (deliveries) with a real worker until the queue is empty; with
+    ``wait``, then each job as it is queued (PostgreSQL tells the worker), until it fails."""
     from procrastinate.contrib.django import app
 
     with app.replace_connector(app.connector.get_worker_connector()):  # type: ignore[attr-defined]
-        app.run_worker(wait=False, install_signal_handlers=False, listen_notify=False)
+        app.run_worker(wait=wait, install_signal_handlers=False, listen_notify=wait)
 
 
 def call(*args: str) -> str:
@@ -872,20 +873,20 @@ def take_screenshots(url: str, password: str, story: str, directory: Path) -> li
 
 
 def serve_until_interrupted(url: str) -> None:
-    stop = threading.Event()
-
     def work() -> None:
-        while not stop.is_set():
+        # One worker that waits for jobs, not one started every 2 s until the queue was
+        # empty: each start opened a pool of connections and registered itself, four
+        # database sessions and a few percent of a core every 2 s while nothing happened.
+        while True:
             with contextlib.suppress(Exception):
-                run_jobs()
-            stop.wait(2)
+                run_jobs(wait=True)
+            time.sleep(2)  # it stopped on an error (the database gone): start it again
 
     threading.Thread(target=work, daemon=True, name="worker").start()
     print(f"Serving {url}/admin/ with a worker; Ctrl-C to stop.", flush=True)
     with contextlib.suppress(KeyboardInterrupt):
         while True:
             time.sleep(3600)
-    stop.set()
 
 
 def main(argv: list[str] | None = None) -> None:
