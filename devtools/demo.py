@@ -205,8 +205,13 @@ class BrokerSystem:
     """The broker's side: its webhook receiver (the simulator) and its signed callbacks."""
 
     def __init__(self, simulator: Any, secret: str, api_key: str) -> None:
+        import requests
+
         self.simulator, self.secret, self.api_key = simulator, secret, api_key
         self.answered: set[str] = set()
+        # The broker's callbacks keep their connection, as a CRM's client would: each new
+        # one was a new thread of the service's server, with a database connection of its own.
+        self.http = requests.Session()
 
     def new_dispatches(self) -> list[Any]:
         fresh = []
@@ -220,8 +225,6 @@ class BrokerSystem:
         return fresh
 
     def answer(self, dispatch: Any, outcome: str) -> int:
-        import requests
-
         from devtools.broker_simulator import sign_callback
 
         body: dict[str, Any] = {
@@ -236,7 +239,7 @@ class BrokerSystem:
             body["identifiers"] = {"email": [{"email": "Household.Shared@Example.com"}]}
         raw, headers = sign_callback(self.secret, body)
         headers["Authorization"] = f"Bearer {self.api_key}"
-        response = requests.put(
+        response = self.http.put(
             dispatch.json["webhook_callback_url"], data=raw, headers=headers, timeout=10
         )
         return response.status_code
