@@ -15,8 +15,8 @@ A list of millions of rows (the ledger) also says its field is indexed
 (``date_hierarchy_indexed = True``): Django lists the years, months or days that hold a row
 with ``SELECT DISTINCT date_trunc(...)`` over every row of the period, seconds on every page
 at a few million events. Here each candidate period between the first and last row (both
-read from the index) is asked whether it holds one (``EXISTS``, an index probe): at most 31
-small queries for the days of a month, the same links.
+read from the index) is asked for its first row (``ORDER BY`` the field ``LIMIT 1``, an index
+probe): at most 31 small queries for the days of a month, the same links.
 """
 
 from __future__ import annotations
