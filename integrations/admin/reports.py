@@ -226,20 +226,12 @@ class ReportFileAdmin(PageRowsReadTogether, ModelAdmin):
             raise PermissionDenied
         form = MarkUploadedForm(request.POST if "apply" in request.POST else None)
         if form.is_valid():
-            done = 0
-            for report_file in queryset.order_by("pk"):
-                try:
-                    report_file_mark_uploaded(
-                        report_file=report_file,
-                        actor=staff_actor(request),
-                        uploaded_at=form.cleaned_data["uploaded_at"],
-                    )
-                except ValidationError as exc:
-                    self.message_user(request, " ".join(exc.messages), messages.ERROR)
-                except ReportBusy as exc:
-                    self.message_user(request, f"{report_file}: {exc}", messages.ERROR)
-                else:
-                    done += 1
+            done = self._each_file(
+                request,
+                queryset,
+                report_file_mark_uploaded,
+                uploaded_at=form.cleaned_data["uploaded_at"],
+            )
             if done:
                 self.message_user(request, f"Marked {done} file(s) uploaded.", messages.SUCCESS)
             return None
@@ -346,15 +338,15 @@ class ReportFileAdmin(PageRowsReadTogether, ModelAdmin):
         request: HttpRequest,
         queryset: QuerySet[ReportFile],
         act: Callable[..., object],
-        *,
-        reason: str,
+        **details: Any,
     ) -> int:
-        """``act`` on each selected file in turn, as this member of staff and for ``reason``;
-        a file it refuses is named in an error message. Returns how many it took."""
+        """``act`` on each selected file in turn, as this member of staff and with
+        ``details`` (a reason, an upload time); a file it refuses is named in an error
+        message. Returns how many it took."""
         done = 0
         for report_file in queryset.order_by("pk"):
             try:
-                act(report_file=report_file, reason=reason, actor=staff_actor(request))
+                act(report_file=report_file, actor=staff_actor(request), **details)
             except ValidationError as exc:
                 self.message_user(
                     request, f"{report_file}: {' '.join(exc.messages)}", messages.ERROR
