@@ -57,17 +57,14 @@ def test_a_session_saved_from_async_code_names_its_user_too() -> None:
 def test_a_session_saved_again_is_one_update_in_no_transaction_of_its_own() -> None:
     # Saved on every staff request: a transaction around it was two more round trips each.
     alice = User.objects.create_user("alice", is_staff=True)
-    created = SessionStore()
-    created["_auth_user_id"] = str(alice.pk)
-    created.create()
-    session = SessionStore(created.session_key)
+    session = _opened_again(alice)
     session["seen"] = 1
 
     with CaptureQueriesContext(connection) as saved:
         session.save()
 
     assert [q["sql"].split(" ", 1)[0] for q in saved.captured_queries] == ["UPDATE"]
-    row = AdminSession.objects.get(session_key=created.session_key)
+    row = AdminSession.objects.get(session_key=session.session_key)
     assert (row.user_id, SessionStore(row.session_key).load()["seen"]) == (alice.pk, 1)
 
     # Its row gone (the member's sessions ended meanwhile): over, as in Django's engine, and
@@ -84,10 +81,7 @@ def test_a_session_saved_again_from_async_code_is_the_same_update(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     alice = User.objects.create_user("alice", is_staff=True)
-    created = SessionStore()
-    created["_auth_user_id"] = str(alice.pk)
-    created.create()
-    session = SessionStore(created.session_key)
+    session = _opened_again(alice)
     session["seen"] = 1
     saves: list[bool] = []
     sync_save = SessionStore.save
@@ -104,7 +98,15 @@ def test_a_session_saved_again_from_async_code_is_the_same_update(
         asyncio.run(sync_to_async(_its_connection_closed)())
 
     assert saves == [False]
-    assert SessionStore(created.session_key).load()["seen"] == 1
+    assert SessionStore(session.session_key).load()["seen"] == 1
+
+
+def _opened_again(user: User) -> SessionStore:
+    """``user``'s session, saved, then read as the next request reads it."""
+    created = SessionStore()
+    created["_auth_user_id"] = str(user.pk)
+    created.create()
+    return SessionStore(created.session_key)
 
 
 def _its_connection_closed() -> None:
