@@ -35,23 +35,17 @@ from rest_framework import serializers
 from integrations.ascii_integers import ascii_integer
 from integrations.dispatch import masking
 from integrations.dispatch.saas import categories_or_default
-from integrations.dispatch.transport import (
-    REDACTED,
-    Message,
-    Verdict,
-    answer_kept,
-    each,
-    http_verdict,
-)
+from integrations.dispatch.transport import Message, Verdict, answer_kept, each, http_verdict
 from integrations.models import DeletionRequest, ResolutionRequest
-
-# The shape of resolved identifiers is the webhook resolution callback's: one definition.
 from integrations.outbound_http import (
     RESPONSE_BODY_LIMIT,
     USER_AGENT,
     DeliveryResult,
     deliver,
 )
+
+# The shape of resolved identifiers is the webhook resolution callback's: one definition.
+from integrations.redaction import REDACTED, secrets_pattern, text_redacted
 from integrations.storable_text import storable, unstorable_reason
 from integrations.url_extras import without_url_extras
 from integrations.validators import bearer_token_sendable
@@ -288,22 +282,13 @@ def _first_error(detail: Any, path: str = "") -> str:
 # -- calling --------------------------------------------------------------------------------
 
 
-def text_redacted(text: str, secrets: Iterable[str]) -> str:
-    """``text`` with each of ``secrets`` that is set, as written or JSON-escaped in any of the
-    ways encoders write it (``\\/``, ``\\u002B``), replaced by ``[redacted]``: a broker may echo
-    a credential ("Bearer x is not valid"), and its answers are kept and shown, where a
-    credential never is."""
-    pattern = _secrets_pattern(secrets)
-    return text if pattern is None else pattern.sub(REDACTED, text)
-
-
 def answer_redacted(result: DeliveryResult, secrets: Iterable[str]) -> DeliveryResult:
     """``result`` with ``secrets`` redacted from ``response_body``, the text kept and shown,
     before it is masked (masking first could leave part of one in clear). It is cut again
     from the answer redacted whole, so no secret is cut in two and kept in part. ``content``
     stays as answered: it is parsed, never kept as text, and a short secret taken out of it
     could break a connection list or identifiers that are right."""
-    pattern = _secrets_pattern(secrets)
+    pattern = secrets_pattern(secrets)
     if pattern is None:
         return result
     answered = result.content.decode("utf-8", errors="replace")
@@ -312,25 +297,6 @@ def answer_redacted(result: DeliveryResult, secrets: Iterable[str]) -> DeliveryR
         return result
     kept = storable(redacted.encode()[:RESPONSE_BODY_LIMIT].decode("utf-8", errors="ignore"))
     return dataclasses.replace(result, response_body=kept)
-
-
-def _secrets_pattern(secrets: Iterable[str]) -> re.Pattern[str] | None:
-    """One pattern for every secret set, longest first (one inside another is not left half
-    shown): each character but a letter or digit as itself, escaped with a backslash, or as
-    a JSON ``\\uXXXX`` escape of any case."""
-    alternatives = [
-        "".join(ch if ch.isalnum() and ch.isascii() else _escaped_forms(ch) for ch in secret)
-        for secret in sorted({s for s in secrets if s}, key=len, reverse=True)
-    ]
-    return re.compile("|".join(alternatives)) if alternatives else None
-
-
-def _escaped_forms(ch: str) -> str:
-    code = ord(ch)
-    forms = [re.escape(ch), re.escape("\\" + ch)]
-    if code <= 0xFFFF:
-        forms.append(f"\\\\u(?i:{code:04x})")
-    return "(?:" + "|".join(forms) + ")"
 
 
 def send(

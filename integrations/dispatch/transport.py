@@ -39,9 +39,9 @@ from integrations.outbound_http import (
     deliver,
     retry_after_seconds,
 )
+from integrations.redaction import REDACTED
 
 Outcome = Literal["delivered", "retry", "gone", "failed"]
-REDACTED = "[redacted]"
 
 
 @dataclass(frozen=True)

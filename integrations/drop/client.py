@@ -75,6 +75,7 @@ from integrations.drop.transport import (
     Wait,
 )
 from integrations.outbound_http import build_session
+from integrations.redaction import text_redacted
 from integrations.storable_text import storable
 from integrations.target_urls import TargetUrlProblem, target_url_problem, url_has_extras
 from integrations.url_extras import without_url_extras
@@ -401,7 +402,7 @@ class DropClient:
         # Every text of DROP's answers passes here on its way to a row and a ledger event:
         # one PostgreSQL cannot store (a NUL, an unpaired surrogate, both valid JSON escapes)
         # would make recording DROP's answer fail, a file DROP took never recorded as taken.
-        return storable(text.replace(self._api_key.value, "[redacted]"))
+        return storable(text_redacted(text, [self._api_key.value]))
 
     def _error_message(self, response: requests.Response) -> str:
         return error_text(response, self._redact)

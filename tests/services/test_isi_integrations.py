@@ -22,7 +22,7 @@ from devtools.broker_simulator import Reply
 from devtools.isi_simulator import IsiSimulator
 from devtools.isi_simulator import connection as listed
 from integrations import enqueue
-from integrations.dispatch.isi import IsiError, oauth_token_fetch, text_redacted
+from integrations.dispatch.isi import IsiError, oauth_token_fetch
 from integrations.models import (
     DeletionRequest,
     Integration,
@@ -30,6 +30,7 @@ from integrations.models import (
     LedgerEvent,
     RequestState,
 )
+from integrations.redaction import text_redacted
 from integrations.services.cycle import isi_tokens
 from integrations.services.cycle.isi_connections import isi_connections_refresh
 from integrations.services.cycle.isi_tokens import isi_access_token
