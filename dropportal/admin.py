@@ -444,17 +444,15 @@ def _selection_of_ids_only(view: Callable[..., Any], model_admin: ModelAdmin) ->
 
 
 AUTOCOMPLETE_VAR = "term"  # django.contrib.admin.views.autocomplete's search parameter
-# The lists searched by names of ours (brokers, targets, keys, providers, files, staff's
-# names, sign-in names and addresses), none a consumer's: their terms travel as typed (a
-# clear email or phone still as its hash, ``search_terms.named_search_token``).
+# The lists searched by names of ours (brokers, SaaS connections, keys, providers, files,
+# staff's names, sign-in names and addresses), none a consumer's: their terms travel as typed
+# (a clear email or phone still as its hash, ``search_terms.named_search_token``). The lists
+# of integrations, every kind's, say so themselves (``IntegrationAdmin.search_term_for_url``).
 _LISTS_SEARCHED_BY_OUR_NAMES = frozenset(
     {
         "integrations.Broker",
         "integrations.DropCycle",
         "integrations.ReportFile",
-        "integrations.Integration",
-        "integrations.WebhookIntegration",
-        "integrations.IsiIntegration",
         "integrations.SaasConnection",
         "integrations.ApiKey",
         "integrations.ServiceProvider",

@@ -45,6 +45,7 @@ from integrations.admin.refusals import RefusalsShown, Refused
 from integrations.admin.shown_once import SecretShownOnce, show_once
 from integrations.drop.calendar import drop_time_text
 from integrations.models import Integration, IntegrationKind, RequestState, SaasConnection
+from integrations.selectors.search_terms import named_search_token
 from integrations.services.staff.integrations import (
     integration_disable,
     integration_enable,
@@ -159,6 +160,9 @@ class IntegrationAdmin(RefusalsShown, WriteOnlyCredentials, ModelAdmin):
     list_filter = ["enabled", "broker"]
     # Not by URL: a search on its query would read a token out of it.
     search_fields = ["name", "base_url"]
+    # Searched by names of ours (the broker's targets), every kind's list alike: a name
+    # travels in the list's address, a clear email or phone only as its hash.
+    search_term_for_url = staticmethod(named_search_token)
     url_fields = ["url"]
     list_select_related = ["broker"]
     actions = ["disable_integrations", "retire_integrations"]
