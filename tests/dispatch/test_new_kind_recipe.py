@@ -11,13 +11,15 @@ SQL of its own: the callback finds the request by the key its body names, whatev
 dispatched it.
 
 Its admin step: a proxy model and its ModelAdmin on ``admin.integrations.IntegrationAdmin``,
-both defined here (the model in an app registry of its own, the admin on a site of its own,
-next to the list of every integration), and its pages work: its list, its add form (which
-creates one through the admin's ``create``), its change page and its buttons, and the list
-of every integration offers to add one and hands it its page.
+both defined here (the model in an app registry of its own, the admin on a site of the
+project's class, ``dropportal.admin.DropportalAdminSite``, next to the list of every
+integration), and its pages work: its list (searched by a name, as every kind's list is),
+its add form (which creates one through the admin's ``create``), its change page and its
+buttons, and the list of every integration offers to add one and hands it its page.
 
-The recipe's model step (a member of ``IntegrationKind`` and a migration widening the kind
-column's check) is stood in for by dropping that check inside each test's transaction.
+The recipe's model step is stood in for: no member of ``IntegrationKind`` and no migration.
+Its rows are webhook rows (``WebhookIntegrationFactory``) turned to the pigeon kind by an
+UPDATE, after dropping the kind column's check inside each test's transaction.
 """
 
 from __future__ import annotations
@@ -40,9 +42,9 @@ from django.test.utils import isolate_apps
 from django.urls import include, path
 from django.utils import timezone
 from rest_framework.test import APIClient
-from unfold.sites import UnfoldAdminSite
 
 from devtools.drop_simulator import work_items
+from dropportal.admin import DropportalAdminSite
 from integrations.admin.integrations import Created, IntegrationAdmin, IntegrationListAdmin
 from integrations.admin.shown_once import SecretShownOnce
 from integrations.dispatch import signing
@@ -164,18 +166,18 @@ def _events(request: DeletionRequest) -> list[LedgerEvent]:
     return list(LedgerEvent.objects.filter(subject=str(request.request_uuid)).order_by("id"))
 
 
-def test_todays_kinds_each_have_their_transport() -> None:
-    assert {kind: type(t).__name__ for kind, t in TRANSPORTS.items()} == {
-        "webhook": "WebhookTransport",
-        "isi": "IsiTransport",
-        "saas": "SaasTransport",
-    }
-    # The webhook builds its own messages; ISI's are built in services (its stored token).
-    assert {kind for kind, t in TRANSPORTS.items() if isinstance(t, RequestMessages)} == {"webhook"}
+def test_every_kind_has_its_transport_and_nothing_else_has_one() -> None:
+    # One transport a kind of integration, one for SaaS connections (the delivery loop's
+    # ``target_kind``), none for a kind that does not exist; each filed under its own kind.
+    # Derived from ``IntegrationKind``, so a kind the recipe adds holds it as today's do.
+    assert set(TRANSPORTS) == {*IntegrationKind.values, "saas"}
+    assert all(transport.kind == kind for kind, transport in TRANSPORTS.items())
+    # Every kind's transport builds its own messages but ISI's (built in services: its stored
+    # token); a SaaS connection is no integration. A kind half added (its transport builds no
+    # messages of its requests) fails here rather than leave its integrations' matches
+    # waiting for a target.
+    assert set(direct_target_kinds()) == set(IntegrationKind.values) - {IntegrationKind.ISI}
     assert isinstance(PigeonTransport(), RequestMessages)
-    # A kind half added (its transport builds no messages of its requests) fails here rather than
-    # leave its integrations' matches waiting for a target.
-    assert set(IntegrationKind.values) - {IntegrationKind.ISI} <= set(direct_target_kinds())
 
 
 ITEMS = list(work_items(2))
@@ -436,7 +438,7 @@ def pigeon_site(settings: Any, client: Client) -> Iterator[type[Integration]]:
     and a superuser logged in."""
     with isolate_apps("integrations"):
         model, model_admin = pigeon_kind()
-        site = UnfoldAdminSite(name="pigeons")
+        site = DropportalAdminSite(name="pigeons")
         site.register(Integration, IntegrationListAdmin)
         site.register(model, model_admin)
         urlpatterns[:] = [path("pigeons/", site.urls), path("", include("dropportal.urls"))]
@@ -475,3 +477,20 @@ def test_its_admin_pages_are_its_modeladmin_alone(
     assert added.status_code == 302, added.content.decode()[:2000]
     assert added["Location"].startswith("/admin/shown-once/")
     assert pigeon_site.objects.get(name="Loft 2").kind == PIGEON
+
+
+def test_its_list_is_searched_by_a_name_as_every_kind_of_integrations_is(
+    broker: Broker, loft: Integration, pigeon_site: type[Integration], client: Client
+) -> None:
+    # Named in no list of the site's: ``IntegrationAdmin`` lets a name of ours travel in the
+    # address of every kind's list, so the pigeon's search is not refused as a consumer's.
+    coop = WebhookIntegrationFactory.create(broker=broker, name="Coop")
+    Integration.objects.filter(pk=coop.pk).update(kind=PIGEON)  # a second pigeon, not found
+    pigeons = "/pigeons/integrations/pigeonintegration/"
+
+    posted = client.post(pigeons, {"q": " Loft ", "_search": "1"})
+    assert (posted.status_code, posted["Location"]) == (302, f"{pigeons}?q=Loft")
+    listed = client.get(posted["Location"])
+    assert listed.status_code == 200
+    assert listed.context_data is not None
+    assert [row.name for row in listed.context_data["cl"].result_list] == ["Loft"]
