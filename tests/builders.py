@@ -223,6 +223,14 @@ class IsiIntegrationFactory(DjangoModelFactory[Integration]):
     webhook_secret = "whsec_" + "b" * 43
 
 
+# A factory for each kind of integration (``IntegrationKind``): tests that walk every kind's
+# admin (tests/admin/test_actions_ledger.py) make a row of a kind the sample cycle lacks.
+INTEGRATION_FACTORIES: dict[str, type[DjangoModelFactory[Integration]]] = {
+    IntegrationKind.WEBHOOK: WebhookIntegrationFactory,
+    IntegrationKind.ISI: IsiIntegrationFactory,
+}
+
+
 class IsiConnectionFactory(DjangoModelFactory[IsiConnection]):
     """Connection A of an ISI integration, taking part in DROP."""
 

@@ -22,15 +22,16 @@ from django.utils import timezone
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     Broker,
+    Integration,
     LedgerEvent,
     ReportFileState,
     ReportKind,
 )
 from integrations.services.staff.keys import CreatedApiKey
 from tests.builders import (
+    INTEGRATION_FACTORIES,
     CanaryFactory,
     DirectiveFactory,
-    IsiIntegrationFactory,
     ReportFileFactory,
     SampleCycle,
     ServiceProviderFactory,
@@ -55,6 +56,11 @@ def _offered_actions() -> list[tuple[type[models.Model], str]]:
 
 
 ACTIONS = _offered_actions()
+# The lists of integrations, one a kind and the list of every kind: all have
+# ``IntegrationAdmin``'s actions, a kind added later too.
+INTEGRATION_ACTIONS: list[tuple[type[Integration], str]] = [
+    (model, name) for model, name in ACTIONS if issubclass(model, Integration)
+]
 
 # Actions that ask for input on an intermediate page, and what staff would enter there.
 ACTION_INPUT: dict[str, dict[str, str]] = {
@@ -67,11 +73,12 @@ ACTION_INPUT: dict[str, dict[str, str]] = {
     "reportfile.approve_files": {"apply": "1", "reason": ""},
     "reportfile.reject_files": {"apply": "1", "reason": "the counts are off"},
     "reportfile.mark_uploaded": {"apply": "1", "uploaded_at": ""},
-    "integration.retire_integrations": {"apply": "1", "reason": "CRM decommissioned"},
-    "webhookintegration.retire_integrations": {"apply": "1", "reason": "CRM decommissioned"},
-    "isiintegration.retire_integrations": {"apply": "1", "reason": "API decommissioned"},
     "saasconnection.retire_connections": {"apply": "1", "reason": "contract ended"},
     "directive.acknowledge_directives": {"apply": "1", "reference": "letter of May 2"},
+} | {
+    f"{model._meta.model_name}.{name}": {"apply": "1", "reason": "target decommissioned"}
+    for model, name in INTEGRATION_ACTIONS
+    if name == "retire_integrations"
 }
 
 
@@ -108,8 +115,18 @@ def _canary(world: SampleCycle) -> None:
     CanaryFactory.create(broker=world.broker)
 
 
-def _isi_integration(world: SampleCycle) -> None:
-    IsiIntegrationFactory(broker=world.broker, name="Acme API")
+def _a_row_of_its_kind(kind: str) -> Callable[[SampleCycle], None]:
+    """A row of the kind for its list's actions, unless the sample cycle has one."""
+
+    def setup(world: SampleCycle) -> None:
+        if not Integration.objects.filter(kind=kind).exists():
+            assert kind in INTEGRATION_FACTORIES, (
+                f"no factory for the {kind!r} integrations in tests/builders.py "
+                "INTEGRATION_FACTORIES"
+            )
+            INTEGRATION_FACTORIES[kind].create(broker=world.broker, name=f"Acme {kind}")
+
+    return setup
 
 
 # Actions that need a row in a state the sample cycle does not have.
@@ -117,11 +134,13 @@ ACTION_SETUP: dict[str, Callable[[SampleCycle], None]] = {
     "reportfile.discard_amendment": _refused_amendment,
     "reportfile.approve_files": _awaiting_approval,
     "reportfile.reject_files": _awaiting_approval,
-    "isiintegration.disable_integrations": _isi_integration,
-    "isiintegration.retire_integrations": _isi_integration,
     "directive.acknowledge_directives": _directive,
     "directive.write_directives_again": _directive_not_written,
     "canary.delete_selected": _canary,
+} | {
+    f"{model._meta.model_name}.{name}": _a_row_of_its_kind(model.KIND)
+    for model, name in INTEGRATION_ACTIONS
+    if model.KIND  # a kind's proxy; the list of every kind has the sample's rows
 }
 
 
