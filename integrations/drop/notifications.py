@@ -21,6 +21,7 @@ import datetime as dt
 import hashlib
 import hmac
 import json
+from collections.abc import Mapping
 from typing import Final, Literal
 
 from django.conf import settings
@@ -44,8 +45,12 @@ EVENT_TYPES: Final = (
     AMENDMENT_RECEIVED,
     AMENDMENT_PROCESSED,
 )
-# DROP's row-level results of these wait for review in its portal (no API returns them).
-RESULTS_IN_PORTAL: Final = (UPLOAD_PROCESSED, AMENDMENT_PROCESSED)
+# DROP's row-level results of these wait for review in its portal (no API returns them),
+# each with what the staff alert calls the file when none of ours is attached.
+RESULTS_IN_PORTAL: Final[Mapping[str, str]] = {
+    UPLOAD_PROCESSED: "an upload",
+    AMENDMENT_PROCESSED: "an amendment",
+}
 
 TOLERANCE: Final = dt.timedelta(minutes=5)
 _PREFIX: Final = "sha256="

@@ -34,7 +34,7 @@ from django.utils import timezone
 
 from integrations.drop.calendar import drop_date, drop_time_text, drop_today
 from integrations.drop.client import DropAuthError
-from integrations.drop.notifications import RESULTS_IN_PORTAL, UPLOAD_PROCESSED
+from integrations.drop.notifications import RESULTS_IN_PORTAL
 from integrations.enqueue import alert_send_enqueue
 from integrations.ledger_kinds import LedgerKind
 from integrations.list_types import DATA_TYPE_OF
@@ -401,14 +401,14 @@ def _drop_results_in_portal(now: dt.datetime) -> Iterable[Firing]:
     """DROP processed an upload or an amendment (its ``*.processed`` notification): the
     row-level results wait for review in DROP's portal, which no API returns."""
     processed = DropNotification.objects.filter(
-        event_type__in=RESULTS_IN_PORTAL, received_at__gt=now - DROP_RESULTS_REMINDER
+        event_type__in=list(RESULTS_IN_PORTAL), received_at__gt=now - DROP_RESULTS_REMINDER
     ).select_related("broker", "report_file")
     for notification in processed.defer("report_file__content"):
         broker_id = notification.broker.broker_id
         what = (
             notification.report_file.file_name
             if notification.report_file is not None
-            else ("an upload" if notification.event_type == UPLOAD_PROCESSED else "an amendment")
+            else RESULTS_IN_PORTAL[notification.event_type]
         )
         yield Firing(
             key=f"notification:{notification.pk}",
