@@ -22,23 +22,25 @@ session opened there goes on to the provider's end-session endpoint.
 from __future__ import annotations
 
 import copy
+import operator
 from collections.abc import Callable, Iterable, Iterator
 from functools import wraps
 from typing import Any, TypeVar, cast
 
 from django.conf import settings
 from django.contrib import messages
-from django.contrib.admin import ModelAdmin
+from django.contrib.admin import FieldListFilter, ModelAdmin, RelatedFieldListFilter
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.options import IncorrectLookupParameters
+from django.contrib.admin.utils import NotRelationField, get_fields_from_path
 from django.contrib.admin.views.main import PAGE_VAR, SEARCH_VAR, ChangeList
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.fields.array import (  # type: ignore[attr-defined]  # no stubs
     IndexTransform,
     SliceTransform,
 )
-from django.core.exceptions import ValidationError
-from django.db.models import Lookup, Model, QuerySet
+from django.core.exceptions import FieldDoesNotExist, ValidationError
+from django.db.models import BLANK_CHOICE_DASH, ForeignObjectRel, Lookup, Model, QuerySet
 from django.db.models.base import ModelBase
 from django.db.models.sql.where import WhereNode
 from django.http import (
@@ -175,7 +177,8 @@ class DropportalAdminSite(UnfoldAdminSite):
         version of unfold defines neither) costs each read a failed lookup: an exception and
         a dir() of the ModelAdmin, near half a millisecond a row. Empty, they mean what
         missing did: no conditional field, no section. Its list refuses text for an array
-        column (``_ArrayComparedWithTextRefused``).
+        column (``_ArrayComparedWithTextRefused``) and reads no encrypted column
+        (``_EncryptedColumnsUnread``).
         """
         models = (
             [model_or_iterable]
@@ -190,7 +193,7 @@ class DropportalAdminSite(UnfoldAdminSite):
             for name, empty in _UNFOLD_OPTIONAL_ATTRIBUTES.items():
                 if not hasattr(model_admin, name):
                     setattr(model_admin, name, empty())
-            model_admin.get_changelist = _arrays_screened(model_admin.get_changelist)  # type: ignore[method-assign]
+            model_admin.get_changelist = _lists_ruled(model_admin.get_changelist)  # type: ignore[method-assign]
 
     def get_app_list(self, request: HttpRequest, app_label: str | None = None) -> list[Any]:
         """Every app and list the member may see, built when a page first reads it.
@@ -393,26 +396,136 @@ def _lookups(where: WhereNode) -> Iterator[Lookup[Any]]:
             yield child
 
 
-_ARRAY_SCREENED: dict[type[ChangeList], type[ChangeList]] = {}  # one class per list class
+class _EncryptedColumnsUnread(ChangeList):
+    """A list reads no encrypted column (``EncryptedTextField``): neither of its rows nor of
+    the rows it reads with them (``select_related``), nor of the rows its filters offer.
+
+    No list shows one (a credential's page says whether it is set; a resolution's
+    identifiers are shown nowhere): each read was a decryption for nothing, clear credentials
+    and personal data in memory, and keys that cannot read them (a botched rotation) a 500
+    on every list that reads a broker, when staff need the console to find out why. The
+    queryset built here is also what an action gets: each action's service reads its row
+    again, whole. A column that needs to know whether a secret is set reads it in SQL (the
+    broker's "DROP API key")."""
+
+    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Any]:
+        # Imported when called: models load after this site is built.
+        from integrations.models.fields import encrypted_columns_deferred
+
+        listed = super().get_queryset(request, exclude_parameters)
+        unread = encrypted_columns_deferred(listed.model, listed.query.select_related)
+        return listed.defer(*unread) if unread else listed
+
+    def get_filters(self, request: HttpRequest) -> Any:
+        self.list_filter = [_choices_unread(self.model, entry) for entry in self.list_filter]
+        return super().get_filters(request)
 
 
-def _array_screened_changelist(changelist: type[ChangeList]) -> type[ChangeList]:
-    if changelist not in _ARRAY_SCREENED:
-        _ARRAY_SCREENED[changelist] = type(
-            changelist.__name__, (_ArrayComparedWithTextRefused, changelist), {}
+class _ChoicesWithoutEncryptedColumns(RelatedFieldListFilter):
+    """A filter by a related row (``"broker"``) offers its choices read without their
+    encrypted columns: a choice shows the row's name."""
+
+    def field_choices(self, field: Any, request: HttpRequest, model_admin: Any) -> Any:
+        from integrations.models.fields import encrypted_columns_deferred
+
+        # A reverse relation's choices are read otherwise (``ForeignObjectRel.get_choices``).
+        if isinstance(field, ForeignObjectRel) or not encrypted_columns_deferred(
+            field.related_model
+        ):
+            return super().field_choices(field, request, model_admin)
+        return super().field_choices(cast(Any, _ChoicesUnread(field)), request, model_admin)
+
+
+class _ChoicesUnread:
+    """A relation's field as its filter reads it, but for its choices (Django's
+    ``Field.get_choices``, the same rows), read with ``encrypted_columns_deferred``."""
+
+    def __init__(self, field: Any) -> None:
+        self._field = field
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._field, name)
+
+    def get_choices(
+        self,
+        include_blank: bool = True,
+        blank_choice: Any = BLANK_CHOICE_DASH,
+        limit_choices_to: Any = None,
+        ordering: Any = (),
+    ) -> list[Any]:
+        from integrations.models.fields import encrypted_columns_deferred
+
+        field = self._field
+        model = field.remote_field.model
+        offered = model._default_manager.complex_filter(
+            limit_choices_to or field.get_limit_choices_to()
         )
-    return _ARRAY_SCREENED[changelist]
+        if ordering:
+            offered = offered.order_by(*ordering)
+        value = operator.attrgetter(field.remote_field.get_related_field().attname)
+        unread = encrypted_columns_deferred(model)
+        choices = [(value(row), str(row)) for row in offered.defer(*unread)]
+        return [*blank_choice, *choices] if include_blank else choices
 
 
-def _arrays_screened(get_changelist: Callable[..., type[ChangeList]]) -> Callable[..., Any]:
-    """A ModelAdmin's ``get_changelist``, its list class screening array filters: every
-    list, the third-party admins' and those on unfold's or our own list classes alike."""
+_CHOICES_UNREAD: dict[type[Any], type[Any]] = {}  # one class per filter class
+
+
+def _choices_unread(model: type[Model], entry: Any) -> Any:
+    """A list's ``list_filter`` entry, its related rows' choices read without their
+    encrypted columns: a field named alone gets the filter Django would give it."""
+    if isinstance(entry, (list, tuple)):
+        path, filter_class = entry
+    elif isinstance(entry, str):
+        path, filter_class = entry, _filter_class(model, entry)
+    else:
+        return entry  # a filter of its own (``SimpleListFilter``)
+    if not (isinstance(filter_class, type) and issubclass(filter_class, RelatedFieldListFilter)):
+        return entry
+    if issubclass(filter_class, _ChoicesWithoutEncryptedColumns):
+        return entry  # a list's filters are read more than once
+    if filter_class not in _CHOICES_UNREAD:
+        _CHOICES_UNREAD[filter_class] = type(
+            filter_class.__name__, (_ChoicesWithoutEncryptedColumns, filter_class), {}
+        )
+    return (path, _CHOICES_UNREAD[filter_class])
+
+
+def _filter_class(model: type[Model], path: str) -> Any:
+    try:
+        field = get_fields_from_path(model, path)[-1]
+    except (FieldDoesNotExist, NotRelationField):
+        return None  # Django's own error, when it builds the filter
+    # As ``FieldListFilter.create`` chooses.
+    for test, filter_class in FieldListFilter._field_list_filters:  # type: ignore[attr-defined]
+        if test(field):
+            return filter_class
+    return None
+
+
+_RULED: dict[type[ChangeList], type[ChangeList]] = {}  # one class per list class
+
+
+def _ruled_changelist(changelist: type[ChangeList]) -> type[ChangeList]:
+    if changelist not in _RULED:
+        _RULED[changelist] = type(
+            changelist.__name__,
+            (_ArrayComparedWithTextRefused, _EncryptedColumnsUnread, changelist),
+            {},
+        )
+    return _RULED[changelist]
+
+
+def _lists_ruled(get_changelist: Callable[..., type[ChangeList]]) -> Callable[..., Any]:
+    """A ModelAdmin's ``get_changelist``, its list class screening array filters and
+    reading no encrypted column: every list, the third-party admins' and those on unfold's
+    or our own list classes alike."""
 
     @wraps(get_changelist)
-    def screened(request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
-        return _array_screened_changelist(get_changelist(request, **kwargs))
+    def ruled(request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return _ruled_changelist(get_changelist(request, **kwargs))
 
-    return screened
+    return ruled
 
 
 def _selection_of_ids_only(view: Callable[..., Any], model_admin: ModelAdmin) -> Callable[..., Any]:

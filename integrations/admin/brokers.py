@@ -8,6 +8,7 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
+from django.db.models import BooleanField, ExpressionWrapper, Q, QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 from unfold.admin import ModelAdmin
@@ -171,9 +172,15 @@ class BrokerAdmin(RefusalsShown, WriteOnlyCredentials, ModelAdmin):
     list_filter = ["mode", "auto_pull", "approve_uploads"]
     search_fields = ["broker_id", "name"]
 
-    @admin.display(boolean=True, description="DROP API key")
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Broker]:
+        # Whether a key is set, read in SQL: a list reads no encrypted column
+        # (``dropportal.admin._EncryptedColumnsUnread``), so the key itself is not there.
+        key_set = ExpressionWrapper(~Q(drop_api_key=""), output_field=BooleanField())
+        return super().get_queryset(request).annotate(drop_api_key_set=key_set)
+
+    @admin.display(boolean=True, description="DROP API key", ordering="drop_api_key_set")
     def has_drop_api_key(self, obj: Broker) -> bool:
-        return bool(obj.drop_api_key)
+        return bool(obj.drop_api_key_set)  # type: ignore[attr-defined]  # get_queryset's
 
     @admin.display(description="DROP webhook URL")
     def drop_notifications_url(self, obj: Broker) -> str:

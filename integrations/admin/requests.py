@@ -38,6 +38,7 @@ from integrations.models import (
     ResolutionRequest,
     SaasDeletion,
 )
+from integrations.models.fields import encrypted_columns_deferred
 from integrations.services.dispatch.redelivery import (
     deletion_request_redeliver,
     deletion_request_redispatch,
@@ -131,7 +132,12 @@ class CycleFilter(admin.SimpleListFilter):
     recent = 30
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        cycles = DropCycle.objects.select_related("broker").order_by("-downloaded_at")
+        # A cycle's name holds its broker's id, never its credentials.
+        cycles = (
+            DropCycle.objects.select_related("broker")
+            .defer(*encrypted_columns_deferred(DropCycle, ["broker"]))
+            .order_by("-downloaded_at")
+        )
         return [(str(c.pk), str(c)) for c in cycles[: self.recent]]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django.db import models
+from django.db.models.constants import LOOKUP_SEP
 
 from integrations import encryption
 from integrations.ledger_kinds import LedgerKind
@@ -31,6 +33,54 @@ class EncryptedTextField(models.TextField):
         if value is None or value == "":
             return value
         return encryption.encrypt(value)
+
+
+# How deep ``select_related()`` with no path follows foreign keys (Django's ``max_depth``).
+_SELECT_RELATED_DEPTH = 5
+
+
+def encrypted_columns_deferred(
+    model: type[models.Model], related: Iterable[str] | Mapping[str, Any] | bool = ()
+) -> list[str]:
+    """``defer()``'s arguments for every ``EncryptedTextField`` of ``model`` and of each row
+    read with it: ``related`` is ``select_related``'s paths (``"cycle__broker"``), or its
+    tree as a query holds it (``query.select_related``: a dict, or True for every foreign
+    key that is not null). A page that shows none of them so reads, and decrypts, none::
+
+        rows.defer(*encrypted_columns_deferred(rows.model, rows.query.select_related))
+    """
+    if isinstance(related, bool):
+        tree = _required_relations(model, _SELECT_RELATED_DEPTH) if related else {}
+    elif isinstance(related, Mapping):
+        tree = dict(related)
+    else:
+        tree = {}
+        for path in related:
+            node = tree
+            for name in path.split(LOOKUP_SEP):
+                node = node.setdefault(name, {})
+    return list(_deferred(model, tree, ""))
+
+
+def _deferred(model: type[models.Model], tree: Mapping[str, Any], prefix: str) -> Iterable[str]:
+    for field in model._meta.concrete_fields:
+        if isinstance(field, EncryptedTextField):
+            yield f"{prefix}{field.name}"
+    for name, below in tree.items():
+        related = model._meta.get_field(name).related_model
+        if isinstance(related, type):  # a model, not "self" left unresolved
+            yield from _deferred(related, below, f"{prefix}{name}{LOOKUP_SEP}")
+
+
+def _required_relations(model: type[models.Model], depth: int) -> dict[str, Any]:
+    # What ``select_related()`` follows: each foreign key that is not null, ``depth`` deep.
+    if depth == 0:
+        return {}
+    return {
+        field.name: _required_relations(field.related_model, depth - 1)
+        for field in model._meta.concrete_fields
+        if field.is_relation and not field.null and isinstance(field.related_model, type)
+    }
 
 
 class LedgerKindField(models.CharField):
