@@ -82,6 +82,7 @@ class CanaryAdmin(RefusalsShown, ModelAdmin):
             messages.error(request, " ".join(exc.messages))
             raise Refused from exc
 
+    # One run's rows at most, as every "Delete selected" (admin/bounded_actions.py).
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Canary]) -> None:
         for canary in queryset.select_related("broker"):
             try:

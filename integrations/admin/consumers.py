@@ -133,6 +133,8 @@ class ConsumerAdmin(PageObjectReadOnce[Consumer], RefusalsShown, ModelAdmin):
             messages.error(request, f"{exc}: forgotten meanwhile; nothing was changed")
             raise Refused from exc
 
+    # "Delete selected" hands it one run's rows at most (admin/bounded_actions.py), however
+    # many consumers "select all" took.
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Consumer]) -> None:
         for consumer in queryset.select_related("broker"):
             try:

@@ -39,6 +39,7 @@ from unfold.admin import ModelAdmin
 from integrations.admin.action_pages import action_form_page
 from integrations.admin.actors import staff_actor
 from integrations.admin.as_shown import fields_as_shown
+from integrations.admin.bounded_actions import first_rows, taken
 from integrations.admin.credentials import Credential, WriteOnlyCredentials
 from integrations.admin.display import uuid_short
 from integrations.admin.refusals import RefusalsShown, Refused
@@ -104,7 +105,7 @@ def _retire_reason(
         title=f"Retire {modeladmin.model._meta.verbose_name_plural} for good",
         form=form,
         template="admin/integrations/retire.html",
-        targets=queryset.order_by("pk")[:200],
+        targets=taken(queryset)[:200],
     )
 
 
@@ -298,12 +299,14 @@ class IntegrationAdmin(RefusalsShown, WriteOnlyCredentials, ModelAdmin):
     @admin.action(description="Disable selected integrations", permissions=["change"])
     def disable_integrations(self, request: HttpRequest, queryset: QuerySet[Integration]) -> None:
         done = 0
-        for integration in queryset.filter(enabled=True):
+        batch = first_rows(queryset.filter(enabled=True))  # those disabled leave it
+        for integration in batch.rows:
             integration_disable(
                 integration=integration, reason="disabled by staff", actor=staff_actor(request)
             )
             done += 1
         self.message_user(request, f"Disabled {done} integration(s); their deliveries wait.")
+        batch.tell(request)
 
     @admin.action(description="Retire selected integrations for good (with a reason)",
                   permissions=["change"])  # fmt: skip
@@ -316,7 +319,8 @@ class IntegrationAdmin(RefusalsShown, WriteOnlyCredentials, ModelAdmin):
         if not isinstance(reason, str):
             return reason
         done = 0
-        for integration in queryset.order_by("pk"):
+        batch = first_rows(queryset)
+        for integration in batch.rows:
             try:
                 integration_retire(
                     integration=integration, reason=reason, actor=staff_actor(request)
@@ -326,6 +330,7 @@ class IntegrationAdmin(RefusalsShown, WriteOnlyCredentials, ModelAdmin):
             else:
                 done += 1
         _retired(self, request, done)
+        batch.tell(request)
         return None
 
     # -- buttons on the change page ----------------------------------------------------------
@@ -573,12 +578,14 @@ class SaasConnectionAdmin(RefusalsShown, WriteOnlyCredentials, ModelAdmin):
     @admin.action(description="Disable selected SaaS connections", permissions=["change"])
     def disable_connections(self, request: HttpRequest, queryset: QuerySet[SaasConnection]) -> None:
         done = 0
-        for connection in queryset.filter(enabled=True):
+        batch = first_rows(queryset.filter(enabled=True))  # those disabled leave it
+        for connection in batch.rows:
             saas_connection_disable(
                 connection=connection, reason="disabled by staff", actor=staff_actor(request)
             )
             done += 1
         self.message_user(request, f"Disabled {done} SaaS connection(s).")
+        batch.tell(request)
 
     @admin.action(description="Retire selected SaaS connections for good (with a reason)",
                   permissions=["change"])  # fmt: skip
@@ -589,7 +596,8 @@ class SaasConnectionAdmin(RefusalsShown, WriteOnlyCredentials, ModelAdmin):
         if not isinstance(reason, str):
             return reason
         done = 0
-        for connection in queryset.order_by("pk"):
+        batch = first_rows(queryset)
+        for connection in batch.rows:
             try:
                 saas_connection_retire(
                     connection=connection, reason=reason, actor=staff_actor(request)
@@ -599,4 +607,5 @@ class SaasConnectionAdmin(RefusalsShown, WriteOnlyCredentials, ModelAdmin):
             else:
                 done += 1
         _retired(self, request, done)
+        batch.tell(request)
         return None

@@ -27,6 +27,7 @@ from unfold.admin import ModelAdmin
 from integrations.admin.action_pages import action_form_page
 from integrations.admin.actors import staff_actor
 from integrations.admin.as_shown import fields_as_shown
+from integrations.admin.bounded_actions import first_rows, taken
 from integrations.admin.refusals import RefusalsShown, Refused
 from integrations.drop.calendar import drop_date
 from integrations.models import Directive, ServiceProvider
@@ -241,7 +242,8 @@ class DirectiveAdmin(ModelAdmin):
         if form.is_valid():
             actor, reference = staff_actor(request), form.cleaned_data["reference"].strip()
             done, already = 0, []
-            for directive in queryset.order_by("pk"):
+            batch = first_rows(queryset)
+            for directive in batch.rows:
                 if directive.acknowledged_at is not None:  # before this page was sent
                     already.append(directive)
                     continue
@@ -271,6 +273,7 @@ class DirectiveAdmin(ModelAdmin):
                 )
             if done or not already:
                 self.message_user(request, f"Recorded {done} acknowledgement(s).", messages.SUCCESS)
+            batch.tell(request)
             return None
         return action_form_page(
             self,
@@ -280,7 +283,7 @@ class DirectiveAdmin(ModelAdmin):
             title="Record a provider's acknowledgement",
             form=form,
             template="admin/integrations/directive/acknowledge.html",
-            directives=queryset.select_related("provider")[:200],
+            directives=taken(queryset.select_related("provider"))[:200],
         )
 
     # The Operators', who follow directives up (the same permission as acknowledging).

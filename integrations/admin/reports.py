@@ -54,6 +54,7 @@ from unfold.admin import ModelAdmin
 from integrations import exports
 from integrations.admin.action_pages import action_form_page
 from integrations.admin.actors import staff_actor
+from integrations.admin.bounded_actions import Batch, first_rows, taken
 from integrations.admin.drop_notifications import drop_notifications_table
 from integrations.admin.page_object import PageRowsReadTogether
 from integrations.drop.calendar import drop_moment, drop_today
@@ -226,7 +227,7 @@ class ReportFileAdmin(PageRowsReadTogether, ModelAdmin):
             raise PermissionDenied
         form = MarkUploadedForm(request.POST if "apply" in request.POST else None)
         if form.is_valid():
-            done = self._each_file(
+            done, batch = self._each_file(
                 request,
                 queryset,
                 report_file_mark_uploaded,
@@ -234,6 +235,7 @@ class ReportFileAdmin(PageRowsReadTogether, ModelAdmin):
             )
             if done:
                 self.message_user(request, f"Marked {done} file(s) uploaded.", messages.SUCCESS)
+            batch.tell(request)
             return None
         return action_form_page(
             self,
@@ -243,7 +245,7 @@ class ReportFileAdmin(PageRowsReadTogether, ModelAdmin):
             title="Mark uploaded by hand in DROP's portal",
             form=form,
             template="admin/integrations/reportfile/mark_uploaded.html",
-            files=queryset[:200],
+            files=taken(queryset)[:200],
         )
 
     @admin.action(
@@ -256,7 +258,7 @@ class ReportFileAdmin(PageRowsReadTogether, ModelAdmin):
         """An intermediate page asks for the reason, then each file is discarded on its own."""
         form = DiscardForm(request.POST if "apply" in request.POST else None)
         if form.is_valid():
-            done = self._each_file(
+            done, batch = self._each_file(
                 request, queryset, report_file_discard, reason=form.cleaned_data["reason"]
             )
             if done:
@@ -265,6 +267,7 @@ class ReportFileAdmin(PageRowsReadTogether, ModelAdmin):
                     f"Discarded {done} amendment(s): their work items keep the status DROP holds.",
                     messages.SUCCESS,
                 )
+            batch.tell(request)
             return None
         return action_form_page(
             self,
@@ -274,7 +277,7 @@ class ReportFileAdmin(PageRowsReadTogether, ModelAdmin):
             title="Discard amendments DROP refuses",
             form=form,
             template="admin/integrations/reportfile/discard.html",
-            files=queryset[:200],
+            files=taken(queryset)[:200],
         )
 
     @admin.action(
@@ -305,7 +308,9 @@ class ReportFileAdmin(PageRowsReadTogether, ModelAdmin):
         form = form_class(request.POST if "apply" in request.POST else None)
         if form.is_valid():
             decide = report_file_approve if approve else report_file_reject
-            done = self._each_file(request, queryset, decide, reason=form.cleaned_data["reason"])
+            done, batch = self._each_file(
+                request, queryset, decide, reason=form.cleaned_data["reason"]
+            )
             if done and approve:
                 self.message_user(
                     request,
@@ -319,8 +324,9 @@ class ReportFileAdmin(PageRowsReadTogether, ModelAdmin):
                     "file at the next report run.",
                     messages.SUCCESS,
                 )
+            batch.tell(request)
             return None
-        files = list(queryset.select_related("broker", "cycle").defer("content")[:200])
+        files = list(taken(queryset.select_related("broker", "cycle").defer("content"))[:200])
         return action_form_page(
             self,
             request,
@@ -339,12 +345,13 @@ class ReportFileAdmin(PageRowsReadTogether, ModelAdmin):
         queryset: QuerySet[ReportFile],
         act: Callable[..., object],
         **details: Any,
-    ) -> int:
-        """``act`` on each selected file in turn, as this member of staff and with
-        ``details`` (a reason, an upload time); a file it refuses is named in an error
-        message. Returns how many it took."""
+    ) -> tuple[int, Batch[ReportFile]]:
+        """``act`` on each selected file one run takes (``bounded_actions``) in turn, as
+        this member of staff and with ``details`` (a reason, an upload time); a file it
+        refuses is named in an error message. Returns how many it took, and the run's rows."""
         done = 0
-        for report_file in queryset.order_by("pk"):
+        batch = first_rows(queryset)
+        for report_file in batch.rows:
             try:
                 act(report_file=report_file, actor=staff_actor(request), **details)
             except ValidationError as exc:
@@ -355,7 +362,7 @@ class ReportFileAdmin(PageRowsReadTogether, ModelAdmin):
                 self.message_user(request, f"{report_file}: {exc}", messages.ERROR)
             else:
                 done += 1
-        return done
+        return done, batch
 
     def get_urls(self) -> list[URLPattern]:
         view = self.admin_site.admin_view
@@ -526,7 +533,8 @@ def set_work_item_status(
     form = WorkItemStatusForm(request.POST if "apply" in request.POST else None)
     if form.is_valid():
         done = 0
-        for item in queryset.order_by("pk"):
+        batch = first_rows(queryset)
+        for item in batch.rows:
             try:
                 work_item_status_set(
                     work_item=item,
@@ -542,6 +550,7 @@ def set_work_item_status(
                 done += 1
         if done:
             modeladmin.message_user(request, f"Set the status of {done} work item(s).")
+        batch.tell(request)
         return None
     return action_form_page(
         modeladmin,
@@ -551,7 +560,7 @@ def set_work_item_status(
         title="Set the DROP status by hand",
         form=form,
         template="admin/integrations/workitem/set_status.html",
-        items=queryset[:200],
+        items=taken(queryset)[:200],
     )
 
 

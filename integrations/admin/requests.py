@@ -26,6 +26,7 @@ from unfold.admin import ModelAdmin, TabularInline
 
 from integrations.admin.actors import staff_actor
 from integrations.admin.audit import AUDIT_EXPORT_PERMISSION
+from integrations.admin.bounded_actions import first_rows
 from integrations.admin.capped_count import CappedCountPaginator
 from integrations.admin.display import uuid_link, uuid_short
 from integrations.admin.reports import export_outcomes_csv, export_outcomes_jsonl
@@ -107,9 +108,11 @@ def _apply(
     service: Callable[[Any], Any],
     done: str,
 ) -> None:
-    """Run ``service`` on each row; report how many were done and why the rest were not."""
+    """Run ``service`` on each row one run takes (``bounded_actions``); report how many were
+    done, why the rest were not, and what the run left of the selection."""
+    batch = first_rows(queryset)
     ok, refused = 0, []
-    for row in queryset:
+    for row in batch.rows:
         try:
             service(row)
             ok += 1
@@ -122,6 +125,7 @@ def _apply(
             f"; and {len(refused) - 10} more" if len(refused) > 10 else ""
         )
         messages.warning(request, f"Not done for {len(refused)}: {shown}")
+    batch.tell(request)
 
 
 class CycleFilter(admin.SimpleListFilter):
