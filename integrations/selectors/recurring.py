@@ -24,6 +24,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection
+from django.db.backends.utils import CursorWrapper
 
 from integrations.drop.calendar import drop_timezone, drop_today
 from integrations.drop_statuses import DropStatus
@@ -42,9 +43,10 @@ from integrations.models import (
 # holds (nothing yet, or a 5 or 2 an amendment was to correct), a round-0 answer that made
 # it 3 or 4: that consumer's data was deleted, and the status waits for the newcomer's
 # answer. The sender checks each item again by the same rule (``services.cycle.recurring``).
-ROUNDS_OWED = """(coalesce(w.status_code, w.reported_status_code) = ANY(%(codes)s)
+ROUNDS_OWED = """(w.status_code = ANY(%(codes)s)
     OR (w.status_code IS NULL
-        AND (EXISTS (SELECT 1 FROM integrations_deletionrequest o
+        AND (w.reported_status_code = ANY(%(codes)s)
+             OR EXISTS (SELECT 1 FROM integrations_deletionrequest o
                       WHERE o.work_item_id = w.id AND o.round = 0
                         AND o.state = %(completed)s AND o.drop_outcome = ANY(%(outcomes)s))
              OR EXISTS (SELECT 1 FROM integrations_resolutionrequest o
@@ -52,6 +54,10 @@ ROUNDS_OWED = """(coalesce(w.status_code, w.reported_status_code) = ANY(%(codes)
                            AND o.state = %(completed)s
                            AND o.drop_outcome = ANY(%(outcomes)s)))))
     AND w.state <> %(removed)s"""
+# ``coalesce(w.status_code, w.reported_status_code) = ANY(codes)``, written out as its two
+# cases above: the planner has no statistics for the coalesce and took it for 1 % of the
+# items, so it read each item's requests by index, one at a time (a million of them at the
+# scale of docs/benchmarks.md), where it now joins them in one pass.
 
 # A round stays open until every request of it is final, as the settlement counts final
 # (sql/work_item_settle.sql): cancelled, or completed with a final outcome (a SaaS deletion:
@@ -73,7 +79,7 @@ ROUNDS_OWED = """(coalesce(w.status_code, w.reported_status_code) = ANY(%(codes)
 # when the round before it was (what its due date counts from).
 _ROUNDS_SQL = """
 WITH parts AS (
-    SELECT d.work_item_id, d.round, d.matched_at AS made_at,
+    SELECT d.work_item_id, w.broker_id, d.round, d.matched_at AS made_at,
            w.reported_status_code = ANY(%(codes)s) AND d.matched_at > w.reported_at
              AS after_report,
            d.state = %(cancelled)s
@@ -85,7 +91,7 @@ WITH parts AS (
       JOIN integrations_workitem w ON w.id = d.work_item_id
      WHERE {owed} {broker_filter}
     UNION ALL
-    SELECT r.work_item_id, r.round, r.created_at,
+    SELECT r.work_item_id, w.broker_id, r.round, r.created_at,
            w.reported_status_code = ANY(%(codes)s) AND r.created_at > w.reported_at,
            r.state = %(cancelled)s
              OR (r.state = %(completed)s AND r.drop_outcome <> %(failed)s),
@@ -95,7 +101,7 @@ WITH parts AS (
       JOIN integrations_workitem w ON w.id = r.work_item_id
      WHERE {owed} {broker_filter}
     UNION ALL
-    SELECT r.work_item_id, r.round, r.created_at,
+    SELECT r.work_item_id, w.broker_id, r.round, r.created_at,
            w.reported_status_code = ANY(%(codes)s) AND r.created_at > w.reported_at,
            s.state IN (%(cancelled)s, %(completed)s),
            s.state = %(undeliverable)s,
@@ -105,7 +111,8 @@ WITH parts AS (
       JOIN integrations_workitem w ON w.id = r.work_item_id
      WHERE {owed} {broker_filter}
 ), batches AS (
-    SELECT work_item_id, round, made_at, bool_or(after_report) AS after_report,
+    SELECT work_item_id, min(broker_id) AS broker_id, round, made_at,
+           bool_or(after_report) AS after_report,
            bool_and(final) AS final, bool_or(failing) AS failing, max(at) AS final_at,
            bool_or(live) AS live
       FROM parts
@@ -125,20 +132,24 @@ WITH parts AS (
                                                     ORDER BY s.made_at), false) AS come_back
       FROM settled s
 ), rounds AS (
-    SELECT work_item_id, round,
+    SELECT work_item_id, min(broker_id) AS broker_id, round,
            bool_and(final) FILTER (WHERE NOT come_back) AS final,
            bool_or(failing) AS failing,
            max(final_at) FILTER (WHERE NOT come_back) AS final_at, bool_or(live) AS live
       FROM marked
      GROUP BY work_item_id, round
 ), latest AS (
-    SELECT DISTINCT ON (work_item_id) work_item_id, round, final, failing, final_at,
-           lag(final_at) OVER (PARTITION BY work_item_id ORDER BY round) AS previous_final_at,
-           bool_or(live) OVER (PARTITION BY work_item_id) AS live
+    SELECT work_item_id, broker_id, round, final, failing, final_at,
+           lag(final_at) OVER item AS previous_final_at,
+           bool_or(live) OVER item AS live,
+           lead(round) OVER item IS NULL AS latest
       FROM rounds
-     ORDER BY work_item_id, round DESC
+    -- One pass in the order the rounds arrive (no second sort): lag and lead ignore the
+    -- frame, bool_or reads the item's every round; the latest round is the one with none after.
+    WINDOW item AS (PARTITION BY work_item_id ORDER BY round
+                    ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)
 )
-SELECT l.work_item_id, l.round, l.final, l.failing,
+SELECT l.work_item_id, l.broker_id, l.round, l.final, l.failing,
        -- final: when the next round is due, if a consumer of the match is left to send it
        -- to (the sender's rule: one the broker has forgotten since gets none); open: when
        -- this one was
@@ -146,12 +157,14 @@ SELECT l.work_item_id, l.round, l.final, l.failing,
              WHEN NOT l.final THEN l.previous_final_at END
           AT TIME ZONE %(timezone)s)::date + %(days)s AS due_on
   FROM latest l
+ WHERE l.latest
 """
 
 
 def rounds_sql(*, broker: Broker | None) -> tuple[str, dict[str, Any]]:
-    """The per-item schedule (columns ``work_item_id, round, final, failing, due_on``) as
-    SQL text and its parameters, for a caller to select from. ``due_on`` is NULL for an item
+    """The per-item schedule (columns ``work_item_id, broker_id, round, final, failing,
+    due_on``) as SQL text and its parameters, for a caller to select from; run it under
+    ``schedule_execute``. ``due_on`` is NULL for an item
     whose match's own requests are still open (a status set by staff: no round is owed on it
     yet), and for one whose consumers the broker has all forgotten since (no one to send a
     round to). A consumer matched after the item settled holds back no round: see above."""
@@ -171,6 +184,33 @@ def rounds_sql(*, broker: Broker | None) -> tuple[str, dict[str, Any]]:
     }
     broker_filter = "AND w.broker_id = %(broker)s" if broker is not None else ""
     return _ROUNDS_SQL.format(owed=ROUNDS_OWED, broker_filter=broker_filter), params
+
+
+# The planner settings the schedule is read with, for its one statement only. JIT off: the
+# planner charges the owed rule's subqueries to every item, so the plan always costs enough
+# to be compiled, and compiling it took most of the read (about 2.5 s of 3 s at 300,000
+# items). 64 MB: the schedule's hash aggregate and sorts hold a row per request, and spill
+# to disk at the default 4 MB from a few tens of thousands of requests on. Sent with the
+# statement in one string (one round trip, no transaction of its own): SET LOCAL ends with
+# the string's implicit transaction, or, in a caller's transaction, the caller's values are
+# put back right after.
+_SETTINGS_BEFORE = (
+    "SELECT set_config('dropportal.schedule_jit', current_setting('jit'), true),"
+    " set_config('dropportal.schedule_work_mem', current_setting('work_mem'), true);"
+    " SELECT set_config('jit', 'off', true), set_config('work_mem', '64MB', true);"
+)
+_SETTINGS_AFTER = (
+    "; SELECT set_config('jit', current_setting('dropportal.schedule_jit'), true),"
+    " set_config('work_mem', current_setting('dropportal.schedule_work_mem'), true)"
+)
+
+
+def schedule_execute(cursor: CursorWrapper, statement: str, params: dict[str, Any]) -> None:
+    """Execute ``statement`` (one that reads ``rounds_sql``) with the schedule's planner
+    settings; the cursor is left on its result."""
+    cursor.execute(_SETTINGS_BEFORE + statement + _SETTINGS_AFTER, params)
+    cursor.nextset()
+    cursor.nextset()
 
 
 @dataclass(frozen=True)
@@ -212,15 +252,15 @@ def recurring_overviews(
     today = today or drop_today()
     sql, params = rounds_sql(broker=broker)
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT w.broker_id,"  # noqa: S608
+        schedule_execute(
+            cursor,
+            "SELECT s.broker_id,"  # noqa: S608
             " count(*) FILTER (WHERE s.final AND s.due_on <= %(today)s),"
             " count(*) FILTER (WHERE s.round > 0 AND NOT s.final AND NOT s.failing),"
             " count(*) FILTER (WHERE s.round > 0 AND s.final),"
             " count(*) FILTER (WHERE s.round > 0 AND NOT s.final AND s.failing),"
             " count(*) FILTER (WHERE s.due_on < %(overdue_before)s)"
-            f" FROM ({sql}) s JOIN integrations_workitem w ON w.id = s.work_item_id"
-            " GROUP BY w.broker_id",
+            f" FROM ({sql}) s GROUP BY s.broker_id",
             {
                 **params,
                 "today": today,
@@ -271,11 +311,11 @@ def recurring_stuck_counts(
         for condition in (_OVERDUE, _FAILING)
     )
     with connection.cursor() as cursor:
-        cursor.execute(
+        schedule_execute(
+            cursor,
             f"SELECT b.broker_id, b.id, {columns}"  # noqa: S608
             f" FROM ({sql}) s"
-            " JOIN integrations_workitem w ON w.id = s.work_item_id"
-            " JOIN integrations_broker b ON b.id = w.broker_id"
+            " JOIN integrations_broker b ON b.id = s.broker_id"
             f" WHERE ({_OVERDUE}) OR ({_FAILING})"
             " GROUP BY b.broker_id, b.id ORDER BY b.broker_id",
             {

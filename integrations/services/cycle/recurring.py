@@ -33,7 +33,7 @@ from psycopg import sql
 from integrations.drop.calendar import drop_today
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, DirectiveReason, RequestState, WorkItemState
-from integrations.selectors.recurring import ROUNDS_OWED, rounds_sql
+from integrations.selectors.recurring import ROUNDS_OWED, rounds_sql, schedule_execute
 from integrations.services.cycle.requests import (
     MATCHES_TABLE,
     matches_table_create,
@@ -142,7 +142,7 @@ def recurring_rounds_send(
     with transaction.atomic(), connection.cursor() as cursor:
         matching_lock(broker=broker)
         cursor.execute(f"DROP TABLE IF EXISTS {_DUE_TABLE}")
-        cursor.execute(_DUE_SQL.format(due=_DUE_TABLE, schedule=schedule), params)
+        schedule_execute(cursor, _DUE_SQL.format(due=_DUE_TABLE, schedule=schedule), params)
         cursor.execute(f"SELECT max(batch) FROM {_DUE_TABLE}")  # noqa: S608
         last = cursor.fetchone()[0]
     batches = 0 if last is None else int(last) + 1
