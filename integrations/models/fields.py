@@ -7,6 +7,7 @@ from typing import Any
 
 from django.db import models
 from django.db.models.constants import LOOKUP_SEP
+from django.db.models.sql.query import Query
 
 from integrations import encryption
 from integrations.ledger_kinds import LedgerKind
@@ -35,10 +36,6 @@ class EncryptedTextField(models.TextField):
         return encryption.encrypt(value)
 
 
-# How deep ``select_related()`` with no path follows foreign keys (Django's ``max_depth``).
-_SELECT_RELATED_DEPTH = 5
-
-
 def encrypted_columns_deferred(
     model: type[models.Model], related: Iterable[str] | Mapping[str, Any] | bool = ()
 ) -> list[str]:
@@ -50,7 +47,8 @@ def encrypted_columns_deferred(
         rows.defer(*encrypted_columns_deferred(rows.model, rows.query.select_related))
     """
     if isinstance(related, bool):
-        tree = _required_relations(model, _SELECT_RELATED_DEPTH) if related else {}
+        # As deep as ``select_related()`` with no path follows foreign keys.
+        tree = _required_relations(model, Query.max_depth) if related else {}
     elif isinstance(related, Mapping):
         tree = dict(related)
     else:
