@@ -17,6 +17,9 @@ first::
         ...  # the service, as for any selection
     batch.tell(request)  # nothing when the selection fit in one run
 
+An action handing a queryset on (a service taking one, a library's action) takes
+``first_keys(queryset).chosen`` instead: the same run, read as keys only.
+
 The pages that ask for a reason first (``action_pages.action_form_page``) count and list what
 the run will take, and Django's "Delete selected" (replaced site-wide below: its confirmation
 page lists every related object of every selected row, and a consumer is deleted through
@@ -25,7 +28,7 @@ its service, one at a time) confirms and deletes those rows only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from django.contrib import admin, messages
@@ -65,28 +68,35 @@ _M = TypeVar("_M", bound=Model)
 
 @dataclass(frozen=True)
 class Batch(Generic[_M]):
-    """The rows one run takes (``rows``) of a selection (``queryset``) of ``selected`` rows."""
+    """What one run takes of a selection (``queryset``) of ``selected`` rows: the keys of
+    its first rows (``keys``) and, read by ``first_rows``, those rows (``rows``)."""
 
     queryset: QuerySet[_M]
-    rows: list[_M]
+    keys: list[Any]
     selected: int
+    rows: list[_M] = field(default_factory=list)
+
+    @property
+    def chosen(self) -> QuerySet[_M]:
+        """The selection narrowed to the rows the run takes."""
+        return self.queryset.filter(pk__in=self.keys)
 
     @property
     def partial(self) -> bool:
-        return self.selected > len(self.rows)
+        return self.selected > len(self.keys)
 
     def left_text(self) -> str:
-        left = self.selected - len(self.rows)
+        left = self.selected - len(self.keys)
         return count_text(CountAtLeast(left) if isinstance(self.selected, CountAtLeast) else left)
 
     def note(self) -> str:
         """What the run did not take, and whether running it again takes the rest."""
         head = (
-            f"This run took the first {len(self.rows):,} of the {count_text(self.selected)} "
+            f"This run took the first {len(self.keys):,} of the {count_text(self.selected)} "
             f"selected (an action takes at most {ROWS_PER_RUN:,} a run, oldest first); "
             f"{self.left_text()} left as they were."
         )
-        still = self.queryset.filter(pk__in=[row.pk for row in self.rows]).count()
+        still = self.chosen.count()
         if not still:
             return f"{head} Run the action again for the rest."
         return (
@@ -105,9 +115,18 @@ def first_rows(queryset: QuerySet[_M]) -> Batch[_M]:
     there are more (a selection that fits costs no count)."""
     bound = ROWS_PER_RUN
     rows = list(queryset.order_by("pk")[: bound + 1])
-    if len(rows) <= bound:
-        return Batch(queryset, rows, len(rows))
-    return Batch(queryset, rows[:bound], selection_count(queryset))
+    selected = len(rows) if len(rows) <= bound else selection_count(queryset)
+    rows = rows[:bound]
+    return Batch(queryset, [row.pk for row in rows], selected, rows)
+
+
+def first_keys(queryset: QuerySet[_M]) -> Batch[_M]:
+    """``first_rows``' run read as keys only, for an action handed a queryset (its
+    ``chosen``) rather than rows."""
+    bound = ROWS_PER_RUN
+    keys = list(queryset.order_by("pk").values_list("pk", flat=True)[: bound + 1])
+    selected = len(keys) if len(keys) <= bound else selection_count(queryset)
+    return Batch(queryset, keys[:bound], selected)
 
 
 def form_page_note(queryset: QuerySet[Any]) -> tuple[int, str]:

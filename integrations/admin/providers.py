@@ -27,7 +27,7 @@ from unfold.admin import ModelAdmin
 from integrations.admin.action_pages import action_form_page
 from integrations.admin.actors import staff_actor
 from integrations.admin.as_shown import fields_as_shown
-from integrations.admin.bounded_actions import first_rows, taken
+from integrations.admin.bounded_actions import first_keys, first_rows, taken
 from integrations.admin.refusals import RefusalsShown, Refused
 from integrations.drop.calendar import drop_date
 from integrations.models import Directive, ServiceProvider
@@ -292,7 +292,8 @@ class DirectiveAdmin(ModelAdmin):
         permissions=["acknowledge"],
     )
     def write_directives_again(self, request: HttpRequest, queryset: QuerySet[Directive]) -> None:
-        queued = directives_write_again(directives=queryset, actor=staff_actor(request))
+        batch = first_keys(queryset)  # each a ledger event and a job queued
+        queued = directives_write_again(directives=batch.chosen, actor=staff_actor(request))
         self.message_user(
             request,
             f"Queued {queued} directive(s) to be written again; each write is a ledger event."
@@ -300,6 +301,7 @@ class DirectiveAdmin(ModelAdmin):
             else "None of these waits to be written (downloaded by hand, or written already).",
             messages.SUCCESS if queued else messages.WARNING,
         )
+        batch.tell(request)
 
     def get_urls(self) -> list[URLPattern]:
         view = self.admin_site.admin_view

@@ -21,6 +21,7 @@ from django.utils import timezone
 from unfold.admin import ModelAdmin
 
 from integrations.admin.actors import staff_actor
+from integrations.admin.bounded_actions import first_keys
 from integrations.admin.date_drill_down import DateDrillDownBounded
 from integrations.services.staff.machinery import machinery_change_record
 
@@ -116,16 +117,25 @@ class LedgeredMachinery:
     def _recorded(self, func: Any, name: str) -> Any:
         # The rows the action changed or removed, not those selected: a retry leaves a job
         # that did not fail as it is, and axes' clean-up removes every expired attempt
-        # whatever the selection.
+        # whatever the selection. An action on the selection takes one run of it (a job
+        # retried or cancelled is a statement each), read once to compare.
         def run(modeladmin: Any, request: HttpRequest, queryset: QuerySet[Any]) -> Any:
             manager = self.model._default_manager
-            before = _rows(manager.all() if name in _ACTS_ON_EVERY_ROW else queryset)
-            answer = func(modeladmin, request, queryset)
+            if name in _ACTS_ON_EVERY_ROW:
+                batch, chosen = None, queryset
+                before = _rows(manager.all())
+            else:
+                batch = first_keys(queryset)
+                chosen = batch.chosen
+                before = _rows(chosen)
+            answer = func(modeladmin, request, chosen)
             if answer is None:  # done (a page asking for more would be an answer)
                 after = _rows(manager.filter(pk__in=list(before)))
                 changed = [pk for pk, row in before.items() if after.get(pk) != row]
                 if changed:
                     self._record(request, name, changed)
+                if batch is not None:
+                    batch.tell(request)
             return answer
 
         return run

@@ -9,13 +9,16 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
 from django.test import Client
+from procrastinate.contrib.django.models import ProcrastinateJob
 
 from integrations.admin import bounded_actions
 from integrations.models import (
     Broker,
     Consumer,
     DeletionRequest,
+    Directive,
     Integration,
     LedgerEvent,
     RequestState,
@@ -26,8 +29,10 @@ from integrations.models import (
 from tests.builders import (
     ConsumerFactory,
     DeletionRequestFactory,
+    DirectiveFactory,
     DropCycleFactory,
     SaasConnectionFactory,
+    ServiceProviderFactory,
     WorkItemFactory,
     webhook_integration_created,
 )
@@ -38,6 +43,8 @@ REQUESTS = "/admin/integrations/deletionrequest/"
 WORK_ITEMS = "/admin/integrations/workitem/"
 CONSUMERS = "/admin/integrations/consumer/"
 SAAS = "/admin/integrations/saasconnection/"
+DIRECTIVES = "/admin/integrations/directive/"
+JOBS = "/admin/procrastinate/procrastinatejob/"
 
 
 def _all(pks: list[int]) -> dict[str, Any]:
@@ -219,3 +226,42 @@ def test_a_selection_past_the_count_cap_is_named_as_such(
 
     assert "This run took the first 3 of the 4+ selected" in page
     assert "1+ left as they were" in page
+
+
+def test_writing_directives_again_queues_one_run_of_them(staff: Client, broker: Broker) -> None:
+    provider = ServiceProviderFactory.create(broker=broker, s3_prefix="s3://mailhouse/drop/")
+    pks = [DirectiveFactory.create(provider=provider).pk for _ in range(5)]
+    run = {"action": "write_directives_again", **_all(pks)}
+
+    page = _page(staff.post(DIRECTIVES, run, follow=True))
+
+    events = LedgerEvent.objects.filter(kind="directive.write_queued")
+    assert sorted(int(e.subject) for e in events) == pks[:3]  # oldest first
+    assert "Queued 3 directive(s) to be written again" in page
+    assert "This run took the first 3 of the 5 selected" in page
+    # Queued, not written: they stay in the selection until a job writes them.
+    assert "3 of those it took are still in the selection" in page
+    assert Directive.objects.filter(s3_uri="").count() == 5
+
+
+def _failed_job() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO procrastinate_jobs (queue_name, task_name, status, args) "
+            "VALUES ('alerts', 'integrations.tasks.evaluate_alerts', 'failed', '{}') RETURNING id"
+        )
+        return int(cursor.fetchone()[0])
+
+
+def test_a_job_action_takes_one_run_and_records_those(staff: Client) -> None:
+    pks = [_failed_job() for _ in range(5)]
+    failed = f"{JOBS}?status__exact=failed"
+
+    page = _page(staff.post(failed, {"action": "retry", **_all(pks)}, follow=True))
+
+    retried = ProcrastinateJob.objects.filter(pk__in=pks, status="todo").values_list("pk")
+    assert sorted(pk for (pk,) in retried) == pks[:3]
+    assert "This run took the first 3 of the 5 selected" in page
+    assert "Run the action again for the rest." in page  # retried, they left "failed"
+    (event,) = LedgerEvent.objects.filter(kind="machinery.changed")
+    assert event.data["ids"] == pks[:3]
