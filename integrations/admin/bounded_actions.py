@@ -69,12 +69,14 @@ _M = TypeVar("_M", bound=Model)
 @dataclass(frozen=True)
 class Batch(Generic[_M]):
     """What one run takes of a selection (``queryset``) of ``selected`` rows: the keys of
-    its first rows (``keys``) and, read by ``first_rows``, those rows (``rows``)."""
+    its first rows (``keys``) and, read by ``first_rows``, those rows (``rows``). ``of`` names
+    what was counted, when an action narrowed the selection first."""
 
     queryset: QuerySet[_M]
     keys: list[Any]
     selected: int
     rows: list[_M] = field(default_factory=list)
+    of: str = "selected"
 
     @property
     def chosen(self) -> QuerySet[_M]:
@@ -93,7 +95,7 @@ class Batch(Generic[_M]):
         """What the run did not take, and whether running it again takes the rest."""
         head = (
             f"This run took the first {len(self.keys):,} of the {count_text(self.selected)} "
-            f"selected (an action takes at most {ROWS_PER_RUN:,} a run, oldest first); "
+            f"{self.of} (an action takes at most {ROWS_PER_RUN:,} a run, oldest first); "
             f"{self.left_text()} left as they were."
         )
         still = self.chosen.count()
@@ -110,14 +112,15 @@ class Batch(Generic[_M]):
             messages.warning(request, self.note())
 
 
-def first_rows(queryset: QuerySet[_M]) -> Batch[_M]:
+def first_rows(queryset: QuerySet[_M], of: str = "selected") -> Batch[_M]:
     """The first ``ROWS_PER_RUN`` rows of ``queryset`` by primary key; counted only when
-    there are more (a selection that fits costs no count)."""
+    there are more (a selection that fits costs no count). ``of`` says what ``queryset``
+    holds when it is not the selection itself ("enabled in the selection")."""
     bound = ROWS_PER_RUN
     rows = list(queryset.order_by("pk")[: bound + 1])
     selected = len(rows) if len(rows) <= bound else selection_count(queryset)
     rows = rows[:bound]
-    return Batch(queryset, [row.pk for row in rows], selected, rows)
+    return Batch(queryset, [row.pk for row in rows], selected, rows, of)
 
 
 def first_keys(queryset: QuerySet[_M]) -> Batch[_M]:

@@ -299,7 +299,8 @@ class IntegrationAdmin(RefusalsShown, WriteOnlyCredentials, ModelAdmin):
     @admin.action(description="Disable selected integrations", permissions=["change"])
     def disable_integrations(self, request: HttpRequest, queryset: QuerySet[Integration]) -> None:
         done = 0
-        batch = first_rows(queryset.filter(enabled=True))  # those disabled leave it
+        # Those disabled already are not counted: the page says of how many enabled ones.
+        batch = first_rows(queryset.filter(enabled=True), of="enabled in the selection")
         for integration in batch.rows:
             integration_disable(
                 integration=integration, reason="disabled by staff", actor=staff_actor(request)
@@ -578,7 +579,8 @@ class SaasConnectionAdmin(RefusalsShown, WriteOnlyCredentials, ModelAdmin):
     @admin.action(description="Disable selected SaaS connections", permissions=["change"])
     def disable_connections(self, request: HttpRequest, queryset: QuerySet[SaasConnection]) -> None:
         done = 0
-        batch = first_rows(queryset.filter(enabled=True))  # those disabled leave it
+        # Those disabled already are not counted: the page says of how many enabled ones.
+        batch = first_rows(queryset.filter(enabled=True), of="enabled in the selection")
         for connection in batch.rows:
             saas_connection_disable(
                 connection=connection, reason="disabled by staff", actor=staff_actor(request)

@@ -188,6 +188,17 @@ def test_disabling_connections_takes_the_first_enabled_ones(staff: Client, broke
     assert disabled() == pks
 
 
+def test_disabling_counts_the_enabled_ones_of_the_selection(staff: Client, broker: Broker) -> None:
+    pks = [SaasConnectionFactory.create(broker=broker, name=f"CRM {n}").pk for n in range(6)]
+    SaasConnection.objects.filter(pk__in=pks[:2]).update(enabled=False)
+
+    page = _page(staff.post(SAAS, {"action": "disable_connections", **_all(pks)}, follow=True))
+
+    assert "Disabled 3 SaaS connection(s)." in page
+    assert "This run took the first 3 of the 4 enabled in the selection" in page
+    assert "1 left as they were. Run the action again for the rest." in page
+
+
 def test_delete_selected_confirms_and_deletes_one_run_of_rows(
     staff: Client, broker: Broker
 ) -> None:
