@@ -30,6 +30,7 @@ from typing import Any, TypeVar, cast
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.admin import FieldListFilter, ModelAdmin, RelatedFieldListFilter
+from django.contrib.admin import action as admin_action
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.utils import NotRelationField, get_fields_from_path
@@ -57,6 +58,7 @@ from django.utils import timezone
 from django.utils.decorators import method_decorator
 from django.utils.functional import SimpleLazyObject
 from django.utils.http import urlencode
+from django.utils.translation import gettext_lazy
 from django.views.decorators.cache import cache_control
 from django.views.decorators.debug import sensitive_post_parameters
 from unfold.sites import UnfoldAdminSite
@@ -76,10 +78,31 @@ _UNFOLD_OPTIONAL_ATTRIBUTES: dict[str, Callable[[], Any]] = {
 _SECOND_FACTOR_PASSED = "_dp_second_factor_passed"
 
 
+@admin_action(
+    permissions=["delete"], description=gettext_lazy("Delete selected %(verbose_name_plural)s")
+)
+def _delete_selected_bounded(
+    modeladmin: ModelAdmin, request: HttpRequest, queryset: QuerySet[Any]
+) -> HttpResponse | None:
+    """Django's "Delete selected" on one run of the selection
+    (``integrations.admin.bounded_actions.delete_selected``). Imported when called: importing
+    ``integrations.admin`` while a site is being built registers its ModelAdmins on another
+    (see the module docstring)."""
+    from integrations.admin.bounded_actions import delete_selected
+
+    return delete_selected(modeladmin, request, queryset)
+
+
 class DropportalAdminSite(UnfoldAdminSite):
     site_header = "dropportal"
     site_title = "dropportal"
     index_title = "Dashboard"
+
+    def __init__(self, name: str = "admin") -> None:
+        super().__init__(name)
+        # Every list offering "Delete selected" (consumers, canaries, staff, groups, sign-in
+        # logs) takes it from its site: each site replaces Django's with the bounded one.
+        self.add_action(_delete_selected_bounded, "delete_selected")
 
     def get_urls(self) -> list[URLPattern | URLResolver]:
         # Imported when called, not above: see the module docstring.

@@ -21,9 +21,10 @@ An action handing a queryset on (a service taking one, a library's action) takes
 ``first_keys(queryset).chosen`` instead: the same run, read as keys only.
 
 The pages that ask for a reason first (``action_pages.action_form_page``) count and list what
-the run will take, and Django's "Delete selected" (replaced site-wide below: its confirmation
-page lists every related object of every selected row, and a consumer is deleted through
-its service, one at a time) confirms and deletes those rows only.
+the run will take, and Django's "Delete selected" (replaced by ``delete_selected`` on each
+of the project's admin sites: its confirmation page lists every related object of every
+selected row, and a consumer is deleted through its service, one at a time) confirms and
+deletes those rows only.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ from django.contrib import admin, messages
 from django.contrib.admin.actions import delete_selected as django_delete_selected
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest, HttpResponse
-from django.utils.translation import gettext_lazy
 
 from integrations.admin.capped_count import CappedCountPaginator, CountAtLeast
 
@@ -146,14 +146,12 @@ def form_page_note(queryset: QuerySet[Any]) -> tuple[int, str]:
     )
 
 
-@admin.action(
-    permissions=["delete"], description=gettext_lazy("Delete selected %(verbose_name_plural)s")
-)
 def delete_selected(
     modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[Any]
 ) -> HttpResponse | None:
     """Django's "Delete selected", on the selection's first ``ROWS_PER_RUN`` rows: its
-    confirmation page lists them (and only they are posted back to be deleted)."""
+    confirmation page lists them (and only they are posted back to be deleted). Every
+    ``DropportalAdminSite`` offers it as its "Delete selected" (``dropportal/admin.py``)."""
     batch = first_rows(queryset)
     chosen = queryset.filter(pk__in=[row.pk for row in batch.rows])
     confirmed = bool(request.POST.get("post"))
@@ -169,8 +167,3 @@ def delete_selected(
     if confirmed:
         batch.tell(request)  # a confirmation posted for more than the page listed
     return answer
-
-
-# Every list offering "Delete selected" (consumers, canaries, staff, groups, sign-in logs)
-# takes it from the site: replaced there once.
-admin.site.add_action(delete_selected, "delete_selected")

@@ -8,11 +8,13 @@ import re
 from typing import Any
 
 import pytest
+from django.contrib.admin.actions import delete_selected as django_delete_selected
 from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
 from procrastinate.contrib.django.models import ProcrastinateJob
 
+from dropportal.admin import DropportalAdminSite
 from integrations.admin import bounded_actions
 from integrations.models import (
     Broker,
@@ -276,3 +278,17 @@ def test_a_job_action_takes_one_run_and_records_those(staff: Client) -> None:
     assert "Run the action again for the rest." in page  # retried, they left "failed"
     (event,) = LedgerEvent.objects.filter(kind="machinery.changed")
     assert event.data["ids"] == pks[:3]
+
+
+def test_every_project_admin_site_offers_the_bounded_delete(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    action = DropportalAdminSite(name="another").get_action("delete_selected")
+    calls: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(bounded_actions, "delete_selected", lambda *given: calls.append(given))
+
+    assert action is not django_delete_selected
+    assert action.allowed_permissions == ["delete"]  # offered only to who may delete
+    action("modeladmin", "request", "queryset")
+
+    assert calls == [("modeladmin", "request", "queryset")]
