@@ -152,13 +152,13 @@ def delete_selected(
     """Django's "Delete selected", on the selection's first ``ROWS_PER_RUN`` rows: its
     confirmation page lists them (and only they are posted back to be deleted). Every
     ``DropportalAdminSite`` offers it as its "Delete selected" (``dropportal/admin.py``)."""
-    batch = first_rows(queryset)
-    chosen = queryset.filter(pk__in=[row.pk for row in batch.rows])
+    batch = first_keys(queryset)  # Django's action reads the rows it deletes itself
+    chosen = batch.chosen
     confirmed = bool(request.POST.get("post"))
     if batch.partial and not confirmed:
         messages.warning(
             request,
-            f"Only the first {len(batch.rows):,} of the {count_text(batch.selected)} selected "
+            f"Only the first {len(batch.keys):,} of the {count_text(batch.selected)} selected "
             f"are listed below, and only they are deleted once confirmed (at most "
             f"{ROWS_PER_RUN:,} a run, oldest first): select the {batch.left_text()} left "
             "again afterwards.",

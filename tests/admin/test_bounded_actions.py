@@ -229,6 +229,26 @@ def test_delete_selected_confirms_and_deletes_one_run_of_rows(
     assert "This run took" not in page  # the 2 left fitted in one run
 
 
+def test_delete_selected_reads_only_the_rows_it_lists(
+    staff: Client, broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pks = [ConsumerFactory.create(broker=broker).pk for _ in range(5)]
+    read: list[int] = []
+    from_db = Consumer.from_db.__func__  # type: ignore[attr-defined]
+
+    def counted(cls: type[Consumer], *args: Any) -> Consumer:
+        row = from_db(cls, *args)
+        read.append(row.pk)
+        return row
+
+    monkeypatch.setattr(Consumer, "from_db", classmethod(counted))
+
+    staff.post(CONSUMERS, {"action": "delete_selected", **_all(pks)})
+
+    # The run's keys are read as keys: no row past the run is read, only those the page lists.
+    assert set(read) == set(pks[:3])
+
+
 def test_a_selection_past_the_count_cap_is_named_as_such(
     staff: Client, integration: Integration, monkeypatch: pytest.MonkeyPatch
 ) -> None:
