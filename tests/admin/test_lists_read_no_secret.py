@@ -27,13 +27,21 @@ from integrations.models import (
     DeletionRequest,
     Integration,
     ResolutionRequest,
+    SaasConnection,
     SaasDeletion,
     WorkItem,
 )
 from integrations.models.fields import EncryptedTextField, encrypted_columns_deferred
 from integrations.services.staff.keys import CreatedApiKey
 from tests.admin.conftest import credentials_stored
-from tests.builders import BrokerFactory, WebhookIntegrationFactory, sample_cycle
+from tests.builders import (
+    BrokerFactory,
+    ResolutionRequestFactory,
+    SaasConnectionFactory,
+    SaasDeletionFactory,
+    WebhookIntegrationFactory,
+    sample_cycle,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -178,3 +186,54 @@ def test_the_encrypted_columns_deferred_follow_what_a_query_reads_with_its_rows(
         unread = encrypted_columns_deferred(rows.model, rows.query.select_related)
         assert list(rows.defer(*unread)), rows.model
     assert decryptions == []
+
+
+def _choices(staff: Client, model: type[Model], field_path: str) -> list[tuple[object, str]]:
+    """What a list's filter by ``field_path`` offers, as its page built it."""
+    url = reverse(f"admin:{model._meta.app_label}_{model._meta.model_name}_changelist")
+    (spec,) = (
+        spec
+        for spec in staff.get(url).context["cl"].filter_specs
+        if getattr(spec, "field_path", None) == field_path
+    )
+    return list(spec.lookup_choices)
+
+
+@pytest.mark.usefixtures("templates_recorded")
+def test_a_related_only_filter_offers_only_the_rows_the_list_uses(
+    staff: Client, broker: Broker, decryptions: list[None]
+) -> None:
+    """Read without their encrypted columns, the choices are still Django's: those the
+    filter's ``limit_choices_to`` leaves (the SaaS connections some deletion uses)."""
+    used = [
+        SaasConnectionFactory.create(broker=broker, name=name, token=f"tok-{name}")
+        for name in ("Mailer", "CRM")
+    ]
+    SaasConnectionFactory.create(broker=broker, name="Unused CRM", token="tok-unused")
+    for connection_used in used:  # a filter of one choice is not shown: two are used
+        SaasDeletionFactory.create(
+            resolution=ResolutionRequestFactory.create(integration__broker=broker),
+            saas_connection=connection_used,
+        )
+
+    offered = _choices(staff, SaasDeletion, "saas_connection")
+
+    assert decryptions == []
+    assert sorted(offered) == sorted((c.pk, str(c)) for c in used)
+    assert SaasConnection.objects.count() == 3
+
+
+@pytest.mark.usefixtures("templates_recorded")
+def test_a_related_filters_choices_come_in_the_related_admins_order(
+    staff: Client, broker: Broker, decryptions: list[None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Django orders a related filter's choices as the related model's admin orders its
+    list: so do they, read without their encrypted columns."""
+    for name in ("Alpha", "Charlie", "Bravo"):  # created out of the order asked
+        BrokerFactory.create(name=name, drop_api_key="a-key")
+    monkeypatch.setattr(admin.site._registry[Broker], "ordering", ["-name"])
+
+    offered = _choices(staff, Integration, "broker")
+
+    assert decryptions == []
+    assert offered == [(b.pk, str(b)) for b in Broker.objects.order_by("-name")]
