@@ -429,15 +429,18 @@ class _EncryptedColumnsUnread(ChangeList):
     on every list that reads a broker, when staff need the console to find out why. The
     queryset built here is also what an action gets: each action's service reads its row
     again, whole. A column that needs to know whether a secret is set reads it in SQL (the
-    broker's "DROP API key")."""
+    broker's "DROP API key").
+
+    What it does not reach: a filter by a reverse relation reads its choices as Django does
+    (whole rows), and a filter of its own (``SimpleListFilter``) reads its choices itself, so
+    it reads them through ``encrypted_columns_unread`` (``CycleFilter``). A page that is not
+    a list (a row's own, an action's) reads what it reads."""
 
     def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Any]:
         # Imported when called: models load after this site is built.
-        from integrations.models.fields import encrypted_columns_deferred
+        from integrations.models.fields import encrypted_columns_unread
 
-        listed = super().get_queryset(request, exclude_parameters)
-        unread = encrypted_columns_deferred(listed.model, listed.query.select_related)
-        return listed.defer(*unread) if unread else listed
+        return encrypted_columns_unread(super().get_queryset(request, exclude_parameters))
 
     def get_filters(self, request: HttpRequest) -> Any:
         self.list_filter = [_choices_unread(self.model, entry) for entry in self.list_filter]
@@ -461,7 +464,7 @@ class _ChoicesWithoutEncryptedColumns(RelatedFieldListFilter):
 
 class _ChoicesUnread:
     """A relation's field as its filter reads it, but for its choices (Django's
-    ``Field.get_choices``, the same rows), read with ``encrypted_columns_deferred``."""
+    ``Field.get_choices``, the same rows), read with ``encrypted_columns_unread``."""
 
     def __init__(self, field: Any) -> None:
         self._field = field
@@ -476,7 +479,7 @@ class _ChoicesUnread:
         limit_choices_to: Any = None,
         ordering: Any = (),
     ) -> list[Any]:
-        from integrations.models.fields import encrypted_columns_deferred
+        from integrations.models.fields import encrypted_columns_unread
 
         field = self._field
         model = field.remote_field.model
@@ -486,8 +489,7 @@ class _ChoicesUnread:
         if ordering:
             offered = offered.order_by(*ordering)
         value = operator.attrgetter(field.remote_field.get_related_field().attname)
-        unread = encrypted_columns_deferred(model)
-        choices = [(value(row), str(row)) for row in offered.defer(*unread)]
+        choices = [(value(row), str(row)) for row in encrypted_columns_unread(offered)]
         return [*blank_choice, *choices] if include_blank else choices
 
 

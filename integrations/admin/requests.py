@@ -39,7 +39,7 @@ from integrations.models import (
     ResolutionRequest,
     SaasDeletion,
 )
-from integrations.models.fields import encrypted_columns_deferred
+from integrations.models.fields import encrypted_columns_unread
 from integrations.services.dispatch.redelivery import (
     deletion_request_redeliver,
     deletion_request_redispatch,
@@ -136,11 +136,10 @@ class CycleFilter(admin.SimpleListFilter):
     recent = 30
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        # A cycle's name holds its broker's id, never its credentials.
-        cycles = (
-            DropCycle.objects.select_related("broker")
-            .defer(*encrypted_columns_deferred(DropCycle, ["broker"]))
-            .order_by("-downloaded_at")
+        # A cycle's name holds its broker's id, never its credentials: a filter of its own
+        # reads its choices as a list's filter by a relation does (``dropportal/admin.py``).
+        cycles = encrypted_columns_unread(
+            DropCycle.objects.select_related("broker").order_by("-downloaded_at")
         )
         return [(str(c.pk), str(c)) for c in cycles[: self.recent]]
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import models
 from django.db.models.constants import LOOKUP_SEP
@@ -36,15 +36,17 @@ class EncryptedTextField(models.TextField):
         return encryption.encrypt(value)
 
 
+_M = TypeVar("_M", bound=models.Model)
+
+
 def encrypted_columns_deferred(
     model: type[models.Model], related: Iterable[str] | Mapping[str, Any] | bool = ()
 ) -> list[str]:
     """``defer()``'s arguments for every ``EncryptedTextField`` of ``model`` and of each row
     read with it: ``related`` is ``select_related``'s paths (``"cycle__broker"``), or its
     tree as a query holds it (``query.select_related``: a dict, or True for every foreign
-    key that is not null). A page that shows none of them so reads, and decrypts, none::
-
-        rows.defer(*encrypted_columns_deferred(rows.model, rows.query.select_related))
+    key that is not null). A page that shows none of them so reads, and decrypts, none
+    (``encrypted_columns_unread``, for a queryset).
     """
     if isinstance(related, bool):
         # As deep as ``select_related()`` with no path follows foreign keys.
@@ -58,6 +60,13 @@ def encrypted_columns_deferred(
             for name in path.split(LOOKUP_SEP):
                 node = node.setdefault(name, {})
     return list(_deferred(model, tree, ""))
+
+
+def encrypted_columns_unread(rows: models.QuerySet[_M]) -> models.QuerySet[_M]:
+    """``rows`` read without any encrypted column, of theirs or of the rows read with them
+    (its ``select_related``): what the admin's lists and their filters' choices read."""
+    unread = encrypted_columns_deferred(rows.model, rows.query.select_related)
+    return rows.defer(*unread) if unread else rows
 
 
 def _deferred(model: type[models.Model], tree: Mapping[str, Any], prefix: str) -> Iterable[str]:
