@@ -91,13 +91,13 @@ class Batch(Generic[_M]):
         left = self.selected - len(self.keys)
         return count_text(CountAtLeast(left) if isinstance(self.selected, CountAtLeast) else left)
 
+    def taking(self) -> str:
+        """What a run takes, in the words every message of it uses."""
+        return f"the first {len(self.keys):,} of the {count_text(self.selected)} {self.of}"
+
     def note(self) -> str:
         """What the run did not take, and whether running it again takes the rest."""
-        head = (
-            f"This run took the first {len(self.keys):,} of the {count_text(self.selected)} "
-            f"{self.of} (an action takes at most {ROWS_PER_RUN:,} a run, oldest first); "
-            f"{self.left_text()} left as they were."
-        )
+        head = f"This run took {self.taking()} ({_rule()}); {self.left_text()} left as they were."
         still = self.chosen.count()
         if not still:
             return f"{head} Run the action again for the rest."
@@ -112,37 +112,42 @@ class Batch(Generic[_M]):
             messages.warning(request, self.note())
 
 
+def _rule() -> str:
+    return f"an action takes at most {ROWS_PER_RUN:,} a run, oldest first"
+
+
+def _run(queryset: QuerySet[_M], found: list[Any]) -> tuple[list[Any], int]:
+    """Of the first ``ROWS_PER_RUN + 1`` rows (or keys) ``found``, those a run takes, and
+    how many the selection holds: counted only when there are more (a selection that fits
+    costs no count)."""
+    selected = len(found) if len(found) <= ROWS_PER_RUN else selection_count(queryset)
+    return found[:ROWS_PER_RUN], selected
+
+
 def first_rows(queryset: QuerySet[_M], of: str = "selected") -> Batch[_M]:
-    """The first ``ROWS_PER_RUN`` rows of ``queryset`` by primary key; counted only when
-    there are more (a selection that fits costs no count). ``of`` says what ``queryset``
-    holds when it is not the selection itself ("enabled in the selection")."""
-    bound = ROWS_PER_RUN
-    rows = list(queryset.order_by("pk")[: bound + 1])
-    selected = len(rows) if len(rows) <= bound else selection_count(queryset)
-    rows = rows[:bound]
+    """The first ``ROWS_PER_RUN`` rows of ``queryset`` by primary key. ``of`` says what
+    ``queryset`` holds when it is not the selection itself ("enabled in the selection")."""
+    rows, selected = _run(queryset, list(queryset.order_by("pk")[: ROWS_PER_RUN + 1]))
     return Batch(queryset, [row.pk for row in rows], selected, rows, of)
 
 
 def first_keys(queryset: QuerySet[_M]) -> Batch[_M]:
     """``first_rows``' run read as keys only, for an action handed a queryset (its
     ``chosen``) rather than rows."""
-    bound = ROWS_PER_RUN
-    keys = list(queryset.order_by("pk").values_list("pk", flat=True)[: bound + 1])
-    selected = len(keys) if len(keys) <= bound else selection_count(queryset)
-    return Batch(queryset, keys[:bound], selected)
+    found = list(queryset.order_by("pk").values_list("pk", flat=True)[: ROWS_PER_RUN + 1])
+    keys, selected = _run(queryset, found)
+    return Batch(queryset, keys, selected)
 
 
 def form_page_note(queryset: QuerySet[Any]) -> tuple[int, str]:
     """For a page asking for a reason before the action: how many rows the run will take,
     and, when the selection holds more, a sentence saying so ("" otherwise)."""
-    selected = selection_count(queryset)
-    count = min(selected, ROWS_PER_RUN)
-    if selected <= count:
-        return count, ""
-    return count, (
-        f"This run takes the first {count:,} of the {count_text(selected)} selected (an "
-        f"action takes at most {ROWS_PER_RUN:,} a run, oldest first); the others stay as "
-        "they are until it is run again."
+    batch = first_keys(queryset)
+    if not batch.partial:
+        return len(batch.keys), ""
+    return len(batch.keys), (
+        f"This run takes {batch.taking()} ({_rule()}); the others stay as they are until it "
+        "is run again."
     )
 
 
@@ -158,10 +163,8 @@ def delete_selected(
     if batch.partial and not confirmed:
         messages.warning(
             request,
-            f"Only the first {len(batch.keys):,} of the {count_text(batch.selected)} selected "
-            f"are listed below, and only they are deleted once confirmed (at most "
-            f"{ROWS_PER_RUN:,} a run, oldest first): select the {batch.left_text()} left "
-            "again afterwards.",
+            f"Only {batch.taking()} are listed below, and only they are deleted once confirmed "
+            f"({_rule()}): select the {batch.left_text()} left again afterwards.",
         )
     answer = django_delete_selected(modeladmin, request, chosen)
     if confirmed:
