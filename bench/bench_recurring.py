@@ -44,8 +44,7 @@ from scratch_db import admin_execute, scratch_names, with_database
 SECONDS_TARGET = 60.0
 # Staff's landing page (and the stuck check, every 5 minutes) waits for this read: a pass
 # over every request of every item owed rounds, so it grows with them. 3 s at a million is
-# a slow page already, and what a page load can stand on these 2 cores with some margin; it
-# took 14 s here before its planner settings, about 7 s after (docs/benchmarks.md).
+# a slow page already, and what a page load can stand on these 2 cores with some margin.
 OVERVIEW_SECONDS_TARGET = 3.0
 OVERVIEW_TARGET_ITEMS = 1_000_000
 OVERVIEW_START_SECONDS = 0.1  # a statement's own cost, whatever the items

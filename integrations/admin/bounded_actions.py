@@ -39,10 +39,9 @@ from django.http import HttpRequest, HttpResponse
 
 from integrations.admin.capped_count import CappedCountPaginator, CountAtLeast
 
-# Measured on 2 busy cores (each row's service through the list's action, committed): a
-# redelivery about 25 ms, a consumer forgotten about 20 ms, a status set by hand about 10 ms.
-# 300 rows take under 10 s, so under 20 s on a machine twice as slow: within the 30 s.
-# Read at each call (tests set it small).
+# A run stays within the web's 30 s on a machine twice as slow as the one the slowest
+# action was measured on (docs/benchmarks.md, "Admin actions"). Read at each call (tests
+# set it small).
 ROWS_PER_RUN = 300
 
 

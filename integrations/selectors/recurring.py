@@ -56,8 +56,8 @@ ROUNDS_OWED = """(w.status_code = ANY(%(codes)s)
     AND w.state <> %(removed)s"""
 # ``coalesce(w.status_code, w.reported_status_code) = ANY(codes)``, written out as its two
 # cases above: the planner has no statistics for the coalesce and took it for 1 % of the
-# items, so it read each item's requests by index, one at a time (a million of them at the
-# scale of docs/benchmarks.md), where it now joins them in one pass.
+# items, so it read each item's requests by index, one at a time, where it now joins them
+# in one pass.
 
 # A round stays open until every request of it is final, as the settlement counts final
 # (sql/work_item_settle.sql): cancelled, or completed with a final outcome (a SaaS deletion:
@@ -199,14 +199,13 @@ def rounds_sql(*, broker: Broker | None) -> tuple[str, dict[str, Any]]:
 
 # The planner settings the schedule is read with, for its one statement only. JIT off: the
 # planner charges the owed rule's subqueries to every item, so the plan always costs enough
-# to be compiled, and compiling took 2.5 s of the 6 s of EXPLAIN ANALYZE at 300,000 items.
-# No hash aggregate: the planner takes the batches for a tenth of the requests, so it
-# hashed them, then sorted them all for the windows; sorted once, the aggregate and the
-# windows share the order (at a million items, 6.8 s against 7.6, best of 3). 64 MB: that
-# sort holds a row per request, and spilled at the default 4 MB from a few tens of
-# thousands of requests on. Sent with the statement in one string (one round trip, no
-# transaction of its own): SET LOCAL ends with the string's implicit transaction, or, in a
-# caller's transaction, the caller's values are put back right after.
+# to be compiled, and compiling cost more than the read. No hash aggregate: the planner
+# takes the groups for a tenth of the requests, so it hashed them, then sorted them all for
+# the windows; sorted once, the aggregate and the windows share the order. 64 MB: that sort
+# holds a row per request, and spilled at the default 4 MB from a few tens of thousands of
+# requests on (figures: docs/benchmarks.md). Sent with the statement in one string (one
+# round trip, no transaction of its own): SET LOCAL ends with the string's implicit
+# transaction, or, in a caller's transaction, the caller's values are put back right after.
 _SETTINGS_BEFORE = (
     "SELECT set_config('dropportal.schedule_jit', current_setting('jit'), true),"
     " set_config('dropportal.schedule_work_mem', current_setting('work_mem'), true),"
