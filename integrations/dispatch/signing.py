@@ -105,7 +105,9 @@ def verify(
         raise SignatureError("signature_invalid", "The signature does not match the body.")
 
     # Checked after the signature so that only an authentic sender learns its clock is off.
-    current = time.time() if now is None else now
+    # In whole seconds, as the timestamp is: a fractional clock would refuse a timestamp
+    # exactly ``tolerance`` seconds old yet accept one exactly ``tolerance`` seconds ahead.
+    current = int(time.time() if now is None else now)
     if abs(current - int(timestamp_header)) > tolerance:
         raise SignatureError(
             "timestamp_out_of_range",

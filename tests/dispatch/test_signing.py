@@ -118,6 +118,20 @@ def test_timestamp_301_seconds_away_is_out_of_range(skew: int) -> None:
     assert _code(now=TIMESTAMP + skew) == "timestamp_out_of_range"
 
 
+# The server's clock is rarely on a whole second: between two ticks the window stays the
+# same 300 s either way, as the timestamp counts them.
+@pytest.mark.parametrize("fraction", [0.0, 0.001, 0.5, 0.999])
+@pytest.mark.parametrize("skew", [-300, 300], ids=["300s-ahead", "300s-old"])
+def test_a_fractional_clock_accepts_300_seconds_either_way(skew: int, fraction: float) -> None:
+    _check(now=TIMESTAMP + skew + fraction)
+
+
+@pytest.mark.parametrize("fraction", [0.0, 0.001, 0.5, 0.999])
+@pytest.mark.parametrize("skew", [301, -301], ids=["301s-old", "301s-ahead"])
+def test_a_fractional_clock_refuses_301_seconds_either_way(skew: int, fraction: float) -> None:
+    assert _code(now=TIMESTAMP + skew + fraction) == "timestamp_out_of_range"
+
+
 def test_a_signed_timestamp_in_milliseconds_is_out_of_range_not_malformed() -> None:
     milliseconds = TIMESTAMP * 1000
     signature = signing.sign(SECRET, milliseconds, BODY)

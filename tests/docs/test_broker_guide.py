@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -121,3 +122,25 @@ def test_the_guides_verify_dispatch_says_false_to_hostile_headers(
 
     assert verify_dispatch([secret], CaseInsensitiveMapping(headers), body) is False
     assert verify_dispatch([secret], CaseInsensitiveMapping({}), body) is False
+
+
+@pytest.mark.parametrize(
+    ("skew", "accepted"),
+    [(-300, True), (300, True), (-301, False), (301, False)],
+    ids=["300 s ahead", "300 s old", "301 s ahead", "301 s old"],
+)
+def test_the_guides_verify_dispatch_keeps_the_window_alike_both_ways(
+    monkeypatch: pytest.MonkeyPatch, skew: int, accepted: bool
+) -> None:
+    verify_dispatch = _guide_verify_dispatch()
+    secret = _row("Webhook Secret")
+    body = b'{"topic":"drop.test"}'
+    timestamp = int(_row("`X-Webhook-Timestamp`"))
+    headers = {
+        signing.TIMESTAMP_HEADER: str(timestamp),
+        signing.SIGNATURE_HEADER: signing.sign(secret, timestamp, body),
+    }
+    # Half a second past the server's whole second, as a clock mostly is.
+    monkeypatch.setattr(time, "time", lambda: timestamp + skew + 0.5)
+
+    assert verify_dispatch([secret], CaseInsensitiveMapping(headers), body) is accepted
