@@ -110,13 +110,17 @@ class ResolutionCallbackSerializer(serializers.Serializer):
     exemption_basis = StrictCharField(
         required=False, allow_null=True, allow_blank=True, max_length=100
     )
+    # null is taken as absent, as drop_outcome's and the deletion callback's identifiers are.
     identifiers = ResolvedIdentifiersField(
         required=False,
+        allow_null=True,
         help_text="Categories, each an array of objects keyed by the category name: "
         '{"email": [{"email": "..."}], "phone": [{"phone": "+1..."}]}.',
     )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if "identifiers" in attrs and attrs["identifiers"] is None:
+            del attrs["identifiers"]  # null is absent: required below unless an outcome
         outcome = attrs.get("drop_outcome") or ""
         if outcome == DropOutcome.EXEMPT and not (attrs.get("exemption_basis") or "").strip():
             raise serializers.ValidationError(

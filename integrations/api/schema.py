@@ -89,7 +89,9 @@ def nul_free_strings_hook(result: dict[str, Any], **kwargs: Any) -> dict[str, An
             is_string = types == "string" or (isinstance(types, list) and "string" in types)
             if is_string and not {"pattern", "format", "enum", "anyOf"} & node.keys():
                 node["pattern"] = NUL_FREE_PATTERN
-            if types == "object" and node.get("additionalProperties") is not False:
+            # A nullable object (``allow_null``) is typed ["object", "null"]: its keys too.
+            is_object = types == "object" or (isinstance(types, list) and "object" in types)
+            if is_object and node.get("additionalProperties") is not False:
                 node.setdefault("propertyNames", dict(_NUL_FREE_STRING))
                 # A key an object does not name holds any JSON value without a NUL too.
                 node.setdefault("additionalProperties", dict(JSON_VALUE_REF))

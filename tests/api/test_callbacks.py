@@ -1016,6 +1016,47 @@ def test_nothing_resolved_or_a_key_besides_the_categorys_is_accepted(
     assert notified.state == RequestState.COMPLETED
 
 
+@pytest.mark.parametrize(
+    "answer",
+    [{"drop_outcome": "opted_out"}, {"drop_outcome": "exempt", "exemption_basis": "glba"}],
+)
+def test_identifiers_null_with_an_outcome_is_taken_as_absent(
+    side: Broker_, notified: ResolutionRequest, answer: dict[str, str]
+) -> None:
+    body = {**resolution_body(notified, **answer), "identifiers": None}
+
+    response = put(RESOLUTION, body, key=side.key, secret=side.secret)
+
+    if answer["drop_outcome"] == "exempt":
+        assert response.status_code == 200, response.content
+        notified.refresh_from_db()
+        assert (notified.drop_outcome, notified.identifiers) == ("exempt", "")
+    else:  # its email is read from the identifiers, so null lacks it as absent would
+        assert response.status_code == 400, response.content
+        assert response.json()["errors"] == {
+            "identifiers.email[0].email": ["Required when drop_outcome is 'opted_out'."]
+        }
+
+
+def test_identifiers_null_without_an_outcome_is_refused_as_absent(
+    side: Broker_, notified: ResolutionRequest
+) -> None:
+    absent = resolution_body(notified)
+    del absent["identifiers"]
+
+    answers = [
+        put(RESOLUTION, body, key=side.key, secret=side.secret)
+        for body in (absent, {**absent, "identifiers": None})
+    ]
+
+    assert [a.status_code for a in answers] == [400, 400]
+    assert (
+        answers[1].json()["errors"]
+        == answers[0].json()["errors"]
+        == {"identifiers": ["Required unless drop_outcome is 'opted_out' or 'exempt'."]}
+    )
+
+
 def test_another_brokers_results_token_is_not_found(
     side: Broker_, notified: ResolutionRequest
 ) -> None:

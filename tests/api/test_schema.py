@@ -7,6 +7,7 @@ import re
 import pytest
 from rest_framework.test import APIClient
 
+from integrations.api.schema import NUL_FREE_PATTERN
 from integrations.dispatch import signing
 
 pytestmark = pytest.mark.django_db
@@ -54,6 +55,19 @@ def test_the_schema_states_what_the_server_takes(api_client: APIClient) -> None:
     # No string may hold a NUL, as json_body refuses it.
     assert components["Consumer"]["properties"]["remote_identifier"]["pattern"] == ("^[^\\u0000]*$")
     assert components["Consumer"]["propertyNames"]["pattern"] == "^[^\\u0000]*$"
+
+
+def test_the_callbacks_identifiers_may_be_null_and_their_keys_hold_no_nul(
+    api_client: APIClient,
+) -> None:
+    components = api_client.get("/api/v1/schema", {"format": "json"}).json()["components"]
+    resolution = components["schemas"]["ResolutionCallback"]["properties"]["identifiers"]
+    deletion = components["schemas"]["DeletionCallback"]["properties"]["identifiers"]
+
+    # null is taken as absent by both callbacks, as the schema says.
+    assert resolution["type"] == ["object", "null"]
+    assert {"type": "null"} in deletion["oneOf"]
+    assert resolution["propertyNames"] == {"type": "string", "pattern": NUL_FREE_PATTERN}
 
 
 def test_the_signed_callbacks_document_their_signature_headers(api_client: APIClient) -> None:
