@@ -15,6 +15,7 @@ broker's side, the request the callback is about, and the kind's body builder::
 
 from __future__ import annotations
 
+import codecs
 import datetime as dt
 import json
 from collections.abc import Callable
@@ -148,6 +149,23 @@ BAD_CALLBACKS: dict[str, BadCallback] = {
     ),
     "body not JSON": BadCallback(
         lambda s, r, b: {"payload": b"deleted, thanks"}, 400, "validation_failed"
+    ),
+    # JSON in UTF-8 only: json.loads would read these bytes as the JSON the broker meant.
+    "body in UTF-16": BadCallback(
+        lambda s, r, b: {"payload": json.dumps(b(r)).encode("utf-16")}, 400, "validation_failed"
+    ),
+    "body in UTF-16 without a BOM": BadCallback(
+        lambda s, r, b: {"payload": json.dumps(b(r)).encode("utf-16-le")},
+        400,
+        "validation_failed",
+    ),
+    "body in UTF-32": BadCallback(
+        lambda s, r, b: {"payload": json.dumps(b(r)).encode("utf-32")}, 400, "validation_failed"
+    ),
+    "body after a UTF-8 BOM": BadCallback(
+        lambda s, r, b: {"payload": codecs.BOM_UTF8 + json.dumps(b(r)).encode()},
+        400,
+        "validation_failed",
     ),
     "body nested too deeply": BadCallback(
         lambda s, r, b: {"payload": b"[" * 20_000 + b"]" * 20_000},

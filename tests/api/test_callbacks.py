@@ -6,6 +6,7 @@ Each bad-input case starts from the same signed, accepted callback and breaks on
 
 from __future__ import annotations
 
+import codecs
 import datetime as dt
 import json
 import logging
@@ -425,6 +426,20 @@ def test_bad_input_is_refused_with_its_code_and_changes_nothing(
         assert rejected.data["code"] == code
         assert rejected.data["callback"] == "deletion"
     assert not LedgerEvent.objects.filter(kind__startswith="deletion_request.").exists()
+
+
+def test_a_byte_order_mark_is_refused_by_name(side: Broker_, dispatched: DeletionRequest) -> None:
+    body = codecs.BOM_UTF8 + json.dumps(body_for(dispatched)).encode()
+
+    response = put(DELETION, body, key=side.key, secret=side.secret)
+
+    assert response.status_code == 400, response.content
+    problem = response.json()
+    assert problem["code"] == "validation_failed"
+    assert problem["detail"] == (
+        "The body starts with a byte order mark (U+FEFF): send UTF-8 JSON without one."
+    )
+    assert problem["errors"] == {"non_field_errors": [problem["detail"]]}
 
 
 @pytest.mark.parametrize("skew", [-300, 300], ids=["300 s old", "300 s ahead"])
