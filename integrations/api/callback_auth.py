@@ -204,6 +204,12 @@ class SignedCallbackView(APIView):
         return f"apikey:{api_key.prefix}"
 
     def handle_exception(self, exc: Exception) -> Response:
+        if isinstance(exc, exceptions.APIException) and exc.status_code == 401:
+            # RFC 9110 §11.6.1: every 401 carries a challenge (WWW-Authenticate). DRF sets
+            # ``auth_header`` on its own authentication errors only; the signature's 401s
+            # (signature_invalid, timestamp_out_of_range) get the same one.
+            challenge = self.get_authenticate_header(self.request)
+            exc.auth_header = challenge  # type: ignore[attr-defined]
         response = super().handle_exception(exc)
         if isinstance(exc, exceptions.APIException):
             self._rejection_record(exc, response)

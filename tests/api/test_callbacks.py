@@ -61,6 +61,7 @@ from tests.builders import (
     SaasConnectionFactory,
     webhook_integration_created,
 )
+from tests.conftest import SIGNATURE_CLOCK
 
 pytestmark = pytest.mark.django_db
 
@@ -418,6 +419,8 @@ def test_bad_input_is_refused_with_its_code_and_changes_nothing(
     assert problem["code"] == code
     assert problem["status"] == status
     assert snapshot(dispatched) == before
+    # RFC 9110: a 401 names how to authenticate, whichever check refused it.
+    assert response.get("WWW-Authenticate") == ("Bearer" if status == 401 else None)
     assert not OptOutRecord.objects.exists()
     if case in WITHOUT_A_VALID_KEY:
         assert not LedgerEvent.objects.filter(kind="callback.rejected").exists()
@@ -1070,6 +1073,31 @@ def test_identifiers_null_without_an_outcome_is_refused_as_absent(
         == answers[0].json()["errors"]
         == {"identifiers": ["Required unless drop_outcome is 'opted_out' or 'exempt'."]}
     )
+
+
+@pytest.mark.parametrize(
+    ("call", "code"),
+    [
+        ({"key": None}, "authentication_failed"),
+        ({"secret": None}, "signature_invalid"),
+        ({"secret": signing.generate_webhook_secret()}, "signature_invalid"),
+        ({"now": SIGNATURE_CLOCK + 301}, "timestamp_out_of_range"),
+    ],
+    ids=["no key", "no signature", "wrong signature", "timestamp 301 s ahead"],
+)
+def test_every_401_to_a_resolution_callback_carries_the_bearer_challenge(
+    side: Broker_,
+    notified: ResolutionRequest,
+    signature_clock: float,
+    call: dict[str, Any],
+    code: str,
+) -> None:
+    sent: dict[str, Any] = {"key": side.key, "secret": side.secret, **call}
+
+    response = put(RESOLUTION, resolution_body(notified), **sent)
+
+    assert (response.status_code, response.json()["code"]) == (401, code)
+    assert response["WWW-Authenticate"] == "Bearer"
 
 
 def test_another_brokers_results_token_is_not_found(

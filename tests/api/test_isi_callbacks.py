@@ -306,6 +306,8 @@ def test_bad_input_is_refused_with_its_code_and_changes_nothing(
     assert response["Content-Type"] == "application/problem+json"
     assert response.json()["code"] == code
     assert snapshot(processing) == before
+    # RFC 9110: a 401 names how to authenticate, whichever check refused it.
+    assert response.get("WWW-Authenticate") == ("Bearer" if status == 401 else None)
     assert not OptOutRecord.objects.exists()
     if case in WITHOUT_A_VALID_KEY:
         assert not LedgerEvent.objects.filter(kind="callback.rejected").exists()
