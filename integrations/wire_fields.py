@@ -6,6 +6,7 @@ broker's API answers), which read the same shapes.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from rest_framework import serializers
@@ -37,9 +38,19 @@ class StrictCharField(serializers.CharField):
 class StrictChoiceField(serializers.ChoiceField):
     """One of ``choices``, as a JSON string (``1.0`` the number is not ``"1.0"``)."""
 
+    default_error_messages = {"not_a_string": "Must be {expected}."}
+
     def to_internal_value(self, data: Any) -> Any:
         if not isinstance(data, str):
-            self.fail("invalid_choice", input=data)
+            # Not DRF's '"1.0" is not a valid choice.': for the number 1.0 that names the
+            # very string the sender must send as the one refused.
+            choices = [json.dumps(str(choice)) for choice in self.choices]
+            expected = (
+                f"the string {choices[0]}"
+                if len(choices) == 1
+                else f"a string, one of {', '.join(choices)}"
+            )
+            self.fail("not_a_string", expected=expected)
         return super().to_internal_value(data)
 
 

@@ -469,6 +469,31 @@ def test_validation_errors_are_keyed_by_field(side: Broker_, dispatched: Deletio
         assert field_name in response.json()["errors"], response.json()
 
 
+@pytest.mark.parametrize(
+    ("field_name", "value", "message"),
+    [
+        ("schema_version", 1.0, 'Must be the string "1.0".'),
+        ("schema_version", 1, 'Must be the string "1.0".'),
+        ("status", True, 'Must be the string "completed".'),
+        (
+            "drop_outcome",
+            3,
+            'Must be a string, one of "deleted", "not_found", "opted_out", "exempt", "failed".',
+        ),
+    ],
+    ids=["schema_version 1.0", "schema_version 1", "status true", "drop_outcome 3"],
+)
+def test_a_choice_sent_as_another_json_type_is_told_to_send_the_string(
+    side: Broker_, dispatched: DeletionRequest, field_name: str, value: Any, message: str
+) -> None:
+    payload = {**body_for(dispatched), field_name: value}
+
+    response = put(DELETION, payload, key=side.key, secret=side.secret)
+
+    assert response.status_code == 400, response.content
+    assert response.json()["errors"] == {field_name: [message]}
+
+
 def test_a_different_final_outcome_is_a_409_conflict_recorded_in_the_ledger(
     side: Broker_, dispatched: DeletionRequest
 ) -> None:
