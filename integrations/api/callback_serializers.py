@@ -14,7 +14,6 @@ serializer.
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from rest_framework import serializers
@@ -23,9 +22,11 @@ from integrations.models import DropOutcome
 from integrations.wire_fields import (
     IDENTIFIER_MAX_LENGTH,
     OPT_OUT_EMAIL,
+    CanonicalUUIDField,
     ResolvedIdentifiersField,
     StrictCharField,
     StrictChoiceField,
+    uuid_from_text,
 )
 
 
@@ -42,7 +43,7 @@ class DeletionCallbackSerializer(serializers.Serializer):
 
     schema_version = StrictChoiceField(choices=["1.0"])
     status = StrictChoiceField(choices=["completed"])
-    request_uuid = serializers.UUIDField()
+    request_uuid = CanonicalUUIDField()
     drop_outcome = StrictChoiceField(choices=DropOutcome.values)
     # No length limit of its own (the body's 64 KiB is one): the service keeps the first
     # 2,000 characters, and refusing a longer message would leave a failure unreported.
@@ -84,10 +85,9 @@ def deletion_callback_validated(payload: dict[str, Any]) -> dict[str, Any]:
         and outcome in _PLAIN_OUTCOMES
         and isinstance(request_uuid, str)
     ):
-        try:
-            return {**payload, "request_uuid": uuid.UUID(request_uuid)}
-        except ValueError:
-            pass  # the serializer says what is wrong
+        parsed = uuid_from_text(request_uuid)
+        if parsed is not None:  # else the serializer says what is wrong
+            return {**payload, "request_uuid": parsed}
     serializer = DeletionCallbackSerializer(data=payload)
     serializer.is_valid(raise_exception=True)
     return dict(serializer.validated_data)

@@ -39,6 +39,7 @@ from integrations.services.dispatch.outcomes import (
 )
 from integrations.services.dispatch.resolutions import resolution_outcome_record
 from integrations.web.errors import Problem
+from integrations.wire_fields import CanonicalUUIDField, uuid_from_text
 
 _PROBLEMS = {
     400: OpenApiResponse(ProblemSerializer, description="validation_failed, with errors by field"),
@@ -87,7 +88,7 @@ class DeletionCallbackView(SignedCallbackView):
     integration_kind = IntegrationKind.WEBHOOK
 
     def correlation(self, payload: dict[str, Any]) -> str | None:
-        request_uuid = _uuid_or_none(payload.get("request_uuid"))
+        request_uuid = uuid_from_text(payload.get("request_uuid"))
         return None if request_uuid is None else str(request_uuid)
 
     @extend_schema(
@@ -120,7 +121,18 @@ class DeletionCallbackView(SignedCallbackView):
     )
     def put(self, request: Request) -> Response:
         payload = self.json_object(request)
-        request_uuid = _uuid_or_none(payload.get("request_uuid"))
+        sent = payload.get("request_uuid")
+        request_uuid = uuid_from_text(sent)
+        if request_uuid is None and isinstance(sent, str) and _any_uuid(sent):
+            # Another spelling of the same UUID (upper case, braces, urn:uuid:, no dashes)
+            # is told so, not "required": the request is named by the text its dispatch sent.
+            raise Problem(
+                status=400,
+                code="validation_failed",
+                detail="request_uuid must be echoed as the dispatch wrote it: lower-case "
+                "hexadecimal digits, 8-4-4-4-12.",
+                errors={"request_uuid": [_CANONICAL_UUID]},
+            )
         if request_uuid is None:
             raise Problem(
                 status=400,
@@ -214,10 +226,13 @@ class ResolutionCallbackView(SignedCallbackView):
         return _recorded(result)
 
 
-def _uuid_or_none(value: Any) -> uuid.UUID | None:
-    if not isinstance(value, str):
-        return None
+_CANONICAL_UUID = str(CanonicalUUIDField.default_error_messages["invalid"])
+
+
+def _any_uuid(text: str) -> bool:
+    """Whether Python reads ``text`` as a UUID in some spelling (upper case, braces, ...)."""
     try:
-        return uuid.UUID(value)
+        uuid.UUID(text)
     except ValueError:
-        return None
+        return False
+    return True

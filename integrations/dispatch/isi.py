@@ -19,7 +19,6 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
-import re
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
@@ -49,7 +48,7 @@ from integrations.redaction import REDACTED, secrets_pattern, text_redacted
 from integrations.storable_text import storable, unstorable_reason
 from integrations.url_extras import without_url_extras
 from integrations.validators import bearer_token_sendable
-from integrations.wire_fields import ResolvedIdentifiersField
+from integrations.wire_fields import ResolvedIdentifiersField, uuid_from_text
 
 CONNECTIONS_PATH = "/api/v1/connections/list"
 DELETE_PATH = "/api/v1/privacy/drop/delete/{connection_uuid}"
@@ -231,9 +230,6 @@ def identifiers_answer_error(result: DeliveryResult) -> str | None:
     return None
 
 
-_UUID_TEXT = re.compile(r"[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
-
-
 def connections_answer(result: DeliveryResult) -> list[ListedConnection]:
     """The ``results`` of a connection list answer; the whole answer is refused if any entry
     is wrong, so a broken answer never drops connections that are still there."""
@@ -245,12 +241,10 @@ def connections_answer(result: DeliveryResult) -> list[ListedConnection]:
         where = f"results[{index}]"
         if not isinstance(entry, dict):
             raise IsiError(f"{where} is not an object")
-        listed_uuid = entry.get("uuid")
-        # Its 36 characters as written (any case): the delete path names it so. Python reads
-        # braces, "urn:uuid:" and 32 bare digits too, which would be called by another name.
-        if not (isinstance(listed_uuid, str) and _UUID_TEXT.fullmatch(listed_uuid)):
+        # Its 36 characters as written (any case): the delete path names it so.
+        connection_uuid = uuid_from_text(entry.get("uuid"), any_case=True)
+        if connection_uuid is None:
             raise IsiError(f"{where}.uuid is not a UUID (8-4-4-4-12 hexadecimal digits)")
-        connection_uuid = uuid.UUID(listed_uuid)
         capabilities = entry.get("capabilities", [])
         if not isinstance(capabilities, list) or not all(
             isinstance(c, str) and 0 < len(c) <= CAPABILITY_MAX for c in capabilities

@@ -18,6 +18,7 @@ from __future__ import annotations
 import codecs
 import datetime as dt
 import json
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -102,6 +103,19 @@ def _webhook_requests_token(side: Side) -> str:
         integration=created.integration, results_token="ab" * 32
     )
     return request.results_token or ""
+
+
+# Other spellings Python's UUID() reads of a request_uuid.
+UUID_SPELLINGS: dict[str, Callable[[uuid.UUID], str]] = {
+    "in upper case": lambda u: str(u).upper(),
+    "as a URN": lambda u: u.urn,
+    "in braces": lambda u: f"{{{u}}}",
+    "without dashes": lambda u: u.hex,
+}
+
+
+def _request_uuid_spelt(spell: Callable[[uuid.UUID], str]) -> Variant:
+    return lambda s, r, b: {"payload": b(r, request_uuid=spell(r.request_uuid))}
 
 
 def _only(kind: str) -> frozenset[str]:
@@ -203,6 +217,13 @@ BAD_CALLBACKS: dict[str, BadCallback] = {
         "not_found",
         _only(DELETION),
     ),
+    # The same UUID spelt otherwise than the dispatch wrote it.
+    **{
+        f"request_uuid {name}": BadCallback(
+            _request_uuid_spelt(spell), 400, "validation_failed", _only(DELETION)
+        )
+        for name, spell in UUID_SPELLINGS.items()
+    },
     "wrong schema_version": BadCallback(
         lambda s, r, b: {"payload": b(r, schema_version="2.0")},
         400,

@@ -75,6 +75,16 @@ def test_the_shortcut_answers_as_the_serializer(payload: dict[str, Any]) -> None
     assert shortcut_answer(payload) == serializer_answer(payload)
 
 
+@pytest.mark.parametrize("spelling", SPELLINGS, ids=repr)
+def test_only_the_request_uuid_as_the_service_writes_it_is_valid(spelling: str) -> None:
+    answer = shortcut_answer(plain(request_uuid=spelling))
+
+    if spelling == str(UUID):
+        assert answer["valid"]["request_uuid"] == UUID
+    else:
+        assert list(answer["errors"]) == ["request_uuid"]
+
+
 @pytest.mark.parametrize(("length", "valid"), [(IDENTIFIER_MAX_LENGTH, True), (1001, False)])
 def test_an_opted_out_email_has_the_resolved_identifiers_bound(length: int, valid: bool) -> None:
     """An email the broker stores may be long: the deletion callback takes what the

@@ -431,6 +431,30 @@ def test_bad_input_is_refused_with_its_code_and_changes_nothing(
     assert not LedgerEvent.objects.filter(kind__startswith="deletion_request.").exists()
 
 
+@pytest.mark.parametrize("spelling", bad_callbacks.UUID_SPELLINGS)
+def test_a_request_uuid_spelt_otherwise_is_told_the_form_it_was_sent_in(
+    side: Broker_, dispatched: DeletionRequest, spelling: str
+) -> None:
+    sent = bad_callbacks.UUID_SPELLINGS[spelling](dispatched.request_uuid)
+
+    response = put(
+        DELETION, body_for(dispatched, request_uuid=sent), key=side.key, secret=side.secret
+    )
+
+    assert response.status_code == 400, response.content
+    problem = response.json()
+    assert problem["detail"] == (
+        "request_uuid must be echoed as the dispatch wrote it: lower-case hexadecimal digits, "
+        "8-4-4-4-12."
+    )
+    assert problem["errors"] == {
+        "request_uuid": [
+            "Must be the UUID as the service wrote it: lower-case hexadecimal digits, 8-4-4-4-12."
+        ]
+    }
+    assert LedgerEvent.objects.get(kind="callback.rejected").data["fields"] == ["request_uuid"]
+
+
 def test_a_byte_order_mark_is_refused_by_name(side: Broker_, dispatched: DeletionRequest) -> None:
     body = codecs.BOM_UTF8 + json.dumps(body_for(dispatched)).encode()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import uuid
 
 import pytest
 from rest_framework.test import APIClient
@@ -68,6 +69,18 @@ def test_the_callbacks_identifiers_may_be_null_and_their_keys_hold_no_nul(
     assert resolution["type"] == ["object", "null"]
     assert {"type": "null"} in deletion["oneOf"]
     assert resolution["propertyNames"] == {"type": "string", "pattern": NUL_FREE_PATTERN}
+
+
+def test_the_deletion_callbacks_request_uuid_is_documented_as_the_service_writes_it(
+    api_client: APIClient,
+) -> None:
+    components = api_client.get("/api/v1/schema", {"format": "json"}).json()["components"]
+    request_uuid = components["schemas"]["DeletionCallback"]["properties"]["request_uuid"]
+
+    assert request_uuid["format"] == "uuid"
+    written = uuid.uuid4()
+    assert re.fullmatch(request_uuid["pattern"], str(written))
+    assert not re.fullmatch(request_uuid["pattern"], str(written).upper())
 
 
 def test_the_signed_callbacks_document_their_signature_headers(api_client: APIClient) -> None:

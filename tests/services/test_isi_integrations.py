@@ -150,6 +150,18 @@ def test_the_list_is_asked_by_get_when_post_is_answered_405(broker, api: IsiSimu
     assert LedgerEvent.objects.get(kind="isi.connections_refreshed").data["method"] == "GET"
 
 
+def test_a_connection_uuid_listed_in_upper_case_is_taken_as_its_uuid(
+    broker, api: IsiSimulator
+) -> None:
+    # The broker mints connection UUIDs: any case, unlike a request_uuid the service wrote.
+    api.connections = [listed(CONNECTION_A.upper())]
+
+    created = isi_integration_created(broker, api)
+
+    assert created.connections_error == ""
+    assert [str(c.uuid) for c in created.connections] == [CONNECTION_A]
+
+
 def test_a_connection_no_longer_listed_is_kept_but_no_longer_takes_part(
     broker, api: IsiSimulator
 ) -> None:
