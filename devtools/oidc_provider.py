@@ -12,6 +12,7 @@ signs real RS256 ID tokens::
         idp.signed_in = "ada"      # who the next authorization request is granted for
         ... DROPPORTAL_OIDC_ISSUER=idp.issuer ...
         idp.next_id_token = IdTokenTweak(audience="someone-else")  # one misbehaving answer
+        idp.next_token_error = (401, {"error": "invalid_client"})  # the token endpoint's, once
         idp.ended_sessions          # the ID token claims of each end-session request
         idp.person("ada").authenticated_at = time.time() - 7200  # its own session, 2 h old
 
@@ -403,6 +404,8 @@ class OidcProvider:
         # providers' issuers end with "/"); its endpoints stay under ``issuer``.
         self.issued_as: str | None = None
         self.omits_auth_time = False
+        # The token endpoint's next answer, an error (status, JSON body), instead of a token.
+        self.next_token_error: tuple[int, dict[str, Any]] | None = None
         self._thread: threading.Thread | None = None
 
     # -- set-up -------------------------------------------------------------------------
@@ -481,6 +484,9 @@ class OidcProvider:
             return _json(self.jwks())
         if path == "/token" and request.method == "POST":
             with self._lock:
+                if self.next_token_error is not None:
+                    (status, body), self.next_token_error = self.next_token_error, None
+                    return status, json.dumps(body).encode(), [("Content-Type", "application/json")]
                 return self._server.create_token_response(request)  # type: ignore[no-any-return]
         if path == "/authorize":
             return self._authorize(request)

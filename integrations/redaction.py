@@ -12,6 +12,9 @@ import re
 from collections.abc import Iterable
 
 REDACTED = "[redacted]"
+# An OAuth error code as the registered ones are spelt (RFC 6749 section 5.2, and Authlib's
+# own: "invalid_client", "bad_signature"); any other text in its place is not kept.
+_OAUTH_ERROR_CODE = re.compile(r"[a-z_]{1,64}")
 
 
 def text_redacted(text: str, secrets: Iterable[str]) -> str:
@@ -21,6 +24,14 @@ def text_redacted(text: str, secrets: Iterable[str]) -> str:
     credential never is."""
     pattern = secrets_pattern(secrets)
     return text if pattern is None else pattern.sub(REDACTED, text)
+
+
+def oauth_error_code(value: object) -> str | None:
+    """``value`` when it is an OAuth error code (``invalid_client``), else None. The ``error``
+    of an OAuth answer is the remote party's text: one may write there the credential it was
+    sent ("invalid_client: client_secret x does not match"), which is never kept or shown,
+    and a credential can be echoed in more forms than can be redacted."""
+    return value if isinstance(value, str) and _OAUTH_ERROR_CODE.fullmatch(value) else None
 
 
 def secrets_pattern(secrets: Iterable[str]) -> re.Pattern[str] | None:

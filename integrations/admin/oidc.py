@@ -37,6 +37,7 @@ from django.views.decorators.cache import never_cache
 from rest_framework.request import Request
 
 from integrations.admin.sign_in import sign_in_record_when_complete
+from integrations.redaction import oauth_error_code
 from integrations.services.staff.staff_sign_in import (
     OIDC,
     staff_oidc_sign_in,
@@ -355,4 +356,6 @@ def _refused_page(request: HttpRequest, reason: str, *, status: int = 403) -> Te
 
 
 def _kind(exc: Exception) -> str:
-    return str(getattr(exc, "error", "") or type(exc).__name__)
+    # Only an error code, else the exception's class: the token endpoint's error text may
+    # echo the client secret, and the ledger keeps what it is given for good.
+    return oauth_error_code(getattr(exc, "error", None)) or type(exc).__name__

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 import re
 import time
 from base64 import b32decode
@@ -257,6 +258,34 @@ def test_an_id_token_that_fails_a_check_signs_nobody_in(
     (event,) = events("staff_user.sign_in_refused")
     assert event.data["reason"] == "the answer failed verification"
     assert event.data["error"] == error
+
+
+@pytest.mark.parametrize(
+    ("answered", "kept"),
+    [
+        pytest.param("invalid_client", "invalid_client", id="an-error-code"),
+        # A provider may quote the secret it was sent: the ledger keeps what it is given.
+        pytest.param(
+            f"invalid_client: client_secret {CLIENT_SECRET} does not match",
+            "OAuthError",
+            id="free-text",
+        ),
+        pytest.param("x" * 65, "OAuthError", id="too-long"),
+    ],
+)
+def test_a_token_endpoints_error_is_recorded_only_as_an_error_code(
+    idp: OidcProvider, client: Client, answered: str, kept: str
+) -> None:
+    idp.next_token_error = (401, {"error": answered, "error_description": CLIENT_SECRET})
+
+    refused = sign_in(client, idp, "ada")
+
+    assert refused.status_code == 403
+    assert CLIENT_SECRET not in refused.content.decode()
+    (event,) = events("staff_user.sign_in_refused")
+    assert event.data["reason"] == "the answer failed verification"
+    assert event.data["error"] == kept
+    assert CLIENT_SECRET not in json.dumps(event.data)
 
 
 def test_an_issuer_ending_with_a_slash_signs_people_in(idp: OidcProvider, client: Client) -> None:
