@@ -44,7 +44,7 @@ from integrations.outbound_http import (
 )
 
 # The shape of resolved identifiers is the webhook resolution callback's: one definition.
-from integrations.redaction import REDACTED, secrets_pattern, text_redacted
+from integrations.redaction import REDACTED, oauth_error_code, secrets_pattern, text_redacted
 from integrations.storable_text import storable, unstorable_reason
 from integrations.url_extras import without_url_extras
 from integrations.validators import bearer_token_sendable
@@ -57,6 +57,8 @@ CALLBACK_PATH = "/api/v1/drop/callbacks/isi"  # ours, given to the broker as cal
 # Answers read whole (connection lists, identifiers, tokens); what an attempt keeps is 4 KiB.
 ANSWER_LIMIT = 256 * 1024
 CAPABILITY_MAX = 100  # IsiConnection.capabilities holds strings of at most this length
+# In place of a token endpoint's error that is not an OAuth error code (RFC 6749 section 5.2).
+ERROR_TEXT_NOT_SHOWN = "its error text, not an OAuth error code, is not shown"
 
 
 class IsiError(Exception):
@@ -372,6 +374,21 @@ class IsiTransport:
         )
 
 
+def oauth_client_secret_forms(client_id: str, client_secret: str) -> tuple[str, ...]:
+    """The client secret in each form ``oauth_token_fetch`` sends it: as it is, form-encoded
+    (``quote_plus``) and inside the Basic header's Base64 of ``id:secret``. An answer may
+    echo any of them, so each is redacted wherever an answer is kept; none without a secret."""
+    if not client_secret:
+        return ()
+    return (client_secret, quote_plus(client_secret), _basic_credentials(client_id, client_secret))
+
+
+def _basic_credentials(client_id: str, client_secret: str) -> str:
+    # RFC 6749 section 2.3.1: each form-encoded before they are joined.
+    credentials = f"{quote_plus(client_id)}:{quote_plus(client_secret)}".encode()
+    return base64.b64encode(credentials).decode("ascii")
+
+
 def oauth_token_fetch(
     *,
     token_url: str,
@@ -381,7 +398,7 @@ def oauth_token_fetch(
 ) -> AccessToken:
     """A new access token by the client credentials grant (RFC 6749 section 4.4), the client
     authenticated by HTTP Basic (section 2.3.1). Raises ``IsiError`` saying what went wrong."""
-    credentials = f"{quote_plus(client_id)}:{quote_plus(client_secret)}".encode()
+    sent = oauth_client_secret_forms(client_id, client_secret)
     result = deliver(
         "POST",
         token_url,
@@ -389,7 +406,7 @@ def oauth_token_fetch(
         headers={
             "Content-Type": "application/x-www-form-urlencoded",
             "Accept": "application/json",
-            "Authorization": "Basic " + base64.b64encode(credentials).decode("ascii"),
+            "Authorization": "Basic " + _basic_credentials(client_id, client_secret),
             "User-Agent": USER_AGENT,
         },
         allow_private=allow_private,
@@ -405,13 +422,17 @@ def oauth_token_fetch(
             reason = json.loads(result.content).get("error")
         except (ValueError, AttributeError, RecursionError):
             reason = None
-        # The broker's own text, kept with every attempt of the batch it fails: storable.
-        reason = (
-            f" ({storable(text_redacted(reason, [client_secret]))})"
+        # Kept with every attempt of the batch it fails, in the ledger and the log, shown to
+        # staff: only an error code, as the endpoint's own text may quote the secret sent.
+        code = oauth_error_code(reason)
+        said = (
+            f" ({text_redacted(code, sent)})"
+            if code
+            else f" ({ERROR_TEXT_NOT_SHOWN})"
             if isinstance(reason, str) and reason
             else ""
         )
-        raise IsiError(f"{where}: HTTP {result.status}{reason}")
+        raise IsiError(f"{where}: HTTP {result.status}{said}")
     try:
         answer = _json_answer(result.content, "its answer")
     except IsiError as exc:

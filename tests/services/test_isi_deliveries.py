@@ -13,9 +13,11 @@ import json
 import re
 import socket
 import ssl
+from base64 import b64encode
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote_plus
 
 import pytest
 from django.db import connection
@@ -25,6 +27,7 @@ from procrastinate.contrib.django.models import ProcrastinateJob
 from devtools.broker_simulator import Reply
 from devtools.isi_simulator import IsiSimulator
 from integrations import outbound_http
+from integrations.dispatch.isi import ERROR_TEXT_NOT_SHOWN
 from integrations.models import (
     DeletionRequest,
     DeliveryAttempt,
@@ -240,6 +243,73 @@ def test_a_delete_answer_echoing_the_access_token_and_client_secret_is_kept_reda
     )
     assert token not in kept
     assert api.client_secret not in kept
+
+
+SECRET = "s3cret/of+the=client"
+
+
+@pytest.fixture
+def secret_api() -> Iterator[IsiSimulator]:
+    """A broker whose client secret form-encoding changes: each form it is sent in differs."""
+    with IsiSimulator(connections=broker_connections(), client_secret=SECRET) as running:
+        yield running
+
+
+def _secret_sent(api: IsiSimulator) -> list[str]:
+    basic = b64encode(f"{api.client_id}:{quote_plus(SECRET)}".encode()).decode()
+    return [SECRET, quote_plus(SECRET), basic]
+
+
+def test_a_delete_answer_echoing_the_client_secret_in_any_form_sent_is_kept_redacted(
+    broker: Any, secret_api: IsiSimulator
+) -> None:
+    created = isi_integration_created(broker, secret_api)
+    forms = _secret_sent(secret_api)
+    echo = {"message": " and ".join(forms)}
+    secret_api.answer_next("delete", Reply(500, json.dumps(echo).encode()))
+    request = DeletionRequestFactory.create(
+        isi_connection=created.integration.connections.get(uuid=CONNECTION_A)
+    )
+
+    assert deletion_requests_deliver(request_ids=[request.pk]) == {"retry": 1}
+
+    (attempt,) = DeliveryAttempt.objects.all()
+    assert json.loads(attempt.response_body) == {
+        "message": "[redacted] and [redacted] and [redacted]"
+    }
+
+
+def test_a_token_endpoints_error_echoing_the_client_secret_is_kept_nowhere(
+    broker: Any,
+    secret_api: IsiSimulator,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    created = isi_integration_created(broker, secret_api)
+    _expired_everywhere(monkeypatch)
+    forms = _secret_sent(secret_api)
+    said = {"error": f"invalid_client: client_secret {' or '.join(forms)} does not match"}
+    secret_api.answer_next("token", Reply(401, json.dumps(said).encode()))
+    request = DeletionRequestFactory.create(
+        isi_connection=created.integration.connections.get(uuid=CONNECTION_A)
+    )
+
+    assert deletion_requests_deliver(request_ids=[request.pk]) == {"retry": 1}
+
+    request.refresh_from_db()
+    (attempt,) = DeliveryAttempt.objects.all()
+    assert request.last_error == (
+        f"OAuth token endpoint {secret_api.token_url}: HTTP 401 ({ERROR_TEXT_NOT_SHOWN})"
+    )
+    kept = (
+        request.last_error
+        + attempt.error
+        + attempt.response_body
+        + caplog.text
+        + json.dumps(list(LedgerEvent.objects.values_list("data")))
+    )
+    for form in forms:
+        assert form not in kept
 
 
 def test_a_delete_answer_echoing_the_static_token_is_kept_redacted(broker: Any) -> None:
@@ -727,7 +797,8 @@ def test_a_token_endpoints_error_is_kept_storable_with_the_attempts_it_fails(
     api: IsiSimulator, connection_a: IsiConnection, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The error the token endpoint names (RFC 6749 section 5.2) is the broker's text, kept
-    with every attempt of the batch: one PostgreSQL cannot store undid them all."""
+    with every attempt of the batch: one PostgreSQL cannot store undid them all. Not an
+    error code, it is not kept at all."""
     _expired_everywhere(monkeypatch)
     api.answer_next("token", Reply(400, b'{"error": "invalid_client\\u0000\\ud800"}'))
     requests = [
@@ -738,7 +809,7 @@ def test_a_token_endpoints_error_is_kept_storable_with_the_attempts_it_fails(
     assert deletion_requests_deliver(request_ids=[r.pk for r in requests]) == {"retry": 2}
 
     for request in DeletionRequest.objects.all():
-        expected = f"OAuth token endpoint {api.token_url}: HTTP 400 (invalid_client\ufffd\ufffd)"
+        expected = f"OAuth token endpoint {api.token_url}: HTTP 400 ({ERROR_TEXT_NOT_SHOWN})"
         assert request.last_error == expected
         (attempt,) = request.delivery_attempts.all()
         assert attempt.error == expected

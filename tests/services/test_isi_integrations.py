@@ -9,8 +9,10 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+from base64 import b64encode
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote_plus
 
 import pytest
 from django.core.exceptions import ValidationError
@@ -22,7 +24,7 @@ from devtools.broker_simulator import Reply
 from devtools.isi_simulator import IsiSimulator
 from devtools.isi_simulator import connection as listed
 from integrations import enqueue
-from integrations.dispatch.isi import IsiError, oauth_token_fetch
+from integrations.dispatch.isi import ERROR_TEXT_NOT_SHOWN, IsiError, oauth_token_fetch
 from integrations.models import (
     DeletionRequest,
     Integration,
@@ -32,7 +34,10 @@ from integrations.models import (
 )
 from integrations.redaction import text_redacted
 from integrations.services.cycle import isi_tokens
-from integrations.services.cycle.isi_connections import isi_connections_refresh
+from integrations.services.cycle.isi_connections import (
+    isi_connections_refresh,
+    isi_connections_refresh_for_broker,
+)
 from integrations.services.cycle.isi_tokens import isi_access_token
 from integrations.services.staff.isi import isi_integration_create, isi_integration_update
 from tests.builders import (
@@ -635,19 +640,54 @@ def test_a_secret_echoed_in_any_json_escaping_is_redacted(echoed: str) -> None:
     )
 
 
-def test_a_token_endpoints_error_echoing_the_client_secret_is_redacted(
-    api: IsiSimulator,
+SECRET = "s3cret/of+the=client"
+# Each form the secret is sent in: as it is, form-encoded, in the Basic header's Base64.
+SECRET_SENT = (SECRET, quote_plus(SECRET), b64encode(f"id:{quote_plus(SECRET)}".encode()).decode())
+
+
+@pytest.mark.parametrize("echoed", SECRET_SENT)
+def test_a_token_endpoints_error_text_is_not_kept_in_any_form_of_the_secret(
+    api: IsiSimulator, echoed: str
 ) -> None:
-    api.answer_next("token", Reply(401, b'{"error": "s3cret-of-the-client is wrong"}'))
+    said = {"error": f"invalid_client: client_secret {echoed} does not match"}
+    api.answer_next("token", Reply(401, json.dumps(said).encode()))
 
     with pytest.raises(IsiError) as failed:
         oauth_token_fetch(
-            token_url=api.token_url,
-            client_id="id",
-            client_secret="s3cret-of-the-client",
-            allow_private=True,
+            token_url=api.token_url, client_id="id", client_secret=SECRET, allow_private=True
         )
 
     assert str(failed.value) == (
-        f"OAuth token endpoint {api.token_url}: HTTP 401 ([redacted] is wrong)"
+        f"OAuth token endpoint {api.token_url}: HTTP 401 ({ERROR_TEXT_NOT_SHOWN})"
     )
+
+
+def test_a_token_endpoints_error_code_is_kept(api: IsiSimulator) -> None:
+    api.answer_next("token", Reply(401, b'{"error": "invalid_client"}'))
+
+    with pytest.raises(IsiError) as failed:
+        oauth_token_fetch(
+            token_url=api.token_url, client_id="id", client_secret=SECRET, allow_private=True
+        )
+
+    assert str(failed.value) == f"OAuth token endpoint {api.token_url}: HTTP 401 (invalid_client)"
+
+
+def test_a_connections_refresh_failing_at_the_token_endpoint_logs_no_form_of_the_secret(
+    broker, caplog: pytest.LogCaptureFixture
+) -> None:
+    with IsiSimulator(connections=broker_connections(), client_secret=SECRET) as oauth_api:
+        isi_integration_created(broker, oauth_api)
+        Integration.objects.update(access_token="", access_token_expires_at=None)
+        isi_tokens._held.clear()
+        basic = b64encode(f"{oauth_api.client_id}:{quote_plus(SECRET)}".encode()).decode()
+        said = {"error": f"invalid_client: {SECRET} sent as {quote_plus(SECRET)} in {basic}"}
+        oauth_api.answer_next("token", Reply(401, json.dumps(said).encode()))
+
+        (failed,) = isi_connections_refresh_for_broker(broker=broker, actor="test")
+
+    assert isinstance(failed, IsiError)
+    kept = caplog.text + str(failed) + json.dumps(list(LedgerEvent.objects.values_list("data")))
+    for form in (SECRET, quote_plus(SECRET), basic):
+        assert form not in kept
+    assert ERROR_TEXT_NOT_SHOWN in caplog.text

@@ -104,9 +104,14 @@ def isi_delivery_token(integration: Integration) -> isi.BearerToken:
 
 
 def _credentials(integration: Integration) -> tuple[str, ...]:
-    """Every credential the row holds, whichever way it authenticates: an answer echoing
-    any of them has it redacted (the tokens actually sent are redacted anyway)."""
-    return (integration.token, integration.access_token, integration.client_secret)
+    """Every credential the row holds, whichever way it authenticates, the client secret in
+    each form it is sent: an answer echoing any of them has it redacted (the tokens actually
+    sent are redacted anyway)."""
+    return (
+        integration.token,
+        integration.access_token,
+        *isi.oauth_client_secret_forms(integration.client_id, integration.client_secret),
+    )
 
 
 def isi_access_token(
