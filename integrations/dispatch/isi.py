@@ -448,7 +448,15 @@ def oauth_token_fetch(
         )
     token_type = answer.get("token_type", "Bearer")
     if not isinstance(token_type, str) or token_type.lower() != "bearer":
-        raise IsiError(f"{where} issued a {token_type!r} token; a Bearer token is needed")
+        # Named only when spelt as registered names are ("mac", "DPoP") and no form of the
+        # secret sent: any other text is the endpoint's, kept and shown as the error is.
+        named = (
+            isinstance(token_type, str)
+            and oauth_error_code(token_type.lower()) is not None
+            and text_redacted(token_type, sent) == token_type
+        )
+        shown = f"a {token_type!r}" if named else "another kind of"
+        raise IsiError(f"{where} issued {shown} token; a Bearer token is needed")
     expires_in = answer.get("expires_in")
     if isinstance(expires_in, str):  # some servers send a string ("²" is none: not a number)
         expires_in = ascii_integer(expires_in)

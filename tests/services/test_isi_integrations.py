@@ -361,6 +361,15 @@ def test_a_401_to_a_static_token_is_not_retried(broker, api: IsiSimulator) -> No
             Reply(200, b'{"access_token": "x", "token_type": "mac"}'),
             " issued a 'mac' token; a Bearer token is needed",
         ),
+        # The endpoint's own text, not a token type's name: it may quote the secret sent.
+        (
+            Reply(200, b'{"access_token": "x", "token_type": "client-s3cret"}'),
+            " issued another kind of token; a Bearer token is needed",
+        ),
+        (
+            Reply(200, b'{"access_token": "x", "token_type": "Bearer Y2xpZW50LXMzY3JldA=="}'),
+            " issued another kind of token; a Bearer token is needed",
+        ),
     ],
 )
 def test_a_token_endpoint_that_fails_stops_the_call_before_the_api(
