@@ -91,6 +91,9 @@ class DeliveryResult:
     error: str | None = None
     # The body as read: at most ``read_limit`` + 1 bytes, so a longer body shows as longer.
     content: bytes = b""
+    # What was taken out of ``response_body`` (``dispatch.transport.answer_redacted``): it is
+    # redacted again from ``content``, so each later redaction takes these out too.
+    redacted: tuple[str, ...] = field(default=(), repr=False)
 
 
 def tls_context() -> ssl.SSLContext:

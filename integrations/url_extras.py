@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 # A scheme, then "://" in one of its spellings, then everything up to white space or a
 # character that ends a URL in text (a quote, an angle bracket).
@@ -41,6 +41,9 @@ _HOST_PORT = re.compile(r"^(?:[\w.\-~%!$]*|\[[0-9a-fA-F:.]+(?:%25[\w.\-~]+)?\])(
 # Where a kept path ends: a query, a fragment or a ';' parameter, plainly or percent-encoded
 # (once or more: "%3F", "%253F"), and "=" or "&" that spell a query inside a path.
 _PATH_END = re.compile(r"(?i)[?#;=&]|%(?:25)*(?:3f|23|3b|3d|26)")
+# A query's value shorter than this is no credential (it would be guessed), and taking each
+# of its occurrences out of an answer ("1", "json") would leave nothing to read.
+_VALUE_REDACTED_FROM = 4
 
 
 def _host_and_tail(rest: str) -> tuple[str, str] | None:
@@ -111,6 +114,19 @@ def without_url_extras(text: str, *, value: bool = False) -> str:
         done = end
     kept.append(text[done:])
     return "".join(kept)
+
+
+def url_extras_sent(url: str) -> list[str]:
+    """What ``without_url_extras`` cuts from ``url``, in the forms an answer may echo it: its
+    query as written, each of its values as written and decoded, and a password. An answer
+    that quotes the path it was asked ("Cannot POST /hook?code=T") names no URL for
+    ``without_url_extras`` to find: these are redacted from it first."""
+    parts = urlsplit(url)
+    sent = [parts.query, parts.password or "", unquote(parts.password or "")]
+    for pair in parts.query.split("&"):
+        sent.append(pair.partition("=")[2])
+    sent += [value for _, value in parse_qsl(parts.query, keep_blank_values=True)]
+    return [value for value in sent if len(value) >= _VALUE_REDACTED_FROM]
 
 
 def data_without_url_extras(value: Any) -> Any:

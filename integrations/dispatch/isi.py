@@ -34,18 +34,24 @@ from rest_framework import serializers
 from integrations.ascii_integers import ascii_integer
 from integrations.dispatch import masking
 from integrations.dispatch.saas import categories_or_default
-from integrations.dispatch.transport import Message, Verdict, answer_kept, each, http_verdict
+from integrations.dispatch.transport import (
+    Message,
+    Verdict,
+    answer_kept,
+    answer_redacted,
+    each,
+    http_verdict,
+)
 from integrations.models import DeletionRequest, ResolutionRequest
 from integrations.outbound_http import (
-    RESPONSE_BODY_LIMIT,
     USER_AGENT,
     DeliveryResult,
     deliver,
 )
 
 # The shape of resolved identifiers is the webhook resolution callback's: one definition.
-from integrations.redaction import REDACTED, oauth_error_code, secrets_pattern, text_redacted
-from integrations.storable_text import storable, unstorable_reason
+from integrations.redaction import oauth_error_code, text_redacted
+from integrations.storable_text import unstorable_reason
 from integrations.url_extras import without_url_extras
 from integrations.validators import bearer_token_sendable
 from integrations.wire_fields import ResolvedIdentifiersField, uuid_from_text
@@ -78,7 +84,7 @@ class BearerToken:
     """How to authenticate to the broker: ``get(refresh)`` returns the access token (raising
     ``IsiError`` when none can be had); ``refreshable``: a 401 is worth one new token;
     ``secrets``: the integration's other credentials, redacted from its answers as the
-    tokens sent are (``answer_redacted``)."""
+    tokens sent are (``transport.answer_redacted``)."""
 
     get: Callable[[bool], str]
     refreshable: bool
@@ -276,23 +282,6 @@ def _first_error(detail: Any, path: str = "") -> str:
 
 
 # -- calling --------------------------------------------------------------------------------
-
-
-def answer_redacted(result: DeliveryResult, secrets: Iterable[str]) -> DeliveryResult:
-    """``result`` with ``secrets`` redacted from ``response_body``, the text kept and shown,
-    before it is masked (masking first could leave part of one in clear). It is cut again
-    from the answer redacted whole, so no secret is cut in two and kept in part. ``content``
-    stays as answered: it is parsed, never kept as text, and a short secret taken out of it
-    could break a connection list or identifiers that are right."""
-    pattern = secrets_pattern(secrets)
-    if pattern is None:
-        return result
-    answered = result.content.decode("utf-8", errors="replace")
-    redacted = pattern.sub(REDACTED, answered)
-    if redacted == answered:
-        return result
-    kept = storable(redacted.encode()[:RESPONSE_BODY_LIMIT].decode("utf-8", errors="ignore"))
-    return dataclasses.replace(result, response_body=kept)
 
 
 def send(

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -39,7 +39,9 @@ from integrations.outbound_http import (
     deliver,
     retry_after_seconds,
 )
-from integrations.redaction import REDACTED
+from integrations.redaction import REDACTED, secrets_pattern
+from integrations.storable_text import storable
+from integrations.url_extras import url_extras_sent
 
 Outcome = Literal["delivered", "retry", "gone", "failed"]
 
@@ -165,12 +167,47 @@ def answer_kept(message: Message, result: DeliveryResult) -> DeliveryResult:
     """
     if message.keep_answer:
         # Kept to tell why a call failed; a broker's error may still name the consumer
-        # ("cannot delete ann@x.com"), masked as a callback's free text is.
+        # ("cannot delete ann@x.com"), masked as a callback's free text is, and quote the
+        # token in the address's query ("Cannot POST /hook?code=T"), which only staff who
+        # may change the target see: redacted first, as masking cuts only whole URLs.
+        result = answer_redacted(result, url_extras_sent(message.address))
         kept = masking.free_text_masked(result.response_body, limit=RESPONSE_BODY_LIMIT)
         return dataclasses.replace(result, response_body=kept)
     return dataclasses.replace(
         result, response_body=masking.masked(result.content, categories=message.answer_categories)
     )
+
+
+def answer_redacted(result: DeliveryResult, secrets: Iterable[str]) -> DeliveryResult:
+    """``result`` with ``secrets`` redacted from ``response_body``, the text kept and shown,
+    before it is masked (masking first could leave part of one in clear), and with what an
+    earlier redaction took out (``result.redacted``). It is cut again from the answer
+    redacted whole, so no secret is cut in two and kept in part; nor kept in part where the
+    answer read ends (it may go on past what was read). ``content`` stays as answered: it is
+    parsed, never kept as text, and a short secret taken out of it could break a connection
+    list or identifiers that are right."""
+    secrets = tuple(dict.fromkeys([*result.redacted, *(s for s in secrets if s)]))
+    pattern = secrets_pattern(secrets)
+    if pattern is None:
+        return result
+    answered = result.content.decode("utf-8", errors="replace")
+    redacted = _without_secret_start_at_end(pattern.sub(REDACTED, answered), secrets)
+    if redacted == answered:
+        return dataclasses.replace(result, redacted=secrets)
+    kept = storable(redacted.encode()[:RESPONSE_BODY_LIMIT].decode("utf-8", errors="ignore"))
+    return dataclasses.replace(result, response_body=kept, redacted=secrets)
+
+
+# A secret's start shorter than this tells nothing of it; longer, it is not kept.
+_SECRET_START_KEPT = 4
+
+
+def _without_secret_start_at_end(text: str, secrets: Iterable[str]) -> str:
+    for secret in secrets:
+        for length in range(len(secret) - 1, _SECRET_START_KEPT - 1, -1):
+            if text.endswith(secret[:length]):
+                return text[:-length]
+    return text
 
 
 def http_verdict(

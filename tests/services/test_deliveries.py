@@ -171,6 +171,30 @@ def test_a_token_in_the_targets_query_is_not_kept_when_it_answers_410(
     assert "s3cr3t" not in created.integration.disabled_reason + request.last_error
 
 
+@pytest.mark.parametrize(
+    ("answer", "kept"),
+    [
+        # The path it was asked, quoted: no URL for masking to find.
+        (b"Cannot POST /?code=s3cr3t%2Bt0ken&v=2", "Cannot POST /?[redacted]"),
+        (b'{"error": "unknown code s3cr3t+t0ken"}', '{"error": "unknown code [redacted]"}'),
+        (b"bad code s3cr3t%2Bt0ken", "bad code [redacted]"),
+        # Cut where the answer read ends, the token's start is not kept either.
+        (b"x" * 4090 + b" s3cr3t%2Bt0ken", "x" * 4090 + " "),
+    ],
+)
+def test_an_answer_quoting_the_token_in_the_targets_query_keeps_it_redacted(
+    broker: Broker, receiver: BrokerSimulator, answer: bytes, kept: str
+) -> None:
+    created = webhook_integration_created(broker, receiver.url + "?code=s3cr3t%2Bt0ken&v=2")
+    receiver.script(Reply(status=404, body=answer))
+    request = DeletionRequestFactory.create(integration=created.integration)
+
+    assert deletion_requests_deliver(request_ids=[request.pk]) == {"retry": 1}
+
+    (attempt,) = request.delivery_attempts.all()
+    assert attempt.response_body == kept
+
+
 def test_remote_identifier_is_omitted_when_none_was_given(
     integration: Integration, receiver: BrokerSimulator
 ) -> None:
