@@ -34,6 +34,7 @@ from integrations.services.staff.integrations import (
     integration_update,
     webhook_integration_create,
 )
+from integrations.url_extras import without_url_extras
 
 
 class WebhookIntegrationAddForm(TargetUrlMixin, forms.ModelForm):
@@ -160,19 +161,23 @@ class WebhookIntegrationAdmin(IntegrationAdmin):
         except ValidationError as exc:
             messages.error(request, f"No test notification sent: {' '.join(exc.messages)}.")
             return HttpResponseRedirect(self.admin_url("change", pk))
+        # A message may travel in a cookie (signed, not encrypted): the URL without the
+        # token its query may hold, the answer as an attempt keeps it (the token redacted).
         answer = result.response_body[:500] or "(empty body)"
+        where = without_url_extras(result.url, value=True)
         if result.status is not None and 200 <= result.status < 300 and not result.error:
             messages.success(
                 request,
-                f"Test notification to {result.url}: HTTP {result.status} in "
+                f"Test notification to {where}: HTTP {result.status} in "
                 f"{result.duration_ms} ms. The broker answered: {answer}",
             )
         else:
             got = f"HTTP {result.status}" if result.status is not None else "no answer"
+            error = without_url_extras(result.error or "")
             messages.error(
                 request,
-                f"Test notification to {result.url} failed: {got}"
-                f"{f' ({result.error})' if result.error else ''} after {result.duration_ms} ms."
+                f"Test notification to {where} failed: {got}"
+                f"{f' ({error})' if error else ''} after {result.duration_ms} ms."
                 + (f" The broker answered: {answer}" if result.status is not None else ""),
             )
         return HttpResponseRedirect(self.admin_url("change", pk))

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 from django.contrib.auth.models import User
+from django.contrib.messages import get_messages
 from django.db import connection
 from django.test import Client
 from procrastinate.contrib.django.models import ProcrastinateJob
@@ -225,6 +226,40 @@ def test_a_test_notification_shows_the_brokers_answer(
     assert first.json["topic"] == "drop.test"
     events = LedgerEvent.objects.filter(kind="integration.test_sent").order_by("id")
     assert [e.data["status"] for e in events] == [200, 410]
+
+
+@pytest.mark.parametrize(
+    ("reply", "shown"),
+    [
+        (
+            Reply(status=200, body=b"pong for s3cr3t-t0ken"),
+            "The broker answered: pong for [redacted]",
+        ),
+        (
+            Reply(status=404, body=b"Cannot POST /?code=s3cr3t-t0ken from ann@example.com"),
+            "The broker answered: Cannot POST /?[redacted] from <email>",
+        ),
+    ],
+)
+def test_a_test_notification_keeps_no_token_of_the_urls_query_in_its_message(
+    staff: Client, broker: Broker, receiver: BrokerSimulator, settings, reply: Reply, shown: str
+) -> None:
+    """The message may travel in a cookie, signed but readable: the URL without its query,
+    the answer as an attempt keeps it."""
+    settings.DROPPORTAL_ALLOW_PRIVATE_TARGETS = True
+    created = webhook_integration_created(broker, receiver.url + "?code=s3cr3t-t0ken")
+    receiver.secrets = [created.webhook_secret]
+    receiver.script(reply)
+    url = f"/admin/integrations/webhookintegration/{created.integration.pk}/test-notification/"
+
+    posted = staff.post(url)
+
+    (message,) = [str(m) for m in get_messages(posted.wsgi_request)]
+    sent_to = f"Test notification to {receiver.url}"
+    assert message.startswith((f"{sent_to}: HTTP 200", f"{sent_to} failed: HTTP 404"))
+    assert shown in message
+    assert "s3cr3t" not in message
+    assert "?code=s3cr3t-t0ken" in receiver.received[0].path  # what the broker asked for
 
 
 def test_no_test_notification_goes_to_a_retired_integration(

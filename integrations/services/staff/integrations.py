@@ -28,6 +28,7 @@ from django.utils import timezone
 
 from integrations import enqueue
 from integrations.dispatch import signing, webhook
+from integrations.dispatch.transport import Message, answer_kept
 from integrations.drop.calendar import drop_time_text
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
@@ -390,7 +391,9 @@ def _requests_cancel(
 
 
 def integration_test_send(*, integration: Integration, actor: str) -> DeliveryResult:
-    """POST a signed test notification (topic ``drop.test``) and report the broker's answer.
+    """POST a signed test notification (topic ``drop.test``) and report the broker's answer,
+    as an attempt keeps it (``transport.answer_kept``: a token of the URL's query it quotes
+    redacted, identifiers masked): it is shown to staff, and kept in their session's messages.
 
     Sent even to a disabled integration: checking it is how staff decide to enable it; never
     to a retired one (``ValidationError``).
@@ -430,7 +433,7 @@ def integration_test_send(*, integration: Integration, actor: str) -> DeliveryRe
             "duration_ms": result.duration_ms,
         },
     )
-    return result
+    return answer_kept(Message(address=integration.url, body=body, headers=headers), result)
 
 
 def _requests_locked(which: models.Q) -> tuple[list[int], list[int]]:
