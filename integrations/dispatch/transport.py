@@ -203,6 +203,8 @@ _SECRET_START_KEPT = 4
 
 
 def _without_secret_start_at_end(text: str, secrets: Iterable[str]) -> str:
+    # An answer cut where it was read (a webhook's at 4 KiB) may end within a secret, whole
+    # past the cut: not found to be redacted, its start would be kept.
     for secret in secrets:
         for length in range(len(secret) - 1, _SECRET_START_KEPT - 1, -1):
             if text.endswith(secret[:length]):
