@@ -213,21 +213,42 @@ def add_secret_argument(parser: Any, name: str, what: str) -> None:
     )
 
 
+def _stdin_bytes(stream: Any) -> bytes:
+    """All of ``stream`` (standard input) as bytes, for ``secret_value`` to decode strictly:
+    read as text, bytes that are not UTF-8 become surrogates (``surrogateescape``), which
+    pass as a secret and fail only when it is encrypted."""
+    data = getattr(stream, "buffer", stream).read()
+    if isinstance(data, bytes):
+        return data
+    # A text stream with no bytes under it (call_command's stdin=io.StringIO(...)): its
+    # surrogates, if any, come out as bytes that are not UTF-8, and are refused as such.
+    return str(data).encode("utf-8", "surrogatepass")
+
+
+def _utf8_text(data: bytes, source: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CommandError(f"cannot read {source}: not UTF-8 text") from None
+
+
 def secret_value(options: dict[str, Any], name: str) -> str:
     """The secret given by ``add_secret_argument``'s options: one line, without its newline."""
     dest = name.replace("-", "_")
     path = options.get(f"{dest}_file")
     if path is None:
-        return str(options.get(dest) or "")
+        given = str(options.get(dest) or "")
+        # An argument's bytes that are not UTF-8 arrive as surrogates (as from stdin above).
+        _utf8_text(given.encode("utf-8", "surrogatepass"), f"--{name}")
+        return given
     if path == "-":
-        text = (options.get("stdin") or sys.stdin).read()
+        text = _utf8_text(_stdin_bytes(options.get("stdin") or sys.stdin), "standard input")
     else:
         try:
-            with open(path, encoding="utf-8") as file:
-                text = file.read()
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-            raise CommandError(f"cannot read --{name}-file {path}: {reason}") from None
+            data = Path(path).read_bytes()
+        except OSError as exc:
+            raise CommandError(f"cannot read --{name}-file {path}: {exc.strerror}") from None
+        text = _utf8_text(data, f"--{name}-file {path}")
     value = text.removesuffix("\n").removesuffix("\r")
     if not value.strip():
         raise CommandError(f"--{name}-file gave an empty {name.replace('-', ' ')}")

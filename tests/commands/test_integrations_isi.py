@@ -221,3 +221,39 @@ def test_check_connection_of_a_retired_integration_calls_nothing(
         run("integrations", "check-connection", str(integration.uuid))
 
     assert len(api.received) == calls  # neither its token URL nor its API is called
+
+
+@pytest.mark.parametrize(
+    ("auth", "stdin"),
+    [
+        (["--client-secret-file", "-"], b"\xff\xfe-secret\n"),
+        (["--token-file", "-"], b"static-t0ken\xff\n"),
+    ],
+    ids=["client-secret", "token"],
+)
+def test_a_secret_on_stdin_that_is_not_utf8_is_one_line_and_adds_nothing(
+    broker: Broker, api: IsiSimulator, auth: list[str], stdin: bytes
+) -> None:
+    if auth[0] == "--client-secret-file":
+        auth = ["--token-url", api.token_url, "--client-id", api.client_id, *auth]
+    # As a process reads its stdin under a UTF-8 locale: bad bytes become surrogates.
+    piped = io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8", errors="surrogateescape")
+
+    with pytest.raises(CommandError, match=r"^cannot read standard input: not UTF-8 text$"):
+        call_command(*add_isi(api, *auth), stdin=piped, stdout=io.StringIO())
+
+    assert not Integration.objects.exists()
+    assert api.received == []
+
+
+def test_a_secret_argument_that_is_not_utf8_is_one_line_and_adds_nothing(
+    broker: Broker, api: IsiSimulator
+) -> None:
+    # An argument's bytes that are not UTF-8 reach Python as surrogates, as from stdin.
+    auth = oauth(api)
+    auth[-1] = "\udcff\udcfe-secret"
+
+    with pytest.raises(CommandError, match=r"^cannot read --client-secret: not UTF-8 text$"):
+        run(*add_isi(api, *auth))
+
+    assert not Integration.objects.exists()
