@@ -101,6 +101,12 @@ def has_control_characters(text: str) -> bool:
     return _CONTROL.search(text) is not None
 
 
+def first_control_character(text: str) -> str | None:
+    """The first control character (C0, DEL or C1) of ``text``, or None."""
+    found = _CONTROL.search(text)
+    return found.group() if found else None
+
+
 def bearer_token_sendable(value: str) -> bool:
     """Whether ``value`` can follow ``Bearer `` in a header: visible ASCII with no space at
     its ends (RFC 6749 appendix A.12; RFC 6750's b64token is a subset of it)."""

@@ -29,6 +29,7 @@ from integrations.drop.download_zip import escaped
 from integrations.encryption import DecryptionError
 from integrations.models import Broker, DropCycle
 from integrations.services.staff.secrets import ENCRYPTION_KEYS_WRONG, encryption_keys_check
+from integrations.validators import first_control_character
 
 
 def validation_message(error: ValidationError) -> str:
@@ -226,34 +227,48 @@ def _stdin_bytes(stream: Any) -> bytes:
 
 
 def _utf8_text(data: bytes, source: str) -> str:
+    """``data`` decoded strictly, without the byte order mark some editors write first: kept,
+    it would be the secret's first character, and every signature made with it wrong."""
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise CommandError(f"cannot read {source}: not UTF-8 text") from None
 
 
 def secret_value(options: dict[str, Any], name: str) -> str:
-    """The secret given by ``add_secret_argument``'s options: one line, without its newline."""
+    """The secret given by ``add_secret_argument``'s options: one line, without its newline
+    (or a leading byte order mark), and no control character in it."""
     dest = name.replace("-", "_")
+    what = name.replace("-", " ")
     path = options.get(f"{dest}_file")
     if path is None:
         given = str(options.get(dest) or "")
+        if not given:
+            return ""
+        source = f"--{name}"
         # An argument's bytes that are not UTF-8 arrive as surrogates (as from stdin above).
-        _utf8_text(given.encode("utf-8", "surrogatepass"), f"--{name}")
-        return given
-    if path == "-":
-        text = _utf8_text(_stdin_bytes(options.get("stdin") or sys.stdin), "standard input")
+        value = _utf8_text(given.encode("utf-8", "surrogatepass"), source)
     else:
-        try:
-            data = Path(path).read_bytes()
-        except OSError as exc:
-            raise CommandError(f"cannot read --{name}-file {path}: {exc.strerror}") from None
-        text = _utf8_text(data, f"--{name}-file {path}")
-    value = text.removesuffix("\n").removesuffix("\r")
-    if not value.strip():
-        raise CommandError(f"--{name}-file gave an empty {name.replace('-', ' ')}")
-    if "\n" in value or "\r" in value:
-        raise CommandError(f"--{name}-file must hold the {name.replace('-', ' ')} on one line")
+        if path == "-":
+            source = "standard input"
+            data = _stdin_bytes(options.get("stdin") or sys.stdin)
+        else:
+            source = f"--{name}-file {path}"
+            try:
+                data = Path(path).read_bytes()
+            except OSError as exc:
+                raise CommandError(f"cannot read {source}: {exc.strerror}") from None
+        value = _utf8_text(data, source).removesuffix("\n").removesuffix("\r")
+        if not value.strip():
+            raise CommandError(f"{source} gave an empty {what}")
+        if "\n" in value or "\r" in value:
+            raise CommandError(f"{source} must hold the {what} on one line")
+    control = first_control_character(value)
+    if control is not None:
+        # Which one, escaped, says what to remove; the secret itself is never shown.
+        raise CommandError(
+            f"{source} gave a {what} with a control character ({terminal_text(control)}) in it"
+        )
     return value
 
 

@@ -257,3 +257,32 @@ def test_a_secret_argument_that_is_not_utf8_is_one_line_and_adds_nothing(
         run(*add_isi(api, *auth))
 
     assert not Integration.objects.exists()
+
+
+def test_a_byte_order_mark_before_a_client_secret_is_not_stored(
+    broker: Broker, api: IsiSimulator, tmp_path: Any
+) -> None:
+    secret_file = tmp_path / "client.secret"
+    secret_file.write_bytes(b"\xef\xbb\xbf" + api.client_secret.encode() + b"\n")
+
+    run(*add_isi(
+        api, "--token-url", api.token_url, "--client-id", api.client_id,
+        "--client-secret-file", str(secret_file),
+    ))  # fmt: skip
+
+    assert Integration.objects.get().client_secret == api.client_secret
+
+
+def test_a_client_secret_with_a_control_character_is_one_line_and_adds_nothing(
+    broker: Broker, api: IsiSimulator
+) -> None:
+    auth = ["--token-url", api.token_url, "--client-id", api.client_id]
+    stdin = io.StringIO(api.client_secret + "\x00\n")
+
+    with pytest.raises(CommandError) as refused:
+        call_command(*add_isi(api, *auth, "--client-secret-file", "-"), stdin=stdin)
+
+    assert str(refused.value) == (
+        r"standard input gave a client secret with a control character (\x00) in it"
+    )
+    assert not Integration.objects.exists()

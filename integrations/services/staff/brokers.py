@@ -176,10 +176,17 @@ DROP_WEBHOOK_SECRET_MAX = 500
 
 def drop_webhook_secret_check(secret: str) -> None:
     """ValidationError unless ``secret`` can be the signing secret DROP's portal shows."""
-    if not secret or secret != secret.strip() or len(secret) > DROP_WEBHOOK_SECRET_MAX:
+    # isprintable: neither a control character nor a byte order mark an editor put first
+    # (which str.strip keeps), stored as part of the secret and failing every signature.
+    if (
+        not secret
+        or secret != secret.strip()
+        or not secret.isprintable()
+        or len(secret) > DROP_WEBHOOK_SECRET_MAX
+    ):
         raise ValidationError(
             "the signing secret DROP's portal shows is one token of "
-            f"1 to {DROP_WEBHOOK_SECRET_MAX} characters, without spaces around it"
+            f"1 to {DROP_WEBHOOK_SECRET_MAX} printable characters, without spaces around it"
         )
 
 
