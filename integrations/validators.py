@@ -68,14 +68,26 @@ def url_credentials_validate(url: str, *, field: str) -> str:
     return url
 
 
+def name_characters_validate(name: str, *, field: str = "name") -> str:
+    """``name`` (of a broker, an integration, an API key, ...) unless it holds a control
+    character: names are printed on staff's terminals, which would obey them. The one home
+    of that rule; each service checks its names' length its own way."""
+    if has_control_characters(name):
+        raise ValidationError(
+            {field: "a name must not hold control characters (a tab, a newline, ESC, ...)"}
+        )
+    return name
+
+
 def integration_name_validate(name: str) -> str:
-    """The name staff give an integration or ISI connection: not blank, at most 200."""
+    """The name staff give an integration or ISI connection: not blank, at most 200, no
+    control character."""
     name = (name or "").strip()
     if not name:
         raise ValidationError({"name": "a name is required"})
     if len(name) > NAME_MAX:
         raise ValidationError({"name": f"at most {NAME_MAX} characters"})
-    return name
+    return name_characters_validate(name)
 
 
 def column_fits(value: str, model: type[Model], field: str, *, key: str = "") -> str:

@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management.base import CommandError
 
 from integrations.drop.calendar import drop_time_text
-from integrations.management.base import DropportalCommand, broker_or_error
+from integrations.management.base import DropportalCommand, broker_or_error, terminal_text
 from integrations.models import ApiKey, ApiKeyScope, ServiceProvider
 from integrations.services.staff.keys import api_key_create, api_key_revoke
 
@@ -106,5 +106,5 @@ class Command(DropportalCommand):
             self.stdout.write(
                 f"{k.prefix}  {k.broker.broker_id if k.broker else 'all '}  "
                 f"{','.join(k.scopes):<30} created {drop_time_text(k.created_at)}  {state}"
-                f"  last used {last_used}  {k.name}"
+                f"  last used {last_used}  {terminal_text(k.name)}"
             )

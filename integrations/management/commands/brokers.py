@@ -19,6 +19,7 @@ from integrations.management.base import (
     broker_or_error,
     date_bound,
     secret_value,
+    terminal_text,
 )
 from integrations.models import Broker, BrokerMode, ListSelection
 from integrations.selectors.list_selection import lists_selected_at
@@ -104,7 +105,8 @@ class Command(DropportalCommand):
             self.print_json({"items": brokers})
             return
         for b in brokers:
-            self.stdout.write(f"{b['broker_id']}  {b['mode']:<10}  {b['name']}")
+            # A name stored before control characters were refused is shown, not obeyed.
+            self.stdout.write(f"{b['broker_id']}  {b['mode']:<10}  {terminal_text(b['name'])}")
 
     def handle_drop_webhook_secret(self, **options: Any) -> None:
         broker = broker_or_error(options["broker"])

@@ -23,6 +23,7 @@ from integrations.management.base import (
     broker_or_error,
     broker_or_every,
     secret_value,
+    terminal_text,
 )
 from integrations.models import Integration, IntegrationKind, IsiConnection
 from integrations.selectors.targets import broker_targets
@@ -358,9 +359,13 @@ class Command(DropportalCommand):
             self.print_json({"items": rows})
             return
         for r in rows:
-            state = "enabled" if r["enabled"] else f"DISABLED ({r['disabled_reason']})"
+            # A name stored before control characters were refused, a reason (free text):
+            # shown escaped, not obeyed.
+            reason = terminal_text(str(r["disabled_reason"]))
+            state = "enabled" if r["enabled"] else f"DISABLED ({reason})"
             if r["retired_at"]:
                 state = "RETIRED"
             self.stdout.write(
-                f"{r['uuid']}  {r['broker_id']}  {r['kind']:<7} {r['name']}  {r['url']}  {state}"
+                f"{r['uuid']}  {r['broker_id']}  {r['kind']:<7} {terminal_text(str(r['name']))}  "
+                f"{r['url']}  {state}"
             )

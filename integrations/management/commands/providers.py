@@ -82,7 +82,8 @@ class Command(DropportalCommand):
             self.stdout.write("No service provider registered.")
         for row in rows:
             self.stdout.write(
-                f"{row['id']:>5}  {row['broker_id']}  {row['name']}  {row['contact'] or '-'}"
+                f"{row['id']:>5}  {row['broker_id']}  {terminal_text(row['name'])}  "
+                f"{row['contact'] or '-'}"
                 f"  {row['s3_prefix'] or 'download'}"
             )
 

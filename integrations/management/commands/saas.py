@@ -20,6 +20,7 @@ from integrations.management.base import (
     broker_or_error,
     broker_or_every,
     secret_value,
+    terminal_text,
 )
 from integrations.models import SaasConnection
 from integrations.services.staff.saas import saas_connection_create, saas_connection_retire
@@ -111,11 +112,15 @@ class Command(DropportalCommand):
             self.print_json({"items": rows})
             return
         for r in rows:
-            state = "enabled" if r["enabled"] else f"DISABLED ({r['disabled_reason']})"
+            # A name stored before control characters were refused, a reason (free text):
+            # shown escaped, not obeyed.
+            state = (
+                "enabled" if r["enabled"] else f"DISABLED ({terminal_text(r['disabled_reason'])})"
+            )
             if r["retired_at"]:
-                state = f"RETIRED ({r['retired_reason']})"
+                state = f"RETIRED ({terminal_text(r['retired_reason'])})"
             self.stdout.write(
-                f"{r['uuid']}  {r['broker_id']}  {r['name']}  {r['url']}  "
+                f"{r['uuid']}  {r['broker_id']}  {terminal_text(r['name'])}  {r['url']}  "
                 f"{','.join(r['categories'])}  {state}"
             )
 

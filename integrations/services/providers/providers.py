@@ -19,6 +19,7 @@ from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, ServiceProvider
 from integrations.services.ledger import ledger_event_append
 from integrations.services.row_updates import Audited, row_update
+from integrations.validators import name_characters_validate
 
 NAME_MAX = 200
 # What their columns hold: refused here in one line rather than by the database.
@@ -53,6 +54,7 @@ def _validated(name: str, contact: str, s3_prefix: str) -> dict[str, Any]:
     name = name.strip()
     if not name or len(name) > NAME_MAX:
         raise ValidationError({"name": f"a name of 1 to {NAME_MAX} characters"})
+    name_characters_validate(name)
     if len(contact) > CONTACT_MAX:
         raise ValidationError({"contact": f"an email address of at most {CONTACT_MAX} characters"})
     if contact:

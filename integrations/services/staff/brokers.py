@@ -21,7 +21,7 @@ from integrations.services.cycle.drop import broker_drop_url
 from integrations.services.ledger import ledger_event_append
 from integrations.services.reporting.report_approval import report_files_hold_for_approval
 from integrations.services.row_updates import Audited, row_locked, row_update
-from integrations.validators import url_credentials_validate
+from integrations.validators import name_characters_validate, url_credentials_validate
 
 # The broker settings staff change (``broker_update``), each recorded in its ledger event.
 BROKER_SETTINGS = (
@@ -79,6 +79,7 @@ def broker_create(
         approve_uploads=approve_uploads,
         drop_api_key_changed_at=timezone.now() if drop_api_key else None,
     )
+    name_characters_validate(name)
     drop_base_url_check(drop_base_url)
     drop_api_key_check(drop_api_key)
     broker.full_clean()  # also reports a broker id that is already registered
@@ -112,6 +113,8 @@ def broker_update(*, broker: Broker, actor: str, **changes: Any) -> Broker:
     unknown = set(changes) - {*BROKER_SETTINGS, "drop_api_key"}
     if unknown:
         raise ValidationError(f"cannot change {', '.join(sorted(unknown))}")
+    if "name" in changes:
+        name_characters_validate(changes["name"])
     if "drop_base_url" in changes:
         drop_base_url_check(changes["drop_base_url"])
     if "drop_api_key" in changes:

@@ -30,7 +30,7 @@ from integrations.models import (
 )
 from integrations.selectors.rows import model_from_row
 from integrations.services.ledger import ledger_event_append
-from integrations.validators import column_fits
+from integrations.validators import column_fits, name_characters_validate
 
 KEY_MARKER = "dpk_"
 PREFIX_LENGTH = len(KEY_MARKER) + 8
@@ -83,6 +83,7 @@ def api_key_create(
             "the broker's) and that scope alone"
         )
     column_fits(name, ApiKey, "name")
+    name_characters_validate(name)
     key = KEY_MARKER + secrets.token_urlsafe(32)  # 256 bits of entropy
     with transaction.atomic():
         api_key = ApiKey.objects.create(

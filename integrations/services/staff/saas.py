@@ -33,6 +33,7 @@ from integrations.validators import (
     bearer_token_validate,
     column_fits,
     disabled_reason_validate,
+    name_characters_validate,
     target_url_validate,
 )
 
@@ -62,6 +63,7 @@ def saas_connection_create(
     name = (name or "").strip()
     if not name or len(name) > 200:
         raise ValidationError({"name": "a name of 1 to 200 characters is required"})
+    name_characters_validate(name)
     url = target_url_validate(url)
     connection = SaasConnection(
         broker=broker,
@@ -107,7 +109,7 @@ def saas_connection_update(
         name = name.strip()
         if not name or len(name) > 200:
             raise ValidationError({"name": "a name of 1 to 200 characters is required"})
-        changes["name"] = name
+        changes["name"] = name_characters_validate(name)
     if url is not None:
         changes["url"] = target_url_validate(url)
     if categories is not None:
