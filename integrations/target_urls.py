@@ -64,4 +64,11 @@ def target_url_problem(url: str, *, allow_private: bool) -> TargetUrlProblem | N
         return TargetUrlProblem.PLAIN_HTTP
     if url_has_credentials(url):
         return TargetUrlProblem.CREDENTIALS
+    try:
+        # Read only on access: a port past 65535 (or not a number) raises, as it would when
+        # the call is made, rather than being stored and failing at every send. After the
+        # credentials: in ``https://u:p?w@host/`` the parser's port is a password's start.
+        parts.port  # noqa: B018
+    except ValueError:
+        return TargetUrlProblem.UNREADABLE
     return None

@@ -37,6 +37,11 @@ def target_url_validate(url: str, *, field: str = "url") -> str:
     problem = target_url_problem(url, allow_private=allow_private)
     if problem is TargetUrlProblem.PLAIN_HTTP:
         raise ValidationError({field: "plain http is refused: use an https:// URL"})
+    if problem is TargetUrlProblem.UNREADABLE:
+        # URLValidator takes any port of up to five digits.
+        raise ValidationError(
+            {field: "not a readable URL: a port is a number up to 65535, an IPv6 host in [ ]"}
+        )
     try:
         URLValidator(schemes=list(schemes))(url)
     except ValidationError:

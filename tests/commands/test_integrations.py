@@ -168,3 +168,16 @@ def test_saas_add_takes_its_token_from_a_file(broker: Broker, tmp_path: Any) -> 
     )  # fmt: skip
 
     assert SaasConnection.objects.get().token == "tok-1"
+
+
+def test_add_webhook_with_a_port_past_65535_is_one_clear_error(broker: Broker) -> None:
+    with pytest.raises(CommandError) as refused:
+        run(
+            "integrations", "add", "webhook", "--broker", "4821", "--name", "CRM",
+            "--url", "https://example.com:99999/x",
+        )  # fmt: skip
+
+    assert str(refused.value) == (
+        "url: not a readable URL: a port is a number up to 65535, an IPv6 host in [ ]"
+    )
+    assert not Integration.objects.exists()

@@ -72,6 +72,29 @@ def test_a_url_with_a_user_and_password_is_refused(broker: Broker, setter: str, 
     assert LedgerEvent.objects.count() == events  # nothing written
 
 
+# URLValidator takes any port of five digits; the call itself would refuse these.
+PORTS_PAST_RANGE = ["https://hooks.acme.example:99999/drop", "https://hooks.acme.example:65536"]
+
+
+@pytest.mark.parametrize("url", PORTS_PAST_RANGE)
+@pytest.mark.parametrize("setter", SETTERS, ids=list(SETTERS))
+def test_a_url_with_a_port_past_65535_is_refused(broker: Broker, setter: str, url: str) -> None:
+    events = LedgerEvent.objects.count()
+
+    with pytest.raises(ValidationError) as raised:
+        SETTERS[setter](broker, url)
+
+    assert "URL" in str(raised.value)
+    assert LedgerEvent.objects.count() == events  # nothing written
+
+
+def test_a_url_with_the_highest_port_is_taken(broker: Broker) -> None:
+    created = webhook_integration_create(
+        broker=broker, name="CRM", url="https://hooks.acme.example:65535/drop", actor="t"
+    )
+    assert created.integration.url == "https://hooks.acme.example:65535/drop"
+
+
 def test_an_at_sign_in_the_query_of_a_url_without_a_path_is_no_password(broker: Broker) -> None:
     created = webhook_integration_create(
         broker=broker, name="CRM", url="https://hooks.acme.example?to=ann@x.example", actor="t"
