@@ -29,7 +29,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import QuerySet
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -338,6 +338,8 @@ class IntegrationAdmin(RefusalsShown, WriteOnlyCredentials, ModelAdmin):
 
     def object_buttons(self, obj: Integration) -> list[ObjectButton]:
         """The change page's buttons; a kind puts its own before these."""
+        if obj.retired_at is not None:
+            return []  # retired is final: no new secret (the service refuses one)
         return [
             ObjectButton(
                 "Regenerate secret",
@@ -375,11 +377,15 @@ class IntegrationAdmin(RefusalsShown, WriteOnlyCredentials, ModelAdmin):
 
     def rotate_secret_view(self, request: HttpRequest, pk: int) -> HttpResponse:
         integration = self.posted_integration(request, pk)
-        secret = integration_secret_rotate(
-            integration=integration,
-            actor=staff_actor(request),
-            shown_rotation_state=request.GET.get("shown"),
-        )
+        try:
+            secret = integration_secret_rotate(
+                integration=integration,
+                actor=staff_actor(request),
+                shown_rotation_state=request.GET.get("shown"),
+            )
+        except ValidationError as exc:  # retired since the page was shown
+            messages.error(request, f"No new secret: {_validation_text(exc)}.")
+            return HttpResponseRedirect(self.admin_url("change", pk))
         shown = self.secret_shown_once(integration, secret, "Webhook Secret regenerated")
         expires_at = integration.previous_secret_expires_at
         assert expires_at is not None  # the rotation just set it

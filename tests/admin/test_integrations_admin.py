@@ -207,6 +207,29 @@ def test_regenerate_pressed_twice_keeps_the_brokers_secret_for_its_24_hours(
     assert integration.previous_webhook_secret == second
 
 
+def test_a_retired_integration_gets_no_new_secret_in_the_admin(
+    staff: Client, broker: Broker
+) -> None:
+    created = webhook_integration_created(broker, "https://crm.acme.example/drop")
+    integration = created.integration
+    change = f"/admin/integrations/webhookintegration/{integration.pk}/change/"
+    shown_before = staff.get(change).content.decode()
+    (button,) = re.findall(r'"(/admin/[^"]*rotate-secret/\?shown=[^"]*)"', shown_before)
+    integration_retire(integration=integration, reason="CRM decommissioned", actor="test")
+
+    # The button of a page shown before it was retired: refused, the page says why.
+    page = staff.post(button.replace("&amp;", "&"), follow=True)
+
+    assert page.redirect_chain[-1][0] == change
+    assert "retired is final" in html.unescape(page.content.decode())
+    assert not SECRET_RE.findall(page.content.decode())
+    integration.refresh_from_db()
+    assert integration.webhook_secret == created.webhook_secret
+    assert not LedgerEvent.objects.filter(kind="integration.secret_rotated").exists()
+    # Its page now offers no new secret at all.
+    assert "rotate-secret" not in staff.get(change).content.decode()
+
+
 def test_a_test_notification_shows_the_brokers_answer(
     staff: Client, broker: Broker, receiver: BrokerSimulator, settings
 ) -> None:

@@ -181,3 +181,21 @@ def test_add_webhook_with_a_port_past_65535_is_one_clear_error(broker: Broker) -
         "url: not a readable URL: a port is a number up to 65535, an IPv6 host in [ ]"
     )
     assert not Integration.objects.exists()
+
+
+def test_rotate_secret_of_a_retired_integration_is_refused_as_enable_is(broker: Broker) -> None:
+    added = run_json(
+        "integrations", "add", "webhook", "--broker", "4821", "--name", "Acme CRM",
+        "--url", "https://crm.acme.example/drop",
+    )  # fmt: skip
+    run("integrations", "retire", added["uuid"], "--reason", "CRM decommissioned")
+    events = LedgerEvent.objects.count()
+
+    for action in ("rotate-secret", "enable"):
+        with pytest.raises(CommandError, match=r"\(CRM decommissioned\): retired is final"):
+            run("integrations", action, added["uuid"])
+
+    integration = Integration.objects.get()
+    assert integration.webhook_secret == added["webhook_secret"]
+    assert not integration.previous_webhook_secret
+    assert LedgerEvent.objects.count() == events

@@ -138,11 +138,14 @@ def integration_secret_rotate(
     ``shown_rotation_state`` (``secret_rotation_state`` as the page showed it): when the
     secret was regenerated since (the same button pressed twice, say), the secret the broker
     holds is the previous one, not the one that rotation showed nobody: that one is replaced
-    and the previous one keeps its 24 hours, rather than ending at once."""
+    and the previous one keeps its 24 hours, rather than ending at once.
+
+    Raises ValidationError, nothing written, when it is retired: retired is final."""
     now = now or timezone.now()
     secret = signing.generate_webhook_secret()
     with transaction.atomic():
         locked = _locked(integration)
+        _refuse_retired(locked)
         regenerated_since = (
             shown_rotation_state is not None
             and secret_rotation_state(locked) != shown_rotation_state
@@ -242,12 +245,7 @@ def integration_enable(*, integration: Integration, actor: str) -> int:
             # or not due, the delivery loop's row locks and states send each once.
             _requeue(deletion_ids, resolution_ids)
             return 0
-        if locked.retired_at is not None:
-            raise ValidationError(
-                f"integration {locked.uuid} ({locked.name}) was retired on "
-                f"{drop_time_text(locked.retired_at)} ({locked.retired_reason}): retired is final; "
-                "add a new integration instead"
-            )
+        _refuse_retired(locked)
         locked.enabled = True
         reason, locked.disabled_reason = locked.disabled_reason, ""
         locked.save(update_fields=["enabled", "disabled_reason"])
@@ -464,6 +462,17 @@ def _requeue(deletion_ids: list[int], resolution_ids: list[int]) -> None:
         enqueue.deletion_requests_enqueue(deletion_ids)
     if resolution_ids:
         enqueue.resolution_requests_enqueue(resolution_ids)
+
+
+def _refuse_retired(locked: Integration) -> None:
+    """ValidationError when ``locked`` (its row held) is retired: nothing brings it back, not
+    enabling it, nor a new secret for it."""
+    if locked.retired_at is not None:
+        raise ValidationError(
+            f"integration {locked.uuid} ({locked.name}) was retired on "
+            f"{drop_time_text(locked.retired_at)} ({locked.retired_reason}): retired is final; "
+            "add a new integration instead"
+        )
 
 
 def _locked(integration: Integration) -> Integration:
