@@ -300,6 +300,24 @@ def test_no_test_notification_goes_to_a_retired_integration(
     assert not LedgerEvent.objects.filter(kind="integration.test_sent").exists()
 
 
+def test_a_saas_connection_whose_categories_name_none_is_refused(
+    staff: Client, broker: Broker
+) -> None:
+    page = staff.post(
+        "/admin/integrations/saasconnection/add/",
+        {
+            "broker": broker.pk,
+            "name": "Mailer",
+            "url": "https://api.mailer.example/erase",
+            "categories": " , ,",
+            "enabled": "on",
+        },
+    ).content.decode()
+
+    assert "name at least one identifier category" in page
+    assert not SaasConnection.objects.exists()
+
+
 def test_a_saas_connection_is_added_with_its_token_write_only(
     staff: Client, broker: Broker
 ) -> None:

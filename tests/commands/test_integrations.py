@@ -199,3 +199,31 @@ def test_rotate_secret_of_a_retired_integration_is_refused_as_enable_is(broker: 
     assert integration.webhook_secret == added["webhook_secret"]
     assert not integration.previous_webhook_secret
     assert LedgerEvent.objects.count() == events
+
+
+@pytest.mark.parametrize("given", ["", ",,", " , "])
+def test_saas_add_refuses_categories_that_name_none(broker: Broker, given: str) -> None:
+    # Not given at all is the default, email; given empty is a mistake, not that default.
+    with pytest.raises(CommandError) as refused:
+        run(
+            "saas", "add", "--broker", "4821", "--name", "M", "--url", "https://m.example/erase",
+            "--categories", given,
+        )  # fmt: skip
+
+    assert str(refused.value) == (
+        "categories: name at least one identifier category (lower-case, like email)"
+    )
+    assert not SaasConnection.objects.exists()
+
+
+def test_saas_add_shows_only_the_start_of_a_huge_bad_category(broker: Broker) -> None:
+    with pytest.raises(CommandError) as refused:
+        run(
+            "saas", "add", "--broker", "4821", "--name", "M", "--url", "https://m.example/erase",
+            "--categories", "email,\x1b[2J" + "X" * 10_000,
+        )  # fmt: skip
+
+    assert str(refused.value) == (
+        r"categories: not a category name: \x1b[2J" + "X" * 36 + "... (lower-case, like email)"
+    )
+    assert not SaasConnection.objects.exists()

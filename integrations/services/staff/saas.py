@@ -23,6 +23,7 @@ from django.utils import timezone
 from integrations import enqueue
 from integrations.dispatch.saas import categories_or_default
 from integrations.drop.calendar import drop_time_text
+from integrations.drop.download_zip import escaped
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, RequestState, SaasConnection, SaasDeletion
 from integrations.services.dispatch.resolutions import FINAL_SAAS_STATES, resolution_settle
@@ -38,17 +39,32 @@ from integrations.validators import (
 )
 
 _CATEGORY_RE = re.compile(r"[a-z][a-z0-9_]{0,31}")
+# How much of a refused value the message repeats: enough to find it, never a whole file.
+_SHOWN_MAX = 40
 
 
 def categories_validate(categories: Iterable[str] | None) -> list[str]:
-    """Identifier categories as the broker names them (``email``, ``phone``, ...)."""
-    cleaned = [c.strip() for c in (categories or []) if c.strip()]
+    """Identifier categories as the broker names them (``email``, ``phone``, ...); None
+    (not given) is the default, ``email``. Given, they must name one: an empty value or
+    only commas is a mistake, not a request for the default."""
+    if categories is None:
+        return categories_or_default([])
+    cleaned = [c.strip() for c in categories if c.strip()]
     bad = [c for c in cleaned if not _CATEGORY_RE.fullmatch(c)]
     if bad:
+        listed = ", ".join(bad)
+        # Its start only, escaped (a control character is shown, not obeyed); 10: the
+        # longest escape, so none of those characters is left out.
+        shown = escaped(listed[:_SHOWN_MAX], 10 * _SHOWN_MAX)
+        shown += "..." if len(listed) > _SHOWN_MAX else ""
         raise ValidationError(
-            {"categories": f"not a category name: {', '.join(bad)} (lower-case, like email)"}
+            {"categories": f"not a category name: {shown} (lower-case, like email)"}
         )
-    return categories_or_default(dict.fromkeys(cleaned))
+    if not cleaned:
+        raise ValidationError(
+            {"categories": "name at least one identifier category (lower-case, like email)"}
+        )
+    return list(dict.fromkeys(cleaned))
 
 
 def saas_connection_create(
