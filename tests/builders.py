@@ -42,7 +42,8 @@ from typing import Any
 import factory
 from asgiref.sync import sync_to_async
 from django.db import connection, connections
-from django.db.models import F
+from django.db.models import F, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 from factory.django import DjangoModelFactory
 from procrastinate import PsycopgConnector
@@ -185,6 +186,8 @@ class WorkItemFactory(DjangoModelFactory[WorkItem]):
     state = factory.LazyAttribute(
         lambda o: WorkItemState.OPEN if o.status_code is None else WorkItemState.REPORTABLE
     )
+    reported_at = None
+    first_reported_at = factory.SelfAttribute("reported_at")  # no amendment taken since
 
 
 class UnreadableWorkItemFactory(DjangoModelFactory[UnreadableWorkItem]):
@@ -411,6 +414,8 @@ class ResolutionRequestFactory(DjangoModelFactory[ResolutionRequest]):
     results_token = factory.LazyFunction(lambda: secrets.token_hex(32))
     drop_session_id = factory.SelfAttribute("work_item.cycle.drop_session_id")
     match_date = factory.SelfAttribute("work_item.cycle.match_date")
+    broker_id_code = factory.SelfAttribute("broker.broker_id")
+    mode = factory.SelfAttribute("broker.mode")
     remote_identifier = "C-1"
     remote_identifier_kind = factory.LazyAttribute(
         lambda o: "external_id" if o.remote_identifier else ""
@@ -713,10 +718,12 @@ def items_reported(
     )
     rows = WorkItem.objects.filter(pk__in=[i.pk for i in items])
     if taken_by_drop:
+        taken_at = timezone.now()
         rows.update(
             state=WorkItemState.REPORTED,
             reported_status_code=F("status_code"),
-            reported_at=timezone.now(),
+            reported_at=taken_at,
+            first_reported_at=Coalesce("first_reported_at", Value(taken_at)),
             report_file=report_file,
             pending_report_file=None,
             pending_status_code=None,

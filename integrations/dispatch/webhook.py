@@ -25,7 +25,7 @@ from django.conf import settings
 
 from integrations.dispatch import signing
 from integrations.dispatch.transport import Message, Verdict, each, http_post
-from integrations.models import Broker, DeletionRequest, Integration, ResolutionRequest
+from integrations.models import DeletionRequest, Integration, ResolutionRequest
 from integrations.outbound_http import USER_AGENT
 
 WEBHOOK_ID_HEADER = "X-Webhook-Id"
@@ -75,9 +75,11 @@ def deletion_dispatch_body(request: DeletionRequest, integration: Integration) -
 
 
 def resolution_notification_payload(
-    request: ResolutionRequest, integration: Integration, broker: Broker
+    request: ResolutionRequest, integration: Integration
 ) -> dict[str, Any]:
-    """Body §2.3, field for field (four fields mean what they do in §2.1)."""
+    """Body §2.3, field for field (four fields mean what they do in §2.1). Every field is the
+    request's own, fixed when it was made, or the integration's, as in §2.1: the broker's
+    mode changed between two attempts does not change a retry's body."""
     return {
         "integration_name": integration.name,
         "integration_kind": "webhook",
@@ -87,19 +89,17 @@ def resolution_notification_payload(
         "request_uuid": str(request.request_uuid),
         "integration_id": str(integration.uuid),
         "results_token": request.results_token,
-        "broker_id": broker.broker_id,
+        "broker_id": request.broker_id_code,
         "drop_session_id": request.drop_session_id,
         "match_date": request.match_date.isoformat(),
-        "mode": broker.mode,
+        "mode": request.mode,
         "identifiers": {"external_id": [{"external_id": request.remote_identifier}]},
         "webhook_callback_url": resolution_callback_url(),
     }
 
 
-def resolution_notification_body(
-    request: ResolutionRequest, integration: Integration, broker: Broker
-) -> bytes:
-    return encode(resolution_notification_payload(request, integration, broker))
+def resolution_notification_body(request: ResolutionRequest, integration: Integration) -> bytes:
+    return encode(resolution_notification_payload(request, integration))
 
 
 def unsigned_headers(*, webhook_request_id: uuid.UUID | str) -> dict[str, str]:
@@ -138,7 +138,7 @@ class WebhookTransport:
 
     def resolution_message(self, request: ResolutionRequest) -> Message:
         integration = request.integration
-        body = resolution_notification_body(request, integration, request.broker)
+        body = resolution_notification_body(request, integration)
         # It asks for the consumer's identifiers: a broker may answer with them here rather
         # than in the callback, so the attempt keeps only the answer's shape (only the 2xx
         # counts), as for an ISI identifier retrieval.

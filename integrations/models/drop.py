@@ -217,6 +217,9 @@ class WorkItem(models.Model):
         "DROP status reported", null=True, blank=True
     )
     reported_at = models.DateTimeField(null=True, blank=True)
+    # When DROP first held a status for the item, set once: an amendment DROP takes moves
+    # reported_at, never this. The days to respond count to it (selectors.drop_metrics).
+    first_reported_at = models.DateTimeField(null=True, blank=True)
     # No database check either (nor on pending_report_file): reporting sets it on every row of
     # a cycle at once, and the deferred check ran once per row at commit (docs/benchmarks.md,
     # reporting). Its only writers (services.reporting.report_*) set it to a file of the

@@ -219,8 +219,13 @@ class ResolutionRequest(DeliveryFields):
         on_delete=models.PROTECT,
         related_name="+",
     )
+    # The notification's fields, fixed when it is made, as a deletion request's are: every
+    # retry of one webhook_request_id carries the same body, whatever the broker's mode is
+    # by then (docs/contracts.md §2.3).
     drop_session_id = models.CharField("DROP session ID", max_length=20)
     match_date = models.DateField()
+    broker_id_code = models.CharField("Broker ID", max_length=4)
+    mode = models.CharField(max_length=10)
     remote_identifier = models.CharField(max_length=255, blank=True, default="")
     remote_identifier_kind = models.CharField(max_length=64, blank=True, default="")
     round = models.PositiveSmallIntegerField(default=0, db_default=0)  # as DeletionRequest's

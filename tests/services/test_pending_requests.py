@@ -133,6 +133,7 @@ def test_a_new_target_gets_the_identifier_retrievals_the_match_would_have_made(
     SaasConnectionFactory.create(broker=broker, url="https://api.mailer.example/erase")
     _matched(broker, tmp_path)
     assert not ResolutionRequest.objects.exists()
+    Broker.objects.filter(pk=broker.pk).update(mode="production")
 
     created = webhook_integration_create(
         broker=broker, name="CRM", url="http://127.0.0.1:9/drop", actor="test"
@@ -140,6 +141,8 @@ def test_a_new_target_gets_the_identifier_retrievals_the_match_would_have_made(
 
     resolutions = list(ResolutionRequest.objects.all())
     assert sorted(r.remote_identifier for r in resolutions) == ["C-1", "C-2"]
+    # As the deletion request each goes with, sent to the same target: the match's mode.
+    assert {(r.broker_id_code, r.mode) for r in resolutions} == {("4821", "test")}
     assert {(r.state, r.integration_id) for r in resolutions} == {
         (RequestState.QUEUED, created.integration.pk)
     }

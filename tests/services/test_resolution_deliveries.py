@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from devtools.broker_simulator import BrokerSimulator, Reply
@@ -97,6 +98,28 @@ def test_a_resolution_notification_carries_body_2_3_signed(
     request.refresh_from_db()
     assert request.state == RequestState.DISPATCHED
     assert LedgerEvent.objects.filter(kind="resolution_request.delivered").count() == 1
+
+
+def test_a_retry_carries_the_first_attempts_body_though_the_broker_changed_mode_between(
+    broker: Broker, receiver: BrokerSimulator
+) -> None:
+    """The broker's id and mode are the request's, fixed when it was made: a broker switched
+    to production between two attempts does not change what one webhook_request_id says."""
+    created = webhook_integration_created(broker, receiver.url)
+    receiver.secrets = [created.webhook_secret]
+    request = ResolutionRequestFactory.create(integration=created.integration)
+    receiver.script(Reply(503), Reply(200))
+
+    assert resolution_requests_deliver(request_ids=[request.pk]) == {"retry": 1}
+    Broker.objects.filter(pk=broker.pk).update(mode="production")
+    ResolutionRequest.objects.filter(pk=request.pk).update(next_attempt_at=Now())
+    assert resolution_requests_deliver(request_ids=[request.pk]) == {"delivered": 1}
+
+    first, second = receiver.received
+    assert first.json["mode"] == "test"
+    assert second.body == first.body
+    assert second.headers["X-Webhook-Id"] == first.headers["X-Webhook-Id"]
+    assert second.signature_ok is True
 
 
 @pytest.mark.parametrize(("status", "verdict"), [(200, "delivered"), (500, "retry")])

@@ -68,6 +68,8 @@ def test_with_a_saas_connection_each_match_gets_a_resolution_per_webhook(
     assert len({r.results_token for r in resolutions}) == 6
     assert all(r.drop_session_id == "1" for r in resolutions)
     assert all(r.remote_identifier_kind == "external_id" for r in resolutions)
+    # The notification's broker fields, fixed now as the deletion requests' are.
+    assert {(r.broker_id_code, r.mode) for r in resolutions} == {("4821", "test")}
     jobs = ProcrastinateJob.objects.filter(task_name=RESOLUTION_TASK)
     assert sorted(pk for job in jobs for pk in job.args["request_ids"]) == [
         r.pk for r in resolutions

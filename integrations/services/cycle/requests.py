@@ -158,13 +158,15 @@ _INSERT_SQL = f"""
 # retrieval request per match and resolving target: the deletion targets whose kind's
 # transport resolves (each webhook integration, each ISI connection taking part, which has
 # the privacy/drop/identifiers capability). Each has its results_token (_RESULTS_TOKEN).
+# Every notification-body field is fixed here, as the deletion requests' are.
 _RESOLUTION_INSERT_SQL = f"""
     WITH targets AS ({_TARGETS_SQL})
     INSERT INTO integrations_resolutionrequest (
         state, attempts, next_attempt_at, last_error, dispatched_at, completed_at,
         request_uuid, webhook_request_id, results_token,
         broker_id, work_item_id, consumer_id, integration_id, isi_connection_id,
-        drop_session_id, match_date, remote_identifier, remote_identifier_kind, round,
+        drop_session_id, match_date, broker_id_code, mode,
+        remote_identifier, remote_identifier_kind, round,
         drop_outcome, exemption_basis, identifiers, identifiers_purged_at
     )
     SELECT
@@ -172,7 +174,7 @@ _RESOLUTION_INSERT_SQL = f"""
         gen_random_uuid(), gen_random_uuid(),
         {_RESULTS_TOKEN},
         %(broker)s, w.id, co.id, t.integration_id, t.isi_connection_id,
-        cy.drop_session_id, coalesce(m.match_date, %(match_date)s),
+        cy.drop_session_id, coalesce(m.match_date, %(match_date)s), %(broker_id_code)s, %(mode)s,
         co.remote_identifier, co.remote_identifier_kind, m.round,
         '', '', '', NULL
       FROM {MATCHES_TABLE} m
@@ -310,19 +312,22 @@ _PENDING_TAKE_SQL = f"""
 
 # The identifier retrievals the match would have created (only with a SaaS connection not
 # retired): one per deletion request just targeted, unless one exists for that
-# (work item, consumer, target) already.
+# (work item, consumer, target) already. Its body's fields are the deletion request's, which
+# the match fixed (the broker's mode then, not now).
 _PENDING_RESOLUTIONS_SQL = f"""
     INSERT INTO integrations_resolutionrequest (
         state, attempts, next_attempt_at, last_error, dispatched_at, completed_at,
         request_uuid, webhook_request_id, results_token,
         broker_id, work_item_id, consumer_id, integration_id, isi_connection_id,
-        drop_session_id, match_date, remote_identifier, remote_identifier_kind, round,
+        drop_session_id, match_date, broker_id_code, mode,
+        remote_identifier, remote_identifier_kind, round,
         drop_outcome, exemption_basis, identifiers, identifiers_purged_at
     )
     SELECT %(queued)s, 0, now(), '', NULL, NULL,
         gen_random_uuid(), gen_random_uuid(), {_RESULTS_TOKEN},
         d.broker_id, d.work_item_id, d.consumer_id, d.integration_id, d.isi_connection_id,
-        d.drop_session_id, d.match_date, d.remote_identifier, d.remote_identifier_kind, d.round,
+        d.drop_session_id, d.match_date, d.broker_id_code, d.mode,
+        d.remote_identifier, d.remote_identifier_kind, d.round,
         '', '', '', NULL
       FROM integrations_deletionrequest d
       JOIN integrations_integration i ON i.id = d.integration_id
