@@ -361,6 +361,7 @@ class WorkItemAdmin(PageObjectReadOnce[WorkItem], PageRowsReadTogether, ReadOnly
         "status_reason",
         "reported_status_code",
         "reported_at",
+        "first_reported_at",
         "report_file",
         "pending_report_file",  # written, not taken by DROP (yet): still owed
         "needs_amendment",

@@ -6,11 +6,12 @@
   the best there is, as the earlier times an amendment replaced were not kept. An item
   amended before this migration keeps counting to its amendment in the days to respond.
 
-Not atomic, in batches: one UPDATE over every row held each table's rows locked, and the
-resolution requests' until commit, for minutes on a large table (about a minute and a half
-for a million resolution requests); callbacks and deliveries of those rows would have waited
-that long. Each batch only fills what is still empty, so a migration interrupted is run
-again from the start without harm.
+Not atomic, in batches: one UPDATE per table would hold every row it rewrote until it
+committed (a minute and a half for a million resolution requests alone), and a callback or
+delivery of any of them would wait that long. Each batch commits alone (20,000 ids, about a
+second) and fills only what is still empty, so a migration cut short is simply run again.
+A work item the old release reports after its batch (until the restart) keeps it empty: the
+next file DROP takes for it, and the days to respond, take its reported_at instead.
 """
 
 from typing import Any

@@ -31,7 +31,11 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 
 from devtools.drop_simulator import work_items
-from integrations.models import Broker, WorkItem, WorkItemState
+from integrations.drop.calendar import drop_date, drop_midnight, drop_today
+from integrations.models import Broker, ReportFile, WorkItem, WorkItemState
+from integrations.services.cycle.work_items import work_item_status_set
+from integrations.services.reporting.report_files import report_files_write
+from integrations.services.reporting.report_manual import report_file_mark_uploaded
 from integrations.services.staff.brokers import broker_create
 from tests.builders import (
     DeletionRequestFactory,
@@ -275,3 +279,38 @@ def test_the_registry_columns(year: None, broker: Broker) -> None:
          "median_days"],
         ["2027", "8", "1", "1", "1", "3.8", "2.0"],
     ]  # fmt: skip
+
+
+def test_an_amendment_drop_takes_later_leaves_the_days_to_the_first_report(
+    broker: Broker,
+) -> None:
+    """A status reported on day 2 and amended on day 300 (both files uploaded by hand): DROP
+    holds the amendment, yet the item responded on day 2, in both the metrics and the
+    registry's columns."""
+    downloaded = drop_midnight(drop_today() - dt.timedelta(days=400)) + dt.timedelta(hours=9)
+    cycle = DropCycleFactory.create(
+        broker=broker, match_date=drop_date(downloaded), downloaded_at=downloaded
+    )
+    item = WorkItemFactory.create(cycle=cycle, status_code=5)
+
+    def uploaded_by_hand(day: int) -> None:
+        (written,) = report_files_write(broker=broker, cycle=cycle)
+        ReportFile.objects.filter(pk=written.pk).update(created_at=downloaded)
+        at = downloaded + dt.timedelta(days=day)
+        report_file_mark_uploaded(report_file=written, actor="staff:alice", uploaded_at=at)
+
+    uploaded_by_hand(2)
+    work_item_status_set(
+        work_item=item, status_code=3, reason="deleted after all", actor="staff:alice"
+    )
+    uploaded_by_hand(300)
+
+    item.refresh_from_db()
+    assert (item.reported_status_code, item.reported_at) == (3, downloaded + dt.timedelta(days=300))
+    assert item.first_reported_at == downloaded + dt.timedelta(days=2)
+    year = str(downloaded.year)
+    figures = json.loads(metrics("--year", year, "--format", "json"))
+    (email,) = (row for row in figures["by_list_type"] if row["list_type"] == "Email")
+    assert (email["complied"], email["median_days"], email["mean_days"]) == (1, 2.0, 2.0)
+    registry = json.loads(metrics("--year", year, "--registry", "--format", "json"))
+    assert (registry["median_days"], registry["mean_days"]) == (2.0, 2.0)

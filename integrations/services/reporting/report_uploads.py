@@ -364,10 +364,12 @@ def _rows_owed_again(report_file: ReportFile) -> int:
 # flag follow from that as when settling (one rule, in work_item_settle.sql): a status that
 # changed since is amended, a removed item stays removed. While an item waits for an
 # outcome (a late match), the flag marks that DROP holds a status for it. (The right-hand
-# sides read the row as it was.)
+# sides read the row as it was.) first_reported_at is set once, by the first file DROP
+# takes (a row reported before the column existed keeps its reported_at as the first).
 _ROWS_TAKEN = """
 UPDATE integrations_workitem w
 SET reported_status_code = w.pending_status_code, reported_at = %(at)s,
+    first_reported_at = coalesce(w.first_reported_at, w.reported_at, %(at)s),
     report_file_id = w.pending_report_file_id,
     pending_report_file_id = NULL, pending_status_code = NULL,
     (state, needs_amendment) = (
