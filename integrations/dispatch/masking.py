@@ -25,7 +25,10 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
+import uuid
 from collections.abc import Collection, Iterable, Mapping
+from functools import partial
 from typing import Any
 
 from integrations.month_names import MONTHS
@@ -112,71 +115,92 @@ def category_counts(identifiers: Mapping[str, Any], *, categories: Iterable[str]
 
 
 # What in a broker's free text looks like a clear identifier, each found only where a word
-# starts (so a search never restarts inside one: linear time on any text). A request UUID is
-# ours (written in lower case with dashes), and its digits would read as a phone number:
-# kept. Names, a ZIP code alone and a number shorter than a phone's cannot be told from the
-# rest of a message: those the broker guide asks brokers not to write.
+# starts (so a search never restarts inside one: linear time on any text). Names, a ZIP code
+# alone and a number shorter than a phone's cannot be told from the rest of a message: those
+# the broker guide asks brokers not to write.
 # Longest first: "june" is tried before "jun", not cut to it.
 _MONTH = "|".join(sorted(MONTHS, key=len, reverse=True))
 _GAP = (
     r"\s{1,3}"  # any white space (a tab, a line break, a no-break space): the standardizer folds it
 )
+_ORDINAL = r"(?:st|nd|rd|th)?"  # July 4th, 1985
 # A date, as a date of birth is written: 1985-07-04 (a time after a "T" part of it, as an
 # ISO date-time serializes a date: 1985-07-04T00:00:00.000Z, 1985-07-04T0000Z), 07/04/1985,
-# 4.7.85, or with its month's name, as the standardizer reads it: July 4, 1985, 4 Jul 1985,
-# 04-Jul-85. Every part of bounded length: no search backtracks far. Without bounds: the
-# admin search reads it inside a word too (selectors/search_terms.py).
+# 4.7.85, or with its month's name, as the standardizer reads it and as people write it:
+# July 4, 1985, July 4th 1985, 4 Jul 1985, 4th of July 1985, 04-Jul-85. Every part of
+# bounded length: no search backtracks far. Without bounds: the admin search reads it
+# inside a word too (selectors/search_terms.py).
 DATE = (
     r"(?:\d{4}[-/.]\d{1,2}[-/.]\d{1,2}(?:T[\d:.,]{1,24}(?:Z|[+-][\d:]{1,5})?)?"
     r"|\d{1,2}[-/.]\d{1,2}[-/.]\d{2,4}"
-    rf"|(?:{_MONTH})\.?(?:{_GAP})?\d{{1,2}}(?:,(?:{_GAP})?|{_GAP})\d{{4}}"
-    rf"|\d{{1,2}}{_GAP}(?:{_MONTH})\.?,?{_GAP}\d{{4}}"
+    rf"|(?:{_MONTH})\.?(?:{_GAP})?\d{{1,2}}{_ORDINAL}(?:,(?:{_GAP})?|{_GAP})\d{{4}}"
+    rf"|\d{{1,2}}{_ORDINAL}{_GAP}(?:of{_GAP})?(?:{_MONTH})\.?,?{_GAP}\d{{4}}"
     rf"|\d{{1,2}}-(?:{_MONTH})-(?:\d{{4}}|\d{{2}}))"
 )
 _FREE_TEXT_IDENTIFIER = re.compile(
-    r"(?P<uuid>(?<![\w-])(?-i:[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12})(?![\w-]))"
     # An email, its "@" plain or percent-encoded; the domain may lack a dot (user@localhost).
     # Its local part is read without "/", which RFC 5322 allows but a URL's path ends with:
     # an email at the end of a path is masked alone, the path kept.
-    r"|(?P<email>(?<![\w.!#$%&*+=?^{|}~-])[\w.!#$%&*+=?^{|}~-]+(?:@|%40)[\w-]+(?:\.[\w-]+)*)"
+    r"(?P<email>(?<![\w.!#$%&*+=?^{|}~-])[\w.!#$%&*+=?^{|}~-]+(?:@|%40)[\w-]+(?:\.[\w-]+)*)"
     rf"|(?P<date>(?<![\w/.-]){DATE}(?![\w/-]|\.\d))"
     # A VIN: 17 letters and digits (no I, O or Q), at least one a digit.
     r"|(?P<vin>(?<![\w-])(?=[a-z]*\d)[a-hj-npr-z0-9]{17}(?![\w-]))"
-    # A mobile advertising ID: 32 hex digits, with a UUID's dashes or none (a MAID written in
-    # lower case with dashes reads as a request UUID, kept above).
+    # A mobile advertising ID: 32 hex digits, with a UUID's dashes or none, in any case
+    # (Google's are written as our request UUIDs are). A UUID is kept only when it is one
+    # the service issued for the row the text is kept on (``own_uuids``).
     r"|(?P<maid>(?<![\w-])(?:[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}|[0-9a-f]{32})(?![\w-]))"
     # A phone number, or any long number (an account's, a social security number): digits,
-    # with spaces, dots, dashes or brackets between them, 7 digits or more (counted when found).
-    r"|(?P<number>(?<![\w+])\+?\(?\d(?:[ .()-]{0,2}\d)+(?!\w))",
+    # with spaces, dots, dashes, slashes or brackets between them (415/555/1234,
+    # 415 - 555 - 1234), 7 digits or more (counted when found).
+    r"|(?P<number>(?<![\w+])\+?\(?\d(?:[ .()/-]{0,3}\d)+(?!\w))",
     re.IGNORECASE,
 )
 _NUMBER_DIGITS = 7
 
 
-def _identifier_masked(found: re.Match[str]) -> str:
+def _identifier_masked(found: re.Match[str], own: frozenset[str] = frozenset()) -> str:
     kind = found.lastgroup
     text = found.group()
-    if kind == "uuid" or (kind == "number" and sum(c.isdigit() for c in text) < _NUMBER_DIGITS):
+    if kind == "maid" and text.replace("-", "").lower() in own:
+        return text
+    if kind == "number" and sum(c.isdigit() for c in text) < _NUMBER_DIGITS:
         return text
     return f"<{kind}>"
 
 
+def _readable(text: str) -> str:
+    """``text`` as it is read and kept: what shows nothing taken out (a zero-width space or
+    joiner, a soft hyphen, a direction mark: Unicode's format characters) and compatibility
+    forms folded (NFKC: a full-width "＠" is an "@", a full-width digit a digit), so that an
+    identifier cannot hide from the patterns above by how it is spelt."""
+    if text.isascii():  # nothing to take out or fold: most texts, read at no cost
+        return text
+    shown = "".join(c for c in text if unicodedata.category(c) != "Cf")
+    return unicodedata.normalize("NFKC", shown)
+
+
 def identifiers_in(text: str) -> set[str]:
     """The kinds of identifier ``free_text_masked`` would mask in ``text`` (``email``,
-    ``number``, ``date``, ``vin``, ``maid``)."""
+    ``number``, ``date``, ``vin``, ``maid``), no UUID being the row's own."""
     return {
         found.lastgroup or ""
-        for found in _FREE_TEXT_IDENTIFIER.finditer(text)
+        for found in _FREE_TEXT_IDENTIFIER.finditer(_readable(text))
         if _identifier_masked(found) != found.group()
     }
 
 
-def free_text_masked(text: str, *, limit: int) -> str:
+def free_text_masked(text: str, *, limit: int, own_uuids: Iterable[uuid.UUID | str] = ()) -> str:
     """A broker's free text as it is kept (on its row and in the ledger, for good): every
     email, phone or other long number, date, VIN and mobile advertising ID in it replaced by
     ``<email>``, ``<number>``, ``<date>``, ``<vin>``, ``<maid>``; then cut to ``limit``
     characters. The whole text is read (a callback's body, an answer kept, both bounded, in
-    linear time): cut first, an identifier across the cut would be kept in part."""
+    linear time): cut first, an identifier across the cut would be kept in part.
+
+    ``own_uuids``: the UUIDs the service issued for the row the text is kept on (its
+    ``request_uuid``), kept as written, in any case; every other UUID may be a consumer's
+    advertising ID and is masked. The text is kept as it is read (``_readable``)."""
+    own = frozenset(str(u).replace("-", "").lower() for u in own_uuids)
     # A URL's query and credentials first (what the ledger cuts anyway): read as free text,
     # "case?email=ann%40x.com" would be one email, the path before it lost.
-    return _FREE_TEXT_IDENTIFIER.sub(_identifier_masked, without_url_extras(text))[:limit]
+    readable = without_url_extras(_readable(text))
+    return _FREE_TEXT_IDENTIFIER.sub(partial(_identifier_masked, own=own), readable)[:limit]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -55,9 +56,10 @@ class Message:
     is the transport's to use as it sends (a webhook's signing secret, an ISI
     ``BearerToken``), ``check`` (ISI) refuses a delivered answer that is not the expected
     one. ``keep_answer=False`` (endpoints that handle clear identifiers): the attempt keeps
-    only the masked shape of the answer, its ``answer_categories`` named. ``on_delivered``
-    is the caller's, never the transport's: the loop runs it with the verdict once the
-    attempt is recorded as delivered (ISI identifiers answer synchronously).
+    only the masked shape of the answer, its ``answer_categories`` named; otherwise its text
+    is kept masked, ``own_uuids`` (the UUIDs issued for the row it delivers) kept in it.
+    ``on_delivered`` is the caller's, never the transport's: the loop runs it with the
+    verdict once the attempt is recorded as delivered (ISI identifiers answer synchronously).
     """
 
     address: str
@@ -67,6 +69,7 @@ class Message:
     check: Callable[[DeliveryResult], str | None] | None = None
     keep_answer: bool = True
     answer_categories: tuple[str, ...] = ()
+    own_uuids: tuple[uuid.UUID, ...] = ()
     on_delivered: Callable[[Verdict], None] | None = None
 
 
@@ -171,7 +174,9 @@ def answer_kept(message: Message, result: DeliveryResult) -> DeliveryResult:
         # token in the address's query ("Cannot POST /hook?code=T"), which only staff who
         # may change the target see: redacted first, as masking cuts only whole URLs.
         result = answer_redacted(result, url_extras_sent(message.address))
-        kept = masking.free_text_masked(result.response_body, limit=RESPONSE_BODY_LIMIT)
+        kept = masking.free_text_masked(
+            result.response_body, limit=RESPONSE_BODY_LIMIT, own_uuids=message.own_uuids
+        )
         return dataclasses.replace(result, response_body=kept)
     return dataclasses.replace(
         result, response_body=masking.masked(result.content, categories=message.answer_categories)

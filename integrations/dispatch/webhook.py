@@ -134,7 +134,9 @@ class WebhookTransport:
         integration = request.integration
         assert integration is not None
         body = deletion_dispatch_body(request, integration)
-        return _unsigned(integration, body, request.webhook_request_id)
+        # Its answer is kept as text: the UUIDs it was sent with, ours, are kept in it.
+        own = (request.request_uuid, request.webhook_request_id)
+        return _unsigned(integration, body, request.webhook_request_id, own_uuids=own)
 
     def resolution_message(self, request: ResolutionRequest) -> Message:
         integration = request.integration
@@ -158,6 +160,7 @@ def _unsigned(
     webhook_request_id: uuid.UUID,
     *,
     keep_answer: bool = True,
+    own_uuids: tuple[uuid.UUID, ...] = (),
 ) -> Message:
     # Signed by send as it leaves: a fresh timestamp on each attempt.
     return Message(
@@ -166,4 +169,5 @@ def _unsigned(
         headers=unsigned_headers(webhook_request_id=webhook_request_id),
         credential=integration.webhook_secret,
         keep_answer=keep_answer,
+        own_uuids=own_uuids,
     )

@@ -327,6 +327,24 @@ def test_an_identifier_in_an_error_message_is_masked_on_the_row_and_in_the_ledge
     assert again.json()["status"] == "unchanged"
 
 
+def test_an_error_message_keeps_the_requests_own_uuid_and_masks_any_other(
+    side: Broker_, dispatched: DeletionRequest
+) -> None:
+    # Google's advertising ID is written as a request UUID is: only the row's own is ours.
+    message = f"request {dispatched.request_uuid}: device 38400000-8cf0-11bd-b23e-10b96e40000d"
+
+    response = put(
+        DELETION,
+        body_for(dispatched, "failed", error_message=message),
+        key=side.key,
+        secret=side.secret,
+    )
+
+    assert response.status_code == 200, response.content
+    dispatched.refresh_from_db()
+    assert dispatched.error_message == f"request {dispatched.request_uuid}: device <maid>"
+
+
 def test_failed_is_recorded_and_a_later_outcome_replaces_it(
     side: Broker_, dispatched: DeletionRequest
 ) -> None:
@@ -860,6 +878,19 @@ def test_an_identifier_in_an_exemption_basis_is_masked_on_the_row_and_in_the_led
     assert event.data["exemption_basis"] == "legal_hold for <email>"
     again = put(RESOLUTION, answer, key=side.key, secret=side.secret)
     assert again.json()["status"] == "unchanged"  # a repeat is judged on what was kept
+
+
+def test_an_exemption_basis_keeps_the_requests_own_uuid_and_masks_any_other(
+    side: Broker_, notified: ResolutionRequest
+) -> None:
+    basis = f"{notified.request_uuid} 38400000-8cf0-11bd-b23e-10b96e40000d"
+    answer = resolution_body(notified, drop_outcome="exempt", exemption_basis=basis)
+
+    response = put(RESOLUTION, answer, key=side.key, secret=side.secret)
+
+    assert response.status_code == 200, response.content
+    notified.refresh_from_db()
+    assert notified.exemption_basis == f"{notified.request_uuid} <maid>"
 
 
 def test_a_repeated_opt_out_with_another_email_is_refused(

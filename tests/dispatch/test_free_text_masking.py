@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from integrations.dispatch.masking import free_text_masked
@@ -35,6 +37,21 @@ from integrations.dispatch.masking import free_text_masked
         # A mobile advertising ID: without dashes, or in a case we never write a UUID in.
         ("maid a3f1c2d4567890abcdef1234567890ab", "maid <maid>"),
         ("maid A3F1C2D4-5678-90AB-CDEF-1234567890AB", "maid <maid>"),
+        # Google's advertising ID is written as our request UUIDs are: one not ours is one.
+        ("gaid 38400000-8cf0-11bd-b23e-10b96e40000d locked", "gaid <maid> locked"),
+        # A phone number with slashes or spaced dashes between its groups.
+        ("call 415/555/1234 or 415 - 555 - 1234", "call <number> or <number>"),
+        ("call 415 / 555 / 1234, +1 415-555 - 1234", "call <number>, <number>"),
+        # A date of birth with an ordinal day, or "of" before its month.
+        ("born July 4th, 1985; July 4th 1985", "born <date>; <date>"),
+        ("born 4th of July 1985, 4th of July, 1985", "born <date>, <date>"),
+        ("born 1st Jan 1990, 22nd of Feb. 1970, 3rd March 1985", "born <date>, <date>, <date>"),
+        # An email spelt to hide: a zero-width character in it, a full-width "@".
+        ("no user ann\u200b@example.com", "no user <email>"),
+        ("no user ann@\u200dexample.com or a\u00adnn@example.com", "no user <email> or <email>"),
+        ("no user ann\uff20example.com", "no user <email>"),
+        ("no user ａｎｎ＠ｅｘａｍｐｌｅ．ｃｏｍ", "no user <email>"),
+        ("call ４１５ ５５５ １２３４", "call <number>"),
         # A URL keeps its path, not its query or credentials; an email ending a path goes.
         (
             "see HTTPS://u:pw@crm.example/case?email=ann%40x.com",
@@ -47,12 +64,17 @@ from integrations.dispatch.masking import free_text_masked
             "HTTP 503 after 3 retries in 30000 ms, v1.2.3",
             "HTTP 503 after 3 retries in 30000 ms, v1.2.3",
         ),
-        (
-            "request 123e4567-e89b-12d3-a456-426614174000 failed",
-            "request 123e4567-e89b-12d3-a456-426614174000 failed",
-        ),
-        # A month's name without a year, a hex digest longer than an ID's.
+        # A month's name without a year, an ordinal day without one, a hex digest longer
+        # than an ID's.
         ("may 2 retries; due July 4", "may 2 retries; due July 4"),
+        (
+            "due July 4th; the 4th of July; 2nd try of 3",
+            "due July 4th; the 4th of July; 2nd try of 3",
+        ),
+        ("HTTP 503 - retry 2/3 - 30 s", "HTTP 503 - retry 2/3 - 30 s"),
+        ("status: processing (HTTP 202)", "status: processing (HTTP 202)"),
+        # Text that is not ASCII is kept as it reads.
+        ("échec : déjà supprimé", "échec : déjà supprimé"),
         (
             "sha1 da39a3ee5e6b4b0d3255bfef95601890afd80709",
             "sha1 da39a3ee5e6b4b0d3255bfef95601890afd80709",
@@ -94,4 +116,44 @@ def test_an_email_is_masked_whole_however_far_past_the_limit_the_text_runs() -> 
 )
 def test_a_long_text_is_read_once(sent: str) -> None:
     # Linear: a text of the API's size is masked at once (a quadratic search would not end).
+    assert len(free_text_masked(sent, limit=200_000)) <= len(sent)
+
+
+REQUEST_UUID = "123e4567-e89b-12d3-a456-426614174000"
+
+
+@pytest.mark.parametrize(
+    "written",
+    [REQUEST_UUID, REQUEST_UUID.upper(), REQUEST_UUID.replace("-", "")],
+)
+def test_the_rows_own_request_uuid_is_kept_however_written(written: str) -> None:
+    sent = f"request {written} failed"
+
+    assert free_text_masked(sent, limit=2000, own_uuids=[uuid.UUID(REQUEST_UUID)]) == sent
+
+
+def test_a_uuid_not_issued_for_the_row_is_masked_as_an_advertising_id() -> None:
+    other = "38400000-8cf0-11bd-b23e-10b96e40000d"
+    sent = f"request {REQUEST_UUID}: device {other} not found"
+
+    kept = free_text_masked(sent, limit=2000, own_uuids=[REQUEST_UUID])
+
+    assert kept == f"request {REQUEST_UUID}: device <maid> not found"
+    # Without the row's own, no UUID can be told from an advertising ID.
+    assert free_text_masked(sent, limit=2000) == "request <maid>: device <maid> not found"
+
+
+def test_masking_twice_keeps_what_masking_once_kept() -> None:
+    # A repeat callback is compared on what is kept; stored rows are masked again as is.
+    sent = "ａｎｎ＠x.com 415 - 555 - 1234, 4th of July 1985, " + REQUEST_UUID
+    once = free_text_masked(sent, limit=2000, own_uuids=[REQUEST_UUID])
+
+    assert free_text_masked(once, limit=2000, own_uuids=[REQUEST_UUID]) == once
+
+
+@pytest.mark.parametrize(
+    "sent",
+    ["1 - " * 25_000 + "x", "1/" * 50_000 + "x", "4th of " * 14_000, "a\u200b" * 50_000],
+)
+def test_a_long_text_of_the_wider_patterns_is_read_once(sent: str) -> None:
     assert len(free_text_masked(sent, limit=200_000)) <= len(sent)

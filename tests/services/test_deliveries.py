@@ -516,6 +516,25 @@ def test_an_answer_naming_the_consumer_is_kept_with_the_identifiers_masked(
     assert (attempt.status, attempt.response_body) == (500, "cannot delete <email>: locked")
 
 
+def test_an_answer_keeps_the_requests_own_uuids_and_masks_any_other(
+    integration: Integration, receiver: BrokerSimulator
+) -> None:
+    request = DeletionRequestFactory.create(integration=integration)
+    answer = (
+        f"request {request.request_uuid} (webhook {request.webhook_request_id}):"
+        " device 38400000-8cf0-11bd-b23e-10b96e40000d unknown"
+    )
+    receiver.script(Reply(status=500, body=answer.encode()))
+
+    deletion_requests_deliver(request_ids=[request.pk])
+
+    attempt = request.delivery_attempts.get()
+    assert attempt.response_body == (
+        f"request {request.request_uuid} (webhook {request.webhook_request_id}):"
+        " device <maid> unknown"
+    )
+
+
 def test_a_binary_answer_is_kept_storable_and_the_batch_with_it(
     integration: Integration, receiver: BrokerSimulator
 ) -> None:

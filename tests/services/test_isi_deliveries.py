@@ -188,6 +188,19 @@ def test_any_2xx_in_time_acknowledges_a_delete(
     assert (attempt.status, attempt.error) == (ACKNOWLEDGEMENTS[case].status, "")
 
 
+def test_a_delete_answer_keeps_the_requests_own_uuid_and_masks_any_other(
+    api: IsiSimulator, connection_a: IsiConnection
+) -> None:
+    request = DeletionRequestFactory.create(isi_connection=connection_a)
+    device = "38400000-8cf0-11bd-b23e-10b96e40000d"
+    api.answer_next("delete", Reply(500, f"{request.request_uuid}: {device} locked".encode()))
+
+    deletion_requests_deliver(request_ids=[request.pk])
+
+    (attempt,) = request.delivery_attempts.all()
+    assert attempt.response_body == f"{request.request_uuid}: <maid> locked"
+
+
 @pytest.mark.parametrize("reply", [Reply(500, b"database down"), Reply(302), Reply(429)])
 def test_a_delete_answered_otherwise_is_a_failed_attempt_retried(
     api: IsiSimulator, connection_a: IsiConnection, reply: Reply

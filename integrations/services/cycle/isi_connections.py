@@ -87,7 +87,9 @@ def isi_connections_refresh(
                     when=timezone.now(),
                     by="its connection list",
                 )
-        raise isi.IsiError(message, status=result.status, answer=_answer_kept(result)) from None
+        raise isi.IsiError(
+            message, status=result.status, answer=_answer_kept(result, integration)
+        ) from None
     assert result.status is not None
 
     now = now or timezone.now()
@@ -135,16 +137,20 @@ def isi_connections_refresh(
         connections=connections,
         method=method,
         status=result.status,
-        answer=_answer_kept(result),
+        answer=_answer_kept(result, locked),
         pending_requests_queued=queued,
     )
 
 
-def _answer_kept(result: DeliveryResult) -> str:
+def _answer_kept(result: DeliveryResult, integration: Integration) -> str:
     """The answer as staff are shown it (in a message, a signed cookie): its credentials
     already redacted by ``isi.send``, and what looks like an identifier masked, as a delete's
-    answer is kept (an error may name a consumer)."""
-    return masking.free_text_masked(result.response_body, limit=RESPONSE_BODY_LIMIT)
+    answer is kept (an error may name a consumer). The integration's connections, as stored,
+    are the UUIDs kept in it: any other may be a consumer's advertising ID."""
+    known = IsiConnection.objects.filter(integration=integration).values_list("uuid", flat=True)
+    return masking.free_text_masked(
+        result.response_body, limit=RESPONSE_BODY_LIMIT, own_uuids=[*known, integration.uuid]
+    )
 
 
 def _connections_request(url: str, token: isi.BearerToken) -> tuple[str, DeliveryResult]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -59,6 +60,7 @@ def _isi_outbound(
     check: isi.AnswerCheck | None,
     keep_answer: bool = True,
     answer_categories: tuple[str, ...] = (),
+    own_uuids: tuple[uuid.UUID, ...] = (),
     on_delivered: Callable[[Verdict], None] | None = None,
 ) -> Message:
     # The token is had here, on the thread holding the batch's transaction, which may store
@@ -72,6 +74,7 @@ def _isi_outbound(
         on_delivered=on_delivered,
         keep_answer=keep_answer,
         answer_categories=answer_categories,
+        own_uuids=own_uuids,
     )
 
 
@@ -101,6 +104,7 @@ def isi_deletion_outbound(request: DeletionRequest) -> Message:
         isi.endpoint(integration.base_url, isi.DELETE_PATH, connection_.uuid),
         isi.delete_body(request),
         check=None,
+        own_uuids=(request.request_uuid,),  # its answer is kept as text: ours kept in it
     )
 
 

@@ -137,7 +137,9 @@ def deletion_outcome_record(
     """
     now = now or timezone.now()
     # Masked before anything compares or keeps it: a repeat is judged on what is kept.
-    error_message = masking.free_text_masked(error_message, limit=ERROR_MESSAGE_MAX)
+    error_message = masking.free_text_masked(
+        error_message, limit=ERROR_MESSAGE_MAX, own_uuids=[deletion_request.request_uuid]
+    )
     failed = drop_outcome == DropOutcome.FAILED
     state = RequestState.FAILED if failed else RequestState.COMPLETED
     uuid_text = str(deletion_request.request_uuid)

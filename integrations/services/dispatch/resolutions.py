@@ -76,7 +76,11 @@ def resolution_outcome_record(
     """
     now = now or timezone.now()
     # Masked before anything compares or keeps it: a repeat is judged on what is kept.
-    exemption_basis = masking.free_text_masked(exemption_basis, limit=EXEMPTION_BASIS_MAX)
+    exemption_basis = masking.free_text_masked(
+        exemption_basis,
+        limit=EXEMPTION_BASIS_MAX,
+        own_uuids=[resolution_request.request_uuid],
+    )
     request = resolution_request
     uuid_text = str(request.request_uuid)
     with transaction.atomic():
