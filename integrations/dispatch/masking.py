@@ -149,6 +149,8 @@ _FREE_TEXT_IDENTIFIER = re.compile(
     # (Google's are written as our request UUIDs are). A UUID is kept only when it is one
     # the service issued for the row the text is kept on (``own_uuids``).
     r"|(?P<maid>(?<![\w-])(?:[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}|[0-9a-f]{32})(?![\w-]))"
+    # An IPv4 address (a refused target's, in a failure's text): kept, not read as a number.
+    r"|(?P<ip>(?<![\w.])(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?![\w.]|\.\d))"
     # A phone number, or any long number (an account's, a social security number): digits,
     # with spaces, dots, dashes, slashes or brackets between them (415/555/1234,
     # 415 - 555 - 1234), 7 digits or more (counted when found).
@@ -161,7 +163,7 @@ _NUMBER_DIGITS = 7
 def _identifier_masked(found: re.Match[str], own: frozenset[str] = frozenset()) -> str:
     kind = found.lastgroup
     text = found.group()
-    if kind == "maid" and text.replace("-", "").lower() in own:
+    if kind == "ip" or (kind == "maid" and text.replace("-", "").lower() in own):
         return text
     if kind == "number" and sum(c.isdigit() for c in text) < _NUMBER_DIGITS:
         return text

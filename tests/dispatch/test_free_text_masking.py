@@ -73,6 +73,12 @@ from integrations.dispatch.masking import free_text_masked
         ),
         ("HTTP 503 - retry 2/3 - 30 s", "HTTP 503 - retry 2/3 - 30 s"),
         ("status: processing (HTTP 202)", "status: processing (HTTP 202)"),
+        # An IPv4 address (a refused target's) is not a phone number; a dotted phone is.
+        (
+            "target address not allowed: 203.0.113.250 is private",
+            "target address not allowed: 203.0.113.250 is private",
+        ),
+        ("call 1.415.555.1234", "call <number>"),
         # Text that is not ASCII is kept as it reads.
         ("échec : déjà supprimé", "échec : déjà supprimé"),
         (

@@ -830,6 +830,26 @@ def test_a_token_endpoints_error_is_kept_storable_with_the_attempts_it_fails(
     assert events.count() == 2
 
 
+def test_a_token_endpoints_error_naming_the_consumer_is_kept_masked(
+    api: IsiSimulator, connection_a: IsiConnection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The broker's words reach the failure's text, kept on the attempt, the request and in
+    the ledger: masked there as in an answer."""
+    _expired_everywhere(monkeypatch)
+    api.answer_next("token", Reply(400, b'{"error": "no client for ann@example.com"}'))
+    request = DeletionRequestFactory.create(isi_connection=connection_a)
+
+    assert deletion_requests_deliver(request_ids=[request.pk]) == {"retry": 1}
+
+    request.refresh_from_db()
+    expected = f"OAuth token endpoint {api.token_url}: HTTP 400 (no client for <email>)"
+    assert request.last_error == expected
+    (attempt,) = request.delivery_attempts.all()
+    assert attempt.error == expected
+    failed = LedgerEvent.objects.get(kind="deletion_request.delivery_failed")
+    assert failed.data["error"] == expected
+
+
 def test_an_unstorable_isi_answer_fails_its_own_attempt_not_the_batch(
     broker: Any, api: IsiSimulator, connection_a: IsiConnection
 ) -> None:

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import sys
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
@@ -60,6 +61,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from integrations.counters import DELIVERIES
+from integrations.dispatch import masking
 from integrations.dispatch.policy import next_delay
 from integrations.dispatch.transport import Message, Transport, Verdict
 from integrations.dispatch.transports import TRANSPORTS
@@ -366,11 +368,13 @@ def _apply(
         status=recorded.status,
         duration_ms=recorded.duration_ms,
         response_body=recorded.response,
-        error=without_url_extras(recorded.error),
+        error=_failure_kept(recorded.error, call.message),
     )
     ending: Ending
     item.attempts = number
-    item.last_error = without_url_extras(verdict.failure) if verdict.outcome != "delivered" else ""
+    item.last_error = (
+        _failure_kept(verdict.failure, call.message) if verdict.outcome != "delivered" else ""
+    )
     data: dict[str, Any] = {
         **kind.ledger_data(item),
         "attempt": number,
@@ -423,6 +427,14 @@ def _apply(
         "data": data,
     }
     return attempt, ledger_entry, ending
+
+
+def _failure_kept(text: str, message: Message) -> str:
+    """A failure's text as its attempt, its row and the ledger keep it: its URLs cut (as
+    ``without_url_extras`` cuts them) and what looks like an identifier masked, the row's own
+    UUIDs kept. The broker's own words may be in it (an ISI answer refused by its check, an
+    OAuth error's description), as they are in an answer. Short: it is kept whole."""
+    return masking.free_text_masked(text, limit=sys.maxsize, own_uuids=message.own_uuids)
 
 
 def _cancel(kind: DeliveryKind[Item], item: Item, reason: str, when: dt.datetime) -> None:
