@@ -137,6 +137,7 @@ DATE = (
     rf"|\d{{1,2}}{_ORDINAL}{_GAP}(?:of{_GAP})?(?:{_MONTH})\.?,?{_GAP}\d{{4}}"
     rf"|\d{{1,2}}-(?:{_MONTH})-(?:\d{{4}}|\d{{2}}))"
 )
+_DASHED_ID = r"[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}"  # a UUID's form, a MAID's
 _FREE_TEXT_IDENTIFIER = re.compile(
     # An email, its "@" plain or percent-encoded; the domain may lack a dot (user@localhost).
     # Its local part is read without "/", which RFC 5322 allows but a URL's path ends with:
@@ -148,13 +149,14 @@ _FREE_TEXT_IDENTIFIER = re.compile(
     # A mobile advertising ID: 32 hex digits, with a UUID's dashes or none, in any case
     # (Google's are written as our request UUIDs are). A UUID is kept only when it is one
     # the service issued for the row the text is kept on (``own_uuids``).
-    r"|(?P<maid>(?<![\w-])(?:[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}|[0-9a-f]{32})(?![\w-]))"
+    rf"|(?P<maid>(?<![\w-])(?:{_DASHED_ID}|[0-9a-f]{{32}})(?![\w-]))"
     # An IPv4 address (a refused target's, in a failure's text): kept, not read as a number.
     r"|(?P<ip>(?<![\w.])(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?![\w.]|\.\d))"
     # A phone number, or any long number (an account's, a social security number): digits,
     # with spaces, dots, dashes, slashes or brackets between them (415/555/1234,
-    # 415 - 555 - 1234), 7 digits or more (counted when found).
-    r"|(?P<number>(?<![\w+])\+?\(?\d(?:[ .()/-]{0,3}\d)+(?!\w))",
+    # 415 - 555 - 1234), 7 digits or more (counted when found). Not an ID's first digits
+    # after a bracket: "(38400000-8cf0-..." is the ID, read from its first digit.
+    rf"|(?P<number>(?<![\w+])\+?\(?(?!{_DASHED_ID}(?![\w-]))\d(?:[ .()/-]{{0,3}}\d)+(?!\w))",
     re.IGNORECASE,
 )
 _NUMBER_DIGITS = 7

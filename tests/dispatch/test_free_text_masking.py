@@ -39,6 +39,8 @@ from integrations.dispatch.masking import free_text_masked
         ("maid A3F1C2D4-5678-90AB-CDEF-1234567890AB", "maid <maid>"),
         # Google's advertising ID is written as our request UUIDs are: one not ours is one.
         ("gaid 38400000-8cf0-11bd-b23e-10b96e40000d locked", "gaid <maid> locked"),
+        ("device (38400000-8cf0-11bd-b23e-10b96e40000d)", "device (<maid>)"),
+        ("account 12345678-1234-5678", "account <number>"),
         # A phone number with slashes or spaced dashes between its groups.
         ("call 415/555/1234 or 415 - 555 - 1234", "call <number> or <number>"),
         ("call 415 / 555 / 1234, +1 415-555 - 1234", "call <number>, <number>"),
