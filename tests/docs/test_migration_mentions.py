@@ -61,6 +61,7 @@ MENTIONS = [
         r"What changed \(migration (\d{4}), `consumers/load",
         "PARTITION BY LIST",
     ),
+    ("SECURITY.md", r"masked again by migration (\d{4})", "def free_text_masked_again"),
 ]
 
 
