@@ -286,7 +286,7 @@ class Migration(migrations.Migration):
     atomic = False
 
     dependencies = [
-        ("integrations", "0065_deletion_request_broker_pages"),
+        ("integrations", "0067_stored_body_fields_and_first_report_filled"),
     ]
 
     operations = [
