@@ -22,7 +22,7 @@ from typing import IO, Any, NoReturn
 
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DatabaseError, InterfaceError, OperationalError
+from django.db import DatabaseError, InterfaceError, OperationalError, transaction
 
 from integrations.drop.calendar import drop_moment
 from integrations.drop.download_zip import escaped
@@ -81,6 +81,27 @@ def period_bounds(options: dict[str, Any]) -> tuple[dt.datetime | None, dt.datet
     return since, until
 
 
+def out_path_checked(path: str, option: str = "--out") -> Path:
+    """A command's ``--out FILE``, checked before the command does anything (reads, appends
+    an event, calls out): a file's path, in a folder that exists and can be written in.
+    Found only at the end, a bad path has by then cost the export's work, and an export
+    recorded before its file could be written is a false record."""
+    if not path.strip():
+        raise CommandError(f"{option} is empty: give the path of the file to write")
+    out = Path(path)
+    if path.endswith(("/", os.sep)) or out.is_dir():
+        raise CommandError(f"{option} {path} is a folder: give the path of a file to write in it")
+    if out.exists() and not out.is_file():  # /dev/null: the rename would replace the device
+        raise CommandError(f"{option} {path} is not a regular file")
+    folder = out.parent
+    if not folder.is_dir():
+        what = "not a folder" if folder.exists() else "no such folder"
+        raise CommandError(f"{option} {path}: {what}: {folder}")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise CommandError(f"{option} {path}: cannot write in the folder {folder}")
+    return out
+
+
 def _partial_opened(path: str | Path, mode: str) -> tuple[Path, IO[Any]]:
     """``path``'s own partial file, ``<path>.<random>.partial``, created exclusively (the
     caller closes it), and its name."""
@@ -92,6 +113,43 @@ def _partial_opened(path: str | Path, mode: str) -> tuple[Path, IO[Any]]:
         raise CommandError(f"cannot write {path}: {exc.strerror}") from None
 
 
+class PartialOutput:
+    """A file being written under its partial name (``file``), until ``put_in_place``."""
+
+    def __init__(self, path: str | Path, mode: str) -> None:
+        self.path = Path(path)
+        self.partial, self.file = _partial_opened(path, mode)
+        self.placed = False
+
+    def put_in_place(self) -> None:
+        """Close the file and rename it to its path; one line (CommandError) when it cannot."""
+        self.file.close()
+        try:
+            os.replace(self.partial, self.path)
+        except OSError as exc:  # a directory of that name, say: the written file goes too
+            raise CommandError(f"cannot write {self.path}: {exc.strerror}") from None
+        self.placed = True
+
+
+@contextlib.contextmanager
+def partial_output(path: str | Path, mode: str = "wb") -> Iterator[PartialOutput]:
+    """A ``PartialOutput`` for the block to write and put in place; when the block does not
+    get that far, the partial file is removed. When the block fails after putting it in
+    place (the transaction that records the export did not commit), the file is removed too:
+    no finished-looking file of an export the ledger does not hold."""
+    output = PartialOutput(path, mode)
+    try:
+        with output.file:
+            yield output
+    except BaseException:
+        if output.placed:
+            output.path.unlink(missing_ok=True)
+        raise
+    finally:
+        if not output.placed:
+            output.partial.unlink(missing_ok=True)
+
+
 @contextlib.contextmanager
 def file_written_whole(path: str | Path, mode: str = "wb") -> Iterator[IO[Any]]:
     """A file written under ``<path>.<random>.partial`` and renamed to ``path`` when the
@@ -99,18 +157,19 @@ def file_written_whole(path: str | Path, mode: str = "wb") -> Iterator[IO[Any]]:
     looks finished. The name is its own (created exclusively): two exports to one path at
     once each write their own file, and one that fails cannot write into the file the other
     finished. Text modes write UTF-8, newlines as given (``mode`` begins with ``w``)."""
-    partial, file = _partial_opened(path, mode)
-    try:
-        with file:
-            yield file
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
-    try:
-        os.replace(partial, path)
-    except OSError as exc:  # a directory of that name, say: the written file goes too
-        partial.unlink(missing_ok=True)
-        raise CommandError(f"cannot write {path}: {exc.strerror}") from None
+    with partial_output(path, mode) as output:
+        yield output.file
+        output.put_in_place()
+
+
+@contextlib.contextmanager
+def file_written_recorded(path: str | Path, mode: str = "wb") -> Iterator[IO[Any]]:
+    """``file_written_whole`` in one transaction with what the block records: the ledger
+    event of the export commits only once the file is in place, and the file stays only if
+    the event commits. An export that fails leaves no event of a file never written."""
+    with partial_output(path, mode) as output, transaction.atomic():
+        yield output.file
+        output.put_in_place()
 
 
 @contextlib.contextmanager
@@ -165,10 +224,11 @@ def _put_in_place(moves: list[tuple[Path, Path]]) -> None:
 
 
 def open_output(path: str | None, stdout: Any) -> Any:
-    """The ``--out`` file (UTF-8, written whole or not at all) or stdout."""
-    if not path:
+    """The ``--out`` file (UTF-8, written whole or not at all, with the events the block
+    appends: ``file_written_recorded``) or stdout."""
+    if path is None:
         return contextlib.nullcontext(stdout)
-    return file_written_whole(path, "w")
+    return file_written_recorded(path, "w")
 
 
 def broker_or_error(broker_id: str) -> Broker:

@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Any
 
 from django.core.management.base import CommandError
@@ -25,7 +24,8 @@ from integrations.management.base import (
     broker_or_error,
     cycle_or_error,
     date_bound,
-    file_written_whole,
+    out_path_checked,
+    partial_output,
 )
 from integrations.services.evidence.evidence import evidence_pack_export, evidence_public_key_pem
 from integrations.services.evidence.evidence_sample import SAMPLE_MAX
@@ -59,6 +59,7 @@ class Command(DropportalCommand):
         subparsers.add_parser("public-key", help="print the public key (PEM) that verifies packs")
 
     def handle_export(self, **options: Any) -> None:
+        out = out_path_checked(options["out"])
         broker = broker_or_error(options["broker"])
         cycle = None
         if options["cycle"]:
@@ -71,9 +72,8 @@ class Command(DropportalCommand):
             raise CommandError("give --sample and --seed together")
         since = date_bound(options["since"]) if options["since"] else None
         until = date_bound(options["until"], end=True) if options["until"] else None
-        out = Path(options["out"])
         try:
-            with file_written_whole(out, "w+b") as stream:
+            with partial_output(out, "w+b") as output:
                 result = evidence_pack_export(
                     broker=broker,
                     cycle=cycle,
@@ -81,9 +81,11 @@ class Command(DropportalCommand):
                     until=until,
                     sample=options["sample"],
                     seed=options["seed"],
-                    out=stream,
+                    out=output.file,
                     actor=self.actor(),
                     via="command",
+                    # The event and the pack in place: both or neither.
+                    in_place=output.put_in_place,
                 )
         except OSError as exc:  # the disk filled up, say: the partial file is gone already
             raise CommandError(f"cannot write {out}: {exc.strerror}") from None

@@ -16,6 +16,7 @@ from integrations.management.base import (
     add_period_arguments,
     broker_or_every,
     open_output,
+    out_path_checked,
     period_bounds,
 )
 from integrations.selectors.ledger import LEDGER_COLUMNS, ledger_events
@@ -61,12 +62,15 @@ class Command(DropportalCommand):
         )
 
     def handle_export(self, **options: Any) -> None:
+        if options["out"] is not None:
+            out_path_checked(options["out"])
         broker_or_every(options["broker"])  # a typo is an error, not an empty export
         since, until = period_bounds(options)
         with open_output(options["out"], self.stdout._out) as stream:
             # Who took the ledger, as the admin's export and ``outcomes export`` record it:
             # once the output could be opened, before the rows are read, so the export
-            # holds its own event.
+            # holds its own event; to a file, in the file's transaction, committed only
+            # once the file is in place.
             ledger_export_record(
                 actor=self.actor(),
                 via="command",

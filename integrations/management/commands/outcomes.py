@@ -19,8 +19,9 @@ from integrations.management.base import (
     DropportalCommand,
     add_period_arguments,
     broker_or_every,
-    file_written_whole,
+    file_written_recorded,
     open_output,
+    out_path_checked,
     period_bounds,
 )
 from integrations.selectors.outcomes import (
@@ -44,31 +45,40 @@ class Command(DropportalCommand):
         export.add_argument("--out", help="write to this file instead of stdout")
 
     def handle_export(self, **options: Any) -> None:
+        out = options["out"]
+        if out is not None:
+            out_path_checked(out)
         broker_id = options["broker"]
         broker_or_every(broker_id)  # a typo is an error, not an empty export
         since, until = period_bounds(options)
         filters = {"broker_id": broker_id, "since": since, "until": until}
-        outcome_export_record(
-            actor=self.actor(),
-            via="command",
-            broker_id=broker_id or "",
-            fmt=options["format"],
-            filters={"since": options["since"], "until": options["until"], "out": options["out"]},
-        )
-        out = options["out"]
-        if options["format"] == "csv" and out:
+
+        def record() -> None:
+            outcome_export_record(
+                actor=self.actor(),
+                via="command",
+                broker_id=broker_id or "",
+                fmt=options["format"],
+                filters={"since": options["since"], "until": options["until"], "out": out},
+            )
+
+        # To a file, the event is appended in the file's transaction: committed only once
+        # the file is in place, so a failed export records nothing.
+        if options["format"] == "csv" and out is not None:
             # PostgreSQL's UTF-8 bytes go to the file as they come.
-            with file_written_whole(out, "wb") as binary:
+            with file_written_recorded(out, "wb") as binary:
+                record()
                 for chunk in deletion_outcomes_csv(**filters):
                     binary.write(chunk)
         else:
             with open_output(out, self.stdout._out) as stream:
+                record()
                 if options["format"] == "csv":
                     _write_text(stream, deletion_outcomes_csv(**filters))
                 else:
                     rows = deletion_outcomes(**filters)
                     exports.write_rows(stream, fmt="jsonl", columns=OUTCOME_COLUMNS, rows=rows)
-        if out:
+        if out is not None:
             size = Path(out).stat().st_size
             self.stderr.write(f"Wrote the outcome history to {out} ({size:,} bytes).")
 

@@ -27,7 +27,7 @@ import contextlib
 import datetime as dt
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import metadata
 from typing import IO, Any
@@ -89,9 +89,14 @@ def evidence_pack_export(
     until: dt.datetime | None = None,
     sample: int | None = None,
     seed: str | None = None,
+    in_place: Callable[[], None] | None = None,
 ) -> EvidenceExport:
     """Write the pack of ``cycle``, or of ``since``..``until`` (until exclusive), to ``out``;
-    with ``sample`` and ``seed``, that many work items' stories drawn by the seed."""
+    with ``sample`` and ``seed``, that many work items' stories drawn by the seed.
+
+    ``in_place`` (the command's rename of the written file to its name) runs in the
+    transaction that appends the export's event, after it: when it fails, the event is
+    rolled back, so the ledger never records a pack that was not written."""
     _check_pack_period(broker=broker, cycle=cycle, since=since, until=until)
     _check_sample(sample, seed)
     key = evidence_signing_key()
@@ -174,6 +179,8 @@ def evidence_pack_export(
                 ),
             },
         )
+        if in_place is not None:
+            in_place()
     return EvidenceExport(manifest=manifest, manifest_sha256=manifest_sha256)
 
 
