@@ -21,6 +21,7 @@ from integrations.management.base import (
     DropportalCommand,
     broker_or_error,
     files_written_whole,
+    out_path_checked,
     terminal_text,
 )
 from integrations.models import Directive
@@ -70,10 +71,10 @@ class DirectiveSubcommands(DropportalCommand):
             )
 
     def handle_directive(self, **options: Any) -> None:
+        out = out_path_checked(options["out"])
         directive = Directive.objects.select_related("broker").filter(pk=options["id"]).first()
         if directive is None:
             raise CommandError(f"no directive {options['id']}")
-        out = Path(options["out"])
         signature = Path(f"{out}.sig")
         try:
             # Both or neither: either one that cannot be written leaves both paths as they

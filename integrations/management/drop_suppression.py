@@ -31,6 +31,7 @@ from integrations.management.base import (
     broker_or_error,
     date_bound,
     file_written_whole,
+    out_path_checked,
 )
 from integrations.selectors.suppression import (
     SUPPRESSION_COLUMNS,
@@ -101,8 +102,10 @@ class SuppressionSubcommands(DropportalCommand):
     def handle_suppression(self, **options: Any) -> None:
         action = options.pop("suppression_action")
         assert action == "export"  # the only one
-        broker = broker_or_error(options["broker"])
         fmt, out = options["format"], options["out"]
+        if out is not None and not out.startswith("s3://"):
+            out_path_checked(out)
+        broker = broker_or_error(options["broker"])
         if fmt == "parquet" and not out and sys.stdout.isatty():
             raise CommandError("Parquet is binary: give --out FILE or s3://bucket/key")
         destination = out or "stdout"

@@ -200,10 +200,22 @@ def test_a_directive_file_that_cannot_be_written_leaves_no_signature_behind(
     out = tmp_path / "directive.csv"
     out.mkdir()  # the file's path is taken
 
-    with pytest.raises(CommandError, match=r"cannot write .*directive\.csv: Is a directory"):
+    with pytest.raises(CommandError, match=r"--out .*directive\.csv is a folder"):
         run("drop", "directive", str(directive.pk), "--out", str(out))
 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["directive.csv"]  # no lone .sig
+    assert not LedgerEvent.objects.filter(kind=LedgerKind.DIRECTIVE_DOWNLOADED).exists()
+
+
+def test_an_empty_out_is_refused_in_words_that_say_so(
+    directive: Directive, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+
+    with pytest.raises(CommandError, match=r"^--out is empty: give the path of the file"):
+        run("drop", "directive", str(directive.pk), "--out", "")
+
+    assert list(tmp_path.iterdir()) == []
     assert not LedgerEvent.objects.filter(kind=LedgerKind.DIRECTIVE_DOWNLOADED).exists()
 
 

@@ -131,8 +131,10 @@ def test_errors_are_one_line_and_leave_nothing(
 ) -> None:
     with pytest.raises(CommandError, match=r"^no broker with id '9999'$"):
         call_command("drop", "suppression", "export", "--broker", "9999")
-    with pytest.raises(CommandError, match=r"^cannot write .*/missing/x\.csv: "):
+    with pytest.raises(CommandError, match=r"^--out .*/missing/x\.csv: no such folder: "):
         export("--out", str(tmp_path / "missing" / "x.csv"))
+    with pytest.raises(CommandError, match=r"^--out is empty"):  # not stdout, unasked
+        export("--out", "")
     with pytest.raises(CommandError, match=r"^s3://no-such-bucket/x\.csv: NoSuchBucket"):
         export("--out", "s3://no-such-bucket/x.csv")
     with pytest.raises(CommandError, match=r"name an object"):
