@@ -102,6 +102,24 @@ def out_path_checked(path: str, option: str = "--out") -> Path:
     return out
 
 
+def out_folder_checked(path: str, option: str = "--out") -> Path:
+    """A command's ``--out FOLDER``, made (with its parents) and checked writable before the
+    command does anything: a run that fails only at saving has by then done its work (and
+    recorded it, or sent it)."""
+    if not path.strip():
+        raise CommandError(f"{option} is empty: give the folder to save the files in")
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise CommandError(f"{option} {path} is a file, not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CommandError(f"{option} {path}: cannot make the folder: {exc.strerror}") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise CommandError(f"{option} {path}: cannot write in the folder")
+    return out
+
+
 def _partial_opened(path: str | Path, mode: str) -> tuple[Path, IO[Any]]:
     """``path``'s own partial file, ``<path>.<random>.partial``, created exclusively (the
     caller closes it), and its name."""

@@ -31,6 +31,7 @@ from integrations.management.base import (
     DropportalCommand,
     broker_or_error,
     cycle_or_error,
+    out_folder_checked,
     validation_message,
 )
 from integrations.models import Broker, DropCycle, ReportFile, ReportFileState
@@ -95,9 +96,8 @@ class ReportSubcommand(DropportalCommand):
         if options["discard"] or options["reason"] is not None:
             self._discard(broker, cycle, options)
             return
-        out = Path(options["out"]) if options["out"] else None
-        if out is not None and out.exists() and not out.is_dir():
-            raise CommandError(f"--out {out} is a file, not a folder")
+        # Before the run: it writes files and ledger events, and with --upload sends them.
+        out = out_folder_checked(options["out"]) if options["out"] is not None else None
         try:
             run = report_run(
                 broker=broker, upload=options["upload"], cycle=cycle, actor=self.actor()
@@ -130,7 +130,7 @@ class ReportSubcommand(DropportalCommand):
     def _discard(self, broker: Broker, cycle: DropCycle | None, options: dict[str, Any]) -> None:
         if not options["discard"] or not (options["reason"] or "").strip():
             raise CommandError("--discard FILE and --reason TEXT go together")
-        if options["upload"] or options["out"]:
+        if options["upload"] or options["out"] is not None:
             raise CommandError("--discard gives up one amendment: run it without --upload/--out")
         found = _file_or_error(broker, cycle, options["discard"])
         try:
@@ -153,7 +153,7 @@ class ReportSubcommand(DropportalCommand):
         """A second person approves or rejects a file waiting for approval."""
         if options["approve"] and options["reject"]:
             raise CommandError("--approve and --reject: one or the other")
-        if options["discard"] or options["upload"] or options["out"]:
+        if options["discard"] or options["upload"] or options["out"] is not None:
             raise CommandError(
                 "--approve/--reject decide on one file: run it without --discard/--upload/--out"
             )

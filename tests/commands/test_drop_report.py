@@ -270,3 +270,36 @@ def test_unknown_broker_and_a_file_for_a_folder(cycle: DropCycle, tmp_path: Path
     with pytest.raises(CommandError, match="is a file, not a folder"):
         run("--out", str(tmp_path / "file"))
     assert not ReportFile.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("out", "message"),
+    [
+        (
+            "{tmp}/file/responses",
+            r"--out .*/file/responses: cannot make the folder: Not a directory",
+        ),
+        ("/proc/nope/responses", r"--out /proc/nope/responses: cannot make the folder: "),
+        ("", r"--out is empty: give the folder to save the files in"),
+    ],
+)
+def test_an_out_folder_that_cannot_be_written_is_refused_before_the_run(
+    cycle: DropCycle, drop: DropSimulator, tmp_path: Path, out: str, message: str
+) -> None:
+    """Checked before the run, not when saving after it: by then the files were written and
+    recorded in the ledger, and with --upload sent to DROP."""
+    (tmp_path / "file").write_text("x")
+    events = LedgerEvent.objects.count()
+
+    with pytest.raises(CommandError, match=message) as refused:
+        run("--upload", "--out", out.format(tmp=tmp_path))
+
+    assert "\n" not in str(refused.value)
+    assert not ReportFile.objects.exists()
+    assert LedgerEvent.objects.count() == events
+    assert drop.calls("/data/upload") == []
+
+
+def test_a_missing_out_folder_is_made_before_the_run(cycle: DropCycle, tmp_path: Path) -> None:
+    run("--out", str(tmp_path / "new" / "responses"))
+    assert (tmp_path / "new" / "responses" / EMAIL).is_file()
