@@ -327,6 +327,32 @@ def test_a_download_time_before_the_packages_date_is_refused_in_one_line(
     assert DropCycle.objects.get().due_date == dt.date(2027, 1, 4)
 
 
+def test_a_download_time_before_the_packages_date_is_refused_before_anything_happens(
+    package: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Refused up front, as a time in the future is: not after asking the broker's API for
+    its ISI connections (an outbound call, and a ledger event when it fails for good)."""
+    from integrations.services.cycle import drop_import as service
+
+    refreshed: list[Broker] = []
+
+    def refresh(*, broker: Broker, actor: str) -> list[object]:
+        refreshed.append(broker)
+        return []
+
+    monkeypatch.setattr(service, "isi_connections_refresh_for_broker", refresh)
+    events = LedgerEvent.objects.count()
+
+    with pytest.raises(CommandError, match=r"download time .* is before the package's date"):
+        call_command(
+            "drop", "import", "--broker", "4821", str(package), "--downloaded-at", "2026-11-19"
+        )
+
+    assert refreshed == []
+    assert LedgerEvent.objects.count() == events
+    assert not DropCycle.objects.exists()
+
+
 # ---------------------------------------------------------------- refused ZIPs
 
 

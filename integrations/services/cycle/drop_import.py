@@ -26,6 +26,7 @@ import datetime as dt
 import hashlib
 import itertools
 import time
+import zipfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,6 +147,10 @@ def drop_zip_import(
             f"{zip_name} not imported: its download time {downloaded_at.isoformat()} is in "
             "the future; give the time it was downloaded from DROP"
         )
+    if by_hand and downloaded_at is not None:
+        # Before anything happens (the refresh below calls the broker's API and writes to
+        # the ledger): from the ZIP's file names, as _cycle_create checks it again.
+        _download_before_package_refuse(path, zip_name, downloaded_at)
     try:
         with path.open("rb") as package:
             sha256 = hashlib.file_digest(package, "sha256").hexdigest()
@@ -431,11 +436,7 @@ def _cycle_create(
     if by_hand and downloaded_at is not None and downloaded_at < packaged:
         # DROP made the package that day: a download before it is a typing error, and would
         # put the due date (and every figure counted from it) before the package existed.
-        raise DropImportError(
-            f"{zip_name} not imported: its download time {downloaded_at.isoformat()} is "
-            f"before the package's date, {drop_date(packaged).isoformat()}; give the time it "
-            "was downloaded from DROP"
-        )
+        raise DropImportError(_before_package(zip_name, downloaded_at, packaged))
     # Stored, recorded and exported in UTC, whatever zone it was given in.
     downloaded_at = (downloaded_at or min(now, packaged)).astimezone(dt.UTC)
     return DropCycle.objects.create(
@@ -557,6 +558,29 @@ def _item_lines(rows: Iterable[WorkItemRow]) -> Iterator[str]:
 def _removed_lines(rows: Iterable[RemovedRow]) -> Iterator[str]:
     for row in rows:
         yield f"{row.work_item_id}\n"
+
+
+def _download_before_package_refuse(path: Path, zip_name: str, downloaded_at: dt.datetime) -> None:
+    """``DropImportError`` when ``downloaded_at`` is before the date in the names of the
+    package's members. A package that cannot be listed is left to the import to refuse."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = [
+                info.filename.replace("\\", "/").rsplit("/", 1)[-1] for info in archive.infolist()
+            ]
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+        return
+    packaged = _package_time(names, downloaded_at)
+    if downloaded_at < packaged:
+        raise DropImportError(_before_package(zip_name, downloaded_at, packaged))
+
+
+def _before_package(zip_name: str, downloaded_at: dt.datetime, packaged: dt.datetime) -> str:
+    return (
+        f"{zip_name} not imported: its download time {downloaded_at.isoformat()} is before "
+        f"the package's date, {drop_date(packaged).isoformat()}; give the time it was "
+        "downloaded from DROP"
+    )
 
 
 def _package_time(names: Iterable[str], default: dt.datetime) -> dt.datetime:
