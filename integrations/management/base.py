@@ -54,7 +54,27 @@ def date_bound(text: str, *, end: bool = False) -> dt.datetime:
     try:
         return drop_moment(text, end=end)
     except ValueError:
-        raise CommandError(f"not a date: {text!r} (use YYYY-MM-DD or an ISO 8601 time)") from None
+        pass
+    # A date or time that reads but cannot be held once moved to UTC (or, ending a
+    # period, once a day is added): at the very edges of the calendar, not a typo.
+    try:
+        day = dt.date.fromisoformat(text)
+    except ValueError:
+        try:
+            day = dt.datetime.fromisoformat(text.upper()).date()
+        except ValueError:
+            raise CommandError(
+                f"not a date: {text!r} (use YYYY-MM-DD or an ISO 8601 time)"
+            ) from None
+    edge = "past the last" if day.year > 1 else "before the first"
+    raise CommandError(
+        f"{text!r} is {edge} date supported: give one from {_FIRST_DAY} to {_LAST_DAY}"
+    )
+
+
+# The days whose bounds every zone can hold in UTC, an ending bound's next day included.
+_FIRST_DAY = dt.date.min + dt.timedelta(days=1)
+_LAST_DAY = dt.date.max - dt.timedelta(days=1)
 
 
 def add_period_arguments(parser: Any, *, what: str = "") -> None:

@@ -137,6 +137,15 @@ def test_out_file(events: None, tmp_path: Path) -> None:
         (["--broker", "9999"], "no broker with id '9999'"),
         (["--since", "yesterday"], "not a date: 'yesterday'"),
         (["--since", "2026-03-13", "--until", "2026-03-12"], "--until must be after --since"),
+        # Dates, but at the calendar's edges: the whole of the last day ends past what a
+        # time can hold. Not "not a date".
+        (
+            ["--until", "9999-12-31"],
+            r"^'9999-12-31' is past the last date supported: give "
+            "one from 0001-01-02 to 9999-12-30$",
+        ),
+        (["--since", "9999-12-31T23:59"], r"'9999-12-31T23:59' is past the last date"),
+        (["--since", "0001-01-01T00:00+05:00"], r"is before the first date supported"),
     ],
 )
 def test_bad_arguments_are_one_clear_error(
@@ -148,6 +157,10 @@ def test_bad_arguments_are_one_clear_error(
         run(*args, "--out", str(target))
     assert "\n" not in str(refused.value)
     assert not target.exists()
+
+
+def test_the_last_date_supported_ends_a_period(events: None) -> None:
+    assert run("--since", "2026-01-01", "--until", "9999-12-30").startswith("id,created_at")
 
 
 def test_an_export_that_fails_part_way_leaves_no_file(
