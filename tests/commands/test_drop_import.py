@@ -583,10 +583,12 @@ def test_a_refused_zip_can_be_imported_once_fixed(package: Path, capsys) -> None
         (["--broker", "9999", "x.zip"], "no broker with id '9999'"),
         (["--broker", "4821", "/nonexistent/x.zip"], "no such file: /nonexistent/x.zip"),
         (["--broker", "4821", "PKG", "--downloaded-at", "soon"], "not a date: 'soon'"),
+        (["--broker", "4821", "DIR"], r"^/.* is a folder: give the ZIP as downloaded from DROP$"),
     ],
 )
 def test_bad_arguments_are_one_line_errors(package: Path, argv: list[str], message: str) -> None:
-    argv = [str(package) if arg == "PKG" else arg for arg in argv]
+    given = {"PKG": str(package), "DIR": str(package.parent)}
+    argv = [given.get(arg, arg) for arg in argv]
     with pytest.raises(CommandError, match=message):
         call_command("drop", "import", *argv)
     assert not DropCycle.objects.exists()

@@ -191,6 +191,8 @@ class Command(DirectiveSubcommands, ReportSubcommand, SuppressionSubcommands):
     def handle_import(self, **options: Any) -> None:
         broker = broker_or_error(options["broker"])
         path = Path(options["file"])
+        if path.is_dir():
+            raise CommandError(f"{path} is a folder: give the ZIP as downloaded from DROP")
         if not path.is_file():
             raise CommandError(f"no such file: {path}")
         downloaded_at: dt.datetime | None = None
