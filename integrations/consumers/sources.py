@@ -159,6 +159,8 @@ class ConsumerSource:
                 return
             if self.format == "csv.gz":
                 raw = stack.enter_context(_Gunzipped(raw))
+            else:
+                raw = _CheckedCsv(raw)
             text = io.TextIOWrapper(
                 io.BufferedReader(raw, buffer_size=_READ_BLOCK),
                 encoding="utf-8-sig",
@@ -172,6 +174,37 @@ class ConsumerSource:
     def finish_digest(self) -> str:
         """The SHA-256 of the whole file, once its records have all been read."""
         return self.sha256.hexdigest()
+
+
+# A file's first bytes, for what is surely not CSV text: without this a gzip file read as
+# CSV is refused as "not UTF-8 text (a UTF-16 file?)", which hides the way to read it.
+_NOT_CSV: Final = (
+    (b"\x1f\x8b", "gzip-compressed: read it with --format csv.gz (or name it .csv.gz)"),
+    (b"PAR1", "a Parquet file: read it with --format parquet (or name it .parquet)"),
+    (b"PK\x03\x04", "a ZIP archive, which no format reads: unzip it and import the CSV in it"),
+)
+
+
+class _CheckedCsv(io.RawIOBase):
+    """``raw`` as it is, its first bytes checked (``_NOT_CSV``) as the first read returns
+    them: no read of its own, so the file is read, and its digest taken, as before."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self._raw = raw
+        self._checked = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        count = self._raw.readinto(buffer)  # type: ignore[attr-defined]
+        if count and not self._checked:
+            self._checked = True
+            head = bytes(memoryview(buffer)[: min(count, 4)])
+            for magic, what in _NOT_CSV:
+                if head.startswith(magic):
+                    raise SourceError(f"not CSV text: the file is {what}")
+        return int(count or 0)
 
 
 def _read_records(reader: ConsumerCsvReader, processes: int | None) -> Iterator[EncodedBatch]:

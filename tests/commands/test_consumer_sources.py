@@ -128,6 +128,38 @@ def test_format_option_overrides_the_name(broker: Broker, tmp_path: Path) -> Non
     assert stored(broker) == EXPECTED
 
 
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        (
+            "c.csv.gz",
+            gzip.compress(CLEAR.encode()),
+            r"not CSV text: the file is gzip-compressed: read it with --format csv\.gz",
+        ),
+        (
+            "c.parquet",
+            parquet_bytes(),
+            r"the file is a Parquet file: read it with --format parquet",
+        ),
+        ("c.zip", b"PK\x03\x04" + bytes(40), r"the file is a ZIP archive, which no format reads"),
+    ],
+)
+def test_a_file_read_as_csv_that_is_not_says_what_it_is(
+    broker: Broker, tmp_path: Path, name: str, content: bytes, message: str
+) -> None:
+    path = tmp_path / name
+    path.write_bytes(content)
+    events = LedgerEvent.objects.count()
+
+    with pytest.raises(CommandError, match=message) as refused:
+        run(str(path), "--format", "csv")
+
+    assert "UTF-16" not in str(refused.value)
+    assert "\n" not in str(refused.value)
+    assert stored(broker) == {}
+    assert LedgerEvent.objects.count() == events
+
+
 def test_standard_input_in_each_format(
     broker: Broker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
