@@ -22,7 +22,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce, Least
 
-from integrations.drop.calendar import drop_date
+from integrations.drop.calendar import drop_date, drop_midnight
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, DropCycle, LedgerEvent
 
@@ -59,14 +59,36 @@ def brokers_with_last_downloads(brokers: QuerySet[Broker] | None = None) -> Quer
     )
 
 
+# The law's duty to download at least once every 45 days begins on this day of DROP's
+# calendar (Civil Code 1798.99.86): no time before it is late, so the cadence's clock
+# starts at its first moment in California for a broker set up, or last downloading, before.
+DOWNLOAD_DUTY_BEGINS = dt.date(2026, 8, 1)
+
+
+def download_duty_start() -> dt.datetime:
+    """The first moment of the duty to download (``DOWNLOAD_DUTY_BEGINS``) in DROP's zone."""
+    return drop_midnight(DOWNLOAD_DUTY_BEGINS)
+
+
+def download_clock_from(moment: dt.datetime) -> dt.datetime:
+    """When DROP's cadence counts from after ``moment`` (a download, or the broker's set-up
+    in the service before a first): ``moment``, or the first moment of the duty
+    (``DOWNLOAD_DUTY_BEGINS``) if later. The one rule of the dashboard, the
+    ``drop_download_due`` alert and the evidence pack's gaps."""
+    return max(moment, download_duty_start())
+
+
 def download_due_date(*downloads: dt.datetime | None, set_up: dt.datetime) -> dt.date:
     """The day DROP's cadence wants the next download by, counted in DROP's calendar from the
     last of ``downloads`` (as ``brokers_with_last_downloads`` annotates them, and as the
     evidence pack counts them); before the first, from the broker's ``set_up`` in the
     service, as the pack counts the time before a first download too: a broker that never
-    pulled is not exempt from the law."""
+    pulled is not exempt from the law. Never from before the duty began
+    (``download_clock_from``)."""
     last = max((at for at in downloads if at is not None), default=set_up)
-    return drop_date(last) + dt.timedelta(days=settings.DROPPORTAL_DOWNLOAD_CADENCE_DAYS)
+    return drop_date(download_clock_from(last)) + dt.timedelta(
+        days=settings.DROPPORTAL_DOWNLOAD_CADENCE_DAYS
+    )
 
 
 def brokers_download_due(*, today: dt.date, within_days: int) -> list[tuple[Broker, dt.date]]:

@@ -42,6 +42,7 @@ from integrations.models import (
     WorkItem,
     WorkItemState,
 )
+from integrations.selectors import pulls
 from integrations.services import ledger as ledger_services
 from integrations.services.cycle.drop_import import drop_zip_import
 from integrations.services.evidence import components as builders
@@ -476,6 +477,13 @@ def test_the_gap_between_downloads_is_counted_in_drop_calendar_days(
     assert dt.datetime.fromisoformat(records["longest_gap"]["from"]) == at(*previous)
 
 
+@pytest.fixture
+def duty_long_begun(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cadence's own rule, whatever today is: these packs' times reach back months, to
+    before the duty to download began (``test_no_gap_counts_from_before_the_duty...``)."""
+    monkeypatch.setattr(pulls, "DOWNLOAD_DUTY_BEGINS", dt.date(2000, 1, 1))
+
+
 def set_up_days_ago(days: int, monkeypatch: pytest.MonkeyPatch) -> Broker:
     """Broker 4821, set up in the service ``days`` ago (its first ledger event then)."""
     at = timezone.now() - dt.timedelta(days=days)
@@ -486,7 +494,7 @@ def set_up_days_ago(days: int, monkeypatch: pytest.MonkeyPatch) -> Broker:
 
 @pytest.mark.parametrize(("days", "result"), [(200, "fail"), (30, "pass")])
 def test_a_broker_that_never_reached_drop_has_one_long_gap(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, days: int, result: str
+    duty_long_begun: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, days: int, result: str
 ) -> None:
     """No download at all is no proof of access: the pack's whole time is the gap."""
     set_up_days_ago(400, monkeypatch)
@@ -503,7 +511,12 @@ def test_a_broker_that_never_reached_drop_has_one_long_gap(
 
 @pytest.mark.parametrize(("set_up", "result", "gap"), [(300, "fail", 170), (40, "pass", 30)])
 def test_the_time_before_a_first_download_late_in_the_pack_is_a_gap(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, set_up: int, result: str, gap: int
+    duty_long_begun: None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    set_up: int,
+    result: str,
+    gap: int,
 ) -> None:
     """A first download near the end of a long pack does not make the months before it
     vanish; the time before the broker was set up in the service is not counted."""
@@ -519,6 +532,44 @@ def test_the_time_before_a_first_download_late_in_the_pack_is_a_gap(
 
     assert drop_access["tests"][0]["result"] == result, drop_access["tests"][0]
     assert gap - 1 < drop_access["records"]["longest_gap_days"] < gap + 1
+
+
+def test_no_gap_counts_from_before_the_duty_to_download_began(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The duty to download every 45 days begins on 1 August 2026: a pack from June 1 whose
+    first download is on August 1 has no gap before it, nor between two downloads before
+    and after that day beyond the time since August 1."""
+    june_1 = drop_midnight(dt.date(2026, 6, 1))
+    with monkeypatch.context() as clock:
+        clock.setattr(ledger_services, "timezone", SimpleNamespace(now=lambda: june_1))
+        broker = broker_create(broker_id="4821", name="Acme Data", mode="test", actor="test")
+    noon = dt.timedelta(hours=12)
+    DropCycleFactory.create(
+        broker=broker, drop_session_id="1", downloaded_at=drop_midnight(dt.date(2026, 8, 1)) + noon
+    )
+    since, until = "2026-06-01", "2026-09-10"
+
+    drop_access = components_of(export(tmp_path, "--since", since, "--until", until))["drop_access"]
+
+    assert drop_access["tests"][0]["result"] == "pass", drop_access["tests"][0]
+    # The longest is the one still open: August 1 to September 10, both included.
+    assert drop_access["records"]["longest_gap_drop_days"] == 40
+
+    # A download on July 1 and the next on September 5: 35 days of the duty, not 66.
+    DropCycle.objects.filter(drop_session_id="1").update(
+        downloaded_at=drop_midnight(dt.date(2026, 7, 1)) + noon
+    )
+    DropCycleFactory.create(
+        broker=broker, drop_session_id="2", downloaded_at=drop_midnight(dt.date(2026, 9, 5)) + noon
+    )
+    drop_access = components_of(export(tmp_path, "--since", since, "--until", until, name="b.zip"))[
+        "drop_access"
+    ]
+    assert drop_access["tests"][0]["result"] == "pass", drop_access["tests"][0]
+    assert drop_access["records"]["longest_gap_drop_days"] == 35
+    opened = dt.datetime.fromisoformat(drop_access["records"]["longest_gap"]["from"])
+    assert opened == drop_midnight(dt.date(2026, 8, 1))
 
 
 def test_a_pull_that_resumed_a_package_downloaded_before_is_no_download_of_its_own(

@@ -30,7 +30,7 @@ from devtools.drop_simulator import DropSimulator, work_items
 from devtools.loopback import serve_in_thread
 from integrations import enqueue, tasks
 from integrations.dispatch.alerts import AlertNotSent, AlertRefused, alert_send
-from integrations.drop.calendar import drop_date, drop_today
+from integrations.drop.calendar import drop_date, drop_midnight, drop_today
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     AlertState,
@@ -398,6 +398,21 @@ def test_a_broker_that_never_downloaded_counts_from_its_set_up(broker: Broker) -
     assert raised.condition == "drop_download_due"
     assert f"Broker 4821 must download from DROP by {due}" in raised.text
     assert "before a first, after its set-up here" in raised.text
+
+
+def test_a_broker_set_up_before_the_duty_to_download_counts_from_august_1_2026(
+    broker: Broker,
+) -> None:
+    """The duty to download every 45 days begins on 1 August 2026: a broker set up on
+    June 1 owes nothing in July, and its first download is due 45 days after August 1."""
+    june_1 = drop_midnight(dt.date(2026, 6, 1)) + dt.timedelta(hours=9)
+    Broker.objects.filter(pk=broker.pk).update(created_at=june_1)
+
+    assert alerts_evaluate(now=drop_midnight(dt.date(2026, 7, 20))).raised == []
+
+    (raised,) = alerts_evaluate(now=drop_midnight(dt.date(2026, 9, 10))).raised
+    assert raised.condition == "drop_download_due"
+    assert "Broker 4821 must download from DROP by 2026-09-15 (in 5 day(s))" in raised.text
 
 
 def test_cycles_due_alert_at_7_days_and_again_at_2_while_statuses_are_owed(

@@ -623,7 +623,8 @@ def _drop_download_due(now: dt.datetime) -> Iterable[Firing]:
     broker whose next one is due within a week, or overdue, whether it pulls by hand
     (automatic pulls off) or its automatic pulls keep failing. It clears with a download,
     a pull DROP answers "nothing new" included. A broker that never downloaded counts from
-    its set-up in the service."""
+    its set-up in the service; none counts from before the duty began (1 August 2026,
+    ``download_clock_from``)."""
     today = drop_today(now)
     for broker, due in brokers_download_due(today=today, within_days=DOWNLOAD_DUE_ALERT_DAYS):
         days_left = (due - today).days

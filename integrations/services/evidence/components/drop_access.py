@@ -7,7 +7,9 @@ broker reached its list; not one that resumed a package downloaded before) or a 
 download (a package fetched by hand and imported counts from the time it was downloaded). The
 gaps run from the last download before the pack's time, through every download in it, to its
 end (a gap still open counts too); with no download before the pack's time, the gap up to its
-first download (or its end) counts from its start, or from the broker's set-up if later.
+first download (or its end) counts from its start, or from the broker's set-up if later. No
+gap counts from before the law's duty to download began (``selectors.pulls``
+``download_clock_from``): the time before it is no gap.
 Everything is counted in SQL; each access event is one row of ``components/drop_access.csv``.
 """
 
@@ -23,7 +25,11 @@ from django.db import connection
 from integrations.drop.calendar import drop_date
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import DropAccessObligation, DropOutage, LedgerEvent
-from integrations.selectors.pulls import drop_pulls_reached
+from integrations.selectors.pulls import (
+    download_clock_from,
+    download_duty_start,
+    drop_pulls_reached,
+)
 from integrations.services.evidence.components.base import Component, PackContext
 from integrations.services.evidence.evidence_ledger import rechunk
 from integrations.services.evidence.evidence_writer import CsvRecordCounter
@@ -54,7 +60,11 @@ WITH downloads AS (
     UNION
     SELECT max(at) FROM downloads WHERE at < %(start)s
 ), gaps AS (
-    SELECT lag(at) OVER (ORDER BY at) AS previous, at FROM kept WHERE at IS NOT NULL
+    -- A gap opens no earlier than the duty to download began: the longest is the longest
+    -- of the duty's time.
+    SELECT CASE WHEN lag(at) OVER w IS NOT NULL THEN greatest(lag(at) OVER w, %(clock)s) END
+           AS previous, at
+    FROM kept WHERE at IS NOT NULL WINDOW w AS (ORDER BY at)
 )
 SELECT (SELECT count(*) FROM kept WHERE at >= %(start)s),
        (SELECT max(at) FROM kept),
@@ -67,7 +77,7 @@ SELECT (SELECT count(*) FROM kept WHERE at >= %(start)s),
          WHERE kind = %(created_kind)s AND broker_id = %(broker_id)s)
 FROM (SELECT 1) one
 -- The longest in days of DROP's calendar (the cadence's unit), then in time.
-LEFT JOIN LATERAL (SELECT previous, at FROM gaps WHERE previous IS NOT NULL
+LEFT JOIN LATERAL (SELECT previous, at FROM gaps WHERE previous IS NOT NULL AND at > previous
                    ORDER BY (at AT TIME ZONE %(zone)s)::date
                             - (previous AT TIME ZONE %(zone)s)::date DESC,
                             at - previous DESC, at
@@ -119,6 +129,7 @@ def build(context: PackContext) -> Component:
         "kinds": [kind.value for kind in ACCESS_KINDS],
         "created_kind": LedgerKind.BROKER_CREATED.value,
         "zone": settings.DROPPORTAL_DROP_TIMEZONE,
+        "clock": download_duty_start(),
     }
     pulls = drop_pulls_reached(LedgerEvent.objects.filter(broker_id=context.broker.broker_id))
     # compose_sql: PostgreSQL's operations only (the stubs know the base class).
@@ -138,11 +149,13 @@ def build(context: PackContext) -> Component:
     if gap_from is not None:
         gaps.append((gap_from, gap_to))
     if last is not None:
-        gaps.append((last, None))  # still open at the pack's end
+        gaps.append((download_clock_from(last), None))  # still open at the pack's end
     if none_before:
         # Nothing before the pack's time: the time up to its first download (or all of it)
-        # is a gap too, not "nothing to measure"; from the broker's set-up if later.
-        gaps.append((max(start, set_up) if set_up is not None else start, first))
+        # is a gap too, not "nothing to measure"; from the broker's set-up if later, and
+        # never from before the duty began.
+        opened = max(start, set_up) if set_up is not None else start
+        gaps.append((download_clock_from(opened), first))
     # The law counts days, as the download-due alert does: the next download is on time
     # through the 45th day of DROP's calendar after the one before, whatever its hour. A
     # gap still open ends on the pack's last day (its end is excluded).
@@ -151,7 +164,9 @@ def build(context: PackContext) -> Component:
     def measured(gap: tuple[dt.datetime, dt.datetime | None]) -> tuple[int, dt.timedelta]:
         opened, closed = gap
         days = (drop_date(closed) if closed else last_day) - drop_date(opened)
-        return days.days, (closed or end) - opened
+        # A pack's time that ends before the duty began (or a first download before it)
+        # leaves no time to count: none, not less than none.
+        return max(days.days, 0), max((closed or end) - opened, dt.timedelta())
 
     # Never empty: without any download, the time before the first is a gap.
     longest_ends = max(gaps, key=measured)
