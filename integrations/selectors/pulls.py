@@ -8,6 +8,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db.models import (
+    DateTimeField,
     DurationField,
     ExpressionWrapper,
     F,
@@ -20,7 +21,8 @@ from django.db.models import (
     Subquery,
     Value,
 )
-from django.db.models.functions import Coalesce, Least
+from django.db.models.fields.json import KT
+from django.db.models.functions import Cast, Coalesce, Least
 
 from integrations.drop.calendar import drop_date, drop_midnight
 from integrations.ledger_kinds import LedgerKind
@@ -38,9 +40,19 @@ def drop_pulls_reached(events: QuerySet[LedgerEvent] | None = None) -> QuerySet[
     """The ``drop.pulled`` events of pulls that reached DROP, whether it had something new or
     not: not those that resumed a package an earlier pull downloaded (``resumed``), which
     never asked DROP anything (that package's cycle keeps its download time). The one rule
-    of the schedule's refused key, the dashboard's next download and the evidence pack."""
+    of the schedule's refused key, the dashboard's next download and the evidence pack.
+
+    Annotated with ``reached_at``: when the pull started (``started_at``, recorded since
+    pulls kept it), the time DROP dates it by; the event itself is written when the pull
+    ends, minutes of waiting and streaming later, perhaps on the next day."""
     events = events if events is not None else LedgerEvent.objects.all()
-    return events.filter(kind=LedgerKind.DROP_PULLED).exclude(data__contains={"resumed": True})
+    return (
+        events.filter(kind=LedgerKind.DROP_PULLED)
+        .exclude(data__contains={"resumed": True})
+        .annotate(
+            reached_at=Coalesce(Cast(KT("data__started_at"), DateTimeField()), F("created_at"))
+        )
+    )
 
 
 def brokers_with_last_downloads(brokers: QuerySet[Broker] | None = None) -> QuerySet[Broker]:
@@ -54,7 +66,7 @@ def brokers_with_last_downloads(brokers: QuerySet[Broker] | None = None) -> Quer
             drop_pulls_reached()
             .filter(broker_id=OuterRef("broker_id"))
             .order_by("-id")
-            .values("created_at")[:1]
+            .values(at=F("reached_at"))[:1]
         ),
     )
 

@@ -14,6 +14,7 @@ import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import psycopg
@@ -26,7 +27,7 @@ from procrastinate.contrib.django.models import ProcrastinateJob
 
 from devtools.drop_simulator import DropSimulator, build_drop_zip, work_items
 from integrations import tasks
-from integrations.drop.calendar import drop_today
+from integrations.drop.calendar import drop_date, drop_midnight, drop_today
 from integrations.drop.client import PRODUCTION_URL, SANDBOX_URL
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, DeletionRequest, DropCycle, LedgerEvent, WorkItem
@@ -35,6 +36,7 @@ from integrations.selectors.pulls import (
     brokers_due_for_pull,
     brokers_due_for_report,
     brokers_with_drop_key_refused,
+    brokers_with_last_downloads,
     drop_pulls_reached,
 )
 from integrations.services.cycle import drop as drop_services
@@ -187,6 +189,48 @@ def test_a_package_still_being_built_is_waited_for(
     assert pull_json(capsys)["outcome"] == "imported"
     assert waits == [5.0, 5.0]
     assert api_calls() == [(202, "pending"), (202, "pending"), (200, "package")]
+
+
+@pytest.mark.parametrize("answer", ["package", "nothing_new"])
+def test_a_download_is_dated_by_its_start_not_by_the_end_of_its_waits(
+    broker: Broker,
+    drop: DropSimulator,
+    package: bytes,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    answer: str,
+) -> None:
+    """A pull asked at 23:58 in California and done at 00:03, after DROP's 202s, downloaded
+    on the first day, as DROP counts it: its cycle's due date, the next download's and the
+    package's own file time (what a resumed pull reads) count from that day."""
+    asked = drop_midnight(drop_today() - dt.timedelta(days=1)) - dt.timedelta(minutes=2)
+    clock = [asked]
+    monkeypatch.setattr(drop_services, "timezone", SimpleNamespace(now=lambda: clock[0]))
+
+    def waited(seconds: float) -> None:  # DROP builds the package meanwhile
+        clock[0] += dt.timedelta(minutes=5)
+
+    monkeypatch.setattr(drop_services, "wait", waited)
+    drop.queue_pending(times=1, retry_after=300)
+    if answer == "package":
+        drop.queue_package(package, PACKAGE_NAME)
+    else:
+        drop.queue_nothing_new()
+
+    pull()
+
+    broker.refresh_from_db()
+    assert broker.last_pulled_at == asked
+    event = LedgerEvent.objects.get(kind="drop.pulled")
+    assert dt.datetime.fromisoformat(event.data["started_at"]) == asked
+    (reached,) = brokers_with_last_downloads(Broker.objects.filter(pk=broker.pk))
+    assert reached.last_pull_reached_at == asked  # type: ignore[attr-defined]
+    if answer == "package":
+        cycle = DropCycle.objects.get()
+        assert cycle.downloaded_at == asked
+        assert cycle.due_date == drop_date(asked) + dt.timedelta(days=45)
+        kept = tmp_path / "packages" / "4821" / PACKAGE_NAME
+        assert kept.stat().st_mtime_ns == int(asked.timestamp()) * 10**9 + asked.microsecond * 1000
 
 
 def test_waiting_longer_than_max_wait_stops_and_the_next_pull_picks_up(

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import hashlib
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -201,7 +202,11 @@ def _packages_resume(broker: Broker, actor: str) -> PullResult | None:
             stat = path.stat()
         except FileNotFoundError:  # gone since the listing: kept by another hand
             continue
-        downloaded_at = min(dt.datetime.fromtimestamp(stat.st_mtime, tz=dt.UTC), timezone.now())
+        # The file's time is when its download started: the pull that downloaded it set it
+        # so as soon as the client returned (``_pull``). Only a pull stopped in the moment
+        # between the file's placing and that leaves its placing time, the download's end:
+        # nothing else keeps the start of a download that was never recorded.
+        downloaded_at = min(_file_time(stat.st_mtime_ns), timezone.now())
         resumed = _package_import(
             broker,
             actor,
@@ -224,11 +229,18 @@ def _pull(
     """Ask DROP for the broker's package, download it into ``incoming/`` and import it."""
     incoming = PACKAGES_DIR / broker.broker_id / INCOMING
     started = time.monotonic()
+    # DROP dates a download by its request, not by the end of the waits (202) and the
+    # streaming after it: a pull asked at 23:58 and done at 00:03 downloaded the day before,
+    # and its cycle's due date (and the next download's) count from that day.
+    started_at = timezone.now()
     try:
         client = drop_client_for(broker, actor=actor, max_wait_seconds=max_wait_seconds)
         incoming.mkdir(parents=True, exist_ok=True)
         download = client.download(incoming, on_progress=on_progress)
         download_ms = int((time.monotonic() - started) * 1000)
+        if download.path is not None:
+            # Kept with the package, for a pull that resumes it (``_packages_resume``).
+            os.utime(download.path, ns=(_file_ns(started_at),) * 2)
     except (DropApiError, DropPullError, ValueError, OSError) as exc:
         message = str(exc)
         status = getattr(exc, "status", None)
@@ -246,7 +258,16 @@ def _pull(
     drop_access_record(broker=broker, actor=actor)
 
     if download.kind == "nothing_new":
-        _pulled(broker, actor, {"outcome": "nothing_new", "message": download.message})
+        _pulled(
+            broker,
+            actor,
+            {
+                "outcome": "nothing_new",
+                "message": download.message,
+                "started_at": started_at.isoformat(),
+            },
+            pulled_at=started_at,
+        )
         return PullResult("nothing_new", message=download.message or "")
 
     assert download.path is not None
@@ -255,9 +276,10 @@ def _pull(
         actor,
         download.path,
         zip_name=download.file_name,
-        downloaded_at=timezone.now(),
+        downloaded_at=started_at,
         # The download (from the first call to the package on disk, waits included).
         facts={
+            "started_at": started_at.isoformat(),
             "size_bytes": download.size_bytes,
             "duration_ms": download_ms,
             "attempts": download.attempts,
@@ -266,6 +288,18 @@ def _pull(
     if result is None:  # only by a hand outside the pull lock
         raise DropPullError(f"{download.path} was taken from incoming/ while it was imported")
     return result
+
+
+def _file_ns(moment: dt.datetime) -> int:
+    """``moment`` as a file's time, to the microsecond (a float would round it)."""
+    return (moment - _EPOCH) // dt.timedelta(microseconds=1) * 1000
+
+
+def _file_time(ns: int) -> dt.datetime:
+    return _EPOCH + dt.timedelta(microseconds=ns // 1000)
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 def _package_import(
@@ -320,9 +354,10 @@ def _package_import(
             "drop_session_id": imported.cycle.drop_session_id,
             **facts,
         },
-        # A resumed pull happened when its package was downloaded, not now: the broker is
-        # due again from then (and never earlier than a pull recorded since).
-        pulled_at=downloaded_at if resumed else None,
+        # A pull happened when its download started, not now (a resumed one, when its
+        # package was downloaded): the broker is due again from then (and never earlier
+        # than a pull recorded since).
+        pulled_at=downloaded_at,
     )
     kept = _package_keep(path, sha256=imported.cycle.zip_sha256)
     return PullResult(outcome, imported=imported, path=kept)

@@ -21,6 +21,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection
+from django.db.models import F
 
 from integrations.drop.calendar import drop_date
 from integrations.ledger_kinds import LedgerKind
@@ -52,7 +53,7 @@ _DOWNLOADS = """
 WITH downloads AS (
     -- The pulls that reached DROP (selectors.pulls.drop_pulls_reached): a resumed pull's
     -- package counts by its cycle's downloaded_at.
-    SELECT created_at AS at FROM ({pulls}) pulls
+    SELECT at FROM ({pulls}) pulls
     UNION
     SELECT downloaded_at FROM integrations_dropcycle WHERE broker_id = %(broker)s
 ), kept AS (
@@ -133,7 +134,7 @@ def build(context: PackContext) -> Component:
     }
     pulls = drop_pulls_reached(LedgerEvent.objects.filter(broker_id=context.broker.broker_id))
     # compose_sql: PostgreSQL's operations only (the stubs know the base class).
-    query = pulls.values("created_at").query.sql_with_params()
+    query = pulls.values(at=F("reached_at")).query.sql_with_params()
     pulls_sql = connection.ops.compose_sql(*query)  # type: ignore[attr-defined]
     # Its values are bound already: a % left in them must not read as a parameter.
     downloads_sql = _DOWNLOADS.format(pulls=pulls_sql.replace("%", "%%"))
