@@ -31,7 +31,7 @@ from integrations.admin.bounded_actions import first_keys, first_rows, taken
 from integrations.admin.refusals import RefusalsShown, Refused
 from integrations.drop.calendar import drop_date
 from integrations.models import Directive, ServiceProvider
-from integrations.selectors.directives import directive_ack_due
+from integrations.selectors.directives import directive_ack_due, directive_ack_due_date
 from integrations.services.providers.directives import (
     REFERENCE_MAX,
     directive_acknowledge,
@@ -209,7 +209,7 @@ class DirectiveAdmin(ModelAdmin):
 
     @admin.display(description="acknowledgement due")
     def acknowledgement_due(self, obj: Directive) -> Any:
-        return directive_ack_due(obj)
+        return directive_ack_due_date(obj)
 
     @admin.display(description="acknowledged", ordering="acknowledged_at")
     def acknowledgement(self, obj: Directive) -> str:

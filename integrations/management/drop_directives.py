@@ -25,7 +25,12 @@ from integrations.management.base import (
     terminal_text,
 )
 from integrations.models import Directive
-from integrations.selectors.directives import directive_ack_due, directive_as_json, directives_of
+from integrations.selectors.directives import (
+    directive_ack_due,
+    directive_ack_due_date,
+    directive_as_json,
+    directives_of,
+)
 from integrations.services.providers.directives import directive_download_record
 
 
@@ -52,7 +57,7 @@ class DirectiveSubcommands(DropportalCommand):
         now = timezone.now()
         for directive in directives:
             # Days of DROP's calendar, as staff count them everywhere else.
-            due = directive_ack_due(directive)
+            due, due_date = directive_ack_due(directive), directive_ack_due_date(directive)
             if directive.acknowledged_at:
                 state = (
                     f"acknowledged {drop_date(directive.acknowledged_at)} by "
@@ -60,9 +65,9 @@ class DirectiveSubcommands(DropportalCommand):
                     f"({terminal_text(directive.acknowledgement_reference)})"
                 )
             elif due < now:
-                state = f"NOT acknowledged, due {drop_date(due)}"
+                state = f"NOT acknowledged, due {due_date}"
             else:
-                state = f"awaiting acknowledgement, due {drop_date(due)}"
+                state = f"awaiting acknowledgement, due {due_date}"
             where = terminal_text(directive.s3_uri or directive.delivery_error or "download")
             self.stdout.write(
                 f"{directive.pk:>6}  {drop_date(directive.created_at)}  "

@@ -28,7 +28,10 @@ from integrations.models import (
     WorkItemState,
     owed_status,
 )
-from integrations.selectors.directives import directive_ack_days, unacknowledged_directives_count
+from integrations.selectors.directives import (
+    directives_ack_overdue_before,
+    unacknowledged_directives_count,
+)
 from integrations.selectors.drop_access import drop_access_obligations_open
 from integrations.selectors.pulls import brokers_with_last_downloads
 from integrations.selectors.recurring import RecurringOverview, recurring_overviews
@@ -215,7 +218,7 @@ def _brokers_with_last_transfers(*, now: dt.datetime) -> list[Broker]:
             ),
             directives_awaiting=unacknowledged_directives_count(),
             directives_overdue=unacknowledged_directives_count(
-                issued_before=now - directive_ack_days()
+                issued_before=directives_ack_overdue_before(now=now)
             ),
         )
         .order_by("broker_id")

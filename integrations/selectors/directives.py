@@ -1,6 +1,7 @@
 """Reading directives: a broker's, and those no provider acknowledged in time::
 
 directives_of(broker)                   # newest first, without their CSV
+directive_ack_due_date(directive)       # the last day to acknowledge it, in DROP's calendar
 directives_overdue(now=now)             # unacknowledged past DROPPORTAL_DIRECTIVE_ACK_DAYS
 directives_not_written(now=now)         # an S3 write failing for an hour since issued
 directive_as_json(directive)            # what ``drop directives --json`` prints
@@ -15,16 +16,31 @@ from django.conf import settings
 from django.db.models import Count, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 
+from integrations.drop.calendar import drop_date, drop_day_bounds, drop_midnight, drop_today
 from integrations.models import Broker, Directive
 
 
-def directive_ack_days() -> dt.timedelta:
+def _ack_days() -> dt.timedelta:
     return dt.timedelta(days=settings.DROPPORTAL_DIRECTIVE_ACK_DAYS)
 
 
+def directive_ack_due_date(directive: Directive) -> dt.date:
+    """The last day the provider may acknowledge it on: ``DROPPORTAL_DIRECTIVE_ACK_DAYS``
+    days of DROP's calendar after the day it was issued, as staff count every other
+    deadline (not that many times 24 hours, which ends at another hour of another day when
+    it is issued late in the evening or the clocks change between)."""
+    return drop_date(directive.created_at) + _ack_days()
+
+
 def directive_ack_due(directive: Directive) -> dt.datetime:
-    """When the provider should have acknowledged it by."""
-    return directive.created_at + directive_ack_days()
+    """When it is overdue: the end of its last day (``directive_ack_due_date``)."""
+    return drop_day_bounds(directive_ack_due_date(directive))[1]
+
+
+def directives_ack_overdue_before(*, now: dt.datetime) -> dt.datetime:
+    """A directive issued before this moment and not acknowledged is overdue at ``now``:
+    its last day (``directive_ack_due_date``) is before today."""
+    return drop_midnight(drop_today(now) - _ack_days())
 
 
 def directives_of(broker: Broker) -> QuerySet[Directive]:
@@ -40,7 +56,7 @@ def directives_overdue(*, now: dt.datetime, broker: Broker | None = None) -> Que
     """Directives still unacknowledged ``DROPPORTAL_DIRECTIVE_ACK_DAYS`` after they were
     issued, oldest first."""
     rows = Directive.objects.filter(
-        acknowledged_at__isnull=True, created_at__lt=now - directive_ack_days()
+        acknowledged_at__isnull=True, created_at__lt=directives_ack_overdue_before(now=now)
     )
     if broker is not None:
         rows = rows.filter(broker=broker)

@@ -14,6 +14,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
+from integrations.drop.calendar import drop_day_bounds, drop_moment
 from integrations.evidence import pack
 from integrations.evidence.directives import directive_verify
 from integrations.ledger_kinds import LedgerKind
@@ -25,6 +26,7 @@ from integrations.models import (
     ServiceProvider,
     WorkItem,
 )
+from integrations.selectors.directives import directive_ack_due_date, directives_overdue
 from integrations.services.providers.directives import directives_issue
 from tests.builders import DropCycleFactory, WorkItemFactory
 
@@ -161,6 +163,33 @@ def test_directive_dates_are_days_of_drops_calendar(directive: Directive) -> Non
     assert "acknowledged 2026-07-04 by cli" in run("drop", "directives", "--broker", "4821")
     with pytest.raises(CommandError, match="already acknowledged on 2026-07-04 by cli"):
         run("providers", "acknowledge", str(directive.pk), "--reference", "again")
+
+
+@pytest.mark.parametrize(
+    ("issued", "due"),
+    [
+        # 23:30 PST, a week before the clocks go forward: ten times 24 hours end at 00:30
+        # PDT on March 12, but the tenth day after March 1 is March 11.
+        ("2026-03-01 23:30", dt.date(2026, 3, 11)),
+        # The clocks go back on November 1: ten times 24 hours end at 23:30 on November 3.
+        ("2026-10-25 00:30", dt.date(2026, 11, 4)),
+    ],
+)
+def test_a_directive_is_due_ten_days_of_drops_calendar_after_the_day_it_was_issued(
+    directive: Directive, issued: str, due: dt.date
+) -> None:
+    created_at = drop_moment(issued)
+    Directive.objects.filter(pk=directive.pk).update(created_at=created_at)
+    directive.refresh_from_db()
+    overdue_from = drop_day_bounds(due)[1]
+
+    assert directive_ack_due_date(directive) == due
+    assert not directives_overdue(now=overdue_from - dt.timedelta(microseconds=1))
+    assert list(directives_overdue(now=overdue_from)) == [directive]
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.raises(SystemExit):
+        call_command("drop", "doctor", stdout=out, stderr=err)
+    assert f"not acknowledged, due {due}: record it" in err.getvalue()
 
 
 def test_drop_directive_writes_the_csv_and_a_signature_that_verifies(

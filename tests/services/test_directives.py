@@ -32,7 +32,7 @@ from devtools.databases import database_drop
 from devtools.drop_simulator import work_items
 from integrations import enqueue, tasks
 from integrations.consumers.sources import SourceError
-from integrations.drop.calendar import drop_today
+from integrations.drop.calendar import drop_moment, drop_today
 from integrations.evidence import components, pack
 from integrations.evidence.directives import directive_verify
 from integrations.ledger_kinds import LedgerKind
@@ -461,6 +461,32 @@ def test_the_evidence_pack_finds_a_directive_altered_with_its_digest(
     component = service_providers()
     assert signed_test(component)["result"] == "fail"
     assert component["records"]["providers"][0]["not_as_signed"] == 1
+
+
+def test_the_evidence_pack_counts_acknowledgement_days_in_drops_calendar(
+    matched: Directive, tmp_path: Path
+) -> None:
+    """Issued on October 25 and acknowledged early on November 4, the tenth day after in
+    California: on time, though more than ten times 24 hours later (the clocks went back
+    on November 1)."""
+    Directive.objects.filter(pk=matched.pk).update(
+        created_at=drop_moment("2026-10-25 00:30"),
+        acknowledged_at=drop_moment("2026-11-04 00:10"),
+        acknowledged_by="cli",
+        acknowledgement_reference="ticket 4410",
+    )
+    out = tmp_path / "pack.zip"
+    call_command(
+        "evidence", "export", "--broker", "4821", "--since", "2026-10-01",
+        "--until", "2026-11-30", "--out", str(out), stdout=io.StringIO(),
+    )  # fmt: skip
+    with zipfile.ZipFile(out) as archive:
+        component = json.loads(archive.read(components.FILE))["components"]["service_providers"]
+
+    (provider,) = component["records"]["providers"]
+    assert (provider["acknowledged"], provider["acknowledged_late"]) == (1, 0)
+    (test,) = [t for t in component["tests"] if "acknowledged within" in t["name"]]
+    assert test["result"] == "pass", test
 
 
 def test_an_altered_directive_cannot_pass_as_signed_by_another_key(

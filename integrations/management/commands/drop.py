@@ -36,7 +36,7 @@ from django.core.management.base import CommandError
 from django.utils import timezone
 from tqdm import tqdm
 
-from integrations.drop.calendar import DROP_YEARS, drop_date, drop_time_text
+from integrations.drop.calendar import DROP_YEARS, drop_time_text
 from integrations.exports import csv_cell
 from integrations.management.base import broker_or_error, broker_or_every, date_bound
 from integrations.management.drop_directives import DirectiveSubcommands
@@ -44,7 +44,7 @@ from integrations.management.drop_report import ReportSubcommand
 from integrations.management.drop_suppression import SuppressionSubcommands
 from integrations.models import CANARY_SESSION_ID
 from integrations.selectors.directives import (
-    directive_ack_due,
+    directive_ack_due_date,
     directive_as_json,
     directives_overdue,
 )
@@ -358,7 +358,7 @@ class Command(DirectiveSubcommands, ReportSubcommand, SuppressionSubcommands):
             self.stderr.write(
                 f"broker {directive.broker.broker_id}: directive {directive.pk} to "
                 f"{directive.provider.name} ({directive.rows} hashes) not acknowledged, due "
-                f"{drop_date(directive_ack_due(directive))}: record it with `manage.py providers "
+                f"{directive_ack_due_date(directive)}: record it with `manage.py providers "
                 f"acknowledge {directive.pk} --reference TEXT`"
             )
         if groups or obligations or overdue:

@@ -32,7 +32,7 @@ from django.db import connection as db_connection
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from integrations.drop.calendar import drop_date, drop_time_text, drop_today
+from integrations.drop.calendar import drop_time_text, drop_today
 from integrations.drop.client import DropAuthError
 from integrations.drop.notifications import RESULTS_IN_PORTAL
 from integrations.enqueue import alert_send_enqueue
@@ -55,7 +55,7 @@ from integrations.models import (
 from integrations.selectors.canaries import canary_rounds_failing
 from integrations.selectors.deadlines import cycle_deadlines
 from integrations.selectors.directives import (
-    directive_ack_due,
+    directive_ack_due_date,
     directives_not_written,
     directives_overdue,
 )
@@ -724,7 +724,7 @@ def _directive_not_acknowledged(now: dt.datetime) -> Iterable[Firing]:
             broker_id=broker_id,
             text=f"{directive.provider.name} (broker {broker_id}) has not acknowledged "
             f"directive {directive.pk} ({directive.rows} consumers to delete, due "
-            f"{drop_date(directive_ack_due(directive))}); ask them, then record it: "
+            f"{directive_ack_due_date(directive)}); ask them, then record it: "
             f"`manage.py providers acknowledge {directive.pk} --reference TEXT` or the admin",
             details={
                 "directive": directive.pk,

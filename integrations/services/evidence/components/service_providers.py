@@ -4,7 +4,6 @@ their delivery and acknowledgement; tested for acknowledgements in time
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 from typing import Any
 
@@ -25,8 +24,13 @@ _PER_PROVIDER = """
 SELECT p.id, p.name, p.s3_prefix <> '', count(d.id),
        count(d.id) FILTER (WHERE d.delivered_at IS NOT NULL),
        count(d.id) FILTER (WHERE d.acknowledged_at IS NOT NULL),
-       count(d.id) FILTER (WHERE d.acknowledged_at > d.created_at + %(ack)s),
-       count(d.id) FILTER (WHERE d.acknowledged_at IS NULL AND d.created_at + %(ack)s < %(now)s)
+       -- Days of DROP's calendar, as selectors.directives.directive_ack_due_date counts
+       -- them: acknowledged on or before the ack-th day after the day it was issued.
+       count(d.id) FILTER (WHERE (d.acknowledged_at AT TIME ZONE %(zone)s)::date
+                                 > (d.created_at AT TIME ZONE %(zone)s)::date + %(ack)s),
+       count(d.id) FILTER (WHERE d.acknowledged_at IS NULL
+                             AND (d.created_at AT TIME ZONE %(zone)s)::date + %(ack)s
+                                 < (%(now)s AT TIME ZONE %(zone)s)::date)
 FROM integrations_serviceprovider p
 LEFT JOIN integrations_directive d
   ON d.provider_id = p.id AND d.created_at >= %(start)s AND d.created_at < %(end)s
@@ -84,7 +88,8 @@ def build(context: PackContext) -> Component:
         "broker": context.broker.pk,
         "start": start,
         "end": end,
-        "ack": dt.timedelta(days=ack_days),
+        "ack": ack_days,
+        "zone": settings.DROPPORTAL_DROP_TIMEZONE,
         "now": context.exported_at,
     }
     with connection.cursor() as cursor:
