@@ -653,9 +653,12 @@ def _outcome_bar(cycle_items: CycleWorkItems, links: _Links) -> charts.Bar:
         # The request admin filters by cycle with its own "cycle" parameter.
         return links.changelist("deletionrequest", cycle=cycle.pk, **params)
 
+    # The day DROP dates the download by, not UTC's (a download at 22:30 Pacific is the
+    # next day in UTC).
+    downloaded_on = drop_date(cycle.downloaded_at)
     return charts.Bar(
         label=f"#{cycle.drop_session_id}",
-        sublabel=f"{cycle.downloaded_at:%b} {cycle.downloaded_at.day}",
+        sublabel=f"{downloaded_on:%b} {downloaded_on.day}",
         url=links.change("dropcycle", cycle.pk),
         segments=[
             charts.Segment(o.label, cycle_items.request_outcomes.get(o.value, 0), o.color, url(o))

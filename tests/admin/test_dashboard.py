@@ -222,6 +222,21 @@ def test_a_pull_that_found_nothing_new_counts_as_a_download(
     assert "(late)" not in page
 
 
+def test_a_cycles_outcome_bar_is_labelled_with_its_drop_download_day(
+    broker: Broker, superuser: User
+) -> None:
+    """06:30 UTC on November 26 is 22:30 on November 25 in California, the day DROP dates
+    the download by."""
+    DropCycleFactory.create(
+        broker=broker, downloaded_at=dt.datetime(2026, 11, 26, 6, 30, tzinfo=dt.UTC)
+    )
+    page = staff_client(superuser).get("/admin/").content.decode()
+
+    sublabels = re.findall(r'<text [^>]*font-size="10"[^>]*>([^<]*)</text>', page)
+    assert "Nov 25" in sublabels, sublabels
+    assert "Nov 26" not in sublabels
+
+
 def test_the_dashboard_and_check_warn_while_private_targets_are_allowed(
     broker: Broker, superuser: User, settings: Any
 ) -> None:
