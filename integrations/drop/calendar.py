@@ -17,19 +17,28 @@ matched on November 25::
 from __future__ import annotations
 
 import datetime as dt
-import zoneinfo
 
-from django.conf import settings
 from django.utils import timezone
+
+# Below the models, which name their times with it too; said here with the rest.
+from integrations.drop_zone import drop_time_text, drop_timezone
+
+__all__ = [
+    "DROP_YEARS",
+    "drop_date",
+    "drop_day_bounds",
+    "drop_midnight",
+    "drop_moment",
+    "drop_time_text",
+    "drop_timezone",
+    "drop_today",
+    "drop_year_bounds",
+]
 
 # The years staff may name as DROP dates (a form, a list filter, a command's --year): DROP
 # began long after 2000, and 9998 keeps the end of a day or a year, moved to UTC, within the
 # dates Python holds (the day after 9999-12-31 does not exist).
 DROP_YEARS = range(2000, 9999)
-
-
-def drop_timezone() -> zoneinfo.ZoneInfo:
-    return zoneinfo.ZoneInfo(settings.DROPPORTAL_DROP_TIMEZONE)
 
 
 def drop_date(moment: dt.datetime) -> dt.date:
@@ -57,15 +66,6 @@ def drop_day_bounds(day: dt.date) -> tuple[dt.datetime, dt.datetime]:
     """The first moment of ``day`` and of the next one in DROP's calendar (23 or 25 hours
     apart on the days the clocks change)."""
     return drop_midnight(day), drop_midnight(day + dt.timedelta(days=1))
-
-
-def drop_time_text(moment: dt.datetime) -> str:
-    """``moment`` as a message to staff writes it: in DROP's zone, with its abbreviation.
-
-    The admin's pages show their times in that zone; a message (a reason kept with a row, an
-    error, a notice) says the same time the same way.
-    """
-    return f"{moment.astimezone(drop_timezone()):%Y-%m-%d %H:%M %Z}"
 
 
 def drop_moment(text: str, *, end: bool = False) -> dt.datetime:

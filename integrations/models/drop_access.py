@@ -9,11 +9,10 @@ stays open until staff record the notice.
 
 from __future__ import annotations
 
-import datetime as dt
-
 from django.db import models
 from django.db.models.functions import Now
 
+from integrations.drop_zone import drop_time_text
 from integrations.models.fields import ACTOR_MAX_LENGTH
 
 
@@ -45,9 +44,8 @@ class DropOutage(models.Model):
         ]
 
     def __str__(self) -> str:
-        # Said in UTC, and so: DROP's day is California's.
-        started = self.started_at.astimezone(dt.UTC)
-        return f"{self.broker.broker_id} DROP outage from {started:%Y-%m-%d %H:%M} UTC"
+        # In DROP's zone, as staff read every time (the admin's, the messages').
+        return f"{self.broker.broker_id} DROP outage from {drop_time_text(self.started_at)}"
 
 
 class DropAccessObligationQuerySet(models.QuerySet["DropAccessObligation"]):

@@ -11,6 +11,7 @@ import io
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.core.management import call_command
@@ -145,7 +146,8 @@ def test_drop_down_for_more_than_a_day_obliges_a_notice_until_staff_record_it(
     (outage,) = DropOutage.objects.all()
     assert outage.ended_at is None
     # Named where staff see it (the admin, its history) with the time's zone.
-    assert str(outage) == f"4821 DROP outage from {started:%Y-%m-%d %H:%M} UTC"
+    pacific = started.astimezone(ZoneInfo("America/Los_Angeles"))
+    assert str(outage) == f"4821 DROP outage from {pacific:%Y-%m-%d %H:%M %Z}"
     assert not DropAccessObligation.objects.exists()
     clock.advance(hours=12)
     pull_fails(drop)
@@ -399,3 +401,13 @@ def test_staff_record_the_notice_in_the_admin(
     assert event.actor == "staff:admin"
     # Recorded: the page shows it and edits nothing.
     assert b'name="notice_reference"' not in admin_client.get(url).content
+
+
+def test_an_outage_is_named_in_drops_zone(broker: Broker) -> None:
+    """06:30 UTC on November 26 is 22:30 on November 25 in California."""
+    outage = DropOutage(
+        broker=broker,
+        started_at=dt.datetime(2026, 11, 26, 6, 30, tzinfo=dt.UTC),
+        last_failure_at=dt.datetime(2026, 11, 26, 6, 30, tzinfo=dt.UTC),
+    )
+    assert str(outage) == "4821 DROP outage from 2026-11-25 22:30 PST"

@@ -9,6 +9,7 @@ what DROP received, the file states, the work items still owed, the ledger, the 
 from __future__ import annotations
 
 import datetime as dt
+from zoneinfo import ZoneInfo
 
 import psycopg
 import pytest
@@ -17,7 +18,7 @@ from django.utils import timezone
 from procrastinate.contrib.django.models import ProcrastinateJob
 
 from devtools.drop_simulator import DropSimulator
-from integrations.drop.calendar import drop_timezone, drop_today
+from integrations.drop.calendar import drop_midnight, drop_timezone, drop_today
 from integrations.drop.client import DropClient, DropLimits
 from integrations.models import (
     AlertState,
@@ -485,6 +486,24 @@ def test_a_file_a_failed_call_left_marked_is_held_when_no_upload_runs(broker: Br
     assert held.state == ReportFileState.AWAITING_APPROVAL
     assert WorkItem.objects.get().pending_report_file == held
     report_file_approve(report_file=held, actor="staff:bob")
+
+
+def test_a_refused_rejection_names_the_failed_send_in_drops_zone(broker: Broker) -> None:
+    """22:30 in California is the next day in UTC: staff read the time as DROP counts it."""
+    cycle = DropCycleFactory.create(broker=broker)
+    WorkItemFactory.create(cycle=cycle, status_code=3, work_item_id="EmailDeleted")
+    report_files_write(broker=broker, actor="staff:alice")
+    sent = drop_midnight(drop_today() - dt.timedelta(days=9)) + dt.timedelta(hours=22, minutes=30)
+    ReportFile.objects.update(sending_since=sent)
+    broker_update(broker=broker, approve_uploads=True, actor="staff:carol")
+
+    with pytest.raises(ValidationError) as refused:
+        report_file_reject(
+            report_file=ReportFile.objects.get(), reason="counts look wrong", actor="staff:bob"
+        )
+
+    pacific = sent.astimezone(ZoneInfo("America/Los_Angeles"))
+    assert f"a send of it at {pacific:%Y-%m-%d %H:%M %Z} got no answer" in str(refused.value)
 
 
 def test_a_file_held_after_the_upload_read_it_is_not_sent(

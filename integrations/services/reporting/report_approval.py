@@ -25,6 +25,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from integrations.drop.calendar import drop_time_text
 from integrations.enqueue import drop_report_enqueue
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import AWAITING_DROP, Broker, ReportFile, ReportFileState, WorkItem
@@ -100,7 +101,7 @@ def report_file_reject(*, report_file: ReportFile, reason: str, actor: str) -> R
             # again would reach DROP twice. Sent again, "already uploaded" settles it.
             raise ValidationError(
                 f"{locked.file_name} may already be at DROP (a send of it at "
-                f"{locked.sending_since:%Y-%m-%d %H:%M} UTC got no answer): approve it, and "
+                f"{drop_time_text(locked.sending_since)} got no answer): approve it, and "
                 "the next upload learns whether DROP holds it; correct it later by amendment"
             )
         # Back to what they were before the file was written: reportable, DROP holding
