@@ -15,6 +15,7 @@ before that (the process killed, the database gone) is finished by the next pull
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import hashlib
@@ -238,9 +239,6 @@ def _pull(
         incoming.mkdir(parents=True, exist_ok=True)
         download = client.download(incoming, on_progress=on_progress)
         download_ms = int((time.monotonic() - started) * 1000)
-        if download.path is not None:
-            # Kept with the package, for a pull that resumes it (``_packages_resume``).
-            os.utime(download.path, ns=(_file_ns(started_at),) * 2)
     except (DropApiError, DropPullError, ValueError, OSError) as exc:
         message = str(exc)
         status = getattr(exc, "status", None)
@@ -255,6 +253,12 @@ def _pull(
         # DROP access: an outage starts or goes on, or DROP answered and one ends.
         drop_access_record(broker=broker, actor=actor, error=exc)
         raise DropPullError(message) from exc
+    if download.path is not None:
+        # Kept with the package, for a pull that resumes it (``_packages_resume``). Not a
+        # failed pull if it cannot be: the download is done, and a resumed pull would only
+        # date it by its end.
+        with contextlib.suppress(OSError):
+            os.utime(download.path, ns=(_file_ns(started_at),) * 2)
     drop_access_record(broker=broker, actor=actor)
 
     if download.kind == "nothing_new":
