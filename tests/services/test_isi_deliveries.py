@@ -830,11 +830,12 @@ def test_a_token_endpoints_error_is_kept_storable_with_the_attempts_it_fails(
     assert events.count() == 2
 
 
-def test_a_token_endpoints_error_naming_the_consumer_is_kept_masked(
+def test_a_token_endpoints_error_naming_the_consumer_is_not_kept(
     api: IsiSimulator, connection_a: IsiConnection, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The broker's words reach the failure's text, kept on the attempt, the request and in
-    the ledger: masked there as in an answer."""
+    """The broker's words in a token endpoint's error are not an OAuth error code: the
+    failure's text, kept on the attempt, the request and in the ledger, says so instead of
+    quoting them (they may name the consumer, or echo the client secret)."""
     _expired_everywhere(monkeypatch)
     api.answer_next("token", Reply(400, b'{"error": "no client for ann@example.com"}'))
     request = DeletionRequestFactory.create(isi_connection=connection_a)
@@ -842,10 +843,14 @@ def test_a_token_endpoints_error_naming_the_consumer_is_kept_masked(
     assert deletion_requests_deliver(request_ids=[request.pk]) == {"retry": 1}
 
     request.refresh_from_db()
-    expected = f"OAuth token endpoint {api.token_url}: HTTP 400 (no client for <email>)"
+    expected = (
+        f"OAuth token endpoint {api.token_url}: HTTP 400"
+        " (its error text, not an OAuth error code, is not shown)"
+    )
     assert request.last_error == expected
     (attempt,) = request.delivery_attempts.all()
     assert attempt.error == expected
+    assert "ann@" not in attempt.response_body
     failed = LedgerEvent.objects.get(kind="deletion_request.delivery_failed")
     assert failed.data["error"] == expected
 
