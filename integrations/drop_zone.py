@@ -21,3 +21,9 @@ def drop_time_text(moment: dt.datetime) -> str:
     error, a notice, a record's name) says the same time the same way.
     """
     return f"{moment.astimezone(drop_timezone()):%Y-%m-%d %H:%M %Z}"
+
+
+def drop_clock_text(moment: dt.datetime) -> str:
+    """``moment``'s time of day as ``drop_time_text`` writes it, without the date: for a
+    moment of DROP's today, where the date goes without saying."""
+    return f"{moment.astimezone(drop_timezone()):%H:%M %Z}"

@@ -28,7 +28,7 @@ from django.utils.safestring import SafeString
 from integrations.admin import charts
 from integrations.client_address import proxy_setting_missing
 from integrations.dispatch.checks import PRIVATE_TARGETS_OPEN
-from integrations.drop.calendar import drop_date, drop_time_text, drop_today
+from integrations.drop.calendar import drop_clock_text, drop_date, drop_time_text, drop_today
 from integrations.drop_statuses import DropStatus
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
@@ -217,6 +217,8 @@ class BrokerPanel:
     recurring: list[tuple[str, Number]] = field(default_factory=list)
     recurring_days: int = 0
     recurring_off: str = ""
+    # When the worker counted them ("22:30 PST"); empty: counted for this page.
+    recurring_counted_at: str = ""
     # The latest canary rounds, per target (none: the broker has no canary round yet).
     canaries: list[CanaryLine] = field(default_factory=list)
     canaries_url: str | None = None
@@ -377,6 +379,9 @@ def _broker_panel(
         recurring=_recurring_numbers(overview, links),
         recurring_days=settings.DROPPORTAL_RECURRING_DAYS,
         recurring_off=RECURRING_OFF if settings.DROPPORTAL_RECURRING_DAYS <= 0 else "",
+        recurring_counted_at=drop_clock_text(overview.recurring.counted_at)
+        if overview.recurring and overview.recurring.counted_at
+        else "",
         canaries=canaries.get(broker.pk, []),
         canaries_url=links.changelist("canaryround", broker__id__exact=broker.pk),
         outcomes_chart=charts.stacked_bars(

@@ -10,6 +10,7 @@ matched on November 25::
     drop_year_bounds(2026)             # the year's first and last moments, as aware datetimes
     drop_day_bounds(date(2026, 7, 1))  # the day's, likewise (07:00 UTC to 07:00 UTC in July)
     drop_time_text(integration.retired_at)  # "2026-11-25 22:30 PST", for a message to staff
+    drop_clock_text(counts.counted_at)      # "22:30 PST", for a moment of DROP's today
     drop_moment("2026-11-25 22:30")    # a moment staff typed, read in DROP's zone (UTC out)
     day.year in DROP_YEARS             # a date staff gave is one we can compute with
 """
@@ -21,10 +22,11 @@ import datetime as dt
 from django.utils import timezone
 
 # Below the models, which name their times with it too; said here with the rest.
-from integrations.drop_zone import drop_time_text, drop_timezone
+from integrations.drop_zone import drop_clock_text, drop_time_text, drop_timezone
 
 __all__ = [
     "DROP_YEARS",
+    "drop_clock_text",
     "drop_date",
     "drop_day_bounds",
     "drop_midnight",

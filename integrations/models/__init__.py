@@ -35,6 +35,7 @@ from integrations.models.integrations import (
 from integrations.models.keys import ApiKey, ApiKeyScope
 from integrations.models.ledger import LedgerAnchor, LedgerChainLink, LedgerEvent
 from integrations.models.providers import Directive, DirectiveReason, ServiceProvider
+from integrations.models.recurring import RecurringCounts
 from integrations.models.reports import (
     AWAITING_DROP,
     NOT_YET_TAKEN,
@@ -107,6 +108,7 @@ __all__ = [
     "OptOutRecord",
     "OutstandingCycle",
     "Reappearance",
+    "RecurringCounts",
     "ReportFile",
     "ReportFileState",
     "ReportKind",

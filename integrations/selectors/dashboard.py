@@ -34,7 +34,11 @@ from integrations.selectors.directives import (
 )
 from integrations.selectors.drop_access import drop_access_obligations_open
 from integrations.selectors.pulls import brokers_with_last_downloads
-from integrations.selectors.recurring import RecurringOverview, recurring_overviews
+from integrations.selectors.recurring import (
+    RecurringOverview,
+    recurring_overviews,
+    recurring_overviews_counted,
+)
 from integrations.selectors.requests import deletion_requests_needing_attention
 from integrations.selectors.targets import broker_targets
 
@@ -139,7 +143,8 @@ class BrokerOverview:
     # Directives to service providers not acknowledged yet, and of those the overdue.
     directives_awaiting: int = 0
     directives_overdue: int = 0
-    # Recurring deletion rounds: due, sent, answered, failing (``selectors.recurring``).
+    # Recurring deletion rounds: due, sent, answered, failing (``selectors.recurring``), and
+    # when the worker counted them (``counted_at``; None: just now).
     recurring: RecurringOverview | None = None
 
 
@@ -160,7 +165,11 @@ def dashboard_overview(*, now: dt.datetime) -> list[BrokerOverview]:
     cycles_of = _cycle_work_items_by_broker(recent, shown)
     attention = _attention_by_broker(now=now)
     health_of = _integration_health_by_broker()
-    recurring = recurring_overviews(today=drop_today(now))
+    # The worker's counts while fresh; else the schedule read live (seconds at a million
+    # deleted consumers): a fresh install, a stopped worker, a broker added since.
+    recurring = recurring_overviews_counted(broker_pks=[b.pk for b in brokers], now=now)
+    if recurring is None:
+        recurring = recurring_overviews(today=drop_today(now))
     latest = _latest_events_by_broker([*_PULL_OUTCOME_KINDS, LedgerKind.DROP_DOCTOR_CHECKED])
     obligations_of: dict[int, list[DropAccessObligation]] = {}
     for obligation in drop_access_obligations_open():

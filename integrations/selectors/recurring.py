@@ -11,6 +11,7 @@ over the days as the answers did::
     rounds_sql(broker=broker)                                 # the schedule, as SQL to select from
     recurring_overview(broker=broker)                         # the dashboard's counts
     recurring_overviews(today=drop_today())                   # every broker's, one query
+    recurring_overviews_counted(broker_pks=pks, now=now)      # the worker's, while fresh
     recurring_stuck_counts(broker=None, today=drop_today())   # for ``drop doctor``
 
 Removed items are never scheduled: rounds stop when DROP removes the identifier.
@@ -19,6 +20,7 @@ Removed items are never scheduled: rounds stop when DROP removes the identifier.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +34,7 @@ from integrations.models import (
     DROP_STATUS_CODES,
     Broker,
     DropOutcome,
+    RecurringCounts,
     RequestState,
     WorkItemState,
 )
@@ -238,6 +241,8 @@ class RecurringOverview:
     answered: int  # latest round (1 or later) answered: final
     failing: int  # a round (1 or later) with a failed outcome or undeliverable request
     overdue: int  # a round due more than RECURRING_OVERDUE_DAYS ago and not answered
+    # When the worker counted them (``recurring_overviews_counted``); None: read just now.
+    counted_at: dt.datetime | None = None
 
     @property
     def off(self) -> bool:
@@ -285,6 +290,41 @@ def recurring_overviews(
         return {
             broker_pk: RecurringOverview(days, *counts) for broker_pk, *counts in cursor.fetchall()
         }
+
+
+# The dashboard shows the worker's counts (``services.staff.recurring_counts``, every 5
+# minutes) while they are this recent: two runs missed, or one slow, still leave them shown.
+RECURRING_COUNTS_FRESH = dt.timedelta(minutes=15)
+
+
+def recurring_overviews_counted(
+    *, broker_pks: Collection[int], now: dt.datetime
+) -> dict[int, RecurringOverview] | None:
+    """``recurring_overviews`` of ``broker_pks`` as the worker last counted them, in one
+    query, when every one of them was counted for ``now``'s DROP date, with the days setting
+    in force, within ``RECURRING_COUNTS_FRESH`` before ``now``; else None (nothing counted
+    yet, the worker is not running, a broker added since): the caller counts live."""
+    days = settings.DROPPORTAL_RECURRING_DAYS
+    if days <= 0:
+        return {}
+    counted = {
+        row.broker_id: RecurringOverview(
+            row.days,
+            row.due,
+            row.sent,
+            row.answered,
+            row.failing,
+            row.overdue,
+            counted_at=row.counted_at,
+        )
+        for row in RecurringCounts.objects.filter(
+            broker_id__in=broker_pks,
+            days=days,
+            counted_for=drop_today(now),
+            counted_at__gte=now - RECURRING_COUNTS_FRESH,
+        )
+    }
+    return counted if counted.keys() == set(broker_pks) else None
 
 
 # Per broker: (DROP broker id, broker pk, work items, rows holding them, nearest due date),

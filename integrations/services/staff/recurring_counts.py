@@ -1,0 +1,68 @@
+"""The dashboard's recurring deletion counts, counted by the worker (``RecurringCounts``).
+
+Reading every broker's schedule (``selectors.recurring.recurring_overviews``) takes seconds
+at a million deleted consumers, longer than the dashboard may wait; the worker's periodic
+job counts it every 5 minutes and keeps one row per broker, which the dashboard shows while
+it is fresh (``recurring_overviews_counted``) and counts live otherwise::
+
+    recurring_counts_store()   # the periodic job: returns how many brokers it counted
+
+Nothing here changes what a count means: these are ``recurring_overviews``'s own.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from integrations.drop.calendar import drop_today
+from integrations.models import Broker, RecurringCounts
+from integrations.selectors.recurring import RecurringOverview, recurring_overviews
+
+_COUNTS = ("days", "due", "sent", "answered", "failing", "overdue")
+
+
+def recurring_counts_store(*, now: dt.datetime | None = None) -> int:
+    """Count every broker's recurring rounds as of ``now`` (DROP's date of it) and store
+    them, a row per broker (zeros for one with no round to count); returns how many. Nothing
+    while rounds are off: the dashboard then says so, and counts nothing."""
+    days = settings.DROPPORTAL_RECURRING_DAYS
+    if days <= 0:
+        return 0
+    now = now or timezone.now()
+    today = drop_today(now)
+    # Listed before the read: a broker added while it runs was not counted, and gets no row
+    # (the dashboard counts live until the next run).
+    counted = set(Broker.objects.values_list("pk", flat=True))
+    overviews = recurring_overviews(today=today)
+    none = RecurringOverview(days, 0, 0, 0, 0, 0)
+    with transaction.atomic():
+        # And again after it: a broker deleted meanwhile (its row goes with it) is left out,
+        # not inserted against a missing broker.
+        brokers = sorted(counted & set(Broker.objects.values_list("pk", flat=True)))
+        rows = []
+        for pk in brokers:
+            overview = overviews.get(pk, none)
+            rows.append(
+                RecurringCounts(
+                    broker_id=pk,
+                    days=overview.days,
+                    due=overview.due,
+                    sent=overview.sent,
+                    answered=overview.answered,
+                    failing=overview.failing,
+                    overdue=overview.overdue,
+                    counted_for=today,
+                    counted_at=now,
+                )
+            )
+        RecurringCounts.objects.bulk_create(
+            rows,
+            update_conflicts=True,
+            unique_fields=["broker"],
+            update_fields=[*_COUNTS, "counted_for", "counted_at"],
+        )
+    return len(brokers)
