@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import itertools
 from typing import Any
 
+import croniter
 import pytest
 from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
+from procrastinate.contrib.django import app
 
 from integrations import tasks
 from integrations.drop.calendar import drop_clock_text, drop_today
@@ -128,6 +131,30 @@ def test_the_job_stores_each_brokers_counts_as_the_live_read_counts_them(
     again = RecurringCounts.objects.get(broker=broker)
     assert (again.failing, again.answered) == (0, rows[broker.pk].answered + 1)
     assert RecurringCounts.objects.count() == 2
+
+
+def _minutes_run(periodic_id: str, *, hour: dt.datetime) -> list[int]:
+    """The minutes of ``hour`` at which the worker defers the periodic job ``periodic_id``."""
+    (periodic,) = [
+        task
+        for task in app.periodic_registry.periodic_tasks.values()
+        if task.periodic_id == periodic_id
+    ]
+    runs = croniter.croniter(periodic.cron, hour - dt.timedelta(seconds=1))
+    minutes = []
+    while (moment := runs.get_next(dt.datetime)) < hour + dt.timedelta(hours=1):
+        minutes.append(moment.minute)
+    return minutes
+
+
+def test_the_worker_counts_every_5_minutes_apart_from_the_alerts_stuck_check() -> None:
+    """Within the dashboard's 15 minutes two runs may be missed; the alerts' evaluation reads
+    the same schedule every 5 minutes, and the two reads do not start together."""
+    hour = dt.datetime(2026, 12, 3, 18, tzinfo=dt.UTC)
+    counts = _minutes_run("count_recurring", hour=hour)
+    assert [b - a for a, b in itertools.pairwise(counts)] == [5] * 11
+    assert 3 * dt.timedelta(minutes=5) <= RECURRING_COUNTS_FRESH
+    assert not set(counts) & set(_minutes_run("evaluate_alerts", hour=hour))
 
 
 def test_the_dashboard_shows_fresh_counts_without_reading_the_schedule(
