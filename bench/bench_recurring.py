@@ -141,7 +141,7 @@ def time_count(items: int, repeats: int) -> tuple[float, bool]:
     """Best time of the worker's count (``recurring_counts_store``), and whether every run
     stored each item due and nothing else."""
     from integrations.models import RecurringCounts
-    from integrations.services.staff.recurring_counts import recurring_counts_store
+    from integrations.services.cycle.recurring_counts import recurring_counts_store
 
     times: list[float] = []
     correct = True

@@ -29,6 +29,7 @@ from integrations.services.cycle.drop_schedule import (
 )
 from integrations.services.cycle.outstanding import outstanding_cycles_clear
 from integrations.services.cycle.recurring import recurring_rounds_send_all
+from integrations.services.cycle.recurring_counts import recurring_counts_store
 from integrations.services.dispatch.deliveries import (
     deletion_requests_deliver,
     resolution_requests_deliver,
@@ -44,7 +45,6 @@ from integrations.services.reporting.report_uploads import ReportBusy, report_cl
 from integrations.services.reporting.reports import report_auto
 from integrations.services.staff.alerts import alerts_evaluate
 from integrations.services.staff.doctor import stuck_work_items_check
-from integrations.services.staff.recurring_counts import recurring_counts_store
 from integrations.services.staff.shown_once import shown_once_purge_expired
 from integrations.services.staff.staff_mfa import staff_sessions_purge_expired
 
@@ -289,7 +289,7 @@ def drop_doctor(timestamp: int | None = None) -> int:
 @app.periodic(cron="2-59/5 * * * *", periodic_id="count_recurring")
 @app.task(queue="maintenance", queueing_lock="count_recurring", pass_context=False)
 def count_recurring(timestamp: int | None = None) -> int:
-    """``services.staff.recurring_counts.recurring_counts_store``; returns how many brokers
+    """``services.cycle.recurring_counts.recurring_counts_store``; returns how many brokers
     it counted."""
 
     return recurring_counts_store()

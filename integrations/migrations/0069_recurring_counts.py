@@ -9,7 +9,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("integrations", "0065_deletion_request_broker_pages"),
+        ("integrations", "0068_free_text_masked_again"),
     ]
 
     operations = [

@@ -1,5 +1,5 @@
 """Each broker's recurring deletion counts as the worker last counted them, for the
-dashboard (``services.staff.recurring_counts``)."""
+dashboard (``services.cycle.recurring_counts``)."""
 
 from __future__ import annotations
 

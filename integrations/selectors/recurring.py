@@ -292,7 +292,7 @@ def recurring_overviews(
         }
 
 
-# The dashboard shows the worker's counts (``services.staff.recurring_counts``, every 5
+# The dashboard shows the worker's counts (``services.cycle.recurring_counts``, every 5
 # minutes) while they are this recent: two runs missed, or one slow, still leave them shown.
 RECURRING_COUNTS_FRESH = dt.timedelta(minutes=15)
 

@@ -1,5 +1,5 @@
 """The dashboard's recurring deletion counts, counted by the worker
-(``services.staff.recurring_counts``): the job stores what the live read counts, the
+(``services.cycle.recurring_counts``): the job stores what the live read counts, the
 dashboard shows a fresh row without reading the schedule, and counts live otherwise.
 """
 
@@ -37,9 +37,9 @@ from integrations.selectors.recurring import (
     recurring_overviews,
 )
 from integrations.services.cycle.recurring import recurring_rounds_send
+from integrations.services.cycle.recurring_counts import recurring_counts_store
 from integrations.services.staff.brokers import broker_create
 from integrations.services.staff.integrations import webhook_integration_create
-from integrations.services.staff.recurring_counts import recurring_counts_store
 from tests.builders import (
     BrokerFactory,
     ConsumerFactory,
