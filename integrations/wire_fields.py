@@ -24,31 +24,28 @@ IDENTIFIER_MAX_LENGTH = 1000
 # a repeat with another email, name.
 OPT_OUT_EMAIL = "identifiers.email[0].email"
 
-# A UUID as the wire writes it: 8-4-4-4-12 hexadecimal digits, as ``str(uuid)`` gives it (in
-# lower case). Python's ``UUID()`` also reads braces, "urn:uuid:" and 32 bare digits: a UUID
-# spelt so would be answered, called or matched by another name than the one written.
-UUID_PATTERN = "^[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}$"
+# A UUID as the wire writes it: 8-4-4-4-12 hexadecimal digits, as ``str(uuid)`` gives it.
+# Python's ``UUID()`` also reads braces, "urn:uuid:" and 32 bare digits: a UUID spelt so
+# would be answered, called or matched by another name than the one written. Either case is
+# read (RFC 9562: a UUID's text is case-insensitive on input; a broker's database may give
+# it back in upper case, and its outcome must not be lost for that).
+UUID_PATTERN = "^[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$"
 _UUID_TEXT = re.compile(UUID_PATTERN[1:-1])
 
 
-def uuid_from_text(value: Any, *, any_case: bool = False) -> uuid.UUID | None:
-    """``value`` as a UUID if it is one written 8-4-4-4-12 in lower case, the form the
-    service writes; ``any_case`` takes upper-case digits too (a UUID the broker minted). Else
-    None."""
-    if not isinstance(value, str):
-        return None
-    if not _UUID_TEXT.fullmatch(value.lower() if any_case else value):
+def uuid_from_text(value: Any) -> uuid.UUID | None:
+    """``value`` as a UUID if it is one written 8-4-4-4-12 (``UUID_PATTERN``), else None."""
+    if not isinstance(value, str) or not _UUID_TEXT.fullmatch(value):
         return None
     return uuid.UUID(value)
 
 
 @extend_schema_field({"type": "string", "format": "uuid", "pattern": UUID_PATTERN})
 class CanonicalUUIDField(serializers.UUIDField):
-    """A UUID the service wrote (a ``request_uuid``), echoed exactly: ``uuid_from_text``."""
+    """A UUID the service wrote (a ``request_uuid``), echoed 8-4-4-4-12: ``uuid_from_text``."""
 
     default_error_messages = {
-        "invalid": "Must be the UUID as the service wrote it: lower-case hexadecimal digits, "
-        "8-4-4-4-12."
+        "invalid": "Must be the UUID as the service wrote it: hexadecimal digits, 8-4-4-4-12."
     }
 
     def to_internal_value(self, data: Any) -> uuid.UUID:

@@ -124,13 +124,13 @@ class DeletionCallbackView(SignedCallbackView):
         sent = payload.get("request_uuid")
         request_uuid = uuid_from_text(sent)
         if request_uuid is None and isinstance(sent, str) and _any_uuid(sent):
-            # Another spelling of the same UUID (upper case, braces, urn:uuid:, no dashes)
-            # is told so, not "required": the request is named by the text its dispatch sent.
+            # Another spelling of the same UUID (braces, urn:uuid:, no dashes) is told so,
+            # not "required": the request is named by the text its dispatch sent.
             raise Problem(
                 status=400,
                 code="validation_failed",
-                detail="request_uuid must be echoed as the dispatch wrote it: lower-case "
-                "hexadecimal digits, 8-4-4-4-12.",
+                detail="request_uuid must be echoed as the dispatch wrote it: hexadecimal "
+                "digits, 8-4-4-4-12.",
                 errors={"request_uuid": [_CANONICAL_UUID]},
             )
         if request_uuid is None:

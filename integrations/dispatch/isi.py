@@ -250,7 +250,7 @@ def connections_answer(result: DeliveryResult) -> list[ListedConnection]:
         if not isinstance(entry, dict):
             raise IsiError(f"{where} is not an object")
         # Its 36 characters as written (any case): the delete path names it so.
-        connection_uuid = uuid_from_text(entry.get("uuid"), any_case=True)
+        connection_uuid = uuid_from_text(entry.get("uuid"))
         if connection_uuid is None:
             raise IsiError(f"{where}.uuid is not a UUID (8-4-4-4-12 hexadecimal digits)")
         capabilities = entry.get("capabilities", [])

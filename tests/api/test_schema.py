@@ -80,7 +80,8 @@ def test_the_deletion_callbacks_request_uuid_is_documented_as_the_service_writes
     assert request_uuid["format"] == "uuid"
     written = uuid.uuid4()
     assert re.fullmatch(request_uuid["pattern"], str(written))
-    assert not re.fullmatch(request_uuid["pattern"], str(written).upper())
+    assert re.fullmatch(request_uuid["pattern"], str(written).upper())
+    assert not re.fullmatch(request_uuid["pattern"], written.hex)
 
 
 def test_the_signed_callbacks_document_their_signature_headers(api_client: APIClient) -> None:
