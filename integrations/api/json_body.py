@@ -6,8 +6,8 @@ from their raw bytes) is read here::
     payload = json_body(raw)      # raises Problem: 400 validation_failed, 413
 
 A body is accepted when it is UTF-8 JSON (RFC 8259: not UTF-16 or UTF-32; a leading byte
-order mark is skipped; no ``NaN`` or ``Infinity``, no object naming a key twice), nested no deeper than
-Python's parser can follow, and every string in it can be stored (``storable_text``): no
+order mark is skipped; no ``NaN`` or ``Infinity``, no object naming a key twice), nested no
+deeper than Python's parser can follow, and every string in it can be stored (``storable_text``): no
 NUL character (PostgreSQL's text cannot hold one) and no unpaired surrogate (a lone
 ``\\ud800`` escape decodes to a string that cannot be written back as UTF-8). Anything
 else is a 400 naming the reason, never a 500 further down.
