@@ -133,7 +133,10 @@ def drop_base_url_problem(base_url: str, *, allow_private: bool) -> str | None:
     problem = target_url_problem(base_url, allow_private=allow_private)
     if problem in (TargetUrlProblem.UNREADABLE, TargetUrlProblem.NOT_ABSOLUTE):
         # Printed and logged: a token in its query or a password stays out.
-        return f"DROP base URL must be an http(s) URL, got {without_url_extras(base_url)!r}"
+        return (
+            f"DROP base URL must be an http(s) URL (a port is a number up to 65535), got "
+            f"{without_url_extras(base_url)!r}"
+        )
     if problem is TargetUrlProblem.PLAIN_HTTP:
         return (
             "DROP base URL must use https (plain http only with DROPPORTAL_ALLOW_PRIVATE_TARGETS)"

@@ -7,9 +7,9 @@
   amended before this migration keeps counting to its amendment in the days to respond.
 
 Not atomic, in batches: one UPDATE per table would hold every row it rewrote until it
-committed (a minute and a half for a million resolution requests alone), and a callback or
-delivery of any of them would wait that long. Each batch commits alone (20,000 ids, about a
-second) and fills only what is still empty, so a migration cut short is simply run again.
+committed, and a callback or delivery of any of them would wait that long (figures: the
+upgrade section of docs/deployment.md). Each batch commits alone and fills only what is
+still empty, so a migration cut short is simply run again.
 A work item the old release reports after its batch (until the restart) keeps it empty: the
 next file DROP takes for it, and the days to respond, take its reported_at instead.
 """

@@ -451,7 +451,8 @@ def test_a_drop_url_the_client_refuses_is_named_without_its_token(
     with pytest.raises(CommandError) as refused:
         pull()
     assert str(refused.value) == (
-        "DROP base URL must be an http(s) URL, got 'ftp://drop.example/sandbox'"
+        "DROP base URL must be an http(s) URL (a port is a number up to 65535), got "
+        "'ftp://drop.example/sandbox'"
     )
     assert drop.requests == []
 
