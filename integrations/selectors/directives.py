@@ -2,6 +2,7 @@
 
 directives_of(broker)                   # newest first, without their CSV
 directive_ack_due_date(directive)       # the last day to acknowledge it, in DROP's calendar
+directive_acknowledged_late()           # the same rule in a query, of many at once
 directives_overdue(now=now)             # unacknowledged past DROPPORTAL_DIRECTIVE_ACK_DAYS
 directives_not_written(now=now)         # an S3 write failing for an hour since issued
 directive_as_json(directive)            # what ``drop directives --json`` prints
@@ -13,10 +14,17 @@ import datetime as dt
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Count, OuterRef, QuerySet, Subquery
-from django.db.models.functions import Coalesce
+from django.db.models import Count, DateField, Func, OuterRef, Q, QuerySet, Subquery, Value
+from django.db.models.functions import Coalesce, TruncDate
+from django.db.models.lookups import GreaterThan
 
-from integrations.drop.calendar import drop_date, drop_day_bounds, drop_midnight, drop_today
+from integrations.drop.calendar import (
+    drop_date,
+    drop_day_bounds,
+    drop_midnight,
+    drop_timezone,
+    drop_today,
+)
 from integrations.models import Broker, Directive
 
 
@@ -30,6 +38,21 @@ def directive_ack_due_date(directive: Directive) -> dt.date:
     deadline (not that many times 24 hours, which ends at another hour of another day when
     it is issued late in the evening or the clocks change between)."""
     return drop_date(directive.created_at) + _ack_days()
+
+
+def directive_acknowledged_late(prefix: str = "") -> Q:
+    """``directive_ack_due_date`` in a query: directives acknowledged after their last day.
+    ``prefix`` reaches them through a relation (``"directives__"`` from a provider), so
+    many providers' directives are counted in one query."""
+    zone = drop_timezone()
+    due_date = Func(
+        TruncDate(f"{prefix}created_at", tzinfo=zone),
+        Value(settings.DROPPORTAL_DIRECTIVE_ACK_DAYS),
+        template="(%(expressions)s)",
+        arg_joiner=" + ",
+        output_field=DateField(),
+    )
+    return Q(GreaterThan(TruncDate(f"{prefix}acknowledged_at", tzinfo=zone), due_date))
 
 
 def directive_ack_due(directive: Directive) -> dt.datetime:

@@ -10,33 +10,19 @@ from typing import Any
 from cryptography.exceptions import InvalidSignature
 from django.conf import settings
 from django.db import connection
+from django.db.models import Count, FilteredRelation, Q
 
 from integrations.evidence import pack
 from integrations.evidence.directives import directive_verify
 from integrations.evidence.signing_key import evidence_signing_key
 from integrations.ledger_kinds import LedgerKind
-from integrations.models import Directive, LedgerEvent, WorkItemState
+from integrations.models import Directive, LedgerEvent, ServiceProvider, WorkItemState
+from integrations.selectors.directives import (
+    directive_acknowledged_late,
+    directives_ack_overdue_before,
+)
 from integrations.services.evidence.components.base import Component, PackContext
 
-# Per provider of the broker: its directives issued in the pack's time, delivered to its S3
-# prefix, acknowledged, acknowledged late, unacknowledged past the due time.
-_PER_PROVIDER = """
-SELECT p.id, p.name, p.s3_prefix <> '', count(d.id),
-       count(d.id) FILTER (WHERE d.delivered_at IS NOT NULL),
-       count(d.id) FILTER (WHERE d.acknowledged_at IS NOT NULL),
-       -- Days of DROP's calendar, as selectors.directives.directive_ack_due_date counts
-       -- them: acknowledged on or before the ack-th day after the day it was issued.
-       count(d.id) FILTER (WHERE (d.acknowledged_at AT TIME ZONE %(zone)s)::date
-                                 > (d.created_at AT TIME ZONE %(zone)s)::date + %(ack)s),
-       count(d.id) FILTER (WHERE d.acknowledged_at IS NULL
-                             AND (d.created_at AT TIME ZONE %(zone)s)::date + %(ack)s
-                                 < (%(now)s AT TIME ZONE %(zone)s)::date)
-FROM integrations_serviceprovider p
-LEFT JOIN integrations_directive d
-  ON d.provider_id = p.id AND d.created_at >= %(start)s AND d.created_at < %(end)s
-WHERE p.broker_id = %(broker)s
-GROUP BY p.id, p.name, p.s3_prefix ORDER BY p.name
-"""
 # Per provider, the work items matched in the pack's time (a request of DROP's, round 0,
 # matched once the provider was registered; not removed since) whose hash is in none of its
 # directives: each match directs every provider in the transaction that matched.
@@ -84,24 +70,51 @@ def build(context: PackContext) -> Component:
             "record of it), and providers the broker did not register here are not seen."
         ),
     )
-    params: dict[str, Any] = {
-        "broker": context.broker.pk,
-        "start": start,
-        "end": end,
-        "ack": ack_days,
-        "zone": settings.DROPPORTAL_DROP_TIMEZONE,
-        "now": context.exported_at,
-    }
+    params: dict[str, Any] = {"broker": context.broker.pk, "start": start, "end": end}
+    # Per provider of the broker: its directives issued in the pack's time, delivered to its
+    # S3 prefix, acknowledged, acknowledged late, unacknowledged past the due time; one
+    # query, by the rules of selectors.directives.
+    overdue_before = directives_ack_overdue_before(now=context.exported_at)
+    rows = (
+        ServiceProvider.objects.filter(broker=context.broker)
+        .alias(
+            issued=FilteredRelation(
+                "directives",
+                condition=Q(directives__created_at__gte=start, directives__created_at__lt=end),
+            )
+        )
+        .annotate(
+            n_issued=Count("issued"),
+            n_delivered=Count("issued", filter=Q(issued__delivered_at__isnull=False)),
+            n_acknowledged=Count("issued", filter=Q(issued__acknowledged_at__isnull=False)),
+            n_late=Count("issued", filter=directive_acknowledged_late("issued__")),
+            n_overdue=Count(
+                "issued",
+                filter=Q(
+                    issued__acknowledged_at__isnull=True, issued__created_at__lt=overdue_before
+                ),
+            ),
+        )
+        .order_by("name")
+        .values_list(
+            "pk",
+            "name",
+            "s3_prefix",
+            "n_issued",
+            "n_delivered",
+            "n_acknowledged",
+            "n_late",
+            "n_overdue",
+        )
+    )
     with connection.cursor() as cursor:
-        cursor.execute(_PER_PROVIDER, params)
-        rows = cursor.fetchall()
         cursor.execute(_UNDIRECTED, {**params, "removed": WorkItemState.REMOVED.value})
         undirected = dict(cursor.fetchall())
     altered, other_key = _signatures_checked(context)
-    providers = [
+    providers: list[dict[str, Any]] = [
         {
             "provider": name,
-            "delivery": "s3" if s3 else "download",
+            "delivery": "s3" if s3_prefix else "download",
             "directives": issued,
             "delivered_to_s3": delivered,
             "acknowledged": acknowledged,
@@ -111,7 +124,7 @@ def build(context: PackContext) -> Component:
             "signed_by_another_key": other_key.get(provider_id, 0),
             "matched_not_directed": int(undirected.get(provider_id, 0)),
         }
-        for provider_id, name, s3, issued, delivered, acknowledged, late, overdue in rows
+        for provider_id, name, s3_prefix, issued, delivered, acknowledged, late, overdue in rows
     ]
     component.records = {
         "providers": providers,
