@@ -7,6 +7,7 @@ import datetime as dt
 from typing import Any
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import (
     DateTimeField,
     DurationField,
@@ -88,6 +89,15 @@ def download_clock_from(moment: dt.datetime) -> dt.datetime:
     (``DOWNLOAD_DUTY_BEGINS``) if later. The one rule of the dashboard, the
     ``drop_download_due`` alert and the evidence pack's gaps."""
     return max(moment, download_duty_start())
+
+
+def download_clock_from_sql(moment: str) -> str:
+    """``download_clock_from`` of the SQL expression ``moment`` (the duty's start bound in
+    the text), for a query that measures every gap between downloads at once."""
+    # compose_sql: PostgreSQL's operations only (the stubs know the base class).
+    return connection.ops.compose_sql(  # type: ignore[attr-defined,no-any-return]
+        f"greatest({moment}, %s)", [download_duty_start()]
+    )
 
 
 def download_due_date(*downloads: dt.datetime | None, set_up: dt.datetime) -> dt.date:

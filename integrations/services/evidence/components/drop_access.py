@@ -28,7 +28,7 @@ from integrations.ledger_kinds import LedgerKind
 from integrations.models import DropAccessObligation, DropOutage, LedgerEvent
 from integrations.selectors.pulls import (
     download_clock_from,
-    download_duty_start,
+    download_clock_from_sql,
     drop_pulls_reached,
 )
 from integrations.services.evidence.components.base import Component, PackContext
@@ -63,8 +63,7 @@ WITH downloads AS (
 ), gaps AS (
     -- A gap opens no earlier than the duty to download began: the longest is the longest
     -- of the duty's time.
-    SELECT CASE WHEN lag(at) OVER w IS NOT NULL THEN greatest(lag(at) OVER w, %(clock)s) END
-           AS previous, at
+    SELECT CASE WHEN lag(at) OVER w IS NOT NULL THEN {previous} END AS previous, at
     FROM kept WHERE at IS NOT NULL WINDOW w AS (ORDER BY at)
 )
 SELECT (SELECT count(*) FROM kept WHERE at >= %(start)s),
@@ -130,14 +129,16 @@ def build(context: PackContext) -> Component:
         "kinds": [kind.value for kind in ACCESS_KINDS],
         "created_kind": LedgerKind.BROKER_CREATED.value,
         "zone": settings.DROPPORTAL_DROP_TIMEZONE,
-        "clock": download_duty_start(),
     }
     pulls = drop_pulls_reached(LedgerEvent.objects.filter(broker_id=context.broker.broker_id))
     # compose_sql: PostgreSQL's operations only (the stubs know the base class).
     query = pulls.values(at=F("reached_at")).query.sql_with_params()
     pulls_sql = connection.ops.compose_sql(*query)  # type: ignore[attr-defined]
-    # Its values are bound already: a % left in them must not read as a parameter.
-    downloads_sql = _DOWNLOADS.format(pulls=pulls_sql.replace("%", "%%"))
+    previous_sql = download_clock_from_sql("lag(at) OVER w")
+    # Their values are bound already: a % left in them must not read as a parameter.
+    downloads_sql = _DOWNLOADS.format(
+        pulls=pulls_sql.replace("%", "%%"), previous=previous_sql.replace("%", "%%")
+    )
     with connection.cursor() as cursor:
         cursor.execute(downloads_sql, params)
         downloads, last, gap_from, gap_to, none_before, first, set_up = cursor.fetchone()
