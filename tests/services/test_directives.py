@@ -463,15 +463,18 @@ def test_the_evidence_pack_finds_a_directive_altered_with_its_digest(
     assert component["records"]["providers"][0]["not_as_signed"] == 1
 
 
+@pytest.mark.parametrize(
+    ("acknowledged", "late"), [("2026-11-04 23:50", 0), ("2026-11-05 00:10", 1)]
+)
 def test_the_evidence_pack_counts_acknowledgement_days_in_drops_calendar(
-    matched: Directive, tmp_path: Path
+    matched: Directive, tmp_path: Path, acknowledged: str, late: int
 ) -> None:
-    """Issued on October 25 and acknowledged early on November 4, the tenth day after in
-    California: on time, though more than ten times 24 hours later (the clocks went back
-    on November 1)."""
+    """Issued on October 25: acknowledged on November 4, the tenth day after in California,
+    is on time, though more than ten times 24 hours later (the clocks went back on November
+    1); on November 5, just after midnight there, it is late."""
     Directive.objects.filter(pk=matched.pk).update(
         created_at=drop_moment("2026-10-25 00:30"),
-        acknowledged_at=drop_moment("2026-11-04 00:10"),
+        acknowledged_at=drop_moment(acknowledged),
         acknowledged_by="cli",
         acknowledgement_reference="ticket 4410",
     )
@@ -484,9 +487,9 @@ def test_the_evidence_pack_counts_acknowledgement_days_in_drops_calendar(
         component = json.loads(archive.read(components.FILE))["components"]["service_providers"]
 
     (provider,) = component["records"]["providers"]
-    assert (provider["acknowledged"], provider["acknowledged_late"]) == (1, 0)
+    assert (provider["acknowledged"], provider["acknowledged_late"]) == (1, late)
     (test,) = [t for t in component["tests"] if "acknowledged within" in t["name"]]
-    assert test["result"] == "pass", test
+    assert test["result"] == ("fail" if late else "pass"), test
 
 
 def test_an_altered_directive_cannot_pass_as_signed_by_another_key(
