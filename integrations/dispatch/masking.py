@@ -27,8 +27,7 @@ import json
 import re
 import unicodedata
 import uuid
-from collections.abc import Collection, Iterable, Mapping
-from functools import partial
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Any
 
 from integrations.month_names import MONTHS
@@ -160,6 +159,13 @@ _FREE_TEXT_IDENTIFIER = re.compile(
     re.IGNORECASE,
 )
 _NUMBER_DIGITS = 7
+# The same, tried where a mask was just put: each lookbehind above reads the character
+# before, which masked text turns into a ">" that none of them refuses. Tried only there
+# (and at each such place once), the search stays linear; without it "a@x.com&alt=b@y.com"
+# would keep its second email in clear, found only when masked again.
+_AFTER_MASK, _LOOKBEHINDS = re.subn(r"\(\?<!\[[^\]]*\]\)", "", _FREE_TEXT_IDENTIFIER.pattern)
+assert _LOOKBEHINDS == 6, "one lookbehind per kind of identifier"
+_FREE_TEXT_IDENTIFIER_AFTER_MASK = re.compile(_AFTER_MASK, re.IGNORECASE)
 
 
 def _identifier_masked(found: re.Match[str], own: frozenset[str] = frozenset()) -> str:
@@ -170,6 +176,34 @@ def _identifier_masked(found: re.Match[str], own: frozenset[str] = frozenset()) 
     if kind == "number" and sum(c.isdigit() for c in text) < _NUMBER_DIGITS:
         return text
     return f"<{kind}>"
+
+
+def _identifiers_found(text: str, own: frozenset[str]) -> Iterator[tuple[re.Match[str], str]]:
+    """Each identifier in ``text`` and what is kept of it, found as masking the text again
+    would find them: where a mask was put, the text after it is read as it will be read
+    then (``_FREE_TEXT_IDENTIFIER_AFTER_MASK``), so that masked text masks to itself."""
+    done = 0
+    after_mask = False
+    while True:
+        found = (
+            _FREE_TEXT_IDENTIFIER_AFTER_MASK.match(text, done) if after_mask else None
+        ) or _FREE_TEXT_IDENTIFIER.search(text, done)
+        if found is None:
+            return
+        shown = _identifier_masked(found, own)
+        yield found, shown
+        done = found.end()
+        after_mask = shown != found.group()
+
+
+def _identifiers_masked(text: str, own: frozenset[str]) -> str:
+    kept: list[str] = []
+    done = 0
+    for found, shown in _identifiers_found(text, own):
+        kept += [text[done : found.start()], shown]
+        done = found.end()
+    kept.append(text[done:])
+    return "".join(kept)
 
 
 def _readable(text: str) -> str:
@@ -188,8 +222,8 @@ def identifiers_in(text: str) -> set[str]:
     ``number``, ``date``, ``vin``, ``maid``), no UUID being the row's own."""
     return {
         found.lastgroup or ""
-        for found in _FREE_TEXT_IDENTIFIER.finditer(_readable(text))
-        if _identifier_masked(found) != found.group()
+        for found, shown in _identifiers_found(_readable(text), frozenset())
+        if shown != found.group()
     }
 
 
@@ -207,4 +241,4 @@ def free_text_masked(text: str, *, limit: int, own_uuids: Iterable[uuid.UUID | s
     # A URL's query and credentials first (what the ledger cuts anyway): read as free text,
     # "case?email=ann%40x.com" would be one email, the path before it lost.
     readable = without_url_extras(_readable(text))
-    return _FREE_TEXT_IDENTIFIER.sub(partial(_identifier_masked, own=own), readable)[:limit]
+    return _identifiers_masked(readable, own)[:limit]

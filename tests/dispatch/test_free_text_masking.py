@@ -165,3 +165,39 @@ def test_masking_twice_keeps_what_masking_once_kept() -> None:
 )
 def test_a_long_text_of_the_wider_patterns_is_read_once(sent: str) -> None:
     assert len(free_text_masked(sent, limit=200_000)) <= len(sent)
+
+
+# Texts where one identifier ends right where another starts, or a mask's ">" would let a
+# pattern start that the character it replaced did not.
+TRICKY = [
+    "email=ann@x.com&alt=bob@y.com",
+    "ann@x.com+bob@y.com=carl@z.com",
+    "July 4, 1985+bob@y.com",
+    "415 555 1234+bob@y.com",
+    "call 4155551234=38400000-8cf0-11bd-b23e-10b96e40000d",
+    "1HGCM82633A004352&bob@y.com",
+    "a@x.co&" * 50,
+    "ann@x.com.bob@y.com 07/04/1985-07/04/1985",
+    f"see https://crm.example/c/{REQUEST_UUID}?email=ann@x.com&alt=bob@y.com done",
+    "ann%40x.com&bob%40y.com; 1985-07-04T00:00Z+bob@y.com",
+    "ｂｏｂ＠y.com&ann@x.com (415) 555-1234.5",
+    "10.0.0.1+bob@y.com 38400000-8cf0-11bd-b23e-10b96e40000d-ann@x.com",
+]
+
+
+def test_an_email_right_after_another_is_masked_too() -> None:
+    # The first email ends where "&alt=bob@y.com" starts: it is one of its own.
+    assert free_text_masked("email=ann@x.com&alt=bob@y.com", limit=2000) == "<email><email>"
+    assert free_text_masked("415 555 1234+bob@y.com", limit=2000) == "<number><email>"
+
+
+@pytest.mark.parametrize("sent", TRICKY)
+def test_masked_text_masks_to_itself(sent: str) -> None:
+    once = free_text_masked(sent, limit=2000, own_uuids=[REQUEST_UUID])
+
+    assert free_text_masked(once, limit=2000, own_uuids=[REQUEST_UUID]) == once
+
+
+@pytest.mark.parametrize("sent", ["ann@x.com&" * 10_000, "ann@x.com&" + "b&" * 50_000])
+def test_emails_one_after_another_are_read_once(sent: str) -> None:
+    assert len(free_text_masked(sent, limit=200_000)) <= len(sent)

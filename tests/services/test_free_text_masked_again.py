@@ -14,12 +14,14 @@ from django.conf import settings
 from django.db import connection
 from django.db.migrations.loader import MigrationLoader
 
+from integrations.dispatch.masking import free_text_masked
 from integrations.models import DeletionRequest, DeliveryAttempt, ResolutionRequest, SaasDeletion
 from tests.builders import (
     DeletionRequestFactory,
     DeliveryAttemptFactory,
     ResolutionRequestFactory,
 )
+from tests.dispatch.test_free_text_masking import REQUEST_UUID, TRICKY
 
 GAID = "38400000-8cf0-11bd-b23e-10b96e40000d"  # Google's advertising ID, written as ours are
 URL = "https://crm.example/drop"
@@ -134,3 +136,14 @@ def test_a_masked_text_is_cut_to_its_columns_length(migration: ModuleType) -> No
 
     resolution.refresh_from_db()
     assert resolution.exemption_basis == ("x" * 96 + " <email>")[:100]
+
+
+@pytest.mark.parametrize("sent", TRICKY)
+def test_the_frozen_masker_masks_as_the_services_do(sent: str) -> None:
+    migration = _migration()
+    own = [REQUEST_UUID]
+
+    frozen = migration.free_text_masked(sent, limit=2000, own_uuids=own)
+
+    assert frozen == free_text_masked(sent, limit=2000, own_uuids=own)
+    assert migration.free_text_masked(frozen, limit=2000, own_uuids=own) == frozen
