@@ -41,9 +41,13 @@ _HOST_PORT = re.compile(r"^(?:[\w.\-~%!$]*|\[[0-9a-fA-F:.]+(?:%25[\w.\-~]+)?\])(
 # Where a kept path ends: a query, a fragment or a ';' parameter, plainly or percent-encoded
 # (once or more: "%3F", "%253F"), and "=" or "&" that spell a query inside a path.
 _PATH_END = re.compile(r"(?i)[?#;=&]|%(?:25)*(?:3f|23|3b|3d|26)")
-# A query's value shorter than this is no credential (it would be guessed), and taking each
-# of its occurrences out of an answer ("1", "json") would leave nothing to read.
-_VALUE_REDACTED_FROM = 4
+# Which of a query's values an answer kept must not echo (``url_extras_sent``): one whose
+# name says it is a credential, and any other long enough to be a token. Shorter, a value
+# is no credential (it would be guessed), and taking each of its occurrences out of an
+# answer ("1", "json", "true") would leave nothing to read.
+_CREDENTIAL_NAME = re.compile(r"(?i)token|key|secret|sig|code|auth|pass|pwd|cred|session|jwt")
+_CREDENTIAL_REDACTED_FROM = 4
+_VALUE_REDACTED_FROM = 16
 
 
 def _host_and_tail(rest: str) -> tuple[str, str] | None:
@@ -116,17 +120,35 @@ def without_url_extras(text: str, *, value: bool = False) -> str:
     return "".join(kept)
 
 
+def query_value_is_secret(name: str, value: str) -> bool:
+    """Whether a query's ``value`` may be a credential: 4 characters or more under a name
+    that says so (``token``, ``api_key``, ``sig``, ``code``, ``password``, in any case), 16
+    or more under any other (``?format=json`` is not one)."""
+    if _CREDENTIAL_NAME.search(name):
+        return len(value) >= _CREDENTIAL_REDACTED_FROM
+    return len(value) >= _VALUE_REDACTED_FROM
+
+
 def url_extras_sent(url: str) -> list[str]:
-    """What ``without_url_extras`` cuts from ``url``, in the forms an answer may echo it: its
-    query as written, each of its values as written and decoded, and a password. An answer
-    that quotes the path it was asked ("Cannot POST /hook?code=T") names no URL for
+    """What ``without_url_extras`` cuts from ``url`` that may be a credential, in the forms
+    an answer may echo it: a password, each query value that may be one
+    (``query_value_is_secret``) as written and decoded, and then the query as written. An
+    answer that quotes the path it was asked ("Cannot POST /hook?code=T") names no URL for
     ``without_url_extras`` to find: these are redacted from it first."""
     parts = urlsplit(url)
-    sent = [parts.query, parts.password or "", unquote(parts.password or "")]
+    password = parts.password or ""
+    sent = [password, unquote(password)]
     for pair in parts.query.split("&"):
-        sent.append(pair.partition("=")[2])
-    sent += [value for _, value in parse_qsl(parts.query, keep_blank_values=True)]
-    return [value for value in sent if len(value) >= _VALUE_REDACTED_FROM]
+        name, _, value = pair.partition("=")
+        sent += [value] if query_value_is_secret(unquote(name), value) else []
+    sent += [
+        value
+        for name, value in parse_qsl(parts.query, keep_blank_values=True)
+        if query_value_is_secret(name, value)
+    ]
+    if any(sent[2:]):
+        sent.append(parts.query)
+    return [value for value in sent if len(value) >= _CREDENTIAL_REDACTED_FROM]
 
 
 def data_without_url_extras(value: Any) -> Any:

@@ -554,3 +554,29 @@ def test_a_binary_answer_is_kept_storable_and_the_batch_with_it(
         "\ufffd\x01\x02 binary",
     ]
     assert len(_events("deletion_request.delivered")) == 2
+
+
+@pytest.mark.parametrize(
+    ("query", "answer", "kept"),
+    [
+        # Words of the answer that are the query's values, but no credential.
+        (
+            "?format=json&verbose=true",
+            b'{"accepted": true, "format": "json"}',
+            '{"accepted": true, "format": "json"}',
+        ),
+        ("?code=abcd", b"bad code abcd", "bad code [redacted]"),
+        (f"?id={'f' * 32}", f"unknown id {'f' * 32}".encode(), "unknown id [redacted]"),
+    ],
+)
+def test_only_a_query_value_that_may_be_a_credential_is_redacted_from_an_answer(
+    broker: Broker, receiver: BrokerSimulator, query: str, answer: bytes, kept: str
+) -> None:
+    created = webhook_integration_created(broker, receiver.url + query)
+    receiver.script(Reply(status=404, body=answer))
+    request = DeletionRequestFactory.create(integration=created.integration)
+
+    assert deletion_requests_deliver(request_ids=[request.pk]) == {"retry": 1}
+
+    (attempt,) = request.delivery_attempts.all()
+    assert attempt.response_body == kept
