@@ -27,9 +27,10 @@ import json
 import re
 import unicodedata
 import uuid
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Container, Iterable, Iterator, Mapping
 from typing import Any
 
+from integrations.models import DeletionRequest, ResolutionRequest, SaasDeletion
 from integrations.month_names import MONTHS
 from integrations.outbound_http import RESPONSE_BODY_LIMIT
 from integrations.url_extras import without_url_extras
@@ -168,7 +169,7 @@ assert _LOOKBEHINDS == 6, "one lookbehind per kind of identifier"
 _FREE_TEXT_IDENTIFIER_AFTER_MASK = re.compile(_AFTER_MASK, re.IGNORECASE)
 
 
-def _identifier_masked(found: re.Match[str], own: frozenset[str] = frozenset()) -> str:
+def _identifier_masked(found: re.Match[str], own: Container[str] = frozenset()) -> str:
     kind = found.lastgroup
     text = found.group()
     if kind == "ip" or (kind == "maid" and text.replace("-", "").lower() in own):
@@ -178,7 +179,7 @@ def _identifier_masked(found: re.Match[str], own: frozenset[str] = frozenset()) 
     return f"<{kind}>"
 
 
-def _identifiers_found(text: str, own: frozenset[str]) -> Iterator[tuple[re.Match[str], str]]:
+def _identifiers_found(text: str, own: Container[str]) -> Iterator[tuple[re.Match[str], str]]:
     """Each identifier in ``text`` and what is kept of it, found as masking the text again
     would find them: where a mask was put, the text after it is read as it will be read
     then (``_FREE_TEXT_IDENTIFIER_AFTER_MASK``), so that masked text masks to itself."""
@@ -196,7 +197,7 @@ def _identifiers_found(text: str, own: frozenset[str]) -> Iterator[tuple[re.Matc
         after_mask = shown != found.group()
 
 
-def _identifiers_masked(text: str, own: frozenset[str]) -> str:
+def _identifiers_masked(text: str, own: Container[str]) -> str:
     kept: list[str] = []
     done = 0
     for found, shown in _identifiers_found(text, own):
@@ -227,18 +228,52 @@ def identifiers_in(text: str) -> set[str]:
     }
 
 
-def free_text_masked(text: str, *, limit: int, own_uuids: Iterable[uuid.UUID | str] = ()) -> str:
+OwnUuids = Iterable[uuid.UUID | str] | Callable[[], Iterable[uuid.UUID | str]]
+
+
+class _Own:
+    """The row's own UUIDs (``own_uuids``), as hex digits in lower case, read when a UUID is
+    first found: given as a callable (``row_own_uuids`` of a callback's row, read in part),
+    reading them may take a query, which a text holding no UUID, most, never needs."""
+
+    def __init__(self, own_uuids: OwnUuids) -> None:
+        self._given = own_uuids
+        self._own: frozenset[str] | None = None
+
+    def __contains__(self, text: object) -> bool:
+        if self._own is None:
+            given = self._given() if callable(self._given) else self._given
+            self._own = frozenset(str(u).replace("-", "").lower() for u in given)
+        return text in self._own
+
+
+def free_text_masked(text: str, *, limit: int, own_uuids: OwnUuids = ()) -> str:
     """A broker's free text as it is kept (on its row and in the ledger, for good): every
     email, phone or other long number, date, VIN and mobile advertising ID in it replaced by
     ``<email>``, ``<number>``, ``<date>``, ``<vin>``, ``<maid>``; then cut to ``limit``
     characters. The whole text is read (a callback's body, an answer kept, both bounded, in
     linear time): cut first, an identifier across the cut would be kept in part.
 
-    ``own_uuids``: the UUIDs the service issued for the row the text is kept on (its
-    ``request_uuid``), kept as written, in any case; every other UUID may be a consumer's
-    advertising ID and is masked. The text is kept as it is read (``_readable``)."""
-    own = frozenset(str(u).replace("-", "").lower() for u in own_uuids)
+    ``own_uuids``: the UUIDs the service issued for the row the text is kept on
+    (``row_own_uuids``, or a callable giving them), kept as written, in any case; every
+    other UUID may be a consumer's advertising ID and is masked. The text is kept as it is
+    read (``_readable``)."""
+    own = _Own(own_uuids)
     # A URL's query and credentials first (what the ledger cuts anyway): read as free text,
     # "case?email=ann%40x.com" would be one email, the path before it lost.
     readable = without_url_extras(_readable(text))
     return _identifiers_masked(readable, own)[:limit]
+
+
+def row_own_uuids(row: DeletionRequest | ResolutionRequest | SaasDeletion) -> tuple[uuid.UUID, ...]:
+    """The UUIDs the service issued for ``row``, which the free text kept on it (a callback's,
+    an answer's, a failure's) keeps readable (``own_uuids``): its ``request_uuid`` and
+    ``webhook_request_id``, both sent to the broker, and the uuid of the ISI connection it
+    goes to, in the path it is sent to; a SaaS deletion's, its resolution's
+    ``request_uuid``, which it sends. Migration 0068 keeps the same, read from the columns."""
+    if isinstance(row, SaasDeletion):
+        return (row.resolution.request_uuid,)
+    own = [row.request_uuid, row.webhook_request_id]
+    if row.isi_connection_id is not None and row.isi_connection is not None:
+        own.append(row.isi_connection.uuid)
+    return tuple(own)

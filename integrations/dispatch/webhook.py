@@ -23,7 +23,7 @@ from typing import Any
 
 from django.conf import settings
 
-from integrations.dispatch import signing
+from integrations.dispatch import masking, signing
 from integrations.dispatch.transport import Message, Verdict, each, http_post
 from integrations.models import DeletionRequest, Integration, ResolutionRequest
 from integrations.outbound_http import USER_AGENT
@@ -135,7 +135,7 @@ class WebhookTransport:
         assert integration is not None
         body = deletion_dispatch_body(request, integration)
         # Its answer is kept as text: the UUIDs it was sent with, ours, are kept in it.
-        own = (request.request_uuid, request.webhook_request_id)
+        own = masking.row_own_uuids(request)
         return _unsigned(integration, body, request.webhook_request_id, own_uuids=own)
 
     def resolution_message(self, request: ResolutionRequest) -> Message:
@@ -144,7 +144,14 @@ class WebhookTransport:
         # It asks for the consumer's identifiers: a broker may answer with them here rather
         # than in the callback, so the attempt keeps only the answer's shape (only the 2xx
         # counts), as for an ISI identifier retrieval.
-        return _unsigned(integration, body, request.webhook_request_id, keep_answer=False)
+        # A failure's text is still kept as text: ours kept in it.
+        return _unsigned(
+            integration,
+            body,
+            request.webhook_request_id,
+            keep_answer=False,
+            own_uuids=masking.row_own_uuids(request),
+        )
 
     def send(self, batch: Sequence[Message], pool: Executor | None) -> list[Verdict]:
         return each(pool, self._post, batch)

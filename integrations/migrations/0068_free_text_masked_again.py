@@ -5,7 +5,9 @@ on a delivery attempt, a failure's text on a request) has been masked as it is k
 the masking came in (``integrations/dispatch/masking.py``), and its rules grew since (an
 advertising ID written as a request UUID, phones with slashes, ordinal dates, emails with
 invisible characters). Rows kept before either are still shown as they were: this applies
-the rules of this release to them, a row's own UUIDs kept as the services keep them.
+the rules of this release to them, a row's own UUIDs kept as the services keep them. A
+cancelled row's ``last_error`` is left as it is: it is the reason staff or the service
+wrote, which the services never mask, and as its ledger event has it.
 
 Not atomic, as 0065: the old release still serves while ``migrate`` runs, and one
 transaction over every attempt would hold its rows' locks for the whole run. The rows are
@@ -256,52 +258,63 @@ def free_text_masked(text: str, *, limit: int, own_uuids: Iterable[uuid.UUID | s
 _UNBOUNDED = 2**31  # a column of no length of its own: cut nowhere
 
 # Each model's columns of free text, the length each is kept to, and the columns holding
-# the UUIDs issued for the row (those the services keep in its text; None where a join finds
-# no row).
+# the UUIDs issued for the row (None where a join finds no row): those the services keep in
+# its text (``masking.row_own_uuids``: a request's ``request_uuid``, ``webhook_request_id``
+# and ISI connection's uuid; a SaaS deletion's resolution's ``request_uuid``; an attempt's,
+# its row's).
+_REQUEST_UUIDS = ("request_uuid", "webhook_request_id", "isi_connection__uuid")
 _TABLES: tuple[tuple[str, dict[str, int], tuple[str, ...]], ...] = (
     (
         "DeletionRequest",
         {"error_message": 2000, "last_error": _UNBOUNDED},
-        ("request_uuid", "webhook_request_id"),
+        _REQUEST_UUIDS,
     ),
     (
         "ResolutionRequest",
         {"exemption_basis": 100, "last_error": _UNBOUNDED},
-        ("request_uuid", "webhook_request_id"),
+        _REQUEST_UUIDS,
     ),
     ("SaasDeletion", {"last_error": _UNBOUNDED}, ("resolution__request_uuid",)),
     (
         "DeliveryAttempt",
         {"response_body": 4096, "error": _UNBOUNDED},
         (
-            "deletion_request__request_uuid",
-            "deletion_request__webhook_request_id",
-            "resolution_request__request_uuid",
-            "resolution_request__webhook_request_id",
+            *(f"deletion_request__{column}" for column in _REQUEST_UUIDS),
+            *(f"resolution_request__{column}" for column in _REQUEST_UUIDS),
             "saas_deletion__resolution__request_uuid",
         ),
     ),
 )
+# A cancelled row's ``last_error`` is why it was cancelled, written by staff or the service
+# (a target retired, a work item DROP removed), never a delivery's failure: its words and
+# numbers (a date, a ticket's) are kept as written, as its ledger event has them.
+_CANCELLED = "cancelled"
+_STAFF_WRITTEN = "last_error"
 
 
 def _mask_table(model: Any, columns: dict[str, int], uuid_columns: tuple[str, ...]) -> int:
     """Mask ``columns`` of ``model``'s rows, a batch at a time: how many texts changed."""
     changed = 0
     last = 0
+    has_state = any(field.name == "state" for field in model._meta.get_fields())
+    state_columns = ("state",) if has_state else ()
     while True:
         rows = list(
             model.objects.filter(pk__gt=last)
             .order_by("pk")
-            .values_list("pk", *columns, *uuid_columns)[:BATCH]
+            .values_list("pk", *state_columns, *columns, *uuid_columns)[:BATCH]
         )
         if not rows:
             return changed
         last = rows[-1][0]
         with transaction.atomic():
             for pk, *values in rows:
+                state = values.pop(0) if has_state else None
                 texts, uuids = values[: len(columns)], values[len(columns) :]
                 own = [u for u in uuids if u is not None]
                 for (column, limit), text in zip(columns.items(), texts, strict=True):
+                    if column == _STAFF_WRITTEN and state == _CANCELLED:
+                        continue
                     masked = free_text_masked(text, limit=limit, own_uuids=own)
                     if masked != text:
                         # Only if still as read: a later write is the service's, masked.

@@ -34,9 +34,11 @@ from integrations.models import (
     RequestState,
 )
 from integrations.services.dispatch.deliveries import deletion_requests_deliver
+from integrations.services.dispatch.delivery_loop import _failure_kept
 from integrations.services.staff.integrations import CreatedIntegration, integration_enable
 from tests.builders import (
     DeletionRequestFactory,
+    ResolutionRequestFactory,
     webhook_integration_created,
 )
 
@@ -580,3 +582,16 @@ def test_only_a_query_value_that_may_be_a_credential_is_redacted_from_an_answer(
 
     (attempt,) = request.delivery_attempts.all()
     assert attempt.response_body == kept
+
+
+def test_a_resolution_delivery_failure_keeps_its_own_request_uuid(
+    integration: Integration,
+) -> None:
+    # Its answer is kept only by its shape, but a failure's text is kept as text.
+    request = ResolutionRequestFactory.create(integration=integration)
+    message = WebhookTransport().resolution_message(request)
+    device = "38400000-8cf0-11bd-b23e-10b96e40000d"
+
+    kept = _failure_kept(f"500: {request.request_uuid} locked by {device}", message)
+
+    assert kept == f"500: {request.request_uuid} locked by <maid>"

@@ -15,10 +15,17 @@ from django.db import connection
 from django.db.migrations.loader import MigrationLoader
 
 from integrations.dispatch.masking import free_text_masked
-from integrations.models import DeletionRequest, DeliveryAttempt, ResolutionRequest, SaasDeletion
+from integrations.models import (
+    DeletionRequest,
+    DeliveryAttempt,
+    RequestState,
+    ResolutionRequest,
+    SaasDeletion,
+)
 from tests.builders import (
     DeletionRequestFactory,
     DeliveryAttemptFactory,
+    IsiConnectionFactory,
     ResolutionRequestFactory,
 )
 from tests.dispatch.test_free_text_masking import REQUEST_UUID, TRICKY
@@ -147,3 +154,42 @@ def test_the_frozen_masker_masks_as_the_services_do(sent: str) -> None:
 
     assert frozen == free_text_masked(sent, limit=2000, own_uuids=own)
     assert migration.free_text_masked(frozen, limit=2000, own_uuids=own) == frozen
+
+
+def test_a_cancelled_rows_reason_is_left_as_staff_or_the_service_wrote_it(
+    migration: ModuleType,
+) -> None:
+    reason = "target retired: contract ended 2026-11-30, ticket 20261130001"
+    cancelled = DeletionRequestFactory.create(state=RequestState.CANCELLED, last_error=reason)
+    failing = DeletionRequestFactory.create(
+        state=RequestState.QUEUED, last_error="500: ticket 20261130001 for ann@example.com"
+    )
+    resolution = ResolutionRequestFactory.create(
+        state=RequestState.CANCELLED, last_error=reason, saas_deletions=["cancelled"]
+    )
+    saas = resolution.saas_deletions.get()
+    SaasDeletion.objects.filter(pk=saas.pk).update(last_error=reason)
+
+    _migrate(migration)
+
+    cancelled.refresh_from_db()
+    failing.refresh_from_db()
+    resolution.refresh_from_db()
+    saas.refresh_from_db()
+    assert (cancelled.last_error, resolution.last_error, saas.last_error) == (reason,) * 3
+    assert failing.last_error == "500: ticket <number> for <email>"
+
+
+def test_an_isi_rows_connection_uuid_is_kept_as_its_own(migration: ModuleType) -> None:
+    connection_ = IsiConnectionFactory.create()
+    request = DeletionRequestFactory.create(isi_connection=connection_)
+    text = f"404 from /connections/{connection_.uuid}/delete, device {GAID}"
+    DeletionRequest.objects.filter(pk=request.pk).update(last_error=text)
+    attempt = DeliveryAttemptFactory.create(deletion_request=request, url=URL, error=text)
+
+    _migrate(migration)
+
+    request.refresh_from_db()
+    attempt.refresh_from_db()
+    kept = f"404 from /connections/{connection_.uuid}/delete, device <maid>"
+    assert (request.last_error, attempt.error) == (kept, kept)

@@ -991,3 +991,27 @@ def test_an_identifiers_answer_naming_a_key_twice_is_a_failed_attempt(
         "cannot be told"
     )
     assert not SaasDeletion.objects.exists()
+
+
+def test_a_failures_text_keeps_the_isi_connections_uuid(
+    api: IsiSimulator, connection_a: IsiConnection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A token endpoint of its own per connection: its path names the connection.
+    _expired_everywhere(monkeypatch)
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        token_url = f"http://127.0.0.1:{closed.getsockname()[1]}/oauth/{connection_a.uuid}"
+    Integration.objects.update(token_url=token_url)
+    request = DeletionRequestFactory.create(isi_connection=connection_a)
+    resolution = ResolutionRequestFactory.create(
+        isi_connection=connection_a, integration=connection_a.integration
+    )
+
+    deletion_requests_deliver(request_ids=[request.pk])
+    resolution_requests_deliver(request_ids=[resolution.pk])
+
+    request.refresh_from_db()
+    resolution.refresh_from_db()
+    said = f"OAuth token endpoint {token_url}: connection refused"
+    assert (request.last_error, resolution.last_error) == (said, said)
+    assert request.delivery_attempts.get().error == said

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from integrations import enqueue
-from integrations.dispatch import isi, webhook
+from integrations.dispatch import isi, masking, webhook
 from integrations.dispatch.saas import categories_or_default, saas_deletion_payload, saas_headers
 from integrations.dispatch.transport import Message, Verdict
 from integrations.dispatch.transports import request_messages
@@ -104,7 +104,7 @@ def isi_deletion_outbound(request: DeletionRequest) -> Message:
         isi.endpoint(integration.base_url, isi.DELETE_PATH, connection_.uuid),
         isi.delete_body(request),
         check=None,
-        own_uuids=(request.request_uuid,),  # its answer is kept as text: ours kept in it
+        own_uuids=masking.row_own_uuids(request),  # its answer is kept as text: ours kept in it
     )
 
 
@@ -184,6 +184,7 @@ def isi_resolution_outbound(request: ResolutionRequest) -> Message:
         check=isi.identifiers_answer_error,
         keep_answer=False,  # clear identifiers: the attempt keeps only their shape
         answer_categories=tuple(categories),
+        own_uuids=masking.row_own_uuids(request),  # a failure's text: ours kept in it
         on_delivered=record_answer,
     )
 
@@ -264,6 +265,7 @@ def saas_deletion_outbound(deletion: SaasDeletion) -> Message:
         headers=saas_headers(connection_.token),
         keep_answer=False,  # it sends clear identifiers: an answer may echo them
         answer_categories=tuple(categories_or_default(connection_.identifier_categories)),
+        own_uuids=masking.row_own_uuids(deletion),  # a failure's text: ours kept in it
     )
 
 

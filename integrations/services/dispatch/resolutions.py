@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from functools import partial
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -75,11 +76,12 @@ def resolution_outcome_record(
     nothing; a different one is an ``OutcomeConflict``.
     """
     now = now or timezone.now()
-    # Masked before anything compares or keeps it: a repeat is judged on what is kept.
+    # Masked before anything compares or keeps it: a repeat is judged on what is kept (the
+    # row's own UUIDs read only for a text holding a UUID, as for a deletion's outcome).
     exemption_basis = masking.free_text_masked(
         exemption_basis,
         limit=EXEMPTION_BASIS_MAX,
-        own_uuids=[resolution_request.request_uuid],
+        own_uuids=partial(masking.row_own_uuids, resolution_request),
     )
     request = resolution_request
     uuid_text = str(request.request_uuid)
