@@ -13,8 +13,9 @@ the directory), the manifest's Ed25519 signature, every file's SHA-256 and row c
 ledger event's hash and the chain over the range, the RFC 3161 time-stamp tokens over it
 (each one's message imprint is the chain hash recomputed at its position, and what
 ``anchors.json`` says of it, its event id, file name, SHA-256 and time, is the ledger's and
-the token's; with ``--tsa-cert FILE``, its signature chains to that certificate, else they
-are present but not checked against an authority), that every outcome row and every status
+the token's; with ``--tsa-cert FILE``, its signature chains to that certificate, and a
+range of chained events without any token fails; else they are present but not checked
+against an authority), that every outcome row and every status
 in the DROP files has its ledger events, and that ``components.json`` holds together (a pack
 without it, from before the audit's components, verifies and says so). Exit 0 when all hold.
 A component that failed its tests at export does not make the pack fail: the pack is
@@ -98,7 +99,8 @@ def add_tsa_cert_argument(parser: argparse.ArgumentParser) -> None:
         "--tsa-cert",
         metavar="FILE",
         help="the time-stamping authority's CA certificate (PEM): every token's signature "
-        "must chain to it",
+        "must chain to it, and a pack whose ledger range holds chained events must carry "
+        "tokens",
     )
 
 

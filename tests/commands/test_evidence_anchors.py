@@ -25,9 +25,10 @@ from django.utils import timezone
 
 from devtools.drop_simulator import DropSimulator
 from devtools.tsa_simulator import TsaSimulator
-from integrations.evidence import timestamps
+from integrations.evidence import pack, timestamps
 from integrations.evidence.timestamps import load_certificates
 from integrations.evidence.verify import verify_pack
+from integrations.ledger_hash import chain_hash, event_hash
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import Broker, DropCycle, LedgerAnchor, LedgerChainLink
 from integrations.services.evidence.evidence import evidence_signing_key
@@ -111,8 +112,14 @@ def test_the_pack_carries_its_ranges_tokens_and_they_verify(
     p = anchor.position
     assert said.startswith(
         f"timestamps: 1 tokens cover the chain hashes at positions {p}; the last, position "
-        f"{p}, at {anchor.gen_time.isoformat()}, leaves positions {p + 1} to "
+        f"{p}, at {anchor.gen_time.isoformat()}, leaves "
     )
+    after = [
+        json.loads(line)
+        for line in zipfile.ZipFile(exported).read("ledger.jsonl").splitlines()
+        if json.loads(line).get("chain_hash") and json.loads(line)["position"] > p
+    ]
+    assert f"leaves {len(after)} chained events (positions {p + 1} to " in said
     assert said.endswith(
         " anchored by no token in this pack; each signature chains to the given certificate"
     )
@@ -148,6 +155,101 @@ def test_a_pack_without_tokens_says_its_chain_is_anchored_nowhere(
     with zipfile.ZipFile(exported) as archive:
         summary = archive.read("summary.html").decode()
     assert "No time-stamp token of an outside authority covers this range" in summary
+
+
+def _rewritten_at(position: int) -> Callable[[dict[str, bytes]], None]:
+    """An insider's rewrite: the event at ``position`` changed, its hash and every chain link
+    from it recomputed, the manifest's chain end brought up to date."""
+
+    def change(files: dict[str, bytes]) -> None:
+        manifest = json.loads(files[pack.MANIFEST])
+        previous = manifest["ledger_range"]["chain_hash_before"]
+        lines = []
+        for line in files[pack.LEDGER].decode().splitlines():
+            event = json.loads(line)
+            if event.get("chain_hash") is not None:
+                if event["position"] == position:
+                    assert "kind" in event  # the broker's own, given in full
+                    event["data"]["rewritten"] = True
+                    created_at = dt.datetime.fromisoformat(event["created_at"])
+                    fields = ("broker_id", "kind", "subject", "actor", "data")
+                    event["event_hash"] = event_hash(
+                        created_at=created_at, **{k: event[k] for k in fields}
+                    )
+                previous = chain_hash(previous, event["id"], event["event_hash"])
+                event["chain_hash"] = previous
+            lines.append(json.dumps(event) + "\n")
+        files[pack.LEDGER] = "".join(lines).encode()
+        manifest["ledger_range"]["chain_hash_after"] = previous
+        files[pack.MANIFEST] = json.dumps(manifest).encode()
+
+    return change
+
+
+def _without_tokens(files: dict[str, bytes]) -> None:
+    for name in [name for name in files if name.startswith("anchors")]:
+        del files[name]
+    manifest = json.loads(files[pack.MANIFEST])
+    manifest["files"] = [e for e in manifest["files"] if not e["name"].startswith("anchors")]
+    files[pack.MANIFEST] = json.dumps(manifest).encode()
+
+
+def test_a_rewritten_chain_without_its_tokens_fails_with_the_given_certificate(
+    cycle: DropCycle, tsa: TsaSimulator, tmp_path: Path, public_key: Path
+) -> None:
+    """A key holder who rewrites an anchored event and the chain after it cannot keep the
+    token (it covers the old head), and leaving the tokens out must not pass either when
+    the auditor asks for the anchoring to be checked."""
+    anchor = ledger_anchor()
+    broker_event()
+    exported = export(cycle, tmp_path)
+    key, authorities = evidence_signing_key(), authority(tsa)
+    rewrite_anchored = _rewritten_at(anchor.position)
+
+    kept = rewrite(exported, rewrite_anchored, key=key)
+    assert verify_pack(kept, public_key_pem=public_key.read_bytes()).failure == (
+        f"anchors.json: position {anchor.position}'s chain hash is not the chain's "
+        f"({_chain_hash_at(kept, anchor.position)})"
+    )
+
+    def rewritten_without_tokens(files: dict[str, bytes]) -> None:
+        rewrite_anchored(files)
+        _without_tokens(files)
+
+    dropped = rewrite(exported, rewritten_without_tokens, key=key)
+    result = verify_pack(
+        dropped, public_key_pem=public_key.read_bytes(), tsa_certificates=authorities
+    )
+    assert not result.ok
+    chained = sum(
+        1
+        for line in members_of(dropped)[pack.LEDGER].splitlines()
+        if json.loads(line).get("chain_hash") is not None
+    )
+    assert result.failure == (
+        "timestamps: no time-stamp token in the ledger range, which holds "
+        f"{chained} chained events: --tsa-cert needs the tokens that anchor them"
+    )
+    # Without an authority to check against, the pack is whole and says it is unanchored.
+    unchecked = verify_pack(dropped, public_key_pem=public_key.read_bytes())
+    assert unchecked.ok, unchecked.failure
+    assert (
+        f"timestamps: no time-stamp token in the ledger range (its chain, {chained} chained "
+        "events, is anchored nowhere outside the service in this pack)"
+    ) in unchecked.checks
+
+
+def members_of(path: Path) -> dict[str, bytes]:
+    with zipfile.ZipFile(path) as archive:
+        return {name: archive.read(name) for name in archive.namelist()}
+
+
+def _chain_hash_at(path: Path, position: int) -> str:
+    for line in members_of(path)[pack.LEDGER].splitlines():
+        event = json.loads(line)
+        if event.get("position") == position and event.get("chain_hash") is not None:
+            return str(event["chain_hash"])
+    raise AssertionError(position)
 
 
 def test_a_token_under_another_authority_fails_with_the_given_certificate(
