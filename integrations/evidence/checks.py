@@ -2,7 +2,8 @@
 file's digest and row count, the ledger chain over the range, that every outcome row
 and every status in the DROP files has its ledger events, and that ``components.json``
 holds together (each audit component present, its result the one its tests give, every file
-it names in the pack; a pack from before the components has none, and the checks say so)::
+it names in the pack; a pack from before the components has none, accepted only when the
+auditor allows it, and the checks say so)::
 
     result = Verification(ok=False)
     PackChecker(raw, archive, public_key_pem, result).run()   # raises PackInvalid
@@ -96,8 +97,11 @@ class PackChecker:
         public_key_pem: bytes | None,
         result: Verification,
         tsa_certificates: list[x509.Certificate] | None = None,
+        *,
+        allow_pre_components: bool = False,
     ) -> None:
         self.raw, self.archive, self.result = raw, archive, result
+        self.allow_pre_components = allow_pre_components
         self.public_key_pem = public_key_pem
         self.tsa_certificates = tsa_certificates
         self.anchors = PackAnchors([], self.read_member)
@@ -483,6 +487,14 @@ class PackChecker:
         if layout.FILE not in self.files:
             if declared is not None:
                 raise PackInvalid(f"{layout.FILE} is missing, the manifest declares it")
+            # A pack without it looks like an older one, but a key holder can make any pack
+            # look so (delete the components, sign again): only the auditor, who knows the
+            # pack's age, may accept it.
+            if not self.allow_pre_components:
+                raise PackInvalid(
+                    f"{layout.FILE} is missing (a pack exported before packs were laid out by "
+                    "the audit's components verifies with --allow-pre-components)"
+                )
             self.check(
                 f"components: none ({layout.FILE} is not in this pack: it was exported before "
                 "packs were laid out by the audit's components)"

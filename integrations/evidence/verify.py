@@ -17,7 +17,8 @@ the token's; with ``--tsa-cert FILE``, its signature chains to that certificate,
 range of chained events without any token fails; else they are present but not checked
 against an authority), that every outcome row and every status
 in the DROP files has its ledger events, and that ``components.json`` holds together (a pack
-without it, from before the audit's components, verifies and says so). Exit 0 when all hold.
+without it, from before the audit's components, fails unless ``--allow-pre-components`` is
+given; then it verifies and says so). Exit 0 when all hold.
 A component that failed its tests at export does not make the pack fail: the pack is
 authentic, and it records that the system failed that test; each component's result is
 printed (``--json``: ``components`` and ``components_failed``). Without ``--public-key`` the
@@ -49,6 +50,7 @@ def verify_pack(
     *,
     public_key_pem: bytes | None = None,
     tsa_certificates: list[x509.Certificate] | None = None,
+    allow_pre_components: bool = False,
 ) -> Verification:
     """Check the pack at ``path``; the result names the first failure, if any."""
     result = Verification(ok=False)
@@ -59,7 +61,14 @@ def verify_pack(
             except (zipfile.BadZipFile, OSError, ValueError) as exc:
                 raise PackInvalid(f"not a readable ZIP archive: {exc}") from None
             with archive:
-                PackChecker(raw, archive, public_key_pem, result, tsa_certificates).run()
+                PackChecker(
+                    raw,
+                    archive,
+                    public_key_pem,
+                    result,
+                    tsa_certificates,
+                    allow_pre_components=allow_pre_components,
+                ).run()
     except PackInvalid as exc:
         result.failure = str(exc)
         return result
@@ -90,8 +99,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--public-key", help="the PEM public key the pack must be signed with")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     add_tsa_cert_argument(parser)
+    add_allow_pre_components_argument(parser)
     args = parser.parse_args(argv)
-    return run(args.pack, public_key=args.public_key, as_json=args.json, tsa_cert=args.tsa_cert)
+    return run(
+        args.pack,
+        public_key=args.public_key,
+        as_json=args.json,
+        tsa_cert=args.tsa_cert,
+        allow_pre_components=args.allow_pre_components,
+    )
 
 
 def add_tsa_cert_argument(parser: argparse.ArgumentParser) -> None:
@@ -104,8 +120,23 @@ def add_tsa_cert_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_allow_pre_components_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--allow-pre-components",
+        action="store_true",
+        help="accept a pack without components.json, as exported before packs were laid out "
+        "by the audit's components (without it such a pack fails: anyone holding the "
+        "signing key could delete the components and sign again)",
+    )
+
+
 def run(
-    pack_path: str, *, public_key: str | None, as_json: bool, tsa_cert: str | None = None
+    pack_path: str,
+    *,
+    public_key: str | None,
+    as_json: bool,
+    tsa_cert: str | None = None,
+    allow_pre_components: bool = False,
 ) -> int:
     """Verify, print the outcome (stdout; the failure on stderr too) and return the exit code."""
     key_pem = None
@@ -125,7 +156,12 @@ def run(
         except ValueError as exc:
             sys.stderr.write(f"{tsa_cert}: {exc}\n")
             return 1
-    result = verify_pack(pack_path, public_key_pem=key_pem, tsa_certificates=authorities)
+    result = verify_pack(
+        pack_path,
+        public_key_pem=key_pem,
+        tsa_certificates=authorities,
+        allow_pre_components=allow_pre_components,
+    )
     if key_pem is None and result.key_fingerprint:
         # Anyone can re-sign an edited pack with a key of their own and enclose it.
         sys.stderr.write(

@@ -412,14 +412,28 @@ def test_a_pack_from_before_the_components_still_verifies(
         files[pack.MANIFEST] = json.dumps(manifest).encode()
 
     old = rewrite(out, old_format, key=evidence_signing_key())
-    result = verify_pack(old, public_key_pem=public_key.read_bytes())
+    # Anyone holding the key can make a pack look this old: it fails unless the auditor,
+    # who knows when it was exported, allows it.
+    refused = verify_pack(old, public_key_pem=public_key.read_bytes())
+    assert refused.failure == (
+        "components.json is missing (a pack exported before packs were laid out by the "
+        "audit's components verifies with --allow-pre-components)"
+    )
+    with pytest.raises(SystemExit) as exited:
+        call_command("evidence", "verify", str(old), "--public-key", str(public_key))
+    assert exited.value.code == 1
+    capsys.readouterr()
+    result = verify_pack(old, public_key_pem=public_key.read_bytes(), allow_pre_components=True)
     assert result.ok, result.failure
     assert result.components is None and result.components_failed == []
     assert any(
         line.startswith("components: none (components.json is not in this pack")
         for line in result.checks
     )
-    call_command("evidence", "verify", str(old), "--public-key", str(public_key), "--json")
+    call_command(
+        "evidence", "verify", str(old), "--public-key", str(public_key), "--json",
+        "--allow-pre-components",
+    )  # fmt: skip
     assert json.loads(capsys.readouterr().out)["components"] is None
 
 

@@ -56,6 +56,7 @@ class Command(DropportalCommand):
         check.add_argument("--public-key", help="the PEM public key it must be signed with")
         check.add_argument("--json", action="store_true")
         verify.add_tsa_cert_argument(check)
+        verify.add_allow_pre_components_argument(check)
         subparsers.add_parser("public-key", help="print the public key (PEM) that verifies packs")
 
     def handle_export(self, **options: Any) -> None:
@@ -116,6 +117,7 @@ class Command(DropportalCommand):
             public_key=options["public_key"],
             as_json=options["json"],
             tsa_cert=options["tsa_cert"],
+            allow_pre_components=options["allow_pre_components"],
         )
         if code:
             sys.exit(code)
