@@ -112,6 +112,11 @@ class PackChecker:
         self.outcomes_recorded: set[bytes] = set()
         self.item_statuses: set[bytes] = set()
         self.file_events: set[bytes] = set()
+        # The ledger events the matching files cite (id: kind), and those the ledger holds
+        # (id: kind, None when given as a hash only); the cycles the records are of.
+        self.cited: dict[int, str] = {}
+        self.cited_found: dict[int, str | None] = {}
+        self.record_cycles: set[str] = set()
 
     def check(self, text: str) -> None:
         self.result.checks.append(text)
@@ -125,6 +130,7 @@ class PackChecker:
         manifest = self.signed_manifest()
         self.check_digests(manifest)
         self.anchors = PackAnchors.read(self.read_member, set(self.files))
+        self.cited = self.rematch_citations()
         self.check_ledger(manifest)
         self.check(self.anchors.check(self.tsa_certificates))
         self.check_outcomes()
@@ -270,6 +276,8 @@ class PackChecker:
             if "kind" in event:
                 full += 1
                 self.event_content(event, broker_id, where, stored_hash)
+            if event_id in self.cited:
+                self.cited_found[event_id] = str(event["kind"]) if "kind" in event else None
             if event.get("chain_hash") is None:
                 unsealed += 1  # written after the last seal: hashed, not yet chained
                 continue
@@ -369,6 +377,7 @@ class PackChecker:
             raise PackInvalid(f"{pack.OUTCOMES}: the columns {sorted(needed)} are missing")
         for rows, row in enumerate(reader, start=1):
             where = f"{pack.OUTCOMES} row {rows} (request {row['request_uuid']})"
+            self.record_cycles.add(row["drop_session_id"])
             if row["drop_session_id"] not in self.cycles_imported:
                 raise PackInvalid(
                     f"{where}: cycle {row['drop_session_id']} has no drop.cycle_imported event"
@@ -396,6 +405,7 @@ class PackChecker:
             if len(parts) != 3:
                 raise PackInvalid(f"{name}: not drop/<cycle>/<file>")
             cycle, file_name = parts[1], parts[2]
+            self.record_cycles.add(cycle)
             answer = self.answer(name)
             answers += 1
             if cycle not in self.cycles_imported:
@@ -513,6 +523,7 @@ class PackChecker:
         if declared is not None and declared.get("results") != results:
             raise PackInvalid(f"{layout.FILE}: its results are not the manifest's")
         self.check_vectors(components)
+        self.check_matching(components["matching"])
         self.result.components = {
             key: {
                 "title": component.get("title", key),
@@ -559,6 +570,59 @@ class PackChecker:
                     f"{name}: {len(document['vectors'])} vectors, each result compared "
                     "again from its expected and computed values"
                 )
+
+    def rematch_citations(self) -> dict[int, str]:
+        """The ledger events the matching files cite, read before the ledger so that only
+        those are kept of it (the files are checked with the components)."""
+        cited: dict[int, str] = {}
+        for name in sorted(self.files):
+            if name.startswith(layout.MATCHING_DIR) and name.endswith(".json"):
+                try:
+                    document = pack.json_read(self.read_member(name, _MANIFEST_MAX))
+                except ValueError:
+                    continue  # said when the component is checked
+                cited |= layout.rematch_problems(name, document)[1]
+        return cited
+
+    def check_matching(self, component: dict[str, Any]) -> None:
+        """Each matching file re-checked, not trusted: its result is what its counts give,
+        each explained difference cites an event the ledger holds (of that kind), and a
+        component that says pass has a passing file for every cycle the records are of."""
+        files = [
+            name
+            for name in component.get("files") or []
+            if name.startswith(layout.MATCHING_DIR) and name.endswith(".json")
+        ]
+        passed = component.get("result") == layout.PASS
+        for name in files:
+            try:
+                document = pack.json_read(self.read_member(name, _MANIFEST_MAX))
+            except ValueError as exc:
+                raise PackInvalid(f"{name} is not JSON: {exc}") from None
+            problems, cited = layout.rematch_problems(name, document)
+            if passed and not problems and document["result"] != layout.PASS:
+                problems.append(f"{layout.FILE}: matching says 'pass' but {name} says 'fail'")
+            for event_id, kind in sorted(cited.items()):
+                if event_id not in self.cited_found:
+                    problems.append(f"{name} cites ledger event {event_id}, not in the pack")
+                elif self.cited_found[event_id] not in (None, kind):
+                    problems.append(
+                        f"{name} cites ledger event {event_id} as {kind}, the ledger has "
+                        f"{self.cited_found[event_id]}"
+                    )
+            if problems:
+                more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+                raise PackInvalid(problems[0] + more)
+        if passed:
+            named = {name.removeprefix(layout.MATCHING_DIR).removesuffix(".json") for name in files}
+            for cycle in sorted(self.record_cycles - named):
+                raise PackInvalid(
+                    f"{layout.FILE}: matching says 'pass' without a matching file of cycle {cycle}"
+                )
+        self.check(
+            f"matching: {len(files)} cycle files, each result the one its counts give and "
+            "each explained difference's event in the ledger"
+        )
 
     def check_sample(self, manifest: dict[str, Any]) -> None:
         sample = manifest.get("sample")

@@ -39,6 +39,11 @@ KEYS = tuple(TITLES)
 # ``expected`` and ``computed`` value and whether they are ``equal``.
 VECTORS_SUFFIX = "_vectors.json"
 EQUAL, DIFFERS = "equal", "differs"
+# The matching component's file per cycle: the rematch's counts by reason (``explained``,
+# ``unexplained``), its ``result`` and a few ``examples`` per reason, each explained one
+# citing the ledger ``event`` (kind, id) that explains it.
+REMATCH_FORMAT = "dropportal-rematch/1"
+MATCHING_DIR = "components/matching/"
 
 
 def component_problems(document: Any, members: set[str]) -> list[str]:
@@ -105,3 +110,56 @@ def vector_problems(key: str, component: dict[str, Any], name: str, document: An
             + (f"{differ} vector(s) that differ" if vectors else "no vector")
         )
     return problems
+
+
+def rematch_problems(name: str, document: Any) -> tuple[list[str], dict[int, str]]:
+    """What does not hold in a matching file on its own: its result is the one its counts
+    give (pass only with nothing unexplained), and each example is counted under its reason,
+    an explained one citing a ledger event. Also the events it cites (id: kind), for the
+    caller to find in the ledger."""
+    if not isinstance(document, dict) or document.get("format") != REMATCH_FORMAT:
+        return [f"{name} is not a {REMATCH_FORMAT} document"], {}
+    counts: dict[str, dict[str, Any]] = {}
+    for side in ("explained", "unexplained"):
+        count = document.get(side)
+        if not isinstance(count, dict) or not all(
+            isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in count.values()
+        ):
+            return [f"{name}: {side} is not a count per reason"], {}
+        counts[side] = count
+    expected = PASS if not counts["unexplained"] else FAIL
+    problems = []
+    if document.get("result") != expected:
+        problems.append(
+            f"{name} says {document.get('result')!r} but its unexplained differences give "
+            f"{expected!r}"
+        )
+    examples = document.get("examples")
+    if not isinstance(examples, dict):
+        return [*problems, f"{name}: examples is not an object"], {}
+    cited: dict[int, str] = {}
+    for reason, listed in examples.items():
+        if not isinstance(listed, list) or not all(isinstance(e, dict) for e in listed):
+            problems.append(f"{name}: the examples of {reason} are not a list of objects")
+            continue
+        for example in listed:
+            explained = example.get("explained") is True
+            side = "explained" if explained else "unexplained"
+            if example.get("reason") != reason or len(listed) > counts[side].get(reason, 0):
+                problems.append(
+                    f"{name}: an example of {reason} (work item "
+                    f"{example.get('work_item_id')}) is not counted {side} under {reason}"
+                )
+                continue
+            if not explained:
+                continue
+            event = example.get("event")
+            event_id = event.get("id") if isinstance(event, dict) else None
+            if not isinstance(event_id, int) or isinstance(event_id, bool):
+                problems.append(
+                    f"{name}: the explained {reason} of work item "
+                    f"{example.get('work_item_id')} cites no ledger event"
+                )
+                continue
+            cited[event_id] = str(event.get("kind"))
+    return problems, cited

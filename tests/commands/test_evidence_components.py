@@ -14,7 +14,7 @@ import hashlib
 import io
 import json
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -24,7 +24,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.utils import timezone
 
-from devtools.drop_simulator import DropSimulator
+from devtools.drop_simulator import DropSimulator, work_items
 from integrations.consumers import readers
 from integrations.drop import standardize
 from integrations.drop.calendar import drop_date, drop_midnight, drop_today
@@ -54,6 +54,7 @@ from integrations.services.staff.brokers import broker_create
 from tests.builders import DropAccessObligationFactory, DropCycleFactory, drop_zip, write_zip
 from tests.commands.test_evidence import failure, members, rewrite
 from tests.evidence_world import DROP_KEY, evidence_world
+from tests.services.test_matching import register_late
 
 pytestmark = pytest.mark.django_db
 
@@ -784,3 +785,100 @@ def test_a_file_uploaded_by_hand_on_the_due_date_and_marked_next_morning_met_it(
         uploaded,
     )
     assert verify_pack(out, public_key_pem=public_key.read_bytes()).ok
+
+
+MATCHING = "components/matching/1.json"
+
+
+def _matching_edited(edit: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, bytes]], None]:
+    def change(files: dict[str, bytes]) -> None:
+        document = json.loads(files[MATCHING])
+        edit(document)
+        files[MATCHING] = json.dumps(document).encode()
+
+    return change
+
+
+def test_the_verifier_rechecks_the_matching_files_rather_than_trusting_the_pass(
+    evidence_pack: Path, tmp_path: Path, public_key: Path
+) -> None:
+    """components.json says matching passed; a key holder's file that holds unexplained
+    differences, or says it failed, must not verify beside it."""
+    out = Path(shutil.copyfile(evidence_pack, tmp_path / "pack.zip"))
+    assert components_of(out)["matching"]["result"] == "pass"
+    key = evidence_signing_key()
+
+    def failed(document: dict[str, Any]) -> None:
+        document["unexplained"] = {"match_not_recorded": 1}
+        document["result"] = "fail"
+
+    assert failure(rewrite(out, _matching_edited(failed), key=key), public_key) == (
+        f"components.json: matching says 'pass' but {MATCHING} says 'fail'"
+    )
+
+    def unexplained_but_pass(document: dict[str, Any]) -> None:
+        document["unexplained"] = {"match_not_recorded": 1}
+
+    assert failure(rewrite(out, _matching_edited(unexplained_but_pass), key=key), public_key) == (
+        f"{MATCHING} says 'pass' but its unexplained differences give 'fail'"
+    )
+
+    def only_the_result(document: dict[str, Any]) -> None:
+        document["result"] = "fail"
+
+    assert failure(rewrite(out, _matching_edited(only_the_result), key=key), public_key) == (
+        f"{MATCHING} says 'fail' but its unexplained differences give 'pass'"
+    )
+
+    def without_the_file(files: dict[str, bytes]) -> None:
+        del files[MATCHING]
+        manifest = json.loads(files[pack.MANIFEST])
+        manifest["files"] = [e for e in manifest["files"] if e["name"] != MATCHING]
+        files[pack.MANIFEST] = json.dumps(manifest).encode()
+        document = json.loads(files[FILE])
+        document["components"]["matching"]["files"] = []
+        files[FILE] = json.dumps(document).encode()
+
+    assert failure(rewrite(out, without_the_file, key=key), public_key) == (
+        "components.json: matching says 'pass' without a matching file of cycle 1"
+    )
+
+
+def test_an_explained_difference_must_cite_an_event_of_the_ledger(
+    cycle: DropCycle, tmp_path: Path, public_key: Path
+) -> None:
+    # A consumer registered after the import matches a work item late: the rematch finds
+    # the difference, explained by the drop.late_matched event.
+    _, unmatched_hash = list(work_items(8))[3]  # an email of the world no consumer held
+    register_late(cycle.broker, "C-late", email=unmatched_hash)
+    out = export(tmp_path)
+    event = LedgerEvent.objects.get(kind="drop.late_matched")
+    (example,) = json.loads(members(out)[MATCHING])["examples"]["late_match"]
+    assert (example["explained"], example["event"]["id"]) == (True, event.pk)
+    result = verify_pack(out, public_key_pem=public_key.read_bytes())
+    assert result.ok, result.failure
+    key = evidence_signing_key()
+
+    def elsewhere(document: dict[str, Any]) -> None:
+        document["examples"]["late_match"][0]["event"]["id"] = 10**9
+
+    assert failure(rewrite(out, _matching_edited(elsewhere), key=key), public_key) == (
+        f"{MATCHING} cites ledger event {10**9}, not in the pack"
+    )
+    imported = LedgerEvent.objects.get(kind="drop.cycle_imported")
+
+    def another_kind(document: dict[str, Any]) -> None:
+        document["examples"]["late_match"][0]["event"]["id"] = imported.pk
+
+    assert failure(rewrite(out, _matching_edited(another_kind), key=key), public_key) == (
+        f"{MATCHING} cites ledger event {imported.pk} as drop.late_matched, the ledger has "
+        "drop.cycle_imported"
+    )
+
+    def uncounted(document: dict[str, Any]) -> None:
+        document["explained"] = {}
+
+    assert failure(rewrite(out, _matching_edited(uncounted), key=key), public_key) == (
+        f"{MATCHING}: an example of late_match (work item {example['work_item_id']}) is not "
+        "counted explained under late_match"
+    )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
+from integrations.evidence import components as layout
 from integrations.services.evidence.components.base import Component, PackContext
 from integrations.services.evidence.rematch import cycle_rematch_result
 
@@ -45,8 +46,8 @@ def build(context: PackContext) -> Component:
     for cycle in context.period.cycles().order_by("downloaded_at"):
         result = cycle_rematch_result(broker=context.broker, cycle=cycle, examples=EXAMPLES)
         summary = result.summary
-        name = f"components/matching/{cycle.drop_session_id}.json"
-        document = {"format": "dropportal-rematch/1", "examples_per_reason": EXAMPLES}
+        name = f"{layout.MATCHING_DIR}{cycle.drop_session_id}.json"
+        document = {"format": layout.REMATCH_FORMAT, "examples_per_reason": EXAMPLES}
         document |= result.as_json()
         differences = sum(summary.explained.values()) + sum(summary.unexplained.values())
         context.writer.write(
