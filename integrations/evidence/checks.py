@@ -30,6 +30,7 @@ from cryptography.exceptions import InvalidSignature
 
 from integrations.evidence import components as layout
 from integrations.evidence import pack
+from integrations.evidence import sample as drawing
 from integrations.evidence.archive import PackInvalid, check_structure
 from integrations.evidence.timestamps import PackAnchors
 from integrations.ledger_hash import chain_hash, event_hash
@@ -99,9 +100,11 @@ class PackChecker:
         tsa_certificates: list[x509.Certificate] | None = None,
         *,
         allow_pre_components: bool = False,
+        allow_pre_population: bool = False,
     ) -> None:
         self.raw, self.archive, self.result = raw, archive, result
         self.allow_pre_components = allow_pre_components
+        self.allow_pre_population = allow_pre_population
         self.public_key_pem = public_key_pem
         self.tsa_certificates = tsa_certificates
         self.anchors = PackAnchors([], self.read_member)
@@ -117,6 +120,9 @@ class PackChecker:
         self.cited: dict[int, str] = {}
         self.cited_found: dict[int, str | None] = {}
         self.record_cycles: set[str] = set()
+        # With a sample's population: the work items the records name, each of which the
+        # population must hold (a key holder could otherwise leave some out to steer the draw).
+        self.reported_items: set[bytes] | None = None
 
     def check(self, text: str) -> None:
         self.result.checks.append(text)
@@ -131,6 +137,9 @@ class PackChecker:
         self.check_digests(manifest)
         self.anchors = PackAnchors.read(self.read_member, set(self.files))
         self.cited = self.rematch_citations()
+        sample = manifest.get("sample")
+        if isinstance(sample, dict) and sample.get("population_file") is not None:
+            self.reported_items = set()
         self.check_ledger(manifest)
         self.check(self.anchors.check(self.tsa_certificates))
         self.check_outcomes()
@@ -378,6 +387,8 @@ class PackChecker:
         for rows, row in enumerate(reader, start=1):
             where = f"{pack.OUTCOMES} row {rows} (request {row['request_uuid']})"
             self.record_cycles.add(row["drop_session_id"])
+            if self.reported_items is not None and row.get("work_item_id"):
+                self.reported_items.add(_digest(f"{row['drop_session_id']}|{row['work_item_id']}"))
             if row["drop_session_id"] not in self.cycles_imported:
                 raise PackInvalid(
                     f"{where}: cycle {row['drop_session_id']} has no drop.cycle_imported event"
@@ -418,6 +429,8 @@ class PackChecker:
                     continue  # the header
                 work_item_id, _, status = line.rstrip("\r\n").partition(",")
                 rows += 1
+                if self.reported_items is not None:
+                    self.reported_items.add(_digest(f"{cycle}|{work_item_id}"))
                 if _digest(f"{cycle}|{work_item_id}|{status}") in self.item_statuses:
                     continue
                 # A work item the import found no match for has its status 5 without an
@@ -635,10 +648,93 @@ class PackChecker:
             name = str(item.get("file")) if isinstance(item, dict) else ""
             if name not in self.files:
                 raise PackInvalid(f"sample: {name or 'an item'} is not in the pack")
+        if sample.get("population_file") is None:
+            # A key holder can strip the population to make a swapped sample look old: only
+            # the auditor, who knows the pack's age, may accept a draw not checked again.
+            if not self.allow_pre_population:
+                raise PackInvalid(
+                    f"sample: the pack does not carry the population it was drawn from (a pack "
+                    f"exported before it did, without {drawing.POPULATION}, verifies with "
+                    "--allow-pre-population)"
+                )
+            self.check(
+                f"sample: {len(items)} stories drawn with seed {sample.get('seed')!r}, each "
+                f"page as exported; not drawn again ({drawing.POPULATION} is not in this pack: "
+                "it was exported before packs carried it)"
+            )
+            return
+        population = self.redraw_sample(sample)
         self.check(
             f"sample: {len(items)} stories drawn with seed {sample.get('seed')!r}, each page "
-            "as exported"
+            f"as exported; drawn again from the {population} work items of "
+            f"{drawing.POPULATION}, the same items in the same order"
         )
+
+    def redraw_sample(self, sample: dict[str, Any]) -> int:
+        """The sample drawn again from the pack's population by its seed: the manifest's
+        items, pages and counts must be what the draw gives. The population's size."""
+        name, seed, size = sample.get("population_file"), sample.get("seed"), sample.get("size")
+        if name != drawing.POPULATION or name not in self.files:
+            raise PackInvalid(f"sample: its population file {name!r} is not in the pack")
+        if not isinstance(seed, str) or not isinstance(size, int) or isinstance(size, bool):
+            raise PackInvalid(f"{pack.MANIFEST}: the sample's seed or size is malformed")
+        if size < 1:
+            raise PackInvalid(f"{pack.MANIFEST}: the sample's seed or size is malformed")
+        rows = 0
+
+        def population() -> Iterator[tuple[str, str]]:
+            nonlocal rows
+            reader = csv.reader(self.lines(drawing.POPULATION))
+            if next(reader, None) != list(drawing.POPULATION_COLUMNS):
+                raise PackInvalid(
+                    f"{drawing.POPULATION}: its columns are not "
+                    f"{','.join(drawing.POPULATION_COLUMNS)}"
+                )
+            for rows, row in enumerate(reader, start=1):
+                if len(row) != len(drawing.POPULATION_COLUMNS):
+                    raise PackInvalid(f"{drawing.POPULATION} row {rows}: not cycle,work_item_id")
+                if self.reported_items is not None:
+                    self.reported_items.discard(_digest(f"{row[0]}|{row[1]}"))
+                yield row[0], row[1]
+
+        try:
+            drawn = drawing.redraw(population(), seed=seed, size=size)
+        except csv.Error as exc:
+            raise PackInvalid(f"{drawing.POPULATION}: not CSV ({exc})") from None
+        self.rows_match(drawing.POPULATION, rows)
+        if self.reported_items:
+            raise PackInvalid(
+                f"sample: {len(self.reported_items)} work items of {pack.OUTCOMES} or the DROP "
+                f"files are not in {drawing.POPULATION}, the population it is drawn from"
+            )
+        if sample.get("population") != rows:
+            raise PackInvalid(
+                f"sample: the manifest says a population of {sample.get('population')}, "
+                f"{drawing.POPULATION} holds {rows}"
+            )
+        listed = [
+            (item.get("cycle"), item.get("work_item_id"), item.get("file"))
+            for item in sample["work_items"]
+        ]
+        expected = [
+            (cycle, work_item_id, page)
+            for (cycle, work_item_id), page in zip(drawn, drawing.page_names(drawn), strict=True)
+        ]
+        if sample.get("drawn") != len(listed) or listed != expected:
+            wrong = next(
+                (
+                    f"work item {have[1]} of cycle {have[0]}"
+                    for have, want in zip(listed, expected, strict=False)
+                    if have != want
+                ),
+                f"{len(listed)} items",
+            )
+            raise PackInvalid(
+                f"sample: seed {seed!r} does not draw {wrong} from {drawing.POPULATION} "
+                f"(it draws {len(expected)} items, the first "
+                f"{', '.join(w for _, w, _ in expected[:3])})"
+            )
+        return rows
 
 
 def _manifest_shape_problem(manifest: dict[str, Any]) -> str | None:

@@ -18,7 +18,9 @@ range of chained events without any token fails; else they are present but not c
 against an authority), that every outcome row and every status
 in the DROP files has its ledger events, and that ``components.json`` holds together (a pack
 without it, from before the audit's components, fails unless ``--allow-pre-components`` is
-given; then it verifies and says so). Exit 0 when all hold.
+given; then it verifies and says so), and that the sample is the one its seed draws from
+the population the pack carries (a sample without it fails unless
+``--allow-pre-population`` is given). Exit 0 when all hold.
 A component that failed its tests at export does not make the pack fail: the pack is
 authentic, and it records that the system failed that test; each component's result is
 printed (``--json``: ``components`` and ``components_failed``). Without ``--public-key`` the
@@ -51,6 +53,7 @@ def verify_pack(
     public_key_pem: bytes | None = None,
     tsa_certificates: list[x509.Certificate] | None = None,
     allow_pre_components: bool = False,
+    allow_pre_population: bool = False,
 ) -> Verification:
     """Check the pack at ``path``; the result names the first failure, if any."""
     result = Verification(ok=False)
@@ -68,6 +71,7 @@ def verify_pack(
                     result,
                     tsa_certificates,
                     allow_pre_components=allow_pre_components,
+                    allow_pre_population=allow_pre_population,
                 ).run()
     except PackInvalid as exc:
         result.failure = str(exc)
@@ -99,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--public-key", help="the PEM public key the pack must be signed with")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     add_tsa_cert_argument(parser)
-    add_allow_pre_components_argument(parser)
+    add_allow_older_pack_arguments(parser)
     args = parser.parse_args(argv)
     return run(
         args.pack,
@@ -107,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         as_json=args.json,
         tsa_cert=args.tsa_cert,
         allow_pre_components=args.allow_pre_components,
+        allow_pre_population=args.allow_pre_population,
     )
 
 
@@ -120,13 +125,20 @@ def add_tsa_cert_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_allow_pre_components_argument(parser: argparse.ArgumentParser) -> None:
+def add_allow_older_pack_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--allow-pre-components",
         action="store_true",
         help="accept a pack without components.json, as exported before packs were laid out "
         "by the audit's components (without it such a pack fails: anyone holding the "
         "signing key could delete the components and sign again)",
+    )
+    parser.add_argument(
+        "--allow-pre-population",
+        action="store_true",
+        help="accept a sample without sample_population.csv, the work items it was drawn "
+        "from, as exported before packs carried it: its draw is then not checked again "
+        "(without it such a pack fails)",
     )
 
 
@@ -137,6 +149,7 @@ def run(
     as_json: bool,
     tsa_cert: str | None = None,
     allow_pre_components: bool = False,
+    allow_pre_population: bool = False,
 ) -> int:
     """Verify, print the outcome (stdout; the failure on stderr too) and return the exit code."""
     key_pem = None
@@ -161,6 +174,7 @@ def run(
         public_key_pem=key_pem,
         tsa_certificates=authorities,
         allow_pre_components=allow_pre_components,
+        allow_pre_population=allow_pre_population,
     )
     if key_pem is None and result.key_fingerprint:
         # Anyone can re-sign an edited pack with a key of their own and enclose it.

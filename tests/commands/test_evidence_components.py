@@ -9,6 +9,7 @@ failure. Editing ``components.json`` or a sampled story fails the verification.
 from __future__ import annotations
 
 import base64
+import csv
 import datetime as dt
 import hashlib
 import io
@@ -667,7 +668,10 @@ def test_the_sample_is_drawn_by_its_seed_each_story_a_page(
     assert "<h2>Sample</h2>" in summary and "audit-2028" in summary
     result = verify_pack(first, public_key_pem=public_key.read_bytes())
     assert result.ok, result.failure
-    assert "sample: 3 stories drawn with seed 'audit-2028', each page as exported" in result.checks
+    assert (
+        "sample: 3 stories drawn with seed 'audit-2028', each page as exported; drawn again "
+        "from the 8 work items of sample_population.csv, the same items in the same order"
+    ) in result.checks
     event = LedgerEvent.objects.filter(kind="evidence.exported").order_by("id").first()
     assert event is not None
     assert event.data["sample"] == {"seed": "audit-2028", "size": 3, "drawn": 3}
@@ -882,3 +886,83 @@ def test_an_explained_difference_must_cite_an_event_of_the_ledger(
         f"{MATCHING}: an example of late_match (work item {example['work_item_id']}) is not "
         "counted explained under late_match"
     )
+
+
+def _population(files: dict[str, bytes]) -> list[list[str]]:
+    return list(csv.reader(io.StringIO(files["sample_population.csv"].decode())))
+
+
+def test_the_verifier_draws_the_sample_again_from_the_population_it_carries(
+    cycle: DropCycle, tmp_path: Path, public_key: Path
+) -> None:
+    out = export(tmp_path, "--cycle", "1", "--sample", "2", "--seed", "S")
+    files = members(out)
+    ids = sorted(WorkItem.objects.filter(cycle=cycle).values_list("work_item_id", flat=True))
+    population = _population(files)
+    assert population[0] == ["cycle", "work_item_id"]
+    assert sorted(population[1:]) == [["1", i] for i in ids]  # ids only, every work item
+    manifest = json.loads(files[pack.MANIFEST])
+    assert manifest["sample"]["population_file"] == "sample_population.csv"
+    drawn = _drawn("S", 2)
+    assert [item["work_item_id"] for item in manifest["sample"]["work_items"]] == drawn
+    assert verify_pack(out, public_key_pem=public_key.read_bytes()).ok
+    key = evidence_signing_key()
+    undrawn = next(i for i in ids if i not in _drawn("S", len(ids) - 1))
+
+    def swapped(files: dict[str, bytes]) -> None:
+        # One sampled item swapped for one the seed does not draw, its page with it.
+        page = files.pop(f"sample/{drawn[0]}.html")
+        files[f"sample/{undrawn}.html"] = page
+        manifest = json.loads(files[pack.MANIFEST])
+        manifest["files"] = [e for e in manifest["files"] if e["name"] != f"sample/{drawn[0]}.html"]
+        manifest["sample"]["work_items"][0] |= {
+            "work_item_id": undrawn,
+            "file": f"sample/{undrawn}.html",
+        }
+        files[pack.MANIFEST] = json.dumps(manifest).encode()
+
+    assert failure(rewrite(out, swapped, key=key), public_key) == (
+        f"sample: seed 'S' does not draw work item {undrawn} of cycle 1 from "
+        f"sample_population.csv (it draws 2 items, the first {', '.join(drawn)})"
+    )
+
+    def steered(files: dict[str, bytes]) -> None:
+        # The first drawn item left out of the population, so that the draw moves on.
+        rows = [row for row in _population(files) if row[1] != drawn[0]]
+        files["sample_population.csv"] = "".join(f"{c},{w}\n" for c, w in rows).encode()
+        manifest = json.loads(files[pack.MANIFEST])
+        redrawn = _drawn("S", 3)[1:]
+        manifest["sample"]["population"] = len(rows) - 1
+        for entry in manifest["files"]:
+            if entry["name"] == "sample_population.csv":
+                entry["rows"] = len(rows) - 1
+        manifest["sample"]["work_items"] = [
+            {"cycle": "1", "work_item_id": i, "file": f"sample/{i}.html"} for i in redrawn
+        ]
+        for name in [n for n in files if n.startswith("sample/")]:
+            del files[name]
+        manifest["files"] = [e for e in manifest["files"] if not e["name"].startswith("sample/")]
+        for i in redrawn:
+            files[f"sample/{i}.html"] = b"a story"
+        files[pack.MANIFEST] = json.dumps(manifest).encode()
+
+    assert failure(rewrite(out, steered, key=key), public_key) == (
+        "sample: 1 work items of outcomes.csv or the DROP files are not in "
+        "sample_population.csv, the population it is drawn from"
+    )
+
+    def from_before_the_population(files: dict[str, bytes]) -> None:
+        del files["sample_population.csv"]
+        manifest = json.loads(files[pack.MANIFEST])
+        manifest["files"] = [e for e in manifest["files"] if e["name"] != "sample_population.csv"]
+        del manifest["sample"]["population_file"]
+        files[pack.MANIFEST] = json.dumps(manifest).encode()
+
+    old = rewrite(out, from_before_the_population, key=key)
+    assert failure(old, public_key) == (
+        "sample: the pack does not carry the population it was drawn from (a pack exported "
+        "before it did, without sample_population.csv, verifies with --allow-pre-population)"
+    )
+    allowed = verify_pack(old, public_key_pem=public_key.read_bytes(), allow_pre_population=True)
+    assert allowed.ok, allowed.failure
+    assert any("not drawn again (sample_population.csv" in line for line in allowed.checks)

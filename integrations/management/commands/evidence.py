@@ -56,7 +56,7 @@ class Command(DropportalCommand):
         check.add_argument("--public-key", help="the PEM public key it must be signed with")
         check.add_argument("--json", action="store_true")
         verify.add_tsa_cert_argument(check)
-        verify.add_allow_pre_components_argument(check)
+        verify.add_allow_older_pack_arguments(check)
         subparsers.add_parser("public-key", help="print the public key (PEM) that verifies packs")
 
     def handle_export(self, **options: Any) -> None:
@@ -118,6 +118,7 @@ class Command(DropportalCommand):
             as_json=options["json"],
             tsa_cert=options["tsa_cert"],
             allow_pre_components=options["allow_pre_components"],
+            allow_pre_population=options["allow_pre_population"],
         )
         if code:
             sys.exit(code)

@@ -59,6 +59,7 @@ from integrations.services.evidence.evidence_sample import (
     Sample,
     sample_draw,
     sample_pages_write,
+    sample_population_write,
 )
 from integrations.services.evidence.evidence_writer import CsvRecordCounter, LineCounter, PackWriter
 from integrations.services.ledger import ledger_event_append, ledger_seal
@@ -120,6 +121,7 @@ def evidence_pack_export(
         drawn = None
         if sample is not None and seed is not None:
             drawn = sample_draw(period=period, size=sample, seed=seed)
+            sample_population_write(writer, period)
             sample_pages_write(writer, drawn, exported_at=exported_at)
         with timezone.override(dt.UTC):  # an export says UTC, whatever zone staff read in
             summary = render_to_string(

@@ -2,18 +2,20 @@
 its whole story as one page of the pack::
 
     sample = sample_draw(period=period, size=20, seed="auditor-2028")
+    sample_population_write(writer, period)                 # what it was drawn from
     sample_pages_write(writer, sample, exported_at=now)     # sample/<work item id>.html
 
 The draw does not depend on the database's order: the period's work items are ordered by
 the SHA-256 of ``<seed>:<cycle>:<work item id>`` (UTF-8, hex) and the first ``size`` taken.
-Anyone holding DROP's lists recomputes it; the same seed gives the same items. Only the
-drawn items are read (PostgreSQL keeps the top ``size`` while it scans).
+Anyone holding DROP's lists recomputes it; the same seed gives the same items, and the pack
+carries the population (``sample_population.csv``, ids only) so that the verifier draws it
+again. Only the drawn items are read (PostgreSQL keeps the top ``size`` while it scans).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,12 +23,13 @@ from django.db import connection
 from django.template.loader import render_to_string
 from django.utils import timezone
 
+from integrations.evidence import sample as layout
 from integrations.models import WorkItem
 from integrations.selectors.story import work_item_story
 from integrations.services.evidence.evidence_period import Period
-from integrations.services.evidence.evidence_writer import PackWriter
+from integrations.services.evidence.evidence_writer import CsvRecordCounter, PackWriter
 
-DIRECTORY = "sample/"
+DIRECTORY = layout.DIRECTORY
 METHOD = (
     "the work items of the period's cycles ordered by the SHA-256 (hex) of "
     "'<seed>:<cycle>:<work item id>' in UTF-8, the first <size> of them"
@@ -41,14 +44,19 @@ ORDER BY encode(sha256(convert_to(%(seed)s || ':' || c.drop_session_id || ':' ||
 LIMIT %(size)s
 """
 _POPULATION = "SELECT count(*) FROM integrations_workitem WHERE cycle_id = ANY(%(cycles)s)"
+_POPULATION_CSV = """
+COPY (SELECT c.drop_session_id, w.work_item_id
+      FROM integrations_workitem w JOIN integrations_dropcycle c ON c.id = w.cycle_id
+      WHERE w.cycle_id = ANY(%(cycles)s) ORDER BY w.cycle_id, w.id) TO STDOUT WITH (FORMAT csv)
+"""
+_CSV_CHUNK = 1 << 16
 # The most work items a sample draws. An auditor reads a sample page by page, and a
 # statistical sample of any population is hundreds of items at most; the whole population is
-# already in the pack (outcomes.csv). Each drawn item is a page with its story read and
+# already in the pack (sample_population.csv). Each drawn item is a page with its story read and
 # rendered, so a size without bound would also hold an export (the admin's, within one web
 # request) for as long as the period has work items, and one past a bigint fails in
 # PostgreSQL's LIMIT.
 SAMPLE_MAX = 10_000
-_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
 
 @dataclass(frozen=True)
@@ -73,6 +81,7 @@ class Sample:
             "drawn": len(self.items),
             "population": self.population,
             "method": METHOD,
+            "population_file": layout.POPULATION,
             "work_items": [
                 {"cycle": item.cycle, "work_item_id": item.work_item_id, "file": item.file}
                 for item in self.items
@@ -89,17 +98,37 @@ def sample_draw(*, period: Period, size: int, seed: str) -> Sample:
         population = int(cursor.fetchone()[0])
         cursor.execute(_DRAW, params)
         rows = cursor.fetchall()
-    items: list[SampledItem] = []
-    names: set[str] = set()
-    for pk, cycle, work_item_id in rows:
-        # A work item id is DROP's (letters and digits); anything else cannot reach a path.
-        stem = _UNSAFE.sub("_", work_item_id)
-        name = f"{DIRECTORY}{stem}.html"
-        if name in names:  # the same id in two cycles of a period
-            name = f"{DIRECTORY}{stem}-cycle-{_UNSAFE.sub('_', cycle)}.html"
-        names.add(name)
-        items.append(SampledItem(pk=pk, cycle=cycle, work_item_id=work_item_id, file=name))
+    names = layout.page_names((cycle, work_item_id) for _, cycle, work_item_id in rows)
+    items = [
+        SampledItem(pk=pk, cycle=cycle, work_item_id=work_item_id, file=name)
+        for (pk, cycle, work_item_id), name in zip(rows, names, strict=True)
+    ]
     return Sample(seed=seed, size=size, population=population, items=items)
+
+
+def sample_population_write(writer: PackWriter, period: Period) -> None:
+    """Every work item the sample is drawn from, by its cycle and DROP's id (no consumer
+    identifier): the verifier draws the sample again from it. Streamed by ``COPY``."""
+    cycles = list(period.cycles().values_list("pk", flat=True))
+    writer.write(
+        layout.POPULATION,
+        _population_chunks(cycles),
+        rows=CsvRecordCounter(),
+        description="the work items the sample is drawn from, by cycle and work item id (CSV)",
+    )
+
+
+def _population_chunks(cycles: list[int]) -> Iterator[bytes]:
+    yield (",".join(layout.POPULATION_COLUMNS) + "\n").encode()
+    with connection.cursor() as cursor, cursor.copy(_POPULATION_CSV, {"cycles": cycles}) as copy:
+        chunk = bytearray()
+        for block in copy:
+            chunk += block
+            if len(chunk) >= _CSV_CHUNK:
+                yield bytes(chunk)
+                chunk.clear()
+        if chunk:
+            yield bytes(chunk)
 
 
 def sample_pages_write(writer: PackWriter, sample: Sample, *, exported_at: dt.datetime) -> None:
