@@ -11,6 +11,8 @@ No Django and no database here: the verifier runs from a plain checkout with onl
     drop/<cycle>/<file>              a response file exactly as sent to DROP
     drop/<cycle>/<file>.answer.json  what DROP answered to it
     summary.html    one page for a person
+    components.json, components/...  the audit's components (``components``)
+    sample/<id>.html, sample_population.csv   with a sample: its pages, what it is drawn from
 
     signature = sign_manifest(private_key_pem, manifest_bytes)
     verify_manifest(public_key_pem, manifest_bytes, signature)  # raises InvalidSignature

@@ -31,6 +31,7 @@ from integrations.drop import standardize
 from integrations.drop.calendar import drop_date, drop_midnight, drop_today
 from integrations.evidence import pack
 from integrations.evidence.components import FILE, KEYS, TITLES, component_problems
+from integrations.evidence.verify import main as verify_main
 from integrations.evidence.verify import verify_pack
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
@@ -966,3 +967,11 @@ def test_the_verifier_draws_the_sample_again_from_the_population_it_carries(
     allowed = verify_pack(old, public_key_pem=public_key.read_bytes(), allow_pre_population=True)
     assert allowed.ok, allowed.failure
     assert any("not drawn again (sample_population.csv" in line for line in allowed.checks)
+
+
+def test_verify_documents_its_options_for_older_packs(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        verify_main(["--help"])
+    said = " ".join(capsys.readouterr().out.split())
+    assert "--allow-pre-components accept a pack without components.json" in said
+    assert "--allow-pre-population accept a sample without sample_population.csv" in said
