@@ -536,6 +536,9 @@ def test_a_whole_cycle_from_registration_to_amendment(
     assert {(r["late_match"], r["amended"], r["report_file"]) for r in late} == {
         (True, True, amendment)
     }
+    # An amendment moves reported_at; the first status DROP took stays, for the days to respond.
+    for row in late:
+        assert row["first_reported_at"] and row["first_reported_at"] < row["reported_at"]
     by_consumer = {(r["remote_identifier"], r["drop_outcome"]) for r in history}
     assert ("C-A", "opted_out") in by_consumer and ("C-B", "not_found") in by_consumer
     export = io.StringIO()

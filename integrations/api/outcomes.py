@@ -204,6 +204,10 @@ class OutcomeSerializer(serializers.Serializer):
     work_item_status_code = serializers.IntegerField(allow_null=True)
     reported_status_code = serializers.IntegerField(allow_null=True)
     reported_at = serializers.DateTimeField(allow_null=True)
+    first_reported_at = serializers.DateTimeField(
+        allow_null=True,
+        help_text="When DROP first took a status for the item; an amendment moves reported_at.",
+    )
     report_file = serializers.CharField(allow_null=True)
     amended = serializers.BooleanField()
     late_match = serializers.BooleanField()

@@ -53,6 +53,9 @@ OUTCOME_COLUMNS = (
     "work_item_status_code",
     "reported_status_code",
     "reported_at",
+    # The first status DROP took for the item (an amendment moves reported_at, not this):
+    # what the yearly days to respond count to, re-performed from the export.
+    "first_reported_at",
     "report_file",
     "amended",
     "late_match",
@@ -109,6 +112,7 @@ def _outcome_values() -> tuple[dict[str, Any], list[str]]:
         "acknowledged_at": _utc_text(F("dispatched_at")),
         "completed_at": _utc_text(F("completed_at")),
         "reported_at": _utc_text(F("work_item__reported_at")),
+        "first_reported_at": _utc_text(F("work_item__first_reported_at")),
         "amended": Coalesce(
             ExpressionWrapper(
                 Q(work_item__report_file__kind=ReportKind.AMEND), output_field=BooleanField()
