@@ -25,6 +25,7 @@ from devtools.drop_simulator import work_items
 from dropportal import local_state
 from integrations import enqueue
 from integrations.consumers.api_reader import parse_api_consumers
+from integrations.dispatch.webhook import deletion_dispatch_payload, resolution_notification_payload
 from integrations.drop.calendar import drop_date, drop_midnight
 from integrations.evidence.signing_key import EvidenceKeyRefused
 from integrations.models import (
@@ -38,6 +39,7 @@ from integrations.models import (
     Integration,
     LedgerEvent,
     RequestState,
+    ResolutionRequest,
     WorkItem,
     WorkItemState,
 )
@@ -58,6 +60,7 @@ from tests.builders import (
     BrokerFactory,
     ConsumerFactory,
     DeletionRequestFactory,
+    SaasConnectionFactory,
     ServiceProviderFactory,
     WorkItemFactory,
     drop_noon,
@@ -126,6 +129,29 @@ def test_only_deleted_and_opted_out_items_get_a_round_once_it_is_due(broker: Bro
     assert recurring_rounds_send(broker=broker, actor="t", now=now + 90 * DAY).work_items == 0
     event = LedgerEvent.objects.filter(kind="recurring.rounds_sent").latest("id")
     assert event.data["work_items"] == 1
+
+
+def test_a_round_carries_the_matchs_mode_and_broker_id_not_the_brokers_now(
+    broker: Broker,
+) -> None:
+    """A round's body is the match's unchanged: an item matched in test mode stays a test
+    deletion every round though the broker went to production (and changed its id) since."""
+    target = _target(broker)
+    SaasConnectionFactory.create(broker=broker)
+    now = drop_noon()
+    item = _answered(broker, target, code=3, outcome="deleted", at=now)
+    Broker.objects.filter(pk=broker.pk).update(mode="production", broker_id="4822")
+    broker.refresh_from_db()
+
+    assert recurring_rounds_send(broker=broker, actor="t", now=now + 45 * DAY).work_items == 1
+
+    round_one = DeletionRequest.objects.get(round=1, work_item=item)
+    assert (round_one.mode, round_one.broker_id_code) == ("test", "4821")
+    body = deletion_dispatch_payload(round_one, target)
+    assert (body["mode"], body["broker_id"]) == ("test", "4821")
+    resolution = ResolutionRequest.objects.get(round=1, work_item=item)
+    assert (resolution.mode, resolution.broker_id_code) == ("test", "4821")
+    assert resolution_notification_payload(resolution, target)["mode"] == "test"
 
 
 def test_a_rounds_date_counts_in_drops_calendar_not_utcs(broker: Broker, settings: Any) -> None:

@@ -12,11 +12,12 @@ A round goes through the match's own bulk path (``services.cycle.requests``): on
 per matched consumer and deletion target not retired (a paused one's wait), an identifier
 retrieval per resolving target when a SaaS connection is configured, each with a new
 ``request_uuid`` and ``webhook_request_id``, and the dispatch body of the match unchanged
-(its ``drop_session_id`` and ``match_date``). The requests carry their ``round`` number, so
-delivery, callbacks, ISI and SaaS need nothing of their own, and the settlement ignores
-them: a round never changes the status DROP holds. A consumer the broker has forgotten since
-gets no round (nothing of it is registered to point at). Each round directs the broker's
-service providers and contractors again (``services.providers.directives``).
+(its ``drop_session_id``, ``match_date``, ``mode`` and ``broker_id_code``, whatever the
+broker's are now). The requests carry their ``round`` number, so delivery, callbacks, ISI and
+SaaS need nothing of their own, and the settlement ignores them: a round never changes the
+status DROP holds. A consumer the broker has forgotten since gets no round (nothing of it is
+registered to point at). Each round directs the broker's service providers and contractors
+again (``services.providers.directives``).
 """
 
 from __future__ import annotations
@@ -75,15 +76,18 @@ class RecurringRoundsSent:
 ROUND_BATCH_ITEMS = 50_000
 
 # The rounds due, read once: each consumer the match gave a due item (round 0, a request
-# not cancelled), with the match's own match_date and late_match, marked with the new round
-# and its batch. One statement from the schedule (selectors.recurring), so a million due
-# items never leave PostgreSQL. A session temp table: it outlives the batches' commits.
+# not cancelled), with the match's own match_date, mode, broker_id_code and late_match (a
+# round's body is the match's: an item matched in test mode is not deleted for real every
+# 45 days once the broker goes to production), marked with the new round and its batch.
+# One statement from the schedule (selectors.recurring), so a million due items never leave
+# PostgreSQL. A session temp table: it outlives the batches' commits.
 _DUE_TABLE = "drop_rounds_due"
 _DUE_SQL = """
     CREATE TEMP TABLE {due} AS
     SELECT p.*, (dense_rank() OVER (ORDER BY p.work_item_id) - 1) / %(batch_items)s AS batch
       FROM (SELECT d.work_item_id, d.consumer_id, bool_or(d.late_match) AS late_match,
-                   (s.round + 1)::smallint AS round, min(d.match_date) AS match_date
+                   (s.round + 1)::smallint AS round, min(d.match_date) AS match_date,
+                   min(d.mode) AS mode, min(d.broker_id_code) AS broker_id_code
               FROM ({schedule}) s
               JOIN integrations_deletionrequest d
                 ON d.work_item_id = s.work_item_id AND d.round = 0
@@ -98,8 +102,10 @@ _DUE_SQL = """
 # gets no round: it is not counted, nor named in the directives), and its round not sent
 # meanwhile (by another run: a round's requests always include a deletion request).
 _BATCH_PAIRS_SQL = """
-    INSERT INTO {matches} (work_item_id, consumer_id, late_match, round, match_date)
-    SELECT p.work_item_id, p.consumer_id, p.late_match, p.round, p.match_date
+    INSERT INTO {matches} (work_item_id, consumer_id, late_match, round, match_date, mode,
+                           broker_id_code)
+    SELECT p.work_item_id, p.consumer_id, p.late_match, p.round, p.match_date, p.mode,
+           p.broker_id_code
       FROM {due} p
       JOIN integrations_workitem w ON w.id = p.work_item_id
       JOIN integrations_consumer c ON c.id = p.consumer_id
@@ -188,7 +194,8 @@ def _batch_send(
             work_items = int(cursor.fetchone()[0])
         if not work_items:
             return RecurringRoundsSent(until, 0, 0, 0, 0, 0)
-        # match_date is each pair's own (the original match's); this one is never used.
+        # match_date, mode and broker_id_code are each pair's own (the original match's);
+        # the call's are never used.
         created = requests_insert_for_matches(broker=broker, match_date=until)
         # The broker's service providers and contractors are directed again with each round.
         directives_issue(

@@ -62,7 +62,8 @@ def matches_table_create() -> None:
 
     Columns: ``work_item_id`` (``integrations_workitem.id``), ``consumer_id``, ``late_match``,
     and for a recurring round (``services.cycle.recurring``) its ``round`` and the original
-    ``match_date`` (NULL: the call's). It is dropped at commit; dropping first lets one
+    match's ``match_date``, ``mode`` and ``broker_id_code`` (NULL: the call's, the broker's
+    now). It is dropped at commit; dropping first lets one
     transaction match more than once.
     """
     with connection.cursor() as cursor:
@@ -73,7 +74,9 @@ def matches_table_create() -> None:
             " consumer_id bigint NOT NULL,"
             " late_match boolean NOT NULL DEFAULT false,"
             " round smallint NOT NULL DEFAULT 0,"
-            " match_date date"
+            " match_date date,"
+            " mode varchar(10),"
+            " broker_id_code varchar(4)"
             ") ON COMMIT DROP"
         )
 
@@ -140,7 +143,8 @@ _INSERT_SQL = f"""
         CASE WHEN t.isi_connection_id IS NULL THEN NULL ELSE {_RESULTS_TOKEN} END,
         %(broker)s, w.id, co.id, t.integration_id, t.isi_connection_id,
         encode(w.hash, 'base64'), w.hash_type, cy.drop_session_id,
-        coalesce(m.match_date, %(match_date)s), %(broker_id_code)s, %(mode)s,
+        coalesce(m.match_date, %(match_date)s), coalesce(m.broker_id_code, %(broker_id_code)s),
+        coalesce(m.mode, %(mode)s),
         co.remote_identifier, co.remote_identifier_kind, m.late_match, m.round,
         '', NULL, ''
       FROM {MATCHES_TABLE} m
@@ -174,7 +178,8 @@ _RESOLUTION_INSERT_SQL = f"""
         gen_random_uuid(), gen_random_uuid(),
         {_RESULTS_TOKEN},
         %(broker)s, w.id, co.id, t.integration_id, t.isi_connection_id,
-        cy.drop_session_id, coalesce(m.match_date, %(match_date)s), %(broker_id_code)s, %(mode)s,
+        cy.drop_session_id, coalesce(m.match_date, %(match_date)s),
+        coalesce(m.broker_id_code, %(broker_id_code)s), coalesce(m.mode, %(mode)s),
         co.remote_identifier, co.remote_identifier_kind, m.round,
         '', '', '', NULL
       FROM {MATCHES_TABLE} m
