@@ -246,3 +246,30 @@ def test_with_rounds_off_nothing_is_counted_or_shown(broker: Broker, settings: A
     assert not RecurringCounts.objects.exists()
     (overview,) = dashboard_overview(now=timezone.now())
     assert overview.recurring is not None and overview.recurring.off
+
+
+def test_sending_rounds_drops_the_brokers_stored_counts_the_dashboard_counts_live(
+    broker: Broker,
+) -> None:
+    """Just after rounds are sent the worker's row still counts them due: it goes with them,
+    so the dashboard counts live (them sent) until the next count. Another broker's row, and
+    a send that sent nothing, leave the rows alone."""
+    target = webhook_integration_create(
+        broker=broker, name="CRM", url="http://127.0.0.1:9/crm", actor="test"
+    ).integration
+    other = BrokerFactory.create()
+    now = drop_noon()
+    for _ in range(2):
+        _answered(broker, target, at=now - 46 * DAY)
+    recurring_counts_store(now=now)
+    assert RecurringCounts.objects.get(broker=broker).due == 2
+
+    assert recurring_rounds_send(broker=other, actor="test", now=now).work_items == 0
+    assert RecurringCounts.objects.count() == 2
+    assert recurring_rounds_send(broker=broker, actor="test", now=now).work_items == 2
+
+    assert list(RecurringCounts.objects.values_list("broker_id", flat=True)) == [other.pk]
+    overviews = {o.broker.pk: o for o in dashboard_overview(now=now)}
+    recurring = overviews[broker.pk].recurring
+    assert recurring is not None and recurring.counted_at is None
+    assert (recurring.due, recurring.sent) == (0, 2)

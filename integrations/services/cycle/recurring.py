@@ -33,7 +33,13 @@ from psycopg import sql
 
 from integrations.drop.calendar import drop_today
 from integrations.ledger_kinds import LedgerKind
-from integrations.models import Broker, DirectiveReason, RequestState, WorkItemState
+from integrations.models import (
+    Broker,
+    DirectiveReason,
+    RecurringCounts,
+    RequestState,
+    WorkItemState,
+)
 from integrations.selectors.recurring import ROUNDS_OWED, rounds_sql, schedule_execute
 from integrations.services.cycle.requests import (
     MATCHES_TABLE,
@@ -219,6 +225,9 @@ def _batch_send(
             actor=actor,
             data={**result.as_json(), **ledger},
         )
+        # The worker's stored counts still show these rounds as due: dropped with the rounds
+        # (a run stopped midway included), the dashboard counts live until the next count.
+        RecurringCounts.objects.filter(broker=broker).delete()
     return result
 
 
