@@ -207,12 +207,15 @@ DROPPORTAL_DOWNLOAD_CADENCE_DAYS = _number(
 )
 # Recurring deletion (docs/recurring-deletion.md): days between the rounds a deleted or
 # opted-out consumer's deletion is repeated in (Civil Code 1798.99.86(d)); 0 turns them off.
+# At most the law's 45: a longer interval would break the duty silently (the dashboard
+# warns only when rounds are off).
+_RECURRING_DAYS_MOST = 45
 DROPPORTAL_RECURRING_DAYS = _number(
     "DROPPORTAL_RECURRING_DAYS",
     45,
     least=0,
-    most=_TEN_YEARS_DAYS,
-    what=f"a whole number of days, 0 (off) to {_TEN_YEARS_DAYS:,}",
+    most=_RECURRING_DAYS_MOST,
+    what=f"a whole number of days, 0 (off) to {_RECURRING_DAYS_MOST}",
 )
 # Canary rounds (docs/operations.md, "Canaries"): hours each canary's deletion request has to
 # be answered `deleted` before the round fails and staff are alerted.

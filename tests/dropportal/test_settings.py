@@ -175,7 +175,8 @@ WHOLE_NUMBER_SETTINGS = [
     ),
     ("DROPPORTAL_REPORT_DAYS", 1, 3_650, "days, 1 to 3,650"),
     ("DROPPORTAL_DOWNLOAD_CADENCE_DAYS", 1, 3_650, "days, 1 to 3,650"),
-    ("DROPPORTAL_RECURRING_DAYS", 0, 3_650, "days, 0 (off) to 3,650"),
+    # At most the law's 45 days: a longer interval breaks the recurring duty.
+    ("DROPPORTAL_RECURRING_DAYS", 0, 45, "days, 0 (off) to 45"),
     ("DROPPORTAL_CANARY_HOURS", 1, 87_600, "hours, 1 to 87,600"),
     ("DROPPORTAL_AUTO_REDISPATCH_HOURS", 0, 87_600, "hours, 0 (off) to 87,600"),
     ("DROPPORTAL_DIRECTIVE_ACK_DAYS", 1, 3_650, "days, 1 to 3,650"),
