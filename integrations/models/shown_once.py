@@ -10,6 +10,7 @@ import datetime as dt
 
 from django.db import models
 
+from integrations.drop_zone import drop_time_text
 from integrations.models.fields import EncryptedTextField
 
 SHOWN_ONCE_TTL = dt.timedelta(minutes=10)
@@ -25,4 +26,4 @@ class ShownOnceSecret(models.Model):
         verbose_name = "secret shown once"
 
     def __str__(self) -> str:
-        return f"secret shown once, until {self.expires_at:%H:%M}"
+        return f"secret shown once, until {drop_time_text(self.expires_at)}"

@@ -87,3 +87,10 @@ def test_a_secret_nobody_came_to_see_is_deleted_by_the_periodic_job(
 
     assert purge_shown_once() == 1
     assert not ShownOnceSecret.objects.exists()
+
+
+def test_its_name_says_when_it_ends_in_drops_zone() -> None:
+    # The admin's times are DROP's (California's); a bare 16:30 read as UTC is 8:30 there.
+    secret = ShownOnceSecret(expires_at=dt.datetime(2026, 12, 3, 16, 30, tzinfo=dt.UTC))
+
+    assert str(secret) == "secret shown once, until 2026-12-03 08:30 PST"
