@@ -17,6 +17,7 @@ from django.db.models.functions import Concat, Now
 
 from integrations.drop_statuses import STATUS_CODES
 from integrations.list_types import LABELS, REMOVED, file_name_pattern
+from integrations.models.brokers import BrokerMode
 
 # DROP list types, spelled as ``hash_type`` (docs/contracts.md §10.1), defined in
 # integrations/list_types.py.
@@ -70,6 +71,13 @@ class DropCycle(models.Model):
     # Per list type, as matched at import: hash_type -> {"items": n, "matched": m}. Late
     # matches do not change it (like ``matched``): it is what the download met.
     match_rates = models.JSONField(default=dict, blank=True)
+    # The broker's mode when the package was downloaded, fixed then: a cycle of DROP's
+    # sandbox stays one when staff switch the broker to production, and only production
+    # cycles count in the yearly figures. The database default is for the release before
+    # 0070, which makes cycles without the column.
+    mode = models.CharField(
+        max_length=10, choices=BrokerMode.choices, db_default=BrokerMode.PRODUCTION.value
+    )
     created_at = models.DateTimeField(db_default=Now())
 
     objects = DropCycleQuerySet.as_manager()

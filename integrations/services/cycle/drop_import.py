@@ -441,6 +441,7 @@ def _cycle_create(
     downloaded_at = (downloaded_at or min(now, packaged)).astimezone(dt.UTC)
     return DropCycle.objects.create(
         broker=broker,
+        mode=broker.mode,  # as it is now: a later switch does not make it another kind
         drop_session_id=_next_session_id(broker),
         zip_name=zip_name,
         zip_sha256=sha256,
