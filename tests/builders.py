@@ -145,6 +145,9 @@ class DropCycleFactory(DjangoModelFactory[DropCycle]):
         lambda o: hashlib.sha256(f"{o.broker.pk}:{o.drop_session_id}".encode()).hexdigest()
     )
     due_date = factory.LazyAttribute(lambda o: o.match_date + dt.timedelta(days=o.due_in_days))
+    # A production cycle unless a test says otherwise, whatever its broker's mode now (as
+    # for a broker switched to test since): the yearly figures count these only.
+    mode = "production"
 
 
 class CurrentCycleFactory(DropCycleFactory):
@@ -687,6 +690,14 @@ def write_zip(directory: Path, content: bytes, name: str = f"{PACKAGE_DATE}_4821
     path = directory / name
     path.write_bytes(content)
     return path
+
+
+def broker_in_production(broker: Broker) -> Broker:
+    """``broker`` switched to production mode, as staff do: the cycles it downloads from
+    then on count in the yearly figures."""
+    broker.mode = "production"
+    broker.save(update_fields=["mode"])
+    return broker
 
 
 def days_after(date: str, days: int) -> dt.date:

@@ -15,7 +15,7 @@ import tempfile
 from typing import Any
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import FileResponse, HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
@@ -26,8 +26,8 @@ from django.utils.http import urlencode
 
 from integrations.admin.actors import staff_actor
 from integrations.drop.calendar import DROP_YEARS, drop_day_bounds, drop_today
-from integrations.models import Broker, DropCycle
-from integrations.selectors.drop_metrics import METRIC_FIGURES, drop_metrics
+from integrations.models import Broker, BrokerMode, DropCycle
+from integrations.selectors.drop_metrics import METRIC_FIGURES, drop_metrics, sandbox_note
 from integrations.services.evidence.evidence import evidence_pack_export, evidence_public_key_pem
 from integrations.services.evidence.evidence_sample import SAMPLE_MAX
 
@@ -65,6 +65,8 @@ def drop_metrics_view(request: HttpRequest) -> HttpResponse:
     if form.is_bound and form.is_valid():
         broker, year = form.cleaned_data["broker"], form.cleaned_data["year"]
         metrics = drop_metrics(broker=broker, year=year)
+        if broker.mode != BrokerMode.PRODUCTION:
+            messages.warning(request, sandbox_note(broker))
         changelist = reverse("admin:integrations_workitem_changelist")
         base = {"broker__id__exact": broker.pk, "drop_year": year}
         context["metrics"] = metrics

@@ -1,6 +1,8 @@
 """The yearly DROP figures, per broker.
 
-One pass over the year's work items in SQL (a year can hold tens of millions). A work item
+One pass over the year's work items in SQL (a year can hold tens of millions). Only the
+work items of production cycles count: a cycle downloaded while the broker was in test mode
+(DROP's sandbox, ``DropCycle.mode``) is no consumer's request. A work item
 counts in the year its cycle was downloaded, in DROP's calendar (California's,
 ``drop.calendar``); its category is the status DROP holds
 (the last one reported to it). The figures' admin links filter with ``METRIC_FILTERS``, and
@@ -21,6 +23,7 @@ from integrations.drop_statuses import DropStatus
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import (
     Broker,
+    BrokerMode,
     DeletionRequest,
     DropOutcome,
     ResolutionRequest,
@@ -52,16 +55,21 @@ METRIC_FIGURES = (
     ("removed", "Removed by DROP"),
 )
 _NOT_REMOVED = ~Q(state=WorkItemState.REMOVED)
+# Every figure counts the work items of production cycles only (``_YEAR_CYCLES``).
+_PRODUCTION = Q(cycle__mode=BrokerMode.PRODUCTION)
 METRIC_FILTERS: dict[str, Q] = {
-    "received": Q(),
-    "matched": Q(Exists(DeletionRequest.objects.filter(work_item=OuterRef("pk"))))
-    | Q(Exists(ResolutionRequest.objects.filter(work_item=OuterRef("pk")))),
+    "received": _PRODUCTION,
+    "matched": _PRODUCTION
+    & (
+        Q(Exists(DeletionRequest.objects.filter(work_item=OuterRef("pk"))))
+        | Q(Exists(ResolutionRequest.objects.filter(work_item=OuterRef("pk"))))
+    ),
     **{
-        key: _NOT_REMOVED & Q(reported_status_code__in=statuses)
+        key: _PRODUCTION & _NOT_REMOVED & Q(reported_status_code__in=statuses)
         for key, statuses in METRIC_STATUSES.items()
     },
-    "open": no_status_held(),
-    "removed": Q(state=WorkItemState.REMOVED),
+    "open": _PRODUCTION & no_status_held(),
+    "removed": _PRODUCTION & Q(state=WorkItemState.REMOVED),
 }
 
 
@@ -72,9 +80,12 @@ def _codes_in(key: str) -> str:
 
 NOT_GIVEN = "(not given)"
 
+# The year's production cycles: a cycle of DROP's sandbox (``DropCycle.mode``) holds no
+# consumer's request, whatever the broker's mode is now.
 _YEAR_CYCLES = """
 SELECT c.id, c.drop_session_id, c.downloaded_at FROM integrations_dropcycle c
 WHERE c.broker_id = %(broker)s AND c.downloaded_at >= %(start)s AND c.downloaded_at < %(end)s
+  AND c.mode = %(production)s
 """
 # One pass over the work items, narrow rows (the sort by list type for the ROLLUP and the
 # ordered-set aggregates is most of the cost).
@@ -165,7 +176,7 @@ SELECT coalesce((SELECT min(r.exemption_basis) FROM integrations_resolutionreque
                    AND r.exemption_basis <> ''), %(not_given)s), count(*)
 FROM integrations_dropcycle c JOIN integrations_workitem w ON w.cycle_id = c.id
 WHERE c.broker_id = %(broker)s AND c.downloaded_at >= %(start)s AND c.downloaded_at < %(end)s
-  AND w.state <> %(removed)s AND w.reported_status_code {denied}
+  AND c.mode = %(production)s AND w.state <> %(removed)s AND w.reported_status_code {denied}
 GROUP BY 1 ORDER BY 2 DESC, 1
 """.format(denied=_codes_in("denied"))  # noqa: S608  (constants only)
 
@@ -254,6 +265,7 @@ def drop_metrics(*, broker: Broker, year: int) -> DropMetrics:
         "exempt": DropOutcome.EXEMPT.value,
         "broker_id": broker.broker_id,
         "imported": LedgerKind.DROP_CYCLE_IMPORTED.value,
+        "production": BrokerMode.PRODUCTION.value,
     }
     by_type: dict[str | None, MetricRow] = {}
     with transaction.atomic(), connection.cursor() as cursor:
@@ -299,6 +311,7 @@ def drop_registry_figures(*, broker: Broker, year: int) -> dict[str, Any]:
                 "end": end,
                 "exempt": DropOutcome.EXEMPT.value,
                 "removed": WorkItemState.REMOVED.value,
+                "production": BrokerMode.PRODUCTION.value,
             },
         )
         in_part = int(cursor.fetchone()[0])
@@ -313,6 +326,15 @@ def drop_registry_figures(*, broker: Broker, year: int) -> dict[str, Any]:
         "mean_days": total.mean_days,
         "median_days": total.median_days,
     }
+
+
+def sandbox_note(broker: Broker) -> str:
+    """One line for the figures of a broker in test mode: what they count."""
+    return (
+        f"Broker {broker.broker_id} is in test mode (DROP's sandbox): these figures count only "
+        "the cycles it downloaded in production mode; its sandbox cycles are no consumer "
+        "requests and are left out."
+    )
 
 
 def _list_type_name(hash_type: str | None) -> str:

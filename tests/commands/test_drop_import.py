@@ -45,6 +45,7 @@ from tests.builders import (
     ConsumerFactory,
     IsiConnectionFactory,
     WebhookIntegrationFactory,
+    broker_in_production,
     days_after,
     drop_zip,
     items_reported,
@@ -238,6 +239,7 @@ def test_the_same_package_in_other_zip_bytes_is_refused_naming_its_cycle(
 def test_ids_received_before_are_set_aside_and_the_new_ones_imported(
     broker: Broker, package: Path, tmp_path: Path, capsys
 ) -> None:
+    broker_in_production(broker)  # its cycles count in the yearly figures
     drop_import(package, capsys=capsys)
     requests_before = DeletionRequest.objects.count()
     new = ITEMS[6]
@@ -279,6 +281,19 @@ def test_each_new_download_gets_the_next_session_id(
     later = list(work_items(2, start=100))
     second = write_zip(tmp_path, drop_zip(broker, {"Email": later}, date="20261201"), "b.zip")
     assert drop_import(second, capsys=capsys)["drop_session_id"] == "2"
+
+
+def test_each_cycle_keeps_the_mode_its_broker_was_downloaded_in(
+    broker: Broker, package: Path, tmp_path: Path, capsys
+) -> None:
+    drop_import(package, capsys=capsys)  # the broker in test mode: DROP's sandbox
+    broker_in_production(broker)
+    later = list(work_items(2, start=100))
+    second = write_zip(tmp_path, drop_zip(broker, {"Email": later}, date="20261201"), "b.zip")
+    drop_import(second, capsys=capsys)
+    modes = dict(DropCycle.objects.filter(broker=broker).values_list("drop_session_id", "mode"))
+    # The switch leaves the sandbox cycle one: it never becomes a consumer's request.
+    assert modes == {"1": "test", "2": "production"}
 
 
 def test_another_brokers_consumers_never_match(package: Path, capsys) -> None:

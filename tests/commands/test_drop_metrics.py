@@ -33,6 +33,7 @@ from django.test import Client
 from devtools.drop_simulator import work_items
 from integrations.drop.calendar import drop_date, drop_midnight, drop_today
 from integrations.models import Broker, ReportFile, WorkItem, WorkItemState
+from integrations.selectors.drop_metrics import METRIC_FIGURES, METRIC_FILTERS
 from integrations.services.cycle.work_items import work_item_status_set
 from integrations.services.reporting.report_files import report_files_write
 from integrations.services.reporting.report_manual import report_file_mark_uploaded
@@ -43,6 +44,7 @@ from tests.builders import (
     ResolutionRequestFactory,
     WebhookIntegrationFactory,
     WorkItemFactory,
+    broker_in_production,
     drop_zip,
     write_zip,
 )
@@ -203,6 +205,8 @@ def test_each_figure_opens_the_list_behind_it(year: None, client: Client) -> Non
             checked += 1
     assert checked == 3 * 7
     assert b"glba: 1" in page.content
+    # The broker is in test mode: the page says what its figures count.
+    assert b"4821 is in test mode" in page.content
 
 
 def test_the_metrics_page_needs_the_view_permissions(year: None, client: Client) -> None:
@@ -214,6 +218,7 @@ def test_the_metrics_page_needs_the_view_permissions(year: None, client: Client)
 def test_received_counts_the_rows_drop_sent_that_could_not_be_read(
     broker: Broker, tmp_path: Path
 ) -> None:
+    broker_in_production(broker)  # its cycles count: production ones
     rows = [*work_items(2), ("680", "5")]  # DROP's own short row: unreadable
     package = write_zip(tmp_path, drop_zip(broker, {"Email": rows, "Phone": [("681", "5")]}))
     with pytest.raises(CommandError):  # part of the package was not imported
@@ -227,6 +232,7 @@ def test_received_counts_the_rows_drop_sent_that_could_not_be_read(
 
 
 def test_received_counts_the_rows_of_lists_not_read_at_all(broker: Broker, tmp_path: Path) -> None:
+    broker_in_production(broker)  # its cycles count: production ones
     (good, _), *others = work_items(8)
     rows = [f"{item},{hashed}" for item, hashed in others]
     members = {
@@ -314,3 +320,43 @@ def test_an_amendment_drop_takes_later_leaves_the_days_to_the_first_report(
     assert (email["complied"], email["median_days"], email["mean_days"]) == (1, 2.0, 2.0)
     registry = json.loads(metrics("--year", year, "--registry", "--format", "json"))
     assert (registry["median_days"], registry["mean_days"]) == (2.0, 2.0)
+
+
+def test_a_sandbox_cycle_counts_in_no_figure(year: None, broker: Broker) -> None:
+    """A cycle downloaded while the broker was in test mode (DROP's sandbox) holds no
+    consumer's request: the broker now in production, its yearly figures and registration
+    columns leave it out, and so does the list behind each figure."""
+    broker_in_production(broker)
+    sandbox = DropCycleFactory.create(
+        broker=broker, drop_session_id="70", match_date=DOWNLOADED.date(), mode="test"
+    )
+    reported(sandbox, 3, 1)
+    reported(sandbox, 2, 1)
+    WorkItemFactory.create(cycle=sandbox)
+    err = io.StringIO()
+    call_command(
+        "drop", "metrics", "--broker", "4821", "--year", "2027", "--format", "json",
+        stdout=(out := io.StringIO()), stderr=err,
+    )  # fmt: skip
+    assert json.loads(out.getvalue()) == EXPECTED
+    assert err.getvalue() == ""  # a production broker's figures need no note
+    registry = json.loads(metrics("--year", "2027", "--registry", "--format", "json"))
+    assert (registry["received"], registry["complied_in_whole"], registry["denied"]) == (8, 2, 1)
+    for key, _ in METRIC_FIGURES:
+        assert not WorkItem.objects.filter(cycle=sandbox).filter(METRIC_FILTERS[key]).exists()
+
+
+@pytest.mark.parametrize("registry", [[], ["--registry"]])
+def test_a_broker_in_test_mode_is_told_what_its_figures_count(
+    year: None, broker: Broker, registry: list[str]
+) -> None:
+    assert broker.mode == "test"
+    out, err = io.StringIO(), io.StringIO()
+    call_command(
+        "drop", "metrics", "--broker", "4821", "--year", "2027", "--format", "json", *registry,
+        stdout=out, stderr=err,
+    )  # fmt: skip
+    assert err.getvalue().count("\n") == 1
+    assert "4821 is in test mode (DROP's sandbox)" in err.getvalue()
+    assert "only the cycles it downloaded in production mode" in err.getvalue()
+    assert json.loads(out.getvalue())["year"] == 2027  # stdout stays whole JSON

@@ -180,6 +180,12 @@ def test_the_pack_holds_the_cycle_and_verifies(exported_here: Path, public_key: 
     assert rows["drop/1/20261120_4821_Email.csv"] == 6
     assert rows["ledger.jsonl"] == LedgerEvent.objects.filter(broker_id="4821").count() - 1
     assert manifest["ledger_range"]["chain_hash_before"] == "0" * 64
+    # The broker is in test mode: DROP's sandbox, said in the signed manifest and the summary,
+    # beside each cycle's own mode.
+    assert manifest["broker"] == {"broker_id": "4821", "name": "Acme Data", "mode": "test"}
+    summary = files[pack.SUMMARY].decode()
+    assert "Broker mode at the export: Test (DROP sandbox):" in summary
+    assert re.search(r"<td>1</td>.*?<td>test</td>\n</tr>", summary, re.S)
     # Exactly as sent: the bytes uploaded to DROP.
     sent = ReportFile.objects.get(file_name="20261120_4821_Phone.csv")
     assert files["drop/1/20261120_4821_Phone.csv"] == bytes(sent.content)

@@ -42,7 +42,7 @@ from integrations.management.base import broker_or_error, broker_or_every, date_
 from integrations.management.drop_directives import DirectiveSubcommands
 from integrations.management.drop_report import ReportSubcommand
 from integrations.management.drop_suppression import SuppressionSubcommands
-from integrations.models import CANARY_SESSION_ID
+from integrations.models import CANARY_SESSION_ID, BrokerMode
 from integrations.selectors.directives import (
     directive_ack_due_date,
     directive_as_json,
@@ -54,6 +54,7 @@ from integrations.selectors.drop_metrics import (
     REGISTRY_COLUMNS,
     drop_metrics,
     drop_registry_figures,
+    sandbox_note,
 )
 from integrations.selectors.stuck import stuck_work_items
 from integrations.services.cycle.canaries import canary_round_send
@@ -214,6 +215,10 @@ class Command(DirectiveSubcommands, ReportSubcommand, SuppressionSubcommands):
         if options["year"] not in DROP_YEARS:
             raise CommandError(f"--year must be a year like 2027, not {options['year']}")
         as_json = options["format"] == "json"
+        if broker.mode != BrokerMode.PRODUCTION:
+            # Said, not refused: a broker switched back to test still owes the disclosure of
+            # the year it was in production. On stderr, so the CSV or JSON stays whole.
+            self.stderr.write(sandbox_note(broker))
         if options["registry"]:
             figures = drop_registry_figures(broker=broker, year=options["year"])
             if as_json:

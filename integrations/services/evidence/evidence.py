@@ -284,7 +284,8 @@ def _manifest(
     """What the pack holds and who made it, signed with ``key``."""
     return {
         "format": pack.FORMAT,
-        "broker": {"broker_id": broker.broker_id, "name": broker.name},
+        # The broker's mode at the export; each cycle's own is in the summary.
+        "broker": {"broker_id": broker.broker_id, "name": broker.name, "mode": broker.mode},
         "period": period.describe(),
         "software": {"name": "dropportal", "version": _version()},
         "exported_at": exported_at.isoformat(),
