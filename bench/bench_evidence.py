@@ -99,7 +99,8 @@ def populate(items: int) -> None:
     from integrations.models import DropCycle, Integration, IntegrationKind, ReportFile
     from integrations.services.staff.brokers import broker_create
 
-    broker = broker_create(broker_id="4821", name="Bench", actor="bench")
+    # In production: the yearly figures measured count its cycles (production ones).
+    broker = broker_create(broker_id="4821", name="Bench", mode="production", actor="bench")
     integration = Integration.objects.create(
         broker=broker,
         kind=IntegrationKind.WEBHOOK,

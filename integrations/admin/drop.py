@@ -89,11 +89,12 @@ class DropCycleAdmin(PageObjectReadOnce[DropCycle], ReadOnlyAdmin):
         "waiting",
     ]
     list_display_links = ["drop_session_id"]
-    list_filter = ["state", "broker"]
+    list_filter = ["state", "mode", "broker"]
     search_fields = ["drop_session_id", "zip_name", "zip_sha256"]
     list_select_related = ["broker"]
     fields = _CYCLE_FIELDS = (
         "broker",
+        "mode",
         "drop_session_id",
         "state",
         "zip_name",
