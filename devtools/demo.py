@@ -382,7 +382,9 @@ def register_broker(say: Narrator, drop: Any, broker_system_sim: Any) -> BrokerS
     broker = broker_create(
         broker_id=BROKER_ID,
         name="Golden State Data Co.",
-        mode="test",
+        # Production, against the stand-in its base URL names: the yearly figures the
+        # auditor gets count production cycles only (a sandbox cycle is no request).
+        mode="production",
         drop_api_key="demo-drop-key",
         drop_base_url=drop.url,
         actor=f"staff:{DEMO_USER}",
@@ -398,7 +400,7 @@ def register_broker(say: Narrator, drop: Any, broker_system_sim: Any) -> BrokerS
     )
     broker_system_sim.secrets = [created.webhook_secret]
     broker_system = BrokerSystem(broker_system_sim, created.webhook_secret, key.key)
-    say.say(f"broker {broker} (test mode), DROP at {drop.url} (the loopback stand-in)")
+    say.say(f"broker {broker} (production mode), DROP at {drop.url} (the loopback stand-in)")
     say.say(f"webhook integration {created.integration.uuid} -> {broker_system_sim.url}")
     say.say(f"API key {key.api_key.prefix}… (scope webhook_callback) for the callbacks")
     # DROP's portal shows the broker a signing secret for its notifications; staff store it.
