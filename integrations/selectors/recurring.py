@@ -164,17 +164,9 @@ WITH grouped AS (
 SELECT l.work_item_id, l.broker_id, l.round, l.final, l.failing,
        -- final: when the next round is due, if a consumer of the match is left to send it
        -- to (the sender's rule: one the broker has forgotten since gets none); open: when
-       -- this one was. The match's own still open (a status set by staff over an
-       -- undeliverable request, say): owed since the status was set (or DROP was given it),
-       -- else nothing would ever count it due; if a consumer is left, as above. Read only
-       -- for those rows: a CASE branch's subquery runs only when reached, and nearly every
-       -- item's round 0 is final.
+       -- this one was
        (CASE WHEN l.final AND l.live THEN l.final_at
-             WHEN NOT l.final AND l.round > 0 THEN l.previous_final_at
-             WHEN NOT l.final AND l.live
-               THEN (SELECT coalesce(w.status_set_at, w.reported_at)
-                       FROM integrations_workitem w
-                      WHERE w.id = l.work_item_id) END
+             WHEN NOT l.final THEN l.previous_final_at END
           AT TIME ZONE %(timezone)s)::date + %(days)s AS due_on
   FROM latest l
  WHERE l.latest
@@ -184,12 +176,10 @@ SELECT l.work_item_id, l.broker_id, l.round, l.final, l.failing,
 def rounds_sql(*, broker: Broker | None) -> tuple[str, dict[str, Any]]:
     """The per-item schedule (columns ``work_item_id, broker_id, round, final, failing,
     due_on``) as SQL text and its parameters, for a caller to select from; run it under
-    ``schedule_execute``. For an item whose match's own requests are still open (a status
-    set by staff meanwhile) ``due_on`` counts from when its status was set (else from when
-    DROP was given it): no round is sent over those requests, but the deletion is owed all
-    the same, so the item shows due, then overdue. It is NULL for an item whose consumers
-    the broker has all forgotten since (no one to send a round to). A consumer matched
-    after the item settled holds back no round: see above."""
+    ``schedule_execute``. ``due_on`` is NULL for an item
+    whose match's own requests are still open (a status set by staff: no round is owed on it
+    yet), and for one whose consumers the broker has all forgotten since (no one to send a
+    round to). A consumer matched after the item settled holds back no round: see above."""
     params: dict[str, Any] = {
         "cancelled": RequestState.CANCELLED,
         "completed": RequestState.COMPLETED,
@@ -246,9 +236,7 @@ class RecurringOverview:
     """A broker's recurring deletion, as the dashboard shows it (counts of work items)."""
 
     days: int  # DROPPORTAL_RECURRING_DAYS; 0: off, the broker owes it by other means
-    # latest round final, the next one due today or before, not sent yet (or the match's
-    # own requests still open under a status set meanwhile: owed since, see rounds_sql)
-    due: int
+    due: int  # latest round final, the next one due today or before, not sent yet
     sent: int  # a round (1 or later) sent, no final outcome yet, none failing
     answered: int  # latest round (1 or later) answered: final
     failing: int  # a round (1 or later) with a failed outcome or undeliverable request
@@ -287,7 +275,7 @@ def recurring_overviews(
         schedule_execute(
             cursor,
             "SELECT s.broker_id,"  # noqa: S608
-            " count(*) FILTER (WHERE (s.final OR s.round = 0) AND s.due_on <= %(today)s),"
+            " count(*) FILTER (WHERE s.final AND s.due_on <= %(today)s),"
             " count(*) FILTER (WHERE s.round > 0 AND NOT s.final AND NOT s.failing),"
             " count(*) FILTER (WHERE s.round > 0 AND s.final),"
             " count(*) FILTER (WHERE s.round > 0 AND NOT s.final AND s.failing),"

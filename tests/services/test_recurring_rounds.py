@@ -15,12 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.conf import settings as django_settings
 from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import Client
-from django.utils import timezone
 from procrastinate.contrib.django.models import ProcrastinateJob
 
 from devtools.drop_simulator import work_items
@@ -51,7 +49,6 @@ from integrations.selectors.story import work_item_story
 from integrations.selectors.stuck import StuckReason, stuck_work_items
 from integrations.services.cycle.consumers import consumer_forget, consumers_register
 from integrations.services.cycle.recurring import recurring_rounds_send, recurring_rounds_send_all
-from integrations.services.cycle.work_items import work_item_status_set
 from integrations.services.dispatch.deliveries import deletion_requests_deliver
 from integrations.services.dispatch.outcomes import deletion_outcome_record
 from integrations.services.staff.integrations import (
@@ -731,36 +728,3 @@ def test_a_failed_answer_for_a_consumer_come_back_is_listed_for_staff(broker: Br
 
     groups = {(g.reason, g.work_items) for g in stuck_work_items(broker=broker)}
     assert (StuckReason.FAILED_WAITING_FOR_STAFF, 1) in groups
-
-
-def test_a_status_staff_set_over_the_matchs_open_request_is_due_then_overdue(
-    broker: Broker,
-) -> None:
-    """The match's own request undeliverable, staff set 3 by hand: no round goes over the
-    open request, but the deletion is owed again all the same, counted from when the status
-    was set, so the dashboard shows it due and ``drop doctor`` overdue."""
-    target = _target(broker)
-    item = WorkItemFactory.create(cycle__broker=broker, status_code=None)
-    consumer: Consumer = ConsumerFactory.create(broker=broker)
-    DeletionRequestFactory.create(
-        integration=target,
-        work_item=item,
-        consumer=consumer,
-        remote_identifier=consumer.remote_identifier,
-        state=RequestState.UNDELIVERABLE,
-    )
-    work_item_status_set(
-        work_item=item, status_code=3, reason="deleted by hand in the CRM", actor="staff:ann"
-    )
-    today = drop_date(timezone.now())
-    days = django_settings.DROPPORTAL_RECURRING_DAYS
-
-    assert recurring_overview(broker=broker, today=today + (days - 1) * DAY).due == 0
-    overview = recurring_overview(broker=broker, today=today + days * DAY)
-    assert (overview.due, overview.overdue) == (1, 0)
-    overview = recurring_overview(broker=broker, today=today + 120 * DAY)
-    assert (overview.due, overview.overdue) == (1, 1)
-    stuck = stuck_work_items(broker=broker, now=drop_noon(120))
-    assert (StuckReason.RECURRING_ROUND_OVERDUE, 1) in {(g.reason, g.work_items) for g in stuck}
-    # Its requests are still the delivery policy's: no round is sent over them.
-    assert recurring_rounds_send(broker=broker, actor="t", now=drop_noon(120)).work_items == 0
