@@ -42,11 +42,15 @@ _HOST_PORT = re.compile(r"^(?:[\w.\-~%!$]*|\[[0-9a-fA-F:.]+(?:%25[\w.\-~]+)?\])(
 # (once or more: "%3F", "%253F"), and "=" or "&" that spell a query inside a path.
 _PATH_END = re.compile(r"(?i)[?#;=&]|%(?:25)*(?:3f|23|3b|3d|26)")
 # Which of a query's values an answer kept must not echo (``url_extras_sent``): one whose
-# name says it is a credential, and any other long enough to be a token. Shorter, a value
-# is no credential (it would be guessed), and taking each of its occurrences out of an
-# answer ("1", "json", "true") would leave nothing to read.
-_CREDENTIAL_NAME = re.compile(r"(?i)token|key|secret|sig|code|auth|pass|pwd|cred|session|jwt")
+# name says it is a credential; under any other name, one shaped like a password or a token
+# (8 characters or more, a digit or a sign among them: "hunter22", "5f2a91c0d3e7"), or long.
+# A word ("json", "true", "descending") or a short value is left: taking each of its
+# occurrences out of an answer would leave nothing to read, and it would be guessed anyway.
+_CREDENTIAL_NAME = re.compile(
+    r"(?i)token|key|secret|sig|code|auth|pass|pwd|^pw$|pin|cred|session|jwt"
+)
 _CREDENTIAL_REDACTED_FROM = 4
+_MIXED_REDACTED_FROM = 8
 _VALUE_REDACTED_FROM = 16
 
 
@@ -122,11 +126,14 @@ def without_url_extras(text: str, *, value: bool = False) -> str:
 
 def query_value_is_secret(name: str, value: str) -> bool:
     """Whether a query's ``value`` may be a credential: 4 characters or more under a name
-    that says so (``token``, ``api_key``, ``sig``, ``code``, ``password``, in any case), 16
-    or more under any other (``?format=json`` is not one)."""
+    that says so (``token``, ``api_key``, ``sig``, ``code``, ``password``, ``pin``, in any
+    case); under any other, 8 or more with a digit or a sign among them, or 16 or more
+    (``?format=json`` is not one, ``?p=Summer2026!`` is)."""
     if _CREDENTIAL_NAME.search(name):
         return len(value) >= _CREDENTIAL_REDACTED_FROM
-    return len(value) >= _VALUE_REDACTED_FROM
+    if len(value) >= _VALUE_REDACTED_FROM:
+        return True
+    return len(value) >= _MIXED_REDACTED_FROM and not value.isalpha()
 
 
 def url_extras_sent(url: str) -> list[str]:
