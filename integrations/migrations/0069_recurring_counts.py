@@ -1,6 +1,6 @@
 """Each broker's recurring deletion counts, as the worker counts them every 5 minutes for the
-dashboard (``RecurringCounts``): reading the whole schedule live took the dashboard seconds
-at a million deleted consumers. A new, empty table: the dashboard counts live until the
+dashboard (``RecurringCounts``): reading the whole schedule live grows with every deleted
+consumer, past what the dashboard may wait. A new, empty table: the dashboard counts live until the
 worker's first run."""
 
 import django.db.models.deletion

@@ -10,10 +10,11 @@ from integrations.models.brokers import Broker
 
 class RecurringCounts(models.Model):
     """``selectors.recurring.RecurringOverview`` of one broker, as the worker's periodic job
-    counted it: reading the whole schedule takes seconds at a million deleted consumers,
-    longer than the dashboard may wait. Only the dashboard reads it, and only while it is
-    fresh (``RECURRING_COUNTS_FRESH``, today's DROP date, today's days setting); otherwise it
-    counts live. Work items, not requests, as the overview counts them."""
+    counted it: reading the whole schedule grows with every deleted consumer, and at a large
+    broker's size takes longer than the dashboard may wait (docs/benchmarks.md). Only the
+    dashboard reads it, and only while it is fresh (``RECURRING_COUNTS_FRESH``, today's DROP
+    date, today's days setting); otherwise it counts live. Work items, not requests, as the
+    overview counts them."""
 
     broker = models.OneToOneField(
         Broker, on_delete=models.CASCADE, primary_key=True, related_name="+"

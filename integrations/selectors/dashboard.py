@@ -165,8 +165,8 @@ def dashboard_overview(*, now: dt.datetime) -> list[BrokerOverview]:
     cycles_of = _cycle_work_items_by_broker(recent, shown)
     attention = _attention_by_broker(now=now)
     health_of = _integration_health_by_broker()
-    # The worker's counts while fresh; else the schedule read live (seconds at a million
-    # deleted consumers): a fresh install, a stopped worker, a broker added since.
+    # The worker's counts while fresh; else the schedule read live (it grows with every
+    # deleted consumer): a fresh install, a stopped worker, a broker added since.
     recurring = recurring_overviews_counted(broker_pks=[b.pk for b in brokers], now=now)
     if recurring is None:
         recurring = recurring_overviews(today=drop_today(now))

@@ -1,9 +1,9 @@
 """The dashboard's recurring deletion counts, counted by the worker (``RecurringCounts``).
 
-Reading every broker's schedule (``selectors.recurring.recurring_overviews``) takes seconds
-at a million deleted consumers, longer than the dashboard may wait; the worker's periodic
-job counts it every 5 minutes and keeps one row per broker, which the dashboard shows while
-it is fresh (``recurring_overviews_counted``) and counts live otherwise::
+Reading every broker's schedule (``selectors.recurring.recurring_overviews``) grows with
+every deleted consumer, past what the dashboard may wait (docs/benchmarks.md); the worker's
+periodic job counts it every 5 minutes and keeps one row per broker, which the dashboard
+shows while it is fresh (``recurring_overviews_counted``) and counts live otherwise::
 
     recurring_counts_store()   # the periodic job: returns how many brokers it counted
 
