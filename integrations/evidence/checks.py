@@ -15,6 +15,7 @@ No Django and no database: ``verify`` runs these from a plain checkout.
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import hashlib
 import io
 import json
@@ -282,9 +283,11 @@ class PackChecker:
                     raise ValueError(f"its id {event_id!r} is not an integer")
             except (ValueError, KeyError, TypeError) as exc:
                 raise PackInvalid(f"{where}: not a ledger line ({exc})") from None
+            # Only the broker's own events, given in full, show their time.
+            shown_at: dt.datetime | None = None
             if "kind" in event:
                 full += 1
-                self.event_content(event, broker_id, where, stored_hash)
+                shown_at = self.event_content(event, broker_id, where, stored_hash)
             if event_id in self.cited:
                 self.cited_found[event_id] = str(event["kind"]) if "kind" in event else None
             if event.get("chain_hash") is None:
@@ -302,7 +305,7 @@ class PackChecker:
             previous = chain_hash(str(previous), event_id, stored_hash)
             if previous != event["chain_hash"]:
                 raise PackInvalid(f"{where}: event {event_id}'s chain hash does not match")
-            self.anchors.chain_hash_seen(position, event_id, previous)
+            self.anchors.chain_hash_seen(position, event_id, previous, created_at=shown_at)
         self.rows_match(pack.LEDGER, count)
         if (first_id, last_id) != (span.get("first_event_id"), span.get("last_event_id")):
             raise PackInvalid(
@@ -323,7 +326,8 @@ class PackChecker:
 
     def event_content(
         self, event: dict[str, Any], broker_id: str, where: str, stored_hash: str
-    ) -> None:
+    ) -> dt.datetime:
+        """The event's content held to its hash and read for the cross-checks; its time."""
         try:
             created_at = pack.aware_time(event["created_at"], "created_at")
             recomputed = event_hash(
@@ -343,7 +347,7 @@ class PackChecker:
             raise PackInvalid(f"{where}: event {event['id']} of another broker given in full")
         kind, data, subject = event["kind"], event["data"], event["subject"]
         if not isinstance(kind, str) or not isinstance(data, dict):
-            return  # not an event the cross-checks read: they then find its record missing
+            return created_at  # not one the cross-checks read: they then miss its record
         if kind == LedgerKind.DROP_CYCLE_IMPORTED:
             not_found = data.get("not_found") or 0
             if not pack.whole_number(not_found):
@@ -369,6 +373,7 @@ class PackChecker:
                         + json.dumps(data["drop_response"], sort_keys=True)
                     )
                 )
+        return created_at
 
     # -- the cross-checks
 

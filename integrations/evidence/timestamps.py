@@ -10,7 +10,7 @@ An evidence pack carries the tokens of its ledger range (``anchors/<position>.ts
 ``anchors.json``); ``PackAnchors`` checks them as the pack verifier recomputes the chain::
 
     anchors = PackAnchors.read(read_member, names)     # before the ledger pass
-    anchors.chain_hash_seen(position, event_id, chain_hash)   # each link the pass recomputes
+    anchors.chain_hash_seen(position, event_id, chain_hash, created_at=shown)  # each link
     line = anchors.check(authorities)                  # after it; raises PackInvalid
 
 The message an authority timestamps is the chain hash as the ledger writes it: its 64 hex
@@ -45,6 +45,10 @@ PACK_DIR = "anchors/"
 PACK_LIST = "anchors.json"
 PACK_FORMAT = "dropportal-anchors/1"
 _TOKEN_MAX = 1 << 20
+# The service asks for a token every day (the ``anchor_ledger`` job). With ``--tsa-cert``, the
+# last token may precede the range's last event whose time the pack shows by this much at
+# most: a day's anchor missed is tolerated, tokens dropped from the pack's end are not.
+TOKEN_LAG_TOLERATED = dt.timedelta(days=2)
 
 
 def anchored_message(chain_hash: str) -> bytes:
@@ -165,6 +169,8 @@ class PackAnchors:
         # Those chained after the last token's position: no token in the pack anchors them.
         self.last_wanted = max(self.wanted, default=0)
         self.after_last = 0
+        # Of those, the latest whose time the pack shows (the broker's own): its position, time.
+        self.latest_after: tuple[int, dt.datetime] | None = None
 
     @classmethod
     def read(cls, read_member: Callable[[str, int], bytes], names: set[str]) -> PackAnchors:
@@ -199,10 +205,23 @@ class PackAnchors:
             raise PackInvalid(f"{PACK_LIST} lists {name}, which is not in the pack")
         return cls(listed, read_member)
 
-    def chain_hash_seen(self, position: int, event_id: int, chain_hash: str) -> None:
+    def chain_hash_seen(
+        self,
+        position: int,
+        event_id: int,
+        chain_hash: str,
+        *,
+        created_at: dt.datetime | None = None,
+    ) -> None:
+        """One link recomputed; ``created_at`` when the pack shows the event's time."""
         self.last_position = position
         self.chained += 1
-        self.after_last += position > self.last_wanted
+        if position > self.last_wanted:
+            self.after_last += 1
+            if created_at is not None and (
+                self.latest_after is None or created_at > self.latest_after[1]
+            ):
+                self.latest_after = (position, created_at)
         if position in self.wanted:
             self.seen[position] = (event_id, chain_hash)
 
@@ -264,9 +283,11 @@ class PackAnchors:
         last = max(self.listed, key=lambda entry: entry["position"])
         reached = token_gen_time(self.read_member(last["token"], _TOKEN_MAX))
         covered += f"; the last, position {last['position']}, at {reached.isoformat()}"
+        if authorities is not None:
+            self.check_reach(last["position"], reached)
         if last["position"] < self.last_position:
-            # Not a failure: the service asks for a token a day, so the events since the
-            # last one are always unanchored at export; said plainly, counted.
+            # Not a failure by itself: the service asks for a token a day, so the events
+            # since the last one are always unanchored at export; said plainly, counted.
             covered += (
                 f", leaves {self.after_last} chained events (positions "
                 f"{last['position'] + 1} to {self.last_position}) anchored by no token in "
@@ -279,6 +300,25 @@ class PackAnchors:
             )
         return f"timestamps: {covered}; each signature chains to the given certificate"
 
+    def check_reach(self, last_position: int, reached: dt.datetime) -> None:
+        """Asked to check the anchoring, the tokens must reach to within a missed day's
+        anchor of the range's end: a key holder who rewrote the events after one token
+        would leave out the later tokens, which the events' own times then show missing."""
+        if self.latest_after is None:
+            return
+        position, written = self.latest_after
+        if written - reached <= TOKEN_LAG_TOLERATED:
+            return
+        raise PackInvalid(
+            f"timestamps: the last token (position {last_position}) is of "
+            f"{reached.isoformat()}, the event at position {position} was written at "
+            f"{written.isoformat()}, {_hours(written - reached)} later: the service asks "
+            "the authority for a token every day, so --tsa-cert accepts at most "
+            f"{_hours(TOKEN_LAG_TOLERATED)} from the last token to the last event (one day's "
+            "anchor missed); the later tokens are missing from the pack, or the service "
+            "stopped anchoring"
+        )
+
     @staticmethod
     def check_gen_time(anchor: str, listed: Any, token: bytes) -> None:
         """The time listed is the token's, as the writer writes it (UTC, ``+00:00``)."""
@@ -289,3 +329,7 @@ class PackAnchors:
         written = token_gen_time(token).isoformat()
         if listed != written:
             raise PackInvalid(f"{anchor}: gen_time {listed} is not the token's ({written})")
+
+
+def _hours(span: dt.timedelta) -> str:
+    return f"{span.total_seconds() / 3600:.1f} hours"

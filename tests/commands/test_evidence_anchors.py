@@ -239,6 +239,142 @@ def test_a_rewritten_chain_without_its_tokens_fails_with_the_given_certificate(
     ) in unchecked.checks
 
 
+def _written_ahead(monkeypatch: pytest.MonkeyPatch, ahead: dt.timedelta) -> None:
+    """One more event of the broker, written ``ahead`` of now. The loopback authority stamps
+    with the real clock, so the events are moved rather than the tokens."""
+    real_now = timezone.now
+    with monkeypatch.context() as moved:
+        moved.setattr(timezone, "now", lambda: real_now() + ahead)
+        broker_event()
+
+
+def _without_tokens_from(position: int) -> Callable[[dict[str, bytes]], None]:
+    """The tokens at ``position`` and after left out, the others kept."""
+
+    def change(files: dict[str, bytes]) -> None:
+        listed = json.loads(files[timestamps.PACK_LIST])
+        dropped = [e for e in listed["anchors"] if e["position"] >= position]
+        listed["anchors"] = [e for e in listed["anchors"] if e["position"] < position]
+        files[timestamps.PACK_LIST] = json.dumps(listed).encode()
+        names = {entry["token"] for entry in dropped}
+        for name in names:
+            del files[name]
+        manifest = json.loads(files[pack.MANIFEST])
+        manifest["files"] = [e for e in manifest["files"] if e["name"] not in names]
+        files[pack.MANIFEST] = json.dumps(manifest).encode()
+
+    return change
+
+
+def test_a_pack_whose_newest_tokens_were_left_out_fails_with_the_given_certificate(
+    cycle: DropCycle,
+    tsa: TsaSimulator,
+    tmp_path: Path,
+    public_key: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A key holder who rewrites the events after one token leaves the later tokens out
+    (they cover the old heads): the events' own times then show the tokens stop days
+    before the range ends, though the service asks for one every day."""
+    first = ledger_anchor()
+    _written_ahead(monkeypatch, dt.timedelta(days=3))
+    last = ledger_anchor()
+    broker_event()
+    exported = export(cycle, tmp_path)
+    key, authorities = evidence_signing_key(), authority(tsa)
+    whole = verify_pack(
+        exported, public_key_pem=public_key.read_bytes(), tsa_certificates=authorities
+    )
+    assert whole.ok, whole.failure
+
+    cut = rewrite(exported, _without_tokens_from(last.position), key=key)
+
+    result = verify_pack(cut, public_key_pem=public_key.read_bytes(), tsa_certificates=authorities)
+    assert not result.ok
+    # The latest the pack shows among the events after the first token: the one written ahead.
+    ahead = max(
+        (
+            json.loads(line)
+            for line in members_of(cut)[pack.LEDGER].splitlines()
+            if "kind" in json.loads(line)
+            and json.loads(line).get("chain_hash") is not None
+            and json.loads(line)["position"] > first.position
+        ),
+        key=lambda event: event["created_at"],
+    )
+    written = dt.datetime.fromisoformat(ahead["created_at"])
+    assert written - first.gen_time > dt.timedelta(days=2)
+    hours = (written - first.gen_time).total_seconds() / 3600
+    assert result.failure == (
+        f"timestamps: the last token (position {first.position}) is of "
+        f"{first.gen_time.isoformat()}, the event at position {ahead['position']} was written "
+        f"at {written.isoformat()}, {hours:.1f} hours later: the service asks the authority "
+        "for a token every day, so --tsa-cert accepts at most 48.0 hours from the last token "
+        "to the last event (one day's anchor missed); the later tokens are missing from the "
+        "pack, or the service stopped anchoring"
+    )
+    # Without an authority to check against, the pack is whole and says what is unanchored.
+    unchecked = verify_pack(cut, public_key_pem=public_key.read_bytes())
+    assert unchecked.ok, unchecked.failure
+    (said,) = [line for line in unchecked.checks if line.startswith("timestamps:")]
+    assert f"; the last, position {first.position}, at {first.gen_time.isoformat()}, leaves " in (
+        said
+    )
+
+
+def test_a_pack_exported_right_after_the_days_anchor_passes_with_the_given_certificate(
+    cycle: DropCycle, tsa: TsaSimulator, tmp_path: Path, public_key: Path
+) -> None:
+    broker_event()
+    anchor = ledger_anchor()
+    broker_event()
+
+    exported = export(cycle, tmp_path)
+
+    result = verify_pack(
+        exported, public_key_pem=public_key.read_bytes(), tsa_certificates=authority(tsa)
+    )
+    assert result.ok, result.failure
+    (said,) = [line for line in result.checks if line.startswith("timestamps:")]
+    assert f"; the last, position {anchor.position}, at {anchor.gen_time.isoformat()}, " in said
+    assert said.endswith("; each signature chains to the given certificate")
+
+
+@pytest.mark.parametrize(("hours", "passes"), [(47, True), (49, False)])
+def test_events_after_the_last_token_pass_within_the_margin(
+    cycle: DropCycle,
+    tsa: TsaSimulator,
+    tmp_path: Path,
+    public_key: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    hours: int,
+    passes: bool,
+) -> None:
+    """One day's anchor missed (the authority down, the job not run) is tolerated; two are
+    not, whether the tokens were left out or never asked for."""
+    anchor = ledger_anchor()
+    _written_ahead(monkeypatch, dt.timedelta(hours=hours))
+    exported = export(cycle, tmp_path)
+    authorities = authority(tsa)
+
+    result = verify_pack(
+        exported, public_key_pem=public_key.read_bytes(), tsa_certificates=authorities
+    )
+
+    if passes:
+        assert result.ok, result.failure
+        (said,) = [line for line in result.checks if line.startswith("timestamps:")]
+        assert f"; the last, position {anchor.position}, at " in said
+        assert "anchored by no token in this pack" in said
+    else:
+        assert result.failure is not None
+        assert result.failure.startswith(
+            f"timestamps: the last token (position {anchor.position}) is of "
+            f"{anchor.gen_time.isoformat()}, the event at position "
+        )
+    assert verify_pack(exported, public_key_pem=public_key.read_bytes()).ok
+
+
 def members_of(path: Path) -> dict[str, bytes]:
     with zipfile.ZipFile(path) as archive:
         return {name: archive.read(name) for name in archive.namelist()}
