@@ -120,8 +120,9 @@ def add_tsa_cert_argument(parser: argparse.ArgumentParser) -> None:
         "--tsa-cert",
         metavar="FILE",
         help="the time-stamping authority's CA certificate (PEM): every token's signature "
-        "must chain to it, and a pack whose ledger range holds chained events must carry "
-        "tokens",
+        "must chain to it, a pack whose ledger range holds chained events must carry "
+        "tokens, and its last token may precede the last event it shows by two days at most "
+        "(the service anchors daily)",
     )
 
 
