@@ -147,3 +147,16 @@ def csv_to_parquet(chunks: Iterable[bytes], sink: Any, *, columns: Sequence[str]
         if pending.strip():
             rows += flush(bytes(pending))
     return rows
+
+
+def rechunk(blocks: Iterable[Any], size: int = 1 << 16) -> Iterator[bytes]:
+    """``blocks`` (a ``COPY ... TO STDOUT``'s, which come a row or so at a time) joined into
+    chunks of about ``size`` bytes: what a streamed response or a file is written in."""
+    chunk = bytearray()
+    for block in blocks:
+        chunk += block
+        if len(chunk) >= size:
+            yield bytes(chunk)
+            chunk.clear()
+    if chunk:
+        yield bytes(chunk)

@@ -209,7 +209,6 @@ def deletion_outcomes(
 # Base64 hash may start with "+"); the JSONL export is exact throughout.
 _OUTCOME_FREE_TEXT = frozenset({"error_message", "remote_identifier", "remote_identifier_kind"})
 _OUTCOME_BOOLEANS = frozenset({"amended", "late_match"})
-_CSV_CHUNK = 1 << 16
 
 
 def _outcome_csv_column(column: str) -> str:
@@ -254,11 +253,4 @@ def deletion_outcomes_csv(
         # auditor a truncated file that looks whole.
         cursor.execute("SET LOCAL statement_timeout = 0")
         with cursor.copy(copy_sql, params) as copy:
-            chunk = bytearray()
-            for block in copy:
-                chunk += block
-                if len(chunk) >= _CSV_CHUNK:
-                    yield bytes(chunk)
-                    chunk.clear()
-            if chunk:
-                yield bytes(chunk)
+            yield from exports.rechunk(copy)

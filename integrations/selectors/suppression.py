@@ -19,11 +19,11 @@ from django.db import connection, transaction
 from django.db.models import Count, Min
 from django.db.models.functions import TruncMonth
 
+from integrations import exports
 from integrations.drop.calendar import drop_timezone
 from integrations.models import Broker, Reappearance, WorkItemState
 
 SUPPRESSION_COLUMNS: Final = ("hash_type", "hash")
-_CSV_CHUNK: Final = 64 * 1024
 
 # Each asked (hash_type, hash) pair that some work item of the broker not removed holds.
 # The hash index finds each pair's work items (an equality probe a pair); the broker and
@@ -89,14 +89,7 @@ def suppressed_hashes_csv(*, broker: Broker, header: bool = True) -> Iterator[by
         cursor.execute("SET LOCAL jit = off")
         cursor.execute("SET LOCAL work_mem = '64MB'")
         with cursor.copy(copy_sql) as copy:
-            chunk = bytearray()
-            for block in copy:
-                chunk += block
-                if len(chunk) >= _CSV_CHUNK:
-                    yield bytes(chunk)
-                    chunk.clear()
-            if chunk:
-                yield bytes(chunk)
+            yield from exports.rechunk(copy)
 
 
 @dataclass(frozen=True)

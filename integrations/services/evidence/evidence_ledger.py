@@ -10,11 +10,12 @@ recompute the chain over the range without seeing another broker's events::
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from django.db import connection
 
+from integrations import exports
 from integrations.ledger_hash import GENESIS_HASH
 from integrations.models import Broker
 
@@ -70,7 +71,7 @@ class LedgerRange:
         with connection.cursor() as cursor:
             for sql in (_CHAIN_LINES, _UNSEALED_LINES):
                 with cursor.copy(sql, params) as copy:
-                    yield from rechunk(copy)
+                    yield from exports.rechunk(copy)
 
 
 # The broker's first and last chained event since ``since``: the range's two ends.
@@ -118,14 +119,3 @@ _UNSEALED_LINES = _COPY_LINES.format(
     + _UNSEALED_WHERE
     + " ORDER BY e.id"
 )
-
-
-def rechunk(blocks: Iterable[Any], size: int = 1 << 16) -> Iterator[bytes]:
-    chunk = bytearray()
-    for block in blocks:
-        chunk += block
-        if len(chunk) >= size:
-            yield bytes(chunk)
-            chunk.clear()
-    if chunk:
-        yield bytes(chunk)

@@ -23,6 +23,7 @@ from django.db import connection
 from django.template.loader import render_to_string
 from django.utils import timezone
 
+from integrations import exports
 from integrations.evidence import sample as layout
 from integrations.models import WorkItem
 from integrations.selectors.story import work_item_story
@@ -49,7 +50,6 @@ COPY (SELECT c.drop_session_id, w.work_item_id
       FROM integrations_workitem w JOIN integrations_dropcycle c ON c.id = w.cycle_id
       WHERE w.cycle_id = ANY(%(cycles)s) ORDER BY w.cycle_id, w.id) TO STDOUT WITH (FORMAT csv)
 """
-_CSV_CHUNK = 1 << 16
 # The most work items a sample draws. An auditor reads a sample page by page, and a
 # statistical sample of any population is hundreds of items at most; the whole population is
 # already in the pack (sample_population.csv). Each drawn item is a page with its story read and
@@ -121,14 +121,7 @@ def sample_population_write(writer: PackWriter, period: Period) -> None:
 def _population_chunks(cycles: list[int]) -> Iterator[bytes]:
     yield (",".join(layout.POPULATION_COLUMNS) + "\n").encode()
     with connection.cursor() as cursor, cursor.copy(_POPULATION_CSV, {"cycles": cycles}) as copy:
-        chunk = bytearray()
-        for block in copy:
-            chunk += block
-            if len(chunk) >= _CSV_CHUNK:
-                yield bytes(chunk)
-                chunk.clear()
-        if chunk:
-            yield bytes(chunk)
+        yield from exports.rechunk(copy)
 
 
 def sample_pages_write(writer: PackWriter, sample: Sample, *, exported_at: dt.datetime) -> None:

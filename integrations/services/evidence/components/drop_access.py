@@ -24,6 +24,7 @@ from django.db import connection
 from django.db.models import F
 
 from integrations.drop.calendar import drop_date
+from integrations.exports import rechunk
 from integrations.ledger_kinds import LedgerKind
 from integrations.models import DropAccessObligation, DropOutage, LedgerEvent
 from integrations.selectors.pulls import (
@@ -32,7 +33,6 @@ from integrations.selectors.pulls import (
     drop_pulls_reached,
 )
 from integrations.services.evidence.components.base import Component, PackContext
-from integrations.services.evidence.evidence_ledger import rechunk
 from integrations.services.evidence.evidence_writer import CsvRecordCounter
 
 FILE = "components/drop_access.csv"
