@@ -80,6 +80,10 @@ ROUNDS_OWED = """(w.status_code = ANY(%(codes)s)
 # amendment moves ``reported_at`` later); so does every batch after it.
 # Per item, its latest round: whether it is final, when it was (its last outcome), and
 # when the round before it was (what its due date counts from).
+# ``set_at``: when staff set the item's status by hand (``status_set_at`` while the status
+# is theirs; a late match puts the status back to none and keeps the time, hence the test).
+# NULL for nearly every item, so carrying it costs the sort next to nothing; read only for
+# an open round 0, where no round can start (``blocked_on``).
 # Each request of the three kinds, of the items ``{where}`` picks.
 _PARTS_SQL = """
     SELECT d.work_item_id, w.broker_id, d.round, d.matched_at AS made_at,
@@ -89,7 +93,8 @@ _PARTS_SQL = """
              OR (d.state = %(completed)s AND d.drop_outcome = ANY(%(final_outcomes)s)) AS final,
            d.state = %(undeliverable)s OR d.drop_outcome = %(failed)s AS failing,
            CASE WHEN d.state <> %(cancelled)s THEN d.completed_at END AS at,
-           d.round = 0 AND d.consumer_id IS NOT NULL AND d.state <> %(cancelled)s AS live
+           d.round = 0 AND d.consumer_id IS NOT NULL AND d.state <> %(cancelled)s AS live,
+           CASE WHEN w.status_code IS NOT NULL THEN w.status_set_at END AS set_at
       FROM integrations_deletionrequest d
       JOIN integrations_workitem w ON w.id = d.work_item_id
      WHERE {where}
@@ -99,7 +104,8 @@ _PARTS_SQL = """
            r.state = %(cancelled)s
              OR (r.state = %(completed)s AND r.drop_outcome <> %(failed)s),
            r.state = %(undeliverable)s,
-           CASE WHEN r.state <> %(cancelled)s THEN r.completed_at END, false
+           CASE WHEN r.state <> %(cancelled)s THEN r.completed_at END, false,
+           CASE WHEN w.status_code IS NOT NULL THEN w.status_set_at END
       FROM integrations_resolutionrequest r
       JOIN integrations_workitem w ON w.id = r.work_item_id
      WHERE {where}
@@ -108,7 +114,8 @@ _PARTS_SQL = """
            w.reported_status_code = ANY(%(codes)s) AND r.created_at > w.reported_at,
            s.state IN (%(cancelled)s, %(completed)s),
            s.state = %(undeliverable)s,
-           CASE WHEN s.state <> %(cancelled)s THEN s.completed_at END, false
+           CASE WHEN s.state <> %(cancelled)s THEN s.completed_at END, false,
+           CASE WHEN w.status_code IS NOT NULL THEN w.status_set_at END
       FROM integrations_saasdeletion s
       JOIN integrations_resolutionrequest r ON r.id = s.resolution_id
       JOIN integrations_workitem w ON w.id = r.work_item_id
@@ -141,17 +148,19 @@ _ROUNDS_SQL = """
 WITH grouped AS (
     SELECT work_item_id, min(broker_id) AS broker_id, round,
            bool_and(final) AS final, bool_or(failing) AS failing, max(at) AS final_at,
-           bool_or(live) AS live, round = 0 AND min(made_at) <> max(made_at) AS batches
+           bool_or(live) AS live, round = 0 AND min(made_at) <> max(made_at) AS batches,
+           min(set_at) AS set_at
       FROM ({parts}) p
      GROUP BY work_item_id, round
 ), rounds AS (
     SELECT g.work_item_id, g.broker_id, g.round,
            CASE WHEN g.batches THEN c.final ELSE g.final END AS final, g.failing,
-           CASE WHEN g.batches THEN c.final_at ELSE g.final_at END AS final_at, g.live
+           CASE WHEN g.batches THEN c.final_at ELSE g.final_at END AS final_at, g.live,
+           g.set_at
       FROM grouped g
       LEFT JOIN LATERAL ({come_back}) c ON true
 ), latest AS (
-    SELECT work_item_id, broker_id, round, final, failing, final_at,
+    SELECT work_item_id, broker_id, round, final, failing, final_at, set_at,
            lag(final_at) OVER item AS previous_final_at,
            bool_or(live) OVER item AS live,
            lead(round) OVER item IS NULL AS latest
@@ -167,7 +176,13 @@ SELECT l.work_item_id, l.broker_id, l.round, l.final, l.failing,
        -- this one was
        (CASE WHEN l.final AND l.live THEN l.final_at
              WHEN NOT l.final THEN l.previous_final_at END
-          AT TIME ZONE %(timezone)s)::date + %(days)s AS due_on
+          AT TIME ZONE %(timezone)s)::date + %(days)s AS due_on,
+       -- the match's own requests still open under a status staff set (an undeliverable
+       -- request, the deletion confirmed another way): no round starts over them, so the
+       -- day a round would have been owed, counted from when the status was set, if a
+       -- consumer of the match is left to send it to. Not a due date: nothing is sent.
+       (CASE WHEN l.round = 0 AND NOT l.final AND l.live THEN l.set_at END
+          AT TIME ZONE %(timezone)s)::date + %(days)s AS blocked_on
   FROM latest l
  WHERE l.latest
 """
@@ -175,11 +190,14 @@ SELECT l.work_item_id, l.broker_id, l.round, l.final, l.failing,
 
 def rounds_sql(*, broker: Broker | None) -> tuple[str, dict[str, Any]]:
     """The per-item schedule (columns ``work_item_id, broker_id, round, final, failing,
-    due_on``) as SQL text and its parameters, for a caller to select from; run it under
-    ``schedule_execute``. ``due_on`` is NULL for an item
+    due_on, blocked_on``) as SQL text and its parameters, for a caller to select from; run
+    it under ``schedule_execute``. ``due_on`` is NULL for an item
     whose match's own requests are still open (a status set by staff: no round is owed on it
     yet), and for one whose consumers the broker has all forgotten since (no one to send a
-    round to). A consumer matched after the item settled holds back no round: see above."""
+    round to). ``blocked_on`` is set for the first kind only when staff set the status: the
+    day its first round would have been owed, had those requests been answered when it was
+    set (``drop doctor`` lists it once past). A consumer matched after the item settled
+    holds back no round: see above."""
     params: dict[str, Any] = {
         "cancelled": RequestState.CANCELLED,
         "completed": RequestState.COMPLETED,
@@ -331,47 +349,65 @@ def recurring_overviews_counted(
 # as the stuck check counts each reason.
 StuckCounts = list[tuple[str, int, int, int, dt.date]]
 
-# Which items ``recurring_stuck_counts`` counts, each over the same schedule (``s``).
+# Which items ``recurring_stuck_counts`` counts, each over the same schedule (``s``), with
+# the requests holding them.
 _OVERDUE = "s.due_on < %(overdue_before)s"
 _FAILING = "s.round > 0 AND NOT s.final AND s.failing"
+_BLOCKED = "s.blocked_on < %(today)s"
+_ROUND_REQUESTS = (
+    "(SELECT count(*) FROM integrations_deletionrequest d"
+    " WHERE d.work_item_id = s.work_item_id AND d.round = s.round AND s.round > 0"
+    " AND NOT s.final)"
+)
+# Round 0's deletion requests not final (the schedule's rule): those staff are to settle.
+_OPEN_MATCH_REQUESTS = (
+    "(SELECT count(*) FROM integrations_deletionrequest d"
+    " WHERE d.work_item_id = s.work_item_id AND d.round = 0 AND d.state <> %(cancelled)s"
+    " AND NOT (d.state = %(completed)s AND d.drop_outcome = ANY(%(final_outcomes)s)))"
+)
 
 
 def recurring_stuck_counts(
     *, broker: Broker | None, today: dt.date
-) -> tuple[StuckCounts, StuckCounts]:
-    """Per broker: (DROP broker id, broker pk, work items, requests of their open rounds,
-    earliest due date), for ``drop doctor``, of two sets of items, read in one statement
-    (the schedule is built once):
+) -> tuple[StuckCounts, StuckCounts, StuckCounts]:
+    """Per broker: (DROP broker id, broker pk, work items, requests holding them, earliest
+    due date), for ``drop doctor``, of three sets of items, read in one statement (the
+    schedule is built once):
 
     - overdue: those whose round was due more than ``RECURRING_OVERDUE_DAYS`` days before
       ``today`` and is not answered yet (not sent, or sent and not answered);
     - failing: those whose round has a ``failed`` outcome or an undeliverable request: it
       waits for the broker, or for staff to redeliver or redispatch, as any request does
-      (``drop doctor`` and its alert say so at once).
+      (``drop doctor`` and its alert say so at once);
+    - blocked: those whose status staff set while the match's own requests were open, and
+      still are, more than ``DROPPORTAL_RECURRING_DAYS`` before ``today``: no round starts
+      until those requests are final, so the deletion owed again is not sent (the date is
+      the day it would have been due; the requests are the match's open ones).
 
     Nothing while rounds are off (the dashboard says so instead)."""
     if settings.DROPPORTAL_RECURRING_DAYS <= 0:
-        return [], []
+        return [], [], []
     sql, params = rounds_sql(broker=broker)
-    requests_sql = (
-        "(SELECT count(*) FROM integrations_deletionrequest d"
-        " WHERE d.work_item_id = s.work_item_id AND d.round = s.round AND s.round > 0"
-        " AND NOT s.final)"
-    )
     # A round whose previous one was all cancelled has no date: today then.
+    sets = (
+        (_OVERDUE, _ROUND_REQUESTS, "due_on"),
+        (_FAILING, _ROUND_REQUESTS, "due_on"),
+        (_BLOCKED, _OPEN_MATCH_REQUESTS, "blocked_on"),
+    )
     columns = ", ".join(
         f"count(*) FILTER (WHERE {condition}),"
-        f" coalesce(sum({requests_sql}) FILTER (WHERE {condition}), 0)::integer,"
-        f" coalesce(min(s.due_on) FILTER (WHERE {condition}), %(today)s)"
-        for condition in (_OVERDUE, _FAILING)
+        f" coalesce(sum({requests}) FILTER (WHERE {condition}), 0)::integer,"
+        f" coalesce(min(s.{due}) FILTER (WHERE {condition}), %(today)s)"
+        for condition, requests, due in sets
     )
+    where = " OR ".join(f"({condition})" for condition, _, _ in sets)
     with connection.cursor() as cursor:
         schedule_execute(
             cursor,
             f"SELECT b.broker_id, b.id, {columns}"  # noqa: S608
             f" FROM ({sql}) s"
             " JOIN integrations_broker b ON b.id = s.broker_id"
-            f" WHERE ({_OVERDUE}) OR ({_FAILING})"
+            f" WHERE {where}"
             " GROUP BY b.broker_id, b.id ORDER BY b.broker_id",
             {
                 **params,
@@ -380,10 +416,10 @@ def recurring_stuck_counts(
             },
         )
         rows = cursor.fetchall()
-    overdue: StuckCounts = []
-    failing: StuckCounts = []
+    found: tuple[StuckCounts, StuckCounts, StuckCounts] = ([], [], [])
     for broker_id, broker_pk, *counts in rows:
-        for found, (items, requests, due) in ((overdue, counts[:3]), (failing, counts[3:])):
+        for index, each in enumerate(found):
+            items, requests, due = counts[3 * index : 3 * index + 3]
             if items:
-                found.append((broker_id, broker_pk, items, requests, due))
-    return overdue, failing
+                each.append((broker_id, broker_pk, items, requests, due))
+    return found

@@ -53,6 +53,7 @@ class StuckReason(enum.StrEnum):
     REPORT_FILE_AWAITING_APPROVAL = "report_file_awaiting_approval"
     RECURRING_ROUND_OVERDUE = "recurring_round_overdue"
     RECURRING_ROUND_FAILING = "recurring_round_failing"
+    RECURRING_ROUND_BLOCKED = "recurring_round_blocked"
 
     @property
     def label(self) -> str:
@@ -76,6 +77,10 @@ STUCK_REASON_LABELS: dict[StuckReason, str] = {
         f"recurring deletion round more than {RECURRING_OVERDUE_DAYS} days overdue"
     ),
     StuckReason.RECURRING_ROUND_FAILING: "recurring deletion round failed or undeliverable",
+    StuckReason.RECURRING_ROUND_BLOCKED: (
+        "status set by staff over the match's open requests: no recurring deletion round"
+        " starts until they are settled or cancelled"
+    ),
 }
 
 
@@ -239,9 +244,13 @@ def stuck_work_items(
         )
     # Not open items: DROP holds their status, but the broker owes their deletion again
     # (its nearest due date is the round's).
-    recurring = {StuckReason.RECURRING_ROUND_OVERDUE, StuckReason.RECURRING_ROUND_FAILING}
+    recurring = {
+        StuckReason.RECURRING_ROUND_OVERDUE,
+        StuckReason.RECURRING_ROUND_FAILING,
+        StuckReason.RECURRING_ROUND_BLOCKED,
+    }
     if recurring & wanted:
-        overdue, failing = recurring_stuck_counts(broker=broker, today=drop_today(now))
+        overdue, failing, blocked = recurring_stuck_counts(broker=broker, today=drop_today(now))
         if StuckReason.RECURRING_ROUND_OVERDUE in wanted:
             _add_stuck_group(
                 found,
@@ -260,6 +269,15 @@ def stuck_work_items(
                     **_state_filter([RequestState.FAILED, RequestState.UNDELIVERABLE]),
                 },
                 failing,
+            )
+        if StuckReason.RECURRING_ROUND_BLOCKED in wanted:
+            # The match's own requests that are still open: those to settle or cancel.
+            _add_stuck_group(
+                found,
+                StuckReason.RECURRING_ROUND_BLOCKED,
+                "deletionrequest",
+                {"round": "0", **_state_filter(_OPEN_STATES)},
+                blocked,
             )
     order = list(StuckReason)
     return sorted(
@@ -339,6 +357,16 @@ def _stuck_sources(*, broker: Broker | None, stale: dt.datetime) -> list[_StuckS
             ],
         ),
     ]
+
+
+# A request's states with no final answer yet.
+_OPEN_STATES = [
+    RequestState.PENDING,
+    RequestState.QUEUED,
+    RequestState.DISPATCHED,
+    RequestState.FAILED,
+    RequestState.UNDELIVERABLE,
+]
 
 
 # What waits for a paused target: not yet sent, or sent and not answered (a disabled

@@ -49,6 +49,7 @@ from integrations.selectors.story import work_item_story
 from integrations.selectors.stuck import StuckReason, stuck_work_items
 from integrations.services.cycle.consumers import consumer_forget, consumers_register
 from integrations.services.cycle.recurring import recurring_rounds_send, recurring_rounds_send_all
+from integrations.services.cycle.work_items import work_item_status_set
 from integrations.services.dispatch.deliveries import deletion_requests_deliver
 from integrations.services.dispatch.outcomes import deletion_outcome_record
 from integrations.services.staff.integrations import (
@@ -728,3 +729,75 @@ def test_a_failed_answer_for_a_consumer_come_back_is_listed_for_staff(broker: Br
 
     groups = {(g.reason, g.work_items) for g in stuck_work_items(broker=broker)}
     assert (StuckReason.FAILED_WAITING_FOR_STAFF, 1) in groups
+
+
+def _blocked(broker: Broker, now: dt.datetime) -> set[tuple[StuckReason, int, int]]:
+    return {
+        (g.reason, g.work_items, g.requests)
+        for g in stuck_work_items(broker=broker, now=now)
+        if g.reason == StuckReason.RECURRING_ROUND_BLOCKED
+    }
+
+
+def test_a_status_staff_set_over_the_matchs_open_request_is_listed_once_a_round_is_owed(
+    broker: Broker,
+) -> None:
+    """The match's own request undeliverable (the target is gone), staff set 3 by hand: no
+    round can start over the open request, so once a round would have been owed ``drop
+    doctor`` says so; nothing is counted due, nor sent, meanwhile."""
+    target = _target(broker)
+    item = WorkItemFactory.create(cycle__broker=broker, status_code=None)
+    consumer: Consumer = ConsumerFactory.create(broker=broker)
+    DeletionRequestFactory.create(
+        integration=target,
+        work_item=item,
+        consumer=consumer,
+        remote_identifier=consumer.remote_identifier,
+        state=RequestState.UNDELIVERABLE,
+    )
+    work_item_status_set(
+        work_item=item, status_code=3, reason="deleted by hand in the CRM", actor="staff:ann"
+    )
+
+    assert _blocked(broker, drop_noon(44)) == set()
+    assert _blocked(broker, drop_noon(46)) == {(StuckReason.RECURRING_ROUND_BLOCKED, 1, 1)}
+    group = next(
+        g
+        for g in stuck_work_items(broker=broker, now=drop_noon(46))
+        if g.reason == StuckReason.RECURRING_ROUND_BLOCKED
+    )
+    assert group.nearest_due_date == drop_date(drop_noon(45))
+    overview = recurring_overview(broker=broker, today=drop_date(drop_noon(120)))
+    assert (overview.due, overview.overdue) == (0, 0)
+    assert recurring_rounds_send(broker=broker, actor="t", now=drop_noon(120)).work_items == 0
+
+
+def test_an_ordinary_late_match_to_an_item_drop_holds_as_5_is_never_listed_blocked(
+    broker: Broker,
+) -> None:
+    """DROP holds 5; C-1, registered since, is matched late to two targets, one answers
+    deleted, the other has not answered: the match's requests are open, but no staff set
+    a status, so nothing says rounds are blocked, however long it waits."""
+    _target(broker)
+    other = _target(broker, "ERP")
+    item = WorkItemFactory.create(
+        cycle__broker=broker, hash=base64.b64decode(ANNA), reported=True, status_code=5
+    )
+    consumers_register(
+        broker=broker,
+        records=parse_api_consumers([{"remote_identifier": "C-1", "email": [ANNA_EMAIL]}]),
+        actor="t",
+        source="api",
+    )
+    answered = DeletionRequest.objects.get(remote_identifier="C-1", integration=other)
+    deletion_outcome_record(deletion_request=answered, drop_outcome="deleted", actor="t")
+    item.refresh_from_db()
+    assert (item.status_code, item.reported_status_code) == (None, 5)
+    assert (
+        DeletionRequest.objects.filter(work_item=item, round=0)
+        .exclude(state=RequestState.COMPLETED)
+        .exists()
+    )
+
+    for days in (46, 120):
+        assert _blocked(broker, drop_noon(days)) == set()
