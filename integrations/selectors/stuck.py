@@ -79,7 +79,7 @@ STUCK_REASON_LABELS: dict[StuckReason, str] = {
     StuckReason.RECURRING_ROUND_FAILING: "recurring deletion round failed or undeliverable",
     StuckReason.RECURRING_ROUND_BLOCKED: (
         "status set by staff over the match's open requests: no recurring deletion round"
-        " starts until they are settled or cancelled"
+        " starts until they have a final answer"
     ),
 }
 
@@ -271,7 +271,7 @@ def stuck_work_items(
                 failing,
             )
         if StuckReason.RECURRING_ROUND_BLOCKED in wanted:
-            # The match's own requests that are still open: those to settle or cancel.
+            # The match's own requests that are still open: those to bring to an answer.
             _add_stuck_group(
                 found,
                 StuckReason.RECURRING_ROUND_BLOCKED,
