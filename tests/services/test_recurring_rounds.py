@@ -740,7 +740,7 @@ def _blocked(broker: Broker, now: dt.datetime) -> set[tuple[StuckReason, int, in
 
 
 def test_a_status_staff_set_over_the_matchs_open_request_is_listed_once_a_round_is_owed(
-    broker: Broker,
+    broker: Broker, admin_client: Client
 ) -> None:
     """The match's own request undeliverable (the target is gone), staff set 3 by hand: no
     round can start over the open request, so once a round would have been owed ``drop
@@ -748,7 +748,7 @@ def test_a_status_staff_set_over_the_matchs_open_request_is_listed_once_a_round_
     target = _target(broker)
     item = WorkItemFactory.create(cycle__broker=broker, status_code=None)
     consumer: Consumer = ConsumerFactory.create(broker=broker)
-    DeletionRequestFactory.create(
+    request = DeletionRequestFactory.create(
         integration=target,
         work_item=item,
         consumer=consumer,
@@ -767,6 +767,10 @@ def test_a_status_staff_set_over_the_matchs_open_request_is_listed_once_a_round_
         if g.reason == StuckReason.RECURRING_ROUND_BLOCKED
     )
     assert group.nearest_due_date == drop_date(drop_noon(45))
+    # Its link lists the open request: 200, not the 302 of a filter the admin refuses.
+    page = admin_client.get(group.admin_path)
+    assert page.status_code == 200, group.admin_path
+    assert str(request.request_uuid) in page.content.decode()
     overview = recurring_overview(broker=broker, today=drop_date(drop_noon(120)))
     assert (overview.due, overview.overdue) == (0, 0)
     assert recurring_rounds_send(broker=broker, actor="t", now=drop_noon(120)).work_items == 0
