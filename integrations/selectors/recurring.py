@@ -359,7 +359,7 @@ _ROUND_REQUESTS = (
     " WHERE d.work_item_id = s.work_item_id AND d.round = s.round AND s.round > 0"
     " AND NOT s.final)"
 )
-# Round 0's deletion requests not final (the schedule's rule): those staff are to settle.
+# Round 0's deletion requests not final (the schedule's rule): those staff are to answer.
 _OPEN_MATCH_REQUESTS = (
     "(SELECT count(*) FROM integrations_deletionrequest d"
     " WHERE d.work_item_id = s.work_item_id AND d.round = 0 AND d.state <> %(cancelled)s"
