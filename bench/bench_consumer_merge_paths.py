@@ -90,8 +90,8 @@ def child(csv_path: str, path: str) -> None:
     merged: list[load.Merged] = []
     finish = load.ConsumerLoad.finish
 
-    def finish_kept(self: load.ConsumerLoad) -> load.Merged:
-        merged.append(finish(self))
+    def finish_kept(self: load.ConsumerLoad, *, replace: bool = False) -> load.Merged:
+        merged.append(finish(self, replace=replace))
         return merged[-1]
 
     load.ConsumerLoad.finish = finish_kept  # type: ignore[method-assign]
