@@ -7,6 +7,10 @@ from django.db import models
 
 from integrations.models.brokers import Broker
 
+# The overview's counts, in its order: the fields both the worker's write and the
+# dashboard's read name.
+RECURRING_COUNTS = ("days", "due", "sent", "answered", "failing", "overdue")
+
 
 class RecurringCounts(models.Model):
     """``selectors.recurring.RecurringOverview`` of one broker, as the worker's periodic job

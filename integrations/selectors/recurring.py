@@ -38,6 +38,7 @@ from integrations.models import (
     RequestState,
     WorkItemState,
 )
+from integrations.models.recurring import RECURRING_COUNTS
 
 # Who is owed rounds (``w``, a work item): its status is deleted or opted out, not removed.
 # While it has no status (a consumer matched later or come back is asked, and its answer
@@ -315,6 +316,11 @@ def recurring_overviews(
 RECURRING_COUNTS_FRESH = dt.timedelta(minutes=15)
 
 
+def _overview_counted(row: RecurringCounts) -> RecurringOverview:
+    counts: dict[str, Any] = {name: getattr(row, name) for name in RECURRING_COUNTS}
+    return RecurringOverview(**counts, counted_at=row.counted_at)
+
+
 def recurring_overviews_counted(
     *, broker_pks: Collection[int], now: dt.datetime
 ) -> dict[int, RecurringOverview] | None:
@@ -326,15 +332,7 @@ def recurring_overviews_counted(
     if days <= 0:
         return {}
     counted = {
-        row.broker_id: RecurringOverview(
-            row.days,
-            row.due,
-            row.sent,
-            row.answered,
-            row.failing,
-            row.overdue,
-            counted_at=row.counted_at,
-        )
+        row.broker_id: _overview_counted(row)
         for row in RecurringCounts.objects.filter(
             broker_id__in=broker_pks,
             days=days,

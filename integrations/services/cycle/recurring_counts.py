@@ -20,9 +20,8 @@ from django.utils import timezone
 
 from integrations.drop.calendar import drop_today
 from integrations.models import Broker, RecurringCounts
+from integrations.models.recurring import RECURRING_COUNTS
 from integrations.selectors.recurring import RecurringOverview, recurring_overviews
-
-_COUNTS = ("days", "due", "sent", "answered", "failing", "overdue")
 
 
 def recurring_counts_store(*, now: dt.datetime | None = None) -> int:
@@ -43,26 +42,19 @@ def recurring_counts_store(*, now: dt.datetime | None = None) -> int:
         # And again after it: a broker deleted meanwhile (its row goes with it) is left out,
         # not inserted against a missing broker.
         brokers = sorted(counted & set(Broker.objects.values_list("pk", flat=True)))
-        rows = []
-        for pk in brokers:
-            overview = overviews.get(pk, none)
-            rows.append(
-                RecurringCounts(
-                    broker_id=pk,
-                    days=overview.days,
-                    due=overview.due,
-                    sent=overview.sent,
-                    answered=overview.answered,
-                    failing=overview.failing,
-                    overdue=overview.overdue,
-                    counted_for=today,
-                    counted_at=now,
-                )
+        rows = [
+            RecurringCounts(
+                broker_id=pk,
+                counted_for=today,
+                counted_at=now,
+                **{name: getattr(overviews.get(pk, none), name) for name in RECURRING_COUNTS},
             )
+            for pk in brokers
+        ]
         RecurringCounts.objects.bulk_create(
             rows,
             update_conflicts=True,
             unique_fields=["broker"],
-            update_fields=[*_COUNTS, "counted_for", "counted_at"],
+            update_fields=[*RECURRING_COUNTS, "counted_for", "counted_at"],
         )
     return len(brokers)
